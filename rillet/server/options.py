@@ -1,0 +1,203 @@
+"""The one Options object: flags and the config file both produce it, every component reads it.
+
+Field names follow nats-server's configuration keys where one exists. Durations are float seconds,
+sizes are int bytes. Reload builds a fresh Options and the server swaps what may change at runtime.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_PORT = 4222
+DEFAULT_HOST = "0.0.0.0"
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+DEFAULT_MAX_CONTROL_LINE = 4096
+DEFAULT_MAX_CONNECTIONS = 64 * 1024
+DEFAULT_MAX_PENDING = 64 * 1024 * 1024
+DEFAULT_PING_INTERVAL = 120.0
+DEFAULT_PING_MAX = 2
+DEFAULT_WRITE_DEADLINE = 10.0
+DEFAULT_AUTH_TIMEOUT = 2.0
+DEFAULT_TLS_TIMEOUT = 2.0
+DEFAULT_LAME_DUCK_DURATION = 120.0
+DEFAULT_LAME_DUCK_GRACE_PERIOD = 10.0
+RANDOM_PORT = -1
+
+
+@dataclass
+class Permission:
+    """Allow/deny subject lists for one direction (publish or subscribe)."""
+    allow: list[str] | None = None
+    deny: list[str] | None = None
+
+
+@dataclass
+class ResponsePermission:
+    max_msgs: int = 1
+    expires: float = 0.0  # seconds; 0 = no expiry
+
+
+@dataclass
+class Permissions:
+    publish: Permission | None = None
+    subscribe: Permission | None = None
+    response: ResponsePermission | None = None
+
+
+@dataclass
+class User:
+    username: str = ""
+    password: str = ""  # plain text, or a bcrypt hash starting with "$2"
+    nkey: str = ""
+    permissions: Permissions | None = None
+    account: str = ""  # account name; "" = the global account
+    allowed_connection_types: list[str] | None = None
+
+
+@dataclass
+class TLSConfig:
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    verify: bool = False
+    verify_and_map: bool = False
+    insecure: bool = False
+    timeout: float = DEFAULT_TLS_TIMEOUT
+    handshake_first: bool = False
+    handshake_first_fallback: float = 0.0  # seconds; >0 = fall back to INFO-first after this delay
+    ciphers: list[str] = field(default_factory=list)
+    curve_preferences: list[str] = field(default_factory=list)
+    pinned_certs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class WebsocketOptions:
+    host: str = ""
+    port: int = 0  # 0 = disabled
+    advertise: str = ""
+    no_tls: bool = False
+    tls: TLSConfig | None = None
+    compression: bool = False
+    same_origin: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    handshake_timeout: float = 2.0
+    no_auth_user: str = ""
+    jwt_cookie: str = ""
+    username: str = ""
+    password: str = ""
+    token: str = ""
+    auth_timeout: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class JetStreamOptions:
+    enabled: bool = False
+    store_dir: str = ""
+    max_memory_store: int = -1
+    max_file_store: int = -1
+    domain: str = ""
+    sync_interval: float | str = 120.0  # seconds, or "always"
+    unique_tag: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterOptions:
+    name: str = ""
+    host: str = ""
+    port: int = 0  # 0 = disabled
+    listen: str = ""  # the raw --cluster/--cluster_listen URL
+    routes: list[str] = field(default_factory=list)
+    no_advertise: bool = False
+    advertise: str = ""
+    connect_retries: int = 0
+    username: str = ""
+    password: str = ""
+    auth_timeout: float = 0.0
+    tls: TLSConfig | None = None
+    pool_size: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Options:
+    # identity and listeners
+    server_name: str = ""
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    client_advertise: str = ""
+    no_advertise: bool = False  # the client-facing no_advertise (connect_urls)
+    http_host: str = ""  # "" = same as host
+    http_port: int = 0  # 0 = monitoring off
+    https_port: int = 0
+    http_base_path: str = ""
+    ports_file_dir: str = ""
+    pid_file: str = ""
+    config_file: str = ""
+
+    # limits
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    max_control_line: int = DEFAULT_MAX_CONTROL_LINE
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_subscriptions: int = 0  # 0 = unlimited (per connection)
+    max_pending: int = DEFAULT_MAX_PENDING
+    ping_interval: float = DEFAULT_PING_INTERVAL
+    ping_max: int = DEFAULT_PING_MAX
+    write_deadline: float = DEFAULT_WRITE_DEADLINE
+    lame_duck_duration: float = DEFAULT_LAME_DUCK_DURATION
+    lame_duck_grace_period: float = DEFAULT_LAME_DUCK_GRACE_PERIOD
+    max_closed_clients: int = 10000
+    disable_sublist_cache: bool = False
+    no_header_support: bool = False
+
+    # authentication (single / global account)
+    username: str = ""
+    password: str = ""
+    authorization: str = ""  # token
+    auth_timeout: float = 0.0  # 0 = default (DEFAULT_AUTH_TIMEOUT, or the TLS timeout when larger)
+    users: list[User] = field(default_factory=list)
+    nkeys: list[User] = field(default_factory=list)
+    no_auth_user: str = ""
+    accounts: dict[str, Any] = field(default_factory=dict)  # raw account definitions, for later work
+    system_account: str = ""
+    no_system_account: bool = False
+
+    # TLS on the client port
+    tls: TLSConfig | None = None
+    tls_required: bool = False  # derived when tls is configured (unless allow_non_tls)
+    allow_non_tls: bool = False
+
+    # other listeners and subsystems
+    websocket: WebsocketOptions = field(default_factory=WebsocketOptions)
+    jetstream: JetStreamOptions = field(default_factory=JetStreamOptions)
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
+    gateway: dict[str, Any] = field(default_factory=dict)  # stored for later work
+    leafnodes: dict[str, Any] = field(default_factory=dict)  # stored for later work
+    mqtt: dict[str, Any] = field(default_factory=dict)
+    mappings: dict[str, Any] = field(default_factory=dict)  # subject -> dest (str, or list of {destination, weight, cluster})
+    tags: list[str] = field(default_factory=list)
+
+    # logging
+    debug: bool = False
+    trace: bool = False
+    trace_verbose: bool = False
+    logtime: bool = True
+    logtime_utc: bool = False
+    log_file: str = ""
+    log_size_limit: int = 0
+    syslog: bool = False
+    no_log: bool = False
+
+    # which fields were set by command-line flags (flags override file values, also on reload)
+    flags_set: set[str] = field(default_factory=set)
+
+    def effective_auth_timeout(self) -> float:
+        if self.auth_timeout > 0:
+            return self.auth_timeout
+        if self.tls is not None and self.tls.timeout > DEFAULT_AUTH_TIMEOUT:
+            return self.tls.timeout
+        return DEFAULT_AUTH_TIMEOUT
+
+    def auth_required(self) -> bool:
+        return bool(self.username or self.authorization or self.users or self.nkeys)
