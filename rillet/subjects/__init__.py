@@ -1,0 +1,51 @@
+"""Subjects: syntax rules and the subscription index (sublist). Sans-IO."""
+
+from .sublist import (
+    CACHE_MAX,
+    CACHE_SWEEP,
+    InvalidSubjectError,
+    Sublist,
+    SublistResult,
+    aggregate_stats,
+)
+from .validate import (
+    FWC,
+    PWC,
+    TSEP,
+    is_valid_literal_subject,
+    is_valid_publish_subject,
+    is_valid_subject,
+    match_literal,
+    num_tokens,
+    subject_has_wildcard,
+    subject_is_literal,
+    subject_is_subset_match,
+    subject_matches_filter,
+    subjects_collide,
+    token_at,
+    tokenize,
+)
+
+__all__ = [
+    "CACHE_MAX",
+    "CACHE_SWEEP",
+    "FWC",
+    "PWC",
+    "TSEP",
+    "InvalidSubjectError",
+    "Sublist",
+    "SublistResult",
+    "aggregate_stats",
+    "is_valid_literal_subject",
+    "is_valid_publish_subject",
+    "is_valid_subject",
+    "match_literal",
+    "num_tokens",
+    "subject_has_wildcard",
+    "subject_is_literal",
+    "subject_is_subset_match",
+    "subject_matches_filter",
+    "subjects_collide",
+    "token_at",
+    "tokenize",
+]
