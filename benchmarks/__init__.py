@@ -1,0 +1,1 @@
+"""Benchmarks: a raw-socket NATS load generator and a side-by-side comparison with the Go nats-server."""
