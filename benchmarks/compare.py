@@ -8,6 +8,7 @@ a markdown table of the medians with the ratio Rillet/Go.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -99,6 +100,14 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server process has used so far (Linux only)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return float("nan")
+
     @property
     def url(self) -> str:
         return f"nats://{HOST}:{self.port}"
@@ -108,32 +117,51 @@ class Server:
         return self.log.read().decode(errors="replace")[-limit:]
 
 
-def bench_server(label: str, server: Server, names: list[str], args) -> dict:
-    """{benchmark: {"runs": [...], "median": {metric: value}} or {"error": msg}}."""
-    results = {}
-    try:
-        with server:
-            for name in names:
-                results[name] = _bench_one(label, server, name, args)
-    except RuntimeError as e:  # the server did not start
-        print(f"{label}: {e}", file=sys.stderr)
-        return {name: {"error": "server did not start"} for name in names}
+def bench_all(servers: dict[str, Server], names: list[str], args) -> dict:
+    """Run every benchmark against every server, one run at a time, alternating servers run by
+    run so that a slow patch on the (shared) machine hits both sides alike.
+
+    Returns {server: {benchmark: {"runs": [...], "median": {metric: value}} or {"error": msg}}}.
+    """
+    results = {label: {} for label in servers}
+    with contextlib.ExitStack() as stack:
+        live = {}
+        for label, server in servers.items():
+            try:
+                live[label] = stack.enter_context(server)
+            except RuntimeError as e:
+                print(f"{label}: {e}", file=sys.stderr)
+                results[label] = {name: {"error": "server did not start"} for name in names}
+        for name in names:
+            runs = {label: [] for label in live}
+            for _ in range(args.repeat):
+                for label, server in live.items():
+                    if "error" not in results[label].get(name, {}):
+                        try:
+                            runs[label].append(_run_once(server, name, args))
+                        except (loadgen.BenchmarkError, loadgen.ProtocolError, OSError) as e:
+                            results[label][name] = {"error": str(e), "runs": runs[label]}
+                            print(f"  {label:6} {name:9} error: {e}", file=sys.stderr)
+                            if server.proc.poll() is not None:
+                                print(f"{label} exited with {server.proc.returncode}:\n{server.output()}",
+                                      file=sys.stderr)
+            for label in live:
+                if name not in results[label]:
+                    results[label][name] = _summarize(label, name, runs[label])
     return results
 
 
-def _bench_one(label: str, server: Server, name: str, args) -> dict:
-    runs = []
-    try:
-        for _ in range(args.repeat):
-            runs.append(loadgen.run(server.url, name, args.count, args.seconds, args.requests))
-    except (loadgen.BenchmarkError, loadgen.ProtocolError, OSError) as e:
-        print(f"  {label:6} {name:9} error: {e}", file=sys.stderr)
-        if server.proc.poll() is not None:
-            print(f"{label} exited with {server.proc.returncode}:\n{server.output()}", file=sys.stderr)
-        return {"error": str(e), "runs": runs}
+def _run_once(server: Server, name: str, args) -> dict:
+    cpu0, t0 = server.cpu_seconds(), time.perf_counter()
+    run = loadgen.run(server.url, name, args.count, args.seconds, args.requests)
+    run["server_cpu"] = (server.cpu_seconds() - cpu0) / (time.perf_counter() - t0)
+    return run
+
+
+def _summarize(label: str, name: str, runs: list[dict]) -> dict:
     median = {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items() if isinstance(v, float)}
     summary = ", ".join(f"{k}={median[k]:,.1f}" for k in ("msgs_per_sec", "p50_us", "p99_us") if k in median)
-    print(f"  {label:6} {name:9} {summary}", file=sys.stderr, flush=True)
+    print(f"  {label:6} {name:9} {summary}, server CPU {median['server_cpu']:.0%}", file=sys.stderr, flush=True)
     return {"runs": runs, "median": median}
 
 
@@ -208,14 +236,13 @@ def main(argv=None) -> None:
     names = loadgen.parse_only(args.only)
 
     info = machine_info()
-    print("Go nats-server:", file=sys.stderr)
     port = free_port()
-    go = bench_server("go", Server(go_cmd(port), port), names, args)
-    rillet = None
+    servers = {"go": Server(go_cmd(port), port)}
     if not args.go_only:
-        print("Rillet:", file=sys.stderr)
         port = free_port()
-        rillet = bench_server("rillet", Server(rillet_cmd(port, args.rillet_cmd), port), names, args)
+        servers["rillet"] = Server(rillet_cmd(port, args.rillet_cmd), port)
+    results = bench_all(servers, names, args)
+    go, rillet = results["go"], results.get("rillet")
 
     print(format_table(info, go, rillet, names, args.repeat))
     if args.json:

@@ -249,12 +249,12 @@ def _responder(url, subject, barrier, stop):
     c.sock.settimeout(POLL)
     while True:
         try:
-            _, args, start, end = c.next_msg()
+            op, args, start, end = c.next_msg()
         except TimeoutError:
             if stop.is_set():
                 break
             continue
-        if len(args) >= 4:  # MSG subject sid reply size
+        if op == b"MSG" and len(args) == 4:  # MSG subject sid reply size: echo the payload
             c.send(b"PUB %s %d\r\n%s\r\n" % (args[2], end - start, c.buf[start:end]))
     c.close()
 
