@@ -26,6 +26,8 @@ class ConfigError(ValueError):
         self.line = line
         self.column = column
         self.reason = reason
+        # Every problem found in one pass (the builder collects them); this one is the first.
+        self.errors: list[ConfigError] = [self]
         super().__init__(self._format())
 
     @classmethod

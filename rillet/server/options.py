@@ -68,6 +68,7 @@ class TLSConfig:
     ciphers: list[str] = field(default_factory=list)
     curve_preferences: list[str] = field(default_factory=list)
     pinned_certs: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # other nats-server tls keys, stored as parsed
 
 
 @dataclass
@@ -88,6 +89,7 @@ class WebsocketOptions:
     token: str = ""
     auth_timeout: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # other nats-server websocket keys (cookies, ping_interval)
 
 
 @dataclass
@@ -187,7 +189,14 @@ class Options:
     log_file: str = ""
     log_size_limit: int = 0
     syslog: bool = False
+    remote_syslog: str = ""
     no_log: bool = False
+    max_traced_msg_len: int = 0  # 0 = unlimited
+
+    # settings nats-server knows that rillet stores without acting on them (key -> parsed value)
+    extra: dict[str, Any] = field(default_factory=dict)
+    # non-fatal config file remarks ("file:line:col: reason"); nats-server's -t treats them as errors
+    config_warnings: list[str] = field(default_factory=list)
 
     # which fields were set by command-line flags (flags override file values, also on reload)
     flags_set: set[str] = field(default_factory=set)
