@@ -40,22 +40,29 @@ CONNECTION_TYPES = {"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", 
 GLOBAL_ACCOUNT = "$G"
 
 
-def load_file(path: str, options: Options | None = None) -> Options:
+def load_file(path: str, options: Options | None = None, *,
+              warnings_as_errors: bool = False) -> Options:
     """Parse the config file at ``path`` and build Options from it."""
     opts = options or Options()
     opts.config_file = path
-    return build_options(parse_file(path), opts)
+    return build_options(parse_file(path), opts, warnings_as_errors=warnings_as_errors)
 
 
-def load_string(text: str, filename: str = "<string>", options: Options | None = None) -> Options:
-    return build_options(parse_string(text, filename), options)
+def load_string(text: str, filename: str = "<string>", options: Options | None = None, *,
+                warnings_as_errors: bool = False) -> Options:
+    return build_options(parse_string(text, filename), options,
+                         warnings_as_errors=warnings_as_errors)
 
 
-def build_options(config: Mapping[str, Any], options: Options | None = None) -> Options:
-    """Apply the parsed ``config`` to ``options`` (a fresh ``Options`` by default)."""
+def build_options(config: Mapping[str, Any], options: Options | None = None, *,
+                  warnings_as_errors: bool = False) -> Options:
+    """Apply the parsed ``config`` to ``options`` (a fresh ``Options`` by default).
+
+    ``warnings_as_errors`` is what nats-server's ``-t`` does: any warning fails the check.
+    """
     builder = _Builder(options if options is not None else Options())
     builder.apply(config)
-    return builder.finish()
+    return builder.finish(warnings_as_errors)
 
 
 class _Builder:
@@ -91,10 +98,12 @@ class _Builder:
         for sub in f.entries():
             self.guard(sub, table.get(sub.name), where)
 
-    def finish(self) -> Options:
+    def finish(self, warnings_as_errors: bool = False) -> Options:
         o = self.o
         o.config_warnings = [str(w) for w in self.warnings]
         o.tls_required = o.tls is not None and not o.allow_non_tls
+        if warnings_as_errors:
+            self.errors.extend(self.warnings)
         if self.errors:
             first = self.errors[0]
             first.errors = list(self.errors)
