@@ -23,7 +23,8 @@ Note that an unquoted ``2m`` is the integer 2000000, as in nats-server.
 
 Deliberate differences from nats-server: a number directly followed by ``]`` is a number
 (nats-server rejects ``[1]``), an unknown size suffix such as ``1kbi`` is an error, and
-include cycles are reported instead of recursing forever.
+include cycles are reported instead of recursing forever. Like nats-server, a stray ``}``
+at the top level is ignored.
 """
 from __future__ import annotations
 
@@ -196,9 +197,8 @@ class _Parser:
                 self.i += 1
                 if not top:
                     return
-                if depth == 0:
-                    raise self.error("unexpected '}'", self.i - 1)
-                depth -= 1
+                # nats-server ignores a stray '}' at the top level; so do we.
+                depth = max(depth - 1, 0)
                 continue
             if top and ch == "{":
                 self.i += 1
@@ -218,7 +218,7 @@ class _Parser:
                 self.i += 1
             elif ch == "" or ch in _NEWLINE or self.at_comment():
                 pass
-            elif ch == "}" and (not top or depth):
+            elif ch == "}":
                 pass
             else:
                 raise self.error(
