@@ -1,0 +1,5 @@
+import sys
+
+from rillet.server.main import main
+
+sys.exit(main())

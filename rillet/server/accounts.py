@@ -1,0 +1,193 @@
+"""Accounts: each has its own subject space (a sublist) and the message delivery hot path."""
+from __future__ import annotations
+
+from random import random
+from typing import TYPE_CHECKING, Any
+
+from rillet.subjects.sublist import Sublist
+
+if TYPE_CHECKING:
+    from rillet.server.client import Subscription
+    from rillet.server.server import Server
+
+GLOBAL_ACCOUNT = "$G"
+
+
+class Account:
+    __slots__ = ("name", "server", "sublist", "clients", "in_msgs", "in_bytes", "out_msgs", "out_bytes",
+                 "_pending", "_match", "__weakref__")
+
+    def __init__(self, server: "Server", name: str) -> None:
+        self.name = name
+        self.server = server
+        self.sublist = Sublist(cache=not server.opts.disable_sublist_cache)
+        self._match = self.sublist.match
+        self.clients: set[Any] = set()
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.out_msgs = 0
+        self.out_bytes = 0
+        self._pending = server.pending_flush
+
+    def add_sub(self, sub: "Subscription") -> None:
+        self.sublist.insert(sub)
+
+    def remove_sub(self, sub: "Subscription") -> None:
+        self.sublist.remove(sub)
+
+    def num_subs(self) -> int:
+        return self.sublist.count()
+
+    def deliver(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool:
+        """Deliver one published message to every matching subscription. Returns True if anyone got it.
+
+        ``hdr`` is the header length (-1 for a plain PUB); ``msg`` holds headers followed by the payload.
+        """
+        self.in_msgs += 1
+        self.in_bytes += len(msg)
+        r = self._match(subject.decode("utf-8", "surrogateescape"))
+        psubs = r.psubs
+        qsubs = r.qsubs
+        if not psubs and not qsubs:
+            if reply and c.no_responders:
+                self._no_responders(c, subject, reply)
+            return False
+        size = len(msg)
+        sz = str(size).encode()
+        if hdr < 0:
+            head = b"MSG " + subject + b" "
+            if reply:
+                tail = b" " + reply + b" " + sz + b"\r\n" + msg + b"\r\n"
+            else:
+                tail = b" " + sz + b"\r\n" + msg + b"\r\n"
+        else:
+            head = b"HMSG " + subject + b" "
+            if reply:
+                tail = b" " + reply + b" " + str(hdr).encode() + b" " + sz + b"\r\n" + msg + b"\r\n"
+            else:
+                tail = b" " + str(hdr).encode() + b" " + sz + b"\r\n" + msg + b"\r\n"
+        pending = self._pending
+        echo = c.echo
+        n = 0
+        done: list | None = None
+        for sub in psubs:
+            sc = sub.client
+            if sc is c and not echo:
+                continue
+            if sub.icb is not None:
+                sub.nm += 1
+                sub.icb(sub, c, subject, reply, hdr, msg)
+                n += 1
+                continue
+            if sc.perms is not None and not self._perm_ok(sc, subject, reply):
+                continue
+            sub.nm += 1
+            if sub.max:
+                if sub.nm > sub.max:
+                    continue
+                if sub.nm == sub.max:
+                    if done is None:
+                        done = []
+                    done.append(sub)
+            out = sc.out
+            if hdr >= 0 and not sc.headers:
+                out += b"MSG " + subject + b" "
+                out += sub.sid_b
+                out += _strip_headers(reply, hdr, msg)
+            else:
+                out += head
+                out += sub.sid_b
+                out += tail
+            sc.out_msgs += 1
+            sc.out_bytes += size
+            n += 1
+            if not sc.flush_pending:
+                sc.flush_pending = True
+                pending.append(sc)
+        for group in qsubs:
+            sub = self._pick(group, c, echo, subject, reply)
+            if sub is None:
+                continue
+            sc = sub.client
+            sub.nm += 1
+            if sub.icb is not None:
+                sub.icb(sub, c, subject, reply, hdr, msg)
+                n += 1
+                continue
+            if sub.max and sub.nm >= sub.max:
+                if done is None:
+                    done = []
+                done.append(sub)
+            out = sc.out
+            if hdr >= 0 and not sc.headers:
+                out += b"MSG " + subject + b" "
+                out += sub.sid_b
+                out += _strip_headers(reply, hdr, msg)
+            else:
+                out += head
+                out += sub.sid_b
+                out += tail
+            sc.out_msgs += 1
+            sc.out_bytes += size
+            n += 1
+            if not sc.flush_pending:
+                sc.flush_pending = True
+                pending.append(sc)
+        if done is not None:
+            for sub in done:
+                sub.client.remove_sub(sub)
+        if n:
+            self.out_msgs += n
+            self.out_bytes += n * size
+            return True
+        if reply and c.no_responders:
+            self._no_responders(c, subject, reply)
+        return False
+
+    def _pick(self, group: list, c: Any, echo: bool, subject: bytes, reply: bytes | None) -> Any:
+        """One random member of a queue group that may receive this message."""
+        n = len(group)
+        i = int(random() * n)
+        for k in range(n):
+            sub = group[(i + k) % n]
+            sc = sub.client
+            if sc is c and not echo:
+                continue
+            if sub.max and sub.nm >= sub.max:
+                continue
+            if sc.perms is not None and sub.icb is None and not self._perm_ok(sc, subject, reply):
+                continue
+            return sub
+        return None
+
+    @staticmethod
+    def _perm_ok(sc: Any, subject: bytes, reply: bytes | None) -> bool:
+        perms = sc.perms
+        if perms.sub_deny is not None and perms.deliver_denied(subject.decode("utf-8", "surrogateescape")):
+            return False
+        if reply and perms.resp is not None:
+            perms.track_reply(reply)
+        return True
+
+    def _no_responders(self, c: Any, subject: bytes, reply: bytes) -> None:
+        """Tell a requester that nobody is listening: a 503 status on its own reply subscription."""
+        r = self._match(reply.decode("utf-8", "surrogateescape"))
+        for sub in r.psubs:
+            if sub.client is c:
+                hdr = b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"
+                hl = str(len(hdr)).encode()
+                if sub.icb is not None:
+                    sub.icb(sub, c, reply, None, len(hdr), hdr)
+                    return
+                c.out += b"HMSG " + reply + b" " + sub.sid_b + b" " + hl + b" " + hl + b"\r\n" + hdr + b"\r\n"
+                c.flush()
+                return
+
+
+def _strip_headers(reply: bytes | None, hdr: int, msg: bytes) -> bytes:
+    """The MSG tail for a subscriber that does not support headers: the payload only."""
+    payload = msg[hdr:]
+    sz = str(len(payload)).encode()
+    if reply:
+        return b" " + reply + b" " + sz + b"\r\n" + payload + b"\r\n"
+    return b" " + sz + b"\r\n" + payload + b"\r\n"

@@ -1,0 +1,260 @@
+"""Authentication (token, user/password with bcrypt, nkeys) and per-user permissions."""
+from __future__ import annotations
+
+import base64
+import hmac
+import time
+
+from rillet.server.options import Options, Permissions, User
+from rillet.subjects.validate import subject_matches_filter
+
+DEFAULT_ALLOW_RESPONSE_MAX_MSGS = 1
+DEFAULT_ALLOW_RESPONSE_EXPIRATION = 120.0
+_PCACHE_MAX = 4096
+
+
+def _is_bcrypt(s: str) -> bool:
+    return s.startswith("$2a$") or s.startswith("$2b$") or s.startswith("$2y$") or s.startswith("$2x$")
+
+
+def compare_secret(configured: str, given: str) -> bool:
+    """Compare a configured secret (plain or bcrypt hash) with what the client sent, in constant time."""
+    if _is_bcrypt(configured):
+        import bcrypt
+        try:
+            return bcrypt.checkpw(given.encode(), configured.encode())
+        except ValueError:
+            return False
+    return hmac.compare_digest(configured.encode(), given.encode())
+
+
+def _split_queue_entries(entries: list[str] | None) -> tuple[list[str], list[tuple[str, str]]] | None:
+    """Split permission entries into plain subjects and ("subject", "queue") pairs ("foo.> bar" form)."""
+    if entries is None:
+        return None
+    plain: list[str] = []
+    queued: list[tuple[str, str]] = []
+    for e in entries:
+        parts = e.split()
+        if len(parts) >= 2:
+            queued.append((parts[0], parts[1]))
+        elif parts:
+            plain.append(parts[0])
+    return plain, queued
+
+
+def _queue_matches(queue: str, patterns: list[str]) -> bool:
+    for q in patterns:
+        if subject_matches_filter(queue, q):
+            return True
+    return False
+
+
+class PermChecker:
+    """A user's compiled permissions; each client has its own (with its own caches and reply tracking)."""
+
+    __slots__ = ("pub_allow", "pub_deny", "sub_allow", "sub_deny", "resp", "replies", "_pcache", "deny_all")
+
+    def __init__(self, perms: Permissions) -> None:
+        pub = perms.publish
+        resp = perms.response
+        pub_allow = None if pub is None or pub.allow is None else list(pub.allow)
+        pub_deny = None if pub is None or pub.deny is None else list(pub.deny)
+        if resp is not None and pub_allow is None:
+            pub_allow = []  # allow_responses turns off the blanket publish allow
+        self.pub_allow = pub_allow
+        self.pub_deny = pub_deny
+        sub = perms.subscribe
+        self.sub_allow = _split_queue_entries(None if sub is None else sub.allow)
+        self.sub_deny = _split_queue_entries(None if sub is None else sub.deny)
+        self.resp = None
+        if resp is not None:
+            mx = resp.max_msgs or DEFAULT_ALLOW_RESPONSE_MAX_MSGS
+            exp = resp.expires or DEFAULT_ALLOW_RESPONSE_EXPIRATION
+            self.resp = (mx, exp)
+        self.replies: dict[bytes, list] = {}
+        self._pcache: dict[bytes, bool] = {}
+        self.deny_all = False
+
+    @property
+    def has_pub(self) -> bool:
+        return self.pub_allow is not None or self.pub_deny is not None
+
+    def can_publish(self, subject: bytes) -> bool:
+        v = self._pcache.get(subject)
+        if v is not None:
+            return v
+        s = subject.decode("utf-8", "surrogateescape")
+        allowed = True
+        if self.pub_allow is not None:
+            allowed = any(subject_matches_filter(s, p) for p in self.pub_allow)
+        if allowed and self.pub_deny is not None:
+            allowed = not any(subject_matches_filter(s, p) for p in self.pub_deny)
+        if not allowed and self.resp is not None:
+            r = self.replies.get(subject)
+            if r is not None:
+                r[1] += 1
+                mx, exp = self.resp
+                if (mx > 0 and r[1] > mx) or (exp > 0 and time.monotonic() - r[0] > exp):
+                    del self.replies[subject]
+                else:
+                    return True
+            return False
+        if len(self._pcache) >= _PCACHE_MAX:
+            self._pcache.clear()
+        self._pcache[subject] = allowed
+        return allowed
+
+    def track_reply(self, reply: bytes) -> None:
+        """Called when a message with a reply subject is delivered to this client (allow_responses)."""
+        if len(self.replies) > 10000:
+            self._prune_replies()
+        self.replies[reply] = [time.monotonic(), 0]
+
+    def _prune_replies(self) -> None:
+        mx, exp = self.resp  # type: ignore[misc]
+        now = time.monotonic()
+        for k in [k for k, v in self.replies.items() if (exp > 0 and now - v[0] > exp) or (mx > 0 and v[1] >= mx)]:
+            del self.replies[k]
+
+    def can_subscribe(self, subject: str, queue: str | None = None) -> bool:
+        allowed = True
+        if self.sub_allow is not None:
+            plain, queued = self.sub_allow
+            allowed = any(subject_matches_filter(subject, p) for p in plain)
+            if queue:
+                qpats = [q for s, q in queued if subject_matches_filter(subject, s)]
+                if qpats:
+                    allowed = _queue_matches(queue, qpats)
+        if allowed and self.sub_deny is not None:
+            plain, queued = self.sub_deny
+            allowed = not any(subject_matches_filter(subject, p) for p in plain)
+            if queue:
+                qpats = [q for s, q in queued if subject_matches_filter(subject, s)]
+                if qpats:
+                    allowed = not _queue_matches(queue, qpats)
+        return allowed
+
+    def deliver_denied(self, subject: str) -> bool:
+        """A wildcard subscription must not receive a message on a subject its deny list names."""
+        if self.sub_deny is None:
+            return False
+        return any(subject_matches_filter(subject, p) for p in self.sub_deny[0])
+
+
+class Authenticator:
+    """Decides whether a CONNECT is allowed, from the server's Options."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.token = opts.authorization
+        self.username = opts.username
+        self.password = opts.password
+        self.users: dict[str, User] = {}
+        self.nkeys: dict[str, User] = {}
+        for u in opts.users:
+            if u.nkey:
+                self.nkeys[u.nkey] = u
+            else:
+                self.users[u.username] = u
+        for u in opts.nkeys:
+            self.nkeys[u.nkey] = u
+        self.required = bool(self.token or self.username or self.users or self.nkeys)
+        if opts.no_auth_user and opts.no_auth_user not in self.users:
+            raise ValueError(f'no_auth_user: "{opts.no_auth_user}" not present as user or nkey in authorization '
+                             f"block or account configuration")
+
+    @property
+    def needs_nonce(self) -> bool:
+        return bool(self.nkeys)
+
+    def no_auth_user(self) -> User | None:
+        name = self.opts.no_auth_user
+        if name:
+            return self.users.get(name)
+        return None
+
+    def authenticate(self, connect: dict, nonce: bytes | None, conn_type: str = "STANDARD") -> User | None | bool:
+        """Return the matched User, True (allowed, no user record), or False (refused)."""
+        if not self.required:
+            return True
+        nkey = connect.get("nkey") or ""
+        if self.nkeys and nkey:
+            u = self.nkeys.get(nkey)
+            if u is None or nonce is None:
+                return False
+            sig = connect.get("sig") or ""
+            if not self._verify_nkey(nkey, sig, nonce):
+                return False
+            return u if self._type_allowed(u, conn_type) else False
+        user = connect.get("user") or ""
+        password = connect.get("pass") or ""
+        if self.users:
+            if not user:
+                # no credentials at all: the no_auth_user, if one is configured
+                if not password and not connect.get("auth_token") and self.opts.no_auth_user:
+                    u = self.users.get(self.opts.no_auth_user)
+                    if u is not None and self._type_allowed(u, conn_type):
+                        return u
+                return False
+            u = self.users.get(user)
+            if u is None or not compare_secret(u.password, password):
+                return False
+            return u if self._type_allowed(u, conn_type) else False
+        if self.username:
+            if user != self.username or not compare_secret(self.password, password):
+                return False
+            return True
+        if self.token:
+            token = connect.get("auth_token") or ""
+            return compare_secret(self.token, token)
+        return False
+
+    @staticmethod
+    def _type_allowed(u: User, conn_type: str) -> bool:
+        types = u.allowed_connection_types
+        if not types:
+            return True
+        return conn_type in types
+
+    @staticmethod
+    def _verify_nkey(nkey: str, sig: str, nonce: bytes) -> bool:
+        raw_key = decode_public_nkey(nkey)
+        if raw_key is None:
+            return False
+        raw = sig.encode()
+        raw += b"=" * (-len(raw) % 4)
+        try:
+            signature = base64.urlsafe_b64decode(raw)
+        except ValueError:
+            return False
+        import nacl.exceptions
+        import nacl.signing
+        try:
+            nacl.signing.VerifyKey(raw_key).verify(nonce, signature)
+            return True
+        except (nacl.exceptions.BadSignatureError, ValueError, TypeError):
+            return False
+
+
+def decode_public_nkey(nkey: str) -> bytes | None:
+    """The 32-byte Ed25519 key inside a public nkey ("U...", "A...", "N..."), or None when malformed."""
+    import nkeys
+    try:
+        data = base64.b32decode(nkey.encode() + b"=" * (-len(nkey) % 8))
+    except (ValueError, TypeError):
+        return None
+    if len(data) != 35:
+        return None
+    body, crc = data[:-2], data[-2:]
+    if nkeys.crc16_checksum(body) != crc:
+        return None
+    return body[1:]
+
+
+def encode_public_nkey(prefix: int, raw: bytes) -> str:
+    """Encode a 32-byte key as a public nkey with the given prefix byte (e.g. nkeys.PREFIX_BYTE_SERVER)."""
+    import nkeys
+    body = bytes([prefix]) + raw
+    crc = nkeys.crc16_checksum(body)
+    return base64.b32encode(body + crc).decode().rstrip("=")

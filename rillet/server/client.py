@@ -1,0 +1,540 @@
+"""A client connection: the thin asyncio layer around the sans-IO parser, plus message delivery.
+
+Outbound data is appended to a per-connection bytearray and written once per read cycle: a read that
+carries a thousand PUBs produces one write per receiving connection, not a thousand.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from random import random
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgspec
+
+from rillet.protocol.parser import ClientParser, ProtocolError
+from rillet.server.auth import PermChecker
+from rillet.subjects.validate import is_valid_literal_subject, is_valid_subject
+
+if TYPE_CHECKING:
+    from rillet.server.server import Account, Server
+
+CLIENT = 0
+INTERNAL = 1
+
+_json_decode = msgspec.json.decode
+_PING = b"PING\r\n"
+_PONG = b"PONG\r\n"
+_OK = b"+OK\r\n"
+
+
+class Subscription:
+    """One SUB. ``icb`` set = an internal subscription whose callback receives the message."""
+
+    __slots__ = ("client", "subject", "queue", "sid", "sid_b", "max", "nm", "icb", "subject_b", "queue_b")
+
+    def __init__(self, client: Any, subject: str, queue: str | None, sid: bytes,
+                 icb: Callable | None = None) -> None:
+        self.client = client
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.sid_b = sid  # the SID bytes as written in MSG
+        self.max = 0
+        self.nm = 0
+        self.icb = icb
+        self.subject_b = subject.encode("utf-8", "surrogateescape")
+        self.queue_b = queue.encode("utf-8", "surrogateescape") if queue else b""
+
+
+class ConnectOpts(msgspec.Struct, omit_defaults=True):
+    verbose: bool = False
+    pedantic: bool = False
+    tls_required: bool = False
+    auth_token: str = ""
+    user: str = ""
+    # "pass" is a Python keyword: renamed on the wire
+    password: str = msgspec.field(default="", name="pass")
+    name: str = ""
+    lang: str = ""
+    version: str = ""
+    protocol: int = 0
+    echo: bool = True
+    headers: bool = False
+    no_responders: bool = False
+    sig: str = ""
+    jwt: str = ""
+    nkey: str = ""
+
+
+class Client(asyncio.Protocol):
+    """A client connection (kind CLIENT). Internal clients (JetStream, $SYS) use ``InternalClient``."""
+
+    kind = CLIENT
+
+    def __init__(self, server: "Server", conn_type: str = "STANDARD") -> None:
+        self.server = server
+        self.conn_type = conn_type  # STANDARD or WEBSOCKET (allowed_connection_types)
+        self.cid = 0
+        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
+        self.flush_pending = False
+        self.closed = False
+        self.close_reason = ""
+        opts = server.opts
+        self.parser = ClientParser(self, opts.max_payload, opts.max_control_line)
+        self.account: Account = server.global_account
+        self.sublist_match = self.account.sublist.match
+        self.subs: dict[bytes, Subscription] = {}
+        # CONNECT state
+        self.connect_received = False
+        self.opts = ConnectOpts()
+        self.echo = True
+        self.headers = False
+        self.verbose = False
+        self.pedantic = False
+        self.no_responders = False
+        self.perms: PermChecker | None = None
+        self.user = ""
+        self.nonce: bytes | None = None
+        # stats
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.out_msgs = 0
+        self.out_bytes = 0
+        self.start_time = time.time()
+        self.last_activity = self.start_time
+        self.host = ""
+        self.port = 0
+        self.pings_out = 0
+        self.rtt = 0.0
+        self._rtt_start = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+        self._write_paused_at = 0.0
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self.tls_version = ""
+        self.tls_cipher = ""
+        self.stop_time = 0.0
+
+    # ---- connection lifecycle -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.host, self.port = peer[0], peer[1]
+        ssl_obj = transport.get_extra_info("ssl_object")
+        if ssl_obj is not None:
+            self.tls_version = ssl_obj.version() or ""
+            c = ssl_obj.cipher()
+            self.tls_cipher = c[0] if c else ""
+        srv = self.server
+        if srv.tls_context is not None and srv.opts.tls_required and self.conn_type == "STANDARD" \
+                and ssl_obj is None:
+            transport.pause_reading()  # type: ignore[attr-defined]  # the TLS upgrade resumes it
+        srv.register_client(self)
+        srv.flush_clients()
+
+    def start(self) -> None:
+        """Called by the server after registration: INFO, auth timer, ping timer."""
+        srv = self.server
+        opts = srv.opts
+        if srv.authenticator.needs_nonce:
+            self.nonce = srv.make_nonce()
+        self.send_info()
+        loop = srv.loop
+        if srv.authenticator.required:
+            self.parser.awaiting_connect = True
+            self._auth_timer = loop.call_later(opts.effective_auth_timeout(), self._auth_timeout)
+        self._ping_timer = loop.call_later(opts.ping_interval, self._ping_tick)
+        self.debug("Client connection created")
+
+    def send_info(self) -> None:
+        self.out += self.server.info_for(self)
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
+            self._teardown()
+
+    def pause_writing(self) -> None:
+        self._write_paused_at = time.monotonic()
+        wd = self.server.opts.write_deadline
+        if wd > 0 and self._deadline_timer is None:
+            self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check)
+
+    def resume_writing(self) -> None:
+        self._write_paused_at = 0.0
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+
+    def _write_deadline_check(self) -> None:
+        self._deadline_timer = None
+        if self._write_paused_at and not self.closed:
+            self.server.slow_consumer(self, f"WriteDeadline of {self.server.opts.write_deadline}s exceeded")
+
+    def close(self, reason: str, err: str | None = None) -> None:
+        """Send ``-ERR '<err>'`` (when given), flush, and close the connection."""
+        if self.closed:
+            return
+        if err is not None:
+            self.out += f"-ERR '{err}'\r\n".encode()
+        self.close_reason = reason
+        t = self.transport
+        if t is not None:
+            if self.out:
+                try:
+                    t.write(bytes(self.out))
+                except Exception:
+                    pass
+                self.out.clear()
+            t.close()
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.stop_time = time.time()
+        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
+            if t is not None:
+                t.cancel()
+        self.server.unregister_client(self)
+        self.debug(f"Client connection closed: {self.close_reason}")
+
+    # ---- reading --------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            self._protocol_error(e)
+        self.server.flush_clients()
+
+    def _protocol_error(self, e: ProtocolError) -> None:
+        if e.client_error == "Authorization Violation":
+            self.server.log.error(f"{self.log_prefix()} - authentication error")
+        else:
+            self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+        self.close(e.reason, e.client_error)
+
+    def send_err(self, err: str) -> None:
+        self.out += f"-ERR '{err}'\r\n".encode()
+        self.flush()
+
+    # ---- protocol handlers (called by the parser) -----------------------------------------------------
+
+    def proto_connect(self, arg: bytes) -> None:
+        srv = self.server
+        try:
+            co = _json_decode(arg, type=ConnectOpts)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            # nats-server closes with a parse error; the client gets no -ERR text of its own
+            raise ProtocolError(None, f"processConnect Parse Error: {arg[:128]!r}")
+        if self.trace_on():
+            self.trace(f"<<- [CONNECT {_redact(arg)}]")
+        self.opts = co
+        if srv.opts.tls_required and self.conn_type == "STANDARD" and not self.tls_version:
+            raise ProtocolError("Secure Connection - TLS Required", "TLS required", "Secure Connection Required")
+        if srv.authenticator.required:
+            try:
+                connect_dict = _json_decode(arg)
+            except msgspec.DecodeError:
+                connect_dict = {}
+            res = srv.authenticator.authenticate(connect_dict, self.nonce, self.conn_type)
+            if res is False:
+                srv.log.error(f"{self.log_prefix()} - authentication error"
+                              + (f" - User \"{co.user}\"" if co.user else ""))
+                raise ProtocolError("Authorization Violation", "authentication error", "Authentication Failure")
+            if res is not True and res is not None:
+                self._apply_user(res)
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self.parser.awaiting_connect = False
+        if co.protocol < 0 or co.protocol > 1:
+            raise ProtocolError("invalid client protocol", "invalid client protocol", "Bad Client Protocol Version")
+        self.headers = co.headers and not srv.opts.no_header_support
+        self.no_responders = co.no_responders
+        if co.no_responders and not co.headers:
+            raise ProtocolError("no responders requires headers support", "no responders requires headers",
+                                "No Responders Requires Headers")
+        self.echo = co.echo
+        self.verbose = co.verbose
+        self.pedantic = co.pedantic
+        self.connect_received = True
+        if self.verbose:
+            self.out += _OK
+            self.flush()
+
+    def proto_before_connect(self) -> bool:
+        """An operation arrived before CONNECT while authentication is required."""
+        srv = self.server
+        u = srv.authenticator.no_auth_user()
+        if u is not None:
+            self._apply_user(u)
+            if self._auth_timer is not None:
+                self._auth_timer.cancel()
+                self._auth_timer = None
+            self.parser.awaiting_connect = False
+            return True
+        srv.log.error(f"{self.log_prefix()} - authentication error")
+        return False
+
+    def _apply_user(self, u: Any) -> None:
+        self.user = u.username or u.nkey
+        if u.permissions is not None:
+            self.perms = PermChecker(u.permissions)
+        acc = self.server.lookup_account(u.account) if u.account else None
+        if acc is not None:
+            self.bind_account(acc)
+
+    def bind_account(self, acc: "Account") -> None:
+        self.account = acc
+        self.sublist_match = acc.sublist.match
+
+    def proto_ping(self) -> None:
+        if self.trace_on():
+            self.trace("<<- [PING]")
+        self.out += _PONG
+        self.flush()
+
+    def proto_pong(self) -> None:
+        if self.trace_on():
+            self.trace("<<- [PONG]")
+        self.pings_out = 0
+        if self._rtt_start:
+            self.rtt = time.monotonic() - self._rtt_start
+            self._rtt_start = 0.0
+
+    def proto_info(self, arg: bytes) -> None:
+        pass  # clients may send INFO; nats-server ignores it for client connections
+
+    def proto_ok(self) -> None:
+        pass
+
+    def proto_err(self, arg: bytes) -> None:
+        pass
+
+    def proto_sub(self, subject_b: bytes, queue_b: bytes | None, sid: bytes) -> None:
+        if self.trace_on():
+            self.trace(f"<<- [SUB {subject_b.decode(errors='replace')} "
+                       f"{(queue_b or b'').decode(errors='replace')} {sid.decode(errors='replace')}]")
+        subject = subject_b.decode("utf-8", "surrogateescape")
+        queue = queue_b.decode("utf-8", "surrogateescape") if queue_b else None
+        if not is_valid_subject(subject) or (queue is not None and not _valid_queue(queue)):
+            self.send_err("Invalid Subject")
+            return
+        perms = self.perms
+        if perms is not None:
+            if not perms.can_subscribe(subject, queue):
+                sid_s = sid.decode(errors="replace")
+                if queue:
+                    err = f'Permissions Violation for Subscription to "{subject}" using queue "{queue}" (sid "{sid_s}")'
+                else:
+                    err = f'Permissions Violation for Subscription to "{subject}" (sid "{sid_s}")'
+                self.server.log.error(f"{self.log_prefix()} - Subscription Violation - {_perm_user(self)}"
+                                      f'Subject "{subject}"' + (f' Queue: "{queue}"' if queue else "")
+                                      + f' SID {sid_s}')
+                self.send_err(err)
+                return
+        mx = self.server.opts.max_subscriptions
+        if mx and len(self.subs) >= mx and sid not in self.subs:
+            self.server.log.error(f"{self.log_prefix()} - maximum subscriptions exceeded")
+            self.send_err("maximum subscriptions exceeded")
+            return
+        if sid not in self.subs:
+            sub = Subscription(self, subject, queue, sid)
+            self.subs[sid] = sub
+            self.account.add_sub(sub)
+        if self.verbose:
+            self.out += _OK
+            self.flush()
+
+    def proto_unsub(self, sid: bytes, max_msgs: int) -> None:
+        if self.trace_on():
+            self.trace(f"<<- [UNSUB {sid.decode(errors='replace')}{' %d' % max_msgs if max_msgs else ''}]")
+        sub = self.subs.get(sid)
+        if sub is not None:
+            if max_msgs > 0 and sub.nm < max_msgs:
+                sub.max = max_msgs
+            else:
+                self.remove_sub(sub)
+        if self.verbose:
+            self.out += _OK
+            self.flush()
+
+    def remove_sub(self, sub: Subscription) -> None:
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+            self.account.remove_sub(sub)
+
+    def proto_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(payload)
+        if self.server.trace_on:
+            self.trace(f"<<- [PUB {subject.decode(errors='replace')} {(reply or b'').decode(errors='replace')}"
+                       f" {len(payload)}]")
+        if self.perms is not None and not self._pub_allowed(subject):
+            return
+        if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "surrogateescape")):
+            self.send_err("Invalid Publish Subject")
+            return
+        self.account.deliver(self, subject, reply, -1, payload)
+        if self.verbose:
+            self.out += _OK
+            self.flush()
+
+    def proto_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, msg: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(msg)
+        if self.server.trace_on:
+            self.trace(f"<<- [HPUB {subject.decode(errors='replace')} {(reply or b'').decode(errors='replace')}"
+                       f" {hdr_len} {len(msg)}]")
+        if not self.headers:
+            # nats-server: a client that did not announce headers support may not send HPUB
+            raise ProtocolError("Unknown Protocol Operation", "HPUB without headers support")
+        if self.perms is not None and not self._pub_allowed(subject):
+            return
+        if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "surrogateescape")):
+            self.send_err("Invalid Publish Subject")
+            return
+        self.account.deliver(self, subject, reply, hdr_len, msg)
+        if self.verbose:
+            self.out += _OK
+            self.flush()
+
+    def _pub_allowed(self, subject: bytes) -> bool:
+        perms = self.perms
+        if perms is None or not perms.has_pub or perms.can_publish(subject):
+            return True
+        s = subject.decode(errors="replace")
+        self.server.log.error(f"{self.log_prefix()} - Publish Violation - {_perm_user(self)}Subject \"{s}\"")
+        self.send_err(f'Permissions Violation for Publish to "{s}"')
+        return False
+
+    # ---- writing --------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Mark this connection as having output: it is written at the end of the current read cycle."""
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def write_out(self) -> None:
+        self.flush_pending = False
+        out = self.out
+        if not out or self.closed:
+            out.clear()
+            return
+        t = self.transport
+        if t is None:
+            return
+        t.write(bytes(out))
+        out.clear()
+        if t.get_write_buffer_size() > self.server.opts.max_pending:
+            self.server.slow_consumer(self, "Pending Bytes")
+
+    # ---- timers ---------------------------------------------------------------------------------------
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.closed and self.parser.awaiting_connect:
+            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
+            self.close("Authentication Timeout", "Authentication Timeout")
+
+    def _ping_tick(self) -> None:
+        if self.closed:
+            return
+        opts = self.server.opts
+        if self.pings_out + 1 > opts.ping_max:
+            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            self.close("Stale Connection", "Stale Connection")
+            return
+        self.pings_out += 1
+        self._rtt_start = time.monotonic()
+        self.out += _PING
+        self.flush()
+        self.server.flush_clients()
+        self._ping_timer = self.server.loop.call_later(opts.ping_interval, self._ping_tick)
+
+    # ---- logging --------------------------------------------------------------------------------------
+
+    def log_prefix(self) -> str:
+        return f"{self.host}:{self.port} - cid:{self.cid}"
+
+    def trace_on(self) -> bool:
+        return self.server.trace_on
+
+    def trace(self, msg: str) -> None:
+        self.server.log.trace(f"{self.log_prefix()} - {msg}")
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")
+
+
+class InternalClient:
+    """The owner of internal subscriptions (JetStream, $SYS services): messages go to callbacks."""
+
+    kind = INTERNAL
+    echo = True
+    headers = True
+    perms = None
+    closed = False
+
+    def __init__(self, server: "Server", account: "Account", name: str = "internal") -> None:
+        self.server = server
+        self.account = account
+        self.name = name
+        self.cid = 0
+        self.subs: dict[bytes, Subscription] = {}
+        self._next_sid = 0
+        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
+
+    def subscribe(self, subject: str, cb: Callable, queue: str | None = None) -> Subscription:
+        """Subscribe ``cb(sub, client, subject: bytes, reply: bytes|None, hdr_len: int, msg: bytes)``."""
+        self._next_sid += 1
+        sid = str(self._next_sid).encode()
+        sub = Subscription(self, subject, queue, sid, icb=cb)
+        self.subs[sid] = sub
+        self.account.add_sub(sub)
+        return sub
+
+    def remove_sub(self, sub: Subscription) -> None:
+        if self.subs.pop(sub.sid, None) is not None:
+            self.account.remove_sub(sub)
+
+    def publish(self, subject: bytes, reply: bytes | None, payload: bytes, hdr_len: int = -1) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(payload)
+        self.account.deliver(self, subject, reply, hdr_len, payload)
+        self.server.flush_clients()
+
+
+def _valid_queue(q: str) -> bool:
+    for ch in q:
+        if ch in " \t\r\n":
+            return False
+    return bool(q)
+
+
+def _perm_user(c: Client) -> str:
+    return f'User "{c.user}" ' if c.user else ""
+
+
+def _redact(arg: bytes) -> str:
+    try:
+        d = _json_decode(arg)
+    except msgspec.DecodeError:
+        return arg.decode(errors="replace")
+    if isinstance(d, dict):
+        for k in ("pass", "auth_token", "sig", "jwt"):
+            if k in d:
+                d[k] = "[REDACTED]"
+        return msgspec.json.encode(d).decode()
+    return arg.decode(errors="replace")

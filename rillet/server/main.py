@@ -1,0 +1,159 @@
+"""``rillet-server`` / ``python -m rillet.server``: the nats-server command line."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import rillet
+from rillet.server.logging import Logger
+from rillet.server.options import Options
+
+_SIGNALS = {
+    "stop": signal.SIGKILL,
+    "quit": signal.SIGINT,
+    "term": signal.SIGTERM,
+    "reopen": signal.SIGUSR1,
+    "reload": signal.SIGHUP,
+    "ldm": signal.SIGUSR2,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rillet.config.errors import ConfigError
+    from rillet.config.flags import FlagError, parse_command_line
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cl = parse_command_line(argv)
+    except FlagError as e:
+        print(f"nats-server: {e}", file=sys.stderr)
+        return 1
+    except ConfigError as e:
+        print(f"nats-server: {e}", file=sys.stderr)
+        return 1
+    if cl.show_help:
+        print(cl.help_text)
+        return 0
+    if cl.show_version:
+        print(f"nats-server: v{rillet.SERVER_VERSION} (rillet {rillet.__version__})")
+        return 0
+    opts = cl.options
+    if cl.signal:
+        return send_signal(cl.signal, cl.signal_pid, opts.pid_file)
+    if cl.test_config:
+        print(f"nats-server: configuration file {opts.config_file} is valid")
+        return 0
+    return run(opts, argv)
+
+
+def send_signal(command: str, pid: str | None, pid_file: str) -> int:
+    """``--signal ldm[=pid]``: deliver a signal to a running server (found by pid, pid file or name)."""
+    sig = _SIGNALS.get(command)
+    if sig is None:
+        print(f"nats-server: unknown signal \"{command}\"", file=sys.stderr)
+        return 1
+    pids: list[int] = []
+    if pid:
+        target = pid
+        if not target.isdigit():
+            try:
+                with open(target) as f:
+                    target = f.read().strip()
+            except OSError as e:
+                print(f"nats-server: could not read pid file: {e}", file=sys.stderr)
+                return 1
+        try:
+            pids = [int(target)]
+        except ValueError:
+            print(f"nats-server: invalid pid: {target}", file=sys.stderr)
+            return 1
+    elif pid_file:
+        try:
+            with open(pid_file) as f:
+                pids = [int(f.read().strip())]
+        except (OSError, ValueError) as e:
+            print(f"nats-server: could not read pid file: {e}", file=sys.stderr)
+            return 1
+    else:
+        out = subprocess.run(["pgrep", "-f", "rillet-server|rillet.server|rillet server"],
+                             capture_output=True, text=True).stdout.split()
+        pids = [int(p) for p in out if p.isdigit() and int(p) != os.getpid()]
+        if not pids:
+            print("nats-server: no rillet-server processes running", file=sys.stderr)
+            return 1
+        if len(pids) > 1:
+            print("nats-server: multiple rillet-server processes running:\n" + "\n".join(map(str, pids)),
+                  file=sys.stderr)
+            return 1
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except OSError as e:
+            print(f"nats-server: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def run(opts: Options, argv: list[str]) -> int:
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        pass
+    log = Logger(debug=opts.debug, trace=opts.trace, logtime=opts.logtime, utc=opts.logtime_utc,
+                 log_file=opts.log_file, size_limit=opts.log_size_limit)
+    try:
+        return asyncio.run(_serve(opts, argv, log))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
+    from rillet.server.server import Server
+
+    try:
+        srv = Server(opts, log)
+        await srv.start()
+    except (OSError, ValueError) as e:
+        log.fatal(str(e))
+        return 1
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task] = set()
+
+    def spawn(coro) -> None:
+        t = loop.create_task(coro)
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+
+    def on_stop(name: str) -> None:
+        log.notice(f"Trapped \"{name}\" signal")
+        spawn(srv.shutdown())
+
+    def on_reload() -> None:
+        log.notice("Trapped \"hangup\" signal")
+        from rillet.config.flags import parse_command_line
+        try:
+            new = parse_command_line(argv).options
+            srv.reload(new)
+        except Exception as e:
+            log.error(f"Failed to reload server configuration: {e}")
+
+    def on_ldm() -> None:
+        spawn(srv.lame_duck())
+
+    loop.add_signal_handler(signal.SIGINT, on_stop, "interrupt")
+    loop.add_signal_handler(signal.SIGTERM, on_stop, "terminated")
+    loop.add_signal_handler(signal.SIGQUIT, on_stop, "quit")
+    loop.add_signal_handler(signal.SIGHUP, on_reload)
+    loop.add_signal_handler(signal.SIGUSR2, on_ldm)
+    loop.add_signal_handler(signal.SIGUSR1, log.reopen)
+    await srv.wait_stopped()
+    log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

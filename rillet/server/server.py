@@ -1,0 +1,465 @@
+"""The server: listeners, client registry, accounts, INFO, lame-duck mode, reload and shutdown.
+
+Embedding::
+
+    from rillet.server import Options, Server
+    srv = Server(Options(host="127.0.0.1", port=-1))
+    await srv.start()
+    print(srv.client_url)
+    await srv.shutdown()
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import socket
+import ssl
+import sys
+import time
+from collections import deque
+from typing import Any, Callable
+
+import rillet
+from rillet.server.accounts import GLOBAL_ACCOUNT, Account
+from rillet.server.auth import Authenticator, encode_public_nkey
+from rillet.server.client import Client, InternalClient
+from rillet.server.logging import Logger
+from rillet.server.options import RANDOM_PORT, Options
+from rillet.server.tls import make_server_context
+
+
+class ClosedClient:
+    """What /connz?state=closed shows of a connection that has gone."""
+
+    __slots__ = ("info",)
+
+    def __init__(self, info: dict) -> None:
+        self.info = info
+
+
+class Server:
+    def __init__(self, opts: Options | None = None, log: Logger | None = None) -> None:
+        self.opts = opts if opts is not None else Options()
+        o = self.opts
+        self.log = log if log is not None else Logger(debug=o.debug, trace=o.trace, logtime=o.logtime,
+                                                     utc=o.logtime_utc, log_file=o.log_file,
+                                                     size_limit=o.log_size_limit)
+        self.trace_on = o.trace
+        import nkeys
+        self.server_id = encode_public_nkey(nkeys.PREFIX_BYTE_SERVER, os.urandom(32))
+        self.name = o.server_name or self.server_id
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.pending_flush: list[Any] = []
+        self.accounts: dict[str, Account] = {}
+        self.global_account = self._make_account(GLOBAL_ACCOUNT)
+        self.authenticator = Authenticator(o)
+        self.clients: dict[int, Client] = {}
+        self.closed_clients: deque = deque(maxlen=max(o.max_closed_clients, 0) or None)
+        self._cid = 0
+        self.start_time = 0.0
+        self.config_load_time = time.time()
+        self.ldm = False
+        self.shutting_down = False
+        self._listener: asyncio.AbstractServer | None = None
+        self.extra_listeners: list[Any] = []  # objects with async close() (websocket, monitor)
+        self.addr: tuple[str, int] = ("", 0)
+        self.http_addr: tuple[str, int] | None = None
+        self.https_addr: tuple[str, int] | None = None
+        self.websocket_addr: tuple[str, int] | None = None
+        self.tls_context: ssl.SSLContext | None = None
+        self.total_connections = 0
+        self.slow_consumers = 0
+        self.stale_connections = 0
+        self._stopped = asyncio.Event()
+        self._shutdown_task: asyncio.Task | None = None
+        self.reload_count = 0
+        self.on_shutdown: list[Callable[[], Any]] = []
+
+    # ---- accounts -------------------------------------------------------------------------------------
+
+    def _make_account(self, name: str) -> Account:
+        acc = Account(self, name)
+        self.accounts[name] = acc
+        return acc
+
+    def lookup_account(self, name: str) -> Account:
+        acc = self.accounts.get(name)
+        if acc is None:
+            acc = self._make_account(name)
+        return acc
+
+    def internal_client(self, account: Account | None = None, name: str = "internal") -> InternalClient:
+        return InternalClient(self, account or self.global_account, name)
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind the listeners and start serving. Returns once the server is ready."""
+        self.loop = asyncio.get_running_loop()
+        o = self.opts
+        log = self.log
+        self.start_time = time.time()
+        log.notice(f"Starting nats-server")
+        log.notice(f"  Version:  {rillet.SERVER_VERSION} (rillet {rillet.__version__})")
+        log.notice(f"  Git:      [not set]")
+        log.notice(f"  Name:     {self.name}")
+        log.notice(f"  ID:       {self.server_id}")
+        if o.config_file:
+            log.notice(f"Using configuration file: {o.config_file}")
+        if o.tls is not None:
+            self.tls_context = make_server_context(o.tls)
+        if o.http_port or o.https_port:
+            from rillet.monitor import start_monitor
+            await start_monitor(self)
+        if o.websocket.port:
+            from rillet.server.websocket import start_websocket
+            await start_websocket(self)
+        host = o.host or "0.0.0.0"
+        port = 0 if o.port == RANDOM_PORT else o.port
+        handshake_first = o.tls is not None and o.tls.handshake_first
+        ssl_ctx = self.tls_context if handshake_first else None
+        try:
+            self._listener = await self.loop.create_server(
+                self._new_client, host=host, port=port, ssl=ssl_ctx, reuse_address=True, backlog=1024,
+                ssl_handshake_timeout=(o.tls.timeout if ssl_ctx is not None and o.tls else None))
+        except OSError as e:
+            raise OSError(e.errno, f"Error listening on port: {host}:{port}, \"{e.strerror}\"") from e
+        sock = self._listener.sockets[0]
+        self.addr = (host, sock.getsockname()[1])
+        log.notice(f"Listening for client connections on {_hostport(host, self.addr[1])}")
+        if o.tls is not None:
+            log.notice("TLS required for client connections" if o.tls_required
+                       else "TLS available for client connections")
+        self._write_pid_and_ports()
+        log.notice("Server is ready")
+
+    def _new_client(self) -> Client:
+        return Client(self)
+
+    @property
+    def client_url(self) -> str:
+        host = self.addr[0]
+        if host in ("0.0.0.0", "", "::"):
+            host = "127.0.0.1"
+        scheme = "tls" if self.opts.tls is not None and self.opts.tls_required else "nats"
+        return f"{scheme}://{_hostport(host, self.addr[1])}"
+
+    @property
+    def port(self) -> int:
+        return self.addr[1]
+
+    def _write_pid_and_ports(self) -> None:
+        o = self.opts
+        if o.pid_file:
+            with open(o.pid_file, "w") as f:
+                f.write(str(os.getpid()))
+        if o.ports_file_dir:
+            ports: dict[str, list[str]] = {"client": [self.client_url]}
+            if self.http_addr:
+                ports["monitoring"] = [f"http://{_hostport(*self.http_addr)}"]
+            if self.https_addr:
+                ports["monitoring"] = ports.get("monitoring", []) + [f"https://{_hostport(*self.https_addr)}"]
+            if self.websocket_addr:
+                ports["websocket"] = [f"ws://{_hostport(*self.websocket_addr)}"]
+            exe = os.path.basename(sys.argv[0] or "rillet-server").replace(".py", "")
+            path = os.path.join(o.ports_file_dir, f"{exe}_{os.getpid()}.ports")
+            with open(path, "w") as f:
+                json.dump(ports, f)
+            self._ports_file = path
+
+    async def shutdown(self) -> None:
+        """Stop accepting, close every connection, stop the listeners."""
+        if self.shutting_down:
+            await self._stopped.wait()
+            return
+        self.shutting_down = True
+        if self._listener is not None:
+            self._listener.close()
+        for c in list(self.clients.values()):
+            c.close("Server Shutdown")
+        for cb in self.on_shutdown:
+            r = cb()
+            if asyncio.iscoroutine(r):
+                await r
+        for lst in self.extra_listeners:
+            try:
+                await lst.close()
+            except Exception as e:  # pragma: no cover - best effort
+                self.log.error(f"Error closing listener: {e}")
+        if self._listener is not None:
+            try:
+                await asyncio.wait_for(self._listener.wait_closed(), 2)
+            except (asyncio.TimeoutError, Exception):
+                pass
+        o = self.opts
+        if o.pid_file:
+            _unlink(o.pid_file)
+        if getattr(self, "_ports_file", None):
+            _unlink(self._ports_file)
+        self.log.notice("Server Exiting..")
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # ---- clients --------------------------------------------------------------------------------------
+
+    def register_client(self, c: Client) -> None:
+        if self.shutting_down or self.ldm:
+            c.close("Server Shutdown")
+            return
+        self._cid += 1
+        c.cid = self._cid
+        self.total_connections += 1
+        if len(self.clients) >= self.opts.max_connections:
+            self.log.error(f"{c.log_prefix()} - maximum connections exceeded")
+            c.close("Maximum Connections Exceeded", "maximum connections exceeded")
+            return
+        self.clients[c.cid] = c
+        c.account.clients.add(c)
+        if self.tls_context is not None and self.opts.tls is not None and not self.opts.tls.handshake_first \
+                and c.conn_type == "STANDARD" and self.opts.tls_required:
+            c.start()
+            self.loop.create_task(self._upgrade_tls(c))
+            return
+        c.start()
+
+    async def _upgrade_tls(self, c: Client) -> None:
+        """INFO has gone out in the clear; now the client starts its TLS handshake."""
+        t = c.transport
+        assert t is not None and self.tls_context is not None
+        try:
+            new_t = await asyncio.wait_for(
+                self.loop.start_tls(t, c, self.tls_context, server_side=True),
+                timeout=(self.opts.tls.timeout if self.opts.tls else 2.0) + 0.5)
+        except (asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError) as e:
+            self.log.error(f"{c.log_prefix()} - TLS handshake error: {e}")
+            c.close("TLS Handshake Failure")
+            return
+        if new_t is None:
+            c.close("TLS Handshake Failure")
+            return
+        c.transport = new_t  # type: ignore[assignment]
+        ssl_obj = new_t.get_extra_info("ssl_object")
+        if ssl_obj is not None:
+            c.tls_version = ssl_obj.version() or ""
+            ci = ssl_obj.cipher()
+            c.tls_cipher = ci[0] if ci else ""
+        self.log.debug(f"{c.log_prefix()} - TLS handshake complete")
+
+    def unregister_client(self, c: Client) -> None:
+        if self.clients.pop(c.cid, None) is None:
+            return
+        c.account.clients.discard(c)
+        for sub in list(c.subs.values()):
+            c.account.remove_sub(sub)
+        if self.closed_clients.maxlen != 0:
+            try:
+                from rillet.monitor.conns import closed_conn_info
+                self.closed_clients.append(ClosedClient(closed_conn_info(self, c)))
+            except Exception:  # monitoring data is best effort; never fail a close on it
+                pass
+
+    def flush_clients(self) -> None:
+        """Write out every connection that received data during this read cycle."""
+        pending = self.pending_flush
+        while pending:
+            batch = pending[:]
+            pending.clear()
+            for c in batch:
+                c.write_out()
+
+    def slow_consumer(self, c: Client, why: str) -> None:
+        self.slow_consumers += 1
+        self.log.notice(f"{c.log_prefix()} - Slow Consumer Detected: {why}")
+        c.out.clear()
+        c.close("Slow Consumer (Write Deadline)" if "WriteDeadline" in why else "Slow Consumer (Pending Bytes)")
+        t = c.transport
+        if t is not None:
+            t.abort()
+
+    def make_nonce(self) -> bytes:
+        import base64
+        return base64.urlsafe_b64encode(os.urandom(11)).rstrip(b"=")
+
+    # ---- INFO -----------------------------------------------------------------------------------------
+
+    def info_dict(self) -> dict:
+        o = self.opts
+        info: dict[str, Any] = {
+            "server_id": self.server_id,
+            "server_name": self.name,
+            "version": rillet.SERVER_VERSION,
+            "proto": rillet.PROTO_VERSION,
+            "go": f"python{sys.version_info[0]}.{sys.version_info[1]}",
+            "host": o.host or "0.0.0.0",
+            "port": self.addr[1],
+            "headers": not o.no_header_support,
+            "max_payload": o.max_payload,
+        }
+        if self.authenticator.required:
+            info["auth_required"] = True
+        if o.tls is not None:
+            if o.tls_required:
+                info["tls_required"] = True
+            else:
+                info["tls_available"] = True
+            if o.tls.verify:
+                info["tls_verify"] = True
+        if o.jetstream.enabled:
+            info["jetstream"] = True
+        if o.cluster.name:
+            info["cluster"] = o.cluster.name
+        if o.jetstream.domain:
+            info["domain"] = o.jetstream.domain
+        urls = self.connect_urls()
+        if urls:
+            info["connect_urls"] = urls
+        if self.ldm:
+            info["ldm"] = True
+        return info
+
+    def connect_urls(self) -> list[str]:
+        o = self.opts
+        if o.no_advertise:
+            return []
+        if o.client_advertise:
+            return [o.client_advertise]
+        return []
+
+    def info_for(self, c: Any) -> bytes:
+        info = self.info_dict()
+        info["client_id"] = c.cid
+        if c.host:
+            info["client_ip"] = c.host
+        if c.nonce is not None:
+            info["nonce"] = c.nonce.decode()
+        if c.conn_type == "WEBSOCKET":
+            ws = self.opts.websocket
+            info.pop("tls_required", None)
+            info.pop("tls_available", None)
+            info.pop("tls_verify", None)
+            if not ws.no_tls and ws.tls is not None:
+                info["tls_required"] = True
+            if self.websocket_addr:
+                info["port"] = self.websocket_addr[1]
+        return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b"\r\n"
+
+    def broadcast_info(self) -> None:
+        """Send a fresh INFO to every client that asked for async INFO (protocol >= 1)."""
+        for c in list(self.clients.values()):
+            if c.connect_received and c.opts.protocol >= 1 and not c.closed:
+                c.out += self.info_for(c)
+                c.flush()
+        self.flush_clients()
+
+    # ---- lame duck, reload ----------------------------------------------------------------------------
+
+    async def lame_duck(self) -> None:
+        """Stop accepting clients, tell them (INFO ldm), then close them spread over the duration."""
+        if self.ldm or self.shutting_down:
+            return
+        self.log.notice("Entering lame duck mode, stop accepting new clients")
+        self.ldm = True
+        if self._listener is not None:
+            self._listener.close()
+        for lst in self.extra_listeners:
+            stop = getattr(lst, "stop_accepting", None)
+            if stop is not None:
+                await stop()
+        o = self.opts
+        clients = list(self.clients.values())
+        if not clients:
+            await self.shutdown()
+            return
+        self.broadcast_info()
+        gp = abs(o.lame_duck_grace_period)
+        try:
+            await asyncio.sleep(gp)
+        except asyncio.CancelledError:
+            return
+        self.log.notice("Closing existing clients")
+        dur = max(o.lame_duck_duration - gp, 1.0)
+        clients = [c for c in self.clients.values() if not c.closed]
+        si = min(dur / max(len(clients), 1), 1.0)
+        for i, c in enumerate(clients):
+            if self.shutting_down:
+                return
+            c.close("Server Shutdown")
+            if i < len(clients) - 1:
+                await asyncio.sleep(random.uniform(si / 2, si))
+        await self.shutdown()
+
+    def reload(self, new_opts: Options) -> None:
+        """Apply what may change at runtime (like nats-server's reload)."""
+        old = self.opts
+        for key in ("host", "port", "cluster", "jetstream"):
+            if key == "jetstream":
+                if new_opts.jetstream.enabled != old.jetstream.enabled or \
+                        new_opts.jetstream.store_dir != old.jetstream.store_dir:
+                    raise ValueError("config reload not supported for jetstream storage directory change")
+                continue
+            if getattr(new_opts, key) != getattr(old, key) and key in ("host", "port"):
+                if not (key == "port" and old.port == RANDOM_PORT and new_opts.port == RANDOM_PORT):
+                    raise ValueError(f"config reload not supported for {key.capitalize()}: "
+                                     f"old={getattr(old, key)}, new={getattr(new_opts, key)}")
+        new_opts.port = old.port
+        self.opts = new_opts
+        self.trace_on = new_opts.trace
+        self.log.debug_on = new_opts.debug
+        self.log.trace_on = new_opts.trace
+        self.log.logtime = new_opts.logtime
+        self.authenticator = Authenticator(new_opts)
+        for c in list(self.clients.values()):
+            c.parser.max_payload = new_opts.max_payload
+            c.parser.max_control_line = new_opts.max_control_line
+            if self.authenticator.required and c.connect_received:
+                self._recheck_auth(c)
+        self.config_load_time = time.time()
+        self.reload_count += 1
+        self.log.notice("Reloaded server configuration")
+        self.broadcast_info()
+
+    def _recheck_auth(self, c: Client) -> None:
+        import msgspec
+        co = c.opts
+        d = msgspec.to_builtins(co)
+        res = self.authenticator.authenticate(d, c.nonce, c.conn_type)
+        if res is False:
+            c.close("Authentication Failure", "Authorization Violation")
+            return
+        c.perms = None
+        if res is not True and res is not None:
+            c._apply_user(res)
+
+    # ---- stats ----------------------------------------------------------------------------------------
+
+    def totals(self) -> tuple[int, int, int, int]:
+        in_m = in_b = out_m = out_b = 0
+        for acc in self.accounts.values():
+            in_m += acc.in_msgs
+            in_b += acc.in_bytes
+            out_m += acc.out_msgs
+            out_b += acc.out_bytes
+        return in_m, in_b, out_m, out_b
+
+
+def _hostport(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
