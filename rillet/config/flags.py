@@ -18,7 +18,8 @@ from urllib.parse import unquote, urlsplit
 
 from rillet.server.options import DEFAULT_PORT, Options, TLSConfig
 
-from .options_builder import load_file, split_host_port
+from .builder_base import split_host_port
+from .options_builder import load_file
 
 __all__ = ["CommandLine", "FlagError", "parse_command_line", "reload_options", "USAGE", "TLS_HELP"]
 

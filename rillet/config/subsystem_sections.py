@@ -1,0 +1,362 @@
+"""The tls, websocket, jetstream and cluster sections of a config file."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rillet.server import options as defaults
+from rillet.server.options import ClusterOptions, TLSConfig
+
+from .builder_base import BuilderBase, storage_size
+from .errors import ConfigError
+from .typed import Field
+
+TLS_HANDSHAKE_FIRST_FALLBACK = 0.05  # seconds, nats-server's "auto" fallback delay
+
+
+class SubsystemSections(BuilderBase):
+    """Needs ``parse_authorization`` / ``parse_permissions`` from AuthSections (see _Builder)."""
+
+    def top_tls(self, f: Field) -> None:
+        self.o.tls = self.parse_tls(f, client_side=True)
+
+    def parse_tls(self, f: Field, client_side: bool) -> TLSConfig:
+        tls = TLSConfig()
+        prefix = "error parsing tls config"
+
+        def filename(attr: str) -> Callable[[Field], None]:
+            def handler(sub: Field) -> None:
+                if not isinstance(sub.value, str):
+                    raise sub.error(f"{prefix}, expected '{sub.key}' to be filename")
+                setattr(tls, attr, sub.value)
+            return handler
+
+        def boolean(sub: Field) -> bool:
+            if not isinstance(sub.value, bool):
+                raise sub.error(f"{prefix}, expected '{sub.key}' to be a boolean")
+            return sub.value
+
+        def set_bool(attr: str) -> Callable[[Field], None]:
+            return lambda sub: setattr(tls, attr, boolean(sub))
+
+        def verify_and_map(sub: Field) -> None:
+            tls.verify_and_map = boolean(sub)
+            tls.verify = tls.verify or tls.verify_and_map
+
+        def check_known_urls(sub: Field) -> None:
+            value = boolean(sub)
+            if value and client_side:
+                raise sub.error("verify_cert_and_check_known_urls not supported in this context")
+            tls.verify = tls.verify or value
+            tls.extra["verify_cert_and_check_known_urls"] = value
+
+        def names(attr: str) -> Callable[[Field], None]:
+            def handler(sub: Field) -> None:
+                values = sub.as_str_list()
+                if not values:
+                    raise sub.error(f"{prefix}, '{sub.key}' cannot be empty")
+                setattr(tls, attr, values)
+            return handler
+
+        def timeout(sub: Field) -> None:
+            tls.timeout = sub.as_seconds() or defaults.DEFAULT_TLS_TIMEOUT
+
+        def pinned(sub: Field) -> None:
+            if not isinstance(sub.value, list):
+                raise sub.error(f"{prefix}, expected 'pinned_certs' to be a list of hex-encoded "
+                                "sha256 of DER encoded SubjectPublicKeyInfo")
+            certs = []
+            for entry in sub.as_str_list():
+                entry = entry.lower()
+                if len(entry) != 64 or any(c not in "0123456789abcdef" for c in entry):
+                    raise sub.error(f"{prefix}, 'pinned_certs' key {entry} does not look like "
+                                    "hex-encoded sha256 of DER encoded SubjectPublicKeyInfo")
+                certs.append(entry)
+            tls.pinned_certs = certs
+
+        def handshake_first(sub: Field) -> None:
+            value = sub.value
+            if isinstance(value, bool):
+                tls.handshake_first = value
+                return
+            if not isinstance(value, str):
+                raise sub.error(f'field "{sub.key}" should be a boolean or a string, '
+                                f"got {type(value).__name__}")
+            word = value.lower()
+            if word in ("true", "on"):
+                tls.handshake_first = True
+            elif word in ("false", "off"):
+                tls.handshake_first = False
+            elif word in ("auto", "auto_fallback"):
+                tls.handshake_first = True
+                tls.handshake_first_fallback = TLS_HANDSHAKE_FIRST_FALLBACK
+            else:
+                try:
+                    tls.handshake_first_fallback = sub.as_duration_string()
+                except ConfigError:
+                    raise sub.error(f'field "{sub.key}"\'s value "{value}" is invalid') from None
+                tls.handshake_first = True
+
+        def extra(sub: Field) -> None:
+            tls.extra[sub.name] = sub.value
+
+        table: dict[str, Callable[[Field], None]] = {
+            "cert_file": filename("cert_file"),
+            "key_file": filename("key_file"),
+            "ca_file": filename("ca_file"),
+            "insecure": set_bool("insecure"),
+            "verify": set_bool("verify"),
+            "verify_and_map": verify_and_map,
+            "verify_cert_and_check_known_urls": check_known_urls,
+            "cipher_suites": names("ciphers"),
+            "curve_preferences": names("curve_preferences"),
+            "timeout": timeout,
+            "pinned_certs": pinned,
+            "handshake_first": handshake_first,
+            "first": handshake_first,
+            "immediate": handshake_first,
+        }
+        for key in ("allow_insecure_cipher_suites", "connection_rate_limit", "cert_store",
+                    "cert_match_by", "cert_match", "ca_certs_match", "cert_match_skip_invalid",
+                    "ocsp_peer", "certs", "certificates", "min_version"):
+            table[key] = extra
+        for sub in f.entries():
+            handler = table.get(sub.name)
+            if handler is None:
+                raise sub.error(f'{prefix}, unknown field "{sub.key}"')
+            handler(sub)
+        return tls
+
+    # -- websocket ------------------------------------------------------------
+
+    def websocket(self, f: Field) -> None:
+        ws = self.o.websocket
+        s = self.setter
+        target = lambda: ws  # noqa: E731
+
+        def listen(sub: Field) -> None:
+            ws.host, ws.port = self.host_port(sub)
+
+        def tls(sub: Field) -> None:
+            ws.tls = self.parse_tls(sub, client_side=True)
+
+        def origins(sub: Field) -> None:
+            ws.allowed_origins = sub.as_str_list("allowed origins")
+
+        def handshake_timeout(sub: Field) -> None:
+            if isinstance(sub.value, int) and not isinstance(sub.value, bool):
+                ws.handshake_timeout = float(sub.value)
+            elif isinstance(sub.value, str):
+                ws.handshake_timeout = sub.as_duration_string()
+            else:
+                raise sub.error(f"error parsing handshake timeout: unsupported type "
+                                f"{type(sub.value).__name__}")
+
+        def authorization(sub: Field) -> None:
+            auth = self.simple_auth(sub)
+            ws.username = auth.get("user", "")
+            ws.password = auth.get("pass", "")
+            ws.token = auth.get("token", "")
+            ws.auth_timeout = auth.get("timeout", 0.0)
+
+        def headers(sub: Field) -> None:
+            values = {}
+            for h in sub.entries():
+                values[h.key] = h.as_str()
+            ws.headers = values
+
+        def extra_str(sub: Field) -> None:
+            ws.extra[sub.name] = sub.as_str()
+
+        def ping_interval(sub: Field) -> None:
+            ws.extra["ping_interval"] = sub.as_duration(self.warnings)
+
+        table = {
+            "listen": listen,
+            "port": s("port", "int", target=target),
+            "host": s("host", "str", target=target),
+            "net": s("host", "str", target=target),
+            "advertise": s("advertise", "str", target=target),
+            "no_tls": s("no_tls", "bool", target=target),
+            "tls": tls,
+            "same_origin": s("same_origin", "bool", target=target),
+            "handshake_timeout": handshake_timeout,
+            "compress": s("compression", "bool", target=target),
+            "compression": s("compression", "bool", target=target),
+            "authorization": authorization,
+            "authentication": authorization,
+            "jwt_cookie": s("jwt_cookie", "str", target=target),
+            "user_cookie": extra_str,
+            "pass_cookie": extra_str,
+            "token_cookie": extra_str,
+            "no_auth_user": s("no_auth_user", "str", target=target),
+            "headers": headers,
+            "ping_interval": ping_interval,
+        }
+        for alias in ("allowed_origins", "allowed_origin", "allow_origins", "allow_origin",
+                      "origins", "origin"):
+            table[alias] = origins
+        f.as_map()
+        self.each(f, table, "websocket")
+
+    def simple_auth(self, f: Field) -> dict[str, Any]:
+        """user/pass/token/timeout only (websocket, mqtt, leafnode style)."""
+        auth: dict[str, Any] = {}
+        table = {
+            "user": lambda sub: auth.__setitem__("user", sub.as_str()),
+            "username": lambda sub: auth.__setitem__("user", sub.as_str()),
+            "pass": lambda sub: auth.__setitem__("pass", sub.as_str()),
+            "password": lambda sub: auth.__setitem__("pass", sub.as_str()),
+            "token": lambda sub: auth.__setitem__("token", sub.as_str()),
+            "timeout": lambda sub: auth.__setitem__("timeout", sub.as_seconds()),
+        }
+        f.as_map()
+        self.each(f, table, "authorization")
+        return auth
+
+    # -- jetstream ------------------------------------------------------------
+
+    def jetstream(self, f: Field) -> None:
+        js = self.o.jetstream
+        if isinstance(f.value, bool):
+            js.enabled = f.value
+            return
+        if isinstance(f.value, str):
+            word = f.value.lower()
+            if word in ("enabled", "enable"):
+                js.enabled = True
+            elif word in ("disabled", "disable"):
+                js.enabled = False
+            else:
+                raise f.error(f"Expected 'enabled' or 'disabled' for string value, got '{f.value}'")
+            return
+        if not isinstance(f.value, dict):
+            raise f.error("Expected map, bool or string to define JetStream, got "
+                          f"{type(f.value).__name__}")
+        enabled = True
+
+        def store_dir(sub: Field) -> None:
+            if self.store_dir_set:
+                raise sub.error("duplicate 'store_dir' configuration")
+            self.store_dir_set = True
+            js.store_dir = sub.as_str()
+
+        def sync(sub: Field) -> None:
+            if isinstance(sub.value, str) and sub.value.lower() == "always":
+                js.sync_interval = "always"
+            else:
+                js.sync_interval = sub.as_duration(self.warnings)
+
+        def size(attr: str, label: str) -> Callable[[Field], None]:
+            def handler(sub: Field) -> None:
+                setattr(js, attr, storage_size(sub, label))
+            return handler
+
+        def enable(sub: Field) -> None:
+            nonlocal enabled
+            enabled = sub.as_bool()
+
+        def domain(sub: Field) -> None:
+            js.domain = sub.as_str()
+
+        def unique_tag(sub: Field) -> None:
+            js.unique_tag = sub.as_str().strip().lower()
+
+        def extra(sub: Field) -> None:
+            js.extra[sub.name] = sub.value
+
+        table: dict[str, Callable[[Field], None]] = {
+            "store": store_dir, "store_dir": store_dir, "storedir": store_dir,
+            "sync": sync, "sync_interval": sync,
+            "max_memory_store": size("max_memory_store", "max_mem_store"),
+            "max_mem_store": size("max_memory_store", "max_mem_store"),
+            "max_mem": size("max_memory_store", "max_mem_store"),
+            "max_file_store": size("max_file_store", "max_file_store"),
+            "max_file": size("max_file_store", "max_file_store"),
+            "domain": domain,
+            "enable": enable, "enabled": enable,
+            "unique_tag": unique_tag,
+        }
+        for key in ("strict", "key", "ek", "encryption_key", "prev_key", "prev_ek",
+                    "prev_encryption_key", "cipher", "extension_hint", "limits", "tpm",
+                    "max_outstanding_catchup", "max_buffered_size", "max_buffered_msgs",
+                    "request_queue_limit", "info_queue_limit", "meta_compact",
+                    "meta_compact_size", "meta_compact_sync", "max_concurrent_io"):
+            table[key] = extra
+        self.each(f, table, "jetstream")
+        js.enabled = enabled
+
+    # -- cluster --------------------------------------------------------------
+
+    def cluster(self, f: Field) -> None:
+        if not isinstance(f.value, dict):
+            raise f.error(f"Expected map to define cluster, got {type(f.value).__name__}")
+        cl: ClusterOptions = self.o.cluster
+        s = self.setter
+        target = lambda: cl  # noqa: E731
+
+        def name(sub: Field) -> None:
+            value = sub.as_str()
+            if " " in value:
+                raise sub.error("cluster name cannot contain spaces")
+            cl.name = value
+
+        def listen(sub: Field) -> None:
+            cl.host, cl.port = self.host_port(sub)
+
+        def authorization(sub: Field) -> None:
+            auth = self.parse_authorization(sub)
+            if "users" in auth:
+                raise sub.error("Cluster authorization does not allow multiple users")
+            if auth.get("token"):
+                raise sub.error("Cluster authorization does not support tokens")
+            if "auth_callout" in auth:
+                raise sub.error("Cluster authorization does not support callouts")
+            cl.username = auth.get("user", "")
+            cl.password = auth.get("pass", "")
+            cl.auth_timeout = auth.get("timeout", 0.0)
+            if auth.get("permissions") is not None:
+                self.warnings.append(sub.error(
+                    'setting "permissions" within cluster authorization block is deprecated'))
+                cl.extra.setdefault("permissions", auth["permissions"])
+
+        def routes(sub: Field) -> None:
+            if not isinstance(sub.value, list):
+                raise sub.wrong_type("an array of route URLs")
+            cl.routes = sub.as_str_list("routes")
+
+        def tls(sub: Field) -> None:
+            cl.tls = self.parse_tls(sub, client_side=False)
+
+        def permissions(sub: Field) -> None:
+            perms = self.parse_permissions(sub)
+            if perms.response is not None:
+                raise sub.error("Cluster permissions do not support dynamic responses")
+            cl.extra["permissions"] = perms
+
+        def duration(sub: Field) -> None:
+            cl.extra[sub.name] = sub.as_duration(self.warnings)
+
+        def extra(sub: Field) -> None:
+            cl.extra[sub.name] = sub.value
+
+        table: dict[str, Callable[[Field], None]] = {
+            "name": name,
+            "listen": listen,
+            "port": s("port", "int", target=target),
+            "host": s("host", "str", target=target),
+            "net": s("host", "str", target=target),
+            "authorization": authorization,
+            "routes": routes,
+            "tls": tls,
+            "advertise": s("advertise", "str", target=target),
+            "cluster_advertise": s("advertise", "str", target=target),
+            "no_advertise": s("no_advertise", "bool", target=target),
+            "connect_retries": s("connect_retries", "int", target=target),
+            "pool_size": s("pool_size", "int", target=target),
+            "permissions": permissions,
+            "ping_interval": duration,
+            "write_deadline": duration,
+        }
+        for key in ("connect_backoff", "accounts", "compression", "ping_max", "write_timeout"):
+            table[key] = extra
+        self.each(f, table, "cluster")
