@@ -33,7 +33,7 @@ def is_valid_public_nkey(key: str, kind: str) -> bool:
     if len(key) != _NKEY_LEN or not key.startswith(kind):
         return False
     try:
-        raw = base64.b32decode(key + "====")
+        raw = base64.b32decode(key + "=" * (-len(key) % 8))
     except (binascii.Error, ValueError):
         return False
     if len(raw) != 35 or raw[0] != NKEY_PREFIX_BYTES.get(kind, -1):
