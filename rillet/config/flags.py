@@ -300,7 +300,7 @@ def reload_options(argv: list[str]) -> Options:
 def _parse_signal(text: str) -> tuple[str, str | None]:
     parts = text.split("=")
     if len(parts) > 2:
-        raise FlagError(f"invalid signal parameters: {parts[2:]}")
+        raise FlagError(f"invalid signal parameters: [{' '.join(parts[2:])}]")
     command = parts[0]
     if command not in SIGNALS:
         raise FlagError(f'unknown signal "{command}"')
