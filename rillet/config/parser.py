@@ -50,10 +50,9 @@ _BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "o
 
 _SPACE = " \t"
 _NEWLINE = "\n\r"
-# Characters that end an unquoted string value.
-_STRING_END = set(_SPACE + _NEWLINE + ";,]}")
-# Characters that end a number (nats-server leaves out "]"; we accept it, see module doc).
-_NUMBER_END = set(_SPACE + _NEWLINE + ";,]}")
+# Characters that end an unquoted string or a number (for numbers nats-server leaves out
+# "]"; we include it, see the module doc).
+_VALUE_END = set(_SPACE + _NEWLINE + ";,]}")
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", '"': '"', "\\": "\\"}
 _BCRYPT_PREFIX = "2a$"
 
@@ -418,7 +417,7 @@ class _Parser:
         seg = start
         while self.i < self.n:
             ch = self.text[self.i]
-            if ch in _STRING_END:
+            if ch in _VALUE_END:
                 break
             if ch == "'":
                 # nats-server quirk: a quote ends an unquoted string and is dropped.
@@ -456,7 +455,7 @@ class _Parser:
             self.i += 1
 
     def at_number_end(self) -> bool:
-        return self.i >= self.n or self.text[self.i] in _NUMBER_END
+        return self.i >= self.n or self.text[self.i] in _VALUE_END
 
     def parse_number_like(self) -> Any:
         """Integer, sized integer, float, datetime, IP address or a string starting with a digit."""
