@@ -94,11 +94,15 @@ class ClientParser:
     def _parse(self, data: bytes) -> int:
         """Parse complete operations from ``data``; return the offset of the first unparsed byte."""
         handler = self.handler
+        pub = handler.proto_pub
+        find = data.find
         n = len(data)
         pos = 0
         mcl = self.max_control_line
+        max_payload = self.max_payload
+        awaiting = self.awaiting_connect
         while pos < n:
-            nl = data.find(b"\n", pos)
+            nl = find(b"\n", pos)
             if nl < 0:
                 # Incomplete control line: but a bad first byte is an error right away.
                 if data[pos] not in _OP_START_BYTES:
@@ -106,33 +110,35 @@ class ClientParser:
                 return pos
             end = nl - 1 if nl > pos and data[nl - 1] == _CR else nl
             c = data[pos]
-            if self.awaiting_connect and c != 67 and c != 99:  # not 'C'/'c'
+            if awaiting and c != 67 and c != 99:  # not 'C'/'c'
                 if not handler.proto_before_connect():
                     raise ProtocolError(AUTH_VIOLATION, "authorization violation: operation before CONNECT",
                                         "Authentication Failure")
+                awaiting = self.awaiting_connect
             if c == 80 or c == 112:  # P p: PUB, PING, PONG
-                op = data[pos:pos + 4]
-                if op == b"PUB " or op == b"PUB\t" or (op[:3].upper() == b"PUB" and op[3:] in (b" ", b"\t")):
-                    args = data[pos + 4:end].split()
+                args = data[pos:end].split()
+                op = args[0] if args else b""
+                if op == b"PUB" or op.upper() == b"PUB":
                     na = len(args)
-                    if na == 2:
-                        subject = args[0]
+                    if na == 3:
+                        subject = args[1]
                         reply = None
-                        size = _parse_size(args[1])
-                    elif na == 3:
-                        subject = args[0]
-                        reply = args[1]
-                        size = _parse_size(args[2])
+                        sz = args[2]
+                    elif na == 4:
+                        subject = args[1]
+                        reply = args[2]
+                        sz = args[3]
                     else:
                         self._check_mcl(data, pos + 4, end, mcl)
                         raise ProtocolError(None, f"processPub Parse Error: {_snippet(data, pos + 4, 64)}")
-                    if end - pos - 4 > mcl:
+                    if end - pos > mcl:
                         self._check_mcl(data, pos + 4, end, mcl)
-                    if size < 0:
+                    if not sz.isdigit() or len(sz) > 18:
                         raise ProtocolError(None, f"processPub Bad or Missing Size: {_snippet(data, pos + 4, 64)}")
-                    if size > self.max_payload:
+                    size = int(sz)
+                    if size > max_payload:
                         raise ProtocolError(MAX_PAYLOAD_VIOLATION,
-                                            f"Maximum Payload Violation: {size} vs {self.max_payload}",
+                                            f"Maximum Payload Violation: {size} vs {max_payload}",
                                             "Maximum Payload Exceeded")
                     start = nl + 1
                     stop = start + size
@@ -141,7 +147,7 @@ class ClientParser:
                         return pos
                     if data[stop] != _CR or data[stop + 1] != _LF:
                         raise ProtocolError(UNKNOWN_OP, f"parser ERROR after payload: {_snippet(data, stop)}")
-                    handler.proto_pub(subject, reply, data[start:stop])
+                    pub(subject, reply, data[start:stop])
                     pos = stop + 2
                     continue
                 word = data[pos:end].strip().upper()
@@ -181,9 +187,9 @@ class ClientParser:
                 if hdr > size:
                     raise ProtocolError(None, f"processHeaderPub Header Size larger then TotalSize: "
                                               f"{_snippet(data, pos + 5, 64)}")
-                if size > self.max_payload:
+                if size > max_payload:
                     raise ProtocolError(MAX_PAYLOAD_VIOLATION,
-                                        f"Maximum Payload Violation: {size} vs {self.max_payload}",
+                                        f"Maximum Payload Violation: {size} vs {max_payload}",
                                         "Maximum Payload Exceeded")
                 start = nl + 1
                 stop = start + size
@@ -234,6 +240,8 @@ class ClientParser:
                 pos = nl + 1
                 # The handler may have changed limits (e.g. a per-user max_payload).
                 mcl = self.max_control_line
+                max_payload = self.max_payload
+                awaiting = self.awaiting_connect
                 continue
             if c == 73 or c == 105:  # I i: INFO
                 if data[pos:pos + 4].upper() != b"INFO" or data[pos + 4] not in (32, 9):

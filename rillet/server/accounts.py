@@ -14,8 +14,7 @@ GLOBAL_ACCOUNT = "$G"
 
 
 class Account:
-    __slots__ = ("name", "server", "sublist", "clients", "in_msgs", "in_bytes", "out_msgs", "out_bytes",
-                 "_pending", "_match", "__weakref__")
+    __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -23,10 +22,6 @@ class Account:
         self.sublist = Sublist(cache=not server.opts.disable_sublist_cache)
         self._match = self.sublist.match
         self.clients: set[Any] = set()
-        self.in_msgs = 0
-        self.in_bytes = 0
-        self.out_msgs = 0
-        self.out_bytes = 0
         self._pending = server.pending_flush
 
     def add_sub(self, sub: "Subscription") -> None:
@@ -43,15 +38,20 @@ class Account:
 
         ``hdr`` is the header length (-1 for a plain PUB); ``msg`` holds headers followed by the payload.
         """
-        self.in_msgs += 1
-        self.in_bytes += len(msg)
         r = self._match(subject.decode("utf-8", "surrogateescape"))
+        if r.psubs or r.qsubs:
+            return self.deliver_result(c, r, subject, reply, hdr, msg)
+        if reply and c.no_responders:
+            self._no_responders(c, subject, reply)
+        return False
+
+    def match(self, subject: str) -> Any:
+        return self._match(subject)
+
+    def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool:
+        """Deliver to the subscriptions of a sublist result ``r`` (see ``deliver``)."""
         psubs = r.psubs
         qsubs = r.qsubs
-        if not psubs and not qsubs:
-            if reply and c.no_responders:
-                self._no_responders(c, subject, reply)
-            return False
         size = len(msg)
         sz = str(size).encode()
         if hdr < 0:
@@ -137,8 +137,6 @@ class Account:
             for sub in done:
                 sub.client.remove_sub(sub)
         if n:
-            self.out_msgs += n
-            self.out_bytes += n * size
             return True
         if reply and c.no_responders:
             self._no_responders(c, subject, reply)

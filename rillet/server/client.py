@@ -95,6 +95,7 @@ class Client(asyncio.Protocol):
         self.pedantic = False
         self.no_responders = False
         self.perms: PermChecker | None = None
+        self.slow_path = server.trace_on  # per-PUB checks needed (trace, permissions, pedantic, verbose)
         self.user = ""
         self.nonce: bytes | None = None
         # stats
@@ -268,6 +269,7 @@ class Client(asyncio.Protocol):
         self.verbose = co.verbose
         self.pedantic = co.pedantic
         self.connect_received = True
+        self.update_slow_path()
         if self.verbose:
             self.out += _OK
             self.flush()
@@ -290,6 +292,7 @@ class Client(asyncio.Protocol):
         self.user = u.username or u.nkey
         if u.permissions is not None:
             self.perms = PermChecker(u.permissions)
+        self.update_slow_path()
         acc = self.server.lookup_account(u.account) if u.account else None
         if acc is not None:
             self.bind_account(acc)
@@ -377,32 +380,45 @@ class Client(asyncio.Protocol):
     def proto_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
         self.in_msgs += 1
         self.in_bytes += len(payload)
-        if self.server.trace_on:
-            self.trace(f"<<- [PUB {subject.decode(errors='replace')} {(reply or b'').decode(errors='replace')}"
-                       f" {len(payload)}]")
-        if self.perms is not None and not self._pub_allowed(subject):
+        if self.slow_path:
+            if not self._pub_checks(b"PUB", subject, reply, -1, payload):
+                return
+            self.account.deliver(self, subject, reply, -1, payload)
+            if self.verbose:
+                self.out += _OK
+                self.flush()
             return
+        # the common case inlined: one cache lookup, and nothing more when nobody listens
+        acc = self.account
+        r = acc._match(subject.decode("utf-8", "surrogateescape"))
+        if r.psubs or r.qsubs:
+            acc.deliver_result(self, r, subject, reply, -1, payload)
+        elif reply and self.no_responders:
+            acc._no_responders(self, subject, reply)
+
+    def _pub_checks(self, op: bytes, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool:
+        """Tracing, permissions and pedantic subject checks: only for connections that need them."""
+        if self.server.trace_on:
+            sizes = f"{hdr} {len(msg)}" if hdr >= 0 else f"{len(msg)}"
+            self.trace(f"<<- [{op.decode()} {subject.decode(errors='replace')} "
+                       f"{(reply + b' ').decode(errors='replace') if reply else ''}{sizes}]")
+        if self.perms is not None and not self._pub_allowed(subject):
+            return False
         if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "surrogateescape")):
             self.send_err("Invalid Publish Subject")
-            return
-        self.account.deliver(self, subject, reply, -1, payload)
-        if self.verbose:
-            self.out += _OK
-            self.flush()
+            return False
+        return True
+
+    def update_slow_path(self) -> None:
+        self.slow_path = bool(self.perms is not None or self.pedantic or self.verbose or self.server.trace_on)
 
     def proto_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, msg: bytes) -> None:
         self.in_msgs += 1
         self.in_bytes += len(msg)
-        if self.server.trace_on:
-            self.trace(f"<<- [HPUB {subject.decode(errors='replace')} {(reply or b'').decode(errors='replace')}"
-                       f" {hdr_len} {len(msg)}]")
         if not self.headers:
-            # nats-server: a client that did not announce headers support may not send HPUB
+            # a client that did not announce headers support may not send HPUB
             raise ProtocolError("Unknown Protocol Operation", "HPUB without headers support")
-        if self.perms is not None and not self._pub_allowed(subject):
-            return
-        if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "surrogateescape")):
-            self.send_err("Invalid Publish Subject")
+        if self.slow_path and not self._pub_checks(b"HPUB", subject, reply, hdr_len, msg):
             return
         self.account.deliver(self, subject, reply, hdr_len, msg)
         if self.verbose:

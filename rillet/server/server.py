@@ -56,6 +56,8 @@ class Server:
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
         self.authenticator = Authenticator(o)
         self.clients: dict[int, Client] = {}
+        self.internal_clients: list[InternalClient] = []
+        self.closed_totals = (0, 0, 0, 0)
         self.closed_clients: deque = deque(maxlen=max(o.max_closed_clients, 0) or None)
         self._cid = 0
         self.start_time = 0.0
@@ -91,7 +93,9 @@ class Server:
         return acc
 
     def internal_client(self, account: Account | None = None, name: str = "internal") -> InternalClient:
-        return InternalClient(self, account or self.global_account, name)
+        ic = InternalClient(self, account or self.global_account, name)
+        self.internal_clients.append(ic)
+        return ic
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -253,6 +257,8 @@ class Server:
         if self.clients.pop(c.cid, None) is None:
             return
         c.account.clients.discard(c)
+        t = self.closed_totals
+        self.closed_totals = (t[0] + c.in_msgs, t[1] + c.in_bytes, t[2] + c.out_msgs, t[3] + c.out_bytes)
         for sub in list(c.subs.values()):
             c.account.remove_sub(sub)
         if self.closed_clients.maxlen != 0:
@@ -415,6 +421,7 @@ class Server:
         for c in list(self.clients.values()):
             c.parser.max_payload = new_opts.max_payload
             c.parser.max_control_line = new_opts.max_control_line
+            c.update_slow_path()
             if self.authenticator.required and c.connect_received:
                 self._recheck_auth(c)
         self.config_load_time = time.time()
@@ -433,16 +440,23 @@ class Server:
         c.perms = None
         if res is not True and res is not None:
             c._apply_user(res)
+        c.update_slow_path()
 
     # ---- stats ----------------------------------------------------------------------------------------
 
     def totals(self) -> tuple[int, int, int, int]:
-        in_m = in_b = out_m = out_b = 0
-        for acc in self.accounts.values():
-            in_m += acc.in_msgs
-            in_b += acc.in_bytes
-            out_m += acc.out_msgs
-            out_b += acc.out_bytes
+        """(in_msgs, in_bytes, out_msgs, out_bytes) over the server's life: closed connections included."""
+        in_m, in_b, out_m, out_b = self.closed_totals
+        for c in self.clients.values():
+            in_m += c.in_msgs
+            in_b += c.in_bytes
+            out_m += c.out_msgs
+            out_b += c.out_bytes
+        for ic in self.internal_clients:
+            in_m += ic.in_msgs
+            in_b += ic.in_bytes
+            out_m += ic.out_msgs
+            out_b += ic.out_bytes
         return in_m, in_b, out_m, out_b
 
 
