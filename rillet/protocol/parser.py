@@ -92,12 +92,71 @@ class ClientParser:
                                 "Maximum Control Line Exceeded")
 
     def _parse(self, data: bytes) -> int:
-        """Parse complete operations from ``data``; return the offset of the first unparsed byte."""
+        """Parse complete operations from ``data``; return the offset of the first unparsed byte.
+
+        Fast path: split the buffer at every CRLF once (one C call), then walk the pieces. A PUB whose
+        payload holds no CRLF is a control-line piece followed by a payload piece of exactly the announced
+        size; PING and PONG are single pieces. Anything else (SUB, CONNECT, HPUB, payloads containing CRLF,
+        odd spacing, errors, an incomplete tail) goes through the general parser for one operation, and the
+        walk resynchronises on the piece where that operation ended.
+        """
+        parts = data.split(b"\r\n")
+        last = len(parts) - 1  # parts[last] follows the final CRLF: possibly an incomplete operation
+        i = 0
+        pos = 0
+        handler = self.handler
+        pub = handler.proto_pub
+        limit = self.max_control_line + 4
+        max_payload = self.max_payload
+        if self.awaiting_connect:
+            last = 0  # until CONNECT: everything through the general parser (it checks each operation)
+        while i < last:
+            line = parts[i]
+            if line[:4] == b"PUB ":
+                args = line.split()
+                na = len(args)
+                if (na == 3 or na == 4) and len(line) <= limit and 10 not in line and i + 1 < last:
+                    sz = args[-1]
+                    payload = parts[i + 1]
+                    if sz.isdigit() and len(payload) == int(sz) and len(payload) <= max_payload:
+                        pub(args[1], args[2] if na == 4 else None, payload)
+                        pos += len(line) + len(payload) + 4
+                        i += 2
+                        continue
+            elif line == b"PING":
+                handler.proto_ping()
+                pos += 6
+                i += 1
+                continue
+            elif line == b"PONG":
+                handler.proto_pong()
+                pos += 6
+                i += 1
+                continue
+            # the general parser, for exactly one operation
+            newpos = self._parse_general(data, pos, True)
+            if newpos == pos:
+                return pos  # incomplete: wait for more data
+            limit = self.max_control_line + 4
+            max_payload = self.max_payload
+            if self.awaiting_connect:
+                return self._parse_general(data, newpos, False)
+            while i < last and pos < newpos:
+                pos += len(parts[i]) + 2
+                i += 1
+            if pos != newpos:
+                # the operation ended on a bare LF inside a piece: finish with the general parser
+                return self._parse_general(data, newpos, False)
+        if pos < len(data):
+            return self._parse_general(data, pos, False)
+        return pos
+
+    def _parse_general(self, data: bytes, pos: int, one: bool) -> int:
+        """Parse operations from ``pos`` (only one when ``one``); return the offset after the last one."""
         handler = self.handler
         pub = handler.proto_pub
         find = data.find
         n = len(data)
-        pos = 0
         mcl = self.max_control_line
         max_payload = self.max_payload
         awaiting = self.awaiting_connect
@@ -149,6 +208,8 @@ class ClientParser:
                         raise ProtocolError(UNKNOWN_OP, f"parser ERROR after payload: {_snippet(data, stop)}")
                     pub(subject, reply, data[start:stop])
                     pos = stop + 2
+                    if one:
+                        return pos
                     continue
                 word = data[pos:end].strip().upper()
                 if word == b"PING":
@@ -158,6 +219,8 @@ class ClientParser:
                 else:
                     raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
                 pos = nl + 1
+                if one:
+                    return pos
                 continue
             if c == 72 or c == 104:  # H h: HPUB
                 if data[pos:pos + 4].upper() != b"HPUB" or data[pos + 4] not in (32, 9):
@@ -200,6 +263,8 @@ class ClientParser:
                     raise ProtocolError(UNKNOWN_OP, f"parser ERROR after payload: {_snippet(data, stop)}")
                 handler.proto_hpub(subject, reply, hdr, data[start:stop])
                 pos = stop + 2
+                if one:
+                    return pos
                 continue
             if c == 83 or c == 115:  # S s: SUB
                 if data[pos:pos + 3].upper() != b"SUB" or data[pos + 3] not in (32, 9):
@@ -214,6 +279,8 @@ class ClientParser:
                 else:
                     raise ProtocolError(None, f"processSub Parse Error: {_snippet(data, pos + 4, 64)}")
                 pos = nl + 1
+                if one:
+                    return pos
                 continue
             if c == 85 or c == 117:  # U u: UNSUB
                 if data[pos:pos + 5].upper() != b"UNSUB" or data[pos + 5] not in (32, 9):
@@ -231,6 +298,8 @@ class ClientParser:
                 else:
                     raise ProtocolError(None, f"processUnsub Parse Error: {_snippet(data, pos + 6, 64)}")
                 pos = nl + 1
+                if one:
+                    return pos
                 continue
             if c == 67 or c == 99:  # C c: CONNECT
                 if data[pos:pos + 7].upper() != b"CONNECT" or data[pos + 7] not in (32, 9):
@@ -242,6 +311,8 @@ class ClientParser:
                 mcl = self.max_control_line
                 max_payload = self.max_payload
                 awaiting = self.awaiting_connect
+                if one:
+                    return pos
                 continue
             if c == 73 or c == 105:  # I i: INFO
                 if data[pos:pos + 4].upper() != b"INFO" or data[pos + 4] not in (32, 9):
@@ -249,18 +320,24 @@ class ClientParser:
                 self._check_mcl(data, pos + 5, end, mcl)
                 handler.proto_info(data[pos + 5:end].strip())
                 pos = nl + 1
+                if one:
+                    return pos
                 continue
             if c == 43:  # +OK
                 if data[pos:end].upper() != b"+OK":
                     raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
                 handler.proto_ok()
                 pos = nl + 1
+                if one:
+                    return pos
                 continue
             if c == 45:  # -ERR
                 if data[pos:pos + 4].upper() != b"-ERR":
                     raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
                 handler.proto_err(data[pos + 4:end].strip())
                 pos = nl + 1
+                if one:
+                    return pos
                 continue
             raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
         return pos
