@@ -114,6 +114,8 @@ def run(opts: Options, argv: list[str]) -> int:
 async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
     from rillet.server.server import Server
 
+    for w in opts.config_warnings:
+        log.warn(w)
     try:
         srv = Server(opts, log)
         await srv.start()

@@ -78,6 +78,7 @@ class Server:
         self._shutdown_task: asyncio.Task | None = None
         self.reload_count = 0
         self.on_shutdown: list[Callable[[], Any]] = []
+        self.jetstream: Any = None  # the JetStream subsystem, when enabled and available
 
     # ---- accounts -------------------------------------------------------------------------------------
 
@@ -112,6 +113,10 @@ class Server:
         log.notice(f"  ID:       {self.server_id}")
         if o.config_file:
             log.notice(f"Using configuration file: {o.config_file}")
+        if o.jetstream.enabled:
+            # Not built yet: say so, and do not advertise it (clients then get the same "no responders"
+            # answers from $JS.API as from a nats-server with JetStream disabled).
+            log.warn("JetStream is not available in this version of Rillet; starting without it")
         if o.tls is not None:
             self.tls_context = make_server_context(o.tls)
         if o.http_port or o.https_port:
@@ -314,7 +319,7 @@ class Server:
                 info["tls_available"] = True
             if o.tls.verify:
                 info["tls_verify"] = True
-        if o.jetstream.enabled:
+        if o.jetstream.enabled and self.jetstream is not None:
             info["jetstream"] = True
         if o.cluster.name:
             info["cluster"] = o.cluster.name
