@@ -1,0 +1,1195 @@
+"""The ``websocket {}`` listener: the NATS client protocol carried in WebSocket frames (RFC 6455).
+
+Everything here is a hand-written, sans-allocation-heavy codec on a plain ``asyncio.Protocol``:
+
+* ``WebsocketConnection`` accepts the TCP (or TLS) connection, reads the HTTP upgrade request, checks it
+  the way nats-server does (method, Host, Upgrade/Connection tokens, key, version, origin), answers
+  ``101 Switching Protocols`` (or an HTTP error), and from then on decodes frames.
+* The same object is the *transport* that the connection's ``Client`` writes to: every ``write`` of
+  protocol bytes becomes one binary frame (optionally permessage-deflate compressed, or split into 4 KiB
+  frames for browsers, as nats-server does). ``close`` sends a close frame whose status is derived from
+  the client's close reason.
+* Frame payloads go straight to ``Client.data_received`` as they arrive, without waiting for a frame or
+  message to complete: one read from the socket is one call into the protocol parser.
+
+``start_websocket(server)`` binds the listener and registers it in ``server.extra_listeners``.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import hashlib
+import json
+import struct
+import zlib
+from email.utils import formatdate
+from typing import TYPE_CHECKING, Any
+
+from rillet.server.client import Client
+from rillet.server.options import RANDOM_PORT, WebsocketOptions
+from rillet.server.tls import make_server_context
+
+if TYPE_CHECKING:
+    from rillet.server.auth import Authenticator
+    from rillet.server.server import Server
+
+def _load_mask() -> Any:
+    """aiohttp's compiled XOR-mask routine, loaded without importing the aiohttp package (slow)."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    try:
+        spec = importlib.util.find_spec("aiohttp")
+        if spec is not None and spec.submodule_search_locations:
+            base = os.path.join(list(spec.submodule_search_locations)[0], "_websocket")
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                path = os.path.join(base, "mask" + suffix)
+                if os.path.exists(path):
+                    loader = importlib.machinery.ExtensionFileLoader("aiohttp._websocket.mask", path)
+                    mspec = importlib.util.spec_from_file_location("aiohttp._websocket.mask", path,
+                                                                   loader=loader)
+                    if mspec is None:
+                        break
+                    mod = importlib.util.module_from_spec(mspec)
+                    loader.exec_module(mod)
+                    return mod._websocket_mask_cython
+    except Exception:  # pragma: no cover - unusual installs
+        pass
+    return None
+
+
+_mask_inplace = _load_mask()
+
+__all__ = ["start_websocket", "WebsocketListener", "WebsocketConnection", "WSClient", "accept_key",
+           "encode_frame", "close_status_for"]
+
+# opcodes
+OP_CONT = 0
+OP_TEXT = 1
+OP_BINARY = 2
+OP_CLOSE = 8
+OP_PING = 9
+OP_PONG = 10
+
+FIN = 0x80
+RSV1 = 0x40
+MASK_BIT = 0x80
+MAX_CONTROL_PAYLOAD = 125
+BROWSER_FRAME_SIZE = 4096  # browsers cope better with small frames
+COMPRESS_THRESHOLD = 64  # smaller writes are not worth compressing
+MAX_MSG_PAYLOAD_MULTIPLE = 8
+MAX_MSG_PAYLOAD_LIMIT = 64 * 1024 * 1024
+MAX_REQUEST_HEAD = 64 * 1024
+
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_NO_STATUS = 1005
+CLOSE_INVALID_PAYLOAD = 1007
+CLOSE_POLICY_VIOLATION = 1008
+CLOSE_MESSAGE_TOO_BIG = 1009
+CLOSE_INTERNAL_ERROR = 1011
+CLOSE_TLS_HANDSHAKE = 1015
+
+_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_DEFLATE_TAIL = b"\x00\x00\xff\xff"
+_PMC_RESPONSE = ("Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; "
+                 "client_no_context_takeover\r\n")
+_NO_MASKING_HEADER = "nats-no-masking"
+_LEAF_PATH = "/leafnode"
+_MQTT_PATH = "/mqtt"
+_HTTP_REASONS = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+                 431: "Request Header Fields Too Large"}
+_FORBIDDEN_HEADERS = ("host", "content-length", "connection", "upgrade", "nats-no-masking")
+
+_H16 = struct.Struct("!BBH")
+_H64 = struct.Struct("!BBQ")
+_U16 = struct.Struct("!H")
+_U64 = struct.Struct("!Q")
+
+# Close status for each close reason (the nats-server ClosedState names rillet uses).
+_POLICY = ("Authentication Timeout", "Authentication Failure", "Authorization Violation",
+           "Slow Consumer (Pending Bytes)", "Slow Consumer (Write Deadline)", "Maximum Account Connections Exceeded",
+           "Maximum Connections Exceeded", "Maximum Control Line Exceeded", "Maximum Subscriptions Exceeded",
+           "Missing Account", "Authentication Expired", "Credentials Revoked")
+_CLOSE_STATUS: dict[str, int] = {"Client Closed": CLOSE_NORMAL}
+_CLOSE_STATUS.update((r, CLOSE_POLICY_VIOLATION) for r in _POLICY)
+_CLOSE_STATUS.update((r, CLOSE_PROTOCOL_ERROR) for r in ("Parse Error", "Protocol Violation",
+                                                         "Bad Client Protocol Version"))
+_CLOSE_STATUS.update((r, CLOSE_GOING_AWAY) for r in ("Write Error", "Read Error", "Stale Connection",
+                                                     "Server Shutdown"))
+_CLOSE_STATUS["TLS Handshake Failure"] = CLOSE_TLS_HANDSHAKE
+_CLOSE_STATUS["Maximum Message Payload Exceeded"] = CLOSE_MESSAGE_TOO_BIG
+_CLOSE_STATUS["Maximum Payload Exceeded"] = CLOSE_MESSAGE_TOO_BIG
+
+
+def close_status_for(reason: str) -> int:
+    """The close-frame status code nats-server sends when it closes a connection for ``reason``."""
+    return _CLOSE_STATUS.get(reason, CLOSE_INTERNAL_ERROR)
+
+
+def accept_key(key: str | bytes) -> str:
+    """Sec-WebSocket-Accept for a Sec-WebSocket-Key."""
+    if isinstance(key, str):
+        key = key.encode()
+    return base64.b64encode(hashlib.sha1(key + _GUID).digest()).decode()
+
+
+def frame_header(opcode_bits: int, length: int) -> bytes:
+    """A server (unmasked) frame header; ``opcode_bits`` holds FIN/RSV1 and the opcode."""
+    if length <= 125:
+        return bytes((opcode_bits, length))
+    if length < 65536:
+        return _H16.pack(opcode_bits, 126, length)
+    return _H64.pack(opcode_bits, 127, length)
+
+
+def encode_frame(opcode: int, payload: bytes, fin: bool = True, rsv1: bool = False) -> bytes:
+    b0 = opcode | (FIN if fin else 0) | (RSV1 if rsv1 else 0)
+    return frame_header(b0, len(payload)) + payload
+
+
+def close_payload(status: int, body: str = "") -> bytes:
+    """Status code + reason text, truncated with "..." to fit in a control frame."""
+    b = body.encode("utf-8", "replace")
+    if len(b) > MAX_CONTROL_PAYLOAD - 2:
+        b = b[:MAX_CONTROL_PAYLOAD - 5] + b"..."
+    return _U16.pack(status) + b
+
+
+def _valid_close_status(code: int) -> bool:
+    if code in (CLOSE_NO_STATUS, 1004, 1006, CLOSE_TLS_HANDSHAKE):
+        return False
+    if code < 1000 or code >= 5000:
+        return False
+    return not (1016 <= code <= 2999)
+
+
+def unmask(mask: bytes, data: bytes | memoryview, offset: int = 0) -> bytes | bytearray:
+    """XOR ``data`` with the 4-byte ``mask`` starting at mask position ``offset``."""
+    if offset:
+        mask = mask[offset:] + mask[:offset]
+    buf = bytearray(data)
+    if _mask_inplace is not None:
+        _mask_inplace(mask, buf)
+        return buf
+    n = len(buf)  # pragma: no cover - fallback
+    if not n:
+        return buf
+    key = (mask * (n // 4 + 1))[:n]
+    return (int.from_bytes(buf, "little") ^ int.from_bytes(key, "little")).to_bytes(n, "little")
+
+
+class WebsocketError(Exception):
+    """A frame-level protocol error: a close frame 1002 with this text goes to the peer."""
+
+
+# ---- HTTP helpers -------------------------------------------------------------------------------------
+
+
+def _split_host_port(hostport: str, tls: bool) -> tuple[str, str]:
+    """Host (lower case) and port of "host[:port]", with the scheme's default port (like Go)."""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0:
+            raise ValueError(f"address {hostport}: missing ']' in address")
+        host = hostport[1:end]
+        rest = hostport[end + 1:]
+        if not rest:
+            return host.lower(), ("443" if tls else "80")
+        if not rest.startswith(":"):
+            raise ValueError(f"address {hostport}: unexpected characters after ']'")
+        return host.lower(), rest[1:]
+    if hostport.count(":") > 1:
+        raise ValueError(f"address {hostport}: too many colons in address")
+    if ":" in hostport:
+        host, port = hostport.split(":", 1)
+        return host.lower(), port
+    return hostport.lower(), ("443" if tls else "80")
+
+
+def _parse_request_uri(u: str) -> tuple[str, str]:
+    """(scheme, host[:port]) of an absolute URL such as an Origin value; ValueError when unusable."""
+    if not u or (u[0] != "/" and "://" not in u):
+        raise ValueError(f'parse "{u}": invalid URI for request')
+    if u[0] == "/":
+        return "", ""
+    scheme, rest = u.split("://", 1)
+    if not scheme or not (scheme[0].isalpha() and all(c.isalnum() or c in "+-." for c in scheme)):
+        raise ValueError(f'parse "{u}": missing protocol scheme')
+    host = rest
+    for sep in ("/", "?", "#"):
+        i = host.find(sep)
+        if i >= 0:
+            host = host[:i]
+    if "@" in host:
+        host = host.rsplit("@", 1)[1]
+    return scheme.lower(), host
+
+
+def _header_has_token(headers: dict[str, list[str]], name: str, value: str) -> bool:
+    value = value.lower()
+    for v in headers.get(name, ()):
+        for tok in v.split(","):
+            if tok.strip(" \t").lower() == value:
+                return True
+    return False
+
+
+def _pmc_offered(headers: dict[str, list[str]]) -> bool:
+    for v in headers.get("sec-websocket-extensions", ()):
+        for ext in v.split(","):
+            for p in ext.split(";"):
+                if p.strip(" \t").lower() == "permessage-deflate":
+                    return True
+    return False
+
+
+def _parse_cookies(headers: dict[str, list[str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in headers.get("cookie", ()):
+        for part in v.split(";"):
+            name, eq, val = part.strip().partition("=")
+            if not eq or not name:
+                continue
+            val = val.strip()
+            if len(val) > 1 and val[0] == '"' and val[-1] == '"':
+                val = val[1:-1]
+            out.setdefault(name, val)
+    return out
+
+
+def _is_ip(s: str) -> bool:
+    import ipaddress
+    try:
+        ipaddress.ip_address(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _peer_str(peer: Any) -> str:
+    if not peer:
+        return "?"
+    host, port = peer[0], peer[1]
+    if ":" in host:
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+# ---- the client ---------------------------------------------------------------------------------------
+
+
+class WSClient(Client):
+    """A client connection that arrived over WebSocket (conn_type WEBSOCKET)."""
+
+    def __init__(self, server: "Server", conn: "WebsocketConnection") -> None:
+        super().__init__(server, conn_type="WEBSOCKET")
+        self.ws = conn
+        lst = conn.listener
+        self._ws_auth = lst.auth_override_for(server)
+        wo = server.opts.websocket
+        pi = wo.extra.get("ping_interval") if wo.extra else None
+        self._ws_ping = float(pi) if isinstance(pi, (int, float)) and pi > 0 else 0.0
+
+    # -- authentication overrides (websocket { authorization {...}, no_auth_user }) --------------------
+
+    def _with_ws_auth(self, fn, *args):
+        auth = self._ws_auth
+        if auth is None:
+            return fn(*args)
+        srv = self.server
+        saved = srv.authenticator
+        srv.authenticator = auth
+        try:
+            return fn(*args)
+        finally:
+            if srv.authenticator is auth:
+                srv.authenticator = saved
+
+    def start(self) -> None:
+        self._with_ws_auth(super().start)
+        loop = self.server.loop
+        wo = self.server.opts.websocket
+        if self._auth_timer is not None and wo.auth_timeout > 0:
+            self._auth_timer.cancel()
+            self._auth_timer = loop.call_later(wo.auth_timeout, self._auth_timeout)
+        if self._ws_ping and self._ping_timer is not None:
+            self._ping_timer.cancel()
+            self._ping_timer = loop.call_later(self._ws_ping, self._ping_tick)
+
+    def _ping_tick(self) -> None:
+        super()._ping_tick()
+        if self._ws_ping and self._ping_timer is not None and not self.closed:
+            self._ping_timer.cancel()
+            self._ping_timer = self.server.loop.call_later(self._ws_ping, self._ping_tick)
+
+    def proto_connect(self, arg: bytes) -> None:
+        cookies = self.ws.cookie_creds
+        if cookies:
+            try:
+                d = json.loads(arg)
+            except ValueError:
+                d = None
+            if isinstance(d, dict):
+                changed = False
+                for key, val in cookies.items():
+                    if val and not d.get(key):
+                        d[key] = val
+                        changed = True
+                if changed:
+                    arg = json.dumps(d, separators=(",", ":")).encode()
+        self._with_ws_auth(super().proto_connect, arg)
+
+    def proto_before_connect(self) -> bool:
+        return self._with_ws_auth(super().proto_before_connect)
+
+    # -- INFO -------------------------------------------------------------------------------------------
+
+    def send_info(self) -> None:
+        raw = self.server.info_for(self)
+        try:
+            info = json.loads(raw[5:])
+        except ValueError:  # pragma: no cover - info_for always emits JSON
+            self.out += raw
+            self.flush()
+            return
+        lst = self.ws.listener
+        info["host"] = lst.host
+        if lst.addr is not None:
+            info["port"] = lst.addr[1]
+        info.pop("tls_verify", None)
+        if lst.tls:
+            info["tls_required"] = True
+            info["tls_available"] = True
+        else:
+            info.pop("tls_required", None)
+            info.pop("tls_available", None)
+        if self._ws_auth is not None and self._ws_auth.required:
+            info["auth_required"] = True
+        # the connect URLs for websocket clients come from the cluster's websocket URLs; alone: none
+        info.pop("connect_urls", None)
+        if lst.advertise_url:
+            info["connect_urls"] = [lst.advertise_url]
+        self.out += b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b"\r\n"
+        self.flush()
+
+    def log_prefix(self) -> str:
+        ip = self.ws.client_ip
+        if ip:
+            if ":" in ip:
+                ip = f"[{ip}]"
+            return f"{ip}/{_peer_str((self.host, self.port))} - wid:{self.cid}"
+        return f"{_peer_str((self.host, self.port))} - wid:{self.cid}"
+
+
+# ---- the connection -----------------------------------------------------------------------------------
+
+
+class WebsocketConnection(asyncio.Protocol):
+    """One accepted connection: HTTP upgrade, then frames. Also the transport its ``WSClient`` writes to."""
+
+    def __init__(self, listener: "WebsocketListener") -> None:
+        self.listener = listener
+        self.server = listener.server
+        self.t: asyncio.Transport | None = None  # the socket (or TLS) transport
+        self.client: WSClient | None = None
+        self.peer: Any = None
+        self._hbuf = bytearray()
+        self._htimer: asyncio.TimerHandle | None = None
+        self.upgraded = False
+        self.closing = False
+        self.close_sent = False
+        # negotiated
+        self.compress = False
+        self.browser = False
+        self.nocompfrag = False
+        self.mask_read = True
+        self.client_ip = ""
+        self.cookie_creds: dict[str, str] = {}
+        # frame decoder state
+        self._hdr = b""  # partial frame header
+        self._rem = 0  # payload bytes left in the current frame
+        self._in_frame = False
+        self._ctl = 0  # opcode of the control frame being read (0 = data frame)
+        self._ctlbuf = b""
+        self._mkey = b""
+        self._mpos = 0
+        self._ff = True  # the previous data frame was final: the next data frame starts a message
+        self._fc = False  # the current message is compressed
+        self._csz = 0  # compressed bytes of the current message
+        self._dsz = 0  # decompressed bytes of the current message
+        self._inflater: Any = None
+
+    # ---- asyncio.Protocol (socket side) --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        self.t = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        lst = self.listener
+        lst.pending.add(self)
+        to = self.server.opts.websocket.handshake_timeout
+        if to and to > 0:
+            self._htimer = self.server.loop.call_later(to, self._handshake_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.upgraded:
+            self._frames(data)
+        elif not self.closing:
+            self._handshake_data(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes itself; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.listener.pending.discard(self)
+        if self._htimer is not None:
+            self._htimer.cancel()
+            self._htimer = None
+        c = self.client
+        if c is not None:
+            c.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        c = self.client
+        if c is not None:
+            c.pause_writing()
+
+    def resume_writing(self) -> None:
+        c = self.client
+        if c is not None:
+            c.resume_writing()
+
+    # ---- transport API (what the Client sees) --------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        t = self.t
+        if self.closing or t is None:
+            return
+        n = len(data)
+        if not n:
+            return
+        if self.compress and n > COMPRESS_THRESHOLD:
+            self._write_compressed(data)
+            return
+        if self.browser and n > BROWSER_FRAME_SIZE:
+            mv = memoryview(data)
+            parts = []
+            for i in range(0, n, BROWSER_FRAME_SIZE):
+                chunk = mv[i:i + BROWSER_FRAME_SIZE]
+                parts.append(frame_header(0x82, len(chunk)))
+                parts.append(chunk)
+            t.write(b"".join(parts))
+            return
+        if n <= 125:
+            t.write(bytes((0x82, n)) + data)
+        elif n < 65536:
+            t.write(_H16.pack(0x82, 126, n) + data)
+        else:
+            t.writelines((_H64.pack(0x82, 127, n), data))
+
+    def _write_compressed(self, data: bytes) -> None:
+        co = zlib.compressobj(1, zlib.DEFLATED, -15)
+        p = co.compress(data) + co.flush(zlib.Z_SYNC_FLUSH)
+        if p.endswith(_DEFLATE_TAIL):
+            p = p[:-4]
+        t = self.t
+        assert t is not None
+        mfs = BROWSER_FRAME_SIZE if self.browser and not self.nocompfrag else 0
+        if mfs and len(p) > mfs:
+            mv = memoryview(p)
+            parts = []
+            first = True
+            n = len(p)
+            for i in range(0, n, mfs):
+                chunk = mv[i:i + mfs]
+                b0 = (OP_BINARY | RSV1) if first else OP_CONT
+                if i + mfs >= n:
+                    b0 |= FIN
+                parts.append(frame_header(b0, len(chunk)))
+                parts.append(chunk)
+                first = False
+            t.write(b"".join(parts))
+            return
+        t.write(frame_header(0x80 | RSV1 | OP_BINARY, len(p)) + p)
+
+    def writelines(self, chunks: Any) -> None:
+        self.write(b"".join(chunks))
+
+    def close(self) -> None:
+        """Close from the server side: a close frame (status from the client's close reason), then FIN."""
+        if self.closing:
+            return
+        self.closing = True
+        t = self.t
+        if t is None:
+            return
+        if self.upgraded and not self.close_sent:
+            reason = self.client.close_reason if self.client is not None else ""
+            reason = reason or "Server Shutdown"
+            self.close_sent = True
+            try:
+                t.write(encode_frame(OP_CLOSE, close_payload(close_status_for(reason), reason)))
+            except Exception:  # pragma: no cover - transport already broken
+                pass
+        t.close()
+
+    def abort(self) -> None:
+        self.closing = True
+        if self.t is not None:
+            self.t.abort()
+
+    def is_closing(self) -> bool:
+        return self.closing or self.t is None or self.t.is_closing()
+
+    def get_write_buffer_size(self) -> int:
+        t = self.t
+        return t.get_write_buffer_size() if t is not None else 0
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if self.t is not None:
+            self.t.set_write_buffer_limits(high, low)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "websocket":
+            return self
+        t = self.t
+        return t.get_extra_info(name, default) if t is not None else default
+
+    def pause_reading(self) -> None:
+        if self.t is not None:
+            self.t.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.t is not None:
+            self.t.resume_reading()
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    # ---- the upgrade ---------------------------------------------------------------------------------
+
+    def _handshake_timeout(self) -> None:
+        self._htimer = None
+        if not self.upgraded and not self.closing:
+            self.closing = True
+            if self.t is not None:
+                self.t.abort()
+
+    def _raw_http_error(self, status_line: str) -> None:
+        """An error from the HTTP layer itself (malformed request): like Go's net/http, then close."""
+        body = f"{status_line}"
+        resp = (f"HTTP/1.1 {status_line}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                f"Connection: close\r\n\r\n{body}")
+        self._send_and_close(resp.encode("latin-1", "replace"))
+
+    def _handshake_error(self, version: str, status: int, reason: str) -> None:
+        self.server.log.error(f"{_peer_str(self.peer)} - websocket handshake error: {reason}")
+        text = _HTTP_REASONS.get(status, "Error")
+        body = text + "\n"
+        resp = (f"{version} {status} {text}\r\n"
+                "Content-Type: text/plain; charset=utf-8\r\n"
+                "Sec-Websocket-Version: 13\r\n"
+                "X-Content-Type-Options: nosniff\r\n"
+                f"Date: {formatdate(usegmt=True)}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n{body}")
+        self._send_and_close(resp.encode())
+
+    def _send_and_close(self, data: bytes) -> None:
+        self.closing = True
+        if self._htimer is not None:
+            self._htimer.cancel()
+            self._htimer = None
+        t = self.t
+        if t is not None:
+            t.write(data)
+            t.close()
+
+    def _handshake_data(self, data: bytes) -> None:
+        buf = self._hbuf
+        start = max(len(buf) - 3, 0)
+        buf += data
+        end = buf.find(b"\r\n\r\n", start)
+        sep = 4
+        if end < 0:
+            end = buf.find(b"\n\n", max(start - 1, 0))
+            sep = 2
+        if end < 0:
+            if len(buf) > MAX_REQUEST_HEAD:
+                self._raw_http_error("431 Request Header Fields Too Large")
+            return
+        head = bytes(buf[:end])
+        rest = bytes(buf[end + sep:])
+        self._hbuf = bytearray()
+        try:
+            text = head.decode("latin-1")
+        except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes anything
+            self._raw_http_error("400 Bad Request")
+            return
+        lines = text.replace("\r\n", "\n").split("\n")
+        while lines and not lines[0]:
+            lines.pop(0)  # Go tolerates leading blank lines
+        if not lines:
+            self._raw_http_error("400 Bad Request")
+            return
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            self._raw_http_error("400 Bad Request")
+            return
+        method, target, version = parts
+        if version not in ("HTTP/1.0", "HTTP/1.1") or not method or not target:
+            self._raw_http_error("400 Bad Request")
+            return
+        headers: dict[str, list[str]] = {}
+        for line in lines[1:]:
+            if not line:
+                continue
+            if line[0] in " \t":
+                self._raw_http_error("400 Bad Request")
+                return
+            name, colon, value = line.partition(":")
+            if not colon or not name or name != name.strip():
+                self._raw_http_error("400 Bad Request")
+                return
+            headers.setdefault(name.lower(), []).append(value.strip(" \t"))
+        host = headers.get("host", [""])[0]
+        if target.startswith(("http://", "https://")):
+            _, rest_target = target.split("://", 1)
+            slash = rest_target.find("/")
+            url_host = rest_target if slash < 0 else rest_target[:slash]
+            target = "/" if slash < 0 else rest_target[slash:]
+            if url_host:
+                host = url_host
+        elif version == "HTTP/1.1" and "host" not in headers:
+            self._raw_http_error("400 Bad Request: missing required Host header")
+            return
+        path = target.split("?", 1)[0]
+        self._upgrade(method, path, version, host, headers, rest)
+
+    def _upgrade(self, method: str, path: str, version: str, host: str, headers: dict[str, list[str]],
+                 rest: bytes) -> None:
+        lst = self.listener
+        srv = self.server
+        opts = srv.opts
+        wo = opts.websocket
+        kind = "CLIENT"
+        if path.endswith(_LEAF_PATH):
+            kind = "LEAF"
+        elif path.endswith(_MQTT_PATH):
+            kind = "MQTT"
+        if kind == "MQTT":
+            # rillet has no MQTT server: the endpoint is never enabled
+            self._handshake_error(version, 404, "mqtt websocket endpoint not enabled")
+            return
+        if method != "GET":
+            self._handshake_error(version, 405, "request method must be GET")
+            return
+        if not host:
+            self._handshake_error(version, 400, "'Host' missing in request")
+            return
+        if not _header_has_token(headers, "upgrade", "websocket"):
+            self._handshake_error(version, 400, "invalid value for header 'Upgrade'")
+            return
+        if not _header_has_token(headers, "connection", "upgrade"):
+            self._handshake_error(version, 400, "invalid value for header 'Connection'")
+            return
+        key = headers.get("sec-websocket-key", [""])[0]
+        if not key:
+            self._handshake_error(version, 400, "key missing")
+            return
+        try:
+            decoded = base64.b64decode(key, validate=True)
+        except ValueError:
+            decoded = b""
+        if len(decoded) != 16:
+            self._handshake_error(version, 400, "invalid websocket key")
+            return
+        if not _header_has_token(headers, "sec-websocket-version", "13"):
+            self._handshake_error(version, 400, "invalid version")
+            return
+        err = lst.check_origin(headers, host)
+        if err:
+            self._handshake_error(version, 403, f"origin not allowed: {err}")
+            return
+        compress = wo.compression and _pmc_offered(headers)
+        no_masking = headers.get(_NO_MASKING_HEADER, [""])[0] == "true"
+        if rest:
+            self.server.log.error(f"{_peer_str(self.peer)} - websocket handshake error: "
+                                  "client sent data before handshake is complete")
+            self.closing = True
+            if self.t is not None:
+                self.t.close()
+            return
+        resp = ["HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Accept: ", accept_key(key), "\r\n"]
+        if compress:
+            resp.append(_PMC_RESPONSE)
+        if no_masking:
+            resp.append("Nats-No-Masking: true\r\n")
+        resp.append(lst.raw_headers)
+        resp.append("\r\n")
+        t = self.t
+        assert t is not None
+        t.write("".join(resp).encode("latin-1", "replace"))
+        if self._htimer is not None:
+            self._htimer.cancel()
+            self._htimer = None
+        lst.pending.discard(self)
+        self.upgraded = True
+        self.compress = compress
+        self.mask_read = not no_masking
+        if kind == "LEAF":
+            srv.log.error("Not configured to accept leaf node connections")
+            self.closing = True
+            t.close()
+            return
+        xff = headers.get("x-forwarded-for")
+        if xff:
+            cip = xff[0].strip()
+            if _is_ip(cip):
+                self.client_ip = cip
+        ua = headers.get("user-agent", [""])[0]
+        if ua.startswith("Mozilla/"):
+            self.browser = True
+            self.nocompfrag = compress and "Version/" in ua and "Safari/" in ua
+        if "cookie" in headers:
+            cookies = _parse_cookies(headers)
+            names = ((wo.jwt_cookie, "jwt"), (wo.extra.get("user_cookie", ""), "user"),
+                     (wo.extra.get("pass_cookie", ""), "pass"), (wo.extra.get("token_cookie", ""), "auth_token"))
+            for cname, field in names:
+                if cname and cname in cookies:
+                    self.cookie_creds[field] = cookies[cname]
+        c = WSClient(srv, self)
+        self.client = c
+        c.connection_made(self)
+
+    # ---- frames --------------------------------------------------------------------------------------
+
+    def _frames(self, data: bytes) -> None:
+        c = self.client
+        if c is None or self.closing:
+            return
+        if self._hdr:
+            data = self._hdr + data
+            self._hdr = b""
+        out: list[Any] = []
+        try:
+            self._decode(data, out)
+        except WebsocketError as e:
+            self._flush_in(out)
+            self._protocol_error(str(e))
+            return
+        except _PayloadTooBig:
+            self._flush_in(out)
+            self._read_error("maximum payload exceeded")
+            return
+        except zlib.error as e:
+            self._flush_in(out)
+            self._read_error(f"flate: {e}")
+            return
+        except _PeerClosed as pc:
+            self._flush_in(out)
+            self._peer_closed(pc.reply)
+            return
+        self._flush_in(out)
+
+    def _flush_in(self, out: list) -> None:
+        if not out:
+            return
+        c = self.client
+        if c is None or c.closed:
+            return
+        c.data_received(out[0] if len(out) == 1 and type(out[0]) is bytes else b"".join(out))
+
+    def _decode(self, data: bytes, out: list) -> None:
+        n = len(data)
+        pos = 0
+        mask_read = self.mask_read
+        while pos < n:
+            if not self._in_frame:
+                avail = n - pos
+                if avail < 2:
+                    self._hdr = data[pos:]
+                    return
+                b0 = data[pos]
+                b1 = data[pos + 1]
+                ln = b1 & 0x7F
+                masked = b1 & MASK_BIT
+                hlen = 2 + (2 if ln == 126 else 8 if ln == 127 else 0) + (4 if masked else 0)
+                if avail < hlen:
+                    self._hdr = data[pos:]
+                    return
+                op = b0 & 0x0F
+                final = b0 & FIN
+                compressed = b0 & RSV1
+                if b0 & 0x30:
+                    raise WebsocketError("RSV2 and RSV3 must be clear")
+                if compressed and not self.compress:
+                    raise WebsocketError("compressed frame received without negotiated permessage-deflate")
+                if mask_read and not masked:
+                    raise WebsocketError("mask bit missing")
+                if op >= OP_CLOSE:
+                    if op > OP_PONG:
+                        raise WebsocketError(f"unknown opcode {op}")
+                    if ln > MAX_CONTROL_PAYLOAD:
+                        raise WebsocketError(f"control frame length bigger than maximum allowed of "
+                                             f"{MAX_CONTROL_PAYLOAD} bytes")
+                    if not final:
+                        raise WebsocketError("control frame does not have final bit set")
+                    if compressed:
+                        raise WebsocketError("control frame must not be compressed")
+                elif op == OP_TEXT or op == OP_BINARY:
+                    if not self._ff:
+                        raise WebsocketError("new message started before final frame for previous "
+                                             "message was received")
+                    self._ff = bool(final)
+                    self._fc = bool(compressed)
+                elif op == OP_CONT:
+                    if self._ff or compressed:
+                        raise WebsocketError("invalid continuation frame")
+                    self._ff = bool(final)
+                else:
+                    raise WebsocketError(f"unknown opcode {op}")
+                p = pos + 2
+                if ln == 126:
+                    ln = _U16.unpack_from(data, p)[0]
+                    p += 2
+                elif ln == 127:
+                    ln = _U64.unpack_from(data, p)[0]
+                    if ln & (1 << 63):
+                        raise WebsocketError("invalid 64-bit payload length")
+                    p += 8
+                if masked:
+                    self._mkey = data[p:p + 4]
+                    p += 4
+                self._mpos = 0
+                pos = p
+                self._rem = ln
+                self._in_frame = True
+                if op >= OP_CLOSE:
+                    self._ctl = op
+                    self._ctlbuf = b""
+                else:
+                    self._ctl = 0
+                if ln == 0:
+                    self._in_frame = False
+                    self._end_frame(out)
+                continue
+            take = self._rem
+            if take > n - pos:
+                take = n - pos
+            chunk = data[pos:pos + take] if (pos or take != n) else data
+            pos += take
+            self._rem -= take
+            mk = self._mkey
+            if mk:
+                chunk = unmask(mk, chunk, self._mpos)
+                self._mpos = (self._mpos + take) & 3
+            if self._ctl:
+                self._ctlbuf += bytes(chunk)
+            elif self._fc:
+                self._inflate(chunk, out)
+            else:
+                out.append(chunk)
+            if self._rem == 0:
+                self._in_frame = False
+                self._end_frame(out)
+
+    def _end_frame(self, out: list) -> None:
+        ctl = self._ctl
+        if ctl:
+            self._ctl = 0
+            payload = self._ctlbuf
+            self._ctlbuf = b""
+            self._mkey = b""
+            self._control(ctl, payload, out)
+            return
+        self._mkey = b""
+        if self._fc and self._ff:
+            self._inflate(_DEFLATE_TAIL, out, final=True)
+            self._fc = False
+            self._csz = 0
+            self._dsz = 0
+
+    def _inflate(self, chunk: Any, out: list, final: bool = False) -> None:
+        mpay = self.server.opts.max_payload
+        if mpay <= 0:
+            mpay = 1024 * 1024
+        if not final:
+            limit = min(mpay * MAX_MSG_PAYLOAD_MULTIPLE, MAX_MSG_PAYLOAD_LIMIT)
+            self._csz += len(chunk)
+            if self._csz > limit:
+                raise _PayloadTooBig()
+        d = self._inflater
+        if d is None or d.eof:
+            d = self._inflater = zlib.decompressobj(-15)
+        room = mpay - self._dsz + 1
+        res = d.decompress(chunk, room)
+        self._dsz += len(res)
+        if self._dsz > mpay or d.unconsumed_tail:
+            raise _PayloadTooBig()
+        if res:
+            out.append(res)
+
+    def _control(self, op: int, payload: bytes, out: list) -> None:
+        t = self.t
+        if op == OP_PING:
+            if t is not None and not self.closing:
+                t.write(encode_frame(OP_PONG, payload))
+            return
+        if op == OP_PONG:
+            return
+        # close
+        status = CLOSE_NO_STATUS
+        body = ""
+        if len(payload) == 1:
+            raise WebsocketError("close frame payload cannot be 1 byte")
+        if len(payload) >= 2:
+            status = _U16.unpack_from(payload, 0)[0]
+            if not _valid_close_status(status):
+                raise WebsocketError(f"invalid close status code {status}")
+            if len(payload) > 2:
+                try:
+                    body = payload[2:].decode("utf-8")
+                except UnicodeDecodeError:
+                    status = CLOSE_INVALID_PAYLOAD
+                    body = "invalid utf8 body in close frame"
+        reply = b"" if status == CLOSE_NO_STATUS else close_payload(status, body)
+        raise _PeerClosed(reply)
+
+    def _send_close(self, payload: bytes) -> None:
+        if self.close_sent or self.t is None:
+            return
+        self.close_sent = True
+        try:
+            self.t.write(encode_frame(OP_CLOSE, payload))
+        except Exception:  # pragma: no cover
+            pass
+
+    def _peer_closed(self, reply: bytes) -> None:
+        self._send_close(reply)
+        c = self.client
+        if c is not None and not c.closed:
+            c.close("Client Closed")
+        else:
+            self.close()
+
+    def _protocol_error(self, msg: str) -> None:
+        self._send_close(close_payload(CLOSE_PROTOCOL_ERROR, msg))
+        self._read_error(msg)
+
+    def _read_error(self, msg: str) -> None:
+        c = self.client
+        if c is not None and not c.closed:
+            self.server.log.error(f"{c.log_prefix()} - read error: {msg}")
+            c.close("Read Error")
+        else:
+            self.close()
+
+
+class _PayloadTooBig(Exception):
+    pass
+
+
+class _PeerClosed(Exception):
+    def __init__(self, reply: bytes) -> None:
+        super().__init__("peer closed")
+        self.reply = reply
+
+
+# ---- the listener -------------------------------------------------------------------------------------
+
+
+class WebsocketListener:
+    """The websocket listener registered in ``server.extra_listeners``."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        wo = server.opts.websocket
+        self.host = wo.host or "0.0.0.0"
+        self.tls = wo.tls is not None
+        self.addr: tuple[str, int] | None = None
+        self.pending: set[WebsocketConnection] = set()
+        self._srv: asyncio.AbstractServer | None = None
+        self._auth_cache: tuple[Any, Any, Any] | None = None
+        self.raw_headers = ""
+        self.same_origin = False
+        self.allowed_origins: dict[str, list[tuple[str, str]]] = {}
+        self.advertise_url = ""
+        self.configure(wo)
+
+    def configure(self, wo: WebsocketOptions) -> None:
+        """Origins and response headers (kept apart so that a reload could call it again)."""
+        self.same_origin = wo.same_origin
+        origins: dict[str, list[tuple[str, str]]] = {}
+        for ao in wo.allowed_origins or ():
+            try:
+                scheme, hostport = _parse_request_uri(ao)
+                h, p = _split_host_port(hostport, scheme == "https")
+            except ValueError as e:
+                self.server.log.error(f"error parsing allowed origin: {e}")
+                continue
+            origins.setdefault(h, []).append((scheme, p))
+        self.allowed_origins = origins
+        self.raw_headers = "".join(f"{k}: {v}\r\n" for k, v in (wo.headers or {}).items())
+
+    def check_origin(self, headers: dict[str, list[str]], req_host: str) -> str:
+        """"" when the request's Origin is acceptable, else the reason it is not."""
+        if not self.same_origin and not self.allowed_origins:
+            return ""
+        origin = headers.get("origin", [""])[0] or headers.get("sec-websocket-origin", [""])[0]
+        if not origin:
+            return ""
+        try:
+            scheme, hostport = _parse_request_uri(origin)
+            oh, op = _split_host_port(hostport, scheme == "https")
+        except ValueError as e:
+            return str(e)
+        if self.same_origin:
+            try:
+                rh, rp = _split_host_port(req_host, self.tls)
+            except ValueError as e:
+                return str(e)
+            if oh != rh or op != rp or scheme != ("https" if self.tls else "http"):
+                return "not same origin"
+        if self.allowed_origins:
+            for s, p in self.allowed_origins.get(oh, ()):
+                if s == scheme and p == op:
+                    return ""
+            return "not in the allowed list"
+        return ""
+
+    def auth_override_for(self, server: "Server") -> "Authenticator | None":
+        """The authenticator websocket clients use when ``websocket {}`` overrides auth, else None."""
+        wo = server.opts.websocket
+        if not (wo.username or wo.token or wo.no_auth_user):
+            return None
+        base = server.authenticator
+        cache = self._auth_cache
+        if cache is not None and cache[0] is base and cache[1] is wo:
+            return cache[2]
+        from rillet.server.auth import Authenticator
+        o2 = copy.copy(server.opts)
+        o2.username = wo.username
+        o2.password = wo.password
+        o2.authorization = wo.token
+        o2.no_auth_user = wo.no_auth_user
+        auth = Authenticator(o2)
+        self._auth_cache = (base, wo, auth)
+        return auth
+
+    async def start(self) -> None:
+        srv = self.server
+        o = srv.opts
+        wo = o.websocket
+        ssl_ctx = make_server_context(wo.tls) if wo.tls is not None else None
+        port = 0 if wo.port == RANDOM_PORT else wo.port
+        hs_to = wo.handshake_timeout if wo.handshake_timeout and wo.handshake_timeout > 0 else None
+        try:
+            self._srv = await srv.loop.create_server(
+                lambda: WebsocketConnection(self), host=self.host, port=port, ssl=ssl_ctx,
+                reuse_address=True, backlog=1024,
+                ssl_handshake_timeout=(hs_to if ssl_ctx is not None else None))
+        except OSError as e:
+            raise OSError(e.errno, f"Unable to listen for websocket connections: listen tcp "
+                                   f"{_join(self.host, port)}: {e.strerror}") from e
+        self.addr = (self.host, self._srv.sockets[0].getsockname()[1])
+        srv.websocket_addr = self.addr
+        proto = "wss" if ssl_ctx is not None else "ws"
+        srv.log.notice(f"Listening for websocket clients on {proto}://{self.host}:{self.addr[1]}")
+        if ssl_ctx is None:
+            srv.log.warn("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!")
+        if wo.advertise:
+            adv = wo.advertise
+            self.advertise_url = adv if "://" in adv else adv
+        srv.extra_listeners.append(self)
+
+    @property
+    def url(self) -> str:
+        assert self.addr is not None
+        host = self.addr[0]
+        if host in ("0.0.0.0", "", "::"):
+            host = "127.0.0.1"
+        return f"{'wss' if self.tls else 'ws'}://{_join(host, self.addr[1])}"
+
+    async def stop_accepting(self) -> None:
+        """Lame duck: no new websocket connections; existing ones stay."""
+        if self._srv is not None:
+            self._srv.close()
+
+    async def close(self) -> None:
+        s = self._srv
+        if s is not None:
+            s.close()
+        for conn in list(self.pending):
+            conn.abort()
+        self.pending.clear()
+        if s is not None:
+            try:
+                await asyncio.wait_for(s.wait_closed(), 2)
+            except (asyncio.TimeoutError, Exception):
+                pass
+            self._srv = None
+
+
+def _join(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def validate_websocket_options(opts: Any) -> None:
+    """nats-server's checks of the websocket {} block; ValueError with its message when one fails."""
+    wo = opts.websocket
+    if not wo.port:
+        return
+    if wo.tls is None and not wo.no_tls:
+        raise ValueError("websocket requires TLS configuration")
+    for ao in wo.allowed_origins or ():
+        try:
+            scheme, hostport = _parse_request_uri(ao)
+        except ValueError as e:
+            raise ValueError(f"unable to parse allowed origin: {e}") from None
+        if scheme not in ("http", "https"):
+            raise ValueError(f'unable to parse allowed origin "{ao}": allowed origins must be absolute URLs '
+                             "with http or https scheme")
+        if not hostport:
+            raise ValueError(f'unable to parse allowed origin "{ao}": host is required')
+        try:
+            _split_host_port(hostport, scheme == "https")
+        except ValueError as e:
+            raise ValueError(f"unable to parse allowed origin: {e}") from None
+    if wo.no_auth_user:
+        names = {u.username for u in opts.users if u.username} | {u.nkey for u in opts.users if u.nkey} \
+            | {u.nkey for u in opts.nkeys if u.nkey}
+        if not opts.users and not opts.nkeys:
+            raise ValueError(f'no_auth_user: "{wo.no_auth_user}" present, but users/nkeys are not defined')
+        if wo.no_auth_user not in names:
+            raise ValueError(f'no_auth_user: "{wo.no_auth_user}" not present as user or nkey in authorization '
+                             "block or account configuration")
+    if opts.users or opts.nkeys:
+        if wo.username:
+            raise ValueError("websocket authentication username not compatible with presence of users/nkeys")
+        if wo.token:
+            raise ValueError("websocket authentication token not compatible with presence of users/nkeys")
+    if wo.jwt_cookie:
+        extra = getattr(opts, "extra", {}) or {}
+        if not extra.get("operator") and not extra.get("trusted_keys"):
+            raise ValueError(f"trusted operators or trusted keys configuration is required for JWT authentication "
+                             f'via cookie "{wo.jwt_cookie}"')
+    for key in (wo.headers or {}):
+        k = key.lower()
+        if k in _FORBIDDEN_HEADERS:
+            raise ValueError(f'websocket: invalid header "{key}" not allowed')
+        if k.startswith("sec-websocket-"):
+            raise ValueError(f'websocket: invalid header "{key}", "Sec-WebSocket-" prefix not allowed')
+
+
+async def start_websocket(server: "Server") -> WebsocketListener:
+    """Validate the websocket options, bind the listener, log it, register it with the server."""
+    validate_websocket_options(server.opts)
+    lst = WebsocketListener(server)
+    await lst.start()
+    return lst
