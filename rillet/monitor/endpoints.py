@@ -1,0 +1,345 @@
+"""The JSON bodies of the smaller endpoints: /subsz, /routez, /gatewayz, /leafz, /accountz, /accstatz,
+/jsz, /healthz, /ipqueuesz, /stacksz and /debug/vars.
+
+Each function takes the server and the parsed query and returns a dict (or text); the HTTP layer in
+``httpd`` encodes it. Query errors raise ``QueryError`` (HTTP 400, plain text, nats-server's wording).
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from rillet.monitor.conns import decode_subs, sub_detail
+from rillet.monitor.gofmt import QueryError, go_time, go_time_f, num, parse_bool, parse_int
+from rillet.monitor.varz import js_config, js_hook, js_limits, js_running, js_stats, system_account_name
+from rillet.subjects import aggregate_stats, is_valid_literal_subject, match_literal
+
+DEFAULT_SUB_LIST_SIZE = 1024
+
+
+def _now() -> str:
+    return go_time(time.time_ns())
+
+
+def sublist_stats(sublists: Any) -> dict:
+    st = aggregate_stats(sublists)
+    st["cache_hit_rate"] = num(float(st["cache_hit_rate"]))
+    st["avg_fanout"] = num(float(st["avg_fanout"]))
+    return st
+
+
+# ---- /subsz -------------------------------------------------------------------------------------------
+
+def subsz(server: Any, q: Any) -> dict:
+    subs = parse_bool(q, "subs")
+    offset = max(parse_int(q, "offset"), 0)
+    limit = parse_int(q, "limit")
+    if limit <= 0:
+        limit = DEFAULT_SUB_LIST_SIZE
+    test = q.get("test", "")
+    acc_filter = q.get("acc", "")
+    if test and not is_valid_literal_subject(test):
+        raise QueryError(f"invalid test subject, must be valid publish subject: {test}")
+    accounts = [a for a in list(server.accounts.values()) if not acc_filter or a.name == acc_filter]
+    d: dict[str, Any] = {"server_id": server.server_id, "now": _now()}
+    d.update(sublist_stats([a.sublist for a in accounts]))
+    d["total"] = 0
+    d["offset"] = offset
+    d["limit"] = limit
+    if subs:
+        details = []
+        for a in accounts:
+            for sub in a.sublist.all():
+                if test and not match_literal(test, sub.subject):
+                    continue
+                if sub.client is None:
+                    continue
+                details.append(sub_detail(sub, True))
+        lo = min(offset, len(details))
+        hi = lo + min(limit, len(details) - lo)
+        d["total"] = len(details)
+        if hi > lo:
+            d["subscriptions_list"] = details[lo:hi]
+    return d
+
+
+# ---- cluster-side endpoints: rillet has no routes, gateways or leaf nodes -----------------------------
+
+def routez(server: Any, q: Any) -> dict:
+    decode_subs(q)
+    return {
+        "server_id": server.server_id,
+        "server_name": server.name,
+        "now": _now(),
+        "num_routes": 0,
+        "routes": [],
+    }
+
+
+def gatewayz(server: Any, q: Any) -> dict:
+    decode_subs(q)
+    parse_bool(q, "accs")
+    return {
+        "server_id": server.server_id,
+        "now": _now(),
+        "outbound_gateways": {},
+        "inbound_gateways": {},
+    }
+
+
+def leafz(server: Any, q: Any) -> dict:
+    parse_bool(q, "subs")
+    return {"server_id": server.server_id, "now": _now(), "leafnodes": 0, "leafs": []}
+
+
+# ---- accounts -----------------------------------------------------------------------------------------
+
+def _client_count(acc: Any) -> int:
+    return sum(1 for c in list(acc.clients) if not getattr(c, "closed", False))
+
+
+def accountz(server: Any, q: Any) -> dict:
+    name = q.get("acc", "")
+    d: dict[str, Any] = {"server_id": server.server_id, "now": _now()}
+    sa = system_account_name(server)
+    if sa:
+        d["system_account"] = sa
+    if not name:
+        d["accounts"] = list(server.accounts.keys())
+        return d
+    acc = server.accounts.get(name)
+    if acc is None:
+        raise QueryError(f"Account {name} does not exist")
+    info: dict[str, Any] = {
+        "account_name": name,
+        # accounts carry no update time of their own; they exist from server start (or first use)
+        "update_time": go_time_f(server.start_time or time.time()),
+    }
+    if name == sa:
+        info["is_system"] = True
+    info["expired"] = False
+    info["complete"] = True
+    info["jetstream_enabled"] = bool(js_running(server) and name != sa)
+    info["leafnode_connections"] = 0
+    info["client_connections"] = _client_count(acc)
+    info["subscriptions"] = acc.sublist.count()
+    info["name_tag"] = name
+    info["sublist_stats"] = sublist_stats([acc.sublist])
+    return d | {"account_detail": info}
+
+
+def _msg_bytes(msgs: int, nbytes: int) -> dict:
+    zero = {"msgs": 0, "bytes": 0}
+    return {"msgs": msgs, "bytes": nbytes, "gateways": dict(zero), "routes": dict(zero), "leafs": dict(zero)}
+
+
+def account_stat(acc: Any, totals: Any) -> dict:
+    conns = _client_count(acc)
+    in_m, in_b, out_m, out_b = totals(acc)
+    return {
+        "acc": acc.name,
+        "name": acc.name,
+        "conns": conns,
+        "leafnodes": 0,
+        "total_conns": conns,
+        "num_subscriptions": acc.sublist.count(),
+        "sent": _msg_bytes(out_m, out_b),
+        "received": _msg_bytes(in_m, in_b),
+        "slow_consumers": 0,
+    }
+
+
+def accstatz(server: Any, q: Any, totals: Any) -> dict:
+    """Per-account connection and message counts; ``totals(acc)`` gives (in_msgs, in_bytes, out_msgs,
+    out_bytes) for an account."""
+    unused = parse_bool(q, "unused")
+    stats = []
+    for acc in list(server.accounts.values()):
+        if unused or _client_count(acc):
+            stats.append(account_stat(acc, totals))
+    return {"server_id": server.server_id, "now": _now(), "account_statz": stats}
+
+
+# ---- /jsz ---------------------------------------------------------------------------------------------
+
+def jsz_options(q: Any) -> dict:
+    o = {
+        "accounts": parse_bool(q, "accounts"),
+        "streams": parse_bool(q, "streams"),
+        "consumers": parse_bool(q, "consumers"),
+        "direct_consumers": parse_bool(q, "direct-consumers"),
+        "config": parse_bool(q, "config"),
+        "offset": parse_int(q, "offset"),
+        "limit": parse_int(q, "limit"),
+        "leader_only": parse_bool(q, "leader-only"),
+        "raft": parse_bool(q, "raft"),
+        "stream_leader_only": parse_bool(q, "stream-leader-only"),
+        "acc": q.get("acc", ""),
+    }
+    if o["offset"] < 0:
+        o["offset"] = 0
+    if o["limit"] == 0:
+        o["limit"] = 1024
+    if o["consumers"]:
+        o["streams"] = True
+    if o["streams"] and not o["acc"]:
+        o["accounts"] = True
+    return o
+
+
+def jsz(server: Any, q: Any) -> dict:
+    """JetStream summary. A JetStream module attached as ``server.jetstream`` with a ``jsz(options)``
+    method answers it in full; otherwise the configuration is shown with zero usage."""
+    o = jsz_options(q)
+    js = js_hook(server)
+    fn = getattr(js, "jsz", None)
+    running = js_running(server)
+    if running and callable(fn):
+        return fn(o)
+    d: dict[str, Any] = {}
+    if not running:
+        if o["leader_only"]:
+            raise QueryError("filtered response: not leader")
+        d.update({"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 0,
+                  "ha_assets": 0, "api": {"level": 0, "total": 0, "errors": 0}})
+        d.update({"server_id": server.server_id, "now": _now(), "disabled": True,
+                  "config": {"max_memory": 0, "max_storage": 0},
+                  "streams": 0, "consumers": 0, "messages": 0, "bytes": 0, "total": 0})
+        return d
+    stats = js_stats(server)
+    d.update(stats)
+    d.update({"server_id": server.server_id, "now": _now(), "config": js_config(server),
+              "limits": js_limits(server), "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
+              "total": stats.get("accounts", 0)})
+    return d
+
+
+# ---- /healthz -----------------------------------------------------------------------------------------
+
+JS_NOT_ENABLED = "JetStream not enabled"
+
+
+def healthz_options(q: Any) -> dict:
+    return {
+        "js-enabled": parse_bool(q, "js-enabled"),
+        "js-enabled-only": parse_bool(q, "js-enabled-only"),
+        "js-server-only": parse_bool(q, "js-server-only"),
+        "js-meta-only": parse_bool(q, "js-meta-only"),
+        "details": parse_bool(q, "details"),
+        "account": q.get("account", ""),
+        "stream": q.get("stream", ""),
+        "consumer": q.get("consumer", ""),
+    }
+
+
+def _ready_error(server: Any) -> str:
+    failed = []
+    if getattr(server, "_listener", None) is None or server.shutting_down:
+        failed.append("server")
+    if server.opts.websocket.port and not getattr(server, "websocket_addr", None):
+        failed.append("websocket")
+    if not failed:
+        return ""
+    return f"failed to be ready for connections after 1ms: {', '.join(failed)}"
+
+
+def healthz(server: Any, o: dict) -> tuple[int, dict]:
+    """(HTTP status, body) like nats-server's health check."""
+    details = o["details"]
+    errors: list[dict] = []
+    status = "ok"
+    error = ""
+    code = 0
+
+    def fail(kind: str, msg: str, st: str, http_code: int) -> None:
+        nonlocal status, error, code
+        code = http_code
+        if details:
+            errors.append({"type": kind, "error": msg})
+        else:
+            status = st
+            error = msg
+
+    while True:  # one pass; ``break`` ends the checks
+        if not o["account"] and o["stream"]:
+            fail("BAD_REQUEST", '"account" must not be empty when checking stream health', "error", 400)
+            break
+        if not o["stream"] and o["consumer"]:
+            fail("BAD_REQUEST", '"stream" must not be empty when checking consumer health', "error", 400)
+            break
+        err = _ready_error(server)
+        if err:
+            fail("CONNECTION", err, "error", 500)
+            break
+        if o["js-server-only"] or not server.opts.jetstream.enabled:
+            break
+        if not js_running(server):
+            fail("JETSTREAM", JS_NOT_ENABLED, "unavailable", 503)
+            break
+        if o["js-enabled-only"] or o["js-enabled"]:
+            break
+        fn = getattr(js_hook(server), "healthz", None)
+        if callable(fn):
+            # the JetStream module checks its accounts, streams and consumers and answers with
+            # nats-server's HealthStatus (status, optional status_code, error or errors)
+            r = dict(fn(dict(o)) or {"status": "ok"})
+            rc = int(r.pop("status_code", 0) or 0)
+            if not rc:
+                rc = 503 if (r.get("error") or r.get("errors")) else 200
+            return rc, r
+        break
+
+    if details:
+        status = "error" if errors else "ok"
+    if not code:
+        code = 503 if (error or errors) else 200
+    body: dict[str, Any] = {"status": status}
+    if error:
+        body["error"] = error
+    if errors:
+        body["errors"] = errors
+    return code, body
+
+
+# ---- /ipqueuesz, /stacksz, /debug/vars ----------------------------------------------------------------
+
+def ipqueuesz(server: Any, q: Any) -> dict:
+    parse_bool(q, "all")
+    return {}  # rillet has no internal inter-thread queues to report
+
+
+def stacks_text() -> str:
+    """Every thread's stack, then every asyncio task's, in the spirit of a goroutine dump."""
+    out = io.StringIO()
+    frames = sys._current_frames()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in frames.items():
+        out.write(f"thread {ident} [{names.get(ident, '?')}]:\n")
+        out.write("".join(traceback.format_stack(frame)))
+        out.write("\n")
+    try:
+        tasks = asyncio.all_tasks()
+    except RuntimeError:
+        tasks = set()
+    for t in sorted(tasks, key=lambda t: t.get_name()):
+        state = "done" if t.done() else "pending"
+        out.write(f"task {t.get_name()} [{state}]: {t.get_coro()!r}\n")
+        for f in t.get_stack():
+            out.write("".join(traceback.format_stack(f, limit=1)))
+        out.write("\n")
+    return out.getvalue()
+
+
+def expvar_body(rss: int) -> bytes:
+    """``/debug/vars``: the command line and the few memory figures a Python process can give."""
+    import gc
+
+    from rillet.monitor.gofmt import dumps
+    mem = {"Sys": rss, "NumGC": sum(s.get("collections", 0) for s in gc.get_stats())}
+    parts = [b'"cmdline": ' + dumps(list(sys.argv), 0), b'"memstats": ' + dumps(mem, 0)]
+    return b"{\n" + b",\n".join(parts) + b"\n}\n"

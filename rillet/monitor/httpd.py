@@ -1,0 +1,293 @@
+"""The monitoring HTTP server (aiohttp) and its routing, response and error conventions.
+
+Routing follows Go's ``http.ServeMux`` as nats-server sets it up: each endpoint matches its exact
+path (under ``http_base_path`` when set), the index page only the base itself, anything else is
+``404 page not found``. JSON answers carry ``Content-Type: application/json`` and
+``Access-Control-Allow-Origin: *``; query errors are ``400`` in plain text. A ``callback`` query
+parameter wraps the JSON for JSONP (``application/javascript``), as nats-server 2.11 does.
+"""
+from __future__ import annotations
+
+import html
+import posixpath
+import re
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+import rillet
+from rillet.monitor import endpoints, procstats
+from rillet.monitor.conns import ConnzOptions, connz, decode_subs
+from rillet.monitor.gofmt import QueryError, dumps, go_quote
+from rillet.monitor.varz import varz
+
+ROOT, VARZ, CONNZ, ROUTEZ, GATEWAYZ, LEAFZ, SUBSZ, STACKSZ = (
+    "/", "/varz", "/connz", "/routez", "/gatewayz", "/leafz", "/subsz", "/stacksz")
+ACCOUNTZ, ACCSTATZ, JSZ, HEALTHZ, IPQUEUESZ, RAFTZ, EXPVARZ = (
+    "/accountz", "/accstatz", "/jsz", "/healthz", "/ipqueuesz", "/raftz", "/debug/vars")
+SUBSCRIPTIONSZ = "/subscriptionsz"
+
+_CALLBACK_OK = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$.]*$")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def normalize_base_path(p: str) -> str:
+    if not p:
+        return "/"
+    if not p.startswith("/"):
+        p = "/" + p
+    return posixpath.normpath(p).replace("//", "/")
+
+
+def join_path(base: str, p: str) -> str:
+    return posixpath.normpath(posixpath.join(base, p.lstrip("/"))) if base != "/" else p
+
+
+class Monitor:
+    """Owns the HTTP request counters and the CPU meter, and answers every request."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.http_req_stats: dict[str, int] = {}
+        self.acc_closed: dict[str, tuple[int, int, int, int]] = {}
+        self.cpu = procstats.CPUMeter()
+        self.base = normalize_base_path(server.opts.http_base_path)
+        routes: dict[str, Handler] = {
+            ROOT: self.handle_root,
+            VARZ: self.handle_varz,
+            CONNZ: self.handle_connz,
+            ROUTEZ: self.handle_routez,
+            GATEWAYZ: self.handle_gatewayz,
+            LEAFZ: self.handle_leafz,
+            SUBSZ: self.handle_subsz,
+            SUBSCRIPTIONSZ: self.handle_subsz,
+            STACKSZ: self.handle_stacksz,
+            ACCOUNTZ: self.handle_accountz,
+            ACCSTATZ: self.handle_accstatz,
+            JSZ: self.handle_jsz,
+            HEALTHZ: self.handle_healthz,
+            IPQUEUESZ: self.handle_ipqueuesz,
+            RAFTZ: self.handle_raftz,
+            EXPVARZ: self.handle_expvarz,
+        }
+        self.routes = {join_path(self.base, p): h for p, h in routes.items()}
+
+    # ---- plumbing -------------------------------------------------------------------------------------
+
+    def add_closed_totals(self, acc: str, c: Any) -> None:
+        """Keep the message counts of closed connections per account (for /accstatz)."""
+        t = self.acc_closed.get(acc, (0, 0, 0, 0))
+        self.acc_closed[acc] = (t[0] + c.in_msgs, t[1] + c.in_bytes, t[2] + c.out_msgs, t[3] + c.out_bytes)
+
+    def account_totals(self, acc: Any) -> tuple[int, int, int, int]:
+        """(in_msgs, in_bytes, out_msgs, out_bytes) of an account's client connections, closed ones too."""
+        in_m, in_b, out_m, out_b = self.acc_closed.get(acc.name, (0, 0, 0, 0))
+        for c in list(acc.clients):
+            in_m += c.in_msgs
+            in_b += c.in_bytes
+            out_m += c.out_msgs
+            out_b += c.out_bytes
+        return in_m, in_b, out_m, out_b
+
+    def count(self, path: str) -> None:
+        self.http_req_stats[path] = self.http_req_stats.get(path, 0) + 1
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        h = self.routes.get(request.path)
+        if h is None:
+            return not_found()
+        try:
+            return await h(request)
+        except QueryError as e:
+            return text_response(str(e), 400)
+
+    def json(self, request: web.Request, obj: Any, status: int = 200, indent: int = 2) -> web.Response:
+        return json_response(request, dumps(obj, indent), status)
+
+    # ---- handlers -------------------------------------------------------------------------------------
+
+    async def handle_root(self, request: web.Request) -> web.Response:
+        self.count(ROOT)
+        return web.Response(body=index_page(self.base).encode(), content_type="text/html", charset="utf-8")
+
+    async def handle_varz(self, request: web.Request) -> web.Response:
+        self.count(VARZ)
+        return self.json(request, varz(self.server, self.http_req_stats, self.cpu))
+
+    async def handle_connz(self, request: web.Request) -> web.Response:
+        opts = ConnzOptions.from_query(request.query)
+        self.count(CONNZ)
+        return self.json(request, connz(self.server, opts))
+
+    async def handle_routez(self, request: web.Request) -> web.Response:
+        decode_subs(request.query)
+        self.count(ROUTEZ)
+        return self.json(request, endpoints.routez(self.server, request.query))
+
+    async def handle_gatewayz(self, request: web.Request) -> web.Response:
+        self.count(GATEWAYZ)
+        return self.json(request, endpoints.gatewayz(self.server, request.query))
+
+    async def handle_leafz(self, request: web.Request) -> web.Response:
+        self.count(LEAFZ)
+        return self.json(request, endpoints.leafz(self.server, request.query))
+
+    async def handle_subsz(self, request: web.Request) -> web.Response:
+        self.count(SUBSZ)
+        return self.json(request, endpoints.subsz(self.server, request.query))
+
+    async def handle_stacksz(self, request: web.Request) -> web.Response:
+        return json_response(request, endpoints.stacks_text().encode())
+
+    async def handle_accountz(self, request: web.Request) -> web.Response:
+        self.count(ACCOUNTZ)
+        return self.json(request, endpoints.accountz(self.server, request.query))
+
+    async def handle_accstatz(self, request: web.Request) -> web.Response:
+        self.count(ACCSTATZ)
+        return self.json(request, endpoints.accstatz(self.server, request.query, self.account_totals))
+
+    async def handle_jsz(self, request: web.Request) -> web.Response:
+        self.count(JSZ)
+        return self.json(request, endpoints.jsz(self.server, request.query))
+
+    async def handle_healthz(self, request: web.Request) -> web.Response:
+        self.count(HEALTHZ)
+        o = endpoints.healthz_options(request.query)
+        log = self.server.log
+        if o["js-enabled"]:
+            log.warn("Healthcheck: js-enabled deprecated, use js-enabled-only instead")
+        code, body = endpoints.healthz(self.server, o)
+        if body.get("error"):
+            log.warn(f"Healthcheck failed: {go_quote(body['error'])}")
+        elif body.get("errors"):
+            log.warn(f"Healthcheck failed: {len(body['errors'])} errors")
+        return self.json(request, body, code, indent=0)
+
+    async def handle_ipqueuesz(self, request: web.Request) -> web.Response:
+        return self.json(request, endpoints.ipqueuesz(self.server, request.query), indent=3)
+
+    async def handle_raftz(self, request: web.Request) -> web.Response:
+        return text_response("No Raft nodes registered", 404)
+
+    async def handle_expvarz(self, request: web.Request) -> web.Response:
+        body = endpoints.expvar_body(procstats.rss_bytes())
+        return web.Response(body=body, content_type="application/json", charset="utf-8")
+
+
+def json_response(request: web.Request, data: bytes, status: int = 200) -> web.Response:
+    cb = request.query.get("callback", "")
+    if cb and _CALLBACK_OK.match(cb):
+        return web.Response(body=cb.encode() + b"(" + data + b")", status=status,
+                            content_type="application/javascript")
+    return web.Response(body=data, status=status, content_type="application/json",
+                        headers={"Access-Control-Allow-Origin": "*"})
+
+
+def text_response(text: str, status: int) -> web.Response:
+    return web.Response(body=text.encode(), status=status, content_type="text/plain", charset="utf-8")
+
+
+def not_found() -> web.Response:
+    r = text_response("404 page not found\n", 404)
+    r.headers["X-Content-Type-Options"] = "nosniff"
+    return r
+
+
+_LINKS = (
+    ("General", VARZ), ("JetStream", JSZ), ("Connections", CONNZ), ("Accounts", ACCOUNTZ),
+    ("Account Stats", ACCSTATZ), ("Subscriptions", SUBSZ), ("Routes", ROUTEZ), ("LeafNodes", LEAFZ),
+    ("Gateways", GATEWAYZ), ("Raft Groups", RAFTZ), ("Health Probe", HEALTHZ), ("Expvar", EXPVARZ),
+)
+
+
+def index_page(base: str) -> str:
+    items = "\n".join(
+        f'    <li><a href="{html.escape(join_path(base, p))}">{label}</a> <code>{p}</code></li>'
+        for label, p in _LINKS)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+  <head>
+    <meta charset="utf-8">
+    <title>Rillet monitoring</title>
+    <style>
+      body {{ font-family: system-ui, sans-serif; margin: 2rem; }}
+      li {{ margin: 0.3rem 0; }}
+      code {{ color: #888; }}
+    </style>
+  </head>
+  <body>
+    <h1>Rillet</h1>
+    <p>NATS server v{html.escape(rillet.SERVER_VERSION)} compatible (rillet {html.escape(rillet.__version__)})</p>
+    <ul>
+{items}
+    </ul>
+    <p><a href="https://docs.nats.io/running-a-nats-service/nats_admin/monitoring">Monitoring documentation</a></p>
+  </body>
+</html>
+"""
+
+
+def make_app(monitor: Monitor) -> web.Application:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", monitor.dispatch)
+    return app
+
+
+class MonitorListener:
+    """What the server keeps in ``extra_listeners``: closes the HTTP server on shutdown."""
+
+    def __init__(self, runner: web.AppRunner, scheme: str) -> None:
+        self.runner = runner
+        self.scheme = scheme
+        self.closed = False
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        await self.runner.cleanup()
+
+
+async def start_site(server: Any, monitor: Monitor, secure: bool) -> MonitorListener:
+    o = server.opts
+    host = o.http_host or o.host or "0.0.0.0"
+    port = o.https_port if secure else o.http_port
+    if port == -1:
+        port = 0
+    ssl_ctx = None
+    if secure:
+        if o.tls is None:
+            raise ValueError("TLS cert and key required for HTTPS")
+        from rillet.server.tls import make_server_context
+        import ssl
+        ssl_ctx = make_server_context(o.tls)
+        ssl_ctx.verify_mode = ssl.CERT_NONE  # monitoring never asks for client certificates
+    runner = web.AppRunner(make_app(monitor), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        raise OSError(e.errno, f"can't listen to the monitor port: listen tcp {_hostport(host, port)}: "
+                               f"bind: {(e.strerror or str(e)).lower()}") from e
+    actual = port
+    srv = site._server  # the asyncio server: the bound port when 0 was asked for
+    if srv is not None and srv.sockets:
+        actual = srv.sockets[0].getsockname()[1]
+    scheme = "https" if secure else "http"
+    if secure:
+        server.https_addr = (host, actual)
+    else:
+        server.http_addr = (host, actual)
+    server.log.notice(f"Starting {scheme} monitor on {_hostport(host, actual)}")
+    return MonitorListener(runner, scheme)
+
+
+def _hostport(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+

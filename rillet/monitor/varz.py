@@ -1,0 +1,401 @@
+"""/varz: server identity, configuration and runtime counters, and the JetStream summary blocks
+that /varz and /jsz share."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import rillet
+from rillet.monitor import procstats
+from rillet.monitor.gofmt import go_time, go_time_f, num, secs_to_ns, uptime
+
+DEFAULT_TLS_TIMEOUT = 2.0
+
+
+# ---- JetStream ----------------------------------------------------------------------------------------
+
+def js_hook(server: Any) -> Any:
+    """The JetStream module, when one is attached to the server (``server.jetstream``)."""
+    return getattr(server, "jetstream", None)
+
+
+def js_running(server: Any) -> bool:
+    """JetStream configured and actually serving (a module is attached and says it is enabled)."""
+    if not server.opts.jetstream.enabled:
+        return False
+    js = js_hook(server)
+    if js is None:
+        return False
+    is_enabled = getattr(js, "is_enabled", None)
+    if callable(is_enabled):
+        return bool(is_enabled())
+    return bool(getattr(js, "enabled", True))
+
+
+def js_config(server: Any) -> dict:
+    """The effective JetStream configuration, computed like nats-server when limits are left unset."""
+    js = js_hook(server)
+    fn = getattr(js, "config_dict", None)
+    if callable(fn):
+        return fn()
+    o = server.opts.jetstream
+    store = os.path.join(o.store_dir, "jetstream") if o.store_dir else \
+        os.path.join(tempfile.gettempdir(), "nats", "jetstream")
+    max_mem = o.max_memory_store
+    if max_mem is None or max_mem < 0:
+        sysmem = procstats.system_memory()
+        max_mem = sysmem // 4 * 3 if sysmem > 0 else 256 * 1024 * 1024
+    max_store = o.max_file_store
+    if max_store is None or max_store < 0:
+        max_store = procstats.disk_available(store)
+    cfg: dict[str, Any] = {"max_memory": int(max_mem), "max_storage": int(max_store), "store_dir": store}
+    si = o.sync_interval
+    if isinstance(si, str):
+        if si.lower() == "always":
+            cfg["sync_always"] = True
+    elif si:
+        cfg["sync_interval"] = secs_to_ns(si)
+    if o.domain:
+        cfg["domain"] = o.domain
+    if o.unique_tag:
+        cfg["unique_tag"] = o.unique_tag
+    cfg["strict"] = not bool(o.extra.get("strict") is False)
+    return cfg
+
+
+def js_stats(server: Any) -> dict:
+    """JetStreamStats: usage and API counters (zeros until a JetStream module reports its own)."""
+    js = js_hook(server)
+    fn = getattr(js, "stats_dict", None)
+    if callable(fn):
+        return fn()
+    return {
+        "memory": 0,
+        "storage": 0,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "accounts": 0,
+        "ha_assets": 0,
+        "api": {"level": 0, "total": 0, "errors": 0},
+    }
+
+
+def js_limits(server: Any) -> dict:
+    js = js_hook(server)
+    fn = getattr(js, "limits_dict", None)
+    if callable(fn):
+        return fn()
+    return {}
+
+
+def varz_jetstream(server: Any) -> dict:
+    if not js_running(server):
+        return {}
+    js = js_hook(server)
+    fn = getattr(js, "varz", None)
+    if callable(fn):
+        return fn()
+    return {"config": js_config(server), "stats": js_stats(server), "limits": js_limits(server)}
+
+
+# ---- subsystems (reported from their options, like nats-server) ---------------------------------------
+
+def _route_hosts(urls: list[str]) -> list[str]:
+    out = []
+    for u in urls:
+        try:
+            out.append(urlsplit(u if "://" in u else "nats://" + u).netloc.rpartition("@")[2])
+        except ValueError:
+            out.append(u)
+    return out
+
+
+def _split_listen(v: Any) -> tuple[str, int]:
+    if not isinstance(v, str):
+        return "", int(v) if isinstance(v, int) else 0
+    host, _, port = v.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return v, 0
+
+
+def _seconds(v: Any) -> float:
+    if isinstance(v, bool):
+        return 0.0
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        from rillet.config.values import parse_go_duration
+        try:
+            return float(parse_go_duration(v))
+        except Exception:
+            return 0.0
+    return 0.0
+
+
+def _host_port(m: dict) -> tuple[str, int]:
+    host = str(m.get("host", "") or "")
+    port = m.get("port", 0)
+    if "listen" in m:
+        h, p = _split_listen(m["listen"])
+        host = host or h
+        port = port or p
+    try:
+        port = int(port)
+    except (TypeError, ValueError):
+        port = 0
+    return host, port
+
+
+def _timeouts(m: dict, d: dict) -> None:
+    auth = m.get("authorization")
+    if isinstance(auth, dict) and auth.get("timeout") is not None:
+        t = _seconds(auth.get("timeout"))
+        if t:
+            d["auth_timeout"] = num(t)
+    tls = m.get("tls")
+    if isinstance(tls, dict):
+        d["tls_timeout"] = num(_seconds(tls.get("timeout", DEFAULT_TLS_TIMEOUT)) or DEFAULT_TLS_TIMEOUT)
+        d["tls_required"] = True
+        if tls.get("verify") or tls.get("verify_and_map"):
+            d["tls_verify"] = True
+
+
+def varz_cluster(server: Any) -> dict:
+    c = server.opts.cluster
+    d: dict[str, Any] = {}
+    if c.name:
+        d["name"] = c.name
+    if not c.port:
+        return d
+    if c.host:
+        d["addr"] = c.host
+    d["cluster_port"] = c.port
+    if c.auth_timeout:
+        d["auth_timeout"] = num(float(c.auth_timeout))
+    if c.routes:
+        d["urls"] = _route_hosts(c.routes)
+    if c.tls is not None:
+        d["tls_timeout"] = num(float(c.tls.timeout))
+        d["tls_required"] = True
+        d["tls_verify"] = True
+    if c.pool_size:
+        d["pool_size"] = c.pool_size
+    return d
+
+
+def varz_gateway(server: Any) -> dict:
+    g = server.opts.gateway or {}
+    if not isinstance(g, dict) or not g.get("name"):
+        return {}
+    host, port = _host_port(g)
+    d: dict[str, Any] = {"name": str(g["name"])}
+    if host:
+        d["host"] = host
+    if port:
+        d["port"] = port
+    _timeouts(g, d)
+    d.pop("tls_verify", None)
+    if d.get("tls_required"):
+        d["tls_verify"] = True
+    if g.get("advertise"):
+        d["advertise"] = str(g["advertise"])
+    if g.get("connect_retries"):
+        d["connect_retries"] = int(g["connect_retries"])
+    remotes = []
+    for r in g.get("gateways") or []:
+        if isinstance(r, dict) and r.get("name"):
+            rd: dict[str, Any] = {"name": str(r["name"])}
+            tls = r.get("tls")
+            if isinstance(tls, dict) and tls.get("timeout") is not None:
+                rd["tls_timeout"] = num(_seconds(tls["timeout"]))
+            remotes.append(rd)
+    if remotes:
+        d["gateways"] = remotes
+    if g.get("reject_unknown") or g.get("reject_unknown_cluster"):
+        d["reject_unknown"] = True
+    return d
+
+
+def varz_leaf(server: Any) -> dict:
+    ln = server.opts.leafnodes or {}
+    if not isinstance(ln, dict) or not ln:
+        return {}
+    host, port = _host_port(ln)
+    d: dict[str, Any] = {}
+    if port:
+        if host:
+            d["host"] = host
+        d["port"] = port
+        _timeouts(ln, d)
+    remotes = []
+    for r in ln.get("remotes") or []:
+        if not isinstance(r, dict):
+            continue
+        rd: dict[str, Any] = {}
+        if r.get("account"):
+            rd["local_account"] = str(r["account"])
+        urls = r.get("urls") or r.get("url") or []
+        if isinstance(urls, str):
+            urls = [urls]
+        if urls:
+            rd["urls"] = _route_hosts([str(u) for u in urls])
+        remotes.append(rd)
+    if remotes:
+        d["remotes"] = remotes
+    return d
+
+
+def varz_mqtt(server: Any) -> dict:
+    m = server.opts.mqtt or {}
+    if not isinstance(m, dict) or not m:
+        return {}
+    host, port = _host_port(m)
+    d: dict[str, Any] = {}
+    if host:
+        d["host"] = host
+    if port:
+        d["port"] = port
+    if m.get("no_auth_user"):
+        d["no_auth_user"] = str(m["no_auth_user"])
+    _timeouts(m, d)
+    d.pop("tls_required", None)
+    d.pop("tls_verify", None)
+    if m.get("js_domain"):
+        d["js_domain"] = str(m["js_domain"])
+    if m.get("ack_wait"):
+        d["ack_wait"] = secs_to_ns(_seconds(m["ack_wait"]))
+    if m.get("max_ack_pending"):
+        d["max_ack_pending"] = int(m["max_ack_pending"])
+    return d
+
+
+def varz_websocket(server: Any) -> dict:
+    w = server.opts.websocket
+    d: dict[str, Any] = {}
+    if not w.port:
+        return d
+    if w.host:
+        d["host"] = w.host
+    d["port"] = w.port
+    if w.advertise:
+        d["advertise"] = w.advertise
+    if w.no_auth_user:
+        d["no_auth_user"] = w.no_auth_user
+    if w.jwt_cookie:
+        d["jwt_cookie"] = w.jwt_cookie
+    if w.handshake_timeout:
+        d["handshake_timeout"] = secs_to_ns(w.handshake_timeout)
+    if w.auth_timeout:
+        d["auth_timeout"] = num(float(w.auth_timeout))
+    if w.no_tls:
+        d["no_tls"] = True
+    if w.same_origin:
+        d["same_origin"] = True
+    if w.allowed_origins:
+        d["allowed_origins"] = list(w.allowed_origins)
+    if w.compression:
+        d["compression"] = True
+    return d
+
+
+# ---- /varz --------------------------------------------------------------------------------------------
+
+def system_account_name(server: Any) -> str:
+    sa = getattr(server, "system_account", None)
+    if sa is not None:
+        return sa if isinstance(sa, str) else getattr(sa, "name", "")
+    o = server.opts
+    if o.no_system_account:
+        return ""
+    if o.system_account and o.system_account in server.accounts:
+        return o.system_account
+    return "$SYS" if "$SYS" in server.accounts else ""
+
+
+def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -> dict:
+    o = server.opts
+    info = server.info_dict()
+    now = time.time_ns()
+    v: dict[str, Any] = {
+        "server_id": server.server_id,
+        "server_name": server.name,
+        "version": rillet.SERVER_VERSION,
+        "proto": rillet.PROTO_VERSION,
+        "go": info.get("go", ""),
+        "host": info.get("host", o.host),
+        "port": server.addr[1] if server.addr[1] else o.port,
+    }
+    if info.get("auth_required"):
+        v["auth_required"] = True
+    if info.get("tls_required"):
+        v["tls_required"] = True
+    if info.get("tls_verify"):
+        v["tls_verify"] = True
+    if info.get("connect_urls"):
+        v["connect_urls"] = list(info["connect_urls"])
+    if o.websocket.port and o.websocket.advertise:
+        v["ws_connect_urls"] = [o.websocket.advertise]
+    v["max_connections"] = o.max_connections
+    if o.max_subscriptions:
+        v["max_subscriptions"] = o.max_subscriptions
+    v["ping_interval"] = secs_to_ns(o.ping_interval)
+    v["ping_max"] = o.ping_max
+    v["http_host"] = o.http_host or o.host
+    v["http_port"] = o.http_port
+    v["http_base_path"] = o.http_base_path
+    v["https_port"] = o.https_port
+    v["auth_timeout"] = num(float(o.effective_auth_timeout()))
+    v["max_control_line"] = o.max_control_line
+    v["max_payload"] = o.max_payload
+    v["max_pending"] = o.max_pending
+    v["cluster"] = varz_cluster(server)
+    v["gateway"] = varz_gateway(server)
+    v["leaf"] = varz_leaf(server)
+    v["mqtt"] = varz_mqtt(server)
+    v["websocket"] = varz_websocket(server)
+    v["jetstream"] = varz_jetstream(server)
+    v["tls_timeout"] = num(float(o.tls.timeout if o.tls is not None else DEFAULT_TLS_TIMEOUT))
+    v["write_deadline"] = secs_to_ns(o.write_deadline)
+    v["start"] = go_time_f(server.start_time)
+    v["now"] = go_time(now)
+    v["uptime"] = uptime(now / 1e9 - server.start_time) if server.start_time else "0s"
+    v["mem"] = procstats.rss_bytes()
+    v["cores"] = procstats.cores()
+    v["gomaxprocs"] = procstats.usable_cores()
+    v["cpu"] = num(cpu.percent())
+    v["connections"] = len(server.clients)
+    v["total_connections"] = server.total_connections
+    v["routes"] = 0
+    v["remotes"] = 0
+    v["leafnodes"] = 0
+    in_m, in_b, out_m, out_b = server.totals()
+    v["in_msgs"] = in_m
+    v["in_bytes"] = in_b
+    v["in_client_msgs"] = in_m
+    v["in_client_bytes"] = in_b
+    v["out_msgs"] = out_m
+    v["out_bytes"] = out_b
+    v["out_client_msgs"] = out_m
+    v["out_client_bytes"] = out_b
+    v["slow_consumers"] = server.slow_consumers
+    v["stale_connections"] = getattr(server, "stale_connections", 0)
+    v["stalled_clients"] = 0
+    v["subscriptions"] = sum(a.sublist.count() for a in list(server.accounts.values()))
+    v["http_req_stats"] = dict(sorted(http_req_stats.items()))
+    v["config_load_time"] = go_time_f(server.config_load_time)
+    v["config_digest"] = getattr(o, "config_digest", "") or ""
+    if o.tags:
+        v["tags"] = list(o.tags)
+    sa = system_account_name(server)
+    if sa:
+        v["system_account"] = sa
+    v["slow_consumer_stats"] = {"clients": server.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0}
+    v["stale_connection_stats"] = {"clients": getattr(server, "stale_connections", 0), "routes": 0,
+                                   "gateways": 0, "leafs": 0}
+    v["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}
+    return v
