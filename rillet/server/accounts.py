@@ -49,30 +49,31 @@ class Account:
         return self._match(subject)
 
     def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool:
-        """Deliver to the subscriptions of a sublist result ``r`` (see ``deliver``)."""
-        psubs = r.psubs
-        qsubs = r.qsubs
+        """Deliver to the subscriptions of a sublist result ``r`` (see ``deliver``).
+
+        The frame is built once as a head (``MSG <subject> ``) and a tail (`` [reply] <size>\r\n<msg>\r\n``);
+        each subscriber's buffer gets head, its SID and tail.
+        """
         size = len(msg)
-        sz = str(size).encode()
         if hdr < 0:
-            head = b"MSG " + subject + b" "
+            head = b"MSG %b " % subject
             if reply:
-                tail = b" " + reply + b" " + sz + b"\r\n" + msg + b"\r\n"
+                tail = b" %b %d\r\n%b\r\n" % (reply, size, msg)
             else:
-                tail = b" " + sz + b"\r\n" + msg + b"\r\n"
+                tail = b" %d\r\n%b\r\n" % (size, msg)
         else:
-            head = b"HMSG " + subject + b" "
+            head = b"HMSG %b " % subject
             if reply:
-                tail = b" " + reply + b" " + str(hdr).encode() + b" " + sz + b"\r\n" + msg + b"\r\n"
+                tail = b" %b %d %d\r\n%b\r\n" % (reply, hdr, size, msg)
             else:
-                tail = b" " + str(hdr).encode() + b" " + sz + b"\r\n" + msg + b"\r\n"
+                tail = b" %d %d\r\n%b\r\n" % (hdr, size, msg)
         pending = self._pending
-        echo = c.echo
+        no_echo = not c.echo
         n = 0
         done: list | None = None
-        for sub in psubs:
+        for sub in r.psubs:
             sc = sub.client
-            if sc is c and not echo:
+            if no_echo and sc is c:
                 continue
             if sub.icb is not None:
                 sub.nm += 1
@@ -91,9 +92,7 @@ class Account:
                     done.append(sub)
             out = sc.out
             if hdr >= 0 and not sc.headers:
-                out += b"MSG " + subject + b" "
-                out += sub.sid_b
-                out += _strip_headers(reply, hdr, msg)
+                out += b"MSG %b %b%b" % (subject, sub.sid_b, _strip_headers(reply, hdr, msg))
             else:
                 out += head
                 out += sub.sid_b
@@ -104,35 +103,34 @@ class Account:
             if not sc.flush_pending:
                 sc.flush_pending = True
                 pending.append(sc)
-        for group in qsubs:
-            sub = self._pick(group, c, echo, subject, reply)
-            if sub is None:
-                continue
-            sc = sub.client
-            sub.nm += 1
-            if sub.icb is not None:
-                sub.icb(sub, c, subject, reply, hdr, msg)
+        if r.qsubs:
+            for group in r.qsubs:
+                sub = self._pick(group, c, not no_echo, subject, reply)
+                if sub is None:
+                    continue
+                sc = sub.client
+                sub.nm += 1
+                if sub.icb is not None:
+                    sub.icb(sub, c, subject, reply, hdr, msg)
+                    n += 1
+                    continue
+                if sub.max and sub.nm >= sub.max:
+                    if done is None:
+                        done = []
+                    done.append(sub)
+                out = sc.out
+                if hdr >= 0 and not sc.headers:
+                    out += b"MSG %b %b%b" % (subject, sub.sid_b, _strip_headers(reply, hdr, msg))
+                else:
+                    out += head
+                    out += sub.sid_b
+                    out += tail
+                sc.out_msgs += 1
+                sc.out_bytes += size
                 n += 1
-                continue
-            if sub.max and sub.nm >= sub.max:
-                if done is None:
-                    done = []
-                done.append(sub)
-            out = sc.out
-            if hdr >= 0 and not sc.headers:
-                out += b"MSG " + subject + b" "
-                out += sub.sid_b
-                out += _strip_headers(reply, hdr, msg)
-            else:
-                out += head
-                out += sub.sid_b
-                out += tail
-            sc.out_msgs += 1
-            sc.out_bytes += size
-            n += 1
-            if not sc.flush_pending:
-                sc.flush_pending = True
-                pending.append(sc)
+                if not sc.flush_pending:
+                    sc.flush_pending = True
+                    pending.append(sc)
         if done is not None:
             for sub in done:
                 sub.client.remove_sub(sub)
