@@ -807,9 +807,31 @@ class WebsocketConnection(asyncio.Protocol):
         n = len(data)
         pos = 0
         mask_read = self.mask_read
+        mask_fn = _mask_inplace
+        append = out.append
         while pos < n:
             if not self._in_frame:
                 avail = n - pos
+                # fast path: a whole masked, final, uncompressed binary frame that starts a message
+                if avail > 6 and data[pos] == 0x82 and self._ff and mask_fn is not None:
+                    b1 = data[pos + 1]
+                    ln = b1 & 0x7F
+                    if b1 & 0x80 and ln < 127:
+                        if ln == 126:
+                            if avail < 8:
+                                self._hdr = data[pos:]
+                                return
+                            ln = (data[pos + 2] << 8) | data[pos + 3]
+                            p = pos + 4
+                        else:
+                            p = pos + 2
+                        end = p + 4 + ln
+                        if end <= n:
+                            buf = bytearray(data[p + 4:end])
+                            mask_fn(data[p:p + 4], buf)
+                            append(buf)
+                            pos = end
+                            continue
                 if avail < 2:
                     self._hdr = data[pos:]
                     return
