@@ -285,6 +285,14 @@ async def test_compression_negotiated_and_used():
         # a second, uncompressed message also works on a compressing connection
         ws.send(cframe(2, b"PING\r\n"))
         assert await ws.read_until(b"PONG\r\n") == b"PONG\r\n"
+        # every compressed message from the server inflates on its own (server_no_context_takeover)
+        for i in range(3):
+            body = (b"%d" % i) * 200
+            ws.send(cframe(2, b"PUB foo 200\r\n" + body + b"\r\n"))
+            fin, rsv1, op, payload = await ws.read_frame()
+            assert rsv1 and fin
+            assert zlib.decompressobj(-15).decompress(payload + b"\x00\x00\xff\xff") == \
+                b"MSG foo 1 200\r\n" + body + b"\r\n"
         await ws.close()
 
 

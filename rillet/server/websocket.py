@@ -421,6 +421,7 @@ class WebsocketConnection(asyncio.Protocol):
         self._csz = 0  # compressed bytes of the current message
         self._dsz = 0  # decompressed bytes of the current message
         self._inflater: Any = None
+        self._deflater: Any = None
 
     # ---- asyncio.Protocol (socket side) --------------------------------------------------------------
 
@@ -491,8 +492,12 @@ class WebsocketConnection(asyncio.Protocol):
             t.writelines((_H64.pack(0x82, 127, n), data))
 
     def _write_compressed(self, data: bytes) -> None:
-        co = zlib.compressobj(1, zlib.DEFLATED, -15)
-        p = co.compress(data) + co.flush(zlib.Z_SYNC_FLUSH)
+        co = self._deflater
+        if co is None:
+            co = self._deflater = zlib.compressobj(1, zlib.DEFLATED, -15)
+        # a full flush ends the message and forgets the history: each message can be inflated on its own
+        # (server_no_context_takeover), without the cost of a new compressor per message
+        p = co.compress(data) + co.flush(zlib.Z_FULL_FLUSH)
         if p.endswith(_DEFLATE_TAIL):
             p = p[:-4]
         t = self.t
