@@ -254,13 +254,12 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
         "connections": [],
     }
 
+    clist = dict(server.clients)
     if acc:
-        a = server.accounts.get(acc)
-        if a is None:
+        if acc not in server.accounts:
             return result
-        clist = {c.cid: c for c in list(a.clients) if getattr(c, "cid", 0) and not c.closed}
-    else:
-        clist = dict(server.clients)
+        # the connection's bound account decides (account client sets may lag a late account bind)
+        clist = {cid: c for cid, c in clist.items() if c.account.name == acc}
 
     closed: list[dict] = []
     total = 0

@@ -99,8 +99,9 @@ def leafz(server: Any, q: Any) -> dict:
 
 # ---- accounts -----------------------------------------------------------------------------------------
 
-def _client_count(acc: Any) -> int:
-    return sum(1 for c in list(acc.clients) if not getattr(c, "closed", False))
+def account_clients(server: Any, acc: Any) -> list[Any]:
+    """The open client connections bound to ``acc`` (taken from the server's registry)."""
+    return [c for c in list(server.clients.values()) if c.account is acc]
 
 
 def accountz(server: Any, q: Any) -> dict:
@@ -126,7 +127,7 @@ def accountz(server: Any, q: Any) -> dict:
     info["complete"] = True
     info["jetstream_enabled"] = bool(js_running(server) and name != sa)
     info["leafnode_connections"] = 0
-    info["client_connections"] = _client_count(acc)
+    info["client_connections"] = len(account_clients(server, acc))
     info["subscriptions"] = acc.sublist.count()
     info["name_tag"] = name
     info["sublist_stats"] = sublist_stats([acc.sublist])
@@ -138,8 +139,8 @@ def _msg_bytes(msgs: int, nbytes: int) -> dict:
     return {"msgs": msgs, "bytes": nbytes, "gateways": dict(zero), "routes": dict(zero), "leafs": dict(zero)}
 
 
-def account_stat(acc: Any, totals: Any) -> dict:
-    conns = _client_count(acc)
+def account_stat(server: Any, acc: Any, totals: Any) -> dict:
+    conns = len(account_clients(server, acc))
     in_m, in_b, out_m, out_b = totals(acc)
     return {
         "acc": acc.name,
@@ -160,8 +161,8 @@ def accstatz(server: Any, q: Any, totals: Any) -> dict:
     unused = parse_bool(q, "unused")
     stats = []
     for acc in list(server.accounts.values()):
-        if unused or _client_count(acc):
-            stats.append(account_stat(acc, totals))
+        if unused or account_clients(server, acc):
+            stats.append(account_stat(server, acc, totals))
     return {"server_id": server.server_id, "now": _now(), "account_statz": stats}
 
 

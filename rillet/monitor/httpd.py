@@ -83,7 +83,7 @@ class Monitor:
     def account_totals(self, acc: Any) -> tuple[int, int, int, int]:
         """(in_msgs, in_bytes, out_msgs, out_bytes) of an account's client connections, closed ones too."""
         in_m, in_b, out_m, out_b = self.acc_closed.get(acc.name, (0, 0, 0, 0))
-        for c in list(acc.clients):
+        for c in endpoints.account_clients(self.server, acc):
             in_m += c.in_msgs
             in_b += c.in_bytes
             out_m += c.out_msgs
