@@ -721,3 +721,62 @@ async def test_wss_self_signed(tmp_path):
         info = json.loads((await ws.read_until(b"\r\n"))[5:])
         assert info["tls_required"] is True and info["tls_available"] is True
         await ws.close()
+
+
+# ---- misc ----------------------------------------------------------------------------------------------------------
+
+
+async def test_browser_frames_are_at_most_4k():
+    async with run_server(ws_opts()) as srv:
+        ws = await raw_nats(srv.websocket_addr[1],
+                            extra="User-Agent: Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0\r\n")
+        ws.send(cframe(2, b"SUB b 1\r\nPUB b 10000\r\n" + b"w" * 10000 + b"\r\n"))
+        buf = b""
+        sizes = []
+        while len(buf) < 10000 + len(b"MSG b 1 10000\r\n\r\n"):
+            fin, rsv1, op, payload = await ws.read_frame()
+            assert fin and op == 2
+            sizes.append(len(payload))
+            buf += payload
+        assert max(sizes) <= 4096 and len(sizes) >= 3
+        assert buf == b"MSG b 1 10000\r\n" + b"w" * 10000 + b"\r\n"
+        await ws.close()
+
+
+async def test_websocket_ping_interval():
+    async with run_server(ws_opts(extra={"ping_interval": 0.1})) as srv:
+        ws = await raw_nats(srv.websocket_addr[1])
+        assert await ws.read_until(b"PING\r\n", timeout=1) == b"PING\r\n"
+        await ws.close()
+
+
+async def test_x_forwarded_for_in_log_prefix():
+    out = io.StringIO()
+    async with run_server(ws_opts(debug=True), log=Logger(out=out, debug=True)) as srv:
+        ws = await raw_nats(srv.websocket_addr[1], extra="X-Forwarded-For: 10.1.2.3\r\n")
+        await ws.close()
+        await asyncio.sleep(0.05)
+    assert "10.1.2.3/127.0.0.1:" in out.getvalue()
+    assert " - wid:1 - Client connection created" in out.getvalue()
+
+
+async def test_from_config_file():
+    from rillet.config import load_string
+    opts = load_string("""
+        listen: 127.0.0.1:-1
+        websocket {
+            listen: "127.0.0.1:-1"
+            no_tls: true
+            compression: true
+            headers { X-From-Config: "1" }
+        }
+    """)
+    async with run_server(opts) as srv:
+        port = srv.websocket_addr[1]
+        ws = await raw_connect(port, request=_req(port, extra="Sec-WebSocket-Extensions: permessage-deflate\r\n"))
+        assert ws.status == 101 and ws.header("X-From-Config") == "1"
+        assert ws.header("Sec-WebSocket-Extensions")
+        await ws.close()
+        nc = await nats.connect(ws_url(srv))
+        await nc.flush(timeout=2)
+        await nc.close()
