@@ -401,6 +401,7 @@ class WebsocketConnection(asyncio.Protocol):
         self.upgraded = False
         self.closing = False
         self.close_sent = False
+        self._close_payload: bytes | None = None  # what the close frame carries, when not from the reason
         # negotiated
         self.compress = False
         self.browser = False
@@ -532,11 +533,14 @@ class WebsocketConnection(asyncio.Protocol):
         if t is None:
             return
         if self.upgraded and not self.close_sent:
-            reason = self.client.close_reason if self.client is not None else ""
-            reason = reason or "Server Shutdown"
+            payload = self._close_payload
+            if payload is None:
+                reason = self.client.close_reason if self.client is not None else ""
+                reason = reason or "Server Shutdown"
+                payload = close_payload(close_status_for(reason), reason)
             self.close_sent = True
             try:
-                t.write(encode_frame(OP_CLOSE, close_payload(close_status_for(reason), reason)))
+                t.write(encode_frame(OP_CLOSE, payload))
             except Exception:  # pragma: no cover - transport already broken
                 pass
         t.close()
@@ -986,17 +990,9 @@ class WebsocketConnection(asyncio.Protocol):
         reply = b"" if status == CLOSE_NO_STATUS else close_payload(status, body)
         raise _PeerClosed(reply)
 
-    def _send_close(self, payload: bytes) -> None:
-        if self.close_sent or self.t is None:
-            return
-        self.close_sent = True
-        try:
-            self.t.write(encode_frame(OP_CLOSE, payload))
-        except Exception:  # pragma: no cover
-            pass
-
     def _peer_closed(self, reply: bytes) -> None:
-        self._send_close(reply)
+        """The peer sent a close frame: echo its status (after any pending data), close as Client Closed."""
+        self._close_payload = reply
         c = self.client
         if c is not None and not c.closed:
             c.close("Client Closed")
@@ -1004,7 +1000,7 @@ class WebsocketConnection(asyncio.Protocol):
             self.close()
 
     def _protocol_error(self, msg: str) -> None:
-        self._send_close(close_payload(CLOSE_PROTOCOL_ERROR, msg))
+        self._close_payload = close_payload(CLOSE_PROTOCOL_ERROR, msg)
         self._read_error(msg)
 
     def _read_error(self, msg: str) -> None:
