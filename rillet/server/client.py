@@ -338,12 +338,12 @@ class Client(asyncio.Protocol):
             if not perms.can_subscribe(subject, queue):
                 sid_s = sid.decode(errors="replace")
                 if queue:
-                    err = f'Permissions Violation for Subscription to "{subject}" using queue "{queue}" (sid "{sid_s}")'
+                    err = f'Permissions Violation for Subscription to "{subject}" using queue "{queue}"'
+                    logtxt = f'Subscription Violation - Subject "{subject}", Queue: "{queue}", SID {sid_s}'
                 else:
-                    err = f'Permissions Violation for Subscription to "{subject}" (sid "{sid_s}")'
-                self.server.log.error(f"{self.log_prefix()} - Subscription Violation - {_perm_user(self)}"
-                                      f'Subject "{subject}"' + (f' Queue: "{queue}"' if queue else "")
-                                      + f' SID {sid_s}')
+                    err = f'Permissions Violation for Subscription to "{subject}"'
+                    logtxt = f'Subscription Violation - Subject "{subject}", SID {sid_s}'
+                self.server.log.error(f"{self.log_prefix()} - {logtxt}")
                 self.send_err(err)
                 return
         mx = self.server.opts.max_subscriptions
@@ -430,7 +430,7 @@ class Client(asyncio.Protocol):
         if perms is None or not perms.has_pub or perms.can_publish(subject):
             return True
         s = subject.decode(errors="replace")
-        self.server.log.error(f"{self.log_prefix()} - Publish Violation - {_perm_user(self)}Subject \"{s}\"")
+        self.server.log.error(f"{self.log_prefix()} - Publish Violation - Subject \"{s}\"")
         self.send_err(f'Permissions Violation for Publish to "{s}"')
         return False
 
@@ -537,10 +537,6 @@ def _valid_queue(q: str) -> bool:
         if ch in " \t\r\n":
             return False
     return bool(q)
-
-
-def _perm_user(c: Client) -> str:
-    return f'User "{c.user}" ' if c.user else ""
 
 
 def _redact(arg: bytes) -> str:

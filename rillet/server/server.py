@@ -236,18 +236,24 @@ class Server:
         c.start()
 
     async def _upgrade_tls(self, c: Client) -> None:
-        """INFO has gone out in the clear; now the client starts its TLS handshake."""
+        """INFO has gone out in the clear; now the client starts its TLS handshake.
+
+        Until ``start_tls`` hands back the TLS transport, a holding protocol keeps what the client sends
+        (it may arrive right after the handshake, before this coroutine resumes); then the client takes
+        over the TLS transport and gets the held data.
+        """
         t = c.transport
         assert t is not None and self.tls_context is not None
+        holder = _TLSHolder(c)
         try:
             new_t = await asyncio.wait_for(
-                self.loop.start_tls(t, c, self.tls_context, server_side=True),
+                self.loop.start_tls(t, holder, self.tls_context, server_side=True),
                 timeout=(self.opts.tls.timeout if self.opts.tls else 2.0) + 0.5)
         except (asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError) as e:
             self.log.error(f"{c.log_prefix()} - TLS handshake error: {e}")
             c.close("TLS Handshake Failure")
             return
-        if new_t is None:
+        if new_t is None or c.closed:
             c.close("TLS Handshake Failure")
             return
         c.transport = new_t  # type: ignore[assignment]
@@ -257,6 +263,12 @@ class Server:
             ci = ssl_obj.cipher()
             c.tls_cipher = ci[0] if ci else ""
         self.log.debug(f"{c.log_prefix()} - TLS handshake complete")
+        new_t.set_protocol(c)
+        if holder.lost is not None:
+            c.connection_lost(holder.lost[0])
+            return
+        if holder.data:
+            c.data_received(b"".join(holder.data))
 
     def unregister_client(self, c: Client) -> None:
         if self.clients.pop(c.cid, None) is None:
@@ -463,6 +475,28 @@ class Server:
             out_m += ic.out_msgs
             out_b += ic.out_bytes
         return in_m, in_b, out_m, out_b
+
+
+class _TLSHolder(asyncio.Protocol):
+    """Stands in for a client while its TLS handshake completes (see ``Server._upgrade_tls``)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.data: list[bytes] = []
+        self.lost: tuple[Exception | None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = (exc,)
+        self.client.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.client.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.client.resume_writing()
 
 
 def _hostport(host: str, port: int) -> str:
