@@ -196,6 +196,8 @@ class RawClient:
         self.eof = False
         self.info: dict[str, Any] = {}
         self.info_line = b""
+        self.connect_info: dict[str, Any] | None = None
+        self._first_pong_seen = False
 
     @classmethod
     async def open(cls, target: Any, connect: dict[str, Any] | None | bool = True, *,
@@ -321,9 +323,35 @@ class RawClient:
         raise AssertionError(f"expected MSG or HMSG, got {line!r}")
 
     async def ping(self, timeout: float = 3.0) -> bytes:
-        """Send PING and return everything the server sent before its PONG."""
+        """Send PING and return everything the server sent before its PONG.
+
+        nats-server answers the first PING after CONNECT (protocol >= 1) with PONG and then an INFO that
+        has ``"connect_info": true``; that INFO is taken out of the data and kept in ``connect_info``.
+        """
         self.send(b"PING\r\n")
-        return (await self.read_until(b"PONG\r\n", timeout))[:-6]
+        data = (await self.read_until(b"PONG\r\n", timeout))[:-6]
+        data = self.strip_connect_info(data)
+        if not self._first_pong_seen and self.connect_info is None and not self.buf.startswith(b"INFO"):
+            # give an INFO that follows the first PONG a moment to arrive
+            with contextlib.suppress(Closed):
+                await self._fill(0.02)
+        self._first_pong_seen = True
+        self.buf = self.strip_connect_info(self.buf)
+        return data
+
+    def strip_connect_info(self, data: bytes) -> bytes:
+        """Remove (and remember) the one INFO with ``"connect_info": true`` from ``data``."""
+        i = data.find(b"INFO {")
+        while i >= 0 and (i == 0 or data[i - 2:i] == b"\r\n"):
+            end = data.find(b"\r\n", i)
+            if end < 0:
+                break
+            info = json.loads(data[i + 5:end])
+            if info.get("connect_info"):
+                self.connect_info = info
+                return data[:i] + data[end + 2:]
+            i = data.find(b"INFO {", end)
+        return data
 
     async def read_for(self, seconds: float) -> bytes:
         """Everything that arrives within ``seconds`` (stops early at EOF; sets ``eof``)."""
@@ -350,10 +378,10 @@ class RawClient:
         """A PING gets its PONG (anything before it stays buffered)."""
         try:
             self.send(b"PING\r\n")
-            data = await self.read_until(b"PONG\r\n", 3.0)
+            data = self.strip_connect_info(await self.read_until(b"PONG\r\n", 3.0))
         except (Closed, ConnectionError):
             return False
-        self.buf = data[:-6] + self.buf
+        self.buf = data[:-6] + self.strip_connect_info(self.buf)
         return True
 
     async def close(self) -> None:
