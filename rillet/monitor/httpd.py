@@ -101,6 +101,9 @@ class Monitor:
             return await h(request)
         except QueryError as e:
             return text_response(str(e), 400)
+        except Exception as e:  # a monitoring bug must not take the server down
+            self.server.log.error(f"monitoring: error serving {request.path}: {e!r}")
+            return text_response("Internal Server Error", 500)
 
     def json(self, request: web.Request, obj: Any, status: int = 200, indent: int = 2) -> web.Response:
         return json_response(request, dumps(obj, indent), status)
