@@ -211,6 +211,7 @@ class Client(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self.last_activity = time.time()
         try:
             self.parser.feed(data)
         except ProtocolError as e:
@@ -269,6 +270,8 @@ class Client(asyncio.Protocol):
         self.verbose = co.verbose
         self.pedantic = co.pedantic
         self.connect_received = True
+        if not self.rtt:
+            self.rtt = time.time() - self.start_time  # a first estimate, until a PING round trip measures it
         self.update_slow_path()
         if self.verbose:
             self.out += _OK
@@ -298,6 +301,8 @@ class Client(asyncio.Protocol):
             self.bind_account(acc)
 
     def bind_account(self, acc: "Account") -> None:
+        self.account.clients.discard(self)
+        acc.clients.add(self)
         self.account = acc
         self.sublist_match = acc.sublist.match
 
