@@ -322,7 +322,8 @@ class Server:
             "headers": not o.no_header_support,
             "max_payload": o.max_payload,
         }
-        if self.authenticator.required:
+        # with a no_auth_user, clients may connect without credentials: nats-server then does not ask
+        if self.authenticator.required and not o.no_auth_user:
             info["auth_required"] = True
         if o.tls is not None:
             if o.tls_required:
