@@ -17,7 +17,7 @@ import nats
 from rillet.server.embed import run_server
 from rillet.server.logging import Logger
 from rillet.server.options import Options, TLSConfig, User, WebsocketOptions
-from rillet.server.websocket import accept_key, start_websocket
+from rillet.server.websocket import accept_key
 
 pytestmark = pytest.mark.asyncio
 

@@ -368,10 +368,9 @@ class WSClient(Client):
             info.pop("tls_available", None)
         if self._ws_auth is not None and self._ws_auth.required:
             info["auth_required"] = True
-        # the connect URLs for websocket clients come from the cluster's websocket URLs; alone: none
+        # websocket clients get the cluster's websocket URLs (advertise included) as connect_urls; a
+        # server on its own sends none, even with an advertise address (as nats-server)
         info.pop("connect_urls", None)
-        if lst.advertise_url:
-            info["connect_urls"] = [lst.advertise_url]
         self.out += b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b"\r\n"
         self.flush()
 
@@ -1040,7 +1039,6 @@ class WebsocketListener:
         self.raw_headers = ""
         self.same_origin = False
         self.allowed_origins: dict[str, list[tuple[str, str]]] = {}
-        self.advertise_url = ""
         self.configure(wo)
 
     def configure(self, wo: WebsocketOptions) -> None:
@@ -1124,9 +1122,6 @@ class WebsocketListener:
         srv.log.notice(f"Listening for websocket clients on {proto}://{self.host}:{self.addr[1]}")
         if ssl_ctx is None:
             srv.log.warn("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!")
-        if wo.advertise:
-            adv = wo.advertise
-            self.advertise_url = adv if "://" in adv else adv
         srv.extra_listeners.append(self)
 
     @property
