@@ -174,6 +174,35 @@ async def serve(**fields: Any) -> AsyncIterator[Any]:
         yield srv
 
 
+@contextlib.asynccontextmanager
+async def serve_config(text: str, tmp_dir: str | None = None) -> AsyncIterator[Any]:
+    """Run a server from configuration file text (nats-server syntax) for the duration of the block.
+
+    Rillet: the file goes through the command line loader (``-c file``) and the server runs in-process.
+    Give the text a ``listen: 127.0.0.1:-1`` (or host/port) line to pick the address.
+    """
+    fd, path = tempfile.mkstemp(suffix=".conf", prefix="rillet-test-", dir=tmp_dir)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    try:
+        if GO:
+            proc = ServerProcess("-c", path, command=["nats-server"])
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, proc.wait_ready)
+                yield proc
+            finally:
+                proc.stop()
+            return
+        from rillet.config.flags import parse_command_line
+        from rillet.server.embed import run_server
+        opts = parse_command_line(["-c", path]).options
+        async with run_server(opts) as srv:
+            yield srv
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 # ---------------------------------------------------------------------------------------------------
 # A raw protocol client
 
@@ -330,7 +359,7 @@ class RawClient:
         """
         self.send(b"PING\r\n")
         data = (await self.read_until(b"PONG\r\n", timeout))[:-6]
-        data = self.strip_connect_info(data)
+        data = self.answer_pings(self.strip_connect_info(data))
         if not self._first_pong_seen and self.connect_info is None and not self.buf.startswith(b"INFO"):
             # give an INFO that follows the first PONG a moment to arrive
             with contextlib.suppress(Closed):
@@ -338,6 +367,32 @@ class RawClient:
         self._first_pong_seen = True
         self.buf = self.strip_connect_info(self.buf)
         return data
+
+    def answer_pings(self, data: bytes) -> bytes:
+        """Answer (with PONG) and remove the server's keep-alive PINGs found in ``data``.
+
+        Only whole protocol lines are looked at: message payloads are skipped.
+        """
+        if b"PING\r\n" not in data:
+            return data
+        out = bytearray()
+        pos = 0
+        while pos < len(data):
+            nl = data.find(b"\r\n", pos)
+            if nl < 0:
+                out += data[pos:]
+                break
+            line = data[pos:nl]
+            end = nl + 2
+            if line.startswith((b"MSG ", b"HMSG ")):
+                with contextlib.suppress(ValueError):
+                    end += int(line.rsplit(b" ", 1)[1]) + 2
+            if line == b"PING":
+                self.send(b"PONG\r\n")
+            else:
+                out += data[pos:end]
+            pos = end
+        return bytes(out)
 
     def strip_connect_info(self, data: bytes) -> bytes:
         """Remove (and remember) the one INFO with ``"connect_info": true`` from ``data``."""
