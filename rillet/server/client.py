@@ -95,6 +95,7 @@ class Client(asyncio.Protocol):
         self.pedantic = False
         self.no_responders = False
         self.perms: PermChecker | None = None
+        self.auth = server.authenticator  # websocket connections may use their own (websocket {} overrides)
         self.slow_path = server.trace_on  # per-PUB checks needed (trace, permissions, pedantic, verbose)
         self.user = ""
         self.nonce: bytes | None = None
@@ -141,11 +142,11 @@ class Client(asyncio.Protocol):
         """Called by the server after registration: INFO, auth timer, ping timer."""
         srv = self.server
         opts = srv.opts
-        if srv.authenticator.needs_nonce:
+        if self.auth.needs_nonce:
             self.nonce = srv.make_nonce()
         self.send_info()
         loop = srv.loop
-        if srv.authenticator.required:
+        if self.auth.required:
             self.parser.awaiting_connect = True
             self._auth_timer = loop.call_later(opts.effective_auth_timeout(), self._auth_timeout)
         self._ping_timer = loop.call_later(opts.ping_interval, self._ping_tick)
@@ -243,12 +244,12 @@ class Client(asyncio.Protocol):
         self.opts = co
         if srv.opts.tls_required and self.conn_type == "STANDARD" and not self.tls_version:
             raise ProtocolError("Secure Connection - TLS Required", "TLS required", "Secure Connection Required")
-        if srv.authenticator.required:
+        if self.auth.required:
             try:
                 connect_dict = _json_decode(arg)
             except msgspec.DecodeError:
                 connect_dict = {}
-            res = srv.authenticator.authenticate(connect_dict, self.nonce, self.conn_type)
+            res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type)
             if res is False:
                 srv.log.error(f"{self.log_prefix()} - authentication error"
                               + (f" - User \"{co.user}\"" if co.user else ""))
@@ -280,7 +281,7 @@ class Client(asyncio.Protocol):
     def proto_before_connect(self) -> bool:
         """An operation arrived before CONNECT while authentication is required."""
         srv = self.server
-        u = srv.authenticator.no_auth_user()
+        u = self.auth.no_auth_user()
         if u is not None:
             self._apply_user(u)
             if self._auth_timer is not None:

@@ -119,6 +119,22 @@ class Server:
             log.warn("JetStream is not available in this version of Rillet; starting without it")
         if o.tls is not None:
             self.tls_context = make_server_context(o.tls)
+        try:
+            await self._start_listeners()
+        except BaseException:
+            for lst in self.extra_listeners:
+                try:
+                    await lst.close()
+                except Exception:
+                    pass
+            self.extra_listeners.clear()
+            raise
+        self._write_pid_and_ports()
+        log.notice("Server is ready")
+
+    async def _start_listeners(self) -> None:
+        o = self.opts
+        log = self.log
         if o.http_port or o.https_port:
             from rillet.monitor import start_monitor
             await start_monitor(self)
@@ -141,8 +157,6 @@ class Server:
         if o.tls is not None:
             log.notice("TLS required for client connections" if o.tls_required
                        else "TLS available for client connections")
-        self._write_pid_and_ports()
-        log.notice("Server is ready")
 
     def _new_client(self) -> Client:
         return Client(self)
@@ -171,7 +185,9 @@ class Server:
             if self.https_addr:
                 ports["monitoring"] = ports.get("monitoring", []) + [f"https://{_hostport(*self.https_addr)}"]
             if self.websocket_addr:
-                ports["websocket"] = [f"ws://{_hostport(*self.websocket_addr)}"]
+                ws = o.websocket
+                scheme = "ws" if ws.no_tls or ws.tls is None else "wss"
+                ports["websocket"] = [f"{scheme}://{_hostport(*self.websocket_addr)}"]
             exe = os.path.basename(sys.argv[0] or "rillet-server").replace(".py", "")
             path = os.path.join(o.ports_file_dir, f"{exe}_{os.getpid()}.ports")
             with open(path, "w") as f:
@@ -361,14 +377,7 @@ class Server:
         if c.nonce is not None:
             info["nonce"] = c.nonce.decode()
         if c.conn_type == "WEBSOCKET":
-            ws = self.opts.websocket
-            info.pop("tls_required", None)
-            info.pop("tls_available", None)
-            info.pop("tls_verify", None)
-            if not ws.no_tls and ws.tls is not None:
-                info["tls_required"] = True
-            if self.websocket_addr:
-                info["port"] = self.websocket_addr[1]
+            c.adjust_info(info)
         return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b"\r\n"
 
     def broadcast_info(self) -> None:

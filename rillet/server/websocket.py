@@ -289,27 +289,14 @@ class WSClient(Client):
         self.ws = conn
         lst = conn.listener
         self._ws_auth = lst.auth_override_for(server)
+        if self._ws_auth is not None:
+            self.auth = self._ws_auth
         wo = server.opts.websocket
         pi = wo.extra.get("ping_interval") if wo.extra else None
         self._ws_ping = float(pi) if isinstance(pi, (int, float)) and pi > 0 else 0.0
 
-    # -- authentication overrides (websocket { authorization {...}, no_auth_user }) --------------------
-
-    def _with_ws_auth(self, fn, *args):
-        auth = self._ws_auth
-        if auth is None:
-            return fn(*args)
-        srv = self.server
-        saved = srv.authenticator
-        srv.authenticator = auth
-        try:
-            return fn(*args)
-        finally:
-            if srv.authenticator is auth:
-                srv.authenticator = saved
-
     def start(self) -> None:
-        self._with_ws_auth(super().start)
+        super().start()
         loop = self.server.loop
         wo = self.server.opts.websocket
         if self._auth_timer is not None and wo.auth_timeout > 0:
@@ -340,21 +327,12 @@ class WSClient(Client):
                         changed = True
                 if changed:
                     arg = json.dumps(d, separators=(",", ":")).encode()
-        self._with_ws_auth(super().proto_connect, arg)
-
-    def proto_before_connect(self) -> bool:
-        return self._with_ws_auth(super().proto_before_connect)
+        super().proto_connect(arg)
 
     # -- INFO -------------------------------------------------------------------------------------------
 
-    def send_info(self) -> None:
-        raw = self.server.info_for(self)
-        try:
-            info = json.loads(raw[5:])
-        except ValueError:  # pragma: no cover - info_for always emits JSON
-            self.out += raw
-            self.flush()
-            return
+    def adjust_info(self, info: dict) -> None:
+        """INFO as a websocket client sees it (called by ``Server.info_for``)."""
         lst = self.ws.listener
         info["host"] = lst.host
         if lst.addr is not None:
@@ -371,8 +349,6 @@ class WSClient(Client):
         # websocket clients get the cluster's websocket URLs (advertise included) as connect_urls; a
         # server on its own sends none, even with an advertise address (as nats-server)
         info.pop("connect_urls", None)
-        self.out += b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b"\r\n"
-        self.flush()
 
     def log_prefix(self) -> str:
         ip = self.ws.client_ip
