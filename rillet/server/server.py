@@ -445,6 +445,10 @@ class Server:
         self.log.trace_on = new_opts.trace
         self.log.logtime = new_opts.logtime
         self.authenticator = Authenticator(new_opts)
+        for lst in self.extra_listeners:
+            configure = getattr(lst, "configure", None)
+            if configure is not None and getattr(lst, "is_websocket", False):
+                configure(new_opts.websocket)
         for c in list(self.clients.values()):
             c.parser.max_payload = new_opts.max_payload
             c.parser.max_control_line = new_opts.max_control_line
@@ -460,7 +464,13 @@ class Server:
         import msgspec
         co = c.opts
         d = msgspec.to_builtins(co)
-        res = self.authenticator.authenticate(d, c.nonce, c.conn_type)
+        if c.conn_type == "WEBSOCKET":
+            override = getattr(c, "refresh_auth", None)
+            if override is not None:
+                override()
+        else:
+            c.auth = self.authenticator
+        res = c.auth.authenticate(d, c.nonce, c.conn_type)
         if res is False:
             c.close("Authentication Failure", "Authorization Violation")
             return

@@ -331,6 +331,11 @@ class WSClient(Client):
 
     # -- INFO -------------------------------------------------------------------------------------------
 
+    def refresh_auth(self) -> None:
+        """After a reload: the websocket override built from the new options, else the server's."""
+        self._ws_auth = self.ws.listener.auth_override_for(self.server)
+        self.auth = self._ws_auth if self._ws_auth is not None else self.server.authenticator
+
     def adjust_info(self, info: dict) -> None:
         """INFO as a websocket client sees it (called by ``Server.info_for``)."""
         lst = self.ws.listener
@@ -1002,6 +1007,8 @@ class _PeerClosed(Exception):
 
 class WebsocketListener:
     """The websocket listener registered in ``server.extra_listeners``."""
+
+    is_websocket = True
 
     def __init__(self, server: "Server") -> None:
         self.server = server
