@@ -397,6 +397,31 @@ async def test_operation_before_connect_with_auth_is_authorization_violation():
         assert (out, state) == (b"PONG\r\n", "open")
 
 
+@pytest.mark.parametrize("data, prefix", [
+    (b"SUB \xff 1\r\n", b"-ERR 'Permissions Violation for Subscription to \""),
+    (b"SUB bar \xd0W 1\r\n", b"-ERR 'Permissions Violation for Subscription to \"bar\" using queue \""),
+    (b"PUB \xff 1\r\na\r\n", b"-ERR 'Permissions Violation for Publish to \""),
+], ids=["sub-subject", "sub-queue", "pub-subject"])
+async def test_permission_violation_with_non_utf8_names(data, prefix):
+    """Found by fuzzing: a denied SUB whose subject or queue is not UTF-8 makes Client.send_err raise
+    UnicodeEncodeError inside data_received (asyncio aborts the connection: no -ERR, no close reason).
+    nats-server answers -ERR 'Permissions Violation for Subscription to "\\xff"' and keeps the connection."""
+    from rillet.server.options import Permission, Permissions, User
+    loop = asyncio.get_running_loop()
+    loop_errors: list[dict] = []
+    old_handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _l, ctx: loop_errors.append(ctx))
+    try:
+        perms = Permissions(publish=Permission(allow=["foo", "_S"]), subscribe=Permission(allow=["foo", "_S"]))
+        async with run_server(users=[User(username="a", password="b", permissions=perms)]) as srv:
+            login = b'CONNECT {"user":"a","pass":"b","verbose":false,"pedantic":false}\r\n'
+            out, state = await exchange(srv.addr[1], login + data)
+    finally:
+        loop.set_exception_handler(old_handler)
+    assert not loop_errors, [str(c.get("exception")) for c in loop_errors]
+    assert state == "open" and out.startswith(prefix) and out.count(b"\r\n") == 1, (out, state)
+
+
 # ==== endless lines, giant payloads, memory =================================================================
 
 async def _attack(port: int, first: bytes, chunk: bytes, limit: int) -> tuple[bytes, bool, int, int]:
@@ -428,7 +453,7 @@ async def _sample_pending(srv, stop: asyncio.Event, peaks: dict[int, int]) -> No
     (b"SUB ", b"y" * 100),
     (b"CONNECT ", b"z" * 4096),
     (b"PUB foo bar ", b"1"),
-])
+], ids=["pub-1KiB-reads", "sub-100B-reads", "connect-4KiB-reads", "pub-1B-reads"])
 async def test_endless_control_line_is_cut_off(first, chunk):
     async with run_server() as srv:
         stop = asyncio.Event()
@@ -444,7 +469,8 @@ async def test_endless_control_line_is_cut_off(first, chunk):
         assert peaks.get(lport, 0) <= srv.opts.max_control_line + 64
 
 
-@pytest.mark.parametrize("first", [b"PUB foo 999999999\r\n", b"PUB foo 1048577\r\n", b"PUB foo r 5000000\r\n"])
+@pytest.mark.parametrize("first", [b"PUB foo 999999999\r\n", b"PUB foo 1048577\r\n", b"PUB foo r 5000000\r\n"],
+                         ids=["9-digits", "max+1", "with-reply"])
 async def test_giant_payload_announcement_is_refused(first):
     async with run_server() as srv:
         stop = asyncio.Event()
