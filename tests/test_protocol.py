@@ -759,3 +759,77 @@ def _whole_msgs(data: bytes) -> bytes:
     """Cut a stream at the end of its last complete MSG (the connection may stop mid-message)."""
     end = data.rfind(b"\r\nMSG ")
     return data[:end + 2] if end >= 0 else b""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parser details
+
+
+async def test_operations_are_case_insensitive_and_accept_tabs(srv):
+    c = await RawClient.open(srv)
+    c.send(b"sub foo 1\r\npub foo 2\r\nhi\r\nSuB\tbar\t2\r\nPUB\tbar\t  1\r\nx\r\nunsub 1\r\npub foo 1\r\nz\r\n")
+    assert await c.ping() == b"MSG foo 1 2\r\nhi\r\nMSG bar 2 1\r\nx\r\n"
+    await c.close()
+
+
+async def test_bare_newline_line_endings(srv):
+    c = await RawClient.open(srv)
+    c.send(b"SUB foo 1\nPUB foo 2\nhi\r\nPING\n")
+    assert await c.read_until(b"PONG\r\n") == b"MSG foo 1 2\r\nhi\r\nPONG\r\n"
+    await c.close()
+
+
+async def test_duplicate_sid_keeps_first_subscription(srv):
+    c = await RawClient.open(srv)
+    c.send(b"SUB foo 1\r\nSUB bar 1\r\nPUB foo 1\r\na\r\nPUB bar 1\r\nb\r\n")
+    assert await c.ping() == b"MSG foo 1 1\r\na\r\n"
+    await c.close()
+
+
+async def test_payload_not_followed_by_crlf_closes(srv):
+    c = await RawClient.open(srv)
+    c.send(b"PUB foo 2\r\nhiXX\r\nPING\r\n")
+    data = await c.read_until_closed()
+    assert b"PONG" not in data
+
+
+async def test_hpub_header_size_larger_than_total_closes(srv):
+    c = await RawClient.open(srv, headers=True)
+    c.send(b"HPUB foo 20 10\r\n0123456789\r\nPING\r\n")
+    data = await c.read_until_closed()
+    assert b"PONG" not in data
+
+
+@pytest.mark.parametrize("line", [b"PUB foo", b"PUB", b"SUB foo", b"SUB", b"UNSUB",
+                                  b"PUB foo bar baz 2", b"HPUB foo 2"],
+                         ids=["pub-1-arg", "pub-no-arg", "sub-1-arg", "sub-no-arg", "unsub-no-arg",
+                              "pub-4-args", "hpub-1-size"])
+async def test_malformed_arguments_close(srv, line):
+    c = await RawClient.open(srv, headers=True)
+    assert await c.ping() == b""
+    c.send(line + b"\r\nPING\r\n")
+    data = await c.read_until_closed()
+    assert b"PONG" not in data
+
+
+async def test_subscriber_sees_reply_subject(srv):
+    c = await RawClient.open(srv, headers=True)
+    c.send(b"SUB foo 1\r\nPUB foo bar.baz 2\r\nhi\r\nHPUB foo r.1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n")
+    assert await c.ping() == (b"MSG foo 1 bar.baz 2\r\nhi\r\nHMSG foo 1 r.1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n")
+    await c.close()
+
+
+async def test_sid_is_echoed_as_given(srv):
+    c = await RawClient.open(srv)
+    c.send(b"SUB foo abc.DEF-1\r\nPUB foo 0\r\n\r\n")
+    assert await c.ping() == b"MSG foo abc.DEF-1 0\r\n\r\n"
+    await c.close()
+
+
+async def test_unsub_with_unparsable_max_unsubscribes_now(srv):
+    # nats-server reads a bad max as -1: an immediate unsubscribe, not an error
+    c = await RawClient.open(srv)
+    c.send(b"SUB foo 1\r\nUNSUB 1 x\r\nPUB foo 1\r\na\r\n")
+    assert await c.ping() == b""
+    assert await c.is_open()
+    await c.close()
