@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import re
@@ -170,8 +171,38 @@ async def serve(**fields: Any) -> AsyncIterator[Any]:
         return
     from rillet.server.embed import run_server
     from rillet.server.options import Options
-    async with run_server(Options(**fields)) as srv:
+    opts = Options(**fields)
+    buf = io.StringIO()
+    async with run_server(opts, log=_rillet_logger(opts, buf)) as srv:
+        srv._test_log = buf
         yield srv
+
+
+def _rillet_logger(opts: Any, buf: io.StringIO) -> Any:
+    from rillet.server.logging import Logger
+    return Logger(debug=opts.debug, trace=opts.trace, out=buf)
+
+
+def log_text(srv: Any) -> str:
+    """What the server has logged so far (in-process Rillet or a nats-server subprocess)."""
+    if hasattr(srv, "_test_log"):
+        return srv._test_log.getvalue()
+    if isinstance(srv, GoServer):
+        return srv.proc.output
+    return srv.output
+
+
+async def wait_log(srv: Any, pattern: str, timeout: float = 3.0) -> re.Match:
+    """Wait until the server logs a line matching ``pattern``."""
+    rx = re.compile(pattern, re.M)
+    deadline = time.monotonic() + timeout
+    while True:
+        m = rx.search(log_text(srv))
+        if m:
+            return m
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no log line matching {pattern!r} within {timeout}s; log:\n" + log_text(srv))
+        await asyncio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager
@@ -196,7 +227,9 @@ async def serve_config(text: str, tmp_dir: str | None = None) -> AsyncIterator[A
         from rillet.config.flags import parse_command_line
         from rillet.server.embed import run_server
         opts = parse_command_line(["-c", path]).options
-        async with run_server(opts) as srv:
+        buf = io.StringIO()
+        async with run_server(opts, log=_rillet_logger(opts, buf)) as srv:
+            srv._test_log = buf
             yield srv
     finally:
         with contextlib.suppress(OSError):

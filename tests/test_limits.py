@@ -10,7 +10,7 @@ import time
 import nats
 import pytest
 
-from helpers import Msg, RawClient, ServerProcess, parse_stream, serve, serve_config
+from helpers import Msg, RawClient, ServerProcess, parse_stream, serve, serve_config, wait_log
 
 # nats-server sends the text of its ErrMaxControlLine error, in lower case
 MCL_ERR = b"-ERR 'maximum control line exceeded'\r\n"
@@ -183,6 +183,8 @@ async def test_write_deadline_cuts_off_stalled_subscriber():
         assert received == 3000
         rest = await stalled.read_until_closed(timeout=10)
         assert b"PONG" not in rest
+        await wait_log(s, r"\[INF\] 127\.0\.0\.1:\d+ - cid:\d+ - Slow Consumer Detected: "
+                          r"WriteDeadline of 300ms exceeded with \d+ chunks of \d+ total bytes\.$")
 
 
 async def test_max_pending_cuts_off_stalled_subscriber():
@@ -191,6 +193,7 @@ async def test_max_pending_cuts_off_stalled_subscriber():
         assert received == 3000
         rest = await stalled.read_until_closed(timeout=10)
         assert b"PONG" not in rest
+        await wait_log(s, r"Slow Consumer Detected: MaxPending of 262144 Exceeded$")
 
 
 async def test_write_deadline_from_config(tmp_path):

@@ -14,7 +14,7 @@ import nats
 import pytest
 from nats.errors import NoRespondersError
 
-from helpers import GO, Closed, Msg, RawClient, parse_stream, serve
+from helpers import GO, Closed, Msg, RawClient, parse_stream, serve, wait_log
 
 MB = 1024 * 1024
 
@@ -750,6 +750,7 @@ async def test_slow_consumer_is_cut_off_others_unaffected():
         got = sum(1 for x in parse_stream(_whole_msgs(rest)) if isinstance(x, Msg))
         assert got < n
         assert b"PONG" not in rest
+        await wait_log(s, r"\[INF\] 127\.0\.0\.1:\d+ - cid:\d+ - Slow Consumer Detected: MaxPending of 65536 Exceeded$")
         assert good.is_connected
         await good.close()
         await pub.close()
