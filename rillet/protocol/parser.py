@@ -22,7 +22,7 @@ __all__ = ["ClientParser", "ProtocolError", "UNKNOWN_OP", "MAX_PAYLOAD_VIOLATION
 
 UNKNOWN_OP = "Unknown Protocol Operation"
 MAX_PAYLOAD_VIOLATION = "Maximum Payload Violation"
-MAX_CONTROL_LINE = "Maximum Control Line Exceeded"
+MAX_CONTROL_LINE = "maximum control line exceeded"  # nats-server sends it in lower case
 AUTH_VIOLATION = "Authorization Violation"
 
 _CR = 13
@@ -44,14 +44,14 @@ def _snippet(data: bytes, start: int, size: int = 32) -> str:
 
 
 def _parse_size(b: bytes) -> int:
-    """A non-negative decimal size, or -1 when the token is not one (as nats-server's parseSize)."""
-    if not b or not b.isdigit() or len(b) > 18:
+    """A non-negative decimal size of at most 9 digits, or -1 when the token is not one (as nats-server)."""
+    if not b or not b.isdigit() or len(b) > 9:
         return -1
     return int(b)
 
 
 class ClientParser:
-    __slots__ = ("handler", "max_payload", "max_control_line", "awaiting_connect", "_partial", "_need")
+    __slots__ = ("handler", "max_payload", "max_control_line", "awaiting_connect", "headers", "_partial", "_need")
 
     def __init__(self, handler, max_payload: int = 1024 * 1024, max_control_line: int = 4096) -> None:
         self.handler = handler
@@ -59,6 +59,8 @@ class ClientParser:
         self.max_control_line = max_control_line
         # While True, any operation other than CONNECT asks handler.proto_before_connect() first.
         self.awaiting_connect = False
+        # False: HPUB closes the connection (a server connection sets this from CONNECT's "headers")
+        self.headers = True
         self._partial: bytearray | None = None
         self._need = 0  # >0: total bytes needed in _partial before parsing again; 0: waiting for a newline
 
@@ -73,7 +75,7 @@ class ClientParser:
                 if len(partial) < self._need:
                     return
             elif data.find(b"\n") < 0:
-                self._check_partial_line(partial)
+                self._check_incomplete(partial, 0, len(partial))
                 return
             data = bytes(partial)
             self._partial = None
@@ -81,15 +83,6 @@ class ClientParser:
         pos = self._parse(data)
         if pos < len(data):
             self._partial = bytearray(data[pos:])
-            if not self._need:
-                self._check_partial_line(self._partial)
-
-    def _check_partial_line(self, partial: bytearray) -> None:
-        # An endless control line: nats-server compares the argument part against max_control_line.
-        if len(partial) > self.max_control_line + 8:
-            self._partial = None
-            raise ProtocolError(MAX_CONTROL_LINE, f"control line of {len(partial)} bytes without end",
-                                "Maximum Control Line Exceeded")
 
     def _parse(self, data: bytes) -> int:
         """Parse complete operations from ``data``; return the offset of the first unparsed byte.
@@ -113,12 +106,13 @@ class ClientParser:
         while i < last:
             line = parts[i]
             if line[:4] == b"PUB ":
-                args = line.split()
+                args = line.split(b" ")
                 na = len(args)
-                if (na == 3 or na == 4) and len(line) <= limit and 10 not in line and i + 1 < last:
+                if (na == 3 or na == 4) and len(line) <= limit and i + 1 < last and 9 not in line \
+                        and 10 not in line and b"" not in args:
                     sz = args[-1]
                     payload = parts[i + 1]
-                    if sz.isdigit() and len(payload) == int(sz) and len(payload) <= max_payload:
+                    if sz.isdigit() and len(payload) == int(sz) and len(payload) <= max_payload and len(sz) < 10:
                         pub(args[1], args[2] if na == 4 else None, payload)
                         pos += len(line) + len(payload) + 4
                         i += 2
@@ -152,95 +146,65 @@ class ClientParser:
         return pos
 
     def _parse_general(self, data: bytes, pos: int, one: bool) -> int:
-        """Parse operations from ``pos`` (only one when ``one``); return the offset after the last one."""
+        """Parse operations from ``pos`` (only one when ``one``); return the offset after the last one.
+
+        Mirrors nats-server's byte-by-byte state machine on whole lines: op names are case-insensitive;
+        PUB, HPUB, SUB, UNSUB and -ERR need a space or tab after the name, CONNECT and INFO do not; PING,
+        PONG and +OK ignore the rest of their line; arguments are separated by spaces and tabs only; a
+        control line may end in LF alone, a payload must be followed by CRLF.
+        """
         handler = self.handler
-        pub = handler.proto_pub
         find = data.find
         n = len(data)
-        mcl = self.max_control_line
-        max_payload = self.max_payload
-        awaiting = self.awaiting_connect
         while pos < n:
             nl = find(b"\n", pos)
             if nl < 0:
-                # Incomplete control line: but a bad first byte is an error right away.
-                if data[pos] not in _OP_START_BYTES:
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
+                self._check_incomplete(data, pos, n)
                 return pos
             end = nl - 1 if nl > pos and data[nl - 1] == _CR else nl
             c = data[pos]
-            if awaiting and c != 67 and c != 99:  # not 'C'/'c'
+            if self.awaiting_connect and c != 67 and c != 99:  # not 'C'/'c'
                 if not handler.proto_before_connect():
                     raise ProtocolError(AUTH_VIOLATION, "authorization violation: operation before CONNECT",
                                         "Authentication Failure")
-                awaiting = self.awaiting_connect
-            if c == 80 or c == 112:  # P p: PUB, PING, PONG
-                args = data[pos:end].split()
-                op = args[0] if args else b""
-                if op == b"PUB" or op.upper() == b"PUB":
-                    na = len(args)
-                    if na == 3:
-                        subject = args[1]
-                        reply = None
-                        sz = args[2]
-                    elif na == 4:
-                        subject = args[1]
-                        reply = args[2]
-                        sz = args[3]
-                    else:
-                        self._check_mcl(data, pos + 4, end, mcl)
-                        raise ProtocolError(None, f"processPub Parse Error: {_snippet(data, pos + 4, 64)}")
-                    if end - pos > mcl:
-                        self._check_mcl(data, pos + 4, end, mcl)
-                    if not sz.isdigit() or len(sz) > 18:
-                        raise ProtocolError(None, f"processPub Bad or Missing Size: {_snippet(data, pos + 4, 64)}")
-                    size = int(sz)
-                    if size > max_payload:
-                        raise ProtocolError(MAX_PAYLOAD_VIOLATION,
-                                            f"Maximum Payload Violation: {size} vs {max_payload}",
-                                            "Maximum Payload Exceeded")
-                    start = nl + 1
-                    stop = start + size
-                    if stop + 2 > n:
-                        self._need = stop + 2 - pos
-                        return pos
-                    if data[stop] != _CR or data[stop + 1] != _LF:
-                        raise ProtocolError(UNKNOWN_OP, f"parser ERROR after payload: {_snippet(data, stop)}")
-                    pub(subject, reply, data[start:stop])
-                    pos = stop + 2
-                    if one:
-                        return pos
-                    continue
-                word = data[pos:end].strip().upper()
-                if word == b"PING":
-                    handler.proto_ping()
-                elif word == b"PONG":
-                    handler.proto_pong()
+            op = _op_at(data, pos, end)
+            if op == _PUB:
+                args = self._args(data, pos + 4, end)
+                na = len(args)
+                if na == 2:
+                    subject, reply, size = args[0], None, _parse_size(args[1])
+                elif na == 3:
+                    subject, reply, size = args[0], args[1], _parse_size(args[2])
                 else:
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
-                pos = nl + 1
-                if one:
+                    raise ProtocolError(None, f"processPub Parse Error: {_snippet(data, pos + 4, 64)}")
+                if size < 0:
+                    raise ProtocolError(None, f"processPub Bad or Missing Size: {_snippet(data, pos + 4, 64)}")
+                if size > self.max_payload:
+                    raise ProtocolError(MAX_PAYLOAD_VIOLATION,
+                                        f"Maximum Payload Violation: {size} vs {self.max_payload}",
+                                        "Maximum Payload Exceeded")
+                start = nl + 1
+                stop = start + size
+                if stop + 2 > n:
+                    self._need = stop + 2 - pos
                     return pos
-                continue
-            if c == 72 or c == 104:  # H h: HPUB
-                if data[pos:pos + 4].upper() != b"HPUB" or data[pos + 4] not in (32, 9):
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
-                if end - pos - 5 > mcl:
-                    self._check_mcl(data, pos + 5, end, mcl)
-                args = data[pos + 5:end].split()
+                if data[stop] != _CR or data[stop + 1] != _LF:
+                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR after payload: {_snippet(data, stop)}")
+                handler.proto_pub(subject, reply, data[start:stop])
+                pos = stop + 2
+            elif op == _HPUB:
+                if not self.headers:
+                    raise ProtocolError(None, "message headers not supported", "Protocol Violation")
+                args = self._args(data, pos + 5, end)
                 na = len(args)
                 if na == 3:
-                    subject = args[0]
-                    reply = None
-                    hdr = _parse_size(args[1])
-                    size = _parse_size(args[2])
+                    subject, reply = args[0], None
                 elif na == 4:
-                    subject = args[0]
-                    reply = args[1]
-                    hdr = _parse_size(args[2])
-                    size = _parse_size(args[3])
+                    subject, reply = args[0], args[1]
                 else:
                     raise ProtocolError(None, f"processHeaderPub Parse Error: {_snippet(data, pos + 5, 64)}")
+                hdr = _parse_size(args[-2])
+                size = _parse_size(args[-1])
                 if hdr < 0:
                     raise ProtocolError(None, f"processHeaderPub Bad or Missing Header Size: "
                                               f"{_snippet(data, pos + 5, 64)}")
@@ -250,9 +214,9 @@ class ClientParser:
                 if hdr > size:
                     raise ProtocolError(None, f"processHeaderPub Header Size larger then TotalSize: "
                                               f"{_snippet(data, pos + 5, 64)}")
-                if size > max_payload:
+                if size > self.max_payload:
                     raise ProtocolError(MAX_PAYLOAD_VIOLATION,
-                                        f"Maximum Payload Violation: {size} vs {max_payload}",
+                                        f"Maximum Payload Violation: {size} vs {self.max_payload}",
                                         "Maximum Payload Exceeded")
                 start = nl + 1
                 stop = start + size
@@ -263,14 +227,14 @@ class ClientParser:
                     raise ProtocolError(UNKNOWN_OP, f"parser ERROR after payload: {_snippet(data, stop)}")
                 handler.proto_hpub(subject, reply, hdr, data[start:stop])
                 pos = stop + 2
-                if one:
-                    return pos
-                continue
-            if c == 83 or c == 115:  # S s: SUB
-                if data[pos:pos + 3].upper() != b"SUB" or data[pos + 3] not in (32, 9):
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
-                self._check_mcl(data, pos + 4, end, mcl)
-                args = data[pos + 4:end].split()
+            elif op == _PING:
+                handler.proto_ping()
+                pos = nl + 1
+            elif op == _PONG:
+                handler.proto_pong()
+                pos = nl + 1
+            elif op == _SUB:
+                args = self._args(data, pos + 4, end)
                 na = len(args)
                 if na == 2:
                     handler.proto_sub(args[0], None, args[1])
@@ -279,74 +243,117 @@ class ClientParser:
                 else:
                     raise ProtocolError(None, f"processSub Parse Error: {_snippet(data, pos + 4, 64)}")
                 pos = nl + 1
-                if one:
-                    return pos
-                continue
-            if c == 85 or c == 117:  # U u: UNSUB
-                if data[pos:pos + 5].upper() != b"UNSUB" or data[pos + 5] not in (32, 9):
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
-                self._check_mcl(data, pos + 6, end, mcl)
-                args = data[pos + 6:end].split()
+            elif op == _UNSUB:
+                args = self._args(data, pos + 6, end)
                 na = len(args)
                 if na == 1:
                     handler.proto_unsub(args[0], 0)
                 elif na == 2:
-                    mx = _parse_size(args[1])
-                    if mx < 0:
-                        raise ProtocolError(None, f"processUnsub Bad or Missing Max: {_snippet(data, pos + 6)}")
-                    handler.proto_unsub(args[0], mx)
+                    # a max that is not a number removes the subscription now, as nats-server does
+                    handler.proto_unsub(args[0], max(_parse_size(args[1]), 0))
                 else:
                     raise ProtocolError(None, f"processUnsub Parse Error: {_snippet(data, pos + 6, 64)}")
                 pos = nl + 1
-                if one:
-                    return pos
-                continue
-            if c == 67 or c == 99:  # C c: CONNECT
-                if data[pos:pos + 7].upper() != b"CONNECT" or data[pos + 7] not in (32, 9):
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
-                self._check_mcl(data, pos + 8, end, mcl)
-                handler.proto_connect(data[pos + 8:end].strip())
+            elif op == _CONNECT:
+                handler.proto_connect(self._arg(data, pos + 7, end).rstrip(b" \t"))
                 pos = nl + 1
-                # The handler may have changed limits (e.g. a per-user max_payload).
-                mcl = self.max_control_line
-                max_payload = self.max_payload
-                awaiting = self.awaiting_connect
-                if one:
-                    return pos
-                continue
-            if c == 73 or c == 105:  # I i: INFO
-                if data[pos:pos + 4].upper() != b"INFO" or data[pos + 4] not in (32, 9):
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
-                self._check_mcl(data, pos + 5, end, mcl)
-                handler.proto_info(data[pos + 5:end].strip())
+            elif op == _INFO:
+                handler.proto_info(self._arg(data, pos + 4, end).rstrip(b" \t"))
                 pos = nl + 1
-                if one:
-                    return pos
-                continue
-            if c == 43:  # +OK
-                if data[pos:end].upper() != b"+OK":
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
+            elif op == _OK:
                 handler.proto_ok()
                 pos = nl + 1
-                if one:
-                    return pos
-                continue
-            if c == 45:  # -ERR
-                if data[pos:pos + 4].upper() != b"-ERR":
-                    raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
-                handler.proto_err(data[pos + 4:end].strip())
+            elif op == _ERR:
+                handler.proto_err(self._arg(data, pos + 5, end))
                 pos = nl + 1
-                if one:
-                    return pos
-                continue
-            raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
+            else:
+                raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
+            if one:
+                return pos
         return pos
 
-    @staticmethod
-    def _check_mcl(data: bytes, start: int, end: int, mcl: int) -> None:
-        if end - start > mcl:
-            raise ProtocolError(MAX_CONTROL_LINE, f"max_control_line {mcl}, line length {end - start}",
+    def _arg(self, data: bytes, start: int, end: int) -> bytes:
+        """The argument of an operation: blanks after the op name skipped, checked against max_control_line."""
+        while start < end and (data[start] == 32 or data[start] == 9):
+            start += 1
+        if end - start > self.max_control_line:
+            raise ProtocolError(MAX_CONTROL_LINE, f"max_control_line {self.max_control_line}, "
+                                                  f"argument length {end - start}", "Maximum Control Line Exceeded")
+        return data[start:end]
+
+    def _args(self, data: bytes, start: int, end: int) -> list[bytes]:
+        """Arguments separated by spaces and tabs only (not the other ASCII whitespace ``split()`` knows)."""
+        arg = self._arg(data, start, end)
+        if 9 in arg:
+            arg = arg.replace(b"\t", b" ")
+        return [a for a in arg.split(b" ") if a]
+
+    def _check_incomplete(self, data: bytes | bytearray, pos: int, n: int) -> None:
+        """A control line without its end yet: a wrong op name fails now, an endless line fails at the limit."""
+        seg = bytes(data[pos:pos + 9])
+        if not _op_prefix_ok(seg):
+            raise ProtocolError(UNKNOWN_OP, f"parser ERROR at {_snippet(data, pos)}")
+        start = pos
+        while start < n and data[start] not in (32, 9):
+            start += 1
+        while start < n and (data[start] == 32 or data[start] == 9):
+            start += 1
+        if n - start > self.max_control_line or n - pos > self.max_control_line + 32:
+            self._partial = None
+            raise ProtocolError(MAX_CONTROL_LINE, f"control line of {n - pos} bytes without end",
                                 "Maximum Control Line Exceeded")
 
 
-_OP_START_BYTES = frozenset(b"PpHhSsUuCcIi+-")
+_PUB, _HPUB, _SUB, _UNSUB, _PING, _PONG, _CONNECT, _INFO, _OK, _ERR, _BAD = range(11)
+
+# op name -> (code, needs a space or tab after the name)
+_OPS: dict[bytes, tuple[int, bool]] = {
+    b"PUB": (_PUB, True), b"HPUB": (_HPUB, True), b"SUB": (_SUB, True), b"UNSUB": (_UNSUB, True),
+    b"PING": (_PING, False), b"PONG": (_PONG, False), b"CONNECT": (_CONNECT, False), b"INFO": (_INFO, False),
+    b"+OK": (_OK, False), b"-ERR": (_ERR, True),
+}
+
+
+def _op_at(data: bytes, pos: int, end: int) -> int:
+    """Which operation the control line data[pos:end] holds (_BAD if none)."""
+    c = data[pos]
+    if c == 80 or c == 112:  # P
+        names = (b"PUB", b"PING", b"PONG")
+    elif c == 72 or c == 104:
+        names = (b"HPUB",)
+    elif c == 83 or c == 115:
+        names = (b"SUB",)
+    elif c == 85 or c == 117:
+        names = (b"UNSUB",)
+    elif c == 67 or c == 99:
+        names = (b"CONNECT",)
+    elif c == 73 or c == 105:
+        names = (b"INFO",)
+    elif c == 43:
+        names = (b"+OK",)
+    elif c == 45:
+        names = (b"-ERR",)
+    else:
+        return _BAD
+    for name in names:
+        k = len(name)
+        if data[pos:pos + k].upper() == name:
+            code, needs_sep = _OPS[name]
+            if needs_sep and (pos + k >= end or data[pos + k] not in (32, 9)):
+                return _BAD
+            return code
+    return _BAD
+
+
+def _op_prefix_ok(seg: bytes) -> bool:
+    """Could ``seg`` (the first bytes of an unfinished control line) still become a valid operation?"""
+    u = seg.upper()
+    for name, (_, needs_sep) in _OPS.items():
+        k = len(name)
+        if len(u) <= k:
+            if name.startswith(u):
+                return True
+        elif u.startswith(name) and (not needs_sep or u[k] in (32, 9)):
+            return True
+    return False
+

@@ -48,8 +48,9 @@ class Subscription:
 
 
 class ConnectOpts(msgspec.Struct, omit_defaults=True):
-    verbose: bool = False
-    pedantic: bool = False
+    # nats-server's defaults for fields a client leaves out: verbose and pedantic are on
+    verbose: bool = True
+    pedantic: bool = True
     tls_required: bool = False
     auth_token: str = ""
     user: str = ""
@@ -83,6 +84,7 @@ class Client(asyncio.Protocol):
         self.close_reason = ""
         opts = server.opts
         self.parser = ClientParser(self, opts.max_payload, opts.max_control_line)
+        self.parser.headers = False  # until CONNECT says otherwise
         self.account: Account = server.global_account
         self.sublist_match = self.account.sublist.match
         self.subs: dict[bytes, Subscription] = {}
@@ -263,6 +265,7 @@ class Client(asyncio.Protocol):
         if co.protocol < 0 or co.protocol > 1:
             raise ProtocolError("invalid client protocol", "invalid client protocol", "Bad Client Protocol Version")
         self.headers = co.headers and not srv.opts.no_header_support
+        self.parser.headers = self.headers
         self.no_responders = co.no_responders
         if co.no_responders and not co.headers:
             raise ProtocolError("no responders requires headers support", "no responders requires headers",
@@ -322,13 +325,18 @@ class Client(asyncio.Protocol):
             self._rtt_start = 0.0
 
     def proto_info(self, arg: bytes) -> None:
-        pass  # clients may send INFO; nats-server ignores it for client connections
+        # a client may send INFO: nats-server parses it (and closes the connection when it is not JSON)
+        try:
+            _json_decode(arg)
+        except msgspec.DecodeError:
+            raise ProtocolError(None, f"processInfo Parse Error: {arg[:64]!r}")
 
     def proto_ok(self) -> None:
         pass
 
     def proto_err(self, arg: bytes) -> None:
-        pass
+        # a client reporting an error: nats-server logs it and closes the connection
+        raise ProtocolError(None, f"Client Error {arg.decode(errors='replace')}", "Parse Error")
 
     def proto_sub(self, subject_b: bytes, queue_b: bytes | None, sid: bytes) -> None:
         if self.trace_on():
@@ -344,11 +352,13 @@ class Client(asyncio.Protocol):
             if not perms.can_subscribe(subject, queue):
                 sid_s = sid.decode(errors="replace")
                 if queue:
-                    err = f'Permissions Violation for Subscription to "{subject}" using queue "{queue}"'
-                    logtxt = f'Subscription Violation - Subject "{subject}", Queue: "{queue}", SID {sid_s}'
+                    err = f"Permissions Violation for Subscription to {go_quote(subject_b)} using queue " \
+                          f"{go_quote(queue_b or b'')}"
+                    logtxt = f"Subscription Violation - Subject {go_quote(subject_b)}, Queue: " \
+                             f"{go_quote(queue_b or b'')}, SID {sid_s}"
                 else:
-                    err = f'Permissions Violation for Subscription to "{subject}"'
-                    logtxt = f'Subscription Violation - Subject "{subject}", SID {sid_s}'
+                    err = f"Permissions Violation for Subscription to {go_quote(subject_b)}"
+                    logtxt = f"Subscription Violation - Subject {go_quote(subject_b)}, SID {sid_s}"
                 self.server.log.error(f"{self.log_prefix()} - {logtxt}")
                 self.send_err(err)
                 return
@@ -389,10 +399,10 @@ class Client(asyncio.Protocol):
         if self.slow_path:
             if not self._pub_checks(b"PUB", subject, reply, -1, payload):
                 return
-            self.account.deliver(self, subject, reply, -1, payload)
             if self.verbose:
                 self.out += _OK
                 self.flush()
+            self.account.deliver(self, subject, reply, -1, payload)
             return
         # the common case inlined: one cache lookup, and nothing more when nobody listens
         acc = self.account
@@ -421,23 +431,21 @@ class Client(asyncio.Protocol):
     def proto_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, msg: bytes) -> None:
         self.in_msgs += 1
         self.in_bytes += len(msg)
-        if not self.headers:
-            # a client that did not announce headers support may not send HPUB
-            raise ProtocolError("Unknown Protocol Operation", "HPUB without headers support")
-        if self.slow_path and not self._pub_checks(b"HPUB", subject, reply, hdr_len, msg):
-            return
+        if self.slow_path:
+            if not self._pub_checks(b"HPUB", subject, reply, hdr_len, msg):
+                return
+            if self.verbose:
+                self.out += _OK
+                self.flush()
         self.account.deliver(self, subject, reply, hdr_len, msg)
-        if self.verbose:
-            self.out += _OK
-            self.flush()
 
     def _pub_allowed(self, subject: bytes) -> bool:
         perms = self.perms
         if perms is None or not perms.has_pub or perms.can_publish(subject):
             return True
-        s = subject.decode(errors="replace")
-        self.server.log.error(f"{self.log_prefix()} - Publish Violation - Subject \"{s}\"")
-        self.send_err(f'Permissions Violation for Publish to "{s}"')
+        q = go_quote(subject)
+        self.server.log.error(f"{self.log_prefix()} - Publish Violation - Subject {q}")
+        self.send_err(f"Permissions Violation for Publish to {q}")
         return False
 
     # ---- writing --------------------------------------------------------------------------------------
@@ -543,6 +551,26 @@ def _valid_queue(q: str) -> bool:
         if ch in " \t\r\n":
             return False
     return bool(q)
+
+
+def go_quote(b: bytes) -> str:
+    """A byte string quoted the way Go's %q prints it: invalid UTF-8 as \\xNN, controls escaped."""
+    out = ['"']
+    for ch in b.decode("utf-8", "surrogateescape"):
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif o < 0x20 or o == 0x7F:
+            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+                        "\v": "\\v"}.get(ch, f"\\x{o:02x}"))
+        elif not ch.isprintable():
+            out.append(f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
 
 
 def _redact(arg: bytes) -> str:
