@@ -109,7 +109,7 @@ class ClientParser:
                 args = line.split(b" ")
                 na = len(args)
                 if (na == 3 or na == 4) and len(line) <= limit and i + 1 < last and 9 not in line \
-                        and 10 not in line and b"" not in args:
+                        and 10 not in line and args[1] and args[-2]:
                     sz = args[-1]
                     payload = parts[i + 1]
                     if sz.isdigit() and len(payload) == int(sz) and len(payload) <= max_payload and len(sz) < 10:
