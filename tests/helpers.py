@@ -192,7 +192,7 @@ def log_text(srv: Any) -> str:
     return srv.output
 
 
-async def wait_log(srv: Any, pattern: str, timeout: float = 3.0) -> re.Match:
+async def wait_log(srv: Any, pattern: str, timeout: float = 2.0) -> re.Match:
     """Wait until the server logs a line matching ``pattern``."""
     rx = re.compile(pattern, re.M)
     deadline = time.monotonic() + timeout
@@ -240,11 +240,17 @@ async def serve_config(text: str, tmp_dir: str | None = None) -> AsyncIterator[A
 # A raw protocol client
 
 
+def _short(data: bytes, limit: int = 300) -> str:
+    if len(data) <= limit:
+        return repr(data)
+    return f"{data[:limit // 2]!r} ... {data[-limit // 2:]!r} ({len(data)} bytes)"
+
+
 class Closed(Exception):
     """The server closed the connection while we waited for something else."""
 
     def __init__(self, data: bytes) -> None:
-        super().__init__(f"connection closed; unread data: {data!r}")
+        super().__init__(f"connection closed; unread data: {_short(data)}")
         self.data = data
 
 
@@ -339,7 +345,7 @@ class RawClient:
                 return out
             left = deadline - time.monotonic()
             if left <= 0 or not await self._fill(left):
-                raise AssertionError(f"timed out waiting for {token!r}; got {self.buf!r}")
+                raise AssertionError(f"timed out waiting for {token!r}; got {_short(self.buf)}")
 
     async def readline(self, timeout: float = 3.0) -> bytes:
         """One line, without its CRLF."""
@@ -457,7 +463,7 @@ class RawClient:
             left = deadline - time.monotonic()
             try:
                 if left <= 0 or not await self._fill(left):
-                    raise AssertionError(f"connection still open after {timeout}s; got {self.buf!r}")
+                    raise AssertionError(f"connection still open after {timeout}s; got {_short(self.buf)}")
             except Closed:
                 out, self.buf = self.buf, b""
                 return out

@@ -140,7 +140,7 @@ def test_max_payload_above_max_pending_refused(tmp_path):
 # write_deadline and max_pending
 
 
-async def _flood(s, n: int = 3000, size: int = 4000) -> tuple[RawClient, int]:
+async def _flood(s, n: int = 3000, size: int = 4000, stall: float = 0.0) -> tuple[RawClient, int]:
     """A stalled raw subscriber and a normal nats-py one; publish n messages in small paced batches.
 
     Returns the stalled client and how many messages the normal subscriber received.
@@ -173,13 +173,15 @@ async def _flood(s, n: int = 3000, size: int = 4000) -> tuple[RawClient, int]:
     assert good.is_connected
     await good.close()
     await pub.close()
+    # keep not reading for longer than the write deadline, whenever the stall began
+    await asyncio.sleep(stall)
     return stalled, received
 
 
 async def test_write_deadline_cuts_off_stalled_subscriber():
     # max_pending stays at its 64 MB default: only the write deadline can catch this subscriber
     async with serve(write_deadline=0.3) as s:
-        stalled, received = await _flood(s)
+        stalled, received = await _flood(s, stall=0.8)
         assert received == 3000
         rest = await stalled.read_until_closed(timeout=10)
         assert b"PONG" not in rest
@@ -199,6 +201,6 @@ async def test_max_pending_cuts_off_stalled_subscriber():
 async def test_write_deadline_from_config(tmp_path):
     text = 'listen: 127.0.0.1:-1\nwrite_deadline: "300ms"\n'
     async with serve_config(text, str(tmp_path)) as s:
-        stalled, received = await _flood(s)
+        stalled, received = await _flood(s, stall=0.8)
         assert received == 3000
         await stalled.read_until_closed(timeout=10)
