@@ -167,6 +167,33 @@ def test_bad_config_names_file_line_col(conf, text, line, col, message, check_on
     assert "Server is ready" not in r.stderr
 
 
+def test_config_durations(conf):
+    path = conf('port: 4222\nping_interval: "2m"\nwrite_deadline: "1.5s"\nlame_duck_duration: "1m30s"\n'
+                'lame_duck_grace_period: "500ms"\nauthorization { token: abc, timeout: 0.5 }\n')
+    r = run_command("-t", "-c", path)
+    assert r.returncode == 0, r.stderr
+
+
+def test_config_invalid_duration(conf):
+    path = conf('port: 4222\nping_interval: "abc"\n', "dur.conf")
+    r = run_command("-t", "-c", path)
+    assert r.returncode != 0
+    assert re.search(r'dur\.conf:2:1: error parsing ping_interval: time: invalid duration "abc"', r.stderr), r.stderr
+
+
+async def test_config_integer_duration_is_a_warning(conf):
+    # -t treats the warning as an error; a real start only warns
+    path = conf("listen: 127.0.0.1:-1\nping_interval: 30\n", "int.conf")
+    r = run_command("-t", "-c", path)
+    assert r.returncode != 0
+    assert re.search(r'int\.conf:2:1: invalid use of field "ping_interval": '
+                     r"ping_interval should be converted to a duration", r.stderr), r.stderr
+    with start("-c", path) as proc:
+        c = await RawClient.open(proc.port)
+        assert await c.ping() == b""
+        await c.close()
+
+
 def test_config_syntax_error_refused(conf):
     path = conf("port: 4222\nfoo {\n  bar: [1, 2\n", "broken.conf")
     r = run_command("-t", "-c", path, timeout=10)

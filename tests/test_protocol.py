@@ -80,7 +80,7 @@ async def test_info_after_first_pong_has_connect_info(srv):
     c = await RawClient.open(srv, protocol=1)
     c.send(b"PING\r\n")
     assert await c.readline() == b"PONG"
-    line = await c.readline()
+    line = await c.readline(timeout=1)
     assert line.startswith(b"INFO ")
     info = json.loads(line[5:])
     assert info["connect_info"] is True
