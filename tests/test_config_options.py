@@ -229,8 +229,8 @@ def test_integer_durations_are_seconds_with_a_warning():
     opts = load("ping_interval: 30\nwrite_deadline: 3")
     assert opts.ping_interval == 30.0 and opts.write_deadline == 3.0
     assert opts.config_warnings == [
-        'o.conf:1:1: ping_interval should be converted to a duration (a string such as "30s")',
-        'o.conf:2:1: write_deadline should be converted to a duration (a string such as "3s")']
+        'o.conf:1:1: invalid use of field "ping_interval": ping_interval should be converted to a duration',
+        'o.conf:2:1: invalid use of field "write_deadline": write_deadline should be converted to a duration']
 
 
 def test_unquoted_minutes_are_a_number_like_in_nats_server():

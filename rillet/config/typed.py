@@ -115,7 +115,7 @@ class Field:
         if isinstance(self.value, int) and not isinstance(self.value, bool):
             if warnings is not None:
                 warnings.append(self.error(
-                    f"{self.key} should be converted to a duration (a string such as \"{self.value}s\")"))
+                    f"invalid use of field \"{self.key}\": {self.key} should be converted to a duration"))
             return float(self.value)
         raise self.wrong_type("a duration string such as \"2m\"")
 

@@ -71,6 +71,8 @@ class Account:
         no_echo = not c.echo
         n = 0
         done: list | None = None
+        if self.server.trace_on:
+            self._trace_deliveries(r, c, no_echo, subject, reply, hdr, size)
         for sub in r.psubs:
             sc = sub.client
             if no_echo and sc is c:
@@ -139,6 +141,18 @@ class Account:
         if reply and c.no_responders:
             self._no_responders(c, subject, reply)
         return False
+
+    @staticmethod
+    def _trace_deliveries(r: Any, c: Any, no_echo: bool, subject: bytes, reply: bytes | None, hdr: int,
+                          size: int) -> None:
+        """``->> [MSG ...]`` trace lines for the plain subscribers a message goes to (tracing is on)."""
+        rp = f" {reply.decode(errors='replace')}" if reply else ""
+        sz = f"{hdr} {size}" if hdr >= 0 else f"{size}"
+        op = "HMSG" if hdr >= 0 else "MSG"
+        for sub in r.psubs:
+            sc = sub.client
+            if sub.icb is None and not (no_echo and sc is c):
+                sc.trace(f"->> [{op} {subject.decode(errors='replace')} {sub.sid.decode(errors='replace')}{rp} {sz}]")
 
     def _pick(self, group: list, c: Any, echo: bool, subject: bytes, reply: bytes | None) -> Any:
         """One random member of a queue group that may receive this message."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
+from rillet.config.values import format_go_duration
 from rillet.protocol.parser import ClientParser, ProtocolError
 from rillet.server.auth import PermChecker
 from rillet.subjects.validate import is_valid_literal_subject, is_valid_subject
@@ -93,12 +94,14 @@ class Client(asyncio.Protocol):
         self.opts = ConnectOpts()
         self.echo = True
         self.headers = False
-        self.verbose = False
-        self.pedantic = False
+        # nats-server's defaults until a CONNECT says otherwise (ops before CONNECT are acknowledged)
+        self.verbose = True
+        self.pedantic = True
         self.no_responders = False
+        self.first_pong_sent = False
         self.perms: PermChecker | None = None
         self.auth = server.authenticator  # websocket connections may use their own (websocket {} overrides)
-        self.slow_path = server.trace_on  # per-PUB checks needed (trace, permissions, pedantic, verbose)
+        self.slow_path = True  # per-PUB checks needed (trace, permissions, pedantic, verbose)
         self.user = ""
         self.nonce: bytes | None = None
         # stats
@@ -116,6 +119,7 @@ class Client(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._write_paused_at = 0.0
+        self._writes_pending = 0
         self._deadline_timer: asyncio.TimerHandle | None = None
         self.tls_version = ""
         self.tls_cipher = ""
@@ -165,12 +169,14 @@ class Client(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused_at = time.monotonic()
+        self._writes_pending = 1
         wd = self.server.opts.write_deadline
         if wd > 0 and self._deadline_timer is None:
             self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check)
 
     def resume_writing(self) -> None:
         self._write_paused_at = 0.0
+        self._writes_pending = 0
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
             self._deadline_timer = None
@@ -178,7 +184,11 @@ class Client(asyncio.Protocol):
     def _write_deadline_check(self) -> None:
         self._deadline_timer = None
         if self._write_paused_at and not self.closed:
-            self.server.slow_consumer(self, f"WriteDeadline of {self.server.opts.write_deadline}s exceeded")
+            t = self.transport
+            pending = t.get_write_buffer_size() if t is not None else 0
+            self.server.slow_consumer(self, f"WriteDeadline of {format_go_duration(self.server.opts.write_deadline)}"
+                                            f" exceeded with {max(self._writes_pending, 1)} chunks of {pending}"
+                                            f" total bytes.")
 
     def close(self, reason: str, err: str | None = None) -> None:
         """Send ``-ERR '<err>'`` (when given), flush, and close the connection."""
@@ -229,6 +239,8 @@ class Client(asyncio.Protocol):
         self.close(e.reason, e.client_error)
 
     def send_err(self, err: str) -> None:
+        if self.trace_on():
+            self.trace(f"->> [-ERR '{err}']")
         self.out += f"-ERR '{err}'\r\n".encode()
         self.flush()
 
@@ -274,12 +286,18 @@ class Client(asyncio.Protocol):
         self.verbose = co.verbose
         self.pedantic = co.pedantic
         self.connect_received = True
+        self.update_slow_path()
         if not self.rtt:
             self.rtt = time.time() - self.start_time  # a first estimate, until a PING round trip measures it
         self.update_slow_path()
         if self.verbose:
-            self.out += _OK
-            self.flush()
+            self.send_ok()
+
+    def send_ok(self) -> None:
+        if self.trace_on():
+            self.trace("->> [OK]")
+        self.out += _OK
+        self.flush()
 
     def proto_before_connect(self) -> bool:
         """An operation arrived before CONNECT while authentication is required."""
@@ -314,6 +332,13 @@ class Client(asyncio.Protocol):
         if self.trace_on():
             self.trace("<<- [PING]")
         self.out += _PONG
+        if self.trace_on():
+            self.trace("->> [PONG]")
+        if not self.first_pong_sent and self.connect_received:
+            # the first PONG after CONNECT is followed by an INFO naming the bound account
+            self.first_pong_sent = True
+            if self.opts.protocol >= 1:
+                self.out += self.server.info_for(self, connect_info=True)
         self.flush()
 
     def proto_pong(self) -> None:
@@ -340,8 +365,8 @@ class Client(asyncio.Protocol):
 
     def proto_sub(self, subject_b: bytes, queue_b: bytes | None, sid: bytes) -> None:
         if self.trace_on():
-            self.trace(f"<<- [SUB {subject_b.decode(errors='replace')} "
-                       f"{(queue_b or b'').decode(errors='replace')} {sid.decode(errors='replace')}]")
+            q = f"{queue_b.decode(errors='replace')} " if queue_b else ""
+            self.trace(f"<<- [SUB {subject_b.decode(errors='replace')} {q}{sid.decode(errors='replace')}]")
         subject = subject_b.decode("utf-8", "surrogateescape")
         queue = queue_b.decode("utf-8", "surrogateescape") if queue_b else None
         if not is_valid_subject(subject) or (queue is not None and not _valid_queue(queue)):
@@ -372,8 +397,7 @@ class Client(asyncio.Protocol):
             self.subs[sid] = sub
             self.account.add_sub(sub)
         if self.verbose:
-            self.out += _OK
-            self.flush()
+            self.send_ok()
 
     def proto_unsub(self, sid: bytes, max_msgs: int) -> None:
         if self.trace_on():
@@ -385,8 +409,7 @@ class Client(asyncio.Protocol):
             else:
                 self.remove_sub(sub)
         if self.verbose:
-            self.out += _OK
-            self.flush()
+            self.send_ok()
 
     def remove_sub(self, sub: Subscription) -> None:
         if self.subs.get(sub.sid) is sub:
@@ -400,8 +423,7 @@ class Client(asyncio.Protocol):
             if not self._pub_checks(b"PUB", subject, reply, -1, payload):
                 return
             if self.verbose:
-                self.out += _OK
-                self.flush()
+                self.send_ok()
             self.account.deliver(self, subject, reply, -1, payload)
             return
         # the common case inlined: one cache lookup, and nothing more when nobody listens
@@ -421,8 +443,7 @@ class Client(asyncio.Protocol):
         if self.perms is not None and not self._pub_allowed(subject):
             return False
         if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "surrogateescape")):
-            self.send_err("Invalid Publish Subject")
-            return False
+            self.send_err("Invalid Publish Subject")  # reported, and the message still goes out
         return True
 
     def update_slow_path(self) -> None:
@@ -435,8 +456,7 @@ class Client(asyncio.Protocol):
             if not self._pub_checks(b"HPUB", subject, reply, hdr_len, msg):
                 return
             if self.verbose:
-                self.out += _OK
-                self.flush()
+                self.send_ok()
         self.account.deliver(self, subject, reply, hdr_len, msg)
 
     def _pub_allowed(self, subject: bytes) -> bool:
@@ -467,8 +487,11 @@ class Client(asyncio.Protocol):
             return
         t.write(bytes(out))
         out.clear()
-        if t.get_write_buffer_size() > self.server.opts.max_pending:
-            self.server.slow_consumer(self, "Pending Bytes")
+        if self._write_paused_at:
+            self._writes_pending += 1
+        mp = self.server.opts.max_pending
+        if t.get_write_buffer_size() > mp:
+            self.server.slow_consumer(self, f"MaxPending of {mp} Exceeded")
 
     # ---- timers ---------------------------------------------------------------------------------------
 
@@ -488,6 +511,8 @@ class Client(asyncio.Protocol):
             return
         self.pings_out += 1
         self._rtt_start = time.monotonic()
+        if self.trace_on():
+            self.trace("->> [PING]")
         self.out += _PING
         self.flush()
         self.server.flush_clients()

@@ -29,8 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cl = parse_command_line(argv)
     except FlagError as e:
-        print(f"nats-server: {e}", file=sys.stderr)
-        return 1
+        if str(e).startswith("unknown signal"):
+            print(f"nats-server: {e}", file=sys.stderr)
+            return 1
+        # like nats-server (Go's flag package): the error on stderr, the usage on stdout, exit status 0
+        from rillet.config.flags import USAGE
+        print(str(e), file=sys.stderr)
+        print(USAGE)
+        return 0
     except ConfigError as e:
         print(f"nats-server: {e}", file=sys.stderr)
         return 1
@@ -41,10 +47,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nats-server: v{rillet.SERVER_VERSION} (rillet {rillet.__version__})")
         return 0
     opts = cl.options
+    if not cl.signal:
+        from rillet.server.server import validate_options
+        try:
+            validate_options(opts)
+        except ValueError as e:
+            print(f"nats-server: {e}", file=sys.stderr)
+            return 1
     if cl.signal:
         return send_signal(cl.signal, cl.signal_pid, opts.pid_file)
     if cl.test_config:
-        print(f"nats-server: configuration file {opts.config_file} is valid")
+        import hashlib
+        digest = ""
+        if opts.config_file:
+            try:
+                with open(opts.config_file, "rb") as f:
+                    digest = f" (sha256:{hashlib.sha256(f.read()).hexdigest()})"
+            except OSError:
+                pass
+        print(f"nats-server: configuration file {opts.config_file} is valid{digest}", file=sys.stderr)
         return 0
     return run(opts, argv)
 
@@ -118,8 +139,7 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
         log.warn(w)
     try:
         srv = Server(opts, log)
-        await srv.start()
-    except (OSError, ValueError) as e:
+    except ValueError as e:
         log.fatal(str(e))
         return 1
     loop = asyncio.get_running_loop()
@@ -136,6 +156,8 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
 
     def on_reload() -> None:
         log.notice("Trapped \"hangup\" signal")
+        if not srv.start_time:
+            return  # still starting: nothing to reload yet
         from rillet.config.flags import parse_command_line
         try:
             new = parse_command_line(argv).options
@@ -144,14 +166,25 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
             log.error(f"Failed to reload server configuration: {e}")
 
     def on_ldm() -> None:
+        log.notice("Trapped \"user defined signal 2\" signal")
         spawn(srv.lame_duck())
 
+    def on_reopen() -> None:
+        log.notice("Trapped \"user defined signal 1\" signal")
+        log.reopen()
+
+    # signals are trapped before the server says it is ready, as nats-server does
     loop.add_signal_handler(signal.SIGINT, on_stop, "interrupt")
     loop.add_signal_handler(signal.SIGTERM, on_stop, "terminated")
     loop.add_signal_handler(signal.SIGQUIT, on_stop, "quit")
     loop.add_signal_handler(signal.SIGHUP, on_reload)
     loop.add_signal_handler(signal.SIGUSR2, on_ldm)
-    loop.add_signal_handler(signal.SIGUSR1, log.reopen)
+    loop.add_signal_handler(signal.SIGUSR1, on_reopen)
+    try:
+        await srv.start()
+    except (OSError, ValueError) as e:
+        log.fatal(str(e))
+        return 1
     await srv.wait_stopped()
     log.close()
     return 0

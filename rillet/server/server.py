@@ -43,6 +43,7 @@ class Server:
     def __init__(self, opts: Options | None = None, log: Logger | None = None) -> None:
         self.opts = opts if opts is not None else Options()
         o = self.opts
+        validate_options(o)
         self.log = log if log is not None else Logger(debug=o.debug, trace=o.trace, logtime=o.logtime,
                                                      utc=o.logtime_utc, log_file=o.log_file,
                                                      size_limit=o.log_size_limit)
@@ -179,7 +180,7 @@ class Server:
             with open(o.pid_file, "w") as f:
                 f.write(str(os.getpid()))
         if o.ports_file_dir:
-            ports: dict[str, list[str]] = {"client": [self.client_url]}
+            ports: dict[str, list[str]] = {"nats": [self.client_url]}
             if self.http_addr:
                 ports["monitoring"] = [f"http://{_hostport(*self.http_addr)}"]
             if self.https_addr:
@@ -218,9 +219,7 @@ class Server:
                 await asyncio.wait_for(self._listener.wait_closed(), 2)
             except (asyncio.TimeoutError, Exception):
                 pass
-        o = self.opts
-        if o.pid_file:
-            _unlink(o.pid_file)
+        # (like nats-server, the pid file stays; the ports file goes)
         if getattr(self, "_ports_file", None):
             _unlink(self._ports_file)
         self.log.notice("Server Exiting..")
@@ -239,6 +238,8 @@ class Server:
         c.cid = self._cid
         self.total_connections += 1
         if len(self.clients) >= self.opts.max_connections:
+            # like nats-server: the INFO goes out, then the refusal
+            c.out += self.info_for(c)
             self.log.error(f"{c.log_prefix()} - maximum connections exceeded")
             c.close("Maximum Connections Exceeded", "maximum connections exceeded")
             return
@@ -369,7 +370,7 @@ class Server:
             return [o.client_advertise]
         return []
 
-    def info_for(self, c: Any) -> bytes:
+    def info_for(self, c: Any, connect_info: bool = False) -> bytes:
         info = self.info_dict()
         info["client_id"] = c.cid
         if c.host:
@@ -378,7 +379,13 @@ class Server:
             info["nonce"] = c.nonce.decode()
         if c.conn_type == "WEBSOCKET":
             c.adjust_info(info)
-        return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b"\r\n"
+        if connect_info:
+            info.pop("nonce", None)
+            info["connect_info"] = True
+            info["remote_account"] = c.account.name
+            if c.account.name == self.opts.system_account and self.opts.system_account:
+                info["acc_is_sys"] = True
+        return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
 
     def broadcast_info(self) -> None:
         """Send a fresh INFO to every client that asked for async INFO (protocol >= 1)."""
@@ -517,6 +524,16 @@ class _TLSHolder(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.client.resume_writing()
+
+
+def validate_options(o: Options) -> None:
+    """Option combinations nats-server refuses at start (and with -t)."""
+    if o.max_payload > o.max_pending:
+        raise ValueError(f"max_payload ({o.max_payload}) cannot be higher than max_pending ({o.max_pending})")
+    if o.lame_duck_grace_period >= o.lame_duck_duration > 0 and o.lame_duck_grace_period > 0:
+        from rillet.config.values import format_go_duration as d
+        raise ValueError(f"lame duck grace period ({d(o.lame_duck_grace_period)}) should be strictly lower than "
+                         f"lame duck duration ({d(o.lame_duck_duration)})")
 
 
 def _hostport(host: str, port: int) -> str:
