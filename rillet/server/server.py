@@ -114,12 +114,16 @@ class Server:
         log.notice(f"  ID:       {self.server_id}")
         if o.config_file:
             log.notice(f"Using configuration file: {o.config_file}")
-        if o.jetstream.enabled:
-            # Not built yet: say so, and do not advertise it (clients then get the same "no responders"
-            # answers from $JS.API as from a nats-server with JetStream disabled).
-            log.warn("JetStream is not available in this version of Rillet; starting without it")
         if o.tls is not None:
             self.tls_context = make_server_context(o.tls)
+        if o.jetstream.enabled:
+            from rillet.jetstream.manager import JetStream
+            js = JetStream(self)
+            try:
+                await js.start()
+            except OSError as e:
+                raise OSError(e.errno, f"Can't start JetStream: {e.strerror or e}") from e
+            self.jetstream = js
         try:
             await self._start_listeners()
         except BaseException:
@@ -205,6 +209,8 @@ class Server:
             self._listener.close()
         for c in list(self.clients.values()):
             c.close("Server Shutdown")
+        if self.jetstream is not None:
+            await self.jetstream.shutdown()
         for cb in self.on_shutdown:
             r = cb()
             if asyncio.iscoroutine(r):

@@ -1,0 +1,77 @@
+"""JetStream advisories on ``$JS.EVENT.ADVISORY.>`` and metrics on ``$JS.EVENT.METRIC.>``."""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from rillet.jetstream.stream import now_ns, rfc3339
+
+if TYPE_CHECKING:
+    from rillet.jetstream.manager import JetStream, JSAccount
+
+_enc = msgspec.json.encode
+_ACTION_EVENT = {"create": "CREATED", "delete": "DELETED", "modify": "UPDATED"}
+
+
+def _id() -> str:
+    import base64
+    return base64.b32encode(os.urandom(15)).decode().rstrip("=")[:22]
+
+
+class Advisories:
+    def __init__(self, js: "JetStream") -> None:
+        self.js = js
+
+    def _send(self, jsa: "JSAccount", subject: str, body: dict) -> None:
+        # only build and send when somebody listens: advisories are frequent and usually unwatched
+        if not jsa.account.sublist.has_interest(subject):
+            return
+        jsa.ic.publish(subject.encode(), None, _enc(body))
+
+    def _base(self, typ: str) -> dict[str, Any]:
+        d: dict[str, Any] = {"type": typ, "id": _id(), "timestamp": rfc3339(now_ns())}
+        return d
+
+    def stream_action(self, jsa: "JSAccount", stream: Any, action: str) -> None:
+        subject = f"$JS.EVENT.ADVISORY.STREAM.{_ACTION_EVENT[action]}.{stream.name}"
+        d = self._base("io.nats.jetstream.advisory.v1.stream_action")
+        d.update({"stream": stream.name, "action": action})
+        if self.js.domain:
+            d["domain"] = self.js.domain
+        self._send(jsa, subject, d)
+
+    def consumer_action(self, jsa: "JSAccount", stream: Any, consumer: str, action: str) -> None:
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.{_ACTION_EVENT[action]}.{stream.name}.{consumer}"
+        d = self._base("io.nats.jetstream.advisory.v1.consumer_action")
+        d.update({"stream": stream.name, "consumer": consumer, "action": action})
+        if self.js.domain:
+            d["domain"] = self.js.domain
+        self._send(jsa, subject, d)
+
+    def max_deliveries(self, jsa: "JSAccount", stream: str, consumer: str, sseq: int, deliveries: int) -> None:
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
+        d = self._base("io.nats.jetstream.advisory.v1.max_deliver")
+        d.update({"stream": stream, "consumer": consumer, "stream_seq": sseq, "deliveries": deliveries})
+        self._send(jsa, subject, d)
+
+    def terminated(self, jsa: "JSAccount", stream: str, consumer: str, cseq: int, sseq: int, deliveries: int,
+                   reason: str) -> None:
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.{consumer}"
+        d = self._base("io.nats.jetstream.advisory.v1.terminated")
+        d.update({"stream": stream, "consumer": consumer, "consumer_seq": cseq, "stream_seq": sseq,
+                  "deliveries": deliveries})
+        if reason:
+            d["reason"] = reason
+        self._send(jsa, subject, d)
+
+    def ack_sample(self, jsa: "JSAccount", stream: str, consumer: str, cseq: int, sseq: int, ack_time_ns: int,
+                   deliveries: int) -> None:
+        subject = f"$JS.EVENT.METRIC.CONSUMER.ACK.{stream}.{consumer}"
+        d = self._base("io.nats.jetstream.metric.v1.consumer_ack")
+        d.update({"stream": stream, "consumer": consumer, "consumer_seq": cseq, "stream_seq": sseq,
+                  "ack_time": ack_time_ns, "deliveries": deliveries})
+        if self.js.domain:
+            d["domain"] = self.js.domain
+        self._send(jsa, subject, d)

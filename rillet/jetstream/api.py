@@ -1,0 +1,457 @@
+"""The ``$JS.API`` request handlers for the account, streams and direct get (consumers: ``api_consumer``).
+
+Every handler gets the request's subject tokens after the API prefix, the reply subject, the header block
+and the body, and answers with nats-server's JSON (``type``, fields, ``error`` objects with ``err_code``).
+"""
+from __future__ import annotations
+
+import base64
+import json
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgspec
+
+from rillet.jetstream import config as C
+from rillet.jetstream import headers as H
+from rillet.jetstream.errors import ApiError
+from rillet.jetstream.stream import Stream, now_ns, rfc3339
+from rillet.subjects.validate import is_valid_subject, subject_has_wildcard, subjects_collide
+
+if TYPE_CHECKING:
+    from rillet.jetstream.manager import JSAccount
+
+T = "io.nats.jetstream.api.v1."
+JSON_LIMIT = 1024  # names per page
+LIST_LIMIT = 256  # infos per page
+
+_enc = msgspec.json.Encoder()
+
+
+def stream_config_from_dict(d: dict) -> Any:
+    return msgspec.convert(d, C.StreamConfig)
+
+
+def encode_config(cfg: Any) -> bytes:
+    return _enc.encode(cfg)
+
+
+def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: str = "",
+                     deleted_details: bool = False) -> dict:
+    d: dict[str, Any] = {}
+    if include_config:
+        d["config"] = msgspec.to_builtins(s.cfg)
+    d["created"] = s.created
+    d["state"] = s.state_dict(subjects_filter, deleted_details)
+    if s.sources is not None:
+        d.update(s.sources.info_dict())
+    d["ts"] = rfc3339(now_ns())
+    return d
+
+
+class ApiRouter:
+    def __init__(self, jsa: "JSAccount") -> None:
+        self.jsa = jsa
+        self.js = jsa.js
+        self.handlers: dict[str, Callable] = {
+            "INFO": self.account_info,
+            "STREAM.CREATE": self.stream_create,
+            "STREAM.UPDATE": self.stream_update,
+            "STREAM.INFO": self.stream_info,
+            "STREAM.DELETE": self.stream_delete,
+            "STREAM.PURGE": self.stream_purge,
+            "STREAM.NAMES": self.stream_names,
+            "STREAM.LIST": self.stream_list,
+            "STREAM.MSG.GET": self.msg_get,
+            "STREAM.MSG.DELETE": self.msg_delete,
+            "STREAM.LEADER.STEPDOWN": self.stream_leader_stepdown,
+            "DIRECT.GET": self.direct_get,
+        }
+        try:
+            from rillet.jetstream import api_consumer
+            api_consumer.register(self)
+        except ImportError:
+            pass
+        try:
+            from rillet.jetstream import snapshot
+            snapshot.register(self)
+        except ImportError:
+            pass
+
+    # ---- dispatch ---------------------------------------------------------------------------------
+
+    def on_request(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        subj = subject.decode("utf-8", "surrogateescape")
+        toks = subj.split(".")
+        # $JS.API.<...> or $JS.<domain>.API.<...>
+        rest = toks[2:] if toks[1] == "API" else toks[3:]
+        hdr_b, body = (msg[:hdr], msg[hdr:]) if hdr >= 0 else (b"", msg)
+        handler = None
+        args: list[str] = []
+        for n in (3, 2, 1):
+            key = ".".join(rest[:n])
+            h = self.handlers.get(key)
+            if h is not None:
+                handler = h
+                args = rest[n:]
+                break
+        if handler is None:
+            return  # nats-server ignores unknown API subjects
+        self.jsa.api_total += 1
+        try:
+            handler(args, reply, hdr_b, body)
+        except ApiError as e:
+            self.jsa.api_errors += 1
+            self.respond_error(reply, _type_for(handler), e)
+        except Exception as e:  # a bug must not take the server down: answer as nats-server would
+            self.jsa.api_errors += 1
+            self.js.log.error(f"JetStream API error handling {subj}: {e!r}")
+            self.respond_error(reply, _type_for(handler), ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+
+    def respond(self, reply: bytes | None, obj: dict) -> None:
+        if reply:
+            self.jsa.ic.publish(reply, None, _enc.encode(obj))
+
+    def respond_error(self, reply: bytes | None, type_: str, err: ApiError, extra: dict | None = None) -> None:
+        d: dict[str, Any] = {"type": type_, "error": err.to_dict()}
+        if extra:
+            d.update(extra)
+        self.respond(reply, d)
+
+    @staticmethod
+    def parse(body: bytes, typ: Any = None) -> Any:
+        if not body.strip():
+            return None
+        try:
+            if typ is None:
+                return json.loads(body)
+            return msgspec.json.decode(body, type=typ)
+        except (ValueError, msgspec.DecodeError) as e:
+            raise ApiError.make("INVALID_JSON", err=str(e))
+        except msgspec.ValidationError as e:
+            raise ApiError.make("INVALID_JSON", err=str(e))
+
+    def stream(self, name: str) -> Stream:
+        s = self.jsa.streams.get(name)
+        if s is None:
+            raise ApiError.make("STREAM_NOT_FOUND")
+        return s
+
+    # ---- account ----------------------------------------------------------------------------------
+
+    def account_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        mem, sto, n, c = self.jsa.usage()
+        d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
+                             "reserved_memory": 0, "reserved_storage": 0, "streams": n, "consumers": c,
+                             "limits": dict(self.jsa.limits)}
+        if self.js.domain:
+            d["domain"] = self.js.domain
+        d["api"] = {"level": 1, "total": self.jsa.api_total, "errors": self.jsa.api_errors}
+        self.respond(reply, d)
+
+    # ---- streams ----------------------------------------------------------------------------------
+
+    def _check_overlap(self, cfg: Any, skip: str = "") -> None:
+        for other in self.jsa.streams.values():
+            if other.name == skip:
+                continue
+            for a in cfg.subjects or []:
+                for b in other.cfg.subjects or []:
+                    if subjects_collide(a, b):
+                        raise ApiError.make("STREAM_SUBJECT_OVERLAP")
+
+    def stream_create(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        typ = T + "stream_create_response"
+        if not args:
+            raise ApiError.make("STREAM_NOT_FOUND")
+        name = args[0]
+        raw = self.parse(body)
+        if raw is None:
+            raise ApiError.make("INVALID_JSON", err="unexpected end of JSON input")
+        if not isinstance(raw, dict):
+            raise ApiError.make("INVALID_JSON", err="expected a JSON object")
+        if raw.get("name", name) != name:
+            raise ApiError.make("STREAM_MISMATCH")
+        raw["name"] = name
+        cfg = C.normalize_stream_config(raw, is_create=True)
+        self._check_overlap(cfg)
+        existing = self.jsa.streams.get(name)
+        if existing is not None:
+            if C.configs_equal(existing.cfg, cfg):
+                self.respond(reply, {"type": typ, **stream_info_dict(existing), "did_create": False})
+                return
+            raise ApiError.make("STREAM_NAME_EXIST")
+        self._check_limits(cfg)
+        stream = self.jsa.open_stream(cfg, rfc3339(now_ns()))
+        if cfg.mirror is not None or cfg.sources:
+            from rillet.jetstream.sources import attach_sources
+            attach_sources(stream)
+        self.js.advisories.stream_action(self.jsa, stream, "create")
+        self.respond(reply, {"type": typ, **stream_info_dict(stream), "did_create": True})
+
+    def _check_limits(self, cfg: Any) -> None:
+        lim = self.jsa.limits
+        if lim["max_streams"] > 0 and len(self.jsa.streams) >= lim["max_streams"]:
+            raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
+
+    def stream_update(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        typ = T + "stream_update_response"
+        name = args[0] if args else ""
+        raw = self.parse(body)
+        if not isinstance(raw, dict):
+            raise ApiError.make("INVALID_JSON", err="unexpected end of JSON input")
+        if raw.get("name", name) != name:
+            raise ApiError.make("STREAM_MISMATCH")
+        raw["name"] = name
+        stream = self.stream(name)
+        cfg = C.normalize_stream_config(raw, is_create=False)
+        C.check_stream_update(stream.cfg, cfg)
+        self._check_overlap(cfg, skip=name)
+        old = stream.cfg
+        stream.cfg = cfg
+        stream.store.update_config(C.store_config(cfg))
+        if old.subjects != cfg.subjects:
+            stream._subscribe()
+        if (old.mirror != cfg.mirror or old.sources != cfg.sources) and (cfg.mirror is not None or cfg.sources):
+            from rillet.jetstream.sources import attach_sources
+            attach_sources(stream)
+        self.jsa.write_meta(stream)
+        self.js.advisories.stream_action(self.jsa, stream, "modify")
+        self.respond(reply, {"type": typ, **stream_info_dict(stream)})
+
+    def stream_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        typ = T + "stream_info_response"
+        name = args[0] if args else ""
+        req = self.parse(body) or {}
+        stream = self.jsa.streams.get(name)
+        if stream is None:
+            self.respond_error(reply, typ, ApiError.make("STREAM_NOT_FOUND"),
+                               {"total": 0, "offset": 0, "limit": 0})
+            return
+        sf = req.get("subjects_filter") or ""
+        info = stream_info_dict(stream, subjects_filter=sf, deleted_details=bool(req.get("deleted_details")))
+        d = {"type": typ, "total": 0, "offset": 0, "limit": 0, **info}
+        subs = info["state"].get("subjects")
+        if subs is not None:
+            offset = int(req.get("offset") or 0)
+            keys = sorted(subs)
+            d["total"] = len(keys)
+            d["offset"] = offset
+            d["limit"] = 100000
+            info["state"]["subjects"] = {k: subs[k] for k in keys[offset:offset + 100000]}
+        self.respond(reply, d)
+
+    def stream_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        stream = self.stream(args[0] if args else "")
+        self.jsa.delete_stream(stream)
+        self.js.advisories.stream_action(self.jsa, stream, "delete")
+        self.respond(reply, {"type": T + "stream_delete_response", "success": True})
+
+    def stream_purge(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        typ = T + "stream_purge_response"
+        stream = self.stream(args[0] if args else "")
+        if stream.cfg.sealed:
+            raise ApiError.make("STREAM_SEALED")
+        if stream.cfg.deny_purge:
+            raise ApiError.make("STREAM_PURGE_FAILED", err="stream purge not permitted")
+        req = self.parse(body) or {}
+        subj = req.get("filter") or None
+        seq = int(req.get("seq") or 0)
+        keep = int(req.get("keep") or 0)
+        if seq and keep:
+            raise ApiError.make("BAD_REQUEST")
+        if subj is not None and not is_valid_subject(subj):
+            raise ApiError.make("STREAM_PURGE_FAILED", err="invalid subject")
+        from rillet.jetstream.log import Entry
+        n = stream.log.propose(Entry(Entry.PURGE, (subj, seq, keep)))
+        self.respond(reply, {"type": typ, "success": True, "purged": n})
+
+    def _names_filter(self, req: dict) -> list[Stream]:
+        subj = req.get("subject") or ""
+        streams = sorted(self.jsa.streams.values(), key=lambda s: s.name)
+        if subj:
+            streams = [s for s in streams if any(subjects_collide(subj, x) for x in (s.cfg.subjects or []))]
+        return streams
+
+    def stream_names(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        req = self.parse(body) or {}
+        streams = self._names_filter(req)
+        offset = int(req.get("offset") or 0)
+        page = streams[offset:offset + JSON_LIMIT]
+        self.respond(reply, {"type": T + "stream_names_response", "total": len(streams), "offset": offset,
+                             "limit": JSON_LIMIT, "streams": [s.name for s in page]})
+
+    def stream_list(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        req = self.parse(body) or {}
+        streams = self._names_filter(req)
+        offset = int(req.get("offset") or 0)
+        page = streams[offset:offset + LIST_LIMIT]
+        self.respond(reply, {"type": T + "stream_list_response", "total": len(streams), "offset": offset,
+                             "limit": LIST_LIMIT, "streams": [stream_info_dict(s) for s in page],
+                             "missing": None})
+
+    def stream_leader_stepdown(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        self.stream(args[0] if args else "")
+        raise ApiError.make("CLUSTER_REQUIRED")
+
+    # ---- messages ---------------------------------------------------------------------------------
+
+    def _get(self, stream: Stream, req: dict) -> Any:
+        """The message a MSG.GET / DIRECT.GET request names (None if there is none)."""
+        store = stream.store
+        seq = int(req.get("seq") or 0)
+        last = req.get("last_by_subj") or ""
+        nxt = req.get("next_by_subj") or ""
+        if last:
+            if seq or nxt:
+                raise ApiError.make("BAD_REQUEST")
+            return store.load_last_msg(last)
+        if nxt:
+            return store.load_next_msg(nxt, max(seq, 1), subject_has_wildcard(nxt))
+        if seq <= 0:
+            raise ApiError.make("BAD_REQUEST")
+        return store.load_msg(seq)
+
+    def msg_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        typ = T + "stream_msg_get_response"
+        stream = self.stream(args[0] if args else "")
+        req = self.parse(body)
+        if not isinstance(req, dict):
+            raise ApiError.make("BAD_REQUEST")
+        m = self._get(stream, req)
+        if m is None:
+            raise ApiError.make("NO_MESSAGE_FOUND")
+        d: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
+        if m.hdr:
+            d["hdrs"] = base64.b64encode(m.hdr).decode()
+        if m.data:
+            d["data"] = base64.b64encode(m.data).decode()
+        d["time"] = rfc3339(m.ts)
+        self.respond(reply, {"type": typ, "message": d})
+
+    def msg_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        typ = T + "stream_msg_delete_response"
+        stream = self.stream(args[0] if args else "")
+        if stream.cfg.sealed:
+            raise ApiError.make("STREAM_SEALED")
+        if stream.cfg.deny_delete:
+            raise ApiError.make("STREAM_MSG_DELETE_FAILED", err="message delete not permitted")
+        req = self.parse(body)
+        if not isinstance(req, dict) or not req.get("seq"):
+            raise ApiError.make("BAD_REQUEST")
+        seq = int(req["seq"])
+        from rillet.jetstream.log import Entry
+        ok = stream.log.propose(Entry(Entry.DELETE, (seq, not req.get("no_erase"))))
+        if not ok:
+            raise ApiError.make("STREAM_MSG_DELETE_FAILED", err=f"no message found")
+        self.respond(reply, {"type": typ, "success": True})
+
+    def direct_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        """DIRECT.GET.<stream> (request body) and DIRECT.GET.<stream>.<subject...> (last for subject)."""
+        if not args or not reply:
+            return
+        stream = self.jsa.streams.get(args[0])
+        if stream is None or not (stream.cfg.allow_direct or stream.cfg.mirror_direct):
+            return  # no responder, as nats-server (direct gets are only served when allowed)
+        if len(args) > 1:
+            m = stream.store.load_last_msg(".".join(args[1:]))
+            self._direct_reply(stream, reply, m)
+            return
+        try:
+            req = json.loads(body) if body.strip() else None
+        except ValueError:
+            req = None
+        if not isinstance(req, dict):
+            self._status(reply, 408, "Bad Request")
+            return
+        batch = int(req.get("batch") or 0)
+        multi = req.get("multi_last")
+        if multi or batch:
+            self._direct_batch(stream, reply, req)
+            return
+        try:
+            m = self._get(stream, req)
+        except ApiError:
+            self._status(reply, 408, "Bad Request")
+            return
+        self._direct_reply(stream, reply, m)
+
+    def _status(self, reply: bytes, code: int, desc: str, extra: list[tuple[str, str]] | None = None) -> None:
+        hdr = H.make_headers(extra or [], status=code, desc=desc)
+        self.jsa.ic.publish(reply, None, hdr, len(hdr))
+
+    def _direct_reply(self, stream: Stream, reply: bytes, m: Any, extra: list[tuple[str, str]] | None = None) -> None:
+        if m is None:
+            self._status(reply, 404, "Message Not Found")
+            return
+        pairs = [(H.STREAM, stream.name), (H.SUBJECT, m.subject), (H.SEQUENCE, str(m.seq)),
+                 (H.TIMESTAMP, rfc3339(m.ts))]
+        if extra:
+            pairs.extend(extra)
+        hdr = H.set_headers(m.hdr, pairs) if m.hdr else H.make_headers(pairs)
+        self.jsa.ic.publish(reply, None, hdr + m.data, len(hdr))
+
+    def _direct_batch(self, stream: Stream, reply: bytes, req: dict) -> None:
+        store = stream.store
+        batch = int(req.get("batch") or 0)
+        up_to = int(req.get("up_to_seq") or 0)
+        multi = req.get("multi_last")
+        msgs: list[Any] = []
+        if multi:
+            try:
+                seqs = store.multi_last_seqs(list(multi), up_to, 1024)
+            except Exception:
+                self._status(reply, 413, "Too Many Results")
+                return
+            if batch:
+                seqs = seqs[:batch]
+            msgs = [m for m in (store.load_msg(s) for s in seqs) if m is not None]
+        else:
+            seq = int(req.get("seq") or 1)
+            filt = req.get("next_by_subj") or ">"
+            wc = subject_has_wildcard(filt)
+            while len(msgs) < batch:
+                m = store.load_next_msg(filt, seq, wc)
+                if m is None or (up_to and m.seq > up_to):
+                    break
+                msgs.append(m)
+                seq = m.seq + 1
+        if not msgs:
+            self._status(reply, 404, "Message Not Found")
+            return
+        for i, m in enumerate(msgs):
+            pending = len(msgs) - i - 1
+            self._direct_reply(stream, reply, m, [(H.NUM_PENDING, str(pending)), (H.LAST_SEQUENCE, str(
+                msgs[i - 1].seq if i else 0))])
+        eob = H.make_headers([(H.LAST_SEQUENCE, str(msgs[-1].seq)), (H.NUM_PENDING, "0")], 204, "EOB")
+        self.jsa.ic.publish(reply, None, eob, len(eob))
+
+
+def _type_for(handler: Callable) -> str:
+    return T + _TYPES.get(getattr(handler, "__name__", ""), "error_response")
+
+
+_TYPES = {
+    "account_info": "account_info_response",
+    "stream_create": "stream_create_response",
+    "stream_update": "stream_update_response",
+    "stream_info": "stream_info_response",
+    "stream_delete": "stream_delete_response",
+    "stream_purge": "stream_purge_response",
+    "stream_names": "stream_names_response",
+    "stream_list": "stream_list_response",
+    "msg_get": "stream_msg_get_response",
+    "msg_delete": "stream_msg_delete_response",
+    "stream_leader_stepdown": "stream_leader_stepdown_response",
+    "consumer_create": "consumer_create_response",
+    "consumer_info": "consumer_info_response",
+    "consumer_delete": "consumer_delete_response",
+    "consumer_names": "consumer_names_response",
+    "consumer_list": "consumer_list_response",
+    "consumer_pause": "consumer_pause_response",
+    "stream_snapshot": "stream_snapshot_response",
+    "stream_restore": "stream_restore_response",
+}
+
+
+def register_types(extra: dict[str, str]) -> None:
+    _TYPES.update(extra)

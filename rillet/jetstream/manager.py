@@ -1,0 +1,270 @@
+"""JetStream on a server: enablement, per-account state, the ``$JS.API`` listener, usage and /jsz.
+
+Layout on disk: ``<store_dir>/jetstream/<account>/streams/<stream>/`` holds ``meta.json`` (config and
+creation time) and the stream's store (with its consumers' state under ``obs/``).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any
+
+from rillet.jetstream.stream import Stream, rfc3339
+
+if TYPE_CHECKING:
+    from rillet.server.accounts import Account
+    from rillet.server.server import Server
+
+API_LEVEL = 1
+
+
+class JSAccount:
+    """One account's JetStream: its streams, its API listener and its limits."""
+
+    def __init__(self, js: "JetStream", account: "Account") -> None:
+        self.js = js
+        self.account = account
+        self.ic = js.server.internal_client(account, f"jetstream-{account.name}")
+        self.streams: dict[str, Stream] = {}
+        self.dir = os.path.join(js.store_dir, account.name, "streams")
+        self.api_total = 0
+        self.api_errors = 0
+        self.limits = {"max_memory": -1, "max_storage": -1, "max_streams": -1, "max_consumers": -1,
+                       "max_ack_pending": -1, "memory_max_stream_bytes": -1, "storage_max_stream_bytes": -1,
+                       "max_bytes_required": False}
+        self._api_subs: list[Any] = []
+
+    def start(self) -> None:
+        from rillet.jetstream.api import ApiRouter
+        os.makedirs(self.dir, exist_ok=True)
+        self.router = ApiRouter(self)
+        prefixes = ["$JS.API"]
+        if self.js.domain:
+            prefixes.append(f"$JS.{self.js.domain}.API")
+        for p in prefixes:
+            self._api_subs.append(self.ic.subscribe(p + ".>", self.router.on_request))
+        self._recover()
+
+    def _recover(self) -> None:
+        """Load every stream (and its consumers) found on disk."""
+        for name in sorted(os.listdir(self.dir)):
+            sdir = os.path.join(self.dir, name)
+            meta = os.path.join(sdir, "meta.json")
+            if not os.path.isfile(meta):
+                continue
+            try:
+                with open(meta, "rb") as f:
+                    m = json.loads(f.read())
+                from rillet.jetstream.api import stream_config_from_dict
+                cfg = stream_config_from_dict(m["config"])
+                stream = self.open_stream(cfg, m.get("created") or rfc3339(time.time_ns()), write_meta=False)
+                from rillet.jetstream.consumer import recover_consumers
+                recover_consumers(stream)
+                self.js.log.notice(f"  Restored {stream.store.state().msgs:,} messages for stream "
+                                   f"'{self.account.name} > {name}'")
+            except Exception as e:
+                self.js.log.error(f"  Error recovering stream '{self.account.name} > {name}': {e}")
+
+    def stream_dir(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def open_stream(self, cfg: Any, created: str, write_meta: bool = True) -> Stream:
+        from rillet.jetstream.store import open_store
+        sdir = self.stream_dir(cfg.name)
+        os.makedirs(sdir, exist_ok=True)
+        store = open_store(cfg, sdir, self.js)
+        stream = Stream(self, cfg, created, store)
+        if write_meta:
+            self.write_meta(stream)
+        self.streams[cfg.name] = stream
+        stream.start()
+        return stream
+
+    def write_meta(self, stream: Stream) -> None:
+        from rillet.jetstream.api import encode_config
+        sdir = self.stream_dir(stream.name)
+        tmp = os.path.join(sdir, "meta.json.tmp")
+        with open(tmp, "wb") as f:
+            f.write(json.dumps({"config": json.loads(encode_config(stream.cfg)),
+                                "created": stream.created}).encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(sdir, "meta.json"))
+
+    def delete_stream(self, stream: Stream) -> None:
+        self.streams.pop(stream.name, None)
+        stream.stop(delete=True)
+        shutil.rmtree(self.stream_dir(stream.name), ignore_errors=True)
+
+    def after_stream_msg(self, stream: Stream, seq: int, subject: str) -> None:
+        """Hook after a message is stored (interest retention with no interested consumer drops it)."""
+        if stream.cfg.retention == "interest":
+            from rillet.jetstream import retention
+            retention.on_new_msg(stream, seq, subject)
+
+    def usage(self) -> tuple[int, int, int, int]:
+        """(memory bytes, storage bytes, streams, consumers)."""
+        mem = sto = cons = 0
+        for s in self.streams.values():
+            b = s.store.state().bytes
+            if s.cfg.storage == "memory":
+                mem += b
+            else:
+                sto += b
+            cons += len(s.consumers)
+        return mem, sto, len(self.streams), cons
+
+    def stop(self) -> None:
+        for sub in self._api_subs:
+            self.ic.remove_sub(sub)
+        for s in list(self.streams.values()):
+            s.stop()
+        self.streams.clear()
+
+
+class JetStream:
+    """The server's JetStream subsystem (``server.jetstream``)."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self.log = server.log
+        o = server.opts.jetstream
+        base = o.store_dir or os.path.join(tempfile.gettempdir(), "nats")
+        self.store_dir = os.path.join(base, "jetstream")
+        self.domain = o.domain
+        self.sync_interval = o.sync_interval
+        self.sync_always = o.sync_interval == "always"
+        self.max_memory = o.max_memory_store
+        self.max_store = o.max_file_store
+        self.accounts: dict[str, JSAccount] = {}
+        self.loop: asyncio.AbstractEventLoop = server.loop
+        self._sync_task: asyncio.Task | None = None
+        self.started = 0.0
+        from rillet.jetstream.advisories import Advisories
+        self.advisories = Advisories(self)
+
+    def is_enabled(self) -> bool:
+        return True
+
+    async def start(self) -> None:
+        self.loop = self.server.loop
+        log = self.log
+        os.makedirs(self.store_dir, exist_ok=True)
+        probe = os.path.join(self.store_dir, ".rillet-write-test")
+        with open(probe, "wb") as f:
+            f.write(b"ok")
+        os.unlink(probe)
+        log.notice("Starting JetStream")
+        log.notice("---------------- JETSTREAM ----------------")
+        log.notice(f"  Max Memory:      {_human(self.max_memory)}")
+        log.notice(f"  Max Storage:     {_human(self.max_store)}")
+        log.notice(f"  Store Directory: \"{self.store_dir}\"")
+        if self.domain:
+            log.notice(f"  Domain:          {self.domain}")
+        log.notice(f"  API Level:       {API_LEVEL}")
+        log.notice("-------------------------------------------")
+        self.started = time.time()
+        self.enable_account(self.server.global_account)
+        if not self.sync_always and isinstance(self.sync_interval, (int, float)) and self.sync_interval > 0:
+            self._sync_task = self.loop.create_task(self._periodic_sync())
+
+    def enable_account(self, account: "Account") -> JSAccount:
+        jsa = self.accounts.get(account.name)
+        if jsa is None:
+            jsa = JSAccount(self, account)
+            self.accounts[account.name] = jsa
+            jsa.start()
+        return jsa
+
+    async def _periodic_sync(self) -> None:
+        while True:
+            await asyncio.sleep(float(self.sync_interval))
+            for jsa in list(self.accounts.values()):
+                for s in list(jsa.streams.values()):
+                    try:
+                        await self.loop.run_in_executor(None, s.store.sync)
+                    except Exception as e:
+                        self.log.error(f"JetStream sync of stream '{s.name}' failed: {e}")
+
+    async def shutdown(self) -> None:
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+        for jsa in self.accounts.values():
+            jsa.stop()
+        self.log.notice("JetStream shutdown")
+
+    # ---- monitoring -------------------------------------------------------------------------------
+
+    def totals(self) -> dict[str, int]:
+        mem = sto = streams = cons = msgs = byts = 0
+        for jsa in self.accounts.values():
+            m, s, n, c = jsa.usage()
+            mem += m
+            sto += s
+            streams += n
+            cons += c
+            for st in jsa.streams.values():
+                state = st.store.state()
+                msgs += state.msgs
+                byts += state.bytes
+        return {"memory": mem, "storage": sto, "streams": streams, "consumers": cons, "messages": msgs,
+                "bytes": byts}
+
+    def config_dict(self) -> dict:
+        d: dict[str, Any] = {"max_memory": self.max_memory, "max_storage": self.max_store,
+                             "store_dir": self.store_dir, "sync_interval": _sync_ns(self.sync_interval)}
+        if self.sync_always:
+            d["sync_always"] = True
+        if self.domain:
+            d["domain"] = self.domain
+        return d
+
+    def stats_dict(self) -> dict:
+        t = self.totals()
+        total = sum(j.api_total for j in self.accounts.values())
+        errs = sum(j.api_errors for j in self.accounts.values())
+        return {"memory": t["memory"], "storage": t["storage"], "reserved_memory": 0, "reserved_storage": 0,
+                "accounts": len(self.accounts), "ha_assets": 0, "api": {"level": API_LEVEL, "total": total,
+                                                                        "errors": errs}}
+
+    def limits_dict(self) -> dict:
+        return {}
+
+    def jsz(self, opts: dict) -> dict:
+        t = self.totals()
+        d = {"config": self.config_dict(), **self.stats_dict(), "streams": t["streams"],
+             "consumers": t["consumers"], "messages": t["messages"], "bytes": t["bytes"]}
+        if opts.get("accounts") or opts.get("streams") or opts.get("consumers"):
+            d["account_details"] = [self._account_detail(j, opts) for j in self.accounts.values()]
+        return d
+
+    def _account_detail(self, jsa: JSAccount, opts: dict) -> dict:
+        mem, sto, n, c = jsa.usage()
+        d: dict[str, Any] = {"name": jsa.account.name, "id": jsa.account.name, "memory": mem, "storage": sto,
+                             "reserved_memory": 0, "reserved_storage": 0, "accounts": 1, "ha_assets": 0,
+                             "api": {"level": API_LEVEL, "total": jsa.api_total, "errors": jsa.api_errors}}
+        if opts.get("streams") or opts.get("consumers"):
+            from rillet.jetstream.api import stream_info_dict
+            d["stream_detail"] = [stream_info_dict(s, include_config=bool(opts.get("config")))
+                                  for s in jsa.streams.values()]
+        return d
+
+
+def _human(n: int) -> str:
+    if n is None or n < 0:
+        return "-1"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024:
+            return f"{n:.2f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n:.2f} PB"
+
+
+def _sync_ns(v: Any) -> int:
+    if v == "always":
+        return 0
+    return int(float(v) * 1e9)

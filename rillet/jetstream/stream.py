@@ -1,0 +1,382 @@
+"""A stream: an internal subscription on its subjects whose messages become log entries, then stored.
+
+    publish ─► _on_msg (checks: sealed, size, expectations, dedup) ─► log.propose(Entry.MSG)
+           ─► _apply: store, rollup, dedup record, republish, wake consumers ─► PubAck (after fsync when
+              sync_interval is "always": acks of appends that arrive together share one fsync)
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from rillet.jetstream import headers as H
+from rillet.jetstream.errors import ApiError
+from rillet.jetstream.log import Entry, SingleNodeLog
+from rillet.jetstream.store import base as store_base
+from rillet.subjects.validate import subject_matches_filter
+
+if TYPE_CHECKING:
+    from rillet.jetstream.manager import JSAccount
+
+_json = msgspec.json.encode
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+def parse_ttl(v: str) -> int:
+    """Nats-TTL: a Go duration or a number of seconds; "never" = -1. Returns seconds (-1 never), or raises."""
+    v = v.strip()
+    if v == "never":
+        return -1
+    if v.isdigit():
+        return int(v)
+    from rillet.config.values import parse_go_duration
+    secs = parse_go_duration(v)
+    if secs < 1:
+        raise ValueError(v)
+    return int(secs)
+
+
+class Stream:
+    def __init__(self, jsa: "JSAccount", cfg: Any, created: str, store: Any) -> None:
+        self.jsa = jsa
+        self.js = jsa.js
+        self.cfg = cfg
+        self.name: str = cfg.name
+        self.created = created
+        self.store = store
+        self.consumers: dict[str, Any] = {}
+        self.log = SingleNodeLog(self._apply)
+        self.ic = jsa.ic
+        self._subs: list[Any] = []
+        # dedup: msg id -> (seq, ts_ns); kept for duplicate_window
+        self._ddmap: dict[str, tuple[int, int]] = {}
+        self._ddorder: list[tuple[int, str]] = []
+        self._last_msg_id = ""
+        self._acks: list[tuple[bytes, bytes]] = []
+        self._sync_scheduled = False
+        self._expire_timer: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
+        store.register_remove_callback(self._on_store_remove)
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._subscribe()
+        self._schedule_expiry()
+
+    def _subscribe(self) -> None:
+        for sub in self._subs:
+            self.ic.remove_sub(sub)
+        self._subs = []
+        cfg = self.cfg
+        if cfg.mirror is not None:
+            return  # a mirror takes no direct publishes
+        for subj in cfg.subjects or []:
+            self._subs.append(self.ic.subscribe(subj, self._on_msg))
+
+    def stop(self, delete: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for sub in self._subs:
+            self.ic.remove_sub(sub)
+        self._subs = []
+        if self._expire_timer is not None:
+            self._expire_timer.cancel()
+        if self.sources is not None:
+            self.sources.stop()
+        for c in list(self.consumers.values()):
+            c.stop(delete=delete)
+        if delete:
+            self.store.delete()
+        else:
+            try:
+                self.store.sync()
+            except Exception:
+                pass
+            self.store.stop()
+
+    # ---- inbound messages -------------------------------------------------------------------------
+
+    def _on_msg(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if hdr >= 0:
+            hdr_b, data = msg[:hdr], msg[hdr:]
+        else:
+            hdr_b, data = b"", msg
+        self.process(subject.decode("utf-8", "surrogateescape"), reply, hdr_b, data)
+
+    def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0) -> int:
+        """Checks, then propose. Returns the stored sequence (0 when refused or a duplicate)."""
+        cfg = self.cfg
+        try:
+            if cfg.sealed:
+                raise ApiError.make("STREAM_SEALED")
+            size = len(hdr) + len(data) + len(subject)
+            if cfg.max_msg_size > 0 and len(hdr) + len(data) > cfg.max_msg_size:
+                raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
+            ttl = 0
+            msg_id = ""
+            if hdr:
+                exp = H.get_header(hdr, H.EXPECTED_STREAM)
+                if exp is not None and exp != self.name:
+                    raise ApiError.make("STREAM_NOT_MATCH")
+                msg_id = H.get_header(hdr, H.MSG_ID) or ""
+                if msg_id:
+                    dd = self._dedup_lookup(msg_id)
+                    if dd is not None:
+                        self._ack(reply, {"stream": self.name, "seq": dd, "duplicate": True})
+                        return 0
+                v = H.get_header(hdr, H.EXPECTED_LAST_MSG_ID)
+                if v is not None and v != self._last_msg_id:
+                    raise ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=self._last_msg_id)
+                v = H.get_header(hdr, H.EXPECTED_LAST_SEQ)
+                if v is not None:
+                    last = self.store.state().last_seq
+                    if not v.isdigit() or int(v) != last:
+                        raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
+                v = H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
+                if v is not None:
+                    check_subj = H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ) or subject
+                    last = self.store.last_seq_for_subject(check_subj)
+                    if not v.isdigit() or int(v) != last:
+                        raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
+                v = H.get_header(hdr, H.ROLLUP)
+                if v is not None:
+                    if not cfg.allow_rollup_hdrs:
+                        raise ApiError.make("STREAM_ROLLUP_FAILED", err="rollup not permitted")
+                    if v not in ("sub", "all"):
+                        raise ApiError.make("STREAM_ROLLUP_FAILED", err=f"rollup value invalid: {v}")
+                    if v == "all" and cfg.deny_purge:
+                        raise ApiError.make("STREAM_ROLLUP_FAILED", err="rollup not permitted")
+                v = H.get_header(hdr, H.TTL)
+                if v is not None:
+                    if not cfg.allow_msg_ttl:
+                        raise ApiError.make("MESSAGE_TTL_DISABLED")
+                    try:
+                        ttl = parse_ttl(v)
+                    except ValueError:
+                        raise ApiError.make("MESSAGE_TTL_INVALID")
+            seq = self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts, ttl, msg_id)))
+        except ApiError as e:
+            if reply:
+                self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
+            return 0
+        except store_base.StoreError as e:
+            if reply:
+                err = _store_error(e)
+                self._reply(reply, _json({"error": err.to_dict(), "stream": self.name, "seq": 0}))
+            return 0
+        if not cfg.no_ack:
+            ack: dict[str, Any] = {"stream": self.name, "seq": seq}
+            if self.js.domain:
+                ack["domain"] = self.js.domain
+            self._ack(reply, ack)
+        return seq
+
+    def _apply(self, entry: Entry) -> Any:
+        op = entry.op
+        if op == Entry.MSG:
+            subject, hdr, data, ts, ttl, msg_id = entry.args
+            store = self.store
+            seq, ts = store.store_msg(subject, hdr, data, ts or None, ttl)
+            if msg_id:
+                self._dedup_record(msg_id, seq, ts)
+                self._last_msg_id = msg_id
+            if hdr:
+                v = H.get_header(hdr, H.ROLLUP)
+                if v == "sub":
+                    store.purge(subject, seq, 0)
+                elif v == "all":
+                    store.purge(None, seq, 0)
+                if ttl:
+                    self._schedule_expiry()
+            elif ttl:
+                self._schedule_expiry()
+            if self.cfg.republish is not None:
+                self._republish(subject, hdr, data, seq, ts)
+            for c in self.consumers.values():
+                c.on_stream_msg(seq, subject)
+            self.jsa.after_stream_msg(self, seq, subject)
+            return seq
+        if op == Entry.DELETE:
+            seq, erase = entry.args
+            return self.store.remove_msg(seq, erase)
+        if op == Entry.PURGE:
+            subject, seq, keep = entry.args
+            n = self.store.purge(subject, seq, keep)
+            for c in self.consumers.values():
+                c.on_purge()
+            return n
+        raise ValueError(f"unknown log entry op {op}")
+
+    # ---- acks and group commit --------------------------------------------------------------------
+
+    def _reply(self, reply: bytes, payload: bytes, hdr: bytes = b"") -> None:
+        if hdr:
+            self.ic.publish(reply, None, hdr + payload, len(hdr))
+        else:
+            self.ic.publish(reply, None, payload)
+
+    def _ack(self, reply: bytes | None, ack: dict) -> None:
+        if not reply:
+            return
+        payload = _json(ack)
+        if self.js.sync_always:
+            self._acks.append((reply, payload))
+            if not self._sync_scheduled:
+                self._sync_scheduled = True
+                self.js.loop.create_task(self._group_commit())
+        else:
+            self._reply(reply, payload)
+
+    async def _group_commit(self) -> None:
+        """One fsync for every append since the last one, then their acks."""
+        await asyncio.sleep(0)
+        self._sync_scheduled = False
+        acks, self._acks = self._acks, []
+        try:
+            await self.js.loop.run_in_executor(None, self.store.sync)
+        except Exception as e:
+            err = _store_error(e)
+            for reply, _ in acks:
+                self._reply(reply, _json({"error": err.to_dict(), "stream": self.name, "seq": 0}))
+            return
+        for reply, payload in acks:
+            self._reply(reply, payload)
+
+    # ---- dedup ------------------------------------------------------------------------------------
+
+    def _dedup_lookup(self, msg_id: str) -> int | None:
+        e = self._ddmap.get(msg_id)
+        if e is None:
+            return None
+        seq, ts = e
+        if now_ns() - ts > self.cfg.duplicate_window:
+            return None
+        return seq
+
+    def _dedup_record(self, msg_id: str, seq: int, ts: int) -> None:
+        if self.cfg.duplicate_window <= 0:
+            return
+        self._ddmap[msg_id] = (seq, ts)
+        self._ddorder.append((ts, msg_id))
+        if len(self._ddorder) > 1024 and len(self._ddorder) % 256 == 0:
+            self._dedup_prune()
+
+    def _dedup_prune(self) -> None:
+        cutoff = now_ns() - self.cfg.duplicate_window
+        order = self._ddorder
+        i = 0
+        while i < len(order) and order[i][0] < cutoff:
+            mid = order[i][1]
+            e = self._ddmap.get(mid)
+            if e is not None and e[1] == order[i][0]:
+                del self._ddmap[mid]
+            i += 1
+        if i:
+            del order[:i]
+
+    # ---- expiry -----------------------------------------------------------------------------------
+
+    def _schedule_expiry(self) -> None:
+        nxt = self.store.next_expiry()
+        if nxt is None:
+            return
+        delay = max((nxt - now_ns()) / 1e9, 0.0) + 0.001
+        if self._expire_timer is not None:
+            if self._expire_timer.when() <= self.js.loop.time() + delay:
+                return
+            self._expire_timer.cancel()
+        self._expire_timer = self.js.loop.call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expire_timer = None
+        if self.closed:
+            return
+        self.store.expire_msgs(now_ns())
+        self._schedule_expiry()
+
+    def _on_store_remove(self, seq: int, subject: str, size: int) -> None:
+        for c in self.consumers.values():
+            c.on_stream_remove(seq)
+
+    # ---- republish --------------------------------------------------------------------------------
+
+    def _republish(self, subject: str, hdr: bytes, data: bytes, seq: int, ts: int) -> None:
+        rp = self.cfg.republish
+        src = rp.src or ">"
+        if not subject_matches_filter(subject, src):
+            return
+        from rillet.jetstream.transform import transform_subject
+        dest = transform_subject(src, rp.dest, subject)
+        prev = self._prev_seq_for_subject(subject, seq)
+        pairs = [(H.STREAM, self.name), (H.SUBJECT, subject), (H.SEQUENCE, str(seq)),
+                 (H.LAST_SEQUENCE, str(prev)), (H.TIMESTAMP, _rfc3339(ts))]
+        if rp.headers_only:
+            pairs.append(("Nats-Msg-Size", str(len(data))))
+            data = b""
+        new_hdr = H.set_headers(hdr, pairs)
+        self.ic.publish(dest.encode(), None, new_hdr + data, len(new_hdr))
+
+    def _prev_seq_for_subject(self, subject: str, seq: int) -> int:
+        m = self.store.load_prev_msg_for_subject(subject, seq - 1) if hasattr(
+            self.store, "load_prev_msg_for_subject") else None
+        return m.seq if m is not None else 0
+
+    # ---- info -------------------------------------------------------------------------------------
+
+    def state_dict(self, subjects_filter: str = "", deleted_details: bool = False) -> dict:
+        st = self.store.state()
+        d: dict[str, Any] = {
+            "messages": st.msgs,
+            "bytes": st.bytes,
+            "first_seq": st.first_seq,
+            "first_ts": _rfc3339(st.first_ts),
+            "last_seq": st.last_seq,
+            "last_ts": _rfc3339(st.last_ts),
+        }
+        if deleted_details and st.num_deleted:
+            d["deleted"] = list(st.deleted)
+        if st.num_deleted:
+            d["num_deleted"] = st.num_deleted
+        if st.num_subjects:
+            d["num_subjects"] = st.num_subjects
+        if subjects_filter:
+            subs = self.store.subjects_totals(subjects_filter)
+            if subs:
+                d["subjects"] = subs
+        d["consumer_count"] = len(self.consumers)
+        return d
+
+
+def _rfc3339(ts_ns: int) -> str:
+    if not ts_ns:
+        return "0001-01-01T00:00:00Z"
+    secs, ns = divmod(ts_ns, 1_000_000_000)
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+    if ns:
+        return f"{base}.{ns:09d}".rstrip("0") + "Z"
+    return base + "Z"
+
+
+rfc3339 = _rfc3339
+
+
+def _store_error(e: Exception) -> ApiError:
+    """A store failure as the API error nats-server answers for it."""
+    name = type(e).__name__
+    text = {
+        "ErrMaxMsgs": "maximum messages exceeded",
+        "ErrMaxBytes": "maximum bytes exceeded",
+        "ErrMaxMsgsPerSubject": "maximum messages per subject exceeded",
+    }.get(name)
+    if text is not None:
+        return ApiError.make("STREAM_STORE_FAILED", err=text)
+    return ApiError.make("STREAM_STORE_FAILED", err=str(e) or name)
