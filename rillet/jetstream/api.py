@@ -208,7 +208,8 @@ class ApiRouter:
         self._check_overlap(cfg, skip=name)
         old = stream.cfg
         stream.cfg = cfg
-        stream.store.update_config(C.store_config(cfg))
+        from rillet.jetstream.storeopen import store_config
+        stream.store.update_config(store_config(cfg, self.js))
         if old.subjects != cfg.subjects:
             stream._subscribe()
         if (old.mirror != cfg.mirror or old.sources != cfg.sources) and (cfg.mirror is not None or cfg.sources):

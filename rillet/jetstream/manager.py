@@ -73,7 +73,7 @@ class JSAccount:
         return os.path.join(self.dir, name)
 
     def open_stream(self, cfg: Any, created: str, write_meta: bool = True) -> Stream:
-        from rillet.jetstream.store import open_store
+        from rillet.jetstream.storeopen import open_store
         sdir = self.stream_dir(cfg.name)
         os.makedirs(sdir, exist_ok=True)
         store = open_store(cfg, sdir, self.js)

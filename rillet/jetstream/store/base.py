@@ -1,0 +1,226 @@
+"""Shared types of the JetStream message stores: messages, config, state, errors.
+
+Timestamps are int nanoseconds since the epoch.  Subjects are ``str``; ``hdr`` is
+the raw header block (``NATS/1.0\\r\\n...\\r\\n\\r\\n``) or ``b""``; ``data`` is bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import msgspec
+
+__all__ = [
+    "ConsumerState",
+    "ErrDeleted",
+    "ErrMaxBytes",
+    "ErrMaxMsgSize",
+    "ErrMaxMsgs",
+    "ErrMaxMsgsPerSubject",
+    "ErrNoSuchMsg",
+    "ErrSequenceMismatch",
+    "ErrStoreClosed",
+    "ErrStoreCorrupt",
+    "ErrStoreFull",
+    "ErrTooManyResults",
+    "LogFn",
+    "RemoveCallback",
+    "SequencePair",
+    "StoreConfig",
+    "StoreError",
+    "StoredMsg",
+    "StreamState",
+    "file_msg_size",
+    "mem_msg_size",
+]
+
+
+class StoredMsg(msgspec.Struct, gc=False):
+    """One stored message.  Treat as read-only: stores may hand out shared instances."""
+
+    subject: str
+    seq: int
+    ts: int
+    hdr: bytes = b""
+    data: bytes = b""
+
+
+# ---------------------------------------------------------------------------
+# Errors (texts follow nats-server's store errors where it has one)
+
+
+class StoreError(Exception):
+    """Base class of every store error."""
+
+
+class ErrMaxMsgs(StoreError):
+    def __init__(self, msg: str = "maximum messages exceeded") -> None:
+        super().__init__(msg)
+
+
+class ErrMaxBytes(StoreError):
+    def __init__(self, msg: str = "maximum bytes exceeded") -> None:
+        super().__init__(msg)
+
+
+class ErrMaxMsgsPerSubject(StoreError):
+    def __init__(self, msg: str = "maximum messages per subject exceeded") -> None:
+        super().__init__(msg)
+
+
+class ErrMaxMsgSize(StoreError):
+    def __init__(self, msg: str = "message size exceeds maximum allowed") -> None:
+        super().__init__(msg)
+
+
+class ErrStoreClosed(StoreError):
+    def __init__(self, msg: str = "store is closed") -> None:
+        super().__init__(msg)
+
+
+class ErrStoreFull(StoreError):
+    """The disk is full or not writable; the text carries the OS message.  Nothing was stored."""
+
+
+class ErrStoreCorrupt(StoreError):
+    """Data on disk failed its checksum; the affected messages are never served."""
+
+
+class ErrNoSuchMsg(StoreError):
+    def __init__(self, msg: str = "no message found") -> None:
+        super().__init__(msg)
+
+
+class ErrDeleted(ErrNoSuchMsg):
+    def __init__(self, msg: str = "message deleted") -> None:
+        super().__init__(msg)
+
+
+class ErrSequenceMismatch(StoreError):
+    def __init__(self, msg: str = "expected sequence does not match store") -> None:
+        super().__init__(msg)
+
+
+class ErrTooManyResults(StoreError):
+    def __init__(self, msg: str = "too many matching results for request") -> None:
+        super().__init__(msg)
+
+
+# ---------------------------------------------------------------------------
+# Config and state
+
+
+@dataclass
+class StoreConfig:
+    """What the store enforces.  ``max_age`` and TTLs are in seconds (float)."""
+
+    name: str = ""
+    storage: Literal["file", "memory"] = "file"
+    max_msgs: int = -1
+    max_bytes: int = -1
+    max_age: float = 0.0
+    max_msgs_per_subject: int = -1
+    max_msg_size: int = -1
+    discard: Literal["old", "new"] = "old"
+    discard_new_per_subject: bool = False
+    first_seq: int = 1
+    compression: Literal["none", "s2"] = "none"
+    allow_msg_ttl: bool = False
+    subject_delete_marker_ttl: float = 0.0
+    # file store only
+    block_size: int = 8 * 1024 * 1024
+    sync_interval: float | str = 120.0  # seconds, or "always" (caller syncs per batch)
+
+
+class StreamState(msgspec.Struct, kw_only=True):
+    msgs: int = 0
+    bytes: int = 0
+    first_seq: int = 0
+    first_ts: int = 0
+    last_seq: int = 0
+    last_ts: int = 0
+    num_deleted: int = 0
+    deleted: list[int] = []
+    num_subjects: int = 0
+    lost: list[int] = []  # sequences whose data failed its checksum (file store)
+
+
+class SequencePair(msgspec.Struct):
+    consumer_seq: int = 0
+    stream_seq: int = 0
+
+
+class ConsumerState(msgspec.Struct, kw_only=True):
+    """A consumer's persisted state.
+
+    ``pending``: stream_seq -> (consumer_seq, ts_ns) of delivered, unacked messages.
+    ``redelivered``: stream_seq -> delivery count - 1 for messages delivered more than once.
+    """
+
+    delivered: SequencePair = msgspec.field(default_factory=SequencePair)
+    ack_floor: SequencePair = msgspec.field(default_factory=SequencePair)
+    pending: dict[int, tuple[int, int]] = {}
+    redelivered: dict[int, int] = {}
+
+
+_CS_ENCODER = msgspec.msgpack.Encoder()
+_CS_DECODER = msgspec.msgpack.Decoder(ConsumerState)
+
+
+def encode_consumer_state(state: Any) -> bytes:
+    """Encode a ConsumerState (or an equivalent dict) to bytes."""
+    if not isinstance(state, ConsumerState):
+        state = msgspec.convert(state, ConsumerState, strict=False)
+    return _CS_ENCODER.encode(state)
+
+
+def decode_consumer_state(buf: bytes) -> ConsumerState:
+    return _CS_DECODER.decode(buf)
+
+
+# Callbacks
+RemoveCallback = Callable[[int, str, int], None]  # (seq, subject, size)
+LogFn = Callable[[str, str], None]  # (level, text); level is "debug", "info", "warn" or "error"
+
+
+# ---------------------------------------------------------------------------
+# Accounted message sizes: the same numbers nats-server reports in stream info.
+
+
+def mem_msg_size(subject: str, hdr: bytes, data: bytes) -> int:
+    return len(subject) + len(hdr) + len(data) + 16
+
+
+def file_msg_size(subject: str, hdr: bytes, data: bytes) -> int:
+    if hdr:
+        return 34 + len(subject) + len(hdr) + len(data)
+    return 30 + len(subject) + len(data)
+
+
+def go_duration(seconds: float) -> str:
+    """Format seconds like Go's time.Duration.String() ("30s", "1m0s", "1h0m0s", "1.5s")."""
+    ns = int(round(seconds * 1e9))
+    if ns == 0:
+        return "0s"
+    neg = ns < 0
+    ns = abs(ns)
+    h, rem = divmod(ns, 3600 * 10**9)
+    m, rem = divmod(rem, 60 * 10**9)
+    s, frac = divmod(rem, 10**9)
+    if h == 0 and m == 0 and s == 0:
+        # sub-second: use ms/us/ns units like Go
+        if frac % 10**6 == 0:
+            out = f"{frac // 10**6}ms"
+        elif frac % 10**3 == 0:
+            out = f"{frac / 10**6:g}ms"
+        else:
+            out = f"{frac}ns" if frac < 1000 else f"{frac / 1000:g}\u00b5s"
+        return ("-" if neg else "") + out
+    sec = f"{s}" if frac == 0 else f"{s}.{frac:09d}".rstrip("0")
+    out = f"{sec}s"
+    if h or m:
+        out = f"{m}m" + out
+    if h:
+        out = f"{h}h" + out
+    return ("-" if neg else "") + out
