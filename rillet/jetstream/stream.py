@@ -110,7 +110,14 @@ class Stream:
             hdr_b, data = msg[:hdr], msg[hdr:]
         else:
             hdr_b, data = b"", msg
-        self.process(subject.decode("utf-8", "surrogateescape"), reply, hdr_b, data)
+        subj = subject.decode("utf-8", "surrogateescape")
+        st = self.cfg.subject_transform
+        if st is not None and st.dest:
+            src = st.src or ">"
+            if subject_matches_filter(subj, src):
+                from rillet.jetstream.transform import transform_subject
+                subj = transform_subject(src, st.dest, subj)
+        self.process(subj, reply, hdr_b, data)
 
     def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0) -> int:
         """Checks, then propose. Returns the stored sequence (0 when refused or a duplicate)."""
