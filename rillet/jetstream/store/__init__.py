@@ -1,0 +1,43 @@
+"""JetStream message stores: MemStore (memory) and FileStore (disk)."""
+
+from .base import (
+    ConsumerState,
+    ErrDeleted,
+    ErrMaxBytes,
+    ErrMaxMsgs,
+    ErrMaxMsgSize,
+    ErrMaxMsgsPerSubject,
+    ErrNoSuchMsg,
+    ErrSequenceMismatch,
+    ErrStoreClosed,
+    ErrStoreCorrupt,
+    ErrStoreFull,
+    ErrTooManyResults,
+    SequencePair,
+    StoreConfig,
+    StoredMsg,
+    StoreError,
+    StreamState,
+)
+from .memstore import MemStore
+
+__all__ = [
+    "ConsumerState",
+    "ErrDeleted",
+    "ErrMaxBytes",
+    "ErrMaxMsgSize",
+    "ErrMaxMsgs",
+    "ErrMaxMsgsPerSubject",
+    "ErrNoSuchMsg",
+    "ErrSequenceMismatch",
+    "ErrStoreClosed",
+    "ErrStoreCorrupt",
+    "ErrStoreFull",
+    "ErrTooManyResults",
+    "MemStore",
+    "SequencePair",
+    "StoreConfig",
+    "StoreError",
+    "StoredMsg",
+    "StreamState",
+]
