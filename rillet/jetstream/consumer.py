@@ -1,0 +1,1460 @@
+"""JetStream consumers: the delivery state machine of one consumer on one stream.
+
+A consumer walks its stream from a starting sequence (``sseq``: the next stream sequence to look at) and hands
+messages out, numbering each delivery (``dseq``). Push consumers publish to ``deliver_subject`` while someone
+listens there; pull consumers answer the requests queued on ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<name>``.
+Unacknowledged deliveries sit in ``pending`` (stream seq -> [consumer seq, delivery time ns]) until acked, and
+are queued again (``rdq``) when ``ack_wait``/``backoff`` runs out or on a NAK.
+
+Nothing here awaits: the stream, acks, pull requests and timers call in synchronously and the delivery pass
+(``_run``) is scheduled with ``loop.call_soon``, delivering everything it can in one go.
+
+Acks arrive on ``$JS.ACK.<stream>.<consumer>.<delivery count>.<stream seq>.<consumer seq>.<ts ns>.<pending>``,
+the reply subject of every delivered message (nats-server's v1 format, which is also what it sends when a
+domain is set; the 11-token v2 form with domain and account hash is accepted too).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import string
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from rillet.jetstream import headers as H
+from rillet.jetstream.stream import now_ns, rfc3339
+from rillet.subjects.validate import subject_has_wildcard, subject_matches_filter
+
+if TYPE_CHECKING:
+    from rillet.jetstream.stream import Stream
+
+# header names (nats-server's)
+LAST_CONSUMER = "Nats-Last-Consumer"
+LAST_STREAM = "Nats-Last-Stream"
+CONSUMER_STALLED = "Nats-Consumer-Stalled"
+MSG_SIZE = "Nats-Msg-Size"
+PENDING_MSGS = "Nats-Pending-Messages"
+PENDING_BYTES = "Nats-Pending-Bytes"
+
+FC_MAX_PENDING = 32 * 1024 * 1024  # flow control window limit (bytes), like nats-server
+DELETE_WAIT_DEFAULT = 5_000_000_000  # ns: ephemerals' default inactive threshold
+INTEREST_POLL = 0.05  # s: how often an unbound push consumer looks for interest on its deliver subject
+STATE_FLUSH = 0.05  # s: persisted state is written this long after it changed
+RUN_BUDGET = 1024  # deliveries per pass before yielding to the loop
+
+_NAME_CHARS = string.ascii_letters + string.digits
+
+
+def new_consumer_name() -> str:
+    return "".join(random.choice(_NAME_CHARS) for _ in range(8))
+
+
+def _cfg(cfg: Any, name: str, default: Any = None) -> Any:
+    v = getattr(cfg, name, default)
+    return default if v is None else v
+
+
+def _parse_time_ns(v: Any) -> int:
+    """RFC 3339 text (or datetime, or ns int) to ns since the epoch; 0 when unset."""
+    if not v:
+        return 0
+    if isinstance(v, int):
+        return v
+    if hasattr(v, "timestamp"):
+        return int(v.timestamp() * 1e9)
+    s = str(v).strip()
+    if s.startswith("0001-01-01"):
+        return 0
+    import datetime as _dt
+    frac_ns = 0
+    body = s
+    tz = "+00:00"
+    if body.endswith("Z") or body.endswith("z"):
+        body = body[:-1]
+    else:
+        for i in range(len(body) - 1, 9, -1):
+            if body[i] in "+-":
+                tz = body[i:]
+                body = body[:i]
+                break
+    if "." in body:
+        body, frac = body.split(".", 1)
+        frac_ns = int((frac + "000000000")[:9])
+    d = _dt.datetime.fromisoformat(body + tz)
+    return int(d.timestamp()) * 1_000_000_000 + frac_ns
+
+
+class WaitingRequest:
+    """One pull request waiting for messages."""
+
+    __slots__ = ("reply", "n", "b", "d", "expires", "no_wait", "hb", "hbt", "received", "reply_b")
+
+    def __init__(self, reply: str, n: int, b: int, expires: float, no_wait: bool, hb: float, now: float) -> None:
+        self.reply = reply
+        self.reply_b = reply.encode("utf-8", "surrogateescape")
+        self.n = n          # messages still wanted
+        self.b = b          # max bytes left (0 = no limit)
+        self.d = 0          # messages delivered
+        self.expires = expires  # loop time, 0 = never
+        self.no_wait = no_wait
+        self.hb = hb        # heartbeat interval (s), 0 = none
+        self.hbt = now + hb if hb else 0.0
+        self.received = now
+
+
+class Consumer:
+    def __init__(self, stream: "Stream", cfg: Any, name: str, created: int) -> None:
+        self.stream = stream
+        self.jsa = stream.jsa
+        self.js = stream.js
+        self.loop = stream.js.loop
+        self.ic = stream.jsa.ic
+        self.cfg = cfg
+        self.name = name
+        self.created = created
+        self.closed = False
+        # delivery state
+        self.sseq = 1
+        self.dseq = 1
+        self.adflr = 0
+        self.asflr = 0
+        self.pending: dict[int, list[int]] = {}
+        self.rdc: dict[int, int] = {}   # stream seq -> deliveries so far, for messages delivered more than once
+        self.rdq: deque[int] = deque()
+        self.rdqi: set[int] = set()
+        self.lss: list[int] | None = None  # last-per-subject skip list
+        self.lss_resume = 0
+        self.npc = 0
+        self.npc_dirty = True
+        self.ldt = 0  # last delivery (ns)
+        self.lat = 0  # last ack (ns)
+        # pull
+        self.waiting: deque[WaitingRequest] = deque()
+        self.wq_last = self.loop.time()
+        # push
+        self.active = True
+        self.pbytes = 0
+        self.maxpb = 0
+        self.pblimit = 0
+        self.fcid = ""
+        self.fcsz = 0
+        self._last_send = self.loop.time()
+        # scheduling
+        self._scheduled = False
+        self._ack_timer: Any = None
+        self._ack_timer_when = 0.0
+        self._wr_timer: Any = None
+        self._wr_timer_when = 0.0
+        self._hb_timer: Any = None
+        self._interest_timer: Any = None
+        self._delete_timer: Any = None
+        self._pause_timer: Any = None
+        self._delay_timer: Any = None
+        self._flush_timer: Any = None
+        self._dirty = False
+        self._replay_lts = 0
+        self._replay_ok_seq = 0
+        self._rl_next = 0.0
+        self._subs: list[Any] = []
+        self.persist: Any = None
+        self._apply_cfg()
+
+    # ---- config-derived fields ----------------------------------------------------------------------
+
+    def _apply_cfg(self) -> None:
+        cfg = self.cfg
+        self.deliver_subject: str = _cfg(cfg, "deliver_subject", "")
+        self.deliver_subject_b = self.deliver_subject.encode()
+        self.is_push = bool(self.deliver_subject)
+        self.ack_policy: str = _cfg(cfg, "ack_policy", "none")
+        self.ack_none = self.ack_policy == "none"
+        self.ack_wait_ns: int = int(_cfg(cfg, "ack_wait", 0) or 0)
+        self.backoff: list[int] = list(_cfg(cfg, "backoff", []) or [])
+        md = int(_cfg(cfg, "max_deliver", -1) or -1)
+        self.maxdc = md if md > 0 else 0
+        self.maxp = int(_cfg(cfg, "max_ack_pending", 0) or 0)
+        if self.ack_none or self.maxp < 0:
+            self.maxp = 0
+        fs = _cfg(cfg, "filter_subject", "")
+        fss = list(_cfg(cfg, "filter_subjects", []) or [])
+        self.filters: list[str] = [fs] if fs else fss
+        self.filters_wc = [subject_has_wildcard(f) for f in self.filters]
+        self.replay_original = _cfg(cfg, "replay_policy", "instant") == "original"
+        self.rate_bps = int(_cfg(cfg, "rate_limit_bps", 0) or 0)
+        self.headers_only = bool(_cfg(cfg, "headers_only", False))
+        self.hb_s = int(_cfg(cfg, "idle_heartbeat", 0) or 0) / 1e9
+        self.flow_control = bool(_cfg(cfg, "flow_control", False))
+        sf = str(_cfg(cfg, "sample_freq", "") or "").rstrip("%")
+        self.sfreq = int(sf) if sf.isdigit() else 0
+        self.max_waiting = int(_cfg(cfg, "max_waiting", 0) or 0)
+        self.max_batch = int(_cfg(cfg, "max_batch", 0) or 0)
+        self.max_expires_ns = int(_cfg(cfg, "max_expires", 0) or 0)
+        self.max_bytes = int(_cfg(cfg, "max_bytes", 0) or 0)
+        self.pause_until_ns = _parse_time_ns(_cfg(cfg, "pause_until", None))
+        self.durable = bool(_cfg(cfg, "durable_name", ""))
+        it = int(_cfg(cfg, "inactive_threshold", 0) or 0)
+        self.dthresh_s = it / 1e9 if it > 0 else 0.0
+        if self.flow_control and self.is_push:
+            self.pblimit = FC_MAX_PENDING
+            self.maxpb = max(FC_MAX_PENDING // 16, 1) if self.maxpb == 0 else self.maxpb
+        else:
+            self.pblimit = self.maxpb = 0
+        st = self.stream.name
+        self.ack_prefix = f"$JS.ACK.{st}.{self.name}."
+        self.retention = _cfg(self.stream.cfg, "retention", "limits")
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        st = self.stream.name
+        self._subs.append(self.ic.subscribe(f"$JS.ACK.{st}.{self.name}.>", self._on_ack))
+        if self.is_push and self.flow_control:
+            self._subs.append(self.ic.subscribe(f"$JS.FC.{st}.{self.name}.*", self._on_fc))
+        if self.is_push:
+            self.active = self._has_interest()
+            if not self.active:
+                self._interest_lost()
+            self._arm_hb()
+        elif self.dthresh_s > 0:
+            self._arm_delete(self.dthresh_s)
+        self._arm_pause()
+        if self.pending:
+            self._arm_ack_timer(0.001)
+        self.kick()
+
+    def select_start(self) -> None:
+        """Pick the first sequence to deliver from the deliver policy (a new consumer)."""
+        store = self.stream.store
+        st = store.state()
+        cfg = self.cfg
+        dp = _cfg(cfg, "deliver_policy", "all")
+        opt_seq = int(_cfg(cfg, "opt_start_seq", 0) or 0)
+        sseq = 0
+        if opt_seq == 0:
+            if dp == "all":
+                sseq = st.first_seq
+            elif dp == "last":
+                if not self.filters:
+                    sseq = st.last_seq
+                else:
+                    for f in self.filters:
+                        m = _safe(store.load_last_msg, f)
+                        if m is not None and m.seq > sseq:
+                            sseq = m.seq
+                    if sseq == 0:
+                        sseq = st.last_seq + 1
+            elif dp == "last_per_subject":
+                seqs = self._multi_last_seqs()
+                if not seqs:
+                    sseq = st.last_seq + 1
+                else:
+                    sseq = seqs[0]
+                    self.lss = seqs
+                    self.lss_resume = st.last_seq
+            elif dp == "by_start_time":
+                t = _parse_time_ns(_cfg(cfg, "opt_start_time", None))
+                sseq = self._seq_from_time(t)
+            else:  # new
+                sseq = st.last_seq + 1
+        else:
+            sseq = opt_seq
+        if st.first_seq == 0 and opt_seq == 0:
+            sseq = 1 if st.last_seq == 0 else st.last_seq + 1
+        elif sseq > st.last_seq and opt_seq == 0:
+            sseq = st.last_seq + 1
+        elif sseq < st.first_seq:
+            sseq = st.first_seq
+        self.sseq = max(sseq, 1)
+        self.dseq = 1
+        self.adflr = 0
+        self.asflr = self.sseq - 1
+        self.npc_dirty = True
+        self._mark_dirty()
+
+    def _multi_last_seqs(self) -> list[int]:
+        store = self.stream.store
+        filters = self.filters or [">"]
+        try:
+            seqs = store.multi_last_seqs(filters, 0, 0)
+        except TypeError:
+            seqs = store.multi_last_seqs(filters)
+        except Exception:
+            seqs = []
+        return sorted(seqs or [])
+
+    def _seq_from_time(self, t: int) -> int:
+        store = self.stream.store
+        if hasattr(store, "get_seq_from_time"):
+            try:
+                return store.get_seq_from_time(t)
+            except Exception:
+                pass
+        st = store.state()
+        seq = st.first_seq
+        # binary search on timestamps, skipping deleted sequences
+        lo, hi = st.first_seq, st.last_seq
+        ans = st.last_seq + 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            m = _safe(store.load_next_msg, ">", mid, True)
+            if m is None:
+                hi = mid - 1
+                continue
+            if m.ts >= t:
+                ans = min(ans, m.seq)
+                hi = mid - 1
+            else:
+                lo = m.seq + 1
+        return ans if ans else seq
+
+    def stop(self, delete: bool = False, advisory: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for sub in self._subs:
+            self.ic.remove_sub(sub)
+        self._subs = []
+        for t in (self._ack_timer, self._wr_timer, self._hb_timer, self._interest_timer, self._delete_timer,
+                  self._pause_timer, self._delay_timer, self._flush_timer):
+            if t is not None:
+                t.cancel()
+        if delete and self.waiting:
+            hdr = b"NATS/1.0 409 Consumer Deleted\r\n\r\n"
+            for wr in self.waiting:
+                self._send(wr.reply_b, None, hdr, b"")
+            self._flush_out()
+        self.waiting.clear()
+        if self.stream.consumers.get(self.name) is self:
+            if delete:
+                del self.stream.consumers[self.name]
+        if delete:
+            if self.persist is not None:
+                self.persist.delete()
+            if advisory:
+                self.js.advisories.consumer_action(self.jsa, self.stream, self.name, "delete")
+            if self.retention == "interest":
+                from rillet.jetstream import retention
+                retention.on_consumer_delete(self.stream, self)
+        else:
+            self.flush_state()
+
+    def delete(self) -> None:
+        self.stop(delete=True)
+
+    # ---- stream signals -----------------------------------------------------------------------------
+
+    def on_stream_msg(self, seq: int, subject: str) -> None:
+        if self.closed:
+            return
+        if seq >= self.sseq and self._matches(subject):
+            if not self.npc_dirty:
+                self.npc += 1
+            self.kick()
+
+    def on_stream_remove(self, seq: int) -> None:
+        if self.closed:
+            return
+        if seq >= self.sseq:
+            self.npc_dirty = True
+        p = self.pending.pop(seq, None)
+        if p is not None:
+            self._remove_rdq(seq)
+            self.rdc.pop(seq, None)
+            # a removed pending message counts as acknowledged
+            if not self.pending:
+                self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
+            elif p[0] == self.adflr + 1:
+                self._move_ack_floor(p[0], seq)
+            self._mark_dirty()
+            if self.maxp:
+                self.kick()
+        elif seq in self.rdc:
+            self.rdc.pop(seq, None)
+
+    def on_purge(self) -> None:
+        if self.closed:
+            return
+        st = self.stream.store.state()
+        first = st.first_seq if st.msgs else st.last_seq + 1
+        if self.sseq < first:
+            self.sseq = first
+            if self.lss is not None:
+                self.lss = [s for s in self.lss if s >= first] or None
+        for seq in [s for s in self.pending if s < first]:
+            self.pending.pop(seq, None)
+            self.rdc.pop(seq, None)
+            self._remove_rdq(seq)
+        for seq in [s for s in self.rdc if s < first]:
+            self.rdc.pop(seq, None)
+        if not self.pending:
+            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
+        elif self.asflr < first - 1:
+            self.asflr = first - 1
+        self.npc_dirty = True
+        self._mark_dirty()
+        self.kick()
+
+    # ---- helpers ------------------------------------------------------------------------------------
+
+    def _matches(self, subject: str) -> bool:
+        if not self.filters:
+            return True
+        for f in self.filters:
+            if subject_matches_filter(subject, f):
+                return True
+        return False
+
+    def _has_interest(self) -> bool:
+        try:
+            return self.jsa.account.sublist.has_interest(self.deliver_subject)
+        except Exception:
+            return False
+
+    def num_pending(self) -> int:
+        if self.npc_dirty:
+            self.npc = self._calc_num_pending()
+            self.npc_dirty = False
+        return self.npc if self.npc > 0 else 0
+
+    def _calc_num_pending(self) -> int:
+        store = self.stream.store
+        lps = _cfg(self.cfg, "deliver_policy", "all") == "last_per_subject"
+        if self.lss:
+            # still walking the initial last-per-subject list: those, then everything after it
+            n = len(self.lss)
+            after = self._store_num_pending(self.lss_resume + 1, False)
+            return n + after
+        return self._store_num_pending(self.sseq, lps)
+
+    def _store_num_pending(self, start: int, lps: bool) -> int:
+        store = self.stream.store
+        st = store.state()
+        if start > st.last_seq:
+            return 0
+        filters = self.filters or [">"]
+        total = 0
+        for f in filters:
+            try:
+                r = store.num_pending(start, f, lps)
+            except Exception:
+                r = 0
+            if isinstance(r, tuple):
+                r = r[0]
+            total += int(r or 0)
+        return total
+
+    def _load_next(self, start: int) -> Any:
+        store = self.stream.store
+        if not self.filters:
+            return _safe(store.load_next_msg, ">", start, True)
+        if len(self.filters) == 1:
+            return _safe(store.load_next_msg, self.filters[0], start, self.filters_wc[0])
+        if hasattr(store, "load_next_msg_multi"):
+            try:
+                return store.load_next_msg_multi(self.filters, start)
+            except Exception:
+                pass
+        best = None
+        for f, wc in zip(self.filters, self.filters_wc):
+            m = _safe(store.load_next_msg, f, start, wc)
+            if m is not None and (best is None or m.seq < best.seq):
+                best = m
+        return best
+
+    def _remove_rdq(self, seq: int) -> None:
+        if seq in self.rdqi:
+            self.rdqi.discard(seq)
+            try:
+                self.rdq.remove(seq)
+            except ValueError:
+                pass
+
+    def _add_rdq(self, seq: int) -> None:
+        if seq not in self.rdqi:
+            self.rdqi.add(seq)
+            self.rdq.append(seq)
+
+    def is_paused(self) -> bool:
+        return bool(self.pause_until_ns) and now_ns() < self.pause_until_ns
+
+    # ---- delivery -----------------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        if not self._scheduled and not self.closed:
+            self._scheduled = True
+            self.loop.call_soon(self._run)
+
+    def _next_msg(self) -> tuple[Any, int, int]:
+        """(message, delivery count, source) — source 1 = redelivery queue, 2 = skip list, 0 = stream."""
+        store = self.stream.store
+        while self.rdq:
+            seq = self.rdq.popleft()
+            self.rdqi.discard(seq)
+            if seq not in self.pending:
+                continue
+            dc = self.rdc.get(seq, 1) + 1
+            if self.maxdc and dc > self.maxdc:
+                self._max_deliveries_hit(seq, dc - 1)
+                continue
+            m = _safe(store.load_msg, seq)
+            if m is None:
+                # gone from the stream meanwhile: treat like an ack
+                self.on_stream_remove(seq)
+                continue
+            self.rdc[seq] = dc
+            return m, dc, 1
+        if self.maxp and len(self.pending) >= self.maxp:
+            return None, 0, 0
+        if self.lss:
+            seq = self.lss.pop(0)
+            if not self.lss:
+                self.lss = None
+                self.sseq = self.lss_resume + 1
+            else:
+                self.sseq = seq + 1
+            m = _safe(store.load_msg, seq)
+            if m is None:
+                return self._next_msg()
+            if self.lss is None:
+                self.npc_dirty = True
+            elif not self.npc_dirty:
+                self.npc -= 1
+            return m, 1, 2
+        m = self._load_next(self.sseq)
+        if m is None:
+            st = store.state()
+            if self.sseq <= st.last_seq:
+                self.sseq = st.last_seq + 1
+            if self.npc and not self.npc_dirty:
+                self.npc = 0
+            return None, 0, 0
+        self.sseq = m.seq + 1
+        if not self.npc_dirty:
+            self.npc -= 1
+        return m, 1, 0
+
+    def _undo(self, m: Any, dc: int, src: int) -> None:
+        if src == 1:
+            if dc - 1 <= 1:
+                self.rdc.pop(m.seq, None)
+            else:
+                self.rdc[m.seq] = dc - 1
+            self.rdqi.add(m.seq)
+            self.rdq.appendleft(m.seq)
+        elif src == 2:
+            if self.lss is None:
+                self.lss = [m.seq]
+            else:
+                self.lss.insert(0, m.seq)
+            self.sseq = m.seq
+            if not self.npc_dirty:
+                self.npc += 1
+        else:
+            self.sseq = m.seq
+            if not self.npc_dirty:
+                self.npc += 1
+
+    def _max_deliveries_hit(self, seq: int, dc: int) -> None:
+        self.js.advisories.max_deliveries(self.jsa, self.stream.name, self.name, seq, dc)
+        p = self.pending.pop(seq, None)
+        self.rdc[seq] = dc
+        if p is not None:
+            self._move_ack_floor(p[0], seq)
+        self._mark_dirty()
+
+    def _run(self) -> None:
+        self._scheduled = False
+        if self.closed:
+            return
+        sent = 0
+        loop = self.loop
+        try:
+            while sent < RUN_BUDGET:
+                if self.pause_until_ns and self.is_paused():
+                    break
+                if self.is_push:
+                    if not self.active:
+                        break
+                    if self.maxpb and self.pbytes > self.maxpb:
+                        break
+                elif not self.waiting:
+                    break
+                m, dc, src = self._next_msg()
+                if m is None:
+                    break
+                # replay original timing: wait the gap between stored timestamps
+                if self.replay_original and self._replay_lts and self._replay_ok_seq != m.seq:
+                    delay = (m.ts - self._replay_lts) / 1e9
+                    if delay > 0.001:
+                        self._undo(m, dc, src)
+                        self._replay_ok_seq = m.seq
+                        self._delay(delay)
+                        break
+                pending = self.num_pending()
+                ack_reply = f"{self.ack_prefix}{dc}.{m.seq}.{self.dseq}.{m.ts}.{pending}"
+                hdr, data = m.hdr, m.data
+                if self.headers_only:
+                    hdr = _headers_only(hdr, len(data))
+                    data = b""
+                sz = len(m.subject) + len(ack_reply) + len(hdr) + len(data)
+                if self.rate_bps:
+                    now = loop.time()
+                    t = max(now, self._rl_next)
+                    if t - now > 0.001:
+                        self._undo(m, dc, src)
+                        self._delay(t - now)
+                        break
+                    self._rl_next = t + sz * 8 / self.rate_bps
+                wrn = wrb = 0
+                if self.is_push:
+                    dsubj = self.deliver_subject_b
+                else:
+                    wr = self._next_waiting(sz)
+                    if wr is None:
+                        self._undo(m, dc, src)
+                        break
+                    dsubj = wr.reply_b
+                    wrn, wrb = wr.n, wr.b
+                    if wr.n > 0 and wr.hb:
+                        wr.hbt = loop.time() + wr.hb
+                self._replay_lts = m.ts
+                ok = self._deliver(dsubj, ack_reply, m, hdr, data, dc, sz)
+                sent += 1
+                if not ok:
+                    self._did_not_deliver(m.seq, dsubj, dc)
+                    if self.is_push:
+                        break
+                    continue
+                if not self.is_push and wrn <= 0 and wrb > 0:
+                    h = H.make_headers([(PENDING_MSGS, str(wrn)), (PENDING_BYTES, str(wrb))], 409,
+                                       "Batch Completed")
+                    self._send(dsubj, None, h, b"")
+            else:
+                self.kick()  # budget used up: continue on the next loop iteration
+        finally:
+            if sent:
+                self._flush_out()
+        if not self.is_push and self.waiting:
+            self._process_waiting(eos=True)
+
+    def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int) -> bool:
+        dseq = self.dseq
+        self.dseq += 1
+        ts = now_ns()
+        self.ldt = ts
+        seq = m.seq
+        if self.ack_none:
+            self.adflr, self.asflr = dseq, seq
+        else:
+            p = self.pending.get(seq)
+            if p is not None:
+                p[1] = ts
+            else:
+                self.pending[seq] = [dseq, ts]
+            self._arm_ack_timer(self._ack_delay(seq))
+        self._mark_dirty()
+        if self.maxpb:
+            self.pbytes += sz
+        ok = self._send(dsubj, ack_reply.encode(), hdr, data, m.subject)
+        self._last_send = self.loop.time()
+        if self.maxpb and ok and self._need_fc(sz):
+            self._send_fc()
+        if not self.is_push and self.dthresh_s:
+            self.wq_last = self.loop.time()
+        if self.ack_none and self.retention != "limits":
+            from rillet.jetstream import retention
+            retention.on_ack(self.stream, self, seq)
+        return ok
+
+    def _send(self, subject: bytes, reply: bytes | None, hdr: bytes, data: bytes, orig: str | None = None) -> bool:
+        """Publish into the account (no flush); True if someone received it.
+
+        Deliveries keep the stored message's subject: the deliver/inbox subject only routes it."""
+        ic = self.ic
+        acc = self.jsa.account
+        if hdr:
+            msg = hdr + data
+            hl = len(hdr)
+        else:
+            msg = data
+            hl = -1
+        ic.out_msgs = getattr(ic, "out_msgs", 0) + 1
+        if orig is None:
+            return acc.deliver(ic, subject, reply, hl, msg)
+        r = acc.match(subject.decode("utf-8", "surrogateescape"))
+        if not (r.psubs or r.qsubs):
+            return False
+        return _deliver_as(acc, ic, r, subject, orig.encode("utf-8", "surrogateescape"), reply, hl, msg)
+
+    def _flush_out(self) -> None:
+        try:
+            self.js.server.flush_clients()
+        except Exception:
+            pass
+
+    def _did_not_deliver(self, seq: int, dsubj: bytes, dc: int) -> None:
+        # nobody got it: not a delivery
+        if dc > 1:
+            if dc - 1 <= 1:
+                self.rdc.pop(seq, None)
+            else:
+                self.rdc[seq] = dc - 1
+        if self.is_push:
+            self._interest_lost()
+        else:
+            reply = dsubj.decode("utf-8", "surrogateescape")
+            self.waiting = deque(wr for wr in self.waiting if wr.reply != reply)
+        if seq in self.pending:
+            self._add_rdq(seq)
+            if not self.is_push and self.waiting:
+                self.kick()
+
+    # ---- push: interest, flow control, heartbeats ---------------------------------------------------
+
+    def _interest_lost(self) -> None:
+        self.active = False
+        if self._interest_timer is None and not self.closed:
+            self._interest_timer = self.loop.call_later(INTEREST_POLL, self._check_interest)
+        if self.dthresh_s and self._delete_timer is None:
+            self._arm_delete(self.dthresh_s)
+
+    def _check_interest(self) -> None:
+        self._interest_timer = None
+        if self.closed or not self.is_push:
+            return
+        if self._has_interest():
+            self.active = True
+            if self._delete_timer is not None:
+                self._delete_timer.cancel()
+                self._delete_timer = None
+            self.kick()
+        else:
+            self._interest_timer = self.loop.call_later(INTEREST_POLL, self._check_interest)
+
+    def _need_fc(self, sz: int) -> bool:
+        if not self.fcid and self.pbytes > self.maxpb // 2:
+            return True
+        if self.fcid and self.pbytes - self.fcsz >= self.maxpb:
+            self.fcsz += sz
+        return False
+
+    def _send_fc(self) -> None:
+        rn = random.getrandbits(60)
+        tok = "".join(_NAME_CHARS[(rn >> (6 * i)) % 62] for i in range(4))
+        self.fcid = f"$JS.FC.{self.stream.name}.{self.name}.{tok}"
+        self.fcsz = self.pbytes
+        self._send(self.deliver_subject_b, self.fcid.encode(), b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
+
+    def _on_fc(self, sub: Any, client: Any, subject: bytes, reply: Any, hdr: int, msg: bytes) -> None:
+        if self.closed or subject.decode("utf-8", "surrogateescape") != self.fcid:
+            return
+        if self.maxpb < self.pblimit:
+            self.maxpb = min(self.maxpb * 2, self.pblimit)
+        self.pbytes -= self.fcsz
+        if self.pbytes < 0:
+            self.pbytes = 0
+        self.fcid, self.fcsz = "", 0
+        self.kick()
+
+    def _arm_hb(self) -> None:
+        if self.hb_s and self.is_push and not self.closed:
+            self._hb_timer = self.loop.call_later(self.hb_s, self._on_hb)
+
+    def _on_hb(self) -> None:
+        self._hb_timer = None
+        if self.closed:
+            return
+        idle = self.loop.time() - self._last_send
+        if idle < self.hb_s - 0.001:
+            self._hb_timer = self.loop.call_later(self.hb_s - idle, self._on_hb)
+            return
+        if self.active or self._has_interest():
+            self._send_heartbeat(self.deliver_subject_b)
+            self._flush_out()
+        self._last_send = self.loop.time()
+        self._hb_timer = self.loop.call_later(self.hb_s, self._on_hb)
+
+    def _send_heartbeat(self, subject: bytes) -> None:
+        pairs = [(LAST_CONSUMER, str(self.dseq - 1)), (LAST_STREAM, str(self.sseq - 1))]
+        if self.fcid:
+            pairs.append((CONSUMER_STALLED, self.fcid))
+        self._send(subject, None, H.make_headers(pairs, 100, "Idle Heartbeat"), b"")
+
+    # ---- pull requests ------------------------------------------------------------------------------
+
+    def process_next_request(self, reply: str, body: bytes) -> None:
+        if self.closed or not reply:
+            return
+        reply_b = reply.encode("utf-8", "surrogateescape")
+
+        def err(code: int, desc: str) -> None:
+            self._send(reply_b, None, H.make_headers([], code, desc), b"")
+            self._flush_out()
+
+        if self.is_push:
+            err(409, "Consumer is push based")
+            return
+        req = body.strip()
+        batch, expires_ns, max_bytes, no_wait, hb_ns = 1, 0, 0, False, 0
+        if req[:1] == b"{":
+            try:
+                d = json.loads(req)
+                if not isinstance(d, dict):
+                    raise ValueError("json: cannot unmarshal into Go value of type server.JSApiConsumerGetNextRequest")
+                batch = int(d.get("batch") or 0)
+                expires_ns = int(d.get("expires") or 0)
+                max_bytes = int(d.get("max_bytes") or 0)
+                no_wait = bool(d.get("no_wait"))
+                hb_ns = int(d.get("idle_heartbeat") or 0)
+            except (ValueError, TypeError) as e:
+                err(400, f"Bad Request - {e}")
+                return
+            if hb_ns > 0 and hb_ns * 2 > expires_ns:
+                err(400, "Bad Request - heartbeat value too large")
+                return
+        elif req:
+            try:
+                batch = int(req)
+            except ValueError:
+                batch = 1
+        if self.max_batch > 0 and batch > self.max_batch:
+            err(409, f"Exceeded MaxRequestBatch of {self.max_batch}")
+            return
+        if expires_ns and self.max_expires_ns > 0 and expires_ns > self.max_expires_ns:
+            from rillet.jetstream.errors import go_duration
+            err(409, f"Exceeded MaxRequestExpires of {go_duration(self.max_expires_ns)}")
+            return
+        if max_bytes > 0 and self.max_bytes > 0 and max_bytes > self.max_bytes:
+            err(409, f"Exceeded MaxRequestMaxBytes of {self.max_bytes}")
+            return
+        now = self.loop.time()
+        self.wq_last = now
+        if self.max_waiting and len(self.waiting) >= self.max_waiting:
+            self._process_waiting(eos=False)
+        if no_wait:
+            pending = self.num_pending() + len(self.rdq)
+            if pending == 0 and not expires_ns:
+                err(404, "No Messages")
+                return
+            if pending > 0:
+                brp = sum(wr.n for wr in self.waiting)
+                if pending < brp:
+                    err(408, "Requests Pending")
+                    return
+        if self.max_waiting and len(self.waiting) >= self.max_waiting:
+            if not hb_ns:
+                err(409, "Exceeded MaxWaiting")
+            return
+        wr = WaitingRequest(reply, batch, max_bytes, now + expires_ns / 1e9 if expires_ns else 0.0, no_wait,
+                            hb_ns / 1e9, now)
+        self.waiting.append(wr)
+        if self.dthresh_s and self._delete_timer is None:
+            self._arm_delete(self.dthresh_s)
+        self._arm_wr_timer()
+        self.kick()
+
+    def _next_waiting(self, sz: int) -> WaitingRequest | None:
+        now = self.loop.time()
+        sl = self.jsa.account.sublist
+        wq = self.waiting
+        while wq:
+            wr = wq[0]
+            if wr.expires and now >= wr.expires:
+                self._send(wr.reply_b, None, H.make_headers(
+                    [(PENDING_MSGS, str(wr.n)), (PENDING_BYTES, str(wr.b))], 408, "Request Timeout"), b"")
+                wq.popleft()
+                continue
+            if wr.b > 0:
+                if sz <= wr.b:
+                    wr.b -= sz
+                    if wr.b == 0:
+                        wr.n = 1
+                else:
+                    self._send(wr.reply_b, None, H.make_headers(
+                        [(PENDING_MSGS, str(wr.n)), (PENDING_BYTES, str(wr.b))], 409,
+                        "Message Size Exceeds MaxBytes"), b"")
+                    wq.popleft()
+                    continue
+            if not sl.has_interest(wr.reply):
+                wq.popleft()
+                continue
+            wr.d += 1
+            wr.n -= 1
+            if wr.n <= 0:
+                wq.popleft()
+            elif len(wq) > 1:
+                wq.popleft()
+                wq.append(wr)
+            return wr
+        return None
+
+    def _process_waiting(self, eos: bool) -> float:
+        """Expire requests, drop those nobody listens for, send request heartbeats. Returns the next deadline."""
+        if not self.waiting:
+            return 0.0
+        now = self.loop.time()
+        sl = self.jsa.account.sublist
+        keep: deque[WaitingRequest] = deque()
+        fexp = 0.0
+        sent = False
+        for wr in self.waiting:
+            expired = bool(wr.expires) and now >= wr.expires
+            if (eos and wr.no_wait) or expired:
+                if expired:
+                    self._send(wr.reply_b, None, H.make_headers(
+                        [(PENDING_MSGS, str(wr.n)), (PENDING_BYTES, str(wr.b))], 408, "Request Timeout"), b"")
+                    sent = True
+                    continue
+                if not wr.expires or wr.d > 0:
+                    self._send(wr.reply_b, None, b"NATS/1.0 404 No Messages\r\n\r\n", b"")
+                    sent = True
+                    continue
+            if not sl.has_interest(wr.reply):
+                continue
+            if wr.hbt:
+                if now >= wr.hbt:
+                    self._send_heartbeat(wr.reply_b)
+                    sent = True
+                    wr.hbt = now + wr.hb
+                if not fexp or wr.hbt < fexp:
+                    fexp = wr.hbt
+            if wr.expires and (not fexp or wr.expires < fexp):
+                fexp = wr.expires
+            keep.append(wr)
+        self.waiting = keep
+        if sent:
+            self._flush_out()
+        self._arm_wr_timer(fexp)
+        return fexp
+
+    def _arm_wr_timer(self, when: float = -1.0) -> None:
+        if when < 0:
+            when = 0.0
+            for wr in self.waiting:
+                for t in (wr.expires, wr.hbt):
+                    if t and (not when or t < when):
+                        when = t
+        if not when:
+            return
+        if self._wr_timer is not None:
+            if self._wr_timer_when <= when:
+                return
+            self._wr_timer.cancel()
+        self._wr_timer_when = when
+        self._wr_timer = self.loop.call_at(when + 0.0005, self._on_wr_timer)
+
+    def _on_wr_timer(self) -> None:
+        self._wr_timer = None
+        if self.closed:
+            return
+        self._process_waiting(eos=True)
+
+    # ---- acks ---------------------------------------------------------------------------------------
+
+    def _on_ack(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if self.closed:
+            return
+        body = msg[hdr:] if hdr > 0 else msg
+        toks = subject.split(b".")
+        n = len(toks)
+        if n == 9:
+            off = 2
+        elif n >= 11:
+            off = 4
+        else:
+            return
+        try:
+            dc = int(toks[off + 2])
+            sseq = int(toks[off + 3])
+            dseq = int(toks[off + 4])
+        except ValueError:
+            return
+        skip_reply = False
+        if not body or body == b"+ACK" or body == b"+OK":
+            if not self.process_ack(sseq, dseq, dc, True):
+                skip_reply = True
+        elif body.startswith(b"+NXT"):
+            self.process_ack(sseq, dseq, dc, True)
+            if reply:
+                rest = body[4:].strip()
+                self.process_next_request(reply.decode("utf-8", "surrogateescape"), rest)
+            skip_reply = True
+        elif body.startswith(b"-NAK"):
+            self.process_nak(sseq, dseq, dc, body[4:])
+        elif body == b"+WPI":
+            self.progress(sseq)
+        elif body.startswith(b"+TERM"):
+            reason = body[5:].strip().decode("utf-8", "replace")
+            if not self.process_term(sseq, dseq, dc, reason):
+                skip_reply = True
+        if reply and not skip_reply:
+            self.ic.publish(reply, None, b"")
+
+    def process_ack(self, sseq: int, dseq: int, dc: int, sample: bool) -> bool:
+        if sseq >= self.sseq and not self.flow_control:
+            return False
+        pol = self.ack_policy
+        acked: list[int] = []
+        need_kick = False
+        if pol == "explicit":
+            p = self.pending.pop(sseq, None)
+            if p is not None:
+                if sample and self.sfreq:
+                    self._sample(sseq, p[0], dc, p[1])
+                if self.maxp and len(self.pending) + 1 >= self.maxp:
+                    need_kick = True
+                self._move_ack_floor(p[0], sseq)
+                acked.append(sseq)
+            self.rdc.pop(sseq, None)
+            self._remove_rdq(sseq)
+        elif pol == "all":
+            if dseq <= self.adflr or sseq <= self.asflr:
+                return True
+            if self.maxp and len(self.pending) >= self.maxp:
+                need_kick = True
+            self.adflr, self.asflr = dseq, sseq
+            for seq in [s for s in self.pending if s <= sseq]:
+                del self.pending[seq]
+                self.rdc.pop(seq, None)
+                self._remove_rdq(seq)
+                acked.append(seq)
+        else:
+            return self.retention != "limits"
+        self.lat = now_ns()
+        self._mark_dirty()
+        if self.retention != "limits" and acked:
+            from rillet.jetstream import retention
+            for seq in acked:
+                retention.on_ack(self.stream, self, seq)
+        if need_kick:
+            self.kick()
+        if self.dthresh_s and not self.is_push and self._delete_timer is None:
+            self._arm_delete(self.dthresh_s)
+        return True
+
+    def _move_ack_floor(self, dseq: int, sseq: int) -> None:
+        if not self.pending:
+            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
+        elif dseq == self.adflr + 1:
+            self.adflr, self.asflr = dseq, sseq
+            # advance to just below the lowest still-pending delivery
+            low = min(self.pending)
+            p = self.pending[low]
+            if p[0] > 0:
+                self.adflr, self.asflr = p[0] - 1, low - 1
+
+    def process_nak(self, sseq: int, dseq: int, dc: int, arg: bytes) -> None:
+        if dseq <= self.adflr or dseq > self.dseq:
+            return
+        p = self.pending.get(sseq)
+        if p is None:
+            return
+        arg = arg.strip()
+        if arg:
+            delay_ns = None
+            try:
+                if arg[:1] == b"{":
+                    d = json.loads(arg)
+                    delay_ns = int(d.get("delay") or 0)
+                else:
+                    from rillet.config.values import parse_go_duration
+                    delay_ns = int(parse_go_duration(arg.decode()) * 1e9)
+            except Exception:
+                delay_ns = None
+            if delay_ns is not None:
+                self._remove_rdq(sseq)
+                # "ack wait ago" is due now, so offset from there
+                p[1] = now_ns() - self._ack_wait_for(sseq) + delay_ns
+                self._mark_dirty()
+                self._arm_ack_timer(0.01, force=True)
+                return
+        self._add_rdq(sseq)
+        self.kick()
+
+    def progress(self, sseq: int) -> None:
+        p = self.pending.get(sseq)
+        if p is not None:
+            p[1] = now_ns()
+            self._mark_dirty()
+
+    def process_term(self, sseq: int, dseq: int, dc: int, reason: str) -> bool:
+        ok = self.process_ack(sseq, dseq, dc, False)
+        self.js.advisories.terminated(self.jsa, self.stream.name, self.name, dseq, sseq, dc, reason)
+        return ok
+
+    def _sample(self, sseq: int, dseq: int, dc: int, ts: int) -> None:
+        if self.sfreq < 100 and random.randint(0, 99) > self.sfreq:
+            return
+        self.js.advisories.ack_sample(self.jsa, self.stream.name, self.name, dseq, sseq, now_ns() - ts, dc)
+
+    # ---- redelivery timer ---------------------------------------------------------------------------
+
+    def _ack_wait_for(self, seq: int) -> int:
+        if self.backoff:
+            i = self.rdc.get(seq, 1) - 1
+            i = min(max(i, 0), len(self.backoff) - 1)
+            return int(self.backoff[i])
+        return self.ack_wait_ns
+
+    def _ack_delay(self, seq: int) -> float:
+        return self._ack_wait_for(seq) / 1e9 + 0.001
+
+    def _arm_ack_timer(self, delay: float, force: bool = False) -> None:
+        if self.ack_none or self.ack_wait_ns <= 0 and not self.backoff:
+            return
+        when = self.loop.time() + delay
+        if self._ack_timer is not None:
+            if self._ack_timer_when <= when and not force:
+                return
+            self._ack_timer.cancel()
+        self._ack_timer_when = when
+        self._ack_timer = self.loop.call_at(when, self._check_pending)
+
+    def _check_pending(self) -> None:
+        self._ack_timer = None
+        if self.closed or not self.pending:
+            return
+        st = self.stream.store.state()
+        fseq = st.first_seq
+        now = now_ns()
+        nxt = None
+        expired: list[int] = []
+        for seq, p in list(self.pending.items()):
+            if seq < fseq or seq <= self.asflr:
+                del self.pending[seq]
+                self.rdc.pop(seq, None)
+                self._remove_rdq(seq)
+                continue
+            deadline = self._ack_wait_for(seq)
+            elapsed = now - p[1]
+            if elapsed >= deadline:
+                if seq not in self.rdqi:
+                    if self.maxdc and self.rdc.get(seq, 1) >= self.maxdc:
+                        self._max_deliveries_hit(seq, self.rdc.get(seq, 1))
+                        continue
+                    expired.append(seq)
+            else:
+                left = deadline - elapsed
+                if nxt is None or left < nxt:
+                    nxt = left
+        if expired:
+            expired.sort()
+            off = now - self.pending[expired[0]][1]
+            for seq in expired:
+                self.pending[seq][1] += off
+                self._add_rdq(seq)
+            self.kick()
+        if self.pending:
+            if nxt is None:
+                nxt = self._ack_wait_for(min(self.pending))
+            self._arm_ack_timer(nxt / 1e9 + 0.001, force=True)
+        else:
+            self.rdq.clear()
+            self.rdqi.clear()
+            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
+        self._mark_dirty()
+
+    # ---- inactivity, pause, delays ------------------------------------------------------------------
+
+    def _arm_delete(self, delay: float) -> None:
+        if self.closed or not self.dthresh_s:
+            return
+        if self._delete_timer is not None:
+            self._delete_timer.cancel()
+        self._delete_timer = self.loop.call_later(delay, self._delete_not_active)
+
+    def _delete_not_active(self) -> None:
+        self._delete_timer = None
+        if self.closed:
+            return
+        if self.is_push:
+            if self.active or self._has_interest():
+                return
+        else:
+            elapsed = self.loop.time() - self.wq_last
+            if elapsed < self.dthresh_s:
+                self._arm_delete(self.dthresh_s - elapsed)
+                return
+            self._process_waiting(eos=False)
+            if self.waiting:
+                self._arm_delete(self.dthresh_s)
+                return
+            # pending acks may still come: wait for the latest expected ack, then the threshold
+            now = now_ns()
+            delay = 0
+            for seq, p in self.pending.items():
+                t = p[1] + self._ack_wait_for(seq) + int(self.dthresh_s * 1e9)
+                if t > now:
+                    delay = max(delay, t - now)
+            if delay > 0:
+                self._arm_delete(delay / 1e9)
+                return
+        self.stream.jsa.js.log.debug(f"JetStream consumer '{self.jsa.account.name} > {self.stream.name} > "
+                                     f"{self.name}' deleted for inactivity") if hasattr(self.js.log, "debug") \
+            else None
+        self.stop(delete=True)
+
+    def _arm_pause(self) -> None:
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        if self.pause_until_ns:
+            left = (self.pause_until_ns - now_ns()) / 1e9
+            if left > 0:
+                self._pause_timer = self.loop.call_later(left + 0.001, self._on_unpause)
+
+    def _on_unpause(self) -> None:
+        self._pause_timer = None
+        if not self.closed:
+            self.kick()
+
+    def _delay(self, delay: float) -> None:
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+        self._delay_timer = self.loop.call_later(delay, self._on_delay)
+
+    def _on_delay(self) -> None:
+        self._delay_timer = None
+        self.kick()
+
+    # ---- updates ------------------------------------------------------------------------------------
+
+    def update_config(self, cfg: Any) -> None:
+        old_deliver = self.deliver_subject
+        old_maxpb = self.maxpb
+        self.cfg = cfg
+        self._apply_cfg()
+        if self.flow_control and self.is_push and old_maxpb:
+            self.maxpb = old_maxpb
+        if self.deliver_subject != old_deliver and self.is_push:
+            self.active = self._has_interest()
+            if not self.active:
+                self._interest_lost()
+            if self._hb_timer is None:
+                self._arm_hb()
+        self._arm_pause()
+        if self.persist is not None:
+            self.persist.write_meta(self)
+        self.kick()
+
+    def set_pause(self, until_ns: int, until_text: str | None) -> None:
+        try:
+            setattr(self.cfg, "pause_until", until_text)
+        except Exception:
+            self.cfg = msgspec.structs.replace(self.cfg, pause_until=until_text)
+        self.pause_until_ns = until_ns
+        self._arm_pause()
+        if self.persist is not None:
+            self.persist.write_meta(self)
+        self.kick()
+
+    # ---- state --------------------------------------------------------------------------------------
+
+    def get_state(self) -> Any:
+        from rillet.jetstream.store.base import ConsumerState, SequencePair
+        return ConsumerState(
+            delivered=SequencePair(consumer_seq=self.dseq - 1, stream_seq=self.sseq - 1),
+            ack_floor=SequencePair(consumer_seq=self.adflr, stream_seq=self.asflr),
+            pending={s: (p[0], p[1]) for s, p in self.pending.items()},
+            redelivered={s: c - 1 for s, c in self.rdc.items() if c > 1},
+        )
+
+    def apply_state(self, state: Any) -> None:
+        self.dseq = state.delivered.consumer_seq + 1
+        self.sseq = state.delivered.stream_seq + 1
+        self.adflr = state.ack_floor.consumer_seq
+        self.asflr = state.ack_floor.stream_seq
+        self.pending = {int(s): [int(p[0]), int(p[1])] for s, p in (state.pending or {}).items()}
+        self.rdc = {int(s): int(c) + 1 for s, c in (state.redelivered or {}).items()}
+        # everything pending is due for redelivery after a restart once its ack wait passes
+        lst = self.stream.store.state().last_seq
+        if self.asflr > lst:
+            self.asflr = lst
+            self.adflr = self.dseq - 1
+            self.pending = {}
+            self.rdc = {}
+        for s in [s for s in self.pending if s > lst]:
+            del self.pending[s]
+        if self.sseq > lst + 1:
+            self.sseq = (max(self.pending) + 1) if self.pending else self.asflr + 1
+        self.npc_dirty = True
+
+    def _mark_dirty(self) -> None:
+        if self.persist is None or self.closed:
+            return
+        self._dirty = True
+        if self._flush_timer is None:
+            self._flush_timer = self.loop.call_later(STATE_FLUSH, self._flush_cb)
+
+    def _flush_cb(self) -> None:
+        self._flush_timer = None
+        if not self.closed:
+            self.flush_state()
+
+    def flush_state(self) -> None:
+        if self.persist is None or not self._dirty:
+            return
+        self._dirty = False
+        try:
+            self.persist.write_state(self.get_state())
+        except Exception as e:
+            self.js.log.error(f"JetStream consumer '{self.stream.name} > {self.name}' state write failed: {e}")
+
+    # ---- info ---------------------------------------------------------------------------------------
+
+    def info(self, level_meta: bool = True) -> dict:
+        from rillet.jetstream import api_consumer
+        cfg_d = api_consumer.config_to_dict(self.cfg, dynamic_meta=level_meta)
+        d: dict[str, Any] = {
+            "stream_name": self.stream.name,
+            "name": self.name,
+            "created": rfc3339(self.created),
+            "config": cfg_d,
+        }
+        dl: dict[str, Any] = {"consumer_seq": max(self.dseq - 1, 0), "stream_seq": max(self.sseq - 1, 0)}
+        if self.ldt:
+            dl["last_active"] = rfc3339(self.ldt)
+        af: dict[str, Any] = {"consumer_seq": self.adflr, "stream_seq": self.asflr}
+        if self.lat:
+            af["last_active"] = rfc3339(self.lat)
+        d["delivered"] = dl
+        d["ack_floor"] = af
+        d["num_ack_pending"] = len(self.pending)
+        d["num_redelivered"] = 0 if self.maxdc == 1 else len(self.rdc)
+        if not self.is_push:
+            self._process_waiting(eos=False)
+        d["num_waiting"] = len(self.waiting)
+        d["num_pending"] = self.num_pending()
+        if self.is_push and self.active:
+            d["push_bound"] = True
+        if self.pause_until_ns:
+            left = self.pause_until_ns - now_ns()
+            if left > 0:
+                d["paused"] = True
+                d["pause_remaining"] = left
+        d["ts"] = rfc3339(now_ns())
+        return d
+
+
+def _safe(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def _headers_only(hdr: bytes, size: int) -> bytes:
+    line = f"{MSG_SIZE}: {size}\r\n\r\n".encode()
+    if not hdr:
+        return b"NATS/1.0\r\n" + line
+    return hdr[:-2] + line
+
+
+def _deliver_as(acc: Any, ic: Any, r: Any, route: bytes, subject: bytes, reply: bytes | None, hl: int,
+                msg: bytes) -> bool:
+    """Deliver ``msg`` to the subscribers matched on ``route`` (the deliver/inbox subject) under the subject
+    the client must see: for JetStream deliveries nats-server keeps the stored message's own subject."""
+    return acc.deliver_result(ic, r, subject, reply, hl, msg)
+
+
+# ---- persistence ------------------------------------------------------------------------------------------
+
+
+class ConsumerPersist:
+    """A consumer's config and state on disk: ``<stream dir>/consumers/<name>/{meta.json,state.dat}``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def write_meta(self, c: Consumer) -> None:
+        from rillet.jetstream import api_consumer
+        os.makedirs(self.path, exist_ok=True)
+        data = json.dumps({"config": api_consumer.config_to_dict(c.cfg, dynamic_meta=False, for_store=True),
+                           "created": c.created, "name": c.name}).encode()
+        _atomic_write(os.path.join(self.path, "meta.json"), data)
+
+    def write_state(self, state: Any) -> None:
+        from rillet.jetstream.store.base import encode_consumer_state
+        os.makedirs(self.path, exist_ok=True)
+        _atomic_write(os.path.join(self.path, "state.dat"), encode_consumer_state(state), sync=False)
+
+    def load(self) -> tuple[dict | None, Any]:
+        from rillet.jetstream.store.base import decode_consumer_state
+        meta = state = None
+        try:
+            with open(os.path.join(self.path, "meta.json"), "rb") as f:
+                meta = json.loads(f.read())
+        except (OSError, ValueError):
+            return None, None
+        try:
+            with open(os.path.join(self.path, "state.dat"), "rb") as f:
+                state = decode_consumer_state(f.read())
+        except (OSError, ValueError, msgspec.DecodeError):
+            state = None
+        return meta, state
+
+    def delete(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _atomic_write(path: str, data: bytes, sync: bool = True) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def consumers_dir(stream: "Stream") -> str:
+    return os.path.join(stream.jsa.stream_dir(stream.name), "consumers")
+
+
+def persisted(stream: "Stream", cfg: Any) -> bool:
+    """Consumers on memory streams, or asking for memory storage, are not written to disk."""
+    return _cfg(stream.cfg, "storage", "file") == "file" and not _cfg(cfg, "mem_storage", False)
+
+
+def create_consumer(stream: "Stream", cfg: Any, name: str) -> Consumer:
+    """A new consumer on ``stream`` (config already validated), started and registered."""
+    c = Consumer(stream, cfg, name, now_ns())
+    c.select_start()
+    if persisted(stream, cfg):
+        c.persist = ConsumerPersist(os.path.join(consumers_dir(stream), name))
+        c.persist.write_meta(c)
+        c._dirty = True
+        c.flush_state()
+    stream.consumers[name] = c
+    c.start()
+    return c
+
+
+def recover_consumers(stream: "Stream") -> None:
+    """Load the consumers persisted for ``stream`` (config, delivered and ack state)."""
+    base = consumers_dir(stream)
+    if not os.path.isdir(base):
+        return
+    from rillet.jetstream import api_consumer
+    for name in sorted(os.listdir(base)):
+        p = ConsumerPersist(os.path.join(base, name))
+        meta, state = p.load()
+        if meta is None:
+            continue
+        try:
+            cfg = api_consumer.config_from_dict(meta["config"])
+            c = Consumer(stream, cfg, meta.get("name") or name, int(meta.get("created") or now_ns()))
+            if state is not None:
+                c.apply_state(state)
+            else:
+                c.select_start()
+            c.persist = p
+            stream.consumers[c.name] = c
+            c.start()
+        except Exception as e:
+            stream.js.log.error(f"  Error recovering consumer '{stream.name} > {name}': {e}")

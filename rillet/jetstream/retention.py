@@ -1,0 +1,94 @@
+"""Interest and work-queue retention: when a stored message may be removed because of its consumers.
+
+- workqueue: a message goes as soon as the (single) consumer covering its subject acknowledges it.
+- interest: a message goes once every consumer whose filter matches its subject has acknowledged it, and at
+  once when no consumer's filter matches it when it is stored.
+
+Removals go through the stream's log (``Entry.DELETE``) like any other change to the stream.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rillet.jetstream.log import Entry
+
+
+def _remove(stream: Any, seq: int) -> None:
+    if stream.closed:
+        return
+    try:
+        stream.log.propose(Entry(Entry.DELETE, (seq, False)))
+    except Exception:
+        pass
+
+
+def needs_ack(c: Any, seq: int, subject: str) -> bool:
+    """True while consumer ``c`` still has to acknowledge (or first deliver) stream message ``seq``."""
+    if c.closed or not c._matches(subject):
+        return False
+    pol = c.ack_policy
+    if pol == "explicit" or pol == "flow_control":
+        if seq in c.pending:
+            return True
+        if c.lss and seq in c.lss:
+            return True
+        return seq >= c.sseq
+    if pol == "all":
+        return seq > c.asflr
+    return seq >= c.sseq
+
+
+def on_new_msg(stream: Any, seq: int, subject: str) -> None:
+    """A message was stored: in an interest stream, drop it when no consumer is interested."""
+    if stream.cfg.retention != "interest":
+        return
+    for c in stream.consumers.values():
+        if not c.closed and c._matches(subject):
+            return
+    _remove(stream, seq)
+
+
+def on_ack(stream: Any, consumer: Any, seq: int) -> None:
+    """``consumer`` acknowledged ``seq`` (or delivered it with ack policy none)."""
+    ret = stream.cfg.retention
+    if ret == "workqueue":
+        _remove(stream, seq)
+        return
+    if ret != "interest":
+        return
+    m = None
+    try:
+        m = stream.store.load_msg(seq)
+    except Exception:
+        m = None
+    if m is None:
+        return
+    for c in stream.consumers.values():
+        if c is consumer:
+            continue
+        if needs_ack(c, seq, m.subject):
+            return
+    _remove(stream, seq)
+
+
+def on_consumer_delete(stream: Any, consumer: Any) -> None:
+    """A consumer of an interest stream went away: drop what only it still needed."""
+    if stream.closed or stream.cfg.retention != "interest":
+        return
+    store = stream.store
+    st = store.state()
+    if not st.msgs:
+        return
+    start = max(st.first_seq, 1)
+    others = [c for c in stream.consumers.values() if c is not consumer and not c.closed]
+    seq = start
+    while seq <= st.last_seq:
+        try:
+            m = store.load_next_msg(">", seq, True)
+        except Exception:
+            m = None
+        if m is None:
+            break
+        if not any(needs_ack(c, m.seq, m.subject) for c in others):
+            _remove(stream, m.seq)
+        seq = m.seq + 1
