@@ -39,4 +39,4 @@ def open_store(cfg: Any, sdir: str, js: Any) -> Any:
     def log(level: str, text: str) -> None:
         getattr(js.log, {"warn": "warn", "warning": "warn", "error": "error"}.get(level, "notice"))(
             f"Stream '{cfg.name}': {text}")
-    return FileStore(scfg, os.path.join(sdir, "store"), log=log)
+    return FileStore(os.path.join(sdir, "store"), scfg, log=log)
