@@ -1,0 +1,2517 @@
+"""JetStream stream and consumer configuration: types, wire codec, defaults and validation.
+
+Everything here is sans-IO and follows nats-server (the JSON field names, the defaults it fills in, the
+order in which it checks things and the exact error it answers with). Parts:
+
+* Time helpers: Go's RFC3339Nano text <-> nanoseconds (``format_time``, ``parse_time``,
+  ``normalize_time``); durations stay ``int`` nanoseconds everywhere.
+* The Go JSON codec (``go_decode``, ``go_encode``, ``to_go``): requests are decoded the way the Go server
+  decodes them (strict: unknown fields refused, case-insensitive keys, null leaves basic fields alone,
+  several JSON values in one body are merged) and every failure becomes the ``INVALID_JSON`` API error
+  with Go's message text (syntax errors with their offset, type errors with the field path, enum and
+  time parse errors). Encoding writes struct fields in declaration order, skips ``omitempty`` fields
+  holding their zero value, sorts map keys and escapes ``<``, ``>``, ``&`` like Go.
+* msgspec Structs for the configurations. Attribute names are the JSON names. Fields that are pointers,
+  slices or maps in Go are ``Optional`` here (``None`` = absent/nil).
+* ``normalize_stream_config`` / ``check_stream_update`` and ``normalize_consumer_config`` /
+  ``check_consumer_update``: defaults plus validation, raising ``ApiError``.
+"""
+from __future__ import annotations
+
+import base64
+import json as _json
+import re
+import secrets
+import time as _time
+from typing import Annotated, Any, Callable, Iterable, Optional, Sequence, Union, get_args, get_origin, get_type_hints
+
+import msgspec
+
+from rillet.jetstream import errors as jserr
+from rillet.jetstream.errors import ApiError, go_duration
+from rillet.subjects.validate import (
+    is_valid_publish_subject,
+    is_valid_subject,
+    subject_is_literal,
+    subject_is_subset_match,
+    subjects_collide,
+)
+
+# ---------------------------------------------------------------------------------------------------
+# Limits and constants (nats-server values)
+
+NS = 1_000_000_000
+MS = 1_000_000
+MAX_NAME_LEN = 255
+MAX_DESCRIPTION_LEN = 4 * 1024
+MAX_METADATA_LEN = 128 * 1024
+STREAM_MAX_REPLICAS = 5
+DEFAULT_DUPLICATE_WINDOW = 2 * 60 * NS
+DEFAULT_ACK_WAIT = 30 * NS
+DEFAULT_EPHEMERAL_INACTIVE = 5 * NS
+DEFAULT_MAX_ACK_PENDING = 1000
+DEFAULT_MAX_WAITING = 512
+DEFAULT_PINNED_TTL = 2 * 60 * NS
+FLOW_CONTROL_HEARTBEAT = 1 * NS  # the heartbeat the flow_control ack policy forces
+JS_API_PREFIX = "$JS.API"
+JS_API_LEVEL = 5
+
+META_REQUIRED_LEVEL = "_nats.req.level"
+META_SERVER_VERSION = "_nats.ver"
+META_SERVER_LEVEL = "_nats.level"
+
+RETENTION_POLICIES = ("limits", "interest", "workqueue")
+DISCARD_POLICIES = ("old", "new")
+STORAGE_TYPES = ("file", "memory")
+COMPRESSIONS = ("none", "s2")
+DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
+ACK_POLICIES = ("none", "all", "explicit", "flow_control")
+REPLAY_POLICIES = ("instant", "original")
+PRIORITY_POLICIES = ("none", "overflow", "pinned_client", "prioritized")
+CONSUMER_ACTIONS = ("", "create", "update")
+PERSIST_MODES = ("default", "async")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Time: Go RFC3339 / RFC3339Nano text
+
+GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+_EPOCH_DAYS_FROM_YEAR0 = 719528  # days from 0000-03-01 based civil calendar to 1970-01-01
+
+
+def _days_from_civil(y: int, m: int, d: int) -> int:
+    y -= m <= 2
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def _civil_from_days(z: int) -> tuple[int, int, int]:
+    z += 719468
+    era = (z if z >= 0 else z - 146096) // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    y = yoe + era * 400
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + (3 if mp < 10 else -9)
+    return y + (m <= 2), m, d
+
+
+_GO_ZERO_NS = _days_from_civil(1, 1, 1) * 86400 * NS
+
+
+def format_time(ns: int | None, offset: int = 0) -> str:
+    """Go's RFC3339Nano text for ``ns`` nanoseconds since the Unix epoch (UTC unless ``offset`` seconds).
+
+    ``None`` and ``0`` give Go's zero time ``0001-01-01T00:00:00Z`` (what nats-server shows for unset
+    times such as ``first_ts`` of an empty stream). Fractions lose their trailing zeros; a zero offset
+    prints as ``Z``.
+    """
+    if not ns:
+        return GO_ZERO_TIME
+    local = ns + offset * NS
+    secs, frac = divmod(local, NS)
+    days, rem = divmod(secs, 86400)
+    y, mo, d = _civil_from_days(days)
+    hh, rem = divmod(rem, 3600)
+    mi, ss = divmod(rem, 60)
+    out = f"{y:04d}-{mo:02d}-{d:02d}T{hh:02d}:{mi:02d}:{ss:02d}"
+    if frac:
+        out += "." + f"{frac:09d}".rstrip("0")
+    if offset == 0:
+        return out + "Z"
+    sign = "+" if offset > 0 else "-"
+    oh, om = divmod(abs(offset) // 60, 60)
+    return out + f"{sign}{oh:02d}:{om:02d}"
+
+
+def now_time() -> str:
+    """The current time as nats-server writes it (UTC, RFC3339Nano)."""
+    return format_time(_time.time_ns())
+
+
+class GoTimeError(ValueError):
+    """A time text Go's RFC3339 parser refuses; ``str()`` is Go's message."""
+
+
+def _time_quote(s: str) -> str:
+    # Go's time package quoting: non-ASCII and control bytes as \xNN, '"' and '\' escaped.
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if o >= 0x80 or o < 0x20:
+            for b in ch.encode("utf-8", "surrogatepass"):
+                out.append(f"\\x{b:02x}")
+        else:
+            if ch in '"\\':
+                out.append("\\")
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+_RFC3339 = "2006-01-02T15:04:05Z07:00"
+
+
+def _terr(value: str, elem_value: str, layout_elem: str) -> GoTimeError:
+    return GoTimeError(f"parsing time {_time_quote(value)} as {_time_quote(_RFC3339)}: cannot parse "
+                       f"{_time_quote(elem_value)} as {_time_quote(layout_elem)}")
+
+
+def _rerr(value: str, what: str) -> GoTimeError:
+    return GoTimeError(f"parsing time {_time_quote(value)}: {what} out of range")
+
+
+def parse_time(s: str) -> tuple[int, int]:
+    """Parse Go RFC3339 text; returns (ns since the Unix epoch, UTC offset in seconds).
+
+    Raises ``GoTimeError`` with the message Go gives for the same text.
+    """
+    v = s
+    i = 0
+    n = len(v)
+
+    def digits(k: int, fixed: bool, elem: str) -> int:
+        nonlocal i
+        if fixed:
+            if i + k > n or not v[i:i + k].isascii() or not v[i:i + k].isdigit():
+                raise _terr(s, v[i:], elem)
+            val = int(v[i:i + k])
+            i += k
+            return val
+        # one or two digits
+        if i >= n or not ("0" <= v[i] <= "9"):
+            raise _terr(s, v[i:], elem)
+        j = i + 1
+        if j < n and "0" <= v[j] <= "9":
+            j += 1
+        val = int(v[i:j])
+        i = j
+        return val
+
+    def lit(c: str) -> None:
+        nonlocal i
+        if not v.startswith(c, i):
+            raise _terr(s, v[i:], c)
+        i += len(c)
+
+    year = digits(4, True, "2006")
+    lit("-")
+    month = digits(2, True, "01")
+    if month < 1 or month > 12:
+        raise _rerr(s, "month")
+    lit("-")
+    day = digits(2, True, "02")
+    lit("T")
+    hour_start = i
+    hour = digits(2, False, "15")
+    if hour > 23:
+        raise _rerr(s, "hour")
+    lit(":")
+    minute = digits(2, True, "04")
+    if minute > 59:
+        raise _rerr(s, "minute")
+    lit(":")
+    second = digits(2, True, "05")
+    if second > 59:
+        raise _rerr(s, "second")
+    frac_ns = 0
+    if i + 1 < n and v[i] in ".," and "0" <= v[i + 1] <= "9":
+        comma = v[i] == ","
+        j = i + 1
+        while j < n and "0" <= v[j] <= "9":
+            j += 1
+        digits_s = v[i + 1:j]
+        frac_ns = int((digits_s + "000000000")[:9])
+        if comma:
+            raise GoTimeError(f"parsing time {_time_quote(s)} as {_time_quote(_RFC3339)}: cannot parse "
+                              f"{_time_quote(',')} as {_time_quote('.')}")
+        i = j
+    offset = 0
+    if i < n and v[i] == "Z":
+        i += 1
+    else:
+        rest = v[i:]
+        if len(rest) < 6 or rest[0] not in "+-" or rest[3] != ":" or not rest[1:3].isdigit() \
+                or not rest[4:6].isdigit() or not rest[1:3].isascii() or not rest[4:6].isascii():
+            raise _terr(s, rest, "Z07:00")
+        oh, om = int(rest[1:3]), int(rest[4:6])
+        offset = (oh * 3600 + om * 60) * (1 if rest[0] == "+" else -1)
+        i += 6
+        if oh >= 24:
+            raise GoTimeError(f"parsing time {_time_quote(s)} as {_time_quote(_RFC3339)}: cannot parse "
+                              f"{_time_quote(rest[:6])} as {_time_quote('Z07:00')}: timezone hour out of range")
+        if om >= 60:
+            raise GoTimeError(f"parsing time {_time_quote(s)} as {_time_quote(_RFC3339)}: cannot parse "
+                              f"{_time_quote(rest[:6])} as {_time_quote('Z07:00')}: timezone minute out of range")
+    if i < n:
+        raise GoTimeError(f"parsing time {_time_quote(s)}: extra text: {_time_quote(v[i:])}")
+    if hour_start + 1 < n and v[hour_start + 1] == ":":
+        raise GoTimeError(f"parsing time {_time_quote(s)} as {_time_quote(_RFC3339)}: cannot parse "
+                          f"{_time_quote(v[hour_start:hour_start + 1])} as {_time_quote('15')}")
+    mdays = (31, 29 if (year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)) else 28, 31, 30, 31, 30,
+             31, 31, 30, 31, 30, 31)[month - 1]
+    if day < 1 or day > mdays:
+        raise _rerr(s, "day")
+    days = _days_from_civil(year, month, day)
+    ns = ((days * 86400 + hour * 3600 + minute * 60 + second) - offset) * NS + frac_ns
+    return ns, offset
+
+
+def time_ns(s: str | None) -> int:
+    """Nanoseconds since the Unix epoch for RFC3339 text; 0 for ``None``/empty/Go's zero time."""
+    if not s or s == GO_ZERO_TIME:
+        return 0
+    return parse_time(s)[0]
+
+
+def normalize_time(s: str) -> str:
+    """Re-format RFC3339 text the way Go writes the parsed value back (RFC3339Nano, offset kept)."""
+    ns, off = parse_time(s)
+    if ns == _GO_ZERO_NS and off == 0:
+        return GO_ZERO_TIME
+    return format_time(ns, off)
+
+
+def to_utc_time(s: str) -> str:
+    """RFC3339 text converted to UTC (nats-server stores ``pause_until`` in UTC)."""
+    ns, _ = parse_time(s)
+    return format_time(ns)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Go string quoting (strconv.Quote) and the JSON scanner errors
+
+
+def go_quote(data: bytes | str) -> str:
+    """Go's ``%q`` / ``strconv.Quote`` of ``data``."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    out = ['"']
+    i = 0
+    n = len(data)
+    while i < n:
+        b = data[i]
+        if b < 0x80:
+            ch = chr(b)
+            i += 1
+        else:
+            # decode one UTF-8 sequence
+            ln = 2 if b >> 5 == 0x6 else 3 if b >> 4 == 0xE else 4 if b >> 3 == 0x1E else 0
+            try:
+                if not ln:
+                    raise UnicodeDecodeError("utf-8", b"", 0, 1, "")
+                ch = data[i:i + ln].decode("utf-8")
+                i += ln
+            except UnicodeDecodeError:
+                out.append(f"\\x{b:02x}")
+                i += 1
+                continue
+        out.append(_quote_rune(ch, '"'))
+    out.append('"')
+    return "".join(out)
+
+
+_SHORT_ESC = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def _quote_rune(ch: str, quote: str) -> str:
+    if ch == quote or ch == "\\":
+        return "\\" + ch
+    if ch.isprintable():
+        return ch
+    if ch in _SHORT_ESC:
+        return _SHORT_ESC[ch]
+    o = ord(ch)
+    if o < 0x20 or o == 0x7F:
+        return f"\\x{o:02x}"
+    if o < 0x10000:
+        return f"\\u{o:04x}"
+    return f"\\U{o:08x}"
+
+
+def _quote_char(b: int) -> str:
+    # How Go's JSON scanner shows the offending byte in "invalid character ..." messages.
+    if b == 0x27:
+        return "'\\''"
+    if b == 0x22:
+        return "'\"'"
+    return "'" + _quote_rune(chr(b), '"') + "'"
+
+
+class _JSONError(Exception):
+    """A decode failure; ``str()`` is Go's message (without the "invalid JSON: " prefix)."""
+
+
+class _Node:
+    """A parsed JSON value. k: 'o' object, 'a' array, 's' string, 'n' number, 't'/'f' bool, 'z' null."""
+
+    __slots__ = ("k", "v", "s", "e")
+
+    def __init__(self, k: str, v: Any, s: int, e: int) -> None:
+        self.k = k
+        self.v = v
+        self.s = s
+        self.e = e
+
+
+_WS = b" \t\r\n"
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_ESC_OK = frozenset(b'"\\/bfnrtu')
+
+
+class _Scanner:
+    """A JSON reader that fails exactly where, and with the message that, Go's decoder would."""
+
+    def __init__(self, data: bytes) -> None:
+        self.b = data
+        self.n = len(data)
+
+    def _bad(self, i: int, ctx: str) -> _JSONError:
+        return _JSONError(f"invalid character {_quote_char(self.b[i])} {ctx} at offset {i + 1}")
+
+    def _eof(self) -> _JSONError:
+        return _JSONError("unexpected EOF")
+
+    def ws(self, i: int) -> int:
+        b, n = self.b, self.n
+        while i < n and b[i] in _WS:
+            i += 1
+        return i
+
+    def values(self):
+        i = self.ws(0)
+        while i < self.n:
+            node, i = self.value(i)
+            yield node
+            i = self.ws(i)
+
+    def value(self, i: int) -> tuple[_Node, int]:
+        if i >= self.n:
+            raise self._eof()
+        c = self.b[i]
+        if c == 0x7B:  # {
+            return self.obj(i)
+        if c == 0x5B:  # [
+            return self.arr(i)
+        if c == 0x22:
+            return self.string(i)
+        if c == 0x2D or 0x30 <= c <= 0x39:
+            return self.number(i)
+        if c == 0x74:
+            return self.literal(i, b"true", "t")
+        if c == 0x66:
+            return self.literal(i, b"false", "f")
+        if c == 0x6E:
+            return self.literal(i, b"null", "z")
+        raise self._bad(i, "looking for beginning of value")
+
+    def obj(self, start: int) -> tuple[_Node, int]:
+        b = self.b
+        pairs: list[tuple[str, _Node]] = []
+        i = self.ws(start + 1)
+        if i >= self.n:
+            raise self._eof()
+        if b[i] == 0x7D:
+            return _Node("o", pairs, start, i + 1), i + 1
+        while True:
+            if i >= self.n:
+                raise self._eof()
+            if b[i] != 0x22:
+                raise self._bad(i, "looking for beginning of object key string")
+            key, i = self.string(i)
+            i = self.ws(i)
+            if i >= self.n:
+                raise self._eof()
+            if b[i] != 0x3A:
+                raise self._bad(i, "after object key")
+            i = self.ws(i + 1)
+            val, i = self.value(i)
+            pairs.append((key.v, val))
+            i = self.ws(i)
+            if i >= self.n:
+                raise self._eof()
+            c = b[i]
+            if c == 0x2C:
+                i = self.ws(i + 1)
+                continue
+            if c == 0x7D:
+                return _Node("o", pairs, start, i + 1), i + 1
+            raise self._bad(i, "after object key:value pair")
+
+    def arr(self, start: int) -> tuple[_Node, int]:
+        b = self.b
+        items: list[_Node] = []
+        i = self.ws(start + 1)
+        if i >= self.n:
+            raise self._eof()
+        if b[i] == 0x5D:
+            return _Node("a", items, start, i + 1), i + 1
+        while True:
+            val, i = self.value(i)
+            items.append(val)
+            i = self.ws(i)
+            if i >= self.n:
+                raise self._eof()
+            c = b[i]
+            if c == 0x2C:
+                i = self.ws(i + 1)
+                continue
+            if c == 0x5D:
+                return _Node("a", items, start, i + 1), i + 1
+            raise self._bad(i, "after array element")
+
+    def string(self, start: int) -> tuple[_Node, int]:
+        b, n = self.b, self.n
+        i = start + 1
+        esc = False
+        while True:
+            if i >= n:
+                raise self._eof()
+            c = b[i]
+            if c == 0x22:
+                break
+            if c == 0x5C:
+                esc = True
+                if i + 1 >= n:
+                    raise self._eof()
+                e = b[i + 1]
+                if e not in _ESC_OK:
+                    raise self._bad(i + 1, "in string escape code")
+                if e == 0x75:
+                    for k in range(i + 2, i + 6):
+                        if k >= n:
+                            raise self._eof()
+                        if b[k] not in _HEX:
+                            raise self._bad(k, "in \\u hexadecimal character escape")
+                    i += 6
+                else:
+                    i += 2
+                continue
+            if c < 0x20:
+                raise self._bad(i, "in string literal")
+            i += 1
+        raw = b[start + 1:i]
+        if not esc:
+            text = raw.decode("utf-8", "replace")
+        else:
+            text = _json.loads('"' + raw.decode("utf-8", "replace") + '"')
+            if any("\ud800" <= ch <= "\udfff" for ch in text):
+                text = "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+        return _Node("s", text, start, i + 1), i + 1
+
+    def number(self, start: int) -> tuple[_Node, int]:
+        b, n = self.b, self.n
+        i = start
+        if b[i] == 0x2D:
+            i += 1
+            if i >= n:
+                raise self._eof()
+            if not 0x30 <= b[i] <= 0x39:
+                raise self._bad(i, "in numeric literal")
+        if b[i] == 0x30:
+            i += 1
+        else:
+            while i < n and 0x30 <= b[i] <= 0x39:
+                i += 1
+        if i < n and b[i] == 0x2E:
+            i += 1
+            if i >= n:
+                raise self._eof()
+            if not 0x30 <= b[i] <= 0x39:
+                raise self._bad(i, "after decimal point in numeric literal")
+            while i < n and 0x30 <= b[i] <= 0x39:
+                i += 1
+        if i < n and b[i] in (0x65, 0x45):
+            i += 1
+            if i < n and b[i] in (0x2B, 0x2D):
+                i += 1
+            if i >= n:
+                raise self._eof()
+            if not 0x30 <= b[i] <= 0x39:
+                raise self._bad(i, "in exponent of numeric literal")
+            while i < n and 0x30 <= b[i] <= 0x39:
+                i += 1
+        return _Node("n", b[start:i].decode("ascii"), start, i), i
+
+    def literal(self, start: int, word: bytes, k: str) -> tuple[_Node, int]:
+        b, n = self.b, self.n
+        for j in range(1, len(word)):
+            i = start + j
+            if i >= n:
+                raise self._eof()
+            if b[i] != word[j]:
+                raise self._bad(i, f"in literal {word.decode()} (expecting {_quote_char(word[j])})")
+        return _Node(k, None, start, start + len(word)), start + len(word)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Go type markers (used in ``Annotated`` field types)
+
+
+class GoInt:
+    """An integer field: Go type name and range."""
+
+    __slots__ = ("name", "lo", "hi")
+
+    def __init__(self, name: str, bits: int, signed: bool = True) -> None:
+        self.name = name
+        self.lo = -(1 << (bits - 1)) if signed else 0
+        self.hi = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
+
+
+class GoTime:
+    """A ``time.Time`` held as RFC3339 text (normalized to Go's RFC3339Nano output form)."""
+
+    name = "time.Time"
+
+
+class GoEnum:
+    """A Go type with its own JSON text form. ``parse(node, raw_bytes)`` returns the Python value."""
+
+    __slots__ = ("name", "parse", "zero")
+
+    def __init__(self, name: str, parse: Callable[[_Node, bytes], str], zero: str) -> None:
+        self.name = name
+        self.parse = parse
+        self.zero = zero
+
+
+class GoName:
+    """Overrides the Go type name shown in decode errors (e.g. ``[]*server.StreamSource``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _enum_exact(values: dict[str, str], fold: bool = False, fmt: str = "can not unmarshal %q"):
+    def parse(node: _Node, raw: bytes) -> str:
+        key = raw.decode("utf-8", "replace")
+        if fold:
+            key = key.lower()
+        if key in values:
+            return values[key]
+        if fmt == "can not unmarshal %q":
+            raise _JSONError("can not unmarshal " + go_quote(raw))
+        raise _JSONError(fmt + raw.decode("utf-8", "replace"))
+    return parse
+
+
+def _enum_compression(node: _Node, raw: bytes) -> str:
+    if node.k != "s":
+        if node.k == "z":
+            raise _JSONError("unknown compression algorithm")
+        raise _JSONError(f"json: cannot unmarshal {_kind_desc(node)} into Go value of type string")
+    if node.v in COMPRESSIONS:
+        return node.v
+    raise _JSONError("unknown compression algorithm")
+
+
+def _q(vals: Iterable[str]) -> dict[str, str]:
+    return {f'"{v}"': v for v in vals}
+
+
+Int = Annotated[int, GoInt("int", 64)]
+Int64 = Annotated[int, GoInt("int64", 64)]
+Int32 = Annotated[int, GoInt("int32", 32)]
+Uint64 = Annotated[int, GoInt("uint64", 64, False)]
+Uint16 = Annotated[int, GoInt("uint16", 16, False)]
+Duration = Annotated[int, GoInt("time.Duration", 64)]
+Time = Annotated[str, GoTime()]
+OptTime = Annotated[Optional[str], GoTime()]
+
+Retention = Annotated[str, GoEnum("server.RetentionPolicy", _enum_exact(_q(RETENTION_POLICIES)), "limits")]
+Discard = Annotated[str, GoEnum("server.DiscardPolicy", _enum_exact(_q(DISCARD_POLICIES), fold=True), "old")]
+Storage = Annotated[str, GoEnum("server.StorageType", _enum_exact(_q(STORAGE_TYPES)), "file")]
+Compression = Annotated[str, GoEnum("server.StoreCompression", _enum_compression, "none")]
+PersistMode = Annotated[str, GoEnum("server.PersistModeType",
+                                    _enum_exact({'"default"': "default", '""': "default", '"async"': "async"}),
+                                    "default")]
+DeliverPolicy = Annotated[str, GoEnum("server.DeliverPolicy",
+                                      _enum_exact({**_q(DELIVER_POLICIES), '"undefined"': "all"}), "all")]
+AckPolicy = Annotated[str, GoEnum("server.AckPolicy", _enum_exact(_q(ACK_POLICIES)), "none")]
+ReplayPolicy = Annotated[str, GoEnum("server.ReplayPolicy", _enum_exact(_q(REPLAY_POLICIES)), "instant")]
+PriorityPolicy = Annotated[str, GoEnum("server.PriorityPolicy",
+                                       _enum_exact(_q(PRIORITY_POLICIES), fmt="unknown priority policy: "),
+                                       "none")]
+ConsumerAction = Annotated[str, GoEnum("server.ConsumerAction",
+                                       _enum_exact(_q(CONSUMER_ACTIONS), fmt="unknown consumer action: "), "")]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Field descriptions derived from the Struct annotations
+
+
+class _Spec:
+    __slots__ = ("kind", "go", "lo", "hi", "enum", "elem", "cls", "nullable")
+
+    def __init__(self, kind: str, go: str, *, lo: int = 0, hi: int = 0, enum: GoEnum | None = None,
+                 elem: "_Spec | None" = None, cls: type | None = None, nullable: bool = False) -> None:
+        self.kind = kind
+        self.go = go
+        self.lo = lo
+        self.hi = hi
+        self.enum = enum
+        self.elem = elem
+        self.cls = cls
+        self.nullable = nullable
+
+
+class _Field:
+    __slots__ = ("name", "spec", "omitempty", "inline", "lname")
+
+    def __init__(self, name: str, spec: _Spec, omitempty: bool, inline: bool) -> None:
+        self.name = name
+        self.lname = name.lower()
+        self.spec = spec
+        self.omitempty = omitempty
+        self.inline = inline
+
+
+class _Info:
+    __slots__ = ("cls", "fields", "by_name", "by_lname", "go")
+
+    def __init__(self, cls: type, fields: list[_Field], go: str) -> None:
+        self.cls = cls
+        self.fields = fields
+        self.by_name = {f.name: f for f in fields}
+        self.by_lname: dict[str, _Field] = {}
+        for f in fields:
+            self.by_lname.setdefault(f.lname, f)
+        self.go = go
+
+
+_INFO: dict[type, _Info] = {}
+
+
+def _go_struct_name(cls: type) -> str:
+    return getattr(cls, "__go_name__", None) or f"server.{cls.__name__}"
+
+
+def _spec_of(tp: Any) -> _Spec:
+    marker = None
+    override = None
+    if get_origin(tp) is Annotated:
+        args = get_args(tp)
+        tp = args[0]
+        for m in args[1:]:
+            if isinstance(m, GoName):
+                override = m.name
+            elif isinstance(m, (GoInt, GoTime, GoEnum)):
+                marker = m
+    nullable = False
+    if get_origin(tp) is Union:
+        args = [a for a in get_args(tp) if a is not type(None)]
+        nullable = len(args) != len(get_args(tp))
+        tp = args[0]
+    if isinstance(marker, GoInt):
+        spec = _Spec("int", marker.name, lo=marker.lo, hi=marker.hi)
+    elif isinstance(marker, GoTime):
+        spec = _Spec("time", "time.Time")
+    elif isinstance(marker, GoEnum):
+        spec = _Spec("enum", marker.name, enum=marker)
+    elif tp is str:
+        spec = _Spec("str", "string")
+    elif tp is bool:
+        spec = _Spec("bool", "bool")
+    elif tp is int:
+        spec = _Spec("int", "int", lo=-(1 << 63), hi=(1 << 63) - 1)
+    elif tp is bytes:
+        spec = _Spec("bytes", "[]uint8")
+    elif get_origin(tp) is list:
+        elem = _spec_of(get_args(tp)[0])
+        spec = _Spec("list", "[]" + elem.go, elem=elem)
+    elif get_origin(tp) is dict:
+        elem = _spec_of(get_args(tp)[1])
+        spec = _Spec("map", "map[string]" + elem.go, elem=elem)
+    elif isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        spec = _Spec("struct", _go_struct_name(tp), cls=tp)
+    else:
+        spec = _Spec("any", "interface {}")
+    spec.nullable = nullable or spec.kind in ("list", "map")
+    if override:
+        spec.go = override
+    return spec
+
+
+def _info(cls: type) -> _Info:
+    info = _INFO.get(cls)
+    if info is None:
+        hints = get_type_hints(cls, include_extras=True)
+        omit = getattr(cls, "__omitempty__", frozenset())
+        inline = getattr(cls, "__inline__", frozenset())
+        fields = [_Field(name, _spec_of(hints[name]), name in omit, name in inline)
+                  for name in cls.__struct_fields__]
+        info = _Info(cls, fields, _go_struct_name(cls))
+        _INFO[cls] = info
+    return info
+
+
+# ---------------------------------------------------------------------------------------------------
+# Decoding
+
+
+def _kind_desc(node: _Node) -> str:
+    return {"o": "object", "a": "array", "s": "string", "n": "number", "t": "bool", "f": "bool",
+            "z": "null"}[node.k]
+
+
+class _Decoder:
+    def __init__(self, data: bytes, top: str) -> None:
+        self.data = data
+        self.top = top
+
+    def type_err(self, desc: str, spec_go: str, path: list) -> _JSONError:
+        if not path:
+            return _JSONError(f"json: cannot unmarshal {desc} into Go value of type {spec_go}")
+        dotted = ".".join(str(p) for p in path)
+        if isinstance(path[-1], int):
+            return _JSONError(f"json: cannot unmarshal {desc} into {self.top}.{dotted} of type {spec_go}")
+        return _JSONError(f"json: cannot unmarshal {desc} into Go struct field {self.top}.{dotted} of type {spec_go}")
+
+    def value(self, spec: _Spec, node: _Node, cur: Any, path: list) -> Any:
+        k = node.k
+        kind = spec.kind
+        if kind == "enum":
+            return spec.enum.parse(node, self.data[node.s:node.e])
+        if k == "z":
+            if spec.nullable:
+                return None
+            return cur
+        if kind == "str":
+            if k != "s":
+                raise self.type_err(_kind_desc(node), spec.go, path)
+            return node.v
+        if kind == "int":
+            if k != "n":
+                raise self.type_err(_kind_desc(node), spec.go, path)
+            raw = node.v
+            try:
+                val = int(raw)
+            except ValueError:
+                raise self.type_err("number " + raw, spec.go, path) from None
+            if not spec.lo <= val <= spec.hi:
+                raise self.type_err("number " + raw, spec.go, path)
+            return val
+        if kind == "bool":
+            if k == "t":
+                return True
+            if k == "f":
+                return False
+            raise self.type_err(_kind_desc(node), spec.go, path)
+        if kind == "time":
+            if k != "s":
+                raise self.type_err(_kind_desc(node), spec.go, path)
+            try:
+                return normalize_time(node.v)
+            except GoTimeError as e:
+                raise _JSONError(str(e)) from None
+        if kind == "list":
+            if k != "a":
+                raise self.type_err(_kind_desc(node), spec.go, path)
+            elem = spec.elem
+            return [self.value(elem, item, _zero(elem), path + [i]) for i, item in enumerate(node.v)]
+        if kind == "map":
+            if k != "o":
+                raise self.type_err(_kind_desc(node), spec.go, path)
+            out = dict(cur) if isinstance(cur, dict) else {}
+            elem = spec.elem
+            for key, item in node.v:
+                out[key] = self.value(elem, item, out.get(key, _zero(elem)), path + [key])
+            return out
+        if kind == "struct":
+            if k != "o":
+                raise self.type_err(_kind_desc(node), spec.go, path)
+            return self.struct(spec.cls, node, cur, path)
+        if kind == "bytes":
+            if k != "s":
+                raise self.type_err(_kind_desc(node), spec.go, path)
+            try:
+                return base64.b64decode(node.v, validate=True)
+            except Exception:
+                raise _JSONError("illegal base64 data at input byte 0") from None
+        return _plain(node)
+
+    def struct(self, cls: type, node: _Node, cur: Any, path: list) -> Any:
+        info = _info(cls)
+        vals: dict[str, Any] = {}
+        if cur is not None:
+            for f in info.fields:
+                vals[f.name] = getattr(cur, f.name)
+        for key, item in node.v:
+            f = info.by_name.get(key)
+            if f is None:
+                f = info.by_lname.get(key.lower())
+            if f is None:
+                raise _JSONError(f"json: unknown field {go_quote(key)}")
+            cv = vals.get(f.name)
+            if cv is None and f.name not in vals:
+                cv = _default(cls, f)
+            vals[f.name] = self.value(f.spec, item, cv, path + [f.name])
+        return cls(**vals)
+
+
+def _zero(spec: _Spec) -> Any:
+    k = spec.kind
+    if spec.nullable:
+        return None
+    if k == "str":
+        return ""
+    if k == "int":
+        return 0
+    if k == "bool":
+        return False
+    if k == "time":
+        return GO_ZERO_TIME
+    if k == "enum":
+        return spec.enum.zero
+    if k == "struct":
+        return None
+    return None
+
+
+def _default(cls: type, f: _Field) -> Any:
+    fields = cls.__struct_fields__
+    defaults = cls.__struct_defaults__
+    idx = fields.index(f.name)
+    off = len(fields) - len(defaults)
+    if idx < off:
+        return None
+    d = defaults[idx - off]
+    if d is msgspec.NODEFAULT:
+        return None
+    if type(d).__name__ == "Factory":
+        return d.factory()
+    return d
+
+
+def _plain(node: _Node) -> Any:
+    k = node.k
+    if k == "o":
+        return {key: _plain(v) for key, v in node.v}
+    if k == "a":
+        return [_plain(v) for v in node.v]
+    if k == "n":
+        try:
+            return int(node.v)
+        except ValueError:
+            return float(node.v)
+    if k == "t":
+        return True
+    if k == "f":
+        return False
+    if k == "z":
+        return None
+    return node.v
+
+
+def go_decode(data: bytes | str | None, cls: type, top: str | None = None) -> Any:
+    """Decode a request body into ``cls`` the way nats-server does; raises ``INVALID_JSON`` on failure.
+
+    An empty body gives the zero value (``cls()``). ``top`` is the Go type name used in messages
+    (defaults to the class name; e.g. ``"StreamConfigRequest"``).
+    """
+    if data is None:
+        data = b""
+    if isinstance(data, str):
+        data = data.encode()
+    info = _info(cls)
+    dec = _Decoder(bytes(data), top or info.go.rsplit(".", 1)[-1])
+    cur = None
+    try:
+        for node in _Scanner(dec.data).values():
+            if node.k == "z":
+                continue
+            if node.k != "o":
+                raise dec.type_err(_kind_desc(node), info.go, [])
+            cur = dec.struct(cls, node, cur, [])
+    except _JSONError as e:
+        raise jserr.INVALID_JSON(err=str(e)) from None
+    return cur if cur is not None else cls()
+
+
+def parse_json(data: bytes | str | None) -> Any:
+    """Plain JSON (dicts/lists) with Go's syntax error messages (``INVALID_JSON``); ``None`` if empty."""
+    if data is None:
+        return None
+    if isinstance(data, str):
+        data = data.encode()
+    out = None
+    try:
+        for node in _Scanner(bytes(data)).values():
+            out = _plain(node)
+    except _JSONError as e:
+        raise jserr.INVALID_JSON(err=str(e)) from None
+    return out
+
+
+def from_dict(d: dict, cls: type, top: str | None = None) -> Any:
+    """Convert already-parsed JSON (e.g. ``nats.js.api.StreamConfig(...).as_dict()``) into ``cls``."""
+    return go_decode(_json.dumps(d, default=_json_default).encode(), cls, top)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "value"):
+        return o.value
+    raise TypeError(f"not JSON serializable: {o!r}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _is_empty(v: Any, spec: _Spec) -> bool:
+    if v is None or v is False:
+        return True
+    if spec.kind == "enum":
+        return v == spec.enum.zero
+    if spec.kind == "struct":
+        return False
+    if spec.kind == "time" and not spec.nullable:
+        return False
+    if isinstance(v, (int, str, list, dict, bytes, tuple)):
+        return not v
+    return False
+
+
+def to_go(obj: Any) -> Any:
+    """Builtin (dict/list/...) form of ``obj`` with Go's field order and omitempty/embedding rules."""
+    if isinstance(obj, msgspec.Struct):
+        info = _info(type(obj))
+        out: dict[str, Any] = {}
+        for f in info.fields:
+            v = getattr(obj, f.name)
+            if f.inline:
+                if v is not None:
+                    out.update(to_go(v))
+                continue
+            if f.omitempty and _is_empty(v, f.spec):
+                continue
+            out[f.name] = to_go(v)
+        return out
+    if isinstance(obj, ApiError):
+        return obj.to_dict()
+    if isinstance(obj, dict):
+        return {k: to_go(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_go(v) for v in obj]
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(obj)).decode()
+    return obj
+
+
+_enc = msgspec.json.Encoder()
+_ESC_RE = re.compile(rb"\\(.)")
+
+
+def _fix_escape(m: re.Match) -> bytes:
+    c = m.group(1)
+    if c == b"b":
+        return b"\\u0008"
+    if c == b"f":
+        return b"\\u000c"
+    return m.group(0)
+
+
+def go_json(obj: Any) -> bytes:
+    """Encode builtins/Structs as compact JSON with Go's escaping (``<``, ``>``, ``&``, U+2028/9)."""
+    out = _enc.encode(to_go(obj))
+    if b"<" in out:
+        out = out.replace(b"<", b"\\u003c")
+    if b">" in out:
+        out = out.replace(b">", b"\\u003e")
+    if b"&" in out:
+        out = out.replace(b"&", b"\\u0026")
+    if b"\xe2\x80" in out:
+        out = out.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
+    if b"\\b" in out or b"\\f" in out:
+        out = _ESC_RE.sub(_fix_escape, out)
+    return out
+
+
+go_encode = go_json
+
+
+# ---------------------------------------------------------------------------------------------------
+# Structs
+
+
+class _Go(msgspec.Struct, kw_only=True):
+    """Base: ``copy()`` and Go-form helpers."""
+
+    def copy(self):  # deep enough: nested Structs and containers are copied
+        return msgspec.convert(msgspec.to_builtins(self), type(self))
+
+    def to_go(self) -> dict:
+        return to_go(self)
+
+    def to_json(self) -> bytes:
+        return go_json(self)
+
+
+class Placement(_Go):
+    cluster: str = ""
+    tags: Optional[list[str]] = None
+    preferred: str = ""
+    __omitempty__ = frozenset({"cluster", "tags", "preferred"})
+
+
+class ExternalStream(_Go):
+    api: str = ""
+    deliver: str = ""
+
+
+class SubjectTransformConfig(_Go):
+    src: str = ""
+    dest: str = ""
+
+
+SubjectTransform = SubjectTransformConfig
+
+
+class StreamConsumerSource(_Go):
+    name: str = ""
+    deliver_subject: str = ""
+    __omitempty__ = frozenset({"name", "deliver_subject"})
+
+
+class StreamSource(_Go):
+    name: str = ""
+    opt_start_seq: Uint64 = 0
+    opt_start_time: OptTime = None
+    filter_subject: str = ""
+    subject_transforms: Optional[list[SubjectTransformConfig]] = None
+    external: Optional[ExternalStream] = None
+    consumer: Optional[StreamConsumerSource] = None
+    __omitempty__ = frozenset({"opt_start_seq", "opt_start_time", "filter_subject", "subject_transforms",
+                               "external", "consumer"})
+
+
+class RePublish(_Go):
+    src: str = ""
+    dest: str = ""
+    headers_only: bool = False
+    __omitempty__ = frozenset({"src", "headers_only"})
+
+
+class StreamConsumerLimits(_Go):
+    inactive_threshold: Duration = 0
+    max_ack_pending: Int = 0
+    __omitempty__ = frozenset({"inactive_threshold", "max_ack_pending"})
+
+
+class StreamConfig(_Go):
+    name: str = ""
+    description: str = ""
+    subjects: Optional[list[str]] = None
+    retention: Retention = "limits"
+    max_consumers: Int = 0
+    max_msgs: Int64 = 0
+    max_bytes: Int64 = 0
+    max_age: Duration = 0
+    max_msgs_per_subject: Int64 = 0
+    max_msg_size: Int32 = 0
+    discard: Discard = "old"
+    storage: Storage = "file"
+    num_replicas: Int = 0
+    no_ack: bool = False
+    duplicate_window: Duration = 0
+    placement: Optional[Placement] = None
+    mirror: Optional[StreamSource] = None
+    sources: Annotated[Optional[list[StreamSource]], GoName("[]*server.StreamSource")] = None
+    compression: Compression = "none"
+    first_seq: Uint64 = 0
+    subject_transform: Optional[SubjectTransformConfig] = None
+    republish: Optional[RePublish] = None
+    allow_direct: bool = False
+    mirror_direct: bool = False
+    discard_new_per_subject: bool = False
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    consumer_limits: StreamConsumerLimits = msgspec.field(default_factory=StreamConsumerLimits)
+    allow_msg_ttl: bool = False
+    subject_delete_marker_ttl: Duration = 0
+    allow_msg_counter: bool = False
+    allow_atomic: bool = False
+    allow_msg_schedules: bool = False
+    persist_mode: PersistMode = "default"
+    allow_batched: bool = False
+    metadata: Optional[dict[str, str]] = None
+    __omitempty__ = frozenset({
+        "description", "subjects", "max_msg_size", "no_ack", "duplicate_window", "placement", "mirror",
+        "sources", "first_seq", "subject_transform", "republish", "discard_new_per_subject",
+        "subject_delete_marker_ttl", "allow_msg_counter", "allow_atomic", "allow_msg_schedules",
+        "persist_mode", "allow_batched", "metadata"})
+
+
+class StreamConfigRequest(StreamConfig):
+    """The STREAM.CREATE / STREAM.UPDATE body: a stream configuration plus ``pedantic``."""
+
+    pedantic: bool = False
+    __omitempty__ = StreamConfig.__omitempty__ | {"pedantic"}
+
+    def config(self) -> StreamConfig:
+        d = {f: getattr(self, f) for f in StreamConfig.__struct_fields__}
+        return StreamConfig(**d)
+
+
+class ConsumerConfig(_Go):
+    durable_name: str = ""
+    name: str = ""
+    description: str = ""
+    deliver_policy: DeliverPolicy = "all"
+    opt_start_seq: Uint64 = 0
+    opt_start_time: OptTime = None
+    ack_policy: AckPolicy = "none"
+    ack_wait: Duration = 0
+    max_deliver: Int = 0
+    backoff: Optional[list[Duration]] = None
+    filter_subject: str = ""
+    filter_subjects: Optional[list[str]] = None
+    replay_policy: ReplayPolicy = "instant"
+    rate_limit_bps: Uint64 = 0
+    sample_freq: str = ""
+    max_waiting: Int = 0
+    max_ack_pending: Int = 0
+    flow_control: bool = False
+    headers_only: bool = False
+    max_batch: Int = 0
+    max_expires: Duration = 0
+    max_bytes: Int = 0
+    deliver_subject: str = ""
+    deliver_group: str = ""
+    idle_heartbeat: Duration = 0
+    inactive_threshold: Duration = 0
+    num_replicas: Int = 0
+    mem_storage: bool = False
+    direct: bool = False
+    sourcing: bool = False
+    metadata: Optional[dict[str, str]] = None
+    pause_until: OptTime = None
+    priority_groups: Optional[list[str]] = None
+    priority_policy: PriorityPolicy = "none"
+    priority_timeout: Duration = 0
+    __omitempty__ = frozenset({
+        "durable_name", "name", "description", "opt_start_seq", "opt_start_time", "ack_wait",
+        "max_deliver", "backoff", "filter_subject", "filter_subjects", "rate_limit_bps", "sample_freq",
+        "max_waiting", "max_ack_pending", "flow_control", "headers_only", "max_batch", "max_expires",
+        "max_bytes", "deliver_subject", "deliver_group", "idle_heartbeat", "inactive_threshold",
+        "mem_storage", "direct", "sourcing", "metadata", "pause_until", "priority_groups",
+        "priority_policy", "priority_timeout"})
+
+    @property
+    def is_durable(self) -> bool:
+        return bool(self.durable_name)
+
+    @property
+    def is_push(self) -> bool:
+        return bool(self.deliver_subject)
+
+    def filters(self) -> list[str]:
+        """The subject filters (``filter_subjects`` plus ``filter_subject``), as nats-server gathers them."""
+        out = list(self.filter_subjects or [])
+        if self.filter_subject:
+            out.append(self.filter_subject)
+        return out
+
+
+class CreateConsumerRequest(_Go):
+    stream_name: str = ""
+    config: ConsumerConfig = msgspec.field(default_factory=ConsumerConfig)
+    action: ConsumerAction = ""
+    pedantic: bool = False
+    __omitempty__ = frozenset({"pedantic"})
+
+
+class ServerLimits(_Go):
+    """The server's ``jetstream.limits`` block (nats-server JSLimitOpts)."""
+
+    max_request_batch: Int = 0
+    max_ack_pending: Int = 0
+    max_ha_assets: Int = 0
+    max_duplicate_window: Duration = 0
+    max_batch_inflight_per_stream: Int = 0
+    max_batch_inflight_total: Int = 0
+    max_batch_size: Int = 0
+    max_batch_timeout: Duration = 0
+    __omitempty__ = frozenset({
+        "max_request_batch", "max_ack_pending", "max_ha_assets", "max_duplicate_window",
+        "max_batch_inflight_per_stream", "max_batch_inflight_total", "max_batch_size", "max_batch_timeout"})
+
+
+class AccountLimits(_Go):
+    """An account's JetStream limits (also the ``limits`` object of account info). -1 = unlimited."""
+
+    max_memory: Int64 = -1
+    max_storage: Int64 = -1
+    max_streams: Int = -1
+    max_consumers: Int = -1
+    max_ack_pending: Int = -1
+    memory_max_stream_bytes: Int64 = -1
+    storage_max_stream_bytes: Int64 = -1
+    max_bytes_required: bool = False
+
+
+# ---------------------------------------------------------------------------------------------------
+# Names
+
+
+def is_valid_name(name: str) -> bool:
+    """nats-server's rule for names without path separators concerns: no '.', '*', '>', whitespace."""
+    if not name:
+        return False
+    return not any(c in name for c in " \t\r\n\f.*>")
+
+
+def is_valid_asset_name(name: str) -> bool:
+    """Stream and consumer names: also no '\\' or '/'."""
+    if not name:
+        return False
+    return not any(c in name for c in " \t\r\n\f.*>\\/")
+
+
+_NAME_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def generate_consumer_name() -> str:
+    """An 8 character random name like the ones nats-server gives unnamed ephemeral consumers."""
+    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(8))
+
+
+def _invalid(msg: str) -> ApiError:
+    return jserr.STREAM_INVALID_CONFIG(err=msg)
+
+
+def _pedantic(msg: str) -> ApiError:
+    return jserr.PEDANTIC(err=msg)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Subject transforms (validation only)
+
+_MAP_DEST_ERR = "invalid mapping destination"
+_ERR_BAD_SUBJECT = "invalid subject"
+_ERR_INVALID_TRANSFORM = _MAP_DEST_ERR + ": invalid transform"
+_ERR_NOT_ENOUGH_ARGS = _MAP_DEST_ERR + ": not enough arguments passed to the function"
+_ERR_TOO_MANY_ARGS = _MAP_DEST_ERR + ": too many arguments passed to the function"
+_ERR_INVALID_ARG = _MAP_DEST_ERR + ": function argument is invalid or in the wrong format"
+_ERR_INDEX_RANGE = _MAP_DEST_ERR + ": wildcard index out of range"
+_ERR_UNKNOWN_FN = _MAP_DEST_ERR + ": unknown function"
+
+_RS = r"[\t\n\f\r ]*"
+
+
+def _fn_re(name: str) -> re.Pattern:
+    letters = "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() and c.isupper() else
+                      (f"[{c}{c.upper()}]" if i == 0 else re.escape(c))
+                      for i, c in enumerate(name))
+    return re.compile(r"\{\{" + _RS + letters + _RS + r"\((.*)\)" + _RS + r"\}\}")
+
+
+_FN = {n: _fn_re(n) for n in ("wildcard", "partition", "splitFromLeft", "splitFromRight", "sliceFromLeft",
+                              "sliceFromRight", "split", "left", "right", "random")}
+_COMMA = re.compile(r",[\t\n\f\r ]*")
+_MAX_INT32 = (1 << 31) - 1
+
+
+class _MapErr(Exception):
+    pass
+
+
+def _map_err(token: str, err: str) -> _MapErr:
+    return _MapErr(f"{err} in {token}" if token else err)
+
+
+def _atoi(s: str) -> int:
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
+        raise ValueError(s)
+    v = int(s)
+    if not -(1 << 63) <= v < (1 << 63):
+        raise ValueError(s)
+    return v
+
+
+def _fn_args(pat: re.Pattern, token: str) -> list[str] | None:
+    m = pat.search(token)
+    if m is None:
+        return None
+    return _COMMA.split(m.group(1))
+
+
+def _placeholder(token: str) -> tuple[str, list[int]]:
+    """Classify one destination token: (kind, wildcard indexes). Raises _MapErr."""
+    n = len(token)
+    if n > 1:
+        if token[0] == "$":
+            try:
+                return "wildcard", [_atoi(token[1:])]
+            except ValueError:
+                return "none", []
+        if n > 4 and token.startswith("{{") and token.endswith("}}"):
+            args = _fn_args(_FN["wildcard"], token)
+            if args is not None:
+                if len(args) == 1 and args[0] == "":
+                    raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
+                if len(args) == 1:
+                    try:
+                        return "wildcard", [_atoi(args[0].strip(" "))]
+                    except ValueError:
+                        raise _map_err(token, _ERR_INVALID_ARG) from None
+                raise _map_err(token, _ERR_TOO_MANY_ARGS)
+            args = _fn_args(_FN["partition"], token)
+            if args is not None:
+                try:
+                    count = _atoi(args[0].strip(" "))
+                    if count > _MAX_INT32:
+                        raise ValueError
+                    idx = [_atoi(a.strip(" ")) for a in args[1:]]
+                except ValueError:
+                    raise _map_err(token, _ERR_INVALID_ARG) from None
+                return "partition", idx
+            for fn in ("splitFromLeft", "splitFromRight", "sliceFromLeft", "sliceFromRight", "right", "left"):
+                args = _fn_args(_FN[fn], token)
+                if args is not None:
+                    if len(args) < 2:
+                        raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
+                    if len(args) > 2:
+                        raise _map_err(token, _ERR_TOO_MANY_ARGS)
+                    try:
+                        i = _atoi(args[0].strip(" "))
+                        v = _atoi(args[1].strip(" "))
+                        if not -(1 << 31) <= v <= _MAX_INT32:
+                            raise ValueError
+                    except ValueError:
+                        raise _map_err(token, _ERR_INVALID_ARG) from None
+                    return fn, [i]
+            args = _fn_args(_FN["split"], token)
+            if args is not None:
+                if len(args) < 2:
+                    raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
+                if len(args) > 2:
+                    raise _map_err(token, _ERR_TOO_MANY_ARGS)
+                try:
+                    i = _atoi(args[0].strip(" "))
+                except ValueError:
+                    raise _map_err(token, _ERR_INVALID_ARG) from None
+                if " " in args[1] or "." in args[1]:
+                    raise _map_err(token, _ERR_INVALID_ARG)
+                return "split", [i]
+            args = _fn_args(_FN["random"], token)
+            if args is not None:
+                if len(args) != 1:
+                    raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
+                try:
+                    v = _atoi(args[0].strip(" "))
+                    if v > _MAX_INT32:
+                        raise ValueError
+                except ValueError:
+                    raise _map_err(token, _ERR_INVALID_ARG) from None
+                return "random", []
+            raise _map_err(token, _ERR_UNKNOWN_FN)
+    return "none", []
+
+
+def _subject_info(subject: str) -> tuple[bool, list[str], int, bool]:
+    if not subject:
+        return False, [], 0, False
+    npwc = 0
+    fwc = False
+    toks = subject.split(".")
+    for t in toks:
+        if not t or fwc:
+            return False, [], 0, False
+        if t == ">":
+            fwc = True
+        elif t == "*":
+            npwc += 1
+    return True, toks, npwc, fwc
+
+
+def check_subject_transform(src: str, dest: str) -> str | None:
+    """Can a transform from ``src`` to ``dest`` be built? The error text, or ``None`` if it can."""
+    if not dest:
+        return None
+    if not src:
+        src = ">"
+    sv, _stoks, npwc, sfwc = _subject_info(src)
+    dv, dtoks, dnpwc, dfwc = _subject_info(dest)
+    if not sv or not dv or dnpwc > 0 or sfwc != dfwc:
+        return _ERR_BAD_SUBJECT
+    try:
+        if npwc > 0 or sfwc:
+            for t in dtoks:
+                kind, idx = _placeholder(t)
+                if kind in ("none", "random"):
+                    continue
+                for w in idx:
+                    if w > npwc:
+                        raise _map_err(f"{t}: [{w}]", _ERR_INDEX_RANGE)
+        else:
+            for t in dtoks:
+                kind, _ = _placeholder(t)
+                if kind not in ("none", "random", "partition"):
+                    raise _map_err(t, _ERR_INDEX_RANGE)
+    except _MapErr as e:
+        return str(e)
+    return None
+
+
+_VALIDATE_FNS = ("partition", "wildcard", "splitFromLeft", "splitFromRight", "sliceFromLeft", "sliceFromRight",
+                 "split", "random")
+
+
+def validate_mapping(src: str, dest: str) -> str | None:
+    """nats-server's mapping validation (destination syntax, then the transform itself)."""
+    if not dest:
+        return None
+    fwc = False
+    for t in dest.split("."):
+        if not t or fwc:
+            return str(_map_err(t, _ERR_INVALID_TRANSFORM))
+        if len(t) > 4 and t.startswith("{{") and t.endswith("}}"):
+            if not any(_FN[f].search(t) for f in _VALIDATE_FNS):
+                return str(_map_err(t, _ERR_UNKNOWN_FN))
+            continue
+        if t == ">":
+            fwc = True
+        elif any(c in t for c in "\t\n\f\r "):
+            return _ERR_INVALID_TRANSFORM
+    return check_subject_transform(src, dest)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Metadata (API level bookkeeping nats-server keeps in the config metadata)
+
+
+def set_static_stream_metadata(cfg: StreamConfig) -> None:
+    """Record the API level the stream's features need (``_nats.req.level``); drops dynamic keys."""
+    md = dict(cfg.metadata or {})
+    md.pop(META_SERVER_VERSION, None)
+    md.pop(META_SERVER_LEVEL, None)
+    level = 0
+    if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0:
+        level = max(level, 1)
+    if cfg.allow_msg_counter or cfg.allow_atomic or cfg.allow_msg_schedules or cfg.persist_mode == "async":
+        level = max(level, 2)
+    if cfg.allow_batched:
+        level = max(level, 4)
+    md[META_REQUIRED_LEVEL] = str(level)
+    cfg.metadata = md
+
+
+def set_static_consumer_metadata(cfg: ConsumerConfig) -> None:
+    md = dict(cfg.metadata or {})
+    md.pop(META_SERVER_VERSION, None)
+    md.pop(META_SERVER_LEVEL, None)
+    level = 0
+    if cfg.pause_until and time_ns(cfg.pause_until) != 0:
+        level = max(level, 1)
+    if cfg.priority_policy != "none" or cfg.priority_timeout != 0 or cfg.priority_groups:
+        level = max(level, 1)
+    if cfg.ack_policy == "flow_control":
+        level = max(level, 4)
+    md[META_REQUIRED_LEVEL] = str(level)
+    cfg.metadata = md
+
+
+def with_dynamic_metadata(cfg: Any, version: str | None = None, level: int = JS_API_LEVEL) -> Any:
+    """A copy of a stream/consumer config carrying ``_nats.ver`` and ``_nats.level`` (for responses)."""
+    if version is None:
+        import rillet
+        version = rillet.SERVER_VERSION
+    md = dict(cfg.metadata or {})
+    md[META_SERVER_VERSION] = version
+    md[META_SERVER_LEVEL] = str(level)
+    return msgspec.structs.replace(cfg, metadata=md)
+
+
+def _copy_required_level(cfg: Any, prev: Any) -> None:
+    md = dict(cfg.metadata or {})
+    md.pop(META_SERVER_VERSION, None)
+    md.pop(META_SERVER_LEVEL, None)
+    pmd = prev.metadata or {}
+    if META_REQUIRED_LEVEL in pmd:
+        md[META_REQUIRED_LEVEL] = pmd[META_REQUIRED_LEVEL]
+    else:
+        md.pop(META_REQUIRED_LEVEL, None)
+    cfg.metadata = md or None
+
+
+def _strip_dynamic(md: dict | None) -> dict | None:
+    if not md:
+        return md
+    md = dict(md)
+    md.pop(META_SERVER_VERSION, None)
+    md.pop(META_SERVER_LEVEL, None)
+    return md
+
+
+def configs_equal(existing: StreamConfig, new: StreamConfig) -> bool:
+    """Is a create request for an existing stream the same configuration (then it is answered with the
+    existing stream instead of "stream name already in use")? Compares like nats-server: after taking
+    the stored ``_nats.req.level``, field by field."""
+    a = new.copy()
+    _copy_required_level(a, existing)
+    b = existing.copy()
+    b.metadata = _strip_dynamic(b.metadata) or None
+    a.metadata = a.metadata or None
+    return a == b
+
+
+def consumer_configs_equal(existing: ConsumerConfig, new: ConsumerConfig) -> bool:
+    a = new.copy()
+    _copy_required_level(a, existing)
+    b = existing.copy()
+    b.metadata = _strip_dynamic(b.metadata) or None
+    a.metadata = a.metadata or None
+    return a == b
+
+
+def store_config(cfg: StreamConfig) -> StreamConfig:
+    """What a message store needs to know of the stream (a copy of the config; the store reads the
+    limit fields: max_msgs, max_bytes, max_age, max_msgs_per_subject, max_msg_size, discard,
+    discard_new_per_subject, storage, subjects, allow_msg_ttl, subject_delete_marker_ttl, ...)."""
+    return cfg.copy()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stream configuration: defaults and validation
+
+StreamLookup = Callable[[str], Optional[StreamConfig]]
+
+
+def _check_limits_bytes(cfg: StreamConfig, acc: AccountLimits | None) -> None:
+    if acc is None:
+        return
+    limit = acc.memory_max_stream_bytes if cfg.storage == "memory" else acc.storage_max_stream_bytes
+    if acc.max_bytes_required and cfg.max_bytes <= 0:
+        raise jserr.STREAM_MAX_BYTES_REQUIRED()
+    if limit > 0 and cfg.max_bytes > limit:
+        raise jserr.STREAM_MAX_STREAM_BYTES_EXCEEDED()
+
+
+def check_stream_limits(cfg: StreamConfig, account: AccountLimits | None, *, reserved: int = 0,
+                        server_max: int | None = None, server_reserved: int = 0,
+                        tiered: bool = False) -> None:
+    """nats-server's resource check for a stream config: max consumers against the account, then the
+    bytes the stream reserves (max_bytes, or 1 when unlimited) against the account's memory/storage
+    limit (``reserved`` = what the account's other streams already reserve) and the server's
+    (``server_max``/``server_reserved``). Raises MAXIMUM_CONSUMERS_LIMIT, MEMORY_/STORAGE_RESOURCES_EXCEEDED.
+    """
+    if account is None:
+        return
+    if cfg.max_consumers > 0 and account.max_consumers > 0 and cfg.max_consumers > account.max_consumers:
+        raise jserr.MAXIMUM_CONSUMERS_LIMIT()
+    add = cfg.max_bytes if cfg.max_bytes >= 0 else 1
+    acct = add * max(cfg.num_replicas, 1) if (not tiered and cfg.num_replicas > 1 and add > 0) else add
+    if cfg.storage == "memory":
+        lim, err = account.max_memory, jserr.MEMORY_RESOURCES_EXCEEDED
+    else:
+        lim, err = account.max_storage, jserr.STORAGE_RESOURCES_EXCEEDED
+    if lim >= 0 and (reserved > lim or acct > lim - reserved):
+        raise err()
+    if server_max is not None and (server_reserved > server_max or add > server_max - server_reserved):
+        raise err()
+
+
+def normalize_stream_config(
+    raw: Union[StreamConfig, dict, bytes, str],
+    *,
+    is_create: bool = True,
+    pedantic: bool | None = None,
+    lookup_stream: StreamLookup | None = None,
+    subjects_overlap: Callable[[list[str]], bool] | None = None,
+    existing: StreamConfig | None = None,
+    server_limits: ServerLimits | None = None,
+    account_limits: AccountLimits | None = None,
+    clustered: bool = False,
+) -> StreamConfig:
+    """Apply nats-server's defaults to a stream configuration and validate it.
+
+    ``raw`` is a request body (bytes/str, decoded as ``StreamConfigRequest``: INVALID_JSON on failure),
+    an already parsed dict, or a ``StreamConfig``. ``pedantic`` defaults to the request's own flag.
+
+    Checks, in nats-server's order: for create the name with path separators, ``sealed`` and
+    ``mirror_direct`` without a mirror; then the whole configuration check (names, lengths, metadata
+    size, replicas, limits defaults, max_age, duplicate window, roll-up/purge, counters, discard new per
+    subject, subject delete markers, schedules, persist mode, mirror and sources (names, duplicates,
+    filters and transforms, durable consumers, max message size against visible origins, external
+    prefixes), cycles, subjects (syntax, duplicates, ``>``, API namespaces, overlaps), max_bytes against
+    the account, the input transform, republish, placement); then "replicas > 1 not supported in
+    non-clustered mode" unless ``clustered``; then (create) the existing stream of that name
+    (``existing``: STREAM_NAME_EXIST unless ``configs_equal``, in which case the existing config is
+    returned) and the other streams' subjects (``subjects_overlap(subjects) -> bool``:
+    STREAM_SUBJECT_OVERLAP). ``lookup_stream(name)`` gives other streams' configurations (mirror and
+    source checks, cycle detection).
+    """
+    req_pedantic = False
+    if isinstance(raw, (bytes, bytearray, str)):
+        req = go_decode(raw, StreamConfigRequest, "StreamConfigRequest")
+        req_pedantic = req.pedantic
+        cfg = req.config()
+    elif isinstance(raw, dict):
+        req = from_dict(raw, StreamConfigRequest, "StreamConfigRequest")
+        req_pedantic = req.pedantic
+        cfg = req.config()
+    elif isinstance(raw, StreamConfigRequest):
+        req_pedantic = raw.pedantic
+        cfg = raw.config().copy()
+    else:
+        cfg = raw.copy()
+    if pedantic is None:
+        pedantic = req_pedantic
+
+    set_static_stream_metadata(cfg)
+    if is_create:
+        if "\\" in cfg.name or "/" in cfg.name:
+            raise jserr.STREAM_NAME_CONTAINS_PATH_SEPARATORS()
+        if cfg.sealed:
+            raise _invalid("stream configuration for create can not be sealed")
+        if cfg.mirror_direct and cfg.mirror is None:
+            raise _invalid("stream has no mirror but does have mirror direct")
+
+    cfg = check_stream_config(cfg, pedantic=pedantic, lookup_stream=lookup_stream,
+                              server_limits=server_limits, account_limits=account_limits)
+    if not clustered and cfg.num_replicas > 1:
+        raise jserr.STREAM_REPLICAS_NOT_SUPPORTED()
+    if is_create and existing is not None:
+        if configs_equal(existing, cfg):
+            return existing
+        raise jserr.STREAM_NAME_EXIST()
+    if is_create and subjects_overlap is not None and cfg.subjects and subjects_overlap(list(cfg.subjects)):
+        raise jserr.STREAM_SUBJECT_OVERLAP()
+    return cfg
+
+
+def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_stream: StreamLookup | None = None,
+                        server_limits: ServerLimits | None = None,
+                        account_limits: AccountLimits | None = None) -> StreamConfig:
+    """nats-server's stream configuration check with defaults (a new, normalized copy is returned)."""
+    lookup = lookup_stream or (lambda name: None)
+    lim = server_limits or ServerLimits()
+    if not is_valid_asset_name(cfg.name):
+        raise _invalid("stream name is required and can not contain '.', '*', '>', '\\', '/'")
+    if len(cfg.name) > MAX_NAME_LEN:
+        raise _invalid(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if len(cfg.description.encode()) > MAX_DESCRIPTION_LEN:
+        raise _invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
+    if sum(len(k.encode()) + len(v.encode()) for k, v in (cfg.metadata or {}).items()) > MAX_METADATA_LEN:
+        raise _invalid(f"stream metadata exceeds maximum size of {MAX_METADATA_LEN} bytes")
+
+    cfg = cfg.copy()
+    if not cfg.storage:
+        cfg.storage = "file"
+    if cfg.num_replicas == 0:
+        cfg.num_replicas = 1
+    if cfg.num_replicas > STREAM_MAX_REPLICAS:
+        raise _invalid(f"maximum replicas is {STREAM_MAX_REPLICAS}")
+    if cfg.num_replicas < 0:
+        raise jserr.REPLICAS_COUNT_CANNOT_BE_NEGATIVE()
+    for field in ("max_msgs", "max_msgs_per_subject", "max_bytes", "max_msg_size", "max_consumers"):
+        v = getattr(cfg, field)
+        if v == 0 or v < -1:
+            if pedantic and v < -1:
+                raise _pedantic(f"{field} must be set to -1")
+            setattr(cfg, field, -1)
+    if cfg.max_age < 0:
+        raise _invalid("max age can not be negative")
+    if cfg.max_age != 0 and cfg.max_age < 100 * MS:
+        raise _invalid("max age needs to be >= 100ms")
+
+    if cfg.duplicate_window == 0 and cfg.mirror is None and not cfg.sources:
+        window = DEFAULT_DUPLICATE_WINDOW
+        if lim.max_duplicate_window > 0 and window > lim.max_duplicate_window:
+            if pedantic:
+                raise _pedantic("duplicate window limits are higher than current limits")
+            window = lim.max_duplicate_window
+        if cfg.max_age != 0 and cfg.max_age < window:
+            if pedantic:
+                raise _pedantic("duplicate window cannot be bigger than max age")
+            cfg.duplicate_window = cfg.max_age
+        else:
+            cfg.duplicate_window = window
+    if cfg.duplicate_window < 0:
+        raise _invalid("duplicates window can not be negative")
+    if cfg.max_age != 0 and cfg.duplicate_window > cfg.max_age:
+        raise _invalid("duplicates window can not be larger then max age")
+    if lim.max_duplicate_window > 0 and cfg.duplicate_window > lim.max_duplicate_window:
+        raise _invalid("duplicates window can not be larger then server limit of "
+                       f"{go_duration(lim.max_duplicate_window)}")
+    if 0 < cfg.duplicate_window < 100 * MS:
+        raise _invalid("duplicates window needs to be >= 100ms")
+
+    if cfg.deny_purge and cfg.allow_rollup_hdrs:
+        raise _invalid("roll-ups require the purge permission")
+
+    if cfg.allow_msg_counter:
+        if cfg.discard == "new":
+            raise _invalid("counter stream cannot use discard new")
+        if cfg.allow_msg_ttl:
+            raise _invalid("counter stream cannot use message TTLs")
+        if cfg.allow_msg_schedules:
+            raise _invalid("counter stream cannot use message schedules")
+        if cfg.retention != "limits":
+            raise _invalid("counter stream can only use limits retention")
+
+    if cfg.discard_new_per_subject:
+        if cfg.discard != "new":
+            raise _invalid("discard new per subject requires discard new policy to be set")
+        if cfg.max_msgs_per_subject <= 0:
+            raise _invalid("discard new per subject requires max msgs per subject > 0")
+
+    if cfg.subject_delete_marker_ttl > 0:
+        if cfg.subject_delete_marker_ttl < NS:
+            raise _invalid("subject delete marker TTL must be at least 1 second")
+        if not cfg.allow_msg_ttl:
+            if pedantic:
+                raise _invalid("subject delete marker cannot be set if message TTLs are disabled")
+            cfg.allow_msg_ttl = True
+        if not cfg.allow_rollup_hdrs:
+            if pedantic:
+                raise _invalid("subject delete marker cannot be set if roll-ups are disabled")
+            cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
+    elif cfg.subject_delete_marker_ttl < 0:
+        raise _invalid("subject delete marker TTL must not be negative")
+
+    if cfg.allow_msg_schedules:
+        if cfg.discard == "new":
+            raise _invalid("message scheduling cannot use discard new")
+        if not cfg.allow_rollup_hdrs:
+            if pedantic:
+                raise _invalid("message scheduling cannot be set if roll-ups are disabled")
+            cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
+
+    if cfg.persist_mode == "async":
+        if cfg.storage != "file":
+            raise _invalid("async persist mode is only supported on file storage")
+        if cfg.num_replicas > 1:
+            raise _invalid("async persist mode is not supported on replicated streams")
+        if cfg.allow_atomic:
+            raise _invalid("async persist mode is not supported with atomic batch publish")
+
+    stream_subs: list[str] = []
+    delivery_prefixes: list[str] = []
+    api_prefixes: list[str] = []
+
+    m = cfg.mirror
+    if m is not None:
+        if cfg.first_seq > 0:
+            raise jserr.MIRROR_WITH_FIRST_SEQ()
+        if cfg.subjects:
+            raise jserr.MIRROR_WITH_SUBJECTS()
+        if cfg.sources:
+            raise jserr.MIRROR_WITH_SOURCES()
+        if cfg.allow_msg_counter:
+            raise jserr.MIRROR_WITH_COUNTERS()
+        if cfg.allow_atomic:
+            raise jserr.MIRROR_WITH_ATOMIC_PUBLISH()
+        if cfg.allow_batched:
+            raise jserr.MIRROR_WITH_BATCH_PUBLISH()
+        if cfg.allow_msg_schedules:
+            raise jserr.MIRROR_WITH_MSG_SCHEDULES()
+        c = m.consumer
+        if c is not None:
+            if (not is_valid_asset_name(c.name) or not subject_is_literal(c.deliver_subject)
+                    or not is_valid_subject(c.deliver_subject) or m.opt_start_seq != 0
+                    or m.opt_start_time is not None or m.filter_subject):
+                raise jserr.MIRROR_DURABLE_CONSUMER_CFG_INVALID()
+        if m.filter_subject and m.subject_transforms:
+            raise jserr.MIRROR_MULTIPLE_FILTERS_NOT_ALLOWED()
+        if cfg.subject_delete_marker_ttl > 0:
+            raise _invalid("subject delete markers forbidden on mirrors")
+        trs = m.subject_transforms or []
+        for i, tr in enumerate(trs):
+            if tr.src and not is_valid_subject(tr.src):
+                raise jserr.MIRROR_INVALID_SUBJECT_FILTER(err=f"{_ERR_BAD_SUBJECT} {tr.src}")
+            err = validate_mapping(tr.src, tr.dest)
+            if err:
+                raise jserr.MIRROR_INVALID_TRANSFORM_DESTINATION(err=err)
+            for j, other in enumerate(trs):
+                if i != j and subjects_collide(tr.src, other.src):
+                    raise jserr.MIRROR_OVERLAPPING_SUBJECT_FILTERS()
+        if m.external is None:
+            if not is_valid_asset_name(m.name):
+                raise jserr.MIRROR_INVALID_STREAM_NAME()
+            origin = lookup(m.name)
+            if origin is not None:
+                if origin.subjects:
+                    stream_subs.extend(origin.subjects)
+                if cfg.max_msg_size > 0 and origin.max_msg_size > 0 and cfg.max_msg_size < origin.max_msg_size:
+                    raise jserr.MIRROR_MAX_MESSAGE_SIZE_TOO_BIG()
+                if pedantic and cfg.mirror_direct != origin.allow_direct:
+                    raise _pedantic("origin stream has direct get set, mirror has it disabled")
+                cfg.mirror_direct = origin.allow_direct
+        else:
+            if m.external.deliver:
+                delivery_prefixes.append(m.external.deliver)
+            if m.external.api:
+                api_prefixes.append(m.external.api)
+
+    if cfg.sources and cfg.allow_msg_schedules:
+        raise jserr.SOURCE_WITH_MSG_SCHEDULES()
+
+    inames: set = set()
+    cnames: set = set()
+    for src in cfg.sources or []:
+        if src is None or not is_valid_asset_name(src.name):
+            raise jserr.SOURCE_INVALID_STREAM_NAME()
+        iname = _source_index_name(src)
+        if iname in inames:
+            raise jserr.SOURCE_DUPLICATE_DETECTED()
+        inames.add(iname)
+        if src.filter_subject and src.subject_transforms:
+            raise jserr.SOURCE_MULTIPLE_FILTERS_NOT_ALLOWED()
+        trs = src.subject_transforms or []
+        for tr in trs:
+            if tr.src and not is_valid_subject(tr.src):
+                raise jserr.SOURCE_INVALID_SUBJECT_FILTER(err=f"{_ERR_BAD_SUBJECT} {tr.src}")
+            err = validate_mapping(tr.src, tr.dest)
+            if err:
+                raise jserr.SOURCE_INVALID_TRANSFORM_DESTINATION(err=err)
+        for i, tr in enumerate(trs):
+            for j, other in enumerate(trs):
+                if i != j and subject_is_subset_match(tr.src, other.src):
+                    raise jserr.SOURCE_OVERLAPPING_SUBJECT_FILTERS()
+        c = src.consumer
+        if c is not None:
+            if (not is_valid_asset_name(c.name) or not subject_is_literal(c.deliver_subject)
+                    or not is_valid_subject(c.deliver_subject) or src.opt_start_seq != 0
+                    or src.opt_start_time is not None or src.filter_subject):
+                raise jserr.SOURCE_DURABLE_CONSUMER_CFG_INVALID()
+            cname = (src.name, src.external.api if src.external else None, c.name)
+            if cname in cnames:
+                raise jserr.SOURCE_DURABLE_CONSUMER_DUPLICATE_DETECTED()
+            cnames.add(cname)
+        if src.external is None:
+            origin = lookup(src.name)
+            if origin is not None:
+                if origin.subjects:
+                    stream_subs.extend(origin.subjects)
+                if cfg.max_msg_size > 0 and origin.max_msg_size > 0 and cfg.max_msg_size < origin.max_msg_size:
+                    raise jserr.SOURCE_MAX_MESSAGE_SIZE_TOO_BIG()
+        else:
+            if src.external.deliver:
+                delivery_prefixes.append(src.external.deliver)
+            if src.external.api:
+                api_prefixes.append(src.external.api)
+
+    for pfx in delivery_prefixes:
+        if not is_valid_publish_subject(pfx):
+            raise jserr.STREAM_INVALID_EXTERNAL_DELIVERY_SUBJ(prefix=pfx)
+        for sub in stream_subs:
+            if subjects_collide(sub, f"{pfx}.{sub}"):
+                raise jserr.STREAM_EXTERNAL_DEL_PREFIX_OVERLAPS(prefix=pfx, subject=sub)
+    for pfx in api_prefixes:
+        if not is_valid_publish_subject(pfx):
+            raise _invalid(f"stream external api prefix {go_quote(pfx)} must be a valid subject without wildcards")
+        if subjects_collide(pfx, JS_API_PREFIX):
+            raise jserr.STREAM_EXTERNAL_API_OVERLAP(prefix=pfx, subject=JS_API_PREFIX)
+
+    _check_cycles(cfg, lookup)
+
+    if not cfg.subjects:
+        if cfg.mirror is None and not cfg.sources:
+            cfg.subjects = [cfg.name]
+    else:
+        if cfg.mirror is not None:
+            raise jserr.MIRROR_WITH_SUBJECTS()
+        seen: set[str] = set()
+        subs = cfg.subjects
+        for i, subj in enumerate(subs):
+            if not is_valid_subject(subj):
+                raise _invalid("invalid subject")
+            if subj in seen:
+                raise _invalid("duplicate subjects detected")
+            if subj == ">":
+                if not cfg.no_ack:
+                    raise _invalid("capturing all subjects requires no-ack to be true")
+                if cfg.num_replicas != 1:
+                    raise _invalid("capturing all subjects requires replicas of 1")
+            if not cfg.no_ack:
+                for ns in ("$JS.>", "$JSC.>", "$NRG.>"):
+                    if subjects_collide(subj, ns) and not subject_is_subset_match(subj, "$JS.EVENT.>"):
+                        raise _invalid("subjects that overlap with jetstream api require no-ack to be true")
+                if subjects_collide(subj, "$SYS.>") and not subject_is_subset_match(subj, "$SYS.ACCOUNT.>"):
+                    raise _invalid("subjects that overlap with system api require no-ack to be true")
+            for other in subs[i + 1:]:
+                if subjects_collide(other, subj):
+                    raise _invalid(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
+            seen.add(subj)
+
+    if not cfg.subjects and not cfg.sources and cfg.mirror is None:
+        raise _invalid("stream needs at least one configured subject or be a source/mirror")
+
+    _check_limits_bytes(cfg, account_limits)
+
+    st = cfg.subject_transform
+    if st is not None:
+        if st.src and not is_valid_subject(st.src):
+            raise jserr.STREAM_TRANSFORM_INVALID_SOURCE(err=f"{_ERR_BAD_SUBJECT} {st.src}")
+        err = validate_mapping(st.src, st.dest)
+        if err:
+            raise jserr.STREAM_TRANSFORM_INVALID_DESTINATION(err=err)
+
+    rp = cfg.republish
+    if rp is not None:
+        if not rp.src:
+            if pedantic:
+                raise _pedantic("republish source can not be empty")
+            rp.src = ">"
+        if (rp.dest == ">" and rp.src == ">" and st is not None and cfg.subjects
+                and len(cfg.subjects) == 1 and st.src == cfg.subjects[0]):
+            if pedantic:
+                raise _pedantic("implicit republish based on subject transform")
+            rp.src, rp.dest = st.dest, st.dest
+        if any(subjects_collide(rp.dest, s) for s in cfg.subjects or []):
+            raise _invalid("stream configuration for republish destination forms a cycle")
+        if check_subject_transform(rp.src, rp.dest) is not None:
+            raise _invalid(f"stream configuration for republish with transform from '{rp.src}' to "
+                           f"'{rp.dest}' not valid")
+
+    if cfg.placement is not None and cfg.placement == Placement():
+        cfg.placement = None
+    if cfg.placement is not None and cfg.placement.preferred:
+        raise _invalid("preferred server not permitted in placement")
+    return cfg
+
+
+def _source_index_name(src: StreamSource) -> tuple:
+    ext = src.external.api if src.external is not None else None
+    cons = src.consumer.name if src.consumer is not None else None
+    if not src.subject_transforms:
+        pairs: tuple = ((src.filter_subject or ">", ">"),)
+    else:
+        pairs = tuple((tr.src or ">", tr.dest or ">") for tr in src.subject_transforms)
+    return (src.name, ext, cons, pairs)
+
+
+def _check_cycles(cfg: StreamConfig, lookup: StreamLookup) -> None:
+    todo = [cfg]
+    visited: set[str] = set()
+    while todo:
+        c = todo.pop(0)
+        visited.add(c.name)
+        for src in c.sources or []:
+            if src.external is not None:
+                continue
+            if src.name in visited:
+                if not src.filter_subject or any(subjects_collide(s, src.filter_subject) for s in c.subjects or []):
+                    raise _invalid("detected cycle")
+            else:
+                other = lookup(src.name)
+                if other is not None:
+                    todo.append(other)
+        m = c.mirror
+        if m is not None and m.external is None:
+            if m.name in visited:
+                raise _invalid("detected cycle")
+            other = lookup(m.name)
+            if other is not None:
+                todo.append(other)
+
+
+def check_stream_update(
+    old: StreamConfig,
+    new: StreamConfig,
+    *,
+    clustered: bool = False,
+    consumers: Iterable[tuple[str, ConsumerConfig]] | None = None,
+) -> StreamConfig:
+    """nats-server's rules for updating ``old`` to ``new`` (both normalized). Adjusts ``new`` in place
+    for a sealed stream (max_age 0, discard new, deny delete/purge, no roll-ups) and returns it.
+
+    ``consumers`` (name, config) lets it refuse stream consumer limits that existing consumers exceed
+    ("change to limits violates consumers: ...", wrapped in STREAM_UPDATE like nats-server).
+    """
+    if new.name != old.name:
+        raise _invalid("stream configuration name must match original")
+    if not clustered and new.num_replicas > 1:
+        raise jserr.STREAM_REPLICAS_NOT_SUPPORTED()
+    if new.storage != old.storage:
+        raise _invalid("stream configuration update can not change storage type")
+    if new.retention != old.retention and "workqueue" in (old.retention, new.retention):
+        raise _invalid("stream configuration update can not change retention policy to/from workqueue")
+    if old.sealed and not new.sealed:
+        raise _invalid("stream configuration update can not unseal a sealed stream")
+    if old.deny_delete and not new.deny_delete:
+        raise _invalid("stream configuration update can not cancel deny message deletes")
+    if old.deny_purge and not new.deny_purge:
+        raise _invalid("stream configuration update can not cancel deny purge")
+    if new.mirror is not None and new.mirror != old.mirror:
+        raise jserr.STREAM_MIRROR_NOT_UPDATABLE()
+    if new.discard_new_per_subject:
+        if new.discard != "new":
+            raise _invalid("discard new per subject requires discard new policy to be set")
+        if new.max_msgs_per_subject <= 0:
+            raise _invalid("discard new per subject requires max msgs per subject > 0")
+    if old.allow_msg_ttl and not new.allow_msg_ttl:
+        raise _invalid("message TTL status can not be disabled")
+    if new.allow_msg_counter != old.allow_msg_counter:
+        raise _invalid("stream configuration update can not change message counter setting")
+    if old.allow_msg_schedules and not new.allow_msg_schedules:
+        raise _invalid("message schedules can not be disabled")
+    if old.persist_mode != new.persist_mode:
+        raise _invalid("stream configuration update can not change persist mode")
+    if new.sealed:
+        new.max_age = 0
+        new.discard = "new"
+        new.deny_delete = new.deny_purge = True
+        new.allow_rollup_hdrs = False
+    if consumers is not None:
+        o_it, n_it = old.consumer_limits.inactive_threshold, new.consumer_limits.inactive_threshold
+        o_map, n_map = old.consumer_limits.max_ack_pending, new.consumer_limits.max_ack_pending
+        if (n_it > 0 and o_it != n_it) or (n_map > 0 and o_map != n_map):
+            bad = [name for name, cc in consumers
+                   if (n_it > 0 and cc.inactive_threshold > n_it) or (n_map > 0 and cc.max_ack_pending > n_map)]
+            if bad:
+                raise jserr.STREAM_UPDATE(err="change to limits violates consumers: " + ", ".join(bad))
+    return new
+
+
+# ---------------------------------------------------------------------------------------------------
+# Consumer configuration: defaults and validation
+
+_GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
+
+
+def consumer_replicas(cfg: ConsumerConfig, stream: StreamConfig) -> int:
+    """The replica count a consumer really gets on ``stream``."""
+    if cfg.num_replicas == 0 or cfg.num_replicas > stream.num_replicas:
+        if not cfg.durable_name and stream.retention == "limits" and cfg.num_replicas == 0:
+            return 1
+        return stream.num_replicas
+    return cfg.num_replicas
+
+
+def set_consumer_defaults(cfg: ConsumerConfig, stream: StreamConfig, *, pedantic: bool = False,
+                          server_limits: ServerLimits | None = None,
+                          account_limits: AccountLimits | None = None) -> None:
+    """nats-server's consumer defaults, in place (raises PEDANTIC errors in pedantic mode)."""
+    lim = server_limits or ServerLimits()
+    acc_map = account_limits.max_ack_pending if account_limits is not None else -1
+    if cfg.max_deliver == 0 or cfg.max_deliver < -1:
+        if pedantic and cfg.max_deliver < -1:
+            raise _pedantic("max_deliver must be set to -1")
+        cfg.max_deliver = -1
+    for field, name in (("max_waiting", "max_waiting"), ("max_ack_pending", None), ("max_batch", "max_batch"),
+                        ("max_expires", "max_expires"), ("max_bytes", "max_bytes"),
+                        ("idle_heartbeat", "idle_heartbeat"), ("inactive_threshold", "inactive_threshold"),
+                        ("priority_timeout", "priority_timeout")):
+        v = getattr(cfg, field)
+        if field == "max_ack_pending":
+            if v < -1:
+                if pedantic:
+                    raise _pedantic("max_ack_pending must be set to -1")
+                cfg.max_ack_pending = -1
+            continue
+        if v < 0:
+            if pedantic:
+                raise _pedantic(f"{name} must not be negative")
+            setattr(cfg, field, 0)
+    if not cfg.deliver_subject and cfg.max_waiting == 0:
+        cfg.max_waiting = DEFAULT_MAX_WAITING
+    if cfg.ack_wait == 0 and cfg.ack_policy in ("explicit", "all"):
+        cfg.ack_wait = DEFAULT_ACK_WAIT
+    if cfg.backoff:
+        if pedantic and cfg.ack_wait != cfg.backoff[0]:
+            raise _pedantic("first backoff value has to equal batch AckWait")
+        cfg.ack_wait = cfg.backoff[0]
+    cl = stream.consumer_limits
+    if cfg.max_ack_pending == 0:
+        if pedantic and cl.max_ack_pending > 0:
+            raise _pedantic("max_ack_pending must be set if it's configured in stream limits")
+        cfg.max_ack_pending = cl.max_ack_pending
+    if cfg.inactive_threshold == 0:
+        if pedantic and cl.inactive_threshold > 0:
+            raise _pedantic("inactive_threshold must be set if it's configured in stream limits")
+        cfg.inactive_threshold = cl.inactive_threshold
+    if cfg.max_ack_pending == 0 and cfg.ack_policy != "none":
+        pending = DEFAULT_MAX_ACK_PENDING
+        if 0 < lim.max_ack_pending < pending:
+            pending = lim.max_ack_pending
+        if 0 < acc_map < pending:
+            pending = acc_map
+        cfg.max_ack_pending = pending
+    if not cfg.deliver_subject and cfg.max_batch == 0 and lim.max_request_batch > 0:
+        if pedantic:
+            raise _pedantic("max_request_batch must be set if it's JetStream limits are set")
+        cfg.max_batch = lim.max_request_batch
+    if cfg.priority_policy == "pinned_client" and cfg.priority_timeout == 0:
+        cfg.priority_timeout = DEFAULT_PINNED_TTL
+    if cfg.ack_policy == "flow_control" and not pedantic:
+        cfg.flow_control = True
+        cfg.idle_heartbeat = FLOW_CONTROL_HEARTBEAT
+
+
+def check_consumer_config(cfg: ConsumerConfig, stream: StreamConfig, *,
+                          server_limits: ServerLimits | None = None,
+                          account_limits: AccountLimits | None = None,
+                          is_recovering: bool = False) -> None:
+    """nats-server's consumer configuration check (after defaults)."""
+    lim = server_limits or ServerLimits()
+    acc_map = account_limits.max_ack_pending if account_limits is not None else -1
+    if cfg.name and not is_valid_asset_name(cfg.name):
+        raise _invalid("consumer name can not contain '.', '*', '>', '\\', '/'")
+    if cfg.durable_name and not is_valid_asset_name(cfg.durable_name):
+        raise _invalid("consumer durable name can not contain '.', '*', '>', '\\', '/'")
+    if cfg.num_replicas > 0 and cfg.num_replicas > stream.num_replicas:
+        raise jserr.CONSUMER_REPLICAS_EXCEEDS_STREAM()
+    if cfg.num_replicas < 0:
+        raise jserr.REPLICAS_COUNT_CANNOT_BE_NEGATIVE()
+    if stream.retention in ("interest", "workqueue"):
+        if not is_recovering and cfg.num_replicas != 0 and cfg.num_replicas != stream.num_replicas:
+            raise jserr.CONSUMER_REPLICAS_SHOULD_MATCH_STREAM()
+    if cfg.ack_policy not in ACK_POLICIES:
+        raise jserr.CONSUMER_ACK_POLICY_INVALID()
+    if cfg.replay_policy not in REPLAY_POLICIES:
+        raise jserr.CONSUMER_REPLAY_POLICY_INVALID()
+    for b in cfg.backoff or []:
+        if b < 0:
+            raise jserr.CONSUMER_BACKOFF_NEGATIVE()
+    if cfg.ack_wait < 0:
+        raise jserr.CONSUMER_ACK_WAIT_NEGATIVE()
+    if cfg.ack_policy == "flow_control":
+        if not cfg.deliver_subject:
+            raise jserr.CONSUMER_ACK_FC_REQUIRES_PUSH()
+        if not cfg.flow_control:
+            raise jserr.CONSUMER_ACK_FC_REQUIRES_FC()
+        if cfg.idle_heartbeat != FLOW_CONTROL_HEARTBEAT:
+            raise _invalid("flow control ack policy heartbeat needs to be 1s")
+        if cfg.max_ack_pending <= 0:
+            raise jserr.CONSUMER_ACK_FC_REQUIRES_MAX_ACK_PENDING()
+        if cfg.ack_wait != 0 or cfg.backoff:
+            raise jserr.CONSUMER_ACK_FC_REQUIRES_NO_ACK_WAIT()
+        if cfg.max_deliver > 0:
+            raise jserr.CONSUMER_ACK_FC_REQUIRES_NO_MAX_DELIVER()
+    if cfg.backoff and cfg.max_deliver != -1 and len(cfg.backoff) > cfg.max_deliver:
+        raise jserr.CONSUMER_MAX_DELIVER_BACKOFF()
+    if len(cfg.description.encode()) > MAX_DESCRIPTION_LEN:
+        raise jserr.CONSUMER_DESCRIPTION_TOO_LONG(max=MAX_DESCRIPTION_LEN)
+
+    if cfg.deliver_subject:
+        if not subject_is_literal(cfg.deliver_subject):
+            raise jserr.CONSUMER_DELIVER_TO_WILDCARDS()
+        if not is_valid_subject(cfg.deliver_subject):
+            raise jserr.CONSUMER_INVALID_DELIVER_SUBJECT()
+        if any(subject_is_subset_match(cfg.deliver_subject, s) for s in stream.subjects or []):
+            raise jserr.CONSUMER_DELIVER_CYCLE()
+        if cfg.max_waiting != 0:
+            raise jserr.CONSUMER_PUSH_MAX_WAITING()
+        if cfg.max_ack_pending > 0 and cfg.ack_policy == "none":
+            raise jserr.CONSUMER_MAX_PENDING_ACK_POLICY_REQUIRED()
+        if 0 < cfg.idle_heartbeat < 100 * MS:
+            raise jserr.CONSUMER_SMALL_HEARTBEAT()
+    else:
+        if cfg.ack_policy == "none" and stream.retention == "workqueue":
+            raise jserr.CONSUMER_PULL_REQUIRES_ACK()
+        if cfg.rate_limit_bps > 0:
+            raise jserr.CONSUMER_PULL_WITH_RATE_LIMIT()
+        if cfg.max_waiting < 0:
+            raise jserr.CONSUMER_MAX_WAITING_NEGATIVE()
+        if cfg.idle_heartbeat > 0:
+            raise jserr.CONSUMER_HB_REQUIRES_PUSH()
+        if cfg.flow_control:
+            raise jserr.CONSUMER_FC_REQUIRES_PUSH()
+        if cfg.max_batch < 0:
+            raise jserr.CONSUMER_MAX_REQUEST_BATCH_NEGATIVE()
+        if cfg.max_expires != 0 and cfg.max_expires < MS:
+            raise jserr.CONSUMER_MAX_REQUEST_EXPIRES_TOO_SMALL()
+        if lim.max_request_batch > 0 and cfg.max_batch > lim.max_request_batch:
+            raise jserr.CONSUMER_MAX_REQUEST_BATCH_EXCEEDED(limit=lim.max_request_batch)
+    if lim.max_ack_pending > 0 and cfg.max_ack_pending > lim.max_ack_pending:
+        raise jserr.CONSUMER_MAX_PENDING_ACK_EXCESS(limit=lim.max_ack_pending)
+    if acc_map > 0 and cfg.max_ack_pending > acc_map:
+        raise jserr.CONSUMER_MAX_PENDING_ACK_EXCESS(limit=acc_map)
+    cl = stream.consumer_limits
+    if cl.max_ack_pending > 0 and cfg.max_ack_pending > cl.max_ack_pending:
+        raise jserr.CONSUMER_MAX_PENDING_ACK_EXCESS(limit=cl.max_ack_pending)
+    if cl.inactive_threshold > 0 and cfg.inactive_threshold > cl.inactive_threshold:
+        raise jserr.CONSUMER_INACTIVE_THRESHOLD_EXCESS(limit=go_duration(cl.inactive_threshold))
+
+    if cfg.direct:
+        if not cfg.deliver_subject:
+            raise jserr.CONSUMER_DIRECT_REQUIRES_PUSH()
+        if cfg.durable_name:
+            raise jserr.CONSUMER_DIRECT_REQUIRES_EPHEMERAL()
+
+    if cfg.filter_subject and cfg.filter_subjects:
+        raise jserr.CONSUMER_DUPLICATE_FILTER_SUBJECTS()
+    if cfg.filter_subject and not is_valid_subject(cfg.filter_subject):
+        raise _invalid(_ERR_BAD_SUBJECT)
+    for f in cfg.filter_subjects or []:
+        if not f:
+            raise jserr.CONSUMER_EMPTY_FILTER()
+    filters = cfg.filters()
+    for i, s in enumerate(filters):
+        if not is_valid_subject(s):
+            raise _invalid(_ERR_BAD_SUBJECT)
+        for j, o in enumerate(filters):
+            if i != j and subject_is_subset_match(s, o):
+                raise jserr.CONSUMER_OVERLAPPING_SUBJECT_FILTERS()
+
+    def bad_start(dp: str, what: str) -> ApiError:
+        return jserr.CONSUMER_INVALID_POLICY(
+            err=f"consumer delivery policy is deliver {dp}, but optional start {what} is also set")
+
+    def not_set(dp: str, what: str) -> ApiError:
+        return jserr.CONSUMER_INVALID_POLICY(
+            err=f"consumer delivery policy is deliver {dp}, but optional {what} is not set")
+
+    dp = cfg.deliver_policy
+    if dp in ("all", "last", "last_per_subject", "new"):
+        label = "last per subject" if dp == "last_per_subject" else dp
+        if cfg.opt_start_seq > 0:
+            raise bad_start(label, "sequence")
+        if cfg.opt_start_time is not None:
+            raise bad_start(label, "time")
+        if dp == "last_per_subject" and not cfg.filter_subject and not cfg.filter_subjects:
+            raise not_set(label, "filter subject")
+    elif dp == "by_start_sequence":
+        if cfg.opt_start_seq == 0:
+            raise not_set("by start sequence", "start sequence")
+        if cfg.opt_start_time is not None:
+            raise bad_start("by start sequence", "time")
+    elif dp == "by_start_time":
+        if cfg.opt_start_time is None:
+            raise not_set("by start time", "start time")
+        if cfg.opt_start_seq != 0:
+            raise bad_start("by start time", "start sequence")
+
+    if cfg.sample_freq:
+        s = cfg.sample_freq[:-1] if cfg.sample_freq.endswith("%") else cfg.sample_freq
+        try:
+            freq = _atoi(s)
+        except ValueError:
+            raise jserr.CONSUMER_INVALID_SAMPLING(
+                err=f'strconv.Atoi: parsing {go_quote(s)}: invalid syntax'
+                if not re.fullmatch(r"[+-]?[0-9]+", s) else
+                f'strconv.Atoi: parsing {go_quote(s)}: value out of range') from None
+        if freq < 0:
+            raise jserr.CONSUMER_INVALID_SAMPLING(err=None)
+
+    if cfg.flow_control and cfg.idle_heartbeat == 0:
+        raise jserr.CONSUMER_WITH_FLOW_CONTROL_NEEDS_HEARTBEATS()
+    if cfg.durable_name and cfg.name and cfg.name != cfg.durable_name:
+        raise jserr.CONSUMER_CREATE_DURABLE_AND_NAME_MISMATCH()
+    if sum(len(k.encode()) + len(v.encode()) for k, v in (cfg.metadata or {}).items()) > MAX_METADATA_LEN:
+        raise jserr.CONSUMER_METADATA_LENGTH(limit=f"{MAX_METADATA_LEN // 1024}KB")
+    if cfg.priority_policy != "none":
+        if cfg.deliver_subject:
+            raise jserr.CONSUMER_PUSH_WITH_PRIORITY_GROUP()
+        if not cfg.priority_groups:
+            raise jserr.CONSUMER_PRIORITY_POLICY_WITHOUT_GROUP()
+        for g in cfg.priority_groups:
+            if not g:
+                raise jserr.CONSUMER_EMPTY_GROUP_NAME()
+            if not _GROUP_NAME.fullmatch(g):
+                raise jserr.CONSUMER_INVALID_GROUP_NAME()
+    else:
+        if cfg.priority_groups:
+            raise jserr.CONSUMER_PRIORITY_GROUP_WITH_POLICY_NONE()
+        if cfg.priority_timeout > 0:
+            raise jserr.CONSUMER_PINNED_TTL_WITHOUT_PRIORITY_POLICY_NONE()
+    if stream.placement is not None and stream.placement.preferred:
+        raise _invalid("preferred server not permitted in placement")
+
+
+def _times_equal(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return time_ns(a) == time_ns(b)
+
+
+def check_consumer_update(old: ConsumerConfig, new: ConsumerConfig, *,
+                          deliver_subject_in_use: Callable[[str], bool] | None = None) -> None:
+    """nats-server's rules for changing an existing consumer from ``old`` to ``new`` (both with defaults).
+
+    The errors are plain messages wrapped as CONSUMER_CREATE (500/10012) the way the create request
+    reports them (except consumer name in use / max deliver vs backoff, which keep their own codes).
+    ``deliver_subject_in_use(old_deliver_subject)``: is the push consumer still bound (someone
+    subscribed)? Then its deliver subject may not change.
+    """
+    if old == new:
+        return
+
+    def fail(msg: str) -> ApiError:
+        return jserr.CONSUMER_CREATE(err=msg)
+
+    if old.deliver_policy != new.deliver_policy:
+        raise fail("deliver policy can not be updated")
+    if old.mem_storage != new.mem_storage:
+        raise fail("storage type can not be updated")
+    if old.direct != new.direct:
+        raise fail("direct can not be updated")
+    if old.sourcing != new.sourcing:
+        raise fail("sourcing can not be updated")
+    if old.opt_start_seq != new.opt_start_seq:
+        raise fail("start sequence can not be updated")
+    if not _times_equal(old.opt_start_time, new.opt_start_time):
+        raise fail("start time can not be updated")
+    if old.ack_policy != new.ack_policy:
+        raise fail("ack policy can not be updated")
+    if old.replay_policy != new.replay_policy:
+        raise fail("replay policy can not be updated")
+    if old.idle_heartbeat != new.idle_heartbeat:
+        raise fail("heart beats can not be updated")
+    if old.flow_control != new.flow_control:
+        raise fail("flow control can not be updated")
+    if old.deliver_subject != new.deliver_subject:
+        if not old.deliver_subject:
+            raise fail("can not update pull consumer to push based")
+        if not new.deliver_subject:
+            raise fail("can not update push consumer to pull based")
+        if deliver_subject_in_use is not None and deliver_subject_in_use(old.deliver_subject):
+            raise jserr.CONSUMER_NAME_EXIST()
+    if old.max_waiting != new.max_waiting:
+        raise fail("max waiting can not be updated")
+    if new.backoff and new.max_deliver != -1 and len(new.backoff) > new.max_deliver:
+        raise jserr.CONSUMER_MAX_DELIVER_BACKOFF()
+
+
+def parse_consumer_create_subject(tokens: Sequence[str], req: CreateConsumerRequest) -> tuple[str, str, str]:
+    """Checks a CONSUMER.CREATE request against its subject, like nats-server, and fills
+    ``req.config.name`` the way it does. ``tokens`` are the subject tokens after ``$JS.API.CONSUMER.``:
+    ``["CREATE", stream]``, ``["CREATE", stream, consumer, filter...]`` or
+    ``["DURABLE", "CREATE", stream, durable]``. Returns (stream, consumer name, filter from subject).
+    """
+    cfg = req.config
+    filtered = ""
+    if tokens and tokens[0] == "DURABLE":
+        kind = "durable"
+        if len(tokens) != 4:
+            raise jserr.CONSUMER_DURABLE_NAME_NOT_IN_SUBJECT()
+        stream, cname = tokens[2], tokens[3]
+    elif len(tokens) == 2:
+        kind = "ephemeral"
+        stream, cname = tokens[1], cfg.name
+    else:
+        kind = "new"
+        stream = tokens[1] if len(tokens) > 1 else ""
+        cname = tokens[2] if len(tokens) > 2 else ""
+        if len(tokens) > 3:
+            filtered = ".".join(tokens[3:])
+    if stream != req.stream_name:
+        raise jserr.STREAM_MISMATCH()
+    if cname and ("\\" in cname or "/" in cname):
+        raise jserr.CONSUMER_NAME_CONTAINS_PATH_SEPARATORS()
+    if kind == "durable":
+        if not cfg.durable_name:
+            raise jserr.CONSUMER_DURABLE_NAME_NOT_SET()
+        if cname != cfg.durable_name:
+            raise jserr.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT()
+        cfg.name = cname
+    if kind == "new":
+        if cfg.durable_name and cname != cfg.durable_name:
+            raise jserr.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT()
+        cfg.name = cname
+    if kind == "ephemeral" and cfg.durable_name:
+        raise jserr.CONSUMER_EPHEMERAL_WITH_DURABLE_NAME()
+    if filtered and cfg.filter_subjects:
+        raise jserr.CONSUMER_MULTIPLE_FILTERS_NOT_ALLOWED()
+    if filtered and cfg.filter_subject != filtered:
+        raise jserr.CONSUMER_CREATE_FILTER_SUBJECT_MISMATCH()
+    return stream, cname, filtered
+
+
+def normalize_consumer_config(
+    stream: StreamConfig,
+    cfg: Union[ConsumerConfig, dict, bytes, str],
+    action: str = "",
+    *,
+    pedantic: bool = False,
+    existing: ConsumerConfig | None = None,
+    others: Sequence[ConsumerConfig] | None = None,
+    server_limits: ServerLimits | None = None,
+    account_limits: AccountLimits | None = None,
+    clustered: bool = False,
+    is_recovering: bool = False,
+    deliver_subject_in_use: Callable[[str], bool] | None = None,
+) -> ConsumerConfig:
+    """Defaults plus validation for a consumer created on ``stream``; returns the configuration to store.
+
+    ``action``: ``""`` (create or update), ``"create"`` or ``"update"``. ``existing``: the current
+    configuration of the consumer with the same name, if any (then the update rules apply, and with
+    ``action="create"`` a different configuration is CONSUMER_ALREADY_EXISTS; with ``"update"`` a
+    missing one is CONSUMER_DOES_NOT_EXIST). ``others``: the stream's other consumers (not direct or
+    sourcing ones): max consumers and workqueue rules. Ephemerals get ``inactive_threshold`` 5s when
+    unset. Name checks tied to the request subject are in ``parse_consumer_create_subject``.
+    """
+    if isinstance(cfg, (bytes, bytearray, str)):
+        cfg = go_decode(cfg, ConsumerConfig)
+    elif isinstance(cfg, dict):
+        cfg = from_dict(cfg, ConsumerConfig)
+    else:
+        cfg = cfg.copy()
+    if not clustered and cfg.num_replicas > 1:
+        raise jserr.STREAM_REPLICAS_NOT_SUPPORTED()
+    if existing is not None:
+        cfg.pause_until = existing.pause_until
+        if cfg.sourcing and cfg.durable_name:
+            cfg.deliver_policy = existing.deliver_policy
+            cfg.opt_start_seq = existing.opt_start_seq
+            cfg.opt_start_time = existing.opt_start_time
+    set_static_consumer_metadata(cfg)
+    set_consumer_defaults(cfg, stream, pedantic=pedantic, server_limits=server_limits,
+                          account_limits=account_limits)
+    check_consumer_config(cfg, stream, server_limits=server_limits, account_limits=account_limits,
+                          is_recovering=is_recovering)
+    limitable = [o for o in (others or []) if not o.direct and not o.sourcing]
+    if existing is not None:
+        if action == "create" and not consumer_configs_equal(existing, cfg):
+            raise jserr.CONSUMER_ALREADY_EXISTS()
+        if stream.retention == "workqueue":
+            _check_wq_unique(cfg.filters(), limitable)
+        check_consumer_update(existing, cfg, deliver_subject_in_use=deliver_subject_in_use)
+        if cfg.pause_until is not None:
+            cfg.pause_until = to_utc_time(cfg.pause_until)
+        if not cfg.durable_name and cfg.inactive_threshold <= 0:
+            cfg.inactive_threshold = DEFAULT_EPHEMERAL_INACTIVE
+        return cfg
+    if action == "update":
+        raise jserr.CONSUMER_DOES_NOT_EXIST()
+    if not clustered and not is_recovering:
+        maxc = stream.max_consumers
+        acc_max = account_limits.max_consumers if account_limits is not None else -1
+        if maxc <= 0 or (acc_max > 0 and acc_max < maxc):
+            maxc = acc_max
+        if maxc > 0 and len(limitable) >= maxc:
+            raise jserr.MAXIMUM_CONSUMERS_LIMIT()
+    if stream.retention == "workqueue" and not cfg.direct and not cfg.sourcing:
+        if cfg.ack_policy not in ("explicit", "flow_control"):
+            raise jserr.CONSUMER_WQ_REQUIRES_EXPLICIT_ACK()
+        if cfg.deliver_policy != "all":
+            raise jserr.CONSUMER_WQ_CONSUMER_NOT_DELIVER_ALL()
+        if limitable:
+            filters = cfg.filters()
+            if not filters:
+                raise jserr.CONSUMER_WQ_MULTIPLE_UNFILTERED()
+            if not is_recovering:
+                _check_wq_unique(filters, limitable)
+    if cfg.durable_name and len(cfg.durable_name) > MAX_NAME_LEN:
+        raise jserr.CONSUMER_NAME_TOO_LONG(max=MAX_NAME_LEN)
+    name = cfg.durable_name or cfg.name
+    if name and not is_valid_asset_name(name):
+        raise jserr.CONSUMER_BAD_DURABLE_NAME()
+    if cfg.pause_until is not None:
+        cfg.pause_until = to_utc_time(cfg.pause_until)
+    if not cfg.durable_name and cfg.inactive_threshold <= 0:
+        cfg.inactive_threshold = DEFAULT_EPHEMERAL_INACTIVE
+    return cfg
+
+
+def _check_wq_unique(filters: list[str], others: Sequence[ConsumerConfig]) -> None:
+    for part in filters:
+        for o in others:
+            ofs = o.filters()
+            if not ofs:
+                raise jserr.CONSUMER_WQ_CONSUMER_NOT_UNIQUE()
+            if any(subjects_collide(part, f) for f in ofs):
+                raise jserr.CONSUMER_WQ_CONSUMER_NOT_UNIQUE()
