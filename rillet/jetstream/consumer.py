@@ -60,33 +60,16 @@ def _cfg(cfg: Any, name: str, default: Any = None) -> Any:
 
 
 def _parse_time_ns(v: Any) -> int:
-    """RFC 3339 text (or datetime, or ns int) to ns since the epoch; 0 when unset."""
+    """RFC 3339 text (or ns int) to ns since the epoch; 0 when unset."""
     if not v:
         return 0
     if isinstance(v, int):
         return v
-    if hasattr(v, "timestamp"):
-        return int(v.timestamp() * 1e9)
-    s = str(v).strip()
-    if s.startswith("0001-01-01"):
+    from rillet.jetstream.config import time_ns
+    try:
+        return time_ns(str(v))
+    except ValueError:
         return 0
-    import datetime as _dt
-    frac_ns = 0
-    body = s
-    tz = "+00:00"
-    if body.endswith("Z") or body.endswith("z"):
-        body = body[:-1]
-    else:
-        for i in range(len(body) - 1, 9, -1):
-            if body[i] in "+-":
-                tz = body[i:]
-                body = body[:i]
-                break
-    if "." in body:
-        body, frac = body.split(".", 1)
-        frac_ns = int((frac + "000000000")[:9])
-    d = _dt.datetime.fromisoformat(body + tz)
-    return int(d.timestamp()) * 1_000_000_000 + frac_ns
 
 
 class WaitingRequest:
@@ -637,10 +620,9 @@ class Consumer:
             else:
                 self.kick()  # budget used up: continue on the next loop iteration
         finally:
-            if sent:
-                self._flush_out()
-        if not self.is_push and self.waiting:
-            self._process_waiting(eos=True)
+            if not self.is_push and self.waiting and not self.closed:
+                self._process_waiting(eos=True)
+            self._flush_out()
 
     def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int) -> bool:
         dseq = self.dseq
@@ -1243,10 +1225,11 @@ class Consumer:
         self.kick()
 
     def set_pause(self, until_ns: int, until_text: str | None) -> None:
-        try:
-            setattr(self.cfg, "pause_until", until_text)
-        except Exception:
-            self.cfg = msgspec.structs.replace(self.cfg, pause_until=until_text)
+        from rillet.jetstream import config as C
+        cfg = self.cfg.copy()
+        cfg.pause_until = C.to_utc_time(until_text) if until_text else None
+        C.set_static_consumer_metadata(cfg)
+        self.cfg = cfg
         self.pause_until_ns = until_ns
         self._arm_pause()
         if self.persist is not None:
