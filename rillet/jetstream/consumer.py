@@ -1349,10 +1349,19 @@ def _deliver_as(acc: Any, ic: Any, r: Any, route: bytes, subject: bytes, reply: 
 
 
 class ConsumerPersist:
-    """A consumer's config and state on disk: ``<stream dir>/consumers/<name>/{meta.json,state.dat}``."""
+    """A consumer on disk: its config in ``<stream dir>/consumers/<name>/meta.json``, its delivery state in
+    the stream store's ``consumer_store(name)`` (which the store flushes and syncs with the stream)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, store: Any, name: str) -> None:
         self.path = path
+        self.store = store
+        self.name = name
+        self.cs: Any = None
+
+    def _cs(self) -> Any:
+        if self.cs is None or getattr(self.cs, "_closed", False):
+            self.cs = self.store.consumer_store(self.name)
+        return self.cs
 
     def write_meta(self, c: Consumer) -> None:
         from rillet.jetstream import api_consumer
@@ -1362,26 +1371,27 @@ class ConsumerPersist:
         _atomic_write(os.path.join(self.path, "meta.json"), data)
 
     def write_state(self, state: Any) -> None:
-        from rillet.jetstream.store.base import encode_consumer_state
-        os.makedirs(self.path, exist_ok=True)
-        _atomic_write(os.path.join(self.path, "state.dat"), encode_consumer_state(state), sync=False)
+        cs = self._cs()
+        cs.update(state)
+        cs.flush()
 
     def load(self) -> tuple[dict | None, Any]:
-        from rillet.jetstream.store.base import decode_consumer_state
-        meta = state = None
         try:
             with open(os.path.join(self.path, "meta.json"), "rb") as f:
                 meta = json.loads(f.read())
         except (OSError, ValueError):
             return None, None
         try:
-            with open(os.path.join(self.path, "state.dat"), "rb") as f:
-                state = decode_consumer_state(f.read())
-        except (OSError, ValueError, msgspec.DecodeError):
+            state = self._cs().state()
+        except Exception:
             state = None
         return meta, state
 
     def delete(self) -> None:
+        try:
+            self._cs().delete()
+        except Exception:
+            pass
         shutil.rmtree(self.path, ignore_errors=True)
 
 
@@ -1409,7 +1419,7 @@ def create_consumer(stream: "Stream", cfg: Any, name: str) -> Consumer:
     c = Consumer(stream, cfg, name, now_ns())
     c.select_start()
     if persisted(stream, cfg):
-        c.persist = ConsumerPersist(os.path.join(consumers_dir(stream), name))
+        c.persist = ConsumerPersist(os.path.join(consumers_dir(stream), name), stream.store, name)
         c.persist.write_meta(c)
         c._dirty = True
         c.flush_state()
@@ -1425,7 +1435,7 @@ def recover_consumers(stream: "Stream") -> None:
         return
     from rillet.jetstream import api_consumer
     for name in sorted(os.listdir(base)):
-        p = ConsumerPersist(os.path.join(base, name))
+        p = ConsumerPersist(os.path.join(base, name), stream.store, name)
         meta, state = p.load()
         if meta is None:
             continue
