@@ -1633,6 +1633,7 @@ def normalize_stream_config(
     server_limits: ServerLimits | None = None,
     account_limits: AccountLimits | None = None,
     clustered: bool = False,
+    subject_name: str | None = None,
 ) -> StreamConfig:
     """Apply nats-server's defaults to a stream configuration and validate it.
 
@@ -1651,6 +1652,13 @@ def normalize_stream_config(
     returned) and the other streams' subjects (``subjects_overlap(subjects) -> bool``:
     STREAM_SUBJECT_OVERLAP). ``lookup_stream(name)`` gives other streams' configurations (mirror and
     source checks, cycle detection).
+
+    ``subject_name``: the stream name from the request subject; a different ``name`` in the body is
+    STREAM_MISMATCH (checked where nats-server does: before the configuration check on create, after
+    it on update).
+
+    Update (``is_create=False``): only the configuration check; then look the stream up (STREAM_NOT_FOUND)
+    and call ``check_stream_update(old, new)``, then check other streams' subjects.
     """
     req_pedantic = False
     if isinstance(raw, (bytes, bytearray, str)):
@@ -1670,6 +1678,8 @@ def normalize_stream_config(
         pedantic = req_pedantic
 
     set_static_stream_metadata(cfg)
+    if is_create and subject_name is not None and subject_name != cfg.name:
+        raise jserr.STREAM_MISMATCH()
     if is_create:
         if "\\" in cfg.name or "/" in cfg.name:
             raise jserr.STREAM_NAME_CONTAINS_PATH_SEPARATORS()
@@ -1680,13 +1690,17 @@ def normalize_stream_config(
 
     cfg = check_stream_config(cfg, pedantic=pedantic, lookup_stream=lookup_stream,
                               server_limits=server_limits, account_limits=account_limits)
+    if not is_create:
+        if subject_name is not None and subject_name != cfg.name:
+            raise jserr.STREAM_MISMATCH()
+        return cfg
     if not clustered and cfg.num_replicas > 1:
         raise jserr.STREAM_REPLICAS_NOT_SUPPORTED()
-    if is_create and existing is not None:
+    if existing is not None:
         if configs_equal(existing, cfg):
             return existing
         raise jserr.STREAM_NAME_EXIST()
-    if is_create and subjects_overlap is not None and cfg.subjects and subjects_overlap(list(cfg.subjects)):
+    if subjects_overlap is not None and cfg.subjects and subjects_overlap(list(cfg.subjects)):
         raise jserr.STREAM_SUBJECT_OVERLAP()
     return cfg
 
