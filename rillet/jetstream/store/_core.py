@@ -625,12 +625,10 @@ class IndexedStore:
         e = msgs.get(seq)
         if e is not None:
             self._last_ts = e.ts
-        if seq < self._last or not msgs:
+        if seq < self._last:
             self._last = seq
         if not msgs:
-            self._first = seq + 1
-        elif self._first > seq:
-            self._first = seq + 1
+            self._first = self._last + 1
         self._on_bulk_removed("truncate", seq, entries)
         cb = self._remove_cb
         if cb is not None:

@@ -426,8 +426,8 @@ class FileStore(IndexedStore):
                         elif kind == L_TRUNC and plen == 16:
                             s, ts = _LAST.unpack_from(mv, p)
                             dels = {d for d in dels if d <= s}
-                            if last >= s:
-                                last, last_ts = s, ts
+                            last, last_ts = s, ts
+                            first = min(first, s + 1)
                         else:
                             ok = False
             if not ok:
