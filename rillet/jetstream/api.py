@@ -28,18 +28,18 @@ _enc = msgspec.json.Encoder()
 
 
 def stream_config_from_dict(d: dict) -> Any:
-    return msgspec.convert(d, C.StreamConfig)
+    return C.from_dict(d, C.StreamConfig)
 
 
 def encode_config(cfg: Any) -> bytes:
-    return _enc.encode(cfg)
+    return C.go_json(cfg)
 
 
 def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: str = "",
                      deleted_details: bool = False) -> dict:
     d: dict[str, Any] = {}
     if include_config:
-        d["config"] = msgspec.to_builtins(s.cfg)
+        d["config"] = C.to_go(s.cfg)
     d["created"] = s.created
     d["state"] = s.state_dict(subjects_filter, deleted_details)
     if s.sources is not None:
@@ -109,7 +109,7 @@ class ApiRouter:
 
     def respond(self, reply: bytes | None, obj: dict) -> None:
         if reply:
-            self.jsa.ic.publish(reply, None, _enc.encode(obj))
+            self.jsa.ic.publish(reply, None, C.go_json(obj))
 
     def respond_error(self, reply: bytes | None, type_: str, err: ApiError, extra: dict | None = None) -> None:
         d: dict[str, Any] = {"type": type_, "error": err.to_dict()}
@@ -150,36 +150,32 @@ class ApiRouter:
 
     # ---- streams ----------------------------------------------------------------------------------
 
-    def _check_overlap(self, cfg: Any, skip: str = "") -> None:
-        for other in self.jsa.streams.values():
-            if other.name == skip:
-                continue
-            for a in cfg.subjects or []:
-                for b in other.cfg.subjects or []:
-                    if subjects_collide(a, b):
-                        raise ApiError.make("STREAM_SUBJECT_OVERLAP")
+    def _overlap(self, skip: str = "") -> Callable[[list[str]], bool]:
+        def check(subjects: list[str]) -> bool:
+            for other in self.jsa.streams.values():
+                if other.name == skip:
+                    continue
+                for a in subjects:
+                    for b in other.cfg.subjects or []:
+                        if subjects_collide(a, b):
+                            return True
+            return False
+        return check
+
+    def _lookup(self, name: str) -> Any:
+        s = self.jsa.streams.get(name)
+        return s.cfg if s is not None else None
 
     def stream_create(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_create_response"
-        if not args:
-            raise ApiError.make("STREAM_NOT_FOUND")
-        name = args[0]
-        raw = self.parse(body)
-        if raw is None:
-            raise ApiError.make("INVALID_JSON", err="unexpected end of JSON input")
-        if not isinstance(raw, dict):
-            raise ApiError.make("INVALID_JSON", err="expected a JSON object")
-        if raw.get("name", name) != name:
-            raise ApiError.make("STREAM_MISMATCH")
-        raw["name"] = name
-        cfg = C.normalize_stream_config(raw, is_create=True)
-        self._check_overlap(cfg)
+        name = args[0] if args else ""
         existing = self.jsa.streams.get(name)
+        cfg = C.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup,
+                                        subjects_overlap=self._overlap(),
+                                        existing=existing.cfg if existing is not None else None)
         if existing is not None:
-            if C.configs_equal(existing.cfg, cfg):
-                self.respond(reply, {"type": typ, **stream_info_dict(existing), "did_create": False})
-                return
-            raise ApiError.make("STREAM_NAME_EXIST")
+            self.respond(reply, {"type": typ, **stream_info_dict(existing)})
+            return
         self._check_limits(cfg)
         stream = self.jsa.open_stream(cfg, rfc3339(now_ns()))
         if cfg.mirror is not None or cfg.sources:
@@ -196,25 +192,25 @@ class ApiRouter:
     def stream_update(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_update_response"
         name = args[0] if args else ""
-        raw = self.parse(body)
-        if not isinstance(raw, dict):
-            raise ApiError.make("INVALID_JSON", err="unexpected end of JSON input")
-        if raw.get("name", name) != name:
-            raise ApiError.make("STREAM_MISMATCH")
-        raw["name"] = name
-        stream = self.stream(name)
-        cfg = C.normalize_stream_config(raw, is_create=False)
-        C.check_stream_update(stream.cfg, cfg)
-        self._check_overlap(cfg, skip=name)
+        stream = self.jsa.streams.get(name)
+        cfg = C.normalize_stream_update(stream.cfg if stream is not None else None, body, subject_name=name,
+                                        lookup_stream=self._lookup, subjects_overlap=self._overlap(skip=name),
+                                        consumers=[(n, c.cfg) for n, c in stream.consumers.items()]
+                                        if stream is not None else None)
+        assert stream is not None
         old = stream.cfg
         stream.cfg = cfg
         from rillet.jetstream.storeopen import store_config
         stream.store.update_config(store_config(cfg, self.js))
-        if old.subjects != cfg.subjects:
+        if old.subjects != cfg.subjects or (old.mirror is None) != (cfg.mirror is None):
             stream._subscribe()
-        if (old.mirror != cfg.mirror or old.sources != cfg.sources) and (cfg.mirror is not None or cfg.sources):
-            from rillet.jetstream.sources import attach_sources
-            attach_sources(stream)
+        if old.mirror != cfg.mirror or old.sources != cfg.sources:
+            if cfg.mirror is not None or cfg.sources:
+                from rillet.jetstream.sources import attach_sources
+                attach_sources(stream)
+            elif stream.sources is not None:
+                stream.sources.stop()
+                stream.sources = None
         self.jsa.write_meta(stream)
         self.js.advisories.stream_action(self.jsa, stream, "modify")
         self.respond(reply, {"type": typ, **stream_info_dict(stream)})

@@ -1,0 +1,204 @@
+"""JetStream streams through nats-py: create/info/update/delete, publish acks and expectations, dedup,
+purge, message get/delete, direct get, rollup, limits, and recovery after a restart."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+from nats.js.errors import APIError, BadRequestError, NotFoundError
+
+from rillet.server import Options
+from rillet.server.embed import run_server
+from rillet.server.options import JetStreamOptions
+
+
+def js_opts(tmp_path, **kw) -> Options:
+    return Options(host="127.0.0.1", port=-1, jetstream=JetStreamOptions(enabled=True, store_dir=str(tmp_path), **kw))
+
+
+async def api(nc, subject: str, body: dict | None = None) -> dict:
+    msg = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=2)
+    return json.loads(msg.data)
+
+
+async def test_info_advertises_jetstream_and_account_info(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        assert nc._server_info.get("jetstream") is True
+        info = await api(nc, "$JS.API.INFO")
+        assert info["type"] == "io.nats.jetstream.api.v1.account_info_response"
+        assert info["streams"] == 0 and info["limits"]["max_streams"] == -1
+        await nc.close()
+
+
+async def test_stream_create_info_publish_and_get(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        si = await js.add_stream(name="ORDERS", subjects=["orders.>"])
+        assert si.config.name == "ORDERS" and si.config.max_msgs == -1 and si.config.duplicate_window == 120.0
+        ack = await js.publish("orders.eu", b"one")
+        assert (ack.stream, ack.seq) == ("ORDERS", 1)
+        ack = await js.publish("orders.us", b"two", headers={"X": "y"})
+        assert ack.seq == 2
+        si = await js.stream_info("ORDERS")
+        assert si.state.messages == 2 and si.state.first_seq == 1 and si.state.last_seq == 2
+        m = await js.get_msg("ORDERS", 2)
+        assert m.subject == "orders.us" and m.data == b"two" and m.headers["X"] == "y"
+        m = await js.get_last_msg("ORDERS", "orders.eu")
+        assert m.seq == 1
+        # same config again is fine; a different one is refused
+        await js.add_stream(name="ORDERS", subjects=["orders.>"])
+        with pytest.raises(BadRequestError) as ei:
+            await js.add_stream(name="ORDERS", subjects=["orders.>", "x"])
+        assert ei.value.err_code == 10058
+        with pytest.raises(NotFoundError):
+            await js.stream_info("NOPE")
+        await nc.close()
+
+
+async def test_overlapping_subjects_refused(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="A", subjects=["a.>"])
+        with pytest.raises(BadRequestError) as ei:
+            await js.add_stream(name="B", subjects=["a.b"])
+        assert ei.value.err_code == 10065
+        await nc.close()
+
+
+async def test_dedup_and_expectations(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s.*"])
+        a1 = await js.publish("s.a", b"1", headers={"Nats-Msg-Id": "m1"})
+        a2 = await js.publish("s.a", b"1", headers={"Nats-Msg-Id": "m1"})
+        assert a1.seq == a2.seq == 1 and a2.duplicate
+        with pytest.raises(APIError) as ei:
+            await js.publish("s.a", b"x", headers={"Nats-Expected-Last-Sequence": "7"})
+        assert ei.value.err_code == 10071 and "wrong last sequence: 1" in ei.value.description
+        await js.publish("s.a", b"2", headers={"Nats-Expected-Last-Sequence": "1"})
+        with pytest.raises(APIError) as ei:
+            await js.publish("s.b", b"x", headers={"Nats-Expected-Last-Subject-Sequence": "1"})
+        assert ei.value.err_code == 10071
+        await js.publish("s.b", b"x", headers={"Nats-Expected-Last-Subject-Sequence": "0"})
+        with pytest.raises(APIError) as ei:
+            await js.publish("s.a", b"x", headers={"Nats-Expected-Stream": "OTHER"})
+        assert ei.value.err_code == 10060
+        with pytest.raises(APIError) as ei:
+            await js.publish("s.a", b"x", headers={"Nats-Expected-Last-Msg-Id": "nope"})
+        assert ei.value.err_code == 10070
+        await nc.close()
+
+
+async def test_purge_delete_and_limits(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="L", subjects=["l.*"], max_msgs_per_subject=2)
+        for i in range(5):
+            await js.publish("l.a", str(i).encode())
+        await js.publish("l.b", b"b")
+        si = await js.stream_info("L")
+        assert si.state.messages == 3 and si.state.first_seq == 4
+        assert await js.delete_msg("L", 5)
+        si = await js.stream_info("L")
+        assert si.state.messages == 2 and si.state.num_deleted == 1
+        await js.purge_stream("L", subject="l.b")
+        si = await js.stream_info("L")
+        assert si.state.messages == 1
+        await js.purge_stream("L")
+        si = await js.stream_info("L")
+        assert si.state.messages == 0 and si.state.first_seq == 7
+        await nc.close()
+
+
+async def test_discard_new_refuses_when_full(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="F", subjects=["f"], max_msgs=2, discard="new")
+        await js.publish("f", b"1")
+        await js.publish("f", b"2")
+        with pytest.raises(APIError) as ei:
+            await js.publish("f", b"3")
+        assert "maximum messages exceeded" in ei.value.description
+        await nc.close()
+
+
+async def test_rollup_and_direct_get(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="R", subjects=["r.>"], allow_rollup_hdrs=True, allow_direct=True)
+        for i in range(3):
+            await js.publish("r.k", str(i).encode())
+        await js.publish("r.j", b"j")
+        await js.publish("r.k", b"final", headers={"Nats-Rollup": "sub"})
+        si = await js.stream_info("R")
+        assert si.state.messages == 2
+        m = await js.get_msg("R", subject="r.k", direct=True)
+        assert m.data == b"final" and m.seq == 5
+        r = await nc.request("$JS.API.DIRECT.GET.R.r.j", b"", timeout=1)
+        assert r.data == b"j" and r.headers["Nats-Sequence"] == "4" and r.headers["Nats-Stream"] == "R"
+        r = await nc.request("$JS.API.DIRECT.GET.R.r.none", b"", timeout=1)
+        assert r.headers.get("Status") == "404"
+        await nc.close()
+
+
+async def test_stream_survives_restart(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="P", subjects=["p.>"])
+        for i in range(10):
+            await js.publish(f"p.{i % 3}", str(i).encode())
+        await js.delete_msg("P", 5)
+        await nc.close()
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        si = await js.stream_info("P")
+        assert si.state.messages == 9 and si.state.last_seq == 10 and si.state.num_deleted == 1
+        assert (await js.get_msg("P", 10)).data == b"9"
+        ack = await js.publish("p.x", b"after")
+        assert ack.seq == 11
+        await nc.close()
+
+
+async def test_replicas_refused_without_clustering(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        with pytest.raises(APIError) as ei:
+            await js.add_stream(StreamConfig(name="R3", subjects=["r3"], num_replicas=3))
+        assert ei.value.err_code == 10074
+        await nc.close()
+
+
+async def test_bad_json_gets_invalid_json_error(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        r = await api_raw(nc, "$JS.API.STREAM.CREATE.X", b"{bad")
+        assert r["error"]["err_code"] == 10025
+        await nc.close()
+
+
+async def api_raw(nc, subject: str, body: bytes) -> dict:
+    msg = await nc.request(subject, body, timeout=2)
+    return json.loads(msg.data)
+
+
+async def test_sync_always_acks_after_fsync(tmp_path):
+    async with run_server(js_opts(tmp_path, sync_interval="always")) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="D", subjects=["d"])
+        acks = await asyncio.gather(*[js.publish("d", str(i).encode()) for i in range(50)])
+        assert sorted(a.seq for a in acks) == list(range(1, 51))
+        await nc.close()
