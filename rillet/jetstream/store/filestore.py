@@ -318,7 +318,7 @@ class FileStore(IndexedStore):
         self._log_pending: list[bytes] = []
         self._log_compact_at = _LOG_COMPACT_MIN
         self._log_warned = False
-        self._block_size = max(int(cfg.block_size or 0), 4096)
+        self._block_size = max(int(cfg.block_size or 0), 64)
         self._compress = cfg.compression == "s2"
         self._snappy = _snappy() if self._compress else None
         self._msgdir = os.path.join(self.dir, "msgs")
@@ -333,7 +333,7 @@ class FileStore(IndexedStore):
     # -- config ---------------------------------------------------------------------
 
     def _on_config(self) -> None:
-        self._block_size = max(int(self.cfg.block_size or 0), 4096)
+        self._block_size = max(int(self.cfg.block_size or 0), 64)
         self._compress = self.cfg.compression == "s2"
         if self._compress and self._snappy is None:
             self._snappy = _snappy()
