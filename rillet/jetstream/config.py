@@ -374,6 +374,10 @@ class _Scanner:
     def _bad(self, i: int, ctx: str) -> _JSONError:
         return _JSONError(f"invalid character {_quote_char(self.b[i])} {ctx} at offset {i + 1}")
 
+    def _bad_escape(self, i: int, ln: int) -> _JSONError:
+        seq = self.b[i:i + ln].decode("utf-8", "replace")
+        return _JSONError(f"invalid escape sequence `{seq}` in string at offset {i + ln}")
+
     def _eof(self) -> _JSONError:
         return _JSONError("unexpected EOF")
 
@@ -481,19 +485,18 @@ class _Scanner:
                     raise self._eof()
                 e = b[i + 1]
                 if e not in _ESC_OK:
-                    raise self._bad(i + 1, "in string escape code")
+                    raise self._bad_escape(i, 2)
                 if e == 0x75:
-                    for k in range(i + 2, i + 6):
-                        if k >= n:
-                            raise self._eof()
-                        if b[k] not in _HEX:
-                            raise self._bad(k, "in \\u hexadecimal character escape")
+                    if i + 6 > n:
+                        raise self._eof()
+                    if any(b[k] not in _HEX for k in range(i + 2, i + 6)):
+                        raise self._bad_escape(i, 6)
                     i += 6
                 else:
                     i += 2
                 continue
             if c < 0x20:
-                raise self._bad(i, "in string literal")
+                raise self._bad(i, "in string")
             i += 1
         raw = b[start + 1:i]
         if not esc:
@@ -523,7 +526,7 @@ class _Scanner:
             if i >= n:
                 raise self._eof()
             if not 0x30 <= b[i] <= 0x39:
-                raise self._bad(i, "after decimal point in numeric literal")
+                raise self._bad(i, "in numeric literal")
             while i < n and 0x30 <= b[i] <= 0x39:
                 i += 1
         if i < n and b[i] in (0x65, 0x45):
@@ -533,7 +536,7 @@ class _Scanner:
             if i >= n:
                 raise self._eof()
             if not 0x30 <= b[i] <= 0x39:
-                raise self._bad(i, "in exponent of numeric literal")
+                raise self._bad(i, "in numeric literal")
             while i < n and 0x30 <= b[i] <= 0x39:
                 i += 1
         return _Node("n", b[start:i].decode("ascii"), start, i), i
@@ -1465,7 +1468,7 @@ def check_subject_transform(src: str, dest: str) -> str | None:
 
 
 _VALIDATE_FNS = ("partition", "wildcard", "splitFromLeft", "splitFromRight", "sliceFromLeft", "sliceFromRight",
-                 "split", "random")
+                 "split", "left", "right", "random")
 
 
 def validate_mapping(src: str, dest: str) -> str | None:
@@ -2514,8 +2517,6 @@ def normalize_consumer_config(
     name = cfg.durable_name or cfg.name
     if name and not is_valid_asset_name(name):
         raise jserr.CONSUMER_BAD_DURABLE_NAME()
-    if cfg.pause_until is not None:
-        cfg.pause_until = to_utc_time(cfg.pause_until)
     if not cfg.durable_name and cfg.inactive_threshold <= 0:
         cfg.inactive_threshold = DEFAULT_EPHEMERAL_INACTIVE
     return cfg
@@ -2529,3 +2530,84 @@ def _check_wq_unique(filters: list[str], others: Sequence[ConsumerConfig]) -> No
                 raise jserr.CONSUMER_WQ_CONSUMER_NOT_UNIQUE()
             if any(subjects_collide(part, f) for f in ofs):
                 raise jserr.CONSUMER_WQ_CONSUMER_NOT_UNIQUE()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Whole request flows (everything up to storing the result), in nats-server's order
+
+
+def normalize_stream_update(
+    old: StreamConfig | None,
+    raw: Union[StreamConfig, dict, bytes, str],
+    *,
+    subject_name: str | None = None,
+    pedantic: bool | None = None,
+    lookup_stream: StreamLookup | None = None,
+    subjects_overlap: Callable[[list[str]], bool] | None = None,
+    server_limits: ServerLimits | None = None,
+    account_limits: AccountLimits | None = None,
+    clustered: bool = False,
+    consumers: Iterable[tuple[str, ConsumerConfig]] | None = None,
+) -> StreamConfig:
+    """A STREAM.UPDATE request up to the new configuration: decode and check it, the name from the
+    subject, the stream itself (``old`` ``None``: STREAM_NOT_FOUND), the update rules, then the other
+    streams' subjects (``subjects_overlap`` should ignore the stream being updated)."""
+    cfg = normalize_stream_config(raw, is_create=False, pedantic=pedantic, subject_name=subject_name,
+                                  lookup_stream=lookup_stream, server_limits=server_limits,
+                                  account_limits=account_limits)
+    if old is None:
+        raise jserr.STREAM_NOT_FOUND()
+    cfg = check_stream_config(cfg, pedantic=bool(pedantic), lookup_stream=lookup_stream,
+                              server_limits=server_limits, account_limits=account_limits)
+    check_stream_update(old, cfg, clustered=clustered, consumers=consumers)
+    if subjects_overlap is not None and cfg.subjects and subjects_overlap(list(cfg.subjects)):
+        raise jserr.STREAM_SUBJECT_OVERLAP()
+    return cfg
+
+
+class ConsumerCreate(msgspec.Struct, kw_only=True):
+    """The outcome of ``prepare_consumer_create``."""
+
+    stream: str
+    name: str  # "" when the server has to generate one (``generate_consumer_name()``)
+    config: ConsumerConfig
+    existing: bool  # an existing consumer gets this (updated) configuration
+    action: str
+
+
+def prepare_consumer_create(
+    tokens: Sequence[str],
+    body: bytes | str | CreateConsumerRequest | None,
+    *,
+    lookup_stream: StreamLookup,
+    consumers: Callable[[str], dict[str, ConsumerConfig]],
+    server_limits: ServerLimits | None = None,
+    account_limits: AccountLimits | None = None,
+    clustered: bool = False,
+) -> ConsumerCreate:
+    """A CONSUMER.CREATE / CONSUMER.DURABLE.CREATE request up to the configuration to store.
+
+    ``tokens``: subject tokens after ``$JS.API.CONSUMER.`` (see ``parse_consumer_create_subject``).
+    ``consumers(stream)``: the stream's consumers by name (direct/sourcing ones included; they are
+    skipped where nats-server skips them). Raises the ``ApiError`` nats-server answers with.
+    """
+    if isinstance(body, CreateConsumerRequest):
+        req = body.copy()
+    else:
+        req = go_decode(body, CreateConsumerRequest)
+    stream, cname, _ = parse_consumer_create_subject(tokens, req)
+    if not clustered and req.config.num_replicas > 1:
+        raise jserr.STREAM_REPLICAS_NOT_SUPPORTED()
+    scfg = lookup_stream(req.stream_name)
+    if scfg is None:
+        raise jserr.STREAM_NOT_FOUND()
+    cfg = req.config
+    name = cfg.durable_name or cfg.name
+    current = consumers(req.stream_name) or {}
+    existing = current.get(name) if name else None
+    others = [c for n, c in current.items() if n != name]
+    out = normalize_consumer_config(scfg, cfg, req.action, pedantic=req.pedantic, existing=existing,
+                                    others=others, server_limits=server_limits,
+                                    account_limits=account_limits, clustered=clustered)
+    return ConsumerCreate(stream=stream, name=name, config=out, existing=existing is not None,
+                          action=req.action)

@@ -1,0 +1,811 @@
+"""JetStream stream/consumer configuration (rillet/jetstream/config.py) and API bodies (apitypes.py).
+
+Most cases are differential: the same STREAM.CREATE / STREAM.UPDATE / CONSUMER.CREATE request goes to a
+real nats-server (started for this module) and through our normalization; the error object (code,
+err_code, description) or the resulting configuration (as JSON, key order included) must be the same.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rillet.jetstream import apitypes as A
+from rillet.jetstream import config as C
+from rillet.jetstream import errors as jserr
+from rillet.jetstream.errors import ApiError
+from rillet.subjects.validate import subjects_collide
+from test_js_errors import GoJetStream
+
+S = "$JS.API."
+
+
+@pytest.fixture(scope="module")
+def go():
+    g = GoJetStream()
+    yield g
+    g.close()
+
+
+def _body(b) -> bytes:
+    if isinstance(b, (dict, list)):
+        return json.dumps(b, default=C._json_default).encode()
+    if isinstance(b, str):
+        return b.encode()
+    return b
+
+
+class Pair:
+    """One account on nats-server and its counterpart on our side."""
+
+    def __init__(self, go: GoJetStream) -> None:
+        self.go = go
+        self.streams: dict[str, C.StreamConfig] = {}
+        self.consumers: dict[str, dict[str, C.ConsumerConfig]] = {}
+        self.version = None
+
+    # -- ours
+    def _overlap(self, skip: str | None):
+        def check(subjects: list[str]) -> bool:
+            for name, cfg in self.streams.items():
+                if name == skip:
+                    continue
+                for a in cfg.subjects or []:
+                    for b in subjects:
+                        if subjects_collide(a, b):
+                            return True
+            return False
+        return check
+
+    def ours_stream(self, op: str, name: str, body: bytes) -> dict:
+        try:
+            if op == "CREATE":
+                cfg = C.normalize_stream_config(body, subject_name=name, lookup_stream=self.streams.get,
+                                                subjects_overlap=self._overlap(None),
+                                                existing=self.streams.get(name))
+            else:
+                cfg = C.normalize_stream_update(self.streams.get(name), body, subject_name=name,
+                                                lookup_stream=self.streams.get,
+                                                subjects_overlap=self._overlap(name))
+        except ApiError as e:
+            return {"error": e.to_dict()}
+        self.streams[name] = cfg
+        self.consumers.setdefault(name, {})
+        return {"config": json.loads(C.go_json(C.with_dynamic_metadata(cfg, self.version)))}
+
+    def ours_consumer(self, tokens: list[str], body: bytes, go_name: str | None) -> dict:
+        try:
+            r = C.prepare_consumer_create(tokens, body, lookup_stream=self.streams.get,
+                                          consumers=lambda s: self.consumers.get(s, {}))
+        except ApiError as e:
+            return {"error": e.to_dict()}
+        self.consumers[r.stream][r.name or go_name] = r.config
+        return {"config": json.loads(C.go_json(C.with_dynamic_metadata(r.config, self.version)))}
+
+    # -- both
+    def stream(self, name: str, body, op: str = "CREATE") -> tuple[dict, dict]:
+        body = _body(body)
+        resp = self.go.request(f"{S}STREAM.{op}.{name}", body)
+        if self.version is None and "config" in resp:
+            self.version = resp["config"]["metadata"]["_nats.ver"]
+        got = {"error": resp["error"]} if "error" in resp else {"config": resp["config"]}
+        ours = self.ours_stream(op, name, body)
+        return got, ours
+
+    def consumer(self, subject_tail: str, body) -> tuple[dict, dict]:
+        body = _body(body)
+        resp = self.go.request(f"{S}CONSUMER.{subject_tail}", body)
+        got = {"error": resp["error"]} if "error" in resp else {"config": resp["config"]}
+        ours = self.ours_consumer(subject_tail.split("."), body, resp.get("name"))
+        return got, ours
+
+    def same_stream(self, name: str, body, op: str = "CREATE") -> dict:
+        got, ours = self.stream(name, body, op)
+        assert json.dumps(ours) == json.dumps(got), (name, body)
+        return got
+
+    def same_consumer(self, subject_tail: str, body) -> dict:
+        got, ours = self.consumer(subject_tail, body)
+        assert json.dumps(ours) == json.dumps(got), (subject_tail, body)
+        return got
+
+
+@pytest.fixture(scope="module")
+def pair(go):
+    p = Pair(go)
+    p.same_stream("BASE", {"name": "BASE", "subjects": ["base.>"]})
+    return p
+
+
+_n = [0]
+
+
+def uniq(prefix: str = "T") -> str:
+    _n[0] += 1
+    return f"{prefix}{_n[0]}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stream create: defaults and validation, compared with nats-server
+
+SEC = C.NS
+MS = C.MS
+
+STREAM_CASES = [
+    ("defaults", {}),
+    ("subjects", {"subjects": ["{n}.a", "{n}.b.*"]}),
+    ("max_age caps duplicate window", {"max_age": 1 * SEC}),
+    ("max_age big", {"max_age": 3600 * SEC}),
+    ("max_age too small", {"max_age": 50 * MS}),
+    ("max_age negative", {"max_age": -1}),
+    ("dup window small", {"duplicate_window": 50 * MS}),
+    ("dup window > max_age", {"duplicate_window": 10 * SEC, "max_age": 5 * SEC}),
+    ("dup window negative", {"duplicate_window": -5}),
+    ("dup window explicit", {"duplicate_window": 30 * SEC}),
+    ("workqueue", {"retention": "workqueue"}),
+    ("interest", {"retention": "interest", "storage": "memory"}),
+    ("memory", {"storage": "memory", "max_msgs": 10, "max_bytes": 1000, "max_msg_size": 100}),
+    ("limits below -1", {"max_msgs": -7, "max_bytes": -3, "max_msgs_per_subject": -2, "max_consumers": -9,
+                         "max_msg_size": -4}),
+    ("pedantic limits", {"max_msgs": -5, "pedantic": True}),
+    ("pedantic max_consumers", {"max_consumers": -5, "pedantic": True}),
+    ("pedantic dup vs max_age", {"max_age": 1 * SEC, "pedantic": True}),
+    ("replicas 3", {"num_replicas": 3}),
+    ("replicas 6", {"num_replicas": 6}),
+    ("replicas negative", {"num_replicas": -1}),
+    ("description", {"description": "hello <world> & co"}),
+    ("description too long", {"description": "x" * 4097}),
+    ("metadata", {"metadata": {"b": "2", "a": "1", "_nats.ver": "x"}}),
+    ("metadata too big", {"metadata": {"k": "v" * (128 * 1024)}}),
+    ("no_ack", {"no_ack": True}),
+    ("sealed on create", {"sealed": True}),
+    ("mirror_direct without mirror", {"mirror_direct": True}),
+    ("deny_purge with rollups", {"deny_purge": True, "allow_rollup_hdrs": True}),
+    ("deny flags", {"deny_delete": True, "deny_purge": True, "allow_direct": True}),
+    ("discard new per subject without discard new", {"discard_new_per_subject": True}),
+    ("discard new per subject without max per subject", {"discard_new_per_subject": True, "discard": "new"}),
+    ("discard new per subject ok", {"discard_new_per_subject": True, "discard": "new", "max_msgs_per_subject": 1}),
+    ("discard case-insensitive", {"discard": "NEW"}),
+    ("msg ttl", {"allow_msg_ttl": True}),
+    ("sdm ttl small", {"subject_delete_marker_ttl": 500 * MS}),
+    ("sdm ttl turns on ttl and rollups", {"subject_delete_marker_ttl": 2 * SEC, "deny_purge": True}),
+    ("sdm ttl negative", {"subject_delete_marker_ttl": -1}),
+    ("sdm pedantic", {"subject_delete_marker_ttl": 2 * SEC, "pedantic": True}),
+    ("counter discard new", {"allow_msg_counter": True, "discard": "new"}),
+    ("counter ttl", {"allow_msg_counter": True, "allow_msg_ttl": True}),
+    ("counter interest", {"allow_msg_counter": True, "retention": "interest"}),
+    ("counter ok", {"allow_msg_counter": True}),
+    ("schedules discard new", {"allow_msg_schedules": True, "discard": "new"}),
+    ("schedules", {"allow_msg_schedules": True}),
+    ("atomic", {"allow_atomic": True}),
+    ("batched", {"allow_batched": True}),
+    ("async persist memory", {"persist_mode": "async", "storage": "memory"}),
+    ("async persist atomic", {"persist_mode": "async", "allow_atomic": True}),
+    ("async persist", {"persist_mode": "async"}),
+    ("compression s2", {"compression": "s2"}),
+    ("first_seq", {"first_seq": 100}),
+    ("subject invalid", {"subjects": ["{n}..x"]}),
+    ("subject fwc not last", {"subjects": ["{n}.>.x"]}),
+    ("subject duplicate", {"subjects": ["{n}.a", "{n}.a"]}),
+    ("subjects overlap", {"subjects": ["{n}.*", "{n}.b"]}),
+    ("subjects overlap fwc", {"subjects": ["{n}.x", "{n}.>"]}),
+    ("capture all", {"subjects": [">"]}),
+    ("capture all replicas", {"subjects": [">"], "no_ack": True, "num_replicas": 3}),
+    ("js api subject", {"subjects": ["$JS.API.{n}"]}),
+    ("jsc subject", {"subjects": ["$JSC.{n}"]}),
+    ("js event subject", {"subjects": ["$JS.EVENT.{n}"]}),
+    ("js api subject no_ack", {"subjects": ["$JS.API.{n}"], "no_ack": True}),
+    ("sys subject", {"subjects": ["$SYS.{n}"]}),
+    ("sys account subject", {"subjects": ["$SYS.ACCOUNT.{n}"]}),
+    ("wildcard over api", {"subjects": ["*.API.{n}"]}),
+    ("other stream overlap", {"subjects": ["base.x"]}),
+    ("placement empty", {"placement": {}}),
+    ("placement preferred", {"placement": {"preferred": "srv"}}),
+    ("placement cluster", {"placement": {"cluster": "c1", "tags": ["a", "b"]}}),
+    ("transform", {"subjects": ["{n}.in.*"], "subject_transform": {"src": "{n}.in.*", "dest": "{n}.out.$1"}}),
+    ("transform bad src", {"subject_transform": {"src": "{n}..x", "dest": "y"}}),
+    ("transform bad dest", {"subject_transform": {"src": "{n}.*", "dest": "{n}.{{nope()}}"}}),
+    ("transform index range", {"subject_transform": {"src": "{n}.*", "dest": "{n}.$2"}}),
+    ("transform dest wildcard", {"subject_transform": {"src": "{n}.*", "dest": "{n}.*"}}),
+    ("transform fn args", {"subject_transform": {"src": "{n}.*", "dest": "{n}.{{wildcard()}}"}}),
+    ("transform partition", {"subject_transform": {"src": "{n}.*", "dest": "{n}.{{partition(3,1)}}.$1"}}),
+    ("transform left", {"subject_transform": {"src": "{n}.*", "dest": "{n}.{{left(1,2)}}"}}),
+    ("transform split", {"subject_transform": {"src": "{n}.*", "dest": "{n}.{{split(1,-)}}"}}),
+    ("republish", {"subjects": ["{n}.a"], "republish": {"src": "{n}.a", "dest": "rp.{n}"}}),
+    ("republish empty src", {"subjects": ["{n}.a"], "republish": {"dest": "rp.{n}.>"}}),
+    ("republish cycle", {"subjects": ["{n}.>"], "republish": {"src": ">", "dest": "{n}.x"}}),
+    ("republish bad transform", {"subjects": ["{n}.*"], "republish": {"src": "{n}.*", "dest": "rp.$2"}}),
+    ("republish pedantic", {"subjects": ["{n}.a"], "republish": {"dest": "rp.{n}.>"}, "pedantic": True}),
+    ("republish headers only", {"republish": {"src": ">", "dest": "rp2.{n}.>", "headers_only": True}}),
+    ("mirror with subjects", {"subjects": ["{n}"], "mirror": {"name": "BASE"}}),
+    ("mirror with sources", {"mirror": {"name": "BASE"}, "sources": [{"name": "BASE"}]}),
+    ("mirror first seq", {"mirror": {"name": "BASE"}, "first_seq": 5}),
+    ("mirror counters", {"mirror": {"name": "BASE"}, "allow_msg_counter": True}),
+    ("mirror schedules", {"mirror": {"name": "BASE"}, "allow_msg_schedules": True}),
+    ("mirror atomic", {"mirror": {"name": "BASE"}, "allow_atomic": True}),
+    ("mirror bad name", {"mirror": {"name": "a.b"}}),
+    ("mirror filter and transforms", {"mirror": {"name": "BASE", "filter_subject": "base.a",
+                                                 "subject_transforms": [{"src": "base.b", "dest": "x"}]}}),
+    ("mirror transforms overlap", {"mirror": {"name": "BASE", "subject_transforms": [
+        {"src": "base.*", "dest": "m.$1"}, {"src": "base.a", "dest": "n"}]}}),
+    ("mirror transform bad src", {"mirror": {"name": "BASE", "subject_transforms": [{"src": "a..b", "dest": "x"}]}}),
+    ("mirror transform bad dest", {"mirror": {"name": "BASE", "subject_transforms": [
+        {"src": "base.*", "dest": "x.{{foo(1)}}"}]}}),
+    ("mirror sdm", {"mirror": {"name": "BASE"}, "subject_delete_marker_ttl": 2 * SEC}),
+    ("mirror", {"mirror": {"name": "BASE", "opt_start_seq": 3}}),
+    ("mirror start time", {"mirror": {"name": "BASE", "opt_start_time": "2024-01-02T03:04:05.500+01:00"}}),
+    ("mirror missing origin", {"mirror": {"name": "NOPE"}}),
+    ("mirror external", {"mirror": {"name": "X", "external": {"api": "$JS.hub.API", "deliver": "dlv.{n}"}}}),
+    ("mirror external api overlap", {"mirror": {"name": "X", "external": {"api": "$JS.API"}}}),
+    ("mirror external api wildcard", {"mirror": {"name": "X", "external": {"api": "a.*"}}}),
+    ("mirror external deliver wildcard", {"mirror": {"name": "X", "external": {"api": "a.b", "deliver": "d.>"}}}),
+    ("mirror consumer invalid", {"mirror": {"name": "BASE", "consumer": {"name": "c"}}}),
+    ("sources", {"sources": [{"name": "BASE", "filter_subject": "base.a"}, {"name": "BASE", "filter_subject": "base.b"}]}),
+    ("sources and subjects", {"subjects": ["{n}.own"], "sources": [{"name": "BASE"}]}),
+    ("source duplicate", {"sources": [{"name": "BASE"}, {"name": "BASE"}]}),
+    ("source bad name", {"sources": [{"name": "a*"}]}),
+    ("source filter and transforms", {"sources": [{"name": "BASE", "filter_subject": "base.a",
+                                                   "subject_transforms": [{"src": "base.b", "dest": "x"}]}]}),
+    ("source transforms overlap", {"sources": [{"name": "BASE", "subject_transforms": [
+        {"src": "base.>", "dest": "x.>"}, {"src": "base.a", "dest": "y"}]}]}),
+    ("source transform bad", {"sources": [{"name": "BASE", "subject_transforms": [{"src": "base.*", "dest": "x.$3"}]}]}),
+    ("source transform bad src", {"sources": [{"name": "BASE", "subject_transforms": [{"src": "b..x", "dest": "x"}]}]}),
+    ("source schedules", {"sources": [{"name": "BASE"}], "allow_msg_schedules": True}),
+    ("source consumer bad", {"sources": [{"name": "BASE", "consumer": {"name": "c", "deliver_subject": "d.*"}}]}),
+    ("source external", {"sources": [{"name": "Y", "external": {"api": "$JS.leaf.API", "deliver": ""}}]}),
+    ("source self cycle", {"subjects": ["{n}.x"], "sources": [{"name": "{n}"}]}),
+    ("stream consumer limits", {"consumer_limits": {"max_ack_pending": 50, "inactive_threshold": 10 * SEC}}),
+    ("name path separator", {"name": "a\\b"}),
+    ("name slash", {"name": "a/b"}),
+    ("name gt", {"name": "a>"}),
+    ("name star", {"name": "x*"}),
+    ("name too long", {"name": "N" * 256}),
+]
+
+
+@pytest.mark.parametrize("desc,extra", STREAM_CASES, ids=[c[0] for c in STREAM_CASES])
+def test_stream_create_like_nats_server(pair, desc, extra):
+    name = extra.get("name") or uniq("S")
+    body = json.loads(json.dumps({"name": name, **extra}).replace("{n}", name))
+    pair.same_stream(name, body)
+
+
+def test_stream_create_twice_and_overlap(pair):
+    name = uniq("S")
+    first = pair.same_stream(name, {"name": name, "subjects": [f"{name}.>"], "max_msgs": 5})
+    # same again (and differently spelled defaults): answered with the existing stream
+    pair.same_stream(name, {"name": name, "subjects": [f"{name}.>"], "max_msgs": 5, "num_replicas": 1})
+    pair.same_stream(name, {"name": name, "subjects": [f"{name}.>"], "max_msgs": 6})
+    other = uniq("S")
+    pair.same_stream(other, {"name": other, "subjects": [f"{name}.x"]})
+    assert "config" in first
+
+
+def test_mirror_max_msg_size_and_direct(pair):
+    origin = uniq("O")
+    pair.same_stream(origin, {"name": origin, "max_msg_size": 1000, "allow_direct": True})
+    m = uniq("M")
+    pair.same_stream(m, {"name": m, "mirror": {"name": origin}, "max_msg_size": 500})
+    pair.same_stream(m, {"name": m, "mirror": {"name": origin}, "max_msg_size": 2000})
+    s = uniq("M")
+    pair.same_stream(s, {"name": s, "sources": [{"name": origin}], "max_msg_size": 10})
+    p = uniq("M")
+    pair.same_stream(p, {"name": p, "mirror": {"name": origin}, "pedantic": True})
+
+
+def test_source_cycle(pair):
+    a, b = uniq("CA"), uniq("CB")
+    pair.same_stream(a, {"name": a, "subjects": [f"{a}.x"]})
+    pair.same_stream(b, {"name": b, "subjects": [f"{b}.x"], "sources": [{"name": a}]})
+    pair.same_stream(a, {"name": a, "subjects": [f"{a}.x"], "sources": [{"name": b}]}, op="UPDATE")
+
+
+# Request decoding: Go's json errors, strictness and leniency.
+DECODE_CASES = [
+    '{bad',
+    '{"name":"{n}",}',
+    '{"name":"{n}"',
+    '{"name":"{n}"} x',
+    '{"name":"{n}"} {"max_msgs": 3}',
+    '[1]',
+    '"x"',
+    'null',
+    '',
+    '   ',
+    '{"name":"{n}","foo":1}',
+    '{"name":"{n}","max_msgs":"a"}',
+    '{"name":"{n}","max_msgs":1.5}',
+    '{"name":"{n}","max_msgs":1e3}',
+    '{"name":"{n}","max_msgs":99999999999999999999}',
+    '{"name":"{n}","first_seq":-1}',
+    '{"name":"{n}","max_msg_size":3000000000}',
+    '{"name":"{n}","max_msgs":true}',
+    '{"name":"{n}","max_msgs":{}}',
+    '{"name":"{n}","max_msgs":[]}',
+    '{"name":"{n}","max_msgs":null}',
+    '{"name":"{n}","subjects":"a"}',
+    '{"name":"{n}","subjects":[1]}',
+    '{"name":"{n}","subjects":null}',
+    '{"name":"{n}","retention":"Limits"}',
+    '{"name":"{n}","retention":null}',
+    '{"name":"{n}","retention":5}',
+    '{"name":"{n}","storage":"disk"}',
+    '{"name":"{n}","compression":"zz"}',
+    '{"name":"{n}","compression":5}',
+    '{"name":"{n}","persist_mode":""}',
+    '{"name":"{n}","persist_mode":"fast"}',
+    '{"name":"{n}","placement":"x"}',
+    '{"name":"{n}","placement":{"cluster":1}}',
+    '{"name":"{n}","placement":{"tags":[1]}}',
+    '{"name":"{n}","sources":"x"}',
+    '{"name":"{n}","sources":[1]}',
+    '{"name":"{n}","sources":[{"name":1}]}',
+    '{"name":"{n}","metadata":{"a":1}}',
+    '{"name":"{n}","sealed":"true"}',
+    '{"name":"{n}","max_age":"1s"}',
+    '{"name":"{n}","consumer_limits":{"max_ack_pending":"a"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":5}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"bad"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2020-13-01T00:00:00Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2020-01-01T00:00:00"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2020-01-01 00:00:00Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2020-02-30T00:00:00Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2020-01-01T00:00:00.123456789Z"}}',
+    '{"name":"{n}","max_msgs":"a","foo":1}',
+    '{"name":"{n}","foo":1,"max_msgs":"a"}',
+    '{"name":"{n}","retention":"x","max_msgs":"a"}',
+    '{"name":"{n}","pedantic":"x"}',
+    '{"NAME":"{n}","Max_Msgs":5}',
+    '{"name":"{n}","maxmsgs":5}',
+    '{"name":"{n}","description":"\\u0041\\n\\t<>&\\u2028"}',
+    '{"name":"{n}","description":"bad \\x escape"}',
+    '{"name":"{n}","description":"ctl \x01"}',
+    '{"name":"{n}","max_msgs":-}',
+    '{"name":"{n}","max_msgs":01}',
+    '{"name":"{n}","max_msgs":1.}',
+    '{"name":"{n}","max_msgs":1e}',
+    '{"name":"{n}","sealed":tru}',
+    '{"name":"{n}","sealed":nul}',
+    '{"name":"{n}","sealed":t}',
+    '{"name":"{n}","max_msgs":1e+}',
+    '{"name":"{n}","max_msgs":-0}',
+    '{"name":"{n}","max_msgs":1.5E3}',
+    '{"name":"{n}","description":"\\u12"}',
+    '{"name":"{n}","description":"\\u12',
+    '{"name":"{n}","description":"\\ud800x\\u00e9"}',
+    '{"name":"{n}","description":"\t"}',
+    '{"name":"{n}","max_msgs":2}{"max_msgs":1.',
+    '{"name":"{n}","max_msgs":"a"}{',
+    '{"name":"{n}"}]',
+    '{"name":"{n}"}5',
+    '{"name":"{n}"}null',
+    'true',
+    '{"name":"{n}","x":\x01}',
+    '{"name":"{n}" "x":1}',
+    '{"name" "{n}"}',
+    '{"name":"{n}","subjects":["a" "b"]}',
+    '{"name":"{n}","subjects":["a",]}',
+    '{"name":"{n}","metadata":{"a":"1"},"metadata":{"b":"2"}}',
+]
+
+
+@pytest.mark.parametrize("raw", DECODE_CASES)
+def test_stream_request_decoding_like_nats_server(pair, raw):
+    name = uniq("D")
+    body = raw.replace("{n}", name)
+    pair.same_stream(name, body)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stream update
+
+
+def test_stream_update_rules(pair):
+    name = uniq("U")
+    base = {"name": name, "subjects": [f"{name}.>"], "deny_delete": True, "allow_msg_ttl": True}
+    pair.same_stream(name, base)
+
+    def upd(**changes):
+        pair.same_stream(name, {**base, **changes}, op="UPDATE")
+
+    upd(storage="memory")
+    upd(retention="workqueue")
+    upd(retention="interest")
+    upd(retention="limits")
+    upd(deny_delete=False)
+    upd(allow_msg_ttl=False)
+    upd(allow_msg_counter=True)
+    upd(persist_mode="async")
+    upd(num_replicas=3)
+    upd(mirror={"name": "BASE"}, subjects=None)
+    upd(discard_new_per_subject=True)
+    upd(max_age=10 * SEC, max_msgs=100, description="changed")
+    upd(subjects=["base.x"])  # overlaps another stream
+    upd(name="OTHER")
+    upd(max_age=50 * MS)
+    upd(subjects=[f"{name}.a", f"{name}.b"])
+    upd(allow_msg_schedules=True)
+    upd(allow_msg_schedules=False)
+    upd(sealed=True)
+    upd(sealed=False)
+    pair.same_stream(uniq("NOPE"), {"name": "x"}, op="UPDATE")
+    missing = uniq("NOPE")
+    pair.same_stream(missing, {"name": missing}, op="UPDATE")
+    pair.same_stream(missing, {"name": missing, "num_replicas": 3}, op="UPDATE")
+
+
+def test_stream_update_mirror(pair):
+    name = uniq("UM")
+    pair.same_stream(name, {"name": name, "mirror": {"name": "BASE"}})
+    pair.same_stream(name, {"name": name, "mirror": {"name": "BASE", "opt_start_seq": 2}}, op="UPDATE")
+    pair.same_stream(name, {"name": name, "mirror": {"name": "BASE"}, "max_msgs": 5}, op="UPDATE")
+    pair.same_stream(name, {"name": name}, op="UPDATE")  # promote the mirror
+
+
+def test_check_stream_update_consumer_limits():
+    old = C.normalize_stream_config({"name": "S"})
+    new = C.normalize_stream_config({"name": "S", "consumer_limits": {"max_ack_pending": 10}})
+    cc = C.normalize_consumer_config(old, {"durable_name": "d", "ack_policy": "explicit"})
+    with pytest.raises(ApiError) as ei:
+        C.check_stream_update(old, new, consumers=[("d", cc)])
+    assert ei.value.to_dict() == {"code": 500, "err_code": 10069,
+                                  "description": "change to limits violates consumers: d"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Consumers
+
+
+@pytest.fixture(scope="module")
+def streams(pair):
+    out = {}
+    for key, extra in (("lim", {}), ("wq", {"retention": "workqueue"}), ("int", {"retention": "interest"}),
+                       ("cl", {"consumer_limits": {"max_ack_pending": 50, "inactive_threshold": 10 * SEC}}),
+                       ("one", {"max_consumers": 1})):
+        name = uniq("CS")
+        pair.same_stream(name, {"name": name, "subjects": [f"{name}.>"], **extra})
+        out[key] = name
+    return out
+
+
+CONSUMER_CASES = [
+    # (stream key, subject tail after CONSUMER. with {s} and {c}, config)
+    ("lim", "CREATE.{s}", {}),
+    ("lim", "CREATE.{s}", {"durable_name": "x"}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "explicit"}),
+    ("lim", "CREATE.{s}.{c}", {"durable_name": "{c}", "ack_policy": "explicit"}),
+    ("lim", "CREATE.{s}.{c}", {"durable_name": "other"}),
+    ("lim", "CREATE.{s}.{c}", {"durable_name": "{c}", "ack_policy": "all", "max_ack_pending": -5}),
+    ("lim", "CREATE.{s}.{c}.{s}.a", {"filter_subject": "{s}.a"}),
+    ("lim", "CREATE.{s}.{c}.{s}.a", {"filter_subject": "{s}.b"}),
+    ("lim", "CREATE.{s}.{c}.{s}.a", {"filter_subjects": ["{s}.a"]}),
+    ("lim", "DURABLE.CREATE.{s}.{c}", {"durable_name": "{c}", "ack_policy": "explicit"}),
+    ("lim", "DURABLE.CREATE.{s}.{c}", {"ack_policy": "explicit"}),
+    ("lim", "DURABLE.CREATE.{s}.{c}", {"durable_name": "zz"}),
+    ("lim", "CREATE.{s}.{c}", {"name": "{c}", "durable_name": "{c}", "deliver_subject": "dlv.{c}"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "dlv.{c}", "max_waiting": 5}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "dlv.{c}", "idle_heartbeat": 50 * MS}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "dlv.{c}", "idle_heartbeat": 5 * SEC, "flow_control": True}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "dlv.{c}", "flow_control": True}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "dlv.{c}", "max_ack_pending": 10}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "dlv.*"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "dlv..x"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "{s}.x"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_subject": "dlv.{c}", "rate_limit_bps": 1000, "headers_only": True,
+                               "deliver_group": "q", "sample_freq": "50%", "ack_policy": "explicit"}),
+    ("lim", "CREATE.{s}.{c}", {"rate_limit_bps": 1000}),
+    ("lim", "CREATE.{s}.{c}", {"idle_heartbeat": SEC}),
+    ("lim", "CREATE.{s}.{c}", {"flow_control": True}),
+    ("lim", "CREATE.{s}.{c}", {"max_batch": -1, "max_bytes": -1, "max_expires": -1, "max_waiting": -1}),
+    ("lim", "CREATE.{s}.{c}", {"max_expires": 500_000}),
+    ("lim", "CREATE.{s}.{c}", {"max_batch": 10, "max_expires": 10 * SEC, "max_bytes": 1024, "max_waiting": 7}),
+    ("lim", "CREATE.{s}.{c}", {"filter_subject": "{s}.a", "filter_subjects": ["{s}.b"]}),
+    ("lim", "CREATE.{s}.{c}", {"filter_subjects": ["{s}.*", "{s}.a"]}),
+    ("lim", "CREATE.{s}.{c}", {"filter_subjects": ["{s}.a", ""]}),
+    ("lim", "CREATE.{s}.{c}", {"filter_subject": "{s}..a"}),
+    ("lim", "CREATE.{s}.{c}", {"filter_subjects": ["{s}.a", "{s}.b"]}),
+    ("lim", "CREATE.{s}.{c}", {"filter_subject": "elsewhere.x"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "by_start_sequence"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "by_start_sequence", "opt_start_seq": 5}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "all", "opt_start_seq": 5}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "new", "opt_start_time": "2024-01-01T00:00:00Z"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "by_start_time"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "by_start_time", "opt_start_time": "2024-01-01T00:00:00+02:00"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "by_start_time", "opt_start_time": "2024-01-01T00:00:00Z",
+                               "opt_start_seq": 3}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "last_per_subject"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "last_per_subject", "filter_subject": "{s}.*"}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "last", "opt_start_seq": 1}),
+    ("lim", "CREATE.{s}.{c}", {"deliver_policy": "undefined"}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "explicit", "backoff": [SEC, 2 * SEC], "max_deliver": 1}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "explicit", "backoff": [SEC, 2 * SEC], "max_deliver": 5}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "explicit", "backoff": [SEC, -1]}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "explicit", "ack_wait": -1}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "explicit", "ack_wait": 5 * SEC, "max_deliver": -4}),
+    ("lim", "CREATE.{s}.{c}", {"num_replicas": 2}),
+    ("lim", "CREATE.{s}.{c}", {"num_replicas": -1}),
+    ("lim", "CREATE.{s}.{c}", {"num_replicas": 1, "mem_storage": True}),
+    ("lim", "CREATE.{s}", {"name": "a>"}),
+    ("lim", "DURABLE.CREATE.{s}.a>", {"durable_name": "a>"}),
+    ("lim", "CREATE.{s}.a\\b", {}),
+    ("lim", "CREATE.{s}.{c}", {"description": "x" * 4097}),
+    ("lim", "CREATE.{s}.{c}", {"metadata": {"k": "v" * (128 * 1024)}}),
+    ("lim", "CREATE.{s}.{c}", {"metadata": {"z": "1", "a": "2"}}),
+    ("lim", "CREATE.{s}.{c}", {"priority_policy": "pinned_client"}),
+    ("lim", "CREATE.{s}.{c}", {"priority_policy": "pinned_client", "priority_groups": ["g1"]}),
+    ("lim", "CREATE.{s}.{c}", {"priority_policy": "overflow", "priority_groups": ["bad group!"]}),
+    ("lim", "CREATE.{s}.{c}", {"priority_policy": "overflow", "priority_groups": [""]}),
+    ("lim", "CREATE.{s}.{c}", {"priority_groups": ["g"]}),
+    ("lim", "CREATE.{s}.{c}", {"priority_timeout": SEC}),
+    ("lim", "CREATE.{s}.{c}", {"priority_policy": "prioritized", "priority_groups": ["a"],
+                               "deliver_subject": "dlv.{c}"}),
+    ("lim", "CREATE.{s}.{c}", {"priority_policy": "bogus"}),
+    ("lim", "CREATE.{s}.{c}", {"sample_freq": "abc"}),
+    ("lim", "CREATE.{s}.{c}", {"sample_freq": "-5%"}),
+    ("lim", "CREATE.{s}.{c}", {"direct": True}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "flow_control"}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "flow_control", "deliver_subject": "dlv.{c}"}),
+    ("lim", "CREATE.{s}.{c}", {"ack_policy": "nope"}),
+    ("lim", "CREATE.{s}.{c}", {"replay_policy": "original", "pause_until": "2099-01-01T00:00:00+01:00"}),
+    ("lim", "CREATE.{s}.{c}", {"inactive_threshold": 3 * SEC}),
+    ("lim", "CREATE.{s}.{c}", {"durable_name": "{c}", "inactive_threshold": 3 * SEC}),
+    ("wq", "CREATE.{s}.{c}", {}),
+    ("wq", "CREATE.{s}.{c}", {"deliver_subject": "dlv.{c}"}),
+    ("wq", "CREATE.{s}.{c}", {"ack_policy": "explicit", "deliver_policy": "last"}),
+    ("wq", "CREATE.{s}.{c}", {"ack_policy": "explicit", "num_replicas": 1}),
+    ("wq", "CREATE.{s}.{c}", {"ack_policy": "explicit"}),
+    ("wq", "CREATE.{s}.{c}", {"ack_policy": "explicit", "filter_subject": "{s}.a"}),
+    ("int", "CREATE.{s}.{c}", {"ack_policy": "explicit"}),
+    ("cl", "CREATE.{s}.{c}", {"ack_policy": "explicit"}),
+    ("cl", "CREATE.{s}.{c}", {"ack_policy": "explicit", "max_ack_pending": 60}),
+    ("cl", "CREATE.{s}.{c}", {"ack_policy": "explicit", "inactive_threshold": 20 * SEC}),
+    ("cl", "CREATE.{s}.{c}", {"durable_name": "{c}", "ack_policy": "explicit", "pedantic": True}),
+    ("one", "CREATE.{s}.{c}", {}),
+    ("one", "CREATE.{s}.{c}", {}),
+]
+
+
+@pytest.mark.parametrize("skey,tail,cfg", CONSUMER_CASES)
+def test_consumer_create_like_nats_server(pair, streams, skey, tail, cfg):
+    s = streams[skey]
+    c = uniq("c")
+    cfg = dict(cfg)
+    pedantic = cfg.pop("pedantic", False)
+    cfg = json.loads(json.dumps(cfg).replace("{s}", s).replace("{c}", c))
+    body = {"stream_name": s, "config": cfg}
+    if pedantic:
+        body["pedantic"] = True
+    pair.same_consumer(tail.replace("{s}", s).replace("{c}", c), body)
+
+
+def test_consumer_stream_mismatch_and_missing(pair, streams):
+    s = streams["lim"]
+    pair.same_consumer(f"CREATE.{s}.x1", {"stream_name": "other", "config": {}})
+    pair.same_consumer("CREATE.NOSUCH.x1", {"stream_name": "NOSUCH", "config": {}})
+    pair.same_consumer(f"CREATE.{s}.x2", '{"stream_name":"%s","config":{"max_deliver":"x"}}' % s)
+    pair.same_consumer(f"CREATE.{s}.x3", '{"stream_name":"%s","config":{},"action":"bogus"}' % s)
+    pair.same_consumer(f"CREATE.{s}.x4", '{"stream_name":"%s","config":{"backoff":["1s"]}}' % s)
+
+
+def test_consumer_actions_and_updates(pair, streams):
+    s = streams["lim"]
+    c = uniq("u")
+    base = {"durable_name": c, "ack_policy": "explicit", "max_ack_pending": 20}
+    pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": base, "action": "update"})
+    pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": base, "action": "create"})
+    pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": base, "action": "create"})
+    pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": {**base, "max_ack_pending": 30},
+                                           "action": "create"})
+    for change in ({"max_ack_pending": 30, "description": "d"}, {"deliver_policy": "new"},
+                   {"ack_policy": "all"}, {"replay_policy": "original"}, {"max_waiting": 10},
+                   {"deliver_subject": "dlv.u"}, {"opt_start_seq": 1, "deliver_policy": "by_start_sequence"},
+                   {"mem_storage": True}, {"filter_subject": f"{s}.x"}, {"backoff": [SEC, SEC], "max_deliver": 1},
+                   {"ack_wait": 3 * SEC}):
+        pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": {**base, **change},
+                                               "action": "update"})
+    p = uniq("p")
+    push = {"durable_name": p, "deliver_subject": f"dlv.{p}"}
+    pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": push})
+    pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": {**push, "deliver_subject": ""}})
+    pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": {**push, "deliver_subject": "dlv.other"}})
+    pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": {**push, "idle_heartbeat": 5 * SEC}})
+
+
+def test_workqueue_consumers(pair):
+    s = uniq("WQ")
+    pair.same_stream(s, {"name": s, "subjects": [f"{s}.>"], "retention": "workqueue"})
+    pair.same_consumer(f"CREATE.{s}.a", {"stream_name": s, "config": {"ack_policy": "explicit",
+                                                                      "filter_subject": f"{s}.a.>"}})
+    pair.same_consumer(f"CREATE.{s}.b", {"stream_name": s, "config": {"ack_policy": "explicit"}})
+    pair.same_consumer(f"CREATE.{s}.c", {"stream_name": s, "config": {"ack_policy": "explicit",
+                                                                      "filter_subject": f"{s}.*.x"}})
+    pair.same_consumer(f"CREATE.{s}.d", {"stream_name": s, "config": {"ack_policy": "explicit",
+                                                                      "filter_subjects": [f"{s}.b", f"{s}.c"]}})
+    pair.same_consumer(f"CREATE.{s}.a", {"stream_name": s, "config": {"ack_policy": "explicit",
+                                                                      "filter_subject": f"{s}.b"}})
+
+
+def test_ephemeral_named_create_twice(pair, streams):
+    s = streams["lim"]
+    c = uniq("e")
+    pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": {}, "action": "create"})
+    pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": {}, "action": "create"})
+    pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": {}})
+
+
+# ---------------------------------------------------------------------------------------------------
+# nats-py inputs round trip
+
+
+def test_nats_py_stream_configs_round_trip(pair):
+    from nats.js import api
+
+    for kw in (dict(subjects=["{n}.a"], max_age=1.5, description="d"),
+               dict(subjects=["{n}.b"], retention=api.RetentionPolicy.WORK_QUEUE, storage=api.StorageType.MEMORY,
+                    max_msgs=10, discard=api.DiscardPolicy.NEW, duplicate_window=10),
+               dict(mirror=api.StreamSource(name="BASE", opt_start_seq=2, filter_subject="base.a")),
+               dict(sources=[api.StreamSource(name="BASE", subject_transforms=[
+                   api.SubjectTransform(src="base.>", dest="copy.>")])]),
+               dict(subjects=["{n}.c"], republish=api.RePublish(src="{n}.c", dest="rp.{n}", headers_only=True),
+                    placement=api.Placement(cluster="x"), metadata={"k": "v"}, allow_direct=True)):
+        name = uniq("P")
+        cfg = api.StreamConfig(name=name, **kw).as_dict()
+        body = json.loads(json.dumps(cfg, default=C._json_default).replace("{n}", name))
+        got = pair.same_stream(name, body)
+        ours = C.from_dict(body, C.StreamConfigRequest)
+        back = json.loads(C.go_json(ours))
+        for k, v in body.items():
+            if v not in (None, False, 0, "", [], {}):
+                assert back[k] == v, k
+        assert "config" in got
+
+
+def test_nats_py_consumer_configs_round_trip(pair, streams):
+    from nats.js import api
+
+    s = streams["lim"]
+    for kw in (dict(ack_policy=api.AckPolicy.EXPLICIT, ack_wait=5, max_deliver=3, backoff=[1, 2]),
+               dict(deliver_subject="dlv.np", idle_heartbeat=2, flow_control=True),
+               dict(ack_policy=api.AckPolicy.ALL, filter_subjects=[f"{s}.a", f"{s}.b"], max_waiting=5,
+                    inactive_threshold=30, metadata={"x": "y"}, num_replicas=1),
+               dict(deliver_policy=api.DeliverPolicy.BY_START_TIME, opt_start_time="2024-05-06T07:08:09.1Z")):
+        name = uniq("np")
+        cfg = api.ConsumerConfig(durable_name=name, **kw).as_dict()
+        body = {"stream_name": s, "config": cfg}
+        pair.same_consumer(f"CREATE.{s}.{name}", body)
+        ours = C.from_dict(cfg, C.ConsumerConfig)
+        back = json.loads(C.go_json(ours))
+        for k, v in json.loads(json.dumps(cfg, default=C._json_default)).items():
+            if v not in (None, False, 0, "", [], {}):
+                assert back[k] == v, k
+
+
+# ---------------------------------------------------------------------------------------------------
+# API bodies against nats-server's answers
+
+
+def _shape(d):
+    """Keys (in order) and value types, recursively: what must match between two answers."""
+    if isinstance(d, dict):
+        return [(k, _shape(v)) for k, v in d.items()]
+    if isinstance(d, list):
+        return [_shape(v) for v in d[:1]]
+    return type(d).__name__
+
+
+def test_response_shapes_like_nats_server(pair, go):
+    s = uniq("R")
+    pair.same_stream(s, {"name": s, "subjects": [f"{s}.>"]})
+    for i in range(3):
+        go.request(f"{s}.a.{i}", b"x")
+    info = go.request(f"{S}STREAM.INFO.{s}", {"subjects_filter": ">"})
+    cfg = pair.streams[s]
+    ours = A.StreamInfoResponse(info=A.StreamInfo(
+        config=C.with_dynamic_metadata(cfg, pair.version), created=info["created"],
+        state=A.StreamState(messages=3, bytes=info["state"]["bytes"], first_seq=1,
+                            first_ts=info["state"]["first_ts"], last_seq=3, last_ts=info["state"]["last_ts"],
+                            num_subjects=3, subjects={f"{s}.a.{i}": 1 for i in range(3)}, consumer_count=0),
+        cluster=A.ClusterInfo(leader=info["cluster"]["leader"]), ts=info["ts"]),
+        total=3, limit=A.MAX_SUBJECT_DETAILS)
+    assert json.loads(ours.to_json()) == info
+    assert _shape(json.loads(ours.to_json())) == _shape(info)
+
+    # consumer create and info
+    cr = go.request(f"{S}CONSUMER.CREATE.{s}.dd", {"stream_name": s, "config": {"durable_name": "dd",
+                                                                                "ack_policy": "explicit"}})
+    ccfg = C.normalize_consumer_config(cfg, {"durable_name": "dd", "name": "dd", "ack_policy": "explicit"})
+    ci = A.ConsumerInfo(stream_name=s, name="dd", created=cr["created"],
+                        config=C.with_dynamic_metadata(ccfg, pair.version), num_pending=3, ts=cr["ts"])
+    assert json.loads(A.ConsumerCreateResponse(info=ci).to_json()) == cr
+    inf = go.request(f"{S}CONSUMER.INFO.{s}.dd")
+    assert _shape(json.loads(A.ConsumerInfoResponse(info=ci).to_json())) == _shape(inf)
+
+    # names / list / errors
+    names = go.request(f"{S}STREAM.NAMES", {"subject": f"{s}.a.1"})
+    assert json.loads(A.StreamNamesResponse(total=1, limit=1024, streams=[s]).to_json()) == names
+    cn = go.request(f"{S}CONSUMER.NAMES.{s}")
+    assert json.loads(A.ConsumerNamesResponse(total=1, limit=1024, consumers=["dd"]).to_json()) == cn
+    cne = go.request(f"{S}CONSUMER.NAMES.NOSUCH")
+    assert json.loads(A.error_response(A.ConsumerNamesResponse, jserr.STREAM_NOT_FOUND())) == cne
+    sie = go.request(f"{S}STREAM.INFO.NOSUCH")
+    assert json.loads(A.error_response(A.StreamInfoResponse, jserr.STREAM_NOT_FOUND())) == sie
+    sne = go.request(f"{S}STREAM.NAMES", b"{x")
+    assert json.loads(A.error_response(A.StreamNamesResponse, jserr.INVALID_JSON(
+        err="invalid character 'x' looking for beginning of object key string at offset 2"))) == sne
+
+    # msg get, purge, delete
+    mg = go.request(f"{S}STREAM.MSG.GET.{s}", {"seq": 2})
+    msg = A.StoredMsg(subject=f"{s}.a.1", seq=2, data=b"x", time=mg["message"]["time"])
+    assert json.loads(A.MsgGetResponse(message=msg).to_json()) == mg
+    md = go.request(f"{S}STREAM.MSG.DELETE.{s}", {"seq": 1})
+    assert json.loads(A.MsgDeleteResponse(success=True).to_json()) == md
+    pu = go.request(f"{S}STREAM.PURGE.{s}", {"filter": f"{s}.a.2"})
+    assert json.loads(A.StreamPurgeResponse(success=True, purged=1).to_json()) == pu
+    dl = go.request(f"{S}CONSUMER.DELETE.{s}.dd")
+    assert json.loads(A.ConsumerDeleteResponse(success=True).to_json()) == dl
+
+    # account info
+    ai = go.request(f"{S}INFO")
+    acct = A.AccountInfo(memory=ai["memory"], storage=ai["storage"], reserved_memory=ai["reserved_memory"],
+                         reserved_storage=ai["reserved_storage"], streams=ai["streams"],
+                         consumers=ai["consumers"], api=A.ApiStats(level=ai["api"]["level"],
+                                                                   total=ai["api"]["total"],
+                                                                   errors=ai["api"]["errors"]))
+    assert json.loads(A.AccountInfoResponse(info=acct).to_json()) == ai
+
+
+def test_pub_ack_like_nats_server(pair, go):
+    s = uniq("PA")
+    pair.same_stream(s, {"name": s, "subjects": [f"{s}.>"]})
+    r = go.request(f"{s}.x", b"1")
+    assert A.pub_ack(s, 1) == json.dumps(r, separators=(",", ":")).encode()
+    assert json.loads(A.pub_ack(s, 1, duplicate=True)) == {"stream": s, "seq": 1, "duplicate": True}
+    assert json.loads(A.pub_ack('we"ird<', 2)) == {"stream": 'we"ird<', "seq": 2}
+    assert A.pub_ack_error(jserr.STREAM_NOT_FOUND()) == \
+        b'{"error":{"code":404,"err_code":10059,"description":"stream not found"}}'
+
+
+# ---------------------------------------------------------------------------------------------------
+# Unit checks of the helpers
+
+
+def test_time_helpers():
+    assert C.format_time(0) == C.GO_ZERO_TIME
+    assert C.format_time(1_700_000_000_123_456_000) == "2023-11-14T22:13:20.123456Z"
+    assert C.format_time(1_700_000_000 * C.NS, 3600) == "2023-11-14T23:13:20+01:00"
+    ns, off = C.parse_time("2023-11-14T23:13:20.5+01:00")
+    assert (ns, off) == (1_700_000_000_500_000_000, 3600)
+    assert C.normalize_time("2023-11-14T22:13:20.500000000Z") == "2023-11-14T22:13:20.5Z"
+    assert C.normalize_time("2023-11-14T22:13:20+00:00") == "2023-11-14T22:13:20Z"
+    assert C.normalize_time(C.GO_ZERO_TIME) == C.GO_ZERO_TIME
+    assert C.time_ns(C.GO_ZERO_TIME) == 0
+    assert C.to_utc_time("2023-11-14T23:13:20+01:00") == "2023-11-14T22:13:20Z"
+    with pytest.raises(C.GoTimeError, match="month out of range"):
+        C.parse_time("2020-13-01T00:00:00Z")
+
+
+def test_encoding_rules():
+    cfg = C.StreamConfig(name="a<b>&c", description="\b\f\u2028")
+    out = C.go_json(cfg)
+    assert b"a\\u003cb\\u003e\\u0026c" in out
+    assert b'"description":"\\u0008\\u000c\\u2028"' in out
+    assert b'"metadata"' not in out and b'"subjects"' not in out
+    cc = C.ConsumerConfig(priority_policy="none", metadata={"b": "1", "a": "2"})
+    assert C.go_json(cc).endswith(b'"num_replicas":0,"metadata":{"a":"2","b":"1"}}')
+
+
+def test_transform_validation():
+    assert C.validate_mapping("a.*", "b.$1") is None
+    assert C.validate_mapping("a.*", "b.{{wildcard(1)}}") is None
+    assert C.validate_mapping("a.*", "b.$2") == "invalid mapping destination: wildcard index out of range in $2: [2]"
+    assert C.validate_mapping("a.*", "b.{{nope()}}") == "invalid mapping destination: unknown function in {{nope()}}"
+    assert C.validate_mapping("a.*", "b..c") == "invalid mapping destination: invalid transform"
+    assert C.validate_mapping("a.>", "b.*") == "invalid subject"
+    assert C.check_subject_transform("", "") is None
+
+
+def test_error_catalog_names_used_exist():
+    import re
+    src = open(C.__file__).read() + open(A.__file__).read()
+    for name in set(re.findall(r"jserr\.([A-Z][A-Z0-9_]+)\(", src)):
+        assert name in jserr.CATALOG, name
