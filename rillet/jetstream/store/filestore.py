@@ -122,6 +122,8 @@ class _Entry(msgspec.Struct, gc=False):
 class _Block:
     __slots__ = ("index", "path", "first", "last", "live", "size", "synced", "bad")
 
+    # ``synced``: the file size covered by the last fsync (the file is durable up to it).
+
     def __init__(self, index: int, path: str) -> None:
         self.index = index
         self.path = path
@@ -129,7 +131,7 @@ class _Block:
         self.last = 0  # last seq physically in the file
         self.live = 0  # live messages
         self.size = 0  # bytes in the file
-        self.synced = False
+        self.synced = 0
         self.bad = False  # has corrupt regions
 
 
@@ -265,12 +267,12 @@ class FileConsumerStore(MemConsumerStore):
         if self._closed or not (self._dirty or durable):
             return
         with self._wlock:
+            if not self._dirty and not durable:
+                return
+            self._dirty = False  # before taking the state: a later update marks it again
             enc = self._enc
             if enc is None:
                 return
-            if not self._dirty and not durable:
-                return
-            self._dirty = False
             data = CONSUMER_MAGIC + _CRC.pack(zlib.crc32(enc)) + enc
             try:
                 _atomic_write(os.path.join(self.path, "state"), data, durable)
@@ -678,12 +680,13 @@ class FileStore(IndexedStore):
         while len(self._fds) > _FD_CACHE:
             index, fd = next(iter(self._fds.items()))
             blk = self._blocks.get(index)
-            if blk is not None and not blk.synced and blk is not self._active:
+            if blk is not None and blk.synced < blk.size and blk is not self._active:
+                size = blk.size
                 try:
                     os.fsync(fd)
+                    blk.synced = size
                 except OSError:
                     pass
-                blk.synced = True
             del self._fds[index]
             os.close(fd)
 
@@ -762,7 +765,6 @@ class FileStore(IndexedStore):
                 pass
             raise ErrStoreFull(f"write to {blk.path} failed: {e.strerror or e}") from e
         blk.size = off + total
-        blk.synced = False
         if not blk.first:
             blk.first = seq
         blk.last = seq
@@ -783,6 +785,10 @@ class FileStore(IndexedStore):
         self._flush_log_pending()
 
     def _flush_log_pending(self) -> bool:
+        with self._lock:
+            return self._flush_log_pending_locked()
+
+    def _flush_log_pending_locked(self) -> bool:
         data = b"".join(self._log_pending)
         off = self._log_size
         try:
@@ -829,6 +835,10 @@ class FileStore(IndexedStore):
         return b"".join(parts)
 
     def _rewrite_log(self) -> bool:
+        with self._lock:
+            return self._rewrite_log_locked()
+
+    def _rewrite_log_locked(self) -> bool:
         path = os.path.join(self.dir, "state.log")
         data = self._log_state_bytes()
         try:
@@ -977,6 +987,8 @@ class FileStore(IndexedStore):
     # -- reading --------------------------------------------------------------------
 
     def _materialize(self, e: _Entry) -> StoredMsg:
+        if self._closed:
+            raise ErrStoreClosed()
         try:
             buf = os.pread(self._fd_for(e.blk), e.rlen, e.off)
         except OSError as ex:
@@ -1037,28 +1049,39 @@ class FileStore(IndexedStore):
 
     def sync(self) -> None:
         """fsync the blocks written since the last sync, the state log and consumer states.
-        Safe to run in a thread while the owner keeps storing."""
+        Safe to run in a thread while the owner keeps storing: the files are fsynced
+        through duplicated descriptors, outside the store's lock."""
         if self._closed:
             return
-        if self._log_pending and not self._flush_log_pending():
-            raise ErrStoreFull("cannot write sequence state")
+        todo: list[tuple[_Block | None, int, int]] = []
         with self._lock:
-            fds = []
-            if self._active is not None and not self._active.synced:
-                fds.append((self._active, self._afd))
-            for index, fd in list(self._fds.items()):
-                blk = self._blocks.get(index)
-                if blk is not None and not blk.synced:
-                    fds.append((blk, fd))
-            if self._log_fd >= 0:
-                fds.append((None, self._log_fd))
-            for blk, fd in fds:
-                try:
-                    os.fsync(fd)
-                except OSError as e:
-                    raise ErrStoreFull(f"fsync failed: {e.strerror or e}") from e
-                if blk is not None:
-                    blk.synced = True
+            if self._log_pending and not self._flush_log_pending():
+                raise ErrStoreFull("cannot write sequence state")
+            try:
+                if self._active is not None and self._active.synced < self._active.size:
+                    todo.append((self._active, os.dup(self._afd), self._active.size))
+                for index, fd in list(self._fds.items()):
+                    blk = self._blocks.get(index)
+                    if blk is not None and blk.synced < blk.size:
+                        todo.append((blk, os.dup(fd), blk.size))
+                if self._log_fd >= 0:
+                    todo.append((None, os.dup(self._log_fd), 0))
+            except OSError as e:
+                for _, fd, _ in todo:
+                    os.close(fd)
+                raise ErrStoreFull(f"sync failed: {e.strerror or e}") from e
+        err: OSError | None = None
+        for blk, fd, size in todo:
+            try:
+                os.fsync(fd)
+                if blk is not None and size > blk.synced:
+                    blk.synced = size
+            except OSError as e:
+                err = err or e
+            finally:
+                os.close(fd)
+        if err is not None:
+            raise ErrStoreFull(f"fsync failed: {err.strerror or err}") from err
         for cs in list(self._consumers.values()):
             if isinstance(cs, FileConsumerStore):
                 cs.sync()
