@@ -14,7 +14,7 @@ GLOBAL_ACCOUNT = "$G"
 
 
 class Account:
-    __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "__weakref__")
+    __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -23,12 +23,25 @@ class Account:
         self._match = self.sublist.match
         self.clients: set[Any] = set()
         self._pending = server.pending_flush
+        # literal subject -> callbacks run when a subscription on exactly that subject comes or goes
+        # (JetStream push consumers watch their deliver subject)
+        self.interest_watchers: dict[str, list[Any]] = {}
 
     def add_sub(self, sub: "Subscription") -> None:
         self.sublist.insert(sub)
+        if self.interest_watchers:
+            self._notify_interest(sub.subject)
 
     def remove_sub(self, sub: "Subscription") -> None:
         self.sublist.remove(sub)
+        if self.interest_watchers:
+            self._notify_interest(sub.subject)
+
+    def _notify_interest(self, subject: str) -> None:
+        cbs = self.interest_watchers.get(subject)
+        if cbs:
+            for cb in list(cbs):
+                cb()
 
     def num_subs(self) -> int:
         return self.sublist.count()
