@@ -144,6 +144,7 @@ class Consumer:
         self._replay_ok_seq = 0
         self._rl_next = 0.0
         self._subs: list[Any] = []
+        self._watched = ""
         self.persist: Any = None
         self._apply_cfg()
 
@@ -199,6 +200,7 @@ class Consumer:
         if self.is_push and self.flow_control:
             self._subs.append(self.ic.subscribe(f"$JS.FC.{st}.{self.name}.*", self._on_fc))
         if self.is_push:
+            self._watch_interest(True)
             self.active = self._has_interest()
             if not self.active:
                 self._interest_lost()
@@ -302,6 +304,7 @@ class Consumer:
         for sub in self._subs:
             self.ic.remove_sub(sub)
         self._subs = []
+        self._watch_interest(False)
         for t in (self._ack_timer, self._wr_timer, self._hb_timer, self._interest_timer, self._delete_timer,
                   self._pause_timer, self._delay_timer, self._flush_timer):
             if t is not None:
@@ -697,6 +700,39 @@ class Consumer:
                 self.kick()
 
     # ---- push: interest, flow control, heartbeats ---------------------------------------------------
+
+    def _watch_interest(self, on: bool) -> None:
+        """(Un)register for subscriptions coming and going on the deliver subject."""
+        watchers = getattr(self.jsa.account, "interest_watchers", None)
+        if watchers is None:
+            return
+        subj = getattr(self, "_watched", "")
+        if subj:
+            cbs = watchers.get(subj)
+            if cbs is not None:
+                try:
+                    cbs.remove(self._on_interest_change)
+                except ValueError:
+                    pass
+                if not cbs:
+                    del watchers[subj]
+            self._watched = ""
+        if on and self.is_push and not self.closed:
+            watchers.setdefault(self.deliver_subject, []).append(self._on_interest_change)
+            self._watched = self.deliver_subject
+
+    def _on_interest_change(self) -> None:
+        if self.closed:
+            return
+        if self._has_interest():
+            if not self.active:
+                self.active = True
+                if self._delete_timer is not None:
+                    self._delete_timer.cancel()
+                    self._delete_timer = None
+                self.kick()
+        elif self.active:
+            self._interest_lost()
 
     def _interest_lost(self) -> None:
         self.active = False
@@ -1214,6 +1250,7 @@ class Consumer:
         if self.flow_control and self.is_push and old_maxpb:
             self.maxpb = old_maxpb
         if self.deliver_subject != old_deliver and self.is_push:
+            self._watch_interest(True)
             self.active = self._has_interest()
             if not self.active:
                 self._interest_lost()
