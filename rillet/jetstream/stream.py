@@ -64,6 +64,8 @@ class Stream:
         self.closed = False
         self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
         store.register_remove_callback(self._on_store_remove)
+        if hasattr(store, "register_marker_callback"):
+            store.register_marker_callback(self._on_marker)
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -309,6 +311,17 @@ class Stream:
             return
         self.store.expire_msgs(now_ns())
         self._schedule_expiry()
+
+    def _on_marker(self, subject: str, hdr: bytes) -> None:
+        """A subject delete marker the store asks for: stored through the log, so consumers see it."""
+        ttl = 0
+        v = H.get_header(hdr, H.TTL)
+        if v:
+            try:
+                ttl = parse_ttl(v)
+            except ValueError:
+                ttl = 0
+        self.log.propose(Entry(Entry.MSG, (subject, hdr, b"", 0, ttl, "")))
 
     def _on_store_remove(self, seq: int, subject: str, size: int) -> None:
         for c in self.consumers.values():
