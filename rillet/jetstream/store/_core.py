@@ -838,6 +838,10 @@ class IndexedStore:
         ss = self._fss.get(subject)
         return self._subj_last(ss) if ss is not None else 0
 
+    def load_prev_msg_for_subject(self, subject: str, start_seq: int) -> StoredMsg | None:
+        """Last message on ``subject`` (a filter) with seq <= start_seq."""
+        return self.load_prev_msg(start_seq, subject)
+
     def load_prev_msg(self, start_seq: int, filter: str = "") -> StoredMsg | None:
         """Last message with seq <= start_seq (matching ``filter`` if given)."""
         if not self._msgs or start_seq < self._first:
@@ -885,29 +889,7 @@ class IndexedStore:
     # -- state and queries ----------------------------------------------------------
 
     def state(self) -> StreamState:
-        n = len(self._msgs)
-        first, last = self._first, self._last
-        st = StreamState(
-            msgs=n,
-            bytes=self._bytes,
-            first_seq=first,
-            first_ts=self._msgs[first].ts if n else 0,
-            last_seq=last,
-            last_ts=self._last_ts,
-            num_subjects=len(self._fss),
-        )
-        if n:
-            nd = last - first + 1 - n
-            if nd > 0:
-                st.num_deleted = nd
-                st.deleted = self._deleted_list(first, last)
-        lost = self._lost_list()
-        if lost:
-            st.lost = lost
-        return st
-
-    def fast_state(self) -> StreamState:
-        """Like state() without the deleted and lost lists."""
+        """Counters now (O(1)); ``deleted`` and ``lost`` computed when first read."""
         n = len(self._msgs)
         first, last = self._first, self._last
         return StreamState(
@@ -919,7 +901,11 @@ class IndexedStore:
             last_ts=self._last_ts,
             num_subjects=len(self._fss),
             num_deleted=(last - first + 1 - n) if n else 0,
+            calc_deleted=lambda: self._deleted_list(first, last),
+            calc_lost=self._lost_list,
         )
+
+    fast_state = state
 
     def _lost_list(self) -> list[int]:
         return []
@@ -931,6 +917,10 @@ class IndexedStore:
         out: list[int] = []
         prev = first - 1
         for s in sorted(msgs):
+            if s < first:
+                continue
+            if s > last:
+                break
             if s > prev + 1:
                 out.extend(range(prev + 1, s))
             prev = s

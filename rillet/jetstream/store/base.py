@@ -133,17 +133,100 @@ class StoreConfig:
     sync_interval: float | str = 120.0  # seconds, or "always" (caller syncs per batch)
 
 
-class StreamState(msgspec.Struct, kw_only=True):
-    msgs: int = 0
-    bytes: int = 0
-    first_seq: int = 0
-    first_ts: int = 0
-    last_seq: int = 0
-    last_ts: int = 0
-    num_deleted: int = 0
-    deleted: list[int] = []
-    num_subjects: int = 0
-    lost: list[int] = []  # sequences whose data failed its checksum (file store)
+class StreamState:
+    """A stream's state.  The counters are taken when ``state()`` is called (O(1));
+    ``deleted`` (sequences in [first_seq, last_seq] that are gone) and ``lost``
+    (sequences whose data failed its checksum) are computed on first access."""
+
+    __slots__ = (
+        "msgs",
+        "bytes",
+        "first_seq",
+        "first_ts",
+        "last_seq",
+        "last_ts",
+        "num_deleted",
+        "num_subjects",
+        "_deleted",
+        "_lost",
+        "_calc_deleted",
+        "_calc_lost",
+    )
+    _FIELDS = (
+        "msgs",
+        "bytes",
+        "first_seq",
+        "first_ts",
+        "last_seq",
+        "last_ts",
+        "num_deleted",
+        "deleted",
+        "num_subjects",
+        "lost",
+    )
+
+    def __init__(
+        self,
+        msgs: int = 0,
+        bytes: int = 0,
+        first_seq: int = 0,
+        first_ts: int = 0,
+        last_seq: int = 0,
+        last_ts: int = 0,
+        num_deleted: int = 0,
+        deleted: list[int] | None = None,
+        num_subjects: int = 0,
+        lost: list[int] | None = None,
+        calc_deleted: Callable[[], list[int]] | None = None,
+        calc_lost: Callable[[], list[int]] | None = None,
+    ) -> None:
+        self.msgs = msgs
+        self.bytes = bytes
+        self.first_seq = first_seq
+        self.first_ts = first_ts
+        self.last_seq = last_seq
+        self.last_ts = last_ts
+        self.num_deleted = num_deleted
+        self.num_subjects = num_subjects
+        self._deleted = deleted
+        self._lost = lost
+        self._calc_deleted = calc_deleted
+        self._calc_lost = calc_lost
+
+    @property
+    def deleted(self) -> list[int]:
+        if self._deleted is None:
+            calc = self._calc_deleted
+            self._deleted = calc() if (calc is not None and self.num_deleted) else []
+            self._calc_deleted = None
+        return self._deleted
+
+    @deleted.setter
+    def deleted(self, v: list[int]) -> None:
+        self._deleted = v
+
+    @property
+    def lost(self) -> list[int]:
+        if self._lost is None:
+            calc = self._calc_lost
+            self._lost = calc() if calc is not None else []
+            self._calc_lost = None
+        return self._lost
+
+    @lost.setter
+    def lost(self, v: list[int]) -> None:
+        self._lost = v
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self._FIELDS}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StreamState):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return "StreamState(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
 
 class SequencePair(msgspec.Struct):
