@@ -6,6 +6,7 @@ err_code, description) or the resulting configuration (as JSON, key order includ
 """
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -38,8 +39,11 @@ def _body(b) -> bytes:
 class Pair:
     """One account on nats-server and its counterpart on our side."""
 
-    def __init__(self, go: GoJetStream) -> None:
+    def __init__(self, go: GoJetStream, server_limits: C.ServerLimits | None = None,
+                 account_limits: C.AccountLimits | None = None) -> None:
         self.go = go
+        self.server_limits = server_limits
+        self.account_limits = account_limits
         self.streams: dict[str, C.StreamConfig] = {}
         self.consumers: dict[str, dict[str, C.ConsumerConfig]] = {}
         self.version = None
@@ -59,14 +63,17 @@ class Pair:
 
     def ours_stream(self, op: str, name: str, body: bytes) -> dict:
         try:
+            lim = dict(server_limits=self.server_limits, account_limits=self.account_limits)
             if op == "CREATE":
+                check = functools.partial(C.stream_limits_check, account=self.account_limits,
+                                          others=list(self.streams.values()))
                 cfg = C.normalize_stream_config(body, subject_name=name, lookup_stream=self.streams.get,
                                                 subjects_overlap=self._overlap(None),
-                                                existing=self.streams.get(name))
+                                                existing=self.streams.get(name), limits_check=check, **lim)
             else:
                 cfg = C.normalize_stream_update(self.streams.get(name), body, subject_name=name,
                                                 lookup_stream=self.streams.get,
-                                                subjects_overlap=self._overlap(name))
+                                                subjects_overlap=self._overlap(name), **lim)
         except ApiError as e:
             return {"error": e.to_dict()}
         self.streams[name] = cfg
@@ -76,7 +83,8 @@ class Pair:
     def ours_consumer(self, tokens: list[str], body: bytes, go_name: str | None) -> dict:
         try:
             r = C.prepare_consumer_create(tokens, body, lookup_stream=self.streams.get,
-                                          consumers=lambda s: self.consumers.get(s, {}))
+                                          consumers=lambda s: self.consumers.get(s, {}),
+                                          server_limits=self.server_limits, account_limits=self.account_limits)
         except ApiError as e:
             return {"error": e.to_dict()}
         self.consumers[r.stream][r.name or go_name] = r.config
@@ -631,6 +639,62 @@ def test_ephemeral_named_create_twice(pair, streams):
     pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": {}, "action": "create"})
     pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": {}, "action": "create"})
     pair.same_consumer(f"CREATE.{s}.{c}", {"stream_name": s, "config": {}})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Server and account limits
+
+LIMITS_CONF = """
+listen: 127.0.0.1:{port}
+jetstream { store_dir: "{store}", limits { max_request_batch: 50, max_ack_pending: 100, duplicate_window: "1m" } }
+accounts {
+  A {
+    users [{user: a, password: a}]
+    jetstream {
+      max_mem: 10MB, max_file: 50MB, max_streams: 5, max_consumers: 3, max_bytes_required: true,
+      memory_max_stream_bytes: 2MB, store_max_stream_bytes: 20MB, max_ack_pending: 80
+    }
+  }
+}
+"""
+
+
+def test_limits_like_nats_server():
+    go = GoJetStream(LIMITS_CONF, user="a", password="a")
+    try:
+        limits = go.request(f"{S}INFO")["limits"]
+        acct = C.from_dict(limits, C.AccountLimits)
+        srv = C.ServerLimits(max_request_batch=50, max_ack_pending=100, max_duplicate_window=60 * SEC)
+        p = Pair(go, srv, acct)
+        mb = 1024 * 1024
+        p.same_stream("L0", {"name": "L0"})
+        p.same_stream("L0", {"name": "L0", "max_bytes": 30 * mb})
+        p.same_stream("L0", {"name": "L0", "max_bytes": 20 * mb, "max_consumers": 5})
+        p.same_stream("L0", {"name": "L0", "max_bytes": mb, "duplicate_window": 120 * SEC})
+        p.same_stream("L0", {"name": "L0", "max_bytes": mb, "pedantic": True})
+        p.same_stream("L0", {"name": "L0", "max_bytes": 3 * mb, "storage": "memory"})
+        p.same_stream("L1", {"name": "L1", "max_bytes": 20 * mb, "max_consumers": 3})
+        p.same_stream("L2", {"name": "L2", "max_bytes": 20 * mb})
+        p.same_stream("L3", {"name": "L3", "max_bytes": 20 * mb})
+        p.same_stream("L3", {"name": "L3", "max_bytes": 5 * mb, "max_age": 30 * SEC})
+        p.same_stream("L4", {"name": "L4", "max_bytes": mb, "storage": "memory"})
+        p.same_stream("L5", {"name": "L5", "max_bytes": mb, "storage": "memory"})
+        p.same_stream("L6", {"name": "L6", "max_bytes": mb, "storage": "memory"})
+        p.same_stream("L1", {"name": "L1", "max_bytes": 20 * mb, "max_consumers": 3})
+        for cfg in ({"durable_name": "c1", "ack_policy": "explicit"},
+                    {"durable_name": "c2", "ack_policy": "explicit", "max_ack_pending": 90},
+                    {"durable_name": "c2", "ack_policy": "explicit", "max_ack_pending": 150},
+                    {"durable_name": "c2", "max_batch": 60},
+                    {"durable_name": "c2", "deliver_subject": "dlv.c2", "ack_policy": "all"},
+                    {"durable_name": "c3", "ack_policy": "explicit", "pedantic": True},
+                    {"durable_name": "c3", "ack_policy": "none"},
+                    {"durable_name": "c4", "ack_policy": "none"}):
+            pedantic = cfg.pop("pedantic", False)
+            name = cfg["durable_name"]
+            body = {"stream_name": "L1", "config": cfg, **({"pedantic": True} if pedantic else {})}
+            p.same_consumer(f"CREATE.L1.{name}", body)
+    finally:
+        go.close()
 
 
 # ---------------------------------------------------------------------------------------------------

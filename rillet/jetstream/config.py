@@ -631,7 +631,7 @@ OptTime = Annotated[Optional[str], GoTime()]
 
 Retention = Annotated[str, GoEnum("server.RetentionPolicy", _enum_exact(_q(RETENTION_POLICIES)), "limits")]
 Discard = Annotated[str, GoEnum("server.DiscardPolicy", _enum_exact(_q(DISCARD_POLICIES), fold=True), "old")]
-Storage = Annotated[str, GoEnum("server.StorageType", _enum_exact(_q(STORAGE_TYPES)), "file")]
+Storage = Annotated[str, GoEnum("server.StorageType", _enum_exact(_q(STORAGE_TYPES)), "")]
 Compression = Annotated[str, GoEnum("server.StoreCompression", _enum_compression, "none")]
 PersistMode = Annotated[str, GoEnum("server.PersistModeType",
                                     _enum_exact({'"default"': "default", '""': "default", '"async"': "async"}),
@@ -1121,7 +1121,7 @@ class StreamConfig(_Go):
     max_msgs_per_subject: Int64 = 0
     max_msg_size: Int32 = 0
     discard: Discard = "old"
-    storage: Storage = "file"
+    storage: Storage = ""  # unset until normalized (then "file" or "memory")
     num_replicas: Int = 0
     no_ack: bool = False
     duplicate_window: Duration = 0
@@ -1625,6 +1625,42 @@ def check_stream_limits(cfg: StreamConfig, account: AccountLimits | None, *, res
         raise err()
 
 
+def stream_limits_check(
+    cfg: StreamConfig,
+    pre: bool,
+    *,
+    account: AccountLimits | None,
+    others: Iterable[StreamConfig],
+    server_max_memory: int | None = None,
+    server_max_store: int | None = None,
+    server_reserved_memory: int = 0,
+    server_reserved_store: int = 0,
+) -> None:
+    """The account/server resource checks nats-server runs on STREAM.CREATE: once on the request's
+    configuration as sent (``pre``: also the number of streams) and once normalized, after the
+    existing-stream check. ``others``: the account's other streams (same name skipped)."""
+    if account is None:
+        return
+    others = [o for o in others if o.name != cfg.name]
+    if pre and account.max_streams > 0 and len(others) >= account.max_streams:
+        raise jserr.MAXIMUM_STREAMS_LIMIT()
+    reserved = 0
+    for o in others:
+        if o.max_bytes > 0 and o.storage == cfg.storage:
+            reserved += o.max_bytes * (o.num_replicas if o.num_replicas > 1 else 1)
+    if cfg.storage == "memory":
+        smax, sres = server_max_memory, server_reserved_memory
+    elif cfg.storage == "file":
+        smax, sres = server_max_store, server_reserved_store
+    else:
+        smax, sres = None, 0
+    if cfg.max_consumers > 0 and account.max_consumers > 0 and cfg.max_consumers > account.max_consumers:
+        raise jserr.MAXIMUM_CONSUMERS_LIMIT()
+    if cfg.storage not in ("memory", "file"):
+        return
+    check_stream_limits(cfg, account, reserved=reserved, server_max=smax, server_reserved=sres)
+
+
 def normalize_stream_config(
     raw: Union[StreamConfig, dict, bytes, str],
     *,
@@ -1637,6 +1673,7 @@ def normalize_stream_config(
     account_limits: AccountLimits | None = None,
     clustered: bool = False,
     subject_name: str | None = None,
+    limits_check: Callable[[StreamConfig, bool], None] | None = None,
 ) -> StreamConfig:
     """Apply nats-server's defaults to a stream configuration and validate it.
 
@@ -1659,6 +1696,10 @@ def normalize_stream_config(
     ``subject_name``: the stream name from the request subject; a different ``name`` in the body is
     STREAM_MISMATCH (checked where nats-server does: before the configuration check on create, after
     it on update).
+
+    ``limits_check(cfg, pre)`` (create only; e.g. ``functools.partial(stream_limits_check, account=...,
+    others=...)``): called with the configuration as sent (``pre=True``, before the configuration check)
+    and normalized (``pre=False``, after the existing-stream check), like nats-server's resource checks.
 
     Update (``is_create=False``): only the configuration check; then look the stream up (STREAM_NOT_FOUND)
     and call ``check_stream_update(old, new)``, then check other streams' subjects.
@@ -1690,6 +1731,8 @@ def normalize_stream_config(
             raise _invalid("stream configuration for create can not be sealed")
         if cfg.mirror_direct and cfg.mirror is None:
             raise _invalid("stream has no mirror but does have mirror direct")
+        if limits_check is not None:
+            limits_check(cfg, True)
 
     cfg = check_stream_config(cfg, pedantic=pedantic, lookup_stream=lookup_stream,
                               server_limits=server_limits, account_limits=account_limits)
@@ -1703,6 +1746,8 @@ def normalize_stream_config(
         if configs_equal(existing, cfg):
             return existing
         raise jserr.STREAM_NAME_EXIST()
+    if limits_check is not None:
+        limits_check(cfg, False)
     if subjects_overlap is not None and cfg.subjects and subjects_overlap(list(cfg.subjects)):
         raise jserr.STREAM_SUBJECT_OVERLAP()
     return cfg
