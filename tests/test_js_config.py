@@ -827,6 +827,39 @@ def test_pub_ack_like_nats_server(pair, go):
     assert json.loads(A.pub_ack('we"ird<', 2)) == {"stream": 'we"ird<', "seq": 2}
     assert A.pub_ack_error(jserr.STREAM_NOT_FOUND()) == \
         b'{"error":{"code":404,"err_code":10059,"description":"stream not found"}}'
+    small = uniq("PA")
+    pair.same_stream(small, {"name": small, "subjects": [f"{small}.>"], "max_msg_size": 10})
+    r = go.request(f"{small}.x", b"x" * 20)
+    assert A.pub_ack_error(jserr.STREAM_MESSAGE_EXCEEDS_MAXIMUM(), small) == \
+        json.dumps(r, separators=(",", ":")).encode()
+
+
+def test_consumer_pause_response_like_nats_server(pair, go):
+    s = uniq("PZ")
+    pair.same_stream(s, {"name": s, "subjects": [f"{s}.>"]})
+    go.request(f"{S}CONSUMER.CREATE.{s}.pz", {"stream_name": s, "config": {"durable_name": "pz"}})
+    until = "2099-01-02T03:04:05.5Z"
+    r = go.request(f"{S}CONSUMER.PAUSE.{s}.pz", {"pause_until": until})
+    req = A.decode_request(json.dumps({"pause_until": until}), A.ConsumerPauseRequest)
+    ours = A.ConsumerPauseResponse(paused=True, pause_until=req.pause_until, pause_remaining=r["pause_remaining"])
+    assert json.loads(ours.to_json()) == r
+    r = go.request(f"{S}CONSUMER.PAUSE.{s}.pz", b"")
+    assert json.loads(A.ConsumerPauseResponse(paused=False).to_json()) == r
+
+
+def test_pull_request_parsing():
+    assert A.parse_next_request(b"").batch == 1
+    assert A.parse_next_request(b" 7 ").batch == 7
+    assert A.parse_next_request(b"junk").batch == 1
+    nr = A.parse_next_request(b'{"batch":3,"expires":5000000000,"unknown":true,"group":"g","min_pending":2}')
+    assert (nr.batch, nr.expires, nr.group, nr.min_pending) == (3, 5 * SEC, "g", 2)
+    with pytest.raises(ValueError, match="heartbeat value too large"):
+        A.parse_next_request(b'{"expires":10,"idle_heartbeat":6}')
+    with pytest.raises(ApiError):
+        A.parse_next_request(b'{"batch":"x"}')
+    with pytest.raises(ApiError, match="unknown field"):
+        A.decode_request(b'{"batch":1,"zz":1}', A.NextRequest)
+    assert A.decode_request(b'{"batch":1,"expires":2}', A.NextRequest) == A.NextRequest(batch=1, expires=2)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -553,6 +553,30 @@ class NextRequest(_Go):
     __go_name__ = "server.JSApiConsumerGetNextRequest"
 
 
+def parse_next_request(body: bytes | str | None) -> NextRequest:
+    """A pull request body as nats-server reads it: empty = one message, a bare integer = that batch,
+    otherwise JSON (unknown fields ignored). Raises ``ApiError`` (INVALID_JSON; its ``description``
+    minus the ``invalid JSON: `` prefix is Go's text) or ``ValueError("heartbeat value too large")``
+    when ``idle_heartbeat`` is more than half of ``expires``."""
+    if isinstance(body, str):
+        body = body.encode()
+    req = (body or b"").strip()
+    if not req:
+        return NextRequest(batch=1)
+    if req[:1] == b"{":
+        nr = go_decode(req, NextRequest, strict=False)
+        if nr.idle_heartbeat > 0 and nr.idle_heartbeat * 2 > nr.expires:
+            raise ValueError("heartbeat value too large")
+        return nr
+    try:
+        text = req.decode("ascii")
+        if text[:1] in "+-" and text[1:].isdigit() or text.isdigit():
+            return NextRequest(batch=int(text))
+    except (UnicodeDecodeError, ValueError):
+        pass
+    return NextRequest(batch=1)
+
+
 class ConsumerPauseRequest(_Go):
     pause_until: Time = GO_ZERO_TIME
     __go_name__ = "server.JSApiConsumerPauseRequest"

@@ -678,11 +678,12 @@ class _Field:
 
 
 class _Info:
-    __slots__ = ("cls", "fields", "by_name", "by_lname", "go")
+    __slots__ = ("cls", "fields", "by_name", "by_lname", "go", "flat")
 
     def __init__(self, cls: type, fields: list[_Field], go: str) -> None:
         self.cls = cls
         self.fields = fields
+        self.flat = all(f.spec.kind in ("int", "bool", "str") and not f.inline for f in fields)
         self.by_name = {f.name: f for f in fields}
         self.by_lname: dict[str, _Field] = {}
         for f in fields:
@@ -766,9 +767,10 @@ def _kind_desc(node: _Node) -> str:
 
 
 class _Decoder:
-    def __init__(self, data: bytes, top: str) -> None:
+    def __init__(self, data: bytes, top: str, strict: bool = True) -> None:
         self.data = data
         self.top = top
+        self.strict = strict
 
     def type_err(self, desc: str, spec_go: str, path: list) -> _JSONError:
         if not path:
@@ -852,6 +854,8 @@ class _Decoder:
             if f is None:
                 f = info.by_lname.get(key.lower())
             if f is None:
+                if not self.strict:
+                    continue
                 raise _JSONError(f"json: unknown field {go_quote(key)}")
             cv = vals.get(f.name)
             if cv is None and f.name not in vals:
@@ -914,18 +918,23 @@ def _plain(node: _Node) -> Any:
     return node.v
 
 
-def go_decode(data: bytes | str | None, cls: type, top: str | None = None) -> Any:
+def go_decode(data: bytes | str | None, cls: type, top: str | None = None, *, strict: bool = True) -> Any:
     """Decode a request body into ``cls`` the way nats-server does; raises ``INVALID_JSON`` on failure.
 
     An empty body gives the zero value (``cls()``). ``top`` is the Go type name used in messages
-    (defaults to the class name; e.g. ``"StreamConfigRequest"``).
+    (defaults to the class name; e.g. ``"StreamConfigRequest"``). ``strict=False`` ignores unknown
+    fields (Go's plain ``json.Unmarshal``, used for pull requests and with ``strict: false``).
     """
     if data is None:
         data = b""
     if isinstance(data, str):
         data = data.encode()
     info = _info(cls)
-    dec = _Decoder(bytes(data), top or info.go.rsplit(".", 1)[-1])
+    if info.flat and data:
+        fast = _fast_flat(info, data)
+        if fast is not None:
+            return fast
+    dec = _Decoder(bytes(data), top or info.go.rsplit(".", 1)[-1], strict)
     cur = None
     try:
         for node in _Scanner(dec.data).values():
@@ -937,6 +946,39 @@ def go_decode(data: bytes | str | None, cls: type, top: str | None = None) -> An
     except _JSONError as e:
         raise jserr.INVALID_JSON(err=str(e)) from None
     return cur if cur is not None else cls()
+
+
+_json_decode = msgspec.json.decode
+
+
+def _fast_flat(info: "_Info", data: bytes) -> Any:
+    # Common small requests (pull NEXT, stream info, names...): plain JSON with exact keys and values of
+    # the right type decode the same with msgspec; anything else goes the exact (slow) way.
+    try:
+        d = _json_decode(data)
+    except Exception:
+        return None
+    if type(d) is not dict:
+        return None
+    by_name = info.by_name
+    for k, v in d.items():
+        f = by_name.get(k)
+        if f is None:
+            return None
+        spec = f.spec
+        kind = spec.kind
+        if kind == "int":
+            if type(v) is not int or not spec.lo <= v <= spec.hi:
+                return None
+        elif kind == "bool":
+            if type(v) is not bool:
+                return None
+        elif type(v) is not str:
+            return None
+    try:
+        return info.cls(**d)
+    except Exception:
+        return None
 
 
 def parse_json(data: bytes | str | None) -> Any:
