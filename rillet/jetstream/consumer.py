@@ -43,7 +43,7 @@ PENDING_BYTES = "Nats-Pending-Bytes"
 
 FC_MAX_PENDING = 32 * 1024 * 1024  # flow control window limit (bytes), like nats-server
 DELETE_WAIT_DEFAULT = 5_000_000_000  # ns: ephemerals' default inactive threshold
-INTEREST_POLL = 0.05  # s: how often an unbound push consumer looks for interest on its deliver subject
+INTEREST_POLL = 0.25  # s: how often an unbound push consumer looks for interest on its deliver subject
 STATE_FLUSH = 0.05  # s: persisted state is written this long after it changed
 RUN_BUDGET = 1024  # deliveries per pass before yielding to the loop
 
@@ -145,6 +145,7 @@ class Consumer:
         self._rl_next = 0.0
         self._subs: list[Any] = []
         self._watched = ""
+        self._map_stalled = False
         self.persist: Any = None
         self._apply_cfg()
 
@@ -495,6 +496,7 @@ class Consumer:
             self.rdc[seq] = dc
             return m, dc, 1
         if self.maxp and len(self.pending) >= self.maxp:
+            self._map_stalled = True
             return None, 0, 0
         if self.lss:
             seq = self.lss.pop(0)
@@ -559,6 +561,7 @@ class Consumer:
             return
         sent = 0
         loop = self.loop
+        self._map_stalled = False
         try:
             while sent < RUN_BUDGET:
                 if self.pause_until_ns and self.is_paused():
@@ -624,7 +627,8 @@ class Consumer:
                 self.kick()  # budget used up: continue on the next loop iteration
         finally:
             if not self.is_push and self.waiting and not self.closed:
-                self._process_waiting(eos=True)
+                # one-shot (no_wait) requests end here, unless we only stopped at max_ack_pending
+                self._process_waiting(eos=not self._map_stalled)
             self._flush_out()
 
     def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int) -> bool:
@@ -1061,9 +1065,16 @@ class Consumer:
         elif dseq == self.adflr + 1:
             self.adflr, self.asflr = dseq, sseq
             # advance to just below the lowest still-pending delivery
-            low = min(self.pending)
-            p = self.pending[low]
-            if p[0] > 0:
+            pending = self.pending
+            if self.sseq - sseq <= 2 * len(pending):
+                for ss in range(sseq + 1, self.sseq):
+                    p = pending.get(ss)
+                    if p is not None:
+                        self.adflr, self.asflr = p[0] - 1, ss - 1
+                        break
+            else:
+                low = min(pending)
+                p = pending[low]
                 self.adflr, self.asflr = p[0] - 1, low - 1
 
     def process_nak(self, sseq: int, dseq: int, dc: int, arg: bytes) -> None:
