@@ -64,7 +64,7 @@ class ApiRouter:
             "STREAM.MSG.GET": self.msg_get,
             "STREAM.MSG.DELETE": self.msg_delete,
             "STREAM.LEADER.STEPDOWN": self.stream_leader_stepdown,
-            "DIRECT.GET": self.direct_get,
+            "DIRECT.GET": self.direct_get,  # subscribed per stream (allow_direct), see Stream
         }
         try:
             from rillet.jetstream import api_consumer
@@ -78,6 +78,17 @@ class ApiRouter:
             pass
 
     # ---- dispatch ---------------------------------------------------------------------------------
+
+    def subscription_patterns(self) -> list[str]:
+        """The API subjects to listen on (after the ``$JS.API.`` prefix), one pattern per endpoint form:
+        a subject nobody serves (an unknown endpoint) then gets "no responders", as from nats-server."""
+        out = []
+        for key in self.handlers:
+            if key == "DIRECT.GET":
+                continue
+            for suffix in _ENDPOINT_ARGS.get(key, ("", "*")):
+                out.append(key + ("." + suffix if suffix else ""))
+        return out
 
     def on_request(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         subj = subject.decode("utf-8", "surrogateescape")
@@ -142,7 +153,7 @@ class ApiRouter:
         mem, sto, n, c = self.jsa.usage()
         d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
                              "reserved_memory": 0, "reserved_storage": 0, "streams": n, "consumers": c,
-                             "limits": dict(self.jsa.limits)}
+                             "limits": C.to_go(self.jsa.limits)}
         if self.js.domain:
             d["domain"] = self.js.domain
         d["api"] = {"level": 1, "total": self.jsa.api_total, "errors": self.jsa.api_errors}
@@ -171,7 +182,7 @@ class ApiRouter:
         name = args[0] if args else ""
         existing = self.jsa.streams.get(name)
         cfg = C.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup,
-                                        subjects_overlap=self._overlap(),
+                                        subjects_overlap=self._overlap(), account_limits=self.jsa.limits,
                                         existing=existing.cfg if existing is not None else None)
         if existing is not None:
             self.respond(reply, {"type": typ, **stream_info_dict(existing)})
@@ -186,8 +197,14 @@ class ApiRouter:
 
     def _check_limits(self, cfg: Any) -> None:
         lim = self.jsa.limits
-        if lim["max_streams"] > 0 and len(self.jsa.streams) >= lim["max_streams"]:
+        if lim.max_streams > 0 and len(self.jsa.streams) >= lim.max_streams:
             raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
+        mem, sto, _, _ = self.jsa.usage()
+        if cfg.max_bytes > 0:
+            cap, used = (lim.max_memory, mem) if cfg.storage == "memory" else (lim.max_storage, sto)
+            if cap >= 0 and used + cfg.max_bytes > cap:
+                raise ApiError.make("STORAGE_RESOURCES_EXCEEDED" if cfg.storage == "file"
+                                    else "MEMORY_RESOURCES_EXCEEDED")
 
     def stream_update(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_update_response"
@@ -195,6 +212,7 @@ class ApiRouter:
         stream = self.jsa.streams.get(name)
         cfg = C.normalize_stream_update(stream.cfg if stream is not None else None, body, subject_name=name,
                                         lookup_stream=self._lookup, subjects_overlap=self._overlap(skip=name),
+                                        account_limits=self.jsa.limits,
                                         consumers=[(n, c.cfg) for n, c in stream.consumers.items()]
                                         if stream is not None else None)
         assert stream is not None
@@ -421,6 +439,24 @@ class ApiRouter:
                 msgs[i - 1].seq if i else 0))])
         eob = H.make_headers([(H.LAST_SEQUENCE, str(msgs[-1].seq)), (H.NUM_PENDING, "0")], 204, "EOB")
         self.jsa.ic.publish(reply, None, eob, len(eob))
+
+
+# the argument tokens each endpoint takes (default: none, or a stream name)
+_ENDPOINT_ARGS: dict[str, tuple[str, ...]] = {
+    "INFO": ("",),
+    "STREAM.NAMES": ("",),
+    "STREAM.LIST": ("",),
+    "CONSUMER.CREATE": ("*", "*.>"),
+    "CONSUMER.DURABLE.CREATE": ("*.*",),
+    "CONSUMER.INFO": ("*.*",),
+    "CONSUMER.DELETE": ("*.*",),
+    "CONSUMER.MSG.NEXT": ("*.*",),
+    "CONSUMER.PAUSE": ("*.*",),
+    "CONSUMER.LEADER.STEPDOWN": ("*.*",),
+    "CONSUMER.UNPIN": ("*.*",),
+    "CONSUMER.NAMES": ("*",),
+    "CONSUMER.LIST": ("*",),
+}
 
 
 def _type_for(handler: Callable) -> str:

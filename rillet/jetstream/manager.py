@@ -25,7 +25,7 @@ API_LEVEL = 1
 class JSAccount:
     """One account's JetStream: its streams, its API listener and its limits."""
 
-    def __init__(self, js: "JetStream", account: "Account") -> None:
+    def __init__(self, js: "JetStream", account: "Account", limits: Any = None) -> None:
         self.js = js
         self.account = account
         self.ic = js.server.internal_client(account, f"jetstream-{account.name}")
@@ -33,21 +33,24 @@ class JSAccount:
         self.dir = os.path.join(js.store_dir, account.name, "streams")
         self.api_total = 0
         self.api_errors = 0
-        self.limits = {"max_memory": -1, "max_storage": -1, "max_streams": -1, "max_consumers": -1,
-                       "max_ack_pending": -1, "memory_max_stream_bytes": -1, "storage_max_stream_bytes": -1,
-                       "max_bytes_required": False}
+        from rillet.jetstream.config import AccountLimits
+        self.limits = limits if limits is not None else AccountLimits()
         self._api_subs: list[Any] = []
 
     def start(self) -> None:
         from rillet.jetstream.api import ApiRouter
         os.makedirs(self.dir, exist_ok=True)
         self.router = ApiRouter(self)
+        for p in self.api_prefixes():
+            for pattern in self.router.subscription_patterns():
+                self._api_subs.append(self.ic.subscribe(f"{p}.{pattern}", self.router.on_request))
+        self._recover()
+
+    def api_prefixes(self) -> list[str]:
         prefixes = ["$JS.API"]
         if self.js.domain:
             prefixes.append(f"$JS.{self.js.domain}.API")
-        for p in prefixes:
-            self._api_subs.append(self.ic.subscribe(p + ".>", self.router.on_request))
-        self._recover()
+        return prefixes
 
     def _recover(self) -> None:
         """Load every stream (and its consumers) found on disk."""
@@ -168,14 +171,20 @@ class JetStream:
         log.notice(f"  API Level:       {API_LEVEL}")
         log.notice("-------------------------------------------")
         self.started = time.time()
-        self.enable_account(self.server.global_account)
+        # accounts that configure JetStream get it (with their limits); with none, the global account does
+        configured = account_js_config(self.server.opts.accounts)
+        if configured:
+            for name, limits in configured.items():
+                self.enable_account(self.server.lookup_account(name), limits)
+        else:
+            self.enable_account(self.server.global_account)
         if not self.sync_always and isinstance(self.sync_interval, (int, float)) and self.sync_interval > 0:
             self._sync_task = self.loop.create_task(self._periodic_sync())
 
-    def enable_account(self, account: "Account") -> JSAccount:
+    def enable_account(self, account: "Account", limits: Any = None) -> JSAccount:
         jsa = self.accounts.get(account.name)
         if jsa is None:
-            jsa = JSAccount(self, account)
+            jsa = JSAccount(self, account, limits)
             self.accounts[account.name] = jsa
             jsa.start()
         return jsa
@@ -252,6 +261,35 @@ class JetStream:
             d["stream_detail"] = [stream_info_dict(s, include_config=bool(opts.get("config")))
                                   for s in jsa.streams.values()]
         return d
+
+
+def account_js_config(accounts: dict) -> dict[str, Any]:
+    """{account name: AccountLimits} for the accounts whose configuration enables JetStream."""
+    from rillet.jetstream.config import AccountLimits
+    out: dict[str, Any] = {}
+    for name, acc in (accounts or {}).items():
+        if not isinstance(acc, dict) or "jetstream" not in acc:
+            continue
+        v = acc["jetstream"]
+        if v in (False, "disabled", "false", "disable"):
+            continue
+        lim = AccountLimits()
+        if isinstance(v, dict):
+            def num(*keys: str) -> int:
+                for k in keys:
+                    if k in v:
+                        return int(v[k])
+                return -1
+            lim = AccountLimits(max_memory=num("max_mem", "max_memory"), max_storage=num("max_file", "max_store",
+                                                                                       "max_storage"),
+                                max_streams=num("max_streams"), max_consumers=num("max_consumers"),
+                                max_ack_pending=num("max_ack_pending"),
+                                memory_max_stream_bytes=num("memory_max_stream_bytes", "mem_max_stream_bytes"),
+                                storage_max_stream_bytes=num("store_max_stream_bytes", "disk_max_stream_bytes"),
+                                max_bytes_required=bool(v.get("max_stream_bytes", v.get("max_bytes_required",
+                                                                                         False))))
+        out[name] = lim
+    return out
 
 
 def _human(n: int) -> str:

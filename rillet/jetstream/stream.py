@@ -78,10 +78,27 @@ class Stream:
             self.ic.remove_sub(sub)
         self._subs = []
         cfg = self.cfg
+        if cfg.allow_direct or cfg.mirror_direct:
+            # direct gets are served per stream: a stream that does not exist (or allow them) has no responder
+            names = [self.name]
+            if cfg.mirror_direct and cfg.mirror is not None:
+                names.append(cfg.mirror.name)
+            for prefix in self.jsa.api_prefixes():
+                for n in names:
+                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}", self._on_direct_get))
+                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}.>", self._on_direct_get))
         if cfg.mirror is not None:
             return  # a mirror takes no direct publishes
         for subj in cfg.subjects or []:
             self._subs.append(self.ic.subscribe(subj, self._on_msg))
+
+    def _on_direct_get(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
+                       msg: bytes) -> None:
+        toks = subject.decode("utf-8", "surrogateescape").split(".")
+        i = toks.index("GET")
+        args = [self.name] + toks[i + 2:]
+        hdr_b, body = (msg[:hdr], msg[hdr:]) if hdr >= 0 else (b"", msg)
+        self.jsa.router.direct_get(args, reply, hdr_b, body)
 
     def stop(self, delete: bool = False) -> None:
         if self.closed:
