@@ -22,6 +22,7 @@ from rillet.jetstream.store.base import file_msg_size, mem_msg_size
 from rillet.jetstream.store.filestore import FileStore
 from rillet.subjects import match_literal
 
+S = 1_000_000_000
 SUBJECTS = ["a", "b", "c.x", "c.y", "d.x.1"]
 FILTERS = [">", "a", "c.*", "*.x", "c.>", "d.*.1", "zz"]
 
@@ -33,6 +34,7 @@ class Model:
         self.cfg = cfg
         self.size = size
         self.msgs: dict[int, tuple[str, bytes, bytes, int]] = {}
+        self.ts: dict[int, tuple[int, int]] = {}  # seq -> (ts, ttl seconds)
         self.first = cfg.first_seq
         self.last = cfg.first_seq - 1
 
@@ -57,7 +59,10 @@ class Model:
     def subj_seqs(self, subject: str) -> list[int]:
         return sorted(s for s, m in self.msgs.items() if m[0] == subject)
 
-    def store(self, subject: str, hdr: bytes, data: bytes, seq: int | None = None, check: bool = True):
+    def store(
+        self, subject: str, hdr: bytes, data: bytes, seq: int | None = None, check: bool = True,
+        ts: int = 0, ttl: int = 0,
+    ):
         c = self.cfg
         maxp = c.max_msgs_per_subject if c.max_msgs_per_subject > 0 else 0
         if check and c.discard == "new":
@@ -77,6 +82,7 @@ class Model:
         if not self.msgs:
             self.first = seq
         self.msgs[seq] = (subject, hdr, data, 0)
+        self.ts[seq] = (ts, ttl)
         self.last = seq
         if maxp:
             while len(self.subj_seqs(subject)) > maxp:
@@ -87,6 +93,25 @@ class Model:
             while c.max_bytes > 0 and self.bytes > c.max_bytes and self.msgs:
                 self.remove(self.first)
         return seq
+
+    def expire(self, now: int) -> int:
+        n = 0
+        if self.cfg.max_age:
+            cutoff = now - int(self.cfg.max_age * S)
+            for s in sorted(self.msgs):
+                ts, ttl = self.ts[s]
+                if ts > cutoff:
+                    break
+                if ttl < 0:
+                    continue
+                self.remove(s)
+                n += 1
+        for s in sorted(self.msgs):
+            ts, ttl = self.ts[s]
+            if ttl > 0 and ts + ttl * S <= now:
+                self.remove(s)
+                n += 1
+        return n
 
     def skip(self, n: int) -> None:
         self.last += n
@@ -164,6 +189,8 @@ configs = st.builds(
     discard_new_per_subject=st.booleans(),
     first_seq=st.sampled_from([1, 1, 50]),
     block_size=st.sampled_from([4096, 300]),
+    max_age=st.sampled_from([0, 0, 5.0]),
+    allow_msg_ttl=st.just(True),
 )
 
 
@@ -173,6 +200,7 @@ class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = tempfile.mkdtemp(prefix="rillet-model-")
+        self.clock = 1000 * S
 
     @initialize(cfg=configs)
     def setup(self, cfg: StoreConfig) -> None:
@@ -191,24 +219,42 @@ class StoreMachine(RuleBasedStateMachine):
             store.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    @rule(subject=st.sampled_from(SUBJECTS), n=st.integers(0, 60), hdr=st.booleans())
-    def store_msg(self, subject: str, n: int, hdr: bool) -> None:
+    @rule(
+        subject=st.sampled_from(SUBJECTS),
+        n=st.integers(0, 60),
+        hdr=st.booleans(),
+        ttl=st.sampled_from([0, 0, 0, 3, -1]),
+    )
+    def store_msg(self, subject: str, n: int, hdr: bool, ttl: int) -> None:
         h = b"NATS/1.0\r\nX: 1\r\n\r\n" if hdr else b""
         data = bytes([n % 251]) * n
         try:
-            expected = self.model.store(subject, h, data)
+            expected = self.model.store(subject, h, data, ts=self.clock, ttl=ttl)
         except StoreError as e:
             with pytest.raises(type(e)):
-                self.store.store_msg(subject, h, data)
+                self.store.store_msg(subject, h, data, ts=self.clock, ttl=ttl)
             return
-        seq, _ = self.store.store_msg(subject, h, data)
-        assert seq == expected
+        seq, ts = self.store.store_msg(subject, h, data, ts=self.clock, ttl=ttl)
+        assert (seq, ts) == (expected, self.clock)
+
+    @rule(secs=st.integers(1, 4))
+    def tick_and_expire(self, secs: int) -> None:
+        self.clock += secs * S
+        nxt = self.store.next_expiry()
+        n = self.store.expire_msgs(self.clock)
+        assert n == self.model.expire(self.clock)
+        if nxt is not None and nxt > self.clock:
+            assert n == 0
+        if nxt is not None and nxt <= self.clock:
+            assert n >= 1
+        after = self.store.next_expiry()
+        assert after is None or after > self.clock
 
     @rule(gap=st.integers(1, 5), subject=st.sampled_from(SUBJECTS))
     def store_raw(self, gap: int, subject: str) -> None:
         seq = self.model.last + gap
-        self.model.store(subject, b"", b"raw", seq=seq, check=False)
-        self.store.store_raw(seq, subject, b"", b"raw", 1000 + seq)
+        self.model.store(subject, b"", b"raw", seq=seq, check=False, ts=self.clock)
+        self.store.store_raw(seq, subject, b"", b"raw", self.clock)
 
     @rule(n=st.integers(1, 4))
     def skip(self, n: int) -> None:
