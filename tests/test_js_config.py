@@ -906,3 +906,122 @@ def test_error_catalog_names_used_exist():
     src = open(C.__file__).read() + open(A.__file__).read()
     for name in set(re.findall(r"jserr\.([A-Z][A-Z0-9_]+)\(", src)):
         assert name in jserr.CATALOG, name
+
+
+# ---------------------------------------------------------------------------------------------------
+# Seeded random configurations (combinations the tables above do not list), against nats-server
+
+RANDOM_STREAM_FIELDS = {
+    "subjects": [None, [], ["{n}.a"], ["{n}.a", "{n}.*"], ["{n}..x"], [">"], ["$JS.API.x"], ["{n}.>", "{n}.b.c"],
+                 ["base.q"]],
+    "retention": ["limits", "interest", "workqueue"],
+    "storage": ["file", "memory", None],
+    "max_age": [0, 50 * MS, SEC, -1, 3600 * SEC],
+    "duplicate_window": [0, 50 * MS, 2 * SEC, 7200 * SEC, -3],
+    "max_msgs": [0, -1, -5, 10],
+    "max_msgs_per_subject": [0, 1, -2],
+    "max_msg_size": [0, 100, -9],
+    "discard": ["old", "new"],
+    "discard_new_per_subject": [False, True],
+    "num_replicas": [0, 1, 3, 7, -1],
+    "no_ack": [False, True],
+    "deny_purge": [False, True], "deny_delete": [False, True], "allow_rollup_hdrs": [False, True],
+    "sealed": [False, False, True],
+    "mirror_direct": [False, False, True],
+    "allow_msg_ttl": [False, True],
+    "subject_delete_marker_ttl": [0, 0, 500 * MS, 2 * SEC, -1],
+    "allow_msg_counter": [False, False, True],
+    "allow_msg_schedules": [False, False, True],
+    "allow_atomic": [False, True], "allow_batched": [False, True],
+    "persist_mode": ["default", "async"],
+    "first_seq": [0, 5],
+    "mirror": [None, None, {"name": "BASE"}, {"name": "a.b"},
+               {"name": "BASE", "filter_subject": "base.a", "subject_transforms": [{"src": "base.b", "dest": "x"}]},
+               {"name": "X", "external": {"api": "$JS.API"}}],
+    "sources": [None, None, [{"name": "BASE"}], [{"name": "BASE"}, {"name": "BASE"}], [{"name": "a*"}],
+                [{"name": "BASE", "subject_transforms": [{"src": "base.*", "dest": "x.$2"}]}]],
+    "republish": [None, None, {"dest": "rp.{n}.>"}, {"src": ">", "dest": "{n}.a"}],
+    "subject_transform": [None, None, {"src": "{n}.*", "dest": "{n}.{{nope()}}"}, {"src": "{n}.a", "dest": "t.{n}"}],
+    "placement": [None, {}, {"preferred": "x"}],
+    "pedantic": [False, False, True],
+    "max_consumers": [0, -3],
+    "consumer_limits": [{}, {"max_ack_pending": 5}],
+    "description": ["", "x"],
+}
+
+RANDOM_CONSUMER_FIELDS = {
+    "durable_name": [None, "{c}", "other", "a>"],
+    "name": [None, "{c}", "zz"],
+    "deliver_policy": ["all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject"],
+    "opt_start_seq": [0, 5],
+    "opt_start_time": [None, "2024-01-01T00:00:00Z"],
+    "ack_policy": ["none", "all", "explicit", "explicit", "flow_control"],
+    "ack_wait": [0, -1, 5 * SEC],
+    "max_deliver": [0, -1, 1, 5, -3],
+    "backoff": [None, [SEC, 2 * SEC], [SEC, -1]],
+    "filter_subject": [None, "{s}.a", "{s}..x", "other.x"],
+    "filter_subjects": [None, ["{s}.a", "{s}.b"], ["{s}.*", "{s}.a"], [""]],
+    "replay_policy": ["instant", "original"],
+    "rate_limit_bps": [0, 1000],
+    "sample_freq": [None, "50%", "x"],
+    "max_waiting": [0, 5, -1],
+    "max_ack_pending": [0, -1, 10, -5, 2000],
+    "flow_control": [False, True],
+    "headers_only": [False, True],
+    "max_batch": [0, 5, -1],
+    "max_expires": [0, 500000, 5 * SEC],
+    "max_bytes": [0, 1024],
+    "deliver_subject": [None, None, "dlv.{c}", "dlv.*", "{s}.x"],
+    "deliver_group": [None, "q"],
+    "idle_heartbeat": [0, 50 * MS, SEC, 5 * SEC],
+    "inactive_threshold": [0, 3 * SEC, 20 * SEC, -1],
+    "num_replicas": [0, 1, 2, -1],
+    "mem_storage": [False, True],
+    "direct": [False, True],
+    "metadata": [None, {"a": "b"}],
+    "priority_policy": ["none", "overflow", "pinned_client"],
+    "priority_groups": [None, ["g"], ["bad!"], [""]],
+    "priority_timeout": [0, SEC],
+    "description": [None, "d"],
+}
+
+
+def _random_fields(rnd, table: dict, lo: int, hi: int) -> dict:
+    out = {}
+    for k in rnd.sample(list(table), rnd.randint(lo, hi)):
+        v = rnd.choice(table[k])
+        if v is not None:
+            out[k] = v
+    return out
+
+
+def test_random_stream_creates_and_updates(pair):
+    import random
+    rnd = random.Random(20240601)
+    names = [uniq("RS") for _ in range(25)]
+    for i in range(300):
+        n = names[i % len(names)] if i >= 100 else uniq("RS")
+        body = json.loads(json.dumps({"name": n, **_random_fields(rnd, RANDOM_STREAM_FIELDS, 1, 6)})
+                          .replace("{n}", n))
+        op = "CREATE" if i < 100 else rnd.choice(["CREATE", "UPDATE", "UPDATE"])
+        pair.same_stream(n, body, op)
+
+
+def test_random_consumers(pair, streams):
+    import random
+    rnd = random.Random(424242)
+    names = [uniq("rc") for _ in range(30)]
+    for i in range(300):
+        c = names[i % len(names)]
+        s = streams[rnd.choice(["lim", "lim", "wq", "int", "cl"])]
+        cfg = json.loads(json.dumps(_random_fields(rnd, RANDOM_CONSUMER_FIELDS, 0, 5))
+                         .replace("{s}", s).replace("{c}", c))
+        body = {"stream_name": s, "config": cfg}
+        action = rnd.choice(["", "", "create", "update"])
+        if action:
+            body["action"] = action
+        if rnd.random() < 0.1:
+            body["pedantic"] = True
+        tail = rnd.choice([f"CREATE.{s}.{c}", f"CREATE.{s}.{c}", f"CREATE.{s}", f"DURABLE.CREATE.{s}.{c}",
+                           f"CREATE.{s}.{c}.{s}.a"])
+        pair.same_consumer(tail, body)

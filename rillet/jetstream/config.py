@@ -2576,7 +2576,10 @@ def normalize_consumer_config(
         check_consumer_update(existing, cfg, deliver_subject_in_use=deliver_subject_in_use)
         if cfg.pause_until is not None:
             cfg.pause_until = to_utc_time(cfg.pause_until)
-        if not cfg.durable_name and cfg.inactive_threshold <= 0:
+        # nats-server stamps the ephemeral default only when the value changes, and judges "ephemeral"
+        # by the consumer as it was (an update may drop durable_name without making it ephemeral).
+        if cfg.inactive_threshold != existing.inactive_threshold and not existing.durable_name \
+                and cfg.inactive_threshold <= 0:
             cfg.inactive_threshold = DEFAULT_EPHEMERAL_INACTIVE
         return cfg
     if action == "update":
