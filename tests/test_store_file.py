@@ -406,3 +406,35 @@ def test_sync_in_a_thread(tmp_path):
     assert snapshot(fs) == before
     fs.delete()
     assert not os.path.exists(p)
+
+
+def test_state_log_damage(tmp_path):
+    p = tmp_path / "s"
+    fs = open_fs(p)
+    for i in range(10):
+        fs.store_msg("foo", b"", b"m")
+    for seq in (2, 5, 7):
+        fs.remove_msg(seq)
+    fs.stop()
+    log_path = os.path.join(p, "state.log")
+    good = open(log_path, "rb").read()
+    # A flipped byte in the middle tombstone: that one deletion is lost, the others hold.
+    bad = bytearray(good)
+    bad[len(good) - 40 + 10] ^= 0x01
+    open(log_path, "wb").write(bytes(bad))
+    log = Log()
+    fs = open_fs(p, log)
+    assert fs.state().deleted == [2, 7] and log.has("error", "corrupt")
+    fs.stop()
+    # A torn last record: dropped with a warning.
+    open(log_path, "wb").write(good[:-5])
+    log = Log()
+    fs = open_fs(p, log)
+    assert fs.state().deleted == [2, 5] and log.has("warn", "torn")
+    fs.stop()
+    # Missing altogether: the blocks are still read (deletions lost, reported).
+    os.unlink(log_path)
+    log = Log()
+    fs = open_fs(p, log)
+    assert fs.state().msgs == 10 and log.has("warn", "missing")
+    fs.stop()

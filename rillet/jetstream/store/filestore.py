@@ -200,6 +200,33 @@ def _encode_log(kind: int, payload: bytes) -> bytes:
     return head + payload + _CRC.pack(crc)
 
 
+def _parse_log_record(mv: memoryview, pos: int, end: int) -> tuple[int, int, int, int] | None:
+    """(kind, payload offset, payload length, total) of a valid state log record, or None."""
+    if end - pos < _LOGH.size + 4:
+        return None
+    kind, total = _LOGH.unpack_from(mv, pos)
+    plen = total - _LOGH.size - 4
+    if plen < 0 or pos + total > end:
+        return None
+    if kind in (L_FIRST,):
+        if plen != 8:
+            return None
+    elif kind in (L_LAST, L_TRUNC):
+        if plen != 16:
+            return None
+    elif kind == L_DEL:
+        if plen % 8 or not plen:
+            return None
+    else:
+        return None
+    if mv[pos + 1] or mv[pos + 2] or mv[pos + 3]:
+        return None
+    (crc,) = _CRC.unpack_from(mv, pos + total - 4)
+    if zlib.crc32(mv[pos : pos + total - 4]) != crc:
+        return None
+    return kind, pos + _LOGH.size, plen, total
+
+
 def _parse_record(mv: memoryview, pos: int, end: int) -> tuple | None:
     """Validate the record at pos; returns the header tuple or None."""
     if end - pos < _OVERHEAD:
@@ -359,6 +386,8 @@ class FileStore(IndexedStore):
                 raise ErrStoreFull(f"cannot write {meta}: {e.strerror or e}") from e
         log_path = os.path.join(self.dir, "state.log")
         fresh = not os.path.exists(log_path)
+        if fresh and self._list_blocks():
+            self.log("warn", f"{log_path} is missing: deletions since the last compaction are lost")
         first_mark, last_mark, last_mark_ts, dels = self._read_log(log_path)
         if fresh:
             first_mark = max(self.cfg.first_seq, 1)
@@ -407,36 +436,35 @@ class FileStore(IndexedStore):
         mv = memoryview(buf)
         pos = 8
         end = len(buf)
+        recs: list[tuple[int, int, int]] = []  # (kind, payload offset, payload length)
         while pos < end:
-            ok = False
-            if end - pos >= _LOGH.size + 4:
-                kind, total = _LOGH.unpack_from(mv, pos)
-                if total >= _LOGH.size + 4 and pos + total <= end:
-                    (crc,) = _CRC.unpack_from(mv, pos + total - 4)
-                    if zlib.crc32(mv[pos : pos + total - 4]) == crc:
-                        ok = True
-                        p = pos + _LOGH.size
-                        plen = total - _LOGH.size - 4
-                        if kind == L_FIRST and plen == 8:
-                            first = max(first, _U64.unpack_from(mv, p)[0])
-                        elif kind == L_LAST and plen == 16:
-                            s, ts = _LAST.unpack_from(mv, p)
-                            if s >= last:
-                                last, last_ts = s, ts
-                        elif kind == L_DEL and plen % 8 == 0:
-                            dels.update(struct.unpack_from(f"<{plen // 8}Q", mv, p))
-                        elif kind == L_TRUNC and plen == 16:
-                            s, ts = _LAST.unpack_from(mv, p)
-                            dels = {d for d in dels if d <= s}
-                            last, last_ts = s, ts
-                            first = min(first, s + 1)
-                        else:
-                            ok = False
-            if not ok:
-                # The log is rewritten whole at open; a bad record is most likely a torn tail.
-                self.log("warn", f"{path}: bad record at offset {pos}, ignoring the rest")
-                break
-            pos += total
+            r = _parse_log_record(mv, pos, end)
+            if r is None:
+                nxt = pos + 1
+                while nxt < end and _parse_log_record(mv, nxt, end) is None:
+                    nxt += 1
+                if nxt >= end:
+                    self.log("warn", f"{path}: torn record at offset {pos}, dropped")
+                    break
+                self.log("error", f"{path}: corrupt data at offset {pos}..{nxt}, skipped")
+                pos = nxt
+                continue
+            recs.append(r)
+            pos += r[3]
+        for kind, p, plen, _ in recs:
+            if kind == L_FIRST:
+                first = max(first, _U64.unpack_from(mv, p)[0])
+            elif kind == L_LAST:
+                s, ts = _LAST.unpack_from(mv, p)
+                if s >= last:
+                    last, last_ts = s, ts
+            elif kind == L_DEL:
+                dels.update(struct.unpack_from(f"<{plen // 8}Q", mv, p))
+            elif kind == L_TRUNC:
+                s, ts = _LAST.unpack_from(mv, p)
+                dels = {d for d in dels if d <= s}
+                last, last_ts = s, ts
+                first = min(first, s + 1)
         return first, last, last_ts, dels
 
     def _list_blocks(self) -> list[tuple[int, str]]:
