@@ -1025,3 +1025,31 @@ def test_random_consumers(pair, streams):
         tail = rnd.choice([f"CREATE.{s}.{c}", f"CREATE.{s}.{c}", f"CREATE.{s}", f"DURABLE.CREATE.{s}.{c}",
                            f"CREATE.{s}.{c}.{s}.a"])
         pair.same_consumer(tail, body)
+
+
+def test_source_info_and_priority_group_shapes(pair, go):
+    m, src = uniq("MI"), uniq("SR")
+    r = go.request(f"{S}STREAM.CREATE.{m}", {"name": m, "mirror": {"name": "BASE"}})
+    cfg = C.normalize_stream_config({"name": m, "mirror": {"name": "BASE"}}, lookup_stream=pair.streams.get)
+    ours = A.StreamCreateResponse(info=A.StreamInfo(
+        config=C.with_dynamic_metadata(cfg, pair.version), created=r["created"],
+        mirror=A.StreamSourceInfo(name="BASE", active=-1), ts=r["ts"]), did_create=True)
+    assert json.loads(ours.to_json()) == r
+    body = {"name": src, "sources": [{"name": "BASE", "filter_subject": "base.x"},
+                                     {"name": "Z", "external": {"api": "$JS.z.API", "deliver": ""}}]}
+    r = go.request(f"{S}STREAM.CREATE.{src}", body)
+    cfg = C.normalize_stream_config(body, lookup_stream=pair.streams.get)
+    ours = A.StreamCreateResponse(info=A.StreamInfo(
+        config=C.with_dynamic_metadata(cfg, pair.version), created=r["created"],
+        sources=[A.StreamSourceInfo(name="BASE", active=-1, filter_subject="base.x"),
+                 A.StreamSourceInfo(name="Z", external=C.ExternalStream(api="$JS.z.API"), active=-1)],
+        ts=r["ts"]), did_create=True)
+    assert json.loads(ours.to_json()) == r
+
+    cfg = {"name": "pg", "priority_policy": "pinned_client", "priority_groups": ["g"]}
+    r = go.request(f"{S}CONSUMER.CREATE.BASE.pg", {"stream_name": "BASE", "config": cfg})
+    cc = C.normalize_consumer_config(pair.streams["BASE"], cfg)
+    ours = A.ConsumerCreateResponse(info=A.ConsumerInfo(
+        stream_name="BASE", name="pg", created=r["created"], config=C.with_dynamic_metadata(cc, pair.version),
+        ts=r["ts"], priority_groups=[A.PriorityGroupState(group="g")]))
+    assert json.loads(ours.to_json()) == r
