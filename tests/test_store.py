@@ -516,6 +516,8 @@ def test_snapshot_restore(mk, tmp_path):
     s.remove_msg(4)
     s.skip_msgs(0, 2)
     s.consumer_store("c1").update({"delivered": {"consumer_seq": 3, "stream_seq": 3}})
+    s.consumer_store("odd/name").update({"delivered": {"consumer_seq": 4, "stream_seq": 4}})
+    s.consumer_store("gone").delete()
     snap = list(s.snapshot_stream())
     restore(str(tmp_path / "r"), snap)
     r = FileStore(str(tmp_path / "r"), StoreConfig(allow_msg_ttl=True))
@@ -524,6 +526,7 @@ def test_snapshot_restore(mk, tmp_path):
         assert (a.msgs, a.first_seq, a.last_seq, a.deleted) == (b.msgs, b.first_seq, b.last_seq, b.deleted)
         assert [r.load_msg(q) for q in range(1, 12)] == [s.load_msg(q) for q in range(1, 12)]
         assert r.consumer_store("c1").state().delivered.stream_seq == 3
+        assert r.consumer_names() == ["c1", "odd/name"]
         assert r.next_expiry() == s.next_expiry()
     finally:
         r.stop()

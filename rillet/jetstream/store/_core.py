@@ -99,6 +99,7 @@ class MemConsumerStore:
         self.name = name
         self._enc: bytes | None = None
         self._closed = False
+        self.deleted = False
 
     def update(self, state: Any) -> None:
         """Record the consumer's state (a ConsumerState or an equivalent dict)."""
@@ -120,6 +121,7 @@ class MemConsumerStore:
     def delete(self) -> None:
         self._enc = None
         self._closed = True
+        self.deleted = True
 
 
 class IndexedStore:
@@ -1106,7 +1108,7 @@ class IndexedStore:
         return MemConsumerStore(name)
 
     def consumer_names(self) -> list[str]:
-        return sorted(self._consumers)
+        return sorted(n for n, cs in self._consumers.items() if not cs.deleted)
 
     # -- lifecycle ------------------------------------------------------------------
 

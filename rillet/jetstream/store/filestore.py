@@ -320,6 +320,7 @@ class FileConsumerStore(MemConsumerStore):
 
     def delete(self) -> None:
         self._closed = True
+        self.deleted = True
         self._enc = None
         shutil.rmtree(self.path, ignore_errors=True)
 
@@ -962,6 +963,7 @@ class FileStore(IndexedStore):
                 except OSError as e:
                     raise StoreError(f"cannot truncate {blk.path}: {e.strerror or e}") from e
                 blk.size = cut
+                blk.synced = min(blk.synced, cut)
                 blk.last = self._last_seq_in(blk, cut)
                 if not blk.last:
                     blk.first = 0
@@ -1256,6 +1258,7 @@ def snapshot_from_store(store: IndexedStore, include_consumers: bool = True) -> 
         _tar_add(tar, "state.log", b"".join(logp))
         for name, enc in cons:
             data = CONSUMER_MAGIC + _CRC.pack(zlib.crc32(enc)) + enc
+            _tar_add(tar, f"consumers/{_safe_name(name)}/name", name.encode())
             _tar_add(tar, f"consumers/{_safe_name(name)}/state", data)
         tar.close()
         yield from sink.take()
@@ -1310,7 +1313,7 @@ def restore(path: str, chunks: Iterable[bytes]) -> None:
                     or (
                         len(parts) == 3
                         and parts[0] == "consumers"
-                        and parts[2] == "state"
+                        and parts[2] in ("state", "name")
                         and parts[1] not in ("", ".", "..")
                     )
                 )
