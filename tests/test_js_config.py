@@ -359,6 +359,23 @@ DECODE_CASES = [
     '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2020-01-01 00:00:00Z"}}',
     '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2020-02-30T00:00:00Z"}}',
     '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2020-01-01T00:00:00.123456789Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01T0:00:00Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01T00:00:00,5Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01T00:00:00+25:00"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01T00:00:00+01:60"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01T00:00:00.1234567891Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"0000-01-01T00:00:00Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01T00:00:00-00:00"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01T00:00:00.Z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01T00:00:00Zx"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"2024-01-01t00:00:00z"}}',
+    '{"name":"{n}","mirror":{"name":"BASE","opt_start_time":"0001-01-01T00:00:00Z"}}',
+    b'{"name"\xc3\xa9:"{n}"}',
+    b'{"name":"{n}",\xc3}',
+    b'{"name":"{n}",\xc2\xa0}',
+    b'{"name":"{n}",\x7f}',
+    b'{"name":"{n}","description":"\xe9t\xc3\xa9"}',
+    '{"name":"{n}",\'}',
     '{"name":"{n}","max_msgs":"a","foo":1}',
     '{"name":"{n}","foo":1,"max_msgs":"a"}',
     '{"name":"{n}","retention":"x","max_msgs":"a"}',
@@ -400,7 +417,7 @@ DECODE_CASES = [
 @pytest.mark.parametrize("raw", DECODE_CASES)
 def test_stream_request_decoding_like_nats_server(pair, raw):
     name = uniq("D")
-    body = raw.replace("{n}", name)
+    body = raw.replace(b"{n}", name.encode()) if isinstance(raw, bytes) else raw.replace("{n}", name)
     pair.same_stream(name, body)
 
 
