@@ -107,7 +107,7 @@ class ApiRouter:
                 break
         if handler is None:
             return  # nats-server ignores unknown API subjects
-        self.jsa.api_total += 1
+        # counted once answered (an account info request reports the requests before it, as nats-server)
         try:
             handler(args, reply, hdr_b, body)
         except ApiError as e:
@@ -117,6 +117,7 @@ class ApiRouter:
             self.jsa.api_errors += 1
             self.js.log.error(f"JetStream API error handling {subj}: {e!r}")
             self.respond_error(reply, _type_for(handler), ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+        self.jsa.api_total += 1
 
     def respond(self, reply: bytes | None, obj: dict) -> None:
         if reply:
