@@ -525,21 +525,29 @@ async def test_healthz() -> None:
     assert "[WRN] Healthcheck failed: " in log_out.getvalue()
 
 
-async def test_healthz_and_jsz_when_jetstream_is_configured_but_not_running() -> None:
+async def test_healthz_jsz_varz_with_jetstream_running(tmp_path) -> None:
+    import nats
     o = mopts()
     o.jetstream.enabled = True
+    o.jetstream.store_dir = str(tmp_path)
     async with running(o) as (srv, mon):
-        assert srv.jetstream is None
+        assert srv.jetstream is not None
         code, _, text = await mon.get("/healthz")
-        assert (code, text) == (503, '{"status":"unavailable","error":"JetStream not enabled"}')
-        code, _, text = await mon.get("/healthz?js-enabled-only=true&details=true")
-        assert code == 503
-        assert text == '{"status":"error","errors":[{"type":"JETSTREAM","error":"JetStream not enabled"}]}'
-        code, _, text = await mon.get("/healthz?js-server-only=true")
         assert (code, text) == (200, '{"status":"ok"}')
+        code, _, text = await mon.get("/healthz?js-enabled-only=true")
+        assert code == 200
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="M", subjects=["m.>"])
+        for i in range(3):
+            await js.publish("m.x", b"hello")
         j = await mon.json("/jsz")
-        assert j["disabled"] is True
-        assert (await mon.json("/varz"))["jetstream"] == {}
+        assert j["streams"] == 1 and j["messages"] == 3 and j["bytes"] > 0
+        assert j["config"]["store_dir"].startswith(str(tmp_path))
+        assert j["storage"] > 0 and j["memory"] == 0
+        v = await mon.json("/varz")
+        assert v["jetstream"]["config"]["store_dir"].startswith(str(tmp_path))
+        await nc.close()
 
 
 async def test_jsz_disabled_shape() -> None:
@@ -566,6 +574,9 @@ class FakeJetStream:
         self.jsz_calls.append(opts)
         return {"memory": 1, "storage": 2, "streams": 3}
 
+    async def shutdown(self) -> None:
+        pass
+
     def healthz(self, opts: dict) -> dict:
         if opts["stream"] == "BAD":
             return {"status": "unavailable", "error": "JetStream stream 'A > BAD' could not be recovered"}
@@ -578,7 +589,8 @@ async def test_jetstream_hook(tmp_path: Any) -> None:
     o.jetstream.store_dir = str(tmp_path)
     o.jetstream.max_memory_store = 1 << 30
     async with running(o) as (srv, mon):
-        srv.jetstream = FakeJetStream()
+        real, srv.jetstream = srv.jetstream, FakeJetStream()
+        await real.shutdown()
         v = await mon.json("/varz")
         js = v["jetstream"]
         assert js["config"]["max_memory"] == 1 << 30
