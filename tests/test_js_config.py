@@ -46,6 +46,7 @@ class Pair:
         self.account_limits = account_limits
         self.streams: dict[str, C.StreamConfig] = {}
         self.consumers: dict[str, dict[str, C.ConsumerConfig]] = {}
+        self.subscribed: set[str] = set()
         self.version = None
 
     # -- ours
@@ -84,7 +85,8 @@ class Pair:
         try:
             r = C.prepare_consumer_create(tokens, body, lookup_stream=self.streams.get,
                                           consumers=lambda s: self.consumers.get(s, {}),
-                                          server_limits=self.server_limits, account_limits=self.account_limits)
+                                          server_limits=self.server_limits, account_limits=self.account_limits,
+                                          deliver_subject_in_use=self.subscribed.__contains__)
         except ApiError as e:
             return {"error": e.to_dict()}
         self.consumers[r.stream][r.name or go_name] = r.config
@@ -633,6 +635,14 @@ def test_consumer_actions_and_updates(pair, streams):
     pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": push})
     pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": {**push, "deliver_subject": ""}})
     pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": {**push, "deliver_subject": "dlv.other"}})
+    sub = pair.go._run(pair.go.nc.subscribe("dlv.other"))
+    pair.go._run(pair.go.nc.flush())
+    pair.subscribed.add("dlv.other")
+    try:
+        pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": {**push, "deliver_subject": "dlv.third"}})
+    finally:
+        pair.go._run(sub.unsubscribe())
+        pair.subscribed.discard("dlv.other")
     pair.same_consumer(f"CREATE.{s}.{p}", {"stream_name": s, "config": {**push, "idle_heartbeat": 5 * SEC}})
 
 

@@ -2675,12 +2675,15 @@ def prepare_consumer_create(
     server_limits: ServerLimits | None = None,
     account_limits: AccountLimits | None = None,
     clustered: bool = False,
+    deliver_subject_in_use: Callable[[str], bool] | None = None,
 ) -> ConsumerCreate:
     """A CONSUMER.CREATE / CONSUMER.DURABLE.CREATE request up to the configuration to store.
 
     ``tokens``: subject tokens after ``$JS.API.CONSUMER.`` (see ``parse_consumer_create_subject``).
     ``consumers(stream)``: the stream's consumers by name (direct/sourcing ones included; they are
-    skipped where nats-server skips them). Raises the ``ApiError`` nats-server answers with.
+    skipped where nats-server skips them). ``deliver_subject_in_use(subject)``: does the account have
+    a subscriber on it (a bound push consumer may not move its deliver subject). Raises the
+    ``ApiError`` nats-server answers with.
     """
     if isinstance(body, CreateConsumerRequest):
         req = body.copy()
@@ -2699,6 +2702,7 @@ def prepare_consumer_create(
     others = [c for n, c in current.items() if n != name]
     out = normalize_consumer_config(scfg, cfg, req.action, pedantic=req.pedantic, existing=existing,
                                     others=others, server_limits=server_limits,
-                                    account_limits=account_limits, clustered=clustered)
+                                    account_limits=account_limits, clustered=clustered,
+                                    deliver_subject_in_use=deliver_subject_in_use)
     return ConsumerCreate(stream=stream, name=name, config=out, existing=existing is not None,
                           action=req.action)
