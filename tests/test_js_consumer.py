@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
 
 import nats
 import pytest
@@ -22,12 +25,38 @@ def _opts(tmp_path) -> Options:
 
 @pytest.fixture
 async def js_env(tmp_path):
+    if os.environ.get("RILLET_JS_REFERENCE"):
+        # RILLET_JS_REFERENCE=1: run the same tests against the nats-server binary to pin expectations
+        port = _free_port()
+        proc = subprocess.Popen(["nats-server", "-js", "-sd", str(tmp_path), "-a", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                try:
+                    nc = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+                    break
+                except Exception:
+                    await asyncio.sleep(0.05)
+            try:
+                yield None, nc, nc.jetstream()
+            finally:
+                await nc.close()
+        finally:
+            proc.terminate()
+            proc.wait()
+        return
     async with run_server(_opts(tmp_path)) as srv:
         nc = await nats.connect(srv.client_url)
         try:
             yield srv, nc, nc.jetstream()
         finally:
             await nc.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 async def _stream(js, name="S", subjects=("s.>",), **kw):
@@ -289,11 +318,11 @@ async def test_max_deliver_and_backoff(js_env):
         (m,) = await psub.fetch(1, timeout=2)
         counts.append(m.metadata.num_delivered)
     assert counts == [1, 2, 3]
+    with pytest.raises(nats.errors.TimeoutError):
+        await psub.fetch(1, timeout=0.4)
     a = await adv.next_msg(2)
     d = json.loads(a.data)
     assert d["type"] == "io.nats.jetstream.advisory.v1.max_deliver" and d["stream_seq"] == 1 and d["deliveries"] == 3
-    with pytest.raises(nats.errors.TimeoutError):
-        await psub.fetch(1, timeout=0.4)
 
 
 async def test_max_ack_pending_stalls(js_env):
@@ -516,3 +545,121 @@ async def test_durable_survives_restart(tmp_path):
         msgs = await ps.fetch(2, timeout=1)
         assert [m.data for m in msgs] == [b"m3", b"m4"]
         await nc.close()
+
+
+# ---- more delivery options ---------------------------------------------------------------------------------
+
+
+async def test_replay_original_keeps_gaps(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    await js.publish("s.x", b"a")
+    await asyncio.sleep(0.3)
+    await js.publish("s.x", b"b")
+    loop = asyncio.get_running_loop()
+    sub = await nc.subscribe("rp")
+    await js.add_consumer("S", api.ConsumerConfig(name="R", deliver_subject="rp", replay_policy="original"))
+    m1 = await sub.next_msg(1)
+    t1 = loop.time()
+    m2 = await sub.next_msg(1)
+    assert (m1.data, m2.data) == (b"a", b"b")
+    assert loop.time() - t1 >= 0.25
+
+
+async def test_by_start_time_and_last_per_subject_pending(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    await js.publish("s.a", b"0")
+    await js.publish("s.b", b"1")
+    await asyncio.sleep(0.05)
+    r = await _req(nc, "$JS.API.STREAM.INFO.S")
+    mid = r["state"]["last_ts"]
+    await asyncio.sleep(0.05)
+    await js.publish("s.a", b"2")
+    await js.publish("s.a", b"3")
+    ci = await js.add_consumer("S", api.ConsumerConfig(durable_name="T", deliver_policy="by_start_time",
+                                                       opt_start_time=mid))
+    assert ci.num_pending == 3
+    ci = await js.add_consumer("S", api.ConsumerConfig(durable_name="L", deliver_policy="last_per_subject",
+                                                       filter_subject="s.*"))
+    assert ci.num_pending == 2
+    ps = await js.pull_subscribe_bind("L", stream="S")
+    got = [m.data for m in await ps.fetch(5, timeout=0.3)]
+    assert got == [b"1", b"3"]
+    await js.publish("s.b", b"4")
+    (m,) = await ps.fetch(1, timeout=1)
+    assert m.data == b"4"
+
+
+async def test_ephemeral_push_removed_when_interest_goes(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    sub = await js.subscribe("s.>", config=api.ConsumerConfig(inactive_threshold=0.2))
+    name = sub._consumer
+    await nc.flush()
+    await asyncio.sleep(0.05)
+    ci = await js.consumer_info("S", name)
+    assert ci.push_bound
+    await sub.unsubscribe()
+    await asyncio.sleep(0.6)
+    with pytest.raises(NotFoundError):
+        await js.consumer_info("S", name)
+
+
+async def test_durable_push_rebind_and_deliver_subject_update(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    await _pub(js, 2)
+    await js.add_consumer("S", api.ConsumerConfig(durable_name="DP", deliver_subject="one", ack_policy="explicit"))
+    s1 = await nc.subscribe("one")
+    m = await s1.next_msg(1)
+    await m.ack()
+    await s1.unsubscribe()
+    await asyncio.sleep(0.05)
+    assert not (await js.consumer_info("S", "DP")).push_bound
+    # a new deliver subject for a consumer nobody is bound to is allowed
+    await js.add_consumer("S", api.ConsumerConfig(durable_name="DP", deliver_subject="two", ack_policy="explicit"))
+    s2 = await nc.subscribe("two")
+    m = await s2.next_msg(1)  # pending m1 is redelivered at once on the new deliver subject
+    assert m.data == b"m1" and m.metadata.num_delivered == 2
+
+
+async def test_ack_sample_metric(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    await _pub(js, 1)
+    metrics = await nc.subscribe("$JS.EVENT.METRIC.CONSUMER.ACK.S.SM")
+    ps = await js.pull_subscribe("s.>", "SM", config=api.ConsumerConfig(sample_freq="100%"))
+    (m,) = await ps.fetch(1, timeout=1)
+    await m.ack()
+    e = json.loads((await metrics.next_msg(1)).data)
+    assert e["type"] == "io.nats.jetstream.metric.v1.consumer_ack" and e["stream_seq"] == 1 and e["deliveries"] == 1
+
+
+async def test_interest_consumer_delete_drops_messages(js_env):
+    srv, nc, js = js_env
+    await _stream(js, "I", ["i.>"], retention="interest")
+    await js.add_consumer("I", api.ConsumerConfig(durable_name="C1", ack_policy="explicit"))
+    await js.add_consumer("I", api.ConsumerConfig(durable_name="C2", ack_policy="explicit"))
+    for _ in range(3):
+        await js.publish("i.a", b"x")
+    p1 = await js.pull_subscribe_bind("C1", stream="I")
+    for m in await p1.fetch(3, timeout=1):
+        await m.ack_sync()
+    assert (await js.stream_info("I")).state.messages == 3
+    await js.delete_consumer("I", "C2")
+    assert (await js.stream_info("I")).state.messages == 0
+
+
+async def test_purge_moves_consumer_floor(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    await _pub(js, 5)
+    ps = await js.pull_subscribe("s.>", "PG")
+    await ps.fetch(2, timeout=1)
+    await js.purge_stream("S")
+    ci = await js.consumer_info("S", "PG")
+    assert ci.num_pending == 0 and ci.num_ack_pending == 0 and ci.ack_floor.stream_seq == 5
+    await _pub(js, 1, start=5)
+    (m,) = await ps.fetch(1, timeout=1)
+    assert m.data == b"m5" and m.metadata.sequence.stream == 6

@@ -79,10 +79,9 @@ class ConsumerApi:
         if existing is not None and existing.closed:
             existing = None
         others = [c.cfg for c in stream.consumers.values() if not c.closed and c is not existing]
-        acc_lim = None
-        lim = self.jsa.limits.get("max_consumers", -1)
-        if lim and lim > 0:
-            acc_lim = C.AccountLimits(max_consumers=lim)
+        acc_lim = self.jsa.limits
+        if isinstance(acc_lim, dict):
+            acc_lim = C.AccountLimits(max_consumers=acc_lim.get("max_consumers", -1))
         cfg = C.normalize_consumer_config(
             stream.cfg, req.config, req.action, pedantic=req.pedantic,
             existing=existing.cfg if existing is not None else None, others=others, account_limits=acc_lim,

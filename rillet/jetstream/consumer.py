@@ -1261,6 +1261,7 @@ class Consumer:
         if self.flow_control and self.is_push and old_maxpb:
             self.maxpb = old_maxpb
         if self.deliver_subject != old_deliver and self.is_push:
+            self._force_expire_pending()
             self._watch_interest(True)
             self.active = self._has_interest()
             if not self.active:
@@ -1271,6 +1272,17 @@ class Consumer:
         if self.persist is not None:
             self.persist.write_meta(self)
         self.kick()
+
+    def _force_expire_pending(self) -> None:
+        """Queue every pending message for redelivery now (the deliver subject changed)."""
+        expired = sorted(s for s in self.pending if s not in self.rdqi)
+        if not expired:
+            return
+        off = now_ns() - self.pending[expired[0]][1]
+        for seq in expired:
+            self.pending[seq][1] += off
+            self._add_rdq(seq)
+        self._arm_ack_timer(self.ack_wait_ns / 1e9 + 0.001, force=True)
 
     def set_pause(self, until_ns: int, until_text: str | None) -> None:
         from rillet.jetstream import config as C
