@@ -295,6 +295,17 @@ class StoreMachine(RuleBasedStateMachine):
         self.store.stop()
         self.store = FileStore(self.tmp + "/s", self.cfg)
 
+    @precondition(lambda self: self.kind == "file")
+    @rule()
+    def crash_and_reopen(self) -> None:
+        # Open the directory again while the first store still runs, as after a crash of the
+        # process: only what reached the OS is there.  Limits and expiry are re-applied.
+        other = FileStore(self.tmp + "/s", self.cfg)
+        self.store._close_fds()
+        self.store._closed = True
+        self.store = other
+        self.store.expire_msgs(self.clock)
+
     @invariant()
     def same_state(self) -> None:
         if not hasattr(self, "store"):

@@ -148,6 +148,7 @@ class IndexedStore:
         self._no_expire: set[int] = set()
         self._matchers: dict[Any, _Matcher] = {}
         self._consumers: dict[str, MemConsumerStore] = {}
+        self._limit_removal = False  # True while removing because of limits or expiry
         self.now: Callable[[], int] = time.time_ns
         self._apply_cfg(cfg)
 
@@ -462,20 +463,28 @@ class IndexedStore:
     def _enforce_per_subject(self, subject: str) -> None:
         ss = self._fss.get(subject)
         maxp = self._maxp
-        while ss is not None and ss[0] > maxp:
-            self._remove(self._subj_first(ss))
+        self._limit_removal = True
+        try:
+            while ss is not None and ss[0] > maxp:
+                self._remove(self._subj_first(ss))
+        finally:
+            self._limit_removal = False
 
     def _enforce_limits(self) -> None:
         if self._discard_new:
             return
-        mm = self._max_msgs
-        if mm:
-            while len(self._msgs) > mm:
-                self._remove(self._first)
-        mb = self._max_bytes
-        if mb:
-            while self._bytes > mb and self._msgs:
-                self._remove(self._first)
+        self._limit_removal = True
+        try:
+            mm = self._max_msgs
+            if mm:
+                while len(self._msgs) > mm:
+                    self._remove(self._first)
+            mb = self._max_bytes
+            if mb:
+                while self._bytes > mb and self._msgs:
+                    self._remove(self._first)
+        finally:
+            self._limit_removal = False
 
     def remove_msg(self, seq: int, erase: bool = False) -> bool:
         """Remove one message; ``erase`` also overwrites its payload (on disk for FileStore)."""
@@ -646,6 +655,23 @@ class IndexedStore:
         self._check_open()
         if now_ns is None:
             now_ns = self.now()
+        self._limit_removal = True
+        try:
+            removed, markers = self._expire(now_ns)
+        finally:
+            self._limit_removal = False
+        for subj in markers:
+            hdr = (
+                "NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\n"
+                f"Nats-TTL: {go_duration(self._sdm_ttl)}\r\nNats-Rollup: sub\r\n\r\n"
+            ).encode()
+            if self._marker_cb is not None:
+                self._marker_cb(subj, hdr)
+            else:
+                self.store_msg(subj, hdr, b"", ttl=self._sdm_ttl)
+        return removed
+
+    def _expire(self, now_ns: int) -> tuple[int, list[str]]:
         removed = 0
         markers: list[str] = []
         sdm = self._sdm_ttl > 0
@@ -687,16 +713,7 @@ class IndexedStore:
                     else:
                         self._remove(s)
                     removed += 1
-        for subj in markers:
-            hdr = (
-                "NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\n"
-                f"Nats-TTL: {go_duration(self._sdm_ttl)}\r\nNats-Rollup: sub\r\n\r\n"
-            ).encode()
-            if self._marker_cb is not None:
-                self._marker_cb(subj, hdr)
-            else:
-                self.store_msg(subj, hdr, b"", ttl=self._sdm_ttl)
-        return removed
+        return removed, markers
 
     def _expire_one(self, e: Any, markers: list[str]) -> None:
         subj = e.subject

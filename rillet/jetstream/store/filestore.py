@@ -345,7 +345,10 @@ class FileStore(IndexedStore):
         self._lost: set[int] = set()
         self._log_fd = -1
         self._log_size = 0
-        self._log_pending: list[bytes] = []
+        self._log_pending: list[bytes] = []  # records not yet written (a write failed)
+        # Tombstones of removals by limits (max_msgs/bytes/per subject, age, TTL) are batched:
+        # if lost in a crash, reopening re-applies the same limits.
+        self._deferred: list[int] = []
         self._log_compact_at = _LOG_COMPACT_MIN
         self._log_warned = False
         self._block_size = max(int(cfg.block_size or 0), 64)
@@ -363,6 +366,7 @@ class FileStore(IndexedStore):
     # -- config ---------------------------------------------------------------------
 
     def _on_config(self) -> None:
+        self._log_append(None)  # limits may grow: make the removals so far durable
         self._block_size = max(int(self.cfg.block_size or 0), 64)
         self._compress = self.cfg.compression == "s2"
         if self._compress and self._snappy is None:
@@ -756,8 +760,10 @@ class FileStore(IndexedStore):
     # -- writing --------------------------------------------------------------------
 
     def _write(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl_ns: int) -> _Entry:
-        if self._log_pending and not self._flush_log_pending():
-            raise ErrStoreFull("cannot write sequence state (disk full?)")
+        if self._log_pending:
+            self._log_append(None)
+            if self._log_pending:
+                raise ErrStoreFull("cannot write sequence state (disk full?)")
         sb = subject.encode("utf-8", "surrogateescape")
         slen = len(sb)
         if slen > 0xFFFF:
@@ -809,15 +815,22 @@ class FileStore(IndexedStore):
 
     # -- state log ------------------------------------------------------------------
 
-    def _log_append(self, rec: bytes) -> None:
-        self._log_pending.append(rec)
-        self._flush_log_pending()
-
-    def _flush_log_pending(self) -> bool:
+    def _log_append(self, rec: bytes | None) -> None:
         with self._lock:
-            return self._flush_log_pending_locked()
+            d = self._deferred
+            if d:
+                self._deferred = []
+                self._log_pending.append(_encode_log(L_DEL, struct.pack(f"<{len(d)}Q", *d)))
+            if rec is not None:
+                self._log_pending.append(rec)
+            if self._log_pending:
+                self._flush_log_pending_locked(True)
 
-    def _flush_log_pending_locked(self) -> bool:
+    def _flush_log_pending(self, allow_rewrite: bool = True) -> bool:
+        with self._lock:
+            return self._flush_log_pending_locked(allow_rewrite)
+
+    def _flush_log_pending_locked(self, allow_rewrite: bool) -> bool:
         data = b"".join(self._log_pending)
         off = self._log_size
         try:
@@ -834,11 +847,12 @@ class FileStore(IndexedStore):
         self._log_pending.clear()
         self._log_warned = False
         self._log_size = off + len(data)
-        if self._log_size > self._log_compact_at:
+        if allow_rewrite and self._log_size > self._log_compact_at:
             self._rewrite_log()
         return True
 
     def _log_state_bytes(self) -> bytes:
+        """The whole state log for the current in-memory state (main thread only)."""
         floor = min(self._first, min(self._lost)) if self._lost else self._first
         parts = [
             LOG_MAGIC,
@@ -886,13 +900,19 @@ class FileStore(IndexedStore):
             self._log_fd = os.open(path, os.O_RDWR)
         self._log_size = len(data)
         self._log_pending.clear()
+        self._deferred = []
         self._log_compact_at = max(_LOG_COMPACT_MIN, 4 * len(data))
         return True
 
     # -- hooks from the index core --------------------------------------------------
 
     def _on_removed(self, e: _Entry, erase: bool) -> None:
-        self._log_append(_encode_log(L_DEL, _U64.pack(e.seq)))
+        if self._limit_removal and not erase:
+            self._deferred.append(e.seq)
+            if len(self._deferred) >= 256:
+                self._log_append(None)
+        else:
+            self._log_append(_encode_log(L_DEL, _U64.pack(e.seq)))
         blk = self._blocks.get(e.blk)
         if blk is None:
             return
@@ -1071,7 +1091,8 @@ class FileStore(IndexedStore):
         """Push everything to the OS (messages already are); write consumer states."""
         if self._closed:
             return
-        if self._log_pending and not self._flush_log_pending():
+        self._log_append(None)
+        if self._log_pending:
             raise ErrStoreFull("cannot write sequence state")
         for cs in list(self._consumers.values()):
             if isinstance(cs, FileConsumerStore):
@@ -1085,7 +1106,7 @@ class FileStore(IndexedStore):
             return
         todo: list[tuple[_Block | None, int, int]] = []
         with self._lock:
-            if self._log_pending and not self._flush_log_pending():
+            if self._log_pending and not self._flush_log_pending(False):
                 raise ErrStoreFull("cannot write sequence state")
             try:
                 if self._active is not None and self._active.synced < self._active.size:
@@ -1121,6 +1142,7 @@ class FileStore(IndexedStore):
         if self._closed:
             return
         try:
+            self._log_append(None)
             self.sync()
         except StoreError as e:
             self.log("error", f"sync at stop failed: {e}")
