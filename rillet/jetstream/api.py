@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rillet.jetstream.manager import JSAccount
 
 T = "io.nats.jetstream.api.v1."
+API_LEVEL = 1  # the JetStream API level of the nats-server version we report (2.11)
 JSON_LIMIT = 1024  # names per page
 LIST_LIMIT = 256  # infos per page
 
@@ -39,7 +40,7 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
                      deleted_details: bool = False) -> dict:
     d: dict[str, Any] = {}
     if include_config:
-        d["config"] = C.to_go(s.cfg)
+        d["config"] = C.to_go(C.with_dynamic_metadata(s.cfg, level=API_LEVEL))
     d["created"] = s.created
     d["state"] = s.state_dict(subjects_filter, deleted_details)
     if s.sources is not None:
@@ -157,7 +158,7 @@ class ApiRouter:
                              "limits": C.to_go(self.jsa.limits)}
         if self.js.domain:
             d["domain"] = self.js.domain
-        d["api"] = {"level": 1, "total": self.jsa.api_total, "errors": self.jsa.api_errors}
+        d["api"] = {"level": API_LEVEL, "total": self.jsa.api_total, "errors": self.jsa.api_errors}
         self.respond(reply, d)
 
     # ---- streams ----------------------------------------------------------------------------------
