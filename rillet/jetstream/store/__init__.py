@@ -19,6 +19,7 @@ from .base import (
     StoreError,
     StreamState,
 )
+from .filestore import FileStore, restore, restore_into
 from .memstore import MemStore
 
 __all__ = [
@@ -34,10 +35,13 @@ __all__ = [
     "ErrStoreCorrupt",
     "ErrStoreFull",
     "ErrTooManyResults",
+    "FileStore",
     "MemStore",
     "SequencePair",
     "StoreConfig",
     "StoreError",
     "StoredMsg",
     "StreamState",
+    "restore",
+    "restore_into",
 ]

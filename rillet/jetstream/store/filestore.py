@@ -729,7 +729,6 @@ class FileStore(IndexedStore):
             return self._afd
         fd = self._fds.get(index)
         if fd is not None:
-            self._fds.move_to_end(index)
             return fd
         blk = self._blocks.get(index)
         if blk is None:
