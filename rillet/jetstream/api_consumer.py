@@ -168,13 +168,13 @@ class ConsumerApi:
         pu = req.get("pause_until")
         until = CO._parse_time_ns(pu) if pu else 0
         if until and until > now_ns():
-            text = pu if isinstance(pu, str) else rfc3339(until)
+            text = C.to_utc_time(pu) if isinstance(pu, str) else rfc3339(until)
             c.set_pause(until, text)
             self._pause_advisory(stream, c, True, text)
             self.router.respond(reply, {"type": typ, "paused": True, "pause_until": text,
                                         "pause_remaining": until - now_ns()})
         else:
-            text = pu if isinstance(pu, str) and pu else "0001-01-01T00:00:00Z"
+            text = C.to_utc_time(pu) if isinstance(pu, str) and pu else "0001-01-01T00:00:00Z"
             c.set_pause(0, None)
             self._pause_advisory(stream, c, False, "")
             self.router.respond(reply, {"type": typ, "paused": False, "pause_until": text})

@@ -114,6 +114,8 @@ class Consumer:
         self.lss_resume = 0
         self.npc = 0
         self.npc_dirty = True
+        self.dsseq = 0  # highest stream seq delivered (what nats-server reports as delivered.stream_seq)
+        self.has_state = False  # delivered or acked anything yet
         self.ldt = 0  # last delivery (ns)
         self.lat = 0  # last ack (ns)
         # pull
@@ -637,6 +639,9 @@ class Consumer:
         ts = now_ns()
         self.ldt = ts
         seq = m.seq
+        if seq > self.dsseq:
+            self.dsseq = seq
+        self.has_state = True
         if self.ack_none:
             self.adflr, self.asflr = dseq, seq
         else:
@@ -1048,6 +1053,7 @@ class Consumer:
         else:
             return self.retention != "limits"
         self.lat = now_ns()
+        self.has_state = True
         self._mark_dirty()
         if self.retention != "limits" and acked:
             from rillet.jetstream import retention
@@ -1162,10 +1168,8 @@ class Consumer:
             deadline = self._ack_wait_for(seq)
             elapsed = now - p[1]
             if elapsed >= deadline:
+                # at max_deliver it stays pending until the next delivery attempt drops it (as nats-server)
                 if seq not in self.rdqi:
-                    if self.maxdc and self.rdc.get(seq, 1) >= self.maxdc:
-                        self._max_deliveries_hit(seq, self.rdc.get(seq, 1))
-                        continue
                     expired.append(seq)
             else:
                 left = deadline - elapsed
@@ -1301,7 +1305,8 @@ class Consumer:
     def get_state(self) -> Any:
         from rillet.jetstream.store.base import ConsumerState, SequencePair
         return ConsumerState(
-            delivered=SequencePair(consumer_seq=self.dseq - 1, stream_seq=self.sseq - 1),
+            delivered=SequencePair(consumer_seq=self.dseq - 1,
+                                   stream_seq=self.dsseq if self.has_state else self.sseq - 1),
             ack_floor=SequencePair(consumer_seq=self.adflr, stream_seq=self.asflr),
             pending={s: (p[0], p[1]) for s, p in self.pending.items()},
             redelivered={s: c - 1 for s, c in self.rdc.items() if c > 1},
@@ -1310,6 +1315,8 @@ class Consumer:
     def apply_state(self, state: Any) -> None:
         self.dseq = state.delivered.consumer_seq + 1
         self.sseq = state.delivered.stream_seq + 1
+        self.dsseq = state.delivered.stream_seq
+        self.has_state = True
         self.adflr = state.ack_floor.consumer_seq
         self.asflr = state.ack_floor.stream_seq
         self.pending = {int(s): [int(p[0]), int(p[1])] for s, p in (state.pending or {}).items()}
@@ -1359,7 +1366,8 @@ class Consumer:
             "created": rfc3339(self.created),
             "config": cfg_d,
         }
-        dl: dict[str, Any] = {"consumer_seq": max(self.dseq - 1, 0), "stream_seq": max(self.sseq - 1, 0)}
+        dl: dict[str, Any] = {"consumer_seq": max(self.dseq - 1, 0),
+                              "stream_seq": self.dsseq if self.has_state else max(self.sseq - 1, 0)}
         if self.ldt:
             dl["last_active"] = rfc3339(self.ldt)
         af: dict[str, Any] = {"consumer_seq": self.adflr, "stream_seq": self.asflr}
