@@ -534,3 +534,22 @@ def test_snapshot_restore(mk, tmp_path):
     restore_into(m, snap)
     assert m.state().deleted == s.state().deleted and m.state().last_seq == 13
     assert m.load_msg(11).data == b"ttl"
+
+
+def test_huge_sequence_gaps_stay_cheap(mk):
+    s = mk()
+    fill(s, 3, ts0=1)
+    s.store_raw(10**12, "far", b"", b"x", 5)
+    s.store_msg("far", b"", b"y")
+    s.remove_msg(2)
+    st = s.state()
+    assert (st.msgs, st.first_seq, st.last_seq) == (4, 1, 10**12 + 1)
+    assert st.num_deleted == 10**12 + 1 - 4
+    assert s.filtered_state(">", 3) == (3, 3, 10**12 + 1)
+    assert s.num_pending(10**12, ">") == (2, 10**12 + 1)
+    assert s.load_next_msg(">", 4).seq == 10**12
+    assert s.load_prev_msg(10**12 - 1).seq == 3
+    assert s.get_seq_from_time(5) == 10**12
+    assert s.purge("foo", keep=1) == 1
+    assert s.compact(10**12 + 1) == 2
+    assert s.state().first_seq == 10**12 + 1

@@ -463,3 +463,25 @@ def test_limit_removals_after_a_crash(tmp_path):
     assert snapshot(crashed) == before
     fs._close_fds()
     crashed.stop()
+
+
+def test_sparse_block_reopen(tmp_path):
+    p = tmp_path / "s"
+    fs = open_fs(p)
+    for i in range(3):
+        fs.store_msg("a", b"", b"")
+    fs.store_raw(10**12, "b", b"", b"", 1)
+    fs.store_raw(10**12 + 5, "b", b"", b"", 2)
+    fs.remove_msg(2)
+    fs.remove_msg(10**12)
+    fs._rewrite_log()  # tombstones from the records actually in the block, not the range
+    assert os.path.getsize(os.path.join(p, "state.log")) < 200
+    def view(fs):
+        st = fs.state()
+        return (st.msgs, st.first_seq, st.last_seq, st.num_deleted, fs.subjects_state(), list(fs._msgs))
+
+    before = view(fs)
+    fs.stop()
+    fs = open_fs(p)
+    assert view(fs) == before
+    fs.stop()

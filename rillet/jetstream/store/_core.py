@@ -546,6 +546,13 @@ class IndexedStore:
         out.sort()
         return out
 
+    def _count_range(self, lo: int, hi: int) -> int:
+        """Number of live seqs in [lo, hi]."""
+        msgs = self._msgs
+        if hi - lo + 1 <= 2 * len(msgs):
+            return sum(1 for s in range(lo, hi + 1) if s in msgs)
+        return sum(1 for s in msgs if lo <= s <= hi)
+
     def _seq_range(self, first: int, last: int) -> list[int]:
         msgs = self._msgs
         if last - first + 1 <= 2 * len(msgs):
@@ -986,8 +993,7 @@ class IndexedStore:
                 if not seqs:
                     return 0, 0, 0
                 return len(seqs), seqs[0], seqs[-1]
-            below = sum(1 for s in range(self._first, start) if s in msgs)
-            n = len(msgs) - below
+            n = len(msgs) - self._count_range(self._first, start - 1)
             if not n:
                 return 0, 0, 0
             return n, self._next_alive(start), self._prev_alive(self._last)

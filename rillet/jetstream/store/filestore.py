@@ -870,7 +870,12 @@ class FileStore(IndexedStore):
                 continue
             if blk.live == hi - lo + 1:
                 continue
-            dels.extend(s for s in range(lo, hi + 1) if s not in msgs and s not in self._lost)
+            if hi - lo + 1 > 2 * blk.live + 4096:
+                # Sparse (sequence gaps): look at the records actually in the file.
+                seqs: Iterable[int] = (q for q in self._record_seqs(blk) if lo <= q <= hi)
+            else:
+                seqs = range(lo, hi + 1)
+            dels.extend(q for q in seqs if q not in msgs and q not in self._lost)
         for i in range(0, len(dels), 8192):
             chunk = dels[i : i + 8192]
             parts.append(_encode_log(L_DEL, struct.pack(f"<{len(chunk)}Q", *chunk)))
@@ -997,6 +1002,22 @@ class FileStore(IndexedStore):
     def _read_block(self, blk: _Block, size: int | None = None) -> bytes:
         fd = self._fd_for(blk.index)
         return os.pread(fd, blk.size if size is None else size, 0)
+
+    def _record_seqs(self, blk: _Block) -> list[int]:
+        buf = self._read_block(blk)
+        mv = memoryview(buf)
+        pos = 8
+        out = []
+        while pos < len(buf):
+            h = _parse_record(mv, pos, len(buf))
+            if h is None:
+                pos = self._resync(mv, pos + 1, len(buf), 0)
+                if pos < 0:
+                    break
+                continue
+            out.append(h[4])
+            pos += h[3]
+        return out
 
     def _find_cut(self, blk: _Block, seq: int) -> int:
         buf = self._read_block(blk)
