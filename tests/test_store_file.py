@@ -94,7 +94,6 @@ def test_consumer_state_files(tmp_path):
     assert not os.path.exists(d)
     fs.stop()
     # A corrupt state file is reported and ignored.
-    d = fs.consumer_store  # noqa: F841 - the store is closed; use the path
     path = os.path.join(str(p), "consumers")
     name_dir = [n for n in os.listdir(path)][0]
     with open(os.path.join(path, name_dir, "state"), "r+b") as f:

@@ -125,7 +125,10 @@ class MemConsumerStore:
 
 
 class IndexedStore:
-    """Everything both stores share: sequences, limits, per-subject index, queries."""
+    """Everything both stores share: sequences, limits, per-subject index, queries.
+
+    Not thread-safe: call it from one thread (the event loop).  The one exception is
+    ``FileStore.sync()``, which may run in a worker thread (group commit)."""
 
     _size_overhead = 16  # accounted bytes: subject + hdr + data + overhead (+ hdr overhead)
     _hdr_overhead = 0

@@ -55,7 +55,6 @@ import msgspec
 
 from ._core import _HEAD, IndexedStore, MemConsumerStore
 from .base import (
-    ConsumerState,
     ErrStoreClosed,
     ErrStoreCorrupt,
     ErrStoreFull,
@@ -1400,12 +1399,3 @@ def restore_into(store: IndexedStore, chunks: Iterable[bytes], log: LogFn | None
             fs.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _state_of(cs: Any) -> ConsumerState | None:
-    return cs.state()
-
-
-def _closed_check(store: FileStore) -> None:
-    if store._closed:
-        raise ErrStoreClosed()
