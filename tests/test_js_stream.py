@@ -202,3 +202,29 @@ async def test_sync_always_acks_after_fsync(tmp_path):
         acks = await asyncio.gather(*[js.publish("d", str(i).encode()) for i in range(50)])
         assert sorted(a.seq for a in acks) == list(range(1, 51))
         await nc.close()
+
+
+async def test_full_disk_fails_publishes_and_recovers(tmp_path, monkeypatch):
+    import errno
+
+    import rillet.jetstream.store.filestore as fsmod
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="DISK", subjects=["disk"])
+        await js.publish("disk", b"before")
+
+        def no_space(*a, **k):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(fsmod.os, "pwritev", no_space)
+        monkeypatch.setattr(fsmod, "_write_all", no_space)
+        with pytest.raises(APIError) as ei:
+            await js.publish("disk", b"lost")
+        assert ei.value.err_code == 10077 and "No space left on device" in ei.value.description
+        # the server keeps serving everything else
+        assert (await js.stream_info("DISK")).state.messages == 1
+        monkeypatch.undo()
+        ack = await js.publish("disk", b"after")
+        assert ack.seq == 2
+        assert (await js.get_msg("DISK", 2)).data == b"after"
+        await nc.close()
