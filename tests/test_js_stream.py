@@ -228,3 +228,50 @@ async def test_full_disk_fails_publishes_and_recovers(tmp_path, monkeypatch):
         assert ack.seq == 2
         assert (await js.get_msg("DISK", 2)).data == b"after"
         await nc.close()
+
+
+async def test_snapshot_and_restore(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="SNAP", subjects=["snap.>"])
+        for i in range(200):
+            await js.publish(f"snap.{i % 7}", b"x" * 500 + str(i).encode())
+        await js.delete_msg("SNAP", 10)
+        await js.pull_subscribe("snap.>", durable="dur")
+        # snapshot: the answer, then chunks with ack replies, then an empty 204 message
+        inbox = nc.new_inbox()
+        chunks: list[bytes] = []
+        done = asyncio.get_running_loop().create_future()
+
+        async def on_chunk(msg):
+            if msg.reply:
+                chunks.append(msg.data)
+                await nc.publish(msg.reply, b"")
+            else:
+                done.set_result(msg.headers)
+        sub = await nc.subscribe(inbox, cb=on_chunk)
+        resp = await api(nc, "$JS.API.STREAM.SNAPSHOT.SNAP", {"deliver_subject": inbox, "chunk_size": 4096})
+        assert resp["type"] == "io.nats.jetstream.api.v1.stream_snapshot_response"
+        assert resp["state"]["messages"] == 199
+        await asyncio.wait_for(done, 5)
+        await sub.unsubscribe()
+        assert len(chunks) > 5
+        config = resp["config"]
+        await js.delete_stream("SNAP")
+        # restore: send the chunks, then an empty message, and get the stream's info
+        resp = await api(nc, "$JS.API.STREAM.RESTORE.SNAP", {"config": config, "state": resp["state"]})
+        subj = resp["deliver_subject"]
+        for c in chunks:
+            await nc.request(subj, c, timeout=2)
+        fin = json.loads((await nc.request(subj, b"", timeout=5)).data)
+        assert fin["type"] == "io.nats.jetstream.api.v1.stream_create_response", fin
+        si = await js.stream_info("SNAP")
+        assert si.state.messages == 199 and si.state.last_seq == 200 and si.state.num_deleted == 1
+        assert (await js.get_msg("SNAP", 200)).data.endswith(b"199")
+        ci = await js.consumer_info("SNAP", "dur")
+        assert ci.num_pending == 199
+        # restoring over an existing stream is refused
+        r = await api(nc, "$JS.API.STREAM.RESTORE.SNAP", {"config": config})
+        assert r["error"]["err_code"] == 10130
+        await nc.close()
