@@ -71,6 +71,11 @@ class JSAccount:
                                    f"'{self.account.name} > {name}'")
             except Exception as e:
                 self.js.log.error(f"  Error recovering stream '{self.account.name} > {name}': {e}")
+        # mirrors and sources start once every stream (their origins included) is back
+        from rillet.jetstream.sources import attach_sources
+        for stream in self.streams.values():
+            if stream.cfg.mirror is not None or stream.cfg.sources:
+                attach_sources(stream)
 
     def stream_dir(self, name: str) -> str:
         return os.path.join(self.dir, name)

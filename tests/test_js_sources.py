@@ -1,0 +1,93 @@
+"""Mirrors and sources: fed from origin streams, resuming after restarts without gaps or duplicates."""
+from __future__ import annotations
+
+import asyncio
+
+import nats
+from nats.js.api import StreamSource
+
+from rillet.server.embed import run_server
+from test_js_stream import js_opts
+
+
+async def wait_for(cond, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        if await cond():
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def count(js, name: str) -> int:
+    return (await js.stream_info(name)).state.messages
+
+
+async def test_mirror_follows_origin_with_same_sequences(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="O", subjects=["o.>"])
+        for i in range(10):
+            await js.publish(f"o.{i % 2}", str(i).encode())
+        await js.delete_msg("O", 3)
+        await js.add_stream(name="M", mirror=StreamSource(name="O"))
+        await wait_for(lambda: _eq(count(js, "M"), 9))
+        for i in range(10, 15):
+            await js.publish("o.x", str(i).encode())
+        await wait_for(lambda: _eq(count(js, "M"), 14))
+        si = await js.stream_info("M")
+        assert si.state.last_seq == 15 and si.mirror.name == "O"
+        for seq in (1, 2, 4, 15):
+            assert (await js.get_msg("M", seq)).data == (await js.get_msg("O", seq)).data
+        # a mirror takes no direct publishes: nobody listens on its (absent) subjects
+        await nc.close()
+
+
+async def _eq(coro, value) -> bool:
+    return (await coro) == value
+
+
+async def test_sources_aggregate_with_source_header(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="EU", subjects=["eu.>"])
+        await js.add_stream(name="US", subjects=["us.>"])
+        for i in range(3):
+            await js.publish("eu.order", f"eu{i}".encode())
+            await js.publish("us.order", f"us{i}".encode())
+        await js.add_stream(name="ALL", sources=[StreamSource(name="EU"), StreamSource(name="US")])
+        await wait_for(lambda: _eq(count(js, "ALL"), 6))
+        m = await js.get_msg("ALL", 1)
+        assert m.headers["Nats-Stream-Source"].split(" ")[0] in ("EU", "US")
+        await js.publish("eu.order", b"eu3")
+        await wait_for(lambda: _eq(count(js, "ALL"), 7))
+        await nc.close()
+
+
+async def test_mirror_and_source_resume_after_restart(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="O", subjects=["o.>"])
+        for i in range(5):
+            await js.publish("o.a", str(i).encode())
+        await js.add_stream(name="M", mirror=StreamSource(name="O"))
+        await js.add_stream(name="S", sources=[StreamSource(name="O")])
+        await wait_for(lambda: _eq(count(js, "M"), 5))
+        await wait_for(lambda: _eq(count(js, "S"), 5))
+        await nc.close()
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        for i in range(5, 12):
+            await js.publish("o.a", str(i).encode())
+        await wait_for(lambda: _eq(count(js, "M"), 12))
+        await wait_for(lambda: _eq(count(js, "S"), 12))
+        await asyncio.sleep(0.3)
+        assert await count(js, "S") == 12  # no duplicates
+        datas = [(await js.get_msg("S", seq)).data for seq in range(1, 13)]
+        assert datas == [str(i).encode() for i in range(12)]
+        await nc.close()
