@@ -91,3 +91,25 @@ async def test_mirror_and_source_resume_after_restart(tmp_path):
         datas = [(await js.get_msg("S", seq)).data for seq in range(1, 13)]
         assert datas == [str(i).encode() for i in range(12)]
         await nc.close()
+
+
+async def test_mirror_catches_up_after_origin_recreated(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="O", subjects=["o.>"])
+        for i in range(5):
+            await js.publish("o.a", f"first-{i}".encode())
+        await js.add_stream(name="M", mirror=StreamSource(name="O"))
+        await wait_for(lambda: _eq(count(js, "M"), 5))
+        await js.delete_stream("O")
+        await js.add_stream(name="O", subjects=["o.>"])
+        for i in range(8):
+            await js.publish("o.a", f"second-{i}".encode())
+        # the mirror already holds sequences 1-5; it picks up 6-8 of the new origin: no gap, no duplicate
+        await wait_for(lambda: _eq(count(js, "M"), 8), timeout=10)
+        await asyncio.sleep(0.3)
+        si = await js.stream_info("M")
+        assert si.state.messages == 8 and si.state.last_seq == 8
+        assert [(await js.get_msg("M", s)).data for s in (5, 6, 8)] == [b"first-4", b"second-5", b"second-7"]
+        await nc.close()
