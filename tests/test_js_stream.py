@@ -275,3 +275,25 @@ async def test_snapshot_and_restore(tmp_path):
         r = await api(nc, "$JS.API.STREAM.RESTORE.SNAP", {"config": config})
         assert r["error"]["err_code"] == 10130
         await nc.close()
+
+
+async def test_account_storage_limit_refuses_publishes(tmp_path):
+    conf_limits = {"A": {"users": [{"user": "a", "password": "a"}],
+                         "jetstream": {"max_mem": 1024, "max_file": 4096}}}
+    from rillet.server.options import User
+    o = js_opts(tmp_path)
+    o.accounts = conf_limits
+    o.users = [User(username="a", password="a", account="A")]
+    async with run_server(o) as srv:
+        nc = await nats.connect(srv.client_url, user="a", password="a")
+        js = nc.jetstream()
+        info = await js.account_info()
+        assert info.limits.max_memory == 1024 and info.limits.max_storage == 4096
+        await js.add_stream(name="CAP", subjects=["cap"], storage="memory")
+        await js.publish("cap", b"x" * 500)
+        with pytest.raises(APIError) as ei:
+            for _ in range(5):
+                await js.publish("cap", b"x" * 500)
+        assert ei.value.err_code == 10002
+        assert (await js.stream_info("CAP")).state.messages >= 1
+        await nc.close()

@@ -35,6 +35,8 @@ class JSAccount:
         self.api_errors = 0
         from rillet.jetstream.config import AccountLimits
         self.limits = limits if limits is not None else AccountLimits()
+        # account storage caps checked on every publish (only when the account has them)
+        self.limited = self.limits.max_memory >= 0 or self.limits.max_storage >= 0
         self._api_subs: list[Any] = []
 
     def start(self) -> None:
@@ -113,6 +115,17 @@ class JSAccount:
         if stream.cfg.retention == "interest":
             from rillet.jetstream import retention
             retention.on_new_msg(stream, seq, subject)
+
+    def over_limit(self, storage: str, size: int) -> bool:
+        """Would storing ``size`` more bytes of this storage kind exceed the account's cap?"""
+        cap = self.limits.max_memory if storage == "memory" else self.limits.max_storage
+        if cap < 0:
+            return False
+        used = 0
+        for s in self.streams.values():
+            if s.cfg.storage == storage:
+                used += s.store.state().bytes
+        return used + size > cap
 
     def usage(self) -> tuple[int, int, int, int]:
         """(memory bytes, storage bytes, streams, consumers)."""

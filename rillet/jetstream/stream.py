@@ -147,6 +147,8 @@ class Stream:
             size = len(hdr) + len(data) + len(subject)
             if cfg.max_msg_size > 0 and len(hdr) + len(data) > cfg.max_msg_size:
                 raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
+            if self.jsa.limited and self.jsa.over_limit(cfg.storage, size):
+                raise ApiError.make("ACCOUNT_RESOURCES_EXCEEDED")
             ttl = 0
             msg_id = ""
             if hdr:
