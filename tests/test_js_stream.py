@@ -297,3 +297,21 @@ async def test_account_storage_limit_refuses_publishes(tmp_path):
         assert ei.value.err_code == 10002
         assert (await js.stream_info("CAP")).state.messages >= 1
         await nc.close()
+
+
+async def test_republish_headers(tmp_path):
+    from nats.js.api import RePublish
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="RP", subjects=["rp.>"], republish=RePublish(src="rp.>", dest="out.>"))
+        sub = await nc.subscribe("out.>")
+        await js.publish("rp.a", b"one")
+        await js.publish("rp.b", b"two")
+        await js.publish("rp.a", b"three")
+        msgs = [await sub.next_msg(timeout=1) for _ in range(3)]
+        assert [m.subject for m in msgs] == ["out.a", "out.b", "out.a"]
+        last = msgs[2].headers
+        assert last["Nats-Stream"] == "RP" and last["Nats-Sequence"] == "3" and last["Nats-Last-Sequence"] == "1"
+        assert last["Nats-Subject"] == "rp.a"
+        await nc.close()

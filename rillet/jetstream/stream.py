@@ -229,8 +229,9 @@ class Stream:
                 self._schedule_expiry()
             if self.cfg.republish is not None:
                 self._republish(subject, hdr, data, seq, ts)
-            for c in self.consumers.values():
-                c.on_stream_msg(seq, subject)
+            if self.consumers:
+                for c in list(self.consumers.values()):
+                    c.on_stream_msg(seq, subject)
             self.jsa.after_stream_msg(self, seq, subject)
             return seq
         if op == Entry.DELETE:
@@ -239,7 +240,7 @@ class Stream:
         if op == Entry.PURGE:
             subject, seq, keep = entry.args
             n = self.store.purge(subject, seq, keep)
-            for c in self.consumers.values():
+            for c in list(self.consumers.values()):
                 c.on_purge()
             return n
         raise ValueError(f"unknown log entry op {op}")
@@ -343,7 +344,7 @@ class Stream:
         self.log.propose(Entry(Entry.MSG, (subject, hdr, b"", 0, ttl, "")))
 
     def _on_store_remove(self, seq: int, subject: str, size: int) -> None:
-        for c in self.consumers.values():
+        for c in list(self.consumers.values()):
             c.on_stream_remove(seq)
 
     # ---- republish --------------------------------------------------------------------------------
@@ -365,8 +366,7 @@ class Stream:
         self.ic.publish(dest.encode(), None, new_hdr + data, len(new_hdr))
 
     def _prev_seq_for_subject(self, subject: str, seq: int) -> int:
-        m = self.store.load_prev_msg_for_subject(subject, seq - 1) if hasattr(
-            self.store, "load_prev_msg_for_subject") else None
+        m = self.store.load_prev_msg(seq - 1, subject)
         return m.seq if m is not None else 0
 
     # ---- info -------------------------------------------------------------------------------------
