@@ -148,6 +148,8 @@ class Consumer:
         self._subs: list[Any] = []
         self._watched = ""
         self._map_stalled = False
+        self._running = False
+        self._flush_soon = False
         self.persist: Any = None
         self._apply_cfg()
 
@@ -343,7 +345,14 @@ class Consumer:
         if seq >= self.sseq and self._matches(subject):
             if not self.npc_dirty:
                 self.npc += 1
-            self.kick()
+            if self._running or self._scheduled:
+                self.kick()
+            elif self.active if self.is_push else bool(self.waiting):
+                # deliver now: the message goes out ahead of the publisher's PubAck, as from nats-server
+                self._run(flush=False)
+                if not self._flush_soon:
+                    self._flush_soon = True
+                    self.loop.call_soon(self._flush_later)
 
     def on_stream_remove(self, seq: int) -> None:
         if self.closed:
@@ -557,10 +566,15 @@ class Consumer:
             self._move_ack_floor(p[0], seq)
         self._mark_dirty()
 
-    def _run(self) -> None:
+    def _flush_later(self) -> None:
+        self._flush_soon = False
+        self._flush_out()
+
+    def _run(self, flush: bool = True) -> None:
         self._scheduled = False
-        if self.closed:
+        if self.closed or self._running:
             return
+        self._running = True
         sent = 0
         loop = self.loop
         self._map_stalled = False
@@ -628,10 +642,12 @@ class Consumer:
             else:
                 self.kick()  # budget used up: continue on the next loop iteration
         finally:
+            self._running = False
             if not self.is_push and self.waiting and not self.closed:
                 # one-shot (no_wait) requests end here, unless we only stopped at max_ack_pending
-                self._process_waiting(eos=not self._map_stalled)
-            self._flush_out()
+                self._process_waiting(eos=not self._map_stalled, flush=flush)
+            if flush:
+                self._flush_out()
 
     def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int) -> bool:
         dseq = self.dseq
@@ -920,7 +936,7 @@ class Consumer:
             return wr
         return None
 
-    def _process_waiting(self, eos: bool) -> float:
+    def _process_waiting(self, eos: bool, flush: bool = True) -> float:
         """Expire requests, drop those nobody listens for, send request heartbeats. Returns the next deadline."""
         if not self.waiting:
             return 0.0
@@ -954,7 +970,7 @@ class Consumer:
                 fexp = wr.expires
             keep.append(wr)
         self.waiting = keep
-        if sent:
+        if sent and flush:
             self._flush_out()
         self._arm_wr_timer(fexp)
         return fexp
