@@ -568,7 +568,9 @@ class InternalClient:
         self.in_msgs += 1
         self.in_bytes += len(payload)
         self.account.deliver(self, subject, reply, hdr_len, payload)
-        self.server.flush_clients()
+        # inside a read cycle the reader's flush writes this out; from timers and tasks a flush is queued
+        # once per loop pass, so a burst of internal messages (acks, deliveries) shares one write per client
+        self.server.schedule_flush()
 
 
 def _valid_queue(q: str) -> bool:

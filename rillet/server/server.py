@@ -53,6 +53,7 @@ class Server:
         self.name = o.server_name or self.server_id
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.pending_flush: list[Any] = []
+        self._flush_scheduled = False
         self.accounts: dict[str, Account] = {}
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
         self.authenticator = Authenticator(o)
@@ -307,6 +308,15 @@ class Server:
                 self.closed_clients.append(ClosedClient(closed_conn_info(self, c)))
             except Exception:  # monitoring data is best effort; never fail a close on it
                 pass
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled and self.pending_flush:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self.flush_clients()
 
     def flush_clients(self) -> None:
         """Write out every connection that received data during this read cycle."""
