@@ -663,3 +663,16 @@ async def test_purge_moves_consumer_floor(js_env):
     await _pub(js, 1, start=5)
     (m,) = await ps.fetch(1, timeout=1)
     assert m.data == b"m5" and m.metadata.sequence.stream == 6
+
+
+async def test_subject_purge_clears_pending(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    await js.publish("s.a", b"a1")
+    await js.publish("s.b", b"b1")
+    await js.publish("s.a", b"a2")
+    ps = await js.pull_subscribe("s.>", "SP")
+    await ps.fetch(3, timeout=1)
+    await js.purge_stream("S", subject="s.a")
+    ci = await js.consumer_info("S", "SP")
+    assert ci.num_ack_pending == 1 and ci.ack_floor.stream_seq == 1

@@ -383,7 +383,8 @@ class Consumer:
             self.sseq = first
             if self.lss is not None:
                 self.lss = [s for s in self.lss if s >= first] or None
-        for seq in [s for s in self.pending if s < first]:
+        store = self.stream.store
+        for seq in [s for s in self.pending if s < first or _safe(store.load_msg, s) is None]:
             self.pending.pop(seq, None)
             self.rdc.pop(seq, None)
             self._remove_rdq(seq)
@@ -391,8 +392,11 @@ class Consumer:
             self.rdc.pop(seq, None)
         if not self.pending:
             self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-        elif self.asflr < first - 1:
-            self.asflr = first - 1
+        else:
+            if self.asflr < first - 1:
+                self.asflr = first - 1
+            low = min(self.pending)
+            self.adflr, self.asflr = self.pending[low][0] - 1, low - 1
         self.npc_dirty = True
         self._mark_dirty()
         self.kick()
