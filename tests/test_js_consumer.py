@@ -676,3 +676,26 @@ async def test_subject_purge_clears_pending(js_env):
     await js.purge_stream("S", subject="s.a")
     ci = await js.consumer_info("S", "SP")
     assert ci.num_ack_pending == 1 and ci.ack_floor.stream_seq == 1
+
+
+async def test_domain_and_v2_ack_subjects(tmp_path):
+    opts = Options(host="127.0.0.1", port=-1,
+                   jetstream=JetStreamOptions(enabled=True, store_dir=str(tmp_path), domain="hub"))
+    async with run_server(opts) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream(domain="hub")
+        await js.add_stream(name="D", subjects=["d.>"], storage="memory")
+        await js.publish("d.x", b"1")
+        await js.publish("d.x", b"2")
+        ps = await js.pull_subscribe("d.>", "dd")
+        a, b = await ps.fetch(2, timeout=1)
+        await a.ack_sync()
+        # the 11-token form (domain and account hash) is accepted too
+        toks = b.reply.split(".")
+        from rillet.jetstream.consumer import account_hash
+        v2 = ".".join(["$JS", "ACK", "hub", account_hash("$G")] + toks[2:])
+        r = await nc.request(v2, b"+ACK", timeout=1)
+        assert r.data == b""
+        ci = await js.consumer_info("D", "dd")
+        assert ci.num_ack_pending == 0 and ci.ack_floor.stream_seq == 2
+        await nc.close()

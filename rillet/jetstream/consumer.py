@@ -201,7 +201,13 @@ class Consumer:
 
     def start(self) -> None:
         st = self.stream.name
-        self._subs.append(self.ic.subscribe(f"$JS.ACK.{st}.{self.name}.>", self._on_ack))
+        if not self.ack_none:
+            # v1 acks ($JS.ACK.<stream>.<consumer>.<5 tokens>), and the v2 form with domain and account hash
+            self._subs.append(self.ic.subscribe(f"$JS.ACK.{st}.{self.name}.*.*.*.*.*", self._on_ack))
+            domain = self.js.domain or "_"
+            acc_hash = account_hash(self.jsa.account.name)
+            self._subs.append(self.ic.subscribe(f"$JS.ACK.{domain}.{acc_hash}.{st}.{self.name}.*.*.*.*.>",
+                                                self._on_ack))
         if self.is_push and self.flow_control:
             self._subs.append(self.ic.subscribe(f"$JS.FC.{st}.{self.name}.*", self._on_fc))
         if self.is_push:
@@ -1410,6 +1416,16 @@ class Consumer:
                 d["pause_remaining"] = left
         d["ts"] = rfc3339(now_ns())
         return d
+
+
+_HASH_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def account_hash(name: str) -> str:
+    """nats-server's 8-character hash of an account name (used in v2 ack subjects)."""
+    import hashlib
+    d = hashlib.sha256(name.encode()).digest()
+    return "".join(_HASH_DIGITS[b % 62] for b in d[:8])
 
 
 def _safe(fn: Any, *args: Any) -> Any:
