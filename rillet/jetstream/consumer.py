@@ -704,12 +704,11 @@ class Consumer:
             msg = data
             hl = -1
         ic.out_msgs = getattr(ic, "out_msgs", 0) + 1
-        if orig is None:
-            return acc.deliver(ic, subject, reply, hl, msg)
         r = acc.match(subject.decode("utf-8", "surrogateescape"))
         if not (r.psubs or r.qsubs):
             return False
-        return _deliver_as(acc, ic, r, subject, orig.encode("utf-8", "surrogateescape"), reply, hl, msg)
+        shown = subject if orig is None else orig.encode("utf-8", "surrogateescape")
+        return acc.deliver_result(ic, r, shown, reply, hl, msg)
 
     def _flush_out(self) -> None:
         try:
@@ -1440,13 +1439,6 @@ def _headers_only(hdr: bytes, size: int) -> bytes:
     if not hdr:
         return b"NATS/1.0\r\n" + line
     return hdr[:-2] + line
-
-
-def _deliver_as(acc: Any, ic: Any, r: Any, route: bytes, subject: bytes, reply: bytes | None, hl: int,
-                msg: bytes) -> bool:
-    """Deliver ``msg`` to the subscribers matched on ``route`` (the deliver/inbox subject) under the subject
-    the client must see: for JetStream deliveries nats-server keeps the stored message's own subject."""
-    return acc.deliver_result(ic, r, subject, reply, hl, msg)
 
 
 # ---- persistence ------------------------------------------------------------------------------------------
