@@ -699,3 +699,18 @@ async def test_domain_and_v2_ack_subjects(tmp_path):
         ci = await js.consumer_info("D", "dd")
         assert ci.num_ack_pending == 0 and ci.ack_floor.stream_seq == 2
         await nc.close()
+
+
+async def test_rate_limit(js_env):
+    srv, nc, js = js_env
+    await _stream(js, max_msg_size=1000)
+    for _ in range(3):
+        await js.publish("s.x", b"x" * 500)
+    sub = await nc.subscribe("rl")
+    await js.add_consumer("S", api.ConsumerConfig(name="RL", deliver_subject="rl", rate_limit_bps=8000))
+    loop = asyncio.get_running_loop()
+    await sub.next_msg(1)
+    t0 = loop.time()
+    await sub.next_msg(2)
+    await sub.next_msg(2)
+    assert loop.time() - t0 >= 0.5  # 1000 bytes burst, then 1000 bytes a second

@@ -144,7 +144,10 @@ class Consumer:
         self._dirty = False
         self._replay_lts = 0
         self._replay_ok_seq = 0
-        self._rl_next = 0.0
+        self._rl_tokens = 0.0
+        self._rl_last = 0.0
+        self._rl_burst = 0.0
+        self._rl_paid = 0
         self._subs: list[Any] = []
         self._watched = ""
         self._map_stalled = False
@@ -175,6 +178,11 @@ class Consumer:
         self.filters_wc = [subject_has_wildcard(f) for f in self.filters]
         self.replay_original = _cfg(cfg, "replay_policy", "instant") == "original"
         self.rate_bps = int(_cfg(cfg, "rate_limit_bps", 0) or 0)
+        if self.rate_bps:
+            mms = int(_cfg(self.stream.cfg, "max_msg_size", -1) or -1)
+            self._rl_burst = float(mms if mms > 0 else self.js.server.opts.max_payload)
+            self._rl_tokens = self._rl_burst
+            self._rl_last = self.loop.time()
         self.headers_only = bool(_cfg(cfg, "headers_only", False))
         self.hb_s = int(_cfg(cfg, "idle_heartbeat", 0) or 0) / 1e9
         self.flow_control = bool(_cfg(cfg, "flow_control", False))
@@ -617,14 +625,21 @@ class Consumer:
                     hdr = _headers_only(hdr, len(data))
                     data = b""
                 sz = len(m.subject) + len(ack_reply) + len(hdr) + len(data)
-                if self.rate_bps:
+                if self.rate_bps and self._rl_paid != m.seq:
+                    # token bucket in bytes: bps/8 a second, a burst of the largest message
                     now = loop.time()
-                    t = max(now, self._rl_next)
-                    if t - now > 0.001:
-                        self._undo(m, dc, src)
-                        self._delay(t - now)
-                        break
-                    self._rl_next = t + sz * 8 / self.rate_bps
+                    rate = self.rate_bps / 8
+                    self._rl_tokens = min(self._rl_burst, self._rl_tokens + (now - self._rl_last) * rate)
+                    self._rl_last = now
+                    self._rl_tokens -= sz
+                    if self._rl_tokens < 0:
+                        wait = -self._rl_tokens / rate
+                        if wait > 0.001:
+                            self._rl_paid = m.seq
+                            self._undo(m, dc, src)
+                            self._delay(wait)
+                            break
+                self._rl_paid = 0
                 wrn = wrb = 0
                 if self.is_push:
                     dsubj = self.deliver_subject_b
