@@ -363,7 +363,10 @@ class Consumer:
                 self.kick()
             elif self.active if self.is_push else bool(self.waiting):
                 # deliver now: the message goes out ahead of the publisher's PubAck, as from nats-server
-                self._run(flush=False)
+                try:
+                    self._run(flush=False)
+                except Exception as e:  # never fail the store of a message because of a consumer
+                    self.js.log.error(f"JetStream consumer '{self.stream.name} > {self.name}' delivery: {e!r}")
                 if not self._flush_soon:
                     self._flush_soon = True
                     self.loop.call_soon(self._flush_later)
@@ -467,6 +470,9 @@ class Consumer:
     def _load_next(self, start: int) -> Any:
         store = self.stream.store
         if not self.filters:
+            m = store.load_msg(start)  # usually the very next sequence: no search
+            if m is not None:
+                return m
             return _safe(store.load_next_msg, ">", start, True)
         if len(self.filters) == 1:
             return _safe(store.load_next_msg, self.filters[0], start, self.filters_wc[0])
@@ -643,17 +649,19 @@ class Consumer:
                 wrn = wrb = 0
                 if self.is_push:
                     dsubj = self.deliver_subject_b
+                    dsubj_s = self.deliver_subject
                 else:
                     wr = self._next_waiting(sz)
                     if wr is None:
                         self._undo(m, dc, src)
                         break
                     dsubj = wr.reply_b
+                    dsubj_s = wr.reply
                     wrn, wrb = wr.n, wr.b
                     if wr.n > 0 and wr.hb:
                         wr.hbt = loop.time() + wr.hb
                 self._replay_lts = m.ts
-                ok = self._deliver(dsubj, ack_reply, m, hdr, data, dc, sz)
+                ok = self._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s)
                 sent += 1
                 if not ok:
                     self._did_not_deliver(m.seq, dsubj, dc)
@@ -668,13 +676,18 @@ class Consumer:
                 self.kick()  # budget used up: continue on the next loop iteration
         finally:
             self._running = False
+            if sent:
+                self._last_send = loop.time()
+                if not self.is_push and self.dthresh_s:
+                    self.wq_last = self._last_send
             if not self.is_push and self.waiting and not self.closed:
                 # one-shot (no_wait) requests end here, unless we only stopped at max_ack_pending
                 self._process_waiting(eos=not self._map_stalled, flush=flush)
             if flush:
                 self._flush_out()
 
-    def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int) -> bool:
+    def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int,
+                 dsubj_s: str) -> bool:
         dseq = self.dseq
         self.dseq += 1
         ts = now_ns()
@@ -691,22 +704,22 @@ class Consumer:
                 p[1] = ts
             else:
                 self.pending[seq] = [dseq, ts]
-            self._arm_ack_timer(self._ack_delay(seq))
-        self._mark_dirty()
+            if self._ack_timer is None or self.backoff:
+                self._arm_ack_timer(self._ack_delay(seq))
+        if self.persist is not None:
+            self._mark_dirty()
         if self.maxpb:
             self.pbytes += sz
-        ok = self._send(dsubj, ack_reply.encode(), hdr, data, m.subject)
-        self._last_send = self.loop.time()
+        ok = self._send(dsubj, ack_reply.encode(), hdr, data, m.subject, dsubj_s)
         if self.maxpb and ok and self._need_fc(sz):
             self._send_fc()
-        if not self.is_push and self.dthresh_s:
-            self.wq_last = self.loop.time()
         if self.ack_none and self.retention != "limits":
             from rillet.jetstream import retention
             retention.on_ack(self.stream, self, seq)
         return ok
 
-    def _send(self, subject: bytes, reply: bytes | None, hdr: bytes, data: bytes, orig: str | None = None) -> bool:
+    def _send(self, subject: bytes, reply: bytes | None, hdr: bytes, data: bytes, orig: str | None = None,
+              subject_s: str | None = None) -> bool:
         """Publish into the account (no flush); True if someone received it.
 
         Deliveries keep the stored message's subject: the deliver/inbox subject only routes it."""
@@ -719,7 +732,7 @@ class Consumer:
             msg = data
             hl = -1
         ic.out_msgs = getattr(ic, "out_msgs", 0) + 1
-        r = acc.match(subject.decode("utf-8", "surrogateescape"))
+        r = acc.match(subject_s if subject_s is not None else subject.decode("utf-8", "surrogateescape"))
         if not (r.psubs or r.qsubs):
             return False
         shown = subject if orig is None else orig.encode("utf-8", "surrogateescape")
