@@ -1313,8 +1313,13 @@ class Consumer:
     def update_config(self, cfg: Any) -> None:
         old_deliver = self.deliver_subject
         old_maxpb = self.maxpb
+        old_filters = self.filters
         self.cfg = cfg
         self._apply_cfg()
+        if self.filters != old_filters:
+            self.npc_dirty = True
+        if not self.is_push and self.dthresh_s and self._delete_timer is None:
+            self._arm_delete(self.dthresh_s)
         if self.flow_control and self.is_push and old_maxpb:
             self.maxpb = old_maxpb
         if self.deliver_subject != old_deliver and self.is_push:
