@@ -6,12 +6,10 @@ Decoding, defaults and validation are the config module's (``CreateConsumerReque
 """
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-import rillet
 from rillet.jetstream import config as C
 from rillet.jetstream import consumer as CO
 from rillet.jetstream.errors import ApiError
@@ -130,10 +128,7 @@ class ConsumerApi:
     def _req(self, body: bytes) -> dict:
         if not body.strip():
             return {}
-        try:
-            d = json.loads(body)
-        except ValueError as e:
-            raise ApiError.make("INVALID_JSON", err=str(e))
+        d = C.parse_json(body)  # Go's JSON error texts
         return d if isinstance(d, dict) else {}
 
     def consumer_names(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:

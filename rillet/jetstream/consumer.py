@@ -20,11 +20,9 @@ import os
 import random
 import shutil
 import string
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 
 from rillet.jetstream import headers as H
 from rillet.jetstream.stream import now_ns, rfc3339
