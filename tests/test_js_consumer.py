@@ -714,3 +714,25 @@ async def test_rate_limit(js_env):
     await sub.next_msg(2)
     await sub.next_msg(2)
     assert loop.time() - t0 >= 0.5  # 1000 bytes burst, then 1000 bytes a second
+
+
+async def test_bad_pull_requests(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    await js.add_consumer("S", api.ConsumerConfig(durable_name="P", ack_policy="explicit"))
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    want = {
+        b"{bad": "Bad Request - invalid character 'b' looking for beginning of object key string",
+        b'{"batch":"x"}': "Bad Request - json: cannot unmarshal string into Go struct field .batch of type int",
+        b'{"batch":1.5}': "Bad Request - json: cannot unmarshal number 1.5 into Go struct field .batch of type int",
+        b'{"no_wait":1}': "Bad Request - json: cannot unmarshal number into Go struct field .no_wait of type bool",
+    }
+    for body, desc in want.items():
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.P", body, reply=inbox)
+        m = await sub.next_msg(1)
+        assert (m.headers["Status"], m.headers["Description"]) == ("400", desc)
+    await js.add_consumer("S", api.ConsumerConfig(durable_name="PUSH", deliver_subject="x.y"))
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.PUSH", b"", reply=inbox)
+    m = await sub.next_msg(1)
+    assert (m.headers["Status"], m.headers["Description"]) == ("409", "Consumer is push based")

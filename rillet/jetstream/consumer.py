@@ -881,17 +881,15 @@ class Consumer:
         batch, expires_ns, max_bytes, no_wait, hb_ns = 1, 0, 0, False, 0
         if req[:1] == b"{":
             try:
-                d = json.loads(req)
-                if not isinstance(d, dict):
-                    raise ValueError("json: cannot unmarshal into Go value of type server.JSApiConsumerGetNextRequest")
-                batch = int(d.get("batch") or 0)
-                expires_ns = int(d.get("expires") or 0)
-                max_bytes = int(d.get("max_bytes") or 0)
-                no_wait = bool(d.get("no_wait"))
-                hb_ns = int(d.get("idle_heartbeat") or 0)
-            except (ValueError, TypeError) as e:
+                d = _next_request(req)
+            except ValueError as e:
                 err(400, f"Bad Request - {e}")
                 return
+            batch = d.get("batch", 0)
+            expires_ns = d.get("expires", 0)
+            max_bytes = d.get("max_bytes", 0)
+            no_wait = d.get("no_wait", False)
+            hb_ns = d.get("idle_heartbeat", 0)
             if hb_ns > 0 and hb_ns * 2 > expires_ns:
                 err(400, "Bad Request - heartbeat value too large")
                 return
@@ -1446,6 +1444,47 @@ class Consumer:
                 d["pause_remaining"] = left
         d["ts"] = rfc3339(now_ns())
         return d
+
+
+_NEXT_FIELDS = {"batch": "int", "expires": "time.Duration", "max_bytes": "int", "no_wait": "bool",
+                "idle_heartbeat": "time.Duration"}
+
+
+def _next_request(body: bytes) -> dict:
+    """A pull request body checked like Go's json.Unmarshal into JSApiConsumerGetNextRequest (same error texts)."""
+    from rillet.jetstream.config import parse_json
+    from rillet.jetstream.errors import ApiError
+    try:
+        d = parse_json(body)
+    except ApiError as e:
+        text = e.description
+        if text.startswith("invalid JSON: "):
+            text = text[len("invalid JSON: "):]
+        i = text.rfind(" at offset ")
+        raise ValueError(text[:i] if i > 0 else text) from None
+    out: dict = {}
+    for k, v in d.items():
+        want = _NEXT_FIELDS.get(k)
+        if want is None or v is None:
+            continue
+        if want == "bool":
+            ok = isinstance(v, bool)
+        else:
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        if not ok:
+            if isinstance(v, bool):
+                kind = "bool"
+            elif isinstance(v, (int, float)):
+                kind = "number" if want == "bool" else f"number {json.dumps(v)}"
+            elif isinstance(v, str):
+                kind = "string"
+            elif isinstance(v, list):
+                kind = "array"
+            else:
+                kind = "object"
+            raise ValueError(f"json: cannot unmarshal {kind} into Go struct field .{k} of type {want}")
+        out[k] = v
+    return out
 
 
 _HASH_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
