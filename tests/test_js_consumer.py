@@ -736,3 +736,30 @@ async def test_bad_pull_requests(js_env):
     await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.PUSH", b"", reply=inbox)
     m = await sub.next_msg(1)
     assert (m.headers["Status"], m.headers["Description"]) == ("409", "Consumer is push based")
+
+
+async def test_restart_redelivers_pending_and_keeps_push_durable(tmp_path):
+    async with run_server(_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="F", subjects=["f.>"], storage="file")
+        await _pub(js, 3, subject="f.x")
+        await js.add_consumer("F", api.ConsumerConfig(durable_name="PD", deliver_subject="pd", ack_policy="explicit",
+                                                      ack_wait=0.5))
+        sub = await nc.subscribe("pd")
+        m0 = await sub.next_msg(1)
+        await sub.next_msg(1)
+        await sub.next_msg(1)
+        await m0.ack()
+        await nc.flush()
+        await asyncio.sleep(0.1)
+        await nc.close()
+    async with run_server(_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        ci = await js.consumer_info("F", "PD")
+        assert ci.num_ack_pending == 2 and ci.ack_floor.stream_seq == 1 and not ci.push_bound
+        sub = await nc.subscribe("pd")
+        got = sorted([(await sub.next_msg(2)).data for _ in range(2)])
+        assert got == [b"m1", b"m2"]
+        await nc.close()
