@@ -41,7 +41,7 @@ PENDING_BYTES = "Nats-Pending-Bytes"
 
 FC_MAX_PENDING = 32 * 1024 * 1024  # flow control window limit (bytes), like nats-server
 DELETE_WAIT_DEFAULT = 5_000_000_000  # ns: ephemerals' default inactive threshold
-INTEREST_POLL = 0.25  # s: how often an unbound push consumer looks for interest on its deliver subject
+INTEREST_POLL = 1.0  # s: an unbound push consumer also looks for (wildcard) interest this often
 STATE_FLUSH = 0.05  # s: persisted state is written this long after it changed
 RUN_BUDGET = 1024  # deliveries per pass before yielding to the loop
 
