@@ -763,3 +763,18 @@ async def test_restart_redelivers_pending_and_keeps_push_durable(tmp_path):
         got = sorted([(await sub.next_msg(2)).data for _ in range(2)])
         assert got == [b"m1", b"m2"]
         await nc.close()
+
+
+async def test_pause_advisories(js_env):
+    srv, nc, js = js_env
+    await _stream(js)
+    adv = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.PAUSE.S.PA")
+    await js.add_consumer("S", api.ConsumerConfig(durable_name="PA", ack_policy="explicit"))
+    import datetime
+    until = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=0.3)).isoformat()
+    r = await _req(nc, "$JS.API.CONSUMER.PAUSE.S.PA", {"pause_until": until})
+    assert r["paused"] is True
+    a = json.loads((await adv.next_msg(1)).data)
+    assert a["type"] == "io.nats.jetstream.advisory.v1.consumer_pause" and a["paused"] is True
+    a = json.loads((await adv.next_msg(2)).data)  # the pause ran out
+    assert a["paused"] is False and a["pause_until"] == r["pause_until"]

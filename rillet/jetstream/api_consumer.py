@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 
 from rillet.jetstream import config as C
 from rillet.jetstream import consumer as CO
@@ -102,6 +101,8 @@ class ConsumerApi:
             raise ApiError.make("CONSUMER_STORE_FAILED", err=str(e))
         self.js.advisories.consumer_action(self.jsa, stream, name, "create")
         self.router.respond(reply, {"type": typ, **c.info()})
+        if c.is_paused():
+            c.pause_advisory()
 
     def consumer_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
@@ -165,30 +166,14 @@ class ConsumerApi:
         if until and until > now_ns():
             text = C.to_utc_time(pu) if isinstance(pu, str) else rfc3339(until)
             c.set_pause(until, text)
-            self._pause_advisory(stream, c, True, text)
+            c.pause_advisory()
             self.router.respond(reply, {"type": typ, "paused": True, "pause_until": text,
                                         "pause_remaining": until - now_ns()})
         else:
             text = C.to_utc_time(pu) if isinstance(pu, str) and pu else "0001-01-01T00:00:00Z"
             c.set_pause(0, None)
-            self._pause_advisory(stream, c, False, "")
+            c.pause_advisory()
             self.router.respond(reply, {"type": typ, "paused": False, "pause_until": text})
-
-    def _pause_advisory(self, stream: Any, c: Any, paused: bool, until: str) -> None:
-        subject = f"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.{stream.name}.{c.name}"
-        sl = self.jsa.account.sublist
-        if not sl.has_interest(subject):
-            return
-        import base64
-        import os
-        d: dict[str, Any] = {"type": "io.nats.jetstream.advisory.v1.consumer_pause",
-                             "id": base64.b32encode(os.urandom(15)).decode()[:22], "timestamp": rfc3339(now_ns()),
-                             "stream": stream.name, "consumer": c.name, "paused": paused}
-        if paused:
-            d["pause_until"] = until
-        if self.js.domain:
-            d["domain"] = self.js.domain
-        self.jsa.ic.publish(subject.encode(), None, msgspec.json.encode(d))
 
     def consumer_leader_stepdown(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:

@@ -1293,7 +1293,22 @@ class Consumer:
     def _on_unpause(self) -> None:
         self._pause_timer = None
         if not self.closed:
+            self.pause_advisory()
             self.kick()
+
+    def pause_advisory(self) -> None:
+        """``$JS.EVENT.ADVISORY.CONSUMER.PAUSE.<stream>.<consumer>`` (paused or resumed)."""
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.{self.stream.name}.{self.name}"
+        if not self.jsa.account.sublist.has_interest(subject):
+            return
+        import base64
+        d: dict[str, Any] = {"type": "io.nats.jetstream.advisory.v1.consumer_pause",
+                             "id": base64.b32encode(os.urandom(15)).decode()[:22], "timestamp": rfc3339(now_ns()),
+                             "stream": self.stream.name, "consumer": self.name, "paused": self.is_paused(),
+                             "pause_until": rfc3339(self.pause_until_ns)}
+        if self.js.domain:
+            d["domain"] = self.js.domain
+        self.ic.publish(subject.encode(), None, json.dumps(d, separators=(",", ":")).encode())
 
     def _delay(self, delay: float) -> None:
         if self._delay_timer is not None:
