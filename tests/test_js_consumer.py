@@ -271,12 +271,18 @@ async def test_nak_term_in_progress_and_ack_wait(js_env):
     await _stream(js)
     await _pub(js, 3)
     psub = await js.pull_subscribe("s.>", "A", config=api.ConsumerConfig(ack_wait=0.3))
+    naks = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.A")
+    terms = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.S.A")
     m0, m1, m2 = await psub.fetch(3, timeout=1)
     await m0.nak()
+    a = json.loads((await naks.next_msg(1)).data)
+    assert (a["type"], a["stream_seq"], a["consumer_seq"], a["deliveries"]) == ("io.nats.jetstream.advisory.v1.nak", 1, 1, 1)
     r = await psub.fetch(1, timeout=1)
     assert r[0].data == b"m0" and r[0].metadata.num_delivered == 2
     await r[0].ack()
     await m1.term()
+    a = json.loads((await terms.next_msg(1)).data)
+    assert (a["type"], a["stream_seq"], a["deliveries"]) == ("io.nats.jetstream.advisory.v1.terminated", 2, 1)
     # m2: in progress keeps it from being redelivered for another ack wait
     await asyncio.sleep(0.2)
     await m2.in_progress()

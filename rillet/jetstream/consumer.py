@@ -1138,6 +1138,7 @@ class Consumer:
         p = self.pending.get(sseq)
         if p is None:
             return
+        self._nak_advisory(sseq, dseq, dc)
         arg = arg.strip()
         if arg:
             delay_ns = None
@@ -1159,6 +1160,19 @@ class Consumer:
                 return
         self._add_rdq(sseq)
         self.kick()
+
+    def _nak_advisory(self, sseq: int, dseq: int, dc: int) -> None:
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.{self.stream.name}.{self.name}"
+        if not self.jsa.account.sublist.has_interest(subject):
+            return
+        import base64
+        d: dict[str, Any] = {"type": "io.nats.jetstream.advisory.v1.nak",
+                             "id": base64.b32encode(os.urandom(15)).decode()[:22], "timestamp": rfc3339(now_ns()),
+                             "stream": self.stream.name, "consumer": self.name, "consumer_seq": dseq,
+                             "stream_seq": sseq, "deliveries": dc}
+        if self.js.domain:
+            d["domain"] = self.js.domain
+        self.ic.publish(subject.encode(), None, json.dumps(d, separators=(",", ":")).encode())
 
     def progress(self, sseq: int) -> None:
         p = self.pending.get(sseq)
