@@ -412,6 +412,8 @@ class Consumer:
                 self.asflr = first - 1
             low = min(self.pending)
             self.adflr, self.asflr = self.pending[low][0] - 1, low - 1
+        if self.has_state and self.sseq - 1 > self.dsseq:
+            self.dsseq = self.sseq - 1  # nats-server rewrites its delivered state from the scan position
         self.npc_dirty = True
         self._mark_dirty()
         self.kick()
