@@ -43,6 +43,7 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
         d["config"] = C.to_go(C.with_dynamic_metadata(s.cfg, level=API_LEVEL))
     d["created"] = s.created
     d["state"] = s.state_dict(subjects_filter, deleted_details)
+    d["cluster"] = {"leader": s.js.server.name}
     if s.sources is not None:
         d.update(s.sources.info_dict())
     d["ts"] = rfc3339(now_ns())

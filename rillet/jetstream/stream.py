@@ -373,10 +373,12 @@ class Stream:
 
     def state_dict(self, subjects_filter: str = "", deleted_details: bool = False) -> dict:
         st = self.store.state()
+        # a stream that never held a message reports first_seq 0, as nats-server does
+        first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
         d: dict[str, Any] = {
             "messages": st.msgs,
             "bytes": st.bytes,
-            "first_seq": st.first_seq,
+            "first_seq": first,
             "first_ts": _rfc3339(st.first_ts),
             "last_seq": st.last_seq,
             "last_ts": _rfc3339(st.last_ts),

@@ -541,6 +541,7 @@ class InternalClient:
     headers = True
     perms = None
     closed = False
+    no_responders = False
 
     def __init__(self, server: "Server", account: "Account", name: str = "internal") -> None:
         self.server = server
