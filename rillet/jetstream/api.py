@@ -37,13 +37,16 @@ def encode_config(cfg: Any) -> bytes:
 
 
 def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: str = "",
-                     deleted_details: bool = False) -> dict:
+                     deleted_details: bool = False, with_cluster: bool = False) -> dict:
+    """A StreamInfo. ``with_cluster``: the ``cluster`` block nats-server puts in INFO and LIST answers
+    (not in create/update answers)."""
     d: dict[str, Any] = {}
     if include_config:
         d["config"] = C.to_go(C.with_dynamic_metadata(s.cfg, level=API_LEVEL))
     d["created"] = s.created
     d["state"] = s.state_dict(subjects_filter, deleted_details)
-    d["cluster"] = {"leader": s.js.server.name}
+    if with_cluster:
+        d["cluster"] = {"leader": s.js.server.name}
     if s.sources is not None:
         d.update(s.sources.info_dict())
     d["ts"] = rfc3339(now_ns())
@@ -246,7 +249,8 @@ class ApiRouter:
                                {"total": 0, "offset": 0, "limit": 0})
             return
         sf = req.get("subjects_filter") or ""
-        info = stream_info_dict(stream, subjects_filter=sf, deleted_details=bool(req.get("deleted_details")))
+        info = stream_info_dict(stream, subjects_filter=sf, deleted_details=bool(req.get("deleted_details")),
+                                with_cluster=True)
         d = {"type": typ, "total": 0, "offset": 0, "limit": 0, **info}
         subs = info["state"].get("subjects")
         if subs is not None:
@@ -304,7 +308,7 @@ class ApiRouter:
         offset = int(req.get("offset") or 0)
         page = streams[offset:offset + LIST_LIMIT]
         self.respond(reply, {"type": T + "stream_list_response", "total": len(streams), "offset": offset,
-                             "limit": LIST_LIMIT, "streams": [stream_info_dict(s) for s in page],
+                             "limit": LIST_LIMIT, "streams": [stream_info_dict(s, with_cluster=True) for s in page],
                              "missing": None})
 
     def stream_leader_stepdown(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
