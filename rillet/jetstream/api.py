@@ -193,6 +193,7 @@ class ApiRouter:
         if existing is not None:
             self.respond(reply, {"type": typ, **stream_info_dict(existing)})
             return
+        self._check_supported(cfg)
         self._check_limits(cfg)
         stream = self.jsa.open_stream(cfg, rfc3339(now_ns()))
         if cfg.mirror is not None or cfg.sources:
@@ -200,6 +201,13 @@ class ApiRouter:
             attach_sources(stream)
         self.js.advisories.stream_action(self.jsa, stream, "create")
         self.respond(reply, {"type": typ, **stream_info_dict(stream), "did_create": True})
+
+    @staticmethod
+    def _check_supported(cfg: Any) -> None:
+        """Stream features this server does not have are refused, never silently accepted."""
+        for field, what in (("allow_msg_counter", "message counters"), ("allow_batched", "batched publishing")):
+            if getattr(cfg, field, False):
+                raise ApiError.make("STREAM_INVALID_CONFIG", err=f"{what} ({field}) not supported")
 
     def _check_limits(self, cfg: Any) -> None:
         lim = self.jsa.limits
@@ -222,6 +230,7 @@ class ApiRouter:
                                         consumers=[(n, c.cfg) for n, c in stream.consumers.items()]
                                         if stream is not None else None)
         assert stream is not None
+        self._check_supported(cfg)
         old = stream.cfg
         stream.cfg = cfg
         from rillet.jetstream.storeopen import store_config

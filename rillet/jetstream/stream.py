@@ -257,7 +257,8 @@ class Stream:
         if not reply:
             return
         payload = _json(ack)
-        if self.js.sync_always:
+        # persist_mode "async": acknowledged before the fsync even when the server syncs always
+        if self.js.sync_always and self.cfg.persist_mode != "async":
             self._acks.append((reply, payload))
             if not self._sync_scheduled:
                 self._sync_scheduled = True
