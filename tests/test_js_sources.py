@@ -113,3 +113,24 @@ async def test_mirror_catches_up_after_origin_recreated(tmp_path):
         assert si.state.messages == 8 and si.state.last_seq == 8
         assert [(await js.get_msg("M", s)).data for s in (5, 6, 8)] == [b"first-4", b"second-5", b"second-7"]
         await nc.close()
+
+
+async def test_mirror_promoted_by_removing_mirror_config(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="SRC", subjects=["src.>"])
+        for i in range(5):
+            await js.publish(f"src.{i}", b"m")
+        await js.add_stream(name="MIR", mirror=StreamSource(name="SRC"))
+        await wait_for(lambda: _eq(count(js, "MIR"), 5))
+        si = await js.stream_info("MIR")
+        si = await js.update_stream(config=si.config.evolve(mirror=None, subjects=["promoted.>"]))
+        assert si.config.mirror is None and si.state.messages == 5
+        # now an ordinary stream: it takes publishes on its own subjects, and no longer follows SRC
+        ack = await js.publish("promoted.x", b"own")
+        assert (ack.stream, ack.seq) == ("MIR", 6)
+        await js.publish("src.9", b"not mirrored")
+        await asyncio.sleep(0.3)
+        assert await count(js, "MIR") == 6
+        await nc.close()
