@@ -155,7 +155,7 @@ class JetStream:
         self.log = server.log
         o = server.opts.jetstream
         base = o.store_dir or os.path.join(tempfile.gettempdir(), "nats")
-        self.store_dir = os.path.join(base, "jetstream")
+        self.store_dir = os.path.abspath(os.path.join(base, "jetstream"))
         self.domain = o.domain
         self.sync_interval = o.sync_interval
         self.sync_always = o.sync_interval == "always"
