@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from rillet.jetstream import headers as H
+from rillet.jetstream import schedules
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, SingleNodeLog
 from rillet.jetstream.store import base as store_base
@@ -72,6 +73,7 @@ class Stream:
     def start(self) -> None:
         self._subscribe()
         self._schedule_expiry()
+        schedules.start(self)
 
     def _subscribe(self) -> None:
         for sub in self._subs:
@@ -109,6 +111,7 @@ class Stream:
         self._subs = []
         if self._expire_timer is not None:
             self._expire_timer.cancel()
+        schedules.stop(self)
         if self.sources is not None:
             self.sources.stop()
         for c in list(self.consumers.values()):
@@ -149,6 +152,11 @@ class Stream:
                 raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
             if self.jsa.limited and self.jsa.over_limit(cfg.storage, size):
                 raise ApiError.make("ACCOUNT_RESOURCES_EXCEEDED")
+            if hdr and b"Nats-Batch-Id" in hdr:  # atomic batch publish: staged, stored on commit
+                from rillet.jetstream import batch
+                bid = batch.batch_id(hdr)
+                if bid:
+                    return batch.process(self, bid, subject, reply, hdr, data)
             ttl = 0
             msg_id = ""
             if hdr:
@@ -175,6 +183,8 @@ class Stream:
                     last = self.store.last_seq_for_subject(check_subj)
                     if not v.isdigit() or int(v) != last:
                         raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
+                if b"Nats-Schedul" in hdr:
+                    hdr = schedules.check(self, subject, hdr)
                 v = H.get_header(hdr, H.ROLLUP)
                 if v is not None:
                     if not cfg.allow_rollup_hdrs:
@@ -227,6 +237,8 @@ class Stream:
                     self._schedule_expiry()
             elif ttl:
                 self._schedule_expiry()
+            if self.cfg.allow_msg_schedules or (hdr and b"Nats-Scheduler" in hdr):
+                schedules.on_stored(self, subject, hdr, seq, ts)
             if self.cfg.republish is not None:
                 self._republish(subject, hdr, data, seq, ts)
             if self.consumers:
