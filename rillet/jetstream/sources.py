@@ -187,7 +187,8 @@ class Origin:
         self.lag = max(pending, 0)
         subj = subject.decode("utf-8", "surrogateescape")
         if hdr_b:
-            hdr_b = H.remove_headers(hdr_b, {SOURCE_HDR})
+            # batching is not carried over by sourcing or mirroring (as nats-server)
+            hdr_b = H.remove_headers(hdr_b, {SOURCE_HDR, "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"})
         if self.mirror:
             self._store_mirror(subj, hdr_b, data, sseq)
         else:
