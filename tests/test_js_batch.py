@@ -4,10 +4,10 @@ timeouts and failed checks store nothing. Answers and error texts as nats-server
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
 import nats
-import pytest
 
 from rillet.jetstream import batch as batchmod
 from rillet.server import Options
@@ -34,15 +34,16 @@ def bh(bid: str, seq: int, commit: str | None = None, **extra: str) -> dict[str,
     return h
 
 
-async def send(nc, subject: str, data: bytes, headers: dict, wait: float = 0.15) -> list[bytes]:
-    """Publish with a reply inbox and collect every answer."""
+async def send(nc, subject: str, data: bytes, headers: dict) -> list[bytes]:
+    """Publish with a reply inbox and collect every answer (the first, then any that follow quickly)."""
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
     await nc.publish(subject, data, reply=inbox, headers=headers)
     out = []
     try:
+        out.append((await sub.next_msg(timeout=1)).data)
         while True:
-            m = await sub.next_msg(timeout=wait)
+            m = await sub.next_msg(timeout=0.02)
             out.append(m.data)
     except Exception:
         pass
@@ -74,15 +75,14 @@ async def test_atomic_batch(tmp_path):
     async with run_server(js_opts(tmp_path)) as srv:
         nc = await setup(srv)
         # staged messages: an empty answer each, nothing stored until the commit
-        assert await send(nc, "a.x", b"m1", bh("b1", 1), wait=0.05) == [b""]
-        assert await send(nc, "a.y", b"m2", bh("b1", 2), wait=0.05) == [b""]
+        assert await send(nc, "a.x", b"m1", bh("b1", 1)) == [b""]
+        assert await send(nc, "a.y", b"m2", bh("b1", 2)) == [b""]
         assert (await state(nc))["messages"] == 0
         ans = await send(nc, "a.x", b"m3", bh("b1", 3, "1"))
         assert ans == [b'{"stream":"A","seq":3,"batch":"b1","count":3}']
         assert (await state(nc))["messages"] == 3
         # stored with their batch headers, as nats-server stores them
         m = (await api(nc, "$JS.API.STREAM.MSG.GET.A", {"seq": 2}))["message"]
-        import base64
         assert base64.b64decode(m["hdrs"]) == b"NATS/1.0\r\nNats-Batch-Id: b1\r\nNats-Batch-Sequence: 2\r\n\r\n"
         # the id is free again: a later message of it is an unknown batch
         assert err(await send(nc, "a.x", b"u", bh("b1", 2))) == INCOMPLETE
@@ -91,7 +91,7 @@ async def test_atomic_batch(tmp_path):
         ans = await send(nc, "a.x", b"one", bh("c1", 1, "1"))
         assert json.loads(ans[0]) == {"stream": "A", "seq": 4, "batch": "c1", "count": 1}
         # "eob" commits without storing the marker; the last stored message gets Nats-Batch-Commit: 1
-        assert await send(nc, "a.x", b"e", bh("e2", 1), wait=0.05) == [b""]
+        assert await send(nc, "a.x", b"e", bh("e2", 1)) == [b""]
         ans = await send(nc, "a.x", b"eob", bh("e2", 2, "eob"))
         assert json.loads(ans[0]) == {"stream": "A", "seq": 5, "batch": "e2", "count": 1}
         m = (await api(nc, "$JS.API.STREAM.MSG.GET.A", {"seq": 5}))["message"]
@@ -105,11 +105,11 @@ async def test_atomic_batch(tmp_path):
 
         # a gap abandons the batch: nothing stored, later messages of it are unknown
         before = await state(nc)
-        assert await send(nc, "a.x", b"g1", bh("g", 1), wait=0.05) == [b""]
+        assert await send(nc, "a.x", b"g1", bh("g", 1)) == [b""]
         assert err(await send(nc, "a.x", b"g3", bh("g", 3))) == INCOMPLETE
         assert err(await send(nc, "a.x", b"g4", bh("g", 4, "1"))) == INCOMPLETE
         # no commit: nothing stored either
-        assert await send(nc, "a.x", b"x", bh("nc", 1), wait=0.05) == [b""]
+        assert await send(nc, "a.x", b"x", bh("nc", 1)) == [b""]
         assert (await state(nc))["messages"] == before["messages"]
 
         # header errors
@@ -121,7 +121,7 @@ async def test_atomic_batch(tmp_path):
         assert err(await send(nc, "a.x", b"u", {"Nats-Batch-Id": "ms", "Nats-Batch-Sequence": "x"})) == missing
         assert err(await send(nc, "a.x", b"u", bh("x" * 65, 1))) == {
             "code": 400, "err_code": 10179, "description": "atomic publish batch ID is invalid"}
-        assert await send(nc, "a.x", b"u", bh("bc", 1), wait=0.05) == [b""]
+        assert await send(nc, "a.x", b"u", bh("bc", 1)) == [b""]
         assert err(await send(nc, "a.x", b"u", bh("bc", 2, "yes"))) == {
             "code": 400, "err_code": 10200, "description": "atomic publish batch commit is invalid"}
         # an empty batch id is an ordinary message
@@ -145,7 +145,7 @@ async def test_atomic_batch_checks(tmp_path):
             """msgs: (subject, extra headers); returns the commit's answers."""
             n = len(msgs)
             for i, (subj, extra) in enumerate(msgs[:-1], 1):
-                assert await send(nc, subj, b"d", bh(bid, i, **extra), wait=0.03) == [b""]
+                assert await send(nc, subj, b"d", bh(bid, i, **extra)) == [b""]
             subj, extra = msgs[-1]
             return await send(nc, subj, b"d", bh(bid, n, "1", **extra))
 
@@ -166,8 +166,26 @@ async def test_atomic_batch_checks(tmp_path):
         ans = await batch("d2", ("a.x", {"Nats-Msg-Id": "q"}),)
         assert json.loads(ans[0]) == {"stream": "A", "seq": 5, "batch": "d2", "count": 1}
         assert err(await batch("d3", ("a.x", {"Nats-Msg-Id": "q"}),))["err_code"] == 10201
-        assert err(await batch("ru", ("a.x", {}), ("a.x", {"Nats-Rollup": "all"}))) == {
-            "code": 500, "err_code": 10075, "description": "rollup not permitted"} or True
+        assert err(await batch("lss2", ("a.x", {"Nats-Expected-Last-Subject-Sequence": "9"}),)) == {
+            "code": 400, "err_code": 10071, "description": "wrong last sequence: 5"}
+        assert err(await batch("lss3", ("a.x", {"Nats-Expected-Last-Subject-Sequence-Subject": "a.y"}),)) == {
+            "code": 400, "err_code": 10193, "description": "missing sequence for expected last sequence per subject"}
+        assert err(await batch("ttl", ("a.x", {"Nats-TTL": "5s"}),)) == {
+            "code": 400, "err_code": 10166, "description": "per-message TTL is disabled"}
+        assert err(await batch("es", ("a.x", {"Nats-Expected-Stream": "Q"}),)) == {
+            "code": 400, "err_code": 10060, "description": "expected stream does not match"}
+
+        def rollup(text):
+            return {"code": 500, "err_code": 10111, "description": text}
+        assert err(await batch("ru", ("a.x", {}), ("a.x", {"Nats-Rollup": "all"}))) == rollup("rollup not permitted")
+        # nothing of the failed batches was stored
+        assert (await state(nc))["messages"] == 5
+        r = await api(nc, "$JS.API.STREAM.UPDATE.A", {"name": "A", "subjects": ["a.>"], "allow_atomic": True,
+                                                     "allow_rollup_hdrs": True})
+        assert "error" not in r
+        assert err(await batch("ru2", ("a.x", {}), ("a.x", {"Nats-Rollup": "all"}))) == rollup("batch rollup all invalid")
+        assert err(await batch("ru3", ("a.x", {}), ("a.x", {"Nats-Rollup": "sub"}))) == rollup("batch rollup sub invalid")
+        assert err(await batch("ru4", ("a.x", {"Nats-Rollup": "bad"}),)) == rollup('rollup value invalid: "bad"')
         # nothing of the failed batches was stored
         assert (await state(nc))["messages"] == 5
         await nc.close()
@@ -178,14 +196,14 @@ async def test_atomic_batch_timeout_and_advisory(tmp_path, monkeypatch):
     async with run_server(js_opts(tmp_path)) as srv:
         nc = await setup(srv)
         adv = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.A")
-        assert await send(nc, "a.x", b"t1", bh("t", 1), wait=0.03) == [b""]
+        assert await send(nc, "a.x", b"t1", bh("t", 1)) == [b""]
         await asyncio.sleep(0.35)
         assert err(await send(nc, "a.x", b"t2", bh("t", 2, "1"))) == INCOMPLETE
         a = json.loads((await adv.next_msg(timeout=1)).data)
         assert a["type"] == "io.nats.jetstream.advisory.v1.stream_batch_abandoned"
         assert (a["stream"], a["batch"], a["reason"]) == ("A", "t", "timeout")
         # a gap: reason incomplete
-        assert await send(nc, "a.x", b"g1", bh("g", 1), wait=0.03) == [b""]
+        assert await send(nc, "a.x", b"g1", bh("g", 1)) == [b""]
         assert err(await send(nc, "a.x", b"g3", bh("g", 3))) == INCOMPLETE
         a = json.loads((await adv.next_msg(timeout=1)).data)
         assert (a["batch"], a["reason"]) == ("g", "incomplete")
@@ -197,11 +215,11 @@ async def test_atomic_batch_inflight_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(batchmod, "MAX_INFLIGHT_PER_STREAM", 2)
     async with run_server(js_opts(tmp_path)) as srv:
         nc = await setup(srv)
-        assert await send(nc, "a.x", b"1", bh("i1", 1), wait=0.03) == [b""]
-        assert await send(nc, "a.x", b"1", bh("i2", 1), wait=0.03) == [b""]
+        assert await send(nc, "a.x", b"1", bh("i1", 1)) == [b""]
+        assert await send(nc, "a.x", b"1", bh("i2", 1)) == [b""]
         assert err(await send(nc, "a.x", b"1", bh("i3", 1))) == {
             "code": 429, "err_code": 10210, "description": "atomic publish too many inflight"}
         ans = await send(nc, "a.x", b"2", bh("i1", 2, "1"))
         assert json.loads(ans[0])["count"] == 2
-        assert await send(nc, "a.x", b"1", bh("i3", 1), wait=0.03) == [b""]
+        assert await send(nc, "a.x", b"1", bh("i3", 1)) == [b""]
         await nc.close()
