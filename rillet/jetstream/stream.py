@@ -114,6 +114,9 @@ class Stream:
         schedules.stop(self)
         if self.sources is not None:
             self.sources.stop()
+        if getattr(self, "_atomic_batches", None):  # staged atomic batches are dropped with the stream
+            from rillet.jetstream import batch
+            batch.drop_all(self)
         for c in list(self.consumers.values()):
             c.stop(delete=delete)
         if delete:
