@@ -223,3 +223,26 @@ async def test_atomic_batch_inflight_limit(tmp_path, monkeypatch):
         assert json.loads(ans[0])["count"] == 2
         assert await send(nc, "a.x", b"1", bh("i3", 1)) == [b""]
         await nc.close()
+
+
+async def test_atomic_batch_sourced_and_deleted_stream(tmp_path):
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await setup(srv)
+        r = await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": [{"name": "A"}]})
+        assert "error" not in r
+        assert await send(nc, "a.x", b"1", bh("s", 1)) == [b""]
+        ans = await send(nc, "a.x", b"2", bh("s", 2, "1"))
+        assert json.loads(ans[0])["count"] == 2
+        # the sourcing stream stores the messages without the batch headers (as nats-server)
+        for _ in range(100):
+            if (await state(nc, "S"))["messages"] == 2:
+                break
+            await asyncio.sleep(0.02)
+        m = (await api(nc, "$JS.API.STREAM.MSG.GET.S", {"seq": 2}))["message"]
+        assert b"Nats-Batch" not in base64.b64decode(m.get("hdrs", ""))
+        # deleting a stream forgets its staged batches
+        assert await send(nc, "a.x", b"1", bh("d", 1)) == [b""]
+        r = await api(nc, "$JS.API.STREAM.DELETE.A")
+        assert r["success"] is True
+        assert batchmod._inflight_total == 0
+        await nc.close()
