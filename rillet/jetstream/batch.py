@@ -182,7 +182,8 @@ def process(stream: "Stream", bid: str, subject: str, reply: bytes | None, hdr: 
 
 
 def _check(stream: "Stream", msgs: list[tuple[str, bytes, bytes]]) -> list[tuple[int, str]]:
-    """nats-server's pre-proposal consistency checks over a batch. Returns (ttl, msg id) per message."""
+    """nats-server's pre-proposal consistency checks over a batch. Returns (ttl, msg id) per message;
+    ``msgs`` entries are replaced when a check rewrites the headers (schedules)."""
     from rillet.jetstream.stream import parse_ttl
 
     cfg = stream.cfg
@@ -236,6 +237,10 @@ def _check(stream: "Stream", msgs: list[tuple[str, bytes, bytes]]) -> list[tuple
                 expected_per_subject[subj] = have
             elif H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ):
                 raise ApiError.make("STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID")
+            if b"Nats-Schedul" in hdr:  # message schedules: checked (and given their rollup) as usual
+                from rillet.jetstream import schedules
+                hdr = schedules.check(stream, subject, hdr)
+                msgs[i] = (subject, hdr, data)
             v = H.get_header(hdr, H.ROLLUP)
             if v is not None:
                 if not cfg.allow_rollup_hdrs or cfg.deny_purge:
