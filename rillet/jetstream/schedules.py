@@ -218,8 +218,10 @@ def next_cron(pattern: str, tz: Any, ts: int) -> int:
     raise _Invalid(pattern)
 
 
-def parse_schedule(pattern: str, tz: Any, ts: int) -> tuple[int, bool]:
-    """(next fire time in ns, repeating) for a pattern; (0, False) for an empty pattern; raises _Invalid."""
+def parse_schedule(pattern: str, tz: Any, ts: int, skip: bool = True) -> tuple[int, bool]:
+    """(next fire time in ns, repeating) for a pattern; (0, False) for an empty pattern; raises _Invalid.
+    A repeating time already past skips ahead (fires once, not once per missed period) unless ``skip``
+    is False."""
     if not pattern:
         return 0, False
     if pattern.startswith("@at "):
@@ -239,23 +241,23 @@ def parse_schedule(pattern: str, tz: Any, ts: int) -> tuple[int, bool]:
         dur = int(round(secs * _NS))
         nxt = _round_sec(ts) + dur
         now = time.time_ns()
-        if nxt < now:
+        if skip and nxt < now:
             nxt = _round_sec(now) + dur
         return nxt, True
     pattern = _SHORTHANDS.get(pattern, pattern)
     nxt = next_cron(pattern, tz, ts)
     now = time.time_ns()
-    if nxt < now:
+    if skip and nxt < now:
         nxt = next_cron(pattern, tz, _round_sec(now))
     return nxt, True
 
 
-def next_schedule(hdr: bytes, ts: int) -> tuple[int, bool, Any]:
+def next_schedule(hdr: bytes, ts: int, skip: bool = True) -> tuple[int, bool, Any]:
     """(fire time ns or 0, repeating, zone) of a message's schedule headers; raises ApiError if invalid."""
     tz = load_location(hdr)
     pattern = H.get_header(hdr, PATTERN) or ""
     try:
-        nxt, rep = parse_schedule(pattern, tz, ts)
+        nxt, rep = parse_schedule(pattern, tz, ts, skip)
     except _Invalid:
         raise ApiError.make("MESSAGE_SCHEDULES_PATTERN_INVALID")
     return nxt, rep, tz
@@ -514,56 +516,63 @@ def _get(stream: Any) -> Scheduler | None:
 
 def on_stored(stream: Any, subject: str, hdr: bytes, seq: int, ts: int) -> None:
     """A message was stored: track schedules, purge a fired one-shot schedule, move a repeating one."""
-    scheduler = H.get_header(hdr, SCHEDULER) if hdr else None
-    nxt = H.get_header(hdr, NEXT) if scheduler else None
-    if nxt == NEXT_PURGE and scheduler:
-        stream.store.purge(scheduler, 0, 0)
+    if hdr and b"Nats-Scheduler" in hdr and H.get_header(hdr, NEXT) == NEXT_PURGE:
+        scheduler = H.get_header(hdr, SCHEDULER)
+        if scheduler:
+            stream.store.purge(scheduler, 0, 0)
     sched = _get(stream)
-    if sched is None:
-        return
-    when = 0
-    if hdr and b"Nats-Schedule" in hdr:
-        try:
-            when, _, _ = next_schedule(hdr, ts)
-        except ApiError:
-            when = 0
-    if when:
-        sched.add(seq, subject, when)
-    elif not scheduler:
+    if sched is not None:
+        _track(sched, subject, hdr, seq, ts)
+        sched.reset_timer()
+
+
+def _track(sched: Scheduler, subject: str, hdr: bytes, seq: int, ts: int, skip: bool = True) -> None:
+    """Schedule state after message ``seq``: a schedule is (re)set, any other message on a schedule's
+    subject cancels it, a produced message moves its schedule on (or drops a one-shot one)."""
+    has = bool(hdr) and b"Nats-Schedul" in hdr
+    if not has:
         if subject in sched.schedules:
             sched.remove_subject(subject)
+        return
+    when = 0
+    try:
+        when, _, _ = next_schedule(hdr, ts, skip)
+    except ApiError:
+        when = 0
+    scheduler = H.get_header(hdr, SCHEDULER)
+    if when:
+        sched.init(seq, subject, when)
+    elif not scheduler and subject in sched.schedules:
+        sched.remove_subject(subject)
+    nxt = H.get_header(hdr, NEXT) if scheduler else None
     if scheduler and nxt:
         if nxt == NEXT_PURGE:
             sched.remove_subject(scheduler)
-        else:
+        elif scheduler in sched.schedules:
             try:
-                sched.update(scheduler, parse_rfc3339(nxt))
+                sched.init(sched.schedules[scheduler][0], scheduler, parse_rfc3339(nxt))
             except _Invalid:
                 pass
 
 
 def start(stream: Any) -> None:
-    """Rebuild the schedules from the stored messages and arm the timer."""
+    """Rebuild the schedules by replaying the stored messages (as nats-server's saved scheduling state
+    would have them: later messages cancel or move a schedule on), then arm the timer."""
     sched = _get(stream)
     if sched is None:
         return
     store = stream.store
     st = store.state()
-    if not st.msgs:
-        return
-    seq = st.first_seq
-    while True:
-        m = store.load_next_msg(">", seq)
-        if m is None:
-            break
-        seq = m.seq + 1
-        if m.hdr and b"Nats-Schedule" in m.hdr:
-            try:
-                when, _, _ = next_schedule(m.hdr, m.ts)
-            except ApiError:
-                continue
-            if when:
-                sched.init(m.seq, m.subject, when)
+    if st.msgs:
+        seq = st.first_seq
+        while True:
+            m = store.load_next_msg(">", seq)
+            if m is None:
+                break
+            seq = m.seq + 1
+            if (m.hdr and b"Nats-Schedul" in m.hdr) or m.subject in sched.schedules:
+                # as nats-server's saved state: the fire time computed when stored, even if now past
+                _track(sched, m.subject, m.hdr, m.seq, m.ts, skip=False)
     sched.reset_timer()
 
 
