@@ -2,5 +2,5 @@
 
 __version__ = "0.1.0"
 # The nats-server version we report in INFO and /varz: clients gate features on it.
-SERVER_VERSION = "2.11.0"
+SERVER_VERSION = "2.12.0"
 PROTO_VERSION = 1

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rillet.jetstream.manager import JSAccount
 
 T = "io.nats.jetstream.api.v1."
-API_LEVEL = 1  # the JetStream API level of the nats-server version we report (2.11)
+API_LEVEL = 2  # the JetStream API level of the nats-server version we report (2.12)
 JSON_LIMIT = 1024  # names per page
 LIST_LIMIT = 256  # infos per page
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rillet.server.accounts import Account
     from rillet.server.server import Server
 
-API_LEVEL = 1
+API_LEVEL = 2
 
 
 class JSAccount:
