@@ -315,3 +315,36 @@ async def test_republish_headers(tmp_path):
         assert last["Nats-Stream"] == "RP" and last["Nats-Sequence"] == "3" and last["Nats-Last-Sequence"] == "1"
         assert last["Nats-Subject"] == "rp.a"
         await nc.close()
+
+
+async def test_direct_get_batches(tmp_path):
+    """Batch direct gets as nats-server answers them (checked side by side with it)."""
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="DG", subjects=["dg.>"], allow_direct=True)
+        for i in range(5):
+            await js.publish(f"dg.{i % 2}", f"m{i}".encode())
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+
+        async def get(req: dict) -> list[tuple[bytes, dict]]:
+            await nc.publish("$JS.API.DIRECT.GET.DG", json.dumps(req).encode(), reply=inbox)
+            out = []
+            while True:
+                m = await sub.next_msg(timeout=1)
+                h = {k: v for k, v in (m.headers or {}).items() if k != "Nats-Time-Stamp"}
+                out.append((m.data, h))
+                if h.get("Status"):
+                    return out
+        out = await get({"seq": 2, "batch": 3})
+        assert [(d, h["Nats-Sequence"], h["Nats-Num-Pending"], h["Nats-Last-Sequence"]) for d, h in out[:3]] == [
+            (b"m1", "2", "3", "0"), (b"m2", "3", "2", "2"), (b"m3", "4", "1", "3")]
+        assert out[3][1]["Status"] == "204" and out[3][1]["Nats-Num-Pending"] == "1"
+        out = await get({"multi_last": ["dg.>"]})
+        assert [d for d, _ in out[:2]] == [b"m3", b"m4"] and out[2][1]["Nats-UpTo-Sequence"] == "5"
+        out = await get({"multi_last": ["dg.0"], "up_to_seq": 3})
+        assert out[0][0] == b"m2" and out[1][1]["Nats-UpTo-Sequence"] == "3"
+        out = await get({"seq": 99, "batch": 2})
+        assert out[0][1]["Status"] == "404"
+        await nc.close()

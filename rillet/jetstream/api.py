@@ -422,11 +422,16 @@ class ApiRouter:
         self.jsa.ic.publish(reply, None, hdr + m.data, len(hdr))
 
     def _direct_batch(self, stream: Stream, reply: bytes, req: dict) -> None:
+        """Batch direct get: messages by sequence (``batch``) or the last per subject (``multi_last``),
+        then an EOB status. Each message's Nats-Num-Pending counts what still matches after it: in the
+        stream for a sequence batch, in the answer for multi_last."""
         store = stream.store
         batch = int(req.get("batch") or 0)
         up_to = int(req.get("up_to_seq") or 0)
         multi = req.get("multi_last")
         msgs: list[Any] = []
+        pendings: list[int] = []
+        filt = ">"
         if multi:
             try:
                 seqs = store.multi_last_seqs(list(multi), up_to, 1024)
@@ -436,6 +441,7 @@ class ApiRouter:
             if batch:
                 seqs = seqs[:batch]
             msgs = [m for m in (store.load_msg(s) for s in seqs) if m is not None]
+            pendings = [len(msgs) - i - 1 for i in range(len(msgs))]
         else:
             seq = int(req.get("seq") or 1)
             filt = req.get("next_by_subj") or ">"
@@ -446,15 +452,20 @@ class ApiRouter:
                     break
                 msgs.append(m)
                 seq = m.seq + 1
+            for m in msgs:
+                n, _ = store.num_pending(m.seq + 1, filt, False)
+                pendings.append(n)
         if not msgs:
             self._status(reply, 404, "Message Not Found")
             return
         for i, m in enumerate(msgs):
-            pending = len(msgs) - i - 1
-            self._direct_reply(stream, reply, m, [(H.NUM_PENDING, str(pending)), (H.LAST_SEQUENCE, str(
-                msgs[i - 1].seq if i else 0))])
-        eob = H.make_headers([(H.LAST_SEQUENCE, str(msgs[-1].seq)), (H.NUM_PENDING, "0")], 204, "EOB")
-        self.jsa.ic.publish(reply, None, eob, len(eob))
+            self._direct_reply(stream, reply, m, [(H.NUM_PENDING, str(pendings[i])),
+                                                  (H.LAST_SEQUENCE, str(msgs[i - 1].seq if i else 0))])
+        eob = [(H.NUM_PENDING, str(pendings[-1])), (H.LAST_SEQUENCE, str(msgs[-1].seq))]
+        if multi:
+            eob.append((H.UP_TO_SEQUENCE, str(up_to or store.state().last_seq)))
+        hdr = H.make_headers(eob, 204, "EOB")
+        self.jsa.ic.publish(reply, None, hdr, len(hdr))
 
 
 # the argument tokens each endpoint takes (default: none, or a stream name)
