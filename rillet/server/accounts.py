@@ -14,13 +14,15 @@ GLOBAL_ACCOUNT = "$G"
 
 
 class Account:
-    __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "__weakref__")
+    __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
+                 "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
         self.server = server
         self.sublist = Sublist(cache=not server.opts.disable_sublist_cache)
         self._match = self.sublist.match
+        self.mappings: list[Any] = []  # rillet.subjects.mapping.Mapping, first matching source wins
         self.clients: set[Any] = set()
         self._pending = server.pending_flush
         # literal subject -> callbacks run when a subscription on exactly that subject comes or goes
@@ -51,12 +53,25 @@ class Account:
 
         ``hdr`` is the header length (-1 for a plain PUB); ``msg`` holds headers followed by the payload.
         """
+        if self.mappings:
+            subject = self.map_subject(subject)  # type: ignore[assignment]
+            if subject is None:
+                return False
         r = self._match(subject.decode("utf-8", "surrogateescape"))
         if r.psubs or r.qsubs:
             return self.deliver_result(c, r, subject, reply, hdr, msg)
         if reply and c.no_responders:
             self._no_responders(c, subject, reply)
         return False
+
+    def map_subject(self, subject: bytes) -> bytes | None:
+        """The subject after the account's mappings (the first whose source matches); None = drop."""
+        s = subject.decode("utf-8", "surrogateescape")
+        for m in self.mappings:
+            if m.match(s):
+                d = m.select(s)
+                return None if d is None else d.encode("utf-8", "surrogateescape")
+        return subject
 
     def match(self, subject: str) -> Any:
         return self._match(subject)

@@ -428,6 +428,9 @@ class Client(asyncio.Protocol):
             return
         # the common case inlined: one cache lookup, and nothing more when nobody listens
         acc = self.account
+        if acc.mappings:
+            acc.deliver(self, subject, reply, -1, payload)
+            return
         r = acc._match(subject.decode("utf-8", "surrogateescape"))
         if r.psubs or r.qsubs:
             acc.deliver_result(self, r, subject, reply, -1, payload)

@@ -56,6 +56,9 @@ class Server:
         self._flush_scheduled = False
         self.accounts: dict[str, Account] = {}
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
+        if o.mappings:
+            from rillet.subjects.mapping import parse_mappings
+            self.global_account.mappings = parse_mappings(o.mappings, o.cluster.name)  # ValueError: refuse to start
         self.authenticator = Authenticator(o)
         self.clients: dict[int, Client] = {}
         self.internal_clients: list[InternalClient] = []
