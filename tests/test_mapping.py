@@ -237,3 +237,31 @@ def test_partition_distribution_even():
     assert len(counts) == parts
     for c in counts.values():
         assert abs(c - n / parts) < n / parts * 0.01
+
+
+async def test_config_mappings_applied_on_publish():
+    import nats
+
+    from rillet.server import Options
+    from rillet.server.embed import run_server
+    o = Options(host="127.0.0.1", port=-1, mappings={"orders.*": "eu.orders.{{wildcard(1)}}",
+                                                      "drop": [{"destination": "drop", "weight": "0%"}]})
+    async with run_server(o) as srv:
+        nc = await nats.connect(srv.client_url)
+        sub = await nc.subscribe("eu.orders.>")
+        raw = await nc.subscribe("orders.*")
+        await nc.publish("orders.42", b"x")
+        await nc.publish("orders.43", b"y", headers={"k": "v"})
+        m1 = await sub.next_msg(timeout=1)
+        m2 = await sub.next_msg(timeout=1)
+        assert (m1.subject, m1.data, m2.subject, m2.headers["k"]) == ("eu.orders.42", b"x", "eu.orders.43", "v")
+        with pytest.raises(nats.errors.TimeoutError):
+            await raw.next_msg(timeout=0.2)
+        await nc.close()
+
+
+def test_bad_mapping_refuses_to_start():
+    from rillet.server import Options
+    from rillet.server.server import Server
+    with pytest.raises(ValueError):
+        Server(Options(mappings={"foo.*": "bar.{{wildcard(2)}}"}))
