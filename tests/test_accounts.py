@@ -37,3 +37,44 @@ accounts {
         assert m.subject == "x.2"
         await na.close()
         await nb.close()
+
+
+LIMITS_CONF = """
+listen: 127.0.0.1:-1
+accounts {
+  A { users [{user: a, password: a}], limits { max_connections: 2, max_subscriptions: 2, max_payload: 100 } }
+}
+"""
+
+
+async def test_account_max_connections():
+    async with serve_config(LIMITS_CONF) as srv:
+        c1 = await nats.connect(url(srv, "a"))
+        c2 = await nats.connect(url(srv, "a"))
+        with pytest.raises(Exception) as ei:
+            await nats.connect(url(srv, "a"), allow_reconnect=False, connect_timeout=2)
+        assert "maximum account active connections exceeded" in str(ei.value)
+        await c2.close()
+        await asyncio.sleep(0.1)
+        c3 = await nats.connect(url(srv, "a"))
+        await c3.close()
+        await c1.close()
+
+
+async def test_account_max_subscriptions_and_payload():
+    from tests.helpers import RawClient
+    async with serve_config(LIMITS_CONF) as srv:
+        rc = await RawClient.open(srv, connect={"user": "a", "pass": "a", "verbose": False, "protocol": 1})
+        rc.sub("x", 1)
+        rc.sub("y", 2)
+        rc.sub("z", 3)
+        rc.send(b"PING\r\n")
+        line = await rc.readline()
+        while not line.startswith(b"-ERR"):
+            line = await rc.readline()
+        assert line == b"-ERR 'maximum subscriptions exceeded'"
+        rc.send(b"PUB x 101\r\n" + b"a" * 101 + b"\r\n")
+        line = await rc.readline()
+        while not line.startswith(b"-ERR"):
+            line = await rc.readline()
+        assert line == b"-ERR 'Maximum Payload Violation'"

@@ -24,3 +24,23 @@ def configure_accounts(server: "Server") -> None:
         mp = cfg.get("mappings", cfg.get("maps"))
         if mp:
             acc.mappings = parse_mappings(mp, o.cluster.name)
+        lim = cfg.get("limits")
+        if lim is not None:
+            _parse_limits(acc, lim)
+
+
+def _parse_limits(acc: Any, lim: Any) -> None:
+    if not isinstance(lim, dict):
+        raise ValueError(f"Expected account limits to be a map/struct, got {lim!r}")
+    for k, v in lim.items():
+        k = k.lower()
+        if k in ("max_connections", "max_conn"):
+            acc.mconns = int(v)
+        elif k in ("max_subscriptions", "max_subs"):
+            acc.msubs = int(v)
+        elif k in ("max_payload", "max_pay"):
+            acc.mpay = int(v)
+        elif k in ("max_leafnodes", "max_leafs"):
+            pass
+        else:
+            raise ValueError(f"Unknown field {k!r} parsing account limits")

@@ -15,7 +15,7 @@ GLOBAL_ACCOUNT = "$G"
 
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
-                 "__weakref__")
+                 "mconns", "msubs", "mpay", "imports", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -23,6 +23,11 @@ class Account:
         self.sublist = Sublist(cache=not server.opts.disable_sublist_cache)
         self._match = self.sublist.match
         self.mappings: list[Any] = []  # rillet.subjects.mapping.Mapping, first matching source wins
+        # account limits (config ``limits {}``); -1 = no limit
+        self.mconns = -1
+        self.msubs = -1
+        self.mpay = -1
+        self.imports: Any = None  # rillet.server.account_config.AccountImports, when configured
         self.clients: set[Any] = set()
         self._pending = server.pending_flush
         # literal subject -> callbacks run when a subscription on exactly that subject comes or goes

@@ -89,6 +89,7 @@ class Client(asyncio.Protocol):
         self.account: Account = server.global_account
         self.sublist_match = self.account.sublist.match
         self.subs: dict[bytes, Subscription] = {}
+        self.msubs = opts.max_subscriptions or -1  # per-connection subscription limit; -1 = none
         # CONNECT state
         self.connect_received = False
         self.opts = ConnectOpts()
@@ -320,7 +321,21 @@ class Client(asyncio.Protocol):
         self.update_slow_path()
         acc = self.server.lookup_account(u.account) if u.account else None
         if acc is not None:
+            if 0 <= acc.mconns <= len(acc.clients - {self}):
+                self.server.log.error(f"{self.log_prefix()} - maximum account active connections exceeded")
+                raise ProtocolError("maximum account active connections exceeded",
+                                    "maximum account active connections exceeded", "Max Account Connections Exceeded")
             self.bind_account(acc)
+            if acc.msubs >= 0 or acc.mpay >= 0:
+                self._apply_account_limits(acc)
+
+    def _apply_account_limits(self, acc: "Account") -> None:
+        """The account's max_subscriptions / max_payload, when lower than the server's."""
+        if acc.mpay >= 0 and acc.mpay < self.parser.max_payload:
+            self.parser.max_payload = acc.mpay
+        if acc.msubs >= 0:
+            mx = self.server.opts.max_subscriptions
+            self.msubs = acc.msubs if not mx else min(mx, acc.msubs)
 
     def bind_account(self, acc: "Account") -> None:
         self.account.clients.discard(self)
@@ -387,8 +402,8 @@ class Client(asyncio.Protocol):
                 self.server.log.error(f"{self.log_prefix()} - {logtxt}")
                 self.send_err(err)
                 return
-        mx = self.server.opts.max_subscriptions
-        if mx and len(self.subs) >= mx and sid not in self.subs:
+        mx = self.msubs
+        if mx >= 0 and len(self.subs) >= mx and sid not in self.subs:
             self.server.log.error(f"{self.log_prefix()} - maximum subscriptions exceeded")
             self.send_err("maximum subscriptions exceeded")
             return
