@@ -78,3 +78,62 @@ async def test_account_max_subscriptions_and_payload():
         while not line.startswith(b"-ERR"):
             line = await rc.readline()
         assert line == b"-ERR 'Maximum Payload Violation'"
+
+
+STREAM_CONF = """
+listen: 127.0.0.1:-1
+accounts {
+  A { users [{user: a, password: a}], exports [{stream: "foo.>"}, {stream: "priv.>", accounts: [C]}] }
+  B { users [{user: b, password: b}], imports [{stream: {account: A, subject: "foo.>"}, prefix: x}] }
+  C { users [{user: c, password: c}], imports [{stream: {account: A, subject: "priv.>"}},
+                                               {stream: {account: A, subject: "foo.bar"}, to: "renamed"}] }
+}
+"""
+
+
+async def test_stream_import_export():
+    async with serve_config(STREAM_CONF) as srv:
+        na, nb, nc = [await nats.connect(url(srv, u)) for u in "abc"]
+        sb = await nb.subscribe(">")
+        sc = await nc.subscribe(">")
+        for n in (nb, nc):
+            await n.flush()
+        await na.publish("foo.bar", b"1")
+        await na.publish("priv.z", b"2")
+        await na.publish("other", b"3")
+        m = await sb.next_msg(timeout=1)
+        assert (m.subject, m.data) == ("x.foo.bar", b"1")
+        got = sorted([(m.subject, m.data) for m in [await sc.next_msg(timeout=1) for _ in range(2)]])
+        assert got == [("priv.z", b"2"), ("renamed", b"1")]
+        with pytest.raises(nats.errors.TimeoutError):
+            await sb.next_msg(timeout=0.2)
+        with pytest.raises(nats.errors.TimeoutError):
+            await sc.next_msg(timeout=0.1)
+        # nothing flows back the other way
+        sa = await na.subscribe(">")
+        await na.flush()
+        await nb.publish("x.foo.bar", b"back")
+        with pytest.raises(nats.errors.TimeoutError):
+            await sa.next_msg(timeout=0.2)
+        for n in (na, nb, nc):
+            await n.close()
+
+
+def test_import_not_exported_is_config_error():
+    from rillet.server.server import Server
+    from rillet.config.flags import parse_command_line
+    import tempfile
+    conf = STREAM_CONF.replace('subject: "priv.>"}}', 'subject: "nope.>"}}')
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
+        f.write(conf)
+        f.flush()
+        with pytest.raises(ValueError) as ei:
+            Server(parse_command_line(["-c", f.name]).options)
+    assert str(ei.value) == 'Error adding stream import "nope.>": stream import not authorized'
+    conf = STREAM_CONF.replace('subject: "foo.>"}, prefix', 'subject: "priv.>"}, prefix')  # B not allowed
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
+        f.write(conf)
+        f.flush()
+        with pytest.raises(ValueError) as ei:
+            Server(parse_command_line(["-c", f.name]).options)
+    assert str(ei.value) == 'Error adding stream import "priv.>": stream import not authorized'

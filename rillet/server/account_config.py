@@ -4,7 +4,12 @@ Behaviour follows nats-server's ``accounts {}`` block (opts.go parseAccounts and
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import secrets
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from rillet.server.client import go_quote
+from rillet.subjects.validate import is_valid_subject, subject_is_subset_match
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -17,6 +22,7 @@ def configure_accounts(server: "Server") -> None:
     if not isinstance(raw, dict) or not raw:
         return
     from rillet.subjects.mapping import parse_mappings
+    exports: dict[str, list[dict]] = {}
     for name, cfg in raw.items():
         acc = server.lookup_account(name)
         if not isinstance(cfg, dict):
@@ -27,6 +33,194 @@ def configure_accounts(server: "Server") -> None:
         lim = cfg.get("limits")
         if lim is not None:
             _parse_limits(acc, lim)
+        exports[name] = _parse_exports(cfg.get("exports") or [])
+    for name, cfg in raw.items():
+        if isinstance(cfg, dict) and cfg.get("imports"):
+            for imp in cfg["imports"]:
+                _add_import(server, server.lookup_account(name), imp, exports)
+
+
+def _parse_exports(raw: Any) -> list[dict]:
+    out = []
+    for e in raw:
+        if not isinstance(e, dict):
+            raise ValueError(f"Export Items should be a map, got {e!r}")
+        kind = "stream" if "stream" in e else "service" if "service" in e else None
+        if kind is None:
+            raise ValueError("Export needs a stream or a service subject")
+        subj = e[kind]
+        if not isinstance(subj, str) or not is_valid_subject(subj):
+            raise ValueError(f"Invalid {kind} export subject {subj!r}")
+        accs = e.get("accounts")
+        rt = str(e.get("response_type", e.get("response", "singleton"))).lower()
+        if rt not in ("singleton", "single", "stream", "chunked"):
+            raise ValueError(f"Unknown response type: {rt!r}")
+        thr = e.get("response_threshold", e.get("threshold"))
+        out.append({"kind": kind, "subject": subj, "accounts": None if accs is None else set(accs),
+                    "response_type": "singleton" if rt == "single" else rt,
+                    "threshold": _duration(thr) if thr is not None else DEFAULT_RESPONSE_THRESHOLD})
+    return out
+
+
+def _duration(v: Any) -> float:
+    if isinstance(v, (int, float)):
+        return float(v)
+    from datetime import timedelta
+    if isinstance(v, timedelta):
+        return v.total_seconds()
+    import re
+    total = 0.0
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    for num, unit in re.findall(r"([0-9.]+)(ns|us|µs|ms|s|m|h)", str(v)):
+        total += float(num) * units[unit]
+    return total
+
+
+DEFAULT_RESPONSE_THRESHOLD = 120.0  # nats-server's default service response threshold (2 minutes)
+
+# accounts that a message is being re-delivered into through an import, right now (loop guard)
+_in_flight: set = set()
+
+
+def _add_import(server: "Server", acc: Any, imp: Any, exports: dict[str, list[dict]]) -> None:
+    if not isinstance(imp, dict):
+        raise ValueError(f"Import Items should be a map, got {imp!r}")
+    kind = "stream" if "stream" in imp else "service" if "service" in imp else None
+    if kind is None:
+        raise ValueError("Import needs a stream or a service")
+    src = imp[kind]
+    if not isinstance(src, dict) or "account" not in src or "subject" not in src:
+        raise ValueError(f"Expect an account name and a subject for {kind} import")
+    subj = src["subject"]
+    src_name = src["account"]
+    exp = None
+    for e in exports.get(src_name, []):
+        if e["kind"] == kind and subject_is_subset_match(subj, e["subject"]) and \
+                (e["accounts"] is None or acc.name in e["accounts"]):
+            exp = e
+            break
+    if exp is None or src_name not in server.opts.accounts:
+        raise ValueError(f"Error adding {kind} import {go_quote(subj.encode())}: {kind} import not authorized")
+    src_acc = server.lookup_account(src_name)
+    if kind == "stream":
+        _stream_import(server, src_acc, acc, subj, imp.get("prefix"), imp.get("to"))
+    else:
+        _service_import(server, src_acc, acc, subj, imp.get("to") or subj, exp)
+
+
+def _transform(src: str, dest: str) -> Callable[[str], str]:
+    from rillet.subjects.mapping import SubjectTransform
+    try:
+        return SubjectTransform(src, dest).transform
+    except ValueError:
+        return lambda s: dest
+
+
+def _stream_import(server: "Server", exporter: Any, importer: Any, subj: str, prefix: Any, to: Any) -> None:
+    """Messages published in ``exporter`` on ``subj`` are delivered in ``importer`` (prefixed / remapped)."""
+    if prefix:
+        p = str(prefix).rstrip(".") + "."
+        remap: Callable[[str], str] | None = lambda s: p + s  # noqa: E731
+    elif to and to != subj:
+        remap = _transform(subj, str(to))
+    else:
+        remap = None
+    ic = server.internal_client(importer, f"stream import {exporter.name} -> {importer.name}")
+    ic.echo = True
+
+    def on_msg(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if importer in _in_flight:
+            return  # a cycle of imports: deliver once
+        if remap is not None:
+            subject = remap(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+        _in_flight.add(importer)
+        try:
+            importer.deliver(ic, subject, reply, hdr, msg)
+        finally:
+            _in_flight.discard(importer)
+        server.schedule_flush()
+
+    server.internal_client(exporter, f"stream export {exporter.name} -> {importer.name}").subscribe(subj, on_msg)
+
+
+def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, local: str, exp: dict) -> None:
+    """Requests published in ``importer`` on ``local`` reach ``exporter`` on ``subj``, with a ``_R_.`` reply
+    subject in the exporter that routes the response back to the requester's reply subject."""
+    remap = _transform(local, subj) if local != subj else None
+    ic_exp = server.internal_client(exporter, f"service import {importer.name} -> {exporter.name}")
+    ic_exp.echo = True
+    ic_imp = server.internal_client(importer, f"service reply {exporter.name} -> {importer.name}")
+    ic_imp.echo = True
+    rmap = _response_map(server, exporter)
+    single = exp["response_type"] == "singleton"
+    threshold = exp["threshold"]
+
+    def on_request(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if exporter in _in_flight:
+            return
+        if remap is not None:
+            subject = remap(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+        rr = None
+        if reply:
+            rr = rmap.add(importer, ic_imp, reply, single, threshold)
+        _in_flight.add(exporter)
+        try:
+            exporter.deliver(ic_exp, subject, rr, hdr, msg)
+        finally:
+            _in_flight.discard(exporter)
+        server.schedule_flush()
+
+    ic_in = server.internal_client(importer, f"service import {importer.name} -> {exporter.name}")
+    ic_in.subscribe(local, on_request)
+
+
+class ResponseMap:
+    """The exporter's ``_R_.`` reply subjects: each routes responses back to one requester's reply subject."""
+
+    def __init__(self, server: "Server", exporter: Any) -> None:
+        self.server = server
+        self.entries: dict[bytes, tuple] = {}  # _R_ subject -> (importer, client, reply, single, expires)
+        self._adds = 0
+        self.ic = server.internal_client(exporter, f"service responses {exporter.name}")
+        self.ic.subscribe("_R_.>", self.on_response)
+
+    def add(self, importer: Any, ic: Any, reply: bytes, single: bool, threshold: float) -> bytes:
+        self._adds += 1
+        if self._adds % 256 == 0:
+            self.purge()
+        rr = b"_R_." + secrets.token_urlsafe(9).replace("-", "x").replace("_", "y").encode()
+        self.entries[rr] = (importer, ic, reply, single, time.monotonic() + threshold)
+        return rr
+
+    def purge(self) -> None:
+        now = time.monotonic()
+        for k in [k for k, v in self.entries.items() if v[4] < now]:
+            del self.entries[k]
+
+    def on_response(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        e = self.entries.get(subject)
+        if e is None:
+            return
+        importer, ic, to, single, expires = e
+        if single or expires < time.monotonic():
+            del self.entries[subject]
+            if not single:
+                return
+        if importer in _in_flight:
+            return
+        _in_flight.add(importer)
+        try:
+            importer.deliver(ic, to, reply, hdr, msg)
+        finally:
+            _in_flight.discard(importer)
+        self.server.schedule_flush()
+
+
+def _response_map(server: "Server", exporter: Any) -> ResponseMap:
+    rm = getattr(exporter, "imports", None)
+    if rm is None:
+        rm = exporter.imports = ResponseMap(server, exporter)
+    return rm
 
 
 def _parse_limits(acc: Any, lim: Any) -> None:

@@ -59,11 +59,11 @@ class Server:
         if o.mappings:
             from rillet.subjects.mapping import parse_mappings
             self.global_account.mappings = parse_mappings(o.mappings, o.cluster.name)  # ValueError: refuse to start
-        from rillet.server.account_config import configure_accounts
-        configure_accounts(self)  # per-account mappings, limits, exports/imports; ValueError: refuse to start
         self.authenticator = Authenticator(o)
         self.clients: dict[int, Client] = {}
         self.internal_clients: list[InternalClient] = []
+        from rillet.server.account_config import configure_accounts
+        configure_accounts(self)  # per-account mappings, limits, exports/imports; ValueError: refuse to start
         self.closed_totals = (0, 0, 0, 0)
         self.closed_clients: deque = deque(maxlen=max(o.max_closed_clients, 0) or None)
         self._cid = 0
