@@ -137,3 +137,41 @@ def test_import_not_exported_is_config_error():
         with pytest.raises(ValueError) as ei:
             Server(parse_command_line(["-c", f.name]).options)
     assert str(ei.value) == 'Error adding stream import "priv.>": stream import not authorized'
+
+
+SERVICE_CONF = """
+listen: 127.0.0.1:-1
+accounts {
+  A { users [{user: a, password: a}], exports [{service: "req.>"}] }
+  B { users [{user: b, password: b}], imports [{service: {account: A, subject: "req.x"}, to: "svc"}] }
+}
+"""
+
+
+async def test_service_import_request_reply():
+    async with serve_config(SERVICE_CONF) as srv:
+        na = await nats.connect(url(srv, "a"))
+        nb = await nats.connect(url(srv, "b"))
+        seen = []
+
+        async def handler(msg):
+            seen.append((msg.subject, msg.reply))
+            await msg.respond(b"re:" + msg.data)
+
+        await na.subscribe("req.>", cb=handler)
+        await na.flush()
+        r = await nb.request("svc", b"hi", timeout=2)
+        assert r.data == b"re:hi"
+        assert seen[0][0] == "req.x" and seen[0][1].startswith("_R_.")
+        r = await nb.request("svc", b"again", timeout=2)
+        assert r.data == b"re:again"
+        # B cannot reach A's subjects directly
+        with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
+            await nb.request("req.x", b"direct", timeout=0.5)
+        spy = await nb.subscribe(">")
+        await nb.flush()
+        await na.publish("req.y", b"a-only")
+        with pytest.raises(nats.errors.TimeoutError):
+            await spy.next_msg(timeout=0.2)
+        await na.close()
+        await nb.close()
