@@ -287,6 +287,7 @@ class Client(asyncio.Protocol):
         self.verbose = co.verbose
         self.pedantic = co.pedantic
         self.connect_received = True
+        srv.sysacc.client_connected(self)
         self.update_slow_path()
         if not self.rtt:
             self.rtt = time.time() - self.start_time  # a first estimate, until a PING round trip measures it

@@ -86,6 +86,8 @@ class Server:
         self.reload_count = 0
         self.on_shutdown: list[Callable[[], Any]] = []
         self.jetstream: Any = None  # the JetStream subsystem, when enabled and available
+        from rillet.server.sysacc import SystemAccount
+        self.sysacc = SystemAccount(self)  # the system account ($SYS API and events)
 
     # ---- accounts -------------------------------------------------------------------------------------
 
@@ -140,6 +142,8 @@ class Server:
                     pass
             self.extra_listeners.clear()
             raise
+        self.sysacc.start()
+        self.on_shutdown.append(self.sysacc.stop)
         self._write_pid_and_ports()
         log.notice("Server is ready")
 
@@ -303,6 +307,7 @@ class Server:
         if self.clients.pop(c.cid, None) is None:
             return
         c.account.clients.discard(c)
+        self.sysacc.client_disconnected(c)
         t = self.closed_totals
         self.closed_totals = (t[0] + c.in_msgs, t[1] + c.in_bytes, t[2] + c.out_msgs, t[3] + c.out_bytes)
         for sub in list(c.subs.values()):

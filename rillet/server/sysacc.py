@@ -1,0 +1,417 @@
+"""The system account: the ``$SYS`` request API and server/client events, as nats-server publishes them.
+
+* The account named by ``system_account`` (default ``$SYS``; none with ``no_system_account``) is created
+  when the server is built; users bound to it connect to it like to any other account.
+* Requests answered in it (JSON bodies as nats-server's ``ServerAPIResponse``)::
+
+    $SYS.REQ.SERVER.PING                      statsz of this server
+    $SYS.REQ.SERVER.PING.<KIND>               KIND: VARZ CONNZ SUBSZ JSZ HEALTHZ ACCOUNTZ STATSZ IDZ
+    $SYS.REQ.SERVER.<server_id>.<KIND>
+    $SYS.REQ.ACCOUNT.<acc>.<CONNZ|SUBSZ|JSZ|INFO|CONNS|STATZ>
+
+  The request body, when not empty, is the options JSON with nats-server's field names
+  (``{"subscriptions": true}`` for CONNZ, ...). The data comes from the HTTP monitor's functions.
+* Events: ``$SYS.ACCOUNT.<acc>.CONNECT`` / ``.DISCONNECT`` and ``$SYS.SERVER.<id>.STATSZ`` (every
+  ``STATSZ_INTERVAL`` seconds). An event is only built when someone in the system account listens for it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from typing import Any
+
+import rillet
+from rillet.monitor.gofmt import QueryError, dumps, go_time, go_time_f
+
+SYS_DEFAULT = "$SYS"
+STATSZ_INTERVAL = 10.0
+
+CONNECT_TYPE = "io.nats.server.advisory.v1.client_connect"
+DISCONNECT_TYPE = "io.nats.server.advisory.v1.client_disconnect"
+ACC_CONNS_TYPE = "io.nats.server.advisory.v1.account_connections"
+
+_B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _event_id() -> str:
+    return "".join(secrets.choice(_B62) for _ in range(22))
+
+
+def _s(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+# ---- request options (nats-server JSON field names) -> the HTTP monitor's query parameters -------------
+
+def _connz_query(o: dict) -> dict:
+    q: dict[str, str] = {}
+    for k in ("sort", "offset", "limit", "cid", "user", "acc", "mqtt_client"):
+        if o.get(k) not in (None, "", 0):
+            q[k] = _s(o[k])
+    if o.get("auth"):
+        q["auth"] = "true"
+    if o.get("subscriptions_detail"):
+        q["subs"] = "detail"
+    elif o.get("subscriptions"):
+        q["subs"] = "true"
+    st = o.get("state")
+    if st is not None and st != "":
+        q["state"] = {0: "open", 1: "closed", 2: "all"}.get(st, str(st)) if isinstance(st, int) else str(st)
+    return q
+
+
+def _subsz_query(o: dict) -> dict:
+    q: dict[str, str] = {}
+    for k in ("offset", "limit", "test"):
+        if o.get(k) not in (None, "", 0):
+            q[k] = _s(o[k])
+    if o.get("subscriptions"):
+        q["subs"] = "true"
+    if o.get("account"):
+        q["acc"] = o["account"]
+    return q
+
+
+def _jsz_query(o: dict) -> dict:
+    q: dict[str, str] = {}
+    for k in ("accounts", "streams", "consumers", "config", "offset", "limit", "raft"):
+        if o.get(k) not in (None, "", 0, False):
+            q[k] = _s(o[k])
+    for k in ("leader_only", "stream_leader_only", "direct_consumers"):
+        if o.get(k):
+            q[k.replace("_", "-")] = "true"
+    if o.get("account"):
+        q["acc"] = o["account"]
+    return q
+
+
+def _healthz_query(o: dict) -> dict:
+    q: dict[str, str] = {}
+    for k in ("js-enabled", "js-enabled-only", "js-server-only", "js-meta-only", "details"):
+        if o.get(k):
+            q[k] = "true"
+    for k in ("account", "stream", "consumer"):
+        if o.get(k):
+            q[k] = str(o[k])
+    return q
+
+
+def _accountz_query(o: dict) -> dict:
+    return {"acc": o["account"]} if o.get("account") else {}
+
+
+def _uses_default(o: Any) -> bool:
+    if SYS_DEFAULT in (o.accounts or {}):
+        return True
+    return any(getattr(u, "account", "") == SYS_DEFAULT for u in (getattr(o, "users", None) or []))
+
+
+class SystemAccount:
+    """Owns the system account's internal client, its request handlers and the event publishing."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        o = server.opts
+        self.account: Any = None
+        name = o.system_account
+        if not name and not o.no_system_account and _uses_default(o):
+            name = o.system_account = SYS_DEFAULT
+        # TODO: nats-server always creates $SYS unless no_system_account; here it is created only when
+        # configured or used by a user, so that servers without accounts keep their monitoring counts
+        if name and not o.no_system_account:
+            self.account = server.lookup_account(name)
+            server.system_account = self.account
+        self.client: Any = None
+        self.seq = 0
+        self._timer: Any = None
+        self._cpu: Any = None
+        self._http_stats: dict[str, int] = {}
+
+    # ---- lifecycle --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.account is None:
+            return
+        srv = self.server
+        ic = self.client = srv.internal_client(self.account, "$SYS")
+        sid = srv.server_id
+        ic.subscribe("$SYS.REQ.SERVER.PING", self._on_ping_statsz)
+        ic.subscribe("$SYS.REQ.SERVER.PING.*", self._on_server_req)
+        ic.subscribe(f"$SYS.REQ.SERVER.{sid}.*", self._on_server_req)
+        ic.subscribe("$SYS.REQ.ACCOUNT.*.*", self._on_account_req)
+        self._timer = srv.loop.call_later(STATSZ_INTERVAL, self._tick)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        self._timer = None
+        if self.server.shutting_down:
+            return
+        try:
+            self.publish_statsz()
+        finally:
+            self._timer = self.server.loop.call_later(STATSZ_INTERVAL, self._tick)
+
+    # ---- helpers ----------------------------------------------------------------------------------------
+
+    def server_info(self) -> dict:
+        srv = self.server
+        self.seq += 1
+        d: dict[str, Any] = {"name": srv.name, "host": srv.opts.host or "0.0.0.0", "id": srv.server_id}
+        if srv.opts.cluster.name:
+            d["cluster"] = srv.opts.cluster.name
+        d["ver"] = rillet.SERVER_VERSION
+        d["jetstream"] = srv.jetstream is not None
+        d["flags"] = 0
+        d["seq"] = self.seq
+        d["time"] = go_time(time.time_ns())
+        return d
+
+    def interest(self, subject: str) -> bool:
+        return self.account is not None and self.client is not None and self.account.sublist.has_interest(subject)
+
+    def send(self, subject: str, obj: Any) -> None:
+        if self.client is None:
+            return
+        self.client.publish(subject.encode(), None, dumps(obj, 0))
+
+    def _monitor(self) -> tuple[dict, Any]:
+        m = getattr(self.server, "monitor", None)
+        if m is not None:
+            return m.http_req_stats, m.cpu
+        if self._cpu is None:
+            from rillet.monitor import procstats
+            self._cpu = procstats.CPUMeter()
+        return self._http_stats, self._cpu
+
+    # ---- statsz -----------------------------------------------------------------------------------------
+
+    def statsz(self) -> dict:
+        from rillet.monitor import procstats
+        srv = self.server
+        in_m, in_b, out_m, out_b = srv.totals()
+        _, cpu = self._monitor()
+        try:
+            cpu_pct = cpu.percent()
+        except Exception:
+            cpu_pct = 0
+        active = sum(1 for a in srv.accounts.values() if a.clients)
+        return {
+            "start": go_time_f(srv.start_time),
+            "mem": procstats.rss_bytes(),
+            "cores": procstats.cores(),
+            "cpu": cpu_pct,
+            "connections": len(srv.clients),
+            "total_connections": srv.total_connections,
+            "active_accounts": active,
+            "subscriptions": sum(a.num_subs() for a in srv.accounts.values()),
+            "sent": {"msgs": out_m, "bytes": out_b},
+            "received": {"msgs": in_m, "bytes": in_b},
+            "slow_consumers": srv.slow_consumers,
+            "active_servers": 1,
+            "gomaxprocs": procstats.cores(),
+        }
+
+    def statsz_msg(self) -> dict:
+        return {"server": self.server_info(), "statsz": self.statsz()}
+
+    def publish_statsz(self, force: bool = False) -> None:
+        subj = f"$SYS.SERVER.{self.server.server_id}.STATSZ"
+        if force or self.interest(subj):
+            self.send(subj, self.statsz_msg())
+
+    # ---- requests ---------------------------------------------------------------------------------------
+
+    def _reply(self, reply: bytes | None, obj: Any) -> None:
+        if reply and self.client is not None:
+            self.client.publish(reply, None, dumps(obj, 0))
+
+    def _on_ping_statsz(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        self._reply(reply, self.statsz_msg())
+
+    @staticmethod
+    def _options(hdr: int, msg: bytes) -> dict:
+        body = msg[hdr:] if hdr > 0 else msg
+        if not body.strip():
+            return {}
+        o = json.loads(body)
+        if not isinstance(o, dict):
+            raise ValueError("options must be a JSON object")
+        return o
+
+    def _error(self, reply: bytes | None, code: int, desc: str) -> None:
+        self._reply(reply, {"server": self.server_info(), "error": {"code": code, "description": desc}})
+
+    def _on_server_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        kind = subject.rsplit(b".", 1)[-1].decode()
+        srv = self.server
+        if kind == "IDZ":
+            self._reply(reply, {"name": srv.name, "host": srv.opts.host or "0.0.0.0", "id": srv.server_id})
+            return
+        if kind == "STATSZ":
+            self._reply(reply, self.statsz_msg())
+            return
+        try:
+            o = self._options(hdr, msg)
+            data = self.server_data(kind, o)
+        except (ValueError, QueryError) as e:
+            self._error(reply, 400, str(e))
+            return
+        except Exception as e:  # a bug must not take the server down
+            srv.log.error(f"$SYS request {subject.decode()}: {e!r}")
+            self._error(reply, 500, str(e))
+            return
+        if data is None:
+            return  # not ours to answer (unknown kind)
+        self._reply(reply, {"server": self.server_info(), "data": data})
+
+    def server_data(self, kind: str, o: dict) -> dict | None:
+        from rillet.monitor import endpoints
+        from rillet.monitor.conns import ConnzOptions, connz
+        from rillet.monitor.varz import varz
+        srv = self.server
+        if kind == "VARZ":
+            stats, cpu = self._monitor()
+            return varz(srv, stats, cpu)
+        if kind == "CONNZ":
+            return connz(srv, ConnzOptions.from_query(_connz_query(o)))
+        if kind == "SUBSZ":
+            return endpoints.subsz(srv, _subsz_query(o))
+        if kind == "JSZ":
+            return endpoints.jsz(srv, _jsz_query(o))
+        if kind == "HEALTHZ":
+            code, body = endpoints.healthz(srv, endpoints.healthz_options(_healthz_query(o)))
+            body = dict(body)
+            body.setdefault("status_code", code)  # nats-server's $SYS answer always carries the code
+            return body
+        if kind == "ACCOUNTZ":
+            return endpoints.accountz(srv, _accountz_query(o))
+        return None
+
+    def _on_account_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        parts = subject.decode().split(".")
+        if len(parts) != 5:
+            return
+        acc_name, kind = parts[3], parts[4]
+        srv = self.server
+        if acc_name == "PING":
+            return
+        try:
+            o = self._options(hdr, msg)
+            data = self.account_data(acc_name, kind, o)
+        except (ValueError, QueryError) as e:
+            self._error(reply, 400, str(e))
+            return
+        except Exception as e:
+            srv.log.error(f"$SYS request {subject.decode()}: {e!r}")
+            self._error(reply, 500, str(e))
+            return
+        if data is None:
+            return
+        if kind == "CONNS":
+            self._reply(reply, data)
+        else:
+            self._reply(reply, {"server": self.server_info(), "data": data})
+
+    def account_data(self, acc: str, kind: str, o: dict) -> dict | None:
+        from rillet.monitor import endpoints
+        from rillet.monitor.conns import ConnzOptions, connz
+        srv = self.server
+        if kind == "CONNZ":
+            o = dict(o, acc=acc)
+            return connz(srv, ConnzOptions.from_query(_connz_query(o)))
+        if kind == "SUBSZ":
+            return endpoints.subsz(srv, _subsz_query(dict(o, account=acc)))
+        if kind == "JSZ":
+            return endpoints.jsz(srv, _jsz_query(dict(o, account=acc)))
+        if kind == "INFO":
+            if acc not in srv.accounts:
+                raise ValueError(f"account {acc!r} not found")
+            d = endpoints.accountz(srv, {"acc": acc})
+            return d.get("account_detail", d)
+        if kind in ("CONNS", "STATZ"):
+            a = srv.accounts.get(acc)
+            if a is None:
+                raise ValueError(f"account {acc!r} not found")
+            m = self.account_conns_msg(a)
+            if kind == "CONNS":
+                return m
+            m.pop("type", None)
+            m.pop("id", None)
+            m.pop("timestamp", None)
+            m.pop("server", None)
+            return {"server_id": srv.server_id, "now": go_time(time.time_ns()), "account_statz": [m]}
+        return None
+
+    def account_conns_msg(self, acc: Any) -> dict:
+        in_m = in_b = out_m = out_b = 0
+        for c in list(acc.clients):
+            in_m += getattr(c, "in_msgs", 0)
+            in_b += getattr(c, "in_bytes", 0)
+            out_m += getattr(c, "out_msgs", 0)
+            out_b += getattr(c, "out_bytes", 0)
+        n = len(acc.clients)
+        return {
+            "type": ACC_CONNS_TYPE, "id": _event_id(), "timestamp": go_time(time.time_ns()),
+            "server": self.server_info(), "acc": acc.name, "name": acc.name, "conns": n, "leafnodes": 0,
+            "total_conns": n, "num_subscriptions": acc.num_subs(),
+            "sent": {"msgs": out_m, "bytes": out_b}, "received": {"msgs": in_m, "bytes": in_b},
+            "slow_consumers": 0,
+        }
+
+    # ---- client events ----------------------------------------------------------------------------------
+
+    def client_info(self, c: Any, disconnect: bool = False) -> dict:
+        co = c.opts
+        d: dict[str, Any] = {"start": go_time_f(c.start_time)}
+        if c.host:
+            d["host"] = c.host
+        d["id"] = c.cid
+        d["acc"] = c.account.name
+        user = getattr(c, "user", None)
+        uname = user if isinstance(user, str) else getattr(user, "username", "") or getattr(user, "nkey", "")
+        if uname:
+            d["user"] = uname
+        for k, v in (("name", co.name), ("lang", co.lang), ("ver", co.version)):
+            if v:
+                d[k] = v
+        if disconnect:
+            rtt = getattr(c, "rtt", 0) or 0
+            if rtt:
+                d["rtt"] = int(rtt * 1e9)
+            d["stop"] = go_time(time.time_ns())
+        d["kind"] = "Client"
+        d["client_type"] = "websocket" if getattr(c, "conn_type", "") == "WEBSOCKET" else "nats"
+        return d
+
+    def client_connected(self, c: Any) -> None:
+        """Called once a client's CONNECT is accepted."""
+        if self.client is None:
+            return
+        subj = f"$SYS.ACCOUNT.{c.account.name}.CONNECT"
+        if not self.interest(subj):
+            return
+        now = go_time(time.time_ns())
+        self.send(subj, {"type": CONNECT_TYPE, "id": _event_id(), "timestamp": now,
+                         "server": self.server_info(), "client": self.client_info(c)})
+
+    def client_disconnected(self, c: Any) -> None:
+        """Called when a client that had sent CONNECT goes away."""
+        if self.client is None or not getattr(c, "connect_received", False):
+            return
+        subj = f"$SYS.ACCOUNT.{c.account.name}.DISCONNECT"
+        if not self.interest(subj):
+            return
+        now = go_time(time.time_ns())
+        self.send(subj, {"type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": now,
+                         "server": self.server_info(), "client": self.client_info(c, disconnect=True),
+                         "sent": {"msgs": c.out_msgs, "bytes": c.out_bytes},
+                         "received": {"msgs": c.in_msgs, "bytes": c.in_bytes},
+                         "reason": c.close_reason or "Client Closed"})

@@ -1,0 +1,162 @@
+"""The system account: $SYS request API and connect/disconnect/statsz events (shapes as nats-server's)."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nats
+import pytest
+
+from rillet.server import Options
+from rillet.server.embed import run_server
+from rillet.server.options import RANDOM_PORT, User
+
+SERVER_KEYS = {"name", "host", "id", "ver", "jetstream", "flags", "seq", "time"}
+
+
+def opts(**kw) -> Options:
+    return Options(host="127.0.0.1", port=RANDOM_PORT, server_name="S1", system_account="SYS",
+                   users=[User(username="sys", password="sys", account="SYS"),
+                          User(username="a", password="a", account="A")], **kw)
+
+
+def url(srv, user: str) -> str:
+    return srv.client_url.replace("nats://", f"nats://{user}:{user}@")
+
+
+async def req(nc, subject: str, body: bytes = b"") -> dict:
+    r = await nc.request(subject, body, timeout=2)
+    return json.loads(r.data)
+
+
+async def test_ping_statsz_and_idz():
+    async with run_server(opts()) as srv:
+        nc = await nats.connect(url(srv, "sys"))
+        r = await req(nc, "$SYS.REQ.SERVER.PING")
+        assert SERVER_KEYS <= set(r["server"]) and r["server"]["id"] == srv.server_id
+        assert r["server"]["name"] == "S1"
+        st = r["statsz"]
+        assert st["connections"] == 1 and st["total_connections"] == 1 and st["active_servers"] == 1
+        for k in ("start", "mem", "cores", "cpu", "subscriptions", "sent", "received", "slow_consumers"):
+            assert k in st
+        assert await req(nc, "$SYS.REQ.SERVER.PING.IDZ") == {"name": "S1", "host": "127.0.0.1",
+                                                             "id": srv.server_id}
+        r2 = await req(nc, f"$SYS.REQ.SERVER.{srv.server_id}.STATSZ")
+        assert r2["server"]["seq"] > r["server"]["seq"] and "statsz" in r2
+        await nc.close()
+
+
+async def test_server_requests_match_monitor_shapes():
+    async with run_server(opts()) as srv:
+        nc = await nats.connect(url(srv, "sys"))
+        na = await nats.connect(url(srv, "a"), name="app")
+        await na.subscribe("foo")
+        await na.flush()
+        v = await req(nc, "$SYS.REQ.SERVER.PING.VARZ")
+        assert v["data"]["server_id"] == srv.server_id and v["data"]["system_account"] == "SYS"
+        c = await req(nc, f"$SYS.REQ.SERVER.{srv.server_id}.CONNZ", b'{"subscriptions": true, "acc": "A"}')
+        conns = c["data"]["connections"]
+        assert len(conns) == 1 and conns[0]["name"] == "app" and conns[0]["subscriptions_list"] == ["foo"]
+        h = await req(nc, "$SYS.REQ.SERVER.PING.HEALTHZ")
+        assert h["data"] == {"status": "ok", "status_code": 200}
+        s = await req(nc, "$SYS.REQ.SERVER.PING.SUBSZ", b'{"subscriptions": true, "account": "A"}')
+        assert [x["subject"] for x in s["data"]["subscriptions_list"]] == ["foo"]
+        j = await req(nc, "$SYS.REQ.SERVER.PING.JSZ")
+        assert "data" in j
+        a = await req(nc, "$SYS.REQ.SERVER.PING.ACCOUNTZ")
+        assert "A" in a["data"]["accounts"] and a["data"]["system_account"] == "SYS"
+        e = await req(nc, "$SYS.REQ.SERVER.PING.CONNZ", b"{not json")
+        assert e["error"]["code"] == 400
+        await na.close()
+        await nc.close()
+
+
+async def test_account_requests():
+    async with run_server(opts()) as srv:
+        nc = await nats.connect(url(srv, "sys"))
+        na = await nats.connect(url(srv, "a"))
+        await na.subscribe("x.y")
+        await na.flush()
+        i = await req(nc, "$SYS.REQ.ACCOUNT.A.INFO")
+        assert i["data"]["account_name"] == "A" and i["data"]["client_connections"] == 1
+        c = await req(nc, "$SYS.REQ.ACCOUNT.A.CONNZ")
+        assert c["data"]["num_connections"] == 1
+        n = await req(nc, "$SYS.REQ.ACCOUNT.A.CONNS")
+        assert n["type"] == "io.nats.server.advisory.v1.account_connections" and n["conns"] == 1
+        await na.close()
+        await nc.close()
+
+
+async def test_connect_disconnect_events():
+    async with run_server(opts()) as srv:
+        nc = await nats.connect(url(srv, "sys"))
+        sub = await nc.subscribe("$SYS.ACCOUNT.*.*")
+        await nc.flush()
+        na = await nats.connect(url(srv, "a"), name="app")
+        await na.publish("q", b"hello")
+        await na.flush()
+        await na.close()
+        m = await sub.next_msg(timeout=2)
+        assert m.subject == "$SYS.ACCOUNT.A.CONNECT"
+        ev = json.loads(m.data)
+        assert ev["type"] == "io.nats.server.advisory.v1.client_connect"
+        cl = ev["client"]
+        assert cl["acc"] == "A" and cl["user"] == "a" and cl["name"] == "app" and cl["lang"] == "python3"
+        assert cl["kind"] == "Client" and cl["client_type"] == "nats" and isinstance(cl["id"], int)
+        m = await sub.next_msg(timeout=2)
+        assert m.subject == "$SYS.ACCOUNT.A.DISCONNECT"
+        ev = json.loads(m.data)
+        assert ev["type"] == "io.nats.server.advisory.v1.client_disconnect"
+        assert ev["reason"] == "Client Closed" and ev["received"]["msgs"] == 1 and ev["received"]["bytes"] == 5
+        assert "stop" in ev["client"] and SERVER_KEYS <= set(ev["server"])
+        await nc.close()
+
+
+async def test_statsz_event_published(monkeypatch):
+    from rillet.server import sysacc
+    monkeypatch.setattr(sysacc, "STATSZ_INTERVAL", 0.2)
+    async with run_server(opts()) as srv:
+        nc = await nats.connect(url(srv, "sys"))
+        sub = await nc.subscribe(f"$SYS.SERVER.{srv.server_id}.STATSZ")
+        m = await sub.next_msg(timeout=2)
+        assert "statsz" in json.loads(m.data)
+        await nc.close()
+
+
+async def test_other_accounts_do_not_see_sys_traffic():
+    async with run_server(opts()) as srv:
+        na = await nats.connect(url(srv, "a"))
+        sub = await na.subscribe(">")
+        await na.flush()
+        nc = await nats.connect(url(srv, "sys"))
+        await req(nc, "$SYS.REQ.SERVER.PING")
+        nb = await nats.connect(url(srv, "a"))
+        await nb.close()
+        nx = await nats.connect(url(srv, "a"))
+        with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
+            await nx.request("$SYS.REQ.SERVER.PING", b"", timeout=1)  # no $SYS service in account A
+        await nx.close()
+        await asyncio.sleep(0.2)
+        got = []
+        while True:
+            try:
+                got.append((await sub.next_msg(timeout=0.1)).subject)
+            except nats.errors.TimeoutError:
+                break
+        # A sees only its own request (same account), none of the $SYS events or answers
+        assert all(s == "$SYS.REQ.SERVER.PING" or not s.startswith("$SYS") for s in got), got
+        assert not any(s.startswith("$SYS.ACCOUNT") or s.startswith("$SYS.SERVER") for s in got)
+        await nc.close()
+        await na.close()
+
+
+async def test_default_sys_account_and_no_system_account():
+    o = Options(host="127.0.0.1", port=RANDOM_PORT, users=[User(username="s", password="s", account="$SYS")])
+    async with run_server(o) as srv:
+        assert srv.sysacc.account is not None and srv.sysacc.account.name == "$SYS"
+        nc = await nats.connect(srv.client_url.replace("nats://", "nats://s:s@"))
+        r = await req(nc, "$SYS.REQ.SERVER.PING")
+        assert r["server"]["id"] == srv.server_id
+        await nc.close()
+    async with run_server(Options(host="127.0.0.1", port=RANDOM_PORT, no_system_account=True)) as srv:
+        assert srv.sysacc.account is None
