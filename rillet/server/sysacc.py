@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import rillet
-from rillet.monitor.gofmt import QueryError, dumps, go_time, go_time_f
+from rillet.monitor.gofmt import QueryError, dumps, go_time, go_time_f, num
 
 SYS_DEFAULT = "$SYS"
 STATSZ_INTERVAL = 10.0
@@ -199,7 +199,7 @@ class SystemAccount:
         in_m, in_b, out_m, out_b = srv.totals()
         _, cpu = self._monitor()
         try:
-            cpu_pct = cpu.percent()
+            cpu_pct = num(cpu.percent())
         except Exception:
             cpu_pct = 0
         active = sum(1 for a in srv.accounts.values() if a.clients)
@@ -324,6 +324,9 @@ class SystemAccount:
         from rillet.monitor import endpoints
         from rillet.monitor.conns import ConnzOptions, connz
         srv = self.server
+        if acc not in srv.accounts and (acc in (srv.opts.accounts or {}) or
+                                        any(getattr(u, "account", "") == acc for u in srv.opts.users or [])):
+            srv.lookup_account(acc)  # a configured account not yet used by a connection
         if kind == "CONNZ":
             o = dict(o, acc=acc)
             return connz(srv, ConnzOptions.from_query(_connz_query(o)))
