@@ -9,6 +9,7 @@ parse these shapes, so they are reproduced here exactly.
 """
 from __future__ import annotations
 
+from rillet.goquote import go_quote
 import time
 from typing import Any
 
@@ -167,26 +168,6 @@ def _go_atoi(s: str) -> int | None:
     if not body or not body.isascii() or not body.isdigit():
         return None
     return int(s)
-
-
-def go_quote(s: str) -> str:
-    """Go's %q for the plain strings that show up in query values."""
-    out = ['"']
-    for ch in s:
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
 
 
 _encode = msgspec.json.encode

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
+from rillet.goquote import go_quote
 from rillet.config.values import format_go_duration
 from rillet.protocol.parser import ClientParser, ProtocolError
 from rillet.server.auth import PermChecker
@@ -598,26 +599,6 @@ def _valid_queue(q: str) -> bool:
         if ch in " \t\r\n":
             return False
     return bool(q)
-
-
-def go_quote(b: bytes) -> str:
-    """A byte string quoted the way Go's %q prints it: invalid UTF-8 as \\xNN, controls escaped."""
-    out = ['"']
-    for ch in b.decode("utf-8", "surrogateescape"):
-        o = ord(ch)
-        if 0xDC80 <= o <= 0xDCFF:
-            out.append(f"\\x{o - 0xDC00:02x}")
-        elif ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif o < 0x20 or o == 0x7F:
-            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-                        "\v": "\\v"}.get(ch, f"\\x{o:02x}"))
-        elif not ch.isprintable():
-            out.append(f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
 
 
 def _redact(arg: bytes) -> str:

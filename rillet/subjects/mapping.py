@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 # The destination parsing helpers (and error texts) are shared with the JetStream config
 # validator so both reject exactly the same destinations.
+from rillet.goquote import go_quote
 from rillet.jetstream.config import (
     _ERR_BAD_SUBJECT,
     _ERR_INDEX_RANGE,
@@ -32,6 +33,7 @@ from rillet.jetstream.config import (
     _atoi,
     _fn_args,
     _map_err,
+    _subject_info,
     validate_mapping,
 )
 
@@ -48,26 +50,6 @@ def fnv1a32(data: bytes) -> int:
     for b in data:
         h = ((h ^ b) * _FNV_PRIME) & _M32
     return h
-
-
-def go_quote(s: str) -> str:
-    """Go's ``%q`` for ordinary strings."""
-    out = ['"']
-    for c in s:
-        if c in '"\\':
-            out.append("\\" + c)
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\t":
-            out.append("\\t")
-        elif c == "\r":
-            out.append("\\r")
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\x{ord(c):02x}")
-        else:
-            out.append(c)
-    out.append('"')
-    return "".join(out)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -152,22 +134,6 @@ def _placeholder(token: str) -> tuple[int, list[int], int, str]:
                 return _RANDOM, [], v, ""
             raise _map_err(token, _ERR_UNKNOWN_FN)
     return _NONE, [-1], -1, ""
-
-
-def _subject_info(subject: str) -> tuple[bool, list[str], int, bool]:
-    if not subject:
-        return False, [], 0, False
-    npwc = 0
-    fwc = False
-    toks = subject.split(".")
-    for t in toks:
-        if not t or fwc:
-            return False, [], 0, False
-        if t == ">":
-            fwc = True
-        elif t == "*":
-            npwc += 1
-    return True, toks, npwc, fwc
 
 
 # ---------------------------------------------------------------------------------------------------
