@@ -9,7 +9,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from rillet.server.client import go_quote
-from rillet.subjects.validate import is_valid_subject, subject_is_subset_match
+from rillet.server.latency import Tracking, bad_request, parse_latency, should_sample
+from rillet.subjects.validate import (is_valid_literal_subject, is_valid_subject, subject_is_subset_match,
+                                     subject_matches_filter)
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -34,6 +36,7 @@ def configure_accounts(server: "Server") -> None:
         if lim is not None:
             _parse_limits(acc, lim)
         exports[name] = _parse_exports(cfg.get("exports") or [])
+        _check_latency(server, exports[name])
     for name, cfg in raw.items():
         if isinstance(cfg, dict) and cfg.get("imports"):
             for imp in cfg["imports"]:
@@ -56,10 +59,36 @@ def _parse_exports(raw: Any) -> list[dict]:
         if rt not in ("singleton", "single", "stream", "chunked"):
             raise ValueError(f"Unknown response type: {rt!r}")
         thr = e.get("response_threshold", e.get("threshold"))
+        lat = None
+        if "latency" in e:
+            if kind != "service":
+                raise ValueError("Detected latency directive on non-service")
+            lat = parse_latency(e["latency"])
         out.append({"kind": kind, "subject": subj, "accounts": None if accs is None else set(accs),
                     "response_type": "singleton" if rt == "single" else rt,
-                    "threshold": _duration(thr) if thr is not None else DEFAULT_RESPONSE_THRESHOLD})
+                    "threshold": _duration(thr) if thr is not None else DEFAULT_RESPONSE_THRESHOLD,
+                    "latency": lat})
     return out
+
+
+def _check_latency(server: "Server", exports: list[dict]) -> None:
+    """Latency tracking settings nats-server refuses (TrackServiceExportWithSampling)."""
+    for e in exports:
+        lat = e.get("latency")
+        if lat is None:
+            continue
+        q = go_quote(e["subject"].encode())
+        if server.opts.no_system_account:
+            raise ValueError(f"Error adding service latency sampling for {q}: system account not setup")
+        err = None
+        if not is_valid_literal_subject(lat.subject) or any(
+                x["kind"] == "service" and subject_is_subset_match(lat.subject, x["subject"]) for x in exports):
+            err = "invalid publish subject"  # (a results subject inside an exported service would loop)
+        elif e["response_type"] != "singleton":
+            err = "bad service response type"
+        if err:
+            raise ValueError(f"Error adding service latency sampling for {q} on subject "
+                             f"{go_quote(lat.subject.encode())}: {err}")
 
 
 def _duration(v: Any) -> float:
@@ -105,7 +134,7 @@ def _add_import(server: "Server", acc: Any, imp: Any, exports: dict[str, list[di
     if kind == "stream":
         _stream_import(server, src_acc, acc, subj, imp.get("prefix"), imp.get("to"))
     else:
-        _service_import(server, src_acc, acc, subj, imp.get("to") or subj, exp)
+        _service_import(server, src_acc, acc, subj, imp.get("to") or subj, exp, bool(imp.get("share")))
 
 
 def _transform(src: str, dest: str) -> Callable[[str], str]:
@@ -143,7 +172,8 @@ def _stream_import(server: "Server", exporter: Any, importer: Any, subj: str, pr
     server.internal_client(exporter, f"stream export {exporter.name} -> {importer.name}").subscribe(subj, on_msg)
 
 
-def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, local: str, exp: dict) -> None:
+def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, local: str, exp: dict,
+                    share: bool = False) -> None:
     """Requests published in ``importer`` on ``local`` reach ``exporter`` on ``subj``, with a ``_R_.`` reply
     subject in the exporter that routes the response back to the requester's reply subject."""
     remap = _transform(local, subj) if local != subj else None
@@ -154,24 +184,52 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
     rmap = _response_map(server, exporter)
     single = exp["response_type"] == "singleton"
     threshold = exp["threshold"]
+    lat = exp.get("latency")
 
     def on_request(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         if exporter in _in_flight:
             return
+        orig = subject
         if remap is not None:
             subject = remap(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+        tracking, theaders = should_sample(lat, hdr, msg) if lat is not None else (False, None)
         rr = None
+        trk = None
         if reply:
-            rr = rmap.add(importer, ic_imp, reply, single, threshold)
+            if tracking:
+                trk = Tracking(lat, rmap.send, c, share, theaders)
+            rr = rmap.add(importer, ic_imp, reply, single, threshold, trk)
+        elif tracking:
+            bad_request(server, lat, rmap.send, c, share, theaders)
         _in_flight.add(exporter)
         try:
-            exporter.deliver(ic_exp, subject, rr, hdr, msg)
+            delivered = exporter.deliver(ic_exp, subject, rr, hdr, msg)
         finally:
             _in_flight.discard(exporter)
+        if not delivered and rr is not None:
+            rmap.pop(rr)
+            if trk is not None:
+                trk.failed(server, 503)
+            if c.no_responders and reply:
+                importer._no_responders(c, orig, reply)
         server.schedule_flush()
 
     ic_in = server.internal_client(importer, f"service import {importer.name} -> {exporter.name}")
     ic_in.subscribe(local, on_request)
+
+
+class _Resp:
+    """Where the answers to one ``_R_.`` reply subject go."""
+
+    __slots__ = ("importer", "ic", "reply", "single", "expires", "track")
+
+    def __init__(self, importer: Any, ic: Any, reply: bytes, single: bool, expires: float, track: Any) -> None:
+        self.importer = importer
+        self.ic = ic
+        self.reply = reply
+        self.single = single
+        self.expires = expires
+        self.track = track  # a latency.Tracking when this request is measured
 
 
 class ResponseMap:
@@ -179,38 +237,94 @@ class ResponseMap:
 
     def __init__(self, server: "Server", exporter: Any) -> None:
         self.server = server
-        self.entries: dict[bytes, tuple] = {}  # _R_ subject -> (importer, client, reply, single, expires)
+        self.entries: dict[bytes, _Resp] = {}
         self._adds = 0
+        self.tracked: dict[Any, int] = {}  # importer -> measured requests waiting for an answer
         self.ic = server.internal_client(exporter, f"service responses {exporter.name}")
         self.ic.subscribe("_R_.>", self.on_response)
 
-    def add(self, importer: Any, ic: Any, reply: bytes, single: bool, threshold: float) -> bytes:
+    def send(self, subject: bytes, payload: bytes) -> None:
+        """Publish in the exporting account (latency metrics)."""
+        self.ic.publish(subject, None, payload)
+
+    def add(self, importer: Any, ic: Any, reply: bytes, single: bool, threshold: float,
+            track: Any = None) -> bytes:
         self._adds += 1
         if self._adds % 256 == 0:
             self.purge()
         rr = b"_R_." + secrets.token_urlsafe(9).replace("-", "x").replace("_", "y").encode()
-        self.entries[rr] = (importer, ic, reply, single, time.monotonic() + threshold)
+        self.entries[rr] = _Resp(importer, ic, reply, single, time.monotonic() + threshold, track)
+        if track is not None:
+            track.timer = self.server.loop.call_later(threshold, self._timed_out, rr)
+            n = self.tracked.get(importer)
+            if n is None:
+                if importer.sub_removed is None:
+                    importer.sub_removed = []
+                importer.sub_removed.append(self._requestor_sub_removed)
+            self.tracked[importer] = (n or 0) + 1
         return rr
+
+    def _untrack(self, e: _Resp) -> None:
+        n = self.tracked.get(e.importer, 0) - 1
+        if n > 0:
+            self.tracked[e.importer] = n
+        elif e.importer in self.tracked:
+            del self.tracked[e.importer]
+            cbs = e.importer.sub_removed
+            if cbs and self._requestor_sub_removed in cbs:
+                cbs.remove(self._requestor_sub_removed)
+
+    def pop(self, rr: bytes) -> None:
+        e = self.entries.pop(rr, None)
+        if e is not None and e.track is not None:
+            self._untrack(e)
+
+    def _requestor_sub_removed(self, acc: Any, sub: Any) -> None:
+        """A subscription went in an importing account: a measured request whose requestor no longer
+        listens on its reply subject gets a 408 metric."""
+        if not self.tracked.get(acc):
+            return
+        for rr, e in list(self.entries.items()):
+            if e.track is None or e.importer is not acc:
+                continue
+            r = e.reply.decode("utf-8", "surrogateescape")
+            if subject_matches_filter(r, sub.subject) and not acc.sublist.has_interest(r):
+                self.pop(rr)
+                e.track.failed(self.server, 408)
+                self.server.schedule_flush()
+
+    def _timed_out(self, rr: bytes) -> None:
+        """A measured request got no answer within the response threshold: 504."""
+        e = self.entries.get(rr)
+        if e is None or e.track is None:
+            return
+        e.track.timer = None
+        self.pop(rr)
+        if not e.track.done:
+            e.track.failed(self.server, 504)
+            self.server.schedule_flush()
 
     def purge(self) -> None:
         now = time.monotonic()
-        for k in [k for k, v in self.entries.items() if v[4] < now]:
+        for k in [k for k, v in self.entries.items() if v.expires < now and v.track is None]:
             del self.entries[k]
 
     def on_response(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         e = self.entries.get(subject)
         if e is None:
             return
-        importer, ic, to, single, expires = e
-        if single or expires < time.monotonic():
-            del self.entries[subject]
-            if not single:
+        if e.track is not None and not e.track.done:
+            e.track.responded(self.server, c)
+        if e.single or e.expires < time.monotonic():
+            self.pop(subject)
+            if not e.single:
                 return
+        importer = e.importer
         if importer in _in_flight:
             return
         _in_flight.add(importer)
         try:
-            importer.deliver(ic, to, reply, hdr, msg)
+            importer.deliver(e.ic, e.reply, reply, hdr, msg)
         finally:
             _in_flight.discard(importer)
         self.server.schedule_flush()

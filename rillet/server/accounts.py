@@ -15,7 +15,7 @@ GLOBAL_ACCOUNT = "$G"
 
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
-                 "mconns", "msubs", "mpay", "imports", "__weakref__")
+                 "mconns", "msubs", "mpay", "imports", "sub_removed", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -33,6 +33,8 @@ class Account:
         # literal subject -> callbacks run when a subscription on exactly that subject comes or goes
         # (JetStream push consumers watch their deliver subject)
         self.interest_watchers: dict[str, list[Any]] = {}
+        # callbacks cb(account, sub) run after any subscription goes (latency tracking watches requestors)
+        self.sub_removed: list[Any] | None = None
 
     def add_sub(self, sub: "Subscription") -> None:
         self.sublist.insert(sub)
@@ -43,6 +45,9 @@ class Account:
         self.sublist.remove(sub)
         if self.interest_watchers:
             self._notify_interest(sub.subject)
+        if self.sub_removed:
+            for cb in list(self.sub_removed):
+                cb(self, sub)
 
     def _notify_interest(self, subject: str) -> None:
         cbs = self.interest_watchers.get(subject)
