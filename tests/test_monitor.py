@@ -27,6 +27,10 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d
 UPTIME = re.compile(r"^(\d+y)?(\d+d)?(\d+h)?(\d+m)?\d+s$")
 GO_DURATION = re.compile(r"^(\d+h)?(\d+m)?[\d.]+(ns|µs|ms|s)$")
 
+# what nats-server v2.15.1 reports for a server without clients: 56 internal subscriptions in $SYS and
+# the 4 system service imports of $G (checked live)
+SYSTEM_SUBS = 60
+
 
 def mopts(**kw: Any) -> Options:
     kw.setdefault("host", "127.0.0.1")
@@ -180,7 +184,8 @@ async def test_varz_fields_types_and_counts() -> None:
         assert v["mem"] > 0 and v["cores"] >= 1
         assert v["slow_consumer_stats"] == {"clients": 0, "routes": 0, "gateways": 0, "leafs": 0}
         assert v["http_req_stats"] == {"/varz": 1}
-        assert v["connections"] == 0 and v["total_connections"] == 0 and v["subscriptions"] == 0
+        assert v["connections"] == 0 and v["total_connections"] == 0 and v["subscriptions"] == SYSTEM_SUBS
+        assert v["system_account"] == "$SYS"  # always there, as in nats-server
 
         nc = await nats.connect(srv.client_url)
         nc2 = await nats.connect(srv.client_url)
@@ -193,7 +198,7 @@ async def test_varz_fields_types_and_counts() -> None:
         await nc.flush()
         v = await mon.json("/varz")
         assert v["connections"] == 2 and v["total_connections"] == 2
-        assert v["subscriptions"] == 2
+        assert v["subscriptions"] == SYSTEM_SUBS + 2
         assert (v["in_msgs"], v["in_bytes"], v["out_msgs"], v["out_bytes"]) == (4, 20, 4, 20)
         assert v["http_req_stats"]["/varz"] == 2
         await nc.close()
@@ -437,10 +442,11 @@ async def test_connz_auth_user_and_account_filters() -> None:
         assert c["connections"] == [] and c["total"] == 2
 
         acz = await mon.json("/accountz")
-        assert sorted(acz["accounts"]) == ["$G", "B"]
+        assert sorted(acz["accounts"]) == ["$G", "$SYS", "B"]
         d = (await mon.json("/accountz?acc=B"))["account_detail"]
-        assert d["account_name"] == "B" and d["client_connections"] == 1 and d["subscriptions"] == 1
-        assert d["sublist_stats"]["num_subscriptions"] == 1
+        # 1 + the 4 system imports (as nats-server)
+        assert d["account_name"] == "B" and d["client_connections"] == 1 and d["subscriptions"] == 5
+        assert d["sublist_stats"]["num_subscriptions"] == 5
         code, _, text = await mon.get("/accountz?acc=NOPE")
         assert code == 400 and text == "Account NOPE does not exist"
 
@@ -469,12 +475,13 @@ async def test_subsz() -> None:
 
         s = await mon.json("/subsz")
         assert list(s) == SUBSZ_KEYS  # no list unless asked for
-        assert s["num_subscriptions"] == 3 and s["num_inserts"] == 3 and s["total"] == 0
+        # nats-server v2.15.1 counts the same: $SYS's 56 internal subscriptions, $G's 4 system imports
+        assert s["num_subscriptions"] == SYSTEM_SUBS + 3 and s["num_inserts"] == SYSTEM_SUBS + 3 and s["total"] == 0
         assert s["num_matches"] >= 3 and isinstance(s["cache_hit_rate"], (int, float))
         assert s["max_fanout"] == 2 and s["limit"] == 1024
 
-        s = await mon.json("/subsz?subs=1")
-        assert s["total"] == 3 and len(s["subscriptions_list"]) == 3
+        s = await mon.json("/subsz?subs=1&acc=$G")
+        assert s["total"] == 7 and len(s["subscriptions_list"]) == 7  # with the 4 system imports
         d = next(x for x in s["subscriptions_list"] if x["subject"] == "foo.bar")
         assert list(d) == ["account", "account_tag", "subject", "qgroup", "sid", "msgs", "cid"]
         assert d["account"] == "$G" and d["qgroup"] == "q" and d["msgs"] == 3
@@ -483,10 +490,10 @@ async def test_subsz() -> None:
         assert s["total"] == 2 and sorted(x["subject"] for x in s["subscriptions_list"]) == ["foo.*", "foo.bar"]
         s = await mon.json("/subsz?subs=1&test=nothing.here")
         assert s["total"] == 0 and "subscriptions_list" not in s
-        s = await mon.json("/subsz?subs=1&limit=1&offset=1")
-        assert s["total"] == 3 and len(s["subscriptions_list"]) == 1 and s["offset"] == 1
+        s = await mon.json("/subsz?subs=1&limit=1&offset=1&acc=$G")
+        assert s["total"] == 7 and len(s["subscriptions_list"]) == 1 and s["offset"] == 1
         s = await mon.json("/subscriptionsz?subs=true&acc=$G")
-        assert s["total"] == 3
+        assert s["total"] == 7
         s = await mon.json("/subsz?subs=1&acc=OTHER")
         assert s["total"] == 0 and s["num_subscriptions"] == 0
 
@@ -634,7 +641,7 @@ async def test_accstatz() -> None:
         st = await mon.json("/accstatz")
         assert st["account_statz"] == []  # accounts without connections are left out...
         st = await mon.json("/accstatz?unused=1")
-        assert [s["acc"] for s in st["account_statz"]] == ["$G"]  # ...unless asked for
+        assert sorted(s["acc"] for s in st["account_statz"]) == ["$G", "$SYS"]  # ...unless asked for
         nc = await nats.connect(srv.client_url)
         await nc.subscribe("x")
         await nc.flush()
@@ -643,12 +650,12 @@ async def test_accstatz() -> None:
         s = (await mon.json("/accstatz"))["account_statz"][0]
         assert list(s) == ["acc", "name", "conns", "leafnodes", "total_conns", "num_subscriptions", "sent",
                            "received", "slow_consumers"]
-        assert (s["conns"], s["total_conns"], s["num_subscriptions"]) == (1, 1, 1)
+        assert (s["conns"], s["total_conns"], s["num_subscriptions"]) == (1, 1, 5)  # + 4 system imports
         assert s["received"]["msgs"] == 1 and s["received"]["bytes"] == 4 and s["sent"]["msgs"] == 1
         assert s["sent"]["routes"] == {"msgs": 0, "bytes": 0}
         await nc.close()
         await wait_for(lambda: not srv.clients)
-        s = (await mon.json("/accstatz?unused=true"))["account_statz"][0]
+        s = next(s for s in (await mon.json("/accstatz?unused=true"))["account_statz"] if s["acc"] == "$G")
         assert s["conns"] == 0 and s["received"]["msgs"] == 1  # closed connections still count
 
 

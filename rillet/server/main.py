@@ -139,6 +139,7 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
         log.warn(w)
     try:
         srv = Server(opts, log)
+        srv.reload_argv = argv  # what SIGHUP and $SYS.REQ.SERVER.<id>.RELOAD read again
     except ValueError as e:
         log.fatal(str(e))
         return 1

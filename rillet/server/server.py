@@ -94,6 +94,9 @@ class Server:
     def _make_account(self, name: str) -> Account:
         acc = Account(self, name)
         self.accounts[name] = acc
+        sa = getattr(self, "sysacc", None)
+        if sa is not None:
+            sa.account_added(acc)  # the system imports every account has
         return acc
 
     def lookup_account(self, name: str) -> Account:

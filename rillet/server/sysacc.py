@@ -104,12 +104,6 @@ def _accountz_query(o: dict) -> dict:
     return {"acc": o["account"]} if o.get("account") else {}
 
 
-def _uses_default(o: Any) -> bool:
-    if SYS_DEFAULT in (o.accounts or {}):
-        return True
-    return any(getattr(u, "account", "") == SYS_DEFAULT for u in (getattr(o, "users", None) or []))
-
-
 class SystemAccount:
     """Owns the system account's internal client, its request handlers and the event publishing."""
 
@@ -117,14 +111,17 @@ class SystemAccount:
         self.server = server
         o = server.opts
         self.account: Any = None
-        name = o.system_account
-        if not name and not o.no_system_account and _uses_default(o):
-            name = o.system_account = SYS_DEFAULT
-        # TODO: nats-server always creates $SYS unless no_system_account; here it is created only when
-        # configured or used by a user, so that servers without accounts keep their monitoring counts
-        if name and not o.no_system_account:
+        # like nats-server, the system account always exists (named by system_account, default $SYS),
+        # unless no_system_account; the server's internal system client lives there
+        if not o.no_system_account:
+            name = o.system_account = o.system_account or SYS_DEFAULT
             self.account = server.lookup_account(name)
             server.system_account = self.account
+        from rillet.server.sysservices import SystemServices
+        self.services = SystemServices(self)
+        if self.account is not None:
+            for acc in list(server.accounts.values()):
+                self.services.register_imports(acc)
         self.client: Any = None
         self.seq = 0
         self._timer: Any = None
@@ -138,12 +135,13 @@ class SystemAccount:
             return
         srv = self.server
         ic = self.client = srv.internal_client(self.account, "$SYS")
-        sid = srv.server_id
-        ic.subscribe("$SYS.REQ.SERVER.PING", self._on_ping_statsz)
-        ic.subscribe("$SYS.REQ.SERVER.PING.*", self._on_server_req)
-        ic.subscribe(f"$SYS.REQ.SERVER.{sid}.*", self._on_server_req)
-        ic.subscribe("$SYS.REQ.ACCOUNT.*.*", self._on_account_req)
+        self.services.subscribe_all(ic)
         self._timer = srv.loop.call_later(STATSZ_INTERVAL, self._tick)
+
+    def account_added(self, acc: Any) -> None:
+        """A new account (configured, or first used): it gets the system imports."""
+        if self.account is not None:
+            self.services.register_imports(acc)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -293,6 +291,24 @@ class SystemAccount:
             return body
         if kind == "ACCOUNTZ":
             return endpoints.accountz(srv, _accountz_query(o))
+        if kind == "ROUTEZ":
+            return endpoints.routez(srv, {})
+        if kind == "GATEWAYZ":
+            return endpoints.gatewayz(srv, {})
+        if kind == "LEAFZ":
+            return endpoints.leafz(srv, {})
+        if kind == "IPQUEUESZ":
+            return endpoints.ipqueuesz(srv, {})
+        if kind == "RAFTZ":
+            return {}  # one server: no raft groups
+        if kind == "EXPVARZ":
+            from rillet.monitor import procstats
+            return json.loads(endpoints.expvar_body(procstats.rss_bytes()))
+        if kind == "PROFILEZ":
+            # nats-server's pprof profiles are the Go runtime's; a Python server has none of them
+            name = o.get("name", "")
+            return {"profile": None,
+                    "error": f"Profile {json.dumps(name)} not found" if name else "Profile name not specified"}
         return None
 
     def _on_account_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
@@ -334,6 +350,8 @@ class SystemAccount:
             return endpoints.subsz(srv, _subsz_query(dict(o, account=acc)))
         if kind == "JSZ":
             return endpoints.jsz(srv, _jsz_query(dict(o, account=acc)))
+        if kind == "LEAFZ":
+            return endpoints.leafz(srv, {})
         if kind == "INFO":
             if acc not in srv.accounts:
                 raise ValueError(f"account {acc!r} not found")
