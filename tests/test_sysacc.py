@@ -163,3 +163,51 @@ async def test_default_sys_account_and_no_system_account():
         await nc.close()
     async with run_server(Options(host="127.0.0.1", port=RANDOM_PORT, no_system_account=True)) as srv:
         assert srv.sysacc.account is None
+
+
+async def test_system_imports_user_info_kick_and_ldm():
+    """Every account gets nats-server's system imports; the system account can kick or LDM a client."""
+    from rillet.server.options import Permission, Permissions
+    o = opts()
+    o.users[1].permissions = Permissions(publish=Permission(deny=["x"]))
+    async with run_server(o) as srv:
+        ns = await nats.connect(url(srv, "sys"))
+        na = await nats.connect(url(srv, "a"), allow_reconnect=False)
+        u = await req(na, "$SYS.REQ.USER.INFO")
+        assert u["data"] == {"user": "a", "account": "A", "account_name": "A",
+                             "permissions": {"publish": {"deny": ["x"]}, "subscribe": {}}}
+        assert (await req(ns, "$SYS.REQ.USER.INFO"))["data"] == {"user": "sys", "account": "SYS",
+                                                                  "account_name": "SYS"}
+        for subj in ("$SYS.REQ.ACCOUNT.PING.CONNZ", "$SYS.REQ.SERVER.PING.CONNZ"):
+            c = await req(na, subj)  # only the requester's own account
+            assert c["data"]["num_connections"] == 1 and c["data"]["connections"][0]["cid"] == na._client_id
+        st = await req(na, "$SYS.REQ.ACCOUNT.PING.STATZ")
+        assert [s["acc"] for s in st["data"]["account_statz"]] == ["A"]
+        with pytest.raises(nats.errors.NoRespondersError):
+            await na.request("$SYS.REQ.SERVER.PING", b"", timeout=1)  # the rest of $SYS is not imported
+        assert (await ns.request("$SYS.DEBUG.SUBSCRIBERS", b"$SYS.REQ.USER.INFO")).data == b"0"
+        sid = srv.server_id
+        e = await req(ns, f"$SYS.REQ.SERVER.{sid}.KICK", b'{"cid": 9999}')
+        assert e["error"] == {"code": 500, "description": "no such client or leafnode id"}
+        e = await req(ns, f"$SYS.REQ.SERVER.{sid}.LDM", b'{"cid": 9999}')
+        assert e["error"] == {"code": 500, "description": "no such client id"}
+        r = await req(ns, f"$SYS.REQ.SERVER.{sid}.LDM", json.dumps({"cid": na._client_id}).encode())
+        assert "error" not in r
+        r = await req(ns, f"$SYS.REQ.SERVER.{sid}.KICK", json.dumps({"cid": na._client_id}).encode())
+        assert "error" not in r and set(r) == {"server"}
+        for _ in range(50):
+            if na.is_closed:
+                break
+            await asyncio.sleep(0.05)
+        assert na.is_closed
+        closed = await req(ns, f"$SYS.REQ.SERVER.{sid}.CONNZ", b'{"state": 1}')
+        assert [c["reason"] for c in closed["data"]["connections"]] == ["Kicked"]
+        await ns.close()
+
+
+async def test_no_system_account():
+    async with run_server(Options(host="127.0.0.1", port=RANDOM_PORT, no_system_account=True)) as srv:
+        assert list(srv.accounts) == ["$G"] and srv.global_account.num_subs() == 0
+    async with run_server(Options(host="127.0.0.1", port=RANDOM_PORT)) as srv:
+        assert sorted(srv.accounts) == ["$G", "$SYS"]
+        assert srv.accounts["$SYS"].num_subs() == 56 and srv.global_account.num_subs() == 4
