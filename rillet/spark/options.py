@@ -1,0 +1,285 @@
+"""Option parsing for the Spark data sources (pure Python: no Spark, no network).
+
+Spark hands a data source its options as a case-insensitive mapping of strings. Everything is checked here,
+when the query is planned on the driver, so that a bad value fails at query start with a message naming the
+option instead of failing later inside an executor task.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+CONNECT_KEYS = ("servers", "user", "password", "token", "nkey_seed", "creds", "tls_ca", "tls_cert", "tls_key",
+                "connect_timeout")
+READ_MODES = ("auto", "consumer", "direct")
+DECODES = ("binary", "utf8", "json")
+DATA_LOSS = ("fail", "skip")
+
+
+class OptionError(ValueError):
+    """A data source option has a bad value (the message names the option)."""
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): ("" if v is None else str(v)) for k, v in dict(options).items()}
+
+
+def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+    raw = opts.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(f"option '{key}': expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise OptionError(f"option '{key}': must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(opts: dict[str, str], key: str, default: float) -> float:
+    raw = opts.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise OptionError(f"option '{key}': expected a number, got {raw!r}") from None
+    if value <= 0:
+        raise OptionError(f"option '{key}': must be > 0, got {raw!r}")
+    return value
+
+
+def _choice(opts: dict[str, str], key: str, choices: tuple[str, ...], default: str) -> str:
+    value = opts.get(key, default).strip().lower() or default
+    if value not in choices:
+        raise OptionError(f"option '{key}': expected one of {', '.join(choices)}, got {opts.get(key)!r}")
+    return value
+
+
+def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    v = raw.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option '{key}': expected true or false, got {raw!r}")
+
+
+def _name(opts: dict[str, str], key: str, required: bool = True) -> str:
+    value = opts.get(key, "").strip()
+    if not value:
+        if required:
+            raise OptionError(f"option '{key}' is required")
+        return ""
+    if any(c in value for c in " \t\r\n.*>/\\"):
+        raise OptionError(f"option '{key}': invalid name {value!r}")
+    return value
+
+
+def _subject(value: str, key: str, wildcards: bool) -> str:
+    s = value.strip()
+    toks = s.split(".")
+    if not s or any(t == "" or any(c in t for c in " \t\r\n") for t in toks):
+        raise OptionError(f"option '{key}': invalid subject {value!r}")
+    for i, t in enumerate(toks):
+        if ("*" in t and t != "*") or (">" in t and (t != ">" or i != len(toks) - 1)):
+            raise OptionError(f"option '{key}': invalid subject {value!r}")
+        if not wildcards and t in ("*", ">"):
+            raise OptionError(f"option '{key}': wildcards are not allowed in {value!r}")
+    return s
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a read starts: ``earliest``, ``latest``, a sequence, or a time (nanoseconds since the epoch)."""
+    kind: str
+    value: int = 0
+
+
+def parse_start(raw: str, key: str = "start") -> Start:
+    v = raw.strip()
+    low = v.lower()
+    if low in ("", "earliest", "first"):
+        return Start("earliest")
+    if low in ("latest", "last", "new"):
+        return Start("latest")
+    if v.isdigit():
+        seq = int(v)
+        if seq < 1:
+            raise OptionError(f"option '{key}': a sequence starts at 1, got {raw!r}")
+        return Start("seq", seq)
+    return Start("time", parse_time(v, key))
+
+
+def parse_time(v: str, key: str) -> int:
+    """An ISO-8601 time (``2026-11-22T10:00:00Z``; no zone means UTC) as nanoseconds since the epoch."""
+    text = v.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        t = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise OptionError(f"option '{key}': expected earliest, latest, a sequence or an ISO-8601 time, "
+                          f"got {v!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    delta = t - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+    return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    nkey_seed: str = ""
+    creds: str = ""
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    connect_timeout: float = 5.0
+
+
+def parse_connect(opts: dict[str, str]) -> ConnectOptions:
+    servers = tuple(s.strip() for s in opts.get("servers", opts.get("url", "")).split(",") if s.strip())
+    if not servers:
+        servers = ("nats://127.0.0.1:4222",)
+    for s in servers:
+        if "://" not in s and ":" not in s:
+            raise OptionError(f"option 'servers': expected host:port or nats://host:port, got {s!r}")
+    if bool(opts.get("user")) != bool(opts.get("password")):
+        raise OptionError("option 'user' and option 'password' must be given together")
+    if opts.get("tls_key") and not opts.get("tls_cert"):
+        raise OptionError("option 'tls_key' needs option 'tls_cert'")
+    return ConnectOptions(
+        servers=servers, user=opts.get("user", ""), password=opts.get("password", ""),
+        token=opts.get("token", ""), nkey_seed=opts.get("nkey_seed", ""), creds=opts.get("creds", ""),
+        tls_ca=opts.get("tls_ca", ""), tls_cert=opts.get("tls_cert", ""), tls_key=opts.get("tls_key", ""),
+        connect_timeout=_float(opts, "connect_timeout", 5.0))
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    conn: ConnectOptions
+    stream: str
+    filter_subjects: tuple[str, ...] = ()
+    start: Start = field(default_factory=lambda: Start("earliest"))
+    end: int | None = None          # last sequence for batch reads (inclusive); None = the stream's last
+    end_time: int | None = None     # or a time (ns): the last message stored before it
+    num_partitions: int = 1
+    max_messages_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    decode: str = "binary"
+    json_schema: str = ""
+    read_mode: str = "auto"
+    batch_size: int = 1000
+    on_data_loss: str = "fail"
+    region_header: str = "Region"
+    idle_timeout: float = 10.0
+
+
+def parse_read(options: Mapping[str, str]) -> ReadOptions:
+    opts = _lower(options)
+    filters: list[str] = []
+    for key in ("filter_subjects", "filter_subject", "subjects"):
+        if key in opts:
+            filters.extend(_subject(s, key, True) for s in opts[key].split(",") if s.strip())
+    end: int | None = None
+    end_time: int | None = None
+    if opts.get("end", "").strip():
+        raw = opts["end"].strip()
+        if raw.lower() in ("latest", "last"):
+            end = None
+        elif raw.isdigit():
+            end = int(raw)
+            if end < 1:
+                raise OptionError(f"option 'end': a sequence starts at 1, got {raw!r}")
+        else:
+            try:
+                end_time = parse_time(raw, "end")
+            except OptionError:
+                raise OptionError(f"option 'end': expected latest, a sequence or an ISO-8601 time, "
+                                  f"got {raw!r}") from None
+    decode = _choice(opts, "decode", DECODES, "binary")
+    json_schema = opts.get("json_schema", opts.get("schema", "")).strip()
+    if decode == "json" and not json_schema:
+        raise OptionError("option 'decode': json needs a schema (option 'json_schema', a DDL string such as "
+                          "'id STRING, amount DOUBLE')")
+    return ReadOptions(
+        conn=parse_connect(opts),
+        stream=_name(opts, "stream"),
+        filter_subjects=tuple(filters),
+        start=parse_start(opts.get("start", opts.get("starting_offsets", "earliest")), "start"),
+        end=end, end_time=end_time,
+        num_partitions=_int(opts, "num_partitions", 1, 1) or 1,
+        max_messages_per_trigger=_int(opts, "max_messages_per_trigger", None, 1),
+        max_bytes_per_trigger=_int(opts, "max_bytes_per_trigger", None, 1),
+        decode=decode, json_schema=json_schema,
+        read_mode=_choice(opts, "read_mode", READ_MODES, "auto"),
+        batch_size=_int(opts, "batch_size", 1000, 1) or 1000,
+        on_data_loss=_choice(opts, "on_data_loss", DATA_LOSS, "fail"),
+        region_header=opts.get("region_header", "Region").strip(),
+        idle_timeout=_float(opts, "idle_timeout", 10.0),
+    )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    conn: ConnectOptions
+    subject: str = ""
+    stream: str = ""            # optional: checked to exist at query start
+    window: int = 256           # publishes in flight per task
+    ack_timeout: float = 10.0
+    write_id: str = ""          # batch writes: a stable id makes a rewrite dedup
+    msg_id_prefix: str = ""
+
+
+def parse_write(options: Mapping[str, str]) -> WriteOptions:
+    opts = _lower(options)
+    subject = opts.get("subject", "").strip()
+    if subject:
+        subject = _subject(subject, "subject", False)
+    return WriteOptions(
+        conn=parse_connect(opts), subject=subject, stream=_name(opts, "stream", required=False),
+        window=_int(opts, "window", 256, 1) or 256,
+        ack_timeout=_float(opts, "ack_timeout", 10.0),
+        write_id=opts.get("write_id", "").strip(),
+        msg_id_prefix=opts.get("msg_id_prefix", "").strip(),
+    )
+
+
+@dataclass(frozen=True)
+class KVOptions:
+    conn: ConnectOptions
+    bucket: str
+    history: bool = False
+    include_deletes: bool = False
+    decode: str = "binary"
+    window: int = 256
+    ack_timeout: float = 10.0
+    write_id: str = ""
+    idle_timeout: float = 10.0
+
+
+def parse_kv(options: Mapping[str, str]) -> KVOptions:
+    opts = _lower(options)
+    return KVOptions(
+        conn=parse_connect(opts), bucket=_name(opts, "bucket"),
+        history=_bool(opts, "history", False),
+        include_deletes=_bool(opts, "include_deletes", False),
+        decode=_choice(opts, "decode", ("binary", "utf8"), "binary"),
+        window=_int(opts, "window", 256, 1) or 256,
+        ack_timeout=_float(opts, "ack_timeout", 10.0),
+        write_id=opts.get("write_id", "").strip(),
+        idle_timeout=_float(opts, "idle_timeout", 10.0),
+    )
+
+
+def describe(o: Any) -> str:
+    return repr(o)

@@ -1,0 +1,449 @@
+"""The ``jetstream`` Spark data source: batch and streaming reads, batch and streaming writes.
+
+Offsets are stream sequences: ``{"stream": name, "seq": n}`` means "everything up to and including
+sequence n has been handed to Spark". A micro-batch is the sequence range (start.seq, end.seq], planned on
+the driver from the stream's state and cut into ``num_partitions`` contiguous sub-ranges, one Spark task
+each. A task reads exactly its range again after any failure (no consumer state lives on the server), so a
+checkpointed query into an idempotent or transactional sink is exactly-once.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter,
+                                    DataSourceStreamReader, InputPartition, WriterCommitMessage)
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+from pyspark.sql.types import StructType
+
+from rillet.spark import client as C
+from rillet.spark.options import OptionError, ReadOptions, WriteOptions, parse_read, parse_write
+
+log = logging.getLogger("rillet.spark")
+
+META_DDL = ("stream STRING, subject STRING, seq BIGINT, timestamp TIMESTAMP, "
+            "headers MAP<STRING, ARRAY<STRING>>")
+
+
+def read_schema_ddl(opts: ReadOptions) -> str:
+    if opts.decode == "json":
+        data = opts.json_schema
+    elif opts.decode == "utf8":
+        data = "data STRING"
+    else:
+        data = "data BINARY"
+    return f"{META_DDL}, {data}, region STRING, origin STRING"
+
+
+class SeqRange(InputPartition):
+    """One task's share of a micro-batch: sequences lo..hi (inclusive) of ``stream``."""
+
+    def __init__(self, stream: str, lo: int, hi: int, mode: str) -> None:
+        super().__init__((stream, lo, hi))
+        self.stream, self.lo, self.hi, self.mode = stream, lo, hi, mode
+
+    def __repr__(self) -> str:
+        return f"SeqRange({self.stream} {self.lo}..{self.hi} {self.mode})"
+
+
+def split_range(stream: str, lo: int, hi: int, parts: int, mode: str) -> list[SeqRange]:
+    """[lo, hi] cut into at most ``parts`` contiguous ranges of nearly equal length."""
+    if hi < lo:
+        return []
+    total = hi - lo + 1
+    parts = max(1, min(parts, total))
+    out = []
+    start = lo
+    for i in range(parts):
+        size = total // parts + (1 if i < total % parts else 0)
+        out.append(SeqRange(stream, start, start + size - 1, mode))
+        start += size
+    return out
+
+
+def choose_mode(opts: ReadOptions, info: dict) -> str:
+    """Ordered consumer or batched direct gets. Direct gets need ``allow_direct`` on the stream and take one
+    filter; ``auto`` uses the ordered consumer, which measured faster (see benchmarks/README.md)."""
+    allow = bool(info.get("config", {}).get("allow_direct"))
+    if opts.read_mode == "direct":
+        if not allow:
+            raise OptionError(f"option 'read_mode': direct needs allow_direct on stream {opts.stream!r}")
+        if len(opts.filter_subjects) > 1:
+            raise OptionError("option 'read_mode': direct takes at most one filter subject")
+        return "direct"
+    return "consumer"
+
+
+async def _info(opts: ReadOptions) -> dict:
+    nc = await C.connect(opts.conn)
+    try:
+        return await C.stream_info(nc, opts.stream)
+    finally:
+        await nc.close()
+
+
+async def _resolve_start(opts: ReadOptions, info: dict) -> int:
+    """The offset (last sequence already read) where a read starts."""
+    st = info["state"]
+    first, last = int(st["first_seq"]), int(st["last_seq"])
+    s = opts.start
+    if s.kind == "earliest":
+        return max(first, 1) - 1
+    if s.kind == "latest":
+        return last
+    if s.kind == "seq":
+        return s.value - 1
+    nc = await C.connect(opts.conn)
+    try:
+        return await C.seq_at_time(nc, opts.stream, s.value, max(first, 1), last) - 1
+    finally:
+        await nc.close()
+
+
+async def _resolve_end(opts: ReadOptions, info: dict) -> int:
+    last = int(info["state"]["last_seq"])
+    if opts.end is not None:
+        return min(opts.end, last)
+    if opts.end_time is not None:
+        nc = await C.connect(opts.conn)
+        try:
+            first = max(int(info["state"]["first_seq"]), 1)
+            return await C.seq_at_time(nc, opts.stream, opts.end_time, first, last) - 1
+        finally:
+            await nc.close()
+    return last
+
+
+def read_partition(opts: ReadOptions, schema: StructType, part: SeqRange) -> Iterator[Any]:
+    """Runs in an executor's Python worker: connect, read the range, yield Arrow record batches."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from rillet.spark.arrow import BatchBuilder
+
+    builder = BatchBuilder(to_arrow_schema(schema, timezone="UTC"), part.stream, opts.decode, opts.region_header)
+
+    async def produce(emit: Any) -> None:
+        nc = await C.connect(opts.conn)
+        try:
+            r = C.RangeReader(nc, part.stream, part.lo, part.hi, opts.filter_subjects, emit,
+                              idle_timeout=opts.idle_timeout, batch_size=opts.batch_size)
+            if part.mode == "direct":
+                await r.by_direct_get()
+            else:
+                await r.by_consumer()
+        finally:
+            try:
+                await nc.close()
+            except Exception:
+                pass
+
+    for chunk in C.iterate_in_thread(produce):
+        yield builder.build(chunk)
+
+
+class JetStreamBatchReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts, self.schema = opts, schema
+
+    def partitions(self) -> list[SeqRange]:
+        opts = self.opts
+
+        async def plan() -> list[SeqRange]:
+            info = await _info(opts)
+            mode = choose_mode(opts, info)
+            lo = await _resolve_start(opts, info) + 1
+            hi = await _resolve_end(opts, info)
+            lo = max(lo, int(info["state"]["first_seq"]))
+            return split_range(opts.stream, lo, hi, opts.num_partitions, mode)
+
+        parts = C.run(plan())
+        # Spark wants at least one partition: an empty range reads nothing
+        return parts or [SeqRange(opts.stream, 1, 0, "consumer")]
+
+    def read(self, partition: SeqRange) -> Iterator[Any]:
+        if partition.hi < partition.lo:
+            return iter(())
+        return read_partition(self.opts, self.schema, partition)
+
+
+class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts, self.schema = opts, schema
+        self.target: int | None = None
+        self.mode: str | None = None
+
+    def _offset(self, seq: int) -> dict:
+        return {"stream": self.opts.stream, "seq": int(seq)}
+
+    def initialOffset(self) -> dict:
+        opts = self.opts
+
+        async def go() -> int:
+            info = await _info(opts)
+            self.mode = choose_mode(opts, info)
+            return await _resolve_start(opts, info)
+
+        return self._offset(C.run(go()))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_messages_per_trigger:
+            return ReadMaxRows(self.opts.max_messages_per_trigger)
+        if self.opts.max_bytes_per_trigger:
+            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        info = C.run(_info(self.opts))
+        self.target = int(info["state"]["last_seq"])
+
+    def _check_offset(self, start: dict) -> None:
+        if start.get("stream") != self.opts.stream:
+            raise C.JetStreamSparkError(f"the checkpoint is for stream {start.get('stream')!r}, this query reads "
+                                        f"{self.opts.stream!r}")
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._check_offset(start)
+        info = C.run(_info(self.opts))
+        if self.mode is None:
+            self.mode = choose_mode(self.opts, info)
+        st = info["state"]
+        last = int(st["last_seq"])
+        s = int(start["seq"])
+        if last < s:
+            raise C.JetStreamSparkError(
+                f"stream {self.opts.stream!r}: last sequence {last} is below the checkpointed sequence {s} "
+                f"(was the stream deleted and created again?)")
+        end = last if self.target is None else min(last, self.target)
+        if not isinstance(limit, ReadAllAvailable):
+            # the engine's limit, and any other limit configured through options
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_messages_per_trigger
+            max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.opts.max_bytes_per_trigger
+            lo = max(s, int(st["first_seq"]) - 1)
+            if max_rows:
+                # sequences bound rows from above (deleted or filtered-out sequences give no row)
+                end = min(end, lo + max_rows)
+            if max_bytes:
+                msgs = int(st.get("messages") or 0)
+                avg = max(1, int(st.get("bytes") or 0) // msgs) if msgs else 1
+                end = min(end, lo + max(1, max_bytes // avg))
+        return self._offset(max(end, s))
+
+    def reportLatestOffset(self) -> dict | None:
+        try:
+            info = C.run(_info(self.opts))
+        except Exception:
+            return None
+        return self._offset(int(info["state"]["last_seq"]))
+
+    def partitions(self, start: dict, end: dict) -> list[SeqRange]:
+        self._check_offset(start)
+        lo, hi = int(start["seq"]) + 1, int(end["seq"])
+        if hi < lo:
+            return []
+        info = C.run(_info(self.opts))
+        first = int(info["state"]["first_seq"])
+        if lo < first:
+            lost = f"sequences {lo}..{min(hi, first - 1)}"
+            if self.opts.on_data_loss != "skip":
+                raise C.JetStreamSparkError(
+                    f"stream {self.opts.stream!r}: the checkpoint wants {lost} but the stream's first sequence "
+                    f"is now {first} (messages aged out or were purged); set option on_data_loss=skip to go on")
+            log.warning("stream %r: skipping %s, no longer in the stream (first sequence %d)",
+                        self.opts.stream, lost, first)
+            lo = first
+        mode = self.mode or choose_mode(self.opts, info)
+        return split_range(self.opts.stream, lo, hi, self.opts.num_partitions, mode)
+
+    def read(self, partition: SeqRange) -> Iterator[Any]:
+        return read_partition(self.opts, self.schema, partition)
+
+    def commit(self, end: dict) -> None:
+        return None  # nothing to acknowledge: the checkpoint is the only state
+
+
+# ---------------------------------------------------------------------------------------------------
+# Writing
+
+
+@dataclass
+class PublishStats(WriterCommitMessage):
+    partition: int = 0
+    rows: int = 0
+    published: int = 0
+    duplicates: int = 0
+
+
+def _task_ids() -> tuple[int, str, str]:
+    """(partition id, streaming batch id, streaming query id) of the running Spark task."""
+    from pyspark import TaskContext
+    tc = TaskContext.get()
+    if tc is None:
+        return 0, "", ""
+    return (tc.partitionId(), tc.getLocalProperty("streaming.sql.batchId") or "",
+            tc.getLocalProperty("sql.streaming.queryId") or "")
+
+
+def _check_write_schema(opts: WriteOptions, schema: StructType) -> None:
+    names = {f.name.lower() for f in schema.fields}
+    if "data" not in names:
+        raise OptionError("the DataFrame written to jetstream needs a 'data' column (binary or string)")
+    if "subject" not in names and not opts.subject:
+        raise OptionError("the DataFrame written to jetstream needs a 'subject' column or option 'subject'")
+
+
+async def _check_stream(opts: WriteOptions) -> None:
+    nc = await C.connect(opts.conn)
+    try:
+        if opts.stream:
+            await C.stream_info(nc, opts.stream)
+    finally:
+        await nc.close()
+
+
+def _hpairs(value: Any) -> list[tuple[str, str]]:
+    if value is None:
+        return []
+    items = value.items() if isinstance(value, dict) else value
+    out = []
+    for k, v in items:
+        if v is None:
+            continue
+        if isinstance(v, (list, tuple)):
+            out.extend((k, str(x)) for x in v if x is not None)
+        else:
+            out.append((k, str(v)))
+    return out
+
+
+def publish_batches(opts: WriteOptions, batches: Iterator[Any], id_base: str | None) -> PublishStats:
+    """Publish the rows of Arrow record batches with acks, ``opts.window`` in flight. ``id_base`` prefixes the
+    generated Nats-Msg-Id (None: derive it from each row's content)."""
+    part, _, _ = _task_ids()
+    stats = PublishStats(partition=part)
+
+    async def go() -> None:
+        nc = await C.connect(opts.conn)
+        try:
+            pub = await C.Publisher(nc, opts.window, opts.ack_timeout).start()
+            row = 0
+            for rb in batches:
+                cols = {n.lower(): rb.column(i).to_pylist() for i, n in enumerate(rb.schema.names)}
+                datas = cols["data"]
+                subjects = cols.get("subject")
+                hdrs = cols.get("headers")
+                ids = cols.get("msg_id")
+                for i in range(rb.num_rows):
+                    subject = subjects[i] if subjects is not None and subjects[i] else opts.subject
+                    if not subject or any(ch in subject for ch in " \t\r\n"):
+                        raise C.JetStreamSparkError(f"row {row} of partition {part}: invalid subject {subject!r}")
+                    data = datas[i]
+                    if data is None:
+                        data = b""
+                    elif isinstance(data, str):
+                        data = data.encode()
+                    pairs = C.HeaderPairs(_hpairs(hdrs[i]) if hdrs is not None else [])
+                    msg_id = ids[i] if ids is not None and ids[i] else None
+                    if msg_id is None:
+                        if id_base is None:
+                            h = hashlib.blake2b(digest_size=10)
+                            h.update(subject.encode() + b"\0" + data + b"\0" + repr(pairs).encode())
+                            msg_id = f"{h.hexdigest()}:{part}:{row}"
+                        else:
+                            msg_id = f"{id_base}:{part}:{row}"
+                    pairs.append(("Nats-Msg-Id", str(msg_id)))
+                    await pub.publish(subject, data, pairs)
+                    row += 1
+            await pub.drain()
+            stats.rows, stats.published, stats.duplicates = row, pub.published, pub.duplicates
+        finally:
+            try:
+                await nc.close()
+            except Exception:
+                pass
+
+    C.run(go())
+    return stats
+
+
+class JetStreamBatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[Any]) -> PublishStats:
+        base = f"{self.opts.msg_id_prefix or 'w'}:{self.opts.write_id}" if self.opts.write_id else None
+        return publish_batches(self.opts, iterator, base)
+
+    def commit(self, messages: list[Any]) -> None:
+        _log_stats(messages, "write")
+
+    def abort(self, messages: list[Any]) -> None:
+        log.warning("jetstream write aborted; published messages stay, a retry is deduplicated by Nats-Msg-Id")
+
+
+class JetStreamStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[Any]) -> PublishStats:
+        _, batch_id, query_id = _task_ids()
+        base = f"{self.opts.msg_id_prefix or query_id}:{batch_id}"
+        return publish_batches(self.opts, iterator, base)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        _log_stats(messages, f"batch {batchId}")
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        log.warning("jetstream batch %s aborted; its retry is deduplicated by Nats-Msg-Id", batchId)
+
+
+def _log_stats(messages: list[Any], what: str) -> None:
+    ok = [m for m in messages if isinstance(m, PublishStats)]
+    log.info("jetstream %s: %d rows, %d stored, %d duplicates", what, sum(m.rows for m in ok),
+             sum(m.published for m in ok), sum(m.duplicates for m in ok))
+
+
+class JetStreamDataSource(DataSource):
+    """``format("jetstream")``: see README.md, "Spark data pipeline"."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "jetstream"
+
+    def schema(self) -> str:
+        return read_schema_ddl(parse_read(self.options))
+
+    def reader(self, schema: StructType) -> JetStreamBatchReader:
+        opts = parse_read(self.options)
+        _check_read_schema(opts, schema)
+        return JetStreamBatchReader(opts, schema)
+
+    def streamReader(self, schema: StructType) -> JetStreamStreamReader:
+        opts = parse_read(self.options)
+        if opts.end is not None or opts.end_time is not None:
+            raise OptionError("option 'end' is for batch reads only")
+        _check_read_schema(opts, schema)
+        r = JetStreamStreamReader(opts, schema)
+        C.run(_info(opts))  # fail at query start: unreachable server, missing stream
+        return r
+
+    def writer(self, schema: StructType, overwrite: bool) -> JetStreamBatchWriter:
+        opts = parse_write(self.options)
+        _check_write_schema(opts, schema)
+        C.run(_check_stream(opts))
+        return JetStreamBatchWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
+        opts = parse_write(self.options)
+        _check_write_schema(opts, schema)
+        C.run(_check_stream(opts))
+        return JetStreamStreamWriter(opts)
+
+
+def _check_read_schema(opts: ReadOptions, schema: StructType) -> None:
+    from rillet.spark.arrow import META_COLUMNS
+    extra = [f.name for f in schema.fields if f.name not in META_COLUMNS and f.name != "data"]
+    if extra and opts.decode != "json":
+        raise OptionError(f"option 'decode': columns {extra} need decode=json")
