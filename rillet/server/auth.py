@@ -6,7 +6,7 @@ import hmac
 import time
 
 from rillet.server.options import Options, Permissions, User
-from rillet.subjects.validate import subject_matches_filter
+from rillet.subjects.validate import match_literal, subject_matches_filter
 
 DEFAULT_ALLOW_RESPONSE_MAX_MSGS = 1
 DEFAULT_ALLOW_RESPONSE_EXPIRATION = 120.0
@@ -118,19 +118,21 @@ class PermChecker:
             del self.replies[k]
 
     def can_subscribe(self, subject: str, queue: str | None = None) -> bool:
+        # as nats-server, the subscription subject is matched against the permission entries with its
+        # tokens taken literally: "foo.>" is allowed by "foo.*" (a "*" entry takes any one token, ">" too)
         allowed = True
         if self.sub_allow is not None:
             plain, queued = self.sub_allow
-            allowed = any(subject_matches_filter(subject, p) for p in plain)
+            allowed = any(match_literal(subject, p) for p in plain)
             if queue:
-                qpats = [q for s, q in queued if subject_matches_filter(subject, s)]
+                qpats = [q for s, q in queued if match_literal(subject, s)]
                 if qpats:
                     allowed = _queue_matches(queue, qpats)
         if allowed and self.sub_deny is not None:
             plain, queued = self.sub_deny
-            allowed = not any(subject_matches_filter(subject, p) for p in plain)
+            allowed = not any(match_literal(subject, p) for p in plain)
             if queue:
-                qpats = [q for s, q in queued if subject_matches_filter(subject, s)]
+                qpats = [q for s, q in queued if match_literal(subject, s)]
                 if qpats:
                     allowed = not _queue_matches(queue, qpats)
         return allowed
