@@ -17,6 +17,7 @@ from rillet.server import options as defaults
 from rillet.server.options import Options
 
 from .auth_sections import AuthSections
+from .operator_sections import OperatorSections
 from .parser import parse_file, parse_string
 from .subsystem_sections import SubsystemSections
 from .typed import Field, fields_of
@@ -51,7 +52,7 @@ def build_options(config: Mapping[str, Any], options: Options | None = None, *,
     return builder.finish(warnings_as_errors)
 
 
-class _Builder(AuthSections, SubsystemSections):
+class _Builder(AuthSections, SubsystemSections, OperatorSections):
     """Top-level keys; the blocks are handled by the section classes."""
 
     def __init__(self, opts: Options):
@@ -139,6 +140,12 @@ class _Builder(AuthSections, SubsystemSections):
             "mappings": self.raw_map("mappings"),
             "maps": self.raw_map("mappings"),
             "server_tags": self.server_tags,
+            # operator mode
+            "operator": self.operator, "operators": self.operator, "root": self.operator,
+            "roots": self.operator, "root_operator": self.operator, "root_operators": self.operator,
+            "resolver": self.resolver, "account_resolver": self.resolver, "accounts_resolver": self.resolver,
+            "resolver_preload": self.resolver_preload,
+            "trusted": self.trusted_keys, "trusted_keys": self.trusted_keys,
         }
         # Known to nats-server, stored for later work without acting on them.
         kept = {
@@ -148,13 +155,8 @@ class _Builder(AuthSections, SubsystemSections):
             "max_sub_tokens": "max_sub_tokens", "max_subscription_tokens": "max_sub_tokens",
             "write_timeout": "write_timeout",
             "ocsp": "ocsp", "ocsp_cache": "ocsp_cache",
-            "operator": "operator", "operators": "operator", "root": "operator",
-            "roots": "operator", "root_operator": "operator", "root_operators": "operator",
-            "resolver": "resolver", "account_resolver": "resolver",
-            "accounts_resolver": "resolver",
-            "resolver_tls": "resolver_tls", "resolver_preload": "resolver_preload",
+            "resolver_tls": "resolver_tls",
             "resolver_pinned_accounts": "resolver_pinned_accounts",
-            "trusted": "trusted_keys", "trusted_keys": "trusted_keys",
             "connect_error_reports": "connect_error_reports",
             "reconnect_error_reports": "reconnect_error_reports",
             "server_metadata": "server_metadata", "feature_flags": "feature_flags",

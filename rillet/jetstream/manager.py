@@ -191,7 +191,10 @@ class JetStream:
         self.started = time.time()
         # accounts that configure JetStream get it (with their limits); with none, the global account does
         configured = account_js_config(self.server.opts.accounts)
-        if configured:
+        operator = getattr(self.server, "operator", None)
+        if operator is not None:
+            operator.jetstream_started(self)  # accounts whose JWT gives JetStream limits
+        elif configured:
             for name, limits in configured.items():
                 self.enable_account(self.server.lookup_account(name), limits)
         else:

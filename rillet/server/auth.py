@@ -161,14 +161,15 @@ class Authenticator:
                 self.users[u.username] = u
         for u in opts.nkeys:
             self.nkeys[u.nkey] = u
-        self.required = bool(self.token or self.username or self.users or self.nkeys)
+        self.operator_mode = bool(opts.trusted_operators or opts.trusted_keys)
+        self.required = bool(self.token or self.username or self.users or self.nkeys or self.operator_mode)
         if opts.no_auth_user and opts.no_auth_user not in self.users:
             raise ValueError(f'no_auth_user: "{opts.no_auth_user}" not present as user or nkey in authorization '
                              f"block or account configuration")
 
     @property
     def needs_nonce(self) -> bool:
-        return bool(self.nkeys)
+        return bool(self.nkeys) or self.operator_mode
 
     def no_auth_user(self) -> User | None:
         name = self.opts.no_auth_user

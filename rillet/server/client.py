@@ -265,13 +265,18 @@ class Client(asyncio.Protocol):
                 connect_dict = _json_decode(arg)
             except msgspec.DecodeError:
                 connect_dict = {}
-            res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type)
+            if srv.operator is not None and self.auth.operator_mode:
+                res = srv.operator.authenticate(self, connect_dict) or False
+            else:
+                res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type)
             if res is False:
                 srv.log.error(f"{self.log_prefix()} - authentication error"
                               + (f" - User \"{co.user}\"" if co.user else ""))
                 raise ProtocolError("Authorization Violation", "authentication error", "Authentication Failure")
             if res is not True and res is not None:
                 self._apply_user(res)
+                if srv.operator is not None and getattr(res, "jwt", None):
+                    srv.operator.connected(self, res)
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None

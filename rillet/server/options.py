@@ -165,6 +165,13 @@ class Options:
     system_account: str = ""
     no_system_account: bool = False
 
+    # decentralized auth ("operator mode"; see rillet.server.operator)
+    trusted_operators: list[dict] = field(default_factory=list)  # decoded operator JWT claims
+    operator_jwts: list[str] = field(default_factory=list)
+    trusted_keys: list[str] | None = None
+    resolver: dict[str, Any] | None = None  # {"type": "MEMORY"} or {"type": "FULL", "dir": ..., ...}
+    resolver_preload: dict[str, str] = field(default_factory=dict)  # account public key -> account JWT
+
     # TLS on the client port
     tls: TLSConfig | None = None
     tls_required: bool = False  # derived when tls is configured (unless allow_non_tls)

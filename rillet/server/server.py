@@ -60,6 +60,10 @@ class Server:
             from rillet.subjects.mapping import parse_mappings
             self.global_account.mappings = parse_mappings(o.mappings, o.cluster.name)  # ValueError: refuse to start
         self.authenticator = Authenticator(o)
+        self.operator: Any = None  # rillet.server.operator.OperatorMode, in operator (JWT) mode
+        if o.trusted_operators or o.trusted_keys:
+            from rillet.server.operator import OperatorMode
+            self.operator = OperatorMode(self)
         self.clients: dict[int, Client] = {}
         self.internal_clients: list[InternalClient] = []
         from rillet.server.account_config import configure_accounts
@@ -125,6 +129,8 @@ class Server:
         log.notice(f"  ID:       {self.server_id}")
         if o.config_file:
             log.notice(f"Using configuration file: {o.config_file}")
+        if self.operator is not None:
+            self.operator.log_start()
         if o.tls is not None:
             self.tls_context = make_server_context(o.tls)
         if o.jetstream.enabled:
@@ -145,7 +151,11 @@ class Server:
                     pass
             self.extra_listeners.clear()
             raise
+        if self.operator is not None:
+            self.sysacc.on_claims_update = self.operator.resolver.on_account_update
         self.sysacc.start()
+        if self.operator is not None and self.sysacc.client is not None:
+            self.operator.register_sys(self.sysacc.client)  # account JWT updates (rillet.server.resolver)
         self.on_shutdown.append(self.sysacc.stop)
         self._write_pid_and_ports()
         log.notice("Server is ready")
@@ -557,6 +567,8 @@ class _TLSHolder(asyncio.Protocol):
 
 def validate_options(o: Options) -> None:
     """Option combinations nats-server refuses at start (and with -t)."""
+    from rillet.server.operator import validate_operator_options
+    validate_operator_options(o)
     if o.max_payload > o.max_pending:
         raise ValueError(f"max_payload ({o.max_payload}) cannot be higher than max_pending ({o.max_pending})")
     if o.lame_duck_grace_period >= o.lame_duck_duration > 0 and o.lame_duck_grace_period > 0:

@@ -1,0 +1,732 @@
+"""Operator mode: decentralized authentication and authorization with NATS JWTs.
+
+A trusted operator (``operator`` in the config, or ``trusted_keys``) signs account JWTs; an account (or one
+of its signing keys) signs user JWTs. A client presents its user JWT in CONNECT together with a signature
+of the INFO nonce made with the user's seed. Accounts are loaded on first use from the account resolver
+(``resolver: MEMORY`` with ``resolver_preload``, or a full directory resolver, see ``rillet.server.resolver``)
+and named by their public key. The account JWT carries limits, JetStream limits, exports and imports,
+revocations and signing keys; a newer JWT pushed through the system account changes them in place.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import ipaddress
+import time
+from typing import TYPE_CHECKING, Any
+
+from rillet.server import jwt
+from rillet.server.options import Permission, Permissions, ResponsePermission
+
+if TYPE_CHECKING:
+    from rillet.server.server import Server
+
+NO_LIMIT = -1
+_USER_PERMISSION_FIELDS = ("pub", "sub", "resp", "subs", "data", "payload", "src", "times", "times_location",
+                          "bearer_token", "proxy_required", "allowed_connection_types")
+CONN_TYPES = {"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS"}
+
+
+def validate_operator_options(o: Any) -> None:
+    """nats-server's checks of operator mode against the rest of the configuration (ValueError)."""
+    ops = o.trusted_operators
+    if not ops:
+        return
+    if o.resolver is None:
+        raise ValueError("operators require an account resolver to be configured")
+    if o.accounts:
+        raise ValueError("operators do not allow Accounts to be configured directly")
+    if o.users or o.nkeys:
+        raise ValueError("operators do not allow users to be configured directly")
+    if o.trusted_keys:
+        raise ValueError("conflicting options for 'TrustedKeys' and 'TrustedOperators'")
+    if not o.system_account:
+        o.system_account = jwt.nats_section(ops[0]).get("system_account", "") or ""
+        if not o.system_account and o.resolver.get("type") == "FULL":
+            raise ValueError("using nats based account resolver - the system account needs to be specified in "
+                             "configuration or the operator jwt")
+    else:
+        sys_keys = [jwt.nats_section(op).get("system_account") for op in ops]
+        if any(sys_keys) and o.system_account not in sys_keys:
+            raise ValueError("system_account in config and operator JWT must be identical")
+    if o.no_auth_user:
+        raise ValueError("no_auth_user not compatible with Trusted Operator")
+
+
+def _as_list(v: Any) -> list[str]:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",") if s.strip()]
+    return [str(x) for x in v]
+
+
+def _perm(d: Any) -> Permission | None:
+    if not isinstance(d, dict):
+        return None
+    allow = d.get("allow")
+    deny = d.get("deny")
+    if not allow and not deny:
+        return None
+    return Permission(allow=list(allow) if allow else None, deny=list(deny) if deny else None)
+
+
+def permissions_from_claims(n: dict) -> Permissions | None:
+    """A user's (or an account's default) permissions: ``pub``, ``sub`` and ``resp`` of a JWT."""
+    pub = _perm(n.get("pub"))
+    sub = _perm(n.get("sub"))
+    resp = None
+    r = n.get("resp")
+    if isinstance(r, dict):
+        resp = ResponsePermission(max_msgs=int(r.get("max") or 0), expires=(r.get("ttl") or 0) / 1e9)
+    if pub is None and sub is None and resp is None:
+        return None
+    return Permissions(publish=pub, subscribe=sub, response=resp)
+
+
+class JwtUser:
+    """What a user JWT grants, in the shape of a configured ``User`` (the client applies it alike)."""
+
+    def __init__(self, claims: dict, token: str, account: str, perms: Permissions | None,
+                 conn_types: list[str] | None, limits: dict) -> None:
+        self.claims = claims
+        self.jwt = token
+        self.username = ""
+        self.password = ""
+        self.nkey = claims["sub"]
+        self.account = account
+        self.permissions = perms
+        self.allowed_connection_types = conn_types
+        self.issued = int(claims.get("iat") or 0)
+        self.issuer = claims.get("iss", "")
+        self.bearer = bool(jwt.nats_section(claims).get("bearer_token"))
+        # a v2 JWT without a limit means 0 (nats-server reads the missing field as zero); v1 means no limit
+        dflt = NO_LIMIT if jwt.nats_section(claims).get("version") == 1 else 0
+        self.subs = int(limits.get("subs") if limits.get("subs") is not None else dflt)
+        self.payload = int(limits.get("payload") if limits.get("payload") is not None else dflt)
+
+
+class AccountInfo:
+    """The parsed account JWT of a loaded account."""
+
+    def __init__(self, claims: dict, token: str) -> None:
+        self.claims = claims
+        self.jwt = token
+        n = jwt.nats_section(claims)
+        self.nats = n
+        self.name = claims.get("name", "")
+        self.issuer = claims.get("iss", "")
+        self.limits: dict = n.get("limits") or {}
+        self.signing_keys: dict[str, dict | None] = {}
+        for sk in n.get("signing_keys") or []:
+            if isinstance(sk, str):
+                self.signing_keys[sk] = None
+            elif isinstance(sk, dict) and sk.get("key"):
+                self.signing_keys[sk["key"]] = sk  # a scoped signing key (kind user_scope, with a template)
+        self.revocations: dict[str, int] = {k: int(v) for k, v in (n.get("revocations") or {}).items()}
+        self.default_perms = permissions_from_claims(n.get("default_permissions") or {})
+        self.disallow_bearer = bool(self.limits.get("disallow_bearer"))
+        self.expires = int(claims.get("exp") or 0)
+
+    def is_revoked(self, pub: str, issued: int) -> bool:
+        r = self.revocations
+        if not r:
+            return False
+        t = r.get(pub)
+        if t is not None and t >= issued:
+            return True
+        t = r.get("*")
+        return t is not None and t >= issued
+
+    def knows_issuer(self, sub: str, iss: str) -> tuple[bool, dict | None]:
+        if iss == sub:
+            return True, None
+        if iss in self.signing_keys:
+            return True, self.signing_keys[iss]
+        return False, None
+
+
+def _parse_hms(s: str) -> _dt.time:
+    return _dt.datetime.strptime(s.strip(), "%H:%M:%S").time()
+
+
+def validate_times(n: dict, now: _dt.datetime | None = None) -> tuple[bool, float]:
+    """(allowed now, seconds the current window stays open or 0 when unbounded) for a user's ``times``."""
+    ranges = n.get("times") or []
+    if not ranges:
+        return True, 0.0
+    tz: Any = _dt.timezone.utc
+    loc = n.get("times_location") or ""
+    if loc:
+        try:
+            from zoneinfo import ZoneInfo
+            tz = ZoneInfo(loc)
+        except Exception:
+            return False, 0.0
+    else:
+        tz = None  # server local time
+    now = now or (_dt.datetime.now(tz) if tz is not None else _dt.datetime.now())
+    for r in ranges:
+        try:
+            start = _parse_hms(r.get("start", ""))
+            end = _parse_hms(r.get("end", ""))
+        except (ValueError, AttributeError):
+            return False, 0.0
+        s_dt = now.replace(hour=start.hour, minute=start.minute, second=start.second, microsecond=0)
+        e_dt = now.replace(hour=end.hour, minute=end.minute, second=end.second, microsecond=0)
+        if start > end:  # the window wraps over midnight
+            if now >= s_dt:
+                e_dt += _dt.timedelta(days=1)
+            else:
+                s_dt -= _dt.timedelta(days=1)
+        if s_dt <= now < e_dt:
+            return True, (e_dt - now).total_seconds()
+    return False, 0.0
+
+
+def validate_src(n: dict, host: str) -> bool:
+    cidrs = _as_list(n.get("src"))
+    if not cidrs:
+        return True
+    if not host:
+        return False
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    for c in cidrs:
+        try:
+            if ip in ipaddress.ip_network(c, strict=False):
+                return True
+        except ValueError:
+            return False
+    return False
+
+
+class OperatorMode:
+    """The server's operator-mode state: trusted keys, the resolver, and the loaded accounts' JWTs."""
+
+    def __init__(self, server: "Server") -> None:
+        from rillet.server.resolver import make_resolver
+        self.server = server
+        o = server.opts
+        self.operators = list(o.trusted_operators)
+        keys: list[str] = list(o.trusted_keys or [])
+        self.strict_keys: set[str] = set()
+        for op in self.operators:
+            n = jwt.nats_section(op)
+            if not n.get("strict_signing_key_usage"):
+                keys.append(op["sub"])
+            sks = [k for k in (n.get("signing_keys") or []) if isinstance(k, str)]
+            keys.extend(sks)
+            if n.get("strict_signing_key_usage"):
+                self.strict_keys.update(sks)
+        for k in keys:
+            if not jwt.is_public_key(k, "O"):
+                raise ValueError(f'trusted Keys "{k}" are required to be a valid public operator nkey')
+        self.trusted: set[str] = set(keys)
+        self.infos: dict[str, AccountInfo] = {}
+        self._loading: set[str] = set()
+        self.import_clients: dict[str, list[tuple[Any, Any]]] = {}  # importer -> [(internal client, sub)]
+        self.resolver = make_resolver(self, o.resolver or {"type": "MEMORY"})
+        for pub, token in (o.resolver_preload or {}).items():
+            self.resolver.store(pub, token)
+
+    # ---- logging at start -------------------------------------------------------------------------------
+
+    def log_start(self) -> None:
+        log = self.server.log
+        if self.operators:
+            log.notice("Trusted Operators")
+        for op in self.operators:
+            n = jwt.nats_section(op)
+            log.notice(f'  System  : "{n.get("system_account", "")}"')
+            log.notice(f'  Operator: "{op.get("name", "")}"')
+            iat = op.get("iat") or 0
+            log.notice(f"  Issued  : {_go_utc(iat)}")
+            exp = op.get("exp") or 0
+            log.notice(f"  Expires : {_go_utc(exp) if exp else 'Never'}")
+        if self.operators and not self.server.opts.system_account:
+            log.warn("Trusted Operators should utilize a System Account")
+        for pub, token in (self.server.opts.resolver_preload or {}).items():
+            try:
+                c = jwt.decode(token)
+            except jwt.JwtError:
+                log.error(f"Preloaded account [{pub}] not valid")
+                continue
+            if jwt.is_expired(c):
+                log.warn(f"Account [{pub}] has validation issues:")
+                log.warn("  - claim is expired")
+
+    # ---- account JWTs -----------------------------------------------------------------------------------
+
+    def is_trusted(self, issuer: str) -> bool:
+        return issuer in self.trusted
+
+    def check_account_jwt(self, token: str, pub: str | None = None) -> dict:
+        """Decode and validate an account JWT (signature, type, trusted issuer); JwtError otherwise."""
+        c = jwt.decode(token)
+        if jwt.claim_type(c) != jwt.ACCOUNT:
+            raise jwt.JwtError(f"not account claim - {jwt.claim_type(c) or 'unknown'}")
+        if not jwt.is_public_key(c.get("sub"), "A"):
+            raise jwt.JwtError("account subject is not a valid account public key")
+        if not jwt.is_public_key(c.get("iss"), "O"):
+            raise jwt.JwtError("unable to validate expected prefixes - [operator]")
+        if pub is not None and c["sub"] != pub:
+            raise jwt.JwtError("subject does not match jwt content")
+        return c
+
+    def lookup_account(self, pub: str) -> Any:
+        """The Account for an account public key, loading its JWT from the resolver; None if unknown."""
+        srv = self.server
+        if pub in self.infos:
+            return srv.accounts.get(pub) or srv.lookup_account(pub)
+        if pub in self._loading:
+            return srv.lookup_account(pub)
+        token = self.resolver.fetch(pub)
+        if token is None:
+            srv.log.debug(f'Account "{pub}" not found in resolver')
+            return None
+        try:
+            claims = self.check_account_jwt(token, pub)
+        except jwt.JwtError as e:
+            srv.log.debug(f"Account JWT for {pub} not valid: {e}")
+            return None
+        self._loading.add(pub)
+        try:
+            acc = srv.lookup_account(pub)
+            self.apply_account(acc, claims, token, initial=True)
+        finally:
+            self._loading.discard(pub)
+        return acc
+
+    def apply_account(self, acc: Any, claims: dict, token: str, initial: bool = False) -> None:
+        """Set the account's limits, JetStream, exports/imports and revocations from its JWT."""
+        info = AccountInfo(claims, token)
+        old = self.infos.get(acc.name)
+        self.infos[acc.name] = info
+        lim = info.limits
+
+        def num(k: str) -> int:
+            v = lim.get(k)
+            return 0 if v is None else int(v)  # as nats-server: a limit left out of the JWT is zero
+        acc.mconns = num("conn")
+        acc.msubs = num("subs")
+        acc.mpay = num("payload")
+        self._configure_jetstream(acc, info)
+        self._configure_imports(acc, info)
+        if old is not None and old.nats.get("exports") != info.nats.get("exports"):
+            # importers of this account re-check their imports against the new exports
+            for name, other in list(self.infos.items()):
+                if name != acc.name and any(i.get("account") == acc.name for i in other.nats.get("imports") or []):
+                    self._configure_imports(self.server.lookup_account(name), other)
+        if not initial:
+            self._refresh_clients(acc, info)
+
+    # ---- JetStream --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def js_limits(info: AccountInfo) -> Any:
+        """The account's JetStream limits, or None when its JWT does not enable JetStream."""
+        from rillet.jetstream.config import AccountLimits
+        lim = info.limits
+        mem = int(lim.get("mem_storage", 0) or 0)
+        disk = int(lim.get("disk_storage", 0) or 0)
+        tiered = lim.get("tiered_limits") or {}
+        src = lim
+        if mem == 0 and disk == 0:
+            t = tiered.get("R1") if isinstance(tiered, dict) else None
+            if not t:
+                return None
+            src = t
+            mem = int(t.get("mem_storage", 0) or 0)
+            disk = int(t.get("disk_storage", 0) or 0)
+            if mem == 0 and disk == 0:
+                return None
+
+        def unl(k: str) -> int:
+            v = int(src.get(k, 0) or 0)
+            return v if v > 0 else -1
+        return AccountLimits(max_memory=mem, max_storage=disk, max_streams=int(src.get("streams", -1)),
+                             max_consumers=int(src.get("consumer", -1)), max_ack_pending=unl("max_ack_pending"),
+                             memory_max_stream_bytes=unl("mem_max_stream_bytes"),
+                             storage_max_stream_bytes=unl("disk_max_stream_bytes"),
+                             max_bytes_required=bool(src.get("max_bytes_required", False)))
+
+    def _configure_jetstream(self, acc: Any, info: AccountInfo) -> None:
+        js = self.server.jetstream
+        if js is None or not getattr(js, "started", False):
+            return  # JetStream enables the loaded accounts when it starts (jetstream_started)
+        limits = self.js_limits(info)
+        jsa = js.accounts.get(acc.name)
+        if limits is None:
+            if jsa is not None:
+                jsa.stop()
+                del js.accounts[acc.name]
+            return
+        if jsa is None:
+            js.enable_account(acc, limits)
+        else:
+            jsa.limits = limits
+            jsa.limited = limits.max_memory >= 0 or limits.max_storage >= 0
+
+    def jetstream_started(self, js: Any) -> None:
+        for name, info in list(self.infos.items()):
+            limits = self.js_limits(info)
+            if limits is not None:
+                js.enable_account(self.server.lookup_account(name), limits)
+
+    # ---- exports and imports ----------------------------------------------------------------------------
+
+    def _export_for(self, exporter: str, kind: str, subject: str) -> dict | None:
+        from rillet.subjects.validate import subject_is_subset_match
+        info = self.infos.get(exporter)
+        if info is None:
+            return None
+        for e in info.nats.get("exports") or []:
+            if (e.get("type") or "stream") == kind and isinstance(e.get("subject"), str) and \
+                    subject_is_subset_match(subject, e["subject"]):
+                return e
+        return None
+
+    def _activation_ok(self, imp: dict, exp: dict, exporter: str, importer: str) -> bool:
+        from rillet.subjects.validate import subject_is_subset_match
+        token = imp.get("token")
+        if not token:
+            return False
+        try:
+            act = jwt.decode(token)
+        except jwt.JwtError:
+            return False
+        n = jwt.nats_section(act)
+        if jwt.claim_type(act) != jwt.ACTIVATION or act.get("sub") != importer or jwt.is_expired(act):
+            return False
+        issuer = n.get("issuer_account") or act.get("iss")
+        if issuer != exporter:
+            return False
+        if act.get("iss") != exporter and act.get("iss") not in self.infos[exporter].signing_keys:
+            return False
+        subj = n.get("subject") or ""
+        if not subj or not subject_is_subset_match(imp.get("subject", ""), subj):
+            return False
+        revs = exp.get("revocations") or {}
+        iat = int(act.get("iat") or 0)
+        for k in (importer, "*"):
+            if k in revs and int(revs[k]) >= iat:
+                return False
+        return True
+
+    def _configure_imports(self, acc: Any, info: AccountInfo) -> None:
+        from rillet.server import account_config as ac
+        srv = self.server
+        for ic, sub in self.import_clients.pop(acc.name, []):
+            ic.remove_sub(sub)
+            if ic in srv.internal_clients:
+                srv.internal_clients.remove(ic)
+        made: list[tuple[Any, Any]] = []
+        before = len(srv.internal_clients)
+        for imp in info.nats.get("imports") or []:
+            if not isinstance(imp, dict):
+                continue
+            src = imp.get("account", "")
+            subj = imp.get("subject", "")
+            kind = imp.get("type") or "stream"
+            if not jwt.is_public_key(src, "A") or not isinstance(subj, str) or not subj:
+                continue
+            exporter = self.lookup_account(src)
+            if exporter is None:
+                srv.log.debug(f"Import of {subj} from unknown account {src} skipped")
+                continue
+            exp = self._export_for(src, kind, subj)
+            if exp is None:
+                srv.log.debug(f"Import of {kind} {subj} from {src}: no matching export")
+                continue
+            if exp.get("token_req") and not self._activation_ok(imp, exp, src, acc.name):
+                srv.log.debug(f"Import of {kind} {subj} from {src}: activation token not valid")
+                continue
+            revs = exp.get("revocations") or {}
+            if acc.name in revs or "*" in revs:
+                iat = int(info.claims.get("iat") or 0)
+                if any(k in revs and int(revs[k]) >= iat for k in (acc.name, "*")):
+                    continue
+            local = imp.get("local_subject") or ""
+            if kind == "stream":
+                if local:
+                    ac._stream_import(srv, exporter, acc, subj, None, local)
+                else:
+                    ac._stream_import(srv, exporter, acc, subj, imp.get("to") or None, None)
+            else:
+                rt = str(exp.get("response_type") or "Singleton").lower()
+                thr = exp.get("response_threshold")
+                e = {"kind": "service", "subject": exp["subject"], "accounts": None,
+                     "response_type": rt, "threshold": (thr / 1e9) if thr else ac.DEFAULT_RESPONSE_THRESHOLD}
+                ac._service_import(srv, exporter, acc, subj, local or imp.get("to") or subj, e)
+        for ic in srv.internal_clients[before:]:
+            if ic.name.startswith(("stream ", "service import")):
+                for sub in list(ic.subs.values()):
+                    made.append((ic, sub))
+        self.import_clients[acc.name] = made
+
+    # ---- clients ----------------------------------------------------------------------------------------
+
+    def authenticate(self, c: Any, cd: dict) -> JwtUser | None:
+        """Check a CONNECT's user JWT and nonce signature the way nats-server does; None = refused."""
+        token = cd.get("jwt") or ""
+        if not token:
+            c.debug("Authentication requires a user JWT")
+            return None
+        try:
+            juc = jwt.decode(token)
+            if jwt.claim_type(juc) != jwt.USER:
+                raise jwt.JwtError(f"not user claim - {jwt.claim_type(juc) or 'unknown'}")
+            if not jwt.is_public_key(juc.get("sub"), "U") or not jwt.is_public_key(juc.get("iss"), "A"):
+                raise jwt.JwtError("unable to validate expected prefixes - [account]")
+        except jwt.JwtError as e:
+            c.debug(f"User JWT not valid: {e}")
+            return None
+        try:
+            jwt.check_times(juc)
+        except jwt.JwtError as e:
+            c.debug(f"User JWT no longer valid: {e}")
+            return None
+        n = jwt.nats_section(juc)
+        issuer = n.get("issuer_account") or juc["iss"]
+        acc = self.lookup_account(issuer)
+        if acc is None:
+            c.debug(f'Account JWT lookup error: account "{issuer}" not found')
+            return None
+        info = self.infos[acc.name]
+        if not self.is_trusted(info.issuer):
+            c.debug("Account JWT not signed by trusted operator")
+            return None
+        known, scope = info.knows_issuer(acc.name, juc["iss"])
+        if not known:
+            c.debug("User JWT issuer is not known")
+            return None
+        src_n = n
+        if scope is not None:
+            if scope.get("kind", "user_scope") != "user_scope":
+                c.debug("User JWT is not valid")
+                return None
+            if any(n.get(k) for k in _USER_PERMISSION_FIELDS):
+                c.debug("User JWT is not valid: scoped users require no permissions or limits set")
+                return None
+            src_n = dict(scope.get("template") or {})
+            try:
+                src_n = _expand_template(src_n, juc, acc.name, info)
+            except ValueError:
+                c.debug("User JWT generated invalid permissions")
+                return None
+        if info.expires and time.time() > info.expires:
+            c.debug("Account JWT has expired")
+            return None
+        bearer = bool(src_n.get("bearer_token")) if scope is not None else bool(n.get("bearer_token"))
+        if bearer and info.disallow_bearer:
+            c.debug("Account does not allow bearer tokens")
+            return None
+        types = src_n.get("allowed_connection_types") or []
+        known_types = [t for t in types if t in CONN_TYPES]
+        if types and not known_types:
+            unknown = [t for t in types if t not in CONN_TYPES]
+            c.debug(f'invalid connection types "{unknown[0]}"' if unknown else "Connection type not allowed")
+            return None
+        if known_types and c.conn_type not in known_types:
+            c.debug("Connection type not allowed")
+            return None
+        if not bearer:
+            sig = cd.get("sig") or ""
+            if not sig:
+                c.debug("Signature missing")
+                return None
+            raw = _decode_sig(sig)
+            if raw is None:
+                c.debug("Signature not valid base64")
+                return None
+            if c.nonce is None or not jwt.verify_signature(juc["sub"], c.nonce, raw):
+                c.debug("Signature not verified")
+                return None
+        if info.is_revoked(juc["sub"], int(juc.get("iat") or 0)):
+            c.debug("User authentication revoked")
+            return None
+        if not validate_src(src_n, c.host):
+            c.server.log.error(f"{c.log_prefix()} - Bad src Ip {c.host}")
+            return None
+        ok, valid_for = validate_times(src_n)
+        if not ok:
+            c.server.log.error(f"{c.log_prefix()} - Outside connect times")
+            return None
+        perms = permissions_from_claims(src_n)
+        if perms is None:
+            perms = info.default_perms
+        u = JwtUser(juc, token, acc.name, perms, known_types or None, src_n)
+        u.bearer = bearer
+        u.valid_for = valid_for  # type: ignore[attr-defined]
+        c.debug(f'Authenticated JWT: Client "{juc["sub"]}" (claim-name: "{juc.get("name", "")}", claim-tags: '
+                f'{n.get("tags") or []}) signed with "{juc["iss"]}" by Account "{acc.name}" (claim-name: '
+                f'"{info.name}", claim-tags: {info.nats.get("tags") or []}) signed with "{info.issuer}"')
+        return u
+
+    def connected(self, c: Any, u: JwtUser) -> None:
+        """After the client is bound to the account: limits and the expiration timer."""
+        c.jwt_user = u
+        self.apply_client_limits(c)
+        exp = int(u.claims.get("exp") or 0)
+        delay = None
+        if exp:
+            delay = max(exp - time.time(), 0.0)
+        vf = getattr(u, "valid_for", 0.0)
+        if vf:
+            delay = vf if delay is None else min(delay, vf)
+        if delay is not None and not c.closed:
+            c.jwt_timer = self.server.loop.call_later(delay, self._expired, c)
+
+    def _expired(self, c: Any) -> None:
+        if c.closed:
+            return
+        c.debug("User Authentication Expired")
+        c.close("Authentication Expired", "User Authentication Expired")
+        self.server.flush_clients()
+
+    def apply_client_limits(self, c: Any) -> None:
+        """nats-server's applyAccountLimits: the lowest of user, account and server payload / subs limits."""
+        u: JwtUser | None = getattr(c, "jwt_user", None)
+        acc = c.account
+        o = self.server.opts
+
+        def lowest(*vals: int) -> int:
+            v = [x for x in vals if x is not None and x >= 0]
+            return min(v) if v else NO_LIMIT
+        mpay = lowest(u.payload if u else NO_LIMIT, acc.mpay, o.max_payload or NO_LIMIT)
+        msubs = lowest(u.subs if u else NO_LIMIT, acc.msubs, o.max_subscriptions or NO_LIMIT)
+        c.parser.max_payload = mpay if mpay >= 0 else (1 << 62)
+        c.msubs = msubs
+        if msubs >= 0 and len(c.subs) >= msubs:
+            c.server.log.error(f"{c.log_prefix()} - maximum subscriptions exceeded")
+            c.close("Maximum Subscriptions Exceeded", "maximum subscriptions exceeded")
+
+    def _refresh_clients(self, acc: Any, info: AccountInfo) -> None:
+        clients = sorted((c for c in acc.clients if getattr(c, "kind", 1) == 0 and not c.closed),
+                         key=lambda c: c.start_time)
+        count = 0
+        for c in clients:
+            if acc.mconns >= 0 and count >= acc.mconns:
+                c.server.log.error(f"{c.log_prefix()} - maximum account active connections exceeded")
+                c.close("Max Account Connections Exceeded", "maximum account active connections exceeded")
+                continue
+            count += 1
+            u = getattr(c, "jwt_user", None)
+            if u is None:
+                continue
+            if u.bearer and info.disallow_bearer:
+                c.debug("Bearer User JWT not allowed")
+                self._auth_violation(c)
+                continue
+            if info.is_revoked(u.nkey, u.issued):
+                c.debug("User Authentication Revoked")
+                c.close("Authentication Revoked", "User Authentication Revoked")
+                continue
+            if u.issuer != acc.name and u.issuer not in info.signing_keys:
+                c.debug("User JWT issuer is no longer known")
+                self._auth_violation(c)
+                continue
+            self.apply_client_limits(c)
+        self.server.flush_clients()
+
+    @staticmethod
+    def _auth_violation(c: Any) -> None:
+        c.server.log.error(f"{c.log_prefix()} - authentication error")
+        c.close("Authentication Failure", "Authorization Violation")
+
+    # ---- updates ----------------------------------------------------------------------------------------
+
+    def operators_subjects(self) -> set[str]:
+        return {op["sub"] for op in self.operators}
+
+    def strict_operator_subjects(self) -> set[str]:
+        return {op["sub"] for op in self.operators if jwt.nats_section(op).get("strict_signing_key_usage")}
+
+    def register_sys(self, ic: Any) -> None:
+        """Called by the system account when it starts: the resolver's $SYS request handlers."""
+        self.resolver.register(ic)
+
+    def account_removed(self, pub: str) -> None:
+        """A deleted account JWT: lock the account out and disconnect its clients (as nats-server does)."""
+        acc = self.server.accounts.get(pub)
+        if acc is None or pub not in self.infos:
+            return
+        self.server.log.debug(f"Disable account {pub} due to remove")
+        acc.mconns = acc.msubs = acc.mpay = 0
+        del self.infos[pub]
+        js = self.server.jetstream
+        if js is not None and pub in getattr(js, "accounts", {}):
+            js.accounts.pop(pub).stop()
+        for c in list(acc.clients):
+            if getattr(c, "kind", 1) == 0 and not c.closed:
+                c.close("Authentication Expired", "Account Authentication Expired")
+        self.server.flush_clients()
+
+    def update_account(self, pub: str, token: str) -> None:
+        """A newer JWT for an account: applied in place when the account is loaded. JwtError on problems."""
+        claims = self.check_account_jwt(token, pub)
+        if not self.is_trusted(claims["iss"]):
+            raise jwt.JwtError("no trusted issuer")
+        acc = self.server.accounts.get(pub)
+        if acc is not None and pub in self.infos:
+            self.apply_account(acc, claims, token)
+
+
+def _decode_sig(sig: str) -> bytes | None:
+    import base64
+    import binascii
+    try:
+        return base64.urlsafe_b64decode(sig + "=" * (-len(sig) % 4))
+    except (binascii.Error, ValueError):
+        pass
+    try:
+        return base64.b64decode(sig + "=" * (-len(sig) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _expand_template(t: dict, juc: dict, acc_name: str, info: AccountInfo) -> dict:
+    """A scoped signing key's template with {{name()}}, {{subject()}}, {{account-name()}} ... filled in."""
+    import re
+    n = jwt.nats_section(juc)
+    values = {"name": juc.get("name", ""), "subject": juc.get("sub", ""), "account-name": info.name,
+              "account-subject": acc_name}
+    tags = n.get("tags") or []
+    atags = info.nats.get("tags") or []
+    pat = re.compile(r"\{\{\s*([\w-]+)\(([^)]*)\)\s*\}\}")
+
+    def expand(s: str) -> list[str]:
+        m = pat.search(s)
+        if not m:
+            return [s]
+        op, arg = m.group(1), m.group(2).strip().strip('"')
+        if op in values:
+            vals = [values[op]]
+        elif op in ("tag", "account-tag"):
+            src = tags if op == "tag" else atags
+            vals = [x.split(":", 1)[1] for x in src if isinstance(x, str) and x.split(":", 1)[0] == arg and ":" in x]
+        else:
+            raise ValueError(f"template operation in {s!r}: {op!r} is not defined")
+        if not vals or any(v == "" for v in vals):
+            raise ValueError(f"generated invalid subject {s!r}")
+        out: list[str] = []
+        for v in vals:
+            out.extend(expand(s[:m.start()] + v + s[m.end():]))
+        return out
+
+    out = dict(t)
+    for k in ("pub", "sub"):
+        p = t.get(k)
+        if isinstance(p, dict):
+            q = {}
+            for d in ("allow", "deny"):
+                if p.get(d):
+                    q[d] = [x for s in p[d] for x in expand(s)]
+            out[k] = q
+    return out
+
+
+def _go_utc(ts: int) -> str:
+    return _dt.datetime.fromtimestamp(int(ts), _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")

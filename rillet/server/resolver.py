@@ -1,0 +1,301 @@
+"""Account resolvers of operator mode and their system account API.
+
+* ``MemResolver`` (``resolver: MEMORY``): account JWTs held in memory, filled by ``resolver_preload``;
+  updates arrive on ``$SYS.REQ.ACCOUNT.<acc>.CLAIMS.UPDATE`` (and the older ``$SYS.ACCOUNT.<acc>.CLAIMS.UPDATE``)
+  and apply to accounts already loaded.
+* ``DirResolver`` (``resolver { type: full, dir: ... }``): one ``<account public key>.jwt`` file per account,
+  so accounts survive a restart. Besides the updates above it answers ``$SYS.REQ.CLAIMS.UPDATE``,
+  ``$SYS.REQ.ACCOUNT.<acc>.CLAIMS.LOOKUP``, ``$SYS.REQ.CLAIMS.LIST`` and ``$SYS.REQ.CLAIMS.DELETE``, and
+  announces a stored JWT on ``$SYS.ACCOUNT.<acc>.CLAIMS.UPDATE``.
+
+Replies are nats-server's ``{"server": {...}, "data": {"account", "code", "message"}}`` or
+``{"server": {...}, "error": {"account", "code", "description"}}``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from rillet.server import jwt
+
+if TYPE_CHECKING:
+    from rillet.server.operator import OperatorMode
+
+
+def make_resolver(op: "OperatorMode", cfg: dict) -> "MemResolver":
+    if str(cfg.get("type", "MEMORY")).upper() == "FULL":
+        return DirResolver(op, cfg)
+    return MemResolver(op)
+
+
+class MemResolver:
+    full = False
+
+    def __init__(self, op: "OperatorMode") -> None:
+        self.op = op
+        self.jwts: dict[str, str] = {}
+
+    def fetch(self, pub: str) -> str | None:
+        return self.jwts.get(pub)
+
+    def store(self, pub: str, token: str) -> None:
+        self.jwts[pub] = token
+
+    def list(self) -> list[str]:
+        return sorted(self.jwts)
+
+    # ---- $SYS API ---------------------------------------------------------------------------------------
+
+    def register(self, ic: Any) -> None:
+        """The account update subjects ($SYS.ACCOUNT.<acc>.CLAIMS.UPDATE and $SYS.REQ.ACCOUNT.<acc>.CLAIMS.UPDATE)
+        are subscribed by the system account, which calls ``on_account_update`` in operator mode."""
+
+    def on_account_update(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                          msg: bytes) -> None:
+        self._on_account_update(sub, c, subject, reply, hdr, msg)
+
+    def respond(self, reply: bytes | None, acc: str, message: str, err: str | None = None) -> None:
+        srv = self.op.server
+        if err is None:
+            srv.log.debug(f"{message} - {acc}" if acc else message)
+        else:
+            srv.log.error(f"{message} - {acc} - {err}" if acc else f"{message} - {err}")
+        if not reply:
+            return
+        sysacc = srv.sysacc
+        body: dict[str, Any] = {"server": sysacc.server_info()}
+        if err is None:
+            body["data"] = {"account": acc, "code": 200, "message": message}
+        else:
+            body["error"] = {"account": acc, "code": 500, "description": f"{message} - {err}"}
+        if sysacc.client is not None:
+            sysacc.client.publish(reply, None, json.dumps(body, separators=(",", ":")).encode())
+
+    @staticmethod
+    def _body(hdr: int, msg: bytes) -> str:
+        return (msg[hdr:] if hdr > 0 else msg).decode("utf-8", "replace").strip()
+
+    @staticmethod
+    def _subject_account(subject: bytes) -> str | None:
+        t = subject.decode().split(".")
+        if len(t) == 6 and t[0] == "$SYS" and t[1] == "REQ":  # $SYS.REQ.ACCOUNT.<acc>.CLAIMS.UPDATE
+            return t[3]
+        if len(t) == 5:  # $SYS.ACCOUNT.<acc>.CLAIMS.UPDATE
+            return t[2]
+        return None
+
+    def _on_account_update(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                           msg: bytes) -> None:
+        pub = self._subject_account(subject)
+        if pub is None:
+            return
+        body = self._body(hdr, msg)
+        if not body:
+            self.respond(reply, pub, "jwt update error", "request body is empty")
+            return
+        try:
+            claims = self.op.check_account_jwt(body)
+        except jwt.JwtError as e:
+            self.respond(reply, pub, "jwt update resulted in error", str(e))
+            return
+        if claims["sub"] != pub:
+            self.respond(reply, pub, "jwt update resulted in error", "subject does not match jwt content")
+            return
+        self.update(reply, pub, body, claims)
+
+    def update(self, reply: bytes | None, pub: str, token: str, claims: dict) -> None:
+        op = self.op
+        if pub not in op.infos:
+            self.respond(reply, pub, "jwt update skipped")
+            return
+        try:
+            op.update_account(pub, token)
+        except jwt.JwtError as e:
+            self.respond(reply, pub, "jwt update resulted in error", str(e))
+            return
+        self.jwts[pub] = token
+        self.respond(reply, pub, "jwt updated")
+
+
+class DirResolver(MemResolver):
+    """The full nats-based resolver: JWTs in a directory, one file per account."""
+
+    full = True
+
+    def __init__(self, op: "OperatorMode", cfg: dict) -> None:
+        super().__init__(op)
+        self.dir = cfg["dir"]
+        self.allow_delete = bool(cfg.get("allow_delete"))
+        self.hard_delete = bool(cfg.get("hard_delete"))
+        self.limit = int(cfg.get("limit") or 0)
+        os.makedirs(self.dir, exist_ok=True)
+
+    def _path(self, pub: str) -> str | None:
+        if not jwt.is_public_key(pub, "A"):
+            return None
+        return os.path.join(self.dir, pub + ".jwt")
+
+    def fetch(self, pub: str) -> str | None:
+        p = self._path(pub)
+        if p is None:
+            return None
+        try:
+            with open(p, encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    def store(self, pub: str, token: str) -> None:
+        """Write the JWT unless the stored one is the same or newer (nats-server's saveIfNewer)."""
+        p = self._path(pub)
+        if p is None:
+            raise jwt.JwtError("invalid public key")
+        old = self.fetch(pub)
+        if old is not None:
+            try:
+                oc = jwt.decode_unverified(old)
+                nc = jwt.decode_unverified(token)
+                if oc.get("jti") == nc.get("jti") or int(oc.get("iat") or 0) > int(nc.get("iat") or 0):
+                    return
+            except jwt.JwtError:
+                pass
+        self._write(pub, token)
+
+    def _write(self, pub: str, token: str) -> None:
+        p = self._path(pub)
+        if p is None:
+            raise jwt.JwtError("invalid public key")
+        if self.limit and not os.path.exists(p) and len(self.list()) >= self.limit:
+            raise jwt.JwtError("store is full")
+        tmp = p + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(token)
+        os.replace(tmp, p)
+
+    def list(self) -> list[str]:
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return []
+        return sorted(n[:-4] for n in names if n.endswith(".jwt") and jwt.is_public_key(n[:-4], "A"))
+
+    def delete(self, pub: str) -> None:
+        p = self._path(pub)
+        if p is None or not os.path.exists(p):
+            return
+        if self.hard_delete:
+            os.unlink(p)
+        else:
+            os.replace(p, p + ".deleted")
+
+    # ---- $SYS API ---------------------------------------------------------------------------------------
+
+    def register(self, ic: Any) -> None:
+        ic.subscribe("$SYS.REQ.CLAIMS.UPDATE", self._on_claims_update)
+        ic.subscribe("$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP", self._on_lookup)
+        ic.subscribe("$SYS.REQ.CLAIMS.LIST", self._on_list)
+        ic.subscribe("$SYS.REQ.CLAIMS.DELETE", self._on_delete)
+
+    def _on_claims_update(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                          msg: bytes) -> None:
+        body = self._body(hdr, msg)
+        try:
+            claims = self.op.check_account_jwt(body)
+        except jwt.JwtError as e:
+            self.respond(reply, "n/a", "jwt update resulted in error", str(e))
+            return
+        self.update(reply, claims["sub"], body, claims)
+
+    def update(self, reply: bytes | None, pub: str, token: str, claims: dict) -> None:
+        op = self.op
+        if claims["iss"] in op.operators_subjects() and claims["iss"] in op.strict_operator_subjects():
+            self.respond(reply, pub, "jwt update resulted in error", "operator requires issuer to be a signing key")
+            return
+        if not op.is_trusted(claims["iss"]):
+            self.respond(reply, pub, "jwt update resulted in error", "issuer is not a trusted operator key")
+            return
+        if jwt.is_expired(claims):
+            self.respond(reply, pub, "jwt validation failed", "validation errors: [claim is expired]")
+            return
+        old = self.fetch(pub)
+        try:
+            self._write(pub, token)
+        except (OSError, jwt.JwtError) as e:
+            self.respond(reply, pub, "jwt update resulted in error", str(e))
+            return
+        if old != token and pub in op.infos:
+            try:
+                op.update_account(pub, token)
+            except jwt.JwtError as e:
+                op.server.log.error(f'DirResolver - Update for account "{pub}" resulted in error {e}')
+        self.respond(reply, pub, "jwt updated")
+        if old != token:
+            sysacc = op.server.sysacc
+            if sysacc.client is not None:
+                sysacc.client.publish(f"$SYS.ACCOUNT.{pub}.CLAIMS.UPDATE".encode(), None, token.encode())
+
+    def _on_lookup(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if not reply:
+            return
+        t = subject.decode().split(".")
+        if len(t) != 6:
+            return
+        token = self.fetch(t[3])
+        sysacc = self.op.server.sysacc
+        if sysacc.client is not None:
+            sysacc.client.publish(reply, None, (token or "").encode())
+
+    def _on_list(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if not reply:
+            return
+        sysacc = self.op.server.sysacc
+        body = {"server": sysacc.server_info(), "data": self.list()}
+        if sysacc.client is not None:
+            sysacc.client.publish(reply, None, json.dumps(body, separators=(",", ":")).encode())
+
+    def _on_delete(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        op = self.op
+        body = self._body(hdr, msg)
+        subj = ""
+        err = None
+        accs: list = []
+        try:
+            g = jwt.decode(body)
+            subj = g.get("sub", "")
+            data = g.get("data") if isinstance(g.get("data"), dict) else jwt.nats_section(g)
+            if not self.allow_delete:
+                err = "delete must be enabled in server config"
+            elif subj != g.get("iss"):
+                err = "not self signed"
+            elif g.get("iss") not in op.operators_subjects() and g.get("iss") not in op.trusted:
+                err = "not trusted"
+            elif not isinstance(data.get("accounts"), list):
+                err = "malformed request"
+            else:
+                accs = data["accounts"]
+                for a in accs:
+                    if not isinstance(a, str) or not jwt.is_public_key(a, "A"):
+                        err = "malformed request"
+                        break
+                    if a == op.server.opts.system_account:
+                        err = "not allowed to delete system account"
+                        break
+        except jwt.JwtError as e:
+            err = str(e)
+        if err is not None:
+            self.respond(reply, "", f"delete accounts request by {subj} failed", err)
+            return
+        errs = []
+        n = 0
+        for a in accs:
+            try:
+                self.delete(a)
+                n += 1
+            except OSError as e:
+                errs.append(str(e))
+            op.account_removed(a)
+        if errs:
+            self.respond(reply, "", f"deleted {n} accounts, failed for {len(errs)}", "\n".join(errs))
+        else:
+            self.respond(reply, "", f"deleted {n} accounts")

@@ -1,0 +1,476 @@
+"""Operator mode: user and account JWTs (tests build the operator, accounts and users themselves).
+
+RILLET_TEST_TARGET=nats-server runs the config-driven tests against the Go server.
+"""
+import asyncio
+import json
+import time
+
+import nats
+import pytest
+from nats.errors import Error as NatsError
+
+from rillet.server import jwt as J
+from tests.helpers import RawClient, log_text, serve_config
+
+
+class Operator:
+    def __init__(self, system: bool = True) -> None:
+        self.kp = J.new_keypair("O")
+        self.pub = J.public_key(self.kp)
+        self.accounts: dict[str, tuple] = {}
+        self.sys = self.account("SYS") if system else None
+
+    def jwt(self, **nats_fields) -> str:
+        n = {"type": "operator"}
+        if self.sys:
+            n["system_account"] = self.sys[1]
+        n.update(nats_fields)
+        return J.encode({"sub": self.pub, "name": "OP", "nats": n}, self.kp)
+
+    def account(self, name: str, kp=None, iat=None, **n) -> tuple:
+        kp = kp or J.new_keypair("A")
+        pub = J.public_key(kp)
+        n.setdefault("limits", {"subs": -1, "conn": -1, "payload": -1, "data": -1, "imports": -1,
+                                "exports": -1, "wildcards": True})
+        claims = {"sub": pub, "name": name, "nats": {"type": "account", **n}}
+        if iat:
+            claims["iat"] = iat
+        token = J.encode(claims, self.kp)
+        self.accounts[name] = (kp, pub, token)
+        return kp, pub, token
+
+    @staticmethod
+    def user(acc_kp, name="u", signer=None, exp=None, scoped=False, **n) -> tuple:
+        ukp = J.new_keypair("U")
+        # like nsc, spell out "no limit": a v2 user JWT without them allows nothing (as in nats-server);
+        # a user of a scoped signing key has neither permissions nor limits of its own
+        lim = {} if scoped else {"subs": -1, "data": -1, "payload": -1}
+        claims = {"sub": J.public_key(ukp), "name": name, "nats": {"type": "user", **lim, **n}}
+        if signer is not None:
+            claims["nats"]["issuer_account"] = J.public_key(acc_kp)
+        if exp is not None:
+            claims["exp"] = exp
+        return ukp, J.encode(claims, signer or acc_kp)
+
+    def config(self, extra: str = "", resolver: str = "resolver: MEMORY", preload=True) -> str:
+        lines = ["listen: 127.0.0.1:-1", f"operator: {self.jwt()}", resolver]
+        if self.sys:
+            lines.append(f"system_account: {self.sys[1]}")
+        if preload:
+            lines.append("resolver_preload {")
+            for _kp, pub, token in self.accounts.values():
+                lines.append(f'  {pub}: "{token}"')
+            lines.append("}")
+        lines.append(extra)
+        return "\n".join(lines) + "\n"
+
+
+def has(errs, text: str) -> bool:
+    """nats-py lower-cases some server errors (permissions violations): compare without case."""
+    return any(text.lower() in e.lower() for e in errs)
+
+
+def creds(tmp_path, ukp, token, name="u") -> str:
+    p = tmp_path / f"{name}-{J.public_key(ukp)[:8]}.creds"
+    p.write_text(J.format_creds(token, ukp.seed))
+    return str(p)
+
+
+async def connect(srv, tmp_path, ukp, token, **kw):
+    return await nats.connect(srv.client_url, user_credentials=creds(tmp_path, ukp, token),
+                              allow_reconnect=False, **kw)
+
+
+async def refused(srv, tmp_path, ukp, token) -> str:
+    with pytest.raises(NatsError) as ei:
+        nc = await connect(srv, tmp_path, ukp, token, max_reconnect_attempts=0)
+        await nc.close()
+    return str(ei.value)
+
+
+async def test_connect_isolation_and_bad_credentials(tmp_path):
+    op = Operator()
+    akp, apub, _ = op.account("A")
+    bkp, bpub, _ = op.account("B")
+    async with serve_config(op.config()) as srv:
+        ua = await connect(srv, tmp_path, *op.user(akp))
+        ua2 = await connect(srv, tmp_path, *op.user(akp))
+        ub = await connect(srv, tmp_path, *op.user(bkp))
+        sa = await ua2.subscribe("x")
+        sb = await ub.subscribe("x")
+        await ua2.flush()
+        await ub.flush()
+        await ua.publish("x", b"hi")
+        m = await sa.next_msg(timeout=1)
+        assert m.data == b"hi"
+        with pytest.raises(nats.errors.TimeoutError):
+            await sb.next_msg(timeout=0.2)
+        for nc in (ua, ua2, ub):
+            await nc.close()
+
+        # a user signed by an unknown account, a signature by the wrong key, no JWT at all
+        other = J.new_keypair("A")
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(other))
+        ukp, token = op.user(akp)
+        assert "Authorization Violation" in await refused(srv, tmp_path, J.new_keypair("U"), token)
+        rc = await RawClient.open(srv, connect=False)
+        assert rc.info["nonce"] and rc.info["auth_required"] is True
+        rc.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+        assert b"-ERR 'Authorization Violation'" in await rc.read_until(b"Violation'")
+    if hasattr(srv, "_test_log"):
+        assert "authentication error" in log_text(srv)
+
+
+async def test_user_permissions_and_response_permission(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A")
+    async with serve_config(op.config()) as srv:
+        errs = []
+
+        async def ecb(e):
+            errs.append(str(e))
+        lim = await connect(srv, tmp_path, *op.user(akp, pub={"allow": ["ok.>"], "deny": ["ok.no"]},
+                                                     sub={"deny": ["secret"]}), error_cb=ecb)
+        full = await connect(srv, tmp_path, *op.user(akp))
+        s_ok = await full.subscribe("ok.>")
+        await full.flush()
+        await lim.publish("ok.yes", b"1")
+        await lim.publish("ok.no", b"2")
+        await lim.publish("other", b"3")
+        await lim.subscribe("secret")
+        await lim.flush()
+        m = await s_ok.next_msg(timeout=1)
+        assert m.subject == "ok.yes"
+        with pytest.raises(nats.errors.TimeoutError):
+            await s_ok.next_msg(timeout=0.2)
+        await asyncio.sleep(0.1)
+        assert has(errs, 'Permissions Violation for Publish to "ok.no"')
+        assert has(errs, 'Permissions Violation for Publish to "other"')
+        assert has(errs, 'Permissions Violation for Subscription to "secret"')
+
+        # allow_responses: a service that may only publish replies
+        svc = await connect(srv, tmp_path, *op.user(akp, pub={}, sub={"allow": ["svc"]},
+                                                     resp={"max": 1, "ttl": 0}))
+
+        async def handler(msg):
+            await msg.respond(b"pong")
+        await svc.subscribe("svc", cb=handler)
+        await svc.flush()
+        r = await full.request("svc", b"ping", timeout=1)
+        assert r.data == b"pong"
+        for nc in (lim, full, svc):
+            await nc.close()
+
+
+async def test_expiry_rejected_and_disconnects(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A")
+    async with serve_config(op.config()) as srv:
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(akp, exp=int(time.time()) - 5))
+        errs = []
+        closed = asyncio.Event()
+
+        async def ecb(e):
+            errs.append(str(e))
+
+        async def ccb():
+            closed.set()
+        nc = await connect(srv, tmp_path, *op.user(akp, exp=int(time.time()) + 2), error_cb=ecb,
+                           closed_cb=ccb)
+        await asyncio.wait_for(closed.wait(), 4)
+        assert "user authentication expired" in str(nc.last_error).lower()
+
+
+async def test_bearer_tokens(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A")
+    bkp, _, _ = op.account("B", limits={"disallow_bearer": True, "conn": -1, "subs": -1, "payload": -1})
+    async with serve_config(op.config()) as srv:
+        _ukp, token = op.user(akp, bearer_token=True)
+        # no signature at all: a bearer token is enough
+        rc = await RawClient.open(srv, connect=False)
+        rc.send(f'CONNECT {{"verbose":false,"jwt":"{token}"}}\r\nPING\r\n'.encode())
+        assert (await rc.read_until(b"PONG\r\n")).endswith(b"PONG\r\n")
+        # not a bearer token: the nonce signature is required
+        _ukp2, token2 = op.user(akp)
+        rc2 = await RawClient.open(srv, connect=False)
+        rc2.send(f'CONNECT {{"verbose":false,"jwt":"{token2}"}}\r\nPING\r\n'.encode())
+        assert b"Authorization Violation" in await rc2.read_until(b"Violation'")
+        # an account refusing bearer tokens
+        _ukp3, token3 = op.user(bkp, bearer_token=True)
+        rc3 = await RawClient.open(srv, connect=False)
+        rc3.send(f'CONNECT {{"verbose":false,"jwt":"{token3}"}}\r\nPING\r\n'.encode())
+        assert b"Authorization Violation" in await rc3.read_until(b"Violation'")
+
+
+async def test_account_and_user_limits(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A", limits={"conn": 1, "subs": 2, "payload": 100})
+    bkp, _, _ = op.account("B")
+    async with serve_config(op.config()) as srv:
+        nc = await connect(srv, tmp_path, *op.user(akp))
+        assert "maximum account active connections exceeded" in await refused(srv, tmp_path, *op.user(akp))
+        await nc.close()
+        # the account's subscription limit (per connection, as in nats-server), then the user's own
+        for (ukp, token), n in ((op.user(akp), 2), (op.user(bkp, subs=1), 1)):
+            rc = await RawClient.open(srv, connect=False)
+            sig = J._b64enc(ukp.sign(rc.info["nonce"].encode()))
+            rc.send(f'CONNECT {{"verbose":false,"jwt":"{token}","sig":"{sig}"}}\r\n'.encode())
+            for i in range(n + 1):
+                rc.send(f"SUB s{i} {i}\r\n".encode())
+            rc.send(b"PING\r\n")
+            out = await rc.read_until(b"PONG\r\n")
+            assert out.count(b"-ERR 'maximum subscriptions exceeded'") == 1, out
+
+
+async def test_payload_limit_raw(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A", limits={"conn": -1, "subs": -1, "payload": 8})
+    async with serve_config(op.config()) as srv:
+        ukp, token = op.user(akp)
+        rc = await RawClient.open(srv, connect=False)
+        sig = J._b64enc(ukp.sign(rc.info["nonce"].encode()))
+        rc.send(f'CONNECT {{"verbose":false,"jwt":"{token}","sig":"{sig}"}}\r\nPUB x 4\r\n1234\r\nPING\r\n'
+                .encode())
+        assert (await rc.read_until(b"PONG\r\n")) == b"PONG\r\n"
+        rc.send(b"PUB x 10\r\n0123456789\r\n")
+        assert b"-ERR 'Maximum Payload Violation'" in await rc.read_until(b"Violation'")
+
+
+async def test_signing_keys_and_scoped_templates(tmp_path):
+    op = Operator()
+    sk = J.new_keypair("A")
+    scoped = J.new_keypair("A")
+    akp, apub, _ = op.account("A", signing_keys=[J.public_key(sk), {
+        "kind": "user_scope", "key": J.public_key(scoped), "role": "r",
+        "template": {"pub": {"allow": ["{{name()}}.>"]}, "sub": {"allow": ["_INBOX.>", "{{name()}}.>"]},
+                     "subs": -1, "payload": -1, "data": -1}}])
+    async with serve_config(op.config()) as srv:
+        nc = await connect(srv, tmp_path, *op.user(akp, signer=sk))
+        await nc.publish("any", b"x")
+        await nc.flush()
+        await nc.close()
+        # a key the account does not list
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(akp, signer=J.new_keypair("A")))
+        # a scoped key: the template's permissions apply, whatever the user JWT says
+        errs = []
+
+        async def ecb(e):
+            errs.append(str(e))
+        assert "Authorization Violation" in await refused(
+            srv, tmp_path, *op.user(akp, name="bob", signer=scoped, scoped=True, pub={"allow": [">"]}))
+        bob = await connect(srv, tmp_path, *op.user(akp, name="bob", signer=scoped, scoped=True), error_cb=ecb)
+        await bob.publish("bob.x", b"1")
+        await bob.publish("alice.x", b"1")
+        await bob.flush()
+        await asyncio.sleep(0.1)
+        assert has(errs, 'Permissions Violation for Publish to "alice.x"')
+        assert not has(errs, '"bob.x"')
+        await bob.close()
+
+
+async def test_src_and_connection_types(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A")
+    async with serve_config(op.config()) as srv:
+        nc = await connect(srv, tmp_path, *op.user(akp, src=["127.0.0.0/8"]))
+        await nc.close()
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(akp, src=["10.1.0.0/16"]))
+        assert "Authorization Violation" in await refused(
+            srv, tmp_path, *op.user(akp, allowed_connection_types=["WEBSOCKET"]))
+        nc = await connect(srv, tmp_path, *op.user(akp, allowed_connection_types=["STANDARD"]))
+        await nc.close()
+        now = time.localtime()
+        # a window that closed an hour ago
+        h1, h2 = (now.tm_hour - 3) % 24, (now.tm_hour - 1) % 24
+        assert "Authorization Violation" in await refused(
+            srv, tmp_path, *op.user(akp, times=[{"start": f"{h1:02d}:00:00", "end": f"{h2:02d}:00:00"}]))
+        nc = await connect(srv, tmp_path, *op.user(akp, times=[{"start": "00:00:00", "end": "23:59:59"}]))
+        await nc.close()
+    if hasattr(srv, "_test_log"):
+        assert "Bad src Ip 127.0.0.1" in log_text(srv)
+        assert "Outside connect times" in log_text(srv)
+
+
+async def _sys_client(op, srv, tmp_path):
+    skp = op.sys[0]
+    return await connect(srv, tmp_path, *op.user(skp, name="sys"))
+
+
+async def test_claims_update_changes_limits_and_revokes(tmp_path):
+    op = Operator()
+    akp, apub, _ = op.account("A")
+    async with serve_config(op.config()) as srv:
+        sysc = await _sys_client(op, srv, tmp_path)
+        errs = []
+        closed = asyncio.Event()
+
+        async def ecb(e):
+            errs.append(str(e))
+
+        async def ccb():
+            closed.set()
+        victim_kp, victim_jwt = op.user(akp)
+        victim = await connect(srv, tmp_path, victim_kp, victim_jwt, error_cb=ecb, closed_cb=ccb)
+        keep = await connect(srv, tmp_path, *op.user(akp))
+        # tighten the account's connection limit... the two existing connections stay (older first)
+        _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 1,
+                               limits={"conn": 2, "subs": -1, "payload": -1})
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        body = json.loads(r.data)
+        assert body["data"] == {"account": apub, "code": 200, "message": "jwt updated"}
+        assert "server" in body
+        assert "maximum account active connections exceeded" in await refused(srv, tmp_path, *op.user(akp))
+        # revoke one user: it is disconnected, the other stays
+        _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 2,
+                               revocations={J.public_key(victim_kp): int(time.time()) + 1})
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        await asyncio.wait_for(closed.wait(), 2)
+        assert "user authentication revoked" in str(victim.last_error).lower()
+        assert keep.is_connected
+        await keep.flush()
+        assert "Authorization Violation" in await refused(srv, tmp_path, victim_kp, victim_jwt)
+        # errors: mismatched subject, a JWT not signed by the operator
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{op.sys[1]}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        err = json.loads(r.data)["error"]
+        assert err["code"] == 500 and "subject does not match jwt content" in err["description"]
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", b"", timeout=2)
+        assert json.loads(r.data)["error"]["description"] == "jwt update error - request body is empty"
+        await keep.close()
+        await sysc.close()
+
+
+async def test_full_dir_resolver_survives_restart(tmp_path):
+    op = Operator()
+    akp, apub, atok = op.account("A")
+    jwt_dir = tmp_path / "jwt"
+    conf = op.config(resolver=f'resolver {{ type: full, dir: "{jwt_dir}", allow_delete: true }}', preload=False)
+    # the system account must be there before anyone can push: preload only it
+    conf += f'resolver_preload {{ {op.sys[1]}: "{op.sys[2]}" }}\n'
+    async with serve_config(conf) as srv:
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(akp))
+        sysc = await _sys_client(op, srv, tmp_path)
+        r = await sysc.request("$SYS.REQ.CLAIMS.UPDATE", atok.encode(), timeout=2)
+        assert json.loads(r.data)["data"] == {"account": apub, "code": 200, "message": "jwt updated"}
+        nc = await connect(srv, tmp_path, *op.user(akp))
+        await nc.close()
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.LOOKUP", b"", timeout=2)
+        assert r.data.decode() == atok
+        r = await sysc.request("$SYS.REQ.CLAIMS.LIST", b"", timeout=2)
+        assert apub in json.loads(r.data)["data"]
+        await sysc.close()
+    assert (jwt_dir / f"{apub}.jwt").read_text().strip() == atok
+    async with serve_config(conf) as srv:
+        nc = await connect(srv, tmp_path, *op.user(akp))
+        sysc = await _sys_client(op, srv, tmp_path)
+        closed = asyncio.Event()
+
+        async def ccb():
+            closed.set()
+        victim = await connect(srv, tmp_path, *op.user(akp), closed_cb=ccb)
+        # delete: only a request signed by the operator itself
+        bad = J.encode({"sub": apub, "nats": {"accounts": [apub]}}, akp)
+        r = await sysc.request("$SYS.REQ.CLAIMS.DELETE", bad.encode(), timeout=2)
+        assert "error" in json.loads(r.data)
+        req = J.encode({"sub": op.pub, "nats": {"accounts": [apub]}}, op.kp)
+        r = await sysc.request("$SYS.REQ.CLAIMS.DELETE", req.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "deleted 1 accounts"
+        await asyncio.wait_for(closed.wait(), 2)
+        await nc.close()
+        assert not (jwt_dir / f"{apub}.jwt").exists()
+        await sysc.close()
+
+
+async def test_exports_imports_with_activation(tmp_path):
+    op = Operator()
+    akp = J.new_keypair("A")
+    bkp = J.new_keypair("A")
+    ckp = J.new_keypair("A")
+    apub, bpub, cpub = (J.public_key(k) for k in (akp, bkp, ckp))
+    act = J.encode({"sub": bpub, "nats": {"type": "activation", "subject": "private.>", "kind": "stream"}}, akp)
+    op.account("A", kp=akp, exports=[{"name": "svc", "subject": "help", "type": "service"},
+                                     {"name": "pub", "subject": "public.>", "type": "stream"},
+                                     {"name": "priv", "subject": "private.>", "type": "stream", "token_req": True}])
+    op.account("B", kp=bkp, imports=[{"name": "svc", "subject": "help", "account": apub, "type": "service"},
+                                     {"name": "p", "subject": "public.>", "account": apub, "type": "stream"},
+                                     {"name": "q", "subject": "private.>", "account": apub, "type": "stream",
+                                      "token": act}])
+    # C tries the private stream without a token
+    op.account("C", kp=ckp, imports=[{"name": "q", "subject": "private.>", "account": apub, "type": "stream"}])
+    async with serve_config(op.config()) as srv:
+        na = await connect(srv, tmp_path, *op.user(akp))
+        nb = await connect(srv, tmp_path, *op.user(bkp))
+        nc_ = await connect(srv, tmp_path, *op.user(ckp))
+
+        async def helper(msg):
+            await msg.respond(b"helped")
+        await na.subscribe("help", cb=helper)
+        await na.flush()
+        r = await nb.request("help", b"?", timeout=1)
+        assert r.data == b"helped"
+        sb = await nb.subscribe(">")
+        sc = await nc_.subscribe(">")
+        await nb.flush()
+        await nc_.flush()
+        await na.publish("public.a", b"1")
+        await na.publish("private.a", b"2")
+        await na.flush()
+        got = {(await sb.next_msg(timeout=1)).subject for _ in range(2)}
+        assert got == {"public.a", "private.a"}
+        with pytest.raises(nats.errors.TimeoutError):
+            await sc.next_msg(timeout=0.2)
+        for nc in (na, nb, nc_):
+            await nc.close()
+
+
+async def test_jetstream_only_for_accounts_with_js_limits(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A", limits={"conn": -1, "subs": -1, "payload": -1, "mem_storage": -1,
+                                        "disk_storage": -1, "streams": 2, "consumer": -1})
+    bkp, _, _ = op.account("B")
+    conf = op.config(f'jetstream {{ store_dir: "{tmp_path / "js"}" }}')
+    async with serve_config(conf) as srv:
+        na = await connect(srv, tmp_path, *op.user(akp))
+        nb = await connect(srv, tmp_path, *op.user(bkp))
+        info = await na.jetstream().account_info()
+        assert info.limits.max_streams == 2
+        with pytest.raises(Exception):
+            await nb.jetstream().account_info(timeout=0.5)
+        await na.close()
+        await nb.close()
+
+
+@pytest.mark.parametrize("conf,msg", [
+    ('accounts { X { users [{user: a, password: a}] } }', "operators do not allow Accounts to be configured"),
+    ('authorization { users [{user: a, password: a}] }', "operators do not allow users to be configured"),
+    ('resolver: URL("http://localhost:9090/jwt/v1/accounts/")', "URL account resolver is not supported"),
+])
+async def test_config_errors(tmp_path, conf, msg):
+    from rillet.config.flags import parse_command_line
+    from rillet.server.server import Server
+    op = Operator()
+    text = op.config(conf) if "resolver" not in conf else op.config(resolver=conf)
+    p = tmp_path / "s.conf"
+    p.write_text(text)
+    with pytest.raises(ValueError) as ei:
+        Server(parse_command_line(["-c", str(p)]).options)
+    assert msg in str(ei.value)
+
+
+def test_config_errors_at_parse(tmp_path):
+    from rillet.config.errors import ConfigError
+    from rillet.config.options_builder import load_string
+    with pytest.raises(ConfigError, match="error parsing operator JWT"):
+        load_string(f'operator: "{tmp_path}/missing.jwt"\nresolver: MEMORY\n')
+    with pytest.raises(ConfigError, match="required to be a valid public operator nkey"):
+        load_string('trusted: ["ABC"]\n')
+    with pytest.raises(ConfigError, match="invalid account JWT"):
+        load_string('resolver: MEMORY\nresolver_preload { AXXX: "eyJnot.a.jwt" }\n')
+    with pytest.raises(ConfigError, match="CACHE account resolver is not supported"):
+        load_string(f'resolver {{ type: cache, dir: "{tmp_path}" }}\n')
+    op = Operator(system=False)
+    with pytest.raises(ValueError, match="operators require an account resolver"):
+        from rillet.server.server import validate_options
+        validate_options(load_string(f"operator: {op.jwt()}\n"))
