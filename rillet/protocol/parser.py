@@ -84,6 +84,14 @@ class ClientParser:
         if pos < len(data):
             self._partial = bytearray(data[pos:])
 
+    def resume(self, more: bytes = b"") -> None:
+        """Parse what was left after a CONNECT that suspended parsing, followed by ``more``."""
+        data = bytes(self._partial or b"") + more
+        self._partial = None
+        self._need = 0
+        if data:
+            self.feed(data)
+
     def _parse(self, data: bytes) -> int:
         """Parse complete operations from ``data``; return the offset of the first unparsed byte.
 
@@ -257,6 +265,8 @@ class ClientParser:
             elif op == _CONNECT:
                 handler.proto_connect(self._arg(data, pos + 7, end).rstrip(b" \t"))
                 pos = nl + 1
+                if self.awaiting_connect:
+                    return pos  # CONNECT is not decided yet (auth callout): the rest waits for resume()
             elif op == _INFO:
                 handler.proto_info(self._arg(data, pos + 4, end).rstrip(b" \t"))
                 pos = nl + 1

@@ -126,6 +126,7 @@ class Client(asyncio.Protocol):
         self.tls_version = ""
         self.tls_cipher = ""
         self.stop_time = 0.0
+        self._held: list[bytes] | None = None  # data received while an auth callout runs
 
     # ---- connection lifecycle -------------------------------------------------------------------------
 
@@ -226,6 +227,9 @@ class Client(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        if self._held is not None:
+            self._held.append(data)  # CONNECT waits for the auth callout
+            return
         self.last_activity = time.time()
         try:
             self.parser.feed(data)
@@ -269,6 +273,10 @@ class Client(asyncio.Protocol):
                 res = srv.operator.authenticate(self, connect_dict) or False
             else:
                 res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type)
+            ac = srv.auth_callout
+            if ac is not None and getattr(srv, "operator", None) is None and ac.delegates(self, co, res):
+                ac.start(self, co)  # the client is admitted or refused when the answer comes (callout_done)
+                return
             if res is False:
                 srv.log.error(f"{self.log_prefix()} - authentication error"
                               + (f" - User \"{co.user}\"" if co.user else ""))
@@ -277,6 +285,11 @@ class Client(asyncio.Protocol):
                 self._apply_user(res)
                 if srv.operator is not None and getattr(res, "jwt", None):
                     srv.operator.connected(self, res)
+        self.finish_connect(co)
+
+    def finish_connect(self, co: ConnectOpts) -> None:
+        """The rest of CONNECT once the client is authenticated."""
+        srv = self.server
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
@@ -300,6 +313,39 @@ class Client(asyncio.Protocol):
         self.update_slow_path()
         if self.verbose:
             self.send_ok()
+
+    # ---- auth callout (rillet.server.auth_callout) ------------------------------------------------------
+
+    def callout_started(self) -> None:
+        """The callout decides this client's CONNECT: hold what the client sends until it does."""
+        self._held = []
+        if self._auth_timer is not None:  # (the callout has its own timeout)
+            self._auth_timer.cancel()
+            self._auth_timer = None
+
+    def callout_done(self, user: Any, reason: str) -> None:
+        """The callout admitted the client as ``user`` (a CalloutUser), or refused it (``user`` None)."""
+        held, self._held = self._held, None
+        if self.closed:
+            return
+        srv = self.server
+        co = self.opts
+        try:
+            if user is None:
+                who = f" - Nkey \"{co.nkey}\"" if co.nkey else f" - User \"{co.user}\"" if co.user else ""
+                srv.log.error(f"{self.log_prefix()} - authentication error{who}")
+                self.close("Authentication Failure", "Authorization Violation")
+            else:
+                self._apply_user(user)
+                self.user = user.username or co.user or co.nkey or user.nkey
+                ac = srv.auth_callout
+                if ac is not None:
+                    ac.apply_limits(self, user)
+                self.finish_connect(co)
+                self.parser.resume(b"".join(held) if held else b"")
+        except ProtocolError as e:
+            self._protocol_error(e)
+        srv.flush_clients()
 
     def send_ok(self) -> None:
         if self.trace_on():

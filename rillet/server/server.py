@@ -48,8 +48,12 @@ class Server:
                                                      utc=o.logtime_utc, log_file=o.log_file,
                                                      size_limit=o.log_size_limit)
         self.trace_on = o.trace
-        import nkeys
-        self.server_id = encode_public_nkey(nkeys.PREFIX_BYTE_SERVER, os.urandom(32))
+        from rillet.server import jwt
+        from rillet.server.auth_callout import curve_public_key, new_curve_seed
+        self.server_kp = jwt.new_keypair("N")  # the server's identity: signs auth callout requests
+        self.server_id = jwt.public_key(self.server_kp)
+        self.xkey_seed = new_curve_seed()  # the server's x25519 key (auth callout encryption)
+        self.xkey = curve_public_key(self.xkey_seed)
         self.name = o.server_name or self.server_id
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.pending_flush: list[Any] = []
@@ -68,6 +72,8 @@ class Server:
         self.internal_clients: list[InternalClient] = []
         from rillet.server.account_config import configure_accounts
         configure_accounts(self)  # per-account mappings, limits, exports/imports; ValueError: refuse to start
+        from rillet.server import auth_callout
+        self.auth_callout = auth_callout.setup(self)  # ValueError: refuse to start
         self.closed_totals = (0, 0, 0, 0)
         self.closed_clients: deque = deque(maxlen=max(o.max_closed_clients, 0) or None)
         self._cid = 0
@@ -399,6 +405,7 @@ class Server:
             info["connect_urls"] = urls
         if self.ldm:
             info["ldm"] = True
+        info["xkey"] = self.xkey
         return info
 
     def connect_urls(self) -> list[str]:

@@ -1,0 +1,516 @@
+"""Authorization callout (nats-server 2.10's ``authorization { auth_callout {...} }``, config mode).
+
+A client that connects (other than the ``auth_users``, which authenticate as configured) is not admitted
+by the server's own user list: the server asks an external service. It publishes, in the callout
+``account``, on ``$SYS.REQ.USER.AUTH`` an *authorization request* JWT signed with the server's key
+(``server_id`` is that key's public nkey). The request names a fresh user nkey made for this connection,
+and carries the client's info and CONNECT options. With ``xkey`` set the request is sealed for that curve
+key (nats-server's xkey format: ``xkv1`` + nonce + NaCl box) and the header ``Nats-Server-Xkey`` gives the
+server's curve key, so the service may seal its answer too.
+
+The service answers with an *authorization response* JWT signed by the ``issuer`` account key whose
+``sub`` is the user nkey and ``aud`` the server id, holding either ``error`` or a user JWT (also signed by
+the issuer) whose ``sub`` is the user nkey and whose ``aud`` names the account to place the client in.
+The client then gets the user JWT's permissions and limits; any problem, or no answer within the auth
+timeout, closes it with ``Authorization Violation`` (the reason is logged as nats-server logs it).
+
+The connection is held while the callout runs: CONNECT returns without admitting the client, the parser
+keeps what follows CONNECT, and data that arrives meanwhile is kept until the answer comes.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from rillet.goquote import go_quote
+from rillet.server import jwt
+from rillet.server.auth import decode_public_nkey, encode_public_nkey
+from rillet.server.options import Permission, Permissions, ResponsePermission
+
+if TYPE_CHECKING:
+    from rillet.server.client import Client
+    from rillet.server.server import Server
+
+AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
+AUTH_REQUEST_AUDIENCE = "nats-authorization-request"
+XKEY_HEADER = "Nats-Server-Xkey"
+GLOBAL_ACCOUNT = "$G"
+
+# ---- curve (x25519) keys: nkeys "X" keys, sealed boxes as the Go nkeys package makes them --------------
+
+PREFIX_CURVE = 23 << 3
+XKEY_VERSION = b"xkv1"
+_NONCE_LEN = 24
+
+
+def curve_public_key(seed_raw: bytes) -> str:
+    """The public xkey ("X...") of a 32-byte curve private key."""
+    import nacl.public
+    return encode_public_nkey(PREFIX_CURVE, bytes(nacl.public.PrivateKey(seed_raw).public_key))
+
+
+def decode_curve_key(pub: str) -> bytes | None:
+    """The 32 raw bytes of a public xkey, or None when it is not one."""
+    if not isinstance(pub, str) or not pub.startswith("X"):
+        return None
+    return decode_public_nkey(pub)
+
+
+def is_curve_key(pub: Any) -> bool:
+    return decode_curve_key(pub) is not None
+
+
+def new_curve_seed() -> bytes:
+    return os.urandom(32)
+
+
+def seal(data: bytes, seed_raw: bytes, recipient: str) -> bytes:
+    """Encrypt ``data`` for ``recipient`` (a public xkey) from our private curve key."""
+    import nacl.public
+    rpub = decode_curve_key(recipient)
+    if rpub is None:
+        raise ValueError("nkeys: not a valid recipient public curve key")
+    nonce = os.urandom(_NONCE_LEN)
+    box = nacl.public.Box(nacl.public.PrivateKey(seed_raw), nacl.public.PublicKey(rpub))
+    return XKEY_VERSION + bytes(box.encrypt(data, nonce))  # (encrypt returns nonce + ciphertext)
+
+
+def open_sealed(data: bytes, seed_raw: bytes, sender: str) -> bytes:
+    """Decrypt what ``sender`` (a public xkey) sealed for our private curve key."""
+    import nacl.exceptions
+    import nacl.public
+    if len(data) <= len(XKEY_VERSION) + _NONCE_LEN:
+        raise ValueError("nkeys: encrypted input is not valid")
+    if data[:len(XKEY_VERSION)] != XKEY_VERSION:
+        raise ValueError("nkeys: encrypted input wrong version")
+    spub = decode_curve_key(sender)
+    if spub is None:
+        raise ValueError("nkeys: not a valid sender public curve key")
+    nonce = data[len(XKEY_VERSION):len(XKEY_VERSION) + _NONCE_LEN]
+    box = nacl.public.Box(nacl.public.PrivateKey(seed_raw), nacl.public.PublicKey(spub))
+    try:
+        return box.decrypt(data[len(XKEY_VERSION) + _NONCE_LEN:], nonce)
+    except nacl.exceptions.CryptoError:
+        raise ValueError("nkeys: could not decrypt input") from None
+
+
+# ---- configuration ----------------------------------------------------------------------------------------
+
+class CalloutConfig:
+    __slots__ = ("issuer", "account", "auth_users", "xkey", "allowed_accounts")
+
+    def __init__(self) -> None:
+        self.issuer = ""
+        self.account = GLOBAL_ACCOUNT
+        self.auth_users: list[str] = []
+        self.xkey = ""
+        self.allowed_accounts: list[str] = []
+
+
+def _go_type(v: Any) -> str:
+    from rillet.server.latency import _go_type as t
+    return t(v)
+
+
+def parse_auth_callout(raw: Any) -> CalloutConfig:
+    """The ``auth_callout`` block, checked as nats-server checks it (ValueError with its messages)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"Expected authorization callout to be a map/struct, got {raw!r}")
+    ac = CalloutConfig()
+    for k, v in raw.items():
+        key = k.lower()
+        if key == "issuer":
+            ac.issuer = str(v)
+            if not jwt.is_public_key(ac.issuer, "A"):
+                raise ValueError(f"Expected callout user to be a valid public account nkey, got {go_quote(ac.issuer)}")
+        elif key in ("account", "acc"):
+            ac.account = str(v)
+        elif key in ("auth_users", "users"):
+            if not isinstance(v, list):
+                raise ValueError(f"Expected auth_users field to be an array, got {_go_type(v)}")
+            ac.auth_users = [str(u) for u in v]
+        elif key in ("xkey", "key"):
+            ac.xkey = str(v)
+            if not is_curve_key(ac.xkey):
+                raise ValueError(f"Expected callout xkey to be a valid public xkey, got {go_quote(ac.xkey)}")
+        elif key == "allowed_accounts":
+            if not isinstance(v, list):
+                raise ValueError(f"Expected allowed accounts field to be an array, got {_go_type(v)}")
+            ac.allowed_accounts = [str(a) for a in v]
+        else:
+            raise ValueError(f"Unknown field {go_quote(k)} parsing authorization callout")
+    if not ac.account:
+        ac.account = GLOBAL_ACCOUNT
+    if not ac.issuer:
+        raise ValueError("Authorization callouts require an issuer to be specified")
+    if not ac.auth_users:
+        raise ValueError("Authorization callouts require authorized users to be specified")
+    return ac
+
+
+def _title(s: str) -> str:
+    return s[:1].upper() + s[1:]
+
+
+class CalloutError(Exception):
+    """Why a callout did not admit a client (logged as a warning, title-cased, like nats-server)."""
+
+
+# ---- user JWT -> what the client gets -----------------------------------------------------------------------
+
+def _perm(d: Any) -> Permission | None:
+    if not isinstance(d, dict):
+        return None
+    allow = d.get("allow") or None
+    deny = d.get("deny") or None
+    if not allow and not deny:
+        return None
+    return Permission(allow=list(allow) if allow else None, deny=list(deny) if deny else None)
+
+
+def jwt_permissions(n: dict) -> Permissions | None:
+    """nats-server's buildPermissionsFromJwt: ``pub``, ``sub`` and ``resp`` of a user JWT."""
+    pub = _perm(n.get("pub"))
+    sub = _perm(n.get("sub"))
+    resp = None
+    r = n.get("resp")
+    if isinstance(r, dict):
+        resp = ResponsePermission(max_msgs=int(r.get("max") or 0), expires=(r.get("ttl") or 0) / 1e9)
+    if pub is None and sub is None and resp is None:
+        return None
+    return Permissions(publish=pub, subscribe=sub, response=resp)
+
+
+class CalloutUser:
+    """What the callout granted, in the shape of a configured ``User`` (``Client._apply_user`` takes it)."""
+
+    def __init__(self, nkey: str, name: str, account: str, perms: Permissions | None, claims: dict) -> None:
+        self.username = name
+        self.password = ""
+        self.nkey = nkey
+        self.account = account
+        self.permissions = perms
+        self.allowed_connection_types = None
+        self.expires = int(claims.get("exp") or 0)
+
+
+# ---- the callout ----------------------------------------------------------------------------------------------
+
+class _Pending:
+    __slots__ = ("client", "user_nkey", "timer")
+
+    def __init__(self, client: "Client", user_nkey: str) -> None:
+        self.client = client
+        self.user_nkey = user_nkey
+        self.timer: Any = None
+
+
+class AuthCallout:
+    """Sends authorization requests for connecting clients and admits or refuses them on the answers."""
+
+    def __init__(self, server: "Server", cfg: CalloutConfig) -> None:
+        self.server = server
+        self.cfg = cfg
+        o = server.opts
+        known = set(o.accounts or {}) | {GLOBAL_ACCOUNT}
+        for a in cfg.allowed_accounts:
+            if a not in known:
+                raise ValueError(f"auth_callout allowed account {go_quote(a)} not found in configured accounts")
+        self.account = server.lookup_account(cfg.account)
+        self.ic = server.internal_client(self.account, "auth callout")
+        self.inbox = f"$SYS._INBOX.{secrets.token_hex(4)}."
+        self.ic.subscribe(self.inbox + "*", self._on_reply)
+        self.pending: dict[bytes, _Pending] = {}
+
+    def check_config(self) -> None:
+        """Log (as nats-server does, without refusing to start) an unknown account or auth user."""
+        o = self.server.opts
+        log = self.server.log
+        if self.cfg.account != GLOBAL_ACCOUNT and self.cfg.account not in (o.accounts or {}):
+            log.error(f"Authorization callout account {go_quote(self.cfg.account)} not valid")
+        a = self.server.authenticator
+        for u in self.cfg.auth_users:
+            if u not in a.users and u not in a.nkeys:
+                log.error(f"Authorization callout user {go_quote(u)} not valid: <nil>")
+
+    # ---- who goes through the callout ---------------------------------------------------------------------
+
+    @staticmethod
+    def raw_user(co: Any) -> str:
+        if co.nkey:
+            return co.nkey
+        if co.user:
+            return co.user
+        if co.auth_token:
+            return "[REDACTED]"
+        return ""
+
+    def delegates(self, c: "Client", co: Any, res: Any) -> bool:
+        """Whether this client's admission is the callout's to decide (as nats-server's config mode)."""
+        if c.auth is not self.server.authenticator:
+            return False  # (websocket connections with their own authorization block)
+        acc = getattr(res, "account", "") if res is not True and res is not False and res is not None else ""
+        if acc and acc != GLOBAL_ACCOUNT and self.cfg.allowed_accounts and acc not in self.cfg.allowed_accounts:
+            return False  # a configured user of an account the callout does not handle
+        return self.raw_user(co) not in self.cfg.auth_users
+
+    # ---- the request --------------------------------------------------------------------------------------
+
+    def start(self, c: "Client", co: Any) -> None:
+        """Send the authorization request for ``c``; the connection waits for the answer (or the timeout)."""
+        srv = self.server
+        user_nkey = jwt.public_key(jwt.new_keypair("U"))
+        token = secrets.token_urlsafe(12).replace("-", "x").replace("_", "y").encode()
+        reply = self.inbox.encode() + token
+        p = _Pending(c, user_nkey)
+        timeout = srv.opts.effective_auth_timeout()
+        try:
+            payload = self._request(c, co, user_nkey, timeout).encode()
+            hdr = b""
+            if self.cfg.xkey:
+                payload = seal(payload, srv.xkey_seed, self.cfg.xkey)
+                hdr = b"NATS/1.0\r\n" + XKEY_HEADER.encode() + b": " + srv.xkey.encode() + b"\r\n\r\n"
+        except Exception as e:  # pragma: no cover - encoding our own claims does not fail
+            srv.log.warn(f"Error encoding auth request claim on account {go_quote(self.account.name)}: {e}")
+            c.callout_done(None, f"{e}")
+            return
+        self.pending[token] = p
+        p.timer = srv.loop.call_later(timeout, self._timed_out, token)
+        c.callout_started()
+        if hdr:
+            self.ic.publish(AUTH_CALLOUT_SUBJECT.encode(), reply, hdr + payload, len(hdr))
+        else:
+            self.ic.publish(AUTH_CALLOUT_SUBJECT.encode(), reply, payload)
+
+    def _request(self, c: "Client", co: Any, user_nkey: str, timeout: float) -> str:
+        srv = self.server
+        o = srv.opts
+        sid: dict[str, Any] = {"name": srv.name, "host": o.host or "0.0.0.0", "id": srv.server_id}
+        import rillet
+        sid["version"] = rillet.SERVER_VERSION
+        if o.cluster.name:
+            sid["cluster"] = o.cluster.name
+        tags = getattr(o, "tags", None)
+        if tags:
+            sid["tags"] = list(tags)
+        if self.cfg.xkey:
+            sid["xkey"] = srv.xkey
+        ci: dict[str, Any] = {}
+        if c.host:
+            ci["host"] = c.host
+        if c.cid:
+            ci["id"] = c.cid
+        ru = self.raw_user(co)
+        if ru:
+            ci["user"] = ru
+        if co.name:
+            ci["name"] = co.name
+        ci["kind"] = "Client"
+        ci["type"] = "websocket" if c.conn_type == "WEBSOCKET" else "nats"
+        if co.sig and c.nonce is not None:
+            ci["nonce"] = c.nonce.decode()
+        opts: dict[str, Any] = {}
+        for k, v in (("jwt", co.jwt), ("nkey", co.nkey), ("sig", co.sig), ("auth_token", co.auth_token),
+                     ("user", co.user), ("pass", co.password), ("name", co.name), ("lang", co.lang),
+                     ("version", co.version)):
+            if v:
+                opts[k] = v
+        opts["protocol"] = co.protocol
+        nats: dict[str, Any] = {"server_id": sid, "user_nkey": user_nkey, "client_info": ci, "connect_opts": opts}
+        if c.tls_version:
+            tls: dict[str, Any] = {"version": c.tls_version.replace("TLSv", "")}
+            if c.tls_cipher:
+                tls["cipher"] = c.tls_cipher
+            certs = _peer_certs(c)
+            if certs:
+                tls["certs"] = certs
+            nats["client_tls"] = tls
+        nats["type"] = jwt.AUTH_REQUEST
+        nats["version"] = 2
+        claims = {"aud": AUTH_REQUEST_AUDIENCE, "exp": int(time.time() + timeout), "sub": self.cfg.issuer,
+                  "nats": nats}
+        return jwt.encode(claims, srv.server_kp)
+
+    # ---- the answer ---------------------------------------------------------------------------------------
+
+    def _timed_out(self, token: bytes) -> None:
+        p = self.pending.pop(token, None)
+        if p is None:
+            return
+        self.server.log.debug(f"Authorization callout response not received in time on account "
+                              f"{go_quote(self.account.name)}")
+        p.client.callout_done(None, "")
+
+    def _on_reply(self, sub: Any, rc: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        token = subject[len(self.inbox):]
+        p = self.pending.pop(token, None)
+        if p is None:
+            return
+        if p.timer is not None:
+            p.timer.cancel()
+        body = msg[hdr:] if hdr > 0 else msg
+        try:
+            user = self._admit(p, body)
+        except CalloutError as e:
+            reason = _title(str(e))
+            p.client.callout_done(None, reason)
+            self.server.log.warn(reason)
+            return
+        p.client.callout_done(user, "")
+
+    def _admit(self, p: _Pending, msg: bytes) -> CalloutUser:
+        """Check the authorization response and the user JWT in it; what to admit the client as."""
+        srv = self.server
+        acc_name = self.account.name
+        qacc = go_quote(acc_name)
+        if not msg:
+            raise CalloutError(f"auth callout violation: \"no reason supplied\" on account {qacc}")
+        if self.cfg.xkey and not msg.startswith(b"eyJ"):
+            try:
+                msg = open_sealed(msg, srv.xkey_seed, self.cfg.xkey)
+            except ValueError as e:
+                raise CalloutError(f"error decrypting auth callout response on account {qacc}: {e}") from None
+        try:
+            cr = jwt.decode(msg.decode("utf-8", "replace"))
+        except jwt.JwtError as e:
+            raise CalloutError(str(e)) from None
+        if not jwt.is_public_key(cr.get("iss"), "A"):
+            raise CalloutError("unable to validate expected prefixes - [account]")
+        if jwt.claim_type(cr) != jwt.AUTH_RESPONSE:
+            raise CalloutError("not an authorization request claim")
+        n = jwt.nats_section(cr)
+        issue = _response_issue(cr, n)
+        if issue:
+            raise CalloutError(f"authorization response had validation errors: {issue}")
+        if cr.get("sub") != p.user_nkey:
+            raise CalloutError("auth callout violation: auth callout response is not for expected user")
+        if cr.get("aud") != srv.server_id:
+            raise CalloutError("auth callout violation: auth callout response is not for server")
+        if n.get("error"):
+            raise CalloutError(f"auth callout service returned an error: {n['error']}")
+        try:
+            uc = jwt.decode(str(n.get("jwt") or ""))
+        except jwt.JwtError as e:
+            raise CalloutError(str(e)) from None
+        if not jwt.is_public_key(uc.get("iss"), "A"):
+            raise CalloutError("unable to validate expected prefixes - [account]")
+        if jwt.claim_type(uc) != jwt.USER:
+            raise CalloutError("not user claim")
+        un = jwt.nats_section(uc)
+        issue = _user_issue(uc, un)
+        if issue:
+            raise CalloutError(f"Error validating user JWT: {issue}")
+        if uc.get("sub") != p.user_nkey:
+            raise CalloutError(f"Expected authorized user of {go_quote(p.user_nkey)} but got "
+                               f"{go_quote(str(uc.get('sub', '')))} on account {qacc}")
+        if un.get("times"):
+            try:
+                from rillet.server.operator import validate_times
+            except ImportError:  # pragma: no cover
+                validate_times = None  # type: ignore[assignment]
+            if validate_times is not None and not validate_times(un)[0]:
+                srv.log.error(f"{p.client.log_prefix()} - Outside connect times")
+                raise CalloutError(f"authorized user on account {qacc} outside of valid connect times")
+        if un.get("issuer_account"):
+            raise CalloutError(f"error non operator mode account {qacc}: attempted to use issuer_account")
+        if uc.get("iss") != self.cfg.issuer:
+            raise CalloutError(f"wrong issuer for auth callout response on account {qacc}, expected "
+                               f"{go_quote(self.cfg.issuer)} got {go_quote(str(uc.get('iss')))}")
+        target = uc.get("aud") or ""
+        if not isinstance(target, str) or not self._account_exists(target):
+            raise CalloutError(f"no valid account {go_quote(str(target))} for auth callout response on account "
+                               f"{qacc}: account missing")
+        return CalloutUser(uc["sub"], uc.get("name") or "", target, jwt_permissions(un), uc)
+
+    def apply_limits(self, c: "Client", user: CalloutUser) -> None:
+        """After the client took the user's account and permissions: the user JWT's expiry, and no
+        publishing on the callout subject from inside the callout account.
+
+        (The JWT's ``subs``/``payload`` limits are not applied: nats-server takes those only from a JWT the
+        client presents itself, and a callout user has none; the account's limits apply.)"""
+        if c.account is self.account:
+            from rillet.server.auth import PermChecker
+            if c.perms is None:
+                c.perms = PermChecker(Permissions(publish=Permission(deny=[AUTH_CALLOUT_SUBJECT])))
+            else:
+                c.perms.pub_deny = (c.perms.pub_deny or []) + [AUTH_CALLOUT_SUBJECT]
+                c.perms._pcache.clear()
+            c.update_slow_path()
+        if user.expires:
+            left = user.expires - time.time()
+            self.server.loop.call_later(max(left, 0.0), _expired, c)
+
+    def _account_exists(self, name: str) -> bool:
+        if not name:
+            return False
+        srv = self.server
+        return name in srv.accounts or name in (srv.opts.accounts or {})
+
+
+def _expired(c: "Client") -> None:
+    if not c.closed:
+        c.server.log.debug(f"{c.log_prefix()} - User Authentication Expired")
+        c.close("Authentication Expired", "User Authentication Expired")
+
+
+def _response_issue(cr: dict, n: dict) -> str:
+    """The first problem nats' AuthorizationResponseClaims.Validate would report, or ""."""
+    if not jwt.is_public_key(cr.get("sub"), "U"):
+        return "Subject must be a user public key"
+    if not jwt.is_public_key(cr.get("aud"), "N"):
+        return "Audience must be a server public key"
+    if not n.get("error") and not n.get("jwt"):
+        return "Error or Jwt is required"
+    if n.get("error") and n.get("jwt"):
+        return "Only Error or Jwt can be set"
+    ia = n.get("issuer_account")
+    if ia and not jwt.is_public_key(ia, "A"):
+        return "issuer_account is not an account public key"
+    return _time_issue(cr)
+
+
+def _time_issue(c: dict) -> str:
+    try:
+        jwt.check_times(c)
+    except jwt.JwtError as e:
+        return str(e)
+    return ""
+
+
+def _user_issue(uc: dict, n: dict) -> str:
+    issue = _time_issue(uc)
+    if issue:
+        return issue
+    ia = n.get("issuer_account")
+    if ia and not jwt.is_public_key(ia, "A"):
+        return "account_id is not an account public key"
+    return ""
+
+
+def _peer_certs(c: Any) -> list[str]:
+    t = c.transport
+    if t is None:
+        return []
+    ssl_obj = t.get_extra_info("ssl_object")
+    if ssl_obj is None:
+        return []
+    try:
+        der = ssl_obj.getpeercert(binary_form=True)
+    except Exception:
+        return []
+    if not der:
+        return []
+    import ssl
+    return [ssl.DER_cert_to_PEM_cert(der)]
+
+
+def setup(server: "Server") -> AuthCallout | None:
+    """The server's auth callout, when the authorization block configures one (ValueError: refuse to start)."""
+    raw = server.opts.extra.get("auth_callout") if isinstance(server.opts.extra, dict) else None
+    if raw is None:
+        return None
+    ac = AuthCallout(server, parse_auth_callout(raw))
+    ac.check_config()
+    return ac

@@ -1,0 +1,376 @@
+"""Authorization callout (config mode): a service in the test answers the server's authorization requests.
+
+Behaviour checked against nats-server v2.15.1 (RILLET_TEST_TARGET=nats-server runs the end to end tests
+against it).
+"""
+import asyncio
+import json
+import tempfile
+import time
+
+import nats
+import pytest
+
+from rillet.server import jwt
+from rillet.server.auth_callout import curve_public_key, new_curve_seed, open_sealed, seal
+from tests.helpers import GO, serve_config
+
+ISSUER = jwt.new_keypair("A")
+OTHER = jwt.new_keypair("A")  # an account key the server does not know as issuer
+
+
+def conf(extra_callout: str = "", timeout: str = "1") -> str:
+    return f"""
+listen: 127.0.0.1:-1
+accounts {{
+  AUTH {{ users [{{user: auth, password: pwd}}] }}
+  A {{}}
+  B {{}}
+}}
+authorization {{
+  timeout: {timeout}
+  auth_callout {{
+    issuer: {jwt.public_key(ISSUER)}
+    auth_users: [auth]
+    account: AUTH
+    {extra_callout}
+  }}
+}}
+"""
+
+
+def url(srv, user="", password=""):
+    if not user:
+        return srv.client_url
+    return srv.client_url.replace("nats://", f"nats://{user}:{password}@")
+
+
+def user_jwt(user_nkey: str, account: str, name: str = "", nats_extra: dict | None = None,
+             signer=ISSUER, **claims) -> str:
+    n = {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2}
+    n.update(nats_extra or {})
+    c = {"sub": user_nkey, "aud": account, "nats": n, **claims}
+    if name:
+        c["name"] = name
+    return jwt.encode(c, signer)
+
+
+def response(req: dict, ujwt: str = "", error: str = "", signer=ISSUER, **over) -> bytes:
+    n = {"type": "authorization_response", "version": 2}
+    if ujwt:
+        n["jwt"] = ujwt
+    if error:
+        n["error"] = error
+    c = {"sub": req["nats"]["user_nkey"], "aud": req["nats"]["server_id"]["id"], "nats": n}
+    c.update(over)
+    return jwt.encode(c, signer).encode()
+
+
+class Service:
+    """The callout service: ``decide(request claims) -> response bytes or None (no answer)``."""
+
+    def __init__(self, decide, xkey_seed: bytes | None = None) -> None:
+        self.decide = decide
+        self.requests: list[dict] = []
+        self.headers: list = []
+        self.xkey_seed = xkey_seed
+        self.nc = None
+
+    async def start(self, srv) -> "Service":
+        self.nc = await nats.connect(url(srv, "auth", "pwd"))
+
+        async def handler(msg):
+            data = msg.data
+            self.headers.append(msg.headers)
+            server_xkey = (msg.headers or {}).get("Nats-Server-Xkey")
+            if self.xkey_seed is not None:
+                data = open_sealed(data, self.xkey_seed, server_xkey)
+            req = jwt.decode(data.decode())
+            self.requests.append(req)
+            out = self.decide(req)
+            if out is None:
+                return
+            if self.xkey_seed is not None and server_xkey:
+                out = seal(out, self.xkey_seed, server_xkey)
+            await msg.respond(out)
+
+        await self.nc.subscribe("$SYS.REQ.USER.AUTH", cb=handler)
+        await self.nc.flush()
+        return self
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
+def directory(req: dict):
+    """alice -> account A with permissions; bob -> B (no permissions, named); the rest refused."""
+    co = req["nats"]["connect_opts"]
+    nkey = req["nats"]["user_nkey"]
+    user, password = co.get("user"), co.get("pass")
+    if user == "alice" and password == "a":
+        return response(req, user_jwt(nkey, "A", nats_extra={"pub": {"allow": ["a.>", "_INBOX.>"]},
+                                                                "sub": {"allow": ["a.>", "_INBOX.>"]}}))
+    if user == "bob" and password == "b":
+        return response(req, user_jwt(nkey, "B", name="robert"))
+    if user == "slow":
+        return None
+    return response(req, error="unknown user")
+
+
+async def refused(srv, user, password, timeout=3) -> str:
+    with pytest.raises(Exception) as ei:
+        nc = await nats.connect(url(srv, user, password), allow_reconnect=False, max_reconnect_attempts=0,
+                                connect_timeout=timeout)
+        await nc.close()
+    return str(ei.value)
+
+
+async def test_callout_admits_with_permissions_and_refuses():
+    async with serve_config(conf()) as srv:
+        svc = await Service(directory).start(srv)
+        alice = await nats.connect(url(srv, "alice", "a"))
+        bob = await nats.connect(url(srv, "bob", "b"))
+        # the request the service saw
+        req = svc.requests[0]
+        assert req["aud"] == "nats-authorization-request" and req["sub"] == jwt.public_key(ISSUER)
+        assert req["iss"] == req["nats"]["server_id"]["id"] and req["iss"].startswith("N")
+        assert req["exp"] >= int(time.time())
+        n = req["nats"]
+        assert n["type"] == "authorization_request" and n["user_nkey"].startswith("U")
+        assert n["client_info"]["user"] == "alice" and n["client_info"]["kind"] == "Client"
+        assert n["client_info"]["type"] == "nats" and n["client_info"]["host"] == "127.0.0.1"
+        assert n["connect_opts"]["user"] == "alice" and n["connect_opts"]["pass"] == "a"
+        assert n["connect_opts"]["lang"] == "python3" and n["connect_opts"]["protocol"] == 1
+        assert "client_tls" not in n and svc.headers[0] is None
+        assert len({r["nats"]["user_nkey"] for r in svc.requests}) == 2  # a fresh user key per connection
+        # alice is in A with her permissions
+        sub = await alice.subscribe("a.>")
+        await alice.flush()
+        await alice.publish("a.x", b"1")
+        m = await sub.next_msg(timeout=1)
+        assert m.data == b"1"
+        errors = []
+
+        async def on_err(e):
+            errors.append(str(e))
+
+        alice._error_cb = on_err
+        await alice.publish("b.x", b"no")
+        await alice.flush()
+        await asyncio.sleep(0.1)
+        assert any('permissions violation for publish to "b.x"' in e for e in errors)
+        # bob is in B: no permissions, and does not see A
+        sb = await bob.subscribe(">")
+        await bob.flush()
+        await alice.publish("a.y", b"2")
+        await alice.flush()
+        with pytest.raises(nats.errors.TimeoutError):
+            await sb.next_msg(timeout=0.2)
+        await bob.publish("b.x", b"3")
+        m = await sb.next_msg(timeout=1)
+        assert m.data == b"3"
+        # refused users
+        assert "Authorization Violation" in await refused(srv, "mallory", "x")
+        assert "Authorization Violation" in await refused(srv, "alice", "wrong")
+        if not GO:
+            log = srv._test_log.getvalue()
+            assert "[WRN] Auth callout service returned an error: unknown user" in log
+            assert 'authentication error - User "mallory"' in log
+            # the name in the user JWT replaces the user name
+            conn_users = {c.user for c in srv.clients.values()}
+            assert "robert" in conn_users and "alice" in conn_users
+            assert {c.account.name for c in srv.clients.values() if c.user in ("robert", "alice")} == {"A", "B"}
+        for nc in (alice, bob):
+            await nc.close()
+        await svc.close()
+
+
+async def test_auth_users_bypass_callout():
+    async with serve_config(conf()) as srv:
+        svc = await Service(directory).start(srv)
+        nc = await nats.connect(url(srv, "auth", "pwd"))
+        assert svc.requests == []
+        await nc.close()
+        # an auth user with a wrong password is refused without asking the service
+        assert "Authorization Violation" in await refused(srv, "auth", "nope")
+        assert svc.requests == []
+        await svc.close()
+
+
+async def test_callout_ops_after_connect_are_held():
+    """What the client sends right after CONNECT waits for the answer, then runs in order."""
+    from tests.helpers import RawClient
+
+    def slow_ok(req):
+        return directory(req)
+
+    async with serve_config(conf()) as srv:
+        svc = await Service(slow_ok).start(srv)
+        rc = await RawClient.open(srv, connect=None)
+        rc.send(b'CONNECT {"user":"alice","pass":"a","verbose":false,"protocol":1,"headers":true}\r\n'
+                b"SUB a.x 1\r\nPUB a.x 2\r\nhi\r\nPING\r\n")
+        data = await rc.read_until(b"PONG\r\n", 3)
+        assert b"MSG a.x 1 2\r\nhi\r\n" in data
+        await rc.close()
+        await svc.close()
+
+
+async def test_callout_timeout_refuses_cleanly():
+    async with serve_config(conf(timeout="0.5")) as srv:
+        svc = await Service(directory).start(srv)
+        t0 = time.monotonic()
+        assert "Authorization Violation" in await refused(srv, "slow", "x")
+        assert 0.4 < time.monotonic() - t0 < 2.5
+        # the server still works for the others
+        nc = await nats.connect(url(srv, "bob", "b"))
+        await nc.close()
+        await svc.close()
+    # no service at all: the same
+    async with serve_config(conf(timeout="0.5")) as srv:
+        assert "Authorization Violation" in await refused(srv, "alice", "a")
+
+
+def bad(kind):
+    def decide(req):
+        n = req["nats"]
+        nkey = n["user_nkey"]
+        good = user_jwt(nkey, "A")
+        if kind == "wrong_issuer":
+            return response(req, user_jwt(nkey, "A", signer=OTHER))
+        if kind == "wrong_user":
+            return response(req, user_jwt(jwt.public_key(jwt.new_keypair("U")), "A"))
+        if kind == "wrong_server":
+            return response(req, good, aud=jwt.public_key(jwt.new_keypair("N")))
+        if kind == "response_for_other_user":
+            return response(req, good, sub=jwt.public_key(jwt.new_keypair("U")))
+        if kind == "unknown_account":
+            return response(req, user_jwt(nkey, "NOPE"))
+        if kind == "expired_user":
+            return response(req, user_jwt(nkey, "A", exp=int(time.time()) - 10))
+        if kind == "empty":
+            return b""
+        if kind == "garbage":
+            return b"not a jwt"
+        if kind == "issuer_account":
+            return response(req, user_jwt(nkey, "A", nats_extra={"issuer_account": jwt.public_key(OTHER)}))
+        raise AssertionError(kind)
+    return decide
+
+
+@pytest.mark.parametrize("kind,log", [
+    ("wrong_issuer", "Wrong issuer for auth callout response on account \"AUTH\", expected"),
+    ("wrong_user", "Expected authorized user of \"U"),
+    ("wrong_server", "Auth callout violation: auth callout response is not for server"),
+    ("response_for_other_user", "Auth callout violation: auth callout response is not for expected user"),
+    ("unknown_account", "No valid account \"NOPE\" for auth callout response on account \"AUTH\""),
+    ("expired_user", "Error validating user JWT: claim is expired"),
+    ("empty", "Auth callout violation: \"no reason supplied\" on account \"AUTH\""),
+    ("garbage", "Expected 3 chunks"),
+    ("issuer_account", "Error non operator mode account \"AUTH\": attempted to use issuer_account"),
+])
+async def test_callout_bad_responses(kind, log):
+    async with serve_config(conf()) as srv:
+        svc = await Service(bad(kind)).start(srv)
+        assert "Authorization Violation" in await refused(srv, "alice", "a")
+        if not GO:
+            await asyncio.sleep(0.05)
+            assert f"[WRN] {log}" in srv._test_log.getvalue()
+        else:
+            await asyncio.to_thread(srv.wait_log, r"\[WRN\] " + log.replace('"', '.').replace("(", "."), 3)
+        await svc.close()
+
+
+async def test_callout_xkey_encryption():
+    seed = new_curve_seed()
+    pub = curve_public_key(seed)
+    async with serve_config(conf(f"xkey: {pub}")) as srv:
+        svc = await Service(directory, xkey_seed=seed).start(srv)
+        nc = await nats.connect(url(srv, "alice", "a"))
+        hdrs = svc.headers[0]
+        assert hdrs["Nats-Server-Xkey"].startswith("X")
+        assert svc.requests[0]["nats"]["server_id"]["xkey"] == hdrs["Nats-Server-Xkey"]
+        await nc.close()
+        assert "Authorization Violation" in await refused(srv, "mallory", "m")
+        await svc.close()
+    # a service that answers in the clear is accepted too (the answer starts like a JWT)
+    async with serve_config(conf(f"xkey: {pub}")) as srv:
+        svc = await Service(directory, xkey_seed=seed).start(srv)
+        svc.xkey_seed = None
+        # (without the key the service cannot read the request: it answers nothing)
+        assert "Authorization Violation" in await refused(srv, "alice", "a", timeout=3)
+        await svc.close()
+
+
+async def test_callout_user_expiry_and_no_jwt_limits():
+    """The user JWT's expiry closes the connection; its subs/payload limits are not applied (nats-server
+    applies those only for a JWT the client itself presents)."""
+    from tests.helpers import RawClient
+
+    def decide(req):
+        nkey = req["nats"]["user_nkey"]
+        return response(req, user_jwt(nkey, "A", nats_extra={"subs": 1, "payload": 10},
+                                      exp=int(time.time()) + 2))
+
+    async with serve_config(conf()) as srv:
+        svc = await Service(decide).start(srv)
+        rc = await RawClient.open(srv, connect=None)
+        rc.send(b'CONNECT {"user":"alice","pass":"a","verbose":false,"protocol":1}\r\n'
+                b"SUB x 1\r\nSUB y 2\r\nPUB y 11\r\n0123456789a\r\nPING\r\n")
+        data = await rc.read_until(b"PONG\r\n", 3)
+        assert b"-ERR" not in data and b"MSG y 2 11\r\n0123456789a\r\n" in data
+        t0 = time.monotonic()
+        # the user JWT expires (its exp is whole seconds): the server closes the connection
+        data = await rc.read_until_closed(4)
+        assert b"-ERR 'User Authentication Expired'" in data
+        assert time.monotonic() - t0 < 3.5
+        await svc.close()
+
+
+@pytest.mark.skipif(GO, reason="builds a Rillet server from the config")
+@pytest.mark.parametrize("block,err", [
+    ("account: AUTH\nauth_users: [auth]", "Authorization callouts require an issuer to be specified"),
+    (f"issuer: {jwt.public_key(ISSUER)}\naccount: AUTH",
+     "Authorization callouts require authorized users to be specified"),
+    ("issuer: UABC\nauth_users: [auth]", 'Expected callout user to be a valid public account nkey, got "UABC"'),
+    (f"issuer: {jwt.public_key(ISSUER)}\nauth_users: [auth]\nxkey: XBAD",
+     'Expected callout xkey to be a valid public xkey, got "XBAD"'),
+    (f"issuer: {jwt.public_key(ISSUER)}\nauth_users: [auth]\nallowed_accounts: [NOPE]",
+     'auth_callout allowed account "NOPE" not found in configured accounts'),
+    (f"issuer: {jwt.public_key(ISSUER)}\nauth_users: [auth]\nfoo: 1", 'Unknown field "foo" parsing authorization callout'),
+])
+def test_callout_config_errors(block, err):
+    from rillet.config.flags import parse_command_line
+    from rillet.server.server import Server
+    text = ("accounts { AUTH { users [{user: auth, password: pwd}] } }\n"
+            f"authorization {{ auth_callout {{ {block} }} }}\n")
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
+        f.write(text)
+        f.flush()
+        with pytest.raises(ValueError) as ei:
+            Server(parse_command_line(["-c", f.name]).options)
+    assert str(ei.value) == err
+
+
+def test_xkey_seal_open_roundtrip():
+    a, b = new_curve_seed(), new_curve_seed()
+    pa, pb = curve_public_key(a), curve_public_key(b)
+    assert pa.startswith("X") and len(pa) == 56
+    sealed = seal(b"hello", a, pb)
+    assert sealed[:4] == b"xkv1" and len(sealed) == 4 + 24 + 16 + 5
+    assert open_sealed(sealed, b, pa) == b"hello"
+    with pytest.raises(ValueError, match="could not decrypt"):
+        open_sealed(sealed, new_curve_seed(), pa)
+    with pytest.raises(ValueError, match="wrong version"):
+        open_sealed(b"xkv2" + sealed[4:], b, pa)
+
+
+def test_server_id_is_the_signing_key():
+    from rillet.server.options import Options
+    from rillet.server.server import Server
+    srv = Server(Options(port=-1))
+    assert srv.server_id == jwt.public_key(srv.server_kp) and srv.server_id.startswith("N")
+    token = jwt.encode({"sub": "x"}, srv.server_kp)
+    assert jwt.decode(token)["iss"] == srv.server_id
+    assert srv.xkey.startswith("X")
+    assert json.loads(srv.info_for(type("C", (), {"cid": 1, "host": "", "nonce": None, "conn_type": "STANDARD"})())
+                      [5:-3])["xkey"] == srv.xkey
