@@ -374,3 +374,41 @@ def test_server_id_is_the_signing_key():
     assert srv.xkey.startswith("X")
     assert json.loads(srv.info_for(type("C", (), {"cid": 1, "host": "", "nonce": None, "conn_type": "STANDARD"})())
                       [5:-3])["xkey"] == srv.xkey
+
+
+async def test_callout_allowed_accounts_and_auth_subject_denied():
+    """Users configured in an account the callout does not handle authenticate locally; a client placed in
+    the callout account may not publish on the callout subject."""
+    text = conf("allowed_accounts: [AUTH, A]").replace("B {}", "B { users [{user: carol, password: c}] }")
+
+    def decide(req):
+        co = req["nats"]["connect_opts"]
+        nkey = req["nats"]["user_nkey"]
+        if co.get("user") == "dave":
+            return response(req, user_jwt(nkey, "AUTH"))
+        return directory(req)
+
+    async with serve_config(text) as srv:
+        svc = await Service(decide).start(srv)
+        carol = await nats.connect(url(srv, "carol", "c"))
+        assert svc.requests == []
+        # a wrong password is no local user: that goes to the callout (which refuses it)
+        assert "Authorization Violation" in await refused(srv, "carol", "wrong")
+        assert svc.requests[0]["nats"]["connect_opts"]["user"] == "carol"
+        alice = await nats.connect(url(srv, "alice", "a"))
+        assert len(svc.requests) == 2
+        dave = await nats.connect(url(srv, "dave", "d"))
+        errors = []
+
+        async def on_err(e):
+            errors.append(str(e))
+
+        dave._error_cb = on_err
+        await dave.publish("$SYS.REQ.USER.AUTH", b"x")
+        await dave.publish("other", b"fine")
+        await dave.flush()
+        await asyncio.sleep(0.1)
+        assert errors == ['nats: permissions violation for publish to "$sys.req.user.auth"']  # (nats-py lowercases)
+        for nc in (carol, alice, dave):
+            await nc.close()
+        await svc.close()
