@@ -1,0 +1,5 @@
+import sys
+
+from rillet.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,92 @@
+"""``rillet``: the entry point. ``rillet server ...`` goes straight to the server's own command line."""
+from __future__ import annotations
+
+import sys
+
+# `rillet server <these>` are client commands; anything else after `server` is a server flag.
+SERVER_SUBCOMMANDS = {"ping", "list", "ls", "info", "check", "run"}
+
+HELP = """NATS command line tool (works with Rillet and the Go nats-server).
+
+\b
+Connection options (--server, --context, --user, --password, --token,
+--creds, --nkey, --tlscert, --tlskey, --tlsca, --timeout) are accepted by
+every command; the NATS_URL, NATS_CONTEXT, NATS_USER, NATS_PASSWORD,
+NATS_TOKEN, NATS_CREDS, NATS_NKEY, NATS_CERT, NATS_KEY, NATS_CA and
+NATS_TIMEOUT environment variables and the selected context fill in the rest.
+
+\b
+Examples:
+  rillet context add local --server nats://127.0.0.1:4222 --select
+  rillet pub orders.new '{"id": {{Count}}}' --count 10
+  rillet sub 'orders.>'
+  rillet stream add ORDERS --subjects 'orders.>'
+  rillet kv put CONFIG color blue
+  rillet bench pub test --msgs 1000000 --size 128
+  rillet server -js -sd ./data      (the server, same flags as rillet-server)
+"""
+
+
+def build_app():  # -> typer.Typer
+    import typer
+
+    from rillet.cli import account, bench, consumer, context, core, kv, obj, server, stream
+
+    app = typer.Typer(name="rillet", help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
+                      rich_markup_mode=None, add_completion=True,
+                      context_settings={"help_option_names": ["-h", "--help"]})
+    app.add_typer(context.app, name="context", help=context.HELP)
+    core.register(app)
+    app.add_typer(server.app, name="server", help=server.HELP)
+    app.add_typer(stream.app, name="stream", help=stream.HELP)
+    app.add_typer(consumer.app, name="consumer", help=consumer.HELP)
+    app.add_typer(account.app, name="account", help=account.HELP)
+    app.add_typer(kv.app, name="kv", help=kv.HELP)
+    app.add_typer(obj.app, name="object", help=obj.HELP)
+    app.add_typer(bench.app, name="bench", help=bench.HELP)
+    return app
+
+
+def build_command():  # -> click.Command
+    import typer.main
+
+    from rillet.cli.common import add_connection_options
+
+    cmd = typer.main.get_command(build_app())
+    add_connection_options(cmd)
+    return cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "server" and (len(argv) == 1 or argv[1] not in SERVER_SUBCOMMANDS):
+        from rillet.server.main import main as server_main
+        return server_main(argv[1:]) or 0
+    from typer import Abort, Exit
+    from typer._click.exceptions import ClickException
+
+    from rillet.cli.common import CliError
+
+    cmd = build_command()
+    try:
+        rv = cmd.main(args=argv, prog_name="rillet", standalone_mode=False)
+    except Exit as e:
+        return e.exit_code
+    except Abort:
+        return 130
+    except ClickException as e:
+        e.show()
+        return e.exit_code
+    except CliError as e:
+        sys.stdout.flush()
+        print(f"rillet: error: {e}", file=sys.stderr)
+        return e.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
