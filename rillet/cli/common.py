@@ -310,7 +310,7 @@ def run(coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, **kwargs: 
 async def _guard(coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, **kwargs: Any) -> Any:
     try:
         return await coro_fn(*args, **kwargs)
-    except CliError:
+    except (CliError, BrokenPipeError):
         raise
     except Exception as e:
         raise CliError(describe_error(e)) from e
@@ -323,6 +323,16 @@ def describe_error(e: Exception) -> str:
         import nats.js.errors as jse
     except ImportError:  # pragma: no cover
         return str(e) or type(e).__name__
+    for cls, text in (("BucketNotFoundError", "bucket not found"), ("ObjectNotFoundError", "object not found"),
+                      ("ObjectDeletedError", "object was deleted"), ("KeyDeletedError", "key was deleted"),
+                      ("KeyNotFoundError", "key not found"), ("NoKeysError", "no keys found"),
+                      ("DigestMismatchError", "object digest does not match"),
+                      ("InvalidBucketNameError", "invalid bucket name"), ("InvalidKeyError", "invalid key"),
+                      ("InvalidObjectNameError", "invalid object name")):
+        if isinstance(e, getattr(jse, cls, ())):
+            return text
+    if isinstance(e, jse.KeyWrongLastSequenceError):
+        return str(e).strip().removeprefix("nats: ")
     if isinstance(e, jse.APIError):
         if e.description:
             return e.description if e.err_code is None else f"{e.description} ({e.err_code})"
@@ -441,7 +451,9 @@ def print_json(data: Any) -> None:
 
 def console() -> Any:
     from rich.console import Console
-    return Console(highlight=False, soft_wrap=True)
+    # not a terminal (pipes, tests): wide enough that tables are not squeezed
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
+    return Console(highlight=False, soft_wrap=True, width=width)
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:

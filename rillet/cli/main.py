@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         return e.status
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # `rillet ... | head`: quietly stop writing
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return rv if isinstance(rv, int) else 0
 
