@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import hmac
 import time
+from typing import Any
 
 from rillet.server.options import Options, Permissions, User
 from rillet.subjects.validate import match_literal, subject_matches_filter
@@ -177,10 +178,18 @@ class Authenticator:
             return self.users.get(name)
         return None
 
-    def authenticate(self, connect: dict, nonce: bytes | None, conn_type: str = "STANDARD") -> User | None | bool:
-        """Return the matched User, True (allowed, no user record), or False (refused)."""
+    def authenticate(self, connect: dict, nonce: bytes | None, conn_type: str = "STANDARD",
+                     peer_cert: dict | None = None) -> User | None | bool:
+        """Return the matched User, True (allowed, no user record), or False (refused).
+
+        ``peer_cert``: the client certificate (``ssl.getpeercert()``) when ``tls { verify_and_map }`` is on.
+        """
         if not self.required:
             return True
+        tls = self.opts.tls
+        if tls is not None and tls.verify_and_map and self.users and conn_type == "STANDARD":
+            u = tls_map_user(self.users, peer_cert or {}, conn_type)
+            return u if u is not None else False
         nkey = connect.get("nkey") or ""
         if self.nkeys and nkey:
             u = self.nkeys.get(nkey)
@@ -261,3 +270,96 @@ def encode_public_nkey(prefix: int, raw: bytes) -> str:
     body = bytes([prefix]) + raw
     crc = nkeys.crc16_checksum(body)
     return base64.b32encode(body + crc).decode().rstrip("=")
+
+
+# ---- TLS verify_and_map: users named by the client certificate -----------------------------------------
+
+_DN_KEYS = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "localityName": "L",
+            "stateOrProvinceName": "ST", "countryName": "C", "streetAddress": "STREET", "postalCode": "POSTALCODE",
+            "serialNumber": "SERIALNUMBER", "domainComponent": "DC", "userId": "UID"}
+
+
+def _dn_escape(v: str) -> str:
+    out = []
+    for i, ch in enumerate(v):
+        if ch in ',+"\\<>;' or (i == 0 and ch in " #") or (i == len(v) - 1 and ch == " "):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def cert_dn_string(subject: tuple) -> str:
+    """The subject of ``ssl.getpeercert()`` as an RFC 2253 string, last RDN first (as Go prints it)."""
+    rdns = []
+    for rdn in reversed(subject or ()):
+        rdns.append("+".join(f"{_DN_KEYS.get(k, k)}={_dn_escape(v)}" for k, v in rdn))
+    return ",".join(rdns)
+
+
+def parse_dn(s: str) -> list[frozenset] | None:
+    """An RFC 2253 DN string as a list of RDNs (sets of (TYPE, value)); None when it is not a DN."""
+    rdns: list[frozenset] = []
+    cur: list[tuple[str, str]] = []
+    key = ""
+    buf: list[str] = []
+    in_key = True
+    i = 0
+    while i <= len(s):
+        ch = s[i] if i < len(s) else ","
+        if ch == "\\" and i + 1 < len(s):
+            buf.append(s[i + 1])
+            i += 2
+            continue
+        if in_key and ch == "=":
+            key = "".join(buf).strip().upper()
+            buf = []
+            in_key = False
+        elif not in_key and ch in ",+":
+            if not key:
+                return None
+            cur.append((key, "".join(buf).strip()))
+            buf = []
+            in_key = True
+            if ch == ",":
+                rdns.append(frozenset(cur))
+                cur = []
+        elif in_key and ch in ",+":
+            return None
+        else:
+            buf.append(ch)
+        i += 1
+    return rdns or None
+
+
+def tls_map_user(users: dict[str, User], cert: dict, conn_type: str, log: Any = None) -> User | None:
+    """nats-server's verify_and_map lookup: email SANs, DNS SANs, URI SANs, then the subject DN."""
+    if not cert:
+        return None
+
+    def ok(u: User | None) -> bool:
+        return u is not None and Authenticator._type_allowed(u, conn_type)
+    sans = cert.get("subjectAltName") or ()
+    for kind in ("email", "DNS", "URI"):
+        for k, v in sans:
+            if k == kind and ok(users.get(v)):
+                return users[v]
+    dn = cert_dn_string(cert.get("subject") or ())
+    if ok(users.get(dn)):
+        return users[dn]
+    cert_rdns = parse_dn(dn) if dn else None
+    if cert_rdns:
+        reordered = None
+        for name, u in users.items():
+            if not ok(u):
+                continue
+            rdns = parse_dn(name)
+            if rdns is None:
+                continue
+            if rdns == cert_rdns:
+                return u
+            if reordered is None and sorted(map(sorted, rdns)) == sorted(map(sorted, cert_rdns)):
+                reordered = u
+        if reordered is not None:
+            return reordered
+    return None

@@ -272,7 +272,7 @@ class Client(asyncio.Protocol):
             if srv.operator is not None and self.auth.operator_mode:
                 res = srv.operator.authenticate(self, connect_dict) or False
             else:
-                res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type)
+                res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type, self.peer_cert())
             ac = srv.auth_callout
             if ac is not None and getattr(srv, "operator", None) is None and ac.delegates(self, co, res):
                 ac.start(self, co)  # the client is admitted or refused when the answer comes (callout_done)
@@ -346,6 +346,12 @@ class Client(asyncio.Protocol):
         except ProtocolError as e:
             self._protocol_error(e)
         srv.flush_clients()
+
+    def peer_cert(self) -> dict | None:
+        """The verified client certificate of a TLS connection (``ssl.getpeercert()``), or None."""
+        t = self.transport
+        so = t.get_extra_info("ssl_object") if t is not None else None
+        return so.getpeercert() if so is not None else None
 
     def send_ok(self) -> None:
         if self.trace_on():
