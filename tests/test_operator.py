@@ -182,6 +182,30 @@ async def test_expiry_rejected_and_disconnects(tmp_path):
         assert "user authentication expired" in str(nc.last_error).lower()
 
 
+async def test_account_expiry_disconnects(tmp_path):
+    op = Operator()
+    akp, apub, _ = op.account("A")
+    async with serve_config(op.config()) as srv:
+        sysc = await _sys_client(op, srv, tmp_path)
+        closed = asyncio.Event()
+
+        async def ccb():
+            closed.set()
+        nc = await connect(srv, tmp_path, *op.user(akp), closed_cb=ccb)
+        # a newer account JWT that expires in a second
+        claims = {"sub": apub, "name": "A", "iat": int(time.time()) + 1, "exp": int(time.time()) + 2,
+                  "nats": {"type": "account", "limits": {"conn": -1, "subs": -1, "payload": -1}}}
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", J.encode(claims, op.kp).encode(),
+                               timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        await asyncio.wait_for(closed.wait(), 4)
+        assert "account authentication expired" in str(nc.last_error).lower()
+        # as in nats-server, the expired account is refreshed from the resolver: the preloaded JWT
+        nc = await connect(srv, tmp_path, *op.user(akp))
+        await nc.close()
+        await sysc.close()
+
+
 async def test_bearer_tokens(tmp_path):
     op = Operator()
     akp, _, _ = op.account("A")

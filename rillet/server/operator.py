@@ -226,6 +226,7 @@ class OperatorMode:
         self.trusted: set[str] = set(keys)
         self.infos: dict[str, AccountInfo] = {}
         self._loading: set[str] = set()
+        self._exp_timers: dict[str, Any] = {}
         self.import_clients: dict[str, list[tuple[Any, Any]]] = {}  # importer -> [(internal client, sub)]
         self.resolver = make_resolver(self, o.resolver or {"type": "MEMORY"})
         for pub, token in (o.resolver_preload or {}).items():
@@ -278,8 +279,19 @@ class OperatorMode:
     def lookup_account(self, pub: str) -> Any:
         """The Account for an account public key, loading its JWT from the resolver; None if unknown."""
         srv = self.server
-        if pub in self.infos:
-            return srv.accounts.get(pub) or srv.lookup_account(pub)
+        info = self.infos.get(pub)
+        if info is not None:
+            acc = srv.accounts.get(pub) or srv.lookup_account(pub)
+            if info.expires and time.time() > info.expires:
+                # an expired account: take what the resolver has now, if that is different and valid
+                srv.log.debug(f"Requested account [{pub}] has expired")
+                token = self.resolver.fetch(pub)
+                if token and token != info.jwt:
+                    try:
+                        self.apply_account(acc, self.check_account_jwt(token, pub), token)
+                    except jwt.JwtError as e:
+                        srv.log.debug(f"Account JWT for {pub} not valid: {e}")
+            return acc
         if pub in self._loading:
             return srv.lookup_account(pub)
         token = self.resolver.fetch(pub)
@@ -314,6 +326,7 @@ class OperatorMode:
         acc.mpay = num("payload")
         self._configure_jetstream(acc, info)
         self._configure_imports(acc, info)
+        self._expiration_timer(acc, info)
         if old is not None and old.nats.get("exports") != info.nats.get("exports"):
             # importers of this account re-check their imports against the new exports
             for name, other in list(self.infos.items()):
@@ -321,6 +334,25 @@ class OperatorMode:
                     self._configure_imports(self.server.lookup_account(name), other)
         if not initial:
             self._refresh_clients(acc, info)
+
+    def _expiration_timer(self, acc: Any, info: AccountInfo) -> None:
+        """An account JWT with ``exp``: its clients are disconnected when it expires (nats-server's etmr)."""
+        old = self._exp_timers.pop(acc.name, None)
+        if old is not None:
+            old.cancel()
+        loop = self.server.loop
+        if info.expires and loop is not None:
+            delay = info.expires - time.time()
+            if delay > 0:
+                self._exp_timers[acc.name] = loop.call_later(delay, self._account_expired, acc)
+
+    def _account_expired(self, acc: Any) -> None:
+        self._exp_timers.pop(acc.name, None)
+        for c in list(acc.clients):
+            if getattr(c, "kind", 1) == 0 and not c.closed:
+                c.debug("Account Authentication Expired")
+                c.close("Authentication Expired", "Account Authentication Expired")
+        self.server.flush_clients()
 
     # ---- JetStream --------------------------------------------------------------------------------------
 

@@ -114,7 +114,8 @@ class MemResolver:
         except jwt.JwtError as e:
             self.respond(reply, pub, "jwt update resulted in error", str(e))
             return
-        self.jwts[pub] = token
+        # (as in nats-server, the update is not stored in the memory resolver: an expired account is
+        # refreshed from what the resolver holds)
         self.respond(reply, pub, "jwt updated")
 
 
