@@ -470,6 +470,7 @@ async def test_jetstream_only_for_accounts_with_js_limits(tmp_path):
     ('accounts { X { users [{user: a, password: a}] } }', "operators do not allow Accounts to be configured"),
     ('authorization { users [{user: a, password: a}] }', "operators do not allow users to be configured"),
     ('resolver: URL("http://localhost:9090/jwt/v1/accounts/")', "URL account resolver is not supported"),
+    ('no_auth_user: a', "no_auth_user not compatible with Trusted Operator"),
 ])
 async def test_config_errors(tmp_path, conf, msg):
     from rillet.config.flags import parse_command_line
@@ -495,6 +496,8 @@ def test_config_errors_at_parse(tmp_path):
     with pytest.raises(ConfigError, match="CACHE account resolver is not supported"):
         load_string(f'resolver {{ type: cache, dir: "{tmp_path}" }}\n')
     op = Operator(system=False)
+    from rillet.server.server import Server, validate_options
+    opts = load_string(f"operator: {op.jwt()}\n")
+    validate_options(opts)  # like nats-server -t: the file is valid...
     with pytest.raises(ValueError, match="operators require an account resolver"):
-        from rillet.server.server import validate_options
-        validate_options(load_string(f"operator: {op.jwt()}\n"))
+        Server(opts)  # ...and the server refuses to start

@@ -63,6 +63,9 @@ class Server:
         if o.mappings:
             from rillet.subjects.mapping import parse_mappings
             self.global_account.mappings = parse_mappings(o.mappings, o.cluster.name)  # ValueError: refuse to start
+        if o.trusted_operators or o.trusted_keys:
+            from rillet.server.operator import validate_operator_options
+            validate_operator_options(o)  # (at start, not with -t: as nats-server)
         self.authenticator = Authenticator(o)
         self.operator: Any = None  # rillet.server.operator.OperatorMode, in operator (JWT) mode
         if o.trusted_operators or o.trusted_keys:
@@ -574,8 +577,6 @@ class _TLSHolder(asyncio.Protocol):
 
 def validate_options(o: Options) -> None:
     """Option combinations nats-server refuses at start (and with -t)."""
-    from rillet.server.operator import validate_operator_options
-    validate_operator_options(o)
     if o.max_payload > o.max_pending:
         raise ValueError(f"max_payload ({o.max_payload}) cannot be higher than max_pending ({o.max_pending})")
     if o.lame_duck_grace_period >= o.lame_duck_duration > 0 and o.lame_duck_grace_period > 0:
