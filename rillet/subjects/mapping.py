@@ -146,40 +146,59 @@ def _op_wildcard(si: int) -> Callable[[list[str]], str]:
     return op
 
 
+def _fnv_mod(data: bytes, mod: int) -> int:
+    """FNV-1a 32 of ``data``, modulo ``mod``: the fast path of the partition function.
+
+    The 32-bit mask is applied once at the end instead of after every byte: XOR with a byte only touches
+    the low 8 bits and a product's low 32 bits only depend on its factors' low 32 bits, so the result is
+    the same as Go's ``hash/fnv`` (checked against ``fnv1a32`` in the tests) for a third less work.
+    """
+    h = _FNV_OFFSET
+    for b in data:
+        h = (h ^ b) * _FNV_PRIME
+    return (h & _M32) % mod
+
+
 def _partition_str(key: str, n: int) -> str:
     if n == 0:
         return "0"
-    h = _FNV_OFFSET
-    for b in key.encode():
-        h = ((h ^ b) * _FNV_PRIME) & _M32
-    return str(h % (n & _M32))
+    return str(_fnv_mod(key.encode(), n & _M32))
 
 
 def _op_partition(sis: list[int], n: int) -> Callable[[list[str]], str]:
     if n == 0:
         return lambda toks: "0"
     mod = n & _M32
+    # the partition numbers as text, made once (for the usual small partition counts)
+    names: Any = [str(i) for i in range(mod)] if mod <= 4096 else _StrOf()
+
+    # hot path: constants bound as defaults (local lookups), mask once at the end (see _fnv_mod)
     if not sis:
-        def op(toks: list[str]) -> str:
-            h = _FNV_OFFSET
+        def op(toks: list[str], O: int = _FNV_OFFSET, P: int = _FNV_PRIME, M: int = _M32) -> str:
+            h = O
             for b in ".".join(toks).encode():
-                h = ((h ^ b) * _FNV_PRIME) & _M32
-            return str(h % mod)
+                h = (h ^ b) * P
+            return names[(h & M) % mod]
     elif len(sis) == 1:
         si = sis[0]
 
-        def op(toks: list[str]) -> str:
-            h = _FNV_OFFSET
+        def op(toks: list[str], O: int = _FNV_OFFSET, P: int = _FNV_PRIME, M: int = _M32) -> str:
+            h = O
             for b in toks[si].encode():
-                h = ((h ^ b) * _FNV_PRIME) & _M32
-            return str(h % mod)
+                h = (h ^ b) * P
+            return names[(h & M) % mod]
     else:
-        def op(toks: list[str]) -> str:
-            h = _FNV_OFFSET
+        def op(toks: list[str], O: int = _FNV_OFFSET, P: int = _FNV_PRIME, M: int = _M32) -> str:
+            h = O
             for b in "".join([toks[i] for i in sis]).encode():
-                h = ((h ^ b) * _FNV_PRIME) & _M32
-            return str(h % mod)
+                h = (h ^ b) * P
+            return names[(h & M) % mod]
     return op
+
+
+class _StrOf:
+    def __getitem__(self, i: int) -> str:
+        return str(i)
 
 
 def _op_split_from_left(si: int, pos: int) -> Callable[[list[str]], str]:
