@@ -449,6 +449,41 @@ async def test_exports_imports_with_activation(tmp_path):
             await nc.close()
 
 
+async def test_claims_update_changes_exports_and_imports(tmp_path):
+    op = Operator()
+    akp = J.new_keypair("A")
+    bkp = J.new_keypair("A")
+    apub, bpub = J.public_key(akp), J.public_key(bkp)
+    op.account("A", kp=akp)
+    op.account("B", kp=bkp, imports=[{"name": "svc", "subject": "help", "account": apub, "type": "service"}])
+    async with serve_config(op.config()) as srv:
+        sysc = await _sys_client(op, srv, tmp_path)
+        na = await connect(srv, tmp_path, *op.user(akp))
+        nb = await connect(srv, tmp_path, *op.user(bkp))
+
+        async def helper(msg):
+            await msg.respond(b"helped")
+        await na.subscribe("help", cb=helper)
+        await na.flush()
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nb.request("help", b"?", timeout=0.5)
+        # A starts exporting the service: B's import now works
+        _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 1,
+                               exports=[{"name": "svc", "subject": "help", "type": "service"}])
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        r = await nb.request("help", b"?", timeout=1)
+        assert r.data == b"helped"
+        # B drops the import
+        _, _, tok = op.account("B", kp=bkp, iat=int(time.time()) + 2)
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{bpub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nb.request("help", b"?", timeout=0.5)
+        for nc in (na, nb, sysc):
+            await nc.close()
+
+
 async def test_jetstream_only_for_accounts_with_js_limits(tmp_path):
     op = Operator()
     akp, _, _ = op.account("A", limits={"conn": -1, "subs": -1, "payload": -1, "mem_storage": -1,
