@@ -11,7 +11,7 @@ import pytest
 from nats.errors import Error as NatsError
 
 from rillet.server import jwt as J
-from tests.helpers import RawClient, log_text, serve_config
+from tests.helpers import RawClient, free_port, log_text, serve_config
 
 
 class Operator:
@@ -204,6 +204,29 @@ async def test_account_expiry_disconnects(tmp_path):
         nc = await connect(srv, tmp_path, *op.user(akp))
         await nc.close()
         await sysc.close()
+
+
+async def test_connz_shows_jwt_user(tmp_path):
+    op = Operator()
+    sk = J.new_keypair("A")
+    akp, apub, _ = op.account("A", signing_keys=[J.public_key(sk)])
+    port = free_port()
+    async with serve_config(op.config(f"http: 127.0.0.1:{port}")) as srv:
+        ukp, token = op.user(akp, signer=sk, tags=["team:x"])
+        nc = await connect(srv, tmp_path, ukp, token)
+        import urllib.request
+        loop = asyncio.get_running_loop()
+        raw = await loop.run_in_executor(None, lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/connz?auth=true", timeout=2).read())
+        conns = [c for c in json.loads(raw)["connections"] if c.get("account") == apub]
+        assert len(conns) == 1
+        ci = conns[0]
+        assert ci["authorized_user"] == J.public_key(ukp)
+        assert ci["jwt"] == token
+        assert ci["issuer_key"] == J.public_key(sk)
+        assert ci["name_tag"] == "A"
+        assert ci["tags"] == ["team:x"]
+        await nc.close()
 
 
 async def test_bearer_tokens(tmp_path):

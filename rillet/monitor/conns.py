@@ -310,7 +310,15 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
             name = c.account.name
             if name != GLOBAL_ACCOUNT:
                 info["account"] = name
-            info["name_tag"] = name
+            ju = getattr(c, "jwt_user", None)  # operator mode (rillet.server.operator)
+            if ju is not None:
+                if not ju.bearer:
+                    info["jwt"] = ju.jwt  # (a bearer token is a credential: not shown)
+                info["issuer_key"] = ju.issuer
+            op = getattr(c.server, "operator", None)
+            info["name_tag"] = op.name_tag(name) if op is not None else name
+            if ju is not None and (ju.claims.get("nats") or {}).get("tags"):
+                info["tags"] = ju.claims["nats"]["tags"]
         entries.append((info, _sort_keys(c, rtt_ns), None))
 
     for ci in closed:

@@ -670,6 +670,11 @@ class OperatorMode:
 
     # ---- updates ----------------------------------------------------------------------------------------
 
+    def name_tag(self, acc_name: str) -> str:
+        """The account's name from its JWT (nats-server's name tag), else its public key."""
+        info = self.infos.get(acc_name)
+        return info.name if info is not None and info.name else acc_name
+
     def operators_subjects(self) -> set[str]:
         return {op["sub"] for op in self.operators}
 
