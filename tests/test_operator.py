@@ -41,7 +41,7 @@ class Operator:
         return kp, pub, token
 
     @staticmethod
-    def user(acc_kp, name="u", signer=None, exp=None, scoped=False, **n) -> tuple:
+    def user(acc_kp, name="u", signer=None, exp=None, scoped=False, nbf=None, **n) -> tuple:
         ukp = J.new_keypair("U")
         # like nsc, spell out "no limit": a v2 user JWT without them allows nothing (as in nats-server);
         # a user of a scoped signing key has neither permissions nor limits of its own
@@ -51,6 +51,8 @@ class Operator:
             claims["nats"]["issuer_account"] = J.public_key(acc_kp)
         if exp is not None:
             claims["exp"] = exp
+        if nbf is not None:
+            claims["nbf"] = nbf
         return ukp, J.encode(claims, signer or acc_kp)
 
     def config(self, extra: str = "", resolver: str = "resolver: MEMORY", preload=True) -> str:
@@ -168,6 +170,7 @@ async def test_expiry_rejected_and_disconnects(tmp_path):
     akp, _, _ = op.account("A")
     async with serve_config(op.config()) as srv:
         assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(akp, exp=int(time.time()) - 5))
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(akp, nbf=int(time.time()) + 60))
         errs = []
         closed = asyncio.Event()
 
