@@ -218,7 +218,7 @@ class Conn:
     def last_permission_error(self) -> str | None:
         for e in reversed(self.errors):
             if "permissions violation" in str(e).lower():
-                return str(e).strip().strip("'")
+                return str(e).strip().strip("'").removeprefix("nats: ")
         return None
 
 

@@ -138,7 +138,7 @@ async def _pub(subject: str, raw: bytes, hdrs: Any, reply: str | None, count: in
             await nc.flush()
             await asyncio.sleep(pause)
     await nc.flush(timeout=conn.settings.timeout)
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
     perm = conn.last_permission_error()
     await nc.close()
     if perm:
@@ -223,6 +223,7 @@ async def _sub(subjects: list[str], queue: str | None, count: int, raw: bool, du
     for s in subjects:
         await nc.subscribe(s, queue=queue or "", cb=on_msg)
     await nc.flush(timeout=conn.settings.timeout)
+    await asyncio.sleep(0.01)  # let nats-py hand over a -ERR that came with the PONG
     perm = conn.last_permission_error()
     if perm:
         raise CliError(perm)
@@ -405,6 +406,7 @@ async def _reply(subject: str, body: str | None, echo: bool, command: str | None
 
     await nc.subscribe(subject, queue=queue, cb=on_msg)
     await nc.flush(timeout=conn.settings.timeout)
+    await asyncio.sleep(0.01)
     perm = conn.last_permission_error()
     if perm:
         raise CliError(perm)

@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     from typer import Abort, Exit
     from typer._click.exceptions import ClickException
 
-    from rillet.cli.common import CliError
+    from rillet.cli.common import FLAGS, CliError
 
+    FLAGS.clear()
     cmd = build_command()
     try:
         rv = cmd.main(args=argv, prog_name="rillet", standalone_mode=False)
