@@ -3,6 +3,7 @@
 Behaviour checked against nats-server v2.15.1 (RILLET_TEST_TARGET=nats-server runs these against it).
 """
 import asyncio
+import re
 
 import nats
 import pytest
@@ -129,14 +130,18 @@ def test_import_not_exported_is_config_error():
         f.flush()
         with pytest.raises(ValueError) as ei:
             Server(parse_command_line(["-c", f.name]).options)
-    assert str(ei.value) == 'Error adding stream import "nope.>": stream import not authorized'
+    # refused when the configuration loads, at the import's position (file:line:col)
+    assert re.fullmatch(rf'{re.escape(f.name)}:\d+:\d+: Error adding stream import "nope[.]>": stream import not authorized',
+                        str(ei.value)), str(ei.value)
     conf = STREAM_CONF.replace('subject: "foo.>"}, prefix', 'subject: "priv.>"}, prefix')  # B not allowed
     with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
         f.write(conf)
         f.flush()
         with pytest.raises(ValueError) as ei:
             Server(parse_command_line(["-c", f.name]).options)
-    assert str(ei.value) == 'Error adding stream import "priv.>": stream import not authorized'
+    # refused when the configuration loads, at the import's position (file:line:col)
+    assert re.fullmatch(rf'{re.escape(f.name)}:\d+:\d+: Error adding stream import "priv[.]>": stream import not authorized',
+                        str(ei.value)), str(ei.value)
 
 
 SERVICE_CONF = """

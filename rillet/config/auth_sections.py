@@ -241,6 +241,9 @@ class AuthSections(BuilderBase):
             if acc.used_var:
                 continue  # a $variable defined inside the accounts block
             self.guard(acc, self.account)
+        if not self.errors:  # as nats-server: exports and imports are wired once the accounts are all known
+            from .account_checks import check_accounts
+            self.errors.extend(check_accounts(f))
 
     def account(self, acc: Field) -> None:
         if not isinstance(acc.value, dict):

@@ -137,8 +137,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "leafnodes": self.raw_map("leafnodes"),
             "leaf": self.raw_map("leafnodes"),
             "mqtt": self.raw_map("mqtt"),
-            "mappings": self.raw_map("mappings"),
-            "maps": self.raw_map("mappings"),
+            "mappings": self.mappings, "maps": self.mappings,
             "server_tags": self.server_tags,
             # operator mode
             "operator": self.operator, "operators": self.operator, "root": self.operator,
@@ -217,6 +216,11 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             tag = tag.strip().lower()
             if tag and tag not in self.o.tags:
                 self.o.tags.append(tag)
+
+    def mappings(self, f: Field) -> None:
+        from .account_checks import check_mappings
+        self.o.mappings = f.as_map()
+        self.errors.extend(check_mappings(f))
 
     def raw_map(self, attr: str) -> Callable[[Field], None]:
         def handler(f: Field) -> None:
