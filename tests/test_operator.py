@@ -404,6 +404,12 @@ async def test_full_dir_resolver_survives_restart(tmp_path):
         sysc = await _sys_client(op, srv, tmp_path)
         r = await sysc.request("$SYS.REQ.CLAIMS.UPDATE", atok.encode(), timeout=2)
         assert json.loads(r.data)["data"] == {"account": apub, "code": 200, "message": "jwt updated"}
+        bad = J.encode({"sub": apub, "iat": 1, "nats": {"type": "account", "limits": {"exports": 0},
+                                                        "exports": [{"subject": "x", "type": "stream"}]}}, op.kp)
+        r = await sysc.request("$SYS.REQ.CLAIMS.UPDATE", bad.encode(), timeout=2)
+        err = json.loads(r.data)["error"]
+        assert err["description"] == ("jwt validation failed - validation errors: "
+                                      "[the account contains more exports than allowed by the operator]")
         nc = await connect(srv, tmp_path, *op.user(akp))
         await nc.close()
         r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.LOOKUP", b"", timeout=2)
@@ -441,9 +447,15 @@ async def test_exports_imports_with_activation(tmp_path):
     apub, bpub, cpub = (J.public_key(k) for k in (akp, bkp, ckp))
     act = J.encode({"sub": bpub, "nats": {"type": "activation", "subject": "private.>", "kind": "stream"}}, akp)
     op.account("A", kp=akp, exports=[{"name": "svc", "subject": "help", "type": "service"},
+                                     {"name": "info", "subject": "info", "type": "service"},
+                                     {"name": "assist", "subject": "assist", "type": "service"},
                                      {"name": "pub", "subject": "public.>", "type": "stream"},
                                      {"name": "priv", "subject": "private.>", "type": "stream", "token_req": True}])
     op.account("B", kp=bkp, imports=[{"name": "svc", "subject": "help", "account": apub, "type": "service"},
+                                     {"name": "svc2", "subject": "info", "local_subject": "aid", "account": apub,
+                                      "type": "service"},
+                                     {"name": "svc3", "subject": "ask", "to": "assist", "account": apub,
+                                      "type": "service"},
                                      {"name": "p", "subject": "public.>", "account": apub, "type": "stream"},
                                      {"name": "q", "subject": "private.>", "account": apub, "type": "stream",
                                       "token": act}])
@@ -457,9 +469,14 @@ async def test_exports_imports_with_activation(tmp_path):
         async def helper(msg):
             await msg.respond(b"helped")
         await na.subscribe("help", cb=helper)
+        await na.subscribe("info", cb=helper)
+        await na.subscribe("assist", cb=helper)
         await na.flush()
         r = await nb.request("help", b"?", timeout=1)
         assert r.data == b"helped"
+        # local names for the service: local_subject, and the older "to" (the exported subject)
+        assert (await nb.request("aid", b"?", timeout=1)).data == b"helped"
+        assert (await nb.request("ask", b"?", timeout=1)).data == b"helped"
         sb = await nb.subscribe(">")
         sc = await nc_.subscribe(">")
         await nb.flush()
@@ -508,6 +525,29 @@ async def test_claims_update_changes_exports_and_imports(tmp_path):
             await nb.request("help", b"?", timeout=0.5)
         for nc in (na, nb, sysc):
             await nc.close()
+
+
+async def test_invalid_account_claims(tmp_path):
+    op = Operator()
+    akp, apub, _ = op.account("A")
+    # two service imports of the same subject, and more exports than the account's limit allows
+    bkp, _, _ = op.account("B", imports=[{"name": "1", "subject": "help.*", "account": apub, "type": "service"},
+                                         {"name": "2", "subject": "help.>", "account": apub, "type": "service"}])
+    async with serve_config(op.config()) as srv:
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(bkp))
+        na = await connect(srv, tmp_path, *op.user(akp))
+        sysc = await _sys_client(op, srv, tmp_path)
+        _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 1,
+                               limits={"conn": -1, "subs": -1, "payload": -1, "exports": 1},
+                               exports=[{"name": "a", "subject": "a", "type": "stream"},
+                                        {"name": "b", "subject": "b", "type": "stream"}])
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        err = json.loads(r.data)["error"]
+        assert err["code"] == 500 and err["account"] == apub
+        # (the memory resolver's wording; the full resolver's is "jwt validation failed - validation errors: [...]")
+        assert err["description"] == "jwt update resulted in error - account validation failed"
+        await na.close()
+        await sysc.close()
 
 
 async def test_jetstream_only_for_accounts_with_js_limits(tmp_path):

@@ -52,6 +52,80 @@ def validate_operator_options(o: Any) -> None:
         raise ValueError("no_auth_user not compatible with Trusted Operator")
 
 
+def _contained(a: str, b: str) -> bool:
+    from rillet.subjects.validate import subject_is_subset_match
+    try:
+        return subject_is_subset_match(a, b)
+    except Exception:
+        return False
+
+
+def validate_account_claims(c: dict) -> list[str]:
+    """The blocking problems nats-server's JWT library finds in an account JWT (exports, imports, limits)."""
+    n = jwt.nats_section(c)
+    errs: list[str] = []
+    lim = n.get("limits") or {}
+    exports = n.get("exports") or []
+    imports = n.get("imports") or []
+    if (lim.get("mem_storage") or lim.get("disk_storage")) and lim.get("tiered_limits"):
+        errs.append("JetStream Limits and tiered JetStream Limits are mutually exclusive")
+    subjects: dict[str, list[str]] = {"stream": [], "service": []}
+    for e in exports:
+        if not isinstance(e, dict):
+            errs.append("null export is not allowed")
+            continue
+        t = e.get("type", "")
+        if t not in ("stream", "service"):
+            errs.append(f'invalid export type: "{t}"')
+            continue
+        rt = e.get("response_type", "")
+        if t == "service" and rt not in ("", "Singleton", "Stream", "Chunked"):
+            errs.append(f'invalid response type for service: "{rt}"')
+        if t == "stream" and rt:
+            errs.append(f'invalid response type for stream: "{rt}"')
+        if (e.get("response_threshold") or 0) < 0:
+            errs.append("negative response threshold is invalid")
+        subjects[t].append(str(e.get("subject", "")))
+    for t, subs in subjects.items():
+        for i, a in enumerate(subs):
+            for b in subs[i + 1:]:
+                if _contained(a, b) or _contained(b, a):
+                    errs.append(f'{t} export subject "{a}" already exports "{b}"')
+    seen: dict[str, list[str]] = {}
+    for imp in imports:
+        if not isinstance(imp, dict):
+            errs.append("null import is not allowed")
+            continue
+        t = imp.get("type", "")
+        if t not in ("stream", "service"):
+            errs.append(f'invalid import type: "{t}"')
+            continue
+        if not imp.get("account"):
+            errs.append("account to import from is not specified")
+        if imp.get("local_subject") and imp.get("to"):
+            errs.append("Local Subject replaces To")
+        if t == "service":
+            sub = imp.get("to") or imp.get("local_subject") or imp.get("subject", "")
+            others = seen.setdefault(imp.get("account", ""), [])
+            for o in others:
+                if _contained(sub, o) or _contained(o, sub):
+                    errs.append(f'overlapping subject namespace for "{sub}" and "{o}" in same account '
+                                f'"{imp.get("account", "")}"')
+            others.append(sub)
+    n_imp = lim.get("imports", 0)
+    if n_imp is not None and n_imp != NO_LIMIT and len(imports) > n_imp:
+        errs.append("the account contains more imports than allowed by the operator")
+    n_exp = lim.get("exports", 0)
+    if n_exp is not None and n_exp != NO_LIMIT:
+        if len(exports) > n_exp:
+            errs.append("the account contains more exports than allowed by the operator")
+        if not lim.get("wildcards") and any("*" in str(e.get("subject", "")).split(".") or
+                                             ">" in str(e.get("subject", "")).split(".")
+                                             for e in exports if isinstance(e, dict)):
+            errs.append("the account contains wildcard exports that are not allowed by the operator")
+    return errs
+
+
 def _as_list(v: Any) -> list[str]:
     if v is None:
         return []
@@ -81,6 +155,10 @@ def permissions_from_claims(n: dict) -> Permissions | None:
     if pub is None and sub is None and resp is None:
         return None
     return Permissions(publish=pub, subscribe=sub, response=resp)
+
+
+class AccountValidationError(jwt.JwtError):
+    """An account JWT that decodes but has blocking validation issues."""
 
 
 class JwtUser:
@@ -274,6 +352,9 @@ class OperatorMode:
             raise jwt.JwtError("unable to validate expected prefixes - [operator]")
         if pub is not None and c["sub"] != pub:
             raise jwt.JwtError("subject does not match jwt content")
+        errs = validate_account_claims(c)
+        if errs:
+            raise AccountValidationError(f"validation errors: [{' '.join(errs)}]")
         return c
 
     def lookup_account(self, pub: str) -> Any:
@@ -420,7 +501,7 @@ class OperatorMode:
                 return e
         return None
 
-    def _activation_ok(self, imp: dict, exp: dict, exporter: str, importer: str) -> bool:
+    def _activation_ok(self, imp: dict, remote: str, exp: dict, exporter: str, importer: str) -> bool:
         from rillet.subjects.validate import subject_is_subset_match
         token = imp.get("token")
         if not token:
@@ -438,7 +519,7 @@ class OperatorMode:
         if act.get("iss") != exporter and act.get("iss") not in self.infos[exporter].signing_keys:
             return False
         subj = n.get("subject") or ""
-        if not subj or not subject_is_subset_match(imp.get("subject", ""), subj):
+        if not subj or not subject_is_subset_match(remote, subj):
             return False
         revs = exp.get("revocations") or {}
         iat = int(act.get("iat") or 0)
@@ -468,11 +549,15 @@ class OperatorMode:
             if exporter is None:
                 srv.log.debug(f"Import of {subj} from unknown account {src} skipped")
                 continue
-            exp = self._export_for(src, kind, subj)
+            local = imp.get("local_subject") or ""
+            # a service import names the local subject in "subject" and the exported one in the legacy
+            # "to", unless "local_subject" is set (then "subject" is the exported one), as nats-server reads it
+            remote = subj if kind == "stream" or local else (imp.get("to") or subj)
+            exp = self._export_for(src, kind, remote)
             if exp is None:
                 srv.log.debug(f"Import of {kind} {subj} from {src}: no matching export")
                 continue
-            if exp.get("token_req") and not self._activation_ok(imp, exp, src, acc.name):
+            if exp.get("token_req") and not self._activation_ok(imp, remote, exp, src, acc.name):
                 srv.log.debug(f"Import of {kind} {subj} from {src}: activation token not valid")
                 continue
             revs = exp.get("revocations") or {}
@@ -480,7 +565,6 @@ class OperatorMode:
                 iat = int(info.claims.get("iat") or 0)
                 if any(k in revs and int(revs[k]) >= iat for k in (acc.name, "*")):
                     continue
-            local = imp.get("local_subject") or ""
             if kind == "stream":
                 if local:
                     ac._stream_import(srv, exporter, acc, subj, None, local)
@@ -491,7 +575,7 @@ class OperatorMode:
                 thr = exp.get("response_threshold")
                 e = {"kind": "service", "subject": exp["subject"], "accounts": None,
                      "response_type": rt, "threshold": (thr / 1e9) if thr else ac.DEFAULT_RESPONSE_THRESHOLD}
-                ac._service_import(srv, exporter, acc, subj, local or imp.get("to") or subj, e)
+                ac._service_import(srv, exporter, acc, remote, local or subj, e)
         for ic in srv.internal_clients[before:]:
             if ic.name.startswith(("stream ", "service import")):
                 for sub in list(ic.subs.values()):

@@ -18,9 +18,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rillet.server import jwt
+from rillet.server.operator import AccountValidationError
 
 if TYPE_CHECKING:
     from rillet.server.operator import OperatorMode
+
+
+def _failure(e: Exception) -> str:
+    return "jwt validation failed" if isinstance(e, AccountValidationError) else "jwt update resulted in error"
 
 
 def make_resolver(op: "OperatorMode", cfg: dict) -> "MemResolver":
@@ -96,6 +101,12 @@ class MemResolver:
             return
         try:
             claims = self.op.check_account_jwt(body)
+        except AccountValidationError as e:
+            if self.full:
+                self.respond(reply, pub, "jwt validation failed", str(e))
+            else:  # nats-server's memory resolver path reports its own error text
+                self.respond(reply, pub, "jwt update resulted in error", "account validation failed")
+            return
         except jwt.JwtError as e:
             self.respond(reply, pub, "jwt update resulted in error", str(e))
             return
@@ -204,7 +215,10 @@ class DirResolver(MemResolver):
         try:
             claims = self.op.check_account_jwt(body)
         except jwt.JwtError as e:
-            self.respond(reply, "n/a", "jwt update resulted in error", str(e))
+            sub = ""
+            if isinstance(e, AccountValidationError):
+                sub = jwt.decode_unverified(body).get("sub", "")
+            self.respond(reply, sub or "n/a", _failure(e), str(e))
             return
         self.update(reply, claims["sub"], body, claims)
 
