@@ -294,6 +294,12 @@ async def test_sys_events_and_requests_are_invisible_to_tenants(tenants) -> None
     own = json.loads((await c["a"].request("$SYS.REQ.SERVER.PING.CONNZ", b"", timeout=2)).data)
     assert {ci.get("account", "A") for ci in own["data"]["connections"]} == {"A"}
     assert own["data"]["num_connections"] == 2
+    for body in (b'{"acc": "B"}', b'{"account": "B", "state": 2}'):  # no way to widen the filter
+        other = json.loads((await c["a"].request("$SYS.REQ.ACCOUNT.PING.CONNZ", body, timeout=2)).data)
+        assert {ci.get("account", "A") for ci in other["data"]["connections"]} == {"A"}
+    st = json.loads((await c["a"].request("$SYS.REQ.ACCOUNT.PING.STATZ", b'{"accounts": ["B", "SYS"]}',
+                                          timeout=2)).data)
+    assert [x["acc"] for x in st["data"]["account_statz"]] == ["A"]
     await extra.close()
     await asyncio.sleep(0.2)
     assert not [s for s, _ in spy.got if s.startswith("$SYS.ACCOUNT") or s.startswith("$SYS.SERVER")]
@@ -327,6 +333,13 @@ async def test_jetstream_streams_are_per_account(tenants) -> None:
         assert b"a-private" not in r.data and r.headers and r.headers.get("Status") in ("404", "503")
     except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
         pass
+    for api in ("STREAM.MSG.GET.ORDERS", "CONSUMER.LIST.ORDERS", "CONSUMER.NAMES.ORDERS"):
+        r = await _js(c["b"], api, {"seq": 1} if "MSG.GET" in api else {})
+        assert r["error"]["err_code"] == 10059, (api, r)
+    r = await _js(c["s"], "STREAM.LIST")  # an account without JetStream
+    assert r["error"]["err_code"] == 10039 and r["type"] == "io.nats.jetstream.api.v1.stream_list_response"
+    r = await _js(c["sys"], "STREAM.INFO.ORDERS")
+    assert r["error"]["err_code"] == 10039 and r["type"] == "io.nats.jetstream.api.v1.system_response"
     purge = await _js(c["b"], "STREAM.PURGE.ORDERS")
     assert purge["error"]["err_code"] == 10059
     dele = await _js(c["b"], "STREAM.DELETE.ORDERS")

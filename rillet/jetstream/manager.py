@@ -162,6 +162,7 @@ class JetStream:
         self.max_memory = o.max_memory_store
         self.max_store = o.max_file_store
         self.accounts: dict[str, JSAccount] = {}
+        self._disabled: dict[str, Any] = {}  # accounts without JetStream: rillet.jetstream.disabled.NotEnabled
         self.loop: asyncio.AbstractEventLoop = server.loop
         self._sync_task: asyncio.Task | None = None
         self.started = 0.0
@@ -199,10 +200,21 @@ class JetStream:
                 self.enable_account(self.server.lookup_account(name), limits)
         else:
             self.enable_account(self.server.global_account)
+        for acc in list(self.server.accounts.values()):
+            self.account_added(acc)
         if not self.sync_always and isinstance(self.sync_interval, (int, float)) and self.sync_interval > 0:
             self._sync_task = self.loop.create_task(self._periodic_sync())
 
+    def account_added(self, account: "Account") -> None:
+        """An account without JetStream still gets the API: every request answers 10039 (as nats-server)."""
+        if account.name not in self.accounts and account.name not in self._disabled:
+            from rillet.jetstream.disabled import NotEnabled
+            self._disabled[account.name] = NotEnabled(self, account)
+
     def enable_account(self, account: "Account", limits: Any = None) -> JSAccount:
+        off = self._disabled.pop(account.name, None)
+        if off is not None:
+            off.close()
         jsa = self.accounts.get(account.name)
         if jsa is None:
             jsa = JSAccount(self, account, limits)

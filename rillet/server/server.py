@@ -110,6 +110,9 @@ class Server:
         sa = getattr(self, "sysacc", None)
         if sa is not None:
             sa.account_added(acc)  # the system imports every account has
+        js = getattr(self, "jetstream", None)
+        if js is not None:
+            js.account_added(acc)  # the JetStream API (answering 10039 where not enabled)
         return acc
 
     def lookup_account(self, name: str) -> Account:

@@ -1,0 +1,59 @@
+"""``$JS.API`` answers in accounts without JetStream, while the server runs JetStream.
+
+nats-server gives every account the JetStream API; in an account where JetStream is not enabled each
+request is answered with error 10039 ("JetStream not enabled for account"), in the response type of the
+endpoint (in the system account: ``system_response``, except for account info).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rillet.jetstream.errors import ApiError
+
+T = "io.nats.jetstream.api.v1."
+
+_PAGED_LISTS = {"STREAM.NAMES": "streams", "STREAM.LIST": "streams", "CONSUMER.NAMES": "consumers",
+                "CONSUMER.LIST": "consumers"}
+
+
+class _NoAccount:
+    js = None
+
+
+class NotEnabled:
+    """Subscribes the API endpoints in one account and answers each request with 10039."""
+
+    def __init__(self, js: Any, account: Any) -> None:
+        from rillet.jetstream.api import ApiRouter, _type_for
+        self.router = router = ApiRouter(_NoAccount())  # the endpoint table only
+        self.types = {k: _type_for(h) for k, h in router.handlers.items()}
+        self.is_system = getattr(js.server, "system_account", None) is account
+        self.ic = js.server.internal_client(account, f"jetstream disabled {account.name}")
+        prefixes = ["$JS.API"] + ([f"$JS.{js.domain}.API"] if js.domain else [])
+        for p in prefixes:
+            for pattern in router.subscription_patterns():
+                self.ic.subscribe(f"{p}.{pattern}", self.on_request)
+
+    def close(self) -> None:
+        for sub in list(self.ic.subs.values()):
+            self.ic.remove_sub(sub)
+
+    def on_request(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if not reply:
+            return
+        toks = subject.decode("utf-8", "surrogateescape").split(".")
+        rest = toks[2:] if toks[1] == "API" else toks[3:]
+        key = next((".".join(rest[:n]) for n in (3, 2, 1) if ".".join(rest[:n]) in self.types), None)
+        if key is None:
+            return
+        typ = self.types[key]
+        if self.is_system and key != "INFO":
+            typ = T + "system_response"
+        d: dict[str, Any] = {"type": typ, "error": ApiError.make("NOT_ENABLED_FOR_ACCOUNT").to_dict()}
+        if not self.is_system or key == "INFO":
+            if key in _PAGED_LISTS:
+                d.update({"total": 0, "offset": 0, "limit": 0, _PAGED_LISTS[key]: []})
+            elif key in ("STREAM.INFO", "CONSUMER.INFO"):
+                d.update({"total": 0, "offset": 0, "limit": 0})
+        from rillet.jetstream import config as C
+        self.ic.publish(reply, None, C.go_json(d))
