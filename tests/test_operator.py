@@ -232,6 +232,18 @@ async def test_connz_shows_jwt_user(tmp_path):
         await nc.close()
 
 
+async def test_pinned_accounts(tmp_path):
+    op = Operator()
+    akp, apub, _ = op.account("A")
+    bkp, _, _ = op.account("B")
+    async with serve_config(op.config(f"resolver_pinned_accounts: [{apub}]")) as srv:
+        nc = await connect(srv, tmp_path, *op.user(akp))
+        await nc.close()
+        nc = await _sys_client(op, srv, tmp_path)  # the system account is always allowed
+        await nc.close()
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(bkp))
+
+
 async def test_bearer_tokens(tmp_path):
     op = Operator()
     akp, _, _ = op.account("A")
@@ -572,12 +584,13 @@ async def test_jetstream_only_for_accounts_with_js_limits(tmp_path):
     ('authorization { users [{user: a, password: a}] }', "operators do not allow users to be configured"),
     ('resolver: URL("http://localhost:9090/jwt/v1/accounts/")', "URL account resolver is not supported"),
     ('no_auth_user: a', "no_auth_user not compatible with Trusted Operator"),
+    ('resolver_pinned_accounts: [ABC]', 'pinned account key "ABC" is not a valid public account nkey'),
 ])
 async def test_config_errors(tmp_path, conf, msg):
     from rillet.config.flags import parse_command_line
     from rillet.server.server import Server
     op = Operator()
-    text = op.config(conf) if "resolver" not in conf else op.config(resolver=conf)
+    text = op.config(resolver=conf) if conf.startswith("resolver:") else op.config(conf)
     p = tmp_path / "s.conf"
     p.write_text(text)
     with pytest.raises(ValueError) as ei:

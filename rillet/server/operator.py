@@ -48,8 +48,18 @@ def validate_operator_options(o: Any) -> None:
         sys_keys = [jwt.nats_section(op).get("system_account") for op in ops]
         if any(sys_keys) and o.system_account not in sys_keys:
             raise ValueError("system_account in config and operator JWT must be identical")
+    for key in _pinned(o):
+        if not jwt.is_public_key(key, "A"):
+            raise ValueError(f'pinned account key "{key}" is not a valid public account nkey')
     if o.no_auth_user:
         raise ValueError("no_auth_user not compatible with Trusted Operator")
+
+
+def _pinned(o: Any) -> list[str]:
+    v = o.extra.get("resolver_pinned_accounts")
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else [str(x) for x in v]
 
 
 def _contained(a: str, b: str) -> bool:
@@ -303,6 +313,12 @@ class OperatorMode:
                 raise ValueError(f'trusted Keys "{k}" are required to be a valid public operator nkey')
         self.trusted: set[str] = set(keys)
         self.infos: dict[str, AccountInfo] = {}
+        pinned = _pinned(o)
+        self.pinned: set[str] | None = None
+        if pinned:
+            self.pinned = set(pinned)
+            if o.system_account:
+                self.pinned.add(o.system_account)  # the operator's system account can always connect
         self._loading: set[str] = set()
         self._exp_timers: dict[str, Any] = {}
         self.import_clients: dict[str, list[tuple[Any, Any]]] = {}  # importer -> [(internal client, sub)]
@@ -606,6 +622,9 @@ class OperatorMode:
             return None
         n = jwt.nats_section(juc)
         issuer = n.get("issuer_account") or juc["iss"]
+        if self.pinned is not None and issuer not in self.pinned:
+            c.debug(f"Account {issuer} not listed as operator pinned account")
+            return None
         acc = self.lookup_account(issuer)
         if acc is None:
             c.debug(f'Account JWT lookup error: account "{issuer}" not found')
