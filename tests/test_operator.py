@@ -579,6 +579,28 @@ async def test_jetstream_only_for_accounts_with_js_limits(tmp_path):
         await nb.close()
 
 
+async def test_jetstream_limits_follow_claims_updates(tmp_path):
+    op = Operator()
+    js_lim = {"conn": -1, "subs": -1, "payload": -1, "mem_storage": -1, "disk_storage": -1, "consumer": -1}
+    akp, apub, _ = op.account("A", limits={**js_lim, "streams": 1})
+    conf = op.config(f'jetstream {{ store_dir: "{tmp_path / "js"}" }}')
+    async with serve_config(conf) as srv:
+        sysc = await _sys_client(op, srv, tmp_path)
+        nc = await connect(srv, tmp_path, *op.user(akp))
+        js = nc.jetstream()
+        await js.add_stream(name="S1", subjects=["s1"])
+        with pytest.raises(nats.js.errors.APIError) as ei:
+            await js.add_stream(name="S2", subjects=["s2"])
+        assert ei.value.err_code == 10027  # maximum number of streams reached
+        _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 1, limits={**js_lim, "streams": 2})
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        await js.add_stream(name="S2", subjects=["s2"])
+        assert (await js.account_info()).limits.max_streams == 2
+        await nc.close()
+        await sysc.close()
+
+
 @pytest.mark.parametrize("conf,msg", [
     ('accounts { X { users [{user: a, password: a}] } }', "operators do not allow Accounts to be configured"),
     ('authorization { users [{user: a, password: a}] }', "operators do not allow users to be configured"),
