@@ -487,6 +487,7 @@ class Server:
     def reload(self, new_opts: Options) -> None:
         """Apply what may change at runtime (like nats-server's reload)."""
         old = self.opts
+        info_before = self.info_dict()
         for key in ("host", "port", "cluster", "jetstream"):
             if key == "jetstream":
                 if new_opts.jetstream.enabled != old.jetstream.enabled or \
@@ -504,6 +505,8 @@ class Server:
         self.log.trace_on = new_opts.trace
         self.log.logtime = new_opts.logtime
         self.authenticator = Authenticator(new_opts)
+        from rillet.server.account_reload import recheck_client, reload_accounts
+        reload_accounts(self, old, new_opts)  # accounts, their limits, mappings, exports and imports
         for lst in self.extra_listeners:
             configure = getattr(lst, "configure", None)
             if configure is not None and getattr(lst, "is_websocket", False):
@@ -513,11 +516,12 @@ class Server:
             c.parser.max_control_line = new_opts.max_control_line
             c.update_slow_path()
             if self.authenticator.required and c.connect_received:
-                self._recheck_auth(c)
+                recheck_client(self, c)  # moved/removed users go; the others get their new permissions
         self.config_load_time = time.time()
         self.reload_count += 1
         self.log.notice("Reloaded server configuration")
-        self.broadcast_info()
+        if self.info_dict() != info_before:
+            self.broadcast_info()  # nats-server sends no INFO when nothing in it changed
 
     def _recheck_auth(self, c: Client) -> None:
         import msgspec

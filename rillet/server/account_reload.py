@@ -1,0 +1,115 @@
+"""Configuration reload of accounts and of the users connected to them (nats-server's reload.go,
+``reloadAuthorization``).
+
+* Accounts: new ones are created, removed ones dropped (not ``$G`` nor the system account), and every
+  configured account gets its mappings, limits and exports/imports from the new configuration (the
+  import wiring is torn down and built again). Accounts that now enable JetStream get it.
+* Connected clients, as nats-server does:
+  - a user that no longer exists, or whose account changed, is disconnected (it reconnects and lands
+    where the new configuration says);
+  - a client that no longer authenticates (password changed...) gets ``-ERR 'Authorization Violation'``
+    and is disconnected;
+  - the others get their new permissions and account limits; each subscription the new permissions no
+    longer allow is removed with ``-ERR 'Permissions Violation for Subscription to "x" (sid "1")'``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rillet.goquote import go_quote
+from rillet.server.accounts import GLOBAL_ACCOUNT
+
+if TYPE_CHECKING:
+    from rillet.server.options import Options
+    from rillet.server.server import Server
+
+# the internal clients account_config creates to wire exports and imports
+_WIRING = ("stream import ", "stream export ", "service import ", "service reply ", "service responses ")
+
+
+def _drop_internal(srv: "Server", ic: Any) -> None:
+    for sub in list(ic.subs.values()):
+        ic.remove_sub(sub)
+    if ic in srv.internal_clients:
+        srv.internal_clients.remove(ic)
+
+
+def reload_accounts(srv: "Server", old: "Options", new: "Options") -> None:
+    """Apply the ``accounts {}`` (and top-level ``mappings {}``) of ``new``; ``srv.opts`` is ``new``."""
+    if not new.no_system_account and not new.system_account:
+        new.system_account = old.system_account  # the system account stays what it was
+    if getattr(srv, "operator", None) is not None:
+        return  # operator mode: accounts come from JWTs, not from the configuration
+    from rillet.server.account_config import configure_accounts
+    from rillet.subjects.mapping import parse_mappings
+    wiring = getattr(srv, "_account_wiring", None)
+    if wiring is None:
+        wiring = [ic for ic in srv.internal_clients if getattr(ic, "name", "").startswith(_WIRING)]
+    for ic in wiring:
+        _drop_internal(srv, ic)
+    configured = set(new.accounts or {})
+    keep = {GLOBAL_ACCOUNT, new.system_account or old.system_account}
+    sa = getattr(srv, "sysacc", None)
+    for name, acc in list(srv.accounts.items()):
+        if name not in configured and name not in keep:
+            del srv.accounts[name]
+            for ic in [ic for ic in srv.internal_clients if ic.account is acc]:
+                _drop_internal(srv, ic)
+            if sa is not None:
+                sa.services.imported.discard(name)
+            js = srv.jetstream
+            if js is not None:
+                js._disabled.pop(name, None)
+            srv.log.notice(f"Reloaded: deleted account {go_quote(name.encode())}")
+            continue
+        acc.mappings = []
+        acc.mconns = acc.msubs = acc.mpay = -1
+        acc.imports = None
+    srv.global_account.mappings = parse_mappings(new.mappings, new.cluster.name) if new.mappings else []
+    before = len(srv.internal_clients)
+    configure_accounts(srv)
+    srv._account_wiring = [ic for ic in srv.internal_clients[before:]
+                           if getattr(ic, "name", "").startswith(_WIRING)]
+    js = srv.jetstream
+    if js is not None:
+        from rillet.jetstream.manager import account_js_config
+        for name, limits in account_js_config(new.accounts).items():
+            if name not in js.accounts:
+                js.enable_account(srv.lookup_account(name), limits)
+
+
+def recheck_client(srv: "Server", c: Any) -> None:
+    """A connected client after a reload: moved or removed users go, the rest get their new rights."""
+    from rillet.protocol.parser import ProtocolError
+    auth = srv.authenticator
+    co = c.opts
+    if co.nkey or co.user:
+        u = auth.nkeys.get(co.nkey) if co.nkey else auth.users.get(co.user)
+        if u is None or (u.account or GLOBAL_ACCOUNT) != c.account.name:
+            c.close("Client Closed")  # nats-server: the client reconnects into its new account
+            return
+    c.msubs = srv.opts.max_subscriptions or -1
+    try:
+        srv._recheck_auth(c)
+    except ProtocolError as e:  # e.g. the account's connection limit went down
+        c.close(e.reason, e.client_error)
+        return
+    if c.closed:
+        return
+    perms = c.perms
+    if perms is None:
+        return
+    for sub in list(c.subs.values()):
+        if perms.can_subscribe(sub.subject, sub.queue):
+            continue
+        c.remove_sub(sub)
+        subj = go_quote(sub.subject_b)
+        sid = go_quote(sub.sid)
+        who = getattr(c, "user", "") or ""
+        if sub.queue:
+            q = go_quote(sub.queue_b)
+            c.send_err(f"Permissions Violation for Subscription to {subj} using queue {q} (sid {sid})")
+            srv.log.notice(f"Removed sub {subj} using queue {q} (sid {sid}) for {who} - not authorized")
+        else:
+            c.send_err(f"Permissions Violation for Subscription to {subj} (sid {sid})")
+            srv.log.notice(f"Removed sub {subj} (sid {sid}) for {who} - not authorized")
