@@ -211,3 +211,37 @@ async def test_no_system_account():
     async with run_server(Options(host="127.0.0.1", port=RANDOM_PORT)) as srv:
         assert sorted(srv.accounts) == ["$G", "$SYS"]
         assert srv.accounts["$SYS"].num_subs() == 56 and srv.global_account.num_subs() == 4
+
+
+async def test_accountz_lists_exports_and_imports_as_nats_server():
+    """/accountz?acc=X shows configured exports/imports and the system ones (checked against v2.15.1)."""
+    from rillet.monitor.endpoints import accountz
+    from tests.helpers import serve_config
+    conf = """
+listen: 127.0.0.1:-1
+accounts {
+  A { users [{user: a, password: a}], exports [ {stream: "pub.>"}, {service: "svc.*", response: stream, accounts: [B]} ] }
+  B { users [{user: b, password: b}],
+      imports [ {stream: {account: A, subject: "pub.>"}, prefix: "fromA"}, {service: {account: A, subject: "svc.*"}, to: "local.*"} ] }
+}
+"""
+    async with serve_config(conf) as srv:
+        a = accountz(srv, {"acc": "A"})["account_detail"]
+        assert a["exports"] == [{"subject": "pub.>", "type": "stream"},
+                                {"subject": "svc.*", "type": "service", "response_type": "Streamed",
+                                 "approved_accounts": ["B"]}]
+        assert [(i["subject"], i["local_subject"], i["share"]) for i in a["imports"]] == [
+            ("$SYS.REQ.ACCOUNT.A.CONNZ", "$SYS.REQ.ACCOUNT.PING.CONNZ", False),
+            ("$SYS.REQ.ACCOUNT.A.CONNZ", "$SYS.REQ.SERVER.PING.CONNZ", False),
+            ("$SYS.REQ.ACCOUNT.A.STATZ", "$SYS.REQ.ACCOUNT.PING.STATZ", False),
+            ("$SYS.REQ.USER.A.INFO", "$SYS.REQ.USER.INFO", True)]
+        b = accountz(srv, {"acc": "B"})["account_detail"]
+        assert "exports" not in b
+        assert b["imports"][:2] == [
+            {"subject": "pub.>", "account": "A", "local_subject": "fromA.pub.>", "type": "stream",
+             "invalid": False, "share": False, "tracking": False},
+            {"subject": "svc.*", "account": "A", "to": "local.*", "local_subject": "local.*", "type": "service",
+             "invalid": False, "share": False, "tracking": False}]
+        s = accountz(srv, {"acc": "$SYS"})["account_detail"]
+        assert s["is_system"] and s["subscriptions"] == 56 and len(s["exports"]) == 4
+        assert [i["subject"] for i in s["imports"]] == ["$SYS.REQ.USER.$SYS.INFO"]

@@ -125,10 +125,19 @@ def accountz(server: Any, q: Any) -> dict:
         info["is_system"] = True
     info["expired"] = False
     info["complete"] = True
-    info["jetstream_enabled"] = bool(js_running(server) and name != sa)
+    js_accounts = getattr(getattr(server, "jetstream", None), "accounts", None)
+    enabled = name in js_accounts if isinstance(js_accounts, dict) else name != sa
+    info["jetstream_enabled"] = bool(js_running(server) and enabled)
     info["leafnode_connections"] = 0
     info["client_connections"] = len(account_clients(server, acc))
     info["subscriptions"] = acc.sublist.count()
+    if getattr(server, "operator", None) is None:
+        from rillet.monitor.account_ext import exports_imports
+        exports, imports = exports_imports(server, acc, sa)
+        if exports:
+            info["exports"] = exports
+        if imports:
+            info["imports"] = imports
     info["name_tag"] = name
     info["sublist_stats"] = sublist_stats([acc.sublist])
     return d | {"account_detail": info}
