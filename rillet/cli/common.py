@@ -235,10 +235,23 @@ def _tls_context(s: Settings) -> Any:
     return ctx
 
 
-async def connect(*, reconnect: bool = False, name: str = "rillet cli", **extra: Any) -> Conn:
-    import nats
+def import_nats(urls: str = "") -> Any:
+    """Import nats-py; without WebSocket URLs, keep it from importing aiohttp (a third of the start time)."""
+    if "nats" in sys.modules or "ws://" in urls or "wss://" in urls or "aiohttp" in sys.modules:
+        import nats
+        return nats
+    sys.modules["aiohttp"] = None  # type: ignore[assignment]  # makes `import aiohttp` fail: no WebSocket
+    try:
+        import nats
+    finally:
+        if sys.modules.get("aiohttp", 0) is None:
+            del sys.modules["aiohttp"]
+    return nats
 
+
+async def connect(*, reconnect: bool = False, name: str = "rillet cli", **extra: Any) -> Conn:
     s = settings()
+    nats = import_nats(s.url)
     conn = Conn()
     conn.settings = s
 
@@ -335,7 +348,7 @@ def describe_error(e: Exception) -> str:
         return str(e).strip().removeprefix("nats: ")
     if isinstance(e, jse.APIError):
         if e.description:
-            return e.description if e.err_code is None else f"{e.description} ({e.err_code})"
+            return e.description
         return f"JetStream API error {e.code}"
     if isinstance(e, ne.NoRespondersError):
         return "no responders available for request"

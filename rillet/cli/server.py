@@ -249,7 +249,8 @@ def check_connection(
 
 async def _check(cw: float, cc: float, rw: float, rc: float, qw: float, qc: float) -> int:
     from rillet.cli.common import settings
-    import nats  # noqa: F401  (not part of the connect time)
+    from rillet.cli.common import import_nats
+    import_nats()  # not part of the connect time
     s = settings()
     start = time.perf_counter()
     try:
