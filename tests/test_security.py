@@ -174,8 +174,10 @@ ACCOUNTS_CONF = """
 listen: 127.0.0.1:-1
 jetstream { store_dir: "%s" }
 accounts {
-  A { jetstream: enabled, users [{user: a, password: a}], imports [{service: {account: S, subject: "svc.>"}}] }
-  B { jetstream: enabled, users [{user: b, password: b}], imports [{service: {account: S, subject: "svc.>"}}] }
+  A { jetstream: enabled, users [{user: a, password: a}], imports [{service: {account: S, subject: "svc.>"}}],
+      exports [{stream: "public.>", accounts: [B]}] }
+  B { jetstream: enabled, users [{user: b, password: b}],
+      imports [{service: {account: S, subject: "svc.>"}}, {stream: {account: A, subject: "public.>"}}] }
   S { users [{user: s, password: s}], exports [{service: "svc.>"}] }
   SYS { users [{user: sys, password: sys}] }
 }
@@ -231,6 +233,8 @@ async def test_core_subjects_and_inbox_replies_stay_in_their_account(tenants) ->
     await c["a"].flush()
     await c["a"].publish("foo", b"a-secret")
     await c["a"].publish("orders.new", b"a-order")
+    await c["a"].publish("public.news", b"a-public")  # exported to B: the only thing B may see
+    await c["a"].publish("publicity", b"a-not-exported")
     r = await c["a"].request("help", b"?", timeout=2)  # the reply goes to a's _INBOX in A only
     assert r.data == b"answer"
     await c["a"].flush()
@@ -238,8 +242,15 @@ async def test_core_subjects_and_inbox_replies_stay_in_their_account(tenants) ->
     await c["b"].flush()
     await asyncio.sleep(0.2)
     assert got_a == [b"a-secret"]
-    leaked = [(s, d) for s, d in spy.got if d in (b"a-secret", b"a-order", b"?", b"answer")]
-    assert leaked == []
+    leaked = [(s, d) for s, d in spy.got if d.startswith(b"a-") or d in (b"?", b"answer")]
+    assert leaked == [("public.news", b"a-public")]
+    s_spy = Spy()  # an account A exports nothing to
+    await c["s"].subscribe(">", cb=s_spy.cb)
+    await c["s"].flush()
+    await c["a"].publish("public.more", b"a-public-2")
+    await c["a"].flush()
+    await asyncio.sleep(0.1)
+    assert s_spy.got == []
     await responder.unsubscribe()
     await mine.unsubscribe()
 
