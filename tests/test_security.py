@@ -136,6 +136,28 @@ async def test_wildcard_subscription_does_not_deliver_denied_subjects() -> None:
         await admin.close()
 
 
+async def test_headers_publish_and_queue_delivery_follow_the_same_rules() -> None:
+    async with serve_config(PERMS_CONF) as srv:
+        admin = await RawClient.open(srv, user="admin", **{"pass": "pw"})
+        admin.sub(">", "w")
+        await admin.ping()
+        rc = await RawClient.open(srv, user="pub_deny", headers=True, **{"pass": "pw"})
+        rc.hpub("foo.a", b"NATS/1.0\r\nk: v\r\n\r\n", b"hdr")
+        assert await _errors(rc) == [PUB_ERR.format("foo.a")]
+        rc.hpub("foo.a.b", b"NATS/1.0\r\nk: v\r\n\r\n", b"hdr")
+        assert await _errors(rc) == []
+        assert [m.subject for m in parse_stream(await admin.ping()) if getattr(m, "sid", None)] == ["foo.a.b"]
+        qc = await RawClient.open(srv, user="sub_both", **{"pass": "pw"})
+        qc.sub("foo.>", "q", queue="g")  # a queue subscription overlapping the deny list: filtered at delivery
+        assert await _errors(qc) == []
+        admin.pub("foo.secret.x", "no")
+        admin.pub("foo.fine", "yes")
+        await admin.ping()
+        assert [m.subject for m in parse_stream(await qc.ping()) if getattr(m, "sid", None)] == ["foo.fine"]
+        for c in (rc, qc, admin):
+            await c.close()
+
+
 async def test_allow_responses_max_and_expires() -> None:
     async with serve_config(PERMS_CONF) as srv:
         admin = await RawClient.open(srv, user="admin", **{"pass": "pw"})
