@@ -250,8 +250,8 @@ def check_connection(
 async def _check(cw: float, cc: float, rw: float, rc: float, qw: float, qc: float) -> int:
     from rillet.cli.common import settings
     from rillet.cli.common import import_nats
-    import_nats()  # not part of the connect time
     s = settings()
+    import_nats(s.url)  # not part of the connect time
     start = time.perf_counter()
     try:
         conn = await connect()
