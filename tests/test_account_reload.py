@@ -40,8 +40,8 @@ accounts {
     limits { max_payload: 100 }
     mappings { "m.*": "mapped.{{wildcard(1)}}" }
   }
-  B { users [{user: b, password: b}, {user: mover, password: mover}] }
-  C { users [{user: c, password: c}] }
+  B { users [{user: b, password: b}, {user: mover, password: mover}], exports [{service: "svc"}] }
+  C { users [{user: c, password: c}], imports [{service: {account: B, subject: "svc"}}] }
 }
 """
 
@@ -125,6 +125,16 @@ async def test_reload_accounts_users_permissions_and_limits(tmp_path):
         await nm.publish("hello", b"from B")
         assert (await sb.next_msg(timeout=2)).data == b"from B"
         nc = await nats.connect(r.client_url, user="c", password="c")
+
+        async def answer(m):
+            await m.respond(b"from B's service")
+
+        await nb.subscribe("svc", cb=answer)
+        await nb.flush()
+        if not GO:
+            # the import of an account the reload added works (nats-server v2.15.1 leaves it unwired:
+            # "no responders" until a restart; Rillet rebuilds every import on reload)
+            assert (await nc.request("svc", b"", timeout=2)).data == b"from B's service"
         nn = await nats.connect(r.client_url, user="newbie", password="newbie")
         # A's new mapping and limits apply
         sm = await nn.subscribe("mapped.>")
