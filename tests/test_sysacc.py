@@ -245,3 +245,22 @@ accounts {
         s = accountz(srv, {"acc": "$SYS"})["account_detail"]
         assert s["is_system"] and s["subscriptions"] == 56 and len(s["exports"]) == 4
         assert [i["subject"] for i in s["imports"]] == ["$SYS.REQ.USER.$SYS.INFO"]
+
+
+async def test_events_are_built_only_for_listeners(monkeypatch):
+    """The system client's own listeners ($SYS.SERVER.*.STATSZ...) do not count as interest."""
+    async with run_server(opts()) as srv:
+        sa = srv.sysacc
+        built = []
+        real = sa.statsz_msg
+        monkeypatch.setattr(sa, "statsz_msg", lambda: built.append(1) or real())
+        sa.publish_statsz()
+        nc = await nats.connect(url(srv, "a"))  # a connect event nobody listens to
+        await nc.close()
+        assert built == [] and not sa.interest(f"$SYS.SERVER.{srv.server_id}.STATSZ")
+        ns = await nats.connect(url(srv, "sys"))
+        sub = await ns.subscribe("$SYS.SERVER.*.STATSZ")
+        await ns.flush()
+        sa.publish_statsz()
+        assert json.loads((await sub.next_msg(timeout=2)).data)["statsz"] and built == [1]
+        await ns.close()

@@ -173,7 +173,12 @@ class SystemAccount:
         return d
 
     def interest(self, subject: str) -> bool:
-        return self.account is not None and self.client is not None and self.account.sublist.has_interest(subject)
+        """Someone (other than the system client's own listeners, e.g. ``$SYS.SERVER.*.STATSZ``) listens."""
+        if self.account is None or self.client is None or not self.account.sublist.has_interest(subject):
+            return False
+        own = self.client
+        r = self.account.sublist.match(subject)
+        return any(s.client is not own for s in r.psubs) or any(s.client is not own for g in r.qsubs for s in g)
 
     def send(self, subject: str, obj: Any) -> None:
         if self.client is None:
