@@ -264,3 +264,34 @@ async def test_events_are_built_only_for_listeners(monkeypatch):
         sa.publish_statsz()
         assert json.loads((await sub.next_msg(timeout=2)).data)["statsz"] and built == [1]
         await ns.close()
+
+
+@pytest.mark.parametrize("conf,accounts,subs,sys_name", [
+    ("", ["$G", "$SYS"], 60, "$SYS"),
+    ("accounts { A { users [{user: a, password: a}] }, SYS { users [{user: s, password: s}] } }\n"
+     "system_account: SYS\n", ["$G", "A", "SYS"], 64, "SYS"),
+    ("accounts { A { users [{user: a, password: a}] } }\nno_system_account: true\n", ["$G", "A"], 0, None),
+    ("accounts { A { users [{user: a, password: a}] } }\n", ["$G", "$SYS", "A"], 64, "$SYS"),
+], ids=["no_accounts", "system_account", "no_system_account", "default_system_account"])
+async def test_monitor_counts_match_nats_server(conf, accounts, subs, sys_name):
+    """The same numbers from Rillet and from nats-server v2.15.1 (RILLET_TEST_TARGET=nats-server)."""
+    import urllib.parse
+    import urllib.request
+
+    from tests.helpers import free_port, serve_config
+    port = free_port()
+    async with serve_config(f"listen: 127.0.0.1:-1\nhttp: 127.0.0.1:{port}\n" + conf):
+        def get(path):
+            return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).read())
+        loop = asyncio.get_running_loop()
+        v = await loop.run_in_executor(None, get, "/varz")
+        a = await loop.run_in_executor(None, get, "/accountz")
+        s = await loop.run_in_executor(None, get, "/subsz")
+        assert v["subscriptions"] == subs and s["num_subscriptions"] == subs
+        assert v.get("system_account") == sys_name and a.get("system_account") == sys_name
+        assert sorted(a["accounts"]) == accounts
+        if sys_name:
+            d = (await loop.run_in_executor(None, get, f"/accountz?acc={urllib.parse.quote(sys_name)}"))["account_detail"]
+            assert d["subscriptions"] == 56 and d["is_system"] is True
+            g = (await loop.run_in_executor(None, get, "/accountz?acc=%24G"))["account_detail"]
+            assert g["subscriptions"] == 4
