@@ -351,7 +351,11 @@ async def _sub(subject: str, msgs: int, clients: int, queue: str | None, as_json
             p.target = 0
         else:
             p.target = t
-    print(f"Waiting for {human_count(total)} messages on {subject} with {clients} subscribers", flush=True)
+    if queue:
+        print(f"Waiting for {human_count(total)} messages on {subject} with {clients} subscribers in queue group "
+              f"{queue}", flush=True)
+    else:
+        print(f"Waiting for {human_count(msgs)} messages on {subject} with {clients} subscribers", flush=True)
     if queue:
         while not done.is_set():
             check()
