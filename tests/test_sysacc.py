@@ -295,3 +295,23 @@ async def test_monitor_counts_match_nats_server(conf, accounts, subs, sys_name):
             assert d["subscriptions"] == 56 and d["is_system"] is True
             g = (await loop.run_in_executor(None, get, "/accountz?acc=%24G"))["account_detail"]
             assert g["subscriptions"] == 4
+
+
+async def test_reload_request():
+    from tests.helpers import serve_config
+    conf = ("listen: 127.0.0.1:-1\naccounts { SYS { users [{user: sys, password: sys}] }, "
+            "A { users [{user: a, password: a}] } }\nsystem_account: SYS\n")
+    async with serve_config(conf) as srv:
+        ns = await nats.connect(url(srv, "sys"))
+        with open(srv.opts.config_file, "w") as f:
+            f.write(conf.replace("{user: a, password: a}", "{user: a, password: a}, {user: z, password: z}"))
+        r = await req(ns, f"$SYS.REQ.SERVER.{srv.server_id}.RELOAD")
+        assert "error" not in r and srv.reload_count == 1
+        nz = await nats.connect(url(srv, "z"))
+        assert (await req(nz, "$SYS.REQ.USER.INFO"))["data"]["account"] == "A"
+        with open(srv.opts.config_file, "w") as f:
+            f.write("listen: 127.0.0.1:1\n")  # a port change cannot be reloaded
+        r = await req(ns, f"$SYS.REQ.SERVER.{srv.server_id}.RELOAD")
+        assert r["error"]["code"] == 500 and "config reload not supported for Port" in r["error"]["description"]
+        await nz.close()
+        await ns.close()
