@@ -229,6 +229,11 @@ async def test_connz_shows_jwt_user(tmp_path):
         assert ci["issuer_key"] == J.public_key(sk)
         assert ci["name_tag"] == "A"
         assert ci["tags"] == ["team:x"]
+        raw = await loop.run_in_executor(None, lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/accountz?acc={apub}", timeout=2).read())
+        ad = json.loads(raw)["account_detail"]
+        assert ad["name_tag"] == "A" and ad["issuer_key"] == op.pub and ad["jwt"] == op.accounts["A"][2]
+        assert ad["decoded_jwt"]["sub"] == apub and ad["expired"] is False
         await nc.close()
 
 

@@ -138,7 +138,20 @@ def accountz(server: Any, q: Any) -> dict:
             info["exports"] = exports
         if imports:
             info["imports"] = imports
-    info["name_tag"] = name
+    op = getattr(server, "operator", None)
+    ainfo = op.infos.get(name) if op is not None else None
+    if ainfo is not None:  # operator mode: the account's JWT (rillet.server.operator)
+        info["expired"] = bool(ainfo.expires and time.time() > ainfo.expires)
+        info["jwt"] = ainfo.jwt
+        info["issuer_key"] = ainfo.issuer
+        info["name_tag"] = op.name_tag(name)
+        if ainfo.nats.get("tags"):
+            info["tags"] = ainfo.nats["tags"]
+        info["decoded_jwt"] = ainfo.claims
+        if ainfo.revocations:
+            info["revoked_user"] = {k: go_time(int(v) * 1_000_000_000) for k, v in ainfo.revocations.items()}
+    else:
+        info["name_tag"] = name
     info["sublist_stats"] = sublist_stats([acc.sublist])
     return d | {"account_detail": info}
 
