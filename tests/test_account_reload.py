@@ -167,3 +167,20 @@ async def test_reload_removes_an_account(tmp_path):
             await nats.connect(r.client_url, user="b", password="b", allow_reconnect=False, connect_timeout=1)
         if not GO:
             assert "B" not in r.srv.accounts and "A" in r.srv.accounts
+
+
+async def test_reload_without_users_and_token_clients(tmp_path):
+    """Dropping the users disconnects the clients that logged in as one; unauthenticated ones stay."""
+    async with running(tmp_path) as r:
+        a = await RawClient.open(r, **login("a"))
+        assert await a.ping() == b""
+        (tmp_path / "acc.conf").write_text("listen: 127.0.0.1:%d\n" % r.port)
+        await r.reload()
+        assert b"-ERR" not in await a.read_until_closed(timeout=3)
+        anon = await RawClient.open(r)
+        assert await anon.ping() == b""
+        (tmp_path / "acc.conf").write_text("listen: 127.0.0.1:%d\nmax_payload: 2000\n" % r.port)
+        await r.reload()
+        assert await anon.ping() == b""
+        await anon.close()
+        await a.close()

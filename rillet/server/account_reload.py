@@ -82,12 +82,20 @@ def recheck_client(srv: "Server", c: Any) -> None:
     """A connected client after a reload: moved or removed users go, the rest get their new rights."""
     from rillet.protocol.parser import ProtocolError
     auth = srv.authenticator
+    if c.conn_type == "WEBSOCKET":  # a websocket {} block may have its own users
+        refresh = getattr(c, "refresh_auth", None)
+        if refresh is not None:
+            refresh()
+        auth = c.auth
     co = c.opts
-    if co.nkey or co.user:
-        u = auth.nkeys.get(co.nkey) if co.nkey else auth.users.get(co.user)
+    key = c.user or co.nkey or co.user  # the user record it was admitted with (or claims)
+    if key and (c.user or auth.users or auth.nkeys):
+        u = auth.nkeys.get(key) or auth.users.get(key)
         if u is None or (u.account or GLOBAL_ACCOUNT) != c.account.name:
             c.close("Client Closed")  # nats-server: the client reconnects into its new account
             return
+    if not auth.required:
+        return
     c.msubs = srv.opts.max_subscriptions or -1
     try:
         srv._recheck_auth(c)

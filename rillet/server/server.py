@@ -487,7 +487,7 @@ class Server:
     def reload(self, new_opts: Options) -> None:
         """Apply what may change at runtime (like nats-server's reload)."""
         old = self.opts
-        info_before = self.info_dict()
+        urls_before = self.connect_urls()
         for key in ("host", "port", "cluster", "jetstream"):
             if key == "jetstream":
                 if new_opts.jetstream.enabled != old.jetstream.enabled or \
@@ -515,13 +515,13 @@ class Server:
             c.parser.max_payload = new_opts.max_payload
             c.parser.max_control_line = new_opts.max_control_line
             c.update_slow_path()
-            if self.authenticator.required and c.connect_received:
+            if c.connect_received and (self.authenticator.required or c.user or c.conn_type == "WEBSOCKET"):
                 recheck_client(self, c)  # moved/removed users go; the others get their new permissions
         self.config_load_time = time.time()
         self.reload_count += 1
         self.log.notice("Reloaded server configuration")
-        if self.info_dict() != info_before:
-            self.broadcast_info()  # nats-server sends no INFO when nothing in it changed
+        if self.connect_urls() != urls_before:
+            self.broadcast_info()  # nats-server sends an INFO on reload only when the connect URLs change
 
     def _recheck_auth(self, c: Client) -> None:
         import msgspec
