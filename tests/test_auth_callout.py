@@ -412,3 +412,34 @@ async def test_callout_allowed_accounts_and_auth_subject_denied():
         for nc in (carol, alice, dave):
             await nc.close()
         await svc.close()
+
+
+from tests.test_tls_map import _ctx, pki  # noqa: E402,F401  (the test PKI fixture)
+
+
+async def test_callout_request_has_client_tls(pki):  # noqa: F811
+    cert, key = pki["server"]
+    text = conf().replace("listen: 127.0.0.1:-1", f"""listen: 127.0.0.1:-1
+tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{pki['ca']}", verify: true }}""")
+    async with serve_config(text) as srv:
+        turl = srv.client_url.replace("nats://", "tls://")
+        svc_nc = await nats.connect(turl.replace("tls://", "tls://auth:pwd@"), tls=_ctx(pki, "bob"))
+        seen = []
+
+        async def handler(msg):
+            req = jwt.decode(msg.data.decode())
+            seen.append(req)
+            await msg.respond(directory(req))
+
+        await svc_nc.subscribe("$SYS.REQ.USER.AUTH", cb=handler)
+        await svc_nc.flush()
+        nc = await nats.connect(turl.replace("tls://", "tls://alice:a@"), tls=_ctx(pki, "alice"))
+        await nc.close()
+        tls = seen[0]["nats"]["client_tls"]
+        assert tls["version"] == "1.3" and tls["cipher"].startswith("TLS_")
+        with open(pki["alice"][0]) as f:
+            alice_pem = f.read()
+        # nats-server sends the verified chain (leaf first); Python before 3.13 can only give the peer cert
+        chains = tls.get("verified_chains") or [tls.get("certs")]
+        assert chains[0][0].strip() == alice_pem.strip()
+        await svc_nc.close()

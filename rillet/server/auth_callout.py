@@ -323,9 +323,13 @@ class AuthCallout:
             tls: dict[str, Any] = {"version": c.tls_version.replace("TLSv", "")}
             if c.tls_cipher:
                 tls["cipher"] = c.tls_cipher
-            certs = _peer_certs(c)
-            if certs:
-                tls["certs"] = certs
+            chain = _verified_chain(c)
+            if chain:
+                tls["verified_chains"] = [chain]
+            else:
+                certs = _peer_certs(c)
+                if certs:
+                    tls["certs"] = certs
             nats["client_tls"] = tls
         nats["type"] = jwt.AUTH_REQUEST
         nats["version"] = 2
@@ -487,6 +491,19 @@ def _user_issue(uc: dict, n: dict) -> str:
     if ia and not jwt.is_public_key(ia, "A"):
         return "account_id is not an account public key"
     return ""
+
+
+def _verified_chain(c: Any) -> list[str]:
+    """The client's verified certificate chain as PEM (leaf first), where Python can give it (3.13+)."""
+    t = c.transport
+    ssl_obj = t.get_extra_info("ssl_object") if t is not None else None
+    get = getattr(ssl_obj, "get_verified_chain", None)
+    if get is None:
+        return []
+    try:
+        return [str(x.public_bytes()) for x in (get() or [])]  # (Certificate.public_bytes: PEM by default)
+    except Exception:
+        return []
 
 
 def _peer_certs(c: Any) -> list[str]:
