@@ -443,3 +443,47 @@ tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{pki['ca']}", verify: t
         chains = tls.get("verified_chains") or [tls.get("certs")]
         assert chains[0][0].strip() == alice_pem.strip()
         await svc_nc.close()
+
+
+def _reload(srv, text):
+    from rillet.config.flags import parse_command_line
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
+        f.write(text)
+        f.flush()
+        srv.reload(parse_command_line(["-c", f.name]).options)
+
+
+@pytest.mark.skipif(GO, reason="reloads an in-process Rillet server (nats-server checked by hand: same text)")
+async def test_callout_reload():
+    base = conf()
+    async with serve_config(base) as srv:
+        refused_now = set()
+
+        def decide(req):
+            if req["nats"]["connect_opts"].get("user") in refused_now:
+                return response(req, error="gone")
+            return directory(req)
+
+        svc = await Service(decide).start(srv)
+        alice = await nats.connect(url(srv, "alice", "a"), allow_reconnect=False)
+        bob = await nats.connect(url(srv, "bob", "b"), allow_reconnect=False)
+        # the callout block may not change on reload
+        changed = base.replace("auth_users: [auth]", "auth_users: [auth, x]")
+        with pytest.raises(ValueError) as ei:
+            _reload(srv, changed)
+        iss = jwt.public_key(ISSUER)
+        assert str(ei.value) == (f"config reload not supported for AuthCallout: old=&{{{iss} AUTH [auth]  []}}, "
+                                 f"new=&{{{iss} AUTH [auth x]  []}}")
+        # a reload asks the callout again about the clients it admitted: alice is now refused
+        refused_now.add("alice")
+        n = len(svc.requests)
+        _reload(srv, base.replace("AUTH { users [{user: auth, password: pwd}] }",
+                                  "AUTH { users [{user: auth, password: pwd}, {user: other, password: o}] }"))
+        deadline = time.monotonic() + 3
+        while not alice.is_closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert alice.is_closed and not bob.is_closed
+        assert len(svc.requests) == n + 2
+        await bob.flush()
+        await bob.close()
+        await svc.close()

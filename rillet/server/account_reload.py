@@ -81,6 +81,10 @@ def reload_accounts(srv: "Server", old: "Options", new: "Options") -> None:
 def recheck_client(srv: "Server", c: Any) -> None:
     """A connected client after a reload: moved or removed users go, the rest get their new rights."""
     from rillet.protocol.parser import ProtocolError
+    ac = srv.auth_callout
+    if ac is not None and getattr(c, "callout_user", None) is not None:
+        ac.recheck(c)  # admitted by the auth callout: nats-server asks it again
+        return
     auth = srv.authenticator
     if c.conn_type == "WEBSOCKET":  # a websocket {} block may have its own users
         refresh = getattr(c, "refresh_auth", None)

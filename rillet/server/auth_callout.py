@@ -199,12 +199,13 @@ class CalloutUser:
 # ---- the callout ----------------------------------------------------------------------------------------------
 
 class _Pending:
-    __slots__ = ("client", "user_nkey", "timer")
+    __slots__ = ("client", "user_nkey", "timer", "recheck")
 
-    def __init__(self, client: "Client", user_nkey: str) -> None:
+    def __init__(self, client: "Client", user_nkey: str, recheck: bool = False) -> None:
         self.client = client
         self.user_nkey = user_nkey
         self.timer: Any = None
+        self.recheck = recheck  # a connected client asked about again (config reload)
 
 
 class AuthCallout:
@@ -258,13 +259,19 @@ class AuthCallout:
 
     # ---- the request --------------------------------------------------------------------------------------
 
-    def start(self, c: "Client", co: Any) -> None:
+    def recheck(self, c: "Client") -> None:
+        """After a config reload nats-server asks the callout about each client it admitted, again (Rillet
+        does it on every reload, nats-server when authorization settings changed): the client keeps running
+        meanwhile; a refusal closes it, an answer placing it in another account too."""
+        self.start(c, c.opts, recheck=True)
+
+    def start(self, c: "Client", co: Any, recheck: bool = False) -> None:
         """Send the authorization request for ``c``; the connection waits for the answer (or the timeout)."""
         srv = self.server
         user_nkey = jwt.public_key(jwt.new_keypair("U"))
         token = secrets.token_urlsafe(12).replace("-", "x").replace("_", "y").encode()
         reply = self.inbox.encode() + token
-        p = _Pending(c, user_nkey)
+        p = _Pending(c, user_nkey, recheck)
         timeout = srv.opts.effective_auth_timeout()
         try:
             payload = self._request(c, co, user_nkey, timeout).encode()
@@ -278,7 +285,8 @@ class AuthCallout:
             return
         self.pending[token] = p
         p.timer = srv.loop.call_later(timeout, self._timed_out, token)
-        c.callout_started()
+        if not recheck:
+            c.callout_started()
         if hdr:
             self.ic.publish(AUTH_CALLOUT_SUBJECT.encode(), reply, hdr + payload, len(hdr))
         else:
@@ -345,7 +353,7 @@ class AuthCallout:
             return
         self.server.log.debug(f"Authorization callout response not received in time on account "
                               f"{go_quote(self.account.name)}")
-        p.client.callout_done(None, "")
+        self._done(p, None)
 
     def _on_reply(self, sub: Any, rc: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         token = subject[len(self.inbox):]
@@ -359,10 +367,32 @@ class AuthCallout:
             user = self._admit(p, body)
         except CalloutError as e:
             reason = _title(str(e))
-            p.client.callout_done(None, reason)
+            self._done(p, None)
             self.server.log.warn(reason)
             return
-        p.client.callout_done(user, "")
+        self._done(p, user)
+
+    def _done(self, p: _Pending, user: CalloutUser | None) -> None:
+        c = p.client
+        if not p.recheck:
+            c.callout_done(user, "")
+            return
+        if c.closed:
+            return
+        if user is None or user.account != c.account.name:
+            if user is None:
+                c.callout_done(None, "")  # (logs and closes with Authorization Violation)
+            else:
+                c.close("Client Closed")  # moved to another account: it reconnects there
+            self.server.flush_clients()
+            return
+        c.perms = None
+        c.callout_user = user
+        from rillet.server.auth import PermChecker
+        if user.permissions is not None:
+            c.perms = PermChecker(user.permissions)
+        self.apply_limits(c, user)
+        c.update_slow_path()
 
     def _admit(self, p: _Pending, msg: bytes) -> CalloutUser:
         """Check the authorization response and the user JWT in it; what to admit the client as."""
@@ -521,6 +551,24 @@ def _peer_certs(c: Any) -> list[str]:
         return []
     import ssl
     return [ssl.DER_cert_to_PEM_cert(der)]
+
+
+def _go_struct(cfg: CalloutConfig | None) -> str:
+    """How nats-server prints its AuthCallout option (``%v`` of the pointer)."""
+    if cfg is None:
+        return "<nil>"
+    return (f"&{{{cfg.issuer} {cfg.account} [{' '.join(cfg.auth_users)}] {cfg.xkey} "
+            f"[{' '.join(cfg.allowed_accounts)}]}}")
+
+
+def check_reload(server: "Server", new_opts: Any) -> None:
+    """A config reload may not change the ``auth_callout`` block (as nats-server). ValueError: refused."""
+    raw = new_opts.extra.get("auth_callout") if isinstance(new_opts.extra, dict) else None
+    new = None if raw is None else parse_auth_callout(raw)
+    old = server.auth_callout.cfg if server.auth_callout is not None else None
+    if _go_struct(old) != _go_struct(new):
+        raise ValueError(f"config reload not supported for AuthCallout: old={_go_struct(old)}, "
+                         f"new={_go_struct(new)}")
 
 
 def setup(server: "Server") -> AuthCallout | None:

@@ -127,6 +127,7 @@ class Client(asyncio.Protocol):
         self.tls_cipher = ""
         self.stop_time = 0.0
         self._held: list[bytes] | None = None  # data received while an auth callout runs
+        self.callout_user: Any = None  # what the auth callout admitted this client as
 
     # ---- connection lifecycle -------------------------------------------------------------------------
 
@@ -338,6 +339,7 @@ class Client(asyncio.Protocol):
             else:
                 self._apply_user(user)
                 self.user = user.username or co.user or co.nkey or user.nkey
+                self.callout_user = user  # (a config reload asks the callout about this client again)
                 ac = srv.auth_callout
                 if ac is not None:
                     ac.apply_limits(self, user)

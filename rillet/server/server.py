@@ -498,6 +498,8 @@ class Server:
                 if not (key == "port" and old.port == RANDOM_PORT and new_opts.port == RANDOM_PORT):
                     raise ValueError(f"config reload not supported for {key.capitalize()}: "
                                      f"old={getattr(old, key)}, new={getattr(new_opts, key)}")
+        from rillet.server import auth_callout
+        auth_callout.check_reload(self, new_opts)  # ValueError: the reload is refused before anything changes
         new_opts.port = old.port
         self.opts = new_opts
         self.trace_on = new_opts.trace
