@@ -255,3 +255,43 @@ def test_should_sample_unit():
     assert should_sample(Latency(0, "l"), -1, b"payload") == (False, None)
     assert should_sample(Latency(100, "l"), -1, b"payload") == (True, None)
     assert should_sample(None, -1, b"payload") == (False, None)
+
+
+async def test_latency_operator_mode(tmp_path):
+    """Service latency from an account JWT's export (``service_latency``) and an import's ``share``."""
+    from rillet.server import jwt as J
+    from tests.test_operator import Operator, connect as jconnect
+    op = Operator()
+    akp, bkp = J.new_keypair("A"), J.new_keypair("A")
+    apub = J.public_key(akp)
+    op.account("A", kp=akp, exports=[{"name": "svc", "subject": "req.>", "type": "service",
+                                      "service_latency": {"sampling": 100, "results": "latency.svc"}},
+                                     {"name": "hs", "subject": "hdr.>", "type": "service",
+                                      "service_latency": {"sampling": "headers", "results": "latency.hdr"}}])
+    op.account("B", kp=bkp, imports=[{"name": "svc", "subject": "req.x", "account": apub, "type": "service",
+                                      "share": True},
+                                     {"name": "hs", "subject": "hdr.x", "account": apub, "type": "service"}])
+    async with serve_config(op.config()) as srv:
+        na = await jconnect(srv, tmp_path, *op.user(akp, name="resp"))
+        nb = await jconnect(srv, tmp_path, *op.user(bkp, name="req"))
+        lat = await na.subscribe("latency.svc")
+        hlat = await na.subscribe("latency.hdr")
+
+        async def handler(msg):
+            await msg.respond(b"ok")
+
+        await na.subscribe("req.x", cb=handler)
+        await na.subscribe("hdr.x", cb=handler)
+        await na.flush()
+        await nb.request("req.x", b"?", timeout=2)
+        m = await next_metric(lat)
+        assert m["status"] == 200 and m["requestor"]["acc"] == J.public_key(bkp)
+        assert m["requestor"]["kind"] == "Client" and "start" in m["requestor"]  # shared
+        assert m["responder"]["acc"] == apub
+        await nb.request("hdr.x", b"?", timeout=2)
+        await no_metric(hlat)
+        await nb.request("hdr.x", b"?", timeout=2, headers=TRACE)
+        m = await next_metric(hlat)
+        assert m["status"] == 200 and set(m["requestor"]) <= {"acc", "rtt"}
+        await na.close()
+        await nb.close()

@@ -171,6 +171,31 @@ class AccountValidationError(jwt.JwtError):
     """An account JWT that decodes but has blocking validation issues."""
 
 
+def jwt_export_latency(srv: Any, exp: dict, response_type: str) -> Any:
+    """The ``service_latency`` of a service export in an account JWT (None when absent or not usable:
+    nats-server then only logs at debug level)."""
+    from rillet.server.latency import Latency
+    lat = exp.get("service_latency")
+    if not isinstance(lat, dict):
+        return None
+    smp = lat.get("sampling")
+    results = lat.get("results")
+    sampling = 0 if smp == "headers" else smp if isinstance(smp, int) and not isinstance(smp, bool) else -1
+    from rillet.subjects.validate import is_valid_literal_subject, subject_is_subset_match
+    if sampling != 0 and not 1 <= sampling <= 100:
+        err = "bad sampling percentage, should be 1-100"
+    elif not isinstance(results, str) or not is_valid_literal_subject(results) or \
+            subject_is_subset_match(results, str(exp.get("subject") or "")):
+        err = "invalid publish subject"
+    elif response_type != "singleton":
+        err = "bad service response type"
+    else:
+        return Latency(sampling, results)
+    note = " (using headers)" if sampling == 0 else ""
+    srv.log.debug(f"Error adding latency tracking{note} for service export: {err}")
+    return None
+
+
 class JwtUser:
     """What a user JWT grants, in the shape of a configured ``User`` (the client applies it alike)."""
 
@@ -590,8 +615,9 @@ class OperatorMode:
                 rt = str(exp.get("response_type") or "Singleton").lower()
                 thr = exp.get("response_threshold")
                 e = {"kind": "service", "subject": exp["subject"], "accounts": None,
-                     "response_type": rt, "threshold": (thr / 1e9) if thr else ac.DEFAULT_RESPONSE_THRESHOLD}
-                ac._service_import(srv, exporter, acc, remote, local or subj, e)
+                     "response_type": rt, "threshold": (thr / 1e9) if thr else ac.DEFAULT_RESPONSE_THRESHOLD,
+                     "latency": jwt_export_latency(srv, exp, rt)}
+                ac._service_import(srv, exporter, acc, remote, local or subj, e, bool(imp.get("share")))
         for ic in srv.internal_clients[before:]:
             if ic.name.startswith(("stream ", "service import")):
                 for sub in list(ic.subs.values()):
