@@ -487,3 +487,21 @@ async def test_callout_reload():
         await bob.flush()
         await bob.close()
         await svc.close()
+
+
+@pytest.mark.skipif(GO, reason="needs the in-process server's websocket address")
+async def test_callout_websocket_client():
+    text = conf().replace("listen: 127.0.0.1:-1", "listen: 127.0.0.1:-1\nwebsocket { listen: \"127.0.0.1:-1\", no_tls: true }")
+    async with serve_config(text) as srv:
+        svc = await Service(directory).start(srv)
+        host, port = srv.websocket_addr
+        nc = await nats.connect(f"ws://alice:a@{host}:{port}", allow_reconnect=False)
+        sub = await nc.subscribe("a.b")
+        await nc.publish("a.b", b"over ws")
+        assert (await sub.next_msg(timeout=1)).data == b"over ws"
+        assert svc.requests[0]["nats"]["client_info"]["type"] == "websocket"
+        await nc.close()
+        with pytest.raises(Exception):
+            await nats.connect(f"ws://mallory:x@{host}:{port}", allow_reconnect=False, max_reconnect_attempts=0,
+                               connect_timeout=2)
+        await svc.close()
