@@ -337,6 +337,28 @@ async def test_signing_keys_and_scoped_templates(tmp_path):
         await bob.close()
 
 
+async def test_removed_signing_key_disconnects(tmp_path):
+    op = Operator()
+    sk = J.new_keypair("A")
+    akp, apub, _ = op.account("A", signing_keys=[J.public_key(sk)])
+    async with serve_config(op.config()) as srv:
+        sysc = await _sys_client(op, srv, tmp_path)
+        closed = asyncio.Event()
+
+        async def ccb():
+            closed.set()
+        by_sk = await connect(srv, tmp_path, *op.user(akp, signer=sk), closed_cb=ccb)
+        by_acc = await connect(srv, tmp_path, *op.user(akp))
+        _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 1)
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        await asyncio.wait_for(closed.wait(), 2)
+        await by_acc.flush()
+        assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(akp, signer=sk))
+        for nc in (by_acc, sysc):
+            await nc.close()
+
+
 async def test_src_and_connection_types(tmp_path):
     op = Operator()
     akp, _, _ = op.account("A")

@@ -455,7 +455,7 @@ class OperatorMode:
                 if name != acc.name and any(i.get("account") == acc.name for i in other.nats.get("imports") or []):
                     self._configure_imports(self.server.lookup_account(name), other)
         if not initial:
-            self._refresh_clients(acc, info)
+            self._refresh_clients(acc, info, old)
 
     def _expiration_timer(self, acc: Any, info: AccountInfo) -> None:
         """An account JWT with ``exp``: its clients are disconnected when it expires (nats-server's etmr)."""
@@ -764,7 +764,7 @@ class OperatorMode:
             c.server.log.error(f"{c.log_prefix()} - maximum subscriptions exceeded")
             c.close("Maximum Subscriptions Exceeded", "maximum subscriptions exceeded")
 
-    def _refresh_clients(self, acc: Any, info: AccountInfo) -> None:
+    def _refresh_clients(self, acc: Any, info: AccountInfo, old: AccountInfo | None = None) -> None:
         clients = sorted((c for c in acc.clients if getattr(c, "kind", 1) == 0 and not c.closed),
                          key=lambda c: c.start_time)
         count = 0
@@ -785,9 +785,10 @@ class OperatorMode:
                 c.debug("User Authentication Revoked")
                 c.close("Authentication Revoked", "User Authentication Revoked")
                 continue
-            if u.issuer != acc.name and u.issuer not in info.signing_keys:
-                c.debug("User JWT issuer is no longer known")
-                self._auth_violation(c)
+            if u.issuer != acc.name and (u.issuer not in info.signing_keys or (
+                    old is not None and old.signing_keys.get(u.issuer) != info.signing_keys.get(u.issuer))):
+                # a signing key removed, or its scope changed: closed without an -ERR, as nats-server does
+                c.close("Authentication Failure")
                 continue
             self.apply_client_limits(c)
         self.server.flush_clients()
