@@ -664,3 +664,27 @@ def test_config_errors_at_parse(tmp_path):
     validate_options(opts)  # like nats-server -t: the file is valid...
     with pytest.raises(ValueError, match="operators require an account resolver"):
         Server(opts)  # ...and the server refuses to start
+
+
+def test_time_windows_and_src_unit():
+    import datetime as dt
+    from rillet.server.operator import validate_src, validate_times
+    utc = dt.timezone.utc
+    at = dt.datetime(2026, 1, 1, 23, 30, 0, tzinfo=utc)
+    # a window over midnight, in a named zone
+    n = {"times": [{"start": "22:00:00", "end": "02:00:00"}], "times_location": "UTC"}
+    ok, left = validate_times(n, at)
+    assert ok and left == 2.5 * 3600
+    ok, _ = validate_times(n, at.replace(hour=3))
+    assert not ok
+    ok, left = validate_times(n, at.replace(hour=1))
+    assert ok and left == 30 * 60  # 01:30 until 02:00
+    assert validate_times({}, at) == (True, 0.0)
+    assert validate_times({"times": [{"start": "bad", "end": "x"}]}, at)[0] is False
+    assert validate_times({"times": [{"start": "01:00:00", "end": "02:00:00"}], "times_location": "No/Where"},
+                          at)[0] is False
+    assert validate_src({"src": ["192.168.0.0/16", "10.0.0.1/32"]}, "10.0.0.1")
+    assert validate_src({"src": "192.168.0.0/16,10.0.0.0/8"}, "10.2.3.4")
+    assert not validate_src({"src": ["192.168.0.0/16"]}, "10.0.0.1")
+    assert not validate_src({"src": ["192.168.0.0/16"]}, "")
+    assert validate_src({}, "")
