@@ -286,12 +286,11 @@ def validate_times(n: dict, now: _dt.datetime | None = None) -> tuple[bool, floa
             return False, 0.0
         s_dt = now.replace(hour=start.hour, minute=start.minute, second=start.second, microsecond=0)
         e_dt = now.replace(hour=end.hour, minute=end.minute, second=end.second, microsecond=0)
-        if start > end:  # the window wraps over midnight
-            if now >= s_dt:
-                e_dt += _dt.timedelta(days=1)
-            else:
-                s_dt -= _dt.timedelta(days=1)
-        if s_dt <= now < e_dt:
+        if start > end:
+            # a range over midnight starts today and ends tomorrow (as nats-server computes it: the hours after
+            # midnight, before today's start, are outside the range)
+            e_dt += _dt.timedelta(days=1)
+        if s_dt < now < e_dt:
             return True, (e_dt - now).total_seconds()
     return False, 0.0
 
