@@ -30,9 +30,8 @@ class NotEnabled:
         self.is_system = getattr(js.server, "system_account", None) is account
         self.ic = js.server.internal_client(account, f"jetstream disabled {account.name}")
         prefixes = ["$JS.API"] + ([f"$JS.{js.domain}.API"] if js.domain else [])
-        for p in prefixes:
-            for pattern in router.subscription_patterns():
-                self.ic.subscribe(f"{p}.{pattern}", self.on_request)
+        for p in prefixes:  # one subscription, as nats-server's one $JS.API.> import
+            self.ic.subscribe(f"{p}.>", self.on_request)
 
     def close(self) -> None:
         for sub in list(self.ic.subs.values()):
