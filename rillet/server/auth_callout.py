@@ -225,17 +225,6 @@ class AuthCallout:
         self.ic.subscribe(self.inbox + "*", self._on_reply)
         self.pending: dict[bytes, _Pending] = {}
 
-    def check_config(self) -> None:
-        """Log (as nats-server does, without refusing to start) an unknown account or auth user."""
-        o = self.server.opts
-        log = self.server.log
-        if self.cfg.account != GLOBAL_ACCOUNT and self.cfg.account not in (o.accounts or {}):
-            log.error(f"Authorization callout account {go_quote(self.cfg.account)} not valid")
-        a = self.server.authenticator
-        for u in self.cfg.auth_users:
-            if u not in a.users and u not in a.nkeys:
-                log.error(f"Authorization callout user {go_quote(u)} not valid: <nil>")
-
     # ---- who goes through the callout ---------------------------------------------------------------------
 
     @staticmethod
@@ -576,6 +565,5 @@ def setup(server: "Server") -> AuthCallout | None:
     raw = server.opts.extra.get("auth_callout") if isinstance(server.opts.extra, dict) else None
     if raw is None:
         return None
-    ac = AuthCallout(server, parse_auth_callout(raw))
-    ac.check_config()
-    return ac
+    # (an unknown callout account or auth user is not refused: nats-server starts, and logs nothing visible)
+    return AuthCallout(server, parse_auth_callout(raw))
