@@ -184,3 +184,19 @@ async def test_reload_without_users_and_token_clients(tmp_path):
         assert await anon.ping() == b""
         await anon.close()
         await a.close()
+
+
+async def test_reload_lowers_account_connection_limit(tmp_path):
+    """As nats-server: the connections over the new limit are closed with its error (the oldest go)."""
+    async with running(tmp_path) as r:
+        conns = [await RawClient.open(r, **login("a")) for _ in range(3)]
+        for c in conns:
+            assert await c.ping() == b""
+        (tmp_path / "acc.conf").write_text(V1.replace("    ]\n  }\n  B", "    ]\n    limits { max_connections: 1 }\n  }\n  B")
+                                           % r.port)
+        await r.reload()
+        for c in conns[:2]:
+            assert b"-ERR 'maximum account active connections exceeded'" in await c.read_until_closed(timeout=3)
+        assert await conns[2].is_open()
+        for c in conns:
+            await c.close()
