@@ -94,6 +94,9 @@ async def test_latency_metric_fields():
         m = await next_metric(lat)
         assert m["status"] == 200 and m["service"] < 0.04e9
         await no_metric(lat)
+        if not GO:  # nothing left waiting: response map entries, tracked requests, requestor watchers
+            rmap = srv.accounts["A"].imports
+            assert rmap.entries == {} and rmap.tracked == {} and not srv.accounts["B"].sub_removed
         await na.close()
         await nb.close()
 

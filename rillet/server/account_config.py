@@ -239,7 +239,7 @@ class ResponseMap:
         self.server = server
         self.entries: dict[bytes, _Resp] = {}
         self._adds = 0
-        self.tracked: dict[Any, int] = {}  # importer -> measured requests waiting for an answer
+        self.tracked: dict[Any, dict[bytes, _Resp]] = {}  # importer -> its measured requests still waiting
         self.ic = server.internal_client(exporter, f"service responses {exporter.name}")
         self.ic.subscribe("_R_.>", self.on_response)
 
@@ -256,19 +256,21 @@ class ResponseMap:
         self.entries[rr] = _Resp(importer, ic, reply, single, time.monotonic() + threshold, track)
         if track is not None:
             track.timer = self.server.loop.call_later(threshold, self._timed_out, rr)
-            n = self.tracked.get(importer)
-            if n is None:
+            waiting = self.tracked.get(importer)
+            if waiting is None:
+                waiting = self.tracked[importer] = {}
                 if importer.sub_removed is None:
                     importer.sub_removed = []
                 importer.sub_removed.append(self._requestor_sub_removed)
-            self.tracked[importer] = (n or 0) + 1
+            waiting[rr] = self.entries[rr]
         return rr
 
-    def _untrack(self, e: _Resp) -> None:
-        n = self.tracked.get(e.importer, 0) - 1
-        if n > 0:
-            self.tracked[e.importer] = n
-        elif e.importer in self.tracked:
+    def _untrack(self, rr: bytes, e: _Resp) -> None:
+        waiting = self.tracked.get(e.importer)
+        if waiting is None:
+            return
+        waiting.pop(rr, None)
+        if not waiting:
             del self.tracked[e.importer]
             cbs = e.importer.sub_removed
             if cbs and self._requestor_sub_removed in cbs:
@@ -277,16 +279,15 @@ class ResponseMap:
     def pop(self, rr: bytes) -> None:
         e = self.entries.pop(rr, None)
         if e is not None and e.track is not None:
-            self._untrack(e)
+            self._untrack(rr, e)
 
     def _requestor_sub_removed(self, acc: Any, sub: Any) -> None:
         """A subscription went in an importing account: a measured request whose requestor no longer
         listens on its reply subject gets a 408 metric."""
-        if not self.tracked.get(acc):
+        waiting = self.tracked.get(acc)
+        if not waiting:
             return
-        for rr, e in list(self.entries.items()):
-            if e.track is None or e.importer is not acc:
-                continue
+        for rr, e in list(waiting.items()):
             r = e.reply.decode("utf-8", "surrogateescape")
             if subject_matches_filter(r, sub.subject) and not acc.sublist.has_interest(r):
                 self.pop(rr)
