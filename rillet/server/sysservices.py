@@ -62,9 +62,8 @@ class SystemServices:
         ic.subscribe("$SYS.SERVER.*.STATSZ", _ignore)
         ic.subscribe("$SYS.SERVER.*.SHUTDOWN", _ignore)
         ic.subscribe("$SYS.SERVER.*.LAMEDUCK", _ignore)
-        claims = getattr(sa, "on_claims_update", None) or self._on_claims_update
-        ic.subscribe("$SYS.ACCOUNT.*.CLAIMS.UPDATE", claims)
-        ic.subscribe("$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE", claims)
+        ic.subscribe("$SYS.ACCOUNT.*.CLAIMS.UPDATE", self._on_claims_update)
+        ic.subscribe("$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE", self._on_claims_update)
         ic.subscribe("$SYS.REQ.SERVER.PING", sa._on_ping_statsz)
         for kind in SERVER_KINDS:
             ic.subscribe(f"$SYS.REQ.SERVER.{sid}.{kind}", sa._on_server_req)
@@ -96,12 +95,37 @@ class SystemServices:
 
     def _on_claims_update(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
                           msg: bytes) -> None:
-        # without operator mode there are no account JWTs to update: nats-server skips the update
+        op = getattr(self.server, "operator", None)
+        if op is not None:  # operator mode: the account resolver updates the account from its JWT
+            op.resolver.on_account_update(sub, c, subject, reply, hdr, msg)
+            return
+        # configured accounts have no JWT: nats-server checks the token, then skips the update
         parts = subject.decode().split(".")
         key = parts[2] if parts[1] == "ACCOUNT" else parts[3]
-        if reply:
-            self._reply(reply, {"server": self.sa.server_info(),
-                                "data": {"account": key, "code": 200, "message": "jwt update skipped"}})
+        body = self._body(hdr, msg).decode("utf-8", "replace").strip()
+        err = None
+        message = "jwt update skipped"
+        if not body:
+            message, err = "jwt update error", "request body is empty"
+        else:
+            from rillet.server import jwt
+            try:
+                claims = jwt.decode(body)
+                if jwt.claim_type(claims) != "account":
+                    raise jwt.JwtError("not an account jwt")
+            except jwt.JwtError as e:
+                message, err = "jwt update resulted in error", str(e)
+            else:
+                if claims.get("sub") != key:
+                    message, err = "jwt update resulted in error", "subject does not match jwt content"
+        if not reply:
+            return
+        resp: dict[str, Any] = {"server": self.sa.server_info()}
+        if err is None:
+            resp["data"] = {"account": key, "code": 200, "message": message}
+        else:
+            resp["error"] = {"account": key, "code": 500, "description": f"{message} - {err}"}
+        self._reply(reply, resp)
 
     def _on_acc_ping_statz(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
                            msg: bytes) -> None:
