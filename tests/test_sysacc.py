@@ -315,3 +315,13 @@ async def test_reload_request():
         assert r["error"]["code"] == 500 and "config reload not supported for Port" in r["error"]["description"]
         await nz.close()
         await ns.close()
+
+
+async def test_claims_update_without_operator():
+    async with run_server(opts()) as srv:
+        ns = await nats.connect(url(srv, "sys"))
+        r = await req(ns, "$SYS.REQ.ACCOUNT.A.CLAIMS.UPDATE")
+        assert r["error"] == {"account": "A", "code": 500, "description": "jwt update error - request body is empty"}
+        r = await req(ns, "$SYS.REQ.ACCOUNT.A.CLAIMS.UPDATE", b"garbage")
+        assert r["error"]["description"] == "jwt update resulted in error - expected 3 chunks"
+        await ns.close()
