@@ -505,3 +505,19 @@ async def test_callout_websocket_client():
             await nats.connect(f"ws://mallory:x@{host}:{port}", allow_reconnect=False, max_reconnect_attempts=0,
                                connect_timeout=2)
         await svc.close()
+
+
+async def test_callout_second_connect_waits_too():
+    from tests.helpers import RawClient
+    async with serve_config(conf()) as srv:
+        svc = await Service(directory).start(srv)
+        rc = await RawClient.open(srv, connect=None)
+        rc.send(b'CONNECT {"user":"bob","pass":"b","verbose":false,"protocol":1}\r\nPING\r\n')
+        await rc.read_until(b"PONG\r\n", 3)
+        # a second CONNECT as someone the callout refuses: what follows it is not run as bob
+        rc.send(b'CONNECT {"user":"mallory","pass":"m","verbose":false,"protocol":1}\r\n'
+                b"SUB x 1\r\nPUB x 2\r\nhi\r\nPING\r\n")
+        data = await rc.read_until_closed(3)
+        assert b"-ERR 'Authorization Violation'" in data and b"MSG x" not in data
+        assert len(svc.requests) == 2
+        await svc.close()

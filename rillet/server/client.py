@@ -320,6 +320,7 @@ class Client(asyncio.Protocol):
     def callout_started(self) -> None:
         """The callout decides this client's CONNECT: hold what the client sends until it does."""
         self._held = []
+        self.parser.awaiting_connect = True  # (a second CONNECT too: the parser stops after it)
         if self._auth_timer is not None:  # (the callout has its own timeout)
             self._auth_timer.cancel()
             self._auth_timer = None
