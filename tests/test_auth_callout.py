@@ -521,3 +521,19 @@ async def test_callout_second_connect_waits_too():
         assert b"-ERR 'Authorization Violation'" in data and b"MSG x" not in data
         assert len(svc.requests) == 2
         await svc.close()
+
+
+async def test_callout_second_connect_admitted():
+    from tests.helpers import RawClient
+    async with serve_config(conf()) as srv:
+        svc = await Service(directory).start(srv)
+        rc = await RawClient.open(srv, connect=None)
+        rc.send(b'CONNECT {"user":"bob","pass":"b","verbose":false,"protocol":1}\r\nPING\r\n')
+        await rc.read_until(b"PONG\r\n", 3)
+        rc.send(b'CONNECT {"user":"alice","pass":"a","verbose":false,"protocol":1}\r\n'
+                b"SUB a.x 1\r\nPUB a.x 2\r\nhi\r\nPING\r\n")
+        data = await rc.read_until(b"PONG\r\n", 3)
+        assert b"MSG a.x 1 2\r\nhi\r\n" in data and b"-ERR" not in data
+        assert len(svc.requests) == 2
+        await rc.close()
+        await svc.close()

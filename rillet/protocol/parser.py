@@ -142,7 +142,7 @@ class ClientParser:
             limit = self.max_control_line + 4
             max_payload = self.max_payload
             if self.awaiting_connect:
-                return self._parse_general(data, newpos, False)
+                return newpos  # a CONNECT that waits for the auth callout: the rest waits for resume()
             while i < last and pos < newpos:
                 pos += len(parts[i]) + 2
                 i += 1
