@@ -29,14 +29,18 @@ def _utf8(arr: pa.Array) -> pa.Array:
 class BatchBuilder:
     """Builds record batches for ``arrow_schema`` (from ``to_arrow_schema`` of the query's schema)."""
 
-    def __init__(self, arrow_schema: pa.Schema, stream: str, decode: str, region_header: str) -> None:
+    def __init__(self, arrow_schema: pa.Schema, stream: str, decode: str, region_header: str,
+                 json_names: list[str] | None = None) -> None:
         self.schema = arrow_schema
         self.stream = stream
         self.decode = decode
         self.region_header = region_header.lower()
         names = set(arrow_schema.names)
         self.need_headers = bool(names & {"headers", "region", "origin"})
-        self.json_fields = [f for f in arrow_schema if f.name not in META_COLUMNS and f.name != "data"]
+        jn = {n.lower() for n in (json_names or [])}
+        self.json_fields = [f for f in arrow_schema
+                            if f.name.lower() in jn or (f.name not in META_COLUMNS and f.name != "data")]
+        self.json_names = {f.name for f in self.json_fields}
         if decode != "json" and self.json_fields:
             raise ValueError(f"unknown columns {[f.name for f in self.json_fields]} (decoded columns need "
                              f"decode=json)")
@@ -50,6 +54,8 @@ class BatchBuilder:
             parsed = [parse_headers(h) if h else None for h in c.headers]
         for f in self.schema:
             name = f.name
+            if name in self.json_names:
+                continue
             if name == "stream":
                 arr = pa.array([self.stream] * n, pa.string())
             elif name == "subject":

@@ -74,7 +74,8 @@ async def _quiet(_e: Exception) -> None:
 async def connect(conn: ConnectOptions, name: str = "rillet-spark") -> FastClient:
     nc = FastClient()
     kw: dict[str, Any] = dict(servers=list(conn.servers), name=name, connect_timeout=conn.connect_timeout,
-                              allow_reconnect=False, max_reconnect_attempts=0, error_cb=_quiet,
+                              allow_reconnect=False, max_reconnect_attempts=1, reconnect_time_wait=0.2,
+                              error_cb=_quiet,
                               disconnected_cb=None)
     if conn.user:
         kw["user"], kw["password"] = conn.user, conn.password
@@ -93,8 +94,8 @@ async def connect(conn: ConnectOptions, name: str = "rillet-spark") -> FastClien
             ctx.load_cert_chain(conn.tls_cert, conn.tls_key or None)
         kw["tls"] = ctx
     try:
-        await nc.connect(**kw)
-    except Exception as e:  # NoServersError, auth errors, TLS errors...
+        await asyncio.wait_for(nc.connect(**kw), timeout=conn.connect_timeout * 2 * len(conn.servers) + 1)
+    except Exception as e:  # NoServersError, auth errors, TLS errors, timeouts...
         raise JetStreamSparkError(f"cannot connect to NATS at {', '.join(conn.servers)}: "
                                   f"{type(e).__name__}: {e}".rstrip(": ")) from None
     return nc

@@ -211,6 +211,8 @@ def parse_read(options: Mapping[str, str]) -> ReadOptions:
     if decode == "json" and not json_schema:
         raise OptionError("option 'decode': json needs a schema (option 'json_schema', a DDL string such as "
                           "'id STRING, amount DOUBLE')")
+    if decode == "json":
+        ddl_field_names(json_schema)
     return ReadOptions(
         conn=parse_connect(opts),
         stream=_name(opts, "stream"),
@@ -281,5 +283,24 @@ def parse_kv(options: Mapping[str, str]) -> KVOptions:
     )
 
 
-def describe(o: Any) -> str:
-    return repr(o)
+def ddl_field_names(ddl: str, key: str = "json_schema") -> list[str]:
+    """The top-level column names of a DDL schema string (``a INT, b STRUCT<x: INT, y: STRING>``)."""
+    names, depth, cur = [], 0, ""
+    for ch in ddl + ",":
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        if ch == "," and depth == 0:
+            part = cur.strip()
+            if part:
+                name = part.split()[0].strip("`")
+                if len(part.split()) < 2:
+                    raise OptionError(f"option '{key}': expected 'name TYPE, ...', got {ddl!r}")
+                names.append(name)
+            cur = ""
+        else:
+            cur += ch
+    if not names:
+        raise OptionError(f"option '{key}': no columns in {ddl!r}")
+    return names

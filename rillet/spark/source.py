@@ -20,22 +20,23 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from pyspark.sql.types import StructType
 
 from rillet.spark import client as C
-from rillet.spark.options import OptionError, ReadOptions, WriteOptions, parse_read, parse_write
+from rillet.spark.options import OptionError, ReadOptions, WriteOptions, ddl_field_names, parse_read, parse_write
 
 log = logging.getLogger("rillet.spark")
 
-META_DDL = ("stream STRING, subject STRING, seq BIGINT, timestamp TIMESTAMP, "
-            "headers MAP<STRING, ARRAY<STRING>>")
-
-
 def read_schema_ddl(opts: ReadOptions) -> str:
+    """The columns: stream, subject, seq, timestamp, headers, data (or the decoded JSON columns), region, origin.
+    A JSON column with the name of a metadata column takes its place."""
+    meta = ["stream STRING", "subject STRING", "seq BIGINT", "timestamp TIMESTAMP",
+            "headers MAP<STRING, ARRAY<STRING>>"]
+    tail = ["region STRING", "origin STRING"]
     if opts.decode == "json":
-        data = opts.json_schema
-    elif opts.decode == "utf8":
-        data = "data STRING"
-    else:
-        data = "data BINARY"
-    return f"{META_DDL}, {data}, region STRING, origin STRING"
+        names = {n.lower() for n in ddl_field_names(opts.json_schema)}
+        keep = [c for c in meta + tail if c.split()[0] not in names]
+        return ", ".join(keep[:len([c for c in meta if c in keep])] + [opts.json_schema] +
+                         [c for c in tail if c in keep])
+    data = "data STRING" if opts.decode == "utf8" else "data BINARY"
+    return ", ".join(meta + [data] + tail)
 
 
 class SeqRange(InputPartition):
@@ -123,7 +124,9 @@ def read_partition(opts: ReadOptions, schema: StructType, part: SeqRange) -> Ite
 
     from rillet.spark.arrow import BatchBuilder
 
-    builder = BatchBuilder(to_arrow_schema(schema, timezone="UTC"), part.stream, opts.decode, opts.region_header)
+    json_names = ddl_field_names(opts.json_schema) if opts.decode == "json" else []
+    builder = BatchBuilder(to_arrow_schema(schema, timezone="UTC"), part.stream, opts.decode, opts.region_header,
+                           json_names)
 
     async def produce(emit: Any) -> None:
         nc = await C.connect(opts.conn)
@@ -445,5 +448,8 @@ class JetStreamDataSource(DataSource):
 def _check_read_schema(opts: ReadOptions, schema: StructType) -> None:
     from rillet.spark.arrow import META_COLUMNS
     extra = [f.name for f in schema.fields if f.name not in META_COLUMNS and f.name != "data"]
+    if opts.decode == "json" and "data" in [f.name for f in schema.fields] and \
+            "data" not in ddl_field_names(opts.json_schema):
+        raise OptionError("option 'decode': with json, the payload becomes the json_schema columns (no 'data')")
     if extra and opts.decode != "json":
         raise OptionError(f"option 'decode': columns {extra} need decode=json")
