@@ -124,6 +124,39 @@ async def test_connect_isolation_and_bad_credentials(tmp_path):
         assert "authentication error" in log_text(srv)
 
 
+async def test_operator_signing_keys_and_strict_usage(tmp_path):
+    op = Operator()
+    osk = J.new_keypair("O")
+    akp = J.new_keypair("A")
+    ask = J.new_keypair("A")
+    apub = J.public_key(akp)
+    lim = {"subs": -1, "conn": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True}
+    by_sk = J.encode({"sub": apub, "name": "A", "nats": {"type": "account", "limits": lim,
+                                                         "signing_keys": [J.public_key(ask)]}}, osk)
+    bkp = J.new_keypair("A")
+    by_op = J.encode({"sub": J.public_key(bkp), "name": "B", "nats": {"type": "account", "limits": lim}}, op.kp)
+    sys_by_sk = J.encode({"sub": op.sys[1], "name": "SYS", "nats": {"type": "account", "limits": lim}}, osk)
+    for strict in (False, True):
+        n = {"type": "operator", "system_account": op.sys[1], "signing_keys": [J.public_key(osk)]}
+        if strict:
+            n["strict_signing_key_usage"] = True
+        opjwt = J.encode({"sub": op.pub, "name": "OP", "nats": n}, op.kp)
+        conf = (f"listen: 127.0.0.1:-1\noperator: {opjwt}\nsystem_account: {op.sys[1]}\nresolver: MEMORY\n"
+                f'resolver_preload {{\n {apub}: "{by_sk}"\n {J.public_key(bkp)}: "{by_op}"\n'
+                f' {op.sys[1]}: "{sys_by_sk}"\n}}\n')
+        async with serve_config(conf) as srv:
+            nc = await connect(srv, tmp_path, *op.user(akp, signer=ask))
+            await nc.close()
+            if strict:
+                # the operator's own key no longer signs accounts, nor an account's own key its users
+                assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(bkp))
+                assert "Authorization Violation" in await refused(srv, tmp_path, *op.user(akp))
+            else:
+                for kp in (bkp, akp):
+                    nc = await connect(srv, tmp_path, *op.user(kp))
+                    await nc.close()
+
+
 async def test_user_permissions_and_response_permission(tmp_path):
     op = Operator()
     akp, _, _ = op.account("A")
@@ -690,3 +723,12 @@ def test_time_windows_and_src_unit():
     assert not validate_src({"src": ["192.168.0.0/16"]}, "10.0.0.1")
     assert not validate_src({"src": ["192.168.0.0/16"]}, "")
     assert validate_src({}, "")
+
+
+def test_system_account_must_resolve(tmp_path):
+    from rillet.config.options_builder import load_string
+    from rillet.server.server import Server
+    op = Operator()
+    text = f"listen: 127.0.0.1:-1\noperator: {op.jwt()}\nresolver: MEMORY\n"  # the system account not preloaded
+    with pytest.raises(ValueError, match="error resolving system account: account missing"):
+        Server(load_string(text))

@@ -349,6 +349,9 @@ class OperatorMode:
         self.resolver = make_resolver(self, o.resolver or {"type": "MEMORY"})
         for pub, token in (o.resolver_preload or {}).items():
             self.resolver.store(pub, token)
+        sys_pub = o.system_account
+        if jwt.is_public_key(sys_pub, "A") and self.resolver.fetch(sys_pub) is None:
+            raise ValueError("error resolving system account: account missing")
 
     # ---- logging at start -------------------------------------------------------------------------------
 
@@ -461,7 +464,7 @@ class OperatorMode:
         old = self._exp_timers.pop(acc.name, None)
         if old is not None:
             old.cancel()
-        loop = self.server.loop
+        loop = getattr(self.server, "loop", None)
         if info.expires and loop is not None:
             delay = info.expires - time.time()
             if delay > 0:
@@ -506,7 +509,7 @@ class OperatorMode:
                              max_bytes_required=bool(src.get("max_bytes_required", False)))
 
     def _configure_jetstream(self, acc: Any, info: AccountInfo) -> None:
-        js = self.server.jetstream
+        js = getattr(self.server, "jetstream", None)
         if js is None or not getattr(js, "started", False):
             return  # JetStream enables the loaded accounts when it starts (jetstream_started)
         limits = self.js_limits(info)
@@ -659,6 +662,8 @@ class OperatorMode:
             c.debug("Account JWT not signed by trusted operator")
             return None
         known, scope = info.knows_issuer(acc.name, juc["iss"])
+        if known and juc["iss"] == acc.name and info.issuer in self.strict_keys:
+            known = False  # strict signing key usage: users are signed by the account's signing keys only
         if not known:
             c.debug("User JWT issuer is not known")
             return None
@@ -812,6 +817,9 @@ class OperatorMode:
 
     def register_sys(self, ic: Any) -> None:
         """Called by the system account when it starts: the resolver's $SYS request handlers."""
+        sys_pub = self.server.opts.system_account
+        if jwt.is_public_key(sys_pub, "A"):
+            self.lookup_account(sys_pub)  # the system account's JWT applies from the start
         self.resolver.register(ic)
 
     def account_removed(self, pub: str) -> None:
@@ -822,7 +830,7 @@ class OperatorMode:
         self.server.log.debug(f"Disable account {pub} due to remove")
         acc.mconns = acc.msubs = acc.mpay = 0
         del self.infos[pub]
-        js = self.server.jetstream
+        js = getattr(self.server, "jetstream", None)
         if js is not None and pub in getattr(js, "accounts", {}):
             js.accounts.pop(pub).stop()
         for c in list(acc.clients):
