@@ -415,6 +415,20 @@ async def test_src_and_connection_types(tmp_path):
         assert "Outside connect times" in log_text(srv)
 
 
+async def test_websocket_connection_type(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A")
+    ws_port = free_port()
+    conf = op.config(f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true }}")
+    async with serve_config(conf) as srv:
+        ukp, token = op.user(akp, allowed_connection_types=["WEBSOCKET"])
+        path = creds(tmp_path, ukp, token)
+        nc = await nats.connect(f"ws://127.0.0.1:{ws_port}", user_credentials=path, allow_reconnect=False)
+        await nc.flush()
+        await nc.close()
+        assert "Authorization Violation" in await refused(srv, tmp_path, ukp, token)
+
+
 async def _sys_client(op, srv, tmp_path):
     skp = op.sys[0]
     return await connect(srv, tmp_path, *op.user(skp, name="sys"))
