@@ -636,6 +636,30 @@ async def test_invalid_account_claims(tmp_path):
         await sysc.close()
 
 
+async def test_activation_expiry_ends_the_import(tmp_path):
+    op = Operator()
+    akp, bkp = J.new_keypair("A"), J.new_keypair("A")
+    apub, bpub = J.public_key(akp), J.public_key(bkp)
+    act = J.encode({"sub": bpub, "exp": int(time.time()) + 1,
+                    "nats": {"type": "activation", "subject": "private.>", "kind": "stream"}}, akp)
+    op.account("A", kp=akp, exports=[{"name": "p", "subject": "private.>", "type": "stream", "token_req": True}])
+    op.account("B", kp=bkp, imports=[{"name": "q", "subject": "private.>", "account": apub, "type": "stream",
+                                      "token": act}])
+    async with serve_config(op.config()) as srv:
+        na = await connect(srv, tmp_path, *op.user(akp))
+        nb = await connect(srv, tmp_path, *op.user(bkp))
+        sb = await nb.subscribe("private.>")
+        await nb.flush()
+        await na.publish("private.a", b"1")
+        assert (await sb.next_msg(timeout=1)).data == b"1"
+        await asyncio.sleep(2.6)
+        await na.publish("private.a", b"2")
+        with pytest.raises(nats.errors.TimeoutError):
+            await sb.next_msg(timeout=0.3)
+        await na.close()
+        await nb.close()
+
+
 async def test_jetstream_only_for_accounts_with_js_limits(tmp_path):
     op = Operator()
     akp, _, _ = op.account("A", limits={"conn": -1, "subs": -1, "payload": -1, "mem_storage": -1,

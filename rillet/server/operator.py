@@ -345,6 +345,7 @@ class OperatorMode:
                 self.pinned.add(o.system_account)  # the operator's system account can always connect
         self._loading: set[str] = set()
         self._exp_timers: dict[str, Any] = {}
+        self._act_timers: dict[str, Any] = {}
         self.import_clients: dict[str, list[tuple[Any, Any]]] = {}  # importer -> [(internal client, sub)]
         self.resolver = make_resolver(self, o.resolver or {"type": "MEMORY"})
         for pub, token in (o.resolver_preload or {}).items():
@@ -544,7 +545,8 @@ class OperatorMode:
                 return e
         return None
 
-    def _activation_ok(self, imp: dict, remote: str, exp: dict, exporter: str, importer: str) -> bool:
+    def _activation_ok(self, imp: dict, remote: str, exp: dict, exporter: str, importer: str,
+                       expiries: list[int]) -> bool:
         from rillet.subjects.validate import subject_is_subset_match
         token = imp.get("token")
         if not token:
@@ -569,6 +571,8 @@ class OperatorMode:
         for k in (importer, "*"):
             if k in revs and int(revs[k]) >= iat:
                 return False
+        if act.get("exp"):
+            expiries.append(int(act["exp"]))
         return True
 
     def _configure_imports(self, acc: Any, info: AccountInfo) -> None:
@@ -579,6 +583,12 @@ class OperatorMode:
             if ic in srv.internal_clients:
                 srv.internal_clients.remove(ic)
         made: list[tuple[Any, Any]] = []
+        expiries: list[int] = []
+        # load the exporting accounts first: loading one sets up its own imports (its internal clients must
+        # not be counted as this account's)
+        for imp in info.nats.get("imports") or []:
+            if isinstance(imp, dict) and jwt.is_public_key(imp.get("account"), "A"):
+                self.lookup_account(imp["account"])
         before = len(srv.internal_clients)
         for imp in info.nats.get("imports") or []:
             if not isinstance(imp, dict):
@@ -600,7 +610,7 @@ class OperatorMode:
             if exp is None:
                 srv.log.debug(f"Import of {kind} {subj} from {src}: no matching export")
                 continue
-            if exp.get("token_req") and not self._activation_ok(imp, remote, exp, src, acc.name):
+            if exp.get("token_req") and not self._activation_ok(imp, remote, exp, src, acc.name, expiries):
                 srv.log.debug(f"Import of {kind} {subj} from {src}: activation token not valid")
                 continue
             revs = exp.get("revocations") or {}
@@ -625,6 +635,20 @@ class OperatorMode:
                 for sub in list(ic.subs.values()):
                     made.append((ic, sub))
         self.import_clients[acc.name] = made
+        # an activation token that expires: the import goes away then (the imports are set up again)
+        old = self._act_timers.pop(acc.name, None)
+        if old is not None:
+            old.cancel()
+        loop = getattr(srv, "loop", None)
+        if expiries and loop is not None:
+            delay = max(min(expiries) - time.time(), 0) + 0.5
+            self._act_timers[acc.name] = loop.call_later(delay, self._reconfigure_imports, acc.name)
+
+    def _reconfigure_imports(self, name: str) -> None:
+        self._act_timers.pop(name, None)
+        info = self.infos.get(name)
+        if info is not None:
+            self._configure_imports(self.server.lookup_account(name), info)
 
     # ---- clients ----------------------------------------------------------------------------------------
 
