@@ -490,6 +490,14 @@ async def test_full_dir_resolver_survives_restart(tmp_path):
         sysc = await _sys_client(op, srv, tmp_path)
         r = await sysc.request("$SYS.REQ.CLAIMS.UPDATE", atok.encode(), timeout=2)
         assert json.loads(r.data)["data"] == {"account": apub, "code": 200, "message": "jwt updated"}
+        # the older announcement subject is an input too (a plain publish, no reply)
+        _, _, newer = op.account("A", kp=akp, iat=int(time.time()) + 1,
+                                 limits={"conn": 5, "subs": -1, "payload": -1})
+        await sysc.publish(f"$SYS.ACCOUNT.{apub}.CLAIMS.UPDATE", newer.encode())
+        await sysc.flush()
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.LOOKUP", b"", timeout=2)
+        assert r.data.decode() == newer
+        atok = newer
         bad = J.encode({"sub": apub, "iat": 1, "nats": {"type": "account", "limits": {"exports": 0},
                                                         "exports": [{"subject": "x", "type": "stream"}]}}, op.kp)
         r = await sysc.request("$SYS.REQ.CLAIMS.UPDATE", bad.encode(), timeout=2)

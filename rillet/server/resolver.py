@@ -5,8 +5,8 @@
   and apply to accounts already loaded.
 * ``DirResolver`` (``resolver { type: full, dir: ... }``): one ``<account public key>.jwt`` file per account,
   so accounts survive a restart. Besides the updates above it answers ``$SYS.REQ.CLAIMS.UPDATE``,
-  ``$SYS.REQ.ACCOUNT.<acc>.CLAIMS.LOOKUP``, ``$SYS.REQ.CLAIMS.LIST`` and ``$SYS.REQ.CLAIMS.DELETE``, and
-  announces a stored JWT on ``$SYS.ACCOUNT.<acc>.CLAIMS.UPDATE``.
+  ``$SYS.REQ.ACCOUNT.<acc>.CLAIMS.LOOKUP``, ``$SYS.REQ.CLAIMS.LIST`` and ``$SYS.REQ.CLAIMS.DELETE``.
+  (``$SYS.ACCOUNT.<acc>.CLAIMS.UPDATE`` is only an input: nats-server does not publish it either.)
 
 Replies are nats-server's ``{"server": {...}, "data": {"account", "code", "message"}}`` or
 ``{"server": {...}, "error": {"account", "code", "description"}}``.
@@ -234,21 +234,20 @@ class DirResolver(MemResolver):
             self.respond(reply, pub, "jwt validation failed", "validation errors: [claim is expired]")
             return
         old = self.fetch(pub)
+        if old == token:
+            self.respond(reply, pub, "jwt updated")
+            return
         try:
             self._write(pub, token)
         except (OSError, jwt.JwtError) as e:
             self.respond(reply, pub, "jwt update resulted in error", str(e))
             return
-        if old != token and pub in op.infos:
+        if pub in op.infos:
             try:
                 op.update_account(pub, token)
             except jwt.JwtError as e:
                 op.server.log.error(f'DirResolver - Update for account "{pub}" resulted in error {e}')
         self.respond(reply, pub, "jwt updated")
-        if old != token:
-            sysacc = op.server.sysacc
-            if sysacc.client is not None:
-                sysacc.client.publish(f"$SYS.ACCOUNT.{pub}.CLAIMS.UPDATE".encode(), None, token.encode())
 
     def _on_lookup(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         if not reply:
