@@ -56,7 +56,8 @@ class Operator:
         return ukp, J.encode(claims, signer or acc_kp)
 
     def config(self, extra: str = "", resolver: str = "resolver: MEMORY", preload=True) -> str:
-        lines = ["listen: 127.0.0.1:-1", f"operator: {self.jwt()}", resolver]
+        self.jwt_token = self.jwt()
+        lines = ["listen: 127.0.0.1:-1", f"operator: {self.jwt_token}", resolver]
         if self.sys:
             lines.append(f"system_account: {self.sys[1]}")
         if preload:
@@ -267,6 +268,11 @@ async def test_connz_shows_jwt_user(tmp_path):
         ad = json.loads(raw)["account_detail"]
         assert ad["name_tag"] == "A" and ad["issuer_key"] == op.pub and ad["jwt"] == op.accounts["A"][2]
         assert ad["decoded_jwt"]["sub"] == apub and ad["expired"] is False
+        raw = await loop.run_in_executor(None, lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/varz", timeout=2).read())
+        v = json.loads(raw)
+        assert v["trusted_operators_jwt"] == [op.jwt_token] and v["system_account"] == op.sys[1]
+        assert v["trusted_operators_claim"][0]["sub"] == op.pub
         await nc.close()
 
 

@@ -391,9 +391,15 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["config_digest"] = getattr(o, "config_digest", "") or ""
     if o.tags:
         v["tags"] = list(o.tags)
+    if o.operator_jwts:  # operator mode
+        v["trusted_operators_jwt"] = list(o.operator_jwts)
+        v["trusted_operators_claim"] = list(o.trusted_operators)
     sa = system_account_name(server)
     if sa:
         v["system_account"] = sa
+    op = getattr(server, "operator", None)
+    if op is not None and op.pinned_fails:
+        v["pinned_account_fails"] = op.pinned_fails
     v["slow_consumer_stats"] = {"clients": server.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0}
     v["stale_connection_stats"] = {"clients": getattr(server, "stale_connections", 0), "routes": 0,
                                    "gateways": 0, "leafs": 0}

@@ -339,6 +339,7 @@ class OperatorMode:
         self.infos: dict[str, AccountInfo] = {}
         pinned = _pinned(o)
         self.pinned: set[str] | None = None
+        self.pinned_fails = 0  # /varz pinned_account_fails
         if pinned:
             self.pinned = set(pinned)
             if o.system_account:
@@ -676,6 +677,7 @@ class OperatorMode:
         issuer = n.get("issuer_account") or juc["iss"]
         if self.pinned is not None and issuer not in self.pinned:
             c.debug(f"Account {issuer} not listed as operator pinned account")
+            self.pinned_fails += 1
             return None
         acc = self.lookup_account(issuer)
         if acc is None:
