@@ -149,6 +149,14 @@ def summary(kind: str, samples: list[Sample], as_json: bool, extra: dict | None 
 
 
 class CountingParser:
+    """Counts the MSG/HMSG frames of ``sids``; hands every other frame to nats-py's own parser.
+
+    ``check_errors``: frames whose body holds ``"error"`` or whose header is a status line are kept in
+    ``errors`` (JetStream publish acks). ``statuses``: status frames (``NATS/1.0 404`` ...) are not
+    counted but bump ``status_count`` (pull requests ending). ``keep_replies``: reply subjects of the
+    counted frames are collected (to acknowledge them).
+    """
+
     def __init__(self, nc: Any) -> None:
         self.nc = nc
         self.orig = nc._ps
@@ -157,7 +165,13 @@ class CountingParser:
         self.sample = Sample()
         self.target = 0
         self.done = asyncio.Event()
-        self.on_first: Any = None
+        self.changed = asyncio.Event()
+        self.check_errors = False
+        self.statuses = False
+        self.keep_replies = False
+        self.errors: list[bytes] = []
+        self.status_count = 0
+        self.replies: list[bytes] = []
 
     def reset(self) -> None:
         self.buf = b""
@@ -169,6 +183,7 @@ class CountingParser:
         count = nbytes = 0
         sids = self.sids
         find = buf.find
+        special = self.check_errors or self.statuses or self.keep_replies
         while pos < n:
             eol = find(b"\r\n", pos)
             if eol < 0:
@@ -183,6 +198,11 @@ class CountingParser:
                 if parts[1] in sids:
                     count += 1
                     nbytes += size
+                    if special:
+                        if self.check_errors and b'"error"' in buf[eol + 2:end - 2]:
+                            self.errors.append(buf[eol + 2:end - 2])
+                        if self.keep_replies and len(parts) == 4:
+                            self.replies.append(parts[2])
                 else:
                     await self.orig.parse(buf[pos:end])
                 pos = end
@@ -193,8 +213,16 @@ class CountingParser:
                 if end > n:
                     break
                 if parts[1] in sids:
-                    count += 1
-                    nbytes += size - int(parts[-2])
+                    hlen = int(parts[-2])
+                    if special and buf[eol + 2:eol + 11] == b"NATS/1.0 ":  # a status, not a message
+                        if self.check_errors:
+                            self.errors.append(buf[eol + 2:eol + 2 + hlen].split(b"\r\n", 1)[0])
+                        self.status_count += 1
+                    else:
+                        count += 1
+                        nbytes += size - hlen
+                        if self.keep_replies and len(parts) == 5:
+                            self.replies.append(parts[2])
                 else:
                     await self.orig.parse(buf[pos:end])
                 pos = end
@@ -207,24 +235,30 @@ class CountingParser:
             now = time.perf_counter()
             if not s.msgs:
                 s.start = now
-                if self.on_first:
-                    self.on_first()
             s.msgs += count
             s.bytes += nbytes
             s.end = now
             if self.target and s.msgs >= self.target:
                 self.done.set()
+        if count or (special and (self.errors or self.status_count)):
+            self.changed.set()
+
+
+async def fast_subscription(conn: Any, subject: str, queue: str = "") -> CountingParser:
+    """Subscribe on ``conn`` with a counting parser in front of nats-py's (one per connection)."""
+    nc = conn.nc
+    p = nc._ps if isinstance(nc._ps, CountingParser) else CountingParser(nc)
+    nc._ps = p
+    sub = await nc.subscribe(subject, queue=queue)
+    p.sids.add(str(sub._id).encode())
+    return p
 
 
 async def counting_subscriber(subject: str, target: int, queue: str = "") -> tuple[Any, CountingParser]:
     conn = await connect(pending_size=PENDING)
-    nc = conn.nc
-    p = CountingParser(nc)
-    nc._ps = p
+    p = await fast_subscription(conn, subject, queue)
     p.target = target
-    sub = await nc.subscribe(subject, queue=queue)
-    p.sids.add(str(sub._id).encode())
-    await nc.flush()
+    await conn.nc.flush()
     return conn, p
 
 
@@ -502,54 +536,45 @@ async def _js_pub(subject: str, msgs: int, payload: bytes, clients: int, window:
     async def client(conn: Any, n: int) -> Sample:
         nc = conn.nc
         prefix = nc.new_inbox()
-        acked = 0
-        errors: list[str] = []
-        room = asyncio.Event()
-        sent = 0
-
-        async def on_ack(m: Any) -> None:
-            nonlocal acked
-            acked += 1
-            if m.data[:9] != b'{"stream"' and (b'"error"' in m.data or (m.headers or {}).get("Status") == "503"):
-                errors.append(m.data.decode(errors="replace") or "no responders (is a stream on the subject?)")
-            if sent - acked < window:
-                room.set()
-
-        await nc.subscribe(prefix + ".*", cb=on_ack)
+        p = await fast_subscription(conn, prefix + ".*")
+        p.check_errors = True
         await nc.flush()
         s = Sample(start=time.perf_counter())
-        head_len = len(payload)
-        while sent < n:
-            if errors:
-                break
-            k = min(window - (sent - acked), n - sent)
+        tail = f" {len(payload)}\r\n".encode() + payload + b"\r\n"
+        head = f"PUB {subject} {prefix}.".encode()
+        sent = 0
+        timeout = conn.settings.timeout
+        while sent < n and not p.errors:
+            k = min(window - (sent - p.sample.msgs), n - sent)
             if k <= 0:
-                room.clear()
+                p.changed.clear()
                 try:
-                    await asyncio.wait_for(room.wait(), conn.settings.timeout)
+                    await asyncio.wait_for(p.changed.wait(), timeout)
                 except asyncio.TimeoutError:
                     raise CliError(conn.last_permission_error() or "timeout waiting for publish acks") from None
                 continue
-            out = b"".join(f"PUB {subject} {prefix}.{sent + i} {head_len}\r\n".encode() + payload + b"\r\n"
-                           for i in range(k))
-            await nc._send_command(out)
+            await nc._send_command(b"".join(head + str(sent + i).encode() + tail for i in range(k)))
             await nc._flush_pending()
             sent += k
-        deadline = time.monotonic() + conn.settings.timeout
-        while acked < sent and not errors and time.monotonic() < deadline:
-            room.clear()
+        deadline = time.monotonic() + timeout
+        while p.sample.msgs + len(p.errors) < sent and not p.errors and time.monotonic() < deadline:
+            p.changed.clear()
             try:
-                await asyncio.wait_for(room.wait(), 0.05)
+                await asyncio.wait_for(p.changed.wait(), max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
-                pass
+                break
         s.end = time.perf_counter()
-        if errors:
-            e = errors[0]
-            try:
-                e = json.loads(e)["error"]["description"]
-            except (ValueError, KeyError, TypeError):
-                pass
+        if p.errors:
+            e = p.errors[0].decode(errors="replace")
+            if e.startswith("NATS/1.0 503"):
+                e = "no responders (is a stream on the subject?)"
+            else:
+                try:
+                    e = json.loads(e)["error"]["description"]
+                except (ValueError, KeyError, TypeError):
+                    pass
             raise CliError(f"publish failed: {e}")
+        acked = p.sample.msgs
         if acked < sent:
             raise CliError(conn.last_permission_error() or f"timeout: {sent - acked} publishes were not acknowledged")
         s.msgs = acked
@@ -595,40 +620,30 @@ async def _js_consume(stream: str, msgs: int, clients: int, batch: int, acks: bo
 
     async def client(conn: Any) -> Sample:
         nc = conn.nc
-        q: asyncio.Queue = asyncio.Queue()
         inbox = nc.new_inbox()
-        s = Sample()
-
-        async def on_msg(m: Any) -> None:
-            if m.headers and m.headers.get("Status"):
-                q.put_nowait(("status", 0))
-                return
-            if not s.msgs:
-                s.start = time.perf_counter()
-            s.msgs += 1
-            s.bytes += len(m.data)
-            s.end = time.perf_counter()
-            shared["left"] -= 1
-            if acks:
-                await nc.publish(m.reply, b"+ACK")
-            q.put_nowait(("msg", 1))
-
-        await nc.subscribe(inbox, cb=on_msg, pending_msgs_limit=batch * 4 + 100)
+        p = await fast_subscription(conn, inbox)
+        p.statuses = True
+        p.keep_replies = acks
+        await nc.flush()
+        subject = f"{prefix}.CONSUMER.MSG.NEXT.{stream}.{name}"
         while shared["left"] > 0:
             want = min(batch, shared["left"])
-            await nc.publish(f"{prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
-                             json.dumps({"batch": want, "expires": 2_000_000_000}).encode(), reply=inbox)
-            got = 0
-            while got < want and shared["left"] > 0:
+            shared["left"] -= want  # reserved: the clients together fetch exactly --msgs
+            got0, st0 = p.sample.msgs, p.status_count
+            await nc.publish(subject, json.dumps({"batch": want, "expires": 2_000_000_000}).encode(), reply=inbox)
+            while p.sample.msgs - got0 < want and p.status_count == st0:
+                p.changed.clear()
+                if acks and p.replies:
+                    await _ack_all(nc, p)
                 try:
-                    kind, _ = await asyncio.wait_for(q.get(), 5)
+                    await asyncio.wait_for(p.changed.wait(), 5)
                 except asyncio.TimeoutError:
                     raise CliError("timeout waiting for messages from the consumer") from None
-                if kind == "status":
-                    break
-                got += 1
+            shared["left"] += want - (p.sample.msgs - got0)
+            if acks:
+                await _ack_all(nc, p)
         await nc.flush()
-        return s
+        return p.sample
 
     samples = await asyncio.gather(*(client(c) for c in conns))
     try:
@@ -638,6 +653,12 @@ async def _js_consume(stream: str, msgs: int, clients: int, batch: int, acks: bo
     summary("JetStream Consume", list(samples), as_json)
     for c in conns:
         await c.nc.close()
+
+
+async def _ack_all(nc: Any, p: CountingParser) -> None:
+    replies, p.replies = p.replies, []
+    await nc._send_command(b"".join(b"PUB " + r + b" 4\r\n+ACK\r\n" for r in replies))
+    await nc._flush_pending()
 
 
 # ---------------------------------------------------------------------------------------------------
