@@ -530,6 +530,9 @@ class Publisher:
         if self.errors:
             raise JetStreamSparkError(self.errors[0])
         while True:
+            if not self.sem.locked():
+                await self.sem.acquire()  # a free slot: no timer needed
+                break
             try:
                 await asyncio.wait_for(self.sem.acquire(), timeout=self.ack_timeout)
                 break
