@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 
 from tests.helpers import free_port
-from tests.test_rcli_support import cli, server, url_with  # noqa: F401  (fixtures)
+from tests.test_rcli_support import cli, fastcli, server, url_with  # noqa: F401  (fixtures)
 
 
-def test_stream_lifecycle_with_flags(cli):
+def test_stream_lifecycle_with_flags(fastcli):
+    cli = fastcli
     out = cli.ok("stream", "add", "ORDERS", "--subjects", "orders.>", "--max-age", "1h", "--max-msgs", "1000",
                  "--dupe-window", "30s", "--description", "the orders", "--storage", "memory")
     assert "Stream ORDERS was created" in out and "Subjects: orders.>" in out and "Maximum Age: 1h" in out
@@ -54,7 +55,8 @@ def test_stream_lifecycle_with_flags(cli):
     assert cli.ok("stream", "ls") .strip() == "No Streams defined"
 
 
-def test_stream_from_json_config_like_the_api(cli, tmp_path):
+def test_stream_from_json_config_like_the_api(fastcli, tmp_path):
+    cli = fastcli
     cfg = {"name": "CFGD", "subjects": ["cfgd.*"], "retention": "workqueue", "storage": "file",
            "max_msgs_per_subject": 3, "discard": "new", "allow_direct": True}
     f = tmp_path / "stream.json"
@@ -78,6 +80,7 @@ def test_stream_from_json_config_like_the_api(cli, tmp_path):
 
 
 def test_stream_user_errors(cli, tmp_path, server):
+    """User mistakes as real subprocesses: one line on stderr, exit status 1, no traceback."""
     bad = tmp_path / "bad.json"
     bad.write_text('{"name": "X", "subjects": [')
     assert cli.fails("stream", "add", "--config", str(bad)).startswith(f"invalid JSON in {bad}:")
@@ -99,7 +102,8 @@ def test_stream_user_errors(cli, tmp_path, server):
     assert "connection refused" in cli.fails("stream", "ls", "--server", f"nats://127.0.0.1:{free_port()}")
 
 
-def test_stream_backup_and_restore(cli, tmp_path):
+def test_stream_backup_and_restore(fastcli, tmp_path):
+    cli = fastcli
     cli.ok("stream", "add", "BK", "--subjects", "bk.*")
     for i in range(5):
         cli.ok("pub", "bk.x", f"m{i}", "-J", "-q") if i < 2 else None
@@ -119,7 +123,8 @@ def test_stream_backup_and_restore(cli, tmp_path):
     cli.ok("stream", "rm", "BK", "-f")
 
 
-def test_consumers(cli, tmp_path):
+def test_consumers(fastcli, tmp_path):
+    cli = fastcli
     cli.ok("stream", "add", "CS", "--subjects", "cs.>")
     cli.ok("pub", "cs.a", "a{{Count}}", "--count", "4", "-q")
     out = cli.ok("consumer", "add", "CS", "PULL", "--filter", "cs.a", "--ack", "explicit", "--max-deliver", "3",
@@ -166,7 +171,8 @@ def test_consumers(cli, tmp_path):
     cli.ok("stream", "rm", "CS", "-f")
 
 
-def test_account_info(cli, server):
+def test_account_info(fastcli, server):
+    cli = fastcli
     cli.ok("stream", "add", "ACC", "--subjects", "acc.x")
     out = cli.ok("account", "info")
     assert "Connected Server Name: rcli" in out and "Streams: 1 of unlimited" in out

@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 import os
 
-from tests.test_rcli_support import cli, server  # noqa: F401  (fixtures)
+from tests.test_rcli_support import fastcli, server  # noqa: F401  (fixtures)
 
 
-def test_kv_commands(cli):
+def test_kv_commands(fastcli):
+    cli = fastcli
     out = cli.ok("kv", "add", "CFG", "--history", "5", "--ttl", "1h", "--description", "settings")
     assert "Key-Value Store Bucket CFG" in out and "History Kept: 5" in out and "Maximum Age: 1h" in out
     assert cli.ok("kv", "put", "CFG", "color", "blue").strip() == "blue"
@@ -56,7 +57,8 @@ def test_kv_commands(cli):
     assert cli.ok("kv", "ls").strip() == "No Key-Value buckets found"
 
 
-def test_object_store_commands(cli, tmp_path):
+def test_object_store_commands(fastcli, tmp_path):
+    cli = fastcli
     data = os.urandom(300_000)
     src = tmp_path / "blob.bin"
     src.write_bytes(data)
