@@ -777,6 +777,20 @@ def test_time_windows_and_src_unit():
     assert validate_src({}, "")
 
 
+def test_operator_asserts_server_version(tmp_path):
+    from rillet.config.options_builder import load_string
+    from rillet.server.server import Server
+    op = Operator()
+    op.account("A")
+    for ver, ok in (("2.0.0", True), ("2.99.0", False), ("9.0.0", False)):
+        text = op.config().replace(f"operator: {op.jwt_token}", f"operator: {op.jwt(assert_server_version=ver)}")
+        if ok:
+            Server(load_string(text))
+        else:
+            with pytest.raises(ValueError, match=r"expected (major|minor) version \d+ > server"):
+                Server(load_string(text))
+
+
 def test_system_account_must_resolve(tmp_path):
     from rillet.config.options_builder import load_string
     from rillet.server.server import Server

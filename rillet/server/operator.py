@@ -32,6 +32,10 @@ def validate_operator_options(o: Any) -> None:
     if not ops:
         return
     if o.resolver is None:
+        if len(ops) == 1 and jwt.nats_section(ops[0]).get("account_server_url"):
+            # nats-server would use the operator's account server as a URL resolver
+            raise ValueError("URL account resolver (the operator's account_server_url) is not supported by "
+                             "rillet (use MEMORY or a full dir resolver)")
         raise ValueError("operators require an account resolver to be configured")
     if o.accounts:
         raise ValueError("operators do not allow Accounts to be configured directly")
@@ -51,6 +55,27 @@ def validate_operator_options(o: Any) -> None:
     for key in _pinned(o):
         if not jwt.is_public_key(key, "A"):
             raise ValueError(f'pinned account key "{key}" is not a valid public account nkey')
+    import rillet
+    srv_ver = tuple(int(x) for x in rillet.SERVER_VERSION.split("-")[0].split(".")[:3])
+    for op in ops:
+        want = jwt.nats_section(op).get("assert_server_version") or ""
+        if not want:
+            continue
+        parts = str(want).split(".")
+        sub = op.get("sub", "")
+        if len(parts) != 3:
+            raise ValueError(f"operator {sub} expects version {want} got error instead: asserted server version "
+                             f"must be of the form <major>.<minor>.<update>")
+        try:
+            ver = tuple(int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"operator {sub} expects version {want} got error instead: asserted server version "
+                             f"cant parse {want} to int") from None
+        for label, a, b in zip(("major", "minor", "update"), ver, srv_ver):
+            if a > b:
+                raise ValueError(f"operator {sub} expected {label} version {a} > server {label} version {b}")
+            if a < b:
+                break
     if o.no_auth_user:
         raise ValueError("no_auth_user not compatible with Trusted Operator")
 
