@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from conftest import make_spark  # noqa: E402
+from spark_support import make_spark  # noqa: E402
 
 
 def main() -> None:

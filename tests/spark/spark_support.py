@@ -1,5 +1,6 @@
-"""Fixtures for the Spark data source tests: one local SparkSession for the whole run, and JetStream servers
-(Rillet, or the Go nats-server) as subprocesses, since Spark's Python workers connect from other processes.
+"""Shared pieces of the Spark data source tests (fixtures re-exported by conftest.py): one local SparkSession for
+the whole run, and JetStream servers (Rillet, or the Go nats-server) as subprocesses, since Spark's Python
+workers connect from other processes.
 
 Everything Spark needs is set up here, not by hand: PYSPARK_PYTHON (this interpreter), JAVA_HOME (found from
 ``java`` on PATH when unset), a local master with the UI off and few shuffle partitions.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nats.js.api import StreamConfig
 
-from conftest import js_client, spark_env
+from spark_support import js_client, spark_env
 
 HERE = Path(__file__).resolve().parent
 

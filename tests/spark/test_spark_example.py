@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import JSServer
+from spark_support import JSServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "spark"))
 

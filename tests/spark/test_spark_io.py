@@ -11,7 +11,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig, StreamSource
 
-from conftest import free_port, js_client, run
+from spark_support import free_port, js_client, run
 
 
 async def _make_stream(url: str, name: str, subjects: list[str], msgs: list[tuple[str, bytes, dict | None]],
