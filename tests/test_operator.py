@@ -650,6 +650,26 @@ async def test_invalid_account_claims(tmp_path):
         await sysc.close()
 
 
+async def test_account_jwt_mappings(tmp_path):
+    op = Operator()
+    akp, apub, _ = op.account("A", mappings={"in.*": [{"subject": "out.{{wildcard(1)}}"}]})
+    async with serve_config(op.config()) as srv:
+        sysc = await _sys_client(op, srv, tmp_path)
+        nc = await connect(srv, tmp_path, *op.user(akp))
+        sub = await nc.subscribe("out.>")
+        sub2 = await nc.subscribe("again.>")
+        await nc.flush()
+        await nc.publish("in.x", b"1")
+        assert (await sub.next_msg(timeout=1)).subject == "out.x"
+        _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 1, mappings={"in.*": [{"subject": "again.$1"}]})
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        await nc.publish("in.y", b"2")
+        assert (await sub2.next_msg(timeout=1)).subject == "again.y"
+        await nc.close()
+        await sysc.close()
+
+
 async def test_activation_expiry_ends_the_import(tmp_path):
     op = Operator()
     akp, bkp = J.new_keypair("A"), J.new_keypair("A")

@@ -475,6 +475,7 @@ class OperatorMode:
         acc.mconns = num("conn")
         acc.msubs = num("subs")
         acc.mpay = num("payload")
+        self._configure_mappings(acc, info)
         self._configure_jetstream(acc, info)
         self._configure_imports(acc, info)
         self._expiration_timer(acc, info)
@@ -485,6 +486,21 @@ class OperatorMode:
                     self._configure_imports(self.server.lookup_account(name), other)
         if not initial:
             self._refresh_clients(acc, info, old)
+
+    def _configure_mappings(self, acc: Any, info: AccountInfo) -> None:
+        """The account JWT's subject mappings (weighted, optionally per cluster); bad ones are skipped."""
+        from rillet.subjects.mapping import parse_mappings
+        raw = info.nats.get("mappings") or {}
+        mappings = []
+        for src, dests in raw.items() if isinstance(raw, dict) else ():
+            entries = [{"destination": d.get("subject", ""), "weight": d.get("weight") or 100,
+                        **({"cluster": d["cluster"]} if d.get("cluster") else {})}
+                       for d in dests or [] if isinstance(d, dict)]
+            try:
+                mappings.extend(parse_mappings({src: entries}, self.server.opts.cluster.name))
+            except ValueError as e:
+                self.server.log.debug(f"Error adding mapping for {src} to account {acc.name}: {e}")
+        acc.mappings = mappings
 
     def _expiration_timer(self, acc: Any, info: AccountInfo) -> None:
         """An account JWT with ``exp``: its clients are disconnected when it expires (nats-server's etmr)."""
