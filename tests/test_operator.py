@@ -199,6 +199,30 @@ async def test_user_permissions_and_response_permission(tmp_path):
             await nc.close()
 
 
+async def test_account_default_permissions(tmp_path):
+    op = Operator()
+    akp, _, _ = op.account("A", default_permissions={"pub": {"deny": ["secret.>"]}})
+    async with serve_config(op.config()) as srv:
+        errs = []
+
+        async def ecb(e):
+            errs.append(str(e))
+        plain = await connect(srv, tmp_path, *op.user(akp), error_cb=ecb)  # no permissions of its own
+        own = await connect(srv, tmp_path, *op.user(akp, pub={"allow": [">"]}))  # its own replace the default
+        sub = await own.subscribe("secret.>")
+        await own.flush()
+        await plain.publish("secret.a", b"1")
+        await own.publish("secret.b", b"2")
+        await plain.flush()
+        await own.flush()
+        assert (await sub.next_msg(timeout=1)).subject == "secret.b"
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.next_msg(timeout=0.2)
+        assert has(errs, 'Permissions Violation for Publish to "secret.a"')
+        await plain.close()
+        await own.close()
+
+
 async def test_expiry_rejected_and_disconnects(tmp_path):
     op = Operator()
     akp, _, _ = op.account("A")
