@@ -219,6 +219,19 @@ async def test_account_default_permissions(tmp_path):
         with pytest.raises(nats.errors.TimeoutError):
             await sub.next_msg(timeout=0.2)
         assert has(errs, 'Permissions Violation for Publish to "secret.a"')
+        # new default permissions apply to connected users without their own
+        sysc = await _sys_client(op, srv, tmp_path)
+        _, apub, tok = op.account("A", kp=akp, iat=int(time.time()) + 1,
+                                  default_permissions={"pub": {"deny": ["other.>"]}})
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        await plain.publish("secret.c", b"3")
+        await plain.publish("other.d", b"4")
+        await plain.flush()
+        assert (await sub.next_msg(timeout=1)).subject == "secret.c"
+        await asyncio.sleep(0.1)
+        assert has(errs, 'Permissions Violation for Publish to "other.d"')
+        await sysc.close()
         await plain.close()
         await own.close()
 

@@ -787,9 +787,11 @@ class OperatorMode:
             c.server.log.error(f"{c.log_prefix()} - Outside connect times")
             return None
         perms = permissions_from_claims(src_n)
-        if perms is None:
+        uses_default = perms is None
+        if uses_default:
             perms = info.default_perms
         u = JwtUser(juc, token, acc.name, perms, known_types or None, src_n)
+        u.uses_default = uses_default  # type: ignore[attr-defined]
         u.bearer = bearer
         u.valid_for = valid_for  # type: ignore[attr-defined]
         c.debug(f'Authenticated JWT: Client "{juc["sub"]}" (claim-name: "{juc.get("name", "")}", claim-tags: '
@@ -848,6 +850,13 @@ class OperatorMode:
             u = getattr(c, "jwt_user", None)
             if u is None:
                 continue
+            if getattr(u, "uses_default", False) and old is not None and old.nats.get("default_permissions") != \
+                    info.nats.get("default_permissions"):
+                # the account's default permissions changed: users without their own take the new ones
+                from rillet.server.auth import PermChecker
+                u.permissions = info.default_perms
+                c.perms = PermChecker(info.default_perms) if info.default_perms is not None else None
+                c.update_slow_path()
             if u.bearer and info.disallow_bearer:
                 c.debug("Bearer User JWT not allowed")
                 self._auth_violation(c)
