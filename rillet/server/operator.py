@@ -844,7 +844,7 @@ class OperatorMode:
         for c in clients:
             if acc.mconns >= 0 and count >= acc.mconns:
                 c.server.log.error(f"{c.log_prefix()} - maximum account active connections exceeded")
-                c.close("Max Account Connections Exceeded", "maximum account active connections exceeded")
+                c.close("Maximum Account Connections Exceeded", "maximum account active connections exceeded")
                 continue
             count += 1
             u = getattr(c, "jwt_user", None)
@@ -863,7 +863,7 @@ class OperatorMode:
                 continue
             if info.is_revoked(u.nkey, u.issued):
                 c.debug("User Authentication Revoked")
-                c.close("Authentication Revoked", "User Authentication Revoked")
+                c.close("Credentials Revoked", "User Authentication Revoked")
                 continue
             if u.issuer != acc.name and (u.issuer not in info.signing_keys or (
                     old is not None and old.signing_keys.get(u.issuer) != info.signing_keys.get(u.issuer))):
