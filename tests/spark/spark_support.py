@@ -76,14 +76,14 @@ def free_port() -> int:
 class JSServer:
     """A JetStream-enabled server subprocess: ``kind`` is ``rillet`` or ``go`` (nats-server on PATH)."""
 
-    def __init__(self, kind: str = "rillet") -> None:
+    def __init__(self, kind: str = "rillet", extra: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.dir = tempfile.mkdtemp(prefix=f"rillet-spark-{kind}-")
         self.port = free_port()
         cmd = ["nats-server"] if kind == "go" else [sys.executable, "-m", "rillet.server"]
         self.log = open(os.path.join(self.dir, "server.log"), "wb")
         self.proc = subprocess.Popen(cmd + ["-js", "-sd", os.path.join(self.dir, "js"), "-a", "127.0.0.1",
-                                            "-p", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
+                                            "-p", str(self.port), *extra], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15
         while True:
             try:

@@ -11,7 +11,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig, StreamSource
 
-from spark_support import free_port, js_client, run
+from spark_support import JSServer, free_port, js_client, run
 
 
 async def _make_stream(url: str, name: str, subjects: list[str], msgs: list[tuple[str, bytes, dict | None]],
@@ -375,3 +375,26 @@ def test_checkpoint_below_first_sequence(spark, rillet_server, name, tmp_path):
     assert q.exception() is None
     assert sorted(int(r.body) for r in spark.read.parquet(str(tmp_path / "out")).collect()) == \
         list(range(10)) + [17, 18, 19]
+
+
+@pytest.mark.parametrize("kind", ["rillet", "go"])
+def test_credentials(spark, kind, name):
+    """user/password and token options reach the server; wrong ones fail clearly at query start."""
+    for flags, good, bad in [(("--user", "spark", "--pass", "s3cret"), {"user": "spark", "password": "s3cret"},
+                              {"user": "spark", "password": "wrong"}),
+                             (("--auth", "t0ken"), {"token": "t0ken"}, {"token": "nope"})]:
+        srv = JSServer(kind, flags)
+        try:
+            async def setup():
+                nc = await nats.connect(srv.url, **good)
+                js = nc.jetstream()
+                await js.add_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+                await js.publish(f"{name}.a", b"hi")
+                await nc.close()
+            run(setup())
+            assert [bytes(r.data) for r in _read(spark, srv.url, name, **good).collect()] == [b"hi"]
+            with pytest.raises(Exception) as e:
+                _read(spark, srv.url, name, **bad).collect()
+            assert "cannot connect to NATS at" in str(e.value)
+        finally:
+            srv.stop()
