@@ -101,3 +101,16 @@ def test_bench_jetstream_and_kv(cli):
     assert get["msgs"] == 300
     assert cli.ok("kv", "keys", "BKV").split() == sorted(f"k{i}" for i in range(50))
     cli.ok("kv", "rm", "BKV", "-f")
+
+
+def test_bench_sub_queue_group_shares_the_messages(cli):
+    sub = cli.start("bench", "sub", "bench.q", "--msgs", "6000", "--clients", "3", "--queue", "workers", "--json")
+    try:
+        sub.wait_for("Waiting for 6,000 messages on bench.q with 3 subscribers in queue group workers")
+        cli.ok("bench", "pub", "bench.q", "--msgs", "6000", "--size", "4")
+        r = sub.finish()
+    finally:
+        sub.kill()
+    assert r.rc == 0, r
+    data = json.loads(r.out[r.out.index("{"):])
+    assert data["msgs"] == 6000 and 1 <= data["clients"] <= 3
