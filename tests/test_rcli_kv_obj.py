@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from tests.test_rcli_support import fastcli, server  # noqa: F401  (fixtures)
+from tests.test_rcli_support import cli, fastcli, server  # noqa: F401  (fixtures)
 
 
 def test_kv_commands(fastcli):
@@ -127,3 +127,35 @@ def test_progress_bar_wrappers_count_bytes(tmp_path):
     w = _CountingWriter(out, bar)
     w.write(b"abc")
     assert out.getvalue() == b"abc" and bar.seen == 1003
+
+
+def test_object_progress_bar_on_a_terminal(cli, tmp_path):
+    """With stderr on a terminal, large transfers draw a rich progress bar there; stdout stays clean."""
+    import pty
+    import subprocess
+    src = tmp_path / "large.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    cli.ok("object", "add", "BARS")
+    try:
+        for args in (["object", "put", "BARS", str(src)],
+                     ["object", "get", "BARS", "large.bin", "-O", str(tmp_path / "copy.bin")]):
+            master, slave = pty.openpty()
+            p = subprocess.run(cli.cmd(*args), stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL,
+                               env=cli.env, timeout=60)
+            os.close(slave)
+            drawn = b""
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                drawn += chunk
+            os.close(master)
+            assert p.returncode == 0, (p.stdout, drawn)
+            assert b"3.1/3.1 MB" in drawn or b"3.1 MB" in drawn, drawn[-500:]
+            assert b"\x1b[" not in p.stdout
+        assert (tmp_path / "copy.bin").read_bytes() == src.read_bytes()
+    finally:
+        cli.ok("object", "rm", "BARS", "-f")
