@@ -15,7 +15,7 @@ from spark_support import make_spark  # noqa: E402
 
 def main() -> None:
     url, stream, ck, out = sys.argv[1:5]
-    spark = make_spark("rillet-eo-query")
+    spark = make_spark("rillet-eo-query", quick_jvm=True)
     q = (spark.readStream.format("jetstream").option("servers", url).option("stream", stream)
          .option("num_partitions", "2").option("max_messages_per_trigger", "400").load()
          .selectExpr("seq", "CAST(data AS STRING) AS body")

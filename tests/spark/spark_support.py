@@ -47,12 +47,16 @@ SPARK_CONF = {
 }
 
 
-def make_spark(app: str = "rillet-spark-tests"):
+def make_spark(app: str = "rillet-spark-tests", quick_jvm: bool = False):
+    """The local SparkSession; ``quick_jvm`` trades peak speed for a faster JVM start (C1 compiler only),
+    for the short-lived queries of the exactly-once test."""
     from pyspark.sql import SparkSession
 
     b = SparkSession.builder.master("local[2]").appName(app)
     for k, v in SPARK_CONF.items():
         b = b.config(k, v)
+    if quick_jvm:
+        b = b.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     import rillet.spark
