@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 CONNECT_KEYS = ("servers", "user", "password", "token", "nkey_seed", "creds", "tls_ca", "tls_cert", "tls_key",
                 "connect_timeout")
