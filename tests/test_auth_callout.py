@@ -537,3 +537,165 @@ async def test_callout_second_connect_admitted():
         assert len(svc.requests) == 2
         await rc.close()
         await svc.close()
+
+
+# ---- operator mode: an account JWT's ``authorization`` section turns on the callout for its users ----------
+
+def _operator_setup(xkey: str = ""):
+    from tests.test_operator import Operator
+    op = Operator()
+    akp, apub, _ = op.account("A")
+    bkp, bpub, _ = op.account("B")
+    svc_kp = jwt.new_keypair("U")
+    authz = {"auth_users": [jwt.public_key(svc_kp)], "allowed_accounts": [apub]}
+    if xkey:
+        authz["xkey"] = xkey
+    auth_kp, auth_pub, _ = op.account("AUTH", authorization=authz)
+    return op, {"A": (akp, apub), "B": (bkp, bpub), "AUTH": (auth_kp, auth_pub)}, svc_kp
+
+
+async def _op_connect(srv, tmp_path, ukp, token, **kw):
+    from tests.test_operator import creds
+    return await nats.connect(srv.client_url, user_credentials=creds(tmp_path, ukp, token),
+                              allow_reconnect=False, max_reconnect_attempts=0, **kw)
+
+
+def _op_decide(accs):
+    auth_kp = accs["AUTH"][0]
+
+    def decide(req):
+        co = req["nats"]["connect_opts"]
+        nkey = req["nats"]["user_nkey"]
+        user = co.get("name")  # (nats-py sends no user/password next to credentials: the name picks the user)
+        if user == "alice":  # into A, signed by A's own key
+            return response(req, user_jwt(nkey, "", nats_extra={"pub": {"allow": ["a.>", "_INBOX.>"]},
+                                                                  "sub": {"allow": ["a.>", "_INBOX.>"]}},
+                                          signer=accs["A"][0]), signer=auth_kp)
+        if user == "carol":  # stays in the callout account
+            return response(req, user_jwt(nkey, "", signer=auth_kp), signer=auth_kp)
+        if user == "mallory":  # into B: not among the allowed accounts
+            return response(req, user_jwt(nkey, "", signer=accs["B"][0]), signer=auth_kp)
+        if user == "forger":  # the response signed by a key the callout account does not know
+            return response(req, user_jwt(nkey, "", signer=auth_kp), signer=OTHER)
+        return response(req, error="unknown user", signer=auth_kp)
+    return decide
+
+
+async def _op_service(srv, tmp_path, op, svc_kp, decide, xkey_seed=None):
+    from tests.test_operator import Operator
+    svc = Service(decide, xkey_seed)
+    _, token = Operator.user(op.accounts["AUTH"][0])  # (a fresh JWT for the service's own key)
+    token = jwt.encode({"sub": jwt.public_key(svc_kp), "name": "svc",
+                        "nats": {"type": "user", "subs": -1, "data": -1, "payload": -1}},
+                       op.accounts["AUTH"][0])
+    svc.nc = await _op_connect(srv, tmp_path, svc_kp, token)
+
+    async def handler(msg):
+        data = msg.data
+        server_xkey = (msg.headers or {}).get("Nats-Server-Xkey")
+        svc.headers.append(msg.headers)
+        if xkey_seed is not None:
+            data = open_sealed(data, xkey_seed, server_xkey)
+        req = jwt.decode(data.decode())
+        svc.requests.append(req)
+        out = decide(req)
+        if out is not None:
+            if xkey_seed is not None:
+                out = seal(out, xkey_seed, server_xkey)
+            await msg.respond(out)
+    await svc.nc.subscribe("$SYS.REQ.USER.AUTH", cb=handler)
+    await svc.nc.flush()
+    return svc
+
+
+def _sentinel(op):
+    """A user of the callout account that may do nothing by itself: what clients present to be called out."""
+    from tests.test_operator import Operator
+    return Operator.user(op.accounts["AUTH"][0], name="sentinel", pub={"deny": [">"]}, sub={"deny": [">"]})
+
+
+async def _op_refused(srv, tmp_path, ukp, token, user) -> str:
+    with pytest.raises(Exception) as ei:
+        nc = await _op_connect(srv, tmp_path, ukp, token, name=user, connect_timeout=3)
+        await nc.close()
+    return str(ei.value)
+
+
+async def test_operator_callout_places_users_in_allowed_accounts(tmp_path):
+    op, accs, svc_kp = _operator_setup()
+    async with serve_config(op.config()) as srv:
+        svc = await _op_service(srv, tmp_path, op, svc_kp, _op_decide(accs))
+        skp, stoken = _sentinel(op)
+        # alice: placed in A with the permissions of her user JWT
+        errs = []
+
+        async def ecb(e):
+            errs.append(str(e))
+        alice = await _op_connect(srv, tmp_path, skp, stoken, name="alice", error_cb=ecb)
+        req = svc.requests[-1]
+        assert req["sub"] == accs["AUTH"][1]  # the request is about the callout account
+        assert req["nats"]["connect_opts"]["jwt"] == stoken
+        assert req["nats"]["client_info"]["user"] == jwt.public_key(skp)
+        peer = await _op_connect(srv, tmp_path, *op.user(accs["A"][0]))  # an ordinary user of A
+        sub = await peer.subscribe("a.x")
+        await peer.flush()
+        await alice.publish("a.x", b"hi")
+        await alice.publish("b.x", b"denied")
+        await alice.flush()
+        msg = await sub.next_msg(timeout=2)
+        assert msg.data == b"hi"
+        await asyncio.sleep(0.2)
+        assert any("permissions violation for publish to \"b.x\"" in e.lower() for e in errs), errs
+        # carol stays in the callout account, where she may not publish on the callout subject
+        cerrs = []
+
+        async def cecb(e):
+            cerrs.append(str(e))
+        carol = await _op_connect(srv, tmp_path, skp, stoken, name="carol", error_cb=cecb)
+        await carol.publish("$SYS.REQ.USER.AUTH", b"x")
+        await carol.flush()
+        await asyncio.sleep(0.2)
+        assert any("$sys.req.user.auth" in e.lower() for e in cerrs), cerrs
+        # refusals: an account not allowed, an unknown response signer, an error answer
+        for user in ("mallory", "forger", "nobody"):
+            assert "authorization violation" in (await _op_refused(srv, tmp_path, skp, stoken, user)).lower()
+        if not GO:
+            from tests.helpers import log_text
+            text = log_text(srv)
+            assert f'account "{accs["B"][1]}" not permitted as valid account option for auth callout for ' \
+                   f'account "{accs["AUTH"][1]}"'.lower() in text.lower()
+            assert "Auth callout signing key is unknown" in text
+            assert "Auth callout service returned an error: unknown user" in text
+        for nc in (alice, carol, peer):
+            await nc.close()
+        await svc.nc.close()
+
+
+async def test_operator_callout_auth_users_bypass_and_xkey(tmp_path):
+    seed = new_curve_seed()
+    op, accs, svc_kp = _operator_setup(xkey=curve_public_key(seed))
+    async with serve_config(op.config()) as srv:
+        svc = await _op_service(srv, tmp_path, op, svc_kp, _op_decide(accs), xkey_seed=seed)
+        assert svc.requests == []  # the service itself (an auth user) was not called out
+        skp, stoken = _sentinel(op)
+        alice = await _op_connect(srv, tmp_path, skp, stoken, name="alice")
+        assert svc.headers[-1].get("Nats-Server-Xkey", "").startswith("X")
+        await alice.close()
+        # users of accounts without an authorization section are not called out
+        n = len(svc.requests)
+        nc = await _op_connect(srv, tmp_path, *op.user(accs["B"][0]))
+        await nc.close()
+        assert len(svc.requests) == n
+        await svc.nc.close()
+
+
+def test_operator_authorization_claim_validation():
+    from rillet.server.operator import validate_account_claims
+    ok = {"nats": {"type": "account", "authorization": {"auth_users": [jwt.public_key(jwt.new_keypair("U"))],
+                                                         "allowed_accounts": ["*"]}}}
+    assert validate_account_claims(ok) == []
+    bad = {"nats": {"type": "account", "authorization": {"allowed_accounts": ["nope"], "xkey": "Xbad"}}}
+    errs = validate_account_claims(bad)
+    assert "External authorization cannot have accounts without users specified" in errs
+    assert 'Account "nope" is not a valid account public key' in errs
+    assert 'XKey "Xbad" is not a valid public xkey' in errs

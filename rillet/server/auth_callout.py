@@ -194,6 +194,7 @@ class CalloutUser:
         self.permissions = perms
         self.allowed_connection_types = None
         self.expires = int(claims.get("exp") or 0)
+        self.callout: Any = None  # the AuthCallout that admitted it
 
 
 # ---- the callout ----------------------------------------------------------------------------------------------
@@ -211,12 +212,13 @@ class _Pending:
 class AuthCallout:
     """Sends authorization requests for connecting clients and admits or refuses them on the answers."""
 
-    def __init__(self, server: "Server", cfg: CalloutConfig) -> None:
+    def __init__(self, server: "Server", cfg: CalloutConfig, operator: bool = False) -> None:
         self.server = server
         self.cfg = cfg
+        self.operator = operator  # operator mode: the callout of one account, from its JWT's authorization
         o = server.opts
         known = set(o.accounts or {}) | {GLOBAL_ACCOUNT}
-        for a in cfg.allowed_accounts:
+        for a in cfg.allowed_accounts if not operator else ():
             if a not in known:
                 raise ValueError(f"auth_callout allowed account {go_quote(a)} not found in configured accounts")
         self.account = server.lookup_account(cfg.account)
@@ -228,11 +230,13 @@ class AuthCallout:
     # ---- who goes through the callout ---------------------------------------------------------------------
 
     @staticmethod
-    def raw_user(co: Any) -> str:
+    def raw_user(co: Any, jwt_sub: str = "") -> str:
         if co.nkey:
             return co.nkey
         if co.user:
             return co.user
+        if co.jwt and jwt_sub:
+            return jwt_sub
         if co.auth_token:
             return "[REDACTED]"
         return ""
@@ -254,7 +258,7 @@ class AuthCallout:
         meanwhile; a refusal closes it, an answer placing it in another account too."""
         self.start(c, c.opts, recheck=True)
 
-    def start(self, c: "Client", co: Any, recheck: bool = False) -> None:
+    def start(self, c: "Client", co: Any, recheck: bool = False, jwt_sub: str = "") -> None:
         """Send the authorization request for ``c``; the connection waits for the answer (or the timeout)."""
         srv = self.server
         user_nkey = jwt.public_key(jwt.new_keypair("U"))
@@ -263,7 +267,7 @@ class AuthCallout:
         p = _Pending(c, user_nkey, recheck)
         timeout = srv.opts.effective_auth_timeout()
         try:
-            payload = self._request(c, co, user_nkey, timeout).encode()
+            payload = self._request(c, co, user_nkey, timeout, jwt_sub).encode()
             hdr = b""
             if self.cfg.xkey:
                 payload = seal(payload, srv.xkey_seed, self.cfg.xkey)
@@ -281,7 +285,7 @@ class AuthCallout:
         else:
             self.ic.publish(AUTH_CALLOUT_SUBJECT.encode(), reply, payload)
 
-    def _request(self, c: "Client", co: Any, user_nkey: str, timeout: float) -> str:
+    def _request(self, c: "Client", co: Any, user_nkey: str, timeout: float, jwt_sub: str = "") -> str:
         srv = self.server
         o = srv.opts
         sid: dict[str, Any] = {"name": srv.name, "host": o.host or "0.0.0.0", "id": srv.server_id}
@@ -299,7 +303,7 @@ class AuthCallout:
             ci["host"] = c.host
         if c.cid:
             ci["id"] = c.cid
-        ru = self.raw_user(co)
+        ru = self.raw_user(co, jwt_sub)
         if ru:
             ci["user"] = ru
         if co.name:
@@ -363,6 +367,8 @@ class AuthCallout:
 
     def _done(self, p: _Pending, user: CalloutUser | None) -> None:
         c = p.client
+        if user is not None:
+            user.callout = self
         if not p.recheck:
             c.callout_done(user, "")
             return
@@ -390,11 +396,13 @@ class AuthCallout:
         qacc = go_quote(acc_name)
         if not msg:
             raise CalloutError(f"auth callout violation: \"no reason supplied\" on account {qacc}")
+        encrypted = False
         if self.cfg.xkey and not msg.startswith(b"eyJ"):
             try:
                 msg = open_sealed(msg, srv.xkey_seed, self.cfg.xkey)
             except ValueError as e:
                 raise CalloutError(f"error decrypting auth callout response on account {qacc}: {e}") from None
+            encrypted = True
         try:
             cr = jwt.decode(msg.decode("utf-8", "replace"))
         except jwt.JwtError as e:
@@ -413,6 +421,10 @@ class AuthCallout:
             raise CalloutError("auth callout violation: auth callout response is not for server")
         if n.get("error"):
             raise CalloutError(f"auth callout service returned an error: {n['error']}")
+        if self.operator and not encrypted:
+            signer = n.get("issuer_account") or cr.get("iss")
+            if signer != acc_name and not self._knows_issuer(acc_name, signer):
+                raise CalloutError("auth callout signing key is unknown")
         try:
             uc = jwt.decode(str(n.get("jwt") or ""))
         except jwt.JwtError as e:
@@ -436,6 +448,8 @@ class AuthCallout:
             if validate_times is not None and not validate_times(un)[0]:
                 srv.log.error(f"{p.client.log_prefix()} - Outside connect times")
                 raise CalloutError(f"authorized user on account {qacc} outside of valid connect times")
+        if self.operator:
+            return self._admit_operator(p, uc, un, qacc)
         if un.get("issuer_account"):
             raise CalloutError(f"error non operator mode account {qacc}: attempted to use issuer_account")
         if uc.get("iss") != self.cfg.issuer:
@@ -446,6 +460,49 @@ class AuthCallout:
             raise CalloutError(f"no valid account {go_quote(str(target))} for auth callout response on account "
                                f"{qacc}: account missing")
         return CalloutUser(uc["sub"], uc.get("name") or "", target, jwt_permissions(un), uc)
+
+    def _knows_issuer(self, acc_name: str, key: Any) -> bool:
+        info = self.server.operator.infos.get(acc_name)
+        return info is not None and isinstance(key, str) and info.knows_issuer(acc_name, key)[0]
+
+    def _admit_operator(self, p: _Pending, uc: dict, un: dict, qacc: str) -> CalloutUser:
+        """Operator mode: the user JWT's issuer account (``issuer_account``, else ``iss``) is where the client
+        goes, the callout account itself or one of the ``allowed_accounts``; the signer must be that account
+        or one of its signing keys (a scoped one gives its template's permissions)."""
+        from rillet.server import operator as opmod
+        om = self.server.operator
+        target = un.get("issuer_account") or uc.get("iss")
+        if target != self.account.name:
+            allowed = self.cfg.allowed_accounts
+            if not (allowed == ["*"] or target in allowed):
+                raise CalloutError(f"account {go_quote(str(uc.get('iss')))} not permitted as valid account option "
+                                   f"for auth callout for account {qacc}")
+        acc = om.lookup_account(target)
+        if acc is None:
+            raise CalloutError(f"no valid account {go_quote(str(target))} for auth callout response on account "
+                               f"{qacc}: account missing")
+        info = om.infos[acc.name]
+        known, scope = info.knows_issuer(acc.name, uc["iss"])
+        if not known:
+            raise CalloutError(f"user JWT issuer {go_quote(str(uc['iss']))} is not known")
+        src = un
+        if scope is not None:
+            if scope.get("kind", "user_scope") != "user_scope":
+                raise CalloutError("user JWT is not a valid scoped user")
+            if any(un.get(k) for k in opmod._USER_PERMISSION_FIELDS):
+                raise CalloutError("user JWT is not valid: scoped users require no permissions or limits set")
+            try:
+                src = opmod._expand_template(dict(scope.get("template") or {}), uc, acc.name, info)
+            except ValueError as e:
+                raise CalloutError(f"user JWT generated invalid permissions: {e}") from None
+        if src.get("times"):
+            if not opmod.validate_times(src)[0]:
+                self.server.log.error(f"{p.client.log_prefix()} - Outside connect times")
+                raise CalloutError(f"authorized user on account {qacc} outside of valid connect times")
+        perms = opmod.permissions_from_claims(src)
+        if perms is None:
+            perms = info.default_perms
+        return CalloutUser(uc["sub"], uc.get("name") or "", acc.name, perms, uc)
 
     def apply_limits(self, c: "Client", user: CalloutUser) -> None:
         """After the client took the user's account and permissions: the user JWT's expiry, and no

@@ -272,6 +272,11 @@ class Client(asyncio.Protocol):
                 connect_dict = {}
             if srv.operator is not None and self.auth.operator_mode:
                 res = srv.operator.authenticate(self, connect_dict) or False
+                oc = srv.operator.callout_for(res.account) if res is not False else None
+                if oc is not None and oc.raw_user(co, res.nkey) not in oc.cfg.auth_users:
+                    # the account's JWT delegates its users' admission to its auth callout service
+                    oc.start(self, co, jwt_sub=res.nkey)
+                    return
             else:
                 res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type, self.peer_cert())
             ac = srv.auth_callout
@@ -341,7 +346,7 @@ class Client(asyncio.Protocol):
                 self._apply_user(user)
                 self.user = user.username or co.user or co.nkey or user.nkey
                 self.callout_user = user  # (a config reload asks the callout about this client again)
-                ac = srv.auth_callout
+                ac = getattr(user, "callout", None) or srv.auth_callout
                 if ac is not None:
                     ac.apply_limits(self, user)
                 self.finish_connect(co)

@@ -147,6 +147,7 @@ def validate_account_claims(c: dict) -> list[str]:
                     errs.append(f'overlapping subject namespace for "{sub}" and "{o}" in same account '
                                 f'"{imp.get("account", "")}"')
             others.append(sub)
+    errs.extend(_authorization_issues(n.get("authorization")))
     n_imp = lim.get("imports", 0)
     if n_imp is not None and n_imp != NO_LIMIT and len(imports) > n_imp:
         errs.append("the account contains more imports than allowed by the operator")
@@ -158,6 +159,31 @@ def validate_account_claims(c: dict) -> list[str]:
                                              ">" in str(e.get("subject", "")).split(".")
                                              for e in exports if isinstance(e, dict)):
             errs.append("the account contains wildcard exports that are not allowed by the operator")
+    return errs
+
+
+def _authorization_issues(az: Any) -> list[str]:
+    """Problems of an account JWT's ``authorization`` (external authorization) section."""
+    if not isinstance(az, dict):
+        return []
+    from rillet.server.auth_callout import is_curve_key
+    errs: list[str] = []
+    users = _as_list(az.get("auth_users"))
+    accounts = _as_list(az.get("allowed_accounts"))
+    if accounts and not users:
+        errs.append("External authorization cannot have accounts without users specified")
+    for u in users:
+        if not jwt.is_public_key(u, "U"):
+            errs.append(f'AuthUser "{u}" is not a valid user public key')
+    for a in accounts:
+        if a == "*":
+            if len(accounts) > 1:
+                errs.append('AllowedAccounts can only be a list of accounts or "*"')
+        elif not jwt.is_public_key(a, "A"):
+            errs.append(f'Account "{a}" is not a valid account public key')
+    xk = az.get("xkey")
+    if xk and not is_curve_key(xk):
+        errs.append(f'XKey "{xk}" is not a valid public xkey')
     return errs
 
 
@@ -264,6 +290,13 @@ class AccountInfo:
         self.default_perms = permissions_from_claims(n.get("default_permissions") or {})
         self.disallow_bearer = bool(self.limits.get("disallow_bearer"))
         self.expires = int(claims.get("exp") or 0)
+        # external authorization (auth callout) of this account's users: on when it lists auth users
+        az = n.get("authorization")
+        self.ext_auth: dict | None = None
+        if isinstance(az, dict) and az.get("auth_users"):
+            self.ext_auth = {"auth_users": _as_list(az.get("auth_users")),
+                             "allowed_accounts": _as_list(az.get("allowed_accounts")),
+                             "xkey": str(az.get("xkey") or "")}
 
     def is_revoked(self, pub: str, issued: int) -> bool:
         r = self.revocations
@@ -798,6 +831,25 @@ class OperatorMode:
                 f'{n.get("tags") or []}) signed with "{juc["iss"]}" by Account "{acc.name}" (claim-name: '
                 f'"{info.name}", claim-tags: {info.nats.get("tags") or []}) signed with "{info.issuer}"')
         return u
+
+    def callout_for(self, acc_name: str) -> Any:
+        """The auth callout of an account whose JWT turns on external authorization, else None."""
+        from rillet.server.auth_callout import AuthCallout, CalloutConfig
+        info = self.infos.get(acc_name)
+        callouts: dict[str, Any] = self.__dict__.setdefault("callouts", {})
+        if info is None or info.ext_auth is None:
+            return None
+        cfg = CalloutConfig()
+        cfg.issuer = cfg.account = acc_name
+        cfg.auth_users = list(info.ext_auth["auth_users"])
+        cfg.allowed_accounts = list(info.ext_auth["allowed_accounts"])
+        cfg.xkey = info.ext_auth["xkey"]
+        ac = callouts.get(acc_name)
+        if ac is None:
+            ac = callouts[acc_name] = AuthCallout(self.server, cfg, operator=True)
+        else:
+            ac.cfg = cfg  # (an account JWT update changed the authorization section)
+        return ac
 
     def connected(self, c: Any, u: JwtUser) -> None:
         """After the client is bound to the account: limits and the expiration timer."""
