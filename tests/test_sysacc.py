@@ -110,8 +110,42 @@ async def test_connect_disconnect_events():
         assert m.subject == "$SYS.ACCOUNT.A.DISCONNECT"
         ev = json.loads(m.data)
         assert ev["type"] == "io.nats.server.advisory.v1.client_disconnect"
-        assert ev["reason"] == "Client Closed" and ev["received"]["msgs"] == 1 and ev["received"]["bytes"] == 5
+        assert ev["reason"] == "Client Closed" and ev["sent"]["msgs"] == 1 and ev["sent"]["bytes"] == 5
         assert "stop" in ev["client"] and SERVER_KEYS <= set(ev["server"])
+        await nc.close()
+
+
+async def _refused(srv, url_: str, **kw) -> None:
+    with pytest.raises(Exception):
+        nc = await nats.connect(url_, allow_reconnect=False, max_reconnect_attempts=0, **kw)
+        await nc.close()
+
+
+async def test_auth_error_event(monkeypatch):
+    async with run_server(opts()) as srv:
+        built = []
+        real = srv.sysacc.client_info
+        monkeypatch.setattr(srv.sysacc, "client_info", lambda *a, **k: built.append(a) or real(*a, **k))
+        # nobody listens: nothing is built
+        await _refused(srv, srv.client_url.replace("nats://", "nats://a:wrong@"))
+        assert built == []
+        nc = await nats.connect(url(srv, "sys"))
+        sub = await nc.subscribe("$SYS.SERVER.*.CLIENT.AUTH.ERR")
+        await nc.flush()
+        await _refused(srv, srv.client_url.replace("nats://", "nats://a:wrong@"), name="bad")
+        m = await sub.next_msg(timeout=2)
+        assert m.subject == f"$SYS.SERVER.{srv.server_id}.CLIENT.AUTH.ERR"
+        ev = json.loads(m.data)
+        assert ev["type"] == "io.nats.server.advisory.v1.client_disconnect"
+        assert ev["reason"] == "Authentication Failure" and SERVER_KEYS <= set(ev["server"])
+        cl = ev["client"]
+        assert cl["acc"] == "$G" and cl["user"] == "a" and cl["name"] == "bad" and cl["name_tag"] == "$G"
+        assert cl["kind"] == "Client" and cl["client_type"] == "nats" and "stop" in cl
+        assert ev["sent"] == {"msgs": 0, "bytes": 0} and ev["received"] == {"msgs": 0, "bytes": 0}
+        # a token is never shown
+        await _refused(srv, srv.client_url.replace("nats://", "nats://sekrit@"))
+        ev = json.loads((await sub.next_msg(timeout=2)).data)
+        assert ev["client"]["user"] == "[REDACTED]" and "sekrit" not in json.dumps(ev)
         await nc.close()
 
 

@@ -201,6 +201,8 @@ class Client(asyncio.Protocol):
         if err is not None:
             self.out += f"-ERR '{err}'\r\n".encode()
         self.close_reason = reason
+        if err == "Authorization Violation":  # (nats-server's authViolation: a system event, when listened to)
+            self.server.sysacc.auth_error(self, reason)
         t = self.transport
         if t is not None:
             if self.out:

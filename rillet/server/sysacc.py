@@ -394,7 +394,7 @@ class SystemAccount:
 
     # ---- client events ----------------------------------------------------------------------------------
 
-    def client_info(self, c: Any, disconnect: bool = False) -> dict:
+    def client_info(self, c: Any, disconnect: bool = False, raw_user: bool = False) -> dict:
         co = c.opts
         d: dict[str, Any] = {"start": go_time_f(c.start_time)}
         if c.host:
@@ -403,6 +403,8 @@ class SystemAccount:
         d["acc"] = c.account.name
         user = getattr(c, "user", None)
         uname = user if isinstance(user, str) else getattr(user, "username", "") or getattr(user, "nkey", "")
+        if raw_user:  # (the user as the client presented it, authenticated or not)
+            uname = _raw_auth_user(c)
         if uname:
             d["user"] = uname
         for k, v in (("name", co.name), ("lang", co.lang), ("ver", co.version)):
@@ -413,6 +415,10 @@ class SystemAccount:
             if rtt:
                 d["rtt"] = int(rtt * 1e9)
             d["stop"] = go_time(time.time_ns())
+            if co.jwt:
+                d["jwt"] = co.jwt
+        op = getattr(self.server, "operator", None)
+        d["name_tag"] = op.name_tag(c.account.name) if op is not None else c.account.name
         d["kind"] = "Client"
         d["client_type"] = "websocket" if getattr(c, "conn_type", "") == "WEBSOCKET" else "nats"
         return d
@@ -438,6 +444,38 @@ class SystemAccount:
         now = go_time(time.time_ns())
         self.send(subj, {"type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": now,
                          "server": self.server_info(), "client": self.client_info(c, disconnect=True),
-                         "sent": {"msgs": c.out_msgs, "bytes": c.out_bytes},
-                         "received": {"msgs": c.in_msgs, "bytes": c.in_bytes},
-                         "reason": c.close_reason or "Client Closed"})
+                         **self._stats(c), "reason": c.close_reason or "Client Closed"})
+
+    @staticmethod
+    def _stats(c: Any) -> dict:
+        # (as nats-server: "sent" is what the client sent, "received" what it was sent)
+        return {"sent": {"msgs": c.in_msgs, "bytes": c.in_bytes},
+                "received": {"msgs": c.out_msgs, "bytes": c.out_bytes}}
+
+    def auth_error(self, c: Any, reason: str) -> None:
+        """A client failed authentication (or lost it): ``$SYS.SERVER.<id>.CLIENT.AUTH.ERR``, when listened to."""
+        if self.client is None:
+            return
+        subj = f"$SYS.SERVER.{self.server.server_id}.CLIENT.AUTH.ERR"
+        if not self.interest(subj):
+            return
+        ci = self.client_info(c, disconnect=True, raw_user=True)
+        self.send(subj, {"type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": go_time(time.time_ns()),
+                         "server": self.server_info(), "client": ci, **self._stats(c), "reason": reason})
+
+
+def _raw_auth_user(c: Any) -> str:
+    """nats-server's raw auth user of a connection: its nkey, user name, JWT user key or a redacted token."""
+    co = c.opts
+    if co is None:
+        return ""
+    if co.nkey:
+        return co.nkey
+    if co.user:
+        return co.user
+    if co.jwt:
+        u = getattr(c, "jwt_user", None)
+        return getattr(u, "nkey", "") or ""
+    if co.auth_token:
+        return "[REDACTED]"
+    return ""
