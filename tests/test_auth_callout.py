@@ -699,3 +699,44 @@ def test_operator_authorization_claim_validation():
     assert "External authorization cannot have accounts without users specified" in errs
     assert 'Account "nope" is not a valid account public key' in errs
     assert 'XKey "Xbad" is not a valid public xkey' in errs
+
+
+async def test_operator_callout_users_follow_account_updates(tmp_path):
+    """Callout users have no JWT of their own: the account's default permissions (subscriptions they no longer
+    allow are removed) and revocations of their user key apply to them."""
+    from tests.test_operator import _sys_client
+    op, accs, svc_kp = _operator_setup()
+    auth_kp, auth_pub = accs["AUTH"]
+    authz = {"auth_users": [jwt.public_key(svc_kp)], "allowed_accounts": [accs["A"][1]]}
+    async with serve_config(op.config()) as srv:
+        svc = await _op_service(srv, tmp_path, op, svc_kp, _op_decide(accs))
+        skp, stoken = _sentinel(op)
+        errs = []
+
+        async def ecb(e):
+            errs.append(str(e))
+        closed = asyncio.Event()
+
+        async def ccb():
+            closed.set()
+        carol = await _op_connect(srv, tmp_path, skp, stoken, name="carol", error_cb=ecb, closed_cb=ccb)
+        carol_key = svc.requests[-1]["nats"]["user_nkey"]
+        news = await carol.subscribe("news.x")
+        await carol.flush()
+        sysc = await _sys_client(op, srv, tmp_path)
+
+        async def update(iat, **n):
+            _, _, tok = op.account("AUTH", kp=auth_kp, iat=iat, authorization=authz, **n)
+            r = await sysc.request(f"$SYS.REQ.ACCOUNT.{auth_pub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+            assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        now = int(time.time())
+        await update(now + 1, default_permissions={"sub": {"deny": ["news.>"]}})
+        await asyncio.sleep(0.2)
+        assert any(f'permissions violation for subscription to "news.x" (sid "{news._id}")' in e.lower()
+                   for e in errs), errs
+        assert carol.is_connected
+        await update(now + 2, revocations={carol_key: now + 60})
+        await asyncio.wait_for(closed.wait(), 2)
+        assert "user authentication revoked" in str(carol.last_error).lower()
+        await sysc.close()
+        await svc.nc.close()

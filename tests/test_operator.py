@@ -236,6 +236,40 @@ async def test_account_default_permissions(tmp_path):
         await own.close()
 
 
+async def test_default_permissions_update_removes_disallowed_subscriptions(tmp_path):
+    op = Operator()
+    akp, apub, _ = op.account("A", default_permissions={"sub": {"allow": [">"]}})
+    async with serve_config(op.config()) as srv:
+        errs = []
+
+        async def ecb(e):
+            errs.append(str(e))
+        plain = await connect(srv, tmp_path, *op.user(akp), error_cb=ecb)
+        news = await plain.subscribe("news.x")
+        queued = await plain.subscribe("jobs.x", queue="w")
+        kept = await plain.subscribe("ok.x")
+        await plain.flush()
+        sysc = await _sys_client(op, srv, tmp_path)
+        _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 1,
+                               default_permissions={"sub": {"deny": ["news.>", "jobs.>"]}})
+        r = await sysc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+        assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        pub = await connect(srv, tmp_path, *op.user(akp, pub={"allow": [">"]}))
+        for s in ("news.x", "jobs.x", "ok.x"):
+            await pub.publish(s, b"m")
+        await pub.flush()
+        assert (await kept.next_msg(timeout=1)).data == b"m"
+        await asyncio.sleep(0.2)
+        for s in (news, queued):
+            with pytest.raises(nats.errors.TimeoutError):
+                await s.next_msg(timeout=0.1)
+        assert has(errs, f'Permissions Violation for Subscription to "news.x" (sid "{news._id}")')
+        assert has(errs, f'Permissions Violation for Subscription to "jobs.x" using queue "w" (sid "{queued._id}")')
+        assert plain.is_connected
+        for nc in (pub, sysc, plain):
+            await nc.close()
+
+
 async def test_expiry_rejected_and_disconnects(tmp_path):
     op = Operator()
     akp, _, _ = op.account("A")

@@ -108,8 +108,14 @@ def recheck_client(srv: "Server", c: Any) -> None:
         return
     if c.closed:
         return
+    prune_subscriptions(srv, c)
+
+
+def prune_subscriptions(srv: "Server", c: Any) -> None:
+    """After a client's permissions changed (config reload, account JWT update): each subscription they no
+    longer allow is removed, with nats-server's -ERR and notice."""
     perms = c.perms
-    if perms is None:
+    if perms is None or c.closed:
         return
     for sub in list(c.subs.values()):
         if perms.can_subscribe(sub.subject, sub.queue):

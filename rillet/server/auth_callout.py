@@ -195,6 +195,8 @@ class CalloutUser:
         self.allowed_connection_types = None
         self.expires = int(claims.get("exp") or 0)
         self.callout: Any = None  # the AuthCallout that admitted it
+        self.issued = int(claims.get("iat") or 0)
+        self.uses_default = False  # (operator mode: the account's default permissions, as it has none)
 
 
 # ---- the callout ----------------------------------------------------------------------------------------------
@@ -500,9 +502,12 @@ class AuthCallout:
                 self.server.log.error(f"{p.client.log_prefix()} - Outside connect times")
                 raise CalloutError(f"authorized user on account {qacc} outside of valid connect times")
         perms = opmod.permissions_from_claims(src)
-        if perms is None:
+        uses_default = perms is None
+        if uses_default:
             perms = info.default_perms
-        return CalloutUser(uc["sub"], uc.get("name") or "", acc.name, perms, uc)
+        cu = CalloutUser(uc["sub"], uc.get("name") or "", acc.name, perms, uc)
+        cu.uses_default = uses_default
+        return cu
 
     def apply_limits(self, c: "Client", user: CalloutUser) -> None:
         """After the client took the user's account and permissions: the user JWT's expiry, and no
@@ -510,6 +515,13 @@ class AuthCallout:
 
         (The JWT's ``subs``/``payload`` limits are not applied: nats-server takes those only from a JWT the
         client presents itself, and a callout user has none; the account's limits apply.)"""
+        self.deny_callout_subject(c)
+        if user.expires:
+            left = user.expires - time.time()
+            self.server.loop.call_later(max(left, 0.0), _expired, c)
+
+    def deny_callout_subject(self, c: "Client") -> None:
+        """A client in the callout account may not publish on the callout subject."""
         if c.account is self.account:
             from rillet.server.auth import PermChecker
             if c.perms is None:
@@ -518,9 +530,6 @@ class AuthCallout:
                 c.perms.pub_deny = (c.perms.pub_deny or []) + [AUTH_CALLOUT_SUBJECT]
                 c.perms._pcache.clear()
             c.update_slow_path()
-        if user.expires:
-            left = user.expires - time.time()
-            self.server.loop.call_later(max(left, 0.0), _expired, c)
 
     def _account_exists(self, name: str) -> bool:
         if not name:

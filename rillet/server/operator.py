@@ -900,15 +900,28 @@ class OperatorMode:
                 continue
             count += 1
             u = getattr(c, "jwt_user", None)
-            if u is None:
+            cu = getattr(c, "callout_user", None)  # admitted by an auth callout: no JWT of its own
+            if u is None and cu is None:
                 continue
-            if getattr(u, "uses_default", False) and old is not None and old.nats.get("default_permissions") != \
-                    info.nats.get("default_permissions"):
-                # the account's default permissions changed: users without their own take the new ones
+            if getattr(u or cu, "uses_default", False) and old is not None and \
+                    old.nats.get("default_permissions") != info.nats.get("default_permissions"):
+                # the account's default permissions changed: users without their own take the new ones, and
+                # lose the subscriptions these no longer allow
+                from rillet.server.account_reload import prune_subscriptions
                 from rillet.server.auth import PermChecker
-                u.permissions = info.default_perms
+                (u or cu).permissions = info.default_perms
                 c.perms = PermChecker(info.default_perms) if info.default_perms is not None else None
+                if cu is not None:
+                    cu.callout.deny_callout_subject(c)
                 c.update_slow_path()
+                prune_subscriptions(self.server, c)
+                if c.closed:
+                    continue
+            if u is None:
+                if info.is_revoked(cu.nkey, int(cu.issued)):
+                    c.debug("User Authentication Revoked")
+                    c.close("Credentials Revoked", "User Authentication Revoked")
+                continue
             if u.bearer and info.disallow_bearer:
                 c.debug("Bearer User JWT not allowed")
                 self._auth_violation(c)
