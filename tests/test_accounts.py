@@ -62,6 +62,25 @@ async def test_account_max_connections():
         await c1.close()
 
 
+async def test_account_max_connections_close_reason():
+    import json
+    import urllib.request
+    from tests.helpers import free_port
+    port = free_port()
+    async with serve_config(LIMITS_CONF + f"http: 127.0.0.1:{port}\n") as srv:
+        c1 = await nats.connect(url(srv, "a"))
+        c2 = await nats.connect(url(srv, "a"))
+        with pytest.raises(Exception):
+            await nats.connect(url(srv, "a"), allow_reconnect=False, connect_timeout=2)
+        await asyncio.sleep(0.1)
+        body = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/connz?state=closed", timeout=2).read())
+        reasons = [c["reason"] for c in json.loads(body)["connections"]]
+        assert reasons == ["Maximum Account Connections Exceeded"]
+        await c1.close()
+        await c2.close()
+
+
 async def test_account_max_subscriptions_and_payload():
     from tests.helpers import RawClient
     async with serve_config(LIMITS_CONF) as srv:

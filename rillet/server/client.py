@@ -393,7 +393,8 @@ class Client(asyncio.Protocol):
             if 0 <= acc.mconns <= len(acc.clients - {self}):
                 self.server.log.error(f"{self.log_prefix()} - maximum account active connections exceeded")
                 raise ProtocolError("maximum account active connections exceeded",
-                                    "maximum account active connections exceeded", "Max Account Connections Exceeded")
+                                    "maximum account active connections exceeded",
+                                    "Maximum Account Connections Exceeded")
             self.bind_account(acc)
             if acc.msubs >= 0 or acc.mpay >= 0:
                 self._apply_account_limits(acc)
