@@ -289,6 +289,10 @@ class Server:
         if self.tls_context is not None and self.opts.tls is not None and not self.opts.tls.handshake_first \
                 and c.conn_type == "STANDARD" and self.opts.tls_required:
             c.start()
+            # the client answers the INFO with its ClientHello: nothing may reach the plain-text parser
+            # before _upgrade_tls runs start_tls (which resumes reading under TLS)
+            if c.transport is not None:
+                c.transport.pause_reading()
             self.loop.create_task(self._upgrade_tls(c))
             return
         c.start()
