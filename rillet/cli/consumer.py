@@ -366,7 +366,6 @@ def _meta(reply: str | None) -> tuple[int, int] | None:
 async def _next_batch(conn: Conn, stream: str, consumer: str, batch: int, expires: float,
                       q: asyncio.Queue, inbox: str) -> list[Any]:
     """One pull request; the messages it brings (stops at a 404/408 status or the deadline)."""
-    from rillet.cli.common import settings as _s  # noqa: F401
     req = {"batch": batch, "expires": to_nanos(expires)}
     subj = f"{conn.settings.js_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
     await conn.nc.publish(subj, json.dumps(req).encode(), reply=inbox)

@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from rillet.cli.common import (CliError, Conn, connect, format_duration, log, parse_duration, parse_headers,
+from rillet.cli.common import (CliError, connect, format_duration, log, parse_duration, parse_headers,
                                run)
 
 # ---------------------------------------------------------------------------------------------------

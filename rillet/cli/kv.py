@@ -1,7 +1,6 @@
 """``rillet kv``: JetStream key-value buckets (nats-py's KeyValue API)."""
 from __future__ import annotations
 
-import asyncio
 import sys
 from datetime import datetime, timezone
 from typing import Any, Optional
@@ -438,5 +437,3 @@ async def _rm(bucket: str) -> None:
     await conn.nc.close()
     print(f"Deleted bucket {bucket}")
 
-
-_ = asyncio  # used by callers' type hints

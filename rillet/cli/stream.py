@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import sys
-import time
 from typing import Any, List, Optional
 
 import typer
