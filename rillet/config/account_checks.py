@@ -77,17 +77,42 @@ def check_accounts(f: Field) -> list[ConfigError]:
                     errors.append(sub.error(f"Imports should be an array, got {go_type(sub.value)}"))
                     continue
                 imports.extend((acc.key, item) for item in sub.items())
+    local_subjects: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (importer, local subject) -> sources
     for acc_name, item in imports:
+        dup = _duplicate_service_import(item, acc_name, local_subjects)
+        if dup is not None:
+            errors.append(dup)
+            continue
         err = _check_import(item, acc_name, names, exports)
         if err is not None:
             errors.append(err)
     return errors
 
 
+def _duplicate_service_import(item: Field, acc: str, seen: dict) -> ConfigError | None:
+    """nats-server refuses two service imports of one account from the same account to one local subject."""
+    v = item.value
+    if not isinstance(v, dict) or not isinstance(v.get("service"), dict):
+        return None
+    src = v["service"]
+    an, subject = src.get("account"), src.get("subject")
+    if not an or not subject:
+        return None
+    local = str(v.get("to") or subject)
+    prev = seen.setdefault((acc, local), [])
+    for p_an, p_subject in prev:
+        if p_an == an:
+            return item.error(f"Duplicate service import subject {_q(local)}, previously used in import for "
+                              f"account {_q(p_an)}, subject {_q(p_subject)}")
+    prev.append((str(an), str(subject)))
+    return None
+
+
 def _check_exports(f: Field, acc: str, names: set, out: list) -> list[ConfigError]:
     if not isinstance(f.value, list):
         return [f.error(f"Exports should be an array, got {go_type(f.value)}")]
     errors: list[ConfigError] = []
+    latencies: list[tuple[Field, Any, Any, Any]] = []
     for item in f.items():
         if not isinstance(item.value, dict):
             errors.append(item.error(f"Export Items should be a map with type entry, got {go_type(item.value)}"))
@@ -95,10 +120,12 @@ def _check_exports(f: Field, acc: str, names: set, out: list) -> list[ConfigErro
         kind = subject = None
         accounts: set | None = None
         seen_rt = seen_thr = False
-        rt_field = None
+        rt_field = lat_field = None
         for e in item.entries():
             n = e.name
-            if n in ("stream", "service"):
+            if n == "latency":
+                lat_field = e
+            elif n in ("stream", "service"):
                 kind, subject = n, e.value
             elif n == "accounts":
                 accounts = set(e.value) if isinstance(e.value, list) else {e.value}
@@ -131,12 +158,55 @@ def _check_exports(f: Field, acc: str, names: set, out: list) -> list[ConfigErro
                                           f"{_q(e.value)}"))
         if kind == "stream" and rt_field is not None:
             errors.append(rt_field.error("Detected response directive on non-service"))
+        if lat_field is not None:
+            lat = _check_latency_entry(lat_field, kind, errors)
+            if lat is not None and kind == "service":
+                latencies.append((item, subject, lat, rt_field.value if rt_field is not None and
+                                  rt_field.name in ("response", "response_type") else "singleton"))
         if kind is None:
             continue
         for an in sorted(accounts or ()):
             if an not in names:
                 errors.append(item.error(f"{_q(an)} account not defined for {kind} export"))
         out.append((kind, subject, accounts))
+    errors.extend(_check_latency_subjects(latencies, out))
+    return errors
+
+
+def _check_latency_entry(f: Field, kind: Any, errors: list) -> Any:
+    """A service export's ``latency`` (parse_latency's checks, at the sampling value when that is wrong)."""
+    from rillet.server.latency import BAD_SAMPLING, parse_latency
+    if kind == "stream":
+        errors.append(f.error("Detected latency directive on non-service"))
+        return None
+    try:
+        return parse_latency(f.value)
+    except ValueError as e:
+        at = f
+        if isinstance(f.value, dict) and (str(e) == BAD_SAMPLING or "latency sample" in str(e)):
+            at = next((x for x in f.entries() if x.name == "sampling"), f)
+        elif isinstance(f.value, dict) and "latency subject to be" in str(e):
+            at = next((x for x in f.entries() if x.name == "subject"), f)
+        errors.append(at.error(str(e)))
+        return None
+
+
+def _check_latency_subjects(latencies: list, exports: list) -> list[ConfigError]:
+    """Where latency results may be published (nats-server's TrackServiceExportWithSampling): a literal
+    subject outside the account's exported services, for a singleton service."""
+    from rillet.subjects.validate import is_valid_literal_subject, subject_is_subset_match
+    errors: list[ConfigError] = []
+    for item, subject, lat, rt in latencies:
+        err = ""
+        if not is_valid_literal_subject(lat.subject) or any(
+                k == "service" and isinstance(s, str) and subject_is_subset_match(lat.subject, s)
+                for k, s, _a in exports):
+            err = "invalid publish subject"
+        elif str(rt).lower() not in ("singleton", "single"):
+            err = "bad service response type"
+        if err:
+            errors.append(item.error(f"Error adding service latency sampling for {_q(subject)} on subject "
+                                     f"{_q(lat.subject)}: {err}"))
     return errors
 
 
@@ -169,7 +239,7 @@ def _check_import(item: Field, acc: str, names: set, exports: dict) -> ConfigErr
         return to_field.error("Stream import can not have a 'prefix' and a 'to' property")
     if an not in names:
         return item.error(f"{_q(an)} account not defined for {kind} import")
-    from rillet.subjects.validate import is_valid_subject, subject_is_subset_match
+    from rillet.subjects.validate import is_valid_subject, subject_has_wildcard, subject_is_subset_match
     ok = is_valid_subject(subject) and any(k == kind and e_subj and subject_is_subset_match(subject, e_subj) and (accs is None or acc in accs)
              for k, e_subj, accs in exports.get(an, []))
     head = f"Error adding {kind} import {_q(subject)}: "
@@ -187,10 +257,101 @@ def _check_import(item: Field, acc: str, names: set, exports: dict) -> ConfigErr
             except ValueError as e:
                 return item.error(head + f"failed to create mapping transform for stream import subject from "
                                          f"{_q(subject)} to {_q(to)}: {e}")
-    elif to and to != subject and ("$" in str(to) or "{{" in str(to)):  # a destination template
+    elif to and to != subject and subject_has_wildcard(str(subject)):
+        # a service import with wildcards and its own local subject needs a reversible transform
         try:
-            SubjectTransform(subject, str(to))
+            check_import_transform(str(subject), import_transform_tokenize(str(to)))
         except ValueError as e:
             return item.error(head + f"failed to create mapping transform for service import subject from "
                                      f"{_q(to)} to {_q(subject)}: {e}")
     return None
+
+
+def import_transform_tokenize(subject: str) -> str:
+    """Each ``*`` of an import's local subject becomes ``$1``, ``$2``... (in order)."""
+    out: list[str] = []
+    n = 0
+    for t in subject.split("."):
+        if t == "*":
+            n += 1
+            out.append(f"${n}")
+        else:
+            out.append(t)
+    return ".".join(out)
+
+
+def check_import_transform(src: str, dest: str) -> None:
+    """The reversible transform a service import with wildcards needs (nats-server's strict transforms: only
+    wildcard placeholders, every source wildcard used). ValueError with nats-server's text otherwise."""
+    from rillet.subjects import mapping as m
+    m.SubjectTransform(src, dest)
+    npwc = sum(1 for t in src.split(".") if t == "*")
+    used = 0
+    for t in dest.split("."):
+        kind, idx, _i, _s = m._placeholder(t)
+        if kind == m._NONE:
+            continue
+        if kind != m._WILDCARD:
+            raise ValueError(f"{_MAP_DEST_ERR}: the only mapping function allowed for import transforms is "
+                             f"{{{{Wildcard()}}}} in {t}")
+        used += len(idx)
+    if used < npwc:
+        raise ValueError(f"{_MAP_DEST_ERR}: not using all of the token wildcard(s) in {dest}")
+
+
+_MAP_DEST_ERR = "invalid mapping destination"
+
+
+# ---- authorization { auth_callout {} } ------------------------------------------------------------------------
+
+class _Unplaced(ConfigError):
+    """An error nats-server reports without a file position."""
+
+    def _format(self) -> str:
+        return self.reason
+
+
+def check_auth_callout(f: Field) -> list[ConfigError]:
+    """The ``auth_callout`` block, checked when the file is loaded (as nats-server's parse does)."""
+    from rillet.server.auth_callout import CalloutConfigError, parse_auth_callout
+    try:
+        parse_auth_callout(f.value)
+    except CalloutConfigError as e:
+        at = f
+        try:
+            entries = list(f.entries())
+        except ConfigError:
+            entries = []
+        if entries:  # (the entry at fault; for a missing one nats-server points into the block)
+            at = next((x for x in entries if x.key == e.key), entries[0])
+        return [at.error(str(e))]
+    except ValueError as e:
+        return [f.error(str(e))]
+    return []
+
+
+def check_auth_callout_accounts(o: Any) -> list[ConfigError]:
+    """After the whole file: every callout ``allowed_accounts`` entry must be a configured account."""
+    raw = o.extra.get("auth_callout") if isinstance(o.extra, dict) else None
+    if not isinstance(raw, dict):
+        return []
+    allowed = next((v for k, v in raw.items() if k.lower() == "allowed_accounts"), None)
+    if not isinstance(allowed, list):
+        return []
+    known = set(o.accounts or {})
+    return [_Unplaced("", 0, 0, f"auth_callout allowed account {_q(a)} not found in configured accounts")
+            for a in allowed if str(a) not in known]
+
+
+def check_latency_system_account(f: Field) -> list[ConfigError]:
+    """Latency tracking publishes through the system account: none (``no_system_account``) refuses it, at the
+    ``accounts`` block as nats-server reports it."""
+    errors: list[ConfigError] = []
+    for acc in f.entries():
+        if not isinstance(acc.value, dict):
+            continue
+        for e in acc.value.get("exports") or []:
+            if isinstance(e, dict) and "latency" in e and "service" in e:
+                errors.append(f.error(f"Error adding service latency sampling for {_q(e['service'])}: "
+                                      "system account not setup"))
+    return errors

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rillet.server.options import Permission, Permissions, ResponsePermission, User
+from rillet.server.options import Options, Permission, Permissions, ResponsePermission, User
 
 from .builder_base import BuilderBase
 from .checks import is_valid_public_nkey, subject_problem
@@ -18,6 +18,19 @@ GLOBAL_ACCOUNT = "$G"
 
 
 class AuthSections(BuilderBase):
+    def _auth_callout(self, auth: dict, sub: Field) -> None:
+        from .account_checks import check_auth_callout
+        auth["auth_callout"] = sub.as_map()
+        self.errors.extend(check_auth_callout(sub))
+
+    def finish(self, warnings_as_errors: bool = False) -> Options:
+        from .account_checks import check_auth_callout_accounts, check_latency_system_account
+        self.errors.extend(check_auth_callout_accounts(self.o))
+        accounts = getattr(self, "_accounts_field", None)
+        if accounts is not None and self.o.no_system_account:
+            self.errors.extend(check_latency_system_account(accounts))
+        return super().finish(warnings_as_errors)
+
     def authorization(self, f: Field) -> None:
         auth = self.parse_authorization(f)
         o = self.o
@@ -81,8 +94,8 @@ class AuthSections(BuilderBase):
             "users": users,
             "default_permission": permissions, "default_permissions": permissions,
             "permissions": permissions,
-            "auth_callout": lambda sub: auth.__setitem__("auth_callout", sub.as_map()),
-            "auth_hook": lambda sub: auth.__setitem__("auth_callout", sub.as_map()),
+            "auth_callout": lambda sub: self._auth_callout(auth, sub),
+            "auth_hook": lambda sub: self._auth_callout(auth, sub),
             "proxy_required": store("proxy_required", "bool"),
         }
         self.each(f, table, "authorization")
@@ -244,6 +257,7 @@ class AuthSections(BuilderBase):
         if not self.errors:  # as nats-server: exports and imports are wired once the accounts are all known
             from .account_checks import check_accounts
             self.errors.extend(check_accounts(f))
+            self._accounts_field = f
 
     def account(self, acc: Field) -> None:
         if not isinstance(acc.value, dict):

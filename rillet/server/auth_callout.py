@@ -114,6 +114,14 @@ def _go_type(v: Any) -> str:
     return t(v)
 
 
+class CalloutConfigError(ValueError):
+    """A bad ``auth_callout`` block; ``key`` names the entry at fault (None: the block as a whole)."""
+
+    def __init__(self, key: str | None, msg: str) -> None:
+        super().__init__(msg)
+        self.key = key
+
+
 def parse_auth_callout(raw: Any) -> CalloutConfig:
     """The ``auth_callout`` block, checked as nats-server checks it (ValueError with its messages)."""
     if not isinstance(raw, dict):
@@ -124,29 +132,29 @@ def parse_auth_callout(raw: Any) -> CalloutConfig:
         if key == "issuer":
             ac.issuer = str(v)
             if not jwt.is_public_key(ac.issuer, "A"):
-                raise ValueError(f"Expected callout user to be a valid public account nkey, got {go_quote(ac.issuer)}")
+                raise CalloutConfigError(k, f"Expected callout user to be a valid public account nkey, got {go_quote(ac.issuer)}")
         elif key in ("account", "acc"):
             ac.account = str(v)
         elif key in ("auth_users", "users"):
             if not isinstance(v, list):
-                raise ValueError(f"Expected auth_users field to be an array, got {_go_type(v)}")
+                raise CalloutConfigError(k, f"Expected auth_users field to be an array, got {_go_type(v)}")
             ac.auth_users = [str(u) for u in v]
         elif key in ("xkey", "key"):
             ac.xkey = str(v)
             if not is_curve_key(ac.xkey):
-                raise ValueError(f"Expected callout xkey to be a valid public xkey, got {go_quote(ac.xkey)}")
+                raise CalloutConfigError(k, f"Expected callout xkey to be a valid public xkey, got {go_quote(ac.xkey)}")
         elif key == "allowed_accounts":
             if not isinstance(v, list):
-                raise ValueError(f"Expected allowed accounts field to be an array, got {_go_type(v)}")
+                raise CalloutConfigError(k, f"Expected allowed accounts field to be an array, got {_go_type(v)}")
             ac.allowed_accounts = [str(a) for a in v]
         else:
-            raise ValueError(f"Unknown field {go_quote(k)} parsing authorization callout")
+            raise CalloutConfigError(k, f"Unknown field {go_quote(k)} parsing authorization callout")
     if not ac.account:
         ac.account = GLOBAL_ACCOUNT
     if not ac.issuer:
-        raise ValueError("Authorization callouts require an issuer to be specified")
+        raise CalloutConfigError(None, "Authorization callouts require an issuer to be specified")
     if not ac.auth_users:
-        raise ValueError("Authorization callouts require authorized users to be specified")
+        raise CalloutConfigError(None, "Authorization callouts require authorized users to be specified")
     return ac
 
 

@@ -141,7 +141,10 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
         srv = Server(opts, log)
         srv.reload_argv = argv  # what SIGHUP and $SYS.REQ.SERVER.<id>.RELOAD read again
     except ValueError as e:
-        log.fatal(str(e))
+        # as nats-server when it cannot build its server (NewServer): the error on stderr, not in the log,
+        # after the program's fixed name (nats-server uses "nats-server", not argv[0])
+        print(f"nats-server: {e}", file=sys.stderr)
+        log.close()
         return 1
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task] = set()
