@@ -341,6 +341,10 @@ async def test_direct_get_batches(tmp_path):
         assert [(d, h["Nats-Sequence"], h["Nats-Num-Pending"], h["Nats-Last-Sequence"]) for d, h in out[:3]] == [
             (b"m1", "2", "3", "0"), (b"m2", "3", "2", "2"), (b"m3", "4", "1", "3")]
         assert out[3][1]["Status"] == "204" and out[3][1]["Nats-Num-Pending"] == "1"
+        out = await get({"seq": 1, "batch": 2, "next_by_subj": "dg.0"})
+        assert [(d, h["Nats-Sequence"], h["Nats-Num-Pending"]) for d, h in out[:2]] == [
+            (b"m0", "1", "2"), (b"m2", "3", "1")]
+        assert out[2][1]["Status"] == "204" and out[2][1]["Nats-Num-Pending"] == "1"
         out = await get({"multi_last": ["dg.>"]})
         assert [d for d, _ in out[:2]] == [b"m3", b"m4"] and out[2][1]["Nats-UpTo-Sequence"] == "5"
         out = await get({"multi_last": ["dg.0"], "up_to_seq": 3})

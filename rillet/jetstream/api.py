@@ -452,9 +452,12 @@ class ApiRouter:
                     break
                 msgs.append(m)
                 seq = m.seq + 1
-            for m in msgs:
-                n, _ = store.num_pending(m.seq + 1, filt, False)
-                pendings.append(n)
+            if msgs:
+                # the messages are consecutive matches: what matches after msgs[i] is the later ones in the
+                # batch plus what matches after the last, so one count serves the whole batch
+                after_last, _ = store.num_pending(msgs[-1].seq + 1, filt, False)
+                k = len(msgs)
+                pendings = [after_last + k - 1 - i for i in range(k)]
         if not msgs:
             self._status(reply, 404, "Message Not Found")
             return
