@@ -15,12 +15,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from rillet.monitor.httpd import Monitor, MonitorListener, start_site
-
 __all__ = ["Monitor", "MonitorListener", "start_monitor"]
 
 
-async def start_monitor(server: Any) -> Monitor:
+def __getattr__(name: str) -> Any:
+    # the HTTP side (aiohttp, slow to import) loads when first used, not with the formatting helpers the
+    # server imports at start (rillet.monitor.gofmt): the server then listens for clients sooner
+    if name in ("Monitor", "MonitorListener", "start_site"):
+        from rillet.monitor import httpd
+        return getattr(httpd, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+async def start_monitor(server: Any) -> Any:
+    from rillet.monitor.httpd import Monitor, start_site
     o = server.opts
     if o.http_port and o.https_port:
         raise ValueError(f"can't specify both HTTP ({o.http_port}) and HTTPs ({o.https_port}) ports")

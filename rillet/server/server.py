@@ -175,28 +175,60 @@ class Server:
     async def _start_listeners(self) -> None:
         o = self.opts
         log = self.log
-        if o.http_port or o.https_port:
-            from rillet.monitor import start_monitor
-            await start_monitor(self)
-        if o.websocket.port:
-            from rillet.server.websocket import start_websocket
-            await start_websocket(self)
         host = o.host or "0.0.0.0"
         port = 0 if o.port == RANDOM_PORT else o.port
         handshake_first = o.tls is not None and o.tls.handshake_first
         ssl_ctx = self.tls_context if handshake_first else None
+        # the client port listens first, its connections waiting in the backlog until the rest is up: a
+        # monitor that answers /varz means clients can connect, and a restarted server is reachable as
+        # soon as can be (the monitor's HTTP stack takes a while to load); the log still names the monitor
+        # first, as nats-server's does
         try:
+            lsock = await self._listening_socket(host, port)
             self._listener = await self.loop.create_server(
-                self._new_client, host=host, port=port, ssl=ssl_ctx, reuse_address=True, backlog=1024,
-                ssl_handshake_timeout=(o.tls.timeout if ssl_ctx is not None and o.tls else None))
+                self._new_client, host=None if lsock else host, port=None if lsock else port, sock=lsock,
+                ssl=ssl_ctx, reuse_address=None if lsock else True, backlog=1024,
+                ssl_handshake_timeout=(o.tls.timeout if ssl_ctx is not None and o.tls else None),
+                start_serving=False)
         except OSError as e:
             raise OSError(e.errno, f"Error listening on port: {host}:{port}, \"{e.strerror}\"") from e
+        try:
+            if o.http_port or o.https_port:
+                from rillet.monitor import start_monitor
+                await start_monitor(self)
+            if o.websocket.port:
+                from rillet.server.websocket import start_websocket
+                await start_websocket(self)
+            await self._listener.start_serving()
+        except BaseException:
+            self._listener.close()  # (the server does not start: the client port is let go too)
+            raise
         sock = self._listener.sockets[0]
         self.addr = (host, sock.getsockname()[1])
         log.notice(f"Listening for client connections on {_hostport(host, self.addr[1])}")
         if o.tls is not None:
             log.notice("TLS required for client connections" if o.tls_required
                        else "TLS available for client connections")
+
+    async def _listening_socket(self, host: str, port: int) -> Any:
+        """A socket already listening on the client address (when it names one address), or None."""
+        import socket
+        infos = await self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        if len(infos) != 1:
+            return None
+        family, kind, proto, _, addr = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+            sock.listen(1024)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     def _new_client(self) -> Client:
         return Client(self)

@@ -1,0 +1,43 @@
+"""Start-up order: the client port listens before the monitor answers, and the HTTP stack loads late.
+
+nats.py's test harness (and other tools) take a 200 from ``/varz`` to mean clients can connect, and a
+restarted server should be reachable as soon as possible: clients that come while the monitor starts wait
+in the listen backlog and get their INFO once the server is up.
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import nats
+
+from rillet.server import Options
+from rillet.server.embed import run_server
+from rillet.server.options import RANDOM_PORT
+from tests.helpers import free_port
+
+
+def test_server_modules_do_not_load_the_http_stack():
+    code = "import sys, rillet.server.main, rillet.server.server; print('aiohttp' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+async def test_client_port_listens_before_the_monitor_starts(monkeypatch):
+    import rillet.monitor as monitor
+    port = free_port()
+    seen = {}
+    real = monitor.start_monitor
+
+    async def checking_start(server):
+        with socket.socket() as s:  # the TCP connection is accepted (backlog) before the monitor is up
+            s.settimeout(1)
+            seen["connect"] = s.connect_ex(("127.0.0.1", port))
+        return await real(server)
+    monkeypatch.setattr(monitor, "start_monitor", checking_start)
+    async with run_server(Options(host="127.0.0.1", port=port, http_port=RANDOM_PORT)) as srv:
+        assert seen["connect"] == 0
+        nc = await nats.connect(srv.client_url)
+        await nc.flush()
+        await nc.close()
