@@ -1,5 +1,25 @@
-"""Go's ``%q`` (``strconv.Quote``): how nats-server quotes subjects and names in its error texts and logs."""
+"""Go's ``%q`` (``strconv.Quote``): how nats-server quotes subjects and names in its error texts and logs;
+and ``%T``, the Go type names its config errors print."""
 from __future__ import annotations
+
+from typing import Any
+
+
+def go_type(v: Any) -> str:
+    """The Go type name nats-server's messages print (``%T``) for a parsed config value."""
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int64"
+    if isinstance(v, float):
+        return "float64"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, dict):
+        return "map[string]interface {}"
+    if isinstance(v, list):
+        return "[]interface {}"
+    return type(v).__name__
 
 
 def go_quote(data: bytes | str) -> str:

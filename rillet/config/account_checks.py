@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from rillet.goquote import go_quote
+from rillet.goquote import go_quote, go_type
 
 from .errors import ConfigError
 from .typed import Field
@@ -19,22 +19,6 @@ from .values import parse_go_duration
 
 _RESPONSE_TYPES = ("singleton", "single", "stream", "chunked")
 
-
-def go_type(v: Any) -> str:
-    """The Go type name nats-server's messages print (``%T``) for a parsed config value."""
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "int64"
-    if isinstance(v, float):
-        return "float64"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, dict):
-        return "map[string]interface {}"
-    if isinstance(v, list):
-        return "[]interface {}"
-    return type(v).__name__
 
 
 def _q(s: Any) -> str:

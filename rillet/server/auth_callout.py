@@ -24,7 +24,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from rillet.goquote import go_quote
+from rillet.goquote import go_quote, go_type as _go_type
 from rillet.server import jwt
 from rillet.server.auth import decode_public_nkey, encode_public_nkey
 from rillet.server.options import Permission, Permissions, ResponsePermission
@@ -107,11 +107,6 @@ class CalloutConfig:
         self.auth_users: list[str] = []
         self.xkey = ""
         self.allowed_accounts: list[str] = []
-
-
-def _go_type(v: Any) -> str:
-    from rillet.server.latency import _go_type as t
-    return t(v)
 
 
 class CalloutConfigError(ValueError):

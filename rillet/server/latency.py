@@ -16,7 +16,7 @@ import re
 import time
 from typing import Any
 
-from rillet.goquote import go_quote
+from rillet.goquote import go_quote, go_type as _go_type
 from rillet.monitor.gofmt import go_time, go_time_f
 
 LATENCY_TYPE = "io.nats.server.metric.v1.service_latency"
@@ -35,22 +35,6 @@ class Latency:
         self.sampling = sampling
         self.subject = subject
 
-
-def _go_type(v: Any) -> str:
-    """The Go type name nats-server's messages print (``%T``) for a config value."""
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "int64"
-    if isinstance(v, float):
-        return "float64"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, dict):
-        return "map[string]interface {}"
-    if isinstance(v, list):
-        return "[]interface {}"
-    return type(v).__name__
 
 
 def _atoi(s: str) -> int:
