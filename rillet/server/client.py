@@ -144,9 +144,21 @@ class Client(asyncio.Protocol):
         srv = self.server
         if srv.tls_context is not None and srv.opts.tls_required and self.conn_type == "STANDARD" \
                 and ssl_obj is None:
-            transport.pause_reading()  # type: ignore[attr-defined]  # the TLS upgrade resumes it
+            # the client answers the INFO with its TLS handshake, which must not reach the plain-text parser:
+            # reading is paused before the INFO goes out. (uvloop ignores pause_reading() made inside
+            # connection_made, so the pause and the INFO wait for the next loop pass.)
+            srv.loop.call_soon(self._register_for_tls)
+            return
         srv.register_client(self)
         srv.flush_clients()
+
+    def _register_for_tls(self) -> None:
+        t = self.transport
+        if self.closed or t is None or t.is_closing():
+            return
+        t.pause_reading()  # type: ignore[attr-defined]  # the TLS upgrade resumes it
+        self.server.register_client(self)
+        self.server.flush_clients()
 
     def start(self) -> None:
         """Called by the server after registration: INFO, auth timer, ping timer."""
