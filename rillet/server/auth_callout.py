@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from rillet.goquote import go_quote, go_type as _go_type
 from rillet.server import jwt
 from rillet.server.auth import decode_public_nkey, encode_public_nkey
-from rillet.server.options import Permission, Permissions, ResponsePermission
+from rillet.server.operator import permissions_from_claims
+from rillet.server.options import Permission, Permissions
 
 if TYPE_CHECKING:
     from rillet.server.client import Client
@@ -162,29 +163,6 @@ class CalloutError(Exception):
 
 
 # ---- user JWT -> what the client gets -----------------------------------------------------------------------
-
-def _perm(d: Any) -> Permission | None:
-    if not isinstance(d, dict):
-        return None
-    allow = d.get("allow") or None
-    deny = d.get("deny") or None
-    if not allow and not deny:
-        return None
-    return Permission(allow=list(allow) if allow else None, deny=list(deny) if deny else None)
-
-
-def jwt_permissions(n: dict) -> Permissions | None:
-    """nats-server's buildPermissionsFromJwt: ``pub``, ``sub`` and ``resp`` of a user JWT."""
-    pub = _perm(n.get("pub"))
-    sub = _perm(n.get("sub"))
-    resp = None
-    r = n.get("resp")
-    if isinstance(r, dict):
-        resp = ResponsePermission(max_msgs=int(r.get("max") or 0), expires=(r.get("ttl") or 0) / 1e9)
-    if pub is None and sub is None and resp is None:
-        return None
-    return Permissions(publish=pub, subscribe=sub, response=resp)
-
 
 class CalloutUser:
     """What the callout granted, in the shape of a configured ``User`` (``Client._apply_user`` takes it)."""
@@ -464,7 +442,7 @@ class AuthCallout:
         if not isinstance(target, str) or not self._account_exists(target):
             raise CalloutError(f"no valid account {go_quote(str(target))} for auth callout response on account "
                                f"{qacc}: account missing")
-        return CalloutUser(uc["sub"], uc.get("name") or "", target, jwt_permissions(un), uc)
+        return CalloutUser(uc["sub"], uc.get("name") or "", target, permissions_from_claims(un), uc)
 
     def _knows_issuer(self, acc_name: str, key: Any) -> bool:
         info = self.server.operator.infos.get(acc_name)
