@@ -95,9 +95,20 @@ async def connect(conn: ConnectOptions, name: str = "rillet-spark") -> FastClien
         kw["tls"] = ctx
     try:
         await asyncio.wait_for(nc.connect(**kw), timeout=conn.connect_timeout * 2 * len(conn.servers) + 1)
+        if not nc.is_connected:
+            # nats-py returns from connect() when the server closes the connection instead of answering the
+            # first PING (with TLS 1.3 a server rejects a missing or untrusted client certificate only after
+            # the client's side of the handshake is done): say so here, not at the first request
+            raise ConnectionError("the server closed the connection during the handshake (a TLS client "
+                                  "certificate or credentials it does not accept?)")
     except Exception as e:  # NoServersError, auth errors, TLS errors, timeouts...
+        hint = ""
+        if "tls" in kw and isinstance(e, (ConnectionError, ssl.SSLError)):
+            # a server that rejects the client certificate resets or closes the connection (which one the client
+            # sees first varies): name the options to look at
+            hint = " (TLS handshake failed: check options 'tls_ca', 'tls_cert' and 'tls_key')"
         raise JetStreamSparkError(f"cannot connect to NATS at {', '.join(conn.servers)}: "
-                                  f"{type(e).__name__}: {e}".rstrip(": ")) from None
+                                  f"{type(e).__name__}: {e}".rstrip(": ") + hint) from None
     return nc
 
 
