@@ -1,6 +1,6 @@
-"""The jetstream data source's remaining credential options against a Rillet server: an nkey seed, a .creds file
-(operator mode), and TLS with a CA and a client certificate. Each batch read succeeds with the right credential
-and ends quickly with a clear error with a wrong one (never a hang)."""
+"""The jetstream data source's remaining credential options against Rillet and the Go nats-server: an nkey
+seed, a .creds file (operator mode), and TLS with a CA and a client certificate. Each batch read succeeds with the
+right credential and ends quickly with a clear error with a wrong one (never a hang)."""
 from __future__ import annotations
 
 import datetime
@@ -30,10 +30,10 @@ def _read(spark, url, stream, **opts):
     return r.load()
 
 
-def _server(tmp_path, conf: str) -> JSServer:
+def _server(tmp_path, kind: str, conf: str) -> JSServer:
     path = tmp_path / "server.conf"
     path.write_text(conf)
-    return JSServer("rillet", ("-c", str(path)))
+    return JSServer(kind, ("-c", str(path)))
 
 
 def _check(spark, srv: JSServer, name: str, connect_kw: dict, good: dict, bads: list[tuple[dict, str | tuple]]) -> None:
@@ -60,11 +60,12 @@ def _check(spark, srv: JSServer, name: str, connect_kw: dict, good: dict, bads: 
         assert time.monotonic() - t0 < 15, bad
 
 
-def test_nkey_seed(spark, tmp_path, name):
+@pytest.mark.parametrize("kind", ["rillet", "go"])
+def test_nkey_seed(spark, tmp_path, name, kind):
     kp = J.new_keypair("U")
     seed = kp.seed.decode()
     other = J.new_keypair("U").seed.decode()  # a valid seed whose public key the server does not know
-    srv = _server(tmp_path, f"authorization {{ users = [ {{ nkey: {J.public_key(kp)} }} ] }}\n")
+    srv = _server(tmp_path, kind, f"authorization {{ users = [ {{ nkey: {J.public_key(kp)} }} ] }}\n")
     try:
         _check(spark, srv, name, {"nkeys_seed_str": seed}, {"nkey_seed": seed},
                [({"nkey_seed": other}, "Authorization Violation")])
@@ -84,7 +85,8 @@ def _user(acc_kp) -> tuple:
     return ukp, J.encode(claims, acc_kp)
 
 
-def test_creds_file_operator_mode(spark, tmp_path, name):
+@pytest.mark.parametrize("kind", ["rillet", "go"])
+def test_creds_file_operator_mode(spark, tmp_path, name, kind):
     okp = J.new_keypair("O")
     sys_kp, acc_kp = J.new_keypair("A"), J.new_keypair("A")
     sys_pub, acc_pub = J.public_key(sys_kp), J.public_key(acc_kp)
@@ -93,7 +95,7 @@ def test_creds_file_operator_mode(spark, tmp_path, name):
                         "nats": {"type": "account", "limits": {**UNLIMITED, **JS_LIMITS}}}, okp)
     op_jwt = J.encode({"sub": J.public_key(okp), "name": "OP",
                        "nats": {"type": "operator", "system_account": sys_pub}}, okp)
-    srv = _server(tmp_path, "\n".join([
+    srv = _server(tmp_path, kind, "\n".join([
         f"operator: {op_jwt}", "resolver: MEMORY", f"system_account: {sys_pub}",
         "resolver_preload {", f'  {sys_pub}: "{sys_jwt}"', f'  {acc_pub}: "{acc_jwt}"', "}", ""]))
 
@@ -151,14 +153,16 @@ def _pki(tmp_path, label: str, with_server: bool) -> dict:
     return out
 
 
-def test_tls_with_ca_and_client_certificate(spark, tmp_path, name):
+@pytest.mark.parametrize("kind", ["rillet", "go"])
+def test_tls_with_ca_and_client_certificate(spark, tmp_path, name, kind):
     pki = _pki(tmp_path, "good", with_server=True)
     rogue = _pki(tmp_path, "rogue", with_server=False)  # a client certificate from a CA the server does not trust
     (cert, key), ca = pki["server"], pki["ca"]
     # a rejected client certificate shows as the server resetting or closing the connection (which one the
     # client sees first varies); the error names the TLS options
     rejected = "TLS handshake failed: check options 'tls_ca', 'tls_cert' and 'tls_key'"
-    srv = _server(tmp_path, f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{ca}", verify: true }}\n')
+    srv = _server(tmp_path, kind,
+                  f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{ca}", verify: true }}\n')
     ctx = ssl.create_default_context(cafile=ca)
     ctx.load_cert_chain(*pki["client"])
     good = {"tls_ca": ca, "tls_cert": pki["client"][0], "tls_key": pki["client"][1]}
