@@ -395,6 +395,6 @@ def test_credentials(spark, kind, name):
             assert [bytes(r.data) for r in _read(spark, srv.url, name, **good).collect()] == [b"hi"]
             with pytest.raises(Exception) as e:
                 _read(spark, srv.url, name, **bad).collect()
-            assert "cannot connect to NATS at" in str(e.value)
+            assert "JetStreamSparkError: cannot connect to NATS at" in str(e.value)
         finally:
             srv.stop()
