@@ -268,6 +268,7 @@ def check_import_transform(src: str, dest: str) -> None:
     """The reversible transform a service import with wildcards needs (nats-server's strict transforms: only
     wildcard placeholders, every source wildcard used). ValueError with nats-server's text otherwise."""
     from rillet.subjects import mapping as m
+    from rillet.subjects.destination import _MAP_DEST_ERR
     m.SubjectTransform(src, dest)
     npwc = sum(1 for t in src.split(".") if t == "*")
     used = 0
@@ -282,8 +283,6 @@ def check_import_transform(src: str, dest: str) -> None:
     if used < npwc:
         raise ValueError(f"{_MAP_DEST_ERR}: not using all of the token wildcard(s) in {dest}")
 
-
-_MAP_DEST_ERR = "invalid mapping destination"
 
 
 # ---- authorization { auth_callout {} } ------------------------------------------------------------------------

@@ -17,23 +17,26 @@ from __future__ import annotations
 import random as _random
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-# The destination parsing helpers (and error texts) are shared with the JetStream config
-# validator so both reject exactly the same destinations.
 from rillet.goquote import go_quote
-from rillet.jetstream.config import (
+from rillet.subjects.destination import (
+    LEFT as _LEFT,
+    NONE as _NONE,
+    PARTITION as _PARTITION,
+    RANDOM as _RANDOM,
+    RIGHT as _RIGHT,
+    SFL as _SFL,
+    SFR as _SFR,
+    SLL as _SLL,
+    SLR as _SLR,
+    SPLIT as _SPLIT,
+    WILDCARD as _WILDCARD,
     _ERR_BAD_SUBJECT,
     _ERR_INDEX_RANGE,
-    _ERR_INVALID_ARG,
-    _ERR_NOT_ENOUGH_ARGS,
-    _ERR_TOO_MANY_ARGS,
-    _ERR_UNKNOWN_FN,
-    _FN,
-    _MAX_INT32,
     _MapErr,
     _atoi,
-    _fn_args,
     _map_err,
     _subject_info,
+    placeholder as _placeholder,
     validate_mapping,
 )
 
@@ -50,90 +53,6 @@ def fnv1a32(data: bytes) -> int:
     for b in data:
         h = ((h ^ b) * _FNV_PRIME) & _M32
     return h
-
-
-# ---------------------------------------------------------------------------------------------------
-# Destination token classification (nats-server's indexPlaceHolders)
-
-_NONE, _PARTITION, _WILDCARD, _SFL, _SFR, _SLL, _SLR, _SPLIT, _LEFT, _RIGHT, _RANDOM = range(11)
-
-
-def _int_args(token: str, args: list[str], kind: int) -> tuple[int, list[int], int, str]:
-    if len(args) < 2:
-        raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
-    if len(args) > 2:
-        raise _map_err(token, _ERR_TOO_MANY_ARGS)
-    try:
-        i = _atoi(args[0].strip(" "))
-        v = _atoi(args[1].strip(" "))
-        if not -(1 << 31) <= v <= _MAX_INT32:
-            raise ValueError
-    except ValueError:
-        raise _map_err(token, _ERR_INVALID_ARG) from None
-    return kind, [i], v, ""
-
-
-def _placeholder(token: str) -> tuple[int, list[int], int, str]:
-    """(kind, wildcard indexes, int argument, string argument) of one destination token."""
-    n = len(token)
-    if n > 1:
-        if token[0] == "$":
-            try:
-                return _WILDCARD, [_atoi(token[1:])], -1, ""
-            except ValueError:
-                return _NONE, [-1], -1, ""
-        if n > 4 and token[0] == "{" and token[1] == "{" and token[-2] == "}" and token[-1] == "}":
-            args = _fn_args(_FN["wildcard"], token)
-            if args is not None:
-                if len(args) == 1 and args[0] == "":
-                    raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
-                if len(args) == 1:
-                    try:
-                        return _WILDCARD, [_atoi(args[0].strip(" "))], -1, ""
-                    except ValueError:
-                        raise _map_err(token, _ERR_INVALID_ARG) from None
-                raise _map_err(token, _ERR_TOO_MANY_ARGS)
-            args = _fn_args(_FN["partition"], token)
-            if args is not None:
-                try:
-                    num = _atoi(args[0].strip(" "))
-                    if num > _MAX_INT32:
-                        raise ValueError
-                    idx = [_atoi(t.strip(" ")) for t in args[1:]]
-                except ValueError:
-                    raise _map_err(token, _ERR_INVALID_ARG) from None
-                return _PARTITION, idx, num, ""
-            for name, kind in (("splitFromLeft", _SFL), ("splitFromRight", _SFR), ("sliceFromLeft", _SLL),
-                               ("sliceFromRight", _SLR), ("right", _RIGHT), ("left", _LEFT)):
-                args = _fn_args(_FN[name], token)
-                if args is not None:
-                    return _int_args(token, args, kind)
-            args = _fn_args(_FN["split"], token)
-            if args is not None:
-                if len(args) < 2:
-                    raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
-                if len(args) > 2:
-                    raise _map_err(token, _ERR_TOO_MANY_ARGS)
-                try:
-                    i = _atoi(args[0].strip(" "))
-                except ValueError:
-                    raise _map_err(token, _ERR_INVALID_ARG) from None
-                if " " in args[1] or "." in args[1]:
-                    raise _map_err(token, _ERR_INVALID_ARG)
-                return _SPLIT, [i], -1, args[1]
-            args = _fn_args(_FN["random"], token)
-            if args is not None:
-                if len(args) != 1:
-                    raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
-                try:
-                    v = _atoi(args[0].strip(" "))
-                    if v > _MAX_INT32:
-                        raise ValueError
-                except ValueError:
-                    raise _map_err(token, _ERR_INVALID_ARG) from None
-                return _RANDOM, [], v, ""
-            raise _map_err(token, _ERR_UNKNOWN_FN)
-    return _NONE, [-1], -1, ""
 
 
 # ---------------------------------------------------------------------------------------------------
