@@ -320,11 +320,7 @@ class Server:
         c.account.clients.add(c)
         if self.tls_context is not None and self.opts.tls is not None and not self.opts.tls.handshake_first \
                 and c.conn_type == "STANDARD" and self.opts.tls_required:
-            c.start()
-            # the client answers the INFO with its ClientHello: nothing may reach the plain-text parser
-            # before _upgrade_tls runs start_tls (which resumes reading under TLS)
-            if c.transport is not None:
-                c.transport.pause_reading()
+            c.start()  # (reading was paused by Client._register_for_tls; start_tls resumes it under TLS)
             self.loop.create_task(self._upgrade_tls(c))
             return
         c.start()
