@@ -6,6 +6,7 @@ and the body, and answers with nats-server's JSON (``type``, fields, ``error`` o
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -26,6 +27,9 @@ JSON_LIMIT = 1024  # names per page
 LIST_LIMIT = 256  # infos per page
 
 _enc = msgspec.json.Encoder()
+
+# modules with a ``register(router)`` that adds their endpoints to every ApiRouter
+HANDLER_MODULES = ("rillet.jetstream.api_consumer", "rillet.jetstream.snapshot")
 
 
 def stream_config_from_dict(d: dict) -> Any:
@@ -71,16 +75,10 @@ class ApiRouter:
             "STREAM.LEADER.STEPDOWN": self.stream_leader_stepdown,
             "DIRECT.GET": self.direct_get,  # subscribed per stream (allow_direct), see Stream
         }
-        try:
-            from rillet.jetstream import api_consumer
-            api_consumer.register(self)
-        except ImportError:
-            pass
-        try:
-            from rillet.jetstream import snapshot
-            snapshot.register(self)
-        except ImportError:
-            pass
+        # the other endpoint families register themselves; an import or registration error propagates and
+        # stops JetStream (and the server) from starting: an endpoint must never vanish into "no responders"
+        for module in HANDLER_MODULES:
+            importlib.import_module(module).register(self)
 
     # ---- dispatch ---------------------------------------------------------------------------------
 
