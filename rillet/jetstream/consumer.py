@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from rillet.jetstream import headers as H
+from rillet.jetstream.store.base import ErrStoreClosed, StoreError
 from rillet.jetstream.stream import now_ns, rfc3339
 from rillet.subjects.validate import subject_has_wildcard, subject_matches_filter
 
@@ -150,6 +151,8 @@ class Consumer:
         self._watched = ""
         self._map_stalled = False
         self._running = False
+        self.load_errors = 0  # messages the store could not read (logged once each, then skipped)
+        self._bad_seqs: set[int] = set()
         self._flush_soon = False
         self.persist: Any = None
         self._apply_cfg()
@@ -245,9 +248,9 @@ class Consumer:
                     sseq = st.last_seq
                 else:
                     for f in self.filters:
-                        m = _safe(store.load_last_msg, f)
-                        if m is not None and m.seq > sseq:
-                            sseq = m.seq
+                        ls = _last_seq(store, f)
+                        if ls > sseq:
+                            sseq = ls
                     if sseq == 0:
                         sseq = st.last_seq + 1
             elif dp == "last_per_subject":
@@ -279,40 +282,10 @@ class Consumer:
         self._mark_dirty()
 
     def _multi_last_seqs(self) -> list[int]:
-        store = self.stream.store
-        filters = self.filters or [">"]
-        try:
-            seqs = store.multi_last_seqs(filters, 0, 0)
-        except TypeError:
-            seqs = store.multi_last_seqs(filters)
-        except Exception:
-            seqs = []
-        return sorted(seqs or [])
+        return sorted(self.stream.store.multi_last_seqs(self.filters or [">"], 0, 0))
 
     def _seq_from_time(self, t: int) -> int:
-        store = self.stream.store
-        if hasattr(store, "get_seq_from_time"):
-            try:
-                return store.get_seq_from_time(t)
-            except Exception:
-                pass
-        st = store.state()
-        seq = st.first_seq
-        # binary search on timestamps, skipping deleted sequences
-        lo, hi = st.first_seq, st.last_seq
-        ans = st.last_seq + 1
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            m = _safe(store.load_next_msg, ">", mid, True)
-            if m is None:
-                hi = mid - 1
-                continue
-            if m.ts >= t:
-                ans = min(ans, m.seq)
-                hi = mid - 1
-            else:
-                lo = m.seq + 1
-        return ans if ans else seq
+        return self.stream.store.get_seq_from_time(t)  # from the index: no message is read
 
     def stop(self, delete: bool = False, advisory: bool = True) -> None:
         if self.closed:
@@ -399,7 +372,8 @@ class Consumer:
             if self.lss is not None:
                 self.lss = [s for s in self.lss if s >= first] or None
         store = self.stream.store
-        for seq in [s for s in self.pending if s < first or _safe(store.load_msg, s) is None]:
+        # gone from the index (a message the store cannot read is still there: redelivery deals with it)
+        for seq in [s for s in self.pending if s < first or store.subject_for_seq(s) is None]:
             self.pending.pop(seq, None)
             self.rdc.pop(seq, None)
             self._remove_rdq(seq)
@@ -429,10 +403,7 @@ class Consumer:
         return False
 
     def _has_interest(self) -> bool:
-        try:
-            return self.jsa.account.sublist.has_interest(self.deliver_subject)
-        except Exception:
-            return False
+        return self.jsa.account.sublist.has_interest(self.deliver_subject)
 
     def num_pending(self) -> int:
         if self.npc_dirty:
@@ -458,35 +429,66 @@ class Consumer:
         filters = self.filters or [">"]
         total = 0
         for f in filters:
-            try:
-                r = store.num_pending(start, f, lps)
-            except Exception:
-                r = 0
-            if isinstance(r, tuple):
-                r = r[0]
-            total += int(r or 0)
+            total += store.num_pending(start, f, lps)[0]
         return total
 
     def _load_next(self, start: int) -> Any:
+        """The next message for this consumer at or after ``start`` (None: none yet). A message the store
+        holds but cannot read (a corrupt record, an I/O error) is logged once, counted and skipped: waiting
+        for it would stall the consumer for good, and nats-server's store likewise drops what it cannot
+        read. "Not found" is not an error: the stores return None for deleted and missing messages."""
         store = self.stream.store
-        if not self.filters:
-            m = store.load_msg(start)  # usually the very next sequence: no search
-            if m is not None:
-                return m
-            return _safe(store.load_next_msg, ">", start, True)
-        if len(self.filters) == 1:
-            return _safe(store.load_next_msg, self.filters[0], start, self.filters_wc[0])
-        if hasattr(store, "load_next_msg_multi"):
+        while True:
             try:
+                if not self.filters:
+                    m = store.load_msg(start)  # usually the very next sequence: no search
+                    if m is not None:
+                        return m
+                    return store.load_next_msg(">", start, True)
+                if len(self.filters) == 1:
+                    return store.load_next_msg(self.filters[0], start, self.filters_wc[0])
                 return store.load_next_msg_multi(self.filters, start)
-            except Exception:
-                pass
-        best = None
-        for f, wc in zip(self.filters, self.filters_wc):
-            m = _safe(store.load_next_msg, f, start, wc)
-            if m is not None and (best is None or m.seq < best.seq):
-                best = m
-        return best
+            except ErrStoreClosed:
+                raise
+            except (StoreError, OSError) as e:
+                seq = self._failed_seq(e, start)
+                self._load_failed(seq, e)
+                self.npc_dirty = True
+                start = max(seq, start) + 1
+
+    def _read(self, seq: int) -> Any:
+        """The message at ``seq`` for delivery: None when deleted or missing, and when the store cannot
+        read it (logged once and counted, see ``_load_failed``)."""
+        try:
+            return self.stream.store.load_msg(seq)
+        except ErrStoreClosed:
+            raise
+        except (StoreError, OSError) as e:
+            self._load_failed(seq, e)
+            return None
+
+    def _failed_seq(self, err: Exception, start: int) -> int:
+        """The sequence a failed load was about: the store says so, or else it is the first sequence at or
+        after ``start`` that this consumer would deliver (found in the index, which reads no message)."""
+        seq = getattr(err, "seq", 0)
+        if seq >= start:
+            return seq
+        store = self.stream.store
+        for s in range(start, store.last_seq + 1):
+            subj = store.subject_for_seq(s)
+            if subj is not None and self._matches(subj):
+                return s
+        return start
+
+    def _load_failed(self, seq: int, err: Exception) -> None:
+        """Message ``seq`` could not be read for delivery: logged once per sequence with the account,
+        stream and consumer, counted in ``load_errors``; the caller skips the message."""
+        if seq in self._bad_seqs:
+            return
+        self._bad_seqs.add(seq)
+        self.load_errors += 1
+        self.js.log.error(f"JetStream consumer '{self.jsa.account.name} > {self.stream.name} > {self.name}': "
+                          f"cannot load message with sequence {seq}: {err}; skipping it")
 
     def _remove_rdq(self, seq: int) -> None:
         if seq in self.rdqi:
@@ -523,9 +525,9 @@ class Consumer:
             if self.maxdc and dc > self.maxdc:
                 self._max_deliveries_hit(seq, dc - 1)
                 continue
-            m = _safe(store.load_msg, seq)
+            m = self._read(seq)
             if m is None:
-                # gone from the stream meanwhile: treat like an ack
+                # gone from the stream meanwhile (or unreadable, logged): treat like an ack
                 self.on_stream_remove(seq)
                 continue
             self.rdc[seq] = dc
@@ -540,7 +542,7 @@ class Consumer:
                 self.sseq = self.lss_resume + 1
             else:
                 self.sseq = seq + 1
-            m = _safe(store.load_msg, seq)
+            m = self._read(seq)
             if m is None:
                 return self._next_msg()
             if self.lss is None:
@@ -739,10 +741,7 @@ class Consumer:
         return acc.deliver_result(ic, r, shown, reply, hl, msg)
 
     def _flush_out(self) -> None:
-        try:
-            self.js.server.flush_clients()
-        except Exception:
-            pass
+        self.js.server.flush_clients()
 
     def _did_not_deliver(self, seq: int, dsubj: bytes, dc: int) -> None:
         # nobody got it: not a delivery
@@ -1528,11 +1527,16 @@ def account_hash(name: str) -> str:
     return "".join(_HASH_DIGITS[b % 62] for b in d[:8])
 
 
-def _safe(fn: Any, *args: Any) -> Any:
+def _last_seq(store: Any, filter: str) -> int:
+    """The last sequence matching ``filter`` (0: none). A message the store cannot read still counts: its
+    delivery reports and skips it."""
     try:
-        return fn(*args)
-    except Exception:
-        return None
+        m = store.load_last_msg(filter)
+    except ErrStoreClosed:
+        raise
+    except StoreError as e:
+        return getattr(e, "seq", 0)
+    return m.seq if m is not None else 0
 
 
 def _headers_only(hdr: bytes, size: int) -> bytes:
@@ -1572,23 +1576,25 @@ class ConsumerPersist:
         cs.update(state)
         cs.flush()
 
-    def load(self) -> tuple[dict | None, Any]:
+    def load(self, log: Any) -> tuple[dict | None, Any]:
+        """(config file contents, delivery state); (None, None) with an error logged when the consumer
+        cannot be recovered. A state the store cannot decode was logged by the store: no state."""
+        path = os.path.join(self.path, "meta.json")
         try:
-            with open(os.path.join(self.path, "meta.json"), "rb") as f:
+            with open(path, "rb") as f:
                 meta = json.loads(f.read())
-        except (OSError, ValueError):
+        except (OSError, ValueError) as e:
+            log.error(f"  Error recovering consumer '{self.name}': cannot read {path}: {e}")
             return None, None
-        try:
-            state = self._cs().state()
-        except Exception:
-            state = None
-        return meta, state
+        return meta, self._cs().state()
 
     def delete(self) -> None:
         try:
-            self._cs().delete()
-        except Exception:
-            pass
+            cs = self._cs()
+        except ErrStoreClosed:
+            cs = None  # the stream and its store were deleted first: the state went with them
+        if cs is not None:
+            cs.delete()
         shutil.rmtree(self.path, ignore_errors=True)
 
 
@@ -1633,7 +1639,7 @@ def recover_consumers(stream: "Stream") -> None:
     from rillet.jetstream import api_consumer
     for name in sorted(os.listdir(base)):
         p = ConsumerPersist(os.path.join(base, name), stream.store, name)
-        meta, state = p.load()
+        meta, state = p.load(stream.js.log)
         if meta is None:
             continue
         try:

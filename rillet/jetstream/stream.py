@@ -409,6 +409,9 @@ class Stream:
             subs = self.store.subjects_totals(subjects_filter)
             if subs:
                 d["subjects"] = subs
+        if st.lost:
+            # messages the file store found corrupt at start (never served); it does not keep their sizes
+            d["lost"] = {"msgs": list(st.lost), "bytes": 0}
         d["consumer_count"] = len(self.consumers)
         return d
 

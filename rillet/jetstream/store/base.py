@@ -84,7 +84,12 @@ class ErrStoreFull(StoreError):
 
 
 class ErrStoreCorrupt(StoreError):
-    """Data on disk failed its checksum; the affected messages are never served."""
+    """Data on disk failed its checksum; the affected messages are never served.  ``seq``: the message
+    that could not be read, when the error is about one (0 otherwise)."""
+
+    def __init__(self, msg: str = "store corrupt", seq: int = 0) -> None:
+        super().__init__(msg)
+        self.seq = seq
 
 
 class ErrNoSuchMsg(StoreError):

@@ -1061,18 +1061,18 @@ class FileStore(IndexedStore):
         try:
             buf = os.pread(self._fd_for(e.blk), e.rlen, e.off)
         except OSError as ex:
-            raise ErrStoreCorrupt(f"cannot read seq {e.seq}: {ex.strerror or ex}") from ex
+            raise ErrStoreCorrupt(f"cannot read seq {e.seq}: {ex.strerror or ex}", seq=e.seq) from ex
         mv = memoryview(buf)
         h = _parse_record(mv, 0, len(buf))
         if h is None or h[0] != T_MSG or h[4] != e.seq:
             self.log("error", f"seq {e.seq}: record failed its checksum")
-            raise ErrStoreCorrupt(f"message {e.seq} is corrupt")
+            raise ErrStoreCorrupt(f"message {e.seq} is corrupt", seq=e.seq)
         _, flags, slen, total, seq, ts, ttl, hlen, dlen = h
         p = _REC_LEN + slen
         if flags & F_COMPRESSED:
             raw = bytes(_snappy().decompress_raw(buf[p : total - 4]))
             if len(raw) != hlen + dlen:
-                raise ErrStoreCorrupt(f"message {e.seq} is corrupt")
+                raise ErrStoreCorrupt(f"message {e.seq} is corrupt", seq=e.seq)
             return StoredMsg(e.subject, seq, ts, raw[:hlen], raw[hlen:])
         return StoredMsg(e.subject, seq, ts, buf[p : p + hlen], buf[p + hlen : p + hlen + dlen])
 
@@ -1080,7 +1080,7 @@ class FileStore(IndexedStore):
         e = self._msgs.get(seq)
         if e is None:
             if seq in self._lost:
-                raise ErrStoreCorrupt(f"message {seq} is lost (corrupt data)")
+                raise ErrStoreCorrupt(f"message {seq} is lost (corrupt data)", seq=seq)
             return None
         return self._materialize(e)
 
