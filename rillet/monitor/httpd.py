@@ -20,6 +20,7 @@ from rillet.monitor import endpoints, procstats
 from rillet.monitor.conns import ConnzOptions, connz, decode_subs
 from rillet.monitor.gofmt import QueryError, dumps, go_quote
 from rillet.monitor.varz import varz
+from rillet.server.listen import listening_socket
 
 ROOT, VARZ, CONNZ, ROUTEZ, GATEWAYZ, LEAFZ, SUBSZ, STACKSZ = (
     "/", "/varz", "/connz", "/routez", "/gatewayz", "/leafz", "/subsz", "/stacksz")
@@ -269,10 +270,15 @@ async def start_site(server: Any, monitor: Monitor, secure: bool) -> MonitorList
         ssl_ctx.verify_mode = ssl.CERT_NONE  # monitoring never asks for client certificates
     runner = web.AppRunner(make_app(monitor), access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)
+    sock = None
     try:
+        # where nats-server listens: 0.0.0.0 and :: are one dual-stack socket (rillet.server.listen)
+        sock = await listening_socket(server.loop, host, port)
+        site = web.SockSite(runner, sock, ssl_context=ssl_ctx, backlog=1024)
         await site.start()
     except OSError as e:
+        if sock is not None:
+            sock.close()
         await runner.cleanup()
         raise OSError(e.errno, f"can't listen to the monitor port: listen tcp {_hostport(host, port)}: "
                                f"bind: {(e.strerror or str(e)).lower()}") from e

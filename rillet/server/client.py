@@ -16,6 +16,7 @@ from rillet.goquote import go_quote
 from rillet.config.values import format_go_duration
 from rillet.protocol.parser import ClientParser, ProtocolError
 from rillet.server.auth import PermChecker
+from rillet.server.listen import plain_ip
 from rillet.subjects.validate import is_valid_literal_subject, is_valid_subject
 
 if TYPE_CHECKING:
@@ -135,7 +136,8 @@ class Client(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         if peer:
-            self.host, self.port = peer[0], peer[1]
+            # plain_ip: an IPv4 client of a dual-stack listener is 1.2.3.4, not ::ffff:1.2.3.4 (as nats-server)
+            self.host, self.port = plain_ip(peer[0]), peer[1]
         ssl_obj = transport.get_extra_info("ssl_object")
         if ssl_obj is not None:
             self.tls_version = ssl_obj.version() or ""
@@ -621,6 +623,8 @@ class Client(asyncio.Protocol):
     # ---- logging --------------------------------------------------------------------------------------
 
     def log_prefix(self) -> str:
+        if ":" in self.host:  # an IPv6 client: [::1]:port, as nats-server
+            return f"[{self.host}]:{self.port} - cid:{self.cid}"
         return f"{self.host}:{self.port} - cid:{self.cid}"
 
     def trace_on(self) -> bool:

@@ -25,6 +25,7 @@ import rillet
 from rillet.server.accounts import GLOBAL_ACCOUNT, Account
 from rillet.server.auth import Authenticator, encode_public_nkey
 from rillet.server.client import Client, InternalClient
+from rillet.server.listen import listening_socket
 from rillet.server.logging import Logger
 from rillet.server.options import RANDOM_PORT, Options
 from rillet.server.tls import make_server_context
@@ -184,10 +185,10 @@ class Server:
         # soon as can be (the monitor's HTTP stack takes a while to load); the log still names the monitor
         # first, as nats-server's does
         try:
-            lsock = await self._listening_socket(host, port)
+            # where nats-server listens: 0.0.0.0 and :: are one dual-stack socket (rillet.server.listen)
+            lsock = await listening_socket(self.loop, host, port)
             self._listener = await self.loop.create_server(
-                self._new_client, host=None if lsock else host, port=None if lsock else port, sock=lsock,
-                ssl=ssl_ctx, reuse_address=None if lsock else True, backlog=1024,
+                self._new_client, sock=lsock, ssl=ssl_ctx, backlog=1024,
                 ssl_handshake_timeout=(o.tls.timeout if ssl_ctx is not None and o.tls else None),
                 start_serving=False)
         except OSError as e:
@@ -209,26 +210,6 @@ class Server:
         if o.tls is not None:
             log.notice("TLS required for client connections" if o.tls_required
                        else "TLS available for client connections")
-
-    async def _listening_socket(self, host: str, port: int) -> Any:
-        """A socket already listening on the client address (when it names one address), or None."""
-        import socket
-        infos = await self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        if len(infos) != 1:
-            return None
-        family, kind, proto, _, addr = infos[0]
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(addr)
-            sock.listen(1024)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        return sock
 
     def _new_client(self) -> Client:
         return Client(self)

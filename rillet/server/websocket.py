@@ -27,6 +27,7 @@ from email.utils import formatdate
 from typing import TYPE_CHECKING, Any
 
 from rillet.server.client import Client
+from rillet.server.listen import listening_socket, plain_ip
 from rillet.server.options import RANDOM_PORT, WebsocketOptions
 from rillet.server.tls import make_server_context
 
@@ -408,7 +409,9 @@ class WebsocketConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         self.t = transport  # type: ignore[assignment]
-        self.peer = transport.get_extra_info("peername")
+        peer = transport.get_extra_info("peername")
+        # an IPv4 client of the dual-stack listener is shown as nats-server shows it (1.2.3.4, not ::ffff:1.2.3.4)
+        self.peer = (plain_ip(peer[0]), peer[1]) if peer else peer
         lst = self.listener
         lst.pending.add(self)
         to = self.server.opts.websocket.handshake_timeout
@@ -1091,12 +1094,16 @@ class WebsocketListener:
         ssl_ctx = make_server_context(wo.tls) if wo.tls is not None else None
         port = 0 if wo.port == RANDOM_PORT else wo.port
         hs_to = wo.handshake_timeout if wo.handshake_timeout and wo.handshake_timeout > 0 else None
+        sock = None
         try:
+            # where nats-server listens: 0.0.0.0 and :: are one dual-stack socket (rillet.server.listen)
+            sock = await listening_socket(srv.loop, self.host, port)
             self._srv = await srv.loop.create_server(
-                lambda: WebsocketConnection(self), host=self.host, port=port, ssl=ssl_ctx,
-                reuse_address=True, backlog=1024,
+                lambda: WebsocketConnection(self), sock=sock, ssl=ssl_ctx, backlog=1024,
                 ssl_handshake_timeout=(hs_to if ssl_ctx is not None else None))
         except OSError as e:
+            if sock is not None:
+                sock.close()
             raise OSError(e.errno, f"Unable to listen for websocket connections: listen tcp "
                                    f"{_join(self.host, port)}: {e.strerror}") from e
         self.addr = (self.host, self._srv.sockets[0].getsockname()[1])

@@ -1,0 +1,84 @@
+"""Listening sockets for the client, monitoring and WebSocket ports, bound where nats-server binds.
+
+nats-server listens through Go's ``net.Listen``: a wildcard host (``0.0.0.0``, ``::`` or empty) gets one
+dual-stack socket (IPv6, ``IPV6_V6ONLY`` off, bound to ``::``) that accepts IPv4 and IPv6 clients alike; a
+named address listens on that address only (IPv4 stays IPv4, ``::1`` stays IPv6), and a host name listens on
+its first IPv4 address, or its first address when it has none. On a machine without IPv6 a wildcard host
+falls back to an IPv4 socket on ``0.0.0.0``.
+
+The reported host (INFO ``host``, /varz ``host``/``http_host``, the log lines) stays the configured string:
+``0.0.0.0`` is still reported as ``0.0.0.0``, as nats-server does.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+# errors that mean "this machine has no usable IPv6", where a wildcard listener falls back to IPv4
+_NO_IPV6 = {errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT}
+
+
+def _set_v6only(sock: socket.socket, on: bool) -> None:
+    if hasattr(socket, "IPPROTO_IPV6") and hasattr(socket, "IPV6_V6ONLY"):
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1 if on else 0)
+
+
+def _bound(family: int, addr: tuple, backlog: int, v6only: bool | None = None) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and v6only is not None:
+            _set_v6only(sock, v6only)
+        sock.bind(addr)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def dual_stack_supported() -> bool:
+    """True when this machine can open an IPv6 socket that also accepts IPv4 (IPv4-mapped addresses)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            _set_v6only(s, False)
+            s.bind(("::", 0))
+    except OSError:
+        return False
+    return True
+
+
+async def listening_socket(loop: asyncio.AbstractEventLoop, host: str, port: int,
+                           backlog: int = 1024) -> socket.socket:
+    """A non-blocking socket listening on ``host``:``port`` the way nats-server would (see the module doc).
+
+    Raises ``OSError`` (address in use, unknown host...) like ``bind`` does.
+    """
+    if host in WILDCARD_HOSTS:
+        if socket.has_ipv6:
+            try:
+                return _bound(socket.AF_INET6, ("::", port), backlog, v6only=False)
+            except OSError as e:
+                if e.errno not in _NO_IPV6:
+                    raise
+        return _bound(socket.AF_INET, ("0.0.0.0", port), backlog)
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    if not infos:
+        raise OSError(errno.EADDRNOTAVAIL, f"no address for {host}")
+    v4 = [i for i in infos if i[0] == socket.AF_INET]
+    family, _, _, _, addr = (v4 or infos)[0]
+    return _bound(family, addr, backlog, v6only=True if family == socket.AF_INET6 else None)
+
+
+def plain_ip(host: str) -> str:
+    """A peer address as nats-server shows it: an IPv4 client of a dual-stack socket (``::ffff:1.2.3.4``)
+    is ``1.2.3.4``."""
+    if host.startswith("::ffff:") and "." in host:
+        return host[7:]
+    return host
