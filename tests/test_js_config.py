@@ -893,21 +893,6 @@ def test_pull_request_parsing():
 # Unit checks of the helpers
 
 
-def test_time_helpers():
-    assert C.format_time(0) == C.GO_ZERO_TIME
-    assert C.format_time(1_700_000_000_123_456_000) == "2023-11-14T22:13:20.123456Z"
-    assert C.format_time(1_700_000_000 * C.NS, 3600) == "2023-11-14T23:13:20+01:00"
-    ns, off = C.parse_time("2023-11-14T23:13:20.5+01:00")
-    assert (ns, off) == (1_700_000_000_500_000_000, 3600)
-    assert C.normalize_time("2023-11-14T22:13:20.500000000Z") == "2023-11-14T22:13:20.5Z"
-    assert C.normalize_time("2023-11-14T22:13:20+00:00") == "2023-11-14T22:13:20Z"
-    assert C.normalize_time(C.GO_ZERO_TIME) == C.GO_ZERO_TIME
-    assert C.time_ns(C.GO_ZERO_TIME) == 0
-    assert C.to_utc_time("2023-11-14T23:13:20+01:00") == "2023-11-14T22:13:20Z"
-    with pytest.raises(C.GoTimeError, match="month out of range"):
-        C.parse_time("2020-13-01T00:00:00Z")
-
-
 def test_encoding_rules():
     cfg = C.StreamConfig(name="a<b>&c", description="\b\f\u2028")
     out = C.go_json(cfg)

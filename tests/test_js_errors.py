@@ -176,14 +176,6 @@ def test_unless_and_matching():
     assert ei.value.name == "CONSUMER_NAME_TOO_LONG"
 
 
-def test_go_duration():
-    g = jserr.go_duration
-    assert [g(0), g(1), g(1500), g(2_000_000), g(1_500_000), g(5 * 10**9), g(120 * 10**9)] == \
-        ["0s", "1ns", "1.5\u00b5s", "2ms", "1.5ms", "5s", "2m0s"]
-    assert g(3_723_500_000_000) == "1h2m3.5s"
-    assert g(-2_000_000) == "-2ms"
-
-
 # ---------------------------------------------------------------------------------------------------
 # Against nats-server
 

@@ -11,6 +11,7 @@ import time
 
 import nats
 
+from rillet.gotime import format_time, zone_offset
 from rillet.jetstream import schedules as S
 from rillet.server import Options
 from rillet.server.embed import run_server
@@ -185,12 +186,12 @@ async def test_schedule_survives_restart(tmp_path):
 
 def test_cron_and_time_formats():
     ts = S.parse_rfc3339("2025-03-10T10:15:30.25Z")
-    assert S.format_rfc3339nano(S.next_cron("0 0 0 * * *", None, ts)) == "2025-03-11T00:00:00Z"
-    assert S.format_rfc3339nano(S.next_cron("*/15 * * * * *", None, ts)) == "2025-03-10T10:15:45Z"
-    assert S.format_rfc3339nano(S.next_cron("0 0 0 1 jan *", None, ts)) == "2026-01-01T00:00:00Z"
+    assert format_time(S.next_cron("0 0 0 * * *", None, ts)) == "2025-03-11T00:00:00Z"
+    assert format_time(S.next_cron("*/15 * * * * *", None, ts)) == "2025-03-10T10:15:45Z"
+    assert format_time(S.next_cron("0 0 0 1 jan *", None, ts)) == "2026-01-01T00:00:00Z"
     # day of month and day of week are OR'ed unless one is a star
-    assert S.format_rfc3339nano(S.next_cron("0 0 0 15 * mon", None, ts)) == "2025-03-15T00:00:00Z"
+    assert format_time(S.next_cron("0 0 0 15 * mon", None, ts)) == "2025-03-15T00:00:00Z"
     ams = S.load_location(b"NATS/1.0\r\nNats-Schedule-Time-Zone: Europe/Amsterdam\r\n\r\n")
     nxt = S.next_cron("0 30 9 * * mon-fri", ams, ts)
-    assert S.format_rfc3339nano(nxt, ams) == "2025-03-11T09:30:00+01:00"
-    assert S.format_rfc3339nano(S.parse_rfc3339("2025-01-01T01:00:00.500+01:00")) == "2025-01-01T00:00:00.5Z"
+    assert format_time(nxt, zone_offset(nxt, ams)) == "2025-03-11T09:30:00+01:00"
+    assert format_time(S.parse_rfc3339("2025-01-01T01:00:00.500+01:00")) == "2025-01-01T00:00:00.5Z"

@@ -20,7 +20,7 @@ from rillet.jetstream.store import (
     StoreConfig,
     StoredMsg,
 )
-from rillet.jetstream.store.base import file_msg_size, go_duration, mem_msg_size
+from rillet.jetstream.store.base import file_msg_size, mem_msg_size
 from rillet.jetstream.store.filestore import FileStore, restore, restore_into
 
 S = 1_000_000_000
@@ -272,14 +272,6 @@ def test_subject_delete_markers(mk):
     s2.store_msg("x", b"", b"", ts=base)
     s2.expire_msgs(base + 2 * S)
     assert s2.state().msgs == 0 and got[0][0] == "x" and b"Nats-TTL: 30s" in got[0][1]
-
-
-def test_go_duration():
-    assert go_duration(30) == "30s"
-    assert go_duration(60) == "1m0s"
-    assert go_duration(3600) == "1h0m0s"
-    assert go_duration(1.5) == "1.5s"
-    assert go_duration(0.25) == "250ms"
 
 
 # -- removal, purge, compact, truncate -------------------------------------------------

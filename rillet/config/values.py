@@ -111,23 +111,3 @@ def parse_go_duration(text: str) -> float:
         number = float(f"{int_part or '0'}.{frac_part or '0'}")
         total += number * _DURATION_UNITS[unit]
     return sign * total
-
-
-def format_go_duration(seconds: float) -> str:
-    """A compact Go-style rendering of ``seconds`` (used in messages and help)."""
-    if seconds == 0:
-        return "0s"
-    sign = "-" if seconds < 0 else ""
-    s = abs(seconds)
-    if s < 1:
-        ms = s * 1000
-        return f"{sign}{ms:g}ms"
-    hours, rem = divmod(s, 3600)
-    minutes, secs = divmod(rem, 60)
-    out = ""
-    if hours:
-        out += f"{int(hours)}h"
-    if hours or minutes:
-        out += f"{int(minutes)}m"
-    out += f"{secs:g}s"
-    return sign + out

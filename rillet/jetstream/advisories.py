@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from rillet.jetstream.stream import now_ns, rfc3339
+from rillet.gotime import format_time
+from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:
     from rillet.jetstream.manager import JetStream, JSAccount
@@ -31,7 +32,7 @@ class Advisories:
         jsa.ic.publish(subject.encode(), None, _enc(body))
 
     def _base(self, typ: str) -> dict[str, Any]:
-        d: dict[str, Any] = {"type": typ, "id": _id(), "timestamp": rfc3339(now_ns())}
+        d: dict[str, Any] = {"type": typ, "id": _id(), "timestamp": format_time(now_ns())}
         return d
 
     def stream_action(self, jsa: "JSAccount", stream: Any, action: str) -> None:

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
+from rillet.gotime import format_time
 from rillet.jetstream import config as C
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.stream import Stream, now_ns, rfc3339
+from rillet.jetstream.stream import Stream, now_ns
 from rillet.subjects.validate import is_valid_subject, subject_has_wildcard, subjects_collide
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
         d["cluster"] = {"leader": s.js.server.name}
     if s.sources is not None:
         d.update(s.sources.info_dict())
-    d["ts"] = rfc3339(now_ns())
+    d["ts"] = format_time(now_ns())
     return d
 
 
@@ -193,7 +194,7 @@ class ApiRouter:
             return
         self._check_supported(cfg)
         self._check_limits(cfg)
-        stream = self.jsa.open_stream(cfg, rfc3339(now_ns()))
+        stream = self.jsa.open_stream(cfg, format_time(now_ns()))
         if cfg.mirror is not None or cfg.sources:
             from rillet.jetstream.sources import attach_sources
             attach_sources(stream)
@@ -354,7 +355,7 @@ class ApiRouter:
             d["hdrs"] = base64.b64encode(m.hdr).decode()
         if m.data:
             d["data"] = base64.b64encode(m.data).decode()
-        d["time"] = rfc3339(m.ts)
+        d["time"] = format_time(m.ts)
         self.respond(reply, {"type": typ, "message": d})
 
     def msg_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
@@ -413,7 +414,7 @@ class ApiRouter:
             self._status(reply, 404, "Message Not Found")
             return
         pairs = [(H.STREAM, stream.name), (H.SUBJECT, m.subject), (H.SEQUENCE, str(m.seq)),
-                 (H.TIMESTAMP, rfc3339(m.ts))]
+                 (H.TIMESTAMP, format_time(m.ts))]
         if extra:
             pairs.extend(extra)
         hdr = H.set_headers(m.hdr, pairs) if m.hdr else H.make_headers(pairs)

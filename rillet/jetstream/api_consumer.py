@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 
+from rillet.gotime import format_time, to_utc_time
 from rillet.jetstream import config as C
 from rillet.jetstream import consumer as CO
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.stream import now_ns, rfc3339
+from rillet.jetstream.stream import now_ns
 
 
 if TYPE_CHECKING:
@@ -164,13 +165,13 @@ class ConsumerApi:
         pu = req.get("pause_until")
         until = CO._parse_time_ns(pu) if pu else 0
         if until and until > now_ns():
-            text = C.to_utc_time(pu) if isinstance(pu, str) else rfc3339(until)
+            text = to_utc_time(pu) if isinstance(pu, str) else format_time(until)
             c.set_pause(until, text)
             c.pause_advisory()
             self.router.respond(reply, {"type": typ, "paused": True, "pause_until": text,
                                         "pause_remaining": until - now_ns()})
         else:
-            text = C.to_utc_time(pu) if isinstance(pu, str) and pu else "0001-01-01T00:00:00Z"
+            text = to_utc_time(pu) if isinstance(pu, str) and pu else "0001-01-01T00:00:00Z"
             c.set_pause(0, None)
             c.pause_advisory()
             self.router.respond(reply, {"type": typ, "paused": False, "pause_until": text})

@@ -3,8 +3,7 @@
 Everything here is sans-IO and follows nats-server (the JSON field names, the defaults it fills in, the
 order in which it checks things and the exact error it answers with). Parts:
 
-* Time helpers: Go's RFC3339Nano text <-> nanoseconds (``format_time``, ``parse_time``,
-  ``normalize_time``); durations stay ``int`` nanoseconds everywhere.
+* Times are Go's RFC3339Nano text (``rillet.gotime``); durations stay ``int`` nanoseconds everywhere.
 * The Go JSON codec (``go_decode``, ``go_encode``, ``to_go``): requests are decoded the way the Go server
   decodes them (strict: unknown fields refused, case-insensitive keys, null leaves basic fields alone,
   several JSON values in one body are merged) and every failure becomes the ``INVALID_JSON`` API error
@@ -22,14 +21,14 @@ import base64
 import json as _json
 import re
 import secrets
-import time as _time
 from typing import Annotated, Any, Callable, Iterable, Optional, Sequence, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 
 from rillet.goquote import _quote_rune, go_quote  # noqa: F401  (go_quote re-exported)
+from rillet.gotime import GO_ZERO_TIME, GoTimeError, format_duration, normalize_time, time_ns, to_utc_time
 from rillet.jetstream import errors as jserr
-from rillet.jetstream.errors import ApiError, go_duration
+from rillet.jetstream.errors import ApiError
 from rillet.subjects.destination import _ERR_BAD_SUBJECT, _atoi, check_subject_transform, validate_mapping
 from rillet.subjects.validate import (
     is_valid_publish_subject,
@@ -72,205 +71,6 @@ REPLAY_POLICIES = ("instant", "original")
 PRIORITY_POLICIES = ("none", "overflow", "pinned_client", "prioritized")
 CONSUMER_ACTIONS = ("", "create", "update")
 PERSIST_MODES = ("default", "async")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Time: Go RFC3339 / RFC3339Nano text
-
-GO_ZERO_TIME = "0001-01-01T00:00:00Z"
-
-
-def _days_from_civil(y: int, m: int, d: int) -> int:
-    y -= m <= 2
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
-def _civil_from_days(z: int) -> tuple[int, int, int]:
-    z += 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    y = yoe + era * 400
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    d = doy - (153 * mp + 2) // 5 + 1
-    m = mp + (3 if mp < 10 else -9)
-    return y + (m <= 2), m, d
-
-
-_GO_ZERO_NS = _days_from_civil(1, 1, 1) * 86400 * NS
-
-
-def format_time(ns: int | None, offset: int = 0) -> str:
-    """Go's RFC3339Nano text for ``ns`` nanoseconds since the Unix epoch (UTC unless ``offset`` seconds).
-
-    ``None`` and ``0`` give Go's zero time ``0001-01-01T00:00:00Z`` (what nats-server shows for unset
-    times such as ``first_ts`` of an empty stream). Fractions lose their trailing zeros; a zero offset
-    prints as ``Z``.
-    """
-    if not ns:
-        return GO_ZERO_TIME
-    local = ns + offset * NS
-    secs, frac = divmod(local, NS)
-    days, rem = divmod(secs, 86400)
-    y, mo, d = _civil_from_days(days)
-    hh, rem = divmod(rem, 3600)
-    mi, ss = divmod(rem, 60)
-    out = f"{y:04d}-{mo:02d}-{d:02d}T{hh:02d}:{mi:02d}:{ss:02d}"
-    if frac:
-        out += "." + f"{frac:09d}".rstrip("0")
-    if offset == 0:
-        return out + "Z"
-    sign = "+" if offset > 0 else "-"
-    oh, om = divmod(abs(offset) // 60, 60)
-    return out + f"{sign}{oh:02d}:{om:02d}"
-
-
-def now_time() -> str:
-    """The current time as nats-server writes it (UTC, RFC3339Nano)."""
-    return format_time(_time.time_ns())
-
-
-class GoTimeError(ValueError):
-    """A time text Go's RFC3339 parser refuses; ``str()`` is Go's message."""
-
-
-def _time_quote(s: str) -> str:
-    # Go's time package quoting: non-ASCII and control bytes as \xNN, '"' and '\' escaped.
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if o >= 0x80 or o < 0x20:
-            for b in ch.encode("utf-8", "surrogatepass"):
-                out.append(f"\\x{b:02x}")
-        else:
-            if ch in '"\\':
-                out.append("\\")
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-_RFC3339 = "2006-01-02T15:04:05Z07:00"
-
-
-def _terr(value: str, elem_value: str, layout_elem: str) -> GoTimeError:
-    return GoTimeError(f"parsing time {_time_quote(value)} as {_time_quote(_RFC3339)}: cannot parse "
-                       f"{_time_quote(elem_value)} as {_time_quote(layout_elem)}")
-
-
-def _rerr(value: str, what: str) -> GoTimeError:
-    return GoTimeError(f"parsing time {_time_quote(value)}: {what} out of range")
-
-
-def parse_time(s: str) -> tuple[int, int]:
-    """Parse Go RFC3339 text; returns (ns since the Unix epoch, UTC offset in seconds).
-
-    Raises ``GoTimeError`` with the message Go gives for the same text.
-    """
-    v = s
-    i = 0
-    n = len(v)
-
-    def digits(k: int, fixed: bool, elem: str) -> int:
-        nonlocal i
-        if fixed:
-            if i + k > n or not v[i:i + k].isascii() or not v[i:i + k].isdigit():
-                raise _terr(s, v[i:], elem)
-            val = int(v[i:i + k])
-            i += k
-            return val
-        # one or two digits
-        if i >= n or not ("0" <= v[i] <= "9"):
-            raise _terr(s, v[i:], elem)
-        j = i + 1
-        if j < n and "0" <= v[j] <= "9":
-            j += 1
-        val = int(v[i:j])
-        i = j
-        return val
-
-    def lit(c: str) -> None:
-        nonlocal i
-        if not v.startswith(c, i):
-            raise _terr(s, v[i:], c)
-        i += len(c)
-
-    year = digits(4, True, "2006")
-    lit("-")
-    month = digits(2, True, "01")
-    if month < 1 or month > 12:
-        raise _rerr(s, "month")
-    lit("-")
-    day = digits(2, True, "02")
-    lit("T")
-    hour = digits(2, False, "15")
-    if hour > 23:
-        raise _rerr(s, "hour")
-    lit(":")
-    minute = digits(2, True, "04")
-    if minute > 59:
-        raise _rerr(s, "minute")
-    lit(":")
-    second = digits(2, True, "05")
-    if second > 59:
-        raise _rerr(s, "second")
-    frac_ns = 0
-    if i + 1 < n and v[i] in ".," and "0" <= v[i + 1] <= "9":
-        j = i + 1
-        while j < n and "0" <= v[j] <= "9":
-            j += 1
-        frac_ns = int((v[i + 1:j] + "000000000")[:9])
-        i = j
-    offset = 0
-    if i < n and v[i] == "Z":
-        i += 1
-    else:
-        rest = v[i:]
-        if len(rest) < 6 or rest[0] not in "+-" or rest[3] != ":" or not rest[1:3].isdigit() \
-                or not rest[4:6].isdigit() or not rest[1:3].isascii() or not rest[4:6].isascii():
-            raise _terr(s, rest, "Z07:00")
-        oh, om = int(rest[1:3]), int(rest[4:6])
-        if oh > 24:
-            raise _rerr(s, "time zone offset hour")
-        if om > 60:
-            raise _rerr(s, "time zone offset minute")
-        offset = (oh * 3600 + om * 60) * (1 if rest[0] == "+" else -1)
-        i += 6
-    if i < n:
-        raise GoTimeError(f"parsing time {_time_quote(s)}: extra text: {_time_quote(v[i:])}")
-    mdays = (31, 29 if (year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)) else 28, 31, 30, 31, 30,
-             31, 31, 30, 31, 30, 31)[month - 1]
-    if day < 1 or day > mdays:
-        raise _rerr(s, "day")
-    days = _days_from_civil(year, month, day)
-    ns = ((days * 86400 + hour * 3600 + minute * 60 + second) - offset) * NS + frac_ns
-    return ns, offset
-
-
-def time_ns(s: str | None) -> int:
-    """Nanoseconds since the Unix epoch for RFC3339 text; 0 for ``None``/empty/Go's zero time."""
-    if not s or s == GO_ZERO_TIME:
-        return 0
-    return parse_time(s)[0]
-
-
-def normalize_time(s: str) -> str:
-    """Re-format RFC3339 text the way Go writes the parsed value back (RFC3339Nano, offset kept)."""
-    ns, off = parse_time(s)
-    if ns == _GO_ZERO_NS and off == 0:
-        return GO_ZERO_TIME
-    return format_time(ns, off)
-
-
-def to_utc_time(s: str) -> str:
-    """RFC3339 text converted to UTC (nats-server stores ``pause_until`` in UTC)."""
-    ns, _ = parse_time(s)
-    return format_time(ns)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1611,7 +1411,7 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
         raise _invalid("duplicates window can not be larger then max age")
     if lim.max_duplicate_window > 0 and cfg.duplicate_window > lim.max_duplicate_window:
         raise _invalid("duplicates window can not be larger then server limit of "
-                       f"{go_duration(lim.max_duplicate_window)}")
+                       f"{format_duration(lim.max_duplicate_window)}")
     if 0 < cfg.duplicate_window < 100 * MS:
         raise _invalid("duplicates window needs to be >= 100ms")
 
@@ -2101,7 +1901,7 @@ def check_consumer_config(cfg: ConsumerConfig, stream: StreamConfig, *,
     if cl.max_ack_pending > 0 and cfg.max_ack_pending > cl.max_ack_pending:
         raise jserr.CONSUMER_MAX_PENDING_ACK_EXCESS(limit=cl.max_ack_pending)
     if cl.inactive_threshold > 0 and cfg.inactive_threshold > cl.inactive_threshold:
-        raise jserr.CONSUMER_INACTIVE_THRESHOLD_EXCESS(limit=go_duration(cl.inactive_threshold))
+        raise jserr.CONSUMER_INACTIVE_THRESHOLD_EXCESS(limit=format_duration(cl.inactive_threshold))
 
     if cfg.direct:
         if not cfg.deliver_subject:

@@ -24,9 +24,10 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 
+from rillet.gotime import format_duration, format_time, to_utc_time
 from rillet.jetstream import headers as H
 from rillet.jetstream.store.base import ErrStoreClosed, StoreError
-from rillet.jetstream.stream import now_ns, rfc3339
+from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_has_wildcard, subject_matches_filter
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def _parse_time_ns(v: Any) -> int:
         return 0
     if isinstance(v, int):
         return v
-    from rillet.jetstream.config import time_ns
+    from rillet.gotime import time_ns
     try:
         return time_ns(str(v))
     except ValueError:
@@ -903,8 +904,7 @@ class Consumer:
             err(409, f"Exceeded MaxRequestBatch of {self.max_batch}")
             return
         if expires_ns and self.max_expires_ns > 0 and expires_ns > self.max_expires_ns:
-            from rillet.jetstream.errors import go_duration
-            err(409, f"Exceeded MaxRequestExpires of {go_duration(self.max_expires_ns)}")
+            err(409, f"Exceeded MaxRequestExpires of {format_duration(self.max_expires_ns)}")
             return
         if max_bytes > 0 and self.max_bytes > 0 and max_bytes > self.max_bytes:
             err(409, f"Exceeded MaxRequestMaxBytes of {self.max_bytes}")
@@ -1168,7 +1168,7 @@ class Consumer:
             return
         import base64
         d: dict[str, Any] = {"type": "io.nats.jetstream.advisory.v1.nak",
-                             "id": base64.b32encode(os.urandom(15)).decode()[:22], "timestamp": rfc3339(now_ns()),
+                             "id": base64.b32encode(os.urandom(15)).decode()[:22], "timestamp": format_time(now_ns()),
                              "stream": self.stream.name, "consumer": self.name, "consumer_seq": dseq,
                              "stream_seq": sseq, "deliveries": dc}
         if self.js.domain:
@@ -1318,9 +1318,9 @@ class Consumer:
             return
         import base64
         d: dict[str, Any] = {"type": "io.nats.jetstream.advisory.v1.consumer_pause",
-                             "id": base64.b32encode(os.urandom(15)).decode()[:22], "timestamp": rfc3339(now_ns()),
+                             "id": base64.b32encode(os.urandom(15)).decode()[:22], "timestamp": format_time(now_ns()),
                              "stream": self.stream.name, "consumer": self.name, "paused": self.is_paused(),
-                             "pause_until": rfc3339(self.pause_until_ns)}
+                             "pause_until": format_time(self.pause_until_ns)}
         if self.js.domain:
             d["domain"] = self.js.domain
         self.ic.publish(subject.encode(), None, json.dumps(d, separators=(",", ":")).encode())
@@ -1375,7 +1375,7 @@ class Consumer:
     def set_pause(self, until_ns: int, until_text: str | None) -> None:
         from rillet.jetstream import config as C
         cfg = self.cfg.copy()
-        cfg.pause_until = C.to_utc_time(until_text) if until_text else None
+        cfg.pause_until = to_utc_time(until_text) if until_text else None
         C.set_static_consumer_metadata(cfg)
         self.cfg = cfg
         self.pause_until_ns = until_ns
@@ -1447,16 +1447,16 @@ class Consumer:
         d: dict[str, Any] = {
             "stream_name": self.stream.name,
             "name": self.name,
-            "created": rfc3339(self.created),
+            "created": format_time(self.created),
             "config": cfg_d,
         }
         dl: dict[str, Any] = {"consumer_seq": max(self.dseq - 1, 0),
                               "stream_seq": self.dsseq if self.has_state else max(self.sseq - 1, 0)}
         if self.ldt:
-            dl["last_active"] = rfc3339(self.ldt)
+            dl["last_active"] = format_time(self.ldt)
         af: dict[str, Any] = {"consumer_seq": self.adflr, "stream_seq": self.asflr}
         if self.lat:
-            af["last_active"] = rfc3339(self.lat)
+            af["last_active"] = format_time(self.lat)
         d["delivered"] = dl
         d["ack_floor"] = af
         d["num_ack_pending"] = len(self.pending)
@@ -1472,7 +1472,7 @@ class Consumer:
             if left > 0:
                 d["paused"] = True
                 d["pause_remaining"] = left
-        d["ts"] = rfc3339(now_ns())
+        d["ts"] = format_time(now_ns())
         return d
 
 

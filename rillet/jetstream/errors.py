@@ -20,8 +20,8 @@ Usage::
 Placeholders (``{err}``, ``{stream}``, ``{limit}``...) are filled from keyword arguments. Values are
 rendered the way the Go server renders them: strings as they are, exceptions by ``str()`` (an
 ``ApiError`` renders as ``"description (err_code)"``), booleans as ``true``/``false``, ``None`` as
-``<nil>``. Durations in nanoseconds should be passed through ``go_duration()`` first. Placeholders
-without a value stay in the text untouched; unknown keywords are ignored.
+``<nil>``. Durations in nanoseconds should be passed through ``rillet.gotime.format_duration()``
+first. Placeholders without a value stay in the text untouched; unknown keywords are ignored.
 """
 from __future__ import annotations
 
@@ -37,46 +37,10 @@ __all__ = [
     "BY_ERR_CODE",
     "api_error",
     "is_api_error",
-    "go_duration",
 ]
 
 _CATALOG_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "errors.json")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def go_duration(ns: int) -> str:
-    """Render a duration in nanoseconds like Go's ``time.Duration.String()`` ("1m30s", "1.5ms", "0s")."""
-    ns = int(ns)
-    if ns == 0:
-        return "0s"
-    neg = ns < 0
-    u = -ns if neg else ns
-    if u < 1_000_000_000:
-        if u < 1_000:
-            out = f"{u}ns"
-        elif u < 1_000_000:
-            out = _frac(u, 1_000) + "\u00b5s"
-        else:
-            out = _frac(u, 1_000_000) + "ms"
-    else:
-        secs, rem = divmod(u, 1_000_000_000)
-        hours, secs = divmod(secs, 3600)
-        mins, secs = divmod(secs, 60)
-        out = _frac(secs * 1_000_000_000 + rem, 1_000_000_000) + "s"
-        if hours or mins:
-            out = f"{mins}m" + out
-        if hours:
-            out = f"{hours}h" + out
-    return "-" + out if neg else out
-
-
-def _frac(value: int, unit: int) -> str:
-    whole, rest = divmod(value, unit)
-    if not rest:
-        return str(whole)
-    digits = len(str(unit)) - 1
-    return f"{whole}." + f"{rest:0{digits}d}".rstrip("0")
-
 
 def _render(value: Any) -> str:
     if isinstance(value, str):

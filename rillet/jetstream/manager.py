@@ -13,7 +13,8 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
-from rillet.jetstream.stream import Stream, rfc3339
+from rillet.gotime import format_time
+from rillet.jetstream.stream import Stream
 
 if TYPE_CHECKING:
     from rillet.server.accounts import Account
@@ -66,7 +67,7 @@ class JSAccount:
                     m = json.loads(f.read())
                 from rillet.jetstream.api import stream_config_from_dict
                 cfg = stream_config_from_dict(m["config"])
-                stream = self.open_stream(cfg, m.get("created") or rfc3339(time.time_ns()), write_meta=False)
+                stream = self.open_stream(cfg, m.get("created") or format_time(time.time_ns()), write_meta=False)
                 from rillet.jetstream.consumer import recover_consumers
                 recover_consumers(stream)
                 self.js.log.notice(f"  Restored {stream.store.state().msgs:,} messages for stream "

@@ -26,6 +26,7 @@ import re
 import time
 from typing import Any
 
+from rillet.gotime import format_time, zone_offset
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 from rillet.subjects.validate import is_valid_publish_subject, subjects_collide
@@ -78,22 +79,6 @@ def parse_rfc3339(s: str) -> int:
         off = (oh * 3600 + om * 60) * (-1 if z[0] == "-" else 1)
     secs = calendar.timegm((y, mo, d, hh, mi, ss, 0, 0, 0)) - off
     return secs * _NS + ns
-
-
-def format_rfc3339nano(ns: int, tz: Any = None) -> str:
-    """Go's time.RFC3339Nano of ``ns`` in zone ``tz`` (UTC when None): trailing zeros trimmed, Z at offset 0."""
-    secs, frac = divmod(ns, _NS)
-    d = _dt.datetime.fromtimestamp(secs, tz or _dt.timezone.utc)
-    s = d.strftime("%Y-%m-%dT%H:%M:%S")
-    if frac:
-        s += f".{frac:09d}".rstrip("0")
-    off = d.utcoffset() or _dt.timedelta(0)
-    total = int(off.total_seconds())
-    if total == 0:
-        return s + "Z"
-    sign = "+" if total > 0 else "-"
-    total = abs(total)
-    return f"{s}{sign}{total // 3600:02d}:{(total % 3600) // 60:02d}"
 
 
 def _round_sec(ns: int) -> int:
@@ -475,7 +460,7 @@ def _produce(store: Any, seq: int, subj: str, ts: int) -> tuple[str, bytes, byte
         if src is not None:
             out_hdr, data = src.hdr, src.data
     out_hdr = _strip(out_hdr)
-    pairs = [(SCHEDULER, subj), (NEXT, format_rfc3339nano(nxt, tz) if repeat else NEXT_PURGE)]
+    pairs = [(SCHEDULER, subj), (NEXT, format_time(nxt, zone_offset(nxt, tz)) if repeat else NEXT_PURGE)]
     if ttl:
         pairs.append((H.TTL, ttl))
     if rollup:

@@ -18,9 +18,10 @@ import shutil
 import tarfile
 from typing import TYPE_CHECKING, Any, Iterator
 
+from rillet.gotime import format_time
 from rillet.jetstream import config as C
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.stream import now_ns, rfc3339
+from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:
     from rillet.jetstream.api import ApiRouter
@@ -166,7 +167,7 @@ def _finish(router: "ApiRouter", cfg: Any, chunks: list[bytes]) -> Any:
     data = b"".join(chunks)
     if cfg.storage == "memory":
         from rillet.jetstream.store.filestore import restore_into
-        stream = jsa.open_stream(cfg, rfc3339(now_ns()))
+        stream = jsa.open_stream(cfg, format_time(now_ns()))
         restore_into(stream.store, [data])
         return stream
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
@@ -174,7 +175,7 @@ def _finish(router: "ApiRouter", cfg: Any, chunks: list[bytes]) -> Any:
             if not (ti.isfile() or ti.isdir()) or ti.name.startswith("/") or ".." in ti.name.split("/"):
                 raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive")
         tar.extractall(sdir)
-    stream = jsa.open_stream(cfg, rfc3339(now_ns()))
+    stream = jsa.open_stream(cfg, format_time(now_ns()))
     from rillet.jetstream.consumer import recover_consumers
     recover_consumers(stream)
     return stream

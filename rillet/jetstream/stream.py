@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from rillet.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream import schedules
 from rillet.jetstream.errors import ApiError
@@ -374,7 +375,7 @@ class Stream:
         dest = transform_subject(src, rp.dest, subject)
         prev = self._prev_seq_for_subject(subject, seq)
         pairs = [(H.STREAM, self.name), (H.SUBJECT, subject), (H.SEQUENCE, str(seq)),
-                 (H.LAST_SEQUENCE, str(prev)), (H.TIMESTAMP, _rfc3339(ts))]
+                 (H.LAST_SEQUENCE, str(prev)), (H.TIMESTAMP, format_time(ts))]
         if rp.headers_only:
             pairs.append(("Nats-Msg-Size", str(len(data))))
             data = b""
@@ -395,9 +396,9 @@ class Stream:
             "messages": st.msgs,
             "bytes": st.bytes,
             "first_seq": first,
-            "first_ts": _rfc3339(st.first_ts),
+            "first_ts": format_time(st.first_ts),
             "last_seq": st.last_seq,
-            "last_ts": _rfc3339(st.last_ts),
+            "last_ts": format_time(st.last_ts),
         }
         if deleted_details and st.num_deleted:
             d["deleted"] = list(st.deleted)
@@ -414,19 +415,6 @@ class Stream:
             d["lost"] = {"msgs": list(st.lost), "bytes": 0}
         d["consumer_count"] = len(self.consumers)
         return d
-
-
-def _rfc3339(ts_ns: int) -> str:
-    if not ts_ns:
-        return "0001-01-01T00:00:00Z"
-    secs, ns = divmod(ts_ns, 1_000_000_000)
-    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
-    if ns:
-        return f"{base}.{ns:09d}".rstrip("0") + "Z"
-    return base + "Z"
-
-
-rfc3339 = _rfc3339
 
 
 def _store_error(e: Exception) -> ApiError:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rillet.gotime import format_time, local_offset, unix_ns
 from rillet.monitor.gofmt import (
     QueryError,
-    go_time,
-    ns_of,
     parse_bool,
     parse_int,
     parse_uint,
@@ -101,23 +100,23 @@ def _maybe_measure_rtt(c: Any) -> None:
 
 def _base_info(c: Any) -> dict:
     """The fields that come before ``stop``/``reason`` in nats-server's ConnInfo."""
-    start_ns = ns_of(c.start_time)
-    last_ns = ns_of(c.last_activity or c.start_time)
+    start_ns = unix_ns(c.start_time)
+    last_ns = unix_ns(c.last_activity or c.start_time)
     info: dict[str, Any] = {
         "cid": c.cid,
         "kind": "Client",
         "type": conn_type(c),
         "ip": c.host if c.port else "",
         "port": c.port or 0,
-        "start": go_time(start_ns, utc=False),
-        "last_activity": go_time(last_ns, utc=False),
+        "start": format_time(start_ns, local_offset(start_ns)),
+        "last_activity": format_time(last_ns, local_offset(last_ns)),
     }
     return info
 
 
 def _fill_rest(info: dict, c: Any, now_ns: int, rtt_s: str, nsubs: int) -> None:
-    start_ns = ns_of(c.start_time)
-    last_ns = ns_of(c.last_activity or c.start_time)
+    start_ns = unix_ns(c.start_time)
+    last_ns = unix_ns(c.last_activity or c.start_time)
     info["rtt"] = rtt_s
     info["uptime"] = uptime((now_ns - start_ns) / 1e9)
     info["idle"] = uptime((now_ns - last_ns) / 1e9)
@@ -148,10 +147,10 @@ def _tls_version_name(v: str) -> str:
 def closed_conn_info(server: Any, c: Any) -> dict:
     """The /connz entry of a connection that has just closed (``stop`` and ``reason`` set)."""
     stop_t = c.stop_time or time.time()
-    stop_ns = ns_of(stop_t)
+    stop_ns = unix_ns(stop_t)
     rtt_s, rtt_ns = rtt_string(c.rtt)
     info = _base_info(c)
-    info["stop"] = go_time(stop_ns, utc=False)
+    info["stop"] = format_time(stop_ns, local_offset(stop_ns))
     info["reason"] = c.close_reason or "Client Closed"
     subs = list(c.subs.values())
     _fill_rest(info, c, stop_ns, rtt_s, len(subs))
@@ -169,7 +168,7 @@ def closed_conn_info(server: Any, c: Any) -> dict:
 
 def _sort_keys(c: Any, rtt_ns: int, stop_ns: int = 0) -> tuple:
     # cid, start, last, stop, rtt (nanoseconds)
-    return (c.cid, ns_of(c.start_time), ns_of(c.last_activity or c.start_time), stop_ns, rtt_ns)
+    return (c.cid, unix_ns(c.start_time), unix_ns(c.last_activity or c.start_time), stop_ns, rtt_ns)
 
 
 class ConnzOptions:
@@ -246,7 +245,7 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
     now_ns = time.time_ns()
     result: dict[str, Any] = {
         "server_id": server.server_id,
-        "now": go_time(now_ns),
+        "now": format_time(now_ns),
         "num_connections": 0,
         "total": 0,
         "offset": offset,

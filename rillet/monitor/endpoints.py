@@ -15,7 +15,8 @@ import traceback
 from typing import Any
 
 from rillet.monitor.conns import decode_subs, sub_detail
-from rillet.monitor.gofmt import QueryError, go_time, go_time_f, num, parse_bool, parse_int
+from rillet.gotime import format_time, unix_ns
+from rillet.monitor.gofmt import QueryError, num, parse_bool, parse_int
 from rillet.monitor.varz import js_config, js_hook, js_limits, js_running, js_stats, system_account_name
 from rillet.subjects import aggregate_stats, is_valid_literal_subject, match_literal
 
@@ -23,7 +24,7 @@ DEFAULT_SUB_LIST_SIZE = 1024
 
 
 def _now() -> str:
-    return go_time(time.time_ns())
+    return format_time(time.time_ns())
 
 
 def sublist_stats(sublists: Any) -> dict:
@@ -119,7 +120,7 @@ def accountz(server: Any, q: Any) -> dict:
     info: dict[str, Any] = {
         "account_name": name,
         # accounts carry no update time of their own; they exist from server start (or first use)
-        "update_time": go_time_f(server.start_time or time.time()),
+        "update_time": format_time(unix_ns(server.start_time or time.time())),
     }
     if name == sa:
         info["is_system"] = True
@@ -149,7 +150,7 @@ def accountz(server: Any, q: Any) -> dict:
             info["tags"] = ainfo.nats["tags"]
         info["decoded_jwt"] = ainfo.claims
         if ainfo.revocations:
-            info["revoked_user"] = {k: go_time(int(v) * 1_000_000_000) for k, v in ainfo.revocations.items()}
+            info["revoked_user"] = {k: format_time(int(v) * 1_000_000_000) for k, v in ainfo.revocations.items()}
     else:
         info["name_tag"] = name
     info["sublist_stats"] = sublist_stats([acc.sublist])

@@ -1,92 +1,28 @@
 """Value formatting the way nats-server's JSON shows it.
 
 nats-server is written in Go and its monitoring JSON carries Go's conventions: time stamps are
-RFC 3339 with up to nine fractional digits, durations are either integer nanoseconds or Go's
-``Duration.String()`` text ("1.5ms", "619µs", "1h2m3s"), uptimes use a days/years style, query
-booleans accept Go's ``strconv.ParseBool`` spellings, and the pretty printer escapes ``<``, ``>``
+RFC 3339 with up to nine fractional digits and durations Go's ``Duration.String()`` text (both from
+``rillet.gotime``, shared with the rest of the server). What only the monitor does lives here: the
+/connz ``rtt`` cut to the microsecond below 1ms, the /varz ``uptime`` in a days/years style, query
+booleans with Go's ``strconv.ParseBool`` spellings, and the pretty printer that escapes ``<``, ``>``
 and ``&`` inside strings. Tools that read /varz and /connz (Prometheus exporter, nats-top, surveyor)
 parse these shapes, so they are reproduced here exactly.
 """
 from __future__ import annotations
 
-from rillet.goquote import go_quote
-import time
 from typing import Any
 
 import msgspec
 
-NS = 1_000_000_000
-
-# Go's time.Time{} (the zero value) as it appears in JSON.
-ZERO_TIME = "0001-01-01T00:00:00Z"
-
-
-def ns_of(t: float) -> int:
-    """A ``time.time()`` float as integer nanoseconds, kept to the microsecond (floats hold no more)."""
-    return round(t * 1_000_000) * 1000
-
-
-def go_time(ns: int | None, utc: bool = True) -> str:
-    """RFC 3339 with nanoseconds, trailing zeros of the fraction dropped; ``Z`` for a zero offset."""
-    if not ns:
-        return ZERO_TIME
-    sec, frac = divmod(ns, NS)
-    tm = time.gmtime(sec) if utc else time.localtime(sec)
-    out = time.strftime("%Y-%m-%dT%H:%M:%S", tm)
-    if frac:
-        out += "." + f"{frac:09d}".rstrip("0")
-    off = 0 if utc else (tm.tm_gmtoff or 0)
-    if off == 0:
-        return out + "Z"
-    sign = "+" if off > 0 else "-"
-    off = abs(off) // 60
-    return f"{out}{sign}{off // 60:02d}:{off % 60:02d}"
-
-
-def go_time_f(t: float, utc: bool = True) -> str:
-    return go_time(ns_of(t) if t else 0, utc)
-
-
-def _frac(v: int, unit: int) -> str:
-    """``v / unit`` as Go prints it: integer part, then the fraction with trailing zeros dropped."""
-    whole, rest = divmod(v, unit)
-    if not rest:
-        return str(whole)
-    width = len(str(unit)) - 1
-    return f"{whole}." + f"{rest:0{width}d}".rstrip("0")
-
-
-def go_duration(ns: int) -> str:
-    """Go's ``time.Duration.String()``."""
-    if ns == 0:
-        return "0s"
-    neg = ns < 0
-    u = -ns if neg else ns
-    if u < NS:
-        if u < 1000:
-            s = f"{u}ns"
-        elif u < 1_000_000:
-            s = _frac(u, 1000) + "µs"
-        else:
-            s = _frac(u, 1_000_000) + "ms"
-    else:
-        secs_total, sub = divmod(u, NS)
-        h, rem = divmod(secs_total, 3600)
-        m, sec = divmod(rem, 60)
-        s = _frac(sec * NS + sub, NS) + "s"
-        if h or m:
-            s = f"{m}m" + s
-        if h:
-            s = f"{h}h" + s
-    return "-" + s if neg else s
-
+from rillet.goquote import go_quote
+from rillet.gotime import NS, format_duration
 
 def rtt_string(rtt_seconds: float) -> tuple[str, int]:
     """A connection RTT as /connz shows it (microsecond resolution below 1ms) and its nanoseconds."""
     ns = int(rtt_seconds * NS) if rtt_seconds > 0 else 0
     if 1000 < ns < 1_000_000:
         ns -= ns % 1000
-    return go_duration(ns), ns
+    return format_duration(ns), ns
 
 
 def uptime(seconds: float) -> str:

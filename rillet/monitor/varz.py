@@ -9,8 +9,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import rillet
+from rillet.gotime import format_time, unix_ns
 from rillet.monitor import procstats
-from rillet.monitor.gofmt import go_time, go_time_f, num, secs_to_ns, uptime
+from rillet.monitor.gofmt import num, secs_to_ns, uptime
 
 DEFAULT_TLS_TIMEOUT = 2.0
 
@@ -361,8 +362,8 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["jetstream"] = varz_jetstream(server)
     v["tls_timeout"] = num(float(o.tls.timeout if o.tls is not None else DEFAULT_TLS_TIMEOUT))
     v["write_deadline"] = secs_to_ns(o.write_deadline)
-    v["start"] = go_time_f(server.start_time)
-    v["now"] = go_time(now)
+    v["start"] = format_time(unix_ns(server.start_time))
+    v["now"] = format_time(now)
     v["uptime"] = uptime(now / 1e9 - server.start_time) if server.start_time else "0s"
     v["mem"] = procstats.rss_bytes()
     v["cores"] = procstats.cores()
@@ -387,7 +388,7 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["stalled_clients"] = 0
     v["subscriptions"] = sum(a.sublist.count() for a in list(server.accounts.values()))
     v["http_req_stats"] = dict(sorted(http_req_stats.items()))
-    v["config_load_time"] = go_time_f(server.config_load_time)
+    v["config_load_time"] = format_time(unix_ns(server.config_load_time))
     v["config_digest"] = getattr(o, "config_digest", "") or ""
     if o.tags:
         v["tags"] = list(o.tags)

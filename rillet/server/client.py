@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import msgspec
 
 from rillet.goquote import go_quote
-from rillet.config.values import format_go_duration
+from rillet.gotime import format_seconds
 from rillet.protocol.parser import ClientParser, ProtocolError
 from rillet.server.auth import PermChecker
 from rillet.server.listen import plain_ip
@@ -204,7 +204,7 @@ class Client(asyncio.Protocol):
         if self._write_paused_at and not self.closed:
             t = self.transport
             pending = t.get_write_buffer_size() if t is not None else 0
-            self.server.slow_consumer(self, f"WriteDeadline of {format_go_duration(self.server.opts.write_deadline)}"
+            self.server.slow_consumer(self, f"WriteDeadline of {format_seconds(self.server.opts.write_deadline)}"
                                             f" exceeded with {max(self._writes_pending, 1)} chunks of {pending}"
                                             f" total bytes.")
 

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from rillet.goquote import go_quote, go_type as _go_type
-from rillet.monitor.gofmt import go_time, go_time_f
+from rillet.gotime import format_time, unix_ns
 
 LATENCY_TYPE = "io.nats.server.metric.v1.service_latency"
 DEFAULT_SAMPLING = 100
@@ -191,7 +191,7 @@ def client_info(server: Any, c: Any, detailed: bool) -> dict | None:
     d: dict[str, Any] = {}
     co = c.opts
     if detailed:
-        d["start"] = go_time_f(c.start_time)
+        d["start"] = format_time(unix_ns(c.start_time))
         if c.host:
             d["host"] = c.host
         if c.cid:
@@ -266,7 +266,7 @@ class Tracking:
             m["responder"] = resp
         if self.header:
             m["header"] = self.header
-        m["start"] = go_time(self.ts - req_rtt)
+        m["start"] = format_time(self.ts - req_rtt)
         m["service"] = max(service, 0)
         m["system"] = max(system, 0)
         m["total"] = total
@@ -282,7 +282,7 @@ class Tracking:
             m["requestor"] = req
         if self.header:
             m["header"] = self.header
-        m["start"] = go_time(self.ts - (req.get("rtt", 0) if req else 0))
+        m["start"] = format_time(self.ts - (req.get("rtt", 0) if req else 0))
         m["service"] = m["system"] = m["total"] = 0
         self._emit(m)
 
@@ -292,7 +292,7 @@ _STATUS_TEXT = {400: "Bad Request", 408: "Request Timeout", 503: "Service Unavai
 
 def _head(status: int, desc: str) -> dict:
     from rillet.server.sysacc import _event_id
-    m: dict[str, Any] = {"type": LATENCY_TYPE, "id": _event_id(), "timestamp": go_time(time.time_ns()),
+    m: dict[str, Any] = {"type": LATENCY_TYPE, "id": _event_id(), "timestamp": format_time(time.time_ns()),
                          "status": status}
     if desc:
         m["description"] = desc
@@ -308,6 +308,6 @@ def bad_request(server: Any, lat: Latency, send: Any, requestor: Any, share: boo
         m["requestor"] = req
     if header:
         m["header"] = header
-    m["start"] = go_time(time.time_ns() - (req.get("rtt", 0) if req else 0))
+    m["start"] = format_time(time.time_ns() - (req.get("rtt", 0) if req else 0))
     m["service"] = m["system"] = m["total"] = 0
     t._emit(m)

@@ -23,7 +23,8 @@ import time
 from typing import Any
 
 import rillet
-from rillet.monitor.gofmt import QueryError, dumps, go_time, go_time_f, num
+from rillet.gotime import format_time, unix_ns
+from rillet.monitor.gofmt import QueryError, dumps, num
 
 SYS_DEFAULT = "$SYS"
 STATSZ_INTERVAL = 10.0
@@ -169,7 +170,7 @@ class SystemAccount:
         d["jetstream"] = srv.jetstream is not None
         d["flags"] = 0
         d["seq"] = self.seq
-        d["time"] = go_time(time.time_ns())
+        d["time"] = format_time(time.time_ns())
         return d
 
     def interest(self, subject: str) -> bool:
@@ -207,7 +208,7 @@ class SystemAccount:
             cpu_pct = 0
         active = sum(1 for a in srv.accounts.values() if a.clients)
         return {
-            "start": go_time_f(srv.start_time),
+            "start": format_time(unix_ns(srv.start_time)),
             "mem": procstats.rss_bytes(),
             "cores": procstats.cores(),
             "cpu": cpu_pct,
@@ -373,7 +374,7 @@ class SystemAccount:
             m.pop("id", None)
             m.pop("timestamp", None)
             m.pop("server", None)
-            return {"server_id": srv.server_id, "now": go_time(time.time_ns()), "account_statz": [m]}
+            return {"server_id": srv.server_id, "now": format_time(time.time_ns()), "account_statz": [m]}
         return None
 
     def account_conns_msg(self, acc: Any) -> dict:
@@ -385,7 +386,7 @@ class SystemAccount:
             out_b += getattr(c, "out_bytes", 0)
         n = len(acc.clients)
         return {
-            "type": ACC_CONNS_TYPE, "id": _event_id(), "timestamp": go_time(time.time_ns()),
+            "type": ACC_CONNS_TYPE, "id": _event_id(), "timestamp": format_time(time.time_ns()),
             "server": self.server_info(), "acc": acc.name, "name": acc.name, "conns": n, "leafnodes": 0,
             "total_conns": n, "num_subscriptions": acc.num_subs(),
             "sent": {"msgs": out_m, "bytes": out_b}, "received": {"msgs": in_m, "bytes": in_b},
@@ -396,7 +397,7 @@ class SystemAccount:
 
     def client_info(self, c: Any, disconnect: bool = False, raw_user: bool = False) -> dict:
         co = c.opts
-        d: dict[str, Any] = {"start": go_time_f(c.start_time)}
+        d: dict[str, Any] = {"start": format_time(unix_ns(c.start_time))}
         if c.host:
             d["host"] = c.host
         d["id"] = c.cid
@@ -414,7 +415,7 @@ class SystemAccount:
             rtt = getattr(c, "rtt", 0) or 0
             if rtt:
                 d["rtt"] = int(rtt * 1e9)
-            d["stop"] = go_time(time.time_ns())
+            d["stop"] = format_time(time.time_ns())
             if co.jwt:
                 d["jwt"] = co.jwt
         op = getattr(self.server, "operator", None)
@@ -430,7 +431,7 @@ class SystemAccount:
         subj = f"$SYS.ACCOUNT.{c.account.name}.CONNECT"
         if not self.interest(subj):
             return
-        now = go_time(time.time_ns())
+        now = format_time(time.time_ns())
         self.send(subj, {"type": CONNECT_TYPE, "id": _event_id(), "timestamp": now,
                          "server": self.server_info(), "client": self.client_info(c)})
 
@@ -441,7 +442,7 @@ class SystemAccount:
         subj = f"$SYS.ACCOUNT.{c.account.name}.DISCONNECT"
         if not self.interest(subj):
             return
-        now = go_time(time.time_ns())
+        now = format_time(time.time_ns())
         self.send(subj, {"type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": now,
                          "server": self.server_info(), "client": self.client_info(c, disconnect=True),
                          **self._stats(c), "reason": c.close_reason or "Client Closed"})
@@ -460,7 +461,7 @@ class SystemAccount:
         if not self.interest(subj):
             return
         ci = self.client_info(c, disconnect=True, raw_user=True)
-        self.send(subj, {"type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": go_time(time.time_ns()),
+        self.send(subj, {"type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": format_time(time.time_ns()),
                          "server": self.server_info(), "client": ci, **self._stats(c), "reason": reason})
 
 

@@ -142,7 +142,7 @@ class SystemServices:
 
     def account_statz(self, names: list[str] | None, unused: bool) -> dict | None:
         import time as _t
-        from rillet.monitor.gofmt import go_time
+        from rillet.gotime import format_time
         srv = self.server
         stats = []
         for acc in list(srv.accounts.values()):
@@ -156,7 +156,7 @@ class SystemServices:
             stats.append(m)
         if not stats and not unused:
             return None  # nobody to report: nats-server stays silent
-        return {"server_id": srv.server_id, "now": go_time(_t.time_ns()), "account_statz": stats}
+        return {"server_id": srv.server_id, "now": format_time(_t.time_ns()), "account_statz": stats}
 
     def _on_user_info(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         # reached directly by a system account user (through the import, see _import_user_info)

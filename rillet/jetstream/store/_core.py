@@ -21,6 +21,7 @@ import time
 from bisect import bisect_left, bisect_right
 from typing import Any, Callable, Iterable
 
+from ...gotime import format_seconds
 from ...subjects.validate import tokens_match_literal
 from .base import (
     ConsumerState,
@@ -37,7 +38,6 @@ from .base import (
     StreamState,
     decode_consumer_state,
     encode_consumer_state,
-    go_duration,
 )
 
 _NS = 1_000_000_000
@@ -673,7 +673,7 @@ class IndexedStore:
         for subj in markers:
             hdr = (
                 "NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\n"
-                f"Nats-TTL: {go_duration(self._sdm_ttl)}\r\nNats-Rollup: sub\r\n\r\n"
+                f"Nats-TTL: {format_seconds(self._sdm_ttl)}\r\nNats-Rollup: sub\r\n\r\n"
             ).encode()
             if self._marker_cb is not None:
                 self._marker_cb(subj, hdr)

@@ -285,30 +285,3 @@ def file_msg_size(subject: str, hdr: bytes, data: bytes) -> int:
         return 34 + len(subject) + len(hdr) + len(data)
     return 30 + len(subject) + len(data)
 
-
-def go_duration(seconds: float) -> str:
-    """Format seconds like Go's time.Duration.String() ("30s", "1m0s", "1h0m0s", "1.5s")."""
-    ns = int(round(seconds * 1e9))
-    if ns == 0:
-        return "0s"
-    neg = ns < 0
-    ns = abs(ns)
-    h, rem = divmod(ns, 3600 * 10**9)
-    m, rem = divmod(rem, 60 * 10**9)
-    s, frac = divmod(rem, 10**9)
-    if h == 0 and m == 0 and s == 0:
-        # sub-second: use ms/us/ns units like Go
-        if frac % 10**6 == 0:
-            out = f"{frac // 10**6}ms"
-        elif frac % 10**3 == 0:
-            out = f"{frac / 10**6:g}ms"
-        else:
-            out = f"{frac}ns" if frac < 1000 else f"{frac / 1000:g}\u00b5s"
-        return ("-" if neg else "") + out
-    sec = f"{s}" if frac == 0 else f"{s}.{frac:09d}".rstrip("0")
-    out = f"{sec}s"
-    if h or m:
-        out = f"{m}m" + out
-    if h:
-        out = f"{h}h" + out
-    return ("-" if neg else "") + out
