@@ -20,8 +20,9 @@ import pytest
 from helpers import free_port
 
 
-def start_server(conf: str, port: int) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-m", "rillet.server", "-c", conf, "-a", "127.0.0.1", "-p", str(port)],
+def start_server(conf: str, port: int, go: bool = False) -> subprocess.Popen:
+    cmd = ["nats-server"] if go else [sys.executable, "-m", "rillet.server"]
+    p = subprocess.Popen(cmd + ["-c", conf, "-a", "127.0.0.1", "-p", str(port)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 15
     import socket
@@ -126,3 +127,97 @@ async def test_acked_messages_survive_sigkill(tmp_path, sync):
     assert len(all_acked) > 50
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(timeout=10)
+
+
+def stop_server(proc: subprocess.Popen, how: str) -> None:
+    proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGTERM)
+    proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("server", ["rillet", "nats-server"])
+@pytest.mark.parametrize("how", ["kill", "term"])
+async def test_dedup_and_last_msg_id_survive_restart(tmp_path, how, server):
+    """A Nats-Msg-Id seen within the duplicate window before a restart (SIGKILL or graceful) is still a
+    duplicate after it, answered with the ORIGINAL sequence; Nats-Expected-Last-Msg-Id still knows the
+    last message's id. Same answers from nats-server."""
+    go = server == "nats-server"
+    conf = tmp_path / "js.conf"
+    conf.write_text(f'jetstream {{ store_dir: "{tmp_path / "store"}", sync_interval: always }}\n')
+    port = free_port()
+    url = f"nats://127.0.0.1:{port}"
+    proc = start_server(str(conf), port, go)
+    try:
+        nc = await nats.connect(url)
+        js = nc.jetstream(timeout=2)
+        await js.add_stream(name="DD", subjects=["dd.>"], duplicate_window=60)
+        for i in range(1, 6):
+            ack = await js.publish("dd.x", b"%d" % i, headers={"Nats-Msg-Id": f"id-{i}"})
+            assert ack.seq == i and not ack.duplicate
+        # within the window, before the restart: a duplicate
+        ack = await js.publish("dd.x", b"again", headers={"Nats-Msg-Id": "id-2"})
+        assert (ack.seq, ack.duplicate) == (2, True)
+        await nc.close()
+        stop_server(proc, how)
+
+        proc = start_server(str(conf), port, go)
+        nc = await nats.connect(url)
+        js = nc.jetstream(timeout=2)
+        for i in (1, 3, 5):
+            ack = await js.publish("dd.x", b"again", headers={"Nats-Msg-Id": f"id-{i}"})
+            assert (ack.stream, ack.seq, ack.duplicate) == ("DD", i, True)
+        assert (await js.stream_info("DD")).state.messages == 5
+        # the last stored message's id is known again
+        with pytest.raises(nats.js.errors.BadRequestError) as ei:
+            await js.publish("dd.x", b"x", headers={"Nats-Expected-Last-Msg-Id": "id-4"})
+        assert ei.value.err_code == 10070 and ei.value.description == "wrong last msg ID: id-5"
+        ack = await js.publish("dd.x", b"x", headers={"Nats-Expected-Last-Msg-Id": "id-5", "Nats-Msg-Id": "id-6"})
+        assert ack.seq == 6
+        # a message without an id clears the last id (as nats-server)
+        await js.publish("dd.x", b"y")
+        with pytest.raises(nats.js.errors.BadRequestError) as ei:
+            await js.publish("dd.x", b"z", headers={"Nats-Expected-Last-Msg-Id": "id-6"})
+        assert ei.value.description == "wrong last msg ID: "
+        await nc.close()
+        stop_server(proc, how)
+
+        # after a second restart the last message has no id: the expectation is the empty id
+        proc = start_server(str(conf), port, go)
+        nc = await nats.connect(url)
+        js = nc.jetstream(timeout=2)
+        ack = await js.publish("dd.x", b"again", headers={"Nats-Msg-Id": "id-6"})
+        assert (ack.seq, ack.duplicate) == (6, True)
+        with pytest.raises(nats.js.errors.BadRequestError) as ei:
+            await js.publish("dd.x", b"z", headers={"Nats-Expected-Last-Msg-Id": "id-6"})
+        assert ei.value.description == "wrong last msg ID: "
+        await nc.close()
+    finally:
+        if proc.poll() is None:
+            stop_server(proc, "term")
+
+
+async def test_dedup_window_after_restart_ends(tmp_path):
+    """Ids older than the duplicate window are not brought back by a restart: the message is stored anew."""
+    conf = tmp_path / "js.conf"
+    conf.write_text(f'jetstream {{ store_dir: "{tmp_path / "store"}" }}\n')
+    port = free_port()
+    url = f"nats://127.0.0.1:{port}"
+    proc = start_server(str(conf), port)
+    try:
+        nc = await nats.connect(url)
+        js = nc.jetstream(timeout=2)
+        await js.add_stream(name="DW", subjects=["dw.>"], duplicate_window=1.0)
+        await js.publish("dw.x", b"old", headers={"Nats-Msg-Id": "old"})
+        await asyncio.sleep(1.1)
+        await js.publish("dw.x", b"new", headers={"Nats-Msg-Id": "new"})
+        await nc.close()
+        stop_server(proc, "kill")
+        proc = start_server(str(conf), port)
+        nc = await nats.connect(url)
+        js = nc.jetstream(timeout=2)
+        ack = await js.publish("dw.x", b"old again", headers={"Nats-Msg-Id": "old"})
+        assert (ack.seq, ack.duplicate) == (3, None)
+        ack = await js.publish("dw.x", b"new again", headers={"Nats-Msg-Id": "new"})
+        assert (ack.seq, ack.duplicate) == (2, True)
+        await nc.close()
+    finally:
+        stop_server(proc, "term")

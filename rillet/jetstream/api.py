@@ -231,9 +231,7 @@ class ApiRouter:
         assert stream is not None
         self._check_supported(cfg)
         old = stream.cfg
-        stream.cfg = cfg
-        from rillet.jetstream.storeopen import store_config
-        stream.store.update_config(store_config(cfg, self.js))
+        stream.update_config(cfg)  # through the stream's log
         if old.subjects != cfg.subjects or (old.mirror is None) != (cfg.mirror is None):
             stream._subscribe()
         if old.mirror != cfg.mirror or old.sources != cfg.sources:

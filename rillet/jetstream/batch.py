@@ -12,6 +12,8 @@ Every message of a batch carries ``Nats-Batch-Id`` and ``Nats-Batch-Sequence`` (
 
 Stored messages keep their ``Nats-Batch-*`` headers, as nats-server stores them. Batches are staged in memory
 (nats-server also keeps a file copy of a file-storage R1 batch to survive a crash; a restart here drops it).
+The commit is one ``Entry.BATCH`` log entry; the store writes it all or nothing (the file store frames the
+batch's records so that recovery drops a batch cut short by a crash).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry
+from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:
     from rillet.jetstream.stream import Stream
@@ -167,9 +170,10 @@ def process(stream: "Stream", bid: str, subject: str, reply: bytes | None, hdr: 
         s, h, d = msgs[-1]
         msgs[-1] = (s, H.set_headers(h, [(BATCH_COMMIT, "1")]), d)
     checked = _check(stream, msgs)
-    seq = 0
-    for (s, h, d), (ttl, msg_id) in zip(msgs, checked):
-        seq = stream.log.propose(Entry(Entry.MSG, (s, h, d, 0, ttl, msg_id)))
+    ts = now_ns()
+    # one log entry for the whole batch: applied (and written) all or nothing
+    seq = stream.log.propose(Entry(Entry.BATCH, ([(s, h, d, ts, ttl, msg_id)
+                                                   for (s, h, d), (ttl, msg_id) in zip(msgs, checked)],)))
     if not cfg.no_ack:
         ack: dict[str, Any] = {"stream": stream.name}
         if stream.js.domain:

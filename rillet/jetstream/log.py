@@ -15,11 +15,14 @@ class Entry:
 
     __slots__ = ("op", "args")
 
-    # stream ops
-    MSG = 1          # (subject, reply, hdr, data, ts, ttl): store a message
+    # stream ops (the leader decides every timestamp and sequence an entry needs)
+    MSG = 1          # (subject, hdr, data, ts, ttl, msg_id): store a message at the next sequence
     DELETE = 2       # (seq, erase)
     PURGE = 3        # (subject, seq, keep)
-    UPDATE = 4       # (config)
+    UPDATE = 4       # (stream config, store config, ts): new limits (may remove messages)
+    BATCH = 5        # (msgs,): an atomic batch, a list of MSG argument tuples, stored all or nothing
+    MIRROR = 6       # (seq, subject, hdr, data, ts): a mirrored message at the origin's sequence and time
+    EXPIRE = 7       # (ts,): remove what max_age and message TTLs let go at time ts
 
     def __init__(self, op: int, args: tuple) -> None:
         self.op = op

@@ -19,6 +19,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rillet.jetstream import headers as H
+from rillet.jetstream.errors import ApiError
+from rillet.jetstream.log import Entry
+from rillet.jetstream.store.base import StoreError
 from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_matches_filter
 
@@ -37,8 +40,8 @@ def attach_sources(stream: "Stream") -> None:
     stream.sources.start()
 
 
-def _ack_info(reply: bytes) -> tuple[int, int, int, int] | None:
-    """(stream seq, consumer seq, delivered count, pending) from a $JS.ACK reply subject."""
+def _ack_info(reply: bytes) -> tuple[int, int, int, int, int] | None:
+    """(stream seq, consumer seq, delivered count, pending, timestamp ns) from a $JS.ACK reply subject."""
     toks = reply.split(b".")
     if len(toks) < 9 or toks[0] != b"$JS" or toks[1] != b"ACK":
         return None
@@ -49,10 +52,11 @@ def _ack_info(reply: bytes) -> tuple[int, int, int, int] | None:
         dc = int(toks[base + 2])
         sseq = int(toks[base + 3])
         cseq = int(toks[base + 4])
+        ts = int(toks[base + 5])
         pending = int(toks[base + 6])
     except (ValueError, IndexError):
         return None
-    return sseq, cseq, dc, pending
+    return sseq, cseq, dc, pending, ts
 
 
 class Origin:
@@ -175,7 +179,7 @@ class Origin:
         info = _ack_info(reply)
         if info is None:
             return
-        sseq, cseq, dc, pending = info
+        sseq, cseq, dc, pending, ts = info
         if dc > 1:
             return
         if cseq != self.cseq + 1 and self.cseq != 0:
@@ -190,7 +194,8 @@ class Origin:
             # batching is not carried over by sourcing or mirroring (as nats-server)
             hdr_b = H.remove_headers(hdr_b, {SOURCE_HDR, "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"})
         if self.mirror:
-            self._store_mirror(subj, hdr_b, data, sseq)
+            if not self._store_mirror(subj, hdr_b, data, sseq, ts):
+                return
         else:
             subj = self._transform(subj)
             tag = self.header_tag
@@ -198,15 +203,21 @@ class Origin:
             stream.process(subj, None, hdr_b, data)
         self.sseq = sseq
 
-    def _store_mirror(self, subject: str, hdr: bytes, data: bytes, sseq: int) -> None:
+    def _store_mirror(self, subject: str, hdr: bytes, data: bytes, sseq: int, ts: int) -> bool:
+        """A mirrored message, at the origin's sequence and with its original timestamp (as nats-server;
+        sourced messages get a new one). False when it could not be stored (retried from there)."""
         stream = self.owner.stream
-        store = stream.store
-        last = store.state().last_seq
-        if sseq <= last:
-            return
-        store.store_raw(sseq, subject, hdr, data, now_ns())
-        for c in stream.consumers.values():
-            c.on_stream_msg(sseq, subject)
+        if sseq <= stream.store.state().last_seq:
+            return True
+        try:
+            stream.log.propose(Entry(Entry.MIRROR, (sseq, subject, hdr, data, ts or now_ns())))
+        except StoreError as e:
+            stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': storing mirrored message "
+                                f"{sseq} failed: {e}")
+            self.error = ApiError.make("STREAM_STORE_FAILED", err=str(e)).to_dict()
+            self.cancel()  # the health check restarts the consumer from our last sequence
+            return False
+        return True
 
     def _transform(self, subject: str) -> str:
         if not self.transforms:

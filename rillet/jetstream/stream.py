@@ -60,6 +60,7 @@ class Stream:
         self._ddmap: dict[str, tuple[int, int]] = {}
         self._ddorder: list[tuple[int, str]] = []
         self._last_msg_id = ""
+        self._apply_ts = 0  # the time of the EXPIRE / UPDATE entry being applied (stamps delete markers)
         self._acks: list[tuple[bytes, bytes]] = []
         self._sync_scheduled = False
         self._expire_timer: asyncio.TimerHandle | None = None
@@ -72,6 +73,7 @@ class Stream:
     # ---- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._rebuild_dedup()
         self._subscribe()
         self._schedule_expiry()
         schedules.start(self)
@@ -205,7 +207,7 @@ class Stream:
                         ttl = parse_ttl(v)
                     except ValueError:
                         raise ApiError.make("MESSAGE_TTL_INVALID")
-            seq = self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts, ttl, msg_id)))
+            seq = self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id)))
         except ApiError as e:
             if reply:
                 self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
@@ -223,28 +225,24 @@ class Stream:
         return seq
 
     def _apply(self, entry: Entry) -> Any:
+        """The only place a stream's store changes. Everything an entry needs travels in it, so a replica
+        applying the same entries ends in the same state."""
         op = entry.op
         if op == Entry.MSG:
             subject, hdr, data, ts, ttl, msg_id = entry.args
-            store = self.store
-            seq, ts = store.store_msg(subject, hdr, data, ts or None, ttl)
-            if msg_id:
-                self._dedup_record(msg_id, seq, ts)
-                self._last_msg_id = msg_id
-            if hdr:
-                v = H.get_header(hdr, H.ROLLUP)
-                if v == "sub":
-                    store.purge(subject, seq, 0)
-                elif v == "all":
-                    store.purge(None, seq, 0)
-                if ttl:
-                    self._schedule_expiry()
-            elif ttl:
-                self._schedule_expiry()
-            if self.cfg.allow_msg_schedules or (hdr and b"Nats-Scheduler" in hdr):
-                schedules.on_stored(self, subject, hdr, seq, ts)
-            if self.cfg.republish is not None:
-                self._republish(subject, hdr, data, seq, ts)
+            seq, ts = self.store.store_msg(subject, hdr, data, ts or None, ttl)
+            self._stored(seq, subject, hdr, data, ts, ttl, msg_id)
+            return seq
+        if op == Entry.BATCH:
+            msgs = entry.args[0]
+            stored = self.store.store_batch([m[:5] for m in msgs])
+            seq = 0
+            for (subject, hdr, data, _, ttl, msg_id), (seq, ts) in zip(msgs, stored):
+                self._stored(seq, subject, hdr, data, ts, ttl, msg_id)
+            return seq
+        if op == Entry.MIRROR:
+            seq, subject, hdr, data, ts = entry.args
+            self.store.store_raw(seq, subject, hdr, data, ts)
             if self.consumers:
                 for c in list(self.consumers.values()):
                     c.on_stream_msg(seq, subject)
@@ -259,7 +257,45 @@ class Stream:
             for c in list(self.consumers.values()):
                 c.on_purge()
             return n
+        if op == Entry.EXPIRE:
+            self._apply_ts = entry.args[0]
+            return self.store.expire_msgs(self._apply_ts)
+        if op == Entry.UPDATE:
+            cfg, scfg, self._apply_ts = entry.args
+            old, self.cfg = self.cfg, cfg
+            self.store.update_config(scfg)
+            return old
         raise ValueError(f"unknown log entry op {op}")
+
+    def _stored(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: int, msg_id: str) -> None:
+        """What applying a stored message does besides storing it (rollup, dedup, schedules, consumers)."""
+        if msg_id:
+            self._dedup_record(msg_id, seq, ts)
+        self._last_msg_id = msg_id  # a message without an id clears it, as nats-server
+        if hdr:
+            v = H.get_header(hdr, H.ROLLUP)
+            if v == "sub":
+                self.store.purge(subject, seq, 0)
+            elif v == "all":
+                self.store.purge(None, seq, 0)
+            if ttl:
+                self._schedule_expiry()
+        elif ttl:
+            self._schedule_expiry()
+        if self.cfg.allow_msg_schedules or (hdr and b"Nats-Scheduler" in hdr):
+            schedules.on_stored(self, subject, hdr, seq, ts)
+        if self.cfg.republish is not None:
+            self._republish(subject, hdr, data, seq, ts)
+        if self.consumers:
+            for c in list(self.consumers.values()):
+                c.on_stream_msg(seq, subject)
+        self.jsa.after_stream_msg(self, seq, subject)
+
+    def update_config(self, cfg: Any) -> None:
+        """A new configuration through the log (limits that shrink remove messages when applied)."""
+        from rillet.jetstream.storeopen import store_config
+        self.log.propose(Entry(Entry.UPDATE, (cfg, store_config(cfg, self.js), now_ns())))
+        self._schedule_expiry()
 
     # ---- acks and group commit --------------------------------------------------------------------
 
@@ -298,6 +334,41 @@ class Stream:
             self._reply(reply, payload)
 
     # ---- dedup ------------------------------------------------------------------------------------
+
+    def _rebuild_dedup(self) -> None:
+        """After a restart: the msg ids of the stored messages inside the duplicate window, and the last
+        message's id, read back from their headers (nats-server rebuilds its dedup table the same way)."""
+        store = self.store
+        st = store.state()
+        window = self.cfg.duplicate_window
+        if not st.msgs or window <= 0 or self.cfg.mirror is not None:
+            return
+        seq = store.get_seq_from_time(now_ns() - window)
+        last = st.last_seq
+        corrupt = 0
+        while seq <= last:
+            try:
+                m = store.load_next_msg(">", seq, True)
+            except store_base.ErrStoreCorrupt:
+                try:
+                    m = store.load_msg(seq)
+                except store_base.ErrStoreCorrupt:
+                    m = None
+                    corrupt += 1
+                if m is None:
+                    seq += 1
+                    continue
+            if m is None:
+                break
+            msg_id = (H.get_header(m.hdr, H.MSG_ID) or "") if m.hdr else ""
+            if msg_id:
+                self._dedup_record(msg_id, m.seq, m.ts)
+            if m.seq == last:
+                self._last_msg_id = msg_id
+            seq = m.seq + 1
+        if corrupt:
+            self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': {corrupt} corrupt message(s) "
+                              "skipped while rebuilding the duplicate window")
 
     def _dedup_lookup(self, msg_id: str) -> int | None:
         e = self._ddmap.get(msg_id)
@@ -346,11 +417,16 @@ class Stream:
         self._expire_timer = None
         if self.closed:
             return
-        self.store.expire_msgs(now_ns())
+        try:
+            self.log.propose(Entry(Entry.EXPIRE, (now_ns(),)))
+        except store_base.StoreError as e:
+            self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': expiring messages failed: {e}")
         self._schedule_expiry()
 
     def _on_marker(self, subject: str, hdr: bytes) -> None:
-        """A subject delete marker the store asks for: stored through the log, so consumers see it."""
+        """A subject delete marker the store asks for while an EXPIRE (or UPDATE) entry is applied: part of
+        applying that entry (same markers on every replica, stamped with the entry's time), stored like
+        any message so consumers see it."""
         ttl = 0
         v = H.get_header(hdr, H.TTL)
         if v:
@@ -358,7 +434,8 @@ class Stream:
                 ttl = parse_ttl(v)
             except ValueError:
                 ttl = 0
-        self.log.propose(Entry(Entry.MSG, (subject, hdr, b"", 0, ttl, "")))
+        seq, ts = self.store.store_msg(subject, hdr, b"", self._apply_ts or now_ns(), ttl)
+        self._stored(seq, subject, hdr, b"", ts, ttl, "")
 
     def _on_store_remove(self, seq: int, subject: str, size: int) -> None:
         for c in list(self.consumers.values()):

@@ -277,9 +277,51 @@ class IndexedStore:
             raise ErrMaxMsgSize()
         self._append(seq, subject, hdr, data, ts, ttl)
 
+    def store_batch(self, batch: list[tuple[str, bytes, bytes, int, float]]) -> list[tuple[int, int]]:
+        """Store ``(subject, hdr, data, ts, ttl)`` messages at the next sequences, all or nothing: checks
+        for the whole batch come first, then one write (``_write_batch``), then the index.  Returns
+        [(seq, ts)].  A failure leaves nothing stored."""
+        self._check_open()
+        if not batch:
+            return []
+        if self._pre_check:
+            n = len(self._msgs)
+            b = self._bytes
+            for subject, hdr, data, _, _ in batch:
+                size = self._msg_size(subject, hdr, data)
+                if self._max_msg_size and len(hdr) + len(data) > self._max_msg_size:
+                    raise ErrMaxMsgSize()
+                n += 1
+                b += size
+                if self._discard_new:
+                    if self._max_msgs and n > self._max_msgs:
+                        raise ErrMaxMsgs()
+                    if self._max_bytes and b > self._max_bytes:
+                        raise ErrMaxBytes()
+        first = self._last + 1
+        recs = []
+        out = []
+        seq = first
+        for subject, hdr, data, ts, ttl in batch:
+            if not ts:
+                ts = time.time_ns()
+            recs.append((seq, subject, hdr, data, ts, int(ttl * _NS) if ttl else 0))
+            out.append((seq, ts))
+            seq += 1
+        entries = self._write_batch(recs)
+        for (seq, subject, hdr, data, ts, ttl_ns), e in zip(recs, entries):
+            self._index(e, seq, subject, hdr, data, ts, ttl_ns)
+        return out
+
+    def _write_batch(self, recs: list[tuple[int, str, bytes, bytes, int, int]]) -> list[Any]:
+        """Write several messages all or nothing; the file store overrides this with one framed write."""
+        return [self._write(*r) for r in recs]
+
     def _append(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: float) -> None:
         ttl_ns = int(ttl * _NS) if ttl else 0
-        e = self._write(seq, subject, hdr, data, ts, ttl_ns)
+        self._index(self._write(seq, subject, hdr, data, ts, ttl_ns), seq, subject, hdr, data, ts, ttl_ns)
+
+    def _index(self, e: Any, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl_ns: int) -> None:
         msgs = self._msgs
         if not msgs:
             self._first = seq

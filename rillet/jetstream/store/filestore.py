@@ -11,6 +11,8 @@ Block file: the 8-byte magic ``RILBLK01`` then records, each::
 
     u8  type        'M' message, 'E' erased message (same length, payload zeroed)
     u8  flags       bit 0: payload compressed (snappy block format, readable by s2)
+                    bit 1: part of an atomic batch whose later records follow (the batch's last record
+                           has the bit clear and commits it)
     u16 subject length
     u32 total record length (header + subject + payload + crc)
     u64 seq
@@ -28,6 +30,10 @@ The in-memory index (``_core.IndexedStore``) is rebuilt on open by scanning ever
 and applying the state log; every record's checksum is verified.  A bad record at the tail
 of the last block (a torn write) is cut off with a warning; a bad record anywhere else is
 reported: its sequences go to ``state().lost`` and ``load_msg`` raises ErrStoreCorrupt.
+
+An atomic batch (``store_batch``) is written with one write into one block, every record but
+the last flagged "more follow".  Recovery indexes a batch only when its last record is there:
+a batch cut short by a crash is dropped whole (the block is truncated at the batch's start).
 
 Writes go straight to the OS (one pwritev per message); ``sync()`` fsyncs.  A failed write
 (disk full, read-only) is rolled back by truncating the block and raises ErrStoreFull;
@@ -79,6 +85,7 @@ _OVERHEAD = _REC_LEN + 4
 T_MSG = 0x4D  # 'M'
 T_ERASED = 0x45  # 'E'
 F_COMPRESSED = 1
+F_BATCH = 2  # more records of the same atomic batch follow this one
 _MAX_REC = 1 << 31
 
 _LOGH = struct.Struct("<BxxxI")
@@ -520,26 +527,10 @@ class FileStore(IndexedStore):
             mv = memoryview(buf)
             pos = 8 if end >= 8 else end
             cut = -1
-            while pos < end:
-                h = _parse_record(mv, pos, end)
-                if h is None or h[4] <= max_seq:
-                    # Find the next valid record, if any.
-                    nxt = self._resync(mv, pos + 1, end, max_seq)
-                    if nxt < 0 and is_last:
-                        cut = pos
-                        break
-                    self.log(
-                        "error",
-                        f"{path}: corrupt data at offset {pos}"
-                        + (f"..{nxt}" if nxt >= 0 else " to the end of the block"),
-                    )
-                    blk.bad = True
-                    if not open_bad or open_bad[-1][0] != max_seq:
-                        open_bad.append([max_seq, 0])
-                    if nxt < 0:
-                        break
-                    pos = nxt
-                    continue
+            pend: list[tuple[int, tuple]] = []  # (offset, header) of a batch whose last record is not seen yet
+
+            def index_record(pos: int, h: tuple) -> None:
+                nonlocal max_seq, max_seq_ts, open_bad
                 t, flags, slen, total, seq, ts, ttl, hlen, dlen = h
                 if not blk.first:
                     blk.first = seq
@@ -575,7 +566,62 @@ class FileStore(IndexedStore):
                         else:
                             self._no_expire.add(seq)
                     blk.live += 1
-                pos += total
+
+            while pos < end:
+                h = _parse_record(mv, pos, end)
+                if h is not None and pend and h[4] != pend[-1][1][4] + 1:
+                    h = None  # not the continuation of the open batch
+                if h is None or h[4] <= max_seq:
+                    # Find the next valid record, if any.
+                    nxt = self._resync(mv, pos + 1, end, max_seq)
+                    if pend:
+                        # An atomic batch cut short: none of it counts.
+                        self.log(
+                            "warn",
+                            f"{path}: incomplete atomic batch (sequences {pend[0][1][4]}..{pend[-1][1][4]} "
+                            f"of a larger batch) at offset {pend[0][0]}, dropped",
+                        )
+                        if nxt < 0 and is_last:
+                            cut = pend[0][0]
+                            pend = []
+                            break
+                        pend = []
+                    if nxt < 0 and is_last:
+                        cut = pos
+                        break
+                    self.log(
+                        "error",
+                        f"{path}: corrupt data at offset {pos}"
+                        + (f"..{nxt}" if nxt >= 0 else " to the end of the block"),
+                    )
+                    blk.bad = True
+                    if not open_bad or open_bad[-1][0] != max_seq:
+                        open_bad.append([max_seq, 0])
+                    if nxt < 0:
+                        break
+                    pos = nxt
+                    continue
+                if h[1] & F_BATCH:
+                    pend.append((pos, h))
+                else:
+                    if pend:
+                        for p, ph in pend:
+                            index_record(p, ph)
+                        pend = []
+                    index_record(pos, h)
+                pos += h[3]
+            if pend:
+                # The block ends inside an atomic batch: its last record was never written.
+                self.log(
+                    "warn",
+                    f"{path}: incomplete atomic batch (sequences {pend[0][1][4]}..{pend[-1][1][4]}, its last "
+                    f"record missing) at offset {pend[0][0]}, dropped",
+                )
+                if is_last:
+                    cut = pend[0][0]
+                else:
+                    blk.bad = True
+                pend = []
             mv.release()
             if cut >= 0:
                 self.log(
@@ -807,6 +853,73 @@ class FileStore(IndexedStore):
         else:
             size = 30 + slen + dlen
         return _Entry(subject, seq, ts, size, blk.index, off, total)
+
+    def _write_batch(self, recs: list[tuple[int, str, bytes, bytes, int, int]]) -> list[_Entry]:
+        """An atomic batch: every record in one block with one write, all but the last flagged F_BATCH,
+        so recovery sees the whole batch or none of it.  A failed write is cut off again."""
+        if len(recs) == 1:
+            return [self._write(*recs[0])]
+        if self._log_pending:
+            self._log_append(None)
+            if self._log_pending:
+                raise ErrStoreFull("cannot write sequence state (disk full?)")
+        bufs: list[bytes] = []
+        meta: list[tuple[int, str, int, int, int]] = []  # seq, subject, ts, accounted size, record length
+        size_all = 0
+        last_i = len(recs) - 1
+        for i, (seq, subject, hdr, data, ts, ttl_ns) in enumerate(recs):
+            sb = subject.encode("utf-8", "surrogateescape")
+            slen = len(sb)
+            if slen > 0xFFFF:
+                raise StoreError("subject too long")
+            hlen = len(hdr)
+            dlen = len(data)
+            flags = 0 if i == last_i else F_BATCH
+            payload = [hdr, data]
+            plen = hlen + dlen
+            if self._compress and plen >= _COMPRESS_MIN:
+                c = bytes(self._snappy.compress_raw(hdr + data))  # type: ignore[union-attr]
+                if len(c) < plen:
+                    flags |= F_COMPRESSED
+                    payload = [c]
+                    plen = len(c)
+            total = _OVERHEAD + slen + plen
+            if total >= _MAX_REC:
+                raise StoreError("message too large")
+            head = _REC.pack(T_MSG, flags, slen, total, seq, ts, ttl_ns, hlen, dlen)
+            crc = zlib.crc32(sb, zlib.crc32(head))
+            for p in payload:
+                crc = zlib.crc32(p, crc)
+            bufs.append(head)
+            bufs.append(sb)
+            bufs.extend(payload)
+            bufs.append(_CRC.pack(crc))
+            meta.append((seq, subject, ts, (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen), total))
+            size_all += total
+        blk = self._active
+        if blk is None or (blk.size + size_all > self._block_size and blk.size > len(BLOCK_MAGIC)):
+            blk = self._new_block()  # a batch never spans blocks (it may make one larger than block_size)
+        off = blk.size
+        try:
+            _write_all(self._afd, bufs, off, size_all)
+        except OSError as e:
+            try:
+                os.ftruncate(self._afd, off)
+            except OSError as e2:
+                # the partial batch stays on disk but is never indexed: recovery drops it (no last record)
+                self.log("error", f"cannot cut off a failed batch write in {blk.path}: {e2.strerror or e2}")
+            raise ErrStoreFull(f"write to {blk.path} failed: {e.strerror or e}") from e
+        out = []
+        pos = off
+        for seq, subject, ts, size, total in meta:
+            out.append(_Entry(subject, seq, ts, size, blk.index, pos, total))
+            pos += total
+        blk.size = pos
+        if not blk.first:
+            blk.first = meta[0][0]
+        blk.last = meta[-1][0]
+        blk.live += len(meta)
+        return out
 
     def _entry_size(self, e: _Entry) -> int:
         return e.size
