@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import msgspec
 
 from rillet.gotime import format_time
+from rillet.gotime import parse_time
 from rillet.jetstream import config as C
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
+from rillet.jetstream.store import ErrTooManyResults
 from rillet.jetstream.stream import Stream, now_ns
 from rillet.subjects.validate import is_valid_subject, subject_has_wildcard, subjects_collide
 
@@ -374,98 +376,234 @@ class ApiRouter:
         self.respond(reply, {"type": typ, "success": True})
 
     def direct_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        """DIRECT.GET.<stream> (request body) and DIRECT.GET.<stream>.<subject...> (last for subject)."""
+        """DIRECT.GET.<stream> (request body) and DIRECT.GET.<stream>.<subject...> (last for subject).
+
+        Answers are messages with the stored headers plus Nats-Stream/Subject/Sequence/Time-Stamp, or a
+        status with nats-server's code and text: 408 Empty Request / Malformed Request / Bad Request,
+        404 Message Not Found (No Results for multi_last), 412 Required Api Level, 413 Too Many Results.
+        """
         if not args or not reply:
             return
         stream = self.jsa.streams.get(args[0])
         if stream is None or not (stream.cfg.allow_direct or stream.cfg.mirror_direct):
             return  # no responder, as nats-server (direct gets are only served when allowed)
-        if len(args) > 1:
-            m = stream.store.load_last_msg(".".join(args[1:]))
-            self._direct_reply(stream, reply, m)
+        if hdr and _api_level_too_high(hdr):
+            self._status(reply, 412, "Required Api Level")
             return
-        try:
-            req = json.loads(body) if body.strip() else None
-        except ValueError:
-            req = None
-        if not isinstance(req, dict):
+        if len(args) > 1:  # the subject names the message: a body may only add no_hdr / max_bytes
+            req = _DirectReq.parse(body) if body else _DirectReq()
+            if req is None:
+                self._status(reply, 408, "Malformed Request")
+                return
+            if (req.last or req.next or req.multi or req.seq or req.batch or req.start is not None
+                    or req.up_to_seq or req.up_to_time is not None):
+                self._status(reply, 408, "Bad Request")
+                return
+            req.last = ".".join(args[1:])
+            self._direct_serve(stream, reply, req)
+            return
+        if not body:
+            self._status(reply, 408, "Empty Request")
+            return
+        req = _DirectReq.parse(body)
+        if req is None:
+            self._status(reply, 408, "Malformed Request")
+            return
+        if not (req.seq or req.last or req.next or req.multi or req.start is not None):
+            self._status(reply, 408, "Empty Request")
+            return
+        if ((req.seq and (req.last or req.start is not None)) or (req.start is not None and req.last)
+                or (req.last and (req.next or req.batch or req.multi)) or (req.next and req.multi)
+                or (req.up_to_seq and req.up_to_time is not None)):
             self._status(reply, 408, "Bad Request")
             return
-        batch = int(req.get("batch") or 0)
-        multi = req.get("multi_last")
-        if multi or batch:
-            self._direct_batch(stream, reply, req)
-            return
-        try:
-            m = self._get(stream, req)
-        except ApiError:
-            self._status(reply, 408, "Bad Request")
-            return
-        self._direct_reply(stream, reply, m)
+        self._direct_serve(stream, reply, req)
 
     def _status(self, reply: bytes, code: int, desc: str, extra: list[tuple[str, str]] | None = None) -> None:
         hdr = H.make_headers(extra or [], status=code, desc=desc)
         self.jsa.ic.publish(reply, None, hdr, len(hdr))
 
-    def _direct_reply(self, stream: Stream, reply: bytes, m: Any, extra: list[tuple[str, str]] | None = None) -> None:
-        if m is None:
-            self._status(reply, 404, "Message Not Found")
+    def _direct_reply(self, stream: Stream, reply: bytes, m: Any, extra: list[tuple[str, str]] | None = None,
+                      no_hdr: bool = False) -> None:
+        """One stored message as a direct get answer: its own headers, then the stream's (appended, as
+        nats-server does, even when the stored message already has such a header)."""
+        if no_hdr:
+            self.jsa.ic.publish(reply, None, m.data)
             return
         pairs = [(H.STREAM, stream.name), (H.SUBJECT, m.subject), (H.SEQUENCE, str(m.seq)),
                  (H.TIMESTAMP, format_time(m.ts))]
         if extra:
             pairs.extend(extra)
-        hdr = H.set_headers(m.hdr, pairs) if m.hdr else H.make_headers(pairs)
+        hdr = H.append_headers(m.hdr, pairs)
         self.jsa.ic.publish(reply, None, hdr + m.data, len(hdr))
 
-    def _direct_batch(self, stream: Stream, reply: bytes, req: dict) -> None:
-        """Batch direct get: messages by sequence (``batch``) or the last per subject (``multi_last``),
-        then an EOB status. Each message's Nats-Num-Pending counts what still matches after it: in the
-        stream for a sequence batch, in the answer for multi_last."""
-        store = stream.store
-        batch = int(req.get("batch") or 0)
-        up_to = int(req.get("up_to_seq") or 0)
-        multi = req.get("multi_last")
-        msgs: list[Any] = []
-        pendings: list[int] = []
-        filt = ">"
-        if multi:
-            try:
-                seqs = store.multi_last_seqs(list(multi), up_to, 1024)
-            except Exception:
-                self._status(reply, 413, "Too Many Results")
-                return
-            if batch:
-                seqs = seqs[:batch]
-            msgs = [m for m in (store.load_msg(s) for s in seqs) if m is not None]
-            pendings = [len(msgs) - i - 1 for i in range(len(msgs))]
-        else:
-            seq = int(req.get("seq") or 1)
-            filt = req.get("next_by_subj") or ">"
-            wc = subject_has_wildcard(filt)
-            while len(msgs) < batch:
-                m = store.load_next_msg(filt, seq, wc)
-                if m is None or (up_to and m.seq > up_to):
-                    break
-                msgs.append(m)
-                seq = m.seq + 1
-            if msgs:
-                # the messages are consecutive matches: what matches after msgs[i] is the later ones in the
-                # batch plus what matches after the last, so one count serves the whole batch
-                after_last, _ = store.num_pending(msgs[-1].seq + 1, filt, False)
-                k = len(msgs)
-                pendings = [after_last + k - 1 - i for i in range(k)]
-        if not msgs:
-            self._status(reply, 404, "Message Not Found")
+    def _direct_serve(self, stream: Stream, reply: bytes, req: "_DirectReq") -> None:
+        """One message, or a batch (``batch``) ending with a 204 EOB status. In a batch each message's
+        Nats-Num-Pending counts what still matches after it (one count for the batch, then decremented)
+        and Nats-Last-Sequence is the sequence of the message before it in the batch."""
+        if req.multi:
+            self._direct_multi(stream, reply, req)
             return
-        for i, m in enumerate(msgs):
-            self._direct_reply(stream, reply, m, [(H.NUM_PENDING, str(pendings[i])),
-                                                  (H.LAST_SEQUENCE, str(msgs[i - 1].seq if i else 0))])
-        eob = [(H.NUM_PENDING, str(pendings[-1])), (H.LAST_SEQUENCE, str(msgs[-1].seq))]
-        if multi:
-            eob.append((H.UP_TO_SEQUENCE, str(up_to or store.state().last_seq)))
-        hdr = H.make_headers(eob, 204, "EOB")
+        store = stream.store
+        seq = store.get_seq_from_time(req.start) if req.start is not None else req.seq
+        nxt = req.next
+        wc = subject_has_wildcard(nxt) if nxt else False
+        is_batch = req.batch != 0
+        batch = req.batch if is_batch else 1
+        np = store.num_pending(seq, nxt, False)[0] if is_batch else 0
+        mb = req.max_bytes or self.js.server.opts.max_pending
+        sent_bytes = 0
+        lseq = 0
+        for i in range(batch):
+            if seq > 0 and not nxt:
+                m = store.load_msg(seq) if i == 0 and not is_batch else store.load_next_msg(">", seq, False)
+            elif nxt:
+                m = store.load_next_msg(nxt, seq, wc)
+            else:
+                m = store.load_last_msg(req.last)
+            if m is None:
+                if batch > 1 and i > 0:
+                    break  # a batch that ran out: the EOB below
+                self._status(reply, 404, "Message Not Found")
+                return
+            seq = m.seq + 1
+            if is_batch:
+                if np > 0 and not req.no_hdr:  # (nats-server counts down only the answers with headers)
+                    np -= 1
+                self._direct_reply(stream, reply, m, [(H.NUM_PENDING, str(np)), (H.LAST_SEQUENCE, str(lseq))],
+                                   req.no_hdr)
+            else:
+                self._direct_reply(stream, reply, m, no_hdr=req.no_hdr)
+            lseq = m.seq
+            sent_bytes += len(m.subject) + len(m.hdr) + len(m.data)
+            if sent_bytes >= mb:
+                break
+        if is_batch:
+            hdr = H.make_headers([(H.NUM_PENDING, str(np)), (H.LAST_SEQUENCE, str(lseq))], 204, "EOB")
+            self.jsa.ic.publish(reply, None, hdr, len(hdr))
+
+    def _direct_multi(self, stream: Stream, reply: bytes, req: "_DirectReq") -> None:
+        """multi_last: the last message of each subject matching the filters (at or below up_to_seq or
+        before up_to_time), in sequence order, skipping those below ``seq``; then an EOB status that also
+        carries the upper bound. Nats-Num-Pending counts the matches after each message."""
+        store = stream.store
+        up_to = req.up_to_seq
+        if req.up_to_time is not None:
+            up_to = store.get_seq_from_time(req.up_to_time)
+            if up_to <= store.state().first_seq:
+                self._status(reply, 404, "No Results")
+                return
+            up_to -= 1  # the first message at or after the time is excluded
+        if not up_to:
+            up_to = store.state().last_seq
+        try:
+            seqs = store.multi_last_seqs(req.multi, up_to, _MAX_MULTI_RESULTS) if up_to else []
+        except ErrTooManyResults:
+            self._status(reply, 413, "Too Many Results")
+            return
+        if not seqs:
+            self._status(reply, 404, "No Results")
+            return
+        mb = req.max_bytes or self.js.server.opts.max_pending
+        np = len(seqs)
+        lseq = sent = sent_bytes = 0
+        for s in seqs:
+            np -= 1
+            if s < req.seq:
+                continue
+            m = store.load_msg(s)
+            if m is None:
+                self._status(reply, 404, "Message Not Found")
+                return
+            self._direct_reply(stream, reply, m, [(H.NUM_PENDING, str(np)), (H.LAST_SEQUENCE, str(lseq))])
+            lseq = s
+            sent_bytes += len(m.subject) + len(m.hdr) + len(m.data)
+            if sent_bytes >= mb:
+                break
+            sent += 1
+            if 0 < req.batch <= sent:
+                break
+        hdr = H.make_headers([(H.NUM_PENDING, str(np)), (H.LAST_SEQUENCE, str(lseq)),
+                              (H.UP_TO_SEQUENCE, str(up_to))], 204, "EOB")
         self.jsa.ic.publish(reply, None, hdr, len(hdr))
+
+
+_MAX_MULTI_RESULTS = 1024  # subjects one multi_last request may match (413 Too Many Results beyond)
+
+
+def _api_level_too_high(hdr: bytes) -> bool:
+    """A request whose Nats-Required-Api-Level is above ours (or not a number) is refused with 412."""
+    v = H.get_header(hdr, H.REQUIRED_API_LEVEL)
+    if not v:
+        return False
+    try:
+        return int(v) > API_LEVEL
+    except ValueError:
+        return True
+
+
+class _DirectReq:
+    """A direct get request body, decoded with the type rules nats-server's JSON decoder applies (an
+    unsigned sequence, integer counts, RFC 3339 times, a list of strings; field names matched without
+    regard to case; unknown fields ignored). ``parse`` returns None for what it refuses."""
+
+    __slots__ = ("seq", "last", "next", "batch", "max_bytes", "start", "multi", "up_to_seq", "up_to_time",
+                 "no_hdr")
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.last = ""
+        self.next = ""
+        self.batch = 0
+        self.max_bytes = 0
+        self.start: int | None = None  # ns since the epoch
+        self.multi: list[str] = []
+        self.up_to_seq = 0
+        self.up_to_time: int | None = None
+        self.no_hdr = False
+
+    _FIELDS = {"seq": ("seq", "uint"), "last_by_subj": ("last", "str"), "next_by_subj": ("next", "str"),
+               "batch": ("batch", "int"), "max_bytes": ("max_bytes", "int"), "start_time": ("start", "time"),
+               "multi_last": ("multi", "strs"), "up_to_seq": ("up_to_seq", "uint"),
+               "up_to_time": ("up_to_time", "time"), "no_hdr": ("no_hdr", "bool")}
+
+    @classmethod
+    def parse(cls, body: bytes) -> "_DirectReq | None":
+        try:
+            d = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        req = cls()
+        if d is None:
+            return req
+        if not isinstance(d, dict):
+            return None
+        for key, value in d.items():
+            spec = cls._FIELDS.get(key) or cls._FIELDS.get(key.lower())
+            if spec is None or value is None:
+                continue
+            attr, kind = spec
+            if kind in ("uint", "int"):
+                if type(value) is not int or (kind == "uint" and value < 0) or not -(1 << 63) <= value < (1 << 64):
+                    return None
+            elif kind == "str":
+                if not isinstance(value, str):
+                    return None
+            elif kind == "bool":
+                if not isinstance(value, bool):
+                    return None
+            elif kind == "strs":
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    return None
+            else:  # time
+                if not isinstance(value, str):
+                    return None
+                try:
+                    value = parse_time(value)[0]
+                except ValueError:
+                    return None
+            setattr(req, attr, value)
+        return req
 
 
 # the argument tokens each endpoint takes (default: none, or a stream name)

@@ -26,6 +26,7 @@ TIMESTAMP = "Nats-Time-Stamp"
 LAST_SEQUENCE = "Nats-Last-Sequence"
 NUM_PENDING = "Nats-Num-Pending"
 UP_TO_SEQUENCE = "Nats-UpTo-Sequence"
+REQUIRED_API_LEVEL = "Nats-Required-Api-Level"
 
 
 def get_header(hdr: bytes, key: str) -> str | None:
@@ -80,6 +81,15 @@ def make_headers(pairs: list[tuple[str, str]] | dict[str, str], status: int = 0,
     items = pairs.items() if isinstance(pairs, dict) else pairs
     body = b"".join(k.encode() + b": " + v.encode() + _CRLF for k, v in items)
     return first + _CRLF + body + _CRLF
+
+
+def append_headers(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
+    """``hdr`` with the given keys added at the end, whether or not it already has them (how nats-server adds
+    the Nats-Stream/Nats-Sequence... headers of a direct get answer to a stored message's own)."""
+    body = b"".join(k.encode() + b": " + v.encode() + _CRLF for k, v in pairs)
+    if len(hdr) > 2:
+        return hdr[:-2] + body + _CRLF
+    return HDR_LINE + body + _CRLF
 
 
 def set_headers(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
