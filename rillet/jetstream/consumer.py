@@ -738,8 +738,10 @@ class Consumer:
         r = acc.match(subject_s if subject_s is not None else subject.decode("utf-8", "surrogateescape"))
         if not (r.psubs or r.qsubs):
             return False
-        shown = subject if orig is None else orig.encode("utf-8", "surrogateescape")
-        return acc.deliver_result(ic, r, shown, reply, hl, msg)
+        if orig is None:
+            return acc.deliver_result(ic, r, subject, reply, hl, msg)
+        # shown with the stream subject; imports route it on by the subject it matched
+        return acc.deliver_result(ic, r, orig.encode("utf-8", "surrogateescape"), reply, hl, msg, subject)
 
     def _flush_out(self) -> None:
         self.js.server.flush_clients()

@@ -16,6 +16,18 @@ _PAGED_LISTS = {"STREAM.NAMES": "streams", "STREAM.LIST": "streams", "CONSUMER.N
                 "CONSUMER.LIST": "consumers"}
 
 
+_NOT_API = ("CONSUMER.MSG.NEXT", "DIRECT.GET")
+
+
+def _shadowed(account: Any) -> bool:
+    """The account imports the JetStream API from another account (a service import covering
+    ``$JS.API.INFO``): then, as with nats-server, this account's own (disabled) API does not answer."""
+    for sub in account.sublist.match("$JS.API.INFO").psubs:
+        if sub.icb is not None and getattr(sub.client, "name", "").startswith("service import "):
+            return True
+    return False
+
+
 class _NoAccount:
     js = None
 
@@ -26,7 +38,10 @@ class NotEnabled:
     def __init__(self, js: Any, account: Any) -> None:
         from rillet.jetstream.api import ApiRouter, _type_for
         self.router = router = ApiRouter(_NoAccount())  # the endpoint table only
-        self.types = {k: _type_for(h) for k, h in router.handlers.items()}
+        # pull requests and direct gets are served by the streams and consumers of an account, not by the
+        # API: an account without JetStream has nobody answering them (no responders)
+        self.types = {k: _type_for(h) for k, h in router.handlers.items() if k not in _NOT_API}
+        self.account = account
         self.is_system = getattr(js.server, "system_account", None) is account
         self.ic = js.server.internal_client(account, f"jetstream disabled {account.name}")
         prefixes = ["$JS.API"] + ([f"$JS.{js.domain}.API"] if js.domain else [])
@@ -38,7 +53,7 @@ class NotEnabled:
             self.ic.remove_sub(sub)
 
     def on_request(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
-        if not reply:
+        if not reply or _shadowed(self.account):
             return
         toks = subject.decode("utf-8", "surrogateescape").split(".")
         rest = toks[2:] if toks[1] == "API" else toks[3:]

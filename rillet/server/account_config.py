@@ -123,11 +123,17 @@ def _add_import(server: "Server", acc: Any, imp: Any, exports: dict[str, list[di
     subj = src["subject"]
     src_name = src["account"]
     exp = None
-    for e in exports.get(src_name, []):
-        if e["kind"] == kind and subject_is_subset_match(subj, e["subject"]) and \
-                (e["accounts"] is None or acc.name in e["accounts"]):
+    # the export of exactly this subject, else one whose wildcard covers it (as nats-server looks them
+    # up): its response type is the import's
+    candidates = [e for e in exports.get(src_name, []) if e["kind"] == kind and
+                  subject_is_subset_match(subj, e["subject"]) and (e["accounts"] is None or acc.name in e["accounts"])]
+    for e in candidates:
+        if e["subject"] == subj:
             exp = e
             break
+    else:
+        if candidates:
+            exp = candidates[0]
     if exp is None or src_name not in server.opts.accounts:
         raise ValueError(f"Error adding {kind} import {go_quote(subj.encode())}: {kind} import not authorized")
     src_acc = server.lookup_account(src_name)
@@ -157,18 +163,21 @@ def _stream_import(server: "Server", exporter: Any, importer: Any, subj: str, pr
     ic = server.internal_client(importer, f"stream import {exporter.name} -> {importer.name}")
     ic.echo = True
 
-    def on_msg(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+    def on_msg(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+               deliver: bytes | None = None) -> None:
         if importer in _in_flight:
             return  # a cycle of imports: deliver once
         if remap is not None:
             subject = remap(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
         _in_flight.add(importer)
         try:
-            importer.deliver(ic, subject, reply, hdr, msg)
+            # a JetStream delivery (push consumer to an exported deliver subject) keeps its stream subject
+            importer.deliver(ic, subject, reply, hdr, msg, deliver)
         finally:
             _in_flight.discard(importer)
         server.schedule_flush()
 
+    on_msg.routed = True  # type: ignore[attr-defined]  (see Account.deliver_result)
     server.internal_client(exporter, f"stream export {exporter.name} -> {importer.name}").subscribe(subj, on_msg)
 
 
@@ -310,7 +319,11 @@ class ResponseMap:
         for k in [k for k, v in self.entries.items() if v.expires < now and v.track is None]:
             del self.entries[k]
 
-    def on_response(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+    def on_response(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                    deliver: bytes | None = None) -> None:
+        """An answer on a ``_R_.`` subject: to the requester's reply subject in the importing account. A
+        JetStream delivery (a pull consumer's message) arrives with its stream subject in ``deliver``, and
+        keeps it."""
         e = self.entries.get(subject)
         if e is None:
             return
@@ -325,10 +338,12 @@ class ResponseMap:
             return
         _in_flight.add(importer)
         try:
-            importer.deliver(e.ic, e.reply, reply, hdr, msg)
+            importer.deliver(e.ic, e.reply, reply, hdr, msg, deliver)
         finally:
             _in_flight.discard(importer)
         self.server.schedule_flush()
+
+    on_response.routed = True  # type: ignore[attr-defined]  (see Account.deliver_result)
 
 
 def _response_map(server: "Server", exporter: Any) -> ResponseMap:

@@ -58,10 +58,13 @@ class Account:
     def num_subs(self) -> int:
         return self.sublist.count()
 
-    def deliver(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool:
+    def deliver(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                deliver: bytes | None = None) -> bool:
         """Deliver one published message to every matching subscription. Returns True if anyone got it.
 
         ``hdr`` is the header length (-1 for a plain PUB); ``msg`` holds headers followed by the payload.
+        ``deliver``: the subject subscribers see when it is not the one matched (a JetStream delivery that
+        came through an import keeps its stream subject, see ``deliver_result``).
         """
         if self.mappings:
             subject = self.map_subject(subject)  # type: ignore[assignment]
@@ -69,6 +72,8 @@ class Account:
                 return False
         r = self._match(subject.decode("utf-8", "surrogateescape"))
         if r.psubs or r.qsubs:
+            if deliver is not None:
+                return self.deliver_result(c, r, deliver, reply, hdr, msg, subject)
             return self.deliver_result(c, r, subject, reply, hdr, msg)
         if reply and c.no_responders:
             self._no_responders(c, subject, reply)
@@ -86,11 +91,16 @@ class Account:
     def match(self, subject: str) -> Any:
         return self._match(subject)
 
-    def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool:
+    def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                       route: bytes | None = None) -> bool:
         """Deliver to the subscriptions of a sublist result ``r`` (see ``deliver``).
 
         The frame is built once as a head (``MSG <subject> ``) and a tail (`` [reply] <size>\r\n<msg>\r\n``);
         each subscriber's buffer gets head, its SID and tail.
+
+        ``route``: the subject ``r`` was matched on when subscribers are shown another one (a JetStream
+        delivery shows its stream subject). Internal callbacks marked ``routed`` (imports, which must route
+        the message on) get the matched subject, and the shown one as an extra argument.
         """
         size = len(msg)
         if hdr < 0:
@@ -117,7 +127,10 @@ class Account:
                 continue
             if sub.icb is not None:
                 sub.nm += 1
-                sub.icb(sub, c, subject, reply, hdr, msg)
+                if route is not None and getattr(sub.icb, "routed", False):
+                    sub.icb(sub, c, route, reply, hdr, msg, subject)
+                else:
+                    sub.icb(sub, c, subject, reply, hdr, msg)
                 n += 1
                 continue
             if sc.perms is not None and not self._perm_ok(sc, subject, reply):
@@ -151,7 +164,10 @@ class Account:
                 sc = sub.client
                 sub.nm += 1
                 if sub.icb is not None:
-                    sub.icb(sub, c, subject, reply, hdr, msg)
+                    if route is not None and getattr(sub.icb, "routed", False):
+                        sub.icb(sub, c, route, reply, hdr, msg, subject)
+                    else:
+                        sub.icb(sub, c, subject, reply, hdr, msg)
                     n += 1
                     continue
                 if sub.max and sub.nm >= sub.max:
