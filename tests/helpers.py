@@ -170,7 +170,7 @@ async def serve(**fields: Any) -> AsyncIterator[Any]:
             srv.stop()
         return
     from rillet.server.embed import run_server
-    from rillet.server.options import Options
+    from rillet.config.options import Options
     opts = Options(**fields)
     buf = io.StringIO()
     async with run_server(opts, log=_rillet_logger(opts, buf)) as srv:

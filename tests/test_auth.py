@@ -15,7 +15,7 @@ import nkeys
 import pytest
 
 from helpers import Closed, Msg, RawClient, parse_stream, serve
-from rillet.server.options import Permission, Permissions, ResponsePermission, User
+from rillet.config.options import Permission, Permissions, ResponsePermission, User
 
 AUTH_VIOLATION = b"-ERR 'Authorization Violation'\r\n"
 

@@ -11,7 +11,7 @@ import time
 import nats
 import pytest
 
-from rillet.server import jwt
+from rillet import jwt
 from rillet.server.auth_callout import curve_public_key, new_curve_seed, open_sealed, seal
 from tests.helpers import GO, serve_config
 
@@ -365,7 +365,7 @@ def test_xkey_seal_open_roundtrip():
 
 
 def test_server_id_is_the_signing_key():
-    from rillet.server.options import Options
+    from rillet.config.options import Options
     from rillet.server.server import Server
     srv = Server(Options(port=-1))
     assert srv.server_id == jwt.public_key(srv.server_kp) and srv.server_id.startswith("N")

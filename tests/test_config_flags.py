@@ -5,7 +5,7 @@ import pytest
 
 from rillet.config import ConfigError
 from rillet.config.flags import FlagError, parse_command_line, parse_flags, reload_options
-from rillet.server.options import DEFAULT_PORT, Options
+from rillet.config.options import DEFAULT_PORT, Options
 
 
 def opts_for(*argv: str) -> Options:

@@ -7,7 +7,7 @@ import pytest
 
 from rillet.config import ConfigError, load_file, load_string
 from rillet.config.checks import encode_public_nkey, is_valid_public_nkey
-from rillet.server.options import (
+from rillet.config.options import (
     DEFAULT_MAX_CONTROL_LINE,
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_PING_INTERVAL,

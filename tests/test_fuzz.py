@@ -30,7 +30,7 @@ from rillet.protocol.parser import (AUTH_VIOLATION, MAX_CONTROL_LINE, MAX_PAYLOA
                                     ClientParser, ProtocolError)
 from rillet.server.embed import run_server
 from rillet.server.logging import Logger
-from rillet.server.options import Options
+from rillet.config.options import Options
 from rillet.server.server import Server
 
 # Every -ERR text a client connection may get for what it sent (compared case-insensitively).
@@ -406,7 +406,7 @@ async def test_permission_violation_with_non_utf8_names(data, prefix):
     """Found by fuzzing: a denied SUB whose subject or queue is not UTF-8 makes Client.send_err raise
     UnicodeEncodeError inside data_received (asyncio aborts the connection: no -ERR, no close reason).
     nats-server answers -ERR 'Permissions Violation for Subscription to "\\xff"' and keeps the connection."""
-    from rillet.server.options import Permission, Permissions, User
+    from rillet.config.options import Permission, Permissions, User
     loop = asyncio.get_running_loop()
     loop_errors: list[dict] = []
     old_handler = loop.get_exception_handler()

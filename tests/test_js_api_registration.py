@@ -14,7 +14,7 @@ import pytest
 
 from rillet.jetstream import api, api_consumer
 from rillet.server.embed import run_server
-from rillet.server.options import JetStreamOptions, Options
+from rillet.config.options import JetStreamOptions, Options
 
 
 def _opts(tmp_path) -> Options:

@@ -12,7 +12,7 @@ import nats
 from rillet.jetstream import batch as batchmod
 from rillet.server import Options
 from rillet.server.embed import run_server
-from rillet.server.options import JetStreamOptions
+from rillet.config.options import JetStreamOptions
 
 INCOMPLETE = {"code": 400, "err_code": 10176, "description": "atomic publish batch is incomplete"}
 

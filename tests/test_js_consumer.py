@@ -14,7 +14,7 @@ from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
 from rillet.server.embed import run_server
-from rillet.server.options import JetStreamOptions, Options
+from rillet.config.options import JetStreamOptions, Options
 
 
 

@@ -15,7 +15,7 @@ import nats
 
 from rillet.server.embed import run_server
 from rillet.server.logging import Logger
-from rillet.server.options import JetStreamOptions, Options
+from rillet.config.options import JetStreamOptions, Options
 
 
 def _payload(i: int) -> bytes:

@@ -15,7 +15,7 @@ from rillet.gotime import format_time, zone_offset
 from rillet.jetstream import schedules as S
 from rillet.server import Options
 from rillet.server.embed import run_server
-from rillet.server.options import JetStreamOptions
+from rillet.config.options import JetStreamOptions
 
 
 def js_opts(tmp_path) -> Options:

@@ -12,7 +12,7 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from rillet.server import Options
 from rillet.server.embed import run_server
-from rillet.server.options import JetStreamOptions
+from rillet.config.options import JetStreamOptions
 
 
 def js_opts(tmp_path, **kw) -> Options:
@@ -280,7 +280,7 @@ async def test_snapshot_and_restore(tmp_path):
 async def test_account_storage_limit_refuses_publishes(tmp_path):
     conf_limits = {"A": {"users": [{"user": "a", "password": "a"}],
                          "jetstream": {"max_mem": 1024, "max_file": 4096}}}
-    from rillet.server.options import User
+    from rillet.config.options import User
     o = js_opts(tmp_path)
     o.accounts = conf_limits
     o.users = [User(username="a", password="a", account="A")]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from rillet.server import jwt
+from rillet import jwt
 
 
 def _b64(obj) -> str:

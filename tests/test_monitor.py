@@ -21,7 +21,7 @@ import pytest
 from rillet.monitor import gofmt
 from rillet.server.embed import run_server
 from rillet.server.logging import Logger
-from rillet.server.options import Options, TLSConfig, User
+from rillet.config.options import Options, TLSConfig, User
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$")
 UPTIME = re.compile(r"^(\d+y)?(\d+d)?(\d+h)?(\d+m)?\d+s$")

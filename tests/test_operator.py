@@ -10,7 +10,7 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 
-from rillet.server import jwt as J
+from rillet import jwt as J
 from tests.helpers import RawClient, free_port, log_text, serve_config
 
 

@@ -262,7 +262,7 @@ def test_should_sample_unit():
 
 async def test_latency_operator_mode(tmp_path):
     """Service latency from an account JWT's export (``service_latency``) and an import's ``share``."""
-    from rillet.server import jwt as J
+    from rillet import jwt as J
     from tests.test_operator import Operator, connect as jconnect
     op = Operator()
     akp, bkp = J.new_keypair("A"), J.new_keypair("A")

@@ -9,7 +9,7 @@ import pytest
 
 from rillet.server import Options
 from rillet.server.embed import run_server
-from rillet.server.options import RANDOM_PORT, User
+from rillet.config.options import RANDOM_PORT, User
 
 SERVER_KEYS = {"name", "host", "id", "ver", "jetstream", "flags", "seq", "time"}
 
@@ -201,7 +201,7 @@ async def test_default_sys_account_and_no_system_account():
 
 async def test_system_imports_user_info_kick_and_ldm():
     """Every account gets nats-server's system imports; the system account can kick or LDM a client."""
-    from rillet.server.options import Permission, Permissions
+    from rillet.config.options import Permission, Permissions
     o = opts()
     o.users[1].permissions = Permissions(publish=Permission(deny=["x"]))
     async with run_server(o) as srv:

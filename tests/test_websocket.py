@@ -16,7 +16,7 @@ import pytest
 import nats
 from rillet.server.embed import run_server
 from rillet.server.logging import Logger
-from rillet.server.options import Options, TLSConfig, User, WebsocketOptions
+from rillet.config.options import Options, TLSConfig, User, WebsocketOptions
 from rillet.server.websocket import accept_key
 
 pytestmark = pytest.mark.asyncio

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rillet.server.options import Options, Permission, Permissions, ResponsePermission, User
+from rillet.config.options import Options, Permission, Permissions, ResponsePermission, User
 
 from .builder_base import BuilderBase
 from .checks import is_valid_public_nkey, subject_problem

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rillet.server.options import Options
+from rillet.config.options import Options
 
 from .errors import ConfigError
 from .typed import Field, unknown_field

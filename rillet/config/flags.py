@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
-from rillet.server.options import DEFAULT_PORT, Options, TLSConfig
+from rillet.config.options import DEFAULT_PORT, Options, TLSConfig
 
 from .builder_base import split_host_port
 from .options_builder import load_file

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from rillet.server import jwt
+from rillet import jwt
 
 from .builder_base import BuilderBase
 from .typed import Field, type_name

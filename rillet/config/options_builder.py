@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from rillet.server import options as defaults
-from rillet.server.options import Options
+from rillet.config import options as defaults
+from rillet.config.options import Options
 
 from .auth_sections import AuthSections
 from .operator_sections import OperatorSections

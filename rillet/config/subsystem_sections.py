@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rillet.server import options as defaults
-from rillet.server.options import ClusterOptions, TLSConfig
+from rillet.config import options as defaults
+from rillet.config.options import ClusterOptions, TLSConfig
 
 from .builder_base import BuilderBase, storage_size
 from .errors import ConfigError

@@ -1,5 +1,5 @@
 """The Rillet server. ``Server`` and ``Options`` are the embedding API (see ``rillet.server.embed``)."""
-from rillet.server.options import Options
+from rillet.config.options import Options
 
 __all__ = ["Options", "Server", "run_server"]
 

@@ -20,7 +20,7 @@ from rillet.goquote import go_quote
 from rillet.server.accounts import GLOBAL_ACCOUNT
 
 if TYPE_CHECKING:
-    from rillet.server.options import Options
+    from rillet.config.options import Options
     from rillet.server.server import Server
 
 # the internal clients account_config creates to wire exports and imports

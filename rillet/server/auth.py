@@ -6,7 +6,7 @@ import hmac
 import time
 from typing import Any
 
-from rillet.server.options import Options, Permissions, User
+from rillet.config.options import Options, Permissions, User
 from rillet.subjects.validate import match_literal, subject_matches_filter
 
 DEFAULT_ALLOW_RESPONSE_MAX_MSGS = 1

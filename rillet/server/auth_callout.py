@@ -25,10 +25,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rillet.goquote import go_quote, go_type as _go_type
-from rillet.server import jwt
+from rillet import jwt
 from rillet.server.auth import decode_public_nkey, encode_public_nkey
 from rillet.server.operator import permissions_from_claims
-from rillet.server.options import Permission, Permissions
+from rillet.config.options import Permission, Permissions
 
 if TYPE_CHECKING:
     from rillet.server.client import Client

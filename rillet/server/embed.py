@@ -13,7 +13,7 @@ import io
 from typing import Any, AsyncIterator
 
 from rillet.server.logging import Logger
-from rillet.server.options import RANDOM_PORT, Options
+from rillet.config.options import RANDOM_PORT, Options
 from rillet.server.server import Server
 
 

@@ -9,7 +9,7 @@ import sys
 
 import rillet
 from rillet.server.logging import Logger
-from rillet.server.options import Options
+from rillet.config.options import Options
 
 _SIGNALS = {
     "stop": signal.SIGKILL,

@@ -14,8 +14,8 @@ import ipaddress
 import time
 from typing import TYPE_CHECKING, Any
 
-from rillet.server import jwt
-from rillet.server.options import Permission, Permissions, ResponsePermission
+from rillet import jwt
+from rillet.config.options import Permission, Permissions, ResponsePermission
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -559,7 +559,7 @@ class OperatorMode:
     @staticmethod
     def js_limits(info: AccountInfo) -> Any:
         """The account's JetStream limits, or None when its JWT does not enable JetStream."""
-        from rillet.jetstream.config import AccountLimits
+        from rillet.server.jetstream_seam import account_limits
         lim = info.limits
         mem = int(lim.get("mem_storage", 0) or 0)
         disk = int(lim.get("disk_storage", 0) or 0)
@@ -578,11 +578,11 @@ class OperatorMode:
         def unl(k: str) -> int:
             v = int(src.get(k, 0) or 0)
             return v if v > 0 else -1
-        return AccountLimits(max_memory=mem, max_storage=disk, max_streams=int(src.get("streams", -1)),
-                             max_consumers=int(src.get("consumer", -1)), max_ack_pending=unl("max_ack_pending"),
-                             memory_max_stream_bytes=unl("mem_max_stream_bytes"),
-                             storage_max_stream_bytes=unl("disk_max_stream_bytes"),
-                             max_bytes_required=bool(src.get("max_bytes_required", False)))
+        return account_limits(max_memory=mem, max_storage=disk, max_streams=int(src.get("streams", -1)),
+                            max_consumers=int(src.get("consumer", -1)), max_ack_pending=unl("max_ack_pending"),
+                            memory_max_stream_bytes=unl("mem_max_stream_bytes"),
+                            storage_max_stream_bytes=unl("disk_max_stream_bytes"),
+                            max_bytes_required=bool(src.get("max_bytes_required", False)))
 
     def _configure_jetstream(self, acc: Any, info: AccountInfo) -> None:
         js = getattr(self.server, "jetstream", None)

@@ -17,7 +17,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from rillet.server import jwt
+from rillet import jwt
 from rillet.server.operator import AccountValidationError
 
 if TYPE_CHECKING:

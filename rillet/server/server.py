@@ -27,7 +27,7 @@ from rillet.server.auth import Authenticator, encode_public_nkey
 from rillet.server.client import Client, InternalClient
 from rillet.server.listen import listening_socket
 from rillet.server.logging import Logger
-from rillet.server.options import RANDOM_PORT, Options
+from rillet.config.options import RANDOM_PORT, Options
 from rillet.server.tls import make_server_context
 
 
@@ -49,7 +49,7 @@ class Server:
                                                      utc=o.logtime_utc, log_file=o.log_file,
                                                      size_limit=o.log_size_limit)
         self.trace_on = o.trace
-        from rillet.server import jwt
+        from rillet import jwt
         from rillet.server.auth_callout import curve_public_key, new_curve_seed
         self.server_kp = jwt.new_keypair("N")  # the server's identity: signs auth callout requests
         self.server_id = jwt.public_key(self.server_kp)

@@ -108,7 +108,7 @@ class SystemServices:
         if not body:
             message, err = "jwt update error", "request body is empty"
         else:
-            from rillet.server import jwt
+            from rillet import jwt
             try:
                 claims = jwt.decode(body)
                 if jwt.claim_type(claims) != "account":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ssl
 
-from rillet.server.options import TLSConfig
+from rillet.config.options import TLSConfig
 
 
 def make_server_context(cfg: TLSConfig) -> ssl.SSLContext:

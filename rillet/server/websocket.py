@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.server.client import Client
 from rillet.server.listen import listening_socket, plain_ip
-from rillet.server.options import RANDOM_PORT, WebsocketOptions
+from rillet.config.options import RANDOM_PORT, WebsocketOptions
 from rillet.server.tls import make_server_context
 
 if TYPE_CHECKING:

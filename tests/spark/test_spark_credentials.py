@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from nats.js.api import StreamConfig
 
-from rillet.server import jwt as J
+from rillet import jwt as J
 from spark_support import JSServer, run
 
 UNLIMITED = {"subs": -1, "conn": -1, "payload": -1, "data": -1, "imports": -1, "exports": -1, "wildcards": True}
