@@ -72,7 +72,7 @@ def reload_accounts(srv: "Server", old: "Options", new: "Options") -> None:
                            if getattr(ic, "name", "").startswith(_WIRING)]
     js = srv.jetstream
     if js is not None:
-        from rillet.jetstream.manager import account_js_config
+        from rillet.server.jetstream_seam import account_js_config
         for name, limits in account_js_config(new.accounts).items():
             if name not in js.accounts:
                 js.enable_account(srv.lookup_account(name), limits)

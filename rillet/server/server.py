@@ -147,8 +147,8 @@ class Server:
         if o.tls is not None:
             self.tls_context = make_server_context(o.tls)
         if o.jetstream.enabled:
-            from rillet.jetstream.manager import JetStream
-            js = JetStream(self)
+            from rillet.server import jetstream_seam
+            js = jetstream_seam.new_jetstream(self)
             try:
                 await js.start()
             except OSError as e:
