@@ -246,3 +246,49 @@ async def test_atomic_batch_sourced_and_deleted_stream(tmp_path):
         assert r["success"] is True
         assert batchmod._inflight_total == 0
         await nc.close()
+
+
+async def test_atomic_batch_store_error_mid_commit_stores_nothing(tmp_path, monkeypatch):
+    """The disk fails while the batch's records are being written (the first records reached the file):
+    the commit is answered with nats-server's store-failure error, none of the batch is stored (now or
+    after a restart), and the stream goes on at the next sequence."""
+    from rillet.jetstream.store import filestore as fsmod
+    real = fsmod.os.pwritev
+    failing = {"on": False, "calls": 0}
+
+    def pwritev(fd, bufs, off):
+        if failing["on"] and len(bufs) > 4:  # a multi-record (batch) write
+            failing["calls"] += 1
+            data = b"".join(bufs)
+            real(fd, [data[: len(data) * 2 // 3]], off)  # the first records make it, then ENOSPC
+            raise OSError(28, "No space left on device")
+        return real(fd, bufs, off)
+
+    monkeypatch.setattr(fsmod.os, "pwritev", pwritev)
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await setup(srv)
+        ans = await send(nc, "a.x", b"first", bh("ok", 1, "1"))
+        assert json.loads(ans[0])["seq"] == 1
+        failing["on"] = True
+        for i in range(1, 5):
+            assert await send(nc, "a.x", b"m%d" % i, bh("bad", i)) == [b""]
+        e = err(await send(nc, "a.x", b"m5", bh("bad", 5, "1")))
+        assert failing["calls"] == 1
+        assert (e["code"], e["err_code"]) == (503, 10077)
+        assert "No space left on device" in e["description"]
+        st = await state(nc)
+        assert (st["messages"], st["last_seq"]) == (1, 1)
+        failing["on"] = False
+        for i in range(1, 3):
+            assert await send(nc, "a.y", b"n%d" % i, bh("good", i)) == [b""]
+        ans = await send(nc, "a.y", b"n3", bh("good", 3, "1"))
+        assert json.loads(ans[0]) == {"stream": "A", "seq": 4, "batch": "good", "count": 3}
+        await nc.close()
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        st = await state(nc)
+        assert (st["messages"], st["first_seq"], st["last_seq"]) == (4, 1, 4)
+        got = [base64.b64decode((await api(nc, "$JS.API.STREAM.MSG.GET.A", {"seq": s}))["message"]["data"])
+               for s in range(1, 5)]
+        assert got == [b"first", b"n1", b"n2", b"n3"]
+        await nc.close()

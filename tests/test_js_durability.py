@@ -7,6 +7,7 @@ either, because every append is in the OS page cache before the ack goes out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -221,3 +222,81 @@ async def test_dedup_window_after_restart_ends(tmp_path):
         await nc.close()
     finally:
         stop_server(proc, "term")
+
+
+async def test_atomic_batches_all_or_nothing_across_sigkill(tmp_path):
+    """Atomic batches published concurrently while the server is SIGKILLed: after the restart every batch is
+    either stored whole (in consecutive sequences) or not at all, and every acknowledged batch is there."""
+    import json
+    conf = tmp_path / "js.conf"
+    conf.write_text(f'jetstream {{ store_dir: "{tmp_path / "store"}", sync_interval: always }}\n')
+    port = free_port()
+    url = f"nats://127.0.0.1:{port}"
+    proc = start_server(str(conf), port)
+    size = 40
+    try:
+        nc = await nats.connect(url)
+        r = await nc.request("$JS.API.STREAM.CREATE.AB", json.dumps(
+            {"name": "AB", "subjects": ["ab.>"], "allow_atomic": True}).encode(), timeout=2)
+        assert "error" not in json.loads(r.data)
+        await nc.close()
+        nc = await nats.connect(url, max_reconnect_attempts=0, allow_reconnect=False)
+        acked: dict[str, int] = {}
+        counter = 0
+
+        async def one_batch(bid: str) -> None:
+            try:
+                for i in range(1, size):
+                    await nc.publish(f"ab.{i % 4}", b"%s-%d" % (bid.encode(), i) * 8,
+                                     headers={"Nats-Batch-Id": bid, "Nats-Batch-Sequence": str(i)})
+                r = await nc.request("ab.0", b"%s-%d" % (bid.encode(), size) * 8, timeout=2, headers={
+                    "Nats-Batch-Id": bid, "Nats-Batch-Sequence": str(size), "Nats-Batch-Commit": "1"})
+            except Exception:
+                return
+            d = json.loads(r.data)
+            if "error" not in d:
+                assert d["count"] == size
+                acked[bid] = d["seq"]
+
+        loop = asyncio.get_running_loop()
+        stop = loop.time() + 0.7
+        pending: set[asyncio.Task] = set()
+        while loop.time() < stop:
+            while len(pending) < 8:
+                counter += 1
+                t = asyncio.ensure_future(one_batch(f"b{counter}"))
+                pending.add(t)
+                t.add_done_callback(pending.discard)
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        os.kill(proc.pid, signal.SIGKILL)
+        await asyncio.gather(*pending, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await nc.close()
+        proc.wait()
+        assert len(acked) >= 3
+
+        proc = start_server(str(conf), port)
+        nc = await nats.connect(url)
+        js = nc.jetstream(timeout=2)
+        si = await js.stream_info("AB")
+        sub = await js.pull_subscribe("ab.>", durable=None, config=nats.js.api.ConsumerConfig(
+            ack_policy="none", deliver_policy="all", inactive_threshold=5.0))
+        seqs: dict[str, list[tuple[int, int]]] = {}
+        got = 0
+        while got < si.state.messages:
+            msgs = await sub.fetch(1000, timeout=2)
+            for m in msgs:
+                got += 1
+                seqs.setdefault(m.headers["Nats-Batch-Id"], []).append(
+                    (m.metadata.sequence.stream, int(m.headers["Nats-Batch-Sequence"])))
+        for bid, entries in seqs.items():
+            assert [b for _, b in entries] == list(range(1, size + 1)), f"batch {bid} stored partly"
+            first = entries[0][0]
+            assert [s for s, _ in entries] == list(range(first, first + size)), f"batch {bid} not contiguous"
+        for bid, last in acked.items():
+            assert bid in seqs and seqs[bid][-1][0] == last, f"acked batch {bid} lost"
+        assert si.state.messages == size * len(seqs)
+        await nc.close()
+    finally:
+        if proc.poll() is None:
+            stop_server(proc, "term")
