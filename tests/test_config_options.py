@@ -480,7 +480,7 @@ def test_tls_block():
     assert (tls.cert_file, tls.key_file, tls.ca_file) == ("./server.pem", "./key.pem", "./ca.pem")
     assert tls.verify and not tls.verify_and_map and tls.timeout == 3.0
     assert tls.ciphers == ["TLS_AES_128_GCM_SHA256"] and tls.curve_preferences == ["X25519"]
-    assert tls.pinned_certs == ["ab" * 32] and tls.extra == {"min_version": "1.2"}
+    assert tls.pinned_certs == ["ab" * 32] and tls.min_version == "1.2" and tls.extra == {}
     assert opts.tls_required
 
 

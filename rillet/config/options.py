@@ -67,7 +67,10 @@ class TLSConfig:
     handshake_first_fallback: float = 0.0  # seconds; >0 = fall back to INFO-first after this delay
     ciphers: list[str] = field(default_factory=list)
     curve_preferences: list[str] = field(default_factory=list)
-    pinned_certs: list[str] = field(default_factory=list)
+    pinned_certs: list[str] = field(default_factory=list)  # hex sha256 of the peer's SubjectPublicKeyInfo
+    min_version: str = ""  # "1.2" or "1.3"; "" = TLS 1.2
+    allow_insecure_ciphers: bool = False
+    rate_limit: int = 0  # connection_rate_limit: TLS connections per second, 0 = no limit
     extra: dict[str, Any] = field(default_factory=dict)  # other nats-server tls keys, stored as parsed
 
 

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from rillet.goquote import go_type
 from rillet.config import options as defaults
 from rillet.config.options import ClusterOptions, TLSConfig
 
 from .builder_base import BuilderBase, storage_size
 from .errors import ConfigError
+from .tls_names import check_cipher, check_curve, cipher_available, parse_min_version
 from .typed import Field
 
 TLS_HANDSHAKE_FIRST_FALLBACK = 0.05  # seconds, nats-server's "auto" fallback delay
@@ -17,9 +19,11 @@ class SubsystemSections(BuilderBase):
     """Needs ``parse_authorization`` / ``parse_permissions`` from AuthSections (see _Builder)."""
 
     def top_tls(self, f: Field) -> None:
-        self.o.tls = self.parse_tls(f, client_side=True)
+        self.o.tls = self.parse_tls(f, client_side=True, where="client")
 
-    def parse_tls(self, f: Field, client_side: bool) -> TLSConfig:
+    def parse_tls(self, f: Field, client_side: bool, where: str = "") -> TLSConfig:
+        """A tls {} block. ``where``: "client" for the top-level block (the client port), "websocket",
+        "cluster"...; settings that only the client port acts on are refused elsewhere."""
         tls = TLSConfig()
         prefix = "error parsing tls config"
 
@@ -49,16 +53,74 @@ class SubsystemSections(BuilderBase):
             tls.verify = tls.verify or value
             tls.extra["verify_cert_and_check_known_urls"] = value
 
-        def names(attr: str) -> Callable[[Field], None]:
+        insecure: list[str] = []
+
+        def cipher_suites(sub: Field) -> None:
+            if not isinstance(sub.value, list) or not sub.value:
+                raise sub.error(f"{prefix}, 'cipher_suites' cannot be empty")
+            values = []
+            for item in sub.items():
+                name = item.value if isinstance(item.value, str) else str(item.value)
+                try:
+                    _, weak = check_cipher(name)
+                except ValueError as e:
+                    raise item.error(str(e)) from None
+                if weak:
+                    insecure.append(name)
+                values.append(name)
+            tls.ciphers = values
+
+        def curve_preferences(sub: Field) -> None:
+            if not isinstance(sub.value, list) or not sub.value:
+                raise sub.error(f"{prefix}, 'curve_preferences' cannot be empty")
+            values = []
+            for item in sub.items():
+                name = item.value if isinstance(item.value, str) else str(item.value)
+                try:
+                    check_curve(name)
+                except ValueError as e:
+                    raise item.error(str(e)) from None
+                values.append(name)
+            if len(values) > 1:
+                raise sub.error(f"{prefix}, 'curve_preferences' with more than one curve is not supported "
+                                "(Python's ssl module can set only one)")
+            tls.curve_preferences = values
+
+        def min_version(sub: Field) -> None:
+            try:
+                tls.min_version = parse_min_version(sub.value)
+            except ValueError as e:
+                raise sub.error(f"{prefix}: {e}") from None
+
+        def client_port_only(sub: Field) -> None:
+            if where != "client":
+                place = f"the {where}" if where else "this"
+                raise sub.error(f"{prefix}, '{sub.key}' is not supported in {place} tls block "
+                                "(only in the top-level tls block)")
+
+        def rate_limit(sub: Field) -> None:
+            client_port_only(sub)
+            if isinstance(sub.value, bool) or not isinstance(sub.value, int):
+                raise sub.error(f"{prefix}, 'connection_rate_limit' wrong type")
+            tls.rate_limit = sub.value
+
+        def cert_store(sub: Field) -> None:
+            if not isinstance(sub.value, str) or not sub.value:
+                raise sub.error("expected 'cert_store' to be a valid non-empty string")
+            if sub.value.lower() in ("windowscurrentuser", "windowslocalmachine"):
+                raise sub.error("cert_store not compatible with current operating system")
+            raise sub.error("cert store type not implemented")
+
+        def unsupported(why: str) -> Callable[[Field], None]:
             def handler(sub: Field) -> None:
-                values = sub.as_str_list()
-                if not values:
-                    raise sub.error(f"{prefix}, '{sub.key}' cannot be empty")
-                setattr(tls, attr, values)
+                raise sub.error(f"{prefix}, '{sub.key}' is not supported: {why}")
             return handler
 
-        def timeout(sub: Field) -> None:
-            tls.timeout = sub.as_seconds() or defaults.DEFAULT_TLS_TIMEOUT
+        def ocsp_peer(sub: Field) -> None:
+            if sub.value is False:
+                return  # OCSP peer verification off: what this server does
+            raise sub.error(f"{prefix}, 'ocsp_peer' is not supported: this server does not verify "
+                            "peer certificates with OCSP")
 
         def pinned(sub: Field) -> None:
             if not isinstance(sub.value, list):
@@ -74,13 +136,14 @@ class SubsystemSections(BuilderBase):
             tls.pinned_certs = certs
 
         def handshake_first(sub: Field) -> None:
+            client_port_only(sub)
             value = sub.value
             if isinstance(value, bool):
                 tls.handshake_first = value
                 return
             if not isinstance(value, str):
                 raise sub.error(f'field "{sub.key}" should be a boolean or a string, '
-                                f"got {type(value).__name__}")
+                                f"got {go_type(value)}")
             word = value.lower()
             if word in ("true", "on"):
                 tls.handshake_first = True
@@ -96,9 +159,13 @@ class SubsystemSections(BuilderBase):
                     raise sub.error(f'field "{sub.key}"\'s value "{value}" is invalid') from None
                 tls.handshake_first = True
 
-        def extra(sub: Field) -> None:
-            tls.extra[sub.name] = sub.value
+        def timeout(sub: Field) -> None:
+            if where == "websocket":
+                raise sub.error(f"{prefix}, 'timeout' is not supported in the websocket tls block "
+                                "(the websocket handshake_timeout covers the TLS handshake)")
+            tls.timeout = sub.as_seconds() or defaults.DEFAULT_TLS_TIMEOUT
 
+        cert_store_only = unsupported("it selects a certificate of a Windows certificate store (cert_store)")
         table: dict[str, Callable[[Field], None]] = {
             "cert_file": filename("cert_file"),
             "key_file": filename("key_file"),
@@ -107,23 +174,38 @@ class SubsystemSections(BuilderBase):
             "verify": set_bool("verify"),
             "verify_and_map": verify_and_map,
             "verify_cert_and_check_known_urls": check_known_urls,
-            "cipher_suites": names("ciphers"),
-            "curve_preferences": names("curve_preferences"),
+            "allow_insecure_cipher_suites": set_bool("allow_insecure_ciphers"),
+            "cipher_suites": cipher_suites,
+            "curve_preferences": curve_preferences,
+            "min_version": min_version,
             "timeout": timeout,
+            "connection_rate_limit": rate_limit,
             "pinned_certs": pinned,
             "handshake_first": handshake_first,
             "first": handshake_first,
             "immediate": handshake_first,
+            "cert_store": cert_store,
+            "cert_match_by": cert_store_only,
+            "cert_match": cert_store_only,
+            "ca_certs_match": cert_store_only,
+            "cert_match_skip_invalid": cert_store_only,
+            "ocsp_peer": ocsp_peer,
+            "certs": unsupported("one certificate per tls block (cert_file and key_file)"),
+            "certificates": unsupported("one certificate per tls block (cert_file and key_file)"),
         }
-        for key in ("allow_insecure_cipher_suites", "connection_rate_limit", "cert_store",
-                    "cert_match_by", "cert_match", "ca_certs_match", "cert_match_skip_invalid",
-                    "ocsp_peer", "certs", "certificates", "min_version"):
-            table[key] = extra
         for sub in f.entries():
             handler = table.get(sub.name)
             if handler is None:
                 raise sub.error(f'{prefix}, unknown field "{sub.key}"')
             handler(sub)
+        if insecure and not tls.allow_insecure_ciphers:
+            raise f.error("insecure cipher suites configured without 'allow_insecure_cipher_suites' option "
+                          f"set: {', '.join(insecure)}")
+        for name in tls.ciphers:
+            try:
+                cipher_available(name)
+            except ValueError as e:
+                raise f.error(f"{prefix}, {e}") from None
         return tls
 
     # -- websocket ------------------------------------------------------------
@@ -137,7 +219,7 @@ class SubsystemSections(BuilderBase):
             ws.host, ws.port = self.host_port(sub)
 
         def tls(sub: Field) -> None:
-            ws.tls = self.parse_tls(sub, client_side=True)
+            ws.tls = self.parse_tls(sub, client_side=True, where="websocket")
 
         def origins(sub: Field) -> None:
             ws.allowed_origins = sub.as_str_list("allowed origins")
@@ -325,7 +407,7 @@ class SubsystemSections(BuilderBase):
             cl.routes = sub.as_str_list("routes")
 
         def tls(sub: Field) -> None:
-            cl.tls = self.parse_tls(sub, client_side=False)
+            cl.tls = self.parse_tls(sub, client_side=False, where="cluster")
 
         def permissions(sub: Field) -> None:
             perms = self.parse_permissions(sub)

@@ -139,11 +139,13 @@ class Client(asyncio.Protocol):
             # plain_ip: an IPv4 client of a dual-stack listener is 1.2.3.4, not ::ffff:1.2.3.4 (as nats-server)
             self.host, self.port = plain_ip(peer[0]), peer[1]
         ssl_obj = transport.get_extra_info("ssl_object")
+        srv = self.server
         if ssl_obj is not None:
             self.tls_version = ssl_obj.version() or ""
             c = ssl_obj.cipher()
             self.tls_cipher = c[0] if c else ""
-        srv = self.server
+            if self.conn_type == "STANDARD" and srv.refuse_unpinned(self, ssl_obj):  # TLS first: pinned_certs
+                return
         if srv.tls_context is not None and srv.opts.tls_required and self.conn_type == "STANDARD" \
                 and ssl_obj is None:
             # the client answers the INFO with its TLS handshake, which must not reach the plain-text parser:

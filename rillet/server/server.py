@@ -28,7 +28,9 @@ from rillet.server.client import Client, InternalClient
 from rillet.server.listen import listening_socket
 from rillet.server.logging import Logger
 from rillet.config.options import RANDOM_PORT, Options
-from rillet.server.tls import make_server_context
+from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_server_context, pinned_error, \
+    recheck_pinned
+from rillet.server.tls import reload_context as tls_reload_context
 
 
 class ClosedClient:
@@ -92,6 +94,8 @@ class Server:
         self.https_addr: tuple[str, int] | None = None
         self.websocket_addr: tuple[str, int] | None = None
         self.tls_context: ssl.SSLContext | None = None
+        self._tls_rate: RateCounter | None = None  # tls connection_rate_limit
+        self._tls_rate_log_pending = False
         self.total_connections = 0
         self.slow_consumers = 0
         self.stale_connections = 0
@@ -178,8 +182,6 @@ class Server:
         log = self.log
         host = o.host or "0.0.0.0"
         port = 0 if o.port == RANDOM_PORT else o.port
-        handshake_first = o.tls is not None and o.tls.handshake_first
-        ssl_ctx = self.tls_context if handshake_first else None
         # the client port listens first, its connections waiting in the backlog until the rest is up: a
         # monitor that answers /varz means clients can connect, and a restarted server is reachable as
         # soon as can be (the monitor's HTTP stack takes a while to load); the log still names the monitor
@@ -187,10 +189,13 @@ class Server:
         try:
             # where nats-server listens: 0.0.0.0 and :: are one dual-stack socket (rillet.server.listen)
             lsock = await listening_socket(self.loop, host, port)
-            self._listener = await self.loop.create_server(
-                self._new_client, sock=lsock, ssl=ssl_ctx, backlog=1024,
-                ssl_handshake_timeout=(o.tls.timeout if ssl_ctx is not None and o.tls else None),
-                start_serving=False)
+            if o.tls is not None:
+                # TLS: accepted by rillet.server.tls, which decides per connection between TLS first
+                # (handshake_first, with its fallback delay) and INFO first with the TLS upgrade
+                self._listener = TLSClientListener(self, lsock)  # type: ignore[assignment]
+            else:
+                self._listener = await self.loop.create_server(
+                    self._new_client, sock=lsock, backlog=1024, start_serving=False)
         except OSError as e:
             raise OSError(e.errno, f"Error listening on port: {host}:{port}, \"{e.strerror}\"") from e
         try:
@@ -208,8 +213,11 @@ class Server:
         self.addr = (host, sock.getsockname()[1])
         log.notice(f"Listening for client connections on {_hostport(host, self.addr[1])}")
         if o.tls is not None:
-            log.notice("TLS required for client connections" if o.tls_required
+            tls_first_only = o.tls.handshake_first and o.tls.handshake_first_fallback <= 0
+            log.notice("TLS required for client connections" if o.tls_required or tls_first_only
                        else "TLS available for client connections")
+            if tls_first_only:
+                log.warn('Clients that are not using "TLS Handshake First" option will fail to connect')
 
     def _new_client(self) -> Client:
         return Client(self)
@@ -299,12 +307,55 @@ class Server:
             return
         self.clients[c.cid] = c
         c.account.clients.add(c)
-        if self.tls_context is not None and self.opts.tls is not None and not self.opts.tls.handshake_first \
+        if self.tls_context is not None and self.opts.tls is not None and not c.tls_version \
                 and c.conn_type == "STANDARD" and self.opts.tls_required:
             c.start()  # (reading was paused by Client._register_for_tls; start_tls resumes it under TLS)
+            if not self.tls_rate_allow():
+                c.close("Maximum Connections Exceeded", THROTTLED)
+                return
             self.loop.create_task(self._upgrade_tls(c))
             return
         c.start()
+
+    def tls_rate_allow(self) -> bool:
+        """tls connection_rate_limit: False for a TLS connection over the limit (the refusals are counted
+        and logged once a second, as nats-server does)."""
+        tls = self.opts.tls
+        limit = tls.rate_limit if tls is not None else 0
+        if limit <= 0:
+            return True
+        rc = self._tls_rate
+        if rc is None or rc.limit != limit:
+            rc = self._tls_rate = RateCounter(limit)
+        if rc.allow():
+            return True
+        if not self._tls_rate_log_pending:
+            self._tls_rate_log_pending = True
+            self.loop.call_later(1.0, self._log_tls_rate)
+        return False
+
+    def _log_tls_rate(self) -> None:
+        self._tls_rate_log_pending = False
+        rc = self._tls_rate
+        if rc is not None and rc.blocked:
+            self.log.warn(f"Rejected {rc.blocked} connections due to TLS rate limiting")
+            rc.blocked = 0
+
+    def refuse_unpinned(self, c: Client, ssl_obj: Any) -> bool:
+        """A TLS-first client whose certificate is not in pinned_certs: registered (so it shows among the
+        closed connections) and closed as a TLS handshake failure, as nats-server does. False if it passes."""
+        refused = pinned_error(ssl_obj, self.opts.tls.pinned_certs if self.opts.tls else [])
+        if refused is None:
+            return False
+        self._cid += 1
+        c.cid = self._cid
+        self.total_connections += 1
+        self.clients[c.cid] = c
+        c.account.clients.add(c)
+        self.log.debug(f"{c.log_prefix()} - {refused[1]}")
+        self.log.error(f"{c.log_prefix()} - TLS handshake error: {refused[0]}")
+        c.close("TLS Handshake Failure")
+        return True
 
     async def _upgrade_tls(self, c: Client) -> None:
         """INFO has gone out in the clear; now the client starts its TLS handshake.
@@ -333,6 +384,13 @@ class Server:
             c.tls_version = ssl_obj.version() or ""
             ci = ssl_obj.cipher()
             c.tls_cipher = ci[0] if ci else ""
+        refused = pinned_error(ssl_obj, self.opts.tls.pinned_certs if self.opts.tls else [])
+        if refused is not None:
+            self.log.debug(f"{c.log_prefix()} - {refused[1]}")
+            self.log.error(f"{c.log_prefix()} - TLS handshake error: {refused[0]}")
+            new_t.set_protocol(c)
+            c.close("TLS Handshake Failure")
+            return
         self.log.debug(f"{c.log_prefix()} - TLS handshake complete")
         new_t.set_protocol(c)
         if holder.lost is not None:
@@ -513,8 +571,10 @@ class Server:
                                      f"old={getattr(old, key)}, new={getattr(new_opts, key)}")
         from rillet.server import auth_callout
         auth_callout.check_reload(self, new_opts)  # ValueError: the reload is refused before anything changes
+        new_tls_context = tls_reload_context(self, new_opts)  # ValueError: the reload is refused
         new_opts.port = old.port
         self.opts = new_opts
+        self.tls_context = new_tls_context
         self.trace_on = new_opts.trace
         self.log.debug_on = new_opts.debug
         self.log.trace_on = new_opts.trace
@@ -532,6 +592,7 @@ class Server:
             c.update_slow_path()
             if c.connect_received and (self.authenticator.required or c.user or c.conn_type == "WEBSOCKET"):
                 recheck_client(self, c)  # moved/removed users go; the others get their new permissions
+        recheck_pinned(self, old, new_opts)
         self.config_load_time = time.time()
         self.reload_count += 1
         self.log.notice("Reloaded server configuration")

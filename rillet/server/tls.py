@@ -1,13 +1,27 @@
-"""TLS contexts built from the tls {} configuration block."""
+"""TLS for the client port: contexts built from a tls {} block (Go cipher/curve names translated by
+rillet.config.tls_names), certificate pinning, the TLS connection rate limit, and the client listener that
+handles handshake_first and its fallback delay."""
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import socket
 import ssl
+import time
+from typing import TYPE_CHECKING, Any
 
 from rillet.config.options import TLSConfig
+from rillet.config.tls_names import TLS_VERSIONS, check_curve, cipher_available, parse_min_version
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rillet.server.server import Server
+
+THROTTLED = "Connection throttling is active. Please try again later."
 
 
 def make_server_context(cfg: TLSConfig) -> ssl.SSLContext:
-    """A server-side context: certificate and key, and client-certificate verification when asked."""
+    """A server-side context: certificate and key, client-certificate verification when asked, the
+    minimum version, the allowed TLS 1.2 cipher suites and the curve. ValueError when one is unusable."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if not cfg.cert_file or not cfg.key_file:
@@ -25,9 +39,278 @@ def make_server_context(cfg: TLSConfig) -> ssl.SSLContext:
         ctx.verify_mode = ssl.CERT_REQUIRED
     else:
         ctx.verify_mode = ssl.CERT_NONE
+    if cfg.min_version:
+        ctx.minimum_version = TLS_VERSIONS[parse_min_version(cfg.min_version)][0]
     if cfg.ciphers:
-        try:
-            ctx.set_ciphers(":".join(cfg.ciphers))
-        except ssl.SSLError:
-            pass  # Go cipher-suite names; OpenSSL's defaults are used when they do not map
+        _set_ciphers(ctx, cfg)
+    if cfg.curve_preferences:
+        if len(cfg.curve_preferences) > 1:
+            raise ValueError("curve_preferences: only one curve can be configured (Python's ssl module "
+                             "sets a single group)")
+        ctx.set_ecdh_curve(check_curve(cfg.curve_preferences[0]))
     return ctx
+
+
+def _set_ciphers(ctx: ssl.SSLContext, cfg: TLSConfig) -> None:
+    names = [ossl for ossl in map(cipher_available, cfg.ciphers) if ossl is not None]
+    if names:
+        ctx.set_ciphers(":".join(names))
+    else:
+        # only TLS 1.3 suites named: Go then has no TLS 1.2 suite to offer, so only TLS 1.3 connects
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+
+
+# ---- certificate pinning -----------------------------------------------------------------------------
+
+def _der_item(buf: bytes, i: int) -> tuple[int, int, int]:
+    """(tag, content start, content end) of the DER item at ``i``."""
+    tag = buf[i]
+    n = buf[i + 1]
+    i += 2
+    if n & 0x80:
+        count = n & 0x7F
+        n = int.from_bytes(buf[i:i + count], "big")
+        i += count
+    if i + n > len(buf):
+        raise ValueError("truncated DER")
+    return tag, i, i + n
+
+
+def spki_of(cert_der: bytes) -> bytes:
+    """The DER SubjectPublicKeyInfo of a DER X.509 certificate (what pinned_certs hashes)."""
+    _, start, _ = _der_item(cert_der, 0)       # Certificate
+    _, i, _ = _der_item(cert_der, start)       # tbsCertificate
+    tag, _, end = _der_item(cert_der, i)
+    if tag == 0xA0:                             # [0] version
+        i = end
+    for _ in range(5):                          # serial, signature, issuer, validity, subject
+        _, _, i = _der_item(cert_der, i)
+    tag, _, end = _der_item(cert_der, i)
+    if tag != 0x30:
+        raise ValueError("no SubjectPublicKeyInfo")
+    return cert_der[i:end]
+
+
+def pin_of(cert_der: bytes) -> str:
+    """The pinned_certs form of a certificate: hex SHA-256 of its DER SubjectPublicKeyInfo."""
+    return hashlib.sha256(spki_of(cert_der)).hexdigest()
+
+
+def pinned_error(ssl_obj: Any, pinned: list[str]) -> tuple[str, str] | None:
+    """None when the peer passes ``pinned`` (or nothing is pinned); else (error, debug detail)."""
+    if not pinned:
+        return None
+    der = ssl_obj.getpeercert(binary_form=True) if ssl_obj is not None else None
+    if not der:
+        return "certificate not pinned", "Failed pinned cert test as client did not provide a certificate"
+    try:
+        key_id = pin_of(der)
+    except (ValueError, IndexError):
+        return "certificate not pinned", "Failed pinned cert test: unreadable certificate"
+    if key_id not in pinned:
+        return "certificate not pinned", f"Failed pinned cert test for key id: {key_id}"
+    return None
+
+
+# ---- connection rate limit -----------------------------------------------------------------------------
+
+class RateCounter:
+    """``limit`` TLS connections per second (nats-server's connection_rate_limit); counts the refused."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self.blocked = 0
+        self.end = 0.0
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        if now > self.end:
+            self.count = 0
+            self.end = now + 1.0
+        else:
+            self.count += 1
+        if self.count < self.limit:
+            return True
+        self.blocked += 1
+        return False
+
+
+# ---- the client port when TLS is configured -----------------------------------------------------------
+
+class TLSClientListener:
+    """The client port of a server with a tls {} block: it accepts, then decides per connection (from the
+    options in force, so a reload applies to the next connection):
+
+    * ``handshake_first`` without a delay: the TLS handshake, then the INFO;
+    * ``handshake_first`` with a delay: a client that sends within the delay is TLS-first; a silent one
+      gets the INFO in the clear and then the usual TLS upgrade;
+    * otherwise INFO first and the upgrade (``Server.register_client``).
+
+    The socket is not handed to a transport until that decision is made, so a TLS-first ClientHello stays
+    in the kernel for the TLS layer. Duck-types the parts of ``asyncio.Server`` the server uses.
+    """
+
+    def __init__(self, server: "Server", sock: socket.socket) -> None:
+        self.server = server
+        self._socks = [sock]
+        self._tasks: list[asyncio.Task] = []
+        self._waiting: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}
+        self._closed = False
+        self._done = asyncio.Event()
+
+    @property
+    def sockets(self) -> list[socket.socket]:
+        return list(self._socks)
+
+    async def start_serving(self) -> None:
+        loop = self.server.loop
+        for s in self._socks:
+            self._tasks.append(loop.create_task(self._accept_loop(s)))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for t in self._tasks:
+            t.cancel()
+        loop = self.server.loop
+        for fd, (conn, timer) in list(self._waiting.items()):
+            timer.cancel()
+            loop.remove_reader(fd)
+            conn.close()
+        self._waiting.clear()
+        for s in self._socks:
+            s.close()
+        self._done.set()
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()
+
+    async def _accept_loop(self, lsock: socket.socket) -> None:
+        loop = self.server.loop
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(lsock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as e:
+                if self._closed:
+                    return
+                self.server.log.error(f"Temporary accept error: {e}")
+                await asyncio.sleep(0.01)
+                continue
+            conn.setblocking(False)
+            self._accepted(conn)
+
+    def _accepted(self, conn: socket.socket) -> None:
+        tls = self.server.opts.tls
+        if tls is None or not tls.handshake_first:
+            self._serve(conn, tls_first=False)
+            return
+        delay = tls.handshake_first_fallback
+        if delay <= 0:
+            self._serve(conn, tls_first=True)
+            return
+        # wait for the client's first bytes without reading them
+        loop = self.server.loop
+        fd = conn.fileno()
+        timer = loop.call_later(delay, self._decided, fd, False)
+        self._waiting[fd] = (conn, timer)
+        loop.add_reader(fd, self._decided, fd, True)
+
+    def _decided(self, fd: int, sent_first: bool) -> None:
+        entry = self._waiting.pop(fd, None)
+        if entry is None:
+            return
+        conn, timer = entry
+        timer.cancel()
+        self.server.loop.remove_reader(fd)
+        self._serve(conn, tls_first=sent_first)
+
+    def _serve(self, conn: socket.socket, tls_first: bool) -> None:
+        srv = self.server
+        if not tls_first:
+            srv.loop.create_task(self._connect(conn, None))
+            return
+        if not srv.tls_rate_allow():
+            _refuse(conn, THROTTLED)
+            return
+        srv.loop.create_task(self._connect(conn, srv.tls_context))
+
+    async def _connect(self, conn: socket.socket, ctx: ssl.SSLContext | None) -> None:
+        srv = self.server
+        try:
+            peer = conn.getpeername()
+        except OSError:
+            peer = ("?", 0)
+        try:
+            if ctx is None:
+                await srv.loop.connect_accepted_socket(srv._new_client, conn)
+            else:
+                timeout = srv.opts.tls.timeout if srv.opts.tls is not None else 2.0
+                await srv.loop.connect_accepted_socket(srv._new_client, conn, ssl=ctx,
+                                                       ssl_handshake_timeout=timeout or None)
+        except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
+            srv.log.error(f"{_hostport(peer)} - TLS handshake error: {e or type(e).__name__}")
+            conn.close()
+
+
+def _hostport(peer: Any) -> str:
+    from rillet.server.listen import plain_ip
+    host, port = plain_ip(str(peer[0])), peer[1]
+    if ":" in host:
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def _refuse(conn: socket.socket, err: str) -> None:
+    try:
+        conn.send(f"-ERR '{err}'\r\n".encode())
+    except OSError:
+        pass  # the connection is being refused anyway; nothing to tell a client that is gone
+    conn.close()
+
+
+# ---- reload ---------------------------------------------------------------------------------------------
+
+def reload_context(server: "Server", new: Any) -> ssl.SSLContext | None:
+    """The client TLS context for reloaded options (ValueError refuses the reload); None without TLS.
+
+    The client port's listener is chosen at start (rillet.server.tls for TLS), so TLS cannot be switched
+    on or off by a reload; everything else in the tls {} block applies to the next connections.
+    """
+    old = server.opts
+    if (old.tls is None) != (new.tls is None):
+        state = "enabled" if new.tls is not None else "disabled"
+        raise ValueError(f"config reload not supported for TLS: it cannot be {state} without a restart")
+    if new.tls is None:
+        return None
+    return make_server_context(new.tls)
+
+
+def _ssl_object_of(c: Any) -> Any:
+    ws = getattr(c, "ws", None)  # a websocket client: TLS is on the websocket connection's transport
+    t = getattr(ws, "t", None) if ws is not None else c.transport
+    return t.get_extra_info("ssl_object") if t is not None else None
+
+
+def recheck_pinned(server: "Server", old: Any, new: Any) -> None:
+    """After a reload that changed pinned_certs: connected clients whose certificate is no longer pinned go
+    (nats-server's recheckPinnedCerts; it closes them as a TLS handshake failure)."""
+    def pins(tls: TLSConfig | None) -> list[str]:
+        return list(tls.pinned_certs) if tls is not None else []
+    changed: dict[str, list[str]] = {}
+    if pins(old.tls) != pins(new.tls):
+        changed["STANDARD"] = pins(new.tls)
+    if pins(old.websocket.tls) != pins(new.websocket.tls):
+        changed["WEBSOCKET"] = pins(new.websocket.tls)
+    if not changed:
+        return
+    gone = [c for c in list(server.clients.values())
+            if c.conn_type in changed and not c.closed
+            and pinned_error(_ssl_object_of(c), changed[c.conn_type]) is not None]
+    if gone:
+        server.log.notice(f"Disconnect {len(gone)} clients due to pinned certs reload")
+        for c in gone:
+            c.close("TLS Handshake Failure")

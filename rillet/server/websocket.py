@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.server.client import Client
 from rillet.server.listen import listening_socket, plain_ip
 from rillet.config.options import RANDOM_PORT, WebsocketOptions
-from rillet.server.tls import make_server_context
+from rillet.server.tls import make_server_context, pinned_error
 
 if TYPE_CHECKING:
     from rillet.server.auth import Authenticator
@@ -412,6 +412,15 @@ class WebsocketConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         # an IPv4 client of the dual-stack listener is shown as nats-server shows it (1.2.3.4, not ::ffff:1.2.3.4)
         self.peer = (plain_ip(peer[0]), peer[1]) if peer else peer
+        wtls = self.server.opts.websocket.tls
+        if wtls is not None and wtls.pinned_certs:
+            refused = pinned_error(transport.get_extra_info("ssl_object"), wtls.pinned_certs)
+            if refused is not None:  # pinned_certs of the websocket tls {} block
+                where = f"{self.peer[0]}:{self.peer[1]}" if self.peer else "?"
+                self.server.log.debug(f"{where} - {refused[1]}")
+                self.server.log.error(f"{where} - TLS handshake error: {refused[0]}")
+                transport.abort()
+                return
         lst = self.listener
         lst.pending.add(self)
         to = self.server.opts.websocket.handshake_timeout
