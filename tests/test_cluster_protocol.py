@@ -360,6 +360,7 @@ def test_encoders_exact_bytes():
     assert cp.leaf_msg_head(b"s", b"r", [b"q"], 5) == b"LMSG s + r q 5\r\n"
     assert cp.leaf_hmsg_head(b"s", None, (), 12, 14) == b"HMSG s 12 14\r\n"
     assert cp.frame(b"RMSG A s 2\r\n", b"hi") == b"RMSG A s 2\r\nhi\r\n"
+    assert cp.info_frame(b"{}", blank=False) == b"INFO {}\r\n"
     assert cp.info_frame(b"{}") == b"INFO {} \r\n" and cp.connect_frame(b"{}") == b"CONNECT {}\r\n"
     assert cp.err_frame("Unknown Protocol Operation") == b"-ERR 'Unknown Protocol Operation'\r\n"
     with pytest.raises(ValueError):

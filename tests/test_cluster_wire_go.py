@@ -307,10 +307,12 @@ def test_gateway_wire_both_ways():
         peer = Peer(sock, GATEWAY)
         # the accepting side speaks first
         peer.send(cp.info_frame(ci.encode_info(our_info(server_id="NGWPEERB", gateway="B", port=our_port,
-                                                        gateway_url=f"127.0.0.1:{our_port}", gateway_nrp=True))))
+                                                        gateway_url=f"127.0.0.1:{our_port}", gateway_nrp=True)),
+                                blank=False))
         calls = peer.pump(lambda c: any(x[0] == "info" for x in c))
         conn = ci.decode_route_connect(_first(calls, "connect")[1])
         assert conn.gateway == "A" and not conn.echo and conn.name
+        assert cp.info_frame(_first(calls, "info")[1], blank=False) in peer.raw  # no blank on gateways
         ginfo = ci.decode_info(_first(calls, "info")[1])
         assert ginfo.gateway == "A" and ginfo.gateway_url and ginfo.gateway_nrp and ginfo.server_id == conn.name
         assert ci.encode_info(ginfo) == _first(calls, "info")[1], "a field of the gateway INFO is not modelled"

@@ -612,9 +612,10 @@ def err_frame(text: str) -> bytes:
     return b"".join((b"-ERR '", text.encode(), b"'\r\n"))
 
 
-def info_frame(info_json: bytes) -> bytes:
-    """INFO as nats-server writes it (a blank before the CRLF); see rillet.cluster.info for the JSON."""
-    return b"".join((b"INFO ", info_json, b" \r\n"))
+def info_frame(info_json: bytes, blank: bool = True) -> bytes:
+    """INFO as nats-server writes it: with a blank before the CRLF on routes and leaf connections, without
+    one on gateways (``blank=False``). The JSON comes from rillet.cluster.info."""
+    return b"".join((b"INFO ", info_json, b" \r\n" if blank else b"\r\n"))
 
 
 def connect_frame(connect_json: bytes) -> bytes:
