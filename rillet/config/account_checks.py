@@ -159,7 +159,7 @@ def _check_exports(f: Field, acc: str, names: set, out: list) -> list[ConfigErro
 
 def _check_latency_entry(f: Field, kind: Any, errors: list) -> Any:
     """A service export's ``latency`` (parse_latency's checks, at the sampling value when that is wrong)."""
-    from rillet.server.latency import BAD_SAMPLING, parse_latency
+    from .latency import BAD_SAMPLING, parse_latency
     if kind == "stream":
         errors.append(f.error("Detected latency directive on non-service"))
         return None
@@ -296,7 +296,7 @@ class _Unplaced(ConfigError):
 
 def check_auth_callout(f: Field) -> list[ConfigError]:
     """The ``auth_callout`` block, checked when the file is loaded (as nats-server's parse does)."""
-    from rillet.server.auth_callout import CalloutConfigError, parse_auth_callout
+    from .callout import CalloutConfigError, parse_auth_callout
     try:
         parse_auth_callout(f.value)
     except CalloutConfigError as e:

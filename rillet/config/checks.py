@@ -14,6 +14,7 @@ NKEY_PREFIX_BYTES = {
     "N": 13 << 3,  # server
     "O": 14 << 3,  # operator
     "U": 20 << 3,  # user
+    "X": 23 << 3,  # curve (x25519) key, as auth callout xkeys
 }
 _NKEY_LEN = 56  # base32 characters of a public key: 1 prefix + 32 key + 2 crc bytes
 

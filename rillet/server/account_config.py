@@ -9,7 +9,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from rillet.server.client import go_quote
-from rillet.server.latency import Tracking, bad_request, parse_latency, should_sample
+from rillet.config.latency import parse_latency
+from rillet.server.latency import Tracking, bad_request, should_sample
 from rillet.subjects.validate import (is_valid_literal_subject, is_valid_subject, subject_is_subset_match,
                                      subject_matches_filter)
 

@@ -24,8 +24,9 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from rillet.goquote import go_quote, go_type as _go_type
+from rillet.goquote import go_quote
 from rillet import jwt
+from rillet.config.callout import GLOBAL_ACCOUNT, CalloutConfig, parse_auth_callout
 from rillet.server.auth import decode_public_nkey, encode_public_nkey
 from rillet.server.operator import permissions_from_claims
 from rillet.config.options import Permission, Permissions
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 AUTH_REQUEST_AUDIENCE = "nats-authorization-request"
 XKEY_HEADER = "Nats-Server-Xkey"
-GLOBAL_ACCOUNT = "$G"
 
 # ---- curve (x25519) keys: nkeys "X" keys, sealed boxes as the Go nkeys package makes them --------------
 
@@ -98,61 +98,6 @@ def open_sealed(data: bytes, seed_raw: bytes, sender: str) -> bytes:
 
 
 # ---- configuration ----------------------------------------------------------------------------------------
-
-class CalloutConfig:
-    __slots__ = ("issuer", "account", "auth_users", "xkey", "allowed_accounts")
-
-    def __init__(self) -> None:
-        self.issuer = ""
-        self.account = GLOBAL_ACCOUNT
-        self.auth_users: list[str] = []
-        self.xkey = ""
-        self.allowed_accounts: list[str] = []
-
-
-class CalloutConfigError(ValueError):
-    """A bad ``auth_callout`` block; ``key`` names the entry at fault (None: the block as a whole)."""
-
-    def __init__(self, key: str | None, msg: str) -> None:
-        super().__init__(msg)
-        self.key = key
-
-
-def parse_auth_callout(raw: Any) -> CalloutConfig:
-    """The ``auth_callout`` block, checked as nats-server checks it (ValueError with its messages)."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"Expected authorization callout to be a map/struct, got {raw!r}")
-    ac = CalloutConfig()
-    for k, v in raw.items():
-        key = k.lower()
-        if key == "issuer":
-            ac.issuer = str(v)
-            if not jwt.is_public_key(ac.issuer, "A"):
-                raise CalloutConfigError(k, f"Expected callout user to be a valid public account nkey, got {go_quote(ac.issuer)}")
-        elif key in ("account", "acc"):
-            ac.account = str(v)
-        elif key in ("auth_users", "users"):
-            if not isinstance(v, list):
-                raise CalloutConfigError(k, f"Expected auth_users field to be an array, got {_go_type(v)}")
-            ac.auth_users = [str(u) for u in v]
-        elif key in ("xkey", "key"):
-            ac.xkey = str(v)
-            if not is_curve_key(ac.xkey):
-                raise CalloutConfigError(k, f"Expected callout xkey to be a valid public xkey, got {go_quote(ac.xkey)}")
-        elif key == "allowed_accounts":
-            if not isinstance(v, list):
-                raise CalloutConfigError(k, f"Expected allowed accounts field to be an array, got {_go_type(v)}")
-            ac.allowed_accounts = [str(a) for a in v]
-        else:
-            raise CalloutConfigError(k, f"Unknown field {go_quote(k)} parsing authorization callout")
-    if not ac.account:
-        ac.account = GLOBAL_ACCOUNT
-    if not ac.issuer:
-        raise CalloutConfigError(None, "Authorization callouts require an issuer to be specified")
-    if not ac.auth_users:
-        raise CalloutConfigError(None, "Authorization callouts require authorized users to be specified")
-    return ac
-
 
 def _title(s: str) -> str:
     return s[:1].upper() + s[1:]

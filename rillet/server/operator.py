@@ -838,7 +838,8 @@ class OperatorMode:
 
     def callout_for(self, acc_name: str) -> Any:
         """The auth callout of an account whose JWT turns on external authorization, else None."""
-        from rillet.server.auth_callout import AuthCallout, CalloutConfig
+        from rillet.config.callout import CalloutConfig
+        from rillet.server.auth_callout import AuthCallout
         info = self.infos.get(acc_name)
         callouts: dict[str, Any] = self.__dict__.setdefault("callouts", {})
         if info is None or info.ext_auth is None:
