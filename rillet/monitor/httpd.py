@@ -20,7 +20,6 @@ from rillet.monitor import endpoints, procstats
 from rillet.monitor.conns import ConnzOptions, connz, decode_subs
 from rillet.monitor.gofmt import QueryError, dumps, go_quote
 from rillet.monitor.varz import varz
-from rillet.server.listen import listening_socket
 
 ROOT, VARZ, CONNZ, ROUTEZ, GATEWAYZ, LEAFZ, SUBSZ, STACKSZ = (
     "/", "/varz", "/connz", "/routez", "/gatewayz", "/leafz", "/subsz", "/stacksz")
@@ -268,6 +267,7 @@ async def start_site(server: Any, monitor: Monitor, secure: bool) -> MonitorList
         import ssl
         ssl_ctx = make_server_context(o.tls)
         ssl_ctx.verify_mode = ssl.CERT_NONE  # monitoring never asks for client certificates
+    from rillet.server.listen import listening_socket  # (the monitor loads after the server)
     runner = web.AppRunner(make_app(monitor), access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     sock = None

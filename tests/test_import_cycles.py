@@ -1,0 +1,228 @@
+"""The package layering stays acyclic, and the server reaches JetStream through one seam.
+
+The module import graph is built with ``ast`` from the source (no module is imported). Two views:
+
+* **import-time edges**: the imports a module runs when it is loaded: module-level statements, including
+  those inside module-level ``if``/``try`` blocks and class bodies, but not inside functions (a
+  function-level "lazy" import runs only when called, so it cannot make an import-time cycle) and not under
+  ``if TYPE_CHECKING:``. Importing ``a.b.c`` also loads the packages ``a`` and ``a.b``, so those count too
+  (except a module's own parent packages, which are always loaded first).
+* **all edges**: every import anywhere in the module, lazy and ``TYPE_CHECKING`` ones included.
+
+Rules:
+
+1. No cycle between packages (``rillet.config``, ``rillet.server``, ``rillet.monitor``, ``rillet.jetstream``,
+   ``rillet.subjects``, ``rillet.protocol``, ``rillet.spark``, ``rillet.cli``, ... and the top-level modules such
+   as ``rillet.gotime``) in the import-time view. The layering this keeps: config (the configuration language
+   and ``Options``) below server; server below monitor and jetstream at import time; the server loads the
+   monitor's HTTP side and JetStream lazily.
+2. ``rillet.config`` imports nothing from ``rillet.server``, ``rillet.monitor`` or ``rillet.jetstream``, lazily
+   or not: what the config checks need lives in ``rillet.config`` (or a top-level module such as
+   ``rillet.jwt``), and the server uses it from there.
+3. In ``rillet.server`` only ``rillet.server.jetstream_seam`` imports ``rillet.jetstream`` (any view), and
+   it does so only inside its functions.
+
+Run as a script (``python tests/test_import_cycles.py``) to print the package graph and any cycles.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG_DIR = ROOT / "rillet"
+SEAM = "rillet.server.jetstream_seam"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in PKG_DIR.rglob("*.py")}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_nodes(tree: ast.Module, import_time: bool) -> list[ast.Import | ast.ImportFrom]:
+    if not import_time:
+        return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for n in nodes:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                found.append(n)
+                continue
+            if isinstance(n, ast.If) and _is_type_checking(n.test):
+                visit(n.orelse)
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                visit(getattr(n, field, None) or [])
+            for h in getattr(n, "handlers", None) or []:
+                visit(h.body)
+
+    visit(tree.body)
+    return found
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The rillet modules an import statement loads (with their packages)."""
+    names: set[str] = set()
+    if isinstance(node, ast.Import):
+        names.update(a.name for a in node.names)
+    else:
+        if node.level:
+            base = module.split(".")
+            if MODULES[module].name != "__init__.py":
+                base = base[:-1]
+            base = base[:len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        names.add(target)
+        names.update(f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in MODULES)
+    out: set[str] = set()
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            m = ".".join(parts[:i])
+            if m in MODULES and m != module and not module.startswith(m + "."):
+                out.add(m)
+    return out
+
+
+def import_graph(import_time: bool) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        edges: set[str] = set()
+        for node in _import_nodes(tree, import_time):
+            edges |= _targets(module, node)
+        graph[module] = edges
+    return graph
+
+
+def package_of(module: str) -> str:
+    """``rillet.<first component>``: a subpackage, or a top-level module such as ``rillet.gotime``."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """{(package, package): [(module, module) edges that make it]}; ``rillet`` itself (version constants) is
+    left out: every package may read it."""
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for a, targets in graph.items():
+        for b in targets:
+            pa, pb = package_of(a), package_of(b)
+            if pa != pb and "rillet" not in (pa, pb):
+                out.setdefault((pa, pb), []).append((a, b))
+    return out
+
+
+def strongly_connected(nodes: set[str], edges: set[tuple[str, str]]) -> list[list[str]]:
+    """Tarjan's algorithm: the components with more than one node."""
+    succ: dict[str, list[str]] = {n: [] for n in nodes}
+    for a, b in edges:
+        succ[a].append(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    comps: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in succ[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    for n in sorted(nodes):
+        if n not in index:
+            visit(n)
+    return comps
+
+
+def package_cycles(import_time: bool = True) -> list[str]:
+    pg = package_graph(import_graph(import_time))
+    nodes = {p for pair in pg for p in pair}
+    report = []
+    for comp in strongly_connected(nodes, set(pg)):
+        lines = [" <-> ".join(comp)]
+        for (a, b), why in sorted(pg.items()):
+            if a in comp and b in comp:
+                lines.append(f"  {a} -> {b}: " + ", ".join(f"{m} imports {t}" for m, t in sorted(why)[:6]))
+        report.append("\n".join(lines))
+    return report
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_graph_sees_the_packages() -> None:
+    # the checks below mean something only if the graph finds the modules and their imports
+    g = import_graph(import_time=True)
+    for m in ("rillet.config.options", "rillet.server.server", "rillet.monitor.varz", "rillet.jetstream.manager",
+              "rillet.gotime", SEAM):
+        assert m in g
+    assert "rillet.config.options" in g["rillet.server.server"]
+    assert "rillet.jetstream.manager" not in g["rillet.server.server"]  # lazy (through the seam)
+    assert "rillet.jetstream.manager" in import_graph(import_time=False)[SEAM]
+
+
+def test_cycle_detection_finds_a_cycle() -> None:
+    assert strongly_connected({"a", "b", "c"}, {("a", "b"), ("b", "a"), ("b", "c")}) == [["a", "b"]]
+    assert strongly_connected({"a", "b"}, {("a", "b")}) == []
+
+
+def test_no_import_time_cycle_between_packages() -> None:
+    cycles = package_cycles(import_time=True)
+    assert not cycles, ("import-time cycle between packages (move the shared code down a layer, or import it "
+                        "inside the function that needs it):\n" + "\n".join(cycles))
+
+
+def test_config_does_not_import_the_server_monitor_or_jetstream() -> None:
+    g = import_graph(import_time=False)
+    bad = sorted((m, t) for m, ts in g.items() if package_of(m) == "rillet.config"
+                 for t in ts if package_of(t) in ("rillet.server", "rillet.monitor", "rillet.jetstream"))
+    assert not bad, ("rillet.config imports runtime modules (put what the config checks need in rillet.config "
+                     f"and let the server import it from there): {bad}")
+
+
+def test_server_reaches_jetstream_only_through_the_seam() -> None:
+    g = import_graph(import_time=False)
+    bad = sorted((m, t) for m, ts in g.items() if package_of(m) == "rillet.server" and m != SEAM
+                 for t in ts if package_of(t) == "rillet.jetstream")
+    assert not bad, f"rillet.server imports rillet.jetstream outside {SEAM}: {bad}"
+    eager = sorted(t for t in import_graph(import_time=True)[SEAM] if package_of(t) == "rillet.jetstream")
+    assert not eager, f"{SEAM} must import rillet.jetstream inside its functions, not when loaded: {eager}"
+
+
+if __name__ == "__main__":
+    for view in (True, False):
+        print("import-time edges" if view else "all edges (lazy and TYPE_CHECKING included)")
+        for (a, b), why in sorted(package_graph(import_graph(view)).items()):
+            print(f"  {a} -> {b} ({len(why)})")
+        print("  cycles:", "\n".join(package_cycles(view)) or "none")
