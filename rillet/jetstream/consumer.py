@@ -404,7 +404,8 @@ class Consumer:
         return False
 
     def _has_interest(self) -> bool:
-        return self.jsa.account.sublist.has_interest(self.deliver_subject)
+        # (through a stream export: when the importing account listens, see Account.has_interest)
+        return self.jsa.account.has_interest(self.deliver_subject)
 
     def num_pending(self) -> int:
         if self.npc_dirty:

@@ -179,7 +179,12 @@ def _stream_import(server: "Server", exporter: Any, importer: Any, subj: str, pr
         server.schedule_flush()
 
     on_msg.routed = True  # type: ignore[attr-defined]  (see Account.deliver_result)
-    server.internal_client(exporter, f"stream export {exporter.name} -> {importer.name}").subscribe(subj, on_msg)
+    on_msg.import_to = (importer, remap)  # type: ignore[attr-defined]  (see Account.has_interest)
+    isub = server.internal_client(exporter, f"stream export {exporter.name} -> {importer.name}").subscribe(
+        subj, on_msg)
+    if importer.stream_imports is None:
+        importer.stream_imports = []
+    importer.stream_imports.append((exporter, subj, remap, isub))
 
 
 def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, local: str, exp: dict,

@@ -15,7 +15,7 @@ GLOBAL_ACCOUNT = "$G"
 
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
-                 "mconns", "msubs", "mpay", "imports", "sub_removed", "__weakref__")
+                 "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -35,16 +35,22 @@ class Account:
         self.interest_watchers: dict[str, list[Any]] = {}
         # callbacks cb(account, sub) run after any subscription goes (latency tracking watches requestors)
         self.sub_removed: list[Any] | None = None
+        # the stream imports into this account: (exporter, exported subject, remap or None, import sub)
+        self.stream_imports: list[tuple[Any, str, Any, Any]] | None = None
 
     def add_sub(self, sub: "Subscription") -> None:
         self.sublist.insert(sub)
         if self.interest_watchers:
             self._notify_interest(sub.subject)
+        if self.stream_imports:
+            self._notify_exporters(sub.subject)
 
     def remove_sub(self, sub: "Subscription") -> None:
         self.sublist.remove(sub)
         if self.interest_watchers:
             self._notify_interest(sub.subject)
+        if self.stream_imports:
+            self._notify_exporters(sub.subject)
         if self.sub_removed:
             for cb in list(self.sub_removed):
                 cb(self, sub)
@@ -54,6 +60,43 @@ class Account:
         if cbs:
             for cb in list(cbs):
                 cb()
+
+    def _notify_exporters(self, subject: str) -> None:
+        """A subscription came or went here: watchers in accounts we import streams from, whose subject
+        reaches this one through the import, see the change (as nats-server's shadow subscriptions make
+        interest in an importing account interest in the exporting one)."""
+        from rillet.subjects.validate import subject_matches_filter
+        live = []
+        for entry in self.stream_imports or ():
+            exporter, src, remap, isub = entry
+            if isub.client.subs.get(isub.sid) is not isub:
+                continue  # the import is gone (reload, JWT update)
+            live.append(entry)
+            if not exporter.interest_watchers:
+                continue
+            for key in list(exporter.interest_watchers):
+                if subject_matches_filter(key, src) and \
+                        subject_matches_filter(remap(key) if remap is not None else key, subject):
+                    exporter._notify_interest(key)
+        self.stream_imports = live
+
+    def has_interest(self, subject: str, depth: int = 0) -> bool:
+        """Would a publish on ``subject`` reach anyone? A stream import's subscription counts only when the
+        importing account has interest in the subject it gets there (nats-server's shadow subscriptions)."""
+        r = self._match(subject)
+        if r.qsubs:
+            return True
+        for sub in r.psubs:
+            icb = sub.icb
+            if icb is None:
+                return True
+            imp = getattr(icb, "import_to", None)
+            if imp is None:
+                return True
+            importer, remap = imp
+            if depth < 8 and importer.has_interest(remap(subject) if remap is not None else subject, depth + 1):
+                return True
+        return False
 
     def num_subs(self) -> int:
         return self.sublist.count()
