@@ -154,6 +154,7 @@ accounts {
       {service: "$JS.API.>"}
       {service: "$JS.API.CONSUMER.MSG.NEXT.ORDERS.PULL", response_type: stream}
       {service: "$JS.ACK.ORDERS.>"}
+      {service: "$JS.ACK.PORDERS.>"}
       {service: "$JS.ACK.KV_CFG.>"}
       {service: "$JS.FC.>"}
       {stream: "deliver.b.>"}
@@ -166,6 +167,7 @@ accounts {
       {service: {account: A, subject: "$JS.API.>"}, to: "JS.A.API.>"}
       {service: {account: A, subject: "$JS.API.CONSUMER.MSG.NEXT.ORDERS.PULL"}}
       {service: {account: A, subject: "$JS.ACK.ORDERS.>"}}
+      {service: {account: A, subject: "$JS.ACK.PORDERS.>"}}
       {service: {account: A, subject: "$JS.ACK.KV_CFG.>"}}
       {service: {account: A, subject: "$JS.FC.>"}}
       {stream: {account: A, subject: "deliver.b.>"}}
@@ -269,3 +271,64 @@ async def test_pull_consumer_across_accounts(xpair):
     assert got["fetch rest"] == [("orders.0", "m4", 5, 1), ("orders.1", "m5", 6, 0)]
     assert got["after all acks"] == {"delivered": 6, "ack_floor": 1, "num_ack_pending": 2, "num_pending": 0,
                                      "num_waiting": 0, "num_redelivered": 0}
+
+
+async def test_push_consumer_and_kv_across_accounts(xpair):
+    import nats
+
+    async def scenario(kind: str, url: str) -> dict:
+        out: dict = {}
+        na = await nats.connect(_url(url, "a"))
+        nb = await nats.connect(_url(url, "b"), inbox_prefix="_IB")
+        try:
+            ja = na.jetstream()
+            await ja.add_stream(name="PORDERS", subjects=["porders.>"], storage="memory")
+            for i in range(3):
+                await ja.publish(f"porders.{i}", f"p{i}".encode())
+            # a push consumer of A delivering to a subject A exports as a stream, acked from B
+            sub = await nb.subscribe("deliver.b.orders")
+            await nb.flush()
+            await ja.add_consumer("PORDERS", durable_name="PUSH", deliver_subject="deliver.b.orders",
+                                  ack_policy="explicit", ack_wait=30)
+            got = []
+            for _ in range(3):
+                m = await sub.next_msg(timeout=2)
+                got.append((m.subject, m.data.decode(), m.reply.rsplit(".", 2)[0], m.metadata.num_pending))
+                await m.ack()
+            out["push"] = got
+            await nb.flush()
+            await asyncio.sleep(0.05)
+            out["push after acks"] = _cinfo(await ja.consumer_info("PORDERS", "PUSH"))
+            # a key-value bucket of A, read and watched from B through the prefixed API
+            kva = await ja.create_key_value(bucket="CFG", history=5, storage="memory")
+            for k, v in (("a", "1"), ("b", "2"), ("a", "3")):
+                await kva.put(k, v.encode())
+            await kva.delete("b")
+            jb = nb.jetstream(prefix="JS.A.API")
+            kvb = await jb.key_value("CFG")
+            e = await kvb.get("a")
+            out["kv get"] = (e.key, e.value, e.revision)
+            out["kv history"] = [(e.key, e.value, e.revision, e.operation) for e in await kvb.history("a")]
+            out["kv keys"] = sorted(await kvb.keys())
+            w = await kvb.watchall()
+            seen = []
+            async for e in w:
+                if e is None:
+                    break
+                seen.append((e.key, e.value, e.revision, e.operation))
+            await kva.put("c", b"4")
+            e = await w.updates(timeout=2)
+            seen.append((e.key, e.value, e.revision, e.operation))
+            await w.stop()
+            out["kv watch"] = seen
+            return out
+        finally:
+            await nb.close()
+            await na.close()
+
+    got = same(await run_both(xpair, scenario))
+    assert got["push"] == [("porders.0", "p0", "$JS.ACK.PORDERS.PUSH.1.1.1", 2), ("porders.1", "p1", "$JS.ACK.PORDERS.PUSH.1.2.2", 1),
+                           ("porders.2", "p2", "$JS.ACK.PORDERS.PUSH.1.3.3", 0)]
+    assert got["push after acks"]["ack_floor"] == 3
+    assert got["kv get"] == ("a", b"3", 3)
+    assert got["kv watch"][-1] == ("c", b"4", 5, None)
