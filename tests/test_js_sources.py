@@ -134,3 +134,40 @@ async def test_mirror_promoted_by_removing_mirror_config(tmp_path):
         await asyncio.sleep(0.3)
         assert await count(js, "MIR") == 6
         await nc.close()
+
+
+async def test_mirror_keeps_original_timestamps_sources_do_not(tmp_path):
+    """As nats-server: a mirror stores each message with the origin's timestamp (after a restart too), a
+    source stores it as a new message with its own. Also runs against nats-server."""
+    import json
+
+    from helpers import serve_config
+
+    async def msg_time(nc, stream: str, seq: int) -> str:
+        r = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps({"seq": seq}).encode(), timeout=2)
+        return json.loads(r.data)["message"]["time"]
+
+    conf = f'listen: 127.0.0.1:-1\njetstream {{ store_dir: "{tmp_path}" }}\n'
+    async with serve_config(conf) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="O", subjects=["o.>"])
+        for i in range(3):
+            await js.publish(f"o.{i}", b"x")
+        await asyncio.sleep(0.05)  # the sourced copies are made later than this
+        await js.add_stream(name="M", mirror=StreamSource(name="O"))
+        await js.add_stream(name="S", sources=[StreamSource(name="O")])
+        await wait_for(lambda: _eq(count(js, "M"), 3))
+        await wait_for(lambda: _eq(count(js, "S"), 3))
+        origin = [await msg_time(nc, "O", seq) for seq in (1, 2, 3)]
+        assert [await msg_time(nc, "M", seq) for seq in (1, 2, 3)] == origin
+        sourced = [await msg_time(nc, "S", seq) for seq in (1, 2, 3)]
+        assert all(s != o for s, o in zip(sourced, origin))
+        info = await nc.request("$JS.API.STREAM.INFO.M", b"", timeout=2)
+        assert json.loads(info.data)["state"]["first_ts"] == origin[0]
+        await nc.close()
+    async with serve_config(conf) as srv:  # the same after a restart
+        nc = await nats.connect(srv.client_url)
+        assert [await msg_time(nc, "M", seq) for seq in (1, 2, 3)] == origin
+        assert [await msg_time(nc, "S", seq) for seq in (1, 2, 3)] == sourced
+        await nc.close()

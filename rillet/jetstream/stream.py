@@ -243,6 +243,14 @@ class Stream:
         if op == Entry.MIRROR:
             seq, subject, hdr, data, ts = entry.args
             self.store.store_raw(seq, subject, hdr, data, ts)
+            if hdr and b"Nats-Rollup" in hdr:  # a mirror applies the origin's rollups too (as nats-server)
+                v = H.get_header(hdr, H.ROLLUP)
+                if v == "sub":
+                    self.store.purge(subject, seq, 0)
+                elif v == "all":
+                    self.store.purge(None, seq, 0)
+            if self._expire_timer is None and self.cfg.max_age:
+                self._schedule_expiry()
             if self.consumers:
                 for c in list(self.consumers.values()):
                     c.on_stream_msg(seq, subject)
@@ -278,10 +286,8 @@ class Stream:
                 self.store.purge(subject, seq, 0)
             elif v == "all":
                 self.store.purge(None, seq, 0)
-            if ttl:
-                self._schedule_expiry()
-        elif ttl:
-            self._schedule_expiry()
+        if ttl or (self._expire_timer is None and self.cfg.max_age):
+            self._schedule_expiry()  # max_age: the timer is armed once and re-arms itself
         if self.cfg.allow_msg_schedules or (hdr and b"Nats-Scheduler" in hdr):
             schedules.on_stored(self, subject, hdr, seq, ts)
         if self.cfg.republish is not None:
