@@ -192,7 +192,8 @@ def test_route_wire_both_ways():
         assert ("rs+", b"$G", b"foo", None, 0) in calls and ("rs+", b"$G", b"bar", b"q1", 1) in calls
         cl.send(b"UNSUB 1\r\nUNSUB 3\r\n")
         cl.flush()
-        calls = peer.pump(lambda c: ("rs-", b"$G", b"foo", None) in c and c.count(("rs+", b"$G", b"bar", b"q1", 1)) == 2)
+        # foo withdrawn; the queue group's weight back down to 1 (a second RS+ with weight 1)
+        peer.pump(lambda c: ("rs-", b"$G", b"foo", None) in c and c.count(("rs+", b"$G", b"bar", b"q1", 1)) == 2)
 
         # our interest (plain and queue with weight, and a leaf-origin one), then messages Go routes to us
         peer.send(cp.rs_sub(b"$G", b"baz"), cp.rs_sub(b"$G", b"baz", b"qq", 3), cp.ls_sub(b"west", b"$G", b"lf.x"),
@@ -300,7 +301,8 @@ def test_gateway_wire_both_ways():
     our_port = listener.getsockname()[1]
     cport, gport = free_port(), free_port()
     conf = (f"port: {cport}\nserver_name: goA\n{GW_ACCOUNTS}"
-            f'gateway {{ name: A, listen: 127.0.0.1:{gport}, gateways: [{{name: B, url: "nats://127.0.0.1:{our_port}"}}] }}\n')
+            f"gateway {{ name: A, listen: 127.0.0.1:{gport}, "
+            f'gateways: [{{name: B, url: "nats://127.0.0.1:{our_port}"}}] }}\n')
     with go_server(conf, [cport, gport]):
         listener.settimeout(8)
         sock, _ = listener.accept()  # Go solicits gateway B: us
