@@ -15,6 +15,7 @@ import msgspec
 from rillet.gotime import format_time
 from rillet.gotime import parse_time
 from rillet.jetstream import config as C
+from rillet.jetstream import gojson
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store import ErrTooManyResults
@@ -36,11 +37,11 @@ HANDLER_MODULES = ("rillet.jetstream.api_consumer", "rillet.jetstream.snapshot")
 
 
 def stream_config_from_dict(d: dict) -> Any:
-    return C.from_dict(d, C.StreamConfig)
+    return gojson.from_dict(d, C.StreamConfig)
 
 
 def encode_config(cfg: Any) -> bytes:
-    return C.go_json(cfg)
+    return gojson.go_json(cfg)
 
 
 def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: str = "",
@@ -49,7 +50,7 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
     (not in create/update answers)."""
     d: dict[str, Any] = {}
     if include_config:
-        d["config"] = C.to_go(C.with_dynamic_metadata(s.cfg, level=API_LEVEL))
+        d["config"] = gojson.to_go(C.with_dynamic_metadata(s.cfg, level=API_LEVEL))
     d["created"] = s.created
     d["state"] = s.state_dict(subjects_filter, deleted_details)
     if with_cluster:
@@ -90,8 +91,8 @@ class ApiRouter:
         a subject nobody serves (an unknown endpoint) then gets "no responders", as from nats-server."""
         out = []
         for key in self.handlers:
-            if key == "DIRECT.GET":
-                continue
+            if key in ("DIRECT.GET", "CONSUMER.MSG.NEXT"):
+                continue  # served by each stream / consumer (see Stream._subscribe, Consumer.start)
             for suffix in _ENDPOINT_ARGS.get(key, ("", "*")):
                 out.append(key + ("." + suffix if suffix else ""))
         return out
@@ -127,7 +128,7 @@ class ApiRouter:
 
     def respond(self, reply: bytes | None, obj: dict) -> None:
         if reply:
-            self.jsa.ic.publish(reply, None, C.go_json(obj))
+            self.jsa.ic.publish(reply, None, gojson.go_json(obj))
 
     def respond_error(self, reply: bytes | None, type_: str, err: ApiError, extra: dict | None = None) -> None:
         d: dict[str, Any] = {"type": type_, "error": err.to_dict()}
@@ -160,7 +161,7 @@ class ApiRouter:
         mem, sto, n, c = self.jsa.usage()
         d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
                              "reserved_memory": 0, "reserved_storage": 0, "streams": n, "consumers": c,
-                             "limits": C.to_go(self.jsa.limits)}
+                             "limits": gojson.to_go(self.jsa.limits)}
         if self.js.domain:
             d["domain"] = self.js.domain
         d["api"] = {"level": API_LEVEL, "total": self.jsa.api_total, "errors": self.jsa.api_errors}

@@ -220,6 +220,10 @@ class Consumer:
                                                 self._on_ack))
         if self.is_push and self.flow_control:
             self._subs.append(self.ic.subscribe(f"$JS.FC.{st}.{self.name}.*", self._on_fc))
+        # pull requests: one subscription per consumer (push ones answer 409), as nats-server: a request for
+        # a consumer or stream that does not exist reaches nobody (503 no responders)
+        for prefix in self.jsa.api_prefixes():
+            self._subs.append(self.ic.subscribe(f"{prefix}.CONSUMER.MSG.NEXT.{st}.{self.name}", self._on_next))
         if self.is_push:
             self._watch_interest(True)
             self.active = self._has_interest()
@@ -287,6 +291,10 @@ class Consumer:
 
     def _seq_from_time(self, t: int) -> int:
         return self.stream.store.get_seq_from_time(t)  # from the index: no message is read
+
+    def _on_next(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if reply:
+            self.process_next_request(reply.decode("utf-8", "surrogateescape"), msg[hdr:] if hdr >= 0 else msg)
 
     def stop(self, delete: bool = False, advisory: bool = True) -> None:
         if self.closed:
@@ -1485,7 +1493,7 @@ _NEXT_FIELDS = {"batch": "int", "expires": "time.Duration", "max_bytes": "int", 
 
 def _next_request(body: bytes) -> dict:
     """A pull request body checked like Go's json.Unmarshal into JSApiConsumerGetNextRequest (same error texts)."""
-    from rillet.jetstream.config import parse_json
+    from rillet.jetstream.gojson import parse_json
     from rillet.jetstream.errors import ApiError
     try:
         d = parse_json(body)
@@ -1569,7 +1577,8 @@ class ConsumerPersist:
 
     def write_meta(self, c: Consumer) -> None:
         from rillet.jetstream import api_consumer
-        os.makedirs(self.path, exist_ok=True)
+        from rillet.jetstream.store.filestore import make_dirs_durable
+        make_dirs_durable(self.path)
         data = json.dumps({"config": api_consumer.config_to_dict(c.cfg, dynamic_meta=False, for_store=True),
                            "created": c.created, "name": c.name}).encode()
         _atomic_write(os.path.join(self.path, "meta.json"), data)
@@ -1609,6 +1618,9 @@ def _atomic_write(path: str, data: bytes, sync: bool = True) -> None:
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
+    if sync:  # the rename survives a crash too
+        from rillet.jetstream.store.filestore import fsync_dir
+        fsync_dir(os.path.dirname(path))
 
 
 def consumers_dir(stream: "Stream") -> str:
