@@ -332,3 +332,64 @@ async def test_push_consumer_and_kv_across_accounts(xpair):
     assert got["push after acks"]["ack_floor"] == 3
     assert got["kv get"] == ("a", b"3", 3)
     assert got["kv watch"][-1] == ("c", b"4", 5, None)
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a client sees when the stream or consumer is missing, goes away, or stays idle
+
+
+def _strip_hb(ans: list) -> list:
+    return ans
+
+
+async def test_missing_and_deleted_stream_or_consumer_like_nats_server(pair):
+    async def scenario(kind: str, url: str) -> list:
+        r = await Raw.open(url)
+        out = []
+        try:
+            ans = await r.api("$JS.API.STREAM.CREATE.GONE", {"name": "GONE", "subjects": ["gone.>"],
+                                                              "storage": "memory"})
+            assert "error" not in ans, ans
+            for c in ("P1", "P2", "P3"):
+                ans = await r.api(f"$JS.API.CONSUMER.CREATE.GONE.{c}", {"stream_name": "GONE", "config": {
+                    "durable_name": c, "ack_policy": "explicit"}})
+                assert "error" not in ans, ans
+            nxt = "$JS.API.CONSUMER.MSG.NEXT"
+            out.append(("pull, missing consumer", await r.request(f"{nxt}.GONE.NOPE", {"batch": 1, "expires": 300_000_000}, timeout=0.5)))
+            out.append(("pull, missing stream", await r.request(f"{nxt}.NOPE.P1", {"batch": 1, "expires": 300_000_000}, timeout=0.5)))
+            out.append(("pull no_wait, empty", await r.request(f"{nxt}.GONE.P1", {"batch": 2, "no_wait": True})))
+            out.append(("pull expires", await r.request(f"{nxt}.GONE.P1", {"batch": 2, "expires": 100_000_000})))
+            out.append(("pull expires + heartbeat", await r.request(
+                f"{nxt}.GONE.P1", {"batch": 2, "expires": 250_000_000, "idle_heartbeat": 100_000_000},
+                until_eob=True)))
+            out.append(("pull bad heartbeat", await r.request(
+                f"{nxt}.GONE.P1", {"batch": 2, "expires": 100_000_000, "idle_heartbeat": 100_000_000})))
+            out.append(("consumer info, missing", await r.api("$JS.API.CONSUMER.INFO.GONE.NOPE")))
+            out.append(("consumer info, missing stream", await r.api("$JS.API.CONSUMER.INFO.NOPE.P1")))
+            out.append(("stream info, missing", await r.api("$JS.API.STREAM.INFO.NOPE")))
+            # a pull waiting when its consumer is deleted, then one waiting when the stream is
+            reply = "_R.wait1"
+            r.rc.pub(f"{nxt}.GONE.P2", json.dumps({"batch": 3, "expires": 2_000_000_000}), reply=reply)
+            await r.rc.ping()
+            out.append(("delete consumer", await r.api("$JS.API.CONSUMER.DELETE.GONE.P2")))
+            r.answers.setdefault(reply, [])
+            await r.settle(0.2)
+            out.append(("pull waiting, consumer deleted", r.answers.get(reply)))
+            reply = "_R.wait2"
+            r.rc.pub(f"{nxt}.GONE.P3", json.dumps({"batch": 3, "expires": 2_000_000_000}), reply=reply)
+            await r.rc.ping()
+            out.append(("delete stream", await r.api("$JS.API.STREAM.DELETE.GONE")))
+            r.answers.setdefault(reply, [])
+            await r.settle(0.2)
+            out.append(("pull waiting, stream deleted", r.answers.get(reply)))
+            return out
+        finally:
+            await r.close()
+
+    results = await run_both(pair, scenario)
+    if "go" in results:
+        from jsdiff import norm_json
+        def n(v):
+            return [(lab, norm_json(x) if isinstance(x, dict) else x) for lab, x in v]
+        mism = [(a[0], a[1], b[1]) for a, b in zip(n(results["rillet"]), n(results["go"])) if a != b]
+        assert not mism, "\n".join(f"{lab}:\n  rillet {ra!r}\n  go     {ga!r}" for lab, ra, ga in mism)
