@@ -12,6 +12,7 @@ import json
 import pytest
 
 from rillet.jetstream import config as C
+from rillet.jetstream import gojson
 from rillet.jetstream import errors as jserr
 from rillet.jetstream.errors import ApiError
 from rillet.subjects.validate import subjects_collide
@@ -29,7 +30,7 @@ def go():
 
 def _body(b) -> bytes:
     if isinstance(b, (dict, list)):
-        return json.dumps(b, default=C._json_default).encode()
+        return json.dumps(b, default=gojson._json_default).encode()
     if isinstance(b, str):
         return b.encode()
     return b
@@ -78,7 +79,7 @@ class Pair:
             return {"error": e.to_dict()}
         self.streams[name] = cfg
         self.consumers.setdefault(name, {})
-        return {"config": json.loads(C.go_json(C.with_dynamic_metadata(cfg, self.version)))}
+        return {"config": json.loads(gojson.go_json(C.with_dynamic_metadata(cfg, self.version)))}
 
     def ours_consumer(self, tokens: list[str], body: bytes, go_name: str | None) -> dict:
         try:
@@ -89,7 +90,7 @@ class Pair:
         except ApiError as e:
             return {"error": e.to_dict()}
         self.consumers[r.stream][r.name or go_name] = r.config
-        return {"config": json.loads(C.go_json(C.with_dynamic_metadata(r.config, self.version)))}
+        return {"config": json.loads(gojson.go_json(C.with_dynamic_metadata(r.config, self.version)))}
 
     # -- both
     def stream(self, name: str, body, op: str = "CREATE") -> tuple[dict, dict]:
@@ -689,7 +690,7 @@ def test_limits_like_nats_server():
     go = GoJetStream(LIMITS_CONF, user="a", password="a")
     try:
         limits = go.request(f"{S}INFO")["limits"]
-        acct = C.from_dict(limits, C.AccountLimits)
+        acct = gojson.from_dict(limits, C.AccountLimits)
         srv = C.ServerLimits(max_request_batch=50, max_ack_pending=100, max_duplicate_window=60 * SEC)
         p = Pair(go, srv, acct)
         mb = 1024 * 1024
@@ -740,10 +741,10 @@ def test_nats_py_stream_configs_round_trip(pair):
                     placement=api.Placement(cluster="x"), metadata={"k": "v"}, allow_direct=True)):
         name = uniq("P")
         cfg = api.StreamConfig(name=name, **kw).as_dict()
-        body = json.loads(json.dumps(cfg, default=C._json_default).replace("{n}", name))
+        body = json.loads(json.dumps(cfg, default=gojson._json_default).replace("{n}", name))
         got = pair.same_stream(name, body)
-        ours = C.from_dict(body, C.StreamConfigRequest)
-        back = json.loads(C.go_json(ours))
+        ours = gojson.from_dict(body, C.StreamConfigRequest)
+        back = json.loads(gojson.go_json(ours))
         for k, v in body.items():
             if v not in (None, False, 0, "", [], {}):
                 assert back[k] == v, k
@@ -763,9 +764,9 @@ def test_nats_py_consumer_configs_round_trip(pair, streams):
         cfg = api.ConsumerConfig(durable_name=name, **kw).as_dict()
         body = {"stream_name": s, "config": cfg}
         pair.same_consumer(f"CREATE.{s}.{name}", body)
-        ours = C.from_dict(cfg, C.ConsumerConfig)
-        back = json.loads(C.go_json(ours))
-        for k, v in json.loads(json.dumps(cfg, default=C._json_default)).items():
+        ours = gojson.from_dict(cfg, C.ConsumerConfig)
+        back = json.loads(gojson.go_json(ours))
+        for k, v in json.loads(json.dumps(cfg, default=gojson._json_default)).items():
             if v not in (None, False, 0, "", [], {}):
                 assert back[k] == v, k
 
@@ -776,12 +777,12 @@ def test_nats_py_consumer_configs_round_trip(pair, streams):
 
 def test_encoding_rules():
     cfg = C.StreamConfig(name="a<b>&c", description="\b\f\u2028")
-    out = C.go_json(cfg)
+    out = gojson.go_json(cfg)
     assert b"a\\u003cb\\u003e\\u0026c" in out
     assert b'"description":"\\u0008\\u000c\\u2028"' in out
     assert b'"metadata"' not in out and b'"subjects"' not in out
     cc = C.ConsumerConfig(priority_policy="none", metadata={"b": "1", "a": "2"})
-    assert C.go_json(cc).endswith(b'"num_replicas":0,"metadata":{"a":"2","b":"1"}}')
+    assert gojson.go_json(cc).endswith(b'"num_replicas":0,"metadata":{"a":"2","b":"1"}}')
 
 
 def test_transform_validation():

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.gotime import format_time, to_utc_time
 from rillet.jetstream import config as C
+from rillet.jetstream import gojson
 from rillet.jetstream import consumer as CO
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
@@ -28,11 +29,11 @@ def config_to_dict(cfg: Any, dynamic_meta: bool = True, for_store: bool = False)
     """The config as nats-server writes it (field order, omitempty); responses add ``_nats.ver``/``level``."""
     if dynamic_meta and not for_store:
         cfg = C.with_dynamic_metadata(cfg)
-    return C.to_go(cfg)
+    return gojson.to_go(cfg)
 
 
 def config_from_dict(d: dict) -> Any:
-    return C.from_dict(d, C.ConsumerConfig)
+    return gojson.from_dict(d, C.ConsumerConfig)
 
 
 # ---- handlers -----------------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ class ConsumerApi:
 
     def _create(self, tokens: list[str], reply: bytes | None, body: bytes) -> None:
         typ = T + "consumer_create_response"
-        req = C.go_decode(body, C.CreateConsumerRequest)
+        req = gojson.go_decode(body, C.CreateConsumerRequest)
         stream_name, cname, _ = C.parse_consumer_create_subject(tokens, req)
         if req.config.num_replicas > 1:
             raise ApiError.make("STREAM_REPLICAS_NOT_SUPPORTED")
@@ -130,7 +131,7 @@ class ConsumerApi:
     def _req(self, body: bytes) -> dict:
         if not body.strip():
             return {}
-        d = C.parse_json(body)  # Go's JSON error texts
+        d = gojson.parse_json(body)  # Go's JSON error texts
         return d if isinstance(d, dict) else {}
 
     def consumer_names(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:

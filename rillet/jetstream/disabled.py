@@ -69,5 +69,5 @@ class NotEnabled:
                 d.update({"total": 0, "offset": 0, "limit": 0, _PAGED_LISTS[key]: []})
             elif key in ("STREAM.INFO", "CONSUMER.INFO"):
                 d.update({"total": 0, "offset": 0, "limit": 0})
-        from rillet.jetstream import config as C
-        self.ic.publish(reply, None, C.go_json(d))
+        from rillet.jetstream import gojson
+        self.ic.publish(reply, None, gojson.go_json(d))
