@@ -140,9 +140,9 @@ def test_stored_blocks_are_kept_raw():
 
 def test_known_but_unimplemented_keys_go_to_extra():
     opts = load('prof_port: 6060\nwrite_timeout: close\ntrace_headers: true\n'
-                'logfile_max_num: 3\nresolver_pinned_accounts: "ABC"')
+                'resolver_pinned_accounts: "ABC"')
     assert opts.extra == {"prof_port": 6060, "write_timeout": "close", "trace_headers": True,
-                          "log_max_num": 3, "resolver_pinned_accounts": "ABC"}
+                          "resolver_pinned_accounts": "ABC"}
     assert opts.trace is True
 
 

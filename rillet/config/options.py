@@ -198,6 +198,7 @@ class Options:
     logtime_utc: bool = False
     log_file: str = ""
     log_size_limit: int = 0
+    log_max_files: int = 0  # logfile_max_num: rotated files kept, the live one included (0 = all)
     syslog: bool = False
     remote_syslog: str = ""
     no_log: bool = False

@@ -113,6 +113,8 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "logfile": s("log_file", "str"),
             "log_size_limit": s("log_size_limit", "int"),
             "logfile_size_limit": s("log_size_limit", "int"),
+            "logfile_max_num": s("log_max_files", "int"),
+            "log_max_num": s("log_max_files", "int"),
             "syslog": s("syslog", "bool"),
             "remote_syslog": s("remote_syslog", "str"),
             # security
@@ -148,7 +150,6 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
         }
         # Known to nats-server, stored for later work without acting on them.
         kept = {
-            "logfile_max_num": "log_max_num", "log_max_num": "log_max_num",
             "prof_port": "prof_port", "prof_block_rate": "prof_block_rate",
             "proxy_protocol": "proxy_protocol",
             "max_sub_tokens": "max_sub_tokens", "max_subscription_tokens": "max_sub_tokens",

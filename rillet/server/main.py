@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import rillet
 from rillet.server.logging import Logger
@@ -124,8 +125,13 @@ def run(opts: Options, argv: list[str]) -> int:
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
         pass
-    log = Logger(debug=opts.debug, trace=opts.trace, logtime=opts.logtime, utc=opts.logtime_utc,
-                 log_file=opts.log_file, size_limit=opts.log_size_limit)
+    from rillet.server.logging import SyslogError
+    try:
+        log = Logger.from_options(opts)
+    except SyslogError as e:
+        # nats-server stops through Go's log.Fatalf here: a plain timestamp, the reason, exit status 1
+        print(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {e}", file=sys.stderr)
+        return 1
     try:
         return asyncio.run(_serve(opts, argv, log))
     except KeyboardInterrupt:
