@@ -393,3 +393,72 @@ async def test_missing_and_deleted_stream_or_consumer_like_nats_server(pair):
             return [(lab, norm_json(x) if isinstance(x, dict) else x) for lab, x in v]
         mism = [(a[0], a[1], b[1]) for a, b in zip(n(results["rillet"]), n(results["go"])) if a != b]
         assert not mism, "\n".join(f"{lab}:\n  rillet {ra!r}\n  go     {ga!r}" for lab, ra, ga in mism)
+
+
+async def test_push_heartbeats_and_ordered_consumer_recovery_like_nats_server(pair):
+    import nats
+    from nats.js.api import ConsumerConfig
+
+    async def scenario(kind: str, url: str) -> dict:
+        out: dict = {}
+        r = await Raw.open(url)
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="HB", subjects=["hb.>"], storage="memory")
+            await js.publish("hb.1", b"one")
+            # a push consumer with heartbeats: what arrives on its deliver subject (heartbeats carry the last
+            # consumer and stream sequences delivered)
+            r.rc.sub("hbd.deliver", 7)
+            await r.rc.ping()
+            await js.add_consumer("HB", ConsumerConfig(durable_name="HBC", deliver_subject="hbd.deliver",
+                                                       ack_policy="none", idle_heartbeat=0.1, flow_control=True))
+            await asyncio.sleep(0.35)
+            from helpers import parse_stream
+            items = []
+            for m in parse_stream(await r.rc.read_for(0.05)):
+                if isinstance(m, bytes):
+                    continue
+                reply = m.reply.rsplit(".", 2)[0] if m.reply and m.reply.startswith("$JS.ACK.") else m.reply
+                item = (m.subject, reply, (m.headers or b"").decode(), m.payload.decode())
+                if item not in items:
+                    items.append(item)
+            out["push deliveries"] = items
+            # clients fail fast on a missing stream or consumer
+            sub = await js.pull_subscribe_bind("NOPE", stream="HB")
+            try:
+                await sub.fetch(1, timeout=1)
+                out["fetch, missing consumer"] = "messages"
+            except Exception as e:
+                out["fetch, missing consumer"] = type(e).__name__
+            try:
+                await js.subscribe("nothing.here")
+                out["subscribe, no stream"] = "ok"
+            except Exception as e:
+                out["subscribe, no stream"] = f"{type(e).__name__}: {e}"
+            try:
+                await js.consumer_info("HB", "NOPE")
+            except Exception as e:
+                out["consumer info, missing"] = f"{type(e).__name__}: {e}"
+            # an ordered consumer whose server-side consumer is deleted recreates it and goes on
+            osub = await js.subscribe("hb.>", ordered_consumer=True, idle_heartbeat=0.1, stream="HB")
+            got = [(await osub.next_msg(timeout=2)).data]
+            cons = [c.name for c in await js.consumers_info("HB") if c.name != "HBC"]
+            for c in cons:
+                await js.delete_consumer("HB", c)
+            await js.publish("hb.2", b"two")
+            got.append((await osub.next_msg(timeout=3)).data)
+            out["ordered after delete"] = got
+            await osub.unsubscribe()
+            await js.delete_stream("HB")
+            return out
+        finally:
+            await nc.close()
+            await r.close()
+
+    got = same(await run_both(pair, scenario))
+    assert got["ordered after delete"] == [b"one", b"two"]
+    assert got["fetch, missing consumer"] == "ServiceUnavailableError"  # 503 no responders: fails at once
+    assert got["consumer info, missing"].endswith("err_code=10014 description='consumer not found'")
+    assert ("hbd.deliver", None, "NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 1\r\nNats-Last-Stream: 1\r\n\r\n",
+            "") in got["push deliveries"]
