@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rillet.gotime import format_time
+from rillet.jetstream.store.filestore import fsync_dir, make_dirs_durable
 from rillet.jetstream.stream import Stream
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class JSAccount:
     def open_stream(self, cfg: Any, created: str, write_meta: bool = True) -> Stream:
         from rillet.jetstream.storeopen import open_store
         sdir = self.stream_dir(cfg.name)
-        os.makedirs(sdir, exist_ok=True)
+        make_dirs_durable(sdir)
         store = open_store(cfg, sdir, self.js)
         stream = Stream(self, cfg, created, store)
         if write_meta:
@@ -105,6 +106,7 @@ class JSAccount:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(sdir, "meta.json"))
+        fsync_dir(sdir)  # the rename itself survives a crash
 
     def delete_stream(self, stream: Stream) -> None:
         self.streams.pop(stream.name, None)

@@ -153,17 +153,35 @@ def _safe_name(name: str) -> str:
     return "x-" + zlib.crc32(name.encode()).to_bytes(4, "big").hex() + name.encode().hex()[:200]
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+def fsync_dir(path: str) -> None:
+    """fsync a directory, so that files created, renamed or removed in it stay that way after a crash.
+    Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
+
+
+def make_dirs_durable(path: str) -> None:
+    """``os.makedirs(path)``, then fsync every directory that got a new entry (the parent of each
+    directory created, and the new directories themselves).  Raises OSError."""
+    path = os.path.abspath(path)
+    missing = []
+    p = path
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    if not missing:
+        return
+    os.makedirs(path, exist_ok=True)
+    for d in missing:
+        fsync_dir(d)
+        fsync_dir(os.path.dirname(d))
+
 
 
 def _write_all(fd: int, bufs: list[bytes], off: int, total: int) -> None:
@@ -197,7 +215,7 @@ def _atomic_write(path: str, data: bytes, durable: bool) -> None:
     os.close(fd)
     os.replace(tmp, path)
     if durable:
-        _fsync_dir(os.path.dirname(path))
+        fsync_dir(os.path.dirname(path))
 
 
 def _encode_log(kind: int, payload: bytes) -> bytes:
@@ -268,7 +286,8 @@ class FileConsumerStore(MemConsumerStore):
         self._dirty = False
         self._log = log
         self._wlock = threading.Lock()
-        os.makedirs(path, exist_ok=True)
+        self._unsynced = False  # written (renamed into place) without fsync: sync() makes it durable
+        make_dirs_durable(path)
         nfn = os.path.join(path, "name")
         if not os.path.exists(nfn):
             _atomic_write(nfn, name.encode(), True)
@@ -312,10 +331,25 @@ class FileConsumerStore(MemConsumerStore):
             except OSError as e:
                 self._dirty = True
                 raise ErrStoreFull(f"consumer {self.name!r}: {e.strerror or e}") from e
+            self._unsynced = not durable
 
     def sync(self) -> None:
         if self._dirty:
             self.flush(durable=True)
+        elif self._unsynced and not self._closed:
+            # written by an earlier flush without fsync: the file, and its rename in the directory
+            with self._wlock:
+                self._unsynced = False
+                try:
+                    fd = os.open(os.path.join(self.path, "state"), os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    fsync_dir(self.path)
+                except OSError as e:
+                    self._unsynced = True
+                    raise ErrStoreFull(f"consumer {self.name!r}: {e.strerror or e}") from e
 
     def stop(self) -> None:
         if not self._closed:
@@ -362,9 +396,10 @@ class FileStore(IndexedStore):
         self._snappy = _snappy() if self._compress else None
         self._msgdir = os.path.join(self.dir, "msgs")
         self._cdir = os.path.join(self.dir, "consumers")
+        self._dir_dirty = False  # a block file was created or removed since the last sync of msgs/
         try:
-            os.makedirs(self._msgdir, exist_ok=True)
-            os.makedirs(self._cdir, exist_ok=True)
+            make_dirs_durable(self._msgdir)
+            make_dirs_durable(self._cdir)
         except OSError as e:
             raise ErrStoreFull(f"cannot create store directory {self.dir}: {e.strerror or e}") from e
         self._open()
@@ -747,6 +782,7 @@ class FileStore(IndexedStore):
         blk.size = len(BLOCK_MAGIC)
         self._blocks[index] = blk
         with self._lock:
+            self._dir_dirty = True  # the next sync makes the new file's directory entry durable
             if self._active is not None:
                 self._fds[self._active.index] = self._afd
             self._active = blk
@@ -794,6 +830,7 @@ class FileStore(IndexedStore):
             if fd is not None:
                 os.close(fd)
             self._blocks.pop(blk.index, None)
+            self._dir_dirty = True
             try:
                 os.unlink(blk.path)
             except FileNotFoundError:
@@ -1253,7 +1290,16 @@ class FileStore(IndexedStore):
                 for _, fd, _ in todo:
                     os.close(fd)
                 raise ErrStoreFull(f"sync failed: {e.strerror or e}") from e
+            sync_dir = self._dir_dirty
+            self._dir_dirty = False
         err: OSError | None = None
+        if sync_dir:
+            # new block files: their directory entries must be durable before an ack relies on them
+            try:
+                fsync_dir(self._msgdir)
+            except OSError as e:
+                self._dir_dirty = True
+                err = e
         for blk, fd, size in todo:
             try:
                 os.fsync(fd)
