@@ -33,8 +33,10 @@ def now_ns() -> int:
 def parse_ttl(v: str) -> int:
     """Nats-TTL: a Go duration or a number of seconds; "never" = -1. Returns seconds (-1 never), or raises."""
     v = v.strip()
-    if v == "never":
+    if v.lower() == "never":
         return -1
+    if v == "0":  # a zero duration: below the one second minimum
+        raise ValueError(v)
     if v.isdigit():
         return int(v)
     from rillet.config.values import parse_go_duration
@@ -169,6 +171,14 @@ class Stream:
                 exp = H.get_header(hdr, H.EXPECTED_STREAM)
                 if exp is not None and exp != self.name:
                     raise ApiError.make("STREAM_NOT_MATCH")
+                ttl_hdr = H.get_header(hdr, H.TTL)
+                if ttl_hdr:  # disabled is checked here, an invalid value after the expectations (nats-server)
+                    try:
+                        ttl = parse_ttl(ttl_hdr)
+                    except ValueError:
+                        ttl = None  # type: ignore[assignment]
+                    if ttl and not cfg.allow_msg_ttl:
+                        raise ApiError.make("MESSAGE_TTL_DISABLED")
                 msg_id = H.get_header(hdr, H.MSG_ID) or ""
                 if msg_id:
                     dd = self._dedup_lookup(msg_id)
@@ -184,11 +194,18 @@ class Stream:
                     if not v.isdigit() or int(v) != last:
                         raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
                 v = H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
-                if v is not None:
+                if v:
+                    # the subject checked may be another one, or a filter with wildcards
                     check_subj = H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ) or subject
-                    last = self.store.last_seq_for_subject(check_subj)
+                    if check_subj == subject:
+                        last = self.store.last_seq_for_subject(check_subj)
+                    else:
+                        lm = self.store.load_last_msg(check_subj)
+                        last = lm.seq if lm is not None else 0
                     if not v.isdigit() or int(v) != last:
                         raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
+                elif H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ):
+                    raise ApiError.make("STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID")
                 if b"Nats-Schedul" in hdr:
                     hdr = schedules.check(self, subject, hdr)
                 v = H.get_header(hdr, H.ROLLUP)
@@ -199,14 +216,13 @@ class Stream:
                         raise ApiError.make("STREAM_ROLLUP_FAILED", err=f"rollup value invalid: {v}")
                     if v == "all" and cfg.deny_purge:
                         raise ApiError.make("STREAM_ROLLUP_FAILED", err="rollup not permitted")
-                v = H.get_header(hdr, H.TTL)
-                if v is not None:
-                    if not cfg.allow_msg_ttl:
-                        raise ApiError.make("MESSAGE_TTL_DISABLED")
-                    try:
-                        ttl = parse_ttl(v)
-                    except ValueError:
-                        raise ApiError.make("MESSAGE_TTL_INVALID")
+                if ttl is None:
+                    raise ApiError.make("MESSAGE_TTL_INVALID")
+                sdm = cfg.subject_delete_marker_ttl
+                if ttl > 0 and sdm > 0 and cfg.max_msgs_per_subject != 1 and ttl < sdm // 1_000_000_000:
+                    # at least the delete marker TTL, or a marker already there could hide this one's
+                    ttl = sdm // 1_000_000_000
+                    hdr = H.append_headers(H.remove_headers(hdr, {H.TTL}), [(H.TTL, str(ttl))])
             seq = self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id)))
         except ApiError as e:
             if reply:
