@@ -462,3 +462,94 @@ async def test_push_heartbeats_and_ordered_consumer_recovery_like_nats_server(pa
     assert got["consumer info, missing"].endswith("err_code=10014 description='consumer not found'")
     assert ("hbd.deliver", None, "NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 1\r\nNats-Last-Stream: 1\r\n\r\n",
             "") in got["push deliveries"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-message TTL, delete markers, and the expected-last-subject-sequence headers
+
+
+def _h(*pairs: tuple[str, str]) -> bytes:
+    return b"NATS/1.0\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in pairs) + b"\r\n"
+
+
+async def test_message_ttl_markers_and_expectations_like_nats_server(pair):
+    async def scenario(kind: str, url: str) -> list:
+        from jsdiff import norm_json
+        r = await Raw.open(url)
+        out: list = []
+
+        async def api(label: str, subject: str, body) -> dict:
+            ans = await r.api(subject, body)
+            out.append((label, norm_json(ans, drop={"config", "state", "created", "ts"})))
+            return ans
+
+        async def pub(label: str, subject: str, payload: str = "", hdr: bytes | None = None) -> None:
+            out.append((label, await r.publish(subject, payload, hdr=hdr)))
+
+        try:
+            await api("ttl stream", "$JS.API.STREAM.CREATE.TTL", {
+                "name": "TTL", "subjects": ["t.>"], "storage": "memory", "allow_msg_ttl": True,
+                "subject_delete_marker_ttl": 1_000_000_000, "allow_direct": True, "max_msgs_per_subject": 5})
+            await api("no ttl stream", "$JS.API.STREAM.CREATE.NOTTL", {
+                "name": "NOTTL", "subjects": ["nt.>"], "storage": "memory"})
+            await api("marker ttl without msg ttl", "$JS.API.STREAM.CREATE.BADM", {
+                "name": "BADM", "subjects": ["bm.>"], "storage": "memory", "subject_delete_marker_ttl": 1_000_000_000})
+            await api("marker ttl too small", "$JS.API.STREAM.CREATE.BADM2", {
+                "name": "BADM2", "subjects": ["bm2.>"], "storage": "memory", "allow_msg_ttl": True,
+                "subject_delete_marker_ttl": 500_000_000})
+            await api("marker ttl 2s", "$JS.API.STREAM.CREATE.TTL2", {
+                "name": "TTL2", "subjects": ["t2.>"], "storage": "memory", "allow_msg_ttl": True,
+                "subject_delete_marker_ttl": 2_000_000_000, "allow_direct": True})
+            await pub("ttl below the marker ttl", "t2.a", "a", _h(("X", "y"), ("Nats-TTL", "1s"), ("Z", "w")))
+            out.append(("ttl raised to the marker ttl", await r.request("$JS.API.DIRECT.GET.TTL2.t2.a")))
+            await pub("ttl NEVER", "t2.b", "b", _h(("Nats-TTL", "NEVER")))
+            await pub("ttl empty", "t2.b", "b", _h(("Nats-TTL", "")))
+            await pub("ttl invalid on a stream without it", "nt.a", "x", _h(("Nats-TTL", "soon")))
+            await pub("ttl never on a stream without it", "nt.a", "x", _h(("Nats-TTL", "never")))
+            await pub("ttl 1s", "t.a", "a", _h(("Nats-TTL", "1s")))
+            await pub("ttl 1 (seconds)", "t.b", "b", _h(("Nats-TTL", "1")))
+            await pub("ttl never", "t.c", "c", _h(("Nats-TTL", "never")))
+            await pub("ttl invalid", "t.d", "d", _h(("Nats-TTL", "soon")))
+            await pub("ttl too small", "t.d", "d", _h(("Nats-TTL", "500ms")))
+            await pub("ttl zero", "t.d", "d", _h(("Nats-TTL", "0")))
+            await pub("ttl negative", "t.d", "d", _h(("Nats-TTL", "-1")))
+            await pub("ttl on a stream without it", "nt.a", "x", _h(("Nats-TTL", "1s")))
+            # expected last sequence per subject, and for another subject (or filter) named in the header
+            await pub("plain e1", "t.e1", "1")
+            await pub("plain e2", "t.e2", "2")
+            await pub("expect last subj seq ok", "t.e1", "3", _h(("Nats-Expected-Last-Subject-Sequence", "4")))
+            await pub("expect last subj seq wrong", "t.e1", "4", _h(("Nats-Expected-Last-Subject-Sequence", "4")))
+            await pub("expect for other subject ok", "t.e1", "5", _h(
+                ("Nats-Expected-Last-Subject-Sequence", "5"), ("Nats-Expected-Last-Subject-Sequence-Subject", "t.e2")))
+            await pub("expect for wildcard ok", "t.e3", "6", _h(
+                ("Nats-Expected-Last-Subject-Sequence", "7"), ("Nats-Expected-Last-Subject-Sequence-Subject", "t.e*")))
+            await pub("expect for wildcard wrong", "t.e3", "7", _h(
+                ("Nats-Expected-Last-Subject-Sequence", "6"), ("Nats-Expected-Last-Subject-Sequence-Subject", "t.>")))
+            await pub("expect subject without seq", "t.e3", "8", _h(
+                ("Nats-Expected-Last-Subject-Sequence-Subject", "t.e1")))
+            await pub("expect zero for new subject", "t.new", "9", _h(("Nats-Expected-Last-Subject-Sequence", "0")))
+            await pub("expect zero for old subject", "t.e1", "10", _h(("Nats-Expected-Last-Subject-Sequence", "0")))
+            await pub("expect bad number", "t.e1", "11", _h(("Nats-Expected-Last-Subject-Sequence", "x")))
+            out.append(("before expiry", await r.request("$JS.API.DIRECT.GET.TTL.t.a")))
+            await asyncio.sleep(1.6)
+            # expired: a delete marker takes the last place of each subject, with its reason and TTL
+            for s in ("t.a", "t.b", "t.c"):
+                out.append((f"after expiry {s}", await r.request(f"$JS.API.DIRECT.GET.TTL.{s}")))
+            info = await r.api("$JS.API.STREAM.INFO.TTL")
+            st = info["state"]
+            out.append(("state after expiry", {k: st.get(k) for k in ("messages", "first_seq", "last_seq",
+                                                                         "num_deleted", "num_subjects")}))
+            return out
+        finally:
+            await r.close()
+
+    results = await run_both(pair, scenario)
+    if "go" in results:
+        mism = [(a[0], a[1], b[1]) for a, b in zip(results["rillet"], results["go"]) if a != b]
+        assert not mism, "\n".join(f"{lab}:\n  rillet {ra!r}\n  go     {ga!r}" for lab, ra, ga in mism)
+    got = dict(results["rillet"])
+    assert got["ttl raised to the marker ttl"][0][0].startswith("NATS/1.0\r\nX: y\r\nZ: w\r\nNats-TTL: 2\r\n")
+    assert got["ttl zero"]["error"]["err_code"] == 10165
+    assert got["expect subject without seq"]["error"]["err_code"] == 10193
+    assert got["expect for other subject ok"] == {"stream": "TTL", "seq": 10 - 3}
+    assert got["after expiry t.a"][0][0].startswith("NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: 1s\r\n")
