@@ -82,7 +82,6 @@ def test_go_integer_forms():
     (["-sd=/tmp/x"], "jetstream.store_dir", "/tmp/x"),
     (["--store_dir", "/tmp/y"], "jetstream.store_dir", "/tmp/y"),
     (["--client_advertise", "h:4222"], "client_advertise", "h:4222"),
-    (["--max_traced_msg_len", "32"], "max_traced_msg_len", 32),
     (["--cluster_name", "c1"], "cluster.name", "c1"),
     (["--no_advertise"], "cluster.no_advertise", True),
     (["--cluster_advertise", "x:1"], "cluster.advertise", "x:1"),

@@ -102,7 +102,6 @@ def attr(opts: Options, path: str):
     ("no_sublist_cache: true", "disable_sublist_cache", True),
     ("no_header_support: true", "no_header_support", True),
     ("max_closed_clients: 5", "max_closed_clients", 5),
-    ("max_traced_msg_len: 64", "max_traced_msg_len", 64),
     ("no_auth_user: bob", "no_auth_user", "bob"),
     ("system_account: SYS", "system_account", "SYS"),
     ("system: SYS2", "system_account", "SYS2"),
@@ -126,24 +125,30 @@ def test_stored_blocks_are_kept_raw():
     opts = load("""
     gateway { name: g, port: 7222, gateways: [{name: other, url: "nats://h:7222"}] }
     leafnodes { port: 7422 }
-    mqtt { port: 1883 }
     mappings { "foo": "bar", "a.*": [{destination: "b.$1", weight: 50%}] }
     """)
     assert opts.gateway["name"] == "g" and opts.gateway["gateways"][0]["name"] == "other"
     assert opts.leafnodes == {"port": 7422}
-    assert opts.mqtt == {"port": 1883}
     assert opts.mappings["foo"] == "bar"
     assert opts.mappings["a.*"][0]["destination"] == "b.$1"
     assert load("leaf { port: 1 }").leafnodes == {"port": 1}
     assert load("maps { a: b }").mappings == {"a": "b"}
 
 
-def test_known_but_unimplemented_keys_go_to_extra():
-    opts = load('prof_port: 6060\nwrite_timeout: close\ntrace_headers: true\n'
-                'resolver_pinned_accounts: "ABC"')
-    assert opts.extra == {"prof_port": 6060, "write_timeout": "close", "trace_headers": True,
-                          "resolver_pinned_accounts": "ABC"}
+def test_keys_kept_in_extra_for_the_code_that_reads_them():
+    opts = load('trace_headers: true\nresolver_pinned_accounts: "ABC"')
+    assert opts.extra == {"trace_headers": True, "resolver_pinned_accounts": "ABC"}
     assert opts.trace is True
+
+
+def test_known_but_unsupported_keys_are_refused():
+    with pytest.raises(ConfigError) as e:
+        load('port: 4222\nprof_port: 6060\nwrite_timeout: close\nmqtt { port: 1883 }')
+    assert [str(x) for x in e.value.errors] == [
+        'o.conf:2:1: "prof_port" is not supported: Rillet has no profiling port',
+        'o.conf:3:1: "write_timeout" is not supported: Rillet has no write timeout policy (write_deadline applies)',
+        'o.conf:4:1: "mqtt" is not supported: Rillet has no MQTT support',
+    ]
 
 
 def test_load_file_records_the_path(tmp_path):

@@ -54,7 +54,6 @@ Logging Options:
     -DV                              Debug and trace
     -DVV                             Debug and verbose trace
         --log_size_limit <limit>     Rotate the log file at this size (bytes)
-        --max_traced_msg_len <len>   Longest message payload shown in traces (default: no limit)
 
 JetStream Options:
     -js, --jetstream                 Enable JetStream
@@ -81,9 +80,6 @@ Cluster Options:
         --connect_retries <number>   Connect attempts for implicit routes
         --cluster_listen <url>       Same as --cluster
 
-Profiling Options:
-        --profile <port>             Port for the profiling HTTP endpoint
-
 Common Options:
     -h, --help                       Show this help
     -v, --version                    Show the version
@@ -108,6 +104,17 @@ TLS settings live in a tls { } block of the configuration file:
 
 class FlagError(ValueError):
     """A bad command line; the message reads like nats-server's."""
+
+
+class UnsupportedFlag(FlagError):
+    """A flag nats-server knows that Rillet refuses (the server does not start, exit status 1)."""
+
+
+# Flags refused when given a value other than their default (parsed-values key -> why).
+UNSUPPORTED_FLAGS = {
+    "profile": "--profile is not supported: Rillet has no profiling port",
+    "max_traced_msg_len": "--max_traced_msg_len is not supported: Rillet does not trace message payloads",
+}
 
 
 @dataclass
@@ -336,7 +343,6 @@ _DIRECT = {
     "log_size_limit": "log_size_limit",
     "syslog": "syslog",
     "remote_syslog": "remote_syslog",
-    "max_traced_msg_len": "max_traced_msg_len",
     "cluster_advertise": "cluster.advertise",
     "no_advertise": "cluster.no_advertise",
     "connect_retries": "cluster.connect_retries",
@@ -362,11 +368,12 @@ def apply_flags(opts: Options, values: dict[str, Any]) -> None:
         "DV": lambda o, v: (_set(o, "debug", v), _set(o, "trace", v)),
         "DVV": lambda o, v: (_set(o, "debug", v), _set(o, "trace", v),
                              _set(o, "trace_verbose", v)),
-        "profile": lambda o, v: (o.extra.__setitem__("prof_port", v), o.flags_set.add("profile")),
         "cluster": _apply_cluster_listen,
         "routes": _apply_routes,
     }
     for key, value in values.items():
+        if key in UNSUPPORTED_FLAGS and value:
+            raise UnsupportedFlag(UNSUPPORTED_FLAGS[key])
         if key == "port" and value == 0:
             value = DEFAULT_PORT  # as nats-server: 0 means the default, -1 a random port
         if key in _DIRECT:

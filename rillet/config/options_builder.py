@@ -26,6 +26,25 @@ __all__ = ["build_options", "load_file", "load_string"]
 
 MAX_INT32 = (1 << 31) - 1
 
+# Top-level keys nats-server knows and Rillet refuses when loading a file: key -> why.
+UNSUPPORTED_KEYS: dict[str, str] = {
+    "mqtt": "Rillet has no MQTT support",
+    "prof_port": "Rillet has no profiling port",
+    "prof_block_rate": "Rillet has no profiling port",
+    "proxy_protocol": "Rillet does not read PROXY protocol headers",
+    "proxies": "Rillet has no trusted proxies",
+    "max_sub_tokens": "Rillet does not limit the tokens of a subscription's subject",
+    "max_subscription_tokens": "Rillet does not limit the tokens of a subscription's subject",
+    "write_timeout": "Rillet has no write timeout policy (write_deadline applies)",
+    "max_traced_msg_len": "Rillet does not trace message payloads",
+    "resolver_tls": "Rillet has no URL account resolver",
+    "server_metadata": "Rillet has no server metadata",
+    "feature_flags": "Rillet has no feature flags",
+    "default_js_domain": "Rillet has no leafnode JetStream domains",
+    "no_fast_producer_stall": "Rillet does not stall fast producers",
+    "default_sentinel": "Rillet has no default sentinel JWT",
+}
+
 
 def load_file(path: str, options: Options | None = None, *,
               warnings_as_errors: bool = False) -> Options:
@@ -92,7 +111,6 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "max_subscriptions": s("max_subscriptions", "int"),
             "max_subs": s("max_subscriptions", "int"),
             "max_closed_clients": s("max_closed_clients", "int", 10000),
-            "max_traced_msg_len": s("max_traced_msg_len", "int"),
             "ping_interval": s("ping_interval", "duration", defaults.DEFAULT_PING_INTERVAL),
             "ping_max": s("ping_max", "int", defaults.DEFAULT_PING_MAX),
             "max_pings_outstanding": s("ping_max", "int", defaults.DEFAULT_PING_MAX),
@@ -135,10 +153,9 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "store_dir": self.top_store_dir,
             "storedir": self.top_store_dir,
             "cluster": self.cluster,
-            "gateway": self.raw_map("gateway"),
+            "gateway": self.raw_map("gateway"),  # parsed, warned about at start (rillet.config.inactive)
             "leafnodes": self.raw_map("leafnodes"),
             "leaf": self.raw_map("leafnodes"),
-            "mqtt": self.raw_map("mqtt"),
             "mappings": self.mappings, "maps": self.mappings,
             "server_tags": self.server_tags,
             # operator mode
@@ -148,25 +165,27 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "resolver_preload": self.resolver_preload,
             "trusted": self.trusted_keys, "trusted_keys": self.trusted_keys,
         }
-        # Known to nats-server, stored for later work without acting on them.
+        # Stored in Options.extra and read where they act: resolver_pinned_accounts by the operator mode,
+        # the two report intervals with the cluster settings (warned about at start while clustering is
+        # not active, see rillet.config.inactive).
         kept = {
-            "prof_port": "prof_port", "prof_block_rate": "prof_block_rate",
-            "proxy_protocol": "proxy_protocol",
-            "max_sub_tokens": "max_sub_tokens", "max_subscription_tokens": "max_sub_tokens",
-            "write_timeout": "write_timeout",
             "ocsp": "ocsp", "ocsp_cache": "ocsp_cache",
-            "resolver_tls": "resolver_tls",
             "resolver_pinned_accounts": "resolver_pinned_accounts",
             "connect_error_reports": "connect_error_reports",
             "reconnect_error_reports": "reconnect_error_reports",
-            "server_metadata": "server_metadata", "feature_flags": "feature_flags",
-            "default_js_domain": "default_js_domain",
-            "no_fast_producer_stall": "no_fast_producer_stall",
-            "proxies": "proxies", "default_sentinel": "default_sentinel",
         }
         for key, name in kept.items():
             table[key] = self.keep(name)
+        # Known to nats-server, refused here (file:line:col) rather than accepted and ignored.
+        for key, reason in UNSUPPORTED_KEYS.items():
+            table[key] = self.refuse(reason)
         return table
+
+    @staticmethod
+    def refuse(reason: str) -> Callable[[Field], None]:
+        def handler(f: Field) -> None:
+            raise f.error(f'"{f.key}" is not supported: {reason}')
+        return handler
 
     def listen(self, f: Field) -> None:
         host, port = self.host_port(f)

@@ -69,33 +69,90 @@ def subsz(server: Any, q: Any) -> dict:
     return d
 
 
-# ---- cluster-side endpoints: rillet has no routes, gateways or leaf nodes -----------------------------
+# ---- cluster-side endpoints ---------------------------------------------------------------------------
+# Computed from the server's live route, gateway and leafnode connections (``server.routes``,
+# ``server.gateways_out``/``gateways_in``, ``server.leafs``): empty until clustering lands, whatever the
+# configuration says (rillet.config.inactive warns about configured-but-inactive blocks at start). A
+# connection object placed there answers ``monitor_info(query_options)`` with its entry, as nats-server's
+# RouteInfo / RemoteGatewayz / LeafInfo.
+
+def _permission(p: Any) -> dict | None:
+    if p is None:
+        return None
+    d: dict[str, Any] = {}
+    if p.allow:
+        d["allow"] = list(p.allow)
+    if p.deny:
+        d["deny"] = list(p.deny)
+    return d
+
 
 def routez(server: Any, q: Any) -> dict:
-    decode_subs(q)
-    return {
-        "server_id": server.server_id,
-        "server_name": server.name,
-        "now": _now(),
-        "num_routes": 0,
-        "routes": [],
-    }
+    subs = decode_subs(q)
+    d: dict[str, Any] = {"server_id": server.server_id, "server_name": server.name, "now": _now()}
+    perms = server.opts.cluster.extra.get("permissions")
+    if perms is not None:  # the cluster block's import (publish) and export (subscribe) permissions
+        imp, exp = _permission(perms.publish), _permission(perms.subscribe)
+        if imp is not None:
+            d["import"] = imp
+        if exp is not None:
+            d["export"] = exp
+    routes = list(getattr(server, "routes", {}).values())
+    d["num_routes"] = len(routes)
+    d["routes"] = [r.monitor_info({"subs": subs}) for r in routes]
+    return d
+
+
+def _gateway_listen(raw: Any) -> tuple[str, str, int]:
+    """(name, host, port) of a ``gateway {}`` block as parsed (keys in any case)."""
+    from rillet.config.builder_base import split_host_port
+    g = {str(k).lower(): v for k, v in dict(raw).items()}
+    host, port = str(g.get("host", g.get("net", ""))), g.get("port", 0)
+    listen = g.get("listen")
+    if isinstance(listen, int) and not isinstance(listen, bool):
+        port = listen
+    elif isinstance(listen, str):
+        h, p = split_host_port(listen)
+        host = h if p is not None else listen
+        port = int(p) if p is not None and p.lstrip("-").isdigit() else port
+    return str(g.get("name", "")), host, int(port) if isinstance(port, int) else 0
+
+
+def _advertised_host(host: str) -> str:
+    """nats-server shows a gateway listening on any address under a non-loopback address of the host."""
+    if host not in ("", "0.0.0.0", "::", "[::]"):
+        return host
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # a documentation address: picks the outgoing interface, sends nothing
+            return s.getsockname()[0]
+        except OSError:
+            return "0.0.0.0"
 
 
 def gatewayz(server: Any, q: Any) -> dict:
-    decode_subs(q)
-    parse_bool(q, "accs")
-    return {
-        "server_id": server.server_id,
-        "now": _now(),
-        "outbound_gateways": {},
-        "inbound_gateways": {},
-    }
+    subs = decode_subs(q)
+    accs = parse_bool(q, "accs")
+    d: dict[str, Any] = {"server_id": server.server_id, "now": _now()}
+    gw = server.opts.gateway
+    if gw:  # configured: name, host and port as nats-server reports them, even with no connection
+        name, host, port = _gateway_listen(gw)
+        d["name"] = name
+        d["host"] = _advertised_host(host)
+        d["port"] = port
+    opts = {"subs": subs, "accs": accs}
+    d["outbound_gateways"] = {n: g.monitor_info(opts) for n, g in getattr(server, "gateways_out", {}).items()}
+    d["inbound_gateways"] = {n: [g.monitor_info(opts) for g in conns]
+                             for n, conns in getattr(server, "gateways_in", {}).items()}
+    return d
 
 
 def leafz(server: Any, q: Any) -> dict:
-    parse_bool(q, "subs")
-    return {"server_id": server.server_id, "now": _now(), "leafnodes": 0, "leafs": []}
+    subs = parse_bool(q, "subs")
+    leafs = list(getattr(server, "leafs", {}).values())
+    return {"server_id": server.server_id, "now": _now(), "leafnodes": len(leafs),
+            "leafs": [lf.monitor_info({"subs": subs}) for lf in leafs]}
 
 
 # ---- accounts -----------------------------------------------------------------------------------------

@@ -24,13 +24,13 @@ _SIGNALS = {
 
 def main(argv: list[str] | None = None) -> int:
     from rillet.config.errors import ConfigError
-    from rillet.config.flags import FlagError, parse_command_line
+    from rillet.config.flags import FlagError, UnsupportedFlag, parse_command_line
 
     argv = sys.argv[1:] if argv is None else argv
     try:
         cl = parse_command_line(argv)
     except FlagError as e:
-        if str(e).startswith("unknown signal"):
+        if isinstance(e, UnsupportedFlag) or str(e).startswith("unknown signal"):
             print(f"nats-server: {e}", file=sys.stderr)
             return 1
         # like nats-server (Go's flag package): the error on stderr, the usage on stdout, exit status 0
@@ -142,6 +142,9 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
     from rillet.server.server import Server
 
     for w in opts.config_warnings:
+        log.warn(w)
+    from rillet.config.inactive import inactive_warnings
+    for w in inactive_warnings(opts):
         log.warn(w)
     try:
         srv = Server(opts, log)

@@ -75,6 +75,12 @@ class Server:
             from rillet.server.operator import OperatorMode
             self.operator = OperatorMode(self)
         self.clients: dict[int, Client] = {}
+        # route, gateway and leafnode connections by connection id: none until clustering lands
+        # (/routez, /gatewayz and /leafz report these)
+        self.routes: dict[int, Any] = {}
+        self.gateways_out: dict[str, Any] = {}
+        self.gateways_in: dict[str, list[Any]] = {}
+        self.leafs: dict[int, Any] = {}
         self.internal_clients: list[InternalClient] = []
         from rillet.server.account_config import configure_accounts
         configure_accounts(self)  # per-account mappings, limits, exports/imports; ValueError: refuse to start
