@@ -130,3 +130,29 @@ async def test_ack_of_the_first_message_waits_for_the_block_directory(tmp_path, 
         cdir = next(p for p in sdir.rglob("dur") if p.is_dir() and (p / "meta.json").exists())
         assert dir_syncs(fsyncs, cdir) >= 1
         await nc.close()
+
+
+def test_failed_fsync_of_an_evicted_block_is_reported_by_the_next_sync(tmp_path, monkeypatch):
+    """A block whose descriptor leaves the cache is fsynced first; if that fails, the failure must reach the
+    next sync() (which an ack waits for), not vanish with the closed descriptor."""
+    monkeypatch.setattr(fsmod, "_FD_CACHE", 2)
+    p = tmp_path / "s"
+    log = []
+    fs = FileStore(str(p), StoreConfig(name="t", block_size=100), log=lambda lv, t: log.append((lv, t)))
+    real = os.fsync
+    broken = {"on": True}
+
+    def fsync(fd):
+        if broken["on"] and stat.S_ISREG(os.fstat(fd).st_mode) and os.readlink(f"/proc/self/fd/{fd}").endswith(".blk"):
+            raise OSError(5, "Input/output error")
+        return real(fd)
+    monkeypatch.setattr(fsmod.os, "fsync", fsync)
+    for i in range(8):  # one block per message: descriptors leave the cache
+        fs.store_msg("a", b"", b"x" * 80)
+    assert any(lv == "error" and "Input/output error" in t for lv, t in log)
+    with pytest.raises(fsmod.ErrStoreFull, match="Input/output error"):
+        fs.sync()
+    broken["on"] = False
+    fs.sync()
+    assert all(b.synced == b.size for b in fs._blocks.values())
+    fs.stop()

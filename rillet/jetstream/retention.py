@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rillet.jetstream.log import Entry
+from rillet.jetstream.store.base import StoreError
 
 
 def _remove(stream: Any, seq: int) -> None:
@@ -18,8 +19,10 @@ def _remove(stream: Any, seq: int) -> None:
         return
     try:
         stream.log.propose(Entry(Entry.DELETE, (seq, False)))
-    except Exception:
-        pass
+    except StoreError as e:
+        # the message stays; it is counted and logged, never silently kept
+        stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': retention removal of "
+                            f"message {seq} failed: {e}")
 
 
 def needs_ack(c: Any, seq: int, subject: str) -> bool:
@@ -59,8 +62,8 @@ def on_ack(stream: Any, consumer: Any, seq: int) -> None:
     m = None
     try:
         m = stream.store.load_msg(seq)
-    except Exception:
-        m = None
+    except StoreError:
+        m = None  # unreadable (corrupt): reported by the store, left alone here
     if m is None:
         return
     for c in stream.consumers.values():
@@ -85,8 +88,9 @@ def on_consumer_delete(stream: Any, consumer: Any) -> None:
     while seq <= st.last_seq:
         try:
             m = store.load_next_msg(">", seq, True)
-        except Exception:
-            m = None
+        except StoreError:
+            seq += 1  # an unreadable (corrupt) message, reported by the store: go on after it
+            continue
         if m is None:
             break
         if not any(needs_ack(c, m.seq, m.subject) for c in others):

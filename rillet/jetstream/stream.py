@@ -129,8 +129,8 @@ class Stream:
         else:
             try:
                 self.store.sync()
-            except Exception:
-                pass
+            except store_base.StoreError as e:
+                self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': sync at stop failed: {e}")
             self.store.stop()
 
     # ---- inbound messages -------------------------------------------------------------------------

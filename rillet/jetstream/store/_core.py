@@ -309,19 +309,21 @@ class IndexedStore:
             out.append((seq, ts))
             seq += 1
         entries = self._write_batch(recs)
-        for (seq, subject, hdr, data, ts, ttl_ns), e in zip(recs, entries):
-            self._index(e, seq, subject, hdr, data, ts, ttl_ns)
+        for (seq, subject, hdr, data, ts, _), (_, _, _, _, ttl), e in zip(recs, batch, entries):
+            self._append(seq, subject, hdr, data, ts, ttl, e)
         return out
 
     def _write_batch(self, recs: list[tuple[int, str, bytes, bytes, int, int]]) -> list[Any]:
         """Write several messages all or nothing; the file store overrides this with one framed write."""
         return [self._write(*r) for r in recs]
 
-    def _append(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: float) -> None:
+    def _append(
+        self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: float, e: Any = None
+    ) -> None:
+        """Write (unless ``e``, the entry of an already written record, is given) and index a message."""
         ttl_ns = int(ttl * _NS) if ttl else 0
-        self._index(self._write(seq, subject, hdr, data, ts, ttl_ns), seq, subject, hdr, data, ts, ttl_ns)
-
-    def _index(self, e: Any, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl_ns: int) -> None:
+        if e is None:
+            e = self._write(seq, subject, hdr, data, ts, ttl_ns)
         msgs = self._msgs
         if not msgs:
             self._first = seq

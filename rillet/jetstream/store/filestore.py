@@ -799,8 +799,11 @@ class FileStore(IndexedStore):
                 try:
                     os.fsync(fd)
                     blk.synced = size
-                except OSError:
-                    pass
+                except OSError as e:
+                    # keep it open: the next sync() tries again and reports the failure to its caller
+                    self.log("error", f"fsync of {blk.path} failed: {e.strerror or e}")
+                    self._fds.move_to_end(index)
+                    return
             del self._fds[index]
             os.close(fd)
 
@@ -877,8 +880,9 @@ class FileStore(IndexedStore):
         except OSError as e:
             try:
                 os.ftruncate(self._afd, off)
-            except OSError:
-                pass
+            except OSError as e2:
+                # the partial record stays; the next write goes over it (and recovery cuts a torn tail)
+                self.log("error", f"cannot cut off a failed write in {blk.path}: {e2.strerror or e2}")
             raise ErrStoreFull(f"write to {blk.path} failed: {e.strerror or e}") from e
         blk.size = off + total
         if not blk.first:
@@ -986,8 +990,8 @@ class FileStore(IndexedStore):
         except OSError as e:
             try:
                 os.ftruncate(self._log_fd, off)
-            except OSError:
-                pass
+            except OSError as e2:
+                self.log("error", f"cannot cut off a failed write to the sequence state: {e2.strerror or e2}")
             if not self._log_warned:
                 self._log_warned = True
                 self.log("error", f"cannot write sequence state ({e.strerror or e}); will retry")
