@@ -578,13 +578,20 @@ def test_jetstream_block():
       domain: hub
       sync_interval: "30s"
       unique_tag: " AZ "
-      max_buffered_msgs: 100
+      strict: false
     }
     """).jetstream
     assert js.enabled and js.store_dir == "/data/js"
     assert js.max_memory_store == 1024 ** 3 and js.max_file_store == 10 * 1024 ** 3
     assert js.domain == "hub" and js.sync_interval == 30.0 and js.unique_tag == "az"
-    assert js.extra == {"max_buffered_msgs": 100}
+    assert js.extra == {"strict": False}
+
+
+@pytest.mark.parametrize("key", ["key: s3cr3t", "cipher: aes", "limits { max_ack_pending: 1 }",
+                                 "max_buffered_msgs: 100", "meta_compact: 10"])
+def test_jetstream_keys_rillet_cannot_honour_are_refused(key):
+    with pytest.raises(ConfigError, match=r'o\.conf:1:13: "\w+" is not supported: Rillet '):
+        load("jetstream { " + key + " }")
 
 
 def test_jetstream_aliases():

@@ -19,6 +19,9 @@ class BuilderBase:
         self.store_dir_set = False
         self.seen_user_names: set[str] = {u.username for u in opts.users}
         self.seen_nkeys: set[str] = {u.nkey for u in opts.nkeys}
+        # every dispatch table used through ``each`` (section name -> its keys): what a block accepts,
+        # read by tests/test_config_keys.py so that no key is accepted without a test or a refusal
+        self.section_keys: dict[str, set[str]] = {}
 
     def guard(self, f: Field, handler: Callable[[Field], None] | None, where: str = "") -> None:
         """Run ``handler`` on ``f``, recording (not raising) a ConfigError."""
@@ -33,6 +36,7 @@ class BuilderBase:
 
     def each(self, f: Field, table: dict[str, Callable[[Field], None]], where: str) -> None:
         """Dispatch every entry of the map ``f`` through ``table`` (names are lower case)."""
+        self.section_keys.setdefault(where, set()).update(table)
         for sub in f.entries():
             self.guard(sub, table.get(sub.name), where)
 

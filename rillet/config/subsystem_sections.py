@@ -346,6 +346,11 @@ class SubsystemSections(BuilderBase):
         def extra(sub: Field) -> None:
             js.extra[sub.name] = sub.value
 
+        def refuse(reason: str) -> Callable[[Field], None]:
+            def handler(sub: Field) -> None:
+                raise sub.error(f'"{sub.key}" is not supported: {reason}')
+            return handler
+
         table: dict[str, Callable[[Field], None]] = {
             "store": store_dir, "store_dir": store_dir, "storedir": store_dir,
             "sync": sync, "sync_interval": sync,
@@ -358,12 +363,18 @@ class SubsystemSections(BuilderBase):
             "enable": enable, "enabled": enable,
             "unique_tag": unique_tag,
         }
-        for key in ("strict", "key", "ek", "encryption_key", "prev_key", "prev_ek",
-                    "prev_encryption_key", "cipher", "extension_hint", "limits", "tpm",
-                    "max_outstanding_catchup", "max_buffered_size", "max_buffered_msgs",
-                    "request_queue_limit", "info_queue_limit", "meta_compact",
-                    "meta_compact_size", "meta_compact_sync", "max_concurrent_io"):
-            table[key] = extra
+        table["strict"] = extra  # read by /varz (jetstream.config.strict)
+        # known to nats-server; refused rather than accepted and ignored
+        for key in ("key", "ek", "encryption_key", "prev_key", "prev_ek", "prev_encryption_key", "cipher"):
+            table[key] = refuse("Rillet does not encrypt JetStream stores")
+        table["tpm"] = refuse("Rillet does not encrypt JetStream stores")
+        table["limits"] = refuse("Rillet has no server-wide JetStream limits")
+        table["extension_hint"] = refuse("Rillet has no JetStream extension hint")
+        for key in ("max_outstanding_catchup", "meta_compact", "meta_compact_size", "meta_compact_sync"):
+            table[key] = refuse("Rillet has no clustered JetStream")
+        for key in ("max_buffered_size", "max_buffered_msgs", "request_queue_limit", "info_queue_limit",
+                    "max_concurrent_io"):
+            table[key] = refuse("Rillet has no such JetStream queue or I/O limit")
         self.each(f, table, "jetstream")
         js.enabled = enabled
 
