@@ -159,8 +159,10 @@ class ApiRouter:
 
     def account_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         mem, sto, n, c = self.jsa.usage()
+        streams = self.jsa.streams.values()
         d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
-                             "reserved_memory": 0, "reserved_storage": 0, "streams": n, "consumers": c,
+                             "reserved_memory": _reserved(streams, "memory"),
+                             "reserved_storage": _reserved(streams, "file"), "streams": n, "consumers": c,
                              "limits": gojson.to_go(self.jsa.limits)}
         if self.js.domain:
             d["domain"] = self.js.domain
@@ -215,12 +217,26 @@ class ApiRouter:
         lim = self.jsa.limits
         if lim.max_streams > 0 and len(self.jsa.streams) >= lim.max_streams:
             raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
-        mem, sto, _, _ = self.jsa.usage()
-        if cfg.max_bytes > 0:
-            cap, used = (lim.max_memory, mem) if cfg.storage == "memory" else (lim.max_storage, sto)
-            if cap >= 0 and used + cfg.max_bytes > cap:
-                raise ApiError.make("STORAGE_RESOURCES_EXCEEDED" if cfg.storage == "file"
-                                    else "MEMORY_RESOURCES_EXCEEDED")
+        self._check_bytes(cfg, cfg.max_bytes, _reserved(self.jsa.streams.values(), cfg.storage, cfg.name))
+
+    def _check_bytes(self, cfg: Any, add: int, current: int) -> None:
+        """Account and server limits for a stream that reserves ``add`` more bytes (its max_bytes; a
+        stream without one counts as one byte) over ``current``, the max_bytes the account's other
+        streams of the same storage reserve: as nats-server, reservations count, not bytes stored."""
+        lim = self.jsa.limits
+        if add < 0:
+            add = 1
+        memory = cfg.storage == "memory"
+        err = "MEMORY_RESOURCES_EXCEEDED" if memory else "STORAGE_RESOURCES_EXCEEDED"
+        cap = lim.max_memory if memory else lim.max_storage
+        if cap >= 0 and (current > cap or add > cap - current):
+            raise ApiError.make(err)
+        server_cap = self.js.max_memory if memory else self.js.max_store
+        if server_cap is not None and server_cap > 0:
+            used = sum(_reserved(j.streams.values(), cfg.storage, cfg.name if j is self.jsa else "")
+                       for j in self.js.accounts.values())
+            if used > server_cap or add > server_cap - used:
+                raise ApiError.make(err)
 
     def stream_update(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_update_response"
@@ -234,6 +250,10 @@ class ApiRouter:
         assert stream is not None
         self._check_supported(cfg)
         old = stream.cfg
+        # the account must hold what the new max_bytes reserves beyond the old one
+        grow = max(max(cfg.max_bytes, 0) - max(old.max_bytes, 0), 0)
+        self._check_bytes(cfg, grow, _reserved(self.jsa.streams.values(), cfg.storage, name)
+                          + max(cfg.max_bytes - grow, 0))
         stream.update_config(cfg)  # through the stream's log
         if old.subjects != cfg.subjects or (old.mirror is None) != (cfg.mirror is None):
             stream._subscribe()
@@ -527,6 +547,12 @@ class ApiRouter:
         hdr = H.make_headers([(H.NUM_PENDING, str(np)), (H.LAST_SEQUENCE, str(lseq)),
                               (H.UP_TO_SEQUENCE, str(up_to))], 204, "EOB")
         self.jsa.ic.publish(reply, None, hdr, len(hdr))
+
+
+def _reserved(streams: Any, storage: str, skip: str = "") -> int:
+    """The bytes streams of this storage reserve (their max_bytes, when set), ``skip`` left out."""
+    return sum(s.cfg.max_bytes for s in streams
+               if s.cfg.max_bytes > 0 and s.cfg.storage == storage and s.name != skip)
 
 
 _MAX_MULTI_RESULTS = 1024  # subjects one multi_last request may match (413 Too Many Results beyond)
