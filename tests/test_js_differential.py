@@ -553,3 +553,111 @@ async def test_message_ttl_markers_and_expectations_like_nats_server(pair):
     assert got["expect subject without seq"]["error"]["err_code"] == 10193
     assert got["expect for other subject ok"] == {"stream": "TTL", "seq": 10 - 3}
     assert got["after expiry t.a"][0][0].startswith("NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: 1s\r\n")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Account limits: as reported ($JS.API.INFO) and as enforced
+
+
+LCONF = """
+listen: 127.0.0.1:-1
+jetstream { store_dir: "{store}" }
+accounts {
+  L: {
+    jetstream: { max_mem: 4096, max_file: 1048576, max_streams: 2, max_consumers: 2, max_ack_pending: 100 }
+    users: [{user: l, password: l}]
+  }
+  U: {
+    jetstream: enabled
+    users: [{user: u, password: u}]
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def lpair():
+    p = ServerPair(LCONF)
+    yield p
+    p.stop()
+
+
+async def test_account_limits_reported_and_enforced_like_nats_server(lpair):
+    from jsdiff import norm_json
+
+    async def scenario(kind: str, url: str) -> list:
+        out: list = []
+        r = await Raw.open(url, user="l", **{"pass": "l"})
+        u = await Raw.open(url, user="u", **{"pass": "u"})
+
+        async def api(label: str, subject: str, body=b"", who: Raw = r) -> dict:
+            ans = await who.api(subject, body)
+            keep = ans
+            if "api" in ans:
+                # the API level goes with the server version reported (Rillet says 2.12: level 2)
+                keep = {**ans, "api": {k: v for k, v in ans["api"].items() if k != "level"}}
+            if "config" in ans:  # a stream or consumer info: its config is compared elsewhere
+                keep = {k: v for k, v in ans.items() if k in ("type", "error", "did_create")}
+            out.append((label, norm_json(keep)))
+            return ans
+
+        try:
+            await api("info, limited", "$JS.API.INFO")
+            await api("info, unlimited", "$JS.API.INFO", who=u)
+            await api("memory stream without max_bytes", "$JS.API.STREAM.CREATE.M1",
+                      {"name": "M1", "subjects": ["m1"], "storage": "memory"})
+            await api("memory stream over the account", "$JS.API.STREAM.CREATE.M2",
+                      {"name": "M2", "subjects": ["m2"], "storage": "memory", "max_bytes": 8192})
+            await api("memory stream within", "$JS.API.STREAM.CREATE.M3",
+                      {"name": "M3", "subjects": ["m3"], "storage": "memory", "max_bytes": 2048})
+            await api("file stream within", "$JS.API.STREAM.CREATE.F1",
+                      {"name": "F1", "subjects": ["f1"], "storage": "file", "max_bytes": 1024})
+            await api("third stream", "$JS.API.STREAM.CREATE.F2",
+                      {"name": "F2", "subjects": ["f2"], "storage": "file", "max_bytes": 1024})
+            for i in range(3):
+                await api(f"consumer {i}", f"$JS.API.CONSUMER.CREATE.M3.C{i}",
+                          {"stream_name": "M3", "config": {"durable_name": f"C{i}", "ack_policy": "explicit"}})
+            await api("consumer over max_ack_pending", "$JS.API.CONSUMER.CREATE.F1.X",
+                      {"stream_name": "F1", "config": {"durable_name": "X", "ack_policy": "explicit",
+                                                       "max_ack_pending": 1000}})
+            # publishing until the stream's bytes are used up
+            for i in range(4):
+                ack = await r.publish("m3", "x" * 700)
+                out.append((f"publish {i}", ack))
+            await api("info after use", "$JS.API.INFO")
+            # a stream without max_bytes fills the account's memory: the publish that would pass it fails
+            for i in range(3):
+                out.append((f"publish m1 {i}", await r.publish("m1", "y" * 1200)))
+            await api("info when full", "$JS.API.INFO")
+            await api("update over the account", "$JS.API.STREAM.UPDATE.M3",
+                      {"name": "M3", "subjects": ["m3"], "storage": "memory", "max_bytes": 100000})
+            await api("delete a stream", "$JS.API.STREAM.DELETE.M1")
+            await api("file stream now", "$JS.API.STREAM.CREATE.F1",
+                      {"name": "F1", "subjects": ["f1"], "storage": "file", "max_bytes": 4096})
+            await api("info with a file stream", "$JS.API.INFO")
+            await api("delete the file stream", "$JS.API.STREAM.DELETE.F1")
+            # reservations count, not bytes stored: M3 reserves 2048 of the 4096
+            await api("reserving what another stream reserves", "$JS.API.STREAM.CREATE.M4",
+                      {"name": "M4", "subjects": ["m4"], "storage": "memory", "max_bytes": 3000})
+            await api("reserving the rest", "$JS.API.STREAM.CREATE.M4",
+                      {"name": "M4", "subjects": ["m4"], "storage": "memory", "max_bytes": 2048})
+            await api("update over the rest", "$JS.API.STREAM.UPDATE.M3",
+                      {"name": "M3", "subjects": ["m3"], "storage": "memory", "max_bytes": 2049})
+            await api("update smaller", "$JS.API.STREAM.UPDATE.M3",
+                      {"name": "M3", "subjects": ["m3"], "storage": "memory", "max_bytes": 1000})
+            await api("update to no max_bytes", "$JS.API.STREAM.UPDATE.M4",
+                      {"name": "M4", "subjects": ["m4"], "storage": "memory"})
+            await api("info at the end", "$JS.API.INFO")
+            return out
+        finally:
+            await r.close()
+            await u.close()
+
+    results = await run_both(lpair, scenario)
+    if "go" in results:
+        mism = [(a[0], a[1], b[1]) for a, b in zip(results["rillet"], results["go"]) if a != b]
+        assert not mism, "\n".join(f"{lab}:\n  rillet {ra!r}\n  go     {ga!r}" for lab, ra, ga in mism)
+    got = dict(results["rillet"])
+    assert got["reserving what another stream reserves"]["error"]["err_code"] == 10028
+    assert got["update over the rest"]["error"]["err_code"] == 10028
+    assert (got["info at the end"]["reserved_memory"], got["info at the end"]["reserved_storage"]) == (1000, 0)
