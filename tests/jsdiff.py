@@ -100,7 +100,9 @@ def norm_hdr(hdr: bytes | None) -> str | None:
 
 
 _VOLATILE = {"created", "ts", "first_ts", "last_ts", "time", "server_id", "server_name", "nonce", "id",
-             "last_active", "cluster", "leader", "version", "git_commit", "jetstream_api_version"}
+             "last_active", "cluster", "leader", "version", "git_commit", "jetstream_api_version",
+             # the server version and its JetStream API level: Rillet reports 2.12 (level 2), Go its own
+             "_nats.ver", "_nats.level", "level"}
 
 
 def norm_json(obj: Any, drop: set[str] = frozenset()) -> Any:

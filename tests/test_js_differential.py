@@ -174,6 +174,12 @@ accounts {
       {stream: {account: A, subject: "_IB.>"}}
     ]
   }
+  C: {
+    users: [{user: c, password: c}]
+    imports: [
+      {service: {account: A, subject: "$JS.API.>"}}
+    ]
+  }
 }
 """
 
@@ -661,3 +667,30 @@ async def test_account_limits_reported_and_enforced_like_nats_server(lpair):
     assert got["reserving what another stream reserves"]["error"]["err_code"] == 10028
     assert got["update over the rest"]["error"]["err_code"] == 10028
     assert (got["info at the end"]["reserved_memory"], got["info at the end"]["reserved_storage"]) == (1000, 0)
+
+
+async def test_api_imported_without_prefix_like_nats_server(xpair):
+    """An account without JetStream that imports $JS.API.> as is: its requests reach the exporter's
+    JetStream only (its own API, which would answer 'not enabled', is shadowed)."""
+    async def scenario(kind: str, url: str) -> list:
+        from jsdiff import norm_json
+        a = await Raw.open(url, user="a", **{"pass": "a"})
+        c = await Raw.open(url, user="c", **{"pass": "c"})
+        out = []
+        try:
+            ans = await a.api("$JS.API.STREAM.CREATE.SHARED", {"name": "SHARED", "subjects": ["shared.>"],
+                                                               "storage": "memory"})
+            assert "error" not in ans, ans
+            for subject in ("$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.SHARED"):
+                ans = await c.request(subject, b"", timeout=0.5)
+                ans += await c.request("$JS.API.STREAM.INFO.NOPE", b"", timeout=0.5)
+                await c.settle(0.1)
+                out.append((subject, [norm_json(json.loads(p)) if p else h for h, p in
+                                      (x if isinstance(x, tuple) else (x, b"") for x in ans)]))
+            return out
+        finally:
+            await a.close()
+            await c.close()
+
+    got = same(await run_both(xpair, scenario))
+    assert got[0][1][0]["streams"] >= 1  # the exporter's account info, not a 'not enabled' error
