@@ -619,25 +619,30 @@ def test_cluster_block():
       no_advertise: true
       advertise: "10.0.0.1:6222"
       connect_retries: 5
-      pool_size: 4
+      connect_backoff: true
+      pool_size: -1
+      accounts: []
       authorization { user: ru, password: rp, timeout: 2 }
-      tls { cert_file: c, key_file: k }
       compression: off
+      ping_interval: "10s"
+      ping_max: 3
+      write_deadline: "2s"
     }
     """).cluster
     assert (cl.name, cl.host, cl.port) == ("east", "0.0.0.0", 6222)
     assert cl.routes == ["nats://a:6222", "nats://user:pw@b:6222"]
     assert cl.no_advertise and cl.advertise == "10.0.0.1:6222"
-    assert (cl.connect_retries, cl.pool_size) == (5, 4)
+    assert (cl.connect_retries, cl.connect_backoff, cl.pool_size) == (5, True, -1)
     assert (cl.username, cl.password, cl.auth_timeout) == ("ru", "rp", 2.0)
-    assert cl.tls.cert_file == "c" and cl.extra == {"compression": False}
+    assert (cl.compression, cl.ping_interval, cl.ping_max, cl.write_deadline) == ("off", 10.0, 3, 2.0)
+    for v, mode in (("false", "off"), ('"disabled"', "off"), ('"not_supported"', "not supported"),
+                    ('{ mode: "off" }', "off")):
+        assert load(f"cluster {{ compression: {v} }}").cluster.compression == mode
 
 
-def test_cluster_host_port_and_permissions():
-    cl = load("cluster { host: 127.0.0.1, port: 7000, cluster_advertise: x:1, "
-              "permissions: { import: \">\", export: \"a.>\" } }").cluster
+def test_cluster_host_port():
+    cl = load("cluster { host: 127.0.0.1, port: 7000, cluster_advertise: x:1 }").cluster
     assert (cl.host, cl.port, cl.advertise) == ("127.0.0.1", 7000, "x:1")
-    assert cl.extra["permissions"].publish.allow == [">"]
 
 
 def test_cluster_errors():
@@ -647,6 +652,27 @@ def test_cluster_errors():
     assert "Expected map to define cluster" in error_of("cluster: 5").reason
     assert "an array of route URLs" in error_of("cluster { routes: nats://a:1 }").reason
     assert 'unknown field "bogus" in cluster' in error_of("cluster { bogus: 1 }").reason
+    assert 'error parsing route url ["nats://a:x"]' in error_of('cluster { routes: ["nats://a:x"] }').reason
+    assert 'unsupported compression mode "zip"' in error_of("cluster { compression: zip }").reason
+
+
+@pytest.mark.parametrize("body, words", [
+    ("tls { cert_file: c, key_file: k }", "TLS on routes is not supported yet"),
+    ("pool_size: 4", "route pooling is not supported yet"),
+    ("pool_size: 1", "route pooling is not supported yet"),
+    ("accounts: [A]", "routes pinned to accounts"),
+    ("compression: s2_fast", "s2 compression of routes is not supported yet"),
+    ("compression: accept", "s2 compression of routes is not supported yet"),
+    ("compression: true", "s2 compression of routes is not supported yet"),
+    ("permissions: { import: \">\", export: \"a.>\" }", "cluster permissions"),
+    ("authorization { user: a, password: b, permissions: { import: x } }", "cluster permissions"),
+    ("write_timeout: close", "write_timeout"),
+])
+def test_cluster_refused_until_supported(body, words):
+    """What Rillet's routes do not do yet is refused at load with file:line:col, never ignored."""
+    e = error_of("port: 4222\ncluster {\n  " + body + "\n}")
+    assert words in e.reason
+    assert e.line == 3 and str(e).startswith(f"{e.file}:3:{e.column}: ")
 
 
 # -- environment --------------------------------------------------------------------------------

@@ -121,7 +121,12 @@ class ClusterOptions:
     password: str = ""
     auth_timeout: float = 0.0
     tls: TLSConfig | None = None
-    pool_size: int = 0
+    pool_size: int = 0  # 0 (unset) or negative: one route per server; pooling is refused at load
+    connect_backoff: bool = False  # exponential back-off between attempts to solicit a route (up to 30s)
+    compression: str = ""  # "" (unset), "off" or "not supported": s2 is refused at load
+    ping_interval: float = 0.0  # 0 = the server's ping_interval (capped at 30s for routes)
+    ping_max: int = 0  # 0 = the server's ping_max
+    write_deadline: float = 0.0  # 0 = the server's write_deadline
     extra: dict[str, Any] = field(default_factory=dict)
 
 

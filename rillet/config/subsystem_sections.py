@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 from rillet.goquote import go_type
 from rillet.config import options as defaults
-from rillet.config.options import ClusterOptions, TLSConfig
+from rillet.config.options import TLSConfig
 
 from .builder_base import BuilderBase, storage_size
 from .errors import ConfigError
@@ -381,75 +381,5 @@ class SubsystemSections(BuilderBase):
     # -- cluster --------------------------------------------------------------
 
     def cluster(self, f: Field) -> None:
-        if not isinstance(f.value, dict):
-            raise f.error(f"Expected map to define cluster, got {type(f.value).__name__}")
-        cl: ClusterOptions = self.o.cluster
-        s = self.setter
-        target = lambda: cl  # noqa: E731
-
-        def name(sub: Field) -> None:
-            value = sub.as_str()
-            if " " in value:
-                raise sub.error("cluster name cannot contain spaces")
-            cl.name = value
-
-        def listen(sub: Field) -> None:
-            cl.host, cl.port = self.host_port(sub)
-
-        def authorization(sub: Field) -> None:
-            auth = self.parse_authorization(sub)
-            if "users" in auth:
-                raise sub.error("Cluster authorization does not allow multiple users")
-            if auth.get("token"):
-                raise sub.error("Cluster authorization does not support tokens")
-            if "auth_callout" in auth:
-                raise sub.error("Cluster authorization does not support callouts")
-            cl.username = auth.get("user", "")
-            cl.password = auth.get("pass", "")
-            cl.auth_timeout = auth.get("timeout", 0.0)
-            if auth.get("permissions") is not None:
-                self.warnings.append(sub.error(
-                    'setting "permissions" within cluster authorization block is deprecated'))
-                cl.extra.setdefault("permissions", auth["permissions"])
-
-        def routes(sub: Field) -> None:
-            if not isinstance(sub.value, list):
-                raise sub.wrong_type("an array of route URLs")
-            cl.routes = sub.as_str_list("routes")
-
-        def tls(sub: Field) -> None:
-            cl.tls = self.parse_tls(sub, client_side=False, where="cluster")
-
-        def permissions(sub: Field) -> None:
-            perms = self.parse_permissions(sub)
-            if perms.response is not None:
-                raise sub.error("Cluster permissions do not support dynamic responses")
-            cl.extra["permissions"] = perms
-
-        def duration(sub: Field) -> None:
-            cl.extra[sub.name] = sub.as_duration(self.warnings)
-
-        def extra(sub: Field) -> None:
-            cl.extra[sub.name] = sub.value
-
-        table: dict[str, Callable[[Field], None]] = {
-            "name": name,
-            "listen": listen,
-            "port": s("port", "int", target=target),
-            "host": s("host", "str", target=target),
-            "net": s("host", "str", target=target),
-            "authorization": authorization,
-            "routes": routes,
-            "tls": tls,
-            "advertise": s("advertise", "str", target=target),
-            "cluster_advertise": s("advertise", "str", target=target),
-            "no_advertise": s("no_advertise", "bool", target=target),
-            "connect_retries": s("connect_retries", "int", target=target),
-            "pool_size": s("pool_size", "int", target=target),
-            "permissions": permissions,
-            "ping_interval": duration,
-            "write_deadline": duration,
-        }
-        for key in ("connect_backoff", "accounts", "compression", "ping_max", "write_timeout"):
-            table[key] = extra
-        self.each(f, table, "cluster")
+        from rillet.config.cluster_section import parse_cluster
+        parse_cluster(self, f)

@@ -1,0 +1,174 @@
+"""The ``cluster {}`` block of a config file: routes between the servers of one cluster.
+
+What nats-server accepts is accepted here with its defaults and errors; what Rillet's routes do not do yet
+is refused with file:line:col and the reason, never parsed and ignored:
+
+* ``tls {}`` (routes are plain TCP), ``permissions`` (import/export filters on routes), ``write_timeout``;
+* ``pool_size`` of 1 or more and ``accounts`` (pinned-account routes): Rillet keeps one route per remote
+  server, as nats-server does with ``pool_size: -1``. Left unset (nats-server's default is 3), a Go server
+  sees a peer without pooling and keeps one route to it too, which it does for older servers;
+* ``compression`` other than off: s2 is not implemented. A Go server configured for compression negotiates
+  "off" with a peer that announces it, as with any peer that has compression off.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from rillet.config.options import ClusterOptions
+
+from .typed import Field
+
+# nats-server's names for the compression modes a config may give (after lower-casing)
+_COMPRESSION_OFF = {"off": "off", "disabled": "off", "false": "off",
+                    "not supported": "not supported", "not_supported": "not supported"}
+_COMPRESSION_ON = {"on", "enabled", "true", "accept", "auto", "s2_auto", "fast", "s2_fast", "better",
+                   "s2_better", "best", "s2_best", "uncompressed", "s2_uncompressed"}
+
+ROUTE_MAX_PING_INTERVAL = 30.0  # seconds: nats-server's cap for routes
+
+
+def _unsupported(f: Field, what: str) -> Any:
+    return f.error(f"cluster {f.key}: {what} is not supported yet")
+
+
+def parse_cluster(b: Any, f: Field) -> None:
+    """Fill ``b.o.cluster`` from the cluster map ``f`` (``b``: the config builder)."""
+    if not isinstance(f.value, dict):
+        raise f.error(f"Expected map to define cluster, got {type(f.value).__name__}")
+    cl: ClusterOptions = b.o.cluster
+    s = b.setter
+    target = lambda: cl  # noqa: E731
+
+    def name(sub: Field) -> None:
+        value = sub.as_str()
+        if " " in value:
+            raise sub.error("cluster name cannot contain spaces")
+        cl.name = value
+
+    def listen(sub: Field) -> None:
+        cl.host, cl.port = b.host_port(sub)
+
+    def authorization(sub: Field) -> None:
+        auth = b.parse_authorization(sub)
+        if "users" in auth:
+            raise sub.error("Cluster authorization does not allow multiple users")
+        if auth.get("token"):
+            raise sub.error("Cluster authorization does not support tokens")
+        if "auth_callout" in auth:
+            raise sub.error("Cluster authorization does not support callouts")
+        if auth.get("permissions") is not None:
+            b.warnings.append(sub.error('setting "permissions" within cluster authorization block is deprecated'))
+            raise sub.error("cluster permissions (import/export on routes) are not supported yet")
+        cl.username = auth.get("user", "")
+        cl.password = auth.get("pass", "")
+        cl.auth_timeout = auth.get("timeout", 0.0)
+
+    def routes(sub: Field) -> None:
+        if not isinstance(sub.value, list):
+            raise sub.wrong_type("an array of route URLs")
+        seen: set[str] = set()
+        out: list[str] = []
+        for item in sub.items():
+            if not isinstance(item.value, str):
+                raise item.error(f"routes: expected strings in the array, got {item.value!r}")
+            u = item.value.strip()
+            if u in seen:
+                b.warnings.append(item.error("Duplicate route entry detected"))
+                continue
+            seen.add(u)
+            check_route_url(u, item)
+            out.append(u)
+        cl.routes = out
+
+    def tls(sub: Field) -> None:
+        raise _unsupported(sub, "TLS on routes")
+
+    def permissions(sub: Field) -> None:
+        raise sub.error("cluster permissions (import/export on routes) are not supported yet")
+
+    def pool_size(sub: Field) -> None:
+        n = sub.as_int()
+        if n >= 1:
+            raise sub.error(f"cluster pool_size {n}: route pooling is not supported yet; Rillet keeps one route "
+                            "per server (as pool_size: -1), which nats-server peers accept")
+        cl.pool_size = n
+
+    def accounts(sub: Field) -> None:
+        names = sub.as_str_list("accounts")
+        if names:
+            raise _unsupported(sub, "routes pinned to accounts (cluster accounts)")
+
+    def compression(sub: Field) -> None:
+        v = sub.value
+        if isinstance(v, bool):
+            mode = "true" if v else "false"
+        elif isinstance(v, str):
+            mode = v
+        elif isinstance(v, dict):
+            mode = ""
+            for e in sub.entries():
+                if e.name == "mode":
+                    mode = e.as_str()
+                elif e.name in ("rtt_thresholds", "thresholds", "rtts", "rtt"):
+                    raise _unsupported(e, "s2 compression (rtt_thresholds)")
+                else:
+                    raise e.error(f'unknown field "{e.key}"')
+        else:
+            raise sub.error(f'field "{sub.key}" should be a boolean or a structure, got {type(v).__name__}')
+        m = mode.lower()
+        if m in _COMPRESSION_OFF:
+            cl.compression = _COMPRESSION_OFF[m]
+        elif m in _COMPRESSION_ON:
+            raise sub.error(f'cluster compression "{mode}": s2 compression of routes is not supported yet; '
+                            'use compression: off')
+        else:
+            raise sub.error(f'unsupported compression mode "{mode}"')
+
+    def ping_interval(sub: Field) -> None:
+        d = sub.as_duration(b.warnings)
+        if d > ROUTE_MAX_PING_INTERVAL:
+            b.warnings.append(sub.error("Cluster 'ping_interval' will reset to 30s which is the max for routes"))
+        cl.ping_interval = d
+
+    def write_timeout(sub: Field) -> None:
+        raise _unsupported(sub, "write_timeout (write deadline policy)")
+
+    table: dict[str, Callable[[Field], None]] = {
+        "name": name,
+        "listen": listen,
+        "port": s("port", "int", target=target),
+        "host": s("host", "str", target=target),
+        "net": s("host", "str", target=target),
+        "authorization": authorization,
+        "routes": routes,
+        "tls": tls,
+        "advertise": s("advertise", "str", target=target),
+        "cluster_advertise": s("advertise", "str", target=target),
+        "no_advertise": s("no_advertise", "bool", target=target),
+        "connect_retries": s("connect_retries", "int", target=target),
+        "connect_backoff": s("connect_backoff", "bool", target=target),
+        "pool_size": pool_size,
+        "accounts": accounts,
+        "compression": compression,
+        "permissions": permissions,
+        "ping_interval": ping_interval,
+        "ping_max": s("ping_max", "int", target=target),
+        "write_deadline": s("write_deadline", "duration", target=target),
+        "write_timeout": write_timeout,
+    }
+    b.each(f, table, "cluster")
+
+
+def check_route_url(u: str, f: Field | None = None) -> None:
+    """A route URL as nats-server reads it: [scheme://][user:pass@]host:port."""
+    try:
+        parts = urlsplit(u)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        parts = None
+    if parts is None or not parts.hostname:
+        msg = f'error parsing route url ["{u}"]'
+        if f is None:
+            raise ValueError(msg)
+        raise f.error(msg)
