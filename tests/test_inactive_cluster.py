@@ -73,8 +73,7 @@ CASES = {
     "unconfigured": "",
     "cluster and gateway, alone": (
         'server_name: S1\n'
-        'cluster { name: C1, listen: "127.0.0.1:%(c)d", routes: ["nats://127.0.0.1:%(r)d"],'
-        ' permissions: { import: { allow: ["a.>"] }, export: { deny: "b" } } }\n'
+        'cluster { name: C1, listen: "127.0.0.1:%(c)d", routes: ["nats://127.0.0.1:%(r)d"] }\n'
         'gateway { name: C1, listen: "127.0.0.1:%(g)d" }'),
     "leafnodes, alone": 'leafnodes { listen: "127.0.0.1:%(l)d" }',
 }
@@ -91,4 +90,3 @@ def test_endpoints_match_nats_server(case, tmp_path):
     assert ours == theirs
     if "gateway" in conf:
         assert ours["gatewayz"]["name"] == "C1" and ours["gatewayz"]["port"] == ports["g"]
-        assert ours["routez"]["import"] == {"allow": ["a.>"]}

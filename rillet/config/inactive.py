@@ -13,9 +13,7 @@ NOT_ACTIVE = "Rillet does not support {what} yet"
 
 
 def cluster_configured(o: Options) -> bool:
-    cl = o.cluster
-    return cl != ClusterOptions() and bool(cl.port or cl.host or cl.listen or cl.routes or cl.name
-                                          or cl.advertise or cl.extra or cl.tls is not None)
+    return o.cluster != ClusterOptions()
 
 
 def inactive_warnings(o: Options) -> list[str]:

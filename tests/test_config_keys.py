@@ -1,0 +1,384 @@
+"""Every configuration key and command-line flag the server accepts either acts or is refused.
+
+The keys come from the code itself: the builder's top-level dispatch table (``_Builder.top_handlers``), the
+tables its sections dispatch through (``section_keys``: jetstream, websocket, authorization, cluster) and the
+flag table (``flags.FLAGS``). Each key must be
+  * covered: KEY_TESTS names a test (node id in the tests tree) showing what it does,
+  * an alias: ALIASES names the key it spells differently, and loading either gives the same Options,
+  * or refused: loading it fails with file:line:col and "is not supported".
+A key added to the builder without an entry here (or a refusal) fails ``test_every_key_acts_or_is_refused``.
+The tls {} block (and ocsp) belong to tests/test_tls_options.py, which the map points into.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from helpers import serve_config
+from rillet.config import ConfigError
+from rillet.config.flags import FLAGS, UnsupportedFlag, parse_command_line
+from rillet.config.options import Options
+from rillet.config.options_builder import _Builder, load_string
+from rillet.config.parser import parse_string
+
+TESTS = Path(__file__).parent
+HERE = "tests/test_config_keys.py"
+
+# key -> a test showing what the key does (the first spelling of each setting; aliases are in ALIASES)
+KEY_TESTS: dict[str, str] = {
+    "listen": "tests/test_cli.py::test_config_integer_duration_is_a_warning",
+    "port": "tests/test_cli.py::test_fixed_port_and_name",
+    "host": "tests/test_mapping.py::test_config_mappings_applied_on_publish",
+    "client_advertise": f"{HERE}::test_client_advertise_is_the_connect_url",
+    "server_name": "tests/test_protocol.py::test_info_server_name_and_max_payload",
+    "http": "tests/test_monitor.py::test_start_log_listener_and_shutdown",
+    "https": "tests/test_monitor.py::test_https_monitor",
+    "http_port": "tests/test_startup.py::test_client_port_listens_before_the_monitor_starts",
+    "https_port": "tests/test_monitor.py::test_https_monitor",
+    "http_base_path": "tests/test_monitor.py::test_base_path",
+    "pid_file": "tests/test_cli.py::test_pid_file",
+    "ports_file_dir": "tests/test_cli.py::test_random_port_ports_file_and_log_lines",
+    "max_payload": "tests/test_parser.py::test_payload_exactly_max_payload_is_accepted",
+    "max_control_line": "tests/test_parser.py::test_control_line_at_limit_is_accepted",
+    "max_pending": "tests/test_limits.py::test_max_pending_cuts_off_stalled_subscriber",
+    "max_connections": "tests/test_auth.py::test_max_connections",
+    "max_subscriptions": "tests/test_auth.py::test_max_subscriptions",
+    "max_closed_clients": f"{HERE}::test_max_closed_clients_bounds_the_closed_list",
+    "ping_interval": "tests/test_protocol.py::test_stale_connection",
+    "ping_max": "tests/test_protocol.py::test_stale_connection",
+    "write_deadline": "tests/test_limits.py::test_write_deadline_cuts_off_stalled_subscriber",
+    "lame_duck_duration": "tests/test_cli.py::test_sigusr2_lame_duck",
+    "lame_duck_grace_period": "tests/test_cli.py::test_config_durations",
+    "disable_sublist_cache": f"{HERE}::test_disable_sublist_cache",
+    "no_header_support": f"{HERE}::test_no_header_support_in_info",
+    "debug": "tests/test_cli.py::test_debug_and_trace_lines",
+    "trace": "tests/test_cli.py::test_trace_redacts_password",
+    "trace_verbose": f"{HERE}::test_trace_verbose_and_trace_headers_turn_tracing_on",
+    "trace_headers": f"{HERE}::test_trace_verbose_and_trace_headers_turn_tracing_on",
+    "logtime": f"{HERE}::test_logtime_and_logtime_utc",
+    "logtime_utc": f"{HERE}::test_logtime_and_logtime_utc",
+    "log_file": "tests/test_cli.py::test_log_file",
+    "log_size_limit": "tests/test_logging.py::test_logfile_max_num_key_reaches_the_logger",
+    "logfile_max_num": "tests/test_logging.py::test_logfile_max_num_key_reaches_the_logger",
+    "syslog": "tests/test_logging.py::test_local_syslog_uses_the_daemon_facility",
+    "remote_syslog": "tests/test_logging.py::test_remote_syslog_key_in_the_config_file",
+    "authorization": "tests/test_auth.py::test_token_auth",
+    "no_auth_user": "tests/test_auth.py::test_no_auth_user",
+    "accounts": "tests/test_accounts.py",
+    "system_account": "tests/test_sysacc.py::test_default_sys_account_and_no_system_account",
+    "no_system_account": "tests/test_sysacc.py::test_no_system_account",
+    "tls": "tests/test_tls_options.py",  # the TLS engineer's tests
+    "ocsp": "tests/test_tls_options.py::test_ocsp_off_is_accepted",
+    "ocsp_cache": "tests/test_tls_options.py::test_ocsp_off_is_accepted",
+    "allow_non_tls": "tests/test_monitor.py::test_https_monitor",
+    "websocket": "tests/test_websocket.py::test_from_config_file",
+    "jetstream": "tests/test_js_consumer.py::test_domain_and_v2_ack_subjects",
+    "store_dir": "tests/test_js_durability.py::test_acked_messages_survive_sigkill",
+    "mappings": "tests/test_mapping.py::test_config_mappings_applied_on_publish",
+    "server_tags": f"{HERE}::test_server_tags_in_varz",
+    "operator": "tests/test_operator.py::test_operator_asserts_server_version",
+    "resolver": "tests/test_operator.py::test_full_dir_resolver_survives_restart",
+    "resolver_preload": "tests/test_operator.py::test_operator_signing_keys_and_strict_usage",
+    "resolver_pinned_accounts": "tests/test_operator.py::test_pinned_accounts",
+    "trusted": "tests/test_operator.py::test_config_errors_at_parse",
+    # not active until clustering lands: the server starts and warns, naming the block
+    "cluster": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
+    "gateway": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
+    "leafnodes": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
+    "connect_error_reports": "tests/test_inactive_cluster.py::test_no_warning_without_cluster_settings",
+    "reconnect_error_reports": "tests/test_inactive_cluster.py::test_no_warning_without_cluster_settings",
+    # jetstream {}
+    "jetstream.store_dir": "tests/test_js_durability.py::test_acked_messages_survive_sigkill",
+    "jetstream.sync_interval": "tests/test_js_stream.py::test_sync_always_acks_after_fsync",
+    "jetstream.max_memory_store": "tests/test_monitor.py::test_jetstream_hook",
+    "jetstream.max_file_store": f"{HERE}::test_jetstream_store_limits_reach_the_account",
+    "jetstream.domain": "tests/test_js_consumer.py::test_domain_and_v2_ack_subjects",
+    "jetstream.enabled": "tests/test_monitor.py::test_jetstream_hook",
+    "jetstream.unique_tag": f"{HERE}::test_jetstream_store_limits_reach_the_account",
+    "jetstream.strict": "tests/test_operator.py::test_operator_signing_keys_and_strict_usage",
+    # websocket {}
+    "websocket.listen": "tests/test_websocket.py::test_from_config_file",
+    "websocket.port": "tests/test_websocket.py::test_start_logs_and_addr",
+    "websocket.host": "tests/test_websocket.py::test_start_logs_and_addr",
+    "websocket.advertise": "tests/test_websocket.py::test_info_for_websocket_clients",
+    "websocket.no_tls": "tests/test_websocket.py::test_requires_tls_unless_no_tls",
+    "websocket.tls": "tests/test_websocket.py::test_wss_self_signed",
+    "websocket.same_origin": "tests/test_websocket.py::test_same_origin",
+    "websocket.allowed_origins": "tests/test_websocket.py::test_origin_checks",
+    "websocket.handshake_timeout": "tests/test_websocket.py::test_handshake_timeout",
+    "websocket.compression": "tests/test_websocket.py::test_compression_with_aiohttp_client",
+    "websocket.authorization": "tests/test_websocket.py",
+    "websocket.jwt_cookie": "tests/test_websocket.py",
+    "websocket.user_cookie": "tests/test_websocket.py",
+    "websocket.pass_cookie": "tests/test_websocket.py",
+    "websocket.token_cookie": "tests/test_websocket.py",
+    "websocket.no_auth_user": "tests/test_auth.py::test_no_auth_user",
+    "websocket.headers": "tests/test_websocket.py::test_invalid_custom_headers_refused",
+    "websocket.ping_interval": "tests/test_websocket.py",
+    # authorization {}
+    "authorization.user": "tests/test_auth.py::test_user_password",
+    "authorization.pass": "tests/test_auth.py::test_user_password",
+    "authorization.token": "tests/test_auth.py::test_token_auth",
+    "authorization.timeout": "tests/test_cli.py::test_config_durations",
+    "authorization.users": "tests/test_auth.py::test_users_list",
+    "authorization.permissions": "tests/test_auth.py::test_allow_responses_once",
+    "authorization.default_permissions": "tests/test_operator.py::test_account_default_permissions",
+    "authorization.auth_callout": "tests/test_auth_callout.py",
+    "authorization.proxy_required": "tests/test_config_options.py",
+}
+
+# alias -> (the key it spells, a value both accept)
+ALIASES: dict[str, tuple[str, str]] = {
+    "net": ("host", '"127.0.0.2"'), "monitor": ("http", "8222"), "monitor_port": ("http_port", "8222"),
+    "pidfile": ("pid_file", '"/tmp/x.pid"'), "max_conn": ("max_connections", "7"),
+    "max_subs": ("max_subscriptions", "7"), "max_pings_outstanding": ("ping_max", "7"),
+    "no_sublist_cache": ("disable_sublist_cache", "true"), "logfile": ("log_file", '"/tmp/x.log"'),
+    "logfile_size_limit": ("log_size_limit", "1000"), "log_max_num": ("logfile_max_num", "3"),
+    "system": ("system_account", "SYS"), "no_system": ("no_system_account", "true"),
+    "no_sys_acc": ("no_system_account", "true"), "ws": ("websocket", "{ port: 8080, no_tls: true }"),
+    "storedir": ("store_dir", '"/tmp/js"'), "leaf": ("leafnodes", "{ port: 7422 }"),
+    "maps": ("mappings", '{ a: b }'), "trusted_keys": ("trusted", '["OAB"]'),
+    "account_resolver": ("resolver", "MEMORY"), "accounts_resolver": ("resolver", "MEMORY"),
+    **{k: ("operator", '"/nonexistent.jwt"') for k in ("operators", "root", "roots", "root_operator",
+                                                       "root_operators")},
+    "jetstream.store": ("jetstream.store_dir", '"/tmp/js"'), "jetstream.storedir": ("jetstream.store_dir", '"/tmp/js"'),
+    "jetstream.sync": ("jetstream.sync_interval", "always"),
+    "jetstream.max_mem_store": ("jetstream.max_memory_store", "1G"),
+    "jetstream.max_mem": ("jetstream.max_memory_store", "1G"),
+    "jetstream.max_file": ("jetstream.max_file_store", "1G"), "jetstream.enable": ("jetstream.enabled", "false"),
+    "websocket.net": ("websocket.host", '"127.0.0.2"'), "websocket.compress": ("websocket.compression", "true"),
+    "websocket.authentication": ("websocket.authorization", "{ token: t }"),
+    **{f"websocket.{k}": ("websocket.allowed_origins", '["http://a"]')
+       for k in ("allowed_origin", "allow_origins", "allow_origin", "origins", "origin")},
+    "authorization.username": ("authorization.user", "u"), "authorization.password": ("authorization.pass", "p"),
+    "authorization.default_permission": ("authorization.default_permissions", "{ publish: a }"),
+    "authorization.auth_hook": ("authorization.auth_callout",
+                                "{ issuer: AABBCC, auth_users: [u] }"),
+}
+
+# flag destination -> a test showing what the flag does
+FLAG_TESTS: dict[str, str] = {
+    "help": "tests/test_cli.py::test_help", "version": "tests/test_cli.py::test_version",
+    "help_tls": "tests/test_config_flags.py::test_help_tls", "config": "tests/test_cli.py::test_check_good_config",
+    "test_config": "tests/test_cli.py::test_check_good_config",
+    "signal": "tests/test_cli.py::test_signal_command_ldm_by_pid",
+    "port": "tests/test_cli.py::test_fixed_port_and_name", "host": "tests/test_cli.py::test_fixed_port_and_name",
+    "server_name": "tests/test_cli.py::test_fixed_port_and_name",
+    "client_advertise": f"{HERE}::test_client_advertise_is_the_connect_url",
+    "debug": "tests/test_cli.py::test_debug_and_trace_lines", "trace": "tests/test_cli.py::test_trace_redacts_password",
+    "VV": "tests/test_config_flags.py::test_combined_logging_flags",
+    "DV": "tests/test_cli.py::test_debug_and_trace_lines",
+    "DVV": "tests/test_config_flags.py::test_combined_logging_flags",
+    "logtime": f"{HERE}::test_logtime_and_logtime_utc", "logtime_utc": f"{HERE}::test_logtime_and_logtime_utc",
+    "username": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
+    "password": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
+    "authorization": "tests/test_rcli_context.py::test_context_supplies_server_and_credentials",
+    "http_port": "tests/test_mapping.py::test_partitions_stable_across_restart_and_same_as_go",
+    "https_port": "tests/test_monitor.py::test_https_monitor",
+    "pid_file": "tests/test_cli.py::test_pid_file",
+    "ports_file_dir": "tests/test_cli.py::test_random_port_ports_file_and_log_lines",
+    "log_file": "tests/test_cli.py::test_log_file",
+    "log_size_limit": "tests/test_logging.py::test_log_file_rotates_at_the_size_limit_and_keeps_max_files",
+    "syslog": "tests/test_logging.py::test_syslog_without_a_daemon_stops_the_server_like_nats_server",
+    "remote_syslog": "tests/test_logging.py::test_remote_syslog_flag_sends_the_log_over_udp",
+    "routes": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
+    "cluster": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
+    "cluster_name": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
+    "cluster_advertise": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
+    "no_advertise": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
+    "connect_retries": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
+    "tls": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
+    "tlscert": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
+    "tlskey": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
+    "tlsverify": "tests/test_rcli_auth.py::test_tls_client_certificates",
+    "tlscacert": "tests/test_rcli_auth.py::test_tls_client_certificates",
+    "jetstream": "tests/test_js_api_registration.py::test_server_process_refuses_to_start",
+    "store_dir": "tests/test_js_api_registration.py::test_server_process_refuses_to_start",
+}
+REFUSED_FLAGS = {"profile": ["--profile", "6060"], "max_traced_msg_len": ["--max_traced_msg_len", "10"]}
+
+SECTIONS_SAMPLE = ('jetstream { store_dir: "/tmp/x" }\nwebsocket { port: 1, no_tls: true }\n'
+                   'authorization { user: a, pass: b }\ncluster { name: x }\n')
+
+
+def all_keys() -> list[str]:
+    """Every key the builder dispatches: top level, and "section.key" for the sections it walks."""
+    builder = _Builder(Options())
+    keys = set(builder.top_handlers)
+    builder.apply(parse_string(SECTIONS_SAMPLE, "sample.conf"))
+    for section, names in builder.section_keys.items():
+        if section in ("jetstream", "websocket", "authorization"):
+            keys.update(f"{section}.{n}" for n in names)
+    return sorted(keys)
+
+
+def cluster_keys() -> list[str]:
+    builder = _Builder(Options())
+    builder.apply(parse_string(SECTIONS_SAMPLE, "sample.conf"))
+    return sorted(builder.section_keys["cluster"])
+
+
+def as_config(key: str, value: str) -> str:
+    if "." in key:
+        section, name = key.split(".", 1)
+        return f"{section} {{ {name}: {value} }}\n"
+    return f"{key}: {value}\n"
+
+
+@lru_cache(maxsize=None)
+def defined_functions(path: str) -> frozenset[str]:
+    tree = ast.parse((TESTS.parent / path).read_text())
+    return frozenset(n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def node_exists(node: str) -> bool:
+    path, _, name = node.partition("::")
+    if not (TESTS.parent / path).is_file():
+        return False
+    return not name or name.split("[")[0] in defined_functions(path)
+
+
+def refusal(key: str) -> str | None:
+    """The error loading ``key`` gives when it is refused as not supported (None when it loads)."""
+    text = as_config(key, "1")
+    try:
+        load_string(text, "k.conf")
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def load_result(text: str) -> object:
+    """The Options a text gives, or its error without the position (alias and key differ in length)."""
+    try:
+        return load_string(text, "a.conf")
+    except ConfigError as e:
+        return re.sub(r"^a\.conf:\d+:\d+: ", "", str(e))
+
+
+@pytest.mark.parametrize("key", all_keys())
+def test_every_key_acts_or_is_refused(key):
+    if key in KEY_TESTS:
+        assert node_exists(KEY_TESTS[key]), f"{key}: {KEY_TESTS[key]} is not in the tests tree"
+        return
+    if key in ALIASES:
+        canonical, value = ALIASES[key]
+        assert canonical in KEY_TESTS, f"{key} is an alias of {canonical}, which has no test"
+        assert load_result(as_config(key, value)) == load_result(as_config(canonical, value)), \
+            f"{key} does not do what {canonical} does"
+        return
+    problem = refusal(key)
+    assert problem is not None, (f"{key!r} is accepted but has no test in KEY_TESTS or ALIASES and is not "
+                                 "refused: make it work (and name its test) or refuse it")
+    where = "1:" + ("1" if "." not in key else str(len(key.split(".")[0]) + 4))
+    assert re.match(rf'k\.conf:{where}: "{re.escape(key.split(".")[-1])}" is not supported: ', problem), problem
+
+
+def test_the_maps_name_only_keys_the_builder_has():
+    keys = set(all_keys())
+    assert not set(KEY_TESTS) - keys, set(KEY_TESTS) - keys
+    assert not set(ALIASES) - keys, set(ALIASES) - keys
+
+
+def test_cluster_block_keys_are_all_inactive():
+    """The whole cluster {} block is not active (one warning at start), whatever it holds."""
+    from rillet.config.inactive import inactive_warnings
+    for key in cluster_keys():
+        value = {"name": "c", "listen": '"127.0.0.1:6222"', "routes": '["nats://h:1"]', "authorization": "{ user: a, pass: b }",
+                 "permissions": "{ import: a }", "tls": "{}"}.get(key, "1")
+        try:
+            opts = load_string(f"cluster {{ {key}: {value} }}", "c.conf")
+        except ConfigError as e:  # a value of the wrong kind for that key: still a key the block knows
+            assert "unknown field" not in str(e), e
+            continue
+        assert any("Cluster settings (cluster block) are not active" in w for w in inactive_warnings(opts)), key
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS))
+def test_every_flag_acts_or_is_refused(name):
+    dest = FLAGS[name].dest
+    if dest in REFUSED_FLAGS:
+        with pytest.raises(UnsupportedFlag, match=r"is not supported: Rillet "):
+            parse_command_line(REFUSED_FLAGS[dest])
+        parse_command_line([f"--{dest}", "0"])  # the default value is accepted
+        return
+    assert dest in FLAG_TESTS, f"flag -{name} ({dest}) has no test in FLAG_TESTS and is not refused"
+    assert node_exists(FLAG_TESTS[dest]), FLAG_TESTS[dest]
+
+
+# ---- behaviour of keys no other test covers -------------------------------------------------------
+
+async def test_client_advertise_is_the_connect_url():
+    async with serve_config('listen: "127.0.0.1:-1"\nclient_advertise: "nats.example.com:4333"\n') as srv:
+        assert srv.connect_urls() == ["nats.example.com:4333"]
+    assert parse_command_line(["--client_advertise", "a:1"]).options.client_advertise == "a:1"
+
+
+async def test_max_closed_clients_bounds_the_closed_list():
+    async with serve_config('listen: "127.0.0.1:-1"\nmax_closed_clients: 1\n') as srv:
+        assert srv.closed_clients.maxlen == 1
+
+
+async def test_disable_sublist_cache():
+    for text, cached in (("", 1), ("disable_sublist_cache: true\n", 0)):
+        async with serve_config('listen: "127.0.0.1:-1"\n' + text) as srv:
+            sl = srv.global_account.sublist
+            sl.match("a.b")
+            sl.match("a.b")
+            assert sl.stats()["num_cache"] == cached
+
+
+async def test_no_header_support_in_info():
+    from helpers import RawClient
+    async with serve_config('listen: "127.0.0.1:-1"\nno_header_support: true\n') as srv:
+        async with await RawClient.open(srv, connect=False) as c:
+            assert c.info["headers"] is False
+
+
+def test_trace_verbose_and_trace_headers_turn_tracing_on():
+    assert load_string("trace_verbose: true").trace is True
+    assert load_string("trace_headers: true").trace is True
+    assert load_string("trace_verbose: false").trace is False
+
+
+def test_logtime_and_logtime_utc(tmp_path):
+    from rillet.server.logging import Logger
+    stamp = r"\d{4}/\d\d/\d\d (\d\d):\d\d:\d\d\.\d{6}"
+    for text, pattern in (("logtime: false", rf"^\[{os.getpid()}\] \[INF\] hello$"),
+                          ("logtime: true\nlogtime_utc: true", rf"^\[{os.getpid()}\] {stamp} \[INF\] hello$")):
+        path = tmp_path / "l.log"
+        path.unlink(missing_ok=True)
+        log = Logger.from_options(load_string(f'log_file: "{path}"\n{text}\n'))
+        log.notice("hello")
+        log.close()
+        line = path.read_text().strip()
+        m = re.match(pattern, line)
+        assert m, line
+        if m.groups():
+            assert int(m.group(1)) in {time.gmtime(time.time() - d).tm_hour for d in (0, 5)}
+
+
+async def test_server_tags_in_varz():
+    from rillet.monitor.procstats import CPUMeter
+    from rillet.monitor.varz import varz
+    async with serve_config('listen: "127.0.0.1:-1"\nserver_tags: ["Az:1", "b"]\n') as srv:
+        assert varz(srv, {}, CPUMeter())["tags"] == ["az:1", "b"]
+
+
+def test_jetstream_store_limits_reach_the_account():
+    js = load_string('jetstream { max_file_store: "1G", unique_tag: "AZ" }').jetstream
+    assert (js.max_file_store, js.unique_tag) == (1 << 30, "az")
+
+
+def test_log_output_is_not_swallowed():
+    buf = io.StringIO()
+    from rillet.server.logging import Logger
+    Logger(out=buf, logtime=False).warn("w")
+    assert buf.getvalue().endswith("[WRN] w\n")
