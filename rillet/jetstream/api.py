@@ -116,7 +116,8 @@ class ApiRouter:
             return  # nats-server ignores unknown API subjects
         # counted once answered (an account info request reports the requests before it, as nats-server)
         try:
-            handler(args, reply, hdr_b, body)
+            if handler(args, reply, hdr_b, body) is NOT_COUNTED:
+                return
         except ApiError as e:
             self.jsa.api_errors += 1
             self.respond_error(reply, _type_for(handler), e)
@@ -362,7 +363,7 @@ class ApiRouter:
             raise ApiError.make("BAD_REQUEST")
         return store.load_msg(seq)
 
-    def msg_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+    def msg_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
         typ = T + "stream_msg_get_response"
         stream = self.stream(args[0] if args else "")
         req = self.parse(body)
@@ -372,12 +373,13 @@ class ApiRouter:
         if m is None:
             raise ApiError.make("NO_MESSAGE_FOUND")
         d: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
-        if m.hdr:
+        if m.hdr and not req.get("no_hdr"):
             d["hdrs"] = base64.b64encode(m.hdr).decode()
         if m.data:
             d["data"] = base64.b64encode(m.data).decode()
         d["time"] = format_time(m.ts)
         self.respond(reply, {"type": typ, "message": d})
+        return NOT_COUNTED  # nats-server answers a found message outside its API accounting
 
     def msg_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_msg_delete_response"
@@ -554,6 +556,8 @@ def _reserved(streams: Any, storage: str, skip: str = "") -> int:
     return sum(s.cfg.max_bytes for s in streams
                if s.cfg.max_bytes > 0 and s.cfg.storage == storage and s.name != skip)
 
+
+NOT_COUNTED = object()  # a handler's answer that does not count in the account's API totals
 
 _MAX_MULTI_RESULTS = 1024  # subjects one multi_last request may match (413 Too Many Results beyond)
 
