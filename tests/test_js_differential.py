@@ -694,3 +694,53 @@ async def test_api_imported_without_prefix_like_nats_server(xpair):
 
     got = same(await run_both(xpair, scenario))
     assert got[0][1][0]["streams"] >= 1  # the exporter's account info, not a 'not enabled' error
+
+
+async def test_direct_get_too_many_results_like_nats_server(pair):
+    async def scenario(kind: str, url: str) -> list:
+        r = await Raw.open(url)
+        try:
+            ans = await r.api("$JS.API.STREAM.CREATE.MANY", {"name": "MANY", "subjects": ["many.>"],
+                                                             "storage": "memory", "allow_direct": True})
+            assert "error" not in ans, ans
+            r.rc.send(b"".join(b"PUB many.%d 1\r\nx\r\n" % i for i in range(1026)))
+            await r.rc.ping()
+            await asyncio.sleep(0.1)  # (stored by the stream's own path: let it drain on both servers)
+            out = [("1026 subjects", await r.request("$JS.API.DIRECT.GET.MANY", {"multi_last": ["many.>"]},
+                                                     until_eob=True)),
+                   ("1024 subjects", (await r.request("$JS.API.DIRECT.GET.MANY",
+                                                      {"multi_last": ["many.>"], "up_to_seq": 1024},
+                                                      until_eob=True))[-1])]
+            await r.api("$JS.API.STREAM.DELETE.MANY")
+            return out
+        finally:
+            await r.close()
+
+    got = dict(same(await run_both(pair, scenario)))
+    assert got["1026 subjects"] == [("NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
+    assert got["1024 subjects"] == ("NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 1024\r\n"
+                                    "Nats-UpTo-Sequence: 1024\r\n\r\n", b"")
+
+
+async def test_msg_get_and_api_counts_like_nats_server(pair):
+    """STREAM.MSG.GET (the API form of a get): no_hdr, and a found message is not counted as an API call."""
+    async def scenario(kind: str, url: str) -> list:
+        from jsdiff import norm_json
+        r = await Raw.open(url)
+        out = []
+        try:
+            await r.api("$JS.API.STREAM.CREATE.MG", {"name": "MG", "subjects": ["mg.>"], "storage": "memory"})
+            await r.publish("mg.a", "x", hdr=b"NATS/1.0\r\nH: 1\r\n\r\n")
+            before = (await r.api("$JS.API.INFO"))["api"]
+            for body in ({"seq": 1}, {"seq": 1, "no_hdr": True}, {"last_by_subj": "mg.a"}, {"seq": 9}, {}):
+                out.append((json.dumps(body), norm_json(await r.api("$JS.API.STREAM.MSG.GET.MG", body))))
+            after = (await r.api("$JS.API.INFO"))["api"]
+            out.append(("counted", (after["total"] - before["total"], after["errors"] - before["errors"])))
+            await r.api("$JS.API.STREAM.DELETE.MG")
+            return out
+        finally:
+            await r.close()
+
+    got = dict(same(await run_both(pair, scenario)))
+    assert "hdrs" not in got['{"seq": 1, "no_hdr": true}']["message"]
+    assert got["counted"] == (3, 2)  # the two errors and the INFO request itself
