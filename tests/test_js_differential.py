@@ -814,3 +814,32 @@ async def test_domain_and_kv_ttl_through_nats_py_like_nats_server(dpair):
     got = same(await run_both(dpair, scenario))
     assert got["ack"] == ("DOM", 1, "hub")
     assert got["kv watch"][0] == ("k", b"v", 1, None) and got["kv watch"][2][3] == "PURGE"
+
+
+async def test_no_jetstream_like_nats_server():
+    """A server without JetStream: API requests and pulls get no responders; nats-py fails at once."""
+    import nats
+    p = ServerPair("listen: 127.0.0.1:-1\n")
+    try:
+        async def scenario(kind: str, url: str) -> list:
+            r = await Raw.open(url)
+            nc = await nats.connect(url)
+            out = []
+            try:
+                for subject in ("$JS.API.INFO", "$JS.API.STREAM.INFO.S", "$JS.API.CONSUMER.MSG.NEXT.S.C",
+                                "$JS.API.DIRECT.GET.S"):
+                    out.append((subject, await r.request(subject, b'{"seq":1}', timeout=0.5)))
+                try:
+                    await nc.jetstream().account_info()
+                    out.append(("nats-py account info", "ok"))
+                except Exception as e:
+                    out.append(("nats-py account info", type(e).__name__))
+                return out
+            finally:
+                await nc.close()
+                await r.close()
+
+        got = dict(same(await run_both(p, scenario)))
+        assert got["$JS.API.INFO"] == [("NATS/1.0 503\r\nNats-Subject: $JS.API.INFO\r\n\r\n", b"")]
+    finally:
+        p.stop()
