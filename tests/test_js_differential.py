@@ -264,6 +264,13 @@ async def test_pull_consumer_across_accounts(xpair):
                 out["empty fetch"] = "messages"
             except nats.errors.TimeoutError:
                 out["empty fetch"] = "timeout"
+            # a consumer that does not exist, through the prefixed import: no responders, at once
+            sub3 = await jb.pull_subscribe_bind("NOPE", stream="ORDERS")
+            try:
+                await sub3.fetch(1, timeout=1)
+                out["fetch missing consumer"] = "messages"
+            except Exception as e:
+                out["fetch missing consumer"] = type(e).__name__
             return out
         finally:
             await nb.close()
@@ -275,6 +282,7 @@ async def test_pull_consumer_across_accounts(xpair):
     assert got["fetch prefixed"] == [("orders.0", "m0", 1, 5)]
     assert got["fetch direct import"] == [("orders.1", "m3", 4, 2), ("orders.0", "m4", 5, 1)]
     assert got["fetch rest"] == [("orders.0", "m4", 5, 1), ("orders.1", "m5", 6, 0)]
+    assert got["fetch missing consumer"] == "ServiceUnavailableError"
     assert got["after all acks"] == {"delivered": 6, "ack_floor": 1, "num_ack_pending": 2, "num_pending": 0,
                                      "num_waiting": 0, "num_redelivered": 0}
 
