@@ -173,7 +173,8 @@ def process(stream: "Stream", bid: str, subject: str, reply: bytes | None, hdr: 
     ts = now_ns()
     # one log entry for the whole batch: applied (and written) all or nothing
     seq = stream.log.propose(Entry(Entry.BATCH, ([(s, h, d, ts, ttl, msg_id)
-                                                   for (s, h, d), (ttl, msg_id) in zip(msgs, checked)],)))
+                                                   for (s, h, d), (ttl, msg_id) in zip(msgs, checked)],
+                                                 stream.store.last_seq + 1)))
     if not cfg.no_ack:
         ack: dict[str, Any] = {"stream": stream.name}
         if stream.js.domain:

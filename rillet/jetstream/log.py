@@ -16,11 +16,12 @@ class Entry:
     __slots__ = ("op", "args")
 
     # stream ops (the leader decides every timestamp and sequence an entry needs)
-    MSG = 1          # (subject, hdr, data, ts, ttl, msg_id): store a message at the next sequence
+    MSG = 1          # (subject, hdr, data, ts, ttl, msg_id, seq): store a message at sequence seq
     DELETE = 2       # (seq, erase)
     PURGE = 3        # (subject, seq, keep)
     UPDATE = 4       # (stream config, store config, ts): new limits (may remove messages)
-    BATCH = 5        # (msgs,): an atomic batch, a list of MSG argument tuples, stored all or nothing
+    BATCH = 5        # (msgs, seq): an atomic batch, (subject, hdr, data, ts, ttl, msg_id) each, stored all or
+                     # nothing from sequence seq on
     MIRROR = 6       # (seq, subject, hdr, data, ts): a mirrored message at the origin's sequence and time
     EXPIRE = 7       # (ts,): remove what max_age and message TTLs let go at time ts
 

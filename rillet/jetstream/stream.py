@@ -190,7 +190,7 @@ class Stream:
                     raise ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=self._last_msg_id)
                 v = H.get_header(hdr, H.EXPECTED_LAST_SEQ)
                 if v is not None:
-                    last = self.store.state().last_seq
+                    last = self.store.last_seq
                     if not v.isdigit() or int(v) != last:
                         raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
                 v = H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
@@ -223,7 +223,8 @@ class Stream:
                     # at least the delete marker TTL, or a marker already there could hide this one's
                     ttl = sdm // 1_000_000_000
                     hdr = H.append_headers(H.remove_headers(hdr, {H.TTL}), [(H.TTL, str(ttl))])
-            seq = self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id)))
+            seq = self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id,
+                                                     self.store.last_seq + 1)))
         except ApiError as e:
             if reply:
                 self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
@@ -245,12 +246,16 @@ class Stream:
         applying the same entries ends in the same state."""
         op = entry.op
         if op == Entry.MSG:
-            subject, hdr, data, ts, ttl, msg_id = entry.args
-            seq, ts = self.store.store_msg(subject, hdr, data, ts or None, ttl)
+            subject, hdr, data, ts, ttl, msg_id, seq = entry.args
+            if seq != self.store.last_seq + 1:
+                raise store_base.ErrSequenceMismatch()
+            seq, ts = self.store.store_msg(subject, hdr, data, ts, ttl)
             self._stored(seq, subject, hdr, data, ts, ttl, msg_id)
             return seq
         if op == Entry.BATCH:
-            msgs = entry.args[0]
+            msgs, seq = entry.args
+            if seq != self.store.last_seq + 1:
+                raise store_base.ErrSequenceMismatch()
             stored = self.store.store_batch([m[:5] for m in msgs])
             seq = 0
             for (subject, hdr, data, _, ttl, msg_id), (seq, ts) in zip(msgs, stored):
@@ -287,7 +292,7 @@ class Stream:
         if op == Entry.UPDATE:
             cfg, scfg, self._apply_ts = entry.args
             old, self.cfg = self.cfg, cfg
-            self.store.update_config(scfg)
+            self.store.update_config(scfg, self._apply_ts)
             return old
         raise ValueError(f"unknown log entry op {op}")
 

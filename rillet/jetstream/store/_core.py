@@ -172,8 +172,8 @@ class IndexedStore:
         # Anything to enforce after storing (discard old)?
         self._post_limits = bool(not self._discard_new and (self._max_msgs or self._max_bytes))
 
-    def update_config(self, cfg: StoreConfig) -> None:
-        """Apply new limits at once (may remove messages)."""
+    def update_config(self, cfg: StoreConfig, now_ns: int | None = None) -> None:
+        """Apply new limits at once (may remove messages; ``now_ns``: the time for max_age and TTLs)."""
         self._check_open()
         old_maxp = self._maxp
         self._apply_cfg(cfg)
@@ -182,7 +182,7 @@ class IndexedStore:
                 self._enforce_per_subject(subj)
         self._enforce_limits()
         if self._max_age_ns or (cfg.allow_msg_ttl and self._ttl_heap):
-            self.expire_msgs(self.now())
+            self.expire_msgs(now_ns or self.now())
         self._on_config()
 
     # -- callbacks ------------------------------------------------------------------
@@ -960,6 +960,11 @@ class IndexedStore:
         return hi
 
     # -- state and queries ----------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence (stored or skipped); the next message gets ``last_seq + 1``."""
+        return self._last
 
     def state(self) -> StreamState:
         """Counters now (O(1)); ``deleted`` and ``lost`` computed when first read."""
