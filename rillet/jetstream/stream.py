@@ -62,6 +62,7 @@ class Stream:
         self._ddmap: dict[str, tuple[int, int]] = {}
         self._ddorder: list[tuple[int, str]] = []
         self._last_msg_id = ""
+        self._dd_loaded = False  # the dedup table of a recovered stream is rebuilt when first needed
         self._apply_ts = 0  # the time of the EXPIRE / UPDATE entry being applied (stamps delete markers)
         self._acks: list[tuple[bytes, bytes]] = []
         self._sync_scheduled = False
@@ -75,7 +76,6 @@ class Stream:
     # ---- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._rebuild_dedup()
         self._subscribe()
         self._schedule_expiry()
         schedules.start(self)
@@ -186,8 +186,11 @@ class Stream:
                         self._ack(reply, {"stream": self.name, "seq": dd, "duplicate": True})
                         return 0
                 v = H.get_header(hdr, H.EXPECTED_LAST_MSG_ID)
-                if v is not None and v != self._last_msg_id:
-                    raise ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=self._last_msg_id)
+                if v is not None:
+                    if not self._dd_loaded:
+                        self._rebuild_dedup()
+                    if v != self._last_msg_id:
+                        raise ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=self._last_msg_id)
                 v = H.get_header(hdr, H.EXPECTED_LAST_SEQ)
                 if v is not None:
                     last = self.store.last_seq
@@ -364,7 +367,9 @@ class Stream:
 
     def _rebuild_dedup(self) -> None:
         """After a restart: the msg ids of the stored messages inside the duplicate window, and the last
-        message's id, read back from their headers (nats-server rebuilds its dedup table the same way)."""
+        message's id, read back from their headers (nats-server rebuilds its dedup table the same way).
+        Done once, when a publish first needs it (a msg id or an expected last msg id), not at start."""
+        self._dd_loaded = True
         store = self.store
         st = store.state()
         window = self.cfg.duplicate_window
@@ -393,11 +398,14 @@ class Stream:
             if m.seq == last:
                 self._last_msg_id = msg_id
             seq = m.seq + 1
+        self._ddorder.sort()  # ids recorded since the start came first
         if corrupt:
             self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': {corrupt} corrupt message(s) "
                               "skipped while rebuilding the duplicate window")
 
     def _dedup_lookup(self, msg_id: str) -> int | None:
+        if not self._dd_loaded:
+            self._rebuild_dedup()
         e = self._ddmap.get(msg_id)
         if e is None:
             return None
