@@ -3,6 +3,11 @@
     publish ─► _on_msg (checks: sealed, size, expectations, dedup) ─► log.propose(Entry.MSG)
            ─► _apply: store, rollup, dedup record, republish, wake consumers ─► PubAck (after fsync when
               sync_interval is "always": acks of appends that arrive together share one fsync)
+
+Nothing else changes the store: atomic batches (Entry.BATCH), mirrored messages (MIRROR), deletes, purges,
+retention removals (DELETE/PURGE), max_age and TTL expiry with their delete markers (EXPIRE) and config
+updates (UPDATE) are log entries too, applied by ``_apply``. Entries carry what the leader decided (sequence,
+timestamp, msg id) so that a replica applying them ends in the same state.
 """
 from __future__ import annotations
 

@@ -35,7 +35,10 @@ An atomic batch (``store_batch``) is written with one write into one block, ever
 the last flagged "more follow".  Recovery indexes a batch only when its last record is there:
 a batch cut short by a crash is dropped whole (the block is truncated at the batch's start).
 
-Writes go straight to the OS (one pwritev per message); ``sync()`` fsyncs.  A failed write
+Writes go straight to the OS (one pwritev per message); ``sync()`` fsyncs, and also fsyncs the
+``msgs/`` directory when a block file was created or removed since the last sync (a new file is
+durable only once its directory entry is).  Directories and renamed files (meta, state log,
+consumer states) are made durable when created.  A failed write
 (disk full, read-only) is rolled back by truncating the block and raises ErrStoreFull;
 the store keeps working when space returns.  Tombstones that could not be written are kept
 and retried on the next write or sync.
