@@ -602,7 +602,7 @@ def test_jetstream_aliases():
 
 
 def test_jetstream_errors():
-    assert "duplicate 'store_dir'" in error_of("store_dir: /a\njetstream { store_dir: /b }").reason
+    assert "Duplicate 'store_dir'" in error_of("store_dir: /a\njetstream { store_dir: /b }").reason
     assert "must end in K, M, G, T" in error_of('jetstream { max_mem: "5X" }').reason
     assert 'unknown field "bogus"' in error_of("jetstream { bogus: 1 }").reason
 

@@ -42,6 +42,8 @@ class ConfigError(ValueError):
 
     def _format(self) -> str:
         if self.line <= 0:
+            if self.reason.startswith(("open ", "read ")) and self.file in self.reason:
+                return self.reason  # a file that cannot be read: Go's own words name it (nats-server)
             return f"{self.file}: {self.reason}"
         return f"{self.file}:{self.line}:{self.column}: {self.reason}"
 

@@ -106,6 +106,11 @@ class FlagError(ValueError):
     """A bad command line; the message reads like nats-server's."""
 
 
+class FlagSyntaxError(FlagError):
+    """What Go's flag package rejects (unknown flag, bad value): nats-server prints it with the usage
+    and exits with status 0. Every other FlagError stops it with "nats-server: <error>" and status 1."""
+
+
 class UnsupportedFlag(FlagError):
     """A flag nats-server knows that Rillet refuses (the server does not start, exit status 1)."""
 
@@ -209,7 +214,7 @@ def _parse_bool(name: str, text: str) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise FlagError(f'invalid boolean value "{text}" for -{name}: parse error')
+    raise FlagSyntaxError(f'invalid boolean value "{text}" for -{name}: parse error')
 
 
 def _parse_int(name: str, text: str) -> int:
@@ -220,9 +225,9 @@ def _parse_int(name: str, text: str) -> int:
     try:
         value = int(sign + body, 0)
     except ValueError:
-        raise FlagError(f'invalid value "{text}" for flag -{name}: parse error') from None
+        raise FlagSyntaxError(f'invalid value "{text}" for flag -{name}: parse error') from None
     if not -(1 << 63) <= value < (1 << 63):
-        raise FlagError(f'invalid value "{text}" for flag -{name}: value out of range')
+        raise FlagSyntaxError(f'invalid value "{text}" for flag -{name}: value out of range')
     return value
 
 
@@ -240,11 +245,11 @@ def parse_flags(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             break
         body = arg[dashes:]
         if not body or body[0] in "-=":
-            raise FlagError(f"bad flag syntax: {arg}")
+            raise FlagSyntaxError(f"bad flag syntax: {arg}")
         name, has_value, value = body.partition("=")
         flag = FLAGS.get(name)
         if flag is None:
-            raise FlagError(f"flag provided but not defined: -{name}")
+            raise FlagSyntaxError(f"flag provided but not defined: -{name}")
         i += 1
         if flag.kind == "bool":
             values.pop(flag.dest, None)  # keep "last given" order
@@ -252,7 +257,7 @@ def parse_flags(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             continue
         if not has_value:
             if i >= len(argv):
-                raise FlagError(f"flag needs an argument: -{name}")
+                raise FlagSyntaxError(f"flag needs an argument: -{name}")
             value = argv[i]
             i += 1
         values.pop(flag.dest, None)

@@ -249,6 +249,6 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
 
     def top_store_dir(self, f: Field) -> None:
         if self.store_dir_set:
-            raise f.error("duplicate 'store_dir' configuration")
+            raise f.error("Duplicate 'store_dir' configuration")
         self.store_dir_set = True
         self.o.jetstream.store_dir = f.as_str()

@@ -73,12 +73,20 @@ def _base_dir(filename: str) -> str:
     return os.path.dirname(filename) or "."
 
 
+def _go_open_error(path: str, e: OSError) -> str:
+    """How Go's os.ReadFile reports a file it cannot read (nats-server prints it as is)."""
+    import errno
+    if e.errno == errno.EISDIR:
+        return f"read {path}: is a directory"
+    return f"open {path}: {(e.strerror or str(e)).lower()}"
+
+
 def _parse_file(path: str, include_chain: tuple[str, ...]) -> ConfigMap:
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             text = f.read()
     except OSError as e:
-        raise ConfigError(path, 0, 0, f"error opening config file: {e.strerror or e}") from None
+        raise ConfigError(path, 0, 0, _go_open_error(path, e)) from None
     real = os.path.realpath(path)
     parser = _Parser(text, path, base_dir=_base_dir(path), include_chain=include_chain + (real,))
     return parser.parse_document()
@@ -288,7 +296,7 @@ class _Parser:
             included = _parse_file(path, self.include_chain)
         except ConfigError as e:
             if e.line <= 0:  # could not open it: point at the include line
-                raise self.error(f"error parsing include file {name!r}: {e.reason}", start) from None
+                raise self.error(f"error parsing include file '{name}', {e.reason}", start) from None
             raise
         for key, value in included.items():
             m.set(key, value, included.positions.get(key))

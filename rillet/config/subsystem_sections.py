@@ -318,7 +318,7 @@ class SubsystemSections(BuilderBase):
 
         def store_dir(sub: Field) -> None:
             if self.store_dir_set:
-                raise sub.error("duplicate 'store_dir' configuration")
+                raise sub.error("Duplicate 'store_dir' configuration")
             self.store_dir_set = True
             js.store_dir = sub.as_str()
 

@@ -280,7 +280,7 @@ async def start_site(server: Any, monitor: Monitor, secure: bool) -> MonitorList
         if sock is not None:
             sock.close()
         await runner.cleanup()
-        raise OSError(e.errno, f"can't listen to the monitor port: listen tcp {_hostport(host, port)}: "
+        raise OSError(e.errno, f"Can't start monitoring: can't listen to the monitor port: listen tcp {_hostport(host, port)}: "
                                f"bind: {(e.strerror or str(e)).lower()}") from e
     actual = port
     srv = site._server  # the asyncio server: the bound port when 0 was asked for

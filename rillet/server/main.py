@@ -24,13 +24,13 @@ _SIGNALS = {
 
 def main(argv: list[str] | None = None) -> int:
     from rillet.config.errors import ConfigError
-    from rillet.config.flags import FlagError, UnsupportedFlag, parse_command_line
+    from rillet.config.flags import FlagError, FlagSyntaxError, parse_command_line
 
     argv = sys.argv[1:] if argv is None else argv
     try:
         cl = parse_command_line(argv)
     except FlagError as e:
-        if isinstance(e, UnsupportedFlag) or str(e).startswith("unknown signal"):
+        if not isinstance(e, FlagSyntaxError):
             print(f"nats-server: {e}", file=sys.stderr)
             return 1
         # like nats-server (Go's flag package): the error on stderr, the usage on stdout, exit status 0
@@ -50,8 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     opts = cl.options
     if not cl.signal:
         from rillet.server.server import validate_options
+        from rillet.server.websocket import validate_websocket_options
         try:
             validate_options(opts)
+            validate_websocket_options(opts)  # (nats-server checks these with the options, before it logs)
+            _check_tls_files(opts)
         except ValueError as e:
             print(f"nats-server: {e}", file=sys.stderr)
             return 1
@@ -69,6 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nats-server: configuration file {opts.config_file} is valid{digest}", file=sys.stderr)
         return 0
     return run(opts, argv)
+
+
+def _check_tls_files(opts: Options) -> None:
+    """nats-server loads the certificate and key with the options: a missing file stops it there, in Go's
+    words (``open <path>: no such file or directory``), before any log line."""
+    for tls in (opts.tls, opts.websocket.tls if opts.websocket.port else None):
+        if tls is None:
+            continue
+        for path in (tls.cert_file, tls.key_file):
+            if path and not os.path.exists(path):
+                raise ValueError(f"error parsing X509 certificate/key pair: open {path}: no such file or directory")
 
 
 def send_signal(command: str, pid: str | None, pid_file: str) -> int:
@@ -196,7 +210,8 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
     try:
         await srv.start()
     except (OSError, ValueError) as e:
-        log.fatal(str(e))
+        # an OSError raised with our own text carries it as strerror (str() would add "[Errno N]")
+        log.fatal(e.strerror if isinstance(e, OSError) and e.strerror else str(e))
         return 1
     await srv.wait_stopped()
     log.close()

@@ -162,7 +162,7 @@ class Server:
             try:
                 await js.start()
             except OSError as e:
-                raise OSError(e.errno, f"Can't start JetStream: {e.strerror or e}") from e
+                raise OSError(e.errno, f"Can't start JetStream: {_store_dir_problem(o.jetstream.store_dir, e)}") from e
             self.jetstream = js
         try:
             await self._start_listeners()
@@ -203,7 +203,9 @@ class Server:
                 self._listener = await self.loop.create_server(
                     self._new_client, sock=lsock, backlog=1024, start_serving=False)
         except OSError as e:
-            raise OSError(e.errno, f"Error listening on port: {host}:{port}, \"{e.strerror}\"") from e
+            # nats-server quotes Go's net error: listen tcp <addr>: bind: <reason>
+            raise OSError(e.errno, f"Error listening on port: {_hostport(host, port)}, \"listen tcp "
+                                   f"{_hostport(host, port)}: bind: {(e.strerror or str(e)).lower()}\"") from e
         try:
             if o.http_port or o.https_port:
                 from rillet.monitor import start_monitor
@@ -672,6 +674,18 @@ def validate_options(o: Options) -> None:
         from rillet.gotime import format_seconds as d
         raise ValueError(f"lame duck grace period ({d(o.lame_duck_grace_period)}) should be strictly lower than "
                          f"lame duck duration ({d(o.lame_duck_duration)})")
+
+
+def _store_dir_problem(store_dir: str, e: OSError) -> str:
+    """A JetStream storage directory that cannot be used, in nats-server's words."""
+    import errno
+    if e.errno == errno.ENOTDIR or (store_dir and os.path.exists(store_dir) and not os.path.isdir(store_dir)):
+        return "storage directory is not a directory"
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if store_dir and os.path.isdir(store_dir):
+            return "storage directory is not writable"
+        return f"could not create storage directory - mkdir {e.filename or store_dir}: {(e.strerror or '').lower()}"
+    return e.strerror or str(e)
 
 
 def _hostport(host: str, port: int) -> str:
