@@ -62,6 +62,10 @@ class Server:
         self.pending_flush: list[Any] = []
         self._flush_scheduled = False
         self.accounts: dict[str, Account] = {}
+        self.cluster: Any = None  # rillet.cluster.cluster.Cluster (routes), when a cluster port is set
+        if o.cluster.port:
+            from rillet.cluster.cluster import Cluster
+            self.cluster = Cluster(self)  # ValueError: refuse to start
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
         if o.mappings:
             from rillet.subjects.mapping import parse_mappings
@@ -116,7 +120,7 @@ class Server:
     # ---- accounts -------------------------------------------------------------------------------------
 
     def _make_account(self, name: str) -> Account:
-        acc = Account(self, name)
+        acc = (Account if self.cluster is None else self.cluster.account_class)(self, name)
         self.accounts[name] = acc
         sa = getattr(self, "sysacc", None)
         if sa is not None:
@@ -174,6 +178,8 @@ class Server:
                     pass
             self.extra_listeners.clear()
             raise
+        if self.cluster is not None:
+            await self.cluster.start()  # the route port, and the configured routes dialled
         if self.operator is not None:
             self.sysacc.on_claims_update = self.operator.resolver.on_account_update
         self.sysacc.start()
@@ -481,7 +487,9 @@ class Server:
                 info["tls_verify"] = True
         if o.jetstream.enabled and self.jetstream is not None:
             info["jetstream"] = True
-        if o.cluster.name:
+        if self.cluster is not None:
+            info["cluster"] = self.cluster.name  # (a generated name too, as nats-server)
+        elif o.cluster.name:
             info["cluster"] = o.cluster.name
         if o.jetstream.domain:
             info["domain"] = o.jetstream.domain
@@ -494,6 +502,8 @@ class Server:
         return info
 
     def connect_urls(self) -> list[str]:
+        if self.cluster is not None:
+            return self.cluster.client_connect_urls()  # this server and the other servers of the cluster
         o = self.opts
         if o.no_advertise:
             return []
@@ -534,6 +544,8 @@ class Server:
             return
         self.log.notice("Entering lame duck mode, stop accepting new clients")
         self.ldm = True
+        if self.cluster is not None:
+            self.cluster.enter_lame_duck()  # routes stop advertising our client URLs
         if self._listener is not None:
             self._listener.close()
         for lst in self.extra_listeners:

@@ -1,0 +1,556 @@
+"""The route manager of one server: the route listener, soliciting routes, the handshake, gossip, interest.
+
+What nats-server does (route.go), and so does this:
+
+* the route port accepts connections; configured routes (``routes``, explicit) are dialled until they
+  connect, 1s apart (doubling up to 30s with ``connect_backoff``); routes learnt by gossip (implicit) are
+  dialled ``connect_retries`` more times after a failure, or once;
+* the dialling side sends CONNECT and its INFO, the accepting side its INFO and expects CONNECT first
+  (cluster authorization, cluster name, "attempted to connect to route port" for a client);
+* a route is registered under the peer's server id when its first INFO arrives; a second connection to
+  the same peer (both sides dialled at once) is closed as a duplicate, and the kept one is marked to
+  reconnect should it go too (the peer may have kept the other one);
+* a newly registered route's INFO is forwarded to the other routes (gossip, with nats-server's gossip
+  modes), which dial the new server: knowing one seed is enough to join the full mesh;
+* the client connect URLs of the cluster's servers are sent to clients (async INFO ``connect_urls``) as
+  routes come and go, unless ``no_advertise``; lame-duck mode tells routes and clients;
+* a closed route loses its remote interest at once; a solicited one (or one marked to retry) is dialled
+  again after a short random delay.
+
+Routes are never pooled (nats-server's ``pool_size: -1``), which Go servers accept from any peer.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import struct
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import unquote, urlsplit
+
+import rillet
+from rillet.cluster import info as ci
+from rillet.cluster import protocol as cp
+from rillet.cluster.interest import LocalInterest, frame_for
+from rillet.cluster.route import EXPLICIT, IMPLICIT, RouteConn
+from rillet.cluster.routed import RoutedAccount
+
+if TYPE_CHECKING:
+    from rillet.server.server import Server
+
+ROUTE_CONNECT_DELAY = 1.0  # nats-server's DEFAULT_ROUTE_CONNECT
+ROUTE_CONNECT_MAX_DELAY = 30.0  # DEFAULT_ROUTE_CONNECT_MAX (with connect_backoff)
+ROUTE_RECONNECT = 1.0  # DEFAULT_ROUTE_RECONNECT
+ROUTE_DIAL_TIMEOUT = 1.0  # DEFAULT_ROUTE_DIAL
+ROUTE_MAX_PING_INTERVAL = 30.0
+CONNECT_ERROR_REPORTS = 3600  # report every Nth failed attempt of a first connect (and the first)
+ROUTE_PROTO = 2  # route protocol with accounts (nats-server's RouteProtoV2; no message tracing)
+
+
+class RouteURL(NamedTuple):
+    host: str
+    port: int
+    user: str = ""
+    password: str = ""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.host.lower(), self.port)
+
+    def redacted(self) -> str:
+        auth = f"{self.user}:xxxxx@" if self.user else ""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"nats-route://{auth}{host}:{self.port}"
+
+
+def parse_route_url(text: str) -> RouteURL:
+    t = text.strip()
+    if "://" not in t:
+        t = "nats-route://" + t
+    parts = urlsplit(t)
+    port = parts.port
+    if not parts.hostname or port is None:
+        raise ValueError(f'error parsing route url ["{text}"]')
+    return RouteURL(parts.hostname, port, unquote(parts.username or ""), unquote(parts.password or ""))
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _dynamic_name() -> str:
+    """A generated cluster name (nats-server uses a NUID): 22 characters of [0-9A-Za-z]."""
+    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    return "".join(random.SystemRandom().choice(alphabet) for _ in range(22))
+
+
+def global_unicast_ips() -> list[str]:
+    """The host's global unicast addresses, as nats-server lists them for a server listening on any
+    address (0.0.0.0 or ::). Linux: IPv4 from each interface (SIOCGIFADDR), IPv6 from /proc/net/if_inet6."""
+    import ipaddress
+    out: list[str] = []
+    if sys.platform.startswith("linux"):
+        import fcntl
+        for _, name in socket.if_nameindex():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                try:
+                    r = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+                except OSError:
+                    continue
+            out.append(socket.inet_ntoa(r[20:24]))
+        try:
+            with open("/proc/net/if_inet6") as f:
+                for line in f:
+                    h = line.split()[0]
+                    out.append(str(ipaddress.IPv6Address(bytes.fromhex(h))))
+        except OSError:
+            pass
+    good = []
+    for a in out:
+        ip = ipaddress.ip_address(a)
+        if not (ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified) and a not in good:
+            good.append(a)
+    return good
+
+
+class Cluster:
+    def __init__(self, server: "Server") -> None:
+        o = server.opts
+        if o.jetstream.enabled:
+            raise ValueError("JetStream in a cluster is not supported yet (clustered JetStream, with streams "
+                             "replicated over routes, is not implemented): remove the jetstream or the cluster "
+                             "configuration")
+        for r in o.cluster.routes:
+            parse_route_url(r)  # ValueError: refuse to start
+        self.server = server
+        self.name = o.cluster.name or _dynamic_name()
+        self.dynamic = not o.cluster.name
+        self.account_class = RoutedAccount
+        self.routes: dict[str, RouteConn] = {}  # remote server id -> its registered route
+        server.routes = self.routes  # type: ignore[attr-defined]  (/routez)
+        self.conns: set[RouteConn] = set()  # every route connection, registered or not
+        self.local = LocalInterest()
+        self.accepting = True
+        self.running = False
+        self._listener: asyncio.AbstractServer | None = None
+        self.addr: tuple[str, int] = ("", 0)
+        self._tasks: set[asyncio.Task] = set()
+        self.self_urls: set[tuple[str, int]] = set()  # configured route URLs that turned out to be us
+        self.own_urls: list[str] = []  # this server's client URLs
+        self.remote_urls: dict[str, int] = {}  # client URLs of the other servers (reference counted)
+        self._urls_shared = False  # connect_urls are sent once a route has been registered
+
+    @property
+    def opts(self) -> Any:
+        return self.server.opts.cluster
+
+    # ---- settings ---------------------------------------------------------------------------------------
+
+    def ping_interval(self) -> float:
+        d = self.opts.ping_interval or self.server.opts.ping_interval
+        return min(d, ROUTE_MAX_PING_INTERVAL)
+
+    def ping_max(self) -> int:
+        return self.opts.ping_max or self.server.opts.ping_max
+
+    def compression_mode(self) -> str:
+        return "" if self.opts.compression == "not supported" else "off"
+
+    def set_name(self, name: str, dynamic: bool, keep: str) -> None:
+        """Take the peer's cluster name (ours was generated); routes to others are dropped."""
+        self.server.log.notice(f"Cluster name updated to {name}")
+        self.name = name
+        self.dynamic = dynamic
+        for rc in list(self.conns):
+            if rc.remote_id and rc.remote_id != keep:
+                rc.close("Cluster Name Conflict")
+
+    # ---- start, stop ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from rillet.server.listen import listening_socket
+        srv = self.server
+        o = self.opts
+        log = srv.log
+        loop = srv.loop
+        host = o.host or "0.0.0.0"
+        port = 0 if o.port == -1 else o.port
+        log.notice(f"Cluster name is {self.name}")
+        if self.dynamic:
+            log.warn("Cluster name was dynamically generated, consider setting one")
+        try:
+            sock = await listening_socket(loop, host, port)
+            self._listener = await loop.create_server(lambda: RouteConn(self), sock=sock, backlog=1024)
+        except OSError as e:
+            raise OSError(e.errno, f"Error listening on router port: {o.port} - {e.strerror or e}") from e
+        self.addr = (host, self._listener.sockets[0].getsockname()[1])
+        log.notice(f"Listening for route connections on {_hostport(host, self.addr[1])}")
+        self.own_urls = self._client_urls()
+        self.running = True
+        srv.on_shutdown.append(self.shutdown)
+        for r in o.routes:
+            self.solicit(parse_route_url(r), EXPLICIT, 0, first=True)
+
+    def _client_urls(self) -> list[str]:
+        srv = self.server
+        o = srv.opts
+        port = srv.addr[1]
+        if o.client_advertise:
+            from rillet.config.builder_base import split_host_port
+            h, p = split_host_port(o.client_advertise)
+            return [_hostport(h, int(p) if p else port)]
+        host = o.host or "0.0.0.0"
+        if host in ("0.0.0.0", "::", "[::]"):
+            ips = global_unicast_ips()
+            if not ips:
+                srv.log.error(f'Address "{host}" can not be resolved properly')
+            return [_hostport(ip, port) for ip in ips]
+        return [_hostport(host, port)]
+
+    async def shutdown(self) -> None:
+        self.running = False
+        self.accepting = False
+        if self._listener is not None:
+            self._listener.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for rc in list(self.conns):
+            rc.close("Server Shutdown", no_reconnect=True)
+        if self._listener is not None:
+            try:
+                await asyncio.wait_for(self._listener.wait_closed(), 2)
+            except (asyncio.TimeoutError, OSError) as e:
+                self.server.log.debug(f"route listener close: {e!r}")
+
+    # ---- INFO and CONNECT -------------------------------------------------------------------------------
+
+    def route_info(self) -> ci.Info:
+        srv = self.server
+        o = self.opts
+        so = srv.opts
+        info = ci.Info(server_id=srv.server_id, server_name=srv.name, version=rillet.SERVER_VERSION,
+                       proto=ROUTE_PROTO, go=f"python{sys.version_info[0]}.{sys.version_info[1]}",
+                       host=o.host or "0.0.0.0", port=self.addr[1], headers=not so.no_header_support,
+                       auth_required=bool(o.username), max_payload=so.max_payload, cluster=self.name,
+                       cluster_dynamic=self.dynamic, lnoc=True, lnocu=True,
+                       compression=self.compression_mode())
+        if o.advertise:
+            from rillet.config.builder_base import split_host_port
+            h, p = split_host_port(o.advertise)
+            info.host, info.port = h, int(p) if p else self.addr[1]
+            info.ip = f"nats-route://{_hostport(info.host, info.port)}/"
+        if not o.no_advertise and self.own_urls:
+            info.connect_urls = list(self.own_urls)
+        if srv.ldm:
+            info.ldm = True
+        return info
+
+    def initial_info(self, gossip_mode: int) -> bytes:
+        info = self.route_info()
+        info.nonce = self.server.make_nonce().decode()
+        info.gossip_mode = gossip_mode
+        return ci.encode_info(info)
+
+    def connect_json(self, url: RouteURL) -> bytes:
+        srv = self.server
+        return ci.encode_route_connect(ci.RouteConnect(
+            echo=True, verbose=False, pedantic=False, user=url.user, password=url.password, tls_required=False,
+            headers=not srv.opts.no_header_support, name=srv.server_id, cluster=self.name,
+            cluster_dynamic=self.dynamic, lnoc=True))
+
+    # ---- soliciting -------------------------------------------------------------------------------------
+
+    def solicit(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float = 0.0) -> None:
+        t = self.server.loop.create_task(self._connect(url, rtype, gossip_mode, first, delay))
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            self.server.log.error(f"route connect task failed: {t.exception()!r}")
+
+    def _configured(self, url: RouteURL) -> bool:
+        for r in self.opts.routes:
+            try:
+                if parse_route_url(r).key == url.key:
+                    return True
+            except ValueError:
+                continue
+        return False
+
+    async def _connect(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float) -> None:
+        srv = self.server
+        log = srv.log
+        if delay:
+            await asyncio.sleep(delay)
+        attempts = 0
+        wait = ROUTE_CONNECT_DELAY
+        retries = self.opts.connect_retries
+        while self.running:
+            if rtype == EXPLICIT and not self._configured(url):
+                log.debug(f'Not attempting to connect to explicit route "{url.redacted()}", no longer part of '
+                          f"configured routes")
+                return
+            if url.key in self.self_urls:
+                return
+            log.debug(f"Trying to connect to route on {_hostport(url.host, url.port)}")
+            try:
+                await asyncio.wait_for(srv.loop.create_connection(
+                    lambda: RouteConn(self, url, rtype, gossip_mode), url.host, url.port), ROUTE_DIAL_TIMEOUT)
+                return
+            except (OSError, asyncio.TimeoutError) as e:
+                attempts += 1
+                text = f"Error trying to connect to route (attempt {attempts}): {_dial_error(url, e)}"
+                if (first and (attempts == 1 or attempts % CONNECT_ERROR_REPORTS == 0)) or not first:
+                    log.error(text)
+                else:
+                    log.debug(text)
+                if rtype != EXPLICIT and (retries <= 0 or attempts > retries):
+                    return
+                await asyncio.sleep(wait)
+                if self.opts.connect_backoff:
+                    wait = min(wait * 2, ROUTE_CONNECT_MAX_DELAY)
+
+    # ---- handshake --------------------------------------------------------------------------------------
+
+    def first_route_info(self, rc: RouteConn, info: ci.Info) -> None:
+        srv = self.server
+        log = srv.log
+        if info.server_id == srv.server_id:
+            rc.remote_id = info.server_id
+            if rc.solicited and rc.url is not None:
+                self.self_urls.add(rc.url.key)
+                log.debug(f'Detected route to self, ignoring "{rc.url.redacted()}"')
+            rc.close("Duplicate Route", no_reconnect=True)
+            return
+        if info.cluster and info.cluster != self.name:
+            if self.dynamic and (not info.cluster_dynamic or self.name < info.cluster):
+                self.set_name(info.cluster, info.cluster_dynamic, info.server_id)
+            else:
+                rc.close("Cluster Name Conflict")
+                return
+        if not rc.solicited and info.server_name == srv.name:
+            log.error(f'{rc.log_prefix()} - Remote server has a duplicate name: "{info.server_name}"')
+            rc.close("Duplicate Server Name", no_reconnect=True)
+            return
+        if info.route_account:
+            text = f'Not possible to have a dedicated route for account "{info.route_account}" between those servers'
+            log.error(f"{rc.log_prefix()} - {text}")
+            rc.close("Protocol Violation", text, no_reconnect=True)
+            return
+        rc.info_received = True
+        rc.remote_id = info.server_id
+        rc.remote_name = info.server_name
+        rc.lnoc, rc.lnocu = info.lnoc, info.lnocu
+        rc.parser.lnocu = info.lnocu
+        rc.remote.lnocu = info.lnocu
+        rc.headers = info.headers and not srv.opts.no_header_support
+        if rc.url is None:
+            rc.url = RouteURL(info.host, info.port)
+        if not info.ip:
+            info.ip = f"nats-route://{_hostport(rc.host, info.port)}/"
+        rc.remote_ip_url = info.ip
+        rc.connect_urls = list(info.connect_urls or ())
+        self._add_route(rc, info)
+
+    def _add_route(self, rc: RouteConn, info: ci.Info) -> None:
+        rid = info.server_id
+        existing = self.routes.get(rid)
+        if existing is not None and not existing.closed:
+            if rc.solicited and not existing.solicited:
+                existing.solicited = True
+                existing.url = rc.url
+            if rc.rtype == EXPLICIT:
+                existing.rtype = EXPLICIT
+            existing.retry = True
+            rc.debug(f'Detected duplicate remote route "{rid}"')
+            rc.close("Duplicate Route", no_reconnect=True)
+            return
+        self.routes[rid] = rc
+        rc.registered = True
+        rc.debug(f'Registering remote route "{rid}"')
+        frames = [frame_for(u) for u in self.local.snapshot()]
+        if frames:
+            rc.send(b"".join(frames))
+        if len(self.routes) > 1:
+            self._forward_gossip(rc, info)
+        if not self.opts.no_advertise:
+            self._urls_shared = True
+            if self._add_urls(rc.connect_urls):
+                self.server.broadcast_info()
+
+    def _forward_gossip(self, rc: RouteConn, info: ci.Info) -> None:
+        from_gossip = rc.solicited and rc.rtype == IMPLICIT
+        if (from_gossip and rc.gossip_mode != ci.GOSSIP_OVERRIDE) or info.gossip_mode == ci.GOSSIP_DISABLED:
+            return
+        info.nonce = ""
+        frames: dict[int, bytes] = {}
+        for r in list(self.routes.values()):
+            if r is rc or r.remote_id == info.server_id or r.closed:
+                continue
+            if (not rc.solicited and r.rtype == EXPLICIT) or (rc.solicited and rc.rtype == EXPLICIT):
+                gm = ci.GOSSIP_OVERRIDE
+            elif not rc.solicited:
+                gm = ci.GOSSIP_DISABLED
+            else:
+                gm = ci.GOSSIP_DEFAULT
+            f = frames.get(gm)
+            if f is None:
+                info.gossip_mode = gm
+                f = frames[gm] = cp.info_frame(ci.encode_info(info))
+            r.send(f)
+        self.server.schedule_flush()
+
+    def async_route_info(self, rc: RouteConn, info: ci.Info) -> None:
+        srv = self.server
+        if info.route_acc_add_reqid:
+            srv.log.debug(f"{rc.log_prefix()} - pinned-account route request ignored (routes are not pooled)")
+            return
+        if info.gateway:
+            srv.log.error(f'Received information about gateway "{info.gateway}" from {rc.remote_id}, but gateway '
+                          f"is not configured")
+            return
+        if rc.remote_id and info.server_id != rc.remote_id:
+            self._implicit_route(info)
+            return
+        if info.ldm and rc.connect_urls and not self.opts.no_advertise:
+            if self._remove_urls(rc.connect_urls):
+                srv.broadcast_info()
+
+    def _implicit_route(self, info: ci.Info) -> None:
+        srv = self.server
+        if info.server_id == srv.server_id or info.route_account or info.server_id in self.routes:
+            return
+        if self._configured_hostport(info):
+            return
+        try:
+            url = parse_route_url(info.ip)
+        except ValueError:
+            srv.log.error(f"Error parsing URL from INFO: {info.ip!r}")
+            return
+        if info.auth_required:
+            url = url._replace(user=self.opts.username, password=self.opts.password)
+        self.solicit(url, IMPLICIT, info.gossip_mode, first=True)
+
+    def _configured_hostport(self, info: ci.Info) -> bool:
+        keys = {(info.host.lower(), info.port)}
+        if info.ip:
+            try:
+                u = parse_route_url(info.ip)
+                keys.add((u.host.lower(), info.port))
+            except ValueError:
+                pass
+        for r in self.opts.routes:
+            try:
+                if parse_route_url(r).key in keys:
+                    return True
+            except ValueError:
+                continue
+        return False
+
+    # ---- a route goes ------------------------------------------------------------------------------------
+
+    def route_closed(self, rc: RouteConn) -> None:
+        self.conns.discard(rc)
+        srv = self.server
+        if rc.registered and self.routes.get(rc.remote_id) is rc:
+            del self.routes[rc.remote_id]
+            if rc.connect_urls and not self.opts.no_advertise and self._remove_urls(rc.connect_urls):
+                srv.broadcast_info()
+        if rc.no_reconnect or not self.running or srv.shutting_down:
+            return
+        retry_implicit = rc.retry or (rc.solicited and rc.rtype == IMPLICIT)
+        if not (rc.solicited or retry_implicit) or rc.url is None:
+            return
+        rid = rc.remote_id
+        if rid and rid in self.routes:
+            kept = self.routes[rid]
+            if rc.solicited and not kept.solicited:
+                kept.solicited = True
+                kept.url = rc.url
+                if rc.rtype == EXPLICIT:
+                    kept.rtype = EXPLICIT
+            srv.log.debug(f'Not attempting reconnect for solicited route, already connected to "{rid}"')
+            return
+        if rid == srv.server_id:
+            return
+        if rc.rtype != IMPLICIT or retry_implicit:
+            srv.log.debug(f'Attempting reconnect for solicited route "{rc.url.redacted()}"')
+            delay = random.randrange(100) / 1000 + (ROUTE_RECONNECT if rc.rtype == EXPLICIT else 0.0)
+            self.solicit(rc.url, rc.rtype, 0, first=False, delay=delay)
+
+    # ---- accounts and interest ----------------------------------------------------------------------------
+
+    def route_account(self, name: bytes) -> Any:
+        return self.server.accounts.get(name.decode("utf-8", "surrogateescape"))
+
+    def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        """A local subscription came (``added``) or went: RS+/RS- to every route when the count says so."""
+        sb = getattr(sub, "subject_b", None) or sub.subject.encode("utf-8", "surrogateescape")
+        qb = getattr(sub, "queue_b", None) or (sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None)
+        u = self.local.add(acc.name_b, sb, qb or None) if added else self.local.remove(acc.name_b, sb, qb or None)
+        if u is None or not self.routes:
+            return
+        f = frame_for(u)
+        for rc in self.routes.values():
+            if not rc.closed:
+                rc.send(f)
+        self.server.schedule_flush()
+
+    # ---- client connect URLs -------------------------------------------------------------------------------
+
+    def _add_urls(self, urls: list[str]) -> bool:
+        changed = False
+        for u in urls:
+            n = self.remote_urls.get(u, 0)
+            self.remote_urls[u] = n + 1
+            changed = changed or n == 0
+        return changed
+
+    def _remove_urls(self, urls: list[str]) -> bool:
+        changed = False
+        for u in urls:
+            n = self.remote_urls.get(u, 0)
+            if n <= 1:
+                if self.remote_urls.pop(u, None) is not None:
+                    changed = True
+            else:
+                self.remote_urls[u] = n - 1
+        return changed
+
+    def client_connect_urls(self) -> list[str]:
+        """``connect_urls`` of the INFO sent to clients: this server's, then the other servers'."""
+        if self.opts.no_advertise or not self._urls_shared:
+            return []
+        others = [u for u in self.remote_urls if u not in self.own_urls]
+        if self.server.ldm:
+            return others
+        return self.own_urls + others
+
+    def enter_lame_duck(self) -> None:
+        """Lame-duck mode: routes are told (INFO with ldm), so they stop advertising our client URLs."""
+        info = self.route_info()
+        info.ldm = True
+        f = cp.info_frame(ci.encode_info(info))
+        for rc in self.routes.values():
+            if not rc.closed:
+                rc.send(f)
+        self.server.schedule_flush()
+
+    # ---- monitoring ----------------------------------------------------------------------------------------
+
+    def varz(self) -> dict:
+        """The live part of /varz "cluster": the URLs of the configured routes."""
+        return {"urls": [_hostport(*parse_route_url(r)[:2]) for r in self.opts.routes]}
+
+
+def _dial_error(url: RouteURL, e: BaseException) -> str:
+    where = _hostport(url.host, url.port)
+    if isinstance(e, ConnectionRefusedError):
+        return f"dial tcp {where}: connect: connection refused"
+    if isinstance(e, asyncio.TimeoutError):
+        return f"dial tcp {where}: i/o timeout"
+    return f"dial tcp {where}: {getattr(e, 'strerror', None) or e}"
+

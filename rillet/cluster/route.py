@@ -1,0 +1,443 @@
+"""One route connection: the asyncio layer around the sans-IO route parser (rillet.cluster.protocol).
+
+Outbound data is buffered in ``out`` and written once per read cycle through the server's pending-flush
+list, exactly like a client connection (``rillet.server.client``), so a read carrying many messages makes
+one write per route. The handshake, registration, gossip and reconnects are the cluster manager's
+(``rillet.cluster.cluster``); this class speaks the protocol and keeps the route's remote interest.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from rillet.cluster import info as ci
+from rillet.cluster import protocol as cp
+from rillet.cluster.interest import RemoteInterest
+from rillet.cluster.routed import RemoteSub
+from rillet.protocol.parser import ProtocolError
+from rillet.server.auth import compare_secret
+from rillet.server.listen import plain_ip
+
+if TYPE_CHECKING:
+    from rillet.cluster.cluster import Cluster
+
+ROUTER = 2  # connection kind (Client: 0, internal: 1)
+EXPLICIT = "explicit"
+IMPLICIT = "implicit"
+
+_CRLF = b"\r\n"
+
+
+class RouteConn(asyncio.Protocol):
+    kind = ROUTER
+    echo = True
+    no_responders = False
+    perms = None
+    headers_ok = True
+    account = None
+
+    def __init__(self, cluster: "Cluster", url: Any = None, rtype: str = IMPLICIT, gossip_mode: int = 0) -> None:
+        self.cluster = cluster
+        self.server = cluster.server
+        self.solicited = url is not None
+        self.url = url  # rillet.cluster.cluster.RouteURL of the peer (set from its INFO when accepted)
+        self.rtype = rtype
+        self.gossip_mode = gossip_mode
+        self.cid = 0
+        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
+        self.flush_pending = False
+        self.closed = False
+        self.close_reason = ""
+        self.no_reconnect = False
+        self.retry = False  # kept when a duplicate was closed: reconnect if this one goes too
+        self.registered = False
+        self.info_received = False
+        self.remote_id = ""
+        self.remote_name = ""
+        self.remote_ip_url = ""  # nats-route://ip:port/ of the peer (gossiped to others)
+        self.connect_urls: list[str] = []
+        self.lnoc = False
+        self.lnocu = False
+        self.headers = False
+        self.remote = RemoteInterest()
+        self.rsubs: dict[tuple, tuple[Any, RemoteSub]] = {}
+        self.parser = cp.ServerParser(self, cp.ROUTE, max_control_line=self.server.opts.max_control_line)
+        self._accounts: dict[bytes, Any] = {}
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.start_time = time.time()
+        self.last_activity = self.start_time
+        self.host = ""
+        self.port = 0
+        self.pings_out = 0
+        self.rtt = 0.0
+        self._rtt_start = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.host, self.port = plain_ip(peer[0]), peer[1]
+        cl = self.cluster
+        srv = self.server
+        srv._cid += 1
+        self.cid = srv._cid
+        if srv.shutting_down or not cl.accepting:
+            self.close("Server Shutdown")
+            return
+        cl.conns.add(self)
+        self.server.log.notice(f"{self.log_prefix()} - Route connection created")
+        if self.solicited:
+            self.server.log.debug(f"{self.log_prefix()} - Route connect msg sent")
+            self.out += cp.connect_frame(cl.connect_json(self.url))
+        else:
+            self.parser.awaiting_connect = True
+            if cl.opts.username:
+                self._auth_timer = srv.loop.call_later(cl.opts.auth_timeout or 2.0, self._auth_timeout)
+        self.out += cp.info_frame(cl.initial_info(self.gossip_mode))
+        self._ping_timer = srv.loop.call_later(cl.ping_interval(), self._ping_tick)
+        self.flush()
+        srv.flush_clients()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
+            self._teardown()
+
+    def close(self, reason: str, err: str | None = None, no_reconnect: bool = False) -> None:
+        if self.closed:
+            return
+        if no_reconnect:
+            self.no_reconnect = True
+        if err is not None:
+            self.out += cp.err_frame(err)
+        self.close_reason = reason
+        t = self.transport
+        if t is not None:
+            if self.out:
+                try:
+                    t.write(bytes(self.out))
+                except (OSError, RuntimeError) as e:
+                    self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
+                self.out.clear()
+            t.close()
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for t in (self._ping_timer, self._auth_timer):
+            if t is not None:
+                t.cancel()
+        self.server.log.notice(f"{self.log_prefix()} - Router connection closed: {self.close_reason}")
+        self._drop_remote_interest()
+        self.cluster.route_closed(self)
+
+    def pause_writing(self) -> None:
+        pass  # the transport buffers; max_pending below closes a route that cannot keep up
+
+    def resume_writing(self) -> None:
+        pass
+
+    # ---- reading --------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            if e.client_error == cp.AUTH_VIOLATION:
+                self.server.log.error(f"{self.log_prefix()} - authentication error")
+            else:
+                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+            self.close(e.reason, e.client_error)
+        self.server.flush_clients()
+
+    # ---- protocol handlers ----------------------------------------------------------------------------
+
+    def proto_before_connect(self) -> bool:
+        self.server.log.error(f"{self.log_prefix()} - authentication error")
+        return False
+
+    def proto_connect(self, arg: bytes) -> None:
+        if self.solicited:
+            return  # (nats-server reads a CONNECT from the accepting side too, and ignores it)
+        co = ci.decode_route_connect(arg)
+        cl = self.cluster
+        log = self.server.log
+        if co.lang:
+            log.error(f"{self.log_prefix()} - {ci.ERR_CLIENT_ON_ROUTE_PORT}")
+            self.close("Wrong Port", ci.ERR_CLIENT_ON_ROUTE_PORT, no_reconnect=True)
+            return
+        if co.gateway:
+            text = ci.err_gateway_on_route_port(co.gateway)
+            log.error(f"{self.log_prefix()} - {text}")
+            self.close("Wrong Gateway", text, no_reconnect=True)
+            return
+        o = cl.opts
+        if o.username and (co.user != o.username or not compare_secret(o.password, co.password)):
+            log.error(f"{self.log_prefix()} - authentication error")
+            self.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
+            return
+        if co.cluster != cl.name:
+            if cl.dynamic and (not co.cluster_dynamic or cl.name < co.cluster):
+                cl.set_name(co.cluster, dynamic=co.cluster_dynamic, keep=co.name)
+            else:
+                text = ci.err_cluster_name_mismatch(co.cluster, cl.name)
+                log.error(f"{self.log_prefix()} - {text}")
+                self.close("Cluster Name Conflict", text, no_reconnect=True)
+                return
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self.parser.awaiting_connect = False
+        self.remote_id = co.name
+        self.lnoc, self.lnocu = co.lnoc, co.lnocu
+        self.parser.lnocu = co.lnocu
+        self.remote.lnocu = co.lnocu
+        self.headers = co.headers and not self.server.opts.no_header_support
+
+    def proto_info(self, arg: bytes) -> None:
+        info = ci.decode_info(arg)
+        if self.info_received:
+            self.cluster.async_route_info(self, info)
+        else:
+            self.cluster.first_route_info(self, info)
+
+    def proto_ping(self) -> None:
+        self.out += cp.PONG
+        self.flush()
+
+    def proto_pong(self) -> None:
+        self.pings_out = 0
+        if self._rtt_start:
+            self.rtt = time.monotonic() - self._rtt_start
+            self._rtt_start = 0.0
+
+    def proto_ok(self) -> None:
+        pass
+
+    def proto_err(self, arg: bytes) -> None:
+        text = arg.decode("utf-8", "replace")
+        self.server.log.error(f"{self.log_prefix()} - Route Error {text}")
+        self.close("Parse Error")
+
+    # interest
+
+    def proto_rs_sub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        self._apply(self.remote.rs_sub(account, subject, queue, weight))
+
+    def proto_rs_unsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
+        self._apply(self.remote.rs_unsub(account, subject, queue))
+
+    def proto_ls_sub(self, origin: bytes, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        self._apply(self.remote.ls_sub(origin, account, subject, queue, weight))
+
+    def proto_ls_unsub(self, origin: bytes | None, account: bytes, subject: bytes, queue: bytes | None) -> None:
+        self._apply(self.remote.ls_unsub(origin, account, subject, queue))
+
+    def proto_account_sub(self, account: bytes) -> None:  # (never called on a route: the parser ignores A+)
+        pass
+
+    def proto_account_unsub(self, account: bytes) -> None:
+        pass
+
+    def _account(self, name: bytes) -> Any:
+        acc = self._accounts.get(name)
+        if acc is None:
+            acc = self.cluster.route_account(name)
+            if acc is not None:
+                self._accounts[bytes(name)] = acc
+        return acc
+
+    def _apply(self, ch: Any) -> None:
+        if ch is None:
+            return
+        key = (ch.account, ch.subject, ch.queue, ch.origin)
+        if ch.kind == "add":
+            acc = self._account(ch.account)
+            if acc is None:
+                self.server.log.debug(f"{self.log_prefix()} - interest in unknown account "
+                                      f"{ch.account.decode(errors='replace')} ignored")
+                return
+            sub = RemoteSub(self, ch.subject.decode("utf-8", "surrogateescape"),
+                            ch.queue.decode("utf-8", "surrogateescape") if ch.queue else None, ch.weight, ch.origin)
+            try:
+                acc.sublist.insert(sub)
+            except ValueError as e:
+                self.server.log.error(f"{self.log_prefix()} - remote subscription on invalid subject "
+                                      f"{sub.subject!r} refused: {e}")
+                self.remote.rs_unsub(ch.account, ch.subject, ch.queue) if ch.origin is None else \
+                    self.remote.ls_unsub(ch.origin, ch.account, ch.subject, ch.queue)
+                return
+            self.rsubs[key] = (acc, sub)
+        elif ch.kind == "weight":
+            entry = self.rsubs.get(key)
+            if entry is not None:
+                entry[1].weight = ch.weight
+                entry[0].remote_changed()
+        else:
+            entry = self.rsubs.pop(key, None)
+            if entry is not None:
+                entry[0].sublist.remove(entry[1])
+
+    def _drop_remote_interest(self) -> None:
+        self.remote.clear()
+        by_acc: dict[Any, list[RemoteSub]] = {}
+        for acc, sub in self.rsubs.values():
+            by_acc.setdefault(acc, []).append(sub)
+        self.rsubs.clear()
+        for acc, subs in by_acc.items():
+            acc.sublist.remove_batch(subs)
+            acc.remote_changed()
+
+    # messages
+
+    def proto_rmsg(self, account: bytes, subject: bytes, reply: bytes | None, queues: tuple, payload: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(payload)
+        acc = self._account(account)
+        if acc is not None:
+            acc.deliver_routed(self, subject, reply, queues, -1, payload)
+
+    def proto_hmsg(self, account: bytes, subject: bytes, reply: bytes | None, queues: tuple, hdr_len: int,
+                   msg: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(msg)
+        acc = self._account(account)
+        if acc is not None:
+            acc.deliver_routed(self, subject, reply, queues, hdr_len, msg)
+
+    def proto_lmsg(self, origin: bytes, account: bytes, subject: bytes, reply: bytes | None, queues: tuple,
+                   hdr_len: int, msg: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(msg)
+        acc = self._account(account)
+        if acc is not None:
+            acc.deliver_routed(self, subject, reply, queues, hdr_len if hdr_len > 0 else -1, msg)
+
+    # ---- writing --------------------------------------------------------------------------------------
+
+    def send_msg(self, account: bytes, subject: bytes, reply: bytes | None, queues: list, hdr: int,
+                 msg: bytes) -> None:
+        """One RMSG (or HMSG) to this route."""
+        out = self.out
+        if hdr < 0:
+            out += cp.rmsg_head(account, subject, reply, queues, len(msg))
+            out += msg
+        elif self.headers:
+            out += cp.hmsg_head(account, subject, reply, queues, hdr, len(msg))
+            out += msg
+        else:  # a peer without headers gets the payload only
+            payload = msg[hdr:]
+            out += cp.rmsg_head(account, subject, reply, queues, len(payload))
+            out += payload
+        out += _CRLF
+        self.out_msgs += 1
+        self.out_bytes += len(msg)
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def send(self, frame: bytes) -> None:
+        self.out += frame
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def write_out(self) -> None:
+        self.flush_pending = False
+        out = self.out
+        t = self.transport
+        if not out or self.closed or t is None:
+            out.clear()
+            return
+        t.write(bytes(out))
+        out.clear()
+        mp = self.server.opts.max_pending
+        if t.get_write_buffer_size() > mp:
+            self.server.slow_consumers += 1
+            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
+            t.abort()
+            self.close("Slow Consumer (Pending Bytes)")
+
+    # ---- timers ---------------------------------------------------------------------------------------
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.closed and self.parser.awaiting_connect:
+            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
+            self.close("Authentication Timeout", "Authentication Timeout")
+
+    def _ping_tick(self) -> None:
+        if self.closed:
+            return
+        cl = self.cluster
+        if self.pings_out + 1 > cl.ping_max():
+            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            self.close("Stale Connection", "Stale Connection")
+            return
+        self.pings_out += 1
+        self._rtt_start = time.monotonic()
+        self.send(cp.PING)
+        self.server.flush_clients()
+        self._ping_timer = self.server.loop.call_later(cl.ping_interval(), self._ping_tick)
+
+    # ---- monitoring and logging -----------------------------------------------------------------------
+
+    def monitor_info(self, q: dict) -> dict:
+        """This route as nats-server's /routez shows it (RouteInfo)."""
+        from rillet.gotime import format_time, unix_ns
+        from rillet.monitor.gofmt import rtt_string, uptime
+        now = time.time()
+        d: dict[str, Any] = {
+            "rid": self.cid, "remote_id": self.remote_id, "remote_name": self.remote_name,
+            "did_solicit": self.solicited, "is_configured": self.rtype == EXPLICIT,
+            "ip": self.host, "port": self.port,
+            "start": format_time(unix_ns(self.start_time)), "last_activity": format_time(unix_ns(self.last_activity)),
+        }
+        if self.rtt:
+            d["rtt"] = rtt_string(self.rtt)[0]
+        t = self.transport
+        d.update({"uptime": uptime(now - self.start_time), "idle": uptime(now - self.last_activity),
+                  "pending_size": t.get_write_buffer_size() + len(self.out) if t is not None else len(self.out),
+                  "in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
+                  "out_bytes": self.out_bytes, "subscriptions": len(self.rsubs)})
+        detail, plain = q.get("subs", (False, False))
+        if self.rsubs and (detail or plain):
+            if detail:
+                d["subscriptions_list_detail"] = [
+                    {"account": acc.name, "account_tag": acc.name, "subject": sub.subject,
+                     **({"qgroup": sub.queue} if sub.queue else {}), "sid": "", "msgs": 0, "cid": self.cid}
+                    for acc, sub in self.rsubs.values()]
+            else:
+                d["subscriptions_list"] = [sub.subject for _, sub in self.rsubs.values()]
+        comp = self.cluster.compression_mode()
+        if comp:
+            d["compression"] = comp
+        return d
+
+    def log_prefix(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port} - rid:{self.cid}"
+
+    def trace(self, msg: str) -> None:
+        self.server.log.trace(f"{self.log_prefix()} - {msg}")
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")
+
+    def __repr__(self) -> str:
+        return f"<RouteConn rid:{self.cid} {self.remote_name or self.remote_id} {'solicited' if self.solicited else 'accepted'}>"
+

@@ -1,0 +1,190 @@
+"""Accounts of a server in a cluster: remote interest beside local subscriptions, one match per publish.
+
+A server with a ``cluster {}`` port makes its accounts ``RoutedAccount`` (a server without one keeps the
+plain ``Account``, so a publish there pays nothing for clustering). Remote interest (a peer's RS+) is a
+``RemoteSub`` in the account's sublist, so the match that finds local subscribers also finds the routes
+to send to:
+
+* plain remote interest: one RMSG/HMSG per route, whatever number of that route's subscriptions match;
+* a queue group: a local member is preferred; a group with no local member goes to one route, chosen by
+  the peers' queue weights, and that route's RMSG names the group (``| q`` / ``+ reply q``) so the peer
+  gives the message to one of its members;
+* a message that came from a route is delivered here only (never to another route: routes form a full
+  mesh), to the plain subscribers and to the queue groups named in its RMSG.
+
+The routing decision depends only on the sublist result, which the sublist caches and never changes, so
+it is computed once per result (``_Split``) and kept beside the sublist cache.
+
+Subscriptions that act for the server a message is published on (the import side of stream and service
+imports: each server of the cluster has the same imports) are neither announced to routes nor given
+messages that come from a route: the publishing server applies the import and routes the result to the
+importing account's interest.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from random import random
+from typing import Any
+
+from rillet.server.accounts import Account
+from rillet.subjects.sublist import SublistResult
+
+_SPLITS_MAX = 4096
+
+
+class RemoteSub:
+    """Interest a route announced (RS+/LS+): kept in the sublist like a local subscription."""
+
+    __slots__ = ("client", "subject", "queue", "weight", "sid", "sid_b", "icb", "nm", "max", "subject_b",
+                 "queue_b", "origin")
+
+    def __init__(self, route: Any, subject: str, queue: str | None, weight: int, origin: bytes | None) -> None:
+        self.client = route
+        self.subject = subject
+        self.queue = queue
+        self.weight = weight
+        self.origin = origin
+        self.sid = b""
+        self.sid_b = b""
+        self.icb = None
+        self.nm = 0
+        self.max = 0
+        self.subject_b = subject.encode("utf-8", "surrogateescape")
+        self.queue_b = queue.encode("utf-8", "surrogateescape") if queue else b""
+
+
+def origin_only(sub: Any) -> bool:
+    """A subscription that applies an import for the publishing server (see the module docstring)."""
+    icb = sub.icb
+    if icb is None:
+        return False
+    if getattr(icb, "import_to", None) is not None:  # stream import (rillet.server.account_config)
+        return True
+    # the request side of a service import: its internal client is named "service import <imp> -> <exp>"
+    return str(getattr(sub.client, "name", "")).startswith("service import ")
+
+
+class _Split:
+    """What one sublist result means for routing (computed once per result)."""
+
+    __slots__ = ("local", "routes", "rqueues", "inbound", "inbound_q")
+
+    def __init__(self, r: SublistResult) -> None:
+        local_ps: list[Any] = []
+        inbound_ps: list[Any] = []
+        routes: dict[Any, None] = {}
+        for sub in r.psubs:
+            if type(sub) is RemoteSub:
+                routes[sub.client] = None
+            else:
+                local_ps.append(sub)
+                if not origin_only(sub):
+                    inbound_ps.append(sub)
+        local_qs: list[list[Any]] = []
+        rqueues: list[tuple[bytes, list[Any], list[int]]] = []
+        inbound_q: dict[bytes, list[Any]] = {}
+        for g in r.qsubs:
+            loc = [s for s in g if type(s) is not RemoteSub]
+            if len(loc) == len(g):
+                local_qs.append(g)
+            elif loc:
+                local_qs.append(loc)  # local members first: the remote ones are not used
+            else:
+                cum: list[int] = []
+                total = 0
+                for s in g:
+                    total += max(s.weight, 1)
+                    cum.append(total)
+                rqueues.append((g[0].queue_b, g, cum))
+            inb = [s for s in loc if not origin_only(s)]
+            if inb:
+                inbound_q[inb[0].queue_b] = inb
+        self.routes = list(routes)
+        self.rqueues = rqueues
+        remote = bool(routes or rqueues)
+        self.local = r if not remote else SublistResult(local_ps, local_qs)
+        self.inbound = SublistResult(inbound_ps, [])
+        self.inbound_q = inbound_q
+
+
+class RoutedAccount(Account):
+    __slots__ = ("_splits", "name_b")
+
+    def __init__(self, server: Any, name: str) -> None:
+        super().__init__(server, name)
+        self._splits: dict[SublistResult, _Split] = {}
+        self.name_b = name.encode()
+
+    # ---- local interest -> routes ---------------------------------------------------------------------
+
+    def add_sub(self, sub: Any) -> None:
+        super().add_sub(sub)
+        if not origin_only(sub):
+            self.server.cluster.local_interest(self, sub, True)
+
+    def remove_sub(self, sub: Any) -> None:
+        super().remove_sub(sub)
+        if not origin_only(sub):
+            self.server.cluster.local_interest(self, sub, False)
+
+    def remote_changed(self) -> None:
+        """Remote interest changed without new sublist results (a queue weight): forget the splits."""
+        self._splits.clear()
+
+    def _split(self, r: SublistResult) -> _Split:
+        sp = self._splits.get(r)
+        if sp is None:
+            if len(self._splits) >= _SPLITS_MAX:
+                self._splits.clear()
+            sp = self._splits[r] = _Split(r)
+        return sp
+
+    # ---- delivery --------------------------------------------------------------------------------------
+
+    def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                       route: bytes | None = None) -> bool:
+        sp = self._split(r)
+        if sp.local is r:
+            return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+        lr = sp.local
+        delivered = False
+        if lr.psubs or lr.qsubs:
+            nr = c.no_responders
+            if nr:
+                c.no_responders = False  # the message goes to a route too: never a 503 here
+            try:
+                delivered = Account.deliver_result(self, c, lr, subject, reply, hdr, msg, route)
+            finally:
+                if nr:
+                    c.no_responders = True
+        # one frame per route: plain interest, plus the queue groups this route serves
+        targets: dict[Any, list[bytes]] = {rc: [] for rc in sp.routes}
+        for qname, members, cum in sp.rqueues:
+            i = bisect_right(cum, random() * cum[-1])
+            rc = members[min(i, len(members) - 1)].client
+            q = targets.get(rc)
+            if q is None:
+                targets[rc] = [qname]
+            else:
+                q.append(qname)
+        rsubject = route if route is not None else subject
+        for rc, queues in targets.items():
+            if not rc.closed:
+                rc.send_msg(self.name_b, rsubject, reply, queues, hdr, msg)
+                delivered = True
+        return delivered
+
+    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                       msg: bytes) -> None:
+        """A message from route ``rc``: to local subscribers only (and to one member of each named group)."""
+        r = self._match(subject.decode("utf-8", "surrogateescape"))
+        if not (r.psubs or r.qsubs):
+            return
+        sp = self._split(r)
+        lr = sp.inbound
+        if queues:
+            groups = [g for g in (sp.inbound_q.get(bytes(q)) for q in queues) if g is not None]
+            if groups:
+                lr = SublistResult(lr.psubs, groups)
+        if lr.psubs or lr.qsubs:
+            Account.deliver_result(self, rc, lr, subject, reply, hdr, msg)
