@@ -171,3 +171,41 @@ async def test_mirror_keeps_original_timestamps_sources_do_not(tmp_path):
         assert [await msg_time(nc, "M", seq) for seq in (1, 2, 3)] == origin
         assert [await msg_time(nc, "S", seq) for seq in (1, 2, 3)] == sourced
         await nc.close()
+
+
+async def test_mirror_message_the_store_refuses(tmp_path):
+    """A mirrored message the mirror's store refuses (bigger than its max_msg_size): nothing stored, the
+    failure logged once (not at every retry), no error in the mirror info (as nats-server); once the limit
+    is raised the mirror catches up from that message."""
+    import io
+    import json
+
+    from rillet.server.logging import Logger
+    buf = io.StringIO()
+    async with run_server(js_opts(tmp_path), log=Logger(out=buf)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="O", subjects=["o.>"])
+        r = await nc.request("$JS.API.STREAM.CREATE.M", json.dumps(
+            {"name": "M", "mirror": {"name": "O"}, "max_msg_size": 10}).encode())
+        cfg = json.loads(r.data)["config"]
+        await js.publish("o.x", b"x" * 100)
+        await js.publish("o.x", b"y")
+        await wait_for(lambda: _has(buf, "storing mirrored message 1 failed"))
+        info = json.loads((await nc.request("$JS.API.STREAM.INFO.M", b"")).data)
+        assert info["state"]["messages"] == 0 and "error" not in info["mirror"]
+        # the health check retries (every 2 s); one log line however often it fails
+        mirror = srv.jetstream.accounts["$G"].streams["M"].sources.mirror
+        for _ in range(3):  # what the health check does
+            mirror.start(1)
+            await asyncio.sleep(0.05)
+        assert buf.getvalue().count("storing mirrored message 1 failed") == 1
+        r = await nc.request("$JS.API.STREAM.UPDATE.M", json.dumps(dict(cfg, max_msg_size=-1)).encode())
+        assert "error" not in json.loads(r.data)
+        mirror.start(1)
+        await wait_for(lambda: _eq(count(js, "M"), 2), 6)
+        await nc.close()
+
+
+async def _has(buf, text: str) -> bool:
+    return text in buf.getvalue()

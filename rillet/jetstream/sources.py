@@ -19,7 +19,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rillet.jetstream import headers as H
-from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry
 from rillet.jetstream.store.base import StoreError
 from rillet.jetstream.stream import now_ns
@@ -85,6 +84,7 @@ class Origin:
         self.sub: Any = None
         self.error: dict | None = None
         self.header_tag = self._header_tag()
+        self.failed_seq = 0  # a mirrored message the store refused (logged once)
 
     def _header_tag(self) -> tuple[str, str, str]:
         iname = self.name
@@ -212,11 +212,15 @@ class Origin:
         try:
             stream.log.propose(Entry(Entry.MIRROR, (sseq, subject, hdr, data, ts or now_ns())))
         except StoreError as e:
-            stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': storing mirrored message "
-                                f"{sseq} failed: {e}")
-            self.error = ApiError.make("STREAM_STORE_FAILED", err=str(e)).to_dict()
+            # logged once per sequence (the health check retries every few seconds); like nats-server the
+            # mirror info shows no error, the mirror stays at the message it cannot store
+            if self.failed_seq != sseq:
+                self.failed_seq = sseq
+                stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': storing mirrored "
+                                    f"message {sseq} failed: {e}")
             self.cancel()  # the health check restarts the consumer from our last sequence
             return False
+        self.failed_seq = 0
         return True
 
     def _transform(self, subject: str) -> str:
