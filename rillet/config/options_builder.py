@@ -145,6 +145,8 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "no_system": s("no_system_account", "bool"),
             "no_sys_acc": s("no_system_account", "bool"),
             "tls": self.top_tls,
+            "ocsp": self.top_ocsp,
+            "ocsp_cache": self.top_ocsp,
             "allow_non_tls": s("allow_non_tls", "bool"),
             # subsystems
             "websocket": self.websocket,
@@ -169,7 +171,6 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
         # the two report intervals with the cluster settings (warned about at start while clustering is
         # not active, see rillet.config.inactive).
         kept = {
-            "ocsp": "ocsp", "ocsp_cache": "ocsp_cache",
             "resolver_pinned_accounts": "resolver_pinned_accounts",
             "connect_error_reports": "connect_error_reports",
             "reconnect_error_reports": "reconnect_error_reports",

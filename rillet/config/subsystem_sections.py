@@ -21,6 +21,15 @@ class SubsystemSections(BuilderBase):
     def top_tls(self, f: Field) -> None:
         self.o.tls = self.parse_tls(f, client_side=True, where="client")
 
+    def top_ocsp(self, f: Field) -> None:
+        """``ocsp`` (stapling of the server's certificate status) and ``ocsp_cache`` (of peer certificate
+        statuses, for ocsp_peer): off is what this server does; anything else is refused."""
+        if f.value is False:
+            return
+        what = ("does not staple OCSP responses" if f.name == "ocsp"
+                else "does not verify peer certificates with OCSP (no ocsp_peer), so has no OCSP cache")
+        raise f.error(f"'{f.key}' is not supported: this server {what}; only '{f.key}: false' is accepted")
+
     def parse_tls(self, f: Field, client_side: bool, where: str = "") -> TLSConfig:
         """A tls {} block. ``where``: "client" for the top-level block (the client port), "websocket",
         "cluster"...; settings that only the client port acts on are refused elsewhere."""

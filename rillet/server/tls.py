@@ -252,8 +252,17 @@ class TLSClientListener:
                 await srv.loop.connect_accepted_socket(srv._new_client, conn, ssl=ctx,
                                                        ssl_handshake_timeout=timeout or None)
         except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
-            srv.log.error(f"{_hostport(peer)} - TLS handshake error: {e or type(e).__name__}")
+            # like nats-server, a timeout or a peer that does not speak TLS at all (a probe, a load
+            # balancer's health check) is logged at debug level; other failures are errors
+            log = srv.log.debug if _is_probe(e) else srv.log.error
+            log(f"{_hostport(peer)} - TLS handshake error: {e or type(e).__name__}")
             conn.close()
+
+
+def _is_probe(e: BaseException) -> bool:
+    if isinstance(e, asyncio.TimeoutError) or "taking longer than" in str(e):
+        return True
+    return isinstance(e, ssl.SSLError) and e.reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST")
 
 
 def _hostport(peer: Any) -> str:
