@@ -89,11 +89,11 @@ KEY_TESTS: dict[str, str] = {
     "resolver_pinned_accounts": "tests/test_operator.py::test_pinned_accounts",
     "trusted": "tests/test_operator.py::test_config_errors_at_parse",
     # not active until clustering lands: the server starts and warns, naming the block
-    "cluster": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
+    "cluster": "tests/test_cluster_routes.py::test_pub_sub_every_pair_both_ways_with_headers",
     "gateway": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
     "leafnodes": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
-    "connect_error_reports": "tests/test_inactive_cluster.py::test_no_warning_without_cluster_settings",
-    "reconnect_error_reports": "tests/test_inactive_cluster.py::test_no_warning_without_cluster_settings",
+    "connect_error_reports": "tests/test_cluster_routes.py::test_connect_error_reports",
+    "reconnect_error_reports": "tests/test_cluster_routes.py::test_connect_error_reports",
     # jetstream {}
     "jetstream.store_dir": "tests/test_js_durability.py::test_acked_messages_survive_sigkill",
     "jetstream.sync_interval": "tests/test_js_stream.py::test_sync_always_acks_after_fsync",
@@ -188,12 +188,12 @@ FLAG_TESTS: dict[str, str] = {
     "log_size_limit": "tests/test_logging.py::test_log_file_rotates_at_the_size_limit_and_keeps_max_files",
     "syslog": "tests/test_logging.py::test_syslog_without_a_daemon_stops_the_server_like_nats_server",
     "remote_syslog": "tests/test_logging.py::test_remote_syslog_flag_sends_the_log_over_udp",
-    "routes": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
-    "cluster": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
-    "cluster_name": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
-    "cluster_advertise": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
-    "no_advertise": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
-    "connect_retries": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_with_a_warning",
+    "routes": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_routing",
+    "cluster": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_routing",
+    "cluster_name": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_routing",
+    "cluster_advertise": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_routing",
+    "no_advertise": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_routing",
+    "connect_retries": "tests/test_inactive_cluster.py::test_flags_of_the_cluster_discovery_tests_start_routing",
     "tls": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
     "tlscert": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
     "tlskey": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
@@ -287,18 +287,36 @@ def test_the_maps_name_only_keys_the_builder_has():
     assert not set(ALIASES) - keys, set(ALIASES) - keys
 
 
-def test_cluster_block_keys_are_all_inactive():
-    """The whole cluster {} block is not active (one warning at start), whatever it holds."""
-    from rillet.config.inactive import inactive_warnings
-    for key in cluster_keys():
-        value = {"name": "c", "listen": '"127.0.0.1:6222"', "routes": '["nats://h:1"]', "authorization": "{ user: a, pass: b }",
-                 "permissions": "{ import: a }", "tls": "{}"}.get(key, "1")
-        try:
-            opts = load_string(f"cluster {{ {key}: {value} }}", "c.conf")
-        except ConfigError as e:  # a value of the wrong kind for that key: still a key the block knows
-            assert "unknown field" not in str(e), e
-            continue
-        assert any("Cluster settings (cluster block) are not active" in w for w in inactive_warnings(opts)), key
+# cluster {} keys -> a test showing what each does, or the test of its refusal (until supported)
+CLUSTER_KEY_TESTS: dict[str, str] = {
+    "name": "tests/test_cluster_routes.py::test_cluster_authorization_and_name_checks",
+    "listen": "tests/test_cluster_routes.py::test_client_on_route_port_is_refused",
+    "port": "tests/test_config_options.py::test_cluster_host_port",
+    "host": "tests/test_config_options.py::test_cluster_host_port",
+    "net": "tests/test_config_options.py::test_cluster_host_port",
+    "authorization": "tests/test_cluster_routes.py::test_cluster_authorization_and_name_checks",
+    "routes": "tests/test_cluster_routes.py::test_async_info_connect_urls_seen_by_nats_py",
+    "tls": "tests/test_config_options.py::test_cluster_refused_until_supported",
+    "advertise": "tests/test_cluster_routes.py::test_cluster_advertise_and_no_advertise",
+    "cluster_advertise": "tests/test_cluster_routes.py::test_cluster_advertise_and_no_advertise",
+    "no_advertise": "tests/test_cluster_routes.py::test_cluster_advertise_and_no_advertise",
+    "connect_retries": "tests/test_cluster_routes.py::test_connect_error_reports",
+    "connect_backoff": "tests/test_cluster_routes.py::test_connect_error_reports",
+    "pool_size": "tests/test_config_options.py::test_cluster_refused_until_supported",
+    "accounts": "tests/test_config_options.py::test_cluster_refused_until_supported",
+    "compression": "tests/test_cluster_routes.py::test_gossip_from_one_seed_to_full_mesh_and_routez",
+    "permissions": "tests/test_config_options.py::test_cluster_refused_until_supported",
+    "ping_interval": "tests/test_cluster_routes.py::test_route_pings_and_stale_route",
+    "ping_max": "tests/test_cluster_routes.py::test_route_pings_and_stale_route",
+    "write_deadline": "tests/test_config_options.py::test_cluster_block",
+    "write_timeout": "tests/test_config_options.py::test_cluster_refused_until_supported",
+}
+
+
+@pytest.mark.parametrize("key", cluster_keys())
+def test_every_cluster_key_acts_or_is_refused(key):
+    assert key in CLUSTER_KEY_TESTS, f"cluster {key} has no test: make it work (and name its test) or refuse it"
+    assert node_exists(CLUSTER_KEY_TESTS[key]), CLUSTER_KEY_TESTS[key]
 
 
 @pytest.mark.parametrize("name", sorted(FLAGS))

@@ -1,6 +1,6 @@
-"""cluster {}, gateway {} and leafnodes {} (and the cluster flags) until clustering lands: the server starts,
-warns once naming the block, and /routez, /gatewayz and /leafz report the live (empty) state, the way
-nats-server reports a server configured for them but alone.
+"""gateway {} and leafnodes {} until they land, and cluster settings without a cluster port: the server
+starts, warns once naming the block, and /routez, /gatewayz and /leafz report the live state, the way
+nats-server reports a server configured for them but alone. (Routes themselves: tests/test_cluster_routes.py.)
 """
 from __future__ import annotations
 
@@ -33,17 +33,18 @@ def endpoints(command: list[str] | None, conf: str, tmp_path, paths: list[str]) 
         return {p: fetch(http, p) for p in paths}
 
 
-def test_flags_of_the_cluster_discovery_tests_start_with_a_warning():
-    """nats.py's ClusterDiscovery tests pass --cluster_listen and --routes: start, and say it."""
+def test_flags_of_the_cluster_discovery_tests_start_routing():
+    """nats.py's ClusterDiscovery tests pass --cluster_listen, --routes and --cluster_name: the route port
+    listens (a route that cannot be reached is retried), and no warning says otherwise."""
     cport = free_port()
     with ServerProcess("-a", "127.0.0.1", "-p", "-1", "--cluster_name", "CLUSTER",
                        "--cluster_listen", f"nats://127.0.0.1:{cport}",
                        "--routes", f"nats://127.0.0.1:{free_port()}") as srv:
         srv.wait_ready()
-        if not GO:
-            m = srv.wait_log(r"\[WRN\] Cluster settings \(from the command line\) are not active: (.*)")
-            assert "does not support clustering yet" in m.group(1)
-            assert f"no route listener on 127.0.0.1:{cport}" in m.group(1)
+        srv.wait_log(rf"Listening for route connections on 127.0.0.1:{cport}")
+        srv.wait_log(r"Cluster name is CLUSTER")
+        srv.wait_log(r"Error trying to connect to route \(attempt 1\)")
+        assert "are not active" not in srv.output
 
 
 @pytest.mark.skipif(GO, reason="Rillet's own warnings")
@@ -55,18 +56,21 @@ def test_each_configured_block_is_named_in_a_warning(tmp_path):
     with ServerProcess("-c", str(conf)) as srv:
         srv.wait_ready()
         warnings = [line for line in srv.lines if "[WRN]" in line]
-    assert len(warnings) == 3, warnings
-    assert "Cluster settings (cluster block) are not active" in warnings[0]
-    assert "Gateway settings (gateway block) are not active" in warnings[1]
-    assert "Leafnode settings (leafnodes block) are not active" in warnings[2]
+    assert len(warnings) == 2, warnings  # (the cluster has a port: routes are active)
+    assert "Gateway settings (gateway block) are not active" in warnings[0]
+    assert "Leafnode settings (leafnodes block) are not active" in warnings[1]
 
 
 def test_no_warning_without_cluster_settings():
     assert inactive_warnings(load_string("port: 4222")) == []
-    assert inactive_warnings(load_string("cluster { name: X }")) != []
+    assert inactive_warnings(load_string("cluster { name: X, port: 6222 }")) == []
+    assert inactive_warnings(load_string("cluster { name: X }")) == [
+        "Cluster settings (cluster block) are not active: without a cluster port (listen) there is no route "
+        "listener, this server runs alone"]
     assert inactive_warnings(load_string("connect_error_reports: 10")) == [
         "connect_error_reports is not active: it applies to route, gateway and leafnode connections, "
-        "which Rillet does not have yet"]
+        "and this server has no cluster port"]
+    assert inactive_warnings(load_string("connect_error_reports: 10\ncluster { port: 6222 }")) == []
 
 
 CASES = {

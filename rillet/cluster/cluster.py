@@ -44,7 +44,8 @@ ROUTE_CONNECT_MAX_DELAY = 30.0  # DEFAULT_ROUTE_CONNECT_MAX (with connect_backof
 ROUTE_RECONNECT = 1.0  # DEFAULT_ROUTE_RECONNECT
 ROUTE_DIAL_TIMEOUT = 1.0  # DEFAULT_ROUTE_DIAL
 ROUTE_MAX_PING_INTERVAL = 30.0
-CONNECT_ERROR_REPORTS = 3600  # report every Nth failed attempt of a first connect (and the first)
+CONNECT_ERROR_REPORTS = 3600  # connect_error_reports: every Nth failed attempt of a first connect is an error
+# (the first too); reconnect_error_reports (default 1): every Nth failed attempt to reconnect
 ROUTE_PROTO = 2  # route protocol with accounts (nats-server's RouteProtoV2; no message tracing)
 
 
@@ -128,7 +129,6 @@ class Cluster:
         self.dynamic = not o.cluster.name
         self.account_class = RoutedAccount
         self.routes: dict[str, RouteConn] = {}  # remote server id -> its registered route
-        server.routes = self.routes  # type: ignore[attr-defined]  (/routez)
         self.conns: set[RouteConn] = set()  # every route connection, registered or not
         self.local = LocalInterest()
         self.accepting = True
@@ -303,7 +303,10 @@ class Cluster:
             except (OSError, asyncio.TimeoutError) as e:
                 attempts += 1
                 text = f"Error trying to connect to route (attempt {attempts}): {_dial_error(url, e)}"
-                if (first and (attempts == 1 or attempts % CONNECT_ERROR_REPORTS == 0)) or not first:
+                extra = srv.opts.extra
+                every = extra.get("connect_error_reports", CONNECT_ERROR_REPORTS) if first else \
+                    extra.get("reconnect_error_reports", 1)
+                if (first and attempts == 1) or attempts % max(int(every), 1) == 0:
                     log.error(text)
                 else:
                     log.debug(text)
@@ -369,6 +372,7 @@ class Cluster:
             rc.close("Duplicate Route", no_reconnect=True)
             return
         self.routes[rid] = rc
+        self.server.routes[rc.cid] = rc  # (by connection id: /routez)
         rc.registered = True
         rc.debug(f'Registering remote route "{rid}"')
         frames = [frame_for(u) for u in self.local.snapshot()]
@@ -457,6 +461,7 @@ class Cluster:
         srv = self.server
         if rc.registered and self.routes.get(rc.remote_id) is rc:
             del self.routes[rc.remote_id]
+            srv.routes.pop(rc.cid, None)
             if rc.connect_urls and not self.opts.no_advertise and self._remove_urls(rc.connect_urls):
                 srv.broadcast_info()
         if rc.no_reconnect or not self.running or srv.shutting_down:

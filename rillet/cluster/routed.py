@@ -82,6 +82,7 @@ class _Split:
                     inbound_ps.append(sub)
         local_qs: list[list[Any]] = []
         rqueues: list[tuple[bytes, list[Any], list[int]]] = []
+        mixed = False
         inbound_q: dict[bytes, list[Any]] = {}
         for g in r.qsubs:
             loc = [s for s in g if type(s) is not RemoteSub]
@@ -89,6 +90,7 @@ class _Split:
                 local_qs.append(g)
             elif loc:
                 local_qs.append(loc)  # local members first: the remote ones are not used
+                mixed = True
             else:
                 cum: list[int] = []
                 total = 0
@@ -101,8 +103,8 @@ class _Split:
                 inbound_q[inb[0].queue_b] = inb
         self.routes = list(routes)
         self.rqueues = rqueues
-        remote = bool(routes or rqueues)
-        self.local = r if not remote else SublistResult(local_ps, local_qs)
+        # the result as it is when no route is in it; else without the remote subscriptions
+        self.local = r if not (routes or rqueues or mixed) else SublistResult(local_ps, local_qs)
         self.inbound = SublistResult(inbound_ps, [])
         self.inbound_q = inbound_q
 

@@ -3,11 +3,14 @@
     async with run_server(port=-1) as srv:
         nc = await nats.connect(srv.client_url)
 
+``run_cluster(n)`` does the same for a cluster of ``n`` servers (a list of servers, full mesh).
+
 ``run_server`` takes an ``Options`` or keyword arguments for one; the server listens on 127.0.0.1 and a
 free port by default, logs nothing unless ``log`` is given, and stops cleanly when the block ends.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 from typing import Any, AsyncIterator
@@ -45,3 +48,49 @@ async def start_server(opts: Options | None = None, **fields: Any) -> Server:
     srv = Server(opts, Logger(out=io.StringIO()))
     await srv.start()
     return srv
+
+
+@contextlib.asynccontextmanager
+async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = None, timeout: float = 10.0,
+                      **fields: Any) -> AsyncIterator[list[Server]]:
+    """Run a cluster of ``n`` servers in this process, on 127.0.0.1 and free ports::
+
+        async with run_cluster(3) as servers:
+            nc = await nats.connect(servers[0].client_url)
+
+    Every server routes to the first one and learns the others by gossip; the block starts once each
+    server has a route to every other one (full mesh). ``fields`` are ``Options`` fields for every server
+    (``server_name`` is set to ``<name>-<i>``).
+    """
+    from dataclasses import replace
+
+    from rillet.config.options import ClusterOptions
+    if n < 1:
+        raise ValueError("a cluster needs at least one server")
+    servers: list[Server] = []
+    try:
+        seed = ""
+        for i in range(n):
+            f = dict(fields)
+            f.setdefault("host", "127.0.0.1")
+            f.setdefault("port", RANDOM_PORT)
+            f["server_name"] = f"{name}-{i}"
+            opts = Options(**f)
+            opts.cluster = replace(opts.cluster if "cluster" in fields else ClusterOptions(), name=name,
+                                   host="127.0.0.1", port=RANDOM_PORT, routes=[seed] if seed else [])
+            srv = Server(opts, log if log is not None else Logger(out=io.StringIO()))
+            await srv.start()
+            servers.append(srv)
+            if not seed:
+                seed = f"nats-route://127.0.0.1:{srv.cluster.addr[1]}"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(len(s.cluster.routes) < n - 1 for s in servers):
+            if loop.time() > deadline:
+                raise TimeoutError(f"the cluster did not form a full mesh within {timeout}s: "
+                                   f"{[len(s.cluster.routes) for s in servers]} routes")
+            await asyncio.sleep(0.02)
+        yield servers
+    finally:
+        for srv in reversed(servers):
+            await srv.shutdown()

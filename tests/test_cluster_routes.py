@@ -1,0 +1,512 @@
+"""Routes between servers of one cluster, driven as users do: nats-py clients on every server.
+
+Rillet clusters come from ``rillet.server.embed.run_cluster`` (in process, free ports, every server routed
+to the first and the rest learnt by gossip); the mixed cluster runs one Go nats-server (from PATH) with two
+Rillet servers. A route killed with SIGKILL uses a Rillet subprocess.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import nats
+import pytest
+from nats.errors import NoRespondersError
+
+from helpers import RawClient, ServerProcess, free_port
+from rillet.config.options import ClusterOptions, Options
+from rillet.server.embed import run_cluster
+from rillet.server.logging import Logger
+from rillet.server.server import Server
+
+
+async def _until(cond, timeout: float = 5.0, what: str = "condition") -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def clients(urls):
+    ncs = [await nats.connect(u, max_reconnect_attempts=0) for u in urls]
+    try:
+        yield ncs
+    finally:
+        for nc in ncs:
+            await nc.close()
+
+
+async def _settle(ncs) -> None:
+    """Every client's subscriptions have reached its server, and the RS+ have crossed the routes."""
+    for nc in ncs:
+        await nc.flush()
+    await asyncio.sleep(0.15)
+
+
+def _mk_server(name: str, cluster_port: int, routes: list[str], cluster: str = "c1", buf=None, **cl) -> Server:
+    o = Options(host="127.0.0.1", port=-1, server_name=name)
+    o.cluster = ClusterOptions(name=cluster, host="127.0.0.1", port=cluster_port, routes=routes, **cl)
+    return Server(o, Logger(debug=True, out=buf if buf is not None else io.StringIO()))
+
+
+# ==== one cluster of Rillet servers =============================================================================
+
+async def test_pub_sub_every_pair_both_ways_with_headers():
+    async with run_cluster(3) as servers, clients([s.client_url for s in servers]) as ncs:
+        got: list[list] = [[] for _ in ncs]
+        for i, nc in enumerate(ncs):
+            async def cb(m, i=i):
+                got[i].append((m.subject, m.data, m.headers))
+            await nc.subscribe("pair.*", cb=cb)
+        await _settle(ncs)
+        for i, nc in enumerate(ncs):
+            await nc.publish(f"pair.{i}", b"plain %d" % i)
+            await nc.publish(f"pair.{i}", b"hdr %d" % i, headers={"From": str(i)})
+            await nc.flush()
+        await _until(lambda: all(len(g) == 6 for g in got), what="6 messages on every server")
+        await asyncio.sleep(0.1)  # nothing more arrives (no duplicates)
+        for g in got:
+            assert len(g) == 6
+            for i in range(3):
+                assert (f"pair.{i}", b"plain %d" % i, None) in g
+                assert (f"pair.{i}", b"hdr %d" % i, {"From": str(i)}) in g
+
+
+async def test_wildcards_one_message_per_subscription():
+    """Overlapping subscriptions on another server: one RMSG crosses, each subscription gets it once."""
+    async with run_cluster(2) as servers, clients([s.client_url for s in servers]) as (a, b):
+        subs = [await b.subscribe(s) for s in ("w.>", "w.*", "w.x", "*.x")]
+        await _settle([a, b])
+        await a.publish("w.x", b"1")
+        await a.publish("w.y.z", b"2")
+        await a.flush()
+        for s, want in zip(subs, ([b"1", b"2"], [b"1"], [b"1"], [b"1"])):
+            got = [(await s.next_msg(1)).data for _ in want]
+            assert got == want
+            with pytest.raises(nats.errors.TimeoutError):
+                await s.next_msg(0.1)
+        route = servers[0].cluster.routes[servers[1].server_id]
+        assert route.out_msgs == 2  # one message per publish on the route
+
+
+async def test_interest_announced_once_per_subject_and_withdrawn():
+    async with run_cluster(2) as (s0, s1), clients([s0.client_url, s0.client_url]) as (c1, c2):
+        peer = s1.cluster.routes[s0.server_id]  # s1's view of s0's interest
+
+        def remote(subject):
+            return [sub for _, sub in peer.rsubs.values() if sub.subject == subject]
+
+        x1 = await c1.subscribe("ri.a")
+        x2 = await c2.subscribe("ri.a")
+        q1 = await c1.subscribe("ri.q", queue="g")
+        q2 = await c2.subscribe("ri.q", queue="g")
+        await _settle([c1, c2])
+        assert len(remote("ri.a")) == 1
+        assert [s.weight for s in remote("ri.q")] == [2]  # one queue entry, weight = members
+        await x1.unsubscribe()
+        await q1.unsubscribe()
+        await _settle([c1, c2])
+        assert len(remote("ri.a")) == 1 and [s.weight for s in remote("ri.q")] == [1]
+        await x2.unsubscribe()
+        await q2.unsubscribe()
+        await _settle([c1, c2])
+        assert remote("ri.a") == [] and remote("ri.q") == []
+
+
+async def test_queue_group_each_message_once_local_preferred():
+    async with run_cluster(3) as servers, clients([s.client_url for s in servers]) as (c0, c1, c2):
+        counts = {1: 0, 2: 0}
+
+        def member(i):
+            async def cb(m):
+                counts[i] += 1
+            return cb
+        await c1.subscribe("work", queue="q", cb=member(1))
+        await c2.subscribe("work", queue="q", cb=member(2))
+        await _settle([c0, c1, c2])
+        # from a server without a member: each message once, spread over the two remote members
+        for _ in range(60):
+            await c0.publish("work", b"x")
+        await c0.flush()
+        await _until(lambda: counts[1] + counts[2] == 60, what="60 queue deliveries")
+        await asyncio.sleep(0.1)
+        assert counts[1] + counts[2] == 60 and counts[1] > 0 and counts[2] > 0
+        # from a server with a member: all stay local
+        counts.update({1: 0, 2: 0})
+        for _ in range(30):
+            await c1.publish("work", b"y")
+        await c1.flush()
+        await _until(lambda: counts[1] == 30, what="30 local deliveries")
+        await asyncio.sleep(0.1)
+        assert counts == {1: 30, 2: 0}
+
+
+async def test_request_reply_and_no_responders_across_servers():
+    async with run_cluster(3) as servers, clients([s.client_url for s in servers]) as (c0, c1, c2):
+        async def echo(m):
+            await m.respond(b"re:" + m.data)
+        await c2.subscribe("svc.echo", queue="svc", cb=echo)
+        await _settle([c0, c1, c2])
+        for nc in (c0, c1, c2):
+            r = await nc.request("svc.echo", b"hi", timeout=2)
+            assert r.data == b"re:hi"
+        t = time.monotonic()
+        with pytest.raises(NoRespondersError):
+            await c0.request("svc.nobody", b"?", timeout=2)
+        assert time.monotonic() - t < 1  # answered at once by the publisher's server
+
+
+async def test_gossip_from_one_seed_to_full_mesh_and_routez():
+    async with run_cluster(3) as (s0, s1, s2):
+        # s1 and s2 were only given s0: they found each other by gossip
+        assert s0.opts.cluster.routes == [] and len(s2.opts.cluster.routes) == 1
+        assert set(s1.cluster.routes) == {s0.server_id, s2.server_id}
+        assert set(s2.cluster.routes) == {s0.server_id, s1.server_id}
+        r21 = s2.cluster.routes[s1.server_id]
+        r12 = s1.cluster.routes[s2.server_id]
+        assert r21.rtype == r12.rtype == "implicit" and r21.solicited != r12.solicited
+        async with clients([s1.client_url]) as (c,):
+            await c.subscribe("rz.>")
+            await _settle([c])
+            from rillet.monitor.endpoints import routez
+            z = routez(s0, {"subs": "1"})
+            assert z["num_routes"] == 2 and z["server_name"] == "rillet-0"
+            by_name = {r["remote_name"]: r for r in z["routes"]}
+            assert set(by_name) == {"rillet-1", "rillet-2"}
+            r1 = by_name["rillet-1"]
+            assert r1["remote_id"] == s1.server_id and not r1["did_solicit"] and not r1["is_configured"]
+            assert "rz.>" in r1["subscriptions_list"] and r1["subscriptions"] >= 1
+            assert r1["compression"] == "off"
+            assert "subscriptions_list" not in routez(s0, {})["routes"][0]
+
+
+async def test_async_info_connect_urls_seen_by_nats_py():
+    p = [free_port() for _ in range(3)]
+    seed = f"nats://127.0.0.1:{p[0]}"
+    s0 = _mk_server("a", p[0], [])
+    await s0.start()
+    discovered = []
+
+    async def on_discovered():
+        discovered.append(True)
+    nc = await nats.connect(s0.client_url, discovered_server_cb=on_discovered, max_reconnect_attempts=0)
+    others = []
+    try:
+        assert "connect_urls" not in nc._server_info  # alone: no connect_urls, as nats-server
+        for i in (1, 2):
+            s = _mk_server("bc"[i - 1], p[i], [seed])
+            await s.start()
+            others.append(s)
+            await _until(lambda: len(nc.discovered_servers) == i, what=f"{i} discovered servers")
+        assert len(discovered) == 2
+        want = {f"127.0.0.1:{s.port}" for s in [s0] + others}
+        assert {u.netloc for u in nc.servers} == want
+        assert s0.connect_urls()[0] == f"127.0.0.1:{s0.port}"  # this server first, then the others
+        assert set(s0.connect_urls()) == want
+        # a server leaves: the next INFO goes without its URL
+        gone = others.pop()
+        raw = await RawClient.open(s0, protocol=1)
+        await raw.ping()
+        await gone.shutdown()
+        data = await raw.read_until(b"\r\n")
+        while not data.startswith(b"INFO "):
+            data = await raw.read_until(b"\r\n")
+        urls = json.loads(data[5:])["connect_urls"]
+        assert sorted(urls) == sorted([f"127.0.0.1:{s0.port}", f"127.0.0.1:{others[0].port}"])
+        await raw.close()
+    finally:
+        await nc.close()
+        for s in others + [s0]:
+            await s.shutdown()
+
+
+async def test_lame_duck_tells_clients_the_other_servers():
+    async with run_cluster(2, lame_duck_duration=5.0, lame_duck_grace_period=1.0) as (s0, s1):
+        ldm = asyncio.Event()
+
+        async def on_ldm():
+            ldm.set()
+        nc = await nats.connect(s0.client_url, lame_duck_mode_cb=on_ldm, max_reconnect_attempts=0)
+        try:
+            task = asyncio.ensure_future(s0.lame_duck())
+            await asyncio.wait_for(ldm.wait(), 2)
+            assert s0.info_dict()["connect_urls"] == [f"127.0.0.1:{s1.port}"]  # (what the ldm INFO carried)
+            await _until(lambda: not s1.cluster.client_connect_urls() or
+                         f"127.0.0.1:{s0.port}" not in s1.cluster.client_connect_urls(), what="s1 forgets s0")
+            task.cancel()
+        finally:
+            await nc.close()
+
+
+async def test_cluster_authorization_and_name_checks():
+    buf = io.StringIO()
+    p0 = free_port()
+    s0 = _mk_server("a", p0, [], buf=buf, username="ru", password="rp")
+    await s0.start()
+    started = [s0]
+    try:
+        bad = _mk_server("b", free_port(), [f"nats://ru:wrong@127.0.0.1:{p0}"])
+        other = _mk_server("c", free_port(), [f"nats://ru:rp@127.0.0.1:{p0}"], cluster="c2")
+        good = _mk_server("d", free_port(), [f"nats://ru:rp@127.0.0.1:{p0}"])
+        for s in (bad, other, good):
+            await s.start()
+            started.append(s)
+        await _until(lambda: len(s0.cluster.routes) == 1, what="the good route")
+        await asyncio.sleep(0.2)
+        assert set(s0.cluster.routes) == {good.server_id}
+        log = buf.getvalue()
+        assert "authentication error" in log
+        assert 'Rejecting connection, cluster name "c2" does not match "c1"' in log
+    finally:
+        for s in started:
+            await s.shutdown()
+
+
+async def test_client_on_route_port_is_refused():
+    async with run_cluster(1) as (s0,):
+        port = s0.cluster.addr[1]
+        c = await RawClient.open(port, connect=False)
+        assert c.info["cluster"] == "rillet" and c.info["server_name"] == "rillet-0"
+        c.send(b'CONNECT {"lang":"python","verbose":false}\r\n')
+        data = await c.read_until_closed()
+        assert b"-ERR 'attempted to connect to route port'" in data
+
+
+async def test_route_protocol_errors_close_only_that_route():
+    async with run_cluster(2) as (s0, s1), clients([s0.client_url, s1.client_url]) as (c0, c1):
+        port = s0.cluster.addr[1]
+        c = await RawClient.open(port, connect=False)
+        c.send(b"RS+ $G foo\r\n")  # before CONNECT
+        data = await c.read_until_closed()
+        assert b"-ERR 'Authorization Violation'" in data
+        sub = await c1.subscribe("still")
+        await _settle([c0, c1])
+        await c0.publish("still", b"ok")
+        assert (await sub.next_msg(1)).data == b"ok"
+
+
+async def test_restarted_server_rejoins_after_sigkill():
+    """A Rillet server killed with SIGKILL and started again rejoins by itself; messages flow again."""
+    p = [free_port() for _ in range(3)]
+    routes = ",".join(f"nats://127.0.0.1:{x}" for x in p)
+    s0 = _mk_server("a", p[0], [f"nats://127.0.0.1:{x}" for x in p])
+    s1 = _mk_server("b", p[1], [f"nats://127.0.0.1:{x}" for x in p])
+    await s0.start()
+    await s1.start()
+    cport = free_port()
+
+    def start_proc():
+        return ServerProcess("-a", "127.0.0.1", "-p", str(cport), "-n", "killed", "--cluster_name", "c1",
+                             "--cluster", f"nats://127.0.0.1:{p[2]}", "--routes", routes,
+                             command=[__import__("sys").executable, "-m", "rillet.server"])
+    proc = start_proc()
+    try:
+        await _until(lambda: len(s0.cluster.routes) == 2 and len(s1.cluster.routes) == 2, 10, "full mesh")
+        proc.proc.send_signal(signal.SIGKILL)
+        proc.proc.wait(5)
+        await _until(lambda: len(s0.cluster.routes) == 1 and len(s1.cluster.routes) == 1, 5, "routes dropped")
+        proc = start_proc()
+        await _until(lambda: len(s0.cluster.routes) == 2 and len(s1.cluster.routes) == 2, 10, "rejoined")
+        async with clients([s0.client_url, f"nats://127.0.0.1:{cport}"]) as (a, k):
+            sub = await k.subscribe("back")
+            await _settle([a, k])
+            await a.publish("back", b"again")
+            assert (await sub.next_msg(2)).data == b"again"
+            with pytest.raises(nats.errors.TimeoutError):
+                await sub.next_msg(0.2)  # once, not once per route
+    finally:
+        proc.proc.kill()
+        proc.proc.wait(5)
+        await s0.shutdown()
+        await s1.shutdown()
+
+
+async def test_run_cluster_embedding_api():
+    async with run_cluster(3, name="emb") as servers:
+        assert [s.name for s in servers] == ["emb-0", "emb-1", "emb-2"]
+        assert all(len(s.cluster.routes) == 2 and s.cluster.name == "emb" for s in servers)
+        ports = [s.port for s in servers]
+    await asyncio.sleep(0.05)
+    for port in ports:
+        with pytest.raises(OSError):
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+
+
+async def test_connect_error_reports(monkeypatch):
+    """Failed route dials: the first is an error, later ones debug unless connect_error_reports says;
+    a gossiped (implicit) route stops after connect_retries; connect_backoff doubles the wait."""
+    import rillet.cluster.cluster as cc
+    monkeypatch.setattr(cc, "ROUTE_CONNECT_DELAY", 0.05)
+    dead = free_port()
+    buf = io.StringIO()
+    s = _mk_server("a", -1, [f"nats://127.0.0.1:{dead}"], buf=buf, connect_retries=2)
+    s.opts.extra["connect_error_reports"] = 3
+    await s.start()
+    try:
+        await _until(lambda: "(attempt 6)" in buf.getvalue(), what="6 attempts")
+        lines = [ln for ln in buf.getvalue().splitlines() if "Error trying to connect to route" in ln]
+        assert [("[ERR]" in ln) for ln in lines[:6]] == [True, False, True, False, False, True]
+        assert f"dial tcp 127.0.0.1:{dead}: connect: connection refused" in lines[0]
+        # an implicit route: 1 + connect_retries attempts
+        gone = free_port()
+        s.cluster.solicit(cc.RouteURL("127.0.0.1", gone), cc.IMPLICIT, 0, first=True)
+        await asyncio.sleep(0.5)
+        tries = [ln for ln in buf.getvalue().splitlines() if f"route on 127.0.0.1:{gone}" in ln]
+        assert len(tries) == 3
+    finally:
+        await s.shutdown()
+    # connect_backoff: the waits double (0.05, 0.1, 0.2, ...)
+    buf = io.StringIO()
+    s = _mk_server("b", -1, [f"nats://127.0.0.1:{dead}"], buf=buf, connect_backoff=True)
+    await s.start()
+    try:
+        await asyncio.sleep(0.5)
+        n = buf.getvalue().count("Trying to connect to route")
+        assert 3 <= n <= 5, n  # without back-off, about 10 in 0.5s
+    finally:
+        await s.shutdown()
+
+
+async def test_cluster_advertise_and_no_advertise():
+    p0 = free_port()
+    a = _mk_server("a", p0, [], advertise="10.1.2.3:7777")
+    b = _mk_server("b", -1, [f"nats://127.0.0.1:{p0}"], no_advertise=True)
+    await a.start()
+    await b.start()
+    try:
+        await _until(lambda: len(a.cluster.routes) == 1 and len(b.cluster.routes) == 1, what="route")
+        assert b.cluster.routes[a.server_id].remote_ip_url == "nats-route://10.1.2.3:7777/"
+        # b does not advertise: its clients get no connect_urls, and a does not learn b's client URL
+        assert b.connect_urls() == [] and "connect_urls" not in b.info_dict()
+        assert a.connect_urls() == [f"127.0.0.1:{a.port}"]
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+
+
+async def test_route_pings_and_stale_route():
+    """A peer that never answers PING is closed as stale after ping_max pings (cluster ping_interval)."""
+    from rillet.cluster import info as ci
+    from rillet.cluster import protocol as cp
+    buf = io.StringIO()
+    s = _mk_server("a", -1, [], buf=buf, ping_interval=0.1, ping_max=2)
+    await s.start()
+    try:
+        c = await RawClient.open(s.cluster.addr[1], connect=False)
+        c.send(cp.connect_frame(ci.encode_route_connect(ci.RouteConnect(name="NFAKE", cluster="c1"))) +
+               cp.info_frame(ci.encode_info(ci.Info(server_id="NFAKE", server_name="fake", cluster="c1", port=1))))
+        data = await c.read_until_closed(3)
+        assert data.split(b"\r\n").count(b"PING") == 2 and b"-ERR 'Stale Connection'" in data
+        assert "Router connection closed: Stale Connection" in buf.getvalue()
+    finally:
+        await s.shutdown()
+
+
+def test_jetstream_with_cluster_is_refused():
+    o = Options(host="127.0.0.1", port=-1)
+    o.jetstream.enabled = True
+    o.cluster = ClusterOptions(port=-1)
+    with pytest.raises(ValueError, match="JetStream in a cluster is not supported yet"):
+        Server(o, Logger(out=io.StringIO()))
+
+
+# ==== one Go nats-server with two Rillet servers ================================================================
+
+@contextlib.contextmanager
+def go_server(conf: str, port: int):
+    with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as f:
+        f.write(conf)
+    p = subprocess.Popen(["nats-server", "-c", f.name], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/varz", timeout=0.5).read()
+                break
+            except OSError:
+                if p.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"nats-server did not start: {p.stderr.read().decode()[-2000:]}")
+                time.sleep(0.02)
+        yield p
+    finally:
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_mixed_cluster_one_go_two_rillet():
+    gport, gcl, ghttp = free_port(), free_port(), free_port()
+    conf = (f"port: {gport}\nhttp_port: {ghttp}\nserver_name: go1\n"
+            f"cluster {{ name: c1, listen: 127.0.0.1:{gcl} }}\n")
+    with go_server(conf, ghttp):
+        seed = f"nats://127.0.0.1:{gcl}"
+        rs = [_mk_server(f"r{i}", -1, [seed]) for i in range(2)]
+        try:
+            for s in rs:
+                await s.start()
+            await _until(lambda: all(len(s.cluster.routes) == 2 for s in rs), 10, "full mesh with the Go server")
+            z = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez").read())
+            assert sorted(r["remote_name"] for r in z["routes"]) == ["r0", "r1"]
+            urls = [f"nats://127.0.0.1:{gport}"] + [s.client_url for s in rs]
+            async with clients(urls) as ncs:
+                got: list[list] = [[] for _ in ncs]
+                for i, nc in enumerate(ncs):
+                    async def cb(m, i=i):
+                        got[i].append((m.subject, m.data, m.headers))
+                    await nc.subscribe("mx.*", cb=cb)
+                await _settle(ncs)
+                await asyncio.sleep(0.2)
+                for i, nc in enumerate(ncs):
+                    await nc.publish(f"mx.{i}", b"m%d" % i)
+                    await nc.publish(f"mx.{i}", b"h%d" % i, headers={"K": str(i)})
+                    await nc.flush()
+                await _until(lambda: all(len(g) == 6 for g in got), 5, "every pair both ways")
+                await asyncio.sleep(0.1)
+                for g in got:
+                    assert sorted(g, key=repr) == sorted(
+                        [(f"mx.{i}", b"m%d" % i, None) for i in range(3)] +
+                        [(f"mx.{i}", b"h%d" % i, {"K": str(i)}) for i in range(3)], key=repr)
+                # queue group with members on the Go server and one Rillet server, publisher on the other
+                counts = [0, 0, 0]
+                for i in (0, 1):
+                    async def qcb(m, i=i):
+                        counts[i] += 1
+                    await ncs[i].subscribe("mq", queue="g", cb=qcb)
+                await _settle(ncs)
+                await asyncio.sleep(0.2)
+                for _ in range(40):
+                    await ncs[2].publish("mq", b"x")
+                await ncs[2].flush()
+                await _until(lambda: sum(counts) == 40, 5, "40 queue deliveries")
+                await asyncio.sleep(0.1)
+                assert sum(counts) == 40 and counts[0] > 0 and counts[1] > 0
+                # request/reply: a responder on each server, a requester on each other server
+                for i, nc in enumerate(ncs):
+                    async def rsp(m, i=i):
+                        await m.respond(b"from %d" % i)
+                    await nc.subscribe(f"rr.{i}", cb=rsp)
+                await _settle(ncs)
+                await asyncio.sleep(0.2)
+                for i, nc in enumerate(ncs):
+                    for j in range(3):
+                        if i != j:
+                            assert (await nc.request(f"rr.{j}", b"?", timeout=2)).data == b"from %d" % j
+        finally:
+            for s in rs:
+                await s.shutdown()
