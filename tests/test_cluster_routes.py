@@ -510,3 +510,11 @@ async def test_mixed_cluster_one_go_two_rillet():
         finally:
             for s in rs:
                 await s.shutdown()
+
+
+async def test_varz_cluster_section_is_live():
+    from rillet.monitor.varz import varz_cluster
+    async with run_cluster(2, name="vz") as (s0, s1):
+        v = varz_cluster(s1)
+        assert v["name"] == "vz" and v["addr"] == "127.0.0.1" and v["cluster_port"] == s1.cluster.addr[1]
+        assert v["urls"] == [f"127.0.0.1:{s0.cluster.addr[1]}"]

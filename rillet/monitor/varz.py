@@ -168,14 +168,17 @@ def _timeouts(m: dict, d: dict) -> None:
 
 def varz_cluster(server: Any) -> dict:
     c = server.opts.cluster
+    live = getattr(server, "cluster", None)  # rillet.cluster.cluster.Cluster: routes are active
     d: dict[str, Any] = {}
-    if c.name:
+    if live is not None:
+        d["name"] = live.name  # (a generated or adopted name too, as nats-server's info.Cluster)
+    elif c.name:
         d["name"] = c.name
     if not c.port:
         return d
-    if c.host:
-        d["addr"] = c.host
-    d["cluster_port"] = c.port
+    if c.host or live is not None:
+        d["addr"] = c.host or "0.0.0.0"
+    d["cluster_port"] = live.addr[1] if live is not None and live.addr[1] else c.port
     if c.auth_timeout:
         d["auth_timeout"] = num(float(c.auth_timeout))
     if c.routes:
@@ -186,6 +189,8 @@ def varz_cluster(server: Any) -> dict:
         d["tls_verify"] = True
     if c.pool_size:
         d["pool_size"] = c.pool_size
+    if c.write_deadline:
+        d["write_deadline"] = int(round(c.write_deadline * 1e9))
     return d
 
 
