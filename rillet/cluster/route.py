@@ -135,7 +135,8 @@ class RouteConn(asyncio.Protocol):
         for t in (self._ping_timer, self._auth_timer):
             if t is not None:
                 t.cancel()
-        self.server.log.notice(f"{self.log_prefix()} - Router connection closed: {self.close_reason}")
+        remote = f" - Remote: {self.remote_name}" if self.remote_name else ""
+        self.server.log.notice(f"{self.log_prefix()} - Router connection closed: {self.close_reason}{remote}")
         self._drop_remote_interest()
         self.cluster.route_closed(self)
 
