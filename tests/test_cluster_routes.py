@@ -518,3 +518,54 @@ async def test_varz_cluster_section_is_live():
         v = varz_cluster(s1)
         assert v["name"] == "vz" and v["addr"] == "127.0.0.1" and v["cluster_port"] == s1.cluster.addr[1]
         assert v["urls"] == [f"127.0.0.1:{s0.cluster.addr[1]}"]
+
+
+ACCOUNTS_CONF = """
+accounts {
+  A { users: [{user: a, password: a}] }
+  B { users: [{user: b, password: b}] }
+  SYS { users: [{user: sys, password: sys}] }
+}
+system_account: SYS
+"""
+
+
+async def test_accounts_stay_apart_and_server_ping_sees_every_server():
+    from rillet.config.options_builder import load_string
+    p = [free_port() for _ in range(3)]
+    servers = []
+    try:
+        for i in range(3):
+            o = load_string(ACCOUNTS_CONF + f"server_name: s{i}\nlisten: 127.0.0.1:-1\n"
+                            f"cluster {{ name: c, listen: 127.0.0.1:{p[i]}, routes: [nats://127.0.0.1:{p[0]}] }}\n")
+            s = Server(o, Logger(out=io.StringIO()))
+            await s.start()
+            servers.append(s)
+        await _until(lambda: all(len(s.cluster.routes) == 2 for s in servers), what="full mesh")
+        async with contextlib.AsyncExitStack() as st:
+            a0 = await nats.connect(servers[0].client_url, user="a", password="a")
+            a1 = await nats.connect(servers[1].client_url, user="a", password="a")
+            b1 = await nats.connect(servers[1].client_url, user="b", password="b")
+            sysc = await nats.connect(servers[2].client_url, user="sys", password="sys")
+            for nc in (a0, a1, b1, sysc):
+                st.push_async_callback(nc.close)
+            sa, sb = await a1.subscribe("x"), await b1.subscribe("x")
+            await _settle([a1, b1])
+            await a0.publish("x", b"for A")
+            await a0.flush()
+            assert (await sa.next_msg(1)).data == b"for A"
+            with pytest.raises(nats.errors.TimeoutError):
+                await sb.next_msg(0.2)
+            # $SYS.REQ.SERVER.PING from one server is answered by all three
+            inbox = sysc.new_inbox()
+            sub = await sysc.subscribe(inbox)
+            await _settle([sysc])
+            await sysc.publish("$SYS.REQ.SERVER.PING", b"", reply=inbox)
+            names = []
+            with contextlib.suppress(nats.errors.TimeoutError):
+                while True:
+                    names.append(json.loads((await sub.next_msg(0.5)).data)["server"]["name"])
+            assert sorted(names) == ["s0", "s1", "s2"]
+    finally:
+        for s in servers:
+            await s.shutdown()
