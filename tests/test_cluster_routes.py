@@ -569,3 +569,35 @@ async def test_accounts_stay_apart_and_server_ping_sees_every_server():
     finally:
         for s in servers:
             await s.shutdown()
+
+
+async def test_reload_adds_and_removes_routes_and_refuses_port_changes():
+    from dataclasses import replace
+    p = [free_port() for _ in range(3)]
+    buf = io.StringIO()
+    s0 = _mk_server("a", p[0], [], buf=buf)
+    s1 = _mk_server("b", p[1], [])
+    s2 = _mk_server("c", p[2], [])
+    started = []
+    try:
+        for s in (s0, s1, s2):
+            await s.start()
+            started.append(s)
+
+        def reload(routes, **cl):
+            o = replace(s0.opts, cluster=replace(s0.opts.cluster, routes=routes, **cl))
+            s0.reload(o)
+        reload([f"nats://127.0.0.1:{p[1]}"])
+        await _until(lambda: set(s0.cluster.routes) == {s1.server_id}, what="route to b")
+        reload([f"nats://127.0.0.1:{p[2]}"])
+        await _until(lambda: set(s0.cluster.routes) == {s2.server_id}, what="b removed, c added")
+        await asyncio.sleep(1.3)  # the removed route is not dialled again (an explicit retry is 1s)
+        assert set(s0.cluster.routes) == {s2.server_id}
+        assert f"Removed route nats-route://127.0.0.1:{p[1]}" in buf.getvalue()
+        with pytest.raises(ValueError, match=f"config reload not supported for cluster port: old={p[0]}, new=1"):
+            reload([], port=1)
+        with pytest.raises(ValueError, match="config reload not supported for cluster host"):
+            reload([], host="0.0.0.0")
+    finally:
+        for s in started:
+            await s.shutdown()

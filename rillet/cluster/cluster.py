@@ -544,6 +544,29 @@ class Cluster:
                 rc.send(f)
         self.server.schedule_flush()
 
+    # ---- reload --------------------------------------------------------------------------------------------
+
+    def reloaded(self, old: Any) -> None:
+        """The configuration was reloaded (``old``: the previous cluster options): routes removed from the
+        list are closed for good, new ones dialled; authorization, advertise and the rest apply to new
+        connections, as in nats-server."""
+        srv = self.server
+        new = self.opts
+        old_keys = {parse_route_url(r).key: r for r in old.routes}
+        new_keys = {parse_route_url(r).key: r for r in new.routes}
+        removed = [k for k in old_keys if k not in new_keys]
+        added = [k for k in new_keys if k not in old_keys]
+        for key in removed:
+            url = parse_route_url(old_keys[key])
+            for rc in list(self.conns):
+                if rc.url is not None and rc.url.key == key:
+                    rc.close("Route Removed", no_reconnect=True)
+                    srv.log.notice(f"Removed route {url.redacted()}")
+        for key in added:
+            self.solicit(parse_route_url(new_keys[key]), EXPLICIT, 0, first=True)
+        if removed or added:
+            srv.log.notice("Reloaded: cluster routes")
+
     # ---- monitoring ----------------------------------------------------------------------------------------
 
     def varz(self) -> dict:
@@ -559,3 +582,15 @@ def _dial_error(url: RouteURL, e: BaseException) -> str:
         return f"dial tcp {where}: i/o timeout"
     return f"dial tcp {where}: {getattr(e, 'strerror', None) or e}"
 
+
+def check_reload(server: Any, new_opts: Any) -> None:
+    """What nats-server refuses to reload in a cluster block: its host and port (so clustering cannot be
+    turned on or off by a reload either), and route URLs that do not parse. ValueError: reload refused."""
+    old, new = server.opts.cluster, new_opts.cluster
+    if old.host != new.host:
+        raise ValueError(f"config reload not supported for cluster host: old={old.host}, new={new.host}")
+    if old.port != new.port:
+        raise ValueError(f"config reload not supported for cluster port: old={old.port}, new={new.port}")
+    if server.cluster is not None:
+        for r in new.routes:
+            parse_route_url(r)

@@ -591,6 +591,9 @@ class Server:
                                      f"old={getattr(old, key)}, new={getattr(new_opts, key)}")
         from rillet.server import auth_callout
         auth_callout.check_reload(self, new_opts)  # ValueError: the reload is refused before anything changes
+        if self.cluster is not None or new_opts.cluster.port:
+            from rillet.cluster.cluster import check_reload
+            check_reload(self, new_opts)  # cluster host/port changes are refused (ValueError)
         new_tls_context = tls_reload_context(self, new_opts)  # ValueError: the reload is refused
         new_opts.port = old.port
         self.opts = new_opts
@@ -613,6 +616,8 @@ class Server:
             if c.connect_received and (self.authenticator.required or c.user or c.conn_type == "WEBSOCKET"):
                 recheck_client(self, c)  # moved/removed users go; the others get their new permissions
         recheck_pinned(self, old, new_opts)
+        if self.cluster is not None:
+            self.cluster.reloaded(old.cluster)  # routes added or removed
         self.config_load_time = time.time()
         self.reload_count += 1
         self.log.notice("Reloaded server configuration")
