@@ -47,11 +47,20 @@ async def clients(urls):
             await nc.close()
 
 
-async def _settle(ncs) -> None:
-    """Every client's subscriptions have reached its server, and the RS+ have crossed the routes."""
+def _remote_subs(s: Server, subject: str, account: str = "$G") -> int:
+    """How many remote subscriptions (one per route and announced subject/queue) match ``subject`` on ``s``."""
+    from rillet.cluster.routed import RemoteSub
+    r = s.accounts[account].sublist.match(subject)
+    return sum(type(x) is RemoteSub for x in r.psubs) + sum(type(x) is RemoteSub for g in r.qsubs for x in g)
+
+
+async def _settle(ncs, want=()) -> None:
+    """Every client's subscriptions have reached its server, and the RS+ have crossed the routes: ``want``
+    lists (server, subject, n[, account]): wait until ``server`` holds at least n remote subscriptions
+    matching ``subject``."""
     for nc in ncs:
         await nc.flush()
-    await asyncio.sleep(0.15)
+    await _until(lambda: all(_remote_subs(w[0], w[1], *w[3:]) >= w[2] for w in want), what=f"interest {want}")
 
 
 def _mk_server(name: str, cluster_port: int, routes: list[str], cluster: str = "c1", buf=None, **cl) -> Server:
@@ -69,7 +78,7 @@ async def test_pub_sub_every_pair_both_ways_with_headers():
             async def cb(m, i=i):
                 got[i].append((m.subject, m.data, m.headers))
             await nc.subscribe("pair.*", cb=cb)
-        await _settle(ncs)
+        await _settle(ncs, [(s, "pair.x", 2) for s in servers])
         for i, nc in enumerate(ncs):
             await nc.publish(f"pair.{i}", b"plain %d" % i)
             await nc.publish(f"pair.{i}", b"hdr %d" % i, headers={"From": str(i)})
@@ -87,7 +96,7 @@ async def test_wildcards_one_message_per_subscription():
     """Overlapping subscriptions on another server: one RMSG crosses, each subscription gets it once."""
     async with run_cluster(2) as servers, clients([s.client_url for s in servers]) as (a, b):
         subs = [await b.subscribe(s) for s in ("w.>", "w.*", "w.x", "*.x")]
-        await _settle([a, b])
+        await _settle([a, b], [(servers[0], "w.x", 4)])
         await a.publish("w.x", b"1")
         await a.publish("w.y.z", b"2")
         await a.flush()
@@ -112,16 +121,18 @@ async def test_interest_announced_once_per_subject_and_withdrawn():
         q1 = await c1.subscribe("ri.q", queue="g")
         q2 = await c2.subscribe("ri.q", queue="g")
         await _settle([c1, c2])
-        assert len(remote("ri.a")) == 1
+        await _until(lambda: len(remote("ri.a")) == 1 and [s.weight for s in remote("ri.q")] == [2], what="RS+")
+        assert len(remote("ri.a")) == 1  # one entry for two subscriptions
         assert [s.weight for s in remote("ri.q")] == [2]  # one queue entry, weight = members
         await x1.unsubscribe()
         await q1.unsubscribe()
         await _settle([c1, c2])
-        assert len(remote("ri.a")) == 1 and [s.weight for s in remote("ri.q")] == [1]
+        await _until(lambda: [s.weight for s in remote("ri.q")] == [1], what="weight 1")
+        assert len(remote("ri.a")) == 1
         await x2.unsubscribe()
         await q2.unsubscribe()
         await _settle([c1, c2])
-        assert remote("ri.a") == [] and remote("ri.q") == []
+        await _until(lambda: remote("ri.a") == [] and remote("ri.q") == [], what="RS-")
 
 
 async def test_queue_group_each_message_once_local_preferred():
@@ -134,7 +145,7 @@ async def test_queue_group_each_message_once_local_preferred():
             return cb
         await c1.subscribe("work", queue="q", cb=member(1))
         await c2.subscribe("work", queue="q", cb=member(2))
-        await _settle([c0, c1, c2])
+        await _settle([c0, c1, c2], [(servers[0], "work", 2)])
         # from a server without a member: each message once, spread over the two remote members
         for _ in range(60):
             await c0.publish("work", b"x")
@@ -157,7 +168,7 @@ async def test_request_reply_and_no_responders_across_servers():
         async def echo(m):
             await m.respond(b"re:" + m.data)
         await c2.subscribe("svc.echo", queue="svc", cb=echo)
-        await _settle([c0, c1, c2])
+        await _settle([c0, c1, c2], [(servers[0], "svc.echo", 1), (servers[1], "svc.echo", 1)])
         for nc in (c0, c1, c2):
             r = await nc.request("svc.echo", b"hi", timeout=2)
             assert r.data == b"re:hi"
@@ -178,7 +189,7 @@ async def test_gossip_from_one_seed_to_full_mesh_and_routez():
         assert r21.rtype == r12.rtype == "implicit" and r21.solicited != r12.solicited
         async with clients([s1.client_url]) as (c,):
             await c.subscribe("rz.>")
-            await _settle([c])
+            await _settle([c], [(s0, "rz.a", 1)])
             from rillet.monitor.endpoints import routez
             z = routez(s0, {"subs": "1"})
             assert z["num_routes"] == 2 and z["server_name"] == "rillet-0"
@@ -291,7 +302,7 @@ async def test_route_protocol_errors_close_only_that_route():
         data = await c.read_until_closed()
         assert b"-ERR 'Authorization Violation'" in data
         sub = await c1.subscribe("still")
-        await _settle([c0, c1])
+        await _settle([c0, c1], [(s0, "still", 1)])
         await c0.publish("still", b"ok")
         assert (await sub.next_msg(1)).data == b"ok"
 
@@ -320,7 +331,7 @@ async def test_restarted_server_rejoins_after_sigkill():
         await _until(lambda: len(s0.cluster.routes) == 2 and len(s1.cluster.routes) == 2, 10, "rejoined")
         async with clients([s0.client_url, f"nats://127.0.0.1:{cport}"]) as (a, k):
             sub = await k.subscribe("back")
-            await _settle([a, k])
+            await _settle([a, k], [(s0, "back", 1)])
             await a.publish("back", b"again")
             assert (await sub.next_msg(2)).data == b"again"
             with pytest.raises(nats.errors.TimeoutError):
@@ -449,6 +460,16 @@ def go_server(conf: str, port: int):
             p.wait()
 
 
+def _go_route_subs(http: int) -> list[list[str]]:
+    z = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{http}/routez?subs=1", timeout=2).read())
+    return [r.get("subscriptions_list", []) for r in z["routes"]]
+
+
+async def _go_sees(http: int, subject: str, n: int) -> None:
+    """The Go server has the interest in ``subject`` of ``n`` of its routes."""
+    await _until(lambda: sum(subject in subs for subs in _go_route_subs(http)) >= n, what=f"Go sees {subject}")
+
+
 @pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
 async def test_mixed_cluster_one_go_two_rillet():
     gport, gcl, ghttp = free_port(), free_port(), free_port()
@@ -470,8 +491,8 @@ async def test_mixed_cluster_one_go_two_rillet():
                     async def cb(m, i=i):
                         got[i].append((m.subject, m.data, m.headers))
                     await nc.subscribe("mx.*", cb=cb)
-                await _settle(ncs)
-                await asyncio.sleep(0.2)
+                await _settle(ncs, [(s, "mx.x", 2) for s in rs])
+                await _go_sees(ghttp, "mx.*", 2)
                 for i, nc in enumerate(ncs):
                     await nc.publish(f"mx.{i}", b"m%d" % i)
                     await nc.publish(f"mx.{i}", b"h%d" % i, headers={"K": str(i)})
@@ -488,8 +509,7 @@ async def test_mixed_cluster_one_go_two_rillet():
                     async def qcb(m, i=i):
                         counts[i] += 1
                     await ncs[i].subscribe("mq", queue="g", cb=qcb)
-                await _settle(ncs)
-                await asyncio.sleep(0.2)
+                await _settle(ncs, [(rs[1], "mq", 2)])
                 for _ in range(40):
                     await ncs[2].publish("mq", b"x")
                 await ncs[2].flush()
@@ -501,8 +521,9 @@ async def test_mixed_cluster_one_go_two_rillet():
                     async def rsp(m, i=i):
                         await m.respond(b"from %d" % i)
                     await nc.subscribe(f"rr.{i}", cb=rsp)
-                await _settle(ncs)
-                await asyncio.sleep(0.2)
+                await _settle(ncs, [(rs[0], "rr.0", 1), (rs[0], "rr.2", 1), (rs[1], "rr.0", 1), (rs[1], "rr.1", 1)])
+                await _go_sees(ghttp, "rr.1", 1)
+                await _go_sees(ghttp, "rr.2", 1)
                 for i, nc in enumerate(ncs):
                     for j in range(3):
                         if i != j:
@@ -550,7 +571,7 @@ async def test_accounts_stay_apart_and_server_ping_sees_every_server():
             for nc in (a0, a1, b1, sysc):
                 st.push_async_callback(nc.close)
             sa, sb = await a1.subscribe("x"), await b1.subscribe("x")
-            await _settle([a1, b1])
+            await _settle([a1, b1], [(servers[0], "x", 1, "A")])
             await a0.publish("x", b"for A")
             await a0.flush()
             assert (await sa.next_msg(1)).data == b"for A"
@@ -559,7 +580,7 @@ async def test_accounts_stay_apart_and_server_ping_sees_every_server():
             # $SYS.REQ.SERVER.PING from one server is answered by all three
             inbox = sysc.new_inbox()
             sub = await sysc.subscribe(inbox)
-            await _settle([sysc])
+            await _settle([sysc], [(servers[0], inbox, 1, "SYS"), (servers[1], inbox, 1, "SYS")])
             await sysc.publish("$SYS.REQ.SERVER.PING", b"", reply=inbox)
             names = []
             with contextlib.suppress(nats.errors.TimeoutError):
