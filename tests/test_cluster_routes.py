@@ -539,6 +539,10 @@ async def test_varz_cluster_section_is_live():
         v = varz_cluster(s1)
         assert v["name"] == "vz" and v["addr"] == "127.0.0.1" and v["cluster_port"] == s1.cluster.addr[1]
         assert v["urls"] == [f"127.0.0.1:{s0.cluster.addr[1]}"]
+        from rillet.monitor.procstats import CPUMeter
+        from rillet.monitor.varz import varz
+        full = varz(s1, {}, CPUMeter())
+        assert full["routes"] == full["remotes"] == 1
 
 
 ACCOUNTS_CONF = """

@@ -376,8 +376,9 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["cpu"] = num(cpu.percent())
     v["connections"] = len(server.clients)
     v["total_connections"] = server.total_connections
-    v["routes"] = 0
-    v["remotes"] = 0
+    routes = getattr(server, "routes", {})
+    v["routes"] = len(routes)  # route connections (one per remote server: routes are not pooled)
+    v["remotes"] = len(routes)  # remote servers
     v["leafnodes"] = 0
     in_m, in_b, out_m, out_b = server.totals()
     v["in_msgs"] = in_m
