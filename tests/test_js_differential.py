@@ -32,10 +32,12 @@ def pair():
 # Direct get
 
 
-async def _direct_setup(r: Raw) -> None:
+async def _direct_setup(r: Raw, storage: str) -> None:
+    for name in ("DG", "DGE", "NODIRECT"):
+        await r.api(f"$JS.API.STREAM.DELETE.{name}")
     for name, extra in (("DG", {"subjects": ["d.>"]}), ("DGE", {"subjects": ["e.>"]}),
                         ("NODIRECT", {"subjects": ["n.>"], "allow_direct": False})):
-        cfg = {"name": name, "storage": "memory", "allow_direct": True, **extra}
+        cfg = {"name": name, "storage": storage, "allow_direct": True, **extra}
         ans = await r.api(f"$JS.API.STREAM.CREATE.{name}", cfg)
         assert "error" not in ans, ans
     for subj, data, hdr in (("d.a", "1", None), ("d.b", "2", b"NATS/1.0\r\nX: y\r\n\r\n"), ("d.a", "3", None),
@@ -108,11 +110,12 @@ DIRECT_CASES: list[tuple[str, str, object, bool]] = [
 ]
 
 
-async def test_direct_get_forms_like_nats_server(pair):
+@pytest.mark.parametrize("storage", ["memory", "file"])
+async def test_direct_get_forms_like_nats_server(pair, storage):
     async def scenario(kind: str, url: str) -> list:
         r = await Raw.open(url)
         try:
-            await _direct_setup(r)
+            await _direct_setup(r, storage)
             out = []
             for label, subject, body, batch in DIRECT_CASES:
                 ans = await r.request(subject, body, until_eob=batch)
@@ -486,7 +489,8 @@ def _h(*pairs: tuple[str, str]) -> bytes:
     return b"NATS/1.0\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in pairs) + b"\r\n"
 
 
-async def test_message_ttl_markers_and_expectations_like_nats_server(pair):
+@pytest.mark.parametrize("storage", ["memory", "file"])
+async def test_message_ttl_markers_and_expectations_like_nats_server(pair, storage):
     async def scenario(kind: str, url: str) -> list:
         from jsdiff import norm_json
         r = await Raw.open(url)
@@ -501,18 +505,20 @@ async def test_message_ttl_markers_and_expectations_like_nats_server(pair):
             out.append((label, await r.publish(subject, payload, hdr=hdr)))
 
         try:
+            for name in ("TTL", "NOTTL", "BADM", "BADM2", "TTL2"):
+                await r.api(f"$JS.API.STREAM.DELETE.{name}")
             await api("ttl stream", "$JS.API.STREAM.CREATE.TTL", {
-                "name": "TTL", "subjects": ["t.>"], "storage": "memory", "allow_msg_ttl": True,
+                "name": "TTL", "subjects": ["t.>"], "storage": storage, "allow_msg_ttl": True,
                 "subject_delete_marker_ttl": 1_000_000_000, "allow_direct": True, "max_msgs_per_subject": 5})
             await api("no ttl stream", "$JS.API.STREAM.CREATE.NOTTL", {
-                "name": "NOTTL", "subjects": ["nt.>"], "storage": "memory"})
+                "name": "NOTTL", "subjects": ["nt.>"], "storage": storage})
             await api("marker ttl without msg ttl", "$JS.API.STREAM.CREATE.BADM", {
-                "name": "BADM", "subjects": ["bm.>"], "storage": "memory", "subject_delete_marker_ttl": 1_000_000_000})
+                "name": "BADM", "subjects": ["bm.>"], "storage": storage, "subject_delete_marker_ttl": 1_000_000_000})
             await api("marker ttl too small", "$JS.API.STREAM.CREATE.BADM2", {
-                "name": "BADM2", "subjects": ["bm2.>"], "storage": "memory", "allow_msg_ttl": True,
+                "name": "BADM2", "subjects": ["bm2.>"], "storage": storage, "allow_msg_ttl": True,
                 "subject_delete_marker_ttl": 500_000_000})
             await api("marker ttl 2s", "$JS.API.STREAM.CREATE.TTL2", {
-                "name": "TTL2", "subjects": ["t2.>"], "storage": "memory", "allow_msg_ttl": True,
+                "name": "TTL2", "subjects": ["t2.>"], "storage": storage, "allow_msg_ttl": True,
                 "subject_delete_marker_ttl": 2_000_000_000, "allow_direct": True})
             await pub("ttl below the marker ttl", "t2.a", "a", _h(("X", "y"), ("Nats-TTL", "1s"), ("Z", "w")))
             out.append(("ttl raised to the marker ttl", await r.request("$JS.API.DIRECT.GET.TTL2.t2.a")))
