@@ -46,6 +46,15 @@ async def _direct_setup(r: Raw, storage: str) -> None:
         assert "error" not in ack, ack
     ans = await r.api("$JS.API.STREAM.MSG.DELETE.DG", {"seq": 3})
     assert ans.get("success"), ans
+    # a stream whose first messages were purged away (first sequence 4)
+    await r.api("$JS.API.STREAM.DELETE.DGP")
+    ans = await r.api("$JS.API.STREAM.CREATE.DGP", {"name": "DGP", "subjects": ["p.>"], "storage": storage,
+                                                    "allow_direct": True})
+    assert "error" not in ans, ans
+    for i in range(5):
+        await r.publish(f"p.{i % 2}", str(i))
+    ans = await r.api("$JS.API.STREAM.PURGE.DGP", {"keep": 2})
+    assert ans.get("purged") == 3, ans
 
 
 DG = "$JS.API.DIRECT.GET.DG"
@@ -104,6 +113,14 @@ DIRECT_CASES: list[tuple[str, str, object, bool]] = [
     ("empty stream next", "$JS.API.DIRECT.GET.DGE", {"next_by_subj": "e.>"}, False),
     ("empty stream batch", "$JS.API.DIRECT.GET.DGE", {"seq": 1, "batch": 3}, True),
     ("empty stream multi_last", "$JS.API.DIRECT.GET.DGE", {"multi_last": ["e.>"]}, True),
+    ("purged seq", "$JS.API.DIRECT.GET.DGP", {"seq": 1}, False),
+    ("purged batch from 1", "$JS.API.DIRECT.GET.DGP", {"seq": 1, "batch": 5}, True),
+    ("purged next from 1", "$JS.API.DIRECT.GET.DGP", {"seq": 1, "next_by_subj": "p.0"}, False),
+    ("purged multi_last below first", "$JS.API.DIRECT.GET.DGP", {"multi_last": ["p.>"], "up_to_seq": 2}, True),
+    ("purged multi_last", "$JS.API.DIRECT.GET.DGP", {"multi_last": ["p.>"]}, True),
+    ("purged start time", "$JS.API.DIRECT.GET.DGP", {"start_time": "2000-01-01T00:00:00Z", "batch": 3}, True),
+    ("purged up_to_time past", "$JS.API.DIRECT.GET.DGP", {"multi_last": ["p.>"],
+                                                         "up_to_time": "2000-01-01T00:00:00Z"}, True),
     ("missing stream", "$JS.API.DIRECT.GET.NOPE", {"seq": 1}, False),
     ("missing stream last", "$JS.API.DIRECT.GET.NOPE.x", b"", False),
     ("direct not allowed", "$JS.API.DIRECT.GET.NODIRECT", {"seq": 1}, False),
