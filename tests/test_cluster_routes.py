@@ -135,7 +135,9 @@ async def test_interest_announced_once_per_subject_and_withdrawn():
         await _until(lambda: remote("ri.a") == [] and remote("ri.q") == [], what="RS-")
 
 
-async def test_queue_group_each_message_once_local_preferred():
+async def test_queue_group_each_message_once_across_the_cluster():
+    """Each message to one member of the group; as nats-server, the member is chosen over the whole cluster
+    (a remote server weighing its announced queue weight), also from a server that has a member."""
     async with run_cluster(3) as servers, clients([s.client_url for s in servers]) as (c0, c1, c2):
         counts = {1: 0, 2: 0}
 
@@ -145,22 +147,15 @@ async def test_queue_group_each_message_once_local_preferred():
             return cb
         await c1.subscribe("work", queue="q", cb=member(1))
         await c2.subscribe("work", queue="q", cb=member(2))
-        await _settle([c0, c1, c2], [(servers[0], "work", 2)])
-        # from a server without a member: each message once, spread over the two remote members
-        for _ in range(60):
-            await c0.publish("work", b"x")
-        await c0.flush()
-        await _until(lambda: counts[1] + counts[2] == 60, what="60 queue deliveries")
-        await asyncio.sleep(0.1)
-        assert counts[1] + counts[2] == 60 and counts[1] > 0 and counts[2] > 0
-        # from a server with a member: all stay local
-        counts.update({1: 0, 2: 0})
-        for _ in range(30):
-            await c1.publish("work", b"y")
-        await c1.flush()
-        await _until(lambda: counts[1] == 30, what="30 local deliveries")
-        await asyncio.sleep(0.1)
-        assert counts == {1: 30, 2: 0}
+        await _settle([c0, c1, c2], [(servers[0], "work", 2), (servers[1], "work", 1)])
+        for pub in (c0, c1):  # from a server without a member, then from one with a member
+            counts.update({1: 0, 2: 0})
+            for _ in range(60):
+                await pub.publish("work", b"x")
+            await pub.flush()
+            await _until(lambda: counts[1] + counts[2] == 60, what="60 queue deliveries")
+            await asyncio.sleep(0.1)
+            assert counts[1] + counts[2] == 60 and counts[1] > 0 and counts[2] > 0, counts
 
 
 async def test_request_reply_and_no_responders_across_servers():
@@ -516,6 +511,14 @@ async def test_mixed_cluster_one_go_two_rillet():
                 await _until(lambda: sum(counts) == 40, 5, "40 queue deliveries")
                 await asyncio.sleep(0.1)
                 assert sum(counts) == 40 and counts[0] > 0 and counts[1] > 0
+                # the Go server, which has a member itself, spreads over the cluster too (as Rillet does)
+                counts[:] = [0, 0, 0]
+                for _ in range(40):
+                    await ncs[0].publish("mq", b"y")
+                await ncs[0].flush()
+                await _until(lambda: sum(counts) == 40, 5, "40 queue deliveries from Go")
+                await asyncio.sleep(0.1)
+                assert sum(counts) == 40 and counts[0] > 0 and counts[1] > 0, counts
                 # request/reply: a responder on each server, a requester on each other server
                 for i, nc in enumerate(ncs):
                     async def rsp(m, i=i):

@@ -6,11 +6,12 @@ plain ``Account``, so a publish there pays nothing for clustering). Remote inter
 to send to:
 
 * plain remote interest: one RMSG/HMSG per route, whatever number of that route's subscriptions match;
-* a queue group: a local member is preferred; a group with no local member goes to one route, chosen by
-  the peers' queue weights, and that route's RMSG names the group (``| q`` / ``+ reply q``) so the peer
-  gives the message to one of its members;
+* a queue group with members on other servers: one member of the whole cluster is chosen, each remote
+  server weighing as many members as it announced (its queue weight), each local member one, as
+  nats-server chooses for a message published by a client; a remote choice goes to that route, whose RMSG
+  names the group (``| q`` / ``+ reply q``) so the peer gives the message to one of its members;
 * a message that came from a route is delivered here only (never to another route: routes form a full
-  mesh), to the plain subscribers and to the queue groups named in its RMSG.
+  mesh), to the plain subscribers and to one local member of each queue group named in its RMSG.
 
 The routing decision depends only on the sublist result, which the sublist caches and never changes, so
 it is computed once per result (``_Split``) and kept beside the sublist cache.
@@ -81,30 +82,26 @@ class _Split:
                 if not origin_only(sub):
                     inbound_ps.append(sub)
         local_qs: list[list[Any]] = []
-        rqueues: list[tuple[bytes, list[Any], list[int]]] = []
-        mixed = False
+        rqueues: list[tuple[bytes, list[Any], list[int], list[Any]]] = []
         inbound_q: dict[bytes, list[Any]] = {}
         for g in r.qsubs:
             loc = [s for s in g if type(s) is not RemoteSub]
             if len(loc) == len(g):
                 local_qs.append(g)
-            elif loc:
-                local_qs.append(loc)  # local members first: the remote ones are not used
-                mixed = True
-            else:
+            else:  # members elsewhere: weighted choice over the cluster at each message
                 cum: list[int] = []
                 total = 0
                 for s in g:
-                    total += max(s.weight, 1)
+                    total += max(s.weight, 1) if type(s) is RemoteSub else 1
                     cum.append(total)
-                rqueues.append((g[0].queue_b, g, cum))
+                rqueues.append((g[0].queue_b, g, cum, loc))
             inb = [s for s in loc if not origin_only(s)]
             if inb:
                 inbound_q[inb[0].queue_b] = inb
         self.routes = list(routes)
         self.rqueues = rqueues
         # the result as it is when no route is in it; else without the remote subscriptions
-        self.local = r if not (routes or rqueues or mixed) else SublistResult(local_ps, local_qs)
+        self.local = r if not (routes or rqueues) else SublistResult(local_ps, local_qs)
         self.inbound = SublistResult(inbound_ps, [])
         self.inbound_q = inbound_q
 
@@ -149,26 +146,33 @@ class RoutedAccount(Account):
         if sp.local is r:
             return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
         lr = sp.local
+        # one frame per route: plain interest, plus the queue groups this route serves
+        targets: dict[Any, list[bytes]] = {rc: [] for rc in sp.routes}
+        chosen_local: list[list[Any]] | None = None
+        for qname, members, cum, loc in sp.rqueues:
+            m = members[min(bisect_right(cum, random() * cum[-1]), len(members) - 1)]
+            if type(m) is RemoteSub:
+                q = targets.get(m.client)
+                if q is None:
+                    targets[m.client] = [qname]
+                else:
+                    q.append(qname)
+            else:  # a local member: one of the group's local members takes it
+                if chosen_local is None:
+                    chosen_local = []
+                chosen_local.append(loc)
+        if chosen_local is not None:
+            lr = SublistResult(lr.psubs, lr.qsubs + chosen_local)
         delivered = False
         if lr.psubs or lr.qsubs:
-            nr = c.no_responders
+            nr = c.no_responders and bool(targets)
             if nr:
-                c.no_responders = False  # the message goes to a route too: never a 503 here
+                c.no_responders = False  # the message goes to a route too: no 503 from here
             try:
                 delivered = Account.deliver_result(self, c, lr, subject, reply, hdr, msg, route)
             finally:
                 if nr:
                     c.no_responders = True
-        # one frame per route: plain interest, plus the queue groups this route serves
-        targets: dict[Any, list[bytes]] = {rc: [] for rc in sp.routes}
-        for qname, members, cum in sp.rqueues:
-            i = bisect_right(cum, random() * cum[-1])
-            rc = members[min(i, len(members) - 1)].client
-            q = targets.get(rc)
-            if q is None:
-                targets[rc] = [qname]
-            else:
-                q.append(qname)
         rsubject = route if route is not None else subject
         for rc, queues in targets.items():
             if not rc.closed:
