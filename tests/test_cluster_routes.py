@@ -629,3 +629,40 @@ async def test_reload_adds_and_removes_routes_and_refuses_port_changes():
     finally:
         for s in started:
             await s.shutdown()
+
+
+async def test_operator_mode_account_loaded_on_remote_interest(tmp_path):
+    """Interest in an account this server has not loaded yet: looked up through the resolver (as nats-server's
+    LookupAccount), so a publish here reaches the subscriber on the other server."""
+    from rillet.config.options_builder import load_string
+    from test_operator import Operator, creds
+    op = Operator()
+    akp, apub, _ = op.account("A")
+    p = [free_port(), free_port()]
+    servers = []
+    try:
+        for i in range(2):
+            conf = op.config(f"server_name: o{i}\ncluster {{ name: c, listen: 127.0.0.1:{p[i]}, "
+                             f"routes: [nats://127.0.0.1:{p[0]}] }}")
+            s = Server(load_string(conf), Logger(out=io.StringIO()))
+            await s.start()
+            servers.append(s)
+        await _until(lambda: all(len(s.cluster.routes) == 1 for s in servers), what="route")
+        assert apub not in servers[0].accounts
+        sub_nc = await nats.connect(servers[1].client_url, user_credentials=creds(tmp_path, *op.user(akp)))
+        pub_nc = None
+        try:
+            sub = await sub_nc.subscribe("op.x")
+            await sub_nc.flush()
+            await _until(lambda: apub in servers[0].accounts and _remote_subs(servers[0], "op.x", apub) == 1,
+                         what="account loaded on the other server")
+            pub_nc = await nats.connect(servers[0].client_url, user_credentials=creds(tmp_path, *op.user(akp)))
+            await pub_nc.publish("op.x", b"across")
+            assert (await sub.next_msg(1)).data == b"across"
+        finally:
+            await sub_nc.close()
+            if pub_nc is not None:
+                await pub_nc.close()
+    finally:
+        for s in servers:
+            await s.shutdown()

@@ -489,7 +489,14 @@ class Cluster:
     # ---- accounts and interest ----------------------------------------------------------------------------
 
     def route_account(self, name: bytes) -> Any:
-        return self.server.accounts.get(name.decode("utf-8", "surrogateescape"))
+        """The account a route names (interest or message); in operator mode an account not loaded here yet
+        is looked up through the resolver, as nats-server's LookupAccount. None: unknown, ignored."""
+        srv = self.server
+        n = name.decode("utf-8", "surrogateescape")
+        acc = srv.accounts.get(n)
+        if acc is None and srv.operator is not None:
+            acc = srv.operator.lookup_account(n)
+        return acc
 
     def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
         """A local subscription came (``added``) or went: RS+/RS- to every route when the count says so."""
