@@ -1,4 +1,4 @@
-"""JetStream stream/consumer configuration (rillet/jetstream/config.py).
+"""JetStream stream/consumer configuration (rillet/jetstream/configtypes.py, streamconfig.py, consumerconfig.py).
 
 Most cases are differential: the same STREAM.CREATE / STREAM.UPDATE / CONSUMER.CREATE request goes to a
 real nats-server (started for this module) and through our normalization; the error object (code,
@@ -11,10 +11,13 @@ import json
 
 import pytest
 
-from rillet.jetstream import config as C
+from rillet.jetstream import configtypes as C
+from rillet.jetstream import consumerconfig as CC
+from rillet.jetstream import streamconfig as SC
 from rillet.jetstream import gojson
 from rillet.jetstream import errors as jserr
 from rillet.jetstream.errors import ApiError
+from rillet.subjects.destination import check_subject_transform, validate_mapping
 from rillet.subjects.validate import subjects_collide
 from test_js_errors import GoJetStream
 
@@ -66,13 +69,13 @@ class Pair:
         try:
             lim = dict(server_limits=self.server_limits, account_limits=self.account_limits)
             if op == "CREATE":
-                check = functools.partial(C.stream_limits_check, account=self.account_limits,
+                check = functools.partial(SC.stream_limits_check, account=self.account_limits,
                                           others=list(self.streams.values()))
-                cfg = C.normalize_stream_config(body, subject_name=name, lookup_stream=self.streams.get,
+                cfg = SC.normalize_stream_config(body, subject_name=name, lookup_stream=self.streams.get,
                                                 subjects_overlap=self._overlap(None),
                                                 existing=self.streams.get(name), limits_check=check, **lim)
             else:
-                cfg = C.normalize_stream_update(self.streams.get(name), body, subject_name=name,
+                cfg = SC.normalize_stream_update(self.streams.get(name), body, subject_name=name,
                                                 lookup_stream=self.streams.get,
                                                 subjects_overlap=self._overlap(name), **lim)
         except ApiError as e:
@@ -83,7 +86,7 @@ class Pair:
 
     def ours_consumer(self, tokens: list[str], body: bytes, go_name: str | None) -> dict:
         try:
-            r = C.prepare_consumer_create(tokens, body, lookup_stream=self.streams.get,
+            r = CC.prepare_consumer_create(tokens, body, lookup_stream=self.streams.get,
                                           consumers=lambda s: self.consumers.get(s, {}),
                                           server_limits=self.server_limits, account_limits=self.account_limits,
                                           deliver_subject_in_use=self.subscribed.__contains__)
@@ -470,11 +473,11 @@ def test_stream_update_mirror(pair):
 
 
 def test_check_stream_update_consumer_limits():
-    old = C.normalize_stream_config({"name": "S"})
-    new = C.normalize_stream_config({"name": "S", "consumer_limits": {"max_ack_pending": 10}})
-    cc = C.normalize_consumer_config(old, {"durable_name": "d", "ack_policy": "explicit"})
+    old = SC.normalize_stream_config({"name": "S"})
+    new = SC.normalize_stream_config({"name": "S", "consumer_limits": {"max_ack_pending": 10}})
+    cc = CC.normalize_consumer_config(old, {"durable_name": "d", "ack_policy": "explicit"})
     with pytest.raises(ApiError) as ei:
-        C.check_stream_update(old, new, consumers=[("d", cc)])
+        SC.check_stream_update(old, new, consumers=[("d", cc)])
     assert ei.value.to_dict() == {"code": 500, "err_code": 10069,
                                   "description": "change to limits violates consumers: d"}
 
@@ -786,13 +789,13 @@ def test_encoding_rules():
 
 
 def test_transform_validation():
-    assert C.validate_mapping("a.*", "b.$1") is None
-    assert C.validate_mapping("a.*", "b.{{wildcard(1)}}") is None
-    assert C.validate_mapping("a.*", "b.$2") == "invalid mapping destination: wildcard index out of range in $2: [2]"
-    assert C.validate_mapping("a.*", "b.{{nope()}}") == "invalid mapping destination: unknown function in {{nope()}}"
-    assert C.validate_mapping("a.*", "b..c") == "invalid mapping destination: invalid transform"
-    assert C.validate_mapping("a.>", "b.*") == "invalid subject"
-    assert C.check_subject_transform("", "") is None
+    assert validate_mapping("a.*", "b.$1") is None
+    assert validate_mapping("a.*", "b.{{wildcard(1)}}") is None
+    assert validate_mapping("a.*", "b.$2") == "invalid mapping destination: wildcard index out of range in $2: [2]"
+    assert validate_mapping("a.*", "b.{{nope()}}") == "invalid mapping destination: unknown function in {{nope()}}"
+    assert validate_mapping("a.*", "b..c") == "invalid mapping destination: invalid transform"
+    assert validate_mapping("a.>", "b.*") == "invalid subject"
+    assert check_subject_transform("", "") is None
 
 
 def test_error_catalog_names_used_exist():

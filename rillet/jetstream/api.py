@@ -14,7 +14,8 @@ import msgspec
 
 from rillet.gotime import format_time
 from rillet.gotime import parse_time
-from rillet.jetstream import config as C
+from rillet.jetstream import configtypes as C
+from rillet.jetstream import streamconfig as SC
 from rillet.jetstream import gojson
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
@@ -192,7 +193,7 @@ class ApiRouter:
         typ = T + "stream_create_response"
         name = args[0] if args else ""
         existing = self.jsa.streams.get(name)
-        cfg = C.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup,
+        cfg = SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup,
                                         subjects_overlap=self._overlap(), account_limits=self.jsa.limits,
                                         existing=existing.cfg if existing is not None else None)
         if existing is not None:
@@ -243,7 +244,7 @@ class ApiRouter:
         typ = T + "stream_update_response"
         name = args[0] if args else ""
         stream = self.jsa.streams.get(name)
-        cfg = C.normalize_stream_update(stream.cfg if stream is not None else None, body, subject_name=name,
+        cfg = SC.normalize_stream_update(stream.cfg if stream is not None else None, body, subject_name=name,
                                         lookup_stream=self._lookup, subjects_overlap=self._overlap(skip=name),
                                         account_limits=self.jsa.limits,
                                         consumers=[(n, c.cfg) for n, c in stream.consumers.items()]

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 
 from rillet.gotime import format_time, to_utc_time
-from rillet.jetstream import config as C
+from rillet.jetstream import configtypes as C
+from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream import gojson
 from rillet.jetstream import consumer as CO
 from rillet.jetstream.errors import ApiError
@@ -69,7 +70,7 @@ class ConsumerApi:
     def _create(self, tokens: list[str], reply: bytes | None, body: bytes) -> None:
         typ = T + "consumer_create_response"
         req = gojson.go_decode(body, C.CreateConsumerRequest)
-        stream_name, cname, _ = C.parse_consumer_create_subject(tokens, req)
+        stream_name, cname, _ = CC.parse_consumer_create_subject(tokens, req)
         if req.config.num_replicas > 1:
             raise ApiError.make("STREAM_REPLICAS_NOT_SUPPORTED")
         stream = self._stream(stream_name)
@@ -81,12 +82,12 @@ class ConsumerApi:
         acc_lim = self.jsa.limits
         if isinstance(acc_lim, dict):
             acc_lim = C.AccountLimits(max_consumers=acc_lim.get("max_consumers", -1))
-        cfg = C.normalize_consumer_config(
+        cfg = CC.normalize_consumer_config(
             stream.cfg, req.config, req.action, pedantic=req.pedantic,
             existing=existing.cfg if existing is not None else None, others=others, account_limits=acc_lim,
             deliver_subject_in_use=lambda subj: self.jsa.account.sublist.has_interest(subj))
         if existing is not None:
-            if not C.consumer_configs_equal(existing.cfg, cfg):
+            if not C.configs_equal(existing.cfg, cfg):
                 existing.update_config(cfg)
                 self.js.advisories.consumer_action(self.jsa, stream, existing.name, "modify")
             self.router.respond(reply, {"type": typ, **existing.info()})

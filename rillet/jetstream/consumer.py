@@ -1384,7 +1384,7 @@ class Consumer:
         self._arm_ack_timer(self.ack_wait_ns / 1e9 + 0.001, force=True)
 
     def set_pause(self, until_ns: int, until_text: str | None) -> None:
-        from rillet.jetstream import config as C
+        from rillet.jetstream import consumerconfig as C
         cfg = self.cfg.copy()
         cfg.pause_until = to_utc_time(until_text) if until_text else None
         C.set_static_consumer_metadata(cfg)

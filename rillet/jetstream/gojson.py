@@ -10,7 +10,7 @@ sorts map keys and escapes ``<``, ``>``, ``&`` like Go.
 
 Field types carry their Go type in ``Annotated`` markers (``GoInt``, ``GoTime``, ``GoEnum``, ``GoName``;
 the aliases ``Int``, ``Int64``, ``Uint64``, ``Duration``, ``Time``...), from which the codec derives each
-field's rules. The structs themselves are in ``rillet.jetstream.config``.
+field's rules. The structs themselves are in ``rillet.jetstream.configtypes``.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ class JSAccount:
         self.dir = os.path.join(js.store_dir, account.name, "streams")
         self.api_total = 0
         self.api_errors = 0
-        from rillet.jetstream.config import AccountLimits
+        from rillet.jetstream.configtypes import AccountLimits
         self.limits = limits if limits is not None else AccountLimits()
         # account storage caps checked on every publish (only when the account has them)
         self.limited = self.limits.max_memory >= 0 or self.limits.max_storage >= 0
@@ -301,7 +301,7 @@ class JetStream:
 
 def account_js_config(accounts: dict) -> dict[str, Any]:
     """{account name: AccountLimits} for the accounts whose configuration enables JetStream."""
-    from rillet.jetstream.config import AccountLimits
+    from rillet.jetstream.configtypes import AccountLimits
     out: dict[str, Any] = {}
     for name, acc in (accounts or {}).items():
         if not isinstance(acc, dict) or "jetstream" not in acc:

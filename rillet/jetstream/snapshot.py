@@ -19,7 +19,7 @@ import tarfile
 from typing import TYPE_CHECKING, Any, Iterator
 
 from rillet.gotime import format_time
-from rillet.jetstream import config as C
+from rillet.jetstream import streamconfig as C
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rillet.jetstream.config import AccountLimits
+    from rillet.jetstream.configtypes import AccountLimits
     from rillet.jetstream.manager import JetStream
     from rillet.server.server import Server
 
@@ -31,6 +31,6 @@ def account_js_config(accounts: dict) -> "dict[str, AccountLimits]":
 
 
 def account_limits(**limits: Any) -> "AccountLimits":
-    """An account's JetStream limits (the fields of ``rillet.jetstream.config.AccountLimits``)."""
-    from rillet.jetstream.config import AccountLimits
+    """An account's JetStream limits (the fields of ``rillet.jetstream.configtypes.AccountLimits``)."""
+    from rillet.jetstream.configtypes import AccountLimits
     return AccountLimits(**limits)
