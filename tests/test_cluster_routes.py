@@ -666,3 +666,21 @@ async def test_operator_mode_account_loaded_on_remote_interest(tmp_path):
     finally:
         for s in servers:
             await s.shutdown()
+
+
+async def test_generated_cluster_name_adopts_the_configured_one():
+    buf = io.StringIO()
+    p0 = free_port()
+    named = _mk_server("a", p0, [], cluster="blue")
+    anon = _mk_server("b", -1, [f"nats://127.0.0.1:{p0}"], cluster="", buf=buf)
+    await named.start()
+    await anon.start()
+    try:
+        assert anon.cluster.dynamic and "Cluster name was dynamically generated" in buf.getvalue()
+        await _until(lambda: len(anon.cluster.routes) == 1, what="route")
+        assert anon.cluster.name == "blue" and not anon.cluster.dynamic
+        assert anon.info_dict()["cluster"] == "blue"
+        assert "Cluster name updated to blue" in buf.getvalue()
+    finally:
+        await anon.shutdown()
+        await named.shutdown()
