@@ -96,9 +96,13 @@ TLS settings live in a tls { } block of the configuration file:
       verify:    true                  # require and verify client certificates
       timeout:   2                     # seconds (or a duration string) for the handshake
       handshake_first: false           # TLS before the INFO line (true, "auto" or a delay)
-      cipher_suites: [...]             # names of the allowed cipher suites
-      curve_preferences: [...]         # names of the preferred curves
+      cipher_suites: [...]             # Go names of the allowed suites (TLS 1.2; TLS 1.3 suites are fixed)
+      curve_preferences: [...]         # one Go curve name (X25519, CurveP256, CurveP384, CurveP521)
+      min_version: "1.2"               # "1.2" or "1.3"
+      pinned_certs: [...]              # hex SHA-256 of the client certificates' SubjectPublicKeyInfo
+      connection_rate_limit: 0         # TLS connections accepted per second (0: no limit)
     }
+    (ocsp_peer, cert_store, cert_match*, certs are not supported and refused at load.)
 """
 
 
