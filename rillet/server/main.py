@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     if cl.show_help:
         print(cl.help_text)
         return 0
+    if cl.show_tls_help:
+        print(cl.tls_help_text)
+        return 0
     if cl.show_version:
         print(f"nats-server: v{rillet.SERVER_VERSION} (rillet {rillet.__version__})")
         return 0
