@@ -199,9 +199,10 @@ CASES = [
      "error parsing tls config, 'cert_match_by' is not supported", False),
     ("certs", 'tls {\n  certs: [ {cert_file: "a", key_file: "b"} ]\n}\n', (2, 3),
      "error parsing tls config, 'certs' is not supported", False),
-    ("ocsp_top", "ocsp: true\n", (1, 1), "'ocsp' is not supported: this server does not staple OCSP responses",
+    ("ocsp_top", "listen: 127.0.0.1:-1\nocsp: true\n", (2, 1),
+     "'ocsp' is not supported: this server does not staple OCSP responses", False),
+    ("ocsp_cache_top", "listen: 127.0.0.1:-1\nocsp_cache { type: local }\n", (2, 1), "'ocsp_cache' is not supported",
      False),
-    ("ocsp_cache_top", "ocsp_cache { type: local }\n", (1, 1), "'ocsp_cache' is not supported", False),
     ("websocket_handshake_first",
      'websocket {\n  port: -1\n  tls {\n    cert_file: "c.pem"\n    key_file: "k.pem"\n    handshake_first: true\n'
      '  }\n}\n', (6, 5), "error parsing tls config, 'handshake_first' is not supported in the websocket tls block",
