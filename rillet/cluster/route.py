@@ -34,7 +34,6 @@ class RouteConn(asyncio.Protocol):
     echo = True
     no_responders = False
     perms = None
-    headers_ok = True
     account = None
 
     def __init__(self, cluster: "Cluster", url: Any = None, rtype: str = IMPLICIT, gossip_mode: int = 0) -> None:
