@@ -684,3 +684,15 @@ async def test_generated_cluster_name_adopts_the_configured_one():
     finally:
         await anon.shutdown()
         await named.shutdown()
+
+
+def test_route_port_in_use_stops_the_server():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with ServerProcess("-a", "127.0.0.1", "-p", "-1", "--cluster", f"nats://127.0.0.1:{port}") as srv:
+            assert srv.wait(10) == 1
+            assert f"Error listening on router port: {port} - listen tcp 127.0.0.1:{port}: bind: address already " \
+                   "in use" in srv.output

@@ -183,7 +183,9 @@ class Cluster:
             sock = await listening_socket(loop, host, port)
             self._listener = await loop.create_server(lambda: RouteConn(self), sock=sock, backlog=1024)
         except OSError as e:
-            raise OSError(e.errno, f"Error listening on router port: {o.port} - {e.strerror or e}") from e
+            # nats-server's fatal error, quoting Go's net error: listen tcp <addr>: bind: <reason>
+            raise OSError(e.errno, f"Error listening on router port: {o.port} - listen tcp {_hostport(host, port)}: "
+                                   f"bind: {(e.strerror or str(e)).lower()}") from e
         self.addr = (host, self._listener.sockets[0].getsockname()[1])
         log.notice(f"Listening for route connections on {_hostport(host, self.addr[1])}")
         self.own_urls = self._client_urls()
