@@ -277,7 +277,8 @@ def test_every_key_acts_or_is_refused(key):
     problem = refusal(key)
     assert problem is not None, (f"{key!r} is accepted but has no test in KEY_TESTS or ALIASES and is not "
                                  "refused: make it work (and name its test) or refuse it")
-    where = "1:" + ("1" if "." not in key else str(len(key.split(".")[0]) + 4))
+    # nats-server's columns: 0-based on the first line ("block { key" puts key after "block { ")
+    where = "1:" + ("0" if "." not in key else str(len(key.split(".")[0]) + 3))
     assert re.match(rf'k\.conf:{where}: "{re.escape(key.split(".")[-1])}" is not supported: ', problem), problem
 
 

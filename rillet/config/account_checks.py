@@ -40,7 +40,10 @@ def check_mappings(f: Field, cluster: str = "") -> list[ConfigError]:
 
 
 def check_accounts(f: Field) -> list[ConfigError]:
-    """Exports, imports and mappings of every account of an ``accounts {}`` map."""
+    """Exports, imports and mappings of every account of an ``accounts {}`` map.
+
+    What nats-server finds only when it wires the accounts together (an unknown account, an import that no
+    export allows, a bad import transform or latency subject) it reports at the ``accounts`` key; so does this."""
     if not isinstance(f.value, dict):
         return []
     errors: list[ConfigError] = []
@@ -55,7 +58,7 @@ def check_accounts(f: Field) -> list[ConfigError]:
             if sub.name in ("mappings", "maps"):
                 errors.extend(check_mappings(sub))
             elif sub.name == "exports":
-                errors.extend(_check_exports(sub, acc.key, names, exports[acc.key]))
+                errors.extend(_check_exports(sub, acc.key, names, exports[acc.key], f))
             elif sub.name == "imports":
                 if not isinstance(sub.value, list):
                     errors.append(sub.error(f"Imports should be an array, got {go_type(sub.value)}"))
@@ -67,7 +70,7 @@ def check_accounts(f: Field) -> list[ConfigError]:
         if dup is not None:
             errors.append(dup)
             continue
-        err = _check_import(item, acc_name, names, exports)
+        err = _check_import(item, acc_name, names, exports, f)
         if err is not None:
             errors.append(err)
     return errors
@@ -92,7 +95,7 @@ def _duplicate_service_import(item: Field, acc: str, seen: dict) -> ConfigError 
     return None
 
 
-def _check_exports(f: Field, acc: str, names: set, out: list) -> list[ConfigError]:
+def _check_exports(f: Field, acc: str, names: set, out: list, wired: Field) -> list[ConfigError]:
     if not isinstance(f.value, list):
         return [f.error(f"Exports should be an array, got {go_type(f.value)}")]
     errors: list[ConfigError] = []
@@ -151,9 +154,9 @@ def _check_exports(f: Field, acc: str, names: set, out: list) -> list[ConfigErro
             continue
         for an in sorted(accounts or ()):
             if an not in names:
-                errors.append(item.error(f"{_q(an)} account not defined for {kind} export"))
+                errors.append(wired.error(f"{_q(an)} account not defined for {kind} export"))
         out.append((kind, subject, accounts))
-    errors.extend(_check_latency_subjects(latencies, out))
+    errors.extend(_check_latency_subjects(latencies, out, wired))
     return errors
 
 
@@ -175,7 +178,7 @@ def _check_latency_entry(f: Field, kind: Any, errors: list) -> Any:
         return None
 
 
-def _check_latency_subjects(latencies: list, exports: list) -> list[ConfigError]:
+def _check_latency_subjects(latencies: list, exports: list, wired: Field) -> list[ConfigError]:
     """Where latency results may be published (nats-server's TrackServiceExportWithSampling): a literal
     subject outside the account's exported services, for a singleton service."""
     from rillet.subjects.validate import is_valid_literal_subject, subject_is_subset_match
@@ -189,12 +192,12 @@ def _check_latency_subjects(latencies: list, exports: list) -> list[ConfigError]
         elif str(rt).lower() not in ("singleton", "single"):
             err = "bad service response type"
         if err:
-            errors.append(item.error(f"Error adding service latency sampling for {_q(subject)} on subject "
+            errors.append(wired.error(f"Error adding service latency sampling for {_q(subject)} on subject "
                                      f"{_q(lat.subject)}: {err}"))
     return errors
 
 
-def _check_import(item: Field, acc: str, names: set, exports: dict) -> ConfigError | None:
+def _check_import(item: Field, acc: str, names: set, exports: dict, wired: Field) -> ConfigError | None:
     if not isinstance(item.value, dict):
         return item.error(f"Import Items should be a map with type entry, got {go_type(item.value)}")
     kind = None
@@ -222,31 +225,31 @@ def _check_import(item: Field, acc: str, names: set, exports: dict) -> ConfigErr
         assert to_field is not None
         return to_field.error("Stream import can not have a 'prefix' and a 'to' property")
     if an not in names:
-        return item.error(f"{_q(an)} account not defined for {kind} import")
+        return wired.error(f"{_q(an)} account not defined for {kind} import")
     from rillet.subjects.validate import is_valid_subject, subject_has_wildcard, subject_is_subset_match
     ok = is_valid_subject(subject) and any(k == kind and e_subj and subject_is_subset_match(subject, e_subj) and (accs is None or acc in accs)
              for k, e_subj, accs in exports.get(an, []))
     head = f"Error adding {kind} import {_q(subject)}: "
     if not ok:
-        return item.error(head + f"{kind} import not authorized")
+        return wired.error(head + f"{kind} import not authorized")
     from rillet.subjects.mapping import SubjectTransform
     if kind == "stream":
         if prefix:
             p = str(prefix)
             if any(t in ("*", ">") for t in p.split(".")):
-                return item.error(head + "stream import prefix can not contain wildcard tokens")
+                return wired.error(head + "stream import prefix can not contain wildcard tokens")
         elif to and to != subject:
             try:
                 SubjectTransform(subject, str(to))
             except ValueError as e:
-                return item.error(head + f"failed to create mapping transform for stream import subject from "
+                return wired.error(head + f"failed to create mapping transform for stream import subject from "
                                          f"{_q(subject)} to {_q(to)}: {e}")
     elif to and to != subject and subject_has_wildcard(str(subject)):
         # a service import with wildcards and its own local subject needs a reversible transform
         try:
             check_import_transform(str(subject), import_transform_tokenize(str(to)))
         except ValueError as e:
-            return item.error(head + f"failed to create mapping transform for service import subject from "
+            return wired.error(head + f"failed to create mapping transform for service import subject from "
                                      f"{_q(to)} to {_q(subject)}: {e}")
     return None
 

@@ -113,12 +113,13 @@ class AuthSections(BuilderBase):
         users: list[User] = []
         for item in f.items():
             if not isinstance(item.value, dict):
-                self.errors.append(item.error(
-                    f"Expected user entry to be a map/struct, got {item.value!r}"))
+                shown = item.value if isinstance(item.value, str) else repr(item.value)  # Go's %v
+                self.errors.append(item.error(f"Expected user entry to be a map/struct, got {shown}"))
                 continue
             user = User(account=account)
-            entry_start = item
+            entry_start = item  # nats-server reports the entry at the last of its keys (at the map if empty)
             for sub in item.entries():
+                entry_start = sub
                 self.guard(sub, self.user_field_handler(user), "user")
             if not user.nkey and not user.username:
                 raise entry_start.error("User entry requires a user")

@@ -5,7 +5,14 @@ from typing import NamedTuple
 
 
 class Position(NamedTuple):
-    """Where something came from: file name, 1-based line, 1-based column."""
+    """Where something came from: file name, 1-based line, and a column counted as nats-server counts it.
+
+    nats-server's column is the distance in bytes from the offset where the line begins, and it takes the
+    new line character that ends the previous line as the beginning of a line (the start of the file for the
+    first line). So a key at the start of the first line is at column 0, one at the start of any later line
+    at column 1; further right the column is 0-based on the first line and 1-based on the others. Rillet
+    reports the same numbers, so ``file:line:col`` reads the same from both servers.
+    """
     file: str
     line: int
     column: int
@@ -18,14 +25,17 @@ class ConfigError(ValueError):
     """A problem in a configuration file, located at file:line:column when known.
 
     ``str(err)`` is ``"<file>:<line>:<col>: <reason>"``; without a line it is
-    ``"<file>: <reason>"``.
+    ``"<file>: <reason>"``. With ``located=False`` it is the reason alone: nats-server words some errors
+    without a position (syntax errors say ``Parse error on line N: '...'``, include and variable errors
+    carry their own words); ``file``, ``line`` and ``column`` still say where it was, for programs.
     """
 
-    def __init__(self, file: str, line: int, column: int, reason: str):
+    def __init__(self, file: str, line: int, column: int, reason: str, *, located: bool = True):
         self.file = file
         self.line = line
         self.column = column
         self.reason = reason
+        self.located = located
         # Every problem found in one pass (the builder collects them); this one is the first.
         self.errors: list[ConfigError] = [self]
         super().__init__(self._format())
@@ -41,6 +51,8 @@ class ConfigError(ValueError):
         return Position(self.file, self.line, self.column)
 
     def _format(self) -> str:
+        if not self.located:
+            return self.reason
         if self.line <= 0:
             if self.reason.startswith(("open ", "read ")) and self.file in self.reason:
                 return self.reason  # a file that cannot be read: Go's own words name it (nats-server)

@@ -1,36 +1,42 @@
 """Parser for the NATS configuration language (the format nats-server reads with ``-c``).
 
-Supported, following what nats-server accepts:
+What it accepts, what it refuses and how it words the refusal follow nats-server 2.x: tools and scripts grep
+those messages, so a malformed file fails here with the same text (``Parse error on line N: '...'``) and a
+misplaced value is reported at the same ``file:line:col``.
+
+The language:
 
 * ``key: value``, ``key = value`` and ``key value``; keys may be quoted.
-* maps ``{ ... }`` and arrays ``[ ... ]``; entries separated by ``,``, ``;`` (maps) or new
-  lines; trailing separators are fine. The whole file may be wrapped in ``{ }`` (JSON style).
+* maps ``{ ... }`` and arrays ``[ ... ]``; entries separated by ``,``, ``;`` (maps) or new lines; the whole
+  file may be wrapped in ``{ }`` (JSON style).
 * ``#`` and ``//`` comments.
-* ``include file`` / ``include 'file'`` / ``include "file"``, relative to the including
-  file's directory; the included top-level keys are merged into the current map.
-* ``$NAME`` references: the nearest earlier definition of ``NAME`` in an enclosing map,
-  else the environment variable ``NAME`` (whose text is itself parsed as a value).
-  ``$2a$...`` is left alone as a bcrypt hash.
-* integers with size suffixes: ``k``/``m``/``g``/``t``/``p``/``e`` are powers of 1000,
-  ``kb``/``ki``/``kib`` (and so on) are powers of 1024, like nats-server 2.x.
-* floats, booleans (``true/false/yes/no/on/off``, any case), ISO-8601 Zulu datetimes.
-* strings: ``"double"`` (escapes ``\\t \\n \\r \\" \\\\ \\xHH``), ``'single'`` (raw),
-  unquoted (``host: 127.0.0.1``, ``url: nats://h:4222``), and block strings
-  ``( ... )`` closed by a ``)`` alone on its own line.
+* ``include file`` / ``include 'file'`` / ``include "file"``, relative to the including file's directory;
+  the included top-level keys are merged into the current map.
+* ``$NAME`` references: the nearest earlier definition of ``NAME`` in an enclosing map, else the
+  environment variable ``NAME`` (whose text is itself parsed as a value). ``$2a$...`` is a bcrypt hash.
+* integers with size suffixes: ``k``/``m``/``g``/``t``/``p``/``e`` are powers of 1000, ``kb``/``ki``/``kib``
+  (and so on) powers of 1024. An unquoted ``2m`` is the integer 2000000.
+* floats, booleans (``true/false/yes/no/on/off``, any case), ISO-8601 Zulu datetimes, addresses such as
+  ``127.0.0.1:4222`` (strings).
+* strings: ``"double"`` (escapes ``\\t \\n \\r \\" \\\\ \\xHH``), ``'single'`` (raw), unquoted, and block
+  strings ``( ... )`` closed by a ``)`` alone on its own line.
 
-Durations are not a syntax of their own: they are strings (``"2m"``) interpreted later.
-Note that an unquoted ``2m`` is the integer 2000000, as in nats-server.
+Columns are counted the way nats-server counts them (see ``errors.Position``).
 
-Deliberate differences from nats-server: a number directly followed by ``]`` is a number
-(nats-server rejects ``[1]``), an unknown size suffix such as ``1kbi`` is an error, and
-include cycles are reported instead of recursing forever. Like nats-server, a stray ``}``
-at the top level is ignored.
+The scanner is a state machine with the same states as nats-server's lexer, because its quirks are part of
+what users see (a digit directly before ``]`` makes ``1]`` a string, so ``[1]`` is refused; a stray ``}``
+at the top level is accepted). Where nats-server would misbehave, Rillet refuses instead, with its own
+words: an integer with an unknown size suffix (``1kbi``; nats-server drops the key silently), a size that
+overflows 64 bits (nats-server wraps around) and include cycles (nats-server recurses until it crashes).
 """
 from __future__ import annotations
 
+import binascii
 import datetime as _dt
+import math
 import os
-from typing import Any
+from collections import deque
+from typing import Any, Callable, Optional
 
 from .errors import ConfigError, Position
 from .values import ConfigList, ConfigMap
@@ -47,14 +53,750 @@ for _i, _letter in enumerate("kmgtpe", start=1):
         _SIZE_SUFFIXES[_letter + _tail] = 1024 ** _i
 
 _BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
-
-_SPACE = " \t"
-_NEWLINE = "\n\r"
-# Characters that end an unquoted string or a number (for numbers nats-server leaves out
-# "]"; we include it, see the module doc).
-_VALUE_END = set(_SPACE + _NEWLINE + ";,]}")
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", '"': '"', "\\": "\\"}
 _BCRYPT_PREFIX = "2a$"
+
+# -- characters --------------------------------------------------------------------------------------------------
+
+# The end of the input reads as NUL, and so does a NUL in the input (it ends what is being read, as in
+# nats-server); only the first one moves the position.
+_END = "\x00"
+# Go's unicode.IsSpace (Python's str.isspace also takes \x1c-\x1f).
+_SPACES = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+                    "\u200a\u2028\u2029\u202f\u205f\u3000")
+_BLANK = frozenset(" \t")  # white space inside a line
+_NL = frozenset("\n\r")
+_SEPARATORS = frozenset(":=")
+_SIZE_LETTERS = frozenset("kKmMgGtTpPeE")
+_SIZE_TAILS = frozenset("bBiI")
+# What ends an unquoted string.
+_STRING_END = frozenset("\n\r\x00;,]} \t")
+# What ends an integer (note: not "]", as in nats-server).
+_INT_END = frozenset("\n\r\x00};, \t")
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", '"': '"', "\\": "\\"}
+_DATE_SHAPE = "00-00T00:00:00Z"  # what follows the year; 0 = any digit
+
+
+def _blen(s: str) -> int:
+    """Length in bytes, as nats-server counts positions."""
+    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogateescape"))
+
+
+def _show(ch: str) -> str:
+    """A character inside a message: a new line is shown escaped, anything else as is."""
+    return "\\n" if ch == "\n" else ch
+
+
+# -- tokens ------------------------------------------------------------------------------------------------------
+
+ERROR, EOF, KEY, TEXT, STRING, BOOL, INTEGER, FLOAT, DATETIME = range(9)
+ARRAY_START, ARRAY_END, MAP_START, MAP_END, COMMENT, VARIABLE, INCLUDE = range(9, 16)
+
+
+class Token:
+    __slots__ = ("kind", "text", "line", "col")
+
+    def __init__(self, kind: int, text: str, line: int, col: int):
+        self.kind = kind
+        self.text = text
+        self.line = line
+        self.col = col
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Token({self.kind}, {self.text!r}, {self.line}, {self.col})"
+
+
+State = Callable[[], Optional["State"]]
+
+
+class Scanner:
+    """Turns configuration text into tokens, one state at a time (pull with ``token()``).
+
+    ``at`` is the read offset, ``begin`` where the pending token starts, ``line`` the current line and
+    ``line_mark`` the offset of the new line that began it (0 on the first line). A token's column is its
+    distance in bytes from the ``line_mark`` in force when the token began; an error's column is the read
+    offset's distance from the current ``line_mark``.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.n = len(text)
+        self.at = 0
+        self.begin = 0
+        self.step = 0  # how far the last read() moved: 0 at the end of the input, else 1
+        self.line = 1
+        self.line_mark = 0
+        self.token_mark = 0
+        self.pending: deque[Token] = deque()
+        self.returns: list[State] = []
+        self.parts: list[str] = []  # decoded pieces of a string with escapes
+        self.string_state: State = self.unquoted
+        self.state: Optional[State] = self.top
+
+    # -- reading -------------------------------------------------------------------------------------------------
+
+    def token(self) -> Token:
+        while not self.pending:
+            if self.state is None:  # pragma: no cover - the last token is always EOF or ERROR
+                return Token(EOF, "", self.line, 0)
+            self.state = self.state()
+        return self.pending.popleft()
+
+    def read(self) -> str:
+        if self.at >= self.n:
+            self.step = 0
+            return _END
+        ch = self.text[self.at]
+        if ch == "\n":
+            self.line += 1
+            self.line_mark = self.at
+        self.step = 1
+        self.at += 1
+        return ch
+
+    def unread(self) -> None:
+        self.at -= self.step
+        if self.at < self.n and self.text[self.at] == "\n":
+            self.line -= 1
+
+    def look(self) -> str:
+        ch = self.read()
+        self.unread()
+        return ch
+
+    def drop(self) -> None:
+        """Forget what was read since the pending token began."""
+        self.begin = self.at
+        self.token_mark = self.line_mark
+
+    def skip_to(self, state: State) -> State:
+        self.drop()
+        return state
+
+    def call(self, then: State, state: State) -> State:
+        self.returns.append(then)
+        return state
+
+    def back(self) -> Optional[State]:
+        if not self.returns:
+            return self.fail("BUG in lexer: no states to pop.")
+        return self.returns.pop()
+
+    def emit(self, kind: int) -> None:
+        text = "".join(self.parts) + self.text[self.begin:self.at] if self.parts else self.text[self.begin:self.at]
+        self._push(kind, text)
+
+    def emit_string(self) -> None:
+        if self.parts:
+            text = "".join(self.parts) + self.text[self.begin:self.at]
+            self.parts = []
+            if any("\udc80" <= c <= "\udcff" for c in text):  # \xHH bytes: let them form UTF-8 characters
+                text = text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
+        else:
+            text = self.text[self.begin:self.at]
+        self._push(STRING, text)
+
+    def _push(self, kind: int, text: str) -> None:
+        col = _blen(self.text[self.token_mark:self.at]) - _blen(text)
+        self.pending.append(Token(kind, text, self.line, col))
+        self.begin = self.at
+        self.token_mark = self.line_mark
+
+    def fail(self, message: str) -> None:
+        col = _blen(self.text[self.line_mark:self.at])
+        self.pending.append(Token(ERROR, message, self.line, col))
+        return None
+
+    def end_of_input(self) -> None:
+        """The input ends (or holds a NUL) where a token could start or in a quoted string."""
+        if self.at > self.begin:
+            return self.fail("Unexpected EOF.")
+        self.emit(EOF)
+        return None
+
+    def comment_or_slash(self, then: State) -> bool:
+        """After a '/': true (and a comment started, returning to ``then``) if it is '//'."""
+        if self.read() == "/":
+            self.returns.append(then)
+            return True
+        self.unread()
+        return False
+
+    # -- the top level and a top-level { } wrapper ---------------------------------------------------------------
+
+    def top(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _SPACES:
+            return self.skip_to(self.top)
+        if ch == "{":
+            return self.call(self.top, self.skip_to(self.block))
+        if ch == "#":
+            return self.call(self.top, self.comment_start)
+        if ch == "/" and self.comment_or_slash(self.top):
+            return self.comment_start
+        if ch in ("/", _END):
+            return self.end_of_input()
+        self.unread()
+        return self.call(self.after_top_value, self.key_start)
+
+    def after_top_value(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "#":
+            return self.call(self.top, self.comment_start)
+        if ch == "/":
+            if self.comment_or_slash(self.top):
+                return self.comment_start
+            return self.after_top_value  # a lone '/' is passed over like a space
+        if ch in _BLANK:
+            return self.after_top_value
+        if ch in _NL or ch in "\x00;,}":
+            return self.skip_to(self.top)
+        return self.fail("Expected a top-level value to end with a new line, comment or EOF, "
+                         f"but got '{_show(ch)}' instead.")
+
+    def block(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _SPACES:
+            return self.skip_to(self.block)
+        if ch == "{":
+            return self.call(self.block_close, self.skip_to(self.block))
+        if ch == "}":
+            self.drop()
+            return self.back()
+        if ch == "#":
+            return self.call(self.block, self.comment_start)
+        if ch == "/" and self.comment_or_slash(self.block):
+            return self.comment_start
+        if ch in ("/", _END):
+            return self.end_of_input()
+        self.unread()
+        return self.call(self.after_block_value, self.key_start)
+
+    def after_block_value(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "#":
+            return self.call(self.after_block_value, self.comment_start)
+        if ch == "/":
+            if self.comment_or_slash(self.after_block_value):
+                return self.comment_start
+            return self.after_block_value
+        if ch in _BLANK:
+            return self.after_block_value
+        if ch in _NL or ch in ";,":
+            return self.skip_to(self.block)
+        if ch == "}":
+            self.unread()
+            return self.block_close
+        return self.fail("Expected a block-level value to end with a new line, comment or EOF, "
+                         f"but got '{_show(ch)}' instead.")
+
+    def block_close(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "#":
+            return self.call(self.block, self.comment_start)
+        if ch == "/":
+            if self.comment_or_slash(self.block):
+                return self.comment_start
+            return self.block_close
+        if ch in _NL or ch in _BLANK:
+            return self.block_close
+        if ch in ";,":
+            return self.skip_to(self.block)
+        if ch == "}":
+            self.drop()
+            return self.back()
+        return self.fail(f"Expected a block-level to end with a '}}', but got '{_show(ch)}' instead.")
+
+    # -- keys ----------------------------------------------------------------------------------------------------
+
+    def key_start(self) -> Optional[State]:
+        ch = self.look()
+        if ch in _SEPARATORS:
+            return self.fail(f"Unexpected key separator '{ch}'")
+        if ch in _SPACES:
+            self.read()
+            return self.skip_to(self.key_start)
+        if ch == '"' or ch == "'":
+            self.read()
+            return self.skip_to(self.quoted_key(ch, self.key_end, None))
+        self.drop()
+        self.read()
+        return self.key
+
+    def quoted_key(self, quote: str, then: State, eof_message: Optional[str]) -> State:
+        def state() -> Optional[State]:
+            ch = self.look()
+            if ch == quote:
+                self.emit(KEY)
+                self.read()
+                return self.skip_to(then)
+            if ch == _END:
+                if eof_message:
+                    return self.fail(eof_message)
+                return self.end_of_input()
+            self.read()
+            return state
+        return state
+
+    def key(self) -> Optional[State]:
+        ch = self.look()
+        if ch in _SPACES:
+            return self.keyword_or_key(self.key_end, None)
+        if ch in _SEPARATORS or ch == _END:
+            self.emit(KEY)
+            return self.key_end
+        self.read()
+        return self.key
+
+    def keyword_or_key(self, then: State, include_returns: Optional[State]) -> State:
+        if self.text[self.begin:self.at].lower() == "include":
+            self.drop()
+            if include_returns is not None:
+                self.returns.append(include_returns)
+            return self.include_start
+        self.emit(KEY)
+        return then
+
+    def key_end(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _SPACES:
+            return self.skip_to(self.key_end)
+        if ch in _SEPARATORS:
+            return self.skip_to(self.value)
+        if ch == _END:
+            self.emit(EOF)
+            return None
+        self.unread()
+        return self.value
+
+    # -- include -------------------------------------------------------------------------------------------------
+
+    def include_start(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _BLANK:
+            return self.skip_to(self.include_start)
+        self.unread()
+        return self.include
+
+    def include(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "'" or ch == '"':
+            self.drop()
+            return self.include_quoted(ch)
+        found = {"[": "start of an array", "{": "start of a map", "(": "start of a block",
+                 "-": "start of a number", "\\": "escape sequence", "\n": "new line", "\r": "new line"}.get(ch)
+        if found is None and ch.isdecimal():
+            found = "start of a number"
+        if found is not None:
+            return self.fail(f"Expected include value but found {found}")
+        self.unread()
+        return self.include_bare
+
+    def include_quoted(self, quote: str) -> State:
+        def state() -> Optional[State]:
+            ch = self.read()
+            if ch == quote:
+                self.unread()
+                self.emit(INCLUDE)
+                self.read()
+                self.drop()
+                return self.back()
+            if ch == _END:
+                kind = "quoted" if quote == "'" else "double quoted"
+                return self.fail(f"Unexpected EOF in {kind} include")
+            return state
+        return state
+
+    def include_bare(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _NL or ch in _BLANK or ch in "\x00;}":
+            self.unread()
+            self.emit(INCLUDE)
+            return self.back()
+        if ch == "'":
+            self.unread()
+            self.emit(INCLUDE)
+            self.read()
+            self.drop()
+            return self.back()
+        return self.include_bare
+
+    # -- values --------------------------------------------------------------------------------------------------
+
+    def value(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _BLANK:
+            return self.skip_to(self.value)
+        if ch == "[":
+            self.drop()
+            self.emit(ARRAY_START)
+            return self.array_item
+        if ch == "{":
+            self.drop()
+            self.emit(MAP_START)
+            return self.map_key_start
+        if ch == "'":
+            self.drop()
+            return self.single_quoted
+        if ch == '"':
+            self.drop()
+            self.string_state = self.double_quoted
+            return self.double_quoted
+        if ch == "-":
+            return self.negative_start
+        if ch == "(":
+            self.drop()
+            return self.block_string
+        if ch.isdecimal():
+            self.unread()
+            return self.number_start
+        if ch == ".":
+            return self.fail("Floats must start with a digit")
+        if ch in _NL:
+            return self.fail("Expected value but found new line")
+        self.unread()
+        self.string_state = self.unquoted
+        return self.unquoted
+
+    def array_item(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _SPACES:
+            return self.skip_to(self.array_item)
+        if ch == "#":
+            return self.call(self.array_item, self.comment_start)
+        if ch == "/" and self.comment_or_slash(self.array_item):
+            return self.comment_start
+        if ch == "/" or ch == ",":
+            return self.fail("Unexpected array value terminator ','.")
+        if ch == "]":
+            return self.array_close
+        self.unread()
+        return self.call(self.after_array_item, self.value)
+
+    def after_array_item(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _BLANK:
+            return self.skip_to(self.after_array_item)
+        if ch == "#":
+            return self.call(self.after_array_item, self.comment_start)
+        if ch == "/" and self.comment_or_slash(self.after_array_item):
+            return self.comment_start
+        if ch == "/" or ch == "," or ch in _NL:
+            return self.skip_to(self.array_item)
+        if ch == "]":
+            return self.array_close
+        return self.fail('Expected an array value terminator "," or an array terminator "]", '
+                         f"but got '{_show(ch)}' instead.")
+
+    def array_close(self) -> Optional[State]:
+        self.drop()
+        self.emit(ARRAY_END)
+        return self.back()
+
+    def map_key_start(self) -> Optional[State]:
+        ch = self.look()
+        if ch in _SEPARATORS:
+            return self.fail(f"Unexpected key separator '{ch}'.")
+        if ch == "]":
+            return self.fail("Unexpected array end ']' processing map.")
+        if ch in _SPACES:
+            self.read()
+            return self.skip_to(self.map_key_start)
+        if ch == "}":
+            self.read()
+            return self.skip_to(self.map_close)
+        if ch == "#":
+            self.read()
+            return self.call(self.map_key_start, self.comment_start)
+        if ch == "/":
+            self.read()
+            if self.comment_or_slash(self.map_key_start):
+                return self.comment_start
+            # not a comment: the '/' is left out of the key (as nats-server does)
+        elif ch == "'" or ch == '"':
+            self.read()
+            kind = "quoted" if ch == "'" else "double quoted"
+            return self.skip_to(self.quoted_key(ch, self.map_key_end,
+                                                f"Unexpected EOF processing {kind} map key."))
+        elif ch == _END:
+            return self.fail("Unexpected EOF processing map.")
+        self.drop()
+        self.read()
+        return self.map_key
+
+    def map_key(self) -> Optional[State]:
+        ch = self.look()
+        if ch == _END:
+            return self.fail("Unexpected EOF processing map key.")
+        if ch in _SPACES:
+            return self.keyword_or_key(self.map_key_end, self.after_map_value)
+        if ch in _SEPARATORS:
+            self.emit(KEY)
+            return self.map_key_end
+        self.read()
+        return self.map_key
+
+    def map_key_end(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _SPACES:
+            return self.skip_to(self.map_key_end)
+        if ch in _SEPARATORS:
+            return self.skip_to(self.map_value)
+        self.unread()
+        return self.map_value
+
+    def map_value(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _SPACES:
+            return self.skip_to(self.map_value)
+        if ch == ",":
+            return self.fail('Unexpected map value terminator ",".')
+        if ch == "}":
+            return self.skip_to(self.map_close)
+        self.unread()
+        return self.call(self.after_map_value, self.value)
+
+    def after_map_value(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _BLANK:
+            return self.skip_to(self.after_map_value)
+        if ch == "#":
+            return self.call(self.after_map_value, self.comment_start)
+        if ch == "/" and self.comment_or_slash(self.after_map_value):
+            return self.comment_start
+        if ch == "/" or ch in ";," or ch in _NL:
+            return self.skip_to(self.map_key_start)
+        if ch == "}":
+            return self.skip_to(self.map_close)
+        return self.fail('Expected a map value terminator "," or a map terminator "}", '
+                         f"but got '{_show(ch)}' instead.")
+
+    def map_close(self) -> Optional[State]:
+        self.drop()
+        self.emit(MAP_END)
+        return self.back()
+
+    # -- strings -------------------------------------------------------------------------------------------------
+
+    def single_quoted(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "'":
+            self.unread()
+            self.emit(STRING)
+            self.read()
+            self.drop()
+            return self.back()
+        if ch == _END:
+            return self.end_of_input()
+        return self.single_quoted
+
+    def double_quoted(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "\\":
+            self.keep_part(1)
+            return self.escape
+        if ch == '"':
+            self.unread()
+            self.emit_string()
+            self.read()
+            self.drop()
+            return self.back()
+        if ch == _END:
+            return self.end_of_input()
+        return self.double_quoted
+
+    def unquoted(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "\\":
+            self.keep_part(1)
+            return self.escape
+        if ch in _STRING_END:
+            self.unread()
+            if self.parts:
+                self.emit_string()
+            elif self.text[self.begin:self.at].lower() in _BOOLS:
+                self.emit(BOOL)
+            elif self.begin < self.n and self.text[self.begin] == "$":
+                self.begin += 1
+                self.emit(VARIABLE)
+            else:
+                self.emit_string()
+            return self.back()
+        if ch == "'":  # a quote ends an unquoted string and is dropped
+            self.unread()
+            self.emit_string()
+            self.read()
+            self.drop()
+            return self.back()
+        return self.unquoted
+
+    def keep_part(self, skip: int) -> None:
+        self.parts.append(self.text[self.begin:self.at - skip])
+        self.begin = self.at
+
+    def add_part(self, decoded: str) -> State:
+        self.parts.append(decoded)
+        self.begin = self.at
+        return self.string_state
+
+    def escape(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "x":
+            return self.hex_escape
+        if ch in _ESCAPES:
+            return self.add_part(_ESCAPES[ch])
+        return self.fail(f"Invalid escape character '{_show(ch)}'. Only the following escape characters are "
+                         "allowed: \\xXX, \\t, \\n, \\r, \\\", \\\\.")
+
+    def hex_escape(self) -> Optional[State]:
+        for _ in range(2):
+            if self.read() in _NL:
+                return self.fail("Expected two hexadecimal digits after '\\x', but hit end of line")
+        # the last two bytes read (Go slices bytes: after a two-byte character that is the character alone)
+        digits = self.text[max(self.at - 2, 0):self.at].encode("utf-8", "surrogateescape")[-2:].decode(
+            "utf-8", "surrogateescape")
+        try:
+            raw = binascii.unhexlify(digits.encode("ascii"))
+        except (ValueError, UnicodeEncodeError):
+            return self.fail(f"Expected two hexadecimal digits after '\\x', but got '{digits}'")
+        return self.add_part(raw.decode("utf-8", "surrogateescape"))
+
+    def block_string(self) -> Optional[State]:
+        ch = self.read()
+        if ch == ")":
+            # the ')' closes the block only alone on its line: a new line before and a new line (or the end) after
+            self.unread()
+            self.unread()
+            if self.read() != "\n":
+                self.read()
+                return self.block_string
+            self.read()
+            if self.read() in ("\n", _END):
+                self.unread()
+                self.unread()
+                self.emit(STRING)
+                self.read()
+                self.drop()
+                return self.back()
+            self.unread()
+            return self.block_string
+        if ch == _END:
+            return self.fail("Unexpected EOF processing block.")
+        return self.block_string
+
+    # -- numbers, dates, addresses -------------------------------------------------------------------------------
+
+    def number_start(self) -> Optional[State]:
+        ch = self.read()
+        if not ch.isdecimal():
+            if ch == ".":
+                return self.fail("Floats must start with a digit, not '.'.")
+            return self.fail(f"Expected a digit but got '{_show(ch)}'.")
+        return self.number
+
+    def number(self) -> Optional[State]:
+        ch = self.read()
+        if ch == "-":
+            if _blen(self.text[self.begin:self.at]) != 5:
+                return self.fail("All ISO8601 dates must be in full Zulu form.")
+            return self.date
+        if ch.isdecimal():
+            return self.number
+        if ch == ".":
+            return self.float_start
+        if ch in _SIZE_LETTERS:
+            return self.size_suffix
+        if ch not in _INT_END:  # not a number after all: a string that starts with digits
+            self.string_state = self.unquoted
+            return self.unquoted
+        self.unread()
+        self.emit(INTEGER)
+        return self.back()
+
+    def size_suffix(self) -> Optional[State]:
+        ch = self.read()
+        if ch in _SIZE_TAILS:
+            return self.size_suffix
+        self.unread()
+        if ch in _INT_END:  # anything else (a digit too: "0K1abc") makes it a string
+            self.emit(INTEGER)
+            return self.back()
+        self.string_state = self.unquoted
+        return self.unquoted
+
+    def date(self) -> Optional[State]:
+        for want in _DATE_SHAPE:
+            ch = self.read()
+            if want == "0":
+                if not ch.isdecimal():
+                    return self.fail(f"Expected digit in ISO8601 datetime, but found '{_show(ch)}' instead.")
+            elif ch != want:
+                return self.fail(f"Expected '{want}' in ISO8601 datetime, but found '{_show(ch)}' instead.")
+        self.emit(DATETIME)
+        return self.back()
+
+    def negative_start(self) -> Optional[State]:
+        ch = self.read()
+        if not ch.isdecimal():
+            if ch == ".":
+                return self.fail("Floats must start with a digit, not '.'.")
+            return self.fail(f"Expected a digit but got '{_show(ch)}'.")
+        return self.negative
+
+    def negative(self) -> Optional[State]:
+        ch = self.read()
+        if ch.isdecimal():
+            return self.negative
+        if ch == ".":
+            return self.float_start
+        if ch in _SIZE_LETTERS:
+            return self.size_suffix
+        self.unread()
+        self.emit(INTEGER)
+        return self.back()
+
+    def float_start(self) -> Optional[State]:
+        ch = self.read()
+        if not ch.isdecimal():
+            return self.fail(f"Floats must have a digit after the '.', but got '{_show(ch)}' instead.")
+        return self.fraction
+
+    def fraction(self) -> Optional[State]:
+        ch = self.read()
+        if ch.isdecimal():
+            return self.fraction
+        if ch == ".":  # a second dot: an address such as 127.0.0.1:4222
+            return self.address
+        self.unread()
+        self.emit(FLOAT)
+        return self.back()
+
+    def address(self) -> Optional[State]:
+        ch = self.read()
+        if ch.isdecimal() or ch in ".:-":
+            return self.address
+        self.unread()
+        self.emit(STRING)
+        return self.back()
+
+    # -- comments ------------------------------------------------------------------------------------------------
+
+    def comment_start(self) -> Optional[State]:
+        self.drop()
+        self.emit(COMMENT)
+        return self.comment
+
+    def comment(self) -> Optional[State]:
+        # read up to the end of the line in one go (no new line is crossed, so no line bookkeeping)
+        j = self.at
+        text, n = self.text, self.n
+        while j < n and text[j] not in "\n\r\x00":
+            j += 1
+        self.at = j
+        self.emit(TEXT)
+        return self.back()
+
+
+# -- building the maps -------------------------------------------------------------------------------------------
 
 
 def parse_file(path: str | os.PathLike) -> ConfigMap:
@@ -64,7 +806,7 @@ def parse_file(path: str | os.PathLike) -> ConfigMap:
 
 def parse_string(text: str, filename: str = "<string>") -> ConfigMap:
     """Parse configuration ``text``; ``filename`` is used in errors and to resolve includes."""
-    return _Parser(text, filename, base_dir=_base_dir(filename)).parse_document()
+    return _Builder(text, filename, base_dir=_base_dir(filename)).build()
 
 
 def _base_dir(filename: str) -> str:
@@ -83,498 +825,192 @@ def _go_open_error(path: str, e: OSError) -> str:
 
 def _parse_file(path: str, include_chain: tuple[str, ...]) -> ConfigMap:
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
             text = f.read()
     except OSError as e:
-        raise ConfigError(path, 0, 0, _go_open_error(path, e)) from None
+        raise ConfigError(path, 0, 0, _go_open_error(path, e), located=False) from None
     real = os.path.realpath(path)
-    parser = _Parser(text, path, base_dir=_base_dir(path), include_chain=include_chain + (real,))
-    return parser.parse_document()
+    return _Builder(text, path, base_dir=_base_dir(path), include_chain=include_chain + (real,)).build()
 
 
-class _Parser:
-    """Recursive-descent parser over the whole text (config files are small)."""
+def _include_path(base_dir: str, name: str) -> str:
+    """Go's filepath.Join(dir, name): joined as text (an absolute name stays under dir), then cleaned."""
+    return os.path.normpath(f"{base_dir}/{name}" if name else base_dir)
 
-    def __init__(
-        self,
-        text: str,
-        filename: str,
-        base_dir: str,
-        include_chain: tuple[str, ...] = (),
-        env_refs: set[str] | None = None,
-    ):
+
+class _Builder:
+    """Builds ConfigMaps and ConfigLists from the scanner's tokens, with positions."""
+
+    def __init__(self, text: str, filename: str, base_dir: str, include_chain: tuple[str, ...] = (),
+                 env_refs: set[str] | None = None):
         if text.startswith("\ufeff"):
             text = text[1:]
-        self.text = text
-        self.n = len(text)
-        self.i = 0
+        self.scanner = Scanner(text)
         self.filename = filename
         self.base_dir = base_dir
         self.include_chain = include_chain
         # Environment variables being expanded right now, to stop $A -> $A loops.
         self.env_refs: set[str] = env_refs if env_refs is not None else set()
-        # Enclosing maps, innermost last: the scopes for $variable lookups.
-        self.scopes: list[ConfigMap] = []
-        self._line_starts = [0]
-        for idx, ch in enumerate(text):
-            if ch == "\n":
-                self._line_starts.append(idx + 1)
+        self.root = ConfigMap(position=Position(filename, 1, 0))
+        self.stack: list[ConfigMap | ConfigList] = [self.root]  # maps and arrays being filled
+        self.keys: list[Token] = []  # keys waiting for their value
 
-    # -- positions and errors -------------------------------------------------
+    def error(self, reason: str, tok: Token | None = None, located: bool = True) -> ConfigError:
+        line, col = (tok.line, tok.col) if tok is not None else (0, 0)
+        return ConfigError(self.filename, line, col, reason, located=located)
 
-    def position(self, offset: int | None = None) -> Position:
-        off = self.i if offset is None else offset
-        lo, hi = 0, len(self._line_starts) - 1
-        while lo < hi:  # last line start <= off
-            mid = (lo + hi + 1) // 2
-            if self._line_starts[mid] <= off:
-                lo = mid
-            else:
-                hi = mid - 1
-        return Position(self.filename, lo + 1, off - self._line_starts[lo] + 1)
-
-    def error(self, reason: str, offset: int | None = None) -> ConfigError:
-        pos = self.position(offset)
-        return ConfigError(pos.file, pos.line, pos.column, reason)
-
-    def peek(self, ahead: int = 0) -> str:
-        j = self.i + ahead
-        return self.text[j] if j < self.n else ""
-
-    def describe(self, ch: str) -> str:
-        if ch == "":
-            return "end of file"
-        if ch == "\n" or ch == "\r":
-            return "new line"
-        return repr(ch)
-
-    # -- skipping -------------------------------------------------------------
-
-    def at_comment(self) -> bool:
-        ch = self.peek()
-        return ch == "#" or (ch == "/" and self.peek(1) == "/")
-
-    def skip_comment(self) -> None:
-        while self.i < self.n and self.text[self.i] not in _NEWLINE:
-            self.i += 1
-
-    def skip_spaces(self) -> None:
-        while self.i < self.n and self.text[self.i] in _SPACE:
-            self.i += 1
-
-    def skip_blank(self) -> None:
-        """Skip all white space (new lines included) and comments."""
-        while self.i < self.n:
-            ch = self.text[self.i]
-            if ch.isspace():
-                self.i += 1
-            elif self.at_comment():
-                self.skip_comment()
-            else:
-                return
-
-    # -- document and maps ----------------------------------------------------
-
-    def parse_document(self) -> ConfigMap:
-        root = ConfigMap(position=Position(self.filename, 1, 1))
-        self.scopes.append(root)
-        self.parse_entries(root, closing_offset=None)
-        return root
-
-    def parse_entries(self, m: ConfigMap, closing_offset: int | None) -> None:
-        """Read ``key value`` entries into ``m``.
-
-        ``closing_offset`` is where the ``{`` of this map is, or None for the top level
-        (which ends at end of file and may itself be wrapped in braces).
-        """
-        top = closing_offset is None
-        depth = 0  # top level only: how many wrapping "{" are open
+    def build(self) -> ConfigMap:
+        previous: Token | None = None
         while True:
-            self.skip_blank()
-            ch = self.peek()
-            if ch == "":
-                if not top:
-                    raise self.error(
-                        f"unexpected end of file: the map opened at "
-                        f"{self.position(closing_offset)} is not closed")
-                if depth:
-                    raise self.error("unexpected end of file: missing '}'")
-                return
-            if ch == "}":
-                self.i += 1
-                if not top:
-                    return
-                # nats-server ignores a stray '}' at the top level; so do we.
-                depth = max(depth - 1, 0)
-                continue
-            if top and ch == "{":
-                self.i += 1
-                depth += 1
-                continue
-            if ch in ":=":
-                raise self.error(f"unexpected key separator {ch!r}")
-            if ch == ",":
-                raise self.error("unexpected ','")
-            if ch == "]":
-                raise self.error("unexpected ']'")
-            self.parse_entry(m)
-            # What may follow a value: spaces, a comment, a new line, ',' or ';', or the '}'.
-            self.skip_spaces()
-            ch = self.peek()
-            if ch in (",", ";"):
-                self.i += 1
-            elif ch == "" or ch in _NEWLINE or self.at_comment():
-                pass
-            elif ch == "}":
-                pass
-            else:
-                raise self.error(
-                    f"expected a new line, ',' or a comment after a value, got {self.describe(ch)}")
+            tok = self.scanner.token()
+            if tok.kind == EOF:
+                if previous is not None and previous.kind == KEY and previous.text != "}":
+                    raise self.error(f"config is invalid ({self.filename}:{tok.line}:{tok.col})", tok,
+                                     located=False)
+                return self.root
+            previous = tok
+            self.take(tok)
 
-    def parse_entry(self, m: ConfigMap) -> None:
-        key_offset = self.i
-        key, quoted = self.parse_key()
-        key_pos = self.position(key_offset)
-        if not quoted and key.lower() == "include" and self.peek() in _SPACE + _NEWLINE:
-            self.parse_include(m)
-            return
-        # Between key and value: white space (even new lines), then an optional ':' or '='.
-        while self.i < self.n and self.text[self.i].isspace():
-            self.i += 1
-        if self.peek() == "":
-            raise self.error(f"missing value for key {key!r}")
-        if self.peek() in ":=":
-            self.i += 1
-        value = self.parse_value()
-        m.set(key, value, key_pos)
-
-    def parse_key(self) -> tuple[str, bool]:
-        ch = self.peek()
-        if ch in ("'", '"'):
-            start = self.i + 1
-            end = self.text.find(ch, start)
-            if end < 0:
-                raise self.error("unexpected end of file in quoted key")
-            self.i = end + 1
-            return self.text[start:end], True
-        start = self.i
-        while self.i < self.n:
-            c = self.text[self.i]
-            if c.isspace() or c in ":=":
-                break
-            self.i += 1
-        return self.text[start:self.i], False
-
-    # -- include --------------------------------------------------------------
-
-    def parse_include(self, m: ConfigMap) -> None:
-        self.skip_spaces()
-        start = self.i
-        ch = self.peek()
-        if ch in ("'", '"'):
-            end = self.text.find(ch, self.i + 1)
-            if end < 0:
-                raise self.error("unexpected end of file in quoted include")
-            name = self.text[self.i + 1:end]
-            self.i = end + 1
-        else:
-            bad = {"[": "an array", "{": "a map", "(": "a block", "\\": "an escape sequence",
-                   "\n": "a new line", "\r": "a new line", "": "end of file"}
-            if ch in bad or ch.isdigit() or ch == "-":
-                what = bad.get(ch, "a number")
-                raise self.error(f"expected an include file name, found {what}")
-            while self.i < self.n and self.text[self.i] not in _SPACE + _NEWLINE + ";}'":
-                self.i += 1
-            name = self.text[start:self.i]
-            if self.peek() == "'":
-                self.i += 1
-        path = os.path.join(self.base_dir, name)
-        real = os.path.realpath(path)
-        if real in self.include_chain:
-            raise self.error(f"include cycle: {name!r} includes itself", start)
-        try:
-            included = _parse_file(path, self.include_chain)
-        except ConfigError as e:
-            if e.line <= 0:  # could not open it: point at the include line
-                raise self.error(f"error parsing include file '{name}', {e.reason}", start) from None
-            raise
-        for key, value in included.items():
-            m.set(key, value, included.positions.get(key))
-        m.used_vars |= included.used_vars
-
-    # -- values ---------------------------------------------------------------
-
-    def parse_value(self) -> Any:
-        self.skip_spaces()
-        ch = self.peek()
-        start = self.i
-        if ch == "[":
-            self.i += 1
-            return self.parse_array(start)
-        if ch == "{":
-            self.i += 1
-            m = ConfigMap(position=self.position(start))
-            self.scopes.append(m)
+    def take(self, tok: Token) -> None:
+        kind = tok.kind
+        if kind == KEY:
+            self.keys.append(tok)
+        elif kind == STRING:
+            self.store(tok.text, tok)
+        elif kind == INTEGER:
+            self.store(self.integer(tok), tok)
+        elif kind == BOOL:
+            self.store(_BOOLS[tok.text.lower()], tok)
+        elif kind == MAP_START:
+            self.stack.append(ConfigMap())
+        elif kind == ARRAY_START:
+            self.stack.append(ConfigList())
+        elif kind in (MAP_END, ARRAY_END):
+            self.store(self.stack.pop(), tok, fresh=True)
+        elif kind == VARIABLE:
+            self.store(self.variable(tok), tok)
+        elif kind == FLOAT:
+            self.store(self.float(tok), tok)
+        elif kind == DATETIME:
             try:
-                self.parse_entries(m, closing_offset=start)
-            finally:
-                self.scopes.pop()
-            return m
-        if ch == "'":
-            end = self.text.find("'", self.i + 1)
-            if end < 0:
-                raise self.error("unexpected end of file in single-quoted string")
-            self.i = end + 1
-            return self.text[start + 1:end]
-        if ch == '"':
-            return self.parse_double_quoted()
-        if ch == "(":
-            return self.parse_block_string()
-        if ch == "-":
-            return self.parse_negative_number()
-        if ch.isdigit():
-            return self.parse_number_like()
-        if ch == ".":
-            raise self.error("floats must start with a digit, not '.'")
-        if ch in _NEWLINE:
-            raise self.error("expected a value but found a new line")
-        return self.parse_unquoted(start)
+                value = _dt.datetime.strptime(tok.text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
+            except ValueError:
+                raise self.error(f"expected Zulu formatted DateTime, but got '{tok.text}'", tok,
+                                 located=False) from None
+            self.store(value, tok)
+        elif kind == INCLUDE:
+            self.include(tok)
+        elif kind == ERROR:
+            raise self.error(f"Parse error on line {tok.line}: '{tok.text}'", tok, located=False)
+        # COMMENT and TEXT carry nothing
 
-    def parse_array(self, open_offset: int) -> ConfigList:
-        arr = ConfigList(position=self.position(open_offset))
-        while True:
-            self.skip_blank()
-            ch = self.peek()
-            if ch == "]":
-                self.i += 1
-                return arr
-            if ch == "":
-                raise self.error(
-                    f"unexpected end of file: the array opened at "
-                    f"{self.position(open_offset)} is not closed")
-            if ch == ",":
-                raise self.error("unexpected ',' in array")
-            value_pos = self.position()
-            arr.add(self.parse_value(), value_pos)
-            self.skip_spaces()
-            ch = self.peek()
-            if ch == ",":
-                self.i += 1
-            elif ch in _NEWLINE or self.at_comment():
-                pass
-            elif ch == "]":
-                self.i += 1
-                return arr
-            elif ch == "":
-                continue  # reported above with the array's position
-            else:
-                raise self.error(f"expected ',' or ']' in array, got {self.describe(ch)}")
+    def store(self, value: Any, tok: Token, fresh: bool = False) -> None:
+        """Put a value into the innermost map (under the pending key) or array.
 
-    def parse_double_quoted(self) -> str:
-        open_offset = self.i
-        self.i += 1
-        out = bytearray()
-        while True:
-            if self.i >= self.n:
-                raise self.error("unexpected end of file in double-quoted string", open_offset)
-            ch = self.text[self.i]
-            if ch == '"':
-                self.i += 1
-                return out.decode("utf-8", errors="surrogateescape")
-            if ch == "\\":
-                self.read_escape(out)
-            else:
-                out += ch.encode("utf-8", errors="surrogateescape")
-                self.i += 1
-
-    def read_escape(self, out: bytearray) -> None:
-        """Decode the escape at ``self.i`` (a backslash) into ``out``."""
-        esc = self.peek(1)
-        if esc in _ESCAPES:
-            out += _ESCAPES[esc].encode()
-            self.i += 2
+        Like nats-server, a value in a map is placed at its key; a value in an array at itself (a map or an
+        array in an array: at its closing bracket)."""
+        ctx = self.stack[-1]
+        if isinstance(ctx, ConfigList):
+            pos = Position(self.filename, tok.line, tok.col)
+            if fresh:
+                value.position = pos
+            ctx.add(value, pos)
             return
-        if esc == "x":
-            digits = self.text[self.i + 2:self.i + 4]
-            if len(digits) == 2 and all(c in "0123456789abcdefABCDEF" for c in digits):
-                out.append(int(digits, 16))
-                self.i += 4
-                return
-            raise self.error(f"expected two hexadecimal digits after '\\x', got {digits!r}")
-        raise self.error(
-            f"invalid escape character {self.describe(esc)}; allowed are "
-            "\\xXX, \\t, \\n, \\r, \\\" and \\\\")
+        if not self.keys:  # pragma: no cover - the scanner always gives a key first
+            raise self.error("value without a key", tok)
+        key = self.keys.pop()
+        pos = Position(self.filename, key.line, key.col)
+        if fresh:
+            value.position = pos
+        ctx.set(key.text, value, pos)
 
-    def parse_block_string(self) -> str:
-        """``(`` ... ``)`` where the closing ``)`` stands alone on its line."""
-        open_offset = self.i
-        content_start = self.i + 1
-        j = content_start
-        while True:
-            j = self.text.find(")", j)
-            if j < 0:
-                raise self.error("unexpected end of file in block string", open_offset)
-            if self.text[j - 1] == "\n" and (j + 1 >= self.n or self.text[j + 1] == "\n"):
-                self.i = j + 1
-                return self.text[content_start:j]
-            j += 1
-
-    def parse_unquoted(self, start: int) -> Any:
-        """An unquoted string, boolean or ``$variable`` starting at ``start``."""
-        out: bytearray | None = None
-        seg = start
-        while self.i < self.n:
-            ch = self.text[self.i]
-            if ch in _VALUE_END:
-                break
-            if ch == "'":
-                # nats-server quirk: a quote ends an unquoted string and is dropped.
-                text = self.finish_string(out, seg)
-                self.i += 1
-                return text
-            if ch == "\\":
-                if out is None:
-                    out = bytearray()
-                out += self.text[seg:self.i].encode("utf-8", errors="surrogateescape")
-                self.read_escape(out)
-                seg = self.i
-                continue
-            self.i += 1
-        text = self.finish_string(out, seg)
-        if out is not None:
-            return text
-        lowered = text.lower()
-        if lowered in _BOOLS:
-            return _BOOLS[lowered]
-        if text.startswith("$"):
-            return self.lookup_variable(text[1:], start)
-        return text
-
-    def finish_string(self, out: bytearray | None, seg: int) -> str:
-        if out is None:
-            return self.text[seg:self.i]
-        out += self.text[seg:self.i].encode("utf-8", errors="surrogateescape")
-        return out.decode("utf-8", errors="surrogateescape")
-
-    # -- numbers --------------------------------------------------------------
-
-    def read_digits(self) -> None:
-        while self.i < self.n and self.text[self.i].isdigit():
-            self.i += 1
-
-    def at_number_end(self) -> bool:
-        return self.i >= self.n or self.text[self.i] in _VALUE_END
-
-    def parse_number_like(self) -> Any:
-        """Integer, sized integer, float, datetime, IP address or a string starting with a digit."""
-        start = self.i
-        self.read_digits()
-        ch = self.peek()
-        if ch == "-":
-            if self.i - start != 4:
-                raise self.error("dates must be in full ISO-8601 Zulu form (YYYY-MM-DDTHH:MM:SSZ)",
-                                 start)
-            return self.parse_datetime(start)
-        if ch == ".":
-            return self.parse_float_or_ip(start)
-        if ch and ch.lower() in "kmgtpe":
-            self.i += 1
-            while self.peek() in ("b", "B", "i", "I") and self.peek():
-                self.i += 1
-            if self.at_number_end():
-                return self.make_int(start)
-            return self.parse_unquoted(start)
-        if self.at_number_end():
-            return self.make_int(start)
-        return self.parse_unquoted(start)
-
-    def parse_negative_number(self) -> Any:
-        start = self.i
-        self.i += 1
-        if not self.peek().isdigit():
-            if self.peek() == ".":
-                raise self.error("floats must start with a digit, not '.'")
-            raise self.error(f"expected a digit after '-', got {self.describe(self.peek())}")
-        self.read_digits()
-        ch = self.peek()
-        if ch == ".":
-            return self.parse_float_or_ip(start)
-        if ch and ch.lower() in "kmgtpe":
-            self.i += 1
-            while self.peek() and self.peek() in "bBiI":
-                self.i += 1
-        return self.make_int(start)
-
-    def make_int(self, start: int) -> int:
-        token = self.text[start:self.i]
-        k = 1 if token.startswith("-") else 0
-        while k < len(token) and token[k].isdigit():
+    def integer(self, tok: Token) -> int:
+        text = tok.text
+        k = 0
+        while k < len(text) and (text[k].isdecimal() or text[k] == "-"):
             k += 1
-        suffix = token[k:].lower()
+        digits = text[:k]
+        body = digits[1:] if digits.startswith("-") else digits
+        if not body or not body.isascii() or not body.isdigit():
+            raise self.error(f"expected integer, but got '{text}'", tok, located=False)
+        number = int(digits)
+        suffix = text[k:].strip().lower()
+        if not _INT64_MIN <= number <= _INT64_MAX:
+            raise self.error(f"integer '{text}' is out of the range", tok, located=False)
         if suffix not in _SIZE_SUFFIXES:
-            raise self.error(f"invalid size suffix in {token!r}", start)
-        value = int(token[:k]) * _SIZE_SUFFIXES[suffix]
-        if not _INT64_MIN <= value <= _INT64_MAX:
-            raise self.error(f"integer {token!r} is out of range", start)
+            # nats-server drops such a key without a word; refuse it instead
+            raise self.error(f"invalid size suffix in '{text}'", self.keys[-1] if self.keys else tok)
+        value = number * _SIZE_SUFFIXES[suffix]
+        if not _INT64_MIN <= value <= _INT64_MAX:  # nats-server wraps around; refuse it instead
+            raise self.error(f"integer '{text}' is out of the range", tok, located=False)
         return value
 
-    def parse_float_or_ip(self, start: int) -> Any:
-        self.i += 1  # the '.'
-        if not self.peek().isdigit():
-            raise self.error(
-                f"floats must have a digit after the '.', got {self.describe(self.peek())}")
-        self.read_digits()
-        if self.peek() == ".":
-            # More dots: an address such as 127.0.0.1 or 0.0.0.0:4222, kept as a string.
-            while self.i < self.n and (self.text[self.i].isdigit() or self.text[self.i] in ".:-"):
-                self.i += 1
-            return self.text[start:self.i]
-        return float(self.text[start:self.i])
-
-    def parse_datetime(self, start: int) -> _dt.datetime:
-        end = start + len("2006-01-02T15:04:05Z")
-        token = self.text[start:end]
-        shape = "dddd-dd-ddTdd:dd:ddZ"
-        for want, got in zip(shape, token):
-            if (want == "d" and not got.isdigit()) or (want != "d" and want != got):
-                raise self.error(f"expected a Zulu datetime like 2006-01-02T15:04:05Z, got {token!r}",
-                                 start)
-        if len(token) < len(shape):
-            raise self.error(f"expected a Zulu datetime like 2006-01-02T15:04:05Z, got {token!r}",
-                             start)
+    def float(self, tok: Token) -> float:
         try:
-            value = _dt.datetime.strptime(token, "%Y-%m-%dT%H:%M:%SZ")
+            value = float(tok.text)
         except ValueError:
-            raise self.error(f"invalid datetime {token!r}", start) from None
-        self.i = end
-        return value.replace(tzinfo=_dt.timezone.utc)
+            raise self.error(f"expected float, but got '{tok.text}'", tok, located=False) from None
+        if math.isinf(value):
+            raise self.error(f"float '{tok.text}' is out of the range", tok, located=False)
+        return value
 
-    # -- variables ------------------------------------------------------------
+    # -- variables -----------------------------------------------------------------------------------------------
 
-    def lookup_variable(self, name: str, offset: int) -> Any:
+    def variable(self, tok: Token) -> Any:
+        name = tok.text
+        try:
+            found, value = self.lookup(name)
+        except ConfigError as e:
+            raise self.error(f"variable reference for '{name}' on line {tok.line} could not be parsed: {e}",
+                             tok, located=False) from None
+        if not found:
+            raise self.error(f"variable reference for '{name}' on line {tok.line} can not be found", tok,
+                             located=False)
+        return value
+
+    def lookup(self, name: str) -> tuple[bool, Any]:
         if name.startswith(_BCRYPT_PREFIX):
-            return "$" + name  # an unquoted bcrypt hash, not a reference
-        for scope in reversed(self.scopes):
-            if name in scope:
+            return True, "$" + name  # an unquoted bcrypt hash, not a reference
+        for scope in reversed(self.stack):
+            if isinstance(scope, ConfigMap) and name in scope:
                 scope.used_vars.add(name)
-                return scope[name]
+                return True, scope[name]
         if name in self.env_refs:
-            raise self.error(f"variable reference cycle for {name!r}", offset)
+            raise ConfigError(self.filename, 0, 0, f"variable reference cycle for '{name}'", located=False)
         if name not in os.environ:
-            raise self.error(f"variable reference for {name!r} can not be found", offset)
+            return False, None
         self.env_refs.add(name)
         try:
-            sub = _Parser("pk=" + os.environ[name], f"<environment ${name}>", self.base_dir,
-                          env_refs=self.env_refs)
-            try:
-                parsed = sub.parse_document()
-            except ConfigError as e:
-                raise self.error(
-                    f"variable reference for {name!r} could not be parsed: {e.reason}",
-                    offset) from None
+            sub = _Builder(f"pk={os.environ[name]}", "", self.base_dir, env_refs=self.env_refs)
+            parsed = sub.build()
         finally:
             self.env_refs.discard(name)
         if "pk" not in parsed:
-            raise self.error(f"variable reference for {name!r} could not be parsed", offset)
-        return parsed["pk"]
+            return False, None
+        return True, parsed["pk"]
 
+    # -- include -------------------------------------------------------------------------------------------------
+
+    def include(self, tok: Token) -> None:
+        name = tok.text
+        path = _include_path(self.base_dir, name)
+        if os.path.realpath(path) in self.include_chain:
+            # nats-server recurses until it crashes; refuse it instead
+            raise self.error(f"include cycle: '{name}' includes itself", tok)
+        try:
+            included = _parse_file(path, self.include_chain)
+        except ConfigError as e:
+            if not e.located:  # words only (parse error, missing file...), as nats-server says them
+                file, line, col = (e.file, e.line, e.column) if e.line > 0 else (self.filename, tok.line, tok.col)
+                raise ConfigError(file, line, col, f"error parsing include file '{name}', {e}",
+                                  located=False) from None
+            raise
+        ctx = self.stack[-1]
+        for key, value in included.items():
+            pos = included.positions.get(key)
+            if isinstance(ctx, ConfigMap):
+                ctx.set(key, value, pos)
+            else:  # pragma: no cover - the scanner reads include only where a key may be
+                ctx.add(value, pos)
+        if isinstance(ctx, ConfigMap):
+            ctx.used_vars |= included.used_vars
