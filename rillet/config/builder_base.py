@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rillet.config.options import Options
+from rillet.goquote import go_type
 
 from .errors import ConfigError
 from .typed import Field, unknown_field
@@ -49,6 +50,8 @@ class BuilderBase:
         if self.errors:
             first = self.errors[0]
             first.errors = list(self.errors)
+            first.warnings = list(self.warnings)
+            first.collected = True
             raise first
         return o
 
@@ -82,7 +85,7 @@ class BuilderBase:
         if isinstance(f.value, int) and not isinstance(f.value, bool):
             return "", f.value
         if not isinstance(f.value, str):
-            raise f.wrong_type("a port or \"host:port\"")
+            raise f.error(f"expected port or host:port, got {go_type(f.value)}")
         host, port = split_host_port(f.value)
         if port is None:
             raise f.error(f'could not parse address string "{f.value}"')

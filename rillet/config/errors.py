@@ -38,6 +38,9 @@ class ConfigError(ValueError):
         self.located = located
         # Every problem found in one pass (the builder collects them); this one is the first.
         self.errors: list[ConfigError] = [self]
+        # The warnings of that pass (set by the builder), and whether this error stands for the pass.
+        self.warnings: list[ConfigError] = []
+        self.collected = False
         super().__init__(self._format())
 
     @classmethod
@@ -61,3 +64,11 @@ class ConfigError(ValueError):
 
     def __str__(self) -> str:
         return self._format()
+
+    def report(self) -> str:
+        """Everything found, as nats-server prints a failed configuration: the warnings first, then the
+        errors, one a line (and, after a whole pass over the options, a new line at the end)."""
+        problems = list(self.warnings)
+        problems += [e for e in self.errors if not any(e is w for w in self.warnings)]
+        text = "\n".join(str(p) for p in problems)
+        return text + "\n" if self.collected else text

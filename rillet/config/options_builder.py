@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 
 from rillet.config import options as defaults
 from rillet.config.options import Options
+from rillet.goquote import go_type
 
 from .auth_sections import AuthSections
 from .operator_sections import OperatorSections
@@ -155,9 +156,9 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "store_dir": self.top_store_dir,
             "storedir": self.top_store_dir,
             "cluster": self.cluster,
-            "gateway": self.raw_map("gateway"),  # parsed, warned about at start (rillet.config.inactive)
-            "leafnodes": self.raw_map("leafnodes"),
-            "leaf": self.raw_map("leafnodes"),
+            "gateway": self.raw_map("gateway", "Expected gateway to be a map"),  # warned about at start
+            "leafnodes": self.raw_map("leafnodes", "Expected map to define a leafnode"),
+            "leaf": self.raw_map("leafnodes", "Expected map to define a leafnode"),
             "mappings": self.mappings, "maps": self.mappings,
             "server_tags": self.server_tags,
             # operator mode
@@ -243,8 +244,11 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
         self.o.mappings = f.as_map()
         self.errors.extend(check_mappings(f))
 
-    def raw_map(self, attr: str) -> Callable[[Field], None]:
+    def raw_map(self, attr: str, not_a_map: str) -> Callable[[Field], None]:
+        """A block kept as parsed; ``not_a_map``: nats-server's words when it is not a map."""
         def handler(f: Field) -> None:
+            if not isinstance(f.value, dict):
+                raise f.error(f"{not_a_map}, got {go_type(f.value)}")
             setattr(self.o, attr, f.as_map())
         return handler
 

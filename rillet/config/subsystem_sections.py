@@ -220,6 +220,8 @@ class SubsystemSections(BuilderBase):
     # -- websocket ------------------------------------------------------------
 
     def websocket(self, f: Field) -> None:
+        if not isinstance(f.value, dict):
+            raise f.error(f"Expected websocket to be a map, got {go_type(f.value)}")
         ws = self.o.websocket
         s = self.setter
         target = lambda: ws  # noqa: E731
@@ -321,8 +323,7 @@ class SubsystemSections(BuilderBase):
                 raise f.error(f"Expected 'enabled' or 'disabled' for string value, got '{f.value}'")
             return
         if not isinstance(f.value, dict):
-            raise f.error("Expected map, bool or string to define JetStream, got "
-                          f"{type(f.value).__name__}")
+            raise f.error(f"Expected map, bool or string to define JetStream, got {go_type(f.value)}")
         enabled = True
 
         def store_dir(sub: Field) -> None:

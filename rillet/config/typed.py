@@ -9,6 +9,8 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from rillet.goquote import go_quote, go_type
+
 from .errors import ConfigError, Position
 from .values import ConfigList, ConfigMap, parse_go_duration
 
@@ -61,19 +63,25 @@ class Field:
         return self.error(
             f"{self.key}: expected {expected}, got {type_name(self.value)} {show(self.value)}")
 
+    def not_go_type(self, wanted: str) -> ConfigError:
+        """nats-server's words for a value of the wrong type: its type assertion fails and the panic is
+        reported at the key (``interface conversion: interface {} is string, not int64``)."""
+        got = "time.Time" if isinstance(self.value, _dt.datetime) else go_type(self.value)
+        return self.error(f"interface conversion: interface {{}} is {got}, not {wanted}")
+
     def as_str(self) -> str:
         if not isinstance(self.value, str):
-            raise self.wrong_type("a string")
+            raise self.not_go_type("string")
         return self.value
 
     def as_int(self) -> int:
         if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise self.wrong_type("an integer")
+            raise self.not_go_type("int64")
         return self.value
 
     def as_bool(self) -> bool:
         if not isinstance(self.value, bool):
-            raise self.wrong_type("a boolean")
+            raise self.not_go_type("bool")
         return self.value
 
     def as_number(self) -> float:
@@ -83,14 +91,14 @@ class Field:
 
     def as_map(self) -> ConfigMap:
         if not isinstance(self.value, dict):
-            raise self.wrong_type("a map")
+            raise self.not_go_type("map[string]interface {}")
         if not isinstance(self.value, ConfigMap):
             return ConfigMap(self.value, position=self.pos)
         return self.value
 
     def as_list(self) -> ConfigList:
         if not isinstance(self.value, list):
-            raise self.wrong_type("an array")
+            raise self.not_go_type("[]interface {}")
         if not isinstance(self.value, ConfigList):
             return ConfigList(self.value, position=self.pos)
         return self.value
@@ -109,20 +117,22 @@ class Field:
         return out
 
     def as_duration(self, warnings: list[ConfigError] | None = None) -> float:
-        """A Go duration string, or (deprecated, with a warning) an integer of seconds."""
+        """A Go duration string, or (deprecated, with a warning) an integer of seconds.
+
+        Anything else gets the same warning from nats-server and then fails as an int64 would."""
         if isinstance(self.value, str):
             return self.parse_duration_string(self.value)
+        if warnings is not None:
+            warnings.append(self.error(
+                f"invalid use of field \"{self.key}\": {self.key} should be converted to a duration"))
         if isinstance(self.value, int) and not isinstance(self.value, bool):
-            if warnings is not None:
-                warnings.append(self.error(
-                    f"invalid use of field \"{self.key}\": {self.key} should be converted to a duration"))
             return float(self.value)
-        raise self.wrong_type("a duration string such as \"2m\"")
+        raise self.not_go_type("int64")
 
     def as_duration_string(self) -> float:
         """A Go duration string only (what nats-server wants for lame_duck_* keys)."""
         if not isinstance(self.value, str):
-            raise self.wrong_type("a duration string such as \"30s\"")
+            raise self.not_go_type("string")
         return self.parse_duration_string(self.value)
 
     def as_seconds(self) -> float:
@@ -158,5 +168,5 @@ def fields_of(m: dict) -> Iterator[Field]:
 
 
 def unknown_field(f: Field, where: str = "") -> ConfigError:
-    suffix = f" in {where}" if where else ""
-    return f.error(f'unknown field "{f.key}"{suffix}')
+    """nats-server's words, whatever the block (``where`` is not part of them)."""
+    return f.error(f"unknown field {go_quote(f.key)}")

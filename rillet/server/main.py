@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     except ConfigError as e:
-        print(f"nats-server: {e}", file=sys.stderr)
+        print(f"nats-server: {e.report()}", file=sys.stderr)
         return 1
     if cl.show_help:
         print(cl.help_text)
