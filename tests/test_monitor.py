@@ -18,6 +18,7 @@ import aiohttp
 import nats
 import pytest
 
+from rillet import gojson
 from rillet.monitor import gofmt
 from rillet.server.embed import run_server
 from rillet.server.logging import Logger
@@ -106,9 +107,9 @@ def test_uptime_strings() -> None:
 
 
 def test_json_like_go() -> None:
-    out = gofmt.dumps({"a": [], "b": {}, "s": "<&>", "f": gofmt.num(2.0), "g": 0.5})
+    out = gojson.dumps({"a": [], "b": {}, "s": "<&>", "f": gofmt.num(2.0), "g": 0.5}, 2)
     assert out == (b'{\n  "a": [],\n  "b": {},\n  "s": "\\u003c\\u0026\\u003e",\n  "f": 2,\n  "g": 0.5\n}')
-    assert gofmt.dumps({"status": "ok"}, 0) == b'{"status":"ok"}'
+    assert gojson.dumps({"status": "ok"}) == b'{"status":"ok"}'
 
 
 def test_query_bool_parsing() -> None:

@@ -4,9 +4,9 @@ nats-server's ``encoding/json`` does it.
 Decoding (``go_decode``, ``from_dict``, ``parse_json``) is strict like the Go server: unknown fields are
 refused, keys match case-insensitively, ``null`` leaves basic fields alone, and several JSON values in one
 body are merged. Every failure becomes the ``INVALID_JSON`` API error with Go's message text (syntax errors
-with their offset, type errors with the field path, enum and time parse errors). Encoding (``go_json``,
-``to_go``) writes struct fields in declaration order, skips ``omitempty`` fields holding their zero value,
-sorts map keys and escapes ``<``, ``>``, ``&`` like Go.
+with their offset, type errors with the field path, enum and time parse errors). Encoding (``to_go``, and
+``go_json`` which hands its result to the server's one Go-style JSON writer, ``rillet.gojson.dumps``) writes
+struct fields in declaration order, skips ``omitempty`` fields holding their zero value and sorts map keys.
 
 Field types carry their Go type in ``Annotated`` markers (``GoInt``, ``GoTime``, ``GoEnum``, ``GoName``;
 the aliases ``Int``, ``Int64``, ``Uint64``, ``Duration``, ``Time``...), from which the codec derives each
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import base64
 import json as _json
-import re
 from typing import Annotated, Any, Callable, Iterable, Optional, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 
+from rillet.gojson import dumps
 from rillet.goquote import _quote_rune, go_quote
 from rillet.gotime import GO_ZERO_TIME, GoTimeError, normalize_time
 from rillet.jetstream import errors as jserr
@@ -734,33 +734,6 @@ def to_go(obj: Any) -> Any:
     return obj
 
 
-_enc = msgspec.json.Encoder()
-_ESC_RE = re.compile(rb"\\(.)")
-
-
-def _fix_escape(m: re.Match) -> bytes:
-    c = m.group(1)
-    if c == b"b":
-        return b"\\u0008"
-    if c == b"f":
-        return b"\\u000c"
-    return m.group(0)
-
-
 def go_json(obj: Any) -> bytes:
-    """Encode builtins/Structs as compact JSON with Go's escaping (``<``, ``>``, ``&``, U+2028/9)."""
-    out = _enc.encode(to_go(obj))
-    if b"<" in out:
-        out = out.replace(b"<", b"\\u003c")
-    if b">" in out:
-        out = out.replace(b">", b"\\u003e")
-    if b"&" in out:
-        out = out.replace(b"&", b"\\u0026")
-    if b"\xe2\x80" in out:
-        out = out.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
-    if b"\\b" in out or b"\\f" in out:
-        out = _ESC_RE.sub(_fix_escape, out)
-    return out
-
-
-go_encode = go_json
+    """``obj`` (builtins or Structs) as nats-server's ``json.Marshal`` writes it: ``to_go`` then ``rillet.gojson``."""
+    return dumps(to_go(obj))

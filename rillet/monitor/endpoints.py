@@ -420,7 +420,7 @@ def expvar_body(rss: int) -> bytes:
     """``/debug/vars``: the command line and the few memory figures a Python process can give."""
     import gc
 
-    from rillet.monitor.gofmt import dumps
+    from rillet.gojson import dumps
     mem = {"Sys": rss, "NumGC": sum(s.get("collections", 0) for s in gc.get_stats())}
     parts = [b'"cmdline": ' + dumps(list(sys.argv), 0), b'"memstats": ' + dumps(mem, 0)]
     return b"{\n" + b",\n".join(parts) + b"\n}\n"

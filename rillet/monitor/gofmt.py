@@ -4,18 +4,17 @@ nats-server is written in Go and its monitoring JSON carries Go's conventions: t
 RFC 3339 with up to nine fractional digits and durations Go's ``Duration.String()`` text (both from
 ``rillet.gotime``, shared with the rest of the server). What only the monitor does lives here: the
 /connz ``rtt`` cut to the microsecond below 1ms, the /varz ``uptime`` in a days/years style, query
-booleans with Go's ``strconv.ParseBool`` spellings, and the pretty printer that escapes ``<``, ``>``
-and ``&`` inside strings. Tools that read /varz and /connz (Prometheus exporter, nats-top, surveyor)
-parse these shapes, so they are reproduced here exactly.
+booleans and integers with Go's ``strconv`` spellings and errors. Tools that read /varz and /connz
+(Prometheus exporter, nats-top, surveyor) parse these shapes, so they are reproduced here exactly. The
+JSON documents themselves are written by ``rillet.gojson.dumps``, the server's one Go-style encoder.
 """
 from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from rillet.goquote import go_quote
 from rillet.gotime import NS, format_duration
+
 
 def rtt_string(rtt_seconds: float) -> tuple[str, int]:
     """A connection RTT as /connz shows it (microsecond resolution below 1ms) and its nanoseconds."""
@@ -104,29 +103,3 @@ def _go_atoi(s: str) -> int | None:
     if not body or not body.isascii() or not body.isdigit():
         return None
     return int(s)
-
-
-_encode = msgspec.json.encode
-_format = msgspec.json.format
-
-
-def _escape_html(b: bytes) -> bytes:
-    if b"<" in b:
-        b = b.replace(b"<", b"\\u003c")
-    if b">" in b:
-        b = b.replace(b">", b"\\u003e")
-    if b"&" in b:
-        b = b.replace(b"&", b"\\u0026")
-    if b"\xe2\x80\xa8" in b:
-        b = b.replace(b"\xe2\x80\xa8", b"\\u2028")
-    if b"\xe2\x80\xa9" in b:
-        b = b.replace(b"\xe2\x80\xa9", b"\\u2029")
-    return b
-
-
-def dumps(obj: Any, indent: int = 2) -> bytes:
-    """JSON like Go's ``json.MarshalIndent(v, "", "  ")`` (``indent=0``: compact like ``json.Marshal``)."""
-    raw = _encode(obj)
-    if indent:
-        raw = _format(raw, indent=indent)
-    return _escape_html(raw)

@@ -18,7 +18,9 @@ from aiohttp import web
 import rillet
 from rillet.monitor import endpoints, procstats
 from rillet.monitor.conns import ConnzOptions, connz, decode_subs
-from rillet.monitor.gofmt import QueryError, dumps, go_quote
+from rillet.gojson import dumps
+from rillet.goquote import go_quote
+from rillet.monitor.gofmt import QueryError
 from rillet.monitor.varz import varz
 
 ROOT, VARZ, CONNZ, ROUTEZ, GATEWAYZ, LEAFZ, SUBSZ, STACKSZ = (

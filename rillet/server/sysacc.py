@@ -24,7 +24,8 @@ from typing import Any
 
 import rillet
 from rillet.gotime import format_time, unix_ns
-from rillet.monitor.gofmt import QueryError, dumps, num
+from rillet.gojson import dumps
+from rillet.monitor.gofmt import QueryError, num
 
 SYS_DEFAULT = "$SYS"
 STATSZ_INTERVAL = 10.0

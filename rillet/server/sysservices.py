@@ -22,7 +22,7 @@ import hashlib
 import json
 from typing import Any
 
-from rillet.monitor.gofmt import dumps
+from rillet.gojson import dumps
 
 SERVER_KINDS = ("IDZ", "STATSZ", "VARZ", "SUBSZ", "CONNZ", "ROUTEZ", "GATEWAYZ", "LEAFZ", "ACCOUNTZ", "JSZ",
                 "HEALTHZ", "PROFILEZ", "EXPVARZ", "IPQUEUESZ", "RAFTZ")
