@@ -162,10 +162,16 @@ class ApiRouter:
     def account_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         mem, sto, n, c = self.jsa.usage()
         streams = self.jsa.streams.values()
+        rmem, rsto = _reserved(streams, "memory"), _reserved(streams, "file")
+        limits = gojson.to_go(self.jsa.limits)
         d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
-                             "reserved_memory": _reserved(streams, "memory"),
-                             "reserved_storage": _reserved(streams, "file"), "streams": n, "consumers": c,
-                             "limits": gojson.to_go(self.jsa.limits)}
+                             "reserved_memory": rmem, "reserved_storage": rsto, "streams": n, "consumers": c,
+                             "limits": limits}
+        tier = getattr(self.jsa, "tier", "")
+        if tier:  # tiered limits (account JWT): per tier, and zero limits for the account as a whole
+            d["limits"] = {k: (False if isinstance(v, bool) else 0) for k, v in limits.items()}
+            d["tiers"] = {tier: {"memory": mem, "storage": sto, "reserved_memory": rmem, "reserved_storage": rsto,
+                                 "streams": n, "consumers": c, "limits": limits}}
         if self.js.domain:
             d["domain"] = self.js.domain
         d["api"] = {"level": API_LEVEL, "total": self.jsa.api_total, "errors": self.jsa.api_errors}

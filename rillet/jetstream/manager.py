@@ -39,6 +39,8 @@ class JSAccount:
         self.limits = limits if limits is not None else AccountLimits()
         # account storage caps checked on every publish (only when the account has them)
         self.limited = self.limits.max_memory >= 0 or self.limits.max_storage >= 0
+        # "R1" when the limits are an account JWT's tiered_limits (reported per tier, as nats-server)
+        self.tier = ""
         self._api_subs: list[Any] = []
 
     def start(self) -> None:

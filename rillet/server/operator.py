@@ -596,16 +596,25 @@ class OperatorMode:
                 del js.accounts[acc.name]
             return
         if jsa is None:
-            js.enable_account(acc, limits)
+            jsa = js.enable_account(acc, limits)
         else:
             jsa.limits = limits
             jsa.limited = limits.max_memory >= 0 or limits.max_storage >= 0
+        jsa.tier = self.js_tier(info)
 
     def jetstream_started(self, js: Any) -> None:
         for name, info in list(self.infos.items()):
             limits = self.js_limits(info)
             if limits is not None:
-                js.enable_account(self.server.lookup_account(name), limits)
+                js.enable_account(self.server.lookup_account(name), limits).tier = self.js_tier(info)
+
+    @staticmethod
+    def js_tier(info: AccountInfo) -> str:
+        """"R1" when the account's JetStream limits come from its tiered limits (see js_limits), else ""."""
+        lim = info.limits
+        if int(lim.get("mem_storage", 0) or 0) or int(lim.get("disk_storage", 0) or 0):
+            return ""
+        return "R1"
 
     # ---- exports and imports ----------------------------------------------------------------------------
 
