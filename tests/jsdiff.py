@@ -59,10 +59,12 @@ class ServerPair:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-async def run_both(pair: ServerPair, scenario: Callable[[str, str], Awaitable[Any]]) -> dict[str, Any]:
-    """``scenario(kind, url)`` on every target, concurrently; {kind: result}."""
+async def run_both(pair: ServerPair, scenario: Callable[[str, str], Awaitable[Any]],
+                   timeout: float = 20.0) -> dict[str, Any]:
+    """``scenario(kind, url)`` on every target, concurrently (each within ``timeout`` s); {kind: result}."""
     kinds = [k for k, _ in pair.targets()]
-    results = await asyncio.gather(*(scenario(k, u) for k, u in pair.targets()), return_exceptions=True)
+    results = await asyncio.gather(*(asyncio.wait_for(scenario(k, u), timeout) for k, u in pair.targets()),
+                                   return_exceptions=True)
     failed = [(k, r) for k, r in zip(kinds, results) if isinstance(r, BaseException)]
     if failed:
         import traceback

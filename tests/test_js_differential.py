@@ -874,3 +874,73 @@ async def test_no_jetstream_like_nats_server():
         assert got["$JS.API.INFO"] == [("NATS/1.0 503\r\nNats-Subject: $JS.API.INFO\r\n\r\n", b"")]
     finally:
         p.stop()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Operator mode: JetStream limits from account JWTs (tiered or not), and JetStream exported by JWT
+
+
+async def test_operator_mode_limits_and_jetstream_imports_like_nats_server(tmp_path):
+    import nats
+
+    from tests.test_operator import Operator, creds
+
+    op = Operator()
+    base = {"conn": -1, "subs": -1, "payload": -1, "data": -1, "imports": -1, "exports": -1, "wildcards": True}
+    akp, apub, _ = op.account("A", limits={**base, "mem_storage": 1 << 20, "disk_storage": -1, "streams": 3,
+                                          "consumer": -1},
+                              exports=[{"name": "next", "subject": "$JS.API.CONSUMER.MSG.NEXT.S.PULL",
+                                        "type": "service", "response_type": "Stream"},
+                                       {"name": "ack", "subject": "$JS.ACK.S.>", "type": "service"}])
+    tkp, _, _ = op.account("T", limits={**base, "tiered_limits": {"R1": {
+        "mem_storage": 1 << 20, "disk_storage": 1 << 20, "streams": 2, "consumer": 4}}})
+    ckp, _, _ = op.account("C", limits=base, imports=[
+        {"name": "next", "account": apub, "subject": "$JS.API.CONSUMER.MSG.NEXT.S.PULL", "type": "service"},
+        {"name": "ack", "account": apub, "subject": "$JS.ACK.S.>", "type": "service"}])
+    users = {name: creds(tmp_path, *op.user(kp), name=name) for name, kp in (("a", akp), ("t", tkp), ("c", ckp))}
+    p = ServerPair(op.config('jetstream { store_dir: "{store}" }'))
+    try:
+        async def scenario(kind: str, url: str) -> dict:
+            from jsdiff import norm_json
+            out: dict = {}
+            na = await nats.connect(url, user_credentials=users["a"], allow_reconnect=False)
+            nt = await nats.connect(url, user_credentials=users["t"], allow_reconnect=False)
+            nc = await nats.connect(url, user_credentials=users["c"], allow_reconnect=False)
+            try:
+                for name, n in (("A", na), ("T", nt)):
+                    msg = await n.request("$JS.API.INFO", b"", timeout=2)
+                    out[f"info {name}"] = norm_json(json.loads(msg.data))
+                jt = nt.jetstream()
+                await jt.add_stream(name="T1", subjects=["t1"], storage="memory", max_bytes=1000)
+                msg = await nt.request("$JS.API.INFO", b"", timeout=2)
+                out["info T with a stream"] = norm_json(json.loads(msg.data))
+                ja = na.jetstream()
+                await ja.add_stream(name="S", subjects=["s.>"], storage="memory")
+                await ja.add_consumer("S", durable_name="PULL", ack_policy="explicit")
+                for i in range(3):
+                    await ja.publish(f"s.{i}", str(i).encode())
+                # (account JWTs cannot export overlapping subjects: the documented per-consumer exports)
+                sub = await nc.jetstream().pull_subscribe_bind("PULL", stream="S")
+                try:
+                    msgs = await sub.fetch(3, timeout=1)
+                except nats.errors.TimeoutError:
+                    msgs = []
+                out["fetch through JWT import"] = [(m.subject, m.data) for m in msgs]
+                for m in msgs:
+                    await m.ack()
+                await nc.flush()
+                await asyncio.sleep(0.05)
+                ci = await ja.consumer_info("S", "PULL")
+                out["acked"] = (ci.ack_floor.stream_seq, ci.num_ack_pending)
+                return out
+            finally:
+                for n in (na, nt, nc):
+                    await n.close()
+
+        got = same(await run_both(p, scenario))
+        assert got["info T with a stream"]["tiers"]["R1"]["reserved_memory"] == 1000
+        assert got["info T"]["limits"]["max_streams"] == 0 and got["info T"]["tiers"]["R1"]["limits"]["max_streams"] == 2
+        assert got["fetch through JWT import"] == [("s.0", b"0"), ("s.1", b"1"), ("s.2", b"2")]
+        assert got["acked"] == (3, 0)
+    finally:
+        p.stop()
