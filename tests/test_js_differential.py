@@ -138,10 +138,9 @@ async def test_direct_get_forms_like_nats_server(pair, storage):
                 ans = await r.request(subject, body, until_eob=batch)
                 out.append((label, ans))
             # the API level a request needs: above ours is refused
-            out.append(("required api level", await r.request(DG, {"seq": 1},
-                                                               hdr=b"NATS/1.0\r\nNats-Required-Api-Level: 99\r\n\r\n")))
-            out.append(("required api level ok", await r.request(DG, {"seq": 1},
-                                                                  hdr=b"NATS/1.0\r\nNats-Required-Api-Level: 1\r\n\r\n")))
+            for label, level in (("required api level", 99), ("required api level ok", 1)):
+                hdr = b"NATS/1.0\r\nNats-Required-Api-Level: %d\r\n\r\n" % level
+                out.append((label, await r.request(DG, {"seq": 1}, hdr=hdr)))
             return out
         finally:
             await r.close()
@@ -155,7 +154,8 @@ async def test_direct_get_forms_like_nats_server(pair, storage):
     assert got["seq"] == [(hdr, b"1")]
     assert got["empty body"] == [("NATS/1.0 408 Empty Request\r\n\r\n", b"")]
     assert got["missing stream"] == [("NATS/1.0 503\r\nNats-Subject: $JS.API.DIRECT.GET.NOPE\r\n\r\n", b"")]
-    assert got["batch filtered"][-1] == ("NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 6\r\n\r\n", b"")
+    assert got["batch filtered"][-1] == ("NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 6\r\n\r\n",
+                                         b"")
     assert got["multi_last none"] == [("NATS/1.0 404 No Results\r\n\r\n", b"")]
 
 
@@ -361,7 +361,8 @@ async def test_push_consumer_and_kv_across_accounts(xpair):
             await na.close()
 
     got = same(await run_both(xpair, scenario))
-    assert got["push"] == [("porders.0", "p0", "$JS.ACK.PORDERS.PUSH.1.1.1", 2), ("porders.1", "p1", "$JS.ACK.PORDERS.PUSH.1.2.2", 1),
+    assert got["push"] == [("porders.0", "p0", "$JS.ACK.PORDERS.PUSH.1.1.1", 2),
+                           ("porders.1", "p1", "$JS.ACK.PORDERS.PUSH.1.2.2", 1),
                            ("porders.2", "p2", "$JS.ACK.PORDERS.PUSH.1.3.3", 0)]
     assert got["push after acks"]["ack_floor"] == 3
     assert got["kv get"] == ("a", b"3", 3)
@@ -370,10 +371,6 @@ async def test_push_consumer_and_kv_across_accounts(xpair):
 
 # ---------------------------------------------------------------------------------------------------
 # What a client sees when the stream or consumer is missing, goes away, or stays idle
-
-
-def _strip_hb(ans: list) -> list:
-    return ans
 
 
 async def test_missing_and_deleted_stream_or_consumer_like_nats_server(pair):
@@ -389,8 +386,9 @@ async def test_missing_and_deleted_stream_or_consumer_like_nats_server(pair):
                     "durable_name": c, "ack_policy": "explicit"}})
                 assert "error" not in ans, ans
             nxt = "$JS.API.CONSUMER.MSG.NEXT"
-            out.append(("pull, missing consumer", await r.request(f"{nxt}.GONE.NOPE", {"batch": 1, "expires": 300_000_000}, timeout=0.5)))
-            out.append(("pull, missing stream", await r.request(f"{nxt}.NOPE.P1", {"batch": 1, "expires": 300_000_000}, timeout=0.5)))
+            pull = {"batch": 1, "expires": 300_000_000}
+            out.append(("pull, missing consumer", await r.request(f"{nxt}.GONE.NOPE", pull, timeout=0.5)))
+            out.append(("pull, missing stream", await r.request(f"{nxt}.NOPE.P1", pull, timeout=0.5)))
             out.append(("pull no_wait, empty", await r.request(f"{nxt}.GONE.P1", {"batch": 2, "no_wait": True})))
             out.append(("pull expires", await r.request(f"{nxt}.GONE.P1", {"batch": 2, "expires": 100_000_000})))
             out.append(("pull expires + heartbeat", await r.request(
@@ -939,7 +937,8 @@ async def test_operator_mode_limits_and_jetstream_imports_like_nats_server(tmp_p
 
         got = same(await run_both(p, scenario))
         assert got["info T with a stream"]["tiers"]["R1"]["reserved_memory"] == 1000
-        assert got["info T"]["limits"]["max_streams"] == 0 and got["info T"]["tiers"]["R1"]["limits"]["max_streams"] == 2
+        assert got["info T"]["limits"]["max_streams"] == 0
+        assert got["info T"]["tiers"]["R1"]["limits"]["max_streams"] == 2
         assert got["fetch through JWT import"] == [("s.0", b"0"), ("s.1", b"1"), ("s.2", b"2")]
         assert got["acked"] == (3, 0)
     finally:
