@@ -72,6 +72,7 @@ class TLSConfig:
     allow_insecure_ciphers: bool = False
     rate_limit: int = 0  # connection_rate_limit: TLS connections per second, 0 = no limit
     extra: dict[str, Any] = field(default_factory=dict)  # other nats-server tls keys, stored as parsed
+    source: Any = field(default=None, compare=False, repr=False)  # the tls key's Position in a config file
 
 
 @dataclass

@@ -20,6 +20,7 @@ class SubsystemSections(BuilderBase):
 
     def top_tls(self, f: Field) -> None:
         self.o.tls = self.parse_tls(f, client_side=True, where="client")
+        self.o.tls.source = f.pos  # where nats-server reports a certificate it cannot load
 
     def top_ocsp(self, f: Field) -> None:
         """``ocsp`` (stapling of the server's certificate status) and ``ocsp_cache`` (of peer certificate

@@ -79,13 +79,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_tls_files(opts: Options) -> None:
     """nats-server loads the certificate and key with the options: a missing file stops it there, in Go's
-    words (``open <path>: no such file or directory``), before any log line."""
+    words (``open <path>: no such file or directory``), before any log line; at the tls key of a config file."""
+    from rillet.config.errors import ConfigError
     for tls in (opts.tls, opts.websocket.tls if opts.websocket.port else None):
         if tls is None:
             continue
         for path in (tls.cert_file, tls.key_file):
             if path and not os.path.exists(path):
-                raise ValueError(f"error parsing X509 certificate/key pair: open {path}: no such file or directory")
+                reason = f"error parsing X509 certificate/key pair: open {path}: no such file or directory"
+                if tls.source is not None:
+                    raise ConfigError.at(tls.source, reason)
+                raise ValueError(reason)
 
 
 def send_signal(command: str, pid: str | None, pid_file: str) -> int:
