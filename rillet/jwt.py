@@ -16,6 +16,8 @@ import re
 import time
 from typing import Any
 
+from rillet.nkey import PREFIX_BYTES, decode_public_nkey, verify_signature
+
 ALG_V2 = "ed25519-nkey"
 ALG_V1 = "ed25519"
 
@@ -57,17 +59,7 @@ def _jti(claims: dict) -> str:
     return base64.b32encode(h).decode().rstrip("=")
 
 
-# ---------------------------------------------------------------- nkeys helpers
-
-PREFIXES = {"O": 14 << 3, "A": 0, "U": 20 << 3, "N": 13 << 3, "C": 2 << 3}
-
-
-def public_key_bytes(pub: str) -> bytes | None:
-    """The raw 32-byte Ed25519 key of a public nkey, or None if malformed."""
-    from rillet.server.auth import decode_public_nkey
-    if not isinstance(pub, str) or not pub:
-        return None
-    return decode_public_nkey(pub)
+# ---------------------------------------------------------------- nkeys helpers (the key codec: rillet.nkey)
 
 
 def is_public_key(pub: Any, kind: str | None = None) -> bool:
@@ -76,34 +68,21 @@ def is_public_key(pub: Any, kind: str | None = None) -> bool:
         return False
     if kind is not None and pub[0] not in kind:
         return False
-    if pub[0] not in PREFIXES:
+    if pub[0] not in PREFIX_BYTES:
         return False
-    return public_key_bytes(pub) is not None
+    return decode_public_nkey(pub) is not None
 
 
 def new_keypair(kind: str):
     """A fresh nkeys KeyPair of the given kind letter ("O", "A", "U", "N")."""
     import nkeys
-    seed = nkeys.encode_seed(os.urandom(32), PREFIXES[kind])
+    seed = nkeys.encode_seed(os.urandom(32), PREFIX_BYTES[kind])
     return nkeys.from_seed(seed)
 
 
 def public_key(kp) -> str:
     pk = kp.public_key
     return pk.decode() if isinstance(pk, bytes) else pk
-
-
-def verify_signature(pub: str, data: bytes, sig: bytes) -> bool:
-    raw = public_key_bytes(pub)
-    if raw is None:
-        return False
-    import nacl.exceptions
-    import nacl.signing
-    try:
-        nacl.signing.VerifyKey(raw).verify(data, sig)
-        return True
-    except (nacl.exceptions.BadSignatureError, ValueError, TypeError):
-        return False
 
 
 # ---------------------------------------------------------------- encode / decode

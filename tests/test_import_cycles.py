@@ -21,6 +21,9 @@ Rules:
    ``rillet.jwt``), and the server uses it from there.
 3. In ``rillet.server`` only ``rillet.server.jetstream_seam`` imports ``rillet.jetstream`` (any view), and
    it does so only inside its functions.
+4. The top-level modules (``rillet.gotime``, ``rillet.goquote``, ``rillet.gojson``, ``rillet.nkey``,
+   ``rillet.jwt``) import no subpackage, lazily or not: every package may use them, so they are the bottom
+   layer (``rillet.jwt`` decodes nkeys with ``rillet.nkey``, not by calling back into ``rillet.server``).
 
 Run as a script (``python tests/test_import_cycles.py``) to print the package graph and any cycles.
 """
@@ -218,6 +221,14 @@ def test_server_reaches_jetstream_only_through_the_seam() -> None:
     assert not bad, f"rillet.server imports rillet.jetstream outside {SEAM}: {bad}"
     eager = sorted(t for t in import_graph(import_time=True)[SEAM] if package_of(t) == "rillet.jetstream")
     assert not eager, f"{SEAM} must import rillet.jetstream inside its functions, not when loaded: {eager}"
+
+
+def test_top_level_modules_are_the_bottom_layer() -> None:
+    g = import_graph(import_time=False)
+    top = [m for m in g if m.count(".") == 1 and not (PKG_DIR / m.split(".")[1]).is_dir()]
+    assert "rillet.jwt" in top and "rillet.gojson" in top
+    bad = sorted((m, t) for m in top for t in g[m] if t not in top)
+    assert not bad, f"top-level modules import subpackages (move what they need down to a top-level module): {bad}"
 
 
 if __name__ == "__main__":

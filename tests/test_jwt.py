@@ -1,11 +1,11 @@
-"""Unit tests for the NATS JWT codec (rillet/server/jwt.py)."""
+"""Unit tests for the NATS JWT codec (rillet/jwt.py) and the public nkey codec (rillet/nkey.py)."""
 import base64
 import json
 import time
 
 import pytest
 
-from rillet import jwt
+from rillet import jwt, nkey
 
 
 def _b64(obj) -> str:
@@ -116,6 +116,24 @@ def test_is_public_key():
     assert not jwt.is_public_key(a, "O")
     assert not jwt.is_public_key(a[:-1] + ("A" if a[-1] != "A" else "B"))
     assert not jwt.is_public_key("ABC")
+
+
+def test_public_nkey_codec_and_signatures():
+    kp = jwt.new_keypair("U")
+    pub = jwt.public_key(kp)
+    raw = nkey.decode_public_nkey(pub)
+    assert raw is not None and len(raw) == 32
+    assert nkey.encode_public_nkey(nkey.PREFIX_BYTES["U"], raw) == pub
+    assert nkey.encode_public_nkey(nkey.PREFIX_BYTES["A"], raw)[0] == "A"
+    bad_crc = pub[:-1] + ("A" if pub[-1] != "A" else "B")
+    for bad in (bad_crc, pub[:-2], "", None, 42, "U" + "!" * 55):
+        assert nkey.decode_public_nkey(bad) is None, bad
+    sig = kp.sign(b"nonce")
+    assert nkey.verify_signature(pub, b"nonce", sig)
+    assert not nkey.verify_signature(pub, b"other", sig)
+    assert not nkey.verify_signature(jwt.public_key(jwt.new_keypair("U")), b"nonce", sig)
+    assert not nkey.verify_signature(bad_crc, b"nonce", sig)
+    assert not nkey.verify_signature(pub, b"nonce", sig[:-1])
 
 
 def test_v1_token_signed_over_payload_only():

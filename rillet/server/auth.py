@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from rillet.config.options import Options, Permissions, User
+from rillet.nkey import verify_signature
 from rillet.subjects.validate import match_literal, subject_matches_filter
 
 DEFAULT_ALLOW_RESPONSE_MAX_MSGS = 1
@@ -231,45 +232,13 @@ class Authenticator:
 
     @staticmethod
     def _verify_nkey(nkey: str, sig: str, nonce: bytes) -> bool:
-        raw_key = decode_public_nkey(nkey)
-        if raw_key is None:
-            return False
         raw = sig.encode()
         raw += b"=" * (-len(raw) % 4)
         try:
             signature = base64.urlsafe_b64decode(raw)
         except ValueError:
             return False
-        import nacl.exceptions
-        import nacl.signing
-        try:
-            nacl.signing.VerifyKey(raw_key).verify(nonce, signature)
-            return True
-        except (nacl.exceptions.BadSignatureError, ValueError, TypeError):
-            return False
-
-
-def decode_public_nkey(nkey: str) -> bytes | None:
-    """The 32-byte Ed25519 key inside a public nkey ("U...", "A...", "N..."), or None when malformed."""
-    import nkeys
-    try:
-        data = base64.b32decode(nkey.encode() + b"=" * (-len(nkey) % 8))
-    except (ValueError, TypeError):
-        return None
-    if len(data) != 35:
-        return None
-    body, crc = data[:-2], data[-2:]
-    if nkeys.crc16_checksum(body) != crc:
-        return None
-    return body[1:]
-
-
-def encode_public_nkey(prefix: int, raw: bytes) -> str:
-    """Encode a 32-byte key as a public nkey with the given prefix byte (e.g. nkeys.PREFIX_BYTE_SERVER)."""
-    import nkeys
-    body = bytes([prefix]) + raw
-    crc = nkeys.crc16_checksum(body)
-    return base64.b32encode(body + crc).decode().rstrip("=")
+        return verify_signature(nkey, nonce, signature)
 
 
 # ---- TLS verify_and_map: users named by the client certificate -----------------------------------------

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.goquote import go_quote
 from rillet import jwt
 from rillet.config.callout import GLOBAL_ACCOUNT, CalloutConfig, parse_auth_callout
-from rillet.server.auth import decode_public_nkey, encode_public_nkey
+from rillet.nkey import decode_public_nkey, encode_public_nkey
 from rillet.server.operator import permissions_from_claims
 from rillet.config.options import Permission, Permissions
 

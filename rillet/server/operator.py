@@ -14,7 +14,7 @@ import ipaddress
 import time
 from typing import TYPE_CHECKING, Any
 
-from rillet import jwt
+from rillet import jwt, nkey
 from rillet.config.options import Permission, Permissions, ResponsePermission
 
 if TYPE_CHECKING:
@@ -819,7 +819,7 @@ class OperatorMode:
             if raw is None:
                 c.debug("Signature not valid base64")
                 return None
-            if c.nonce is None or not jwt.verify_signature(juc["sub"], c.nonce, raw):
+            if c.nonce is None or not nkey.verify_signature(juc["sub"], c.nonce, raw):
                 c.debug("Signature not verified")
                 return None
         if info.is_revoked(juc["sub"], int(juc.get("iat") or 0)):

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import rillet
 from rillet.server.accounts import GLOBAL_ACCOUNT, Account
-from rillet.server.auth import Authenticator, encode_public_nkey
+from rillet.server.auth import Authenticator
 from rillet.server.client import Client, InternalClient
 from rillet.server.listen import listening_socket
 from rillet.server.logging import Logger
