@@ -696,3 +696,29 @@ def test_route_port_in_use_stops_the_server():
             assert srv.wait(10) == 1
             assert f"Error listening on router port: {port} - listen tcp 127.0.0.1:{port}: bind: address already " \
                    "in use" in srv.output
+
+
+async def test_stalled_route_is_closed_at_the_cluster_write_deadline():
+    """A peer that stops reading: the route is closed once the cluster write_deadline has passed."""
+    from rillet.cluster import info as ci
+    from rillet.cluster import protocol as cp
+    buf = io.StringIO()
+    s = _mk_server("a", -1, [], buf=buf, write_deadline=0.3)
+    s.opts.max_pending = 1 << 30  # (so that the deadline, not max_pending, ends it)
+    await s.start()
+    try:
+        c = await RawClient.open(s.cluster.addr[1], connect=False, rcvbuf=4096)
+        c.send(cp.connect_frame(ci.encode_route_connect(ci.RouteConnect(name="NSTALL", cluster="c1"))) +
+               cp.info_frame(ci.encode_info(ci.Info(server_id="NSTALL", server_name="stall", cluster="c1", port=1)))
+               + cp.rs_sub(b"$G", b"big"))
+        await _until(lambda: _remote_subs(s, "big") == 1, what="the stalled peer's interest")
+        async with clients([s.client_url]) as (nc,):
+            payload = b"x" * 65536
+            for _ in range(200):  # far more than the socket buffers hold; the peer reads nothing
+                await nc.publish("big", payload)
+            await nc.flush()
+            await _until(lambda: "Slow Consumer (Write Deadline)" in buf.getvalue(), 5, "the route closed")
+        assert "Slow Consumer Detected: WriteDeadline of 300ms exceeded" in buf.getvalue()
+        assert s.cluster.routes == {}
+    finally:
+        await s.shutdown()

@@ -309,7 +309,7 @@ CLUSTER_KEY_TESTS: dict[str, str] = {
     "permissions": "tests/test_config_options.py::test_cluster_refused_until_supported",
     "ping_interval": "tests/test_cluster_routes.py::test_route_pings_and_stale_route",
     "ping_max": "tests/test_cluster_routes.py::test_route_pings_and_stale_route",
-    "write_deadline": "tests/test_config_options.py::test_cluster_block",
+    "write_deadline": "tests/test_cluster_routes.py::test_stalled_route_is_closed_at_the_cluster_write_deadline",
     "write_timeout": "tests/test_config_options.py::test_cluster_refused_until_supported",
 }
 
