@@ -140,6 +140,8 @@ class Cluster:
         self.own_urls: list[str] = []  # this server's client URLs
         self.remote_urls: dict[str, int] = {}  # client URLs of the other servers (reference counted)
         self._urls_shared = False  # connect_urls are sent once a route has been registered
+        self._stalled_by: set[RouteConn] = set()  # congested routes (see stall)
+        self._paused: list[Any] = []  # client transports not read while a route is congested
 
     @property
     def opts(self) -> Any:
@@ -487,6 +489,32 @@ class Cluster:
             srv.log.debug(f'Attempting reconnect for solicited route "{rc.url.redacted()}"')
             delay = random.randrange(100) / 1000 + (ROUTE_RECONNECT if rc.rtype == EXPLICIT else 0.0)
             self.solicit(rc.url, rc.rtype, 0, first=False, delay=delay)
+
+    # ---- flow control --------------------------------------------------------------------------------------
+
+    def stall(self, rc: RouteConn) -> None:
+        """Route ``rc`` has more buffered than its peer reads: stop reading the clients (their publishers
+        wait on TCP) until every congested route has drained."""
+        first = not self._stalled_by
+        self._stalled_by.add(rc)
+        if not first:
+            return
+        for c in list(self.server.clients.values()):
+            t = c.transport
+            if t is not None and not t.is_closing() and t.is_reading():
+                t.pause_reading()
+                self._paused.append(t)
+
+    def unstall(self, rc: RouteConn) -> None:
+        if rc not in self._stalled_by:
+            return
+        self._stalled_by.discard(rc)
+        if self._stalled_by:
+            return
+        paused, self._paused = self._paused, []
+        for t in paused:
+            if not t.is_closing():
+                t.resume_reading()
 
     # ---- accounts and interest ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rillet.cluster.cluster import Cluster
 
 ROUTER = 2  # connection kind (Client: 0, internal: 1)
+ROUTE_HIGH_WATER = 4 << 20  # bytes buffered for a peer above which the clients' publishers are paused
 EXPLICIT = "explicit"
 IMPLICIT = "implicit"
 
@@ -80,6 +81,7 @@ class RouteConn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=ROUTE_HIGH_WATER)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         if peer:
             self.host, self.port = plain_ip(peer[0]), peer[1]
@@ -138,16 +140,20 @@ class RouteConn(asyncio.Protocol):
         remote = f" - Remote: {self.remote_name}" if self.remote_name else ""
         self.server.log.notice(f"{self.log_prefix()} - Router connection closed: {self.close_reason}{remote}")
         self._drop_remote_interest()
+        self.cluster.unstall(self)
         self.cluster.route_closed(self)
 
     def pause_writing(self) -> None:
-        """The peer stopped reading: close the route if it still has not read after the write deadline
-        (cluster write_deadline, else the server's), as nats-server does with a stalled route."""
+        """More is buffered for the peer than it reads: clients are not read until it catches up (the
+        publishers wait, as nats-server stalls fast producers), and the route is closed if the peer still
+        has not read after the write deadline (cluster write_deadline, else the server's)."""
+        self.cluster.stall(self)
         wd = self.cluster.opts.write_deadline or self.server.opts.write_deadline
         if wd > 0 and self._deadline_timer is None:
             self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
 
     def resume_writing(self) -> None:
+        self.cluster.unstall(self)
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
             self._deadline_timer = None
