@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 import string
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,12 @@ INTEREST_POLL = 1.0  # s: an unbound push consumer also looks for (wildcard) int
 STATE_FLUSH = 0.05  # s: persisted state is written this long after it changed
 RUN_BUDGET = 1024  # deliveries per pass before yielding to the loop
 
+# Pull request deadlines (expiry, request heartbeats) run on this clock, not on the loop's: uvloop's
+# loop.time() is cut to whole milliseconds and its timers fire up to a millisecond early or late, while
+# clients time a request from its send with a margin of 100 us (nats.py: expires = timeout - 100 us).
+# nats-server stamps each request with time.Now() and checks against it, so do we.
+_clock = time.monotonic
+
 _NAME_CHARS = string.ascii_letters + string.digits
 
 
@@ -73,7 +80,7 @@ def _parse_time_ns(v: Any) -> int:
 
 
 class WaitingRequest:
-    """One pull request waiting for messages."""
+    """One pull request waiting for messages. Times (``expires``, ``hbt``, ``received``) are ``_clock()``."""
 
     __slots__ = ("reply", "n", "b", "d", "expires", "no_wait", "hb", "hbt", "received", "reply_b")
 
@@ -671,7 +678,7 @@ class Consumer:
                     dsubj_s = wr.reply
                     wrn, wrb = wr.n, wr.b
                     if wr.n > 0 and wr.hb:
-                        wr.hbt = loop.time() + wr.hb
+                        wr.hbt = _clock() + wr.hb
                 self._replay_lts = m.ts
                 ok = self._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s)
                 sent += 1
@@ -920,8 +927,8 @@ class Consumer:
         if max_bytes > 0 and self.max_bytes > 0 and max_bytes > self.max_bytes:
             err(409, f"Exceeded MaxRequestMaxBytes of {self.max_bytes}")
             return
-        now = self.loop.time()
-        self.wq_last = now
+        now = _clock()
+        self.wq_last = self.loop.time()
         if self.max_waiting and len(self.waiting) >= self.max_waiting:
             self._process_waiting(eos=False)
         if no_wait:
@@ -947,7 +954,7 @@ class Consumer:
         self.kick()
 
     def _next_waiting(self, sz: int) -> WaitingRequest | None:
-        now = self.loop.time()
+        now = _clock()
         sl = self.jsa.account.sublist
         wq = self.waiting
         while wq:
@@ -985,7 +992,7 @@ class Consumer:
         """Expire requests, drop those nobody listens for, send request heartbeats. Returns the next deadline."""
         if not self.waiting:
             return 0.0
-        now = self.loop.time()
+        now = _clock()
         sl = self.jsa.account.sublist
         keep: deque[WaitingRequest] = deque()
         fexp = 0.0
@@ -1034,9 +1041,11 @@ class Consumer:
                 return
             self._wr_timer.cancel()
         self._wr_timer_when = when
-        self._wr_timer = self.loop.call_at(when + 0.0005, self._on_wr_timer)
+        self._wr_timer = self.loop.call_later(max(when - _clock(), 0.0), self._on_wr_timer)
 
     def _on_wr_timer(self) -> None:
+        # a timer that fires early (uvloop rounds to milliseconds) finds nothing due: _process_waiting then
+        # arms it again for what is left, so a 408 or a heartbeat never goes out before its time
         self._wr_timer = None
         if self.closed:
             return
