@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
+import re
+import shutil
+import subprocess
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rillet.config import ConfigError, parse_file, parse_go_duration, parse_string
+from rillet.goquote import go_quote
 
 
 def parse(text: str) -> dict:
@@ -566,3 +571,42 @@ def test_stray_closing_brace_at_top_level_is_ignored():
     # nats-server accepts these (its JSON-style support); so do we.
     assert parse("port: 1\n}\n") == {"port": 1}
     assert parse("port: 1 }\ndebug: true") == {"port": 1, "debug": True}
+
+
+# -- the same verdict as nats-server on arbitrary text ------------------------------------------------------------
+
+_PIECES = ["a", "b1", "include", "inc.conf", " ", "\t", "\n", "\n", "\r\n", ":", "=", "{", "}", "[", "]", ",", ";",
+           "#c", "//c", "/", '"', "'", "\\", "\\x4", "\\t", "\\q", "1", "12", "-", ".", "k", "kb",
+           "2020-01-01T00:00:00Z", "2020-", "(", ")", "\n)\n", "$a", "true", "1.2", "127.0.0.1:4", "é", "1]", '"s"',
+           "'q'", "a: {b: [1 ,{c: 2}]}\n", "  k = $a\n", "\nm {\n n: 1\n}\n"]
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server not on PATH")
+def test_random_texts_get_nats_server_verdict(tmp_path):
+    """300 seeded random texts: where nats-server's parser refuses one, Rillet's refuses it in the same words;
+    where nats-server's parser accepts one (it then complains of unknown fields), Rillet's accepts it, with the
+    keys at the same line and column."""
+    rng = random.Random(20261125)
+    (tmp_path / "inc.conf").write_text("a: 1\n")
+    path = tmp_path / "t.conf"
+    mismatches = []
+    for _ in range(300):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 14)))
+        path.write_bytes(text.encode())
+        go = subprocess.run(["nats-server", "-t", "-c", str(path)], capture_output=True, timeout=10)
+        said = go.stderr.decode("utf-8", "surrogateescape").strip().removeprefix("nats-server: ")
+        try:
+            root = parse_file(path)
+        except ConfigError as e:
+            ours = str(e)
+        else:
+            ours = None
+        fields = re.findall(rf'{re.escape(str(path))}:(\d+):(\d+): unknown field (".*")', said)
+        if fields or "is valid" in said or "config has no values" in said:  # the parser accepted it
+            keys = sorted((pos.line, pos.column, go_quote(k)) for k, pos in root.positions.items()
+                          if k not in root.used_vars) if ours is None else ours
+            if keys != sorted((int(a), int(b), k) for a, b, k in fields):
+                mismatches.append((text, said, keys))
+        elif ours != said:
+            mismatches.append((text, said, ours))
+    assert not mismatches, mismatches[:3]
