@@ -208,7 +208,7 @@ async def test_latency_sampling_percentage():
     ('{sampling: 1.5, subject: "l.x"}', "Expected latency sample to be a string or map/struct, got float64"),
     ('{sampling: 50}', "Latency subject required, but missing"),
     ('{sampling: 50, subject: 5}', "Expected latency subject to be a string, got string"),
-    ('[1, 2]', "Expected latency entry to be a map/struct or string, got []interface {}"),
+    ('["a", "b"]', "Expected latency entry to be a map/struct or string, got []interface {}"),
     ('{sampling: 50, subject: "req.x"}',
      'Error adding service latency sampling for "req.>" on subject "req.x": invalid publish subject'),
     ('{sampling: 50, subject: "l.*"}',
