@@ -217,3 +217,64 @@ async def test_sigkill_and_restart_rejoins_clients_fail_over_no_duplicates():
             await pub.close()
             for s in subs:
                 await s.close()
+
+
+# ==== route reconnect back-off =================================================================================
+
+class TimedLog(io.StringIO):
+    """A log sink that remembers when each line was written (monotonic clock)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[float, str]] = []
+
+    def write(self, s: str) -> int:
+        now = time.monotonic()
+        self.lines.extend((now, ln) for ln in s.splitlines() if ln)
+        return super().write(s)
+
+    def times(self, text: str) -> list[float]:
+        return [t for t, ln in self.lines if text in ln]
+
+
+def _mk(name: str, cport: int, routes: list[int], log: io.StringIO, **cl) -> Server:
+    o = Options(host="127.0.0.1", port=-1, server_name=name)
+    o.cluster = ClusterOptions(name="faults", host="127.0.0.1", port=cport,
+                               routes=[f"nats-route://127.0.0.1:{p}" for p in routes], **cl)
+    return Server(o, Logger(debug=True, out=log))
+
+
+async def test_route_reconnect_back_off_explicit_and_implicit():
+    """C has an explicit route to A and learnt B by gossip (connect_retries 2). When A and B go, C dials A
+    after 1 s (+ up to 100 ms) and then every second until A is back; it dials B at once and then twice
+    more, a second apart, and gives up (nats-server's reConnectToRoute / connectToRoute)."""
+    pa, pb, pc = free_port(), free_port(), free_port()
+    log = TimedLog()
+    a = _mk("a", pa, [], io.StringIO())
+    c = _mk("c", pc, [pa], log, connect_retries=2)
+    b = _mk("b", pb, [pa], io.StringIO())
+    started = [a, c, b]
+    for s in started:
+        await s.start()
+    try:
+        await _until(lambda: all(len(s.cluster.routes) == 2 for s in (a, b, c)), what="full mesh")
+        to_b = c.cluster.routes[b.server_id]
+        assert to_b.solicited and to_b.rtype == "implicit"  # C dialled B after A's gossip
+        assert c.cluster.routes[a.server_id].rtype == "explicit"
+        t0 = time.monotonic()
+        await asyncio.gather(a.shutdown(), b.shutdown())
+        await asyncio.sleep(2.5)
+        dial_a = [t - t0 for t in log.times(f"Trying to connect to route on 127.0.0.1:{pa}") if t > t0]
+        dial_b = [t - t0 for t in log.times(f"Trying to connect to route on 127.0.0.1:{pb}") if t > t0]
+        assert len(dial_b) == 3, dial_b  # once at once, then connect_retries (2) more
+        assert dial_b[0] < 0.3 and all(0.9 < y - x < 1.4 for x, y in zip(dial_b, dial_b[1:])), dial_b
+        assert len(dial_a) == 2 and 0.95 < dial_a[0] < 1.4 and 0.9 < dial_a[1] - dial_a[0] < 1.4, dial_a
+        # A comes back on its port: C's next attempt connects; B (implicit, given up) is not dialled again
+        a2 = _mk("a", pa, [], io.StringIO())
+        await a2.start()
+        started.append(a2)
+        await _until(lambda: len(c.cluster.routes) == 1 and len(a2.cluster.routes) == 1, 3, "C back to A")
+        assert len([t for t in log.times(f"Trying to connect to route on 127.0.0.1:{pb}") if t > t0]) == 3
+    finally:
+        for s in started:
+            await s.shutdown()
