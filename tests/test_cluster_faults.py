@@ -278,3 +278,131 @@ async def test_route_reconnect_back_off_explicit_and_implicit():
     finally:
         for s in started:
             await s.shutdown()
+
+
+# ==== hostile input on the route port ==========================================================================
+
+def _route_connect(**kw) -> bytes:
+    d = {"name": "NFAKEPEER", "cluster": "faults", "user": "ru", "password": "rp", **kw}
+    return cp.connect_frame(ci.encode_route_connect(ci.RouteConnect(**d)))
+
+
+_HANDSHAKE = _route_connect() + cp.info_frame(ci.encode_info(ci.Info(
+    server_id="NFAKEPEER", server_name="fake", cluster="faults", port=1)))
+_PING = b"PING\r\n"
+
+# what is sent to the route port -> (the -ERR lines answered, whether the connection is closed);
+# each row was read from nats-server 2.15 (test_hostile_route_input_nats_server_answers checks it again)
+HOSTILE = {
+    "wrong cluster name": (_route_connect(cluster="other"),
+                           ["-ERR 'Rejecting connection, cluster name \"other\" does not match \"faults\"'"], True),
+    "bad credentials": (_route_connect(password="nope"), ["-ERR 'Authorization Violation'"], True),
+    "a client on the route port": (b'CONNECT {"lang":"python","verbose":false,"user":"ru","pass":"rp"}\r\n',
+                                   ["-ERR 'attempted to connect to route port'"], True),
+    "a gateway on the route port": (b'CONNECT {"gateway":"g","user":"ru","pass":"rp"}\r\n',
+                                    ["-ERR 'Rejecting connection from gateway \"g\" on the Route port'"], True),
+    "interest before CONNECT": (b"RS+ $G foo\r\n", ["-ERR 'Authorization Violation'"], True),
+    "INFO before CONNECT": (cp.info_frame(ci.encode_info(ci.Info(server_id="NFAKEPEER", cluster="faults"))),
+                            ["-ERR 'Authorization Violation'"], True),
+    "garbage": (b"\x00\xff\xfe garbage\r\n", ["-ERR 'Authorization Violation'"], True),
+    "CONNECT without JSON": (b"CONNECT\r\n", [], True),
+    "CONNECT with bad JSON": (b"CONNECT {nope\r\n", [], True),
+    "RS+ without arguments": (_HANDSHAKE + b"RS+\r\n", ["-ERR 'Unknown Protocol Operation'"], True),
+    "RMSG with a bad size": (_HANDSHAKE + b"RMSG $G foo abc\r\n", [], True),
+    "unknown operation": (_HANDSHAKE + b"FOO bar\r\n", ["-ERR 'Unknown Protocol Operation'"], True),
+    "payload not followed by CRLF": (_HANDSHAKE + b"RMSG $G foo 3\r\nabcXY\r\n",
+                                     ["-ERR 'Unknown Protocol Operation'"], True),
+    "oversized control line": (_HANDSHAKE + b"RS+ $G " + b"a" * 70000 + b"\r\n",
+                               ["-ERR 'maximum control line exceeded'"], True),
+    "oversized control line, no end": (_HANDSHAKE + b"RS+ $G " + b"a" * 70000,
+                                       ["-ERR 'maximum control line exceeded'"], True),
+    "-ERR from the peer": (_HANDSHAKE + b"-ERR 'boom'\r\n", [], True),
+    # answered, the route stays
+    "RS+ on an invalid subject": (_HANDSHAKE + b"RS+ $G foo..bar\r\n" + _PING,
+                                  ["-ERR 'Invalid Subscription'"], False),
+    "RS+ with a bad queue weight": (_HANDSHAKE + b"RS+ $G foo q abc\r\n" + _PING, [], False),
+    "RMSG for an unknown account": (_HANDSHAKE + b"RMSG NOPE foo 1\r\nx\r\n" + _PING, [], False),
+    "a second CONNECT": (_HANDSHAKE + _route_connect() + _PING, [], False),
+}
+
+
+async def _exchange(port: int, data: bytes, timeout: float = 3.0) -> tuple[list[str], bool]:
+    """Send ``data`` to a route port; the -ERR lines answered and whether the server closed the connection
+    (read until it closes, or until the PONG answering a final PING)."""
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        await asyncio.wait_for(r.readline(), timeout)  # INFO
+        w.write(data)
+        out = b""
+        closed = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise AssertionError(f"neither closed nor PONG within {timeout}s; got {out[-300:]!r}")
+            try:
+                chunk = await asyncio.wait_for(r.read(65536), left)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                closed = True
+                break
+            out += chunk
+            if data.endswith(_PING) and b"\r\nPONG\r\n" in b"\r\n" + out:
+                break
+        return [ln.decode() for ln in out.split(b"\r\n") if ln.startswith(b"-ERR")], closed
+    finally:
+        w.close()
+
+
+async def test_hostile_route_input_is_refused_and_harms_nothing_else():
+    p0 = free_port()
+    s0 = _mk("a", p0, [], io.StringIO(), username="ru", password="rp")
+    s1 = _mk("b", free_port(), [], io.StringIO())
+    s1.opts.cluster.routes = [f"nats-route://ru:rp@127.0.0.1:{p0}"]
+    await s0.start()
+    await s1.start()
+    c0 = c1 = None
+    try:
+        await _until(lambda: len(s0.cluster.routes) == 1 and len(s1.cluster.routes) == 1, what="the route")
+        good = s0.cluster.routes[s1.server_id]
+        c0 = await nats.connect(s0.client_url)
+        c1 = await nats.connect(s1.client_url)
+        sub = await c1.subscribe("alive")
+        await c1.flush()
+        for what, (data, errs, closed) in HOSTILE.items():
+            got = await _exchange(p0, data)
+            assert got == (errs, closed), what
+            # the good route, the clients and the cross-route flow are untouched
+            assert s0.cluster.routes.get(s1.server_id) is good and not good.closed, what
+            await _until(lambda: s0.accounts["$G"].sublist.match("alive").psubs, what="interest")
+            await c0.publish("alive", what.encode())
+            assert (await sub.next_msg(1)).data == what.encode()
+        assert c0.is_connected and c1.is_connected
+        # nothing the fake peers announced is left behind once they are gone
+        await _until(lambda: all(rc is good for rc in s0.cluster.conns), what="fake routes gone")
+        assert not s0.accounts["$G"].sublist.match("foo").psubs
+    finally:
+        for nc in (c0, c1):
+            if nc is not None:
+                await nc.close()
+        await s1.shutdown()
+        await s0.shutdown()
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_hostile_route_input_nats_server_answers():
+    """The HOSTILE table, read from a live nats-server with the same cluster block."""
+    port, cport = free_port(), free_port()
+    with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as f:
+        f.write(f'listen: "127.0.0.1:{port}"\ncluster {{ name: faults, listen: "127.0.0.1:{cport}", '
+                f"authorization {{ user: ru, password: rp }} }}\n")
+    go = ServerProcess("-c", f.name, command=["nats-server"])
+    try:
+        await go.await_log(r"Server is ready")
+        for what, (data, errs, closed) in HOSTILE.items():
+            assert await _exchange(cport, data) == (errs, closed), what
+    finally:
+        go.stop()
+        os.unlink(f.name)

@@ -298,8 +298,10 @@ class RouteConn(asyncio.Protocol):
             try:
                 acc.sublist.insert(sub)
             except ValueError as e:
-                self.server.log.error(f"{self.log_prefix()} - remote subscription on invalid subject "
-                                      f"{sub.subject!r} refused: {e}")
+                # nats-server: logs "Could not insert subscription", answers -ERR 'Invalid Subscription'
+                # and keeps the route
+                self.server.log.error(f"{self.log_prefix()} - Could not insert subscription: {e}")
+                self.send(cp.err_frame("Invalid Subscription"))
                 self.remote.rs_unsub(ch.account, ch.subject, ch.queue) if ch.origin is None else \
                     self.remote.ls_unsub(ch.origin, ch.account, ch.subject, ch.queue)
                 return
