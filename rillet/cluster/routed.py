@@ -16,10 +16,21 @@ to send to:
 The routing decision depends only on the sublist result, which the sublist caches and never changes, so
 it is computed once per result (``_Split``) and kept beside the sublist cache.
 
-Subscriptions that act for the server a message is published on (the import side of stream and service
-imports: each server of the cluster has the same imports) are neither announced to routes nor given
-messages that come from a route: the publishing server applies the import and routes the result to the
-importing account's interest.
+Imports, as nats-server does them in a cluster:
+
+* stream imports: each subscription of the importing account that the import can reach gets a *shadow*
+  subscription in the exporting account (``ShadowSub``: the subscriber's subject taken back through the
+  import's prefix or mapping, same queue group). Shadows are local subscriptions of the exporting account,
+  so they are announced to routes there (RS+ in the exporter's name) and a message crosses a route in the
+  account it was published in; the server holding the subscriber applies the import and delivers to that
+  subscriber only. The import's own internal subscription (the single-server mechanism,
+  ``rillet.server.account_config``) is left out of deliveries here: the shadows do its work, and the
+  result of an import is never routed again in the importing account (which would deliver twice);
+* service imports: the request side (the importing account's internal subscription) acts for the
+  publishing server only: not announced (nats-server subscribes it with no forwarding) and not given
+  routed messages; the request then crosses the route in the exporting account with a ``_R_.`` reply,
+  whose response subscription is announced like any other, so the answer comes back to the requestor's
+  server. It is recognised by its internal client's name.
 """
 from __future__ import annotations
 
@@ -29,6 +40,7 @@ from typing import Any
 
 from rillet.server.accounts import Account
 from rillet.subjects.sublist import SublistResult
+from rillet.subjects.validate import subject_is_subset_match, subject_matches_filter, subjects_collide
 
 _SPLITS_MAX = 4096
 
@@ -65,6 +77,73 @@ def origin_only(sub: Any) -> bool:
     return str(getattr(sub.client, "name", "")).startswith("service import ")
 
 
+def _stream_import_sub(sub: Any) -> bool:
+    icb = sub.icb
+    return icb is not None and getattr(icb, "import_to", None) is not None
+
+
+class ShadowSub:
+    """A subscription of an importing account seen from the exporting account, through one stream import.
+
+    It sits in the exporter's sublist (so it is routed interest there, and takes part in the exporter's
+    queue groups) and hands each message to the one subscription ``target`` it stands for, with the
+    subject the import gives it (``remap``). ``exact`` is False when the shadow's subject is wider than
+    what reaches ``target`` (a partial overlap): each mapped subject is then checked against the target's."""
+
+    __slots__ = ("client", "subject", "queue", "sid", "sid_b", "icb", "nm", "max", "subject_b", "queue_b",
+                 "target", "importer", "remap", "exact", "isub", "result")
+
+    def __init__(self, target: Any, importer: Any, subject: str, remap: Any, exact: bool, isub: Any) -> None:
+        self.client = target.client
+        self.subject = subject
+        self.queue = target.queue
+        self.sid = target.sid
+        self.sid_b = target.sid_b
+        self.icb = _shadow_deliver
+        self.nm = 0
+        self.max = 0
+        self.subject_b = subject.encode("utf-8", "surrogateescape")
+        self.queue_b = target.queue_b
+        self.target = target
+        self.importer = importer
+        self.remap = remap
+        self.exact = exact
+        self.isub = isub
+        self.result = SublistResult([target], [])
+
+
+def _shadow_deliver(sh: ShadowSub, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                    *_: Any) -> None:
+    isub = sh.isub
+    if isub.client.subs.get(isub.sid) is not isub:
+        return  # the import is gone (reload, JWT update)
+    if sh.remap is not None:
+        subject = sh.remap(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+    if not sh.exact and not subject_matches_filter(subject.decode("utf-8", "surrogateescape"),
+                                                   sh.target.subject):
+        return
+    # to that subscription only, on this server (Account's delivery: permissions, max, headers, echo)
+    Account.deliver_result(sh.importer, c, sh.result, subject, reply, hdr, msg)
+
+
+def shadow_subject(sub_subject: str, src: str, remap: Any) -> tuple[str, bool] | None:
+    """The exporter-side subject of a shadow for a subscription on ``sub_subject`` in the importing account,
+    for a stream import of ``src`` mapped by ``remap`` (None: same subject), and whether it is exact (every
+    message it matches reaches the subscription); None when the import cannot reach the subscription."""
+    target = src if remap is None else remap(src)
+    if not subjects_collide(target, sub_subject):
+        return None
+    if remap is None:
+        if subject_is_subset_match(sub_subject, src):
+            return sub_subject, True
+        return src, subject_is_subset_match(src, sub_subject)
+    if target.endswith(src) and remap("x") == target[:len(target) - len(src)] + "x":  # a prefix
+        pre = target[:len(target) - len(src)]
+        if sub_subject.startswith(pre) and subject_is_subset_match(sub_subject[len(pre):], src):
+            return sub_subject[len(pre):], True
+    return src, subject_is_subset_match(target, sub_subject)
+
+
 class _Split:
     """What one sublist result means for routing (computed once per result)."""
 
@@ -74,9 +153,12 @@ class _Split:
         local_ps: list[Any] = []
         inbound_ps: list[Any] = []
         routes: dict[Any, None] = {}
+        skipped = False
         for sub in r.psubs:
             if type(sub) is RemoteSub:
                 routes[sub.client] = None
+            elif _stream_import_sub(sub):
+                skipped = True  # the shadows of the importing account's subscriptions deliver instead
             else:
                 local_ps.append(sub)
                 if not origin_only(sub):
@@ -101,18 +183,19 @@ class _Split:
         self.routes = list(routes)
         self.rqueues = rqueues
         # the result as it is when no route is in it; else without the remote subscriptions
-        self.local = r if not (routes or rqueues) else SublistResult(local_ps, local_qs)
+        self.local = r if not (routes or rqueues or skipped) else SublistResult(local_ps, local_qs)
         self.inbound = SublistResult(inbound_ps, [])
         self.inbound_q = inbound_q
 
 
 class RoutedAccount(Account):
-    __slots__ = ("_splits", "name_b")
+    __slots__ = ("_splits", "name_b", "_shadows")
 
     def __init__(self, server: Any, name: str) -> None:
         super().__init__(server, name)
         self._splits: dict[SublistResult, _Split] = {}
         self.name_b = name.encode()
+        self._shadows: dict[Any, list[ShadowSub]] = {}  # a subscription here -> its shadows in exporters
 
     # ---- local interest -> routes ---------------------------------------------------------------------
 
@@ -120,11 +203,48 @@ class RoutedAccount(Account):
         super().add_sub(sub)
         if not origin_only(sub):
             self.server.cluster.local_interest(self, sub, True)
+            if self.stream_imports and type(sub) is not ShadowSub:
+                self._add_shadows(sub)
 
     def remove_sub(self, sub: Any) -> None:
         super().remove_sub(sub)
         if not origin_only(sub):
             self.server.cluster.local_interest(self, sub, False)
+            if self._shadows:
+                for sh in self._shadows.pop(sub, ()):
+                    sh.isub.client.account.remove_sub(sh)
+
+    def _add_shadows(self, sub: Any) -> None:
+        """Shadow subscriptions of ``sub`` in the accounts this one imports streams from."""
+        shadows: list[ShadowSub] = []
+        for exporter, src, remap, isub in self.stream_imports or ():
+            if isub.client.subs.get(isub.sid) is not isub:
+                continue
+            ss = shadow_subject(sub.subject, src, remap)
+            if ss is None:
+                continue
+            sh = ShadowSub(sub, self, ss[0], remap, ss[1], isub)
+            try:
+                exporter.add_sub(sh)
+            except ValueError as e:
+                self.server.log.error(f"import subscription on {ss[0]!r} in account {exporter.name} for "
+                                      f"{sub.subject!r} in {self.name} refused: {e}")
+                continue
+            self.server.log.debug(f"Creating import subscription on {ss[0]!r} from account {exporter.name!r}")
+            shadows.append(sh)
+        if shadows:
+            self._shadows[sub] = shadows
+
+    def map_subject(self, subject: bytes) -> bytes | None:
+        """The account's mappings, cluster-scoped destinations chosen by this cluster's name (which a
+        server without a configured name may have learnt from its peers)."""
+        s = subject.decode("utf-8", "surrogateescape")
+        cn = self.server.cluster.name
+        for m in self.mappings:
+            if m.match(s):
+                d = m.select(s, cn)
+                return None if d is None else d.encode("utf-8", "surrogateescape")
+        return subject
 
     def remote_changed(self) -> None:
         """Remote interest changed without new sublist results (a queue weight): forget the splits."""
