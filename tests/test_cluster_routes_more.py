@@ -239,3 +239,148 @@ async def test_imports_with_a_go_server_in_the_cluster():
                 assert (await bg.request("svc.r", b"", timeout=2)).data == b"from svc.r"
         finally:
             await r.shutdown()
+
+
+# ==== TLS on routes ===============================================================================================
+
+x509 = pytest.importorskip("cryptography.x509")
+
+
+@pytest.fixture(scope="module")
+def route_pki(tmp_path_factory):
+    import ipaddress
+
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from test_tls_options import _cert, _spki_pin, _write
+    tmp = tmp_path_factory.mktemp("route_pki")
+    out = {}
+    for ca_name in ("ca", "other_ca"):
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca = _cert(ca_name, ca_key, None, ca_key, ca=True)
+        out[ca_name] = _write(tmp, ca_name, ca, ca_key)[0]
+        k = ec.generate_private_key(ec.SECP256R1())
+        c = _cert("localhost", k, ca.subject, ca_key, [x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+        out[f"{ca_name}_node"] = _write(tmp, f"{ca_name}_node", c, k)
+        out[f"{ca_name}_pin"] = _spki_pin(c)
+    return out
+
+
+def _route_tls(pki, who="ca", ca="ca", extra=""):
+    cert, key = pki[f"{who}_node"]
+    return f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{pki[ca]}"\n {extra} }}'
+
+
+def _tls_server(name: str, cl_port: int, routes: list[int], tls: str, buf: io.StringIO | None = None) -> Server:
+    r = ", ".join(f"nats://127.0.0.1:{p}" for p in routes)
+    o = load_string(f"server_name: {name}\nlisten: 127.0.0.1:-1\n"
+                    f"cluster {{ name: c, listen: 127.0.0.1:{cl_port}, routes: [{r}]\n {tls} }}\n")
+    return Server(o, Logger(debug=True, out=buf if buf is not None else io.StringIO()))
+
+
+async def test_tls_routes_between_rillet_servers(route_pki):
+    from rillet.monitor.endpoints import routez
+    p = [free_port() for _ in range(3)]
+    servers = [_tls_server(f"t{i}", p[i], [p[0]] if i else [], _route_tls(route_pki)) for i in range(3)]
+    try:
+        for s in servers:
+            await s.start()
+        await _until(lambda: all(len(s.cluster.routes) == 2 for s in servers), 10, "TLS full mesh")
+        for s in servers:
+            for rc in s.cluster.routes.values():
+                assert rc.transport.get_extra_info("ssl_object") is not None
+        assert routez(servers[0], {})["num_routes"] == 2
+        async with contextlib.AsyncExitStack() as st:
+            ncs = []
+            for s in servers:
+                nc = await nats.connect(s.client_url)
+                st.push_async_callback(nc.close)
+                ncs.append(nc)
+            sub = await ncs[2].subscribe("over.tls")
+            await ncs[2].flush()
+            await _until(lambda: _remote(servers[0], "$G", "over.tls") == 1, what="interest over TLS")
+            await ncs[0].publish("over.tls", b"secret")
+            await ncs[0].flush()
+            assert (await sub.next_msg(2)).data == b"secret"
+    finally:
+        for s in servers:
+            await s.shutdown()
+
+
+async def test_tls_route_refused_for_an_unknown_ca_or_an_unpinned_key(route_pki):
+    p = [free_port() for _ in range(2)]
+    buf0, buf1 = io.StringIO(), io.StringIO()
+    # the second server's certificate comes from another CA: neither side accepts the other
+    a = _tls_server("a", p[0], [], _route_tls(route_pki), buf0)
+    b = _tls_server("b", p[1], [p[0]], _route_tls(route_pki, who="other_ca", ca="other_ca"), buf1)
+    try:
+        await a.start()
+        await b.start()
+        await _until(lambda: "TLS route handshake error" in buf1.getvalue(), 5, "dial side handshake error")
+        await _until(lambda: "TLS route handshake error" in buf0.getvalue(), 5, "accept side handshake error")
+        assert not a.cluster.routes and not b.cluster.routes
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+    # same CA, but the accepting side pins a key that is not the peer's
+    p = [free_port() for _ in range(2)]
+    buf0 = io.StringIO()
+    a = _tls_server("a", p[0], [], _route_tls(route_pki, extra=f'pinned_certs: ["{route_pki["other_ca_pin"]}"]'),
+                    buf0)
+    b = _tls_server("b", p[1], [p[0]], _route_tls(route_pki))
+    try:
+        await a.start()
+        await b.start()
+        await _until(lambda: "TLS route handshake error: certificate not pinned" in buf0.getvalue(), 5,
+                     "pinned refusal")
+        assert not a.cluster.routes
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+
+
+def test_tls_route_settings_refused_at_load(route_pki):
+    from rillet.config import ConfigError
+    for extra, word in (("verify_and_map: true", "verify_and_map"),
+                        ("verify_cert_and_check_known_urls: true", "verify_cert_and_check_known_urls"),
+                        ("handshake_first: true", "handshake_first")):
+        with pytest.raises(ConfigError) as e:
+            load_string(f"cluster {{ listen: 127.0.0.1:-1\n {_route_tls(route_pki, extra=extra)} }}\n", "x.conf")
+        assert str(e.value).startswith("x.conf:3:") and word in str(e.value)
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_tls_route_with_a_go_server(route_pki):
+    gport, gcl, ghttp = free_port(), free_port(), free_port()
+    conf = (f"port: {gport}\nhttp_port: {ghttp}\nserver_name: go1\n"
+            f"cluster {{ name: c, listen: 127.0.0.1:{gcl}\n {_route_tls(route_pki)} }}\n")
+    with go_server(conf, ghttp):
+        # one Rillet server dials the Go server, the Go server dials the other (accepting side)
+        p = free_port()
+        r_acc = _tls_server("racc", p, [], _route_tls(route_pki))
+        r_dial = _tls_server("rdial", free_port(), [gcl, p], _route_tls(route_pki))
+        try:
+            await r_acc.start()
+            await r_dial.start()
+            await _until(lambda: len(r_acc.cluster.routes) == 2 and len(r_dial.cluster.routes) == 2, 10,
+                         "TLS mesh with the Go server")
+            async with contextlib.AsyncExitStack() as st:
+                g = await nats.connect(f"nats://127.0.0.1:{gport}")
+                a = await nats.connect(r_acc.client_url)
+                d = await nats.connect(r_dial.client_url)
+                for nc in (g, a, d):
+                    st.push_async_callback(nc.close)
+                sg, sa = await g.subscribe("tls.x"), await a.subscribe("tls.x")
+                await g.flush()
+                await a.flush()
+                await _until(lambda: _remote(r_dial, "$G", "tls.x") == 2, what="interest from Go and Rillet")
+                await _go_sees(ghttp, "tls.x", 1)
+                await d.publish("tls.x", b"1")
+                await g.publish("tls.x", b"2")
+                await d.flush()
+                await g.flush()
+                assert sorted(m.data for m in await _collect(sg, 0.3)) == [b"1", b"2"]
+                assert sorted(m.data for m in await _collect(sa, 0.3)) == [b"1", b"2"]
+        finally:
+            await r_dial.shutdown()
+            await r_acc.shutdown()

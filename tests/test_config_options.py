@@ -661,7 +661,7 @@ def test_cluster_errors():
 
 
 @pytest.mark.parametrize("body, words", [
-    ("tls { cert_file: c, key_file: k }", "TLS on routes is not supported yet"),
+    ("tls { cert_file: c, key_file: k, verify_and_map: true }", "verify_and_map (route authorization"),
     ("pool_size: 4", "route pooling is not supported yet"),
     ("pool_size: 1", "route pooling is not supported yet"),
     ("accounts: [A]", "routes pinned to accounts"),

@@ -18,12 +18,19 @@ What nats-server does (route.go), and so does this:
   again after a short random delay.
 
 Routes are never pooled (nats-server's ``pool_size: -1``), which Go servers accept from any peer.
+
+With ``cluster { tls {} }`` every route is TLS from its first byte, as nats-server does it (the TLS
+handshake comes before the INFO and CONNECT; both are then sent with ``tls_required``): the accepting side
+always asks for and verifies the peer's certificate (nats-server forces this for clusters), the CA file
+serves to verify both sides, the dialling side checks the peer's certificate against the route URL's host
+unless ``insecure``, and ``pinned_certs`` applies to both sides.
 """
 from __future__ import annotations
 
 import asyncio
 import random
 import socket
+import ssl
 import struct
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -125,6 +132,10 @@ class Cluster:
         for r in o.cluster.routes:
             parse_route_url(r)  # ValueError: refuse to start
         self.server = server
+        self.tls_server: ssl.SSLContext | None = None
+        self.tls_client: ssl.SSLContext | None = None
+        if o.cluster.tls is not None:
+            self.tls_server, self.tls_client = route_tls_contexts(o.cluster.tls)  # ValueError: refuse to start
         self.name = o.cluster.name or _dynamic_name()
         self.dynamic = not o.cluster.name
         self.account_class = RoutedAccount
@@ -156,6 +167,10 @@ class Cluster:
     def ping_max(self) -> int:
         return self.opts.ping_max or self.server.opts.ping_max
 
+    def tls_timeout(self) -> float:
+        tls = self.opts.tls
+        return (tls.timeout if tls is not None else 0.0) or 2.0
+
     def compression_mode(self) -> str:
         return "" if self.opts.compression == "not supported" else "off"
 
@@ -183,7 +198,11 @@ class Cluster:
             log.warn("Cluster name was dynamically generated, consider setting one")
         try:
             sock = await listening_socket(loop, host, port)
-            self._listener = await loop.create_server(lambda: RouteConn(self), sock=sock, backlog=1024)
+            if self.tls_server is not None:
+                sock.listen(1024)
+                self._listener = _TLSRouteListener(self, sock)
+            else:
+                self._listener = await loop.create_server(lambda: RouteConn(self), sock=sock, backlog=1024)
         except OSError as e:
             # nats-server's fatal error, quoting Go's net error: listen tcp <addr>: bind: <reason>
             raise OSError(e.errno, f"Error listening on router port: {o.port} - listen tcp {_hostport(host, port)}: "
@@ -239,6 +258,8 @@ class Cluster:
                        auth_required=bool(o.username), max_payload=so.max_payload, cluster=self.name,
                        cluster_dynamic=self.dynamic, lnoc=True, lnocu=True,
                        compression=self.compression_mode())
+        if self.tls_server is not None:
+            info.tls_required = info.tls_verify = True
         if o.advertise:
             from rillet.config.builder_base import split_host_port
             h, p = split_host_port(o.advertise)
@@ -246,6 +267,8 @@ class Cluster:
             info.ip = f"nats-route://{_hostport(info.host, info.port)}/"
         if not o.no_advertise and self.own_urls:
             info.connect_urls = list(self.own_urls)
+        if srv.gateway is not None and srv.gateway.url:
+            info.gateway_url = srv.gateway.url  # (the servers of a cluster list each other's in gateway INFO)
         if srv.ldm:
             info.ldm = True
         return info
@@ -259,7 +282,8 @@ class Cluster:
     def connect_json(self, url: RouteURL) -> bytes:
         srv = self.server
         return ci.encode_route_connect(ci.RouteConnect(
-            echo=True, verbose=False, pedantic=False, user=url.user, password=url.password, tls_required=False,
+            echo=True, verbose=False, pedantic=False, user=url.user, password=url.password,
+            tls_required=self.tls_client is not None,
             headers=not srv.opts.no_header_support, name=srv.server_id, cluster=self.name,
             cluster_dynamic=self.dynamic, lnoc=True))
 
@@ -301,9 +325,23 @@ class Cluster:
                 return
             log.debug(f"Trying to connect to route on {_hostport(url.host, url.port)}")
             try:
-                await asyncio.wait_for(srv.loop.create_connection(
-                    lambda: RouteConn(self, url, rtype, gossip_mode), url.host, url.port), ROUTE_DIAL_TIMEOUT)
+                if self.tls_client is None:
+                    await asyncio.wait_for(srv.loop.create_connection(
+                        lambda: RouteConn(self, url, rtype, gossip_mode), url.host, url.port), ROUTE_DIAL_TIMEOUT)
+                else:
+                    t = self.tls_timeout()
+                    await asyncio.wait_for(srv.loop.create_connection(
+                        lambda: RouteConn(self, url, rtype, gossip_mode), url.host, url.port, ssl=self.tls_client,
+                        server_hostname=url.host, ssl_handshake_timeout=t), ROUTE_DIAL_TIMEOUT + t)
                 return
+            except ssl.SSLError as e:
+                attempts += 1
+                log.error(f"{_hostport(url.host, url.port)} - TLS route handshake error: {e}")
+                if rtype != EXPLICIT and (retries <= 0 or attempts > retries):
+                    return
+                await asyncio.sleep(wait)
+                if self.opts.connect_backoff:
+                    wait = min(wait * 2, ROUTE_CONNECT_MAX_DELAY)
             except (OSError, asyncio.TimeoutError) as e:
                 attempts += 1
                 text = f"Error trying to connect to route (attempt {attempts}): {_dial_error(url, e)}"
@@ -360,6 +398,7 @@ class Cluster:
             info.ip = f"nats-route://{_hostport(rc.host, info.port)}/"
         rc.remote_ip_url = info.ip
         rc.connect_urls = list(info.connect_urls or ())
+        rc.gateway_url = info.gateway_url
         self._add_route(rc, info)
 
     def _add_route(self, rc: RouteConn, info: ci.Info) -> None:
@@ -379,6 +418,10 @@ class Cluster:
         self.server.routes[rc.cid] = rc  # (by connection id: /routez)
         rc.registered = True
         rc.debug(f'Registering remote route "{rid}"')
+        gw = self.server.gateway
+        if gw is not None:
+            gw.add_cluster_url(rc.gateway_url)
+            gw.route_added(rc)  # the gateways we have an outbound connection to
         frames = [frame_for(u) for u in self.local.snapshot()]
         if frames:
             rc.send(b"".join(frames))
@@ -415,6 +458,9 @@ class Cluster:
         srv = self.server
         if info.route_acc_add_reqid:
             srv.log.debug(f"{rc.log_prefix()} - pinned-account route request ignored (routes are not pooled)")
+            return
+        if info.gateway and srv.gateway is not None:
+            srv.gateway.info_from_route(info, rc.remote_id)
             return
         if info.gateway:
             srv.log.error(f'Received information about gateway "{info.gateway}" from {rc.remote_id}, but gateway '
@@ -466,6 +512,8 @@ class Cluster:
         if rc.registered and self.routes.get(rc.remote_id) is rc:
             del self.routes[rc.remote_id]
             srv.routes.pop(rc.cid, None)
+            if srv.gateway is not None:
+                srv.gateway.remove_cluster_url(rc.gateway_url)
             if rc.connect_urls and not self.opts.no_advertise and self._remove_urls(rc.connect_urls):
                 srv.broadcast_info()
         if rc.no_reconnect or not self.running or srv.shutting_down:
@@ -609,6 +657,96 @@ class Cluster:
     def varz(self) -> dict:
         """The live part of /varz "cluster": the URLs of the configured routes."""
         return {"urls": [_hostport(*parse_route_url(r)[:2]) for r in self.opts.routes]}
+
+
+def route_tls_contexts(cfg: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """The accepting and the dialling side's contexts for ``cluster { tls {} }`` (as nats-server: the peer's
+    certificate is always required and verified, against ``ca_file`` or the system's roots)."""
+    from rillet.config.tls_names import TLS_VERSIONS, check_curve, cipher_available, parse_min_version
+    from rillet.server.tls import make_server_context
+    srv = make_server_context(cfg)
+    srv.verify_mode = ssl.CERT_REQUIRED
+    if not cfg.ca_file:
+        srv.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+    cli = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    cli.minimum_version = srv.minimum_version
+    try:
+        cli.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if cfg.ca_file:
+            cli.load_verify_locations(cafile=cfg.ca_file)
+        else:
+            cli.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cluster tls: {e}") from e
+    if cfg.insecure:
+        cli.check_hostname = False
+        cli.verify_mode = ssl.CERT_NONE
+    if cfg.min_version:
+        cli.minimum_version = TLS_VERSIONS[parse_min_version(cfg.min_version)][0]
+    names = [n for n in map(cipher_available, cfg.ciphers) if n is not None]
+    if names:
+        cli.set_ciphers(":".join(names))
+    elif cfg.ciphers:
+        cli.minimum_version = ssl.TLSVersion.TLSv1_3
+    if cfg.curve_preferences:
+        cli.set_ecdh_curve(check_curve(cfg.curve_preferences[0]))
+    return srv, cli
+
+
+class _TLSRouteListener:
+    """The route port with TLS: each accepted connection does the TLS handshake first (before the INFO),
+    and a failed handshake is logged as nats-server does (``TLS route handshake error``). Duck-types the
+    parts of ``asyncio.Server`` the cluster uses."""
+
+    def __init__(self, cluster: Cluster, sock: socket.socket) -> None:
+        self.cluster = cluster
+        self.sockets = [sock]
+        self._task = cluster.server.loop.create_task(self._accept_loop(sock))
+        self._conns: set[asyncio.Task] = set()
+        self._done = asyncio.Event()
+
+    async def _accept_loop(self, lsock: socket.socket) -> None:
+        loop = self.cluster.server.loop
+        log = self.cluster.server.log
+        try:
+            while True:
+                try:
+                    conn, _ = await loop.sock_accept(lsock)
+                except OSError as e:
+                    log.error(f"Temporary accept error: {e}")
+                    await asyncio.sleep(0.01)
+                    continue
+                conn.setblocking(False)
+                t = loop.create_task(self._handshake(conn))
+                self._conns.add(t)
+                t.add_done_callback(self._conns.discard)
+        finally:
+            self._done.set()
+
+    async def _handshake(self, conn: socket.socket) -> None:
+        cl = self.cluster
+        try:
+            peer = conn.getpeername()
+        except OSError:
+            peer = ("?", 0)
+        try:
+            await cl.server.loop.connect_accepted_socket(lambda: RouteConn(cl), conn, ssl=cl.tls_server,
+                                                         ssl_handshake_timeout=cl.tls_timeout())
+        except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
+            cl.server.log.error(f"{_hostport(str(peer[0]), peer[1])} - TLS route handshake error: "
+                                f"{e or type(e).__name__}")
+            conn.close()
+
+    def close(self) -> None:
+        self._task.cancel()
+        for t in list(self._conns):
+            t.cancel()
+        for s in self.sockets:
+            s.close()
+        self._done.set()
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()
 
 
 def _dial_error(url: RouteURL, e: BaseException) -> str:

@@ -94,6 +94,8 @@ class RouteConn(asyncio.Protocol):
             return
         cl.conns.add(self)
         self.server.log.notice(f"{self.log_prefix()} - Route connection created")
+        if cl.tls_server is not None and not self._tls_checked(transport):
+            return
         if self.solicited:
             self.server.log.debug(f"{self.log_prefix()} - Route connect msg sent")
             self.out += cp.connect_frame(cl.connect_json(self.url))
@@ -105,6 +107,21 @@ class RouteConn(asyncio.Protocol):
         self._ping_timer = srv.loop.call_later(cl.ping_interval(), self._ping_tick)
         self.flush()
         srv.flush_clients()
+
+    def _tls_checked(self, transport: asyncio.BaseTransport) -> bool:
+        """A TLS route (the handshake is done before connection_made): the peer's key must be pinned when
+        ``pinned_certs`` is set. False: closed."""
+        from rillet.server.tls import pinned_error
+        ssl_obj = transport.get_extra_info("ssl_object")
+        tls = self.cluster.opts.tls
+        refused = pinned_error(ssl_obj, tls.pinned_certs if tls is not None else [])
+        if refused is None:
+            self.server.log.debug(f"{self.log_prefix()} - TLS handshake complete")
+            return True
+        self.server.log.debug(f"{self.log_prefix()} - {refused[1]}")
+        self.server.log.error(f"{self.log_prefix()} - TLS route handshake error: {refused[0]}")
+        self.close("TLS Handshake Failure", no_reconnect=not self.solicited)
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:

@@ -3,7 +3,8 @@
 What nats-server accepts is accepted here with its defaults and errors; what Rillet's routes do not do yet
 is refused with file:line:col and the reason, never parsed and ignored:
 
-* ``tls {}`` (routes are plain TCP), ``permissions`` (import/export filters on routes), ``write_timeout``;
+* in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls`` (and what only the client
+  port's block takes); ``permissions`` (import/export filters on routes), ``write_timeout``;
 * ``pool_size`` of 1 or more and ``accounts`` (pinned-account routes): Rillet keeps one route per remote
   server, as nats-server does with ``pool_size: -1``. Left unset (nats-server's default is 3), a Go server
   sees a peer without pooling and keeps one route to it too, which it does for older servers;
@@ -82,7 +83,15 @@ def parse_cluster(b: Any, f: Field) -> None:
         cl.routes = out
 
     def tls(sub: Field) -> None:
-        raise _unsupported(sub, "TLS on routes")
+        t = b.parse_tls(sub, client_side=False, where="cluster")
+        for e in sub.entries():
+            if e.name == "verify_cert_and_check_known_urls" and e.value is True:
+                raise _unsupported(e, "verify_cert_and_check_known_urls (peer certificates checked against "
+                                      "the route URLs)")
+            if e.name == "verify_and_map" and e.value is True:
+                raise _unsupported(e, "verify_and_map (route authorization by certificate)")
+        t.source = sub.pos
+        cl.tls = t
 
     def permissions(sub: Field) -> None:
         raise sub.error("cluster permissions (import/export on routes) are not supported yet")
