@@ -323,6 +323,9 @@ class RouteConn(asyncio.Protocol):
                     self.remote.ls_unsub(ch.origin, ch.account, ch.subject, ch.queue)
                 return
             self.rsubs[key] = (acc, sub)
+            hook = getattr(acc, "route_interest", None)
+            if hook is not None:
+                hook(sub, True)  # leaf connections hear about routed interest (rillet.cluster.leaf)
         elif ch.kind == "weight":
             entry = self.rsubs.get(key)
             if entry is not None:
@@ -332,6 +335,9 @@ class RouteConn(asyncio.Protocol):
             entry = self.rsubs.pop(key, None)
             if entry is not None:
                 entry[0].sublist.remove(entry[1])
+                hook = getattr(entry[0], "route_interest", None)
+                if hook is not None:
+                    hook(entry[1], False)
 
     def _drop_remote_interest(self) -> None:
         self.remote.clear()
@@ -342,6 +348,10 @@ class RouteConn(asyncio.Protocol):
         for acc, subs in by_acc.items():
             acc.sublist.remove_batch(subs)
             acc.remote_changed()
+            hook = getattr(acc, "route_interest", None)
+            if hook is not None:
+                for sub in subs:
+                    hook(sub, False)
 
     # messages
 

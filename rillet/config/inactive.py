@@ -29,9 +29,9 @@ def inactive_warnings(o: Options) -> list[str]:
     if o.gateway:
         out.append(f"Gateway settings (gateway block) are not active: {NOT_ACTIVE.format(what='gateways')}, "
                    "no gateway listener is started and no gateway is solicited")
-    if o.leafnodes:
-        out.append(f"Leafnode settings (leafnodes block) are not active: {NOT_ACTIVE.format(what='leaf nodes')}, "
-                   "no leafnode listener is started and no remote is solicited")
+    if o.leafnodes and (o.leaf is None or not (o.leaf.port or o.leaf.remotes)):
+        out.append("Leafnode settings (leafnodes block) are not active: without a leafnode port (listen) or "
+                   "remotes there is no leafnode listener and no remote is solicited")
     for key in ("connect_error_reports", "reconnect_error_reports"):
         if key in o.extra and not o.cluster.port:
             out.append(f"{key} is not active: it applies to route, gateway and leafnode connections, "

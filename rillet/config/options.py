@@ -191,7 +191,8 @@ class Options:
     jetstream: JetStreamOptions = field(default_factory=JetStreamOptions)
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     gateway: dict[str, Any] = field(default_factory=dict)  # stored for later work
-    leafnodes: dict[str, Any] = field(default_factory=dict)  # stored for later work
+    leafnodes: dict[str, Any] = field(default_factory=dict)  # the leafnodes block as parsed (raw map)
+    leaf: Any = None  # rillet.config.leaf_section.LeafNodeOptions: leaf nodes (hub listener, remotes)
     mqtt: dict[str, Any] = field(default_factory=dict)
     mappings: dict[str, Any] = field(default_factory=dict)  # subject -> dest (str, or list of {destination, weight, cluster})
     tags: list[str] = field(default_factory=list)

@@ -157,8 +157,8 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "storedir": self.top_store_dir,
             "cluster": self.cluster,
             "gateway": self.raw_map("gateway", "Expected gateway to be a map"),  # warned about at start
-            "leafnodes": self.raw_map("leafnodes", "Expected map to define a leafnode"),
-            "leaf": self.raw_map("leafnodes", "Expected map to define a leafnode"),
+            "leafnodes": self.leafnodes,
+            "leaf": self.leafnodes,
             "mappings": self.mappings, "maps": self.mappings,
             "server_tags": self.server_tags,
             # operator mode
@@ -251,6 +251,10 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
                 raise f.error(f"{not_a_map}, got {go_type(f.value)}")
             setattr(self.o, attr, f.as_map())
         return handler
+
+    def leafnodes(self, f: Field) -> None:
+        from rillet.config.leaf_section import parse_leafnodes
+        parse_leafnodes(self, f)
 
     def top_store_dir(self, f: Field) -> None:
         if self.store_dir_set:

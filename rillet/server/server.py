@@ -66,6 +66,10 @@ class Server:
         if o.cluster.port:
             from rillet.cluster.cluster import Cluster
             self.cluster = Cluster(self)  # ValueError: refuse to start
+        self.leafnodes: Any = None  # rillet.cluster.leaf.LeafNodes, when a leafnode port or remotes are set
+        if o.leaf is not None and (o.leaf.port or o.leaf.remotes):
+            from rillet.cluster.leaf import LeafNodes
+            self.leafnodes = LeafNodes(self)  # ValueError: refuse to start
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
         if o.mappings:
             from rillet.subjects.mapping import parse_mappings
@@ -120,7 +124,11 @@ class Server:
     # ---- accounts -------------------------------------------------------------------------------------
 
     def _make_account(self, name: str) -> Account:
-        acc = (Account if self.cluster is None else self.cluster.account_class)(self, name)
+        cls = Account if self.cluster is None else self.cluster.account_class
+        if self.leafnodes is not None:
+            from rillet.cluster.leaf import LeafAccount
+            cls = LeafAccount
+        acc = cls(self, name)
         self.accounts[name] = acc
         sa = getattr(self, "sysacc", None)
         if sa is not None:
@@ -180,6 +188,8 @@ class Server:
             raise
         if self.cluster is not None:
             await self.cluster.start()  # the route port, and the configured routes dialled
+        if self.leafnodes is not None:
+            await self.leafnodes.start()  # the leafnode port, and the remotes dialled
         if self.operator is not None:
             self.sysacc.on_claims_update = self.operator.resolver.on_account_update
         self.sysacc.start()

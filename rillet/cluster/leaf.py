@@ -1,0 +1,1100 @@
+"""Leaf node connections, as nats-server 2.15 makes them: the hub side (leafnode listener) and the leaf side
+(``remotes``, solicited with a reconnect delay), on the LEAF protocol of ``rillet.cluster.protocol``.
+
+One ``LeafConn`` per connection, bound to one local account. Interest crosses it as ``LS+``/``LS-`` (queue
+subscriptions with their weight), messages as ``LMSG``/``HMSG``. Each side keeps what it announced in a
+``LocalInterest`` (reference counted per subject and queue group) and what the peer announced as
+``RemoteSub``\\ s in the account's sublist beside local subscriptions, so a publish pays one match and a
+leaf connection is one more target of ``RoutedAccount``'s fan-out (one LMSG per connection and message).
+
+Who hears what (nats-server's rules):
+
+* a connection where this server is the hub (accepted, the peer is a spoke) is told about every
+  subscription of its account: local clients, internal subscriptions, routed interest and other leafs';
+* a connection this server solicited (we are the spoke) is told only about local subscriptions and those
+  of leafs for which we are the hub (never routed interest);
+* the ``$LDS.<id>`` loop-detection subscription of the account is announced on every leaf connection, and
+  passed on to every other; a server that gets its own back closes with "Loop detected" (and a soliciting
+  side waits 30 s before it tries again);
+* a message from a leaf is delivered locally, to routes (unless it came from our hub), to the other
+  leafs, never back; queue groups get it only where the LMSG names them (the sender chose the group);
+* a message from a route goes to local subscribers and to the leafs we are hub for.
+
+Permissions on a connection: ``deny_imports`` (what the leaf side will not receive: its LS+ are not sent,
+such messages are dropped, and the hub learns them as ``deny_pub`` in CONNECT), ``deny_exports`` (what
+the leaf side will not send), and JetStream's: ``$JS.API.>``, ``$KV.>``, ``$OBJ.>`` never cross a leaf
+connection of a non-system account; ``$JS.<domain>.API.>`` does, and reaches the JetStream whose domain it
+names (each JetStream answers its own domain's prefix); a server's own domain prefix does not leave it when
+the other side has another domain.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import sys
+import time
+from bisect import bisect_right
+from random import random
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import rillet
+from rillet.cluster import info as ci
+from rillet.cluster import protocol as cp
+from rillet.cluster.interest import LocalInterest, RemoteInterest
+from rillet.cluster.routed import RemoteSub, RoutedAccount, origin_only
+from rillet.protocol.parser import ProtocolError
+from rillet.server.accounts import Account
+from rillet.server.auth import compare_secret
+from rillet.server.listen import plain_ip
+from rillet.subjects.sublist import SublistResult
+from rillet.subjects.validate import subject_matches_filter
+
+if TYPE_CHECKING:
+    from rillet.config.leaf_section import LeafNodeOptions, RemoteLeafOptions
+
+LEAF_KIND = 4  # connection kind (Client: 0, internal: 1, route: 2)
+ROUTER_KIND = 2
+LOOP_DELAY = 30.0  # nats-server's leafNodeReconnectDelayAfterLoopDetected
+PERM_DELAY = 30.0  # leafNodeReconnectAfterPermViolation
+SAME_CLUSTER_DELAY = 30.0
+LEAF_DIAL_TIMEOUT = 1.0
+FIRST_INFO_TIMEOUT = 1.0
+JS_DENY = ("$JS.API.>", "$KV.>", "$OBJ.>")  # nats-server's denyAllClientJs
+ERR_SAME_CLUSTER = "remote leafnode has same cluster name"
+ERR_WRONG_PORT = "attempted to connect to leaf node port"
+AUTH_VIOLATION = "Authorization Violation"
+_CRLF = b"\r\n"
+_DENY_CACHE_MAX = 4096
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Deny:
+    """A list of deny patterns with a small cache of literal subjects checked against it."""
+
+    __slots__ = ("patterns", "_cache")
+
+    def __init__(self, patterns: list[str]) -> None:
+        self.patterns = list(dict.fromkeys(patterns))
+        self._cache: dict[bytes, bool] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def hit(self, subject: bytes) -> bool:
+        v = self._cache.get(subject)
+        if v is None:
+            s = subject.decode("utf-8", "surrogateescape")
+            v = any(subject_matches_filter(s, p) for p in self.patterns)
+            if len(self._cache) >= _DENY_CACHE_MAX:
+                self._cache.clear()
+            self._cache[bytes(subject)] = v
+        return v
+
+    def add(self, patterns) -> None:
+        for p in patterns:
+            if p not in self.patterns:
+                self.patterns.append(p)
+        self._cache.clear()
+
+
+class LeafConn(asyncio.Protocol):
+    """One leaf node connection (either side)."""
+
+    kind = LEAF_KIND
+    echo = True
+    no_responders = False
+    perms = None
+
+    def __init__(self, mgr: "LeafNodes", remote: "RemoteState | None" = None) -> None:
+        self.mgr = mgr
+        self.server = mgr.server
+        self.remote = remote  # the remote we solicited (None: accepted on the leafnode port)
+        self.spoke = remote is not None  # we solicited: the peer is our hub
+        self.cid = 0
+        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
+        self.flush_pending = False
+        self.closed = False
+        self.close_reason = ""
+        self.registered = False
+        self.info_received = False
+        self.connect_sent = False
+        self.account: Any = None
+        self.acc_name = ""
+        self.remote_name = ""
+        self.remote_id = ""
+        self.remote_cluster = ""
+        self.remote_domain = ""
+        self.remote_account = ""
+        self.headers = False
+        self.nonce = b""
+        self.compression = ""
+        self.deny_out = _Deny([])  # messages we do not send to the peer (and its literal interest we ignore)
+        self.deny_in = _Deny([])  # messages from the peer we drop (and our interest we do not announce)
+        self.smap = LocalInterest()  # what we announced to the peer (account key unused: b"")
+        self.remote_interest = RemoteInterest()
+        self.rsubs: dict[tuple, RemoteSub] = {}
+        self.parser = cp.ServerParser(self, cp.LEAF, max_control_line=self.server.opts.max_control_line,
+                                      max_payload=self.server.opts.max_payload)
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.start_time = time.time()
+        self.last_activity = self.start_time
+        self.host = ""
+        self.port = 0
+        self.pings_out = 0
+        self.rtt = 0.0
+        self._rtt_start = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.host, self.port = plain_ip(peer[0]), peer[1]
+        srv = self.server
+        srv._cid += 1
+        self.cid = srv._cid
+        mgr = self.mgr
+        if srv.shutting_down or not mgr.running:
+            self.close("Server Shutdown")
+            return
+        mgr.conns.add(self)
+        log = srv.log
+        if self.spoke:
+            acc = self.remote.opts.account or "$G"
+            log.notice(f"{self.log_prefix()} - Leafnode connection created for account: {acc}")
+            # wait for the hub's INFO; then CONNECT
+            self._auth_timer = srv.loop.call_later(self.remote.opts.first_info_timeout or FIRST_INFO_TIMEOUT * 2,
+                                                   self._info_timeout)
+        else:
+            log.notice(f"{self.log_prefix()} - Leafnode connection created")
+            self.nonce = srv.make_nonce()
+            self.parser.awaiting_connect = True
+            self.out += cp.info_frame(mgr.hub_info(self))
+            timeout = mgr.opts.auth_timeout or srv.opts.auth_timeout or 2.0
+            self._auth_timer = srv.loop.call_later(timeout, self._auth_timeout)
+            self.flush()
+            srv.flush_clients()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
+            self._teardown()
+
+    def close(self, reason: str, err: str | None = None) -> None:
+        if self.closed:
+            return
+        if err is not None:
+            self.out += cp.err_frame(err)
+        self.close_reason = reason
+        t = self.transport
+        if t is not None:
+            if self.out:
+                try:
+                    t.write(bytes(self.out))
+                except (OSError, RuntimeError) as e:
+                    self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
+                self.out.clear()
+            t.close()
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for t in (self._ping_timer, self._auth_timer):
+            if t is not None:
+                t.cancel()
+        acc = f" - Account: {self.acc_name}" if self.acc_name else ""
+        self.server.log.notice(f"{self.log_prefix()} - Leafnode connection closed: {self.close_reason}{acc}")
+        self._drop_remote_interest()
+        self.mgr.conn_closed(self)
+
+    # ---- reading --------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            if e.client_error == cp.AUTH_VIOLATION:
+                self.server.log.error(f"{self.log_prefix()} - authentication error")
+            else:
+                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+            self.close(e.reason, e.client_error)
+        self.server.flush_clients()
+
+    # ---- handshake ------------------------------------------------------------------------------------
+
+    def proto_before_connect(self) -> bool:
+        self.server.log.error(f"{self.log_prefix()} - authentication error")
+        return False
+
+    def proto_info(self, arg: bytes) -> None:
+        info = ci.decode_info(arg)
+        if not self.spoke:
+            return  # (an accepting side reads the INFO of compression negotiation only, which we do not do)
+        log = self.server.log
+        if not self.info_received:
+            self.info_received = True
+            if self._auth_timer is not None:
+                self._auth_timer.cancel()
+                self._auth_timer = None
+            if info.client_id == 0 or info.leafnode_urls is None:
+                log.error(f"{self.log_prefix()} - {ERR_WRONG_PORT}")
+                self.close("Wrong Port")
+                return
+            if info.cluster and " " in info.cluster:
+                self.close("Protocol Violation", "Invalid cluster name")
+                return
+            if info.tls_required:
+                log.error(f"{self.log_prefix()} - the hub requires TLS, which Rillet's leaf connections "
+                          "do not support yet")
+                self.close("TLS Handshake Error")
+                return
+            self.nonce = info.nonce.encode()
+            self.headers = info.headers and not self.server.opts.no_header_support
+            self.remote_name = info.server_name or info.server_id
+            self.remote_id = info.server_id
+            self.remote_domain = info.domain
+            self.remote_cluster = info.cluster
+            self.compression = "not supported" if not info.compression else "off"
+            try:
+                self.out += cp.connect_frame(self.mgr.leaf_connect(self))
+            except (OSError, ValueError) as e:
+                log.error(f"{self.log_prefix()} - {e}")
+                self.close("Write Error")
+                return
+            self.connect_sent = True
+            log.debug(f"{self.log_prefix()} - Remote leafnode connect msg sent")
+            self.flush()
+            if not info.info_on_connect or info.connect_info:
+                self._finish_solicited(info)
+            return
+        if info.remote_account:
+            self.remote_account = info.remote_account
+        if info.connect_info and not self.registered:
+            self._finish_solicited(info)
+
+    def _finish_solicited(self, info: ci.Info) -> None:
+        if info.remote_account:
+            self.remote_account = info.remote_account
+        if info.export is not None and info.export.deny:
+            self.deny_out.add(info.export.deny)
+        if info.import_ is not None and info.import_.deny:
+            self.deny_in.add(info.import_.deny)
+        self.mgr.register(self)
+
+    def proto_connect(self, arg: bytes) -> None:
+        if self.spoke:
+            return
+        log = self.server.log
+        try:
+            raw = json.loads(arg)
+        except ValueError:
+            raw = None
+        if isinstance(raw, dict) and raw.get("lang"):
+            log.error(f"{self.log_prefix()} - {ERR_WRONG_PORT}")
+            self.close("Wrong Port", ERR_WRONG_PORT)
+            return
+        co = ci.decode_leaf_connect(arg)
+        if co.cluster and " " in co.cluster:
+            self.close("Protocol Violation", "Invalid cluster name")
+            return
+        cl = self.server.cluster
+        if cl is not None and co.cluster and co.cluster == cl.name:
+            log.error(f"{self.log_prefix()} - {ERR_SAME_CLUSTER}")
+            self.close("Cluster Names Identical", ERR_SAME_CLUSTER)
+            return
+        if co.gateway:
+            text = f'Rejecting connection from gateway "{co.gateway}" on the leafnode port'
+            log.error(f"{self.log_prefix()} - {text}")
+            self.close("Wrong Gateway", text)
+            return
+        if co.is_hub:
+            log.error(f"{self.log_prefix()} - a leafnode that declares itself a hub is not supported by Rillet")
+            self.close("Protocol Violation", AUTH_VIOLATION)
+            return
+        acc_name = self.mgr.authorize(co, raw if isinstance(raw, dict) else {}, self.nonce)
+        if acc_name is None:
+            log.error(f"{self.log_prefix()} - authentication error")
+            self.close("Authentication Failure", AUTH_VIOLATION)
+            return
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self.parser.awaiting_connect = False
+        self.headers = co.headers and not self.server.opts.no_header_support
+        self.remote_name = co.name or co.server_id
+        self.remote_id = co.server_id
+        self.remote_cluster = co.cluster
+        self.remote_domain = co.domain
+        self.remote_account = co.remote_account
+        self.compression = co.compress_mode or "not supported"
+        if co.deny_pub:
+            self.deny_out.add(co.deny_pub)
+        self.account = self.server.lookup_account(acc_name)
+        self.acc_name = acc_name
+        # the INFO that tells the leaf the CONNECT was accepted (and the account it is bound to)
+        self.out += cp.info_frame(self.mgr.hub_info(self, connect_info=True))
+        self.mgr.register(self)
+
+    def proto_ping(self) -> None:
+        self.out += cp.PONG
+        self.flush()
+
+    def proto_pong(self) -> None:
+        self.pings_out = 0
+        if self._rtt_start:
+            self.rtt = time.monotonic() - self._rtt_start
+            self._rtt_start = 0.0
+
+    def proto_ok(self) -> None:
+        pass
+
+    def proto_err(self, arg: bytes) -> None:
+        text = arg.decode("utf-8", "replace").strip().strip("'")
+        log = self.server.log
+        if "Loop detected" in text:
+            delay = self._set_delay(LOOP_DELAY)
+            log.error(f"{self.log_prefix()} - "
+                      f"{ci.leaf_loop_error(self.acc_name or self._acc_for_log(), int(delay))}")
+            self.close("Protocol Violation")
+            return
+        if ERR_SAME_CLUSTER in text:
+            delay = self._set_delay(SAME_CLUSTER_DELAY)
+            log.error(f"{self.log_prefix()} - Leafnode connection dropped with same cluster name error. "
+                      f"Delaying attempt to reconnect for {int(delay)}s")
+            self.close("Cluster Names Identical")
+            return
+        log.error(f"{self.log_prefix()} - Leafnode Error '{text}'")
+        self.close("Parse Error")
+
+    def _acc_for_log(self) -> str:
+        if self.remote is not None:
+            return self.remote.opts.account or "$G"
+        return ""
+
+    def _set_delay(self, delay: float) -> float:
+        if self.remote is not None:
+            d = self.mgr.test_delay or delay
+            self.remote.delay = d
+            return d
+        return delay
+
+    # ---- interest from the peer -----------------------------------------------------------------------
+
+    def proto_leaf_sub(self, subject: bytes, queue: bytes | None, weight: int) -> None:
+        acc = self.account
+        if acc is None or not self.registered:
+            self.close("Protocol Violation", AUTH_VIOLATION)
+            return
+        if subject.startswith(ci.LDS_PREFIX) and subject == self.mgr.lds_of(acc):
+            self._loop_detected()
+            return
+        if b"*" not in subject and b">" not in subject and not subject.startswith(ci.LDS_PREFIX) \
+                and self.deny_out and self.deny_out.hit(subject):
+            # interest in what this side may not send: ignored (nats-server: a no-op on a spoke, an error
+            # and a closed connection on a hub, whose leaf should not have asked)
+            self.server.log.debug(f"{self.log_prefix()} - Permissions Violation for Subscription to "
+                                  f"{subject.decode(errors='replace')!r} ignored")
+            return
+        ch = self.remote_interest.rs_sub(b"", subject, queue, weight)
+        if ch is None:
+            return
+        key = (ch.subject, ch.queue)
+        if ch.kind == "add":
+            sub = RemoteSub(self, ch.subject.decode("utf-8", "surrogateescape"),
+                            ch.queue.decode("utf-8", "surrogateescape") if ch.queue else None, ch.weight,
+                            self.remote_cluster.encode() if self.remote_cluster else None)
+            try:
+                acc.sublist.insert(sub)
+            except ValueError as e:
+                self.server.log.error(f"{self.log_prefix()} - leaf subscription on invalid subject "
+                                      f"{sub.subject!r} refused: {e}")
+                self.remote_interest.rs_unsub(b"", subject, queue)
+                return
+            self.rsubs[key] = sub
+            self.mgr.sub_changed(acc, sub, True)
+        elif ch.kind == "weight":
+            sub = self.rsubs.get(key)
+            if sub is not None:
+                sub.weight = ch.weight
+                acc.remote_changed()
+
+    def proto_leaf_unsub(self, subject: bytes, queue: bytes | None) -> None:
+        acc = self.account
+        if acc is None or not self.registered:
+            return
+        ch = self.remote_interest.rs_unsub(b"", subject, queue)
+        if ch is None:
+            return
+        sub = self.rsubs.pop((ch.subject, ch.queue), None)
+        if sub is not None:
+            acc.sublist.remove(sub)
+            self.mgr.sub_changed(acc, sub, False)
+
+    def _drop_remote_interest(self) -> None:
+        self.remote_interest.clear()
+        subs = list(self.rsubs.values())
+        self.rsubs.clear()
+        acc = self.account
+        if acc is None or not subs:
+            return
+        acc.sublist.remove_batch(subs)
+        acc.remote_changed()
+        for sub in subs:
+            self.mgr.sub_changed(acc, sub, False)
+
+    def _loop_detected(self) -> None:
+        delay = self._set_delay(LOOP_DELAY)
+        text = ci.leaf_loop_error(self.acc_name, int(delay))
+        self.server.log.error(f"{self.log_prefix()} - {text}")
+        self.close("Protocol Violation", text)
+
+    # ---- messages from the peer -----------------------------------------------------------------------
+
+    def proto_leaf_msg(self, subject: bytes, reply: bytes | None, queues: tuple, payload: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(payload)
+        acc = self.account
+        if acc is None or not self.registered:
+            self.close("Protocol Violation", AUTH_VIOLATION)
+            return
+        if self.deny_in and self.deny_in.hit(subject):
+            return
+        acc.deliver_leaf(self, subject, reply, queues, -1, payload)
+
+    def proto_leaf_hmsg(self, subject: bytes, reply: bytes | None, queues: tuple, hdr_len: int,
+                        msg: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(msg)
+        acc = self.account
+        if acc is None or not self.registered:
+            self.close("Protocol Violation", AUTH_VIOLATION)
+            return
+        if self.deny_in and self.deny_in.hit(subject):
+            return
+        acc.deliver_leaf(self, subject, reply, queues, hdr_len, msg)
+
+    # ---- writing --------------------------------------------------------------------------------------
+
+    def send_msg(self, account: bytes, subject: bytes, reply: bytes | None, queues: list, hdr: int,
+                 msg: bytes) -> None:
+        """One LMSG (or HMSG) to the peer (``account`` is the connection's own, not on the wire)."""
+        if self.deny_out and self.deny_out.hit(subject):
+            return
+        out = self.out
+        if hdr < 0:
+            out += cp.leaf_msg_head(subject, reply, queues, len(msg))
+            out += msg
+        elif self.headers:
+            out += cp.leaf_hmsg_head(subject, reply, queues, hdr, len(msg))
+            out += msg
+        else:
+            payload = msg[hdr:]
+            out += cp.leaf_msg_head(subject, reply, queues, len(payload))
+            out += payload
+        out += _CRLF
+        self.out_msgs += 1
+        self.out_bytes += len(msg)
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def send(self, frame: bytes) -> None:
+        self.out += frame
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def write_out(self) -> None:
+        self.flush_pending = False
+        out = self.out
+        t = self.transport
+        if not out or self.closed or t is None:
+            out.clear()
+            return
+        t.write(bytes(out))
+        out.clear()
+        mp = self.server.opts.max_pending
+        if t.get_write_buffer_size() > mp:
+            self.server.slow_consumers += 1
+            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
+            t.abort()
+            self.close("Slow Consumer (Pending Bytes)")
+
+    # ---- timers ---------------------------------------------------------------------------------------
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.closed and self.parser.awaiting_connect:
+            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
+            self.close("Authentication Timeout", "Authentication Timeout")
+
+    def _info_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.closed and not self.info_received:
+            self.server.log.error(f"{self.log_prefix()} - Leafnode did not receive an INFO in time")
+            self.close("Read Error")
+
+    def start_pings(self) -> None:
+        self._ping_timer = self.server.loop.call_later(self.server.opts.ping_interval, self._ping_tick)
+
+    def _ping_tick(self) -> None:
+        if self.closed:
+            return
+        if self.pings_out + 1 > self.server.opts.ping_max:
+            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            self.close("Stale Connection", "Stale Connection")
+            return
+        self.pings_out += 1
+        self._rtt_start = time.monotonic()
+        self.send(cp.PING)
+        self.server.flush_clients()
+        self._ping_timer = self.server.loop.call_later(self.server.opts.ping_interval, self._ping_tick)
+
+    # ---- monitoring and logging -----------------------------------------------------------------------
+
+    def monitor_info(self, q: dict) -> dict:
+        """This connection as nats-server's /leafz shows it (LeafInfo)."""
+        from rillet.monitor.gofmt import rtt_string
+        d: dict[str, Any] = {
+            "id": self.cid, "name": self.remote_name, "is_spoke": self.spoke, "account": self.acc_name,
+            "ip": self.host, "port": self.port,
+        }
+        d["rtt"] = rtt_string(self.rtt)[0] if self.rtt else "0s"
+        d.update({"in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
+                  "out_bytes": self.out_bytes, "subscriptions": len(self.rsubs)})
+        if q.get("subs"):
+            d["subscriptions_list"] = [sub.subject for sub in self.rsubs.values()]
+        if self.compression:
+            d["compression"] = self.compression
+        return d
+
+    def log_prefix(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        name = f" - lid:{self.cid}"
+        if self.remote_name:
+            name += f" - \"{self.remote_name}\""
+        return f"{host}:{self.port}{name}"
+
+    def trace(self, msg: str) -> None:
+        self.server.log.trace(f"{self.log_prefix()} - {msg}")
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")
+
+    def __repr__(self) -> str:
+        return f"<LeafConn lid:{self.cid} {self.remote_name} {'spoke' if self.spoke else 'hub'}>"
+
+
+class RemoteState:
+    """One configured remote: its options, which URL is next, the delay before the next attempt."""
+
+    def __init__(self, opts: "RemoteLeafOptions", reconnect: float) -> None:
+        self.opts = opts
+        self.urls = list(opts.urls)
+        self.index = -1
+        self.delay = 0.0  # a one-time delay set by a loop or a refusal (else the reconnect interval)
+        self.reconnect = reconnect
+        self.conn: LeafConn | None = None
+        self.attempts = 0
+
+    def next_url(self):
+        self.index = (self.index + 1) % len(self.urls)
+        return urlsplit(self.urls[self.index])
+
+
+class LeafNodes:
+    """The leaf node manager of a server: the leafnode listener, the remotes, interest, /leafz."""
+
+    def __init__(self, server: Any) -> None:
+        from rillet.config.leaf_section import validate_leafnodes
+        self.server = server
+        self.opts: "LeafNodeOptions" = server.opts.leaf
+        validate_leafnodes(server.opts)  # ValueError: refuse to start
+        self.conns: set[LeafConn] = set()
+        self.remotes = [RemoteState(r, self.opts.reconnect) for r in self.opts.remotes if not r.disabled]
+        self.running = False
+        self.addr: tuple[str, int] | None = None
+        self._listener: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._lds: dict[str, bytes] = {}
+        self.test_delay = 0.0  # tests: replaces the 30 s delays after a loop or refusal
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from rillet.server.listen import listening_socket
+        srv = self.server
+        o = self.opts
+        self.running = True
+        srv.on_shutdown.append(self.shutdown)
+        if o.port:
+            host = o.host or "0.0.0.0"
+            port = 0 if o.port == -1 else o.port
+            try:
+                sock = await listening_socket(srv.loop, host, port)
+                self._listener = await srv.loop.create_server(lambda: LeafConn(self), sock=sock, backlog=1024)
+            except OSError as e:
+                raise OSError(e.errno, f"Error listening on leafnode port: {o.port} - listen tcp "
+                                       f"{_hostport(host, port)}: bind: {(e.strerror or str(e)).lower()}") from e
+            self.addr = (host, self._listener.sockets[0].getsockname()[1])
+            srv.log.notice(f"Listening for leafnode connections on {_hostport(host, self.addr[1])}")
+        for r in self.remotes:
+            self._solicit(r, 0.0)
+
+    async def shutdown(self) -> None:
+        self.running = False
+        if self._listener is not None:
+            self._listener.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for lc in list(self.conns):
+            lc.close("Server Shutdown")
+        if self._listener is not None:
+            try:
+                await asyncio.wait_for(self._listener.wait_closed(), 2)
+            except (asyncio.TimeoutError, OSError) as e:
+                self.server.log.debug(f"leafnode listener close: {e!r}")
+
+    # ---- soliciting -----------------------------------------------------------------------------------
+
+    def _solicit(self, r: RemoteState, delay: float) -> None:
+        t = self.server.loop.create_task(self._connect(r, delay))
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            self.server.log.error(f"leafnode connect task failed: {t.exception()!r}")
+
+    async def _connect(self, r: RemoteState, delay: float) -> None:
+        srv = self.server
+        log = srv.log
+        if delay:
+            await asyncio.sleep(delay)
+        while self.running:
+            u = r.next_url()
+            host, port = u.hostname or "", u.port or 7422
+            log.debug(f"Trying to connect as leafnode to remote server on {_hostport(host, port)}")
+            try:
+                _, lc = await asyncio.wait_for(srv.loop.create_connection(lambda: LeafConn(self, r), host, port),
+                                               r.opts.dial_timeout or self.opts.dial_timeout or LEAF_DIAL_TIMEOUT)
+                r.conn = lc
+                r.attempts = 0
+                return
+            except (OSError, asyncio.TimeoutError) as e:
+                r.attempts += 1
+                why = e.strerror if isinstance(e, OSError) and e.strerror else (str(e) or type(e).__name__)
+                text = (f"Error trying to connect as leafnode to remote server {_hostport(host, port)!r} "
+                        f"(attempt {r.attempts}): dial tcp {_hostport(host, port)}: {why.lower()}")
+                if r.attempts == 1 or r.attempts % 3600 == 0:
+                    log.error(text)
+                else:
+                    log.debug(text)
+                await asyncio.sleep(r.reconnect)
+
+    def leaf_connect(self, lc: LeafConn) -> bytes:
+        """The CONNECT a soliciting side sends (after the hub's INFO, which carried the nonce)."""
+        srv = self.server
+        r = lc.remote
+        assert r is not None
+        ro = r.opts
+        acc = ro.account or "$G"
+        js = srv.jetstream is not None
+        co = ci.LeafConnect(version=rillet.SERVER_VERSION, server_id=srv.server_id, domain=self._domain(),
+                            name=srv.name, headers=not srv.opts.no_header_support, jetstream=js,
+                            deny_pub=list(ro.deny_imports) or None, compress_mode=lc.compression,
+                            remote_account=acc, protocol=ci.SERVER_PROTO)
+        if srv.cluster is not None:
+            co.cluster = srv.cluster.name
+        if ro.credentials:
+            from rillet import jwt
+            with open(ro.credentials, "rb") as f:
+                token, seed = jwt.parse_creds(f.read())
+            co.jwt, co.sig = token, _sign(seed, lc.nonce)
+        elif ro.nkey:
+            import nkeys
+            kp = nkeys.from_seed(ro.nkey.encode())
+            co.nkey = kp.public_key.decode()
+            co.sig = _sign(ro.nkey, lc.nonce)
+        u = urlsplit(r.urls[r.index])
+        if u.username:
+            co.user = unquote(u.username)
+            if u.password is not None:
+                co.password = unquote(u.password)
+            else:
+                co.auth_token = co.user
+        lc.account = srv.lookup_account(acc)
+        lc.acc_name = acc
+        js_deny = list(JS_DENY)
+        lc.deny_out.add(list(ro.deny_exports) + js_deny)
+        lc.deny_in.add(list(ro.deny_imports) + js_deny)
+        return ci.encode_leaf_connect(co)
+
+    # ---- accepting ------------------------------------------------------------------------------------
+
+    def _domain(self) -> str:
+        srv = self.server
+        return srv.opts.jetstream.domain if srv.opts.jetstream.enabled else ""
+
+    def hub_info(self, lc: LeafConn, connect_info: bool = False) -> bytes:
+        srv = self.server
+        o = self.opts
+        so = srv.opts
+        host = o.host or "0.0.0.0"
+        port = self.addr[1] if self.addr else o.port
+        info = ci.Info(server_id=srv.server_id, server_name=srv.name, version=rillet.SERVER_VERSION,
+                       proto=ci.SERVER_PROTO, go=f"python{sys.version_info[0]}.{sys.version_info[1]}",
+                       host=host, port=port, headers=not so.no_header_support,
+                       auth_required=self._auth_required(), max_payload=so.max_payload,
+                       jetstream=srv.jetstream is not None, client_id=lc.cid, nonce=lc.nonce.decode(),
+                       domain=self._domain(), leafnode_urls=self.leafnode_urls())
+        if srv.cluster is not None:
+            info.cluster = srv.cluster.name
+        if connect_info:
+            info.connect_info = True
+            info.remote_account = lc.acc_name
+        else:
+            info.info_on_connect = True
+        return ci.encode_info(info)
+
+    def leafnode_urls(self) -> list[str]:
+        o = self.opts
+        port = self.addr[1] if self.addr else o.port
+        if o.no_advertise:
+            return []
+        if o.advertise:
+            from rillet.config.builder_base import split_host_port
+            h, p = split_host_port(o.advertise)
+            return [_hostport(h, int(p) if p else port)]
+        host = o.host or "0.0.0.0"
+        if host in ("0.0.0.0", "::", "[::]"):
+            from rillet.cluster.cluster import global_unicast_ips
+            return [_hostport(ip, port) for ip in global_unicast_ips()] or [_hostport("127.0.0.1", port)]
+        return [_hostport(host, port)]
+
+    def _auth_required(self) -> bool:
+        o = self.opts
+        return bool(o.username or o.users or self.server.authenticator.required)
+
+    def authorize(self, co: ci.LeafConnect, raw: dict, nonce: bytes) -> str | None:
+        """The account a leaf CONNECT binds to, or None when refused (nats-server's isLeafNodeAuthorized:
+        the leafnodes authorization when it has users, else the server's client authorization)."""
+        o = self.opts
+        if o.username:
+            if co.user != o.username or not compare_secret(o.password, co.password):
+                return None
+            return o.account or "$G"
+        if o.users:
+            for u in o.users:
+                if u.username == co.user:
+                    if not compare_secret(u.password, co.password):
+                        return None
+                    return u.account or "$G"
+            return None
+        res = self.server.authenticator.authenticate(raw, nonce, "LEAFNODE")
+        if res is False or res is None:
+            return None
+        if res is True:
+            return o.account or "$G"
+        return getattr(res, "account", "") or "$G"
+
+    # ---- registration and interest --------------------------------------------------------------------
+
+    def register(self, lc: LeafConn) -> None:
+        """A connection is bound to its account: denies, then every subscription it should hear about."""
+        srv = self.server
+        acc = lc.account
+        if lc.closed or acc is None:
+            return
+        if not lc.spoke:
+            lc.deny_out.add(JS_DENY)
+            lc.deny_in.add(JS_DENY)
+        dom = self._domain()
+        if dom and lc.remote_domain != dom:
+            # requests for our own domain do not leave this server
+            lc.deny_out.add([f"$JS.{dom}.API.>"])
+        if dom or lc.remote_domain:
+            srv.log.notice(f"{lc.log_prefix()} - JetStream using domains: local {dom!r}, remote "
+                           f"{lc.remote_domain!r}".replace("'", '"'))
+        lc.registered = True
+        srv.leafs[lc.cid] = lc
+        srv.log.debug(f"{lc.log_prefix()} - Leafnode registered for account {lc.acc_name}")
+        # what the peer should hear about, now
+        frames = []
+        for sub in _all_subs(acc):
+            if self._wants(lc, sub):
+                lc.smap.add(b"", _sb(sub), _qb(sub))
+        for u in lc.smap.snapshot():
+            if lc.deny_in and not u.subject.startswith(ci.LDS_PREFIX) and lc.deny_in.hit(u.subject):
+                continue
+            frames.append(cp.leaf_sub(u.subject, u.queue, u.weight) if u.queue else cp.leaf_sub(u.subject))
+        lds = self.lds_of(acc)
+        lc.smap.add(b"", lds)
+        frames.append(cp.leaf_sub(lds))
+        lc.out += b"".join(frames)
+        lc.out += cp.PING
+        lc.flush()
+        lc.start_pings()
+        srv.schedule_flush()
+
+    def conn_closed(self, lc: LeafConn) -> None:
+        self.conns.discard(lc)
+        self.server.leafs.pop(lc.cid, None)
+        r = lc.remote
+        if r is not None and r.conn is lc:
+            r.conn = None
+        if r is not None and self.running and not self.server.shutting_down:
+            delay = r.delay or r.reconnect
+            r.delay = 0.0
+            self._solicit(r, delay)
+
+    def lds_of(self, acc: Any) -> bytes:
+        s = self._lds.get(acc.name)
+        if s is None:
+            s = self._lds[acc.name] = ci.LDS_PREFIX + secrets.token_urlsafe(16).replace("-", "x").replace(
+                "_", "y").encode()
+        return s
+
+    def _wants(self, lc: LeafConn, sub: Any) -> bool:
+        """Should ``lc`` hear about subscription ``sub`` of its account (nats-server's rules)?"""
+        c = sub.client
+        if c is lc:
+            return False
+        kind = getattr(c, "kind", 0)
+        is_lds = sub.subject.startswith("$LDS.")
+        if kind == ROUTER_KIND:
+            if lc.spoke and not is_lds:
+                return False
+            origin = getattr(sub, "origin", None)
+            if origin and lc.remote_cluster and origin.decode() == lc.remote_cluster:
+                return False
+            return True
+        if kind == LEAF_KIND:
+            if lc.spoke and c.spoke and not is_lds:
+                return False
+            if c.remote_cluster and c.remote_cluster == lc.remote_cluster:
+                return False
+            return True
+        return True
+
+    def sub_changed(self, acc: Any, sub: Any, added: bool) -> None:
+        """A subscription of ``acc`` came or went (local, routed or from a leaf): LS+/LS- where due, and
+        interest of a leaf we are hub for goes to the routes."""
+        c = sub.client
+        if getattr(c, "kind", 0) == LEAF_KIND and not c.spoke:
+            cl = self.server.cluster
+            if cl is not None:
+                cl.local_interest(acc, sub, added)
+        if not self.conns:
+            return
+        sb, qb = _sb(sub), _qb(sub)
+        sent = False
+        for lc in self.conns:
+            if not lc.registered or lc.closed or lc.account is not acc or not self._wants(lc, sub):
+                continue
+            u = lc.smap.add(b"", sb, qb) if added else lc.smap.remove(b"", sb, qb)
+            if u is None:
+                continue
+            if lc.deny_in and not sb.startswith(ci.LDS_PREFIX) and lc.deny_in.hit(sb):
+                continue
+            if u.weight > 0:
+                lc.send(cp.leaf_sub(sb, qb, u.weight) if qb else cp.leaf_sub(sb))
+            else:
+                lc.send(cp.leaf_unsub(sb, qb))
+            sent = True
+        if sent:
+            self.server.schedule_flush()
+
+    # ---- monitoring -----------------------------------------------------------------------------------
+
+    def varz(self) -> dict:
+        o = self.opts
+        d: dict[str, Any] = {}
+        if o.port:
+            d["host"] = o.host or "0.0.0.0"
+            d["port"] = self.addr[1] if self.addr else o.port
+            d["auth_timeout"] = o.auth_timeout or self.server.opts.auth_timeout or 2.0
+        rem = []
+        for r in self.opts.remotes:
+            rd: dict[str, Any] = {"local_account": r.account or "$G"}
+            rd["urls"] = [_redact_host(u) for u in r.urls]
+            if r.deny_imports or r.deny_exports:
+                deny: dict[str, Any] = {}
+                if r.deny_exports:
+                    deny["exports"] = list(r.deny_exports)
+                if r.deny_imports:
+                    deny["imports"] = list(r.deny_imports)
+                rd["deny"] = deny
+            rem.append(rd)
+        if rem:
+            d["remotes"] = rem
+        if o.write_deadline:
+            d["write_deadline"] = int(o.write_deadline * 1e9)
+        return d
+
+
+def _redact_host(u: str) -> str:
+    p = urlsplit(u)
+    return f"{p.hostname}:{p.port or 7422}"
+
+
+def _sign(seed: str, nonce: bytes) -> str:
+    import base64
+
+    import nkeys
+    kp = nkeys.from_seed(seed.encode() if isinstance(seed, str) else seed)
+    return base64.urlsafe_b64encode(kp.sign(nonce)).rstrip(b"=").decode()
+
+
+def _sb(sub: Any) -> bytes:
+    return getattr(sub, "subject_b", None) or sub.subject.encode("utf-8", "surrogateescape")
+
+
+def _qb(sub: Any) -> bytes | None:
+    q = getattr(sub, "queue_b", None)
+    if q:
+        return q
+    return sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None
+
+
+def _all_subs(acc: Any) -> list[Any]:
+    return list(acc.sublist.all())
+
+
+# ==== the account of a server with leaf nodes ======================================================================
+
+class LeafAccount(RoutedAccount):
+    """``RoutedAccount`` (routes may be there or not) that also tells leaf connections about interest and
+    delivers messages that come from them."""
+
+    __slots__ = ()
+
+    def add_sub(self, sub: Any) -> None:
+        if self.server.cluster is not None:
+            RoutedAccount.add_sub(self, sub)
+        else:
+            Account.add_sub(self, sub)
+        ln = self.server.leafnodes
+        if ln is not None:
+            ln.sub_changed(self, sub, True)
+
+    def remove_sub(self, sub: Any) -> None:
+        if self.server.cluster is not None:
+            RoutedAccount.remove_sub(self, sub)
+        else:
+            Account.remove_sub(self, sub)
+        ln = self.server.leafnodes
+        if ln is not None:
+            ln.sub_changed(self, sub, False)
+
+    def route_interest(self, sub: Any, added: bool) -> None:
+        """A route announced or withdrew interest (called by the route connection)."""
+        ln = self.server.leafnodes
+        if ln is not None:
+            ln.sub_changed(self, sub, added)
+
+    def map_subject(self, subject: bytes) -> bytes | None:
+        if self.server.cluster is None:
+            return Account.map_subject(self, subject)
+        return RoutedAccount.map_subject(self, subject)
+
+    def deliver_leaf(self, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                     msg: bytes) -> None:
+        """A message from leaf connection ``lc``: local subscribers, routes (unless it came from our hub),
+        other leafs; queue groups only where the message names them."""
+        if self.mappings:
+            mapped = self.map_subject(subject)
+            if mapped is None:
+                return
+            subject = mapped
+        r = self._match(subject.decode("utf-8", "surrogateescape"))
+        if not (r.psubs or r.qsubs):
+            return
+        sp = self._split(r)
+        spoke = lc.spoke
+        origin = lc.remote_cluster
+        targets: dict[Any, list[bytes]] = {}
+        for rc in sp.routes:
+            if rc is lc or rc.closed:
+                continue
+            if rc.kind == ROUTER_KIND:
+                if spoke:
+                    continue
+            elif origin and rc.remote_cluster == origin:
+                continue
+            targets[rc] = []
+        qsubs: list[list[Any]] = []
+        if queues and r.qsubs:
+            names = set(bytes(q) for q in queues)
+            for g in r.qsubs:
+                qn = g[0].queue_b
+                if qn not in names:
+                    continue
+                loc = [s for s in g if type(s) is not RemoteSub and not origin_only(s)]
+                if loc:
+                    qsubs.append(loc)
+                    continue
+                cands = [s for s in g if s.client is not lc and not s.client.closed
+                         and not (spoke and s.client.kind == ROUTER_KIND)
+                         and not (s.client.kind == LEAF_KIND and origin and s.client.remote_cluster == origin)]
+                if cands:
+                    cum = []
+                    total = 0
+                    for s in cands:
+                        total += max(s.weight, 1)
+                        cum.append(total)
+                    m = cands[min(bisect_right(cum, random() * total), len(cands) - 1)]
+                    targets.setdefault(m.client, []).append(qn)
+        lr = sp.local
+        local = SublistResult(lr.psubs, qsubs) if (qsubs or lr.qsubs) else lr
+        if local.psubs or local.qsubs:
+            Account.deliver_result(self, lc, local, subject, reply, hdr, msg)
+        name = self.name_b
+        for rc, qs in targets.items():
+            rc.send_msg(name, subject, reply, qs, hdr, msg)
+
+    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                       msg: bytes) -> None:
+        """A message from a route: local subscribers (``RoutedAccount``), and the leafs we are hub for."""
+        RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+        if not self.server.leafs:
+            return
+        r = self._match(subject.decode("utf-8", "surrogateescape"))
+        if not (r.psubs or r.qsubs):
+            return
+        sp = self._split(r)
+        targets: dict[Any, list[bytes]] = {}
+        for lc in sp.routes:
+            if lc.kind == LEAF_KIND and not lc.spoke and not lc.closed:
+                targets[lc] = []
+        if queues and r.qsubs:
+            names = set(bytes(q) for q in queues)
+            for g in r.qsubs:
+                qn = g[0].queue_b
+                if qn not in names or qn in sp.inbound_q:
+                    continue  # (a local member took it)
+                cands = [s for s in g if type(s) is RemoteSub and s.client.kind == LEAF_KIND
+                         and not s.client.spoke and not s.client.closed]
+                if cands:
+                    m = cands[int(random() * len(cands))]
+                    targets.setdefault(m.client, []).append(qn)
+        for lc, qs in targets.items():
+            lc.send_msg(self.name_b, subject, reply, qs, hdr, msg)

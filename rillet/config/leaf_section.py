@@ -1,0 +1,345 @@
+"""The ``leafnodes {}`` block of a config file: the leafnode listener (hub side) and the remotes (leaf side).
+
+What nats-server accepts is accepted here with its defaults and errors; what Rillet's leaf nodes do not do
+is refused with file:line:col and the reason, never parsed and ignored:
+
+* TLS (``tls {}`` on the listener or a remote), s2 ``compression`` other than off, ``hub: true`` remotes,
+  HTTP ``proxy``, ``min_version``, ``isolate_leafnode_interest``, ``request_isolation``,
+  ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression / no-masking,
+  ``proxy_required``, and the single ``nkey`` of the listener's authorization are refused;
+* remotes over ``ws://`` URLs are refused too (Rillet dials plain TCP leaf connections only).
+
+The parsed block becomes ``Options.leaf`` (a ``LeafNodeOptions``); ``Options.leafnodes`` keeps the raw map.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from rillet.goquote import go_type
+
+from .typed import Field
+
+DEFAULT_LEAF_PORT = 7422
+DEFAULT_RECONNECT = 1.0  # seconds (nats-server's DEFAULT_LEAF_NODE_RECONNECT)
+DEFAULT_AUTH_TIMEOUT = 0.0  # 0: the server's default authorization timeout
+
+
+@dataclass
+class LeafUser:
+    username: str = ""
+    password: str = ""
+    account: str = ""
+
+
+@dataclass
+class RemoteLeafOptions:
+    urls: list[str] = field(default_factory=list)
+    account: str = ""  # local account bound to the connection ("" = $G)
+    credentials: str = ""
+    nkey: str = ""  # a user seed
+    deny_imports: list[str] = field(default_factory=list)
+    deny_exports: list[str] = field(default_factory=list)
+    no_randomize: bool = False
+    first_info_timeout: float = 0.0
+    dial_timeout: float = 0.0
+    disabled: bool = False
+    ignore_discovered_servers: bool = False
+
+    def name(self) -> str:
+        """What nats-server calls the remote in duplicate errors: its URLs (without credentials)."""
+        out = []
+        for u in self.urls:
+            p = urlsplit(u)
+            host = p.hostname or ""
+            out.append(f"{p.scheme}://{host}:{p.port}" if p.port else f"{p.scheme}://{host}")
+        return " ".join(out)
+
+
+@dataclass
+class LeafNodeOptions:
+    host: str = ""
+    port: int = 0
+    advertise: str = ""
+    no_advertise: bool = False
+    username: str = ""
+    password: str = ""
+    auth_timeout: float = DEFAULT_AUTH_TIMEOUT
+    account: str = ""
+    users: list[LeafUser] = field(default_factory=list)
+    remotes: list[RemoteLeafOptions] = field(default_factory=list)
+    reconnect: float = DEFAULT_RECONNECT
+    dial_timeout: float = 0.0
+    write_deadline: float = 0.0
+
+
+def _refuse(f: Field, what: str) -> Any:
+    return f.error(f"leafnodes {f.key}: {what} is not supported yet")
+
+
+def _refuser(what: str) -> Callable[[Field], None]:
+    def handler(f: Field) -> None:
+        raise _refuse(f, what)
+    return handler
+
+
+def _url(f: Field, text: str) -> str:
+    u = text.strip()
+    try:
+        p = urlsplit(u)
+        p.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        raise f.error(f'error parsing leafnode url ["{u}"]') from None
+    if p.scheme.lower() in ("ws", "wss"):
+        raise f.error(f'leafnodes remote url "{u}": leaf connections over WebSocket are not supported yet')
+    if p.scheme.lower() == "tls":
+        raise f.error(f'leafnodes remote url "{u}": TLS on leaf connections is not supported yet')
+    if not p.hostname:
+        raise f.error(f'error parsing leafnode url ["{u}"]')
+    return u
+
+
+def _compression(f: Field) -> None:
+    v = f.value
+    mode = v if isinstance(v, str) else ("true" if v is True else "false" if v is False else None)
+    if isinstance(v, dict):
+        for e in f.entries():
+            if e.name == "mode":
+                mode = e.as_str()
+            else:
+                raise _refuse(e, "s2 compression")
+    if mode is None:
+        raise f.error(f'field "{f.key}" should be a boolean or a structure, got {go_type(v)}')
+    if mode.lower() not in ("off", "disabled", "false", "not supported", "not_supported"):
+        raise f.error(f'leafnodes compression "{mode}": s2 compression of leaf connections is not supported '
+                      'yet; use compression: off')
+
+
+def _subjects(b: Any, f: Field) -> list[str]:
+    from rillet.subjects.validate import is_valid_subject
+    out = f.as_str_list()
+    for s in out:
+        if not is_valid_subject(s):
+            raise f.error(f'invalid subject "{s}"')
+    return out
+
+
+def parse_leafnodes(b: Any, f: Field) -> None:
+    """Fill ``b.o.leaf`` (and keep the raw map in ``b.o.leafnodes``) from the leafnodes map ``f``."""
+    from rillet.goquote import go_type as _gt
+    if not isinstance(f.value, dict):
+        raise f.error(f"Expected map to define a leafnode, got {_gt(f.value)}")
+    b.o.leafnodes = f.as_map()
+    ln = LeafNodeOptions()
+    b.o.leaf = ln
+    s = b.setter
+    target = lambda: ln  # noqa: E731
+
+    def listen(sub: Field) -> None:
+        ln.host, ln.port = b.host_port(sub)
+
+    def authorization(sub: Field) -> None:
+        if not isinstance(sub.value, dict):
+            raise sub.not_go_type("map[string]interface {}")
+
+        def timeout(e: Field) -> None:
+            if isinstance(e.value, bool) or not isinstance(e.value, (int, float, str)):
+                raise e.error("error parsing leafnode authorization config, 'timeout' wrong type")
+            if isinstance(e.value, str):
+                try:
+                    from rillet.config.values import parse_go_duration
+                    at = parse_go_duration(e.value)
+                except ValueError as err:
+                    raise e.error(f"error parsing leafnode authorization config, 'timeout' {err}") from None
+            else:
+                at = float(e.value)
+            if at > 60:
+                b.warnings.append(e.error(
+                    f"timeout of {e.value} ({at:f} seconds) is high, consider keeping it under 60 seconds. "
+                    "possibly caused by unquoted duration; use '1m' instead of 1m, for example"))
+            ln.auth_timeout = at
+
+        def users(e: Field) -> None:
+            if not isinstance(e.value, list):
+                raise e.error(f"Expected users field to be an array, got {e.value}")
+            out = []
+            for item in e.items():
+                if not isinstance(item.value, dict):
+                    raise item.error(f"Expected user entry to be a map/struct, got {item.value}")
+                u = LeafUser()
+                ut = {
+                    "user": lambda x: setattr(u, "username", x.as_str()),
+                    "username": lambda x: setattr(u, "username", x.as_str()),
+                    "pass": lambda x: setattr(u, "password", x.as_str()),
+                    "password": lambda x: setattr(u, "password", x.as_str()),
+                    "account": lambda x: setattr(u, "account", x.as_str()),
+                    "proxy_required": _refuser("proxy_required"),
+                }
+                b.each(item, ut, "leafnodes.authorization.users")
+                out.append(u)
+            ln.users = out
+
+        table = {
+            "user": s("username", "str", target=target), "username": s("username", "str", target=target),
+            "pass": s("password", "str", target=target), "password": s("password", "str", target=target),
+            "nkey": _refuser("nkey authorization of leaf nodes"),
+            "timeout": timeout,
+            "users": users,
+            "account": s("account", "str", target=target),
+            "proxy_required": _refuser("proxy_required"),
+        }
+        b.each(sub, table, "leafnodes.authorization")
+        if ln.users:
+            if ln.username:
+                raise sub.error("can not have a single user/pass and a users array")
+            seen: set[str] = set()
+            for u in ln.users:
+                if u.username in seen:
+                    raise sub.error(f'duplicate user "{u.username}" detected in leafnode authorization')
+                seen.add(u.username)
+
+    def remotes(sub: Field) -> None:
+        if not isinstance(sub.value, list):
+            raise sub.error(f"Expected remotes field to be an array, got {go_type(sub.value)}")
+        out: list[RemoteLeafOptions] = []
+        names: set[str] = set()
+        for item in sub.items():
+            if not isinstance(item.value, dict):
+                raise item.error(f"Expected remote leafnode entry to be a map/struct, got {item.value}")
+            r = _remote(b, item)
+            rn = r.name()
+            if rn in names:
+                raise item.error(f"duplicate remote {rn}")
+            names.add(rn)
+            out.append(r)
+        ln.remotes = out
+
+    def reconnect(sub: Field) -> None:
+        ln.reconnect = sub.as_duration(b.warnings)
+
+    table: dict[str, Callable[[Field], None]] = {
+        "listen": listen,
+        "port": s("port", "int", target=target),
+        "host": s("host", "str", target=target),
+        "net": s("host", "str", target=target),
+        "authorization": authorization,
+        "remotes": remotes,
+        "reconnect": reconnect, "reconnect_delay": reconnect, "reconnect_interval": reconnect,
+        "dial_timeout": s("dial_timeout", "duration", target=target),
+        "tls": _refuser("TLS on leaf connections"),
+        "advertise": s("advertise", "str", target=target),
+        "leafnode_advertise": s("advertise", "str", target=target),
+        "no_advertise": s("no_advertise", "bool", target=target),
+        "min_version": _refuser("a minimum leafnode version"),
+        "minimum_version": _refuser("a minimum leafnode version"),
+        "compression": _compression,
+        "isolate_leafnode_interest": _refuser("interest isolation"),
+        "isolate": _refuser("interest isolation"),
+        "write_deadline": s("write_deadline", "duration", target=target),
+        "write_timeout": _refuser("write_timeout (write deadline policy)"),
+    }
+    b.each(f, table, "leafnodes")
+
+
+def _remote(b: Any, f: Field) -> RemoteLeafOptions:
+    r = RemoteLeafOptions()
+    s = b.setter
+    target = lambda: r  # noqa: E731
+
+    def urls(e: Field) -> None:
+        if isinstance(e.value, str):
+            r.urls.append(_url(e, e.value))
+            return
+        if not isinstance(e.value, list):
+            raise e.error(f"Expected remote leafnode url to be an array or string, got {e.value}")
+        seen: set[str] = set()
+        for item in e.items():
+            text = item.as_str()
+            if text in seen:
+                b.warnings.append(item.error("Duplicate leafnode entry detected"))
+                continue
+            seen.add(text)
+            r.urls.append(_url(item, text))
+
+    def creds(e: Field) -> None:
+        if r.nkey:
+            raise e.error("Remote leafnode can not have both creds and nkey defined")
+        import os
+        r.credentials = os.path.expanduser(os.path.expandvars(e.as_str()))
+
+    def nkey(e: Field) -> None:
+        v = e.as_str()
+        try:
+            import nkeys
+            kp = nkeys.from_seed(v.encode())
+            ok = kp.public_key.decode().startswith("U")
+        except Exception:  # noqa: BLE001 - any decoding failure is nats-server's "not a valid seed"
+            ok = False
+        if not ok:
+            raise e.error(f'Remote leafnode nkey is not a valid seed: "{v}"')
+        if r.credentials:
+            raise e.error("Remote leafnode can not have both creds and nkey defined")
+        r.nkey = v
+
+    def deny(attr: str) -> Callable[[Field], None]:
+        return lambda e: setattr(r, attr, _subjects(b, e))
+
+    def hub(e: Field) -> None:
+        if e.as_bool():
+            raise _refuse(e, "a remote that is a hub (hub: true)")
+
+    table: dict[str, Callable[[Field], None]] = {
+        "url": urls, "urls": urls,
+        "account": s("account", "str", target=target), "local": s("account", "str", target=target),
+        "credentials": creds, "creds": creds,
+        "nkey": nkey, "seed": nkey,
+        "tls": _refuser("TLS on leaf connections"),
+        "hub": hub,
+        "deny_imports": deny("deny_imports"), "deny_import": deny("deny_imports"),
+        "deny_exports": deny("deny_exports"), "deny_export": deny("deny_exports"),
+        "no_randomize": s("no_randomize", "bool", target=target),
+        "dont_randomize": s("no_randomize", "bool", target=target),
+        "ws_compress": _refuser("leaf connections over WebSocket"),
+        "ws_compression": _refuser("leaf connections over WebSocket"),
+        "websocket_compress": _refuser("leaf connections over WebSocket"),
+        "websocket_compression": _refuser("leaf connections over WebSocket"),
+        "ws_no_masking": _refuser("leaf connections over WebSocket"),
+        "websocket_no_masking": _refuser("leaf connections over WebSocket"),
+        "jetstream_cluster_migrate": _refuser("jetstream_cluster_migrate"),
+        "js_cluster_migrate": _refuser("jetstream_cluster_migrate"),
+        "isolate_leafnode_interest": _refuser("interest isolation"),
+        "isolate": _refuser("interest isolation"),
+        "request_isolation": _refuser("interest isolation"),
+        "compression": _compression,
+        "first_info_timeout": s("first_info_timeout", "duration", target=target),
+        "dial_timeout": s("dial_timeout", "duration", target=target),
+        "disabled": s("disabled", "bool", target=target),
+        "proxy": _refuser("leaf connections through an HTTP proxy"),
+        "ignore_discovered_servers": s("ignore_discovered_servers", "bool", target=target),
+    }
+    b.each(f, table, "leafnodes.remotes")
+    return r
+
+
+def validate_leafnodes(o: Any) -> None:
+    """The start-time checks of nats-server's validateLeafNode (ValueError: refuse to start)."""
+    ln = o.leaf
+    if ln is None:
+        return
+    if o.trusted_operators or o.trusted_keys:
+        raise ValueError("Rillet does not support leaf nodes in operator mode yet")
+    names = {"$G", ""} | set(getattr(o, "accounts", {}) or {})
+    if not o.system_account and not o.no_system_account:
+        names.add("$SYS")
+    elif o.system_account:
+        names.add(o.system_account)
+
+    def check(acc: str, what: str) -> None:
+        if acc not in names:
+            raise ValueError(f'cannot find local account "{acc}" specified in leafnode {what}')
+    check(ln.account, "authorization")
+    for u in ln.users:
+        check(u.account, "authorization")
+    for r in ln.remotes:
+        check(r.account, "remote")
