@@ -384,3 +384,49 @@ async def test_tls_route_with_a_go_server(route_pki):
         finally:
             await r_dial.shutdown()
             await r_acc.shutdown()
+
+
+# ==== compression ================================================================================================
+
+@pytest.mark.parametrize("value", ["accept", "{ mode: accept }", "off"])
+def test_compression_accept_and_off_are_announced_off(value):
+    import json
+
+    from rillet.cluster.cluster import Cluster
+    o = load_string(f"cluster {{ name: c, listen: 127.0.0.1:-1, compression: {value} }}\n")
+    s = Server(o, Logger(out=io.StringIO()))
+    cl: Cluster = s.cluster
+    assert json.loads(cl.initial_info(0))["compression"] == "off"
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_go_server_asking_for_s2_gets_an_uncompressed_route():
+    """A Go server configured for s2_fast meets our "off" (accept): the route works uncompressed."""
+    import json
+    import urllib.request
+    gport, gcl, ghttp = free_port(), free_port(), free_port()
+    conf = (f"port: {gport}\nhttp_port: {ghttp}\nserver_name: go1\n"
+            f"cluster {{ name: c, listen: 127.0.0.1:{gcl}, compression: s2_fast }}\n")
+    with go_server(conf, ghttp):
+        o = load_string("server_name: r0\nlisten: 127.0.0.1:-1\n"
+                        f"cluster {{ name: c, listen: 127.0.0.1:-1, routes: [nats://127.0.0.1:{gcl}], "
+                        "compression: accept }\n")
+        r = Server(o, Logger(out=io.StringIO()))
+        await r.start()
+        try:
+            await _until(lambda: len(r.cluster.routes) == 1, 10, "route to the Go server")
+            z = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez", timeout=2).read())
+            assert [rt.get("compression") for rt in z["routes"]] == ["off"]
+            async with contextlib.AsyncExitStack() as st:
+                g = await nats.connect(f"nats://127.0.0.1:{gport}")
+                nc = await nats.connect(r.client_url)
+                st.push_async_callback(g.close)
+                st.push_async_callback(nc.close)
+                sub = await nc.subscribe("cz")
+                await nc.flush()
+                await _go_sees(ghttp, "cz", 1)
+                await g.publish("cz", b"x" * 4000)
+                await g.flush()
+                assert (await sub.next_msg(2)).data == b"x" * 4000
+        finally:
+            await r.shutdown()

@@ -666,7 +666,7 @@ def test_cluster_errors():
     ("pool_size: 1", "route pooling is not supported yet"),
     ("accounts: [A]", "routes pinned to accounts"),
     ("compression: s2_fast", "s2 compression of routes is not supported yet"),
-    ("compression: accept", "s2 compression of routes is not supported yet"),
+    ("compression: { mode: s2_best }", "s2 compression of routes is not supported yet"),
     ("compression: true", "s2 compression of routes is not supported yet"),
     ("permissions: { import: \">\", export: \"a.>\" }", "cluster permissions"),
     ("authorization { user: a, password: b, permissions: { import: x } }", "cluster permissions"),

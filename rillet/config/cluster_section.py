@@ -8,8 +8,10 @@ is refused with file:line:col and the reason, never parsed and ignored:
 * ``pool_size`` of 1 or more and ``accounts`` (pinned-account routes): Rillet keeps one route per remote
   server, as nats-server does with ``pool_size: -1``. Left unset (nats-server's default is 3), a Go server
   sees a peer without pooling and keeps one route to it too, which it does for older servers;
-* ``compression`` other than off: s2 is not implemented. A Go server configured for compression negotiates
-  "off" with a peer that announces it, as with any peer that has compression off.
+* ``compression`` other than off and accept: s2 is not implemented (cramjam, the compression library
+  Rillet depends on, has snappy but not s2, whose blocks Go's s2 writer produces). ``accept`` (nats-server's
+  default: compress only when the peer asks) is accepted and announced as "off", which is what
+  nats-server's accept negotiates with a peer whose compression is off: no route is compressed.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from .typed import Field
 # nats-server's names for the compression modes a config may give (after lower-casing)
 _COMPRESSION_OFF = {"off": "off", "disabled": "off", "false": "off",
                     "not supported": "not supported", "not_supported": "not supported"}
-_COMPRESSION_ON = {"on", "enabled", "true", "accept", "auto", "s2_auto", "fast", "s2_fast", "better",
+_COMPRESSION_ACCEPT = "accept"
+_COMPRESSION_ON = {"on", "enabled", "true", "auto", "s2_auto", "fast", "s2_fast", "better",
                    "s2_better", "best", "s2_best", "uncompressed", "s2_uncompressed"}
 
 ROUTE_MAX_PING_INTERVAL = 30.0  # seconds: nats-server's cap for routes
@@ -128,9 +131,11 @@ def parse_cluster(b: Any, f: Field) -> None:
         m = mode.lower()
         if m in _COMPRESSION_OFF:
             cl.compression = _COMPRESSION_OFF[m]
+        elif m == _COMPRESSION_ACCEPT:
+            cl.compression = "accept"  # nothing to accept from: our INFO says off (see the module docstring)
         elif m in _COMPRESSION_ON:
             raise sub.error(f'cluster compression "{mode}": s2 compression of routes is not supported yet; '
-                            'use compression: off')
+                            'use compression: off or accept')
         else:
             raise sub.error(f'unsupported compression mode "{mode}"')
 
