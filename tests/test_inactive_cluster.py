@@ -51,14 +51,13 @@ def test_flags_of_the_cluster_discovery_tests_start_routing():
 def test_each_configured_block_is_named_in_a_warning(tmp_path):
     conf = tmp_path / "c.conf"
     conf.write_text('listen: "127.0.0.1:-1"\ncluster { name: C, listen: "127.0.0.1:-1" }\n'
-                    'gateway { name: C, listen: "127.0.0.1:-1" }\nleafnodes { listen: "127.0.0.1:-1" }\n'
+                    'leafnodes { listen: "127.0.0.1:-1" }\n'
                     'system_account: SYS\naccounts { SYS {} }\n')
     with ServerProcess("-c", str(conf)) as srv:
         srv.wait_ready()
         warnings = [line for line in srv.lines if "[WRN]" in line]
-    assert len(warnings) == 2, warnings  # (the cluster has a port: routes are active)
-    assert "Gateway settings (gateway block) are not active" in warnings[0]
-    assert "Leafnode settings (leafnodes block) are not active" in warnings[1]
+    assert len(warnings) == 1, warnings  # (the cluster has a port: routes are active; gateways are active)
+    assert "Leafnode settings (leafnodes block) are not active" in warnings[0]
 
 
 def test_no_warning_without_cluster_settings():

@@ -267,6 +267,8 @@ class Cluster:
             info.ip = f"nats-route://{_hostport(info.host, info.port)}/"
         if not o.no_advertise and self.own_urls:
             info.connect_urls = list(self.own_urls)
+        if srv.gateway is not None and srv.gateway.url:
+            info.gateway_url = srv.gateway.url  # (the servers of a cluster list each other's in gateway INFO)
         if srv.ldm:
             info.ldm = True
         return info
@@ -396,6 +398,7 @@ class Cluster:
             info.ip = f"nats-route://{_hostport(rc.host, info.port)}/"
         rc.remote_ip_url = info.ip
         rc.connect_urls = list(info.connect_urls or ())
+        rc.gateway_url = info.gateway_url
         self._add_route(rc, info)
 
     def _add_route(self, rc: RouteConn, info: ci.Info) -> None:
@@ -415,6 +418,10 @@ class Cluster:
         self.server.routes[rc.cid] = rc  # (by connection id: /routez)
         rc.registered = True
         rc.debug(f'Registering remote route "{rid}"')
+        gw = self.server.gateway
+        if gw is not None:
+            gw.add_cluster_url(rc.gateway_url)
+            gw.route_added(rc)  # the gateways we have an outbound connection to
         frames = [frame_for(u) for u in self.local.snapshot()]
         if frames:
             rc.send(b"".join(frames))
@@ -451,6 +458,9 @@ class Cluster:
         srv = self.server
         if info.route_acc_add_reqid:
             srv.log.debug(f"{rc.log_prefix()} - pinned-account route request ignored (routes are not pooled)")
+            return
+        if info.gateway and srv.gateway is not None:
+            srv.gateway.info_from_route(info, rc.remote_id)
             return
         if info.gateway:
             srv.log.error(f'Received information about gateway "{info.gateway}" from {rc.remote_id}, but gateway '
@@ -502,6 +512,8 @@ class Cluster:
         if rc.registered and self.routes.get(rc.remote_id) is rc:
             del self.routes[rc.remote_id]
             srv.routes.pop(rc.cid, None)
+            if srv.gateway is not None:
+                srv.gateway.remove_cluster_url(rc.gateway_url)
             if rc.connect_urls and not self.opts.no_advertise and self._remove_urls(rc.connect_urls):
                 srv.broadcast_info()
         if rc.no_reconnect or not self.running or srv.shutting_down:

@@ -1,5 +1,6 @@
-"""Settings that load but do nothing: gateways and leaf nodes (not built yet), and cluster settings without a
-route port.
+"""Settings that load but do nothing: leaf nodes (not built yet), and cluster settings without a route port.
+(Gateways are active: rillet.cluster.gateway; a gateway block without a name and port does nothing in
+nats-server either, and one with only one of them is refused at load.)
 
 Routes are active (rillet.cluster) when the cluster has a port (``listen``, ``port``, ``--cluster``); a
 ``cluster {}`` without one does nothing in nats-server either (no route listener, routes not dialled), and
@@ -26,9 +27,6 @@ def inactive_warnings(o: Options) -> list[str]:
         detail = f" (routes {', '.join(cl.routes)} are not solicited)" if cl.routes else ""
         out.append(f"Cluster settings ({'cluster ' + where if where == 'block' else where}) are not active: "
                    f"without a cluster port (listen) there is no route listener, this server runs alone{detail}")
-    if o.gateway:
-        out.append(f"Gateway settings (gateway block) are not active: {NOT_ACTIVE.format(what='gateways')}, "
-                   "no gateway listener is started and no gateway is solicited")
     if o.leafnodes and (o.leaf is None or not (o.leaf.port or o.leaf.remotes)):
         out.append("Leafnode settings (leafnodes block) are not active: without a leafnode port (listen) or "
                    "remotes there is no leafnode listener and no remote is solicited")

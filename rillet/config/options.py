@@ -190,7 +190,8 @@ class Options:
     websocket: WebsocketOptions = field(default_factory=WebsocketOptions)
     jetstream: JetStreamOptions = field(default_factory=JetStreamOptions)
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
-    gateway: dict[str, Any] = field(default_factory=dict)  # stored for later work
+    gateway: dict[str, Any] = field(default_factory=dict)  # the gateway block as written (monitoring)
+    gateway_opts: Any = None  # rillet.config.gateway_section.GatewayOptions, when a gateway block is set
     leafnodes: dict[str, Any] = field(default_factory=dict)  # the leafnodes block as parsed (raw map)
     leaf: Any = None  # rillet.config.leaf_section.LeafNodeOptions: leaf nodes (hub listener, remotes)
     mqtt: dict[str, Any] = field(default_factory=dict)

@@ -156,7 +156,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "store_dir": self.top_store_dir,
             "storedir": self.top_store_dir,
             "cluster": self.cluster,
-            "gateway": self.raw_map("gateway", "Expected gateway to be a map"),  # warned about at start
+            "gateway": self.gateway,  # rillet.config.gateway_section
             "leafnodes": self.leafnodes,
             "leaf": self.leafnodes,
             "mappings": self.mappings, "maps": self.mappings,
@@ -243,6 +243,10 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
         from .account_checks import check_mappings
         self.o.mappings = f.as_map()
         self.errors.extend(check_mappings(f))
+
+    def gateway(self, f: Field) -> None:
+        from .gateway_section import parse_gateway
+        parse_gateway(self, f)
 
     def raw_map(self, attr: str, not_a_map: str) -> Callable[[Field], None]:
         """A block kept as parsed; ``not_a_map``: nats-server's words when it is not a map."""

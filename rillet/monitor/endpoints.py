@@ -135,16 +135,25 @@ def gatewayz(server: Any, q: Any) -> dict:
     subs = decode_subs(q)
     accs = parse_bool(q, "accs")
     d: dict[str, Any] = {"server_id": server.server_id, "now": _now()}
+    live = getattr(server, "gateway", None)
     gw = server.opts.gateway
-    if gw:  # configured: name, host and port as nats-server reports them, even with no connection
+    if live is not None and live.info is not None:  # (rillet.cluster.gateway) what its INFO says
+        d["name"] = live.name
+        d["host"] = live.info.host
+        d["port"] = live.info.port
+    elif gw:  # configured: name, host and port as nats-server reports them, even with no connection
         name, host, port = _gateway_listen(gw)
         d["name"] = name
         d["host"] = _advertised_host(host)
         d["port"] = port
-    opts = {"subs": subs, "accs": accs}
-    d["outbound_gateways"] = {n: g.monitor_info(opts) for n, g in getattr(server, "gateways_out", {}).items()}
+    gw_name = q.get("gw_name", "") if hasattr(q, "get") else ""
+    acc_name = q.get("acc_name", "") if hasattr(q, "get") else ""
+    opts = {"subs": subs, "accs": accs or bool(acc_name), "acc_name": acc_name}
+    d["outbound_gateways"] = {n: g.monitor_info(opts) for n, g in getattr(server, "gateways_out", {}).items()
+                              if not gw_name or n == gw_name}
     d["inbound_gateways"] = {n: [g.monitor_info(opts) for g in conns]
-                             for n, conns in getattr(server, "gateways_in", {}).items()}
+                             for n, conns in getattr(server, "gateways_in", {}).items()
+                             if conns and (not gw_name or n == gw_name)}
     return d
 
 

@@ -15,7 +15,7 @@ GLOBAL_ACCOUNT = "$G"
 
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
-                 "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "__weakref__")
+                 "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "no_match", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -37,6 +37,8 @@ class Account:
         self.sub_removed: list[Any] | None = None
         # the stream imports into this account: (exporter, exported subject, remap or None, import sub)
         self.stream_imports: list[tuple[Any, str, Any, Any]] | None = None
+        # called by a client's publish that matched no subscription here, when set (gateways send it on)
+        self.no_match: Any = None
 
     def add_sub(self, sub: "Subscription") -> None:
         self.sublist.insert(sub)

@@ -535,6 +535,8 @@ class Client(asyncio.Protocol):
         r = acc._match(subject.decode("utf-8", "surrogateescape"))
         if r.psubs or r.qsubs:
             acc.deliver_result(self, r, subject, reply, -1, payload)
+        elif acc.no_match is not None:  # (gateways: no subscriber here may still be one elsewhere)
+            acc.no_match(self, subject, reply, -1, payload)
         elif reply and self.no_responders:
             acc._no_responders(self, subject, reply)
 

@@ -94,3 +94,77 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
     finally:
         for srv in reversed(servers):
             await srv.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[str] | None = None,
+                            log: Logger | None = None, timeout: float = 10.0, solicit_delay: float = 0.05,
+                            **fields: Any) -> AsyncIterator[list[list[Server]]]:
+    """Run a super-cluster in this process: ``clusters`` clusters of ``servers`` servers each, joined by
+    gateways, on 127.0.0.1 and free ports::
+
+        async with run_super_cluster(2, 2) as (west, east):
+            nc = await nats.connect(west[0].client_url)
+
+    Cluster names are ``names`` (default A, B, C, ...); server names ``<cluster>-<i>``. The servers of the
+    first cluster know no gateway; every other server is configured with the first cluster's gateway and
+    learns the others by gossip (implicit gateways), as nats-server does. The block starts once every
+    server of every cluster has its routes (full mesh) and an outbound gateway to every other cluster.
+    ``solicit_delay``: how long a server waits before dialling its configured gateways (nats-server waits
+    1 s to let its cluster form). ``fields``: ``Options`` fields for every server.
+    """
+    from rillet.config.gateway_section import GatewayOptions, RemoteGateway
+    from rillet.config.options import ClusterOptions
+    if clusters < 1 or servers < 1:
+        raise ValueError("a super-cluster needs at least one cluster of one server")
+    names = list(names) if names else [chr(ord("A") + i) for i in range(clusters)]
+    if len(names) != clusters or len(set(names)) != clusters:
+        raise ValueError("names: one distinct name per cluster")
+    out: list[list[Server]] = []
+    every: list[Server] = []
+    try:
+        first_gw = ""
+        for ci, cname in enumerate(names):
+            group: list[Server] = []
+            seed = ""
+            for i in range(servers):
+                f = dict(fields)
+                f.setdefault("host", "127.0.0.1")
+                f.setdefault("port", RANDOM_PORT)
+                f["server_name"] = f"{cname}-{i}"
+                opts = Options(**f)
+                if servers > 1:
+                    opts.cluster = ClusterOptions(name=cname, host="127.0.0.1", port=RANDOM_PORT,
+                                                  routes=[seed] if seed else [])
+                remotes = [RemoteGateway(names[0], [first_gw])] if ci > 0 else []
+                opts.gateway_opts = GatewayOptions(name=cname, host="127.0.0.1", port=RANDOM_PORT, gateways=remotes)
+                opts.gateway = {"name": cname, "host": "127.0.0.1"}
+                srv = Server(opts, log if log is not None else Logger(out=io.StringIO()))
+                srv.gateway.solicit_delay = solicit_delay
+                every.append(srv)
+                await srv.start()
+                group.append(srv)
+                if srv.cluster is not None and not seed:
+                    seed = f"nats-route://127.0.0.1:{srv.cluster.addr[1]}"
+                if ci == 0 and not first_gw:
+                    first_gw = f"nats://127.0.0.1:{srv.gateway.addr[1]}"
+            out.append(group)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+
+        def ready() -> bool:
+            for s in every:
+                if s.cluster is not None and len(s.cluster.routes) < servers - 1:
+                    return False
+                if len(s.gateway.out) < clusters - 1:
+                    return False
+            return True
+        while not ready():
+            if loop.time() > deadline:
+                raise TimeoutError(f"the super-cluster did not form within {timeout}s: outbound gateways "
+                                   f"{[len(s.gateway.out) for s in every]}")
+            await asyncio.sleep(0.02)
+        yield out
+    finally:
+        for srv in reversed(every):
+            await srv.shutdown()

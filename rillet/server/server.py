@@ -70,6 +70,10 @@ class Server:
         if o.leaf is not None and (o.leaf.port or o.leaf.remotes):
             from rillet.cluster.leaf import LeafNodes
             self.leafnodes = LeafNodes(self)  # ValueError: refuse to start
+        self.gateway: Any = None  # rillet.cluster.gateway.Gateway, when the gateway block has a name and port
+        if o.gateway_opts is not None and o.gateway_opts.enabled:
+            from rillet.cluster.gateway import Gateway
+            self.gateway = Gateway(self)  # ValueError: refuse to start
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
         if o.mappings:
             from rillet.subjects.mapping import parse_mappings
@@ -88,6 +92,8 @@ class Server:
         self.routes: dict[int, Any] = {}
         self.gateways_out: dict[str, Any] = {}
         self.gateways_in: dict[str, list[Any]] = {}
+        if self.gateway is not None:
+            self.gateways_out, self.gateways_in = self.gateway.out, self.gateway.ins
         self.leafs: dict[int, Any] = {}
         self.internal_clients: list[InternalClient] = []
         from rillet.server.account_config import configure_accounts
@@ -128,6 +134,8 @@ class Server:
         if self.leafnodes is not None:
             from rillet.cluster.leaf import LeafAccount
             cls = LeafAccount
+        if self.gateway is not None:
+            cls = self.gateway.account_class
         acc = cls(self, name)
         self.accounts[name] = acc
         sa = getattr(self, "sysacc", None)
@@ -186,6 +194,8 @@ class Server:
                     pass
             self.extra_listeners.clear()
             raise
+        if self.gateway is not None:
+            await self.gateway.start()  # the gateway port; configured gateways dialled after a delay
         if self.cluster is not None:
             await self.cluster.start()  # the route port, and the configured routes dialled
         if self.leafnodes is not None:

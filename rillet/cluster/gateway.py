@@ -1,0 +1,899 @@
+"""Gateways: the connections between the clusters of a super-cluster, as nats-server 2.15 makes them.
+
+What nats-server does (gateway.go), and so does this:
+
+* each server with a ``gateway {}`` block listens on its gateway port and, after a short delay (so its
+  cluster can form first), dials one server of every configured remote cluster: one *outbound*
+  connection per remote cluster. It accepts any number of *inbound* connections (the outbound ones of
+  the other clusters' servers). Messages travel on outbound connections; interest comes back on them.
+* the accepting side speaks first (INFO, no blank before CRLF); the dialling side answers its first INFO
+  with CONNECT and its own INFO. ``reject_unknown_cluster`` refuses a CONNECT from a cluster that is not
+  configured. An inbound connection makes this server dial that cluster too (implicit gateway) and tells
+  it the other gateways it knows (INFO ``gateway_cmd`` 1): gateways form a full mesh of clusters. Routes
+  carry the same gossip (INFO with ``gateway``), so every server of a cluster dials every remote cluster,
+  and each server's gateway URL (route INFO ``gateway_url``) so the gateway INFO lists them all.
+* optimistic mode: an outbound connection sends every message of an account until the remote says it
+  has no interest (``RS-`` for a subject it receives without subscribers, ``A-`` for an account without
+  any); a new subscription there clears that (``RS+``/``A+``). After 1000 subjects without interest the
+  receiving side switches the account to interest-only mode: INFO ``gateway_cmd`` 2, ``RS+`` for every
+  subscription of the cluster, INFO ``gateway_cmd`` 3; from then on the sender sends only where the
+  remote announced interest. nats-server 2.15 switches every account to interest-only mode as soon as an
+  inbound connection registers (and tells the sender so with ``gateway_iom``); ``FORCE_INTEREST_ONLY``
+  below is that switch (nats-server's tests turn it off to exercise the optimistic mode; so do ours).
+* queue subscriptions are always announced (``RS+ acc subj queue 1``). A message is served by a queue
+  member of the publishing cluster when there is one, else by one remote cluster (the first gateway
+  announcing the group); the RMSG names the queue groups the remote should serve.
+* a message received over a gateway goes to the receiving server's subscribers and over routes to the
+  servers of its cluster that have interest (announced interest covers the whole cluster); never to
+  another gateway. A message received over a route is never sent to a gateway: each server sends its own
+  clients' messages.
+* a reply subject of a request that crosses a gateway while the requester's subscription is new (2 s) is
+  rewritten ``_GR_.<cluster hash>.<server hash>.<reply>``: the response goes straight back to that
+  cluster, whose receiving server routes it to the requester's server.
+
+Differences from nats-server: no TLS on gateways (refused at load), the old ``$GR.`` reply prefix is
+dropped when received, clients see a ``_GR_.`` reply as it is (nats-server shows them the original reply
+and rewrites their response; the response here is published on the ``_GR_.`` subject and routed the same
+way), and gateway messages are not given to leaf nodes or imports on the receiving side beyond what
+account delivery does.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import rillet
+from rillet.cluster import info as ci
+from rillet.cluster import protocol as cp
+from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
+from rillet.cluster.routed import RoutedAccount, origin_only
+from rillet.server.accounts import Account
+from rillet.subjects.sublist import Sublist, SublistResult
+
+if TYPE_CHECKING:
+    from rillet.server.server import Server
+
+SOLICIT_DELAY = 1.0  # defaultSolicitGatewaysDelay
+CONNECT_DELAY = 1.0  # defaultGatewayConnectDelay
+CONNECT_MAX_DELAY = 30.0  # defaultGatewayConnectMaxDelay (connect_backoff)
+RECONNECT_DELAY = 1.0  # defaultGatewayReconnectDelay
+RECENT_SUB_EXPIRATION = 2.0  # defaultGatewayRecentSubExpiration
+MAX_RUNSUB_BEFORE_SWITCH = 1000  # defaultGatewayMaxRUnsubBeforeSwitch
+MAX_PING_INTERVAL = 15.0  # gwMaxPingInterval
+DIAL_TIMEOUT = 1.0
+GATEWAY_PROTO = 2
+FORCE_INTEREST_ONLY = True  # nats-server >= 2.9 (see the module docstring)
+
+_GR = ci.GW_REPLY_PREFIX
+_GR_LEN = len(_GR)
+_HL = ci.GW_HASH_LEN
+_SUBJECT_OFFSET = _GR_LEN + 2 * _HL + 2
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_gateway_url(text: str) -> tuple[str, int, str, str]:
+    t = text.strip()
+    if "://" not in t:
+        t = "nats://" + t
+    p = urlsplit(t)
+    if not p.hostname or p.port is None:
+        raise ValueError(f"error parsing gateway url {text!r}")
+    return p.hostname, p.port, unquote(p.username or ""), unquote(p.password or "")
+
+
+class RemoteCfg:
+    """A remote gateway (cluster) this server knows: configured (explicit) or learnt (implicit)."""
+
+    def __init__(self, name: str, urls: list[str], implicit: bool) -> None:
+        self.name = name
+        self.implicit = implicit
+        self.hash = ci.gateway_hash(name)
+        self.urls: dict[str, tuple[str, int, str, str]] = {}
+        self.attempts = 0
+        self.add_urls(urls)
+
+    def add_urls(self, urls: list[str] | None) -> None:
+        for u in urls or ():
+            try:
+                h, p, user, pw = parse_gateway_url(u)
+            except ValueError:
+                continue
+            self.urls.setdefault(_hostport(h, p), (h, p, user, pw))
+
+    def url_strings(self) -> list[str]:
+        return list(self.urls)
+
+
+class Gateway:
+    def __init__(self, server: "Server") -> None:
+        o = server.opts
+        if o.jetstream.enabled:
+            raise ValueError("JetStream with gateways is not supported yet (clustered JetStream is not "
+                             "implemented): remove the jetstream or the gateway configuration")
+        if getattr(server, "leafnodes", None) is not None:
+            raise ValueError("gateways and leaf nodes on the same server are not supported yet: remove the "
+                             "gateway or the leafnodes configuration")
+        self.server = server
+        g = o.gateway_opts
+        self.name: str = g.name
+        self.hash = ci.gateway_hash(self.name)
+        self.server_hash = ci.gateway_hash(server.server_id)
+        self.reply_prefix = b"".join((_GR, self.hash, b".", self.server_hash, b"."))
+        self.force_iom = FORCE_INTEREST_ONLY
+        self.solicit_delay = SOLICIT_DELAY
+        self.remotes: dict[str, RemoteCfg] = {}
+        self.own_cfg_urls: list[str] = []
+        for r in g.gateways:
+            if r.name == self.name:
+                self.own_cfg_urls = list(r.urls)
+                continue
+            self.remotes[r.name] = RemoteCfg(r.name, r.urls, implicit=False)
+        self.out: dict[str, GatewayConn] = {}  # registered outbound, by remote name (server.gateways_out)
+        self.outo: list[GatewayConn] = []  # the same, in sending order
+        self.ins: dict[str, list[GatewayConn]] = {}  # registered inbound, by remote name (server.gateways_in)
+        self.conns: set[GatewayConn] = set()
+        self.url = ""  # this server's gateway URL (host:port)
+        self.urls: dict[str, int] = {}  # gateway URLs of this cluster's servers (reference counted)
+        self.info: ci.Info | None = None
+        self.pasi: dict[bytes, dict[tuple, int]] = {}  # this cluster's interest per account: (subj, queue) -> n
+        self.recent: dict[bytes, Sublist] = {}  # subscriptions made in the last 2 s, per account
+        self.total_qsubs = 0
+        self.running = False
+        self._listener: asyncio.AbstractServer | None = None
+        self.addr: tuple[str, int] = ("", 0)
+        self._tasks: set[asyncio.Task] = set()
+        self.account_class = GatewayAccount
+
+    @property
+    def opts(self) -> Any:
+        return self.server.opts.gateway_opts
+
+    def ping_interval(self) -> float:
+        return min(self.server.opts.ping_interval, MAX_PING_INTERVAL)
+
+    # ---- start, stop ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from rillet.server.listen import listening_socket
+        srv = self.server
+        o = self.opts
+        log = srv.log
+        host = o.host or "0.0.0.0"
+        port = 0 if o.port == -1 else o.port
+        try:
+            sock = await listening_socket(srv.loop, host, port)
+            self._listener = await srv.loop.create_server(lambda: GatewayConn(self), sock=sock, backlog=1024)
+        except OSError as e:
+            raise OSError(e.errno, f"Error listening on gateway port: {o.port} - listen tcp "
+                                   f"{_hostport(host, port)}: bind: {(e.strerror or str(e)).lower()}") from e
+        self.addr = (host, self._listener.sockets[0].getsockname()[1])
+        log.notice(f"Gateway name is {self.name}")
+        log.notice(f"Listening for gateways connections on {_hostport(host, self.addr[1])}")
+        self._make_info()
+        if o.advertise:
+            log.notice(f'Advertise address for gateway "{self.name}" is set to {self.url}')
+        else:
+            log.notice(f'Address for gateway "{self.name}" is {self.url}')
+        self.running = True
+        srv.on_shutdown.append(self.shutdown)
+        self._spawn(self._solicit_all())
+
+    def _make_info(self) -> None:
+        from rillet.config.builder_base import split_host_port
+        srv = self.server
+        o = self.opts
+        info = ci.Info(server_id=srv.server_id, server_name=srv.name, version=rillet.SERVER_VERSION,
+                       proto=GATEWAY_PROTO, go=f"python{sys.version_info[0]}.{sys.version_info[1]}",
+                       headers=not srv.opts.no_header_support, auth_required=bool(o.username),
+                       max_payload=srv.opts.max_payload, gateway=self.name, gateway_nrp=True,
+                       gateway_iom=self.force_iom)
+        if o.advertise:
+            h, p = split_host_port(o.advertise)
+            info.host, info.port = h, int(p) if p else self.addr[1]
+        else:
+            info.host, info.port = o.host or "0.0.0.0", self.addr[1]
+            if info.host in ("0.0.0.0", "::", "[::]"):
+                from rillet.cluster.cluster import global_unicast_ips
+                ips = global_unicast_ips()
+                if ips:
+                    info.host = ips[0]
+                else:
+                    srv.log.error(f'Could not find any non-local IP for gateway "{self.name}" with listen '
+                                  f'specification "{info.host}"')
+        self.url = _hostport(info.host, info.port)
+        self.urls[self.url] = self.urls.get(self.url, 0) + 1
+        info.gateway_url = self.url
+        self.info = info
+
+    def info_frame(self) -> bytes:
+        assert self.info is not None
+        self.info.gateway_urls = list(self.urls)
+        return cp.info_frame(ci.encode_info(self.info), blank=False)
+
+    async def shutdown(self) -> None:
+        self.running = False
+        if self._listener is not None:
+            self._listener.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for c in list(self.conns):
+            c.close("Server Shutdown", no_reconnect=True)
+        if self._listener is not None:
+            try:
+                await asyncio.wait_for(self._listener.wait_closed(), 2)
+            except (asyncio.TimeoutError, OSError) as e:
+                self.server.log.debug(f"gateway listener close: {e!r}")
+
+    def _spawn(self, coro: Any) -> None:
+        t = self.server.loop.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            self.server.log.error(f"gateway task failed: {t.exception()!r}")
+
+    # ---- soliciting -------------------------------------------------------------------------------------
+
+    async def _solicit_all(self) -> None:
+        await asyncio.sleep(self.solicit_delay)
+        for cfg in list(self.remotes.values()):
+            if not cfg.implicit:
+                self._spawn(self._solicit(cfg, True))
+
+    def _report(self, first: bool, attempts: int) -> bool:
+        extra = self.server.opts.extra
+        if first:
+            every = int(extra.get("connect_error_reports", 3600))
+            return attempts == 1 or attempts % max(every, 1) == 0
+        return attempts % max(int(extra.get("reconnect_error_reports", 1)), 1) == 0
+
+    async def _solicit(self, cfg: RemoteCfg, first: bool, delay: float = 0.0) -> None:
+        srv = self.server
+        log = srv.log
+        if delay:
+            await asyncio.sleep(delay)
+        attempts = 0
+        wait = CONNECT_DELAY
+        kind = "implicit" if cfg.implicit else "explicit"
+        while self.running:
+            if cfg.name in self.out:
+                return
+            urls = list(cfg.urls.values())
+            if not urls:
+                break
+            attempts += 1
+            report = self._report(first, attempts)
+            random.shuffle(urls)
+            for h, p, user, pw in urls:
+                where = _hostport(h, p)
+                text = f'Connecting to {kind} gateway "{cfg.name}" ({where}) at {where} (attempt {attempts})'
+                log.notice(text) if report else log.debug(text)
+                try:
+                    await asyncio.wait_for(srv.loop.create_connection(
+                        lambda: GatewayConn(self, cfg, (h, p, user, pw)), h, p), DIAL_TIMEOUT)
+                    return
+                except (OSError, asyncio.TimeoutError) as e:
+                    err = "i/o timeout" if isinstance(e, asyncio.TimeoutError) else \
+                        ("connect: connection refused" if isinstance(e, ConnectionRefusedError)
+                         else (getattr(e, "strerror", None) or str(e)))
+                    text = (f'Error connecting to {kind} gateway "{cfg.name}" ({where}) at {where} '
+                            f"(attempt {attempts}): dial tcp {where}: {err}")
+                    log.error(text) if report else log.debug(text)
+                if not self.running:
+                    return
+            if cfg.implicit:
+                retries = self.opts.connect_retries
+                if retries == 0 or attempts > retries:
+                    if self.ins.get(cfg.name):
+                        continue
+                    if self.remotes.get(cfg.name) is cfg:
+                        del self.remotes[cfg.name]
+                    return
+            await asyncio.sleep(wait)
+            if self.opts.connect_backoff:
+                wait = min(wait * 2, CONNECT_MAX_DELAY)
+
+    def connect_json(self, c: GatewayConn) -> bytes:
+        user, pw = (c.url[2], c.url[3]) if c.url and c.url[2] else (self.opts.username, self.opts.password)
+        return ci.encode_route_connect(ci.RouteConnect(
+            echo=False, verbose=False, pedantic=False, user=user, password=pw, tls_required=False,
+            name=self.server.server_id, gateway=self.name))
+
+    # ---- INFO ---------------------------------------------------------------------------------------------
+
+    def process_info(self, c: GatewayConn, info: ci.Info) -> None:
+        srv = self.server
+        log = srv.log
+        first = not c.info_received
+        c.info_received = True
+        if first:
+            c.remote_id = info.server_id
+            c.remote_name = info.server_name
+            if not c.outbound:
+                c.name = info.gateway
+        if c.outbound:
+            cfg = c.cfg
+            assert cfg is not None
+            if not info.gateway:
+                text = f'Attempt to connect to gateway "{c.name}" using wrong port'
+                log.error(f"{c.log_prefix()} - {text}")
+                c.close("Wrong Port", text)
+                return
+            if info.gateway != c.name:
+                if not first and info.gateway_cmd == ci.GATEWAY_CMD_GOSSIP:
+                    if self.opts.reject_unknown and info.gateway not in self.remotes:
+                        return
+                    self.implicit_gateway(info)
+                    return
+                log.error(f'{c.log_prefix()} - Failing connection to gateway "{c.name}", remote gateway name '
+                          f'is "{info.gateway}"')
+                c.close("Wrong Gateway", f'Connection from "{self.name}" rejected, wanted to connect to '
+                                         f'"{c.name}", this is "{info.gateway}"')
+                return
+            if first and self._duplicate_name(info.server_name):
+                log.error(f'{c.log_prefix()} - Remote server has a duplicate name: "{info.server_name}"')
+                c.close("Duplicate Server Name")
+                return
+            if info.gateway_urls:
+                cfg.add_urls(info.gateway_urls)
+            if first:
+                c.iom = info.gateway_iom
+                c.use_old_prefix = not info.gateway_nrp
+                c.headers = info.headers and not srv.opts.no_header_support
+                c.out += cp.connect_frame(self.connect_json(c))
+                c.debug(f'Gateway connect protocol sent to "{c.name}"')
+                c.out += self.info_frame()
+                c.flush()
+                if c.name in self.out and not self.out[c.name].closed:
+                    c.close("Wrong Gateway", no_reconnect=True)
+                    return
+                self.out[c.name] = c
+                self.outo.append(c)
+                c.registered = True
+                cfg.attempts = 0
+                log.notice(f'{c.log_prefix()} - Outbound gateway connection to "{c.name}" ({info.server_id}) '
+                           f"registered")
+            elif info.gateway_cmd:
+                account = info.gateway_cmd_payload
+                if info.gateway_cmd in (ci.GATEWAY_CMD_ALL_SUBS_START, ci.GATEWAY_CMD_ALL_SUBS_COMPLETE):
+                    if not account:
+                        what = "start" if info.gateway_cmd == ci.GATEWAY_CMD_ALL_SUBS_START else "complete"
+                        text = f"Account absent from receive-all-subscriptions-{what} command"
+                        log.error(f"{c.log_prefix()} - {text}")
+                        c.close("Protocol Violation", text)
+                        return
+                    if info.gateway_cmd == ci.GATEWAY_CMD_ALL_SUBS_START:
+                        c.all_subs_start(bytes(account))
+                    else:
+                        c.all_subs_complete(bytes(account))
+                    return
+                if info.gateway_cmd != ci.GATEWAY_CMD_GOSSIP:
+                    log.warn(f'Received unknown command {info.gateway_cmd} from gateway "{c.name}"')
+                    return
+            self.forward_to_cluster(info)
+        elif first:
+            if self._duplicate_name(info.server_name):
+                log.error(f'{c.log_prefix()} - Remote server has a duplicate name: "{info.server_name}"')
+                c.close("Duplicate Server Name")
+                return
+            self.ins.setdefault(c.name, []).append(c)
+            c.registered = True
+            log.notice(f'{c.log_prefix()} - Inbound gateway connection from "{info.gateway}" ({info.server_id}) '
+                       f"registered")
+            self._send_queue_subs(c)
+            self.implicit_gateway(info)
+            self._gossip_to_inbound(c)
+            if self.force_iom:
+                for name in list(self.server.accounts):
+                    self.switch_account_to_interest_mode(name.encode())
+        self.server.schedule_flush()
+
+    def _duplicate_name(self, name: str) -> bool:
+        if not name:
+            return False
+        if name == self.server.name:
+            return True
+        cl = self.server.cluster
+        return cl is not None and any(rc.remote_name == name for rc in cl.routes.values())
+
+    def implicit_gateway(self, info: ci.Info) -> None:
+        name = info.gateway
+        if name == self.name:
+            return
+        cfg = self.remotes.get(name)
+        if cfg is not None:
+            cfg.add_urls(info.gateway_urls)
+            return
+        cfg = RemoteCfg(name, list(info.gateway_urls or ()), implicit=True)
+        if not cfg.urls:
+            return
+        self.remotes[name] = cfg
+        self._spawn(self._solicit(cfg, True))
+
+    def _gossip_frames(self, skip: str, server_id: str) -> list[bytes]:
+        out = []
+        for name, cfg in self.remotes.items():
+            if name == skip or not cfg.urls:
+                continue
+            info = ci.Info(server_id=server_id, gateway=name, gateway_urls=cfg.url_strings(),
+                           gateway_cmd=ci.GATEWAY_CMD_GOSSIP)
+            out.append(ci.encode_info(info))
+        return out
+
+    def _gossip_to_inbound(self, c: GatewayConn) -> None:
+        for j in self._gossip_frames(c.name, self.server.server_id):
+            c.out += cp.info_frame(j, blank=False)
+        c.flush()
+
+    def forward_to_cluster(self, oinfo: ci.Info) -> None:
+        """Tell the servers of this cluster about a remote gateway (they make sure to connect to it)."""
+        cl = self.server.cluster
+        if cl is None or not cl.routes:
+            return
+        info = ci.Info(server_id="GW" + self.server.server_id, server_name=self.server.opts.server_name,
+                       gateway=oinfo.gateway, gateway_urls=oinfo.gateway_urls, gateway_cmd=ci.GATEWAY_CMD_GOSSIP)
+        f = cp.info_frame(ci.encode_info(info))
+        for rc in cl.routes.values():
+            if not rc.closed:
+                rc.send(f)
+
+    # ---- hooks from the route layer ---------------------------------------------------------------------
+
+    def route_added(self, rc: Any) -> None:
+        """A route registered: tell it the gateways we have an outbound connection to."""
+        for c in list(self.out.values()):
+            if c.cfg is None or not c.cfg.urls:
+                continue
+            info = ci.Info(server_id="GW" + self.server.server_id, gateway=c.cfg.name,
+                           gateway_urls=c.cfg.url_strings(), gateway_cmd=ci.GATEWAY_CMD_GOSSIP)
+            rc.send(cp.info_frame(ci.encode_info(info)))
+
+    def info_from_route(self, info: ci.Info, route_id: str) -> None:
+        if info.gateway_cmd == ci.GATEWAY_CMD_GOSSIP:
+            if self.opts.reject_unknown and info.gateway not in self.remotes:
+                return
+            self.implicit_gateway(info)
+        else:
+            self.server.log.error(f"Unknown command {info.gateway_cmd} from server {route_id}")
+
+    def add_cluster_url(self, url: str) -> None:
+        if not url:
+            return
+        n = self.urls.get(url, 0)
+        self.urls[url] = n + 1
+        if n == 0:
+            self._async_info()
+
+    def remove_cluster_url(self, url: str) -> None:
+        n = self.urls.get(url, 0)
+        if n <= 0:
+            return
+        if n == 1:
+            del self.urls[url]
+            self._async_info()
+        else:
+            self.urls[url] = n - 1
+
+    def _async_info(self) -> None:
+        if self.info is None:
+            return
+        f = self.info_frame()
+        for conns in self.ins.values():
+            for c in conns:
+                if not c.closed:
+                    c.send(f)
+        self.server.schedule_flush()
+
+    def route_for_hash(self, h: bytes) -> Any:
+        cl = self.server.cluster
+        if cl is None:
+            return None
+        for rid, rc in cl.routes.items():
+            if not rc.closed and ci.gateway_hash(rid) == h:
+                return rc
+        return None
+
+    # ---- a connection goes ------------------------------------------------------------------------------
+
+    def conn_closed(self, c: GatewayConn) -> None:
+        self.conns.discard(c)
+        if c.outbound:
+            if self.out.get(c.name) is c:
+                del self.out[c.name]
+            if c in self.outo:
+                self.outo.remove(c)
+            self.remote_queue_interest_changed()
+            cfg = c.cfg
+            if c.no_reconnect or not self.running or self.server.shutting_down or cfg is None:
+                return
+            if self.remotes.get(cfg.name) is not cfg:
+                return
+            delay = random.randrange(100) / 1000 + (0.0 if cfg.implicit else RECONNECT_DELAY)
+            self._spawn(self._solicit(cfg, False, delay))
+        else:
+            lst = self.ins.get(c.name)
+            if lst is not None and c in lst:
+                lst.remove(c)
+                if not lst:
+                    del self.ins[c.name]
+
+    def remote_queue_interest_changed(self) -> None:
+        """(kept for the hot path: nothing cached on the remote queue interest today)"""
+
+    # ---- this cluster's interest -> inbound connections ------------------------------------------------
+
+    def update_interest(self, acc: bytes, subject: bytes, queue: bytes | None, change: int,
+                        recent: Any = None) -> None:
+        """A subscription of this cluster (local or learnt from a route) came (+1) or went (-1)."""
+        m = self.pasi.get(acc)
+        if m is None:
+            if change < 0:
+                return
+            m = self.pasi[acc] = {}
+        key = (subject, queue or None)
+        n = m.get(key)
+        first = last = False
+        if n is None:
+            if change < 0:
+                return
+            m[key] = change
+            first = True
+        else:
+            n += change
+            if n <= 0:
+                del m[key]
+                last = True
+                if not m:
+                    del self.pasi[acc]
+            else:
+                m[key] = n
+        if recent is not None and change > 0 and self.out:
+            self._add_recent(acc, recent)
+        if not (first or last) or not self.ins:
+            return
+        if queue:
+            self._send_queue_sub_or_unsub(acc, subject, queue, first)
+        else:
+            self._maybe_send_sub_or_unsub(acc, subject, first)
+
+    def _add_recent(self, acc: bytes, sub: Any) -> None:
+        sl = self.recent.get(acc)
+        if sl is None:
+            sl = self.recent[acc] = Sublist(cache=False)
+        try:
+            sl.insert(sub)
+        except ValueError:
+            return
+        self.server.loop.call_later(RECENT_SUB_EXPIRATION, self._expire_recent, acc, sl, sub)
+
+    def _expire_recent(self, acc: bytes, sl: Sublist, sub: Any) -> None:
+        sl.remove(sub)
+        if sl.count() == 0 and self.recent.get(acc) is sl:
+            del self.recent[acc]
+
+    def _inbound(self) -> list[GatewayConn]:
+        return [c for conns in self.ins.values() for c in conns if not c.closed]
+
+    def _maybe_send_sub_or_unsub(self, acc: bytes, subject: bytes, added: bool) -> None:
+        subj = subject.decode("utf-8", "surrogateescape")
+        wild = "*" in subj or ">" in subj
+        frame = None
+        for c in self._inbound():
+            send = None
+            if acc in c.insim:
+                e = c.insim[acc]
+                if e is not None:
+                    if e.ni is not None and added:
+                        if wild:
+                            from rillet.subjects.validate import subject_matches_filter
+                            gone = [k for k in e.ni if subject_matches_filter(k, subj)]
+                            for k in gone:
+                                e.ni.discard(k)
+                            if gone:
+                                send = "rs"
+                        elif subj in e.ni:
+                            e.ni.discard(subj)
+                            send = "rs"
+                    elif e.mode == INTEREST_ONLY:
+                        send = "rs"
+                elif added:
+                    del c.insim[acc]
+                    send = "a"
+            if send == "rs":
+                if frame is None:
+                    frame = cp.rs_sub(acc, subject) if added else cp.rs_unsub(acc, subject)
+                c.send(frame)
+            elif send == "a":
+                c.send(cp.account_sub(acc))
+        self.server.schedule_flush()
+
+    def _send_queue_sub_or_unsub(self, acc: bytes, subject: bytes, queue: bytes, added: bool) -> None:
+        frame = cp.rs_sub(acc, subject, queue, 1) if added else cp.rs_unsub(acc, subject, queue)
+        for c in self._inbound():
+            if added and acc in c.insim and c.insim[acc] is None:
+                del c.insim[acc]  # (an A- sent before: the next plain subscription must not send A+)
+            c.send(frame)
+        self.server.schedule_flush()
+
+    def _send_queue_subs(self, c: GatewayConn) -> None:
+        frames = [cp.rs_sub(acc, s, q, 1) for acc, m in self.pasi.items() for (s, q) in m if q]
+        if frames:
+            c.send(b"".join(frames))
+
+    def switch_account_to_interest_mode(self, acc: bytes) -> None:
+        for c in self._inbound():
+            e = c.insim.get(acc)
+            if e is None:
+                e = c.insim[acc] = InAccount()
+            if e.mode == OPTIMISTIC:
+                self._send_all_subs(c, e, acc)
+
+    def _send_all_subs(self, c: GatewayConn, e: InAccount, acc: bytes) -> None:
+        """Switch ``acc`` to interest-only mode on inbound connection ``c``: INFO start, RS+ for every plain
+        subscription of this cluster in the account, INFO complete."""
+        e.ni = None
+        e.mode = TRANSITIONING
+        c.debug(f'Gateway "{c.name}": switching account "{acc.decode(errors="replace")}" to Interest-Only mode')
+
+        def cmd(n: int) -> bytes:
+            return cp.info_frame(ci.encode_info(ci.Info(gateway=self.name, gateway_cmd=n,
+                                                        gateway_cmd_payload=acc)), blank=False)
+        parts = [cmd(ci.GATEWAY_CMD_ALL_SUBS_START)]
+        parts.extend(cp.rs_sub(acc, s) for (s, q) in self.pasi.get(acc, {}) if not q)
+        e.mode = INTEREST_ONLY
+        parts.append(cmd(ci.GATEWAY_CMD_ALL_SUBS_COMPLETE))
+        c.send(b"".join(parts))
+        c.debug(f'Gateway "{c.name}": switching account "{acc.decode(errors="replace")}" to Interest-Only mode '
+                f"complete")
+
+    # ---- messages in ---------------------------------------------------------------------------------------
+
+    def lookup_account(self, name: bytes) -> Any:
+        srv = self.server
+        n = name.decode("utf-8", "surrogateescape")
+        acc = srv.accounts.get(n)
+        if acc is None and srv.operator is not None:
+            acc = srv.operator.lookup_account(n)
+        return acc
+
+    def inbound_msg(self, c: GatewayConn, account: bytes, subject: bytes, reply: bytes | None, queues: tuple,
+                    hdr: int, msg: bytes) -> None:
+        if subject[:_GR_LEN] == _GR or subject[:4] == ci.OLD_GW_REPLY_PREFIX:
+            self.gateway_reply(c, account, subject, reply, hdr, msg)
+            return
+        acc = self.lookup_account(account)
+        if acc is None:
+            c.debug(f"Unknown account {account!r} for gateway message on subject: {subject!r}")
+            self._account_no_interest(c, bytes(account))
+            return
+        r = acc.match(subject.decode("utf-8", "surrogateescape"))
+        if not r.psubs:
+            self._subject_no_interest(c, acc, bytes(account), subject)
+            if not queues:
+                return
+        acc.deliver_from_gateway(c, r, subject, reply, queues, hdr, msg, False)
+
+    def gateway_reply(self, c: Any, account: bytes, subject: bytes, reply: bytes | None, hdr: int,
+                      msg: bytes) -> None:
+        """A message on a ``_GR_.`` subject (a response to a request that crossed a gateway) from a gateway
+        or a route: for this cluster only; to the server the hash names (over its route), else here."""
+        o = ci.gateway_reply_origin(subject)
+        if o is None or o[0] != self.hash:
+            return  # (the old $GR. prefix, or another cluster's reply: dropped, as nats-server)
+        if c.kind == GatewayConn.kind and o[1] != self.server_hash:
+            rc = self.route_for_hash(o[1])
+            if rc is not None:
+                rc.send_msg(account, subject, reply, (), hdr, msg)
+                return
+        acc = self.lookup_account(account)
+        if acc is None:
+            if c.kind == GatewayConn.kind:
+                self._account_no_interest(c, bytes(account))
+            return
+        real = bytes(o[2])
+        r = acc.match(real.decode("utf-8", "surrogateescape"))
+        if r.psubs or r.qsubs:
+            acc.deliver_from_gateway(c, r, real, reply, (), hdr, msg, True)
+
+    def _account_no_interest(self, c: GatewayConn, acc: bytes) -> None:
+        if self.pasi.get(acc):
+            return
+        self._send_account_unsub(c, acc)
+
+    @staticmethod
+    def _send_account_unsub(c: GatewayConn, acc: bytes) -> None:
+        if acc not in c.insim or c.insim[acc] is not None:
+            c.insim[acc] = None
+            c.send(cp.account_unsub(acc))
+
+    def _subject_no_interest(self, c: GatewayConn, acc: Any, name: bytes, subject: bytes) -> None:
+        if acc.sublist.count() == 0:
+            self._send_account_unsub(c, name)
+            return
+        subj = subject.decode("utf-8", "surrogateescape")
+        e = c.insim.get(name)
+        if e is None:
+            c.insim[name] = InAccount({subj})
+        elif e.ni is not None and subj not in e.ni:
+            if len(e.ni) >= MAX_RUNSUB_BEFORE_SWITCH:
+                self._send_all_subs(c, e, name)
+                return
+            e.ni.add(subj)
+        else:
+            return
+        c.send(cp.rs_unsub(name, bytes(subject)))
+
+    # ---- messages out ----------------------------------------------------------------------------------------
+
+    def _map_reply(self, acc: bytes, reply: bytes) -> bool:
+        sl = self.recent.get(acc)
+        return sl is not None and sl.has_interest(reply.decode("utf-8", "surrogateescape"))
+
+    def send_to_gateways(self, acc: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                         served: list) -> bool:
+        """A message of this server's clients to the gateways that may want it; ``served``: the queue groups
+        (sublist result ``qsubs``) this cluster serves."""
+        if not subject:
+            return False
+        name = acc.name_b
+        direct = subject[:_GR_LEN] == _GR and len(subject) > _SUBJECT_OFFSET
+        dst = subject[_GR_LEN:_GR_LEN + _HL] if direct else b""
+        subj: str | None = None
+        qgroups: set[bytes] | None = None
+        mreply: bytes | None = None
+        sent = False
+        for gc in self.outo:
+            if gc.closed:
+                continue
+            queues: list[bytes] = []
+            if direct:
+                if gc.cfg is None or gc.cfg.hash != dst:
+                    continue
+            else:
+                if subj is None:
+                    subj = subject.decode("utf-8", "surrogateescape")
+                psi, qr = gc.interest(name, subj)
+                if not psi and qr is None:
+                    continue
+                if qr is not None and qr.qsubs:
+                    if qgroups is None:
+                        qgroups = {g[0].queue_b for g in served if g}
+                    for g in qr.qsubs:
+                        if g:
+                            q = g[0].queue_b
+                            if q not in qgroups:
+                                qgroups.add(q)
+                                queues.append(q)
+                if not psi and not queues:
+                    continue
+            if reply and mreply is None:
+                mreply = self.reply_prefix + reply if self._map_reply(name, reply) else reply
+            gc.send_msg(name, subject, mreply, queues, hdr, msg)
+            sent = True
+        return sent
+
+
+class GatewayAccount(RoutedAccount):
+    """The account class of a server with gateways (with or without routes): this cluster's interest is
+    announced to the inbound gateways, client messages go to the outbound ones."""
+
+    __slots__ = ("_gw_plain",)
+
+    def __init__(self, server: Any, name: str) -> None:
+        super().__init__(server, name)
+        self._gw_plain: dict[Any, SublistResult] = {}
+        self.no_match = self._no_match
+        gw = server.gateway
+        if gw is not None and gw.force_iom and gw.running:
+            gw.switch_account_to_interest_mode(self.name_b)
+
+    def add_sub(self, sub: Any) -> None:
+        Account.add_sub(self, sub)
+        if not origin_only(sub):
+            srv = self.server
+            if srv.cluster is not None:
+                srv.cluster.local_interest(self, sub, True)
+            srv.gateway.update_interest(self.name_b, _subject_b(sub), _queue_b(sub), 1, sub)
+
+    def remove_sub(self, sub: Any) -> None:
+        Account.remove_sub(self, sub)
+        if not origin_only(sub):
+            srv = self.server
+            if srv.cluster is not None:
+                srv.cluster.local_interest(self, sub, False)
+            srv.gateway.update_interest(self.name_b, _subject_b(sub), _queue_b(sub), -1)
+
+    def route_interest(self, sub: Any, added: bool) -> None:
+        """A route announced (or withdrew) interest: part of this cluster's interest for the gateways."""
+        self.server.gateway.update_interest(self.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
+                                            sub if added else None)
+
+    def deliver(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                deliver: bytes | None = None) -> bool:
+        if self.mappings:
+            subject = self.map_subject(subject)  # type: ignore[assignment]
+            if subject is None:
+                return False
+        if subject[:_GR_LEN] == _GR:
+            gw = self.server.gateway
+            if subject[_GR_LEN:_GR_LEN + _HL] == gw.hash:
+                gw.gateway_reply(c, self.name_b, subject, reply, hdr, msg)
+                return True
+            return gw.send_to_gateways(self, subject, reply, hdr, msg, [])
+        r = self._match(subject.decode("utf-8", "surrogateescape"))
+        if r.psubs or r.qsubs:
+            if deliver is not None:
+                return self.deliver_result(c, r, deliver, reply, hdr, msg, subject)
+            return self.deliver_result(c, r, subject, reply, hdr, msg)
+        sent = c.kind < 2 and self.server.gateway.send_to_gateways(self, subject, reply, hdr, msg, [])
+        if not sent and reply and c.no_responders:
+            self._no_responders(c, subject, reply)
+        return sent
+
+    def _no_match(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        """A client's publish that matched nothing here (the client's inlined fast path)."""
+        gw = self.server.gateway
+        if subject[:_GR_LEN] == _GR:
+            self.deliver(c, subject, reply, hdr, msg)
+            return
+        if not (gw.outo and gw.send_to_gateways(self, subject, reply, hdr, msg, [])) and reply and c.no_responders:
+            self._no_responders(c, subject, reply)
+
+    def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                       route: bytes | None = None) -> bool:
+        gw = self.server.gateway
+        if c.kind >= 2 or not gw.outo:  # (routes and gateways never send to gateways)
+            return RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+        sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
+        if sent and c.no_responders:
+            c.no_responders = False
+            try:
+                RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+            finally:
+                c.no_responders = True
+            return True
+        return RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route) or sent
+
+    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                       msg: bytes) -> None:
+        if subject[:_GR_LEN] == _GR:
+            self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
+            return
+        RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+
+    def deliver_from_gateway(self, c: Any, r: Any, subject: bytes, reply: bytes | None, queues: tuple,
+                             hdr: int, msg: bytes, all_queues: bool) -> None:
+        """A message from a gateway: to this server's subscribers and over routes to the others of the
+        cluster; queue groups only those the RMSG names (all of them for a routed reply)."""
+        if all_queues or not r.qsubs:
+            rr = r
+        elif not queues:
+            rr = self._gw_plain.get(r)
+            if rr is None:
+                if len(self._gw_plain) > 1024:
+                    self._gw_plain.clear()
+                rr = self._gw_plain[r] = SublistResult(r.psubs, [])
+        else:
+            names = {bytes(q) for q in queues}
+            rr = SublistResult(r.psubs, [g for g in r.qsubs if g and g[0].queue_b in names])
+        if rr.psubs or rr.qsubs:
+            RoutedAccount.deliver_result(self, c, rr, subject, reply, hdr, msg)
+
+
+def _subject_b(sub: Any) -> bytes:
+    return getattr(sub, "subject_b", None) or sub.subject.encode("utf-8", "surrogateescape")
+
+
+def _queue_b(sub: Any) -> bytes | None:
+    q = getattr(sub, "queue_b", None)
+    if q:
+        return q
+    return sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None

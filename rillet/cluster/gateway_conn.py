@@ -1,0 +1,529 @@
+"""One gateway connection: the asyncio layer around the sans-IO gateway parser (rillet.cluster.protocol).
+
+nats-server keeps one outbound connection per remote cluster (this server dials it; messages go out on it
+and the remote's interest comes back on it: RS+/RS-/A+/A-) and accepts any number of inbound ones (the
+remote servers' outbound connections: messages come in on them and this cluster's interest goes out on
+them). Both directions are this class; ``outbound`` tells which. The handshake and the interest and
+message logic are the manager's (``rillet.cluster.gateway.Gateway``); this class speaks the protocol and
+keeps the per-account interest state of its direction:
+
+* outbound, ``outsim``: per account, None after A- (no interest at all), else an ``OutAccount``: the
+  subjects the remote said it has no interest in (``ni``, optimistic mode), or, in interest-only mode,
+  every subscription it announced (``sl``; queue subscriptions are always kept there);
+* inbound, ``insim``: per account, None after we sent A-, else an ``InAccount``: the subjects we sent RS-
+  for (``ni``) and the mode (optimistic, transitioning, interest-only).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from rillet.cluster import info as ci
+from rillet.cluster import protocol as cp
+from rillet.cluster.routed import RemoteSub
+from rillet.protocol.parser import ProtocolError
+from rillet.server.auth import compare_secret
+from rillet.server.listen import plain_ip
+from rillet.subjects.sublist import Sublist
+
+if TYPE_CHECKING:
+    from rillet.cluster.gateway import Gateway, RemoteCfg
+
+GATEWAY_KIND = 3  # connection kind (Client: 0, internal: 1, route: 2)
+GATEWAY_HIGH_WATER = 4 << 20
+
+OPTIMISTIC = 0
+TRANSITIONING = 1
+INTEREST_ONLY = 2
+MODE_NAMES = {OPTIMISTIC: "Optimistic", TRANSITIONING: "Transitioning", INTEREST_ONLY: "Interest-Only"}
+
+_CRLF = b"\r\n"
+
+
+class OutAccount:
+    """What the remote told this outbound connection about one account."""
+    __slots__ = ("mode", "ni", "sl", "qsubs", "subs")
+
+    def __init__(self, ni: bool = True) -> None:
+        self.mode = OPTIMISTIC
+        self.ni: set[str] | None = set() if ni else None
+        self.sl = Sublist(cache=False)
+        self.qsubs = 0
+        self.subs: dict[tuple, RemoteSub] = {}
+
+
+class InAccount:
+    """What this inbound connection told the remote about one account."""
+    __slots__ = ("mode", "ni")
+
+    def __init__(self, ni: set[str] | None = None) -> None:
+        self.mode = OPTIMISTIC
+        self.ni = ni
+
+
+class GatewayConn(asyncio.Protocol):
+    kind = GATEWAY_KIND
+    echo = True
+    no_responders = False
+    perms = None
+    account = None
+
+    def __init__(self, gw: "Gateway", cfg: "RemoteCfg | None" = None, url: Any = None) -> None:
+        self.gw = gw
+        self.server = gw.server
+        self.outbound = cfg is not None
+        self.cfg = cfg
+        self.url = url  # (host, port, user, password) dialled
+        self.name = cfg.name if cfg is not None else ""  # the remote gateway (cluster) name
+        self.cid = 0
+        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
+        self.flush_pending = False
+        self.closed = False
+        self.close_reason = ""
+        self.no_reconnect = False
+        self.registered = False
+        self.info_received = False
+        self.connected = False  # inbound: CONNECT received
+        self.remote_id = ""
+        self.remote_name = ""
+        self.headers = False
+        self.iom = False  # outbound: the remote switches every account to interest-only at once
+        self.use_old_prefix = False
+        self.outsim: dict[bytes, OutAccount | None] = {}
+        self.insim: dict[bytes, InAccount | None] = {}
+        self.parser = cp.ServerParser(self, cp.GATEWAY, max_control_line=self.server.opts.max_control_line)
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.start_time = time.time()
+        self.last_activity = self.start_time
+        self.host = ""
+        self.port = 0
+        self.pings_out = 0
+        self.rtt = 0.0
+        self._rtt_start = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=GATEWAY_HIGH_WATER)  # type: ignore[attr-defined]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.host, self.port = plain_ip(peer[0]), peer[1]
+        gw = self.gw
+        srv = self.server
+        srv._cid += 1
+        self.cid = srv._cid
+        if srv.shutting_down or not gw.running:
+            self.close("Server Shutdown", no_reconnect=True)
+            return
+        gw.conns.add(self)
+        log = srv.log
+        if self.outbound:
+            assert self.cfg is not None
+            self.cfg.attempts += 1
+            log.notice(f'{self.log_prefix()} - Creating outbound gateway connection to "{self.name}"')
+            # CONNECT and INFO go once the remote's INFO has arrived; until then only a stale check
+            self._ping_timer = srv.loop.call_later(gw.ping_interval(), self._ping_tick)
+        else:
+            log.notice(f"{self.log_prefix()} - Processing inbound gateway connection")
+            self.parser.awaiting_connect = True
+            self._auth_timer = srv.loop.call_later(gw.opts.auth_timeout or 2.0, self._auth_timeout)
+            self.out += gw.info_frame()
+            self.flush()
+            srv.flush_clients()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
+            self._teardown()
+
+    def close(self, reason: str, err: str | None = None, no_reconnect: bool = False) -> None:
+        if self.closed:
+            return
+        if no_reconnect:
+            self.no_reconnect = True
+        if err is not None:
+            self.out += cp.err_frame(err)
+        self.close_reason = reason
+        t = self.transport
+        if t is not None:
+            if self.out:
+                try:
+                    t.write(bytes(self.out))
+                except (OSError, RuntimeError) as e:
+                    self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
+                self.out.clear()
+            t.close()
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for t in (self._ping_timer, self._auth_timer):
+            if t is not None:
+                t.cancel()
+        self.server.log.notice(f"{self.log_prefix()} - Gateway connection closed: {self.close_reason}")
+        for e in self.outsim.values():
+            if e is not None:
+                e.subs.clear()
+        self.gw.conn_closed(self)
+
+    # ---- reading --------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            if e.client_error == cp.AUTH_VIOLATION:
+                self.server.log.error(f"{self.log_prefix()} - authentication error")
+            else:
+                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+            self.close(e.reason, e.client_error)
+        self.server.flush_clients()
+
+    # ---- handshake ------------------------------------------------------------------------------------
+
+    def proto_before_connect(self) -> bool:
+        self.server.log.error(f"{self.log_prefix()} - authentication error")
+        return False
+
+    def proto_connect(self, arg: bytes) -> None:
+        if self.outbound:
+            return
+        co = ci.decode_route_connect(arg)
+        gw = self.gw
+        log = self.server.log
+        if not co.gateway:
+            log.error(f"{self.log_prefix()} - {ci.ERR_NOT_GATEWAY}")
+            self.close("Wrong Port", ci.ERR_NOT_GATEWAY, no_reconnect=True)
+            return
+        o = gw.opts
+        if o.username and (co.user != o.username or not compare_secret(o.password, co.password)):
+            log.error(f"{self.log_prefix()} - authentication error")
+            self.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
+            return
+        if o.reject_unknown and co.gateway not in gw.remotes:
+            log.error(f'{self.log_prefix()} - Rejecting connection from gateway "{co.gateway}"')
+            self.close("Wrong Gateway", ci.err_gateway_rejected(gw.name), no_reconnect=True)
+            return
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self.parser.awaiting_connect = False
+        self.connected = True
+        self.headers = co.headers and not self.server.opts.no_header_support
+        self._ping_timer = self.server.loop.call_later(gw.ping_interval(), self._ping_tick)
+
+    def proto_info(self, arg: bytes) -> None:
+        info = ci.decode_info(arg)
+        self.gw.process_info(self, info)
+
+    def proto_ping(self) -> None:
+        self.out += cp.PONG
+        self.flush()
+
+    def proto_pong(self) -> None:
+        self.pings_out = 0
+        if self._rtt_start:
+            self.rtt = time.monotonic() - self._rtt_start
+            self._rtt_start = 0.0
+
+    def proto_ok(self) -> None:
+        pass
+
+    def proto_err(self, arg: bytes) -> None:
+        text = arg.decode("utf-8", "replace")
+        self.server.log.error(f"{self.log_prefix()} - Gateway Error {text}")
+        self.close("Parse Error")
+
+    # ---- interest (outbound: the remote's) -------------------------------------------------------------
+
+    def _inbound_violation(self, op: str) -> bool:
+        if self.outbound:
+            return False
+        self.server.log.error(f"{self.log_prefix()} - Received {op} from gateway on inbound connection")
+        self.close("Protocol Violation")
+        return True
+
+    def proto_account_unsub(self, account: bytes) -> None:
+        if self._inbound_violation("A-"):
+            return
+        acc = bytes(account)
+        e = self.outsim.get(acc)
+        if e is not None and e.qsubs > 0:
+            e.ni = set()  # queue interest stays; plain interest is gone
+            return
+        self.outsim[acc] = None
+
+    def proto_account_sub(self, account: bytes) -> None:
+        if self._inbound_violation("A+"):
+            return
+        acc = bytes(account)
+        if acc in self.outsim:
+            e = self.outsim[acc]
+            if e is None or e.qsubs == 0:
+                del self.outsim[acc]
+
+    def proto_rs_sub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        if self._inbound_violation("RS+"):
+            return
+        acc = bytes(account)
+        subj = subject.decode("utf-8", "surrogateescape")
+        e = self.outsim.get(acc)
+        if e is None:
+            if queue is None:
+                return  # plain interest in an account we were told nothing (or A-) about: sends go anyway
+            e = OutAccount()
+            new = True
+            use_sl = True
+        else:
+            new = False
+            use_sl = queue is not None or e.mode != OPTIMISTIC
+        if use_sl:
+            key = (subject, queue)
+            if key in e.subs:
+                return
+            q = queue.decode("utf-8", "surrogateescape") if queue else None
+            sub = RemoteSub(self, subj, q, max(weight, 1) if queue else 0, None)
+            try:
+                e.sl.insert(sub)
+            except ValueError as err:
+                self.server.log.error(f"{self.log_prefix()} - gateway subscription on invalid subject {subj!r} "
+                                      f"refused: {err}")
+                return
+            e.subs[(bytes(subject), bytes(queue) if queue else None)] = sub
+            if queue:
+                e.qsubs += 1
+            if new:
+                self.outsim[acc] = e
+            self.gw.remote_queue_interest_changed()
+        elif e.ni is not None:
+            if "*" in subj or ">" in subj:
+                from rillet.subjects.validate import subject_matches_filter
+                for k in [k for k in e.ni if subject_matches_filter(k, subj)]:
+                    e.ni.discard(k)
+            else:
+                e.ni.discard(subj)
+
+    def proto_rs_unsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
+        if self._inbound_violation("RS-"):
+            return
+        acc = bytes(account)
+        e = self.outsim.get(acc)
+        if e is None:
+            if queue is not None:
+                self.debug(f"Received RS- without prior RS+ for subject {subject!r}, queue {queue!r}")
+                return
+            if acc in self.outsim:
+                return  # A- received before: no interest at all already
+            e = OutAccount()
+            e.ni.add(subject.decode("utf-8", "surrogateescape"))  # type: ignore[union-attr]
+            self.outsim[acc] = e
+            return
+        if queue is not None or e.mode != OPTIMISTIC:
+            sub = e.subs.pop((bytes(subject), bytes(queue) if queue else None), None)
+            if sub is None:
+                return
+            e.sl.remove(sub)
+            if queue:
+                e.qsubs -= 1
+            if e.sl.count() == 0 and e.mode == OPTIMISTIC and not e.ni:
+                del self.outsim[acc]
+            self.gw.remote_queue_interest_changed()
+        elif e.ni is not None:
+            e.ni.add(subject.decode("utf-8", "surrogateescape"))
+
+    def interest(self, acc: bytes, subject: str) -> tuple[bool, Any]:
+        """(plain interest possible, sublist result of the remote's announced subscriptions or None)."""
+        outsim = self.outsim
+        if acc not in outsim:
+            return not self.iom, None
+        e = outsim[acc]
+        if e is None:
+            return False, None
+        psi = not self.iom and e.ni is not None and subject not in e.ni
+        r = None
+        if e.ni is None or e.qsubs > 0:
+            r = e.sl.match(subject)
+            if r.psubs:
+                psi = True
+            elif not r.qsubs:
+                r = None
+        return psi, r
+
+    # the remote switched an account to interest-only mode (INFO gateway_cmd)
+
+    def all_subs_start(self, account: bytes) -> None:
+        self.debug(f'Gateway "{self.name}": switching account "{account.decode(errors="replace")}" to '
+                   f"Interest-Only mode")
+        e = self.outsim.get(account)
+        if e is None:
+            e = OutAccount(ni=False)
+            self.outsim[account] = e
+        e.mode = TRANSITIONING
+
+    def all_subs_complete(self, account: bytes) -> None:
+        e = self.outsim.get(account)
+        if e is not None:
+            e.ni = None
+            e.mode = INTEREST_ONLY
+            self.debug(f'Gateway "{self.name}": switching account "{account.decode(errors="replace")}" to '
+                       f"Interest-Only mode complete")
+
+    # ---- messages (inbound) ---------------------------------------------------------------------------
+
+    def proto_rmsg(self, account: bytes, subject: bytes, reply: bytes | None, queues: tuple, payload: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(payload)
+        self.gw.inbound_msg(self, account, subject, reply, queues, -1, payload)
+
+    def proto_hmsg(self, account: bytes, subject: bytes, reply: bytes | None, queues: tuple, hdr_len: int,
+                   msg: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(msg)
+        self.gw.inbound_msg(self, account, subject, reply, queues, hdr_len, msg)
+
+    # ---- writing --------------------------------------------------------------------------------------
+
+    def send_msg(self, account: bytes, subject: bytes, reply: bytes | None, queues: list, hdr: int,
+                 msg: bytes) -> None:
+        out = self.out
+        if hdr < 0:
+            out += cp.rmsg_head(account, subject, reply, queues, len(msg))
+            out += msg
+        elif self.headers:
+            out += cp.hmsg_head(account, subject, reply, queues, hdr, len(msg))
+            out += msg
+        else:
+            payload = msg[hdr:]
+            out += cp.rmsg_head(account, subject, reply, queues, len(payload))
+            out += payload
+        out += _CRLF
+        self.out_msgs += 1
+        self.out_bytes += len(msg)
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def send(self, frame: bytes) -> None:
+        self.out += frame
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def write_out(self) -> None:
+        self.flush_pending = False
+        out = self.out
+        t = self.transport
+        if not out or self.closed or t is None:
+            out.clear()
+            return
+        t.write(bytes(out))
+        out.clear()
+        mp = self.server.opts.max_pending
+        if t.get_write_buffer_size() > mp:
+            self.server.slow_consumers += 1
+            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
+            t.abort()
+            self.close("Slow Consumer (Pending Bytes)")
+
+    # ---- timers ---------------------------------------------------------------------------------------
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.closed and self.parser.awaiting_connect:
+            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
+            self.close("Authentication Timeout", "Authentication Timeout")
+
+    def _ping_tick(self) -> None:
+        if self.closed:
+            return
+        gw = self.gw
+        if self.pings_out + 1 > (self.server.opts.ping_max or 2):
+            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            self.close("Stale Connection", "Stale Connection")
+            return
+        if self.registered or self.connected:  # (an outbound sends nothing before its CONNECT)
+            self.pings_out += 1
+            self._rtt_start = time.monotonic()
+            self.send(cp.PING)
+            self.server.flush_clients()
+        self._ping_timer = self.server.loop.call_later(gw.ping_interval(), self._ping_tick)
+
+    # ---- monitoring and logging -----------------------------------------------------------------------
+
+    def monitor_info(self, q: dict) -> dict:
+        """This connection as nats-server's /gatewayz shows it (RemoteGatewayz)."""
+        from rillet.gotime import format_time, unix_ns
+        from rillet.monitor.gofmt import rtt_string, uptime
+        now = time.time()
+        d: dict[str, Any] = {"configured": bool(self.outbound and self.cfg is not None and not self.cfg.implicit)}
+        t = self.transport
+        conn: dict[str, Any] = {
+            "cid": self.cid, "kind": "Gateway", "ip": self.host, "port": self.port,
+            "start": format_time(unix_ns(self.start_time)), "last_activity": format_time(unix_ns(self.last_activity)),
+            "rtt": rtt_string(self.rtt)[0] if self.rtt else "0s",
+            "uptime": uptime(now - self.start_time), "idle": uptime(now - self.last_activity),
+            "pending_bytes": t.get_write_buffer_size() + len(self.out) if t is not None else len(self.out),
+            "in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
+            "out_bytes": self.out_bytes,
+            "subscriptions": sum(len(e.subs) for e in self.outsim.values() if e is not None),
+        }
+        if self.remote_id:
+            conn["name"] = self.remote_id
+        d["connection"] = conn
+        if q.get("accs"):
+            accs = self.accounts_info(q)
+            if accs:
+                d["accounts"] = accs
+        return d
+
+    def accounts_info(self, q: dict) -> list[dict]:
+        from rillet.cluster.gateway import MAX_RUNSUB_BEFORE_SWITCH
+        only = q.get("acc_name") or ""
+        out = []
+        detail, plain = q.get("subs", (False, False))
+        table: dict[bytes, Any] = self.outsim if self.outbound else self.insim  # type: ignore[assignment]
+        for name, e in table.items():
+            n = name.decode("utf-8", "replace")
+            if only and n != only:
+                continue
+            a: dict[str, Any] = {"name": n, "interest_mode": MODE_NAMES[e.mode if e is not None else OPTIMISTIC]}
+            if e is not None and e.ni:
+                a["no_interest_count"] = len(e.ni)
+            a["interest_only_threshold"] = MAX_RUNSUB_BEFORE_SWITCH
+            if self.outbound and e is not None:
+                if e.subs:
+                    a["num_subs"] = len(e.subs)
+                if e.qsubs:
+                    a["num_queue_subs"] = e.qsubs
+                if e.subs and plain:
+                    a["subscriptions_list"] = [s.subject for s in e.subs.values()]
+                elif e.subs and detail:
+                    a["subscriptions_list_detail"] = [
+                        {"account": n, "account_tag": n, "subject": s.subject,
+                         **({"qgroup": s.queue} if s.queue else {}), "sid": "", "msgs": 0, "cid": self.cid}
+                        for s in e.subs.values()]
+            out.append(a)
+        return out
+
+    def log_prefix(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port} - gid:{self.cid}"
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")
+
+    def __repr__(self) -> str:
+        return f"<GatewayConn gid:{self.cid} {self.name} {'outbound' if self.outbound else 'inbound'}>"

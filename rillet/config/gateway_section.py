@@ -1,0 +1,180 @@
+"""The ``gateway {}`` block of a config file: the gateways of a super-cluster (rillet.cluster.gateway).
+
+Keys, defaults and errors as nats-server's opts.go (parseGateway, parseGateways) and gateway.go
+(validateGatewayOptions). What Rillet's gateways do not do is refused with file:line:col and the reason,
+never parsed and ignored: ``tls`` (in the block or in a remote: gateways are plain TCP), ``write_timeout``
+(write deadline policy).
+
+The raw map stays in ``Options.gateway`` (what /varz and /gatewayz show of the configuration); the checked
+settings are ``Options.gateway_opts``, a ``GatewayOptions``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from rillet.goquote import go_type
+
+from .typed import Field
+
+ERR_NAME_HAS_SPACES = "gateway name cannot contain spaces"
+
+
+@dataclass
+class RemoteGateway:
+    name: str = ""
+    urls: list[str] = field(default_factory=list)  # as written, with a scheme added when missing
+
+
+@dataclass
+class GatewayOptions:
+    name: str = ""
+    host: str = ""
+    port: int = 0
+    advertise: str = ""
+    username: str = ""
+    password: str = ""
+    auth_timeout: float = 0.0
+    connect_retries: int = 0
+    connect_backoff: bool = False
+    reject_unknown: bool = False
+    write_deadline: float = 0.0
+    gateways: list[RemoteGateway] = field(default_factory=list)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.name) and self.port != 0
+
+
+def _refuse(f: Field, what: str) -> Any:
+    return f.error(f'gateway "{f.key}": {what} is not supported yet')
+
+
+def check_gateway_url(text: str, f: Field) -> str:
+    """A gateway URL as nats-server's parseURL reads it; the URL, with nats:// added when it has no scheme."""
+    u = text.strip()
+    if "://" not in u:
+        u = "nats://" + u
+    try:
+        parts = urlsplit(u)
+        port = parts.port
+    except ValueError as e:
+        raise f.error(f'error parsing gateway url "{text}": {e}') from None
+    if not parts.hostname or port is None:
+        raise f.error(f'error parsing gateway url "{text}": missing host or port')
+    return u
+
+
+def parse_gateway(b: Any, f: Field) -> None:
+    """Fill ``b.o.gateway`` (raw) and ``b.o.gateway_opts`` from the gateway map ``f`` (``b``: the builder)."""
+    if not isinstance(f.value, dict):
+        raise f.error(f"Expected gateway to be a map, got {go_type(f.value)}")
+    b.o.gateway = f.as_map()
+    g = GatewayOptions()
+    b.o.gateway_opts = g
+    s = b.setter
+    target = lambda: g  # noqa: E731
+
+    def name(sub: Field) -> None:
+        v = sub.as_str()
+        if " " in v:
+            raise sub.error(ERR_NAME_HAS_SPACES)
+        g.name = v
+
+    def listen(sub: Field) -> None:
+        g.host, g.port = b.host_port(sub)
+
+    def authorization(sub: Field) -> None:
+        auth = b.parse_authorization(sub)
+        if "users" in auth:
+            raise sub.error("Gateway authorization does not allow multiple users")
+        if auth.get("token"):
+            raise sub.error("Gateway authorization does not support tokens")
+        if "auth_callout" in auth:
+            raise sub.error("Gateway authorization does not support callouts")
+        if auth.get("permissions") is not None:
+            raise sub.error("gateway permissions are not supported yet")
+        g.username = auth.get("user", "")
+        g.password = auth.get("pass", "")
+        g.auth_timeout = auth.get("timeout", 0.0)
+
+    def tls(sub: Field) -> None:
+        raise _refuse(sub, "TLS on gateway connections")
+
+    def write_timeout(sub: Field) -> None:
+        raise _refuse(sub, "write_timeout (write deadline policy)")
+
+    def gateways(sub: Field) -> None:
+        if not isinstance(sub.value, list):
+            raise sub.error(f"Expected gateways field to be an array, got {go_type(sub.value)}")
+        out: list[RemoteGateway] = []
+        for item in sub.items():
+            if not isinstance(item.value, dict):
+                b.errors.append(item.error(f"Expected gateway entry to be a map/struct, got {item.value}"))
+                continue
+            r = RemoteGateway()
+
+            def rname(e: Field, r: RemoteGateway = r) -> None:
+                r.name = e.as_str()
+
+            def url(e: Field, r: RemoteGateway = r) -> None:
+                r.urls.append(check_gateway_url(e.as_str(), e))
+
+            def urls(e: Field, r: RemoteGateway = r) -> None:
+                if not isinstance(e.value, list):
+                    raise e.not_go_type("[]interface {}")
+                lst = []
+                for u in e.items():
+                    lst.append(check_gateway_url(u.as_str(), u))
+                r.urls = lst
+
+            def rtls(e: Field) -> None:
+                raise _refuse(e, "TLS on gateway connections")
+
+            b.each(item, {"name": rname, "url": url, "urls": urls, "tls": rtls}, "gateway.gateways")
+            out.append(r)
+        g.gateways = out
+
+    def reject_unknown(sub: Field) -> None:
+        g.reject_unknown = sub.as_bool()
+
+    table: dict[str, Callable[[Field], None]] = {
+        "name": name,
+        "listen": listen,
+        "port": s("port", "int", target=target),
+        "host": s("host", "str", target=target),
+        "net": s("host", "str", target=target),
+        "authorization": authorization,
+        "tls": tls,
+        "advertise": s("advertise", "str", target=target),
+        "connect_retries": s("connect_retries", "int", target=target),
+        "connect_backoff": s("connect_backoff", "bool", target=target),
+        "gateways": gateways,
+        "reject_unknown": reject_unknown,
+        "reject_unknown_cluster": reject_unknown,
+        "write_deadline": s("write_deadline", "duration", target=target),
+        "write_timeout": write_timeout,
+    }
+    b.each(f, table, "gateway")
+    err = validate_gateway(g)
+    if err:
+        b.errors.append(f.error(err))
+
+
+def validate_gateway(g: GatewayOptions) -> str:
+    """nats-server's validateGatewayOptions: the error text, or "" when the block is valid (or unset)."""
+    if not g.name and g.port == 0:
+        return ""
+    if not g.name:
+        return "gateway has no name"
+    if " " in g.name:
+        return ERR_NAME_HAS_SPACES
+    if g.port == 0:
+        return f'gateway "{g.name}" has no port specified (select -1 for random port)'
+    for i, r in enumerate(g.gateways):
+        if not r.name:
+            return f"gateway in the list {i} has no name"
+        if not r.urls:
+            return f'gateway "{r.name}" has no URL'
+    return ""
