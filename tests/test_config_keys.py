@@ -91,7 +91,7 @@ KEY_TESTS: dict[str, str] = {
     # not active until clustering lands: the server starts and warns, naming the block
     "cluster": "tests/test_cluster_routes.py::test_pub_sub_every_pair_both_ways_with_headers",
     "gateway": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
-    "leafnodes": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
+    "leafnodes": "tests/test_cluster_leaf.py::test_every_leafnodes_key_is_known",
     "connect_error_reports": "tests/test_cluster_routes.py::test_connect_error_reports",
     "reconnect_error_reports": "tests/test_cluster_routes.py::test_connect_error_reports",
     # jetstream {}

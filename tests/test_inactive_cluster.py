@@ -51,7 +51,7 @@ def test_flags_of_the_cluster_discovery_tests_start_routing():
 def test_each_configured_block_is_named_in_a_warning(tmp_path):
     conf = tmp_path / "c.conf"
     conf.write_text('listen: "127.0.0.1:-1"\ncluster { name: C, listen: "127.0.0.1:-1" }\n'
-                    'leafnodes { listen: "127.0.0.1:-1" }\n'
+                    'leafnodes { reconnect: "2s" }\n'  # (no port and no remotes: inactive, as in nats-server)
                     'system_account: SYS\naccounts { SYS {} }\n')
     with ServerProcess("-c", str(conf)) as srv:
         srv.wait_ready()

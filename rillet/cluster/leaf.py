@@ -213,8 +213,8 @@ class LeafConn(asyncio.Protocol):
         for t in (self._ping_timer, self._auth_timer):
             if t is not None:
                 t.cancel()
-        acc = f" - Account: {self.acc_name}" if self.acc_name else ""
-        self.server.log.notice(f"{self.log_prefix()} - Leafnode connection closed: {self.close_reason}{acc}")
+        remote = f" - Remote: {self.remote_name}" if self.remote_name else ""
+        self.server.log.notice(f"{self.log_prefix()} - Leafnode connection closed: {self.close_reason}{remote}")
         self._drop_remote_interest()
         self.mgr.conn_closed(self)
 
@@ -579,7 +579,7 @@ class LeafConn(asyncio.Protocol):
         d["rtt"] = rtt_string(self.rtt)[0] if self.rtt else "0s"
         d.update({"in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
                   "out_bytes": self.out_bytes, "subscriptions": len(self.rsubs)})
-        if q.get("subs"):
+        if q.get("subs") and self.rsubs:
             d["subscriptions_list"] = [sub.subject for sub in self.rsubs.values()]
         if self.compression:
             d["compression"] = self.compression
@@ -758,8 +758,7 @@ class LeafNodes:
         srv = self.server
         o = self.opts
         so = srv.opts
-        host = o.host or "0.0.0.0"
-        port = self.addr[1] if self.addr else o.port
+        host, port = self.advertised()
         info = ci.Info(server_id=srv.server_id, server_name=srv.name, version=rillet.SERVER_VERSION,
                        proto=ci.SERVER_PROTO, go=f"python{sys.version_info[0]}.{sys.version_info[1]}",
                        host=host, port=port, headers=not so.no_header_support,
@@ -775,20 +774,25 @@ class LeafNodes:
             info.info_on_connect = True
         return ci.encode_info(info)
 
-    def leafnode_urls(self) -> list[str]:
+    def advertised(self) -> tuple[str, int]:
+        """The host and port this hub gives leafs (nats-server's setLeafNodeInfoHostPortAndIP)."""
         o = self.opts
         port = self.addr[1] if self.addr else o.port
-        if o.no_advertise:
-            return []
         if o.advertise:
             from rillet.config.builder_base import split_host_port
             h, p = split_host_port(o.advertise)
-            return [_hostport(h, int(p) if p else port)]
+            return h, int(p) if p else port
         host = o.host or "0.0.0.0"
         if host in ("0.0.0.0", "::", "[::]"):
             from rillet.cluster.cluster import global_unicast_ips
-            return [_hostport(ip, port) for ip in global_unicast_ips()] or [_hostport("127.0.0.1", port)]
-        return [_hostport(host, port)]
+            ips = global_unicast_ips()
+            host = ips[0] if ips else host
+        return host, port
+
+    def leafnode_urls(self) -> list[str]:
+        """This hub's own leafnode URL: always announced (no_advertise only keeps nats-server from gossiping
+        it to routes, which Rillet never does)."""
+        return [_hostport(*self.advertised())]
 
     def _auth_required(self) -> bool:
         o = self.opts

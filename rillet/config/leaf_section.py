@@ -47,14 +47,22 @@ class RemoteLeafOptions:
     disabled: bool = False
     ignore_discovered_servers: bool = False
 
-    def name(self) -> str:
-        """What nats-server calls the remote in duplicate errors: its URLs (without credentials)."""
-        out = []
+    def name(self, redacted: bool = True) -> str:
+        """nats-server's name of a remote (duplicates are errors): its URLs, local account and key."""
+        import json
+        acc = self.account or "$G"
+        urls = []
         for u in self.urls:
             p = urlsplit(u)
-            host = p.hostname or ""
-            out.append(f"{p.scheme}://{host}:{p.port}" if p.port else f"{p.scheme}://{host}")
-        return " ".join(out)
+            if redacted and p.password is not None:
+                u = u.replace(f":{p.password}@", ":xxxxx@", 1)
+            urls.append(json.dumps(u))
+        opt = ""
+        if self.credentials:
+            opt = f", credentials={json.dumps(self.credentials)}"
+        elif self.nkey:
+            opt = ', nkey="[REDACTED]"' if redacted else f", nkey={json.dumps(self.nkey)}"
+        return f"urls=[{' '.join(urls)}], account={json.dumps(acc)}{opt}"
 
 
 @dataclass
@@ -208,9 +216,9 @@ def parse_leafnodes(b: Any, f: Field) -> None:
             if not isinstance(item.value, dict):
                 raise item.error(f"Expected remote leafnode entry to be a map/struct, got {item.value}")
             r = _remote(b, item)
-            rn = r.name()
+            rn = r.name(redacted=False)
             if rn in names:
-                raise item.error(f"duplicate remote {rn}")
+                raise item.error(f"duplicate remote {r.name()}")
             names.add(rn)
             out.append(r)
         ln.remotes = out

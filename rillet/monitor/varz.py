@@ -228,6 +228,9 @@ def varz_gateway(server: Any) -> dict:
 
 
 def varz_leaf(server: Any) -> dict:
+    live = getattr(server, "leafnodes", None)
+    if live is not None:  # (rillet.cluster.leaf) the listener and remotes in use
+        return live.varz()
     ln = server.opts.leafnodes or {}
     if not isinstance(ln, dict) or not ln:
         return {}
@@ -379,7 +382,7 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     routes = getattr(server, "routes", {})
     v["routes"] = len(routes)  # route connections (one per remote server: routes are not pooled)
     v["remotes"] = len(routes)  # remote servers
-    v["leafnodes"] = 0
+    v["leafnodes"] = len(getattr(server, "leafs", {}))
     in_m, in_b, out_m, out_b = server.totals()
     v["in_msgs"] = in_m
     v["in_bytes"] = in_b

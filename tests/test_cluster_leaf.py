@@ -1,0 +1,527 @@
+"""Leaf nodes (rillet.cluster.leaf), driven as users do: nats-py clients on the hub and on the leaf.
+
+Rillet hubs and leafs run in process (config text through the file loader); the interoperability tests run
+a Go nats-server from PATH as the hub of a Rillet leaf and as a leaf of a Rillet hub.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import shutil
+import tempfile
+import urllib.request
+
+import nats
+import pytest
+from nats.errors import NoRespondersError
+
+from helpers import ServerProcess, free_port
+from rillet.config import ConfigError
+from rillet.config.options_builder import _Builder, load_string
+from rillet.config.options import Options
+from rillet.config.parser import parse_string
+from rillet.server.embed import run_server
+from rillet.server.logging import Logger
+
+GO_SERVER = shutil.which("nats-server")
+needs_go = pytest.mark.skipif(GO_SERVER is None, reason="needs nats-server on PATH")
+
+
+async def _until(cond, timeout: float = 5.0, what: str = "condition") -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def rillet(text: str, name: str = "s"):
+    """A Rillet server from config text, in process; ``srv._test_log`` holds its log."""
+    o = load_string(f'listen: "127.0.0.1:-1"\nserver_name: {name}\n{text}\n', f"{name}.conf")
+    buf = io.StringIO()
+    async with run_server(o, log=Logger(debug=True, out=buf)) as srv:
+        srv._test_log = buf
+        yield srv
+
+
+def hub_port(srv) -> int:
+    return srv.leafnodes.addr[1]
+
+
+def leaf_ready(srv, n: int = 1) -> bool:
+    return sum(1 for lc in srv.leafs.values() if lc.registered) >= n
+
+
+def leaf_interest(srv, subject: str, account: str = "$G") -> int:
+    """Subscriptions announced by leaf connections (LS+) that match ``subject`` on ``srv``."""
+    from rillet.cluster.leaf import LEAF_KIND
+    from rillet.cluster.routed import RemoteSub
+    acc = srv.accounts.get(account)
+    if acc is None:
+        return 0
+    r = acc.sublist.match(subject)
+    subs = list(r.psubs) + [s for g in r.qsubs for s in g]
+    return sum(1 for s in subs if type(s) is RemoteSub and s.client.kind == LEAF_KIND)
+
+
+@contextlib.asynccontextmanager
+async def hub_and_leaf(hub_conf: str = "", remote: str = "", leaf_conf: str = ""):
+    """A Rillet hub and a Rillet leaf connected to it; ``remote``: extra keys of the remote entry."""
+    async with rillet(f'leafnodes {{ listen: "127.0.0.1:-1"\n{hub_conf} }}', "hub") as hub:
+        url = f"nats://127.0.0.1:{hub_port(hub)}"
+        if "url:" not in remote:
+            remote = f'url: "{url}"\n{remote}'
+        async with rillet(f"leafnodes {{ remotes [ {{ {remote} }} ] }}\n{leaf_conf}", "leaf") as leaf:
+            await _until(lambda: leaf_ready(hub) and leaf_ready(leaf), what="leaf connection")
+            yield hub, leaf
+
+
+@contextlib.asynccontextmanager
+async def clients(*urls, **kw):
+    ncs = [await nats.connect(u, max_reconnect_attempts=0, **kw) for u in urls]
+    try:
+        yield ncs
+    finally:
+        for nc in ncs:
+            await nc.close()
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.msgs: list = []
+
+    async def cb(self, m) -> None:
+        self.msgs.append(m)
+
+    def subjects(self) -> list[str]:
+        return [m.subject for m in self.msgs]
+
+
+# ==== Rillet hub, Rillet leaf ====================================================================================
+
+async def test_pub_sub_both_ways_wildcards_and_headers():
+    async with hub_and_leaf() as (hub, leaf), clients(hub.client_url, leaf.client_url) as (nh, nl):
+        on_hub, on_leaf = Inbox(), Inbox()
+        await nh.subscribe("up.>", cb=on_hub.cb)
+        await nl.subscribe("down.*", cb=on_leaf.cb)
+        await nh.flush()
+        await nl.flush()
+        await _until(lambda: leaf_interest(hub, "down.x") and leaf_interest(leaf, "up.a.b"), what="interest")
+        await nl.publish("up.a.b", b"from leaf", headers={"X-K": "1"})
+        await nh.publish("down.x", b"from hub")
+        await nh.publish("down.x.y", b"not matched")  # no interest: never crosses
+        await _until(lambda: on_hub.msgs and on_leaf.msgs)
+        await asyncio.sleep(0.1)
+        assert [(m.subject, m.data, m.headers) for m in on_hub.msgs] == [("up.a.b", b"from leaf", {"X-K": "1"})]
+        assert [(m.subject, m.data) for m in on_leaf.msgs] == [("down.x", b"from hub")]
+        # a message crosses only where there is interest: the hub sent nothing for down.x.y
+        lc = next(iter(hub.leafs.values()))
+        assert lc.out_msgs == 1
+
+
+async def test_never_sent_back_to_the_leaf_it_came_from():
+    """A subscriber on the leaf and on the hub, publisher on the leaf: each gets it once (the hub does not
+    echo it back over the leaf connection)."""
+    async with hub_and_leaf() as (hub, leaf), clients(hub.client_url, leaf.client_url) as (nh, nl):
+        a, b = Inbox(), Inbox()
+        await nh.subscribe("echo.t", cb=a.cb)
+        await nl.subscribe("echo.t", cb=b.cb)
+        await nh.flush()
+        await nl.flush()
+        await _until(lambda: leaf_interest(hub, "echo.t") and leaf_interest(leaf, "echo.t"))
+        for i in range(5):
+            await nl.publish("echo.t", str(i).encode())
+        await nl.flush()
+        await _until(lambda: len(a.msgs) == 5 and len(b.msgs) == 5)
+        await asyncio.sleep(0.15)
+        assert len(a.msgs) == 5 and len(b.msgs) == 5
+
+
+async def test_unsubscribe_withdraws_interest():
+    async with hub_and_leaf() as (hub, leaf), clients(hub.client_url, leaf.client_url) as (nh, nl):
+        a = Inbox()
+        sub = await nl.subscribe("gone", cb=a.cb)
+        await nl.flush()
+        await _until(lambda: leaf_interest(hub, "gone") == 1)
+        await sub.unsubscribe()
+        await nl.flush()
+        await _until(lambda: leaf_interest(hub, "gone") == 0, what="LS- on the hub")
+
+
+async def test_queue_groups_across_the_leaf_connection():
+    async with hub_and_leaf() as (hub, leaf), \
+            clients(hub.client_url, hub.client_url, leaf.client_url, leaf.client_url) as (h1, h2, l1, l2):
+        got: dict[str, list] = {"h1": [], "h2": [], "l1": []}
+        for name, nc in (("h1", h1), ("h2", h2)):
+            async def cb(m, name=name):
+                got[name].append(m.data)
+            await nc.subscribe("work", queue="q", cb=cb)
+            await nc.flush()
+        await _until(lambda: leaf_interest(leaf, "work") == 1, what="LS+ work q on the leaf")
+        lsub = next(s for g in leaf.accounts["$G"].sublist.match("work").qsubs for s in g)
+        await _until(lambda: lsub.weight == 2, what="queue weight 2")
+        # publisher on the leaf, members on the hub only: each message to exactly one member
+        for i in range(40):
+            await l2.publish("work", b"%d" % i)
+        await l2.flush()
+        await _until(lambda: len(got["h1"]) + len(got["h2"]) == 40, what="40 deliveries")
+
+        async def cb1(m):
+            got["l1"].append(m.data)
+        await l1.subscribe("work", queue="q", cb=cb1)
+        await l1.flush()
+        await _until(lambda: leaf_interest(hub, "work") == 1, what="leaf member on the hub")
+        for k in got:
+            got[k].clear()
+        # members on both sides: still exactly once each, from either side
+        for i in range(60):
+            await (h1 if i % 2 else l2).publish("work", b"%d" % i)
+        await h1.flush()
+        await l2.flush()
+        await _until(lambda: sum(len(v) for v in got.values()) == 60, what="60 deliveries")
+        await asyncio.sleep(0.15)
+        assert sorted(int(x) for v in got.values() for x in v) == list(range(60))
+
+
+async def test_request_reply_both_ways_and_no_responders():
+    async with hub_and_leaf() as (hub, leaf), clients(hub.client_url, leaf.client_url) as (nh, nl):
+        async def echo_hub(m):
+            await m.respond(b"hub:" + m.data)
+
+        async def echo_leaf(m):
+            await m.respond(b"leaf:" + m.data)
+        await nh.subscribe("svc.hub", cb=echo_hub)
+        await nl.subscribe("svc.leaf", cb=echo_leaf)
+        await nh.flush()
+        await nl.flush()
+        await _until(lambda: leaf_interest(leaf, "svc.hub") and leaf_interest(hub, "svc.leaf"))
+        assert (await nl.request("svc.hub", b"1", timeout=2)).data == b"hub:1"
+        assert (await nh.request("svc.leaf", b"2", timeout=2)).data == b"leaf:2"
+        with pytest.raises(NoRespondersError):
+            await nl.request("svc.nobody", b"3", timeout=2)
+
+
+async def test_account_binding_users_and_authorization_account():
+    accounts = 'accounts { A { users [{user: a, password: a}] }, B { users [{user: b, password: b}] } }'
+    hub_conf = 'authorization { users [ {user: la, password: pa, account: A}, {user: lb, password: pb} ] }'
+    async with rillet(f'{accounts}\nleafnodes {{ listen: "127.0.0.1:-1"\n{hub_conf} }}', "hub") as hub:
+        p = hub_port(hub)
+        remotes = (f'remotes [ {{ url: "nats://la:pa@127.0.0.1:{p}" }}, '
+                   f'{{ url: "nats://lb:pb@127.0.0.1:{p}", account: L2 }} ]')
+        async with rillet(f'accounts {{ L2 {{}} }}\nleafnodes {{ {remotes} }}', "leaf") as leaf:
+            await _until(lambda: leaf_ready(hub, 2), what="two leaf connections")
+            by_acc = sorted(lc.acc_name for lc in hub.leafs.values())
+            assert by_acc == ["$G", "A"]  # a user without account: the global account
+            hub_a = f"nats://a:a@127.0.0.1:{hub.addr[1]}"
+            hub_b = f"nats://b:b@127.0.0.1:{hub.addr[1]}"
+            async with clients(hub_a, hub_b, leaf.client_url) as (na, nb, nl):
+                ga, gb = Inbox(), Inbox()
+                await na.subscribe("acc.>", cb=ga.cb)
+                await nb.subscribe("acc.>", cb=gb.cb)
+                await na.flush()
+                await nb.flush()
+                await _until(lambda: leaf_interest(leaf, "acc.x"), what="A's interest on the leaf")
+                await nl.publish("acc.x", b"to A")
+                await _until(lambda: ga.msgs)
+                await asyncio.sleep(0.1)
+                assert [m.data for m in ga.msgs] == [b"to A"] and gb.msgs == []
+    # a wrong password is refused, and the hub says so
+    async with rillet(f'leafnodes {{ listen: "127.0.0.1:-1"\n{hub_conf} }}\n{accounts}', "hub") as hub:
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://la:bad@127.0.0.1:{hub_port(hub)}" }} ] }}',
+                          "leaf") as leaf:
+            await _until(lambda: "authentication error" in hub._test_log.getvalue(), what="auth error")
+            await _until(lambda: "Authorization Violation" in leaf._test_log.getvalue())
+            assert not hub.leafs
+
+
+async def test_deny_imports_and_exports():
+    remote = 'deny_exports: ["secret.>"], deny_imports: ["private.>"]'
+    async with hub_and_leaf(remote=remote) as (hub, leaf), clients(hub.client_url, leaf.client_url) as (nh, nl):
+        on_hub, on_leaf = Inbox(), Inbox()
+        await nh.subscribe(">", cb=on_hub.cb)
+        await nl.subscribe("private.*", cb=on_leaf.cb)
+        await nl.subscribe("public.*", cb=on_leaf.cb)
+        await nh.flush()
+        await nl.flush()
+        await _until(lambda: leaf_interest(hub, "public.a"), what="public interest")
+        assert leaf_interest(hub, "private.a") == 0  # not announced: the leaf will not import it
+        await nl.publish("secret.a", b"no")
+        await nl.publish("open.a", b"yes")
+        await nh.publish("private.a", b"no")
+        await nh.publish("public.a", b"yes")
+        await _until(lambda: on_hub.msgs and on_leaf.msgs)
+        await asyncio.sleep(0.15)
+        assert "secret.a" not in on_hub.subjects() and "open.a" in on_hub.subjects()
+        assert on_leaf.subjects() == ["public.a"]
+
+
+async def test_loop_is_detected():
+    """Two servers, each a hub and a leaf of the other in the same account: nats-server's loop error."""
+    pa, pb = free_port(), free_port()
+    a_conf = f'leafnodes {{ listen: "127.0.0.1:{pa}", remotes [ {{ url: "nats://127.0.0.1:{pb}" }} ] }}'
+    b_conf = f'leafnodes {{ listen: "127.0.0.1:{pb}", remotes [ {{ url: "nats://127.0.0.1:{pa}" }} ] }}'
+    async with rillet(a_conf, "A") as a, rillet(b_conf, "B") as b:
+        text = lambda: a._test_log.getvalue() + b._test_log.getvalue()  # noqa: E731
+        await _until(lambda: 'Loop detected for leafnode account="$G". Delaying attempt to reconnect for 30s'
+                     in text(), what="loop detected")
+
+
+async def test_leaf_reconnects_after_hub_restart():
+    lport = free_port()
+    hub_conf = f'leafnodes {{ listen: "127.0.0.1:{lport}" }}'
+    leaf_conf = (f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{lport}" }} ], reconnect: "200ms", '
+                 'dial_timeout: "500ms" }')
+    async with rillet(leaf_conf, "leaf") as leaf:
+        async with rillet(hub_conf, "hub") as hub:
+            await _until(lambda: leaf_ready(leaf), what="first connection")
+        await _until(lambda: not leaf.leafs, what="connection gone")
+        async with rillet(hub_conf, "hub") as hub, clients(hub.client_url, leaf.client_url) as (nh, nl):
+            await _until(lambda: leaf_ready(leaf) and leaf_ready(hub), timeout=5, what="reconnected")
+            a = Inbox()
+            await nl.subscribe("again", cb=a.cb)
+            await nl.flush()
+            await _until(lambda: leaf_interest(hub, "again"))
+            await nh.publish("again", b"x")
+            await _until(lambda: a.msgs)
+        assert "Error trying to connect as leafnode to remote server" in leaf._test_log.getvalue()
+
+
+async def test_leafz_and_varz():
+    async with hub_and_leaf(remote='deny_imports: ["x.>"]') as (hub, leaf), \
+            clients(leaf.client_url) as (nl,):
+        await nl.subscribe("seen.here")
+        await nl.flush()
+        await _until(lambda: leaf_interest(hub, "seen.here"))
+        from rillet.monitor import endpoints, varz
+        lz = endpoints.leafz(hub, {"subs": "1"})
+        assert lz["leafnodes"] == 1
+        (entry,) = lz["leafs"]
+        assert list(entry) == ["id", "name", "is_spoke", "account", "ip", "port", "rtt", "in_msgs", "out_msgs",
+                               "in_bytes", "out_bytes", "subscriptions", "subscriptions_list", "compression"]
+        assert entry["name"] == "leaf" and entry["is_spoke"] is False and entry["account"] == "$G"
+        assert "seen.here" in entry["subscriptions_list"]
+        assert any(s.startswith("$LDS.") for s in entry["subscriptions_list"])
+        spoke = endpoints.leafz(leaf, {})["leafs"][0]
+        assert spoke["is_spoke"] is True and spoke["name"] == "hub" and "subscriptions_list" not in spoke
+        vh = varz.varz_leaf(hub)
+        assert vh["port"] == hub_port(hub) and vh["host"] == "127.0.0.1"
+        vl = varz.varz_leaf(leaf)
+        assert vl["remotes"] == [{"local_account": "$G", "urls": [f"127.0.0.1:{hub_port(hub)}"],
+                                  "deny": {"imports": ["x.>"]}}]
+
+
+async def test_hub_info_on_the_leafnode_port():
+    """The INFO a leaf gets: leaf-port fields (client_id, nonce, leafnode_urls with the advertised address),
+    info_on_connect; a client that dials the leafnode port is refused in nats-server's words."""
+    conf = ('leafnodes { net: 127.0.0.1, port: -1, advertise: "leafs.example.com:7000", no_advertise: true, '
+            'write_deadline: "3s" }')
+    async with rillet(conf, "hub") as hub:
+        r, w = await asyncio.open_connection("127.0.0.1", hub_port(hub))
+        line = await asyncio.wait_for(r.readline(), 2)
+        assert line.startswith(b"INFO ") and line.endswith(b" \r\n")
+        info = json.loads(line[5:])
+        assert info["leafnode_urls"] == ["leafs.example.com:7000"]
+        assert (info["host"], info["port"]) == ("leafs.example.com", 7000)
+        assert info["client_id"] > 0 and info["nonce"] and info["info_on_connect"] is True
+        w.write(b'CONNECT {"lang":"python","verbose":false}\r\n')
+        await w.drain()
+        assert await asyncio.wait_for(r.readline(), 2) == b"-ERR 'attempted to connect to leaf node port'\r\n"
+        w.close()
+        from rillet.monitor import varz
+        v = varz.varz_leaf(hub)
+        assert v["host"] == "127.0.0.1" and v["write_deadline"] == 3_000_000_000
+
+
+async def test_jetstream_domains_across_the_leaf(tmp_path):
+    hub_js = f'jetstream {{ store_dir: "{tmp_path}/hub", domain: hub }}'
+    leaf_js = f'jetstream {{ store_dir: "{tmp_path}/leaf", domain: leaf }}'
+    async with rillet(f'{hub_js}\nleafnodes {{ listen: "127.0.0.1:-1" }}', "hub") as hub:
+        async with rillet(f'{leaf_js}\nleafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}" }} ] }}',
+                          "leaf") as leaf, clients(hub.client_url, leaf.client_url) as (nh, nl):
+            await _until(lambda: leaf_ready(hub) and leaf_ready(leaf))
+            await nh.jetstream().add_stream(name="ORDERS", subjects=["orders.>"])
+            await _until(lambda: leaf_interest(leaf, "$JS.hub.API.STREAM.INFO.ORDERS"), what="hub API interest")
+            # $JS.API never crosses a leaf connection; the domain prefix does
+            assert leaf_interest(leaf, "$JS.API.STREAM.INFO.ORDERS") == 0
+            assert leaf_interest(hub, "$JS.API.STREAM.INFO.ORDERS") == 0
+            js_hub = nl.jetstream(domain="hub")
+            info = await js_hub.stream_info("ORDERS")
+            assert info.config.name == "ORDERS"
+            await _until(lambda: leaf_interest(leaf, "orders.1"), what="stream interest")
+            ack = await js_hub.publish("orders.1", b"o1")
+            assert ack.stream == "ORDERS" and ack.seq == 1 and ack.domain == "hub"
+            # the leaf's own JetStream answers its own API and domain, not the hub's streams
+            await nl.jetstream().add_stream(name="LOCAL", subjects=["local.>"])
+            assert (await nl.jetstream(domain="leaf").stream_info("LOCAL")).config.name == "LOCAL"
+            with pytest.raises(Exception):
+                await nl.jetstream().stream_info("ORDERS")
+            assert (await nh.jetstream().stream_info("ORDERS")).state.messages == 1
+
+
+# ==== interoperability with nats-server ==========================================================================
+
+def _go(conf: str, tmp: str) -> tuple[ServerProcess, int, int]:
+    port, http = free_port(), free_port()
+    path = f"{tmp}/go.conf"
+    with open(path, "w") as f:
+        f.write(f'listen: "127.0.0.1:{port}"\nhttp: "127.0.0.1:{http}"\nserver_name: go\n{conf}\n')
+    return ServerProcess("-c", path, command=[GO_SERVER]), port, http
+
+
+async def _fetch(port: int, path: str) -> dict:
+    def get() -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=5) as r:
+            return json.loads(r.read())
+    return await asyncio.get_running_loop().run_in_executor(None, get)
+
+
+async def _both_ways(hub_url: str, leaf_url: str) -> None:
+    async with clients(hub_url, leaf_url) as (nh, nl):
+        on_hub, on_leaf = Inbox(), Inbox()
+        await nh.subscribe("to.hub.*", cb=on_hub.cb)
+        await nl.subscribe("to.leaf.*", cb=on_leaf.cb)
+        await nh.flush()
+        await nl.flush()
+        # interest takes a moment to cross: publish until it arrives, then check there are no duplicates
+        for i in range(100):
+            await nl.publish(f"to.hub.{i}", b"up")
+            await nh.publish(f"to.leaf.{i}", b"down")
+            await nh.flush()
+            await nl.flush()
+            await asyncio.sleep(0.05)
+            if on_hub.msgs and on_leaf.msgs:
+                break
+        first_h, first_l = len(on_hub.msgs), len(on_leaf.msgs)
+        assert first_h and first_l
+        for i in range(20):
+            await nl.publish("to.hub.x", b"%d" % i, headers={"H": str(i)})
+            await nh.publish("to.leaf.x", b"%d" % i)
+        await _until(lambda: len(on_hub.msgs) == first_h + 20 and len(on_leaf.msgs) == first_l + 20)
+        await asyncio.sleep(0.1)
+        assert [m.data for m in on_hub.msgs[first_h:]] == [b"%d" % i for i in range(20)]
+        assert on_hub.msgs[-1].headers == {"H": "19"}
+        assert [m.data for m in on_leaf.msgs[first_l:]] == [b"%d" % i for i in range(20)]
+        # request/reply across
+        async def svc(m):
+            await m.respond(b"ok " + m.data)
+        await nh.subscribe("svc", cb=svc)
+        await nh.flush()
+        for _ in range(50):
+            try:
+                assert (await nl.request("svc", b"q", timeout=0.5)).data == b"ok q"
+                break
+            except (NoRespondersError, asyncio.TimeoutError, nats.errors.TimeoutError):
+                await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("no reply across the leaf connection")
+
+
+@needs_go
+async def test_rillet_leaf_of_a_go_hub():
+    with tempfile.TemporaryDirectory() as tmp:
+        lport = free_port()
+        go, port, http = _go(f'leafnodes {{ listen: "127.0.0.1:{lport}" }}', tmp)
+        with go:
+            go.wait_ready()
+            async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{lport}" }} ] }}', "rleaf") as leaf:
+                await _until(lambda: leaf_ready(leaf), what="connected to the Go hub")
+                await _both_ways(f"nats://127.0.0.1:{port}", leaf.client_url)
+                lz = await _fetch(http, "leafz?subs=1")
+                (entry,) = lz["leafs"]
+                assert entry["name"] == "rleaf" and entry["account"] == "$G" and entry["is_spoke"] is False
+                assert any(s.startswith("$LDS.") for s in entry["subscriptions_list"])
+                # our /leafz entry has Go's fields, in Go's order
+                from rillet.monitor import endpoints
+                ours = endpoints.leafz(leaf, {"subs": "1"})
+                assert list(ours["leafs"][0]) == list(entry)
+
+
+@needs_go
+async def test_go_leaf_of_a_rillet_hub():
+    with tempfile.TemporaryDirectory() as tmp:
+        async with rillet('leafnodes { listen: "127.0.0.1:-1" }', "rhub") as hub:
+            go, port, http = _go(f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}" }} ] }}', tmp)
+            with go:
+                go.wait_ready()
+                await _until(lambda: leaf_ready(hub), what="the Go leaf connected")
+                await _both_ways(hub.client_url, f"nats://127.0.0.1:{port}")
+                lz = await _fetch(http, "leafz?subs=1")
+                (entry,) = lz["leafs"]
+                assert entry["name"] == "rhub" and entry["is_spoke"] is True
+
+
+# ==== configuration ===============================================================================================
+
+@pytest.mark.parametrize("text, error", [
+    ('leafnodes { remotes [ { url: "nats://h:1", tls { } } ] }', '1:43: leafnodes tls: TLS on leaf connections is '
+                                                                  'not supported yet'),
+    ('leafnodes { remotes [ { url: "ws://h:1" } ] }', '1:24: leafnodes remote url "ws://h:1": leaf connections '
+                                                      'over WebSocket are not supported yet'),
+    ('leafnodes { remotes [ { url: "nats://h:1", hub: true } ] }', "hub: a remote that is a hub"),
+    ('leafnodes { tls { } }', "leafnodes tls: TLS on leaf connections is not supported yet"),
+    ('leafnodes { compression: s2_auto }', 'leafnodes compression "s2_auto": s2 compression'),
+    ('leafnodes { authorization { token: x } }', 'unknown field "token"'),
+    ('leafnodes { bogus: 1 }', 'unknown field "bogus"'),
+    ('leafnodes { remotes: 1 }', "Expected remotes field to be an array, got int64"),
+    ('leafnodes { remotes [ { url: "nats://h:1", nkey: "SUAX" } ] }',
+     'Remote leafnode nkey is not a valid seed: "SUAX"'),
+    ('leafnodes { authorization { user: a, password: b, users [ {user: c, password: d} ] } }',
+     "can not have a single user/pass and a users array"),
+    ('leafnodes { remotes [ { url: "nats://h:1" }, { url: "nats://h:1" } ] }', 'duplicate remote urls=["nats://h:1"], account="$G"'),
+])
+def test_config_errors(text, error):
+    with pytest.raises(ConfigError) as e:
+        load_string(text, "l.conf")
+    assert error in str(e.value), str(e.value)
+    assert str(e.value).startswith("l.conf:1:")
+
+
+def test_config_defaults_and_account_check():
+    o = load_string('leafnodes { port: 7422, remotes [ { urls: ["nats://u:p@h1:1", "nats://h2:2"], '
+                    'account: A, deny_imports: "a.>" } ] }\naccounts { A {} }')
+    assert o.leaf.port == 7422 and o.leaf.reconnect == 1.0  # nats-server's 1s default
+    for alias in ("reconnect_delay", "reconnect_interval"):
+        assert load_string(f'leafnodes {{ {alias}: "2s" }}').leaf.reconnect == 2.0
+    (r,) = o.leaf.remotes
+    assert r.urls == ["nats://u:p@h1:1", "nats://h2:2"] and r.account == "A" and r.deny_imports == ["a.>"]
+    from rillet.server.server import Server
+    with pytest.raises(ValueError, match='cannot find local account "B" specified in leafnode remote'):
+        Server(load_string('leafnodes { remotes [ { url: "nats://h:1", account: B } ] }'))
+
+
+# every key of the leafnodes block (and of its remotes and authorization) acts or is refused
+LEAF_KEY_TESTS = {
+    "leafnodes": {
+        "listen": "test_pub_sub_both_ways_wildcards_and_headers", "port": "test_config_defaults_and_account_check",
+        "host": "test_hub_info_on_the_leafnode_port", "net": "test_hub_info_on_the_leafnode_port",
+        "authorization": "test_account_binding_users_and_authorization_account",
+        "remotes": "test_pub_sub_both_ways_wildcards_and_headers",
+        "reconnect": "test_leaf_reconnects_after_hub_restart",
+        "reconnect_delay": "test_leaf_reconnects_after_hub_restart",
+        "reconnect_interval": "test_leaf_reconnects_after_hub_restart",
+        "dial_timeout": "test_leaf_reconnects_after_hub_restart",
+        "tls": "test_config_errors", "compression": "test_config_errors",
+        "advertise": "test_hub_info_on_the_leafnode_port", "leafnode_advertise": "test_hub_info_on_the_leafnode_port",
+        "no_advertise": "test_hub_info_on_the_leafnode_port",
+        "min_version": "refused", "minimum_version": "refused", "isolate_leafnode_interest": "refused",
+        "isolate": "refused", "write_deadline": "test_hub_info_on_the_leafnode_port", "write_timeout": "refused",
+    },
+}
+
+
+def test_every_leafnodes_key_is_known():
+    b = _Builder(Options())
+    b.apply(parse_string('leafnodes { authorization { users [ { user: a } ] }, remotes [ { url: "nats://h:1" } ] }',
+                         "s.conf"))
+    keys = b.section_keys["leafnodes"]
+    assert keys == set(LEAF_KEY_TESTS["leafnodes"]), keys ^ set(LEAF_KEY_TESTS["leafnodes"])
+    for key, test in LEAF_KEY_TESTS["leafnodes"].items():
+        if test == "refused":
+            with pytest.raises(ConfigError, match="is not supported yet"):
+                load_string(f"leafnodes {{ {key}: 1 }}", "k.conf")
+        else:
+            assert test in globals(), test
