@@ -314,6 +314,34 @@ async def test_leafz_and_varz():
                                   "deny": {"imports": ["x.>"]}}]
 
 
+async def test_leaf_of_a_cluster_reaches_every_server():
+    """A leaf connected to one server of a 2-server Rillet cluster: its messages are routed on by the hub,
+    and messages from the other server cross the route and then the leaf connection (each once)."""
+    from rillet.config.leaf_section import LeafNodeOptions
+    from rillet.server.embed import run_cluster
+    async with run_cluster(2, leaf=LeafNodeOptions(host="127.0.0.1", port=-1)) as (a, b):
+        conf = f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(a)}" }} ] }}'
+        async with rillet(conf, "leaf") as leaf, clients(b.client_url, leaf.client_url, a.client_url) as (nb, nl, na):
+            await _until(lambda: leaf_ready(a) and leaf_ready(leaf))
+            on_b, on_leaf, on_a = Inbox(), Inbox(), Inbox()
+            await nb.subscribe("x.>", cb=on_b.cb)
+            await nl.subscribe("y.>", cb=on_leaf.cb)
+            await na.subscribe("y.>", cb=on_a.cb)
+            for nc in (nb, nl, na):
+                await nc.flush()
+            from rillet.cluster.routed import RemoteSub
+            await _until(lambda: leaf_interest(leaf, "x.1") and leaf_interest(a, "y.1")
+                         and any(type(s) is RemoteSub for s in b.accounts["$G"].sublist.match("y.1").psubs),
+                         what="interest across route and leaf")
+            await nl.publish("x.1", b"leaf to b")
+            await nb.publish("y.1", b"b to leaf")
+            await _until(lambda: on_b.msgs and on_leaf.msgs and on_a.msgs)
+            await asyncio.sleep(0.15)
+            assert [m.data for m in on_b.msgs] == [b"leaf to b"]
+            assert [m.data for m in on_leaf.msgs] == [b"b to leaf"]
+            assert [m.data for m in on_a.msgs] == [b"b to leaf"]
+
+
 async def test_hub_info_on_the_leafnode_port():
     """The INFO a leaf gets: leaf-port fields (client_id, nonce, leafnode_urls with the advertised address),
     info_on_connect; a client that dials the leafnode port is refused in nats-server's words."""
@@ -454,13 +482,59 @@ async def test_go_leaf_of_a_rillet_hub():
                 assert entry["name"] == "rhub" and entry["is_spoke"] is True
 
 
+WS_HUB = 'websocket { listen: "127.0.0.1:-1", no_tls: true }\nleafnodes { listen: "127.0.0.1:-1" }'
+
+
+async def test_leaf_over_websocket():
+    """A ws:// remote: the upgrade on the hub's websocket port (/leafnode), then the leaf protocol in
+    masked binary frames."""
+    async with rillet(WS_HUB, "hub") as hub:
+        url = f"ws://127.0.0.1:{hub.websocket_addr[1]}"
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "{url}" }} ] }}', "leaf") as leaf:
+            await _until(lambda: leaf_ready(leaf) and leaf_ready(hub), what="leaf over websocket")
+            await _both_ways(hub.client_url, leaf.client_url)
+    # without a leafnodes port, the websocket port refuses leafs as nats-server does
+    async with rillet('websocket { listen: "127.0.0.1:-1", no_tls: true }', "hub") as hub:
+        url = f"ws://127.0.0.1:{hub.websocket_addr[1]}"
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "{url}" }} ] }}', "leaf") as leaf:
+            await _until(lambda: "Not configured to accept leaf node connections" in hub._test_log.getvalue())
+            assert not leaf_ready(leaf)
+
+
+@needs_go
+async def test_websocket_leafs_with_go():
+    """A Rillet leaf dials a Go hub's websocket port (with ws_no_masking, which Go grants); a Go leaf dials
+    a Rillet hub's websocket port."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wp, lp = free_port(), free_port()
+        go, port, _ = _go(f'websocket {{ listen: "127.0.0.1:{wp}", no_tls: true }}\n'
+                          f'leafnodes {{ listen: "127.0.0.1:{lp}" }}', tmp)
+        with go:
+            go.wait_ready()
+            conf = f'leafnodes {{ remotes [ {{ url: "ws://127.0.0.1:{wp}", ws_no_masking: true }} ] }}'
+            async with rillet(conf, "leaf") as leaf:
+                await _until(lambda: leaf_ready(leaf), what="connected to the Go hub over websocket")
+                assert next(iter(leaf.leafs.values())).transport.mask is False
+                await _both_ways(f"nats://127.0.0.1:{port}", leaf.client_url)
+        async with rillet(WS_HUB, "hub") as hub:
+            go, port, _ = _go(f'leafnodes {{ remotes [ {{ url: "ws://127.0.0.1:{hub.websocket_addr[1]}" }} ] }}', tmp)
+            with go:
+                go.wait_ready()
+                await _until(lambda: leaf_ready(hub), what="the Go leaf over websocket")
+                await _both_ways(hub.client_url, f"nats://127.0.0.1:{port}")
+
+
 # ==== configuration ===============================================================================================
 
 @pytest.mark.parametrize("text, error", [
     ('leafnodes { remotes [ { url: "nats://h:1", tls { } } ] }', '1:43: leafnodes tls: TLS on leaf connections is '
                                                                   'not supported yet'),
-    ('leafnodes { remotes [ { url: "ws://h:1" } ] }', '1:24: leafnodes remote url "ws://h:1": leaf connections '
-                                                      'over WebSocket are not supported yet'),
+    ('leafnodes { remotes [ { url: "wss://h:1" } ] }', '1:24: leafnodes remote url "wss://h:1": leaf connections '
+                                                       'over secure WebSocket (wss) are not supported yet'),
+    ('leafnodes { remotes [ { urls: ["ws://h:1", "nats://h:2"] } ] }',
+     'remote leaf node configuration cannot have a mix of websocket and non-websocket urls'),
+    ('leafnodes { remotes [ { url: "ws://h:1", ws_compress: true } ] }', "compression of leaf connections over "
+                                                                       "WebSocket is not supported yet"),
     ('leafnodes { remotes [ { url: "nats://h:1", hub: true } ] }', "hub: a remote that is a hub"),
     ('leafnodes { tls { } }', "leafnodes tls: TLS on leaf connections is not supported yet"),
     ('leafnodes { compression: s2_auto }', 'leafnodes compression "s2_auto": s2 compression'),

@@ -189,6 +189,12 @@ class LeafConn(asyncio.Protocol):
             self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
             self._teardown()
 
+    def dial_failed(self, exc: Exception | None) -> None:
+        """The websocket upgrade did not complete (rillet.cluster.leaf_ws): try again later."""
+        if not self.closed:
+            self.closed = True
+            self.mgr.conn_closed(self)
+
     def close(self, reason: str, err: str | None = None) -> None:
         if self.closed:
             return
@@ -691,12 +697,19 @@ class LeafNodes:
             await asyncio.sleep(delay)
         while self.running:
             u = r.next_url()
-            host, port = u.hostname or "", u.port or 7422
+            ws = u.scheme.lower() == "ws"
+            host, port = u.hostname or "", u.port or (80 if ws else 7422)
             log.debug(f"Trying to connect as leafnode to remote server on {_hostport(host, port)}")
+            if ws:
+                from rillet.cluster.leaf_ws import WSDialer
+                factory: Any = lambda: WSDialer(LeafConn(self, r), _hostport(host, port),  # noqa: E731
+                                                no_masking=r.opts.ws_no_masking)
+            else:
+                factory = lambda: LeafConn(self, r)  # noqa: E731
             try:
-                _, lc = await asyncio.wait_for(srv.loop.create_connection(lambda: LeafConn(self, r), host, port),
-                                               r.opts.dial_timeout or self.opts.dial_timeout or LEAF_DIAL_TIMEOUT)
-                r.conn = lc
+                _, proto = await asyncio.wait_for(srv.loop.create_connection(factory, host, port),
+                                                  r.opts.dial_timeout or self.opts.dial_timeout or LEAF_DIAL_TIMEOUT)
+                r.conn = proto.inner if ws else proto
                 r.attempts = 0
                 return
             except (OSError, asyncio.TimeoutError) as e:

@@ -3,11 +3,12 @@
 What nats-server accepts is accepted here with its defaults and errors; what Rillet's leaf nodes do not do
 is refused with file:line:col and the reason, never parsed and ignored:
 
-* TLS (``tls {}`` on the listener or a remote), s2 ``compression`` other than off, ``hub: true`` remotes,
-  HTTP ``proxy``, ``min_version``, ``isolate_leafnode_interest``, ``request_isolation``,
-  ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression / no-masking,
-  ``proxy_required``, and the single ``nkey`` of the listener's authorization are refused;
-* remotes over ``ws://`` URLs are refused too (Rillet dials plain TCP leaf connections only).
+* TLS (``tls {}`` on the listener or a remote, ``wss://`` URLs), s2 ``compression`` other than off,
+  ``hub: true`` remotes, HTTP ``proxy``, ``min_version``, ``isolate_leafnode_interest``,
+  ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
+  (``ws_compress: true``), ``proxy_required``, and the single ``nkey`` of the listener's authorization are
+  refused;
+* remotes over ``ws://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
 
 The parsed block becomes ``Options.leaf`` (a ``LeafNodeOptions``); ``Options.leafnodes`` keeps the raw map.
 """
@@ -46,6 +47,7 @@ class RemoteLeafOptions:
     dial_timeout: float = 0.0
     disabled: bool = False
     ignore_discovered_servers: bool = False
+    ws_no_masking: bool = False
 
     def name(self, redacted: bool = True) -> str:
         """nats-server's name of a remote (duplicates are errors): its URLs, local account and key."""
@@ -99,8 +101,9 @@ def _url(f: Field, text: str) -> str:
         p.port  # noqa: B018 (raises ValueError on a bad port)
     except ValueError:
         raise f.error(f'error parsing leafnode url ["{u}"]') from None
-    if p.scheme.lower() in ("ws", "wss"):
-        raise f.error(f'leafnodes remote url "{u}": leaf connections over WebSocket are not supported yet')
+    if p.scheme.lower() == "wss":
+        raise f.error(f'leafnodes remote url "{u}": leaf connections over secure WebSocket (wss) are not '
+                      'supported yet')
     if p.scheme.lower() == "tls":
         raise f.error(f'leafnodes remote url "{u}": TLS on leaf connections is not supported yet')
     if not p.hostname:
@@ -293,6 +296,10 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
     def deny(attr: str) -> Callable[[Field], None]:
         return lambda e: setattr(r, attr, _subjects(b, e))
 
+    def ws_compress(e: Field) -> None:
+        if e.as_bool():
+            raise _refuse(e, "compression of leaf connections over WebSocket")
+
     def hub(e: Field) -> None:
         if e.as_bool():
             raise _refuse(e, "a remote that is a hub (hub: true)")
@@ -308,12 +315,10 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "deny_exports": deny("deny_exports"), "deny_export": deny("deny_exports"),
         "no_randomize": s("no_randomize", "bool", target=target),
         "dont_randomize": s("no_randomize", "bool", target=target),
-        "ws_compress": _refuser("leaf connections over WebSocket"),
-        "ws_compression": _refuser("leaf connections over WebSocket"),
-        "websocket_compress": _refuser("leaf connections over WebSocket"),
-        "websocket_compression": _refuser("leaf connections over WebSocket"),
-        "ws_no_masking": _refuser("leaf connections over WebSocket"),
-        "websocket_no_masking": _refuser("leaf connections over WebSocket"),
+        "ws_compress": ws_compress, "ws_compression": ws_compress,
+        "websocket_compress": ws_compress, "websocket_compression": ws_compress,
+        "ws_no_masking": s("ws_no_masking", "bool", target=target),
+        "websocket_no_masking": s("ws_no_masking", "bool", target=target),
         "jetstream_cluster_migrate": _refuser("jetstream_cluster_migrate"),
         "js_cluster_migrate": _refuser("jetstream_cluster_migrate"),
         "isolate_leafnode_interest": _refuser("interest isolation"),
@@ -327,6 +332,11 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "ignore_discovered_servers": s("ignore_discovered_servers", "bool", target=target),
     }
     b.each(f, table, "leafnodes.remotes")
+    kinds = {urlsplit(u).scheme.lower() == "ws" for u in r.urls}
+    if len(kinds) > 1:
+        quoted = " ".join(f'"{u}"' for u in r.urls)
+        raise f.error("remote leaf node configuration cannot have a mix of websocket and non-websocket urls: "
+                      f'"[{quoted}]"')
     return r
 
 

@@ -742,9 +742,16 @@ class WebsocketConnection(asyncio.Protocol):
         self.compress = compress
         self.mask_read = not no_masking
         if kind == "LEAF":
-            srv.log.error("Not configured to accept leaf node connections")
-            self.closing = True
-            t.close()
+            ln = getattr(srv, "leafnodes", None)
+            if ln is None or not ln.opts.port:
+                srv.log.error("Not configured to accept leaf node connections")
+                self.closing = True
+                t.close()
+                return
+            from rillet.cluster.leaf import LeafConn  # a leaf connection over websocket (hub side)
+            lc = LeafConn(ln)
+            self.client = lc  # type: ignore[assignment]
+            lc.connection_made(self)
             return
         xff = headers.get("x-forwarded-for")
         if xff:
