@@ -305,6 +305,8 @@ async def test_leafz_and_varz():
         assert entry["name"] == "leaf" and entry["is_spoke"] is False and entry["account"] == "$G"
         assert "seen.here" in entry["subscriptions_list"]
         assert any(s.startswith("$LDS.") for s in entry["subscriptions_list"])
+        assert endpoints.leafz(hub, {"acc": "OTHER"})["leafs"] == []
+        assert len(endpoints.leafz(hub, {"acc": "$G"})["leafs"]) == 1
         spoke = endpoints.leafz(leaf, {})["leafs"][0]
         assert spoke["is_spoke"] is True and spoke["name"] == "hub" and "subscriptions_list" not in spoke
         vh = varz.varz_leaf(hub)
@@ -362,6 +364,30 @@ async def test_hub_info_on_the_leafnode_port():
         from rillet.monitor import varz
         v = varz.varz_leaf(hub)
         assert v["host"] == "127.0.0.1" and v["write_deadline"] == 3_000_000_000
+
+
+async def test_duplicate_leaf_connection_replaces_the_old_one():
+    async with rillet('leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub:
+        conns = []
+        connect = b'CONNECT {"server_id":"NDUP","name":"dup","remote_account":"$G","headers":true}\r\nPING\r\n'
+        for _ in range(2):
+            r, w = await asyncio.open_connection("127.0.0.1", hub_port(hub))
+            await r.readline()  # INFO
+            w.write(connect)
+            await w.drain()
+            assert b'"connect_info":true' in await asyncio.wait_for(r.readline(), 2)
+            conns.append((r, w))
+        r1 = conns[0][0]
+        rest = b""
+        while b"-ERR" not in rest:
+            data = await asyncio.wait_for(r1.read(4096), 2)
+            assert data, rest
+            rest += data
+        assert b"-ERR 'Duplicate Remote LeafNode Connection'" in rest
+        await _until(lambda: len(hub.leafs) == 1)
+        assert "Replacing connection from same server" in hub._test_log.getvalue()
+        for _, w in conns:
+            w.close()
 
 
 async def test_jetstream_domains_across_the_leaf(tmp_path):
@@ -522,6 +548,64 @@ async def test_websocket_leafs_with_go():
                 go.wait_ready()
                 await _until(lambda: leaf_ready(hub), what="the Go leaf over websocket")
                 await _both_ways(hub.client_url, f"nats://127.0.0.1:{port}")
+
+
+@needs_go
+async def test_nkey_remote_authenticates_to_a_go_hub():
+    """A remote's ``nkey`` seed signs the hub's nonce; the Go hub (leafnodes authorization nkey) accepts it
+    and refuses a remote with another key."""
+    from rillet import jwt
+    good, bad = jwt.new_keypair("U"), jwt.new_keypair("U")
+    with tempfile.TemporaryDirectory() as tmp:
+        lport = free_port()
+        go, port, _ = _go(f'leafnodes {{ listen: "127.0.0.1:{lport}", '
+                          f'authorization {{ nkey: {good.public_key.decode()} }} }}', tmp)
+        with go:
+            go.wait_ready()
+            seed = bad.seed.decode()
+            async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{lport}", nkey: {seed} }} ] }}',
+                              "bad") as leaf:
+                await _until(lambda: "Authorization Violation" in leaf._test_log.getvalue(), what="refused")
+                assert not leaf_ready(leaf)
+            seed = good.seed.decode()
+            async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{lport}", nkey: {seed} }} ] }}',
+                              "good") as leaf:
+                await _until(lambda: leaf_ready(leaf), what="accepted with the nkey")
+                await _both_ways(f"nats://127.0.0.1:{port}", leaf.client_url)
+
+
+async def test_credentials_sign_the_hub_nonce(tmp_path):
+    """A remote's ``credentials`` file: the CONNECT carries the user JWT and the nonce signed with its seed
+    (checked by a stand-in hub that speaks the first steps of the protocol)."""
+    import base64
+    from rillet import jwt
+    from rillet.nkey import verify_signature
+    user = jwt.new_keypair("U")
+    token = jwt.encode({"sub": user.public_key.decode(), "nats": {"type": "user"}}, jwt.new_keypair("A"))
+    creds = tmp_path / "u.creds"
+    creds.write_text(jwt.format_creds(token, user.seed))
+    got: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    async def hub(r, w):
+        w.write(b'INFO {"server_id":"NX","server_name":"fake","version":"2.15.0","proto":3,"headers":true,'
+                b'"max_payload":1048576,"client_id":7,"nonce":"abcNONCE","leafnode_urls":["127.0.0.1:1"]} \r\n')
+        await w.drain()
+        line = await r.readline()
+        if not got.done():
+            got.set_result(json.loads(line[len(b"CONNECT "):]))
+        w.close()
+
+    srv = await asyncio.start_server(hub, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        conf = f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{port}", credentials: "{creds}" }} ] }}'
+        async with rillet(conf, "leaf"):
+            co = await asyncio.wait_for(got, 5)
+    finally:
+        srv.close()
+    assert co["jwt"] == token and co["remote_account"] == "$G" and co["compress_mode"] == "not supported"
+    sig = base64.urlsafe_b64decode(co["sig"] + "=" * (-len(co["sig"]) % 4))
+    assert verify_signature(user.public_key.decode(), b"abcNONCE", sig)
 
 
 # ==== configuration ===============================================================================================

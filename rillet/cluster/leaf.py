@@ -851,6 +851,14 @@ class LeafNodes:
         if dom or lc.remote_domain:
             srv.log.notice(f"{lc.log_prefix()} - JetStream using domains: local {dom!r}, remote "
                            f"{lc.remote_domain!r}".replace("'", '"'))
+        if not lc.spoke and lc.remote_name and lc.remote_account:
+            # the same leaf server again for the same accounts: the new connection replaces a stale one
+            for old in list(srv.leafs.values()):
+                if old is not lc and not old.spoke and old.remote_name == lc.remote_name and \
+                        old.remote_cluster == lc.remote_cluster and old.acc_name == lc.acc_name and \
+                        old.remote_account == lc.remote_account:
+                    old.close("Duplicate Remote LeafNode Connection", "Duplicate Remote LeafNode Connection")
+                    srv.log.warn(f"{lc.log_prefix()} - Replacing connection from same server")
         lc.registered = True
         srv.leafs[lc.cid] = lc
         srv.log.debug(f"{lc.log_prefix()} - Leafnode registered for account {lc.acc_name}")

@@ -159,7 +159,8 @@ def gatewayz(server: Any, q: Any) -> dict:
 
 def leafz(server: Any, q: Any) -> dict:
     subs = parse_bool(q, "subs")
-    leafs = list(getattr(server, "leafs", {}).values())
+    acc = q.get("acc", "") if hasattr(q, "get") else ""
+    leafs = [lf for lf in getattr(server, "leafs", {}).values() if not acc or lf.acc_name == acc]
     return {"server_id": server.server_id, "now": _now(), "leafnodes": len(leafs),
             "leafs": [lf.monitor_info({"subs": subs}) for lf in leafs]}
 
