@@ -1,71 +1,299 @@
-"""Cross-route throughput: a publisher on server A, a subscriber on server B of a 2-server cluster, for the
-Go nats-server and for Rillet (one cluster at a time, servers as subprocesses), 16 B and 1 KB, 2 s each.
+"""Cluster benchmarks: a 3-server cluster of Go nats-server and one of Rillet, same shape, same load, in one
+run (one cluster at a time, servers as subprocesses), and the ratio Rillet/Go.
 
-    python -m benchmarks.cluster_route
+    python -m benchmarks.cluster_route                  # every case, median of 3 runs each
+    python -m benchmarks.cluster_route --repeat 1 --only cross16,reqrep --seconds 2 --json out.json
+
+The servers A, B, C: B and C route to A and learn each other by gossip (full mesh, checked in /routez).
+Cases (the load generator of ``benchmarks/loadgen.py``: raw sockets, one process per role):
+
+  cross16, cross1k   publisher on A, one subscriber on B, 16 B / 1 KB: msgs/s received
+  fanout3            publisher on A, one subscriber on each of A, B, C, 16 B: delivered msgs/s (3 x sent)
+  queue3             publisher on A, a queue group with one member on each of A, B, C, 16 B: msgs/s
+  reqrep             requester on A, responder on B, 16 B, sequential: round trip p50 / p99 (µs)
+
+Subscribers subscribe, then the publisher waits one second more so their interest has crossed the routes.
 """
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
 import socket
+import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from benchmarks import loadgen as L
 
 REPO = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+ROUTE_SETTLE = 1.0  # seconds between the subscriptions and the first message (interest crosses routes)
 
-def free():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+# name: (size, subscriber servers, queue)
+PUBSUB = {
+    "cross16": (16, [1], None),
+    "cross1k": (1024, [1], None),
+    "fanout3": (16, [0, 1, 2], None),
+    "queue3": (16, [0, 1, 2], "q"),
+}
+CASES = [*PUBSUB, "reqrep"]
+ROWS = [
+    ("cross16", "msgs_per_sec", "A → B across a route, 16 B (msgs/s)", "rate"),
+    ("cross1k", "msgs_per_sec", "A → B across a route, 1 KB (msgs/s)", "rate"),
+    ("fanout3", "msgs_per_sec", "A → subscribers on A, B and C, 16 B (delivered msgs/s)", "rate"),
+    ("queue3", "msgs_per_sec", "A → queue group with a member on A, B and C, 16 B (msgs/s)", "rate"),
+    ("reqrep", "p50_us", "request on A, responder on B: p50 (µs, lower is better)", "us"),
+    ("reqrep", "p99_us", "request on A, responder on B: p99 (µs, lower is better)", "us"),
+]
 
-def wait_port(p, t=15):
+
+def free() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_port(p: int, t: float = 15) -> None:
     d = time.time() + t
     while time.time() < d:
-        try: socket.create_connection(("127.0.0.1", p), 0.2).close(); return
-        except OSError: time.sleep(0.05)
-    raise RuntimeError("no port")
-
-def cluster(kind):
-    cp = [free(), free()]; pp = [free(), free()]; procs = []
-    for i in range(2):
-        args = ["-a", "127.0.0.1", "-p", str(pp[i]), "--cluster_name", "x", "--cluster", f"nats://127.0.0.1:{cp[i]}",
-                "--routes", f"nats://127.0.0.1:{cp[0]}"]
-        cmd = ["nats-server"] if kind == "go" else [sys.executable, "-m", "rillet.server"]
-        procs.append(subprocess.Popen(cmd + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO))
-        wait_port(pp[i])
-    time.sleep(1.5)
-    return procs, [f"nats://127.0.0.1:{p}" for p in pp]
-
-def run(urls, size, seconds=2.0):
-    ctx = L._ctx(); stop = ctx.Event(); errors = ctx.SimpleQueue()
-    ps, ss = ctx.Array("d", 4, lock=False), ctx.Array("d", 4, lock=False)
-    sub = ctx.Process(target=L._guard, args=(errors, L._subscriber, urls[1], b"xb.t", None, None, stop, ss), daemon=True)
-    sub.start(); time.sleep(0.7)
-    bar = ctx.Barrier(1)
-    pub = ctx.Process(target=L._guard, args=(errors, L._publisher, urls[0], b"xb.t", size, None, seconds, bar, ps), daemon=True)
-    pub.start(); pub.join()
-    last = -1
-    while ss[L.NRECV] != last:
-        last = ss[L.NRECV]; time.sleep(0.5)
-    stop.set(); sub.join(3)
-    el = ss[L.LAST] - ps[L.T0]
-    return {"sent": ps[L.SENT], "recv": ss[L.NRECV], "rate": ss[L.NRECV] / el}
-
-def main():
-    res = {}
-    for kind in ("go", "rillet"):
-        procs, urls = cluster(kind)
         try:
-            for size in (16, 1024):
-                res[(kind, size)] = run(urls, size)
-                print(kind, size, res[(kind, size)], flush=True)
-        finally:
-            for p in procs:
-                p.terminate()
+            socket.create_connection((HOST, p), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {p}")
+
+
+def rillet_cmd() -> list[str]:
+    import shutil
+    exe = shutil.which("rillet-server")
+    return [exe] if exe else [sys.executable, "-m", "rillet.server"]
+
+
+class Cluster:
+    """Three servers of one kind ("go" or "rillet") on free ports, B and C routed to A."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.procs: list[subprocess.Popen] = []
+        self.ports = [free() for _ in range(3)]
+        self.cports = [free() for _ in range(3)]
+        self.http = [free() for _ in range(3)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"nats://{HOST}:{p}" for p in self.ports]
+
+    def __enter__(self) -> "Cluster":
+        cmd = ["nats-server"] if self.kind == "go" else rillet_cmd()
+        for i in range(3):
+            args = ["-a", HOST, "-p", str(self.ports[i]), "-m", str(self.http[i]), "-n", f"{self.kind}-{i}",
+                    "--cluster_name", "bench", "--cluster", f"nats://{HOST}:{self.cports[i]}"]
+            if i:
+                args += ["--routes", f"nats://{HOST}:{self.cports[0]}"]
+            self.procs.append(subprocess.Popen(cmd + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                               cwd=REPO))
+        for p in self.ports:
+            wait_port(p)
+        deadline = time.time() + 20
+        while not self.full_mesh():
+            if time.time() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"{self.kind} cluster: no full mesh within 20s")
+            time.sleep(0.1)
+        return self
+
+    def full_mesh(self) -> bool:
+        for h in self.http:
+            try:
+                z = json.loads(urllib.request.urlopen(f"http://{HOST}:{h}/routez", timeout=1).read())
+            except OSError:
+                return False
+            if len({r["remote_id"] for r in z.get("routes") or []}) != 2:
+                return False
+        return True
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for p in self.procs:
+            try:
+                with open(f"/proc/{p.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except OSError:
+                pass
+        return total
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
                 p.wait(5)
-    for size in (16, 1024):
-        r, g = res[("rillet", size)], res[("go", size)]
-        lost = r["sent"] - r["recv"]
-        print(f"cross-route {size} B: rillet {r['rate']:.0f}/s go {g['rate']:.0f}/s "
-              f"ratio {r['rate'] / g['rate']:.2f} (rillet lost {lost:.0f})")
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run_pubsub(urls: list[str], name: str, seconds: float) -> dict:
+    size, where, queue = PUBSUB[name]
+    ctx = L._ctx()
+    subject = b"bench.%s" % name.encode()
+    qname = queue.encode() if queue else None
+    nsubs = len(where)
+    ready, go, stop, errors = ctx.Barrier(nsubs + 1), ctx.Event(), ctx.Event(), ctx.SimpleQueue()
+    pstats = ctx.Array("d", 4, lock=False)
+    sstats = [ctx.Array("d", 4, lock=False) for _ in range(nsubs)]
+    subs = [ctx.Process(target=L._guard, daemon=True,
+                        args=(errors, L._subscriber, urls[w], subject, qname, ready, stop, s))
+            for w, s in zip(where, sstats)]
+    # the publisher waits on ``go`` (an Event: wait(timeout) like the barrier's) set once the interest
+    # has had time to cross the routes
+    pub = ctx.Process(target=L._guard, daemon=True,
+                      args=(errors, L._publisher, urls[0], subject, size, None, seconds, go, pstats))
+    procs = [*subs, pub]
+    for p in procs:
+        p.start()
+    try:
+        ready.wait(L.IO_TIMEOUT)
+        time.sleep(ROUTE_SETTLE)
+        go.set()
+        expected_per = 0 if queue else 1
+        received, progress_at = -1, time.monotonic()
+        while True:
+            time.sleep(0.01)
+            if any(p.exitcode for p in procs) or not errors.empty():
+                break
+            if pub.is_alive():
+                progress_at = time.monotonic()
+                continue
+            total = sum(s[L.NRECV] for s in sstats)
+            expected = pstats[L.SENT] * (nsubs if expected_per else 1)
+            if total >= expected:
+                break
+            if total != received:
+                received, progress_at = total, time.monotonic()
+            elif time.monotonic() - progress_at > 2.0:
+                break  # (lost messages are reported, not waited for)
+    finally:
+        L._finish(procs, stop, errors)
+    sent = int(pstats[L.SENT])
+    delivered = int(sum(s[L.NRECV] for s in sstats))
+    elapsed = max(s[L.LAST] for s in sstats) - pstats[L.T0]
+    expected = sent * (1 if queue else nsubs)
+    return {"name": name, "size": size, "sent": sent, "delivered": delivered, "lost": expected - delivered,
+            "elapsed": elapsed, "msgs_per_sec": delivered / elapsed,
+            "per_sub": [int(s[L.NRECV]) for s in sstats]}
+
+
+def run_reqrep(urls: list[str], requests: int = 5000, size: int = 16, warmup: int = 200) -> dict:
+    ctx = L._ctx()
+    subject = b"bench.svc"
+    barrier, stop, errors = ctx.Barrier(2), ctx.Event(), ctx.SimpleQueue()
+    responder = ctx.Process(target=L._guard, daemon=True,
+                            args=(errors, L._responder, urls[1], subject, barrier, stop))
+    responder.start()
+    lat = []
+    try:
+        c = L.Conn(urls[0])
+        inbox = b"_INBOX.%s" % os.urandom(8).hex().encode()
+        c.send(b"SUB %s.* 1\r\n" % inbox)
+        c.ping()
+        barrier.wait(L.IO_TIMEOUT)
+        time.sleep(ROUTE_SETTLE)
+        payload = b"x" * size
+        for i in range(warmup + requests):
+            reply = b"%s.%d" % (inbox, i)
+            req = b"PUB %s %s %d\r\n%s\r\n" % (subject, reply, size, payload)
+            t0 = time.perf_counter_ns()
+            c.send(req)
+            while c.next_msg()[1][0] != reply:
+                pass
+            if i >= warmup:
+                lat.append(time.perf_counter_ns() - t0)
+        c.close()
+    except (OSError, L.ProtocolError, TimeoutError) as e:
+        L._finish([responder], stop, errors)
+        raise L.BenchmarkError(f"requester: {type(e).__name__}: {e}") from e
+    L._finish([responder], stop, errors)
+    lat.sort()
+
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
+
+    return {"name": "reqrep", "size": size, "requests": requests, "p50_us": pct(0.5), "p99_us": pct(0.99)}
+
+
+def run_case(cl: Cluster, name: str, args) -> dict:
+    cpu0, t0 = cl.cpu_seconds(), time.perf_counter()
+    r = run_reqrep(cl.urls, args.requests) if name == "reqrep" else run_pubsub(cl.urls, name, args.seconds)
+    r["server_cpu"] = (cl.cpu_seconds() - cpu0) / (time.perf_counter() - t0)
+    return r
+
+
+def median_of(runs: list[dict], metric: str) -> float | None:
+    vals = [r[metric] for r in runs if metric in r]
+    return statistics.median(vals) if vals else None
+
+
+def fmt(v: float | None, kind: str) -> str:
+    if v is None:
+        return "error"
+    return f"{v:,.0f}" if kind == "rate" else f"{v:,.1f}"
+
+
+def machine() -> str:
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    go = subprocess.run(["nats-server", "--version"], capture_output=True, text=True).stdout.strip()
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {go}"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=2.0, help="publishing time per throughput run")
+    ap.add_argument("--requests", type=int, default=5000)
+    ap.add_argument("--only", default="", help=f"comma-separated cases of {','.join(CASES)}")
+    ap.add_argument("--json", default="", help="write every run here")
+    args = ap.parse_args(argv)
+    cases = [c for c in args.only.split(",") if c] or CASES
+    runs: dict[str, dict[str, list[dict]]] = {"go": {c: [] for c in cases}, "rillet": {c: [] for c in cases}}
+    for rep in range(args.repeat):
+        for kind in ("go", "rillet"):
+            with Cluster(kind) as cl:
+                for c in cases:
+                    try:
+                        r = run_case(cl, c, args)
+                    except L.BenchmarkError as e:
+                        print(f"{kind} {c} run {rep + 1}: error {e}", file=sys.stderr, flush=True)
+                        continue
+                    runs[kind][c].append(r)
+                    print(f"{kind} {c} run {rep + 1}: " + json.dumps({k: (round(v, 2) if isinstance(v, float)
+                                                                              else v) for k, v in r.items()}),
+                          file=sys.stderr, flush=True)
+    print(f"\n{machine()}; median of {args.repeat} run(s), {time.strftime('%Y-%m-%d')}\n")
+    print("| case | Go nats-server | Rillet | Rillet/Go |\n|---|---:|---:|---:|")
+    for case, metric, label, kind in ROWS:
+        if case not in cases:
+            continue
+        g, r = median_of(runs["go"][case], metric), median_of(runs["rillet"][case], metric)
+        ratio = f"{r / g:.2f}" if g and r else "-"
+        print(f"| {label} | {fmt(g, kind)} | {fmt(r, kind)} | {ratio} |")
+    lost = {k: sum(r.get("lost", 0) for c in cases for r in runs[k][c]) for k in runs}
+    print(f"\nmessages lost over all runs: Go {lost['go']}, Rillet {lost['rillet']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
 
 
 if __name__ == "__main__":
