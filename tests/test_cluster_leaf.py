@@ -141,6 +141,21 @@ async def test_never_sent_back_to_the_leaf_it_came_from():
         assert len(a.msgs) == 5 and len(b.msgs) == 5
 
 
+async def test_hub_mapping_source_is_interest_for_the_leaf():
+    """A hub account mapping: the leaf hears about its source, so a leaf publish on it reaches the hub,
+    where it is mapped."""
+    async with rillet('mappings { "old.*": "new.$1" }\nleafnodes { listen: "127.0.0.1:-1" }', "hub") as hub:
+        conf = f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}" }} ] }}'
+        async with rillet(conf, "leaf") as leaf, clients(hub.client_url, leaf.client_url) as (nh, nl):
+            await _until(lambda: leaf_ready(leaf) and leaf_interest(leaf, "old.1"), what="mapping source")
+            got = Inbox()
+            await nh.subscribe("new.*", cb=got.cb)
+            await nh.flush()
+            await nl.publish("old.7", b"m")
+            await _until(lambda: got.msgs)
+            assert got.subjects() == ["new.7"]
+
+
 async def test_unsubscribe_withdraws_interest():
     async with hub_and_leaf() as (hub, leaf), clients(hub.client_url, leaf.client_url) as (nh, nl):
         a = Inbox()
@@ -408,6 +423,13 @@ async def test_jetstream_domains_across_the_leaf(tmp_path):
             await _until(lambda: leaf_interest(leaf, "orders.1"), what="stream interest")
             ack = await js_hub.publish("orders.1", b"o1")
             assert ack.stream == "ORDERS" and ack.seq == 1 and ack.domain == "hub"
+            # a pull consumer of the hub's stream, fetched and acked from the leaf
+            psub = await js_hub.pull_subscribe("orders.>", durable="C")
+            (m,) = await psub.fetch(1, timeout=3)
+            assert m.data == b"o1" and m.metadata.stream == "ORDERS"
+            await m.ack_sync(timeout=3)
+            ci = await js_hub.consumer_info("ORDERS", "C")
+            assert ci.ack_floor.stream_seq == 1 and ci.num_ack_pending == 0
             # the leaf's own JetStream answers its own API and domain, not the hub's streams
             await nl.jetstream().add_stream(name="LOCAL", subjects=["local.>"])
             assert (await nl.jetstream(domain="leaf").stream_info("LOCAL")).config.name == "LOCAL"

@@ -867,6 +867,8 @@ class LeafNodes:
         for sub in _all_subs(acc):
             if self._wants(lc, sub):
                 lc.smap.add(b"", _sb(sub), _qb(sub))
+        for m in acc.mappings:  # a leaf's publish on a mapped subject must reach us (as nats-server)
+            lc.smap.add(b"", m.src.encode("utf-8", "surrogateescape"))
         for u in lc.smap.snapshot():
             if lc.deny_in and not u.subject.startswith(ci.LDS_PREFIX) and lc.deny_in.hit(u.subject):
                 continue
