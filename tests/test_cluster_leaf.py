@@ -305,6 +305,19 @@ async def test_leaf_reconnects_after_hub_restart():
         assert "Error trying to connect as leafnode to remote server" in leaf._test_log.getvalue()
 
 
+async def test_reload_refuses_leafnodes_changes():
+    async with rillet('leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub:
+        same = load_string('listen: "127.0.0.1:-1"\nserver_name: hub\nleafnodes { listen: "127.0.0.1:-1" }')
+        hub.reload(same)  # unchanged: fine
+        changed = load_string('listen: "127.0.0.1:-1"\nserver_name: hub\n'
+                              'leafnodes { listen: "127.0.0.1:-1", reconnect: "5s" }')
+        with pytest.raises(ValueError, match="config reload not supported for LeafNode"):
+            hub.reload(changed)
+    async with rillet("", "plain") as srv:
+        with pytest.raises(ValueError, match="config reload not supported for LeafNode"):
+            srv.reload(load_string('listen: "127.0.0.1:-1"\nleafnodes { listen: "127.0.0.1:-1" }'))
+
+
 async def test_leafz_and_varz():
     async with hub_and_leaf(remote='deny_imports: ["x.>"]') as (hub, leaf), \
             clients(leaf.client_url) as (nl,):

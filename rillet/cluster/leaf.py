@@ -978,6 +978,19 @@ class LeafNodes:
         return d
 
 
+def check_reload(server: Any, new_opts: Any) -> None:
+    """A reload may not change the leafnodes block (ValueError, the reload is refused): nats-server applies
+    some changes (remotes, compression...) at runtime; Rillet applies them at the next start only."""
+    old = server.opts.leaf
+    new = new_opts.leaf
+    active = lambda ln: ln is not None and bool(ln.port or ln.remotes)  # noqa: E731
+    if not active(old) and not active(new):
+        return
+    if old != new:
+        raise ValueError("config reload not supported for LeafNode: Rillet applies changes of the leafnodes "
+                         "block at the next start only")
+
+
 def _redact_host(u: str) -> str:
     p = urlsplit(u)
     return f"{p.hostname}:{p.port or 7422}"

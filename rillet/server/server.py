@@ -614,6 +614,9 @@ class Server:
         if self.cluster is not None or new_opts.cluster.port:
             from rillet.cluster.cluster import check_reload
             check_reload(self, new_opts)  # cluster host/port changes are refused (ValueError)
+        if self.leafnodes is not None or new_opts.leaf is not None:
+            from rillet.cluster.leaf import check_reload as leaf_check_reload
+            leaf_check_reload(self, new_opts)  # leafnodes changes are refused (ValueError)
         new_tls_context = tls_reload_context(self, new_opts)  # ValueError: the reload is refused
         new_opts.port = old.port
         self.opts = new_opts
