@@ -90,7 +90,7 @@ KEY_TESTS: dict[str, str] = {
     "trusted": "tests/test_operator.py::test_config_errors_at_parse",
     # not active until clustering lands: the server starts and warns, naming the block
     "cluster": "tests/test_cluster_routes.py::test_pub_sub_every_pair_both_ways_with_headers",
-    "gateway": "tests/test_inactive_cluster.py::test_each_configured_block_is_named_in_a_warning",
+    "gateway": "tests/test_cluster_gateways.py::test_pub_sub_across_clusters_both_ways",
     "leafnodes": "tests/test_cluster_leaf.py::test_every_leafnodes_key_is_known",
     "connect_error_reports": "tests/test_cluster_routes.py::test_connect_error_reports",
     "reconnect_error_reports": "tests/test_cluster_routes.py::test_connect_error_reports",
@@ -318,6 +318,44 @@ CLUSTER_KEY_TESTS: dict[str, str] = {
 def test_every_cluster_key_acts_or_is_refused(key):
     assert key in CLUSTER_KEY_TESTS, f"cluster {key} has no test: make it work (and name its test) or refuse it"
     assert node_exists(CLUSTER_KEY_TESTS[key]), CLUSTER_KEY_TESTS[key]
+
+
+# gateway {} keys (and those of an entry of its gateways list) -> a test showing what each does or its refusal
+GW = "tests/test_cluster_gateways.py"
+GATEWAY_KEY_TESTS: dict[str, str] = {
+    "name": f"{GW}::test_pub_sub_across_clusters_both_ways",
+    "listen": f"{GW}::test_gateway_block_parsed_with_defaults",
+    "port": f"{GW}::test_gateway_credentials_and_retries_between_rillet_clusters",
+    "host": f"{GW}::test_gateway_block_parsed_with_defaults",
+    "net": f"{GW}::test_gateway_block_parsed_with_defaults",
+    "authorization": f"{GW}::test_reject_unknown_and_authorization",
+    "tls": f"{GW}::test_gateway_config_errors",
+    "advertise": f"{GW}::test_reject_unknown_and_authorization",
+    "connect_retries": f"{GW}::test_connect_retries_of_an_implicit_gateway",
+    "connect_backoff": f"{GW}::test_connect_retries_of_an_implicit_gateway",
+    "gateways": f"{GW}::test_three_clusters_learn_each_other_by_gossip",
+    "reject_unknown": f"{GW}::test_reject_unknown_and_authorization",
+    "reject_unknown_cluster": f"{GW}::test_reject_unknown_and_authorization",
+    "write_deadline": f"{GW}::test_gateway_config_errors",
+    "write_timeout": f"{GW}::test_gateway_config_errors",
+    "gateways.name": f"{GW}::test_three_clusters_learn_each_other_by_gossip",
+    "gateways.url": f"{GW}::test_gateway_credentials_and_retries_between_rillet_clusters",
+    "gateways.urls": f"{GW}::test_gateway_block_parsed_with_defaults",
+    "gateways.tls": f"{GW}::test_gateway_config_errors",
+}
+
+
+def gateway_keys() -> list[str]:
+    builder = _Builder(Options())
+    builder.apply(parse_string('gateway { name: g, port: 1, gateways: [{name: h, url: "h:1"}] }', "g.conf"))
+    return sorted(list(builder.section_keys["gateway"]) +
+                  [f"gateways.{k}" for k in builder.section_keys["gateway.gateways"]])
+
+
+@pytest.mark.parametrize("key", gateway_keys())
+def test_every_gateway_key_acts_or_is_refused(key):
+    assert key in GATEWAY_KEY_TESTS, f"gateway {key} has no test: make it work (and name its test) or refuse it"
+    assert node_exists(GATEWAY_KEY_TESTS[key]), GATEWAY_KEY_TESTS[key]
 
 
 @pytest.mark.parametrize("name", sorted(FLAGS))

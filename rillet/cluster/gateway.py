@@ -82,9 +82,9 @@ def parse_gateway_url(text: str) -> tuple[str, int, str, str]:
     if "://" not in t:
         t = "nats://" + t
     p = urlsplit(t)
-    if not p.hostname or p.port is None:
+    if not p.hostname:
         raise ValueError(f"error parsing gateway url {text!r}")
-    return p.hostname, p.port, unquote(p.username or ""), unquote(p.password or "")
+    return p.hostname, p.port or 0, unquote(p.username or ""), unquote(p.password or "")
 
 
 class RemoteCfg:
@@ -277,6 +277,8 @@ class Gateway:
                 text = f'Connecting to {kind} gateway "{cfg.name}" ({where}) at {where} (attempt {attempts})'
                 log.notice(text) if report else log.debug(text)
                 try:
+                    if not p:
+                        raise OSError(f"address {h}: missing port in address")
                     await asyncio.wait_for(srv.loop.create_connection(
                         lambda: GatewayConn(self, cfg, (h, p, user, pw)), h, p), DIAL_TIMEOUT)
                     return
@@ -285,14 +287,15 @@ class Gateway:
                         ("connect: connection refused" if isinstance(e, ConnectionRefusedError)
                          else (getattr(e, "strerror", None) or str(e)))
                     text = (f'Error connecting to {kind} gateway "{cfg.name}" ({where}) at {where} '
-                            f"(attempt {attempts}): dial tcp {where}: {err}")
+                            f"(attempt {attempts}): dial tcp {where if p else ''}: {err}")
                     log.error(text) if report else log.debug(text)
                 if not self.running:
                     return
             if cfg.implicit:
                 retries = self.opts.connect_retries
                 if retries == 0 or attempts > retries:
-                    if self.ins.get(cfg.name):
+                    if self.ins.get(cfg.name):  # (an inbound from it is up: keep trying, as nats-server)
+                        await asyncio.sleep(wait)
                         continue
                     if self.remotes.get(cfg.name) is cfg:
                         del self.remotes[cfg.name]
@@ -810,6 +813,11 @@ class GatewayAccount(RoutedAccount):
             if srv.cluster is not None:
                 srv.cluster.local_interest(self, sub, False)
             srv.gateway.update_interest(self.name_b, _subject_b(sub), _queue_b(sub), -1)
+
+    def map_subject(self, subject: bytes) -> bytes | None:
+        if self.server.cluster is None:  # (a gateway without routes: no cluster-scoped mapping to choose)
+            return Account.map_subject(self, subject)
+        return RoutedAccount.map_subject(self, subject)
 
     def route_interest(self, sub: Any, added: bool) -> None:
         """A route announced (or withdrew) interest: part of this cluster's interest for the gateways."""

@@ -2,8 +2,8 @@
 
 Keys, defaults and errors as nats-server's opts.go (parseGateway, parseGateways) and gateway.go
 (validateGatewayOptions). What Rillet's gateways do not do is refused with file:line:col and the reason,
-never parsed and ignored: ``tls`` (in the block or in a remote: gateways are plain TCP), ``write_timeout``
-(write deadline policy).
+never parsed and ignored: ``tls`` (in the block or in a remote: gateways are plain TCP), ``write_deadline``
+and ``write_timeout`` (a gateway peer that stops reading is cut at ``max_pending`` only).
 
 The raw map stays in ``Options.gateway`` (what /varz and /gatewayz show of the configuration); the checked
 settings are ``Options.gateway_opts``, a ``GatewayOptions``.
@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from rillet.goquote import go_type
 
+from .errors import ConfigError
 from .typed import Field
 
 ERR_NAME_HAS_SPACES = "gateway name cannot contain spaces"
@@ -39,7 +40,6 @@ class GatewayOptions:
     connect_retries: int = 0
     connect_backoff: bool = False
     reject_unknown: bool = False
-    write_deadline: float = 0.0
     gateways: list[RemoteGateway] = field(default_factory=list)
 
     @property
@@ -61,8 +61,8 @@ def check_gateway_url(text: str, f: Field) -> str:
         port = parts.port
     except ValueError as e:
         raise f.error(f'error parsing gateway url "{text}": {e}') from None
-    if not parts.hostname or port is None:
-        raise f.error(f'error parsing gateway url "{text}": missing host or port')
+    if not parts.hostname:
+        raise f.error(f'error parsing gateway url "{text}": missing host')
     return u
 
 
@@ -102,12 +102,17 @@ def parse_gateway(b: Any, f: Field) -> None:
     def tls(sub: Field) -> None:
         raise _refuse(sub, "TLS on gateway connections")
 
+    def write_deadline(sub: Field) -> None:
+        raise _refuse(sub, "write_deadline on gateway connections")
+
     def write_timeout(sub: Field) -> None:
         raise _refuse(sub, "write_timeout (write deadline policy)")
 
     def gateways(sub: Field) -> None:
-        if not isinstance(sub.value, list):
-            raise sub.error(f"Expected gateways field to be an array, got {go_type(sub.value)}")
+        if not isinstance(sub.value, list):  # (nats-server gives this one without a position)
+            pos = sub.pos
+            raise ConfigError(pos.file if pos else "<string>", pos.line if pos else 0, pos.column if pos else 0,
+                              f"Expected gateways field to be an array, got {go_type(sub.value)}", located=False)
         out: list[RemoteGateway] = []
         for item in sub.items():
             if not isinstance(item.value, dict):
@@ -153,17 +158,15 @@ def parse_gateway(b: Any, f: Field) -> None:
         "gateways": gateways,
         "reject_unknown": reject_unknown,
         "reject_unknown_cluster": reject_unknown,
-        "write_deadline": s("write_deadline", "duration", target=target),
+        "write_deadline": write_deadline,
         "write_timeout": write_timeout,
     }
     b.each(f, table, "gateway")
-    err = validate_gateway(g)
-    if err:
-        b.errors.append(f.error(err))
 
 
 def validate_gateway(g: GatewayOptions) -> str:
-    """nats-server's validateGatewayOptions: the error text, or "" when the block is valid (or unset)."""
+    """nats-server's validateGatewayOptions, checked when the server starts (not with -t, as nats-server):
+    the error text, or "" when the block is valid (or unset)."""
     if not g.name and g.port == 0:
         return ""
     if not g.name:

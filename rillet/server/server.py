@@ -71,6 +71,11 @@ class Server:
             from rillet.cluster.leaf import LeafNodes
             self.leafnodes = LeafNodes(self)  # ValueError: refuse to start
         self.gateway: Any = None  # rillet.cluster.gateway.Gateway, when the gateway block has a name and port
+        if o.gateway_opts is not None:
+            from rillet.config.gateway_section import validate_gateway
+            err = validate_gateway(o.gateway_opts)  # (at start, not with -t: as nats-server)
+            if err:
+                raise ValueError(err)
         if o.gateway_opts is not None and o.gateway_opts.enabled:
             from rillet.cluster.gateway import Gateway
             self.gateway = Gateway(self)  # ValueError: refuse to start
