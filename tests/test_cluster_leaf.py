@@ -202,6 +202,32 @@ async def test_queue_groups_across_the_leaf_connection():
         assert sorted(int(x) for v in got.values() for x in v) == list(range(60))
 
 
+async def test_queue_weight_passes_from_leaf_to_leaf():
+    """Two leafs of one hub: the members one leaf has in a queue group reach the other as the LS+ weight,
+    updated as members come and go."""
+    async with rillet('leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub:
+        conf = f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}" }} ] }}'
+        async with rillet(conf, "l1") as l1, rillet(conf, "l2") as l2, clients(l1.client_url) as (n1,):
+            await _until(lambda: leaf_ready(hub, 2) and leaf_ready(l1) and leaf_ready(l2))
+
+            def weight() -> int:
+                g = [s for grp in l2.accounts["$G"].sublist.match("jobs").qsubs for s in grp]
+                return g[0].weight if g else 0
+            subs = [await n1.subscribe("jobs", queue="w") for _ in range(3)]
+            await n1.flush()
+            await _until(lambda: weight() == 3, what="weight 3 on the other leaf")
+            subs.append(await n1.subscribe("jobs", queue="w"))
+            await n1.flush()
+            await _until(lambda: weight() == 4, what="weight 4")
+            for sub in subs[:3]:
+                await sub.unsubscribe()
+            await n1.flush()
+            await _until(lambda: weight() == 1, what="weight 1")
+            await subs[3].unsubscribe()
+            await n1.flush()
+            await _until(lambda: weight() == 0 and not leaf_interest(l2, "jobs"), what="LS- jobs w")
+
+
 async def test_request_reply_both_ways_and_no_responders():
     async with hub_and_leaf() as (hub, leaf), clients(hub.client_url, leaf.client_url) as (nh, nl):
         async def echo_hub(m):

@@ -435,8 +435,12 @@ class LeafConn(asyncio.Protocol):
         elif ch.kind == "weight":
             sub = self.rsubs.get(key)
             if sub is not None:
+                old = max(sub.weight, 1)
                 sub.weight = ch.weight
                 acc.remote_changed()
+                new = max(ch.weight, 1)
+                if new != old:  # other leafs hear the group's new weight
+                    self.mgr.sub_changed(acc, sub, new > old, n=abs(new - old), routes=False)
 
     def proto_leaf_unsub(self, subject: bytes, queue: bytes | None) -> None:
         acc = self.account
@@ -866,7 +870,7 @@ class LeafNodes:
         frames = []
         for sub in _all_subs(acc):
             if self._wants(lc, sub):
-                lc.smap.add(b"", _sb(sub), _qb(sub))
+                lc.smap.add(b"", _sb(sub), _qb(sub), n=_count(sub))
         for m in acc.mappings:  # a leaf's publish on a mapped subject must reach us (as nats-server)
             lc.smap.add(b"", m.src.encode("utf-8", "surrogateescape"))
         for u in lc.smap.snapshot():
@@ -922,22 +926,24 @@ class LeafNodes:
             return True
         return True
 
-    def sub_changed(self, acc: Any, sub: Any, added: bool) -> None:
+    def sub_changed(self, acc: Any, sub: Any, added: bool, n: int = 0, routes: bool = True) -> None:
         """A subscription of ``acc`` came or went (local, routed or from a leaf): LS+/LS- where due, and
-        interest of a leaf we are hub for goes to the routes."""
+        interest of a leaf we are hub for goes to the routes. ``n``: how many members it counts for (a
+        leaf's queue subscription counts its weight; 0: the subscription's own count)."""
         c = sub.client
-        if getattr(c, "kind", 0) == LEAF_KIND and not c.spoke:
+        if routes and getattr(c, "kind", 0) == LEAF_KIND and not c.spoke:
             cl = self.server.cluster
             if cl is not None:
                 cl.local_interest(acc, sub, added)
         if not self.conns:
             return
         sb, qb = _sb(sub), _qb(sub)
+        n = n or _count(sub)
         sent = False
         for lc in self.conns:
             if not lc.registered or lc.closed or lc.account is not acc or not self._wants(lc, sub):
                 continue
-            u = lc.smap.add(b"", sb, qb) if added else lc.smap.remove(b"", sb, qb)
+            u = lc.smap.add(b"", sb, qb, n=n) if added else lc.smap.remove(b"", sb, qb, n=n)
             if u is None:
                 continue
             if lc.deny_in and not sb.startswith(ci.LDS_PREFIX) and lc.deny_in.hit(sb):
@@ -1013,6 +1019,14 @@ def _qb(sub: Any) -> bytes | None:
     if q:
         return q
     return sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None
+
+
+def _count(sub: Any) -> int:
+    """How many queue members a subscription stands for in LS+ weights: a leaf's queue subscription its
+    announced weight, anything else one (a route's queue weight is not followed)."""
+    if sub.queue and type(sub) is RemoteSub and sub.client.kind == LEAF_KIND:
+        return max(sub.weight, 1)
+    return 1
 
 
 def _all_subs(acc: Any) -> list[Any]:
