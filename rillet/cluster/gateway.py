@@ -31,17 +31,19 @@ What nats-server does (gateway.go), and so does this:
   rewritten ``_GR_.<cluster hash>.<server hash>.<reply>``: the response goes straight back to that
   cluster, whose receiving server routes it to the requester's server.
 
+  Subscribers see the original reply; a message published on it within 2 s goes back on the ``_GR_.``
+  subject (nats-server keeps that per client connection, Rillet per account).
+
 Differences from nats-server: no TLS on gateways (refused at load), the old ``$GR.`` reply prefix is
-dropped when received, clients see a ``_GR_.`` reply as it is (nats-server shows them the original reply
-and rewrites their response; the response here is published on the ``_GR_.`` subject and routed the same
-way), and gateway messages are not given to leaf nodes or imports on the receiving side beyond what
-account delivery does.
+dropped when received, gateways and leaf nodes on one server are refused at start, and gateway messages
+are not given to leaf nodes.
 """
 from __future__ import annotations
 
 import asyncio
 import random
 import sys
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -788,11 +790,13 @@ class GatewayAccount(RoutedAccount):
     """The account class of a server with gateways (with or without routes): this cluster's interest is
     announced to the inbound gateways, client messages go to the outbound ones."""
 
-    __slots__ = ("_gw_plain",)
+    __slots__ = ("_gw_plain", "_gwr")
 
     def __init__(self, server: Any, name: str) -> None:
         super().__init__(server, name)
         self._gw_plain: dict[Any, SublistResult] = {}
+        # replies given to subscribers here without their _GR_ prefix: original reply -> (_GR_ reply, expiry)
+        self._gwr: dict[bytes, tuple[bytes, float]] = {}
         self.no_match = self._no_match
         gw = server.gateway
         if gw is not None and gw.force_iom and gw.running:
@@ -824,12 +828,37 @@ class GatewayAccount(RoutedAccount):
         self.server.gateway.update_interest(self.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
                                             sub if added else None)
 
+    # ---- gateway replies shown without their prefix -------------------------------------------------------
+
+    def _strip_gr(self, reply: bytes) -> bytes:
+        """The reply subscribers here see for a ``_GR_.`` reply (the original one); a message published on
+        it within 2 s goes back on the ``_GR_.`` subject, as nats-server tracks it (trackGWReply)."""
+        stripped = reply[_SUBJECT_OFFSET:]
+        gwr = self._gwr
+        now = monotonic()
+        if len(gwr) >= 4096:
+            for k in [k for k, (_, exp) in gwr.items() if exp <= now]:
+                del gwr[k]
+        gwr[stripped] = (bytes(reply), now + RECENT_SUB_EXPIRATION)
+        return stripped
+
+    def _routed_reply(self, subject: bytes) -> bytes | None:
+        e = self._gwr.get(subject)
+        if e is None:
+            return None
+        if e[1] <= monotonic():
+            del self._gwr[subject]
+            return None
+        return e[0]
+
     def deliver(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
                 deliver: bytes | None = None) -> bool:
         if self.mappings:
             subject = self.map_subject(subject)  # type: ignore[assignment]
             if subject is None:
                 return False
+        if self._gwr and c.kind < 2:
+            subject = self._routed_reply(subject) or subject
         if subject[:_GR_LEN] == _GR:
             gw = self.server.gateway
             if subject[_GR_LEN:_GR_LEN + _HL] == gw.hash:
@@ -849,7 +878,7 @@ class GatewayAccount(RoutedAccount):
     def _no_match(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         """A client's publish that matched nothing here (the client's inlined fast path)."""
         gw = self.server.gateway
-        if subject[:_GR_LEN] == _GR:
+        if subject[:_GR_LEN] == _GR or (self._gwr and self._routed_reply(subject) is not None):
             self.deliver(c, subject, reply, hdr, msg)
             return
         if not (gw.outo and gw.send_to_gateways(self, subject, reply, hdr, msg, [])) and reply and c.no_responders:
@@ -860,6 +889,8 @@ class GatewayAccount(RoutedAccount):
         gw = self.server.gateway
         if c.kind >= 2 or not gw.outo:  # (routes and gateways never send to gateways)
             return RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+        if self._gwr and route is None and self._routed_reply(subject) is not None:
+            return self.deliver(c, subject, reply, hdr, msg)  # a response to a request from another cluster
         sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
         if sent and c.no_responders:
             c.no_responders = False
@@ -875,6 +906,8 @@ class GatewayAccount(RoutedAccount):
         if subject[:_GR_LEN] == _GR:
             self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
             return
+        if reply and reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET:
+            reply = self._strip_gr(reply)
         RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
 
     def deliver_from_gateway(self, c: Any, r: Any, subject: bytes, reply: bytes | None, queues: tuple,
@@ -893,7 +926,11 @@ class GatewayAccount(RoutedAccount):
             names = {bytes(q) for q in queues}
             rr = SublistResult(r.psubs, [g for g in r.qsubs if g and g[0].queue_b in names])
         if rr.psubs or rr.qsubs:
-            RoutedAccount.deliver_result(self, c, rr, subject, reply, hdr, msg)
+            if reply and reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET:
+                # subscribers here see the original reply; the other servers of the cluster get it routed
+                RoutedAccount.deliver_result(self, c, rr, subject, self._strip_gr(reply), hdr, msg, rreply=reply)
+            else:
+                RoutedAccount.deliver_result(self, c, rr, subject, reply, hdr, msg)
 
 
 def _subject_b(sub: Any) -> bytes:

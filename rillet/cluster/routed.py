@@ -261,7 +261,9 @@ class RoutedAccount(Account):
     # ---- delivery --------------------------------------------------------------------------------------
 
     def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
-                       route: bytes | None = None) -> bool:
+                       route: bytes | None = None, rreply: bytes | None = None) -> bool:
+        """``rreply``: the reply routes get when it differs from the subscribers' here (a gateway reply,
+        rillet.cluster.gateway, whose ``_GR_.`` prefix only servers see)."""
         sp = self._split(r)
         if sp.local is r:
             return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
@@ -296,7 +298,7 @@ class RoutedAccount(Account):
         rsubject = route if route is not None else subject
         for rc, queues in targets.items():
             if not rc.closed:
-                rc.send_msg(self.name_b, rsubject, reply, queues, hdr, msg)
+                rc.send_msg(self.name_b, rsubject, reply if rreply is None else rreply, queues, hdr, msg)
                 delivered = True
         return delivered
 
