@@ -276,6 +276,10 @@ async def test_three_clusters_learn_each_other_by_gossip():
         assert gz["outbound_gateways"]["F"]["configured"] is False
         only = gatewayz(g[0], {"gw_name": "F"})
         assert set(only["outbound_gateways"]) == {"F"} and set(only["inbound_gateways"]) <= {"F"}
+        from rillet.monitor.varz import varz_gateway
+        v = varz_gateway(g[0])
+        assert v["name"] == "G" and v["port"] == g[0].gateway.addr[1]
+        assert v["gateways"] == [{"name": "E", "urls": [f"127.0.0.1:{e[0].gateway.addr[1]}"]}]
 
 
 async def test_optimistic_mode_switches_to_interest_only(monkeypatch):
@@ -506,16 +510,19 @@ def _shape(d, depth=0):
 
 @pytest.mark.skipif(GO_SERVER is None, reason="nats-server binary not on PATH")
 async def test_gateway_with_a_go_cluster():
+    """A Rillet cluster of two servers (A) and a Go server (cluster B) configured with A's first server only:
+    the second Rillet server learns B over its route and dials it; the Rillet client sits on that one."""
     cport, gport, hport = free_port(), free_port(), free_port()
-    oa = _gw_options("A")
-    async with run_server(oa, log=Logger(out=io.StringIO())) as ra:
+    async with run_super_cluster(1, 2, names=["A"]) as (a,):
+        ra = a[1]
         conf = (f"port: {cport}\nhttp: 127.0.0.1:{hport}\nserver_name: go-b\n"
                 f"gateway {{ name: B, listen: 127.0.0.1:{gport}, "
-                f'gateways: [{{name: A, url: "nats://127.0.0.1:{ra.gateway.addr[1]}"}}] }}\n')
+                f'gateways: [{{name: A, url: "nats://127.0.0.1:{a[0].gateway.addr[1]}"}}] }}\n')
         with go_server(conf, [cport, gport, hport]):
-            await _until(lambda: "B" in ra.gateway.out and "B" in ra.gateway.ins, timeout=10,
+            await _until(lambda: all("B" in s.gateway.out for s in a) and "B" in a[0].gateway.ins, timeout=10,
                          what="gateways both ways with Go")
-            assert ra.gateway.out["B"].iom  # Go 2.15 announces its forced interest-only mode
+            assert all(s.gateway.out["B"].iom for s in a)  # Go 2.15 announces its forced interest-only mode
+            assert a[1].gateway.remotes["B"].implicit  # learnt over the route from A-0
             async with clients([ra.client_url, f"nats://127.0.0.1:{cport}"]) as (nr, ng):
                 from_go, from_rillet = Inbox(), Inbox()
                 await nr.subscribe("to.rillet.*", cb=from_go.cb)
@@ -530,8 +537,9 @@ async def test_gateway_with_a_go_cluster():
                 await ng.subscribe("svc.go", cb=go_svc)
                 await nr.flush()
                 await ng.flush()
-                await _until(lambda: _interest(ra, "B", "to.go.x") and _interest(ra, "B", "svc.go"),
-                             what="Go's interest reached Rillet")
+                await _until(lambda: _interest(ra, "B", "to.go.x") and _interest(ra, "B", "svc.go")
+                             and _routed(a[0], "to.rillet.x") and _routed(a[0], "svc.rillet"),
+                             what="Go's interest reached Rillet, Rillet's crossed its route")
 
                 async def retry_until(fn, what):
                     for _ in range(100):
@@ -556,7 +564,7 @@ async def test_gateway_with_a_go_cluster():
                 # /gatewayz: the same JSON fields as Go's (values differ: ids, ports, times, counts)
                 with urllib.request.urlopen(f"http://127.0.0.1:{hport}/gatewayz?accs=1", timeout=5) as resp:
                     theirs = json.loads(resp.read())
-                ours = json.loads(json.dumps(gatewayz(ra, {"accs": "1"})))
+                ours = json.loads(json.dumps(gatewayz(a[0], {"accs": "1"})))
                 assert set(ours) == set(theirs)
                 o_out, t_out = ours["outbound_gateways"]["B"], theirs["outbound_gateways"]["A"]
                 assert set(o_out) == set(t_out) == {"configured", "connection", "accounts"}

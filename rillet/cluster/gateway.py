@@ -156,6 +156,28 @@ class Gateway:
     def opts(self) -> Any:
         return self.server.opts.gateway_opts
 
+    def varz_update(self, d: dict) -> None:
+        """The live parts of /varz "gateway": the port listened on, the URLs known of each configured remote
+        (its configured ones and those its INFO gave), this cluster's configured URLs for its own entry."""
+        if self.addr[1]:
+            d["port"] = self.addr[1]
+        for rd in d.get("gateways", ()):
+            cfg = self.remotes.get(rd.get("name", ""))
+            if cfg is not None:
+                urls = cfg.url_strings()
+            elif rd.get("name") == self.name:
+                urls = []
+                for u in self.own_cfg_urls:
+                    try:
+                        h, p, _, _ = parse_gateway_url(u)
+                    except ValueError:
+                        continue
+                    urls.append(_hostport(h, p))
+            else:
+                urls = []
+            if urls:
+                rd["urls"] = urls
+
     def ping_interval(self) -> float:
         return min(self.server.opts.ping_interval, MAX_PING_INTERVAL)
 

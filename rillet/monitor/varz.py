@@ -224,6 +224,9 @@ def varz_gateway(server: Any) -> dict:
         d["gateways"] = remotes
     if g.get("reject_unknown") or g.get("reject_unknown_cluster"):
         d["reject_unknown"] = True
+    live = getattr(server, "gateway", None)
+    if live is not None:  # (rillet.cluster.gateway) the port in use, the URLs known of each remote
+        live.varz_update(d)
     return d
 
 

@@ -138,7 +138,9 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
                                                   routes=[seed] if seed else [])
                 remotes = [RemoteGateway(names[0], [first_gw])] if ci > 0 else []
                 opts.gateway_opts = GatewayOptions(name=cname, host="127.0.0.1", port=RANDOM_PORT, gateways=remotes)
-                opts.gateway = {"name": cname, "host": "127.0.0.1"}
+                opts.gateway = {"name": cname, "host": "127.0.0.1"}  # (the block as a config would write it)
+                if remotes:
+                    opts.gateway["gateways"] = [{"name": names[0], "url": first_gw}]
                 srv = Server(opts, log if log is not None else Logger(out=io.StringIO()))
                 srv.gateway.solicit_delay = solicit_delay
                 every.append(srv)
