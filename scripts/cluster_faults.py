@@ -57,7 +57,7 @@ class Netns:
 
     def __init__(self, n: int) -> None:
         tag = f"{os.getpid() % 10000}"
-        sub = f"10.{200 + os.getpid() % 50}.{(os.getpid() // 7) % 250}"
+        sub = f"10.{225 + os.getpid() % 25}.{(os.getpid() // 25) % 250}"  # (the tests use 10.200-224)
         self.bridge = f"rfb{tag}"
         self.ns = [f"rillet-cfw-{tag}-{i}" for i in range(n)]
         self.host_if = [f"rfh{tag}x{i}" for i in range(n)]

@@ -419,7 +419,7 @@ class NetnsLab:
 
     def __init__(self, n: int) -> None:
         tag = f"{os.getpid() % 10000}"
-        self.subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
+        self.subnet = f"10.{200 + os.getpid() % 25}.{(os.getpid() // 25) % 250}"  # (the script: 10.225+)
         self.bridge = f"rfb{tag}"
         self.ns = [f"rillet-faults-{tag}-{i}" for i in range(n)]
         self.host_if = [f"rfh{tag}x{i}" for i in range(n)]

@@ -696,6 +696,10 @@ def _reply_queues(reply: bytes | None, queues) -> tuple:
 
 def rmsg_head(account: bytes | None, subject: bytes, reply: bytes | None, queues, size: int) -> bytes:
     """The control line of ``RMSG [<account>] <subject> [+ <reply> <q>... | '|' <q>... | <reply>] <size>``."""
+    if not queues and account is not None:  # (the common forms in one formatting operation: per message)
+        if reply:
+            return b"RMSG %b %b %b %d\r\n" % (account, subject, reply, size)
+        return b"RMSG %b %b %d\r\n" % (account, subject, size)
     acc = (account, b" ") if account is not None else ()
     return b"".join((b"RMSG ", *acc, subject, b" ", *_reply_queues(reply, queues), b"%d\r\n" % size))
 
