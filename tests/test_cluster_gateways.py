@@ -466,6 +466,18 @@ async def test_gateway_credentials_and_retries_between_rillet_clusters():
             assert b.gateway.remotes["A"].implicit is False and a.gateway.remotes["B"].implicit is True
 
 
+async def test_reload_refuses_gateway_changes():
+    text = 'listen: "127.0.0.1:-1"\ngateway { name: A, listen: "127.0.0.1:-1", connect_retries: %d }\n'
+    async with run_server(load_string(text % 1)) as srv:
+        srv.reload(load_string(text % 1))  # unchanged: fine
+        with pytest.raises(ValueError, match=r"^config reload not supported for Gateway: old=\{name:A .*"
+                                             r"connect_retries:1 .*new=\{name:A .*connect_retries:2 "):
+            srv.reload(load_string(text % 2))
+        with pytest.raises(ValueError, match="config reload not supported for Gateway"):
+            srv.reload(load_string('listen: "127.0.0.1:-1"\n'))
+        assert srv.opts.gateway_opts.connect_retries == 1
+
+
 # ==== a Rillet cluster and a Go nats-server cluster ===============================================================
 
 @contextlib.contextmanager
@@ -561,6 +573,27 @@ async def test_gateway_with_a_go_cluster():
                 await _until(lambda: len(from_go.msgs) == 3 and len(from_rillet.msgs) == 3, what="both ways")
                 assert from_rillet.data == [b"r0", b"r1", b"r2"] and from_go.data == [b"g0", b"g1", b"g2"]
                 assert from_rillet.msgs[1].headers == {"H": "1"}
+                # queue groups: a group only in Go serves Rillet's messages once each; with a member in
+                # Rillet's cluster too, Rillet's messages stay in Rillet's cluster
+                gq1, gq2, rq = Inbox(), Inbox(), Inbox()
+                await ng.subscribe("jobs", queue="workers", cb=gq1.cb)
+                await ng.subscribe("jobs", queue="workers", cb=gq2.cb)
+                await ng.flush()
+                await _until(lambda: _queue_interest(ra, "B", "jobs"), what="Go's queue interest")
+                for i in range(10):
+                    await nr.publish("jobs", b"j%d" % i)
+                await nr.flush()
+                await _until(lambda: len(gq1.msgs) + len(gq2.msgs) == 10, what="Go queue deliveries")
+                await nr.subscribe("jobs", queue="workers", cb=rq.cb)
+                await nr.flush()
+                await _until(lambda: a[0].gateway.pasi.get(b"$G", {}).get((b"jobs", b"workers")), what="route")
+                for i in range(10):
+                    await nr.publish("jobs", b"k%d" % i)
+                await nr.flush()
+                await _until(lambda: len(rq.msgs) == 10, what="local queue deliveries")
+                await asyncio.sleep(0.1)
+                assert len(gq1.msgs) + len(gq2.msgs) == 10
+                assert sorted(m.data for m in gq1.msgs + gq2.msgs) == sorted(b"j%d" % i for i in range(10))
                 # /gatewayz: the same JSON fields as Go's (values differ: ids, ports, times, counts)
                 with urllib.request.urlopen(f"http://127.0.0.1:{hport}/gatewayz?accs=1", timeout=5) as resp:
                     theirs = json.loads(resp.read())

@@ -964,3 +964,18 @@ def _queue_b(sub: Any) -> bytes | None:
     if q:
         return q
     return sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None
+
+
+def check_reload(server: Any, new_opts: Any) -> None:
+    """nats-server refuses any change of the gateway block on reload (TLS aside, which Rillet does not
+    have). ValueError: reload refused."""
+    old, new = server.opts.gateway_opts, new_opts.gateway_opts
+    if old != new:
+        def show(g: Any) -> str:
+            if g is None:
+                return "{}"
+            remotes = " ".join(f"{r.name}:{','.join(r.urls)}" for r in g.gateways)
+            return (f"{{name:{g.name} host:{g.host} port:{g.port} advertise:{g.advertise} "
+                    f"connect_retries:{g.connect_retries} reject_unknown:{str(g.reject_unknown).lower()} "
+                    f"gateways:[{remotes}]}}")
+        raise ValueError(f"config reload not supported for Gateway: old={show(old)}, new={show(new)}")

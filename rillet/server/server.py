@@ -622,6 +622,9 @@ class Server:
         if self.leafnodes is not None or new_opts.leaf is not None:
             from rillet.cluster.leaf import check_reload as leaf_check_reload
             leaf_check_reload(self, new_opts)  # leafnodes changes are refused (ValueError)
+        if self.gateway is not None or new_opts.gateway_opts is not None:
+            from rillet.cluster.gateway import check_reload as gateway_check_reload
+            gateway_check_reload(self, new_opts)  # gateway changes are refused, as nats-server (ValueError)
         new_tls_context = tls_reload_context(self, new_opts)  # ValueError: the reload is refused
         new_opts.port = old.port
         self.opts = new_opts
