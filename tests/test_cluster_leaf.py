@@ -669,11 +669,97 @@ async def test_credentials_sign_the_hub_nonce(tmp_path):
     assert verify_signature(user.public_key.decode(), b"abcNONCE", sig)
 
 
+# ==== TLS ========================================================================================================
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA, a server certificate for 127.0.0.1/localhost, a client certificate, and another CA."""
+    x509 = pytest.importorskip("cryptography.x509")
+    import ipaddress
+
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from test_tls_options import _cert, _write
+    tmp = tmp_path_factory.mktemp("leaf_pki")
+    out = {}
+    for ca_name in ("ca", "other"):
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca = _cert(ca_name, ca_key, None, ca_key, ca=True)
+        out[ca_name] = _write(tmp, ca_name, ca, ca_key)[0]
+        k = ec.generate_private_key(ec.SECP256R1())
+        c = _cert("localhost", k, ca.subject, ca_key, [x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+        out[f"{ca_name}_server"] = _write(tmp, f"{ca_name}_server", c, k)
+        k = ec.generate_private_key(ec.SECP256R1())
+        c = _cert("leaf", k, ca.subject, ca_key, [x509.DNSName("leaf")])
+        out[f"{ca_name}_client"] = _write(tmp, f"{ca_name}_client", c, k)
+    return out
+
+
+def _hub_tls(pki, verify: bool = False) -> str:
+    cert, key = pki["ca_server"]
+    return f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{pki["ca"]}", verify: {str(verify).lower()} }}'
+
+
+def _remote_tls(pki, ca: str = "ca", client: bool = False) -> str:
+    extra = ""
+    if client:
+        cert, key = pki[f"{ca}_client"]
+        extra = f', cert_file: "{cert}", key_file: "{key}"'
+    return f'tls {{ ca_file: "{pki[ca]}"{extra} }}'
+
+
+async def test_tls_leaf_connections(pki):
+    """The hub's INFO goes out in the clear with tls_required, then TLS (as nats-server); a leaf that does
+    not trust the hub's CA, or has no client certificate when the hub verifies, does not connect."""
+    async with rillet(f'leafnodes {{ listen: "127.0.0.1:-1", {_hub_tls(pki, verify=True)} }}', "hub") as hub:
+        url = f"nats://127.0.0.1:{hub_port(hub)}"
+        conf = f'leafnodes {{ remotes [ {{ url: "{url}", {_remote_tls(pki, client=True)} }} ] }}'
+        async with rillet(conf, "leaf") as leaf:
+            await _until(lambda: leaf_ready(hub) and leaf_ready(leaf), what="TLS leaf connection")
+            for s in (hub, leaf):
+                assert next(iter(s.leafs.values())).transport.get_extra_info("ssl_object") is not None
+            await _both_ways(hub.client_url, leaf.client_url)
+        conf = f'leafnodes {{ remotes [ {{ url: "{url}", {_remote_tls(pki)} }} ] }}'  # no client certificate
+        async with rillet(conf, "leaf") as leaf:
+            await _until(lambda: "TLS handshake error" in hub._test_log.getvalue() + leaf._test_log.getvalue())
+            assert not leaf_ready(leaf)
+    async with rillet(f'leafnodes {{ listen: "127.0.0.1:-1", {_hub_tls(pki)} }}', "hub") as hub:
+        url = f"nats://127.0.0.1:{hub_port(hub)}"
+        conf = f'leafnodes {{ remotes [ {{ url: "{url}", {_remote_tls(pki, ca="other")} }} ] }}'
+        async with rillet(conf, "leaf") as leaf:
+            await _until(lambda: "certificate verify failed" in leaf._test_log.getvalue(), what="untrusted hub")
+            assert not leaf_ready(leaf) and not leaf_ready(hub)
+
+
+@needs_go
+async def test_tls_leafs_with_go(pki):
+    with tempfile.TemporaryDirectory() as tmp:
+        lport = free_port()
+        go, port, _ = _go(f'leafnodes {{ listen: "127.0.0.1:{lport}", {_hub_tls(pki, verify=True)} }}', tmp)
+        with go:
+            go.wait_ready()
+            conf = (f'leafnodes {{ remotes [ {{ url: "tls://127.0.0.1:{lport}", '
+                    f'{_remote_tls(pki, client=True)} }} ] }}')
+            async with rillet(conf, "leaf") as leaf:
+                await _until(lambda: leaf_ready(leaf), what="Rillet leaf of a Go TLS hub")
+                await _both_ways(f"nats://127.0.0.1:{port}", leaf.client_url)
+        async with rillet(f'leafnodes {{ listen: "127.0.0.1:-1", {_hub_tls(pki, verify=True)} }}', "hub") as hub:
+            conf = (f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}", '
+                    f'{_remote_tls(pki, client=True)} }} ] }}')
+            go, port, _ = _go(conf, tmp)
+            with go:
+                go.wait_ready()
+                await _until(lambda: leaf_ready(hub), what="Go leaf of a Rillet TLS hub")
+                await _both_ways(hub.client_url, f"nats://127.0.0.1:{port}")
+
+
 # ==== configuration ===============================================================================================
 
 @pytest.mark.parametrize("text, error", [
-    ('leafnodes { remotes [ { url: "nats://h:1", tls { } } ] }', '1:43: leafnodes tls: TLS on leaf connections is '
-                                                                  'not supported yet'),
+    ('leafnodes { remotes [ { url: "nats://h:1", tls { pinned_certs: ["' + 'a' * 64 + '"] } } ] }',
+     '1:49: leafnodes pinned_certs: pinned_certs on leaf connections is not supported yet'),
+    ('leafnodes { tls { cert_file: a, key_file: b, verify_and_map: true } }',
+     'leafnodes verify_and_map: verify_and_map on leaf connections is not supported yet'),
     ('leafnodes { remotes [ { url: "wss://h:1" } ] }', '1:24: leafnodes remote url "wss://h:1": leaf connections '
                                                        'over secure WebSocket (wss) are not supported yet'),
     ('leafnodes { remotes [ { urls: ["ws://h:1", "nats://h:2"] } ] }',
@@ -681,7 +767,6 @@ async def test_credentials_sign_the_hub_nonce(tmp_path):
     ('leafnodes { remotes [ { url: "ws://h:1", ws_compress: true } ] }', "compression of leaf connections over "
                                                                        "WebSocket is not supported yet"),
     ('leafnodes { remotes [ { url: "nats://h:1", hub: true } ] }', "hub: a remote that is a hub"),
-    ('leafnodes { tls { } }', "leafnodes tls: TLS on leaf connections is not supported yet"),
     ('leafnodes { compression: s2_auto }', 'leafnodes compression "s2_auto": s2 compression'),
     ('leafnodes { authorization { token: x } }', 'unknown field "token"'),
     ('leafnodes { bogus: 1 }', 'unknown field "bogus"'),
@@ -723,7 +808,7 @@ LEAF_KEY_TESTS = {
         "reconnect_delay": "test_leaf_reconnects_after_hub_restart",
         "reconnect_interval": "test_leaf_reconnects_after_hub_restart",
         "dial_timeout": "test_leaf_reconnects_after_hub_restart",
-        "tls": "test_config_errors", "compression": "test_config_errors",
+        "tls": "test_tls_leaf_connections", "compression": "test_config_errors",
         "advertise": "test_hub_info_on_the_leafnode_port", "leafnode_advertise": "test_hub_info_on_the_leafnode_port",
         "no_advertise": "test_hub_info_on_the_leafnode_port",
         "min_version": "refused", "minimum_version": "refused", "isolate_leafnode_interest": "refused",

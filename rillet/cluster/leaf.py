@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import ssl
 import sys
 import time
 from bisect import bisect_right
@@ -134,6 +135,7 @@ class LeafConn(asyncio.Protocol):
         self.headers = False
         self.nonce = b""
         self.compression = ""
+        self.tls = False
         self.deny_out = _Deny([])  # messages we do not send to the peer (and its literal interest we ignore)
         self.deny_in = _Deny([])  # messages from the peer we drop (and our interest we do not announce)
         self.smap = LocalInterest()  # what we announced to the peer (account key unused: b"")
@@ -178,11 +180,45 @@ class LeafConn(asyncio.Protocol):
             log.notice(f"{self.log_prefix()} - Leafnode connection created")
             self.nonce = srv.make_nonce()
             self.parser.awaiting_connect = True
+            tls = mgr.tls_server is not None and transport.get_extra_info("websocket") is None
+            if tls:
+                transport.pause_reading()  # (the leaf's next bytes are its TLS handshake)
             self.out += cp.info_frame(mgr.hub_info(self))
             timeout = mgr.opts.auth_timeout or srv.opts.auth_timeout or 2.0
             self._auth_timer = srv.loop.call_later(timeout, self._auth_timeout)
             self.flush()
             srv.flush_clients()
+            if tls:
+                srv.loop.create_task(self._start_tls(mgr.tls_server, True, None, None))
+
+    async def _start_tls(self, ctx: Any, server_side: bool, hostname: str | None, info: Any) -> None:
+        """TLS after the INFO, as nats-server does on leaf connections (the INFO goes out in the clear)."""
+        srv = self.server
+        t = self.transport
+        cfg = self.mgr.opts.tls if server_side else self.remote.opts.tls
+        timeout = (cfg.timeout if cfg is not None else 0.0) or 2.0
+        hold = _Hold()  # what arrives before start_tls returns (a CONNECT right after the handshake)
+        try:
+            new_t = await asyncio.wait_for(srv.loop.start_tls(t, hold, ctx, server_side=server_side,
+                                                              server_hostname=hostname), timeout + 0.5)
+        except (asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError) as e:
+            srv.log.error(f"{self.log_prefix()} - TLS handshake error: {e}")
+            self.close("TLS Handshake Failure")
+            return
+        if new_t is None or self.closed:
+            self.close("TLS Handshake Failure")
+            return
+        self.transport = new_t  # type: ignore[assignment]
+        self.tls = True
+        new_t.set_protocol(self)
+        srv.log.debug(f"{self.log_prefix()} - TLS handshake complete")
+        if info is not None:
+            self._send_connect(info)
+            srv.flush_clients()
+        if hold.data:
+            self.data_received(b"".join(hold.data))
+        if hold.lost is not None:
+            self.connection_lost(hold.lost[0])
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
@@ -263,33 +299,46 @@ class LeafConn(asyncio.Protocol):
             if info.cluster and " " in info.cluster:
                 self.close("Protocol Violation", "Invalid cluster name")
                 return
-            if info.tls_required:
-                log.error(f"{self.log_prefix()} - the hub requires TLS, which Rillet's leaf connections "
-                          "do not support yet")
-                self.close("TLS Handshake Error")
+            ctx = self.remote.tls_ctx
+            if info.tls_required or ctx is not None:
+                if self.transport.get_extra_info("websocket") is not None:
+                    log.error(f"{self.log_prefix()} - the hub requires TLS: use a wss:// URL, which Rillet "
+                              "does not support yet")
+                    self.close("TLS Handshake Error")
+                    return
+                if ctx is None:
+                    ctx = self.remote.tls_ctx = client_tls_context(None)
+                self.transport.pause_reading()
+                host = urlsplit(self.remote.urls[self.remote.index]).hostname
+                self.server.loop.create_task(self._start_tls(ctx, False, host, info))
                 return
-            self.nonce = info.nonce.encode()
-            self.headers = info.headers and not self.server.opts.no_header_support
-            self.remote_name = info.server_name or info.server_id
-            self.remote_id = info.server_id
-            self.remote_domain = info.domain
-            self.remote_cluster = info.cluster
-            self.compression = "not supported" if not info.compression else "off"
-            try:
-                self.out += cp.connect_frame(self.mgr.leaf_connect(self))
-            except (OSError, ValueError) as e:
-                log.error(f"{self.log_prefix()} - {e}")
-                self.close("Write Error")
-                return
-            self.connect_sent = True
-            log.debug(f"{self.log_prefix()} - Remote leafnode connect msg sent")
-            self.flush()
-            if not info.info_on_connect or info.connect_info:
-                self._finish_solicited(info)
+            self._send_connect(info)
             return
         if info.remote_account:
             self.remote_account = info.remote_account
         if info.connect_info and not self.registered:
+            self._finish_solicited(info)
+
+    def _send_connect(self, info: ci.Info) -> None:
+        """The hub's first INFO has been read (and TLS is up when needed): CONNECT, then registration."""
+        log = self.server.log
+        self.nonce = info.nonce.encode()
+        self.headers = info.headers and not self.server.opts.no_header_support
+        self.remote_name = info.server_name or info.server_id
+        self.remote_id = info.server_id
+        self.remote_domain = info.domain
+        self.remote_cluster = info.cluster
+        self.compression = "not supported" if not info.compression else "off"
+        try:
+            self.out += cp.connect_frame(self.mgr.leaf_connect(self))
+        except (OSError, ValueError) as e:
+            log.error(f"{self.log_prefix()} - {e}")
+            self.close("Write Error")
+            return
+        self.connect_sent = True
+        log.debug(f"{self.log_prefix()} - Remote leafnode connect msg sent")
+        self.flush()
+        if not info.info_on_connect or info.connect_info:
             self._finish_solicited(info)
 
     def _finish_solicited(self, info: ci.Info) -> None:
@@ -612,6 +661,20 @@ class LeafConn(asyncio.Protocol):
         return f"<LeafConn lid:{self.cid} {self.remote_name} {'spoke' if self.spoke else 'hub'}>"
 
 
+class _Hold(asyncio.Protocol):
+    """The TLS transport's protocol until ``start_tls`` returns: keeps what arrives meanwhile."""
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.lost: tuple | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = (exc,)
+
+
 class RemoteState:
     """One configured remote: its options, which URL is next, the delay before the next attempt."""
 
@@ -623,6 +686,7 @@ class RemoteState:
         self.reconnect = reconnect
         self.conn: LeafConn | None = None
         self.attempts = 0
+        self.tls_ctx: ssl.SSLContext | None = None
 
     def next_url(self):
         self.index = (self.index + 1) % len(self.urls)
@@ -639,6 +703,16 @@ class LeafNodes:
         validate_leafnodes(server.opts)  # ValueError: refuse to start
         self.conns: set[LeafConn] = set()
         self.remotes = [RemoteState(r, self.opts.reconnect) for r in self.opts.remotes if not r.disabled]
+        self.tls_server: ssl.SSLContext | None = None
+        if self.opts.tls is not None:
+            from rillet.server.tls import make_server_context
+            try:
+                self.tls_server = make_server_context(self.opts.tls)
+            except ValueError as e:
+                raise ValueError(f"leafnodes tls: {e}") from e
+        for r in self.remotes:
+            if r.opts.tls is not None:
+                r.tls_ctx = client_tls_context(r.opts.tls)
         self.running = False
         self.addr: tuple[str, int] | None = None
         self._listener: asyncio.AbstractServer | None = None
@@ -784,6 +858,10 @@ class LeafNodes:
                        domain=self._domain(), leafnode_urls=self.leafnode_urls())
         if srv.cluster is not None:
             info.cluster = srv.cluster.name
+        if self.tls_server is not None and lc.transport is not None and \
+                lc.transport.get_extra_info("websocket") is None:
+            info.tls_required = True
+            info.tls_verify = bool(o.tls.verify)
         if connect_info:
             info.connect_info = True
             info.remote_account = lc.acc_name
@@ -995,6 +1073,29 @@ def check_reload(server: Any, new_opts: Any) -> None:
     if old != new:
         raise ValueError("config reload not supported for LeafNode: Rillet applies changes of the leafnodes "
                          "block at the next start only")
+
+
+def client_tls_context(cfg: Any) -> ssl.SSLContext:
+    """The soliciting side's context for a remote's tls {} (None: a tls:// URL or a hub requiring TLS
+    without one: the system's roots). ValueError when a file is unusable."""
+    from rillet.config.tls_names import TLS_VERSIONS, parse_min_version
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if cfg is not None and cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if cfg is not None and cfg.ca_file:
+            ctx.load_verify_locations(cafile=cfg.ca_file)
+        else:
+            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"leafnodes remote tls: {e}") from e
+    if cfg is not None and cfg.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg is not None and cfg.min_version:
+        ctx.minimum_version = TLS_VERSIONS[parse_min_version(cfg.min_version)][0]
+    return ctx
 
 
 def _redact_host(u: str) -> str:

@@ -3,7 +3,8 @@
 What nats-server accepts is accepted here with its defaults and errors; what Rillet's leaf nodes do not do
 is refused with file:line:col and the reason, never parsed and ignored:
 
-* TLS (``tls {}`` on the listener or a remote, ``wss://`` URLs), s2 ``compression`` other than off,
+* in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``, ``handshake_first``,
+  ``pinned_certs``; ``wss://`` URLs, s2 ``compression`` other than off,
   ``hub: true`` remotes, HTTP ``proxy``, ``min_version``, ``isolate_leafnode_interest``,
   ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
   (``ws_compress: true``), ``proxy_required``, and the single ``nkey`` of the listener's authorization are
@@ -48,6 +49,7 @@ class RemoteLeafOptions:
     disabled: bool = False
     ignore_discovered_servers: bool = False
     ws_no_masking: bool = False
+    tls: Any = None  # TLSConfig of the remote's tls {} (or a default one for a tls:// URL)
 
     def name(self, redacted: bool = True) -> str:
         """nats-server's name of a remote (duplicates are errors): its URLs, local account and key."""
@@ -82,6 +84,7 @@ class LeafNodeOptions:
     reconnect: float = DEFAULT_RECONNECT
     dial_timeout: float = 0.0
     write_deadline: float = 0.0
+    tls: Any = None  # TLSConfig of the listener's tls {}
 
 
 def _refuse(f: Field, what: str) -> Any:
@@ -104,11 +107,21 @@ def _url(f: Field, text: str) -> str:
     if p.scheme.lower() == "wss":
         raise f.error(f'leafnodes remote url "{u}": leaf connections over secure WebSocket (wss) are not '
                       'supported yet')
-    if p.scheme.lower() == "tls":
-        raise f.error(f'leafnodes remote url "{u}": TLS on leaf connections is not supported yet')
     if not p.hostname:
         raise f.error(f'error parsing leafnode url ["{u}"]')
     return u
+
+
+def _tls(b: Any, f: Field, client_side: bool) -> Any:
+    """A leafnodes (or remote) tls {} block; what Rillet's leaf connections do not do is refused."""
+    where = "leafnodes remote" if client_side else "leafnodes"
+    t = b.parse_tls(f, client_side=client_side, where=where)
+    for e in f.entries():
+        if e.name in ("verify_and_map", "verify_cert_and_check_known_urls", "handshake_first", "first",
+                      "pinned_certs") and e.value not in (False, [], None):
+            raise _refuse(e, f"{e.key} on leaf connections")
+    t.source = f.pos
+    return t
 
 
 def _compression(f: Field) -> None:
@@ -238,7 +251,7 @@ def parse_leafnodes(b: Any, f: Field) -> None:
         "remotes": remotes,
         "reconnect": reconnect, "reconnect_delay": reconnect, "reconnect_interval": reconnect,
         "dial_timeout": s("dial_timeout", "duration", target=target),
-        "tls": _refuser("TLS on leaf connections"),
+        "tls": lambda e: setattr(ln, "tls", _tls(b, e, False)),
         "advertise": s("advertise", "str", target=target),
         "leafnode_advertise": s("advertise", "str", target=target),
         "no_advertise": s("no_advertise", "bool", target=target),
@@ -309,7 +322,7 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "account": s("account", "str", target=target), "local": s("account", "str", target=target),
         "credentials": creds, "creds": creds,
         "nkey": nkey, "seed": nkey,
-        "tls": _refuser("TLS on leaf connections"),
+        "tls": lambda e: setattr(r, "tls", _tls(b, e, True)),
         "hub": hub,
         "deny_imports": deny("deny_imports"), "deny_import": deny("deny_imports"),
         "deny_exports": deny("deny_exports"), "deny_export": deny("deny_exports"),
@@ -332,6 +345,11 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "ignore_discovered_servers": s("ignore_discovered_servers", "bool", target=target),
     }
     b.each(f, table, "leafnodes.remotes")
+    if r.tls is None and any(urlsplit(u).scheme.lower() == "tls" for u in r.urls):
+        from rillet.config.options import TLSConfig
+        r.tls = TLSConfig()  # tls:// : TLS with the system's roots
+    if r.tls is not None and any(urlsplit(u).scheme.lower() == "ws" for u in r.urls):
+        raise f.error("leafnodes remote: TLS with ws:// URLs (wss) is not supported yet")
     kinds = {urlsplit(u).scheme.lower() == "ws" for u in r.urls}
     if len(kinds) > 1:
         quoted = " ".join(f'"{u}"' for u in r.urls)
