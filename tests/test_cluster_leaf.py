@@ -279,6 +279,22 @@ async def test_account_binding_users_and_authorization_account():
             assert not hub.leafs
 
 
+async def test_client_users_authorize_leafs_without_a_leafnodes_authorization():
+    """No leafnodes authorization: the server's users authorize leafs and bind them to their account; a
+    user with permissions is refused (Rillet does not apply permissions to leaf connections)."""
+    accounts = ('accounts { A { users [ {user: a, password: a}, '
+                '{user: p, password: p, permissions: { publish: "x" }} ] } }')
+    async with rillet(f'{accounts}\nleafnodes {{ listen: "127.0.0.1:-1" }}', "hub") as hub:
+        p = hub_port(hub)
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://a:a@127.0.0.1:{p}" }} ] }}', "l1"):
+            await _until(lambda: leaf_ready(hub), what="user a")
+            assert [lc.acc_name for lc in hub.leafs.values()] == ["A"]
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://p:p@127.0.0.1:{p}" }} ] }}', "l2") as l2:
+            await _until(lambda: 'leafnode user "p" has permissions' in hub._test_log.getvalue())
+            await _until(lambda: "Authorization Violation" in l2._test_log.getvalue())
+            assert not leaf_ready(l2)
+
+
 async def test_deny_imports_and_exports():
     remote = 'deny_exports: ["secret.>"], deny_imports: ["private.>"]'
     async with hub_and_leaf(remote=remote) as (hub, leaf), clients(hub.client_url, leaf.client_url) as (nh, nl):

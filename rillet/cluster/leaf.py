@@ -913,6 +913,12 @@ class LeafNodes:
             return None
         if res is True:
             return o.account or "$G"
+        if getattr(res, "permissions", None) is not None:
+            # nats-server would apply the user's permissions to the leaf connection (and send them to the
+            # leaf in INFO); Rillet does not, so it refuses rather than let the leaf past them
+            self.server.log.error(f'leafnode user "{getattr(res, "username", "")}" has permissions, which '
+                                  "Rillet does not apply to leaf connections yet: connection refused")
+            return None
         return getattr(res, "account", "") or "$G"
 
     # ---- registration and interest --------------------------------------------------------------------
