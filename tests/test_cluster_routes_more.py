@@ -35,9 +35,10 @@ accounts {
 
 
 @contextlib.asynccontextmanager
-async def cluster_of(n: int, conf: str, name: str = "c", names: list[str | None] | None = None):
+async def cluster_of(n: int, conf: str, name: str = "c", names: list[str | None] | None = None, cl_extra: str = ""):
     """``n`` Rillet servers with the config text ``conf``, every one routed to the first (full mesh by
-    gossip); ``names`` gives a cluster name per server (None: none configured)."""
+    gossip); ``names`` gives a cluster name per server (None: none configured); ``cl_extra``: more
+    cluster settings."""
     ports = [free_port() for _ in range(n)]
     servers: list[Server] = []
     try:
@@ -45,11 +46,11 @@ async def cluster_of(n: int, conf: str, name: str = "c", names: list[str | None]
             cn = name if names is None else names[i]
             cl = f"name: {cn}, " if cn else ""
             o = load_string(conf + f"server_name: s{i}\nlisten: 127.0.0.1:-1\n"
-                            f"cluster {{ {cl}listen: 127.0.0.1:{ports[i]}, routes: [nats://127.0.0.1:{ports[0]}] }}\n")
+                            f"cluster {{ {cl}listen: 127.0.0.1:{ports[i]}, routes: [nats://127.0.0.1:{ports[0]}] {cl_extra} }}\n")
             s = Server(o, Logger(out=io.StringIO()))
             await s.start()
             servers.append(s)
-        await _until(lambda: all(len(s.cluster.routes) == n - 1 for s in servers), 10, "full mesh")
+        await _until(lambda: all(s.cluster.servers_connected() == n - 1 for s in servers), 10, "full mesh")
         yield servers
     finally:
         for s in reversed(servers):
@@ -285,9 +286,9 @@ async def test_tls_routes_between_rillet_servers(route_pki):
     try:
         for s in servers:
             await s.start()
-        await _until(lambda: all(len(s.cluster.routes) == 2 for s in servers), 10, "TLS full mesh")
+        await _until(lambda: all(s.cluster.servers_connected() == 2 for s in servers), 10, "TLS full mesh")
         for s in servers:
-            for rc in s.cluster.routes.values():
+            for rc in s.cluster.conns:
                 assert rc.transport.get_extra_info("ssl_object") is not None
         assert routez(servers[0], {})["num_routes"] == 2
         async with contextlib.AsyncExitStack() as st:
@@ -362,8 +363,8 @@ async def test_tls_route_with_a_go_server(route_pki):
         try:
             await r_acc.start()
             await r_dial.start()
-            await _until(lambda: len(r_acc.cluster.routes) == 2 and len(r_dial.cluster.routes) == 2, 10,
-                         "TLS mesh with the Go server")
+            await _until(lambda: r_acc.cluster.servers_connected() == 2 and r_dial.cluster.servers_connected() == 2,
+                         10, "TLS mesh with the Go server")
             async with contextlib.AsyncExitStack() as st:
                 g = await nats.connect(f"nats://127.0.0.1:{gport}")
                 a = await nats.connect(r_acc.client_url)
@@ -414,7 +415,7 @@ async def test_go_server_asking_for_s2_gets_an_uncompressed_route():
         r = Server(o, Logger(out=io.StringIO()))
         await r.start()
         try:
-            await _until(lambda: len(r.cluster.routes) == 1, 10, "route to the Go server")
+            await _until(lambda: r.cluster.servers_connected() == 1, 10, "route to the Go server")
             z = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez", timeout=2).read())
             assert [rt.get("compression") for rt in z["routes"]] == ["off"]
             async with contextlib.AsyncExitStack() as st:
@@ -430,3 +431,175 @@ async def test_go_server_asking_for_s2_gets_an_uncompressed_route():
                 assert (await sub.next_msg(2)).data == b"x" * 4000
         finally:
             await r.shutdown()
+
+
+# ==== route pooling and pinned accounts ==========================================================================
+
+POOL_CONF = """
+accounts {
+  A { users: [{user: a, password: a}] }
+  C { users: [{user: c, password: c}] }
+  P { users: [{user: p, password: p}] }
+  SYS { users: [{user: sys, password: sys}] }
+}
+system_account: SYS
+"""
+
+
+async def _cross(pub_url, sub_url, user, subject) -> bytes:
+    async with contextlib.AsyncExitStack() as st:
+        pub = await nats.connect(pub_url, user=user, password=user)
+        st.push_async_callback(pub.close)
+        sub_nc = await nats.connect(sub_url, user=user, password=user)
+        st.push_async_callback(sub_nc.close)
+        sub = await sub_nc.subscribe(subject)
+        await sub_nc.flush()
+        for _ in range(100):  # (until the interest has crossed)
+            await pub.publish(subject, b"x")
+            await pub.flush()
+            try:
+                return (await sub.next_msg(0.05)).data
+            except nats.errors.TimeoutError:
+                continue
+        raise AssertionError(f"nothing crossed for {user} on {subject}")
+
+
+async def test_pool_carries_each_account_on_its_index_and_pins_accounts():
+    async with cluster_of(3, POOL_CONF, name="pl", cl_extra=", pool_size: 3") as s:
+        a, b, c = s  # (b and c found each other, and their pinned routes, by gossip)
+        rid = b.server_id
+        assert a.cluster.pool_size == 3 and len(a.cluster.pools[rid]) == 3
+        # A and C hash to different pool indexes (FNV-1a of the name modulo 3, as nats-server)
+        ra, rc_ = a.cluster.route_for(rid, b"A"), a.cluster.route_for(rid, b"C")
+        assert (ra.pool_idx, rc_.pool_idx) == (0, 1) and ra is not rc_
+        for user, subj in (("a", "pa"), ("c", "pc")):
+            assert await _cross(b.client_url, a.client_url, user, subj) == b"x"
+        assert ra.out_msgs == 0 and ra.in_msgs >= 1 and rc_.in_msgs >= 1  # (b published, a received)
+        assert all(r.in_msgs == 0 for r in a.cluster.pools[rid] if r not in (ra, rc_))
+        # the system account has its own dedicated route (pinned by default, as nats-server)
+        sys_route = a.cluster.pinned["SYS"][rid]
+        assert sys_route.parser.account == b"SYS" and sys_route not in a.cluster.pools[rid]
+        async with contextlib.AsyncExitStack() as st:
+            sysc = await nats.connect(a.client_url, user="sys", password="sys")
+            st.push_async_callback(sysc.close)
+            inbox = sysc.new_inbox()
+            sub = await sysc.subscribe(inbox)
+            await sysc.flush()
+            await _until(lambda: _remote(b, "SYS", inbox) == 1 and _remote(c, "SYS", inbox) == 1,
+                         what="SYS interest on the pinned routes")
+            await sysc.publish("$SYS.REQ.SERVER.PING", b"", reply=inbox)
+            names = sorted(__import__("json").loads(m.data)["server"]["name"] for m in await _collect(sub, 0.5))
+            assert names == ["s0", "s1", "s2"]
+        assert c.server_id in b.cluster.pinned["SYS"] and b.server_id in c.cluster.pinned["SYS"]
+        for user, subj in (("a", "bc.a"), ("c", "bc.c")):
+            assert await _cross(b.client_url, c.client_url, user, subj) == b"x"
+
+
+async def test_configured_pinned_account_gets_a_dedicated_route():
+    conf = POOL_CONF
+    ports = [free_port() for _ in range(2)]
+    servers = []
+    try:
+        for i in range(2):
+            o = load_string(conf + f"server_name: s{i}\nlisten: 127.0.0.1:-1\ncluster {{ name: c, listen: "
+                            f"127.0.0.1:{ports[i]}, routes: [nats://127.0.0.1:{ports[0]}], accounts: [P], pool_size: 3 }}\n")
+            srv = Server(o, Logger(out=io.StringIO()))
+            await srv.start()
+            servers.append(srv)
+        await _until(lambda: all(s.cluster.servers_connected() == 1 and len(s.cluster.pinned["P"]) == 1
+                                 and len(s.cluster.pinned["SYS"]) == 1 for s in servers), 10, "pools and pins")
+        a, b = servers
+        assert await _cross(a.client_url, b.client_url, "p", "pinned.subj") == b"x"
+        pr = b.cluster.pinned["P"][a.server_id]
+        assert pr.in_msgs >= 1 and _remote(a, "P", "pinned.subj") == 1
+        assert all(r.in_msgs == 0 for r in b.cluster.pools[a.server_id])
+        from rillet.monitor.endpoints import routez
+        accs = sorted(r.get("account", "") for r in routez(a, {})["routes"])
+        assert accs == ["", "", "", "P", "SYS"]
+    finally:
+        for srv in servers:
+            await srv.shutdown()
+
+
+async def test_pool_size_mismatch_is_refused_and_no_pooling_interoperates():
+    p0, p1 = free_port(), free_port()
+    buf = io.StringIO()
+
+    def mk(name, port, routes, pool):
+        r = f", routes: [nats://127.0.0.1:{routes}]" if routes else ""
+        o = load_string(f"server_name: {name}\nlisten: 127.0.0.1:-1\n"
+                        f"cluster {{ name: c, listen: 127.0.0.1:{port}{r}, pool_size: {pool} }}\n")
+        return Server(o, Logger(debug=True, out=buf if name == "a" else io.StringIO()))
+    a, b = mk("a", p0, None, 3), mk("b", p1, p0, 4)
+    try:
+        await a.start()
+        await b.start()
+        await _until(lambda: "Mismatch route pool size: 3 vs 4" in buf.getvalue(), 5, "mismatch error")
+        assert not a.cluster.routes
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+    # pooling on one side, off (-1) on the other: one route carries every account, nothing pinned
+    p0, p1 = free_port(), free_port()
+    a, b = mk("a", p0, None, 3), mk("b", p1, p0, -1)
+    try:
+        await a.start()
+        await b.start()
+        await _until(lambda: a.cluster.servers_connected() == 1 and b.cluster.servers_connected() == 1, 5, "route")
+        assert a.cluster.route_for(b.server_id, b"$G").no_pool and not a.cluster.pinned["$SYS"]
+        assert len([rc for rc in a.cluster.conns if rc.registered]) == 1
+        assert await _cross(a.client_url, b.client_url, None, "np") == b"x"
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_pool_and_pinned_routes_with_a_go_server():
+    gport, gcl, ghttp = free_port(), free_port(), free_port()
+    conf = POOL_CONF + (f"port: {gport}\nhttp_port: {ghttp}\nserver_name: go1\n"
+                        f"cluster {{ name: c, listen: 127.0.0.1:{gcl}, accounts: [P] }}\n")
+    with go_server(conf, ghttp):
+        o = load_string(POOL_CONF + "server_name: r0\nlisten: 127.0.0.1:-1\n"
+                        f"cluster {{ name: c, listen: 127.0.0.1:-1, routes: [nats://127.0.0.1:{gcl}], accounts: [P], "
+                        "pool_size: 3 }\n")
+        r = Server(o, Logger(out=io.StringIO()))
+        await r.start()
+        try:
+            await _until(lambda: r.cluster.servers_connected() == 1 and r.cluster.pinned["P"] and r.cluster.pinned["SYS"],
+                         10, "pool and pinned routes to the Go server")
+            import json
+            import urllib.request
+            z = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez", timeout=2).read())
+            assert sorted(rt.get("account", "") for rt in z["routes"]) == ["", "", "", "P", "SYS"]
+            go_url = f"nats://127.0.0.1:{gport}"
+            for user, subj in (("a", "ga"), ("c", "gc"), ("p", "gp")):
+                assert await _cross(go_url, r.client_url, user, subj) == b"x"
+                assert await _cross(r.client_url, go_url, user, subj + "2") == b"x"
+            # the system account over its pinned route: a PING from the Rillet side sees both servers
+            async with contextlib.AsyncExitStack() as st:
+                sysc = await nats.connect(r.client_url, user="sys", password="sys")
+                st.push_async_callback(sysc.close)
+                inbox = sysc.new_inbox()
+                sub = await sysc.subscribe(inbox)
+                await sysc.flush()
+                await _go_sees(ghttp, inbox, 1)
+                await sysc.publish("$SYS.REQ.SERVER.PING", b"", reply=inbox)
+                names = sorted(json.loads(m.data)["server"]["name"] for m in await _collect(sub, 0.5))
+                assert names == ["go1", "r0"]
+        finally:
+            await r.shutdown()
+
+
+def test_reload_refuses_pool_and_pinned_account_changes():
+    from dataclasses import replace
+
+    from rillet.cluster.cluster import check_reload
+    o = load_string("cluster { name: c, listen: 127.0.0.1:-1, pool_size: 3, accounts: [A] }\n"
+                    "accounts { A {} }\n")
+    s = Server(o, Logger(out=io.StringIO()))
+    for change, word in (({"pool_size": 4}, "pool_size"), ({"accounts": []}, "accounts")):
+        new = replace(o, cluster=replace(o.cluster, **change))
+        with pytest.raises(ValueError, match=f"config reload not supported for cluster {word}"):
+            check_reload(s, new)
+    check_reload(s, replace(o, cluster=replace(o.cluster)))

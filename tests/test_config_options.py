@@ -662,15 +662,14 @@ def test_cluster_errors():
 
 @pytest.mark.parametrize("body, words", [
     ("tls { cert_file: c, key_file: k, verify_and_map: true }", "verify_and_map (route authorization"),
-    ("pool_size: 4", "route pooling is not supported yet"),
-    ("pool_size: 1", "route pooling is not supported yet"),
-    ("accounts: [A]", "routes pinned to accounts"),
     ("compression: s2_fast", "s2 compression of routes is not supported yet"),
     ("compression: { mode: s2_best }", "s2 compression of routes is not supported yet"),
     ("compression: true", "s2 compression of routes is not supported yet"),
     ("permissions: { import: \">\", export: \"a.>\" }", "cluster permissions"),
     ("authorization { user: a, password: b, permissions: { import: x } }", "cluster permissions"),
     ("write_timeout: close", "write_timeout"),
+    ("pool_size: -1, accounts: [A]", "pool_size cannot be negative if pinned accounts are specified"),
+    ("accounts: [A, B, A]", 'found duplicate account name "A" in pinned accounts list [A B A]'),
 ])
 def test_cluster_refused_until_supported(body, words):
     """What Rillet's routes do not do yet is refused at load with file:line:col, never ignored."""

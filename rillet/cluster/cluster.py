@@ -17,7 +17,22 @@ What nats-server does (route.go), and so does this:
 * a closed route loses its remote interest at once; a solicited one (or one marked to retry) is dialled
   again after a short random delay.
 
-Routes are never pooled (nats-server's ``pool_size: -1``), which Go servers accept from any peer.
+Routes are pooled as in nats-server 2.10+ when ``pool_size`` is 1 or more: that many connections to each
+server (left unset, Rillet does not pool yet, as ``-1``: see DEFAULT_ROUTE_POOL_SIZE), each account's interest and messages
+on the connection of its pool index (FNV-1a of its name modulo the pool size, the same on every server).
+The dialling side sends CONNECT, waits for the peer's INFO, takes the first free index of the pool and
+only then sends its INFO with ``route_pool_idx``; once registered it dials the next connection of the
+pool (after 0-100 ms) until the pool is full. The accepting side places a connection at the index its
+INFO names (a taken index: a duplicate, closed). A peer without ``route_pool_size`` (pooling off, older
+server) gets one connection that carries every account. Pool sizes must match ("Mismatch route pool
+size"). ``routes`` keeps one connection per server (the first of its pool): gossip, connect URLs and
+lame duck go through it.
+
+Pinned accounts (``accounts [...]``, and the system account, which nats-server pins by default when
+pooling) get a dedicated route to each server, outside the pool: the dialling side names the account in
+its INFO (``route_account``, sent at once), both sides then leave the account out of RS+/RS-/RMSG on that
+route, the account's interest goes only there (and to servers without pooling), and a new pinned route
+is gossiped with its account so the other servers dial theirs.
 
 With ``cluster { tls {} }`` every route is TLS from its first byte, as nats-server does it (the TLS
 handshake comes before the INFO and CONNECT; both are then sent with ``tls_required``): the accepting side
@@ -53,6 +68,10 @@ ROUTE_DIAL_TIMEOUT = 1.0  # DEFAULT_ROUTE_DIAL
 ROUTE_MAX_PING_INTERVAL = 30.0
 CONNECT_ERROR_REPORTS = 3600  # connect_error_reports: every Nth failed attempt of a first connect is an error
 # (the first too); reconnect_error_reports (default 1): every Nth failed attempt to reconnect
+# pool_size left unset: no pooling (as -1) for now. nats-server's default is 3 (GO_DEFAULT_ROUTE_POOL_SIZE);
+# Rillet pools and pins like it when pool_size is set (the fault tests still count one route per server).
+DEFAULT_ROUTE_POOL_SIZE = -1
+GO_DEFAULT_ROUTE_POOL_SIZE = 3
 ROUTE_PROTO = 2  # route protocol with accounts (nats-server's RouteProtoV2; no message tracing)
 
 
@@ -139,7 +158,21 @@ class Cluster:
         self.name = o.cluster.name or _dynamic_name()
         self.dynamic = not o.cluster.name
         self.account_class = RoutedAccount
-        self.routes: dict[str, RouteConn] = {}  # remote server id -> its registered route
+        ps = o.cluster.pool_size
+        self.pool_size = DEFAULT_ROUTE_POOL_SIZE if ps == 0 else ps  # < 0: no pooling
+        self.pooling = self.pool_size >= 1
+        self.routes_pool_size = self.pool_size if self.pooling else 1
+        self.routes: dict[str, RouteConn] = {}  # remote server id -> one registered route (first of its pool)
+        # pinned account -> remote server id -> its dedicated route
+        self.pinned: dict[str, dict[str, RouteConn]] = {}
+        if self.pooling:
+            names = list(o.cluster.accounts)
+            sys_name = o.system_account or ("" if o.no_system_account else "$SYS")
+            if sys_name and sys_name not in names:
+                names.append(sys_name)
+            self.pinned = {n: {} for n in names}
+        self.pools: dict[str, list[RouteConn | None]] = {}  # remote server id -> its routes by pool index
+        self._acc_idx: dict[bytes, int] = {}  # account name -> pool index
         self.conns: set[RouteConn] = set()  # every route connection, registered or not
         self.local = LocalInterest()
         self.accepting = True
@@ -214,6 +247,8 @@ class Cluster:
         srv.on_shutdown.append(self.shutdown)
         for r in o.routes:
             self.solicit(parse_route_url(r), EXPLICIT, 0, first=True)
+            for acc in self.pinned:
+                self.solicit(parse_route_url(r), EXPLICIT, 0, first=True, account=acc)
 
     def _client_urls(self) -> list[str]:
         srv = self.server
@@ -260,6 +295,8 @@ class Cluster:
                        compression=self.compression_mode())
         if self.tls_server is not None:
             info.tls_required = info.tls_verify = True
+        if self.pooling:
+            info.route_pool_size = self.pool_size
         if o.advertise:
             from rillet.config.builder_base import split_host_port
             h, p = split_host_port(o.advertise)
@@ -273,11 +310,46 @@ class Cluster:
             info.ldm = True
         return info
 
-    def initial_info(self, gossip_mode: int) -> bytes:
+    def initial_info(self, gossip_mode: int, pool_idx: int = 0, account: str = "") -> bytes:
         info = self.route_info()
         info.nonce = self.server.make_nonce().decode()
         info.gossip_mode = gossip_mode
+        info.route_pool_idx = pool_idx
+        info.route_account = account
         return ci.encode_info(info)
+
+    def servers_connected(self) -> int:
+        """How many servers we have every route to (the whole pool, and each pinned account's route)."""
+        n = 0
+        for rid, conns in self.pools.items():
+            if conns[0] is not None and conns[0].no_pool:
+                n += 1
+            elif all(r is not None for r in conns) and all(rid in m for m in self.pinned.values()):
+                n += 1
+        return n
+
+    def route_for(self, server_id: str, account: bytes) -> RouteConn | None:
+        """The connection that carries ``account``'s interest and messages to server ``server_id``."""
+        conns = self.pools.get(server_id)
+        if conns is None:
+            return None
+        first = conns[0]
+        pinned = self.pinned.get(account.decode("utf-8", "surrogateescape")) if self.pinned else None
+        if pinned is not None and not (first is not None and first.no_pool):
+            return pinned.get(server_id)
+        if first is not None and first.no_pool:
+            return first
+        return conns[self.pool_index(account) if self.pooling else 0]
+
+    def pool_index(self, account: bytes) -> int:
+        """The pool index of an account's route (0 without pooling, -1 for a pinned account)."""
+        i = self._acc_idx.get(account)
+        if i is None:
+            name = account.decode("utf-8", "surrogateescape")
+            i = -1 if name in self.pinned else ci.route_pool_index(self.routes_pool_size, name)
+            if len(self._acc_idx) < 65536:
+                self._acc_idx[bytes(account)] = i
+        return i
 
     def connect_json(self, url: RouteURL) -> bytes:
         srv = self.server
@@ -289,8 +361,10 @@ class Cluster:
 
     # ---- soliciting -------------------------------------------------------------------------------------
 
-    def solicit(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float = 0.0) -> None:
-        t = self.server.loop.create_task(self._connect(url, rtype, gossip_mode, first, delay))
+    def solicit(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float = 0.0,
+                account: str = "") -> None:
+        """Dial a route (``account``: a dedicated route for that pinned account)."""
+        t = self.server.loop.create_task(self._connect(url, rtype, gossip_mode, first, delay, account))
         self._tasks.add(t)
         t.add_done_callback(self._task_done)
 
@@ -308,7 +382,8 @@ class Cluster:
                 continue
         return False
 
-    async def _connect(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float) -> None:
+    async def _connect(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float,
+                       account: str = "") -> None:
         srv = self.server
         log = srv.log
         if delay:
@@ -323,15 +398,20 @@ class Cluster:
                 return
             if url.key in self.self_urls:
                 return
+            if account and account not in self.pinned:
+                log.debug(f'Not attempting to connect to route "{url.redacted()}" for account "{account}", no '
+                          f"longer a per-account route")
+                return
             log.debug(f"Trying to connect to route on {_hostport(url.host, url.port)}")
             try:
                 if self.tls_client is None:
                     await asyncio.wait_for(srv.loop.create_connection(
-                        lambda: RouteConn(self, url, rtype, gossip_mode), url.host, url.port), ROUTE_DIAL_TIMEOUT)
+                        lambda: RouteConn(self, url, rtype, gossip_mode, account), url.host, url.port),
+                        ROUTE_DIAL_TIMEOUT)
                 else:
                     t = self.tls_timeout()
                     await asyncio.wait_for(srv.loop.create_connection(
-                        lambda: RouteConn(self, url, rtype, gossip_mode), url.host, url.port, ssl=self.tls_client,
+                        lambda: RouteConn(self, url, rtype, gossip_mode, account), url.host, url.port, ssl=self.tls_client,
                         server_hostname=url.host, ssl_handshake_timeout=t), ROUTE_DIAL_TIMEOUT + t)
                 return
             except ssl.SSLError as e:
@@ -380,11 +460,25 @@ class Cluster:
             log.error(f'{rc.log_prefix()} - Remote server has a duplicate name: "{info.server_name}"')
             rc.close("Duplicate Server Name", no_reconnect=True)
             return
-        if info.route_account:
-            text = f'Not possible to have a dedicated route for account "{info.route_account}" between those servers'
-            log.error(f"{rc.log_prefix()} - {text}")
-            rc.close("Protocol Violation", text, no_reconnect=True)
-            return
+        acc_name = rc.pinned_acc if rc.solicited else info.route_account
+        if acc_name:
+            reason, again = "Protocol Violation", True
+            if info.route_pool_size <= 0 or not self.pooling:
+                text, again = f'Not possible to have a dedicated route for account "{acc_name}" between those servers', False
+            elif self.pool_size != info.route_pool_size:
+                text = f"Mismatch route pool size: {self.pool_size} vs {info.route_pool_size}"
+            elif acc_name not in self.pinned:
+                text = f'No route for account "{acc_name}"'
+            elif self.route_account(acc_name.encode("utf-8", "surrogateescape")) is None:
+                text, reason = f'Unable to lookup account "{acc_name}": account not found', "Missing Account"
+            else:
+                text = ""
+            if text:
+                log.error(f"{rc.log_prefix()} - {text}")
+                rc.close(reason, text, no_reconnect=not again)
+                return
+            rc.pinned_acc = acc_name
+            rc.parser.pin(acc_name.encode("utf-8", "surrogateescape"))
         rc.info_received = True
         rc.remote_id = info.server_id
         rc.remote_name = info.server_name
@@ -399,38 +493,135 @@ class Cluster:
         rc.remote_ip_url = info.ip
         rc.connect_urls = list(info.connect_urls or ())
         rc.gateway_url = info.gateway_url
-        self._add_route(rc, info)
+        if rc.pinned_acc:
+            self._add_pinned_route(rc, info)
+        else:
+            self._add_route(rc, info)
 
     def _add_route(self, rc: RouteConn, info: ci.Info) -> None:
         rid = info.server_id
-        existing = self.routes.get(rid)
-        if existing is not None and not existing.closed:
-            if rc.solicited and not existing.solicited:
-                existing.solicited = True
-                existing.url = rc.url
-            if rc.rtype == EXPLICIT:
-                existing.rtype = EXPLICIT
-            existing.retry = True
-            rc.debug(f'Detected duplicate remote route "{rid}"')
+        pool = info.route_pool_size > 0
+        err = ""
+        if info.route_pool_size <= 0 or not self.pooling:
+            pool = False  # one connection carries every account
+            rc.no_pool = True
+        elif self.pool_size != info.route_pool_size:
+            err = f"Mismatch route pool size: {self.pool_size} vs {info.route_pool_size}"
+        elif rc.solicited:
+            if info.route_pool_idx != 0:
+                err = f"Route pool index should not be set but is set to {info.route_pool_idx}"
+        elif not 0 <= info.route_pool_idx < self.pool_size:
+            err = f"Invalid route pool index: {info.route_pool_idx} - pool size is {info.route_pool_size}"
+        if err:
+            self.server.log.error(f"{rc.log_prefix()} - {err}")
+            rc.close("Protocol Violation", err)
+            return
+        conns = self.pools.get(rid)
+        idx = -1
+        if conns is None:
+            conns = self.pools[rid] = [None] * self.routes_pool_size
+            idx = info.route_pool_idx if pool else 0
+        elif not pool:
+            existing = next((r for r in conns if r is not None), None)
+            if existing is not None:
+                self._duplicate(existing, rc, no_reconnect=True)
+                return
+            idx = 0
+        else:
+            if not rc.solicited:
+                idx = info.route_pool_idx
+                existing = conns[idx]
+                if existing is not None:
+                    self._duplicate(existing, rc, no_reconnect=False)
+                    return
+                sol = next((r for r in conns if r is not None and r.solicited), None)
+                if sol is not None:
+                    _upgrade(rc, sol.url, sol.rtype)
+            else:
+                for r in conns:
+                    if r is not None:
+                        _upgrade(r, rc.url, rc.rtype)
+                idx = next((i for i, r in enumerate(conns) if r is None), -1)
+        if idx < 0:
+            rc.debug(f'Route pool size reached, closing extra connection to "{rid}"')
             rc.close("Duplicate Route", no_reconnect=True)
             return
-        self.routes[rid] = rc
+        rc.pool_idx = idx
+        if rc.delayed_info:
+            rc.delayed_info = False
+            rc.send(cp.info_frame(self.initial_info(rc.gossip_mode, idx)))
+        conns[idx] = rc
+        sz = sum(r is not None for r in conns)
         self.server.routes[rc.cid] = rc  # (by connection id: /routez)
         rc.registered = True
-        rc.debug(f'Registering remote route "{rid}"')
+        rc.debug(f'Registering remote route "{rid}"' + (f" (pool index {idx})" if pool else ""))
+        if pool and sz > 1:  # the server is known already: this connection only takes its share of accounts
+            self._send_interest(rc)
+            if rc.solicited and sz != self.pool_size:
+                self._fill_pool(rc)
+            return
+        self.routes[rid] = rc
         gw = self.server.gateway
         if gw is not None:
             gw.add_cluster_url(rc.gateway_url)
             gw.route_added(rc)  # the gateways we have an outbound connection to
-        frames = [frame_for(u) for u in self.local.snapshot()]
-        if frames:
-            rc.send(b"".join(frames))
         if len(self.routes) > 1:
             self._forward_gossip(rc, info)
         if not self.opts.no_advertise:
             self._urls_shared = True
             if self._add_urls(rc.connect_urls):
                 self.server.broadcast_info()
+        self._send_interest(rc)
+        if pool and rc.solicited and self.pool_size > 1:
+            self._fill_pool(rc)
+
+    def _add_pinned_route(self, rc: RouteConn, info: ci.Info) -> None:
+        """A dedicated route for a pinned account: one per server, outside the pool."""
+        acc = rc.pinned_acc
+        rid = info.server_id
+        conns = self.pinned[acc]
+        existing = conns.get(rid)
+        if existing is not None:
+            self._duplicate(existing, rc, no_reconnect=True)
+            return
+        conns[rid] = rc
+        self.server.routes[rc.cid] = rc
+        rc.registered = True
+        rc.debug(f'Registering remote route "{rid}" for account "{acc}"')
+        if len(conns) > 1:  # the other servers dial their own dedicated route to the new one
+            info.route_account = acc
+            self._forward_gossip(rc, info)
+        self._send_interest(rc)
+
+    def _send_interest(self, rc: RouteConn) -> None:
+        """Our interest to a newly registered route: of every account, or of the accounts of its pool index,
+        or of its pinned account."""
+        if rc.pinned_acc:
+            acc_b = rc.pinned_acc.encode("utf-8", "surrogateescape")
+            frames = [frame_for(u, pinned=True) for u in self.local.snapshot(acc_b)]
+            if frames:
+                rc.send(b"".join(frames))
+            return
+        every = rc.no_pool or not self.pooling
+        frames = [frame_for(u) for u in self.local.snapshot()
+                  if every or self.pool_index(u.account) == rc.pool_idx]
+        if frames:
+            rc.send(b"".join(frames))
+
+    def _fill_pool(self, rc: RouteConn) -> None:
+        """The next connection of the pool to ``rc``'s server, 0-100 ms from now (as nats-server)."""
+        if rc.url is not None:
+            self.solicit(rc.url, rc.rtype, rc.gossip_mode, first=False, delay=random.randrange(100) / 1000)
+
+    def _duplicate(self, kept: RouteConn, rc: RouteConn, no_reconnect: bool) -> None:
+        if rc.solicited and not kept.solicited:
+            kept.solicited = True
+            kept.url = rc.url
+        if rc.rtype == EXPLICIT:
+            kept.rtype = EXPLICIT
+        kept.retry = True  # (both sides may keep the other connection of the two: reconnect then)
+        rc.debug(f'Detected duplicate remote route "{kept.remote_id}"')
+        rc.close("Duplicate Route", no_reconnect=no_reconnect)
 
     def _forward_gossip(self, rc: RouteConn, info: ci.Info) -> None:
         from_gossip = rc.solicited and rc.rtype == IMPLICIT
@@ -439,7 +630,7 @@ class Cluster:
         info.nonce = ""
         frames: dict[int, bytes] = {}
         for r in list(self.routes.values()):
-            if r is rc or r.remote_id == info.server_id or r.closed:
+            if r is rc or r.remote_id == info.server_id or r.closed or (info.route_account and r.no_pool):
                 continue
             if (not rc.solicited and r.rtype == EXPLICIT) or (rc.solicited and rc.rtype == EXPLICIT):
                 gm = ci.GOSSIP_OVERRIDE
@@ -457,7 +648,8 @@ class Cluster:
     def async_route_info(self, rc: RouteConn, info: ci.Info) -> None:
         srv = self.server
         if info.route_acc_add_reqid:
-            srv.log.debug(f"{rc.log_prefix()} - pinned-account route request ignored (routes are not pooled)")
+            srv.log.debug(f"{rc.log_prefix()} - pinned-account route change ignored (pinned accounts are not "
+                          f"changed by a reload here)")
             return
         if info.gateway and srv.gateway is not None:
             srv.gateway.info_from_route(info, rc.remote_id)
@@ -467,15 +659,21 @@ class Cluster:
                           f"is not configured")
             return
         if rc.remote_id and info.server_id != rc.remote_id:
-            self._implicit_route(info)
+            self._implicit_route(info, rc.no_pool)
             return
         if info.ldm and rc.connect_urls and not self.opts.no_advertise:
             if self._remove_urls(rc.connect_urls):
                 srv.broadcast_info()
 
-    def _implicit_route(self, info: ci.Info) -> None:
+    def _implicit_route(self, info: ci.Info, from_no_pool: bool = False) -> None:
         srv = self.server
-        if info.server_id == srv.server_id or info.route_account or info.server_id in self.routes:
+        if info.server_id == srv.server_id:
+            return
+        acc = info.route_account
+        if acc:
+            if acc not in self.pinned or info.server_id in self.pinned[acc]:
+                return
+        elif info.server_id in self.routes:
             return
         if self._configured_hostport(info):
             return
@@ -486,7 +684,10 @@ class Cluster:
             return
         if info.auth_required:
             url = url._replace(user=self.opts.username, password=self.opts.password)
-        self.solicit(url, IMPLICIT, info.gossip_mode, first=True)
+        self.solicit(url, IMPLICIT, info.gossip_mode, first=True, account=acc)
+        if from_no_pool and not acc:  # (a server without pooling does not gossip the pinned routes)
+            for a in self.pinned:
+                self.solicit(url, IMPLICIT, info.gossip_mode, first=True, account=a)
 
     def _configured_hostport(self, info: ci.Info) -> bool:
         keys = {(info.host.lower(), info.port)}
@@ -509,9 +710,21 @@ class Cluster:
     def route_closed(self, rc: RouteConn) -> None:
         self.conns.discard(rc)
         srv = self.server
-        if rc.registered and self.routes.get(rc.remote_id) is rc:
-            del self.routes[rc.remote_id]
+        if rc.pinned_acc:
+            self._pinned_closed(rc)
+            return
+        conns = self.pools.get(rc.remote_id) if rc.registered else None
+        gone = False  # the last connection to that server
+        if conns is not None and conns[rc.pool_idx] is rc:
+            conns[rc.pool_idx] = None
             srv.routes.pop(rc.cid, None)
+            left = next((r for r in conns if r is not None), None)
+            if left is None:
+                del self.pools[rc.remote_id]
+                gone = self.routes.pop(rc.remote_id, None) is not None
+            elif self.routes.get(rc.remote_id) is rc:
+                self.routes[rc.remote_id] = left  # another connection of the pool stands for the server
+        if gone:
             if srv.gateway is not None:
                 srv.gateway.remove_cluster_url(rc.gateway_url)
             if rc.connect_urls and not self.opts.no_advertise and self._remove_urls(rc.connect_urls):
@@ -524,6 +737,12 @@ class Cluster:
         rid = rc.remote_id
         if rid and rid in self.routes:
             kept = self.routes[rid]
+            conns = self.pools.get(rid)
+            if rc.solicited and not rc.no_pool and conns is not None and None in conns:
+                srv.log.debug(f'Attempting reconnect for solicited route "{rc.url.redacted()}"')
+                delay = random.randrange(100) / 1000 + (ROUTE_RECONNECT if rc.rtype == EXPLICIT else 0.0)
+                self.solicit(rc.url, rc.rtype, 0, first=False, delay=delay)  # the pool refills
+                return
             if rc.solicited and not kept.solicited:
                 kept.solicited = True
                 kept.url = rc.url
@@ -537,6 +756,22 @@ class Cluster:
             srv.log.debug(f'Attempting reconnect for solicited route "{rc.url.redacted()}"')
             delay = random.randrange(100) / 1000 + (ROUTE_RECONNECT if rc.rtype == EXPLICIT else 0.0)
             self.solicit(rc.url, rc.rtype, 0, first=False, delay=delay)
+
+    def _pinned_closed(self, rc: RouteConn) -> None:
+        srv = self.server
+        conns = self.pinned.get(rc.pinned_acc)
+        if rc.registered and conns is not None and conns.get(rc.remote_id) is rc:
+            del conns[rc.remote_id]
+            srv.routes.pop(rc.cid, None)
+        if rc.no_reconnect or not self.running or srv.shutting_down or rc.url is None:
+            return
+        if not (rc.solicited or rc.retry) or rc.remote_id == srv.server_id:
+            return
+        if conns is not None and rc.remote_id in conns:
+            return
+        srv.log.debug(f'Attempting reconnect for solicited route "{rc.url.redacted()}" for account "{rc.pinned_acc}"')
+        delay = random.randrange(100) / 1000 + (ROUTE_RECONNECT if rc.rtype == EXPLICIT else 0.0)
+        self.solicit(rc.url, rc.rtype, 0, first=False, delay=delay, account=rc.pinned_acc)
 
     # ---- flow control --------------------------------------------------------------------------------------
 
@@ -581,11 +816,27 @@ class Cluster:
         sb = getattr(sub, "subject_b", None) or sub.subject.encode("utf-8", "surrogateescape")
         qb = getattr(sub, "queue_b", None) or (sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None)
         u = self.local.add(acc.name_b, sb, qb or None) if added else self.local.remove(acc.name_b, sb, qb or None)
-        if u is None or not self.routes:
+        if u is None or not self.pools:
             return
         f = frame_for(u)
-        for rc in self.routes.values():
-            if not rc.closed:
+        pinned = self.pinned.get(acc.name) if self.pinned else None
+        if pinned is not None:  # to its dedicated routes, and to servers without pooling
+            fp = frame_for(u, pinned=True)
+            for rc in pinned.values():
+                if not rc.closed:
+                    rc.send(fp)
+            for conns in self.pools.values():
+                rc = conns[0]
+                if rc is not None and rc.no_pool and not rc.closed:
+                    rc.send(f)
+            self.server.schedule_flush()
+            return
+        idx = self.pool_index(acc.name_b) if self.pooling else 0
+        for conns in self.pools.values():
+            rc = conns[0]
+            if rc is None or not rc.no_pool:  # (a server without pooling: its one connection, at index 0)
+                rc = conns[idx]
+            if rc is not None and not rc.closed:
                 rc.send(f)
         self.server.schedule_flush()
 
@@ -657,6 +908,15 @@ class Cluster:
     def varz(self) -> dict:
         """The live part of /varz "cluster": the URLs of the configured routes."""
         return {"urls": [_hostport(*parse_route_url(r)[:2]) for r in self.opts.routes]}
+
+
+def _upgrade(r: RouteConn, url: Any, rtype: str) -> None:
+    """A pool connection the peer dialled counts as ours when we dial that server too (reconnects)."""
+    if not r.solicited:
+        r.solicited = True
+        r.url = url
+    if rtype == EXPLICIT:
+        r.rtype = EXPLICIT
 
 
 def route_tls_contexts(cfg: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
@@ -766,6 +1026,13 @@ def check_reload(server: Any, new_opts: Any) -> None:
         raise ValueError(f"config reload not supported for cluster host: old={old.host}, new={new.host}")
     if old.port != new.port:
         raise ValueError(f"config reload not supported for cluster port: old={old.port}, new={new.port}")
+    # (nats-server reloads these, re-forming the pools and dedicated routes; not done here)
+    if old.pool_size != new.pool_size:
+        raise ValueError(f"config reload not supported for cluster pool_size: old={old.pool_size}, "
+                         f"new={new.pool_size}")
+    if old.accounts != new.accounts:
+        raise ValueError(f"config reload not supported for cluster accounts: old={old.accounts}, "
+                         f"new={new.accounts}")
     if server.cluster is not None:
         for r in new.routes:
             parse_route_url(r)

@@ -37,7 +37,8 @@ class RouteConn(asyncio.Protocol):
     perms = None
     account = None
 
-    def __init__(self, cluster: "Cluster", url: Any = None, rtype: str = IMPLICIT, gossip_mode: int = 0) -> None:
+    def __init__(self, cluster: "Cluster", url: Any = None, rtype: str = IMPLICIT, gossip_mode: int = 0,
+                 account: str = "") -> None:
         self.cluster = cluster
         self.server = cluster.server
         self.solicited = url is not None
@@ -54,6 +55,10 @@ class RouteConn(asyncio.Protocol):
         self.retry = False  # kept when a duplicate was closed: reconnect if this one goes too
         self.registered = False
         self.info_received = False
+        self.pool_idx = 0  # index of this connection in its server's route pool
+        self.no_pool = False  # the peer does not pool: this connection carries every account
+        self.delayed_info = False  # dialled with pooling: our INFO goes out once the pool index is known
+        self.pinned_acc = account  # a dedicated route of this pinned account (dialled, or named by the peer)
         self.remote_id = ""
         self.remote_name = ""
         self.remote_ip_url = ""  # nats-route://ip:port/ of the peer (gossiped to others)
@@ -63,7 +68,8 @@ class RouteConn(asyncio.Protocol):
         self.headers = False
         self.remote = RemoteInterest()
         self.rsubs: dict[tuple, tuple[Any, RemoteSub]] = {}
-        self.parser = cp.ServerParser(self, cp.ROUTE, max_control_line=self.server.opts.max_control_line)
+        self.parser = cp.ServerParser(self, cp.ROUTE, max_control_line=self.server.opts.max_control_line,
+                                      account=account.encode("utf-8", "surrogateescape") if account else None)
         self._accounts: dict[bytes, Any] = {}
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.start_time = time.time()
@@ -103,7 +109,10 @@ class RouteConn(asyncio.Protocol):
             self.parser.awaiting_connect = True
             if cl.opts.username:
                 self._auth_timer = srv.loop.call_later(cl.opts.auth_timeout or 2.0, self._auth_timeout)
-        self.out += cp.info_frame(cl.initial_info(self.gossip_mode))
+        if self.solicited and cl.pooling and not self.pinned_acc:
+            self.delayed_info = True  # (sent with route_pool_idx when registered, as nats-server)
+        else:
+            self.out += cp.info_frame(cl.initial_info(self.gossip_mode, account=self.pinned_acc))
         self._ping_timer = srv.loop.call_later(cl.ping_interval(), self._ping_tick)
         self.flush()
         srv.flush_clients()
@@ -384,6 +393,8 @@ class RouteConn(asyncio.Protocol):
                  msg: bytes) -> None:
         """One RMSG (or HMSG) to this route."""
         out = self.out
+        if self.pinned_acc:
+            account = None  # (a pinned route's account is not on the wire)
         if hdr < 0:
             out += cp.rmsg_head(account, subject, reply, queues, len(msg))
             out += msg
@@ -477,6 +488,8 @@ class RouteConn(asyncio.Protocol):
                     for acc, sub in self.rsubs.values()]
             else:
                 d["subscriptions_list"] = [sub.subject for _, sub in self.rsubs.values()]
+        if self.pinned_acc:
+            d["account"] = self.pinned_acc
         comp = self.cluster.compression_mode()
         if comp:
             d["compression"] = comp

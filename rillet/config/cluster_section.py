@@ -5,9 +5,8 @@ is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls`` (and what only the client
   port's block takes); ``permissions`` (import/export filters on routes), ``write_timeout``;
-* ``pool_size`` of 1 or more and ``accounts`` (pinned-account routes): Rillet keeps one route per remote
-  server, as nats-server does with ``pool_size: -1``. Left unset (nats-server's default is 3), a Go server
-  sees a peer without pooling and keeps one route to it too, which it does for older servers;
+* (``pool_size`` and ``accounts``, route pooling and pinned-account routes, work as in nats-server:
+  rillet.cluster.cluster);
 * ``compression`` other than off and accept: s2 is not implemented (cramjam, the compression library
   Rillet depends on, has snappy but not s2, whose blocks Go's s2 writer produces). ``accept`` (nats-server's
   default: compress only when the peer asks) is accepted and announced as "off", which is what
@@ -100,16 +99,19 @@ def parse_cluster(b: Any, f: Field) -> None:
         raise sub.error("cluster permissions (import/export on routes) are not supported yet")
 
     def pool_size(sub: Field) -> None:
-        n = sub.as_int()
-        if n >= 1:
-            raise sub.error(f"cluster pool_size {n}: route pooling is not supported yet; Rillet keeps one route "
-                            "per server (as pool_size: -1), which nats-server peers accept")
-        cl.pool_size = n
+        cl.pool_size = sub.as_int()
+        if cl.pool_size < 0 and cl.accounts:
+            raise sub.error("pool_size cannot be negative if pinned accounts are specified")
 
     def accounts(sub: Field) -> None:
         names = sub.as_str_list("accounts")
-        if names:
-            raise _unsupported(sub, "routes pinned to accounts (cluster accounts)")
+        for i, n in enumerate(names):
+            if n in names[:i]:
+                raise sub.error(f'found duplicate account name "{n}" in pinned accounts list '
+                                f'[{" ".join(names)}]')
+        if cl.pool_size < 0 and names:
+            raise sub.error("pool_size cannot be negative if pinned accounts are specified")
+        cl.accounts = names
 
     def compression(sub: Field) -> None:
         v = sub.value

@@ -122,7 +122,8 @@ class ClusterOptions:
     password: str = ""
     auth_timeout: float = 0.0
     tls: TLSConfig | None = None
-    pool_size: int = 0  # 0 (unset) or negative: one route per server; pooling is refused at load
+    pool_size: int = 0  # routes per server: >= 1 pooled; 0 (unset) or -1: one (nats-server's default is 3)
+    accounts: list[str] = field(default_factory=list)  # pinned accounts (a dedicated route each)
     connect_backoff: bool = False  # exponential back-off between attempts to solicit a route (up to 30s)
     compression: str = ""  # "" (unset), "off" or "not supported": s2 is refused at load
     ping_interval: float = 0.0  # 0 = the server's ping_interval (capped at 30s for routes)

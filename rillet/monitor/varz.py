@@ -383,8 +383,9 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["connections"] = len(server.clients)
     v["total_connections"] = server.total_connections
     routes = getattr(server, "routes", {})
-    v["routes"] = len(routes)  # route connections (one per remote server: routes are not pooled)
-    v["remotes"] = len(routes)  # remote servers
+    v["routes"] = len(routes)  # route connections (a pool of them per remote server)
+    cl = getattr(server, "cluster", None)
+    v["remotes"] = len(cl.routes) if cl is not None else 0  # remote servers
     v["leafnodes"] = len(getattr(server, "leafs", {}))
     in_m, in_b, out_m, out_b = server.totals()
     v["in_msgs"] = in_m

@@ -85,10 +85,10 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
                 seed = f"nats-route://127.0.0.1:{srv.cluster.addr[1]}"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while any(len(s.cluster.routes) < n - 1 for s in servers):
+        while any(s.cluster.servers_connected() < n - 1 for s in servers):  # (every route pool complete)
             if loop.time() > deadline:
                 raise TimeoutError(f"the cluster did not form a full mesh within {timeout}s: "
-                                   f"{[len(s.cluster.routes) for s in servers]} routes")
+                                   f"{[s.cluster.servers_connected() for s in servers]} servers connected")
             await asyncio.sleep(0.02)
         yield servers
     finally:
@@ -156,7 +156,7 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
 
         def ready() -> bool:
             for s in every:
-                if s.cluster is not None and len(s.cluster.routes) < servers - 1:
+                if s.cluster is not None and s.cluster.servers_connected() < servers - 1:  # (pools complete)
                     return False
                 if len(s.gateway.out) < clusters - 1:
                     return False
