@@ -270,6 +270,20 @@ async def test_account_binding_users_and_authorization_account():
                 await _until(lambda: ga.msgs)
                 await asyncio.sleep(0.1)
                 assert [m.data for m in ga.msgs] == [b"to A"] and gb.msgs == []
+    # a single leafnodes user, bound to the authorization's account
+    single = 'authorization { user: one, password: pw, account: B, timeout: 0.5 }'
+    async with rillet(f'{accounts}\nleafnodes {{ listen: "127.0.0.1:-1"\n{single} }}', "hub") as hub:
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://one:pw@127.0.0.1:{hub_port(hub)}" }} ] }}',
+                          "leaf"):
+            await _until(lambda: leaf_ready(hub), what="single user")
+            assert [lc.acc_name for lc in hub.leafs.values()] == ["B"]
+        # a connection that never sends CONNECT is closed at the authorization timeout
+        r, w = await asyncio.open_connection("127.0.0.1", hub_port(hub))
+        await r.readline()
+        t0 = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(r.readline(), 3) == b"-ERR 'Authentication Timeout'\r\n"
+        assert 0.3 < asyncio.get_running_loop().time() - t0 < 2
+        w.close()
     # a wrong password is refused, and the hub says so
     async with rillet(f'leafnodes {{ listen: "127.0.0.1:-1"\n{hub_conf} }}\n{accounts}', "hub") as hub:
         async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://la:bad@127.0.0.1:{hub_port(hub)}" }} ] }}',
@@ -358,6 +372,30 @@ async def test_reload_refuses_leafnodes_changes():
     async with rillet("", "plain") as srv:
         with pytest.raises(ValueError, match="config reload not supported for LeafNode"):
             srv.reload(load_string('listen: "127.0.0.1:-1"\nleafnodes { listen: "127.0.0.1:-1" }'))
+
+
+async def test_remote_urls_order_and_discovered_urls():
+    """A remote with a dead URL first (no_randomize: tried in order) gets to the live one; the hub's
+    leafnode_urls are added to the remote's URLs unless ignore_discovered_servers."""
+    async with rillet('leafnodes { listen: "127.0.0.1:-1", advertise: "127.0.0.1:1" }', "hub") as hub:
+        dead = free_port()
+        for ignore in (False, True):
+            conf = (f'leafnodes {{ reconnect: "100ms", remotes [ {{ urls: ["nats://u:p@127.0.0.1:{dead}", '
+                    f'"nats://u:p@localhost:{hub_port(hub)}"], no_randomize: true, '
+                    f'ignore_discovered_servers: {str(ignore).lower()}, first_info_timeout: "1s", '
+                    f'dial_timeout: "500ms" }}, {{ url: "nats://127.0.0.1:{dead}", disabled: true }} ] }}')
+            async with rillet(conf, "leaf") as leaf:
+                await _until(lambda: leaf_ready(leaf), what="the second URL")
+                (r,) = leaf.leafnodes.remotes  # (the disabled remote is not dialled)
+                want = [f"nats://u:p@127.0.0.1:{dead}", f"nats://u:p@localhost:{hub_port(hub)}"]
+                assert r.urls == (want if ignore else want + ["nats://u:p@127.0.0.1:1"])
+            await _until(lambda: not hub.leafs)
+    conf = 'leafnodes { remotes [ { urls: ["nats://a:1", "nats://b:2", "nats://c:3", "nats://d:4"] } ] }'
+    orders = set()
+    for _ in range(12):
+        from rillet.cluster.leaf import RemoteState
+        orders.add(tuple(RemoteState(load_string(conf).leaf.remotes[0], 1.0).urls))
+    assert len(orders) > 1  # randomized by default, as nats-server
 
 
 async def test_leafz_and_varz():
@@ -814,7 +852,36 @@ def test_config_defaults_and_account_check():
 
 
 # every key of the leafnodes block (and of its remotes and authorization) acts or is refused
+_BIND = "test_account_binding_users_and_authorization_account"
 LEAF_KEY_TESTS = {
+    "leafnodes.remotes": {
+        "account": _BIND, "local": "test_config_defaults_and_account_check", "compression": "test_config_errors",
+        "credentials": "test_credentials_sign_the_hub_nonce", "creds": "test_credentials_sign_the_hub_nonce",
+        "deny_exports": "test_deny_imports_and_exports", "deny_export": "test_deny_imports_and_exports",
+        "deny_imports": "test_deny_imports_and_exports", "deny_import": "test_deny_imports_and_exports",
+        "dial_timeout": "test_remote_urls_order_and_discovered_urls",
+        "disabled": "test_remote_urls_order_and_discovered_urls",
+        "no_randomize": "test_remote_urls_order_and_discovered_urls",
+        "dont_randomize": "test_remote_urls_order_and_discovered_urls",
+        "first_info_timeout": "test_remote_urls_order_and_discovered_urls",
+        "ignore_discovered_servers": "test_remote_urls_order_and_discovered_urls",
+        "hub": "test_config_errors", "nkey": "test_nkey_remote_authenticates_to_a_go_hub",
+        "seed": "test_nkey_remote_authenticates_to_a_go_hub", "tls": "test_tls_leaf_connections",
+        "url": "test_pub_sub_both_ways_wildcards_and_headers", "urls": "test_remote_urls_order_and_discovered_urls",
+        "ws_no_masking": "test_websocket_leafs_with_go", "websocket_no_masking": "test_websocket_leafs_with_go",
+        "ws_compress": "test_config_errors", "ws_compression": "test_config_errors",
+        "websocket_compress": "test_config_errors", "websocket_compression": "test_config_errors",
+        "isolate": "refused", "isolate_leafnode_interest": "refused", "request_isolation": "refused",
+        "jetstream_cluster_migrate": "refused", "js_cluster_migrate": "refused", "proxy": "refused",
+    },
+    "leafnodes.authorization": {
+        "account": _BIND, "user": _BIND, "username": _BIND, "pass": _BIND, "password": _BIND, "users": _BIND,
+        "timeout": _BIND, "nkey": "refused", "proxy_required": "refused",
+    },
+    "leafnodes.authorization.users": {
+        "account": _BIND, "user": _BIND, "username": _BIND, "pass": _BIND, "password": _BIND,
+        "proxy_required": "refused",
+    },
     "leafnodes": {
         "listen": "test_pub_sub_both_ways_wildcards_and_headers", "port": "test_config_defaults_and_account_check",
         "host": "test_hub_info_on_the_leafnode_port", "net": "test_hub_info_on_the_leafnode_port",
@@ -833,15 +900,24 @@ LEAF_KEY_TESTS = {
 }
 
 
-def test_every_leafnodes_key_is_known():
+_WRAP = {
+    "leafnodes": "leafnodes {{ {k}: true }}",
+    "leafnodes.remotes": 'leafnodes {{ remotes [ {{ url: "nats://h:1", {k}: true }} ] }}',
+    "leafnodes.authorization": "leafnodes {{ authorization {{ {k}: true }} }}",
+    "leafnodes.authorization.users": "leafnodes {{ authorization {{ users [ {{ user: a, {k}: true }} ] }} }}",
+}
+
+
+@pytest.mark.parametrize("section", list(LEAF_KEY_TESTS))
+def test_every_leafnodes_key_is_known(section):
     b = _Builder(Options())
     b.apply(parse_string('leafnodes { authorization { users [ { user: a } ] }, remotes [ { url: "nats://h:1" } ] }',
                          "s.conf"))
-    keys = b.section_keys["leafnodes"]
-    assert keys == set(LEAF_KEY_TESTS["leafnodes"]), keys ^ set(LEAF_KEY_TESTS["leafnodes"])
-    for key, test in LEAF_KEY_TESTS["leafnodes"].items():
+    keys = b.section_keys[section]
+    assert keys == set(LEAF_KEY_TESTS[section]), keys ^ set(LEAF_KEY_TESTS[section])
+    for key, test in LEAF_KEY_TESTS[section].items():
         if test == "refused":
             with pytest.raises(ConfigError, match="is not supported yet"):
-                load_string(f"leafnodes {{ {key}: 1 }}", "k.conf")
+                load_string(_WRAP[section].format(k=key), "k.conf")
         else:
             assert test in globals(), test

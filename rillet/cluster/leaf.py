@@ -316,12 +316,16 @@ class LeafConn(asyncio.Protocol):
             return
         if info.remote_account:
             self.remote_account = info.remote_account
+        if info.leafnode_urls:
+            self.remote.learn(info.leafnode_urls)
         if info.connect_info and not self.registered:
             self._finish_solicited(info)
 
     def _send_connect(self, info: ci.Info) -> None:
         """The hub's first INFO has been read (and TLS is up when needed): CONNECT, then registration."""
         log = self.server.log
+        for u in self.remote.learn(info.leafnode_urls or []):
+            log.debug(f"{self.log_prefix()} - Discovered leafnode URL {_redact_host(u)}")
         self.nonce = info.nonce.encode()
         self.headers = info.headers and not self.server.opts.no_header_support
         self.remote_name = info.server_name or info.server_id
@@ -681,12 +685,38 @@ class RemoteState:
     def __init__(self, opts: "RemoteLeafOptions", reconnect: float) -> None:
         self.opts = opts
         self.urls = list(opts.urls)
+        if not opts.no_randomize and len(self.urls) > 1:
+            import random as _random
+            _random.shuffle(self.urls)  # (as nats-server, unless no_randomize)
         self.index = -1
         self.delay = 0.0  # a one-time delay set by a loop or a refusal (else the reconnect interval)
         self.reconnect = reconnect
         self.conn: LeafConn | None = None
         self.attempts = 0
         self.tls_ctx: ssl.SSLContext | None = None
+
+    def learn(self, hostports: list[str]) -> list[str]:
+        """The hub's ``leafnode_urls``: URLs not known yet are added (with the current URL's credentials),
+        as nats-server does unless ``ignore_discovered_servers``. Returns the added ones."""
+        if self.opts.ignore_discovered_servers or not hostports:
+            return []
+        cur = urlsplit(self.urls[self.index])
+        known = {(urlsplit(u).hostname, urlsplit(u).port) for u in self.urls}
+        cred = cur.netloc.rpartition("@")[0]
+        added = []
+        for hp in hostports:
+            try:
+                p = urlsplit(f"nats://{hp}")
+                key = (p.hostname, p.port)
+            except ValueError:
+                continue
+            if key in known or not p.hostname:
+                continue
+            known.add(key)
+            u = f"{cur.scheme}://{cred + '@' if cred else ''}{hp}"
+            self.urls.append(u)
+            added.append(u)
+        return added
 
     def next_url(self):
         self.index = (self.index + 1) % len(self.urls)
