@@ -474,6 +474,26 @@ async def test_hub_info_on_the_leafnode_port():
         assert v["host"] == "127.0.0.1" and v["write_deadline"] == 3_000_000_000
 
 
+async def test_leaf_that_stops_reading_is_closed_at_the_write_deadline():
+    async with rillet('leafnodes { listen: "127.0.0.1:-1", write_deadline: "300ms" }', "hub") as hub, \
+            clients(hub.client_url) as (nh,):
+        r, w = await asyncio.open_connection("127.0.0.1", hub_port(hub), limit=1 << 16)
+        await r.readline()
+        w.write(b'CONNECT {"server_id":"NSLOW","name":"slow","headers":true}\r\nLS+ big.>\r\n')
+        await w.drain()
+        await _until(lambda: leaf_interest(hub, "big.x"), what="LS+ big.>")
+        payload = b"x" * 65536
+        for i in range(400):  # 26 MB the peer never reads
+            await nh.publish("big.x", payload)
+            if i % 50 == 0:
+                await nh.flush()
+            if not hub.leafs:
+                break
+        await _until(lambda: "Slow Consumer (Write Deadline)" in hub._test_log.getvalue(), timeout=5)
+        assert not hub.leafs
+        w.close()
+
+
 async def test_duplicate_leaf_connection_replaces_the_old_one():
     async with rillet('leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub:
         conns = []

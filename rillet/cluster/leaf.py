@@ -153,6 +153,7 @@ class LeafConn(asyncio.Protocol):
         self._rtt_start = 0.0
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -252,13 +253,37 @@ class LeafConn(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        for t in (self._ping_timer, self._auth_timer):
+        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
             if t is not None:
                 t.cancel()
         remote = f" - Remote: {self.remote_name}" if self.remote_name else ""
         self.server.log.notice(f"{self.log_prefix()} - Leafnode connection closed: {self.close_reason}{remote}")
         self._drop_remote_interest()
         self.mgr.conn_closed(self)
+
+    def pause_writing(self) -> None:
+        """The peer does not read what we send: closed as a slow consumer if it still has not read after the
+        write deadline (leafnodes write_deadline, else the server's), as nats-server."""
+        wd = self.mgr.opts.write_deadline or self.server.opts.write_deadline
+        if wd > 0 and self._deadline_timer is None and not self.closed:
+            self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
+
+    def resume_writing(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+
+    def _write_deadline_check(self, wd: float) -> None:
+        self._deadline_timer = None
+        t = self.transport
+        if self.closed or t is None:
+            return
+        from rillet.gotime import format_seconds
+        self.server.slow_consumers += 1
+        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
+                               f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")
+        t.abort()
+        self.close("Slow Consumer (Write Deadline)")
 
     # ---- reading --------------------------------------------------------------------------------------
 
