@@ -827,6 +827,32 @@ async def test_tls_leafs_with_go(pki):
                 await _both_ways(hub.client_url, f"nats://127.0.0.1:{port}")
 
 
+# ==== pure parts ===================================================================================================
+
+def test_deny_patterns():
+    from rillet.cluster.leaf import JS_DENY, _Deny
+    d = _Deny(list(JS_DENY) + ["secret.*"])
+    assert d.hit(b"$JS.API.STREAM.INFO.X") and d.hit(b"$KV.b.k") and d.hit(b"$OBJ.x") and d.hit(b"secret.a")
+    assert not d.hit(b"$JS.hub.API.STREAM.INFO.X") and not d.hit(b"secret.a.b") and not d.hit(b"public")
+    assert d.hit(b"$JS.API.>") and not d.hit(b"$JS.>")  # interest wider than a deny is not denied
+    assert d.hit(b"secret.a")  # (cached)
+    d.add(["public"])
+    assert d.hit(b"public") and not _Deny([])
+
+
+def test_remote_names_and_learnt_urls():
+    from rillet.cluster.leaf import RemoteState
+    from rillet.config.leaf_section import RemoteLeafOptions
+    r = RemoteLeafOptions(urls=["nats://u:secret@h:1"], account="A", nkey="SUXXX")
+    assert r.name() == 'urls=["nats://u:xxxxx@h:1"], account="A", nkey="[REDACTED]"'
+    assert r.name(redacted=False) == 'urls=["nats://u:secret@h:1"], account="A", nkey="SUXXX"'
+    st = RemoteState(RemoteLeafOptions(urls=["nats://u:p@h:1"]), 1.0)
+    st.next_url()
+    assert st.learn(["h:1", "10.0.0.2:7422", "10.0.0.2:7422"]) == ["nats://u:p@10.0.0.2:7422"]
+    assert st.urls == ["nats://u:p@h:1", "nats://u:p@10.0.0.2:7422"]
+    assert [st.next_url().hostname for _ in range(3)] == ["10.0.0.2", "h", "10.0.0.2"]
+
+
 # ==== configuration ===============================================================================================
 
 @pytest.mark.parametrize("text, error", [
