@@ -603,3 +603,25 @@ def test_reload_refuses_pool_and_pinned_account_changes():
         with pytest.raises(ValueError, match=f"config reload not supported for cluster {word}"):
             check_reload(s, new)
     check_reload(s, replace(o, cluster=replace(o.cluster)))
+
+
+async def test_stream_import_on_a_server_whose_accounts_do_not_make_shadows():
+    """A server with a gateway uses an account class with its own add_sub (rillet.cluster.gateway): there the
+    stream import's own subscription still delivers (the single-server way), nothing is lost."""
+    o = load_string(IMPORTS_CONF + "listen: 127.0.0.1:-1\ngateway { name: g1, listen: 127.0.0.1:-1 }\n")
+    s = Server(o, Logger(out=io.StringIO()))
+    await s.start()
+    try:
+        assert not s.accounts["B"].shadows
+        async with contextlib.AsyncExitStack() as st:
+            b = await nats.connect(s.client_url, user="b", password="b")
+            a = await nats.connect(s.client_url, user="a", password="a")
+            st.push_async_callback(b.close)
+            st.push_async_callback(a.close)
+            sub = await b.subscribe("imp.events.>")
+            await b.flush()
+            await a.publish("events.x", b"1")
+            await a.flush()
+            assert [m.subject for m in await _collect(sub)] == ["imp.events.x"]
+    finally:
+        await s.shutdown()

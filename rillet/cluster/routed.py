@@ -78,8 +78,12 @@ def origin_only(sub: Any) -> bool:
 
 
 def _stream_import_sub(sub: Any) -> bool:
+    """A stream import's own subscription whose importing account delivers through shadows instead."""
     icb = sub.icb
-    return icb is not None and getattr(icb, "import_to", None) is not None
+    if icb is None:
+        return False
+    imp = getattr(icb, "import_to", None)
+    return imp is not None and getattr(imp[0], "shadows", False)
 
 
 class ShadowSub:
@@ -189,13 +193,16 @@ class _Split:
 
 
 class RoutedAccount(Account):
-    __slots__ = ("_splits", "name_b", "_shadows")
+    __slots__ = ("_splits", "name_b", "_shadows", "shadows")
 
     def __init__(self, server: Any, name: str) -> None:
         super().__init__(server, name)
         self._splits: dict[SublistResult, _Split] = {}
         self.name_b = name.encode()
         self._shadows: dict[Any, list[ShadowSub]] = {}  # a subscription here -> its shadows in exporters
+        # this account's subscriptions get shadows (add_sub below): a subclass with its own add_sub that does
+        # not call ours keeps the single-server way (the publishing server applies the stream import)
+        self.shadows = type(self).add_sub is RoutedAccount.add_sub
 
     # ---- local interest -> routes ---------------------------------------------------------------------
 
