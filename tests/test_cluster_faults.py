@@ -265,17 +265,20 @@ async def test_route_reconnect_back_off_explicit_and_implicit():
         assert c.cluster.routes[a.server_id].rtype == "explicit"
         t0 = time.monotonic()
         await asyncio.gather(a.shutdown(), b.shutdown())
-        await asyncio.sleep(2.5)
-        dial_a = [t - t0 for t in log.times(f"Trying to connect to route on 127.0.0.1:{pa}") if t > t0]
-        dial_b = [t - t0 for t in log.times(f"Trying to connect to route on 127.0.0.1:{pb}") if t > t0]
+
+        def dials(port: int) -> list[float]:
+            return [t - t0 for t in log.times(f"Trying to connect to route on 127.0.0.1:{port}") if t > t0]
+        await _until(lambda: len(dials(pa)) >= 2 and len(dials(pb)) >= 3, 5, "the dials")
+        dial_a, dial_b = dials(pa), dials(pb)
         assert len(dial_b) == 3, dial_b  # once at once, then connect_retries (2) more
-        assert dial_b[0] < 0.3 and all(0.9 < y - x < 1.4 for x, y in zip(dial_b, dial_b[1:])), dial_b
-        assert len(dial_a) == 2 and 0.95 < dial_a[0] < 1.4 and 0.9 < dial_a[1] - dial_a[0] < 1.4, dial_a
+        assert dial_b[0] < 0.5 and all(0.9 < y - x < 1.6 for x, y in zip(dial_b, dial_b[1:])), dial_b
+        assert 0.95 < dial_a[0] < 1.6 and 0.9 < dial_a[1] - dial_a[0] < 1.6, dial_a
         # A comes back on its port: C's next attempt connects; B (implicit, given up) is not dialled again
         a2 = _mk("a", pa, [], io.StringIO())
         await a2.start()
         started.append(a2)
         await _until(lambda: len(c.cluster.routes) == 1 and len(a2.cluster.routes) == 1, 3, "C back to A")
+        await asyncio.sleep(max(0.0, t0 + 3.5 - time.monotonic()))  # (past when a 4th dial of B would be)
         assert len([t for t in log.times(f"Trying to connect to route on 127.0.0.1:{pb}") if t > t0]) == 3
     finally:
         for s in started:
