@@ -232,7 +232,10 @@ def run_reqrep(urls: list[str], requests: int = 5000, size: int = 16, warmup: in
 def run_case(cl: Cluster, name: str, args) -> dict:
     cpu0, t0 = cl.cpu_seconds(), time.perf_counter()
     r = run_reqrep(cl.urls, args.requests) if name == "reqrep" else run_pubsub(cl.urls, name, args.seconds)
-    r["server_cpu"] = (cl.cpu_seconds() - cpu0) / (time.perf_counter() - t0)
+    cpu = cl.cpu_seconds() - cpu0
+    r["server_cpu"] = cpu / (time.perf_counter() - t0)  # (cores busy, the three servers together)
+    if "sent" in r and r["sent"]:
+        r["server_cpu_us_per_msg"] = cpu * 1e6 / r["sent"]  # (per published message)
     return r
 
 
