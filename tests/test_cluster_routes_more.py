@@ -279,10 +279,12 @@ def _tls_server(name: str, cl_port: int, routes: list[int], tls: str, buf: io.St
     return Server(o, Logger(debug=True, out=buf if buf is not None else io.StringIO()))
 
 
-async def test_tls_routes_between_rillet_servers(route_pki):
+@pytest.mark.parametrize("pool", [0, 3])
+async def test_tls_routes_between_rillet_servers(route_pki, pool):
     from rillet.monitor.endpoints import routez
     p = [free_port() for _ in range(3)]
-    servers = [_tls_server(f"t{i}", p[i], [p[0]] if i else [], _route_tls(route_pki)) for i in range(3)]
+    extra = f"\n pool_size: {pool}" if pool else ""
+    servers = [_tls_server(f"t{i}", p[i], [p[0]] if i else [], _route_tls(route_pki) + extra) for i in range(3)]
     try:
         for s in servers:
             await s.start()
@@ -290,7 +292,7 @@ async def test_tls_routes_between_rillet_servers(route_pki):
         for s in servers:
             for rc in s.cluster.conns:
                 assert rc.transport.get_extra_info("ssl_object") is not None
-        assert routez(servers[0], {})["num_routes"] == 2
+        assert routez(servers[0], {})["num_routes"] == (2 * 4 if pool else 2)  # (pool of 3 and pinned $SYS)
         async with contextlib.AsyncExitStack() as st:
             ncs = []
             for s in servers:
