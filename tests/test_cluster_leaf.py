@@ -452,6 +452,49 @@ async def test_leaf_of_a_cluster_reaches_every_server():
             assert [m.data for m in on_a.msgs] == [b"b to leaf"]
 
 
+async def test_leaf_cluster_attached_to_two_hub_servers_gets_each_message_once():
+    """Leaf cluster L (L1, L2) with L1 a leaf of hub A and L2 a leaf of hub B (hub cluster H): interest of
+    L's leafs crosses H's route as LS+ with origin L and messages from them as LMSG, so H never hands a
+    message from L back to L (which would deliver it twice there)."""
+    from rillet.config.leaf_section import LeafNodeOptions, RemoteLeafOptions
+    from rillet.config.options import ClusterOptions
+    from rillet.server.embed import run_cluster
+    from rillet.server.server import Server
+    async with run_cluster(2, name="H", leaf=LeafNodeOptions(host="127.0.0.1", port=-1)) as (a, b):
+        p1, p2 = free_port(), free_port()
+        leafs = []
+        for i, (mine, other, hub) in enumerate(((p1, p2, a), (p2, None, b))):
+            o = Options(host="127.0.0.1", port=-1, server_name=f"L{i + 1}")
+            o.cluster = ClusterOptions(name="L", host="127.0.0.1", port=mine,
+                                       routes=[f"nats://127.0.0.1:{other}"] if other else [])
+            o.leaf = LeafNodeOptions(remotes=[RemoteLeafOptions(urls=[f"nats://127.0.0.1:{hub_port(hub)}"])])
+            srv = Server(o, Logger(debug=True, out=io.StringIO()))
+            await srv.start()
+            leafs.append(srv)
+        l1, l2 = leafs
+        try:
+            await _until(lambda: leaf_ready(a) and leaf_ready(b) and leaf_ready(l1) and leaf_ready(l2)
+                         and l1.cluster.servers_connected() == 1, what="both clusters and both leafs")
+            async with clients(l1.client_url, l2.client_url, a.client_url, b.client_url) as (n1, n2, na, nb):
+                boxes = {k: Inbox() for k in ("l1", "l2", "a", "b")}
+                for k, nc in (("l1", n1), ("l2", n2), ("a", na), ("b", nb)):
+                    await nc.subscribe("dup.>", cb=boxes[k].cb)
+                    await nc.flush()
+                await _until(lambda: leaf_interest(a, "dup.x") and leaf_interest(b, "dup.x")
+                             and leaf_interest(l1, "dup.x") and leaf_interest(l2, "dup.x"), what="interest")
+                await asyncio.sleep(0.2)
+                for k, nc in (("l1", n1), ("l2", n2), ("a", na), ("b", nb)):
+                    await nc.publish(f"dup.{k}", k.encode())
+                    await nc.flush()
+                await _until(lambda: all(len(x.msgs) >= 4 for x in boxes.values()), what="4 messages each")
+                await asyncio.sleep(0.3)
+                for k, box in boxes.items():
+                    assert sorted(box.subjects()) == ["dup.a", "dup.b", "dup.l1", "dup.l2"], (k, box.subjects())
+        finally:
+            for srv in leafs:
+                await srv.shutdown()
+
+
 async def test_hub_info_on_the_leafnode_port():
     """The INFO a leaf gets: leaf-port fields (client_id, nonce, leafnode_urls with the advertised address),
     info_on_connect; a client that dials the leafnode port is refused in nats-server's words."""

@@ -811,11 +811,13 @@ class Cluster:
             acc = srv.operator.lookup_account(n)
         return acc
 
-    def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
-        """A local subscription came (``added``) or went: RS+/RS- to every route when the count says so."""
+    def local_interest(self, acc: Any, sub: Any, added: bool, origin: bytes | None = None) -> None:
+        """A local subscription came (``added``) or went: RS+/RS- to every route when the count says so
+        (LS+/LS- with ``origin``: the subscription of a leaf node of that cluster, rillet.cluster.leaf)."""
         sb = getattr(sub, "subject_b", None) or sub.subject.encode("utf-8", "surrogateescape")
         qb = getattr(sub, "queue_b", None) or (sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None)
-        u = self.local.add(acc.name_b, sb, qb or None) if added else self.local.remove(acc.name_b, sb, qb or None)
+        u = self.local.add(acc.name_b, sb, qb or None, origin) if added else \
+            self.local.remove(acc.name_b, sb, qb or None, origin)
         if u is None or not self.pools:
             return
         f = frame_for(u)

@@ -1072,8 +1072,8 @@ class LeafNodes:
         c = sub.client
         if routes and getattr(c, "kind", 0) == LEAF_KIND and not c.spoke:
             cl = self.server.cluster
-            if cl is not None:
-                cl.local_interest(acc, sub, added)
+            if cl is not None:  # LS+ with the leaf's cluster as origin (RS+ when it has none)
+                cl.local_interest(acc, sub, added, c.remote_cluster.encode() if c.remote_cluster else None)
         if not self.conns:
             return
         sb, qb = _sb(sub), _qb(sub)
@@ -1284,8 +1284,12 @@ class LeafAccount(RoutedAccount):
         if local.psubs or local.qsubs:
             Account.deliver_result(self, lc, local, subject, reply, hdr, msg)
         name = self.name_b
+        org = origin.encode() if origin else None
         for rc, qs in targets.items():
-            rc.send_msg(name, subject, reply, qs, hdr, msg)
+            if org is not None and rc.kind == ROUTER_KIND:
+                rc.send_lmsg(org, name, subject, reply, qs, hdr, msg)  # (peers skip leafs of that cluster)
+            else:
+                rc.send_msg(name, subject, reply, qs, hdr, msg)
 
     def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                        msg: bytes) -> None:
@@ -1298,8 +1302,11 @@ class LeafAccount(RoutedAccount):
             return
         sp = self._split(r)
         targets: dict[Any, list[bytes]] = {}
+        o = getattr(rc, "lmsg_origin", None)
+        origin = o.decode("utf-8", "replace") if o else ""
         for lc in sp.routes:
-            if lc.kind == LEAF_KIND and not lc.spoke and not lc.closed:
+            if lc.kind == LEAF_KIND and not lc.spoke and not lc.closed and \
+                    not (origin and lc.remote_cluster == origin):
                 targets[lc] = []
         if queues and r.qsubs:
             names = set(bytes(q) for q in queues)
@@ -1308,7 +1315,8 @@ class LeafAccount(RoutedAccount):
                 if qn not in names or qn in sp.inbound_q:
                     continue  # (a local member took it)
                 cands = [s for s in g if type(s) is RemoteSub and s.client.kind == LEAF_KIND
-                         and not s.client.spoke and not s.client.closed]
+                         and not s.client.spoke and not s.client.closed
+                         and not (origin and s.client.remote_cluster == origin)]
                 if cands:
                     m = cands[int(random() * len(cands))]
                     targets.setdefault(m.client, []).append(qn)

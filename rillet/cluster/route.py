@@ -66,6 +66,7 @@ class RouteConn(asyncio.Protocol):
         self.lnoc = False
         self.lnocu = False
         self.headers = False
+        self.lmsg_origin: bytes | None = None  # origin of the LMSG being delivered (rillet.cluster.leaf)
         self.remote = RemoteInterest()
         self.rsubs: dict[tuple, tuple[Any, RemoteSub]] = {}
         self.parser = cp.ServerParser(self, cp.ROUTE, max_control_line=self.server.opts.max_control_line,
@@ -385,7 +386,11 @@ class RouteConn(asyncio.Protocol):
         self.in_bytes += len(msg)
         acc = self._account(account)
         if acc is not None:
-            acc.deliver_routed(self, subject, reply, queues, hdr_len if hdr_len > 0 else -1, msg)
+            self.lmsg_origin = origin  # (leaf connections of that cluster do not get it: rillet.cluster.leaf)
+            try:
+                acc.deliver_routed(self, subject, reply, queues, hdr_len if hdr_len > 0 else -1, msg)
+            finally:
+                self.lmsg_origin = None
 
     # ---- writing --------------------------------------------------------------------------------------
 
@@ -411,6 +416,23 @@ class RouteConn(asyncio.Protocol):
         if not self.flush_pending:
             self.flush_pending = True
             self.server.pending_flush.append(self)
+
+    def send_lmsg(self, origin: bytes, account: bytes, subject: bytes, reply: bytes | None, queues: list,
+                  hdr: int, msg: bytes) -> None:
+        """One LMSG to this route: a message from a leaf node of cluster ``origin`` (rillet.cluster.leaf)."""
+        if not self.lnoc:
+            self.send_msg(account, subject, reply, queues, hdr, msg)
+            return
+        if hdr >= 0 and not self.headers:
+            msg, hdr = msg[hdr:], -1
+        out = self.out
+        out += cp.lmsg_head(origin, None if self.pinned_acc else account, subject, reply, queues, max(hdr, 0),
+                            len(msg))
+        out += msg
+        out += _CRLF
+        self.out_msgs += 1
+        self.out_bytes += len(msg)
+        self.flush()
 
     def send(self, frame: bytes) -> None:
         self.out += frame
