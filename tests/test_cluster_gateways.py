@@ -522,20 +522,27 @@ def _shape(d, depth=0):
 
 @pytest.mark.skipif(GO_SERVER is None, reason="nats-server binary not on PATH")
 async def test_gateway_with_a_go_cluster():
-    """A Rillet cluster of two servers (A) and a Go server (cluster B) configured with A's first server only:
-    the second Rillet server learns B over its route and dials it; the Rillet client sits on that one."""
-    cport, gport, hport = free_port(), free_port(), free_port()
+    """Two Rillet servers (cluster A) and two Go servers (cluster B); only the first Go server is configured
+    with a gateway, to the first Rillet server: the others learn the other cluster by gossip (Rillet's
+    second server over its route, Go's second over its route), and the clients sit on those two."""
+    cport, gport, hport, rport, cport1, gport1, rport1, hport1 = (free_port() for _ in range(8))
     async with run_super_cluster(1, 2, names=["A"]) as (a,):
         ra = a[1]
-        conf = (f"port: {cport}\nhttp: 127.0.0.1:{hport}\nserver_name: go-b\n"
+        conf = (f"port: {cport}\nhttp: 127.0.0.1:{hport}\nserver_name: go-b0\n"
+                f"cluster {{ name: B, listen: 127.0.0.1:{rport} }}\n"
                 f"gateway {{ name: B, listen: 127.0.0.1:{gport}, "
                 f'gateways: [{{name: A, url: "nats://127.0.0.1:{a[0].gateway.addr[1]}"}}] }}\n')
-        with go_server(conf, [cport, gport, hport]):
-            await _until(lambda: all("B" in s.gateway.out for s in a) and "B" in a[0].gateway.ins, timeout=10,
-                         what="gateways both ways with Go")
+        conf1 = (f"port: {cport1}\nhttp: 127.0.0.1:{hport1}\nserver_name: go-b1\n"
+                 f'cluster {{ name: B, listen: 127.0.0.1:{rport1}, routes: ["nats://127.0.0.1:{rport}"] }}\n'
+                 f"gateway {{ name: B, listen: 127.0.0.1:{gport1} }}\n")
+        with go_server(conf, [cport, gport, hport]), go_server(conf1, [cport1, gport1, hport1]):
+            await _until(lambda: all("B" in s.gateway.out for s in a)
+                         and sum(len(s.gateway.ins.get("B", ())) for s in a) >= 2, timeout=10,
+                         what="gateways both ways with both Go servers")
             assert all(s.gateway.out["B"].iom for s in a)  # Go 2.15 announces its forced interest-only mode
             assert a[1].gateway.remotes["B"].implicit  # learnt over the route from A-0
-            async with clients([ra.client_url, f"nats://127.0.0.1:{cport}"]) as (nr, ng):
+            assert set(a[0].gateway.remotes["B"].urls) == {f"127.0.0.1:{gport}", f"127.0.0.1:{gport1}"}
+            async with clients([ra.client_url, f"nats://127.0.0.1:{cport1}"]) as (nr, ng):
                 from_go, from_rillet = Inbox(), Inbox()
                 await nr.subscribe("to.rillet.*", cb=from_go.cb)
                 await ng.subscribe("to.go.*", cb=from_rillet.cb)
@@ -595,9 +602,13 @@ async def test_gateway_with_a_go_cluster():
                 assert len(gq1.msgs) + len(gq2.msgs) == 10
                 assert sorted(m.data for m in gq1.msgs + gq2.msgs) == sorted(b"j%d" % i for i in range(10))
                 # /gatewayz: the same JSON fields as Go's (values differ: ids, ports, times, counts)
-                with urllib.request.urlopen(f"http://127.0.0.1:{hport}/gatewayz?accs=1", timeout=5) as resp:
-                    theirs = json.loads(resp.read())
-                ours = json.loads(json.dumps(gatewayz(a[0], {"accs": "1"})))
+                go_z = []
+                for hp in (hport, hport1):
+                    with urllib.request.urlopen(f"http://127.0.0.1:{hp}/gatewayz?accs=1", timeout=5) as resp:
+                        go_z.append(json.loads(resp.read()))
+                ours_z = [json.loads(json.dumps(gatewayz(s, {"accs": "1"}))) for s in a]
+                theirs = next(z for z in go_z if z["inbound_gateways"].get("A"))  # (one with an inbound too)
+                ours = next(z for z in ours_z if z["inbound_gateways"].get("B"))
                 assert set(ours) == set(theirs)
                 o_out, t_out = ours["outbound_gateways"]["B"], theirs["outbound_gateways"]["A"]
                 assert set(o_out) == set(t_out) == {"configured", "connection", "accounts"}
