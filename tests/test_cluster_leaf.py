@@ -495,6 +495,25 @@ async def test_leaf_cluster_attached_to_two_hub_servers_gets_each_message_once()
                 await srv.shutdown()
 
 
+@pytest.mark.parametrize("with_routes", [False, True])
+async def test_stream_import_delivers_once_on_a_leafnode_server(with_routes):
+    accounts = ('accounts { E { users [{user: e, password: e}], exports [ { stream: "ev.>" } ] }, '
+                'I { users [{user: i, password: i}], imports [ { stream: { account: E, subject: "ev.>" } } ] } }')
+    cluster = 'cluster { name: C, listen: "127.0.0.1:-1" }' if with_routes else ""
+    async with rillet(f'{accounts}\n{cluster}\nleafnodes {{ listen: "127.0.0.1:-1" }}', "hub") as hub:
+        port = hub.addr[1]
+        async with clients(f"nats://e:e@127.0.0.1:{port}", f"nats://i:i@127.0.0.1:{port}") as (ne, ni):
+            got = Inbox()
+            await ni.subscribe("ev.*", cb=got.cb)
+            await ni.flush()
+            for i in range(3):
+                await ne.publish("ev.x", b"%d" % i)
+            await ne.flush()
+            await _until(lambda: len(got.msgs) >= 3)
+            await asyncio.sleep(0.15)
+            assert [m.data for m in got.msgs] == [b"0", b"1", b"2"]
+
+
 async def test_hub_info_on_the_leafnode_port():
     """The INFO a leaf gets: leaf-port fields (client_id, nonce, leafnode_urls with the advertised address),
     info_on_connect; a client that dials the leafnode port is refused in nats-server's words."""

@@ -1203,6 +1203,11 @@ class LeafAccount(RoutedAccount):
 
     __slots__ = ()
 
+    def __init__(self, server: Any, name: str) -> None:
+        super().__init__(server, name)
+        # stream imports through shadow subscriptions only when RoutedAccount.add_sub runs (with routes)
+        self.shadows = server.cluster is not None
+
     def add_sub(self, sub: Any) -> None:
         if self.server.cluster is not None:
             RoutedAccount.add_sub(self, sub)
