@@ -957,6 +957,8 @@ def test_config_defaults_and_account_check():
     from rillet.server.server import Server
     with pytest.raises(ValueError, match='cannot find local account "B" specified in leafnode remote'):
         Server(load_string('leafnodes { remotes [ { url: "nats://h:1", account: B } ] }'))
+    with pytest.raises(ValueError, match="leaf nodes and gateways on the same server"):
+        Server(load_string('leafnodes { port: -1 }\ngateway { name: G, port: -1 }'))
 
 
 # every key of the leafnodes block (and of its remotes and authorization) acts or is refused

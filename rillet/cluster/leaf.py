@@ -756,6 +756,9 @@ class LeafNodes:
         self.server = server
         self.opts: "LeafNodeOptions" = server.opts.leaf
         validate_leafnodes(server.opts)  # ValueError: refuse to start
+        gw = getattr(server.opts, "gateway_opts", None)
+        if gw is not None and gw.enabled:
+            raise ValueError("Rillet does not support leaf nodes and gateways on the same server yet")
         self.conns: set[LeafConn] = set()
         self.remotes = [RemoteState(r, self.opts.reconnect) for r in self.opts.remotes if not r.disabled]
         self.tls_server: ssl.SSLContext | None = None
