@@ -748,6 +748,24 @@ async def test_websocket_leafs_with_go():
 
 
 @needs_go
+@pytest.mark.parametrize("remote_tls", ["", "tls { timeout: 3 },"])
+async def test_varz_leaf_section_matches_go(remote_tls):
+    from rillet.monitor import varz
+    with tempfile.TemporaryDirectory() as tmp:
+        lp = free_port()
+        conf = (f'leafnodes {{ listen: "127.0.0.1:{lp}", remotes [ {{ url: "nats://u:p@127.0.0.1:1", {remote_tls} '
+                'deny_imports: ["a.>"], deny_exports: "b" } ] }')
+        go, _, http = _go(conf, tmp)
+        with go:
+            go.wait_ready()
+            theirs = (await _fetch(http, "varz"))["leaf"]
+        async with rillet(conf.replace(str(lp), "-1"), "r") as srv:
+            ours = varz.varz_leaf(srv)
+            theirs["port"] = hub_port(srv)
+            assert json.dumps(ours) == json.dumps(theirs)
+
+
+@needs_go
 async def test_nkey_remote_authenticates_to_a_go_hub():
     """A remote's ``nkey`` seed signs the hub's nonce; the Go hub (leafnodes authorization nkey) accepts it
     and refuses a remote with another key."""

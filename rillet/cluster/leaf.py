@@ -185,8 +185,7 @@ class LeafConn(asyncio.Protocol):
             if tls:
                 transport.pause_reading()  # (the leaf's next bytes are its TLS handshake)
             self.out += cp.info_frame(mgr.hub_info(self))
-            timeout = mgr.opts.auth_timeout or srv.opts.auth_timeout or 2.0
-            self._auth_timer = srv.loop.call_later(timeout, self._auth_timeout)
+            self._auth_timer = srv.loop.call_later(mgr.auth_timeout(), self._auth_timeout)
             self.flush()
             srv.flush_clients()
             if tls:
@@ -1100,16 +1099,32 @@ class LeafNodes:
 
     # ---- monitoring -----------------------------------------------------------------------------------
 
+    def auth_timeout(self) -> float:
+        """The leafnode authorization timeout: configured, else nats-server's default (2s, or the TLS
+        timeout plus one second with TLS)."""
+        o = self.opts
+        if o.auth_timeout:
+            return o.auth_timeout
+        return ((o.tls.timeout or 2.0) + 1.0) if o.tls is not None else 2.0
+
     def varz(self) -> dict:
+        from rillet.monitor.gofmt import num
         o = self.opts
         d: dict[str, Any] = {}
         if o.port:
             d["host"] = o.host or "0.0.0.0"
             d["port"] = self.addr[1] if self.addr else o.port
-            d["auth_timeout"] = o.auth_timeout or self.server.opts.auth_timeout or 2.0
+            d["auth_timeout"] = num(self.auth_timeout())
+            d["tls_timeout"] = num((o.tls.timeout or 2.0) if o.tls is not None else 2.0)
+            if o.tls is not None:
+                d["tls_required"] = True
+                if o.tls.verify:
+                    d["tls_verify"] = True
         rem = []
         for r in self.opts.remotes:
             rd: dict[str, Any] = {"local_account": r.account or "$G"}
+            if r.tls is not None and r.tls.source is not None:  # (a tls {} block, not just a tls:// URL)
+                rd["tls_timeout"] = num(r.tls.timeout or 2.0)
             rd["urls"] = [_redact_host(u) for u in r.urls]
             if r.deny_imports or r.deny_exports:
                 deny: dict[str, Any] = {}
