@@ -253,7 +253,9 @@ async def test_request_reply_across_clusters(mapped, monkeypatch):
                 await req.request("nobody", b"", timeout=2)
 
 
-async def test_three_clusters_learn_each_other_by_gossip():
+async def test_three_clusters_learn_each_other_by_gossip(monkeypatch):
+    from rillet.cluster import gateway_conn
+    monkeypatch.setattr(gateway_conn, "FIRST_PING_INTERVAL", 0.01)
     async with run_super_cluster(3, 1, names=["E", "F", "G"]) as (e, f, g):
         # F and G were configured with E only: they met through E's gossip (implicit gateways)
         assert set(f[0].gateway.out) == {"E", "G"} and set(g[0].gateway.out) == {"E", "F"}
@@ -274,6 +276,10 @@ async def test_three_clusters_learn_each_other_by_gossip():
         assert set(gz["outbound_gateways"]) == {"E", "F"} and gz["name"] == "G"
         assert gz["outbound_gateways"]["E"]["configured"] is True
         assert gz["outbound_gateways"]["F"]["configured"] is False
+        # the first PING goes soon after the handshake: RTTs are known, outbound gateways ordered by them
+        await _until(lambda: all(c.rtt > 0 for c in g[0].gateway.outo), what="gateway RTTs")
+        assert [c.rtt for c in g[0].gateway.outo] == sorted(c.rtt for c in g[0].gateway.outo)
+        assert gatewayz(g[0], {})["outbound_gateways"]["E"]["connection"]["rtt"] != "0s"
         only = gatewayz(g[0], {"gw_name": "F"})
         assert set(only["outbound_gateways"]) == {"F"} and set(only["inbound_gateways"]) <= {"F"}
         from rillet.monitor.varz import varz_gateway

@@ -385,6 +385,7 @@ class Gateway:
                 self.out[c.name] = c
                 self.outo.append(c)
                 c.registered = True
+                c.first_ping()
                 cfg.attempts = 0
                 log.notice(f'{c.log_prefix()} - Outbound gateway connection to "{c.name}" ({info.server_id}) '
                            f"registered")

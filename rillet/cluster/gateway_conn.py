@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 GATEWAY_KIND = 3  # connection kind (Client: 0, internal: 1, route: 2)
 GATEWAY_HIGH_WATER = 4 << 20
+FIRST_PING_INTERVAL = 1.0  # nats-server's firstPingInterval
 
 OPTIMISTIC = 0
 TRANSITIONING = 1
@@ -220,7 +221,7 @@ class GatewayConn(asyncio.Protocol):
         self.parser.awaiting_connect = False
         self.connected = True
         self.headers = co.headers and not self.server.opts.no_header_support
-        self._ping_timer = self.server.loop.call_later(gw.ping_interval(), self._ping_tick)
+        self.first_ping()
 
     def proto_info(self, arg: bytes) -> None:
         info = ci.decode_info(arg)
@@ -235,6 +236,8 @@ class GatewayConn(asyncio.Protocol):
         if self._rtt_start:
             self.rtt = time.monotonic() - self._rtt_start
             self._rtt_start = 0.0
+            if self.outbound and self.registered:  # outbound gateways are used lowest RTT first (queues)
+                self.gw.outo.sort(key=_rtt)
 
     def proto_ok(self) -> None:
         pass
@@ -446,6 +449,14 @@ class GatewayConn(asyncio.Protocol):
             self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
             self.close("Authentication Timeout", "Authentication Timeout")
 
+    def first_ping(self) -> None:
+        """The first PING goes out soon after the handshake (as nats-server's first ping timer), the next
+        ones every ping interval: the RTT is known early."""
+        if self._ping_timer is not None:
+            self._ping_timer.cancel()
+        self._ping_timer = self.server.loop.call_later(min(FIRST_PING_INTERVAL, self.gw.ping_interval()),
+                                                       self._ping_tick)
+
     def _ping_tick(self) -> None:
         if self.closed:
             return
@@ -527,3 +538,7 @@ class GatewayConn(asyncio.Protocol):
 
     def __repr__(self) -> str:
         return f"<GatewayConn gid:{self.cid} {self.name} {'outbound' if self.outbound else 'inbound'}>"
+
+
+def _rtt(c: GatewayConn) -> float:
+    return c.rtt
