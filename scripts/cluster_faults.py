@@ -378,7 +378,7 @@ def make_plan(args: argparse.Namespace, kinds: list[str], rng: random.Random) ->
     t = 0.0
     while t < args.duration:
         kind = rng.choice(kinds)
-        down = rng.uniform(0.5, 5.0)
+        down = round(rng.uniform(0.5, 5.0), 1)
         plan.append((kind, rng.randrange(3), down))
         t += down + args.steady + 3.0
     return plan
