@@ -766,6 +766,33 @@ async def test_varz_leaf_section_matches_go(remote_tls):
 
 
 @needs_go
+async def test_jetstream_domain_of_a_go_hub_from_a_rillet_leaf(tmp_path):
+    """A client of a Rillet leaf (domain "leaf") uses the JetStream of its Go hub (domain "hub")."""
+    lp = free_port()
+    go, port, _ = _go(f'jetstream {{ store_dir: "{tmp_path}/go", domain: hub }}\n'
+                      f'leafnodes {{ listen: "127.0.0.1:{lp}" }}', str(tmp_path))
+    with go:
+        go.wait_ready()
+        conf = (f'jetstream {{ store_dir: "{tmp_path}/leaf", domain: leaf }}\n'
+                f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{lp}" }} ] }}')
+        async with rillet(conf, "leaf") as leaf, clients(leaf.client_url) as (nl,):
+            await _until(lambda: leaf_ready(leaf) and leaf_interest(leaf, "$JS.hub.API.INFO"),
+                         what="the Go hub's domain API interest")
+            # (the Go hub announces $JS.API.> too, from its service imports; it never crosses: the leaf's
+            # own JetStream answers $JS.API)
+            assert (await nl.jetstream().account_info()).domain == "leaf"
+            assert (await nl.jetstream(domain="hub").account_info()).domain == "hub"
+            js = nl.jetstream(domain="hub")
+            await js.add_stream(name="GO", subjects=["go.>"])
+            await _until(lambda: leaf_interest(leaf, "go.1"), what="the Go stream's interest")
+            ack = await js.publish("go.1", b"x")
+            assert (ack.stream, ack.seq, ack.domain) == ("GO", 1, "hub")
+            assert (await js.stream_info("GO")).state.messages == 1
+            await nl.jetstream().add_stream(name="MINE", subjects=["mine.>"])  # the leaf's own JetStream
+            assert (await nl.jetstream(domain="leaf").stream_info("MINE")).config.name == "MINE"
+
+
+@needs_go
 async def test_nkey_remote_authenticates_to_a_go_hub():
     """A remote's ``nkey`` seed signs the hub's nonce; the Go hub (leafnodes authorization nkey) accepts it
     and refuses a remote with another key."""
