@@ -99,6 +99,7 @@ def test_gateway_block_parsed_with_defaults():
     g = o.gateway_opts
     assert (g.name, g.host, g.port, g.advertise) == ("A", "127.0.0.1", -1, "h:7222")
     assert (g.connect_retries, g.connect_backoff, g.reject_unknown) == (3, True, True)
+    assert load_string('gateway { name: A, port: 1, write_deadline: "2s" }').gateway_opts.write_deadline == 2.0
     assert (g.username, g.password, g.auth_timeout) == ("u", "p", 2.0)
     assert [(r.name, r.urls) for r in g.gateways] == [
         ("B", ["nats://127.0.0.1:7223"]), ("C", ["nats://h1:1", "nats://h2:2"])]
@@ -142,8 +143,6 @@ def test_gateway_options_refused_at_start(text, error):
      'c.conf:1:28: gateway "tls": TLS on gateway connections is not supported yet'),
     ("gateway { name: A, port: 1, gateways: [{name: B, url: h:1, tls { cert_file: x }}] }",
      'c.conf:1:59: gateway "tls": TLS on gateway connections is not supported yet'),
-    ('gateway { name: A, port: 1, write_deadline: "1s" }',
-     'c.conf:1:28: gateway "write_deadline": write_deadline on gateway connections is not supported yet'),
     ('gateway { name: A, port: 1, write_timeout: "close" }',
      'c.conf:1:28: gateway "write_timeout": write_timeout (write deadline policy) is not supported yet'),
 ])
@@ -470,6 +469,37 @@ async def test_gateway_credentials_and_retries_between_rillet_clusters():
         async with run_server(oa) as a:
             await _until(lambda: "A" in b.gateway.out and "B" in a.gateway.out, timeout=8, what="gateways up")
             assert b.gateway.remotes["A"].implicit is False and a.gateway.remotes["B"].implicit is True
+
+
+async def test_stalled_gateway_peer_is_closed_at_the_write_deadline(monkeypatch):
+    """An outbound gateway whose peer stops reading is closed as a slow consumer at the gateway block's
+    write_deadline (the peer here announces no interest-only mode: every message goes to it)."""
+    monkeypatch.setattr(gwmod, "SOLICIT_DELAY", 0.0)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    buf = io.StringIO()
+    o = _gw_options("A", write_deadline=0.3,
+                    gateways=[RemoteGateway("Z", [f"nats://127.0.0.1:{listener.getsockname()[1]}"])])
+    try:
+        async with run_server(o, log=Logger(out=buf)) as srv:
+            listener.settimeout(5)
+            peer, _ = await _raw(listener.accept)
+            peer.sendall(cp.info_frame(ci.encode_info(ci.Info(server_id="NZ", server_name="z-0", gateway="Z",
+                                                              gateway_nrp=True)), blank=False))
+            await _until(lambda: "Z" in srv.gateway.out, what="outbound to the stalled peer")
+            async with clients([srv.client_url]) as (nc,):
+                chunk = b"x" * 4096
+                for _ in range(4000):  # 16 MB, above the 4 MB the transport buffers before pausing
+                    await nc.publish("load", chunk)
+                await nc.flush()
+                await _until(lambda: "Z" not in srv.gateway.out, what="slow gateway closed")
+            assert "Slow Consumer Detected: WriteDeadline of 300ms exceeded" in buf.getvalue()
+            assert "Gateway connection closed: Slow Consumer (Write Deadline)" in buf.getvalue()
+            peer.close()
+    finally:
+        listener.close()
 
 
 async def test_reload_refuses_gateway_changes():

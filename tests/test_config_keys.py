@@ -336,7 +336,7 @@ GATEWAY_KEY_TESTS: dict[str, str] = {
     "gateways": f"{GW}::test_three_clusters_learn_each_other_by_gossip",
     "reject_unknown": f"{GW}::test_reject_unknown_and_authorization",
     "reject_unknown_cluster": f"{GW}::test_reject_unknown_and_authorization",
-    "write_deadline": f"{GW}::test_gateway_config_errors",
+    "write_deadline": f"{GW}::test_stalled_gateway_peer_is_closed_at_the_write_deadline",
     "write_timeout": f"{GW}::test_gateway_config_errors",
     "gateways.name": f"{GW}::test_three_clusters_learn_each_other_by_gossip",
     "gateways.url": f"{GW}::test_gateway_credentials_and_retries_between_rillet_clusters",

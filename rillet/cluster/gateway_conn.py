@@ -105,6 +105,7 @@ class GatewayConn(asyncio.Protocol):
         self._rtt_start = 0.0
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -137,6 +138,30 @@ class GatewayConn(asyncio.Protocol):
             self.flush()
             srv.flush_clients()
 
+    def pause_writing(self) -> None:
+        """More is buffered for the peer than it reads: it is closed as a slow consumer if it still has not
+        read after the write deadline (the gateway block's, else the server's), as nats-server."""
+        wd = self.gw.opts.write_deadline or self.server.opts.write_deadline
+        if wd > 0 and self._deadline_timer is None:
+            self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
+
+    def resume_writing(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+
+    def _write_deadline_check(self, wd: float) -> None:
+        self._deadline_timer = None
+        t = self.transport
+        if self.closed or t is None:
+            return
+        from rillet.gotime import format_seconds
+        self.server.slow_consumers += 1
+        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
+                               f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")
+        t.abort()
+        self.close("Slow Consumer (Write Deadline)")
+
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
             self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
@@ -165,7 +190,7 @@ class GatewayConn(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        for t in (self._ping_timer, self._auth_timer):
+        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
             if t is not None:
                 t.cancel()
         self.server.log.notice(f"{self.log_prefix()} - Gateway connection closed: {self.close_reason}")

@@ -2,8 +2,8 @@
 
 Keys, defaults and errors as nats-server's opts.go (parseGateway, parseGateways) and gateway.go
 (validateGatewayOptions). What Rillet's gateways do not do is refused with file:line:col and the reason,
-never parsed and ignored: ``tls`` (in the block or in a remote: gateways are plain TCP), ``write_deadline``
-and ``write_timeout`` (a gateway peer that stops reading is cut at ``max_pending`` only).
+never parsed and ignored: ``tls`` (in the block or in a remote: gateways are plain TCP) and
+``write_timeout`` (write deadline policy: a peer past the write deadline is always closed).
 
 The raw map stays in ``Options.gateway`` (what /varz and /gatewayz show of the configuration); the checked
 settings are ``Options.gateway_opts``, a ``GatewayOptions``.
@@ -40,6 +40,7 @@ class GatewayOptions:
     connect_retries: int = 0
     connect_backoff: bool = False
     reject_unknown: bool = False
+    write_deadline: float = 0.0  # seconds; 0: the server's write_deadline
     gateways: list[RemoteGateway] = field(default_factory=list)
 
     @property
@@ -102,9 +103,6 @@ def parse_gateway(b: Any, f: Field) -> None:
     def tls(sub: Field) -> None:
         raise _refuse(sub, "TLS on gateway connections")
 
-    def write_deadline(sub: Field) -> None:
-        raise _refuse(sub, "write_deadline on gateway connections")
-
     def write_timeout(sub: Field) -> None:
         raise _refuse(sub, "write_timeout (write deadline policy)")
 
@@ -158,7 +156,7 @@ def parse_gateway(b: Any, f: Field) -> None:
         "gateways": gateways,
         "reject_unknown": reject_unknown,
         "reject_unknown_cluster": reject_unknown,
-        "write_deadline": write_deadline,
+        "write_deadline": s("write_deadline", "duration", target=target),
         "write_timeout": write_timeout,
     }
     b.each(f, table, "gateway")
