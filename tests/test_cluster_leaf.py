@@ -793,6 +793,37 @@ async def test_jetstream_domain_of_a_go_hub_from_a_rillet_leaf(tmp_path):
 
 
 @needs_go
+async def test_jetstream_domain_of_a_rillet_hub_from_a_go_leaf(tmp_path):
+    conf = f'jetstream {{ store_dir: "{tmp_path}/hub", domain: hub }}\nleafnodes {{ listen: "127.0.0.1:-1" }}'
+    async with rillet(conf, "hub") as hub:
+        go, port, _ = _go(f'jetstream {{ store_dir: "{tmp_path}/go", domain: leaf }}\n'
+                          f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}" }} ] }}', str(tmp_path))
+        with go:
+            go.wait_ready()
+            await _until(lambda: leaf_ready(hub), what="the Go leaf")
+            async with clients(f"nats://127.0.0.1:{port}") as (nl,):
+                js = nl.jetstream(domain="hub")
+                for _ in range(50):  # until the hub's API interest has reached the Go leaf
+                    try:
+                        info = await js.account_info()
+                        break
+                    except Exception:  # noqa: BLE001 - no responders / timeout while interest crosses
+                        await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the hub's JetStream is not reachable from the Go leaf")
+                assert info.domain == "hub"
+                await js.add_stream(name="R", subjects=["r.>"])
+                for _ in range(50):  # until the stream's interest has reached the Go leaf
+                    try:
+                        ack = await js.publish("r.1", b"x", timeout=0.5)
+                        break
+                    except Exception:  # noqa: BLE001 - no responders while the interest crosses
+                        await asyncio.sleep(0.05)
+                assert (ack.stream, ack.seq, ack.domain) == ("R", 1, "hub")
+                assert (await nl.jetstream().account_info()).domain == "leaf"
+
+
+@needs_go
 async def test_nkey_remote_authenticates_to_a_go_hub():
     """A remote's ``nkey`` seed signs the hub's nonce; the Go hub (leafnodes authorization nkey) accepts it
     and refuses a remote with another key."""
