@@ -1033,6 +1033,10 @@ def test_config_defaults_and_account_check():
     from rillet.server.server import Server
     with pytest.raises(ValueError, match='cannot find local account "B" specified in leafnode remote'):
         Server(load_string('leafnodes { remotes [ { url: "nats://h:1", account: B } ] }'))
+    async def empty_remote():
+        async with rillet('leafnodes { remotes [ { account: "$G" } ] }', "e") as srv:
+            await _until(lambda: "Empty remote leafnode definition" in srv._test_log.getvalue())
+    asyncio.run(empty_remote())
     with pytest.raises(ValueError, match="leaf nodes and gateways on the same server"):
         Server(load_string('leafnodes { port: -1 }\ngateway { name: G, port: -1 }'))
 

@@ -797,6 +797,9 @@ class LeafNodes:
             self.addr = (host, self._listener.sockets[0].getsockname()[1])
             srv.log.notice(f"Listening for leafnode connections on {_hostport(host, self.addr[1])}")
         for r in self.remotes:
+            if not r.urls:
+                srv.log.debug("Empty remote leafnode definition, nothing to connect")
+                continue
             self._solicit(r, 0.0)
 
     async def shutdown(self) -> None:
