@@ -1,6 +1,7 @@
-"""Settings that load but do nothing: leaf nodes (not built yet), and cluster settings without a route port.
-(Gateways are active: rillet.cluster.gateway; a gateway block without a name and port does nothing in
-nats-server either, and one with only one of them is refused at load.)
+"""Settings that load but do nothing: cluster settings without a route port, and a leafnodes block with
+neither a port nor remotes (leaf nodes are active otherwise: rillet.cluster.leaf). (Gateways are active:
+rillet.cluster.gateway; a gateway block without a name and port does nothing in nats-server either, and
+one with only one of them is refused at load.)
 
 Routes are active (rillet.cluster) when the cluster has a port (``listen``, ``port``, ``--cluster``); a
 ``cluster {}`` without one does nothing in nats-server either (no route listener, routes not dialled), and
