@@ -847,6 +847,29 @@ async def test_nkey_remote_authenticates_to_a_go_hub():
                 await _both_ways(f"nats://127.0.0.1:{port}", leaf.client_url)
 
 
+async def test_leafnodes_nkey_authorization():
+    """A hub with leafnodes authorization { nkey, account }: a Rillet leaf and a Go leaf with the seed
+    connect (bound to the account), another key is refused."""
+    from rillet import jwt
+    good, bad = jwt.new_keypair("U"), jwt.new_keypair("U")
+    conf = (f'accounts {{ N {{}} }}\nleafnodes {{ listen: "127.0.0.1:-1", '
+            f'authorization {{ nkey: {good.public_key.decode()}, account: N }} }}')
+    async with rillet(conf, "hub") as hub:
+        url = f"nats://127.0.0.1:{hub_port(hub)}"
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "{url}", nkey: {bad.seed.decode()} }} ] }}', "b") as b:
+            await _until(lambda: "Authorization Violation" in b._test_log.getvalue(), what="refused")
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "{url}", nkey: {good.seed.decode()} }} ] }}', "g"):
+            await _until(lambda: leaf_ready(hub), what="accepted")
+            assert [lc.acc_name for lc in hub.leafs.values()] == ["N"]
+        await _until(lambda: not hub.leafs)
+        if GO_SERVER is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                go, _, _ = _go(f'leafnodes {{ remotes [ {{ url: "{url}", nkey: {good.seed.decode()} }} ] }}', tmp)
+                with go:
+                    go.wait_ready()
+                    await _until(lambda: leaf_ready(hub), what="the Go leaf with the nkey")
+
+
 async def test_credentials_sign_the_hub_nonce(tmp_path):
     """A remote's ``credentials`` file: the CONNECT carries the user JWT and the nonce signed with its seed
     (checked by a stand-in hub that speaks the first steps of the protocol)."""
@@ -1013,6 +1036,7 @@ def test_remote_names_and_learnt_urls():
      'Remote leafnode nkey is not a valid seed: "SUAX"'),
     ('leafnodes { authorization { user: a, password: b, users [ {user: c, password: d} ] } }',
      "can not have a single user/pass and a users array"),
+    ('leafnodes { authorization { nkey: "UABC" } }', "Not a valid public nkey for leafnode authorization"),
     ('leafnodes { remotes [ { url: "nats://h:1" }, { url: "nats://h:1" } ] }', 'duplicate remote urls=["nats://h:1"], account="$G"'),
 ])
 def test_config_errors(text, error):
@@ -1066,7 +1090,7 @@ LEAF_KEY_TESTS = {
     },
     "leafnodes.authorization": {
         "account": _BIND, "user": _BIND, "username": _BIND, "pass": _BIND, "password": _BIND, "users": _BIND,
-        "timeout": _BIND, "nkey": "refused", "proxy_required": "refused",
+        "timeout": _BIND, "nkey": "test_leafnodes_nkey_authorization", "proxy_required": "refused",
     },
     "leafnodes.authorization.users": {
         "account": _BIND, "user": _BIND, "username": _BIND, "pass": _BIND, "password": _BIND,

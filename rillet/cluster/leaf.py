@@ -951,7 +951,7 @@ class LeafNodes:
 
     def _auth_required(self) -> bool:
         o = self.opts
-        return bool(o.username or o.users or self.server.authenticator.required)
+        return bool(o.username or o.nkey or o.users or self.server.authenticator.required)
 
     def authorize(self, co: ci.LeafConnect, raw: dict, nonce: bytes) -> str | None:
         """The account a leaf CONNECT binds to, or None when refused (nats-server's isLeafNodeAuthorized:
@@ -959,6 +959,11 @@ class LeafNodes:
         o = self.opts
         if o.username:
             if co.user != o.username or not compare_secret(o.password, co.password):
+                return None
+            return o.account or "$G"
+        if o.nkey:
+            from rillet.server.auth import Authenticator
+            if co.nkey != o.nkey or not co.sig or not Authenticator._verify_nkey(co.nkey, co.sig, nonce):
                 return None
             return o.account or "$G"
         if o.users:

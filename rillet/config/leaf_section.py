@@ -7,8 +7,7 @@ is refused with file:line:col and the reason, never parsed and ignored:
   ``pinned_certs``; ``wss://`` URLs, s2 ``compression`` other than off,
   ``hub: true`` remotes, HTTP ``proxy``, ``min_version``, ``isolate_leafnode_interest``,
   ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
-  (``ws_compress: true``), ``proxy_required``, and the single ``nkey`` of the listener's authorization are
-  refused;
+  (``ws_compress: true``) and ``proxy_required`` are refused;
 * remotes over ``ws://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
 
 The parsed block becomes ``Options.leaf`` (a ``LeafNodeOptions``); ``Options.leafnodes`` keeps the raw map.
@@ -79,6 +78,7 @@ class LeafNodeOptions:
     password: str = ""
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
     account: str = ""
+    nkey: str = ""  # a user public key: the leaf signs the hub's nonce with its seed
     users: list[LeafUser] = field(default_factory=list)
     remotes: list[RemoteLeafOptions] = field(default_factory=list)
     reconnect: float = DEFAULT_RECONNECT
@@ -204,10 +204,17 @@ def parse_leafnodes(b: Any, f: Field) -> None:
                 out.append(u)
             ln.users = out
 
+        def nkey(e: Field) -> None:
+            from rillet import jwt
+            v = e.as_str()
+            if not jwt.is_public_key(v, "U"):
+                raise e.error("Not a valid public nkey for leafnode authorization")
+            ln.nkey = v
+
         table = {
             "user": s("username", "str", target=target), "username": s("username", "str", target=target),
             "pass": s("password", "str", target=target), "password": s("password", "str", target=target),
-            "nkey": _refuser("nkey authorization of leaf nodes"),
+            "nkey": nkey,
             "timeout": timeout,
             "users": users,
             "account": s("account", "str", target=target),
@@ -217,6 +224,8 @@ def parse_leafnodes(b: Any, f: Field) -> None:
         if ln.users:
             if ln.username:
                 raise sub.error("can not have a single user/pass and a users array")
+            if ln.nkey:
+                raise sub.error("can not have a single nkey and a users array")
             seen: set[str] = set()
             for u in ln.users:
                 if u.username in seen:
