@@ -988,6 +988,25 @@ async def test_tls_leafs_with_go(pki):
                 await _both_ways(hub.client_url, f"nats://127.0.0.1:{port}")
 
 
+async def test_leaf_over_secure_websocket(pki):
+    cert, key = pki["ca_server"]
+    hub_conf = (f'websocket {{ listen: "127.0.0.1:-1", tls {{ cert_file: "{cert}", key_file: "{key}" }} }}\n'
+                'leafnodes { listen: "127.0.0.1:-1" }')
+    async with rillet(hub_conf, "hub") as hub:
+        url = f"wss://127.0.0.1:{hub.websocket_addr[1]}"
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "{url}", {_remote_tls(pki)} }} ] }}', "leaf") as leaf:
+            await _until(lambda: leaf_ready(leaf) and leaf_ready(hub), what="leaf over wss")
+            assert next(iter(leaf.leafs.values())).transport.get_extra_info("ssl_object") is not None
+            await _both_ways(hub.client_url, leaf.client_url)
+        if GO_SERVER is not None:  # a Go leaf over wss to the Rillet hub
+            with tempfile.TemporaryDirectory() as tmp:
+                go, port, _ = _go(f'leafnodes {{ remotes [ {{ url: "{url}", {_remote_tls(pki)} }} ] }}', tmp)
+                with go:
+                    go.wait_ready()
+                    await _until(lambda: leaf_ready(hub), what="the Go leaf over wss")
+                    await _both_ways(hub.client_url, f"nats://127.0.0.1:{port}")
+
+
 # ==== pure parts ===================================================================================================
 
 def test_deny_patterns():
@@ -1021,8 +1040,8 @@ def test_remote_names_and_learnt_urls():
      '1:49: leafnodes pinned_certs: pinned_certs on leaf connections is not supported yet'),
     ('leafnodes { tls { cert_file: a, key_file: b, verify_and_map: true } }',
      'leafnodes verify_and_map: verify_and_map on leaf connections is not supported yet'),
-    ('leafnodes { remotes [ { url: "wss://h:1" } ] }', '1:24: leafnodes remote url "wss://h:1": leaf connections '
-                                                       'over secure WebSocket (wss) are not supported yet'),
+    ('leafnodes { remotes [ { urls: ["wss://h:1", "tls://h:2"] } ] }',
+     'remote leaf node configuration cannot have a mix of websocket and non-websocket urls'),
     ('leafnodes { remotes [ { urls: ["ws://h:1", "nats://h:2"] } ] }',
      'remote leaf node configuration cannot have a mix of websocket and non-websocket urls'),
     ('leafnodes { remotes [ { url: "ws://h:1", ws_compress: true } ] }', "compression of leaf connections over "

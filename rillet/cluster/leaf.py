@@ -324,12 +324,8 @@ class LeafConn(asyncio.Protocol):
                 self.close("Protocol Violation", "Invalid cluster name")
                 return
             ctx = self.remote.tls_ctx
-            if info.tls_required or ctx is not None:
-                if self.transport.get_extra_info("websocket") is not None:
-                    log.error(f"{self.log_prefix()} - the hub requires TLS: use a wss:// URL, which Rillet "
-                              "does not support yet")
-                    self.close("TLS Handshake Error")
-                    return
+            ws = self.transport.get_extra_info("websocket") is not None  # (TLS under the websocket)
+            if not ws and (info.tls_required or ctx is not None):
                 if ctx is None:
                     ctx = self.remote.tls_ctx = client_tls_context(None)
                 self.transport.pause_reading()
@@ -835,8 +831,14 @@ class LeafNodes:
             await asyncio.sleep(delay)
         while self.running:
             u = r.next_url()
-            ws = u.scheme.lower() == "ws"
-            host, port = u.hostname or "", u.port or (80 if ws else 7422)
+            ws = u.scheme.lower() in ("ws", "wss")
+            secure = ws and (u.scheme.lower() == "wss" or r.tls_ctx is not None)
+            host, port = u.hostname or "", u.port or ((443 if secure else 80) if ws else 7422)
+            tls_kw: dict[str, Any] = {}
+            if secure:
+                if r.tls_ctx is None:
+                    r.tls_ctx = client_tls_context(None)
+                tls_kw = {"ssl": r.tls_ctx, "server_hostname": host}
             log.debug(f"Trying to connect as leafnode to remote server on {_hostport(host, port)}")
             if ws:
                 from rillet.cluster.leaf_ws import WSDialer
@@ -845,7 +847,7 @@ class LeafNodes:
             else:
                 factory = lambda: LeafConn(self, r)  # noqa: E731
             try:
-                _, proto = await asyncio.wait_for(srv.loop.create_connection(factory, host, port),
+                _, proto = await asyncio.wait_for(srv.loop.create_connection(factory, host, port, **tls_kw),
                                                   r.opts.dial_timeout or self.opts.dial_timeout or LEAF_DIAL_TIMEOUT)
                 r.conn = proto.inner if ws else proto
                 r.attempts = 0

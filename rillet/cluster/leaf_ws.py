@@ -1,4 +1,5 @@
-"""Leaf connections over WebSocket, soliciting side: the ``ws://`` URLs of a leafnodes remote.
+"""Leaf connections over WebSocket, soliciting side: the ``ws://`` and ``wss://`` URLs of a leafnodes remote
+(with ``wss://``, or a remote ``tls {}`` block, the TCP connection is TLS underneath the websocket).
 
 ``WSDialer`` is the asyncio protocol of the TCP connection: it sends the HTTP upgrade request for the
 hub's ``/leafnode`` path (as nats-server's leafNodeSolicitWSConnection does), checks the 101 answer, and

@@ -4,11 +4,11 @@ What nats-server accepts is accepted here with its defaults and errors; what Ril
 is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``, ``handshake_first``,
-  ``pinned_certs``; ``wss://`` URLs, s2 ``compression`` other than off,
+  ``pinned_certs``; s2 ``compression`` other than off,
   ``hub: true`` remotes, HTTP ``proxy``, ``min_version``, ``isolate_leafnode_interest``,
   ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
   (``ws_compress: true``) and ``proxy_required`` are refused;
-* remotes over ``ws://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
+* remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
 
 The parsed block becomes ``Options.leaf`` (a ``LeafNodeOptions``); ``Options.leafnodes`` keeps the raw map.
 """
@@ -104,9 +104,6 @@ def _url(f: Field, text: str) -> str:
         p.port  # noqa: B018 (raises ValueError on a bad port)
     except ValueError:
         raise f.error(f'error parsing leafnode url ["{u}"]') from None
-    if p.scheme.lower() == "wss":
-        raise f.error(f'leafnodes remote url "{u}": leaf connections over secure WebSocket (wss) are not '
-                      'supported yet')
     if not p.hostname:
         raise f.error(f'error parsing leafnode url ["{u}"]')
     return u
@@ -357,9 +354,7 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
     if r.tls is None and any(urlsplit(u).scheme.lower() == "tls" for u in r.urls):
         from rillet.config.options import TLSConfig
         r.tls = TLSConfig()  # tls:// : TLS with the system's roots
-    if r.tls is not None and any(urlsplit(u).scheme.lower() == "ws" for u in r.urls):
-        raise f.error("leafnodes remote: TLS with ws:// URLs (wss) is not supported yet")
-    kinds = {urlsplit(u).scheme.lower() == "ws" for u in r.urls}
+    kinds = {urlsplit(u).scheme.lower() in ("ws", "wss") for u in r.urls}
     if len(kinds) > 1:
         quoted = " ".join(f'"{u}"' for u in r.urls)
         raise f.error("remote leaf node configuration cannot have a mix of websocket and non-websocket urls: "
