@@ -3,7 +3,8 @@
     async with run_server(port=-1) as srv:
         nc = await nats.connect(srv.client_url)
 
-``run_cluster(n)`` does the same for a cluster of ``n`` servers (a list of servers, full mesh).
+``run_cluster(n)`` does the same for a cluster of ``n`` servers (a list of servers, full mesh), and
+``run_super_cluster(clusters, servers)`` for clusters joined by gateways (a list of clusters).
 
 ``run_server`` takes an ``Options`` or keyword arguments for one; the server listens on 127.0.0.1 and a
 free port by default, logs nothing unless ``log`` is given, and stops cleanly when the block ends.
