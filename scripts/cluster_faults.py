@@ -317,6 +317,14 @@ class Workload:
         await asyncio.sleep(down)
         self.netns.heal(i)
 
+    def busy_server(self) -> int:
+        """A server that some client (a subscriber or the publisher) is connected to now (clients that
+        failed over stay where they went, so a random target would often hit a server nobody uses)."""
+        ports = {n.port: n.i for n in self.nodes}
+        used = [ports.get(nc.connected_url.port) for nc in [s.nc for s in self.subs] + [self.pub]
+                if nc is not None and nc.connected_url is not None]
+        return self.rng.choice([i for i in used if i is not None] or [0, 1, 2])
+
     def kinds(self) -> list[str]:
         return ["kill", "pause"] + (["partition"] if self.netns is not None else [])
 
@@ -327,6 +335,8 @@ class Workload:
                 return
             await self.steady_window(steady)
             for kind, i, down in plan:
+                if i < 0:
+                    i = self.busy_server()
                 await getattr(self, kind)(i, down)
                 if not await self.healed():
                     return
@@ -379,7 +389,7 @@ def make_plan(args: argparse.Namespace, kinds: list[str], rng: random.Random) ->
     while t < args.duration:
         kind = rng.choice(kinds)
         down = round(rng.uniform(0.5, 5.0), 1)
-        plan.append((kind, rng.randrange(3), down))
+        plan.append((kind, -1, down))  # (-1: a server that clients use, chosen when the fault comes)
         t += down + args.steady + 3.0
     return plan
 
