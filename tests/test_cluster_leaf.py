@@ -48,6 +48,9 @@ async def rillet(text: str, name: str = "s"):
         yield srv
 
 
+rillet_srv = rillet  # (where the name rillet is the package)
+
+
 def hub_port(srv) -> int:
     return srv.leafnodes.addr[1]
 
@@ -870,6 +873,23 @@ async def test_leafnodes_nkey_authorization():
                     await _until(lambda: leaf_ready(hub), what="the Go leaf with the nkey")
 
 
+async def test_min_version_refuses_older_leafs():
+    import rillet
+    from rillet.config.leaf_section import semver
+    ours = semver(rillet.SERVER_VERSION)
+    newer = f"{ours[0]}.{ours[1] + 1}.0"
+    async with rillet_srv(f'leafnodes {{ listen: "127.0.0.1:-1", min_version: "{newer}" }}', "hub") as hub:
+        conf = f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}" }} ] }}'
+        async with rillet_srv(conf, "old") as leaf:
+            await _until(lambda: "Delaying attempt to reconnect for 5s" in leaf._test_log.getvalue())
+            assert f'connection rejected since minimum version required is "{newer}"' in hub._test_log.getvalue()
+            assert not leaf_ready(hub)
+    async with rillet_srv(f'leafnodes {{ listen: "127.0.0.1:-1", min_version: "{rillet.SERVER_VERSION}" }}',
+                          "hub") as hub:
+        async with rillet_srv(f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}" }} ] }}', "ok"):
+            await _until(lambda: leaf_ready(hub), what="a leaf of the minimum version")
+
+
 async def test_credentials_sign_the_hub_nonce(tmp_path):
     """A remote's ``credentials`` file: the CONNECT carries the user JWT and the nonce signed with its seed
     (checked by a stand-in hub that speaks the first steps of the protocol)."""
@@ -1056,6 +1076,8 @@ def test_remote_names_and_learnt_urls():
     ('leafnodes { authorization { user: a, password: b, users [ {user: c, password: d} ] } }',
      "can not have a single user/pass and a users array"),
     ('leafnodes { authorization { nkey: "UABC" } }', "Not a valid public nkey for leafnode authorization"),
+    ('leafnodes { min_version: "2.7.9" }', "the minimum version should be at least 2.8.0"),
+    ('leafnodes { min_version: "two" }', "invalid leafnode's minimum version: invalid semver"),
     ('leafnodes { remotes [ { url: "nats://h:1" }, { url: "nats://h:1" } ] }', 'duplicate remote urls=["nats://h:1"], account="$G"'),
 ])
 def test_config_errors(text, error):
@@ -1127,7 +1149,8 @@ LEAF_KEY_TESTS = {
         "tls": "test_tls_leaf_connections", "compression": "test_config_errors",
         "advertise": "test_hub_info_on_the_leafnode_port", "leafnode_advertise": "test_hub_info_on_the_leafnode_port",
         "no_advertise": "test_hub_info_on_the_leafnode_port",
-        "min_version": "refused", "minimum_version": "refused", "isolate_leafnode_interest": "refused",
+        "min_version": "test_min_version_refuses_older_leafs",
+        "minimum_version": "test_min_version_refuses_older_leafs", "isolate_leafnode_interest": "refused",
         "isolate": "refused", "write_deadline": "test_hub_info_on_the_leafnode_port", "write_timeout": "refused",
     },
 }

@@ -60,6 +60,7 @@ ROUTER_KIND = 2
 LOOP_DELAY = 30.0  # nats-server's leafNodeReconnectDelayAfterLoopDetected
 PERM_DELAY = 30.0  # leafNodeReconnectAfterPermViolation
 SAME_CLUSTER_DELAY = 30.0
+MIN_VERSION_DELAY = 5.0  # leafNodeMinVersionReconnectDelay
 LEAF_DIAL_TIMEOUT = 1.0
 FIRST_INFO_TIMEOUT = 1.0
 JS_DENY = ("$JS.API.>", "$KV.>", "$OBJ.>")  # nats-server's denyAllClientJs
@@ -400,6 +401,17 @@ class LeafConn(asyncio.Protocol):
             log.error(f"{self.log_prefix()} - {text}")
             self.close("Wrong Gateway", text)
             return
+        mv = self.mgr.opts.min_version
+        if mv:
+            from rillet.config.leaf_section import semver
+            have = semver(co.version)
+            if have is None or have < semver(mv):
+                # (an INFO first, so that recent leafs process the refusal, as nats-server)
+                self.out += cp.info_frame(self.mgr.hub_info(self, connect_info=True))
+                text = f'connection rejected since minimum version required is "{mv}"'
+                log.error(f"{self.log_prefix()} - {text}")
+                self.close("Minimum Version Required", text)
+                return
         if co.is_hub:
             log.error(f"{self.log_prefix()} - a leafnode that declares itself a hub is not supported by Rillet")
             self.close("Protocol Violation", AUTH_VIOLATION)
@@ -449,6 +461,12 @@ class LeafConn(asyncio.Protocol):
             log.error(f"{self.log_prefix()} - "
                       f"{ci.leaf_loop_error(self.acc_name or self._acc_for_log(), int(delay))}")
             self.close("Protocol Violation")
+            return
+        if "connection rejected since minimum version required is" in text:
+            delay = self._set_delay(MIN_VERSION_DELAY)
+            log.error(f"{self.log_prefix()} - Leafnode connection dropped due to minimum version requirement. "
+                      f"Delaying attempt to reconnect for {int(delay)}s")
+            self.close("Minimum Version Required")
             return
         if ERR_SAME_CLUSTER in text:
             delay = self._set_delay(SAME_CLUSTER_DELAY)

@@ -5,7 +5,7 @@ is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``, ``handshake_first``,
   ``pinned_certs``; s2 ``compression`` other than off,
-  ``hub: true`` remotes, HTTP ``proxy``, ``min_version``, ``isolate_leafnode_interest``,
+  ``hub: true`` remotes, HTTP ``proxy``, ``isolate_leafnode_interest``,
   ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
   (``ws_compress: true``) and ``proxy_required`` are refused;
 * remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
@@ -85,6 +85,21 @@ class LeafNodeOptions:
     dial_timeout: float = 0.0
     write_deadline: float = 0.0
     tls: Any = None  # TLSConfig of the listener's tls {}
+    min_version: str = ""  # leafs announcing an older version in CONNECT are refused
+
+
+_SEMVER = None
+
+
+def semver(v: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a semantic version as nats-server reads it (a leading v allowed), or None."""
+    global _SEMVER
+    if _SEMVER is None:
+        import re
+        _SEMVER = re.compile(r"^v?([0-9]+)\.([0-9]+)\.([0-9]+)(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
+                             r"(?:\+[0-9A-Za-z-]+)?$")
+    m = _SEMVER.match(v)
+    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
 def _refuse(f: Field, what: str) -> Any:
@@ -245,6 +260,15 @@ def parse_leafnodes(b: Any, f: Field) -> None:
             out.append(r)
         ln.remotes = out
 
+    def min_version(sub: Field) -> None:
+        v = sub.as_str()
+        parts = semver(v)
+        if parts is None:
+            raise sub.error("invalid leafnode's minimum version: invalid semver")
+        if parts < (2, 8, 0):
+            raise sub.error("the minimum version should be at least 2.8.0")
+        ln.min_version = v
+
     def reconnect(sub: Field) -> None:
         ln.reconnect = sub.as_duration(b.warnings)
 
@@ -261,8 +285,7 @@ def parse_leafnodes(b: Any, f: Field) -> None:
         "advertise": s("advertise", "str", target=target),
         "leafnode_advertise": s("advertise", "str", target=target),
         "no_advertise": s("no_advertise", "bool", target=target),
-        "min_version": _refuser("a minimum leafnode version"),
-        "minimum_version": _refuser("a minimum leafnode version"),
+        "min_version": min_version, "minimum_version": min_version,
         "compression": _compression,
         "isolate_leafnode_interest": _refuser("interest isolation"),
         "isolate": _refuser("interest isolation"),
