@@ -126,6 +126,34 @@ async def test_pub_sub_both_ways_wildcards_and_headers():
         assert lc.out_msgs == 1
 
 
+async def test_remote_with_hub_true_reverses_the_roles():
+    """``hub: true`` on a remote: the dialling server is the hub, the accepting one the spoke (CONNECT
+    is_hub), as /leafz shows on both sides; messages flow both ways. A Go server dialling with hub: true
+    is taken as the hub too."""
+    from rillet.monitor import endpoints
+    async with rillet('leafnodes { listen: "127.0.0.1:-1" }', "accepting") as acc:
+        conf = f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(acc)}", hub: true }} ] }}'
+        async with rillet(conf, "dialling") as dial:
+            await _until(lambda: leaf_ready(acc) and leaf_ready(dial))
+            assert endpoints.leafz(acc, {})["leafs"][0]["is_spoke"] is True
+            assert endpoints.leafz(dial, {})["leafs"][0]["is_spoke"] is False
+            await _both_ways(dial.client_url, acc.client_url)
+        if GO_SERVER is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                go, port, http = _go(conf, tmp)
+                with go:
+                    go.wait_ready()
+                    await _until(lambda: leaf_ready(acc), what="the Go hub dialling")
+                    assert endpoints.leafz(acc, {})["leafs"][0]["is_spoke"] is True
+                    for _ in range(100):
+                        theirs = (await _fetch(http, "leafz"))["leafs"]
+                        if theirs:
+                            break
+                        await asyncio.sleep(0.05)
+                    assert theirs[0]["is_spoke"] is False
+                    await _both_ways(f"nats://127.0.0.1:{port}", acc.client_url)
+
+
 async def test_never_sent_back_to_the_leaf_it_came_from():
     """A subscriber on the leaf and on the hub, publisher on the leaf: each gets it once (the hub does not
     echo it back over the leaf connection)."""
@@ -1066,7 +1094,6 @@ def test_remote_names_and_learnt_urls():
      'remote leaf node configuration cannot have a mix of websocket and non-websocket urls'),
     ('leafnodes { remotes [ { url: "ws://h:1", ws_compress: true } ] }', "compression of leaf connections over "
                                                                        "WebSocket is not supported yet"),
-    ('leafnodes { remotes [ { url: "nats://h:1", hub: true } ] }', "hub: a remote that is a hub"),
     ('leafnodes { compression: s2_auto }', 'leafnodes compression "s2_auto": s2 compression'),
     ('leafnodes { authorization { token: x } }', 'unknown field "token"'),
     ('leafnodes { bogus: 1 }', 'unknown field "bogus"'),
@@ -1120,7 +1147,7 @@ LEAF_KEY_TESTS = {
         "dont_randomize": "test_remote_urls_order_and_discovered_urls",
         "first_info_timeout": "test_remote_urls_order_and_discovered_urls",
         "ignore_discovered_servers": "test_remote_urls_order_and_discovered_urls",
-        "hub": "test_config_errors", "nkey": "test_nkey_remote_authenticates_to_a_go_hub",
+        "hub": "test_remote_with_hub_true_reverses_the_roles", "nkey": "test_nkey_remote_authenticates_to_a_go_hub",
         "seed": "test_nkey_remote_authenticates_to_a_go_hub", "tls": "test_tls_leaf_connections",
         "url": "test_pub_sub_both_ways_wildcards_and_headers", "urls": "test_remote_urls_order_and_discovered_urls",
         "ws_no_masking": "test_websocket_leafs_with_go", "websocket_no_masking": "test_websocket_leafs_with_go",

@@ -116,7 +116,10 @@ class LeafConn(asyncio.Protocol):
         self.mgr = mgr
         self.server = mgr.server
         self.remote = remote  # the remote we solicited (None: accepted on the leafnode port)
-        self.spoke = remote is not None  # we solicited: the peer is our hub
+        self.solicited = remote is not None
+        # the peer is our hub: we solicited it (unless the remote says "hub: true": then we are its hub), or it
+        # solicited us declaring itself a hub (CONNECT is_hub)
+        self.spoke = remote is not None and not remote.opts.hub
         self.cid = 0
         self.transport: asyncio.Transport | None = None
         self.out = bytearray()
@@ -172,7 +175,7 @@ class LeafConn(asyncio.Protocol):
             return
         mgr.conns.add(self)
         log = srv.log
-        if self.spoke:
+        if self.solicited:
             acc = self.remote.opts.account or "$G"
             log.notice(f"{self.log_prefix()} - Leafnode connection created for account: {acc}")
             # wait for the hub's INFO; then CONNECT
@@ -309,7 +312,7 @@ class LeafConn(asyncio.Protocol):
 
     def proto_info(self, arg: bytes) -> None:
         info = ci.decode_info(arg)
-        if not self.spoke:
+        if not self.solicited:
             return  # (an accepting side reads the INFO of compression negotiation only, which we do not do)
         log = self.server.log
         if not self.info_received:
@@ -376,7 +379,7 @@ class LeafConn(asyncio.Protocol):
         self.mgr.register(self)
 
     def proto_connect(self, arg: bytes) -> None:
-        if self.spoke:
+        if self.solicited:
             return
         log = self.server.log
         try:
@@ -413,9 +416,7 @@ class LeafConn(asyncio.Protocol):
                 self.close("Minimum Version Required", text)
                 return
         if co.is_hub:
-            log.error(f"{self.log_prefix()} - a leafnode that declares itself a hub is not supported by Rillet")
-            self.close("Protocol Violation", AUTH_VIOLATION)
-            return
+            self.spoke = True  # the soliciting side is the hub: we take the spoke role
         acc_name = self.mgr.authorize(co, raw if isinstance(raw, dict) else {}, self.nonce)
         if acc_name is None:
             log.error(f"{self.log_prefix()} - authentication error")
@@ -890,7 +891,7 @@ class LeafNodes:
         acc = ro.account or "$G"
         js = srv.jetstream is not None
         co = ci.LeafConnect(version=rillet.SERVER_VERSION, server_id=srv.server_id, domain=self._domain(),
-                            name=srv.name, headers=not srv.opts.no_header_support, jetstream=js,
+                            name=srv.name, is_hub=ro.hub, headers=not srv.opts.no_header_support, jetstream=js,
                             deny_pub=list(ro.deny_imports) or None, compress_mode=lc.compression,
                             remote_account=acc, protocol=ci.SERVER_PROTO)
         if srv.cluster is not None:
@@ -1014,7 +1015,7 @@ class LeafNodes:
         acc = lc.account
         if lc.closed or acc is None:
             return
-        if not lc.spoke:
+        if not lc.solicited:
             lc.deny_out.add(JS_DENY)
             lc.deny_in.add(JS_DENY)
         dom = self._domain()
@@ -1024,10 +1025,10 @@ class LeafNodes:
         if dom or lc.remote_domain:
             srv.log.notice(f"{lc.log_prefix()} - JetStream using domains: local {dom!r}, remote "
                            f"{lc.remote_domain!r}".replace("'", '"'))
-        if not lc.spoke and lc.remote_name and lc.remote_account:
+        if not lc.solicited and lc.remote_name and lc.remote_account:
             # the same leaf server again for the same accounts: the new connection replaces a stale one
             for old in list(srv.leafs.values()):
-                if old is not lc and not old.spoke and old.remote_name == lc.remote_name and \
+                if old is not lc and not old.solicited and old.remote_name == lc.remote_name and \
                         old.remote_cluster == lc.remote_cluster and old.acc_name == lc.acc_name and \
                         old.remote_account == lc.remote_account:
                     old.close("Duplicate Remote LeafNode Connection", "Duplicate Remote LeafNode Connection")

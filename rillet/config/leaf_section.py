@@ -5,7 +5,7 @@ is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``, ``handshake_first``,
   ``pinned_certs``; s2 ``compression`` other than off,
-  ``hub: true`` remotes, HTTP ``proxy``, ``isolate_leafnode_interest``,
+  HTTP ``proxy``, ``isolate_leafnode_interest``,
   ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
   (``ws_compress: true``) and ``proxy_required`` are refused;
 * remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
@@ -48,6 +48,7 @@ class RemoteLeafOptions:
     disabled: bool = False
     ignore_discovered_servers: bool = False
     ws_no_masking: bool = False
+    hub: bool = False  # this server is the hub of the remote it dials
     tls: Any = None  # TLSConfig of the remote's tls {} (or a default one for a tls:// URL)
 
     def name(self, redacted: bool = True) -> str:
@@ -343,8 +344,7 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
             raise _refuse(e, "compression of leaf connections over WebSocket")
 
     def hub(e: Field) -> None:
-        if e.as_bool():
-            raise _refuse(e, "a remote that is a hub (hub: true)")
+        r.hub = e.as_bool()
 
     table: dict[str, Callable[[Field], None]] = {
         "url": urls, "urls": urls,
