@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
+from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import RemoteInterest
 from rillet.cluster.routed import RemoteSub
-from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import compare_secret
 from rillet.server.listen import plain_ip
 
@@ -30,59 +30,34 @@ IMPLICIT = "implicit"
 _CRLF = b"\r\n"
 
 
-class RouteConn(asyncio.Protocol):
+class RouteConn(ServerConn):
     kind = ROUTER
-    echo = True
-    no_responders = False
-    perms = None
-    account = None
+    id_tag = "rid"
 
     def __init__(self, cluster: "Cluster", url: Any = None, rtype: str = IMPLICIT, gossip_mode: int = 0,
                  account: str = "") -> None:
+        super().__init__(cluster.server)
         self.cluster = cluster
-        self.server = cluster.server
         self.solicited = url is not None
         self.url = url  # rillet.cluster.cluster.RouteURL of the peer (set from its INFO when accepted)
         self.rtype = rtype
         self.gossip_mode = gossip_mode
-        self.cid = 0
-        self.transport: asyncio.Transport | None = None
-        self.out = bytearray()
-        self.flush_pending = False
-        self.closed = False
-        self.close_reason = ""
         self.no_reconnect = False
         self.retry = False  # kept when a duplicate was closed: reconnect if this one goes too
-        self.registered = False
-        self.info_received = False
         self.pool_idx = 0  # index of this connection in its server's route pool
         self.no_pool = False  # the peer does not pool: this connection carries every account
         self.delayed_info = False  # dialled with pooling: our INFO goes out once the pool index is known
         self.pinned_acc = account  # a dedicated route of this pinned account (dialled, or named by the peer)
-        self.remote_id = ""
-        self.remote_name = ""
         self.remote_ip_url = ""  # nats-route://ip:port/ of the peer (gossiped to others)
         self.connect_urls: list[str] = []
         self.lnoc = False
         self.lnocu = False
-        self.headers = False
         self.lmsg_origin: bytes | None = None  # origin of the LMSG being delivered (rillet.cluster.leaf)
         self.remote = RemoteInterest()
         self.rsubs: dict[tuple, tuple[Any, RemoteSub]] = {}
         self.parser = cp.ServerParser(self, cp.ROUTE, max_control_line=self.server.opts.max_control_line,
                                       account=account.encode("utf-8", "surrogateescape") if account else None)
         self._accounts: dict[bytes, Any] = {}
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.start_time = time.time()
-        self.last_activity = self.start_time
-        self.host = ""
-        self.port = 0
-        self.pings_out = 0
-        self.rtt = 0.0
-        self._rtt_start = 0.0
-        self._ping_timer: asyncio.TimerHandle | None = None
-        self._auth_timer: asyncio.TimerHandle | None = None
-        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -197,27 +172,7 @@ class RouteConn(asyncio.Protocol):
         t.abort()
         self.close("Slow Consumer (Write Deadline)")
 
-    # ---- reading --------------------------------------------------------------------------------------
-
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self.last_activity = time.time()
-        try:
-            self.parser.feed(data)
-        except ProtocolError as e:
-            if e.client_error == cp.AUTH_VIOLATION:
-                self.server.log.error(f"{self.log_prefix()} - authentication error")
-            else:
-                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
-            self.close(e.reason, e.client_error)
-        self.server.flush_clients()
-
     # ---- protocol handlers ----------------------------------------------------------------------------
-
-    def proto_before_connect(self) -> bool:
-        self.server.log.error(f"{self.log_prefix()} - authentication error")
-        return False
 
     def proto_connect(self, arg: bytes) -> None:
         if self.solicited:
@@ -263,19 +218,6 @@ class RouteConn(asyncio.Protocol):
             self.cluster.async_route_info(self, info)
         else:
             self.cluster.first_route_info(self, info)
-
-    def proto_ping(self) -> None:
-        self.out += cp.PONG
-        self.flush()
-
-    def proto_pong(self) -> None:
-        self.pings_out = 0
-        if self._rtt_start:
-            self.rtt = time.monotonic() - self._rtt_start
-            self._rtt_start = 0.0
-
-    def proto_ok(self) -> None:
-        pass
 
     def proto_err(self, arg: bytes) -> None:
         text = arg.decode("utf-8", "replace")
@@ -434,31 +376,6 @@ class RouteConn(asyncio.Protocol):
         self.out_bytes += len(msg)
         self.flush()
 
-    def send(self, frame: bytes) -> None:
-        self.out += frame
-        self.flush()
-
-    def flush(self) -> None:
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.server.pending_flush.append(self)
-
-    def write_out(self) -> None:
-        self.flush_pending = False
-        out = self.out
-        t = self.transport
-        if not out or self.closed or t is None:
-            out.clear()
-            return
-        t.write(bytes(out))
-        out.clear()
-        mp = self.server.opts.max_pending
-        if t.get_write_buffer_size() > mp:
-            self.server.slow_consumers += 1
-            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
-            t.abort()
-            self.close("Slow Consumer (Pending Bytes)")
-
     # ---- timers ---------------------------------------------------------------------------------------
 
     def _auth_timeout(self) -> None:
@@ -516,16 +433,6 @@ class RouteConn(asyncio.Protocol):
         if comp:
             d["compression"] = comp
         return d
-
-    def log_prefix(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port} - rid:{self.cid}"
-
-    def trace(self, msg: str) -> None:
-        self.server.log.trace(f"{self.log_prefix()} - {msg}")
-
-    def debug(self, msg: str) -> None:
-        self.server.log.debug(f"{self.log_prefix()} - {msg}")
 
     def __repr__(self) -> str:
         return f"<RouteConn rid:{self.cid} {self.remote_name or self.remote_id} {'solicited' if self.solicited else 'accepted'}>"

@@ -1,0 +1,123 @@
+"""What route, gateway and leaf connections share (DESIGN.md: one kind of connection, several roles).
+
+``ServerConn`` is the asyncio layer of a server-to-server connection: the output buffer written once per
+read cycle through the server's pending-flush list (with the max_pending slow-consumer check), feeding the
+role's sans-IO parser, PING/PONG with RTT, and the connection's counters and log prefix. Each role
+(``rillet.cluster.route.RouteConn``, ``rillet.cluster.gateway_conn.GatewayConn``,
+``rillet.cluster.leaf.LeafConn``) keeps its own parser, handshake, handlers and message frames; the
+per-message ``send_msg`` paths stay in the roles and append to ``out`` directly (no extra call layer).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from rillet.cluster import protocol as cp
+from rillet.protocol.parser import ProtocolError
+
+
+class ServerConn(asyncio.Protocol):
+    echo = True
+    no_responders = False
+    perms = None
+    account: Any = None
+    id_tag = "cid"  # the id's name in log lines (rid, gid, lid)
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.cid = 0
+        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
+        self.flush_pending = False
+        self.closed = False
+        self.close_reason = ""
+        self.registered = False
+        self.info_received = False
+        self.remote_id = ""
+        self.remote_name = ""
+        self.headers = False
+        self.parser: Any = None
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.start_time = time.time()
+        self.last_activity = self.start_time
+        self.host = ""
+        self.port = 0
+        self.pings_out = 0
+        self.rtt = 0.0
+        self._rtt_start = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
+
+    # ---- reading --------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            if e.client_error == cp.AUTH_VIOLATION:
+                self.server.log.error(f"{self.log_prefix()} - authentication error")
+            else:
+                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+            self.close(e.reason, e.client_error)
+        self.server.flush_clients()
+
+    def proto_before_connect(self) -> bool:
+        self.server.log.error(f"{self.log_prefix()} - authentication error")
+        return False
+
+    def proto_ping(self) -> None:
+        self.out += cp.PONG
+        self.flush()
+
+    def proto_pong(self) -> None:
+        self.pings_out = 0
+        if self._rtt_start:
+            self.rtt = time.monotonic() - self._rtt_start
+            self._rtt_start = 0.0
+
+    def proto_ok(self) -> None:
+        pass
+
+    # ---- writing --------------------------------------------------------------------------------------
+
+    def send(self, frame: bytes) -> None:
+        self.out += frame
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def write_out(self) -> None:
+        self.flush_pending = False
+        out = self.out
+        t = self.transport
+        if not out or self.closed or t is None:
+            out.clear()
+            return
+        t.write(bytes(out))
+        out.clear()
+        mp = self.server.opts.max_pending
+        if t.get_write_buffer_size() > mp:
+            self.server.slow_consumers += 1
+            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
+            t.abort()
+            self.close("Slow Consumer (Pending Bytes)")
+
+    # ---- logging --------------------------------------------------------------------------------------
+
+    def log_prefix(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port} - {self.id_tag}:{self.cid}"
+
+    def trace(self, msg: str) -> None:
+        self.server.log.trace(f"{self.log_prefix()} - {msg}")
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")
