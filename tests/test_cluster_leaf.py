@@ -1129,8 +1129,10 @@ def test_config_defaults_and_account_check():
         async with rillet('leafnodes { remotes [ { account: "$G" } ] }', "e") as srv:
             await _until(lambda: "Empty remote leafnode definition" in srv._test_log.getvalue())
     asyncio.run(empty_remote())
-    with pytest.raises(ValueError, match="leaf nodes and gateways on the same server"):
-        Server(load_string('leafnodes { port: -1 }\ngateway { name: G, port: -1 }'))
+    # gateways and leaf nodes together: one account class does both (tests/test_cluster_leaf_gateway.py)
+    both = Server(load_string('leafnodes { port: -1 }\ngateway { name: G, port: -1 }'))
+    assert both.leafnodes is not None and both.gateway is not None
+    assert type(both.global_account).__name__ == "LeafGatewayAccount"
 
 
 # every key of the leafnodes block (and of its remotes and authorization) acts or is refused

@@ -118,9 +118,6 @@ class Gateway:
         if o.jetstream.enabled:
             raise ValueError("JetStream with gateways is not supported yet (clustered JetStream is not "
                              "implemented): remove the jetstream or the gateway configuration")
-        if getattr(server, "leafnodes", None) is not None:
-            raise ValueError("gateways and leaf nodes on the same server are not supported yet: remove the "
-                             "gateway or the leafnodes configuration")
         self.server = server
         g = o.gateway_opts
         self.name: str = g.name

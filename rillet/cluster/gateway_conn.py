@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
-from rillet.cluster.conn import ServerConn
 from rillet.cluster.routed import RemoteSub
+from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import compare_secret
 from rillet.server.listen import plain_ip
 from rillet.subjects.sublist import Sublist
@@ -63,24 +63,49 @@ class InAccount:
         self.ni = ni
 
 
-class GatewayConn(ServerConn):
+class GatewayConn(asyncio.Protocol):
     kind = GATEWAY_KIND
-    id_tag = "gid"
+    echo = True
+    no_responders = False
+    perms = None
+    account = None
 
     def __init__(self, gw: "Gateway", cfg: "RemoteCfg | None" = None, url: Any = None) -> None:
-        super().__init__(gw.server)
         self.gw = gw
+        self.server = gw.server
         self.outbound = cfg is not None
         self.cfg = cfg
         self.url = url  # (host, port, user, password) dialled
         self.name = cfg.name if cfg is not None else ""  # the remote gateway (cluster) name
+        self.cid = 0
+        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
+        self.flush_pending = False
+        self.closed = False
+        self.close_reason = ""
         self.no_reconnect = False
+        self.registered = False
+        self.info_received = False
         self.connected = False  # inbound: CONNECT received
+        self.remote_id = ""
+        self.remote_name = ""
+        self.headers = False
         self.iom = False  # outbound: the remote switches every account to interest-only at once
         self.use_old_prefix = False
         self.outsim: dict[bytes, OutAccount | None] = {}
         self.insim: dict[bytes, InAccount | None] = {}
         self.parser = cp.ServerParser(self, cp.GATEWAY, max_control_line=self.server.opts.max_control_line)
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.start_time = time.time()
+        self.last_activity = self.start_time
+        self.host = ""
+        self.port = 0
+        self.pings_out = 0
+        self.rtt = 0.0
+        self._rtt_start = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -169,14 +194,34 @@ class GatewayConn(ServerConn):
             if t is not None:
                 t.cancel()
         self.server.log.notice(f"{self.log_prefix()} - Gateway connection closed: {self.close_reason}")
-        for e in self.outsim.values():
+        for acc, e in self.outsim.items():
             if e is not None:
+                for sub in e.subs.values():
+                    self._leaf_interest(acc, sub, False)
                 e.subs.clear()
         self.gw.conn_closed(self)
 
     # ---- reading --------------------------------------------------------------------------------------
 
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            if e.client_error == cp.AUTH_VIOLATION:
+                self.server.log.error(f"{self.log_prefix()} - authentication error")
+            else:
+                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+            self.close(e.reason, e.client_error)
+        self.server.flush_clients()
+
     # ---- handshake ------------------------------------------------------------------------------------
+
+    def proto_before_connect(self) -> bool:
+        self.server.log.error(f"{self.log_prefix()} - authentication error")
+        return False
 
     def proto_connect(self, arg: bytes) -> None:
         if self.outbound:
@@ -209,11 +254,20 @@ class GatewayConn(ServerConn):
         info = ci.decode_info(arg)
         self.gw.process_info(self, info)
 
+    def proto_ping(self) -> None:
+        self.out += cp.PONG
+        self.flush()
+
     def proto_pong(self) -> None:
-        measured = self._rtt_start
-        super().proto_pong()
-        if measured and self.outbound and self.registered:  # outbound gateways are used lowest RTT first (queues)
-            self.gw.outo.sort(key=_rtt)
+        self.pings_out = 0
+        if self._rtt_start:
+            self.rtt = time.monotonic() - self._rtt_start
+            self._rtt_start = 0.0
+            if self.outbound and self.registered:  # outbound gateways are used lowest RTT first (queues)
+                self.gw.outo.sort(key=_rtt)
+
+    def proto_ok(self) -> None:
+        pass
 
     def proto_err(self, arg: bytes) -> None:
         text = arg.decode("utf-8", "replace")
@@ -238,6 +292,9 @@ class GatewayConn(ServerConn):
             e.ni = set()  # queue interest stays; plain interest is gone
             return
         self.outsim[acc] = None
+        if e is not None:
+            for sub in e.subs.values():
+                self._leaf_interest(acc, sub, False)
 
     def proto_account_sub(self, account: bytes) -> None:
         if self._inbound_violation("A+"):
@@ -281,6 +338,7 @@ class GatewayConn(ServerConn):
             if new:
                 self.outsim[acc] = e
             self.gw.remote_queue_interest_changed()
+            self._leaf_interest(acc, sub, True)
         elif e.ni is not None:
             if "*" in subj or ">" in subj:
                 from rillet.subjects.validate import subject_matches_filter
@@ -314,8 +372,19 @@ class GatewayConn(ServerConn):
             if e.sl.count() == 0 and e.mode == OPTIMISTIC and not e.ni:
                 del self.outsim[acc]
             self.gw.remote_queue_interest_changed()
+            self._leaf_interest(acc, sub, False)
         elif e.ni is not None:
             e.ni.add(subject.decode("utf-8", "surrogateescape"))
+
+    def _leaf_interest(self, acc: bytes, sub: RemoteSub, added: bool) -> None:
+        """The remote cluster's interest (outbound, interest-only) goes on to the leafs this server is hub for,
+        as nats-server's updateInterestForAccountOnGateway does."""
+        ln = self.server.leafnodes
+        if ln is None or not self.outbound:
+            return
+        a = self.gw.lookup_account(acc)
+        if a is not None:
+            ln.sub_changed(a, sub, added)
 
     def interest(self, acc: bytes, subject: str) -> tuple[bool, Any]:
         """(plain interest possible, sublist result of the remote's announced subscriptions or None)."""
@@ -388,6 +457,31 @@ class GatewayConn(ServerConn):
         if not self.flush_pending:
             self.flush_pending = True
             self.server.pending_flush.append(self)
+
+    def send(self, frame: bytes) -> None:
+        self.out += frame
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def write_out(self) -> None:
+        self.flush_pending = False
+        out = self.out
+        t = self.transport
+        if not out or self.closed or t is None:
+            out.clear()
+            return
+        t.write(bytes(out))
+        out.clear()
+        mp = self.server.opts.max_pending
+        if t.get_write_buffer_size() > mp:
+            self.server.slow_consumers += 1
+            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
+            t.abort()
+            self.close("Slow Consumer (Pending Bytes)")
 
     # ---- timers ---------------------------------------------------------------------------------------
 
@@ -476,6 +570,13 @@ class GatewayConn(ServerConn):
                         for s in e.subs.values()]
             out.append(a)
         return out
+
+    def log_prefix(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port} - gid:{self.cid}"
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")
 
     def __repr__(self) -> str:
         return f"<GatewayConn gid:{self.cid} {self.name} {'outbound' if self.outbound else 'inbound'}>"

@@ -43,9 +43,9 @@ from urllib.parse import unquote, urlsplit
 import rillet
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
-from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub, RoutedAccount, origin_only
+from rillet.protocol.parser import ProtocolError
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
 from rillet.server.listen import plain_ip
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 LEAF_KIND = 4  # connection kind (Client: 0, internal: 1, route: 2)
 ROUTER_KIND = 2
+GATEWAY_KIND = 3
 LOOP_DELAY = 30.0  # nats-server's leafNodeReconnectDelayAfterLoopDetected
 PERM_DELAY = 30.0  # leafNodeReconnectAfterPermViolation
 SAME_CLUSTER_DELAY = 30.0
@@ -104,26 +105,39 @@ class _Deny:
         self._cache.clear()
 
 
-class LeafConn(ServerConn):
+class LeafConn(asyncio.Protocol):
     """One leaf node connection (either side)."""
 
     kind = LEAF_KIND
-    id_tag = "lid"
+    echo = True
+    no_responders = False
+    perms = None
 
     def __init__(self, mgr: "LeafNodes", remote: "RemoteState | None" = None) -> None:
-        super().__init__(mgr.server)
         self.mgr = mgr
+        self.server = mgr.server
         self.remote = remote  # the remote we solicited (None: accepted on the leafnode port)
         self.solicited = remote is not None
         # the peer is our hub: we solicited it (unless the remote says "hub: true": then we are its hub), or it
         # solicited us declaring itself a hub (CONNECT is_hub)
         self.spoke = remote is not None and not remote.opts.hub
+        self.cid = 0
+        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
+        self.flush_pending = False
+        self.closed = False
+        self.close_reason = ""
+        self.registered = False
+        self.info_received = False
         self.connect_sent = False
         self.account: Any = None
         self.acc_name = ""
+        self.remote_name = ""
+        self.remote_id = ""
         self.remote_cluster = ""
         self.remote_domain = ""
         self.remote_account = ""
+        self.headers = False
         self.nonce = b""
         self.compression = ""
         self.tls = False
@@ -134,6 +148,17 @@ class LeafConn(ServerConn):
         self.rsubs: dict[tuple, RemoteSub] = {}
         self.parser = cp.ServerParser(self, cp.LEAF, max_control_line=self.server.opts.max_control_line,
                                       max_payload=self.server.opts.max_payload)
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.start_time = time.time()
+        self.last_activity = self.start_time
+        self.host = ""
+        self.port = 0
+        self.pings_out = 0
+        self.rtt = 0.0
+        self._rtt_start = 0.0
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -266,7 +291,25 @@ class LeafConn(ServerConn):
 
     # ---- reading --------------------------------------------------------------------------------------
 
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            if e.client_error == cp.AUTH_VIOLATION:
+                self.server.log.error(f"{self.log_prefix()} - authentication error")
+            else:
+                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+            self.close(e.reason, e.client_error)
+        self.server.flush_clients()
+
     # ---- handshake ------------------------------------------------------------------------------------
+
+    def proto_before_connect(self) -> bool:
+        self.server.log.error(f"{self.log_prefix()} - authentication error")
+        return False
 
     def proto_info(self, arg: bytes) -> None:
         info = ci.decode_info(arg)
@@ -398,6 +441,19 @@ class LeafConn(ServerConn):
         # the INFO that tells the leaf the CONNECT was accepted (and the account it is bound to)
         self.out += cp.info_frame(self.mgr.hub_info(self, connect_info=True))
         self.mgr.register(self)
+
+    def proto_ping(self) -> None:
+        self.out += cp.PONG
+        self.flush()
+
+    def proto_pong(self) -> None:
+        self.pings_out = 0
+        if self._rtt_start:
+            self.rtt = time.monotonic() - self._rtt_start
+            self._rtt_start = 0.0
+
+    def proto_ok(self) -> None:
+        pass
 
     def proto_err(self, arg: bytes) -> None:
         text = arg.decode("utf-8", "replace").strip().strip("'")
@@ -559,6 +615,31 @@ class LeafConn(ServerConn):
             self.flush_pending = True
             self.server.pending_flush.append(self)
 
+    def send(self, frame: bytes) -> None:
+        self.out += frame
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+
+    def write_out(self) -> None:
+        self.flush_pending = False
+        out = self.out
+        t = self.transport
+        if not out or self.closed or t is None:
+            out.clear()
+            return
+        t.write(bytes(out))
+        out.clear()
+        mp = self.server.opts.max_pending
+        if t.get_write_buffer_size() > mp:
+            self.server.slow_consumers += 1
+            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
+            t.abort()
+            self.close("Slow Consumer (Pending Bytes)")
+
     # ---- timers ---------------------------------------------------------------------------------------
 
     def _auth_timeout(self) -> None:
@@ -608,8 +689,17 @@ class LeafConn(ServerConn):
         return d
 
     def log_prefix(self) -> str:
-        p = ServerConn.log_prefix(self)
-        return f"{p} - \"{self.remote_name}\"" if self.remote_name else p
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        name = f" - lid:{self.cid}"
+        if self.remote_name:
+            name += f" - \"{self.remote_name}\""
+        return f"{host}:{self.port}{name}"
+
+    def trace(self, msg: str) -> None:
+        self.server.log.trace(f"{self.log_prefix()} - {msg}")
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")
 
     def __repr__(self) -> str:
         return f"<LeafConn lid:{self.cid} {self.remote_name} {'spoke' if self.spoke else 'hub'}>"
@@ -681,9 +771,6 @@ class LeafNodes:
         self.server = server
         self.opts: "LeafNodeOptions" = server.opts.leaf
         validate_leafnodes(server.opts)  # ValueError: refuse to start
-        gw = getattr(server.opts, "gateway_opts", None)
-        if gw is not None and gw.enabled:
-            raise ValueError("Rillet does not support leaf nodes and gateways on the same server yet")
         self.conns: set[LeafConn] = set()
         self.remotes = [RemoteState(r, self.opts.reconnect) for r in self.opts.remotes if not r.disabled]
         self.tls_server: ssl.SSLContext | None = None
@@ -1005,6 +1092,8 @@ class LeafNodes:
             if c.remote_cluster and c.remote_cluster == lc.remote_cluster:
                 return False
             return True
+        if kind == GATEWAY_KIND:  # a remote cluster's interest: to the leafs we are hub for, as route interest
+            return not lc.spoke
         return True
 
     def sub_changed(self, acc: Any, sub: Any, added: bool, n: int = 0, routes: bool = True) -> None:
@@ -1016,6 +1105,9 @@ class LeafNodes:
             cl = self.server.cluster
             if cl is not None:  # LS+ with the leaf's cluster as origin (RS+ when it has none)
                 cl.local_interest(acc, sub, added, c.remote_cluster.encode() if c.remote_cluster else None)
+            gw = self.server.gateway
+            if gw is not None:  # part of this cluster's interest for the other clusters
+                gw.update_interest(acc.name_b, _sb(sub), _qb(sub), 1 if added else -1, sub if added else None)
         if not self.conns:
             return
         sb, qb = _sb(sub), _qb(sub)
@@ -1150,7 +1242,14 @@ def _count(sub: Any) -> int:
 
 
 def _all_subs(acc: Any) -> list[Any]:
-    return list(acc.sublist.all())
+    subs = list(acc.sublist.all())
+    gw = acc.server.gateway
+    if gw is not None:  # the remote clusters' interest (interest-only mode), kept per outbound connection
+        for gc in gw.outo:
+            e = gc.outsim.get(acc.name_b)
+            if e is not None and not gc.closed:
+                subs.extend(e.subs.values())
+    return subs
 
 
 # ==== the account of a server with leaf nodes ======================================================================
@@ -1204,84 +1303,163 @@ class LeafAccount(RoutedAccount):
             if mapped is None:
                 return
             subject = mapped
-        r = self._match(subject.decode("utf-8", "surrogateescape"))
-        if not (r.psubs or r.qsubs):
-            return
-        sp = self._split(r)
-        spoke = lc.spoke
-        origin = lc.remote_cluster
-        targets: dict[Any, list[bytes]] = {}
-        for rc in sp.routes:
-            if rc is lc or rc.closed:
-                continue
-            if rc.kind == ROUTER_KIND:
-                if spoke:
-                    continue
-            elif origin and rc.remote_cluster == origin:
-                continue
-            targets[rc] = []
-        qsubs: list[list[Any]] = []
-        if queues and r.qsubs:
-            names = set(bytes(q) for q in queues)
-            for g in r.qsubs:
-                qn = g[0].queue_b
-                if qn not in names:
-                    continue
-                loc = [s for s in g if type(s) is not RemoteSub and not origin_only(s)]
-                if loc:
-                    qsubs.append(loc)
-                    continue
-                cands = [s for s in g if s.client is not lc and not s.client.closed
-                         and not (spoke and s.client.kind == ROUTER_KIND)
-                         and not (s.client.kind == LEAF_KIND and origin and s.client.remote_cluster == origin)]
-                if cands:
-                    cum = []
-                    total = 0
-                    for s in cands:
-                        total += max(s.weight, 1)
-                        cum.append(total)
-                    m = cands[min(bisect_right(cum, random() * total), len(cands) - 1)]
-                    targets.setdefault(m.client, []).append(qn)
-        lr = sp.local
-        local = SublistResult(lr.psubs, qsubs) if (qsubs or lr.qsubs) else lr
-        if local.psubs or local.qsubs:
-            Account.deliver_result(self, lc, local, subject, reply, hdr, msg)
-        name = self.name_b
-        org = origin.encode() if origin else None
-        for rc, qs in targets.items():
-            if org is not None and rc.kind == ROUTER_KIND:
-                rc.send_lmsg(org, name, subject, reply, qs, hdr, msg)  # (peers skip leafs of that cluster)
-            else:
-                rc.send_msg(name, subject, reply, qs, hdr, msg)
+        _from_leaf(self, lc, self._match(subject.decode("utf-8", "surrogateescape")), subject, reply, queues,
+                   hdr, msg)
 
     def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                        msg: bytes) -> None:
         """A message from a route: local subscribers (``RoutedAccount``), and the leafs we are hub for."""
         RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
-        if not self.server.leafs:
-            return
-        r = self._match(subject.decode("utf-8", "surrogateescape"))
-        if not (r.psubs or r.qsubs):
-            return
-        sp = self._split(r)
-        targets: dict[Any, list[bytes]] = {}
-        o = getattr(rc, "lmsg_origin", None)
-        origin = o.decode("utf-8", "replace") if o else ""
-        for lc in sp.routes:
-            if lc.kind == LEAF_KIND and not lc.spoke and not lc.closed and \
-                    not (origin and lc.remote_cluster == origin):
-                targets[lc] = []
-        if queues and r.qsubs:
-            names = set(bytes(q) for q in queues)
-            for g in r.qsubs:
-                qn = g[0].queue_b
-                if qn not in names or qn in sp.inbound_q:
-                    continue  # (a local member took it)
-                cands = [s for s in g if type(s) is RemoteSub and s.client.kind == LEAF_KIND
-                         and not s.client.spoke and not s.client.closed
-                         and not (origin and s.client.remote_cluster == origin)]
-                if cands:
-                    m = cands[int(random() * len(cands))]
-                    targets.setdefault(m.client, []).append(qn)
-        for lc, qs in targets.items():
-            lc.send_msg(self.name_b, subject, reply, qs, hdr, msg)
+        if self.server.leafs:
+            _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
+
+
+def _from_leaf(self: Any, lc: LeafConn, r: SublistResult, subject: bytes, reply: bytes | None, queues: tuple,
+               hdr: int, msg: bytes) -> None:
+    """``LeafAccount.deliver_leaf`` after the mapping and the match (``self``: a ``RoutedAccount``)."""
+    if not (r.psubs or r.qsubs):
+        return
+    sp = self._split(r)
+    spoke = lc.spoke
+    origin = lc.remote_cluster
+    targets: dict[Any, list[bytes]] = {}
+    for rc in sp.routes:
+        if rc is lc or rc.closed:
+            continue
+        if rc.kind == ROUTER_KIND:
+            if spoke:
+                continue
+        elif origin and rc.remote_cluster == origin:
+            continue
+        targets[rc] = []
+    qsubs: list[list[Any]] = []
+    if queues and r.qsubs:
+        names = set(bytes(q) for q in queues)
+        for g in r.qsubs:
+            qn = g[0].queue_b
+            if qn not in names:
+                continue
+            loc = [s for s in g if type(s) is not RemoteSub and not origin_only(s)]
+            if loc:
+                qsubs.append(loc)
+                continue
+            cands = [s for s in g if s.client is not lc and not s.client.closed
+                     and not (spoke and s.client.kind == ROUTER_KIND)
+                     and not (s.client.kind == LEAF_KIND and origin and s.client.remote_cluster == origin)]
+            if cands:
+                cum = []
+                total = 0
+                for s in cands:
+                    total += max(s.weight, 1)
+                    cum.append(total)
+                m = cands[min(bisect_right(cum, random() * total), len(cands) - 1)]
+                targets.setdefault(m.client, []).append(qn)
+    lr = sp.local
+    local = SublistResult(lr.psubs, qsubs) if (qsubs or lr.qsubs) else lr
+    if local.psubs or local.qsubs:
+        Account.deliver_result(self, lc, local, subject, reply, hdr, msg)
+    name = self.name_b
+    org = origin.encode() if origin else None
+    for rc, qs in targets.items():
+        if org is not None and rc.kind == ROUTER_KIND:
+            rc.send_lmsg(org, name, subject, reply, qs, hdr, msg)  # (peers skip leafs of that cluster)
+        else:
+            rc.send_msg(name, subject, reply, qs, hdr, msg)
+
+
+def _routed_to_leafs(self: Any, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                     msg: bytes) -> None:
+    """The leaf part of ``LeafAccount.deliver_routed``: a routed message to the leafs we are hub for."""
+    r = self._match(subject.decode("utf-8", "surrogateescape"))
+    if not (r.psubs or r.qsubs):
+        return
+    sp = self._split(r)
+    targets: dict[Any, list[bytes]] = {}
+    o = getattr(rc, "lmsg_origin", None)
+    origin = o.decode("utf-8", "replace") if o else ""
+    for lc in sp.routes:
+        if lc.kind == LEAF_KIND and not lc.spoke and not lc.closed and \
+                not (origin and lc.remote_cluster == origin):
+            targets[lc] = []
+    if queues and r.qsubs:
+        names = set(bytes(q) for q in queues)
+        for g in r.qsubs:
+            qn = g[0].queue_b
+            if qn not in names or qn in sp.inbound_q:
+                continue  # (a local member took it)
+            cands = [s for s in g if type(s) is RemoteSub and s.client.kind == LEAF_KIND
+                     and not s.client.spoke and not s.client.closed
+                     and not (origin and s.client.remote_cluster == origin)]
+            if cands:
+                m = cands[int(random() * len(cands))]
+                targets.setdefault(m.client, []).append(qn)
+    for lc, qs in targets.items():
+        lc.send_msg(self.name_b, subject, reply, qs, hdr, msg)
+
+
+# ==== the account of a server with gateways and leaf nodes =========================================================
+
+def leaf_gateway_account_class() -> type:
+    """The account class of a server with both gateways and leaf nodes (``LeafGatewayAccount``); a server with
+    only one of them keeps ``LeafAccount`` or ``GatewayAccount``, whose paths pay nothing for the other."""
+    global _LGA
+    if _LGA is None:
+        from rillet.cluster import gateway as g
+        gr, grl, off = g._GR, g._GR_LEN, g._SUBJECT_OFFSET
+
+        class LeafGatewayAccount(g.GatewayAccount):
+            """``GatewayAccount`` (clients' messages to the other clusters, their interest from them) whose
+            interest also goes to leafs and whose messages from leafs go, as nats-server's processMsgResults
+            for a LEAF origin, to local subscribers, routes, other leafs and then to the gateways."""
+
+            __slots__ = ()
+
+            def add_sub(self, sub: Any) -> None:
+                g.GatewayAccount.add_sub(self, sub)
+                self.server.leafnodes.sub_changed(self, sub, True)
+
+            def remove_sub(self, sub: Any) -> None:
+                g.GatewayAccount.remove_sub(self, sub)
+                self.server.leafnodes.sub_changed(self, sub, False)
+
+            def route_interest(self, sub: Any, added: bool) -> None:
+                g.GatewayAccount.route_interest(self, sub, added)
+                self.server.leafnodes.sub_changed(self, sub, added)
+
+            def deliver_leaf(self, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                             msg: bytes) -> None:
+                if self.mappings:
+                    mapped = self.map_subject(subject)
+                    if mapped is None:
+                        return
+                    subject = mapped
+                gw = self.server.gateway
+                if self._gwr:  # a response to a request from another cluster, given here without _GR_.
+                    subject = self._routed_reply(subject) or subject
+                if subject[:grl] == gr:
+                    if subject[grl:grl + g._HL] == gw.hash:
+                        gw.gateway_reply(lc, self.name_b, subject, reply, hdr, msg)
+                    else:
+                        gw.send_to_gateways(self, subject, reply, hdr, msg, [])
+                    return
+                r = self._match(subject.decode("utf-8", "surrogateescape"))
+                _from_leaf(self, lc, r, subject, reply, queues, hdr, msg)
+                if gw.outo:
+                    gw.send_to_gateways(self, subject, reply, hdr, msg, r.qsubs)
+
+            def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                               msg: bytes) -> None:
+                if subject[:grl] == gr:
+                    self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
+                    return
+                if reply and reply[:grl] == gr and len(reply) > off:
+                    reply = self._strip_gr(reply)
+                RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+                if self.server.leafs:
+                    _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
+
+        _LGA = LeafGatewayAccount
+    return _LGA
+
+
+_LGA: type | None = None

@@ -303,9 +303,15 @@ class RoutedAccount(Account):
                 if nr:
                     c.no_responders = True
         rsubject = route if route is not None else subject
+        gwo = c.kind == 3  # from a gateway (rillet.cluster.gateway): leafs get it when we are their hub only
         for rc, queues in targets.items():
             if not rc.closed:
-                rc.send_msg(self.name_b, rsubject, reply if rreply is None else rreply, queues, hdr, msg)
+                if gwo and rc.kind == 4:  # a leaf: the original reply (_GR_ replies stay between servers)
+                    if rc.spoke:
+                        continue
+                    rc.send_msg(self.name_b, rsubject, reply, queues, hdr, msg)
+                else:
+                    rc.send_msg(self.name_b, rsubject, reply if rreply is None else rreply, queues, hdr, msg)
                 delivered = True
         return delivered
 

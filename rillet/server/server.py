@@ -141,6 +141,9 @@ class Server:
             cls = LeafAccount
         if self.gateway is not None:
             cls = self.gateway.account_class
+            if self.leafnodes is not None:  # both: one class with the gateway and the leaf steps
+                from rillet.cluster.leaf import leaf_gateway_account_class
+                cls = leaf_gateway_account_class()
         acc = cls(self, name)
         self.accounts[name] = acc
         sa = getattr(self, "sysacc", None)
