@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
+from rillet.cluster.conn import ServerConn
 from rillet.cluster.routed import RemoteSub
-from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import compare_secret
 from rillet.server.listen import plain_ip
 from rillet.subjects.sublist import Sublist
@@ -63,49 +63,24 @@ class InAccount:
         self.ni = ni
 
 
-class GatewayConn(asyncio.Protocol):
+class GatewayConn(ServerConn):
     kind = GATEWAY_KIND
-    echo = True
-    no_responders = False
-    perms = None
-    account = None
+    id_tag = "gid"
 
     def __init__(self, gw: "Gateway", cfg: "RemoteCfg | None" = None, url: Any = None) -> None:
+        super().__init__(gw.server)
         self.gw = gw
-        self.server = gw.server
         self.outbound = cfg is not None
         self.cfg = cfg
         self.url = url  # (host, port, user, password) dialled
         self.name = cfg.name if cfg is not None else ""  # the remote gateway (cluster) name
-        self.cid = 0
-        self.transport: asyncio.Transport | None = None
-        self.out = bytearray()
-        self.flush_pending = False
-        self.closed = False
-        self.close_reason = ""
         self.no_reconnect = False
-        self.registered = False
-        self.info_received = False
         self.connected = False  # inbound: CONNECT received
-        self.remote_id = ""
-        self.remote_name = ""
-        self.headers = False
         self.iom = False  # outbound: the remote switches every account to interest-only at once
         self.use_old_prefix = False
         self.outsim: dict[bytes, OutAccount | None] = {}
         self.insim: dict[bytes, InAccount | None] = {}
         self.parser = cp.ServerParser(self, cp.GATEWAY, max_control_line=self.server.opts.max_control_line)
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.start_time = time.time()
-        self.last_activity = self.start_time
-        self.host = ""
-        self.port = 0
-        self.pings_out = 0
-        self.rtt = 0.0
-        self._rtt_start = 0.0
-        self._ping_timer: asyncio.TimerHandle | None = None
-        self._auth_timer: asyncio.TimerHandle | None = None
-        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -203,25 +178,7 @@ class GatewayConn(asyncio.Protocol):
 
     # ---- reading --------------------------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self.last_activity = time.time()
-        try:
-            self.parser.feed(data)
-        except ProtocolError as e:
-            if e.client_error == cp.AUTH_VIOLATION:
-                self.server.log.error(f"{self.log_prefix()} - authentication error")
-            else:
-                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
-            self.close(e.reason, e.client_error)
-        self.server.flush_clients()
-
     # ---- handshake ------------------------------------------------------------------------------------
-
-    def proto_before_connect(self) -> bool:
-        self.server.log.error(f"{self.log_prefix()} - authentication error")
-        return False
 
     def proto_connect(self, arg: bytes) -> None:
         if self.outbound:
@@ -254,20 +211,11 @@ class GatewayConn(asyncio.Protocol):
         info = ci.decode_info(arg)
         self.gw.process_info(self, info)
 
-    def proto_ping(self) -> None:
-        self.out += cp.PONG
-        self.flush()
-
     def proto_pong(self) -> None:
-        self.pings_out = 0
-        if self._rtt_start:
-            self.rtt = time.monotonic() - self._rtt_start
-            self._rtt_start = 0.0
-            if self.outbound and self.registered:  # outbound gateways are used lowest RTT first (queues)
-                self.gw.outo.sort(key=_rtt)
-
-    def proto_ok(self) -> None:
-        pass
+        measured = self._rtt_start
+        super().proto_pong()
+        if measured and self.outbound and self.registered:  # outbound gateways are used lowest RTT first (queues)
+            self.gw.outo.sort(key=_rtt)
 
     def proto_err(self, arg: bytes) -> None:
         text = arg.decode("utf-8", "replace")
@@ -458,31 +406,6 @@ class GatewayConn(asyncio.Protocol):
             self.flush_pending = True
             self.server.pending_flush.append(self)
 
-    def send(self, frame: bytes) -> None:
-        self.out += frame
-        self.flush()
-
-    def flush(self) -> None:
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.server.pending_flush.append(self)
-
-    def write_out(self) -> None:
-        self.flush_pending = False
-        out = self.out
-        t = self.transport
-        if not out or self.closed or t is None:
-            out.clear()
-            return
-        t.write(bytes(out))
-        out.clear()
-        mp = self.server.opts.max_pending
-        if t.get_write_buffer_size() > mp:
-            self.server.slow_consumers += 1
-            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
-            t.abort()
-            self.close("Slow Consumer (Pending Bytes)")
-
     # ---- timers ---------------------------------------------------------------------------------------
 
     def _auth_timeout(self) -> None:
@@ -570,13 +493,6 @@ class GatewayConn(asyncio.Protocol):
                         for s in e.subs.values()]
             out.append(a)
         return out
-
-    def log_prefix(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port} - gid:{self.cid}"
-
-    def debug(self, msg: str) -> None:
-        self.server.log.debug(f"{self.log_prefix()} - {msg}")
 
     def __repr__(self) -> str:
         return f"<GatewayConn gid:{self.cid} {self.name} {'outbound' if self.outbound else 'inbound'}>"

@@ -43,9 +43,9 @@ from urllib.parse import unquote, urlsplit
 import rillet
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
+from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub, RoutedAccount, origin_only
-from rillet.protocol.parser import ProtocolError
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
 from rillet.server.listen import plain_ip
@@ -105,39 +105,26 @@ class _Deny:
         self._cache.clear()
 
 
-class LeafConn(asyncio.Protocol):
+class LeafConn(ServerConn):
     """One leaf node connection (either side)."""
 
     kind = LEAF_KIND
-    echo = True
-    no_responders = False
-    perms = None
+    id_tag = "lid"
 
     def __init__(self, mgr: "LeafNodes", remote: "RemoteState | None" = None) -> None:
+        super().__init__(mgr.server)
         self.mgr = mgr
-        self.server = mgr.server
         self.remote = remote  # the remote we solicited (None: accepted on the leafnode port)
         self.solicited = remote is not None
         # the peer is our hub: we solicited it (unless the remote says "hub: true": then we are its hub), or it
         # solicited us declaring itself a hub (CONNECT is_hub)
         self.spoke = remote is not None and not remote.opts.hub
-        self.cid = 0
-        self.transport: asyncio.Transport | None = None
-        self.out = bytearray()
-        self.flush_pending = False
-        self.closed = False
-        self.close_reason = ""
-        self.registered = False
-        self.info_received = False
         self.connect_sent = False
         self.account: Any = None
         self.acc_name = ""
-        self.remote_name = ""
-        self.remote_id = ""
         self.remote_cluster = ""
         self.remote_domain = ""
         self.remote_account = ""
-        self.headers = False
         self.nonce = b""
         self.compression = ""
         self.tls = False
@@ -148,17 +135,6 @@ class LeafConn(asyncio.Protocol):
         self.rsubs: dict[tuple, RemoteSub] = {}
         self.parser = cp.ServerParser(self, cp.LEAF, max_control_line=self.server.opts.max_control_line,
                                       max_payload=self.server.opts.max_payload)
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.start_time = time.time()
-        self.last_activity = self.start_time
-        self.host = ""
-        self.port = 0
-        self.pings_out = 0
-        self.rtt = 0.0
-        self._rtt_start = 0.0
-        self._ping_timer: asyncio.TimerHandle | None = None
-        self._auth_timer: asyncio.TimerHandle | None = None
-        self._deadline_timer: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -291,25 +267,7 @@ class LeafConn(asyncio.Protocol):
 
     # ---- reading --------------------------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self.last_activity = time.time()
-        try:
-            self.parser.feed(data)
-        except ProtocolError as e:
-            if e.client_error == cp.AUTH_VIOLATION:
-                self.server.log.error(f"{self.log_prefix()} - authentication error")
-            else:
-                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
-            self.close(e.reason, e.client_error)
-        self.server.flush_clients()
-
     # ---- handshake ------------------------------------------------------------------------------------
-
-    def proto_before_connect(self) -> bool:
-        self.server.log.error(f"{self.log_prefix()} - authentication error")
-        return False
 
     def proto_info(self, arg: bytes) -> None:
         info = ci.decode_info(arg)
@@ -441,19 +399,6 @@ class LeafConn(asyncio.Protocol):
         # the INFO that tells the leaf the CONNECT was accepted (and the account it is bound to)
         self.out += cp.info_frame(self.mgr.hub_info(self, connect_info=True))
         self.mgr.register(self)
-
-    def proto_ping(self) -> None:
-        self.out += cp.PONG
-        self.flush()
-
-    def proto_pong(self) -> None:
-        self.pings_out = 0
-        if self._rtt_start:
-            self.rtt = time.monotonic() - self._rtt_start
-            self._rtt_start = 0.0
-
-    def proto_ok(self) -> None:
-        pass
 
     def proto_err(self, arg: bytes) -> None:
         text = arg.decode("utf-8", "replace").strip().strip("'")
@@ -615,31 +560,6 @@ class LeafConn(asyncio.Protocol):
             self.flush_pending = True
             self.server.pending_flush.append(self)
 
-    def send(self, frame: bytes) -> None:
-        self.out += frame
-        self.flush()
-
-    def flush(self) -> None:
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.server.pending_flush.append(self)
-
-    def write_out(self) -> None:
-        self.flush_pending = False
-        out = self.out
-        t = self.transport
-        if not out or self.closed or t is None:
-            out.clear()
-            return
-        t.write(bytes(out))
-        out.clear()
-        mp = self.server.opts.max_pending
-        if t.get_write_buffer_size() > mp:
-            self.server.slow_consumers += 1
-            self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
-            t.abort()
-            self.close("Slow Consumer (Pending Bytes)")
-
     # ---- timers ---------------------------------------------------------------------------------------
 
     def _auth_timeout(self) -> None:
@@ -689,17 +609,8 @@ class LeafConn(asyncio.Protocol):
         return d
 
     def log_prefix(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        name = f" - lid:{self.cid}"
-        if self.remote_name:
-            name += f" - \"{self.remote_name}\""
-        return f"{host}:{self.port}{name}"
-
-    def trace(self, msg: str) -> None:
-        self.server.log.trace(f"{self.log_prefix()} - {msg}")
-
-    def debug(self, msg: str) -> None:
-        self.server.log.debug(f"{self.log_prefix()} - {msg}")
+        p = ServerConn.log_prefix(self)
+        return f"{p} - \"{self.remote_name}\"" if self.remote_name else p
 
     def __repr__(self) -> str:
         return f"<LeafConn lid:{self.cid} {self.remote_name} {'spoke' if self.spoke else 'hub'}>"
