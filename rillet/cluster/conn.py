@@ -110,6 +110,66 @@ class ServerConn(asyncio.Protocol):
             t.abort()
             self.close("Slow Consumer (Pending Bytes)")
 
+    # ---- timers ---------------------------------------------------------------------------------------
+
+    def _write_deadline(self) -> float:
+        """Seconds a peer may leave our writes unread before it is closed (the role's block, else the server's)."""
+        return self.server.opts.write_deadline
+
+    def pause_writing(self) -> None:
+        """More is buffered for the peer than it reads: closed as a slow consumer if it still has not read
+        after the write deadline, as nats-server."""
+        wd = self._write_deadline()
+        if wd > 0 and self._deadline_timer is None and not self.closed:
+            self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
+
+    def resume_writing(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+
+    def _write_deadline_check(self, wd: float) -> None:
+        self._deadline_timer = None
+        t = self.transport
+        if self.closed or t is None:
+            return
+        from rillet.gotime import format_seconds
+        self.server.slow_consumers += 1
+        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
+                               f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")
+        t.abort()
+        self.close("Slow Consumer (Write Deadline)")
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.closed and self.parser.awaiting_connect:
+            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
+            self.close("Authentication Timeout", "Authentication Timeout")
+
+    def _ping_interval(self) -> float:
+        return self.server.opts.ping_interval
+
+    def _ping_max(self) -> int:
+        return self.server.opts.ping_max
+
+    def _ping_now(self) -> bool:
+        """False: the stale check runs but no PING goes out yet (a gateway before its CONNECT)."""
+        return True
+
+    def _ping_tick(self) -> None:
+        if self.closed:
+            return
+        if self.pings_out + 1 > self._ping_max():
+            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            self.close("Stale Connection", "Stale Connection")
+            return
+        if self._ping_now():
+            self.pings_out += 1
+            self._rtt_start = time.monotonic()
+            self.send(cp.PING)
+            self.server.flush_clients()
+        self._ping_timer = self.server.loop.call_later(self._ping_interval(), self._ping_tick)
+
     # ---- logging --------------------------------------------------------------------------------------
 
     def log_prefix(self) -> str:

@@ -113,29 +113,8 @@ class GatewayConn(ServerConn):
             self.flush()
             srv.flush_clients()
 
-    def pause_writing(self) -> None:
-        """More is buffered for the peer than it reads: it is closed as a slow consumer if it still has not
-        read after the write deadline (the gateway block's, else the server's), as nats-server."""
-        wd = self.gw.opts.write_deadline or self.server.opts.write_deadline
-        if wd > 0 and self._deadline_timer is None:
-            self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
-
-    def resume_writing(self) -> None:
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer = None
-
-    def _write_deadline_check(self, wd: float) -> None:
-        self._deadline_timer = None
-        t = self.transport
-        if self.closed or t is None:
-            return
-        from rillet.gotime import format_seconds
-        self.server.slow_consumers += 1
-        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
-                               f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")
-        t.abort()
-        self.close("Slow Consumer (Write Deadline)")
+    def _write_deadline(self) -> float:
+        return self.gw.opts.write_deadline or self.server.opts.write_deadline
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
@@ -408,12 +387,6 @@ class GatewayConn(ServerConn):
 
     # ---- timers ---------------------------------------------------------------------------------------
 
-    def _auth_timeout(self) -> None:
-        self._auth_timer = None
-        if not self.closed and self.parser.awaiting_connect:
-            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
-            self.close("Authentication Timeout", "Authentication Timeout")
-
     def first_ping(self) -> None:
         """The first PING goes out soon after the handshake (as nats-server's first ping timer), the next
         ones every ping interval: the RTT is known early."""
@@ -422,20 +395,14 @@ class GatewayConn(ServerConn):
         self._ping_timer = self.server.loop.call_later(min(FIRST_PING_INTERVAL, self.gw.ping_interval()),
                                                        self._ping_tick)
 
-    def _ping_tick(self) -> None:
-        if self.closed:
-            return
-        gw = self.gw
-        if self.pings_out + 1 > (self.server.opts.ping_max or 2):
-            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
-            self.close("Stale Connection", "Stale Connection")
-            return
-        if self.registered or self.connected:  # (an outbound sends nothing before its CONNECT)
-            self.pings_out += 1
-            self._rtt_start = time.monotonic()
-            self.send(cp.PING)
-            self.server.flush_clients()
-        self._ping_timer = self.server.loop.call_later(gw.ping_interval(), self._ping_tick)
+    def _ping_interval(self) -> float:
+        return self.gw.ping_interval()
+
+    def _ping_max(self) -> int:
+        return self.server.opts.ping_max or 2
+
+    def _ping_now(self) -> bool:
+        return self.registered or self.connected  # (an outbound sends nothing before its CONNECT)
 
     # ---- monitoring and logging -----------------------------------------------------------------------
 

@@ -241,29 +241,8 @@ class LeafConn(ServerConn):
         self._drop_remote_interest()
         self.mgr.conn_closed(self)
 
-    def pause_writing(self) -> None:
-        """The peer does not read what we send: closed as a slow consumer if it still has not read after the
-        write deadline (leafnodes write_deadline, else the server's), as nats-server."""
-        wd = self.mgr.opts.write_deadline or self.server.opts.write_deadline
-        if wd > 0 and self._deadline_timer is None and not self.closed:
-            self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
-
-    def resume_writing(self) -> None:
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer = None
-
-    def _write_deadline_check(self, wd: float) -> None:
-        self._deadline_timer = None
-        t = self.transport
-        if self.closed or t is None:
-            return
-        from rillet.gotime import format_seconds
-        self.server.slow_consumers += 1
-        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
-                               f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")
-        t.abort()
-        self.close("Slow Consumer (Write Deadline)")
+    def _write_deadline(self) -> float:
+        return self.mgr.opts.write_deadline or self.server.opts.write_deadline
 
     # ---- reading --------------------------------------------------------------------------------------
 
@@ -562,12 +541,6 @@ class LeafConn(ServerConn):
 
     # ---- timers ---------------------------------------------------------------------------------------
 
-    def _auth_timeout(self) -> None:
-        self._auth_timer = None
-        if not self.closed and self.parser.awaiting_connect:
-            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
-            self.close("Authentication Timeout", "Authentication Timeout")
-
     def _info_timeout(self) -> None:
         self._auth_timer = None
         if not self.closed and not self.info_received:
@@ -575,20 +548,7 @@ class LeafConn(ServerConn):
             self.close("Read Error")
 
     def start_pings(self) -> None:
-        self._ping_timer = self.server.loop.call_later(self.server.opts.ping_interval, self._ping_tick)
-
-    def _ping_tick(self) -> None:
-        if self.closed:
-            return
-        if self.pings_out + 1 > self.server.opts.ping_max:
-            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
-            self.close("Stale Connection", "Stale Connection")
-            return
-        self.pings_out += 1
-        self._rtt_start = time.monotonic()
-        self.send(cp.PING)
-        self.server.flush_clients()
-        self._ping_timer = self.server.loop.call_later(self.server.opts.ping_interval, self._ping_tick)
+        self._ping_timer = self.server.loop.call_later(self._ping_interval(), self._ping_tick)
 
     # ---- monitoring and logging -----------------------------------------------------------------------
 

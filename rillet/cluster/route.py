@@ -150,27 +150,14 @@ class RouteConn(ServerConn):
         publishers wait, as nats-server stalls fast producers), and the route is closed if the peer still
         has not read after the write deadline (cluster write_deadline, else the server's)."""
         self.cluster.stall(self)
-        wd = self.cluster.opts.write_deadline or self.server.opts.write_deadline
-        if wd > 0 and self._deadline_timer is None:
-            self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
+        super().pause_writing()
 
     def resume_writing(self) -> None:
         self.cluster.unstall(self)
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer = None
+        super().resume_writing()
 
-    def _write_deadline_check(self, wd: float) -> None:
-        self._deadline_timer = None
-        t = self.transport
-        if self.closed or t is None:
-            return
-        from rillet.gotime import format_seconds
-        self.server.slow_consumers += 1
-        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
-                               f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")
-        t.abort()
-        self.close("Slow Consumer (Write Deadline)")
+    def _write_deadline(self) -> float:
+        return self.cluster.opts.write_deadline or self.server.opts.write_deadline
 
     # ---- protocol handlers ----------------------------------------------------------------------------
 
@@ -378,25 +365,11 @@ class RouteConn(ServerConn):
 
     # ---- timers ---------------------------------------------------------------------------------------
 
-    def _auth_timeout(self) -> None:
-        self._auth_timer = None
-        if not self.closed and self.parser.awaiting_connect:
-            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
-            self.close("Authentication Timeout", "Authentication Timeout")
+    def _ping_interval(self) -> float:
+        return self.cluster.ping_interval()
 
-    def _ping_tick(self) -> None:
-        if self.closed:
-            return
-        cl = self.cluster
-        if self.pings_out + 1 > cl.ping_max():
-            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
-            self.close("Stale Connection", "Stale Connection")
-            return
-        self.pings_out += 1
-        self._rtt_start = time.monotonic()
-        self.send(cp.PING)
-        self.server.flush_clients()
-        self._ping_timer = self.server.loop.call_later(cl.ping_interval(), self._ping_tick)
+    def _ping_max(self) -> int:
+        return self.cluster.ping_max()
 
     # ---- monitoring and logging -----------------------------------------------------------------------
 
