@@ -15,6 +15,7 @@ from typing import Any
 
 from rillet.cluster import protocol as cp
 from rillet.protocol.parser import ProtocolError
+from rillet.server.listen import plain_ip
 
 
 class ServerConn(asyncio.Protocol):
@@ -23,6 +24,8 @@ class ServerConn(asyncio.Protocol):
     perms = None
     account: Any = None
     id_tag = "cid"  # the id's name in log lines (rid, gid, lid)
+    role_word = "Server"  # in "<role_word> connection closed: <reason>" (Router, Gateway, Leafnode)
+    close_names_remote = True  # that line ends with " - Remote: <remote_name>"
 
     def __init__(self, server: Any) -> None:
         self.server = server
@@ -32,6 +35,7 @@ class ServerConn(asyncio.Protocol):
         self.flush_pending = False
         self.closed = False
         self.close_reason = ""
+        self.no_reconnect = False  # (routes and gateways: a closed connection is not dialled again)
         self.registered = False
         self.info_received = False
         self.remote_id = ""
@@ -49,6 +53,60 @@ class ServerConn(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    def _attach(self, transport: asyncio.BaseTransport, high_water: int = 0) -> None:
+        """connection_made's first part: the transport, the peer's address and a connection id."""
+        self.transport = transport  # type: ignore[assignment]
+        if high_water:
+            transport.set_write_buffer_limits(high=high_water)  # type: ignore[attr-defined]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.host, self.port = plain_ip(peer[0]), peer[1]
+        srv = self.server
+        srv._cid += 1
+        self.cid = srv._cid
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
+            self._teardown()
+
+    def close(self, reason: str, err: str | None = None, no_reconnect: bool = False) -> None:
+        """Closes with ``reason`` (logged, in monitoring), after what is buffered and ``-ERR err`` are written."""
+        if self.closed:
+            return
+        if no_reconnect:
+            self.no_reconnect = True
+        if err is not None:
+            self.out += cp.err_frame(err)
+        self.close_reason = reason
+        t = self.transport
+        if t is not None:
+            if self.out:
+                try:
+                    t.write(bytes(self.out))
+                except (OSError, RuntimeError) as e:
+                    self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
+                self.out.clear()
+            t.close()
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
+            if t is not None:
+                t.cancel()
+        remote = f" - Remote: {self.remote_name}" if self.remote_name and self.close_names_remote else ""
+        self.server.log.notice(f"{self.log_prefix()} - {self.role_word} connection closed: "
+                               f"{self.close_reason}{remote}")
+        self._closed()
+
+    def _closed(self) -> None:
+        """The role's part of the teardown (once, timers already cancelled): its state and its manager."""
 
     # ---- reading --------------------------------------------------------------------------------------
 

@@ -24,7 +24,6 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
-from rillet.server.listen import plain_ip
 from rillet.subjects.sublist import Sublist
 
 if TYPE_CHECKING:
@@ -66,6 +65,8 @@ class InAccount:
 class GatewayConn(ServerConn):
     kind = GATEWAY_KIND
     id_tag = "gid"
+    role_word = "Gateway"
+    close_names_remote = False
 
     def __init__(self, gw: "Gateway", cfg: "RemoteCfg | None" = None, url: Any = None) -> None:
         super().__init__(gw.server)
@@ -74,7 +75,6 @@ class GatewayConn(ServerConn):
         self.cfg = cfg
         self.url = url  # (host, port, user, password) dialled
         self.name = cfg.name if cfg is not None else ""  # the remote gateway (cluster) name
-        self.no_reconnect = False
         self.connected = False  # inbound: CONNECT received
         self.iom = False  # outbound: the remote switches every account to interest-only at once
         self.use_old_prefix = False
@@ -85,15 +85,9 @@ class GatewayConn(ServerConn):
     # ---- lifecycle ------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        self.transport = transport  # type: ignore[assignment]
-        transport.set_write_buffer_limits(high=GATEWAY_HIGH_WATER)  # type: ignore[attr-defined]
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.host, self.port = plain_ip(peer[0]), peer[1]
+        self._attach(transport, GATEWAY_HIGH_WATER)
         gw = self.gw
         srv = self.server
-        srv._cid += 1
-        self.cid = srv._cid
         if srv.shutting_down or not gw.running:
             self.close("Server Shutdown", no_reconnect=True)
             return
@@ -116,38 +110,7 @@ class GatewayConn(ServerConn):
     def _write_deadline(self) -> float:
         return self.gw.opts.write_deadline or self.server.opts.write_deadline
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed:
-            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
-            self._teardown()
-
-    def close(self, reason: str, err: str | None = None, no_reconnect: bool = False) -> None:
-        if self.closed:
-            return
-        if no_reconnect:
-            self.no_reconnect = True
-        if err is not None:
-            self.out += cp.err_frame(err)
-        self.close_reason = reason
-        t = self.transport
-        if t is not None:
-            if self.out:
-                try:
-                    t.write(bytes(self.out))
-                except (OSError, RuntimeError) as e:
-                    self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
-                self.out.clear()
-            t.close()
-        self._teardown()
-
-    def _teardown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
-            if t is not None:
-                t.cancel()
-        self.server.log.notice(f"{self.log_prefix()} - Gateway connection closed: {self.close_reason}")
+    def _closed(self) -> None:
         for acc, e in self.outsim.items():
             if e is not None:
                 for sub in e.subs.values():

@@ -48,7 +48,6 @@ from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub, RoutedAccount, origin_only
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
-from rillet.server.listen import plain_ip
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_matches_filter
 
@@ -110,6 +109,7 @@ class LeafConn(ServerConn):
 
     kind = LEAF_KIND
     id_tag = "lid"
+    role_word = "Leafnode"
 
     def __init__(self, mgr: "LeafNodes", remote: "RemoteState | None" = None) -> None:
         super().__init__(mgr.server)
@@ -139,13 +139,8 @@ class LeafConn(ServerConn):
     # ---- lifecycle ------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.host, self.port = plain_ip(peer[0]), peer[1]
+        self._attach(transport)
         srv = self.server
-        srv._cid += 1
-        self.cid = srv._cid
         mgr = self.mgr
         if srv.shutting_down or not mgr.running:
             self.close("Server Shutdown")
@@ -201,43 +196,13 @@ class LeafConn(ServerConn):
         if hold.lost is not None:
             self.connection_lost(hold.lost[0])
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed:
-            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
-            self._teardown()
-
     def dial_failed(self, exc: Exception | None) -> None:
         """The websocket upgrade did not complete (rillet.cluster.leaf_ws): try again later."""
         if not self.closed:
             self.closed = True
             self.mgr.conn_closed(self)
 
-    def close(self, reason: str, err: str | None = None) -> None:
-        if self.closed:
-            return
-        if err is not None:
-            self.out += cp.err_frame(err)
-        self.close_reason = reason
-        t = self.transport
-        if t is not None:
-            if self.out:
-                try:
-                    t.write(bytes(self.out))
-                except (OSError, RuntimeError) as e:
-                    self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
-                self.out.clear()
-            t.close()
-        self._teardown()
-
-    def _teardown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
-            if t is not None:
-                t.cancel()
-        remote = f" - Remote: {self.remote_name}" if self.remote_name else ""
-        self.server.log.notice(f"{self.log_prefix()} - Leafnode connection closed: {self.close_reason}{remote}")
+    def _closed(self) -> None:
         self._drop_remote_interest()
         self.mgr.conn_closed(self)
 

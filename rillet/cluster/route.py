@@ -17,7 +17,6 @@ from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import RemoteInterest
 from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
-from rillet.server.listen import plain_ip
 
 if TYPE_CHECKING:
     from rillet.cluster.cluster import Cluster
@@ -33,6 +32,7 @@ _CRLF = b"\r\n"
 class RouteConn(ServerConn):
     kind = ROUTER
     id_tag = "rid"
+    role_word = "Router"
 
     def __init__(self, cluster: "Cluster", url: Any = None, rtype: str = IMPLICIT, gossip_mode: int = 0,
                  account: str = "") -> None:
@@ -42,7 +42,6 @@ class RouteConn(ServerConn):
         self.url = url  # rillet.cluster.cluster.RouteURL of the peer (set from its INFO when accepted)
         self.rtype = rtype
         self.gossip_mode = gossip_mode
-        self.no_reconnect = False
         self.retry = False  # kept when a duplicate was closed: reconnect if this one goes too
         self.pool_idx = 0  # index of this connection in its server's route pool
         self.no_pool = False  # the peer does not pool: this connection carries every account
@@ -62,15 +61,9 @@ class RouteConn(ServerConn):
     # ---- lifecycle ------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        self.transport = transport  # type: ignore[assignment]
-        transport.set_write_buffer_limits(high=ROUTE_HIGH_WATER)  # type: ignore[attr-defined]
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.host, self.port = plain_ip(peer[0]), peer[1]
+        self._attach(transport, ROUTE_HIGH_WATER)
         cl = self.cluster
         srv = self.server
-        srv._cid += 1
-        self.cid = srv._cid
         if srv.shutting_down or not cl.accepting:
             self.close("Server Shutdown")
             return
@@ -108,39 +101,7 @@ class RouteConn(ServerConn):
         self.close("TLS Handshake Failure", no_reconnect=not self.solicited)
         return False
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed:
-            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
-            self._teardown()
-
-    def close(self, reason: str, err: str | None = None, no_reconnect: bool = False) -> None:
-        if self.closed:
-            return
-        if no_reconnect:
-            self.no_reconnect = True
-        if err is not None:
-            self.out += cp.err_frame(err)
-        self.close_reason = reason
-        t = self.transport
-        if t is not None:
-            if self.out:
-                try:
-                    t.write(bytes(self.out))
-                except (OSError, RuntimeError) as e:
-                    self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
-                self.out.clear()
-            t.close()
-        self._teardown()
-
-    def _teardown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
-            if t is not None:
-                t.cancel()
-        remote = f" - Remote: {self.remote_name}" if self.remote_name else ""
-        self.server.log.notice(f"{self.log_prefix()} - Router connection closed: {self.close_reason}{remote}")
+    def _closed(self) -> None:
         self._drop_remote_interest()
         self.cluster.unstall(self)
         self.cluster.route_closed(self)
