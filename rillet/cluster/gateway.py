@@ -35,8 +35,8 @@ What nats-server does (gateway.go), and so does this:
   subject (nats-server keeps that per client connection, Rillet per account).
 
 Differences from nats-server: no TLS on gateways (refused at load), the old ``$GR.`` reply prefix is
-dropped when received, gateways and leaf nodes on one server are refused at start, and gateway messages
-are not given to leaf nodes.
+dropped when received. With leaf nodes on the same server, the accounts are ``LeafGatewayAccount``
+(rillet.cluster.leaf): gateway messages go on to the leafs this server is hub for.
 """
 from __future__ import annotations
 
