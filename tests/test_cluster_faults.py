@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import contextlib
 import io
 import json
@@ -331,9 +332,15 @@ HOSTILE = {
 }
 
 
+_fake_ids = itertools.count(1)
+
+
 async def _exchange(port: int, data: bytes, timeout: float = 3.0) -> tuple[list[str], bool]:
     """Send ``data`` to a route port; the -ERR lines answered and whether the server closed the connection
     (read until it closes, or until the PONG answering a final PING)."""
+    # a fresh server id per connection: a peer that has not yet seen the previous fake route go would
+    # otherwise take this one for a duplicate route and close it (nats-server keeps the first)
+    data = data.replace(b'"NFAKEPEER"', b'"NFAKEPEER%d"' % next(_fake_ids))
     r, w = await asyncio.open_connection("127.0.0.1", port)
     try:
         await asyncio.wait_for(r.readline(), timeout)  # INFO
