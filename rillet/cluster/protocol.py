@@ -413,85 +413,52 @@ class ServerParser:
             return args[at + 1], tuple(args[at + 2:len(args) - tail])
         return None, tuple(args[at + 1:len(args) - tail])
 
+    def _msg_tail(self, args: list[bytes], base: int, hdr_op: bool, raw: bytes, fn: str):
+        """The part every message protocol shares after its ``base`` leading fields (origin, account,
+        subject): [reply | + reply q... | '|' q...] [hdr] size, checked in nats-server's order and words."""
+        na = len(args)
+        t = 2 if hdr_op else 1  # trailing size fields
+        if na < base + t:
+            raise _bad_args(f"{fn} Parse Error: '{_golist(args)}'")
+        if na == base + t:
+            reply, queues = None, NO_QUEUES
+        elif na == base + 1 + t:
+            reply, queues = args[base], NO_QUEUES
+        else:
+            reply, queues = self._reply_and_queues(args, base, t, fn)
+        size = _parse_size(args[-1])
+        if hdr_op:
+            hdr = _parse_size(args[-2])
+            if hdr < 0:
+                raise _bad_args(f"{fn} Bad or Missing Header Size: '{_gostr(raw)}'")
+        else:
+            hdr = -1
+        if size < 0:
+            raise _bad_args(f"{fn} Bad or Missing Size: '{_golist(args)}'")
+        if hdr > size:
+            raise _bad_args(f"{fn} Header Size larger then TotalSize: '{_gostr(raw)}'")
+        self._check_payload(size)
+        return reply, queues, hdr, size
+
     def _routed_msg_args(self, args: list[bytes], hdr_op: bool, raw: bytes):
         """RMSG/HMSG on a route or gateway: account subject [reply | + reply q... | '|' q...] [hdr] size."""
         if self.account is not None:
             args.insert(0, self.account)
         fn = _HARG_FUNCS[self.kind] if hdr_op else _ARG_FUNCS[self.kind]
-        na = len(args)
-        t = 2 if hdr_op else 1  # trailing size fields
-        if na < 2 + t:
-            raise _bad_args(f"{fn} Parse Error: '{_golist(args)}'")
-        if na == 2 + t:
-            reply, queues = None, NO_QUEUES
-        elif na == 3 + t:
-            reply, queues = args[2], NO_QUEUES
-        else:
-            reply, queues = self._reply_and_queues(args, 2, t, fn)
-        size = _parse_size(args[-1])
-        if hdr_op:
-            hdr = _parse_size(args[-2])
-            if hdr < 0:
-                raise _bad_args(f"{fn} Bad or Missing Header Size: '{_gostr(raw)}'")
-        else:
-            hdr = -1
-        if size < 0:
-            raise _bad_args(f"{fn} Bad or Missing Size: '{_golist(args)}'")
-        if hdr > size:
-            raise _bad_args(f"{fn} Header Size larger then TotalSize: '{_gostr(raw)}'")
-        self._check_payload(size)
+        reply, queues, hdr, size = self._msg_tail(args, 2, hdr_op, raw, fn)
         return args[0], args[1], reply, queues, hdr, size
 
     def _origin_msg_args(self, args: list[bytes], raw: bytes):
         """LMSG on a route: origin account subject [reply forms] hdr size (header sizes always present)."""
-        fn = "processRoutedOriginClusterMsgArgs"
         if self.account is not None and len(args) > 2:
             args.insert(1, self.account)
-        na = len(args)
-        if na < 5:
-            raise _bad_args(f"{fn} Parse Error: '{_golist(args)}'")
-        if na == 5:
-            reply, queues = None, NO_QUEUES
-        elif na == 6:
-            reply, queues = args[3], NO_QUEUES
-        else:
-            reply, queues = self._reply_and_queues(args, 3, 2, fn)
-        hdr = _parse_size(args[-2])
-        size = _parse_size(args[-1])
-        if hdr < 0:
-            raise _bad_args(f"{fn} Bad or Missing Header Size: '{_gostr(raw)}'")
-        if size < 0:
-            raise _bad_args(f"{fn} Bad or Missing Size: '{_golist(args)}'")
-        if hdr > size:
-            raise _bad_args(f"{fn} Header Size larger then TotalSize: '{_gostr(raw)}'")
-        self._check_payload(size)
+        reply, queues, hdr, size = self._msg_tail(args, 3, True, raw, "processRoutedOriginClusterMsgArgs")
         return args[0], args[1], args[2], reply, queues, hdr, size
 
     def _leaf_msg_args(self, args: list[bytes], hdr_op: bool, raw: bytes):
         """LMSG/HMSG on a leaf connection: subject [reply forms] [hdr] size."""
         fn = "processLeafHeaderMsgArgs" if hdr_op else "processLeafMsgArgs"
-        na = len(args)
-        t = 2 if hdr_op else 1
-        if na < 1 + t:
-            raise _bad_args(f"{fn} Parse Error: '{_golist(args)}'")
-        if na == 1 + t:
-            reply, queues = None, NO_QUEUES
-        elif na == 2 + t:
-            reply, queues = args[1], NO_QUEUES
-        else:
-            reply, queues = self._reply_and_queues(args, 1, t, fn)
-        size = _parse_size(args[-1])
-        if hdr_op:
-            hdr = _parse_size(args[-2])
-            if hdr < 0:
-                raise _bad_args(f"{fn} Bad or Missing Header Size: '{_gostr(raw)}'")
-        else:
-            hdr = -1
-        if size < 0:
-            raise _bad_args(f"{fn} Bad or Missing Size: '{_golist(args)}'")
-        if hdr > size:
-            raise _bad_args(f"{fn} Header Size larger then TotalSize: '{_gostr(raw)}'")
-        self._check_payload(size)
+        reply, queues, hdr, size = self._msg_tail(args, 1, hdr_op, raw, fn)
         return args[0], reply, queues, hdr, size
 
     def _check_payload(self, size: int) -> None:
