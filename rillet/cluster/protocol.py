@@ -55,7 +55,7 @@ size of routed and gateway messages, and neither does this parser unless given `
 from __future__ import annotations
 
 from rillet.protocol.parser import (AUTH_VIOLATION, MAX_CONTROL_LINE, MAX_PAYLOAD_VIOLATION, UNKNOWN_OP,
-                                    ProtocolError)
+                                    BufferedParser, ProtocolError)
 
 __all__ = [
     "ROUTE", "GATEWAY", "LEAF", "ServerParser", "ProtocolError", "NO_QUEUES", "CONTROL_LINE_FACTOR",
@@ -144,11 +144,11 @@ _HARG_FUNCS = {ROUTE: "processRoutedHeaderMsgArgs", GATEWAY: "processRoutedHeade
                LEAF: "processLeafHeaderMsgArgs"}
 
 
-class ServerParser:
+class ServerParser(BufferedParser):
     """The protocol parser of one route, gateway or leaf node connection (see the module docstring)."""
 
     __slots__ = ("handler", "kind", "account", "lnocu", "max_payload", "max_control_line", "awaiting_connect",
-                 "_index", "_ops", "_limit", "_partial", "_need", "_fast_head", "_fast_na")
+                 "_index", "_ops", "_limit", "_fast_head", "_fast_na")
 
     def __init__(self, handler, kind: str, *, max_control_line: int = 4096, max_payload: int | None = None,
                  account: bytes | None = None, lnocu: bool = True) -> None:
@@ -183,26 +183,6 @@ class ServerParser:
             raise ValueError("only a route can be pinned to an account")
         self.account = account or None
         self._configure()
-
-    def pending_bytes(self) -> int:
-        return len(self._partial) if self._partial is not None else 0
-
-    def feed(self, data: bytes) -> None:
-        partial = self._partial
-        if partial is not None:
-            partial += data
-            if self._need:
-                if len(partial) < self._need:
-                    return
-            elif data.find(b"\n") < 0:
-                self._check_incomplete(partial, 0, len(partial))
-                return
-            data = bytes(partial)
-            self._partial = None
-            self._need = 0
-        pos = self._parse(data)
-        if pos < len(data):
-            self._partial = bytearray(data[pos:])
 
     # ---- fast path ------------------------------------------------------------------------------------------
 

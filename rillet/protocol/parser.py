@@ -50,19 +50,11 @@ def _parse_size(b: bytes) -> int:
     return int(b)
 
 
-class ClientParser:
-    __slots__ = ("handler", "max_payload", "max_control_line", "awaiting_connect", "headers", "_partial", "_need")
-
-    def __init__(self, handler, max_payload: int = 1024 * 1024, max_control_line: int = 4096) -> None:
-        self.handler = handler
-        self.max_payload = max_payload
-        self.max_control_line = max_control_line
-        # While True, any operation other than CONNECT asks handler.proto_before_connect() first.
-        self.awaiting_connect = False
-        # False: HPUB closes the connection (a server connection sets this from CONNECT's "headers")
-        self.headers = True
-        self._partial: bytearray | None = None
-        self._need = 0  # >0: total bytes needed in _partial before parsing again; 0: waiting for a newline
+class BufferedParser:
+    """What the client parser and the inter-server parser (rillet.cluster.protocol) share: the bytes of an
+    operation cut by a read wait in ``_partial`` until the rest (``_need`` bytes, or a newline) arrives.
+    A subclass provides ``_parse(data) -> offset of the first unparsed byte`` and ``_check_incomplete``."""
+    __slots__ = ("_partial", "_need")
 
     def pending_bytes(self) -> int:
         return len(self._partial) if self._partial is not None else 0
@@ -83,6 +75,21 @@ class ClientParser:
         pos = self._parse(data)
         if pos < len(data):
             self._partial = bytearray(data[pos:])
+
+
+class ClientParser(BufferedParser):
+    __slots__ = ("handler", "max_payload", "max_control_line", "awaiting_connect", "headers")
+
+    def __init__(self, handler, max_payload: int = 1024 * 1024, max_control_line: int = 4096) -> None:
+        self.handler = handler
+        self.max_payload = max_payload
+        self.max_control_line = max_control_line
+        # While True, any operation other than CONNECT asks handler.proto_before_connect() first.
+        self.awaiting_connect = False
+        # False: HPUB closes the connection (a server connection sets this from CONNECT's "headers")
+        self.headers = True
+        self._partial: bytearray | None = None
+        self._need = 0  # >0: total bytes needed in _partial before parsing again; 0: waiting for a newline
 
     def resume(self, more: bytes = b"") -> None:
         """Parse what was left after a CONNECT that suspended parsing, followed by ``more``."""
