@@ -57,6 +57,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.interest import LocalInterest, frame_for
 from rillet.cluster.route import EXPLICIT, IMPLICIT, RouteConn
 from rillet.cluster.routed import RoutedAccount
+from rillet.server.listen import hostport, server_port_socket
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -100,10 +101,6 @@ def parse_route_url(text: str) -> RouteURL:
     if not parts.hostname or port is None:
         raise ValueError(f'error parsing route url ["{text}"]')
     return RouteURL(parts.hostname, port, unquote(parts.username or ""), unquote(parts.password or ""))
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _dynamic_name() -> str:
@@ -219,7 +216,6 @@ class Cluster:
     # ---- start, stop ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        from rillet.server.listen import listening_socket
         srv = self.server
         o = self.opts
         log = srv.log
@@ -229,19 +225,14 @@ class Cluster:
         log.notice(f"Cluster name is {self.name}")
         if self.dynamic:
             log.warn("Cluster name was dynamically generated, consider setting one")
-        try:
-            sock = await listening_socket(loop, host, port)
-            if self.tls_server is not None:
-                sock.listen(1024)
-                self._listener = _TLSRouteListener(self, sock)
-            else:
-                self._listener = await loop.create_server(lambda: RouteConn(self), sock=sock, backlog=1024)
-        except OSError as e:
-            # nats-server's fatal error, quoting Go's net error: listen tcp <addr>: bind: <reason>
-            raise OSError(e.errno, f"Error listening on router port: {o.port} - listen tcp {_hostport(host, port)}: "
-                                   f"bind: {(e.strerror or str(e)).lower()}") from e
+        sock = await server_port_socket(loop, "router", o.port, host, port)
+        if self.tls_server is not None:
+            sock.listen(1024)
+            self._listener = _TLSRouteListener(self, sock)
+        else:
+            self._listener = await loop.create_server(lambda: RouteConn(self), sock=sock, backlog=1024)
         self.addr = (host, self._listener.sockets[0].getsockname()[1])
-        log.notice(f"Listening for route connections on {_hostport(host, self.addr[1])}")
+        log.notice(f"Listening for route connections on {hostport(host, self.addr[1])}")
         self.own_urls = self._client_urls()
         self.running = True
         srv.on_shutdown.append(self.shutdown)
@@ -257,14 +248,14 @@ class Cluster:
         if o.client_advertise:
             from rillet.config.builder_base import split_host_port
             h, p = split_host_port(o.client_advertise)
-            return [_hostport(h, int(p) if p else port)]
+            return [hostport(h, int(p) if p else port)]
         host = o.host or "0.0.0.0"
         if host in ("0.0.0.0", "::", "[::]"):
             ips = global_unicast_ips()
             if not ips:
                 srv.log.error(f'Address "{host}" can not be resolved properly')
-            return [_hostport(ip, port) for ip in ips]
-        return [_hostport(host, port)]
+            return [hostport(ip, port) for ip in ips]
+        return [hostport(host, port)]
 
     async def shutdown(self) -> None:
         self.running = False
@@ -301,7 +292,7 @@ class Cluster:
             from rillet.config.builder_base import split_host_port
             h, p = split_host_port(o.advertise)
             info.host, info.port = h, int(p) if p else self.addr[1]
-            info.ip = f"nats-route://{_hostport(info.host, info.port)}/"
+            info.ip = f"nats-route://{hostport(info.host, info.port)}/"
         if not o.no_advertise and self.own_urls:
             info.connect_urls = list(self.own_urls)
         if srv.gateway is not None and srv.gateway.url:
@@ -402,7 +393,7 @@ class Cluster:
                 log.debug(f'Not attempting to connect to route "{url.redacted()}" for account "{account}", no '
                           f"longer a per-account route")
                 return
-            log.debug(f"Trying to connect to route on {_hostport(url.host, url.port)}")
+            log.debug(f"Trying to connect to route on {hostport(url.host, url.port)}")
             try:
                 if self.tls_client is None:
                     await asyncio.wait_for(srv.loop.create_connection(
@@ -416,7 +407,7 @@ class Cluster:
                 return
             except ssl.SSLError as e:
                 attempts += 1
-                log.error(f"{_hostport(url.host, url.port)} - TLS route handshake error: {e}")
+                log.error(f"{hostport(url.host, url.port)} - TLS route handshake error: {e}")
                 if rtype != EXPLICIT and (retries <= 0 or attempts > retries):
                     return
                 await asyncio.sleep(wait)
@@ -489,7 +480,7 @@ class Cluster:
         if rc.url is None:
             rc.url = RouteURL(info.host, info.port)
         if not info.ip:
-            info.ip = f"nats-route://{_hostport(rc.host, info.port)}/"
+            info.ip = f"nats-route://{hostport(rc.host, info.port)}/"
         rc.remote_ip_url = info.ip
         rc.connect_urls = list(info.connect_urls or ())
         rc.gateway_url = info.gateway_url
@@ -675,7 +666,7 @@ class Cluster:
                 return
         elif info.server_id in self.routes:
             return
-        if self._configured_hostport(info):
+        if self._configuredhostport(info):
             return
         try:
             url = parse_route_url(info.ip)
@@ -689,7 +680,7 @@ class Cluster:
             for a in self.pinned:
                 self.solicit(url, IMPLICIT, info.gossip_mode, first=True, account=a)
 
-    def _configured_hostport(self, info: ci.Info) -> bool:
+    def _configuredhostport(self, info: ci.Info) -> bool:
         keys = {(info.host.lower(), info.port)}
         if info.ip:
             try:
@@ -909,7 +900,7 @@ class Cluster:
 
     def varz(self) -> dict:
         """The live part of /varz "cluster": the URLs of the configured routes."""
-        return {"urls": [_hostport(*parse_route_url(r)[:2]) for r in self.opts.routes]}
+        return {"urls": [hostport(*parse_route_url(r)[:2]) for r in self.opts.routes]}
 
 
 def _upgrade(r: RouteConn, url: Any, rtype: str) -> None:
@@ -995,7 +986,7 @@ class _TLSRouteListener:
             await cl.server.loop.connect_accepted_socket(lambda: RouteConn(cl), conn, ssl=cl.tls_server,
                                                          ssl_handshake_timeout=cl.tls_timeout())
         except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
-            cl.server.log.error(f"{_hostport(str(peer[0]), peer[1])} - TLS route handshake error: "
+            cl.server.log.error(f"{hostport(str(peer[0]), peer[1])} - TLS route handshake error: "
                                 f"{e or type(e).__name__}")
             conn.close()
 
@@ -1012,7 +1003,7 @@ class _TLSRouteListener:
 
 
 def _dial_error(url: RouteURL, e: BaseException) -> str:
-    where = _hostport(url.host, url.port)
+    where = hostport(url.host, url.port)
     if isinstance(e, ConnectionRefusedError):
         return f"dial tcp {where}: connect: connection refused"
     if isinstance(e, asyncio.TimeoutError):

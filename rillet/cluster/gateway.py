@@ -53,6 +53,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
 from rillet.cluster.routed import RoutedAccount, origin_only
 from rillet.server.accounts import Account
+from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import Sublist, SublistResult
 
 if TYPE_CHECKING:
@@ -73,10 +74,6 @@ _GR = ci.GW_REPLY_PREFIX
 _GR_LEN = len(_GR)
 _HL = ci.GW_HASH_LEN
 _SUBJECT_OFFSET = _GR_LEN + 2 * _HL + 2
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def parse_gateway_url(text: str) -> tuple[str, int, str, str]:
@@ -106,7 +103,7 @@ class RemoteCfg:
                 h, p, user, pw = parse_gateway_url(u)
             except ValueError:
                 continue
-            self.urls.setdefault(_hostport(h, p), (h, p, user, pw))
+            self.urls.setdefault(hostport(h, p), (h, p, user, pw))
 
     def url_strings(self) -> list[str]:
         return list(self.urls)
@@ -169,7 +166,7 @@ class Gateway:
                         h, p, _, _ = parse_gateway_url(u)
                     except ValueError:
                         continue
-                    urls.append(_hostport(h, p))
+                    urls.append(hostport(h, p))
             else:
                 urls = []
             if urls:
@@ -181,21 +178,16 @@ class Gateway:
     # ---- start, stop ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        from rillet.server.listen import listening_socket
         srv = self.server
         o = self.opts
         log = srv.log
         host = o.host or "0.0.0.0"
         port = 0 if o.port == -1 else o.port
-        try:
-            sock = await listening_socket(srv.loop, host, port)
-            self._listener = await srv.loop.create_server(lambda: GatewayConn(self), sock=sock, backlog=1024)
-        except OSError as e:
-            raise OSError(e.errno, f"Error listening on gateway port: {o.port} - listen tcp "
-                                   f"{_hostport(host, port)}: bind: {(e.strerror or str(e)).lower()}") from e
+        sock = await server_port_socket(srv.loop, "gateway", o.port, host, port)
+        self._listener = await srv.loop.create_server(lambda: GatewayConn(self), sock=sock, backlog=1024)
         self.addr = (host, self._listener.sockets[0].getsockname()[1])
         log.notice(f"Gateway name is {self.name}")
-        log.notice(f"Listening for gateways connections on {_hostport(host, self.addr[1])}")
+        log.notice(f"Listening for gateways connections on {hostport(host, self.addr[1])}")
         self._make_info()
         if o.advertise:
             log.notice(f'Advertise address for gateway "{self.name}" is set to {self.url}')
@@ -227,7 +219,7 @@ class Gateway:
                 else:
                     srv.log.error(f'Could not find any non-local IP for gateway "{self.name}" with listen '
                                   f'specification "{info.host}"')
-        self.url = _hostport(info.host, info.port)
+        self.url = hostport(info.host, info.port)
         self.urls[self.url] = self.urls.get(self.url, 0) + 1
         info.gateway_url = self.url
         self.info = info
@@ -294,7 +286,7 @@ class Gateway:
             report = self._report(first, attempts)
             random.shuffle(urls)
             for h, p, user, pw in urls:
-                where = _hostport(h, p)
+                where = hostport(h, p)
                 text = f'Connecting to {kind} gateway "{cfg.name}" ({where}) at {where} (attempt {attempts})'
                 log.notice(text) if report else log.debug(text)
                 try:

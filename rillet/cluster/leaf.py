@@ -34,7 +34,6 @@ import json
 import secrets
 import ssl
 import sys
-import time
 from bisect import bisect_right
 from random import random
 from typing import TYPE_CHECKING, Any
@@ -48,6 +47,7 @@ from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub, RoutedAccount, origin_only
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
+from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_matches_filter
 
@@ -69,10 +69,6 @@ ERR_WRONG_PORT = "attempted to connect to leaf node port"
 AUTH_VIOLATION = "Authorization Violation"
 _CRLF = b"\r\n"
 _DENY_CACHE_MAX = 4096
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _Deny:
@@ -629,7 +625,6 @@ class LeafNodes:
     # ---- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        from rillet.server.listen import listening_socket
         srv = self.server
         o = self.opts
         self.running = True
@@ -637,14 +632,10 @@ class LeafNodes:
         if o.port:
             host = o.host or "0.0.0.0"
             port = 0 if o.port == -1 else o.port
-            try:
-                sock = await listening_socket(srv.loop, host, port)
-                self._listener = await srv.loop.create_server(lambda: LeafConn(self), sock=sock, backlog=1024)
-            except OSError as e:
-                raise OSError(e.errno, f"Error listening on leafnode port: {o.port} - listen tcp "
-                                       f"{_hostport(host, port)}: bind: {(e.strerror or str(e)).lower()}") from e
+            sock = await server_port_socket(srv.loop, "leafnode", o.port, host, port)
+            self._listener = await srv.loop.create_server(lambda: LeafConn(self), sock=sock, backlog=1024)
             self.addr = (host, self._listener.sockets[0].getsockname()[1])
-            srv.log.notice(f"Listening for leafnode connections on {_hostport(host, self.addr[1])}")
+            srv.log.notice(f"Listening for leafnode connections on {hostport(host, self.addr[1])}")
         for r in self.remotes:
             if not r.urls:
                 srv.log.debug("Empty remote leafnode definition, nothing to connect")
@@ -692,10 +683,10 @@ class LeafNodes:
                 if r.tls_ctx is None:
                     r.tls_ctx = client_tls_context(None)
                 tls_kw = {"ssl": r.tls_ctx, "server_hostname": host}
-            log.debug(f"Trying to connect as leafnode to remote server on {_hostport(host, port)}")
+            log.debug(f"Trying to connect as leafnode to remote server on {hostport(host, port)}")
             if ws:
                 from rillet.cluster.leaf_ws import WSDialer
-                factory: Any = lambda: WSDialer(LeafConn(self, r), _hostport(host, port),  # noqa: E731
+                factory: Any = lambda: WSDialer(LeafConn(self, r), hostport(host, port),  # noqa: E731
                                                 no_masking=r.opts.ws_no_masking)
             else:
                 factory = lambda: LeafConn(self, r)  # noqa: E731
@@ -708,8 +699,8 @@ class LeafNodes:
             except (OSError, asyncio.TimeoutError) as e:
                 r.attempts += 1
                 why = e.strerror if isinstance(e, OSError) and e.strerror else (str(e) or type(e).__name__)
-                text = (f"Error trying to connect as leafnode to remote server {_hostport(host, port)!r} "
-                        f"(attempt {r.attempts}): dial tcp {_hostport(host, port)}: {why.lower()}")
+                text = (f"Error trying to connect as leafnode to remote server {hostport(host, port)!r} "
+                        f"(attempt {r.attempts}): dial tcp {hostport(host, port)}: {why.lower()}")
                 if r.attempts == 1 or r.attempts % 3600 == 0:
                     log.error(text)
                 else:
@@ -802,7 +793,7 @@ class LeafNodes:
     def leafnode_urls(self) -> list[str]:
         """This hub's own leafnode URL: always announced (no_advertise only keeps nats-server from gossiping
         it to routes, which Rillet never does)."""
-        return [_hostport(*self.advertised())]
+        return [hostport(*self.advertised())]
 
     def _auth_required(self) -> bool:
         o = self.opts

@@ -76,6 +76,26 @@ async def listening_socket(loop: asyncio.AbstractEventLoop, host: str, port: int
     return _bound(family, addr, backlog, v6only=True if family == socket.AF_INET6 else None)
 
 
+def hostport(host: str, port: int) -> str:
+    """``host:port`` as Go's ``net.JoinHostPort`` writes it (an IPv6 address in brackets), as nats-server's
+    log lines and errors show addresses."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+async def server_port_socket(loop: asyncio.AbstractEventLoop, what: str, configured: int, host: str,
+                             port: int) -> socket.socket:
+    """The listening socket of a route, gateway or leafnode port (``what``: router, gateway, leafnode);
+    failing, nats-server's fatal error quoting Go's net error:
+    ``Error listening on <what> port: <configured> - listen tcp <addr>: bind: <reason>``."""
+    try:
+        return await listening_socket(loop, host, port)
+    except OSError as e:
+        raise OSError(e.errno, f"Error listening on {what} port: {configured} - listen tcp {hostport(host, port)}: "
+                               f"bind: {(e.strerror or str(e)).lower()}") from e
+
+
 def plain_ip(host: str) -> str:
     """A peer address as nats-server shows it: an IPv4 client of a dual-stack socket (``::ffff:1.2.3.4``)
     is ``1.2.3.4``."""

@@ -25,7 +25,7 @@ import rillet
 from rillet.server.accounts import GLOBAL_ACCOUNT, Account
 from rillet.server.auth import Authenticator
 from rillet.server.client import Client, InternalClient
-from rillet.server.listen import listening_socket
+from rillet.server.listen import hostport, listening_socket
 from rillet.server.logging import Logger
 from rillet.config.options import RANDOM_PORT, Options
 from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_server_context, pinned_error, \
@@ -238,8 +238,8 @@ class Server:
                     self._new_client, sock=lsock, backlog=1024, start_serving=False)
         except OSError as e:
             # nats-server quotes Go's net error: listen tcp <addr>: bind: <reason>
-            raise OSError(e.errno, f"Error listening on port: {_hostport(host, port)}, \"listen tcp "
-                                   f"{_hostport(host, port)}: bind: {(e.strerror or str(e)).lower()}\"") from e
+            raise OSError(e.errno, f"Error listening on port: {hostport(host, port)}, \"listen tcp "
+                                   f"{hostport(host, port)}: bind: {(e.strerror or str(e)).lower()}\"") from e
         try:
             if o.http_port or o.https_port:
                 from rillet.monitor import start_monitor
@@ -253,7 +253,7 @@ class Server:
             raise
         sock = self._listener.sockets[0]
         self.addr = (host, sock.getsockname()[1])
-        log.notice(f"Listening for client connections on {_hostport(host, self.addr[1])}")
+        log.notice(f"Listening for client connections on {hostport(host, self.addr[1])}")
         if o.tls is not None:
             tls_first_only = o.tls.handshake_first and o.tls.handshake_first_fallback <= 0
             log.notice("TLS required for client connections" if o.tls_required or tls_first_only
@@ -270,7 +270,7 @@ class Server:
         if host in ("0.0.0.0", "", "::"):
             host = "127.0.0.1"
         scheme = "tls" if self.opts.tls is not None and self.opts.tls_required else "nats"
-        return f"{scheme}://{_hostport(host, self.addr[1])}"
+        return f"{scheme}://{hostport(host, self.addr[1])}"
 
     @property
     def port(self) -> int:
@@ -284,13 +284,13 @@ class Server:
         if o.ports_file_dir:
             ports: dict[str, list[str]] = {"nats": [self.client_url]}
             if self.http_addr:
-                ports["monitoring"] = [f"http://{_hostport(*self.http_addr)}"]
+                ports["monitoring"] = [f"http://{hostport(*self.http_addr)}"]
             if self.https_addr:
-                ports["monitoring"] = ports.get("monitoring", []) + [f"https://{_hostport(*self.https_addr)}"]
+                ports["monitoring"] = ports.get("monitoring", []) + [f"https://{hostport(*self.https_addr)}"]
             if self.websocket_addr:
                 ws = o.websocket
                 scheme = "ws" if ws.no_tls or ws.tls is None else "wss"
-                ports["websocket"] = [f"{scheme}://{_hostport(*self.websocket_addr)}"]
+                ports["websocket"] = [f"{scheme}://{hostport(*self.websocket_addr)}"]
             exe = os.path.basename(sys.argv[0] or "rillet-server").replace(".py", "")
             path = os.path.join(o.ports_file_dir, f"{exe}_{os.getpid()}.ports")
             with open(path, "w") as f:
@@ -737,12 +737,6 @@ def _store_dir_problem(store_dir: str, e: OSError) -> str:
             return "storage directory is not writable"
         return f"could not create storage directory - mkdir {e.filename or store_dir}: {(e.strerror or '').lower()}"
     return e.strerror or str(e)
-
-
-def _hostport(host: str, port: int) -> str:
-    if ":" in host and not host.startswith("["):
-        return f"[{host}]:{port}"
-    return f"{host}:{port}"
 
 
 def _unlink(path: str) -> None:
