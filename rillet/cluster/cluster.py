@@ -912,7 +912,7 @@ def _upgrade(r: RouteConn, url: Any, rtype: str) -> None:
         r.rtype = EXPLICIT
 
 
-def route_tls_contexts(cfg: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+def route_tls_contexts(cfg: Any, where: str = "cluster") -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """The accepting and the dialling side's contexts for ``cluster { tls {} }`` (as nats-server: the peer's
     certificate is always required and verified, against ``ca_file`` or the system's roots)."""
     from rillet.config.tls_names import TLS_VERSIONS, check_curve, cipher_available, parse_min_version
@@ -930,7 +930,7 @@ def route_tls_contexts(cfg: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
         else:
             cli.load_default_certs(ssl.Purpose.SERVER_AUTH)
     except (OSError, ssl.SSLError) as e:
-        raise ValueError(f"cluster tls: {e}") from e
+        raise ValueError(f"{where} tls: {e}") from e
     if cfg.insecure:
         cli.check_hostname = False
         cli.verify_mode = ssl.CERT_NONE
