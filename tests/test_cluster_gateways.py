@@ -139,10 +139,8 @@ def test_gateway_options_refused_at_start(text, error):
     ("gateway { name: A, port: 1, authorization { users: [{user: a, password: b}] } }",
      "c.conf:1:28: Gateway authorization does not allow multiple users"),
     # what Rillet's gateways do not do is refused, never ignored
-    ("gateway { name: A, port: 1, tls { cert_file: x } }",
-     'c.conf:1:28: gateway "tls": TLS on gateway connections is not supported yet'),
-    ("gateway { name: A, port: 1, gateways: [{name: B, url: h:1, tls { cert_file: x }}] }",
-     'c.conf:1:59: gateway "tls": TLS on gateway connections is not supported yet'),
+    ("gateway { name: A, port: 1, tls { verify_and_map: true } }",
+     'c.conf:1:34: gateway "tls": verify_and_map (gateway authorization by certificate) is not supported yet'),
     ('gateway { name: A, port: 1, write_timeout: "close" }',
      'c.conf:1:28: gateway "write_timeout": write_timeout (write deadline policy) is not supported yet'),
 ])

@@ -10,12 +10,14 @@ per-message ``send_msg`` paths stay in the roles and append to ``out`` directly 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rillet.cluster import protocol as cp
 from rillet.protocol.parser import ProtocolError
-from rillet.server.listen import plain_ip
+from rillet.server.listen import hostport, plain_ip
 
 
 class ServerConn(asyncio.Protocol):
@@ -228,6 +230,42 @@ class ServerConn(asyncio.Protocol):
             self.server.flush_clients()
         self._ping_timer = self.server.loop.call_later(self._ping_interval(), self._ping_tick)
 
+    # ---- TLS ------------------------------------------------------------------------------------------
+
+    def tls_checked(self, typ: str, pins: list[str], no_reconnect: bool) -> bool:
+        """After a TLS handshake (done before connection_made): the peer's key must be one of ``pins`` when
+        any are given, as nats-server's pinned_certs. False: logged as nats-server does ("TLS <typ>
+        handshake error: certificate not pinned") and closed."""
+        from rillet.server.tls import pinned_error
+        t = self.transport
+        ssl_obj = t.get_extra_info("ssl_object") if t is not None else None
+        if ssl_obj is None:
+            return True
+        refused = pinned_error(ssl_obj, pins)
+        if refused is None:
+            self.server.log.debug(f"{self.log_prefix()} - TLS handshake complete")
+            c = ssl_obj.cipher()
+            self.server.log.debug(f"{self.log_prefix()} - TLS version {(ssl_obj.version() or '')[4:]}, "
+                                  f"cipher suite {c[0] if c else ''}")
+            return True
+        self.server.log.debug(f"{self.log_prefix()} - {refused[1]}")
+        self.server.log.error(f"{self.log_prefix()} - TLS {typ} handshake error: {refused[0]}")
+        self.close("TLS Handshake Failure", no_reconnect=no_reconnect)
+        return False
+
+    def tls_monitor_fields(self, d: dict) -> None:
+        """``tls_version`` and ``tls_cipher_suite`` of a TLS connection in its monitoring entry (as nats-server's
+        ConnInfo; the cipher under OpenSSL's name, which is IANA's for TLS 1.3)."""
+        t = self.transport
+        ssl_obj = t.get_extra_info("ssl_object") if t is not None else None
+        if ssl_obj is None:
+            return
+        v = ssl_obj.version() or ""
+        d["tls_version"] = v[4:] if v.startswith("TLSv") else v
+        c = ssl_obj.cipher()
+        if c:
+            d["tls_cipher_suite"] = c[0]
+
     # ---- logging --------------------------------------------------------------------------------------
 
     def log_prefix(self) -> str:
@@ -239,3 +277,80 @@ class ServerConn(asyncio.Protocol):
 
     def debug(self, msg: str) -> None:
         self.server.log.debug(f"{self.log_prefix()} - {msg}")
+
+
+def log_tls_failure(server: Any, peer: Any, typ: str, id_tag: str, role_word: str, err: BaseException) -> None:
+    """A TLS handshake that failed before a connection object existed, in nats-server's words: the error
+    ("TLS <typ> handshake error: ...") and the close ("<role> connection closed: TLS Handshake Failure"),
+    under a connection id of its own, as nats-server gives one to every accepted or dialled socket."""
+    server._cid += 1
+    where = f"{hostport(plain_ip(str(peer[0])), peer[1])} - {id_tag}:{server._cid}"
+    text = str(err) or ("TLS handshake timeout" if isinstance(err, asyncio.TimeoutError) else type(err).__name__)
+    server.log.error(f"{where} - TLS {typ} handshake error: {text}")
+    server.log.notice(f"{where} - {role_word} connection closed: TLS Handshake Failure")
+
+
+class TLSPortListener:
+    """A server-to-server port (gateways) whose connections may start with a TLS handshake, before any
+    protocol byte (nats-server's createGateway does the handshake first, then sends the INFO).
+    ``setup()`` is asked at each accept, so a reload that changes the TLS settings applies to the next
+    connections: (protocol factory, SSL context or None for plain TCP, handshake timeout). Duck-types the
+    parts of ``asyncio.Server`` the managers use (``sockets``, ``close``, ``wait_closed``)."""
+
+    def __init__(self, server: Any, sock: socket.socket, setup: Callable[[], tuple[Any, Any, float]],
+                 typ: str, id_tag: str, role_word: str) -> None:
+        self.server = server
+        self.sockets = [sock]
+        self._setup = setup
+        self._words = (typ, id_tag, role_word)
+        self._conns: set[asyncio.Task] = set()
+        self._done = asyncio.Event()
+        self._task = server.loop.create_task(self._accept_loop(sock))
+
+    async def _accept_loop(self, lsock: socket.socket) -> None:
+        loop = self.server.loop
+        try:
+            while True:
+                try:
+                    conn, _ = await loop.sock_accept(lsock)
+                except OSError as e:
+                    self.server.log.error(f"Temporary accept error: {e}")
+                    await asyncio.sleep(0.01)
+                    continue
+                conn.setblocking(False)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                t = loop.create_task(self._serve(conn))
+                self._conns.add(t)
+                t.add_done_callback(self._conns.discard)
+        finally:
+            self._done.set()
+
+    async def _serve(self, conn: socket.socket) -> None:
+        factory, ctx, timeout = self._setup()
+        if ctx is None:
+            try:
+                await self.server.loop.connect_accepted_socket(factory, conn)
+            except OSError as e:
+                self.server.log.debug(f"accepted {self._words[0]} connection lost at once: {e}")
+                conn.close()
+            return
+        try:
+            peer = conn.getpeername()
+        except OSError:
+            peer = ("?", 0)
+        try:
+            await self.server.loop.connect_accepted_socket(factory, conn, ssl=ctx, ssl_handshake_timeout=timeout)
+        except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
+            log_tls_failure(self.server, peer, *self._words, e)
+            conn.close()
+
+    def close(self) -> None:
+        self._task.cancel()
+        for t in list(self._conns):
+            t.cancel()
+        for s in self.sockets:
+            s.close()
+        self._done.set()
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()

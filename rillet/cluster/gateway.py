@@ -34,14 +34,23 @@ What nats-server does (gateway.go), and so does this:
   Subscribers see the original reply; a message published on it within 2 s goes back on the ``_GR_.``
   subject (nats-server keeps that per client connection, Rillet per account).
 
-Differences from nats-server: no TLS on gateways (refused at load), the old ``$GR.`` reply prefix is
-dropped when received. With leaf nodes on the same server, the accounts are ``LeafGatewayAccount``
+* TLS (``tls {}`` in the block, and in a remote for its outbound connections; the block's for implicit
+  gateways and remotes without their own): from the first byte, before the INFO, on both sides; the peer's
+  certificate is always required and verified (``ca_file``, else the system's roots), the host name checked
+  by the dialling side unless ``insecure`` (an IP URL is checked under a host name learnt from the remote's
+  other URLs, as nats-server's tlsName), the handshake limited by the tls ``timeout`` (a remote's, else the
+  block's), ``pinned_certs`` of the block checked on both sides.
+
+Differences from nats-server: the old ``$GR.`` reply prefix is dropped when received; a remote's own
+``pinned_certs`` are checked on its outbound connections too (nats-server ignores them). With leaf nodes on the same server, the accounts are ``LeafGatewayAccount``
 (rillet.cluster.leaf): gateway messages go on to the leafs this server is hub for.
 """
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import random
+import ssl
 import sys
 from time import monotonic
 from typing import TYPE_CHECKING, Any
@@ -50,6 +59,7 @@ from urllib.parse import unquote, urlsplit
 import rillet
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
+from rillet.cluster.conn import TLSPortListener, log_tls_failure
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
 from rillet.cluster.routed import RoutedAccount, origin_only
 from rillet.server.accounts import Account
@@ -76,6 +86,17 @@ _HL = ci.GW_HASH_LEN
 _SUBJECT_OFFSET = _GR_LEN + 2 * _HL + 2
 
 
+_HOSTNAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_gateway_url(text: str) -> tuple[str, int, str, str]:
     t = text.strip()
     if "://" not in t:
@@ -95,6 +116,7 @@ class RemoteCfg:
         self.hash = ci.gateway_hash(name)
         self.urls: dict[str, tuple[str, int, str, str]] = {}
         self.attempts = 0
+        self.tls_name = ""  # a host name among its URLs: the name checked when dialling one of its IPs over TLS
         self.add_urls(urls)
 
     def add_urls(self, urls: list[str] | None) -> None:
@@ -104,6 +126,8 @@ class RemoteCfg:
             except ValueError:
                 continue
             self.urls.setdefault(hostport(h, p), (h, p, user, pw))
+            if not self.tls_name and not _is_ip(h):
+                self.tls_name = h
 
     def url_strings(self) -> list[str]:
         return list(self.urls)
@@ -145,6 +169,9 @@ class Gateway:
         self.addr: tuple[str, int] = ("", 0)
         self._tasks: set[asyncio.Task] = set()
         self.account_class = GatewayAccount
+        # TLS contexts (accepting side, dialling side) per tls {} block in use: id -> (block, server, client)
+        self._tls: dict[int, tuple[Any, ssl.SSLContext, ssl.SSLContext]] = {}
+        self.check_tls(g)  # ValueError: refuse to start (a certificate or key that cannot be loaded)
 
     @property
     def opts(self) -> Any:
@@ -175,6 +202,57 @@ class Gateway:
     def ping_interval(self) -> float:
         return min(self.server.opts.ping_interval, MAX_PING_INTERVAL)
 
+    # ---- TLS ----------------------------------------------------------------------------------------------
+
+    def _contexts(self, tls: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+        from rillet.cluster.cluster import route_tls_contexts
+        e = self._tls.get(id(tls))
+        if e is None or e[0] is not tls:
+            try:
+                srv, cli = route_tls_contexts(tls, where="gateway")
+            except ValueError as err:  # (a certificate, key or CA file that cannot be loaded)
+                text = str(err)
+                text = text if text.startswith("gateway tls: ") else f"gateway tls: {text}"
+                if tls.source is not None:
+                    from rillet.config.errors import ConfigError
+                    raise ConfigError.at(tls.source, text) from err
+                raise ValueError(text) from err
+            e = self._tls[id(tls)] = (tls, srv, cli)
+        return e[1], e[2]
+
+    def check_tls(self, g: Any) -> None:
+        """Builds the contexts of every tls {} block of ``g`` (ValueError when one cannot be loaded)."""
+        for t in [g.tls] + [r.tls for r in g.gateways]:
+            if t is not None:
+                self._contexts(t)
+
+    def accept_setup(self) -> tuple[Any, ssl.SSLContext | None, float]:
+        """For the listener, at each accepted connection: the protocol, the TLS context (None: plain TCP) and
+        the handshake timeout, from the current options (a reload applies to the next connections)."""
+        tls = self.opts.tls
+        if tls is None:
+            return (lambda: GatewayConn(self)), None, 0.0
+        return (lambda: GatewayConn(self)), self._contexts(tls)[0], tls.timeout
+
+    def remote_tls(self, name: str) -> tuple[Any, float]:
+        """The tls {} block used to dial remote cluster ``name`` (its own when configured with one, else the
+        block's; None: plain TCP) and the handshake timeout (the remote's when written, else the block's)."""
+        o = self.opts
+        for r in o.gateways:
+            if r.name == name and r.tls is not None:
+                return r.tls, r.tls_timeout or (o.tls.timeout if o.tls is not None else r.tls.timeout)
+        return o.tls, (o.tls.timeout if o.tls is not None else 0.0)
+
+    def pins(self, c: GatewayConn) -> list[str]:
+        """The keys a gateway peer's certificate must have (pinned_certs), none pinned: []."""
+        o = self.opts
+        pins = list(o.tls.pinned_certs) if o.tls is not None else []
+        if c.outbound:
+            for r in o.gateways:
+                if r.name == c.name and r.tls is not None:
+                    pins += r.tls.pinned_certs
+        return pins
+
     # ---- start, stop ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -184,7 +262,8 @@ class Gateway:
         host = o.host or "0.0.0.0"
         port = 0 if o.port == -1 else o.port
         sock = await server_port_socket(srv.loop, "gateway", o.port, host, port)
-        self._listener = await srv.loop.create_server(lambda: GatewayConn(self), sock=sock, backlog=1024)
+        sock.listen(1024)
+        self._listener = TLSPortListener(srv, sock, self.accept_setup, "gateway", "gid", "Gateway")
         self.addr = (host, self._listener.sockets[0].getsockname()[1])
         log.notice(f"Gateway name is {self.name}")
         log.notice(f"Listening for gateways connections on {hostport(host, self.addr[1])}")
@@ -193,6 +272,9 @@ class Gateway:
             log.notice(f'Advertise address for gateway "{self.name}" is set to {self.url}')
         else:
             log.notice(f'Address for gateway "{self.name}" is {self.url}')
+        if (o.tls is not None and o.tls.insecure) or any(r.tls is not None and r.tls.insecure for r in o.gateways):
+            log.warn("TLS certificate chain and hostname of solicited gateways will not be verified. "
+                     "DO NOT USE IN PRODUCTION!")
         self.running = True
         srv.on_shutdown.append(self.shutdown)
         self._spawn(self._solicit_all())
@@ -205,7 +287,7 @@ class Gateway:
                        proto=GATEWAY_PROTO, go=f"python{sys.version_info[0]}.{sys.version_info[1]}",
                        headers=not srv.opts.no_header_support, auth_required=bool(o.username),
                        max_payload=srv.opts.max_payload, gateway=self.name, gateway_nrp=True,
-                       gateway_iom=self.force_iom)
+                       gateway_iom=self.force_iom, tls_required=o.tls is not None, tls_verify=o.tls is not None)
         if o.advertise:
             h, p = split_host_port(o.advertise)
             info.host, info.port = h, int(p) if p else self.addr[1]
@@ -289,12 +371,26 @@ class Gateway:
                 where = hostport(h, p)
                 text = f'Connecting to {kind} gateway "{cfg.name}" ({where}) at {where} (attempt {attempts})'
                 log.notice(text) if report else log.debug(text)
+                tls, timeout = self.remote_tls(cfg.name)
+                sni = ""
                 try:
                     if not p:
                         raise OSError(f"address {h}: missing port in address")
-                    await asyncio.wait_for(srv.loop.create_connection(
-                        lambda: GatewayConn(self, cfg, (h, p, user, pw)), h, p), DIAL_TIMEOUT)
+                    if tls is None:
+                        await asyncio.wait_for(srv.loop.create_connection(
+                            lambda: GatewayConn(self, cfg, (h, p, user, pw)), h, p), DIAL_TIMEOUT)
+                    else:
+                        sni = cfg.tls_name if cfg.tls_name and _is_ip(h) else h
+                        await asyncio.wait_for(srv.loop.create_connection(
+                            lambda: GatewayConn(self, cfg, (h, p, user, pw)), h, p, ssl=self._contexts(tls)[1],
+                            server_hostname=sni, ssl_handshake_timeout=timeout), DIAL_TIMEOUT + timeout)
                     return
+                except (ssl.SSLError, ConnectionAbortedError) as e:
+                    if tls is None:
+                        raise
+                    log_tls_failure(srv, (h, p), "gateway", "gid", "Gateway", e)
+                    if sni and sni == cfg.tls_name and getattr(e, "verify_code", 0) in _HOSTNAME_MISMATCH:
+                        cfg.tls_name = ""  # (nats-server forgets the name when the certificate does not have it)
                 except (OSError, asyncio.TimeoutError) as e:
                     err = "i/o timeout" if isinstance(e, asyncio.TimeoutError) else \
                         ("connect: connection refused" if isinstance(e, ConnectionRefusedError)
@@ -320,7 +416,8 @@ class Gateway:
     def connect_json(self, c: GatewayConn) -> bytes:
         user, pw = (c.url[2], c.url[3]) if c.url and c.url[2] else (self.opts.username, self.opts.password)
         return ci.encode_route_connect(ci.RouteConnect(
-            echo=False, verbose=False, pedantic=False, user=user, password=pw, tls_required=False,
+            echo=False, verbose=False, pedantic=False, user=user, password=pw,
+            tls_required=c.transport is not None and c.transport.get_extra_info("ssl_object") is not None,
             name=self.server.server_id, gateway=self.name))
 
     # ---- INFO ---------------------------------------------------------------------------------------------

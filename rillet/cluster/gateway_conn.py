@@ -97,10 +97,14 @@ class GatewayConn(ServerConn):
             assert self.cfg is not None
             self.cfg.attempts += 1
             log.notice(f'{self.log_prefix()} - Creating outbound gateway connection to "{self.name}"')
+            if not self.tls_checked("gateway", gw.pins(self), no_reconnect=False):
+                return
             # CONNECT and INFO go once the remote's INFO has arrived; until then only a stale check
             self._ping_timer = srv.loop.call_later(gw.ping_interval(), self._ping_tick)
         else:
             log.notice(f"{self.log_prefix()} - Processing inbound gateway connection")
+            if not self.tls_checked("gateway", gw.pins(self), no_reconnect=True):
+                return
             self.parser.awaiting_connect = True
             self._auth_timer = srv.loop.call_later(gw.opts.auth_timeout or 2.0, self._auth_timeout)
             self.out += gw.info_frame()
@@ -388,6 +392,7 @@ class GatewayConn(ServerConn):
         }
         if self.remote_id:
             conn["name"] = self.remote_id
+        self.tls_monitor_fields(conn)
         d["connection"] = conn
         if q.get("accs"):
             accs = self.accounts_info(q)

@@ -1,8 +1,11 @@
 """The ``gateway {}`` block of a config file: the gateways of a super-cluster (rillet.cluster.gateway).
 
 Keys, defaults and errors as nats-server's opts.go (parseGateway, parseGateways) and gateway.go
-(validateGatewayOptions). What Rillet's gateways do not do is refused with file:line:col and the reason,
-never parsed and ignored: ``tls`` (in the block or in a remote: gateways are plain TCP) and
+(validateGatewayOptions). ``tls {}`` in the block (the listener, and every outbound connection whose remote
+has no ``tls`` of its own) and in a remote (its outbound connections) as nats-server's getTLSConfig: the
+peer's certificate is always required and verified. What Rillet's gateways do not do is refused with
+file:line:col and the reason, never parsed and ignored: ``verify_and_map`` and
+``verify_cert_and_check_known_urls`` in a tls block (gateway authorization by certificate) and
 ``write_timeout`` (write deadline policy: a peer past the write deadline is always closed).
 
 The raw map stays in ``Options.gateway`` (what /varz and /gatewayz show of the configuration); the checked
@@ -26,6 +29,8 @@ ERR_NAME_HAS_SPACES = "gateway name cannot contain spaces"
 class RemoteGateway:
     name: str = ""
     urls: list[str] = field(default_factory=list)  # as written, with a scheme added when missing
+    tls: Any = None  # TLSConfig of the remote's tls {} (its outbound connections), else the block's
+    tls_timeout: float = 0.0  # the remote's tls timeout when written (else the block's, as nats-server)
 
 
 @dataclass
@@ -41,6 +46,8 @@ class GatewayOptions:
     connect_backoff: bool = False
     reject_unknown: bool = False
     write_deadline: float = 0.0  # seconds; 0: the server's write_deadline
+    tls: Any = None  # TLSConfig of the block's tls {}: the listener and the remotes without their own
+    tls_timeout: float = 0.0  # the block's tls timeout when written (nats-server's Gateway.TLSTimeout)
     gateways: list[RemoteGateway] = field(default_factory=list)
 
     @property
@@ -50,6 +57,16 @@ class GatewayOptions:
 
 def _refuse(f: Field, what: str) -> Any:
     return f.error(f'gateway "{f.key}": {what} is not supported yet')
+
+
+def _tls(b: Any, f: Field) -> Any:
+    """A gateway (or remote gateway) tls {} block; authorization by certificate is refused."""
+    t = b.parse_tls(f, client_side=False, where="gateway")
+    for e in f.entries():
+        if e.name in ("verify_and_map", "verify_cert_and_check_known_urls") and e.value is True:
+            raise e.error(f'gateway "tls": {e.name} (gateway authorization by certificate) is not supported yet')
+    t.source = f.pos
+    return t
 
 
 def check_gateway_url(text: str, f: Field) -> str:
@@ -101,7 +118,9 @@ def parse_gateway(b: Any, f: Field) -> None:
         g.auth_timeout = auth.get("timeout", 0.0)
 
     def tls(sub: Field) -> None:
-        raise _refuse(sub, "TLS on gateway connections")
+        g.tls = _tls(b, sub)
+        if isinstance(sub.value, dict) and any(k.lower() == "timeout" for k in sub.value):
+            g.tls_timeout = g.tls.timeout
 
     def write_timeout(sub: Field) -> None:
         raise _refuse(sub, "write_timeout (write deadline policy)")
@@ -132,8 +151,10 @@ def parse_gateway(b: Any, f: Field) -> None:
                     lst.append(check_gateway_url(u.as_str(), u))
                 r.urls = lst
 
-            def rtls(e: Field) -> None:
-                raise _refuse(e, "TLS on gateway connections")
+            def rtls(e: Field, r: RemoteGateway = r) -> None:
+                r.tls = _tls(b, e)
+                if isinstance(e.value, dict) and any(k.lower() == "timeout" for k in e.value):
+                    r.tls_timeout = r.tls.timeout
 
             b.each(item, {"name": rname, "url": url, "urls": urls, "tls": rtls}, "gateway.gateways")
             out.append(r)
