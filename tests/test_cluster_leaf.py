@@ -325,17 +325,15 @@ async def test_account_binding_users_and_authorization_account():
 
 
 async def test_client_users_authorize_leafs_without_a_leafnodes_authorization():
-    """No leafnodes authorization: the server's users authorize leafs and bind them to their account; a
-    user with permissions is refused (Rillet does not apply permissions to leaf connections)."""
-    accounts = ('accounts { A { users [ {user: a, password: a}, '
-                '{user: p, password: p, permissions: { publish: "x" }} ] } }')
+    """No leafnodes authorization: the server's users authorize leafs and bind them to their account (a
+    user with permissions: tests/test_cluster_leaf_auth.py)."""
+    accounts = 'accounts { A { users [ {user: a, password: a} ] } }'
     async with rillet(f'{accounts}\nleafnodes {{ listen: "127.0.0.1:-1" }}', "hub") as hub:
         p = hub_port(hub)
         async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://a:a@127.0.0.1:{p}" }} ] }}', "l1"):
             await _until(lambda: leaf_ready(hub), what="user a")
             assert [lc.acc_name for lc in hub.leafs.values()] == ["A"]
-        async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://p:p@127.0.0.1:{p}" }} ] }}', "l2") as l2:
-            await _until(lambda: 'leafnode user "p" has permissions' in hub._test_log.getvalue())
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://a:wrong@127.0.0.1:{p}" }} ] }}', "l2") as l2:
             await _until(lambda: "Authorization Violation" in l2._test_log.getvalue())
             assert not leaf_ready(l2)
 
@@ -419,7 +417,7 @@ async def test_remote_urls_order_and_discovered_urls():
                 await _until(lambda: leaf_ready(leaf), what="the second URL")
                 (r,) = leaf.leafnodes.remotes  # (the disabled remote is not dialled)
                 want = [f"nats://u:p@127.0.0.1:{dead}", f"nats://u:p@localhost:{hub_port(hub)}"]
-                assert r.urls == (want if ignore else want + ["nats://u:p@127.0.0.1:1"])
+                assert r.urls == (want if ignore else ["nats://u:p@127.0.0.1:1"] + want)
             await _until(lambda: not hub.leafs)
     conf = 'leafnodes { remotes [ { urls: ["nats://a:1", "nats://b:2", "nats://c:3", "nats://d:4"] } ] }'
     orders = set()
@@ -481,6 +479,32 @@ async def test_leaf_of_a_cluster_reaches_every_server():
             assert [m.data for m in on_b.msgs] == [b"leaf to b"]
             assert [m.data for m in on_leaf.msgs] == [b"b to leaf"]
             assert [m.data for m in on_a.msgs] == [b"b to leaf"]
+
+
+async def test_hub_cluster_gossips_its_leafnode_urls():
+    """The servers of a hub cluster tell each other their leafnode URL (route INFO ``leafnode_urls``) and
+    send the leafs they are hub for an async INFO with the cluster's list when a server comes or goes, as
+    nats-server; the leaf takes it as its URLs to reconnect to (unless ``ignore_discovered_servers``)."""
+    from rillet.config.leaf_section import LeafNodeOptions
+    from rillet.server.embed import run_cluster
+
+    def hostports(r) -> set[str]:
+        from urllib.parse import urlsplit
+        return {urlsplit(u).netloc for u in r.urls}
+    async with run_cluster(3, leaf=LeafNodeOptions(host="127.0.0.1", port=-1)) as (a, b, c):
+        own = {s: f"127.0.0.1:{hub_port(s)}" for s in (a, b, c)}
+        assert sorted(a.leafnodes.leafnode_urls()) == sorted(own.values())
+        conf = (f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(a)}" }}, '
+                f'{{ url: "nats://127.0.0.1:{hub_port(a)}", account: A, ignore_discovered_servers: true }} ] }}\n'
+                'accounts { A {} }')
+        async with rillet(conf, "leaf") as leaf:
+            await _until(lambda: leaf_ready(leaf, 2))
+            r, ri = leaf.leafnodes.remotes
+            await _until(lambda: hostports(r) == set(own.values()), what="the cluster's URLs")
+            assert hostports(ri) == {own[a]}
+            await b.shutdown()  # (b leaves the cluster: a's leafs hear of it)
+            await _until(lambda: hostports(r) == {own[a], own[c]}, what="an async INFO without b")
+            assert "Leafnode connection closed" not in leaf._test_log.getvalue()
 
 
 async def test_leaf_cluster_attached_to_two_hub_servers_gets_each_message_once():
@@ -1077,8 +1101,12 @@ def test_remote_names_and_learnt_urls():
     st = RemoteState(RemoteLeafOptions(urls=["nats://u:p@h:1"]), 1.0)
     st.next_url()
     assert st.learn(["h:1", "10.0.0.2:7422", "10.0.0.2:7422"]) == ["nats://u:p@10.0.0.2:7422"]
-    assert st.urls == ["nats://u:p@h:1", "nats://u:p@10.0.0.2:7422"]
+    # as nats-server: the discovered URLs, then the configured ones; the current one keeps its place
+    assert st.urls == ["nats://u:p@10.0.0.2:7422", "nats://u:p@h:1"] and st.index == 1
     assert [st.next_url().hostname for _ in range(3)] == ["10.0.0.2", "h", "10.0.0.2"]
+    # a later INFO's list replaces the discovered part (a server gone from the hub's cluster is dropped)
+    assert st.learn(["10.0.0.3:7422"]) == ["nats://u:p@10.0.0.3:7422"]
+    assert st.urls == ["nats://u:p@10.0.0.3:7422", "nats://u:p@h:1"] and st.index == -1
 
 
 # ==== configuration ===============================================================================================

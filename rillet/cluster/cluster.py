@@ -297,6 +297,8 @@ class Cluster:
             info.connect_urls = list(self.own_urls)
         if srv.gateway is not None and srv.gateway.url:
             info.gateway_url = srv.gateway.url  # (the servers of a cluster list each other's in gateway INFO)
+        if srv.leafnodes is not None and srv.leafnodes.route_url():
+            info.leafnode_urls = [srv.leafnodes.route_url()]  # (gossiped to the leafs of the cluster)
         if srv.ldm:
             info.ldm = True
         return info
@@ -556,6 +558,8 @@ class Cluster:
         if gw is not None:
             gw.add_cluster_url(rc.gateway_url)
             gw.route_added(rc)  # the gateways we have an outbound connection to
+        if self.server.leafnodes is not None:
+            self.server.leafnodes.route_added(rid, info.leafnode_urls)
         if len(self.routes) > 1:
             self._forward_gossip(rc, info)
         if not self.opts.no_advertise:
@@ -718,6 +722,8 @@ class Cluster:
         if gone:
             if srv.gateway is not None:
                 srv.gateway.remove_cluster_url(rc.gateway_url)
+            if srv.leafnodes is not None:
+                srv.leafnodes.route_gone(rc.remote_id)
             if rc.connect_urls and not self.opts.no_advertise and self._remove_urls(rc.connect_urls):
                 srv.broadcast_info()
         if rc.no_reconnect or not self.running or srv.shutting_down:

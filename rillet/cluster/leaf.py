@@ -72,22 +72,31 @@ _DENY_CACHE_MAX = 4096
 
 
 class _Deny:
-    """A list of deny patterns with a small cache of literal subjects checked against it."""
+    """What one direction of a leaf connection lets through: deny patterns, and an allow list (None: all
+    allowed) from a user's permissions, with a small cache of subjects checked against them. ``hit``: the
+    subject is not let through. A wildcard subject (interest to announce) passes an allow entry that covers
+    it or that it covers, as nats-server lets leafs announce broader interest and filters messages later;
+    permission entries with a queue group do not apply to leaf connections (nats-server checks subjects)."""
 
-    __slots__ = ("patterns", "_cache")
+    __slots__ = ("patterns", "allow", "_cache")
 
-    def __init__(self, patterns: list[str]) -> None:
+    def __init__(self, patterns: list[str], allow: list[str] | None = None) -> None:
         self.patterns = list(dict.fromkeys(patterns))
+        self.allow = allow
         self._cache: dict[bytes, bool] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.patterns)
+        return bool(self.patterns) or self.allow is not None
 
     def hit(self, subject: bytes) -> bool:
         v = self._cache.get(subject)
         if v is None:
             s = subject.decode("utf-8", "surrogateescape")
             v = any(subject_matches_filter(s, p) for p in self.patterns)
+            if not v and self.allow is not None:
+                wild = "*" in s or ">" in s
+                v = not any(subject_matches_filter(s, p) or (wild and subject_matches_filter(p, s))
+                            for p in self.allow)
             if len(self._cache) >= _DENY_CACHE_MAX:
                 self._cache.clear()
             self._cache[bytes(subject)] = v
@@ -95,8 +104,21 @@ class _Deny:
 
     def add(self, patterns) -> None:
         for p in patterns:
+            if " " in p:
+                continue  # (a queue-group entry)
             if p not in self.patterns:
                 self.patterns.append(p)
+        self._cache.clear()
+
+    def add_perm(self, perm: Any) -> None:
+        """A permission's allow (narrowing what is allowed already) and deny lists."""
+        if perm is None:
+            return
+        if perm.allow is not None:
+            allow = [p for p in perm.allow if " " not in p]
+            self.allow = allow if self.allow is None else [p for p in self.allow if p in allow]
+        if perm.deny:
+            self.add(perm.deny)
         self._cache.clear()
 
 
@@ -126,6 +148,14 @@ class LeafConn(ServerConn):
         self.tls = False
         self.deny_out = _Deny([])  # messages we do not send to the peer (and its literal interest we ignore)
         self.deny_in = _Deny([])  # messages from the peer we drop (and our interest we do not announce)
+        # hub side, a leaf user with permissions (nats-server reverses them on the hub): what the leaf may
+        # publish (its LMSG; else a violation closes it) and subscribe to (its LS+ on literal subjects)
+        self.user_pub: _Deny | None = None
+        self.user_sub: _Deny | None = None
+        self.perms_info: tuple | None = None  # (import, export) sent to the leaf in INFO
+        self.jwt_user: Any = None  # operator mode: the user JWT the leaf authenticated with
+        self.jwt_timer: asyncio.TimerHandle | None = None
+        self.msubs = -1  # most subscriptions the peer may announce (operator mode limits; -1: no limit)
         self.smap = LocalInterest()  # what we announced to the peer (account key unused: b"")
         self.remote_interest = RemoteInterest()
         self.rsubs: dict[tuple, RemoteSub] = {}
@@ -133,6 +163,12 @@ class LeafConn(ServerConn):
                                       max_payload=self.server.opts.max_payload)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
+
+    @property
+    def conn_type(self) -> str:
+        """The connection type a user JWT's allowed_connection_types names."""
+        t = self.transport
+        return "LEAFNODE_WS" if t is not None and t.get_extra_info("websocket") is not None else "LEAFNODE"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         self._attach(transport)
@@ -145,6 +181,11 @@ class LeafConn(ServerConn):
         log = srv.log
         if self.solicited:
             acc = self.remote.opts.account or "$G"
+            if mgr.bind_account(acc) is None:
+                # (operator mode: the account's JWT is not in the resolver yet; tried again after the delay)
+                log.error(f"Unable to lookup account {acc} for solicited leafnode connection: account missing")
+                self.close("Missing Account")
+                return
             log.notice(f"{self.log_prefix()} - Leafnode connection created for account: {acc}")
             # wait for the hub's INFO; then CONNECT
             self._auth_timer = srv.loop.call_later(self.remote.opts.first_info_timeout or FIRST_INFO_TIMEOUT * 2,
@@ -199,6 +240,9 @@ class LeafConn(ServerConn):
             self.mgr.conn_closed(self)
 
     def _closed(self) -> None:
+        if self.jwt_timer is not None:
+            self.jwt_timer.cancel()
+            self.jwt_timer = None
         self._drop_remote_interest()
         self.mgr.conn_closed(self)
 
@@ -271,10 +315,10 @@ class LeafConn(ServerConn):
     def _finish_solicited(self, info: ci.Info) -> None:
         if info.remote_account:
             self.remote_account = info.remote_account
-        if info.export is not None and info.export.deny:
-            self.deny_out.add(info.export.deny)
-        if info.import_ is not None and info.import_.deny:
-            self.deny_in.add(info.import_.deny)
+        # the permissions the hub applies to us, enforced here too (nats-server: export is what we may
+        # publish, import what we may subscribe to)
+        self.deny_out.add_perm(info.export)
+        self.deny_in.add_perm(info.import_)
         self.mgr.register(self)
 
     def proto_connect(self, arg: bytes) -> None:
@@ -316,7 +360,7 @@ class LeafConn(ServerConn):
                 return
         if co.is_hub:
             self.spoke = True  # the soliciting side is the hub: we take the spoke role
-        acc_name = self.mgr.authorize(co, raw if isinstance(raw, dict) else {}, self.nonce)
+        acc_name = self.mgr.authorize(self, co, raw if isinstance(raw, dict) else {})
         if acc_name is None:
             log.error(f"{self.log_prefix()} - authentication error")
             self.close("Authentication Failure", AUTH_VIOLATION)
@@ -334,11 +378,75 @@ class LeafConn(ServerConn):
         self.compression = co.compress_mode or "not supported"
         if co.deny_pub:
             self.deny_out.add(co.deny_pub)
-        self.account = self.server.lookup_account(acc_name)
+        self.account = self.mgr.bind_account(acc_name)
+        if self.account is None:
+            log.error(f"{self.log_prefix()} - Unable to lookup account {acc_name}: account missing")
+            self.close("Missing Account", AUTH_VIOLATION)
+            return
         self.acc_name = acc_name
+        if self.jwt_user is not None:
+            self._jwt_limits()
         # the INFO that tells the leaf the CONNECT was accepted (and the account it is bound to)
         self.out += cp.info_frame(self.mgr.hub_info(self, connect_info=True))
         self.mgr.register(self)
+
+    def apply_user_perms(self, perms: Any) -> None:
+        """A leaf user's permissions on the hub side, as nats-server applies them: the user's publish
+        permission is what the leaf may send us (and the interest we announce to it), its subscribe
+        permission what we send to the leaf (and the interest it may announce); the leaf learns both in the
+        INFO that accepts its CONNECT (``import``: subscribe, ``export``: publish) and enforces them too."""
+        if perms is None or (perms.publish is None and perms.subscribe is None):
+            return
+        if perms.publish is not None:
+            self.user_pub = _Deny([])
+            self.user_pub.add_perm(perms.publish)
+            self.deny_in.add_perm(perms.publish)
+        if perms.subscribe is not None:
+            self.user_sub = _Deny([])
+            self.user_sub.add_perm(perms.subscribe)
+            self.deny_out.add_perm(perms.subscribe)
+
+        def wire(p: Any) -> ci.SubjectPermission | None:
+            return None if p is None else ci.SubjectPermission(allow=p.allow, deny=p.deny or None)
+        self.perms_info = (wire(perms.subscribe), wire(perms.publish))
+
+    def _jwt_limits(self) -> None:
+        """Operator mode: the lowest of the user JWT's, the account's and the server's payload and
+        subscription limits (nats-server's applyAccountLimits for leafs), and the JWT's expiry."""
+        u = self.jwt_user
+        acc = self.account
+        o = self.server.opts
+
+        def lowest(*vals: int) -> int:
+            v = [x for x in vals if x is not None and x >= 0]
+            return min(v) if v else -1
+        mpay = lowest(u.payload, getattr(acc, "mpay", -1), o.max_payload or -1)
+        self.parser.max_payload = mpay if mpay >= 0 else None
+        self.msubs = lowest(u.subs, getattr(acc, "msubs", -1), o.max_subscriptions or -1)
+        import time as _time
+        exp = int(u.claims.get("exp") or 0)
+        delay = max(exp - _time.time(), 0.0) if exp else None
+        vf = getattr(u, "valid_for", 0.0)
+        if vf:
+            delay = vf if delay is None else min(delay, vf)
+        if delay is not None:
+            self.jwt_timer = self.server.loop.call_later(delay, self._jwt_expired)
+
+    def _jwt_expired(self) -> None:
+        self.jwt_timer = None
+        if not self.closed:
+            self.debug("User Authentication Expired")
+            self.close("Authentication Expired", "User Authentication Expired")
+            self.server.flush_clients()
+
+    def _perm_violation(self, pub: bool, subject: bytes) -> None:
+        """A leaf sent what its user's permissions do not allow: -ERR, logged, closed (nats-server's
+        leafPermViolation on a hub)."""
+        subj = subject.decode("utf-8", "replace")
+        action = "Publish" if pub else "Subscription"
+        self.server.log.error(f'{self.log_prefix()} - {action} Violation on "{subj}" - Check other side '
+                              "configuration")
+        self.close("Protocol Violation", f'Permissions Violation for {action} to "{subj}"')
 
     def proto_err(self, arg: bytes) -> None:
         text = arg.decode("utf-8", "replace").strip().strip("'")
@@ -347,6 +455,11 @@ class LeafConn(ServerConn):
             delay = self._set_delay(LOOP_DELAY)
             log.error(f"{self.log_prefix()} - "
                       f"{ci.leaf_loop_error(self.acc_name or self._acc_for_log(), int(delay))}")
+            self.close("Protocol Violation")
+            return
+        if text.startswith("Permissions Violation for"):
+            delay = self._set_delay(PERM_DELAY)
+            log.error(f"{self.log_prefix()} - Leafnode Error '{text}'")
             self.close("Protocol Violation")
             return
         if "connection rejected since minimum version required is" in text:
@@ -385,6 +498,16 @@ class LeafConn(ServerConn):
             return
         if subject.startswith(ci.LDS_PREFIX) and subject == self.mgr.lds_of(acc):
             self._loop_detected()
+            return
+        us = self.user_sub
+        if us is not None and not self.spoke and b"*" not in subject and b">" not in subject and \
+                not subject.startswith(ci.LDS_PREFIX) and not subject.startswith(b"_GR_.") and \
+                not subject.startswith(b"$GR.") and us.hit(subject):
+            self._perm_violation(False, subject)
+            return
+        if self.msubs >= 0 and len(self.rsubs) >= self.msubs and (subject, queue) not in self.rsubs:
+            self.server.log.error(f"{self.log_prefix()} - maximum subscriptions exceeded")
+            self.close("Maximum Subscriptions Exceeded", "maximum subscriptions exceeded")
             return
         if b"*" not in subject and b">" not in subject and not subject.startswith(ci.LDS_PREFIX) \
                 and self.deny_out and self.deny_out.hit(subject):
@@ -459,7 +582,7 @@ class LeafConn(ServerConn):
         if acc is None or not self.registered:
             self.close("Protocol Violation", AUTH_VIOLATION)
             return
-        if self.deny_in and self.deny_in.hit(subject):
+        if self.deny_in and self.deny_in.hit(subject) and not self._let_in(subject):
             return
         acc.deliver_leaf(self, subject, reply, queues, -1, payload)
 
@@ -471,9 +594,25 @@ class LeafConn(ServerConn):
         if acc is None or not self.registered:
             self.close("Protocol Violation", AUTH_VIOLATION)
             return
-        if self.deny_in and self.deny_in.hit(subject):
+        if self.deny_in and self.deny_in.hit(subject) and not self._let_in(subject):
             return
         acc.deliver_leaf(self, subject, reply, queues, hdr_len, msg)
+
+    def _let_in(self, subject: bytes) -> bool:
+        """A message ``deny_in`` refuses: with a leaf user's publish permission on the hub side, service
+        replies (``_R_.``) and JetStream acks pass anyway, and what the permission refuses is a violation
+        that closes the connection (nats-server's leafMsgAllowed); anything else is dropped."""
+        up = self.user_pub
+        if up is None or self.spoke:
+            return False
+        s = subject
+        if s.startswith(b"_GR_.") and s.count(b".") >= 3:
+            s = s.split(b".", 3)[3]  # (a gateway-routed reply: its subject)
+        if s.startswith(b"_R_.") or s.startswith(b"$JS.ACK."):
+            return True
+        if up.hit(s):
+            self._perm_violation(True, s)
+        return False
 
     # ---- writing --------------------------------------------------------------------------------------
 
@@ -560,6 +699,7 @@ class RemoteState:
         if not opts.no_randomize and len(self.urls) > 1:
             import random as _random
             _random.shuffle(self.urls)  # (as nats-server, unless no_randomize)
+        self.configured = list(self.urls)
         self.index = -1
         self.delay = 0.0  # a one-time delay set by a loop or a refusal (else the reconnect interval)
         self.reconnect = reconnect
@@ -568,27 +708,32 @@ class RemoteState:
         self.tls_ctx: ssl.SSLContext | None = None
 
     def learn(self, hostports: list[str]) -> list[str]:
-        """The hub's ``leafnode_urls``: URLs not known yet are added (with the current URL's credentials),
-        as nats-server does unless ``ignore_discovered_servers``. Returns the added ones."""
+        """The hub's ``leafnode_urls`` (its cluster's leafnode URLs, in its first and async INFOs): as
+        nats-server, unless ``ignore_discovered_servers``, the list received is taken as the current one:
+        the remote's URLs become those of them that are not configured (with the current URL's credentials),
+        then the configured ones. The connection in use keeps its place. Returns the URLs not known before."""
         if self.opts.ignore_discovered_servers or not hostports:
             return []
-        cur = urlsplit(self.urls[self.index])
-        known = {(urlsplit(u).hostname, urlsplit(u).port) for u in self.urls}
+        current = self.urls[self.index] if 0 <= self.index < len(self.urls) else None
+        cur = urlsplit(current or self.configured[0])
+        conf = {(urlsplit(u).hostname, urlsplit(u).port) for u in self.configured}
+        known = set(self.urls)
         cred = cur.netloc.rpartition("@")[0]
-        added = []
+        found: list[str] = []
+        seen: set = set()
         for hp in hostports:
             try:
                 p = urlsplit(f"nats://{hp}")
                 key = (p.hostname, p.port)
             except ValueError:
                 continue
-            if key in known or not p.hostname:
+            if key in conf or key in seen or not p.hostname:
                 continue
-            known.add(key)
-            u = f"{cur.scheme}://{cred + '@' if cred else ''}{hp}"
-            self.urls.append(u)
-            added.append(u)
-        return added
+            seen.add(key)
+            found.append(f"{cur.scheme}://{cred + '@' if cred else ''}{hp}")
+        self.urls = found + self.configured
+        self.index = self.urls.index(current) if current in self.urls else -1
+        return [u for u in found if u not in known]
 
     def next_url(self):
         self.index = (self.index + 1) % len(self.urls)
@@ -620,6 +765,8 @@ class LeafNodes:
         self._listener: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
         self._lds: dict[str, bytes] = {}
+        self.cluster_urls: dict[str, int] = {}  # leafnode URLs of the other servers of our cluster (counted)
+        self._route_urls: dict[str, str] = {}  # server id -> its leafnode URL
         self.test_delay = 0.0  # tests: replaces the 30 s delays after a loop or refusal
 
     # ---- lifecycle ------------------------------------------------------------------------------------
@@ -738,7 +885,7 @@ class LeafNodes:
                 co.password = unquote(u.password)
             else:
                 co.auth_token = co.user
-        lc.account = srv.lookup_account(acc)
+        lc.account = self.bind_account(acc)
         lc.acc_name = acc
         js_deny = list(JS_DENY)
         lc.deny_out.add(list(ro.deny_exports) + js_deny)
@@ -771,6 +918,10 @@ class LeafNodes:
         if connect_info:
             info.connect_info = True
             info.remote_account = lc.acc_name
+            if lc.perms_info is not None:
+                info.import_, info.export = lc.perms_info
+            if lc.acc_name and lc.acc_name == srv.opts.system_account:
+                info.acc_is_sys = True
         else:
             info.info_on_connect = True
         return ci.encode_info(info)
@@ -791,18 +942,85 @@ class LeafNodes:
         return host, port
 
     def leafnode_urls(self) -> list[str]:
-        """This hub's own leafnode URL: always announced (no_advertise only keeps nats-server from gossiping
-        it to routes, which Rillet never does)."""
-        return [hostport(*self.advertised())]
+        """The leafnode URLs of this hub's cluster: its own (always), then those its routes announced."""
+        own = hostport(*self.advertised())
+        return [own] + [u for u in self.cluster_urls if u != own]
+
+    def route_url(self) -> str:
+        """This server's leafnode URL for the INFO of its routes ("" without a leafnode port, or with
+        ``no_advertise``), as nats-server gossips it within a cluster."""
+        if not self.opts.port or self.opts.no_advertise or self.addr is None:
+            return ""
+        return hostport(*self.advertised())
+
+    def route_added(self, remote_id: str, urls: list[str] | None) -> None:
+        """A route to a new server of the cluster: its leafnode URL (route INFO ``leafnode_urls``, one at
+        most) is added, and the leafs we are hub for get an async INFO with the new list."""
+        if not urls or len(urls) != 1 or remote_id in self._route_urls:
+            return
+        u = urls[0]
+        self._route_urls[remote_id] = u
+        self.cluster_urls[u] = self.cluster_urls.get(u, 0) + 1
+        if self.cluster_urls[u] == 1:
+            self._send_async_info()
+
+    def route_gone(self, remote_id: str) -> None:
+        """The last route to a server closed: its leafnode URL is removed (not at shutdown)."""
+        u = self._route_urls.pop(remote_id, None)
+        if u is None or self.server.shutting_down:
+            return
+        n = self.cluster_urls.get(u, 0) - 1
+        if n > 0:
+            self.cluster_urls[u] = n
+            return
+        self.cluster_urls.pop(u, None)
+        self._send_async_info()
+
+    def _send_async_info(self) -> None:
+        """The leafnode INFO (no client id, no nonce) with the current ``leafnode_urls``, to the leafs we
+        accepted (nats-server sends it on every leaf connection; a soliciting side ignores it)."""
+        if not self.running:
+            return
+        srv = self.server
+        host, port = self.advertised()
+        info = ci.Info(server_id=srv.server_id, server_name=srv.name, version=rillet.SERVER_VERSION,
+                       proto=ci.SERVER_PROTO, go=f"python{sys.version_info[0]}.{sys.version_info[1]}",
+                       host=host, port=port, headers=not srv.opts.no_header_support,
+                       auth_required=self._auth_required(), max_payload=srv.opts.max_payload,
+                       jetstream=srv.jetstream is not None, domain=self._domain(),
+                       leafnode_urls=self.leafnode_urls(), info_on_connect=True)
+        if srv.cluster is not None:
+            info.cluster = srv.cluster.name
+        frame = cp.info_frame(ci.encode_info(info))
+        for lc in list(self.conns):
+            if lc.registered and not lc.solicited and not lc.closed:
+                lc.send(frame)
+        srv.schedule_flush()
 
     def _auth_required(self) -> bool:
         o = self.opts
         return bool(o.username or o.nkey or o.users or self.server.authenticator.required)
 
-    def authorize(self, co: ci.LeafConnect, raw: dict, nonce: bytes) -> str | None:
+    def bind_account(self, name: str) -> Any:
+        """The local account a leaf connection binds to ("" or "$G": the global account); in operator mode
+        an account public key is loaded from the resolver (None when it has no valid JWT)."""
+        srv = self.server
+        if not name or name == "$G":
+            return srv.global_account
+        op = srv.operator
+        if op is not None:
+            from rillet import jwt
+            if jwt.is_public_key(name, "A"):
+                return op.lookup_account(name)
+        return srv.lookup_account(name)
+
+    def authorize(self, lc: LeafConn, co: ci.LeafConnect, raw: dict) -> str | None:
         """The account a leaf CONNECT binds to, or None when refused (nats-server's isLeafNodeAuthorized:
-        the leafnodes authorization when it has users, else the server's client authorization)."""
+        the leafnodes authorization when it has users, else the server's client authorization: in
+        operator mode a user JWT signed by a trusted account, with the nonce signed by its key). A user's
+        permissions are applied to ``lc``; in operator mode ``lc.jwt_user`` is set (limits, expiry)."""
         o = self.opts
+        nonce = lc.nonce
         if o.username:
             if co.user != o.username or not compare_secret(o.password, co.password):
                 return None
@@ -819,17 +1037,26 @@ class LeafNodes:
                         return None
                     return u.account or "$G"
             return None
-        res = self.server.authenticator.authenticate(raw, nonce, "LEAFNODE")
+        srv = self.server
+        if srv.operator is not None:
+            u = srv.operator.authenticate(lc, raw)
+            if u is None:
+                return None
+            info = srv.operator.infos.get(u.account)
+            if info is not None and info.ext_auth is not None:
+                # (an account whose users an auth callout admits: not done for leaf connections)
+                srv.log.error(f"{lc.log_prefix()} - account {u.account} delegates authentication to an auth "
+                              "callout, which Rillet does not do for leaf connections: refused")
+                return None
+            lc.jwt_user = u
+            lc.apply_user_perms(u.permissions)
+            return u.account
+        res = srv.authenticator.authenticate(raw, nonce, "LEAFNODE")
         if res is False or res is None:
             return None
         if res is True:
             return o.account or "$G"
-        if getattr(res, "permissions", None) is not None:
-            # nats-server would apply the user's permissions to the leaf connection (and send them to the
-            # leaf in INFO); Rillet does not, so it refuses rather than let the leaf past them
-            self.server.log.error(f'leafnode user "{getattr(res, "username", "")}" has permissions, which '
-                                  "Rillet does not apply to leaf connections yet: connection refused")
-            return None
+        lc.apply_user_perms(getattr(res, "permissions", None))
         return getattr(res, "account", "") or "$G"
 
     # ---- registration and interest --------------------------------------------------------------------

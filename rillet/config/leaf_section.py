@@ -391,7 +391,18 @@ def validate_leafnodes(o: Any) -> None:
     if ln is None:
         return
     if o.trusted_operators or o.trusted_keys:
-        raise ValueError("Rillet does not support leaf nodes in operator mode yet")
+        # operator mode: accounts are public account keys, resolved from the resolver when a leaf connects
+        from rillet import jwt
+        if ln.users:
+            raise ValueError("operator mode does not allow specifying users in leafnode config")
+        for r in ln.remotes:
+            if not jwt.is_public_key(r.account, "A"):
+                raise ValueError("operator mode requires account nkeys in remotes. Please add an `account` key to "
+                                 "each remote in your `leafnodes` section, to assign it to an account. Each account "
+                                 "value should be a 56 character public key, starting with the letter 'A'")
+        if ln.port and ln.account and not jwt.is_public_key(ln.account, "A"):
+            raise ValueError("operator mode and non account nkeys are incompatible")
+        return
     names = {"$G", ""} | set(getattr(o, "accounts", {}) or {})
     if not o.system_account and not o.no_system_account:
         names.add("$SYS")

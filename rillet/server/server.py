@@ -204,10 +204,11 @@ class Server:
             raise
         if self.gateway is not None:
             await self.gateway.start()  # the gateway port; configured gateways dialled after a delay
+        if self.leafnodes is not None:
+            # (before the routes, as nats-server: their INFO carries this server's leafnode URL)
+            await self.leafnodes.start()  # the leafnode port, and the remotes dialled
         if self.cluster is not None:
             await self.cluster.start()  # the route port, and the configured routes dialled
-        if self.leafnodes is not None:
-            await self.leafnodes.start()  # the leafnode port, and the remotes dialled
         if self.operator is not None:
             self.sysacc.on_claims_update = self.operator.resolver.on_account_update
         self.sysacc.start()
