@@ -212,3 +212,221 @@ async def test_leaf_user_permissions_with_go():
 def free_port_() -> int:
     from helpers import free_port
     return free_port()
+
+
+# ==== operator mode ===============================================================================================
+
+def _operator(tmp_path, user_fields: dict | None = None):
+    """An operator with the hub's account A (users u and, for clients, c) and the leaf's account L."""
+    op = Operator()
+    lim = {"subs": -1, "conn": -1, "payload": -1, "data": -1, "imports": -1, "exports": -1, "wildcards": True,
+           "leaf": -1}
+    akp, apub, _ = op.account("A", limits=lim)
+    lkp, lpub, _ = op.account("L", limits=lim)
+    ukp, utoken = Operator.user(akp, "u", **(user_fields or {}))
+    ckp, ctoken = Operator.user(akp, "c")
+    lckp, lctoken = Operator.user(lkp, "lc")
+    return op, {"A": apub, "L": lpub, "akp": akp, "lkp": lkp, "leaf": creds(tmp_path, ukp, utoken, "leaf"),
+                "hub_client": creds(tmp_path, ckp, ctoken, "c"), "leaf_client": creds(tmp_path, lckp, lctoken, "lc"),
+                "ukp": ukp, "utoken": utoken}
+
+
+@pytest.mark.parametrize("resolver", ["memory", "full"])
+async def test_operator_mode_rillet_leaf_to_rillet_hub(tmp_path, resolver):
+    """Both in operator mode: the leaf's remote binds its local account L (a public key, from its
+    resolver) and authenticates with a credentials file; the hub checks the user JWT against its trusted
+    operator and resolver (memory or full directory) and binds the connection to the JWT's account."""
+    op, k = _operator(tmp_path)
+    res = "resolver: MEMORY" if resolver == "memory" else \
+        f'resolver: {{ type: full, dir: "{tmp_path / "jwt"}" }}'
+    async with rillet(op_conf(op, res) + 'leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub:
+        conf = (op_conf(op) + f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}", '
+                f'account: {k["L"]}, credentials: "{k["leaf"]}" }} ] }}')
+        async with rillet(conf, "leaf") as leaf:
+            await _until(lambda: leaf_ready(hub) and leaf_ready(leaf), what="the leaf connection")
+            (lc,) = hub.leafs.values()
+            assert lc.acc_name == k["A"] and lc.jwt_user is not None
+            assert [c.acc_name for c in leaf.leafs.values()] == [k["L"]]
+            await _both_ways_creds(hub.client_url, k["hub_client"], leaf.client_url, k["leaf_client"])
+
+
+async def _both_ways_creds(hub_url: str, hub_creds: str, leaf_url: str, leaf_creds: str) -> None:
+    async with clients(hub_url, user_credentials=hub_creds) as (nh,), \
+            clients(leaf_url, user_credentials=leaf_creds) as (nl,):
+        on_hub, on_leaf = Inbox(), Inbox()
+        await nh.subscribe("to.hub", cb=on_hub.cb)
+        await nl.subscribe("to.leaf", cb=on_leaf.cb)
+        await nh.flush()
+        await nl.flush()
+        for _ in range(100):
+            await nl.publish("to.hub", b"up")
+            await nh.publish("to.leaf", b"down")
+            await nh.flush()
+            await nl.flush()
+            await asyncio.sleep(0.05)
+            if on_hub.msgs and on_leaf.msgs:
+                break
+        n_h, n_l = len(on_hub.msgs), len(on_leaf.msgs)
+        assert n_h and n_l, "no message crossed the leaf connection"
+        for i in range(10):
+            await nl.publish("to.hub", b"%d" % i)
+            await nh.publish("to.leaf", b"%d" % i)
+        await _until(lambda: len(on_hub.msgs) == n_h + 10 and len(on_leaf.msgs) == n_l + 10)
+        await asyncio.sleep(0.1)
+        assert [m.data for m in on_hub.msgs[n_h:]] == [b"%d" % i for i in range(10)]
+        assert [m.data for m in on_leaf.msgs[n_l:]] == [b"%d" % i for i in range(10)]
+
+
+async def _refusal(port: int, kp, token: str) -> bytes:
+    f = await RawLeaf.open(port, "bad", kp=kp, token=token)
+    try:
+        buf = await f.until(b"-ERR")
+        assert await f.closed()
+        return buf[buf.index(b"-ERR"):].split(b"\r\n")[0]
+    finally:
+        f.close()
+
+
+async def test_operator_mode_refuses_bad_expired_and_revoked_credentials(tmp_path):
+    """A user JWT signed by an unknown account, expired, revoked by its account, without a valid nonce
+    signature or not allowed on leaf connections is refused with nats-server's 'Authorization Violation'
+    (compared with a Go hub of the same operator); a JWT that expires while connected closes the
+    connection with 'User Authentication Expired'; the hub and its other clients keep working."""
+    op, k = _operator(tmp_path)
+    stranger = J.new_keypair("A")
+    bad = {
+        "unknown account": Operator.user(stranger, "x"),
+        "expired": Operator.user(k["akp"], "x", exp=int(time.time()) - 10),
+        "not for leafs": Operator.user(k["akp"], "x", allowed_connection_types=["STANDARD"]),
+    }
+    rkp, rtoken = Operator.user(k["akp"], "revoked")
+    apub = k["A"]
+    op.account("A", kp=k["akp"], revocations={J.public_key(rkp): int(time.time()) + 5},
+               limits={"conn": -1, "subs": -1, "payload": -1, "leaf": -1})
+    bad["revoked"] = (rkp, rtoken)
+    other = J.new_keypair("U")
+    bad["wrong signature"] = (other, k["utoken"])
+    zkp, _, _ = op.account("Z")  # (its JWT limits leave "leaf" out: no leaf connection, as nats-server)
+    bad["no leafs in the account"] = Operator.user(zkp, "z")
+    answers: dict[str, dict[str, bytes]] = {}
+    async with rillet(op_conf(op) + 'leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub, \
+            clients(hub.client_url, user_credentials=k["hub_client"]) as (nh,):
+        answers["rillet"] = {what: await _refusal(hub_port(hub), kp, tok) for what, (kp, tok) in bad.items()}
+        assert not hub.leafs
+        assert (await nh.request("$SYS.REQ.USER.INFO", b"", timeout=2)).data  # the hub still serves
+        # a user JWT valid for one more second: connected, then closed at its expiry
+        ekp, etoken = Operator.user(k["akp"], "soon", exp=int(time.time()) + 2)
+        f = await RawLeaf.open(hub_port(hub), "soon", kp=ekp, token=etoken)
+        await f.until(b"PONG")
+        assert leaf_ready(hub)
+        await f.until(b"-ERR 'User Authentication Expired'", timeout=4)
+        assert await f.closed()
+        f.close()
+        assert apub in hub.accounts
+    if GO_SERVER is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            lport = free_port_()
+            go, _, _ = _go(op_conf(op) + f'leafnodes {{ listen: "127.0.0.1:{lport}" }}', tmp)
+            with go:
+                go.wait_ready()
+                answers["go"] = {what: await _refusal(lport, kp, tok) for what, (kp, tok) in bad.items()}
+        assert answers["rillet"] == answers["go"]
+    assert answers["rillet"].pop("no leafs in the account") == b"-ERR 'maximum account active connections exceeded'"
+    assert set(answers["rillet"].values()) == {b"-ERR 'Authorization Violation'"}
+
+
+@needs_go
+async def test_operator_mode_with_go(tmp_path):
+    """A Rillet leaf (operator mode, credentials) of a Go operator-mode hub, and a Go leaf (credentials)
+    of a Rillet operator-mode hub: bound to the JWT's account, with messages both ways; the user JWT's
+    permissions travel in the INFO and are enforced by the Rillet leaf."""
+    op, k = _operator(tmp_path, {"pub": {"allow": ["to.hub", "up.>"]}, "sub": {"allow": ["to.leaf", "down.>"]}})
+    with tempfile.TemporaryDirectory() as tmp:
+        lport = free_port_()
+        go, port, http = _go(op_conf(op) + f'leafnodes {{ listen: "127.0.0.1:{lport}" }}', tmp)
+        with go:
+            go.wait_ready()
+            conf = (op_conf(op) + f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{lport}", '
+                    f'account: {k["L"]}, credentials: "{k["leaf"]}" }} ] }}')
+            async with rillet(conf, "leaf") as leaf:
+                try:
+                    await _until(lambda: leaf_ready(leaf), what="connected to the Go hub")
+                except AssertionError:
+                    print(leaf._test_log.getvalue()[-3000:], go.output[-3000:])
+                    raise
+                (lc,) = leaf.leafs.values()
+                assert lc.remote_account == k["A"]
+                assert lc.deny_out.allow == ["to.hub", "up.>"] and lc.deny_in.allow == ["to.leaf", "down.>"]
+                await _both_ways_creds(f"nats://127.0.0.1:{port}", k["hub_client"], leaf.client_url,
+                                       k["leaf_client"])
+        async with rillet(op_conf(op) + 'leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub:
+            go, port, _ = _go(f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}", '
+                              f'credentials: "{k["leaf"]}" }} ] }}', tmp)
+            with go:
+                go.wait_ready()
+                await _until(lambda: leaf_ready(hub), what="the Go leaf")
+                (lc,) = hub.leafs.values()
+                assert lc.acc_name == k["A"]
+                async with clients(hub.client_url, user_credentials=k["hub_client"]) as (nh,), \
+                        clients(f"nats://127.0.0.1:{port}") as (nl,):
+                    on_hub, on_leaf = Inbox(), Inbox()
+                    await nh.subscribe("to.hub", cb=on_hub.cb)
+                    await nl.subscribe("to.leaf", cb=on_leaf.cb)
+                    await nh.flush()
+                    await nl.flush()
+                    for _ in range(100):
+                        await nl.publish("to.hub", b"up")
+                        await nh.publish("to.leaf", b"down")
+                        await nl.publish("elsewhere", b"x")  # outside the user's publish permission
+                        await nh.flush()
+                        await nl.flush()
+                        await asyncio.sleep(0.05)
+                        if on_hub.msgs and on_leaf.msgs:
+                            break
+                    assert on_hub.msgs and on_leaf.msgs
+                assert not lc.closed and "Violation" not in hub._test_log.getvalue()
+
+
+def test_operator_mode_leafnodes_config_checks(tmp_path):
+    """nats-server's operator-mode checks of the leafnodes block, at start."""
+    from rillet.config.options_builder import load_string
+    from rillet.server.server import Server
+    from rillet.server.logging import Logger
+    import io
+    op, k = _operator(tmp_path)
+    for block, err in [
+        ('leafnodes { remotes [ { url: "nats://127.0.0.1:1" } ] }', "operator mode requires account nkeys in remotes"),
+        ('leafnodes { listen: "127.0.0.1:-1", authorization { user: a, password: b, account: X } }',
+         "operator mode and non account nkeys are incompatible"),
+        ('leafnodes { listen: "127.0.0.1:-1", authorization { users [ { user: a, password: b } ] } }',
+         "operator mode does not allow specifying users in leafnode config"),
+    ]:
+        o = load_string("listen: 127.0.0.1:-1\n" + op_conf(op) + block, "x.conf")
+        with pytest.raises(ValueError, match=err):
+            Server(o, Logger(out=io.StringIO()))
+
+
+async def test_operator_mode_revocation_closes_a_connected_leaf(tmp_path):
+    """An account JWT update that revokes the leaf's user closes the leaf connection with 'User
+    Authentication Revoked' (as nats-server does for clients and leafs); the leaf's next attempt is
+    refused, and the hub's clients are untouched."""
+    op, k = _operator(tmp_path)
+    async with rillet(op_conf(op) + 'leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub, \
+            clients(hub.client_url, user_credentials=k["hub_client"]) as (nh,):
+        f = await RawLeaf.open(hub_port(hub), "victim", kp=k["ukp"], token=k["utoken"])
+        await f.until(b"PONG")
+        assert leaf_ready(hub)
+        skp = op.sys[0]
+        sys_creds = creds(tmp_path, *Operator.user(skp, "sys"), name="sys")
+        _, _, tok = op.account("A", kp=k["akp"], iat=int(time.time()) + 1,
+                               revocations={J.public_key(k["ukp"]): int(time.time()) + 1},
+                               limits={"conn": -1, "subs": -1, "payload": -1, "leaf": -1})
+        async with clients(hub.client_url, user_credentials=sys_creds) as (ns,):
+            r = await ns.request(f"$SYS.REQ.ACCOUNT.{k['A']}.CLAIMS.UPDATE", tok.encode(), timeout=2)
+            assert json.loads(r.data)["data"]["message"] == "jwt updated"
+        await f.until(b"-ERR 'User Authentication Revoked'")
+        assert await f.closed()
+        f.close()
+        assert await _refusal(hub_port(hub), k["ukp"], k["utoken"]) == b"-ERR 'Authorization Violation'"
+        await nh.flush()
+        assert nh.is_connected

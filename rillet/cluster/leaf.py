@@ -186,6 +186,10 @@ class LeafConn(ServerConn):
                 log.error(f"Unable to lookup account {acc} for solicited leafnode connection: account missing")
                 self.close("Missing Account")
                 return
+            if mgr.leafs_at_limit(acc):
+                log.error(f"{self.log_prefix()} - maximum account active connections exceeded")
+                self.close("Maximum Account Connections Exceeded")
+                return
             log.notice(f"{self.log_prefix()} - Leafnode connection created for account: {acc}")
             # wait for the hub's INFO; then CONNECT
             self._auth_timer = srv.loop.call_later(self.remote.opts.first_info_timeout or FIRST_INFO_TIMEOUT * 2,
@@ -384,6 +388,10 @@ class LeafConn(ServerConn):
             self.close("Missing Account", AUTH_VIOLATION)
             return
         self.acc_name = acc_name
+        if self.mgr.leafs_at_limit(acc_name):
+            log.error(f"{self.log_prefix()} - maximum account active connections exceeded")
+            self.close("Maximum Account Connections Exceeded", "maximum account active connections exceeded")
+            return
         if self.jwt_user is not None:
             self._jwt_limits()
         # the INFO that tells the leaf the CONNECT was accepted (and the account it is bound to)
@@ -1013,6 +1021,42 @@ class LeafNodes:
             if jwt.is_public_key(name, "A"):
                 return op.lookup_account(name)
         return srv.lookup_account(name)
+
+    def claims_updated(self, acc: Any, info: Any) -> None:
+        """Operator mode, a new JWT for account ``acc``: the leaf connections bound to it by a user JWT are
+        checked again as nats-server does for its clients and leafs (revoked: closed with 'User
+        Authentication Revoked'; a bearer token the account no longer allows: an authorization violation),
+        and their payload and subscription limits follow the account's."""
+        for lc in list(self.server.leafs.values()):
+            u = lc.jwt_user
+            if lc.closed or lc.account is not acc or u is None:
+                continue
+            if u.bearer and info.disallow_bearer:
+                lc.debug("Bearer User JWT not allowed")
+                self.server.log.error(f"{lc.log_prefix()} - authentication error")
+                lc.close("Authentication Failure", AUTH_VIOLATION)
+                continue
+            if info.is_revoked(u.nkey, u.issued):
+                lc.debug("User Authentication Revoked")
+                lc.close("Credentials Revoked", "User Authentication Revoked")
+                continue
+            if lc.jwt_timer is not None:
+                lc.jwt_timer.cancel()
+                lc.jwt_timer = None
+            lc._jwt_limits()
+
+    def leafs_at_limit(self, acc_name: str) -> bool:
+        """Operator mode: the account's JWT limit of leaf node connections (``limits.leaf``; left out: zero,
+        as nats-server) is reached by the connections bound to it already."""
+        op = self.server.operator
+        info = op.infos.get(acc_name) if op is not None else None
+        if info is None:
+            return False
+        v = info.limits.get("leaf")
+        mx = 0 if v is None else int(v)
+        if mx < 0:
+            return False
+        return sum(1 for c in self.server.leafs.values() if c.acc_name == acc_name and not c.closed) >= mx
 
     def authorize(self, lc: LeafConn, co: ci.LeafConnect, raw: dict) -> str | None:
         """The account a leaf CONNECT binds to, or None when refused (nats-server's isLeafNodeAuthorized:

@@ -950,6 +950,8 @@ class OperatorMode:
                 c.close("Authentication Failure")
                 continue
             self.apply_client_limits(c)
+        if self.server.leafnodes is not None:
+            self.server.leafnodes.claims_updated(acc, info)  # (leaf connections: revocations and limits too)
         self.server.flush_clients()
 
     @staticmethod
