@@ -30,9 +30,10 @@ ACCOUNT_KINDS = ("SUBSZ", "CONNZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS")
 
 
 def _shash(name: str) -> str:
-    """A short stable hash of the server name (nats-server's getHash: 8 base64 characters of sha256)."""
-    import base64
-    return base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest()).decode()[:8]
+    """A short stable hash of the server name (nats-server's getHash: the first 8 bytes of its sha256, each
+    modulo 62 into 0-9A-Za-z; the same hash is the server's JetStream RAFT peer id)."""
+    digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    return "".join(digits[b % 62] for b in hashlib.sha256(name.encode()).digest()[:8])
 
 
 def _ignore(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
@@ -47,6 +48,8 @@ class SystemServices:
         self.server = sa.server
         self.imported: set[str] = set()
         self._responders: dict[str, Any] = {}
+        # fn(kind, body) for other servers' "STATSZ" and "SHUTDOWN" events (the JetStream peer registry)
+        self.remote_listeners: list[Any] = []
 
     # ---- the system account ---------------------------------------------------------------------------
 
@@ -59,8 +62,8 @@ class SystemServices:
         ic.subscribe("$SYS.SERVER.ACCOUNT.*.CONNS", _ignore)
         ic.subscribe(f"$SYS._INBOX_.{sid}", _ignore)
         ic.subscribe("$SYS.REQ.ACCOUNT.NSUBS", self._on_nsubs)
-        ic.subscribe("$SYS.SERVER.*.STATSZ", _ignore)
-        ic.subscribe("$SYS.SERVER.*.SHUTDOWN", _ignore)
+        ic.subscribe("$SYS.SERVER.*.STATSZ", self._on_remote_server)
+        ic.subscribe("$SYS.SERVER.*.SHUTDOWN", self._on_remote_server)
         ic.subscribe("$SYS.SERVER.*.LAMEDUCK", _ignore)
         ic.subscribe("$SYS.ACCOUNT.*.CLAIMS.UPDATE", self._on_claims_update)
         ic.subscribe("$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE", self._on_claims_update)
@@ -79,6 +82,16 @@ class SystemServices:
         ic.subscribe(f"$SYS.REQ.SERVER.{sid}.RELOAD", self._on_reload)
         ic.subscribe(f"$SYS.REQ.SERVER.{sid}.KICK", self._on_kick)
         ic.subscribe(f"$SYS.REQ.SERVER.{sid}.LDM", self._on_ldm)
+
+    def _on_remote_server(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                          msg: bytes) -> None:
+        """A server's statsz or shutdown event (our own too: listeners skip it) to ``remote_listeners``."""
+        if not self.remote_listeners:
+            return
+        kind = subject.rsplit(b".", 1)[-1].decode()
+        body = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+        for fn in list(self.remote_listeners):
+            fn(kind, body)
 
     def _reply(self, reply: bytes | None, obj: Any) -> None:
         self.sa._reply(reply, obj)

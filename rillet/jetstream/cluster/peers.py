@@ -164,6 +164,30 @@ class PeerRegistry:
     def same_domain(self, domain: str) -> bool:
         return not domain or not self.domain or domain == self.domain
 
+    @classmethod
+    def attach(cls, server: Any) -> "PeerRegistry":
+        """A registry fed by ``server``'s system account (other servers' STATSZ and SHUTDOWN events) and
+        holding the servers it has routes to now."""
+        js = getattr(server.opts, "jetstream", None)
+        reg = cls(server.name, server.server_id, getattr(js, "domain", "") or "")
+        sa = getattr(server, "sysacc", None) or getattr(server, "sys", None)
+        services = getattr(sa, "services", None)
+        if services is None:
+            raise ValueError("the peer registry needs the system account's services")
+        services.remote_listeners.append(reg.event)
+        cl = getattr(server, "cluster", None)
+        if cl is not None:
+            for rid, rc in list(cl.routes.items()):
+                reg.route_added(rc.remote_name, rid, cl.name)
+        return reg
+
+    def event(self, kind: str, body: bytes) -> None:
+        """A system-account event body: ``STATSZ`` or ``SHUTDOWN`` (others are ignored)."""
+        if kind == "STATSZ":
+            self.statsz(body)
+        elif kind == "SHUTDOWN":
+            self.shutdown(body)
+
     # ---- updates ------------------------------------------------------------------------------------
 
     def _store(self, peer: str, ni: NodeInfo) -> None:
