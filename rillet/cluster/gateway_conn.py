@@ -66,7 +66,7 @@ class GatewayConn(ServerConn):
     kind = GATEWAY_KIND
     id_tag = "gid"
     role_word = "Gateway"
-    close_names_remote = False
+    close_names_remote = True  # (nats-server: " - Remote: <server name>" once the first INFO gave it)
 
     def __init__(self, gw: "Gateway", cfg: "RemoteCfg | None" = None, url: Any = None) -> None:
         super().__init__(gw.server)
