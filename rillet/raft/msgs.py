@@ -1,0 +1,136 @@
+"""RAFT messages, log entries and snapshots, and their compact binary encoding.
+
+An entry is a plain tuple ``(index, term, kind, data)``: ``kind`` is ENTRY_NORMAL (application data),
+ENTRY_CONF (``data`` is the encoded full voter set that takes effect when the entry is appended) or
+ENTRY_NOOP (the empty entry a new leader appends). Tuples, not objects, because a replicated stream
+carries one entry per published message.
+
+Messages are msgspec structs encoded as tagged MessagePack arrays (``encode``/``decode``). ``decode``
+checks the structure and the RAFT invariants a peer could get wrong (entry indexes contiguous after
+``prev_index``, known entry kinds, no negative numbers) and raises ``DecodeError`` for anything else,
+so a driver can hand it bytes straight off a route connection.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Optional, Union
+
+import msgspec
+
+ENTRY_NORMAL = 0
+ENTRY_CONF = 1
+ENTRY_NOOP = 2
+ENTRY_KINDS = (ENTRY_NORMAL, ENTRY_CONF, ENTRY_NOOP)
+
+U64 = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+Entry = tuple[U64, U64, Annotated[int, msgspec.Meta(ge=0, le=2)], bytes]
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a well-formed RAFT message."""
+
+
+class Snapshot(msgspec.Struct, array_like=True, gc=False):
+    """State machine image at ``index`` (whose entry had ``term``), the voters at that index, and the
+    application's bytes."""
+    index: U64
+    term: U64
+    peers: tuple[str, ...]
+    data: bytes
+
+
+class HardState(msgspec.Struct, array_like=True, gc=False, frozen=True):
+    """What must be on disk before any message of the same Ready is sent."""
+    term: U64
+    vote: Optional[str]
+    commit: U64
+
+
+class _Msg(msgspec.Struct, array_like=True, gc=False, tag_field="t"):
+    term: U64
+    frm: str
+    to: str
+
+
+class VoteRequest(_Msg, tag=1):
+    """A (pre-)candidate asks for a vote for ``term``. ``pre``: a pre-vote (no term change anywhere);
+    ``transfer``: sent after TimeoutNow, so voters do not ignore it while they still hear a leader."""
+    last_index: U64
+    last_term: U64
+    pre: bool = False
+    transfer: bool = False
+
+
+class VoteResponse(_Msg, tag=2):
+    granted: bool
+    pre: bool = False
+
+
+class AppendEntries(_Msg, tag=3):
+    """Entries following (prev_index, prev_term); ``commit`` is the leader's commit index."""
+    prev_index: U64
+    prev_term: U64
+    commit: U64
+    entries: list[Entry] = []
+
+
+class AppendResponse(_Msg, tag=4):
+    """Success: ``index`` is the last index now known to match. Reject: ``index`` is the rejected
+    prev_index and (hint_index, hint_term) the follower's best guess of where the logs agree."""
+    index: U64
+    reject: bool = False
+    hint_index: U64 = 0
+    hint_term: U64 = 0
+
+
+class Heartbeat(_Msg, tag=5):
+    commit: U64
+
+
+class HeartbeatResponse(_Msg, tag=6):
+    pass
+
+
+class InstallSnapshot(_Msg, tag=7):
+    snapshot: Snapshot
+
+
+class TimeoutNow(_Msg, tag=8):
+    """Leadership transfer: campaign at once, without pre-vote."""
+
+
+Message = Union[VoteRequest, VoteResponse, AppendEntries, AppendResponse, Heartbeat, HeartbeatResponse,
+                InstallSnapshot, TimeoutNow]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+_peers_decoder = msgspec.msgpack.Decoder(tuple[str, ...])
+
+
+def encode(msg: Message) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decode(buf: bytes) -> Message:
+    try:
+        msg = _decoder.decode(buf)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise DecodeError(f"raft message: {e}") from None
+    if type(msg) is AppendEntries:
+        expect = msg.prev_index + 1
+        for e in msg.entries:
+            if e[0] != expect:
+                raise DecodeError(f"raft message: append entry index {e[0]} where {expect} was expected")
+            expect += 1
+    return msg
+
+
+def encode_peers(peers) -> bytes:
+    """The data of an ENTRY_CONF entry: the complete new voter set."""
+    return _encoder.encode(tuple(peers))
+
+
+def decode_peers(data: bytes) -> tuple[str, ...]:
+    try:
+        return _peers_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise DecodeError(f"raft configuration entry: {e}") from None

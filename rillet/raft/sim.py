@@ -1,0 +1,524 @@
+"""A deterministic simulator for rillet.raft.node: one seed drives the clock, the network, the disks,
+the faults and the client, so every run reproduces.
+
+The simulator owns time (integer units; every node ticks every TICK units from its own phase), the
+network (each message is encoded to bytes on send and decoded on delivery, and may be dropped,
+duplicated, delayed and so reordered, or blocked by a symmetric or one-way partition), and each node's
+disk (writes are pending until a sync; a crash keeps only what was synced plus a random prefix of the
+pending writes, like a file system that flushed some of the page cache). A node's driver follows the
+Ready contract: write snapshot, entries and hard state, sync when ``must_sync`` (a disk delay may pass
+before the sync completes, and a crash in between loses the writes), then send, apply, advance.
+
+A run has a fault phase (crashes and restarts from the simulated disk, pauses, partitions, lossy
+network, client proposals at random times, membership changes and leader transfers) and a heal phase
+(everything restarted and reconnected) in which a leader must be elected and a final proposal must
+commit and be applied by every member within a bound. The Checker watches every run for RAFT's safety
+properties; any violation is a failure that ``python scripts/raft_sim.py --seed N`` reproduces.
+"""
+from __future__ import annotations
+
+import heapq
+import random
+from typing import Optional
+
+import msgspec
+
+from .msgs import ENTRY_NORMAL, HardState, Snapshot, VoteResponse, decode, encode
+from .node import ADD, LEADER, REMOVE, Node, RaftError
+
+TICK = 10
+ELECTION_TICK = 10
+
+_sm_encoder = msgspec.msgpack.Encoder()
+_sm_decoder = msgspec.msgpack.Decoder(list[tuple[int, bytes]])
+
+
+class SimDisk:
+    """Durable state (hard state, snapshot, entries) plus the writes not yet synced."""
+    __slots__ = ("hs", "snap", "entries", "pending")
+
+    def __init__(self) -> None:
+        self.hs: Optional[HardState] = None
+        self.snap: Optional[Snapshot] = None
+        self.entries: list = []
+        self.pending: list = []
+
+    def write(self, op: str, arg) -> None:
+        self.pending.append((op, arg))
+
+    def sync(self) -> None:
+        for op, arg in self.pending:
+            self._apply(op, arg)
+        self.pending = []
+
+    def crash(self, rng: random.Random) -> None:
+        keep = rng.randrange(len(self.pending) + 1)
+        for op, arg in self.pending[:keep]:
+            self._apply(op, arg)
+        self.pending = []
+
+    def _apply(self, op: str, arg) -> None:
+        if op == "hs":
+            self.hs = arg
+        elif op == "ents":
+            base = self.snap.index if self.snap else 0
+            pos = arg[0][0] - base - 1
+            if pos > len(self.entries):
+                raise AssertionError(f"disk: entries from {arg[0][0]} leave a gap after {base + len(self.entries)}")
+            if pos < 0:
+                arg = arg[-pos:]
+                pos = 0
+            del self.entries[pos:]
+            self.entries.extend(arg)
+        elif op == "snap":  # installed from the leader: replaces the whole log
+            self.snap = arg
+            self.entries = []
+        elif op == "compact":  # local snapshot: drop the entries it covers
+            base = self.snap.index if self.snap else 0
+            del self.entries[:max(0, arg.index - base)]
+            self.snap = arg
+        else:
+            raise AssertionError(op)
+
+
+class SimNode:
+    """One server: the RAFT node, its driver state, its disk and its state machine."""
+
+    def __init__(self, sim: "Sim", nid: str, bootstrap: tuple) -> None:
+        self.sim = sim
+        self.id = nid
+        self.bootstrap = bootstrap
+        self.disk = SimDisk()
+        self.node: Optional[Node] = None
+        self.up = False
+        self.paused = False
+        self.busy = False
+        self.inc = 0
+        self.sm: list = []          # (index, data) of applied normal entries
+        self.sm_index = 0
+        self.backlog: list = []     # messages that arrived while paused
+        self.client: dict = {}      # index -> (term, data) proposed through this incarnation
+
+    def start(self) -> None:
+        sim = self.sim
+        d = self.disk
+        self.sm = list(_sm_decoder.decode(d.snap.data)) if d.snap else []
+        self.sm_index = d.snap.index if d.snap else 0
+        self.node = Node(self.id, self.bootstrap, rng=random.Random(sim.rng.getrandbits(32)),
+                         election_tick=ELECTION_TICK, heartbeat_tick=1, max_entries_per_msg=sim.batch,
+                         max_inflight=sim.inflight, hard_state=d.hs, snapshot=d.snap, entries=d.entries)
+        self.up = True
+        self.paused = False
+        self.busy = False
+        self.inc += 1
+        self.client = {}
+        self.backlog = []
+        sim.at(sim.now + sim.rng.randrange(1, TICK + 1), sim.tick, self.id, self.inc)
+
+    def crash(self) -> None:
+        self.up = False
+        self.inc += 1
+        self.node = None
+        self.busy = False
+        self.backlog = []
+        self.client = {}
+        self.disk.crash(self.sim.rng)
+
+
+class Checker:
+    """RAFT's safety properties, checked as the run goes and at its end."""
+
+    def __init__(self) -> None:
+        self.leaders: dict = {}     # term -> node id
+        self.committed: dict = {}   # index -> (term, kind, data) as first applied anywhere
+        self.violations: list = []
+        self.reported: set = set()
+
+    def fail(self, what: str) -> None:
+        if len(self.violations) < 20:
+            self.violations.append(what)
+
+    def on_leader(self, nid: str, node: Node, now: int) -> None:
+        term = node.term
+        other = self.leaders.get(term)
+        if other is not None and other != nid:
+            if (term, nid) not in self.reported:
+                self.reported.add((term, nid))
+                self.fail(f"t={now}: two leaders in term {term}: {other} and {nid}")
+            return
+        self.leaders[term] = nid
+        off = node.offset
+        for i, c in self.committed.items():
+            if i > off and node.term_at(i) != c[0]:
+                self.fail(f"t={now}: leader completeness: {nid} leads term {term} without committed entry "
+                          f"{i} (term {c[0]}; it has {node.term_at(i)})")
+                return
+
+    def on_apply(self, nid: str, e: tuple, now: int) -> None:
+        c = self.committed.get(e[0])
+        if c is None:
+            self.committed[e[0]] = (e[1], e[2], e[3])
+        elif c[0] != e[1] or c[1] != e[2] or c[2] != e[3]:
+            self.fail(f"t={now}: state machine safety: {nid} applied {e[:3]} at {e[0]} where {c[:2]} was applied")
+
+    def log_matching(self, nodes: list, now: int) -> None:
+        for a in range(len(nodes)):
+            for b in range(a + 1, len(nodes)):
+                x, y = nodes[a], nodes[b]
+                lo = max(x.offset, y.offset) + 1
+                hi = min(x.last_index(), y.last_index())
+                i = hi
+                while i >= lo and x.term_at(i) != y.term_at(i):
+                    i -= 1
+                while i >= lo:
+                    ex = x.log[i - x.offset - 1]
+                    ey = y.log[i - y.offset - 1]
+                    if ex != ey:
+                        self.fail(f"t={now}: log matching: {x.id} and {y.id} agree on a later entry "
+                                  f"but differ at {i}: {ex[:3]} vs {ey[:3]}")
+                        return
+                    i -= 1
+
+
+class Sim:
+    def __init__(self, seed: int, *, quick: bool = True, mutations: frozenset = frozenset(), n: Optional[int] = None):
+        self.seed = seed
+        self.rng = rng = random.Random(seed)
+        self.quick = quick
+        self.mutations = mutations
+        self.n = n or rng.choice((3, 5))
+        self.fault_time = (1500 if quick else 6000) + rng.randrange(500)
+        self.heal_bound = 3000
+        self.batch = rng.choice((1, 4, 64))
+        self.inflight = rng.choice((1, 4, 64))
+        self.compact_every = rng.choice((5, 20, 1000))
+        self.now = 0
+        self.q: list = []
+        self.seq = 0
+        self.drop = 0.0
+        self.dup = 0.0
+        self.slow = 0.05
+        self.blocked: set = set()
+        self.checker = Checker()
+        self.acked: list = []
+        self.acked_set: set = set()
+        self.proposed = 0
+        self.events = 0
+        self.log: list = []  # fault actions, for the failure report
+        ids = tuple(f"n{i}" for i in range(1, self.n + 1))
+        self.next_id = self.n + 1
+        self.nodes: dict = {nid: SimNode(self, nid, ids) for nid in ids}
+        for sn in self.nodes.values():
+            sn.start()
+
+    # ---- event queue -------------------------------------------------------------------------------------
+
+    def at(self, t: int, fn, *args) -> None:
+        self.seq += 1
+        heapq.heappush(self.q, (t, self.seq, fn, args))
+
+    def run_until(self, t_end: int, stop=None) -> bool:
+        q = self.q
+        while q and q[0][0] <= t_end:
+            t, _, fn, args = heapq.heappop(q)
+            self.now = t
+            self.events += 1
+            fn(*args)
+            if stop is not None and stop():
+                return True
+        self.now = t_end
+        return False
+
+    # ---- node driver -------------------------------------------------------------------------------------
+
+    def tick(self, nid: str, inc: int) -> None:
+        sn = self.nodes[nid]
+        if not sn.up or sn.inc != inc:
+            return
+        self.at(self.now + TICK, self.tick, nid, inc)
+        if sn.paused:
+            return
+        sn.node.tick()
+        self.process(sn)
+
+    def send(self, src: str, m) -> None:
+        dst = m.to
+        if (src, dst) in self.blocked:
+            return
+        rng = self.rng
+        if self.drop and rng.random() < self.drop:
+            return
+        data = encode(m)
+        delay = rng.randrange(1, 8)
+        if rng.random() < self.slow:
+            delay += rng.randrange(10, 80)
+        self.at(self.now + delay, self.deliver, dst, data)
+        if self.dup and rng.random() < self.dup:
+            self.at(self.now + delay + rng.randrange(1, 40), self.deliver, dst, data)
+
+    def deliver(self, dst: str, data: bytes) -> None:
+        sn = self.nodes.get(dst)
+        if sn is None or not sn.up:
+            return
+        if sn.paused:
+            sn.backlog.append(data)
+            return
+        sn.node.step(decode(data))
+        self.process(sn)
+
+    def process(self, sn: SimNode) -> None:
+        node = sn.node
+        if node.role is LEADER and self.checker.leaders.get(node.term) != sn.id:
+            self.checker.on_leader(sn.id, node, self.now)
+        if sn.busy or not node.has_ready():
+            return
+        rd = node.ready()
+        disk = sn.disk
+        if rd.snapshot is not None:
+            disk.write("snap", rd.snapshot)
+        if rd.entries:
+            disk.write("ents", list(rd.entries))
+        if rd.hard_state is not None:
+            hs = rd.hard_state
+            if "forget_vote" in self.mutations:
+                hs = HardState(hs.term, None, hs.commit)
+            disk.write("hs", hs)
+        sn.busy = True
+        if rd.must_sync and self.rng.random() < 0.3:
+            self.at(self.now + self.rng.randrange(1, 6), self.ready_done, sn, sn.inc, rd)
+        else:
+            self.ready_done(sn, sn.inc, rd)
+
+    def ready_done(self, sn: SimNode, inc: int, rd) -> None:
+        if sn.inc != inc:
+            return  # crashed while the disk was busy: the writes are lost or torn
+        if rd.must_sync and "no_sync" not in self.mutations:
+            sn.disk.sync()
+        voted = False
+        for m in rd.messages:
+            self.send(sn.id, m)
+            if type(m) is VoteResponse and m.granted and not m.pre:
+                voted = True
+        if rd.snapshot is not None:
+            sn.sm = list(_sm_decoder.decode(rd.snapshot.data))
+            sn.sm_index = rd.snapshot.index
+        chk = self.checker
+        for e in rd.committed_entries:
+            i = e[0]
+            if i != sn.sm_index + 1:
+                chk.fail(f"t={self.now}: {sn.id} applies {i} after {sn.sm_index}")
+            chk.on_apply(sn.id, e, self.now)
+            if e[2] == ENTRY_NORMAL:
+                sn.sm.append((i, e[3]))
+            sn.sm_index = i
+            p = sn.client.pop(i, None)
+            if p is not None and p[0] == e[1]:
+                if p[1] != e[3]:
+                    chk.fail(f"t={self.now}: {sn.id} index {i} term {e[1]} holds other data than proposed")
+                self.acked.append(p[1])
+                self.acked_set.add(p[1])
+        node = sn.node
+        node.advance(rd)
+        sn.busy = False
+        if voted and self.now < self.fault_time and self.rng.random() < 0.25:
+            # a crash right after voting, and a quick restart: the vote must have survived on disk
+            sn.crash()
+            self.at(self.now + self.rng.randrange(1, 6), self.restart, sn.id, sn.inc)
+            return
+        if sn.sm_index - node.offset >= self.compact_every:
+            node.compact(sn.sm_index, _sm_encoder.encode(sn.sm))
+            sn.disk.write("compact", node.snapshot)
+            sn.disk.sync()
+        if sn.up and not sn.paused:
+            self.process(sn)
+
+    # ---- client and faults -------------------------------------------------------------------------------
+
+    def leader(self) -> Optional[SimNode]:
+        best = None
+        for sn in self.nodes.values():
+            if sn.up and not sn.paused and sn.node.role is LEADER:
+                if best is None or sn.node.term > best.node.term:
+                    best = sn
+        return best
+
+    def propose(self, data: bytes) -> Optional[tuple]:
+        sn = self.leader()
+        if sn is None:
+            return None
+        try:
+            i, t = sn.node.propose(data)
+        except RaftError:
+            return None
+        self.proposed += 1
+        sn.client[i] = (t, data)
+        self.process(sn)
+        return sn, i, t
+
+    def client(self) -> None:
+        if self.now >= self.fault_time:
+            return
+        for _ in range(self.rng.choice((1, 1, 1, 5))):
+            self.propose(b"c%d" % self.proposed)
+        self.at(self.now + self.rng.randrange(3, 40), self.client)
+
+    def fault(self) -> None:
+        if self.now >= self.fault_time:
+            return
+        rng = self.rng
+        self.at(self.now + rng.randrange(20, 200), self.fault)
+        nodes = list(self.nodes.values())
+        up = [sn for sn in nodes if sn.up]
+        kind = rng.choice(("crash", "crash", "bounce", "bounce", "restart", "restart", "pause", "resume", "partition", "oneway",
+                           "heal", "net", "net", "add", "remove", "transfer", "transfer"))
+        if kind == "crash" and up:
+            sn = rng.choice(up)
+            sn.crash()
+        elif kind == "bounce" and up:  # a crash and a quick restart, often in the middle of an election
+            sn = rng.choice(up)
+            sn.crash()
+            self.at(self.now + rng.randrange(1, 30), self.restart, sn.id, sn.inc)
+        elif kind == "restart":
+            down = [sn for sn in nodes if not sn.up]
+            if down:
+                rng.choice(down).start()
+        elif kind == "pause" and up:
+            rng.choice(up).paused = True
+        elif kind == "resume":
+            self.resume_all(one=True)
+        elif kind == "partition":
+            ids = [sn.id for sn in nodes]
+            side = {i for i in ids if rng.random() < 0.5}
+            self.blocked = {(a, b) for a in ids for b in ids if (a in side) != (b in side)}
+        elif kind == "oneway":
+            a, b = rng.sample([sn.id for sn in nodes], 2)
+            self.blocked.add((a, b))
+        elif kind == "heal":
+            self.blocked = set()
+        elif kind == "net":
+            self.drop = rng.choice((0.0, 0.0, 0.02, 0.1, 0.3))
+            self.dup = rng.choice((0.0, 0.02, 0.1))
+            self.slow = rng.choice((0.0, 0.05, 0.3))
+        elif kind in ("add", "remove", "transfer"):
+            ld = self.leader()
+            if ld is None:
+                return
+            node = ld.node
+            try:
+                if kind == "transfer":
+                    others = [p for p in node.voters if p != ld.id]
+                    if others:
+                        node.transfer_leadership(rng.choice(others))
+                elif kind == "add" and len(node.voters) < 5:
+                    nid = f"n{self.next_id}"
+                    self.next_id += 1
+                    node.propose_conf_change(ADD, nid)
+                    sn = self.nodes[nid] = SimNode(self, nid, ())
+                    sn.start()
+                elif kind == "remove" and len(node.voters) > 3:
+                    node.propose_conf_change(REMOVE, rng.choice(node.voters))
+            except RaftError:
+                return
+            self.process(ld)
+        self.log.append(f"t={self.now} {kind}")
+
+    def restart(self, nid: str, inc: int) -> None:
+        sn = self.nodes[nid]
+        if not sn.up and sn.inc == inc:
+            sn.start()
+
+    def resume_all(self, one: bool = False) -> None:
+        paused = [sn for sn in self.nodes.values() if sn.up and sn.paused]
+        if one and paused:
+            paused = [self.rng.choice(paused)]
+        for sn in paused:
+            sn.paused = False
+            backlog, sn.backlog = sn.backlog, []
+            for data in backlog:
+                if not sn.up or sn.paused:
+                    break
+                sn.node.step(decode(data))
+            if sn.up:
+                self.process(sn)
+
+    # ---- a run -------------------------------------------------------------------------------------------
+
+    def run(self) -> list:
+        """Run the fault phase, heal, check liveness and the end state; returns the violations."""
+        chk = self.checker
+        self.at(self.rng.randrange(50, 200), self.client)
+        self.at(self.rng.randrange(100, 300), self.fault)
+        self.run_until(self.fault_time)
+        self.heal()
+        deadline = self.now + self.heal_bound
+        markers: set = set()
+        while not chk.violations:
+            if self.now >= deadline:
+                ld = self.leader()
+                chk.fail(f"liveness: within {self.heal_bound} time units after healing, no final proposal was "
+                         f"applied on every member (leader: {ld.id if ld else None}, markers acked: "
+                         f"{bool(markers & self.acked_set)})")
+                break
+            self.run_until(self.now + 5 * TICK)
+            if not markers & self.acked_set:
+                data = b"final%d" % self.proposed
+                if self.propose(data) is not None:
+                    markers.add(data)
+                continue
+            ld = self.leader()
+            if ld is not None:
+                commit = ld.node.commit
+                if all(self.nodes[p].up and self.nodes[p].sm_index >= commit for p in ld.node.voters):
+                    break
+        if not chk.violations:
+            self.final_checks()
+        return chk.violations
+
+    def heal(self) -> None:
+        self.blocked = set()
+        self.drop = self.dup = 0.0
+        self.slow = 0.0
+        for sn in self.nodes.values():
+            if not sn.up:
+                sn.start()
+        self.resume_all()
+        self.checker.log_matching([sn.node for sn in self.nodes.values()], self.now)
+
+    def final_checks(self) -> None:
+        chk = self.checker
+        live = [sn for sn in self.nodes.values() if sn.up]
+        chk.log_matching([sn.node for sn in live], self.now)
+        ld = self.leader()
+        members = [self.nodes[p] for p in ld.node.voters]
+        ref = max(members, key=lambda sn: sn.sm_index)
+        upto = min(sn.sm_index for sn in members)
+        ref_prefix = [x for x in ref.sm if x[0] <= upto]
+        for sn in live:
+            seen = set()
+            for i, data in sn.sm:
+                if data in seen:
+                    chk.fail(f"{sn.id} applied {data!r} twice")
+                seen.add(data)
+                c = chk.committed.get(i)
+                if c is not None and c[2] != data:
+                    chk.fail(f"{sn.id} state holds {data!r} at {i} where {c[2]!r} was committed")
+            if sn in members:
+                if [x for x in sn.sm if x[0] <= upto] != ref_prefix:
+                    chk.fail(f"{sn.id} and {ref.id} applied different sequences up to {upto}")
+                missing = [a for a in self.acked if a not in seen]
+                if missing:
+                    chk.fail(f"{sn.id} lacks {len(missing)} acknowledged proposals, e.g. {missing[:3]}")
+
+    def summary(self) -> str:
+        return (f"seed={self.seed} n={self.n} quick={self.quick} batch={self.batch} inflight={self.inflight} "
+                f"compact_every={self.compact_every} nodes={len(self.nodes)} proposed={self.proposed} "
+                f"acked={len(self.acked)} terms={len(self.checker.leaders)} events={self.events} t={self.now}")
+
+
+def run_seed(seed: int, *, quick: bool = True, mutations=frozenset()) -> tuple[list, "Sim"]:
+    sim = Sim(seed, quick=quick, mutations=frozenset(mutations))
+    try:
+        violations = sim.run()
+    except (RaftError, AssertionError) as e:
+        violations = [f"t={sim.now}: exception {type(e).__name__}: {e}"]
+    return violations, sim
