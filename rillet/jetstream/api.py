@@ -262,19 +262,33 @@ class ApiRouter:
         grow = max(max(cfg.max_bytes, 0) - max(old.max_bytes, 0), 0)
         self._check_bytes(cfg, grow, _reserved(self.jsa.streams.values(), cfg.storage, name)
                           + max(cfg.max_bytes - grow, 0))
-        stream.update_config(cfg)  # through the stream's log
-        if old.subjects != cfg.subjects or (old.mirror is None) != (cfg.mirror is None):
-            stream._subscribe()
-        if old.mirror != cfg.mirror or old.sources != cfg.sources:
-            if cfg.mirror is not None or cfg.sources:
-                from rillet.jetstream.sources import attach_sources
-                attach_sources(stream)
-            elif stream.sources is not None:
-                stream.sources.stop()
-                stream.sources = None
-        self.jsa.write_meta(stream)
-        self.js.advisories.stream_action(self.jsa, stream, "modify")
-        self.respond(reply, {"type": typ, **stream_info_dict(stream)})
+
+        def done(_: Any, err: BaseException | None) -> None:
+            if err is not None:
+                self._entry_failed(reply, typ, err)
+                return
+            if old.subjects != cfg.subjects or (old.mirror is None) != (cfg.mirror is None):
+                stream._subscribe()
+            if old.mirror != cfg.mirror or old.sources != cfg.sources:
+                if cfg.mirror is not None or cfg.sources:
+                    from rillet.jetstream.sources import attach_sources
+                    attach_sources(stream)
+                elif stream.sources is not None:
+                    stream.sources.stop()
+                    stream.sources = None
+            self.jsa.write_meta(stream)
+            self.js.advisories.stream_action(self.jsa, stream, "modify")
+            self.respond(reply, {"type": typ, **stream_info_dict(stream)})
+
+        stream.update_config(cfg, done)  # through the stream's log; answered once applied
+
+    def _entry_failed(self, reply: bytes | None, typ: str, err: BaseException) -> None:
+        """An API request's log entry could not be applied: answered as the API answers a failed handler."""
+        self.jsa.api_errors += 1
+        if not isinstance(err, ApiError):
+            self.js.log.error(f"JetStream API error applying {typ}: {err!r}")
+            err = ApiError.make("STREAM_GENERAL_ERROR", err=str(err))
+        self.respond_error(reply, typ, err)
 
     def stream_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_info_response"
@@ -320,9 +334,14 @@ class ApiRouter:
             raise ApiError.make("BAD_REQUEST")
         if subj is not None and not is_valid_subject(subj):
             raise ApiError.make("STREAM_PURGE_FAILED", err="invalid subject")
-        from rillet.jetstream.log import Entry
-        n = stream.log.propose(Entry(Entry.PURGE, (subj, seq, keep)))
-        self.respond(reply, {"type": typ, "success": True, "purged": n})
+
+        def done(n: Any, err: BaseException | None) -> None:
+            if err is not None:
+                self._entry_failed(reply, typ, err)
+            else:
+                self.respond(reply, {"type": typ, "success": True, "purged": n})
+
+        stream.purge(subj, seq, keep, done)
 
     def _names_filter(self, req: dict) -> list[Stream]:
         subj = req.get("subject") or ""
@@ -399,11 +418,16 @@ class ApiRouter:
         if not isinstance(req, dict) or not req.get("seq"):
             raise ApiError.make("BAD_REQUEST")
         seq = int(req["seq"])
-        from rillet.jetstream.log import Entry
-        ok = stream.log.propose(Entry(Entry.DELETE, (seq, not req.get("no_erase"))))
-        if not ok:
-            raise ApiError.make("STREAM_MSG_DELETE_FAILED", err=f"no message found")
-        self.respond(reply, {"type": typ, "success": True})
+
+        def done(ok: Any, err: BaseException | None) -> None:
+            if err is None and not ok:
+                err = ApiError.make("STREAM_MSG_DELETE_FAILED", err="no message found")
+            if err is not None:
+                self._entry_failed(reply, typ, err)
+            else:
+                self.respond(reply, {"type": typ, "success": True})
+
+        stream.delete_msg(seq, not req.get("no_erase"), done)
 
     def direct_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         """DIRECT.GET.<stream> (request body) and DIRECT.GET.<stream>.<subject...> (last for subject).

@@ -12,8 +12,9 @@ Every message of a batch carries ``Nats-Batch-Id`` and ``Nats-Batch-Sequence`` (
 
 Stored messages keep their ``Nats-Batch-*`` headers, as nats-server stores them. Batches are staged in memory
 (nats-server also keeps a file copy of a file-storage R1 batch to survive a crash; a restart here drops it).
-The commit is one ``Entry.BATCH`` log entry; the store writes it all or nothing (the file store frames the
-batch's records so that recovery drops a batch cut short by a crash).
+The commit is one ``Entry.BATCH`` log entry, checked against the stream's proposed state (entries still in
+flight count); the store writes it all or nothing (the file store frames the batch's records so that
+recovery drops a batch cut short by a crash), and the PubAck is sent once the entry is applied.
 """
 from __future__ import annotations
 
@@ -171,19 +172,29 @@ def process(stream: "Stream", bid: str, subject: str, reply: bytes | None, hdr: 
         msgs[-1] = (s, H.set_headers(h, [(BATCH_COMMIT, "1")]), d)
     checked = _check(stream, msgs)
     ts = now_ns()
-    # one log entry for the whole batch: applied (and written) all or nothing
-    seq = stream.log.propose(Entry(Entry.BATCH, ([(s, h, d, ts, ttl, msg_id)
-                                                   for (s, h, d), (ttl, msg_id) in zip(msgs, checked)],
-                                                 stream.store.last_seq + 1)))
-    if not cfg.no_ack:
-        ack: dict[str, Any] = {"stream": stream.name}
-        if stream.js.domain:
-            ack["domain"] = stream.js.domain
-        ack["seq"] = seq
-        ack["batch"] = bid
-        ack["count"] = len(msgs)
-        stream._ack(reply, ack)
-    return seq
+    # one log entry for the whole batch: applied (and written) all or nothing; the PubAck once applied
+    first = stream.proposed_last_seq() + 1
+    entries = [(s, h, d, ts, ttl, msg_id) for (s, h, d), (ttl, msg_id) in zip(msgs, checked)]
+    last = first + len(entries) - 1
+    stream.hold(last, len(entries), [m[0] for m in entries], [m[5] for m in entries],
+                sum(len(m[0]) + len(m[1]) + len(m[2]) for m in entries))
+    count = len(msgs)
+
+    def done(res: Any, err: BaseException | None) -> None:
+        if err is not None:
+            stream._refused(reply, err)
+            return
+        if not cfg.no_ack:
+            ack: dict[str, Any] = {"stream": stream.name}
+            if stream.js.domain:
+                ack["domain"] = stream.js.domain
+            ack["seq"] = res[-1][0] if res else 0
+            ack["batch"] = bid
+            ack["count"] = count
+            stream._ack(reply, ack)
+
+    stream.propose(Entry.BATCH, (entries, first), done)
+    return last
 
 
 def _check(stream: "Stream", msgs: list[tuple[str, bytes, bytes]]) -> list[tuple[int, str]]:
@@ -193,7 +204,7 @@ def _check(stream: "Stream", msgs: list[tuple[str, bytes, bytes]]) -> list[tuple
 
     cfg = stream.cfg
     store = stream.store
-    last = store.state().last_seq
+    last = stream.proposed_last_seq()
     msg_ids: set[str] = set()
     inflight: dict[str, list[int]] = {}     # subject -> [ops, bytes]
     expected_per_subject: dict[str, int] = {}
@@ -217,7 +228,8 @@ def _check(stream: "Stream", msgs: list[tuple[str, bytes, bytes]]) -> list[tuple
                     raise ApiError.make("MESSAGE_TTL_INVALID")
             msg_id = H.get_header(hdr, H.MSG_ID) or ""
             if msg_id:
-                if msg_id in msg_ids or stream._dedup_lookup(msg_id) is not None:
+                if (msg_id in msg_ids or stream._dedup_lookup(msg_id) is not None
+                        or msg_id in stream._pids):
                     raise ApiError.make("ATOMIC_PUBLISH_CONTAINS_DUPLICATE_MESSAGE")
                 msg_ids.add(msg_id)
             v = H.get_header(hdr, H.EXPECTED_LAST_SEQ)
@@ -236,7 +248,7 @@ def _check(stream: "Stream", msgs: list[tuple[str, bytes, bytes]]) -> list[tuple
                 if subj in expected_per_subject:
                     have = expected_per_subject[subj]
                 else:
-                    have = store.last_seq_for_subject(subj)
+                    have = stream._last_seq_for(subj, True)
                 if want != have:
                     raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=have)
                 expected_per_subject[subj] = have
@@ -264,15 +276,16 @@ def _check(stream: "Stream", msgs: list[tuple[str, bytes, bytes]]) -> list[tuple
         if cfg.discard == "new":
             if cfg.max_msgs > 0 or cfg.max_bytes > 0:
                 st = store.state()
-                msgs_total = st.msgs + sum(e[0] for e in inflight.values())
-                bytes_total = st.bytes + sum(e[1] for e in inflight.values())
+                msgs_total = st.msgs + stream._pn + sum(e[0] for e in inflight.values())
+                bytes_total = st.bytes + stream._pbytes + sum(e[1] for e in inflight.values())
                 if cfg.max_msgs > 0 and msgs_total > cfg.max_msgs:
                     raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages exceeded")
                 if cfg.max_bytes > 0 and bytes_total > cfg.max_bytes:
                     raise ApiError.make("STREAM_STORE_FAILED", err="maximum bytes exceeded")
             if (cfg.discard_new_per_subject and cfg.max_msgs_per_subject > 0
                     and not (hdr and H.get_header(hdr, H.ROLLUP) is not None)):
-                n = store.subjects_totals(subject).get(subject, 0) + ent[0]
+                ps = stream._psubj.get(subject)
+                n = store.subjects_totals(subject).get(subject, 0) + ent[0] + (ps[0] if ps is not None else 0)
                 if n > cfg.max_msgs_per_subject:
                     raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages per subject exceeded")
         out.append((ttl, msg_id))

@@ -1,49 +1,148 @@
-"""The stream log: every change to a stream is proposed as an entry, committed, then applied.
+"""The log seam: every change to a stream (or a consumer's replicated state) is an entry, proposed by the
+leader, committed, then applied on every replica; replies and side effects follow on the leader.
 
-On a single server an entry commits as soon as it is proposed, so ``propose`` applies it at once and returns
-what applying returned. A replicated stream will put a RAFT node behind the same two calls: ``propose``
-hands the entry to the leader's log, and ``apply`` runs on every replica when the entry commits. Streams
-and consumers never change their stores any other way, which is what makes that swap a transport change.
+The interface a log implements (``SingleNodeLog`` here; ``DeferredLog`` for tests; a RAFT-backed log later):
+
+``log.apply``                          the owner's state machine, ``apply(entry) -> result``, set at creation.
+                                       Called once per committed entry, in log order, on every replica. It
+                                       may raise (a store refusing a message): the refusal is deterministic,
+                                       every replica refuses the same entry, and the error is the result.
+``log.propose(entry, on_applied)``     leader only. Queues ``entry`` for commit and returns nothing. After
+                                       the entry is applied on this node, ``on_applied(entry, result, error)``
+                                       runs (``error`` None on success, else the exception apply raised),
+                                       before the next entry is applied. A proposal that cannot commit here
+                                       (not the leader, leadership lost before it applied) completes with
+                                       ``NotLeader``. ``on_applied`` may propose again (a retention delete).
+                                       ``SingleNodeLog`` with ``on_applied=None`` re-raises apply's error.
+``log.is_leader``                      True when this node may propose.
+``log.on_leader_change``               set by the owner: ``cb(is_leader)`` when this node gains or loses
+                                       leadership (after failing its pending completions on a loss).
+``log.index``, ``log.term``            the last proposed index and the current term.
+
+An ``Entry`` is ``op`` plus ``args`` (what a replica needs, all decided by the leader: sequences, timestamps,
+msg ids, batch boundaries) plus ``ctx``: the proposer's local context for its completion (a reply subject, a
+callback). ``ctx`` never leaves the proposing node: a replicated log encodes ``op`` and ``args`` only.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
+Completion = Callable[["Entry", Any, "BaseException | None"], None]
+
+
+class NotLeader(Exception):
+    """The proposal did not (or may not have) committed through this node: it is not the leader."""
+
+    def __init__(self) -> None:
+        super().__init__("not the leader")
+
 
 class Entry:
-    """One log entry. ``op`` names the change; the fields it needs travel in ``args``."""
+    """One log entry. ``op`` names the change; the fields it needs travel in ``args``; ``ctx`` is local."""
 
-    __slots__ = ("op", "args")
+    __slots__ = ("op", "args", "ctx")
 
     # stream ops (the leader decides every timestamp and sequence an entry needs)
     MSG = 1          # (subject, hdr, data, ts, ttl, msg_id, seq): store a message at sequence seq
-    DELETE = 2       # (seq, erase)
-    PURGE = 3        # (subject, seq, keep)
-    UPDATE = 4       # (stream config, store config, ts): new limits (may remove messages)
+    DELETE = 2       # (seq, erase, ts)
+    PURGE = 3        # (subject, seq, keep, ts)
+    UPDATE = 4       # (stream config, store config, ts): new limits (may remove messages, leave markers)
     BATCH = 5        # (msgs, seq): an atomic batch, (subject, hdr, data, ts, ttl, msg_id) each, stored all or
                      # nothing from sequence seq on
     MIRROR = 6       # (seq, subject, hdr, data, ts): a mirrored message at the origin's sequence and time
-    EXPIRE = 7       # (ts,): remove what max_age and message TTLs let go at time ts
+    EXPIRE = 7       # (ts,): remove what max_age and message TTLs let go at time ts (markers stamped ts)
 
-    def __init__(self, op: int, args: tuple) -> None:
+    # consumer ops (rillet.jetstream.consumer.ConsumerState.apply_entry)
+    C_DELIVERED = 20  # (sseq, dseq, dc, ts): message sseq went out as delivery dseq, delivery count dc
+    C_ACK = 21        # (sseq, dseq, ts): ack (explicit policy: one message; "all": everything up to sseq)
+    C_NAK = 22        # (sseq, due_ts): pending sseq is due again at due_ts (a NAK with delay, progress)
+    C_DUE = 23        # (seqs, off): pending seqs' delivery times move by off ns (ack wait ran out / forced)
+    C_GONE = 24       # (seqs, first): stream messages seqs are gone (removed / purged below first)
+    C_MAXDELIV = 25   # (sseq, dc): sseq reached max_deliver: no longer pending
+    C_UNDELIVERED = 26  # (sseq, dc): nobody received the delivery: the delivery count goes back to dc
+    C_FLOORS = 27     # (sseq_next,): nothing pending: the ack floor moves to the delivered position
+
+    def __init__(self, op: int, args: tuple, ctx: Any = None) -> None:
         self.op = op
         self.args = args
+        self.ctx = ctx
+
+    def __repr__(self) -> str:
+        return f"Entry({self.op}, {self.args!r})"
 
 
 class SingleNodeLog:
-    """A log with one member: an entry is committed when proposed. Index and term are kept for RAFT parity."""
+    """A log with one member: an entry commits, is applied and completes inside ``propose``."""
 
-    __slots__ = ("apply", "index", "term")
+    __slots__ = ("apply", "index", "term", "on_leader_change")
+
+    is_leader = True
 
     def __init__(self, apply: Callable[[Entry], Any]) -> None:
         self.apply = apply
         self.index = 0
         self.term = 1
+        self.on_leader_change: Callable[[bool], None] | None = None
 
-    def propose(self, entry: Entry) -> Any:
+    def propose(self, entry: Entry, on_applied: Completion | None = None) -> None:
         self.index += 1
-        return self.apply(entry)
+        if on_applied is None:
+            self.apply(entry)
+            return
+        try:
+            res = self.apply(entry)
+        except Exception as e:
+            on_applied(entry, None, e)
+            return
+        on_applied(entry, res, None)
 
-    @property
-    def is_leader(self) -> bool:
-        return True
+
+class DeferredLog:
+    """A log whose entries commit only when ``flush()`` says so: the shape of a RAFT leader waiting for a
+    quorum, for tests of the seam (replies after commit, checks against the proposed state) and as the
+    reference for what a replicated log must do. ``step_down()`` models losing leadership."""
+
+    def __init__(self, apply: Callable[[Entry], Any]) -> None:
+        self.apply = apply
+        self.index = 0
+        self.term = 1
+        self.is_leader = True
+        self.on_leader_change: Callable[[bool], None] | None = None
+        self.queue: list[tuple[Entry, Completion | None]] = []
+        self.applied: list[Entry] = []  # every entry applied, in order (what a replica would receive)
+
+    def propose(self, entry: Entry, on_applied: Completion | None = None) -> None:
+        if not self.is_leader:
+            if on_applied is not None:
+                on_applied(entry, None, NotLeader())
+            return
+        self.index += 1
+        self.queue.append((entry, on_applied))
+
+    def flush(self, n: int = -1) -> int:
+        """Commit and apply the first ``n`` queued entries (all with -1), including those proposed by the
+        completions meanwhile. Returns how many were applied."""
+        done = 0
+        while self.queue and (n < 0 or done < n):
+            entry, cb = self.queue.pop(0)
+            self.applied.append(entry)
+            done += 1
+            try:
+                res = self.apply(entry)
+            except Exception as e:
+                if cb is not None:
+                    cb(entry, None, e)
+                continue
+            if cb is not None:
+                cb(entry, res, None)
+        return done
+
+    def step_down(self) -> None:
+        """Lose leadership: uncommitted proposals complete with NotLeader, then the owner is told."""
+        self.is_leader = False
+        pending, self.queue = self.queue, []
+        for entry, cb in pending:
+            if cb is not None:
+                cb(entry, None, NotLeader())
+        if self.on_leader_change is not None:
+            self.on_leader_change(False)

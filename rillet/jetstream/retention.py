@@ -4,25 +4,28 @@
 - interest: a message goes once every consumer whose filter matches its subject has acknowledged it, and at
   once when no consumer's filter matches it when it is stored.
 
-Removals go through the stream's log (``Entry.DELETE``) like any other change to the stream.
+Removals are proposed to the stream's log (``Entry.DELETE``) by the leader, after the entry (a stored message,
+an ack applied to a consumer) that made them due; never applied on the side.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from rillet.jetstream.log import Entry
 from rillet.jetstream.store.base import StoreError
 
 
 def _remove(stream: Any, seq: int) -> None:
+    """Propose the removal (run by the leader after the entry that made it due was applied)."""
     if stream.closed:
         return
-    try:
-        stream.log.propose(Entry(Entry.DELETE, (seq, False)))
-    except StoreError as e:
-        # the message stays; it is counted and logged, never silently kept
-        stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': retention removal of "
-                            f"message {seq} failed: {e}")
+
+    def done(res: Any, err: BaseException | None) -> None:
+        if err is not None:
+            # the message stays; it is logged, never silently kept
+            stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': retention removal of "
+                                f"message {seq} failed: {err}")
+
+    stream.delete_msg(seq, False, done)
 
 
 def needs_ack(c: Any, seq: int, subject: str) -> bool:

@@ -14,8 +14,10 @@ Patterns, as nats-server: ``@at <RFC3339>``, ``@every <Go duration >= 1s>``, a 6
 Schedules are plain stored messages: the timer state is rebuilt from the stream on start.  Timing uses
 one event loop timer per stream (never sooner than 250ms from now, as nats-server).
 
-Hooks in stream.py: ``check`` (publish validation, may add ``Nats-Rollup: sub``), ``on_stored`` (after a
-message is stored), ``start`` / ``stop``.
+Hooks in stream.py: ``check`` (publish validation, may add ``Nats-Rollup: sub``), ``apply_stored`` (part of
+applying a scheduler-produced message on every replica: a fired one-shot schedule is purged),
+``track_stored`` (the leader's timers, after apply), ``start`` / ``stop``.  Fired schedules are published
+through ``Stream.process`` like any message, so they are log entries too.
 """
 from __future__ import annotations
 
@@ -499,12 +501,17 @@ def _get(stream: Any) -> Scheduler | None:
     return sched
 
 
-def on_stored(stream: Any, subject: str, hdr: bytes, seq: int, ts: int) -> None:
-    """A message was stored: track schedules, purge a fired one-shot schedule, move a repeating one."""
-    if hdr and b"Nats-Scheduler" in hdr and H.get_header(hdr, NEXT) == NEXT_PURGE:
+def apply_stored(stream: Any, hdr: bytes) -> None:
+    """Part of applying a stored message that a scheduler produced (every replica): a fired one-shot
+    schedule is purged."""
+    if H.get_header(hdr, NEXT) == NEXT_PURGE:
         scheduler = H.get_header(hdr, SCHEDULER)
         if scheduler:
             stream.store.purge(scheduler, 0, 0)
+
+
+def track_stored(stream: Any, subject: str, hdr: bytes, seq: int, ts: int) -> None:
+    """A message was stored (the leader, after apply): track schedules, move a repeating one on."""
     sched = _get(stream)
     if sched is not None:
         _track(sched, subject, hdr, seq, ts)

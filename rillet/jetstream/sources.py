@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.jetstream import headers as H
 from rillet.jetstream.log import Entry
-from rillet.jetstream.store.base import StoreError
 from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_matches_filter
 
@@ -207,21 +206,24 @@ class Origin:
         """A mirrored message, at the origin's sequence and with its original timestamp (as nats-server;
         sourced messages get a new one). False when it could not be stored (retried from there)."""
         stream = self.owner.stream
-        if sseq <= stream.store.state().last_seq:
+        if sseq <= stream.proposed_last_seq():
             return True
-        try:
-            stream.log.propose(Entry(Entry.MIRROR, (sseq, subject, hdr, data, ts or now_ns())))
-        except StoreError as e:
+        stream.hold(sseq, 1, [subject], [], len(subject) + len(hdr) + len(data))
+
+        def done(res: Any, err: BaseException | None) -> None:
+            if err is None:
+                self.failed_seq = 0
+                return
             # logged once per sequence (the health check retries every few seconds); like nats-server the
             # mirror info shows no error, the mirror stays at the message it cannot store
             if self.failed_seq != sseq:
                 self.failed_seq = sseq
                 stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': storing mirrored "
-                                    f"message {sseq} failed: {e}")
+                                    f"message {sseq} failed: {err}")
             self.cancel()  # the health check restarts the consumer from our last sequence
-            return False
-        self.failed_seq = 0
-        return True
+
+        stream.propose(Entry.MIRROR, (sseq, subject, hdr, data, ts or now_ns()), done)
+        return self.failed_seq != sseq  # known at once when the log commits at once
 
     def _transform(self, subject: str) -> str:
         if not self.transforms:

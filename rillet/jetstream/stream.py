@@ -1,13 +1,28 @@
 """A stream: an internal subscription on its subjects whose messages become log entries, then stored.
 
-    publish ─► _on_msg (checks: sealed, size, expectations, dedup) ─► log.propose(Entry.MSG)
-           ─► _apply: store, rollup, dedup record, republish, wake consumers ─► PubAck (after fsync when
-              sync_interval is "always": acks of appends that arrive together share one fsync)
+    publish ─► _on_msg ─► process: checks against the *proposed* state (sealed, size, expectations, dedup,
+               discard-new limits: the store's state plus the entries still in flight, see "overlay" below)
+           ─► log.propose(Entry.MSG, on_applied=_msg_done)
+           ─► _apply (every replica): store at the entry's sequence and time, rollup, dedup record
+           ─► _msg_done (leader, after apply): expiry timer, schedules, republish, consumer wake-ups,
+              interest removals (proposed), then the PubAck (after fsync when sync_interval is "always":
+              acks of appends that arrive together share one fsync)
 
 Nothing else changes the store: atomic batches (Entry.BATCH), mirrored messages (MIRROR), deletes, purges,
 retention removals (DELETE/PURGE), max_age and TTL expiry with their delete markers (EXPIRE) and config
-updates (UPDATE) are log entries too, applied by ``_apply``. Entries carry what the leader decided (sequence,
-timestamp, msg id) so that a replica applying them ends in the same state.
+updates (UPDATE) are log entries too, applied by ``_apply``. Entries carry what the leader decided
+(sequence, timestamp, msg id, TTL, batch boundaries; the leader's time for purge/delete/update/expire, which
+stamps any delete marker), so a replica applying them ends in the same store and dedup state, byte for
+byte. ``_apply`` has no effect outside that state machine: what it leaves for the leader (messages removed
+by limits or rollups, markers stored) is queued in ``_fx`` and run by the completion of the same entry
+(``_done`` / ``_msg_done``), which the log calls on the leader right after applying it. API replies (purge,
+delete, update) are sent from completions too (``ctx`` of the entry).
+
+The proposed overlay: ``_pn`` entries in flight, ``_pseq`` the last proposed sequence, ``_plast_id`` the last
+proposed msg id, ``_pids`` in-flight msg ids, ``_psubj`` per subject [in-flight count, last proposed seq],
+``_pbytes`` in-flight bytes. With nothing in flight (always, on one server) the checks read the store.
+When an in-flight entry fails to apply, the entries proposed after it fail too (sequence mismatch) and the
+overlay is back in step with the store once nothing is in flight.
 """
 from __future__ import annotations
 
@@ -21,7 +36,7 @@ from rillet.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream import schedules
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.log import Entry, SingleNodeLog
+from rillet.jetstream.log import Entry, NotLeader, SingleNodeLog
 from rillet.jetstream.store import base as store_base
 from rillet.subjects.validate import subject_matches_filter
 
@@ -53,27 +68,51 @@ def parse_ttl(v: str) -> int:
 
 class Stream:
     def __init__(self, jsa: "JSAccount", cfg: Any, created: str, store: Any) -> None:
+        self._init_state(cfg, store)
+        # the leader's side: the log, subscriptions, replies, timers
         self.jsa = jsa
         self.js = jsa.js
-        self.cfg = cfg
-        self.name: str = cfg.name
         self.created = created
-        self.store = store
-        self.consumers: dict[str, Any] = {}
-        self.log = SingleNodeLog(self._apply)
+        self.log: Any = SingleNodeLog(self._apply)
+        self.log.on_leader_change = self._leader_changed
+        self._msg_done_cb = self._msg_done  # bound once: the completion of every publish
+        self._done_cb = self._done
         self.ic = jsa.ic
         self._subs: list[Any] = []
+        self._acks: list[tuple[bytes, bytes]] = []
+        self._sync_scheduled = False
+        self._expire_timer: asyncio.TimerHandle | None = None
+        self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
+
+    @classmethod
+    def replica(cls, cfg: Any, store: Any) -> "Stream":
+        """The state machine alone (what a follower runs): ``_apply`` entries to ``store``; no log, no
+        subscriptions, no timers, no replies."""
+        self = cls.__new__(cls)
+        self._init_state(cfg, store)
+        return self
+
+    def _init_state(self, cfg: Any, store: Any) -> None:
+        """The replicated state: the store, the config, the dedup table and last msg id."""
+        self.cfg = cfg
+        self.name: str = cfg.name
+        self.store = store
+        self.consumers: dict[str, Any] = {}
         # dedup: msg id -> (seq, ts_ns); kept for duplicate_window
         self._ddmap: dict[str, tuple[int, int]] = {}
         self._ddorder: list[tuple[int, str]] = []
         self._last_msg_id = ""
         self._dd_loaded = False  # the dedup table of a recovered stream is rebuilt when first needed
-        self._apply_ts = 0  # the time of the EXPIRE / UPDATE entry being applied (stamps delete markers)
-        self._acks: list[tuple[bytes, bytes]] = []
-        self._sync_scheduled = False
-        self._expire_timer: asyncio.TimerHandle | None = None
+        self._apply_ts = 0  # the leader's time in the entry being applied (stamps delete markers)
+        self._fx: list[Any] = []  # left by apply for the leader: removed seqs, (seq, subj, hdr, ts, ttl) markers
+        # the proposed overlay (entries in flight; see the module docstring)
+        self._pn = 0
+        self._pseq = 0
+        self._pbytes = 0
+        self._plast_id = ""
+        self._pids: dict[str, int] = {}
+        self._psubj: dict[str, list[int]] = {}
         self.closed = False
-        self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
         store.register_remove_callback(self._on_store_remove)
         if hasattr(store, "register_marker_callback"):
             store.register_marker_callback(self._on_marker)
@@ -155,15 +194,17 @@ class Stream:
         self.process(subj, reply, hdr_b, data)
 
     def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0) -> int:
-        """Checks, then propose. Returns the stored sequence (0 when refused or a duplicate)."""
+        """Checks against the proposed state, then propose. Returns the proposed sequence (0 when refused or a
+        duplicate); the PubAck (or the error) is sent once the entry is applied."""
         cfg = self.cfg
+        pn = self._pn
         try:
             if cfg.sealed:
                 raise ApiError.make("STREAM_SEALED")
             size = len(hdr) + len(data) + len(subject)
             if cfg.max_msg_size > 0 and len(hdr) + len(data) > cfg.max_msg_size:
                 raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
-            if self.jsa.limited and self.jsa.over_limit(cfg.storage, size):
+            if self.jsa.limited and self.jsa.over_limit(cfg.storage, size + self._pbytes):
                 raise ApiError.make("ACCOUNT_RESOURCES_EXCEEDED")
             if hdr and b"Nats-Batch-Id" in hdr:  # atomic batch publish: staged, stored on commit
                 from rillet.jetstream import batch
@@ -187,6 +228,8 @@ class Stream:
                 msg_id = H.get_header(hdr, H.MSG_ID) or ""
                 if msg_id:
                     dd = self._dedup_lookup(msg_id)
+                    if dd is None and pn:
+                        dd = self._pids.get(msg_id)  # the same id still in flight: a duplicate too
                     if dd is not None:
                         self._ack(reply, {"stream": self.name, "seq": dd, "duplicate": True})
                         return 0
@@ -194,22 +237,19 @@ class Stream:
                 if v is not None:
                     if not self._dd_loaded:
                         self._rebuild_dedup()
-                    if v != self._last_msg_id:
-                        raise ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=self._last_msg_id)
+                    last_id = self._plast_id if pn else self._last_msg_id
+                    if v != last_id:
+                        raise ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=last_id)
                 v = H.get_header(hdr, H.EXPECTED_LAST_SEQ)
                 if v is not None:
-                    last = self.store.last_seq
+                    last = self._pseq if pn else self.store.last_seq
                     if not v.isdigit() or int(v) != last:
                         raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
                 v = H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
                 if v:
                     # the subject checked may be another one, or a filter with wildcards
                     check_subj = H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ) or subject
-                    if check_subj == subject:
-                        last = self.store.last_seq_for_subject(check_subj)
-                    else:
-                        lm = self.store.load_last_msg(check_subj)
-                        last = lm.seq if lm is not None else 0
+                    last = self._last_seq_for(check_subj, check_subj == subject)
                     if not v.isdigit() or int(v) != last:
                         raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
                 elif H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ):
@@ -231,81 +271,251 @@ class Stream:
                     # at least the delete marker TTL, or a marker already there could hide this one's
                     ttl = sdm // 1_000_000_000
                     hdr = H.append_headers(H.remove_headers(hdr, {H.TTL}), [(H.TTL, str(ttl))])
-            seq = self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id,
-                                                     self.store.last_seq + 1)))
+            if pn and cfg.discard == "new":
+                self._check_discard_new(subject, hdr, data)
+            seq = (self._pseq if pn else self.store.last_seq) + 1
         except ApiError as e:
             if reply:
                 self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
             return 0
-        except store_base.StoreError as e:
+        except store_base.StoreError as e:  # a check could not read the store
             if reply:
-                err = _store_error(e)
-                self._reply(reply, _json({"error": err.to_dict(), "stream": self.name, "seq": 0}))
+                self._reply(reply, _json({"error": _store_error(e).to_dict(), "stream": self.name, "seq": 0}))
             return 0
-        if not cfg.no_ack:
-            ack: dict[str, Any] = {"stream": self.name, "seq": seq}
+        # the overlay: what is in flight counts for the checks of the next publishes until it is applied
+        self._pn = pn + 1
+        self._pseq = seq
+        self._pbytes += size
+        self._plast_id = msg_id
+        if msg_id:
+            self._pids[msg_id] = seq
+        ps = self._psubj.get(subject)
+        if ps is None:
+            self._psubj[subject] = [1, seq]
+        else:
+            ps[0] += 1
+            ps[1] = seq
+        self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), reply),
+                         self._msg_done_cb)
+        return seq
+
+    def _last_seq_for(self, subject: str, literal: bool) -> int:
+        """The last sequence on ``subject`` (a filter unless ``literal``), in-flight proposals included."""
+        if literal:
+            last = self.store.last_seq_for_subject(subject)
+        else:
+            lm = self.store.load_last_msg(subject)
+            last = lm.seq if lm is not None else 0
+        if self._pn:
+            if literal:
+                ps = self._psubj.get(subject)
+                if ps is not None:
+                    last = ps[1]
+            else:
+                for s, ps in self._psubj.items():
+                    if ps[1] > last and subject_matches_filter(s, subject):
+                        last = ps[1]
+        return last
+
+    def _check_discard_new(self, subject: str, hdr: bytes, data: bytes) -> None:
+        """Discard-new limits over the store plus the entries in flight (with none in flight the store's
+        own check, when the entry is applied, is the same one)."""
+        cfg = self.cfg
+        if cfg.max_msgs > 0 or cfg.max_bytes > 0:
+            st = self.store.state()
+            if cfg.max_msgs > 0 and st.msgs + self._pn + 1 > cfg.max_msgs:
+                raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages exceeded")
+            if cfg.max_bytes > 0 and st.bytes + self._pbytes + len(subject) + len(hdr) + len(data) > cfg.max_bytes:
+                raise ApiError.make("STREAM_STORE_FAILED", err="maximum bytes exceeded")
+        if cfg.discard_new_per_subject and cfg.max_msgs_per_subject > 0:
+            ps = self._psubj.get(subject)
+            if ps is not None:
+                n = self.store.subjects_totals(subject).get(subject, 0) + ps[0] + 1
+                if n > cfg.max_msgs_per_subject:
+                    raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages per subject exceeded")
+
+    def _msg_done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
+        """A publish's entry was applied (leader): release its overlay, run the leader's side of storing
+        it, then the PubAck (or the error the store answered)."""
+        subject, hdr, data, _, ttl, msg_id, seq = entry.args
+        self._pn -= 1
+        self._pbytes -= len(hdr) + len(data) + len(subject)
+        if msg_id and self._pids.get(msg_id) == seq:
+            del self._pids[msg_id]
+        ps = self._psubj.get(subject)
+        if ps is not None:
+            if ps[0] <= 1:
+                del self._psubj[subject]
+            else:
+                ps[0] -= 1
+        reply = entry.ctx
+        if err is not None:
+            self._refused(reply, err)
+            return
+        if self._fx:
+            self._run_fx()
+        self._after_stored(res[0], subject, hdr, data, res[1], ttl)
+        if reply and not self.cfg.no_ack:
+            ack: dict[str, Any] = {"stream": self.name, "seq": res[0]}
             if self.js.domain:
                 ack["domain"] = self.js.domain
             self._ack(reply, ack)
-        return seq
+
+    def _refused(self, reply: bytes | None, err: BaseException) -> None:
+        """An entry the log could not apply: answered with nats-server's error (a store refusal is part of
+        the protocol; anything else is logged too)."""
+        if isinstance(err, ApiError):
+            e = err
+        else:
+            if not isinstance(err, (store_base.StoreError, NotLeader)):
+                self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': applying an entry "
+                                  f"failed: {err!r}")
+            e = _store_error(err)  # type: ignore[arg-type]
+        if reply:
+            self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
+
+    def propose(self, op: int, args: tuple, done: Any = None) -> None:
+        """Propose a non-publish entry; ``done(result, error)`` runs on the leader after it is applied (an
+        error without ``done`` is logged)."""
+        self.log.propose(Entry(op, args, done), self._done_cb)
+
+    def _done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
+        """The completion of every entry but MSG: the leader's side effects, then ``ctx(result, error)``."""
+        op = entry.op
+        if op == Entry.BATCH or op == Entry.MIRROR:
+            self._release(entry)
+        if err is None:
+            if self._fx:
+                self._run_fx()
+            if op == Entry.BATCH:
+                for (subject, hdr, data, _, ttl, _), (seq, ts) in zip(entry.args[0], res):
+                    self._after_stored(seq, subject, hdr, data, ts, ttl)
+            elif op == Entry.MIRROR:
+                seq, subject = entry.args[0], entry.args[1]
+                if self._expire_timer is None and self.cfg.max_age:
+                    self._schedule_expiry()
+                if self.consumers:
+                    for c in list(self.consumers.values()):
+                        c.on_stream_msg(seq, subject)
+                self.jsa.after_stream_msg(self, seq, subject)
+            elif op == Entry.PURGE:
+                for c in list(self.consumers.values()):
+                    c.on_purge()
+        if op == Entry.UPDATE or op == Entry.EXPIRE:
+            if not self.closed:
+                self._schedule_expiry()  # the next expiry after this one (also when it failed)
+        cb = entry.ctx
+        if cb is not None:
+            cb(res, err)
+        elif err is not None and not isinstance(err, NotLeader):
+            self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': {_OP_NAMES.get(op, op)} "
+                              f"failed: {err}")
+
+    def hold(self, seq: int, n: int, subjects: list[str], msg_ids: list[str], size: int) -> None:
+        """Put a non-publish entry that stores messages (a batch, a mirrored message) in the overlay:
+        ``n`` messages ending at sequence ``seq``."""
+        self._pn += n
+        self._pseq = seq
+        self._pbytes += size
+        for mid in msg_ids:
+            if mid:
+                self._pids[mid] = seq
+                self._plast_id = mid
+        for s in subjects:
+            ps = self._psubj.get(s)
+            if ps is None:
+                self._psubj[s] = [1, seq]
+            else:
+                ps[0] += 1
+                ps[1] = seq
+
+    def _release(self, entry: Entry) -> None:
+        if entry.op == Entry.BATCH:
+            msgs = entry.args[0]
+            self._pn -= len(msgs)
+            for subject, hdr, data, _, _, mid in msgs:
+                self._pbytes -= len(subject) + len(hdr) + len(data)
+                if mid and mid in self._pids:
+                    del self._pids[mid]
+                self._unhold_subject(subject)
+        else:
+            _, subject, hdr, data, _ = entry.args
+            self._pn -= 1
+            self._pbytes -= len(subject) + len(hdr) + len(data)
+            self._unhold_subject(subject)
+
+    def _unhold_subject(self, subject: str) -> None:
+        ps = self._psubj.get(subject)
+        if ps is not None:
+            if ps[0] <= 1:
+                del self._psubj[subject]
+            else:
+                ps[0] -= 1
+
+    def proposed_last_seq(self) -> int:
+        return self._pseq if self._pn else self.store.last_seq
+
+    def _leader_changed(self, leader: bool) -> None:
+        """The log gained or lost leadership. The overlay was released by the failed completions; the
+        leader's timers follow the role."""
+        if leader:
+            self._schedule_expiry()
+        elif self._expire_timer is not None:
+            self._expire_timer.cancel()
+            self._expire_timer = None
 
     def _apply(self, entry: Entry) -> Any:
-        """The only place a stream's store changes. Everything an entry needs travels in it, so a replica
-        applying the same entries ends in the same state."""
+        """The only place a stream's store changes, run on every replica for each committed entry.
+        Everything it needs travels in the entry; it reads no clock and sends nothing: what the leader
+        must do afterwards is left in ``_fx`` for the entry's completion."""
+        if self._fx:
+            self._fx.clear()  # an entry without a completion left these (a replica): nobody runs them
         op = entry.op
+        store = self.store
         if op == Entry.MSG:
             subject, hdr, data, ts, ttl, msg_id, seq = entry.args
-            if seq != self.store.last_seq + 1:
+            if seq != store.last_seq + 1:
                 raise store_base.ErrSequenceMismatch()
-            seq, ts = self.store.store_msg(subject, hdr, data, ts, ttl)
-            self._stored(seq, subject, hdr, data, ts, ttl, msg_id)
-            return seq
+            r = store.store_msg(subject, hdr, data, ts, ttl)
+            self._stored_state(r[0], subject, hdr, r[1], msg_id)
+            return r
         if op == Entry.BATCH:
             msgs, seq = entry.args
-            if seq != self.store.last_seq + 1:
+            if seq != store.last_seq + 1:
                 raise store_base.ErrSequenceMismatch()
-            stored = self.store.store_batch([m[:5] for m in msgs])
-            seq = 0
-            for (subject, hdr, data, _, ttl, msg_id), (seq, ts) in zip(msgs, stored):
-                self._stored(seq, subject, hdr, data, ts, ttl, msg_id)
-            return seq
+            stored = store.store_batch([m[:5] for m in msgs])
+            for (subject, hdr, _, _, _, msg_id), (seq, ts) in zip(msgs, stored):
+                self._stored_state(seq, subject, hdr, ts, msg_id)
+            return stored
         if op == Entry.MIRROR:
             seq, subject, hdr, data, ts = entry.args
-            self.store.store_raw(seq, subject, hdr, data, ts)
+            store.store_raw(seq, subject, hdr, data, ts)
             if hdr and b"Nats-Rollup" in hdr:  # a mirror applies the origin's rollups too (as nats-server)
                 v = H.get_header(hdr, H.ROLLUP)
                 if v == "sub":
-                    self.store.purge(subject, seq, 0)
+                    store.purge(subject, seq, 0)
                 elif v == "all":
-                    self.store.purge(None, seq, 0)
-            if self._expire_timer is None and self.cfg.max_age:
-                self._schedule_expiry()
-            if self.consumers:
-                for c in list(self.consumers.values()):
-                    c.on_stream_msg(seq, subject)
-            self.jsa.after_stream_msg(self, seq, subject)
+                    store.purge(None, seq, 0)
             return seq
         if op == Entry.DELETE:
-            seq, erase = entry.args
-            return self.store.remove_msg(seq, erase)
+            seq, erase, self._apply_ts = entry.args
+            return store.remove_msg(seq, erase)
         if op == Entry.PURGE:
-            subject, seq, keep = entry.args
-            n = self.store.purge(subject, seq, keep)
-            for c in list(self.consumers.values()):
-                c.on_purge()
-            return n
+            subject, seq, keep, self._apply_ts = entry.args
+            return store.purge(subject, seq, keep)
         if op == Entry.EXPIRE:
             self._apply_ts = entry.args[0]
-            return self.store.expire_msgs(self._apply_ts)
+            return store.expire_msgs(self._apply_ts)
         if op == Entry.UPDATE:
             cfg, scfg, self._apply_ts = entry.args
             old, self.cfg = self.cfg, cfg
-            self.store.update_config(scfg, self._apply_ts)
+            store.update_config(scfg, self._apply_ts)
             return old
         raise ValueError(f"unknown log entry op {op}")
 
-    def _stored(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: int, msg_id: str) -> None:
-        """What applying a stored message does besides storing it (rollup, dedup, schedules, consumers)."""
+    def _stored_state(self, seq: int, subject: str, hdr: bytes, ts: int, msg_id: str) -> None:
+        """The replicated part of storing a message besides the store: dedup, last msg id, rollups, a fired
+        one-shot schedule's purge."""
         if msg_id:
             self._dedup_record(msg_id, seq, ts)
         self._last_msg_id = msg_id  # a message without an id clears it, as nats-server
@@ -315,22 +525,48 @@ class Stream:
                 self.store.purge(subject, seq, 0)
             elif v == "all":
                 self.store.purge(None, seq, 0)
-        if ttl or (self._expire_timer is None and self.cfg.max_age):
+            if b"Nats-Scheduler" in hdr:
+                schedules.apply_stored(self, hdr)
+
+    def _run_fx(self) -> None:
+        """The leader's side of what applying an entry did besides its own messages: consumers learn of
+        removed messages, markers stored are handled like any stored message."""
+        fx, self._fx = self._fx, []
+        for f in fx:
+            if f.__class__ is int:
+                for c in list(self.consumers.values()):
+                    c.on_stream_remove(f)
+            else:
+                seq, subject, hdr, ts, ttl = f
+                self._after_stored(seq, subject, hdr, b"", ts, ttl)
+
+    def _after_stored(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: int) -> None:
+        """The leader's side of a stored message: expiry timer, schedules, republish, consumers, retention."""
+        cfg = self.cfg
+        if ttl or (self._expire_timer is None and cfg.max_age):
             self._schedule_expiry()  # max_age: the timer is armed once and re-arms itself
-        if self.cfg.allow_msg_schedules or (hdr and b"Nats-Scheduler" in hdr):
-            schedules.on_stored(self, subject, hdr, seq, ts)
-        if self.cfg.republish is not None:
+        if cfg.allow_msg_schedules or (hdr and b"Nats-Scheduler" in hdr):
+            schedules.track_stored(self, subject, hdr, seq, ts)
+        if cfg.republish is not None:
             self._republish(subject, hdr, data, seq, ts)
         if self.consumers:
             for c in list(self.consumers.values()):
                 c.on_stream_msg(seq, subject)
         self.jsa.after_stream_msg(self, seq, subject)
 
-    def update_config(self, cfg: Any) -> None:
-        """A new configuration through the log (limits that shrink remove messages when applied)."""
+    def update_config(self, cfg: Any, done: Any = None) -> None:
+        """A new configuration through the log (limits that shrink remove messages when applied);
+        ``done(old config, error)`` after it is applied."""
         from rillet.jetstream.storeopen import store_config
-        self.log.propose(Entry(Entry.UPDATE, (cfg, store_config(cfg, self.js), now_ns())))
-        self._schedule_expiry()
+        self.propose(Entry.UPDATE, (cfg, store_config(cfg, self.js), now_ns()), done)
+
+    def purge(self, subject: str | None, seq: int, keep: int, done: Any = None) -> None:
+        """Purge through the log; ``done(number purged, error)`` after it is applied."""
+        self.propose(Entry.PURGE, (subject, seq, keep, now_ns()), done)
+
+    def delete_msg(self, seq: int, erase: bool, done: Any = None) -> None:
+        """Remove one message through the log; ``done(removed?, error)`` after it is applied."""
+        self.propose(Entry.DELETE, (seq, erase, now_ns()), done)
 
     # ---- acks and group commit --------------------------------------------------------------------
 
@@ -425,10 +661,11 @@ class Stream:
         self._ddmap[msg_id] = (seq, ts)
         self._ddorder.append((ts, msg_id))
         if len(self._ddorder) > 1024 and len(self._ddorder) % 256 == 0:
-            self._dedup_prune()
+            self._dedup_prune(ts)
 
-    def _dedup_prune(self) -> None:
-        cutoff = now_ns() - self.cfg.duplicate_window
+    def _dedup_prune(self, now: int) -> None:
+        """Forget ids older than the window at ``now`` (the applied entry's time: replicas prune alike)."""
+        cutoff = now - self.cfg.duplicate_window
         order = self._ddorder
         i = 0
         while i < len(order) and order[i][0] < cutoff:
@@ -457,11 +694,7 @@ class Stream:
         self._expire_timer = None
         if self.closed:
             return
-        try:
-            self.log.propose(Entry(Entry.EXPIRE, (now_ns(),)))
-        except store_base.StoreError as e:
-            self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': expiring messages failed: {e}")
-        self._schedule_expiry()
+        self.propose(Entry.EXPIRE, (now_ns(),))  # the timer is armed again once this is applied
 
     def _on_marker(self, subject: str, hdr: bytes) -> None:
         """A subject delete marker the store asks for while an EXPIRE (or UPDATE) entry is applied: part of
@@ -474,12 +707,14 @@ class Stream:
                 ttl = parse_ttl(v)
             except ValueError:
                 ttl = 0
-        seq, ts = self.store.store_msg(subject, hdr, b"", self._apply_ts or now_ns(), ttl)
-        self._stored(seq, subject, hdr, b"", ts, ttl, "")
+        seq, ts = self.store.store_msg(subject, hdr, b"", self._apply_ts, ttl)
+        self._stored_state(seq, subject, hdr, ts, "")
+        self._fx.append((seq, subject, hdr, ts, ttl))
 
     def _on_store_remove(self, seq: int, subject: str, size: int) -> None:
-        for c in list(self.consumers.values()):
-            c.on_stream_remove(seq)
+        """A message left the store while an entry was applied: the consumers hear of it after apply."""
+        if self.consumers:
+            self._fx.append(seq)
 
     # ---- republish --------------------------------------------------------------------------------
 
@@ -532,6 +767,11 @@ class Stream:
             d["lost"] = {"msgs": list(st.lost), "bytes": 0}
         d["consumer_count"] = len(self.consumers)
         return d
+
+
+_OP_NAMES = {Entry.DELETE: "deleting a message", Entry.PURGE: "purging", Entry.UPDATE: "updating the config",
+             Entry.BATCH: "storing a batch", Entry.MIRROR: "storing a mirrored message",
+             Entry.EXPIRE: "expiring messages"}
 
 
 def _store_error(e: Exception) -> ApiError:
