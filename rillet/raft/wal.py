@@ -1,0 +1,374 @@
+"""The RAFT write-ahead log on disk.
+
+Layout of a WAL directory:
+
+* ``seg-<first index, 20 digits>.log``: segment files of records ``[u32 length][u32 crc32][payload]``
+  with payload ``[u64 index][u64 term][u8 kind][data]``. Entries are contiguous across segments; a new
+  segment starts when the current one passes ``segment_size`` bytes.
+* ``hardstate``: term, vote and commit; ``snapshot``: the latest snapshot (index, term, voters, data).
+  Both are ``[4-byte magic][u32 crc32][u32 length][payload]`` and replaced atomically (write a
+  temporary file, fsync it, rename it over the old one, fsync the directory).
+
+``sync="always"`` fsyncs before ``append`` returns; ``sync="interval"`` leaves it to the caller's
+periodic ``sync()`` (a crash may then lose the entries written since the last sync, which RAFT cannot
+tolerate on a majority: ``always`` is the safe setting). Hard state and snapshots are always durable
+when their call returns.
+
+``WAL.open`` recovers: a torn tail (an incomplete or bad last record of the last segment, nothing valid
+after it) is truncated away and counted in ``truncated_bytes``; a bad record anywhere else, a gap in the
+indexes or a damaged hard state or snapshot file raises ``WALCorruption`` naming the file and offset:
+stored data is never served unchecked.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from array import array
+from typing import Optional, Sequence
+
+import msgspec
+
+from .msgs import ENTRY_KINDS, HardState, Snapshot
+
+_REC = struct.Struct("<II")       # payload length, crc32(payload)
+_ENT = struct.Struct("<QQB")      # index, term, kind
+_FILE = struct.Struct("<4sII")    # magic, crc32(payload), payload length
+_HS_MAGIC = b"RHS1"
+_SNAP_MAGIC = b"RSN1"
+_MIN_PAYLOAD = _ENT.size
+_MAX_PAYLOAD = 1 << 30
+
+_enc = msgspec.msgpack.Encoder()
+_hs_dec = msgspec.msgpack.Decoder(HardState)
+_snap_dec = msgspec.msgpack.Decoder(Snapshot)
+
+
+class WALCorruption(Exception):
+    """Stored RAFT data failed its checksum or structure check somewhere other than a torn tail."""
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(dirpath: str, name: str, magic: bytes, payload: bytes) -> None:
+    tmp = os.path.join(dirpath, name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(_FILE.pack(magic, zlib.crc32(payload), len(payload)) + payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(dirpath, name))
+    _fsync_dir(dirpath)
+
+
+def _read_checked(path: str, magic: bytes) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as f:
+            buf = f.read()
+    except FileNotFoundError:
+        return None
+    if len(buf) < _FILE.size:
+        raise WALCorruption(f"{path}: {len(buf)} bytes, shorter than its header")
+    m, crc, n = _FILE.unpack_from(buf)
+    if m != magic:
+        raise WALCorruption(f"{path}: bad magic {m!r}")
+    payload = buf[_FILE.size:]
+    if len(payload) != n or zlib.crc32(payload) != crc:
+        raise WALCorruption(f"{path}: checksum or length mismatch")
+    return payload
+
+
+def encode_record(index: int, term: int, kind: int, data: bytes) -> bytes:
+    payload = _ENT.pack(index, term, kind) + data
+    return _REC.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+class _Segment:
+    __slots__ = ("first", "path", "offsets", "terms", "size")
+
+    def __init__(self, first: int, path: str):
+        self.first = first
+        self.path = path
+        self.offsets = array("Q")  # start offset of each record
+        self.terms = array("Q")
+        self.size = 0
+
+    def last(self) -> int:
+        return self.first + len(self.offsets) - 1
+
+
+class Recovered:
+    """What ``WAL.open`` found: pass it to ``Node(hard_state=..., snapshot=..., entries=...)``."""
+    __slots__ = ("hard_state", "snapshot", "entries", "truncated_bytes")
+
+    def __init__(self, hard_state, snapshot, entries, truncated_bytes):
+        self.hard_state: Optional[HardState] = hard_state
+        self.snapshot: Optional[Snapshot] = snapshot
+        self.entries: list = entries
+        self.truncated_bytes: int = truncated_bytes
+
+
+class WAL:
+    def __init__(self, path: str, sync: str = "always", segment_size: int = 64 << 20):
+        """Use ``WAL.open``; the constructor does no recovery."""
+        if sync not in ("always", "interval"):
+            raise ValueError(f"wal sync policy must be 'always' or 'interval', not {sync!r}")
+        self.path = path
+        self.policy = sync
+        self.segment_size = segment_size
+        self.segments: list[_Segment] = []
+        self.snap_index = 0
+        self.snap_term = 0
+        self._f = None          # the open last segment
+        self._dirty = False
+
+    @classmethod
+    def open(cls, path: str, sync: str = "always", segment_size: int = 64 << 20) -> tuple["WAL", Recovered]:
+        os.makedirs(path, exist_ok=True)
+        w = cls(path, sync, segment_size)
+        rec = w._recover()
+        return w, rec
+
+    # ---- recovery ----------------------------------------------------------------------------------------
+
+    def _recover(self) -> Recovered:
+        d = self.path
+        for name in os.listdir(d):
+            if name.endswith(".tmp"):
+                os.unlink(os.path.join(d, name))  # an atomic replace that did not finish: the old file stands
+        raw = _read_checked(os.path.join(d, "hardstate"), _HS_MAGIC)
+        try:
+            hs = _hs_dec.decode(raw) if raw is not None else None
+            raw = _read_checked(os.path.join(d, "snapshot"), _SNAP_MAGIC)
+            snap = _snap_dec.decode(raw) if raw is not None else None
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise WALCorruption(f"{d}: undecodable hard state or snapshot: {e}") from None
+        if snap is not None:
+            self.snap_index, self.snap_term = snap.index, snap.term
+        names = sorted(n for n in os.listdir(d) if n.startswith("seg-") and n.endswith(".log"))
+        entries: list = []
+        truncated = 0
+        expect = None
+        for k, name in enumerate(names):
+            try:
+                first = int(name[4:-4])
+            except ValueError:
+                raise WALCorruption(f"{d}/{name}: not a segment name") from None
+            seg = _Segment(first, os.path.join(d, name))
+            with open(seg.path, "rb") as f:
+                buf = f.read()
+            last_seg = k == len(names) - 1
+            if expect is not None and first != expect:
+                raise WALCorruption(f"{seg.path}: starts at index {first}, expected {expect}")
+            pos = 0
+            idx = first
+            n = len(buf)
+            while pos < n:
+                bad = self._check_record(buf, pos, idx)
+                if bad is None:
+                    ln = _REC.unpack_from(buf, pos)[0]
+                    i, t, kind = _ENT.unpack_from(buf, pos + 8)
+                    end = pos + 8 + ln
+                    seg.offsets.append(pos)
+                    seg.terms.append(t)
+                    if i > self.snap_index:
+                        entries.append((i, t, kind, buf[pos + 8 + _ENT.size:end]))
+                    pos = end
+                    idx += 1
+                    continue
+                if last_seg and not self._valid_record_after(buf, pos, idx):
+                    truncated = n - pos
+                    with open(seg.path, "r+b") as f:
+                        f.truncate(pos)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    break
+                raise WALCorruption(f"{seg.path}: offset {pos}: {bad}")
+            seg.size = pos
+            expect = first + len(seg.offsets)
+            if seg.offsets or last_seg:
+                self.segments.append(seg)
+        if self.segments and not self.segments[-1].offsets:
+            os.unlink(self.segments.pop().path)  # only a torn record was in it
+        if entries and entries[0][0] != self.snap_index + 1:
+            raise WALCorruption(f"{d}: entries start at {entries[0][0]} but the snapshot ends at {self.snap_index}")
+        if self.segments and self.segments[0].first > self.snap_index + 1:
+            raise WALCorruption(f"{d}: first segment starts at {self.segments[0].first}, "
+                                f"after the snapshot index {self.snap_index}")
+        last = entries[-1][0] if entries else self.snap_index
+        if hs is not None and hs.commit > last:
+            hs = HardState(hs.term, hs.vote, last)  # entries synced after the commit was written were lost
+        return Recovered(hs, snap, entries, truncated)
+
+    @staticmethod
+    def _check_record(buf: bytes, pos: int, idx: int) -> Optional[str]:
+        n = len(buf)
+        if pos + 8 > n:
+            return "incomplete record header"
+        ln, crc = _REC.unpack_from(buf, pos)
+        if ln < _MIN_PAYLOAD or ln > _MAX_PAYLOAD:
+            return f"bad record length {ln}"
+        if pos + 8 + ln > n:
+            return "record extends past the end of the file"
+        if zlib.crc32(buf[pos + 8:pos + 8 + ln]) != crc:
+            return "checksum mismatch"
+        i, t, kind = _ENT.unpack_from(buf, pos + 8)
+        if i != idx:
+            return f"record index {i} where {idx} was expected"
+        if kind not in ENTRY_KINDS:
+            return f"unknown entry kind {kind}"
+        return None
+
+    def _valid_record_after(self, buf: bytes, pos: int, idx: int) -> bool:
+        """Whether any complete, checksummed record with a later index lies after the bad one at ``pos``
+        (at any byte offset: the bad record's own length field may be the damaged part). Then the
+        damage is in the middle of the log, not a torn tail."""
+        n = len(buf)
+        unpack, ent = _REC.unpack_from, _ENT.unpack_from
+        for q in range(pos + 1, n - 8 - _MIN_PAYLOAD + 1):
+            ln, crc = unpack(buf, q)
+            if ln < _MIN_PAYLOAD or q + 8 + ln > n:
+                continue
+            if zlib.crc32(buf[q + 8:q + 8 + ln]) == crc and ent(buf, q + 8)[0] >= idx:
+                return True
+        return False
+
+    # ---- writing -----------------------------------------------------------------------------------------
+
+    def last_index(self) -> int:
+        return self.segments[-1].last() if self.segments and self.segments[-1].offsets else self.snap_index
+
+    def term_at(self, index: int) -> Optional[int]:
+        if index == self.snap_index:
+            return self.snap_term
+        for seg in reversed(self.segments):
+            if seg.first <= index:
+                k = index - seg.first
+                return seg.terms[k] if k < len(seg.terms) else None
+        return None
+
+    def append(self, entries: Sequence[tuple]) -> None:
+        """Append entries (index, term, kind, data); any stored entries from ``entries[0][0]`` on are
+        replaced (a follower's conflicting suffix)."""
+        if not entries:
+            return
+        first = entries[0][0]
+        last = self.last_index()
+        if first <= last:
+            self.truncate_suffix(first)
+        elif first != last + 1:
+            raise ValueError(f"wal append at {first} leaves a gap after {last}")
+        seg = self.segments[-1] if self.segments else None
+        if seg is None or seg.size >= self.segment_size:
+            seg = self._new_segment(first)
+        out = bytearray()
+        base = seg.size
+        offsets = seg.offsets
+        terms = seg.terms
+        rec, ent = _REC, _ENT
+        for e in entries:
+            data = e[3]
+            payload = ent.pack(e[0], e[1], e[2]) + data
+            offsets.append(base + len(out))
+            terms.append(e[1])
+            out += rec.pack(len(payload), zlib.crc32(payload))
+            out += payload
+        f = self._file(seg)
+        f.write(out)
+        seg.size += len(out)
+        self._dirty = True
+        if self.policy == "always":
+            self.sync()
+
+    def _new_segment(self, first: int) -> _Segment:
+        if self._f is not None:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            self._f = None
+        seg = _Segment(first, os.path.join(self.path, f"seg-{first:020d}.log"))
+        open(seg.path, "wb").close()
+        _fsync_dir(self.path)
+        self.segments.append(seg)
+        return seg
+
+    def _file(self, seg: _Segment):
+        if self._f is None:
+            self._f = open(seg.path, "r+b")
+            self._f.seek(seg.size)
+        return self._f
+
+    def sync(self) -> None:
+        if self._f is not None and self._dirty:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        self._dirty = False
+
+    def truncate_suffix(self, index: int) -> None:
+        """Remove the entries with index >= ``index``."""
+        if index <= self.snap_index:
+            raise ValueError(f"cannot truncate at {index}: entries up to {self.snap_index} are in the snapshot")
+        self._close()
+        while self.segments and self.segments[-1].first >= index:
+            os.unlink(self.segments.pop().path)
+        if self.segments:
+            seg = self.segments[-1]
+            k = index - seg.first
+            if k < len(seg.offsets):
+                seg.size = seg.offsets[k]
+                del seg.offsets[k:]
+                del seg.terms[k:]
+                with open(seg.path, "r+b") as f:
+                    f.truncate(seg.size)
+                    f.flush()
+                    os.fsync(f.fileno())
+        _fsync_dir(self.path)
+
+    def save_hard_state(self, hs: HardState) -> None:
+        _write_atomic(self.path, "hardstate", _HS_MAGIC, _enc.encode(hs))
+
+    def save_snapshot(self, snap: Snapshot) -> None:
+        """Store ``snap`` and drop the entries it covers. If the log does not hold the snapshot's last
+        entry (a snapshot installed from the leader), every entry is dropped."""
+        keep = self.term_at(snap.index) == snap.term
+        _write_atomic(self.path, "snapshot", _SNAP_MAGIC, _enc.encode(snap))
+        if keep:
+            self._compact(snap.index)
+        else:
+            self._close()
+            while self.segments:
+                os.unlink(self.segments.pop().path)
+            _fsync_dir(self.path)
+        self.snap_index, self.snap_term = snap.index, snap.term
+
+    def _compact(self, index: int) -> None:
+        """Delete the segments whose entries are all <= ``index`` (the first kept one may start earlier;
+        recovery skips the entries the snapshot covers)."""
+        segs = self.segments
+        removed = False
+        while segs:
+            if len(segs) > 1:
+                if segs[1].first > index + 1:
+                    break
+            elif segs[0].last() > index:
+                break
+            else:
+                self._close()
+            os.unlink(segs.pop(0).path)
+            removed = True
+        if removed:
+            _fsync_dir(self.path)
+
+    def _close(self) -> None:
+        if self._f is not None:
+            self.sync()
+            self._f.close()
+            self._f = None
+
+    def close(self) -> None:
+        self._close()

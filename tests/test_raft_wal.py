@@ -1,0 +1,208 @@
+"""The RAFT write-ahead log (rillet.raft.wal): recovery of torn tails at every byte, corruption detection,
+atomic hard state and snapshot files, truncation, compaction and the fsync policy."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from rillet.raft import wal as walmod
+from rillet.raft.msgs import HardState, Snapshot
+from rillet.raft.wal import WAL, WALCorruption
+
+
+def ents(lo, hi, term=1, size=5):
+    return [(i, term, 0, bytes([i % 251]) * size) for i in range(lo, hi + 1)]
+
+
+def seg_files(d):
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.startswith("seg-"))
+
+
+def test_roundtrip_and_reopen_appends(tmp_path):
+    d = str(tmp_path / "w")
+    w, rec = WAL.open(d)
+    assert (rec.hard_state, rec.snapshot, rec.entries) == (None, None, [])
+    w.append(ents(1, 10))
+    w.append([(11, 2, 1, b"conf"), (12, 2, 2, b"")])
+    w.save_hard_state(HardState(2, "n1", 9))
+    w.close()
+    w, rec = WAL.open(d)
+    assert rec.entries == ents(1, 10) + [(11, 2, 1, b"conf"), (12, 2, 2, b"")]
+    assert rec.hard_state == HardState(2, "n1", 9)
+    w.append(ents(13, 15, term=2))
+    w.close()
+    assert [e[0] for e in WAL.open(d)[1].entries] == list(range(1, 16))
+
+
+def test_torn_tail_at_every_byte_of_the_last_record(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d)
+    w.append(ents(1, 4, size=11))
+    w.close()
+    (seg,) = seg_files(d)
+    whole = open(seg, "rb").read()
+    last_len = len(walmod.encode_record(4, 1, 0, bytes([4]) * 11))
+    start = len(whole) - last_len
+    for cut in range(start, len(whole)):
+        c = str(tmp_path / f"c{cut}")
+        os.makedirs(c)
+        with open(os.path.join(c, os.path.basename(seg)), "wb") as f:
+            f.write(whole[:cut])
+        w, rec = WAL.open(c)
+        assert rec.entries == ents(1, 3, size=11), cut
+        assert rec.truncated_bytes == cut - start
+        assert os.path.getsize(os.path.join(c, os.path.basename(seg))) == start
+        w.append([(4, 2, 0, b"new")])  # the log continues where the intact part ends
+        w.close()
+        assert WAL.open(c)[1].entries[-1] == (4, 2, 0, b"new")
+        shutil.rmtree(c)
+
+
+def test_garbage_tail_is_truncated(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d)
+    w.append(ents(1, 3))
+    w.close()
+    (seg,) = seg_files(d)
+    with open(seg, "ab") as f:
+        f.write(b"\x00" * 4096)  # a preallocated or zero-filled tail after a crash
+    assert WAL.open(d)[1].entries == ents(1, 3)
+    with open(seg, "r+b") as f:  # the last record's bytes scrambled, nothing after it
+        f.seek(-3, 2)
+        f.write(b"\xff\xff\xff")
+    w, rec = WAL.open(d)
+    assert rec.entries == ents(1, 2) and rec.truncated_bytes > 0
+
+
+def test_corruption_in_the_middle_is_an_error_at_every_byte(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d)
+    w.append(ents(1, 5, size=7))
+    w.close()
+    (seg,) = seg_files(d)
+    whole = open(seg, "rb").read()
+    rlen = len(walmod.encode_record(1, 1, 0, b"x" * 7))
+    for off in range(rlen, 2 * rlen):  # every byte of the second record
+        bad = bytearray(whole)
+        bad[off] ^= 0x5A
+        with open(seg, "wb") as f:
+            f.write(bad)
+        with pytest.raises(WALCorruption, match="offset"):
+            WAL.open(d)
+
+
+def test_corruption_in_an_earlier_segment_and_gaps(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d, segment_size=64)
+    for i in range(1, 10):
+        w.append(ents(i, i, size=40))
+    w.close()
+    segs = seg_files(d)
+    assert len(segs) >= 3
+    data = bytearray(open(segs[0], "rb").read())
+    data[-1] ^= 1  # the last record of a segment that is not the last: never a torn tail
+    open(segs[0], "wb").write(data)
+    with pytest.raises(WALCorruption):
+        WAL.open(d)
+    data[-1] ^= 1
+    open(segs[0], "wb").write(data)
+    os.unlink(segs[1])  # a missing segment is a gap
+    with pytest.raises(WALCorruption, match="expected"):
+        WAL.open(d)
+
+
+def test_hard_state_and_snapshot_files_are_checked_and_atomic(tmp_path, monkeypatch):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d)
+    w.append(ents(1, 3))
+    w.save_hard_state(HardState(1, "n2", 2))
+
+    def boom(src, dst):
+        raise OSError("crash during rename")
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        w.save_hard_state(HardState(5, "n3", 3))
+    monkeypatch.undo()
+    assert os.path.exists(os.path.join(d, "hardstate.tmp"))
+    w, rec = WAL.open(d)  # the leftover temporary file is removed; the old hard state stands
+    assert rec.hard_state == HardState(1, "n2", 2)
+    assert not os.path.exists(os.path.join(d, "hardstate.tmp"))
+    p = os.path.join(d, "hardstate")
+    b = bytearray(open(p, "rb").read())
+    b[-1] ^= 1
+    open(p, "wb").write(b)
+    with pytest.raises(WALCorruption, match="hardstate"):
+        WAL.open(d)
+    open(p, "wb").write(b[:5])
+    with pytest.raises(WALCorruption, match="header"):
+        WAL.open(d)
+
+
+def test_truncate_suffix_and_follower_conflict(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d, segment_size=100)
+    for i in range(1, 21):
+        w.append(ents(i, i, size=30))
+    w.append([(8, 3, 0, b"leader's")])  # conflicting suffix from 8 on is replaced
+    assert w.last_index() == 8
+    w.append(ents(9, 10, term=3))
+    w.close()
+    rec = WAL.open(d)[1]
+    assert rec.entries == ents(1, 7, size=30) + [(8, 3, 0, b"leader's")] + ents(9, 10, term=3)
+
+
+def test_compaction_and_snapshot_install(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d, segment_size=100)
+    for i in range(1, 31):
+        w.append(ents(i, i, size=30))
+    n_before = len(seg_files(d))
+    w.save_snapshot(Snapshot(20, 1, ("n1", "n2"), b"state@20"))
+    assert len(seg_files(d)) < n_before
+    w.close()
+    w, rec = WAL.open(d)
+    assert rec.snapshot == Snapshot(20, 1, ("n1", "n2"), b"state@20")
+    assert rec.entries == ents(21, 30, size=30)
+    # a snapshot from the leader whose last entry we do not hold replaces the whole log
+    w.save_snapshot(Snapshot(50, 4, ("n1", "n2", "n3"), b"state@50"))
+    assert seg_files(d) == []
+    w.append(ents(51, 52, term=4))
+    w.close()
+    rec = WAL.open(d)[1]
+    assert rec.snapshot.index == 50 and rec.entries == ents(51, 52, term=4)
+
+
+def test_commit_beyond_the_recovered_log_is_clamped(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d, sync="interval")
+    w.append(ents(1, 5))
+    w.save_hard_state(HardState(1, None, 5))
+    w.close()
+    (seg,) = seg_files(d)
+    with open(seg, "r+b") as f:  # the last entry never fully reached the disk
+        f.truncate(5 * len(walmod.encode_record(1, 1, 0, b"x" * 5)) - 4)
+    rec = WAL.open(d)[1]
+    assert [e[0] for e in rec.entries] == [1, 2, 3, 4]
+    assert rec.hard_state.commit == 4
+
+
+def test_sync_policy(tmp_path, monkeypatch):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+    w, _ = WAL.open(str(tmp_path / "a"), sync="always")
+    w.append(ents(1, 1))  # new segment (dir fsync) and the append itself
+    n = len(calls)
+    w.append(ents(2, 3))
+    assert len(calls) == n + 1
+    w, _ = WAL.open(str(tmp_path / "b"), sync="interval")
+    w.append(ents(1, 1))
+    n = len(calls)
+    w.append(ents(2, 3))
+    assert len(calls) == n
+    w.sync()
+    assert len(calls) == n + 1
+    with pytest.raises(ValueError, match="sync policy"):
+        WAL.open(str(tmp_path / "c"), sync="sometimes")
