@@ -13,8 +13,8 @@ system account (``registerSystemImports``). Rillet does the same, so that subscr
 
 Some of nats-server's subscriptions listen for what other servers of a cluster send (their statsz,
 shutdown and lame-duck events, remote connection counts, claim updates over the wire, latency samples
-from remote servers). Rillet runs one server: those subscriptions exist, and what arrives on them is
-ignored, as nats-server ignores its own events there.
+from remote servers). Those subscriptions exist here too; other servers' STATSZ and SHUTDOWN events go
+to ``remote_listeners`` (the clustered JetStream peer registry), the rest is ignored.
 """
 from __future__ import annotations
 
