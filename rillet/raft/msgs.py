@@ -113,7 +113,7 @@ def encode(msg: Message) -> bytes:
 def decode(buf: bytes) -> Message:
     try:
         msg = _decoder.decode(buf)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as e:
         raise DecodeError(f"raft message: {e}") from None
     if type(msg) is AppendEntries:
         expect = msg.prev_index + 1
@@ -132,5 +132,5 @@ def encode_peers(peers) -> bytes:
 def decode_peers(data: bytes) -> tuple[str, ...]:
     try:
         return _peers_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as e:
         raise DecodeError(f"raft configuration entry: {e}") from None

@@ -1,0 +1,390 @@
+"""Focused tests of the sans-IO RAFT node (rillet.raft.node) and its message codec (rillet.raft.msgs).
+
+``Net`` is a synchronous harness: it drains every node's Ready (the in-memory log is the "disk"),
+delivers the messages through the binary codec unless a link is cut, and records what was applied."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rillet.raft import msgs as M
+from rillet.raft.node import (ADD, CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, REMOVE, Node, NotLeader,
+                              ProposalDropped, RaftError)
+
+
+class Net:
+    def __init__(self, ids, **kw):
+        self.kw = kw
+        self.nodes = {i: Node(i, ids, rng=random.Random(k), **kw) for k, i in enumerate(ids)}
+        self.cut: set = set()
+        self.applied = {i: [] for i in ids}
+        self.snapshots = {i: [] for i in ids}
+        self.sent: list = []
+        self.queue: list = []
+
+    def add(self, nid, **kw):
+        self.nodes[nid] = Node(nid, (), rng=random.Random(99), **{**self.kw, **kw})
+        self.applied[nid] = []
+        self.snapshots[nid] = []
+
+    def isolate(self, nid):
+        for o in self.nodes:
+            if o != nid:
+                self.cut |= {(nid, o), (o, nid)}
+
+    def pump(self, rounds=200):
+        for _ in range(rounds):
+            moved = False
+            for nid, n in self.nodes.items():
+                if n.has_ready():
+                    rd = n.ready()
+                    moved = True
+                    if rd.snapshot is not None:
+                        self.snapshots[nid].append(rd.snapshot)
+                        self.applied[nid] = [("snapshot", rd.snapshot.index)]
+                    for m in rd.messages:
+                        self.sent.append(m)
+                        if (m.frm, m.to) not in self.cut and m.to in self.nodes:
+                            self.queue.append(M.encode(m))
+                    self.applied[nid].extend(rd.committed_entries)
+                    n.advance(rd)
+            q, self.queue = self.queue, []
+            for b in q:
+                m = M.decode(b)
+                self.nodes[m.to].step(m)
+                moved = True
+            if not moved:
+                return
+        raise AssertionError("the network did not settle")
+
+    def tick(self, n=1, only=None):
+        for _ in range(n):
+            for nid, node in self.nodes.items():
+                if only is None or nid in only:
+                    node.tick()
+            self.pump()
+
+    def elect(self, nid):
+        for _ in range(40):
+            self.tick(only=[nid])
+            if self.nodes[nid].role == LEADER:
+                return self.nodes[nid]
+        raise AssertionError(f"{nid} did not win: {self.nodes[nid].role}")
+
+    def data(self, nid):
+        return [e[3] for e in self.applied[nid] if isinstance(e[0], int) and e[2] == M.ENTRY_NORMAL]
+
+
+def test_election_and_noop_commit():
+    net = Net(["n1", "n2", "n3"])
+    ld = net.elect("n1")
+    assert ld.term == 1
+    for nid in ("n2", "n3"):
+        n = net.nodes[nid]
+        assert (n.role, n.leader, n.term, n.vote) == (FOLLOWER, "n1", 1, "n1")
+    net.tick(2)
+    assert all(net.applied[i] == [(1, 1, M.ENTRY_NOOP, b"")] for i in net.nodes)
+
+
+def test_single_node_commits_after_its_own_persist():
+    net = Net(["solo"])
+    ld = net.elect("solo")
+    i, t = ld.propose(b"x")
+    assert ld.commit < i  # not committed before the driver persisted it
+    net.pump()
+    assert net.data("solo") == [b"x"] and ld.commit == i
+
+
+def test_follower_refuses_proposals_with_the_leader_hint():
+    net = Net(["n1", "n2", "n3"])
+    net.elect("n2")
+    with pytest.raises(NotLeader) as ei:
+        net.nodes["n1"].propose(b"x")
+    assert ei.value.leader == "n2"
+
+
+@pytest.mark.parametrize("pre_vote", [True, False])
+def test_pre_vote_keeps_a_partitioned_node_from_disrupting(pre_vote):
+    net = Net(["n1", "n2", "n3"], pre_vote=pre_vote)
+    net.elect("n1")
+    net.isolate("n3")
+    net.tick(60)
+    n3 = net.nodes["n3"]
+    if pre_vote:
+        assert n3.term == 1 and n3.role == PRE_CANDIDATE
+    else:
+        assert n3.term > 1 and n3.role == CANDIDATE
+    net.cut.clear()
+    net.tick(5)
+    ld = net.nodes["n1"]
+    if pre_vote:  # the cluster did not notice
+        assert ld.role == LEADER and ld.term == 1 and n3.leader == "n1" and n3.term == 1
+    else:  # the inflated term forced the leader out
+        assert ld.term > 1
+
+
+def test_check_quorum_leader_steps_down_when_cut_off():
+    net = Net(["n1", "n2", "n3"])
+    ld = net.elect("n1")
+    net.isolate("n1")
+    net.tick(ld.election_tick - 1, only=["n1"])
+    assert ld.role == LEADER  # heard from both followers within the last election timeout
+    net.tick(ld.election_tick + 1, only=["n1"])
+    assert ld.role == FOLLOWER and ld.leader is None
+    with pytest.raises(NotLeader):
+        ld.propose(b"x")
+    net.tick(40, only=["n2", "n3"])
+    assert any(net.nodes[i].role == LEADER for i in ("n2", "n3"))
+
+
+def test_votes_ignored_while_a_leader_is_heard():
+    net = Net(["n1", "n2", "n3"])
+    net.elect("n1")
+    n2 = net.nodes["n2"]
+    n2.step(M.VoteRequest(5, "n3", "n2", 99, 99))
+    assert n2.term == 1 and n2.vote == "n1" and not n2.msgs
+
+
+def test_replication_batches_and_pipelines():
+    net = Net(["n1", "n2", "n3"], max_entries_per_msg=64, max_inflight=4)
+    ld = net.elect("n1")
+    net.tick(2)
+    net.sent.clear()
+    for k in range(300):
+        ld.propose(b"%d" % k)
+    net.pump()
+    appends = [m for m in net.sent if isinstance(m, M.AppendEntries) and m.entries]
+    assert max(len(m.entries) for m in appends) == 64
+    assert len(appends) <= 2 * (300 // 64 + 2)
+    for nid in net.nodes:
+        assert net.data(nid) == [b"%d" % k for k in range(300)]
+    st_ = ld.status()
+    assert st_["leader"] == "n1" and st_["commit"] == ld.last_index()
+    for p in ("n2", "n3"):
+        assert st_["peers"][p]["current"] and st_["peers"][p]["lag"] == 0 and st_["peers"][p]["active"] <= 1
+
+
+def test_lost_appends_are_recovered_by_probing():
+    net = Net(["n1", "n2", "n3"], max_inflight=2)
+    ld = net.elect("n1")
+    net.tick(2)
+    net.cut = {("n1", "n3")}
+    for k in range(20):
+        ld.propose(b"%d" % k)
+    net.pump()
+    assert net.data("n2") == [b"%d" % k for k in range(20)] and net.data("n3") == []
+    net.cut.clear()
+    net.tick(3)
+    assert net.data("n3") == [b"%d" % k for k in range(20)]
+
+
+def test_conflicting_uncommitted_suffix_is_truncated():
+    hs1 = M.HardState(1, "n1", 1)
+    hs2 = M.HardState(2, "n2", 1)
+    base = [(1, 1, M.ENTRY_NOOP, b"")]
+    kw = dict(election_tick=10)
+    ids = ("n1", "n2", "n3")
+    net = Net(ids)
+    net.nodes = {
+        "n1": Node("n1", ids, rng=random.Random(1), hard_state=hs1,
+                   entries=base + [(2, 1, 0, b"a"), (3, 1, 0, b"b")], applied=1, **kw),
+        "n2": Node("n2", ids, rng=random.Random(2), hard_state=hs2, entries=base + [(2, 2, 0, b"x")], applied=1, **kw),
+        "n3": Node("n3", ids, rng=random.Random(3), hard_state=hs2, entries=base + [(2, 2, 0, b"x")], applied=1, **kw),
+    }
+    seen = []
+    orig = net.nodes["n1"].ready
+
+    def spy():
+        rd = orig()
+        seen.extend(rd.entries)
+        return rd
+    net.nodes["n1"].ready = spy
+    ld = net.elect("n2")
+    assert ld.term == 3
+    net.tick(2)
+    n1 = net.nodes["n1"]
+    assert n1.log == ld.log == base + [(2, 2, 0, b"x"), (3, 3, M.ENTRY_NOOP, b"")]
+    assert seen[0][0] == 2  # the driver is told to replace its log from index 2 on
+    assert net.data("n1") == [b"x"]
+
+
+def test_candidate_with_a_stale_log_loses():
+    ids = ("n1", "n2", "n3")
+    net = Net(ids)
+    net.nodes["n1"] = Node("n1", ids, rng=random.Random(1))
+    for nid in ("n2", "n3"):
+        net.nodes[nid] = Node(nid, ids, rng=random.Random(2), hard_state=M.HardState(1, None, 0),
+                              entries=[(1, 1, 0, b"x")])
+    for _ in range(40):
+        net.tick(only=["n1"])
+    assert net.nodes["n1"].role != LEADER
+
+
+def test_snapshot_install_for_a_lagging_follower():
+    net = Net(["n1", "n2", "n3"])
+    ld = net.elect("n1")
+    net.isolate("n3")
+    for k in range(50):
+        ld.propose(b"%d" % k)
+    net.pump()
+    for nid in ("n1", "n2"):
+        n = net.nodes[nid]
+        n.compact(n.applied, b"state@%d" % n.applied)
+    assert ld.offset == 51 and ld.log == []
+    net.cut.clear()
+    net.tick(3)
+    n3 = net.nodes["n3"]
+    assert [s.index for s in net.snapshots["n3"]] == [51]
+    assert net.snapshots["n3"][0].data == b"state@51" and net.snapshots["n3"][0].peers == ("n1", "n2", "n3")
+    assert n3.offset == 51 and n3.applied == 51 and n3.commit == 51
+    ld.propose(b"after")
+    net.pump()
+    assert net.data("n3") == [b"after"] and n3.applied == 52
+    assert ld.status()["peers"]["n3"]["current"]
+
+
+def test_membership_add_then_remove_the_leader():
+    net = Net(["n1", "n2", "n3"])
+    ld = net.elect("n1")
+    net.tick(2)
+    ld.propose(b"before")
+    net.add("n4")
+    ld.propose_conf_change(ADD, "n4")
+    with pytest.raises(ProposalDropped, match="configuration change"):
+        ld.propose_conf_change(REMOVE, "n2")  # one change at a time
+    net.pump()
+    net.tick(2)
+    assert all(n.voters == ("n1", "n2", "n3", "n4") for n in net.nodes.values())
+    assert net.data("n4") == [b"before"]
+    with pytest.raises(RaftError, match="already"):
+        ld.propose_conf_change(ADD, "n4")
+    ld.propose_conf_change(REMOVE, "n1")
+    net.pump()
+    assert ld.role == FOLLOWER  # the removal committed: the old leader handed over
+    net.tick(3)
+    new = [n for n in net.nodes.values() if n.role == LEADER]
+    assert len(new) == 1 and new[0].id != "n1" and new[0].voters == ("n2", "n3", "n4")
+    new[0].propose(b"after")
+    net.tick(30)
+    assert net.nodes["n1"].role == FOLLOWER  # a removed node does not campaign
+    assert all(net.data(i)[-1] == b"after" for i in ("n2", "n3", "n4"))
+
+
+def test_conf_change_waits_for_a_commit_in_the_leaders_term():
+    n = Node("n1", ("n1", "n2", "n3"), rng=random.Random(1))
+    for _ in range(40):
+        n.tick()
+        if n.role == PRE_CANDIDATE:
+            break
+    n.step(M.VoteResponse(1, "n2", "n1", True, True))
+    n.step(M.VoteResponse(1, "n2", "n1", True, False))
+    assert n.role == LEADER and n.commit < n.term_start  # its no-op is not yet committed
+    with pytest.raises(ProposalDropped, match="not yet committed"):
+        n.propose_conf_change(ADD, "n9")
+    n.step(M.AppendResponse(1, "n2", "n1", n.last_index()))
+    n.advance(n.ready())
+    assert n.commit == n.term_start
+    n.propose_conf_change(ADD, "n9")
+    assert n.voters == ("n1", "n2", "n3", "n9") and n.quorum == 3
+
+
+def test_leader_transfer_catches_the_target_up_first():
+    net = Net(["n1", "n2", "n3"])
+    ld = net.elect("n1")
+    net.isolate("n3")
+    for k in range(10):
+        ld.propose(b"%d" % k)
+    net.pump()
+    net.cut.clear()
+    ld.transfer_leadership("n3")
+    with pytest.raises(ProposalDropped, match="transfer"):
+        ld.propose(b"x")
+    net.pump()
+    n3 = net.nodes["n3"]
+    assert n3.role == LEADER and n3.term == 2 and ld.role == FOLLOWER and ld.leader == "n3"
+    n3.propose(b"new")
+    net.pump()
+    assert net.data("n1")[-1] == b"new" and len(net.data("n1")) == 11
+
+
+def test_ready_contract():
+    net = Net(["n1", "n2", "n3"])
+    n = net.nodes["n1"]
+    for _ in range(40):
+        n.tick()
+        if n.has_ready():
+            break
+    rd = n.ready()
+    assert [type(m) for m in rd.messages] == [M.VoteRequest, M.VoteRequest] and rd.messages[0].pre
+    assert rd.hard_state is None and not rd.must_sync  # a pre-vote changes nothing durable
+    with pytest.raises(RaftError, match="advance"):
+        n.ready()
+    n.advance(rd)
+    n.step(M.VoteResponse(1, "n2", "n1", True, True))  # a pre-vote grant carries the next term
+    rd = n.ready()
+    assert n.role == CANDIDATE and rd.hard_state == M.HardState(1, "n1", 0) and rd.must_sync
+    n.advance(rd)
+    with pytest.raises(RaftError):
+        n.advance(rd)
+
+
+# ---- codec ------------------------------------------------------------------------------------------------
+
+ids = st.text(min_size=1, max_size=8)
+u = st.integers(min_value=0, max_value=2**40)
+
+
+@st.composite
+def messages(draw):
+    term, frm, to = draw(u), draw(ids), draw(ids)
+    kind = draw(st.integers(0, 7))
+    if kind == 0:
+        return M.VoteRequest(term, frm, to, draw(u), draw(u), draw(st.booleans()), draw(st.booleans()))
+    if kind == 1:
+        return M.VoteResponse(term, frm, to, draw(st.booleans()), draw(st.booleans()))
+    if kind == 2:
+        prev = draw(u)
+        data = draw(st.lists(st.tuples(u, st.sampled_from(M.ENTRY_KINDS), st.binary(max_size=20)), max_size=5))
+        return M.AppendEntries(term, frm, to, prev, draw(u), draw(u),
+                               [(prev + 1 + k, t, kd, b) for k, (t, kd, b) in enumerate(data)])
+    if kind == 3:
+        return M.AppendResponse(term, frm, to, draw(u), draw(st.booleans()), draw(u), draw(u))
+    if kind == 4:
+        return M.Heartbeat(term, frm, to, draw(u))
+    if kind == 5:
+        return M.HeartbeatResponse(term, frm, to)
+    if kind == 6:
+        return M.InstallSnapshot(term, frm, to, M.Snapshot(draw(u), draw(u), tuple(draw(st.lists(ids, max_size=5))),
+                                                           draw(st.binary(max_size=50))))
+    return M.TimeoutNow(term, frm, to)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages())
+def test_codec_roundtrip(m):
+    assert M.decode(M.encode(m)) == m
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.binary(max_size=80), messages().map(M.encode).flatmap(
+    lambda b: st.tuples(st.just(b), st.integers(0, len(b) - 1), st.integers(0, 255)).map(
+        lambda t: t[0][:t[1]] + bytes([t[2]]) + t[0][t[1] + 1:]))))
+def test_decoder_refuses_garbage_with_decode_error(buf):
+    try:
+        m = M.decode(buf)
+    except M.DecodeError:
+        return
+    assert M.decode(M.encode(m)) == m  # whatever it accepts is a well-formed message
+
+
+def test_decoder_checks_entry_indexes():
+    b = M.encode(M.AppendEntries(1, "a", "b", 5, 1, 0, [(6, 1, 0, b"x"), (8, 1, 0, b"y")]))
+    with pytest.raises(M.DecodeError, match="index 8"):
+        M.decode(b)
+    with pytest.raises(M.DecodeError):
+        M.decode(M.encode(M.AppendEntries(1, "a", "b", 5, 1, 0, [(6, 1, 7, b"x")])))
+    with pytest.raises(M.DecodeError):
+        M.decode(b"")
