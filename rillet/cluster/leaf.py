@@ -34,6 +34,7 @@ import json
 import secrets
 import ssl
 import sys
+import time
 from bisect import bisect_right
 from random import random
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub, RoutedAccount, origin_only
+from rillet.protocol.parser import ProtocolError
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
 from rillet.server.listen import hostport, server_port_socket
@@ -255,6 +257,24 @@ class LeafConn(ServerConn):
 
     # ---- reading --------------------------------------------------------------------------------------
 
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            if not self.closed:  # (what follows a refused CONNECT in the same read is not reported again)
+                if e.client_error == cp.AUTH_VIOLATION:
+                    self.server.log.error(f"{self.log_prefix()} - authentication error")
+                else:
+                    self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+                self.close(e.reason, e.client_error)
+        self.server.flush_clients()
+
+    def proto_before_connect(self) -> bool:
+        return False  # (data_received logs the authentication error once)
+
     # ---- handshake ------------------------------------------------------------------------------------
 
     def proto_info(self, arg: bytes) -> None:
@@ -333,11 +353,27 @@ class LeafConn(ServerConn):
             raw = json.loads(arg)
         except ValueError:
             raw = None
+        co = ci.decode_leaf_connect(arg)
+        # authorization (and the account binding) first, then the leaf checks, as nats-server's processConnect
+        acc_name = self.mgr.authorize(self, co, raw if isinstance(raw, dict) else {})
+        if acc_name is None:
+            log.error(f"{self.log_prefix()} - authentication error" + (f' - User "{co.user}"' if co.user else ""))
+            self.close("Authentication Failure", AUTH_VIOLATION)
+            return
+        self.account = self.mgr.bind_account(acc_name)
+        if self.account is None:
+            log.error(f"{self.log_prefix()} - Unable to lookup account {acc_name}: account missing")
+            self.close("Missing Account", AUTH_VIOLATION)
+            return
+        self.acc_name = acc_name
+        if self.mgr.leafs_at_limit(acc_name):
+            log.error(f"{self.log_prefix()} - maximum account active connections exceeded")
+            self.close("Maximum Account Connections Exceeded", "maximum account active connections exceeded")
+            return
         if isinstance(raw, dict) and raw.get("lang"):
             log.error(f"{self.log_prefix()} - {ERR_WRONG_PORT}")
             self.close("Wrong Port", ERR_WRONG_PORT)
             return
-        co = ci.decode_leaf_connect(arg)
         if co.cluster and " " in co.cluster:
             self.close("Protocol Violation", "Invalid cluster name")
             return
@@ -364,11 +400,6 @@ class LeafConn(ServerConn):
                 return
         if co.is_hub:
             self.spoke = True  # the soliciting side is the hub: we take the spoke role
-        acc_name = self.mgr.authorize(self, co, raw if isinstance(raw, dict) else {})
-        if acc_name is None:
-            log.error(f"{self.log_prefix()} - authentication error")
-            self.close("Authentication Failure", AUTH_VIOLATION)
-            return
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
@@ -382,16 +413,6 @@ class LeafConn(ServerConn):
         self.compression = co.compress_mode or "not supported"
         if co.deny_pub:
             self.deny_out.add(co.deny_pub)
-        self.account = self.mgr.bind_account(acc_name)
-        if self.account is None:
-            log.error(f"{self.log_prefix()} - Unable to lookup account {acc_name}: account missing")
-            self.close("Missing Account", AUTH_VIOLATION)
-            return
-        self.acc_name = acc_name
-        if self.mgr.leafs_at_limit(acc_name):
-            log.error(f"{self.log_prefix()} - maximum account active connections exceeded")
-            self.close("Maximum Account Connections Exceeded", "maximum account active connections exceeded")
-            return
         if self.jwt_user is not None:
             self._jwt_limits()
         # the INFO that tells the leaf the CONNECT was accepted (and the account it is bound to)
@@ -431,9 +452,8 @@ class LeafConn(ServerConn):
         mpay = lowest(u.payload, getattr(acc, "mpay", -1), o.max_payload or -1)
         self.parser.max_payload = mpay if mpay >= 0 else None
         self.msubs = lowest(u.subs, getattr(acc, "msubs", -1), o.max_subscriptions or -1)
-        import time as _time
         exp = int(u.claims.get("exp") or 0)
-        delay = max(exp - _time.time(), 0.0) if exp else None
+        delay = max(exp - time.time(), 0.0) if exp else None
         vf = getattr(u, "valid_for", 0.0)
         if vf:
             delay = vf if delay is None else min(delay, vf)
@@ -534,10 +554,12 @@ class LeafConn(ServerConn):
                             self.remote_cluster.encode() if self.remote_cluster else None)
             try:
                 acc.sublist.insert(sub)
-            except ValueError as e:
-                self.server.log.error(f"{self.log_prefix()} - leaf subscription on invalid subject "
-                                      f"{sub.subject!r} refused: {e}")
+            except ValueError:
+                # (as nats-server: an -ERR, and the connection stays)
+                self.server.log.error(f"{self.log_prefix()} - Could not insert subscription: sublist: invalid "
+                                      "subject")
                 self.remote_interest.rs_unsub(b"", subject, queue)
+                self.send(cp.err_frame("Invalid Subscription"))
                 return
             self.rsubs[key] = sub
             self.mgr.sub_changed(acc, sub, True)
