@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -178,3 +179,151 @@ async def test_two_connections_of_one_server_to_one_hub_account():
             await _until(lambda: 'Loop detected for leafnode account="$G"' in me._test_log.getvalue())
             await nm.flush()
         await nh.flush()
+
+
+# ==== faults: hubs killed =========================================================================================
+
+def _hub_process(tmp: str, name: str, port: int, lport: int, extra: str = "") -> ServerProcess:
+    path = os.path.join(tmp, f"{name}.conf")
+    with open(path, "w") as f:
+        f.write(f'listen: "127.0.0.1:{port}"\nserver_name: {name}\nleafnodes {{ listen: "127.0.0.1:{lport}" }}\n'
+                f"{extra}\n")
+    return ServerProcess("-c", path, command=RILLET)
+
+
+async def _ready(p: ServerProcess) -> ServerProcess:
+    return await asyncio.get_running_loop().run_in_executor(None, p.wait_ready)
+
+
+class Seq:
+    """Sequence-numbered messages received on one subject: every number at most once."""
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+
+    async def cb(self, m) -> None:
+        self.got.append(int(m.data))
+
+    def once(self) -> bool:
+        return len(self.got) == len(set(self.got))
+
+
+async def _flow(pub, sub_seq: Seq, subject: str, start: int, n: int, probe=None) -> None:
+    """Publishes until interest has crossed (a first message arrives), then ``n`` more numbered messages,
+    which must all arrive, each once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    i = start
+    while not any(g >= start for g in sub_seq.got):
+        assert loop.time() < deadline, f"no message on {subject} after the fault"
+        await pub.publish(subject, b"%d" % i)
+        await pub.flush()
+        i += 1
+        await asyncio.sleep(0.05)
+    first = i
+    for j in range(first, first + n):
+        await pub.publish(subject, b"%d" % j)
+    await pub.flush()
+    await _until(lambda: set(range(first, first + n)) <= set(sub_seq.got), timeout=5, what=f"{n} on {subject}")
+    assert sub_seq.once(), f"a message delivered twice on {subject}: {sub_seq.got}"
+
+
+async def test_hub_killed_and_restarted_leaf_reconnects_by_itself():
+    """SIGKILL of the hub (a subprocess), then the same hub started again: the leaf (its reconnect delay,
+    250ms here) connects again by itself, the interest of both sides is announced again (a hub client that
+    reconnected and the leaf's own subscriber), and no message is delivered twice."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port, lport = free_port(), free_port()
+        hub = _hub_process(tmp, "hub", port, lport)
+        try:
+            await _ready(hub)
+            conf = f'leafnodes {{ reconnect: "250ms", remotes [ {{ url: "nats://127.0.0.1:{lport}" }} ] }}'
+            async with rillet(conf, "leaf") as leaf:
+                nh = await nats.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=-1,
+                                        reconnect_time_wait=0.1)
+                nl = await nats.connect(leaf.client_url)
+                try:
+                    up, down = Seq(), Seq()
+                    await nh.subscribe("to.hub", cb=up.cb)
+                    await nl.subscribe("to.leaf", cb=down.cb)
+                    await _until(lambda: leaf_ready(leaf), what="the leaf connection")
+                    await _flow(nl, up, "to.hub", 0, 50)
+                    await _flow(nh, down, "to.leaf", 0, 50)
+                    hub.send_signal(signal.SIGKILL)
+                    await hub.await_exit()
+                    await _until(lambda: not leaf.leafs, what="the leaf seeing its hub gone")
+                    hub = _hub_process(tmp, "hub", port, lport)
+                    await _ready(hub)
+                    t0 = time.monotonic()
+                    await _until(lambda: leaf_ready(leaf), timeout=5, what="the leaf reconnecting by itself")
+                    assert time.monotonic() - t0 < 3
+                    await _flow(nl, up, "to.hub", 1000, 50)  # (the hub client resubscribed when it reconnected)
+                    await _flow(nh, down, "to.leaf", 1000, 50)  # (the leaf announced its interest again)
+                    await asyncio.sleep(0.2)
+                    assert up.once() and down.once()
+                finally:
+                    await nh.close()
+                    await nl.close()
+        finally:
+            hub.stop()
+
+
+@pytest.mark.parametrize("leaf_kind", ["rillet", "go"])
+async def test_leaf_moves_to_the_other_server_of_the_hub_cluster(leaf_kind):
+    """A two-server hub cluster (subprocesses): the leaf is configured with the first server only and learns
+    the second from leafnode_urls; when the first is killed (SIGKILL) the leaf connects to the second and
+    messages flow between it and a client of the second server, each once. A Go leaf does the same."""
+    if leaf_kind == "go" and GO_SERVER is None:
+        pytest.skip("needs nats-server on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        ports = [free_port() for _ in range(6)]
+        p1, l1, c1, p2, l2, c2 = ports
+        routes = f"routes: [nats-route://127.0.0.1:{c1}, nats-route://127.0.0.1:{c2}]"
+        h1 = _hub_process(tmp, "h1", p1, l1, f'cluster {{ name: hub, listen: "127.0.0.1:{c1}", {routes} }}')
+        h2 = _hub_process(tmp, "h2", p2, l2, f'cluster {{ name: hub, listen: "127.0.0.1:{c2}", {routes} }}')
+        try:
+            await _ready(h1)
+            await _ready(h2)
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: h1.wait_log(r"Route connection created|Router connection created", 10))
+            remote = f'leafnodes {{ reconnect: "250ms", remotes [ {{ url: "nats://127.0.0.1:{l1}" }} ] }}'
+            async with leaf_server(leaf_kind, remote, tmp) as leaf_url:
+                nh2 = await nats.connect(f"nats://127.0.0.1:{p2}")
+                nl = await nats.connect(leaf_url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+                try:
+                    up, down = Seq(), Seq()
+                    await nh2.subscribe("to.hub", cb=up.cb)
+                    await nl.subscribe("to.leaf", cb=down.cb)
+                    await nl.flush()
+                    await _flow(nl, up, "to.hub", 0, 20)  # (through h1, then the route)
+                    await _flow(nh2, down, "to.leaf", 0, 20)
+                    await asyncio.sleep(0.3)  # (the async INFO with h2's URL has reached the leaf)
+                    h1.send_signal(signal.SIGKILL)
+                    await h1.await_exit()
+                    await _flow(nl, up, "to.hub", 1000, 20)  # (now through h2 directly)
+                    await _flow(nh2, down, "to.leaf", 1000, 20)
+                    await asyncio.sleep(0.2)
+                    assert up.once() and down.once()
+                finally:
+                    await nh2.close()
+                    await nl.close()
+            assert "Leafnode connection created" in h2.output
+        finally:
+            h1.stop()
+            h2.stop()
+
+
+@contextlib.asynccontextmanager
+async def leaf_server(kind: str, remote: str, tmp: str):
+    """A leaf server with ``remote`` (its leafnodes block): Rillet in process, or a Go subprocess."""
+    if kind == "rillet":
+        async with rillet(remote, "leaf") as leaf:
+            await _until(lambda: leaf_ready(leaf), what="the leaf connection")
+            yield leaf.client_url
+        return
+    go, port, _ = _go(remote, tmp)
+    with go:
+        await asyncio.get_running_loop().run_in_executor(None, go.wait_ready)
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: go.wait_log(r"Leafnode connection created", 10))
+        yield f"nats://127.0.0.1:{port}"
