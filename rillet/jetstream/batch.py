@@ -176,8 +176,6 @@ def process(stream: "Stream", bid: str, subject: str, reply: bytes | None, hdr: 
     first = stream.proposed_last_seq() + 1
     entries = [(s, h, d, ts, ttl, msg_id) for (s, h, d), (ttl, msg_id) in zip(msgs, checked)]
     last = first + len(entries) - 1
-    stream.hold(last, len(entries), [m[0] for m in entries], [m[5] for m in entries],
-                sum(len(m[0]) + len(m[1]) + len(m[2]) for m in entries))
     count = len(msgs)
 
     def done(res: Any, err: BaseException | None) -> None:
@@ -193,7 +191,7 @@ def process(stream: "Stream", bid: str, subject: str, reply: bytes | None, hdr: 
             ack["count"] = count
             stream._ack(reply, ack)
 
-    stream.propose(Entry.BATCH, (entries, first), done)
+    stream.propose(Entry.BATCH, (entries, first), done, held=True)
     return last
 
 
@@ -276,16 +274,15 @@ def _check(stream: "Stream", msgs: list[tuple[str, bytes, bytes]]) -> list[tuple
         if cfg.discard == "new":
             if cfg.max_msgs > 0 or cfg.max_bytes > 0:
                 st = store.state()
-                msgs_total = st.msgs + stream._pn + sum(e[0] for e in inflight.values())
-                bytes_total = st.bytes + stream._pbytes + sum(e[1] for e in inflight.values())
+                msgs_total = st.msgs + stream.inflight_count() + sum(e[0] for e in inflight.values())
+                bytes_total = st.bytes + stream.inflight_bytes() + sum(e[1] for e in inflight.values())
                 if cfg.max_msgs > 0 and msgs_total > cfg.max_msgs:
                     raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages exceeded")
                 if cfg.max_bytes > 0 and bytes_total > cfg.max_bytes:
                     raise ApiError.make("STREAM_STORE_FAILED", err="maximum bytes exceeded")
             if (cfg.discard_new_per_subject and cfg.max_msgs_per_subject > 0
                     and not (hdr and H.get_header(hdr, H.ROLLUP) is not None)):
-                ps = stream._psubj.get(subject)
-                n = store.subjects_totals(subject).get(subject, 0) + ent[0] + (ps[0] if ps is not None else 0)
+                n = store.subjects_totals(subject).get(subject, 0) + ent[0] + stream.inflight_count(subject)
                 if n > cfg.max_msgs_per_subject:
                     raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages per subject exceeded")
         out.append((ttl, msg_id))

@@ -208,7 +208,6 @@ class Origin:
         stream = self.owner.stream
         if sseq <= stream.proposed_last_seq():
             return True
-        stream.hold(sseq, 1, [subject], [], len(subject) + len(hdr) + len(data))
 
         def done(res: Any, err: BaseException | None) -> None:
             if err is None:
@@ -222,7 +221,7 @@ class Origin:
                                     f"message {sseq} failed: {err}")
             self.cancel()  # the health check restarts the consumer from our last sequence
 
-        stream.propose(Entry.MIRROR, (sseq, subject, hdr, data, ts or now_ns()), done)
+        stream.propose(Entry.MIRROR, (sseq, subject, hdr, data, ts or now_ns()), done, held=True)
         return self.failed_seq != sseq  # known at once when the log commits at once
 
     def _transform(self, subject: str) -> str:

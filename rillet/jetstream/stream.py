@@ -18,9 +18,11 @@ by limits or rollups, markers stored) is queued in ``_fx`` and run by the comple
 (``_done`` / ``_msg_done``), which the log calls on the leader right after applying it. API replies (purge,
 delete, update) are sent from completions too (``ctx`` of the entry).
 
-The proposed overlay: ``_pn`` entries in flight, ``_pseq`` the last proposed sequence, ``_plast_id`` the last
-proposed msg id, ``_pids`` in-flight msg ids, ``_psubj`` per subject [in-flight count, last proposed seq],
-``_pbytes`` in-flight bytes. With nothing in flight (always, on one server) the checks read the store.
+The proposed overlay: ``_inflight`` the entries that store messages (MSG, BATCH, MIRROR) proposed and not
+yet applied, in log order; ``_pseq`` the last proposed sequence, ``_plast_id`` the last proposed msg id,
+``_pids`` the in-flight msg ids. Per-subject counts, bytes and last sequences in flight are read from
+``_inflight`` when a check needs them (``inflight_*``). With nothing in flight (always, on one server) the
+checks read the store alone.
 When an in-flight entry fails to apply, the entries proposed after it fail too (sequence mismatch) and the
 overlay is back in step with the store once nothing is in flight.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -106,12 +109,10 @@ class Stream:
         self._apply_ts = 0  # the leader's time in the entry being applied (stamps delete markers)
         self._fx: list[Any] = []  # left by apply for the leader: removed seqs, (seq, subj, hdr, ts, ttl) markers
         # the proposed overlay (entries in flight; see the module docstring)
-        self._pn = 0
+        self._inflight: deque[Entry] = deque()
         self._pseq = 0
-        self._pbytes = 0
         self._plast_id = ""
         self._pids: dict[str, int] = {}
-        self._psubj: dict[str, list[int]] = {}
         self.closed = False
         store.register_remove_callback(self._on_store_remove)
         if hasattr(store, "register_marker_callback"):
@@ -197,14 +198,14 @@ class Stream:
         """Checks against the proposed state, then propose. Returns the proposed sequence (0 when refused or a
         duplicate); the PubAck (or the error) is sent once the entry is applied."""
         cfg = self.cfg
-        pn = self._pn
+        pn = len(self._inflight)
         try:
             if cfg.sealed:
                 raise ApiError.make("STREAM_SEALED")
             size = len(hdr) + len(data) + len(subject)
             if cfg.max_msg_size > 0 and len(hdr) + len(data) > cfg.max_msg_size:
                 raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
-            if self.jsa.limited and self.jsa.over_limit(cfg.storage, size + self._pbytes):
+            if self.jsa.limited and self.jsa.over_limit(cfg.storage, size + (self.inflight_bytes() if pn else 0)):
                 raise ApiError.make("ACCOUNT_RESOURCES_EXCEEDED")
             if hdr and b"Nats-Batch-Id" in hdr:  # atomic batch publish: staged, stored on commit
                 from rillet.jetstream import batch
@@ -283,21 +284,35 @@ class Stream:
                 self._reply(reply, _json({"error": _store_error(e).to_dict(), "stream": self.name, "seq": 0}))
             return 0
         # the overlay: what is in flight counts for the checks of the next publishes until it is applied
-        self._pn = pn + 1
+        entry = Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), reply)
+        self._inflight.append(entry)
         self._pseq = seq
-        self._pbytes += size
         self._plast_id = msg_id
         if msg_id:
             self._pids[msg_id] = seq
-        ps = self._psubj.get(subject)
-        if ps is None:
-            self._psubj[subject] = [1, seq]
-        else:
-            ps[0] += 1
-            ps[1] = seq
-        self.log.propose(Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), reply),
-                         self._msg_done_cb)
+        self.log.propose(entry, self._msg_done_cb)
         return seq
+
+    # ---- the proposed overlay (read only when something is in flight) --------------------------------
+
+    def _inflight_msgs(self) -> Any:
+        """(subject, size, seq) of every message in flight, in order."""
+        for e in self._inflight:
+            a = e.args
+            if e.op == Entry.MSG:
+                yield a[0], len(a[0]) + len(a[1]) + len(a[2]), a[6]
+            elif e.op == Entry.BATCH:
+                for i, m in enumerate(a[0]):
+                    yield m[0], len(m[0]) + len(m[1]) + len(m[2]), a[1] + i
+            else:
+                yield a[1], len(a[1]) + len(a[2]) + len(a[3]), a[0]
+
+    def inflight_bytes(self) -> int:
+        return sum(m[1] for m in self._inflight_msgs())
+
+    def inflight_count(self, subject: str = "") -> int:
+        """Messages in flight (on ``subject`` when given)."""
+        return sum(1 for m in self._inflight_msgs() if not subject or m[0] == subject)
 
     def _last_seq_for(self, subject: str, literal: bool) -> int:
         """The last sequence on ``subject`` (a filter unless ``literal``), in-flight proposals included."""
@@ -306,15 +321,10 @@ class Stream:
         else:
             lm = self.store.load_last_msg(subject)
             last = lm.seq if lm is not None else 0
-        if self._pn:
-            if literal:
-                ps = self._psubj.get(subject)
-                if ps is not None:
-                    last = ps[1]
-            else:
-                for s, ps in self._psubj.items():
-                    if ps[1] > last and subject_matches_filter(s, subject):
-                        last = ps[1]
+        if self._inflight:
+            for s, _, seq in self._inflight_msgs():
+                if seq > last and (s == subject if literal else subject_matches_filter(s, subject)):
+                    last = seq
         return last
 
     def _check_discard_new(self, subject: str, hdr: bytes, data: bytes) -> None:
@@ -323,40 +333,45 @@ class Stream:
         cfg = self.cfg
         if cfg.max_msgs > 0 or cfg.max_bytes > 0:
             st = self.store.state()
-            if cfg.max_msgs > 0 and st.msgs + self._pn + 1 > cfg.max_msgs:
+            if cfg.max_msgs > 0 and st.msgs + self.inflight_count() + 1 > cfg.max_msgs:
                 raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages exceeded")
-            if cfg.max_bytes > 0 and st.bytes + self._pbytes + len(subject) + len(hdr) + len(data) > cfg.max_bytes:
+            if cfg.max_bytes > 0 and (st.bytes + self.inflight_bytes() + len(subject) + len(hdr) + len(data)
+                                      > cfg.max_bytes):
                 raise ApiError.make("STREAM_STORE_FAILED", err="maximum bytes exceeded")
         if cfg.discard_new_per_subject and cfg.max_msgs_per_subject > 0:
-            ps = self._psubj.get(subject)
-            if ps is not None:
-                n = self.store.subjects_totals(subject).get(subject, 0) + ps[0] + 1
-                if n > cfg.max_msgs_per_subject:
-                    raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages per subject exceeded")
+            n = self.inflight_count(subject)
+            if n and self.store.subjects_totals(subject).get(subject, 0) + n + 1 > cfg.max_msgs_per_subject:
+                raise ApiError.make("STREAM_STORE_FAILED", err="maximum messages per subject exceeded")
 
     def _msg_done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
         """A publish's entry was applied (leader): release its overlay, run the leader's side of storing
         it, then the PubAck (or the error the store answered)."""
         subject, hdr, data, _, ttl, msg_id, seq = entry.args
-        self._pn -= 1
-        self._pbytes -= len(hdr) + len(data) + len(subject)
+        self._inflight.popleft()  # entries complete in log order: this is the oldest in flight
         if msg_id and self._pids.get(msg_id) == seq:
             del self._pids[msg_id]
-        ps = self._psubj.get(subject)
-        if ps is not None:
-            if ps[0] <= 1:
-                del self._psubj[subject]
-            else:
-                ps[0] -= 1
         reply = entry.ctx
         if err is not None:
             self._refused(reply, err)
             return
         if self._fx:
             self._run_fx()
-        self._after_stored(res[0], subject, hdr, data, res[1], ttl)
-        if reply and not self.cfg.no_ack:
-            ack: dict[str, Any] = {"stream": self.name, "seq": res[0]}
+        # the leader's side of a stored message (as _after_stored, inlined: the hot path)
+        seq = res[0]
+        cfg = self.cfg
+        if ttl or (self._expire_timer is None and cfg.max_age):
+            self._schedule_expiry()  # max_age: the timer is armed once and re-arms itself
+        if cfg.allow_msg_schedules or (hdr and b"Nats-Scheduler" in hdr):
+            schedules.track_stored(self, subject, hdr, seq, res[1])
+        if cfg.republish is not None:
+            self._republish(subject, hdr, data, seq, res[1])
+        if self.consumers:
+            for c in list(self.consumers.values()):
+                c.on_stream_msg(seq, subject)
+        if cfg.retention == "interest":
+            self.jsa.after_stream_msg(self, seq, subject)
+        if reply and not cfg.no_ack:
+            ack: dict[str, Any] = {"stream": self.name, "seq": seq}
             if self.js.domain:
                 ack["domain"] = self.js.domain
             self._ack(reply, ack)
@@ -374,10 +389,16 @@ class Stream:
         if reply:
             self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
 
-    def propose(self, op: int, args: tuple, done: Any = None) -> None:
+    def propose(self, op: int, args: tuple, done: Any = None, held: bool = False) -> None:
         """Propose a non-publish entry; ``done(result, error)`` runs on the leader after it is applied (an
-        error without ``done`` is logged)."""
-        self.log.propose(Entry(op, args, done), self._done_cb)
+        error without ``done`` is logged). ``held``: a BATCH or MIRROR entry that goes in the overlay."""
+        entry = Entry(op, args, done)
+        if held:
+            if op == Entry.BATCH:
+                self.hold(entry, args[1] + len(args[0]) - 1, [m[5] for m in args[0]])
+            else:
+                self.hold(entry, args[0], [])
+        self.log.propose(entry, self._done_cb)
 
     def _done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
         """The completion of every entry but MSG: the leader's side effects, then ``ctx(result, error)``."""
@@ -411,49 +432,25 @@ class Stream:
             self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': {_OP_NAMES.get(op, op)} "
                               f"failed: {err}")
 
-    def hold(self, seq: int, n: int, subjects: list[str], msg_ids: list[str], size: int) -> None:
-        """Put a non-publish entry that stores messages (a batch, a mirrored message) in the overlay:
-        ``n`` messages ending at sequence ``seq``."""
-        self._pn += n
+    def hold(self, entry: Entry, seq: int, msg_ids: list[str]) -> None:
+        """Put a non-publish entry that stores messages (a batch, a mirrored message) in the overlay, its
+        last message at ``seq``; ``propose`` it next."""
+        self._inflight.append(entry)
         self._pseq = seq
-        self._pbytes += size
         for mid in msg_ids:
             if mid:
                 self._pids[mid] = seq
                 self._plast_id = mid
-        for s in subjects:
-            ps = self._psubj.get(s)
-            if ps is None:
-                self._psubj[s] = [1, seq]
-            else:
-                ps[0] += 1
-                ps[1] = seq
 
     def _release(self, entry: Entry) -> None:
+        self._inflight.popleft()
         if entry.op == Entry.BATCH:
-            msgs = entry.args[0]
-            self._pn -= len(msgs)
-            for subject, hdr, data, _, _, mid in msgs:
-                self._pbytes -= len(subject) + len(hdr) + len(data)
-                if mid and mid in self._pids:
-                    del self._pids[mid]
-                self._unhold_subject(subject)
-        else:
-            _, subject, hdr, data, _ = entry.args
-            self._pn -= 1
-            self._pbytes -= len(subject) + len(hdr) + len(data)
-            self._unhold_subject(subject)
-
-    def _unhold_subject(self, subject: str) -> None:
-        ps = self._psubj.get(subject)
-        if ps is not None:
-            if ps[0] <= 1:
-                del self._psubj[subject]
-            else:
-                ps[0] -= 1
+            for m in entry.args[0]:
+                if m[5] and m[5] in self._pids:
+                    del self._pids[m[5]]
 
     def proposed_last_seq(self) -> int:
-        return self._pseq if self._pn else self.store.last_seq
+        return self._pseq if self._inflight else self.store.last_seq
 
     def _leader_changed(self, leader: bool) -> None:
         """The log gained or lost leadership. The overlay was released by the failed completions; the
@@ -477,7 +474,11 @@ class Stream:
             if seq != store.last_seq + 1:
                 raise store_base.ErrSequenceMismatch()
             r = store.store_msg(subject, hdr, data, ts, ttl)
-            self._stored_state(r[0], subject, hdr, r[1], msg_id)
+            if msg_id:
+                self._dedup_record(msg_id, r[0], r[1])
+            self._last_msg_id = msg_id  # a message without an id clears it, as nats-server
+            if hdr:
+                self._stored_hdr(r[0], subject, hdr)
             return r
         if op == Entry.BATCH:
             msgs, seq = entry.args
@@ -520,13 +521,16 @@ class Stream:
             self._dedup_record(msg_id, seq, ts)
         self._last_msg_id = msg_id  # a message without an id clears it, as nats-server
         if hdr:
-            v = H.get_header(hdr, H.ROLLUP)
-            if v == "sub":
-                self.store.purge(subject, seq, 0)
-            elif v == "all":
-                self.store.purge(None, seq, 0)
-            if b"Nats-Scheduler" in hdr:
-                schedules.apply_stored(self, hdr)
+            self._stored_hdr(seq, subject, hdr)
+
+    def _stored_hdr(self, seq: int, subject: str, hdr: bytes) -> None:
+        v = H.get_header(hdr, H.ROLLUP)
+        if v == "sub":
+            self.store.purge(subject, seq, 0)
+        elif v == "all":
+            self.store.purge(None, seq, 0)
+        if b"Nats-Scheduler" in hdr:
+            schedules.apply_stored(self, hdr)
 
     def _run_fx(self) -> None:
         """The leader's side of what applying an entry did besides its own messages: consumers learn of
@@ -552,7 +556,8 @@ class Stream:
         if self.consumers:
             for c in list(self.consumers.values()):
                 c.on_stream_msg(seq, subject)
-        self.jsa.after_stream_msg(self, seq, subject)
+        if cfg.retention == "interest":
+            self.jsa.after_stream_msg(self, seq, subject)
 
     def update_config(self, cfg: Any, done: Any = None) -> None:
         """A new configuration through the log (limits that shrink remove messages when applied);
