@@ -20,6 +20,16 @@ Who hears what (nats-server's rules):
   leafs, never back; queue groups get it only where the LMSG names them (the sender chose the group);
 * a message from a route goes to local subscribers and to the leafs we are hub for.
 
+Authentication on the hub side (nats-server's isLeafNodeAuthorized): the leafnodes authorization (user,
+nkey, users), else the server's client authorization; in operator mode a user JWT (a remote's
+``credentials``) checked against the trusted operator and the resolver, binding the JWT's account with its
+permissions, limits (payload, subscriptions, the account's ``leaf`` connections), expiry and revocations.
+A user's permissions are applied reversed, as nats-server does on a hub: its publish permission is what the
+leaf may send (an LMSG outside it: -ERR 'Permissions Violation for Publish to "x"', closed) and the interest
+we announce to it; its subscribe permission what we send to the leaf and the literal LS+ it may announce
+(else 'Permissions Violation for Subscription to "x"'). The INFO that accepts the CONNECT carries them
+(``import``: subscribe, ``export``: publish) and the leaf enforces them too (silently, as a spoke).
+
 Permissions on a connection: ``deny_imports`` (what the leaf side will not receive: its LS+ are not sent,
 such messages are dropped, and the hub learns them as ``deny_pub`` in CONNECT), ``deny_exports`` (what
 the leaf side will not send), and JetStream's: ``$JS.API.>``, ``$KV.>``, ``$OBJ.>`` never cross a leaf
@@ -472,6 +482,7 @@ class LeafConn(ServerConn):
         leafPermViolation on a hub)."""
         subj = subject.decode("utf-8", "replace")
         action = "Publish" if pub else "Subscription"
+        self._set_delay(PERM_DELAY)  # (a hub that dialled, hub: true, waits before it tries again)
         self.server.log.error(f'{self.log_prefix()} - {action} Violation on "{subj}" - Check other side '
                               "configuration")
         self.close("Protocol Violation", f'Permissions Violation for {action} to "{subj}"')
@@ -483,11 +494,6 @@ class LeafConn(ServerConn):
             delay = self._set_delay(LOOP_DELAY)
             log.error(f"{self.log_prefix()} - "
                       f"{ci.leaf_loop_error(self.acc_name or self._acc_for_log(), int(delay))}")
-            self.close("Protocol Violation")
-            return
-        if text.startswith("Permissions Violation for"):
-            delay = self._set_delay(PERM_DELAY)
-            log.error(f"{self.log_prefix()} - Leafnode Error '{text}'")
             self.close("Protocol Violation")
             return
         if "connection rejected since minimum version required is" in text:
