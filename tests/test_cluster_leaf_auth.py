@@ -76,7 +76,9 @@ class RawLeaf:
                 if not data:
                     return True
                 self.buf += data
-        except (asyncio.TimeoutError, ConnectionError):
+        except ConnectionError:
+            return True  # (reset: closed with our bytes unread)
+        except asyncio.TimeoutError:
             return False
 
     def close(self) -> None:
@@ -430,3 +432,35 @@ async def test_operator_mode_revocation_closes_a_connected_leaf(tmp_path):
         assert await _refusal(hub_port(hub), k["ukp"], k["utoken"]) == b"-ERR 'Authorization Violation'"
         await nh.flush()
         assert nh.is_connected
+
+
+async def test_operator_mode_user_limits_on_a_leaf(tmp_path):
+    """The user JWT's subscription and payload limits apply to its leaf connection as nats-server applies
+    them: an LS+ over the limit gets 'maximum subscriptions exceeded' (the connection stays), an LMSG over
+    the payload limit 'Maximum Payload Violation' (closed). Compared with a Go hub."""
+    op, k = _operator(tmp_path)
+    lkp, ltoken = Operator.user(k["akp"], "limited", subs=2, payload=10)
+
+    async def probe(port: int) -> list[bytes]:
+        f = await RawLeaf.open(port, "limited", kp=lkp, token=ltoken)
+        await f.until(b"PONG")
+        f.buf = b""
+        f.send(b"LS+ a\r\nLS+ b\r\nLS+ c\r\nPING\r\n")
+        await f.until(b"PONG")
+        subs = [line for line in f.buf.split(b"\r\n") if line.startswith(b"-ERR")]
+        f.buf = b""
+        f.send(b"LMSG a 20\r\n" + b"x" * 20 + b"\r\nPING\r\n")
+        await f.until(b"-ERR")
+        closed = await f.closed()
+        f.close()
+        return subs + [f.buf[f.buf.index(b"-ERR"):].split(b"\r\n")[0], b"closed" if closed else b"open"]
+    async with rillet(op_conf(op) + 'leafnodes { listen: "127.0.0.1:-1" }', "hub") as hub:
+        ours = await probe(hub_port(hub))
+    assert ours == [b"-ERR 'maximum subscriptions exceeded'", b"-ERR 'Maximum Payload Violation'", b"closed"]
+    if GO_SERVER is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            lport = free_port_()
+            go, _, _ = _go(op_conf(op) + f'leafnodes {{ listen: "127.0.0.1:{lport}" }}', tmp)
+            with go:
+                go.wait_ready()
+                assert await probe(lport) == ours

@@ -540,8 +540,9 @@ class LeafConn(ServerConn):
             self._perm_violation(False, subject)
             return
         if self.msubs >= 0 and len(self.rsubs) >= self.msubs and (subject, queue) not in self.rsubs:
+            # (as nats-server: the interest is not taken, the connection stays)
             self.server.log.error(f"{self.log_prefix()} - maximum subscriptions exceeded")
-            self.close("Maximum Subscriptions Exceeded", "maximum subscriptions exceeded")
+            self.send(cp.err_frame("maximum subscriptions exceeded"))
             return
         if b"*" not in subject and b">" not in subject and not subject.startswith(ci.LDS_PREFIX) \
                 and self.deny_out and self.deny_out.hit(subject):
@@ -1067,6 +1068,9 @@ class LeafNodes:
             if info.is_revoked(u.nkey, u.issued):
                 lc.debug("User Authentication Revoked")
                 lc.close("Credentials Revoked", "User Authentication Revoked")
+                continue
+            if u.issuer != acc.name and u.issuer not in info.signing_keys:
+                lc.close("Authentication Failure")  # (its signing key was removed: no -ERR, as for clients)
                 continue
             if lc.jwt_timer is not None:
                 lc.jwt_timer.cancel()
