@@ -38,6 +38,9 @@ import nats
 
 SUBJECT = "faults.load"
 HEAL_TIMEOUT = 30.0
+# route connections between two servers (the configs set no pool_size): nats-server's default pool of 3
+# (rillet.cluster.cluster.DEFAULT_ROUTE_POOL_SIZE) and the route pinned to the system account
+ROUTES_PER_PEER = 3 + 1
 
 
 def free_port() -> int:
@@ -157,13 +160,17 @@ class Node:
                 self.proc.kill()
                 self.proc.wait(5)
 
-    def route_ids(self) -> dict[str, int] | None:
-        """remote server name -> route connection id, from /routez (None: no answer)."""
+    def route_ids(self) -> dict[str, tuple[int, ...]] | None:
+        """remote server name -> the ids of its route connections (pool and pinned), from /routez (None: no
+        answer)."""
         try:
             z = json.loads(urllib.request.urlopen(f"http://{self.host}:{self.http}/routez", timeout=0.5).read())
         except (OSError, ValueError):
             return None
-        return {r.get("remote_name", ""): r["rid"] for r in z["routes"]}
+        out: dict[str, list[int]] = {}
+        for r in z["routes"]:
+            out.setdefault(r.get("remote_name", ""), []).append(r["rid"])
+        return {k: tuple(sorted(v)) for k, v in out.items()}
 
     def routes(self) -> set[str] | None:
         ids = self.route_ids()
@@ -245,13 +252,15 @@ class Workload:
             await asyncio.sleep(max(0.0, nxt - time.monotonic()))
 
     async def healed(self, timeout: float = HEAL_TIMEOUT) -> bool:
-        """Full mesh, every client connected, and a marker published now reached every subscriber."""
+        """Full mesh (every server with its whole pool and $SYS route to every other one, and no duplicate
+        route), every client connected, and a marker published now reached every subscriber."""
         t0 = time.monotonic()
         names = {n.name for n in self.nodes}
 
         def mesh() -> list | None:
             ids = [n.route_ids() for n in self.nodes]
-            if all(x is not None and set(x) == names - {n.name} for x, n in zip(ids, self.nodes)):
+            if all(x is not None and set(x) == names - {n.name} and
+                   all(len(rids) == ROUTES_PER_PEER for rids in x.values()) for x, n in zip(ids, self.nodes)):
                 return ids
             return None
         while time.monotonic() - t0 < timeout:

@@ -35,11 +35,15 @@ import pytest
 from helpers import RawClient, ServerProcess, free_port
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
+from rillet.cluster.cluster import DEFAULT_ROUTE_POOL_SIZE
 from rillet.config.options import ClusterOptions, Options
 from rillet.server.logging import Logger
 from rillet.server.server import Server
 
 RILLET = [sys.executable, "-m", "rillet.server"]
+# route connections between two servers with no pool_size set: nats-server's default pool and the route
+# pinned to the system account
+ROUTES_PER_PEER = DEFAULT_ROUTE_POOL_SIZE + 1
 
 
 async def _until(cond, timeout: float = 5.0, what: str = "condition", step: float = 0.02) -> None:
@@ -108,10 +112,18 @@ class Node:
 
     def routes(self) -> set[str]:
         """The server names this server has a route to (empty when it does not answer)."""
+        return set(self.route_counts())
+
+    def route_counts(self) -> dict[str, int]:
+        """Server name -> how many route connections this server has to it (empty when it does not answer)."""
         try:
-            return {r.get("remote_name", "") for r in self.routez()["routes"]}
+            routes = self.routez()["routes"]
         except OSError:
-            return set()
+            return {}
+        out: dict[str, int] = {}
+        for r in routes:
+            out[r.get("remote_name", "")] = out.get(r.get("remote_name", ""), 0) + 1
+        return out
 
     def route_subjects(self) -> set[str]:
         """Every subject of the remote interest this server holds, over all its routes."""
@@ -119,9 +131,11 @@ class Node:
 
 
 async def _full_mesh(nodes: list[Node], timeout: float = 15.0) -> None:
+    """Every server has its whole pool and its $SYS route to every other one, and no more (a duplicate
+    route kept by mistake would show as an extra connection)."""
     names = {n.name for n in nodes}
-    await _until(lambda: all(n.routes() == names - {n.name} for n in nodes), timeout,
-                 f"a full mesh of {sorted(names)}", step=0.1)
+    await _until(lambda: all(n.route_counts() == {m: ROUTES_PER_PEER for m in names - {n.name}} for n in nodes),
+                 timeout, f"a full mesh of {sorted(names)}, {ROUTES_PER_PEER} routes per pair", step=0.1)
 
 
 @contextlib.asynccontextmanager
@@ -260,7 +274,7 @@ async def test_route_reconnect_back_off_explicit_and_implicit():
     for s in started:
         await s.start()
     try:
-        await _until(lambda: all(len(s.cluster.routes) == 2 for s in (a, b, c)), what="full mesh")
+        await _until(lambda: all(s.cluster.servers_connected() == 2 for s in (a, b, c)), what="full mesh")
         to_b = c.cluster.routes[b.server_id]
         assert to_b.solicited and to_b.rtype == "implicit"  # C dialled B after A's gossip
         assert c.cluster.routes[a.server_id].rtype == "explicit"
@@ -269,18 +283,34 @@ async def test_route_reconnect_back_off_explicit_and_implicit():
 
         def dials(port: int) -> list[float]:
             return [t - t0 for t in log.times(f"Trying to connect to route on 127.0.0.1:{port}") if t > t0]
-        await _until(lambda: len(dials(pa)) >= 2 and len(dials(pb)) >= 3, 5, "the dials")
-        dial_a, dial_b = dials(pa), dials(pb)
+
+        def rounds(times: list[float]) -> list[list[float]]:
+            """Dials less than 0.3 s apart are one round: each route connection C dialled (those of the pool
+            and the $SYS route) dials the lost server again on its own, as in nats-server."""
+            out: list[list[float]] = []
+            for t in times:
+                if not out or t - out[-1][-1] > 0.3:
+                    out.append([])
+                out[-1].append(t)
+            return out
+        await _until(lambda: len(rounds(dials(pa))) >= 2 and len(rounds(dials(pb))) >= 3, 5, "the dials")
+        await asyncio.sleep(0.3)  # (the last round complete)
+        dial_a, dial_b = [r[0] for r in rounds(dials(pa))], [r[0] for r in rounds(dials(pb))]
+        per_round = [len(r) for r in rounds(dials(pb))]
         assert len(dial_b) == 3, dial_b  # once at once, then connect_retries (2) more
+        assert len(set(per_round)) == 1 and 2 <= per_round[0] <= ROUTES_PER_PEER, per_round
         assert dial_b[0] < 0.5 and all(0.9 < y - x < 1.6 for x, y in zip(dial_b, dial_b[1:])), dial_b
         assert 0.95 < dial_a[0] < 1.6 and 0.9 < dial_a[1] - dial_a[0] < 1.6, dial_a
         # A comes back on its port: C's next attempt connects; B (implicit, given up) is not dialled again
         a2 = _mk("a", pa, [], io.StringIO())
         await a2.start()
         started.append(a2)
-        await _until(lambda: len(c.cluster.routes) == 1 and len(a2.cluster.routes) == 1, 3, "C back to A")
+        await _until(lambda: c.cluster.servers_connected() == 1 and a2.cluster.servers_connected() == 1, 3,
+                     "C back to A")
+        assert len(c.cluster.conns) == len(a2.cluster.conns) == 4  # (the pool and $SYS: no duplicates kept)
         await asyncio.sleep(max(0.0, t0 + 3.5 - time.monotonic()))  # (past when a 4th dial of B would be)
-        assert len([t for t in log.times(f"Trying to connect to route on 127.0.0.1:{pb}") if t > t0]) == 3
+        assert len([t for t in log.times(f"Trying to connect to route on 127.0.0.1:{pb}") if t > t0]) == \
+            3 * per_round[0]
     finally:
         for s in started:
             await s.shutdown()
@@ -377,7 +407,8 @@ async def test_hostile_route_input_is_refused_and_harms_nothing_else():
     await s1.start()
     c0 = c1 = None
     try:
-        await _until(lambda: len(s0.cluster.routes) == 1 and len(s1.cluster.routes) == 1, what="the route")
+        await _until(lambda: s0.cluster.servers_connected() == 1 and s1.cluster.servers_connected() == 1,
+                     what="the routes (pool and $SYS)")
         good = s0.cluster.routes[s1.server_id]
         c0 = await nats.connect(s0.client_url)
         c1 = await nats.connect(s1.client_url)
@@ -393,7 +424,8 @@ async def test_hostile_route_input_is_refused_and_harms_nothing_else():
             assert (await sub.next_msg(1)).data == what.encode()
         assert c0.is_connected and c1.is_connected
         # nothing the fake peers announced is left behind once they are gone
-        await _until(lambda: all(rc is good for rc in s0.cluster.conns), what="fake routes gone")
+        await _until(lambda: len(s0.cluster.conns) == 4 and all(rc.remote_id == s1.server_id and rc.registered
+                                                                 for rc in s0.cluster.conns), what="fake routes gone")
         assert not s0.accounts["$G"].sublist.match("foo").psubs
     finally:
         for nc in (c0, c1):
@@ -510,8 +542,8 @@ async def test_partition_withdraws_interest_and_heals(netns_lab):
             await pub.flush()
             lab.heal(2)
             await _full_mesh(nodes, 10)  # the explicit routes are dialled again, every second
-            # the cut side found its routes stale too
-            assert nodes[2].proc.output.count("Router connection closed: Stale Connection") == 2
+            # the cut side found its routes stale too (each connection of its pools and its $SYS routes)
+            assert nodes[2].proc.output.count("Router connection closed: Stale Connection") == 2 * ROUTES_PER_PEER
             await _until(lambda: "part" in nodes[0].route_subjects(), 5, "interest back", 0.05)
             for i in range(3, 53):
                 await pub.publish("part", b"%d" % i)

@@ -105,13 +105,14 @@ async def test_wildcards_one_message_per_subscription():
             assert got == want
             with pytest.raises(nats.errors.TimeoutError):
                 await s.next_msg(0.1)
-        route = servers[0].cluster.routes[servers[1].server_id]
+        route = servers[0].cluster.route_for(servers[1].server_id, b"$G")  # (the pool's route of $G)
         assert route.out_msgs == 2  # one message per publish on the route
+        assert sum(r.out_msgs for r in servers[0].cluster.conns) == 2  # and on no other route of the pool
 
 
 async def test_interest_announced_once_per_subject_and_withdrawn():
     async with run_cluster(2) as (s0, s1), clients([s0.client_url, s0.client_url]) as (c1, c2):
-        peer = s1.cluster.routes[s0.server_id]  # s1's view of s0's interest
+        peer = s1.cluster.route_for(s0.server_id, b"$G")  # s1's view of s0's interest (on $G's pool route)
 
         def remote(subject):
             return [sub for _, sub in peer.rsubs.values() if sub.subject == subject]
@@ -187,9 +188,12 @@ async def test_gossip_from_one_seed_to_full_mesh_and_routez():
             await _settle([c], [(s0, "rz.a", 1)])
             from rillet.monitor.endpoints import routez
             z = routez(s0, {"subs": "1"})
-            assert z["num_routes"] == 2 and z["server_name"] == "rillet-0"
-            by_name = {r["remote_name"]: r for r in z["routes"]}
-            assert set(by_name) == {"rillet-1", "rillet-2"}
+            # nats-server's default pool: 3 connections per server and one pinned to the system account
+            assert z["num_routes"] == 2 * 4 and z["server_name"] == "rillet-0"
+            assert sorted(r["remote_name"] for r in z["routes"]) == ["rillet-1"] * 4 + ["rillet-2"] * 4
+            assert [r.get("account") for r in z["routes"]].count("$SYS") == 2
+            g1 = s0.cluster.route_for(s1.server_id, b"$G")
+            by_name = {r["remote_name"]: r for r in z["routes"] if r["rid"] == g1.cid}
             r1 = by_name["rillet-1"]
             assert r1["remote_id"] == s1.server_id and not r1["did_solicit"] and not r1["is_configured"]
             assert "rz.>" in r1["subscriptions_list"] and r1["subscriptions"] >= 1
@@ -357,7 +361,8 @@ async def test_connect_error_reports(monkeypatch):
     monkeypatch.setattr(cc, "ROUTE_CONNECT_DELAY", 0.05)
     dead = free_port()
     buf = io.StringIO()
-    s = _mk_server("a", -1, [f"nats://127.0.0.1:{dead}"], buf=buf, connect_retries=2)
+    # (pool_size -1: one dialler per URL; with pooling the $SYS route's dialler logs the same lines too)
+    s = _mk_server("a", -1, [f"nats://127.0.0.1:{dead}"], buf=buf, connect_retries=2, pool_size=-1)
     s.opts.extra["connect_error_reports"] = 3
     await s.start()
     try:
@@ -380,7 +385,9 @@ async def test_connect_error_reports(monkeypatch):
     try:
         await asyncio.sleep(0.5)
         n = buf.getvalue().count("Trying to connect to route")
-        assert 3 <= n <= 5, n  # without back-off, about 10 in 0.5s
+        # two diallers (the pool's first route and the pinned $SYS route), each 3 to 5 times in 0.5s
+        # (without back-off, about 10 each)
+        assert 6 <= n <= 10, n
     finally:
         await s.shutdown()
 
@@ -476,9 +483,17 @@ async def test_mixed_cluster_one_go_two_rillet():
         try:
             for s in rs:
                 await s.start()
-            await _until(lambda: all(len(s.cluster.routes) == 2 for s in rs), 10, "full mesh with the Go server")
+            # no pool_size anywhere: nats-server's default pool of 3 and the pinned $SYS route on every pair
+            await _until(lambda: all(s.cluster.servers_connected() == 2 for s in rs), 10,
+                         "full mesh with the Go server")
             z = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez").read())
-            assert sorted(r["remote_name"] for r in z["routes"]) == ["r0", "r1"]
+            assert sorted(r["remote_name"] for r in z["routes"]) == ["r0"] * 4 + ["r1"] * 4
+            assert sorted(r.get("account", "") for r in z["routes"]) == [""] * 6 + ["$SYS"] * 2
+            from rillet.monitor.endpoints import routez
+            for s, other in zip(rs, ("r1", "r0")):
+                rz = routez(s, {})
+                assert rz["num_routes"] == 8  # as a Go-Go pair, per remote server
+                assert sorted(r["remote_name"] for r in rz["routes"]) == sorted(["go1"] * 4 + [other] * 4)
             urls = [f"nats://127.0.0.1:{gport}"] + [s.client_url for s in rs]
             async with clients(urls) as ncs:
                 got: list[list] = [[] for _ in ncs]
@@ -545,7 +560,7 @@ async def test_varz_cluster_section_is_live():
         from rillet.monitor.procstats import CPUMeter
         from rillet.monitor.varz import varz
         full = varz(s1, {}, CPUMeter())
-        assert full["routes"] == full["remotes"] == 1
+        assert full["routes"] == 4 and full["remotes"] == 1  # (a pool of 3 and the $SYS route, as nats-server)
 
 
 ACCOUNTS_CONF = """

@@ -279,7 +279,7 @@ def _tls_server(name: str, cl_port: int, routes: list[int], tls: str, buf: io.St
     return Server(o, Logger(debug=True, out=buf if buf is not None else io.StringIO()))
 
 
-@pytest.mark.parametrize("pool", [0, 3])
+@pytest.mark.parametrize("pool", [-1, 0])  # (no pooling; nats-server's default pool of 3)
 async def test_tls_routes_between_rillet_servers(route_pki, pool):
     from rillet.monitor.endpoints import routez
     p = [free_port() for _ in range(3)]
@@ -292,7 +292,7 @@ async def test_tls_routes_between_rillet_servers(route_pki, pool):
         for s in servers:
             for rc in s.cluster.conns:
                 assert rc.transport.get_extra_info("ssl_object") is not None
-        assert routez(servers[0], {})["num_routes"] == (2 * 4 if pool else 2)  # (pool of 3 and pinned $SYS)
+        assert routez(servers[0], {})["num_routes"] == (2 if pool < 0 else 2 * 4)  # (pool of 3 and pinned $SYS)
         async with contextlib.AsyncExitStack() as st:
             ncs = []
             for s in servers:
@@ -403,34 +403,41 @@ def test_compression_accept_and_off_are_announced_off(value):
 
 
 @pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
-async def test_go_server_asking_for_s2_gets_an_uncompressed_route():
-    """A Go server configured for s2_fast meets our "off" (accept): the route works uncompressed."""
+@pytest.mark.parametrize("mode,rillet_cl", [("s2_fast", ", compression: accept"), ("s2_auto", "")])
+async def test_go_server_asking_for_s2_gets_an_uncompressed_route(mode, rillet_cl):
+    """A Go server configured for s2 meets our "off" (accept, the default): every route of the pool works
+    uncompressed, both ways."""
     import json
     import urllib.request
     gport, gcl, ghttp = free_port(), free_port(), free_port()
     conf = (f"port: {gport}\nhttp_port: {ghttp}\nserver_name: go1\n"
-            f"cluster {{ name: c, listen: 127.0.0.1:{gcl}, compression: s2_fast }}\n")
+            f"cluster {{ name: c, listen: 127.0.0.1:{gcl}, compression: {mode} }}\n")
     with go_server(conf, ghttp):
         o = load_string("server_name: r0\nlisten: 127.0.0.1:-1\n"
-                        f"cluster {{ name: c, listen: 127.0.0.1:-1, routes: [nats://127.0.0.1:{gcl}], "
-                        "compression: accept }\n")
+                        f"cluster {{ name: c, listen: 127.0.0.1:-1, routes: [nats://127.0.0.1:{gcl}]{rillet_cl} }}\n")
         r = Server(o, Logger(out=io.StringIO()))
         await r.start()
         try:
             await _until(lambda: r.cluster.servers_connected() == 1, 10, "route to the Go server")
             z = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez", timeout=2).read())
-            assert [rt.get("compression") for rt in z["routes"]] == ["off"]
+            assert [rt.get("compression") for rt in z["routes"]] == ["off"] * 4  # (pool of 3, $SYS)
             async with contextlib.AsyncExitStack() as st:
                 g = await nats.connect(f"nats://127.0.0.1:{gport}")
                 nc = await nats.connect(r.client_url)
                 st.push_async_callback(g.close)
                 st.push_async_callback(nc.close)
                 sub = await nc.subscribe("cz")
+                gsub = await g.subscribe("zc")
                 await nc.flush()
+                await g.flush()
                 await _go_sees(ghttp, "cz", 1)
+                await _until(lambda: r.accounts["$G"].sublist.match("zc").psubs, what="Go's interest")
                 await g.publish("cz", b"x" * 4000)
                 await g.flush()
                 assert (await sub.next_msg(2)).data == b"x" * 4000
+                await nc.publish("zc", b"y" * 4000)
+                await nc.flush()
+                assert (await gsub.next_msg(2)).data == b"y" * 4000
         finally:
             await r.shutdown()
 

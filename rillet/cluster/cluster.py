@@ -17,8 +17,8 @@ What nats-server does (route.go), and so does this:
 * a closed route loses its remote interest at once; a solicited one (or one marked to retry) is dialled
   again after a short random delay.
 
-Routes are pooled as in nats-server 2.10+ when ``pool_size`` is 1 or more: that many connections to each
-server (left unset, Rillet does not pool yet, as ``-1``: see DEFAULT_ROUTE_POOL_SIZE), each account's interest and messages
+Routes are pooled as in nats-server 2.10+: ``pool_size`` connections to each server (3 when left unset,
+DEFAULT_ROUTE_POOL_SIZE; ``-1`` turns pooling off), each account's interest and messages
 on the connection of its pool index (FNV-1a of its name modulo the pool size, the same on every server).
 The dialling side sends CONNECT, waits for the peer's INFO, takes the first free index of the pool and
 only then sends its INFO with ``route_pool_idx``; once registered it dials the next connection of the
@@ -69,10 +69,9 @@ ROUTE_DIAL_TIMEOUT = 1.0  # DEFAULT_ROUTE_DIAL
 ROUTE_MAX_PING_INTERVAL = 30.0
 CONNECT_ERROR_REPORTS = 3600  # connect_error_reports: every Nth failed attempt of a first connect is an error
 # (the first too); reconnect_error_reports (default 1): every Nth failed attempt to reconnect
-# pool_size left unset: no pooling (as -1) for now. nats-server's default is 3 (GO_DEFAULT_ROUTE_POOL_SIZE);
-# Rillet pools and pins like it when pool_size is set (the fault tests still count one route per server).
-DEFAULT_ROUTE_POOL_SIZE = -1
-GO_DEFAULT_ROUTE_POOL_SIZE = 3
+# pool_size left unset (or 0): a pool of 3 connections per server, as nats-server (DEFAULT_ROUTE_POOL_SIZE);
+# -1: no pooling (one connection per server, nothing pinned)
+DEFAULT_ROUTE_POOL_SIZE = 3
 ROUTE_PROTO = 2  # route protocol with accounts (nats-server's RouteProtoV2; no message tracing)
 
 
@@ -624,8 +623,14 @@ class Cluster:
             return
         info.nonce = ""
         frames: dict[int, bytes] = {}
-        for r in list(self.routes.values()):
-            if r is rc or r.remote_id == info.server_id or r.closed or (info.route_account and r.no_pool):
+        targets = list(self.routes.values())
+        acc = info.route_account
+        if acc:  # a pinned route: through our routes of that account first (as nats-server), so a server whose
+            # pool route is not registered yet still hears of it; the pool's route for the others
+            pinned = self.pinned.get(acc, {})
+            targets = list(pinned.values()) + [r for r in targets if r.remote_id not in pinned]
+        for r in targets:
+            if r is rc or r.remote_id == info.server_id or r.closed or (acc and r.no_pool):
                 continue
             if (not rc.solicited and r.rtype == EXPLICIT) or (rc.solicited and rc.rtype == EXPLICIT):
                 gm = ci.GOSSIP_OVERRIDE
