@@ -308,6 +308,8 @@ async def test_operator_mode_refuses_bad_expired_and_revoked_credentials(tmp_pat
     bad["revoked"] = (rkp, rtoken)
     other = J.new_keypair("U")
     bad["wrong signature"] = (other, k["utoken"])
+    bad["not a JWT"] = (other, "eyJnot.a.jwt")
+    bad["an account JWT"] = (k["akp"], op.accounts["L"][2])
     zkp, _, _ = op.account("Z")  # (its JWT limits leave "leaf" out: no leaf connection, as nats-server)
     bad["no leafs in the account"] = Operator.user(zkp, "z")
     answers: dict[str, dict[str, bytes]] = {}
@@ -464,3 +466,24 @@ async def test_operator_mode_user_limits_on_a_leaf(tmp_path):
             with go:
                 go.wait_ready()
                 assert await probe(lport) == ours
+
+
+async def test_operator_mode_leafnodes_authorization_user_binds_an_account_key(tmp_path):
+    """In operator mode a leafnodes authorization user (taking precedence over JWTs, as nats-server) binds
+    its account public key, loaded from the resolver; messages cross to that account's clients."""
+    op, k = _operator(tmp_path)
+    hub_conf = op_conf(op) + f'leafnodes {{ listen: "127.0.0.1:-1", authorization {{ user: l, password: l, ' \
+                             f'account: {k["A"]} }} }}'
+    async with rillet(hub_conf, "hub") as hub:
+        conf = f'leafnodes {{ remotes [ {{ url: "nats://l:l@127.0.0.1:{hub_port(hub)}" }} ] }}'
+        async with rillet(conf, "leaf") as leaf:
+            await _until(lambda: leaf_ready(hub) and leaf_ready(leaf))
+            assert [c.acc_name for c in hub.leafs.values()] == [k["A"]]
+            async with clients(hub.client_url, user_credentials=k["hub_client"]) as (nh,), \
+                    clients(leaf.client_url) as (nl,):
+                got = Inbox()
+                await nh.subscribe("in.a", cb=got.cb)
+                await nh.flush()
+                await _until(lambda: leaf_interest(leaf, "in.a"), what="account A's interest on the leaf")
+                await nl.publish("in.a", b"x")
+                await _until(lambda: got.msgs)
