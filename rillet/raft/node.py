@@ -161,6 +161,7 @@ class Node:
         self._need_bcast = False
         self.msgs: list = []
         self.ticks = 0
+        self.invalid_messages = 0  # well-formed messages that no correct peer sends (surfaced in status)
         self.role = FOLLOWER
         self.leader: Optional[str] = None
         self.prs: dict = {}
@@ -644,6 +645,9 @@ class Node:
         pr = self.prs.get(m.frm)
         if pr is None:
             return
+        if m.index > self.last_index():
+            self.invalid_messages += 1  # no correct follower acknowledges what this leader never sent
+            return
         pr.recent_active = True
         pr.last_seen = self.ticks
         if m.reject:
@@ -777,7 +781,8 @@ class Node:
         last = self.last_index()
         st = {"id": self.id, "role": self.role, "term": self.term, "vote": self.vote, "leader": self.leader,
               "commit": self.commit, "applied": self.applied, "last_index": last,
-              "snapshot_index": self.offset, "voters": list(self.voters), "peers": {}}
+              "snapshot_index": self.offset, "voters": list(self.voters),
+              "invalid_messages": self.invalid_messages, "peers": {}}
         if self.role == LEADER:
             for p, pr in self.prs.items():
                 st["peers"][p] = {"match": pr.match, "next": pr.next, "state": pr.state,

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import Counter
 from typing import Optional
 
 import msgspec
 
-from .msgs import ENTRY_NORMAL, HardState, Snapshot, VoteResponse, decode, encode
+from .msgs import ENTRY_CONF, ENTRY_NORMAL, HardState, Snapshot, TimeoutNow, VoteResponse, decode, encode
 from .node import ADD, LEADER, REMOVE, Node, RaftError
 
 TICK = 10
@@ -31,6 +32,20 @@ ELECTION_TICK = 10
 
 _sm_encoder = msgspec.msgpack.Encoder()
 _sm_decoder = msgspec.msgpack.Decoder(list[tuple[int, bytes]])
+
+
+class _VoteAnyLog(Node):
+    """Mutant for testing the checker: grants votes without the log up-to-date check."""
+
+    def _up_to_date(self, last_index: int, last_term: int) -> bool:
+        return True
+
+
+# deliberately broken behaviour, to show the checker fails runs: driver mutations change what SimNode
+# persists; node mutations swap the Node class
+MUTATIONS = {"forget_vote": "the driver persists the hard state without the vote",
+             "no_sync": "the driver never fsyncs (a crash loses everything since the last compaction)",
+             "vote_any_log": "the node grants votes to candidates whose log is behind"}
 
 
 class SimDisk:
@@ -104,7 +119,7 @@ class SimNode:
         d = self.disk
         self.sm = list(_sm_decoder.decode(d.snap.data)) if d.snap else []
         self.sm_index = d.snap.index if d.snap else 0
-        self.node = Node(self.id, self.bootstrap, rng=random.Random(sim.rng.getrandbits(32)),
+        self.node = sim.node_cls(self.id, self.bootstrap, rng=random.Random(sim.rng.getrandbits(32)),
                          election_tick=ELECTION_TICK, heartbeat_tick=1, max_entries_per_msg=sim.batch,
                          max_inflight=sim.inflight, hard_state=d.hs, snapshot=d.snap, entries=d.entries)
         self.up = True
@@ -116,6 +131,8 @@ class SimNode:
         sim.at(sim.now + sim.rng.randrange(1, TICK + 1), sim.tick, self.id, self.inc)
 
     def crash(self) -> None:
+        self.sim.stats["crashes"] += 1
+        self.sim.stats["unsynced_writes_at_crash"] += len(self.disk.pending)
         self.up = False
         self.inc += 1
         self.node = None
@@ -185,7 +202,11 @@ class Sim:
         self.seed = seed
         self.rng = rng = random.Random(seed)
         self.quick = quick
+        unknown = set(mutations) - set(MUTATIONS)
+        if unknown:
+            raise ValueError(f"unknown mutation(s) {sorted(unknown)}; known: {sorted(MUTATIONS)}")
         self.mutations = mutations
+        self.node_cls = _VoteAnyLog if "vote_any_log" in mutations else Node
         self.n = n or rng.choice((3, 5))
         self.fault_time = (1500 if quick else 6000) + rng.randrange(500)
         self.heal_bound = 3000
@@ -205,6 +226,7 @@ class Sim:
         self.proposed = 0
         self.events = 0
         self.log: list = []  # fault actions, for the failure report
+        self.stats: Counter = Counter()
         ids = tuple(f"n{i}" for i in range(1, self.n + 1))
         self.next_id = self.n + 1
         self.nodes: dict = {nid: SimNode(self, nid, ids) for nid in ids}
@@ -299,10 +321,14 @@ class Sim:
             self.send(sn.id, m)
             if type(m) is VoteResponse and m.granted and not m.pre:
                 voted = True
+            elif type(m) is TimeoutNow:
+                self.stats["timeout_now"] += 1
         if rd.snapshot is not None:
+            self.stats["snapshots_installed"] += 1
             sn.sm = list(_sm_decoder.decode(rd.snapshot.data))
             sn.sm_index = rd.snapshot.index
         chk = self.checker
+        node_is_leader = sn.node.role is LEADER
         for e in rd.committed_entries:
             i = e[0]
             if i != sn.sm_index + 1:
@@ -310,6 +336,8 @@ class Sim:
             chk.on_apply(sn.id, e, self.now)
             if e[2] == ENTRY_NORMAL:
                 sn.sm.append((i, e[3]))
+            elif e[2] == ENTRY_CONF and node_is_leader:
+                self.stats["conf_changes_committed"] += 1
             sn.sm_index = i
             p = sn.client.pop(i, None)
             if p is not None and p[0] == e[1]:
@@ -421,6 +449,7 @@ class Sim:
                 return
             self.process(ld)
         self.log.append(f"t={self.now} {kind}")
+        self.stats[kind] += 1
 
     def restart(self, nid: str, inc: int) -> None:
         sn = self.nodes[nid]
