@@ -317,15 +317,22 @@ class LeafConn(ServerConn):
             return
         if info.remote_account:
             self.remote_account = info.remote_account
-        if info.leafnode_urls:
-            self.remote.learn(info.leafnode_urls)
+        found = self._discovered(info)
+        if found:
+            self.remote.learn(found)
         if info.connect_info and not self.registered:
             self._finish_solicited(info)
+
+    def _discovered(self, info: ci.Info) -> list[str]:
+        """The URLs an INFO tells a remote about: its ``ws_connect_urls`` for a websocket remote, else its
+        ``leafnode_urls`` (nats-server's updateLeafNodeURLs)."""
+        ws = urlsplit(self.remote.urls[self.remote.index]).scheme.lower() in ("ws", "wss")
+        return (info.ws_connect_urls if ws else info.leafnode_urls) or []
 
     def _send_connect(self, info: ci.Info) -> None:
         """The hub's first INFO has been read (and TLS is up when needed): CONNECT, then registration."""
         log = self.server.log
-        for u in self.remote.learn(info.leafnode_urls or []):
+        for u in self.remote.learn(self._discovered(info)):
             log.debug(f"{self.log_prefix()} - Discovered leafnode URL {_redact_host(u)}")
         self.nonce = info.nonce.encode()
         self.headers = info.headers and not self.server.opts.no_header_support
