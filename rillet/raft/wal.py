@@ -303,6 +303,12 @@ class WAL:
             self._f.seek(seg.size)
         return self._f
 
+    def flush(self) -> None:
+        """Hand what was appended to the operating system (no fsync): it survives the process being
+        killed, not a power loss (``sync`` for that)."""
+        if self._f is not None:
+            self._f.flush()
+
     def sync(self) -> None:
         if self._f is not None and self._dirty:
             self._f.flush()

@@ -1,0 +1,520 @@
+"""One RAFT group on a server: the driver around ``rillet.raft.node.Node``.
+
+The node is a pure object; this driver gives it what it has no access to:
+
+* **time**: ``tick()`` every ``TICK`` seconds from the event loop (election timeout ``ELECTION_TICKS``
+  ticks, randomised up to twice that by the node; heartbeats every ``HEARTBEAT_TICKS`` ticks);
+* **the network**: ``RaftTransport`` (one per server, shared by every group, ``$RNRG.`` subjects of the
+  system account over the routes); a message from the transport is decoded and ``step``-ped;
+* **the disk**: ``rillet.raft.wal`` under ``<store_dir>/_raft/<group>/``, plus ``peers.json`` there, the
+  group's founding voter set (the node needs it again on every restart until a snapshot carries it).
+
+Work is batched: an input (a message, a tick, a proposal) only marks the group and schedules one
+``_process`` on the loop (``call_soon``), so the messages that arrive in one read cycle are handled as
+one ``Ready``. ``_process`` follows the node's contract: write the snapshot, the entries and, when the
+term or vote changed, the hard state; fsync per the sync policy; *then* send the messages, install the
+snapshot (``restore``), apply the committed entries (``apply(index, data)``, in order, on the loop) and
+``advance``.
+
+Durability (``sync``, JetStream's ``sync_interval``):
+
+* ``"always"``: every batch of entries is fsynced before any message of the same Ready is sent (before
+  a follower acknowledges, before the leader counts its own copy);
+* otherwise (nats-server's default, lazy): entries are written to the OS before sending and fsynced
+  every ``sync`` seconds (120 by default) and when the group stops; a power loss on a majority within
+  the interval can lose acknowledged entries (as nats-server with its default).
+
+The term and the vote are always on disk (written atomically, fsynced) before a message that depends on
+them is sent, and so are snapshots. The commit index is saved with them and otherwise at each periodic
+sync and at stop: after a restart, committed entries past the saved commit are committed again by the
+leader, never lost.
+
+Leadership as the owner sees it: ``on_leader_change(True)`` once this node is leader *and* has applied
+every entry up to the first entry of its term (its state machine is current), ``on_leader_change(False)``
+as soon as it stops being leader (before any further entry is applied). ``is_leader`` follows the same
+rule; ``propose`` is accepted as soon as the node is leader.
+
+Restart: ``start()`` reopens the WAL, hands a stored snapshot to ``restore`` and re-applies the stored
+committed entries after it, except those at or below ``applied_floor()`` when the owner gives one (an
+owner whose state is itself durable, e.g. a stream store, says how far it already is).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import time
+import weakref
+from typing import Any, Callable, Optional
+
+from rillet.jetstream.cluster.peers import peer_id
+from rillet.jetstream.cluster.transport import RaftTransport
+from rillet.jetstream.log import NotLeader
+from rillet.raft import msgs as M
+from rillet.raft.node import ADD, CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, REMOVE, Node, ProposalDropped, \
+    RaftError
+from rillet.raft.node import NotLeader as NodeNotLeader
+from rillet.raft.wal import WAL
+
+TICK = 0.05  # seconds between ticks
+ELECTION_TICKS = 20  # election timeout: 1 s, randomised by the node to 1-2 s
+HEARTBEAT_TICKS = 3  # heartbeats every 150 ms
+HARD_STATE_EVERY = 1.0  # seconds: how often a changed commit index is saved when nothing else forces it
+
+_transports: "weakref.WeakKeyDictionary[Any, RaftTransport]" = weakref.WeakKeyDictionary()
+
+
+def shared_transport(server: Any) -> RaftTransport:
+    """The server's one RaftTransport (created on first use)."""
+    t = _transports.get(server)
+    if t is None:
+        t = _transports[server] = RaftTransport(server)
+    return t
+
+
+def close_transport(server: Any) -> None:
+    t = _transports.pop(server, None)
+    if t is not None:
+        t.close()
+
+
+class RaftGroup:
+    """One RAFT group on this server: a rillet.raft Node, its WAL under ``<store_dir>/_raft/<name>/``,
+    the shared RaftTransport and ticks from the event loop. Peer ids are ``peers.peer_id(server name)``."""
+
+    def __init__(self, server: Any, name: str, peers: list[str], store_dir: str, *,
+                 apply: Callable[[int, bytes], None],
+                 on_leader_change: Optional[Callable[[bool], None]] = None,
+                 snapshot: Optional[Callable[[], bytes]] = None,
+                 restore: Optional[Callable[[bytes], None]] = None,
+                 sync: Any = "default",
+                 applied_floor: Optional[Callable[[], int]] = None,
+                 tick: float = TICK, election_ticks: int = ELECTION_TICKS,
+                 heartbeat_ticks: int = HEARTBEAT_TICKS) -> None:
+        self.server = server
+        self.name = name
+        self.id = peer_id(server.name)
+        self.bootstrap = list(peers)
+        self.dir = os.path.join(store_dir, "_raft", name)
+        self._apply = apply
+        self.on_leader_change = on_leader_change
+        self._snapshot = snapshot
+        self._restore = restore
+        self._applied_floor = applied_floor
+        self.sync_always = sync == "always"
+        if self.sync_always:
+            self.sync_every = 0.0
+        elif isinstance(sync, (int, float)) and not isinstance(sync, bool) and sync > 0:
+            self.sync_every = float(sync)
+        else:
+            self.sync_every = 120.0
+        self.tick_interval = tick
+        self.election_ticks = election_ticks
+        self.heartbeat_ticks = heartbeat_ticks
+        self.log = server.log
+        self.node: Optional[Node] = None
+        self.wal: Optional[WAL] = None
+        self.transport: Optional[RaftTransport] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._scheduled = False
+        self._processing = False
+        self._want_compact = False
+        self._announced = False  # on_leader_change(True) given and not yet taken back
+        self._skip_through = 0  # entries at or below this index are already in the owner's state
+        self._hs_saved: tuple = (0, None, 0)
+        self._hs_saved_at = 0.0
+        self._synced_at = 0.0
+        self.running = False
+        self.stopped = False
+        self.leader_since_ns = 0
+        self.ever_had_leader = False
+        # counters and errors surfaced in status() (and /raftz, /healthz)
+        self.bad_messages = 0
+        self.step_errors = 0
+        self.apply_errors = 0
+        self.apply_error = ""
+        self.write_error = ""
+        self.snapshots_taken = 0
+        self.snapshots_installed = 0
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover from the WAL (a snapshot to ``restore``, committed entries re-applied), join the
+        transport and start ticking."""
+        if self.running:
+            return
+        self.loop = asyncio.get_running_loop()
+        sync = "always" if self.sync_always else "interval"
+        self.wal, rec = WAL.open(self.dir, sync)
+        if rec.truncated_bytes:
+            self.log.warn(f"RAFT group {self.name!r}: truncated a torn WAL tail of {rec.truncated_bytes} bytes")
+        founding = self._founding_peers()
+        if rec.snapshot is not None and self._restore is not None:
+            self._restore(rec.snapshot.data)
+        floor = self._applied_floor() if self._applied_floor is not None else 0
+        hs = rec.hard_state
+        self.node = Node(self.id, founding, rng=random.Random(), election_tick=self.election_ticks,
+                         heartbeat_tick=self.heartbeat_ticks, hard_state=hs, snapshot=rec.snapshot,
+                         entries=rec.entries)
+        self._skip_through = floor
+        if hs is not None:
+            self._hs_saved = (hs.term, hs.vote, hs.commit)
+        self._synced_at = self._hs_saved_at = self.loop.time()
+        self.transport = shared_transport(self.server)
+        self.transport.join(self.name, self._on_message)
+        self.running = True
+        self.stopped = False
+        if self.node.voters == (self.id,):
+            self.campaign_soon()  # a group of one elects itself at once
+        self._timer = self.loop.call_later(self.tick_interval, self._on_tick)
+        self._schedule()
+
+    def _founding_peers(self) -> list[str]:
+        path = os.path.join(self.dir, "peers.json")
+        try:
+            with open(path, "rb") as f:
+                stored = json.loads(f.read())
+            if isinstance(stored, list) and all(isinstance(p, str) for p in stored):
+                return stored
+            raise ValueError("not a list of peer ids")
+        except FileNotFoundError:
+            pass
+        except ValueError as e:
+            raise RaftError(f"RAFT group {self.name!r}: bad {path}: {e}") from e
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(json.dumps(self.bootstrap).encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return list(self.bootstrap)
+
+    async def stop(self, delete: bool = False) -> None:
+        """Stop ticking and leave the transport; ``delete``: remove the group's directory too."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.transport is not None:
+            self.transport.leave(self.name)
+        was = self._announced
+        self.running = False
+        self.stopped = True
+        self._announced = False
+        if self.wal is not None:
+            try:
+                if not delete and self.node is not None:
+                    n = self.node
+                    if (n.term, n.vote, n.commit) != self._hs_saved:
+                        self.wal.save_hard_state(M.HardState(n.term, n.vote, min(n.commit, n.stable)))
+                self.wal.close()
+            except OSError as e:
+                self.log.error(f"RAFT group {self.name!r}: error closing the WAL: {e}")
+            self.wal = None
+        if delete:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if was and self.on_leader_change is not None:
+            self.on_leader_change(False)
+
+    # ---- inputs -----------------------------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        if not self.running:
+            return
+        self._timer = self.loop.call_later(self.tick_interval, self._on_tick)
+        self.node.tick()
+        now = self.loop.time()
+        if not self.sync_always and now - self._synced_at >= self.sync_every:
+            self._synced_at = now
+            self._sync()
+        n = self.node
+        if (n.commit != self._hs_saved[2] and now - self._hs_saved_at >= HARD_STATE_EVERY
+                and not self._processing):
+            self._save_hs(n.term, n.vote, min(n.commit, n.stable))
+        self._schedule()
+
+    def _sync(self) -> None:
+        try:
+            self.wal.sync()
+        except OSError as e:
+            self._write_failed(e)
+
+    def _on_message(self, group: str, frm: str, data: bytes) -> None:
+        if not self.running:
+            return
+        try:
+            m = M.decode(data)
+        except M.DecodeError as e:
+            self._bad(f"undecodable message from {frm}: {e}")
+            return
+        if m.frm != frm or m.to != self.id:
+            self._bad(f"message from {frm} names {m.frm} -> {m.to}")
+            return
+        try:
+            self.node.step(m)
+        except RaftError as e:
+            self.step_errors += 1
+            self.log.error(f"RAFT group {self.name!r}: message from {frm} refused: {e}")
+            return
+        self._schedule()
+
+    def _bad(self, why: str) -> None:
+        self.bad_messages += 1
+        if self.bad_messages <= 10 or self.bad_messages % 1000 == 0:
+            self.log.warn(f"RAFT group {self.name!r}: {why} ({self.bad_messages} bad messages)")
+
+    def propose(self, data: bytes) -> tuple[int, int]:
+        """Append ``data`` to the log; (index, term). Raises NotLeader when this node is not the leader
+        (or is handing leadership over)."""
+        if not self.running:
+            raise NotLeader()
+        try:
+            r = self.node.propose(bytes(data))
+        except (NodeNotLeader, ProposalDropped):
+            raise NotLeader() from None
+        self._schedule()
+        return r
+
+    def stepdown(self, to: Optional[str] = None) -> None:
+        """Hand leadership over to ``to`` or to the most up-to-date other member (NotLeader if this node
+        is not the leader; ValueError when there is no member to hand over to)."""
+        n = self.node
+        if not self.running or n.role != LEADER:
+            raise NotLeader()
+        if to is None:
+            best = None
+            for p, pr in n.prs.items():
+                if p not in n.voters or n.ticks - pr.last_seen > self.election_ticks:
+                    continue
+                if best is None or pr.match > best[1]:
+                    best = (p, pr.match)
+            if best is None:
+                raise ValueError("no other member to hand leadership to")
+            to = best[0]
+        elif to == self.id:
+            return
+        elif to not in n.voters:
+            raise ValueError(f"peer {to} is not a member of the group")
+        try:
+            n.transfer_leadership(to)
+        except NodeNotLeader:
+            raise NotLeader() from None
+        self._schedule()
+
+    def campaign_soon(self) -> None:
+        """Start an election now instead of after a full election timeout (a new group's preferred
+        peer, a group of one): the node is ticked up to its timeout."""
+        n = self.node
+        if n is None or n.role != FOLLOWER or self.id not in n.voters:
+            return
+        for _ in range(2 * self.election_ticks):
+            if n.role != FOLLOWER:
+                break
+            n.tick()
+        self._schedule()
+
+    def add_peer(self, peer: str) -> None:
+        self._conf_change(ADD, peer)
+
+    def remove_peer(self, peer: str) -> None:
+        self._conf_change(REMOVE, peer)
+
+    def _conf_change(self, op: str, peer: str) -> None:
+        if not self.running:
+            raise NotLeader()
+        try:
+            self.node.propose_conf_change(op, peer)
+        except NodeNotLeader:
+            raise NotLeader() from None
+        self._schedule()
+
+    def compact(self) -> None:
+        """Snapshot the state machine (``snapshot()``) at the applied index and compact the log."""
+        if self._snapshot is None or not self.running:
+            return
+        if self._processing:
+            self._want_compact = True  # (from inside an apply: after the Ready is done)
+            return
+        n = self.node
+        idx = n.applied
+        if idx <= n.offset:
+            return
+        data = self._snapshot()
+        n.compact(idx, data)
+        try:
+            self.wal.save_snapshot(n.snapshot)
+        except OSError as e:
+            self._write_failed(e)
+            return
+        self.snapshots_taken += 1
+
+    # ---- the Ready loop -------------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        if not self._scheduled and self.running:
+            self._scheduled = True
+            self.loop.call_soon(self._process)
+
+    def _process(self) -> None:
+        self._scheduled = False
+        if not self.running:
+            return
+        n = self.node
+        self._processing = True
+        try:
+            while self.running and n.has_ready():
+                rd = n.ready()
+                if not self._persist(rd):
+                    return  # (the write failed: nothing is sent or applied; the group is stopped)
+                tr = self.transport
+                for m in rd.messages:
+                    tr.send(self.name, m.to, M.encode(m))
+                if rd.soft_state is not None:
+                    self._soft_changed()
+                if rd.snapshot is not None:
+                    self._install(rd.snapshot)
+                for e in rd.committed_entries:
+                    if e[2] == M.ENTRY_NORMAL:
+                        self._apply_one(e[0], e[3])
+                n.advance(rd)
+                self._maybe_announce()
+        finally:
+            self._processing = False
+        if self._want_compact:
+            self._want_compact = False
+            self.compact()
+
+    def _persist(self, rd: Any) -> bool:
+        w = self.wal
+        try:
+            if rd.snapshot is not None:
+                w.save_snapshot(rd.snapshot)
+            if rd.entries:
+                w.append(rd.entries)
+            hs = rd.hard_state
+            if hs is not None and (hs.term != self._hs_saved[0] or hs.vote != self._hs_saved[1]):
+                # commit as far as entries are on disk (a leader's commit never passes its own stable)
+                self._save_hs(hs.term, hs.vote, hs.commit)
+            if rd.must_sync and self.sync_always:
+                w.sync()
+            elif rd.entries:
+                w.flush()  # (to the OS: a killed process loses nothing; fsync on the interval)
+        except OSError as e:
+            self._write_failed(e)
+            return False
+        return True
+
+    def _save_hs(self, term: int, vote: Optional[str], commit: int) -> None:
+        try:
+            self.wal.save_hard_state(M.HardState(term, vote, commit))
+        except OSError as e:
+            self._write_failed(e)
+            return
+        self._hs_saved = (term, vote, commit)
+        self._hs_saved_at = self.loop.time()
+
+    def _write_failed(self, e: OSError) -> None:
+        self.write_error = str(e)
+        self.log.error(f"RAFT group {self.name!r}: WAL write error, the group stops: {e}")
+        self.loop.create_task(self.stop())
+
+    def _install(self, snap: Any) -> None:
+        self.snapshots_installed += 1
+        if self._restore is None:
+            return
+        try:
+            self._restore(snap.data)
+        except Exception as e:
+            self.apply_errors += 1
+            self.apply_error = f"snapshot at {snap.index}: {e}"
+            self.log.error(f"RAFT group {self.name!r}: installing the snapshot at {snap.index} failed: {e!r}")
+        self._skip_through = 0  # the owner's state is the snapshot's now: every later entry applies
+
+    def _apply_one(self, index: int, data: bytes) -> None:
+        if index <= self._skip_through:
+            return
+        try:
+            self._apply(index, data)
+        except Exception as e:
+            self.apply_errors += 1
+            self.apply_error = f"entry {index}: {e}"
+            self.log.error(f"RAFT group {self.name!r}: applying entry {index} failed: {e!r}")
+
+    def _soft_changed(self) -> None:
+        n = self.node
+        if n.leader is not None:
+            self.ever_had_leader = True
+        if n.role == LEADER:
+            if not self.leader_since_ns:
+                self.leader_since_ns = time.time_ns()
+        else:
+            self.leader_since_ns = 0
+            if self._announced:
+                self._announced = False
+                if self.on_leader_change is not None:
+                    self.on_leader_change(False)
+
+    def _maybe_announce(self) -> None:
+        n = self.node
+        if not self._announced and n.role == LEADER and n.applied >= n.term_start:
+            self._announced = True
+            if self.on_leader_change is not None:
+                self.on_leader_change(True)
+
+    # ---- state ----------------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._announced and self.running
+
+    @property
+    def leader(self) -> Optional[str]:
+        return self.node.leader if self.node is not None and self.running else None
+
+    @property
+    def term(self) -> int:
+        return self.node.term if self.node is not None else 0
+
+    @property
+    def applied(self) -> int:
+        return self.node.applied if self.node is not None else 0
+
+    @property
+    def peers(self) -> list[str]:
+        return list(self.node.voters) if self.node is not None else list(self.bootstrap)
+
+    def quorum(self) -> int:
+        return len(self.peers) // 2 + 1
+
+    def status(self) -> dict:
+        """What the monitoring builders need: ``state`` (LEADER, FOLLOWER, CANDIDATE, CLOSED), term,
+        leader, commit/applied, the voters, and on the leader each other peer's ``current``, ``lag``,
+        ``active_ns`` (since heard from) and ``match``."""
+        n = self.node
+        if n is None:
+            return {"id": self.id, "name": self.name, "state": "CLOSED", "term": 0, "leader": None,
+                    "committed": 0, "applied": 0, "peers": {}, "voters": list(self.bootstrap),
+                    "size": len(self.bootstrap), "quorum_needed": len(self.bootstrap) // 2 + 1}
+        role = {LEADER: "LEADER", FOLLOWER: "FOLLOWER", CANDIDATE: "CANDIDATE",
+                PRE_CANDIDATE: "CANDIDATE"}[n.role]
+        if not self.running:
+            role = "CLOSED"
+        st: dict[str, Any] = {"id": self.id, "name": self.name, "state": role, "term": n.term, "vote": n.vote,
+                              "leader": n.leader, "committed": n.commit, "applied": n.applied,
+                              "last_index": n.last_index(), "last_term": n.last_term(),
+                              "snapshot_index": n.offset, "voters": list(n.voters), "size": len(n.voters),
+                              "quorum_needed": n.quorum, "leader_since_ns": self.leader_since_ns,
+                              "ever_had_leader": self.ever_had_leader, "bad_messages": self.bad_messages,
+                              "apply_errors": self.apply_errors, "apply_error": self.apply_error,
+                              "write_error": self.write_error, "peers": {}}
+        if n.role == LEADER:
+            last = n.last_index()
+            tick_ns = int(self.tick_interval * 1e9)
+            for p, pr in n.prs.items():
+                st["peers"][p] = {"match": pr.match, "current": pr.match == last, "lag": last - pr.match,
+                                  "active_ns": (n.ticks - pr.last_seen) * tick_ns,
+                                  "recent_active": pr.recent_active}
+        return st
