@@ -1,0 +1,302 @@
+"""The log seam (rillet.jetstream.log) over a RAFT group: ``RaftLog``.
+
+A stream's entries (and, through ``sublog(name)``, its consumers' entries) are encoded, proposed to the
+stream's ``RaftGroup`` (rillet.jetstream.cluster.group) and applied on every replica when the group
+commits them. The proposer keeps each entry's completion keyed by the log index it got and the encoded
+bytes it proposed; when the group applies that index, the completion runs if the applied bytes are the
+proposed ones (the entry committed), else it fails with ``NotLeader`` (another leader's entry took the
+index) and the applied entry is applied like any follower's. The group's applies carry no term, so the
+bytes decide: a MSG entry carries the leader's timestamp in ns, so a different entry never has the
+same bytes, and when two entries do have the same bytes, applying one is applying the other.
+Losing leadership fails every pending completion with NotLeader (in log order), then tells the owner
+(``on_leader_change(False)``) and the sub-logs' owners.
+
+Encoding (compact binary, ``op`` and ``args``, never ``ctx``)::
+
+    byte 0        the entry op (rillet.jetstream.log.Entry: 1..7 stream ops, 20..29 consumer ops)
+    stream op     msgpack array of the args; UPDATE: [stream config as its Go JSON, StoreConfig map, ts]
+    consumer op   msgpack array [target consumer name, args]
+
+Sub-logs: v1 replicates a stream's consumers through the stream's own group (documented choice; the
+consumer leader is then always the stream leader). ``sublog(name)`` returns a log with the same seam
+interface whose entries carry ``name`` and are applied to its own ``apply``.
+
+Recovery and catch-up belong to the owner (rillet.jetstream.cluster.streams); ``hold()``/``release()``
+let it queue the group's applies while it fetches messages a snapshot names (applied in order after).
+"""
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any, Callable
+
+import msgspec
+
+from rillet.jetstream.log import Completion, Entry, NotLeader
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+
+STREAM_OPS = frozenset((Entry.MSG, Entry.DELETE, Entry.PURGE, Entry.UPDATE, Entry.BATCH, Entry.MIRROR,
+                        Entry.EXPIRE))
+CONSUMER_OPS = frozenset((Entry.C_START, Entry.C_DELIVERED, Entry.C_UNDELIVERED, Entry.C_ACK, Entry.C_NAK,
+                          Entry.C_DUE, Entry.C_GONE, Entry.C_MAXDELIV, Entry.C_PURGED, Entry.C_DROP))
+
+
+class EntryDecodeError(ValueError):
+    pass
+
+
+def encode_entry(entry: Entry, target: str = "") -> bytes:
+    """``entry`` as bytes (``target``: the consumer name for consumer ops)."""
+    op = entry.op
+    if op in CONSUMER_OPS:
+        return bytes((op,)) + _enc.encode((target, entry.args))
+    if op == Entry.UPDATE:
+        from rillet.jetstream.api import encode_config
+        cfg, scfg, ts = entry.args
+        return bytes((op,)) + _enc.encode((encode_config(cfg), msgspec.to_builtins(scfg), ts))
+    if op not in STREAM_OPS:
+        raise ValueError(f"unknown log entry op {op}")
+    return bytes((op,)) + _enc.encode(entry.args)
+
+
+def decode_entry(data: bytes) -> tuple[str, Entry]:
+    """(target, entry) from ``encode_entry``'s bytes; EntryDecodeError for anything malformed."""
+    if not data:
+        raise EntryDecodeError("empty entry")
+    op = data[0]
+    try:
+        body = _dec.decode(memoryview(data)[1:])
+    except msgspec.DecodeError as e:
+        raise EntryDecodeError(f"entry op {op}: {e}") from None
+    if not isinstance(body, list):
+        raise EntryDecodeError(f"entry op {op}: not an array")
+    if op in CONSUMER_OPS:
+        if len(body) != 2 or not isinstance(body[0], str) or not isinstance(body[1], list):
+            raise EntryDecodeError(f"consumer entry op {op}: malformed")
+        return body[0], Entry(op, _tuple_args(op, body[1]))
+    if op not in STREAM_OPS:
+        raise EntryDecodeError(f"unknown entry op {op}")
+    if op == Entry.UPDATE:
+        if len(body) != 3:
+            raise EntryDecodeError("update entry: malformed")
+        from rillet.jetstream.api import stream_config_from_dict
+        from rillet.jetstream.store.base import StoreConfig
+        try:
+            cfg = stream_config_from_dict(json.loads(body[0]))
+            scfg = msgspec.convert(body[1], StoreConfig)
+        except (ValueError, TypeError, msgspec.ValidationError) as e:
+            raise EntryDecodeError(f"update entry: {e}") from None
+        return "", Entry(op, (cfg, scfg, body[2]))
+    return "", Entry(op, _tuple_args(op, body))
+
+
+def _tuple_args(op: int, args: list) -> tuple:
+    if op == Entry.BATCH and args and isinstance(args[0], list):
+        return ([tuple(m) for m in args[0]],) + tuple(args[1:])
+    if op in (Entry.C_DUE, Entry.C_DROP) and args and isinstance(args[0], list):
+        return args[0], *args[1:]
+    return tuple(args)
+
+
+class _Pending:
+    __slots__ = ("index", "data", "entry", "cb", "target")
+
+    def __init__(self, index: int, data: bytes, entry: Entry, cb: Completion | None, target: str) -> None:
+        self.index = index
+        self.data = data
+        self.entry = entry
+        self.cb = cb
+        self.target = target
+
+
+class SubLog:
+    """A consumer's log inside its stream's RaftLog (the seam interface; entries tagged with ``name``)."""
+
+    def __init__(self, parent: "RaftLog", name: str, apply: Callable[[Entry], Any]) -> None:
+        self.parent = parent
+        self.name = name
+        self.apply = apply
+        self.on_leader_change: Callable[[bool], None] | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.parent.is_leader
+
+    @property
+    def index(self) -> int:
+        return self.parent.index
+
+    @property
+    def term(self) -> int:
+        return self.parent.term
+
+    def propose(self, entry: Entry, on_applied: Completion | None = None) -> None:
+        self.parent._propose(entry, on_applied, self.name)
+
+
+class RaftLog:
+    """The seam (see rillet.jetstream.log) over a ``RaftGroup``. Create it, build the group with
+    ``apply=log.group_apply, on_leader_change=log.group_leader_change``, then ``bind(group)``."""
+
+    def __init__(self, apply: Callable[[Entry], Any] | None = None, name: str = "", log: Any = None) -> None:
+        self.apply = apply
+        self.name = name
+        self.logger = log
+        self.group: Any = None
+        self.on_leader_change: Callable[[bool], None] | None = None
+        self.index = 0
+        self._pending: deque[_Pending] = deque()
+        self.subs: dict[str, SubLog] = {}
+        self._held: list[tuple[int, bytes]] | None = None
+        # counters (surfaced by the owner's status)
+        self.decode_errors = 0
+        self.unknown_targets = 0
+        self.lost_proposals = 0
+        self.applied_index = 0
+        # set by the owner: called with (index, target, entry) before the entry is applied (recovery
+        # checks); returns False to skip applying it
+        self.filter: Callable[[int, str, Entry], bool] | None = None
+
+    def bind(self, group: Any) -> None:
+        self.group = group
+
+    # ---- the seam -----------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        g = self.group
+        return g is not None and g.is_leader and self._held is None
+
+    @property
+    def term(self) -> int:
+        return self.group.term if self.group is not None else 0
+
+    def propose(self, entry: Entry, on_applied: Completion | None = None) -> None:
+        self._propose(entry, on_applied, "")
+
+    def sublog(self, name: str, apply: Callable[[Entry], Any]) -> SubLog:
+        s = self.subs.get(name)
+        if s is None:
+            s = self.subs[name] = SubLog(self, name, apply)
+        else:
+            s.apply = apply
+        return s
+
+    def drop_sublog(self, name: str) -> None:
+        self.subs.pop(name, None)
+
+    def _propose(self, entry: Entry, cb: Completion | None, target: str) -> None:
+        if not self.is_leader:
+            if cb is not None:
+                cb(entry, None, NotLeader())
+            return
+        data = encode_entry(entry, target)
+        try:
+            index, _term = self.group.propose(data)
+        except NotLeader as e:
+            if cb is not None:
+                cb(entry, None, e)
+            return
+        self.index = index
+        self._pending.append(_Pending(index, data, entry, cb, target))
+
+    # ---- from the group -----------------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Queue the group's applies (the owner is catching up); ``release()`` applies them in order."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        for index, data in held or ():
+            if self._held is not None:  # held again by an apply (another snapshot): keep the order
+                self._held.append((index, data))
+                continue
+            self._apply_now(index, data)
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def group_apply(self, index: int, data: bytes) -> None:
+        if self._held is not None:
+            self._held.append((index, data))
+            return
+        self._apply_now(index, data)
+
+    def _apply_now(self, index: int, data: bytes) -> None:
+        self.applied_index = index
+        pend = self._pending
+        mine: _Pending | None = None
+        while pend and pend[0].index <= index:
+            p = pend.popleft()
+            if p.index == index and p.data == data:
+                mine = p
+                break
+            # a proposal another leader's entry replaced (or one below a snapshot): it did not commit
+            self.lost_proposals += 1
+            if p.cb is not None:
+                p.cb(p.entry, None, NotLeader())
+        if mine is not None:
+            entry, target = mine.entry, mine.target
+        else:
+            try:
+                target, entry = decode_entry(data)
+            except EntryDecodeError as e:
+                self.decode_errors += 1
+                if self.logger is not None:
+                    self.logger.error(f"RAFT log {self.name!r}: entry {index} cannot be decoded: {e}")
+                return
+        if self.filter is not None and not self.filter(index, target, entry):
+            if mine is not None and mine.cb is not None:
+                mine.cb(entry, None, NotLeader())
+            return
+        if target:
+            s = self.subs.get(target)
+            apply = s.apply if s is not None else None
+            if apply is None:
+                self.unknown_targets += 1
+                if mine is not None and mine.cb is not None:
+                    mine.cb(entry, None, NotLeader())
+                return
+        else:
+            apply = self.apply
+        try:
+            res = apply(entry)  # type: ignore[misc]
+        except Exception as e:
+            if mine is not None and mine.cb is not None:
+                mine.cb(entry, None, e)
+            elif self.logger is not None and not _is_refusal(e):
+                self.logger.error(f"RAFT log {self.name!r}: applying entry {index} ({entry!r:.200}) failed: {e!r}")
+            return
+        if mine is not None and mine.cb is not None:
+            mine.cb(entry, res, None)
+
+    def group_leader_change(self, leader: bool) -> None:
+        if not leader:
+            self.fail_pending()
+        if self.on_leader_change is not None:
+            self.on_leader_change(leader)
+        for s in list(self.subs.values()):
+            if s.on_leader_change is not None:
+                s.on_leader_change(leader)
+
+    def fail_pending(self) -> None:
+        pend, self._pending = self._pending, deque()
+        for p in pend:
+            if p.cb is not None:
+                p.cb(p.entry, None, NotLeader())
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+
+def _is_refusal(e: Exception) -> bool:
+    """A deterministic refusal of a store (every replica refuses the same entry): not worth a log line."""
+    from rillet.jetstream.store.base import StoreError
+    from rillet.jetstream.errors import ApiError
+    return isinstance(e, (StoreError, ApiError))
