@@ -18,6 +18,7 @@ import nats
 import pytest
 
 from rillet.config.options import JetStreamOptions
+from rillet.jetstream.consumer_state import ConsumerStateMachine
 from rillet.jetstream.log import Entry
 from rillet.jetstream.store.filestore import FileStore
 from rillet.jetstream.storeopen import store_config
@@ -27,6 +28,7 @@ from rillet.server.embed import run_server
 
 SEC = 1_000_000_000
 REAL_APPLY = Stream._apply
+REAL_C_APPLY = ConsumerStateMachine.apply_entry
 
 
 @pytest.fixture
@@ -225,3 +227,74 @@ async def last_seq(nc, name: str) -> int:
 
 async def _eq(coro, value) -> bool:
     return (await coro) == value
+
+
+@pytest.fixture
+def consumer_entries(monkeypatch):
+    """{consumer name: (consumer, [Entry])} for every consumer entry applied."""
+    rec: dict[str, tuple] = {}
+
+    def apply(self, entry):
+        rec.setdefault(self.name, (self, []))[1].append(Entry(entry.op, entry.args))
+        return REAL_C_APPLY(self, entry)
+
+    monkeypatch.setattr(ConsumerStateMachine, "apply_entry", apply)
+    return rec
+
+
+async def test_consumer_entries_replay_identically(tmp_path, consumer_entries):
+    """Deliveries, acks (explicit and all), NAKs with and without delay, progress, TERM, redelivery after
+    ack wait, max_deliver, a removed pending message and a purge, recorded as consumer entries: a bare
+    ConsumerStateMachine applying them ends in the live consumer's replicated state."""
+    opts = Options(host="127.0.0.1", port=-1, jetstream=JetStreamOptions(enabled=True, store_dir=str(tmp_path)))
+    async with run_server(opts) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream(timeout=2)
+        r = await api(nc, "$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c.>"]})
+        assert "error" not in r, r
+        for name, extra in (("E", {"ack_policy": "explicit", "ack_wait": SEC // 4, "max_deliver": 5}),
+                            ("ALL", {"ack_policy": "all"}),
+                            ("X", {"ack_policy": "explicit", "ack_wait": SEC // 5, "max_deliver": 2,
+                                   "filter_subject": "c.x"})):
+            r = await api(nc, f"$JS.API.CONSUMER.CREATE.C.{name}", {"stream_name": "C", "config": {
+                "durable_name": name, **extra}})
+            assert "error" not in r, r
+        for i in range(8):
+            await js.publish("c.x" if i == 0 else f"c.{i % 3}", b"%d" % i)
+        e = await js.pull_subscribe_bind("E", "C")
+        ms = await e.fetch(6, timeout=2)
+        await ms[0].ack()
+        await ms[1].nak()
+        await ms[2].nak(delay=0.1)
+        await ms[3].in_progress()
+        await ms[4].term()
+        a = await js.pull_subscribe_bind("ALL", "C")
+        al = await a.fetch(5, timeout=2)
+        await al[2].ack()
+        x = await js.pull_subscribe_bind("X", "C")
+        await x.fetch(1, timeout=2)
+        await asyncio.sleep(0.3)
+        await x.fetch(1, timeout=2)  # redelivered (2nd delivery = max_deliver)
+        await asyncio.sleep(0.35)
+        again = await e.fetch(4, timeout=2)  # 2 (NAK), 3 (delayed NAK), 4 and 6 (ack wait ran out)
+        for m in again[:2]:
+            await m.ack()
+        with pytest.raises(nats.errors.TimeoutError):
+            await x.fetch(1, timeout=0.2)  # a 3rd delivery is over max_deliver: dropped, nothing comes
+        r = await api(nc, "$JS.API.STREAM.MSG.DELETE.C", {"seq": 7})  # pending on E and ALL
+        assert r.get("success") is True, r
+        r = await api(nc, "$JS.API.STREAM.PURGE.C", {"seq": 4})
+        assert "error" not in r, r
+        await nc.flush()
+        await nc.close()
+        live = {n: c.replicated_state() for n, (c, _) in consumer_entries.items()}
+
+    ops = {e.op for _, es in consumer_entries.values() for e in es}
+    assert {Entry.C_START, Entry.C_DELIVERED, Entry.C_ACK, Entry.C_NAK, Entry.C_DUE, Entry.C_GONE,
+            Entry.C_PURGED, Entry.C_MAXDELIV} <= ops, ops
+    for name, (c, entries) in consumer_entries.items():
+        rep = ConsumerStateMachine(c.ack_policy)
+        for e in entries:
+            REAL_C_APPLY(rep, Entry(e.op, e.args))
+        assert rep.replicated_state() == live[name], name
+    assert live["E"][4] and live["ALL"][2] > 0  # something still pending / acked: not a trivial state

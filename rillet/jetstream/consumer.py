@@ -1,13 +1,28 @@
-"""JetStream consumers: the delivery state machine of one consumer on one stream.
+"""JetStream consumers: the delivery engine of one consumer on one stream, over its replicated state.
 
-A consumer walks its stream from a starting sequence (``sseq``: the next stream sequence to look at) and hands
-messages out, numbering each delivery (``dseq``). Push consumers publish to ``deliver_subject`` while someone
-listens there; pull consumers answer the requests queued on ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<name>``.
-Unacknowledged deliveries sit in ``pending`` (stream seq -> [consumer seq, delivery time ns]) until acked, and
-are queued again (``rdq``) when ``ack_wait``/``backoff`` runs out or on a NAK.
+The consumer is split in two (DESIGN.md, "consumers split in two"):
 
-Nothing here awaits: the stream, acks, pull requests and timers call in synchronously and the delivery pass
-(``_run``) is scheduled with ``loop.call_soon``, delivering everything it can in one go.
+- ``ConsumerStateMachine`` (rillet.jetstream.consumer_state): the replicated state (delivered, ack floor,
+  pending, redelivery counts), changed only by applying consumer entries (C_START, C_DELIVERED, C_ACK,
+  C_NAK, C_DUE, C_GONE, C_MAXDELIV, C_PURGED, C_DROP, C_UNDELIVERED). A follower runs it alone.
+- ``Consumer`` (here, a subclass): the delivery engine only the consumer leader runs: the scan position
+  (``sseq``: the next stream sequence to look at), pull request queue, push flow control and interest,
+  heartbeats, timers, the redelivery queue (``rdq``), pausing, rate limiting. It proposes every state change
+  to its log (``clog``; a ``SingleNodeLog`` on one server, where an entry applies at once) and does what
+  follows an entry on the leader in the completion (``_c_done``: persist the state, retention removals
+  proposed to the stream after an ack, wake-ups).
+
+A consumer walks its stream from ``sseq`` and hands messages out, numbering each delivery (``dseq``). Push
+consumers publish to ``deliver_subject`` while someone listens there; pull consumers answer the requests
+queued on ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<name>``. Unacknowledged deliveries sit in ``pending``
+(stream seq -> [consumer seq, delivery time ns]) until acked, and are queued again (``rdq``) when
+``ack_wait``/``backoff`` runs out or on a NAK. A delivery is recorded (C_DELIVERED) as it goes out, not
+held back for the commit, as nats-server does.
+
+Nothing here awaits: the stream (after its entries are applied), acks, pull requests and timers call in
+synchronously and the delivery pass (``_run``) is scheduled with ``loop.call_soon``, delivering everything it
+can in one go. The persisted state (``get_state`` / ``apply_state``, the store's consumer state file) has the
+same format as before the split: existing stores load unchanged.
 
 Acks arrive on ``$JS.ACK.<stream>.<consumer>.<delivery count>.<stream seq>.<consumer seq>.<ts ns>.<pending>``,
 the reply subject of every delivered message (nats-server's v1 format, which is also what it sends when a
@@ -27,6 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.gotime import format_duration, format_time, to_utc_time
 from rillet.jetstream import headers as H
+from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_DUE, C_GONE, C_MAXDELIV, C_NAK,
+                                             C_PURGED, C_START, C_UNDELIVERED, ConsumerStateMachine)
+from rillet.jetstream.log import Entry, SingleNodeLog
 from rillet.jetstream.store.base import ErrStoreClosed, StoreError
 from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_has_wildcard, subject_matches_filter
@@ -97,7 +115,10 @@ class WaitingRequest:
         self.received = now
 
 
-class Consumer:
+class Consumer(ConsumerStateMachine):
+    """The delivery engine, run by the consumer leader, over the replicated state it inherits (see
+    rillet.jetstream.consumer_state): every change to that state is an entry proposed to ``clog``."""
+
     def __init__(self, stream: "Stream", cfg: Any, name: str, created: int) -> None:
         self.stream = stream
         self.jsa = stream.jsa
@@ -108,23 +129,17 @@ class Consumer:
         self.name = name
         self.created = created
         self.closed = False
-        # delivery state
-        self.sseq = 1
-        self.dseq = 1
-        self.adflr = 0
-        self.asflr = 0
-        self.pending: dict[int, list[int]] = {}
-        self.rdc: dict[int, int] = {}   # stream seq -> deliveries so far, for messages delivered more than once
+        # the replicated state (ConsumerStateMachine) and its log; the engine's state below
+        self._init_replicated()
+        self.clog: Any = SingleNodeLog(self.apply_entry)
+        self._c_done_cb = self._c_done
+        self.sseq = 1  # the next stream sequence to look at
         self.rdq: deque[int] = deque()
         self.rdqi: set[int] = set()
         self.lss: list[int] | None = None  # last-per-subject skip list
         self.lss_resume = 0
         self.npc = 0
         self.npc_dirty = True
-        self.dsseq = 0  # highest stream seq delivered (what nats-server reports as delivered.stream_seq)
-        self.has_state = False  # delivered or acked anything yet
-        self.ldt = 0  # last delivery (ns)
-        self.lat = 0  # last ack (ns)
         # pull
         self.waiting: deque[WaitingRequest] = deque()
         self.wq_last = self.loop.time()
@@ -287,11 +302,8 @@ class Consumer:
         elif sseq < st.first_seq:
             sseq = st.first_seq
         self.sseq = max(sseq, 1)
-        self.dseq = 1
-        self.adflr = 0
-        self.asflr = self.sseq - 1
+        self._propose(C_START, (self.sseq,))
         self.npc_dirty = True
-        self._mark_dirty()
 
     def _multi_last_seqs(self) -> list[int]:
         return sorted(self.stream.store.multi_last_seqs(self.filters or [">"], 0, 0))
@@ -363,20 +375,11 @@ class Consumer:
             return
         if seq >= self.sseq:
             self.npc_dirty = True
-        p = self.pending.pop(seq, None)
-        if p is not None:
+        if seq in self.pending:
             self._remove_rdq(seq)
-            self.rdc.pop(seq, None)
-            # a removed pending message counts as acknowledged
-            if not self.pending:
-                self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-            elif p[0] == self.adflr + 1:
-                self._move_ack_floor(p[0], seq)
-            self._mark_dirty()
-            if self.maxp:
-                self.kick()
+            self._propose(C_GONE, (seq, self.sseq))  # counts as acknowledged (kicks with max_ack_pending)
         elif seq in self.rdc:
-            self.rdc.pop(seq, None)
+            self._propose(C_GONE, (seq, self.sseq))
 
     def on_purge(self) -> None:
         if self.closed:
@@ -389,23 +392,11 @@ class Consumer:
                 self.lss = [s for s in self.lss if s >= first] or None
         store = self.stream.store
         # gone from the index (a message the store cannot read is still there: redelivery deals with it)
-        for seq in [s for s in self.pending if s < first or store.subject_for_seq(s) is None]:
-            self.pending.pop(seq, None)
-            self.rdc.pop(seq, None)
+        gone = [s for s in self.pending if s < first or store.subject_for_seq(s) is None]
+        for seq in gone:
             self._remove_rdq(seq)
-        for seq in [s for s in self.rdc if s < first]:
-            self.rdc.pop(seq, None)
-        if not self.pending:
-            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-        else:
-            if self.asflr < first - 1:
-                self.asflr = first - 1
-            low = min(self.pending)
-            self.adflr, self.asflr = self.pending[low][0] - 1, low - 1
-        if self.has_state and self.sseq - 1 > self.dsseq:
-            self.dsseq = self.sseq - 1  # nats-server rewrites its delivered state from the scan position
+        self._propose(C_PURGED, (first, gone, self.sseq))
         self.npc_dirty = True
-        self._mark_dirty()
         self.kick()
 
     # ---- helpers ------------------------------------------------------------------------------------
@@ -547,8 +538,7 @@ class Consumer:
                 # gone from the stream meanwhile (or unreadable, logged): treat like an ack
                 self.on_stream_remove(seq)
                 continue
-            self.rdc[seq] = dc
-            return m, dc, 1
+            return m, dc, 1  # the count is recorded by the delivery (C_DELIVERED)
         if self.maxp and len(self.pending) >= self.maxp:
             self._map_stalled = True
             return None, 0, 0
@@ -582,10 +572,6 @@ class Consumer:
 
     def _undo(self, m: Any, dc: int, src: int) -> None:
         if src == 1:
-            if dc - 1 <= 1:
-                self.rdc.pop(m.seq, None)
-            else:
-                self.rdc[m.seq] = dc - 1
             self.rdqi.add(m.seq)
             self.rdq.appendleft(m.seq)
         elif src == 2:
@@ -603,11 +589,7 @@ class Consumer:
 
     def _max_deliveries_hit(self, seq: int, dc: int) -> None:
         self.js.advisories.max_deliveries(self.jsa, self.stream.name, self.name, seq, dc)
-        p = self.pending.pop(seq, None)
-        self.rdc[seq] = dc
-        if p is not None:
-            self._move_ack_floor(p[0], seq)
-        self._mark_dirty()
+        self._propose(C_MAXDELIV, (seq, dc, self.sseq))
 
     def _flush_later(self) -> None:
         self._flush_soon = False
@@ -707,24 +689,11 @@ class Consumer:
 
     def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int,
                  dsubj_s: str) -> bool:
-        dseq = self.dseq
-        self.dseq += 1
-        ts = now_ns()
-        self.ldt = ts
         seq = m.seq
-        if seq > self.dsseq:
-            self.dsseq = seq
-        self.has_state = True
-        if self.ack_none:
-            self.adflr, self.asflr = dseq, seq
-        else:
-            p = self.pending.get(seq)
-            if p is not None:
-                p[1] = ts
-            else:
-                self.pending[seq] = [dseq, ts]
-            if self._ack_timer is None or self.backoff:
-                self._arm_ack_timer(self._ack_delay(seq))
+        # the delivery is recorded as it goes out (as nats-server, it is not held back for the commit)
+        self.clog.propose(Entry(C_DELIVERED, (seq, self.dseq, dc, now_ns())))
+        if not self.ack_none and (self._ack_timer is None or self.backoff):
+            self._arm_ack_timer(self._ack_delay(seq))
         if self.persist is not None:
             self._mark_dirty()
         if self.maxpb:
@@ -765,10 +734,7 @@ class Consumer:
     def _did_not_deliver(self, seq: int, dsubj: bytes, dc: int) -> None:
         # nobody got it: not a delivery
         if dc > 1:
-            if dc - 1 <= 1:
-                self.rdc.pop(seq, None)
-            else:
-                self.rdc[seq] = dc - 1
+            self._propose(C_UNDELIVERED, (seq, dc - 1))
         if self.is_push:
             self._interest_lost()
         else:
@@ -1096,62 +1062,52 @@ class Consumer:
         if sseq >= self.sseq and not self.flow_control:
             return False
         pol = self.ack_policy
-        acked: list[int] = []
         need_kick = False
         if pol == "explicit":
-            p = self.pending.pop(sseq, None)
+            p = self.pending.get(sseq)
             if p is not None:
                 if sample and self.sfreq:
                     self._sample(sseq, p[0], dc, p[1])
-                if self.maxp and len(self.pending) + 1 >= self.maxp:
+                if self.maxp and len(self.pending) >= self.maxp:
                     need_kick = True
-                self._move_ack_floor(p[0], sseq)
-                acked.append(sseq)
-            self.rdc.pop(sseq, None)
             self._remove_rdq(sseq)
         elif pol == "all":
             if dseq <= self.adflr or sseq <= self.asflr:
                 return True
             if self.maxp and len(self.pending) >= self.maxp:
                 need_kick = True
-            self.adflr, self.asflr = dseq, sseq
-            for seq in [s for s in self.pending if s <= sseq]:
-                del self.pending[seq]
-                self.rdc.pop(seq, None)
-                self._remove_rdq(seq)
-                acked.append(seq)
+            if self.rdqi:
+                for seq in [s for s in self.rdqi if s <= sseq]:
+                    self._remove_rdq(seq)
         else:
             return self.retention != "limits"
-        self.lat = now_ns()
-        self.has_state = True
-        self._mark_dirty()
-        if self.retention != "limits" and acked:
-            from rillet.jetstream import retention
-            for seq in acked:
-                retention.on_ack(self.stream, self, seq)
-        if need_kick:
-            self.kick()
+        # retention removals and the kick follow once the ack is applied (_c_done)
+        self.clog.propose(Entry(C_ACK, (sseq, dseq, now_ns(), self.sseq), need_kick), self._c_done_cb)
         if self.dthresh_s and not self.is_push and self._delete_timer is None:
             self._arm_delete(self.dthresh_s)
         return True
 
-    def _move_ack_floor(self, dseq: int, sseq: int) -> None:
-        if not self.pending:
-            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-        elif dseq == self.adflr + 1:
-            self.adflr, self.asflr = dseq, sseq
-            # advance to just below the lowest still-pending delivery
-            pending = self.pending
-            if self.sseq - sseq <= 2 * len(pending):
-                for ss in range(sseq + 1, self.sseq):
-                    p = pending.get(ss)
-                    if p is not None:
-                        self.adflr, self.asflr = p[0] - 1, ss - 1
-                        break
-            else:
-                low = min(pending)
-                p = pending[low]
-                self.adflr, self.asflr = p[0] - 1, low - 1
+    def _propose(self, op: int, args: tuple) -> None:
+        self.clog.propose(Entry(op, args), self._c_done_cb)
+
+    def _c_done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
+        """The leader's side of an applied consumer entry: persist, retention removals, wake-ups."""
+        if err is not None:
+            self.js.log.error(f"JetStream consumer '{self.stream.name} > {self.name}': applying {entry!r} "
+                              f"failed: {err!r}")
+            return
+        self._mark_dirty()
+        op = entry.op
+        if op == C_ACK:
+            if res and self.retention != "limits":
+                from rillet.jetstream import retention
+                for seq in res:
+                    retention.on_ack(self.stream, self, seq)
+            if entry.ctx:
+                self.kick()
+        elif op == C_GONE:
+            if res and self.maxp:
+                self.kick()
 
     def process_nak(self, sseq: int, dseq: int, dc: int, arg: bytes) -> None:
         if dseq <= self.adflr or dseq > self.dseq:
@@ -1175,8 +1131,7 @@ class Consumer:
             if delay_ns is not None:
                 self._remove_rdq(sseq)
                 # "ack wait ago" is due now, so offset from there
-                p[1] = now_ns() - self._ack_wait_for(sseq) + delay_ns
-                self._mark_dirty()
+                self._propose(C_NAK, (sseq, now_ns() - self._ack_wait_for(sseq) + delay_ns))
                 self._arm_ack_timer(0.01, force=True)
                 return
         self._add_rdq(sseq)
@@ -1196,10 +1151,8 @@ class Consumer:
         self.ic.publish(subject.encode(), None, json.dumps(d, separators=(",", ":")).encode())
 
     def progress(self, sseq: int) -> None:
-        p = self.pending.get(sseq)
-        if p is not None:
-            p[1] = now_ns()
-            self._mark_dirty()
+        if sseq in self.pending:
+            self._propose(C_NAK, (sseq, now_ns()))
 
     def process_term(self, sseq: int, dseq: int, dc: int, reason: str) -> bool:
         ok = self.process_ack(sseq, dseq, dc, False)
@@ -1243,12 +1196,12 @@ class Consumer:
         now = now_ns()
         nxt = None
         expired: list[int] = []
-        for seq, p in list(self.pending.items()):
-            if seq < fseq or seq <= self.asflr:
-                del self.pending[seq]
-                self.rdc.pop(seq, None)
+        stale = [seq for seq in self.pending if seq < fseq or seq <= self.asflr]
+        if stale:
+            for seq in stale:
                 self._remove_rdq(seq)
-                continue
+            self._propose(C_DROP, (stale, self.sseq))  # the floors move up when nothing is left pending
+        for seq, p in self.pending.items():
             deadline = self._ack_wait_for(seq)
             elapsed = now - p[1]
             if elapsed >= deadline:
@@ -1262,8 +1215,8 @@ class Consumer:
         if expired:
             expired.sort()
             off = now - self.pending[expired[0]][1]
+            self._propose(C_DUE, (expired, off))
             for seq in expired:
-                self.pending[seq][1] += off
                 self._add_rdq(seq)
             self.kick()
         if self.pending:
@@ -1273,7 +1226,6 @@ class Consumer:
         else:
             self.rdq.clear()
             self.rdqi.clear()
-            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
         self._mark_dirty()
 
     # ---- inactivity, pause, delays ------------------------------------------------------------------
@@ -1387,8 +1339,8 @@ class Consumer:
         if not expired:
             return
         off = now_ns() - self.pending[expired[0]][1]
+        self._propose(C_DUE, (expired, off))
         for seq in expired:
-            self.pending[seq][1] += off
             self._add_rdq(seq)
         self._arm_ack_timer(self.ack_wait_ns / 1e9 + 0.001, force=True)
 
@@ -1417,6 +1369,8 @@ class Consumer:
         )
 
     def apply_state(self, state: Any) -> None:
+        """Restore the replicated state from the persisted one (a snapshot install), then the engine's
+        scan position from it."""
         self.dseq = state.delivered.consumer_seq + 1
         self.sseq = state.delivered.stream_seq + 1
         self.dsseq = state.delivered.stream_seq

@@ -52,15 +52,17 @@ class Entry:
     MIRROR = 6       # (seq, subject, hdr, data, ts): a mirrored message at the origin's sequence and time
     EXPIRE = 7       # (ts,): remove what max_age and message TTLs let go at time ts (markers stamped ts)
 
-    # consumer ops (rillet.jetstream.consumer.ConsumerState.apply_entry)
-    C_DELIVERED = 20  # (sseq, dseq, dc, ts): message sseq went out as delivery dseq, delivery count dc
-    C_ACK = 21        # (sseq, dseq, ts): ack (explicit policy: one message; "all": everything up to sseq)
-    C_NAK = 22        # (sseq, due_ts): pending sseq is due again at due_ts (a NAK with delay, progress)
-    C_DUE = 23        # (seqs, off): pending seqs' delivery times move by off ns (ack wait ran out / forced)
-    C_GONE = 24       # (seqs, first): stream messages seqs are gone (removed / purged below first)
-    C_MAXDELIV = 25   # (sseq, dc): sseq reached max_deliver: no longer pending
-    C_UNDELIVERED = 26  # (sseq, dc): nobody received the delivery: the delivery count goes back to dc
-    C_FLOORS = 27     # (sseq_next,): nothing pending: the ack floor moves to the delivered position
+    # consumer ops (args and meaning: rillet.jetstream.consumer_state)
+    C_START = 20
+    C_DELIVERED = 21
+    C_UNDELIVERED = 22
+    C_ACK = 23
+    C_NAK = 24
+    C_DUE = 25
+    C_GONE = 26
+    C_MAXDELIV = 27
+    C_PURGED = 28
+    C_DROP = 29
 
     def __init__(self, op: int, args: tuple, ctx: Any = None) -> None:
         self.op = op
