@@ -99,8 +99,9 @@ class GatewayConn(ServerConn):
             log.notice(f'{self.log_prefix()} - Creating outbound gateway connection to "{self.name}"')
             if not self.tls_checked("gateway", gw.pins(self), no_reconnect=False):
                 return
-            # CONNECT and INFO go once the remote's INFO has arrived; until then only a stale check
-            self._ping_timer = srv.loop.call_later(gw.ping_interval(), self._ping_tick)
+            # CONNECT and INFO go once the remote's INFO has arrived; until then only a stale check: closed
+            # when no INFO came within ping_max + 1 ping intervals (nats-server's watchForStaleConnection)
+            self._ping_timer = srv.loop.call_later(gw.ping_interval() * (self._ping_max() + 1), self._no_info)
         else:
             log.notice(f"{self.log_prefix()} - Processing inbound gateway connection")
             if not self.tls_checked("gateway", gw.pins(self), no_reconnect=True):
@@ -361,6 +362,12 @@ class GatewayConn(ServerConn):
             self._ping_timer.cancel()
         self._ping_timer = self.server.loop.call_later(min(FIRST_PING_INTERVAL, self.gw.ping_interval()),
                                                        self._ping_tick)
+
+    def _no_info(self) -> None:
+        self._ping_timer = None
+        if not self.closed and not self.info_received:
+            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            self.close("Stale Connection", "Stale Connection")
 
     def _ping_interval(self) -> float:
         return self.gw.ping_interval()
