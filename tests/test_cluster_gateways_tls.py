@@ -287,3 +287,57 @@ async def test_go_server_refuses_a_rillet_gateway_from_another_ca(pki):
         proc.terminate()
         _, err = proc.communicate(timeout=5)
     assert "TLS gateway handshake error" in err.decode()
+
+
+# ==== reload ================================================================================================
+
+def _text(pki, gw_port: int, tls: str, remotes: str = "") -> str:
+    return (f"server_name: a\nlisten: 127.0.0.1:-1\n"
+            f"gateway {{ name: A, listen: 127.0.0.1:{gw_port}\n {tls}\n gateways: [{remotes}] }}\n")
+
+
+async def test_reload_accepts_tls_changes_and_rechecks_pinned_certs(pki):
+    """As nats-server's reload: the gateway block's tls {} may change (here pinned_certs: the connected peer
+    whose key is no longer pinned goes, and is refused when it comes back); its tls timeout may not, nor
+    anything else of the block."""
+    p = [free_port() for _ in range(2)]
+    buf_a = io.StringIO()
+    a = gw_server("a", "A", p[0], buf=buf_a, tls=tls_block(pki, extra=f'pinned_certs: ["{pki["ca_pin"]}"]'))
+    b = gw_server("b", "B", p[1], remotes=f'{{name: A, url: "nats://127.0.0.1:{p[0]}"}}', tls=tls_block(pki))
+    async with started(a, b):
+        await _until(lambda: "A" in b.gateway.out and "B" in a.gateway.out, 6, "gateways up")
+        # the same block: nothing happens
+        a.reload(load_string(_text(pki, p[0], tls_block(pki, extra=f'pinned_certs: ["{pki["ca_pin"]}"]'))))
+        assert "B" in a.gateway.out
+        # a tls timeout change: refused as nats-server (the timeouts are compared)
+        with pytest.raises(ValueError, match=r"^config reload not supported for Gateway: old=\{name:A "):
+            a.reload(load_string(_text(pki, p[0], tls_block(pki, extra="timeout: 5"))))
+        # another key pinned: B's connections go, and B's next ones are refused
+        a.reload(load_string(_text(pki, p[0], tls_block(pki, extra=f'pinned_certs: ["{pki["other_ca_pin"]}"]'))))
+        assert "Disconnect 2 clients due to pinned certs reload" in buf_a.getvalue()
+        await _until(lambda: "TLS gateway handshake error: certificate not pinned" in buf_a.getvalue(), 6,
+                     "B refused at its next dial")
+        assert not a.gateway.ins.get("B")
+        # pins dropped again: B is accepted at its next dial
+        a.reload(load_string(_text(pki, p[0], tls_block(pki))))
+        await _until(lambda: a.gateway.ins.get("B") and "B" in a.gateway.out, 8, "B back after the reload")
+
+
+async def test_reload_switches_a_remotes_tls_and_refuses_an_unloadable_one(pki):
+    """B's remote A gets a tls {} block by reload (nats-server applies a remote's TLS to its next
+    connections); a certificate that cannot be loaded refuses the reload."""
+    p = [free_port() for _ in range(2)]
+    a = gw_server("a", "A", p[0], tls=tls_block(pki))
+    remote = f'{{name: A, url: "nats://127.0.0.1:{p[0]}"}}'
+    b_text = lambda tls, remote_tls="": (  # noqa: E731
+        f"server_name: b\nlisten: 127.0.0.1:-1\ngateway {{ name: B, listen: 127.0.0.1:{p[1]}\n {tls}\n"
+        f' gateways: [{{name: A, url: "nats://127.0.0.1:{p[0]}"\n {remote_tls}}}] }}\n')
+    buf_b = io.StringIO()
+    b = gw_server("b", "B", p[1], remotes=remote, tls=tls_block(pki, who="other_ca", ca="other_ca"), buf=buf_b)
+    async with started(a, b):
+        await _until(lambda: "TLS gateway handshake error" in buf_b.getvalue(), 6, "B refused A's certificate")
+        with pytest.raises(ValueError, match="gateway tls: "):
+            b.reload(load_string(b_text(tls_block(pki, who="other_ca", ca="other_ca"),
+                                        'tls { cert_file: "/nonexistent.pem", key_file: "/x.pem" }')))
+        b.reload(load_string(b_text(tls_block(pki, who="other_ca", ca="other_ca"), tls_block(pki))))
+        await _until(lambda: "A" in b.gateway.out, 8, "B's outbound with the remote's new TLS")

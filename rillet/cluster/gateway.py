@@ -226,6 +226,34 @@ class Gateway:
             if t is not None:
                 self._contexts(t)
 
+    def reloaded(self, old: Any) -> None:
+        """After a reload (``check_reload`` accepted it): the TLS settings apply to the next connections (the
+        INFO says whether TLS is required); connected peers whose key is no longer pinned go, as
+        nats-server's recheckPinnedCerts does."""
+        from rillet.server.tls import pinned_error
+        o = self.opts
+        if self.info is not None:
+            self.info.tls_required = self.info.tls_verify = o.tls is not None
+        in_use = [t for t in [o.tls] + [r.tls for r in o.gateways] if t is not None]
+        keep = {id(t) for t in in_use}
+        self._tls = {k: v for k, v in self._tls.items() if k in keep}
+
+        def pins(g: Any) -> list:
+            return [list(t.pinned_certs) if t is not None else [] for t in [g.tls] + [r.tls for r in g.gateways]]
+        if old is None or pins(old) == pins(o):
+            return
+        gone = []
+        for c in list(self.conns):
+            p = self.pins(c)
+            if c.closed or not p or c.transport is None:
+                continue
+            if pinned_error(c.transport.get_extra_info("ssl_object"), p) is not None:
+                gone.append(c)
+        if gone:
+            self.server.log.notice(f"Disconnect {len(gone)} clients due to pinned certs reload")
+            for c in gone:
+                c.close("TLS Handshake Failure")
+
     def accept_setup(self) -> tuple[Any, ssl.SSLContext | None, float]:
         """For the listener, at each accepted connection: the protocol, the TLS context (None: plain TCP) and
         the handshake timeout, from the current options (a reload applies to the next connections)."""
@@ -1053,11 +1081,23 @@ def _queue_b(sub: Any) -> bytes | None:
     return sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None
 
 
+def _without_tls(g: Any) -> Any:
+    """The gateway block as nats-server compares it on reload: its tls {} blocks left out (the block's and
+    the remotes'), tls timeouts kept."""
+    import dataclasses
+    if g is None:
+        return None
+    return dataclasses.replace(g, tls=None, gateways=[dataclasses.replace(r, tls=None) for r in g.gateways])
+
+
 def check_reload(server: Any, new_opts: Any) -> None:
-    """nats-server refuses any change of the gateway block on reload (TLS aside, which Rillet does not
-    have). ValueError: reload refused."""
+    """What nats-server's reload accepts in the gateway block: changes of its tls {} blocks (the block's and
+    the remotes': certificates, CA, insecure, pinned_certs...; the tls timeouts excepted), applied to the
+    next connections (pinned_certs to the connected ones too: ``Gateway.reloaded``); any other change is
+    refused with nats-server's words. ValueError: reload refused (also for a certificate that cannot be
+    loaded)."""
     old, new = server.opts.gateway_opts, new_opts.gateway_opts
-    if old != new:
+    if _without_tls(old) != _without_tls(new):
         def show(g: Any) -> str:
             if g is None:
                 return "{}"
@@ -1066,3 +1106,6 @@ def check_reload(server: Any, new_opts: Any) -> None:
                     f"connect_retries:{g.connect_retries} reject_unknown:{str(g.reject_unknown).lower()} "
                     f"gateways:[{remotes}]}}")
         raise ValueError(f"config reload not supported for Gateway: old={show(old)}, new={show(new)}")
+    gw = getattr(server, "gateway", None)
+    if gw is not None and new is not None:
+        gw.check_tls(new)  # (the contexts are built now: the reload is refused if one cannot be loaded)

@@ -628,7 +628,7 @@ class Server:
             leaf_check_reload(self, new_opts)  # leafnodes changes are refused (ValueError)
         if self.gateway is not None or new_opts.gateway_opts is not None:
             from rillet.cluster.gateway import check_reload as gateway_check_reload
-            gateway_check_reload(self, new_opts)  # gateway changes are refused, as nats-server (ValueError)
+            gateway_check_reload(self, new_opts)  # only tls {} changes are accepted, as nats-server (ValueError)
         new_tls_context = tls_reload_context(self, new_opts)  # ValueError: the reload is refused
         new_opts.port = old.port
         self.opts = new_opts
@@ -651,6 +651,8 @@ class Server:
             if c.connect_received and (self.authenticator.required or c.user or c.conn_type == "WEBSOCKET"):
                 recheck_client(self, c)  # moved/removed users go; the others get their new permissions
         recheck_pinned(self, old, new_opts)
+        if self.gateway is not None:
+            self.gateway.reloaded(old.gateway_opts)  # gateway TLS settings, pinned_certs rechecked
         if self.cluster is not None:
             self.cluster.reloaded(old.cluster)  # routes added or removed
         self.config_load_time = time.time()
