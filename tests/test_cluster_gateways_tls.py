@@ -341,3 +341,24 @@ async def test_reload_switches_a_remotes_tls_and_refuses_an_unloadable_one(pki):
                                         'tls { cert_file: "/nonexistent.pem", key_file: "/x.pem" }')))
         b.reload(load_string(b_text(tls_block(pki, who="other_ca", ca="other_ca"), tls_block(pki))))
         await _until(lambda: "A" in b.gateway.out, 8, "B's outbound with the remote's new TLS")
+
+
+async def test_tls_handshake_timeout(pki):
+    """A peer that opens the TLS gateway port and sends nothing is closed at the tls timeout, in nats-server's
+    words; the listener goes on."""
+    p = free_port()
+    buf = io.StringIO()
+    a = gw_server("a", "A", p, buf=buf, tls=tls_block(pki, extra="timeout: 0.3"))
+    async with started(a):
+        loop = asyncio.get_running_loop()
+        r, w = await asyncio.open_connection("127.0.0.1", p)
+        t0 = loop.time()
+        assert await asyncio.wait_for(r.read(), 3) == b""  # closed without a byte (TLS first, no INFO)
+        assert 0.2 < loop.time() - t0 < 2
+        w.close()
+        log = buf.getvalue()
+        assert f"TLS gateway handshake error: read tcp 127.0.0.1:{p}->127.0.0.1:" in log and ": i/o timeout" in log
+        assert "Gateway connection closed: TLS Handshake Failure" in log and "TLS handshake timeout" in log
+        b = gw_server("b", "B", free_port(), remotes=f'{{name: A, url: "nats://127.0.0.1:{p}"}}', tls=tls_block(pki))
+        async with started(b):
+            await _until(lambda: "A" in b.gateway.out, 6, "a real gateway after the silent one")

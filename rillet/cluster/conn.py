@@ -279,15 +279,27 @@ class ServerConn(asyncio.Protocol):
         self.server.log.debug(f"{self.log_prefix()} - {msg}")
 
 
-def log_tls_failure(server: Any, peer: Any, typ: str, id_tag: str, role_word: str, err: BaseException) -> None:
+def log_tls_failure(server: Any, peer: Any, typ: str, id_tag: str, role_word: str, err: BaseException,
+                    local: Any = None) -> None:
     """A TLS handshake that failed before a connection object existed, in nats-server's words: the error
     ("TLS <typ> handshake error: ...") and the close ("<role> connection closed: TLS Handshake Failure"),
-    under a connection id of its own, as nats-server gives one to every accepted or dialled socket."""
+    under a connection id of its own, as nats-server gives one to every accepted or dialled socket; a
+    handshake past the tls timeout as nats-server reports its read deadline ("read tcp <local>-><peer>:
+    i/o timeout", then "TLS handshake timeout")."""
     server._cid += 1
-    where = f"{hostport(plain_ip(str(peer[0])), peer[1])} - {id_tag}:{server._cid}"
-    text = str(err) or ("TLS handshake timeout" if isinstance(err, asyncio.TimeoutError) else type(err).__name__)
+    peer_hp = hostport(plain_ip(str(peer[0])), peer[1])
+    where = f"{peer_hp} - {id_tag}:{server._cid}"
+    timed_out = isinstance(err, asyncio.TimeoutError) or (
+        isinstance(err, ConnectionAbortedError) and "taking longer" in str(err))
+    if timed_out:
+        text = (f"read tcp {hostport(plain_ip(str(local[0])), local[1])}->{peer_hp}: i/o timeout" if local
+                else "i/o timeout")
+    else:
+        text = str(err) or type(err).__name__
     server.log.error(f"{where} - TLS {typ} handshake error: {text}")
     server.log.notice(f"{where} - {role_word} connection closed: TLS Handshake Failure")
+    if timed_out:
+        server.log.error(f"{where} - TLS handshake timeout")
 
 
 class TLSPortListener:
@@ -335,13 +347,13 @@ class TLSPortListener:
                 conn.close()
             return
         try:
-            peer = conn.getpeername()
+            peer, local = conn.getpeername(), conn.getsockname()
         except OSError:
-            peer = ("?", 0)
+            peer, local = ("?", 0), None
         try:
             await self.server.loop.connect_accepted_socket(factory, conn, ssl=ctx, ssl_handshake_timeout=timeout)
         except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
-            log_tls_failure(self.server, peer, *self._words, e)
+            log_tls_failure(self.server, peer, *self._words, e, local=local)
             conn.close()
 
     def close(self) -> None:
