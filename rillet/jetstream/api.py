@@ -55,7 +55,8 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
     d["created"] = s.created
     d["state"] = s.state_dict(subjects_filter, deleted_details)
     if with_cluster:
-        d["cluster"] = {"leader": s.js.server.name}
+        ci = getattr(s, "cluster_info", None)  # a replicated stream (rillet.jetstream.cluster.streams)
+        d["cluster"] = ci() if ci is not None else {"leader": s.js.server.name}
     if s.sources is not None:
         d.update(s.sources.info_dict())
     d["ts"] = format_time(now_ns())
@@ -115,6 +116,14 @@ class ApiRouter:
                 break
         if handler is None:
             return  # nats-server ignores unknown API subjects
+        # clustered JetStream: who answers (stream/consumer leader, meta leader) is decided by the gates;
+        # each returns True (answer here), False (stay silent or already answered) or None (not its call)
+        for gate in getattr(self.js, "api_gates", None) or ():
+            r = gate(self, key, args, reply, hdr_b, body)
+            if r is not None:
+                if not r:
+                    return
+                break
         # counted once answered (an account info request reports the requests before it, as nats-server)
         try:
             if handler(args, reply, hdr_b, body) is NOT_COUNTED:
