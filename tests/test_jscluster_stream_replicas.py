@@ -6,6 +6,7 @@ whose leader changes."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import time
@@ -20,6 +21,7 @@ from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.cluster.streams import ClusteredStreams
 from rillet.jetstream.manager import JetStream
 from rillet.server.embed import run_cluster
+from rillet.server.logging import Logger
 
 
 async def until(cond, timeout: float = 8.0, what: str = "condition") -> None:
@@ -70,13 +72,16 @@ class Env:
 
 @pytest.fixture
 async def env(tmp_path):
-    async with run_cluster(3) as servers:
+    out = io.StringIO()
+    async with run_cluster(3, log=Logger(out=out)) as servers:
         e = Env(servers, str(tmp_path))
         await e.start()
         try:
             yield e
         finally:
             await e.stop()
+    errs = [ln for ln in out.getvalue().splitlines() if "[ERR]" in ln]
+    assert not errs, errs[:5]
 
 
 async def api(nc, subject: str, body: dict | None = None) -> dict:
@@ -116,7 +121,6 @@ async def test_r3_stream_publish_info_failover(env):
         assert cl["leader"] == env.servers[li].name and cl["raft_group"] == "S-R3F-test0001"
         assert sorted(p["name"] for p in cl["replicas"]) == sorted(s.name for j, s in enumerate(env.servers)
                                                                    if j != li)
-        sub = await nc.subscribe_sync if False else None  # (single answer checked below)
         inbox = nc.new_inbox()
         s2 = await nc.subscribe(inbox)
         await nc.publish("$JS.API.STREAM.INFO.S", b"", reply=inbox)
@@ -228,5 +232,42 @@ async def test_r3_pull_consumer_survives_leader_change(env):
         assert sorted(got) == [4, 5, 6, 7, 8, 9]
         new = [r for r in rest if r.leader][0]
         await until(lambda: new.consumers["D"].asflr == 10, what="all acked")
+    finally:
+        await nc.close()
+
+
+async def test_file_follower_restart_replays_wal_and_catches_up(env):
+    sa = env.assign({"name": "F", "subjects": ["f.>"], "num_replicas": 3, "max_msgs_per_subject": 3},
+                    group="S-R3F-test0004")
+    await until(lambda: env.leader("F") is not None, what="a stream leader")
+    reps = env.reps("F")
+    lead = env.leader("F")
+    fi = next(i for i, r in enumerate(reps) if r is not lead)
+    nc = await nats.connect(env.servers[reps.index(lead)].client_url)
+    js = nc.jetstream()
+    try:
+        for i in range(10):
+            await js.publish(f"f.{i % 4}", b"a%d" % i)
+        r = await api(nc, "$JS.API.STREAM.PURGE.F", {"filter": "f.0"})
+        assert r["success"] and r["purged"] == 3
+        for i in range(10, 15):
+            await js.publish(f"f.{i % 4}", b"a%d" % i)
+        await until(lambda: reps[fi].stream.store.state().last_seq == 15, what="follower at 15")
+        await reps[fi].stop()  # a follower stops (its file store and WAL stay)
+        env.cs[fi].replicas.pop(("$G", "F"))
+        for i in range(15, 25):
+            await js.publish(f"f.{i % 4}", b"a%d" % i)
+        r = await api(nc, "$JS.API.STREAM.MSG.DELETE.F", {"seq": 24})
+        assert r["success"]
+        env.cs[fi].stream_assigned(sa)  # restarted: the WAL is replayed over the store it kept, then the rest
+        nrep = env.cs[fi].replica("$G", "F")
+        await until(lambda: nrep.stream.store.state().last_seq == 25, timeout=10, what="caught up")
+        await until(lambda: len(set(states(env.reps("F")))) == 1, what="equal states")
+        # the purge of f.0 was not applied again over messages stored after it
+        st = nrep.stream.store
+        assert st.load_last_msg("f.0").data == b"a24"
+        assert st.subjects_totals("f.0") == {"f.0": 3}
+        assert nrep.replay_skipped >= 15  # the replayed MSG entries (and the purge) were not applied twice
+        assert nrep.log.decode_errors == 0 and nrep.group.apply_errors == 0
     finally:
         await nc.close()

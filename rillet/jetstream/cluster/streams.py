@@ -104,6 +104,7 @@ class StreamReplica:
         self.leader = False
         self.closed = False
         self.catchups = 0
+        self.replay_skipped = 0  # entries the store already held when the group replayed its WAL
         jsa.streams[cfg.name] = st
         self._start_task = js.loop.create_task(self._start())
 
@@ -141,9 +142,13 @@ class StreamReplica:
             seq = entry.args[0]
         else:
             # the store is past this point of the log: applied before the restart
-            return last <= self.replay_seq
+            if last > self.replay_seq:
+                self.replay_skipped += 1
+                return False
+            return True
         if seq <= last:
             self.replay_seq = seq
+            self.replay_skipped += 1
             return False
         self.replay_seq = seq
         return True
