@@ -215,6 +215,8 @@ async def test_r3_pull_consumer_survives_leader_change(env):
         await until(lambda: all(r.consumers["D"].asflr == 4 for r in env.reps("W")), what="ack floor replicated")
         info = await api(nc, "$JS.API.CONSUMER.INFO.W.D")
         assert info["ack_floor"]["stream_seq"] == 4 and info["num_ack_pending"] == 2
+        assert info["cluster"]["leader"] == env.servers[env.reps("W").index(lead)].name
+        assert len(info["cluster"]["replicas"]) == 2
         await lead.stop()
         rest = [r for r in env.reps("W") if r is not lead]
         await until(lambda: sum(r.leader for r in rest) == 1, timeout=10, what="a new leader")
