@@ -305,12 +305,7 @@ class StreamReplica:
             store.compact(first)
         for seq in snap.get("deleted") or ():
             if seq <= last:
-                try:
-                    store.remove_msg(seq, False)
-                except Exception as e:  # (an already deleted sequence is not an error here)
-                    from rillet.jetstream.store.base import ErrNoSuchMsg
-                    if not isinstance(e, ErrNoSuchMsg):
-                        raise
+                store.remove_msg(seq, False)  # (False when it is gone already)
         self.replay_seq = max(store.last_seq, last)
         self.stream._dd_loaded = False  # the dedup table is rebuilt from the stored headers
 
