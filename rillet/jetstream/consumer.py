@@ -1081,8 +1081,13 @@ class Consumer(ConsumerStateMachine):
                     self._remove_rdq(seq)
         else:
             return self.retention != "limits"
-        # retention removals and the kick follow once the ack is applied (_c_done)
-        self.clog.propose(Entry(C_ACK, (sseq, dseq, now_ns(), self.sseq), need_kick), self._c_done_cb)
+        # retention removals and the kick follow once the ack is applied (_c_done); without either, only
+        # the persisted state is due (marked now, written from the applied state)
+        if need_kick or self.retention != "limits":
+            self.clog.propose(Entry(C_ACK, (sseq, dseq, now_ns(), self.sseq), need_kick), self._c_done_cb)
+        else:
+            self.clog.propose(Entry(C_ACK, (sseq, dseq, now_ns(), self.sseq)))
+            self._mark_dirty()
         if self.dthresh_s and not self.is_push and self._delete_timer is None:
             self._arm_delete(self.dthresh_s)
         return True
@@ -1101,7 +1106,7 @@ class Consumer(ConsumerStateMachine):
         if op == C_ACK:
             if res and self.retention != "limits":
                 from rillet.jetstream import retention
-                for seq in res:
+                for seq in ((res,) if res.__class__ is int else res):
                     retention.on_ack(self.stream, self, seq)
             if entry.ctx:
                 self.kick()

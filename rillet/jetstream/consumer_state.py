@@ -25,7 +25,8 @@ move to when nothing is pending), so every replica ends in the same state.
     C_PURGED (first, seqs, snext)        the stream was purged below first; seqs (pending) are gone
     C_DROP (seqs, snext)                 forget stale pending seqs (below the stream's first or the floor)
 
-Apply returns what the leader needs afterwards (C_ACK: the stream sequences acknowledged, for retention).
+Apply returns what the leader needs afterwards (C_ACK: the stream sequence acknowledged, 0 for none, with
+ack policy explicit; the list of them with policy all; for retention).
 """
 from __future__ import annotations
 
@@ -99,7 +100,17 @@ class ConsumerStateMachine:
                     self.pending[seq] = [dseq, ts]
             return None
         if op == C_ACK:
-            return self._apply_ack(*a)
+            if self.ack_policy != "all":  # explicit: one message (inline: the hot path)
+                sseq = a[0]
+                p = self.pending.pop(sseq, None)
+                if p is not None:
+                    self._move_ack_floor(p[0], sseq, a[3])
+                if self.rdc:
+                    self.rdc.pop(sseq, None)
+                self.lat = a[2]
+                self.has_state = True
+                return sseq if p is not None else 0
+            return self._apply_ack_all(*a)
         if op == C_NAK:
             p = self.pending.get(a[0])
             if p is not None:
@@ -171,22 +182,14 @@ class ConsumerStateMachine:
             return None
         raise ValueError(f"unknown consumer entry op {op}")
 
-    def _apply_ack(self, sseq: int, dseq: int, ts: int, snext: int) -> list[int]:
-        acked: list[int] = _NONE
-        if self.ack_policy == "all":
-            if dseq <= self.adflr or sseq <= self.asflr:
-                return _NONE
-            self.adflr, self.asflr = dseq, sseq
-            acked = [s for s in self.pending if s <= sseq]
-            for seq in acked:
-                del self.pending[seq]
-                self.rdc.pop(seq, None)
-        else:
-            p = self.pending.pop(sseq, None)
-            if p is not None:
-                self._move_ack_floor(p[0], sseq, snext)
-                acked = [sseq]
-            self.rdc.pop(sseq, None)
+    def _apply_ack_all(self, sseq: int, dseq: int, ts: int, snext: int) -> list[int]:
+        if dseq <= self.adflr or sseq <= self.asflr:
+            return _NONE
+        self.adflr, self.asflr = dseq, sseq
+        acked = [s for s in self.pending if s <= sseq]
+        for seq in acked:
+            del self.pending[seq]
+            self.rdc.pop(seq, None)
         self.lat = ts
         self.has_state = True
         return acked

@@ -22,6 +22,12 @@ The interface a log implements (``SingleNodeLog`` here; ``DeferredLog`` for test
 An ``Entry`` is ``op`` plus ``args`` (what a replica needs, all decided by the leader: sequences, timestamps,
 msg ids, batch boundaries) plus ``ctx``: the proposer's local context for its completion (a reply subject, a
 callback). ``ctx`` never leaves the proposing node: a replicated log encodes ``op`` and ``args`` only.
+
+What a RAFT-backed log must also keep: completions fire in proposal order (a stream keeps its in-flight
+entries in a FIFO); an entry applied on a node that did not propose it (a follower, or a new leader applying
+its predecessor's tail) has no completion, so its leader-side effects (replies, republish, consumer wake-ups)
+do not run: a new leader re-derives its timers and consumer engines from the applied state. A consumer's log
+must still commit at once (the engine numbers deliveries from the applied ``dseq``; see consumer_state.py).
 """
 from __future__ import annotations
 
