@@ -140,10 +140,6 @@ def global_unicast_ips() -> list[str]:
 class Cluster:
     def __init__(self, server: "Server") -> None:
         o = server.opts
-        if o.jetstream.enabled:
-            raise ValueError("JetStream in a cluster is not supported yet (clustered JetStream, with streams "
-                             "replicated over routes, is not implemented): remove the jetstream or the cluster "
-                             "configuration")
         for r in o.cluster.routes:
             parse_route_url(r)  # ValueError: refuse to start
         self.server = server
@@ -154,6 +150,9 @@ class Cluster:
         self.name = o.cluster.name or _dynamic_name()
         self.dynamic = not o.cluster.name
         self.account_class = RoutedAccount
+        # fn(what, route, info): "added" when the first route to a server registers (with its INFO), "gone"
+        # when the last one closes (clustered JetStream's peer tracking)
+        self.route_listeners: list[Any] = []
         ps = o.cluster.pool_size
         self.pool_size = DEFAULT_ROUTE_POOL_SIZE if ps == 0 else ps  # < 0: no pooling
         self.pooling = self.pool_size >= 1
@@ -283,6 +282,8 @@ class Cluster:
                        auth_required=bool(o.username), max_payload=so.max_payload, cluster=self.name,
                        cluster_dynamic=self.dynamic, lnoc=True, lnocu=True,
                        compression=self.compression_mode())
+        if so.jetstream.enabled:
+            info.jetstream = True  # (as nats-server: other servers count the JetStream servers of the cluster)
         if self.tls_server is not None:
             info.tls_required = info.tls_verify = True
         if self.pooling:
@@ -553,6 +554,9 @@ class Cluster:
                 self._fill_pool(rc)
             return
         self.routes[rid] = rc
+        rc.remote_info = info
+        for fn in list(self.route_listeners):
+            fn("added", rc, info)
         gw = self.server.gateway
         if gw is not None:
             gw.add_cluster_url(rc.gateway_url)
@@ -725,6 +729,8 @@ class Cluster:
             elif self.routes.get(rc.remote_id) is rc:
                 self.routes[rc.remote_id] = left  # another connection of the pool stands for the server
         if gone:
+            for fn in list(self.route_listeners):
+                fn("gone", rc, None)
             if srv.gateway is not None:
                 srv.gateway.remove_cluster_url(rc.gateway_url)
             if srv.leafnodes is not None:

@@ -85,6 +85,8 @@ class ApiRouter:
         # stops JetStream (and the server) from starting: an endpoint must never vanish into "no responders"
         for module in HANDLER_MODULES:
             importlib.import_module(module).register(self)
+        if getattr(self.js, "cluster", None) is not None:  # (answered by rillet.jetstream.cluster.meta)
+            self.handlers["STREAM.PEER.REMOVE"] = self.stream_leader_stepdown
 
     # ---- dispatch ---------------------------------------------------------------------------------
 
@@ -116,6 +118,9 @@ class ApiRouter:
                 break
         if handler is None:
             return  # nats-server ignores unknown API subjects
+        cl = self.js.cluster
+        if cl is not None and cl.route_api(self, key, args, reply, hdr_b, body):
+            return  # clustered: the meta leader (or a stream/consumer leader) answers
         # clustered JetStream: who answers (stream/consumer leader, meta leader) is decided by the gates;
         # each returns True (answer here), False (stay silent or already answered) or None (not its call)
         for gate in getattr(self.js, "api_gates", None) or ():

@@ -60,6 +60,8 @@ class JSAccount:
 
     def _recover(self) -> None:
         """Load every stream (and its consumers) found on disk."""
+        if self.js.cluster is not None:
+            return  # clustered: the streams come from the meta group's assignments
         for name in sorted(os.listdir(self.dir)):
             sdir = os.path.join(self.dir, name)
             meta = os.path.join(sdir, "meta.json")
@@ -155,8 +157,10 @@ class JSAccount:
 class JetStream:
     """The server's JetStream subsystem (``server.jetstream``)."""
 
-    def __init__(self, server: "Server") -> None:
+    def __init__(self, server: "Server", clustered: bool = False) -> None:
+        """``clustered``: the server has a cluster port (the meta group and replicated streams)."""
         self.server = server
+        self.clustered = clustered
         self.log = server.log
         o = server.opts.jetstream
         base = o.store_dir or os.path.join(tempfile.gettempdir(), "nats")
@@ -171,6 +175,8 @@ class JetStream:
         self.loop: asyncio.AbstractEventLoop = server.loop
         self._sync_task: asyncio.Task | None = None
         self.started = 0.0
+        # clustered JetStream (rillet.jetstream.cluster.meta.JetStreamCluster), with a cluster port
+        self.cluster: Any = None
         from rillet.jetstream.advisories import Advisories
         self.advisories = Advisories(self)
 
@@ -195,6 +201,9 @@ class JetStream:
         log.notice(f"  API Level:       {API_LEVEL}")
         log.notice("-------------------------------------------")
         self.started = time.time()
+        if self.clustered:
+            from rillet.jetstream.cluster.meta import JetStreamCluster
+            self.cluster = JetStreamCluster(self)  # (the accounts below see it: no single-server recovery)
         # accounts that configure JetStream get it (with their limits); with none, the global account does
         configured = account_js_config(self.server.opts.accounts)
         operator = getattr(self.server, "operator", None)
@@ -209,6 +218,8 @@ class JetStream:
             self.account_added(acc)
         if not self.sync_always and isinstance(self.sync_interval, (int, float)) and self.sync_interval > 0:
             self._sync_task = self.loop.create_task(self._periodic_sync())
+        if self.cluster is not None:
+            await self.cluster.start()
 
     def account_added(self, account: "Account") -> None:
         """An account without JetStream still gets the API: every request answers 10039 (as nats-server)."""
@@ -240,6 +251,8 @@ class JetStream:
     async def shutdown(self) -> None:
         if self._sync_task is not None:
             self._sync_task.cancel()
+        if self.cluster is not None:
+            await self.cluster.stop()
         for jsa in self.accounts.values():
             jsa.stop()
         self.log.notice("JetStream shutdown")
@@ -285,6 +298,8 @@ class JetStream:
         t = self.totals()
         d = {"config": self.config_dict(), **self.stats_dict(), "streams": t["streams"],
              "consumers": t["consumers"], "messages": t["messages"], "bytes": t["bytes"]}
+        if self.cluster is not None:
+            d["meta_cluster"] = self.cluster.jsz_meta()
         if opts.get("accounts") or opts.get("streams") or opts.get("consumers"):
             d["account_details"] = [self._account_detail(j, opts) for j in self.accounts.values()]
         return d

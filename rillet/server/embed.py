@@ -53,6 +53,7 @@ async def start_server(opts: Options | None = None, **fields: Any) -> Server:
 
 @contextlib.asynccontextmanager
 async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = None, timeout: float = 10.0,
+                      jetstream: bool = False, store_dir: str | None = None,
                       **fields: Any) -> AsyncIterator[list[Server]]:
     """Run a cluster of ``n`` servers in this process, on 127.0.0.1 and free ports::
 
@@ -62,6 +63,12 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
     Every server routes to the first one and learns the others by gossip; the block starts once each
     server has a route to every other one (full mesh). ``fields`` are ``Options`` fields for every server
     (``server_name`` is set to ``<name>-<i>``).
+
+    ``jetstream=True``: a JetStream cluster. Every server is configured with every server's route (its
+    own included, as a nats-server cluster config usually is: the meta group's founding size is the
+    number of routes) and stores under ``<store_dir>/<server name>`` (a temporary directory, removed
+    afterwards, when ``store_dir`` is not given); the block starts once the meta group has a leader that
+    every server knows.
     """
     from dataclasses import replace
 
@@ -69,16 +76,33 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
     if n < 1:
         raise ValueError("a cluster needs at least one server")
     servers: list[Server] = []
+    tmp = None
+    if jetstream and store_dir is None:
+        import tempfile
+        store_dir = tmp = tempfile.mkdtemp(prefix="rillet-jscluster-")
     try:
         seed = ""
+        route_ports = []
+        if jetstream:
+            from rillet.server.server import free_port
+            route_ports = [free_port() for _ in range(n)]
         for i in range(n):
             f = dict(fields)
             f.setdefault("host", "127.0.0.1")
             f.setdefault("port", RANDOM_PORT)
             f["server_name"] = f"{name}-{i}"
             opts = Options(**f)
-            opts.cluster = replace(opts.cluster if "cluster" in fields else ClusterOptions(), name=name,
-                                   host="127.0.0.1", port=RANDOM_PORT, routes=[seed] if seed else [])
+            if jetstream:
+                import os
+                from rillet.config.options import JetStreamOptions
+                js = opts.jetstream if "jetstream" in fields else JetStreamOptions()
+                opts.jetstream = replace(js, enabled=True, store_dir=os.path.join(str(store_dir), f["server_name"]))
+                opts.cluster = replace(opts.cluster if "cluster" in fields else ClusterOptions(), name=name,
+                                       host="127.0.0.1", port=route_ports[i],
+                                       routes=[f"nats-route://127.0.0.1:{p}" for p in route_ports])
+            else:
+                opts.cluster = replace(opts.cluster if "cluster" in fields else ClusterOptions(), name=name,
+                                       host="127.0.0.1", port=RANDOM_PORT, routes=[seed] if seed else [])
             srv = Server(opts, log if log is not None else Logger(out=io.StringIO()))
             await srv.start()
             servers.append(srv)
@@ -91,10 +115,32 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
                 raise TimeoutError(f"the cluster did not form a full mesh within {timeout}s: "
                                    f"{[s.cluster.servers_connected() for s in servers]} servers connected")
             await asyncio.sleep(0.02)
+        if jetstream:
+            await wait_meta_leader(servers, max(deadline - loop.time(), 0.0) + 5.0)
         yield servers
     finally:
         for srv in reversed(servers):
             await srv.shutdown()
+        if tmp is not None:
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def wait_meta_leader(servers: list[Server], timeout: float = 10.0) -> Server:
+    """Wait until the running JetStream servers agree on a meta leader; returns the leader's server."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        up = [s for s in servers if not s.shutting_down and s.jetstream is not None]
+        cls = [s.jetstream.cluster for s in up]
+        leaders = [s for s, c in zip(up, cls) if c is not None and c.is_leader()]
+        if len(leaders) == 1:
+            lp = leaders[0].jetstream.cluster.peer
+            if all(c.group is not None and c.group.leader == lp for c in cls):
+                return leaders[0]
+        if loop.time() > deadline:
+            raise TimeoutError(f"no JetStream meta leader within {timeout}s")
+        await asyncio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager

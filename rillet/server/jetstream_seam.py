@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def new_jetstream(server: "Server") -> "JetStream":
     """The JetStream manager of ``server`` (not started: the caller awaits its ``start()``)."""
     from rillet.jetstream.manager import JetStream
-    return JetStream(server)
+    return JetStream(server, clustered=server.cluster is not None)
 
 
 def account_js_config(accounts: dict) -> "dict[str, AccountLimits]":

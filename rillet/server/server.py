@@ -722,6 +722,11 @@ class _TLSHolder(asyncio.Protocol):
 
 def validate_options(o: Options) -> None:
     """Option combinations nats-server refuses at start (and with -t)."""
+    if o.jetstream.enabled and o.cluster.port:
+        if not o.server_name:
+            raise ValueError("jetstream cluster requires `server_name` to be set")
+        if not o.cluster.name:
+            raise ValueError("jetstream cluster requires `cluster.name` to be set")
     if o.max_payload > o.max_pending:
         raise ValueError(f"max_payload ({o.max_payload}) cannot be higher than max_pending ({o.max_pending})")
     if o.lame_duck_grace_period >= o.lame_duck_duration > 0 and o.lame_duck_grace_period > 0:

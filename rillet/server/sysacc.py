@@ -225,7 +225,11 @@ class SystemAccount:
         }
 
     def statsz_msg(self) -> dict:
-        return {"server": self.server_info(), "statsz": self.statsz()}
+        d = {"server": self.server_info(), "statsz": self.statsz()}
+        cl = getattr(self.server.jetstream, "cluster", None)
+        if cl is not None:
+            d["statsz"]["jetstream"] = cl.statsz_section()  # (what other servers' placement reads)
+        return d
 
     def publish_statsz(self, force: bool = False) -> None:
         subj = f"$SYS.SERVER.{self.server.server_id}.STATSZ"

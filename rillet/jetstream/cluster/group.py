@@ -100,6 +100,8 @@ class RaftGroup:
         self.dir = os.path.join(store_dir, "_raft", name)
         self._apply = apply
         self.on_leader_change = on_leader_change
+        # called with the peer id of a server that sent a message to this group without being a voter
+        self.on_foreign_peer: Optional[Callable[[str], None]] = None
         self._snapshot = snapshot
         self._restore = restore
         self._applied_floor = applied_floor
@@ -253,6 +255,8 @@ class RaftGroup:
         if m.frm != frm or m.to != self.id:
             self._bad(f"message from {frm} names {m.frm} -> {m.to}")
             return
+        if self.on_foreign_peer is not None and frm not in self.node.voters:
+            self.on_foreign_peer(frm)
         try:
             self.node.step(m)
         except RaftError as e:

@@ -1,0 +1,1040 @@
+"""The meta group (``_meta_``): every JetStream server of the cluster, the assignments, the meta-level API.
+
+``JetStreamCluster`` is ``server.jetstream.cluster`` on a server with JetStream and a cluster port.
+
+**Forming the group.** As nats-server, a server with no meta state expects as many JetStream servers as
+it has configured routes (at least 2; a cluster's usual config lists every server's route, its own
+included). It learns the others from route registrations (the route INFO's ``jetstream`` flag; the INFO
+``go`` field tells a Rillet server, ``python3.x``, from a Go one), and once it knows that many (itself
+included) and no new one appeared for ``FOUND_SETTLE`` seconds, it founds the group with the peer ids of
+all the Rillet JetStream servers it knows. The founding set is stored with the group (``peers.json``),
+so a restart uses it again (``JetStream cluster recovering state``). A server started later, or one
+whose state was wiped, founds with what it knows, which includes the running members; its votes fail
+(its log is behind), and the meta leader, hearing a Rillet server in ``_meta_`` that is not a member (and
+was not removed with ``SERVER.REMOVE``), adds it (a RAFT configuration entry, then a ``PEER_ADD`` meta
+entry): the new member gets the log, or a snapshot, and the configuration from the leader. (nats-server
+learns peers as their RAFT messages arrive; a fixed founding set is this module's simpler form of it.
+Servers started together must agree on the set: start them with the full route list.)
+
+**Go servers.** Rillet's RAFT groups speak ``$RNRG.``, which Go servers never subscribe to, so the two
+never share a group. A Rillet server that sees a Go server running JetStream in its cluster (route INFO
+``jetstream`` with a Go ``go`` field) does not form or join a meta group at all: it logs an error once,
+stops its meta group if it had one, and answers the meta-level API with nats-server's "JetStream system
+temporarily unavailable" (503, 10008). The Go servers' meta group is never touched.
+
+**Applying.** Every member applies the log to a ``MetaState`` and tells the streams layer
+(``ClusteredStreams`` in ``streams.py``, when present): ``stream_assigned(sa)``, ``stream_removed(sa)``,
+``consumer_assigned(ca)``, ``consumer_removed(ca)`` (a removed stream's consumers first). Entries
+re-applied at start (up to the commit recovered from the WAL) carry no ``reply``, so nobody answers an
+old request again. The state is snapshotted every ``COMPACT_EVERY`` entries; streams are never
+forgotten: the assignments live in the meta WAL and snapshots.
+
+**The API.** Every JetStream server receives ``$JS.API.>``. The meta leader answers INFO, STREAM.CREATE/
+UPDATE/DELETE/NAMES/LIST, CONSUMER.CREATE/DURABLE.CREATE/DELETE/NAMES/LIST, STREAM.PEER.REMOVE, and in
+the system account META.LEADER.STEPDOWN and SERVER.REMOVE; other servers stay silent, and when no meta
+leader has been known for ``LEADERLESS_AFTER`` seconds they answer 503 10008 as nats-server does. Creates
+and updates are answered after their entry is applied, with the stream (consumer) info of the new
+group's leader, asked with ``streams.stream_info(account, name)`` (``consumer_info(account, stream,
+name)``) locally or, over ``$JSC.SI`` / ``$JSC.CI`` in the system account, on the server whose
+``ClusteredStreams`` answers (only the group leader should). Deletes are answered by the meta leader
+after apply.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import itertools
+import json
+import os
+import time
+from typing import Any, Callable, Optional
+
+from rillet.gotime import format_time
+from rillet.jetstream import configtypes as C
+from rillet.jetstream import consumerconfig as CC
+from rillet.jetstream import gojson
+from rillet.jetstream import streamconfig as SC
+from rillet.jetstream.cluster import assignments as A
+from rillet.jetstream.cluster import monitor as MON
+from rillet.jetstream.cluster.group import RaftGroup
+from rillet.jetstream.cluster.peers import JSConfig, JSStats, PeerRegistry, peer_id
+from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError, create_consumer_group,
+                                                create_stream_group, peer_usage, preferred_leader,
+                                                select_peer_group)
+from rillet.jetstream.errors import ApiError
+from rillet.jetstream.log import NotLeader
+from rillet.subjects.validate import subjects_collide
+
+T = "io.nats.jetstream.api.v1."
+JSON_LIMIT = 1024
+LIST_LIMIT = 256
+LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are answered 503 (nats-server: 10 s)
+FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
+COMPACT_EVERY = 1024  # meta entries between snapshots
+ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
+INFO_TIMEOUT = 0.5  # one $JSC.SI / $JSC.CI request
+
+# the requests only the meta leader answers (after the $JS.API. prefix)
+META_KEYS = frozenset(("INFO", "STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
+                       "CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE", "CONSUMER.DELETE", "CONSUMER.NAMES",
+                       "CONSUMER.LIST", "STREAM.PEER.REMOVE"))
+_LIST_FIELDS = {"STREAM.NAMES": "streams", "STREAM.LIST": "streams", "CONSUMER.NAMES": "consumers",
+                "CONSUMER.LIST": "consumers"}
+_TYPES = {"INFO": "account_info_response", "STREAM.CREATE": "stream_create_response",
+          "STREAM.UPDATE": "stream_update_response", "STREAM.DELETE": "stream_delete_response",
+          "STREAM.NAMES": "stream_names_response", "STREAM.LIST": "stream_list_response",
+          "CONSUMER.CREATE": "consumer_create_response", "CONSUMER.DURABLE.CREATE": "consumer_create_response",
+          "CONSUMER.DELETE": "consumer_delete_response", "CONSUMER.NAMES": "consumer_names_response",
+          "CONSUMER.LIST": "consumer_list_response", "STREAM.PEER.REMOVE": "stream_remove_peer_response",
+          "META.LEADER.STEPDOWN": "meta_leader_stepdown_response", "SERVER.REMOVE": "meta_server_remove_response"}
+
+
+def _cfg_dict(cfg: Any) -> dict:
+    return json.loads(gojson.go_json(cfg))
+
+
+def _stream_cfg(d: dict) -> Any:
+    return gojson.from_dict(d, C.StreamConfig)
+
+
+def _consumer_cfg(d: dict) -> Any:
+    return gojson.from_dict(d, C.ConsumerConfig)
+
+
+def _is_rillet(go_field: str) -> bool:
+    return go_field.startswith("python")
+
+
+def _default_limits() -> tuple[int, int]:
+    """nats-server's defaults for unset JetStream limits: 75% of the memory, 1 TB of storage."""
+    mem = 0
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+    except (ValueError, OSError, AttributeError):
+        mem = 1 << 30
+    return mem, 1 << 40
+
+
+class JetStreamCluster:
+    """Clustered JetStream on one server: the meta group, the peer registry, the meta-level API."""
+
+    def __init__(self, js: Any) -> None:
+        self.js = js
+        self.server = server = js.server
+        self.log = server.log
+        self.name = server.cluster.name
+        self.peer = peer_id(server.name)
+        self.state = A.MetaState()
+        self.registry = PeerRegistry.attach(server)
+        js.peer_registry = self.registry  # (the streams layer names peers with it)
+        self.group: Optional[RaftGroup] = None
+        self.streams: Any = None  # rillet.jetstream.cluster.streams.ClusteredStreams, when present
+        self.rillet_js: dict[str, str] = {}  # server id -> name: Rillet servers running JetStream (routes)
+        self.go_js: dict[str, str] = {}  # server id -> name: Go servers running JetStream (routes)
+        self.isolated = False
+        self.store_dir = js.store_dir
+        self.started_at = 0.0
+        self.leader_seen_at = 0.0
+        self._last_leader: Optional[str] = None
+        self._waiters: dict[int, tuple[bytes, Callable[[Any, Optional[BaseException]], None]]] = {}
+        self._inflight: dict[tuple[str, str], list[Callable[[], None]]] = {}
+        self._replay_through = 0
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._found_task: Optional[asyncio.Task] = None
+        self._ic: Any = None
+        self._req_ids = itertools.count(1)
+        self._replies: dict[str, asyncio.Future] = {}
+        self._sys_subs: list[Any] = []
+        self._adding: Optional[str] = None
+        self.running = False
+        self.apply_error = ""
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        srv = self.server
+        o = srv.opts
+        log = self.log
+        log.notice("Starting JetStream cluster")
+        if not o.cluster.routes and not (o.leaf is not None and o.leaf.remotes):
+            raise ValueError("Can't start JetStream: JetStream cluster requires configured routes or "
+                             "solicited leafnode for the system account")
+        if getattr(srv, "system_account", None) is None:
+            raise ValueError("Can't start JetStream: JetStream cluster requires the system account")
+        log.notice("Creating JetStream metadata controller")
+        if importlib.util.find_spec("rillet.jetstream.cluster.streams") is not None:
+            from rillet.jetstream.cluster.streams import ClusteredStreams
+            self.streams = ClusteredStreams(srv, self.js)
+        self.loop = asyncio.get_running_loop()
+        self.started_at = self.loop.time()
+        self.running = True
+        self._ic = ic = srv.internal_client(srv.system_account, "jetstream cluster")
+        ic.subscribe("$JSC.SI", self._on_stream_info_req)
+        ic.subscribe("$JSC.CI", self._on_consumer_info_req)
+        ic.subscribe(f"$JSC.R.{self.peer}.*", self._on_reply)
+        for p in self.js_api_prefixes():
+            ic.subscribe(f"{p}.META.LEADER.STEPDOWN", self._on_sys_api)
+            ic.subscribe(f"{p}.SERVER.REMOVE", self._on_sys_api)
+        cl = srv.cluster
+        cl.route_listeners.append(self._route_event)
+        for rid, rc in list(cl.routes.items()):
+            info = getattr(rc, "remote_info", None)
+            if info is not None:
+                self._route_event("added", rc, info)
+        self._refresh_local()
+        if os.path.exists(os.path.join(self.store_dir, "_raft", A.META_GROUP, "peers.json")):
+            log.notice("JetStream cluster recovering state")
+            await self._start_group([])
+        else:
+            log.notice("JetStream cluster bootstrapping")
+            self._found_task = self.loop.create_task(self._found())
+        self._timer = self.loop.call_later(0.25, self._on_timer)
+
+    def js_api_prefixes(self) -> list[str]:
+        return ["$JS.API"] + ([f"$JS.{self.js.domain}.API"] if self.js.domain else [])
+
+    def expected_size(self) -> int:
+        """nats-server's expected founding size: the configured routes, at least 2."""
+        return max(2, len(self.server.opts.cluster.routes))
+
+    async def _found(self) -> None:
+        loop = self.loop
+        last_count, since = -1, loop.time()
+        while self.running and not self.isolated:
+            n = len(self.rillet_js) + 1
+            if n != last_count:
+                last_count, since = n, loop.time()
+            elif n >= self.expected_size() and loop.time() - since >= FOUND_SETTLE:
+                break
+            await asyncio.sleep(0.05)
+        if not self.running or self.isolated:
+            return
+        peers = sorted({self.peer, *(peer_id(name) for name in self.rillet_js.values())})
+        await self._start_group(peers)
+
+    async def _start_group(self, peers: list[str]) -> None:
+        g = RaftGroup(self.server, A.META_GROUP, peers, self.store_dir, apply=self._apply,
+                      on_leader_change=self._leader_changed, snapshot=self.state.snapshot,
+                      restore=self._restore, sync="always")
+        g.on_foreign_peer = self._foreign_peer
+        self.group = g
+        await g.start()
+        self._replay_through = g.node.commit
+        self.leader_seen_at = self.loop.time()
+
+    async def stop(self) -> None:
+        self.running = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._found_task is not None:
+            self._found_task.cancel()
+        cl = self.server.cluster
+        if cl is not None and self._route_event in cl.route_listeners:
+            cl.route_listeners.remove(self._route_event)
+        if self.streams is not None and hasattr(self.streams, "stop"):
+            r = self.streams.stop()
+            if asyncio.iscoroutine(r):
+                await r
+        if self.group is not None:
+            await self.group.stop()
+        if self._ic is not None:
+            for sub in list(self._ic.subs.values()):
+                self._ic.remove_sub(sub)
+        for f in self._replies.values():
+            if not f.done():
+                f.cancel()
+
+    # ---- peers ------------------------------------------------------------------------------------
+
+    def _route_event(self, what: str, rc: Any, info: Any) -> None:
+        """A route to another server registered (``added``, with its INFO) or its last route closed."""
+        rid = rc.remote_id
+        if what == "added":
+            if not info.jetstream:
+                return
+            if _is_rillet(info.go or ""):
+                self.rillet_js[rid] = info.server_name
+                self.registry.route_added(info.server_name, rid, info.cluster or self.name,
+                                          domain=info.domain, js=True)
+                # our statsz to the newcomer (its subscription to statsz crosses the route first)
+                for delay in (0.1, 0.5):
+                    self.loop.call_later(delay, self._send_statsz)
+            else:
+                self.go_js[rid] = info.server_name
+                self._isolate(info.server_name, info.version)
+        elif what == "gone":
+            self.registry.server_gone(rid)
+
+    def _send_statsz(self) -> None:
+        sa = getattr(self.server, "sysacc", None)
+        if self.running and sa is not None and sa.client is not None:
+            sa.publish_statsz(force=True)
+
+    def _isolate(self, name: str, version: str) -> None:
+        if self.isolated:
+            return
+        self.isolated = True
+        self.log.error(f"JetStream cluster: server {name!r} is a nats-server {version} running JetStream in "
+                       f"cluster {self.name!r}; Rillet servers can not share a JetStream meta group with "
+                       f"nats-server, JetStream on this server is unavailable (remove JetStream from one kind "
+                       f"of server or put them in separate clusters)")
+        if self._found_task is not None:
+            self._found_task.cancel()
+        if self.group is not None:
+            self.loop.create_task(self.group.stop())
+
+    def _foreign_peer(self, peer: str) -> None:
+        """A Rillet server spoke in _meta_ without being a member: the leader adds it (one at a time)."""
+        g = self.group
+        if g is None or not g.is_leader or peer in self.state.removed or self._adding is not None:
+            return
+        if peer in g.peers:
+            return
+        try:
+            g.add_peer(peer)
+        except Exception as e:  # (a configuration change in flight, or not yet possible: the next message retries)
+            self.log.debug(f"JetStream cluster: adding peer {peer} to the meta group deferred: {e}")
+            return
+        self._adding = peer
+        self.log.notice(f"JetStream cluster: adding server {self.registry.name_of(peer) or peer} to the meta group")
+        try:
+            self._propose(A.encode_peer_add(peer), lambda res, err: None)
+        except NotLeader:
+            pass
+        finally:
+            self._adding = None
+
+    def _refresh_local(self) -> None:
+        o = self.server.opts
+        mem, sto = self.js.max_memory, self.js.max_store
+        dmem, dsto = _default_limits()
+        cfg = JSConfig(mem if mem is not None and mem >= 0 else dmem, sto if sto is not None and sto >= 0 else dsto,
+                       o.jetstream.unique_tag)
+        t = self.js.totals()
+        ha = sum(1 for sa in self.state.iter_streams() if len(sa.group.peers) > 1 and self.peer in sa.group.peers)
+        self.registry.set_local(self.server.name, self.server.server_id, self.name, tags=o.tags,
+                                version=self.server_version(), cfg=cfg,
+                                stats=JSStats(t["memory"], t["storage"], 0, 0, ha))
+
+    @staticmethod
+    def server_version() -> str:
+        import rillet
+        return rillet.SERVER_VERSION
+
+    def statsz_section(self) -> dict:
+        """The ``jetstream`` section of this server's statsz (what other servers' placement reads)."""
+        ni = self.registry.get(self.peer)
+        cfg = ni.cfg if ni is not None and ni.cfg is not None else JSConfig()
+        st = ni.stats if ni is not None and ni.stats is not None else JSStats()
+        d: dict[str, Any] = {"config": {"max_memory": cfg.max_memory, "max_storage": cfg.max_storage,
+                                        "store_dir": self.store_dir},
+                             "stats": {"memory": st.memory, "storage": st.storage, "reserved_memory": 0,
+                                       "reserved_storage": 0, "accounts": len(self.js.accounts),
+                                       "ha_assets": st.ha_assets}}
+        if cfg.unique_tag:
+            d["config"]["unique_tag"] = cfg.unique_tag
+        if self.group is not None:
+            d["meta"] = MON.meta_cluster_info(self.meta_view(), name=A.META_GROUP, with_replicas=False)
+        return d
+
+    # ---- the meta group -----------------------------------------------------------------------------
+
+    def _on_timer(self) -> None:
+        if not self.running:
+            return
+        self._timer = self.loop.call_later(0.25, self._on_timer)
+        g = self.group
+        if g is None or not g.running:
+            return
+        now = self.loop.time()
+        leader = g.leader
+        if leader is not None:
+            self.leader_seen_at = now
+        if leader != self._last_leader:
+            self._last_leader = leader
+            if leader is None:
+                self.log.notice("JetStream cluster no metadata leader")
+            elif leader != self.peer:
+                self.log.notice(f"JetStream cluster new metadata leader: "
+                                f"{self.registry.name_of(leader) or leader}/{self.name}")
+        self._refresh_local()
+
+    def leaderless(self) -> bool:
+        """No meta leader known for LEADERLESS_AFTER seconds (or none ever, that long after start)."""
+        if self.isolated:
+            return True
+        g = self.group
+        now = self.loop.time()
+        if g is not None and g.leader is not None:
+            return False
+        return now - max(self.leader_seen_at, self.started_at) >= LEADERLESS_AFTER
+
+    def is_leader(self) -> bool:
+        return self.group is not None and self.group.is_leader and not self.isolated
+
+    def _leader_changed(self, leader: bool) -> None:
+        if leader:
+            self.log.notice("Self is new JetStream cluster metadata leader")
+            self._last_leader = self.peer
+            subj, body = MON.meta_leader_elected_advisory(self.peer, self.meta_view().replicas, self.name,
+                                                          time.time_ns(), self.js.domain)
+            if self._ic is not None:
+                self._ic.publish(subj.encode(), None, json.dumps(body).encode())
+        else:
+            waiters, self._waiters = self._waiters, {}
+            for _, cb in waiters.values():
+                cb(None, NotLeader())
+            self._inflight.clear()
+
+    def _propose(self, data: bytes, cb: Callable[[Any, Optional[BaseException]], None]) -> None:
+        idx, _ = self.group.propose(data)
+        self._waiters[idx] = (data, cb)
+
+    def _apply(self, index: int, data: bytes) -> None:
+        replay = index <= self._replay_through
+        try:
+            res = self.state.apply(data)
+        except A.MetaEntryError as e:
+            self.apply_error = str(e)
+            w = self._waiters.pop(index, None)
+            if w is not None:
+                w[1](None, e)
+            raise
+        if replay:
+            if res.stream is not None:
+                res.stream.reply = ""
+            if res.consumer is not None:
+                res.consumer.reply = ""
+        self._act(res)
+        w = self._waiters.pop(index, None)
+        if w is not None:
+            w[1](res, None) if w[0] == data else w[1](None, NotLeader())
+        g = self.group
+        if g is not None and index - g.node.offset >= COMPACT_EVERY:
+            g.compact()
+
+    def _act(self, res: A.Applied) -> None:
+        st = self.streams
+        if st is None or not res.changed:
+            return
+        op = res.op
+        if op in (A.EntryOp.ASSIGN_STREAM, A.EntryOp.UPDATE_STREAM):
+            st.stream_assigned(res.stream)
+        elif op == A.EntryOp.REMOVE_STREAM:
+            old = res.previous
+            for cn in sorted(old.consumers):
+                st.consumer_removed(old.consumers[cn])
+            st.stream_removed(old)
+        elif op == A.EntryOp.ASSIGN_CONSUMER:
+            st.consumer_assigned(res.consumer)
+        elif op == A.EntryOp.REMOVE_CONSUMER:
+            st.consumer_removed(res.previous)
+
+    def _restore(self, data: bytes) -> None:
+        """A snapshot (at start, or installed from the leader): the state is replaced and the streams
+        layer is told what appeared, changed or went."""
+        old = {(sa.account, sa.name): sa for sa in self.state.iter_streams()}
+        self.state.restore(data)
+        st = self.streams
+        if st is None:
+            return
+        new = {(sa.account, sa.name): sa for sa in self.state.iter_streams()}
+        for key, sa in old.items():
+            if key not in new:
+                for cn in sorted(sa.consumers):
+                    st.consumer_removed(sa.consumers[cn])
+                st.stream_removed(sa)
+        for key, sa in new.items():
+            sa.reply = ""
+            st.stream_assigned(sa)
+            osa = old.get(key)
+            for cn in sorted(sa.consumers):
+                st.consumer_assigned(sa.consumers[cn])
+            if osa is not None:
+                for cn in sorted(osa.consumers):
+                    if cn not in sa.consumers:
+                        st.consumer_removed(osa.consumers[cn])
+
+    # ---- info gathering (stream / consumer leaders) -------------------------------------------------
+
+    def _leader_stream_info(self, account: str, name: str) -> Optional[dict]:
+        """The stream info, when this server holds the stream's leader replica."""
+        st = self.streams
+        rep = st.replica(account, name) if st is not None else None
+        if rep is None or not rep.leader:
+            return None
+        return st.stream_info(account, name)
+
+    def _leader_consumer_info(self, account: str, stream: str, name: str) -> Optional[dict]:
+        """The consumer info, when this server holds the consumer's leader (its stream's leader)."""
+        st = self.streams
+        rep = st.replica(account, stream) if st is not None else None
+        if rep is None or not rep.leader:
+            return None
+        c = rep.consumers.get(name)
+        return c.info() if c is not None else None
+
+    def _on_stream_info_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                            msg: bytes) -> None:
+        if not reply or self.streams is None:
+            return
+        try:
+            q = json.loads(msg[hdr:] if hdr > 0 else msg)
+            info = self._leader_stream_info(q["account"], q["stream"])
+        except (ValueError, KeyError, TypeError) as e:
+            self.log.warn(f"JetStream cluster: bad stream info request: {e}")
+            return
+        if info is not None:
+            self._ic.publish(reply, None, gojson.go_json(info))
+
+    def _on_consumer_info_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                              msg: bytes) -> None:
+        if not reply or self.streams is None:
+            return
+        try:
+            q = json.loads(msg[hdr:] if hdr > 0 else msg)
+            info = self._leader_consumer_info(q["account"], q["stream"], q["consumer"])
+        except (ValueError, KeyError, TypeError) as e:
+            self.log.warn(f"JetStream cluster: bad consumer info request: {e}")
+            return
+        if info is not None:
+            self._ic.publish(reply, None, gojson.go_json(info))
+
+    def _on_reply(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        f = self._replies.pop(subject.decode(), None)
+        if f is not None and not f.done():
+            try:
+                f.set_result(json.loads(msg[hdr:] if hdr > 0 else msg))
+            except ValueError as e:
+                f.set_exception(e)
+
+    async def _ask(self, subject: str, q: dict, timeout: float = INFO_TIMEOUT) -> Optional[dict]:
+        inbox = f"$JSC.R.{self.peer}.{next(self._req_ids)}"
+        f = self.loop.create_future()
+        self._replies[inbox] = f
+        self._ic.publish(subject.encode(), inbox.encode(), json.dumps(q).encode())
+        try:
+            return await asyncio.wait_for(f, timeout)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            self._replies.pop(inbox, None)
+
+    async def stream_info(self, account: str, name: str, timeout: float = INFO_TIMEOUT) -> Optional[dict]:
+        """The stream info its leader gives (None: no leader answered)."""
+        if self.streams is None:
+            return None
+        info = self._leader_stream_info(account, name)
+        if info is not None:
+            return info
+        return await self._ask("$JSC.SI", {"account": account, "stream": name}, timeout)
+
+    async def consumer_info(self, account: str, stream: str, name: str,
+                            timeout: float = INFO_TIMEOUT) -> Optional[dict]:
+        if self.streams is None:
+            return None
+        info = self._leader_consumer_info(account, stream, name)
+        if info is not None:
+            return info
+        return await self._ask("$JSC.CI", {"account": account, "stream": stream, "consumer": name}, timeout)
+
+    def _answer_later(self, router: Any, reply: bytes | None, typ: str, get: Callable[[], Any],
+                      extra: Optional[dict] = None) -> None:
+        """Answer with the info ``get()`` (a coroutine) gives, retried until the group has a leader."""
+        if not reply:
+            return
+
+        async def run() -> None:
+            deadline = self.loop.time() + ANSWER_WITHIN
+            while self.running:
+                info = await get()
+                if info is not None:
+                    router.respond(reply, {"type": typ, **info, **(extra or {})})
+                    return
+                if self.loop.time() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            self.log.warn(f"JetStream cluster: no leader gave its info within {ANSWER_WITHIN:g}s: "
+                          f"{typ} not answered")
+        self.loop.create_task(run())
+
+    # ---- the $JS.API ------------------------------------------------------------------------------------
+
+    def route_api(self, router: Any, key: str, args: list[str], reply: bytes | None, hdr: bytes,
+                  body: bytes) -> bool:
+        """Called by ``ApiRouter.on_request`` for every request in a JetStream account. True when the
+        request is handled here (answered, or deliberately left to another server)."""
+        if key not in META_KEYS:
+            return self._stream_level(router, key, args, reply)
+        if not self.is_leader():
+            if self.leaderless() and reply:
+                self._error(router, reply, key, ApiError.make("CLUSTER_NOT_AVAIL"))
+            return True
+        handler = getattr(self, "_api_" + key.replace(".", "_").lower())
+        try:
+            handler(router, args, reply, hdr, body)
+        except ApiError as e:
+            self._error(router, reply, key, e)
+        except PlacementError as e:
+            self._error(router, reply, key, e.api_error())
+        except NotLeader:
+            pass  # (lost leadership between the check and the proposal: the new leader is asked again)
+        except Exception as e:
+            self.log.error(f"JetStream cluster: API error handling {key}: {e!r}")
+            self._error(router, reply, key, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+        else:
+            router.jsa.api_total += 1
+        return True
+
+    def _stream_level(self, router: Any, key: str, args: list[str], reply: bytes | None) -> bool:
+        """A request for a stream or consumer leader: the streams layer's gate answers where the stream
+        has a replica (False here); a stream the meta layer does not know is "not found" from the meta
+        leader only (the single-server handler answers it there); one held elsewhere: silence."""
+        if not args:
+            return False
+        acc = router.jsa.account.name
+        st = self.streams
+        if st is not None and st.replica(acc, args[0]) is not None:
+            return False
+        if self.is_leader():
+            return self.state.stream(acc, args[0]) is not None
+        if self.leaderless() and reply:
+            from rillet.jetstream.api import _type_for
+            h = router.handlers.get(key)
+            d = {"type": _type_for(h) if h is not None else T + "error_response",
+                 "error": ApiError.make("CLUSTER_NOT_AVAIL").to_dict()}
+            if key in ("STREAM.INFO", "CONSUMER.INFO"):
+                d.update({"total": 0, "offset": 0, "limit": 0})
+            router.respond(reply, d)
+        return True
+
+    def _error(self, router: Any, reply: bytes | None, key: str, err: Any) -> None:
+        router.jsa.api_total += 1
+        router.jsa.api_errors += 1
+        d: dict[str, Any] = {"type": T + _TYPES[key], "error": err.to_dict()}
+        if key in _LIST_FIELDS:
+            d.update({"total": 0, "offset": 0, "limit": 0, _LIST_FIELDS[key]: None})
+        router.respond(reply, d)
+
+    def _client(self, acc: str) -> dict:
+        return {"acc": acc, "server": self.server.name, "cluster": self.name}
+
+    def _lookup(self, acc: str) -> Callable[[str], Any]:
+        def lookup(name: str) -> Any:
+            sa = self.state.stream(acc, name)
+            return _stream_cfg(sa.config) if sa is not None else None
+        return lookup
+
+    def _overlap(self, acc: str, skip: str = "") -> Callable[[list[str]], bool]:
+        def check(subjects: list[str]) -> bool:
+            for sa in self.state.streams.get(acc, {}).values():
+                if sa.name == skip:
+                    continue
+                for b in sa.config.get("subjects") or ():
+                    if any(subjects_collide(a, b) for a in subjects):
+                        return True
+            return False
+        return check
+
+    def _place_kw(self) -> dict:
+        usage = peer_usage(sa.group.peers for sa in self.state.iter_streams())
+        return {"usage": usage, "unique_tag": self.server.opts.jetstream.unique_tag}
+
+    def _api_info(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        jsa = router.jsa
+        acc = jsa.account.name
+        streams = list(self.state.streams.get(acc, {}).values())
+        mem, sto, _, _ = jsa.usage()
+        rmem = sum(max(int(sa.config.get("max_bytes") or 0), 0) for sa in streams
+                   if sa.config.get("storage") == "memory")
+        rsto = sum(max(int(sa.config.get("max_bytes") or 0), 0) for sa in streams
+                   if sa.config.get("storage", "file") == "file")
+        d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
+                             "reserved_memory": rmem, "reserved_storage": rsto, "streams": len(streams),
+                             "consumers": sum(len(sa.consumers) for sa in streams),
+                             "limits": gojson.to_go(jsa.limits)}
+        if self.js.domain:
+            d["domain"] = self.js.domain
+        from rillet.jetstream.api import API_LEVEL
+        d["api"] = {"level": API_LEVEL, "total": jsa.api_total, "errors": jsa.api_errors}
+        router.respond(reply, d)
+
+    # streams
+
+    def _api_stream_create(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                           body: bytes) -> None:
+        typ = T + "stream_create_response"
+        jsa = router.jsa
+        acc = jsa.account.name
+        name = args[0] if args else ""
+        existing = self.state.stream(acc, name)
+        cfg = SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
+                                         subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
+                                         clustered=True,
+                                         existing=_stream_cfg(existing.config) if existing is not None else None)
+        if existing is not None:
+            self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name))
+            return
+        key = (acc, cfg.name)
+        waiting = self._inflight.get(key)
+        if waiting is not None:  # the same create still on its way through the log
+            waiting.append(lambda: self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name)))
+            return
+        router._check_supported(cfg)
+        lim = jsa.limits
+        if lim.max_streams > 0 and len(self.state.streams.get(acc, {})) >= lim.max_streams:
+            raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
+        d = _cfg_dict(cfg)
+        pc = PlacementConfig.from_stream_config(d)
+        self._refresh_local()
+        nodes = self.registry.nodes
+        rg = create_stream_group(pc, self.name, nodes, self.group.peers, **self._place_kw())
+        rg.preferred = preferred_leader(rg.peers, nodes)
+        sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc),
+                                created=time.time_ns(), subject=f"$JS.API.STREAM.CREATE.{name}",
+                                reply=(reply or b"").decode())
+        self._inflight[key] = []
+
+        def done(res: Any, err: Optional[BaseException]) -> None:
+            later = self._inflight.pop(key, None) or []
+            if err is not None:
+                return  # (leadership lost: not committed here; the client retries)
+            self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name), {"did_create": True})
+            for fn in later:
+                fn()
+        try:
+            self._propose(A.encode_assign_stream(sa), done)
+        except NotLeader:
+            self._inflight.pop(key, None)
+            raise
+
+    def _api_stream_update(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                           body: bytes) -> None:
+        typ = T + "stream_update_response"
+        jsa = router.jsa
+        acc = jsa.account.name
+        name = args[0] if args else ""
+        sa = self.state.stream(acc, name)
+        cons = [(n, _consumer_cfg(ca.config)) for n, ca in sa.consumers.items()] if sa is not None else None
+        cfg = SC.normalize_stream_update(_stream_cfg(sa.config) if sa is not None else None, body,
+                                         subject_name=name, lookup_stream=self._lookup(acc),
+                                         subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
+                                         clustered=True, consumers=cons)
+        assert sa is not None
+        router._check_supported(cfg)
+        d = _cfg_dict(cfg)
+        group = A.RaftGroup(sa.group.name, list(sa.group.peers), sa.group.storage, sa.group.cluster,
+                            sa.group.preferred)
+        want = cfg.num_replicas or 1
+        if want > len(group.peers):
+            self._refresh_local()
+            group.peers = select_peer_group(want, group.cluster or self.name, PlacementConfig.from_stream_config(d),
+                                            self.registry.nodes, self.group.peers, existing=group.peers,
+                                            **self._place_kw())
+            group.scale_up = True
+        elif want < len(group.peers):
+            keep = [p for p in group.peers if p == group.preferred][:1]
+            keep += [p for p in group.peers if p not in keep][:want - len(keep)]
+            group.peers = keep
+        nsa = A.StreamAssignment(config=d, group=group, sync=sa.sync, client=sa.client, created=sa.created,
+                                 subject=f"$JS.API.STREAM.UPDATE.{name}", reply=(reply or b"").decode())
+
+        def done(res: Any, err: Optional[BaseException]) -> None:
+            if err is None:
+                self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name))
+        self._propose(A.encode_update_stream(nsa), done)
+
+    def _api_stream_delete(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                           body: bytes) -> None:
+        typ = T + "stream_delete_response"
+        acc = router.jsa.account.name
+        sa = self.state.stream(acc, args[0] if args else "")
+        if sa is None:
+            raise ApiError.make("STREAM_NOT_FOUND")
+        rm = A.StreamAssignment(config=sa.config, group=sa.group, sync=sa.sync, client=sa.client,
+                                created=sa.created, subject=f"$JS.API.STREAM.DELETE.{sa.name}",
+                                reply=(reply or b"").decode())
+
+        def done(res: Any, err: Optional[BaseException]) -> None:
+            if err is None:
+                if res.changed:
+                    router.respond(reply, {"type": typ, "success": True})
+                else:
+                    self._error(router, reply, "STREAM.DELETE", ApiError.make("STREAM_NOT_FOUND"))
+        self._propose(A.encode_remove_stream(rm), done)
+
+    def _matching_streams(self, acc: str, req: dict) -> list[A.StreamAssignment]:
+        subj = req.get("subject") or ""
+        out = sorted(self.state.streams.get(acc, {}).values(), key=lambda sa: sa.name)
+        if subj:
+            out = [sa for sa in out if any(subjects_collide(subj, x) for x in sa.config.get("subjects") or ())]
+        return out
+
+    def _api_stream_names(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                          body: bytes) -> None:
+        req = router.parse(body) or {}
+        streams = self._matching_streams(router.jsa.account.name, req)
+        offset = int(req.get("offset") or 0)
+        page = streams[offset:offset + JSON_LIMIT]
+        router.respond(reply, {"type": T + "stream_names_response", "total": len(streams), "offset": offset,
+                               "limit": JSON_LIMIT, "streams": [sa.name for sa in page]})
+
+    def _api_stream_list(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                         body: bytes) -> None:
+        req = router.parse(body) or {}
+        acc = router.jsa.account.name
+        streams = self._matching_streams(acc, req)
+        offset = int(req.get("offset") or 0)
+        page = streams[offset:offset + LIST_LIMIT]
+
+        async def run() -> None:
+            infos = await asyncio.gather(*(self.stream_info(acc, sa.name) for sa in page))
+            got = [i for i in infos if i is not None]
+            missing = [sa.name for sa, i in zip(page, infos) if i is None]
+            router.respond(reply, {"type": T + "stream_list_response", "total": len(streams), "offset": offset,
+                                   "limit": LIST_LIMIT, "streams": got, "missing": missing or None})
+        self.loop.create_task(run())
+
+    def _api_stream_peer_remove(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                                body: bytes) -> None:
+        typ = T + "stream_remove_peer_response"
+        acc = router.jsa.account.name
+        sa = self.state.stream(acc, args[0] if args else "")
+        if sa is None:
+            raise ApiError.make("STREAM_NOT_FOUND")
+        req = router.parse(body)
+        if not isinstance(req, dict) or not req.get("peer"):
+            raise ApiError.make("BAD_REQUEST")
+        who = str(req["peer"])
+        peer = next((p for p in sa.group.peers if p == who or self.registry.name_of(p) == who), None)
+        if peer is None:
+            raise ApiError.make("CLUSTER_PEER_NOT_MEMBER")
+        if len(sa.group.peers) == 1:
+            raise ApiError.make("CLUSTER_PEER_NOT_MEMBER")
+        rest = [p for p in sa.group.peers if p != peer]
+        try:
+            self._refresh_local()
+            peers = select_peer_group(len(sa.group.peers), sa.group.cluster or self.name,
+                                      PlacementConfig.from_stream_config(sa.config), self.registry.nodes,
+                                      self.group.peers, existing=rest, ignore=[peer], **self._place_kw())
+        except PlacementError:
+            peers = rest  # no replacement available: the group shrinks
+        group = A.RaftGroup(sa.group.name, peers, sa.group.storage, sa.group.cluster,
+                            sa.group.preferred if sa.group.preferred != peer else "")
+        nsa = A.StreamAssignment(config=sa.config, group=group, sync=sa.sync, client=sa.client, created=sa.created)
+
+        def done(res: Any, err: Optional[BaseException]) -> None:
+            if err is None:
+                router.respond(reply, {"type": typ, "success": True})
+        self._propose(A.encode_update_stream(nsa), done)
+
+    # consumers
+
+    def _api_consumer_create(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                             body: bytes) -> None:
+        if args:
+            self._consumer_create(router, ["CREATE", *args], reply, body)
+
+    def _api_consumer_durable_create(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                                     body: bytes) -> None:
+        self._consumer_create(router, ["DURABLE", "CREATE", *args], reply, body)
+
+    def _consumer_create(self, router: Any, tokens: list[str], reply: bytes | None, body: bytes) -> None:
+        typ = T + "consumer_create_response"
+        jsa = router.jsa
+        acc = jsa.account.name
+        req = gojson.go_decode(body, C.CreateConsumerRequest)
+        stream_name, cname, _ = CC.parse_consumer_create_subject(tokens, req)
+        sa = self.state.stream(acc, stream_name)
+        if sa is None:
+            raise ApiError.make("STREAM_NOT_FOUND")
+        name = req.config.durable_name or req.config.name or cname
+        existing = sa.consumers.get(name) if name else None
+        others = [_consumer_cfg(ca.config) for ca in sa.consumers.values() if ca is not existing]
+        acc_lim = jsa.limits
+        if isinstance(acc_lim, dict):
+            acc_lim = C.AccountLimits(max_consumers=acc_lim.get("max_consumers", -1))
+        scfg = _stream_cfg(sa.config)
+        cfg = CC.normalize_consumer_config(
+            scfg, req.config, req.action, pedantic=req.pedantic,
+            existing=_consumer_cfg(existing.config) if existing is not None else None, others=others,
+            account_limits=acc_lim, deliver_subject_in_use=lambda subj: jsa.account.sublist.has_interest(subj))
+        if existing is not None and C.configs_equal(_consumer_cfg(existing.config), cfg):
+            self._answer_later(router, reply, typ, lambda: self.consumer_info(acc, stream_name, name))
+            return
+        if not name:
+            from rillet.jetstream.consumer import new_consumer_name
+            while True:
+                name = new_consumer_name()
+                if name not in sa.consumers:
+                    break
+            cfg.name = name
+        d = _cfg_dict(cfg)
+        if existing is not None:
+            group = existing.group
+        else:
+            self._refresh_local()
+            group = create_consumer_group(d, sa.config, sa.group, self.registry.nodes)
+            group.preferred = preferred_leader(group.peers, self.registry.nodes)
+        ca = A.ConsumerAssignment(name=name, stream=stream_name, config=d, group=group, client=self._client(acc),
+                                  created=existing.created if existing is not None else time.time_ns(),
+                                  subject=f"$JS.API.CONSUMER.CREATE.{stream_name}", reply=(reply or b"").decode())
+
+        def done(res: Any, err: Optional[BaseException]) -> None:
+            if err is None:
+                self._answer_later(router, reply, typ, lambda: self.consumer_info(acc, stream_name, name))
+        self._propose(A.encode_assign_consumer(ca), done)
+
+    def _api_consumer_delete(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                             body: bytes) -> None:
+        if len(args) != 2:
+            return
+        typ = T + "consumer_delete_response"
+        acc = router.jsa.account.name
+        sa = self.state.stream(acc, args[0])
+        if sa is None:
+            raise ApiError.make("STREAM_NOT_FOUND")
+        ca = sa.consumers.get(args[1])
+        if ca is None:
+            raise ApiError.make("CONSUMER_NOT_FOUND")
+        rm = A.ConsumerAssignment(name=ca.name, stream=ca.stream, config=ca.config, group=ca.group,
+                                  client=ca.client, created=ca.created,
+                                  subject=f"$JS.API.CONSUMER.DELETE.{ca.stream}.{ca.name}")
+
+        def done(res: Any, err: Optional[BaseException]) -> None:
+            if err is None:
+                router.respond(reply, {"type": typ, "success": True})
+        self._propose(A.encode_remove_consumer(rm), done)
+
+    def _consumers_of(self, router: Any, args: list[str]) -> A.StreamAssignment:
+        sa = self.state.stream(router.jsa.account.name, args[0] if args else "")
+        if sa is None:
+            raise ApiError.make("STREAM_NOT_FOUND")
+        return sa
+
+    def _api_consumer_names(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                            body: bytes) -> None:
+        req = router.parse(body) or {}
+        sa = self._consumers_of(router, args)
+        names = sorted(sa.consumers)
+        offset = int(req.get("offset") or 0)
+        router.respond(reply, {"type": T + "consumer_names_response", "total": len(names), "offset": offset,
+                               "limit": JSON_LIMIT, "consumers": names[offset:offset + JSON_LIMIT]})
+
+    def _api_consumer_list(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                           body: bytes) -> None:
+        req = router.parse(body) or {}
+        sa = self._consumers_of(router, args)
+        acc = router.jsa.account.name
+        names = sorted(sa.consumers)
+        offset = int(req.get("offset") or 0)
+        page = names[offset:offset + LIST_LIMIT]
+
+        async def run() -> None:
+            infos = await asyncio.gather(*(self.consumer_info(acc, sa.name, n) for n in page))
+            got = [i for i in infos if i is not None]
+            missing = [n for n, i in zip(page, infos) if i is None]
+            router.respond(reply, {"type": T + "consumer_list_response", "total": len(names), "offset": offset,
+                                   "limit": LIST_LIMIT, "consumers": got, "missing": missing or None})
+        self.loop.create_task(run())
+
+    # ---- system account: META.LEADER.STEPDOWN, SERVER.REMOVE --------------------------------------------
+
+    def _on_sys_api(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if not self.is_leader() or not reply:
+            return  # (only the meta leader listens, in nats-server's words)
+        key = "META.LEADER.STEPDOWN" if b".META.LEADER.STEPDOWN" in subject else "SERVER.REMOVE"
+        body = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+        typ = T + _TYPES[key]
+
+        def respond(d: dict) -> None:
+            self._ic.publish(reply, None, gojson.go_json({"type": typ, **d}))
+        try:
+            req = json.loads(body) if body.strip() else {}
+            if not isinstance(req, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            respond({"error": ApiError.make("INVALID_JSON", err=str(e)).to_dict()})
+            return
+        g = self.group
+        if key == "META.LEADER.STEPDOWN":
+            pl = req.get("placement") or {}
+            if pl.get("tags"):
+                respond({"error": ApiError.make("CLUSTER_TAGS").to_dict()})
+                return
+            to = None
+            pref = pl.get("preferred") or ""
+            if pref:
+                to = next((p for p in g.peers if p != self.peer and (self.registry.name_of(p) == pref or p == pref)),
+                          None)
+                if to is None:
+                    respond({"error": ApiError.make("CLUSTER_NO_PEERS",
+                                                    err=f"preferred server {pref!r} not known").to_dict()})
+                    return
+            respond({"success": True})
+            try:
+                g.stepdown(to)
+            except (NotLeader, ValueError) as e:
+                self.log.warn(f"JetStream cluster: meta leader stepdown failed: {e}")
+            return
+        who = str(req.get("peer_id") or req.get("peer") or "")
+        peer = next((p for p in g.peers if who and (p == who or self.registry.name_of(p) == who)), None)
+        if peer is None:
+            respond({"error": ApiError.make("CLUSTER_SERVER_NOT_MEMBER").to_dict()})
+            return
+        try:
+            g.remove_peer(peer)
+        except NotLeader:
+            return
+        except Exception as e:
+            self.log.warn(f"JetStream cluster: removing {who} from the meta group: {e}")
+            respond({"error": ApiError.make("CLUSTER_SERVER_MEMBER_CHANGE_INFLIGHT").to_dict()})
+            return
+        self._propose(A.encode_peer_remove(peer), lambda res, err: None)
+        respond({"success": True})
+
+    # ---- monitoring -------------------------------------------------------------------------------------
+
+    def meta_view(self) -> MON.MetaView:
+        g = self.group
+        if g is None or g.node is None:
+            return MON.MetaView(self.name, running=False, current=False)
+        st = g.status()
+        leader = st["leader"] or ""
+        reps = []
+        for p in st["voters"]:
+            if p == self.peer:
+                continue
+            ps = st["peers"].get(p)
+            ni = self.registry.get(p)
+            if ps is not None:
+                reps.append(MON.PeerState(self.registry.name_of(p), p, ps["current"], ps["active_ns"], ps["lag"],
+                                          offline=ni is not None and ni.offline))
+            else:
+                reps.append(MON.PeerState(self.registry.name_of(p), p, current=bool(leader),
+                                          offline=ni is not None and ni.offline))
+        n = g.node
+        return MON.MetaView(self.name, leader=self.registry.name_of(leader) if leader else "", leader_peer=leader,
+                            replicas=reps, cluster_size=len(st["voters"]), quorum_needed=st["quorum_needed"],
+                            pending=n.last_index() - n.applied,
+                            snapshot=MON.MetaSnapshotStats(pending_entries=n.last_index() - n.offset),
+                            running=g.running, current=bool(leader) and n.applied >= n.commit,
+                            write_error=g.write_error, apply_error=self.apply_error or g.apply_error)
+
+    def jsz_meta(self) -> dict:
+        return MON.meta_cluster_info(self.meta_view())
+
+    def raftz_view(self) -> MON.RaftGroupView:
+        g = self.group
+        st = g.status()
+        peers = {p: MON.RaftPeerView(self.registry.name_of(p) or p, True,
+                                     st["peers"].get(p, {}).get("match", 0),
+                                     st["peers"].get(p, {}).get("active_ns", -1))
+                 for p in st["voters"] if p != self.peer}
+        return MON.RaftGroupView(id=self.peer, state=st["state"], size=st["size"], quorum_needed=st["quorum_needed"],
+                                 committed=st["committed"], applied=st["applied"], leader=st["leader"] or "",
+                                 leader_since_ns=st["leader_since_ns"], ever_had_leader=st["ever_had_leader"],
+                                 term=st["term"], voted_for=st["vote"] or "", pterm=st["last_term"],
+                                 pindex=st["last_index"], wal={"messages": st["last_index"] - st["snapshot_index"]},
+                                 wal_error=st["write_error"], peers=peers)
