@@ -11,7 +11,6 @@ import contextlib
 import io
 import shutil
 
-import nats
 import pytest
 
 from helpers import free_port
