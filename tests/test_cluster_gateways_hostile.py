@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import io
 import json
+import shutil
 
 import pytest
 
@@ -158,11 +159,14 @@ async def test_malformed_protocol_from_an_inbound_gateway(kind):
         await still_working(a, b, kind)
 
 
-@pytest.mark.parametrize("connect, err, log_words", [
+AUTH_CASES = [
     ({"gateway": "Q"}, b"-ERR 'Connection to gateway \"A\" rejected'\r\n", 'Rejecting connection from gateway "Q"'),
     ({"password": "bad"}, b"-ERR 'Authorization Violation'\r\n", "authentication error"),
     ({"user": "nobody"}, b"-ERR 'Authorization Violation'\r\n", "authentication error"),
-])
+]
+
+
+@pytest.mark.parametrize("connect, err, log_words", AUTH_CASES)
 async def test_unknown_gateway_and_bad_auth_refused(connect, err, log_words):
     buf = io.StringIO()
     async with pair(buf) as (a, b):
@@ -259,3 +263,41 @@ async def test_peer_that_stops_reading_is_closed_and_the_rest_goes_on(monkeypatc
             await still_working(a, b, "stalled")
     finally:
         listener.close()
+
+
+# ==== the same bytes to a live nats-server ====================================================================
+
+GO_SERVER = shutil.which("nats-server")
+
+
+@pytest.fixture(scope="module")
+def go_gateway_port():
+    from test_cluster_gateways import go_server
+    cport, gport = free_port(), free_port()
+    conf = (f"port: {cport}\nserver_name: go-a0\n"
+            f"gateway {{ name: A, listen: 127.0.0.1:{gport}, authorization {{ user: gw, password: pw }}\n"
+            f'reject_unknown_cluster: true, gateways: [{{name: B, url: "nats://127.0.0.1:{free_port()}"}}] }}\n')
+    with go_server(conf, [cport, gport]):
+        yield gport
+
+
+@pytest.mark.skipif(GO_SERVER is None, reason="nats-server binary not on PATH")
+@pytest.mark.parametrize("kind", [k for k in PROTOCOL_CASES if k != "a_plus_on_inbound"])  # (it crashes Go)
+async def test_nats_server_answers_the_same(kind, go_gateway_port):
+    """The -ERR lines nats-server sends for each malformed input, and that it closes the connection, are
+    what the table above (and so Rillet) says."""
+    payload, err, _, _ = PROTOCOL_CASES[kind]
+    peer = await FakeInbound.dial(go_gateway_port)
+    await asyncio.sleep(0.05)
+    await peer.send(payload)
+    data = await peer.until_closed()
+    errs = [ln + b"\r\n" for ln in data.split(b"\r\n") if ln.startswith(b"-ERR")]
+    assert errs == ([err] if err is not None else []), data[-300:]
+
+
+@pytest.mark.skipif(GO_SERVER is None, reason="nats-server binary not on PATH")
+@pytest.mark.parametrize("connect, err, log_words", AUTH_CASES)
+async def test_nats_server_refuses_the_same(connect, err, log_words, go_gateway_port):
+    peer = await FakeInbound.dial(go_gateway_port, **connect)
+    data = await peer.until_closed()
+    assert data.endswith(err), data[-300:]
