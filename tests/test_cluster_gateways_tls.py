@@ -308,9 +308,13 @@ async def test_reload_accepts_tls_changes_and_rechecks_pinned_certs(pki):
         # the same block: nothing happens
         a.reload(load_string(_text(pki, p[0], tls_block(pki, extra=f'pinned_certs: ["{pki["ca_pin"]}"]'))))
         assert "B" in a.gateway.out
-        # a tls timeout change: refused as nats-server (the timeouts are compared)
+        # a tls timeout change: refused as nats-server (the timeouts are compared: 2 s is the default)
         with pytest.raises(ValueError, match=r"^config reload not supported for Gateway: old=\{name:A "):
             a.reload(load_string(_text(pki, p[0], tls_block(pki, extra="timeout: 5"))))
+        a.reload(load_string(_text(pki, p[0], tls_block(pki, extra=f'timeout: 2, pinned_certs: ["{pki["ca_pin"]}"]'))))
+        # TLS off: refused too (nats-server's default authorization timeout follows the tls timeout)
+        with pytest.raises(ValueError, match=r"^config reload not supported for Gateway"):
+            a.reload(load_string(_text(pki, p[0], "")))
         # another key pinned: B's connections go, and B's next ones are refused
         a.reload(load_string(_text(pki, p[0], tls_block(pki, extra=f'pinned_certs: ["{pki["other_ca_pin"]}"]'))))
         assert "Disconnect 2 clients due to pinned certs reload" in buf_a.getvalue()

@@ -1083,11 +1083,16 @@ def _queue_b(sub: Any) -> bytes | None:
 
 def _without_tls(g: Any) -> Any:
     """The gateway block as nats-server compares it on reload: its tls {} blocks left out (the block's and
-    the remotes'), tls timeouts kept."""
+    the remotes'), the timeouts kept as nats-server's defaults make them (the block's tls timeout 2 s when
+    not written, its authorization timeout the tls timeout + 1 s with TLS, else 2 s; a remote's tls timeout
+    as written)."""
     import dataclasses
+
+    from rillet.cluster.gateway_conn import auth_timeout
     if g is None:
         return None
-    return dataclasses.replace(g, tls=None, gateways=[dataclasses.replace(r, tls=None) for r in g.gateways])
+    return dataclasses.replace(g, tls=None, tls_timeout=g.tls_timeout or 2.0, auth_timeout=auth_timeout(g),
+                               gateways=[dataclasses.replace(r, tls=None) for r in g.gateways])
 
 
 def check_reload(server: Any, new_opts: Any) -> None:

@@ -107,7 +107,7 @@ class GatewayConn(ServerConn):
             if not self.tls_checked("gateway", gw.pins(self), no_reconnect=True):
                 return
             self.parser.awaiting_connect = True
-            self._auth_timer = srv.loop.call_later(gw.opts.auth_timeout or 2.0, self._auth_timeout)
+            self._auth_timer = srv.loop.call_later(auth_timeout(gw.opts), self._auth_timeout)
             self.out += gw.info_frame()
             self.flush()
             srv.flush_clients()
@@ -438,6 +438,14 @@ class GatewayConn(ServerConn):
 
     def __repr__(self) -> str:
         return f"<GatewayConn gid:{self.cid} {self.name} {'outbound' if self.outbound else 'inbound'}>"
+
+
+def auth_timeout(g: Any) -> float:
+    """Seconds an inbound connection has to send its CONNECT: the authorization timeout, else nats-server's
+    default for gateways (the tls timeout + 1 s with TLS, else 2 s)."""
+    if g.auth_timeout:
+        return g.auth_timeout
+    return (g.tls.timeout + 1.0) if g.tls is not None else 2.0
 
 
 def _rtt(c: GatewayConn) -> float:
