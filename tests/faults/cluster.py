@@ -1,0 +1,261 @@
+"""A 3-server JetStream cluster of subprocesses (``rillet-server`` or Go's ``nats-server``), each server in
+its own network namespace, and the network faults the nemesis makes.
+
+The namespaces, veth pairs and bridge are ``scripts/cluster_faults.py``'s ``Netns`` (imported from there,
+not copied). On top of it, :class:`Lab` cuts single links between two servers: a blackhole route for the
+peer's address inside each of the two namespaces (this kernel has no iptables and no tc actions; a
+blackhole route drops every packet the server sends to that peer, so with one on each side nothing
+passes either way, while clients, on the host side of the bridge, still reach both servers - the Jepsen
+set-up, where partitions are between the database nodes). ``link_down`` takes a server's veth down
+instead, cutting it from its clients too.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _cluster_faults_module():
+    """scripts/cluster_faults.py (the core-NATS fault script), loaded by path for its Netns."""
+    name = "cluster_faults"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", "cluster_faults.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+class Lab:
+    """Network namespaces for ``n`` servers with single-link cuts. ``up()`` raises OSError when namespaces
+    are not permitted here."""
+
+    def __init__(self, n: int) -> None:
+        self.net = _cluster_faults_module().Netns(n)
+        self.n = n
+        self.ns = self.net.ns
+        self.ips = self.net.ips
+        self.cut_pairs: set[tuple[int, int]] = set()
+        self.links_down: set[int] = set()
+
+    def up(self) -> None:
+        try:
+            self.net.up()
+        except OSError:
+            self.net.down()
+            raise
+
+    def _route(self, verb: str, i: int, j: int) -> None:
+        self.net.ip("-n", self.ns[i], "route", verb, "blackhole", f"{self.ips[j]}/32")
+
+    def cut(self, i: int, j: int) -> None:
+        a, b = min(i, j), max(i, j)
+        if (a, b) in self.cut_pairs:
+            return
+        self._route("add", a, b)
+        self._route("add", b, a)
+        self.cut_pairs.add((a, b))
+
+    def mend(self, i: int, j: int) -> None:
+        a, b = min(i, j), max(i, j)
+        if (a, b) not in self.cut_pairs:
+            return
+        self._route("del", a, b)
+        self._route("del", b, a)
+        self.cut_pairs.discard((a, b))
+
+    def isolate(self, i: int) -> None:
+        for j in range(self.n):
+            if j != i:
+                self.cut(i, j)
+
+    def link_down(self, i: int) -> None:
+        self.net.cut(i)
+        self.links_down.add(i)
+
+    def link_up(self, i: int) -> None:
+        self.net.heal(i)
+        self.links_down.discard(i)
+
+    def heal_all(self) -> None:
+        for a, b in sorted(self.cut_pairs):
+            self.mend(a, b)
+        for i in sorted(self.links_down):
+            self.link_up(i)
+
+    def describe(self) -> str:
+        parts = [f"n{a}-x-n{b}" for a, b in sorted(self.cut_pairs)] + [f"n{i} link down" for i in sorted(self.links_down)]
+        return ", ".join(parts) or "none"
+
+    def down(self) -> None:
+        self.net.down()
+
+
+def server_command(kind: str) -> list[str]:
+    if kind == "go":
+        exe = shutil.which("nats-server")
+        if exe is None:
+            raise OSError("nats-server is not on PATH")
+        return [exe]
+    if kind == "rillet":
+        return [sys.executable, "-m", "rillet.server"]
+    raise ValueError(f"unknown server kind {kind!r} (rillet or go)")
+
+
+class Node:
+    """One JetStream server of the cluster, as a subprocess started from a config file."""
+
+    def __init__(self, i: int, kind: str, hosts: list[str], ports: list[tuple[int, int, int]], netns: str,
+                 tmp: str, sync: str = "always") -> None:
+        self.i, self.kind, self.name = i, kind, f"n{i}"
+        self.host, self.netns = hosts[i], netns
+        self.port, self.cport, self.http = ports[i]
+        self.store = os.path.join(tmp, f"{self.name}-store")
+        self.conf = os.path.join(tmp, f"{self.name}.conf")
+        self.logfile = os.path.join(tmp, f"{self.name}.log")
+        routes = ", ".join(f'"nats-route://{hosts[j]}:{ports[j][1]}"' for j in range(len(ports)) if j != i)
+        sync_line = "  sync_interval: always\n" if sync == "always" else ""
+        with open(self.conf, "w") as f:
+            f.write(f'server_name: "{self.name}"\nlisten: "{self.host}:{self.port}"\nhttp: "{self.host}:{self.http}"\n'
+                    f'jetstream {{\n  store_dir: "{self.store}"\n{sync_line}}}\n'
+                    f'cluster {{\n  name: "jsfaults"\n  listen: "{self.host}:{self.cport}"\n  routes: [{routes}]\n}}\n')
+        self.proc: subprocess.Popen | None = None
+        self.paused = False
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        with open(self.logfile, "a") as out:
+            out.write(f"==== start {self.starts} at {time.strftime('%H:%M:%S')}\n")
+            out.flush()
+            self.proc = subprocess.Popen(prefix + server_command(self.kind) + ["-c", self.conf],
+                                         stdout=out, stderr=subprocess.STDOUT)
+        self.starts += 1
+        self.paused = False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            if self.paused:
+                self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.paused = False
+
+    def pause(self) -> None:
+        if self.alive() and not self.paused:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.alive() and self.paused:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.alive():
+            self.resume()
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def http_json(self, path: str, timeout: float = 2.0) -> Any:
+        return json.loads(urllib.request.urlopen(f"http://{self.host}:{self.http}{path}", timeout=timeout).read())
+
+    def jsz_streams(self) -> dict[str, dict] | None:
+        """Stream name -> {"state": ..., "consumers": set of names} as this server holds them (/jsz), or None
+        when it does not answer."""
+        try:
+            z = self.http_json("/jsz?accounts=true&streams=true&consumers=true&config=true")
+        except (OSError, ValueError):
+            return None
+        out: dict[str, dict] = {}
+        for acc in z.get("account_details") or []:
+            for sd in acc.get("stream_detail") or []:
+                out[sd["name"]] = {"state": sd.get("state") or {},
+                                   "consumers": {c["name"] for c in sd.get("consumer_detail") or []},
+                                   "cluster": sd.get("cluster") or {}}
+        return out
+
+
+class Cluster:
+    """Three (``n``) servers of one kind in namespaces (``lab``) or on 127.0.0.1 (``lab`` None)."""
+
+    def __init__(self, kind: str, tmp: str, lab: Lab | None, n: int = 3, sync: str = "always") -> None:
+        self.kind, self.tmp, self.lab = kind, tmp, lab
+        hosts = lab.ips if lab else ["127.0.0.1"] * n
+        ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
+        self.nodes = [Node(i, kind, hosts, ports, lab.ns[i] if lab else "", tmp, sync) for i in range(n)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    def urls_from(self, i: int) -> list[str]:
+        """Every server's URL, server ``i`` first (a client prefers it and fails over to the others)."""
+        u = self.urls
+        i %= len(u)
+        return u[i:] + u[:i]
+
+    def by_name(self, name: str) -> Node | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None
+
+    def start(self) -> None:
+        for n in self.nodes:
+            n.start()
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+    def heal_processes(self) -> list[str]:
+        """Resume paused servers and start dead ones; returns what was done."""
+        done = []
+        for n in self.nodes:
+            if n.paused:
+                n.resume()
+                done.append(f"SIGCONT {n.name}")
+            if not n.alive():
+                n.start()
+                done.append(f"restart {n.name}")
+        return done

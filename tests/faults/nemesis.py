@@ -1,0 +1,128 @@
+"""The nemesis: a seeded schedule of faults and the code that applies and heals them.
+
+Modes and the faults of each (one fault at a time; each lasts ``down`` seconds, then everything is
+healed and the cluster gets ``gap`` seconds before the next):
+
+* ``kill``: ``kill-leader`` (SIGKILL the stream leader, restart it), ``kill-random`` (one random server),
+  ``kill-two`` (two random servers: no quorum)
+* ``pause``: ``pause-leader``, ``pause-random`` (SIGSTOP, then SIGCONT)
+* ``partition``: ``partition-random`` (one random server cut from the other two: minority/majority),
+  ``partition-leader`` (the stream leader isolated), ``partition-bridge`` (two servers cut from each
+  other, both still see the third), ``partition-link`` (a random server's veth down: cut from its
+  clients too)
+
+The plan is drawn from ``random.Random(seed)`` before the run; targets named "leader" are resolved when
+the fault comes (the stream leader then, asked of the cluster), random targets come from the plan.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+from .cluster import Cluster, log
+
+KINDS = {
+    "kill": ["kill-leader", "kill-random", "kill-two"],
+    "pause": ["pause-leader", "pause-random"],
+    "partition": ["partition-random", "partition-leader", "partition-bridge", "partition-link"],
+}
+
+
+@dataclass
+class Fault:
+    mode: str
+    kind: str
+    down: float
+    gap: float
+    targets: tuple[int, ...]   # random targets drawn from the seed (the leader kinds may replace them)
+
+    def __str__(self) -> str:
+        return f"{self.kind}({','.join(f'n{t}' for t in self.targets)}) {self.down:.1f}s +{self.gap:.1f}s"
+
+
+def make_plan(seed: int, modes: list[str], seconds: float, quick: bool = False, n: int = 3) -> list[Fault]:
+    """Faults for each mode in turn, until ``seconds`` of that mode are planned. ``quick``: each kind of
+    the mode once, in a seeded order, with short faults."""
+    for m in modes:
+        if m not in KINDS:
+            raise ValueError(f"unknown nemesis mode {m!r} (modes: {', '.join(KINDS)})")
+    rng = random.Random(seed)
+    plan: list[Fault] = []
+    for mode in modes:
+        if quick:
+            kinds = list(KINDS[mode])
+            rng.shuffle(kinds)
+        else:
+            kinds = []
+        t = 0.0
+        while (quick and kinds) or (not quick and t < seconds):
+            kind = kinds.pop() if quick else rng.choice(KINDS[mode])
+            down = round(rng.uniform(2.0, 3.0) if quick else rng.uniform(1.0, 6.0), 1)
+            gap = round(rng.uniform(1.5, 2.5) if quick else rng.uniform(1.0, 4.0), 1)
+            targets = tuple(rng.sample(range(n), 2))
+            plan.append(Fault(mode, kind, down, gap, targets))
+            t += down + gap
+    return plan
+
+
+class Nemesis:
+    def __init__(self, cluster: Cluster, leader_of) -> None:
+        self.cluster = cluster
+        self.leader_of = leader_of   # async () -> server index or None
+        self.done: list[str] = []
+
+    async def target(self, f: Fault) -> list[int]:
+        if f.kind.endswith("-leader"):
+            li = await self.leader_of()
+            if li is not None:
+                return [li]
+            log(f"{f.kind}: no stream leader known, taking n{f.targets[0]}")
+        if f.kind == "kill-two" or f.kind == "partition-bridge":
+            return list(f.targets[:2])
+        return [f.targets[0]]
+
+    async def apply(self, f: Fault) -> None:
+        c = self.cluster
+        t = await self.target(f)
+        what = f"{f.kind} {' '.join(c.nodes[i].name for i in t)} for {f.down:.1f}s"
+        log(f"nemesis: {what}")
+        self.done.append(what)
+        if f.kind.startswith("kill"):
+            for i in t:
+                c.nodes[i].kill()
+            await asyncio.sleep(f.down)
+            for i in t:
+                c.nodes[i].start()
+        elif f.kind.startswith("pause"):
+            for i in t:
+                c.nodes[i].pause()
+            await asyncio.sleep(f.down)
+            for i in t:
+                c.nodes[i].resume()
+        elif f.kind.startswith("partition"):
+            lab = c.lab
+            if lab is None:
+                log("nemesis: no network namespaces, partition skipped")
+                self.done[-1] += " (skipped: no namespaces)"
+                await asyncio.sleep(f.down)
+                return
+            if f.kind == "partition-bridge":
+                lab.cut(t[0], t[1])
+            elif f.kind == "partition-link":
+                lab.link_down(t[0])
+            else:
+                lab.isolate(t[0])
+            log(f"nemesis: cut {lab.describe()}")
+            await asyncio.sleep(f.down)
+            lab.heal_all()
+        else:
+            raise ValueError(f.kind)
+        await asyncio.sleep(f.gap)
+
+    def heal(self) -> list[str]:
+        done = self.cluster.heal_processes()
+        if self.cluster.lab is not None and (self.cluster.lab.cut_pairs or self.cluster.lab.links_down):
+            done.append(f"mend {self.cluster.lab.describe()}")
+            self.cluster.lab.heal_all()
+        return done

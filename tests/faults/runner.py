@@ -1,0 +1,286 @@
+"""The JetStream fault run: a cluster, the workloads, the nemesis, the heal, the checks, the report.
+``scripts/js_faults.py`` is its command line; see ``tests/faults/README.md``."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import tempfile
+import time
+
+from . import workloads as W
+from .cluster import Cluster, Lab, log
+from .linearizable import NOT_CHECKED, check_registers
+from .nemesis import KINDS, Nemesis, make_plan
+
+
+async def _retry(what: str, fn, timeout: float = 60.0, pause: float = 0.5):
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            return await fn()
+        except Exception as e:  # retried until the deadline; the last error is raised with the message
+            last = e
+            await asyncio.sleep(pause)
+    raise RuntimeError(f"{what}: no success in {timeout:.0f}s (last error: {W.err_text(last) if last else '-'})")
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.lab: Lab | None = None
+        self.tmp = tempfile.mkdtemp(prefix="rillet-js-faults-")
+        self.cluster: Cluster | None = None
+        self.ctl = None
+        self.failures: list[str] = []
+        self.lines: list[str] = []
+
+    async def leader_index(self, stream: str = W.STREAM) -> int | None:
+        try:
+            si = await self.ctl.jetstream(timeout=1.0).stream_info(stream)
+        except Exception:  # (no answer during a fault: the caller falls back to a random server)
+            return None
+        node = self.cluster.by_name(si.cluster.leader) if si.cluster and si.cluster.leader else None
+        return node.i if node else None
+
+    async def stream_healthy(self, stream: str) -> bool:
+        si = await self.ctl.jetstream(timeout=2.0).stream_info(stream)
+        c = si.cluster
+        return bool(c and c.leader and c.replicas is not None and len(c.replicas) == len(self.cluster.nodes) - 1
+                    and all(p.current and not p.offline for p in c.replicas))
+
+    async def wait_healthy(self, streams: list[str], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if all([await self.stream_healthy(s) for s in streams]):
+                    return True
+            except Exception:  # not yet: retried until the deadline
+                pass
+            await asyncio.sleep(0.5)
+        return False
+
+    async def main(self) -> int:
+        a = self.args
+        if not a.no_netns:
+            self.lab = Lab(3)
+            try:
+                self.lab.up()
+            except OSError as e:
+                log(f"network namespaces not permitted ({e}); on 127.0.0.1, partitions skipped")
+                self.lab = None
+        self.cluster = Cluster(a.server, self.tmp, self.lab, sync=a.sync)
+        plan = make_plan(a.seed, a.modes, a.time, quick=a.quick)
+        log(f"seed {a.seed}; {a.server} servers {self.cluster.urls}, sync_interval "
+            f"{'always' if a.sync == 'always' else 'default'}; logs and stores in {self.tmp}")
+        log("plan: " + "; ".join(str(f) for f in plan))
+        code = 2
+        try:
+            self.cluster.start()
+            code = await self.run(plan)
+        finally:
+            with contextlib.suppress(Exception):
+                if self.ctl is not None:
+                    await self.ctl.close()
+            self.cluster.stop()
+            if self.lab is not None:
+                self.lab.down()
+            if code == 0 and not a.keep:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+            else:
+                log(f"server logs and stores kept in {self.tmp}")
+        return code
+
+    async def run(self, plan) -> int:
+        a, c = self.args, self.cluster
+        self.ctl = await W.connect(c.urls, "control")
+        js = self.ctl.jetstream(timeout=3.0)
+        q = W.QueueWorkload(c.urls_from, n_publishers=a.publishers, timeout=a.op_timeout)
+        kv = W.KVWorkload(c.urls_from, random.Random(a.seed + 1), n_clients=a.kv_clients, keys=a.kv_keys,
+                          timeout=a.op_timeout, direct=a.kv_direct)
+        schema = W.SchemaWorkload(c.urls_from)
+        t0 = time.monotonic()
+        await _retry("create the queue stream and consumer", lambda: q.setup(js), 90)
+        await _retry("create the KV bucket", lambda: kv.setup(js), 60)
+        if not await self.wait_healthy([W.STREAM, f"KV_{W.BUCKET}"], 60):
+            self.failures.append("streams not healthy before the faults")
+            return self.report(q, kv, schema, [], {})
+        log(f"cluster and streams ready in {time.monotonic() - t0:.1f}s; leader of {W.STREAM}: "
+            f"n{await self.leader_index()}")
+        tasks = [asyncio.ensure_future(q.publisher(i)) for i in range(a.publishers)]
+        ctask = asyncio.ensure_future(q.consumer(2))
+        tasks += [asyncio.ensure_future(kv.client(i)) for i in range(a.kv_clients)]
+        stask = asyncio.ensure_future(schema.run())
+        nem = Nemesis(c, self.leader_index)
+        try:
+            await asyncio.sleep(2.0)
+            for f in plan:
+                await nem.apply(f)
+            healed = nem.heal()
+            if healed:
+                log("healed: " + ", ".join(healed))
+            t1 = time.monotonic()
+            ok = await self.wait_healthy([W.STREAM, f"KV_{W.BUCKET}"], a.heal_timeout)
+            log(f"after the faults: streams {'healthy' if ok else 'NOT healthy'} in {time.monotonic() - t1:.1f}s")
+            if not ok:
+                self.failures.append(f"streams not healthy {a.heal_timeout:.0f}s after the heal")
+            await asyncio.sleep(3.0)
+        finally:
+            q.stop.set()
+            kv.stop.set()
+            schema.stop.set()
+            done, pending = await asyncio.wait(tasks + [stask], timeout=a.op_timeout * 3 + 10)
+            for t in pending:
+                t.cancel()
+            for t in done:
+                if t.exception() is not None:
+                    self.failures.append(f"client task died: {t.exception()!r}")
+        drained = await q.drain(js, timeout=30.0 if a.quick else 60.0)
+        q.stop_consumer.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ctask, a.op_timeout * 2 + 5)
+        if ctask.done() and not ctask.cancelled() and ctask.exception() is not None:
+            self.failures.append(f"consumer task died: {ctask.exception()!r}")
+        if not drained:
+            self.failures.append("the durable consumer did not drain")
+        stream = await _retry("read the stream", lambda: W.read_stream(js, W.STREAM, W.SUBJECT), 60)
+        # final reads of every key by a fresh client, after the heal
+        await self.final_reads(kv)
+        forgotten = await self.never_forgotten(schema, q, stream)
+        await q.close()
+        await kv.close()
+        await schema.close()
+        return self.report(q, kv, schema, stream, forgotten, nem.done)
+
+    async def final_reads(self, kv: W.KVWorkload) -> None:
+        nc = await W.connect(self.cluster.urls, "kv-final")
+        try:
+            b = await nc.jetstream(timeout=3.0).key_value(W.BUCKET)
+            for key in kv.keys:
+                p = kv.history.new_process()
+                kv.history.invoke(p, "read", key, None)
+                try:
+                    e = await b.get(key)
+                    kv.history.complete(p, "ok", int(e.value))
+                except W.nats.js.errors.KeyNotFoundError:
+                    kv.history.complete(p, "ok", None)
+                except Exception as e:
+                    kv.history.complete(p, "info", error=W.err_text(e))
+        finally:
+            await nc.close()
+
+    async def never_forgotten(self, schema: W.SchemaWorkload, q: W.QueueWorkload,
+                              stream: list[tuple[int, str]]) -> dict[str, list[str]]:
+        """server name -> what it lacks: a stream or consumer whose creation was acknowledged, or messages
+        (fewer than acknowledged, or fewer than the leader has, once caught up)."""
+        want: dict[str, tuple[int, set[str]]] = {W.STREAM: (len(stream), {W.CONSUMER}),
+                                                  f"KV_{W.BUCKET}": (0, set())}
+        for cr in schema.created:
+            if cr.stream == "ok":
+                want[cr.name] = (cr.msgs_acked, {"D"} if cr.consumer == "ok" else set())
+        deadline = time.monotonic() + 30.0
+        while True:
+            missing: dict[str, list[str]] = {}
+            for n in self.cluster.nodes:
+                have = n.jsz_streams()
+                if have is None:
+                    missing[n.name] = ["/jsz did not answer"]
+                    continue
+                for name, (msgs, consumers) in want.items():
+                    s = have.get(name)
+                    if s is None:
+                        missing.setdefault(n.name, []).append(f"stream {name}")
+                        continue
+                    got = int(s["state"].get("messages", 0))
+                    if got < msgs:
+                        missing.setdefault(n.name, []).append(f"{name}: {got} messages < {msgs}")
+                    for cn in consumers - s["consumers"]:
+                        missing.setdefault(n.name, []).append(f"consumer {name}/{cn}")
+            if not missing or time.monotonic() > deadline:
+                return missing
+            await asyncio.sleep(1.0)
+
+    def report(self, q: W.QueueWorkload, kv: W.KVWorkload, schema: W.SchemaWorkload,
+               stream: list[tuple[int, str]], forgotten: dict[str, list[str]], faults: list[str] = ()) -> int:
+        a = self.args
+        print()
+        print(f"==== js_faults report: server {a.server}, seed {a.seed}, nemesis {','.join(a.modes)}, "
+              f"sync_interval {'always' if a.sync == 'always' else 'default'}")
+        print("faults: " + ("; ".join(faults) or "none"))
+        bad = list(self.failures)
+        qr = W.check_queue(q.records, stream, q.consumed)
+        for line in qr.lines():
+            print(line)
+        print(f"queue: consumer deliveries {q.deliveries}, acks that failed {q.ack_failures}")
+        errs: dict[str, int] = {}
+        for r in q.records.values():
+            if r.error:
+                errs[r.error] = errs.get(r.error, 0) + 1
+        if errs:
+            print("queue: publish errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(errs.items(), key=lambda kv: -kv[1])[:8]))
+        if not qr.ok:
+            bad.append("queue check failed")
+        if qr.acked == 0:
+            bad.append("no publish was acknowledged")
+        counts = kv.history.counts()
+        print("kv: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        results = check_registers(kv.history.ops(), max_steps=a.lin_budget)
+        for r in results:
+            print("kv: " + r.describe())
+        if any(r.valid is False for r in results):
+            bad.append("kv history not linearizable")
+        if any(r.valid == NOT_CHECKED for r in results):
+            print("kv: (a key whose search ran out of budget is neither passed nor failed)")
+        if kv.rev_conflicts:
+            bad.append(f"kv: one revision, two values: {kv.rev_conflicts[:5]}")
+        made = [cr for cr in schema.created if cr.stream == "ok"]
+        print(f"schema: {len(schema.created)} stream creations tried, {len(made)} acknowledged, "
+              f"{sum(1 for cr in made if cr.consumer == 'ok')} consumers acknowledged")
+        for server, what in sorted(forgotten.items()):
+            print(f"forgotten on {server}: {what[:10]}{' ...' if len(what) > 10 else ''}")
+        if forgotten:
+            bad.append("acknowledged streams/consumers/messages missing on a server")
+        print("RESULT: " + ("FAIL - " + "; ".join(bad) if bad else "OK"))
+        return 1 if bad else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description="Jepsen-style fault runs for a clustered JetStream "
+                                             "(3 servers in network namespaces)")
+    ap.add_argument("--server", choices=["rillet", "go"], default="rillet", help="rillet-server or nats-server")
+    ap.add_argument("--nemesis", default="kill,pause,partition",
+                    help=f"comma-separated modes, run in turn ({', '.join(KINDS)})")
+    ap.add_argument("--time", type=float, default=60.0, help="seconds of faults per mode")
+    ap.add_argument("--quick", action="store_true", help="each kind of fault of each mode once, short (~2 min)")
+    ap.add_argument("--seed", type=int, default=None, help="seed of the fault plan and the KV clients")
+    ap.add_argument("--sync", choices=["always", "default"], default="always",
+                    help="jetstream sync_interval: always, or the server's default")
+    ap.add_argument("--publishers", type=int, default=3)
+    ap.add_argument("--kv-clients", type=int, default=5)
+    ap.add_argument("--kv-keys", type=int, default=3)
+    ap.add_argument("--kv-direct", action="store_true",
+                    help="KV bucket with allow_direct (reads from any replica: not linearizable by design)")
+    ap.add_argument("--op-timeout", type=float, default=3.0, help="client timeout of each operation")
+    ap.add_argument("--heal-timeout", type=float, default=60.0)
+    ap.add_argument("--lin-budget", type=int, default=3_000_000, help="search steps per key")
+    ap.add_argument("--no-netns", action="store_true", help="on 127.0.0.1 (no partitions)")
+    ap.add_argument("--keep", action="store_true", help="keep logs and stores after a good run")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    args.modes = [m for m in args.nemesis.split(",") if m]
+    for m in args.modes:
+        if m not in KINDS:
+            parser().error(f"unknown nemesis mode {m!r}")
+    if args.seed is None:
+        args.seed = random.randrange(1 << 30)
+    log(f"seed {args.seed}")
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return asyncio.run(Run(args).main())
