@@ -365,3 +365,25 @@ async def test_tls_handshake_timeout(pki):
         b = gw_server("b", "B", free_port(), remotes=f'{{name: A, url: "nats://127.0.0.1:{p}"}}', tls=tls_block(pki))
         async with started(b):
             await _until(lambda: "A" in b.gateway.out, 6, "a real gateway after the silent one")
+
+
+@pytest.mark.skipif(GO_SERVER is None, reason="nats-server binary not on PATH")
+@pytest.mark.parametrize("tls", [False, True])
+def test_varz_gateway_as_nats_server(pki, tls):
+    """/varz "gateway" for the same block, with and without TLS: nats-server's fields and values (its
+    tls_cert_not_after aside, which Rillet does not show)."""
+    import json
+    import urllib.request
+
+    from rillet.monitor.varz import varz_gateway
+    from test_cluster_gateways import go_server
+    block = (tls_block(pki) + "\n" if tls else "") + \
+        'gateways: [{name: B, url: "nats://127.0.0.1:1"\n' + (tls_block(pki, extra="timeout: 4") if tls else "") + "}]"
+    cport, hport, gport = free_port(), free_port(), free_port()
+    with go_server(f"port: {cport}\nhttp: 127.0.0.1:{hport}\ngateway {{ name: A, listen: 127.0.0.1:{gport}\n"
+                   f"{block} }}\n", [cport, hport]):
+        with urllib.request.urlopen(f"http://127.0.0.1:{hport}/varz", timeout=5) as r:
+            theirs = json.loads(r.read())["gateway"]
+    theirs.pop("tls_cert_not_after", None)
+    s = Server(load_string(f"gateway {{ name: A, listen: 127.0.0.1:{gport}\n{block} }}\n"), Logger(out=io.StringIO()))
+    assert json.loads(json.dumps(varz_gateway(s))) == theirs

@@ -198,6 +198,19 @@ class Gateway:
                 urls = []
             if urls:
                 rd["urls"] = urls
+        # nats-server's defaults for a gateway port (shown even without TLS), its field order
+        from rillet.cluster.gateway_conn import auth_timeout
+        o = self.opts
+
+        def num(x: float) -> float | int:
+            return int(x) if x == int(x) else x
+        d["auth_timeout"] = num(auth_timeout(o))
+        d["tls_timeout"] = num(o.tls_timeout or 2.0)
+        order = ("name", "host", "port", "auth_timeout", "tls_timeout", "tls_required", "tls_verify", "advertise",
+                 "connect_retries", "gateways", "reject_unknown", "write_deadline", "write_timeout")
+        items = sorted(d.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+        d.clear()
+        d.update(items)
 
     def ping_interval(self) -> float:
         return min(self.server.opts.ping_interval, MAX_PING_INTERVAL)
