@@ -42,7 +42,8 @@ What nats-server does (gateway.go), and so does this:
   block's), ``pinned_certs`` of the block checked on both sides.
 
 Differences from nats-server: the old ``$GR.`` reply prefix is dropped when received; a remote's own
-``pinned_certs`` are checked on its outbound connections too (nats-server ignores them). With leaf nodes on the same server, the accounts are ``LeafGatewayAccount``
+``pinned_certs`` are checked on its outbound connections too (nats-server ignores them); the rest is in
+rillet/cluster/README.md. With leaf nodes on the same server, the accounts are ``LeafGatewayAccount``
 (rillet.cluster.leaf): gateway messages go on to the leafs this server is hub for.
 """
 from __future__ import annotations
