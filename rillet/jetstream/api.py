@@ -86,7 +86,8 @@ class ApiRouter:
         for module in HANDLER_MODULES:
             importlib.import_module(module).register(self)
         if getattr(self.js, "cluster", None) is not None:  # (answered by rillet.jetstream.cluster.meta)
-            self.handlers["STREAM.PEER.REMOVE"] = self.stream_leader_stepdown
+            for key in ("STREAM.PEER.REMOVE", "META.LEADER.STEPDOWN", "SERVER.REMOVE"):
+                self.handlers[key] = self.stream_leader_stepdown
 
     # ---- dispatch ---------------------------------------------------------------------------------
 

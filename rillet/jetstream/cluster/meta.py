@@ -146,6 +146,7 @@ class JetStreamCluster:
         self._replies: dict[str, asyncio.Future] = {}
         self._sys_subs: list[Any] = []
         self._adding: Optional[str] = None
+        self._warned: dict[str, float] = {}
         self.running = False
         self.apply_error = ""
 
@@ -220,6 +221,8 @@ class JetStreamCluster:
         self.group = g
         await g.start()
         self._replay_through = g.node.commit
+        if g.peers and min(g.peers) == self.peer:
+            g.campaign_soon()  # (every member knows the same set: one of them stands at once, no split votes)
         self.leader_seen_at = self.loop.time()
 
     async def stop(self) -> None:
@@ -565,6 +568,13 @@ class JetStreamCluster:
                   body: bytes) -> bool:
         """Called by ``ApiRouter.on_request`` for every request in a JetStream account. True when the
         request is handled here (answered, or deliberately left to another server)."""
+        if key in ("META.LEADER.STEPDOWN", "SERVER.REMOVE"):
+            # (the system account's are subscribed by _on_sys_api; elsewhere nats-server only warns)
+            if self.is_leader():
+                what = "stepdown" if key[0] == "M" else "server remove"
+                self._warn_limited(f"JetStream API {what} request from non-system account: "
+                                   f"\"{router.jsa.account.name}\"")
+            return True
         if key not in META_KEYS:
             return self._stream_level(router, key, args, reply)
         if not self.is_leader():
@@ -608,6 +618,12 @@ class JetStreamCluster:
                 d.update({"total": 0, "offset": 0, "limit": 0})
             router.respond(reply, d)
         return True
+
+    def _warn_limited(self, text: str) -> None:
+        now = self.loop.time()
+        if now - self._warned.get(text, -1e9) >= 10.0:
+            self._warned[text] = now
+            self.log.warn(text)
 
     def _error(self, router: Any, reply: bytes | None, key: str, err: Any) -> None:
         router.jsa.api_total += 1

@@ -1,0 +1,202 @@
+"""The JetStream meta group in a 3-server in-process Rillet cluster (rillet/jetstream/cluster/meta.py):
+leader election, the meta-level $JS.API answered exactly once by the meta leader with nats-server's JSON
+(the values were taken from a live 3-server nats-server 2.15 cluster), placement errors, 503 10008 without
+a quorum, META.LEADER.STEPDOWN and SERVER.REMOVE from the system account, and the assignments on every
+server."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import nats
+import pytest
+
+from rillet.config.options import User
+from rillet.jetstream.cluster import meta as META
+from rillet.server.embed import run_cluster, wait_meta_leader
+
+T = "io.nats.jetstream.api.v1."
+USERS = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]
+
+
+async def _until(cond, timeout: float = 8.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def _url(srv, user: str) -> str:
+    return srv.client_url.replace("nats://", f"nats://{user}:{user}@")
+
+
+async def _answers(nc, subject: str, body: bytes = b"", wait: float = 0.15, first: float = 6.0) -> list[dict]:
+    """Every answer to one request: waits for the first, then ``wait`` seconds more for duplicates."""
+    inbox = nc.new_inbox()
+    got: list[dict] = []
+    sub = await nc.subscribe(inbox, cb=None)
+    await nc.publish(subject, body, reply=inbox)
+    try:
+        msg = await sub.next_msg(timeout=first)
+        got.append(json.loads(msg.data))
+        while True:
+            msg = await sub.next_msg(timeout=wait)
+            got.append(json.loads(msg.data))
+    except nats.errors.TimeoutError:
+        pass
+    await sub.unsubscribe()
+    return got
+
+
+async def _one(nc, subject: str, body: bytes = b"") -> dict:
+    got = await _answers(nc, subject, body)
+    assert len(got) == 1, got
+    return got[0]
+
+
+def _cl(srv):
+    return srv.jetstream.cluster
+
+
+@pytest.fixture
+async def cluster():
+    async with run_cluster(3, jetstream=True, system_account="SYS", users=USERS) as servers:
+        yield servers
+
+
+async def test_meta_leader_elected_and_known_everywhere(cluster):
+    leader = await wait_meta_leader(cluster)
+    cls = [_cl(s) for s in cluster]
+    assert sum(c.is_leader() for c in cls) == 1
+    peers = sorted(c.peer for c in cls)
+    assert all(sorted(c.group.peers) == peers for c in cls)
+    # /jsz meta_cluster as nats-server: the cluster name, leader name and peer, the other two as replicas
+    for s in cluster:
+        m = s.jetstream.jsz({})["meta_cluster"]
+        assert m["name"] == "rillet" and m["leader"] == leader.name and m["peer"] == _cl(leader).peer
+        assert m["cluster_size"] == 3 and m["quorum_needed"] == 2
+        assert sorted(r["name"] for r in m["replicas"]) == sorted(x.name for x in cluster if x is not s)
+        assert list(m)[-5:] == ["cluster_size", "quorum_needed", "pending", "pending_requests", "pending_infos"] \
+            or "snapshot" in m
+
+
+async def test_stream_create_answered_once_on_any_server(cluster):
+    await wait_meta_leader(cluster)
+    for i, s in enumerate(cluster):
+        nc = await nats.connect(_url(s, "a"))
+        cfg = {"name": f"S{i}", "subjects": [f"s{i}.>"], "num_replicas": 3 if i != 1 else 1}
+        r = await _one(nc, f"$JS.API.STREAM.CREATE.S{i}", json.dumps(cfg).encode())
+        assert r["type"] == T + "stream_create_response" and r["did_create"] is True, r
+        assert r["config"]["name"] == f"S{i}" and r["config"]["num_replicas"] == cfg["num_replicas"]
+        assert r["state"]["messages"] == 0 and r["state"]["first_ts"] == "0001-01-01T00:00:00Z"
+        cl = r["cluster"]
+        assert cl["name"] == "rillet" and cl["leader"] in [x.name for x in cluster]
+        if cfg["num_replicas"] == 3:
+            assert cl["raft_group"].startswith("S-R3F-") and len(cl["replicas"]) == 2
+        # the same create again: the stream's info, without did_create
+        again = await _one(nc, f"$JS.API.STREAM.CREATE.S{i}", json.dumps(cfg).encode())
+        assert "did_create" not in again and again["created"] == r["created"]
+        # another config under that name: nats-server's 10058
+        cfg2 = dict(cfg, subjects=[f"other{i}.>"])
+        e = await _one(nc, f"$JS.API.STREAM.CREATE.S{i}", json.dumps(cfg2).encode())
+        assert e == {"type": T + "stream_create_response", "error": {
+            "code": 400, "err_code": 10058, "description": "stream name already in use with a different configuration"}}
+        await nc.close()
+    # every server holds the three assignments, with the same groups
+    await _until(lambda: all(_cl(s).state.counts() == (3, 0) for s in cluster), what="assignments everywhere")
+    snaps = {_cl(s).state.snapshot() for s in cluster}
+    assert len(snaps) == 1
+    nc = await nats.connect(_url(cluster[2], "a"))
+    names = await _one(nc, "$JS.API.STREAM.NAMES")
+    assert names == {"type": T + "stream_names_response", "total": 3, "offset": 0, "limit": 1024,
+                     "streams": ["S0", "S1", "S2"]}
+    filt = await _one(nc, "$JS.API.STREAM.NAMES", json.dumps({"subject": "s1.x"}).encode())
+    assert filt["streams"] == ["S1"] and filt["total"] == 1
+    lst = await _one(nc, "$JS.API.STREAM.LIST")
+    assert lst["total"] == 3 and [x["config"]["name"] for x in lst["streams"]] == ["S0", "S1", "S2"]
+    info = await _one(nc, "$JS.API.INFO")
+    assert info["type"] == T + "account_info_response" and info["streams"] == 3 and info["consumers"] == 0
+    # overlapping subjects, as nats-server
+    e = await _one(nc, "$JS.API.STREAM.CREATE.S9", json.dumps({"name": "S9", "subjects": ["s0.x"]}).encode())
+    assert e["error"] == {"code": 400, "err_code": 10065, "description": "subjects overlap with an existing stream"}
+    # delete: answered once by the meta leader, gone everywhere; a second delete is not found
+    d = await _one(nc, "$JS.API.STREAM.DELETE.S1")
+    assert d == {"type": T + "stream_delete_response", "success": True}
+    await _until(lambda: all(_cl(s).state.counts() == (2, 0) for s in cluster), what="removed everywhere")
+    d = await _one(nc, "$JS.API.STREAM.DELETE.S1")
+    assert d == {"type": T + "stream_delete_response",
+                 "error": {"code": 404, "err_code": 10059, "description": "stream not found"}}
+    # a stream nobody has: STREAM.INFO is "not found" from the meta leader only
+    e = await _one(nc, "$JS.API.STREAM.INFO.NOPE")
+    assert e["error"]["err_code"] == 10059
+    await nc.close()
+
+
+async def test_placement_errors_and_peer_remove_errors(cluster):
+    await wait_meta_leader(cluster)
+    nc = await nats.connect(_url(cluster[0], "a"))
+    e = await _one(nc, "$JS.API.STREAM.CREATE.T5",
+                   json.dumps({"name": "T5", "subjects": ["t5"], "num_replicas": 5}).encode())
+    assert e == {"type": T + "stream_create_response",
+                 "error": {"code": 400, "err_code": 10005, "description": "no suitable peers for placement"}}
+    e = await _one(nc, "$JS.API.STREAM.CREATE.TT", json.dumps(
+        {"name": "TT", "subjects": ["tt"], "num_replicas": 3, "placement": {"tags": ["ssd"]}}).encode())
+    assert e["error"] == {"code": 400, "err_code": 10005,
+                          "description": "no suitable peers for placement, tags not matched ['ssd']"}
+    e = await _one(nc, "$JS.API.STREAM.PEER.REMOVE.ZZ", json.dumps({"peer": "nope"}).encode())
+    assert e == {"type": T + "stream_remove_peer_response",
+                 "error": {"code": 404, "err_code": 10059, "description": "stream not found"}}
+    r = await _one(nc, "$JS.API.STREAM.CREATE.T3", json.dumps({"name": "T3", "num_replicas": 3}).encode())
+    assert r["did_create"]
+    e = await _one(nc, "$JS.API.STREAM.PEER.REMOVE.T3", json.dumps({"peer": "nope"}).encode())
+    assert e == {"type": T + "stream_remove_peer_response",
+                 "error": {"code": 400, "err_code": 10040, "description": "peer not a member"}}
+    sys = await nats.connect(_url(cluster[1], "sys"))
+    e = await _one(sys, "$JS.API.SERVER.REMOVE", json.dumps({"peer": "nope"}).encode())
+    assert e == {"type": T + "meta_server_remove_response",
+                 "error": {"code": 400, "err_code": 10044, "description": "server is not a member of the cluster"}}
+    await sys.close()
+    await nc.close()
+
+
+async def test_meta_leader_stepdown_from_system_account_only(cluster):
+    old = await wait_meta_leader(cluster)
+    nc = await nats.connect(_url(cluster[0], "a"))
+    # from an ordinary account: nobody answers (nats-server only warns)
+    assert await _answers(nc, "$JS.API.META.LEADER.STEPDOWN", first=0.5) == []
+    assert _cl(old).is_leader()
+    sys = await nats.connect(_url(cluster[0], "sys"))
+    r = await _one(sys, "$JS.API.META.LEADER.STEPDOWN")
+    assert r == {"type": T + "meta_leader_stepdown_response", "success": True}
+    new = await wait_meta_leader(cluster)
+    assert new is not old
+    # the new leader answers; the assignments go on
+    c = await _one(nc, "$JS.API.STREAM.CREATE.AFTER", json.dumps({"name": "AFTER", "num_replicas": 3}).encode())
+    assert c["did_create"]
+    await sys.close()
+    await nc.close()
+
+
+async def test_no_quorum_gives_cluster_not_available(cluster, monkeypatch):
+    await wait_meta_leader(cluster)
+    monkeypatch.setattr(META, "LEADERLESS_AFTER", 0.5)
+    nc = await nats.connect(_url(cluster[0], "a"))
+    r = await _one(nc, "$JS.API.STREAM.CREATE.Q", json.dumps({"name": "Q", "num_replicas": 3}).encode())
+    assert r["did_create"]
+    await nc.close()
+    await cluster[1].shutdown()
+    await cluster[2].shutdown()
+    c0 = _cl(cluster[0])
+    await _until(lambda: c0.group.leader is None, timeout=10, what="no meta leader on the survivor")
+    await _until(c0.leaderless, timeout=5, what="leaderless")
+    nc = await nats.connect(_url(cluster[0], "a"))
+    na = {"code": 503, "err_code": 10008, "description": "JetStream system temporarily unavailable"}
+    assert await _one(nc, "$JS.API.STREAM.CREATE.Q2", json.dumps({"name": "Q2"}).encode()) == {
+        "type": T + "stream_create_response", "error": na}
+    assert await _one(nc, "$JS.API.STREAM.NAMES") == {
+        "type": T + "stream_names_response", "error": na, "total": 0, "offset": 0, "limit": 0, "streams": None}
+    assert await _one(nc, "$JS.API.INFO") == {"type": T + "account_info_response", "error": na}
+    assert await _one(nc, "$JS.API.STREAM.DELETE.Q") == {"type": T + "stream_delete_response", "error": na}
+    await nc.close()
