@@ -282,8 +282,6 @@ class Cluster:
                        auth_required=bool(o.username), max_payload=so.max_payload, cluster=self.name,
                        cluster_dynamic=self.dynamic, lnoc=True, lnocu=True,
                        compression=self.compression_mode())
-        if so.jetstream.enabled:
-            info.jetstream = True  # (as nats-server: other servers count the JetStream servers of the cluster)
         if self.tls_server is not None:
             info.tls_required = info.tls_verify = True
         if self.pooling:

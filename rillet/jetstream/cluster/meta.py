@@ -4,10 +4,12 @@
 
 **Forming the group.** As nats-server, a server with no meta state expects as many JetStream servers as
 it has configured routes (at least 2; a cluster's usual config lists every server's route, its own
-included). It learns the others from route registrations (the route INFO's ``jetstream`` flag; the INFO
-``go`` field tells a Rillet server, ``python3.x``, from a Go one), and once it knows that many (itself
-included) and no new one appeared for ``FOUND_SETTLE`` seconds, it founds the group with the peer ids of
-all the Rillet JetStream servers it knows. The founding set is stored with the group (``peers.json``),
+included). It learns the others from route registrations (the route INFO ``go`` field tells a Rillet
+server, ``python3.x``, from a Go one) and their statsz (sent at once to a new route; its ``jetstream``
+flag), and once it knows that many (itself included) and no new one appeared for ``FOUND_SETTLE``
+seconds, it founds the group with the peer ids of all the Rillet JetStream servers it knows. Rillet's
+route INFO never sets ``jetstream``: a Go server counts such route peers in its own meta group and could
+then not elect a leader without the votes a Rillet server never sends. The founding set is stored with the group (``peers.json``),
 so a restart uses it again (``JetStream cluster recovering state``). A server started later, or one
 whose state was wiped, founds with what it knows, which includes the running members; its votes fail
 (its log is behind), and the meta leader, hearing a Rillet server in ``_meta_`` that is not a member (and
@@ -19,8 +21,8 @@ Servers started together must agree on the set: start them with the full route l
 **Go servers.** Rillet's RAFT groups speak ``$RNRG.``, which Go servers never subscribe to, so the two
 never share a group. A Rillet server that sees a Go server running JetStream in its cluster (route INFO
 ``jetstream`` with a Go ``go`` field) does not form or join a meta group at all: it logs an error once,
-stops its meta group if it had one, and answers the meta-level API with nats-server's "JetStream system
-temporarily unavailable" (503, 10008). The Go servers' meta group is never touched.
+stops its meta group if it had one, and stays silent on ``$JS.API`` (the Go servers answer). The Go
+servers' meta group is never touched (tests/test_jscluster_meta_restart.py runs one with two Go servers).
 
 **Applying.** Every member applies the log to a ``MetaState`` and tells the streams layer
 (``ClusteredStreams`` in ``streams.py``, when present): ``stream_assigned(sa)``, ``stream_removed(sa)``,
@@ -127,9 +129,11 @@ class JetStreamCluster:
         self.state = A.MetaState()
         self.registry = PeerRegistry.attach(server)
         js.peer_registry = self.registry  # (the streams layer names peers with it)
+        self.registry.listeners.append(self._registry_changed)
         self.group: Optional[RaftGroup] = None
         self.streams: Any = None  # rillet.jetstream.cluster.streams.ClusteredStreams, when present
-        self.rillet_js: dict[str, str] = {}  # server id -> name: Rillet servers running JetStream (routes)
+        self.rillet_routes: dict[str, str] = {}  # server id -> name: Rillet servers we have routes to
+        self.rillet_js: dict[str, str] = {}  # server id -> name: those of them running JetStream (statsz)
         self.go_js: dict[str, str] = {}  # server id -> name: Go servers running JetStream (routes)
         self.isolated = False
         self.store_dir = js.store_dir
@@ -254,20 +258,29 @@ class JetStreamCluster:
         """A route to another server registered (``added``, with its INFO) or its last route closed."""
         rid = rc.remote_id
         if what == "added":
-            if not info.jetstream:
-                return
             if _is_rillet(info.go or ""):
-                self.rillet_js[rid] = info.server_name
-                self.registry.route_added(info.server_name, rid, info.cluster or self.name,
-                                          domain=info.domain, js=True)
-                # our statsz to the newcomer (its subscription to statsz crosses the route first)
+                self.rillet_routes[rid] = info.server_name
+                self.registry.route_added(info.server_name, rid, info.cluster or self.name, domain=info.domain)
+                # our statsz to the newcomer (its subscription to statsz crosses the route first): it says
+                # whether we run JetStream (Rillet's route INFO never does, see _registry_changed)
                 for delay in (0.1, 0.5):
                     self.loop.call_later(delay, self._send_statsz)
-            else:
+            elif info.jetstream:
                 self.go_js[rid] = info.server_name
                 self._isolate(info.server_name, info.version)
         elif what == "gone":
+            self.rillet_routes.pop(rid, None)
+            self.rillet_js.pop(rid, None)
             self.registry.server_gone(rid)
+
+    def _registry_changed(self, peer: str) -> None:
+        """A registry entry changed: a Rillet server's statsz saying it runs JetStream makes it a
+        candidate meta member. (Rillet's route INFO does not carry the ``jetstream`` flag: a Go server
+        counts every route peer that has it in its own meta group's expectations and then cannot elect a
+        leader without votes Rillet never sends.)"""
+        ni = self.registry.get(peer)
+        if ni is not None and ni.id in self.rillet_routes and ni.js and not ni.offline:
+            self.rillet_js[ni.id] = ni.name
 
     def _send_statsz(self) -> None:
         sa = getattr(self.server, "sysacc", None)
@@ -568,6 +581,8 @@ class JetStreamCluster:
                   body: bytes) -> bool:
         """Called by ``ApiRouter.on_request`` for every request in a JetStream account. True when the
         request is handled here (answered, or deliberately left to another server)."""
+        if self.isolated:
+            return True  # (a Go JetStream in the cluster: its servers answer, this one keeps out of it)
         if key in ("META.LEADER.STEPDOWN", "SERVER.REMOVE"):
             # (the system account's are subscribed by _on_sys_api; elsewhere nats-server only warns)
             if self.is_leader():
