@@ -200,3 +200,80 @@ async def test_no_quorum_gives_cluster_not_available(cluster, monkeypatch):
     assert await _one(nc, "$JS.API.INFO") == {"type": T + "account_info_response", "error": na}
     assert await _one(nc, "$JS.API.STREAM.DELETE.Q") == {"type": T + "stream_delete_response", "error": na}
     await nc.close()
+
+
+def _http(srv, path: str) -> tuple[int, object]:
+    import urllib.error
+    import urllib.request
+    url = f"http://127.0.0.1:{srv.http_addr[1]}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            body = r.read()
+            code = r.status
+    except urllib.error.HTTPError as e:
+        body, code = e.read(), e.code
+    try:
+        return code, json.loads(body)
+    except ValueError:
+        return code, body.decode()
+
+
+async def test_monitoring_healthz_raftz_jsz_over_http():
+    async with run_cluster(3, jetstream=True, http_port=-1) as servers:
+        leader = await wait_meta_leader(servers)
+        nc = await nats.connect(servers[0].client_url)
+        r = await _one(nc, "$JS.API.STREAM.CREATE.M", json.dumps({"name": "M", "num_replicas": 3}).encode())
+        assert r["did_create"]
+        await nc.close()
+        for s in servers:
+            code, body = await asyncio.to_thread(_http, s, "/healthz")
+            assert (code, body) == (200, {"status": "ok"}), body
+            code, body = await asyncio.to_thread(_http, s, "/healthz?js-meta-only=true")
+            assert code == 200
+            code, rz = await asyncio.to_thread(_http, s, "/raftz")
+            assert code == 200 and list(rz) == ["$SYS"], rz
+            groups = next(iter(rz.values()))
+            meta = groups["_meta_"]
+            assert meta["state"] == ("LEADER" if s is leader else "FOLLOWER") and meta["size"] == 3
+            assert meta["leader"] == _cl(leader).peer and meta["quorum_needed"] == 2
+            assert any(g.startswith("S-R3F-") for g in groups)
+            code, jz = await asyncio.to_thread(_http, s, "/jsz")
+            assert jz["meta_cluster"]["leader"] == leader.name
+        # an unknown stream in the health filter: nats-server's 404
+        code, body = await asyncio.to_thread(_http, servers[1], "/healthz?account=%24G&stream=NOPE")
+        assert code == 404 and body["error"] == 'JetStream stream "NOPE" not found on account "$G"', body
+
+
+async def test_server_joining_later_is_added_and_can_be_removed(cluster):
+    import io
+    import os
+    from dataclasses import replace
+
+    from rillet.config.options import ClusterOptions, JetStreamOptions, Options
+    from rillet.server.logging import Logger
+    from rillet.server.server import Server
+    leader = await wait_meta_leader(cluster)
+    nc = await nats.connect(_url(cluster[0], "a"))
+    assert (await _one(nc, "$JS.API.STREAM.CREATE.OLD", json.dumps({"name": "OLD"}).encode()))["did_create"]
+    o0 = cluster[0].opts
+    store = os.path.join(os.path.dirname(os.path.dirname(cluster[0].jetstream.store_dir)), "late")
+    opts = Options(host="127.0.0.1", port=-1, server_name="late", system_account="SYS", users=USERS)
+    opts.jetstream = JetStreamOptions(enabled=True, store_dir=store)
+    opts.cluster = replace(ClusterOptions(), name="rillet", host="127.0.0.1", port=-1, routes=list(o0.cluster.routes))
+    late = Server(opts, Logger(out=io.StringIO()))
+    await late.start()
+    try:
+        lc = _cl(late)
+        await _until(lambda: lc.group is not None and lc.peer in _cl(leader).group.peers, timeout=10,
+                     what="the late server added to the meta group")
+        await _until(lambda: lc.state.stream("$G", "OLD") is not None, what="the late server has the log")
+        assert sorted(lc.group.peers) == sorted(_cl(leader).group.peers) and len(lc.group.peers) == 4
+        sys = await nats.connect(_url(cluster[0], "sys"))
+        r = await _one(sys, "$JS.API.SERVER.REMOVE", json.dumps({"peer": "late"}).encode())
+        assert r == {"type": T + "meta_server_remove_response", "success": True}
+        await _until(lambda: len(_cl(leader).group.peers) == 3 and lc.peer in _cl(leader).state.removed,
+                     what="removed")
+        await sys.close()
+    finally:
+        await nc.close()
+        await late.shutdown()

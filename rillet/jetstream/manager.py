@@ -291,6 +291,13 @@ class JetStream:
                 "accounts": len(self.accounts), "ha_assets": 0, "api": {"level": API_LEVEL, "total": total,
                                                                         "errors": errs}}
 
+    def healthz(self, o: dict) -> dict:
+        """/healthz past the JetStream-enabled checks: a clustered server checks its meta group, streams
+        and consumers (rillet.jetstream.cluster.meta); a single server has nothing more to check."""
+        if self.cluster is not None:
+            return self.cluster.healthz(o)
+        return {"status": "ok"}
+
     def limits_dict(self) -> dict:
         return {}
 

@@ -174,7 +174,11 @@ class Monitor:
         return self.json(request, endpoints.ipqueuesz(self.server, request.query), indent=3)
 
     async def handle_raftz(self, request: web.Request) -> web.Response:
-        return text_response("No Raft nodes registered", 404)
+        cl = getattr(getattr(self.server, "jetstream", None), "cluster", None)
+        data = cl.raftz(request.query.get("group", "")) if cl is not None else {}
+        if not data:
+            return text_response("No Raft nodes registered", 404)
+        return self.json(request, data, indent=3)
 
     async def handle_expvarz(self, request: web.Request) -> web.Response:
         body = endpoints.expvar_body(procstats.rss_bytes())

@@ -1056,8 +1056,40 @@ class JetStreamCluster:
     def jsz_meta(self) -> dict:
         return MON.meta_cluster_info(self.meta_view())
 
-    def raftz_view(self) -> MON.RaftGroupView:
-        g = self.group
+    def raftz(self, group: str = "") -> dict:
+        """``/raftz``: the meta group and this server's stream groups, under the system account."""
+        groups = []
+        if self.group is not None and self.group.node is not None:
+            groups.append(self.group)
+        for rep in list(getattr(self.streams, "replicas", {}).values()):
+            g = getattr(rep, "group", None)
+            if g is not None and g.node is not None:
+                groups.append(g)
+        views = {g.name: self.raftz_view(g) for g in groups if not group or g.name == group}
+        return MON.raftz({self.server.system_account.name: views}) if views else {}
+
+    def healthz(self, o: dict) -> dict:
+        """nats-server's health checks of a clustered JetStream server (past the enabled checks)."""
+        meta = self.meta_view() if self.group is not None and not self.isolated else None
+        st = self.streams
+
+        def stream_error(acc: str, sa: Any) -> str:
+            rep = st.replica(acc, sa.name) if st is not None else None
+            if rep is None:
+                return "stream not found"
+            if rep.group.leader is None:
+                return "no leader"
+            return ""
+
+        def consumer_error(acc: str, sa: Any, ca: Any) -> str:
+            rep = st.replica(acc, sa.name) if st is not None else None
+            if rep is None or ca.name not in getattr(rep, "consumers", {}):
+                return "consumer not found"
+            return ""
+        return MON.clustered_healthz(o, meta, self.state, self.peer, stream_error, consumer_error)
+
+    def raftz_view(self, g: Optional[RaftGroup] = None) -> MON.RaftGroupView:
+        g = g or self.group
         st = g.status()
         peers = {p: MON.RaftPeerView(self.registry.name_of(p) or p, True,
                                      st["peers"].get(p, {}).get("match", 0),
