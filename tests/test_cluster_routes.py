@@ -427,11 +427,12 @@ async def test_route_pings_and_stale_route():
         await s.shutdown()
 
 
-def test_jetstream_with_cluster_is_refused():
+def test_jetstream_with_cluster_needs_the_names():
+    """(clustered JetStream is allowed now: nats-server's start-up requirements)"""
     o = Options(host="127.0.0.1", port=-1)
     o.jetstream.enabled = True
     o.cluster = ClusterOptions(port=-1)
-    with pytest.raises(ValueError, match="JetStream in a cluster is not supported yet"):
+    with pytest.raises(ValueError, match="jetstream cluster requires `server_name` to be set"):
         Server(o, Logger(out=io.StringIO()))
 
 
@@ -735,5 +736,53 @@ async def test_stalled_route_is_closed_at_the_cluster_write_deadline():
             await _until(lambda: "Slow Consumer (Write Deadline)" in buf.getvalue(), 5, "the route closed")
         assert "Slow Consumer Detected: WriteDeadline of 300ms exceeded" in buf.getvalue()
         assert s.cluster.routes == {}
+    finally:
+        await s.shutdown()
+
+
+@pytest.mark.parametrize("policy", ["", "retry", "close"])
+async def test_route_write_timeout_policy_with_a_slow_reader(policy):
+    """A peer that reads, but slower than we write: with nats-server's route default (write_timeout retry)
+    the route is kept (a slow consumer is reported) since the peer read something within the deadline;
+    with write_timeout: close it is closed at the deadline, as a client would be."""
+    from rillet.cluster import info as ci
+    from rillet.cluster import protocol as cp
+    buf = io.StringIO()
+    s = _mk_server("a", -1, [], buf=buf, write_deadline=0.3, write_timeout=policy, pool_size=-1)
+    s.opts.max_pending = 1 << 30
+    await s.start()
+    try:
+        c = await RawClient.open(s.cluster.addr[1], connect=False, rcvbuf=4096)
+        c.send(cp.connect_frame(ci.encode_route_connect(ci.RouteConnect(name="NSLOW", cluster="c1"))) +
+               cp.info_frame(ci.encode_info(ci.Info(server_id="NSLOW", server_name="slow", cluster="c1", port=1)))
+               + cp.rs_sub(b"$G", b"big"))
+        await _until(lambda: _remote_subs(s, "big") == 1, what="the slow peer's interest")
+        stop = asyncio.Event()
+
+        nread = [0]
+
+        async def slow_reader() -> None:
+            while not stop.is_set():
+                try:
+                    nread[0] += len(await asyncio.wait_for(c.reader.read(16384), 0.05))
+                except asyncio.TimeoutError:
+                    continue
+                await asyncio.sleep(0.02)
+        reader = asyncio.ensure_future(slow_reader())
+        try:
+            async with clients([s.client_url]) as (nc,):
+                for _ in range(150):  # (no flush: the publisher is paused while the route is behind)
+                    await nc.publish("big", b"x" * 65536)
+                await _until(lambda: "Slow Consumer Detected: WriteDeadline" in buf.getvalue(), 5, "slow consumer")
+                await asyncio.sleep(0.4)
+                closed = "Slow Consumer (Write Deadline)" in buf.getvalue()
+                assert closed == (policy == "close"), (nread, buf.getvalue()[-2000:])
+                assert (s.cluster.routes == {}) == (policy == "close")
+                stop.set()
+                c.writer.close()  # (the route goes: the publishers paused behind it are read again)
+                await _until(lambda: s.cluster.routes == {}, 3, "the slow route gone")
+        finally:
+            stop.set()
+            await reader
     finally:
         await s.shutdown()

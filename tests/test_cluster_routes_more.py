@@ -530,21 +530,25 @@ async def test_configured_pinned_account_gets_a_dedicated_route():
             await srv.shutdown()
 
 
-async def test_pool_size_mismatch_is_refused_and_no_pooling_interoperates():
-    p0, p1 = free_port(), free_port()
-    buf = io.StringIO()
-
+async def test_pools_of_different_sizes_and_no_pooling_interoperate():
     def mk(name, port, routes, pool):
         r = f", routes: [nats://127.0.0.1:{routes}]" if routes else ""
-        o = load_string(f"server_name: {name}\nlisten: 127.0.0.1:-1\n"
+        o = load_string(POOL_CONF + f"server_name: {name}\nlisten: 127.0.0.1:-1\n"
                         f"cluster {{ name: c, listen: 127.0.0.1:{port}{r}, pool_size: {pool} }}\n")
-        return Server(o, Logger(debug=True, out=buf if name == "a" else io.StringIO()))
+        return Server(o, Logger(debug=True, out=io.StringIO()))
+    # pools of 3 and 4 (a rolling reload of pool_size): 4 connections, each side sending an account on the
+    # connection of its own index (nats-server 2.11+)
+    p0, p1 = free_port(), free_port()
     a, b = mk("a", p0, None, 3), mk("b", p1, p0, 4)
     try:
         await a.start()
         await b.start()
-        await _until(lambda: "Mismatch route pool size: 3 vs 4" in buf.getvalue(), 5, "mismatch error")
-        assert not a.cluster.routes
+        await _until(lambda: a.cluster.servers_connected() == 1 and b.cluster.servers_connected() == 1, 5, "pools")
+        assert len(a.cluster.pools[b.server_id]) == len(b.cluster.pools[a.server_id]) == 4
+        assert len(a.cluster.conns) == len(b.cluster.conns) == 4 + 1  # (and the SYS route)
+        for user, subj in (("a", "pa"), ("c", "pc")):
+            assert await _cross(a.client_url, b.client_url, user, subj) == b"x"
+            assert await _cross(b.client_url, a.client_url, user, subj) == b"x"
     finally:
         await b.shutdown()
         await a.shutdown()
@@ -555,9 +559,9 @@ async def test_pool_size_mismatch_is_refused_and_no_pooling_interoperates():
         await a.start()
         await b.start()
         await _until(lambda: a.cluster.servers_connected() == 1 and b.cluster.servers_connected() == 1, 5, "route")
-        assert a.cluster.route_for(b.server_id, b"$G").no_pool and not a.cluster.pinned["$SYS"]
+        assert a.cluster.route_for(b.server_id, b"$G").no_pool and not a.cluster.pinned["SYS"]
         assert len([rc for rc in a.cluster.conns if rc.registered]) == 1
-        assert await _cross(a.client_url, b.client_url, None, "np") == b"x"
+        assert await _cross(a.client_url, b.client_url, "a", "np") == b"x"
     finally:
         await b.shutdown()
         await a.shutdown()
@@ -598,20 +602,6 @@ async def test_pool_and_pinned_routes_with_a_go_server():
                 assert names == ["go1", "r0"]
         finally:
             await r.shutdown()
-
-
-def test_reload_refuses_pool_and_pinned_account_changes():
-    from dataclasses import replace
-
-    from rillet.cluster.cluster import check_reload
-    o = load_string("cluster { name: c, listen: 127.0.0.1:-1, pool_size: 3, accounts: [A] }\n"
-                    "accounts { A {} }\n")
-    s = Server(o, Logger(out=io.StringIO()))
-    for change, word in (({"pool_size": 4}, "pool_size"), ({"accounts": []}, "accounts")):
-        new = replace(o, cluster=replace(o.cluster, **change))
-        with pytest.raises(ValueError, match=f"config reload not supported for cluster {word}"):
-            check_reload(s, new)
-    check_reload(s, replace(o, cluster=replace(o.cluster)))
 
 
 async def test_stream_import_on_a_server_whose_accounts_do_not_make_shadows():

@@ -306,11 +306,11 @@ CLUSTER_KEY_TESTS: dict[str, str] = {
     "pool_size": "tests/test_config_options.py::test_cluster_refused_until_supported",
     "accounts": "tests/test_config_options.py::test_cluster_refused_until_supported",
     "compression": "tests/test_cluster_routes.py::test_gossip_from_one_seed_to_full_mesh_and_routez",
-    "permissions": "tests/test_config_options.py::test_cluster_refused_until_supported",
+    "permissions": "tests/test_cluster_routes_reload.py::test_route_permissions_match_nats_server",
     "ping_interval": "tests/test_cluster_routes.py::test_route_pings_and_stale_route",
     "ping_max": "tests/test_cluster_routes.py::test_route_pings_and_stale_route",
     "write_deadline": "tests/test_cluster_routes.py::test_stalled_route_is_closed_at_the_cluster_write_deadline",
-    "write_timeout": "tests/test_config_options.py::test_cluster_refused_until_supported",
+    "write_timeout": "tests/test_cluster_routes.py::test_route_write_timeout_policy_with_a_slow_reader",
 }
 
 

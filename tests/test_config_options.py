@@ -665,9 +665,8 @@ def test_cluster_errors():
     ("compression: s2_fast", "s2 compression of routes is not supported yet"),
     ("compression: { mode: s2_best }", "s2 compression of routes is not supported yet"),
     ("compression: true", "s2 compression of routes is not supported yet"),
-    ("permissions: { import: \">\", export: \"a.>\" }", "cluster permissions"),
-    ("authorization { user: a, password: b, permissions: { import: x } }", "cluster permissions"),
-    ("write_timeout: close", "write_timeout"),
+    ("permissions: { import: \">\", allow_responses: true }", "Cluster permissions do not support dynamic responses"),
+    ("write_timeout: never", "write_timeout must be 'default', 'close' or 'retry'"),
     ("pool_size: -1, accounts: [A]", "pool_size cannot be negative if pinned accounts are specified"),
     ("accounts: [A, B, A]", 'found duplicate account name "A" in pinned accounts list [A B A]'),
 ])

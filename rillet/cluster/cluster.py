@@ -24,9 +24,22 @@ The dialling side sends CONNECT, waits for the peer's INFO, takes the first free
 only then sends its INFO with ``route_pool_idx``; once registered it dials the next connection of the
 pool (after 0-100 ms) until the pool is full. The accepting side places a connection at the index its
 INFO names (a taken index: a duplicate, closed). A peer without ``route_pool_size`` (pooling off, older
-server) gets one connection that carries every account. Pool sizes must match ("Mismatch route pool
-size"). ``routes`` keeps one connection per server (the first of its pool): gossip, connect URLs and
-lame duck go through it.
+server) gets one connection that carries every account. Two servers with different pool sizes (during a
+rolling reload) keep the larger number of connections, each side sending an account's traffic on the
+connection of its own pool index, as nats-server 2.11+. ``routes`` keeps one connection per server (the
+first of its pool): gossip, connect URLs and lame duck go through it.
+
+A reload may add and remove route URLs, change the authorization (accepted routes whose credentials no
+longer match are closed), the permissions, the cluster name, the pool size (every pooled connection is
+closed and the pools form again) and the pinned accounts: an account added is announced to each server on
+its old pool connection (INFO ``route_acc_add_reqid`` with ``route_account``; the peer stops taking the
+account's interest there and answers with the same INFO without the account), and once every peer has
+answered (or after 2 s) its dedicated routes are dialled; an account removed has its dedicated routes
+closed and its interest sent on its pool connection again.
+
+``cluster { permissions { import, export } }``: a local subscription's interest goes to routes only when
+``import`` allows its subject (as a publish permission), a route's RS+/LS+ is taken only when ``export``
+allows it (as a subscribe permission); both are sent to peers in the INFO and shown in /routez.
 
 Pinned accounts (``accounts [...]``, and the system account, which nats-server pins by default when
 pooling) get a dedicated route to each server, outside the pool: the dialling side names the account in
@@ -57,6 +70,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.interest import LocalInterest, frame_for
 from rillet.cluster.route import EXPLICIT, IMPLICIT, RouteConn
 from rillet.cluster.routed import RoutedAccount
+from rillet.server.auth import PermChecker, compare_secret
 from rillet.server.listen import hostport, server_port_socket
 
 if TYPE_CHECKING:
@@ -100,6 +114,26 @@ def parse_route_url(text: str) -> RouteURL:
     if not parts.hostname or port is None:
         raise ValueError(f'error parsing route url ["{text}"]')
     return RouteURL(parts.hostname, port, unquote(parts.username or ""), unquote(parts.password or ""))
+
+
+def pinned_names(o: Any) -> list[str]:
+    """The accounts with dedicated routes under options ``o``: the configured ``accounts`` and the system
+    account, when pooling is on (nats-server adds the system account unless pool_size is negative)."""
+    ps = o.cluster.pool_size or DEFAULT_ROUTE_POOL_SIZE
+    if ps < 1:
+        return []
+    names = list(o.cluster.accounts)
+    sys_name = o.system_account or ("" if o.no_system_account else "$SYS")
+    if sys_name and sys_name not in names:
+        names.append(sys_name)
+    return names
+
+
+def _subject_permission(p: Any) -> ci.SubjectPermission | None:
+    if p is None:
+        return None
+    return ci.SubjectPermission(allow=list(p.allow) if p.allow is not None else None,
+                                deny=list(p.deny) if p.deny is not None else None)
 
 
 def _dynamic_name() -> str:
@@ -153,19 +187,18 @@ class Cluster:
         # fn(what, route, info): "added" when the first route to a server registers (with its INFO), "gone"
         # when the last one closes (clustered JetStream's peer tracking)
         self.route_listeners: list[Any] = []
-        ps = o.cluster.pool_size
-        self.pool_size = DEFAULT_ROUTE_POOL_SIZE if ps == 0 else ps  # < 0: no pooling
-        self.pooling = self.pool_size >= 1
-        self.routes_pool_size = self.pool_size if self.pooling else 1
+        self._set_pool_size(o.cluster.pool_size)
         self.routes: dict[str, RouteConn] = {}  # remote server id -> one registered route (first of its pool)
         # pinned account -> remote server id -> its dedicated route
-        self.pinned: dict[str, dict[str, RouteConn]] = {}
-        if self.pooling:
-            names = list(o.cluster.accounts)
-            sys_name = o.system_account or ("" if o.no_system_account else "$SYS")
-            if sys_name and sys_name not in names:
-                names.append(sys_name)
-            self.pinned = {n: {} for n in names}
+        self.pinned: dict[str, dict[str, RouteConn]] = {n: {} for n in pinned_names(o)}
+        self.pinned_config = pinned_names(o)  # (what the configuration pins; reloads compare it)
+        # accounts a peer moved to dedicated routes (reload): their interest is not taken on pool routes
+        self.transitioning: set[bytes] = set()
+        self._acc_add_reqid = ""  # a reload's pinned-account change waiting for the peers' answers
+        self._acc_add_left = 0
+        self._acc_add_done: asyncio.Event | None = None
+        self.route_perms: PermChecker | None = None  # cluster permissions (import: publish, export: subscribe)
+        self._set_permissions(o.cluster.permissions)
         self.pools: dict[str, list[RouteConn | None]] = {}  # remote server id -> its routes by pool index
         self._acc_idx: dict[bytes, int] = {}  # account name -> pool index
         self.conns: set[RouteConn] = set()  # every route connection, registered or not
@@ -185,6 +218,18 @@ class Cluster:
     @property
     def opts(self) -> Any:
         return self.server.opts.cluster
+
+    def _set_pool_size(self, ps: int) -> None:
+        self.pool_size = DEFAULT_ROUTE_POOL_SIZE if ps == 0 else ps  # < 0: no pooling
+        self.pooling = self.pool_size >= 1
+        self.routes_pool_size = self.pool_size if self.pooling else 1
+
+    def _set_permissions(self, perms: Any) -> None:
+        self.route_perms = None if perms is None else PermChecker(perms)
+
+    def can_import(self, subject: bytes) -> bool:
+        """Whether our interest in ``subject`` is sent to routes (the import permission)."""
+        return self.route_perms is None or self.route_perms.can_publish(subject)
 
     # ---- settings ---------------------------------------------------------------------------------------
 
@@ -286,6 +331,10 @@ class Cluster:
             info.tls_required = info.tls_verify = True
         if self.pooling:
             info.route_pool_size = self.pool_size
+        perms = o.permissions
+        if perms is not None:
+            info.import_ = _subject_permission(perms.publish)
+            info.export = _subject_permission(perms.subscribe)
         if o.advertise:
             from rillet.config.builder_base import split_host_port
             h, p = split_host_port(o.advertise)
@@ -456,8 +505,6 @@ class Cluster:
             reason, again = "Protocol Violation", True
             if info.route_pool_size <= 0 or not self.pooling:
                 text, again = f'Not possible to have a dedicated route for account "{acc_name}" between those servers', False
-            elif self.pool_size != info.route_pool_size:
-                text = f"Mismatch route pool size: {self.pool_size} vs {info.route_pool_size}"
             elif acc_name not in self.pinned:
                 text = f'No route for account "{acc_name}"'
             elif self.route_account(acc_name.encode("utf-8", "surrogateescape")) is None:
@@ -484,6 +531,8 @@ class Cluster:
         rc.remote_ip_url = info.ip
         rc.connect_urls = list(info.connect_urls or ())
         rc.gateway_url = info.gateway_url
+        rc.remote_pool_size = info.route_pool_size
+        rc.remote_import, rc.remote_export = info.import_, info.export
         if rc.pinned_acc:
             self._add_pinned_route(rc, info)
         else:
@@ -493,15 +542,16 @@ class Cluster:
         rid = info.server_id
         pool = info.route_pool_size > 0
         err = ""
+        # pools of different sizes (a rolling reload): as many connections as the larger pool
+        eff = max(self.routes_pool_size, info.route_pool_size)
         if info.route_pool_size <= 0 or not self.pooling:
             pool = False  # one connection carries every account
             rc.no_pool = True
-        elif self.pool_size != info.route_pool_size:
-            err = f"Mismatch route pool size: {self.pool_size} vs {info.route_pool_size}"
+            eff = 1
         elif rc.solicited:
             if info.route_pool_idx != 0:
                 err = f"Route pool index should not be set but is set to {info.route_pool_idx}"
-        elif not 0 <= info.route_pool_idx < self.pool_size:
+        elif not 0 <= info.route_pool_idx < eff:
             err = f"Invalid route pool index: {info.route_pool_idx} - pool size is {info.route_pool_size}"
         if err:
             self.server.log.error(f"{rc.log_prefix()} - {err}")
@@ -510,7 +560,7 @@ class Cluster:
         conns = self.pools.get(rid)
         idx = -1
         if conns is None:
-            conns = self.pools[rid] = [None] * self.routes_pool_size
+            conns = self.pools[rid] = [None] * eff
             idx = info.route_pool_idx if pool else 0
         elif not pool:
             existing = next((r for r in conns if r is not None), None)
@@ -519,6 +569,8 @@ class Cluster:
                 return
             idx = 0
         else:
+            if len(conns) < eff:  # (the peer's pool grew: it reloaded with a larger pool_size)
+                conns.extend([None] * (eff - len(conns)))
             if not rc.solicited:
                 idx = info.route_pool_idx
                 existing = conns[idx]
@@ -548,7 +600,7 @@ class Cluster:
         rc.debug(f'Registering remote route "{rid}"' + (f" (pool index {idx})" if pool else ""))
         if pool and sz > 1:  # the server is known already: this connection only takes its share of accounts
             self._send_interest(rc)
-            if rc.solicited and sz != self.pool_size:
+            if rc.solicited and sz != len(conns):
                 self._fill_pool(rc)
             return
         self.routes[rid] = rc
@@ -568,7 +620,7 @@ class Cluster:
             if self._add_urls(rc.connect_urls):
                 self.server.broadcast_info()
         self._send_interest(rc)
-        if pool and rc.solicited and self.pool_size > 1:
+        if pool and rc.solicited and len(conns) > 1:
             self._fill_pool(rc)
 
     def _add_pinned_route(self, rc: RouteConn, info: ci.Info) -> None:
@@ -592,15 +644,16 @@ class Cluster:
     def _send_interest(self, rc: RouteConn) -> None:
         """Our interest to a newly registered route: of every account, or of the accounts of its pool index,
         or of its pinned account."""
+        imp = self.can_import
         if rc.pinned_acc:
             acc_b = rc.pinned_acc.encode("utf-8", "surrogateescape")
-            frames = [frame_for(u, pinned=True) for u in self.local.snapshot(acc_b)]
+            frames = [frame_for(u, pinned=True) for u in self.local.snapshot(acc_b) if imp(u.subject)]
             if frames:
                 rc.send(b"".join(frames))
             return
         every = rc.no_pool or not self.pooling
         frames = [frame_for(u) for u in self.local.snapshot()
-                  if every or self.pool_index(u.account) == rc.pool_idx]
+                  if (every or self.pool_index(u.account) == rc.pool_idx) and imp(u.subject)]
         if frames:
             rc.send(b"".join(frames))
 
@@ -650,8 +703,7 @@ class Cluster:
     def async_route_info(self, rc: RouteConn, info: ci.Info) -> None:
         srv = self.server
         if info.route_acc_add_reqid:
-            srv.log.debug(f"{rc.log_prefix()} - pinned-account route change ignored (pinned accounts are not "
-                          f"changed by a reload here)")
+            self._acc_add_info(rc, info)
             return
         if info.gateway and srv.gateway is not None:
             srv.gateway.info_from_route(info, rc.remote_id)
@@ -666,6 +718,91 @@ class Cluster:
         if info.ldm and rc.connect_urls and not self.opts.no_advertise:
             if self._remove_urls(rc.connect_urls):
                 srv.broadcast_info()
+        elif not info.ldm and (info.import_ != rc.remote_import or info.export != rc.remote_export):
+            self._remote_perms_changed(rc, info)
+
+    def _remote_perms_changed(self, rc: RouteConn, info: ci.Info) -> None:
+        """The peer's permissions changed (its reload): the interest its new export permission now takes, and
+        that it ignored before, is sent again (as nats-server's updateRemoteRoutePerms)."""
+        def exports(p: Any) -> PermChecker | None:
+            if p is None:
+                return None
+            from rillet.config.options import Permission, Permissions
+            return PermChecker(Permissions(subscribe=Permission(allow=p.allow, deny=p.deny)))
+        old, new = exports(rc.remote_export), exports(info.export)
+        rc.remote_import, rc.remote_export = info.import_, info.export
+
+        def ok(pc: PermChecker | None, subject: bytes) -> bool:
+            return pc is None or pc.can_subscribe(subject.decode("utf-8", "surrogateescape"))
+        frames = [frame_for(u, pinned=bool(rc.pinned_acc)) for u in self._interest_of(rc)
+                  if ok(new, u.subject) and not ok(old, u.subject) and self.can_import(u.subject)]
+        if frames:
+            rc.send(b"".join(frames))
+
+    def _interest_of(self, rc: RouteConn) -> list[Any]:
+        """Our interest (as RS+ updates) in the accounts that route ``rc`` carries."""
+        if rc.pinned_acc:
+            return list(self.local.snapshot(rc.pinned_acc.encode("utf-8", "surrogateescape")))
+        every = rc.no_pool or not self.pooling
+        return [u for u in self.local.snapshot() if every or self.pool_index(u.account) == rc.pool_idx]
+
+    # ---- pinned accounts added by a reload (nats-server's route_acc_add_reqid exchange) ----------------------
+
+    def _acc_add_info(self, rc: RouteConn, info: ci.Info) -> None:
+        srv = self.server
+        an = info.route_account
+        if not an:  # a peer's answer to our announcement
+            if info.route_acc_add_reqid == self._acc_add_reqid and self._acc_add_done is not None:
+                self._acc_add_left -= 1
+                if self._acc_add_left <= 0:
+                    self._acc_add_done.set()
+            return
+        an_b = an.encode("utf-8", "surrogateescape")
+        if self.route_account(an_b) is None:
+            srv.log.error(f'Error looking up account "{an}": account missing')
+            return
+        if an not in self.pinned:  # the peer moved the account to dedicated routes first
+            self.pinned[an] = {}
+            self.transitioning.add(an_b)
+            self._acc_idx.clear()
+        # the account's interest of every server leaves the pool connection of its index (under the
+        # announcing server's pool size); it comes again over the dedicated routes
+        rpi = ci.route_pool_index(max(info.route_pool_size, 1), an)
+        for conns in self.pools.values():
+            r = conns[rpi] if rpi < len(conns) else None
+            if r is not None and not r.no_pool:
+                r.drop_interest(lambda acc, _subject: acc != an_b)
+        info.route_account = ""
+        rc.send(cp.info_frame(ci.encode_info(info)))
+        srv.schedule_flush()
+
+    def _announce_added(self, added: list[str]) -> int:
+        """Accounts pinned by a reload: each peer is told on the pool connection that carried the account
+        (its interest there is dropped); returns how many answers to wait for."""
+        import secrets
+        self._acc_add_reqid = secrets.token_hex(11).upper()
+        sent = 0
+        for an in added:
+            an_b = an.encode("utf-8", "surrogateescape")
+            rpi = ci.route_pool_index(self.routes_pool_size, an)  # (its index before the move)
+            self.pinned.setdefault(an, {})
+            self.transitioning.discard(an_b)
+            frame = cp.info_frame(ci.encode_info(ci.Info(route_pool_size=self.routes_pool_size, route_account=an,
+                                                         route_acc_add_reqid=self._acc_add_reqid)))
+            for conns in self.pools.values():
+                r = conns[rpi] if rpi < len(conns) else None
+                if r is None or r.closed or r.no_pool:
+                    continue
+                rr = r  # the peer announced the account's interest on the connection of its own index
+                if r.remote_pool_size and r.remote_pool_size != self.routes_pool_size:
+                    i = ci.route_pool_index(r.remote_pool_size, an)
+                    rr = conns[i] if i < len(conns) and conns[i] is not None else r
+                rr.drop_interest(lambda acc, _subject: acc != an_b)
+                r.send(frame)
+                sent += 1
+        self._acc_idx.clear()
+        self.server.schedule_flush()
+        return sent
 
     def _implicit_route(self, info: ci.Info, from_no_pool: bool = False) -> None:
         srv = self.server
@@ -826,6 +963,8 @@ class Cluster:
             self.local.remove(acc.name_b, sb, qb or None, origin)
         if u is None or not self.pools:
             return
+        if self.route_perms is not None and not self.route_perms.can_publish(sb):
+            return  # (the import permission: this interest is not sent to routes; counted all the same)
         f = frame_for(u)
         pinned = self.pinned.get(acc.name) if self.pinned else None
         if pinned is not None:  # to its dedicated routes, and to servers without pooling
@@ -891,25 +1030,143 @@ class Cluster:
     # ---- reload --------------------------------------------------------------------------------------------
 
     def reloaded(self, old: Any) -> None:
-        """The configuration was reloaded (``old``: the previous cluster options): routes removed from the
-        list are closed for good, new ones dialled; authorization, advertise and the rest apply to new
-        connections, as in nats-server."""
+        """The configuration was reloaded (``old``: the previous cluster options), as nats-server applies a
+        cluster block: the name, the authorization (accepted routes whose credentials no longer match are
+        closed), the permissions, the pool size and pinned accounts, and the route URLs (removed ones closed
+        for good, new ones dialled); advertise and the rest apply to new connections."""
         srv = self.server
         new = self.opts
-        old_keys = {parse_route_url(r).key: r for r in old.routes}
-        new_keys = {parse_route_url(r).key: r for r in new.routes}
+        if new.name and new.name != self.name:
+            srv.log.notice(f"Cluster name updated to {new.name}")
+            self.name = new.name
+            self.dynamic = False
+        if new.username:  # (routes we dialled are not checked: we do not have the peer's credentials)
+            for rc in list(self.conns):
+                if not rc.solicited and rc.parser is not None and not rc.parser.awaiting_connect and \
+                        (rc.connect_user != new.username or not compare_secret(new.password, rc.connect_pass)):
+                    srv.log.error(f"{rc.log_prefix()} - authentication error")
+                    rc.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
+        if new.permissions != old.permissions:
+            self._reload_permissions(old.permissions)
+        self._reload_routes(old)
+        names = pinned_names(srv.opts)
+        added = [a for a in names if a not in self.pinned_config]
+        removed = [a for a in self.pinned_config if a not in names]
+        if new.pool_size < 0 <= old.pool_size:  # (pooling turned off: the system account leaves too)
+            removed += [a for a in self.pinned if a not in removed and a not in names]
+        self.pinned_config = names
+        new_size = DEFAULT_ROUTE_POOL_SIZE if new.pool_size == 0 else new.pool_size
+        if added or removed or new_size != self.pool_size:
+            self._reload_pool(new.pool_size, added, removed)
+
+    def _reload_routes(self, old: Any) -> None:
+        srv = self.server
+        new = self.opts
+        # (URLs compared whole, credentials too, as nats-server: new credentials replace the route)
+        old_keys = {parse_route_url(r): r for r in old.routes}
+        new_keys = {parse_route_url(r): r for r in new.routes}
         removed = [k for k in old_keys if k not in new_keys]
         added = [k for k in new_keys if k not in old_keys]
         for key in removed:
             url = parse_route_url(old_keys[key])
             for rc in list(self.conns):
-                if rc.url is not None and rc.url.key == key:
+                if rc.url is not None and rc.url.key == url.key:
                     rc.close("Route Removed", no_reconnect=True)
                     srv.log.notice(f"Removed route {url.redacted()}")
         for key in added:
-            self.solicit(parse_route_url(new_keys[key]), EXPLICIT, 0, first=True)
+            url = parse_route_url(new_keys[key])
+            self.solicit(url, EXPLICIT, 0, first=True)
+            for acc in pinned_names(srv.opts):
+                self.solicit(url, EXPLICIT, 0, first=True, account=acc)
         if removed or added:
             srv.log.notice("Reloaded: cluster routes")
+
+    def _reload_permissions(self, old_perms: Any) -> None:
+        """New cluster permissions (nats-server's reloadClusterPermissions): interest the import permission
+        now allows is sent, what it now denies withdrawn, routed interest the export permission now denies
+        dropped, and every route gets our INFO with the new permissions."""
+        old = None if old_perms is None else PermChecker(old_perms)
+        self._set_permissions(self.opts.permissions)
+        new = self.route_perms
+        info = cp.info_frame(ci.encode_info(self.route_info()))
+        for rc in list(self.conns):
+            if rc.closed or not rc.registered:
+                continue
+            out = [info]
+            for u in self._interest_of(rc):
+                then = old is None or old.can_publish(u.subject)
+                now = new is None or new.can_publish(u.subject)
+                if now and not then:
+                    out.append(frame_for(u, pinned=bool(rc.pinned_acc), lnoc=rc.lnoc, lnocu=rc.lnocu))
+                elif then and not now:
+                    out.append(frame_for(u._replace(weight=0), pinned=bool(rc.pinned_acc), lnoc=rc.lnoc,
+                                         lnocu=rc.lnocu))
+            if new is not None:
+                rc.drop_interest(lambda _acc, subject: new.can_subscribe(subject))
+            rc.send(b"".join(out))
+        self.server.schedule_flush()
+
+    def _reload_pool(self, new_ps: int, added: list[str], removed: list[str]) -> None:
+        """Pinned accounts added or removed, or a new pool size (nats-server's reloadClusterPoolAndAccounts):
+        the peers are told of the added accounts first; once they answered (at most 2 s) the dedicated routes
+        of removed accounts are closed for good, a new pool size closes every pooled connection (the dialling
+        sides form the pools again), and the configured routes are dialled for the new pools and accounts."""
+        sent = self._announce_added(added) if added else 0
+        if not sent:
+            self._apply_pool(new_ps, added, removed)
+            return
+        self._acc_add_left = sent
+        self._acc_add_done = done = asyncio.Event()
+
+        async def wait_then_apply() -> None:
+            try:
+                await asyncio.wait_for(done.wait(), 2.0)
+            except asyncio.TimeoutError:
+                self.server.log.warn("Timed out waiting for confirmation from all routes regarding per-account "
+                                     "routes changes")
+            if self._acc_add_done is done:
+                self._acc_add_done = None
+                self._acc_add_reqid = ""
+            if self.running:
+                self._apply_pool(new_ps, added, removed)
+        t = self.server.loop.create_task(wait_then_apply())
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+
+    def _apply_pool(self, new_ps: int, added: list[str], removed: list[str]) -> None:
+        for an in removed:
+            for rc in list(self.pinned.get(an, {}).values()):
+                rc.close("Route Removed", no_reconnect=True)
+        old_size = self.pool_size
+        new_size = DEFAULT_ROUTE_POOL_SIZE if new_ps == 0 else new_ps
+        if new_size != old_size:
+            for conns in list(self.pools.values()):
+                for rc in list(conns):
+                    if rc is not None:
+                        rc.close("Route Removed")
+        for an in removed:
+            self.pinned.pop(an, None)
+            self.transitioning.discard(an.encode("utf-8", "surrogateescape"))
+        self._set_pool_size(new_ps)
+        self._acc_idx.clear()
+        if new_size == old_size:
+            for an in removed:  # the account's interest on its pool connection again
+                an_b = an.encode("utf-8", "surrogateescape")
+                idx = self.pool_index(an_b) if self.pooling else 0
+                frames = [frame_for(u) for u in self.local.snapshot(an_b) if self.can_import(u.subject)]
+                for conns in self.pools.values():
+                    rc = conns[0] if conns[0] is not None and conns[0].no_pool else \
+                        (conns[idx] if idx < len(conns) else None)
+                    if frames and rc is not None and not rc.closed:
+                        rc.send(b"".join(frames))
+        for r in self.opts.routes:
+            url = parse_route_url(r)
+            if new_size != old_size:
+                self.solicit(url, EXPLICIT, 0, first=True)
+            for an in added:
+                if an in self.pinned:
+                    self.solicit(url, EXPLICIT, 0, first=True, account=an)
+        self.server.schedule_flush()
 
     # ---- monitoring ----------------------------------------------------------------------------------------
 
@@ -1027,20 +1284,33 @@ def _dial_error(url: RouteURL, e: BaseException) -> str:
 
 
 def check_reload(server: Any, new_opts: Any) -> None:
-    """What nats-server refuses to reload in a cluster block: its host and port (so clustering cannot be
-    turned on or off by a reload either), and route URLs that do not parse. ValueError: reload refused."""
+    """What nats-server refuses to reload in a cluster block, with its errors: its host and port (so
+    clustering cannot be turned on or off by a reload either), an advertise address that does not parse,
+    and a pinned account that does not exist; route URLs that do not parse. ValueError: reload refused."""
     old, new = server.opts.cluster, new_opts.cluster
     if old.host != new.host:
         raise ValueError(f"config reload not supported for cluster host: old={old.host}, new={new.host}")
     if old.port != new.port:
         raise ValueError(f"config reload not supported for cluster port: old={old.port}, new={new.port}")
-    # (nats-server reloads these, re-forming the pools and dedicated routes; not done here)
-    if old.pool_size != new.pool_size:
-        raise ValueError(f"config reload not supported for cluster pool_size: old={old.pool_size}, "
-                         f"new={new.pool_size}")
-    if old.accounts != new.accounts:
-        raise ValueError(f"config reload not supported for cluster accounts: old={old.accounts}, "
-                         f"new={new.accounts}")
-    if server.cluster is not None:
-        for r in new.routes:
-            parse_route_url(r)
+    if new.advertise:
+        from rillet.config.builder_base import split_host_port
+        try:
+            _, p = split_host_port(new.advertise)
+            if p:
+                int(p)
+        except ValueError as e:
+            raise ValueError(f"invalid Cluster.Advertise value of {new.advertise}, err={e}") from None
+    cl = server.cluster
+    if cl is None:
+        return
+    for r in new.routes:
+        parse_route_url(r)
+    new_names = {a.name if hasattr(a, "name") else a for a in (getattr(new_opts, "accounts", None) or ())}
+    for an in pinned_names(new_opts):
+        if an in cl.pinned_config:
+            continue
+        known = an in server.accounts or an in new_names or (an == "$SYS" and not new_opts.no_system_account)
+        if not known and server.operator is not None:
+            known = server.operator.lookup_account(an) is not None
+        if not known:
+            raise ValueError(f'unable to add account "{an}" to the list of dedicated routes: account missing')

@@ -175,6 +175,14 @@ class RemoteInterest:
         """The announced weight (0 for a plain subscription), or None when not announced."""
         return self._subs.get(self._key(account, subject, queue, origin))
 
+    def drop_account(self, account: bytes) -> list[Change]:
+        """Every remote subscription of ``account``, forgotten and returned as removals (the account moved to
+        a dedicated route: its interest comes again over that one)."""
+        keys = [k for k in self._subs if k[0] == account]
+        for k in keys:
+            del self._subs[k]
+        return [Change("remove", a, s, q, o, 0) for (a, s, q, o) in keys]
+
     def clear(self) -> list[Change]:
         """The route is gone: every remote subscription it announced, as removals."""
         out = [Change("remove", a, s, q, o, 0) for (a, s, q, o) in self._subs]

@@ -8,13 +8,15 @@ one write per route. The handshake, registration, gossip and reconnects are the 
 from __future__ import annotations
 
 import asyncio
+import struct
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
-from rillet.cluster.interest import RemoteInterest
+from rillet.cluster.interest import Change, RemoteInterest
 from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
 
@@ -27,6 +29,25 @@ EXPLICIT = "explicit"
 IMPLICIT = "implicit"
 
 _CRLF = b"\r\n"
+if sys.platform.startswith("linux"):
+    import fcntl
+    import termios
+    _TIOCOUTQ: int | None = termios.TIOCOUTQ
+else:
+    _TIOCOUTQ = None
+
+
+def _kernel_unsent(t: Any) -> int:
+    """Bytes the kernel holds for the peer in the socket's send queue (Linux TIOCOUTQ; 0 elsewhere): with
+    what asyncio buffers, what the peer has not read yet (the write_timeout retry policy asks whether it
+    read anything)."""
+    sock = t.get_extra_info("socket")
+    if sock is None or _TIOCOUTQ is None:
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), _TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (OSError, ValueError):
+        return 0
 
 
 class RouteConn(ServerConn):
@@ -44,6 +65,14 @@ class RouteConn(ServerConn):
         self.gossip_mode = gossip_mode
         self.retry = False  # kept when a duplicate was closed: reconnect if this one goes too
         self.pool_idx = 0  # index of this connection in its server's route pool
+        self.remote_pool_size = 0  # the peer's route_pool_size (pools of different sizes work together)
+        self.connect_user = ""  # credentials of the peer's CONNECT (an accepted route: rechecked on reload)
+        self.connect_pass = ""
+        self.remote_import: Any = None  # the peer's cluster permissions, from its INFO (ci.SubjectPermission)
+        self.remote_export: Any = None
+        self._wd_sent = 0  # bytes the socket had taken when the write deadline was armed (write_timeout retry)
+        self._handed = 0  # bytes handed to the transport
+        self._slow = False  # reported as a slow consumer already (counted once, as nats-server)
         self.no_pool = False  # the peer does not pool: this connection carries every account
         self.delayed_info = False  # dialled with pooling: our INFO goes out once the pool index is known
         self.pinned_acc = account  # a dedicated route of this pinned account (dialled, or named by the peer)
@@ -111,14 +140,48 @@ class RouteConn(ServerConn):
         publishers wait, as nats-server stalls fast producers), and the route is closed if the peer still
         has not read after the write deadline (cluster write_deadline, else the server's)."""
         self.cluster.stall(self)
+        if self._deadline_timer is None and self.transport is not None:
+            t = self.transport
+            self._wd_sent = self._handed - t.get_write_buffer_size() - _kernel_unsent(t)
         super().pause_writing()
 
     def resume_writing(self) -> None:
         self.cluster.unstall(self)
+        self._slow = False
         super().resume_writing()
 
     def _write_deadline(self) -> float:
         return self.cluster.opts.write_deadline or self.server.opts.write_deadline
+
+    def _write_deadline_check(self, wd: float) -> None:
+        """The write deadline passed with the peer still behind. ``write_timeout: close``: closed (as a
+        client). ``retry`` (the default for routes, as nats-server): closed only when the peer read nothing
+        since the deadline was armed; else reported as a slow consumer (counted once) and given another
+        deadline."""
+        t = self.transport
+        if self.closed or t is None or self.cluster.opts.write_timeout == "close":
+            super()._write_deadline_check(wd)
+            return
+        size = t.get_write_buffer_size()
+        sent = self._handed - size - _kernel_unsent(t)
+        if sent <= self._wd_sent:  # nothing written to the peer in the whole deadline
+            super()._write_deadline_check(wd)
+            return
+        from rillet.gotime import format_seconds
+        self._deadline_timer = None
+        state = "State" if self._slow else "Detected"
+        if not self._slow:
+            self._slow = True
+            self.server.slow_consumers += 1
+        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer {state}: WriteDeadline of "
+                               f"{format_seconds(wd)} exceeded with {size} total bytes.")
+        self._wd_sent = sent
+        self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
+
+    def write_out(self) -> None:
+        if not self.closed:
+            self._handed += len(self.out)
+        super().write_out()
 
     # ---- protocol handlers ----------------------------------------------------------------------------
 
@@ -154,6 +217,7 @@ class RouteConn(ServerConn):
             self._auth_timer.cancel()
             self._auth_timer = None
         self.parser.awaiting_connect = False
+        self.connect_user, self.connect_pass = co.user, co.password
         self.remote_id = co.name
         self.lnoc, self.lnocu = co.lnoc, co.lnocu
         self.parser.lnocu = co.lnocu
@@ -175,13 +239,42 @@ class RouteConn(ServerConn):
     # interest
 
     def proto_rs_sub(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        cl = self.cluster
+        if (cl.route_perms is not None or cl.transitioning) and not self._accepts(account, subject):
+            return
         self._apply(self.remote.rs_sub(account, subject, queue, weight))
 
     def proto_rs_unsub(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
         self._apply(self.remote.rs_unsub(account, subject, queue))
 
     def proto_ls_sub(self, origin: bytes, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        cl = self.cluster
+        if (cl.route_perms is not None or cl.transitioning) and not self._accepts(account, subject):
+            return
         self._apply(self.remote.ls_sub(origin, account, subject, queue, weight))
+
+    def _accepts(self, account: bytes, subject: bytes) -> bool:
+        """Whether an RS+/LS+ is taken: the cluster's export permission allows its subject, and its account is
+        not moving to a dedicated route (nats-server ignores both, keeping the route)."""
+        cl = self.cluster
+        if cl.transitioning and not self.pinned_acc and not self.no_pool and bytes(account) in cl.transitioning:
+            return False
+        perms = cl.route_perms
+        if perms is not None and not perms.can_subscribe(subject.decode("utf-8", "surrogateescape")):
+            self.debug(f'Can not export "{subject.decode("utf-8", "replace")}", ignoring remote subscription '
+                       f"request")
+            return False
+        return True
+
+    def drop_interest(self, keep: Any) -> None:
+        """Forget the remote subscriptions for which ``keep(account, subject)`` is False (a dedicated route
+        for their account, or the export permission changed by a reload)."""
+        drop = [key for key, (_, sub) in self.rsubs.items() if not keep(key[0], sub.subject)]
+        for key in drop:
+            acc, subject, queue, origin = key
+            self.remote.rs_unsub(acc, subject, queue) if origin is None else \
+                self.remote.ls_unsub(origin, acc, subject, queue)
+            self._apply(Change("remove", acc, subject, queue, origin, 0))
 
     def proto_ls_unsub(self, origin: bytes | None, account: bytes, subject: bytes, queue: bytes | None) -> None:
         self._apply(self.remote.ls_unsub(origin, account, subject, queue))
@@ -361,6 +454,9 @@ class RouteConn(ServerConn):
                     for acc, sub in self.rsubs.values()]
             else:
                 d["subscriptions_list"] = [sub.subject for _, sub in self.rsubs.values()]
+        for k, p in (("import", self.remote_import), ("export", self.remote_export)):
+            if p is not None:
+                d[k] = {n: v for n, v in (("allow", p.allow), ("deny", p.deny)) if v is not None}
         if self.pinned_acc:
             d["account"] = self.pinned_acc
         comp = self.cluster.compression_mode()

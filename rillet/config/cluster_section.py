@@ -4,9 +4,9 @@ What nats-server accepts is accepted here with its defaults and errors; what Ril
 is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls`` (and what only the client
-  port's block takes); ``permissions`` (import/export filters on routes), ``write_timeout``;
-* (``pool_size`` and ``accounts``, route pooling and pinned-account routes, work as in nats-server:
-  rillet.cluster.cluster);
+  port's block takes);
+* (``pool_size`` and ``accounts``, route pooling and pinned-account routes, ``permissions { import,
+  export }`` and ``write_timeout`` work as in nats-server: rillet.cluster.cluster, rillet.cluster.route);
 * ``compression`` other than off and accept: s2 is not implemented (cramjam, the compression library
   Rillet depends on, has snappy but not s2, whose blocks Go's s2 writer produces). ``accept`` (nats-server's
   default: compress only when the peer asks) is accepted and announced as "off", which is what
@@ -60,9 +60,12 @@ def parse_cluster(b: Any, f: Field) -> None:
             raise sub.error("Cluster authorization does not support tokens")
         if "auth_callout" in auth:
             raise sub.error("Cluster authorization does not support callouts")
-        if auth.get("permissions") is not None:
+        perms = auth.get("permissions")
+        if perms is not None:
+            check_route_permissions(perms, sub)
             b.warnings.append(sub.error('setting "permissions" within cluster authorization block is deprecated'))
-            raise sub.error("cluster permissions (import/export on routes) are not supported yet")
+            if cl.permissions is None:  # (the cluster block's own permissions take precedence)
+                cl.permissions = _route_permissions(perms)
         cl.username = auth.get("user", "")
         cl.password = auth.get("pass", "")
         cl.auth_timeout = auth.get("timeout", 0.0)
@@ -96,7 +99,11 @@ def parse_cluster(b: Any, f: Field) -> None:
         cl.tls = t
 
     def permissions(sub: Field) -> None:
-        raise sub.error("cluster permissions (import/export on routes) are not supported yet")
+        perms = b.parse_permissions(sub)
+        if perms.response is not None:
+            raise sub.error("Cluster permissions do not support dynamic responses")
+        check_route_permissions(perms, sub)
+        cl.permissions = _route_permissions(perms)
 
     def pool_size(sub: Field) -> None:
         cl.pool_size = sub.as_int()
@@ -148,7 +155,10 @@ def parse_cluster(b: Any, f: Field) -> None:
         cl.ping_interval = d
 
     def write_timeout(sub: Field) -> None:
-        raise _unsupported(sub, "write_timeout (write deadline policy)")
+        v = sub.as_str()
+        if v.lower() not in ("default", "close", "retry"):
+            raise sub.error("write_timeout must be 'default', 'close' or 'retry'")
+        cl.write_timeout = "" if v.lower() == "default" else v.lower()
 
     table: dict[str, Callable[[Field], None]] = {
         "name": name,
@@ -174,6 +184,32 @@ def parse_cluster(b: Any, f: Field) -> None:
         "write_timeout": write_timeout,
     }
     b.each(f, table, "cluster")
+
+
+def _route_permissions(perms: Any) -> Any:
+    """import -> publish, export -> subscribe (nats-server's RoutePermissions); nothing else is kept."""
+    from rillet.config.options import Permissions
+    return Permissions(publish=perms.publish, subscribe=perms.subscribe)
+
+
+def check_route_permissions(perms: Any, f: Field) -> None:
+    """nats-server's checks of the cluster permission subjects (queue-qualified subjects are refused in
+    import, accepted in export), with its error texts."""
+    from rillet.subjects.validate import is_valid_subject as subject_is_valid
+    for what, p, queue_ok in (("import", perms.publish, False), ("export", perms.subscribe, True)):
+        if p is None:
+            continue
+        for kind, subjects in (("allow", p.allow), ("deny", p.deny)):
+            for subj in subjects or ():
+                if subject_is_valid(subj):
+                    continue
+                parts = subj.split()
+                if not queue_ok or len(parts) != 2:
+                    raise f.error(f'cluster {what} {kind}: subject "{subj}" is not a valid subject')
+                if not subject_is_valid(parts[0]):
+                    raise f.error(f'cluster {what} {kind}: subject "{parts[0]}" is not a valid subject')
+                if not subject_is_valid(parts[1]):
+                    raise f.error(f'cluster {what} {kind}: queue "{parts[1]}" is not a valid queue')
 
 
 def check_route_url(u: str, f: Field | None = None) -> None:

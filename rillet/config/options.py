@@ -122,13 +122,17 @@ class ClusterOptions:
     password: str = ""
     auth_timeout: float = 0.0
     tls: TLSConfig | None = None
-    pool_size: int = 0  # routes per server: >= 1 pooled; 0 (unset) or -1: one (nats-server's default is 3)
+    pool_size: int = 0  # routes per server: >= 1 pooled; 0 (unset): 3, as nats-server; -1: one, no pooling
     accounts: list[str] = field(default_factory=list)  # pinned accounts (a dedicated route each)
     connect_backoff: bool = False  # exponential back-off between attempts to solicit a route (up to 30s)
     compression: str = ""  # "" (unset), "off" or "not supported": s2 is refused at load
     ping_interval: float = 0.0  # 0 = the server's ping_interval (capped at 30s for routes)
     ping_max: int = 0  # 0 = the server's ping_max
     write_deadline: float = 0.0  # 0 = the server's write_deadline
+    write_timeout: str = ""  # "" (default: retry for routes), "close" or "retry"
+    # route permissions: publish = import (our interest sent to routes), subscribe = export (routes'
+    # interest accepted), as nats-server's RoutePermissions
+    permissions: Permissions | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

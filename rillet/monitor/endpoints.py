@@ -90,7 +90,7 @@ def _permission(p: Any) -> dict | None:
 def routez(server: Any, q: Any) -> dict:
     subs = decode_subs(q)
     d: dict[str, Any] = {"server_id": server.server_id, "server_name": server.name, "now": _now()}
-    perms = server.opts.cluster.extra.get("permissions")
+    perms = server.opts.cluster.permissions
     if perms is not None:  # the cluster block's import (publish) and export (subscribe) permissions
         imp, exp = _permission(perms.publish), _permission(perms.subscribe)
         if imp is not None:
