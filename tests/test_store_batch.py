@@ -79,7 +79,7 @@ def test_batch_cut_short_at_every_offset_is_dropped_whole(tmp_path, compression)
     # every record boundary of the batch and the bytes around it, and a stride through the rest
     cuts = {start, end}
     for seq in range(4, 8):
-        off = fs._msgs[seq].off
+        off = fs._record_location(seq)[2]
         cuts.update((off - 1, off, off + 1, off + fsmod._REC_LEN))
     cuts.update(range(start, end, 17))
     rel = os.path.relpath(path, src)
@@ -117,11 +117,11 @@ def test_batch_records_missing_their_last_record_are_dropped(tmp_path):
     fs.store_msg("pre", b"", b"one")
     start = fs._active.size
     fs.store_batch(batch(3))
-    e = fs._msgs[4]  # the batch's last record
+    off = fs._record_location(4)[2]  # the batch's last record
     path = fs._active.path
     fs.stop()
     with open(path, "r+b") as f:
-        f.truncate(e.off)
+        f.truncate(off)
     log = Log()
     fs = open_fs(p, log)
     assert (fs.state().msgs, fs.state().last_seq) == (1, 1)
@@ -193,8 +193,8 @@ def test_batch_never_spans_blocks(tmp_path):
     fs = open_fs(p, block_size=300)
     fs.store_msg("pre", b"", b"x" * 100)
     fs.store_batch(batch(8, "y" * 20))  # larger than a block: one block of its own
-    idx = {fs._msgs[s].blk for s in range(2, 10)}
-    assert len(idx) == 1 and idx != {fs._msgs[1].blk}
+    idx = {fs._record_location(s)[0] for s in range(2, 10)}
+    assert len(idx) == 1 and idx != {fs._record_location(1)[0]}
     fs.store_msg("post", b"", b"z")
     before = snapshot(fs)
     fs.stop()

@@ -44,7 +44,16 @@ def snapshot(fs):
 
 
 def blocks(path):
-    return sorted(os.listdir(os.path.join(path, "msgs")))
+    return sorted(f for f in os.listdir(os.path.join(path, "msgs")) if f.endswith(".blk"))
+
+
+def live_seqs(fs):
+    out = []
+    m = fs.load_next_msg(">", 0)
+    while m is not None:
+        out.append(m.seq)
+        m = fs.load_next_msg(">", m.seq + 1)
+    return out
 
 
 def test_restart_recovers_exact_state(tmp_path):
@@ -106,8 +115,8 @@ def test_consumer_state_files(tmp_path):
 
 
 def _last_record(fs):
-    e = fs._msgs[fs.state().last_seq]
-    return fs._blocks[e.blk].path, e.off, e.rlen
+    _, path, off, rlen = fs._record_location(fs.state().last_seq)
+    return path, off, rlen
 
 
 def test_torn_tail_every_offset(tmp_path):
@@ -146,11 +155,10 @@ def test_flipped_byte_in_middle(tmp_path):
     fs = open_fs(p)
     for i in range(10):
         fs.store_msg("foo", b"", b"payload-%d" % i)
-    e = fs._msgs[5]
-    path = fs._blocks[e.blk].path
+    _, path, off, rlen = fs._record_location(5)
     fs.stop()
     with open(path, "r+b") as f:
-        f.seek(e.off + e.rlen - 8)  # inside the payload
+        f.seek(off + rlen - 8)  # inside the payload
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0x01]))
@@ -179,14 +187,13 @@ def test_flipped_byte_in_header_and_at_block_end(tmp_path):
     fs = open_fs(p, block_size=600)
     for i in range(20):
         fs.store_msg("foo", b"", b"x" * 60)
-    e3 = fs._msgs[3]
+    e3 = fs._record_location(3)
     # last record of the first block
-    first_blk = min(fs._blocks)
-    last_in_first = max(s for s, e in fs._msgs.items() if e.blk == first_blk)
-    el = fs._msgs[last_in_first]
-    paths = fs._blocks[e3.blk].path, fs._blocks[el.blk].path
+    first_blk = e3[0]
+    last_in_first = max(s for s in range(1, 21) if fs._record_location(s)[0] == first_blk)
+    el = fs._record_location(last_in_first)
     fs.stop()
-    for path, off in ((paths[0], e3.off + 9), (paths[1], el.off + 20)):  # seq field / ts field
+    for path, off in ((e3[1], e3[2] + 9), (el[1], el[2] + 20)):  # seq field / ts field
         with open(path, "r+b") as f:
             f.seek(off)
             b = f.read(1)
@@ -206,9 +213,9 @@ def test_corruption_after_open_is_detected(tmp_path):
     fs = open_fs(p)
     for i in range(3):
         fs.store_msg("foo", b"", b"abcdefgh")
-    e = fs._msgs[2]
-    with open(fs._blocks[e.blk].path, "r+b") as f:
-        f.seek(e.off + e.rlen - 6)
+    _, path, off, rlen = fs._record_location(2)
+    with open(path, "r+b") as f:
+        f.seek(off + rlen - 6)
         f.write(b"Z")
     with pytest.raises(ErrStoreCorrupt):
         fs.load_msg(2)
@@ -477,7 +484,7 @@ def test_sparse_block_reopen(tmp_path):
     assert os.path.getsize(os.path.join(p, "state.log")) < 200
     def view(fs):
         st = fs.state()
-        return (st.msgs, st.first_seq, st.last_seq, st.num_deleted, fs.subjects_state(), list(fs._msgs))
+        return (st.msgs, st.first_seq, st.last_seq, st.num_deleted, fs.subjects_state(), live_seqs(fs))
 
     before = view(fs)
     fs.stop()

@@ -245,8 +245,10 @@ class StoreMachine(RuleBasedStateMachine):
         assert n == self.model.expire(self.clock)
         if nxt is not None and nxt > self.clock:
             assert n == 0
-        if nxt is not None and nxt <= self.clock:
-            assert n >= 1
+        if nxt is not None and nxt <= self.clock and n == 0:
+            # the file store's next expiry is a lower bound (per block, not per message): after a removal it
+            # may be early, once; the expiry pass makes it exact again
+            assert isinstance(self.store, FileStore)
         after = self.store.next_expiry()
         assert after is None or after > self.clock
 

@@ -285,7 +285,7 @@ class IndexedStore:
         if not batch:
             return []
         if self._pre_check:
-            n = len(self._msgs)
+            n = self.msgs
             b = self._bytes
             for subject, hdr, data, _, _ in batch:
                 size = self._msg_size(subject, hdr, data)

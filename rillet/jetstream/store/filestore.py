@@ -47,23 +47,29 @@ and retried on the next write or sync.
 from __future__ import annotations
 
 import errno
-import heapq
-import io
 import json
 import os
 import shutil
 import struct
-import tarfile
+import sys
 import threading
 import time
 import zlib
+from array import array
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from typing import Any, Iterable, Iterator
 
 import msgspec
 
-from ._core import _HEAD, IndexedStore, MemConsumerStore
+from ._core import _NS, IndexedStore, MemConsumerStore, _is_all
+from ._fsindex import Block, BlockIndex, IdxSummary, encode_index, read_columns, read_summary
+from ._fsquery import _NOKEY, BlockQueries
 from .base import (
+    ErrMaxBytes,
+    ErrMaxMsgs,
+    ErrMaxMsgSize,
+    ErrMaxMsgsPerSubject,
     ErrStoreClosed,
     ErrStoreCorrupt,
     ErrStoreFull,
@@ -102,6 +108,9 @@ L_TRUNC = 0x54  # 'T': u64 seq + i64 ts: sequences above are void (truncate)
 _COMPRESS_MIN = 64
 _FD_CACHE = 64
 _LOG_COMPACT_MIN = 1 << 20
+_IDX_CACHE = 8  # loaded indexes of sealed blocks kept (LRU), besides the active block's
+_IDX_IDLE = 30.0  # seconds: a loaded index unused for this long is dropped at the next load
+_MAX_GAP = 4096  # a sequence gap larger than this inside a block starts a new block
 
 
 def _snappy() -> Any:
@@ -114,34 +123,6 @@ def _snappy() -> Any:
 
 def _default_log(level: str, text: str) -> None:
     pass
-
-
-class _Entry(msgspec.Struct, gc=False):
-    """Index entry: where a live message's record is."""
-
-    subject: str
-    seq: int
-    ts: int
-    size: int  # accounted bytes
-    blk: int  # block index
-    off: int
-    rlen: int
-
-
-class _Block:
-    __slots__ = ("index", "path", "first", "last", "live", "size", "synced", "bad")
-
-    # ``synced``: the file size covered by the last fsync (the file is durable up to it).
-
-    def __init__(self, index: int, path: str) -> None:
-        self.index = index
-        self.path = path
-        self.first = 0  # first seq physically in the file (0: none)
-        self.last = 0  # last seq physically in the file
-        self.live = 0  # live messages
-        self.size = 0  # bytes in the file
-        self.synced = 0
-        self.bad = False  # has corrupt regions
 
 
 def _safe_name(name: str) -> str:
@@ -368,7 +349,7 @@ class FileConsumerStore(MemConsumerStore):
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-class FileStore(IndexedStore):
+class FileStore(BlockQueries, IndexedStore):
     """A stream's messages on disk.  ``FileStore(directory, cfg, log=None)``."""
 
     # Accounted size like nats-server's file store: 30 + subject + data (+ 4 + hdr).
@@ -378,13 +359,23 @@ class FileStore(IndexedStore):
     def __init__(self, directory: str, cfg: StoreConfig | None = None, log: LogFn | None = None) -> None:
         cfg = cfg or StoreConfig(storage="file")
         super().__init__(cfg)
+        # The dict index of IndexedStore is not used here: any code path still reaching for it fails loudly.
+        del self._msgs, self._fss, self._ttl_of, self._ttl_heap, self._no_expire
         self.dir = os.path.abspath(directory)
         self.log: LogFn = log or _default_log
         self._lock = threading.RLock()
-        self._blocks: dict[int, _Block] = {}  # in order of index
-        self._active: _Block | None = None
+        self._blocks: dict[int, Block] = {}  # in order of index
+        self._bl: list[Block] = []  # the same blocks, in order
+        self._bfirst: list[int] = []  # their first seqs (bisect)
+        self._active: Block | None = None
+        self._aidx: BlockIndex | None = None  # the active block's index (always loaded)
         self._afd = -1  # active block fd
         self._fds: OrderedDict[int, int] = OrderedDict()  # block index -> fd (non-active)
+        self._cache: OrderedDict[int, BlockIndex] = OrderedDict()  # loaded indexes of sealed blocks (LRU)
+        self._pinned: dict[int, BlockIndex] = {}  # indexes of blocks with corrupt regions (never rebuilt)
+        self._cache_sweep = time.monotonic()
+        self._psim: dict[str, list[int]] = {}  # subject -> [count, first block index (lower bound), last seq]
+        self._nmsgs = 0
         self._lost: set[int] = set()
         self._log_fd = -1
         self._log_size = 0
@@ -394,6 +385,7 @@ class FileStore(IndexedStore):
         self._deferred: list[int] = []
         self._log_compact_at = _LOG_COMPACT_MIN
         self._log_warned = False
+        self._idx_warned = False
         self._block_size = max(int(cfg.block_size or 0), 64)
         self._compress = cfg.compression == "s2"
         self._snappy = _snappy() if self._compress else None
@@ -415,6 +407,19 @@ class FileStore(IndexedStore):
         self._compress = self.cfg.compression == "s2"
         if self._compress and self._snappy is None:
             self._snappy = _snappy()
+
+    def update_config(self, cfg: StoreConfig, now_ns: int | None = None) -> None:
+        """Apply new limits at once (may remove messages; ``now_ns``: the time for max_age and TTLs)."""
+        self._check_open()
+        old_maxp = self._maxp
+        self._apply_cfg(cfg)
+        if self._maxp and (not old_maxp or self._maxp < old_maxp):
+            for subj in [s for s, ps in self._psim.items() if ps[0] > self._maxp]:
+                self._enforce_per_subject(subj)
+        self._enforce_limits()
+        if self._max_age_ns or (cfg.allow_msg_ttl and any(b.min_exp for b in self._bl)):
+            self.expire_msgs(now_ns or self.now())
+        self._on_config()
 
     @property
     def sync_always(self) -> bool:
@@ -462,7 +467,7 @@ class FileStore(IndexedStore):
 
     def _enforce_after_open(self) -> None:
         if self._maxp:
-            for subj in [s for s, ss in self._fss.items() if ss[0] > self._maxp]:
+            for subj in [s for s, ps in self._psim.items() if ps[0] > self._maxp]:
                 self._enforce_per_subject(subj)
         self._enforce_limits()
 
@@ -518,169 +523,178 @@ class FileStore(IndexedStore):
 
     def _list_blocks(self) -> list[tuple[int, str]]:
         out = []
+        idx = []
         for fn in os.listdir(self._msgdir):
             if fn.endswith(".blk"):
                 try:
                     out.append((int(fn[:-4]), os.path.join(self._msgdir, fn)))
                 except ValueError:
                     continue
+            elif fn.endswith(".idx"):
+                idx.append(fn)
             elif fn.endswith(".tmp"):
                 try:
                     os.unlink(os.path.join(self._msgdir, fn))
                 except OSError:
                     pass
+        have = {f"{i:010d}.idx" for i, _ in out}
+        for fn in idx:
+            if fn not in have:
+                try:
+                    os.unlink(os.path.join(self._msgdir, fn))  # left by a block removed in a crash
+                except OSError:
+                    pass
         out.sort()
         return out
 
+    def _idx_path(self, blk: Block) -> str:
+        return blk.path[:-4] + ".idx"
+
+    def _summary_for(self, blk: Block, fsize: int, min_seq: int) -> IdxSummary | None:
+        """The block's index file summary if it can be trusted for this block file, else None (and the
+        file is removed)."""
+        ipath = self._idx_path(blk)
+        if not os.path.exists(ipath):
+            return None
+        s = read_summary(ipath)
+        why = ""
+        if s is None:
+            why = "torn or corrupt"
+        elif s.fsize != fsize or not s.slots or s.first <= min_seq:
+            why = "does not match its block"
+        else:
+            try:
+                with open(blk.path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                data = b""
+            if len(data) != fsize or zlib.crc32(data) != s.bcrc:
+                why = "does not match its block's content"
+            else:
+                mv = memoryview(data)
+                h = _parse_record(mv, s.last_off, min(s.last_off + s.last_rlen, fsize))
+                mv.release()
+                if h is None or h[4] != s.last or s.last_off + s.last_rlen != fsize or h[0] != T_MSG:
+                    why = "does not match its block's last record"
+        if why:
+            self.log("warn", f"{ipath}: index {why}; the block is scanned")
+            self._unlink_quiet(ipath)
+            return None
+        return s
+
+    def _unlink_quiet(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log("error", f"cannot remove {path}: {e.strerror or e}")
+
     def _recover_blocks(self, first_mark: int, last_mark: int, last_mark_ts: int, dels: set[int]) -> None:
         blocks = self._list_blocks()
-        msgs = self._msgs
-        fss = self._fss
-        intern: dict[bytes, str] = {}
+        psim = self._psim
         max_seq = 0
         max_seq_ts = 0
+        dsorted = sorted(dels)
         # Corrupt regions as [seq of the good record before, seq of the good record after].
         bad: list[list[int]] = []
         open_bad: list[list[int]] = []
         for bi, (index, path) in enumerate(blocks):
             is_last = bi == len(blocks) - 1
-            blk = _Block(index, path)
+            blk = Block(index, path)
             try:
-                with open(path, "rb") as f:
-                    buf = f.read()
+                fsize = os.path.getsize(path)
             except OSError as e:
                 raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
-            end = len(buf)
-            if buf[:8] != BLOCK_MAGIC:
-                if end < 8 and BLOCK_MAGIC.startswith(buf) and is_last:
-                    # Torn while being created.
-                    self.log("warn", f"{path}: torn block header, block reset")
-                    self._truncate_file(path, 0)
-                    buf = b""
-                    end = 0
-                else:
-                    self.log("error", f"{path}: bad block header")
-                    blk.bad = True
-                    open_bad.append([max_seq, 0])
-            mv = memoryview(buf)
-            pos = 8 if end >= 8 else end
-            cut = -1
-            pend: list[tuple[int, tuple]] = []  # (offset, header) of a batch whose last record is not seen yet
-
-            def index_record(pos: int, h: tuple) -> None:
-                nonlocal max_seq, max_seq_ts, open_bad
-                t, flags, slen, total, seq, ts, ttl, hlen, dlen = h
-                if not blk.first:
-                    blk.first = seq
-                blk.last = seq
-                max_seq = seq
-                max_seq_ts = ts
+            summ = self._summary_for(blk, fsize, max_seq) if fsize > 8 else None
+            x: BlockIndex | None = None
+            slast: Any = None
+            if summ is not None:
+                blk.first, blk.last, blk.size = summ.first, summ.last, fsize
+                blk.first_ts, blk.last_ts = summ.first_ts, summ.last_ts
+                blk.min_exp, blk.n_noexp = summ.min_exp, summ.n_noexp
+                blk.smap = {sys.intern(sj): i for i, sj in enumerate(summ.subjs)}
+                blk.scnt = array("I", summ.counts)
+                blk.live = summ.nrec
+                blk.idx_on_disk = True
+                nbytes = summ.nbytes
+                slast = summ.lastslot
+                lo_d = bisect_left(dsorted, blk.first)
+                hi_d = bisect_right(dsorted, blk.last)
+                if hi_d > lo_d or blk.first < first_mark:
+                    x = read_columns(self._idx_path(blk), summ)
+                    if x is None:
+                        self.log("warn", f"{self._idx_path(blk)}: index columns corrupt; the block is scanned")
+                        self._unlink_quiet(self._idx_path(blk))
+                        blk = Block(index, path)
+                        summ = None
+            if summ is None:
+                x, max_seq, max_seq_ts, open_bad = self._scan_recover(
+                    blk, is_last, max_seq, max_seq_ts, open_bad, bad
+                )
+                nbytes = self._account_scan(blk, x)
+            else:
                 if open_bad:
                     for r in open_bad:
-                        r[1] = seq
+                        r[1] = blk.first
                     bad.extend(open_bad)
                     open_bad = []
-                if t == T_MSG and seq >= first_mark and seq not in dels:
-                    sb = bytes(mv[pos + _REC_LEN : pos + _REC_LEN + slen])
-                    subj = intern.get(sb)
-                    if subj is None:
-                        subj = intern[sb] = sb.decode("utf-8", "surrogateescape")
-                    if hlen:
-                        size = 34 + slen + hlen + dlen
-                    else:
-                        size = 30 + slen + dlen
-                    msgs[seq] = _Entry(subj, seq, ts, size, index, pos, total)
-                    self._bytes += size
-                    ss = fss.get(subj)
-                    if ss is None:
-                        fss[subj] = [1, _HEAD, seq]
-                    else:
-                        ss[0] += 1
-                        ss.append(seq)
-                    if ttl:
-                        if ttl > 0:
-                            self._ttl_of[seq] = ts + ttl
-                            self._ttl_heap.append((ts + ttl, seq))
+                max_seq = blk.last
+                max_seq_ts = blk.last_ts
+            # Tombstones and the first-seq mark.
+            if x is not None and blk.first:
+                base = x.base
+                offs = x.offs
+                sid = x.sid
+                sz = x.sz
+                removed = 0
+                todo: Iterable[int] = dsorted[bisect_left(dsorted, blk.first) : bisect_right(dsorted, blk.last)]
+                if blk.first < first_mark:
+                    todo = list(todo) + list(range(blk.first, min(first_mark, blk.last + 1)))
+                for q in todo:
+                    slot = q - base
+                    if 0 <= slot < len(offs) and offs[slot] and not blk.is_dead(slot):
+                        blk.mark_dead(slot)
+                        blk.live -= 1
+                        blk.scnt[sid[slot]] -= 1
+                        nbytes -= sz[slot]
+                        removed += 1
+                if removed or slast is None:
+                    slast = self._last_slots(blk, x)
+            self._nmsgs += blk.live
+            self._bytes += nbytes
+            if blk.live and slast is not None:
+                base = blk.first
+                scnt = blk.scnt
+                for sj, l in blk.smap.items():
+                    c = scnt[l]
+                    if c:
+                        ps = psim.get(sj)
+                        if ps is None:
+                            psim[sj] = [c, index, base + slast[l]]
                         else:
-                            self._no_expire.add(seq)
-                    blk.live += 1
-
-            while pos < end:
-                h = _parse_record(mv, pos, end)
-                if h is not None and pend and h[4] != pend[-1][1][4] + 1:
-                    h = None  # not the continuation of the open batch
-                if h is None or h[4] <= max_seq:
-                    # Find the next valid record, if any.
-                    nxt = self._resync(mv, pos + 1, end, max_seq)
-                    if pend:
-                        # An atomic batch cut short: none of it counts.
-                        self.log(
-                            "warn",
-                            f"{path}: incomplete atomic batch (sequences {pend[0][1][4]}..{pend[-1][1][4]} "
-                            f"of a larger batch) at offset {pend[0][0]}, dropped",
-                        )
-                        if nxt < 0 and is_last:
-                            cut = pend[0][0]
-                            pend = []
-                            break
-                        pend = []
-                    if nxt < 0 and is_last:
-                        cut = pos
-                        break
-                    self.log(
-                        "error",
-                        f"{path}: corrupt data at offset {pos}"
-                        + (f"..{nxt}" if nxt >= 0 else " to the end of the block"),
-                    )
-                    blk.bad = True
-                    if not open_bad or open_bad[-1][0] != max_seq:
-                        open_bad.append([max_seq, 0])
-                    if nxt < 0:
-                        break
-                    pos = nxt
-                    continue
-                if h[1] & F_BATCH:
-                    pend.append((pos, h))
-                else:
-                    if pend:
-                        for p, ph in pend:
-                            index_record(p, ph)
-                        pend = []
-                    index_record(pos, h)
-                pos += h[3]
-            if pend:
-                # The block ends inside an atomic batch: its last record was never written.
-                self.log(
-                    "warn",
-                    f"{path}: incomplete atomic batch (sequences {pend[0][1][4]}..{pend[-1][1][4]}, its last "
-                    f"record missing) at offset {pend[0][0]}, dropped",
-                )
-                if is_last:
-                    cut = pend[0][0]
-                else:
-                    blk.bad = True
-                pend = []
-            mv.release()
-            if cut >= 0:
-                self.log(
-                    "warn",
-                    f"{path}: torn write at the end ({end - cut} bytes from offset {cut}), truncated",
-                )
-                self._truncate_file(path, cut)
-                end = cut
-            blk.size = max(end, 8) if end else 0
+                            ps[0] += c
+                            ps[2] = base + slast[l]
             self._blocks[index] = blk
+            self._bl.append(blk)
+            if x is not None:
+                if blk.bad:
+                    self._pinned[index] = x
+                elif not is_last:
+                    self._cache_put(index, x)
+                    if not blk.idx_on_disk:
+                        self._write_index(blk, x)
+                else:
+                    self._aidx = x
         bad.extend(open_bad)
-        heapq.heapify(self._ttl_heap)
-        for ss in fss.values():
-            if len(ss) - ss[1] > 2 * ss[0] + 8:
-                self._compact_subj(ss)
+        self._reindex_blocks()
         # Sequences.
         last = max(last_mark, max_seq, first_mark - 1)
         self._last = last
         self._last_ts = last_mark_ts if last_mark >= max_seq else max_seq_ts
-        if msgs:
-            self._first = next(iter(msgs))
+        self._first = first_mark if first_mark > 0 else 1
+        if self._nmsgs:
+            self._first = self._next_alive(min(self._bfirst))
         else:
             self._first = max(first_mark, last + 1)
         # Lost sequences: those between the good records around each bad region.
@@ -694,23 +708,210 @@ class FileStore(IndexedStore):
                     self.log("error", f"corrupt region spans sequences {lo}..{q - 1}; reporting the first 1000000")
                     q = lo + 1_000_000
                 for s in range(lo, q):
-                    if s not in dels and s not in msgs:
+                    if s not in dels and self._locate(s) is None:
                         self._lost.add(s)
             if self._lost:
                 self.log("error", f"{len(self._lost)} message(s) lost to corruption")
         # Drop blocks with nothing live (except the last, which stays the active block).
-        idxs = list(self._blocks)
-        for index in idxs[:-1]:
-            blk = self._blocks[index]
+        for blk in list(self._bl[:-1]):
             if blk.live == 0 and not blk.bad:
                 self._unlink_block(blk)
-        if idxs:
-            last_blk = self._blocks[idxs[-1]]
+        if self._bl:
+            last_blk = self._bl[-1]
             if last_blk.size == 0:
                 # Rewrite the header of a reset block.
                 self._init_block_file(last_blk)
             if last_blk.size < self._block_size:
                 self._activate(last_blk)
+
+    def _last_slots(self, blk: Block, x: BlockIndex) -> array:
+        """Per local subject id: the slot of its last live message in the block."""
+        out = array("I", bytes(4 * len(blk.smap)))
+        offs = x.offs
+        sid = x.sid
+        for slot in range(len(offs)):
+            if offs[slot] and not blk.is_dead(slot):
+                out[sid[slot]] = slot
+        return out
+
+    def _account_scan(self, blk: Block, x: BlockIndex) -> int:
+        """Set a scanned block's resident counters from its index; returns its accounted bytes."""
+        blk.smap = {}
+        for l, sj in enumerate(x.subjs):
+            blk.smap[sj] = l
+        scnt = array("I", bytes(4 * len(x.subjs)))
+        offs = x.offs
+        sid = x.sid
+        sz = x.sz
+        nbytes = 0
+        live = 0
+        for slot in range(len(offs)):
+            if offs[slot]:
+                scnt[sid[slot]] += 1
+                nbytes += sz[slot]
+                live += 1
+        blk.scnt = scnt
+        blk.live = live
+        self._ttl_bounds(blk, x)
+        if len(offs):
+            blk.first_ts = x.ts[0]
+            blk.last_ts = x.ts[len(offs) - 1]
+        return nbytes
+
+    def _ttl_bounds(self, blk: Block, x: BlockIndex) -> None:
+        """Recompute the block's TTL bounds from its live messages."""
+        blk.min_exp = 0
+        blk.n_noexp = 0
+        ttl = x.ttl
+        if ttl is None:
+            return
+        offs = x.offs
+        ts = x.ts
+        d = blk.dead
+        nd = len(d) if d is not None else 0
+        for slot in range(len(offs)):
+            t = ttl[slot]
+            if t and offs[slot] and (slot >= nd or not d[slot]):  # type: ignore[index]
+                if t < 0:
+                    blk.n_noexp += 1
+                else:
+                    e = ts[slot] + t
+                    if not blk.min_exp or e < blk.min_exp:
+                        blk.min_exp = e
+
+    def _scan_recover(
+        self, blk: Block, is_last: bool, max_seq: int, max_seq_ts: int, open_bad: list, bad: list
+    ) -> tuple[BlockIndex, int, int, list]:
+        """Scan a block file at open: verify every record, cut a torn tail (last block only), note corrupt
+        regions; returns its index and the running max seq / ts / open bad regions."""
+        path = blk.path
+        try:
+            with open(path, "rb") as f:
+                buf = f.read()
+        except OSError as e:
+            raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+        end = len(buf)
+        if buf[:8] != BLOCK_MAGIC:
+            if end < 8 and BLOCK_MAGIC.startswith(buf) and is_last:
+                # Torn while being created.
+                self.log("warn", f"{path}: torn block header, block reset")
+                self._truncate_file(path, 0)
+                buf = b""
+                end = 0
+            else:
+                self.log("error", f"{path}: bad block header")
+                blk.bad = True
+                open_bad.append([max_seq, 0])
+        mv = memoryview(buf)
+        pos = 8 if end >= 8 else end
+        cut = -1
+        x = BlockIndex()
+        smap: dict[str, int] = {}
+        intern: dict[bytes, int] = {}
+        pend: list[tuple[int, tuple]] = []  # (offset, header) of a batch whose last record is not seen yet
+
+        def index_record(pos: int, h: tuple) -> None:
+            nonlocal max_seq, max_seq_ts, open_bad
+            t, flags, slen, total, seq, ts, ttl, hlen, dlen = h
+            if not blk.first:
+                blk.first = seq
+                x.base = seq
+            else:
+                gap = seq - x.base - len(x.offs)
+                if gap:
+                    x.pad(gap, x.ts[-1] if len(x.ts) else ts)
+            blk.last = seq
+            max_seq = seq
+            max_seq_ts = ts
+            if open_bad:
+                for r in open_bad:
+                    r[1] = seq
+                bad.extend(open_bad)
+                open_bad = []
+            if t != T_MSG:
+                x.pad(1, x.ts[-1] if len(x.ts) else 0)
+                return
+            sb = bytes(mv[pos + _REC_LEN : pos + _REC_LEN + slen])
+            l = intern.get(sb)
+            if l is None:
+                subj = sys.intern(sb.decode("utf-8", "surrogateescape"))
+                l = smap.get(subj)
+                if l is None:
+                    l = smap[subj] = len(x.subjs)
+                    x.subjs.append(subj)
+                    x.sbytes.append(sb)
+                intern[sb] = l
+            x.offs.append(pos)
+            x.rlen.append(total)
+            x.sz.append((34 + slen + hlen + dlen) if hlen else (30 + slen + dlen))
+            x.ts.append(ts)
+            x.sid.append(l)
+            if ttl and x.ttl is None:
+                x.add_ttl_column(len(x.offs) - 1)
+            if x.ttl is not None:
+                x.ttl.append(ttl)
+
+        while pos < end:
+            h = _parse_record(mv, pos, end)
+            if h is not None and pend and h[4] != pend[-1][1][4] + 1:
+                h = None  # not the continuation of the open batch
+            if h is None or h[4] <= max_seq:
+                # Find the next valid record, if any.
+                nxt = self._resync(mv, pos + 1, end, max_seq)
+                if pend:
+                    # An atomic batch cut short: none of it counts.
+                    self.log(
+                        "warn",
+                        f"{path}: incomplete atomic batch (sequences {pend[0][1][4]}..{pend[-1][1][4]} "
+                        f"of a larger batch) at offset {pend[0][0]}, dropped",
+                    )
+                    if nxt < 0 and is_last:
+                        cut = pend[0][0]
+                        pend = []
+                        break
+                    pend = []
+                if nxt < 0 and is_last:
+                    cut = pos
+                    break
+                self.log(
+                    "error",
+                    f"{path}: corrupt data at offset {pos}" + (f"..{nxt}" if nxt >= 0 else " to the end of the block"),
+                )
+                blk.bad = True
+                if not open_bad or open_bad[-1][0] != max_seq:
+                    open_bad.append([max_seq, 0])
+                if nxt < 0:
+                    break
+                pos = nxt
+                continue
+            if h[1] & F_BATCH:
+                pend.append((pos, h))
+            else:
+                if pend:
+                    for p, ph in pend:
+                        index_record(p, ph)
+                    pend = []
+                index_record(pos, h)
+            pos += h[3]
+        if pend:
+            # The block ends inside an atomic batch: its last record was never written.
+            self.log(
+                "warn",
+                f"{path}: incomplete atomic batch (sequences {pend[0][1][4]}..{pend[-1][1][4]}, its last "
+                f"record missing) at offset {pend[0][0]}, dropped",
+            )
+            if is_last:
+                cut = pend[0][0]
+            else:
+                blk.bad = True
+            pend = []
+        mv.release()
+        if cut >= 0:
+            self.log("warn", f"{path}: torn write at the end ({end - cut} bytes from offset {cut}), truncated")
+            self._truncate_file(path, cut)
+            end = cut
+        blk.size = max(end, 8) if end else 0
+        return x, max_seq, max_seq_ts, open_bad
 
     def _resync(self, mv: memoryview, pos: int, end: int, min_seq: int) -> int:
         """Offset of the next valid record at or after pos (seq > min_seq), or -1."""
@@ -739,12 +940,133 @@ class FileStore(IndexedStore):
         except OSError as e:
             raise StoreError(f"cannot truncate {path}: {e.strerror or e}") from e
 
+    # -- block indexes --------------------------------------------------------------
+
+    def _idx(self, blk: Block) -> BlockIndex:
+        if blk is self._active:
+            return self._aidx  # type: ignore[return-value]
+        x = self._cache.get(blk.index)
+        if x is not None:
+            if not x.used:
+                x.used = True
+            return x
+        x = self._pinned.get(blk.index)
+        if x is not None:
+            return x
+        return self._load_idx(blk)
+
+    def _cache_put(self, index: int, x: BlockIndex) -> None:
+        cache = self._cache
+        cache[index] = x
+        cache.move_to_end(index)
+        while len(cache) > _IDX_CACHE:
+            cache.popitem(last=False)
+
+    def _load_idx(self, blk: Block) -> BlockIndex:
+        """Load a sealed block's index: from its index file if it checks out, else by scanning the block."""
+        now = time.monotonic()
+        if now - self._cache_sweep > _IDX_IDLE:
+            self._drop_idle()
+        x = None
+        if blk.idx_on_disk:
+            ipath = self._idx_path(blk)
+            s = read_summary(ipath)
+            if s is not None and s.first == blk.first and s.last == blk.last and s.fsize == blk.size:
+                x = read_columns(ipath, s)
+                if x is not None and x.subjs != list(blk.smap):
+                    x = None
+            if x is None:
+                self.log("warn", f"{ipath}: index unreadable or stale; the block is scanned")
+                blk.idx_on_disk = False
+                self._unlink_quiet(ipath)
+        if x is None:
+            x = self._rescan(blk)
+            self._write_index(blk, x)
+        self._cache_put(blk.index, x)
+        return x
+
+    def _drop_idle(self) -> None:
+        """Drop the loaded indexes not used since the last sweep."""
+        self._cache_sweep = time.monotonic()
+        for index, x in list(self._cache.items()):
+            if x.used:
+                x.used = False
+            else:
+                del self._cache[index]
+
+    def _rescan(self, blk: Block) -> BlockIndex:
+        """Rebuild the index of a sealed block (no corrupt regions) from its records."""
+        try:
+            buf = self._read_block(blk)
+        except OSError as e:
+            raise ErrStoreCorrupt(f"cannot read {blk.path}: {e.strerror or e}") from e
+        n = blk.last - blk.first + 1 if blk.first else 0
+        x = BlockIndex(blk.first)
+        x.pad(n, 0)
+        x.subjs = list(blk.smap)
+        x.sbytes = [sj.encode("utf-8", "surrogateescape") for sj in x.subjs]
+        smap = blk.smap
+        mv = memoryview(buf)
+        pos = 8
+        end = len(buf)
+        prev_ts = 0
+        while pos < end:
+            h = _parse_record(mv, pos, end)
+            if h is None:
+                pos = self._resync(mv, pos + 1, end, 0)
+                if pos < 0:
+                    break
+                continue
+            t, flags, slen, total, seq, ts, ttl, hlen, dlen = h
+            slot = seq - blk.first
+            if 0 <= slot < n:
+                x.ts[slot] = ts
+                if t == T_MSG:
+                    subj = bytes(mv[pos + _REC_LEN : pos + _REC_LEN + slen]).decode("utf-8", "surrogateescape")
+                    l = smap.get(subj)
+                    if l is None:
+                        l = smap[subj] = len(x.subjs)
+                        x.subjs.append(subj)
+                        x.sbytes.append(subj.encode("utf-8", "surrogateescape"))
+                        blk.scnt.append(0)
+                    x.offs[slot] = pos
+                    x.rlen[slot] = total
+                    x.sz[slot] = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
+                    x.sid[slot] = l
+                    if ttl:
+                        if x.ttl is None:
+                            x.add_ttl_column(n)
+                        x.ttl[slot] = ttl  # type: ignore[index]
+            pos += total
+        # padded slots carry the previous timestamp (keeps ts sorted for time lookups)
+        for slot in range(n):
+            if x.ts[slot]:
+                prev_ts = x.ts[slot]
+            else:
+                x.ts[slot] = prev_ts
+        mv.release()
+        return x
+
+    def _write_index(self, blk: Block, x: BlockIndex) -> None:
+        """Write the block's index file (no fsync: it is checked against the block when read)."""
+        if blk.bad or not blk.first or not len(x.offs):
+            return
+        try:
+            bcrc = zlib.crc32(self._read_block(blk))
+            _atomic_write(self._idx_path(blk), encode_index(blk, x, bcrc), False)
+        except OSError as e:
+            if not self._idx_warned:
+                self._idx_warned = True
+                self.log("warn", f"cannot write index of {blk.path}: {e.strerror or e}")
+            return
+        blk.idx_on_disk = True
+
     # -- blocks ---------------------------------------------------------------------
 
     def _block_path(self, index: int) -> str:
         return os.path.join(self._msgdir, f"{index:010d}.blk")
 
-    def _init_block_file(self, blk: _Block) -> None:
+    def _init_block_file(self, blk: Block) -> None:
         fd = os.open(blk.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.ftruncate(fd, 0)
@@ -753,7 +1075,20 @@ class FileStore(IndexedStore):
             os.close(fd)
         blk.size = len(BLOCK_MAGIC)
 
-    def _activate(self, blk: _Block) -> None:
+    def _activate(self, blk: Block) -> None:
+        x = self._cache.pop(blk.index, None) or self._pinned.get(blk.index)
+        if x is None:
+            x = self._aidx if self._active is blk and self._aidx is not None else None
+        if x is None:
+            if blk.first:
+                x = self._load_idx(blk)
+                self._cache.pop(blk.index, None)
+            else:
+                x = BlockIndex()
+        if blk.idx_on_disk:
+            # appends will make it stale: rewritten when the block is sealed or the store stops
+            blk.idx_on_disk = False
+            self._unlink_quiet(self._idx_path(blk))
         with self._lock:
             if self._active is not None and self._active is not blk:
                 # The previous active block keeps its fd in the cache until synced.
@@ -764,11 +1099,24 @@ class FileStore(IndexedStore):
                 fd = os.open(blk.path, os.O_RDWR)
             self._active = blk
             self._afd = fd
+        self._aidx = x
 
-    def _new_block(self) -> _Block:
-        index = (max(self._blocks) + 1) if self._blocks else 1
+    def _seal_active(self) -> None:
+        """The active block is full: its index goes to the cache and to its index file."""
+        blk = self._active
+        x = self._aidx
+        if blk is None or x is None:
+            return
+        if blk.bad:
+            self._pinned[blk.index] = x
+        else:
+            self._write_index(blk, x)
+            self._cache_put(blk.index, x)
+
+    def _new_block(self) -> Block:
+        index = (self._bl[-1].index + 1) if self._bl else 1
         path = self._block_path(index)
-        blk = _Block(index, path)
+        blk = Block(index, path)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as e:
@@ -782,8 +1130,12 @@ class FileStore(IndexedStore):
             except OSError:
                 pass
             raise ErrStoreFull(f"cannot write block {path}: {e.strerror or e}") from e
+        self._seal_active()
+        self._unlink_quiet(self._idx_path(blk))
         blk.size = len(BLOCK_MAGIC)
         self._blocks[index] = blk
+        self._bl.append(blk)
+        self._bfirst.append(_NOKEY)
         with self._lock:
             self._dir_dirty = True  # the next sync makes the new file's directory entry durable
             if self._active is not None:
@@ -791,6 +1143,7 @@ class FileStore(IndexedStore):
             self._active = blk
             self._afd = fd
             self._trim_fds()
+        self._aidx = BlockIndex()
         return blk
 
     def _trim_fds(self) -> None:
@@ -826,11 +1179,12 @@ class FileStore(IndexedStore):
             self._trim_fds()
         return fd
 
-    def _unlink_block(self, blk: _Block) -> None:
+    def _unlink_block(self, blk: Block) -> None:
         with self._lock:
             if blk is self._active:
                 os.close(self._afd)
                 self._active = None
+                self._aidx = None
                 self._afd = -1
             fd = self._fds.pop(blk.index, None)
             if fd is not None:
@@ -843,10 +1197,101 @@ class FileStore(IndexedStore):
                 pass
             except OSError as e:
                 self.log("error", f"cannot remove block {blk.path}: {e.strerror or e}")
+        self._cache.pop(blk.index, None)
+        self._pinned.pop(blk.index, None)
+        if blk.idx_on_disk or os.path.exists(self._idx_path(blk)):
+            self._unlink_quiet(self._idx_path(blk))
+        try:
+            i = self._bl.index(blk)
+        except ValueError:
+            return
+        del self._bl[i]
+        del self._bfirst[i]
 
     # -- writing --------------------------------------------------------------------
 
-    def _write(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl_ns: int) -> _Entry:
+    def _append(
+        self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: float, e: Any = None
+    ) -> None:
+        """Write (unless ``e``, the accounted size of an already written and indexed record, is given)
+        and account a message."""
+        if e is None:
+            e = self._write(seq, subject, hdr, data, ts, int(ttl * _NS) if ttl else 0)
+        if not self._nmsgs:
+            self._first = seq
+        self._nmsgs += 1
+        self._last = seq
+        self._last_ts = ts
+        self._bytes += e
+        ps = self._psim.get(subject)
+        if ps is None:
+            self._psim[subject] = [1, self._active.index, seq]  # type: ignore[union-attr]
+        else:
+            ps[0] += 1
+            ps[2] = seq
+            if self._maxp and ps[0] > self._maxp:
+                self._enforce_per_subject(subject)
+        if self._post_limits:
+            self._enforce_limits()
+
+    def _index_record(
+        self, blk: Block, x: BlockIndex, seq: int, subject: str, sb: bytes, ts: int, ttl_ns: int, off: int,
+        total: int, size: int,
+    ) -> None:
+        offs = x.offs
+        if not offs:
+            x.base = seq
+            blk.first = seq
+            blk.first_ts = ts
+            self._bfirst[-1] = seq
+        else:
+            gap = seq - x.base - len(offs)
+            if gap:
+                x.pad(gap, blk.last_ts)
+        l = blk.smap.get(subject)
+        if l is None:
+            l = blk.smap[subject] = len(x.subjs)
+            x.subjs.append(subject)
+            x.sbytes.append(sb)
+            blk.scnt.append(0)
+        elif x.spos:
+            p = x.spos.get(l)
+            if p is not None:
+                p.append(len(offs))
+        offs.append(off)
+        x.rlen.append(total)
+        x.sz.append(size)
+        x.ts.append(ts)
+        x.sid.append(l)
+        if ttl_ns:
+            if x.ttl is None:
+                x.add_ttl_column(len(offs) - 1)
+            x.ttl.append(ttl_ns)  # type: ignore[union-attr]
+            if ttl_ns > 0:
+                exp = ts + ttl_ns
+                if not blk.min_exp or exp < blk.min_exp:
+                    blk.min_exp = exp
+            else:
+                blk.n_noexp += 1
+        elif x.ttl is not None:
+            x.ttl.append(0)
+        blk.scnt[l] += 1
+        blk.live += 1
+        blk.last = seq
+        blk.last_ts = ts
+
+    def _target_block(self, seq: int, total: int) -> Block:
+        blk = self._active
+        if (
+            blk is None
+            or (blk.size + total > self._block_size and blk.size > len(BLOCK_MAGIC))
+            or (blk.last and seq - blk.last > _MAX_GAP)
+        ):
+            blk = self._new_block()
+        return blk
+
+    def _write(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl_ns: int) -> int:
+        """Write and index one record; returns its accounted size."""
         if self._log_pending:
             self._log_append(None)
             if self._log_pending:
@@ -870,9 +1315,7 @@ class FileStore(IndexedStore):
         total = _OVERHEAD + slen + plen
         if total >= _MAX_REC:
             raise StoreError("message too large")
-        blk = self._active
-        if blk is None or (blk.size + total > self._block_size and blk.size > len(BLOCK_MAGIC)):
-            blk = self._new_block()
+        blk = self._target_block(seq, total)
         head = _REC.pack(T_MSG, flags, slen, total, seq, ts, ttl_ns, hlen, dlen)
         crc = zlib.crc32(sb, zlib.crc32(head))
         for p in payload:
@@ -888,19 +1331,14 @@ class FileStore(IndexedStore):
                 self.log("error", f"cannot cut off a failed write in {blk.path}: {e2.strerror or e2}")
             raise ErrStoreFull(f"write to {blk.path} failed: {e.strerror or e}") from e
         blk.size = off + total
-        if not blk.first:
-            blk.first = seq
-        blk.last = seq
-        blk.live += 1
-        if hlen:
-            size = 34 + slen + hlen + dlen
-        else:
-            size = 30 + slen + dlen
-        return _Entry(subject, seq, ts, size, blk.index, off, total)
+        size = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
+        self._index_record(blk, self._aidx, seq, subject, sb, ts, ttl_ns, off, total, size)  # type: ignore[arg-type]
+        return size
 
-    def _write_batch(self, recs: list[tuple[int, str, bytes, bytes, int, int]]) -> list[_Entry]:
+    def _write_batch(self, recs: list[tuple[int, str, bytes, bytes, int, int]]) -> list[int]:
         """An atomic batch: every record in one block with one write, all but the last flagged F_BATCH,
-        so recovery sees the whole batch or none of it.  A failed write is cut off again."""
+        so recovery sees the whole batch or none of it.  A failed write is cut off again.  Returns the
+        accounted sizes."""
         if len(recs) == 1:
             return [self._write(*recs[0])]
         if self._log_pending:
@@ -908,7 +1346,7 @@ class FileStore(IndexedStore):
             if self._log_pending:
                 raise ErrStoreFull("cannot write sequence state (disk full?)")
         bufs: list[bytes] = []
-        meta: list[tuple[int, str, int, int, int]] = []  # seq, subject, ts, accounted size, record length
+        meta: list[tuple[int, str, bytes, int, int, int, int]] = []  # seq, subject, sb, ts, ttl, size, rlen
         size_all = 0
         last_i = len(recs) - 1
         for i, (seq, subject, hdr, data, ts, ttl_ns) in enumerate(recs):
@@ -938,11 +1376,11 @@ class FileStore(IndexedStore):
             bufs.append(sb)
             bufs.extend(payload)
             bufs.append(_CRC.pack(crc))
-            meta.append((seq, subject, ts, (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen), total))
+            size = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
+            meta.append((seq, subject, sb, ts, ttl_ns, size, total))
             size_all += total
-        blk = self._active
-        if blk is None or (blk.size + size_all > self._block_size and blk.size > len(BLOCK_MAGIC)):
-            blk = self._new_block()  # a batch never spans blocks (it may make one larger than block_size)
+        # a batch never spans blocks (it may make one larger than block_size)
+        blk = self._target_block(recs[0][0], size_all)
         off = blk.size
         try:
             _write_all(self._afd, bufs, off, size_all)
@@ -955,18 +1393,485 @@ class FileStore(IndexedStore):
             raise ErrStoreFull(f"write to {blk.path} failed: {e.strerror or e}") from e
         out = []
         pos = off
-        for seq, subject, ts, size, total in meta:
-            out.append(_Entry(subject, seq, ts, size, blk.index, pos, total))
+        x = self._aidx
+        for seq, subject, sb, ts, ttl_ns, size, total in meta:
+            self._index_record(blk, x, seq, subject, sb, ts, ttl_ns, pos, total, size)  # type: ignore[arg-type]
+            out.append(size)
             pos += total
         blk.size = pos
-        if not blk.first:
-            blk.first = meta[0][0]
-        blk.last = meta[-1][0]
-        blk.live += len(meta)
         return out
 
-    def _entry_size(self, e: _Entry) -> int:
-        return e.size
+    def _entry_size(self, e: Any) -> int:  # pragma: no cover - not used by the file store
+        raise NotImplementedError
+
+    def _skip_to(self, last: int) -> None:
+        self._last = last
+        if not self._last_ts:
+            self._last_ts = time.time_ns()
+        if not self._nmsgs:
+            self._first = last + 1
+        self._on_skip()
+
+    def _on_skip(self) -> None:
+        self._log_append(_encode_log(L_LAST, _LAST.pack(self._last, self._last_ts)))
+
+    # -- limits and discard new -----------------------------------------------------
+
+    def _discard_new_check(self, subject: str, hdr: bytes, data: bytes, size: int) -> None:
+        if self._max_msg_size and len(hdr) + len(data) > self._max_msg_size:
+            raise ErrMaxMsgSize()
+        if not self._discard_new:
+            return
+        ps = self._psim.get(subject)
+        asl = bool(self._maxp and ps is not None and ps[0] >= self._maxp)
+        if asl and self.cfg.discard_new_per_subject and not (hdr and b"Nats-Rollup:" in hdr):
+            raise ErrMaxMsgsPerSubject()
+        if self._max_msgs and self._nmsgs >= self._max_msgs and not asl:
+            raise ErrMaxMsgs()
+        if self._max_bytes and self._bytes + size > self._max_bytes:
+            if not asl:
+                raise ErrMaxBytes()
+            # At the subject limit the subject's oldest goes: enough room then?
+            loc = self._locate(self._subj_first(subject))
+            if loc is None or loc[1].sz[loc[2]] < size:
+                raise ErrMaxBytes()
+
+    def _enforce_per_subject(self, subject: str) -> None:
+        maxp = self._maxp
+        self._limit_removal = True
+        try:
+            ps = self._psim.get(subject)
+            while ps is not None and ps[0] > maxp:
+                if not self._remove(self._subj_first(subject)):
+                    break
+                ps = self._psim.get(subject)
+        finally:
+            self._limit_removal = False
+
+    def _enforce_limits(self) -> None:
+        if self._discard_new:
+            return
+        self._limit_removal = True
+        try:
+            mm = self._max_msgs
+            if mm:
+                while self._nmsgs > mm:
+                    if not self._remove(self._first):
+                        break
+            mb = self._max_bytes
+            if mb:
+                while self._bytes > mb and self._nmsgs:
+                    if not self._remove(self._first):
+                        break
+        finally:
+            self._limit_removal = False
+
+    # -- removal --------------------------------------------------------------------
+
+    def _remove(self, seq: int, erase: bool = False) -> bool:
+        loc = self._locate(seq)
+        if loc is None:
+            return False
+        blk, x, slot = loc
+        blk.mark_dead(slot)
+        sid = x.sid[slot]
+        subj = x.subjs[sid]
+        size = x.sz[slot]
+        blk.scnt[sid] -= 1
+        blk.live -= 1
+        self._nmsgs -= 1
+        self._bytes -= size
+        ps = self._psim[subj]
+        if ps[0] == 1:
+            del self._psim[subj]
+        else:
+            ps[0] -= 1
+            if ps[2] == seq:
+                ps[2] = self._subj_last_walk(subj, seq - 1)
+        if seq == self._first:
+            self._first = self._next_alive(seq + 1) or self._last + 1
+        # the state log
+        if self._limit_removal and not erase:
+            self._deferred.append(seq)
+            if len(self._deferred) >= 256:
+                self._log_append(None)
+        else:
+            self._log_append(_encode_log(L_DEL, _U64.pack(seq)))
+        if erase:
+            self._erase_record(blk, x.offs[slot], x.rlen[slot], seq)
+        if blk.live == 0 and blk is not self._active:
+            self._unlink_block(blk)
+        cb = self._remove_cb
+        if cb is not None:
+            cb(seq, subj, size)
+        return True
+
+    def remove_msg(self, seq: int, erase: bool = False) -> bool:
+        """Remove one message; ``erase`` also overwrites its record on disk."""
+        self._check_open()
+        if seq in self._lost:
+            self._lost.discard(seq)
+            self._log_append(_encode_log(L_DEL, _U64.pack(seq)))
+            return False
+        return self._remove(seq, erase)
+
+    def _erase_record(self, blk: Block, off: int, rlen: int, seq: int) -> None:
+        head = _REC.pack(T_ERASED, 0, 0, rlen, seq, 0, 0, 0, 0)
+        body = head + bytes(rlen - _OVERHEAD)
+        rec = body + _CRC.pack(zlib.crc32(body))
+        if blk.idx_on_disk:
+            blk.idx_on_disk = False  # its content checksum no longer holds: rewritten at stop
+            self._unlink_quiet(self._idx_path(blk))
+        try:
+            fd = self._fd_for(blk.index)
+            _write_all(fd, [rec], off, len(rec))
+            os.fsync(fd)
+        except OSError as ex:
+            # The tombstone is written: the message is gone; only the bytes remain.
+            self.log("error", f"cannot erase seq {seq} in {blk.path}: {ex.strerror or ex}")
+
+    def _take_live(self, blk: Block, lo: int, hi: int, out: list | None) -> int:
+        """Mark every live message of the block in [lo, hi] removed (counters, per subject); with ``out``,
+        append (seq, subject, size) of each.  No tombstones: the caller records the bulk change."""
+        x = self._idx(blk)
+        offs = x.offs
+        sid = x.sid
+        sz = x.sz
+        subjs = x.subjs
+        psim = self._psim
+        d = blk.dead
+        n = 0
+        for slot in range(max(lo - x.base, 0), min(hi - x.base + 1, len(offs))):
+            if not offs[slot] or (d is not None and slot < len(d) and d[slot]):
+                continue
+            blk.mark_dead(slot)
+            d = blk.dead
+            l = sid[slot]
+            size = sz[slot]
+            blk.scnt[l] -= 1
+            blk.live -= 1
+            self._nmsgs -= 1
+            self._bytes -= size
+            subj = subjs[l]
+            ps = psim[subj]
+            if ps[0] == 1:
+                del psim[subj]
+            else:
+                ps[0] -= 1
+            n += 1
+            if out is not None:
+                out.append((x.base + slot, subj, size))
+        return n
+
+    def purge(self, subject: str | None = None, seq: int = 0, keep: int = 0) -> int:
+        """nats-server purge: everything; or by subject filter; or below ``seq`` (not
+        including it); keeping the last ``keep`` (of the filter as a whole, like nats-server).
+        Returns the number purged.  After a full purge first_seq = last_seq + 1."""
+        self._check_open()
+        if seq == 1:
+            return 0
+        if _is_all(subject):
+            if not keep and not seq:
+                return self._purge_all(self._last + 1)
+            if seq > 1:
+                return self.compact(seq)
+            subject = ">"
+        assert subject is not None
+        msgs_n, first, last = self.filtered_state(subject, 1)
+        if not msgs_n:
+            return 0
+        maxp = 0
+        if keep > 0:
+            if keep >= msgs_n:
+                return 0
+            maxp = msgs_n - keep
+        if seq >= 1:
+            last = min(last, seq - 1)
+        purged = 0
+        for s in self._matching_seqs(subject, first, last):
+            if self._remove(s):
+                purged += 1
+                if maxp and purged >= maxp:
+                    break
+        return purged
+
+    def _matching_seqs(self, filter: str, first: int, last: int) -> list[int]:
+        """Live seqs in [first, last] matching filter, ascending."""
+        out: list[int] = []
+        if _is_all(filter):
+            m = None
+        else:
+            m = self._matcher((filter,))
+        for blk in list(self._bl):
+            if not blk.live or blk.last < first:
+                continue
+            if blk.first > last:
+                break
+            tbl = None
+            if m is not None:
+                tbl, ids = self._mtable(blk, m)
+                if not any(blk.scnt[l] for l in ids):
+                    continue
+            x = self._idx(blk)
+            offs = x.offs
+            sid = x.sid
+            d = blk.dead
+            nd = len(d) if d is not None else 0
+            for slot in range(max(first - x.base, 0), min(last - x.base + 1, len(offs))):
+                if offs[slot] and (tbl is None or tbl[sid[slot]]) and (slot >= nd or not d[slot]):  # type: ignore[index]
+                    out.append(x.base + slot)
+        return out
+
+    def _purge_all(self, new_first: int) -> int:
+        cb = self._remove_cb
+        removed: list[tuple[int, str, int]] = []
+        if cb is not None:
+            for blk in self._bl:
+                if blk.live:
+                    self._take_live(blk, blk.first, blk.last, removed)
+        n = self._nmsgs if cb is None else len(removed)
+        self._nmsgs = 0
+        self._bytes = 0
+        self._psim = {}
+        if new_first > self._last + 1:
+            self._last = new_first - 1
+        self._first = new_first
+        for blk in self._bl:
+            blk.live = 0
+        self._lost.clear()
+        # Persist the new sequences first, then drop the files.
+        if not self._rewrite_log():
+            self._log_append(_encode_log(L_FIRST, _U64.pack(new_first)))
+            self._log_append(_encode_log(L_LAST, _LAST.pack(self._last, self._last_ts)))
+        for blk in list(self._bl):
+            self._unlink_block(blk)
+        if cb is not None:
+            for s, subj, size in removed:
+                cb(s, subj, size)
+        return n
+
+    def compact(self, seq: int) -> int:
+        """Remove every message below ``seq``; returns how many."""
+        self._check_open()
+        if seq == 0:
+            return self._purge_all(self._last + 1)
+        if self._first >= seq:
+            return 0
+        if seq > self._last:
+            return self._purge_all(seq)
+        cb = self._remove_cb
+        removed: list[tuple[int, str, int]] | None = [] if cb is not None else None
+        n = 0
+        for blk in list(self._bl):
+            if not blk.first or blk.first >= seq:
+                break
+            if blk.live:
+                n += self._take_live(blk, blk.first, seq - 1, removed)
+        self._first = self._next_alive(seq) or self._last + 1
+        self._lost = {s for s in self._lost if s >= seq}
+        self._log_append(_encode_log(L_FIRST, _U64.pack(seq)))
+        for blk in list(self._bl):
+            if blk.live == 0 and blk is not self._active and not (blk.bad and self._lost):
+                self._unlink_block(blk)
+        if cb is not None and removed:
+            for s, subj, size in removed:
+                cb(s, subj, size)
+        return n
+
+    def truncate(self, seq: int) -> None:
+        """Remove every message above ``seq``; last_seq becomes ``seq``."""
+        self._check_open()
+        removed: list[tuple[int, str, int]] = []
+        if seq < self._last:
+            for blk in reversed(list(self._bl)):
+                if blk.first and blk.last <= seq:
+                    break
+                if blk.live:
+                    part: list[tuple[int, str, int]] = []
+                    self._take_live(blk, seq + 1, blk.last, part)
+                    part.reverse()
+                    removed.extend(part)
+        for subj in {r[1] for r in removed}:
+            ps = self._psim.get(subj)
+            if ps is not None and ps[2] > seq:
+                ps[2] = self._subj_last_walk(subj, seq)
+        loc = self._locate(seq)
+        if loc is not None:
+            self._last_ts = loc[1].ts[loc[2]]
+        if seq < self._last:
+            self._last = seq
+        if not self._nmsgs:
+            self._first = self._last + 1
+        self._lost = {s for s in self._lost if s <= seq}
+        self._truncate_blocks(seq)
+        self._log_append(_encode_log(L_TRUNC, _LAST.pack(self._last, self._last_ts)))
+        cb = self._remove_cb
+        if cb is not None:
+            for s, subj, size in reversed(removed):
+                cb(s, subj, size)
+
+    def _truncate_blocks(self, seq: int) -> None:
+        for blk in reversed(list(self._bl)):
+            if not blk.first:
+                if blk is not self._active:
+                    self._unlink_block(blk)
+                continue
+            if blk.first > seq:
+                self._unlink_block(blk)
+                continue
+            if blk.last > seq:
+                x = self._idx(blk)
+                cut = self._find_cut(blk, seq)
+                fd = self._fd_for(blk.index)
+                try:
+                    os.ftruncate(fd, cut)
+                except OSError as e:
+                    raise StoreError(f"cannot truncate {blk.path}: {e.strerror or e}") from e
+                blk.size = cut
+                blk.synced = min(blk.synced, cut)
+                blk.last = self._last_seq_in(blk, cut)
+                if blk.idx_on_disk:
+                    blk.idx_on_disk = False
+                    self._unlink_quiet(self._idx_path(blk))
+                if not blk.last:
+                    blk.first = 0
+                    x.truncate(0)
+                    x.base = 0
+                    blk.dead = None
+                else:
+                    n = blk.last - x.base + 1
+                    x.truncate(n)
+                    if blk.dead is not None:
+                        del blk.dead[n:]
+                    blk.last_ts = x.ts[n - 1]
+                blk.mcache = None
+            break
+        self._reindex_blocks()
+        if self._bl:
+            last_blk = self._bl[-1]
+            if self._active is not last_blk:
+                self._activate(last_blk)
+        else:
+            self._active = None
+            self._aidx = None
+
+    def _read_block(self, blk: Block, size: int | None = None) -> bytes:
+        fd = self._fd_for(blk.index)
+        return os.pread(fd, blk.size if size is None else size, 0)
+
+    def _find_cut(self, blk: Block, seq: int) -> int:
+        buf = self._read_block(blk)
+        mv = memoryview(buf)
+        pos = 8
+        while pos < len(buf):
+            h = _parse_record(mv, pos, len(buf))
+            if h is None:
+                pos = self._resync(mv, pos + 1, len(buf), 0)
+                if pos < 0:
+                    return len(buf)
+                continue
+            if h[4] > seq:
+                return pos
+            pos += h[3]
+        return len(buf)
+
+    def _last_seq_in(self, blk: Block, size: int) -> int:
+        buf = self._read_block(blk, size)
+        mv = memoryview(buf)
+        pos = 8
+        last = 0
+        while pos < len(buf):
+            h = _parse_record(mv, pos, len(buf))
+            if h is None:
+                pos = self._resync(mv, pos + 1, len(buf), 0)
+                if pos < 0:
+                    break
+                continue
+            last = h[4]
+            pos += h[3]
+        return last
+
+    # -- expiry ---------------------------------------------------------------------
+
+    def _expire(self, now_ns: int) -> tuple[int, list[str]]:
+        removed = 0
+        markers: list[str] = []
+        sdm = self._sdm_ttl > 0
+        if self._max_age_ns and self._nmsgs:
+            cutoff = now_ns - self._max_age_ns
+            s = self._first
+            while True:
+                s = self._next_alive(s)
+                if not s:
+                    break
+                loc = self._locate(s)
+                if loc is None:  # pragma: no cover - _next_alive returned a live seq
+                    break
+                blk, x, slot = loc
+                if x.ts[slot] > cutoff:
+                    break
+                if x.ttl is None or x.ttl[slot] >= 0:
+                    if sdm:
+                        self._expire_at(blk, x, slot, markers)
+                    else:
+                        self._remove(s)
+                    removed += 1
+                s += 1
+        if self.cfg.allow_msg_ttl:
+            for blk in list(self._bl):
+                if not blk.min_exp or blk.min_exp > now_ns or not blk.live:
+                    continue
+                x = self._idx(blk)
+                ttl = x.ttl
+                if ttl is not None:
+                    ts = x.ts
+                    offs = x.offs
+                    for slot in range(len(offs)):
+                        t = ttl[slot]
+                        if t > 0 and ts[slot] + t <= now_ns and offs[slot] and not blk.is_dead(slot):
+                            if sdm:
+                                self._expire_at(blk, x, slot, markers)
+                            else:
+                                self._remove(x.base + slot)
+                            removed += 1
+                self._ttl_bounds(blk, x)
+        if removed:
+            # Expiry is not re-applied on open before the limits are (it needs the clock): its tombstones
+            # are written now, in one record, instead of waiting with the other limit removals.
+            self._log_append(None)
+        return removed, markers
+
+    def _expire_at(self, blk: Block, x: BlockIndex, slot: int, markers: list[str]) -> None:
+        subj = x.subjs[x.sid[slot]]
+        ps = self._psim.get(subj)
+        last_of_subject = ps is not None and ps[0] == 1
+        if last_of_subject:
+            sm = self._read_msg(blk, x, slot)
+            if b"Nats-Marker-Reason:" in sm.hdr:
+                last_of_subject = False
+        self._remove(x.base + slot)
+        if last_of_subject:
+            markers.append(subj)
+
+    def next_expiry(self) -> int | None:
+        """Timestamp (ns) at which the next message expires, or None."""
+        best: int | None = None
+        if self._max_age_ns and self._nmsgs:
+            s = self._next_alive(self._first)
+            while s:
+                loc = self._locate(s)
+                if loc is None:  # pragma: no cover
+                    break
+                _, x, slot = loc
+                if x.ttl is None or x.ttl[slot] >= 0:
+                    best = x.ts[slot] + self._max_age_ns
+                    break
+                s = self._next_alive(s + 1)
+        if self.cfg.allow_msg_ttl:
+            for blk in self._bl:
+                if blk.live and blk.min_exp and (best is None or blk.min_exp < best):
+                    best = blk.min_exp
+        return best
 
     # -- state log ------------------------------------------------------------------
 
@@ -1014,24 +1919,20 @@ class FileStore(IndexedStore):
             _encode_log(L_FIRST, _U64.pack(floor)),
             _encode_log(L_LAST, _LAST.pack(self._last, self._last_ts)),
         ]
-        # Tombstones needed: missing seqs inside the live blocks' ranges (>= first).
+        # Tombstones needed: removed records inside the blocks (>= first).
         dels: list[int] = []
-        msgs = self._msgs
-        for blk in self._blocks.values():
-            if not blk.first:
+        last = self._last
+        for blk in self._bl:
+            d = blk.dead
+            if d is None or not blk.first:
                 continue
-            lo = max(blk.first, floor)
-            hi = min(blk.last, self._last)
-            if hi < lo:
-                continue
-            if blk.live == hi - lo + 1:
-                continue
-            if hi - lo + 1 > 2 * blk.live + 4096:
-                # Sparse (sequence gaps): look at the records actually in the file.
-                seqs: Iterable[int] = (q for q in self._record_seqs(blk) if lo <= q <= hi)
-            else:
-                seqs = range(lo, hi + 1)
-            dels.extend(q for q in seqs if q not in msgs and q not in self._lost)
+            base = blk.first
+            i = d.find(1)
+            while i >= 0:
+                q = base + i
+                if floor <= q <= last:
+                    dels.append(q)
+                i = d.find(1, i + 1)
         for i in range(0, len(dels), 8192):
             chunk = dels[i : i + 8192]
             parts.append(_encode_log(L_DEL, struct.pack(f"<{len(chunk)}Q", *chunk)))
@@ -1064,202 +1965,37 @@ class FileStore(IndexedStore):
         self._log_compact_at = max(_LOG_COMPACT_MIN, 4 * len(data))
         return True
 
-    # -- hooks from the index core --------------------------------------------------
-
-    def _on_removed(self, e: _Entry, erase: bool) -> None:
-        if self._limit_removal and not erase:
-            self._deferred.append(e.seq)
-            if len(self._deferred) >= 256:
-                self._log_append(None)
-        else:
-            self._log_append(_encode_log(L_DEL, _U64.pack(e.seq)))
-        blk = self._blocks.get(e.blk)
-        if blk is None:
-            return
-        if erase:
-            self._erase_record(blk, e)
-        blk.live -= 1
-        if blk.live == 0 and blk is not self._active:
-            self._unlink_block(blk)
-
-    def _erase_record(self, blk: _Block, e: _Entry) -> None:
-        head = _REC.pack(T_ERASED, 0, 0, e.rlen, e.seq, 0, 0, 0, 0)
-        body = head + bytes(e.rlen - _OVERHEAD)
-        rec = body + _CRC.pack(zlib.crc32(body))
-        try:
-            fd = self._fd_for(blk.index)
-            _write_all(fd, [rec], e.off, len(rec))
-            os.fsync(fd)
-        except OSError as ex:
-            # The tombstone is written: the message is gone; only the bytes remain.
-            self.log("error", f"cannot erase seq {e.seq} in {blk.path}: {ex.strerror or ex}")
-
-    def _on_bulk_removed(self, kind: str, seq: int, entries: list[Any]) -> None:
-        if kind == "purge":
-            for blk in list(self._blocks.values()):
-                blk.live = 0
-            self._lost.clear()
-            # Persist the new sequences first, then drop the files.
-            if not self._rewrite_log():
-                self._log_append(_encode_log(L_FIRST, _U64.pack(seq)))
-                self._log_append(_encode_log(L_LAST, _LAST.pack(self._last, self._last_ts)))
-            for blk in list(self._blocks.values()):
-                self._unlink_block(blk)
-            return
-        if kind == "compact":
-            self._lost = {s for s in self._lost if s >= seq}
-            self._log_append(_encode_log(L_FIRST, _U64.pack(seq)))
-            for e in entries:
-                blk = self._blocks.get(e.blk)
-                if blk is not None:
-                    blk.live -= 1
-            for blk in list(self._blocks.values()):
-                if blk.live == 0 and blk is not self._active and not (blk.bad and self._lost):
-                    self._unlink_block(blk)
-            return
-        if kind == "truncate":
-            self._lost = {s for s in self._lost if s <= seq}
-            for e in entries:
-                blk = self._blocks.get(e.blk)
-                if blk is not None:
-                    blk.live -= 1
-            self._truncate_blocks(seq)
-            self._log_append(_encode_log(L_TRUNC, _LAST.pack(self._last, self._last_ts)))
-
-    def _truncate_blocks(self, seq: int) -> None:
-        for blk in sorted(self._blocks.values(), key=lambda b: -b.index):
-            if not blk.first:
-                if blk is not self._active:
-                    self._unlink_block(blk)
-                continue
-            if blk.first > seq:
-                self._unlink_block(blk)
-                continue
-            if blk.last > seq:
-                cut = self._find_cut(blk, seq)
-                fd = self._fd_for(blk.index)
-                try:
-                    os.ftruncate(fd, cut)
-                except OSError as e:
-                    raise StoreError(f"cannot truncate {blk.path}: {e.strerror or e}") from e
-                blk.size = cut
-                blk.synced = min(blk.synced, cut)
-                blk.last = self._last_seq_in(blk, cut)
-                if not blk.last:
-                    blk.first = 0
-            break
-        if self._blocks:
-            last_blk = self._blocks[max(self._blocks)]
-            if self._active is not last_blk:
-                self._activate(last_blk)
-        else:
-            self._active = None
-
-    def _read_block(self, blk: _Block, size: int | None = None) -> bytes:
-        fd = self._fd_for(blk.index)
-        return os.pread(fd, blk.size if size is None else size, 0)
-
-    def _record_seqs(self, blk: _Block) -> list[int]:
-        buf = self._read_block(blk)
-        mv = memoryview(buf)
-        pos = 8
-        out = []
-        while pos < len(buf):
-            h = _parse_record(mv, pos, len(buf))
-            if h is None:
-                pos = self._resync(mv, pos + 1, len(buf), 0)
-                if pos < 0:
-                    break
-                continue
-            out.append(h[4])
-            pos += h[3]
-        return out
-
-    def _find_cut(self, blk: _Block, seq: int) -> int:
-        buf = self._read_block(blk)
-        mv = memoryview(buf)
-        pos = 8
-        while pos < len(buf):
-            h = _parse_record(mv, pos, len(buf))
-            if h is None:
-                pos = self._resync(mv, pos + 1, len(buf), 0)
-                if pos < 0:
-                    return len(buf)
-                continue
-            if h[4] > seq:
-                return pos
-            pos += h[3]
-        return len(buf)
-
-    def _last_seq_in(self, blk: _Block, size: int) -> int:
-        buf = self._read_block(blk, size)
-        mv = memoryview(buf)
-        pos = 8
-        last = 0
-        while pos < len(buf):
-            h = _parse_record(mv, pos, len(buf))
-            if h is None:
-                pos = self._resync(mv, pos + 1, len(buf), 0)
-                if pos < 0:
-                    break
-                continue
-            last = h[4]
-            pos += h[3]
-        return last
-
-    def _on_skip(self) -> None:
-        self._log_append(_encode_log(L_LAST, _LAST.pack(self._last, self._last_ts)))
-
     # -- reading --------------------------------------------------------------------
 
-    def _materialize(self, e: _Entry) -> StoredMsg:
+    def _read_msg(self, blk: Block, x: BlockIndex, slot: int) -> StoredMsg:
         if self._closed:
             raise ErrStoreClosed()
+        seq = x.base + slot
         try:
-            buf = os.pread(self._fd_for(e.blk), e.rlen, e.off)
+            buf = os.pread(self._fd_for(blk.index), x.rlen[slot], x.offs[slot])
         except OSError as ex:
-            raise ErrStoreCorrupt(f"cannot read seq {e.seq}: {ex.strerror or ex}", seq=e.seq) from ex
-        mv = memoryview(buf)
-        h = _parse_record(mv, 0, len(buf))
-        if h is None or h[0] != T_MSG or h[4] != e.seq:
-            self.log("error", f"seq {e.seq}: record failed its checksum")
-            raise ErrStoreCorrupt(f"message {e.seq} is corrupt", seq=e.seq)
-        _, flags, slen, total, seq, ts, ttl, hlen, dlen = h
+            raise ErrStoreCorrupt(f"cannot read seq {seq}: {ex.strerror or ex}", seq=seq) from ex
+        h = _parse_record(memoryview(buf), 0, len(buf))
+        if h is None or h[0] != T_MSG or h[4] != seq:
+            self.log("error", f"seq {seq}: record failed its checksum")
+            raise ErrStoreCorrupt(f"message {seq} is corrupt", seq=seq)
+        _, flags, slen, total, _, ts, _, hlen, dlen = h
+        subject = x.subjs[x.sid[slot]]
         p = _REC_LEN + slen
         if flags & F_COMPRESSED:
             raw = bytes(_snappy().decompress_raw(buf[p : total - 4]))
             if len(raw) != hlen + dlen:
-                raise ErrStoreCorrupt(f"message {e.seq} is corrupt", seq=e.seq)
-            return StoredMsg(e.subject, seq, ts, raw[:hlen], raw[hlen:])
-        return StoredMsg(e.subject, seq, ts, buf[p : p + hlen], buf[p + hlen : p + hlen + dlen])
+                raise ErrStoreCorrupt(f"message {seq} is corrupt", seq=seq)
+            return StoredMsg(subject, seq, ts, raw[:hlen], raw[hlen:])
+        return StoredMsg(subject, seq, ts, buf[p : p + hlen], buf[p + hlen : p + hlen + dlen])
 
-    def load_msg(self, seq: int) -> StoredMsg | None:
-        e = self._msgs.get(seq)
-        if e is None:
-            if seq in self._lost:
-                raise ErrStoreCorrupt(f"message {seq} is lost (corrupt data)", seq=seq)
+    def _record_location(self, seq: int) -> tuple[int, str, int, int] | None:
+        """(block index, block path, offset, record length) of a live message (tests and tools)."""
+        loc = self._locate(seq)
+        if loc is None:
             return None
-        return self._materialize(e)
-
-    def ttl_of(self, seq: int) -> float:
-        if seq in self._no_expire:
-            return -1
-        exp = self._ttl_of.get(seq)
-        e = self._msgs.get(seq)
-        if exp is None or e is None:
-            return 0
-        return (exp - e.ts) / 1e9
-
-    def _lost_list(self) -> list[int]:
-        return sorted(self._lost)
-
-    def remove_msg(self, seq: int, erase: bool = False) -> bool:
-        self._check_open()
-        if seq in self._lost:
-            self._lost.discard(seq)
-            self._log_append(_encode_log(L_DEL, _U64.pack(seq)))
-            return False
-        return self._remove(seq, erase)
+        blk, x, slot = loc
+        return blk.index, blk.path, x.offs[slot], x.rlen[slot]
 
     # -- durability / lifecycle -----------------------------------------------------
 
@@ -1280,7 +2016,7 @@ class FileStore(IndexedStore):
         through duplicated descriptors, outside the store's lock."""
         if self._closed:
             return
-        todo: list[tuple[_Block | None, int, int]] = []
+        todo: list[tuple[Block | None, int, int]] = []
         with self._lock:
             if self._log_pending and not self._flush_log_pending(False):
                 raise ErrStoreFull("cannot write sequence state")
@@ -1323,7 +2059,8 @@ class FileStore(IndexedStore):
                 cs.sync()
 
     def stop(self) -> None:
-        """Sync and close the files; the store stays on disk."""
+        """Sync, write the index files that are missing (so the next open reads them instead of
+        scanning) and close the files; the store stays on disk."""
         if self._closed:
             return
         try:
@@ -1331,6 +2068,15 @@ class FileStore(IndexedStore):
             self.sync()
         except StoreError as e:
             self.log("error", f"sync at stop failed: {e}")
+        for blk in list(self._bl):
+            if blk.idx_on_disk or blk.bad or not blk.first:
+                continue
+            try:
+                x = self._idx(blk)
+            except StoreError as e:
+                self.log("error", f"cannot index {blk.path} at stop: {e}")
+                continue
+            self._write_index(blk, x)
         for cs in list(self._consumers.values()):
             try:
                 cs.stop()
@@ -1351,14 +2097,18 @@ class FileStore(IndexedStore):
                 os.close(self._log_fd)
                 self._log_fd = -1
             self._active = None
+        self._cache.clear()
 
     def delete(self) -> None:
         """Remove the whole store directory."""
         if not self._closed:
             self._close_fds()
             self._closed = True
-        self._msgs = {}
-        self._fss = {}
+        self._bl = []
+        self._bfirst = []
+        self._blocks = {}
+        self._psim = {}
+        self._nmsgs = 0
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- consumers ------------------------------------------------------------------
@@ -1373,195 +2123,4 @@ class FileStore(IndexedStore):
         return snapshot_from_store(self, include_consumers)
 
 
-# ---------------------------------------------------------------------------
-# Snapshot and restore
-
-
-class _Sink(io.RawIOBase):
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: Any) -> int:
-        self.chunks.append(bytes(b))
-        return len(b)
-
-    def take(self) -> list[bytes]:
-        out, self.chunks = self.chunks, []
-        return out
-
-
-def _tar_add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    ti = tarfile.TarInfo(name)
-    ti.size = len(data)
-    ti.mtime = int(time.time())
-    ti.mode = 0o644
-    tar.addfile(ti, io.BytesIO(data))
-
-
-def snapshot_from_store(store: IndexedStore, include_consumers: bool = True) -> Iterator[bytes]:
-    """Snapshot any store in the file store's format: a tar stream of ``meta.json``,
-    ``state.log``, ``msgs/*.blk`` and ``consumers/<name>/state``.  The set of messages
-    is taken when the iteration starts; messages removed meanwhile are left out."""
-    st = store.fast_state()
-    seqs = list(store._msgs)
-    bsize = max(int(getattr(store.cfg, "block_size", 0) or 0), 4096)
-    cons: list[tuple[str, bytes]] = []
-    if include_consumers:
-        for name, cs in store._consumers.items():
-            enc = cs._enc
-            if enc is not None:
-                cons.append((name, enc))
-    ttl_of = getattr(store, "ttl_of")
-
-    def gen() -> Iterator[bytes]:
-        sink = _Sink()
-        tar = tarfile.open(fileobj=sink, mode="w|")  # type: ignore[arg-type]
-        _tar_add(tar, "meta.json", json.dumps({"format": FORMAT_VERSION, "name": store.cfg.name}).encode())
-        yield from sink.take()
-        index = 1
-        parts: list[bytes] = [BLOCK_MAGIC]
-        size = len(BLOCK_MAGIC)
-        have: list[int] = []
-        for seq in seqs:
-            try:
-                sm = store.load_msg(seq)
-            except ErrStoreCorrupt:
-                continue
-            if sm is None:
-                continue
-            ttl = ttl_of(seq)
-            rec = _encode_record(sm, int(ttl * 1e9) if ttl else 0)
-            if size + len(rec) > bsize and size > len(BLOCK_MAGIC):
-                _tar_add(tar, f"msgs/{index:010d}.blk", b"".join(parts))
-                yield from sink.take()
-                index += 1
-                parts = [BLOCK_MAGIC]
-                size = len(BLOCK_MAGIC)
-            parts.append(rec)
-            size += len(rec)
-            have.append(seq)
-        if size > len(BLOCK_MAGIC):
-            _tar_add(tar, f"msgs/{index:010d}.blk", b"".join(parts))
-            yield from sink.take()
-        # Sequence state: first/last markers and the interior gaps as tombstones.
-        first = have[0] if have else st.last_seq + 1
-        logp = [
-            LOG_MAGIC,
-            _encode_log(L_FIRST, _U64.pack(first)),
-            _encode_log(L_LAST, _LAST.pack(st.last_seq, st.last_ts)),
-        ]
-        dels: list[int] = []
-        prev = first - 1
-        for s in have:
-            if s > prev + 1:
-                dels.extend(range(prev + 1, s))
-            prev = s
-        for i in range(0, len(dels), 8192):
-            chunk = dels[i : i + 8192]
-            logp.append(_encode_log(L_DEL, struct.pack(f"<{len(chunk)}Q", *chunk)))
-        _tar_add(tar, "state.log", b"".join(logp))
-        for name, enc in cons:
-            data = CONSUMER_MAGIC + _CRC.pack(zlib.crc32(enc)) + enc
-            _tar_add(tar, f"consumers/{_safe_name(name)}/name", name.encode())
-            _tar_add(tar, f"consumers/{_safe_name(name)}/state", data)
-        tar.close()
-        yield from sink.take()
-
-    return gen()
-
-
-def _encode_record(sm: StoredMsg, ttl_ns: int) -> bytes:
-    sb = sm.subject.encode("utf-8", "surrogateescape")
-    total = _OVERHEAD + len(sb) + len(sm.hdr) + len(sm.data)
-    head = _REC.pack(T_MSG, 0, len(sb), total, sm.seq, sm.ts, ttl_ns, len(sm.hdr), len(sm.data))
-    body = b"".join((head, sb, sm.hdr, sm.data))
-    return body + _CRC.pack(zlib.crc32(body))
-
-
-class _ChunkReader(io.RawIOBase):
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._it = iter(chunks)
-        self._buf = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        while not self._buf:
-            try:
-                self._buf = bytes(next(self._it))
-            except StopIteration:
-                return 0
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
-
-
-def restore(path: str, chunks: Iterable[bytes]) -> None:
-    """Unpack a snapshot (from ``snapshot_stream``) into the store directory ``path``;
-    open it with ``FileStore(path, cfg)``."""
-    if os.path.exists(path) and os.listdir(path):
-        raise StoreError(f"restore target {path} is not empty")
-    os.makedirs(os.path.join(path, "msgs"), exist_ok=True)
-    os.makedirs(os.path.join(path, "consumers"), exist_ok=True)
-    reader = io.BufferedReader(_ChunkReader(chunks), 1 << 16)
-    try:
-        with tarfile.open(fileobj=reader, mode="r|") as tar:
-            for ti in tar:
-                name = ti.name
-                parts = name.split("/")
-                ok = ti.isfile() and (
-                    name in ("meta.json", "state.log")
-                    or (len(parts) == 2 and parts[0] == "msgs" and parts[1].endswith(".blk"))
-                    or (
-                        len(parts) == 3
-                        and parts[0] == "consumers"
-                        and parts[2] in ("state", "name")
-                        and parts[1] not in ("", ".", "..")
-                    )
-                )
-                if not ok:
-                    raise StoreError(f"unexpected entry {name!r} in snapshot")
-                f = tar.extractfile(ti)
-                assert f is not None
-                dest = os.path.join(path, *parts)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                with open(dest, "wb") as out:
-                    shutil.copyfileobj(f, out)
-    except (tarfile.TarError, OSError) as e:
-        raise StoreError(f"bad snapshot: {e}") from e
-
-
-def restore_into(store: IndexedStore, chunks: Iterable[bytes], log: LogFn | None = None) -> None:
-    """Load a snapshot into an empty store of any kind (e.g. a MemStore)."""
-    import tempfile
-
-    tmp = tempfile.mkdtemp(prefix="rillet-restore-")
-    try:
-        restore(os.path.join(tmp, "s"), chunks)
-        cfg = StoreConfig(name=store.cfg.name, storage="file")
-        fs = FileStore(os.path.join(tmp, "s"), cfg, log)
-        try:
-            st = fs.fast_state()
-            for seq in list(fs._msgs):
-                sm = fs.load_msg(seq)
-                if sm is None:
-                    continue
-                ttl = fs.ttl_of(seq)
-                store.store_raw(sm.seq, sm.subject, sm.hdr, sm.data, sm.ts, ttl=ttl)
-            if st.last_seq > store._last:
-                store.skip_msgs(store._last + 1, st.last_seq - store._last)
-            if not store._msgs and st.first_seq > store._first:
-                store.compact(st.first_seq)
-            for name, cs in fs._consumers.items():
-                state = cs.state()
-                if state is not None:
-                    store.consumer_store(name).update(state)
-        finally:
-            fs.stop()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+from ._snapshot import restore, restore_into, snapshot_from_store  # noqa: E402  (they use FileStore)
