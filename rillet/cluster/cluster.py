@@ -1154,10 +1154,9 @@ class Cluster:
                 an_b = an.encode("utf-8", "surrogateescape")
                 idx = self.pool_index(an_b) if self.pooling else 0
                 frames = [frame_for(u) for u in self.local.snapshot(an_b) if self.can_import(u.subject)]
-                for conns in self.pools.values():
-                    rc = conns[0] if conns[0] is not None and conns[0].no_pool else \
-                        (conns[idx] if idx < len(conns) else None)
-                    if frames and rc is not None and not rc.closed:
+                for conns in self.pools.values():  # (a server without pooling had it all along)
+                    rc = conns[idx] if idx < len(conns) else None
+                    if frames and rc is not None and not rc.closed and not rc.no_pool:
                         rc.send(b"".join(frames))
         for r in self.opts.routes:
             url = parse_route_url(r)
