@@ -19,9 +19,9 @@ by limits or rollups, markers stored) is queued in ``_fx`` and run by the comple
 delete, update) are sent from completions too (``ctx`` of the entry).
 
 The proposed overlay: ``_inflight`` the entries that store messages (MSG, BATCH, MIRROR) proposed and not
-yet applied, in log order; ``_pseq`` the last proposed sequence, ``_plast_id`` the last proposed msg id,
-``_pids`` the in-flight msg ids. Per-subject counts, bytes and last sequences in flight are read from
-``_inflight`` when a check needs them (``inflight_*``). With nothing in flight (always, on one server) the
+yet applied, in log order, and ``_pids`` the in-flight msg ids. The last proposed sequence and msg id,
+per-subject counts, bytes and last sequences in flight are read from ``_inflight`` when a check needs them
+(``proposed_last_seq``, ``_proposed_last_id``, ``inflight_*``). With nothing in flight (always, on one server) the
 checks read the store alone.
 When an in-flight entry fails to apply, the entries proposed after it fail too (sequence mismatch) and the
 overlay is back in step with the store once nothing is in flight.
@@ -83,6 +83,7 @@ class Stream:
         self.ic = jsa.ic
         self._subs: list[Any] = []
         self._acks: list[tuple[bytes, bytes]] = []
+        self._ack_parts: tuple[bytes, bytes] | None = None  # a PubAck's JSON around its sequence
         self._sync_scheduled = False
         self._expire_timer: asyncio.TimerHandle | None = None
         self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
@@ -110,8 +111,6 @@ class Stream:
         self._fx: list[Any] = []  # left by apply for the leader: removed seqs, (seq, subj, hdr, ts, ttl) markers
         # the proposed overlay (entries in flight; see the module docstring)
         self._inflight: deque[Entry] = deque()
-        self._pseq = 0
-        self._plast_id = ""
         self._pids: dict[str, int] = {}
         self.closed = False
         store.register_remove_callback(self._on_store_remove)
@@ -238,12 +237,12 @@ class Stream:
                 if v is not None:
                     if not self._dd_loaded:
                         self._rebuild_dedup()
-                    last_id = self._plast_id if pn else self._last_msg_id
+                    last_id = self._proposed_last_id() if pn else self._last_msg_id
                     if v != last_id:
                         raise ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=last_id)
                 v = H.get_header(hdr, H.EXPECTED_LAST_SEQ)
                 if v is not None:
-                    last = self._pseq if pn else self.store.last_seq
+                    last = self.proposed_last_seq() if pn else self.store.last_seq
                     if not v.isdigit() or int(v) != last:
                         raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
                 v = H.get_header(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
@@ -274,7 +273,7 @@ class Stream:
                     hdr = H.append_headers(H.remove_headers(hdr, {H.TTL}), [(H.TTL, str(ttl))])
             if pn and cfg.discard == "new":
                 self._check_discard_new(subject, hdr, data)
-            seq = (self._pseq if pn else self.store.last_seq) + 1
+            seq = (self.proposed_last_seq() if pn else self.store.last_seq) + 1
         except ApiError as e:
             if reply:
                 self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
@@ -286,8 +285,6 @@ class Stream:
         # the overlay: what is in flight counts for the checks of the next publishes until it is applied
         entry = Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), reply)
         self._inflight.append(entry)
-        self._pseq = seq
-        self._plast_id = msg_id
         if msg_id:
             self._pids[msg_id] = seq
         self.log.propose(entry, self._msg_done_cb)
@@ -371,10 +368,12 @@ class Stream:
         if cfg.retention == "interest":
             self.jsa.after_stream_msg(self, seq, subject)
         if reply and not cfg.no_ack:
-            ack: dict[str, Any] = {"stream": self.name, "seq": seq}
-            if self.js.domain:
-                ack["domain"] = self.js.domain
-            self._ack(reply, ack)
+            # {"stream":<name>,"seq":<seq>[,"domain":<domain>]}, as msgspec would encode the dict
+            ap = self._ack_parts
+            if ap is None:
+                ap = self._ack_parts = (b'{"stream":' + _json(self.name) + b',"seq":',
+                                        b',"domain":' + _json(self.js.domain) + b"}" if self.js.domain else b"}")
+            self._ack_payload(reply, b"%s%d%s" % (ap[0], seq, ap[1]))
 
     def _refused(self, reply: bytes | None, err: BaseException) -> None:
         """An entry the log could not apply: answered with nats-server's error (a store refusal is part of
@@ -436,11 +435,9 @@ class Stream:
         """Put a non-publish entry that stores messages (a batch, a mirrored message) in the overlay, its
         last message at ``seq``; ``propose`` it next."""
         self._inflight.append(entry)
-        self._pseq = seq
         for mid in msg_ids:
             if mid:
                 self._pids[mid] = seq
-                self._plast_id = mid
 
     def _release(self, entry: Entry) -> None:
         self._inflight.popleft()
@@ -450,7 +447,23 @@ class Stream:
                     del self._pids[m[5]]
 
     def proposed_last_seq(self) -> int:
-        return self._pseq if self._inflight else self.store.last_seq
+        if not self._inflight:
+            return self.store.last_seq
+        e = self._inflight[-1]
+        if e.op == Entry.MSG:
+            return e.args[6]
+        if e.op == Entry.BATCH:
+            return e.args[1] + len(e.args[0]) - 1
+        return e.args[0]  # MIRROR
+
+    def _proposed_last_id(self) -> str:
+        """The msg id of the last message proposed (a message without one clears it, as when applied)."""
+        e = self._inflight[-1]
+        if e.op == Entry.MSG:
+            return e.args[5]
+        if e.op == Entry.BATCH:
+            return e.args[0][-1][5]
+        return self._last_msg_id  # a mirrored message leaves it as it is
 
     def _leader_changed(self, leader: bool) -> None:
         """The log gained or lost leadership. The overlay was released by the failed completions; the
@@ -582,9 +595,10 @@ class Stream:
             self.ic.publish(reply, None, payload)
 
     def _ack(self, reply: bytes | None, ack: dict) -> None:
-        if not reply:
-            return
-        payload = _json(ack)
+        if reply:
+            self._ack_payload(reply, _json(ack))
+
+    def _ack_payload(self, reply: bytes, payload: bytes) -> None:
         # persist_mode "async": acknowledged before the fsync even when the server syncs always
         if self.js.sync_always and self.cfg.persist_mode != "async":
             self._acks.append((reply, payload))
