@@ -190,3 +190,46 @@ async def test_lost_leadership_fails_what_was_in_flight(env):
     await until(lambda: len(log.queue) == 1)
     log.flush()
     assert json.loads((await f2).data) == {"stream": "D", "seq": 1}
+
+
+def test_log_completions_order_nesting_and_leadership():
+    """The log contract itself: apply in order, each completion right after its apply (before the next),
+    proposals from completions queued behind, errors to the completion, NotLeader on a lost term."""
+    from rillet.jetstream.log import SingleNodeLog
+
+    seen: list = []
+
+    def apply(e: Entry):
+        seen.append(("apply", e.args[0]))
+        if e.args[0] == "bad":
+            raise ValueError("refused")
+        return e.args[0].upper()
+
+    def done(e: Entry, res, err):
+        seen.append(("done", e.args[0], res, type(err).__name__ if err else None))
+        if e.args[0] == "a":
+            log.propose(Entry(Entry.MSG, ("nested",)), done)
+
+    log = DeferredLog(apply)
+    for x in ("a", "bad", "b"):
+        log.propose(Entry(Entry.MSG, (x,)), done)
+    assert seen == [] and log.index == 3
+    assert log.flush() == 4
+    assert seen == [("apply", "a"), ("done", "a", "A", None), ("apply", "bad"), ("done", "bad", None, "ValueError"),
+                    ("apply", "b"), ("done", "b", "B", None), ("apply", "nested"), ("done", "nested", "NESTED", None)]
+    changes: list = []
+    log.on_leader_change = changes.append
+    seen.clear()
+    log.propose(Entry(Entry.MSG, ("c",)), done)
+    log.step_down()
+    assert seen == [("done", "c", None, "NotLeader")] and changes == [False]
+    seen.clear()
+    log.propose(Entry(Entry.MSG, ("d",)), done)  # not the leader: refused at once
+    assert seen == [("done", "d", None, "NotLeader")] and not log.queue
+
+    seen.clear()
+    one = SingleNodeLog(apply)
+    one.propose(Entry(Entry.MSG, ("e",)), done)
+    assert seen == [("apply", "e"), ("done", "e", "E", None)] and one.is_leader
+    with pytest.raises(ValueError):
+        one.propose(Entry(Entry.MSG, ("bad",)))  # no completion: the error goes to the proposer
