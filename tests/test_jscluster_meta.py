@@ -277,3 +277,34 @@ async def test_server_joining_later_is_added_and_can_be_removed(cluster):
     finally:
         await nc.close()
         await late.shutdown()
+
+
+async def test_stream_update_and_consumer_crud_through_the_meta_leader(cluster):
+    await wait_meta_leader(cluster)
+    nc = await nats.connect(_url(cluster[1], "a"))
+    cfg = {"name": "U", "subjects": ["u.a"], "num_replicas": 3}
+    assert (await _one(nc, "$JS.API.STREAM.CREATE.U", json.dumps(cfg).encode()))["did_create"]
+    up = await _one(nc, "$JS.API.STREAM.UPDATE.U", json.dumps(dict(cfg, subjects=["u.a", "u.b"])).encode())
+    assert up["type"] == T + "stream_update_response" and "did_create" not in up, up
+    await _until(lambda: all(_cl(s).state.stream("$G", "U").config["subjects"] == ["u.a", "u.b"] for s in cluster),
+                 what="update applied everywhere")
+    e = await _one(nc, "$JS.API.STREAM.UPDATE.NOPE", json.dumps({"name": "NOPE"}).encode())
+    assert e["type"] == T + "stream_update_response" and e["error"]["err_code"] == 10059
+    c = await _one(nc, "$JS.API.CONSUMER.DURABLE.CREATE.U.D1",
+                   json.dumps({"stream_name": "U", "config": {"durable_name": "D1", "ack_policy": "explicit"}}).encode())
+    assert c["type"] == T + "consumer_create_response" and c["name"] == "D1" and c["stream_name"] == "U", c
+    await _until(lambda: all(_cl(s).state.consumer("$G", "U", "D1") is not None for s in cluster),
+                 what="consumer assignment everywhere")
+    names = await _one(nc, "$JS.API.CONSUMER.NAMES.U")
+    assert names == {"type": T + "consumer_names_response", "total": 1, "offset": 0, "limit": 1024,
+                     "consumers": ["D1"]}
+    lst = await _one(nc, "$JS.API.CONSUMER.LIST.U")
+    assert lst["total"] == 1 and [x["name"] for x in lst["consumers"]] == ["D1"], lst
+    e = await _one(nc, "$JS.API.CONSUMER.NAMES.NOPE")
+    assert e["error"]["err_code"] == 10059
+    d = await _one(nc, "$JS.API.CONSUMER.DELETE.U.D1")
+    assert d == {"type": T + "consumer_delete_response", "success": True}
+    await _until(lambda: all(_cl(s).state.consumer("$G", "U", "D1") is None for s in cluster), what="gone")
+    e = await _one(nc, "$JS.API.CONSUMER.DELETE.U.D1")
+    assert e["error"] == {"code": 404, "err_code": 10014, "description": "consumer not found"}
+    await nc.close()

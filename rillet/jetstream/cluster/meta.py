@@ -51,7 +51,6 @@ import os
 import time
 from typing import Any, Callable, Optional
 
-from rillet.gotime import format_time
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream import gojson
@@ -149,7 +148,6 @@ class JetStreamCluster:
         self._req_ids = itertools.count(1)
         self._replies: dict[str, asyncio.Future] = {}
         self._sys_subs: list[Any] = []
-        self._adding: Optional[str] = None
         self._warned: dict[str, float] = {}
         self.running = False
         self.apply_error = ""
@@ -303,23 +301,18 @@ class JetStreamCluster:
     def _foreign_peer(self, peer: str) -> None:
         """A Rillet server spoke in _meta_ without being a member: the leader adds it (one at a time)."""
         g = self.group
-        if g is None or not g.is_leader or peer in self.state.removed or self._adding is not None:
-            return
-        if peer in g.peers:
+        if g is None or not g.is_leader or peer in self.state.removed or peer in g.peers:
             return
         try:
-            g.add_peer(peer)
-        except Exception as e:  # (a configuration change in flight, or not yet possible: the next message retries)
+            g.add_peer(peer)  # (the node allows one configuration change at a time)
+        except Exception as e:  # (a change in flight, or none allowed yet: its next message retries)
             self.log.debug(f"JetStream cluster: adding peer {peer} to the meta group deferred: {e}")
             return
-        self._adding = peer
         self.log.notice(f"JetStream cluster: adding server {self.registry.name_of(peer) or peer} to the meta group")
         try:
             self._propose(A.encode_peer_add(peer), lambda res, err: None)
         except NotLeader:
-            pass
-        finally:
-            self._adding = None
+            pass  # (leadership lost meanwhile: the new leader adds it when it speaks again)
 
     def _refresh_local(self) -> None:
         o = self.server.opts
