@@ -106,7 +106,7 @@ class Block:
 class BlockIndex:
     """Columns of one block, a slot per sequence from ``base``."""
 
-    __slots__ = ("base", "offs", "rlen", "sz", "ts", "sid", "ttl", "subjs", "sbytes", "spos", "used")
+    __slots__ = ("base", "offs", "rlen", "sz", "ts", "sid", "ttl", "subjs", "sbytes", "spos", "shead", "used")
 
     def __init__(self, base: int = 0) -> None:
         self.base = base
@@ -119,6 +119,7 @@ class BlockIndex:
         self.subjs: list[str] = []  # local id -> subject
         self.sbytes: list[bytes] = []  # local id -> encoded subject
         self.spos: dict[int, array] = {}  # local id -> its slots (built when first asked)
+        self.shead: dict[int, int] = {}  # local id -> index in its spos before which every slot is dead
         self.used = True  # touched since the last idle sweep
 
     def pad(self, n: int, ts: int) -> None:
@@ -154,6 +155,7 @@ class BlockIndex:
         if self.ttl is not None:
             del self.ttl[n:]
         self.spos = {}
+        self.shead = {}
 
 
 class IdxSummary:

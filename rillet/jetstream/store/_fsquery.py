@@ -203,17 +203,9 @@ class BlockQueries:
             if from_first:
                 ps[1] = blk.index
                 from_first = False
-            x = self._idx(blk)
-            pos = x.slots_of(l)
-            k = bisect_left(pos, start - x.base) if start > x.base else 0
-            d = blk.dead
-            nd = len(d) if d is not None else 0
-            np = len(pos)
-            while k < np:
-                slot = pos[k]
-                if slot >= nd or not d[slot]:  # type: ignore[index]
-                    return x.base + slot
-                k += 1
+            s = self._subj_first_in(blk, l, start)
+            if s:
+                return s
         return 0
 
     def _subj_first(self, subj: str) -> int:
@@ -339,17 +331,23 @@ class BlockQueries:
         return 0
 
     def _subj_first_in(self, blk: Block, l: int, start: int) -> int:
+        """First live seq >= start of local subject ``l`` in the block, or 0."""
         x = self._idx(blk)
         pos = x.slots_of(l)
-        k = bisect_left(pos, start - x.base) if start > x.base else 0
+        head = start <= x.base
+        k = x.shead.get(l, 0) if head else bisect_left(pos, start - x.base)
         d = blk.dead
         nd = len(d) if d is not None else 0
         np = len(pos)
         while k < np:
             slot = pos[k]
             if slot >= nd or not d[slot]:  # type: ignore[index]
+                if head:
+                    x.shead[l] = k  # removed messages stay removed: later searches start here
                 return x.base + slot
             k += 1
+        if head:
+            x.shead[l] = k
         return 0
 
     def _psim_matching(self, m: _Matcher | None) -> Iterable[tuple[str, list[int]]]:
