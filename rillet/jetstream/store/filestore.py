@@ -680,12 +680,10 @@ class FileStore(BlockQueries, IndexedStore):
             if x is not None:
                 if blk.bad:
                     self._pinned[index] = x
-                elif not is_last:
-                    self._cache_put(index, x)
-                    if not blk.idx_on_disk:
-                        self._write_index(blk, x)
                 else:
-                    self._aidx = x
+                    self._cache_put(index, x)  # (the last block's becomes the active index)
+                    if not blk.idx_on_disk and not is_last:
+                        self._write_index(blk, x)
         bad.extend(open_bad)
         self._reindex_blocks()
         # Sequences.
@@ -1077,8 +1075,8 @@ class FileStore(BlockQueries, IndexedStore):
 
     def _activate(self, blk: Block) -> None:
         x = self._cache.pop(blk.index, None) or self._pinned.get(blk.index)
-        if x is None:
-            x = self._aidx if self._active is blk and self._aidx is not None else None
+        if x is None and self._active is blk:
+            x = self._aidx
         if x is None:
             if blk.first:
                 x = self._load_idx(blk)
