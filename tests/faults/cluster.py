@@ -129,8 +129,9 @@ class Node:
     """One JetStream server of the cluster, as a subprocess started from a config file."""
 
     def __init__(self, i: int, kind: str, hosts: list[str], ports: list[tuple[int, int, int]], netns: str,
-                 tmp: str, sync: str = "always") -> None:
+                 tmp: str, sync: str = "always", pythonpath: str = "") -> None:
         self.i, self.kind, self.name = i, kind, f"n{i}"
+        self.pythonpath = pythonpath
         self.host, self.netns = hosts[i], netns
         self.port, self.cport, self.http = ports[i]
         self.store = os.path.join(tmp, f"{self.name}-store")
@@ -155,8 +156,11 @@ class Node:
         with open(self.logfile, "a") as out:
             out.write(f"==== start {self.starts} at {time.strftime('%H:%M:%S')}\n")
             out.flush()
+            env = None
+            if self.pythonpath:
+                env = dict(os.environ, PYTHONPATH=self.pythonpath + os.pathsep + os.environ.get("PYTHONPATH", ""))
             self.proc = subprocess.Popen(prefix + server_command(self.kind) + ["-c", self.conf],
-                                         stdout=out, stderr=subprocess.STDOUT)
+                                         stdout=out, stderr=subprocess.STDOUT, env=env)
         self.starts += 1
         self.paused = False
 
@@ -209,20 +213,28 @@ class Node:
         out: dict[str, dict] = {}
         for acc in z.get("account_details") or []:
             for sd in acc.get("stream_detail") or []:
-                out[sd["name"]] = {"state": sd.get("state") or {},
-                                   "consumers": {c["name"] for c in sd.get("consumer_detail") or []},
-                                   "cluster": sd.get("cluster") or {}}
+                # nats-server's StreamDetail has "name" and, with consumers=true, "consumer_detail"; a
+                # server that leaves them out gets the name from the config and consumers None (unknown)
+                name = sd.get("name") or (sd.get("config") or {}).get("name", "?")
+                cons = sd.get("consumer_detail")
+                out[name] = {"state": sd.get("state") or {},
+                             "consumers": None if cons is None and "consumer_detail" not in sd and
+                             (sd.get("state") or {}).get("consumer_count") else
+                             {c["name"] for c in cons or []},
+                             "cluster": sd.get("cluster") or {}}
         return out
 
 
 class Cluster:
     """Three (``n``) servers of one kind in namespaces (``lab``) or on 127.0.0.1 (``lab`` None)."""
 
-    def __init__(self, kind: str, tmp: str, lab: Lab | None, n: int = 3, sync: str = "always") -> None:
+    def __init__(self, kind: str, tmp: str, lab: Lab | None, n: int = 3, sync: str = "always",
+                 pythonpath: str = "") -> None:
         self.kind, self.tmp, self.lab = kind, tmp, lab
         hosts = lab.ips if lab else ["127.0.0.1"] * n
         ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
-        self.nodes = [Node(i, kind, hosts, ports, lab.ns[i] if lab else "", tmp, sync) for i in range(n)]
+        self.nodes = [Node(i, kind, hosts, ports, lab.ns[i] if lab else "", tmp, sync, pythonpath)
+                      for i in range(n)]
 
     @property
     def urls(self) -> list[str]:

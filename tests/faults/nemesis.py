@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass
 
 from .cluster import Cluster, log
@@ -71,6 +72,7 @@ class Nemesis:
         self.cluster = cluster
         self.leader_of = leader_of   # async () -> server index or None
         self.done: list[str] = []
+        self.timeline: list[tuple[float, float, str]] = []   # (start, end, what), time.monotonic()
 
     async def target(self, f: Fault) -> list[int]:
         if f.kind.endswith("-leader"):
@@ -88,6 +90,26 @@ class Nemesis:
         what = f"{f.kind} {' '.join(c.nodes[i].name for i in t)} for {f.down:.1f}s"
         log(f"nemesis: {what}")
         self.done.append(what)
+        t0 = time.monotonic()
+        try:
+            await self._apply(f, t, what)
+        finally:
+            self.timeline.append((t0, time.monotonic(), what))
+        await asyncio.sleep(f.gap)
+
+    def during(self, t: float) -> str:
+        """What the nemesis was doing at ``t`` (a fault, or the gap after one)."""
+        for a, b, what in self.timeline:
+            if a <= t <= b:
+                return f"during {what}"
+        prev = [(b, what) for a, b, what in self.timeline if b < t]
+        if prev:
+            b, what = prev[-1]
+            return f"{t - b:.1f}s after {what} ended"
+        return "before the first fault"
+
+    async def _apply(self, f: Fault, t: list[int], what: str) -> None:
+        c = self.cluster
         if f.kind.startswith("kill"):
             for i in t:
                 c.nodes[i].kill()
@@ -118,7 +140,6 @@ class Nemesis:
             lab.heal_all()
         else:
             raise ValueError(f.kind)
-        await asyncio.sleep(f.gap)
 
     def heal(self) -> list[str]:
         done = self.cluster.heal_processes()

@@ -38,7 +38,7 @@ class Run:
         self.cluster: Cluster | None = None
         self.ctl = None
         self.failures: list[str] = []
-        self.lines: list[str] = []
+        self.notes: set[str] = set()
 
     async def leader_index(self, stream: str = W.STREAM) -> int | None:
         try:
@@ -74,7 +74,7 @@ class Run:
             except OSError as e:
                 log(f"network namespaces not permitted ({e}); on 127.0.0.1, partitions skipped")
                 self.lab = None
-        self.cluster = Cluster(a.server, self.tmp, self.lab, sync=a.sync)
+        self.cluster = Cluster(a.server, self.tmp, self.lab, sync=a.sync, pythonpath=a.rillet_src)
         plan = make_plan(a.seed, a.modes, a.time, quick=a.quick)
         log(f"seed {a.seed}; {a.server} servers {self.cluster.urls}, sync_interval "
             f"{'always' if a.sync == 'always' else 'default'}; logs and stores in {self.tmp}")
@@ -100,7 +100,7 @@ class Run:
         a, c = self.args, self.cluster
         self.ctl = await W.connect(c.urls, "control")
         js = self.ctl.jetstream(timeout=3.0)
-        q = W.QueueWorkload(c.urls_from, n_publishers=a.publishers, timeout=a.op_timeout)
+        q = W.QueueWorkload(c.urls_from, n_publishers=a.publishers, timeout=a.op_timeout, rate=a.rate)
         kv = W.KVWorkload(c.urls_from, random.Random(a.seed + 1), n_clients=a.kv_clients, keys=a.kv_keys,
                           timeout=a.op_timeout, direct=a.kv_direct)
         schema = W.SchemaWorkload(c.urls_from)
@@ -140,7 +140,7 @@ class Run:
             for t in done:
                 if t.exception() is not None:
                     self.failures.append(f"client task died: {t.exception()!r}")
-        drained = await q.drain(js, timeout=30.0 if a.quick else 60.0)
+        drained = await q.drain(js, timeout=30.0)
         q.stop_consumer.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ctask, a.op_timeout * 2 + 5)
@@ -155,6 +155,7 @@ class Run:
         await q.close()
         await kv.close()
         await schema.close()
+        self.nemesis = nem
         return self.report(q, kv, schema, stream, forgotten, nem.done)
 
     async def final_reads(self, kv: W.KVWorkload) -> None:
@@ -177,15 +178,19 @@ class Run:
     async def never_forgotten(self, schema: W.SchemaWorkload, q: W.QueueWorkload,
                               stream: list[tuple[int, str]]) -> dict[str, list[str]]:
         """server name -> what it lacks: a stream or consumer whose creation was acknowledged, or messages
-        (fewer than acknowledged, or fewer than the leader has, once caught up)."""
+        (fewer than acknowledged, or fewer than the leader has, once caught up). Consumers are checked in
+        each server's /jsz consumer_detail; a server whose /jsz has none is asked through the API instead
+        (which only the consumer leader answers) and noted."""
         want: dict[str, tuple[int, set[str]]] = {W.STREAM: (len(stream), {W.CONSUMER}),
                                                   f"KV_{W.BUCKET}": (0, set())}
         for cr in schema.created:
             if cr.stream == "ok":
                 want[cr.name] = (cr.msgs_acked, {"D"} if cr.consumer == "ok" else set())
         deadline = time.monotonic() + 30.0
+        js = self.ctl.jetstream(timeout=3.0)
         while True:
             missing: dict[str, list[str]] = {}
+            api_check: set[tuple[str, str]] = set()
             for n in self.cluster.nodes:
                 have = n.jsz_streams()
                 if have is None:
@@ -199,11 +204,36 @@ class Run:
                     got = int(s["state"].get("messages", 0))
                     if got < msgs:
                         missing.setdefault(n.name, []).append(f"{name}: {got} messages < {msgs}")
+                    if s["consumers"] is None:
+                        self.notes.add(f"{n.name}: /jsz has no consumer_detail; consumers checked through the API")
+                        api_check.update((name, cn) for cn in consumers)
+                        continue
                     for cn in consumers - s["consumers"]:
                         missing.setdefault(n.name, []).append(f"consumer {name}/{cn}")
+            for name, cn in sorted(api_check):
+                try:
+                    await js.consumer_info(name, cn)
+                except Exception as e:  # not found, or no answer: reported as missing
+                    missing.setdefault("API", []).append(f"consumer {name}/{cn}: {W.err_text(e)}")
             if not missing or time.monotonic() > deadline:
                 return missing
             await asyncio.sleep(1.0)
+
+    def explain(self, q: W.QueueWorkload, qr: W.QueueReport) -> None:
+        """When and where the first few bad values were published, and what the nemesis was doing."""
+        nem = getattr(self, "nemesis", None)
+        names = {f"{n.host}:{n.port}": n.name for n in self.cluster.nodes}
+        t0 = nem.timeline[0][0] if nem and nem.timeline else 0.0
+        bad = [("lost", v) for v in qr.lost[:5]] + [("refused but stored", v) for v in qr.failed_present[:5]]
+        bad += [("duplicated", v) for v in list(qr.duplicated)[:5]]
+        for what, v in bad:
+            r = q.records.get(v)
+            if r is None:
+                continue
+            when = nem.during(r.t_invoke) if nem else ""
+            print(f"  {what} {v}: published at {r.t_invoke - t0:+.2f}s ({when}), answered {r.type} "
+                  f"{r.error or ('seq ' + str(r.seq))} after {r.t_done - r.t_invoke:.2f}s"
+                  f"{' from ' + names.get(r.server, r.server) if r.server else ''}")
 
     def report(self, q: W.QueueWorkload, kv: W.KVWorkload, schema: W.SchemaWorkload,
                stream: list[tuple[int, str]], forgotten: dict[str, list[str]], faults: list[str] = ()) -> int:
@@ -216,7 +246,8 @@ class Run:
         qr = W.check_queue(q.records, stream, q.consumed)
         for line in qr.lines():
             print(line)
-        print(f"queue: consumer deliveries {q.deliveries}, acks that failed {q.ack_failures}")
+        print(f"queue: consumer deliveries {q.deliveries}, acks that failed {q.ack_failures}, deliveries of a value "
+              f"whose ack had been confirmed {q.redelivered_after_ack}")
         errs: dict[str, int] = {}
         for r in q.records.values():
             if r.error:
@@ -225,6 +256,7 @@ class Run:
             print("queue: publish errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(errs.items(), key=lambda kv: -kv[1])[:8]))
         if not qr.ok:
             bad.append("queue check failed")
+            self.explain(q, qr)
         if qr.acked == 0:
             bad.append("no publish was acknowledged")
         counts = kv.history.counts()
@@ -243,6 +275,8 @@ class Run:
               f"{sum(1 for cr in made if cr.consumer == 'ok')} consumers acknowledged")
         for server, what in sorted(forgotten.items()):
             print(f"forgotten on {server}: {what[:10]}{' ...' if len(what) > 10 else ''}")
+        for note in sorted(self.notes):
+            print("note: " + note)
         if forgotten:
             bad.append("acknowledged streams/consumers/messages missing on a server")
         print("RESULT: " + ("FAIL - " + "; ".join(bad) if bad else "OK"))
@@ -261,6 +295,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sync", choices=["always", "default"], default="always",
                     help="jetstream sync_interval: always, or the server's default")
     ap.add_argument("--publishers", type=int, default=3)
+    ap.add_argument("--rate", type=float, default=500.0,
+                    help="queue publishes a second, all publishers together (0: unlimited)")
     ap.add_argument("--kv-clients", type=int, default=5)
     ap.add_argument("--kv-keys", type=int, default=3)
     ap.add_argument("--kv-direct", action="store_true",
@@ -269,6 +305,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--heal-timeout", type=float, default=60.0)
     ap.add_argument("--lin-budget", type=int, default=3_000_000, help="search steps per key")
     ap.add_argument("--no-netns", action="store_true", help="on 127.0.0.1 (no partitions)")
+    ap.add_argument("--rillet-src", default="",
+                    help="directory holding the rillet package the servers run (e.g. a `git archive HEAD` copy; "
+                         "default: the installed one)")
     ap.add_argument("--keep", action="store_true", help="keep logs and stores after a good run")
     return ap
 

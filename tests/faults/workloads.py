@@ -76,6 +76,7 @@ class PubRecord:
     t_done: float = 0.0
     seq: int = 0
     error: str = ""
+    server: str = ""          # the server the publisher was connected to when the answer came
 
 
 @dataclass
@@ -152,13 +153,15 @@ def check_queue(records: dict[str, PubRecord], stream: list[tuple[int, str]], co
 
 
 class QueueWorkload:
-    def __init__(self, urls_from, n_publishers: int = 3, timeout: float = 3.0, pace: float = 0.0) -> None:
+    def __init__(self, urls_from, n_publishers: int = 3, timeout: float = 3.0, rate: float = 0.0) -> None:
         self.urls_from = urls_from
         self.n_publishers = n_publishers
         self.timeout = timeout
-        self.pace = pace
+        self.rate = rate            # publishes a second, all publishers together (0: as fast as acks come)
         self.records: dict[str, PubRecord] = {}
         self.consumed: set[str] = set()
+        self.acked: set[str] = set()          # consumer acks the server confirmed
+        self.redelivered_after_ack = 0        # deliveries of a value whose ack was confirmed before
         self.deliveries = 0
         self.ack_failures = 0
         self.errors: list[str] = []
@@ -176,6 +179,8 @@ class QueueWorkload:
         nc = await connect(self.urls_from(i), f"pub{i}", self.errors)
         self._conns.append(nc)
         js = nc.jetstream(timeout=self.timeout)
+        interval = self.n_publishers / self.rate if self.rate else 0.0
+        nxt = time.monotonic()
         n = 0
         while not self.stop.is_set():
             n += 1
@@ -190,8 +195,22 @@ class QueueWorkload:
                 # (no stream answering, or no connection: do not spin)
                 await asyncio.sleep(0.05 if rec.type == "fail" else 0.1 if not nc.is_connected else 0)
             rec.t_done = time.monotonic()
-            if self.pace:
-                await asyncio.sleep(self.pace)
+            if rec.type != "ok":
+                u = nc.connected_url
+                rec.server = f"{u.hostname}:{u.port}" if u is not None else "-"
+            if interval:
+                nxt = max(nxt + interval, time.monotonic() - 1.0)
+                await asyncio.sleep(max(0.0, nxt - time.monotonic()))
+
+    async def _ack(self, m, v: str) -> None:
+        try:
+            await m.ack_sync(timeout=self.timeout)
+        except Exception as e:  # not acknowledged: it comes again after ack_wait
+            self.ack_failures += 1
+            if len(self.errors) < 1000:
+                self.errors.append(f"ack: {err_text(e)}")
+            return
+        self.acked.add(v)
 
     async def consumer(self, i: int) -> None:
         nc = await connect(self.urls_from(i), "consumer", self.errors)
@@ -200,7 +219,7 @@ class QueueWorkload:
         sub = await js.pull_subscribe_bind(durable=CONSUMER, stream=STREAM)
         while not self.stop_consumer.is_set():
             try:
-                msgs = await sub.fetch(100, timeout=1.0)
+                msgs = await sub.fetch(200, timeout=1.0)
             except nats.errors.TimeoutError:
                 continue
             except Exception as e:  # a fault: note it, go on
@@ -208,35 +227,39 @@ class QueueWorkload:
                     self.errors.append(f"fetch: {err_text(e)}")
                 await asyncio.sleep(0.2)
                 continue
+            vals = []
             for m in msgs:
                 self.deliveries += 1
                 v = m.data.decode()
-                try:
-                    await m.ack_sync(timeout=self.timeout)
-                    self.consumed.add(v)
-                except Exception as e:  # not acknowledged: it will come again after ack_wait
-                    self.ack_failures += 1
-                    self.consumed.add(v)  # (delivered; the durable state is what drain checks)
-                    if len(self.errors) < 1000:
-                        self.errors.append(f"ack: {err_text(e)}")
+                if v in self.acked:
+                    self.redelivered_after_ack += 1
+                self.consumed.add(v)
+                vals.append(v)
+            # acknowledgements confirmed by the server (pipelined: one round trip for the batch)
+            await asyncio.gather(*(self._ack(m, v) for m, v in zip(msgs, vals)))
 
-    async def drain(self, js, timeout: float = 60.0) -> bool:
-        """Wait until the durable consumer has nothing pending and nothing unacknowledged."""
+    async def drain(self, js, timeout: float = 30.0) -> bool:
+        """Wait until the durable consumer has nothing pending and nothing unacknowledged; ``timeout`` is
+        how long it may go without progress."""
         deadline = time.monotonic() + timeout
         quiet_since = None
+        last = None
         while time.monotonic() < deadline:
             try:
                 ci = await js.consumer_info(STREAM, CONSUMER, timeout=2.0)
-                done = ci.num_pending == 0 and ci.num_ack_pending == 0
+                left = (ci.num_pending, ci.num_ack_pending)
             except Exception as e:
                 self.errors.append(f"drain consumer_info: {err_text(e)}")
-                done = False
-            if done:
+                left = None
+            if left == (0, 0):
                 quiet_since = quiet_since or time.monotonic()
                 if time.monotonic() - quiet_since > 1.0:
                     return True
             else:
                 quiet_since = None
+                if left is not None and left != last:
+                    deadline = max(deadline, time.monotonic() + timeout)
+                    last = left
             await asyncio.sleep(0.5)
         return False
 
