@@ -228,6 +228,14 @@ class JetStreamCluster:
         self.leader_seen_at = self.loop.time()
 
     async def stop(self) -> None:
+        g = self.group
+        if g is not None and g.is_leader and len(g.peers) > 1:
+            try:  # hand the meta leadership over first, as nats-server does on shutdown
+                g.stepdown()
+            except (NotLeader, ValueError) as e:
+                self.log.debug(f"JetStream cluster: no meta leader stepdown on shutdown: {e}")
+            else:
+                await asyncio.sleep(0.05)
         self.running = False
         if self._timer is not None:
             self._timer.cancel()
