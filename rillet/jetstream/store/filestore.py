@@ -5,6 +5,7 @@ Directory layout (``<dir>`` is what the caller passes, one per stream)::
     <dir>/meta.json                 format version and the stream name (informational)
     <dir>/state.log                 sequence state: first/last markers and tombstones
     <dir>/msgs/0000000001.blk ...   message blocks, in sequence order
+    <dir>/msgs/0000000001.idx ...   their indexes (see _fsindex; a cache, checked against the block)
     <dir>/consumers/<name>/state    consumer states (rewritten atomically)
 
 Block file: the 8-byte magic ``RILBLK01`` then records, each::
@@ -26,10 +27,18 @@ payload, u32 crc32``: 'F' u64 (every seq below is gone), 'L' u64 seq + i64 ts (l
 at least seq), 'D' n x u64 (tombstones).  It is rewritten (temp file + rename) from the
 in-memory state when it grows, and after purge and truncate.
 
-The in-memory index (``_core.IndexedStore``) is rebuilt on open by scanning every block
-and applying the state log; every record's checksum is verified.  A bad record at the tail
-of the last block (a torn write) is cut off with a warning; a bad record anywhere else is
-reported: its sequences go to ``state().lost`` and ``load_msg`` raises ErrStoreCorrupt.
+The index is per block (``_fsindex``): resident per block only its sequence range, live count,
+per-subject live counts, a dead-slot bytearray once something in it was removed, and TTL bounds;
+the per-message columns (offset, length, size, timestamp, subject id, TTL) are loaded on demand
+into a bounded LRU (the active block's always), from ``msgs/<n>.idx`` files written when a block is
+sealed, after a recovery scan and at stop.  Stream-wide per subject: ``[count, first block, last
+seq]``.  No object per message; queries are in ``_fsquery``.
+
+On open each block's index file is used if its checksums hold and it matches the block (size,
+crc32 of the whole block file, last record); otherwise that block alone is scanned, every record's
+checksum verified, then the state log is applied.  A bad record at the tail of the last block (a
+torn write) is cut off with a warning; a bad record anywhere else is reported: its sequences go to
+``state().lost`` and ``load_msg`` raises ErrStoreCorrupt.  Every read verifies the record's crc.
 
 An atomic batch (``store_batch``) is written with one write into one block, every record but
 the last flagged "more follow".  Recovery indexes a batch only when its last record is there:
