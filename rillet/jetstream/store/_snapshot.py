@@ -14,7 +14,7 @@ import zlib
 from typing import Any, Iterable, Iterator
 
 from .base import ErrStoreCorrupt, LogFn, StoreConfig, StoredMsg, StoreError
-from .filestore import (
+from ._fsformat import (
     _CRC,
     _LAST,
     _OVERHEAD,
@@ -28,10 +28,10 @@ from .filestore import (
     L_LAST,
     LOG_MAGIC,
     T_MSG,
-    FileStore,
     _encode_log,
     _safe_name,
 )
+from .filestore import FileStore
 
 __all__ = ["restore", "restore_into", "snapshot_from_store"]
 
