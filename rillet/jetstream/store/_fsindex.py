@@ -106,7 +106,9 @@ class Block:
 class BlockIndex:
     """Columns of one block, a slot per sequence from ``base``."""
 
-    __slots__ = ("base", "offs", "rlen", "sz", "ts", "sid", "ttl", "subjs", "sbytes", "spos", "shead", "used")
+    __slots__ = (
+        "base", "offs", "rlen", "sz", "ts", "sid", "ttl", "subjs", "sbytes", "spos", "spos_all", "shead", "used",
+    )
 
     def __init__(self, base: int = 0) -> None:
         self.base = base
@@ -118,7 +120,8 @@ class BlockIndex:
         self.ttl: array | None = None
         self.subjs: list[str] = []  # local id -> subject
         self.sbytes: list[bytes] = []  # local id -> encoded subject
-        self.spos: dict[int, array] = {}  # local id -> its slots (built when first asked)
+        self.spos: dict[int, array] = {}  # local id -> its slots (built when first asked, for all at once)
+        self.spos_all = False
         self.shead: dict[int, int] = {}  # local id -> index in its spos before which every slot is dead
         self.used = True  # touched since the last idle sweep
 
@@ -141,11 +144,23 @@ class BlockIndex:
         self.ttl = array("q", bytes(8 * n))
 
     def slots_of(self, sid: int) -> array:
+        """The slots of local subject ``sid`` (with a record), ascending.  The first call builds the lists of
+        every subject in one pass over the block; appends to the active block keep them."""
+        if not self.spos_all:
+            spos: dict[int, list[int]] = {}
+            offs = self.offs
+            for i, s in enumerate(self.sid):
+                if offs[i]:
+                    p = spos.get(s)
+                    if p is None:
+                        spos[s] = [i]
+                    else:
+                        p.append(i)
+            self.spos = {s: array("I", p) for s, p in spos.items()}
+            self.spos_all = True
         p = self.spos.get(sid)
         if p is None:
-            offs = self.offs
-            p = array("I", [i for i, s in enumerate(self.sid) if s == sid and offs[i]])
-            self.spos[sid] = p
+            p = self.spos[sid] = array("I")
         return p
 
     def truncate(self, n: int) -> None:
@@ -155,6 +170,7 @@ class BlockIndex:
         if self.ttl is not None:
             del self.ttl[n:]
         self.spos = {}
+        self.spos_all = False
         self.shead = {}
 
 

@@ -63,6 +63,7 @@ import struct
 import threading
 import time
 import zlib
+from array import array
 from collections import OrderedDict
 from typing import Any, Iterator
 
@@ -667,9 +668,11 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             x.subjs.append(subject)
             x.sbytes.append(sb)
             blk.scnt.append(0)
-        elif x.spos:
+        if x.spos_all:
             p = x.spos.get(l)
-            if p is not None:
+            if p is None:
+                x.spos[l] = array("I", [len(offs)])
+            else:
                 p.append(len(offs))
         offs.append(off)
         x.rlen.append(total)
