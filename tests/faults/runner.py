@@ -235,6 +235,56 @@ class Run:
                   f"{r.error or ('seq ' + str(r.seq))} after {r.t_done - r.t_invoke:.2f}s"
                   f"{' from ' + names.get(r.server, r.server) if r.server else ''}")
 
+    def explain_kv(self, kv: W.KVWorkload, r) -> None:
+        """For a read that no linearization reaches: who wrote the value it saw, and which acknowledged
+        writes had replaced that value before the read was even invoked (a stale read), with times."""
+        b = r.blocked
+        if b is None or b.f != "read":
+            return
+        ev = kv.history.events
+        nem = getattr(self, "nemesis", None)
+        t0 = nem.timeline[0][0] if nem and nem.timeline else ev[0].time
+
+        def at(i: int | None) -> str:
+            if i is None:
+                return "never"
+            t = ev[i].time
+            return f"{t - t0:+.2f}s ({nem.during(t) if nem else ''})"
+
+        def new_value(o) -> object:
+            return o.arg if o.f == "write" else o.arg[1] if o.f == "cas" else None
+        ops = [o for o in kv.history.ops() if o.key == b.key]
+        writer = [o for o in ops if o.f in ("write", "cas") and new_value(o) == b.result]
+        print(f"    read {b.key} -> {b.result!r}: invoked {at(b.call)}, returned {at(b.ret)}")
+        for w in writer:
+            print(f"    written by op {w.id} {w.f} {w.arg!r} ({w.type}{' ' + w.error if w.error else ''}): "
+                  f"invoked {at(w.call)}, returned {at(w.ret)}")
+            later = [o for o in ops if o.type == "ok" and o.f in ("write", "cas") and w.ret is not None
+                     and o.call > w.ret and o.ret is not None and o.ret < b.call]
+            if later:
+                o = later[-1]
+                print(f"    but {len(later)} acknowledged writes were invoked after it returned and acknowledged "
+                      f"before the read began, the last: op {o.id} {o.f} {o.arg!r} returned {at(o.ret)}")
+        if not writer:
+            print("    (no operation wrote that value)")
+
+    def dump(self, q: W.QueueWorkload, kv: W.KVWorkload) -> None:
+        """The histories as JSON lines next to the logs, for a failed run."""
+        import json
+        with open(os.path.join(self.tmp, "kv-history.jsonl"), "w") as f:
+            for e in kv.history.events:
+                f.write(json.dumps({"i": e.index, "p": e.process, "type": e.type, "f": e.f, "key": e.key,
+                                    "value": e.value, "t": round(e.time, 4), "error": e.error}) + "\n")
+        with open(os.path.join(self.tmp, "queue-publishes.jsonl"), "w") as f:
+            for r in q.records.values():
+                f.write(json.dumps(r.__dict__) + "\n")
+        nem = getattr(self, "nemesis", None)
+        if nem is not None:
+            with open(os.path.join(self.tmp, "nemesis.jsonl"), "w") as f:
+                for a, b, what in nem.timeline:
+                    f.write(json.dumps({"start": round(a, 4), "end": round(b, 4), "what": what}) + "\n")
+        log(f"histories written to {self.tmp}/*.jsonl")
+
     def report(self, q: W.QueueWorkload, kv: W.KVWorkload, schema: W.SchemaWorkload,
                stream: list[tuple[int, str]], forgotten: dict[str, list[str]], faults: list[str] = ()) -> int:
         a = self.args
@@ -264,6 +314,8 @@ class Run:
         results = check_registers(kv.history.ops(), max_steps=a.lin_budget)
         for r in results:
             print("kv: " + r.describe())
+            if r.valid is False:
+                self.explain_kv(kv, r)
         if any(r.valid is False for r in results):
             bad.append("kv history not linearizable")
         if any(r.valid == NOT_CHECKED for r in results):
@@ -279,6 +331,8 @@ class Run:
             print("note: " + note)
         if forgotten:
             bad.append("acknowledged streams/consumers/messages missing on a server")
+        if bad:
+            self.dump(q, kv)
         print("RESULT: " + ("FAIL - " + "; ".join(bad) if bad else "OK"))
         return 1 if bad else 0
 
