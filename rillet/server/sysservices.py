@@ -177,15 +177,28 @@ class SystemServices:
             self._reply(reply, {"server": self.sa.server_info(), "data": self.user_info(c)})
 
     def user_info(self, c: Any) -> dict:
+        """nats-server's UserInfo of the requesting connection: ``user`` (name, nkey or user JWT subject),
+        ``account`` and ``account_name`` (the account JWT's name in operator mode), ``user_name`` (the user
+        JWT's name), the permissions in force on the connection and ``expires`` (nanoseconds left before
+        the user JWT expires, whole seconds)."""
         acc = c.account.name
-        d: dict[str, Any] = {"user": getattr(c, "user", "") or "", "account": acc, "account_name": acc}
-        auth = getattr(c, "auth", None)
-        u = None
-        if auth is not None and c.user:
-            u = auth.users.get(c.user) or auth.nkeys.get(c.user)
-        perms = getattr(u, "permissions", None)
+        op = getattr(self.server, "operator", None)
+        d: dict[str, Any] = {"user": getattr(c, "user", "") or "", "account": acc,
+                             "account_name": op.name_tag(acc) if op is not None else acc}
+        ju = getattr(c, "jwt_user", None)
+        cu = getattr(c, "callout_user", None)
+        claims = getattr(ju, "claims", None) or getattr(cu, "claims", None) or {}
+        if claims.get("name"):
+            d["user_name"] = claims["name"]
+        perms = getattr(c, "perms", None)
         if perms is not None:
-            d["permissions"] = public_permissions(perms)
+            d["permissions"] = checker_permissions(perms)
+        exp = int(claims.get("exp") or 0)
+        if exp:
+            import time as _time
+            left = int(exp - _time.time())
+            if left > 0:
+                d["expires"] = left * 1_000_000_000
         return d
 
     def _on_debug_subscribers(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
@@ -333,20 +346,27 @@ def count_subs(acc: Any, subject: str, queue: str | None) -> int:
     return n
 
 
-def public_permissions(p: Any) -> dict:
-    """A user's permissions as nats-server shows them (``publish``/``subscribe`` allow/deny, responses)."""
+def checker_permissions(pc: Any) -> dict:
+    """The permissions in force on a connection (its ``PermChecker``), as nats-server's UserInfo shows
+    them: allow/deny lists (queue entries as ``"subject queue"``) and ``responses`` with its defaults."""
     out: dict[str, Any] = {}
-    for key, sp in (("publish", p.publish), ("subscribe", p.subscribe)):
-        d: dict[str, Any] = {}
-        if sp is not None:
-            if sp.allow is not None:
-                d["allow"] = list(sp.allow)
-            if sp.deny is not None:
-                d["deny"] = list(sp.deny)
-        out[key] = d
-    r = p.response
-    if r is not None:
-        out["responses"] = {"max": r.max_msgs, "ttl": int((r.expires or 0) * 1e9)}
+    pub: dict[str, Any] = {}
+    if pc.pub_allow:
+        pub["allow"] = list(pc.pub_allow)
+    if pc.pub_deny:
+        pub["deny"] = list(pc.pub_deny)
+    out["publish"] = pub
+    sub: dict[str, Any] = {}
+    for key, entries in (("allow", pc.sub_allow), ("deny", pc.sub_deny)):
+        if entries is not None:
+            plain, queued = entries
+            lst = list(plain) + [f"{s} {q}" for s, q in queued]
+            if lst:
+                sub[key] = lst
+    out["subscribe"] = sub
+    if pc.resp is not None:
+        mx, exp = pc.resp
+        out["responses"] = {"max": mx, "ttl": int(round(exp * 1e9))}
     return out
 
 
