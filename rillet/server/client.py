@@ -6,6 +6,8 @@ carries a thousand PUBs produces one write per receiving connection, not a thous
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from random import random
 from typing import TYPE_CHECKING, Any, Callable
@@ -129,6 +131,7 @@ class Client(asyncio.Protocol):
         self.stop_time = 0.0
         self._held: list[bytes] | None = None  # data received while an auth callout runs
         self.callout_user: Any = None  # what the auth callout admitted this client as
+        self._sniff_sock: socket.socket | None = None  # allow_non_tls: watching for the first byte
 
     # ---- connection lifecycle -------------------------------------------------------------------------
 
@@ -153,6 +156,12 @@ class Client(asyncio.Protocol):
             # connection_made, so the pause and the INFO wait for the next loop pass.)
             srv.loop.call_soon(self._register_for_tls)
             return
+        if srv.tls_context is not None and srv.opts.allow_non_tls and self.conn_type == "STANDARD" \
+                and ssl_obj is None:
+            # TLS offered, not required: the INFO goes out in the clear and the client's first byte says
+            # whether it starts a TLS handshake (0x16) or speaks the protocol in the clear, as nats-server
+            srv.loop.call_soon(self._register_for_sniff)
+            return
         srv.register_client(self)
         srv.flush_clients()
 
@@ -163,6 +172,52 @@ class Client(asyncio.Protocol):
         t.pause_reading()  # type: ignore[attr-defined]  # the TLS upgrade resumes it
         self.server.register_client(self)
         self.server.flush_clients()
+
+    def _register_for_sniff(self) -> None:
+        t = self.transport
+        if self.closed or t is None or t.is_closing():
+            return
+        t.pause_reading()  # type: ignore[attr-defined]  # the first byte stays in the kernel until decided
+        srv = self.server
+        srv.register_client(self)
+        srv.flush_clients()
+        if self.closed:
+            return
+        sock = t.get_extra_info("socket")
+        try:
+            # a duplicate descriptor: the loop refuses a reader on the transport's own one
+            self._sniff_sock = socket.socket(fileno=os.dup(sock.fileno()))
+        except OSError as e:
+            srv.log.error(f"{self.log_prefix()} - TLS detection error: {e}")
+            self.close("Read Error")
+            return
+        srv.loop.add_reader(self._sniff_sock.fileno(), self._sniffed)
+
+    def _sniffed(self) -> None:
+        s = self._sniff_sock
+        if s is None:
+            return
+        self._sniff_sock = None
+        srv = self.server
+        srv.loop.remove_reader(s.fileno())
+        try:
+            first = s.recv(1, socket.MSG_PEEK)
+        except OSError:
+            first = b""  # (the transport sees the same error or EOF when reading resumes)
+        finally:
+            s.close()
+        t = self.transport
+        if self.closed or t is None or t.is_closing():
+            return
+        if first[:1] == b"\x16":
+            if not srv.tls_rate_allow():
+                from rillet.server.tls import THROTTLED
+                self.close("Maximum Connections Exceeded", THROTTLED)
+                srv.flush_clients()
+                return
+            srv.loop.create_task(srv._upgrade_tls(self))  # (start_tls resumes reading under TLS)
+            return
+        t.resume_reading()  # type: ignore[attr-defined]
 
     def start(self) -> None:
         """Called by the server after registration: INFO, auth timer, ping timer."""
@@ -238,6 +293,10 @@ class Client(asyncio.Protocol):
         for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
             if t is not None:
                 t.cancel()
+        if self._sniff_sock is not None:
+            self.server.loop.remove_reader(self._sniff_sock.fileno())
+            self._sniff_sock.close()
+            self._sniff_sock = None
         self.server.unregister_client(self)
         self.debug(f"Client connection closed: {self.close_reason}")
 
