@@ -233,3 +233,33 @@ def test_log_completions_order_nesting_and_leadership():
     assert seen == [("apply", "e"), ("done", "e", "E", None)] and one.is_leader
     with pytest.raises(ValueError):
         one.propose(Entry(Entry.MSG, ("bad",)))  # no completion: the error goes to the proposer
+
+
+async def test_consumer_deliveries_numbered_while_in_flight(env):
+    """A consumer whose log commits later: deliveries go out at once with consecutive consumer sequences,
+    the replicated state follows when the entries are applied, and acks apply after them in log order."""
+    srv, nc = env
+    js = nc.jetstream(timeout=2)
+    r = await api(nc, "$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c.>"]})
+    assert "error" not in r, r
+    for i in range(3):
+        await js.publish("c.x", b"%d" % i)
+    r = await api(nc, "$JS.API.CONSUMER.CREATE.C.P", {"stream_name": "C", "config": {"durable_name": "P",
+                                                                                    "ack_policy": "explicit"}})
+    assert "error" not in r, r
+    jsa = next(j for j in srv.jetstream.accounts.values() if "C" in j.streams)
+    c = jsa.streams["C"].consumers["P"]
+    log = DeferredLog(c.apply_entry)
+    c.clog = log
+    sub = await js.pull_subscribe_bind("P", "C")
+    ms = await sub.fetch(3, timeout=2)
+    assert [m.metadata.sequence.consumer for m in ms] == [1, 2, 3]
+    assert [m.metadata.sequence.stream for m in ms] == [1, 2, 3]
+    assert c.dseq == 1 and not c.pending  # nothing applied yet
+    await ms[1].ack_sync()
+    assert [e.op for e, _ in log.queue] == [Entry.C_DELIVERED] * 3 + [Entry.C_ACK]
+    log.flush()
+    assert c.dseq == 4 and sorted(c.pending) == [1, 3] and (c.adflr, c.asflr) == (0, 0)
+    await ms[0].ack_sync()
+    log.flush()
+    assert sorted(c.pending) == [3] and (c.adflr, c.asflr) == (2, 2)

@@ -134,6 +134,7 @@ class Consumer(ConsumerStateMachine):
         self.clog: Any = SingleNodeLog(self.apply_entry)
         self._c_done_cb = self._c_done
         self.sseq = 1  # the next stream sequence to look at
+        self._ndseq = 0  # the next consumer sequence, counting deliveries not yet applied (0: dseq)
         self.rdq: deque[int] = deque()
         self.rdqi: set[int] = set()
         self.lss: list[int] | None = None  # last-per-subject skip list
@@ -626,7 +627,8 @@ class Consumer(ConsumerStateMachine):
                         self._delay(delay)
                         break
                 pending = self.num_pending()
-                ack_reply = f"{self.ack_prefix}{dc}.{m.seq}.{self.dseq}.{m.ts}.{pending}"
+                nd = self.dseq if self.dseq >= self._ndseq else self._ndseq  # deliveries in flight count
+                ack_reply = f"{self.ack_prefix}{dc}.{m.seq}.{nd}.{m.ts}.{pending}"
                 hdr, data = m.hdr, m.data
                 if self.headers_only:
                     hdr = _headers_only(hdr, len(data))
@@ -662,7 +664,7 @@ class Consumer(ConsumerStateMachine):
                     if wr.n > 0 and wr.hb:
                         wr.hbt = _clock() + wr.hb
                 self._replay_lts = m.ts
-                ok = self._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s)
+                ok = self._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s, nd)
                 sent += 1
                 if not ok:
                     self._did_not_deliver(m.seq, dsubj, dc)
@@ -688,10 +690,12 @@ class Consumer(ConsumerStateMachine):
                 self._flush_out()
 
     def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int,
-                 dsubj_s: str) -> bool:
+                 dsubj_s: str, dseq: int) -> bool:
         seq = m.seq
-        # the delivery is recorded as it goes out (as nats-server, it is not held back for the commit)
-        self.clog.propose(Entry(C_DELIVERED, (seq, self.dseq, dc, now_ns())))
+        # the delivery is recorded as it goes out (as nats-server, it is not held back for the commit);
+        # the engine numbers the next one after it even before it is applied
+        self._ndseq = dseq + 1
+        self.clog.propose(Entry(C_DELIVERED, (seq, dseq, dc, now_ns())))
         if not self.ack_none and (self._ack_timer is None or self.backoff):
             self._arm_ack_timer(self._ack_delay(seq))
         if self.persist is not None:
@@ -1115,7 +1119,7 @@ class Consumer(ConsumerStateMachine):
                 self.kick()
 
     def process_nak(self, sseq: int, dseq: int, dc: int, arg: bytes) -> None:
-        if dseq <= self.adflr or dseq > self.dseq:
+        if dseq <= self.adflr or dseq > max(self.dseq, self._ndseq):
             return
         p = self.pending.get(sseq)
         if p is None:

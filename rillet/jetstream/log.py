@@ -27,7 +27,8 @@ What a RAFT-backed log must also keep: completions fire in proposal order (a str
 entries in a FIFO); an entry applied on a node that did not propose it (a follower, or a new leader applying
 its predecessor's tail) has no completion, so its leader-side effects (replies, republish, consumer wake-ups)
 do not run: a new leader re-derives its timers and consumer engines from the applied state. A consumer's log
-must still commit at once (the engine numbers deliveries from the applied ``dseq``; see consumer_state.py).
+may commit later too: the engine numbers deliveries past those in flight; its max_ack_pending check reads
+the applied pending map, so it can run ahead by the deliveries in flight.
 """
 from __future__ import annotations
 
