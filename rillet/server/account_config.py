@@ -37,6 +37,9 @@ def configure_accounts(server: "Server") -> None:
         if lim is not None:
             _parse_limits(acc, lim)
         exports[name] = _parse_exports(cfg.get("exports") or [])
+        for key in ("msg_trace", "trace_dest"):
+            if key in cfg:
+                _parse_msg_trace(acc, key, cfg[key])
         _check_latency(server, exports[name])
     for name, cfg in raw.items():
         if isinstance(cfg, dict) and cfg.get("imports"):
@@ -65,7 +68,10 @@ def _parse_exports(raw: Any) -> list[dict]:
             if kind != "service":
                 raise ValueError("Detected latency directive on non-service")
             lat = parse_latency(e["latency"])
+        if "allow_trace" in e and kind != "service":
+            raise ValueError("Detected allow_trace directive on non-service")
         out.append({"kind": kind, "subject": subj, "accounts": None if accs is None else set(accs),
+                    "allow_trace": bool(e.get("allow_trace", False)),
                     "response_type": "singleton" if rt == "single" else rt,
                     "threshold": _duration(thr) if thr is not None else DEFAULT_RESPONSE_THRESHOLD,
                     "latency": lat})
@@ -138,8 +144,10 @@ def _add_import(server: "Server", acc: Any, imp: Any, exports: dict[str, list[di
     if exp is None or src_name not in server.opts.accounts:
         raise ValueError(f"Error adding {kind} import {go_quote(subj.encode())}: {kind} import not authorized")
     src_acc = server.lookup_account(src_name)
+    if "allow_trace" in imp and kind != "stream":
+        raise ValueError("Detected allow_trace directive on a non-stream")
     if kind == "stream":
-        _stream_import(server, src_acc, acc, subj, imp.get("prefix"), imp.get("to"))
+        _stream_import(server, src_acc, acc, subj, imp.get("prefix"), imp.get("to"), bool(imp.get("allow_trace")))
     else:
         _service_import(server, src_acc, acc, subj, imp.get("to") or subj, exp, bool(imp.get("share")))
 
@@ -152,7 +160,8 @@ def _transform(src: str, dest: str) -> Callable[[str], str]:
         return lambda s: dest
 
 
-def _stream_import(server: "Server", exporter: Any, importer: Any, subj: str, prefix: Any, to: Any) -> None:
+def _stream_import(server: "Server", exporter: Any, importer: Any, subj: str, prefix: Any, to: Any,
+                   allow_trace: bool = False) -> None:
     """Messages published in ``exporter`` on ``subj`` are delivered in ``importer`` (prefixed / remapped)."""
     if prefix:
         p = str(prefix).rstrip(".") + "."
@@ -180,6 +189,7 @@ def _stream_import(server: "Server", exporter: Any, importer: Any, subj: str, pr
 
     on_msg.routed = True  # type: ignore[attr-defined]  (see Account.deliver_result)
     on_msg.import_to = (importer, remap)  # type: ignore[attr-defined]  (see Account.has_interest)
+    on_msg.allow_trace = allow_trace  # type: ignore[attr-defined]  (rillet.server.msgtrace)
     isub = server.internal_client(exporter, f"stream export {exporter.name} -> {importer.name}").subscribe(
         subj, on_msg)
     if importer.stream_imports is None:
@@ -229,6 +239,8 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
                 importer._no_responders(c, orig, reply)
         server.schedule_flush()
 
+    on_request.service_import = (exporter, remap)  # type: ignore[attr-defined]  (rillet.server.msgtrace)
+    on_request.allow_trace = exp.get("allow_trace", False)  # type: ignore[attr-defined]
     ic_in = server.internal_client(importer, f"service import {importer.name} -> {exporter.name}")
     ic_in.subscribe(local, on_request)
 
@@ -357,6 +369,47 @@ def _response_map(server: "Server", exporter: Any) -> ResponseMap:
     if rm is None:
         rm = exporter.imports = ResponseMap(server, exporter)
     return rm
+
+
+def _parse_msg_trace(acc: Any, key: str, v: Any) -> None:
+    """``msg_trace``/``trace_dest``: a destination subject, or ``{dest, sampling}`` (1..100, or "N%"), as
+    nats-server parses it; sampling without a destination is dropped, a destination alone samples 100%."""
+    from rillet.subjects.validate import is_valid_publish_subject
+
+    def dest_of(k: str, d: Any) -> str:
+        if not isinstance(d, str):
+            raise ValueError(f"Field {k!r} should be a string, got {type(d).__name__}")
+        if not is_valid_publish_subject(d):
+            raise ValueError(f"Trace destination {go_quote(d.encode())} is not valid")
+        return d
+    if isinstance(v, str):
+        acc.trace_dest = dest_of(key, v)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            lk = k.lower()
+            if lk == "dest":
+                acc.trace_dest = dest_of(k, x)
+            elif lk == "sampling":
+                if isinstance(x, bool) or not isinstance(x, (int, str)):
+                    raise ValueError(f"Trace destination sampling field {k!r} should be an integer or a "
+                                     f"percentage, got {type(x).__name__}")
+                if isinstance(x, str):
+                    try:
+                        n = int(x.strip().removesuffix("%"))
+                    except ValueError:
+                        raise ValueError(f"Invalid trace destination sampling value {go_quote(x.encode())}")
+                else:
+                    n = x
+                if n <= 0 or n > 100:
+                    raise ValueError(f"Ttrace destination sampling value {n} is invalid, needs to be [1..100]")
+                acc.trace_sampling = n
+            else:
+                raise ValueError(f"Unknown field {k!r} parsing account message trace map/struct {key!r}")
+    else:
+        raise ValueError(f"Expected account message trace {key!r} to be a string or a map/struct, got "
+                         f"{type(v).__name__}")
+    if acc.trace_dest is None:
+        acc.trace_sampling = 100  # (nats-server warns: a sampling without a destination traces nothing)
 
 
 def _parse_limits(acc: Any, lim: Any) -> None:

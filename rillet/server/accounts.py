@@ -4,6 +4,7 @@ from __future__ import annotations
 from random import random
 from typing import TYPE_CHECKING, Any
 
+import rillet.server.msgtrace as _mt
 from rillet.subjects.sublist import Sublist
 
 if TYPE_CHECKING:
@@ -15,7 +16,8 @@ GLOBAL_ACCOUNT = "$G"
 
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
-                 "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "no_match", "__weakref__")
+                 "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "no_match", "trace_dest",
+                 "trace_sampling", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -39,6 +41,9 @@ class Account:
         self.stream_imports: list[tuple[Any, str, Any, Any]] | None = None
         # called by a client's publish that matched no subscription here, when set (gateways send it on)
         self.no_match: Any = None
+        # msg_trace { dest, sampling }: where traces started by a sampled traceparent header go (msgtrace)
+        self.trace_dest: str | None = None
+        self.trace_sampling = 100
 
     def add_sub(self, sub: "Subscription") -> None:
         self.sublist.insert(sub)
@@ -147,6 +152,8 @@ class Account:
         delivery shows its stream subject). Internal callbacks marked ``routed`` (imports, which must route
         the message on) get the matched subject, and the shown one as an extra argument.
         """
+        if hdr > 0 and _mt.CURRENT is not None and _mt.owns(_mt.CURRENT, hdr, msg):
+            return _mt.deliver_result(self, c, r, subject, reply, hdr, msg, route)  # a traced message
         size = len(msg)
         if hdr < 0:
             head = b"MSG %b " % subject

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
+import rillet.server.msgtrace as _mt
 from rillet.goquote import go_quote
 from rillet.gotime import format_seconds
 from rillet.protocol.parser import ClientParser, ProtocolError
@@ -617,6 +618,9 @@ class Client(asyncio.Protocol):
     def proto_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, msg: bytes) -> None:
         self.in_msgs += 1
         self.in_bytes += len(msg)
+        if hdr_len > 0 and (msg.find(b"Nats-Trace-", 0, hdr_len) >= 0 or self.account.trace_dest is not None):
+            _mt.client_publish(self, subject, reply, hdr_len, msg)  # message tracing (rillet.server.msgtrace)
+            return
         if self.slow_path:
             if not self._pub_checks(b"HPUB", subject, reply, hdr_len, msg):
                 return

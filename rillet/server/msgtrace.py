@@ -1,0 +1,485 @@
+"""Message tracing (nats-server's msgtrace.go, ADR-41), in our own words.
+
+A message whose headers carry ``Nats-Trace-Dest: <subject>`` (or a sampled W3C ``traceparent`` header in an
+account with a ``msg_trace`` destination) is traced: while this server handles it, what happens is recorded
+as events (``in`` ingress, ``sm`` subject mapping, ``se`` stream export, ``si`` service import, ``js``
+JetStream, ``eg`` egress), and one JSON trace event is published to the destination, in the ingress
+account, when the server is done with the message. ``Nats-Trace-Only: true`` traces without delivering to
+clients (routes, gateways and leaf nodes still get the message: the server there reports its part). A
+message sent on to another server gets ``Nats-Trace-Hop`` (``1``, ``2``, ... then ``1.1`` there): each
+server sends its own event to the destination.
+
+The hot path stays free: a message is looked at only when it has headers and the header block contains
+``Nats-Trace-`` (or, in an account with a trace destination, ``traceparent``). While a traced message is
+being delivered, ``CURRENT`` holds its trace; delivery code checks it only for messages with headers.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Any
+
+from rillet.gotime import format_time
+
+TRACE_DEST = "Nats-Trace-Dest"
+TRACE_HOP = "Nats-Trace-Hop"
+TRACE_ORIGIN_ACCOUNT = "Nats-Trace-Origin-Account"
+TRACE_ONLY = "Nats-Trace-Only"
+TRACE_DISABLED = "trace disabled"  # (not a valid subject: a receiving server does not trace again)
+TRACE_PARENT = "traceparent"
+
+ERR_NO_ECHO = "Not delivered because of no echo"
+ERR_PUB_VIOLATION = "Not delivered because publish denied for this subject"
+ERR_SUB_DENY = "Not delivered because subscription denies this subject"
+ERR_CLIENT_CLOSED = "Not delivered because client is closed"
+ERR_AUTO_UNSUB = "Not delivered because auto-unsubscribe exceeded"
+
+# connection kinds as the trace events number them (nats-server's CLIENT, ROUTER, GATEWAY, LEAF), by ours
+_KIND = {0: 0, 2: 1, 3: 2, 4: 4}
+
+# the trace of the message being delivered now, if any (delivery is synchronous and nested)
+CURRENT: "MsgTrace | None" = None
+
+
+def _now() -> str:
+    return format_time(time.time_ns())
+
+
+def parse_headers(hdr: bytes) -> tuple[dict[str, list[str]], bool, bool]:
+    """The header block as nats-server lifts it for a trace: names as written (case kept), values trimmed,
+    empty ones skipped. Returns (headers, has Nats-Trace-Dest, has a sampled traceparent); a
+    ``Nats-Trace-Dest: trace disabled`` header means no trace at all."""
+    out: dict[str, list[str]] = {}
+    dest = parent = False
+    if not hdr.startswith(b"NATS/1.0"):
+        return out, False, False
+    i = hdr.find(b"\r\n")
+    if i < 0:
+        return out, False, False
+    i += 2
+    n = len(hdr)
+    while i < n:
+        c = hdr.find(b":", i)
+        if c < 0:
+            break
+        e = hdr.find(b"\r\n", c + 1)
+        if e < 0:
+            break
+        key = hdr[i:c].decode("utf-8", "replace")
+        val = hdr[c + 1:e].strip(b" \t").decode("utf-8", "replace")
+        i = e + 2
+        if not key or not val:
+            continue
+        if not parent and key.lower() == TRACE_PARENT:
+            parts = val.split("-")
+            if len(parts) == 4 and len(parts[3]) == 2:
+                try:
+                    parent = bool(int(parts[3], 16) & 1)
+                except ValueError:
+                    pass  # not hex: not a sampled trace context, the header is kept as is
+        elif not dest and key == TRACE_DEST:
+            if val == TRACE_DISABLED:
+                return {}, False, False
+            dest = True
+        out.setdefault(key, []).append(val)
+    return out, dest, parent
+
+
+def set_header(hdr: int, msg: bytes, key: str, value: str) -> tuple[int, bytes]:
+    """``msg`` (headers then payload) with header ``key`` set to ``value`` (replaced where it is, else added
+    last). Returns the new header length and message."""
+    h = msg[:hdr]
+    kb = key.encode()
+    line = kb + b": " + value.encode() + b"\r\n"
+    pos = h.find(b"\r\n" + kb + b":")
+    if pos >= 0:
+        start = pos + 2
+        end = h.find(b"\r\n", start) + 2
+        nh = h[:start] + line + h[end:]
+    else:
+        nh = h[:-2] + line + b"\r\n"  # before the blank line that ends the block
+    return len(nh), nh + msg[hdr:]
+
+
+def disable(hdr: int, msg: bytes) -> tuple[int, bytes]:
+    """The message with its trace destination disabled (a stored or untraced copy must not trace again)."""
+    return set_header(hdr, msg, TRACE_DEST, TRACE_DISABLED)
+
+
+def _sample(pct: int) -> bool:
+    return pct <= 0 or pct >= 100 or random.randrange(100) <= pct
+
+
+class MsgTrace:
+    """One traced message on this server."""
+
+    __slots__ = ("server", "acc", "dest", "tonly", "hop", "nhop", "hops", "events", "header", "size", "js",
+                 "ingress")
+
+    def __init__(self, server: Any, acc: Any, dest: str, tonly: bool, hop: str, header: dict, size: int,
+                 ingress: dict) -> None:
+        self.server = server
+        self.acc = acc
+        self.dest = dest
+        self.tonly = tonly
+        self.hop = hop
+        self.nhop = ""
+        self.hops = 0
+        self.header = header
+        self.size = size
+        self.ingress = ingress
+        self.events: list[dict] = [ingress]
+        self.js: dict | None = None
+
+    # ---- events -----------------------------------------------------------------------------------------
+
+    def mapped(self, to: bytes) -> None:
+        self.events.append({"type": "sm", "ts": _now(), "to": to.decode("utf-8", "replace")})
+
+    def stream_export(self, importer: str, to: bytes) -> None:
+        self.events.append({"type": "se", "ts": _now(), "acc": importer, "to": to.decode("utf-8", "replace")})
+
+    def service_import(self, exporter: str, frm: bytes, to: bytes) -> None:
+        self.events.append({"type": "si", "ts": _now(), "acc": exporter, "from": frm.decode("utf-8", "replace"),
+                            "to": to.decode("utf-8", "replace")})
+
+    def egress(self, dc: Any, sub: Any, err: str = "") -> None:
+        kind = _KIND.get(getattr(dc, "kind", 0), 0)
+        e: dict[str, Any] = {"type": "eg", "ts": _now(), "kind": kind, "cid": getattr(dc, "cid", 0)}
+        name = conn_name(dc)
+        if name:
+            e["name"] = name
+        if self.nhop:
+            e["hop"] = self.nhop
+            self.nhop = ""
+        if kind in (0, 4):
+            acc = getattr(getattr(dc, "account", None), "name", None) or getattr(dc, "acc_name", "")
+            if acc and acc != self.ingress.get("acc"):
+                e["acc"] = acc
+        if kind == 0 and sub is not None:
+            e["sub"] = sub.subject
+            if sub.queue:
+                e["queue"] = sub.queue
+        if err:
+            e["error"] = err
+        self.events.append(e)
+
+    def jetstream(self, stream: Any, subject: str, hdr: bytes) -> bytes | None:
+        """A stream takes the message: the ``js`` event. Returns the header block to store (its trace
+        destination disabled), or None for a trace-only message (nothing is stored, no ack)."""
+        no_interest = False
+        cfg = getattr(stream, "cfg", None)
+        if cfg is not None and str(getattr(cfg, "retention", "")).lower() == "interest":
+            fn = getattr(stream, "has_interest", None)
+            no_interest = not fn(subject) if callable(fn) else False
+        js: dict[str, Any] = {"type": "js", "ts": _now(), "stream": stream.name, "subject": subject}
+        if no_interest:
+            js["nointerest"] = True
+        self.js = js
+        self.events.append(js)
+        if self.tonly:
+            return None
+        _, m = disable(len(hdr), hdr)
+        return m
+
+    def to_remote(self, rc: Any, hdr: int, msg: bytes) -> tuple[int, bytes]:
+        """The message is sent on to route/gateway/leaf ``rc``: the next hop number in its header, and the
+        egress event."""
+        self.hops += 1
+        self.nhop = f"{self.hop}.{self.hops}" if self.hop else str(self.hops)
+        hdr, msg = set_header(hdr, msg, TRACE_HOP, self.nhop)
+        self.egress(rc, None)
+        return hdr, msg
+
+    # ---- the event ----------------------------------------------------------------------------------------
+
+    def event(self) -> dict:
+        req: dict[str, Any] = {}
+        if self.header:
+            req["header"] = self.header
+        if self.size:
+            req["msgsize"] = self.size
+        ev: dict[str, Any] = {"server": self.server.sysacc.server_info(), "request": req}
+        if self.hops:
+            ev["hops"] = self.hops
+        ev["events"] = self.events
+        return ev
+
+    def send(self) -> None:
+        srv = self.server
+        acc = self.acc
+        if acc is None:
+            return
+        ic = _event_client(srv, acc)
+        global CURRENT
+        prev, CURRENT = CURRENT, None
+        try:
+            ic.publish(self.dest.encode("utf-8", "surrogateescape"), None,
+                       json.dumps(self.event(), separators=(",", ":")).encode())
+        finally:
+            CURRENT = prev
+
+
+def _event_client(srv: Any, acc: Any) -> Any:
+    clients = getattr(srv, "_trace_clients", None)
+    if clients is None:
+        clients = srv._trace_clients = {}
+    ic = clients.get(acc.name)
+    if ic is None or ic.account is not acc:
+        ic = clients[acc.name] = srv.internal_client(acc, f"message trace {acc.name}")
+    return ic
+
+
+def conn_name(c: Any) -> str:
+    k = getattr(c, "kind", 0)
+    if k == 0:
+        o = getattr(c, "opts", None)
+        return getattr(o, "name", "") or ""
+    if k == 3:  # a gateway: the remote cluster's name
+        return getattr(c, "name", "") or ""
+    return getattr(c, "remote_name", "") or ""
+
+
+def wants_trace(acc: Any, hdr: int, msg: bytes) -> bool:
+    """The cheap test, for a message with headers: might it be traced?"""
+    if msg.find(b"Nats-Trace-", 0, hdr) >= 0:
+        return True
+    return getattr(acc, "trace_dest", None) is not None and msg[:hdr].lower().find(b"traceparent") >= 0
+
+
+def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool) -> tuple[bool, Any]:
+    """A trace for this message (or None), and whether to skip processing it (a trace-only message that
+    cannot be traced is not delivered either). ``hop_ok``: it came from another server (hop header read)."""
+    headers, has_dest, has_parent = parse_headers(msg[:hdr])
+    if not headers or not (has_dest or has_parent):
+        return False, None
+    external = not has_dest
+    srv = c.server
+    tonly = False
+    dest = ""
+    if not external:
+        to = headers.get(TRACE_ONLY, [""])[0].lower()
+        tonly = to in ("1", "true", "on")
+        dest = headers.get(TRACE_DEST, [""])[0]
+    if TRACE_ORIGIN_ACCOUNT in headers:
+        srv.log.error(f"{_prefix(c)} - Message tracing disabled because of header "
+                      f"\"{TRACE_ORIGIN_ACCOUNT}\" with value=\"{headers[TRACE_ORIGIN_ACCOUNT][0]}\"")
+        return tonly, None
+    hop = headers.get(TRACE_HOP, [""])[0] if hop_ok else ""
+    if external:
+        dest = getattr(acc, "trace_dest", None) or ""
+        if not dest:
+            return False, None
+        if getattr(c, "kind", 0) == 0 and not _sample(getattr(acc, "trace_sampling", 100)):
+            return False, None
+    from rillet.subjects.validate import is_valid_publish_subject
+    if not is_valid_publish_subject(dest):
+        srv.log.error(f"{_prefix(c)} - Destination \"{dest}\" is not valid, won't be able to trace events")
+        return tonly, None
+    perms = getattr(c, "perms", None)
+    if perms is not None and perms.has_pub and not perms.can_publish(dest.encode("utf-8", "surrogateescape")):
+        if getattr(c, "kind", 0) == 0:
+            c._pub_allowed(dest.encode("utf-8", "surrogateescape"))  # -ERR and the log line
+        return True, None
+    ingress: dict[str, Any] = {"type": "in", "ts": _now(), "kind": _KIND.get(getattr(c, "kind", 0), 0),
+                               "cid": getattr(c, "cid", 0)}
+    name = conn_name(c)
+    if name:
+        ingress["name"] = name
+    ingress["acc"] = acc.name
+    ingress["subj"] = subject.decode("utf-8", "replace")
+    return False, MsgTrace(srv, acc, dest, tonly, hop, headers, len(msg), ingress)
+
+
+def _prefix(c: Any) -> str:
+    fn = getattr(c, "log_prefix", None)
+    return fn() if callable(fn) else str(c)
+
+
+# ---- delivery ----------------------------------------------------------------------------------------------
+
+def client_publish(c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+    """HPUB from a client whose headers may ask for a trace (Client.proto_hpub sends it here)."""
+    acc = c.account
+    skip, mt = start(c, acc, subject, hdr, msg, False) if wants_trace(acc, hdr, msg) else (False, None)
+    if skip:
+        return
+    if mt is None:
+        if c.slow_path:
+            if not c._pub_checks(b"HPUB", subject, reply, hdr, msg):
+                return
+            if c.verbose:
+                c.send_ok()
+        acc.deliver(c, subject, reply, hdr, msg)
+        return
+    if c.slow_path:
+        perms = c.perms
+        if perms is not None and perms.has_pub and not perms.can_publish(subject):
+            from rillet.goquote import go_quote
+            mt.ingress["error"] = f"Permissions Violation for Publish to {go_quote(subject)}"
+            c._pub_checks(b"HPUB", subject, reply, hdr, msg)
+            mt.send()
+            return
+        if not c._pub_checks(b"HPUB", subject, reply, hdr, msg):
+            mt.send()
+            return
+        if c.verbose:
+            c.send_ok()
+    run(mt, acc, c, subject, reply, hdr, msg)
+
+
+def run(mt: MsgTrace, acc: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+    """Deliver a traced message in ``acc`` (mappings, then the match) and send its event."""
+    global CURRENT
+    if acc.mappings:
+        mapped = acc.map_subject(subject)
+        if mapped is None:
+            mt.send()
+            return
+        if mapped != subject:
+            mt.mapped(mapped)
+            subject = mapped
+    prev, CURRENT = CURRENT, mt
+    try:
+        r = acc._match(subject.decode("utf-8", "surrogateescape"))
+        if r.psubs or r.qsubs:
+            acc.deliver_result(c, r, subject, reply, hdr, msg)
+        elif acc.no_match is not None:
+            acc.no_match(c, subject, reply, hdr, msg)
+        elif reply and c.no_responders and not mt.tonly:
+            acc._no_responders(c, subject, reply)
+    finally:
+        CURRENT = prev
+    mt.send()
+
+
+def routed_inbound(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                   msg: bytes, deliver: Any) -> bool:
+    """A message from a route/gateway/leaf that may be traced: when it is, ``deliver(...)`` runs with the
+    trace current and this server's event is sent. Returns False when it is not traced (the caller
+    delivers it as usual)."""
+    global CURRENT
+    skip, mt = start(rc, acc, subject, hdr, msg, True)
+    if skip:
+        return True
+    if mt is None:
+        return False
+    prev, CURRENT = CURRENT, mt
+    try:
+        deliver(rc, subject, reply, queues, hdr, msg)
+    finally:
+        CURRENT = prev
+    mt.send()
+    return True
+
+
+def owns(mt: MsgTrace, hdr: int, msg: bytes) -> bool:
+    """Is this message (with headers) the traced one, or one carrying it on (not a reply made meanwhile)?"""
+    return msg.find(b"Nats-Trace-Dest", 0, hdr) >= 0 or msg[:hdr].lower().find(b"traceparent") >= 0
+
+
+def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                   route: bytes | None) -> bool:
+    """``Account.deliver_result`` for a traced message: the same deliveries, each with its event; with
+    trace-only, clients get nothing (imports, JetStream and other servers still take part)."""
+    global CURRENT
+    mt = CURRENT
+    assert mt is not None
+    from rillet.server.accounts import Account
+    n = 0
+    subs: list[Any] = list(r.psubs)
+    for group in r.qsubs:
+        sub = acc._pick(group, c, c.echo, subject, reply)
+        if sub is not None:
+            subs.append(sub)
+    one = Account.deliver_result
+    for sub in subs:
+        sc = sub.client
+        icb = sub.icb
+        if icb is not None:
+            imp = getattr(icb, "import_to", None)
+            if imp is None and type(sub).__name__ == "ShadowSub":
+                imp = (sub.importer, sub.remap)
+                allow = getattr(getattr(sub.isub, "icb", None), "allow_trace", False)
+            else:
+                allow = getattr(icb, "allow_trace", False)
+            si = getattr(icb, "service_import", None)
+            if imp is not None:
+                importer, remap = imp
+                to = subject if remap is None else remap(subject.decode("utf-8", "surrogateescape")).encode(
+                    "utf-8", "surrogateescape")
+                mt.stream_export(importer.name, to)
+            elif si is not None:
+                exporter, remap = si
+                to = subject if remap is None else remap(subject.decode("utf-8", "surrogateescape")).encode(
+                    "utf-8", "surrogateescape")
+                mt.service_import(exporter.name, subject, to)
+            if (imp is not None or si is not None) and not allow:
+                if mt.tonly:
+                    n += 1
+                    continue
+                # delivered, but not traced from here on (a service import's copy says so in its header)
+                h2, m2 = (hdr, msg) if imp is not None else disable(hdr, msg)
+                CURRENT = None
+                try:
+                    sub.nm += 1
+                    if route is not None and getattr(icb, "routed", False):
+                        icb(sub, c, route, reply, h2, m2, subject)
+                    else:
+                        icb(sub, c, subject, reply, h2, m2)
+                finally:
+                    CURRENT = mt
+                n += 1
+                continue
+            sub.nm += 1
+            if route is not None and getattr(icb, "routed", False):
+                icb(sub, c, route, reply, hdr, msg, subject)
+            else:
+                icb(sub, c, subject, reply, hdr, msg)
+            n += 1
+            continue
+        if sc is c and not c.echo:
+            mt.egress(sc, sub, ERR_NO_ECHO)
+            continue
+        if sc.perms is not None and sc.perms.sub_deny is not None and \
+                sc.perms.deliver_denied(subject.decode("utf-8", "surrogateescape")):
+            mt.egress(sc, sub, ERR_SUB_DENY)
+            continue
+        if getattr(sc, "closed", False):
+            mt.egress(sc, sub, ERR_CLIENT_CLOSED)
+            continue
+        if sub.max and sub.nm >= sub.max:
+            mt.egress(sc, sub, ERR_AUTO_UNSUB)
+            continue
+        if mt.tonly:
+            mt.egress(sc, sub, "")
+            n += 1
+            continue
+        if sub.queue:
+            res = _one_queue(sub)
+        else:
+            res = _one_plain(sub)
+        CURRENT = None  # (one plain delivery: the untraced code does it)
+        try:
+            ok = one(acc, c, res, subject, reply, hdr, msg, route)
+        finally:
+            CURRENT = mt
+        if ok:
+            mt.egress(sc, sub, "")
+            n += 1
+    if n:
+        return True
+    if reply and c.no_responders and not mt.tonly:
+        acc._no_responders(c, subject, reply)
+    return False
+
+
+def _one_plain(sub: Any) -> Any:
+    from rillet.subjects.sublist import SublistResult
+    return SublistResult([sub], [])
+
+
+def _one_queue(sub: Any) -> Any:
+    from rillet.subjects.sublist import SublistResult
+    return SublistResult([], [[sub]])
