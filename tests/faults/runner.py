@@ -358,6 +358,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--op-timeout", type=float, default=3.0, help="client timeout of each operation")
     ap.add_argument("--heal-timeout", type=float, default=60.0)
     ap.add_argument("--lin-budget", type=int, default=3_000_000, help="search steps per key")
+    ap.add_argument("--indeterminate-errors", default="",
+                    help="comma-separated JetStream err_codes to take as indeterminate (info), not refusals, "
+                         "e.g. 10077 to look past a known wrong refusal")
     ap.add_argument("--no-netns", action="store_true", help="on 127.0.0.1 (no partitions)")
     ap.add_argument("--rillet-src", default="",
                     help="directory holding the rillet package the servers run (e.g. a `git archive HEAD` copy; "
@@ -375,5 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed is None:
         args.seed = random.randrange(1 << 30)
     log(f"seed {args.seed}")
+    W.INDETERMINATE_ERR_CODES.update(int(x) for x in args.indeterminate_errors.split(",") if x.strip())
+    if W.INDETERMINATE_ERR_CODES:
+        log(f"err_codes taken as indeterminate: {sorted(W.INDETERMINATE_ERR_CODES)}")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return asyncio.run(Run(args).main())

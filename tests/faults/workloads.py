@@ -45,9 +45,16 @@ async def connect(urls: list[str], name: str, errors: list[str] | None = None):
                               disconnected_cb=quiet, reconnected_cb=quiet, closed_cb=quiet)
 
 
+# JetStream err_codes taken as indeterminate instead of refusals (--indeterminate-errors): to look past a
+# known bug where a server answers an error for an operation that may still take effect
+INDETERMINATE_ERR_CODES: set[int] = set()
+
+
 def classify(e: BaseException) -> str:
     """``fail`` for an answer that says the operation was refused, ``info`` for anything that leaves it
     unknown (timeout, lost connection, a client-side error)."""
+    if getattr(e, "err_code", None) in INDETERMINATE_ERR_CODES:
+        return "info"
     if isinstance(e, (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError,
                       nats.js.errors.KeyWrongLastSequenceError)):
         return "fail"
