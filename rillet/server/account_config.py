@@ -241,6 +241,11 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
 
     on_request.service_import = (exporter, remap)  # type: ignore[attr-defined]  (rillet.server.msgtrace)
     on_request.allow_trace = exp.get("allow_trace", False)  # type: ignore[attr-defined]
+    # a traced request going on into the exporter: its trace destination becomes a _R_ reply subject there,
+    # through which events of servers further on reach the requester's destination (as nats-server)
+    on_request.trace_reply = lambda dest: rmap.add(  # type: ignore[attr-defined]
+        importer, ic_imp, dest, False, threshold)
+    on_request.trace_reply_drop = rmap.pop  # type: ignore[attr-defined]  (not sent to another server)
     ic_in = server.internal_client(importer, f"service import {importer.name} -> {exporter.name}")
     ic_in.subscribe(local, on_request)
 

@@ -115,7 +115,7 @@ class MsgTrace:
     """One traced message on this server."""
 
     __slots__ = ("server", "acc", "dest", "tonly", "hop", "nhop", "hops", "events", "header", "size", "js",
-                 "ingress")
+                 "ingress", "shadow")
 
     def __init__(self, server: Any, acc: Any, dest: str, tonly: bool, hop: str, header: dict, size: int,
                  ingress: dict) -> None:
@@ -131,6 +131,9 @@ class MsgTrace:
         self.ingress = ingress
         self.events: list[dict] = [ingress]
         self.js: dict | None = None
+        # (importer, source subject, remap) while a stream import delivers: the egress names the
+        # subscription as the exporting account sees it (nats-server's shadow subscription)
+        self.shadow: tuple | None = None
 
     # ---- events -----------------------------------------------------------------------------------------
 
@@ -159,6 +162,12 @@ class MsgTrace:
                 e["acc"] = acc
         if kind == 0 and sub is not None:
             e["sub"] = sub.subject
+            sh = self.shadow
+            if sh is not None and getattr(dc, "account", None) is sh[0]:
+                from rillet.cluster.routed import shadow_subject
+                ss = shadow_subject(sub.subject, sh[1], sh[2])
+                if ss is not None:
+                    e["sub"] = ss[0]
             if sub.queue:
                 e["queue"] = sub.queue
         if err:
@@ -399,9 +408,11 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
         icb = sub.icb
         if icb is not None:
             imp = getattr(icb, "import_to", None)
+            src = sub.subject
             if imp is None and type(sub).__name__ == "ShadowSub":
                 imp = (sub.importer, sub.remap)
                 allow = getattr(getattr(sub.isub, "icb", None), "allow_trace", False)
+                src = sub.isub.subject
             else:
                 allow = getattr(icb, "allow_trace", False)
             si = getattr(icb, "service_import", None)
@@ -432,11 +443,25 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
                     CURRENT = mt
                 n += 1
                 continue
+            h2, m2 = hdr, msg
+            prev_shadow = mt.shadow
+            rr = None
+            hops = mt.hops
+            if imp is not None:
+                mt.shadow = (imp[0], src, imp[1])
+            elif si is not None and getattr(icb, "trace_reply", None) is not None:
+                rr = icb.trace_reply(mt.dest.encode("utf-8", "surrogateescape"))
+                h2, m2 = set_header(hdr, msg, TRACE_DEST, rr.decode())
             sub.nm += 1
-            if route is not None and getattr(icb, "routed", False):
-                icb(sub, c, route, reply, hdr, msg, subject)
-            else:
-                icb(sub, c, subject, reply, hdr, msg)
+            try:
+                if route is not None and getattr(icb, "routed", False):
+                    icb(sub, c, route, reply, h2, m2, subject)
+                else:
+                    icb(sub, c, subject, reply, h2, m2)
+            finally:
+                mt.shadow = prev_shadow
+                if rr is not None and mt.hops == hops:
+                    icb.trace_reply_drop(rr)  # no other server got it: no event will come back that way
             n += 1
             continue
         if sc is c and not c.echo:
