@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+import rillet.server.msgtrace as _mt
 from rillet.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream import schedules
@@ -191,6 +192,10 @@ class Stream:
             if subject_matches_filter(subj, src):
                 from rillet.jetstream.transform import transform_subject
                 subj = transform_subject(src, st.dest, subj)
+        if hdr > 0 and _mt.CURRENT is not None:  # a traced message: the js event (rillet.server.msgtrace)
+            hdr_b = _mt.CURRENT.jetstream(self, subj, hdr_b)  # (stored with its trace disabled)
+            if hdr_b is None:
+                return  # trace only: not stored
         self.process(subj, reply, hdr_b, data)
 
     def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0) -> int:

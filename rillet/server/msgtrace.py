@@ -177,6 +177,8 @@ class MsgTrace:
     def jetstream(self, stream: Any, subject: str, hdr: bytes) -> bytes | None:
         """A stream takes the message: the ``js`` event. Returns the header block to store (its trace
         destination disabled), or None for a trace-only message (nothing is stored, no ack)."""
+        if not owns(self, len(hdr), hdr):
+            return hdr  # another message, published while the traced one is handled
         no_interest = False
         cfg = getattr(stream, "cfg", None)
         if cfg is not None and str(getattr(cfg, "retention", "")).lower() == "interest":
