@@ -93,6 +93,9 @@ class RaftGroup:
     cluster: str = ""
     preferred: str = ""
     scale_up: bool = False
+    # nats-server 2.15's ``desired`` (the target of a scale or move in progress, JSON as Go's
+    # desiredRaftGroup: id, peers, cluster, preferred, scale_down, move, removed, origin; None when stable)
+    desired: dict | None = None
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "peers": list(self.peers), "store": self.storage}
@@ -102,6 +105,8 @@ class RaftGroup:
             d["preferred"] = self.preferred
         if self.scale_up:
             d["scale_up"] = True
+        if self.desired is not None:
+            d["desired"] = self.desired
         return d
 
     @classmethod
@@ -114,8 +119,15 @@ class RaftGroup:
         peers = d.get("peers") or []
         if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
             raise MetaEntryError(f"raft group {d['name']!r}: peers must be a list of peer ids")
+        desired = d.get("desired")
+        if desired is not None and (not isinstance(desired, dict) or not isinstance(desired.get("peers"), list)):
+            raise MetaEntryError(f"raft group {d['name']!r}: desired state without peers")
         return cls(d["name"], list(peers), store, str(d.get("cluster") or ""), str(d.get("preferred") or ""),
-                   bool(d.get("scale_up")))
+                   bool(d.get("scale_up")), desired)
+
+    def copy(self) -> "RaftGroup":
+        return RaftGroup(self.name, list(self.peers), self.storage, self.cluster, self.preferred, self.scale_up,
+                         dict(self.desired) if self.desired is not None else None)
 
     def is_member(self, peer: str) -> bool:
         return peer in self.peers

@@ -55,6 +55,7 @@ from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream import gojson
 from rillet.jetstream import streamconfig as SC
+from rillet.gotime import format_time
 from rillet.jetstream.cluster import assignments as A
 from rillet.jetstream.cluster import monitor as MON
 from rillet.jetstream.cluster.group import RaftGroup
@@ -74,6 +75,8 @@ FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluste
 COMPACT_EVERY = 1024  # meta entries between snapshots
 ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
 INFO_TIMEOUT = 0.5  # one $JSC.SI / $JSC.CI request
+RECONCILE_EVERY = 2.0  # seconds between looks for groups short of replicas (meta leader)
+REJOIN_AFTER = 300.0  # a server removed from the meta group may rejoin after (nats-server: 5 min)
 
 # the requests only the meta leader answers (after the $JS.API. prefix)
 META_KEYS = frozenset(("INFO", "STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
@@ -140,7 +143,8 @@ class JetStreamCluster:
         self.leader_seen_at = 0.0
         self._last_leader: Optional[str] = None
         self._waiters: dict[int, tuple[bytes, Callable[[Any, Optional[BaseException]], None]]] = {}
-        self._inflight: dict[tuple[str, str], list[Callable[[], None]]] = {}
+        # creates on their way through the log: (account, stream) -> (config JSON, answers to give after)
+        self._inflight: dict[tuple[str, str], tuple[dict, list[Callable[[], None]]]] = {}
         self._replay_through = 0
         self._timer: Optional[asyncio.TimerHandle] = None
         self._found_task: Optional[asyncio.Task] = None
@@ -151,6 +155,10 @@ class JetStreamCluster:
         self._warned: dict[str, float] = {}
         self.running = False
         self.apply_error = ""
+        self._reconciling: set[tuple[str, str]] = set()
+        self._filled_at = 0.0
+        self._removed_at: dict[str, float] = {}  # peer -> when its removal was applied here
+        self.removed = False  # this server was removed from the meta group (SERVER.REMOVE)
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -309,8 +317,15 @@ class JetStreamCluster:
     def _foreign_peer(self, peer: str) -> None:
         """A Rillet server spoke in _meta_ without being a member: the leader adds it (one at a time)."""
         g = self.group
-        if g is None or not g.is_leader or peer in self.state.removed or peer in g.peers:
+        if g is None or not g.is_leader or peer in g.peers:
             return
+        if peer in self.state.removed:
+            # (nats-server: a removed peer may rejoin once peerRemoveTimeout, 5 minutes, has passed)
+            at = self._removed_at.get(peer)
+            if at is None:
+                self._removed_at[peer] = at = self.loop.time()
+            if self.loop.time() - at < REJOIN_AFTER:
+                return
         try:
             g.add_peer(peer)  # (the node allows one configuration change at a time)
         except Exception as e:  # (a change in flight, or none allowed yet: its next message retries)
@@ -376,6 +391,8 @@ class JetStreamCluster:
                 self.log.notice(f"JetStream cluster new metadata leader: "
                                 f"{self.registry.name_of(leader) or leader}/{self.name}")
         self._refresh_local()
+        if self.is_leader():
+            self._reconcile_tick(now)
 
     def leaderless(self) -> bool:
         """No meta leader known for LEADERLESS_AFTER seconds (or none ever, that long after start)."""
@@ -423,7 +440,7 @@ class JetStreamCluster:
                 res.stream.reply = ""
             if res.consumer is not None:
                 res.consumer.reply = ""
-        self._act(res)
+        self._act(res, replay)
         w = self._waiters.pop(index, None)
         if w is not None:
             w[1](res, None) if w[0] == data else w[1](None, NotLeader())
@@ -431,11 +448,14 @@ class JetStreamCluster:
         if g is not None and index - g.node.offset >= COMPACT_EVERY:
             g.compact()
 
-    def _act(self, res: A.Applied) -> None:
+    def _act(self, res: A.Applied, replay: bool = False) -> None:
         st = self.streams
+        op = res.op
+        if op == A.EntryOp.PEER_REMOVE and res.changed:
+            self._peer_removed(res.peer, replay)
+            return
         if st is None or not res.changed:
             return
-        op = res.op
         if op in (A.EntryOp.ASSIGN_STREAM, A.EntryOp.UPDATE_STREAM):
             st.stream_assigned(res.stream)
         elif op == A.EntryOp.REMOVE_STREAM:
@@ -447,6 +467,39 @@ class JetStreamCluster:
             st.consumer_assigned(res.consumer)
         elif op == A.EntryOp.REMOVE_CONSUMER:
             st.consumer_removed(res.previous)
+
+    def _peer_removed(self, peer: str, replay: bool) -> None:
+        """A server left the meta group (SERVER.REMOVE): it may come back after REJOIN_AFTER; the meta
+        leader moves its stream groups to other peers; the server itself stops its JetStream cluster
+        layer, as nats-server disables JetStream there ("our server was removed from the cluster")."""
+        self._removed_at[peer] = self.loop.time()
+        if replay:
+            return
+        if peer == self.peer:
+            self.log.error("JetStream being DISABLED, our server was removed from the cluster")
+            self.removed = True
+            if self._ic is not None:
+                body = {"type": "io.nats.jetstream.advisory.v1.server_removed", "id": MON._event_id(),
+                        "timestamp": format_time(time.time_ns()), "server": self.server.name,
+                        "server_id": self.server.server_id, "cluster": self.name}
+                if self.js.domain:
+                    body["domain"] = self.js.domain
+                self._ic.publish(b"$JS.EVENT.ADVISORY.SERVER.REMOVED", None, gojson.go_json(body))
+            self.loop.create_task(self._leave())
+            return
+        if self.is_leader():
+            for sa in list(self.state.iter_streams()):
+                if peer in sa.group.peers or peer in ((sa.group.desired or {}).get("peers") or ()):
+                    self._replace_peer(sa, peer)
+
+    async def _leave(self) -> None:
+        await asyncio.sleep(0.2)  # (the entry's commit reaches the others first)
+        if self.streams is not None and hasattr(self.streams, "stop"):
+            r = self.streams.stop()
+            if asyncio.iscoroutine(r):
+                await r
+        if self.group is not None:
+            await self.group.stop()
 
     def _restore(self, data: bytes) -> None:
         """A snapshot (at start, or installed from the leader): the state is replaced and the streams
@@ -472,6 +525,144 @@ class JetStreamCluster:
                 for cn in sorted(osa.consumers):
                     if cn not in sa.consumers:
                         st.consumer_removed(osa.consumers[cn])
+
+    # ---- reconciliation: scale, move, replaced peers (meta leader) -----------------------------------
+
+    def _reconcile_tick(self, now: float) -> None:
+        """On the meta leader's timer: drive every group with a ``desired`` state one step on (one task per
+        stream at a time), and every RECONCILE_EVERY seconds give groups short of replicas a new peer."""
+        fill = now - self._filled_at >= RECONCILE_EVERY
+        if fill:
+            self._filled_at = now
+        for sa in list(self.state.iter_streams()):
+            key = (sa.account, sa.name)
+            if key in self._reconciling:
+                continue
+            if sa.group.desired is not None:
+                self._reconciling.add(key)
+                self.loop.create_task(self._reconcile_one(key, sa.group.desired.get("id")))
+            elif fill and len(sa.group.peers) < int(sa.config.get("num_replicas") or 1):
+                self._fill_missing(sa)
+
+    def _leader_peer(self, info: Optional[dict]) -> str:
+        name = ((info or {}).get("cluster") or {}).get("leader") or ""
+        return peer_id(name) if name else ""
+
+    async def _reconcile_one(self, key: tuple[str, str], did: Any) -> None:
+        try:
+            sa = self.state.stream(*key)
+            if sa is None or sa.group.desired is None:
+                return
+            ds = sa.group.desired
+            want = [p for p in ds.get("peers") or ()]
+            replicas = int(sa.config.get("num_replicas") or 1)
+            if ds.get("scale_down"):
+                leader = self._leader_peer(await self.stream_info(*key))
+                pool = [p for p in want if p in sa.group.peers] + [p for p in want if p not in sa.group.peers]
+                keep = [leader] if leader in pool else []
+                keep += [p for p in pool if p not in keep][:replicas - len(keep)]
+                self._propose_group(key, did, peers=keep, desired=None, scale_up=False,
+                                    preferred=leader if leader in keep else keep[0])
+                return
+            info = await self.stream_info(*key)
+            if info is None:
+                return
+            leader = self._leader_peer(info)
+            current = {leader}
+            for r in (info.get("cluster") or {}).get("replicas") or ():
+                if r.get("current"):
+                    current.add(r.get("peer") or peer_id(r.get("name") or ""))
+            if not all(p in current for p in want if p in sa.group.peers):
+                return  # (the last peer added is catching up: asked again on the next tick)
+            missing = [p for p in want if p not in sa.group.peers]
+            if missing:
+                # one new peer at a time, the next once it is current: a new member (empty log) can never
+                # form a majority of the group on its own, and the old quorum keeps working meanwhile
+                self._propose_group(key, did, peers=list(sa.group.peers) + missing[:1], scale_up=True)
+                return
+            order = ([leader] if leader in want else []) + [p for p in want if p != leader]
+            self._propose_group(key, did, peers=order, desired=None, scale_up=False,
+                                cluster=ds.get("cluster") or sa.group.cluster,
+                                preferred=leader if leader in want else order[0])
+        except NotLeader:
+            pass  # (the next meta leader carries on)
+        except Exception as e:
+            self.log.error(f"JetStream cluster: reconciling stream '{key[0]} > {key[1]}': {e!r}")
+        finally:
+            self._reconciling.discard(key)
+
+    def _propose_group(self, key: tuple[str, str], did: Any, **changes: Any) -> None:
+        """Propose the stream's assignment with its group changed (only while its desired state is still
+        the one ``did`` names: a newer update wins), and its consumers' groups within the new peers."""
+        sa = self.state.stream(*key)
+        if sa is None or (sa.group.desired or {}).get("id") != did:
+            return
+        g = sa.group.copy()
+        for k, v in changes.items():
+            setattr(g, k, v)
+        self._propose_stream_group(sa, g)
+
+    def _propose_stream_group(self, sa: A.StreamAssignment, g: A.RaftGroup,
+                              done: Optional[Callable[[Any, Optional[BaseException]], None]] = None) -> None:
+        if g.peers != sa.group.peers or g.desired != sa.group.desired:
+            self.log.notice(f"JetStream cluster: stream '{sa.account} > {sa.name}' peers "
+                            f"{[self.registry.name_of(p) or p for p in g.peers]}"
+                            + (" (reconfiguring)" if g.desired else ""))
+        nsa = A.StreamAssignment(config=sa.config, group=g, sync=sa.sync, client=sa.client, created=sa.created)
+        self._propose(A.encode_update_stream(nsa), done or (lambda res, err: None))
+        if g.desired is not None:
+            return
+        peers = set(g.peers)
+        for cn in sorted(sa.consumers):
+            ca = sa.consumers[cn]
+            if set(ca.group.peers) <= peers:
+                continue
+            kept = [p for p in ca.group.peers if p in peers]
+            kept += [p for p in g.peers if p not in kept][:len(ca.group.peers) - len(kept)]
+            cg = ca.group.copy()
+            cg.peers = kept
+            if cg.preferred not in kept:
+                cg.preferred = ""
+            nca = A.ConsumerAssignment(name=ca.name, stream=ca.stream, config=ca.config, group=cg,
+                                       client=ca.client, created=ca.created)
+            self._propose(A.encode_assign_consumer(nca), lambda res, err: None)
+
+    def _fill_missing(self, sa: A.StreamAssignment) -> None:
+        """A group short of replicas (a peer removed with no replacement then): a selectable peer now."""
+        try:
+            peers = select_peer_group(int(sa.config.get("num_replicas") or 1), sa.group.cluster or self.name,
+                                      PlacementConfig.from_stream_config(sa.config), self.registry.nodes,
+                                      self.group.peers, existing=sa.group.peers, **self._place_kw())
+        except PlacementError:
+            return
+        g = sa.group.copy()
+        g.peers = peers
+        g.scale_up = True
+        self._propose_stream_group(sa, g)
+
+    def _replace_peer(self, sa: A.StreamAssignment, peer: str,
+                      done: Optional[Callable[[Any, Optional[BaseException]], None]] = None) -> None:
+        """``peer`` leaves the stream's group: one UPDATE with a replacement chosen as nats-server does (the
+        same replica count, the removed peer ignored), or without one when none can be placed."""
+        rest = [p for p in sa.group.peers if p != peer]
+        try:
+            self._refresh_local()
+            peers = select_peer_group(len(sa.group.peers), sa.group.cluster or self.name,
+                                      PlacementConfig.from_stream_config(sa.config), self.registry.nodes,
+                                      [p for p in self.group.peers if p != peer], existing=rest, ignore=[peer],
+                                      **self._place_kw())
+        except PlacementError:
+            self.log.warn(f"JetStream cluster could not replace peer for stream '{sa.account} > {sa.name}'")
+            peers = rest  # no replacement available: the group shrinks (filled later)
+        g = sa.group.copy()
+        g.peers = peers
+        if g.preferred == peer:
+            g.preferred = ""
+        if g.desired is not None:
+            g.desired = dict(g.desired, peers=[p for p in g.desired.get("peers") or () if p != peer])
+            if not g.desired["peers"]:
+                g.desired = None
+        self._propose_stream_group(sa, g, done)
 
     # ---- info gathering (stream / consumer leaders) -------------------------------------------------
 
@@ -582,8 +773,9 @@ class JetStreamCluster:
                   body: bytes) -> bool:
         """Called by ``ApiRouter.on_request`` for every request in a JetStream account. True when the
         request is handled here (answered, or deliberately left to another server)."""
-        if self.isolated:
-            return True  # (a Go JetStream in the cluster: its servers answer, this one keeps out of it)
+        if self.isolated or self.removed:
+            return True  # (a Go JetStream in the cluster: its servers answer, this one keeps out of it;
+            # or this server was removed from the meta group)
         if key in ("META.LEADER.STEPDOWN", "SERVER.REMOVE"):
             # (the system account's are subscribed by _on_sys_api; elsewhere nats-server only warns)
             if self.is_leader():
@@ -709,15 +901,17 @@ class JetStreamCluster:
             self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name))
             return
         key = (acc, cfg.name)
-        waiting = self._inflight.get(key)
-        if waiting is not None:  # the same create still on its way through the log
-            waiting.append(lambda: self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name)))
+        d = _cfg_dict(cfg)
+        inflight = self._inflight.get(key)
+        if inflight is not None:  # a create of this name still on its way through the log
+            if inflight[0] != d:
+                raise ApiError.make("STREAM_NAME_EXIST")
+            inflight[1].append(lambda: self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name)))
             return
         router._check_supported(cfg)
         lim = jsa.limits
         if lim.max_streams > 0 and len(self.state.streams.get(acc, {})) >= lim.max_streams:
             raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
-        d = _cfg_dict(cfg)
         pc = PlacementConfig.from_stream_config(d)
         self._refresh_local()
         nodes = self.registry.nodes
@@ -726,10 +920,10 @@ class JetStreamCluster:
         sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc),
                                 created=time.time_ns(), subject=f"$JS.API.STREAM.CREATE.{name}",
                                 reply=(reply or b"").decode())
-        self._inflight[key] = []
+        self._inflight[key] = (d, [])
 
         def done(res: Any, err: Optional[BaseException]) -> None:
-            later = self._inflight.pop(key, None) or []
+            later = (self._inflight.pop(key, None) or (None, []))[1]
             if err is not None:
                 return  # (leadership lost: not committed here; the client retries)
             self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name), {"did_create": True})
@@ -755,20 +949,10 @@ class JetStreamCluster:
                                          clustered=True, consumers=cons)
         assert sa is not None
         router._check_supported(cfg)
+        if self._all_offline(sa.group.peers):
+            raise ApiError.make("STREAM_OFFLINE")
         d = _cfg_dict(cfg)
-        group = A.RaftGroup(sa.group.name, list(sa.group.peers), sa.group.storage, sa.group.cluster,
-                            sa.group.preferred)
-        want = cfg.num_replicas or 1
-        if want > len(group.peers):
-            self._refresh_local()
-            group.peers = select_peer_group(want, group.cluster or self.name, PlacementConfig.from_stream_config(d),
-                                            self.registry.nodes, self.group.peers, existing=group.peers,
-                                            **self._place_kw())
-            group.scale_up = True
-        elif want < len(group.peers):
-            keep = [p for p in group.peers if p == group.preferred][:1]
-            keep += [p for p in group.peers if p not in keep][:want - len(keep)]
-            group.peers = keep
+        group = self._updated_group(sa, d)
         nsa = A.StreamAssignment(config=d, group=group, sync=sa.sync, client=sa.client, created=sa.created,
                                  subject=f"$JS.API.STREAM.UPDATE.{name}", reply=(reply or b"").decode())
 
@@ -776,6 +960,54 @@ class JetStreamCluster:
             if err is None:
                 self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name))
         self._propose(A.encode_update_stream(nsa), done)
+
+    def _all_offline(self, peers: list[str]) -> bool:
+        nodes = self.registry.nodes
+        return bool(peers) and all(p in nodes and nodes[p].offline for p in peers)
+
+    def _updated_group(self, sa: A.StreamAssignment, d: dict) -> A.RaftGroup:
+        """The group of an updated stream, as nats-server 2.15: another ``placement`` is a move, another
+        ``num_replicas`` a scale (not both: 10123); either sets ``desired`` (the target peers) and leaves
+        ``peers`` as they are: ``_reconcile_one`` then adds the new peers, waits until they are current
+        and drops the old ones. Any other update keeps the group (no preferred peer)."""
+        old = sa.config
+        g = sa.group.copy()
+        ds = g.desired
+        is_move = d.get("placement") is not None and d.get("placement") != old.get("placement")
+        want = int(d.get("num_replicas") or 1)
+        is_scale = want != int(old.get("num_replicas") or 1)
+        if is_move and is_scale:
+            raise ApiError.make("STREAM_MOVE_AND_SCALE")
+        if ds is not None and ds.get("move") and (is_move or is_scale):
+            raise ApiError.make("STREAM_MOVE_IN_PROGRESS")
+        if not ds:
+            g.scale_up = False
+        if not is_move and not is_scale:
+            g.preferred = ""
+            return g
+        origin = (ds or {}).get("origin") or {"peers": list(sa.group.peers), "cluster": sa.group.cluster,
+                                               "replicas": int(old.get("num_replicas") or 1),
+                                               **({"placement": old["placement"]} if old.get("placement") else {})}
+        self._refresh_local()
+        pc = PlacementConfig.from_stream_config(d)
+        nd: dict[str, Any] = {"id": A._random_token(A.PEER_ID_LEN), "created": format_time(time.time_ns())}
+        if is_move:
+            ng = create_stream_group(pc, self.name, self.registry.nodes, self.group.peers, **self._place_kw())
+            nd.update(peers=ng.peers, cluster=ng.cluster, move=True)
+        else:
+            current = list(ds["peers"]) if ds else list(g.peers)
+            cluster = g.cluster or (pc.cluster or self.name)
+            if want > len(current):
+                peers = select_peer_group(want, cluster, pc, self.registry.nodes, self.group.peers,
+                                          existing=current, **self._place_kw())
+                if len(g.peers) == 1:
+                    g.preferred = g.peers[0]
+                nd.update(peers=peers, cluster=cluster)
+            else:
+                nd.update(peers=current, cluster=cluster, scale_down=True)
+        nd["origin"] = origin
+        g.desired = nd
+        return g
 
     def _api_stream_delete(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                            body: bytes) -> None:
@@ -844,22 +1076,10 @@ class JetStreamCluster:
             raise ApiError.make("CLUSTER_PEER_NOT_MEMBER")
         if len(sa.group.peers) == 1:
             raise ApiError.make("CLUSTER_PEER_NOT_MEMBER")
-        rest = [p for p in sa.group.peers if p != peer]
-        try:
-            self._refresh_local()
-            peers = select_peer_group(len(sa.group.peers), sa.group.cluster or self.name,
-                                      PlacementConfig.from_stream_config(sa.config), self.registry.nodes,
-                                      self.group.peers, existing=rest, ignore=[peer], **self._place_kw())
-        except PlacementError:
-            peers = rest  # no replacement available: the group shrinks
-        group = A.RaftGroup(sa.group.name, peers, sa.group.storage, sa.group.cluster,
-                            sa.group.preferred if sa.group.preferred != peer else "")
-        nsa = A.StreamAssignment(config=sa.config, group=group, sync=sa.sync, client=sa.client, created=sa.created)
-
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:
                 router.respond(reply, {"type": typ, "success": True})
-        self._propose(A.encode_update_stream(nsa), done)
+        self._replace_peer(sa, peer, done)
 
     # consumers
 

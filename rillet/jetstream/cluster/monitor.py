@@ -57,7 +57,7 @@ def peer_info(p: PeerState) -> dict:
 
 def cluster_info(cluster: str, raft_group: str = "", leader: str = "", leader_since_ns: int = 0,
                  replicas: Iterable[PeerState] = (), *, system_account: bool = True,
-                 traffic_account: str = "SYS") -> dict:
+                 traffic_account: str = "SYS", desired: dict | None = None) -> dict:
     """Stream or consumer info ``cluster``. ``leader``: the leader's server name (empty: no leader);
     ``replicas``: the other peers. ``system_account``/``traffic_account``: where the group's RAFT
     traffic flows (the system account for Rillet's groups)."""
@@ -77,6 +77,35 @@ def cluster_info(cluster: str, raft_group: str = "", leader: str = "", leader_si
     reps = [peer_info(p) for p in replicas]
     if reps:
         d["replicas"] = reps
+    if desired:
+        d["desired"] = desired
+    return d
+
+
+def desired_info(desired: Mapping[str, Any] | None, peer_name: Any, status: Mapping[str, str] | None = None) -> dict | None:
+    """nats-server 2.15's ``cluster.desired`` block from a group's ``desired`` state (assignments.RaftGroup):
+    ``created``, ``name`` (the target cluster), ``replicas`` (``{name, peer}`` of each desired peer; left out
+    for a scale down, as Go), ``origin`` (``replicas``, ``placement``), ``status`` when the driver gives one
+    (``{description, type}``). ``peer_name``: peer id -> server name."""
+    if not desired:
+        return None
+    d: dict[str, Any] = {}
+    if desired.get("created"):
+        d["created"] = desired["created"]
+    if desired.get("cluster"):
+        d["name"] = desired["cluster"]
+    if not desired.get("scale_down"):
+        reps = [{"name": peer_name(p) or p, "peer": p} for p in desired.get("peers") or ()]
+        if reps:
+            d["replicas"] = reps
+    o = desired.get("origin")
+    if isinstance(o, Mapping):
+        od: dict[str, Any] = {"replicas": int(o.get("replicas") or 0)}
+        if o.get("placement"):
+            od["placement"] = o["placement"]
+        d["origin"] = od
+    if status:
+        d["status"] = dict(status)
     return d
 
 
