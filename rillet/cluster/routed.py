@@ -38,6 +38,7 @@ from bisect import bisect_right
 from random import random
 from typing import Any
 
+import rillet.server.msgtrace as _mt
 from rillet.server.accounts import Account
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_is_subset_match, subject_matches_filter, subjects_collide
@@ -304,7 +305,10 @@ class RoutedAccount(Account):
                     c.no_responders = True
         rsubject = route if route is not None else subject
         gwo = c.kind == 3  # from a gateway (rillet.cluster.gateway): leafs get it when we are their hub only
+        traced = hdr > 0 and _mt.CURRENT is not None and _mt.owns(_mt.CURRENT, hdr, msg)
         for rc, queues in targets.items():
+            if traced:  # the next hop in its header, and the egress event (rillet.server.msgtrace)
+                hdr, msg = _mt.CURRENT.to_remote(rc, hdr, msg)  # type: ignore[union-attr]
             if not rc.closed:
                 if gwo and rc.kind == 4:  # a leaf: the original reply (_GR_ replies stay between servers)
                     if rc.spoke:
@@ -318,6 +322,13 @@ class RoutedAccount(Account):
     def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                        msg: bytes) -> None:
         """A message from route ``rc``: to local subscribers only (and to one member of each named group)."""
+        if hdr > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr) >= 0 and \
+                _mt.routed_inbound(self, rc, subject, reply, queues, hdr, msg, self._deliver_routed):
+            return  # traced here too: this server sends its own event
+        self._deliver_routed(rc, subject, reply, queues, hdr, msg)
+
+    def _deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                        msg: bytes) -> None:
         r = self._match(subject.decode("utf-8", "surrogateescape"))
         if not (r.psubs or r.qsubs):
             return
