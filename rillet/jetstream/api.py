@@ -232,7 +232,7 @@ class ApiRouter:
     @staticmethod
     def _check_supported(cfg: Any) -> None:
         """Stream features this server does not have are refused, never silently accepted."""
-        for field, what in (("allow_msg_counter", "message counters"), ("allow_batched", "batched publishing")):
+        for field, what in (("allow_batched", "batched publishing"),):
             if getattr(cfg, field, False):
                 raise ApiError.make("STREAM_INVALID_CONFIG", err=f"{what} ({field}) not supported")
 

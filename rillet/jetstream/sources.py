@@ -196,10 +196,13 @@ class Origin:
             if not self._store_mirror(subj, hdr_b, data, sseq, ts):
                 return
         else:
+            orig = subj
             subj = self._transform(subj)
             tag = self.header_tag
-            hdr_b = H.set_headers(hdr_b, [(SOURCE_HDR, f"{tag[0]} {sseq} {tag[1]} {tag[2]}")])
-            stream.process(subj, None, hdr_b, data)
+            # "<origin> <origin seq> <filters> <destinations> <origin subject>" as nats-server 2.12+ (the
+            # origin subject lets a counter stream keep a total per origin subject, rillet.jetstream.counters)
+            hdr_b = H.set_headers(hdr_b, [(SOURCE_HDR, f"{tag[0]} {sseq} {tag[1]} {tag[2]} {orig}")])
+            stream.process(subj, None, hdr_b, data, sourced=True)
         self.sseq = sseq
 
     def _store_mirror(self, subject: str, hdr: bytes, data: bytes, sseq: int, ts: int) -> bool:

@@ -198,9 +198,11 @@ class Stream:
                 return  # trace only: not stored
         self.process(subj, reply, hdr_b, data)
 
-    def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0) -> int:
+    def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0,
+                sourced: bool = False) -> int:
         """Checks against the proposed state, then propose. Returns the proposed sequence (0 when refused or a
-        duplicate); the PubAck (or the error) is sent once the entry is applied."""
+        duplicate); the PubAck (or the error) is sent once the entry is applied. ``sourced``: a message
+        from a source (its Nats-Incr is stored as sent, or folded into a counter by rillet.jetstream.counters)."""
         cfg = self.cfg
         pn = len(self._inflight)
         try:
@@ -218,7 +220,11 @@ class Stream:
                     return batch.process(self, bid, subject, reply, hdr, data)
             ttl = 0
             msg_id = ""
+            incr = None
             if hdr:
+                if b"Nats-Incr" in hdr:  # a counter increment: checked before anything else (nats-server)
+                    from rillet.jetstream import counters
+                    incr = counters.check_incr(self, hdr, data, sourced)
                 exp = H.get_header(hdr, H.EXPECTED_STREAM)
                 if exp is not None and exp != self.name:
                     raise ApiError.make("STREAM_NOT_MATCH")
@@ -276,6 +282,9 @@ class Stream:
                     # at least the delete marker TTL, or a marker already there could hide this one's
                     ttl = sdm // 1_000_000_000
                     hdr = H.append_headers(H.remove_headers(hdr, {H.TTL}), [(H.TTL, str(ttl))])
+            if cfg.allow_msg_counter:  # the new total is decided here, by the leader (rillet.jetstream.counters)
+                from rillet.jetstream import counters
+                hdr, data = counters.apply(self, subject, hdr, incr, data)
             if pn and cfg.discard == "new":
                 self._check_discard_new(subject, hdr, data)
             seq = (self.proposed_last_seq() if pn else self.store.last_seq) + 1
@@ -378,6 +387,10 @@ class Stream:
             if ap is None:
                 ap = self._ack_parts = (b'{"stream":' + _json(self.name) + b',"seq":',
                                         b',"domain":' + _json(self.js.domain) + b"}" if self.js.domain else b"}")
+            if cfg.allow_msg_counter:  # the counter's new total goes in the PubAck
+                from rillet.jetstream.counters import ack_val
+                self._ack_payload(reply, b'%s%d,"val":"%s"%s' % (ap[0], seq, ack_val(data), ap[1]))
+                return
             self._ack_payload(reply, b"%s%d%s" % (ap[0], seq, ap[1]))
 
     def _refused(self, reply: bytes | None, err: BaseException) -> None:
