@@ -168,6 +168,8 @@ class SystemAccount:
         if srv.opts.cluster.name:
             d["cluster"] = srv.opts.cluster.name
         d["ver"] = rillet.SERVER_VERSION
+        if srv.opts.tags:  # (nats-server's ServerInfo tags: what JetStream placement matches)
+            d["tags"] = list(srv.opts.tags)
         d["jetstream"] = srv.jetstream is not None
         d["flags"] = 0
         d["seq"] = self.seq

@@ -73,6 +73,7 @@ LIST_LIMIT = 256
 LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are answered 503 (nats-server: 10 s)
 FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
 COMPACT_EVERY = 1024  # meta entries between snapshots
+CONFIG_WAIT = 3.0  # seconds an update's answer waits for the stream leader to apply the new config
 ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
 INFO_TIMEOUT = 0.5  # one $JSC.SI / $JSC.CI request
 RECONCILE_EVERY = 2.0  # seconds between looks for groups short of replicas (meta leader)
@@ -549,41 +550,52 @@ class JetStreamCluster:
         return peer_id(name) if name else ""
 
     async def _reconcile_one(self, key: tuple[str, str], did: Any) -> None:
+        """One step towards a stream group's desired peers, taken once the stream leader's voters are the
+        assignment's peers (its previous step is applied) and its members among the desired are current:
+        add one missing peer, else drop one extra peer (a follower first, the leader last: it hands
+        over), else clear the desired state. One member at a time, so a new member with an empty log is
+        never a majority on its own and the members left always make a quorum."""
         try:
             sa = self.state.stream(*key)
             if sa is None or sa.group.desired is None:
                 return
             ds = sa.group.desired
             want = [p for p in ds.get("peers") or ()]
-            replicas = int(sa.config.get("num_replicas") or 1)
-            if ds.get("scale_down"):
-                leader = self._leader_peer(await self.stream_info(*key))
-                pool = [p for p in want if p in sa.group.peers] + [p for p in want if p not in sa.group.peers]
-                keep = [leader] if leader in pool else []
-                keep += [p for p in pool if p not in keep][:replicas - len(keep)]
-                self._propose_group(key, did, peers=keep, desired=None, scale_up=False,
-                                    preferred=leader if leader in keep else keep[0])
-                return
+            peers = list(sa.group.peers)
             info = await self.stream_info(*key)
             if info is None:
                 return
             leader = self._leader_peer(info)
-            current = {leader}
+            members, current = {leader}, {leader}
             for r in (info.get("cluster") or {}).get("replicas") or ():
+                p = r.get("peer") or peer_id(r.get("name") or "")
+                members.add(p)
                 if r.get("current"):
-                    current.add(r.get("peer") or peer_id(r.get("name") or ""))
-            if not all(p in current for p in want if p in sa.group.peers):
-                return  # (the last peer added is catching up: asked again on the next tick)
-            missing = [p for p in want if p not in sa.group.peers]
+                    current.add(p)
+            if members != set(peers) or not all(p in current for p in want if p in peers):
+                return  # (the previous step is not applied yet, or a new peer is catching up: next tick)
+            if ds.get("scale_down"):
+                replicas = int(sa.config.get("num_replicas") or 1)
+                pool = [p for p in want if p in peers]
+                final = [leader] if leader in pool else []
+                final += [p for p in pool if p not in final][:replicas - len(final)]
+            else:
+                final = want
+            missing = [p for p in final if p not in peers]
+            extra = [p for p in peers if p not in final]
             if missing:
-                # one new peer at a time, the next once it is current: a new member (empty log) can never
-                # form a majority of the group on its own, and the old quorum keeps working meanwhile
-                self._propose_group(key, did, peers=list(sa.group.peers) + missing[:1], scale_up=True)
+                self._propose_group(key, did, peers=peers + missing[:1], scale_up=True)
                 return
-            order = ([leader] if leader in want else []) + [p for p in want if p != leader]
+            if extra:
+                drop = next((p for p in extra if p != leader), extra[0])
+                peers.remove(drop)
+            if set(peers) != set(final):
+                self._propose_group(key, did, peers=peers)
+                return
+            order = ([leader] if leader in final else []) + [p for p in final if p != leader]
             self._propose_group(key, did, peers=order, desired=None, scale_up=False,
                                 cluster=ds.get("cluster") or sa.group.cluster,
-                                preferred=leader if leader in want else order[0])
+                                preferred=leader if leader in final else order[0])
         except NotLeader:
             pass  # (the next meta leader carries on)
         except Exception as e:
@@ -675,13 +687,9 @@ class JetStreamCluster:
         return st.stream_info(account, name)
 
     def _leader_consumer_info(self, account: str, stream: str, name: str) -> Optional[dict]:
-        """The consumer info, when this server holds the consumer's leader (its stream's leader)."""
+        """The consumer info, when this server holds the consumer's leader."""
         st = self.streams
-        rep = st.replica(account, stream) if st is not None else None
-        if rep is None or not rep.leader:
-            return None
-        c = rep.consumers.get(name)
-        return c.info() if c is not None else None
+        return st.consumer_info(account, stream, name) if st is not None else None
 
     def _on_stream_info_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
                             msg: bytes) -> None:
@@ -748,15 +756,23 @@ class JetStreamCluster:
         return await self._ask("$JSC.CI", {"account": account, "stream": stream, "consumer": name}, timeout)
 
     def _answer_later(self, router: Any, reply: bytes | None, typ: str, get: Callable[[], Any],
-                      extra: Optional[dict] = None) -> None:
-        """Answer with the info ``get()`` (a coroutine) gives, retried until the group has a leader."""
+                      extra: Optional[dict] = None, config: Optional[dict] = None) -> None:
+        """Answer with the info ``get()`` (a coroutine) gives, retried until the group has a leader (and,
+        with ``config``, until the leader has applied that config, for CONFIG_WAIT seconds at most)."""
         if not reply:
             return
+        want = {k: v for k, v in config.items() if k != "metadata"} if config is not None else None
 
         async def run() -> None:
             deadline = self.loop.time() + ANSWER_WITHIN
+            cfg_deadline = self.loop.time() + CONFIG_WAIT
             while self.running:
                 info = await get()
+                if info is not None and want is not None and self.loop.time() < cfg_deadline:
+                    got = {k: v for k, v in (info.get("config") or {}).items() if k != "metadata"}
+                    if got != want:
+                        await asyncio.sleep(0.02)
+                        continue
                 if info is not None:
                     router.respond(reply, {"type": typ, **info, **(extra or {})})
                     return
@@ -958,7 +974,7 @@ class JetStreamCluster:
 
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:
-                self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name))
+                self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name), config=d)
         self._propose(A.encode_update_stream(nsa), done)
 
     def _all_offline(self, peers: list[str]) -> bool:
