@@ -193,6 +193,8 @@ async def test_follower_catches_up_after_compaction(env, monkeypatch):
 
 
 async def test_r3_pull_consumer_survives_leader_change(env):
+    """The consumer has its own group (C-R3F-...): its leader delivers from its local stream replica; acks
+    reach every consumer replica; when the consumer leader goes, the next one redelivers only the unacked."""
     sa = env.assign({"name": "W", "subjects": ["w.>"], "num_replicas": 3}, group="S-R3F-test0003")
     await until(lambda: env.leader("W") is not None, what="a stream leader")
     ca = ConsumerAssignment(name="D", stream="W", config={"durable_name": "D", "ack_policy": "explicit",
@@ -200,7 +202,11 @@ async def test_r3_pull_consumer_survives_leader_change(env):
                             group=RaftGroup("C-R3F-test0003", list(env.peers)), created=time.time_ns())
     for c in env.cs:
         c.consumer_assigned(ca)
-    lead = env.leader("W")
+
+    def cleader():
+        ls = [r for r in env.reps("W") if r is not None and r.creps["D"].leader]
+        return ls[0] if len(ls) == 1 else None
+    await until(lambda: cleader() is not None, what="a consumer leader")
     nc = await nats.connect(env.servers[0].client_url)
     js = nc.jetstream()
     try:
@@ -213,13 +219,14 @@ async def test_r3_pull_consumer_survives_leader_change(env):
             await m.ack_sync()
         # the replicated state reached the followers
         await until(lambda: all(r.consumers["D"].asflr == 4 for r in env.reps("W")), what="ack floor replicated")
+        clead = cleader()
         info = await api(nc, "$JS.API.CONSUMER.INFO.W.D")
         assert info["ack_floor"]["stream_seq"] == 4 and info["num_ack_pending"] == 2
-        assert info["cluster"]["leader"] == env.servers[env.reps("W").index(lead)].name
+        assert info["cluster"]["leader"] == env.servers[env.reps("W").index(clead)].name
         assert len(info["cluster"]["replicas"]) == 2
-        await lead.stop()
-        rest = [r for r in env.reps("W") if r is not lead]
-        await until(lambda: sum(r.leader for r in rest) == 1, timeout=10, what="a new leader")
+        await clead.stop()  # the consumer leader's server loses its replicas (stream and consumer)
+        rest = [r for r in env.reps("W") if r is not clead]
+        await until(lambda: sum(r.creps["D"].leader for r in rest) == 1, timeout=10, what="a new consumer leader")
         got = []
         deadline = time.monotonic() + 6
         while len(got) < 6 and time.monotonic() < deadline:
@@ -232,7 +239,7 @@ async def test_r3_pull_consumer_survives_leader_change(env):
                 await m.ack_sync()
         # 4 and 5 were delivered, not acked: redelivered (at least once); 6..9 delivered once; none of 0..3
         assert sorted(got) == [4, 5, 6, 7, 8, 9]
-        new = [r for r in rest if r.leader][0]
+        new = [r for r in rest if r.creps["D"].leader][0]
         await until(lambda: new.consumers["D"].asflr == 10, what="all acked")
     finally:
         await nc.close()

@@ -304,6 +304,9 @@ class RoutedAccount(Account):
                 if nr:
                     c.no_responders = True
         rsubject = route if route is not None else subject
+        # a JetStream delivery shown with its stream subject: as nats-server, routes get that subject and the
+        # subject it matched (the deliver subject) after '@' in the ack reply
+        jsd = route is not None and rreply is None and reply is not None and reply[:8] == b"$JS.ACK."
         gwo = c.kind == 3  # from a gateway (rillet.cluster.gateway): leafs get it when we are their hub only
         traced = hdr > 0 and _mt.CURRENT is not None and _mt.owns(_mt.CURRENT, hdr, msg)
         for rc, queues in targets.items():
@@ -314,6 +317,8 @@ class RoutedAccount(Account):
                     if rc.spoke:
                         continue
                     rc.send_msg(self.name_b, rsubject, reply, queues, hdr, msg)
+                elif jsd and rc.kind != 4:
+                    rc.send_msg(self.name_b, subject, reply + b"@" + route, queues, hdr, msg)  # type: ignore
                 else:
                     rc.send_msg(self.name_b, rsubject, reply if rreply is None else rreply, queues, hdr, msg)
                 delivered = True
@@ -329,6 +334,18 @@ class RoutedAccount(Account):
 
     def _deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                         msg: bytes) -> None:
+        if reply is not None and reply[:8] == b"$JS.ACK." and b"@" in reply:
+            # a JetStream delivery (nats-server's form): matched on the deliver subject after '@', shown
+            # with its stream subject
+            i = reply.rindex(b"@")
+            deliver, reply = reply[i + 1:], reply[:i]
+            r = self._match(deliver.decode("utf-8", "surrogateescape"))
+            if not (r.psubs or r.qsubs):
+                return
+            lr = self._split(r).inbound
+            if lr.psubs or lr.qsubs:
+                Account.deliver_result(self, rc, lr, subject, reply, hdr, msg, deliver)
+            return
         r = self._match(subject.decode("utf-8", "surrogateescape"))
         if not (r.psubs or r.qsubs):
             return

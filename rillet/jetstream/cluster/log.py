@@ -155,6 +155,7 @@ class RaftLog:
         self.unknown_targets = 0
         self.lost_proposals = 0
         self.applied_index = 0
+        self.applying_own = False
         # set by the owner: called with (index, target, entry) before the entry is applied (recovery
         # checks); returns False to skip applying it
         self.filter: Callable[[int, str, Entry], bool] | None = None
@@ -240,6 +241,7 @@ class RaftLog:
             self.lost_proposals += 1
             if p.cb is not None:
                 p.cb(p.entry, None, NotLeader())
+        self.applying_own = mine is not None  # (the owner's apply may ask: has this entry a completion here?)
         if mine is not None:
             entry, target = mine.entry, mine.target
         else:

@@ -12,22 +12,27 @@ single server, but no ``meta.json``: the assignment is the stream's config, so a
 not recover it as a single-server stream) and the group's WAL under ``<store_dir>/jetstream/_raft/
 <group>/`` (nats-server: ``$SYS/_js_/<group>/``).
 
-Consumers (v1, documented choice): a consumer's entries (C_START, C_DELIVERED, C_ACK, ...) go through its
-*stream's* group, tagged with the consumer name (``RaftLog.sublog``), so the consumer leader is the stream
-leader and ``CONSUMER.LEADER.STEPDOWN`` moves the stream's leadership too. Every replica holds the
-consumer's replicated state (a ``Consumer`` object that is not started); the leader runs the delivery
-engine: on gaining leadership a fresh engine takes over the replicated state and starts (pending messages
-are redelivered once their ack wait runs out: at least once); on losing it the engine stops and a
-follower object keeps the state.
+Consumers: each has its own RAFT group (consumers.py, ``ConsumerReplica``), on the stream's peers or a
+subset of them; its leader runs the delivery engine over this server's stream replica. After each entry a
+stream *follower* applies, the consumer engines running here hear of the stored and removed messages (on
+the stream leader the entries' completions tell them, as on one server). Interest and work-queue
+removals are proposed by the stream leader when it applies a consumer's ack (``retention_ack``), and a
+new stream leader sweeps what every consumer has acknowledged (``retention_sweep``).
+
+Membership: ``stream_assigned(sa)`` with other peers than the group's: the group's leader adds the new
+peers, then removes the old ones, one configuration change at a time (``reconcile``, also from a timer);
+a removed leader removes itself last and steps down once that commits. A server no longer among the
+peers stops and deletes its replica (the leader once it has handed over). A new peer's replica starts
+with the new peer list and gets the log, or a snapshot and the missing messages (catch-up below), from
+the leader. The same holds for consumer groups (``consumer_assigned(ca)``).
 
 Recovery: the group re-applies the entries in its WAL after a restart; a file store already holds what
 they stored. ``_filter`` skips what the store already has: MSG/BATCH/MIRROR entries at or below the
 store's last sequence, and any other stream entry while the store is ahead of the messages the replayed
 entries stored so far (it was applied before the store got those later messages).
 
-Snapshots (RAFT compaction, every ``COMPACT_EVERY`` applied entries): msgpack ``{first, last, deleted,
-consumers}`` (the store's first/last sequences and the deleted sequences between, as nats-server's stream
-snapshot, plus each consumer's replicated state). A replica given a snapshot whose ``last`` is beyond its
+Snapshots (RAFT compaction, every ``COMPACT_EVERY`` applied entries): msgpack ``{first, last, deleted}``
+(the store's first/last sequences and the deleted sequences between, as nats-server's stream snapshot). A replica given a snapshot whose ``last`` is beyond its
 store holds the group's applies (``RaftLog.hold``) and fetches the missing messages from the stream
 leader in chunks: a request on the stream's sync subject (``$JSC.SYNC.<x>`` of the assignment; only the
 leader subscribes) with JSON ``{"from": seq, "to": seq}`` is answered with msgpack ``[first, [[seq,
@@ -47,6 +52,7 @@ from typing import Any
 import msgspec
 
 from rillet.jetstream.cluster import monitor
+from rillet.jetstream.cluster.consumers import ConsumerReplica
 from rillet.jetstream.cluster.log import RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
@@ -56,6 +62,9 @@ COMPACT_EVERY = 8192  # applied entries between snapshots
 SYNC_MSGS = 256  # messages per catch-up answer
 SYNC_BYTES = 1 << 20
 SYNC_TIMEOUT = 2.0  # seconds before a catch-up request is sent again
+LOST_QUORUM = 10.0  # seconds (nats-server's lost quorum interval): a group without a leader that long is offline
+RECONCILE_EVERY = 0.25  # seconds between membership checks of the groups this server leads
+LEAVE_WITHIN = 10.0  # seconds a removed leader keeps its replica to hand the group over
 
 T = "io.nats.jetstream.api.v1."
 STREAM_KEYS = frozenset(("STREAM.INFO", "STREAM.MSG.GET", "STREAM.MSG.DELETE", "STREAM.PURGE",
@@ -97,8 +106,11 @@ class StreamReplica:
         self.log.bind(self.group)
         self.replay_seq = 0  # the last sequence the applied (or skipped) entries stored
         self.applied_since_snap = 0
-        self.consumers: dict[str, Any] = {}  # name -> Consumer (engine on the leader, else not started)
-        self._snap_consumers: dict[str, Any] = {}  # consumer states from a snapshot, for consumers not yet here
+        self.creps: dict[str, ConsumerReplica] = {}  # this server's consumer replicas of the stream
+        self._removing: set[int] = set()  # retention removals proposed and not yet applied
+        self.created_at = js.loop.time()
+        self.leaving_since = 0.0  # this server is no longer among the peers (a leader hands over first)
+        self._direct_subs: list[Any] = []
         self._sync_sub: Any = None
         self._catchup: asyncio.Task | None = None
         self.leader = False
@@ -111,6 +123,11 @@ class StreamReplica:
     @property
     def name(self) -> str:
         return self.stream.name
+
+    @property
+    def consumers(self) -> dict[str, Any]:
+        """name -> the consumer object of each consumer replica here (an engine where it leads)."""
+        return {n: cr.c for n, cr in self.creps.items()}
 
     async def _start(self) -> None:
         try:
@@ -154,10 +171,43 @@ class StreamReplica:
         return True
 
     def _apply(self, entry: Entry) -> Any:
+        st = self.stream
         try:
-            return self.stream._apply(entry)
+            res = st._apply(entry)
         finally:  # (markers an entry stored count as where the log is)
-            self.replay_seq = self.stream.store.last_seq
+            self.replay_seq = st.store.last_seq
+        if not self.log.applying_own and self.creps:
+            self._signal_engines(entry, res)
+        return res
+
+    def _signal_engines(self, entry: Entry, res: Any) -> None:
+        """An entry applied without a completion here (a follower's): the consumer engines running on this
+        server hear of what it stored and removed (the leader's completions do this on the leader)."""
+        st = self.stream
+        fx, st._fx = st._fx, []
+        engines = [cr.c for cr in self.creps.values() if cr.c.engine and not cr.c.closed]
+        if not engines:
+            return
+        op = entry.op
+        stored: list[tuple[int, str]] = []
+        if op == Entry.MSG:
+            stored.append((res[0], entry.args[0]))
+        elif op == Entry.BATCH:
+            stored.extend((sq, m[0]) for m, (sq, _) in zip(entry.args[0], res))
+        elif op == Entry.MIRROR:
+            stored.append((entry.args[0], entry.args[1]))
+        for f in fx:
+            if f.__class__ is int:
+                for c in engines:
+                    c.on_stream_remove(f)
+            else:
+                stored.append((f[0], f[1]))
+        for seq, subject in stored:
+            for c in engines:
+                c.on_stream_msg(seq, subject)
+        if op == Entry.PURGE:
+            for c in engines:
+                c.on_purge()
 
     # ---- leadership ---------------------------------------------------------------------------------
 
@@ -168,11 +218,13 @@ class StreamReplica:
         self.leader = leader
         self.replay_seq = max(self.replay_seq, st.store.last_seq)
         if leader:
+            self._direct(False)
             st.start()  # subjects, direct gets, expiry timer, schedules
             self._sync_sub = self.jsa.ic.subscribe(self.sync_subject, self._on_sync)
-            for name in list(self.consumers):
-                self._promote(name)
             self._advisory(True)
+            if st.cfg.retention != "limits":
+                self.retention_sweep()
+            self.cs.reconcile_soon()
         else:
             for sub in st._subs:
                 self.jsa.ic.remove_sub(sub)
@@ -183,8 +235,20 @@ class StreamReplica:
             if self._sync_sub is not None:
                 self.jsa.ic.remove_sub(self._sync_sub)
                 self._sync_sub = None
-            for name in list(self.consumers):
-                self._demote(name)
+            self._direct(True)
+
+    def _direct(self, on: bool) -> None:
+        """Direct gets on a follower (``allow_direct``): every replica answers them, one per request (the
+        ``_sys_`` queue group, as nats-server)."""
+        ic = self.jsa.ic
+        for sub in self._direct_subs:
+            ic.remove_sub(sub)
+        self._direct_subs = []
+        if not on or self.closed or not self.stream.cfg.allow_direct:
+            return
+        for prefix in self.jsa.api_prefixes():
+            for pat in (f"{prefix}.DIRECT.GET.{self.name}", f"{prefix}.DIRECT.GET.{self.name}.>"):
+                self._direct_subs.append(ic.subscribe(pat, self.stream._on_direct_get, queue="_sys_"))
 
     def _advisory(self, leader: bool) -> None:
         if not leader:
@@ -204,88 +268,91 @@ class StreamReplica:
     # ---- consumers ----------------------------------------------------------------------------------
 
     def add_consumer(self, ca: Any) -> None:
-        from rillet.jetstream.api_consumer import config_from_dict
-        name = ca.name
-        if name in self.consumers:
-            old = self.consumers[name]
-            cfg = config_from_dict(ca.config)
-            if self.leader and cfg != old.cfg:
-                old.update_config(cfg)
+        cr = self.creps.get(ca.name)
+        if cr is not None:
+            if list(ca.group.peers) != list(cr.ca.group.peers):
+                self.cs.reconcile_soon()
+            cr.update(ca)
             return
-        cfg = config_from_dict(ca.config)
-        c = self._new_consumer(name, cfg, ca.created or time.time_ns())
-        snap = self._snap_consumers.pop(name, None)
-        if snap is not None:
-            _set_state(c, snap)
-        self.consumers[name] = c
-        self.stream.consumers[name] = c
-        if self.leader:
-            self._promote(name)
+        self.creps[ca.name] = ConsumerReplica(self, ca)
 
-    def _new_consumer(self, name: str, cfg: Any, created: int) -> Any:
-        from rillet.jetstream.consumer import Consumer
-        c = Consumer(self.stream, cfg, name, created)
-        c.started_by_log = False
-        sub = self.log.sublog(name, lambda e, c=c: self._consumer_apply(c, e))
-        c.clog = sub
-        return c
-
-    def _consumer_apply(self, c: Any, entry: Entry) -> Any:
-        cur = self.consumers.get(c.name, c)
-        if entry.op == Entry.C_START:
-            cur.started_by_log = True
-        return cur.apply_entry(entry)
-
-    def _promote(self, name: str) -> None:
-        """This server leads: a fresh engine over the replicated state starts delivering."""
-        old = self.consumers[name]
-        c = self._new_consumer(name, old.cfg, old.created)
-        _copy_state(old, c)
-        c.started_by_log = old.started_by_log
-        self.consumers[name] = c
-        self.stream.consumers[name] = c
-        if not c.started_by_log:
-            c.select_start()
-        else:
-            c.sseq = (max(c.dsseq, c.asflr) if c.has_state else c.asflr) + 1
-            if c.pending:
-                c.sseq = max(c.sseq, max(c.pending) + 1)
-            c.npc_dirty = True
-        c.start()
-
-    def _demote(self, name: str) -> None:
-        old = self.consumers[name]
-        if not old.closed and old._subs:
-            old.stop(delete=False, advisory=False)
-        c = self._new_consumer(name, old.cfg, old.created)
-        _copy_state(old, c)
-        c.started_by_log = old.started_by_log
-        self.consumers[name] = c
-        self.stream.consumers[name] = c
-
-    def remove_consumer(self, name: str) -> None:
-        c = self.consumers.pop(name, None)
-        if c is None:
+    async def remove_consumer(self, name: str, delete: bool = True) -> None:
+        cr = self.creps.pop(name, None)
+        if cr is None:
             return
-        self.log.drop_sublog(name)
-        c.stop(delete=True, advisory=self.leader)
+        c = cr.c
+        await cr.stop(delete=delete)
+        if delete and self.leader and self.stream.cfg.retention == "interest" and not self.closed:
+            from rillet.jetstream import retention
+            retention.on_consumer_delete(self.stream, c)  # what only it still needed goes
+
+    # ---- retention (the stream leader's removals) ---------------------------------------------------
+
+    def retention_ack(self, c: Any, seq: int) -> None:
+        """Consumer ``c`` acknowledged ``seq`` (applied here, where the stream leads): propose its removal
+        when no other consumer still needs it."""
+        st = self.stream
+        if seq in self._removing or st.closed:
+            return
+        subject = st.store.subject_for_seq(seq)
+        if subject is None:
+            return  # gone already
+        if st.cfg.retention == "interest":
+            from rillet.jetstream.retention import needs_ack
+            for o in st.consumers.values():
+                if o is not c and needs_ack(o, seq, subject):
+                    return
+        self._retention_remove(seq)
+
+    def _retention_remove(self, seq: int) -> None:
+        self._removing.add(seq)
+
+        def done(_: Any, err: BaseException | None) -> None:
+            self._removing.discard(seq)
+            if err is not None and not isinstance(err, NotLeader) and \
+                    self.stream.store.subject_for_seq(seq) is not None:
+                self.cs.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': retention removal of "
+                                     f"message {seq} failed: {err}")
+        self.stream.delete_msg(seq, False, done)
+
+    def retention_sweep(self) -> None:
+        """A new stream leader: remove what every consumer has acknowledged (a removal the previous leader
+        proposed may not have committed)."""
+        from rillet.jetstream.retention import needs_ack
+        from rillet.jetstream.store.base import StoreError
+        st = self.stream
+        cons = [c for c in st.consumers.values() if not c.closed]
+        if not cons:
+            return
+        store = st.store
+        state = store.state()
+        top = min(state.last_seq, max(max(c.asflr, c.dsseq) for c in cons))
+        wq = st.cfg.retention == "workqueue"
+        seq = state.first_seq
+        while 0 < seq <= top:
+            try:
+                m = store.load_next_msg(">", seq, True)
+            except StoreError:
+                seq += 1
+                continue
+            if m is None or m.seq > top:
+                break
+            seq = m.seq + 1
+            if any(needs_ack(c, m.seq, m.subject) for c in cons):
+                continue
+            if wq and not any(c._matches(m.subject) for c in cons):
+                continue  # (stored before any consumer covered it)
+            if m.seq not in self._removing:
+                self._retention_remove(m.seq)
 
     # ---- snapshots and catch-up ---------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
         st = self.stream.store.state()
-        cons = {n: _get_state(c) for n, c in self.consumers.items()}
-        return _enc.encode({"first": st.first_seq, "last": st.last_seq, "deleted": list(st.deleted),
-                            "consumers": cons})
+        return _enc.encode({"first": st.first_seq, "last": st.last_seq, "deleted": list(st.deleted)})
 
     def restore(self, data: bytes) -> None:
         snap = _dec.decode(data)
-        for name, cst in (snap.get("consumers") or {}).items():
-            c = self.consumers.get(name)
-            if c is not None:
-                _set_state(c, cst)
-            else:
-                self._snap_consumers[name] = cst
         store = self.stream.store
         if store.last_seq < snap["last"]:
             self.log.hold()
@@ -396,8 +463,7 @@ class StreamReplica:
 
     # ---- info ---------------------------------------------------------------------------------------
 
-    def _peer_states(self) -> list[monitor.PeerState]:
-        g = self.group
+    def peer_states(self, g: Any) -> list[monitor.PeerState]:
         st = g.status()
         out = []
         me = g.id
@@ -413,19 +479,33 @@ class StreamReplica:
                 out.append(monitor.PeerState(self.cs.peer_name(p), p))
         return out
 
-    def cluster_info(self) -> dict:
-        g = self.group
+    def _peer_states(self) -> list[monitor.PeerState]:
+        return self.peer_states(self.group)
+
+    def group_cluster_info(self, g: Any, desired: Any = None) -> dict:
         leader = g.leader
         lname = self.cs.peer_name(leader) if leader else ""
         cluster = getattr(getattr(self.cs.server.opts, "cluster", None), "name", "") or ""
+        kw = {}
+        if desired:
+            kw["desired"] = monitor.desired_info(desired, self.cs.peer_name)
         return monitor.cluster_info(cluster, g.name, lname, g.leader_since_ns if g.is_leader else 0,
-                                    self._peer_states())
+                                    self.peer_states(g), **kw)
+
+    def cluster_info(self) -> dict:
+        return self.group_cluster_info(self.group, getattr(self.sa.group, "desired", None))
+
+    def leaderless(self) -> bool:
+        return self.cs.group_leaderless(self.group, self.created_at)
 
     async def stop(self, delete: bool = False) -> None:
         if self.closed:
             return
+        for name in list(self.creps):
+            await self.remove_consumer(name, delete=delete)
         if self._leader_announced():
             self._leader_changed(False)
+        self._direct(False)
         self.closed = True
         if self._catchup is not None:
             self._catchup.cancel()
@@ -440,20 +520,34 @@ class StreamReplica:
         return self.leader
 
 
-def _get_state(c: Any) -> list:
-    return [c.dseq, c.dsseq, c.adflr, c.asflr, [[s, p[0], p[1]] for s, p in c.pending.items()],
-            [[s, n] for s, n in c.rdc.items()], c.has_state, c.ldt, c.lat, bool(getattr(c, "started_by_log", 1))]
-
-
-def _set_state(c: Any, s: list) -> None:
-    (c.dseq, c.dsseq, c.adflr, c.asflr, pend, rdc, c.has_state, c.ldt, c.lat, started) = s
-    c.pending = {int(a): [int(b), int(t)] for a, b, t in pend}
-    c.rdc = {int(a): int(n) for a, n in rdc}
-    c.started_by_log = bool(started)
-
-
-def _copy_state(src: Any, dst: Any) -> None:
-    _set_state(dst, _get_state(src))
+def reconcile_group(g: Any, desired: list[str], log: Any, what: str) -> bool:
+    """One membership step of group ``g`` (this server leads it) towards the ``desired`` peers: add a
+    missing peer, else remove another extra one, else remove itself (it steps down once that commits).
+    True when a change was proposed or is due later (a change in flight)."""
+    from rillet.raft.node import ProposalDropped, RaftError
+    if not g.running or not g.is_leader:
+        return False
+    cur = g.peers
+    add = [p for p in desired if p not in cur]
+    rm = [p for p in cur if p not in desired and p != g.id]
+    try:
+        if add:
+            g.add_peer(add[0])
+            log.notice(f"JetStream cluster: {what}: adding peer {add[0]}")
+        elif rm:
+            g.remove_peer(rm[0])
+            log.notice(f"JetStream cluster: {what}: removing peer {rm[0]}")
+        elif g.id not in desired and len(cur) > 1:
+            g.remove_peer(g.id)
+            log.notice(f"JetStream cluster: {what}: removing this server (the leader) from the group")
+        else:
+            return False
+    except (NotLeader, ProposalDropped):
+        return True  # (a change in flight, or the term's first entry is not committed yet: later)
+    except RaftError as e:
+        log.warn(f"JetStream cluster: {what}: membership change refused: {e}")
+        return False
+    return True
 
 
 class ClusteredStreams:
@@ -465,6 +559,10 @@ class ClusteredStreams:
         self.peer = peer_id(server.name)
         self.replicas: dict[tuple[str, str], StreamReplica] = {}
         self._names: dict[str, str] = {self.peer: server.name}
+        self.started_at = js.loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        self._soon = False
+        self.running = True
         gates = getattr(js, "api_gates", None)
         if gates is None:
             gates = js.api_gates = []
@@ -495,6 +593,17 @@ class ClusteredStreams:
             jsa = self.js.enable_account(self.server.lookup_account(account or "$G"))
         return jsa
 
+    def group_leaderless(self, g: Any, created_at: float) -> bool:
+        """nats-server's isGroupLeaderless for a group this server is a member of: no leader, and either
+        one was known before (and JetStream has run for the lost quorum interval) or the group is older
+        than that interval."""
+        if g.leader is not None or not g.running:
+            return False
+        now = self.js.loop.time()
+        if g.ever_had_leader and now - self.started_at > LOST_QUORUM:
+            return True
+        return now - created_at > LOST_QUORUM
+
     # ---- the meta layer's hooks ---------------------------------------------------------------------
 
     def stream_assigned(self, sa: Any) -> None:
@@ -502,7 +611,8 @@ class ClusteredStreams:
         rep = self.replicas.get(key)
         if self.peer not in sa.group.peers:
             if rep is not None:
-                self.js.loop.create_task(self._remove(key, delete=True))
+                rep.sa = sa
+                self._leave(key, rep)
             return
         if rep is None:
             rep = StreamReplica(self, sa, self._jsa(sa.account))
@@ -510,7 +620,11 @@ class ClusteredStreams:
             for ca in sa.consumers.values():
                 self.consumer_assigned(ca)
             return
+        old_peers = list(rep.sa.group.peers)
         rep.sa = sa
+        rep.leaving_since = 0.0
+        if list(sa.group.peers) != old_peers or sorted(rep.group.peers) != sorted(sa.group.peers):
+            self.reconcile_soon()
         from rillet.jetstream.api import stream_config_from_dict
         cfg = stream_config_from_dict(sa.config)
         if rep.leader and cfg != rep.stream.cfg:
@@ -523,7 +637,22 @@ class ClusteredStreams:
                     return
                 if old.subjects != cfg.subjects and rep.leader:
                     rep.stream._subscribe()
+                if old.allow_direct != cfg.allow_direct and rep.leader:
+                    rep.stream._subscribe()
             rep.stream.update_config(cfg, done)
+        elif not rep.leader and cfg.allow_direct != rep.stream.cfg.allow_direct:
+            self.js.loop.call_later(0.5, lambda: rep._direct(not rep.leader))  # (once the update applied)
+
+    def _leave(self, key: tuple[str, str], rep: StreamReplica) -> None:
+        """This server is no longer among the stream's peers: a follower goes now (the leader removes it from
+        the group), the leader first adds the new peers and removes itself (reconcile), then goes."""
+        if rep.group.is_leader and len(rep.group.peers) > 1:
+            if not rep.leaving_since:
+                rep.leaving_since = self.js.loop.time()
+            self.reconcile_soon()
+            return
+        if self.replicas.get(key) is rep:
+            self.js.loop.create_task(self._remove(key, delete=True))
 
     def stream_removed(self, sa: Any) -> None:
         key = (sa.account or "$G", sa.name)
@@ -539,12 +668,21 @@ class ClusteredStreams:
         rep = self.replicas.get((ca.account or "$G", ca.stream))
         if rep is None:
             return
+        if self.peer not in ca.group.peers:
+            cr = rep.creps.get(ca.name)
+            if cr is not None:
+                cr.ca = ca
+                if cr.group.is_leader and len(cr.group.peers) > 1:
+                    self.reconcile_soon()  # (hands over first, then goes: see reconcile)
+                else:
+                    self.js.loop.create_task(rep.remove_consumer(ca.name))
+            return
         rep.add_consumer(ca)
 
     def consumer_removed(self, ca: Any) -> None:
         rep = self.replicas.get((ca.account or "$G", ca.stream))
-        if rep is not None:
-            rep.remove_consumer(ca.name)
+        if rep is not None and ca.name in rep.creps:
+            self.js.loop.create_task(rep.remove_consumer(ca.name))
 
     def stream_info(self, account: str, name: str) -> dict | None:
         rep = self.replicas.get((account or "$G", name))
@@ -553,14 +691,90 @@ class ClusteredStreams:
         from rillet.jetstream.api import stream_info_dict
         return stream_info_dict(rep.stream, with_cluster=True)
 
+    def consumer_info(self, account: str, stream: str, name: str) -> dict | None:
+        """The consumer's info when this server leads the consumer's group (else None)."""
+        rep = self.replicas.get((account or "$G", stream))
+        cr = rep.creps.get(name) if rep is not None else None
+        if cr is None or not cr.leader:
+            return None
+        return cr.c.info()
+
     def replica(self, account: str, name: str) -> StreamReplica | None:
         return self.replicas.get((account or "$G", name))
 
     async def stop(self) -> None:
+        self.running = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for key in list(self.replicas):
             await self._remove(key, delete=False)
 
+    # ---- membership -----------------------------------------------------------------------------------
+
+    def reconcile_soon(self) -> None:
+        if not self._soon and self.running:
+            self._soon = True
+            self.js.loop.call_soon(self._reconcile)
+
+    def _reconcile(self) -> None:
+        """Walk the groups this server leads whose members differ from their assignment's peers, one
+        change each; again every RECONCILE_EVERY seconds while any is not done."""
+        self._soon = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.running:
+            return
+        log = self.js.log
+        more = False
+        now = self.js.loop.time()
+        for key, rep in list(self.replicas.items()):
+            if rep.closed:
+                continue
+            desired = list(rep.sa.group.peers)
+            if rep.leaving_since:
+                if not rep.group.is_leader or now - rep.leaving_since > LEAVE_WITHIN:
+                    self.js.loop.create_task(self._remove(key, delete=True))
+                    continue
+                more = True
+            if sorted(rep.group.peers) != sorted(desired):
+                more = reconcile_group(rep.group, desired, log, f"stream '{key[0]} > {key[1]}'") or more
+            for name, cr in list(rep.creps.items()):
+                cdesired = list(cr.ca.group.peers)
+                if self.peer not in cdesired and not cr.group.is_leader:
+                    self.js.loop.create_task(rep.remove_consumer(name))
+                    continue
+                if sorted(cr.group.peers) != sorted(cdesired):
+                    more = reconcile_group(cr.group, cdesired, log,
+                                           f"consumer '{key[0]} > {key[1]} > {name}'") or more
+        if more or self._any_pending():
+            self._timer = self.js.loop.call_later(RECONCILE_EVERY, self._reconcile)
+
+    def _any_pending(self) -> bool:
+        """A group whose members differ from its assignment (its leader may be elsewhere, or not elected
+        yet): keep checking."""
+        for rep in self.replicas.values():
+            if rep.leaving_since or sorted(rep.group.peers) != sorted(rep.sa.group.peers):
+                return True
+            for cr in rep.creps.values():
+                if sorted(cr.group.peers) != sorted(cr.ca.group.peers):
+                    return True
+        return False
+
     # ---- $JS.API: the stream / consumer leader answers ----------------------------------------------
+
+    def _offline(self, router: Any, key: str, reply: bytes | None) -> None:
+        from rillet.jetstream.api import _type_for
+        h = router.handlers.get(key)
+        router.respond_error(reply, _type_for(h) if h is not None else T + "error_response",
+                             ApiError.make("CLUSTER_NOT_AVAIL"))
+
+    def _known_consumer(self, account: str, stream: str, name: str) -> bool:
+        cl = getattr(self.js, "cluster", None)
+        state = getattr(cl, "state", None)
+        sa = state.stream(account, stream) if state is not None else None
+        return sa is not None and name in sa.consumers
 
     def api_gate(self, router: Any, key: str, args: list[str], reply: bytes | None, hdr: bytes,
                  body: bytes) -> bool | None:
@@ -570,21 +784,40 @@ class ClusteredStreams:
             return None
         if not args:
             return None
-        rep = self.replicas.get((router.jsa.account.name, args[0]))
+        acc = router.jsa.account.name
+        rep = self.replicas.get((acc, args[0]))
         if rep is None:
             return None
+        if key in CONSUMER_KEYS:
+            cr = rep.creps.get(args[1]) if len(args) > 1 else None
+            if cr is None:
+                if len(args) > 1 and self._known_consumer(acc, args[0], args[1]):
+                    return False  # (its replicas are on other servers)
+                return True if rep.leader else False  # not found: the stream leader says so
+            if not cr.leader:
+                if cr.leaderless() and reply:
+                    self._offline(router, key, reply)
+                return False
+            if key == "CONSUMER.LEADER.STEPDOWN":
+                self._stepdown(router, reply, cr.group, T + "consumer_leader_stepdown_response")
+                return False
+            return True
         if not rep.leader:
+            if rep.leaderless() and reply:
+                if key == "STREAM.INFO":
+                    return True  # (a member of a leaderless group answers with what it has, as nats-server)
+                self._offline(router, key, reply)
             return False
-        if key == "STREAM.LEADER.STEPDOWN" or key == "CONSUMER.LEADER.STEPDOWN":
-            typ = T + ("stream_leader_stepdown_response" if key[0] == "S" else "consumer_leader_stepdown_response")
-            if key[0] == "C" and (len(args) < 2 or args[1] not in rep.consumers):
-                router.respond_error(reply, typ, ApiError.make("CONSUMER_NOT_FOUND"))
-                return False
-            try:
-                rep.group.stepdown()
-            except (NotLeader, ValueError) as e:
-                router.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e) or "no peer"))
-                return False
-            router.respond(reply, {"type": typ, "success": True})
+        if key == "STREAM.LEADER.STEPDOWN":
+            self._stepdown(router, reply, rep.group, T + "stream_leader_stepdown_response")
             return False
         return True
+
+    @staticmethod
+    def _stepdown(router: Any, reply: bytes | None, g: Any, typ: str) -> None:
+        try:
+            g.stepdown()
+        except (NotLeader, ValueError) as e:
+            router.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e) or "no peer"))
+            return
+        router.respond(reply, {"type": typ, "success": True})

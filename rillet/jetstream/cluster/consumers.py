@@ -1,0 +1,321 @@
+"""Replicated consumers: one RAFT group per consumer, as nats-server (``C-R<n><F|M>-xxxxxxxx``).
+
+A ``ConsumerReplica`` lives on each peer of the consumer's assignment (``ca.group.peers``: the stream's
+peers, or a subset of them for a consumer with fewer replicas), beside that server's replica of the
+stream. Its ``RaftGroup`` carries the consumer's entries (C_START, C_DELIVERED, C_ACK, ...; the encoding
+of rillet.jetstream.cluster.log) and every replica applies them to its ``ClusteredConsumer``.
+
+* **The consumer leader** (the group's leader, not necessarily the stream's) runs the delivery engine:
+  it reads messages from its local stream replica, subscribes to the consumer's ack, flow control and
+  pull-request subjects and proposes every state change to the consumer's group. On a stream follower the
+  engine learns of stored and removed messages from ``StreamReplica`` (after each entry it applies, see
+  streams.py), on the stream leader from the stream's completions, as on one server.
+* **Followers** hold the replicated state (a ``ClusteredConsumer`` whose engine does not run) and track the
+  leader's scan position from the entries (``snext``), which retention needs.
+* **Leader change**: the old engine stops; a fresh engine takes over the replicated state (acked
+  messages are never delivered again; delivered-but-unacked ones are redelivered once their ack wait
+  runs out: at least once).
+* **Retention** (interest, work queue): removals are proposed by the *stream* leader, as nats-server:
+  every consumer replica applies the acks, and the one on the stream leader's server asks for the
+  removal (``StreamReplica.retention_ack``). Consumers of such streams have the stream's replicas (the
+  API refuses anything else), so the stream leader always holds a replica. A new stream leader sweeps
+  the messages every consumer has acknowledged (``StreamReplica.retention_sweep``).
+* **Inactivity** (ephemerals, ``inactive_threshold``): the consumer leader asks the meta leader to
+  delete the consumer (a ``$JS.API.CONSUMER.DELETE`` request), which removes it everywhere.
+
+Snapshots (every ``COMPACT_EVERY`` applied entries): msgpack of the replicated state plus the scan
+position.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from rillet.jetstream.consumer import Consumer
+from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_START,
+                                             ConsumerStateMachine)
+from rillet.jetstream.log import Entry
+
+COMPACT_EVERY = 8192  # applied entries between snapshots of a consumer group
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+_SNEXT_OPS = frozenset((C_ACK, C_GONE, C_MAXDELIV, C_PURGED, C_DROP))
+
+
+class ClusteredConsumer(Consumer):
+    """A consumer replica's object: the delivery engine when ``engine`` (this server leads the consumer's
+    group), else the replicated state only (stream signals are ignored, nothing is delivered)."""
+
+    engine = False
+    removing = False  # set when the meta layer removes the consumer (a real delete)
+    creplica: Any = None
+    started_by_log = False
+
+    def _apply_cfg(self) -> None:
+        super()._apply_cfg()
+        # retention removals are the stream leader's (ConsumerReplica._apply), never the engine's
+        self.stream_retention = self.retention
+        self.retention = "limits"
+
+    def apply_entry(self, entry: Entry) -> Any:
+        res = ConsumerStateMachine.apply_entry(self, entry)
+        if not self.engine:  # the leader's scan position, as far as the entries tell it
+            op = entry.op
+            a = entry.args
+            if op == C_START:
+                self.sseq = a[0]
+                self.started_by_log = True
+            elif op == C_DELIVERED:
+                if a[0] >= self.sseq:
+                    self.sseq = a[0] + 1
+            elif op in _SNEXT_OPS:
+                if a[-1] > self.sseq:
+                    self.sseq = a[-1]
+        elif entry.op == C_START:
+            self.started_by_log = True
+        return res
+
+    # stream signals reach the engine only
+    def on_stream_msg(self, seq: int, subject: str) -> None:
+        if self.engine:
+            super().on_stream_msg(seq, subject)
+
+    def on_stream_remove(self, seq: int) -> None:
+        if self.engine:
+            super().on_stream_remove(seq)
+
+    def on_purge(self) -> None:
+        if self.engine:
+            super().on_purge()
+
+    def kick(self) -> None:
+        if self.engine:
+            super().kick()
+
+    def _c_done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
+        if err is not None:
+            from rillet.jetstream.log import NotLeader
+            if not isinstance(err, NotLeader):
+                self.js.log.error(f"JetStream consumer '{self.stream.name} > {self.name}': applying {entry!r} "
+                                  f"failed: {err!r}")
+            return
+        op = entry.op
+        if op == C_ACK:
+            if entry.ctx:
+                self.kick()
+        elif op == C_GONE:
+            if res and self.maxp:
+                self.kick()
+
+    def stop(self, delete: bool = False, advisory: bool = True) -> None:
+        if delete and not self.removing and self.creplica is not None:
+            # deleted by the engine itself (inactivity): the meta leader removes the assignment everywhere
+            if self.engine:
+                self.creplica.request_delete()
+            return
+        super().stop(delete=delete, advisory=advisory)
+
+    def info(self, level_meta: bool = True) -> dict:
+        d = super().info(level_meta)
+        if self.creplica is not None:
+            d["cluster"] = self.creplica.cluster_info()
+        return d
+
+
+def get_state(c: Any) -> list:
+    return [c.dseq, c.dsseq, c.adflr, c.asflr, [[s, p[0], p[1]] for s, p in c.pending.items()],
+            [[s, n] for s, n in c.rdc.items()], c.has_state, c.ldt, c.lat, bool(c.started_by_log), c.sseq]
+
+
+def set_state(c: Any, s: list) -> None:
+    (c.dseq, c.dsseq, c.adflr, c.asflr, pend, rdc, c.has_state, c.ldt, c.lat, started) = s[:10]
+    c.pending = {int(a): [int(b), int(t)] for a, b, t in pend}
+    c.rdc = {int(a): int(n) for a, n in rdc}
+    c.started_by_log = bool(started)
+    if len(s) > 10:
+        c.sseq = int(s[10])
+
+
+class ConsumerReplica:
+    """One consumer's replica on this server: its RaftGroup, RaftLog and ClusteredConsumer."""
+
+    def __init__(self, rep: Any, ca: Any) -> None:
+        from rillet.jetstream.api_consumer import config_from_dict
+        from rillet.jetstream.cluster.group import RaftGroup
+        from rillet.jetstream.cluster.log import RaftLog
+        self.rep = rep
+        self.cs = rep.cs
+        self.ca = ca
+        self.name = ca.name
+        js = self.cs.js
+        self.log = RaftLog(self._apply, ca.group.name, js.log)
+        self.log.on_leader_change = self._leader_changed
+        self.log.filter = self._filter
+        self.group = RaftGroup(self.cs.server, ca.group.name, list(ca.group.peers), js.store_dir,
+                               apply=self.log.group_apply, on_leader_change=self.log.group_leader_change,
+                               snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval)
+        self.log.bind(self.group)
+        self.created_at = js.loop.time()
+        self.leader = False
+        self.closed = False
+        self.applied_since_snap = 0
+        self.delete_requested = 0.0
+        self.c = self._new(config_from_dict(ca.config), ca.created or time.time_ns())
+        rep.stream.consumers[self.name] = self.c
+        self._start_task = js.loop.create_task(self._start())
+
+    def _new(self, cfg: Any, created: int) -> ClusteredConsumer:
+        c = ClusteredConsumer(self.rep.stream, cfg, self.name, created)
+        c.clog = self.log
+        c.creplica = self
+        return c
+
+    async def _start(self) -> None:
+        try:
+            await self.group.start()
+        except Exception as e:
+            self.cs.js.log.error(f"JetStream cluster: consumer '{self.rep.jsa.account.name} > {self.rep.name} > "
+                                 f"{self.name}': RAFT group {self.group.name} failed to start: {e!r}")
+            return
+        if self.ca.group.preferred == self.group.id or len(self.group.peers) == 1:
+            self.group.campaign_soon()
+
+    # ---- apply --------------------------------------------------------------------------------------
+
+    def _filter(self, index: int, target: str, entry: Entry) -> bool:
+        self.applied_since_snap += 1
+        if self.applied_since_snap >= COMPACT_EVERY:
+            self.applied_since_snap = 0
+            self.group.compact()
+        return True
+
+    def _apply(self, entry: Entry) -> Any:
+        c = self.c
+        res = c.apply_entry(entry)
+        rep = self.rep
+        if rep.leader and c.stream_retention != "limits":
+            op = entry.op
+            if op == C_ACK:
+                if res:
+                    for seq in ((res,) if res.__class__ is int else res):
+                        rep.retention_ack(c, seq)
+            elif op == C_DELIVERED and c.ack_none:
+                rep.retention_ack(c, entry.args[0])
+        return res
+
+    def snapshot(self) -> bytes:
+        return _enc.encode(get_state(self.c))
+
+    def restore(self, data: bytes) -> None:
+        set_state(self.c, _dec.decode(data))
+
+    # ---- leadership ---------------------------------------------------------------------------------
+
+    def _leader_changed(self, leader: bool) -> None:
+        if self.closed:
+            return
+        self.leader = leader
+        if leader:
+            self._promote()
+            self._advisory()
+        else:
+            self._demote()
+
+    def _swap(self) -> ClusteredConsumer:
+        old = self.c
+        c = self._new(old.cfg, old.created)
+        set_state(c, get_state(old))
+        c.pause_until_ns = getattr(old, "pause_until_ns", 0)
+        self.c = c
+        st = self.rep.stream
+        if st.consumers.get(self.name) is old or self.name not in st.consumers:
+            st.consumers[self.name] = c
+        return c
+
+    def _promote(self) -> None:
+        """This server leads the consumer: a fresh engine over the replicated state starts delivering."""
+        old = self.c
+        c = self._swap()
+        c.engine = True
+        if not c.started_by_log:
+            c.select_start()
+        else:
+            nxt = (max(c.dsseq, c.asflr) if c.has_state else c.asflr) + 1
+            c.sseq = max(old.sseq, nxt)
+            if c.pending:
+                c.sseq = max(c.sseq, max(c.pending) + 1)
+            c.npc_dirty = True
+        c.start()
+
+    def _demote(self) -> None:
+        old = self.c
+        if old.engine and not old.closed:
+            old.removing = True  # (a stop, not a delete)
+            old.stop(delete=False, advisory=False)
+        c = self._swap()
+        c.engine = False
+
+    def _advisory(self) -> None:
+        from rillet.jetstream.cluster import monitor
+        srv = self.cs.server
+        sysacc = getattr(srv, "sysacc", None)
+        pub = getattr(sysacc, "publish", None) if sysacc is not None else None
+        if pub is None:
+            return
+        try:
+            subj, body = monitor.consumer_leader_elected_advisory(
+                self.rep.jsa.account.name, self.rep.name, self.name, srv.name, self.rep.peer_states(self.group),
+                time.time_ns())
+            pub(subj, body)
+        except Exception as e:
+            self.cs.js.log.warn(f"JetStream cluster: consumer leader advisory for '{self.name}' not sent: {e!r}")
+
+    def request_delete(self) -> None:
+        """The engine found the consumer inactive: ask the meta leader to remove it (again after 2 s)."""
+        now = self.cs.js.loop.time()
+        if now - self.delete_requested < 2.0:
+            return
+        self.delete_requested = now
+        jsa = self.rep.jsa
+        subj = f"{jsa.api_prefixes()[0]}.CONSUMER.DELETE.{self.rep.name}.{self.name}"
+        jsa.ic.publish(subj.encode(), None, b"")
+        self.c._arm_delete(2.0)  # (checked again: the removal may not have reached the meta leader)
+
+    # ---- config, info, removal ----------------------------------------------------------------------
+
+    def update(self, ca: Any) -> None:
+        from rillet.jetstream.api_consumer import config_from_dict
+        self.ca = ca
+        cfg = config_from_dict(ca.config)
+        c = self.c
+        if cfg == c.cfg:
+            return
+        if c.engine:
+            c.update_config(cfg)
+        else:
+            c.cfg = cfg
+            c._apply_cfg()
+
+    def leaderless(self) -> bool:
+        return self.rep.cs.group_leaderless(self.group, self.created_at)
+
+    def cluster_info(self) -> dict:
+        return self.rep.group_cluster_info(self.group)
+
+    async def stop(self, delete: bool = False) -> None:
+        if self.closed:
+            return
+        was = self.leader
+        if was:
+            self._leader_changed(False)
+        self.closed = True
+        c = self.c
+        c.removing = True
+        c.stop(delete=delete, advisory=delete and was)
+        st = self.rep.stream
+        if st.consumers.get(self.name) is c:
+            del st.consumers[self.name]
+        await self.group.stop(delete=delete)
