@@ -178,6 +178,27 @@ class ConsumerApi:
             c.pause_advisory()
             self.router.respond(reply, {"type": typ, "paused": False, "pause_until": text})
 
+    def consumer_unpin(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        """``$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`` ``{"group": ...}``: the pinned client of a
+        pinned_client consumer loses its pin; the next request served is pinned (rillet.jetstream.priority)."""
+        if len(args) != 2:
+            return  # nats-server has no handler for this subject
+        from rillet.jetstream import priority
+        if not body.strip():
+            raise ApiError.make("INVALID_JSON", err="unexpected end of JSON input")
+        req = gojson.parse_json(body)
+        group = req.get("group") if isinstance(req, dict) else None
+        if not isinstance(group, str) or not group:
+            raise ApiError.make("INVALID_JSON", err="consumer group not specified")
+        if not CC._GROUP_NAME.fullmatch(group):
+            raise ApiError.make("CONSUMER_INVALID_GROUP_NAME")
+        stream = self._stream(args[0])
+        c = self._consumer(stream, args[1])
+        if group not in (c.cfg.priority_groups or []):
+            raise ApiError.make("CONSUMER_INVALID_PRIORITY_GROUP")
+        priority.unpin(c, group, "admin")
+        self.router.respond(reply, {"type": T + "consumer_unpin_response"})
+
     def consumer_leader_stepdown(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
@@ -215,8 +236,10 @@ def register(router: "ApiRouter") -> None:
         "CONSUMER.MSG.NEXT": api.consumer_msg_next,
         "CONSUMER.PAUSE": api.consumer_pause,
         "CONSUMER.LEADER.STEPDOWN": api.consumer_leader_stepdown,
+        "CONSUMER.UNPIN": api.consumer_unpin,
     })
     from rillet.jetstream import api as _api
     _api.register_types({"consumer_durable_create": "consumer_create_response",
                          "consumer_leader_stepdown": "consumer_leader_stepdown_response",
-                         "consumer_msg_next": "consumer_getnext_response"})
+                         "consumer_msg_next": "consumer_getnext_response",
+                         "consumer_unpin": "consumer_unpin_response"})

@@ -100,9 +100,10 @@ def _parse_time_ns(v: Any) -> int:
 class WaitingRequest:
     """One pull request waiting for messages. Times (``expires``, ``hbt``, ``received``) are ``_clock()``."""
 
-    __slots__ = ("reply", "n", "b", "d", "expires", "no_wait", "hb", "hbt", "received", "reply_b")
+    __slots__ = ("reply", "n", "b", "d", "expires", "no_wait", "hb", "hbt", "received", "reply_b", "pg")
 
-    def __init__(self, reply: str, n: int, b: int, expires: float, no_wait: bool, hb: float, now: float) -> None:
+    def __init__(self, reply: str, n: int, b: int, expires: float, no_wait: bool, hb: float, now: float,
+                 pg: Any = None) -> None:
         self.reply = reply
         self.reply_b = reply.encode("utf-8", "surrogateescape")
         self.n = n          # messages still wanted
@@ -113,6 +114,7 @@ class WaitingRequest:
         self.hb = hb        # heartbeat interval (s), 0 = none
         self.hbt = now + hb if hb else 0.0
         self.received = now
+        self.pg = pg        # priority group fields (rillet.jetstream.priority.PG), None for a plain request
 
 
 class Consumer(ConsumerStateMachine):
@@ -179,6 +181,10 @@ class Consumer(ConsumerStateMachine):
         self._bad_seqs: set[int] = set()
         self._flush_soon = False
         self.persist: Any = None
+        # priority groups (rillet.jetstream.priority): the pin is the leader's, as nats-server's
+        self.pin_id = ""
+        self.pinned_ts = 0
+        self._pin_timer: Any = None
         self._apply_cfg()
 
     # ---- config-derived fields ----------------------------------------------------------------------
@@ -218,6 +224,7 @@ class Consumer(ConsumerStateMachine):
         self.max_expires_ns = int(_cfg(cfg, "max_expires", 0) or 0)
         self.max_bytes = int(_cfg(cfg, "max_bytes", 0) or 0)
         self.pause_until_ns = _parse_time_ns(_cfg(cfg, "pause_until", None))
+        self.priority_policy: str = _cfg(cfg, "priority_policy", "none") or "none"
         self.durable = bool(_cfg(cfg, "durable_name", ""))
         it = int(_cfg(cfg, "inactive_threshold", 0) or 0)
         self.dthresh_s = it / 1e9 if it > 0 else 0.0
@@ -324,6 +331,9 @@ class Consumer(ConsumerStateMachine):
             self.ic.remove_sub(sub)
         self._subs = []
         self._watch_interest(False)
+        if self._pin_timer is not None:
+            from rillet.jetstream import priority
+            priority.clear(self)
         for t in (self._ack_timer, self._wr_timer, self._hb_timer, self._interest_timer, self._delete_timer,
                   self._pause_timer, self._delay_timer, self._flush_timer):
             if t is not None:
@@ -661,6 +671,9 @@ class Consumer(ConsumerStateMachine):
                     dsubj = wr.reply_b
                     dsubj_s = wr.reply
                     wrn, wrb = wr.n, wr.b
+                    if self.pin_id:  # pinned_client: every message tells the pin id
+                        hdr = H.set_headers(hdr, [("Nats-Pin-Id", self.pin_id)])
+                        sz = len(m.subject) + len(ack_reply) + len(hdr) + len(data)
                     if wr.n > 0 and wr.hb:
                         wr.hbt = _clock() + wr.hb
                 self._replay_lts = m.ts
@@ -869,6 +882,7 @@ class Consumer(ConsumerStateMachine):
             return
         req = body.strip()
         batch, expires_ns, max_bytes, no_wait, hb_ns = 1, 0, 0, False, 0
+        pg = None
         if req[:1] == b"{":
             try:
                 d = _next_request(req)
@@ -880,6 +894,9 @@ class Consumer(ConsumerStateMachine):
             max_bytes = d.get("max_bytes", 0)
             no_wait = d.get("no_wait", False)
             hb_ns = d.get("idle_heartbeat", 0)
+            if self.priority_policy != "none" or _PG_FIELDS.intersection(d):
+                from rillet.jetstream.priority import PG
+                pg = PG(d)
             if hb_ns > 0 and hb_ns * 2 > expires_ns:
                 err(400, "Bad Request - heartbeat value too large")
                 return
@@ -897,6 +914,12 @@ class Consumer(ConsumerStateMachine):
         if max_bytes > 0 and self.max_bytes > 0 and max_bytes > self.max_bytes:
             err(409, f"Exceeded MaxRequestMaxBytes of {self.max_bytes}")
             return
+        if pg is not None:
+            from rillet.jetstream import priority
+            bad = priority.check_request(self, pg)
+            if bad is not None:
+                err(*bad)
+                return
         now = _clock()
         self.wq_last = self.loop.time()
         if self.max_waiting and len(self.waiting) >= self.max_waiting:
@@ -916,8 +939,12 @@ class Consumer(ConsumerStateMachine):
                 err(409, "Exceeded MaxWaiting")
             return
         wr = WaitingRequest(reply, batch, max_bytes, now + expires_ns / 1e9 if expires_ns else 0.0, no_wait,
-                            hb_ns / 1e9, now)
-        self.waiting.append(wr)
+                            hb_ns / 1e9, now, pg)
+        if self.priority_policy == "prioritized":
+            from rillet.jetstream import priority
+            priority.insert_prioritized(self.waiting, wr)
+        else:
+            self.waiting.append(wr)
         if self.dthresh_s and self._delete_timer is None:
             self._arm_delete(self.dthresh_s)
         self._arm_wr_timer()
@@ -927,6 +954,8 @@ class Consumer(ConsumerStateMachine):
         now = _clock()
         sl = self.jsa.account.sublist
         wq = self.waiting
+        pol = self.priority_policy
+        cycled = 0
         while wq:
             wr = wq[0]
             if wr.expires and now >= wr.expires:
@@ -934,6 +963,30 @@ class Consumer(ConsumerStateMachine):
                     [(PENDING_MSGS, str(wr.n)), (PENDING_BYTES, str(wr.b))], 408, "Request Timeout"), b"")
                 wq.popleft()
                 continue
+            assigned_pin = False
+            if pol != "none":
+                from rillet.jetstream import priority
+                if pol == "pinned_client":
+                    wid = wr.pg.id if wr.pg is not None else ""
+                    if not self.pin_id and not wid:
+                        assigned_pin = priority.assign_pin(self, wr)
+                    elif wid != self.pin_id and wid:  # an old pin (or another one): told so, dropped
+                        self._send(wr.reply_b, None, H.make_headers(
+                            [(PENDING_MSGS, str(wr.n)), (PENDING_BYTES, str(wr.b))], 423, "Nats-Wrong-Pin-Id"), b"")
+                        wq.popleft()
+                        continue
+                    elif self.pin_id and not wid:  # not the pinned client: waits
+                        wq.rotate(-1)
+                        cycled += 1
+                        if cycled >= len(wq):
+                            return None
+                        continue
+                elif pol == "overflow" and not priority.overflow_passes(self, wr.pg):
+                    wq.rotate(-1)
+                    cycled += 1
+                    if cycled >= len(wq):
+                        return None
+                    continue
             if wr.b > 0:
                 if sz <= wr.b:
                     wr.b -= sz
@@ -943,6 +996,8 @@ class Consumer(ConsumerStateMachine):
                     self._send(wr.reply_b, None, H.make_headers(
                         [(PENDING_MSGS, str(wr.n)), (PENDING_BYTES, str(wr.b))], 409,
                         "Message Size Exceeds MaxBytes"), b"")
+                    if assigned_pin:
+                        self.pin_id, self.pinned_ts = "", 0
                     wq.popleft()
                     continue
             if not sl.has_interest(wr.reply):
@@ -954,7 +1009,11 @@ class Consumer(ConsumerStateMachine):
                 wq.popleft()
             elif len(wq) > 1:
                 wq.popleft()
-                wq.append(wr)
+                if pol == "prioritized":  # back at the end of its own priority
+                    from rillet.jetstream import priority
+                    priority.insert_prioritized(wq, wr)
+                else:
+                    wq.append(wr)
             return wr
         return None
 
@@ -1459,11 +1518,18 @@ class Consumer(ConsumerStateMachine):
                 d["paused"] = True
                 d["pause_remaining"] = left
         d["ts"] = format_time(now_ns())
+        if self.cfg.priority_groups:
+            from rillet.jetstream import priority
+            d["priority_groups"] = priority.groups_info(self)
         return d
 
 
 _NEXT_FIELDS = {"batch": "int", "expires": "time.Duration", "max_bytes": "int", "no_wait": "bool",
-                "idle_heartbeat": "time.Duration"}
+                "idle_heartbeat": "time.Duration",
+                # the priority group fields (rillet.jetstream.priority)
+                "group": "string", "min_pending": "int64", "min_ack_pending": "int64", "id": "string",
+                "priority": "int"}
+_PG_FIELDS = frozenset(("group", "min_pending", "min_ack_pending", "id", "priority"))
 
 
 def _next_request(body: bytes) -> dict:
@@ -1485,13 +1551,15 @@ def _next_request(body: bytes) -> dict:
             continue
         if want == "bool":
             ok = isinstance(v, bool)
+        elif want == "string":
+            ok = isinstance(v, str)
         else:
             ok = isinstance(v, int) and not isinstance(v, bool)
         if not ok:
             if isinstance(v, bool):
                 kind = "bool"
             elif isinstance(v, (int, float)):
-                kind = "number" if want == "bool" else f"number {json.dumps(v)}"
+                kind = "number" if want in ("bool", "string") else f"number {json.dumps(v)}"
             elif isinstance(v, str):
                 kind = "string"
             elif isinstance(v, list):
