@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import rillet
+import rillet.server.msgtrace as _mt
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
@@ -640,6 +641,9 @@ class LeafConn(ServerConn):
             return
         if self.deny_in and self.deny_in.hit(subject) and not self._let_in(subject):
             return
+        if hdr_len > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr_len) >= 0 and \
+                _mt.routed_inbound(acc, self, subject, reply, queues, hdr_len, msg, acc.deliver_leaf):
+            return  # traced here too: this server sends its own event (rillet.server.msgtrace)
         acc.deliver_leaf(self, subject, reply, queues, hdr_len, msg)
 
     def _let_in(self, subject: bytes) -> bool:
