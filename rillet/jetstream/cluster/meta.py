@@ -48,6 +48,7 @@ import importlib.util
 import itertools
 import json
 import os
+import random
 import time
 from typing import Any, Callable, Optional
 
@@ -158,6 +159,7 @@ class JetStreamCluster:
         self.apply_error = ""
         self._reconciling: set[tuple[str, str]] = set()
         self._filled_at = 0.0
+        self._replacing: dict[tuple[str, str, str], float] = {}  # (acc, stream, peer) -> when
         self._removed_at: dict[str, float] = {}  # peer -> when its removal was applied here
         self.removed = False  # this server was removed from the meta group (SERVER.REMOVE)
 
@@ -187,6 +189,7 @@ class JetStreamCluster:
         for p in self.js_api_prefixes():
             ic.subscribe(f"{p}.META.LEADER.STEPDOWN", self._on_sys_api)
             ic.subscribe(f"{p}.SERVER.REMOVE", self._on_sys_api)
+            ic.subscribe(f"{p}.ACCOUNT.PURGE.*", self._on_account_purge)
         cl = srv.cluster
         cl.route_listeners.append(self._route_event)
         for rid, rc in list(cl.routes.items()):
@@ -393,6 +396,8 @@ class JetStreamCluster:
                                 f"{self.registry.name_of(leader) or leader}/{self.name}")
         self._refresh_local()
         if self.is_leader():
+            self._drop_removed_voters()
+            self._replace_removed()
             self._reconcile_tick(now)
 
     def leaderless(self) -> bool:
@@ -489,9 +494,42 @@ class JetStreamCluster:
             self.loop.create_task(self._leave())
             return
         if self.is_leader():
-            for sa in list(self.state.iter_streams()):
-                if peer in sa.group.peers or peer in ((sa.group.desired or {}).get("peers") or ()):
-                    self._replace_peer(sa, peer)
+            self._drop_removed_voters()
+            self._replace_removed()
+
+    def _replace_removed(self) -> None:
+        """Streams with a peer the log removed from the meta group get a replacement (the meta leader, at
+        the removal and on its timer: a leader elected after the removal does it too)."""
+        now = self.loop.time()
+        for sa in list(self.state.iter_streams()):
+            gone = [p for p in sa.group.peers + list((sa.group.desired or {}).get("peers") or ())
+                    if p in self.state.removed and not self._may_rejoin(p)]
+            key = (sa.account, sa.name, gone[0]) if gone else None
+            if key is None or now - self._replacing.get(key, -1e9) < RECONCILE_EVERY:
+                continue
+            self._replacing[key] = now
+            self._replace_peer(sa, gone[0])
+
+    def _may_rejoin(self, peer: str) -> bool:
+        at = self._removed_at.get(peer)
+        return at is not None and self.loop.time() - at >= REJOIN_AFTER
+
+    def _drop_removed_voters(self) -> None:
+        """The meta leader takes the servers the log removed out of the RAFT configuration (one change at
+        a time: retried from the timer while another is in flight)."""
+        g = self.group
+        for p in sorted(self.state.removed):
+            if p in g.peers and p != self.peer and not self._may_rejoin(p):
+                try:
+                    g.remove_peer(p)
+                except NotLeader:
+                    return
+                except Exception as e:  # (a configuration change in flight: the timer retries)
+                    self.log.debug(f"JetStream cluster: removing {p} from the meta group deferred: {e}")
+                    return
+                self.log.notice(f"JetStream cluster: server {self.registry.name_of(p) or p} removed from "
+                                f"the meta group")
+                return
 
     async def _leave(self) -> None:
         await asyncio.sleep(0.2)  # (the entry's commit reaches the others first)
@@ -898,7 +936,25 @@ class JetStreamCluster:
             d["domain"] = self.js.domain
         from rillet.jetstream.api import API_LEVEL
         d["api"] = {"level": API_LEVEL, "total": jsa.api_total, "errors": jsa.api_errors}
-        router.respond(reply, d)
+        if not streams or self.streams is None:
+            router.respond(reply, d)
+            return
+
+        async def run() -> None:
+            # as nats-server counts a clustered account: every replica's bytes (a stream's bytes once per
+            # peer), from each stream leader's state; a stream without a leader counts this server's replica
+            infos = await asyncio.gather(*(self.stream_info(acc, sa.name) for sa in streams))
+            used = {"memory": 0, "file": 0}
+            for sa, info in zip(streams, infos):
+                if info is not None:
+                    n = int((info.get("state") or {}).get("bytes") or 0) * len(sa.group.peers)
+                else:
+                    rep = self.streams.replica(acc, sa.name)
+                    n = int(rep.stream.store.state().bytes) if rep is not None else 0
+                used["memory" if sa.config.get("storage") == "memory" else "file"] += n
+            d["memory"], d["storage"] = used["memory"], used["file"]
+            router.respond(reply, d)
+        self.loop.create_task(run())
 
     # streams
 
@@ -1209,6 +1265,66 @@ class JetStreamCluster:
 
     # ---- system account: META.LEADER.STEPDOWN, SERVER.REMOVE --------------------------------------------
 
+    def _on_account_purge(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                          msg: bytes) -> None:
+        """``$JS.API.ACCOUNT.PURGE.<account>`` (system account, meta leader): every consumer and stream of
+        the account deleted through the log, answered ``initiated`` at once, as nats-server."""
+        if not self.is_leader():
+            return
+        acc = subject.decode().rsplit(".", 1)[-1]
+        typ = T + "account_purge_response"
+
+        def respond(d: dict) -> None:
+            if reply:
+                self._ic.publish(reply, None, gojson.go_json({"type": typ, **d}))
+        if "/" in acc or "\\" in acc:
+            respond({"error": ApiError.make("STREAM_GENERAL_ERROR",
+                                            err="account name can not contain path separators").to_dict()})
+            return
+        ns = nc = 0
+        try:
+            for sa in list(self.state.streams.get(acc, {}).values()):
+                for cn in sorted(sa.consumers):
+                    ca = sa.consumers[cn]
+                    self._propose(A.encode_remove_consumer(A.ConsumerAssignment(
+                        name=ca.name, stream=ca.stream, config=ca.config, group=ca.group, client=ca.client,
+                        created=ca.created, subject=subject.decode())), lambda res, err: None)
+                    nc += 1
+                self._propose(A.encode_remove_stream(A.StreamAssignment(
+                    config=sa.config, group=sa.group, sync=sa.sync, client=sa.client, created=sa.created,
+                    subject=subject.decode())), lambda res, err: None)
+                ns += 1
+        except NotLeader as e:
+            respond({"error": ApiError.make("STREAM_GENERAL_ERROR", err=str(e) or "not leader").to_dict()})
+            return
+        self.log.notice(f"Purge request for account {acc} (streams: {ns}, consumer: {nc}, hasAccount: "
+                        f"{'true' if ns else 'false'})")
+        respond({"initiated": True})
+
+    def _stepdown_target(self, pl: dict) -> Optional[str]:
+        """The peer a META.LEADER.STEPDOWN with ``placement`` hands leadership to (nats-server 2.11+):
+        ``preferred`` names a member server (not this one); else an online member other than this one in
+        ``cluster`` carrying every tag in ``tags``, chosen at random; no placement: the most current."""
+        g = self.group
+        pref = str(pl.get("preferred") or "")
+        if pref:
+            to = next((p for p in g.peers if self.registry.name_of(p) == pref), None)
+            if to == self.peer:
+                raise ApiError.make("CLUSTER_NO_PEERS", err=f'preferred server "{pref}" is already leader')
+            if to is None:
+                raise ApiError.make("CLUSTER_NO_PEERS", err=f'preferred server "{pref}" not known')
+            return to
+        cluster, tags = str(pl.get("cluster") or ""), [str(t) for t in pl.get("tags") or ()]
+        if not cluster and not tags:
+            return None
+        nodes = self.registry.nodes
+        cands = [p for p in g.peers if p != self.peer and p in nodes and not nodes[p].offline
+                 and (not cluster or nodes[p].cluster == cluster)
+                 and all(t.strip().lower() in nodes[p].tags for t in tags)]
+        if not cands:
+            raise ApiError.make("CLUSTER_NO_PEERS", err="no replacement peer connected")
+        return random.choice(cands)
+
     def _on_sys_api(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         if not self.is_leader() or not reply:
             return  # (only the meta leader listens, in nats-server's words)
@@ -1218,8 +1334,8 @@ class JetStreamCluster:
 
         def respond(d: dict) -> None:
             self._ic.publish(reply, None, gojson.go_json({"type": typ, **d}))
-        try:
-            req = json.loads(body) if body.strip() else {}
+        try:  # (as nats-server: parsed only when it looks like a JSON object or array)
+            req = json.loads(body) if body.lstrip()[:1] in (b"{", b"[") else {}
             if not isinstance(req, dict):
                 raise ValueError("not a JSON object")
         except ValueError as e:
@@ -1228,39 +1344,36 @@ class JetStreamCluster:
         g = self.group
         if key == "META.LEADER.STEPDOWN":
             pl = req.get("placement") or {}
-            if pl.get("tags"):
-                respond({"error": ApiError.make("CLUSTER_TAGS").to_dict()})
+            try:
+                to = self._stepdown_target(pl if isinstance(pl, dict) else {})
+            except ApiError as e:
+                respond({"error": e.to_dict()})
                 return
-            to = None
-            pref = pl.get("preferred") or ""
-            if pref:
-                to = next((p for p in g.peers if p != self.peer and (self.registry.name_of(p) == pref or p == pref)),
-                          None)
-                if to is None:
-                    respond({"error": ApiError.make("CLUSTER_NO_PEERS",
-                                                    err=f"preferred server {pref!r} not known").to_dict()})
-                    return
-            respond({"success": True})
             try:
                 g.stepdown(to)
             except (NotLeader, ValueError) as e:
-                self.log.warn(f"JetStream cluster: meta leader stepdown failed: {e}")
+                respond({"error": ApiError.make("RAFT_GENERAL", err=str(e) or "not leader").to_dict()})
+                return
+            respond({"success": True})
             return
         who = str(req.get("peer_id") or req.get("peer") or "")
         peer = next((p for p in g.peers if who and (p == who or self.registry.name_of(p) == who)), None)
         if peer is None:
             respond({"error": ApiError.make("CLUSTER_SERVER_NOT_MEMBER").to_dict()})
             return
-        try:
-            g.remove_peer(peer)
-        except NotLeader:
-            return
-        except Exception as e:
-            self.log.warn(f"JetStream cluster: removing {who} from the meta group: {e}")
+        if any(p in g.peers for p in self.state.removed if not self._may_rejoin(p)):
             respond({"error": ApiError.make("CLUSTER_SERVER_MEMBER_CHANGE_INFLIGHT").to_dict()})
             return
-        self._propose(A.encode_peer_remove(peer), lambda res, err: None)
-        respond({"success": True})
+
+        # the PEER_REMOVE entry first (the removed server applies it too: it learns it was removed), then,
+        # once applied, the RAFT configuration change (_drop_removed_voters)
+        def done(res: Any, err: Optional[BaseException]) -> None:
+            if err is None:
+                respond({"success": True})
+        try:
+            self._propose(A.encode_peer_remove(peer), done)
+        except NotLeader:
+            return
 
     # ---- monitoring -------------------------------------------------------------------------------------
 
