@@ -135,3 +135,52 @@ async def test_server_remove_moves_its_streams(cluster):
     finally:
         await nc.close()
         await sys_.close()
+
+
+def _http(srv, path: str):
+    import urllib.error
+    import urllib.request
+    url = f"http://127.0.0.1:{srv.http_addr[1]}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=3) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+async def test_jsz_raft_details_and_healthz_filters():
+    async with run_cluster(3, jetstream=True, system_account="SYS", users=USERS, http_port=-1) as cluster:
+        nc = await nats.connect(_url(cluster[0], "a"))
+        try:
+            await _api(nc, "$JS.API.STREAM.CREATE.J", {"name": "J", "subjects": ["j"], "num_replicas": 3})
+            await _api(nc, "$JS.API.CONSUMER.CREATE.J.C", {"stream_name": "J", "config": {
+                "durable_name": "C", "ack_policy": "explicit"}})
+            await _api(nc, "j", {"x": 1})
+        finally:
+            await nc.close()
+        sa = cluster[0].jetstream.cluster.state.stream("$G", "J")
+        for s in cluster:
+            await _until(lambda: s.jetstream.cluster.streams.replica("$G", "J") is not None, what="replica")
+            code, j = await asyncio.to_thread(_http, s, "/jsz?streams=true&config=true&raft=true&consumers=true")
+            assert code == 200
+            assert j["ha_assets"] == 3  # the meta group, the stream and its consumer (as nats-server counts)
+            (ad,) = j["account_details"]
+            (sd,) = ad["stream_detail"]
+            # nats-server's StreamDetail keys, in its order
+            assert list(sd) == ["name", "created", "cluster", "config", "state", "consumer_detail",
+                                "stream_raft_group", "consumer_raft_groups"], list(sd)
+            assert sd["stream_raft_group"] == sa.group.name
+            assert sd["consumer_raft_groups"] == [{"name": "C", "raft_group": sa.consumers["C"].group.name}]
+            assert sd["consumer_detail"][0]["name"] == "C" and "config" in sd["consumer_detail"][0]
+            assert sd["cluster"]["raft_group"] == sa.group.name
+            code, j = await asyncio.to_thread(_http, s, "/jsz?streams=true")
+            (sd,) = j["account_details"][0]["stream_detail"]
+            assert list(sd) == ["name", "created", "cluster", "state"]
+            for q in ("js-enabled-only=true", "js-server-only=true", "js-enabled-only=true&js-server-only=true"):
+                assert await asyncio.to_thread(_http, s, "/healthz?" + q) == (200, {"status": "ok"})
+        leads = [s for s in cluster if s.jetstream.cluster.streams.replica("$G", "J").leader]
+        code, j = await asyncio.to_thread(_http, leads[0], "/jsz")
+        assert j["streams_leader"] == 1 and list(j).index("streams_leader") == list(j).index("streams") + 1
+        other = next(s for s in cluster if s is not leads[0])
+        code, j = await asyncio.to_thread(_http, other, "/jsz?streams=true&stream-leader-only=true")
+        assert j["account_details"][0]["stream_detail"] == [] and "streams_leader" not in j

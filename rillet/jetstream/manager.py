@@ -309,6 +309,8 @@ class JetStream:
             d["meta_cluster"] = self.cluster.jsz_meta()
         if opts.get("accounts") or opts.get("streams") or opts.get("consumers"):
             d["account_details"] = [self._account_detail(j, opts) for j in self.accounts.values()]
+        if self.cluster is not None:  # (replicas, raft groups, streams led: rillet.jetstream.cluster.meta)
+            self.cluster.jsz_details(d, opts)
         return d
 
     def _account_detail(self, jsa: JSAccount, opts: dict) -> dict:

@@ -837,6 +837,10 @@ class JetStreamCluster:
                 self._warn_limited(f"JetStream API {what} request from non-system account: "
                                    f"\"{router.jsa.account.name}\"")
             return True
+        if key in ("CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE") and self.streams is not None:
+            r = self.streams.direct_consumer(router, args, body)  # (a mirror's or source's: the stream leader's)
+            if r is not None:
+                return r
         if key not in META_KEYS:
             return self._stream_level(router, key, args, reply)
         if not self.is_leader():
@@ -1405,6 +1409,70 @@ class JetStreamCluster:
 
     def jsz_meta(self) -> dict:
         return MON.meta_cluster_info(self.meta_view())
+
+    def jsz_details(self, d: dict, opts: dict) -> None:
+        """``/jsz`` of a clustered server, as nats-server's: ``streams_leader`` (streams led here),
+        ``ha_assets`` (the meta group and the replicated groups here), and each account's ``stream_detail``
+        for the replicas held here: name, created, cluster, config (``config=true``), state,
+        ``consumer_detail`` (``consumers=true``; config only with ``config=true``), ``stream_raft_group``
+        and ``consumer_raft_groups`` (``raft=true``); ``stream-leader-only`` keeps the streams led here."""
+        st = self.streams
+        reps = list(getattr(st, "replicas", {}).items()) if st is not None else []
+        led = sum(1 for _, r in reps if r.leader)
+        ha = 1 if self.group is not None else 0
+        for (acc, name), r in reps:
+            sa = self.state.stream(acc, name)
+            if sa is not None and len(sa.group.peers) > 1:
+                ha += 1 + sum(1 for ca in sa.consumers.values() if len(ca.group.peers) > 1)
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out[k] = v
+            if k == "streams" and led:
+                out["streams_leader"] = led
+        out["ha_assets"] = ha
+        d.clear()
+        d.update(out)
+        if not (opts.get("streams") or opts.get("consumers")):
+            return
+        from rillet.jetstream.api import stream_info_dict
+        for ad in d.get("account_details") or ():
+            details = []
+            for (acc, name), r in sorted(reps, key=lambda kv: kv[0]):
+                if acc != ad.get("name"):
+                    continue
+                if opts.get("stream_leader_only") and not r.leader:
+                    continue
+                info = stream_info_dict(r.stream, include_config=bool(opts.get("config")))
+                sd: dict[str, Any] = {"name": name, "created": info["created"], "cluster": r.cluster_info()}
+                if "config" in info:
+                    sd["config"] = info["config"]
+                sd["state"] = info["state"]
+                cons, groups = [], []
+                if opts.get("consumers"):
+                    sa = self.state.stream(acc, name)
+                    for cn in sorted(getattr(r, "consumers", {}) or {}):
+                        try:
+                            ci = r.consumers[cn].info()
+                        except Exception as e:
+                            self.log.warn(f"JetStream cluster: /jsz consumer info of '{acc} > {name} > {cn}': {e!r}")
+                            continue
+                        if not opts.get("config"):
+                            ci = {k: v for k, v in ci.items() if k != "config"}
+                        cons.append(ci)
+                        ca = sa.consumers.get(cn) if sa is not None else None
+                        if ca is not None:
+                            groups.append({"name": cn, "raft_group": ca.group.name})
+                if cons:
+                    sd["consumer_detail"] = cons
+                for k in ("mirror", "sources"):
+                    if k in info:
+                        sd[k] = info[k]
+                if opts.get("raft"):
+                    sd["stream_raft_group"] = r.group.name
+                    if groups:
+                        sd["consumer_raft_groups"] = groups
+                details.append(sd)
+            ad["stream_detail"] = details
 
     def raftz(self, group: str = "") -> dict:
         """``/raftz``: the meta group and this server's stream groups, under the system account."""
