@@ -137,8 +137,11 @@ class Stream:
                 names.append(cfg.mirror.name)
             for prefix in self.jsa.api_prefixes():
                 for n in names:
-                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}", self._on_direct_get))
-                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}.>", self._on_direct_get))
+                    # (a queue group, as nats-server: a replicated stream's followers answer them too)
+                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}", self._on_direct_get,
+                                                        queue="_sys_"))
+                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}.>", self._on_direct_get,
+                                                        queue="_sys_"))
         if cfg.mirror is not None:
             return  # a mirror takes no direct publishes
         for subj in cfg.subjects or []:

@@ -220,6 +220,9 @@ class StreamReplica:
         if leader:
             self._direct(False)
             st.start()  # subjects, direct gets, expiry timer, schedules
+            if st.cfg.mirror is not None or st.cfg.sources:
+                from rillet.jetstream.sources import attach_sources
+                attach_sources(st)  # the leader feeds the stream
             self._sync_sub = self.jsa.ic.subscribe(self.sync_subject, self._on_sync)
             self._advisory(True)
             if st.cfg.retention != "limits":
@@ -231,6 +234,13 @@ class StreamReplica:
             st._subs = []
             from rillet.jetstream import schedules
             schedules.stop(st)
+            if st.sources is not None:
+                st.sources.stop()
+                st.sources = None
+            for name, c in list(st.consumers.items()):
+                if name not in self.creps:  # a direct (mirror/source) consumer: the leader's only
+                    c.stop(delete=True, advisory=False)
+                    st.consumers.pop(name, None)
             st._leader_changed(False)
             if self._sync_sub is not None:
                 self.jsa.ic.remove_sub(self._sync_sub)
@@ -639,6 +649,14 @@ class ClusteredStreams:
                     rep.stream._subscribe()
                 if old.allow_direct != cfg.allow_direct and rep.leader:
                     rep.stream._subscribe()
+                if (old.mirror != cfg.mirror or old.sources != cfg.sources) and rep.leader:
+                    st = rep.stream
+                    if cfg.mirror is not None or cfg.sources:
+                        from rillet.jetstream.sources import attach_sources
+                        attach_sources(st)
+                    elif st.sources is not None:
+                        st.sources.stop()
+                        st.sources = None
             rep.stream.update_config(cfg, done)
         elif not rep.leader and cfg.allow_direct != rep.stream.cfg.allow_direct:
             self.js.loop.call_later(0.5, lambda: rep._direct(not rep.leader))  # (once the update applied)
@@ -763,6 +781,24 @@ class ClusteredStreams:
         return False
 
     # ---- $JS.API: the stream / consumer leader answers ----------------------------------------------
+
+    def direct_consumer(self, router: Any, args: list[str], body: bytes) -> bool | None:
+        """A consumer create with ``direct`` set (a mirror's or source's consumer, as nats-server): not
+        replicated, created by the stream leader alone. None: not such a request; False: answer here
+        (the single-server handler creates it); True: another server's (silence)."""
+        if b'"direct"' not in body or not args:
+            return None
+        try:
+            req = json.loads(body)
+            direct = bool((req.get("config") or {}).get("direct"))
+        except (ValueError, AttributeError):
+            return None
+        if not direct:
+            return None
+        rep = self.replicas.get((router.jsa.account.name, args[0]))
+        if rep is None:
+            return True  # (the meta layer's not-found is not given for direct consumers: the origin's leader answers)
+        return not rep.leader
 
     def _offline(self, router: Any, key: str, reply: bytes | None) -> None:
         from rillet.jetstream.api import _type_for
