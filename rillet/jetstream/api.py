@@ -696,6 +696,7 @@ _ENDPOINT_ARGS: dict[str, tuple[str, ...]] = {
     "CONSUMER.PAUSE": ("*.*",),
     "CONSUMER.LEADER.STEPDOWN": ("*.*",),
     "CONSUMER.UNPIN": ("*.*",),
+    "CONSUMER.RESET": ("*.*",),
     "CONSUMER.NAMES": ("*",),
     "CONSUMER.LIST": ("*",),
 }

@@ -199,6 +199,12 @@ class ConsumerApi:
         priority.unpin(c, group, "admin")
         self.router.respond(reply, {"type": T + "consumer_unpin_response"})
 
+    def consumer_reset(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
+        """Resets are answered by the consumer itself (rillet.jetstream.consumer_reset); this subscription only
+        keeps a reset for a missing consumer unanswered (no "no responders"), as nats-server does."""
+        from rillet.jetstream.api import NOT_COUNTED
+        return NOT_COUNTED
+
     def consumer_leader_stepdown(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
@@ -237,6 +243,7 @@ def register(router: "ApiRouter") -> None:
         "CONSUMER.PAUSE": api.consumer_pause,
         "CONSUMER.LEADER.STEPDOWN": api.consumer_leader_stepdown,
         "CONSUMER.UNPIN": api.consumer_unpin,
+        "CONSUMER.RESET": api.consumer_reset,
     })
     from rillet.jetstream import api as _api
     _api.register_types({"consumer_durable_create": "consumer_create_response",

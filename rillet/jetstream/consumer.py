@@ -254,6 +254,7 @@ class Consumer(ConsumerStateMachine):
         # a consumer or stream that does not exist reaches nobody (503 no responders)
         for prefix in self.jsa.api_prefixes():
             self._subs.append(self.ic.subscribe(f"{prefix}.CONSUMER.MSG.NEXT.{st}.{self.name}", self._on_next))
+            self._subs.append(self.ic.subscribe(f"{prefix}.CONSUMER.RESET.{st}.{self.name}", self._on_reset))
         if self.is_push:
             self._watch_interest(True)
             self.active = self._has_interest()
@@ -321,7 +322,17 @@ class Consumer(ConsumerStateMachine):
 
     def _on_next(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         if reply:
+            if hdr > 0 and b"Nats-Required-Api-Level" in msg[:hdr]:
+                from rillet.jetstream.api import _api_level_too_high
+                if _api_level_too_high(msg[:hdr]):
+                    self._send(reply, None, b"NATS/1.0 412 Required Api Level\r\n\r\n", b"")
+                    self._flush_out()
+                    return
             self.process_next_request(reply.decode("utf-8", "surrogateescape"), msg[hdr:] if hdr >= 0 else msg)
+
+    def _on_reset(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        from rillet.jetstream import consumer_reset
+        consumer_reset.on_request(self, reply, msg[:hdr] if hdr > 0 else b"", msg[hdr:] if hdr >= 0 else msg)
 
     def stop(self, delete: bool = False, advisory: bool = True) -> None:
         if self.closed:

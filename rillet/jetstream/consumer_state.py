@@ -24,6 +24,8 @@ move to when nothing is pending), so every replica ends in the same state.
     C_MAXDELIV (sseq, dc, snext)         sseq reached max_deliver at dc deliveries: no longer pending
     C_PURGED (first, seqs, snext)        the stream was purged below first; seqs (pending) are gone
     C_DROP (seqs, snext)                 forget stale pending seqs (below the stream's first or the floor)
+    C_RESET (sseq,)                      CONSUMER.RESET: start over at stream sequence sseq, nothing pending,
+                                         nothing delivered (consumer sequences from 1 again)
 
 Apply returns what the leader needs afterwards (C_ACK: the stream sequence acknowledged, 0 for none, with
 ack policy explicit; the list of them with policy all; for retention).
@@ -44,6 +46,7 @@ C_GONE = Entry.C_GONE
 C_MAXDELIV = Entry.C_MAXDELIV
 C_PURGED = Entry.C_PURGED
 C_DROP = Entry.C_DROP
+C_RESET = Entry.C_RESET
 
 _NONE: list[int] = []
 
@@ -174,6 +177,16 @@ class ConsumerStateMachine:
             if not self.pending:
                 self.adflr, self.asflr = self.dseq - 1, snext - 1
             return None
+        if op == C_RESET:
+            sseq = a[0]
+            self.pending = {}
+            self.rdc = {}
+            self.dseq = 1
+            self.dsseq = sseq - 1
+            self.adflr, self.asflr = 0, sseq - 1
+            self.ldt = self.lat = 0
+            self.has_state = True  # delivered.stream_seq reports sseq - 1 from now on
+            return sseq
         if op == C_START:
             sseq = a[0]
             self.dseq = 1

@@ -75,6 +75,7 @@ class Entry(msgspec.Struct):
     C_MAXDELIV = 27
     C_PURGED = 28
     C_DROP = 29
+    C_RESET = 30
 
     def __repr__(self) -> str:
         return f"Entry({self.op}, {self.args!r})"
