@@ -184,3 +184,20 @@ async def test_jsz_raft_details_and_healthz_filters():
         other = next(s for s in cluster if s is not leads[0])
         code, j = await asyncio.to_thread(_http, other, "/jsz?streams=true&stream-leader-only=true")
         assert j["account_details"][0]["stream_detail"] == [] and "streams_leader" not in j
+
+
+async def test_restore_in_a_cluster_is_refused_with_nats_server_errors(cluster):
+    nc = await nats.connect(_url(cluster[2], "a"))
+    try:
+        await _api(nc, "$JS.API.STREAM.CREATE.RS", {"name": "RS", "subjects": ["rs"]})
+        typ = T + "stream_restore_response"
+        r = await _api(nc, "$JS.API.STREAM.RESTORE.RS", {"config": {"name": "RS"}, "state": {}})
+        assert r == {"type": typ, "error": {"code": 400, "err_code": 10130,
+                                            "description": "stream name already in use, cannot restore"}}
+        r = await _api(nc, "$JS.API.STREAM.RESTORE.NEW", {"config": {"name": "NEW"}, "state": {}})
+        assert r["type"] == typ and r["error"]["err_code"] == 10062, r
+        assert r["error"]["description"].startswith("restore failed: ")
+        assert all(s.jetstream.cluster.state.stream("$G", "NEW") is None for s in cluster)
+        assert all("NEW" not in s.jetstream.accounts["$G"].streams for s in cluster if "$G" in s.jetstream.accounts)
+    finally:
+        await nc.close()

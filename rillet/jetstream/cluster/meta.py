@@ -83,7 +83,7 @@ REJOIN_AFTER = 300.0  # a server removed from the meta group may rejoin after (n
 # the requests only the meta leader answers (after the $JS.API. prefix)
 META_KEYS = frozenset(("INFO", "STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
                        "CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE", "CONSUMER.DELETE", "CONSUMER.NAMES",
-                       "CONSUMER.LIST", "STREAM.PEER.REMOVE"))
+                       "CONSUMER.LIST", "STREAM.PEER.REMOVE", "STREAM.RESTORE"))
 _LIST_FIELDS = {"STREAM.NAMES": "streams", "STREAM.LIST": "streams", "CONSUMER.NAMES": "consumers",
                 "CONSUMER.LIST": "consumers"}
 _TYPES = {"INFO": "account_info_response", "STREAM.CREATE": "stream_create_response",
@@ -92,7 +92,8 @@ _TYPES = {"INFO": "account_info_response", "STREAM.CREATE": "stream_create_respo
           "CONSUMER.CREATE": "consumer_create_response", "CONSUMER.DURABLE.CREATE": "consumer_create_response",
           "CONSUMER.DELETE": "consumer_delete_response", "CONSUMER.NAMES": "consumer_names_response",
           "CONSUMER.LIST": "consumer_list_response", "STREAM.PEER.REMOVE": "stream_remove_peer_response",
-          "META.LEADER.STEPDOWN": "meta_leader_stepdown_response", "SERVER.REMOVE": "meta_server_remove_response"}
+          "META.LEADER.STEPDOWN": "meta_leader_stepdown_response", "SERVER.REMOVE": "meta_server_remove_response",
+          "STREAM.RESTORE": "stream_restore_response"}
 
 
 def _cfg_dict(cfg: Any) -> dict:
@@ -1084,6 +1085,26 @@ class JetStreamCluster:
         nd["origin"] = origin
         g.desired = nd
         return g
+
+    def _api_stream_restore(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
+                            body: bytes) -> None:
+        """STREAM.RESTORE in a cluster: nats-server's meta leader checks the config and the name (10130),
+        places the group and lets its preferred peer take the archive. Rillet checks the same, then
+        refuses with nats-server's restore error: a restored store is not replicated to a new group yet."""
+        name = args[0] if args else ""
+        req = router.parse(body)
+        if not isinstance(req, dict):
+            raise ApiError.make("BAD_REQUEST")
+        raw = dict(req.get("config") or {})
+        raw.setdefault("name", name)
+        if raw.get("name") != name:
+            raise ApiError.make("STREAM_MISMATCH")
+        acc = router.jsa.account.name
+        SC.normalize_stream_config(raw, is_create=True, subject_name=name, account_limits=router.jsa.limits,
+                                   clustered=True)
+        if self.state.stream(acc, name) is not None or (acc, name) in self._inflight:
+            raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
+        raise ApiError.make("STREAM_RESTORE", err="not supported in a Rillet JetStream cluster yet")
 
     def _api_stream_delete(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                            body: bytes) -> None:
