@@ -338,3 +338,28 @@ async def test_leaderless_groups_answer_503(cl, monkeypatch):
         assert r["state"]["messages"] == 1 and r["cluster"].get("leader", "") == ""
     finally:
         await nc3.close()
+
+
+async def test_r5_stream_and_consumer_on_five_servers():
+    out = io.StringIO()
+    async with run_cluster(5, jetstream=True, log=Logger(out=out)) as servers:
+        nc = await nats.connect(servers[3].client_url)
+        js = nc.jetstream()
+        try:
+            await js.add_stream(name="F", subjects=["f"], num_replicas=5)
+            for i in range(20):
+                await js.publish("f", b"%d" % i)
+            await until(lambda: len(store_states(servers, "F")) == 5 and len(set(store_states(servers, "F"))) == 1,
+                        what="on five replicas")
+            info = await js.stream_info("F")
+            assert len(info.cluster.replicas) == 4
+            ps = await js.pull_subscribe("f", durable="C", stream="F")
+            assert len(consumer_reps(servers, "F", "C")) == 5
+            ms = await ps.fetch(20, timeout=3)
+            for m in ms:
+                await m.ack_sync()
+            await until(lambda: all(c.c.asflr == 20 for c in consumer_reps(servers, "F", "C")), what="acks on five")
+        finally:
+            await nc.close()
+    errs = [ln for ln in out.getvalue().splitlines() if "[ERR]" in ln and "connect to route" not in ln]
+    assert not errs, errs[:5]
