@@ -175,14 +175,16 @@ async def test_interest_removal_is_proposed_after_the_message_commits(env):
     assert st.store.state().msgs == 0
 
 
-async def test_lost_leadership_fails_what_was_in_flight(env):
+async def test_lost_leadership_leaves_in_flight_unanswered(env):
     srv, nc = env
     st, log = await deferred_stream(srv, nc, {"name": "D", "subjects": ["d.>"]})
-    f1 = publish(nc, "d.x", b"1", {"Nats-Msg-Id": "a"})
+    f1 = asyncio.ensure_future(nc.request("d.x", b"1", headers={"Nats-Msg-Id": "a"}, timeout=0.5))
     await until(lambda: len(log.queue) == 1)
     log.step_down()
-    r = json.loads((await f1).data)
-    assert r["error"]["description"] == "not the leader" and r["seq"] == 0, r
+    # the entry may still commit under the next leader: its outcome is unknown, so the publisher gets no
+    # answer (an error here would be false if it committed: the fault harness saw exactly that) and retries
+    with pytest.raises(nats.errors.TimeoutError):
+        await f1
     assert not st._inflight and not st._pids and st.store.state().msgs == 0
     # a new term on this node: the same publish goes through, at sequence 1
     log.is_leader = True
@@ -222,7 +224,7 @@ def test_log_completions_order_nesting_and_leadership():
     seen.clear()
     log.propose(Entry(Entry.MSG, ("c",)), done)
     log.step_down()
-    assert seen == [("done", "c", None, "NotLeader")] and changes == [False]
+    assert seen == [("done", "c", None, "LeadershipLost")] and changes == [False]
     seen.clear()
     log.propose(Entry(Entry.MSG, ("d",)), done)  # not the leader: refused at once
     assert seen == [("done", "d", None, "NotLeader")] and not log.queue

@@ -163,7 +163,7 @@ def test_leadership_loss_fails_pending_then_tells_owner():
     rl.propose(Entry(Entry.DELETE, (2, True, 5)), cb)
     g.lose()
     g.props = []
-    assert [d[2] for d in done] == ["NotLeader", "NotLeader"]
+    assert [d[2] for d in done] == ["LeadershipLost", "LeadershipLost"]  # outcome unknown: no answer
     assert order == [("owner", False, 2)]
     assert not rl.is_leader
     rl.propose(Entry(Entry.DELETE, (3, True, 5)), cb)  # not the leader: fails at once

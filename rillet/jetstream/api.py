@@ -18,6 +18,7 @@ from rillet.jetstream import configtypes as C
 from rillet.jetstream import streamconfig as SC
 from rillet.jetstream import gojson
 from rillet.jetstream import headers as H
+from rillet.jetstream.log import LeadershipLost
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store import ErrTooManyResults
 from rillet.jetstream.stream import Stream, now_ns
@@ -298,7 +299,10 @@ class ApiRouter:
         stream.update_config(cfg, done)  # through the stream's log; answered once applied
 
     def _entry_failed(self, reply: bytes | None, typ: str, err: BaseException) -> None:
-        """An API request's log entry could not be applied: answered as the API answers a failed handler."""
+        """An API request's log entry could not be applied: answered as the API answers a failed handler.
+        One whose outcome is unknown (leadership lost after it was proposed) gets no answer."""
+        if isinstance(err, LeadershipLost):
+            return
         self.jsa.api_errors += 1
         if not isinstance(err, ApiError):
             self.js.log.error(f"JetStream API error applying {typ}: {err!r}")

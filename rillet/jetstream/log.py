@@ -46,6 +46,12 @@ class NotLeader(Exception):
         super().__init__("not the leader")
 
 
+class LeadershipLost(NotLeader):
+    """The entry was proposed, then this node lost leadership before it applied: it may still commit under
+    the next leader, so its outcome is unknown. Whoever waits for it gives no answer (a client times out and
+    retries, as with nats-server) instead of an error that could be false."""
+
+
 class Entry(msgspec.Struct):
     """One log entry. ``op`` names the change; the fields it needs travel in ``args``; ``ctx`` is local.
     (A msgspec Struct: built in C, one is made per publish and per delivery.)"""
@@ -153,6 +159,6 @@ class DeferredLog:
         pending, self.queue = self.queue, []
         for entry, cb in pending:
             if cb is not None:
-                cb(entry, None, NotLeader())
+                cb(entry, None, LeadershipLost())
         if self.on_leader_change is not None:
             self.on_leader_change(False)

@@ -40,7 +40,7 @@ from rillet.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream import schedules
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.log import Entry, NotLeader, SingleNodeLog
+from rillet.jetstream.log import Entry, LeadershipLost, NotLeader, SingleNodeLog
 from rillet.jetstream.store import base as store_base
 from rillet.subjects.validate import subject_matches_filter
 
@@ -398,7 +398,10 @@ class Stream:
 
     def _refused(self, reply: bytes | None, err: BaseException) -> None:
         """An entry the log could not apply: answered with nats-server's error (a store refusal is part of
-        the protocol; anything else is logged too)."""
+        the protocol; anything else is logged too). An entry whose outcome is unknown (leadership lost
+        after it was proposed: it may still commit) gets no answer."""
+        if isinstance(err, LeadershipLost):
+            return
         if isinstance(err, ApiError):
             e = err
         else:

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from rillet.jetstream.log import Completion, Entry, NotLeader
+from rillet.jetstream.log import Completion, Entry, LeadershipLost, NotLeader
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
@@ -290,7 +290,7 @@ class RaftLog:
         pend, self._pending = self._pending, deque()
         for p in pend:
             if p.cb is not None:
-                p.cb(p.entry, None, NotLeader())
+                p.cb(p.entry, None, LeadershipLost())
 
     @property
     def pending(self) -> int:
