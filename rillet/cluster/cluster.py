@@ -86,7 +86,7 @@ CONNECT_ERROR_REPORTS = 3600  # connect_error_reports: every Nth failed attempt 
 # pool_size left unset (or 0): a pool of 3 connections per server, as nats-server (DEFAULT_ROUTE_POOL_SIZE);
 # -1: no pooling (one connection per server, nothing pinned)
 DEFAULT_ROUTE_POOL_SIZE = 3
-ROUTE_PROTO = 2  # route protocol with accounts (nats-server's RouteProtoV2; no message tracing)
+ROUTE_PROTO = 3  # route protocol with accounts and message tracing (nats-server's MsgTraceProto)
 
 
 class RouteURL(NamedTuple):

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import rillet
+import rillet.server.msgtrace as _mt
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import TLSPortListener, log_tls_failure
@@ -78,7 +79,7 @@ RECENT_SUB_EXPIRATION = 2.0  # defaultGatewayRecentSubExpiration
 MAX_RUNSUB_BEFORE_SWITCH = 1000  # defaultGatewayMaxRUnsubBeforeSwitch
 MAX_PING_INTERVAL = 15.0  # gwMaxPingInterval
 DIAL_TIMEOUT = 1.0
-GATEWAY_PROTO = 2
+GATEWAY_PROTO = 3  # nats-server's MsgTraceProto: this server takes part in message tracing (msgtrace)
 FORCE_INTEREST_ONLY = True  # nats-server >= 2.9 (see the module docstring)
 
 _GR = ci.GW_REPLY_PREFIX
@@ -822,6 +823,13 @@ class Gateway:
 
     def inbound_msg(self, c: GatewayConn, account: bytes, subject: bytes, reply: bytes | None, queues: tuple,
                     hdr: int, msg: bytes) -> None:
+        if hdr > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr) >= 0 and \
+                _mt.gateway_inbound(self, c, account, subject, reply, queues, hdr, msg, self._inbound_msg):
+            return  # traced here too: this server sends its own event (rillet.server.msgtrace)
+        self._inbound_msg(c, account, subject, reply, queues, hdr, msg)
+
+    def _inbound_msg(self, c: GatewayConn, account: bytes, subject: bytes, reply: bytes | None, queues: tuple,
+                     hdr: int, msg: bytes) -> None:
         if subject[:_GR_LEN] == _GR or subject[:4] == ci.OLD_GW_REPLY_PREFIX:
             self.gateway_reply(c, account, subject, reply, hdr, msg)
             return
@@ -906,6 +914,9 @@ class Gateway:
         qgroups: set[bytes] | None = None
         mreply: bytes | None = None
         sent = False
+        mt = _mt.CURRENT if hdr > 0 else None
+        if mt is not None and not _mt.owns(mt, hdr, msg):
+            mt = None
         for gc in self.outo:
             if gc.closed:
                 continue
@@ -932,7 +943,11 @@ class Gateway:
                     continue
             if reply and mreply is None:
                 mreply = self.reply_prefix + reply if self._map_reply(name, reply) else reply
-            gc.send_msg(name, subject, mreply, queues, hdr, msg)
+            if mt is not None:  # the next hop in its header, and the GATEWAY egress event (rillet.server.msgtrace)
+                h2, m2 = mt.to_remote(gc, hdr, msg)
+                gc.send_msg(name, subject, mreply, queues, h2, m2)
+            else:
+                gc.send_msg(name, subject, mreply, queues, hdr, msg)
             sent = True
         return sent
 
@@ -1042,6 +1057,18 @@ class GatewayAccount(RoutedAccount):
             return RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
         if self._gwr and route is None and self._routed_reply(subject) is not None:
             return self.deliver(c, subject, reply, hdr, msg)  # a response to a request from another cluster
+        if hdr > 0 and _mt.CURRENT is not None:
+            # a traced message: the gateways last, as nats-server (its hop numbers follow the routes')
+            nr = c.no_responders
+            c.no_responders = False
+            try:
+                done = RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+            finally:
+                c.no_responders = nr
+            sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
+            if not (done or sent) and reply and nr and not _mt.CURRENT.tonly:
+                self._no_responders(c, subject, reply)
+            return done or sent
         sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
         if sent and c.no_responders:
             c.no_responders = False
@@ -1055,11 +1082,18 @@ class GatewayAccount(RoutedAccount):
     def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                        msg: bytes) -> None:
         if subject[:_GR_LEN] == _GR:
+            if hdr > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr) >= 0 and \
+                    _mt.routed_inbound(self, rc, subject, reply, queues, hdr, msg, self._routed_gateway_reply):
+                return  # traced here too (rillet.server.msgtrace)
             self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
             return
         if reply and reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET:
             reply = self._strip_gr(reply)
         RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+
+    def _routed_gateway_reply(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                              msg: bytes) -> None:
+        self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
 
     def deliver_from_gateway(self, c: Any, r: Any, subject: bytes, reply: bytes | None, queues: tuple,
                              hdr: int, msg: bytes, all_queues: bool) -> None:

@@ -247,8 +247,7 @@ def conn_name(c: Any) -> str:
     if k == 0:
         o = getattr(c, "opts", None)
         return getattr(o, "name", "") or ""
-    if k == 3:  # a gateway: the remote cluster's name
-        return getattr(c, "name", "") or ""
+    # a route, gateway or leaf: the remote server's name (as nats-server's INFO ``name``), not its cluster's
     return getattr(c, "remote_name", "") or ""
 
 
@@ -383,6 +382,27 @@ def routed_inbound(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queue
         CURRENT = prev
     mt.send()
     return True
+
+
+def gateway_inbound(gw: Any, gc: Any, account: bytes, subject: bytes, reply: bytes | None, queues: tuple,
+                    hdr: int, msg: bytes, process: Any) -> bool:
+    """A message from gateway connection ``gc`` that may be traced (a ``_GR_.`` reply too, traced under the
+    subject it arrived with): when it is, ``process(gc, account, ...)`` (the gateway's inbound handling) runs
+    with the trace current and this server's event is sent. The account is looked up without resolving it,
+    as nats-server; an unknown one is not traced (a trace-only message is then dropped)."""
+    acc = gw.server.accounts.get(account.decode("utf-8", "surrogateescape"))
+    if acc is None:
+        headers, has_dest, has_parent = parse_headers(msg[:hdr])
+        if not (has_dest or has_parent):
+            return False
+        gw.server.log.error(f"{_prefix(gc)} - Account \"{account.decode('utf-8', 'replace')}\" was not found, "
+                            "won't be able to trace events")
+        to = headers.get(TRACE_ONLY, [""])[0].lower() if has_dest else ""
+        return to in ("1", "true", "on")
+
+    def deliver(rc: Any, s: bytes, r: bytes | None, q: tuple, h: int, m: bytes) -> None:
+        process(rc, account, s, r, q, h, m)
+    return routed_inbound(acc, gc, subject, reply, queues, hdr, msg, deliver)
 
 
 def owns(mt: MsgTrace, hdr: int, msg: bytes) -> bool:
