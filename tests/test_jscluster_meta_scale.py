@@ -143,3 +143,23 @@ async def test_second_create_with_another_config_while_in_flight(cluster):
                                "description": "stream name already in use with a different configuration"}, rb
     finally:
         await nc.close()
+
+
+async def test_scale_r1_r3_r5_r3_on_five_servers():
+    async with run_cluster(5, jetstream=True, system_account="SYS", users=USERS) as servers:
+        nc = await nats.connect(_url(servers[3], "a"))
+        try:
+            cfg = {"name": "F", "subjects": ["f"], "num_replicas": 1}
+            await _api(nc, "$JS.API.STREAM.CREATE.F", cfg)
+            await _api(nc, "f", {"n": 1})
+            for n, msgs in ((3, 2), (5, 3), (3, 4)):
+                r = await _api(nc, "$JS.API.STREAM.UPDATE.F", dict(cfg, num_replicas=n))
+                assert "error" not in r and r["config"]["num_replicas"] == n, r
+                await _until(lambda: _settled(servers, "F", n), timeout=15, what=f"R{n} settled")
+                await _api(nc, "f", {"n": msgs})
+                await _until(lambda: _messages(servers, "F") == [msgs] * n, what=f"{msgs} messages x{n}")
+            # beyond R5: nats-server's config error
+            r = await _api(nc, "$JS.API.STREAM.UPDATE.F", dict(cfg, num_replicas=6))
+            assert r["error"] == {"code": 500, "err_code": 10052, "description": "maximum replicas is 5"}, r
+        finally:
+            await nc.close()
