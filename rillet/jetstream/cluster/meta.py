@@ -13,8 +13,11 @@ then not elect a leader without the votes a Rillet server never sends. The found
 so a restart uses it again (``JetStream cluster recovering state``). A server started later, or one
 whose state was wiped, founds with what it knows, which includes the running members; its votes fail
 (its log is behind), and the meta leader, hearing a Rillet server in ``_meta_`` that is not a member (and
-was not removed with ``SERVER.REMOVE``), adds it (a RAFT configuration entry, then a ``PEER_ADD`` meta
-entry): the new member gets the log, or a snapshot, and the configuration from the leader. (nats-server
+was removed with ``SERVER.REMOVE`` less than ``REJOIN_AFTER`` ago, nats-server's 5 minutes), adds it (a
+RAFT configuration entry, then a ``PEER_ADD`` meta entry): the new member gets the log, or a snapshot, and
+the configuration from the leader. ``SERVER.REMOVE`` proposes the ``PEER_REMOVE`` entry first (so the
+removed server applies it and stops its cluster layer, as nats-server disables JetStream there), then the
+leader drops the voter and replaces the server in its stream groups. (nats-server
 learns peers as their RAFT messages arrive; a fixed founding set is this module's simpler form of it.
 Servers started together must agree on the set: start them with the full route list.)
 
@@ -30,6 +33,11 @@ servers' meta group is never touched (tests/test_jscluster_meta_restart.py runs 
 re-applied at start (up to the commit recovered from the WAL) carry no ``reply``, so nobody answers an
 old request again. The state is snapshotted every ``COMPACT_EVERY`` entries; streams are never
 forgotten: the assignments live in the meta WAL and snapshots.
+
+**Scale, move, replacement.** An update changing ``num_replicas`` or ``placement`` sets the group's
+``desired`` state (nats-server 2.15); the meta leader's timer then moves each such group one member at a
+time (``_reconcile_one``: add one, wait until current, ..., drop the old ones, followers first). The README
+describes the rules.
 
 **The API.** Every JetStream server receives ``$JS.API.>``. The meta leader answers INFO, STREAM.CREATE/
 UPDATE/DELETE/NAMES/LIST, CONSUMER.CREATE/DURABLE.CREATE/DELETE/NAMES/LIST, STREAM.PEER.REMOVE, and in
