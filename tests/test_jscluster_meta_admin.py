@@ -201,3 +201,30 @@ async def test_restore_in_a_cluster_is_refused_with_nats_server_errors(cluster):
         assert all("NEW" not in s.jetstream.accounts["$G"].streams for s in cluster if "$G" in s.jetstream.accounts)
     finally:
         await nc.close()
+
+
+async def test_removed_server_rejoins_only_after_the_remove_timeout(cluster, monkeypatch):
+    from rillet.jetstream.cluster import meta as META
+    monkeypatch.setattr(META, "REJOIN_AFTER", 1.5)  # (nats-server's peerRemoveTimeout: 5 minutes)
+    leader = await wait_meta_leader(cluster)
+    victim = next(s for s in cluster if s is not leader)
+    vc = victim.jetstream.cluster
+    sys_ = await nats.connect(_url(leader, "sys"))
+    try:
+        r = await _api(sys_, "$JS.API.SERVER.REMOVE", {"peer": victim.name})
+        assert r.get("success") is True, r
+        t0 = time.monotonic()
+        await _until(lambda: vc.removed and vc.group is not None and not vc.group.running, what="victim left")
+        await _until(lambda: vc.peer not in leader.jetstream.cluster.group.peers, what="voter dropped")
+        # the server comes back (its meta member restarts from its WAL): ignored until the timeout passed
+        vc.removed = False
+        await vc._start_group([])
+        await asyncio.sleep(max(0.0, 0.8 - (time.monotonic() - t0)))
+        assert vc.peer not in leader.jetstream.cluster.group.peers
+        lc = leader.jetstream.cluster
+        await _until(lambda: vc.peer in lc.group.peers and not lc.state.removed, timeout=10,
+                     what="re-added after the timeout")
+        assert time.monotonic() - t0 >= 1.4
+        await _until(lambda: vc.group.leader == leader.jetstream.cluster.peer, what="victim follows the leader")
+    finally:
+        await sys_.close()
