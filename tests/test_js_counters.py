@@ -85,6 +85,7 @@ async def test_counter_increments_and_errors_like_nats_server(pair, storage):
             await pub("plain stream incr", "p.a", hdr=_h(("Nats-Incr", "1")))
             await pub("plain stream invalid incr", "p.a", hdr=_h(("Nats-Incr", "x")))
             await pub("plain stream message", "p.a", "hello")
+            await pub("source header on a direct publish", "p.a", "x", hdr=_h(("Nats-Stream-Source", "X 1 > > p.a")))
             # the stored messages: bodies {"val":"..."} and the headers kept
             for seq in range(1, 9):
                 ans = await r.request("$JS.API.DIRECT.GET.CNT", {"seq": seq})

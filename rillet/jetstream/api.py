@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rillet.jetstream.manager import JSAccount
 
 T = "io.nats.jetstream.api.v1."
-API_LEVEL = 2  # the JetStream API level of the nats-server version we report (2.12)
+from rillet.jetstream.configtypes import JS_API_LEVEL as API_LEVEL  # the level of the version we report (2.15: 5)
 JSON_LIMIT = 1024  # names per page
 LIST_LIMIT = 256  # infos per page
 
@@ -133,6 +133,13 @@ class ApiRouter:
                 break
         # counted once answered (an account info request reports the requests before it, as nats-server)
         try:
+            if hdr_b and key not in _NO_LEVEL_CHECK and b"Nats-Required-Api-Level" in hdr_b \
+                    and _api_level_too_high(hdr_b):
+                self.jsa.api_errors += 1
+                self.jsa.api_total += 1
+                self.respond_error(reply, _type_for(handler), ApiError.make("REQUIRED_API_LEVEL"),
+                                   _LEVEL_EXTRA.get(getattr(handler, "__name__", "")))
+                return
             if handler(args, reply, hdr_b, body) is NOT_COUNTED:
                 return
         except ApiError as e:
@@ -610,6 +617,12 @@ def _reserved(streams: Any, storage: str, skip: str = "") -> int:
 NOT_COUNTED = object()  # a handler's answer that does not count in the account's API totals
 
 _MAX_MULTI_RESULTS = 1024  # subjects one multi_last request may match (413 Too Many Results beyond)
+
+
+# endpoints that check Nats-Required-Api-Level themselves (or are served elsewhere)
+_NO_LEVEL_CHECK = frozenset(("DIRECT.GET", "CONSUMER.MSG.NEXT", "CONSUMER.RESET"))
+# the zero-valued fields nats-server's response types carry beside an error
+_LEVEL_EXTRA: dict[str, dict] = {"stream_info": {"total": 0, "offset": 0, "limit": 0}}
 
 
 def _api_level_too_high(hdr: bytes) -> bool:

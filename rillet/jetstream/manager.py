@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rillet.server.accounts import Account
     from rillet.server.server import Server
 
-API_LEVEL = 2
+from rillet.jetstream.configtypes import JS_API_LEVEL as API_LEVEL  # nats-server 2.15: 5
 
 
 class JSAccount:

@@ -270,6 +270,8 @@ class Stream:
                     raise ApiError.make("STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID")
                 if b"Nats-Schedul" in hdr:
                     hdr = schedules.check(self, subject, hdr)
+                if not sourced and b"Nats-Stream-Source:" in hdr:  # only sourcing may set it (2.15)
+                    raise ApiError.make("MESSAGE_SOURCE_HDR_NOT_ALLOWED")
                 v = H.get_header(hdr, H.ROLLUP)
                 if v is not None:
                     if not cfg.allow_rollup_hdrs:

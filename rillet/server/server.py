@@ -527,6 +527,7 @@ class Server:
             info["connect_urls"] = urls
         if self.ldm:
             info["ldm"] = True
+        info["api_lvl"] = rillet.JS_API_LEVEL  # the JetStream API level (nats-server sends it always)
         info["xkey"] = self.xkey
         return info
 
