@@ -230,6 +230,8 @@ class ClientParser(BufferedParser):
                     raise ProtocolError(None, f"processHeaderPub Header Size larger then TotalSize: "
                                               f"{_snippet(data, pos + 5, 64)}")
                 if size > self.max_payload:
+                    if hdr > 0 and nl + 1 < n and hasattr(handler, "hpub_too_big"):  # (a trace event: msgtrace)
+                        handler.hpub_too_big(subject, data[nl + 1:nl + 1 + hdr], size)
                     raise ProtocolError(MAX_PAYLOAD_VIOLATION,
                                         f"Maximum Payload Violation: {size} vs {self.max_payload}",
                                         "Maximum Payload Exceeded")

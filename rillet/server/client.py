@@ -628,6 +628,11 @@ class Client(asyncio.Protocol):
                 self.send_ok()
         self.account.deliver(self, subject, reply, hdr_len, msg)
 
+    def hpub_too_big(self, subject: bytes, hdr: bytes, size: int) -> None:
+        """An HPUB refused for max payload (the parser calls this before the error): a traced one still gets
+        its trace event, with the ingress error (rillet.server.msgtrace)."""
+        _mt.max_payload_event(self, subject, hdr, size)
+
     def _pub_allowed(self, subject: bytes) -> bool:
         perms = self.perms
         if perms is None or not perms.has_pub or perms.can_publish(subject):

@@ -20,6 +20,7 @@ import random
 import time
 from typing import Any
 
+from rillet.goquote import go_quote
 from rillet.gotime import format_time
 
 TRACE_DEST = "Nats-Trace-Dest"
@@ -28,12 +29,15 @@ TRACE_ORIGIN_ACCOUNT = "Nats-Trace-Origin-Account"
 TRACE_ONLY = "Nats-Trace-Only"
 TRACE_DISABLED = "trace disabled"  # (not a valid subject: a receiving server does not trace again)
 TRACE_PARENT = "traceparent"
+ACCEPT_ENCODING = "Accept-Encoding"
+CONTENT_ENCODING = "Content-Encoding"
 
 ERR_NO_ECHO = "Not delivered because of no echo"
 ERR_PUB_VIOLATION = "Not delivered because publish denied for this subject"
 ERR_SUB_DENY = "Not delivered because subscription denies this subject"
 ERR_CLIENT_CLOSED = "Not delivered because client is closed"
 ERR_AUTO_UNSUB = "Not delivered because auto-unsubscribe exceeded"
+ERR_MAX_PAYLOAD = "maximum payload exceeded"  # (nats-server's ErrMaxPayload text, in an ingress event)
 
 # connection kinds as the trace events number them (nats-server's CLIENT, ROUTER, GATEWAY, LEAF), by ours
 _KIND = {0: 0, 2: 1, 3: 2, 4: 4}
@@ -115,7 +119,7 @@ class MsgTrace:
     """One traced message on this server."""
 
     __slots__ = ("server", "acc", "dest", "tonly", "hop", "nhop", "hops", "events", "header", "size", "js",
-                 "ingress", "shadow")
+                 "ingress", "shadow", "ct")
 
     def __init__(self, server: Any, acc: Any, dest: str, tonly: bool, hop: str, header: dict, size: int,
                  ingress: dict) -> None:
@@ -134,6 +138,7 @@ class MsgTrace:
         # (importer, source subject, remap) while a stream import delivers: the egress names the
         # subscription as the exporting account sees it (nats-server's shadow subscription)
         self.shadow: tuple | None = None
+        self.ct = ""  # the event's Content-Encoding, from the traced message's Accept-Encoding ("": none)
 
     # ---- events -----------------------------------------------------------------------------------------
 
@@ -225,11 +230,39 @@ class MsgTrace:
         ic = _event_client(srv, acc)
         global CURRENT
         prev, CURRENT = CURRENT, None
+        body = json.dumps(self.event(), separators=(",", ":")).encode()
         try:
-            ic.publish(self.dest.encode("utf-8", "surrogateescape"), None,
-                       json.dumps(self.event(), separators=(",", ":")).encode())
+            if self.ct:
+                h = b"NATS/1.0\r\n" + CONTENT_ENCODING.encode() + b": " + self.ct.encode() + b"\r\n\r\n"
+                ic.publish(self.dest.encode("utf-8", "surrogateescape"), None, h + _compress(self.ct, body),
+                           len(h))
+            else:
+                ic.publish(self.dest.encode("utf-8", "surrogateescape"), None, body)
         finally:
             CURRENT = prev
+
+
+def _compression(accept: str) -> str:
+    """The Content-Encoding of the event for the traced message's ``Accept-Encoding``, as nats-server
+    chooses it: snappy (also for ``s2``), else gzip, else ``identity`` (asked for something else)."""
+    if not accept:
+        return ""
+    a = accept.lower()
+    if "snappy" in a or "s2" in a:
+        return "snappy"
+    if "gzip" in a:
+        return "gzip"
+    return "identity"
+
+
+def _compress(ct: str, body: bytes) -> bytes:
+    if ct == "gzip":
+        import gzip
+        return gzip.compress(body)
+    if ct == "snappy":  # the snappy framing format (what nats-server's s2 writer makes in snappy mode)
+        import cramjam
+        return bytes(cramjam.snappy.compress(body))
+    return body
 
 
 def _event_client(srv: Any, acc: Any) -> Any:
@@ -258,9 +291,16 @@ def wants_trace(acc: Any, hdr: int, msg: bytes) -> bool:
     return getattr(acc, "trace_dest", None) is not None and msg[:hdr].lower().find(b"traceparent") >= 0
 
 
-def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool) -> tuple[bool, Any]:
+# what ``start`` gives when the message goes on untraced with its trace destination disabled
+_DISABLE = "disable"
+
+
+def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool,
+          ingress_error: str = "") -> tuple[bool, Any]:
     """A trace for this message (or None), and whether to skip processing it (a trace-only message that
-    cannot be traced is not delivered either). ``hop_ok``: it came from another server (hop header read)."""
+    cannot be traced is not delivered either). ``hop_ok``: it came from another server (hop header read).
+    Instead of a trace, ``_DISABLE``: deliver the message with ``Nats-Trace-Dest: trace disabled`` (an old
+    ``Nats-Trace-Origin-Account`` header, or a traceparent not sampled), so no other server traces it."""
     headers, has_dest, has_parent = parse_headers(msg[:hdr])
     if not headers or not (has_dest or has_parent):
         return False, None
@@ -275,22 +315,33 @@ def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool) 
     if TRACE_ORIGIN_ACCOUNT in headers:
         srv.log.error(f"{_prefix(c)} - Message tracing disabled because of header "
                       f"\"{TRACE_ORIGIN_ACCOUNT}\" with value=\"{headers[TRACE_ORIGIN_ACCOUNT][0]}\"")
-        return tonly, None
+        return tonly, (_DISABLE if not tonly and not ingress_error else None)
+    kind = getattr(c, "kind", 0)
     hop = headers.get(TRACE_HOP, [""])[0] if hop_ok else ""
     if external:
         dest = getattr(acc, "trace_dest", None) or ""
         if not dest:
             return False, None
-        if getattr(c, "kind", 0) == 0 and not _sample(getattr(acc, "trace_sampling", 100)):
-            return False, None
+        if kind == 0 and not _sample(getattr(acc, "trace_sampling", 100)):
+            return False, (_DISABLE if not ingress_error else None)
     from rillet.subjects.validate import is_valid_publish_subject
     if not is_valid_publish_subject(dest):
         srv.log.error(f"{_prefix(c)} - Destination \"{dest}\" is not valid, won't be able to trace events")
         return tonly, None
+    dest_b = dest.encode("utf-8", "surrogateescape")
     perms = getattr(c, "perms", None)
-    if perms is not None and perms.has_pub and not perms.can_publish(dest.encode("utf-8", "surrogateescape")):
-        if getattr(c, "kind", 0) == 0:
-            c._pub_allowed(dest.encode("utf-8", "surrogateescape"))  # -ERR and the log line
+    # never to a gateway reply subject, nor to $NRG. (RAFT traffic) outside the system account
+    denied = dest_b[:5] == b"_GR_." or dest_b[:4] == b"$GR." or \
+        (dest_b[:5] == b"$NRG." and acc is not getattr(srv, "system_account", None))
+    if denied or (perms is not None and perms.has_pub and not perms.can_publish(dest_b)):
+        if kind == 0 or kind == 4:
+            q = go_quote(dest_b)
+            srv.log.error(f"{_prefix(c)} - Publish Violation - Subject {q}")
+            send_err = getattr(c, "send_err", None)
+            if callable(send_err):
+                send_err(f"Permissions Violation for Publish to {q}")
+        else:
+            srv.log.error(f"{_prefix(c)} - Publish Violation - Subject \"{dest}\"")
         return True, None
     ingress: dict[str, Any] = {"type": "in", "ts": _now(), "kind": _KIND.get(getattr(c, "kind", 0), 0),
                                "cid": getattr(c, "cid", 0)}
@@ -299,7 +350,11 @@ def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool) 
         ingress["name"] = name
     ingress["acc"] = acc.name
     ingress["subj"] = subject.decode("utf-8", "replace")
-    return False, MsgTrace(srv, acc, dest, tonly, hop, headers, len(msg), ingress)
+    if ingress_error:
+        ingress["error"] = ingress_error
+    mt = MsgTrace(srv, acc, dest, tonly, hop, headers, len(msg), ingress)
+    mt.ct = _compression(headers.get(ACCEPT_ENCODING, [""])[0])
+    return False, mt
 
 
 def _prefix(c: Any) -> str:
@@ -315,6 +370,9 @@ def client_publish(c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: b
     skip, mt = start(c, acc, subject, hdr, msg, False) if wants_trace(acc, hdr, msg) else (False, None)
     if skip:
         return
+    if mt is _DISABLE:
+        hdr, msg = disable(hdr, msg)
+        mt = None
     if mt is None:
         if c.slow_path:
             if not c._pub_checks(b"HPUB", subject, reply, hdr, msg):
@@ -337,6 +395,18 @@ def client_publish(c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: b
         if c.verbose:
             c.send_ok()
     run(mt, acc, c, subject, reply, hdr, msg)
+
+
+def max_payload_event(c: Any, subject: bytes, hdr: bytes, size: int) -> None:
+    """A client's message refused for max payload: when its headers (what arrived of them) ask for a trace,
+    the event with the ingress error goes out before the connection is closed, as nats-server does."""
+    acc = getattr(c, "account", None)
+    if acc is None or not wants_trace(acc, len(hdr), hdr):
+        return
+    _, mt = start(c, acc, subject, len(hdr), hdr, False, ingress_error=ERR_MAX_PAYLOAD)
+    if isinstance(mt, MsgTrace):
+        mt.size = size
+        mt.send()
 
 
 def run(mt: MsgTrace, acc: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
@@ -375,6 +445,10 @@ def routed_inbound(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queue
         return True
     if mt is None:
         return False
+    if mt is _DISABLE:  # delivered untraced, its trace destination disabled
+        hdr, msg = disable(hdr, msg)
+        deliver(rc, subject, reply, queues, hdr, msg)
+        return True
     prev, CURRENT = CURRENT, mt
     try:
         deliver(rc, subject, reply, queues, hdr, msg)
