@@ -245,6 +245,8 @@ class Stream:
                     if dd is None and pn:
                         dd = self._pids.get(msg_id)  # the same id still in flight: a duplicate too
                     if dd is not None:
+                        if _mt.CURRENT is not None:  # a traced message: the js event's error (msgtrace)
+                            _mt.CURRENT.js_error(self, None)
                         self._ack(reply, {"stream": self.name, "seq": dd, "duplicate": True})
                         return 0
                 v = H.get_header(hdr, H.EXPECTED_LAST_MSG_ID)
@@ -294,6 +296,8 @@ class Stream:
                 self._check_discard_new(subject, hdr, data)
             seq = (self.proposed_last_seq() if pn else self.store.last_seq) + 1
         except ApiError as e:
+            if hdr and _mt.CURRENT is not None:  # a traced message: the js event's error (msgtrace)
+                _mt.CURRENT.js_error(self, e)
             if reply:
                 self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
             return 0
@@ -301,6 +305,8 @@ class Stream:
             if reply:
                 self._reply(reply, _json({"error": _store_error(e).to_dict(), "stream": self.name, "seq": 0}))
             return 0
+        if hdr and _mt.CURRENT is not None and not _mt.CURRENT.js_checked(self):
+            return 0  # a trace-only message: checked, not stored (rillet.server.msgtrace)
         # the overlay: what is in flight counts for the checks of the next publishes until it is applied
         entry = Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), reply)
         self._inflight.append(entry)

@@ -184,20 +184,36 @@ class MsgTrace:
         destination disabled), or None for a trace-only message (nothing is stored, no ack)."""
         if not owns(self, len(hdr), hdr):
             return hdr  # another message, published while the traced one is handled
-        no_interest = False
+        js: dict[str, Any] = {"type": "js", "ts": _now(), "stream": stream.name, "subject": subject}
         cfg = getattr(stream, "cfg", None)
         if cfg is not None and str(getattr(cfg, "retention", "")).lower() == "interest":
-            fn = getattr(stream, "has_interest", None)
-            no_interest = not fn(subject) if callable(fn) else False
-        js: dict[str, Any] = {"type": "js", "ts": _now(), "stream": stream.name, "subject": subject}
-        if no_interest:
-            js["nointerest"] = True
+            # as nats-server: no consumer, or none whose filters take the subject
+            cons = getattr(stream, "consumers", None) or {}
+            if not any(c._matches(subject) for c in cons.values()):
+                js["nointerest"] = True
         self.js = js
         self.events.append(js)
         if self.tonly:
-            return None
+            # the stream's checks still run (their error in the event and the reply), nothing is stored;
+            # not for an atomic batch message (it would be staged)
+            return None if b"Nats-Batch-Id" in hdr else hdr
         _, m = disable(len(hdr), hdr)
         return m
+
+    def js_checked(self, stream: Any) -> bool:
+        """The stream's checks passed: False when the message is trace-only (nothing is proposed)."""
+        js = self.js
+        return not (self.tonly and js is not None and js.get("stream") == stream.name)
+
+    def js_error(self, stream: Any, err: Any, hdr: bytes = b"") -> None:
+        """The stream refused the traced message: the ``js`` event gets nats-server's error text (the
+        internal one, which is not always the API error's description) and, as there, no subject."""
+        js = self.js
+        if js is None or js.get("stream") != stream.name or "error" in js:
+            return
+        js.pop("subject", None)
+        js.pop("nointerest", None)
+        js["error"] = js_error_text(err, self.header)
 
     def to_remote(self, rc: Any, hdr: int, msg: bytes) -> tuple[int, bytes]:
         """The message is sent on to route/gateway/leaf ``rc``: the next hop number in its header, and the
@@ -240,6 +256,34 @@ class MsgTrace:
                 ic.publish(self.dest.encode("utf-8", "surrogateescape"), None, body)
         finally:
             CURRENT = prev
+
+
+def js_error_text(err: Any, header: dict) -> str:
+    """nats-server's text for a stream's refusal of a message (what its processJetStreamMsg returns):
+    ``err`` an ApiError, or None for a duplicate message id."""
+    if err is None:
+        return "msgid is duplicate"
+    code = getattr(err, "err_code", 0)
+    desc = getattr(err, "description", "") or str(err)
+    actual = desc.rsplit(": ", 1)[-1] if ": " in desc else ""
+
+    def h(name: str) -> str | None:
+        v = header.get(name)
+        return v[0] if v else None
+    if code == 10054:  # message size exceeds maximum allowed
+        return "maximum payload exceeded"
+    if code == 10060:
+        return "expected stream does not match"
+    if code == 10071:  # wrong last sequence
+        els = h("Nats-Expected-Last-Sequence")
+        if els is not None and els != actual:
+            return f"last sequence mismatch: {els} vs {actual}"
+        return f"last sequence by subject mismatch: {h('Nats-Expected-Last-Subject-Sequence') or ''} vs {actual}"
+    if code == 10070:  # wrong last msg ID
+        return f"last msgid mismatch: {go_quote(h('Nats-Expected-Last-Msg-Id') or '')} vs {go_quote(actual)}"
+    if code == 10166:
+        return "message TTL disabled"
+    return f"{desc} ({code})"
 
 
 def _compression(accept: str) -> str:
