@@ -123,3 +123,50 @@ async def test_trace_across_gateways_as_nats_server(monkeypatch):
     for k in (("rillet", "rillet"), ("rillet", "go")):
         assert res[k][0] == go_traces, k
         assert res[k][1] == go_got, k
+
+
+async def test_traced_gr_reply_forwarded_over_a_route():
+    """Cluster A of two servers: the reply to each server's request crosses back on ``_GR_.`` to whichever A
+    server B's gateway reaches; for the other requester that server forwards it over the route untouched (no
+    hop, no egress: nats-server's handleGatewayReply) and both servers send their event, the second one's a
+    ROUTER ingress with the same hop."""
+    from rillet.server.embed import run_super_cluster
+    async with run_super_cluster(2, 2) as (a, b):
+        ncs = [await nats.connect(u, name=n, allow_reconnect=False) for u, n in
+               ((a[0].client_url, "r0"), (a[1].client_url, "r1"), (b[0].client_url, "svc"))]
+        traces: list = []
+
+        async def tcb(m):
+            traces.append(json.loads(m.data))
+
+        async def svc(m):
+            await ncs[2].publish(m.reply, b"resp", headers=DEST)
+        try:
+            await ncs[0].subscribe("trace.c", cb=tcb)
+            await ncs[2].subscribe("svc", cb=svc)
+            for nc in ncs:
+                await nc.flush()
+            for _ in range(200):
+                gw = b[0].gateway.out.get("A")
+                ok = all(s.gateway.out.get("B") is not None and s.gateway.out["B"].interest(b"$G", "svc")[0]
+                         for s in a)
+                if ok and gw is not None and gw.interest(b"$G", "trace.c")[0]:
+                    break
+                await asyncio.sleep(0.02)
+            for nc in ncs[:2]:
+                r = await nc.request("svc", b"q", timeout=3)
+                assert r.data == b"resp"
+            for _ in range(150):
+                if len([t for t in traces if t["events"][0]["kind"] == 0 and t["events"][0]["name"] == "svc"]) >= 2 \
+                        and len([t for t in traces if t["events"][0]["subj"].startswith("_GR_.")]) >= 3:
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)
+        finally:
+            for nc in ncs:
+                await nc.close()
+    gr = [t for t in traces if t["events"][0]["subj"].startswith("_GR_.")]
+    shapes = sorted([(e["type"], e["kind"]) for e in t["events"]] for t in gr)
+    # one requester's reply delivered where it arrived; the other's forwarded, then delivered over the route
+    assert shapes == [[("in", 1), ("eg", 0)], [("in", 2)], [("in", 2), ("eg", 0)]], shapes
+    assert all(t["request"]["header"]["Nats-Trace-Hop"] == ["1"] for t in gr)

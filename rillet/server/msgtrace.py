@@ -12,6 +12,19 @@ server sends its own event to the destination.
 The hot path stays free: a message is looked at only when it has headers and the header block contains
 ``Nats-Trace-`` (or, in an account with a trace destination, ``traceparent``). While a traced message is
 being delivered, ``CURRENT`` holds its trace; delivery code checks it only for messages with headers.
+
+Across servers (routes, gateways, leaf nodes) as nats-server: the hop header per connection sent to, with an
+egress event named after the remote server; the receiving server's own event (for gateways also on ``_GR_.``
+replies; one forwarded over a route gets no hop or egress, as nats-server's handleGatewayReply). Gateways get
+the message after local and route deliveries, so their hop numbers follow the routes'. Events are compressed
+as ``Accept-Encoding`` asks (gzip, snappy framed, else ``identity``).
+
+Known differences: a remote that does not take part in tracing (INFO ``proto`` < 3, nats-server < 2.11) is
+not detected (nats-server marks its egress "remote does not support message tracing" and keeps trace-only
+messages from it); the ``js`` event's error texts are mapped from our API errors for the usual refusals
+(duplicate, expected stream/last sequence/last subject sequence/last msg id, max message size, TTL disabled);
+others show the API description with its code, and a stream with several failing expectations names the first
+we check (nats-server checks the subject sequence before the stream sequence).
 """
 from __future__ import annotations
 
