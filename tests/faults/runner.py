@@ -304,6 +304,9 @@ class Run:
                 errs[r.error] = errs.get(r.error, 0) + 1
         if errs:
             print("queue: publish errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(errs.items(), key=lambda kv: -kv[1])[:8]))
+        if q.redelivered_after_ack:
+            # an AckSync answered only once the ack is committed (nats-server): the value must not come again
+            bad.append(f"{q.redelivered_after_ack} deliveries of values whose ack had been confirmed")
         if not qr.ok:
             bad.append("queue check failed")
             self.explain(q, qr)

@@ -78,6 +78,40 @@ class ClusteredConsumer(Consumer):
             self.started_by_log = True
         return res
 
+    # ---- AckSync: confirmed once the ack committed (nats-server answers from the replicated ack) ----------
+
+    _ack_reply: bytes | None = None
+
+    def _on_ack(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if reply:
+            body = msg[hdr:] if hdr > 0 else msg
+            if not body or body == b"+ACK" or body == b"+OK" or body.startswith(b"+TERM"):
+                # the reply waits for the C_ACK entry to apply on this leader (process_ack below); a leader
+                # that loses its group first never confirms: the ack may not be on a quorum
+                self._ack_reply = reply
+                try:
+                    super()._on_ack(sub, client, subject, None, hdr, msg)
+                finally:
+                    self._ack_reply = None
+                return
+        super()._on_ack(sub, client, subject, reply, hdr, msg)
+
+    def process_ack(self, sseq: int, dseq: int, dc: int, sample: bool) -> bool:
+        reply, self._ack_reply = self._ack_reply, None
+        if reply is None:
+            return super().process_ack(sseq, dseq, dc, sample)
+        log = self.clog
+        before = log.pending
+        ok = super().process_ack(sseq, dseq, dc, sample)
+        if not ok or not log.is_leader:
+            return ok  # (not delivered yet, or no longer leading: no confirmation)
+        if log.pending > before:
+            pub = self.ic.publish
+            log.then(lambda: pub(reply, None, b""))
+        else:
+            self.ic.publish(reply, None, b"")  # nothing to replicate (already acknowledged)
+        return ok
+
     # stream signals reach the engine only
     def on_stream_msg(self, seq: int, subject: str) -> None:
         if self.engine:

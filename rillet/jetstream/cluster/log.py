@@ -296,6 +296,23 @@ class RaftLog:
     def pending(self) -> int:
         return len(self._pending)
 
+    def then(self, fn: Callable[[], None]) -> bool:
+        """Run ``fn()`` once the last proposed entry has committed and applied here without error (after its
+        completion); never if it does not commit through this node (leadership lost, replaced). False when
+        nothing is pending (the last proposal already completed or was refused)."""
+        if not self._pending:
+            return False
+        p = self._pending[-1]
+        cb = p.cb
+
+        def done(entry: Entry, res: Any, err: BaseException | None) -> None:
+            if cb is not None:
+                cb(entry, res, err)
+            if err is None:
+                fn()
+        p.cb = done
+        return True
+
 
 def _is_refusal(e: Exception) -> bool:
     """A deterministic refusal of a store (every replica refuses the same entry): not worth a log line."""

@@ -1,0 +1,72 @@
+"""AckSync on a replicated consumer (the fault harness's "acks that don't stick"): the server confirms an
+ack only once the ack entry committed in the consumer's RAFT group, as nats-server (it answers from the
+replicated ack). A consumer leader cut from its followers never confirms, and a confirmed ack survives a
+consumer leader change (the value is not delivered again)."""
+from __future__ import annotations
+
+import asyncio
+import io
+
+import nats
+import nats.errors
+import pytest
+from nats.js.api import ConsumerConfig
+
+from rillet.server.embed import run_cluster
+from rillet.server.logging import Logger
+
+from test_jscluster_features import api, consumer_leader, consumer_reps, until
+
+
+@pytest.fixture
+async def cl():
+    out = io.StringIO()
+    async with run_cluster(3, jetstream=True, log=Logger(out=out)) as servers:
+        nc = await nats.connect(servers[0].client_url)
+        try:
+            yield servers, nc, nc.jetstream()
+        finally:
+            await nc.close()
+
+
+async def test_ack_sync_confirmed_after_commit_and_kept_across_leader_change(cl):
+    servers, nc, js = cl
+    await js.add_stream(name="A", subjects=["a"], num_replicas=3)
+    for i in range(4):
+        await js.publish("a", b"%d" % i)
+    await js.add_consumer("A", ConsumerConfig(durable_name="AC", ack_policy="explicit", ack_wait=1.0))
+    await until(lambda: consumer_leader(servers, "A", "AC") is not None, what="consumer leader")
+    sub = await js.pull_subscribe_bind(durable="AC", stream="A")
+    msgs = await sub.fetch(2, timeout=3)
+    lead = consumer_leader(servers, "A", "AC")
+    for m in msgs:
+        await m.ack_sync(timeout=3)
+        # confirmed: the leader has applied the committed ack
+        assert m.metadata.sequence.stream not in lead.c.pending
+    old = lead
+    r = await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.A.AC")
+    assert r.get("success") is True, r
+    await until(lambda: consumer_leader(servers, "A", "AC") not in (None, old), what="a new consumer leader")
+    got = []
+    for _ in range(3):
+        try:
+            got += [m.data for m in await sub.fetch(4, timeout=1.5)]
+        except nats.errors.TimeoutError:
+            pass
+    assert sorted(set(got)) == [b"2", b"3"], got  # the two confirmed acks stuck
+
+
+async def test_ack_sync_not_confirmed_without_quorum(cl):
+    servers, nc, js = cl
+    await js.add_stream(name="B", subjects=["b"], num_replicas=3)
+    await js.publish("b", b"x")
+    await js.add_consumer("B", ConsumerConfig(durable_name="BC", ack_policy="explicit"))
+    await until(lambda: consumer_leader(servers, "B", "BC") is not None, what="consumer leader")
+    sub = await js.pull_subscribe_bind(durable="BC", stream="B")
+    [m] = await sub.fetch(1, timeout=3)
+    lead = consumer_leader(servers, "B", "BC")
+    for cr in consumer_reps(servers, "B", "BC"):
+        if cr is not lead:
+            await cr.group.stop()  # the followers are gone: the ack cannot commit
+    with pytest.raises((nats.errors.TimeoutError, asyncio.TimeoutError)):
+        await m.ack_sync(timeout=1.0)
