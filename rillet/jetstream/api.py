@@ -237,10 +237,13 @@ class ApiRouter:
         self.js.advisories.stream_action(self.jsa, stream, "create")
         self.respond(reply, {"type": typ, **stream_info_dict(stream), "did_create": True})
 
-    @staticmethod
-    def _check_supported(cfg: Any) -> None:
-        """Stream features this server does not have are refused, never silently accepted."""
-        for field, what in (("allow_batched", "batched publishing"),):
+    # stream features this server does not have: (field, what), refused, never silently accepted
+    # (empty since fast batch publishing, allow_batched, is served: rillet.jetstream.fastbatch)
+    _UNSUPPORTED: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def _check_supported(cls, cfg: Any) -> None:
+        for field, what in cls._UNSUPPORTED:
             if getattr(cfg, field, False):
                 raise ApiError.make("STREAM_INVALID_CONFIG", err=f"{what} ({field}) not supported")
 

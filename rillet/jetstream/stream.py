@@ -170,6 +170,9 @@ class Stream:
         if getattr(self, "_atomic_batches", None):  # staged atomic batches are dropped with the stream
             from rillet.jetstream import batch
             batch.drop_all(self)
+        if getattr(self, "_fast_batches", None):
+            from rillet.jetstream import fastbatch
+            fastbatch.drop_all(self)
         for c in list(self.consumers.values()):
             c.stop(delete=delete)
         if delete:
@@ -199,13 +202,18 @@ class Stream:
             hdr_b = _mt.CURRENT.jetstream(self, subj, hdr_b)  # (stored with its trace disabled)
             if hdr_b is None:
                 return  # trace only: not stored
+        if reply is not None and reply.endswith(b".$FI"):  # a fast batch (rillet.jetstream.fastbatch)
+            from rillet.jetstream import fastbatch
+            fastbatch.process(self, subj, reply, hdr_b, data)
+            return
         self.process(subj, reply, hdr_b, data)
 
     def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0,
-                sourced: bool = False) -> int:
+                sourced: bool = False, fast: Any = None) -> int:
         """Checks against the proposed state, then propose. Returns the proposed sequence (0 when refused or a
         duplicate); the PubAck (or the error) is sent once the entry is applied. ``sourced``: a message
-        from a source (its Nats-Incr is stored as sent, or folded into a counter by rillet.jetstream.counters)."""
+        from a source (its Nats-Incr is stored as sent, or folded into a counter by rillet.jetstream.counters).
+        ``fast``: a fast batch message (rillet.jetstream.fastbatch.FastMsg) answered by it, not here."""
         cfg = self.cfg
         pn = len(self._inflight)
         try:
@@ -216,7 +224,7 @@ class Stream:
                 raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
             if self.jsa.limited and self.jsa.over_limit(cfg.storage, size + (self.inflight_bytes() if pn else 0)):
                 raise ApiError.make("ACCOUNT_RESOURCES_EXCEEDED")
-            if hdr and b"Nats-Batch-Id" in hdr:  # atomic batch publish: staged, stored on commit
+            if hdr and fast is None and b"Nats-Batch-Id" in hdr:  # atomic batch publish: staged, stored on commit
                 from rillet.jetstream import batch
                 bid = batch.batch_id(hdr)
                 if bid:
@@ -247,6 +255,9 @@ class Stream:
                     if dd is not None:
                         if _mt.CURRENT is not None:  # a traced message: the js event's error (msgtrace)
                             _mt.CURRENT.js_error(self, None)
+                        if fast is not None:
+                            fast.duplicate(dd)
+                            return 0
                         self._ack(reply, {"stream": self.name, "seq": dd, "duplicate": True})
                         return 0
                 v = H.get_header(hdr, H.EXPECTED_LAST_MSG_ID)
@@ -298,17 +309,25 @@ class Stream:
         except ApiError as e:
             if hdr and _mt.CURRENT is not None:  # a traced message: the js event's error (msgtrace)
                 _mt.CURRENT.js_error(self, e)
-            if reply:
+            if fast is not None:
+                fast.error(e)
+            elif reply:
                 self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
             return 0
         except store_base.StoreError as e:  # a check could not read the store
-            if reply:
+            if fast is not None:
+                fast.error(_store_error(e))
+            elif reply:
                 self._reply(reply, _json({"error": _store_error(e).to_dict(), "stream": self.name, "seq": 0}))
             return 0
         if hdr and _mt.CURRENT is not None and not _mt.CURRENT.js_checked(self):
             return 0  # a trace-only message: checked, not stored (rillet.server.msgtrace)
         # the overlay: what is in flight counts for the checks of the next publishes until it is applied
-        entry = Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), reply)
+        if fast is None:
+            entry = Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), reply)
+        else:  # the fast batch answers after apply (its flow acks, the final PubAck)
+            entry = Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), fast)
+            fast.proposed()
         self._inflight.append(entry)
         if msg_id:
             self._pids[msg_id] = seq
@@ -392,6 +411,9 @@ class Stream:
                 c.on_stream_msg(seq, subject)
         if cfg.retention == "interest":
             self.jsa.after_stream_msg(self, seq, subject)
+        if reply is not None and reply.__class__ is not bytes:  # a fast batch message (fastbatch.FastMsg)
+            reply.stored(seq)
+            return
         if reply and not cfg.no_ack:
             # {"stream":<name>,"seq":<seq>[,"domain":<domain>]}, as msgspec would encode the dict
             ap = self._ack_parts
@@ -410,6 +432,9 @@ class Stream:
         after it was proposed: it may still commit) gets no answer."""
         if isinstance(err, LeadershipLost):
             return
+        fast = None
+        if reply is not None and reply.__class__ is not bytes:  # a fast batch message (fastbatch.FastMsg)
+            fast, reply = reply, None
         if isinstance(err, ApiError):
             e = err
         else:
@@ -417,7 +442,9 @@ class Stream:
                 self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': applying an entry "
                                   f"failed: {err!r}")
             e = _store_error(err)  # type: ignore[arg-type]
-        if reply:
+        if fast is not None:
+            fast.error(e, proposed=True)
+        elif reply:
             self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
 
     def propose(self, op: int, args: tuple, done: Any = None, held: bool = False) -> None:
@@ -502,9 +529,13 @@ class Stream:
         leader's timers follow the role."""
         if leader:
             self._schedule_expiry()
-        elif self._expire_timer is not None:
-            self._expire_timer.cancel()
-            self._expire_timer = None
+        else:
+            if self._expire_timer is not None:
+                self._expire_timer.cancel()
+                self._expire_timer = None
+            if getattr(self, "_fast_batches", None):  # a fast batch does not survive a leader change here
+                from rillet.jetstream import fastbatch
+                fastbatch.drop_all(self)
 
     def _apply(self, entry: Entry) -> Any:
         """The only place a stream's store changes, run on every replica for each committed entry.
