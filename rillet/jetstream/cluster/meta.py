@@ -13,7 +13,7 @@ then not elect a leader without the votes a Rillet server never sends. The found
 so a restart uses it again (``JetStream cluster recovering state``). A server started later, or one
 whose state was wiped, founds with what it knows, which includes the running members; its votes fail
 (its log is behind), and the meta leader, hearing a Rillet server in ``_meta_`` that is not a member (and
-was removed with ``SERVER.REMOVE`` less than ``REJOIN_AFTER`` ago, nats-server's 5 minutes), adds it (a
+was not removed with ``SERVER.REMOVE`` less than ``REJOIN_AFTER`` ago: nats-server's 5 minutes), adds it (a
 RAFT configuration entry, then a ``PEER_ADD`` meta entry): the new member gets the log, or a snapshot, and
 the configuration from the leader. ``SERVER.REMOVE`` proposes the ``PEER_REMOVE`` entry first (so the
 removed server applies it and stops its cluster layer, as nats-server disables JetStream there), then the
@@ -86,6 +86,7 @@ CONFIG_WAIT = 3.0  # seconds an update's answer waits for the stream leader to a
 ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
 INFO_TIMEOUT = 0.5  # one $JSC.SI / $JSC.CI request
 RECONCILE_EVERY = 2.0  # seconds between looks for groups short of replicas (meta leader)
+DROP_AFTER = 0.5  # seconds between a server's PEER_REMOVE entry and its removal from the voters
 REJOIN_AFTER = 300.0  # a server removed from the meta group may rejoin after (nats-server: 5 min)
 
 # the requests only the meta leader answers (after the $JS.API. prefix)
@@ -503,7 +504,6 @@ class JetStreamCluster:
             self.loop.create_task(self._leave())
             return
         if self.is_leader():
-            self._drop_removed_voters()
             self._replace_removed()
 
     def _replace_removed(self) -> None:
@@ -527,8 +527,12 @@ class JetStreamCluster:
         """The meta leader takes the servers the log removed out of the RAFT configuration (one change at
         a time: retried from the timer while another is in flight)."""
         g = self.group
+        now = self.loop.time()
         for p in sorted(self.state.removed):
-            if p in g.peers and p != self.peer and not self._may_rejoin(p):
+            # (after DROP_AFTER: the removed server learns from a heartbeat or two that the PEER_REMOVE
+            # entry is committed; once out of the configuration it hears nothing more from the leader)
+            if (p in g.peers and p != self.peer and not self._may_rejoin(p)
+                    and now - self._removed_at.get(p, now) >= DROP_AFTER):
                 try:
                     g.remove_peer(p)
                 except NotLeader:
