@@ -112,3 +112,84 @@ async def test_consumer_reset_like_nats_server(pair, storage):
         return out
 
     same(await run_both(pair, scenario))
+
+
+async def test_consumer_reset_on_r3_consumer():
+    """CONSUMER.RESET on an R3 consumer in three in-process servers: the C_RESET entry is replicated (encoded by
+    the cluster log), every replica forgets what was pending and moves its scan position where the reset says
+    (also backwards), so a new consumer leader after a stepdown delivers from the reset sequence."""
+    import asyncio
+    import time
+
+    import nats
+
+    from rillet.server.embed import run_cluster
+
+    def creps(servers):
+        out = []
+        for s in servers:
+            rep = s.jetstream.cluster.streams.replica("$G", "RS")
+            if rep is not None and "C" in rep.creps:
+                out.append(rep.creps["C"])
+        return out
+
+    async def until(cond, what: str, timeout: float = 8.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.01)
+        return True
+
+    def leader(servers):
+        ls = [c for c in creps(servers) if c.leader]
+        return ls[0] if len(ls) == 1 else None
+
+    async with run_cluster(3, jetstream=True) as servers:
+        nc = await nats.connect(servers[0].client_url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="RS", subjects=["rs.>"], num_replicas=3)
+            for i in range(1, 9):
+                await js.publish("rs.a", b"%d" % i)
+            psub = await js.pull_subscribe("rs.a", durable="C", stream="RS")
+            await until(lambda: len(creps(servers)) == 3 and leader(servers) is not None, "consumer leader")
+
+            async def take(n: int) -> list[tuple[int, int]]:
+                ms = await psub.fetch(n, timeout=3)
+                return [(m.metadata.sequence.stream, m.metadata.sequence.consumer) for m in ms]
+
+            async def stepdown() -> None:
+                """A former follower leads the consumer (a stepdown may elect the same server again: retried)."""
+                old = leader(servers)
+                for _ in range(3):
+                    r = json.loads((await nc.request("$JS.API.CONSUMER.LEADER.STEPDOWN.RS.C", b"", timeout=3)).data)
+                    assert r.get("success") is True, r
+                    await until(lambda: leader(servers) is not None, "a consumer leader")
+                    try:
+                        await until(lambda: leader(servers) not in (None, old), "a new consumer leader", 2.0)
+                        return
+                    except AssertionError:
+                        continue
+                raise AssertionError("the consumer leader stayed on the same server")
+
+            got = await take(5)
+            assert got == [(i, i) for i in range(1, 6)], got
+            r = json.loads((await nc.request("$JS.API.CONSUMER.RESET.RS.C", json.dumps({"seq": 2}).encode(),
+                                             timeout=3)).data)
+            assert r["reset_seq"] == 2 and r["num_ack_pending"] == 0 and r["delivered"]["stream_seq"] == 1, r
+            # every replica applied it: nothing pending, consumer sequences from 1, scanning from 2
+            await until(lambda: all(c.c.pending == {} and c.c.dseq == 1 and c.c.sseq == 2
+                                    for c in creps(servers)), "the reset on every replica")
+            await stepdown()
+            got = await take(2)
+            assert got == [(2, 1), (3, 2)], got  # the new leader goes on from the reset, not from 6
+            r = json.loads((await nc.request("$JS.API.CONSUMER.RESET.RS.C", json.dumps({"seq": 7}).encode(),
+                                             timeout=3)).data)
+            assert r["reset_seq"] == 7, r
+            await until(lambda: all(c.c.sseq == 7 and c.c.pending == {} for c in creps(servers)),
+                        "the forward reset on every replica")
+            await stepdown()
+            got = await take(2)
+            assert got == [(7, 1), (8, 2)], got
+        finally:
+            await nc.close()

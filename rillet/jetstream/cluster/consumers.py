@@ -34,8 +34,8 @@ from typing import Any
 import msgspec
 
 from rillet.jetstream.consumer import Consumer
-from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_START,
-                                             ConsumerStateMachine)
+from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
+                                             C_START, ConsumerStateMachine)
 from rillet.jetstream.log import Entry
 
 COMPACT_EVERY = 8192  # applied entries between snapshots of a consumer group
@@ -74,7 +74,10 @@ class ClusteredConsumer(Consumer):
             elif op in _SNEXT_OPS:
                 if a[-1] > self.sseq:
                     self.sseq = a[-1]
-        elif entry.op == C_START:
+            elif op == C_RESET:  # the scan position goes where the reset says, back or forward
+                self.sseq = a[0]
+                self.started_by_log = True  # a new leader resumes from here, not from the deliver policy
+        elif entry.op == C_START or entry.op == C_RESET:
             self.started_by_log = True
         return res
 

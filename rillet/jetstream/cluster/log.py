@@ -40,7 +40,8 @@ _dec = msgspec.msgpack.Decoder()
 STREAM_OPS = frozenset((Entry.MSG, Entry.DELETE, Entry.PURGE, Entry.UPDATE, Entry.BATCH, Entry.MIRROR,
                         Entry.EXPIRE))
 CONSUMER_OPS = frozenset((Entry.C_START, Entry.C_DELIVERED, Entry.C_UNDELIVERED, Entry.C_ACK, Entry.C_NAK,
-                          Entry.C_DUE, Entry.C_GONE, Entry.C_MAXDELIV, Entry.C_PURGED, Entry.C_DROP))
+                          Entry.C_DUE, Entry.C_GONE, Entry.C_MAXDELIV, Entry.C_PURGED, Entry.C_DROP,
+                          Entry.C_RESET))
 
 
 class EntryDecodeError(ValueError):
