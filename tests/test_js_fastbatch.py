@@ -59,6 +59,14 @@ class FB:
         self.out.append((label, got))
 
 
+    async def quiet(self, label: str, seconds: float = 0.3) -> None:
+        """What arrives within ``seconds`` (for a no_ack stream, which answers no sync marker)."""
+        from helpers import parse_stream
+        got = [(".".join(m.subject.split(".")[-3:-1]), norm_json(json.loads(m.payload)))
+               for m in parse_stream(await self.r.rc.read_for(seconds)) if not isinstance(m, bytes)]
+        self.out.append((label, got))
+
+
 async def _stored(r: Raw, stream: str) -> list:
     info = await r.api(f"$JS.API.STREAM.INFO.{stream}")
     st = info["state"]
@@ -71,14 +79,15 @@ async def _stored(r: Raw, stream: str) -> list:
     return [st["messages"], st["last_seq"], msgs]
 
 
-async def test_fast_batch_like_nats_server(pair):
+@pytest.mark.parametrize("storage", ["memory", "file"])
+async def test_fast_batch_like_nats_server(pair, storage):
     async def scenario(kind: str, url: str) -> list:
         r = await Raw.open(url)
         try:
             await r.api("$JS.API.STREAM.DELETE.FB")
             await r.api("$JS.API.STREAM.DELETE.FBOFF")
             ans = await r.api("$JS.API.STREAM.CREATE.FB", {"name": "FB", "subjects": ["fb.>"],
-                                                            "allow_batched": True, "storage": "memory"})
+                                                            "allow_batched": True, "storage": storage})
             assert "error" not in ans, ans
             created = norm_json({k: ans["config"].get(k) for k in ("allow_batched", "metadata")})
             ans = await r.api("$JS.API.STREAM.CREATE.FBOFF", {"name": "FBOFF", "subjects": ["off.>"],
@@ -185,6 +194,15 @@ async def test_fast_batch_like_nats_server(pair):
             f.pub("l2", 1, 2, hdr="Nats-Required-Api-Level: 1")
             await f.sync("required api level")
 
+            await r.api("$JS.API.STREAM.DELETE.FBNA")
+            ans = await r.api("$JS.API.STREAM.CREATE.FBNA", {"name": "FBNA", "subjects": ["na.>"], "no_ack": True,
+                                                              "allow_batched": True, "storage": storage})
+            assert "error" not in ans, ans
+            for i in range(1, 4):
+                f.pub("n1", i, 0 if i == 1 else 1, flow=1, subject="na.a")
+            f.pub("n1", 5, 2, flow=1, subject="na.a")
+            f.pub("n2", 2, 1, subject="na.a")
+            await f.quiet("no_ack stream")
             f.out.append(("stored", await _stored(r, "FB")))
         finally:
             await r.close()

@@ -231,8 +231,7 @@ def process(stream: "Stream", subject: str, reply: bytes, hdr: bytes, data: byte
     """A message published with a ``.$FI`` reply subject (on the stream leader)."""
     global _inflight_total
     cfg = stream.cfg
-    can_respond = not cfg.no_ack
-    out = reply if can_respond else b""
+    can_respond = not cfg.no_ack  # (no_ack silences the refusals and the first flow ack only, as nats-server)
     # the checks nats-server makes before it looks at the batch
     try:
         if cfg.sealed:
@@ -281,7 +280,7 @@ def process(stream: "Stream", subject: str, reply: bytes, hdr: bytes, data: byte
                     b.pseq = b.lseq
                 send_fc = not _check_flow(stream, b, reply)
             else:
-                _commit(stream, b, out)
+                _commit(stream, b, reply)
                 send_fc = b.live
         if send_fc:
             _flow_ack(stream, b, reply)
@@ -296,16 +295,16 @@ def process(stream: "Stream", subject: str, reply: bytes, hdr: bytes, data: byte
             b.lseq = req.seq
         else:  # a gap in "fail" mode, or a sequence already seen: the batch ends here
             b.lseq -= 1
-            _commit(stream, b, out)
+            _commit(stream, b, reply)
             return
     if req.commit:
         if req.op == OP_EOB:
             b.lseq -= 1
             if b.pending == 0:
                 b.pseq = b.lseq
-            _commit(stream, b, out)
+            _commit(stream, b, reply)
             return
-        _commit(stream, b, out)
+        _commit(stream, b, reply)
     elif req.seq == 1 and can_respond:
         _flow_ack(stream, b, reply)  # the settings this publisher starts with (seq 0)
     stream.process(subject, reply, hdr, data, fast=FastMsg(stream, b, req.seq, reply, req.commit))
@@ -330,8 +329,8 @@ class FastMsg:
         """The message is stored (leader, after apply). True when the caller sends the plain batch PubAck
         (never: the PubAck is sent here); flow acks as due."""
         b, stream = self.b, self.stream
-        reply = self.reply if not stream.cfg.no_ack else b""
-        b.reply = self.reply
+        reply = self.reply
+        b.reply = reply
         if b.pending > 0:
             b.pending -= 1
         b.sseq = sseq
@@ -348,7 +347,7 @@ class FastMsg:
     def duplicate(self, dseq: int) -> None:
         """The message's msg id was seen before: not stored, not an error."""
         b, stream = self.b, self.stream
-        reply = self.reply if not stream.cfg.no_ack else b""
+        reply = self.reply
         if b.pending == 0:
             b.pseq = self.seq
             _check_flow(stream, b, reply)
@@ -366,7 +365,7 @@ class FastMsg:
         """The message failed a check (or the store refused it): reported; the batch ends unless gaps are
         ok and this is not its commit."""
         b, stream = self.b, self.stream
-        reply = self.reply if not stream.cfg.no_ack else b""
+        reply = self.reply
         if proposed and b.pending > 0:
             b.pending -= 1
         if not b.live:
