@@ -80,9 +80,8 @@ async def test_scale_r1_r3_r1_keeps_messages(cluster):
         r = await _api(nc, "$JS.API.STREAM.UPDATE.SC", dict(cfg, num_replicas=3))
         assert r["type"] == "io.nats.jetstream.api.v1.stream_update_response" and "error" not in r, r
         assert r["config"]["num_replicas"] == 3 and r["state"]["messages"] == 5
-        for s in cluster:  # the desired state is in every server's assignment at first
-            sa = _sa(s, "SC")
-            assert sa.config["num_replicas"] == 3
+        # every server applies the update (the followers right after the meta leader)
+        await _until(lambda: all(_sa(s, "SC").config["num_replicas"] == 3 for s in cluster), what="update applied")
         await _until(lambda: _settled(cluster, "SC", 3), what="R3 settled")
         await _api(nc, "sc.b", {"after": "scale up"})
         await _until(lambda: _messages(cluster, "SC") == [6, 6, 6], what="6 messages on three replicas")
@@ -163,3 +162,44 @@ async def test_scale_r1_r3_r5_r3_on_five_servers():
             assert r["error"] == {"code": 500, "err_code": 10052, "description": "maximum replicas is 5"}, r
         finally:
             await nc.close()
+
+
+async def test_consumers_follow_their_stream_when_it_scales_and_moves(cluster):
+    for i, s in enumerate(cluster):
+        s.opts.tags = [f"n{i}"]
+        s.jetstream.cluster._send_statsz()
+    await _until(lambda: all(ni.tags for s in cluster for ni in s.jetstream.cluster.registry.nodes.values()),
+                 what="tags known everywhere")
+    nc = await nats.connect(_url(cluster[0], "a"))
+    try:
+        cfg = {"name": "CF", "subjects": ["cf"], "num_replicas": 1, "placement": {"tags": ["n1"]}}
+        await _api(nc, "$JS.API.STREAM.CREATE.CF", cfg)
+        r = await _api(nc, "$JS.API.CONSUMER.CREATE.CF.D", {"stream_name": "CF", "config": {
+            "durable_name": "D", "ack_policy": "explicit"}})
+        assert r.get("name") == "D", r
+        for i in range(4):
+            await _api(nc, "cf", {"i": i})
+        # pull two and ack them: the consumer's state must survive the moves
+        psub = await nc.jetstream().pull_subscribe_bind("D", stream="CF")
+        for m in await psub.fetch(2, timeout=5):
+            await m.ack_sync()
+
+        def cpeers():
+            return _sa(cluster[0], "CF").consumers["D"].group.peers
+        assert cpeers() == [cluster[1].jetstream.cluster.peer]
+        r = await _api(nc, "$JS.API.STREAM.UPDATE.CF", dict(cfg, num_replicas=3, placement=None))
+        assert "error" not in r, r
+        await _until(lambda: _settled(cluster, "CF", 3) and len(cpeers()) == 3, timeout=15,
+                     what="stream and consumer at R3")
+        # a move back onto one server: the consumer moves with it
+        r = await _api(nc, "$JS.API.STREAM.UPDATE.CF", dict(cfg, num_replicas=3, placement={"tags": ["n2"]}))
+        assert r["error"]["err_code"] == 10005, r  # (three replicas cannot all carry n2)
+        r = await _api(nc, "$JS.API.STREAM.UPDATE.CF", dict(cfg, num_replicas=1, placement=None))
+        assert "error" not in r, r
+        await _until(lambda: _settled(cluster, "CF", 1) and len(cpeers()) == 1, timeout=15,
+                     what="stream and consumer at R1")
+        assert cpeers() == _sa(cluster[0], "CF").group.peers
+        info = await _api(nc, "$JS.API.CONSUMER.INFO.CF.D")
+        assert info["ack_floor"]["stream_seq"] == 2 and info["num_pending"] == 2, info
+    finally:
+        await nc.close()

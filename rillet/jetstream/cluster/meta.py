@@ -69,7 +69,8 @@ from rillet.jetstream.cluster import assignments as A
 from rillet.jetstream.cluster import monitor as MON
 from rillet.jetstream.cluster.group import RaftGroup
 from rillet.jetstream.cluster.peers import JSConfig, JSStats, PeerRegistry, peer_id
-from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError, create_consumer_group,
+from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError, consumer_replicas,
+                                                create_consumer_group,
                                                 create_stream_group, peer_usage, preferred_leader,
                                                 select_peer_group)
 from rillet.jetstream.errors import ApiError
@@ -590,56 +591,116 @@ class JetStreamCluster:
             key = (sa.account, sa.name)
             if key in self._reconciling:
                 continue
-            if sa.group.desired is not None:
+            if sa.group.desired is not None or self._consumers_off_target(sa, sa.group.peers):
                 self._reconciling.add(key)
-                self.loop.create_task(self._reconcile_one(key, sa.group.desired.get("id")))
+                self.loop.create_task(self._reconcile_one(key, (sa.group.desired or {}).get("id")))
             elif fill and len(sa.group.peers) < int(sa.config.get("num_replicas") or 1):
                 self._fill_missing(sa)
+
+    @staticmethod
+    def _consumer_target(sa: A.StreamAssignment, ca: A.ConsumerAssignment, final: list[str]) -> list[str]:
+        """The peers a consumer's group should have when its stream's are ``final``: its replica count
+        (nats-server's rule: 0 or more than the stream's = the stream's), its current peers kept first."""
+        n = consumer_replicas(ca.config, sa.config)
+        keep = [p for p in ca.group.peers if p in final]
+        return (keep + [p for p in final if p not in keep])[:n]
+
+    def _consumers_off_target(self, sa: A.StreamAssignment, final: list[str]) -> list[A.ConsumerAssignment]:
+        return [sa.consumers[cn] for cn in sorted(sa.consumers)
+                if set(self._consumer_target(sa, sa.consumers[cn], final)) != set(sa.consumers[cn].group.peers)]
+
+    @staticmethod
+    def _members(info: Optional[dict], leader: str) -> tuple[set, set]:
+        """(members, current members) from a stream or consumer info's ``cluster``."""
+        members, current = {leader}, {leader}
+        for r in ((info or {}).get("cluster") or {}).get("replicas") or ():
+            p = r.get("peer") or peer_id(r.get("name") or "")
+            members.add(p)
+            if r.get("current"):
+                current.add(p)
+        return members, current
+
+    async def _consumer_step(self, sa: A.StreamAssignment, ca: A.ConsumerAssignment, target: list[str]) -> None:
+        """One member change of a consumer's group towards ``target`` (add one, else drop one: followers
+        first), once its leader's voters are its assignment's peers and the target members are current."""
+        info = await self.consumer_info(sa.account, sa.name, ca.name)
+        if info is None:
+            return
+        leader = self._leader_peer(info)
+        members, current = self._members(info, leader)
+        peers = list(ca.group.peers)
+        if members != set(peers) or not all(p in current for p in target if p in peers):
+            return
+        missing = [p for p in target if p not in peers]
+        extra = [p for p in peers if p not in target]
+        if missing:
+            peers.append(missing[0])
+        elif extra:
+            peers.remove(next((p for p in extra if p != leader), extra[0]))
+        else:
+            return
+        cur = self.state.consumer(sa.account, sa.name, ca.name)
+        if cur is None or cur.group.peers != ca.group.peers:
+            return  # (changed meanwhile: the next tick looks again)
+        cg = ca.group.copy()
+        cg.peers = peers
+        if cg.preferred not in peers:
+            cg.preferred = ""
+        self.log.notice(f"JetStream cluster: consumer '{sa.account} > {sa.name} > {ca.name}' peers "
+                        f"{[self.registry.name_of(p) or p for p in peers]}")
+        nca = A.ConsumerAssignment(name=ca.name, stream=ca.stream, config=ca.config, group=cg, client=ca.client,
+                                   created=ca.created)
+        self._propose(A.encode_assign_consumer(nca), lambda res, err: None)
 
     def _leader_peer(self, info: Optional[dict]) -> str:
         name = ((info or {}).get("cluster") or {}).get("leader") or ""
         return peer_id(name) if name else ""
 
     async def _reconcile_one(self, key: tuple[str, str], did: Any) -> None:
-        """One step towards a stream group's desired peers, taken once the stream leader's voters are the
-        assignment's peers (its previous step is applied) and its members among the desired are current:
-        add one missing peer, else drop one extra peer (a follower first, the leader last: it hands
-        over), else clear the desired state. One member at a time, so a new member with an empty log is
-        never a majority on its own and the members left always make a quorum."""
+        """One step towards a stream's desired peers and its consumers' targets. Each step waits until the
+        group leader's voters are the assignment's peers (its previous step is applied) and its members
+        among the target are current. Order: add the stream's missing peers, one at a time; then move the
+        consumers' groups onto the stream's final peers, one member of one consumer at a time (a consumer
+        runs over its server's stream replica); then drop the stream's extra peers (followers first, the
+        leader last: it hands over); then clear the desired state. One member per step, so a new member
+        with an empty log is never a majority on its own and the members left always make a quorum."""
         try:
             sa = self.state.stream(*key)
-            if sa is None or sa.group.desired is None:
+            if sa is None:
                 return
             ds = sa.group.desired
-            want = [p for p in ds.get("peers") or ()]
             peers = list(sa.group.peers)
-            info = await self.stream_info(*key)
-            if info is None:
+            final = peers
+            leader = ""
+            if ds is not None:
+                want = [p for p in ds.get("peers") or ()]
+                info = await self.stream_info(*key)
+                if info is None:
+                    return
+                leader = self._leader_peer(info)
+                members, current = self._members(info, leader)
+                if members != set(peers) or not all(p in current for p in want if p in peers):
+                    return  # (the previous step is not applied yet, or a new peer is catching up: next tick)
+                if ds.get("scale_down"):
+                    replicas = int(sa.config.get("num_replicas") or 1)
+                    pool = [p for p in want if p in peers]
+                    final = [leader] if leader in pool else []
+                    final += [p for p in pool if p not in final][:replicas - len(final)]
+                else:
+                    final = want
+                missing = [p for p in final if p not in peers]
+                if missing:
+                    self._propose_group(key, did, peers=peers + missing[:1], scale_up=True)
+                    return
+            off = self._consumers_off_target(sa, final)
+            if off:
+                await self._consumer_step(sa, off[0], self._consumer_target(sa, off[0], final))
                 return
-            leader = self._leader_peer(info)
-            members, current = {leader}, {leader}
-            for r in (info.get("cluster") or {}).get("replicas") or ():
-                p = r.get("peer") or peer_id(r.get("name") or "")
-                members.add(p)
-                if r.get("current"):
-                    current.add(p)
-            if members != set(peers) or not all(p in current for p in want if p in peers):
-                return  # (the previous step is not applied yet, or a new peer is catching up: next tick)
-            if ds.get("scale_down"):
-                replicas = int(sa.config.get("num_replicas") or 1)
-                pool = [p for p in want if p in peers]
-                final = [leader] if leader in pool else []
-                final += [p for p in pool if p not in final][:replicas - len(final)]
-            else:
-                final = want
-            missing = [p for p in final if p not in peers]
+            if ds is None:
+                return
             extra = [p for p in peers if p not in final]
-            if missing:
-                self._propose_group(key, did, peers=peers + missing[:1], scale_up=True)
-                return
             if extra:
-                drop = next((p for p in extra if p != leader), extra[0])
-                peers.remove(drop)
+                peers.remove(next((p for p in extra if p != leader), extra[0]))
             if set(peers) != set(final):
                 self._propose_group(key, did, peers=peers)
                 return
@@ -656,7 +717,7 @@ class JetStreamCluster:
 
     def _propose_group(self, key: tuple[str, str], did: Any, **changes: Any) -> None:
         """Propose the stream's assignment with its group changed (only while its desired state is still
-        the one ``did`` names: a newer update wins), and its consumers' groups within the new peers."""
+        the one ``did`` names: a newer update wins)."""
         sa = self.state.stream(*key)
         if sa is None or (sa.group.desired or {}).get("id") != did:
             return
@@ -673,22 +734,6 @@ class JetStreamCluster:
                             + (" (reconfiguring)" if g.desired else ""))
         nsa = A.StreamAssignment(config=sa.config, group=g, sync=sa.sync, client=sa.client, created=sa.created)
         self._propose(A.encode_update_stream(nsa), done or (lambda res, err: None))
-        if g.desired is not None:
-            return
-        peers = set(g.peers)
-        for cn in sorted(sa.consumers):
-            ca = sa.consumers[cn]
-            if set(ca.group.peers) <= peers:
-                continue
-            kept = [p for p in ca.group.peers if p in peers]
-            kept += [p for p in g.peers if p not in kept][:len(ca.group.peers) - len(kept)]
-            cg = ca.group.copy()
-            cg.peers = kept
-            if cg.preferred not in kept:
-                cg.preferred = ""
-            nca = A.ConsumerAssignment(name=ca.name, stream=ca.stream, config=ca.config, group=cg,
-                                       client=ca.client, created=ca.created)
-            self._propose(A.encode_assign_consumer(nca), lambda res, err: None)
 
     def _fill_missing(self, sa: A.StreamAssignment) -> None:
         """A group short of replicas (a peer removed with no replacement then): a selectable peer now."""
