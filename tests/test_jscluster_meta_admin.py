@@ -57,9 +57,17 @@ async def test_meta_stepdown_with_placement(cluster):
         assert r["error"]["err_code"] == 10025 and r["error"]["description"].startswith("invalid JSON")
         assert leader.jetstream.cluster.is_leader()
         target = next(s for s in cluster if s is not leader)
+        adv = await sys_.subscribe("$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED")
         r = await _api(sys_, sd, {"placement": {"preferred": target.name}})
         assert r == {"type": typ, "success": True}
         assert await wait_meta_leader(cluster) is target
+        # nats-server's domain_leader_elected: the leader's peer id, every member (the leader first), cluster
+        a = json.loads((await adv.next_msg(5)).data)
+        assert list(a) == ["type", "id", "timestamp", "leader", "replicas", "cluster"], a
+        assert a["type"] == "io.nats.jetstream.advisory.v1.domain_leader_elected"
+        assert a["leader"] == target.jetstream.cluster.peer and a["cluster"] == "rillet"
+        assert [x["name"] for x in a["replicas"]][0] == target.name
+        assert sorted(x["name"] for x in a["replicas"]) == sorted(s.name for s in cluster)
     finally:
         await sys_.close()
 

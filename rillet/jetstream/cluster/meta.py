@@ -428,8 +428,10 @@ class JetStreamCluster:
         if leader:
             self.log.notice("Self is new JetStream cluster metadata leader")
             self._last_leader = self.peer
-            subj, body = MON.meta_leader_elected_advisory(self.peer, self.meta_view().replicas, self.name,
-                                                          time.time_ns(), self.js.domain)
+            # (nats-server lists every member, the new leader first among them as its node sees it)
+            reps = [MON.PeerState(self.server.name, self.peer, current=True), *self.meta_view().replicas]
+            subj, body = MON.meta_leader_elected_advisory(self.peer, reps, self.name, time.time_ns(),
+                                                          self.js.domain)
             if self._ic is not None:
                 self._ic.publish(subj.encode(), None, json.dumps(body).encode())
         else:
