@@ -80,6 +80,10 @@ async def test_scale_r1_r3_r1_keeps_messages(cluster):
         r = await _api(nc, "$JS.API.STREAM.UPDATE.SC", dict(cfg, num_replicas=3))
         assert r["type"] == "io.nats.jetstream.api.v1.stream_update_response" and "error" not in r, r
         assert r["config"]["num_replicas"] == 3 and r["state"]["messages"] == 5
+        # nats-server 2.15's cluster.desired while the group is being reconfigured
+        d = r["cluster"]["desired"]
+        assert set(d) == {"created", "name", "replicas", "origin"} and d["origin"] == {"replicas": 1}, d
+        assert d["name"] == "rillet" and len(d["replicas"]) == 3 and set(d["replicas"][0]) == {"name", "peer"}
         # every server applies the update (the followers right after the meta leader)
         await _until(lambda: all(_sa(s, "SC").config["num_replicas"] == 3 for s in cluster), what="update applied")
         await _until(lambda: _settled(cluster, "SC", 3), what="R3 settled")
