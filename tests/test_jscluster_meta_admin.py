@@ -236,3 +236,44 @@ async def test_removed_server_rejoins_only_after_the_remove_timeout(cluster, mon
         await _until(lambda: vc.group.leader == leader.jetstream.cluster.peer, what="victim follows the leader")
     finally:
         await sys_.close()
+
+
+async def test_stopped_server_removed_its_r3_stream_gets_a_replacement():
+    async with run_cluster(4, jetstream=True, system_account="SYS", users=USERS) as cluster:
+        leader = await wait_meta_leader(cluster)
+        nc = await nats.connect(_url(leader, "a"))
+        sys_ = await nats.connect(_url(leader, "sys"))
+        try:
+            r = await _api(nc, "$JS.API.STREAM.CREATE.K", {"name": "K", "subjects": ["k"], "num_replicas": 3})
+            assert "error" not in r, r
+            for i in range(5):
+                await _api(nc, "k", {"i": i})
+            sa = leader.jetstream.cluster.state.stream("$G", "K")
+            gone = next(s for s in cluster if s is not leader and s.jetstream.cluster.peer in sa.group.peers)
+            spare = next(s for s in cluster if s.jetstream.cluster.peer not in sa.group.peers)
+            gpeer = gone.jetstream.cluster.peer
+            await gone.shutdown()
+            # the other servers see it offline (its routes closed): a new stream is not placed on it
+            await _until(lambda: leader.jetstream.cluster.registry.get(gpeer).offline, what="offline")
+            r = await _api(sys_, "$JS.API.SERVER.REMOVE", {"peer": gone.name})
+            assert r.get("success") is True, r
+            live = [s for s in cluster if s is not gone]
+            want = {p for p in sa.group.peers if p != gpeer} | {spare.jetstream.cluster.peer}
+            await _until(lambda: all(set(s.jetstream.cluster.state.stream("$G", "K").group.peers) == want
+                                     for s in live), timeout=15, what="the spare server replaces the stopped one")
+            await _until(lambda: (rep := spare.jetstream.cluster.streams.replica("$G", "K")) is not None
+                         and rep.stream.store.state().msgs == 5, timeout=15, what="the spare caught up")
+            await _api(nc, "k", {"i": 5})
+            # the stream leader's voters follow the assignment: the stopped server leaves the group
+            deadline = time.monotonic() + 10
+            while True:
+                info = await _api(nc, "$JS.API.STREAM.INFO.K")
+                names = {x["name"] for x in info["cluster"].get("replicas") or ()} | {info["cluster"]["leader"]}
+                if names == {s.name for s in live if s.jetstream.cluster.peer in want}:
+                    break
+                assert time.monotonic() < deadline, info["cluster"]
+                await asyncio.sleep(0.1)
+            assert info["state"]["messages"] == 6
+        finally:
+            await nc.close()
+            await sys_.close()
