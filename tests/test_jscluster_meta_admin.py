@@ -277,3 +277,29 @@ async def test_stopped_server_removed_its_r3_stream_gets_a_replacement():
         finally:
             await nc.close()
             await sys_.close()
+
+
+async def test_stream_peer_remove_as_nats_server(cluster):
+    nc = await nats.connect(_url(cluster[0], "a"))
+    try:
+        typ = T + "stream_remove_peer_response"
+        c3 = await _api(nc, "$JS.API.STREAM.CREATE.P3", {"name": "P3", "subjects": ["p3"], "num_replicas": 3})
+        c1 = await _api(nc, "$JS.API.STREAM.CREATE.P1", {"name": "P1", "subjects": ["p1"], "num_replicas": 1})
+        # (values from a live 3-server nats-server 2.15.1 cluster)
+        r = await _api(nc, "$JS.API.STREAM.PEER.REMOVE.P3", {"peer": c3["cluster"]["leader"]})
+        assert r == {"type": typ, "error": {"code": 503, "err_code": 10075, "description": "peer remap failed"}}
+        r = await _api(nc, "$JS.API.STREAM.PEER.REMOVE.P1", None)
+        assert r == {"type": typ, "error": {"code": 400, "err_code": 10003, "description": "bad request"}}
+        old = c1["cluster"]["leader"]
+        r = await _api(nc, "$JS.API.STREAM.PEER.REMOVE.P1", {"peer": old})
+        assert r == {"type": typ, "success": True}
+        peers = {s.name: s.jetstream.cluster.peer for s in cluster}
+        await _until(lambda: all(s.jetstream.cluster.state.stream("$G", "P1").group.peers not in ([], [peers[old]])
+                                 for s in cluster), what="the R1 stream moved")
+        await _until(lambda: sum(s.jetstream.cluster.streams.replica("$G", "P1") is not None for s in cluster) == 1
+                     and next(s for s in cluster if s.name == old).jetstream.cluster.streams.replica("$G", "P1")
+                     is None, what="one replica, elsewhere")
+        info = await _api(nc, "$JS.API.STREAM.INFO.P1")
+        assert info["cluster"]["leader"] != old
+    finally:
+        await nc.close()

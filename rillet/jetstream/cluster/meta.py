@@ -751,9 +751,11 @@ class JetStreamCluster:
         self._propose_stream_group(sa, g)
 
     def _replace_peer(self, sa: A.StreamAssignment, peer: str,
-                      done: Optional[Callable[[Any, Optional[BaseException]], None]] = None) -> None:
+                      done: Optional[Callable[[Any, Optional[BaseException]], None]] = None,
+                      require: bool = False) -> bool:
         """``peer`` leaves the stream's group: one UPDATE with a replacement chosen as nats-server does (the
-        same replica count, the removed peer ignored), or without one when none can be placed."""
+        same replica count, the removed peer ignored), or without one when none can be placed (``require``,
+        STREAM.PEER.REMOVE: then nothing is proposed and False is returned)."""
         rest = [p for p in sa.group.peers if p != peer]
         try:
             self._refresh_local()
@@ -762,6 +764,10 @@ class JetStreamCluster:
                                       [p for p in self.group.peers if p != peer], existing=rest, ignore=[peer],
                                       **self._place_kw())
         except PlacementError:
+            if require:
+                self.log.warn(f"JetStream cluster rejected peer removal, no replacement available for stream "
+                              f"'{sa.account} > {sa.name}'")
+                return False
             self.log.warn(f"JetStream cluster could not replace peer for stream '{sa.account} > {sa.name}'")
             peers = rest  # no replacement available: the group shrinks (filled later)
         g = sa.group.copy()
@@ -773,6 +779,7 @@ class JetStreamCluster:
             if not g.desired["peers"]:
                 g.desired = None
         self._propose_stream_group(sa, g, done)
+        return True
 
     # ---- info gathering (stream / consumer leaders) -------------------------------------------------
 
@@ -1218,24 +1225,28 @@ class JetStreamCluster:
 
     def _api_stream_peer_remove(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                                 body: bytes) -> None:
+        """As nats-server: a peer of the group (server name or peer id) is replaced by another placeable
+        one; with no replacement (the group would miss a replica) 10075 ``peer remap failed``. An R1
+        stream moves to another server (its messages stay behind, as nats-server)."""
         typ = T + "stream_remove_peer_response"
         acc = router.jsa.account.name
-        sa = self.state.stream(acc, args[0] if args else "")
-        if sa is None:
-            raise ApiError.make("STREAM_NOT_FOUND")
         req = router.parse(body)
         if not isinstance(req, dict) or not req.get("peer"):
             raise ApiError.make("BAD_REQUEST")
+        sa = self.state.stream(acc, args[0] if args else "")
+        if sa is None:
+            raise ApiError.make("STREAM_NOT_FOUND")
         who = str(req["peer"])
-        peer = next((p for p in sa.group.peers if p == who or self.registry.name_of(p) == who), None)
+        members = list(sa.group.peers) + list((sa.group.desired or {}).get("peers") or ())
+        peer = next((p for p in members if p == who or self.registry.name_of(p) == who), None)
         if peer is None:
             raise ApiError.make("CLUSTER_PEER_NOT_MEMBER")
-        if len(sa.group.peers) == 1:
-            raise ApiError.make("CLUSTER_PEER_NOT_MEMBER")
+
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:
                 router.respond(reply, {"type": typ, "success": True})
-        self._replace_peer(sa, peer, done)
+        if not self._replace_peer(sa, peer, done, require=True):
+            raise ApiError.make("PEER_REMAP")  # (nats-server: no replacement, the group would miss a replica)
 
     # consumers
 
