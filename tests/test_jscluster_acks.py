@@ -70,3 +70,20 @@ async def test_ack_sync_not_confirmed_without_quorum(cl):
             await cr.group.stop()  # the followers are gone: the ack cannot commit
     with pytest.raises((nats.errors.TimeoutError, asyncio.TimeoutError)):
         await m.ack_sync(timeout=1.0)
+
+
+async def test_delivery_waits_for_its_commit(cl):
+    # a consumer leader without its followers delivers nothing: the delivery is recorded on a quorum first
+    # (nats-server 2.12+), so a cut-off or paused leader cannot hand out messages the next leader redelivers
+    servers, nc, js = cl
+    await js.add_stream(name="D", subjects=["d"], num_replicas=3)
+    await js.publish("d", b"x")
+    await js.add_consumer("D", ConsumerConfig(durable_name="DC", ack_policy="explicit"))
+    await until(lambda: consumer_leader(servers, "D", "DC") is not None, what="consumer leader")
+    sub = await js.pull_subscribe_bind(durable="DC", stream="D")
+    lead = consumer_leader(servers, "D", "DC")
+    for cr in consumer_reps(servers, "D", "DC"):
+        if cr is not lead:
+            await cr.group.stop()
+    with pytest.raises((nats.errors.TimeoutError, asyncio.TimeoutError)):
+        await sub.fetch(1, timeout=1.0)

@@ -435,6 +435,11 @@ class Stream:
         fast = None
         if reply is not None and reply.__class__ is not bytes:  # a fast batch message (fastbatch.FastMsg)
             fast, reply = reply, None
+        elif isinstance(err, NotLeader):
+            # not (or no longer) the leader when it came to propose: no answer, as nats-server. A deposed
+            # leader still subscribed (resuming from a pause, cut off) gets the publishes the new leader
+            # stores and answers too: its "not the leader" would be the client's answer if it came first
+            return
         if isinstance(err, ApiError):
             e = err
         else:

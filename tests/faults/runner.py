@@ -226,6 +226,10 @@ class Run:
         t0 = nem.timeline[0][0] if nem and nem.timeline else 0.0
         bad = [("lost", v) for v in qr.lost[:5]] + [("refused but stored", v) for v in qr.failed_present[:5]]
         bad += [("duplicated", v) for v in list(qr.duplicated)[:5]]
+        for v, t_ack, t_again, seq, nd in q.redeliveries[:5]:
+            print(f"  redelivered after its ack was confirmed: {v} (stream seq {seq}): ack confirmed at "
+                  f"{t_ack - t0:+.2f}s ({nem.during(t_ack) if nem else ''}), delivered again (delivery {nd}) at "
+                  f"{t_again - t0:+.2f}s ({nem.during(t_again) if nem else ''})")
         for what, v in bad:
             r = q.records.get(v)
             if r is None:
@@ -307,9 +311,10 @@ class Run:
         if q.redelivered_after_ack:
             # an AckSync answered only once the ack is committed (nats-server): the value must not come again
             bad.append(f"{q.redelivered_after_ack} deliveries of values whose ack had been confirmed")
+        if not qr.ok or q.redelivered_after_ack:
+            self.explain(q, qr)
         if not qr.ok:
             bad.append("queue check failed")
-            self.explain(q, qr)
         if qr.acked == 0:
             bad.append("no publish was acknowledged")
         counts = kv.history.counts()

@@ -169,6 +169,9 @@ class QueueWorkload:
         self.consumed: set[str] = set()
         self.acked: set[str] = set()          # consumer acks the server confirmed
         self.redelivered_after_ack = 0        # deliveries of a value whose ack was confirmed before
+        self.ack_confirmed_at: dict[str, float] = {}
+        # (value, ack confirmed at, delivered again at, stream seq, delivery count) for the first few of them
+        self.redeliveries: list[tuple[str, float, float, int, int]] = []
         self.deliveries = 0
         self.ack_failures = 0
         self.errors: list[str] = []
@@ -218,6 +221,7 @@ class QueueWorkload:
                 self.errors.append(f"ack: {err_text(e)}")
             return
         self.acked.add(v)
+        self.ack_confirmed_at[v] = time.monotonic()
 
     async def consumer(self, i: int) -> None:
         nc = await connect(self.urls_from(i), "consumer", self.errors)
@@ -240,6 +244,10 @@ class QueueWorkload:
                 v = m.data.decode()
                 if v in self.acked:
                     self.redelivered_after_ack += 1
+                    if len(self.redeliveries) < 20:
+                        md = m.metadata
+                        self.redeliveries.append((v, self.ack_confirmed_at.get(v, 0.0), time.monotonic(),
+                                                  md.sequence.stream, md.num_delivered))
                 self.consumed.add(v)
                 vals.append(v)
             # acknowledgements confirmed by the server (pipelined: one round trip for the batch)

@@ -29,6 +29,7 @@ position.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 import msgspec
@@ -36,7 +37,8 @@ import msgspec
 from rillet.jetstream.consumer import Consumer
 from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
                                              C_START, ConsumerStateMachine)
-from rillet.jetstream.log import Entry
+from rillet.jetstream.log import Entry, NotLeader
+from rillet.jetstream.stream import now_ns
 
 COMPACT_EVERY = 8192  # applied entries between snapshots of a consumer group
 
@@ -77,6 +79,10 @@ class ClusteredConsumer(Consumer):
             elif op == C_RESET:  # the scan position goes where the reset says, back or forward
                 self.sseq = a[0]
                 self.started_by_log = True  # a new leader resumes from here, not from the deliver policy
+        elif entry.op == C_ACK:
+            a = self._acking
+            if a:
+                a.discard(entry.args[0])
         elif entry.op == C_START or entry.op == C_RESET:
             self.started_by_log = True
         return res
@@ -84,6 +90,13 @@ class ClusteredConsumer(Consumer):
     # ---- AckSync: confirmed once the ack committed (nats-server answers from the replicated ack) ----------
 
     _ack_reply: bytes | None = None
+    _acking: Any = None  # (engine) stream seqs whose ack this leader proposed, not yet applied
+
+    def _add_rdq(self, seq: int) -> None:
+        a = self._acking
+        if a and seq in a:
+            return
+        super()._add_rdq(seq)
 
     def _on_ack(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         if reply:
@@ -101,19 +114,83 @@ class ClusteredConsumer(Consumer):
 
     def process_ack(self, sseq: int, dseq: int, dc: int, sample: bool) -> bool:
         reply, self._ack_reply = self._ack_reply, None
-        if reply is None:
-            return super().process_ack(sseq, dseq, dc, sample)
         log = self.clog
         before = log.pending
         ok = super().process_ack(sseq, dseq, dc, sample)
+        proposed = log.pending > before
+        if proposed and self.engine and self.ack_policy == "explicit":
+            # until the ack applies the message is still pending: not to be redelivered meanwhile (a
+            # redelivery proposed after the ack would make it pending again once both commit)
+            a = self._acking
+            if a is None:
+                a = self._acking = set()
+            a.add(sseq)
+        if reply is None:
+            return ok
         if not ok or not log.is_leader:
             return ok  # (not delivered yet, or no longer leading: no confirmation)
-        if log.pending > before:
+        if proposed:
             pub = self.ic.publish
             log.then(lambda: pub(reply, None, b""))
         else:
             self.ic.publish(reply, None, b"")  # nothing to replicate (already acknowledged)
         return ok
+
+    # ---- deliveries sent once their C_DELIVERED entry committed (nats-server 2.12+ holds them for the
+    # quorum too): a leader cut off or paused, still thinking it leads, can deliver nothing (a redelivery
+    # of a value the new leader's client has since acknowledged). Statuses for the same client (408, 404,
+    # heartbeats) queue behind them, in order. Not with AckNone or flow control (as nats-server).
+
+    _outq: Any = None  # deque of [state, subject, reply, hdr, data, orig, subject_s]; state False: waiting
+
+    def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int,
+                 dsubj_s: str, dseq: int) -> bool:
+        if self.ack_none or self.flow_control:
+            return super()._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s, dseq)
+        r = self.jsa.account.match(dsubj_s)
+        if not (r.psubs or r.qsubs):  # nobody to get it: recorded and not delivered, as on one server
+            return super()._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s, dseq)
+        seq = m.seq
+        self._ndseq = dseq + 1
+        item = [False, dsubj, ack_reply.encode(), hdr, data, m.subject, dsubj_s]
+        q = self._outq
+        if q is None:
+            q = self._outq = deque()
+        q.append(item)
+        self.clog.propose(Entry(C_DELIVERED, (seq, dseq, dc, now_ns()), item), self._delivered)
+        if self._ack_timer is None or self.backoff:
+            self._arm_ack_timer(self._ack_delay(seq))
+        if self.persist is not None:
+            self._mark_dirty()
+        if self.maxpb:
+            self.pbytes += sz
+        return True
+
+    def _delivered(self, entry: Entry, res: Any, err: BaseException | None) -> None:
+        item = entry.ctx
+        # committed: out it goes; else (leadership lost, replaced) never: the next leader redelivers
+        item[0] = True if err is None else None
+        if err is not None and not isinstance(err, NotLeader):
+            self.js.log.error(f"JetStream consumer '{self.stream.name} > {self.name}': applying {entry!r} "
+                              f"failed: {err!r}")
+        q = self._outq
+        if self.closed or not self.engine:
+            q.clear()
+            return
+        send = Consumer._send
+        while q and q[0][0] is not False:
+            it = q.popleft()
+            if it[0]:
+                send(self, it[1], it[2], it[3], it[4], it[5], it[6])
+        self.js.server.schedule_flush()
+
+    def _send(self, subject: bytes, reply: bytes | None, hdr: bytes, data: bytes, orig: str | None = None,
+              subject_s: str | None = None) -> bool:
+        q = self._outq
+        if q:
+            q.append([True, subject, reply, hdr, data, orig, subject_s])
+            return True
+        return super()._send(subject, reply, hdr, data, orig, subject_s)
 
     # stream signals reach the engine only
     def on_stream_msg(self, seq: int, subject: str) -> None:
