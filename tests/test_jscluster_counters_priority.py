@@ -255,9 +255,6 @@ async def test_prioritized_on_r3_consumer(cl):
     assert await round(lead, "y") == ["y3", "y0", "y2", "y1"]
 
 
-@pytest.mark.xfail(strict=True, reason="meta.py _consumer_create calls normalize_consumer_config without "
-                   "clustered=True: an explicit consumer num_replicas > 1 is refused in a cluster with 10074 "
-                   "'replicas > 1 not supported in non-clustered mode'")
 async def test_explicit_r3_consumer_num_replicas(cl):
     servers, ncs = cl
     ans = await api(ncs[0], "$JS.API.STREAM.CREATE.EXP", {"name": "EXP", "subjects": ["exp"], "num_replicas": 3})

@@ -1278,7 +1278,8 @@ class JetStreamCluster:
         cfg = CC.normalize_consumer_config(
             scfg, req.config, req.action, pedantic=req.pedantic,
             existing=_consumer_cfg(existing.config) if existing is not None else None, others=others,
-            account_limits=acc_lim, deliver_subject_in_use=lambda subj: jsa.account.sublist.has_interest(subj))
+            account_limits=acc_lim, clustered=True,
+            deliver_subject_in_use=lambda subj: jsa.account.sublist.has_interest(subj))
         if existing is not None and C.configs_equal(_consumer_cfg(existing.config), cfg):
             self._answer_later(router, reply, typ, lambda: self.consumer_info(acc, stream_name, name))
             return
