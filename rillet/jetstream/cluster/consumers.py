@@ -253,6 +253,24 @@ def set_state(c: Any, s: list) -> None:
         c.sseq = int(s[10])
 
 
+LOST_QUORUM_EVERY = 10.0  # seconds: a group's quorum-lost advisories are throttled after the first (as nats-server)
+
+
+def send_quorum_lost(cs: Any, jsa: Any, what: str, build: Any) -> None:
+    """The leader of ``what`` (``'<account> > <stream>[ > <consumer>]'``) stepped down for lost quorum: warn and
+    publish ``build(account)`` -> (subject, body) in the stream's account (no ``account`` field) and, naming the
+    account, in the system account, as nats-server does."""
+    cs.js.log.warn(f"JetStream cluster {what} has NO quorum, stalled")
+    adv = cs.js.advisories
+    if jsa.account is not getattr(cs.server.sysacc, "account", None):
+        subj, body = build("")
+        adv._send(jsa, subj, body)
+    sysacc = cs.server.sysacc
+    subj, body = build(jsa.account.name)
+    if sysacc.interest(subj):
+        sysacc.send(subj, body)
+
+
 class ConsumerReplica:
     """One consumer's replica on this server: its RaftGroup, RaftLog and ClusteredConsumer."""
 
@@ -272,6 +290,8 @@ class ConsumerReplica:
                                apply=self.log.group_apply, on_leader_change=self.log.group_leader_change,
                                snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval)
         self.log.bind(self.group)
+        self.group.on_quorum_lost = self._quorum_lost
+        self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.created_at = js.loop.time()
         self.leader = False
         self.closed = False
@@ -386,6 +406,18 @@ class ConsumerReplica:
             pub(subj, body)
         except Exception as e:
             self.cs.js.log.warn(f"JetStream cluster: consumer leader advisory for '{self.name}' not sent: {e!r}")
+
+    def _quorum_lost(self) -> None:
+        from rillet.jetstream.cluster import monitor
+        now = self.cs.js.loop.time()
+        if self.closed or now - self.lost_quorum_sent < LOST_QUORUM_EVERY:
+            return
+        self.lost_quorum_sent = now
+        rep = self.rep
+        send_quorum_lost(self.cs, rep.jsa, f"consumer '{rep.jsa.account.name} > {rep.name} > {self.name}'",
+                         lambda acc: monitor.consumer_quorum_lost_advisory(
+                             acc, rep.name, self.name, rep.peer_states(self.group), time.time_ns(),
+                             self.cs.js.domain or ""))
 
     def request_delete(self) -> None:
         """The engine found the consumer inactive: ask the meta leader to remove it (again after 2 s)."""

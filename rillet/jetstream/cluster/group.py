@@ -102,6 +102,9 @@ class RaftGroup:
         self.on_leader_change = on_leader_change
         # called with the peer id of a server that sent a message to this group without being a voter
         self.on_foreign_peer: Optional[Callable[[str], None]] = None
+        # called when this node, leader, steps down because it did not hear from a quorum of its peers
+        # within an election timeout (check-quorum; the quorum-lost advisories)
+        self.on_quorum_lost: Optional[Callable[[], None]] = None
         self._snapshot = snapshot
         self._restore = restore
         self._applied_floor = applied_floor
@@ -227,7 +230,15 @@ class RaftGroup:
         if not self.running:
             return
         self._timer = self.loop.call_later(self.tick_interval, self._on_tick)
-        self.node.tick()
+        n = self.node
+        was_leader = n.role == LEADER
+        n.tick()
+        if was_leader and n.role != LEADER and self.on_quorum_lost is not None:
+            # (a tick makes a leader step down only through check-quorum)
+            try:
+                self.on_quorum_lost()
+            except Exception as e:
+                self.log.error(f"RAFT group {self.name!r}: quorum-lost handler failed: {e!r}")
         now = self.loop.time()
         if not self.sync_always and now - self._synced_at >= self.sync_every:
             self._synced_at = now

@@ -52,7 +52,7 @@ from typing import Any
 import msgspec
 
 from rillet.jetstream.cluster import monitor
-from rillet.jetstream.cluster.consumers import ConsumerReplica
+from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_quorum_lost
 from rillet.jetstream.cluster.log import RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
@@ -104,6 +104,8 @@ class StreamReplica:
                                apply=self.log.group_apply, on_leader_change=self.log.group_leader_change,
                                snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval)
         self.log.bind(self.group)
+        self.group.on_quorum_lost = self._quorum_lost
+        self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.replay_seq = 0  # the last sequence the applied (or skipped) entries stored
         self.applied_since_snap = 0
         self.creps: dict[str, ConsumerReplica] = {}  # this server's consumer replicas of the stream
@@ -274,6 +276,15 @@ class StreamReplica:
                 pub(subj, body)
             except Exception as e:
                 self.cs.js.log.warn(f"JetStream cluster: leader advisory for '{self.name}' not sent: {e!r}")
+
+    def _quorum_lost(self) -> None:
+        now = self.cs.js.loop.time()
+        if self.closed or now - self.lost_quorum_sent < LOST_QUORUM_EVERY:
+            return
+        self.lost_quorum_sent = now
+        send_quorum_lost(self.cs, self.jsa, f"stream '{self.jsa.account.name} > {self.name}'",
+                         lambda acc: monitor.stream_quorum_lost_advisory(
+                             acc, self.name, self._peer_states(), time.time_ns(), self.cs.js.domain or ""))
 
     # ---- consumers ----------------------------------------------------------------------------------
 
