@@ -81,3 +81,40 @@ async def test_stream_and_consumer_quorum_lost_advisories(servers):
         _replicas_ok(c, servers, li)
     finally:
         await nc.close()
+
+
+@pytest.fixture
+async def cluster3():
+    async with run_cluster(3, jetstream=True) as servers:
+        yield servers
+
+
+async def test_stream_and_consumer_leader_elected_advisories(cluster3):
+    """A new stream or consumer group's leader publishes nats-server's leader-elected advisory in the
+    stream's account (no ``account`` field there), naming itself and the other replicas."""
+    servers = cluster3
+    nc = await nats.connect(servers[0].client_url)
+    got: list[tuple[str, dict]] = []
+
+    async def adv(m):
+        got.append((m.subject, json.loads(m.data)))
+    try:
+        await nc.subscribe("$JS.EVENT.ADVISORY.*.LEADER_ELECTED.>", cb=adv)
+        await nc.flush()
+        js = nc.jetstream()
+        await js.add_stream(name="LE", subjects=["le"], num_replicas=3)
+        await js.add_consumer("LE", ConsumerConfig(durable_name="LC", ack_policy="explicit"))
+        await until(lambda: stream_leader(servers, "LE") is not None, what="a stream leader")
+        await until(lambda: consumer_leader(servers, "LE", "LC") is not None, what="a consumer leader")
+        await until(lambda: {"$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.LE",
+                             "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.LE.LC"} <= {s for s, _ in got},
+                    timeout=8, what=f"leader elected advisories (got {got})")
+        s = [b for subj, b in got if subj == "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.LE"][-1]
+        assert s["type"] == "io.nats.jetstream.advisory.v1.stream_leader_elected" and s["stream"] == "LE", s
+        assert "account" not in s and s["leader"] in {x.name for x in servers}, s
+        assert sorted(r["name"] for r in s["replicas"]) == sorted(x.name for x in servers if x.name != s["leader"]), s
+        c = [b for subj, b in got if subj == "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.LE.LC"][-1]
+        assert c["type"] == "io.nats.jetstream.advisory.v1.consumer_leader_elected", c
+        assert (c["stream"], c["consumer"]) == ("LE", "LC") and "account" not in c, c
+    finally:
+        await nc.close()

@@ -261,6 +261,12 @@ def send_quorum_lost(cs: Any, jsa: Any, what: str, build: Any) -> None:
     publish ``build(account)`` -> (subject, body) in the stream's account (no ``account`` field) and, naming the
     account, in the system account, as nats-server does."""
     cs.js.log.warn(f"JetStream cluster {what} has NO quorum, stalled")
+    send_advisory(cs, jsa, build)
+
+
+def send_advisory(cs: Any, jsa: Any, build: Any) -> None:
+    """Publish ``build(account)`` -> (subject, body) in the stream's account (no ``account`` field) and, naming
+    the account, in the system account when someone there listens."""
     adv = cs.js.advisories
     if jsa.account is not getattr(cs.server.sysacc, "account", None):
         subj, body = build("")
@@ -395,17 +401,10 @@ class ConsumerReplica:
     def _advisory(self) -> None:
         from rillet.jetstream.cluster import monitor
         srv = self.cs.server
-        sysacc = getattr(srv, "sysacc", None)
-        pub = getattr(sysacc, "publish", None) if sysacc is not None else None
-        if pub is None:
-            return
-        try:
-            subj, body = monitor.consumer_leader_elected_advisory(
-                self.rep.jsa.account.name, self.rep.name, self.name, srv.name, self.rep.peer_states(self.group),
-                time.time_ns())
-            pub(subj, body)
-        except Exception as e:
-            self.cs.js.log.warn(f"JetStream cluster: consumer leader advisory for '{self.name}' not sent: {e!r}")
+        reps = self.rep.peer_states(self.group)
+        now = time.time_ns()
+        send_advisory(self.cs, self.rep.jsa, lambda acc: monitor.consumer_leader_elected_advisory(
+            acc, self.rep.name, self.name, srv.name, reps, now))
 
     def _quorum_lost(self) -> None:
         from rillet.jetstream.cluster import monitor

@@ -52,7 +52,7 @@ from typing import Any
 import msgspec
 
 from rillet.jetstream.cluster import monitor
-from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_quorum_lost
+from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
 from rillet.jetstream.cluster.log import RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
@@ -267,15 +267,9 @@ class StreamReplica:
             return
         srv = self.cs.server
         reps = self._peer_states()
-        subj, body = monitor.stream_leader_elected_advisory(self.jsa.account.name, self.name, srv.name, reps,
-                                                            time.time_ns())
-        sysacc = getattr(srv, "sysacc", None)
-        pub = getattr(sysacc, "publish", None) if sysacc is not None else None
-        if pub is not None:
-            try:
-                pub(subj, body)
-            except Exception as e:
-                self.cs.js.log.warn(f"JetStream cluster: leader advisory for '{self.name}' not sent: {e!r}")
+        now = time.time_ns()
+        send_advisory(self.cs, self.jsa, lambda acc: monitor.stream_leader_elected_advisory(
+            acc, self.name, srv.name, reps, now))
 
     def _quorum_lost(self) -> None:
         now = self.cs.js.loop.time()
