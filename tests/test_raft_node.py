@@ -388,3 +388,23 @@ def test_decoder_checks_entry_indexes():
         M.decode(M.encode(M.AppendEntries(1, "a", "b", 5, 1, 0, [(6, 1, 7, b"x")])))
     with pytest.raises(M.DecodeError):
         M.decode(b"")
+
+
+def test_commit_only_appends_are_not_answered_by_streaming_followers():
+    net = Net(["n1", "n2", "n3"], heartbeat_tick=5, election_tick=20)
+    ld = net.elect("n1")
+    net.tick(1)
+    i, _ = ld.propose(b"x")
+    net.sent.clear()
+    net.pump()
+    # every node applied the entry; per follower: the append, its answer, then the new commit unanswered
+    assert all(net.data(n) == [b"x"] and net.nodes[n].commit == i for n in net.nodes)
+    sent = [(type(m).__name__, m.to, getattr(m, "quiet", None)) for m in net.sent]
+    assert sorted(sent) == [("AppendEntries", "n2", False), ("AppendEntries", "n2", True),
+                            ("AppendEntries", "n3", False), ("AppendEntries", "n3", True),
+                            ("AppendResponse", "n1", None), ("AppendResponse", "n1", None)]
+    # a quiet append a follower cannot take (its log does not match) is still refused, so the leader probes
+    f = net.nodes["n2"]
+    f.step(M.AppendEntries(ld.term, "n1", "n2", i + 5, ld.term, i, [], True))
+    assert [type(m).__name__ for m in f.msgs] == ["AppendResponse"] and f.msgs[0].reject
+    assert M.decode(M.encode(M.AppendEntries(1, "a", "b", 5, 1, 0, [], True))).quiet is True

@@ -66,11 +66,13 @@ class VoteResponse(_Msg, tag=2):
 
 
 class AppendEntries(_Msg, tag=3):
-    """Entries following (prev_index, prev_term); ``commit`` is the leader's commit index."""
+    """Entries following (prev_index, prev_term); ``commit`` is the leader's commit index. ``quiet``: no
+    entries, only a new commit index for a follower the leader streams to; answered only if refused."""
     prev_index: U64
     prev_term: U64
     commit: U64
     entries: list[Entry] = []
+    quiet: bool = False
 
 
 class AppendResponse(_Msg, tag=4):

@@ -508,7 +508,8 @@ class Node:
             c = min(m.commit, last_new)
             if c > self.commit:
                 self.commit = c
-            self.msgs.append(AppendResponse(self.term, self.id, m.frm, last_new))
+            if not m.quiet or ents:
+                self.msgs.append(AppendResponse(self.term, self.id, m.frm, last_new))
         else:
             hint = self._find_conflict_by_term(min(m.prev_index, self.last_index()), m.prev_term)
             self.msgs.append(AppendResponse(self.term, self.id, m.frm, m.prev_index, True, hint,
@@ -548,7 +549,7 @@ class Node:
 
     # ---- leader side -------------------------------------------------------------------------------------
 
-    def _send_append(self, p: str, pr: Progress, allow_empty: bool) -> bool:
+    def _send_append(self, p: str, pr: Progress, allow_empty: bool, quiet: bool = False) -> bool:
         state = pr.state
         if state == PROBE:
             if pr.paused:
@@ -583,7 +584,8 @@ class Node:
                     break
         if not ents and not allow_empty:
             return False
-        self.msgs.append(AppendEntries(self.term, self.id, p, prev, prev_term, self.commit, ents))
+        self.msgs.append(AppendEntries(self.term, self.id, p, prev, prev_term, self.commit, ents,
+                                       quiet and not ents and state == REPLICATE))
         if state == REPLICATE:
             if ents:
                 pr.next = ents[-1][0] + 1
@@ -598,7 +600,9 @@ class Node:
             while self._send_append(p, pr, False) and pr.state == REPLICATE and pr.next <= last:
                 pass
         elif commit_changed:
-            self._send_append(p, pr, True)
+            # only the commit index moved: a follower in REPLICATE does not answer it (one message per
+            # follower instead of two; its progress and liveness are tracked by the other answers)
+            self._send_append(p, pr, True, True)
 
     def _bcast(self, commit_changed: bool = False) -> None:
         self._need_bcast = False
