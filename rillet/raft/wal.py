@@ -266,21 +266,25 @@ class WAL:
         seg = self.segments[-1] if self.segments else None
         if seg is None or seg.size >= self.segment_size:
             seg = self._new_segment(first)
-        out = bytearray()
-        base = seg.size
+        parts: list = []
+        add = parts.append
+        pos = seg.size
         offsets = seg.offsets
         terms = seg.terms
-        rec, ent = _REC, _ENT
-        for e in entries:
+        rec, ent, crc32, hsize = _REC.pack, _ENT.pack, zlib.crc32, _ENT.size
+        for e in entries:  # (no per-entry concatenation: header, entry header and data joined once)
             data = e[3]
-            payload = ent.pack(e[0], e[1], e[2]) + data
-            offsets.append(base + len(out))
+            h = ent(e[0], e[1], e[2])
+            n = hsize + len(data)
+            offsets.append(pos)
             terms.append(e[1])
-            out += rec.pack(len(payload), zlib.crc32(payload))
-            out += payload
+            add(rec(n, crc32(data, crc32(h))))
+            add(h)
+            add(data)
+            pos += 8 + n
         f = self._file(seg)
-        f.write(out)
-        seg.size += len(out)
+        f.write(b"".join(parts))
+        seg.size = pos
         self._dirty = True
         if self.policy == "always":
             self.sync()

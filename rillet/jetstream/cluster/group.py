@@ -384,9 +384,14 @@ class RaftGroup:
                 rd = n.ready()
                 if not self._persist(rd):
                     return  # (the write failed: nothing is sent or applied; the group is stopped)
-                tr = self.transport
-                for m in rd.messages:
-                    tr.send(self.name, m.to, M.encode(m))
+                if rd.messages:
+                    tr = self.transport
+                    for m in rd.messages:
+                        tr.send(self.name, m.to, M.encode(m))
+                    if rd.committed_entries:
+                        # on the wire before the applies below (a batch of them takes milliseconds): the
+                        # peers persist and answer the next entries while this server applies these
+                        self.server.flush_clients()
                 if rd.soft_state is not None:
                     self._soft_changed()
                 if rd.snapshot is not None:

@@ -34,7 +34,7 @@ def valid_group(group: str) -> bool:
 
 
 def valid_peer(peer: str) -> bool:
-    return len(peer) == PEER_ID_LEN and all(ch in DIGITS for ch in peer)
+    return len(peer) == PEER_ID_LEN and not peer.strip(DIGITS)  # (every character one of DIGITS)
 
 
 def direct_subject(group: str, to: str, frm: str) -> str:
@@ -61,6 +61,7 @@ class RaftTransport:
         self.on_message = on_message
         self.ic = server.internal_client(acc, "raft transport")
         self._groups: dict[str, tuple[list[Any], OnMessage | None]] = {}
+        self._subjects: dict[tuple[str, str], bytes] = {}  # (group, peer or "") -> checked subject bytes
         self.sent = self.received = self.bad = 0
 
     @property
@@ -81,6 +82,8 @@ class RaftTransport:
 
     def leave(self, group: str) -> None:
         g = self._groups.pop(group, None)
+        if self._subjects:
+            self._subjects = {k: v for k, v in self._subjects.items() if k[0] != group}
         if g is not None:
             for sub in g[0]:
                 self.ic.remove_sub(sub)
@@ -91,19 +94,25 @@ class RaftTransport:
 
     def send(self, group: str, peer: str, data: bytes) -> None:
         """``data`` to the member ``peer`` of ``group`` (dropped when it does not listen)."""
-        if not valid_group(group):
-            raise ValueError(f"invalid RAFT group name {group!r}")
-        if not valid_peer(peer):
-            raise ValueError(f"invalid peer id {peer!r}")
+        subj = self._subjects.get((group, peer))
+        if subj is None:
+            if not valid_group(group):
+                raise ValueError(f"invalid RAFT group name {group!r}")
+            if not valid_peer(peer):
+                raise ValueError(f"invalid peer id {peer!r}")
+            subj = self._subjects[(group, peer)] = direct_subject(group, peer, self.peer).encode()
         self.sent += 1
-        self.ic.publish(direct_subject(group, peer, self.peer).encode(), None, data)
+        self.ic.publish(subj, None, data)
 
     def broadcast(self, group: str, data: bytes) -> None:
         """``data`` to every other member of ``group`` that listens."""
-        if not valid_group(group):
-            raise ValueError(f"invalid RAFT group name {group!r}")
+        subj = self._subjects.get((group, ""))
+        if subj is None:
+            if not valid_group(group):
+                raise ValueError(f"invalid RAFT group name {group!r}")
+            subj = self._subjects[(group, "")] = broadcast_subject(group, self.peer).encode()
         self.sent += 1
-        self.ic.publish(broadcast_subject(group, self.peer).encode(), None, data)
+        self.ic.publish(subj, None, data)
 
     def _deliver(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         toks = subject.decode("utf-8", "surrogateescape").split(".")
