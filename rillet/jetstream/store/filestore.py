@@ -979,38 +979,6 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
                 out.append((x.base + slot, subj, size))
         return n
 
-    def purge(self, subject: str | None = None, seq: int = 0, keep: int = 0) -> int:
-        """nats-server purge: everything; or by subject filter; or below ``seq`` (not
-        including it); keeping the last ``keep`` (of the filter as a whole, like nats-server).
-        Returns the number purged.  After a full purge first_seq = last_seq + 1."""
-        self._check_open()
-        if seq == 1:
-            return 0
-        if _is_all(subject):
-            if not keep and not seq:
-                return self._purge_all(self._last + 1)
-            if seq > 1:
-                return self.compact(seq)
-            subject = ">"
-        assert subject is not None
-        msgs_n, first, last = self.filtered_state(subject, 1)
-        if not msgs_n:
-            return 0
-        maxp = 0
-        if keep > 0:
-            if keep >= msgs_n:
-                return 0
-            maxp = msgs_n - keep
-        if seq >= 1:
-            last = min(last, seq - 1)
-        purged = 0
-        for s in self._matching_seqs(subject, first, last):
-            if self._remove(s):
-                purged += 1
-                if maxp and purged >= maxp:
-                    break
-        return purged
-
     def _matching_seqs(self, filter: str, first: int, last: int) -> list[int]:
         """Live seqs in [first, last] matching filter, ascending."""
         out: list[int] = []
