@@ -419,8 +419,11 @@ async def test_go_server_asking_for_s2_gets_an_uncompressed_route(mode, rillet_c
         await r.start()
         try:
             await _until(lambda: r.cluster.servers_connected() == 1, 10, "route to the Go server")
-            z = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez", timeout=2).read())
-            assert [rt.get("compression") for rt in z["routes"]] == ["off"] * 4  # (pool of 3, $SYS)
+            def routez():
+                return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez", timeout=2).read())
+            # servers_connected() counts the peer once its first route is up; the rest of the pool follows
+            await _until(lambda: len(routez()["routes"]) == 4, 10, "the whole pool (3 and $SYS) up")
+            assert [rt.get("compression") for rt in routez()["routes"]] == ["off"] * 4
             async with contextlib.AsyncExitStack() as st:
                 g = await nats.connect(f"nats://127.0.0.1:{gport}")
                 nc = await nats.connect(r.client_url)
