@@ -58,6 +58,11 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
     if with_cluster:
         ci = getattr(s, "cluster_info", None)  # a replicated stream (rillet.jetstream.cluster.streams)
         d["cluster"] = ci() if ci is not None else {"leader": s.js.server.name}
+        cc = getattr(s, "cluster_consumer_count", None)  # nats-server: the assignment's consumers, cluster-wide
+        if cc is not None:
+            n = cc()
+            if n > 0:
+                d["state"]["consumer_count"] = n
     if s.sources is not None:
         d.update(s.sources.info_dict())
     d["ts"] = format_time(now_ns())

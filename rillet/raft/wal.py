@@ -382,3 +382,59 @@ class WAL:
 
     def close(self) -> None:
         self._close()
+
+
+
+class MemWAL:
+    """The WAL's interface for a group that keeps its log in memory only (nats-server's in-memory WAL for
+    memory-storage groups): nothing is written to disk, so a restarted member starts with an empty log,
+    term and vote, and gets the log or a snapshot from the leader again. The RAFT node holds its entries
+    itself; this only checks that appends stay contiguous (as the file WAL does) and keeps the last hard
+    state and snapshot for ``status``. ``MemWAL.open()`` is ``WAL.open``'s counterpart."""
+
+    policy = "memory"
+    path = ""
+
+    def __init__(self) -> None:
+        self.last = 0
+        self.snap_index = 0
+        self.snap_term = 0
+        self.hard_state: Optional[HardState] = None
+        self.appended = 0  # entries appended (counter)
+
+    @classmethod
+    def open(cls) -> tuple["MemWAL", Recovered]:
+        return cls(), Recovered(None, None, [], 0)
+
+    def last_index(self) -> int:
+        return max(self.last, self.snap_index)
+
+    def append(self, entries: Sequence[tuple]) -> None:
+        if not entries:
+            return
+        first = entries[0][0]
+        if first > self.last_index() + 1:
+            raise ValueError(f"wal append at {first} leaves a gap after {self.last_index()}")
+        self.last = entries[-1][0]  # (a follower's conflicting suffix from ``first`` on is replaced)
+        self.appended += len(entries)
+
+    def flush(self) -> None:
+        """Nothing to hand to the operating system."""
+
+    def sync(self) -> None:
+        """Nothing to make durable."""
+
+    def truncate_suffix(self, index: int) -> None:
+        if index <= self.snap_index:
+            raise ValueError(f"cannot truncate at {index}: entries up to {self.snap_index} are in the snapshot")
+        self.last = min(self.last, index - 1)
+
+    def save_hard_state(self, hs: HardState) -> None:
+        self.hard_state = hs
+
+    def save_snapshot(self, snap: Snapshot) -> None:
+        self.snap_index, self.snap_term = snap.index, snap.term
+        self.last = max(self.last, snap.index)
+
+    def close(self) -> None:
+        """Nothing to close: the log goes with the process."""

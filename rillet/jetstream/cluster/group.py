@@ -8,6 +8,10 @@ The node is a pure object; this driver gives it what it has no access to:
   system account over the routes); a message from the transport is decoded and ``step``-ped;
 * **the disk**: ``rillet.raft.wal`` under ``<store_dir>/_raft/<group>/``, plus ``peers.json`` there, the
   group's founding voter set (the node needs it again on every restart until a snapshot carries it).
+  A memory-storage group (``storage="memory"``, or a ``S-R<n>M-``/``C-R<n>M-`` name, as nats-server's
+  in-memory WAL for memory streams and consumers) writes nothing: ``rillet.raft.wal.MemWAL``, founding
+  voters from the assignment; after a restart its member starts empty and gets the log or a snapshot
+  from the leader. The meta group is always on disk.
 
 Work is batched: an input (a message, a tick, a proposal) only marks the group and schedules one
 ``_process`` on the loop (``call_soon``), so the messages that arrive in one read cycle are handled as
@@ -56,7 +60,7 @@ from rillet.raft import msgs as M
 from rillet.raft.node import ADD, CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, REMOVE, Node, ProposalDropped, \
     RaftError
 from rillet.raft.node import NotLeader as NodeNotLeader
-from rillet.raft.wal import WAL
+from rillet.raft.wal import WAL, MemWAL
 
 TICK = 0.05  # seconds between ticks
 ELECTION_TICKS = 20  # election timeout: 1 s, randomised by the node to 1-2 s
@@ -64,6 +68,16 @@ HEARTBEAT_TICKS = 3  # heartbeats every 150 ms
 HARD_STATE_EVERY = 1.0  # seconds: how often a changed commit index is saved when nothing else forces it
 
 _transports: "weakref.WeakKeyDictionary[Any, RaftTransport]" = weakref.WeakKeyDictionary()
+
+
+def group_storage(name: str) -> str:
+    """"memory" for a stream or consumer group name of nats-server's form with ``M`` (``S-R3M-xxxxxxxx``,
+    ``C-R1M-xxxxxxxx``), else "file"."""
+    parts = name.split("-")
+    if len(parts) == 3 and parts[0] in ("S", "C") and len(parts[1]) >= 3 and parts[1][0] == "R" \
+            and parts[1][-1] == "M" and parts[1][1:-1].isdigit():
+        return "memory"
+    return "file"
 
 
 def shared_transport(server: Any) -> RaftTransport:
@@ -91,6 +105,7 @@ class RaftGroup:
                  restore: Optional[Callable[[bytes], None]] = None,
                  sync: Any = "default",
                  applied_floor: Optional[Callable[[], int]] = None,
+                 storage: Optional[str] = None,
                  tick: float = TICK, election_ticks: int = ELECTION_TICKS,
                  heartbeat_ticks: int = HEARTBEAT_TICKS) -> None:
         self.server = server
@@ -98,6 +113,7 @@ class RaftGroup:
         self.id = peer_id(server.name)
         self.bootstrap = list(peers)
         self.dir = os.path.join(store_dir, "_raft", name)
+        self.memory = (storage == "memory") if storage is not None else group_storage(name) == "memory"
         self._apply = apply
         self.on_leader_change = on_leader_change
         # called with the peer id of a server that sent a message to this group without being a voter
@@ -154,7 +170,10 @@ class RaftGroup:
             return
         self.loop = asyncio.get_running_loop()
         sync = "always" if self.sync_always else "interval"
-        self.wal, rec = WAL.open(self.dir, sync)
+        if self.memory:
+            self.wal, rec = MemWAL.open()
+        else:
+            self.wal, rec = WAL.open(self.dir, sync)
         if rec.truncated_bytes:
             self.log.warn(f"RAFT group {self.name!r}: truncated a torn WAL tail of {rec.truncated_bytes} bytes")
         founding = self._founding_peers()
@@ -179,6 +198,8 @@ class RaftGroup:
         self._schedule()
 
     def _founding_peers(self) -> list[str]:
+        if self.memory:
+            return list(self.bootstrap)  # (nothing on disk: the assignment's peers, every start)
         path = os.path.join(self.dir, "peers.json")
         try:
             with open(path, "rb") as f:

@@ -91,7 +91,8 @@ class StreamReplica:
         js = cs.js
         cfg = stream_config_from_dict(sa.config)
         sdir = jsa.stream_dir(cfg.name)
-        make_dirs_durable(sdir)
+        if cfg.storage != "memory":  # (a memory stream and its group write nothing under the store dir)
+            make_dirs_durable(sdir)
         store = open_store(cfg, sdir, js)
         self.stream = st = Stream(jsa, cfg, format_time(sa.created or time.time_ns()), store)
         self.log = RaftLog(self._apply, sa.group.name, js.log)
@@ -99,10 +100,12 @@ class StreamReplica:
         self.log.filter = self._filter
         st.log = self.log
         st.cluster_info = self.cluster_info  # STREAM.INFO's cluster block (api.stream_info_dict)
+        st.cluster_consumer_count = self.consumer_count  # and its state's consumer_count
         self.sync_subject = sa.sync or f"$JSC.SYNC.{sa.group.name}"
         self.group = RaftGroup(cs.server, sa.group.name, list(sa.group.peers), js.store_dir,
                                apply=self.log.group_apply, on_leader_change=self.log.group_leader_change,
-                               snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval)
+                               snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval,
+                               storage=sa.group.storage)
         self.log.bind(self.group)
         self.group.on_quorum_lost = self._quorum_lost
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
@@ -506,6 +509,14 @@ class StreamReplica:
             kw["desired"] = monitor.desired_info(desired, self.cs.peer_name)
         return monitor.cluster_info(cluster, g.name, lname, g.leader_since_ns if g.is_leader else 0,
                                     self.peer_states(g), **kw)
+
+    def consumer_count(self) -> int:
+        """The stream's consumers as the meta layer knows them (nats-server's stream info takes the count from
+        the stream assignment: consumers whose groups run on other servers count too); 0 when unknown."""
+        cl = getattr(self.cs.js, "cluster", None)
+        state = getattr(cl, "state", None)
+        sa = state.stream(self.jsa.account.name, self.name) if state is not None else None
+        return len(sa.consumers) if sa is not None else 0
 
     def cluster_info(self) -> dict:
         return self.group_cluster_info(self.group, getattr(self.sa.group, "desired", None))

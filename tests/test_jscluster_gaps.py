@@ -1,0 +1,195 @@
+"""Replicated JetStream on an in-process 3-server Rillet cluster (rillet.server.embed.run_cluster(3,
+jetstream=True)), driven with nats-py: STREAM.RESTORE (and SNAPSHOT) in a cluster, memory-storage groups
+keeping their RAFT log in memory, stream info's consumer_count counting every consumer of the stream,
+stream and consumer leader stepdowns always moving leadership to another peer (and ``placement``), fast
+batch publishing across a stream leader change."""
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import time
+
+import nats
+import pytest
+from nats.js.api import ConsumerConfig, StreamConfig
+
+from rillet.server.embed import run_cluster
+from rillet.server.logging import Logger
+
+T = "io.nats.jetstream.api.v1."
+
+
+async def until(cond, timeout: float = 8.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def cl():
+    out = io.StringIO()
+    async with run_cluster(3, jetstream=True, log=Logger(out=out)) as servers:
+        nc = await nats.connect(servers[0].client_url)
+        try:
+            yield servers, nc, nc.jetstream()
+        finally:
+            await nc.close()
+    errs = [ln for ln in out.getvalue().splitlines() if "[ERR]" in ln and "connect to route" not in ln]
+    assert not errs, errs[:5]
+
+
+def reps(servers, name: str, acc: str = "$G"):
+    return [s.jetstream.cluster.streams.replica(acc, name) for s in servers]
+
+
+def stream_leader(servers, name: str):
+    ls = [r for r in reps(servers, name) if r is not None and r.leader]
+    return ls[0] if len(ls) == 1 else None
+
+
+def consumer_leader(servers, stream: str, name: str):
+    ls = [r.creps[name] for r in reps(servers, stream) if r is not None and name in r.creps and r.creps[name].leader]
+    return ls[0] if len(ls) == 1 else None
+
+
+def store_states(servers, name: str):
+    return [(st.msgs, st.first_seq, st.last_seq, st.num_deleted)
+            for st in (r.stream.store.state() for r in reps(servers, name) if r is not None)]
+
+
+async def api(nc, subject: str, body: dict | None = None, timeout: float = 3) -> dict:
+    r = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=timeout)
+    return json.loads(r.data)
+
+
+def files_under(root: str) -> list[str]:
+    out = []
+    for d, _dirs, files in os.walk(root):
+        out.extend(os.path.relpath(os.path.join(d, f), root) for f in files)
+        out.extend(os.path.relpath(os.path.join(d, x), root) + "/" for x in _dirs)
+    return out
+
+
+# ---- 2: memory-storage groups keep their RAFT log in memory ----------------------------------------------
+
+async def test_memory_stream_and_consumer_groups_write_nothing(cl):
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="MEM", subjects=["mem.>"], storage="memory", num_replicas=3))
+    await js.add_stream(StreamConfig(name="FIL", subjects=["fil.>"], num_replicas=3))
+    await js.add_consumer("MEM", ConsumerConfig(durable_name="D", ack_policy="explicit"))
+    for i in range(20):
+        await js.publish(f"mem.{i}", b"x")
+        await js.publish(f"fil.{i}", b"x")
+    sub = await js.pull_subscribe_bind("D", "MEM")
+    for m in await sub.fetch(5, timeout=3):
+        await m.ack_sync()
+    await until(lambda: all(s == (20, 1, 20, 0) for s in store_states(servers, "MEM")) and
+                len(store_states(servers, "MEM")) == 3, what="memory replicas")
+    mem_groups = set()
+    for r in reps(servers, "MEM"):
+        mem_groups.add(r.group.name)
+        assert r.group.memory and r.group.wal.policy == "memory"
+        for cr in r.creps.values():
+            mem_groups.add(cr.group.name)
+            assert cr.group.memory
+    fil_group = reps(servers, "FIL")[0].group.name
+    assert len(mem_groups) == 2 and all("-R3M-" in g for g in mem_groups)
+    for s in servers:
+        names = files_under(s.jetstream.store_dir)
+        assert not [n for n in names if any(g in n for g in mem_groups)], names
+        assert not [n for n in names if "/streams/MEM" in n], names
+        # (the file stream's group and the meta group are on disk)
+        assert any(n.startswith(f"_raft/{fil_group}/seg-") for n in names), names
+        assert any(n.startswith("_raft/_meta_/") for n in names), names
+    # the groups still elect and replicate: a stream stepdown keeps every message
+    old = stream_leader(servers, "MEM")
+    r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.MEM")
+    assert r.get("success") is True, r
+    await until(lambda: stream_leader(servers, "MEM") not in (None, old), what="a new memory stream leader")
+    ack = await js.publish("mem.x", b"y")
+    assert ack.seq == 21
+    ci = await js.consumer_info("MEM", "D")
+    assert ci.num_ack_pending == 0 and ci.num_pending == 16
+
+
+# ---- 3: consumer_count from whichever server answers ------------------------------------------------------
+
+async def test_consumer_count_counts_consumers_led_elsewhere(cl):
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="CC", subjects=["cc.>"], num_replicas=3))
+    names = [f"C{i}" for i in range(6)]
+    for n in names:  # R1 consumers: each on one of the stream's servers
+        await js.add_consumer("CC", ConsumerConfig(durable_name=n, num_replicas=1, ack_policy="explicit"))
+    placed = {n: [r for r in reps(servers, "CC") if n in r.creps] for n in names}
+    assert all(len(v) == 1 for v in placed.values())
+    lead = stream_leader(servers, "CC")
+    assert lead is not None and len(lead.creps) < len(names)  # (else the test shows nothing: 3^-5 odds)
+    si = await js.stream_info("CC")
+    assert si.state.consumer_count == 6
+    lst = await js.streams_info()
+    assert [s.state.consumer_count for s in lst if s.config.name == "CC"] == [6]
+    # a stream leader change: the new leader counts them all too
+    old = lead
+    r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.CC")
+    assert r.get("success") is True, r
+    await until(lambda: stream_leader(servers, "CC") not in (None, old), what="a new stream leader")
+    si = await js.stream_info("CC")
+    assert si.state.consumer_count == 6
+    await js.delete_consumer("CC", "C0")
+    si = await js.stream_info("CC")
+    assert si.state.consumer_count == 5
+
+
+# ---- 4: stepdowns move leadership to another peer ---------------------------------------------------------
+
+async def test_stream_and_consumer_stepdown_always_moves(cl):
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="SD", subjects=["sd.>"], num_replicas=3))
+    await js.add_consumer("SD", ConsumerConfig(durable_name="SC", ack_policy="explicit"))
+    await js.publish("sd.1", b"1")
+    by_name = {s.name: s for s in servers}
+    for _ in range(4):
+        old = stream_leader(servers, "SD")
+        assert old is not None
+        r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.SD")
+        assert r == {"type": T + "stream_leader_stepdown_response", "success": True}, r
+        await until(lambda: stream_leader(servers, "SD") not in (None, old), timeout=4,
+                    what="the stream leader moved")
+        oldc = consumer_leader(servers, "SD", "SC")
+        assert oldc is not None
+        r = await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.SD.SC")
+        assert r == {"type": T + "consumer_leader_stepdown_response", "success": True}, r
+        await until(lambda: consumer_leader(servers, "SD", "SC") not in (None, oldc), timeout=4,
+                    what="the consumer leader moved")
+    # placement (nats-server 2.11+): a preferred server
+    cur = stream_leader(servers, "SD").cs.server.name
+    other = next(n for n in by_name if n != cur)
+    r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.SD", {"placement": {"preferred": other}})
+    assert r.get("success") is True, r
+    await until(lambda: (stream_leader(servers, "SD") or object()).__class__ is not object and
+                stream_leader(servers, "SD").cs.server.name == other, timeout=4, what="the preferred leader")
+    r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.SD", {"placement": {"preferred": other}})
+    assert r["error"] == {"code": 400, "err_code": 10005,
+                          "description": f'preferred server "{other}" is already leader'}, r
+    r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.SD", {"placement": {"preferred": "nope"}})
+    assert r["error"]["description"] == 'preferred server "nope" not known', r
+    r = await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.SD.SC", {"placement": {"cluster": "elsewhere"}})
+    assert r["error"] == {"code": 400, "err_code": 10005, "description": "no replacement peer connected"}, r
+    cur = consumer_leader(servers, "SD", "SC").cs.server.name
+    other = next(n for n in by_name if n != cur)
+    r = await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.SD.SC", {"placement": {"preferred": other}})
+    assert r.get("success") is True, r
+    await until(lambda: (consumer_leader(servers, "SD", "SC") is not None and
+                         consumer_leader(servers, "SD", "SC").cs.server.name == other), timeout=4,
+                what="the preferred consumer leader")
+
+
+async def test_stepdown_of_a_single_peer_group_is_refused(cl):
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="R1", subjects=["r1.>"], num_replicas=1))
+    r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.R1")
+    assert r["error"] == {"code": 400, "err_code": 10005, "description": "no replacement peer connected"}, r
