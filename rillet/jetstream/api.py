@@ -69,6 +69,33 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
     return d
 
 
+# requests whose body names the stream of the subject (checked by the handler: 10056 when they differ)
+_BODY_STREAM_NAME = frozenset(("CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE"))
+
+
+def _mapped_body_stream(mappings: Any, toks: list[str], args: list[str], body: bytes) -> bytes:
+    """A request whose subject an account subject mapping rewrote (``$JS.API.CONSUMER.CREATE.foo`` ->
+    ``...foo-read-west``, a virtual stream) still names the stream it was sent to in its body
+    (``"stream_name": "foo"``). The mapping applies to the whole request: when the body's name, put in
+    the subject's place, is a subject the account's mappings turn into this one, the body gets the mapped
+    name. (nats-server answers 10056 "stream name in subject does not match request" here.) Any other
+    body is returned as it came and checked by the handler as usual."""
+    from rillet.subjects.mapping import mapped_from
+    try:
+        d = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+        raw = d.get("stream_name")
+        name = msgspec.json.decode(raw) if raw is not None else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return body  # (invalid JSON: the handler answers it)
+    if not isinstance(name, str) or not name or name == args[0]:
+        return body
+    i = len(toks) - len(args)
+    if not mapped_from(mappings, ".".join([*toks[:i], name, *toks[i + 1:]]), ".".join(toks)):
+        return body
+    d["stream_name"] = msgspec.Raw(msgspec.json.encode(args[0]))
+    return msgspec.json.encode(d)
+
+
 class ApiRouter:
     def __init__(self, jsa: "JSAccount") -> None:
         self.jsa = jsa
@@ -125,6 +152,8 @@ class ApiRouter:
                 break
         if handler is None:
             return  # nats-server ignores unknown API subjects
+        if key in _BODY_STREAM_NAME and args and self.jsa.account.mappings and body:
+            body = _mapped_body_stream(self.jsa.account.mappings, toks, args, body)
         cl = self.js.cluster
         if cl is not None and cl.route_api(self, key, args, reply, hdr_b, body):
             return  # clustered: the meta leader (or a stream/consumer leader) answers

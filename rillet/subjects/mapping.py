@@ -40,7 +40,7 @@ from rillet.subjects.destination import (
     validate_mapping,
 )
 
-__all__ = ["SubjectTransform", "Mapping", "parse_mappings", "fnv1a32", "go_quote"]
+__all__ = ["SubjectTransform", "Mapping", "parse_mappings", "mapped_from", "fnv1a32", "go_quote"]
 
 _FNV_OFFSET = 2166136261
 _FNV_PRIME = 16777619
@@ -448,6 +448,31 @@ class Mapping:
             if w < cum:
                 return tr.transform(subject)
         return None
+
+
+    def results(self, subject: str) -> list[str]:
+        """Every subject this mapping can turn ``subject`` (which must match ``src``) into: each destination
+        of every cluster and weight (a remainder that keeps the subject included)."""
+        out: list[str] = []
+        for ds in (self.dests, *self.cdests.values()):
+            for _cum, tr in ds:
+                d = tr.transform(subject)
+                if d not in out:
+                    out.append(d)
+        return out
+
+
+def mapped_from(mappings: Sequence[Mapping], original: str, mapped: str) -> bool:
+    """Could ``mappings`` (an account's, in order) have turned the subject ``original`` into ``mapped``?
+
+    The first mapping whose source matches ``original`` is the one a publish applies; any of its
+    destinations counts, in any cluster: the answer must not depend on which server asks (a JetStream API
+    request mapped in one cluster is handled by the meta leader, which may be in another).
+    """
+    for m in mappings:
+        if m.match(original):
+            return mapped in m.results(original)
+    return False
 
 
 # ---------------------------------------------------------------------------------------------------
