@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import posixpath
 import re
+import time
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -20,6 +21,7 @@ from rillet.monitor import endpoints, procstats
 from rillet.monitor.conns import ConnzOptions, connz, decode_subs
 from rillet.gojson import dumps
 from rillet.goquote import go_quote
+from rillet.gotime import format_time
 from rillet.monitor.gofmt import QueryError
 from rillet.monitor.varz import varz
 
@@ -28,6 +30,7 @@ ROOT, VARZ, CONNZ, ROUTEZ, GATEWAYZ, LEAFZ, SUBSZ, STACKSZ = (
 ACCOUNTZ, ACCSTATZ, JSZ, HEALTHZ, IPQUEUESZ, RAFTZ, EXPVARZ = (
     "/accountz", "/accstatz", "/jsz", "/healthz", "/ipqueuesz", "/raftz", "/debug/vars")
 SUBSCRIPTIONSZ = "/subscriptionsz"
+SUPERZ = "/superz"  # Rillet-specific: the super-cluster health view (rillet.monitor.superz)
 
 _CALLBACK_OK = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$.]*$")
 
@@ -72,6 +75,7 @@ class Monitor:
             IPQUEUESZ: self.handle_ipqueuesz,
             RAFTZ: self.handle_raftz,
             EXPVARZ: self.handle_expvarz,
+            SUPERZ: self.handle_superz,
         }
         self.routes = {join_path(self.base, p): h for p, h in routes.items()}
 
@@ -180,6 +184,20 @@ class Monitor:
             return text_response("No Raft nodes registered", 404)
         return self.json(request, data, indent=3)
 
+    async def handle_superz(self, request: web.Request) -> web.Response:
+        from rillet.monitor import superz
+        timeout, thresholds, text = superz.query_options(request.query)
+        # (not counted in /varz http_req_stats, which lists nats-server's endpoints)
+        try:
+            view = await superz.gatherer(self.server).health(timeout, thresholds)
+        except superz.NoSystemAccount as e:
+            return text_response(str(e), 503)
+        code = 200 if view["healthy"] else 503
+        if text:
+            return text_response(superz.text_view(view), code)
+        return self.json(request, {"server_id": self.server.server_id, "server_name": self.server.name,
+                                   "now": format_time(time.time_ns()), **view}, code)
+
     async def handle_expvarz(self, request: web.Request) -> web.Response:
         body = endpoints.expvar_body(procstats.rss_bytes())
         return web.Response(body=body, content_type="application/json", charset="utf-8")
@@ -208,6 +226,7 @@ _LINKS = (
     ("General", VARZ), ("JetStream", JSZ), ("Connections", CONNZ), ("Accounts", ACCOUNTZ),
     ("Account Stats", ACCSTATZ), ("Subscriptions", SUBSZ), ("Routes", ROUTEZ), ("LeafNodes", LEAFZ),
     ("Gateways", GATEWAYZ), ("Raft Groups", RAFTZ), ("Health Probe", HEALTHZ), ("Expvar", EXPVARZ),
+    ("Super-cluster Health (Rillet)", SUPERZ),
 )
 
 
