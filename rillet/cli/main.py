@@ -22,7 +22,9 @@ Examples:
   rillet sub 'orders.>'
   rillet stream add ORDERS --subjects 'orders.>'
   rillet kv put CONFIG color blue
+  rillet vstream create foo --regions west,central,east
   rillet bench pub test --msgs 1000000 --size 128
+  rillet health --context sys        (servers, gateways, JetStream groups)
   rillet server -js -sd ./data      (the server, same flags as rillet-server)
 """
 
@@ -30,7 +32,8 @@ Examples:
 def build_app():  # -> typer.Typer
     import typer
 
-    from rillet.cli import account, bench, consumer, context, core, kv, obj, server, stream
+    from rillet.cli import account, bench, consumer, context, core, kv, obj, server, stream, vstream
+    from rillet.cli import health
 
     app = typer.Typer(name="rillet", help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
                       rich_markup_mode=None, add_completion=True,
@@ -38,12 +41,14 @@ def build_app():  # -> typer.Typer
     app.add_typer(context.app, name="context", help=context.HELP)
     core.register(app)
     app.add_typer(server.app, name="server", help=server.HELP)
+    app.command("health", help=health.HELP)(health.health)
     app.add_typer(stream.app, name="stream", help=stream.HELP)
     app.add_typer(consumer.app, name="consumer", help=consumer.HELP)
     app.add_typer(account.app, name="account", help=account.HELP)
     app.add_typer(kv.app, name="kv", help=kv.HELP)
     app.add_typer(obj.app, name="object", help=obj.HELP)
     app.add_typer(bench.app, name="bench", help=bench.HELP)
+    app.add_typer(vstream.app, name="vstream", help=vstream.HELP)
     return app
 
 

@@ -475,6 +475,7 @@ class Collector:
         self.bad = 0  # replies that were not JSON objects
         self.event = asyncio.Event()
         self.last = time.monotonic()
+        self.finished = False  # set (then ``event``) to end ``wait`` early, e.g. on no-responders answers
 
     def add(self, kind: str, body: bytes) -> None:
         if kind not in self.replies:
@@ -509,7 +510,7 @@ class Collector:
         deadline = time.monotonic() + timeout
         while True:
             now = time.monotonic()
-            if now >= deadline:
+            if now >= deadline or self.finished:
                 return
             if self.complete():
                 # every server seen before answered: a shorter pause is enough (a new one may still come)
