@@ -189,3 +189,297 @@ def stream_configs(name: str, regions: list[str], *, replicas: int = 3, max_age_
             cfg["placement"] = p
         out.append(cfg)
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Commands
+
+LOCAL_OPT = typer.Option("", "--local", metavar="REGION",
+                         help="Mappings for the servers of this one region only, not scoped by cluster "
+                              "(a single server, or servers not in a cluster named after their region)")
+
+
+@app.command("mappings")
+def mappings_cmd(name: str = typer.Argument(..., help="Virtual stream name"), regions: list[str] = REGIONS_OPT,
+                 local: str = LOCAL_OPT,
+                 out: Optional[str] = typer.Option(None, "--out", "-o", help="Write to this file, not stdout"),
+                 as_json: bool = JSON_OPT) -> None:
+    """Print (or write) the subject mappings of a virtual stream, as configuration text.
+
+    \b
+    The text goes inside an account's mappings block:
+      mappings { include "foo.mappings.conf" }
+    (the include path is relative to the including file).
+
+    \b
+    Examples:
+      rillet vstream mappings foo --regions west,central,east > foo.mappings.conf
+      rillet vstream mappings foo --regions west,central,east --local west
+      rillet vstream mappings foo --regions west,east --json
+    """
+    check_name(name)
+    rs = parse_regions(regions)
+    if as_json:
+        print_json(mappings(name, rs, local=local))
+        return
+    text = render_mappings(name, rs, local=local)
+    if out:
+        _write(out, text)
+        print(f"Wrote the mappings of virtual stream {name} to {out}")
+    else:
+        print(text, end="")
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise CliError(f"could not write {path}: {e.strerror or e}") from None
+
+
+@app.command("create")
+def create(name: str = typer.Argument(..., help="Virtual stream name"), regions: list[str] = REGIONS_OPT,
+           replicas: int = typer.Option(3, "--replicas", "-r", help="Replicas of every write and read stream"),
+           max_age: Optional[str] = typer.Option(None, "--max-age",
+                                                 help="Maximum age of the write streams' messages, e.g. 24h "
+                                                      "(default: unlimited)"),
+           storage: str = typer.Option("file", "--storage", help="file or memory"),
+           placement: str = typer.Option("cluster", "--placement",
+                                         help="Where each region's streams go: cluster (placement cluster = the "
+                                              "region), tags (tag region:<region>, a stretch cluster) or none"),
+           ordering: Optional[str] = typer.Option(None, "--ordering", metavar="CLUSTER",
+                                                  help="Ordering variant: a stream <name>-order in this cluster "
+                                                       "sources the write streams; the read streams mirror it, so "
+                                                       "every region sees one global order"),
+           mappings_out: Optional[str] = typer.Option(None, "--mappings-out",
+                                                      help="Write the servers' mappings include file here "
+                                                           "(default: print it after the streams)"),
+           local: str = LOCAL_OPT, as_json: bool = JSON_OPT) -> None:
+    """Create a virtual stream: its write and read streams, and the mappings for the servers.
+
+    \b
+    Per region R (a cluster named R): a write stream <name>-write-R on
+    subjects <name>.R.> and a read stream <name>-read-R sourcing every write
+    stream (<name>.*.> -> <name>.>). Streams that exist with the same
+    configuration are left as they are.
+
+    \b
+    The mappings are server configuration: put them in the account's
+    mappings block on every server (mappings { include "<file>" }) and
+    reload the servers. Only then do publishes on <name>.x and the
+    JetStream API on <name> reach the regional streams.
+
+    \b
+    Examples:
+      rillet vstream create foo --regions west,central,east --max-age 24h \\
+          --mappings-out foo.mappings.conf
+      rillet vstream create foo --regions west,central,east --ordering stretch
+      rillet vstream create foo --regions west,central,east --replicas 1 \\
+          --placement none --local west          (try it on one server)
+    """
+    check_name(name)
+    rs = parse_regions(regions)
+    if replicas < 1:
+        raise CliError("--replicas must be at least 1")
+    if storage not in ("file", "memory"):
+        raise CliError(f"invalid storage {storage!r}: use file or memory")
+    age = to_nanos(parse_duration(max_age)) if max_age else 0
+    cfgs = stream_configs(name, rs, replicas=replicas, max_age_ns=age, storage=storage, placement=placement,
+                          ordering=ordering or "")
+    text = render_mappings(name, rs, local=local)
+    if mappings_out:
+        _write(mappings_out, text)
+    run(_create, name, cfgs, text, mappings_out, local, as_json)
+
+
+async def _create(name: str, cfgs: list[dict[str, Any]], text: str, mappings_out: str | None, local: str,
+                  as_json: bool) -> None:
+    conn = await connect()
+    made: list[dict[str, Any]] = []
+    try:
+        for cfg in cfgs:  # in order: the write streams exist before the streams that source them
+            try:
+                resp = await api(conn, f"STREAM.CREATE.{cfg['name']}", cfg, timeout=max(conn.settings.timeout, 10))
+            except JSAPIError as e:
+                raise CliError(f"could not create stream {cfg['name']}: {e.description}"
+                               + (f" (after creating {', '.join(m['name'] for m in made)})" if made else "")
+                               ) from None
+            cl = resp.get("cluster") or {}
+            made.append({"name": cfg["name"], "cluster": cl.get("name", ""), "leader": cl.get("leader", ""),
+                         "replicas": cfg["num_replicas"]})
+    finally:
+        await conn.nc.close()
+    if as_json:
+        print_json({"streams": made, "mappings_file": mappings_out, "mappings": None if mappings_out else text})
+        return
+    for m in made:
+        where = f" in cluster {m['cluster']}" if m["cluster"] else ""
+        print(f"Stream {m['name']} is ready{where} ({m['replicas']} replica{'s' if m['replicas'] != 1 else ''})")
+    print()
+    if mappings_out:
+        print(f"Wrote the mappings to {mappings_out}: include them in the account's mappings block on every "
+              f"server{' of region ' + local if local else ''} and reload:")
+        print(f'  mappings {{ include "{mappings_out}" }}')
+    else:
+        print(f"Mappings for the account's mappings block on every server{' of region ' + local if local else ''}"
+              " (then reload the servers):\n")
+        print(text, end="")
+
+
+def _discover(names: list[str], name: str) -> tuple[list[str], bool]:
+    """The regions of virtual stream ``name`` among these stream names, and whether it has an ordering
+    stream."""
+    regions: list[str] = []
+    for prefix in (f"{name}-write-", f"{name}-read-"):
+        for n in sorted(names):
+            if n.startswith(prefix) and n[len(prefix):] not in regions:
+                regions.append(n[len(prefix):])
+    return regions, order_name(name) in names
+
+
+async def _stream_infos(conn: Any, streams: list[str]) -> dict[str, Any]:
+    """STREAM.INFO of each stream (at once); an error's description where there is no answer."""
+    async def one(s: str) -> Any:
+        try:
+            return await api(conn, f"STREAM.INFO.{s}")
+        except CliError as e:
+            return str(e)
+    return dict(zip(streams, await asyncio.gather(*(one(s) for s in streams))))
+
+
+def _replicas(info: dict[str, Any]) -> tuple[str, int, int]:
+    """(leader, current replicas counting the leader, configured replicas)."""
+    cl = info.get("cluster") or {}
+    want = (info.get("config") or {}).get("num_replicas", 1)
+    leader = cl.get("leader", "")
+    cur = (1 if leader else 0) + sum(1 for r in cl.get("replicas") or [] if r.get("current"))
+    return leader, cur, want
+
+
+def _active(ns: Any) -> str:
+    if ns is None or ns < 0:
+        return "never"
+    return format_duration(ns / 1e9) + " ago"
+
+
+def status_data(name: str, regions: list[str], ordering: bool, infos: dict[str, Any]) -> dict[str, Any]:
+    """What ``status`` shows, from the streams' STREAM.INFO answers (a string: why there is none)."""
+    streams = []
+    lags = []
+    order = [order_name(name)] if ordering else []
+    for r, sname, role in ([(r, write_name(name, r), "write") for r in regions]
+                           + [("", o, "order") for o in order]
+                           + [(r, read_name(name, r), "read") for r in regions]):
+        info = infos.get(sname)
+        if not isinstance(info, dict):
+            streams.append({"region": r, "stream": sname, "role": role, "error": info or "no answer"})
+            continue
+        st = info.get("state") or {}
+        leader, cur, want = _replicas(info)
+        streams.append({"region": r, "stream": sname, "role": role, "messages": st.get("messages", 0),
+                        "last_seq": st.get("last_seq", 0), "cluster": (info.get("cluster") or {}).get("name", ""),
+                        "leader": leader, "replicas_current": cur, "replicas": want})
+        origins = list(info.get("sources") or [])
+        if info.get("mirror"):
+            origins.append(info["mirror"])
+        for o in origins:
+            lags.append({"region": r, "stream": sname, "origin": o.get("name", ""), "lag": o.get("lag", 0),
+                         "active_ns": o.get("active", -1), "error": (o.get("error") or {}).get("description")})
+    return {"name": name, "regions": regions, "streams": streams, "lag": lags}
+
+
+@app.command("status")
+def status(name: str = typer.Argument(..., help="Virtual stream name"),
+           regions: Optional[list[str]] = typer.Option(None, "--regions",
+                                                       help="Regions (default: found from the stream names)"),
+           as_json: bool = JSON_OPT) -> None:
+    """Per region, each stream's state, and how far each read stream lags behind each write stream.
+
+    \b
+    Lag is the number of messages a read stream has not yet copied from a
+    write stream (sources[].lag in the read stream's info); "active" is
+    when it last heard from that source. A stream that does not answer
+    (its region down, no quorum) is shown with the error.
+
+    \b
+    Examples:
+      rillet vstream status foo
+      rillet vstream status foo --regions west,central,east --json
+    """
+    check_name(name)
+    rs = parse_regions(regions) if regions else []
+    run(_status, name, rs, as_json)
+
+
+async def _status(name: str, regions: list[str], as_json: bool) -> None:
+    from rillet.cli.jsapi import stream_names
+    conn = await connect()
+    try:
+        names = await stream_names(conn)
+        found, ordering = _discover(names, name)
+        regions = regions or found
+        if not regions:
+            raise CliError(f"no streams of virtual stream {name} ({name}-write-<region>, {name}-read-<region>)")
+        want = [write_name(name, r) for r in regions] + [read_name(name, r) for r in regions]
+        if ordering:
+            want.append(order_name(name))
+        infos = await _stream_infos(conn, want)
+    finally:
+        await conn.nc.close()
+    data = status_data(name, regions, ordering, infos)
+    if as_json:
+        print_json(data)
+        return
+    rows = []
+    for s in data["streams"]:
+        if "error" in s:
+            rows.append([s["region"], s["stream"], s["role"], "", "", "", "", s["error"]])
+            continue
+        rows.append([s["region"], s["stream"], s["role"], human_count(s["messages"]), human_count(s["last_seq"]),
+                     s["leader"], f"{s['replicas_current']}/{s['replicas']}", ""])
+    table(f"Virtual stream {name}: streams", ["Region", "Stream", "Role", "Messages", "Last Seq", "Leader",
+                                              "Replicas current", "Error"], rows)
+    rows = [[lg["region"], lg["stream"], lg["origin"], human_count(lg["lag"]), _active(lg["active_ns"]),
+             lg["error"] or ""] for lg in data["lag"]]
+    table(f"Virtual stream {name}: lag behind the write streams", ["Region", "Stream", "Source", "Lag", "Active",
+                                                                   "Error"], rows)
+
+
+@app.command("rm")
+def rm(name: str = typer.Argument(..., help="Virtual stream name"),
+       regions: Optional[list[str]] = typer.Option(None, "--regions",
+                                                   help="Regions (default: found from the stream names)"),
+       force: bool = typer.Option(False, "--force", "-f", help="Act without a prompt")) -> None:
+    """Delete a virtual stream's read, ordering and write streams (and all their messages).
+
+    \b
+    The mappings stay in the servers' configuration until you remove them.
+
+    \b
+    Example:
+      rillet vstream rm foo -f
+    """
+    check_name(name)
+    from rillet.cli.common import confirm
+    confirm(f"Really delete every stream of virtual stream {name}?", force)
+    run(_rm, name, parse_regions(regions) if regions else [])
+
+
+async def _rm(name: str, regions: list[str]) -> None:
+    from rillet.cli.jsapi import stream_names
+    conn = await connect()
+    try:
+        names = set(await stream_names(conn))
+        found, ordering = _discover(list(names), name)
+        regions = regions or found
+        doomed = [read_name(name, r) for r in regions] + ([order_name(name)] if ordering else []) \
+            + [write_name(name, r) for r in regions]
+        doomed = [d for d in doomed if d in names]
+        if not doomed:
+            raise CliError(f"no streams of virtual stream {name}")
+        for s in doomed:
+            await api(conn, f"STREAM.DELETE.{s}", timeout=max(conn.settings.timeout, 10))
+            print(f"Deleted stream {s}")
+    finally:
+        await conn.nc.close()
