@@ -251,3 +251,32 @@ async def test_cluster_scoped_virtual_stream_in_a_cluster():
             assert ci.num_ack_pending == 0 and ci.num_pending == 0
         for nc in ncs:
             await nc.close()
+
+
+async def test_ordering_variant_on_one_server(conf_dir):
+    """``--ordering``: foo-order sources the write streams, every read stream mirrors it (one order)."""
+    conf = f"""
+listen: 127.0.0.1:-1
+jetstream {{ store_dir: "{conf_dir}/js" }}
+mappings {{ include "foo.mappings.conf" }}
+"""
+    async with serve_config(conf, tmp_dir=str(conf_dir)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        for cfg in stream_configs("foo", REGIONS, replicas=1, placement="none", ordering="any"):
+            r = json.loads((await nc.request(f"$JS.API.STREAM.CREATE.{cfg['name']}",
+                                             json.dumps(cfg).encode(), timeout=5)).data)
+            assert "error" not in r, r
+        # (every foo.> publish on this region-west server is mapped: foo.east.b is stored as foo.west.east.b)
+        for subj in ("foo.a", "foo.east.b", "foo.c"):
+            assert (await js.publish(subj, b"x")).stream == "foo-write-west"
+        order = await _read_state(js, "foo-order", 3)
+        assert order.state.messages == 3
+        want = [(await js.get_msg("foo-order", s)).subject for s in (1, 2, 3)]
+        assert sorted(want) == ["foo.a", "foo.c", "foo.east.b"]
+        for r in REGIONS:
+            await _read_state(js, f"foo-read-{r}", 3)
+            assert [(await js.get_msg(f"foo-read-{r}", s)).subject for s in (1, 2, 3)] == want
+        psub = await js.pull_subscribe("foo.>", durable="o", stream="foo")  # through the mapping
+        assert [m.subject for m in await psub.fetch(3, timeout=2)] == want
+        await nc.close()
