@@ -138,9 +138,11 @@ class RemoteCfg:
 class Gateway:
     def __init__(self, server: "Server") -> None:
         o = server.opts
-        if o.jetstream.enabled:
-            raise ValueError("JetStream with gateways is not supported yet (clustered JetStream is not "
-                             "implemented): remove the jetstream or the gateway configuration")
+        if o.jetstream.enabled and not o.cluster.port:
+            # (clustered JetStream spans the super-cluster over the routes and gateways; a server without a
+            # cluster would run a stand-alone JetStream answering every cluster's $JS.API requests too)
+            raise ValueError("JetStream with gateways needs a cluster (a cluster block with a port): "
+                             "remove the jetstream or the gateway configuration, or add the cluster")
         self.server = server
         g = o.gateway_opts
         self.name: str = g.name
@@ -897,6 +899,21 @@ class Gateway:
 
     # ---- messages out ----------------------------------------------------------------------------------------
 
+    def has_interest(self, account: Any, subject: str) -> bool:
+        """Would a message of ``account`` on ``subject`` go to a remote cluster (nats-server's
+        hasGatewayInterest: a JetStream consumer's deliver subject or pull request reply there)? Also
+        true for the reply of a request that came over a gateway less than 2 s ago (sent on its ``_GR_.``
+        subject, whatever the interest)."""
+        if getattr(account, "_gwr", None) and account._routed_reply(subject.encode("utf-8", "surrogateescape")):
+            return True
+        acc = getattr(account, "name_b", None) or account.name.encode("utf-8", "surrogateescape")
+        for gc in self.outo:
+            if not gc.closed:
+                psi, qr = gc.interest(acc, subject)
+                if psi or qr is not None:
+                    return True
+        return False
+
     def _map_reply(self, acc: bytes, reply: bytes) -> bool:
         sl = self.recent.get(acc)
         return sl is not None and sl.has_interest(reply.decode("utf-8", "surrogateescape"))
@@ -1069,7 +1086,16 @@ class GatewayAccount(RoutedAccount):
             if not (done or sent) and reply and nr and not _mt.CURRENT.tonly:
                 self._no_responders(c, subject, reply)
             return done or sent
-        sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
+        if route is not None and c.kind == 1 and reply and reply[:8] == b"$JS.ACK." \
+                and js_ack_deliver_idx(reply) < 0:
+            # a JetStream delivery (matched on its deliver subject, shown with its stream subject): as
+            # nats-server, the gateways get the deliver subject and the shown one after '@' in the ack reply
+            target = route
+            if self._gwr:  # (a pull request that came over a gateway moments ago: straight back to its cluster)
+                target = self._routed_reply(route) or route
+            sent = gw.send_to_gateways(self, target, reply + b"@" + subject, hdr, msg, r.qsubs)
+        else:
+            sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
         if sent and c.no_responders:
             c.no_responders = False
             try:
@@ -1110,12 +1136,39 @@ class GatewayAccount(RoutedAccount):
         else:
             names = {bytes(q) for q in queues}
             rr = SublistResult(r.psubs, [g for g in r.qsubs if g and g[0].queue_b in names])
+        if (rr.psubs or rr.qsubs) and reply and b"@" in reply:
+            gr = reply[:_SUBJECT_OFFSET] if reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET else b""
+            ack = reply[len(gr):]
+            i = js_ack_deliver_idx(ack)
+            if i > 0:
+                # a JetStream delivery from a consumer of another cluster: matched on the RMSG subject (the
+                # deliver subject), shown with the stream subject after '@'; the ack goes back on the _GR_.
+                # reply when it came with one
+                shown, ack = ack[i + 1:], ack[:i]
+                if gr:
+                    ack = self._strip_gr(gr + ack)
+                RoutedAccount.deliver_result(self, c, rr, shown, ack, hdr, msg, subject)
+                return
         if rr.psubs or rr.qsubs:
             if reply and reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET:
                 # subscribers here see the original reply; the other servers of the cluster get it routed
                 RoutedAccount.deliver_result(self, c, rr, subject, self._strip_gr(reply), hdr, msg, rreply=reply)
             else:
                 RoutedAccount.deliver_result(self, c, rr, subject, reply, hdr, msg)
+
+
+def js_ack_deliver_idx(reply: bytes) -> int:
+    """The offset of the ``@`` in a JetStream delivery's ``$JS.ACK.<8 tokens>@<subject>`` reply, else -1
+    (stream, consumer and subject tokens may hold ``@``: only one after the eighth dot counts, as
+    nats-server's jsAckDeliverIdx)."""
+    if reply[:8] != b"$JS.ACK.":
+        return -1
+    i = reply.find(b"@")
+    while i > 0:
+        if reply.count(b".", 0, i) >= 8:
+            return i
+        i = reply.find(b"@", i + 1)
+    return -1
 
 
 def _subject_b(sub: Any) -> bytes:

@@ -433,7 +433,12 @@ class Consumer(ConsumerStateMachine):
 
     def _has_interest(self) -> bool:
         # (through a stream export: when the importing account listens, see Account.has_interest)
-        return self.jsa.account.has_interest(self.deliver_subject)
+        return self.jsa.account.has_interest(self.deliver_subject) or self._remote_interest(self.deliver_subject)
+
+    def _remote_interest(self, subject: str) -> bool:
+        """A remote cluster listens on ``subject`` (over a gateway), as nats-server's hasGatewayInterest."""
+        gw = self.js.server.gateway
+        return gw is not None and bool(gw.outo) and gw.has_interest(self.jsa.account, subject)
 
     def num_pending(self) -> int:
         if self.npc_dirty:
@@ -750,7 +755,9 @@ class Consumer(ConsumerStateMachine):
         ic.out_msgs = getattr(ic, "out_msgs", 0) + 1
         r = acc.match(subject_s if subject_s is not None else subject.decode("utf-8", "surrogateescape"))
         if not (r.psubs or r.qsubs):
-            return False
+            gw = self.js.server.gateway
+            if gw is None or not gw.outo:
+                return False  # (with gateways, the account's deliver_result sends it to the interested ones)
         if orig is None:
             return acc.deliver_result(ic, r, subject, reply, hl, msg)
         # shown with the stream subject; imports route it on by the subject it matched
@@ -1011,7 +1018,7 @@ class Consumer(ConsumerStateMachine):
                         self.pin_id, self.pinned_ts = "", 0
                     wq.popleft()
                     continue
-            if not sl.has_interest(wr.reply):
+            if not sl.has_interest(wr.reply) and not self._remote_interest(wr.reply):
                 wq.popleft()
                 continue
             wr.d += 1
@@ -1049,7 +1056,7 @@ class Consumer(ConsumerStateMachine):
                     self._send(wr.reply_b, None, b"NATS/1.0 404 No Messages\r\n\r\n", b"")
                     sent = True
                     continue
-            if not sl.has_interest(wr.reply):
+            if not sl.has_interest(wr.reply) and not self._remote_interest(wr.reply):
                 continue
             if wr.hbt:
                 if now >= wr.hbt:

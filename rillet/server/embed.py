@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from rillet.server.logging import Logger
 from rillet.config.options import RANDOM_PORT, Options
@@ -54,6 +54,7 @@ async def start_server(opts: Options | None = None, **fields: Any) -> Server:
 @contextlib.asynccontextmanager
 async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = None, timeout: float = 10.0,
                       jetstream: bool = False, store_dir: str | None = None,
+                      server_fields: Callable[[int], dict] | None = None,
                       **fields: Any) -> AsyncIterator[list[Server]]:
     """Run a cluster of ``n`` servers in this process, on 127.0.0.1 and free ports::
 
@@ -62,7 +63,8 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
 
     Every server routes to the first one and learns the others by gossip; the block starts once each
     server has a route to every other one (full mesh). ``fields`` are ``Options`` fields for every server
-    (``server_name`` is set to ``<name>-<i>``).
+    (``server_name`` is set to ``<name>-<i>``); ``server_fields(i)`` gives more for server ``i`` (e.g.
+    ``tags``: a stretch cluster whose servers carry ``region:west``, ...).
 
     ``jetstream=True``: a JetStream cluster. Every server is configured with every server's route (its
     own included, as a nats-server cluster config usually is: the meta group's founding size is the
@@ -88,6 +90,8 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
             route_ports = [free_port() for _ in range(n)]
         for i in range(n):
             f = dict(fields)
+            if server_fields is not None:
+                f.update(server_fields(i))
             f.setdefault("host", "127.0.0.1")
             f.setdefault("port", RANDOM_PORT)
             f["server_name"] = f"{name}-{i}"
@@ -126,8 +130,9 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def wait_meta_leader(servers: list[Server], timeout: float = 10.0) -> Server:
-    """Wait until the running JetStream servers agree on a meta leader; returns the leader's server."""
+async def wait_meta_leader(servers: list[Server], timeout: float = 10.0, members: int = 0) -> Server:
+    """Wait until the running JetStream servers agree on a meta leader (whose group has at least ``members``
+    peers); returns the leader's server."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -136,7 +141,8 @@ async def wait_meta_leader(servers: list[Server], timeout: float = 10.0) -> Serv
         leaders = [s for s, c in zip(up, cls) if c is not None and c.is_leader()]
         if len(leaders) == 1:
             lp = leaders[0].jetstream.cluster.peer
-            if all(c.group is not None and c.group.leader == lp for c in cls):
+            if all(c.group is not None and c.group.leader == lp for c in cls) and \
+                    len(leaders[0].jetstream.cluster.group.peers) >= members:
                 return leaders[0]
         if loop.time() > deadline:
             raise TimeoutError(f"no JetStream meta leader within {timeout}s")
@@ -146,6 +152,8 @@ async def wait_meta_leader(servers: list[Server], timeout: float = 10.0) -> Serv
 @contextlib.asynccontextmanager
 async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[str] | None = None,
                             log: Logger | None = None, timeout: float = 10.0, solicit_delay: float = 0.05,
+                            jetstream: bool = False, store_dir: str | None = None,
+                            server_fields: Callable[[str, int], dict] | None = None,
                             **fields: Any) -> AsyncIterator[list[list[Server]]]:
     """Run a super-cluster in this process: ``clusters`` clusters of ``servers`` servers each, joined by
     gateways, on 127.0.0.1 and free ports::
@@ -158,17 +166,38 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
     learns the others by gossip (implicit gateways), as nats-server does. The block starts once every
     server of every cluster has its routes (full mesh) and an outbound gateway to every other cluster.
     ``solicit_delay``: how long a server waits before dialling its configured gateways (nats-server waits
-    1 s to let its cluster form). ``fields``: ``Options`` fields for every server.
+    1 s to let its cluster form). ``fields``: ``Options`` fields for every server; ``server_fields(cluster
+    name, i)`` more for one server (e.g. its ``tags``).
+
+    ``jetstream=True``: a JetStream super-cluster, configured as a nats-server one usually is: every
+    server lists every route of its cluster (its own included) and every gateway URL of every other
+    cluster, so the meta group's founding size (routes + remote gateway URLs, nats-server's rule) is the
+    number of servers of the super-cluster; stores under ``<store_dir>/<server name>`` (a temporary
+    directory, removed afterwards, when not given). The block starts once the meta group (all servers of
+    all clusters) has a leader that every server knows.
     """
+    import os
+    from dataclasses import replace
+
     from rillet.config.gateway_section import GatewayOptions, RemoteGateway
-    from rillet.config.options import ClusterOptions
+    from rillet.config.options import ClusterOptions, JetStreamOptions
+    from rillet.server.server import free_port
     if clusters < 1 or servers < 1:
         raise ValueError("a super-cluster needs at least one cluster of one server")
     names = list(names) if names else [chr(ord("A") + i) for i in range(clusters)]
     if len(names) != clusters or len(set(names)) != clusters:
         raise ValueError("names: one distinct name per cluster")
+    if jetstream and servers < 2:
+        raise ValueError("a JetStream super-cluster needs clusters of at least 2 servers (routes)")
     out: list[list[Server]] = []
     every: list[Server] = []
+    tmp = None
+    if jetstream and store_dir is None:
+        import tempfile
+        store_dir = tmp = tempfile.mkdtemp(prefix="rillet-jssuper-")
+    # (JetStream: every port chosen first, so that each server's config lists every route and gateway)
+    rports = {cn: [free_port() for _ in range(servers)] for cn in names} if jetstream else {}
+    gports = {cn: [free_port() for _ in range(servers)] for cn in names} if jetstream else {}
     try:
         first_gw = ""
         for ci, cname in enumerate(names):
@@ -176,18 +205,30 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
             seed = ""
             for i in range(servers):
                 f = dict(fields)
+                if server_fields is not None:
+                    f.update(server_fields(cname, i))
                 f.setdefault("host", "127.0.0.1")
                 f.setdefault("port", RANDOM_PORT)
                 f["server_name"] = f"{cname}-{i}"
                 opts = Options(**f)
-                if servers > 1:
-                    opts.cluster = ClusterOptions(name=cname, host="127.0.0.1", port=RANDOM_PORT,
-                                                  routes=[seed] if seed else [])
-                remotes = [RemoteGateway(names[0], [first_gw])] if ci > 0 else []
-                opts.gateway_opts = GatewayOptions(name=cname, host="127.0.0.1", port=RANDOM_PORT, gateways=remotes)
+                if jetstream:
+                    js = opts.jetstream if "jetstream" in f else JetStreamOptions()
+                    opts.jetstream = replace(js, enabled=True, store_dir=os.path.join(str(store_dir), f["server_name"]))
+                    opts.cluster = ClusterOptions(name=cname, host="127.0.0.1", port=rports[cname][i],
+                                                  routes=[f"nats-route://127.0.0.1:{p}" for p in rports[cname]])
+                    remotes = [RemoteGateway(o, [f"nats://127.0.0.1:{p}" for p in gports[o]])
+                               for o in names if o != cname]
+                    gport = gports[cname][i]
+                else:
+                    if servers > 1:
+                        opts.cluster = ClusterOptions(name=cname, host="127.0.0.1", port=RANDOM_PORT,
+                                                      routes=[seed] if seed else [])
+                    remotes = [RemoteGateway(names[0], [first_gw])] if ci > 0 else []
+                    gport = RANDOM_PORT
+                opts.gateway_opts = GatewayOptions(name=cname, host="127.0.0.1", port=gport, gateways=remotes)
                 opts.gateway = {"name": cname, "host": "127.0.0.1"}  # (the block as a config would write it)
                 if remotes:
-                    opts.gateway["gateways"] = [{"name": names[0], "url": first_gw}]
+                    opts.gateway["gateways"] = [{"name": r.name, "urls": list(r.urls)} for r in remotes]
                 srv = Server(opts, log if log is not None else Logger(out=io.StringIO()))
                 srv.gateway.solicit_delay = solicit_delay
                 every.append(srv)
@@ -213,7 +254,12 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
                 raise TimeoutError(f"the super-cluster did not form within {timeout}s: outbound gateways "
                                    f"{[len(s.gateway.out) for s in every]}")
             await asyncio.sleep(0.02)
+        if jetstream:
+            await wait_meta_leader(every, max(deadline - loop.time(), 0.0) + 5.0, members=len(every))
         yield out
     finally:
         for srv in reversed(every):
             await srv.shutdown()
+        if tmp is not None:
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)

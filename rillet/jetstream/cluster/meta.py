@@ -82,6 +82,7 @@ JSON_LIMIT = 1024
 LIST_LIMIT = 256
 LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are answered 503 (nats-server: 10 s)
 FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
+FOUND_SETTLE_GATEWAYS = 1.0  # the same in a super-cluster (statsz crossing gateways come later)
 COMPACT_EVERY = 1024  # meta entries between snapshots
 CONFIG_WAIT = 3.0  # seconds an update's answer waits for the stream leader to apply the new config
 ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
@@ -220,17 +221,54 @@ class JetStreamCluster:
         return ["$JS.API"] + ([f"$JS.{self.js.domain}.API"] if self.js.domain else [])
 
     def expected_size(self) -> int:
-        """nats-server's expected founding size: the configured routes, at least 2."""
-        return max(2, len(self.server.opts.cluster.routes))
+        """nats-server's expected founding size: the configured routes plus, in a super-cluster, one per
+        configured gateway URL of another cluster (a host name counts its addresses), at least 2."""
+        return max(2, len(self.server.opts.cluster.routes) + self._gateway_peers())
+
+    def _gateway_peers(self) -> int:
+        g = getattr(self.server.opts, "gateway_opts", None)
+        if g is None or not getattr(self.server, "gateway", None):
+            return 0
+        import ipaddress
+        import socket
+        from urllib.parse import urlsplit
+        n = 0
+        for r in g.gateways:
+            if r.name == self.name:
+                continue
+            for u in r.urls:
+                host = urlsplit(u if "://" in u else "nats://" + u).hostname or ""
+                try:
+                    ipaddress.ip_address(host)
+                    n += 1
+                except ValueError:
+                    try:
+                        n += len({a[4][0] for a in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+                    except OSError as e:
+                        self.log.warn(f"JetStream cluster: gateway host {host!r} not resolved: {e}")
+        return n
+
+    def _gateways_up(self) -> bool:
+        """Every remote cluster this server knows of has its outbound gateway registered."""
+        gw = getattr(self.server, "gateway", None)
+        return gw is None or all(name in gw.out for name in gw.remotes)
 
     async def _found(self) -> None:
         loop = self.loop
         last_count, since = -1, loop.time()
+        expected = self.expected_size()
+        gw = getattr(self.server, "gateway", None)
+        settle = FOUND_SETTLE if gw is None else FOUND_SETTLE_GATEWAYS
+        sent_at = -1e9
         while self.running and not self.isolated:
             n = len(self.rillet_js) + 1
+            if gw is not None and loop.time() - sent_at >= 0.25:
+                # (our statsz to the other clusters, as their gateways come up: they learn us from it)
+                sent_at = loop.time()
+                self._send_statsz()
             if n != last_count:
                 last_count, since = n, loop.time()
-            elif n >= self.expected_size() and loop.time() - since >= FOUND_SETTLE:
+            elif n >= expected and loop.time() - since >= settle and self._gateways_up():
                 break
             await asyncio.sleep(0.05)
         if not self.running or self.isolated:
@@ -308,20 +346,32 @@ class JetStreamCluster:
         counts every route peer that has it in its own meta group's expectations and then cannot elect a
         leader without votes Rillet never sends.)"""
         ni = self.registry.get(peer)
-        if ni is not None and ni.id in self.rillet_routes and ni.js and not ni.offline:
-            self.rillet_js[ni.id] = ni.name
+        if ni is None or ni.id == self.server.server_id:
+            return
+        if ni.id in self.rillet_routes:
+            if ni.js and not ni.offline:
+                self.rillet_js[ni.id] = ni.name
+        elif ni.cluster and ni.cluster != self.name:
+            # a server of another cluster of the super-cluster (its statsz crossed a gateway)
+            if ni.offline:
+                self.rillet_js.pop(ni.id, None)
+            elif ni.rillet_js:
+                self.rillet_js[ni.id] = ni.name
+            elif ni.cap_js:
+                self.go_js[ni.id] = ni.name
+                self._isolate(ni.name, ni.version, ni.cluster)
 
     def _send_statsz(self) -> None:
         sa = getattr(self.server, "sysacc", None)
         if self.running and sa is not None and sa.client is not None:
             sa.publish_statsz(force=True)
 
-    def _isolate(self, name: str, version: str) -> None:
+    def _isolate(self, name: str, version: str, cluster: str = "") -> None:
         if self.isolated:
             return
         self.isolated = True
         self.log.error(f"JetStream cluster: server {name!r} is a nats-server {version} running JetStream in "
-                       f"cluster {self.name!r}; Rillet servers can not share a JetStream meta group with "
+                       f"cluster {cluster or self.name!r}; Rillet servers can not share a JetStream meta group with "
                        f"nats-server, JetStream on this server is unavailable (remove JetStream from one kind "
                        f"of server or put them in separate clusters)")
         if self._found_task is not None:
@@ -403,8 +453,9 @@ class JetStreamCluster:
             if leader is None:
                 self.log.notice("JetStream cluster no metadata leader")
             elif leader != self.peer:
+                ni = self.registry.get(leader)
                 self.log.notice(f"JetStream cluster new metadata leader: "
-                                f"{self.registry.name_of(leader) or leader}/{self.name}")
+                                f"{ni.name if ni else leader}/{ni.cluster if ni and ni.cluster else self.name}")
         self._refresh_local()
         if self.is_leader():
             self._drop_removed_voters()

@@ -88,10 +88,18 @@ class NodeInfo:
     stats: JSStats | None = None
     binary_snapshots: bool = False
     account_nrg: bool = False
+    cap_js: bool = False  # the statsz capability flag for JetStream (bit 1): Go servers set it, Rillet never does
 
     @property
     def peer(self) -> str:
         return peer_id(self.name)
+
+    @property
+    def rillet_js(self) -> bool:
+        """A Rillet server running JetStream, as its statsz tells: ``jetstream`` true without the capability
+        flag (which every nats-server >= 2.10 running JetStream sets; Rillet leaves it off so that a Go meta
+        group never counts it). Used for servers of other clusters, which have no route to tell."""
+        return self.js and not self.cap_js
 
     @property
     def selectable(self) -> bool:
@@ -246,7 +254,7 @@ class PeerRegistry:
                       version=str(si.get("ver") or ""), tags=_tags(si.get("tags")),
                       js=bool(flags & FLAG_JETSTREAM) or bool(si.get("jetstream")), offline=False, cfg=cfg,
                       stats=stats, binary_snapshots=bool(flags & FLAG_BINARY_SNAPSHOT),
-                      account_nrg=bool(flags & FLAG_ACCOUNT_NRG))
+                      account_nrg=bool(flags & FLAG_ACCOUNT_NRG), cap_js=bool(flags & FLAG_JETSTREAM))
         self._store(peer_id(name), ni)
         return ni
 
