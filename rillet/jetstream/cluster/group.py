@@ -66,6 +66,10 @@ TICK = 0.05  # seconds between ticks
 ELECTION_TICKS = 20  # election timeout: 1 s, randomised by the node to 1-2 s
 HEARTBEAT_TICKS = 3  # heartbeats every 150 ms
 HARD_STATE_EVERY = 1.0  # seconds: how often a changed commit index is saved when nothing else forces it
+# A group control message (not a RAFT message) starts with 0xC1, a byte MessagePack never uses:
+CONTROL = b"\xc1"
+STEPDOWN_NOTE = CONTROL + b"SD\x00"  # + the reply subject of the stepdown request being carried out
+STEPDOWN_NOTE_TTL = 30.0  # seconds a member remembers a stepdown request another member carried out
 
 _transports: "weakref.WeakKeyDictionary[Any, RaftTransport]" = weakref.WeakKeyDictionary()
 
@@ -160,6 +164,7 @@ class RaftGroup:
         self.write_error = ""
         self.snapshots_taken = 0
         self.snapshots_installed = 0
+        self._stepdowns_seen: dict[bytes, float] = {}  # stepdown request reply -> when a member noted it
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -279,6 +284,9 @@ class RaftGroup:
     def _on_message(self, group: str, frm: str, data: bytes) -> None:
         if not self.running:
             return
+        if data[:1] == CONTROL:
+            self._on_control(frm, data)
+            return
         try:
             m = M.decode(data)
         except M.DecodeError as e:
@@ -314,12 +322,42 @@ class RaftGroup:
         self._schedule()
         return r
 
-    def stepdown(self, to: Optional[str] = None) -> None:
+    def _on_control(self, frm: str, data: bytes) -> None:
+        if data.startswith(STEPDOWN_NOTE) and frm in self.node.voters:
+            now = self.loop.time()
+            seen = self._stepdowns_seen
+            if len(seen) > 64:
+                for k in [k for k, t in seen.items() if now - t > STEPDOWN_NOTE_TTL]:
+                    del seen[k]
+            seen[bytes(data[len(STEPDOWN_NOTE):])] = now
+            return
+        self._bad(f"unknown control message from {frm}")
+
+    def stepdown_seen(self, request: bytes) -> bool:
+        """Whether another member already carried out the stepdown request with this reply subject (every
+        server gets a ``$JS.API`` request; one routed late can reach the new leader after the transfer)."""
+        t = self._stepdowns_seen.get(bytes(request))
+        return t is not None and self.loop is not None and self.loop.time() - t <= STEPDOWN_NOTE_TTL
+
+    def eligible_peers(self) -> list[str]:
+        """On the leader: the other voters heard from within three heartbeats (nats-server's healthy peers
+        for a leader transfer)."""
+        n = self.node
+        if not self.running or n.role != LEADER:
+            return []
+        limit = 3 * self.heartbeat_ticks
+        return [p for p, pr in n.prs.items() if p in n.voters and p != self.id and n.ticks - pr.last_seen <= limit]
+
+    def stepdown(self, to: Optional[str] = None, note: Optional[bytes] = None) -> None:
         """Hand leadership over to ``to`` or to the most up-to-date other member (NotLeader if this node
-        is not the leader; ValueError when there is no member to hand over to)."""
+        is not the leader; ValueError when there is no member to hand over to). ``note``: the request's
+        reply subject, told to the members before the transfer starts (``stepdown_seen``), on the same
+        connection as the RAFT messages, so a member hears of it before it can become the leader."""
         n = self.node
         if not self.running or n.role != LEADER:
             raise NotLeader()
+        if note:
+            self.transport.broadcast(self.name, STEPDOWN_NOTE + bytes(note))
         if to is None:
             best = None
             for p, pr in n.prs.items():

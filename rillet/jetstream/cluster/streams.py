@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import time
 from typing import Any
@@ -851,7 +852,7 @@ class ClusteredStreams:
                     self._offline(router, key, reply)
                 return False
             if key == "CONSUMER.LEADER.STEPDOWN":
-                self._stepdown(router, reply, cr.group, T + "consumer_leader_stepdown_response")
+                self._stepdown(router, reply, cr.group, T + "consumer_leader_stepdown_response", body)
                 return False
             return True
         if not rep.leader:
@@ -861,15 +862,68 @@ class ClusteredStreams:
                 self._offline(router, key, reply)
             return False
         if key == "STREAM.LEADER.STEPDOWN":
-            self._stepdown(router, reply, rep.group, T + "stream_leader_stepdown_response")
+            self._stepdown(router, reply, rep.group, T + "stream_leader_stepdown_response", body)
             return False
         return True
 
-    @staticmethod
-    def _stepdown(router: Any, reply: bytes | None, g: Any, typ: str) -> None:
+    def _stepdown(self, router: Any, reply: bytes | None, g: Any, typ: str, body: bytes) -> None:
+        """STREAM/CONSUMER.LEADER.STEPDOWN on the group's leader, as nats-server: leadership goes to another
+        member, chosen at random among those heard from lately (with a ``placement`` in the body, 2.11+:
+        the ``preferred`` server, or one in ``cluster`` carrying every tag in ``tags``); 10005 when there is
+        none. A request another member already carried out (routed here after the transfer) is ignored."""
+        if reply and g.stepdown_seen(reply):
+            return
+        to = None
+        b = body.strip() if body else b""
+        if b[:1] in (b"{", b"["):
+            try:
+                req = json.loads(b)
+                if not isinstance(req, dict):
+                    raise ValueError("not a JSON object")
+                pl = req.get("placement")
+                if pl is not None and not isinstance(pl, dict):
+                    raise ValueError("placement is not a JSON object")
+            except ValueError as e:
+                router.respond_error(reply, typ, ApiError.make("INVALID_JSON", err=str(e)))
+                return
+            try:
+                to = self._stepdown_target(g, pl or {})
+            except ApiError as e:
+                router.respond_error(reply, typ, e)
+                return
+        if to is None:
+            cands = g.eligible_peers()
+            if not cands:
+                router.respond_error(reply, typ, ApiError.make("CLUSTER_NO_PEERS", err="no replacement peer connected"))
+                return
+            to = random.choice(cands)
         try:
-            g.stepdown()
+            g.stepdown(to, note=reply)
         except (NotLeader, ValueError) as e:
-            router.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e) or "no peer"))
+            router.respond_error(reply, typ, ApiError.make("RAFT_GENERAL", err=str(e) or "not leader"))
             return
         router.respond(reply, {"type": typ, "success": True})
+
+    def _stepdown_target(self, g: Any, pl: dict) -> str | None:
+        """The member a stepdown ``placement`` names (nats-server's getStepDownPreferredPlacement): the
+        ``preferred`` server when it is a member other than this one (else 10005 "already leader" / "not
+        known"; an unhealthy one falls back to any healthy member), else a random online member in
+        ``cluster`` with every tag in ``tags``; None without placement."""
+        pref = str(pl.get("preferred") or "")
+        if pref:
+            to = next((p for p in g.peers if self.peer_name(p) == pref), None)
+            if to == g.id:
+                raise ApiError.make("CLUSTER_NO_PEERS", err=f'preferred server "{pref}" is already leader')
+            if to is None:
+                raise ApiError.make("CLUSTER_NO_PEERS", err=f'preferred server "{pref}" not known')
+            return to if to in g.eligible_peers() else None
+        cluster, tags = str(pl.get("cluster") or ""), [str(t).strip().lower() for t in pl.get("tags") or ()]
+        if not cluster and not tags:
+            return None
+        reg = getattr(self.js, "peer_registry", None)
+        nodes = reg.nodes if reg is not None else {}
+        cands = [p for p in g.peers if p != g.id and p in nodes and not nodes[p].offline
+                 and (not cluster or nodes[p].cluster == cluster) and all(t in nodes[p].tags for t in tags)]
+        if not cands:
+            raise ApiError.make("CLUSTER_NO_PEERS", err="no replacement peer connected")
+        return random.choice(cands)
