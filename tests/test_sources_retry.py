@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import time
 
 import nats
@@ -236,3 +237,61 @@ def test_retry_delay_schedule_is_bounded():
     # (a stall noticed, then retries up to the cap) stays under the 5 s the issue allows
     assert 2 * S.HEARTBEAT_NS / 1e9 < S.STALL < 3 * S.HEARTBEAT_NS / 1e9
     assert S.RETRY_CAP * (1 + S.RETRY_JITTER) < 5.0 - 1.0
+
+
+# ---- a replicated mirror and source across their leader changes ----------------------------------------------
+
+async def test_r3_mirror_and_source_resume_after_leader_change():
+    """R3 mirror and source (their consumer of the origin runs on the stream leader only): publishes go on
+    while both change leader twice; each new leader resumes from the replicated store, so every replica ends
+    with the origin's messages, once each and in order."""
+    from rillet.server.embed import run_cluster
+    async with run_cluster(3, jetstream=True) as servers:
+        nc = await nats.connect(servers[0].client_url)
+        js = nc.jetstream()
+
+        def leader(name: str):
+            ls = [s for s in servers if (r := s.jetstream.cluster.streams.replica("$G", name)) is not None
+                  and r.leader]
+            return ls[0] if len(ls) == 1 else None
+
+        def replica_datas(name: str) -> list[list[bytes]]:
+            out = []
+            for s in servers:
+                st = s.jetstream.cluster.streams.replica("$G", name).stream.store
+                state = st.state()
+                out.append([st.load_msg(q).data for q in range(state.first_seq, state.last_seq + 1)
+                            if st.load_msg(q) is not None])
+            return out
+
+        await js.add_stream(name="O", subjects=["o.>"])
+        await js.add_stream(name="MI", num_replicas=3, mirror=StreamSource(name="O"))
+        await js.add_stream(name="SO", num_replicas=3, sources=[StreamSource(name="O")])
+        want: list[bytes] = []
+
+        async def publish(n: int) -> None:
+            for _ in range(n):
+                want.append(b"%d" % len(want))
+                await js.publish("o.x", want[-1])
+                await asyncio.sleep(0.01)
+
+        await publish(10)
+        for _ in range(2):
+            pub = asyncio.create_task(publish(20))
+            for name in ("MI", "SO"):
+                await until(lambda: _true(leader(name) is not None), 5, "a leader")
+                old = leader(name)
+                r = json.loads((await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", b"", timeout=3)).data)
+                assert r.get("success") is True, r
+                await until(lambda: _true(leader(name) not in (None, old)), 5, "a new leader")
+            await pub
+        t0 = time.monotonic()
+        await converge(js, ["MI", "SO"], want, HEAL_WITHIN)
+        print(f"R3: converged {time.monotonic() - t0 - 0.2:.2f}s after the last publish")
+        for name in ("MI", "SO"):
+            await until(lambda: _true(all(d == want for d in replica_datas(name))), 3, f"{name} on every replica")
+        await nc.close()
+
+
+async def _true(v: bool) -> bool:
+    return v
