@@ -87,3 +87,42 @@ async def test_delivery_waits_for_its_commit(cl):
             await cr.group.stop()
     with pytest.raises((nats.errors.TimeoutError, asyncio.TimeoutError)):
         await sub.fetch(1, timeout=1.0)
+
+
+async def test_ack_sync_not_confirmed_when_the_proposal_is_refused(cl):
+    # seed 203 of the fault harness: a consumer leader resuming from SIGSTOP reads a newer term's message
+    # (its RAFT node is a follower at once) and then the client's buffered AckSync, before the group has
+    # told the consumer it lost leadership. The ack proposal is refused; the ack was confirmed anyway
+    # (taken for "nothing to replicate") and the new leader delivered the value again one ack wait later.
+    # Same window here: a leadership transfer under way refuses proposals.
+    servers, nc, js = cl
+    await js.add_stream(name="T", subjects=["t"], num_replicas=3)
+    await js.publish("t", b"x")
+    await js.add_consumer("T", ConsumerConfig(durable_name="TC", ack_policy="explicit", ack_wait=1.0))
+    await until(lambda: consumer_leader(servers, "T", "TC") is not None, what="consumer leader")
+    sub = await js.pull_subscribe_bind(durable="TC", stream="T")
+    [m] = await sub.fetch(1, timeout=3)
+    confirmed = []
+
+    async def got(msg):
+        confirmed.append(msg)
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox, cb=got)
+    await nc.flush()
+    lead = consumer_leader(servers, "T", "TC")
+    c = lead.c
+    lead.group.stepdown()  # the transfer starts: the node refuses proposals, the consumer still leads
+    assert c.clog.is_leader
+    c._on_ack(None, None, m.reply.encode(), inbox.encode(), 0, b"")
+    await until(lambda: consumer_leader(servers, "T", "TC") not in (None, lead), what="a new consumer leader")
+    await asyncio.sleep(0.3)
+    assert confirmed == []  # the ack never reached the log: no confirmation
+    again = []
+    for _ in range(4):
+        try:
+            again += await sub.fetch(1, timeout=1.0)
+        except nats.errors.TimeoutError:
+            pass
+        if again:
+            break
+    assert [x.data for x in again] == [b"x"]  # not acknowledged: delivered again, as promised

@@ -159,8 +159,11 @@ class Node:
             env = None
             if self.pythonpath:
                 env = dict(os.environ, PYTHONPATH=self.pythonpath + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            # (cwd: the run's directory; `python -m` puts the cwd first on sys.path, so from a checkout the
+            # servers would import its rillet and not the --rillet-src one)
             self.proc = subprocess.Popen(prefix + server_command(self.kind) + ["-c", self.conf],
-                                         stdout=out, stderr=subprocess.STDOUT, env=env)
+                                         stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         cwd=os.path.dirname(self.conf))
         self.starts += 1
         self.paused = False
 

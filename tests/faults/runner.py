@@ -301,7 +301,8 @@ class Run:
         for line in qr.lines():
             print(line)
         print(f"queue: consumer deliveries {q.deliveries}, acks that failed {q.ack_failures}, deliveries of a value "
-              f"whose ack had been confirmed {q.redelivered_after_ack}")
+              f"whose ack had been confirmed {q.redelivered_after_ack} (values seen again after their ack was "
+              f"confirmed but received before it: {q.seen_after_ack - q.redelivered_after_ack})")
         errs: dict[str, int] = {}
         for r in q.records.values():
             if r.error:

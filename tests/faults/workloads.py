@@ -168,10 +168,21 @@ class QueueWorkload:
         self.records: dict[str, PubRecord] = {}
         self.consumed: set[str] = set()
         self.acked: set[str] = set()          # consumer acks the server confirmed
-        self.redelivered_after_ack = 0        # deliveries of a value whose ack was confirmed before
+        # Deliveries of a value whose ack confirmation had *arrived* before the delivery arrived (both stamped
+        # in wire order by the consumer's connection, see ``consumer``): a broken promise. A redelivery the
+        # server sent before it confirmed the ack arrives first (same route, same client connection) and
+        # only counts in ``seen_after_ack`` (the fetch that returns it may come after the confirmation:
+        # nats.py keeps a late delivery in the subscription's queue for the next fetch).
+        self.redelivered_after_ack = 0
+        self.seen_after_ack = 0
         self.ack_confirmed_at: dict[str, float] = {}
+        self._ack_rx: dict[str, int] = {}     # value -> arrival number of its ack confirmation
+        self._rx = 0                          # arrival counter of the consumer's connection
         # (value, ack confirmed at, delivered again at, stream seq, delivery count) for the first few of them
         self.redeliveries: list[tuple[str, float, float, int, int]] = []
+        self._ack_waiters: dict[str, Any] = {}
+        self._ack_inbox = ""
+        self._ack_n = 0
         self.deliveries = 0
         self.ack_failures = 0
         self.errors: list[str] = []
@@ -212,22 +223,58 @@ class QueueWorkload:
                 nxt = max(nxt + interval, time.monotonic() - 1.0)
                 await asyncio.sleep(max(0.0, nxt - time.monotonic()))
 
-    async def _ack(self, m, v: str) -> None:
+    def _stamp(self, queue: Any, on_msg: Any = None) -> None:
+        """Number each message as the connection's reader hands it to ``queue`` (wire order: the reader
+        processes one message at a time); with ``on_msg`` the message is handed there instead."""
+        put = queue.put_nowait
+
+        def stamped(msg: Any) -> None:
+            self._rx += 1
+            msg.rx = self._rx
+            if on_msg is not None:
+                on_msg(msg)
+            else:
+                put(msg)
+        queue.put_nowait = stamped
+
+    def _ack_reply(self, msg: Any) -> None:
+        fut = self._ack_waiters.pop(msg.subject, None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    async def _ack(self, nc, m, v: str) -> None:
+        # AckSync as nats.py does it (an empty ack with a reply), with our own reply subscription so that the
+        # confirmation is numbered in arrival order with the deliveries
+        self._ack_n += 1
+        inbox = f"{self._ack_inbox}.{self._ack_n}"
+        fut = asyncio.get_running_loop().create_future()
+        self._ack_waiters[inbox] = fut
         try:
-            await m.ack_sync(timeout=self.timeout)
+            await nc.publish(m.reply, b"", reply=inbox)
+            r = await asyncio.wait_for(fut, self.timeout)
+            status = (r.headers or {}).get("Status", "")
+            if status:
+                raise nats.errors.NoRespondersError if status == "503" else RuntimeError(f"status {status}")
         except Exception as e:  # not acknowledged: it comes again after ack_wait
             self.ack_failures += 1
             if len(self.errors) < 1000:
-                self.errors.append(f"ack: {err_text(e)}")
+                self.errors.append(f"ack: {err_text(e) or type(e).__name__}")
             return
+        finally:
+            self._ack_waiters.pop(inbox, None)
         self.acked.add(v)
         self.ack_confirmed_at[v] = time.monotonic()
+        self._ack_rx[v] = r.rx
 
     async def consumer(self, i: int) -> None:
         nc = await connect(self.urls_from(i), "consumer", self.errors)
         self._conns.append(nc)
         js = nc.jetstream(timeout=self.timeout)
         sub = await js.pull_subscribe_bind(durable=CONSUMER, stream=STREAM)
+        self._stamp(sub._sub._pending_queue)
+        self._ack_inbox = nc.new_inbox()
+        asub = await nc.subscribe(self._ack_inbox + ".*")
+        self._stamp(asub._pending_queue, self._ack_reply)
         while not self.stop_consumer.is_set():
             try:
                 msgs = await sub.fetch(200, timeout=1.0)
@@ -243,6 +290,11 @@ class QueueWorkload:
                 self.deliveries += 1
                 v = m.data.decode()
                 if v in self.acked:
+                    self.seen_after_ack += 1
+                    if getattr(m, "rx", 0) < self._ack_rx.get(v, 0):
+                        vals.append(v)  # sent before the ack was confirmed (acked again below, harmless)
+                        self.consumed.add(v)
+                        continue
                     self.redelivered_after_ack += 1
                     if len(self.redeliveries) < 20:
                         md = m.metadata
@@ -251,7 +303,7 @@ class QueueWorkload:
                 self.consumed.add(v)
                 vals.append(v)
             # acknowledgements confirmed by the server (pipelined: one round trip for the batch)
-            await asyncio.gather(*(self._ack(m, v) for m, v in zip(msgs, vals)))
+            await asyncio.gather(*(self._ack(nc, m, v) for m, v in zip(msgs, vals)))
 
     async def drain(self, js, timeout: float = 30.0) -> bool:
         """Wait until the durable consumer has nothing pending and nothing unacknowledged; ``timeout`` is

@@ -38,6 +38,7 @@ from rillet.jetstream.consumer import Consumer
 from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
                                              C_START, ConsumerStateMachine)
 from rillet.jetstream.log import Entry, NotLeader
+from rillet.raft.node import LEADER
 from rillet.jetstream.stream import now_ns
 
 COMPACT_EVERY = 8192  # applied entries between snapshots of a consumer group
@@ -116,6 +117,11 @@ class ClusteredConsumer(Consumer):
         reply, self._ack_reply = self._ack_reply, None
         log = self.clog
         before = log.pending
+        # an AckAll at or below the ack floor changes nothing (applied, so committed, state): confirmed at once;
+        # any other ack is confirmed only through its committed entry. A proposal the group refuses (its node
+        # no longer leads, or hands leadership over, before the group has told us) is not in the log: it gets
+        # no confirmation (seed 203: a leader resuming from SIGSTOP confirmed acks its successor never saw)
+        noop = self.ack_policy == "all" and (dseq <= self.adflr or sseq <= self.asflr)
         ok = super().process_ack(sseq, dseq, dc, sample)
         proposed = log.pending > before
         if proposed and self.engine and self.ack_policy == "explicit":
@@ -132,7 +138,7 @@ class ClusteredConsumer(Consumer):
         if proposed:
             pub = self.ic.publish
             log.then(lambda: pub(reply, None, b""))
-        else:
+        elif noop:
             self.ic.publish(reply, None, b"")  # nothing to replicate (already acknowledged)
         return ok
 
@@ -192,6 +198,15 @@ class ClusteredConsumer(Consumer):
             return True
         return super()._send(subject, reply, hdr, data, orig, subject_s)
 
+    def _next_msg(self) -> tuple[Any, int, int]:
+        # nothing is taken off the stream while the group would refuse the C_DELIVERED (its node stepped down
+        # or hands leadership over before the group told us): the scan position would move past a message
+        # that is never delivered (a transfer that fails leaves this engine running)
+        node = self.creplica.group.node if self.creplica is not None else None
+        if node is not None and (node.role != LEADER or node.transferee is not None):
+            return None, 0, 0
+        return super()._next_msg()
+
     # stream signals reach the engine only
     def on_stream_msg(self, seq: int, subject: str) -> None:
         if self.engine:
@@ -237,6 +252,14 @@ class ClusteredConsumer(Consumer):
         if self.creplica is not None:
             d["cluster"] = self.creplica.cluster_info()
         return d
+
+
+def _committed_scan(c: Any) -> int:
+    """The scan position the applied (committed) state gives: past everything delivered or acknowledged."""
+    nxt = (max(c.dsseq, c.asflr) if c.has_state else c.asflr) + 1
+    if c.pending:
+        nxt = max(nxt, max(c.pending) + 1)
+    return nxt
 
 
 def get_state(c: Any) -> list:
@@ -359,6 +382,9 @@ class ConsumerReplica:
             return
         self.leader = leader
         if leader:
+            rep = self.rep
+            self.cs.js.log.notice(f"JetStream cluster new consumer leader for "
+                                  f"'{rep.jsa.account.name} > {rep.name} > {self.name}'")
             self._promote()
             self._advisory()
         else:
@@ -383,20 +409,30 @@ class ConsumerReplica:
         if not c.started_by_log:
             c.select_start()
         else:
-            nxt = (max(c.dsseq, c.asflr) if c.has_state else c.asflr) + 1
-            c.sseq = max(old.sseq, nxt)
-            if c.pending:
-                c.sseq = max(c.sseq, max(c.pending) + 1)
+            c.sseq = max(old.sseq, _committed_scan(c))
             c.npc_dirty = True
         c.start()
 
     def _demote(self) -> None:
         old = self.c
+        was_engine = old.engine
         if old.engine and not old.closed:
+            if old.waiting:
+                # the pull requests waiting here are told to go again (nats.py takes a 409 for a temporary
+                # error: its fetch asks again, reaching the new leader), not left until they expire
+                hdr = b"NATS/1.0 409 Leadership Change\r\n\r\n"
+                for wr in old.waiting:
+                    Consumer._send(old, wr.reply_b, None, hdr, b"")
+                old.waiting.clear()
+                self.cs.server.schedule_flush()
             old.removing = True  # (a stop, not a delete)
             old.stop(delete=False, advisory=False)
         c = self._swap()
         c.engine = False
+        if was_engine:
+            # the engine's scan position counts deliveries that never committed: from here on the position
+            # is what the committed entries say (else, leading again, it would skip those messages)
+            c.sseq = _committed_scan(c)
 
     def _advisory(self) -> None:
         from rillet.jetstream.cluster import monitor

@@ -224,6 +224,7 @@ class StreamReplica:
         self.leader = leader
         self.replay_seq = max(self.replay_seq, st.store.last_seq)
         if leader:
+            self.cs.js.log.notice(f"JetStream cluster new stream leader for '{self.jsa.account.name} > {self.name}'")
             self._direct(False)
             st.start()  # subjects, direct gets, expiry timer, schedules
             if st.cfg.mirror is not None or st.cfg.sources:
