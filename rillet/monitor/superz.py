@@ -21,10 +21,11 @@ What is judged unhealthy (each one a line in ``problems``):
 * a gateway from cluster X to cluster Y missing on some (``partial``) or all (``down``) answering servers
   of X; a cluster named in a gateway configuration or connection with no server answering;
 * per cluster with clustered JetStream: no meta leader, servers naming different leaders, the meta group
-  without quorum (peers up: answering, or heard from by the leader in the last ``PEER_ACTIVE`` seconds
-  and not marked offline);
+  without quorum (a peer is up when it answered the gather and the leader heard from it in the last
+  ``PEER_ACTIVE`` seconds and does not mark it offline);
 * a stream whose group has no leader (or whose named leader does not answer), or fewer replicas up than
-  its quorum (judged from the leader's view as for the meta group, else from the replicas answering);
+  its quorum (counted as for the meta group on the leader's view; without a leader, the replicas that
+  answered and hold the stream);
 * a mirror or source with an error, lagging more than ``max_lag`` messages, or not heard from its origin
   for more than ``max_inactive`` (``active`` -1: never).
 
@@ -133,10 +134,12 @@ def _dur(ns: int) -> str:
 
 
 def _peer_up(p: Mapping, answering: set[str], th: Thresholds) -> bool:
-    if p.get("name") in answering:
-        return True
+    """A group peer (as its leader lists it) is up when it answered the gather and the leader heard
+    from it recently and does not mark it offline: both sides agree it is there."""
+    if p.get("name") not in answering or p.get("offline"):
+        return False
     active = p.get("active", -1)
-    return not p.get("offline") and isinstance(active, int) and 0 <= active <= th.peer_active_ns
+    return isinstance(active, int) and 0 <= active <= th.peer_active_ns
 
 
 def _meta(views: list[tuple[str, Mapping]], answering: set[str], th: Thresholds) -> tuple[dict, list[str], list[str]]:
