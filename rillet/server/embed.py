@@ -99,7 +99,7 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
             if jetstream:
                 import os
                 from rillet.config.options import JetStreamOptions
-                js = opts.jetstream if "jetstream" in fields else JetStreamOptions()
+                js = opts.jetstream if "jetstream" in f else JetStreamOptions()
                 opts.jetstream = replace(js, enabled=True, store_dir=os.path.join(str(store_dir), f["server_name"]))
                 opts.cluster = replace(opts.cluster if "cluster" in fields else ClusterOptions(), name=name,
                                        host="127.0.0.1", port=route_ports[i],

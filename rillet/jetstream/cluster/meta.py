@@ -1017,8 +1017,52 @@ class JetStreamCluster:
             d.update({"total": 0, "offset": 0, "limit": 0, _LIST_FIELDS[key]: None})
         router.respond(reply, d)
 
-    def _client(self, acc: str) -> dict:
-        return {"acc": acc, "server": self.server.name, "cluster": self.name}
+    def _client(self, acc: str, cluster: str = "") -> dict:
+        return {"acc": acc, "server": self.server.name, "cluster": cluster or self.name}
+
+    def _requester(self, account: Any, reply: bytes | None) -> tuple[str, list[str]]:
+        """The cluster of the client that sent a request, and the other clusters (nats-server's client
+        info ``cluster`` and ``alts``: the request's server's outbound gateways, by RTT).
+
+        nats-server reads them from the client info the request carries; Rillet's requests cross routes
+        and gateways as they were published, so they are found from the reply subject: a request that
+        came over a gateway less than 2 s ago carries its cluster's hash in its ``_GR_.`` reply; else the
+        subscription of the reply is here, in this cluster (local or routed interest), or announced by one
+        remote cluster (interest-only mode). Without a reply (or a gateway), this server's cluster."""
+        gw = getattr(self.server, "gateway", None)
+        own = self.name
+        cluster = own
+        if gw is not None and reply:
+            cluster = self._reply_cluster(gw, account, bytes(reply)) or own
+        if gw is None:
+            return cluster, []
+        alts = [gc.name for gc in gw.outo if not gc.closed and gc.name and gc.name != cluster]
+        if cluster != own:
+            alts.insert(0, own)
+        return cluster, alts
+
+    def _reply_cluster(self, gw: Any, account: Any, reply: bytes) -> str:
+        from rillet.cluster import info as ci
+        rr = getattr(account, "_routed_reply", None)
+        full = rr(reply) if rr is not None and getattr(account, "_gwr", None) else None
+        if full:
+            h = full[len(ci.GW_REPLY_PREFIX):len(ci.GW_REPLY_PREFIX) + ci.GW_HASH_LEN]
+            if h == gw.hash:
+                return self.name
+            for name, cfg in gw.remotes.items():
+                if cfg.hash == h:
+                    return name
+        subj = reply.decode("utf-8", "surrogateescape")
+        r = account.match(subj)
+        if r.psubs or r.qsubs:
+            return self.name
+        acc = getattr(account, "name_b", None) or account.name.encode("utf-8", "surrogateescape")
+        for gc in gw.outo:
+            if not gc.closed:
+                psi, qr = gc.interest(acc, subj)
+                if psi or qr is not None:
+                    return gc.name
+        return ""
 
     def _lookup(self, acc: str) -> Callable[[str], Any]:
         def lookup(name: str) -> Any:
@@ -1109,9 +1153,10 @@ class JetStreamCluster:
         pc = PlacementConfig.from_stream_config(d)
         self._refresh_local()
         nodes = self.registry.nodes
-        rg = create_stream_group(pc, self.name, nodes, self.group.peers, **self._place_kw())
+        ccl, alts = self._requester(jsa.account, reply)
+        rg = create_stream_group(pc, ccl, nodes, self.group.peers, alternates=alts, **self._place_kw())
         rg.preferred = preferred_leader(rg.peers, nodes)
-        sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc),
+        sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc, ccl),
                                 created=time.time_ns(), subject=f"$JS.API.STREAM.CREATE.{name}",
                                 reply=(reply or b"").decode())
         self._inflight[key] = (d, [])
@@ -1146,7 +1191,7 @@ class JetStreamCluster:
         if self._all_offline(sa.group.peers):
             raise ApiError.make("STREAM_OFFLINE")
         d = _cfg_dict(cfg)
-        group = self._updated_group(sa, d)
+        group = self._updated_group(sa, d, self._requester(jsa.account, reply))
         nsa = A.StreamAssignment(config=d, group=group, sync=sa.sync, client=sa.client, created=sa.created,
                                  subject=f"$JS.API.STREAM.UPDATE.{name}", reply=(reply or b"").decode())
 
@@ -1159,7 +1204,8 @@ class JetStreamCluster:
         nodes = self.registry.nodes
         return bool(peers) and all(p in nodes and nodes[p].offline for p in peers)
 
-    def _updated_group(self, sa: A.StreamAssignment, d: dict) -> A.RaftGroup:
+    def _updated_group(self, sa: A.StreamAssignment, d: dict,
+                       requester: tuple[str, list[str]] = ("", [])) -> A.RaftGroup:
         """The group of an updated stream, as nats-server 2.15: another ``placement`` is a move, another
         ``num_replicas`` a scale (not both: 10123); either sets ``desired`` (the target peers) and leaves
         ``peers`` as they are: ``_reconcile_one`` then adds the new peers, waits until they are current
@@ -1186,7 +1232,9 @@ class JetStreamCluster:
         pc = PlacementConfig.from_stream_config(d)
         nd: dict[str, Any] = {"id": A._random_token(A.PEER_ID_LEN), "created": format_time(time.time_ns())}
         if is_move:
-            ng = create_stream_group(pc, self.name, self.registry.nodes, self.group.peers, **self._place_kw())
+            # (a placement naming no cluster: the requesting client's, then the others, as for a create)
+            ng = create_stream_group(pc, requester[0] or self.name, self.registry.nodes, self.group.peers,
+                                     alternates=requester[1], **self._place_kw())
             nd.update(peers=ng.peers, cluster=ng.cluster, move=True)
         else:
             current = list(ds["peers"]) if ds else list(g.peers)
@@ -1205,9 +1253,11 @@ class JetStreamCluster:
 
     def _api_stream_restore(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                             body: bytes) -> None:
-        """STREAM.RESTORE in a cluster: nats-server's meta leader checks the config and the name (10130),
-        places the group and lets its preferred peer take the archive. Rillet checks the same, then
-        refuses with nats-server's restore error: a restored store is not replicated to a new group yet."""
+        """STREAM.RESTORE in a cluster, as nats-server: the meta leader checks the config, the limits and the
+        name (10130), places the group (replicas and placement as configured) with a preferred peer and
+        proposes the assignment with ``restore_state``; it does not answer. The preferred peer, once the
+        group's leader, answers with the subject to send the archive to and, at the end, with the stream's
+        info (streams.py ``StreamReplica._begin_restore``)."""
         name = args[0] if args else ""
         req = router.parse(body)
         if not isinstance(req, dict):
@@ -1216,12 +1266,37 @@ class JetStreamCluster:
         raw.setdefault("name", name)
         if raw.get("name") != name:
             raise ApiError.make("STREAM_MISMATCH")
-        acc = router.jsa.account.name
-        SC.normalize_stream_config(raw, is_create=True, subject_name=name, account_limits=router.jsa.limits,
-                                   clustered=True)
-        if self.state.stream(acc, name) is not None or (acc, name) in self._inflight:
+        jsa = router.jsa
+        acc = jsa.account.name
+        cfg = SC.normalize_stream_config(raw, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
+                                         subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
+                                         clustered=True)
+        key = (acc, cfg.name)
+        if self.state.stream(acc, name) is not None or key in self._inflight:
             raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
-        raise ApiError.make("STREAM_RESTORE", err="not supported in a Rillet JetStream cluster yet")
+        router._check_supported(cfg)
+        lim = jsa.limits
+        if lim.max_streams > 0 and len(self.state.streams.get(acc, {})) >= lim.max_streams:
+            raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
+        d = _cfg_dict(cfg)
+        pc = PlacementConfig.from_stream_config(d)
+        self._refresh_local()
+        nodes = self.registry.nodes
+        rg = create_stream_group(pc, self.name, nodes, self.group.peers, **self._place_kw())
+        rg.preferred = preferred_leader(rg.peers, nodes)
+        state = req.get("state")
+        sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc),
+                                created=time.time_ns(), subject=f"$JS.API.STREAM.RESTORE.{name}",
+                                reply=(reply or b"").decode(), restore=state if isinstance(state, dict) else {})
+        self._inflight[key] = (d, [])
+
+        def done(res: Any, err: Optional[BaseException]) -> None:
+            self._inflight.pop(key, None)
+        try:
+            self._propose(A.encode_assign_stream(sa), done)
+        except NotLeader:
+            self._inflight.pop(key, None)
+            raise
 
     def _api_stream_delete(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                            body: bytes) -> None:

@@ -1,0 +1,352 @@
+"""JetStream across gateways (issue 14): the meta group spans every JetStream server of a super-cluster,
+streams are placed in a cluster (``placement.cluster``, tags, else the requesting client's cluster), the
+``$JS.API`` works from any server of any cluster, streams move between clusters, and a stretch cluster
+(one cluster, servers tagged by region) keeps an R3 stream writable with a region's server down.
+
+In-process super-clusters of 2 clusters x 2 servers (``run_super_cluster(..., jetstream=True)``); the
+error for an unknown placement cluster and the key sets of a create answer and of ``/jsz meta_cluster``
+are compared with a live nats-server 2.15 super-cluster (2 x 2 Go servers) when ``nats-server`` is on PATH.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import nats
+import pytest
+
+from rillet.config.options import JetStreamOptions, User
+from rillet.jetstream.cluster.peers import peer_id
+from rillet.server.embed import run_cluster, run_super_cluster, wait_meta_leader
+from tests.helpers import free_port
+
+T = "io.nats.jetstream.api.v1."
+USERS = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]
+GO_SERVER = shutil.which("nats-server")
+UNKNOWN_CLUSTER = {"code": 400, "err_code": 10005, "description": "no suitable peers for placement"}
+
+
+async def _until(cond, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        r = cond()
+        if asyncio.iscoroutine(r):
+            r = await r
+        if r:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def _url(srv, user: str) -> str:
+    return srv.client_url.replace("nats://", f"nats://{user}:{user}@")
+
+
+async def _api(nc, subject: str, body=None, timeout: float = 5.0) -> dict:
+    data = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
+    return json.loads((await nc.request(subject, data, timeout=timeout)).data)
+
+
+def _http(port: int, path: str) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+async def sc():
+    async with run_super_cluster(2, 2, jetstream=True, system_account="SYS", users=USERS,
+                                 http_port=-1) as clusters:
+        yield clusters
+
+
+async def test_meta_group_spans_the_super_cluster_and_steps_down_across(sc):
+    a, b = sc
+    every = a + b
+    leader = await wait_meta_leader(every)
+    peers = sorted(peer_id(s.name) for s in every)
+    for s in every:  # every server of both clusters is a voter of the one meta group
+        assert sorted(s.jetstream.cluster.group.peers) == peers, s.name
+        mc = (await asyncio.to_thread(_http, s.http_addr[1], "/jsz"))["meta_cluster"]
+        assert mc["cluster_size"] == 4 and mc["leader"] == leader.name, mc
+        assert mc["name"] == s.opts.cluster.name
+    other = b if leader in a else a
+    sys_ = await nats.connect(_url(b[1], "sys"))
+    try:
+        # from a client of cluster B, the meta leadership goes to the other cluster
+        r = await _api(sys_, "$JS.API.META.LEADER.STEPDOWN", {"placement": {"cluster": other[0].opts.cluster.name}})
+        assert r == {"type": T + "meta_leader_stepdown_response", "success": True}, r
+        new = await wait_meta_leader(every)
+        assert new in other
+        r = await _api(sys_, "$JS.API.META.LEADER.STEPDOWN", {"placement": {"preferred": leader.name}})
+        assert r["success"] is True
+        await _until(lambda: leader.jetstream.cluster.is_leader(), what="the preferred server leading")
+        assert (await wait_meta_leader(every)) is leader
+    finally:
+        await sys_.close()
+
+
+async def test_streams_placed_and_used_from_both_clusters(sc):
+    a, b = sc
+    await wait_meta_leader(a + b)
+    na = await nats.connect(_url(a[1], "a"))
+    nb = await nats.connect(_url(b[0], "a"))
+    try:
+        # placement in the other cluster, from a client of this one
+        r = await _api(nb, "$JS.API.STREAM.CREATE.INA", {"name": "INA", "subjects": ["ina.>"], "num_replicas": 2,
+                                                         "placement": {"cluster": "A"}})
+        assert r["did_create"] and r["cluster"]["name"] == "A", r
+        assert {r["cluster"]["leader"]} | {x["name"] for x in r["cluster"]["replicas"]} == {"A-0", "A-1"}
+        # no placement: the requesting client's cluster (whichever cluster the meta leader is in)
+        r = await _api(nb, "$JS.API.STREAM.CREATE.FROMB", {"name": "FROMB", "subjects": ["fromb"]})
+        assert r["cluster"]["name"] == "B" and r["cluster"]["leader"].startswith("B-"), r
+        r = await _api(na, "$JS.API.STREAM.CREATE.FROMA", {"name": "FROMA", "subjects": ["froma"]})
+        assert r["cluster"]["name"] == "A" and r["cluster"]["leader"].startswith("A-"), r
+        # a cluster nobody knows: nats-server's answer (compared with Go below)
+        r = await _api(nb, "$JS.API.STREAM.CREATE.NOWHERE", {"name": "NOWHERE", "placement": {"cluster": "Z"}})
+        assert r == {"type": T + "stream_create_response", "error": UNKNOWN_CLUSTER}
+        # publish from both sides, stream info from both sides
+        jsa, jsb = na.jetstream(), nb.jetstream()
+        for i in range(5):
+            ack = await (jsb if i % 2 else jsa).publish(f"ina.{i}", f"m{i}".encode())
+            assert ack.stream == "INA" and ack.seq == i + 1
+        for js in (jsa, jsb):
+            si = await js.stream_info("INA")
+            assert si.cluster.name == "A" and si.state.messages == 5
+        assert (await jsa.stream_info("FROMB")).cluster.name == "B"
+        names = (await _api(na, "$JS.API.STREAM.NAMES"))["streams"]
+        assert sorted(names) == ["FROMA", "FROMB", "INA"]
+        # pull consumers from each side (deliveries and acks cross the gateway), a push consumer in B
+        for nm, js in (("pa", jsa), ("pb", jsb)):
+            sub = await js.pull_subscribe("ina.>", nm, stream="INA")
+            msgs = await sub.fetch(5, timeout=3)
+            assert [(m.subject, m.data) for m in msgs] == [(f"ina.{i}", f"m{i}".encode()) for i in range(5)]
+            for m in msgs:
+                await m.ack_sync()
+            ci = await js.consumer_info("INA", nm)
+            assert ci.cluster.name == "A" and ci.num_ack_pending == 0 and ci.num_pending == 0
+        got: list = []
+        done = asyncio.Event()
+
+        async def cb(m):
+            got.append((m.subject, m.data))
+            await m.ack()
+            if len(got) == 5:
+                done.set()
+        await jsb.subscribe("ina.>", stream="INA", durable="push", cb=cb, manual_ack=True)
+        await asyncio.wait_for(done.wait(), 5)
+        assert got == [(f"ina.{i}", f"m{i}".encode()) for i in range(5)]
+        await _until(lambda: _ack_floor(jsb, "INA", "push", 5), what="push acks applied")
+        # a direct-free message get and a delete, answered by the stream leader in the other cluster
+        r = await _api(nb, "$JS.API.STREAM.MSG.GET.INA", {"seq": 3})
+        assert r["message"]["subject"] == "ina.2"
+        r = await _api(nb, "$JS.API.STREAM.DELETE.INA")
+        assert r == {"type": T + "stream_delete_response", "success": True}
+    finally:
+        await na.close()
+        await nb.close()
+
+
+async def _ack_floor(js, stream: str, name: str, n: int) -> bool:
+    ci = await js.consumer_info(stream, name)
+    return ci.ack_floor.stream_seq == n
+
+
+async def test_stream_moves_to_the_other_cluster_while_taking_writes(sc):
+    a, b = sc
+    await wait_meta_leader(a + b)
+    nb = await nats.connect(_url(b[1], "a"))
+    try:
+        js = nb.jetstream()
+        r = await _api(nb, "$JS.API.STREAM.CREATE.MV", {"name": "MV", "subjects": ["mv"], "num_replicas": 2,
+                                                        "placement": {"cluster": "A"}})
+        assert r["cluster"]["name"] == "A"
+        for i in range(30):
+            await js.publish("mv", f"{i}".encode())
+        await js.add_consumer("MV", durable_name="d", ack_policy="explicit")
+        cfg = {"name": "MV", "subjects": ["mv"], "num_replicas": 2, "placement": {"cluster": "B"}}
+        r = await _api(nb, "$JS.API.STREAM.UPDATE.MV", cfg)
+        assert r["config"]["placement"] == {"cluster": "B"}
+        assert r["cluster"]["desired"]["name"] == "B"
+        assert {x["name"] for x in r["cluster"]["desired"]["replicas"]} == {"B-0", "B-1"}
+        n = 30
+        deadline = time.monotonic() + 15
+        retried = 0
+        while True:  # the stream keeps taking publishes while its new peers catch up and the old ones leave
+            try:  # (the moment the leadership changes hands, a publish may find no leader: retried, deduplicated)
+                ack = await js.publish("mv", f"{n}".encode(), headers={"Nats-Msg-Id": str(n)}, timeout=1)
+            except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
+                retried += 1
+                assert retried < 20 and time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+                continue
+            n += 1
+            assert ack.seq == n
+            si = await js.stream_info("MV")
+            members = {si.cluster.leader} | {x.name for x in si.cluster.replicas or ()}
+            if si.cluster.name == "B" and members == {"B-0", "B-1"}:
+                break
+            assert time.monotonic() < deadline, si.cluster
+            await asyncio.sleep(0.05)
+        assert si.state.messages == n and si.state.first_seq == 1
+        await _until(lambda: _consumer_in(js, "MV", "d", "B"), what="the consumer moved too")
+        # the data is intact on the new peers: read everything back through the moved consumer
+        sub = await js.pull_subscribe("mv", "d", stream="MV")
+        msgs = await sub.fetch(n, timeout=3)
+        assert [int(m.data) for m in msgs] == list(range(n))
+        for s in a:  # the old peers dropped their replica
+            await _until(lambda: s.jetstream.cluster.streams.replica("$G", "MV") is None, what=f"{s.name} left")
+    finally:
+        await nb.close()
+
+
+async def _consumer_in(js, stream: str, name: str, cluster: str) -> bool:
+    ci = await js.consumer_info(stream, name)
+    members = {ci.cluster.leader} | {x.name for x in ci.cluster.replicas or ()}
+    return ci.cluster.name == cluster and all(m.startswith(cluster + "-") for m in members)
+
+
+# ==== a stretch cluster: one cluster, servers tagged by region ===========================================
+
+REGIONS = ["west", "central", "east"]
+
+
+async def test_stretch_cluster_r3_across_regions_survives_a_region_server_down():
+    def per_server(i: int) -> dict:
+        return {"tags": [f"region:{REGIONS[i % 3]}"], "jetstream": JetStreamOptions(unique_tag="region")}
+    async with run_cluster(6, name="stretch", jetstream=True, server_fields=per_server) as servers:
+        await wait_meta_leader(servers)
+        by_name = {s.name: s for s in servers}
+        region = {s.name: s.opts.tags[0] for s in servers}
+        nc = await nats.connect(servers[0].client_url)
+        try:
+            js = nc.jetstream()
+            r = await _api(nc, "$JS.API.STREAM.CREATE.GEO", {"name": "GEO", "subjects": ["geo"], "num_replicas": 3})
+            members = [r["cluster"]["leader"]] + [x["name"] for x in r["cluster"]["replicas"]]
+            assert sorted(region[m] for m in members) == sorted(f"region:{x}" for x in REGIONS), members
+            # placement by tag: both servers of one region
+            r = await _api(nc, "$JS.API.STREAM.CREATE.WEST", {"name": "WEST", "subjects": ["west"], "num_replicas": 2,
+                                                              "placement": {"tags": ["region:west"]}})
+            wm = {r["cluster"]["leader"]} | {x["name"] for x in r["cluster"]["replicas"]}
+            assert {region[m] for m in wm} == {"region:west"} and len(wm) == 2
+            # three in one region cannot be unique: nats-server's reasons
+            r = await _api(nc, "$JS.API.STREAM.CREATE.BAD", {"name": "BAD", "num_replicas": 3,
+                                                             "placement": {"tags": ["region:west"]}})
+            assert r["error"]["err_code"] == 10005, r
+            for i in range(10):
+                await js.publish("geo", f"{i}".encode())
+            # one region's server down (the stream leader's: the worst case), writes go on
+            down = by_name[members[0]]
+            if down is servers[0]:
+                await nc.close()
+                nc = await nats.connect(servers[1].client_url)
+                js = nc.jetstream()
+            await down.shutdown()
+            await wait_meta_leader([s for s in servers if s is not down])
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    ack = await js.publish("geo", b"10", timeout=1)
+                    break
+                except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError,
+                        nats.js.errors.APIError):
+                    assert time.monotonic() < deadline, "no new GEO leader took writes"
+                    await asyncio.sleep(0.1)
+            assert ack.seq == 11
+            for i in range(11, 20):
+                assert (await js.publish("geo", f"{i}".encode())).seq == i + 1
+            si = await js.stream_info("GEO")
+            assert si.state.messages == 20 and si.cluster.leader != down.name
+            assert region[si.cluster.leader] != region[down.name]
+        finally:
+            await nc.close()
+
+
+# ==== against a Go super-cluster ==========================================================================
+
+def _go_conf(cluster: str, i: int, ports: dict, store: str) -> str:
+    routes = ", ".join(f'"nats://127.0.0.1:{p}"' for p in ports[cluster]["route"])
+    gws = ", ".join(f'{{name: {c}, urls: [{", ".join(chr(34) + f"nats://127.0.0.1:{p}" + chr(34) for p in v["gw"])}]}}'
+                    for c, v in ports.items())
+    return (f"port: {ports[cluster]['client'][i]}\nhttp: 127.0.0.1:{ports[cluster]['http'][i]}\n"
+            f"server_name: go-{cluster}-{i}\n"
+            f'jetstream {{ store_dir: "{store}/{cluster}{i}" }}\n'
+            f"cluster {{ name: {cluster}, listen: 127.0.0.1:{ports[cluster]['route'][i]}, routes: [{routes}] }}\n"
+            f"gateway {{ name: {cluster}, listen: 127.0.0.1:{ports[cluster]['gw'][i]}, gateways: [{gws}] }}\n"
+            "accounts { SYS { users: [{user: sys, password: sys}] }, A { jetstream: enabled, "
+            "users: [{user: a, password: a}] } }\nsystem_account: SYS\n")
+
+
+@pytest.mark.skipif(GO_SERVER is None, reason="nats-server binary not on PATH")
+async def test_go_super_cluster_gives_the_same_answers():
+    ports = {c: {k: [free_port() for _ in range(2)] for k in ("client", "route", "gw", "http")} for c in "AB"}
+    store = tempfile.mkdtemp(prefix="go-jssuper-")
+    procs = []
+    try:
+        for c in "AB":
+            for i in range(2):
+                path = os.path.join(store, f"{c}{i}.conf")
+                with open(path, "w") as f:
+                    f.write(_go_conf(c, i, ports, store))
+                procs.append(subprocess.Popen([GO_SERVER, "-c", path], stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL))
+        port = ports["B"]["client"][0]
+
+        def listening() -> bool:
+            assert all(p.poll() is None for p in procs), "a nats-server exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return True
+            except OSError:
+                return False
+        await _until(listening, timeout=10, what="the Go servers")
+        go_b = f"nats://a:a@127.0.0.1:{port}"
+        nc = await nats.connect(go_b, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+
+        async def ready() -> bool:
+            try:
+                return "error" not in await _api(nc, "$JS.API.INFO", timeout=1)
+            except nats.errors.Error:
+                return False
+        await _until(ready, timeout=20, what="the Go super-cluster's JetStream")
+        go_unknown = await _api(nc, "$JS.API.STREAM.CREATE.NOWHERE", {"name": "NOWHERE", "placement": {"cluster": "Z"}})
+        go_ina = await _api(nc, "$JS.API.STREAM.CREATE.INA", {"name": "INA", "num_replicas": 2, "placement": {"cluster": "A"}})
+        go_local = await _api(nc, "$JS.API.STREAM.CREATE.LOCAL", {"name": "LOCAL"})
+        await nc.close()
+        go_meta = (await asyncio.to_thread(_http, ports["A"]["http"][0], "/jsz"))["meta_cluster"]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(store, ignore_errors=True)
+    assert go_unknown == {"type": T + "stream_create_response", "error": UNKNOWN_CLUSTER}
+    assert go_ina["cluster"]["name"] == "A" and go_local["cluster"]["name"] == "B"
+    async with run_super_cluster(2, 2, jetstream=True, system_account="SYS", users=USERS, http_port=-1) as (a, b):
+        await wait_meta_leader(a + b)
+        nc = await nats.connect(_url(b[0], "a"))
+        try:
+            unknown = await _api(nc, "$JS.API.STREAM.CREATE.NOWHERE", {"name": "NOWHERE", "placement": {"cluster": "Z"}})
+            ina = await _api(nc, "$JS.API.STREAM.CREATE.INA", {"name": "INA", "num_replicas": 2, "placement": {"cluster": "A"}})
+            local = await _api(nc, "$JS.API.STREAM.CREATE.LOCAL", {"name": "LOCAL"})
+        finally:
+            await nc.close()
+        meta = (await asyncio.to_thread(_http, a[0].http_addr[1], "/jsz"))["meta_cluster"]
+    assert unknown == go_unknown
+    assert ina["cluster"]["name"] == "A" and local["cluster"]["name"] == "B"
+    assert sorted(ina) == sorted(go_ina) and sorted(ina["cluster"]) == sorted(go_ina["cluster"])
+    # (an R1 stream: nats-server runs no RAFT group for it and answers only name and leader; Rillet's R1 group
+    # shows its raft_group and leader_since too: a known difference of the streams layer, not of gateways)
+    assert sorted(go_local["cluster"]) == ["leader", "name"] and {"leader", "name"} <= set(local["cluster"])
+    assert sorted(meta) == sorted(go_meta) and meta["cluster_size"] == go_meta["cluster_size"] == 4
+    assert meta["name"] == go_meta["name"] == "A"
