@@ -1,5 +1,6 @@
 """HTTP monitoring compatible with nats-server's (``-m`` / ``-ms``): /varz, /connz, /subsz, /routez,
-/gatewayz, /leafz, /accountz, /accstatz, /jsz, /healthz, /stacksz, /ipqueuesz, /raftz, /debug/vars.
+/gatewayz, /leafz, /accountz, /accstatz, /jsz, /healthz, /stacksz, /ipqueuesz, /raftz, /debug/vars; and the
+Rillet-specific /superz (``superz``: the health of the whole super-cluster, gathered over ``$SYS``).
 
 ``Server.start()`` calls ``await start_monitor(server)`` when ``http_port`` or ``https_port`` is set.
 The listener is added to ``server.extra_listeners`` (closed on shutdown), the bound address is put in
