@@ -109,7 +109,7 @@ def test_healthy_super_cluster():
     assert a["gateways"] == {"B": {"state": "up", "outbound": 3, "servers": 3, "inbound": 3}}
     assert b["gateways"] == {"A": {"state": "up", "outbound": 2, "servers": 2, "inbound": 3}}
     assert a["meta"] == {"leader": "A-0", "agreed": True, "cluster_size": 3, "quorum_needed": 2, "peers_up": 3,
-                         "peers_down": [], "has_quorum": True}
+                         "peers_down": [], "has_quorum": True, "clusters": ["A"]}
     assert "meta" not in b  # no JetStream there
     assert a["streams"] == {"total": 2, "unhealthy": []}
     assert a["sources"] == [{"account": "APP", "stream": "M", "cluster": "A", "kind": "mirror", "origin": "ORDERS",
@@ -179,6 +179,39 @@ def test_meta_leader_missing_disagreeing_and_without_quorum():
     # the named leader does not answer
     h = aggregate(replies(server("A-1", "A", js=True, meta=meta("A-1", "A-0", A3, offline=["A-0"]))))
     assert "A: meta leader A-0 does not answer" in h["problems"]
+
+
+def test_meta_group_spanning_two_clusters():
+    ab = ["A-0", "A-1", "B-0", "B-1"]
+
+    def node(n, *, offline=(), gw=True):
+        c = n[0]
+        return server(n, c, js=True, gw_out=["B" if c == "A" else "A"] if gw else [],
+                      meta=meta(n, "B-0", ab, offline=offline, size=4))
+    h = aggregate(replies(*(node(n) for n in ab)))
+    assert h["healthy"], h["problems"]
+    for c in ("A", "B"):  # one group, shown with each cluster
+        m = h["clusters"][c]["meta"]
+        assert (m["leader"], m["peers_up"], m["cluster_size"], m["quorum_needed"], m["clusters"]) == (
+            "B-0", 4, 4, 3, ["A", "B"]) and m["has_quorum"]
+    # B-1 stops: its cluster is not known (no memory), the group spans two clusters
+    h = aggregate(replies(*(node(n, offline=["B-1"]) for n in ab[:3])))
+    assert h["servers_not_placed"] == [{"name": "B-1", "up": False, "known_from": "meta"}]
+    assert h["problems"] == ["A, B: server B-1 is not answering (a meta group peer)"]
+    assert h["clusters"]["A"]["meta"]["has_quorum"] and not h["clusters"]["A"]["healthy"]
+    assert h["servers_down"] == 1
+    # ...known from an earlier gather: shown in cluster B; then B-0 (the leader) stops too: no quorum
+    known = {"B-1": {"cluster": "B", "last_seen": "2026-01-01T00:00:00Z"},
+             "B-0": {"cluster": "B", "last_seen": "2026-01-01T00:00:00Z"}}
+    h = aggregate(replies(*(node(n, offline=["B-1"]) for n in ab[:3])), known=known)
+    assert "servers_not_placed" not in h and [s["name"] for s in h["clusters"]["B"]["servers"]] == ["B-0", "B-1"]
+    h = aggregate(replies(*(node(n, offline=["B-0", "B-1"], gw=False) for n in ab[:2])), known=known)
+    assert h["problems"] == ["A: meta leader B-0 does not answer",  # (the group as its answering servers see it)
+                             "A: gateway to B is down",  # (B known from the earlier gather only)
+                             "B: server B-0 is not answering (seen 2026-01-01T00:00:00Z)",
+                             "B: server B-1 is not answering (seen 2026-01-01T00:00:00Z)",
+                             "B: no server of this cluster answered"]
+    assert not h["clusters"]["A"]["meta"]["has_quorum"]
 
 
 def test_stream_lost_quorum_and_no_leader():
@@ -397,3 +430,40 @@ async def test_live_jetstream_meta_streams_and_sources():
         assert "rillet: meta group has lost quorum: 1 of 3 peers up, 2 needed" in h["problems"] or \
             "rillet: no meta leader" in h["problems"], h["problems"]
         assert {s["name"] for s in cl["servers"] if not s["up"]} == {"rillet-0", "rillet-1"}
+
+
+async def test_live_jetstream_super_cluster():
+    """A 2x2 JetStream super-cluster: one meta group over both clusters, a stream in B mirrored into A;
+    then cluster B goes away."""
+    async with run_super_cluster(2, 2, jetstream=True, system_account="SYS", users=USERS, http_port=-1) as (a, b):
+        nc = await nats.connect(_url(a[0], "a"))
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="O", subjects=["o.>"], num_replicas=2, placement={"cluster": "B"})
+            await js.add_stream(name="M", mirror={"name": "O"}, num_replicas=2, placement={"cluster": "A"})
+            for i in range(3):
+                await js.publish("o.x", str(i).encode())
+        finally:
+            await nc.close()
+        deadline = time.monotonic() + 10
+        while True:
+            code, h = await _superz(a[0])
+            srcs = h["clusters"]["A"]["sources"]
+            if code == 200 and srcs and srcs[0]["lag"] == 0 and h["clusters"]["B"]["streams"]["total"] == 1:
+                break
+            assert time.monotonic() < deadline, h
+            await asyncio.sleep(0.1)
+        assert h["healthy"] and h["servers_up"] == 4
+        ma, mb = h["clusters"]["A"]["meta"], h["clusters"]["B"]["meta"]
+        assert ma == mb and ma["clusters"] == ["A", "B"] and ma["cluster_size"] == 4 and ma["has_quorum"]
+        assert ma["leader"] in ("A-0", "A-1", "B-0", "B-1") and ma["peers_up"] == 4
+        assert [(s["stream"], s["kind"], s["origin"]) for s in srcs] == [("M", "mirror", "O")]
+
+        for s in b:
+            await s.shutdown()
+        code, h = await _superz(a[0])
+        assert code == 503
+        assert "A: gateway to B is down" in h["problems"] and "B: no server of this cluster answered" in h["problems"]
+        assert [(s["name"], s["up"]) for s in h["clusters"]["B"]["servers"]] == [("B-0", False), ("B-1", False)]
+        m = h["clusters"]["A"]["meta"]
+        assert not m["has_quorum"] and m["peers_up"] <= 2 and sorted(m["peers_down"]) == ["B-0", "B-1"]

@@ -181,6 +181,31 @@ def _meta(views: list[tuple[str, Mapping]], answering: set[str], th: Thresholds)
     return summary, problems, [n for n in down if n not in answering]
 
 
+def _meta_components(recs: dict[str, dict]) -> list[list[str]]:
+    """The answering servers with a meta group view, grouped by meta group: servers that name each other
+    (as leader or replica) are in the same group."""
+    with_meta = {n: r["JSZ"]["meta_cluster"] for n, r in recs.items()
+                 if isinstance((r.get("JSZ") or {}).get("meta_cluster"), Mapping)}
+    parent = {n: n for n in with_meta}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for n, m in with_meta.items():
+        names = [str(p.get("name")) for p in m.get("replicas") or () if isinstance(p, Mapping)]
+        if m.get("leader"):
+            names.append(str(m["leader"]))
+        for o in names:
+            if o in parent:
+                parent[find(o)] = find(n)
+    comps: dict[str, list[str]] = {}
+    for n in sorted(with_meta):
+        comps.setdefault(find(n), []).append(n)
+    return sorted(comps.values())
+
+
 def _stream_entries(recs: dict[str, dict]) -> dict[tuple[str, str, str], list[tuple[str, dict]]]:
     out: dict[tuple[str, str, str], list[tuple[str, dict]]] = {}
     for name, rec in recs.items():
@@ -283,21 +308,26 @@ def aggregate(replies: Mapping[str, Iterable[Mapping]], *, thresholds: Threshold
     for c in sorted(all_gw | set(missing)):
         by_cluster.setdefault(c, [])
 
-    # JetStream: meta group per cluster, then streams
-    metas: dict[str, tuple[dict, list[str]]] = {}
-    for c, names in by_cluster.items():
-        views = [(n, recs[n]["JSZ"]["meta_cluster"]) for n in names
-                 if isinstance((recs[n].get("JSZ") or {}).get("meta_cluster"), Mapping)]
-        if not views:
-            continue
+    # JetStream: each meta group (one per cluster, or one over the clusters of a JetStream super-cluster)
+    groups = []  # (label, clusters, summary, problems)
+    for comp in _meta_components(recs):
+        views = [(n, recs[n]["JSZ"]["meta_cluster"]) for n in comp]
         summary, probs, absent = _meta(views, answering, th)
-        metas[c] = (summary, probs)
+        cls = sorted({_cluster_of(recs[n]) for n in comp})
+        summary["clusters"] = cls
         for n in absent:
-            place = str((known or {}).get(n, {}).get("cluster", c))  # (a cluster-wide group: this cluster)
-            by_cluster.setdefault(place, [])
-            lst = missing.setdefault(place, [])
+            place = (known or {}).get(n, {}).get("cluster")
+            if place is None and len(cls) == 1:
+                place = cls[0]  # (the peers of a group within one cluster are in that cluster)
+            if place is None:
+                unplaced.append({"name": n, "up": False, "known_from": "meta"})
+                probs.insert(0, f"server {n} is not answering (a meta group peer)")
+                continue
+            by_cluster.setdefault(str(place), [])
+            lst = missing.setdefault(str(place), [])
             if not any(d["name"] == n for d in lst):
                 lst.append({"name": n, "up": False, "known_from": "meta"})
+        groups.append((", ".join(c or "(no cluster)" for c in cls), cls, summary, probs))
     streams: dict[str, list[dict]] = {}
     sources: dict[str, list[dict]] = {}
     for key, reports in sorted(_stream_entries(recs).items()):
@@ -340,7 +370,9 @@ def aggregate(replies: Mapping[str, Iterable[Mapping]], *, thresholds: Threshold
         gws: dict[str, dict] = {}
         with_gw = [n for n in names if _has_gateway(recs[n])]
         if with_gw:  # (a cluster none of whose servers answered has no view of its own)
-            for other in sorted(all_gw - {c}):
+            # (the clusters named in gateway configurations and connections, and those of servers seen
+            # before: gone clusters whose gateways were implicit are named nowhere else)
+            for other in sorted((all_gw | {k for k in missing if k}) - {c}):
                 outs = [n for n in with_gw if other in ((recs[n].get("GATEWAYZ") or {}).get("outbound_gateways") or {})]
                 inbound = sum(len(v) for n in with_gw
                               for k, v in ((recs[n].get("GATEWAYZ") or {}).get("inbound_gateways") or {}).items()
@@ -357,10 +389,13 @@ def aggregate(replies: Mapping[str, Iterable[Mapping]], *, thresholds: Threshold
                     cp.append(f"gateway to {other} is down on {', '.join(lacking_on)}")
         cd: dict[str, Any] = {"healthy": True, "servers_up": len(names), "servers_down": len(missing.get(c, [])),
                               "servers": servers, "gateways": gws}
-        if c in metas:
-            summary, probs = metas[c]
-            cd["meta"] = summary
-            cp.extend(probs)
+        group_probs: list[str] = []
+        for label, cls, summary, probs in groups:
+            if c in cls and "meta" not in cd:
+                cd["meta"] = summary
+                cd["meta_problems"] = probs  # (listed once in the top-level problems, under the group)
+                if c == cls[0]:
+                    group_probs = [f"{label}: {p}" for p in probs]
         sts = streams.get(c, [])
         bad = [s for s in sts if s["problems"]]
         cd["streams"] = {"total": len(sts), "unhealthy": bad}
@@ -371,13 +406,19 @@ def aggregate(replies: Mapping[str, Iterable[Mapping]], *, thresholds: Threshold
         for s in srcs:
             cp.extend(f"{s['kind']} {s['origin']} of {s['account']} > {s['stream']}: {p}" for p in s["problems"])
         cd["problems"] = cp
-        cd["healthy"] = not cp
+        cd["healthy"] = not cp and not cd.get("meta_problems")
         clusters[c] = cd
-        problems.extend(f"{c or '(no cluster)'}: {p}" for p in cp)
+        lead = [p for p in cp if p.startswith("server ")]  # (servers first, then the meta group, then the rest)
+        problems.extend(f"{c or '(no cluster)'}: {p}" for p in lead)
+        problems.extend(group_probs)
+        problems.extend(f"{c or '(no cluster)'}: {p}" for p in cp if not p.startswith("server "))
     up = len(answering)
-    down = sum(len(v) for v in missing.values())
-    return {"healthy": not problems, "servers_up": up, "servers_down": down, "thresholds": th.to_json(),
-            "problems": problems, "clusters": clusters}
+    down = sum(len(v) for v in missing.values()) + len(unplaced)
+    out = {"healthy": not problems, "servers_up": up, "servers_down": down, "thresholds": th.to_json(),
+           "problems": problems, "clusters": clusters}
+    if unplaced:
+        out["servers_not_placed"] = unplaced  # (meta group peers of unknown cluster, not answering)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
