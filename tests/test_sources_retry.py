@@ -295,3 +295,89 @@ async def test_r3_mirror_and_source_resume_after_leader_change():
 
 async def _true(v: bool) -> bool:
     return v
+
+
+# ---- KV reads served by a nearby mirror (mirror_direct) --------------------------------------------------------
+
+async def _direct_answerers(url: str, n: int = 20) -> dict:
+    """Who answered ``n`` direct gets of KV_B's key k from a client on ``url``: Nats-Stream -> count."""
+    nc = await nats.connect(url)
+    try:
+        seen: dict = {}
+        for _ in range(n):
+            m = await nc.request("$JS.API.DIRECT.GET.KV_B.$KV.B.k", b"", timeout=2)
+            assert m.data == b"v1", (m.headers, m.data)
+            seen[m.headers.get("Nats-Stream")] = seen.get(m.headers.get("Nats-Stream"), 0) + 1
+        return seen
+    finally:
+        await nc.close()
+
+
+async def _kv_with_mirror(nc, origin_placement: dict, mirror_placement: dict):
+    """Bucket B (stream KV_B) and its mirror KV_M with mirror_direct, placed as asked; key k = v1."""
+    r = json.loads((await nc.request("$JS.API.STREAM.CREATE.KV_B", json.dumps({
+        "name": "KV_B", "subjects": ["$KV.B.>"], "allow_direct": True, "max_msgs_per_subject": 1,
+        "placement": origin_placement}).encode(), timeout=5)).data)
+    assert "error" not in r, r
+    kv = await nc.jetstream().key_value("B")
+    await kv.put("k", b"v1")
+    r = json.loads((await nc.request("$JS.API.STREAM.CREATE.KV_M", json.dumps({
+        "name": "KV_M", "mirror": {"name": "KV_B"}, "mirror_direct": True, "allow_direct": True,
+        "max_msgs_per_subject": 1, "placement": mirror_placement}).encode(), timeout=5)).data)
+    assert "error" not in r, r
+    return kv
+
+
+async def test_kv_get_answered_by_the_mirror_of_the_local_cluster():
+    """As nats-server across gateways: the mirror (mirror_direct) joins the origin's direct-get queue group and
+    queue subscribers of the local cluster win, so KV gets from cluster B are answered by the mirror there
+    (Nats-Stream: KV_M) and those from cluster A by the origin; a put in A reaches readers in B."""
+    from rillet.server.embed import run_super_cluster
+    async with run_super_cluster(2, 2, jetstream=True) as (a, b):
+        nc = await nats.connect(a[0].client_url)
+        kv = await _kv_with_mirror(nc, {"cluster": "A"}, {"cluster": "B"})
+
+        def mirror_ready() -> bool:
+            for s in b:
+                st = getattr(s.jetstream.accounts.get("$G"), "streams", {}).get("KV_M")
+                if st is not None and st.mirror_direct_ready and st.store.state().msgs == 1:
+                    return True
+            return False
+
+        await until(lambda: _true(mirror_ready()), 5, "the mirror answering for KV_B")
+        await asyncio.sleep(0.3)  # (its queue interest reaches the other servers)
+        for srv in b:
+            assert await _direct_answerers(srv.client_url) == {"KV_M": 20}
+        for srv in a:
+            assert await _direct_answerers(srv.client_url) == {"KV_B": 20}
+        nb = await nats.connect(b[1].client_url)
+        kvb = await nb.jetstream().key_value("B")  # (the bucket's info comes from A)
+        await kv.put("k", b"v2")
+
+        async def sees_v2() -> bool:
+            return (await kvb.get("k")).value == b"v2"
+
+        await until(sees_v2, 3, "the put in A read in B")
+        await nb.close()
+        await nc.close()
+
+
+async def test_kv_get_answered_by_the_mirror_when_the_origin_server_is_down():
+    """One cluster, bucket B on server 0, its mirror on server 1: with server 0 shut down, KV gets (made
+    with a handle taken before) are still answered, by the mirror."""
+    from rillet.server.embed import run_cluster
+    async with run_cluster(3, jetstream=True, server_fields=lambda i: {"tags": [f"s{i}"]}) as servers:
+        nc = await nats.connect(servers[2].client_url)
+        await _kv_with_mirror(nc, {"tags": ["s0"]}, {"tags": ["s1"]})
+        kv = await nc.jetstream().key_value("B")
+        mirror = servers[1].jetstream.accounts["$G"].streams
+        await until(lambda: _true("KV_M" in mirror and mirror["KV_M"].mirror_direct_ready and
+                                  mirror["KV_M"].store.state().msgs == 1), 5, "mirror ready")
+        await asyncio.sleep(0.3)
+        seen = await _direct_answerers(servers[2].client_url)
+        assert set(seen) <= {"KV_B", "KV_M"}  # within a cluster either may answer (as nats-server)
+        await servers[0].shutdown()
+        for _ in range(10):
+            assert (await kv.get("k")).value == b"v1"
+        assert await _direct_answerers(servers[2].client_url) == {"KV_M": 20}
+        await nc.close()

@@ -54,6 +54,7 @@ STALL = 2.5  # seconds with neither a message nor a heartbeat: the origin is los
 RETRY_FIRST = 0.25  # seconds before the first retry
 RETRY_CAP = 2.0  # seconds between retries while the origin stays away
 RETRY_JITTER = 0.1  # +- this fraction of each delay
+DIRECT_CAUGHT_UP = 10  # a mirror_direct mirror answers for its origin with fewer messages than this pending
 
 
 def retry_delay(fails: int, rnd: float = 0.5) -> float:
@@ -205,6 +206,11 @@ class Origin:
         self.cname = str(resp.get("name") or "")
         self.last_active = now_ns()
         self._arm(STALL, self._check_stall)
+        stream = self.owner.stream
+        if self.mirror and resp.get("num_pending") == 0 and stream.cfg.mirror_direct and \
+                not stream.mirror_direct_ready:
+            # nothing to fetch (an idle origin): the mirror can answer for it now (see _on_msg otherwise)
+            stream.set_mirror_direct(True)
 
     def _no_answer(self) -> None:
         """The attempt got no good answer in time: count it and try again."""
@@ -309,6 +315,10 @@ class Origin:
         if self.mirror:
             if not self._store_mirror(subj, hdr_b, data, sseq, ts):
                 return
+            if self.lag < DIRECT_CAUGHT_UP and not stream.mirror_direct_ready and stream.cfg.mirror_direct:
+                # nearly caught up: answer the origin's direct gets too (as nats-server, which does not wait
+                # for a lag of 0: an origin taking publishes may keep it a little behind)
+                stream.set_mirror_direct(True)
         else:
             orig = subj
             subj = self._transform(subj)

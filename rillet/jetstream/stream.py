@@ -88,6 +88,7 @@ class Stream:
         self._sync_scheduled = False
         self._expire_timer: asyncio.TimerHandle | None = None
         self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
+        self.mirror_direct_ready = False  # a mirror_direct mirror close enough to its origin to answer for it
 
     @classmethod
     def replica(cls, cfg: Any, store: Any) -> "Stream":
@@ -133,8 +134,8 @@ class Stream:
         if cfg.allow_direct or cfg.mirror_direct:
             # direct gets are served per stream: a stream that does not exist (or allow them) has no responder
             names = [self.name]
-            if cfg.mirror_direct and cfg.mirror is not None:
-                names.append(cfg.mirror.name)
+            if cfg.mirror_direct and cfg.mirror is not None and getattr(self, "mirror_direct_ready", False):
+                names.append(cfg.mirror.name)  # (the origin's direct gets too: see set_mirror_direct)
             for prefix in self.jsa.api_prefixes():
                 for n in names:
                     # (a queue group, as nats-server: a replicated stream's followers answer them too)
@@ -146,6 +147,18 @@ class Stream:
             return  # a mirror takes no direct publishes
         for subj in cfg.subjects or []:
             self._subs.append(self.ic.subscribe(subj, self._on_msg))
+
+    def set_mirror_direct(self, on: bool) -> None:
+        """A ``mirror_direct`` mirror answers its origin's direct gets (``$JS.API.DIRECT.GET.<origin>``, in the
+        ``_sys_`` queue group beside the origin's own responder) once it has (nearly) caught up with the
+        origin, as nats-server: rillet.jetstream.sources turns this on when the origin's consumer reports
+        fewer than 10 messages pending. Queue subscribers of the local cluster win across gateways and leaf
+        connections, so a client near the mirror is answered by it."""
+        if on == self.mirror_direct_ready:
+            return
+        self.mirror_direct_ready = on
+        if not self.closed:  # (called where the mirror is fed: one server, or the stream leader)
+            self._subscribe()
 
     def _on_direct_get(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
                        msg: bytes) -> None:
