@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -467,3 +469,74 @@ async def test_live_jetstream_super_cluster():
         assert [(s["name"], s["up"]) for s in h["clusters"]["B"]["servers"]] == [("B-0", False), ("B-1", False)]
         m = h["clusters"]["A"]["meta"]
         assert not m["has_quorum"] and m["peers_up"] <= 2 and sorted(m["peers_down"]) == ["B-0", "B-1"]
+
+
+GO_SERVER = shutil.which("nats-server")
+
+
+@pytest.mark.skipif(GO_SERVER is None, reason="nats-server not on PATH")
+async def test_cli_against_a_go_jetstream_cluster():
+    """``rillet health`` reads the $SYS answers of Go servers too: a 3-server nats-server JetStream cluster,
+    then one server stopped."""
+    from tests.helpers import free_port
+    store = tempfile.mkdtemp(prefix="go-superz-")
+    cports, rports = [free_port() for _ in range(3)], [free_port() for _ in range(3)]
+    routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in rports)
+    procs = []
+    try:
+        for i in range(3):
+            path = os.path.join(store, f"g{i}.conf")
+            with open(path, "w") as f:
+                f.write(f"server_name: g{i}\nlisten: 127.0.0.1:{cports[i]}\n"
+                        f"jetstream {{ store_dir: \"{store}/d{i}\" }}\n"
+                        f"cluster {{ name: G, listen: 127.0.0.1:{rports[i]}, routes: [{routes}] }}\n"
+                        "accounts { SYS { users: [{user: sys, password: sys}] }, "
+                        "APP { jetstream: enabled, users: [{user: a, password: a}] } }\nsystem_account: SYS\n")
+            procs.append(subprocess.Popen([GO_SERVER, "-c", path], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+        nc = await nats.connect(f"nats://a:a@127.0.0.1:{cports[0]}", max_reconnect_attempts=-1,
+                                reconnect_time_wait=0.1)
+        try:
+            js = nc.jetstream()
+            deadline = time.monotonic() + 20
+            while True:  # until the meta group has a leader
+                try:
+                    await js.add_stream(name="O", subjects=["o.>"], num_replicas=3)
+                    break
+                except (nats.errors.Error, nats.js.errors.Error):
+                    assert time.monotonic() < deadline, "the Go cluster's JetStream did not come up"
+                    await asyncio.sleep(0.2)
+            await js.add_stream(name="M", mirror={"name": "O"})
+            await js.publish("o.x", b"1")
+            o = await js.stream_info("O")
+        finally:
+            await nc.close()
+        sys_url = f"nats://sys:sys@127.0.0.1:{cports[0]}"
+        deadline = time.monotonic() + 10
+        while True:
+            r = await asyncio.to_thread(_cli, "health", "--server", sys_url, "--json")
+            h = json.loads(r.stdout)
+            if r.returncode == 0:
+                break
+            assert time.monotonic() < deadline, h
+            await asyncio.sleep(0.3)
+        g = h["clusters"]["G"]
+        assert [s["name"] for s in g["servers"]] == ["g0", "g1", "g2"] and g["meta"]["has_quorum"]
+        assert g["streams"]["total"] == 2 and [(s["stream"], s["lag"]) for s in g["sources"]] == [("M", 0)]
+        # a follower of stream O (not the meta leader, not g0 where the CLI connects) stops
+        stop = next(n for n in ("g1", "g2") if n != o.cluster.leader and n != g["meta"]["leader"])
+        procs[int(stop[1])].terminate()
+        procs[int(stop[1])].wait(5)
+        r = await asyncio.to_thread(_cli, "health", "--server", sys_url)
+        assert r.returncode == 1, r
+        assert f"  - G: server {stop} is not answering (a meta group peer)" in r.stdout, r.stdout
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(store, ignore_errors=True)
