@@ -13,7 +13,7 @@ Losing leadership fails every pending completion with NotLeader (in log order), 
 
 Encoding (compact binary, ``op`` and ``args``, never ``ctx``)::
 
-    byte 0        the entry op (rillet.jetstream.log.Entry: 1..7 stream ops, 20..29 consumer ops)
+    byte 0        the entry op (rillet.jetstream.log.Entry: 1..7 stream ops, 20..29 consumer ops; RESTORED)
     stream op     msgpack array of the args; UPDATE: [stream config as its Go JSON, StoreConfig map, ts]
     consumer op   msgpack array [target consumer name, args]
 
@@ -39,6 +39,10 @@ _dec = msgspec.msgpack.Decoder()
 
 STREAM_OPS = frozenset((Entry.MSG, Entry.DELETE, Entry.PURGE, Entry.UPDATE, Entry.BATCH, Entry.MIRROR,
                         Entry.EXPIRE))
+# A replicated stream's own op (no single-server counterpart): (snapshot,), the stream leader's store after a
+# STREAM.RESTORE in its snapshot form (streams.StreamReplica.snapshot); each replica catches up to it.
+RESTORED = 40
+CLUSTER_OPS = frozenset((RESTORED,))
 CONSUMER_OPS = frozenset((Entry.C_START, Entry.C_DELIVERED, Entry.C_UNDELIVERED, Entry.C_ACK, Entry.C_NAK,
                           Entry.C_DUE, Entry.C_GONE, Entry.C_MAXDELIV, Entry.C_PURGED, Entry.C_DROP,
                           Entry.C_RESET))
@@ -57,7 +61,7 @@ def encode_entry(entry: Entry, target: str = "") -> bytes:
         from rillet.jetstream.api import encode_config
         cfg, scfg, ts = entry.args
         return bytes((op,)) + _enc.encode((encode_config(cfg), msgspec.to_builtins(scfg), ts))
-    if op not in STREAM_OPS:
+    if op not in STREAM_OPS and op not in CLUSTER_OPS:
         raise ValueError(f"unknown log entry op {op}")
     return bytes((op,)) + _enc.encode(entry.args)
 
@@ -77,6 +81,10 @@ def decode_entry(data: bytes) -> tuple[str, Entry]:
         if len(body) != 2 or not isinstance(body[0], str) or not isinstance(body[1], list):
             raise EntryDecodeError(f"consumer entry op {op}: malformed")
         return body[0], Entry(op, _tuple_args(op, body[1]))
+    if op in CLUSTER_OPS:
+        if len(body) != 1 or not isinstance(body[0], bytes):
+            raise EntryDecodeError(f"entry op {op}: malformed")
+        return "", Entry(op, (body[0],))
     if op not in STREAM_OPS:
         raise EntryDecodeError(f"unknown entry op {op}")
     if op == Entry.UPDATE:

@@ -54,7 +54,7 @@ import msgspec
 
 from rillet.jetstream.cluster import monitor
 from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
-from rillet.jetstream.cluster.log import RaftLog
+from rillet.jetstream.cluster.log import RESTORED, RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
@@ -65,6 +65,7 @@ SYNC_BYTES = 1 << 20
 SYNC_TIMEOUT = 2.0  # seconds before a catch-up request is sent again
 LOST_QUORUM = 10.0  # seconds (nats-server's lost quorum interval): a group without a leader that long is offline
 RECONCILE_EVERY = 0.25  # seconds between membership checks of the groups this server leads
+RESTORE_HANDOVER = 30.0  # seconds a new restoring group's other members hand leadership to the preferred peer
 LEAVE_WITHIN = 10.0  # seconds a removed leader keeps its replica to hand the group over
 
 T = "io.nats.jetstream.api.v1."
@@ -123,6 +124,9 @@ class StreamReplica:
         self.closed = False
         self.catchups = 0
         self.replay_skipped = 0  # entries the store already held when the group replayed its WAL
+        self.restore_reply = ""  # STREAM.RESTORE: the request's reply, until this server (leader) takes it
+        self._restoring: Any = None  # the ArchiveReceiver of a restore in progress
+        self.restored = False  # a RESTORED entry was applied here
         jsa.streams[cfg.name] = st
         self._start_task = js.loop.create_task(self._start())
 
@@ -156,6 +160,8 @@ class StreamReplica:
             return True
         store = self.stream.store
         op = entry.op
+        if op == RESTORED:
+            return True  # (idempotent: a replica already at the restored state only checks it)
         last = store.last_seq
         if op == Entry.MSG:
             seq = entry.args[6]
@@ -178,6 +184,10 @@ class StreamReplica:
 
     def _apply(self, entry: Entry) -> Any:
         st = self.stream
+        if entry.op == RESTORED:
+            self.restored = True
+            self.restore(entry.args[0])  # (a follower catches up to the restored store; the leader has it)
+            return None
         try:
             res = st._apply(entry)
         finally:  # (markers an entry stored count as where the log is)
@@ -226,16 +236,20 @@ class StreamReplica:
         if leader:
             self.cs.js.log.notice(f"JetStream cluster new stream leader for '{self.jsa.account.name} > {self.name}'")
             self._direct(False)
-            st.start()  # subjects, direct gets, expiry timer, schedules
-            if st.cfg.mirror is not None or st.cfg.sources:
-                from rillet.jetstream.sources import attach_sources
-                attach_sources(st)  # the leader feeds the stream
+            if self.restore_reply:
+                self._begin_restore()  # (the stream takes publishes once the archive is loaded)
+            elif self._restore_elsewhere():
+                self._hand_to_preferred()  # (no publishes here: the store must stay empty for the restore)
+            else:
+                self._feed()
             self._sync_sub = self.jsa.ic.subscribe(self.sync_subject, self._on_sync)
             self._advisory(True)
             if st.cfg.retention != "limits":
                 self.retention_sweep()
             self.cs.reconcile_soon()
         else:
+            if self._restoring is not None:
+                self._restore_failed("stream leader lost during the restore")
             for sub in st._subs:
                 self.jsa.ic.remove_sub(sub)
             st._subs = []
@@ -253,6 +267,94 @@ class StreamReplica:
                 self.jsa.ic.remove_sub(self._sync_sub)
                 self._sync_sub = None
             self._direct(True)
+
+    def _feed(self) -> None:
+        st = self.stream
+        st.start()  # subjects, direct gets, expiry timer, schedules
+        if st.cfg.mirror is not None or st.cfg.sources:
+            from rillet.jetstream.sources import attach_sources
+            attach_sources(st)  # the leader feeds the stream
+
+    # ---- STREAM.RESTORE (this server is the group's preferred peer and leads it) ----------------------
+
+    def _begin_restore(self) -> None:
+        """As nats-server: the stream group's preferred peer, once leader, answers the restore request
+        with the subject to send the archive to, loads it into its (empty) store, then proposes the
+        store's snapshot form (``RESTORED``): every replica catches up to it from this leader (the
+        snapshot install path), and the restore is answered once that entry committed."""
+        from rillet.jetstream.snapshot import ArchiveReceiver
+        reply, self.restore_reply = self.restore_reply, ""
+        self.cs.js.log.notice(f"Starting restore for stream '{self.jsa.account.name} > {self.name}'")
+        self._restoring = ArchiveReceiver(self.jsa, self.name, self._restore_received, self._restore_failed)
+        self._restoring.start(reply.encode())
+
+    def _restore_elsewhere(self) -> bool:
+        """This new group's assignment is a restore that its preferred peer (another server) takes, and the
+        restored state has not been applied here yet."""
+        sa = self.sa
+        return (sa.restore is not None and bool(sa.reply) and not self.restored and bool(sa.group.preferred)
+                and sa.group.preferred != self.group.id
+                and self.cs.js.loop.time() - self.created_at < RESTORE_HANDOVER)
+
+    def _hand_to_preferred(self) -> None:
+        """Another member than the preferred peer won the group's first election (the preferred one may have
+        asked for votes before the others had joined the group): leadership goes to the preferred peer,
+        which takes the archive (nats-server's preferred peer is the one that answers a restore)."""
+        try:
+            self.group.stepdown(self.sa.group.preferred)
+        except (NotLeader, ValueError) as e:
+            self.cs.js.log.warn(f"Stream restore for '{self.jsa.account.name} > {self.name}': cannot hand the "
+                                f"group to its preferred peer: {e}")
+
+    def _restore_received(self, archive: bytes, final_reply: bytes) -> None:
+        from rillet.jetstream.cluster.log import RESTORED
+        from rillet.jetstream.snapshot import load_into
+        st = self.stream
+        self._restore_final = final_reply
+        try:
+            if st.store.last_seq:
+                raise ApiError.make("STREAM_RESTORE", err="stream is not empty")
+            load_into(st.store, st.cfg, archive)
+        except Exception as e:
+            self._restore_failed(e if isinstance(e, ApiError) else str(e))
+            return
+        st._dd_loaded = False  # (the dedup table is rebuilt from the stored headers)
+        size = len(archive)
+
+        def done(_: Any, res: Any, err: BaseException | None) -> None:
+            if err is not None:
+                self._restore_failed(f"the restored state did not commit: {err or type(err).__name__}")
+                return
+            self._restoring = None
+            self.cs.js.log.notice(f"Completed restore of {size} bytes for stream "
+                                  f"'{self.jsa.account.name} > {self.name}'")
+            if self.leader and not self.closed:
+                self._feed()
+            from rillet.jetstream.api import T, stream_info_dict
+            self._respond(final_reply, {"type": T + "stream_create_response", **stream_info_dict(st)})
+        self.log.propose(Entry(RESTORED, (self.snapshot(),)), done)
+
+    def _respond(self, reply: bytes, d: dict) -> None:
+        from rillet.jetstream import gojson
+        if reply:
+            self.jsa.ic.publish(reply, None, gojson.go_json(d))
+
+    def _restore_failed(self, why: Any) -> None:
+        """The restore did not complete: its last chunk (when it came) is answered with the restore error
+        and the stream is deleted through the meta leader (nats-server removes the assignment too)."""
+        recv, self._restoring = self._restoring, None
+        if recv is None:
+            return
+        recv.cancel()
+        err = why if isinstance(why, ApiError) else ApiError.make("STREAM_RESTORE", err=str(why))
+        self.cs.js.log.warn(f"Stream restore failed for '{self.jsa.account.name} > {self.name}': {err}")
+        from rillet.jetstream.api import T
+        final = getattr(self, "_restore_final", b"")
+        if final:
+            self._respond(final, {"type": T + "stream_create_response", "error": err.to_dict()})
+        if not self.closed:
+            subj = f"{self.jsa.api_prefixes()[0]}.STREAM.DELETE.{self.name}"
+            self.jsa.ic.publish(subj.encode(), None, b"")
 
     def _direct(self, on: bool) -> None:
         """Direct gets on a follower (``allow_direct``): every replica answers them, one per request (the
@@ -537,6 +639,9 @@ class StreamReplica:
         self.closed = True
         if self._catchup is not None:
             self._catchup.cancel()
+        if self._restoring is not None:
+            self._restoring.cancel()
+            self._restoring = None
         await self.group.stop(delete=delete)
         if self.jsa.streams.get(self.name) is self.stream:
             del self.jsa.streams[self.name]
@@ -645,6 +750,8 @@ class ClusteredStreams:
         if rep is None:
             rep = StreamReplica(self, sa, self._jsa(sa.account))
             self.replicas[key] = rep
+            if sa.restore is not None and sa.reply and (sa.group.preferred or sa.group.peers[0]) == self.peer:
+                rep.restore_reply = sa.reply  # (not on a replay: the meta layer clears replies then)
             for ca in sa.consumers.values():
                 self.consumer_assigned(ca)
             return
