@@ -20,14 +20,33 @@ What is judged unhealthy (each one a line in ``problems``):
   ``REMEMBER`` seconds), a server whose ``/healthz`` is not ok, or one that answered only some requests;
 * a gateway from cluster X to cluster Y missing on some (``partial``) or all (``down``) answering servers
   of X; a cluster named in a gateway configuration or connection with no server answering;
-* per cluster with clustered JetStream: no meta leader, servers naming different leaders, the meta group
-  without quorum (a peer is up when it answered the gather and the leader heard from it in the last
+* per meta group (one per JetStream cluster, or one over the clusters of a JetStream super-cluster, shown
+  with each of its clusters): no meta leader, servers naming different leaders, the meta group without
+  quorum (a peer is up when it answered the gather and the leader heard from it in the last
   ``PEER_ACTIVE`` seconds and does not mark it offline);
 * a stream whose group has no leader (or whose named leader does not answer), or fewer replicas up than
   its quorum (counted as for the meta group on the leader's view; without a leader, the replicas that
   answered and hold the stream);
 * a mirror or source with an error, lagging more than ``max_lag`` messages, or not heard from its origin
   for more than ``max_inactive`` (``active`` -1: never).
+
+The JSON (``/superz`` adds ``server_id``, ``server_name``, ``now``; 200 when healthy, else 503)::
+
+    {"healthy", "servers_up", "servers_down", "thresholds": {"max_lag", "max_inactive" (ns)},
+     "problems": ["<cluster>: <what>", ...],
+     "clusters": {"<name>": {
+         "healthy", "servers_up", "servers_down", "problems",
+         "servers": [{"name", "id", "up", "version", "jetstream", "connections", "healthz", ...},
+                     {"name", "up": false, "known_from": "meta" | "seen", "last_seen"}],
+         "gateways": {"<other cluster>": {"state": "up" | "partial" | "down", "outbound", "servers",
+                                          "inbound", "missing_on"}},
+         "meta": {"leader", "agreed", "cluster_size", "quorum_needed", "peers_up", "peers_down",
+                  "has_quorum", "clusters"}, "meta_problems",
+         "streams": {"total", "unhealthy": [{"account", "stream", "cluster", "replicas", "leader",
+                                             "replicas_up", "quorum_needed", "problems"}]},
+         "sources": [{"account", "stream", "cluster", "kind": "mirror" | "source", "origin", "lag",
+                      "active" (ns, -1 never), "external_api", "error", "problems"}]}},
+     "servers_not_placed": [...]}   (meta group peers not answering, of unknown cluster)
 
 Not seen: a stream none of whose replicas answers (an R1 stream on a server that is down) is not listed
 (no server answers for it; the meta leader's assignments are not in ``/jsz``).
@@ -143,7 +162,7 @@ def _peer_up(p: Mapping, answering: set[str], th: Thresholds) -> bool:
 
 
 def _meta(views: list[tuple[str, Mapping]], answering: set[str], th: Thresholds) -> tuple[dict, list[str], list[str]]:
-    """The meta group as a cluster's servers see it: (summary, problems, peers not answering)."""
+    """One meta group as its answering servers see it: (summary, problems, peers not answering)."""
     problems: list[str] = []
     claims = Counter(str(v.get("leader") or "") for _n, v in views)
     named = [(c, n) for c, n in claims.most_common() if c]
