@@ -366,11 +366,13 @@ async def test_live_super_cluster_endpoint_and_cli():
             cd = h["clusters"][c]
             assert [s["name"] for s in cd["servers"]] == [f"{c}-0", f"{c}-1"]
             assert cd["gateways"] == {other: {"state": "up", "outbound": 2, "servers": 2, "inbound": 2}}
-        r = await asyncio.to_thread(_cli, "health", "--server", _url(b[0], "sys"))
+        r = await asyncio.to_thread(_cli, "health", "--server", _url(b[0], "sys"), "--wait", "3s")
         assert r.returncode == 0, r
         assert r.stdout.startswith("Super-cluster: healthy, 4 servers up, 0 down") and "Cluster B: ok" in r.stdout
         r = await asyncio.to_thread(_cli, "health", "--server", _url(b[0], "a"), "--timeout", "1s")
         assert r.returncode == 2 and "need" in r.stderr and "system account" in r.stderr, r
+        r = await asyncio.to_thread(_cli, "health", "--server", _url(b[0], "sys"), "--max-lag", "-1")
+        assert (r.returncode, r.stderr) == (2, "rillet: error: --max-lag must not be negative\n"), r
 
         for s in a:  # cluster A goes away
             await s.shutdown()
