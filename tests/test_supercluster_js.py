@@ -213,6 +213,60 @@ async def _consumer_in(js, stream: str, name: str, cluster: str) -> bool:
     return ci.cluster.name == cluster and all(m.startswith(cluster + "-") for m in members)
 
 
+def _js_server(cname: str, i: int, rports: list, gports: list, remotes: list, store: str):
+    import io
+
+    from rillet.config.gateway_section import GatewayOptions
+    from rillet.config.options import ClusterOptions, Options
+    from rillet.server.logging import Logger
+    from rillet.server.server import Server
+    o = Options(host="127.0.0.1", port=-1, server_name=f"{cname}-{i}")
+    o.jetstream = JetStreamOptions(enabled=True, store_dir=os.path.join(store, f"{cname}-{i}"))
+    o.cluster = ClusterOptions(name=cname, host="127.0.0.1", port=rports[i],
+                               routes=[f"nats-route://127.0.0.1:{p}" for p in rports])
+    o.gateway_opts = GatewayOptions(name=cname, host="127.0.0.1", port=gports[i], gateways=remotes)
+    o.gateway = {"name": cname}
+    s = Server(o, Logger(out=io.StringIO()))
+    s.gateway.solicit_delay = 0.05
+    return s
+
+
+async def test_a_cluster_started_later_joins_the_running_meta_group(tmp_path):
+    """Cluster A knows no gateway (founds alone: its routes are its expected size); cluster B, started
+    later and configured with A's gateway URLs, joins A's meta group instead of forming its own."""
+    from rillet.config.gateway_section import RemoteGateway
+    ra, ga, rb, gb = ([free_port() for _ in range(2)] for _ in range(4))
+    a = [_js_server("A", i, ra, ga, [], str(tmp_path)) for i in range(2)]
+    b = [_js_server("B", i, rb, gb, [RemoteGateway("A", [f"nats://127.0.0.1:{p}" for p in ga])], str(tmp_path))
+         for i in range(2)]
+    started = []
+    try:
+        for s in a:
+            await s.start()
+            started.append(s)
+        leader = await wait_meta_leader(a)
+        nc = await nats.connect(a[0].client_url)
+        assert (await _api(nc, "$JS.API.STREAM.CREATE.OLD", {"name": "OLD", "num_replicas": 2}))["did_create"]
+        await nc.close()
+        for s in b:
+            await s.start()
+            started.append(s)
+        every = a + b
+        assert (await wait_meta_leader(every, 15, members=4)) is leader  # (the same group, the same leader)
+        for s in every:
+            assert sorted(s.jetstream.cluster.group.peers) == sorted(peer_id(x.name) for x in every)
+        nc = await nats.connect(b[1].client_url)
+        try:
+            assert (await _api(nc, "$JS.API.STREAM.NAMES"))["streams"] == ["OLD"]
+            r = await _api(nc, "$JS.API.STREAM.CREATE.NEW", {"name": "NEW", "num_replicas": 2})
+            assert r["cluster"]["name"] == "B"
+        finally:
+            await nc.close()
+    finally:
+        for s in reversed(started):
+            await s.shutdown()
+
+
 # ==== a stretch cluster: one cluster, servers tagged by region ===========================================
 
 REGIONS = ["west", "central", "east"]

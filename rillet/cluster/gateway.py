@@ -173,6 +173,9 @@ class Gateway:
         self.addr: tuple[str, int] = ("", 0)
         self._tasks: set[asyncio.Task] = set()
         self.account_class = GatewayAccount
+        # fn(direction, remote cluster name) when a gateway connection registers ("out" or "in"): the
+        # clustered JetStream layer sends its statsz then, so the other clusters learn this server
+        self.listeners: list[Any] = []
         # TLS contexts (accepting side, dialling side) per tls {} block in use: id -> (block, server, client)
         self._tls: dict[int, tuple[Any, ssl.SSLContext, ssl.SSLContext]] = {}
         self.check_tls(g)  # ValueError: refuse to start (a certificate or key that cannot be loaded)
@@ -520,6 +523,7 @@ class Gateway:
                 cfg.attempts = 0
                 log.notice(f'{c.log_prefix()} - Outbound gateway connection to "{c.name}" ({info.server_id}) '
                            f"registered")
+                self._notify("out", c.name)
             elif info.gateway_cmd:
                 account = info.gateway_cmd_payload
                 if info.gateway_cmd in (ci.GATEWAY_CMD_ALL_SUBS_START, ci.GATEWAY_CMD_ALL_SUBS_COMPLETE):
@@ -553,7 +557,15 @@ class Gateway:
             if self.force_iom:
                 for name in list(self.server.accounts):
                     self.switch_account_to_interest_mode(name.encode())
+            self._notify("in", c.name)
         self.server.schedule_flush()
+
+    def _notify(self, direction: str, name: str) -> None:
+        for fn in list(self.listeners):
+            try:
+                fn(direction, name)
+            except Exception as e:  # a listener's failure must not break the connection's registration
+                self.server.log.error(f"Gateway {direction} {name!r}: listener failed: {e!r}")
 
     def _duplicate_name(self, name: str) -> bool:
         if not name:

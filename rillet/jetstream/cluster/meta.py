@@ -173,6 +173,7 @@ class JetStreamCluster:
         self._filled_at = 0.0
         self._replacing: dict[tuple[str, str, str], float] = {}  # (acc, stream, peer) -> when
         self._removed_at: dict[str, float] = {}  # peer -> when its removal was applied here
+        self._foreign: dict[str, float] = {}  # non-member Rillet servers heard in _meta_ -> when (leader)
         self.removed = False  # this server was removed from the meta group (SERVER.REMOVE)
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -204,6 +205,9 @@ class JetStreamCluster:
             ic.subscribe(f"{p}.ACCOUNT.PURGE.*", self._on_account_purge)
         cl = srv.cluster
         cl.route_listeners.append(self._route_event)
+        gw = getattr(srv, "gateway", None)
+        if gw is not None:
+            gw.listeners.append(self._gateway_event)
         for rid, rc in list(cl.routes.items()):
             info = getattr(rc, "remote_info", None)
             if info is not None:
@@ -306,6 +310,9 @@ class JetStreamCluster:
         cl = self.server.cluster
         if cl is not None and self._route_event in cl.route_listeners:
             cl.route_listeners.remove(self._route_event)
+        gw = getattr(self.server, "gateway", None)
+        if gw is not None and self._gateway_event in gw.listeners:
+            gw.listeners.remove(self._gateway_event)
         if self.streams is not None and hasattr(self.streams, "stop"):
             r = self.streams.stop()
             if asyncio.iscoroutine(r):
@@ -339,6 +346,12 @@ class JetStreamCluster:
             self.rillet_routes.pop(rid, None)
             self.rillet_js.pop(rid, None)
             self.registry.server_gone(rid)
+
+    def _gateway_event(self, direction: str, name: str) -> None:
+        """A gateway connection to or from another cluster registered: our statsz to that cluster (once its
+        interest in statsz has come back), so that its servers learn this one (meta membership, placement)."""
+        for delay in (0.2, 0.6):
+            self.loop.call_later(delay, self._send_statsz)
 
     def _registry_changed(self, peer: str) -> None:
         """A registry entry changed: a Rillet server's statsz saying it runs JetStream makes it a
@@ -379,11 +392,15 @@ class JetStreamCluster:
         if self.group is not None:
             self.loop.create_task(self.group.stop())
 
-    def _foreign_peer(self, peer: str) -> None:
-        """A Rillet server spoke in _meta_ without being a member: the leader adds it (one at a time)."""
+    def _foreign_peer(self, peer: str, heard: bool = True) -> None:
+        """A Rillet server spoke in _meta_ without being a member: the leader adds it (one at a time; the
+        others heard meanwhile are retried from the timer, not only when they speak again)."""
         g = self.group
         if g is None or not g.is_leader or peer in g.peers:
+            self._foreign.pop(peer, None)
             return
+        if heard:
+            self._foreign[peer] = self.loop.time()
         if peer in self.state.removed:
             # (nats-server: a removed peer may rejoin once peerRemoveTimeout, 5 minutes, has passed)
             at = self._removed_at.get(peer)
@@ -457,6 +474,12 @@ class JetStreamCluster:
                 self.log.notice(f"JetStream cluster new metadata leader: "
                                 f"{ni.name if ni else leader}/{ni.cluster if ni and ni.cluster else self.name}")
         self._refresh_local()
+        if self._foreign:
+            for p, at in list(self._foreign.items()):
+                if now - at > 10.0:  # (not heard from for 10 s: it went away)
+                    self._foreign.pop(p, None)
+                else:
+                    self._foreign_peer(p, heard=False)
         if self.is_leader():
             self._drop_removed_voters()
             self._replace_removed()
