@@ -144,7 +144,15 @@ async def test_streams_placed_and_used_from_both_clusters(sc):
         await asyncio.wait_for(done.wait(), 5)
         assert got == [(f"ina.{i}", f"m{i}".encode()) for i in range(5)]
         await _until(lambda: _ack_floor(jsb, "INA", "push", 5), what="push acks applied")
-        # a direct-free message get and a delete, answered by the stream leader in the other cluster
+        # a push consumer made before anyone listens on its deliver subject: it starts delivering when a
+        # client of the other cluster subscribes (the remote interest crosses the gateway)
+        r = await _api(nb, "$JS.API.CONSUMER.CREATE.INA.later", {"stream_name": "INA", "config": {
+            "durable_name": "later", "deliver_subject": "dlv.later", "ack_policy": "none"}})
+        assert r["name"] == "later" and r["push_bound"] is False if "push_bound" in r else r["name"] == "later"
+        late = await nb.subscribe("dlv.later")
+        seen = [(await late.next_msg(3)).subject for _ in range(5)]
+        assert seen == [f"ina.{i}" for i in range(5)]
+        # a message get and a delete, answered by the stream leader in the other cluster
         r = await _api(nb, "$JS.API.STREAM.MSG.GET.INA", {"seq": 3})
         assert r["message"]["subject"] == "ina.2"
         r = await _api(nb, "$JS.API.STREAM.DELETE.INA")

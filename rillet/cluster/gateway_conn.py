@@ -234,6 +234,7 @@ class GatewayConn(ServerConn):
                 self.outsim[acc] = e
             self.gw.remote_queue_interest_changed()
             self._leaf_interest(acc, sub, True)
+            self._watched_interest(acc, subj)
         elif e.ni is not None:
             if "*" in subj or ">" in subj:
                 from rillet.subjects.validate import subject_matches_filter
@@ -268,8 +269,27 @@ class GatewayConn(ServerConn):
                 del self.outsim[acc]
             self.gw.remote_queue_interest_changed()
             self._leaf_interest(acc, sub, False)
+            self._watched_interest(acc, sub.subject)
         elif e.ni is not None:
             e.ni.add(subject.decode("utf-8", "surrogateescape"))
+
+    def _watched_interest(self, acc: bytes, subject: str) -> None:
+        """The remote cluster's interest in ``subject`` came or went: watchers of a subject it covers (a
+        JetStream push consumer's deliver subject, rillet.jetstream.consumer) check their interest again,
+        as nats-server's consumers watch gateway interest."""
+        if not self.outbound:
+            return
+        a = self.server.accounts.get(acc.decode("utf-8", "surrogateescape"))
+        watchers = getattr(a, "interest_watchers", None)
+        if not watchers:
+            return
+        if "*" in subject or ">" in subject:
+            from rillet.subjects.validate import subject_matches_filter
+            keys = [k for k in watchers if subject_matches_filter(k, subject)]
+        else:
+            keys = [subject] if subject in watchers else []
+        for k in keys:
+            a._notify_interest(k)
 
     def _leaf_interest(self, acc: bytes, sub: RemoteSub, added: bool) -> None:
         """The remote cluster's interest (outbound, interest-only) goes on to the leafs this server is hub for,
