@@ -12,7 +12,7 @@ import json
 import time
 
 import nats
-from nats.js.api import ExternalStream, StreamSource
+from nats.js.api import ExternalStream, Placement, StreamSource
 
 from rillet.config.options_builder import load_string
 from rillet.jetstream.sources import RETRY_CAP, RETRY_JITTER
@@ -381,3 +381,59 @@ async def test_kv_get_answered_by_the_mirror_when_the_origin_server_is_down():
             assert (await kv.get("k")).value == b"v1"
         assert await _direct_answerers(servers[2].client_url) == {"KV_M": 20}
         await nc.close()
+
+
+# ---- across gateways: the origin's cluster goes down and comes back -------------------------------------------
+
+async def test_source_across_gateways_origin_cluster_restarted():
+    """Origin O (R2) in cluster A, a mirror and a source of it (R2) in cluster B of a JetStream super-cluster:
+    both servers of A are shut down and started again (same ports and stores); publishes made after the
+    restart reach B within 5 s of O taking publishes again, with no gap and no duplicate."""
+    from rillet.server.embed import run_super_cluster
+    from rillet.server.server import Server
+    async with run_super_cluster(2, 2, jetstream=True) as (a, b):
+        nc = await nats.connect(a[0].client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="O", subjects=["o.>"], num_replicas=2, placement=Placement(cluster="A"))
+        nb = await nats.connect(b[0].client_url)
+        jb = nb.jetstream()
+        await jb.add_stream(name="M", num_replicas=2, placement=Placement(cluster="B"),
+                            mirror=StreamSource(name="O"))
+        await jb.add_stream(name="S", num_replicas=2, placement=Placement(cluster="B"),
+                            sources=[StreamSource(name="O")])
+        for i in range(5):
+            await js.publish("o.x", b"%d" % i)
+        await converge(jb, ["M", "S"], [b"%d" % i for i in range(5)], 5)
+        await nc.close()
+        for srv in a:
+            await srv.shutdown()
+        await asyncio.sleep(1.0)
+        back = []
+        try:
+            for srv in a:
+                s2 = Server(srv.opts, Logger(out=io.StringIO()))
+                s2.gateway.solicit_delay = 0.05
+                await s2.start()
+                back.append(s2)
+            t0 = time.monotonic()
+            nc = await nats.connect(back[0].client_url)
+            js = nc.jetstream()
+            for i in range(5, 10):
+                for _ in range(50):  # (until O has its leader again)
+                    try:
+                        await js.publish("o.x", b"%d" % i, timeout=0.5)
+                        break
+                    except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError,
+                            nats.js.errors.ServiceUnavailableError):
+                        await asyncio.sleep(0.1)
+            t1 = time.monotonic()
+            await converge(jb, ["M", "S"], [b"%d" % i for i in range(10)], HEAL_WITHIN)
+            took = time.monotonic() - t1 - 0.2
+            print(f"origin cluster restart: O took publishes {t1 - t0:.2f}s after the restart, "
+                  f"B converged {took:.2f}s after that")
+            assert took < HEAL_WITHIN  # (the origin back = O taking publishes again)
+            await nc.close()
+        finally:
+            for s2 in back:
+                await s2.shutdown()
+        await nb.close()
