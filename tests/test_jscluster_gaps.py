@@ -298,3 +298,78 @@ async def test_restore_r1_elsewhere_and_stalled_restore(cl):
         SN.RESTORE_IDLE = old
     names = await api(nc, "$JS.API.STREAM.NAMES")
     assert sorted(names["streams"]) == ["TWO"], names
+
+
+# ---- 5: fast batch publishing across a stream leader change -----------------------------------------------
+
+def fast_batches(servers, name: str) -> list[int]:
+    """How many fast batches each replica knows: the leader's live batches, a follower's records."""
+    out = []
+    for r in reps(servers, name):
+        if r is None:
+            continue
+        out.append(len(getattr(r.stream, "_fast_batches", None) or {}) if r.leader else len(r.fast_records))
+    return out
+
+
+async def test_fast_batch_carries_on_across_a_leader_change(cl):
+    """nats-server's TestJetStreamFastBatchPublishFlowControlOnLeaderChange: every replica knows the batch;
+    the new leader sends a flow ack with the last stored batch sequence and the batch goes on to its commit;
+    then no replica keeps it."""
+    servers, nc, js = cl
+    await api(nc, "$JS.API.STREAM.CREATE.FB", {"name": "FB", "subjects": ["fb"], "num_replicas": 3,
+                                               "allow_batched": True})
+    inbox = nc.new_inbox()
+    q: asyncio.Queue = asyncio.Queue()
+
+    async def on_msg(m):
+        q.put_nowait(json.loads(m.data))
+    sub = await nc.subscribe(inbox + ".>", cb=on_msg)
+
+    def reply(seq: int, op: int, bid: str = "uuid", gap: str = "fail") -> str:
+        return f"{inbox}.{bid}.2.{gap}.{seq}.{op}.$FI"
+
+    for seq in range(1, 4):
+        await nc.publish("fb", f"m{seq}".encode(), reply=reply(seq, 0 if seq == 1 else 1))
+    assert await asyncio.wait_for(q.get(), 2) == {"type": "ack", "seq": 0, "msgs": 2}
+    assert await asyncio.wait_for(q.get(), 2) == {"type": "ack", "seq": 2, "msgs": 2}
+    await until(lambda: store_states(servers, "FB") == [(3, 1, 3, 0)] * 3, what="3 messages everywhere")
+    await until(lambda: fast_batches(servers, "FB") == [1, 1, 1], what="every replica knows the batch")
+    old = stream_leader(servers, "FB")
+    r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.FB")
+    assert r.get("success") is True, r
+    # the new leader tells the publisher where the batch stands
+    assert await asyncio.wait_for(q.get(), 3) == {"type": "ack", "seq": 3, "msgs": 2}
+    assert stream_leader(servers, "FB") not in (None, old)
+    assert fast_batches(servers, "FB") == [1, 1, 1]
+    for seq in (4, 5):
+        await nc.publish("fb", f"m{seq}".encode(), reply=reply(seq, 1))
+    assert await asyncio.wait_for(q.get(), 2) == {"type": "ack", "seq": 5, "msgs": 2}
+    await nc.publish("fb", b"m6", reply=reply(6, 2))
+    assert await asyncio.wait_for(q.get(), 2) == {"stream": "FB", "seq": 6, "batch": "uuid", "count": 6}
+    await until(lambda: fast_batches(servers, "FB") == [0, 0, 0], what="no replica keeps the batch")
+    await until(lambda: store_states(servers, "FB") == [(6, 1, 6, 0)] * 3, what="6 messages everywhere")
+
+    # a message lost in the change (sent while no server takes the subject) is a gap: in "fail" mode the
+    # batch ends there and its PubAck counts what was stored before, nothing after it is stored
+    for seq in range(1, 3):
+        await nc.publish("fb", b"x", reply=reply(seq, 0 if seq == 1 else 1, bid="b2"))
+    assert await asyncio.wait_for(q.get(), 2) == {"type": "ack", "seq": 0, "msgs": 2}
+    assert await asyncio.wait_for(q.get(), 2) == {"type": "ack", "seq": 2, "msgs": 2}
+    old = stream_leader(servers, "FB")
+    r = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.FB")
+    assert r.get("success") is True, r
+    assert await asyncio.wait_for(q.get(), 3) == {"type": "ack", "seq": 2, "msgs": 2}
+    await nc.publish("fb", b"x", reply=reply(4, 1, bid="b2"))  # (3 never came)
+    assert await asyncio.wait_for(q.get(), 2) == {"type": "gap", "last_seq": 3, "seq": 4}
+    assert await asyncio.wait_for(q.get(), 2) == {"stream": "FB", "seq": 8, "batch": "b2", "count": 2}
+    await nc.publish("fb", b"x", reply=reply(5, 2, bid="b2"))  # after its end: an unknown batch
+    r = await asyncio.wait_for(q.get(), 2)
+    assert r["error"]["err_code"] == 10208 and r["seq"] == 0, r
+    await until(lambda: store_states(servers, "FB") == [(8, 1, 8, 0)] * 3, what="8 messages everywhere")
+    # (the followers' records of a batch that ended without a commit entry age out, as nats-server's timers)
+    lead = stream_leader(servers, "FB")
+    assert not getattr(lead.stream, "_fast_batches", None)
+    await asyncio.sleep(0.1)
+    assert q.empty(), q.get_nowait()
+    await sub.unsubscribe()

@@ -29,9 +29,14 @@ Once a batch commits, its later messages are ignored. A batch idle for 10 s is f
 Every stored message is an ordinary ``Entry.MSG`` proposed through the stream's log (the seam), checked by
 ``Stream.process`` like any publish; its completion (``FastMsg.stored`` / ``refused``, on the leader once the
 entry applied) drives the flow acks and the final PubAck, so a replicated stream answers after commit.
-The batch state is the leader's alone (nats-server also records it on followers, from the replicated reply
-subject, so that a new leader can carry a batch on: here a batch does not survive a leader change, its next
-message is answered "batch publish ID unknown").
+A replicated stream (rillet.jetstream.cluster) carries a batch across a stream leader change, as
+nats-server: a fast message's entry carries its reply subject, every replica records each batch's last
+applied batch sequence (``Follower``; a commit removes the record), and a new leader takes the batches on
+(``adopt``): back to the last stored batch sequence, nothing pending, not committing, and a flow ack
+``{"type":"ack","seq":<last stored>,"msgs":N}`` on the batch's last reply tells the publisher where the
+batch stands (what was in flight on the old leader and did not commit is reported as a gap by the next
+message). The deposed leader keeps its batches as records (``records``). On a single server, a stopped
+stream forgets its batches.
 """
 from __future__ import annotations
 
@@ -383,3 +388,73 @@ class FastMsg:
         if b.pending == 0:
             b.pseq = b.lseq
         _commit(stream, b, reply)
+
+
+# ---- a replicated stream: batches across leader changes (rillet.jetstream.cluster.streams) ----------------
+
+class Follower:
+    """What a replica knows of one fast batch from the entries it applied (nats-server records the same on
+    followers): the last reply subject, batch sequence and stream sequence stored, the batch's mode."""
+
+    __slots__ = ("id", "reply", "bseq", "sseq", "gap_ok", "flow", "at")
+
+    def __init__(self, bid: str, reply: bytes, bseq: int, sseq: int, gap_ok: bool, flow: int, at: float) -> None:
+        self.id = bid
+        self.reply = reply
+        self.bseq = bseq
+        self.sseq = sseq
+        self.gap_ok = gap_ok
+        self.flow = flow
+        self.at = at
+
+
+def note_applied(records: dict[str, Follower], reply: bytes, sseq: int, now: float) -> None:
+    """A fast batch message with ``reply`` was stored at ``sseq`` on a replica that is not the leader: record
+    it (a commit ends the record)."""
+    req = parse_reply(reply.decode("utf-8", "surrogateescape"))
+    if req is None:
+        return
+    if req.commit:
+        records.pop(req.id, None)
+        return
+    f = records.get(req.id)
+    if f is None:
+        if len(records) >= 64:  # (batches that ended without a commit entry: forgotten once idle, as the leader)
+            for k in [k for k, r in records.items() if now - r.at > BATCH_TIMEOUT]:
+                del records[k]
+        records[req.id] = Follower(req.id, reply, req.seq, sseq, req.gap_ok, req.flow, now)
+        return
+    f.reply, f.bseq, f.sseq, f.at = reply, req.seq, sseq, now
+
+
+def records(stream: "Stream", now: float) -> dict[str, Follower]:
+    """The leader's live batches as records (it is losing leadership: the next leader may be it again)."""
+    out: dict[str, Follower] = {}
+    for b in _batches(stream).values():
+        if b.live and not (b.commit and b.lseq == b.pseq):
+            out[b.id] = Follower(b.id, b.reply, b.pseq, b.sseq, b.gap_ok, b.max_ack, now)
+    return out
+
+
+def adopt(stream: "Stream", recs: dict[str, Follower], now: float) -> int:
+    """This replica became the stream leader: carry on the batches it has records of (not idle for
+    ``BATCH_TIMEOUT``), each reset to its last stored batch sequence, and tell each publisher with a flow ack
+    (nats-server's fastBatchReset). Returns how many were taken on."""
+    global _inflight_total
+    batches = _batches(stream)
+    n = 0
+    for f in list(recs.values()):
+        if now - f.at > BATCH_TIMEOUT or f.id in batches:
+            continue
+        b = Batch(f.id, f.gap_ok, f.flow)
+        b.lseq = b.pseq = b.fseq = f.bseq
+        b.sseq = f.sseq
+        b.reply = f.reply
+        batches[f.id] = b
+        _inflight_total += 1
+        _init_flow(batches, b)
+        _arm(stream, b)
+        _flow_ack(stream, b, f.reply)
+        n += 1
+    recs.clear()
+    return n

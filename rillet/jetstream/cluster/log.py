@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import msgspec
 
+from rillet.jetstream.fastbatch import FastMsg
 from rillet.jetstream.log import Completion, Entry, LeadershipLost, NotLeader
 
 _enc = msgspec.msgpack.Encoder()
@@ -42,7 +43,19 @@ STREAM_OPS = frozenset((Entry.MSG, Entry.DELETE, Entry.PURGE, Entry.UPDATE, Entr
 # A replicated stream's own op (no single-server counterpart): (snapshot,), the stream leader's store after a
 # STREAM.RESTORE in its snapshot form (streams.StreamReplica.snapshot); each replica catches up to it.
 RESTORED = 40
-CLUSTER_OPS = frozenset((RESTORED,))
+# A fast batch message (rillet.jetstream.fastbatch): a MSG entry with its reply subject, so that every replica
+# knows the batch (it is decoded as a MSG entry whose ``ctx`` is a ``FastNote``).
+FAST_MSG = 41
+CLUSTER_OPS = frozenset((RESTORED, FAST_MSG))
+
+
+class FastNote:
+    """The ``ctx`` of a decoded FAST_MSG entry (a replica's, without a completion): the message's reply."""
+
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
 CONSUMER_OPS = frozenset((Entry.C_START, Entry.C_DELIVERED, Entry.C_UNDELIVERED, Entry.C_ACK, Entry.C_NAK,
                           Entry.C_DUE, Entry.C_GONE, Entry.C_MAXDELIV, Entry.C_PURGED, Entry.C_DROP,
                           Entry.C_RESET))
@@ -61,6 +74,8 @@ def encode_entry(entry: Entry, target: str = "") -> bytes:
         from rillet.jetstream.api import encode_config
         cfg, scfg, ts = entry.args
         return bytes((op,)) + _enc.encode((encode_config(cfg), msgspec.to_builtins(scfg), ts))
+    if op == Entry.MSG and entry.ctx is not None and entry.ctx.__class__ is FastMsg:
+        return bytes((FAST_MSG,)) + _enc.encode((*entry.args, entry.ctx.reply))
     if op not in STREAM_OPS and op not in CLUSTER_OPS:
         raise ValueError(f"unknown log entry op {op}")
     return bytes((op,)) + _enc.encode(entry.args)
@@ -81,6 +96,10 @@ def decode_entry(data: bytes) -> tuple[str, Entry]:
         if len(body) != 2 or not isinstance(body[0], str) or not isinstance(body[1], list):
             raise EntryDecodeError(f"consumer entry op {op}: malformed")
         return body[0], Entry(op, _tuple_args(op, body[1]))
+    if op == FAST_MSG:
+        if len(body) != 8 or not isinstance(body[7], bytes):
+            raise EntryDecodeError("fast batch entry: malformed")
+        return "", Entry(Entry.MSG, tuple(body[:7]), FastNote(body[7]))
     if op in CLUSTER_OPS:
         if len(body) != 1 or not isinstance(body[0], bytes):
             raise EntryDecodeError(f"entry op {op}: malformed")

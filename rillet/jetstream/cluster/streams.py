@@ -54,7 +54,8 @@ import msgspec
 
 from rillet.jetstream.cluster import monitor
 from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
-from rillet.jetstream.cluster.log import RESTORED, RaftLog
+from rillet.jetstream import fastbatch
+from rillet.jetstream.cluster.log import RESTORED, FastNote, RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
@@ -127,6 +128,7 @@ class StreamReplica:
         self.restore_reply = ""  # STREAM.RESTORE: the request's reply, until this server (leader) takes it
         self._restoring: Any = None  # the ArchiveReceiver of a restore in progress
         self.restored = False  # a RESTORED entry was applied here
+        self.fast_records: dict[str, Any] = {}  # fast batches known from applied entries (fastbatch.Follower)
         jsa.streams[cfg.name] = st
         self._start_task = js.loop.create_task(self._start())
 
@@ -192,6 +194,9 @@ class StreamReplica:
             res = st._apply(entry)
         finally:  # (markers an entry stored count as where the log is)
             self.replay_seq = st.store.last_seq
+        ctx = entry.ctx
+        if ctx is not None and ctx.__class__ is FastNote and not self.leader:
+            fastbatch.note_applied(self.fast_records, ctx.reply, res[0], self.cs.js.loop.time())
         if not self.log.applying_own and self.creps:
             self._signal_engines(entry, res)
         return res
@@ -241,6 +246,8 @@ class StreamReplica:
             elif self._restore_elsewhere():
                 self._hand_to_preferred()  # (no publishes here: the store must stay empty for the restore)
             else:
+                if self.fast_records:  # fast batches carried on from the previous leader (as nats-server)
+                    fastbatch.adopt(st, self.fast_records, self.cs.js.loop.time())
                 self._feed()
             self._sync_sub = self.jsa.ic.subscribe(self.sync_subject, self._on_sync)
             self._advisory(True)
@@ -262,6 +269,8 @@ class StreamReplica:
                 if name not in self.creps:  # a direct (mirror/source) consumer: the leader's only
                     c.stop(delete=True, advisory=False)
                     st.consumers.pop(name, None)
+            if getattr(st, "_fast_batches", None):  # kept as records: this server may lead again
+                self.fast_records = fastbatch.records(st, self.cs.js.loop.time())
             st._leader_changed(False)
             if self._sync_sub is not None:
                 self.jsa.ic.remove_sub(self._sync_sub)
