@@ -437,3 +437,46 @@ async def test_source_across_gateways_origin_cluster_restarted():
             for s2 in back:
                 await s2.shutdown()
         await nb.close()
+
+
+# ---- external { api, deliver } across accounts ---------------------------------------------------------------
+
+XACC_CONF = """
+listen: 127.0.0.1:-1
+jetstream {{ store_dir: "{store}" }}
+accounts {{
+  A: {{ jetstream: enabled, users: [{{user: a, password: a}}],
+       exports: [ {{service: "$JS.API.CONSUMER.CREATE.>"}}, {{service: "$JS.API.CONSUMER.DELETE.>"}},
+                  {{stream: "deliver.b.>"}}, {{service: "$JS.FC.>"}} ] }}
+  B: {{ jetstream: enabled, users: [{{user: b, password: b}}],
+       imports: [ {{service: {{account: A, subject: "$JS.API.CONSUMER.CREATE.>"}}, to: "$JS.a.API.CONSUMER.CREATE.>"}},
+                  {{service: {{account: A, subject: "$JS.API.CONSUMER.DELETE.>"}}, to: "$JS.a.API.CONSUMER.DELETE.>"}},
+                  {{stream: {{account: A, subject: "deliver.b.>"}}}},
+                  {{service: {{account: A, subject: "$JS.FC.>"}}}} ] }}
+}}
+"""
+
+
+async def test_mirror_across_accounts_through_external_api_and_deliver(tmp_path):
+    """A mirror in account B of a stream in account A, through ``external { api: "$JS.a.API", deliver:
+    "deliver.b" }`` and the exports/imports that carry the consumer create (service), the deliveries under the
+    deliver prefix (stream) and the flow control replies (service). Also runs against nats-server."""
+    from helpers import serve_config
+    async with serve_config(XACC_CONF.format(store=tmp_path)) as srv:
+        url = srv.client_url
+        na = await nats.connect(url.replace("nats://", "nats://a:a@"))
+        nb = await nats.connect(url.replace("nats://", "nats://b:b@"))
+        ja, jb = na.jetstream(), nb.jetstream()
+        await ja.add_stream(name="O", subjects=["o.>"])
+        want = [b"%d" % i + b"x" * 1000 for i in range(300)]  # enough for flow control to ask
+        for w in want:
+            await ja.publish("o.x", w)
+        r = json.loads((await nb.request("$JS.API.STREAM.CREATE.M", json.dumps({
+            "name": "M", "mirror": {"name": "O", "external": {"api": "$JS.a.API", "deliver": "deliver.b"}}
+        }).encode(), timeout=3)).data)
+        assert "error" not in r, r
+        await converge(jb, ["M"], want, 5)
+        await ja.publish("o.x", b"more")
+        await converge(jb, ["M"], want + [b"more"], 3)
+        await na.close()
+        await nb.close()
