@@ -480,3 +480,29 @@ async def test_mirror_across_accounts_through_external_api_and_deliver(tmp_path)
         await converge(jb, ["M"], want + [b"more"], 3)
         await na.close()
         await nb.close()
+
+
+async def test_heartbeat_saying_flow_control_stalled_is_answered(tmp_path):
+    """An origin consumer waiting for a flow-control answer that got lost says so in its idle heartbeats
+    (``Nats-Consumer-Stalled: <subject>``): the mirror answers on that subject, so delivery resumes."""
+    from rillet.jetstream import headers as H
+    from test_js_stream import js_opts
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="O", subjects=["o.>"])
+        await js.add_stream(name="M", mirror=StreamSource(name="O"))
+        got: list = []
+        async def on_fc(m) -> None:
+            got.append(m)
+
+        sub = await nc.subscribe("fc.lost.reply", cb=on_fc)
+        await nc.flush()
+        origin = srv.jetstream.accounts["$G"].streams["M"].sources.mirror
+        hdr = H.set_headers(b"NATS/1.0 100 Idle Heartbeat\r\n\r\n",
+                            [("Nats-Last-Consumer", "0"), ("Nats-Consumer-Stalled", "fc.lost.reply")])
+        origin._on_msg(origin.sub, None, origin.inbox, None, len(hdr), hdr)
+        await until(lambda: _true(len(got) == 1), 2, "the flow control answer")
+        assert origin.sub is not None and origin.fails == 0  # (nothing else changed: the consumer is kept)
+        await sub.unsubscribe()
+        await nc.close()
