@@ -280,3 +280,21 @@ mappings {{ include "foo.mappings.conf" }}
         psub = await js.pull_subscribe("foo.>", durable="o", stream="foo")  # through the mapping
         assert [m.subject for m in await psub.fetch(3, timeout=2)] == want
         await nc.close()
+
+
+async def test_jwt_form_of_the_mappings_in_operator_mode(tmp_path):
+    """``rillet vstream mappings --jwt``: the account JWT's form, scoped by the server's cluster."""
+    from rillet.cli.vstream import jwt_mappings
+    from tests.test_operator import Operator, connect
+    op = Operator()
+    akp, _, _ = op.account("A", mappings=jwt_mappings("foo", REGIONS))
+    async with serve_config(op.config("cluster { name: east, listen: 127.0.0.1:-1 }")) as srv:
+        nc = await connect(srv, tmp_path, *op.user(akp))
+        data = await nc.subscribe("foo.>")
+        api = await nc.subscribe("$JS.API.>")
+        await nc.flush()
+        await nc.publish("foo.x", b"1")
+        await nc.publish("$JS.API.CONSUMER.DURABLE.CREATE.foo.d", b"{}")
+        assert (await data.next_msg(timeout=1)).subject == "foo.east.x"
+        assert (await api.next_msg(timeout=1)).subject == "$JS.API.CONSUMER.DURABLE.CREATE.foo-read-east.d"
+        await nc.close()

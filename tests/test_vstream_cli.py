@@ -112,3 +112,7 @@ def test_vstream_argument_errors(tmp_path):
     m = json.loads(cli.ok("vstream", "mappings", "foo", "--regions", "a,b", "--json"))
     assert m["$JS.ACK.foo.>"] == [{"destination": "$JS.ACK.foo-read-a.>", "weight": "100%", "cluster": "a"},
                                   {"destination": "$JS.ACK.foo-read-b.>", "weight": "100%", "cluster": "b"}]
+    j = json.loads(cli.ok("vstream", "mappings", "foo", "--regions", "a,b", "--jwt"))
+    assert j["foo.>"] == [{"subject": "foo.a.>", "weight": 100, "cluster": "a"},
+                          {"subject": "foo.b.>", "weight": 100, "cluster": "b"}]
+    assert "do not go together" in cli.fails("vstream", "mappings", "foo", "--regions", "a", "--jwt", "--local", "a")

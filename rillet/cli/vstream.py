@@ -133,6 +133,13 @@ def mappings(name: str, regions: list[str], *, local: str = "") -> dict[str, Any
     return out
 
 
+def jwt_mappings(name: str, regions: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The mappings in an account JWT's form (the claim's ``nats.mappings``: source -> list of
+    ``{subject, weight, cluster}``), for operator mode."""
+    return {src: [{"subject": d["destination"], "weight": 100, "cluster": d["cluster"]} for d in dests]
+            for src, dests in mappings(name, regions).items()}
+
+
 def render_mappings(name: str, regions: list[str], *, local: str = "") -> str:
     """``mappings(name, regions)`` as configuration text, to include inside an account's ``mappings {}``."""
     lines = [f"# virtual stream {name!r} over regions {', '.join(regions)} (written by `rillet vstream`)"
@@ -203,6 +210,8 @@ LOCAL_OPT = typer.Option("", "--local", metavar="REGION",
 def mappings_cmd(name: str = typer.Argument(..., help="Virtual stream name"), regions: list[str] = REGIONS_OPT,
                  local: str = LOCAL_OPT,
                  out: Optional[str] = typer.Option(None, "--out", "-o", help="Write to this file, not stdout"),
+                 jwt: bool = typer.Option(False, "--jwt", help="JSON in the account JWT's form (the claim's "
+                                                               "nats.mappings), for operator mode"),
                  as_json: bool = JSON_OPT) -> None:
     """Print (or write) the subject mappings of a virtual stream, as configuration text.
 
@@ -216,13 +225,21 @@ def mappings_cmd(name: str = typer.Argument(..., help="Virtual stream name"), re
       rillet vstream mappings foo --regions west,central,east > foo.mappings.conf
       rillet vstream mappings foo --regions west,central,east --local west
       rillet vstream mappings foo --regions west,east --json
+      rillet vstream mappings foo --regions west,central,east --jwt
+
+    \b
+    In operator mode the mappings belong in the account JWT: --jwt prints
+    them in the claim's form ("mappings" in the "nats" section) to merge
+    into the account with your JWT tooling; this command signs nothing.
     """
     check_name(name)
     rs = parse_regions(regions)
-    if as_json:
-        print_json(mappings(name, rs, local=local))
-        return
-    text = render_mappings(name, rs, local=local)
+    if jwt and local:
+        raise CliError("--jwt and --local do not go together: the JWT's mappings are scoped by cluster")
+    if as_json or jwt:
+        text = json.dumps(jwt_mappings(name, rs) if jwt else mappings(name, rs, local=local), indent=2) + "\n"
+    else:
+        text = render_mappings(name, rs, local=local)
     if out:
         _write(out, text)
         print(f"Wrote the mappings of virtual stream {name} to {out}")
