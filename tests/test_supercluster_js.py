@@ -148,7 +148,7 @@ async def test_streams_placed_and_used_from_both_clusters(sc):
         # client of the other cluster subscribes (the remote interest crosses the gateway)
         r = await _api(nb, "$JS.API.CONSUMER.CREATE.INA.later", {"stream_name": "INA", "config": {
             "durable_name": "later", "deliver_subject": "dlv.later", "ack_policy": "none"}})
-        assert r["name"] == "later" and r["push_bound"] is False if "push_bound" in r else r["name"] == "later"
+        assert r["name"] == "later" and not r.get("push_bound"), r
         late = await nb.subscribe("dlv.later")
         seen = [(await late.next_msg(3)).subject for _ in range(5)]
         assert seen == [f"ina.{i}" for i in range(5)]
@@ -160,6 +160,36 @@ async def test_streams_placed_and_used_from_both_clusters(sc):
     finally:
         await na.close()
         await nb.close()
+
+
+async def test_a_silent_server_of_another_cluster_goes_offline(sc, monkeypatch):
+    """A server of another cluster that stops sending statsz (killed without its SHUTDOWN event: no route
+    of ours says it went away) is offline once not heard from for the orphan time (nats-server's orphan
+    sweep; 150 s, lowered here), and placement then counts it offline."""
+    from rillet.jetstream.cluster import meta
+    a, b = sc
+    leader = await wait_meta_leader(a + b)
+    monkeypatch.setattr(meta, "SWEEP_EVERY", 0.2)
+    for s in a + b:
+        s.jetstream.cluster.orphan_after = 1.5
+    silent = b[1]
+    silent.sysacc.stop()  # (its periodic statsz stop; the server itself runs on)
+    p = peer_id(silent.name)
+
+    def silent_offline() -> bool:
+        for s in a + b[:1]:  # (the others keep talking: statsz more often than the lowered orphan time)
+            s.sysacc.publish_statsz(force=True)
+        return all(s.jetstream.cluster.registry.get(p).offline for s in a)
+    await _until(silent_offline, timeout=10, what="the silent server offline in cluster A")
+    assert not any(s.jetstream.cluster.registry.get(peer_id(b[0].name)).offline for s in a)
+    assert leader.jetstream.cluster.registry.get(p).offline
+    nc = await nats.connect(_url(a[0], "a"))
+    try:
+        r = await _api(nc, "$JS.API.STREAM.CREATE.TWO", {"name": "TWO", "num_replicas": 2, "placement": {"cluster": "B"}})
+        assert r["error"] == {"code": 400, "err_code": 10005,
+                              "description": "no suitable peers for placement, peer offline"}, r
+    finally:
+        await nc.close()
 
 
 async def _ack_floor(js, stream: str, name: str, n: int) -> bool:

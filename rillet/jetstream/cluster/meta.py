@@ -68,7 +68,7 @@ from rillet.gotime import format_time
 from rillet.jetstream.cluster import assignments as A
 from rillet.jetstream.cluster import monitor as MON
 from rillet.jetstream.cluster.group import RaftGroup
-from rillet.jetstream.cluster.peers import JSConfig, JSStats, PeerRegistry, peer_id
+from rillet.jetstream.cluster.peers import ORPHAN_AFTER, JSConfig, JSStats, PeerRegistry, peer_id
 from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError, consumer_replicas,
                                                 create_consumer_group,
                                                 create_stream_group, peer_usage, preferred_leader,
@@ -89,6 +89,7 @@ ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader t
 INFO_TIMEOUT = 0.5  # one $JSC.SI / $JSC.CI request
 RECONCILE_EVERY = 2.0  # seconds between looks for groups short of replicas (meta leader)
 DROP_AFTER = 0.5  # seconds between a server's PEER_REMOVE entry and its removal from the voters
+SWEEP_EVERY = 5.0  # seconds between looks for servers not heard from (meta timer)
 REJOIN_AFTER = 300.0  # a server removed from the meta group may rejoin after (nats-server: 5 min)
 
 # the requests only the meta leader answers (after the $JS.API. prefix)
@@ -174,6 +175,8 @@ class JetStreamCluster:
         self._replacing: dict[tuple[str, str, str], float] = {}  # (acc, stream, peer) -> when
         self._removed_at: dict[str, float] = {}  # peer -> when its removal was applied here
         self._foreign: dict[str, float] = {}  # non-member Rillet servers heard in _meta_ -> when (leader)
+        self._swept_at = 0.0
+        self.orphan_after = ORPHAN_AFTER  # seconds without a statsz before a server is offline (tests lower it)
         self.removed = False  # this server was removed from the meta group (SERVER.REMOVE)
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -474,6 +477,11 @@ class JetStreamCluster:
                 self.log.notice(f"JetStream cluster new metadata leader: "
                                 f"{ni.name if ni else leader}/{ni.cluster if ni and ni.cluster else self.name}")
         self._refresh_local()
+        if now - self._swept_at >= SWEEP_EVERY:
+            # (nats-server's orphan sweep: a server not heard from for ORPHAN_AFTER seconds is offline; a
+            # server of another cluster killed without its SHUTDOWN event has no route whose loss says so)
+            self._swept_at = now
+            self.registry.sweep(self.orphan_after)
         if self._foreign:
             for p, at in list(self._foreign.items()):
                 if now - at > 10.0:  # (not heard from for 10 s: it went away)
@@ -1574,6 +1582,8 @@ class JetStreamCluster:
         if not self.is_leader() or not reply:
             return  # (only the meta leader listens, in nats-server's words)
         key = "META.LEADER.STEPDOWN" if b".META.LEADER.STEPDOWN" in subject else "SERVER.REMOVE"
+        if key == "META.LEADER.STEPDOWN" and self.group.stepdown_seen(reply):
+            return  # (carried out by the previous leader; this copy was routed here after the transfer)
         body = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
         typ = T + _TYPES[key]
 
@@ -1595,7 +1605,7 @@ class JetStreamCluster:
                 respond({"error": e.to_dict()})
                 return
             try:
-                g.stepdown(to)
+                g.stepdown(to, note=reply)
             except (NotLeader, ValueError) as e:
                 respond({"error": ApiError.make("RAFT_GENERAL", err=str(e) or "not leader").to_dict()})
                 return
