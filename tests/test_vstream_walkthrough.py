@@ -146,3 +146,41 @@ async def _stream_at(nc, stream, n):
     info = await nc.jetstream(timeout=2).stream_info(stream)
     assert info.state.messages <= n, info.state
     return info.state.messages == n
+
+
+async def test_ordering_variant_on_a_super_cluster():
+    """``--ordering``: foo-order (here in cluster central) sources the three write streams and every region's
+    read stream mirrors it, across the gateways: the same messages in the same order in every region."""
+    async with run_super_cluster(3, 2, names=REGIONS, jetstream=True, timeout=20,
+                                 mappings=mappings("foo", REGIONS)) as clusters:
+        conns = {r: await nats.connect([s.client_url for s in c]) for r, c in zip(REGIONS, clusters)}
+        try:
+            async def create(cfg):
+                resp = await conns["east"].request(f"$JS.API.STREAM.CREATE.{cfg['name']}",
+                                                   json.dumps(cfg).encode(), timeout=10)
+                return json.loads(resp.data)
+            cfgs = stream_configs("foo", REGIONS, replicas=1, ordering="central")
+            made = await asyncio.gather(*map(create, cfgs[:3]))  # write streams, then the ordering stream,
+            made.append(await create(cfgs[3]))  # then the mirrors (each needs its origin)
+            made += await asyncio.gather(*map(create, cfgs[4:]))
+            for resp in made:
+                assert "error" not in resp, resp
+            assert made[3]["config"]["name"] == "foo-order" and made[3]["cluster"]["name"] == "central"
+            sent = []
+            for r in REGIONS:
+                sent += await _publish(conns[r], r, f"{r}.", 2)
+
+            async def counts():
+                return {r: (await conns[r].jetstream(timeout=2).stream_info("foo")).state.messages for r in REGIONS}
+            await _until("every read stream mirrors the 6 messages", lambda: _all_at(counts, len(sent)))
+            orders = {}
+            for r in REGIONS:
+                js = conns[r].jetstream(timeout=3)
+                orders[r] = [(await js.get_msg("foo", seq)).subject for seq in range(1, len(sent) + 1)]
+            assert sorted(orders["west"]) == sorted(sent)
+            assert orders["west"] == orders["central"] == orders["east"]
+            msgs = await _read_all(conns["west"], "ordered", len(sent))  # a consumer through the name
+            assert [m.subject for m in msgs] == orders["west"]
+        finally:
+            for nc in conns.values():
+                await nc.close()
