@@ -1,0 +1,493 @@
+#!/usr/bin/env python3
+"""The virtual-stream walk-through under network partitions between regions, checked for exactly-once.
+
+    python scripts/vstream_faults.py                    # 3 regions x 3 Rillet servers, R3 (~1 min)
+    python scripts/vstream_faults.py --server go        # the same topology of Go nats-servers
+    python scripts/vstream_faults.py --quick            # CI: the same, fewer messages, no phase 4
+    python scripts/vstream_faults.py --quick --per-region 1   # 3 regions x 1 server, R1 (~35 s)
+
+Topology: regions ``west``, ``central``, ``east``, each a cluster (named after the region) of 3 servers
+(``--per-region``), the clusters joined by gateways; every server runs in its own network namespace on one
+bridge (``scripts/cluster_faults.py``'s ``Netns``; cuts are ``tests/faults/cluster.py``'s ``Lab``: a
+blackhole route for the peer's address on both sides, as this kernel has neither iptables nor tc actions).
+A partition between two regions cuts every server pair across them, so the gateways, the meta group's
+RAFT traffic and the read streams' source consumers across them all stop; clients, on the host side of
+the bridge, still reach every server, so each region keeps taking writes in its own write stream (its
+RAFT group is inside the region). The virtual stream ``foo`` is made by ``rillet vstream create`` (R3,
+placed by cluster; the mappings file from ``rillet.cli.vstream``), the servers, configs and helpers are
+``examples/vstream/walkthrough.py``'s, put in namespaces. Servers ping every 1 s (``ping_interval``,
+``ping_max: 3``) so that a cut gateway is noticed in seconds, not minutes (nats-server's default is 2 min,
+15 s on gateways).
+
+Phases, each publishing ``--msgs`` messages in every region at once (synchronous JetStream publishes with a
+``Nats-Msg-Id``, retried a few times on no answer; an acknowledged message is recorded):
+
+1. baseline, everything connected;
+2. isolate: the region holding the meta leader is cut from the other two; publish; heal;
+3. split brain: west cut from central+east, publish on both sides; the cut moves to west+central | east
+   (central changes sides), publish again; heal;
+4. (not with ``--quick``) three ways: every region cut from both others; publish; heal.
+
+After each heal the script waits until every read stream holds as many messages as the three write
+streams together (the deadline: ``--deadline``, 60 s for Rillet, 180 s for Go, whose sources retry with a
+long back-off) and prints the time from the heal. At the end every write and read stream is read in full
+and checked: each acknowledged message exactly once in its region's write stream and in every read
+stream (order may differ), nothing that was never published, unacknowledged ones at most once. The exit
+status is 0 only when every check passed and every phase converged in time.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import nats  # noqa: E402
+
+from rillet.cli.vstream import read_name, write_name  # noqa: E402
+from tests.faults.cluster import Lab as NetLab  # noqa: E402
+
+
+def _load(name: str, rel: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, rel))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+wt = _load("vstream_walkthrough", "examples/vstream/walkthrough.py")
+REGIONS: list[str] = wt.REGIONS
+NAME: str = wt.NAME
+say = wt.say
+
+
+# ---- the topology: the walk-through's servers, each in a network namespace -----------------------------------
+
+class NsServer(wt.Server):
+    """A walk-through server listening on its namespace's address, with a monitoring port, its cluster
+    (the region, or e.g. ``stretch``) and server tags."""
+
+    def __init__(self, region: str, i: int, d: str, cmd: list[str], host: str, netns: str,
+                 cluster: str = "", tags: tuple[str, ...] = (), name: str = "") -> None:
+        super().__init__(region, i, d, cmd)
+        if name:
+            self.name = name
+            self.dir = os.path.join(d, name)
+            os.makedirs(self.dir, exist_ok=True)
+            self.conf = os.path.join(d, f"{name}.conf")
+        self.host, self.netns = host, netns
+        self.cluster = cluster or region
+        self.tags = tags
+        self.hport = wt.free_port()
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def write_conf(self, servers: list["NsServer"], sync_always: bool, unique_tag: str = "") -> None:
+        routes = ", ".join(f"nats-route://{s.host}:{s.rport}" for s in servers if s.cluster == self.cluster)
+        clusters = list(dict.fromkeys(s.cluster for s in servers))
+        gws = ", ".join("{name: %s, urls: [%s]}" % (c, ", ".join(f"nats://{s.host}:{s.gport}" for s in servers
+                                                                   if s.cluster == c)) for c in clusters)
+        js = f'  store_dir: "{self.dir}"\n'
+        if sync_always:
+            js += "  sync_interval: always\n"
+        if unique_tag:
+            js += f"  unique_tag: {unique_tag}\n"
+        tags = ("server_tags: [%s]\n" % ", ".join(json.dumps(t) for t in self.tags)) if self.tags else ""
+        with open(self.conf, "w") as f:
+            f.write(f"server_name: {self.name}\nlisten: {self.host}:{self.port}\nhttp: {self.host}:{self.hport}\n"
+                    f'ping_interval: "1s"\nping_max: 3\n{tags}'
+                    f"jetstream {{\n{js}}}\n"
+                    f"cluster {{\n  name: {self.cluster}\n  listen: {self.host}:{self.rport}\n  routes: [{routes}]\n}}\n"
+                    f"gateway {{\n  name: {self.cluster}\n  listen: {self.host}:{self.gport}\n  gateways: [{gws}]\n}}\n"
+                    f'mappings {{ include "{NAME}.mappings.conf" }}\n')
+
+    def start(self) -> None:
+        # (the walk-through's start, run inside the namespace)
+        cmd = self.cmd
+        self.cmd = ["ip", "netns", "exec", self.netns] + cmd
+        try:
+            super().start()
+        finally:
+            self.cmd = cmd
+
+    def http_json(self, path: str, timeout: float = 2.0) -> Any:
+        return json.loads(urllib.request.urlopen(f"http://{self.host}:{self.hport}{path}", timeout=timeout).read())
+
+
+class VLab(wt.Lab):
+    """The walk-through's lab (``wt.Lab``: start/stop by region, connect, the CLI) with its servers in
+    network namespaces and region-to-region cuts. ``per_region`` servers per region; ``extra`` more
+    servers (cluster, region, tags) after them, e.g. a stretch cluster."""
+
+    def __init__(self, d: str, kind: str, per_region: int = 3, extra: tuple[tuple[str, str, tuple], ...] = (),
+                 kill: bool = False, unique_tag: str = "") -> None:
+        super().__init__(d, kind == "go", kill)  # (writes the mappings file; its 127.0.0.1 servers are replaced)
+        self.kind = kind
+        n = len(REGIONS) * per_region + len(extra)
+        self.net = NetLab(n)
+        self.net.up()
+        cmd = ["nats-server"] if kind == "go" else [sys.executable, "-m", "rillet.server"]
+        servers: list[NsServer] = []
+        for r in REGIONS:
+            for i in range(1, per_region + 1):
+                k = len(servers)
+                servers.append(NsServer(r, i, d, cmd, self.net.ips[k], self.net.ns[k]))
+        for cluster, region, tags in extra:
+            k = len(servers)
+            servers.append(NsServer(region, 0, d, cmd, self.net.ips[k], self.net.ns[k], cluster=cluster,
+                                    tags=tags, name=f"{cluster}-{region}"))
+        self.servers = servers
+        for s in servers:
+            s.write_conf(servers, sync_always=kill, unique_tag=unique_tag)
+
+    def region(self, r: str) -> list[NsServer]:
+        # (the region's own cluster only: the stretch servers are placed in regions but are not in them)
+        return [s for s in self.servers if s.region == r and s.cluster == r]
+
+    def start(self, regions: list[str]) -> None:
+        for s in self.servers:
+            if s.region in regions or s.cluster in regions:
+                s.start()
+
+    def stop(self, regions: list[str]) -> None:
+        for s in self.servers:
+            if s.region in regions or s.cluster in regions:
+                s.stop(self.kill)
+
+    def cluster_urls(self, cluster: str, region: str = "") -> list[str]:
+        """The URLs of a cluster's servers, the one in ``region`` first."""
+        ss = [s for s in self.servers if s.cluster == cluster]
+        ss.sort(key=lambda s: s.region != region)
+        return [s.url for s in ss]
+
+    # -- partitions between regions (every server pair across them; a stretch server is in its region)
+    def _index(self, pred) -> list[int]:
+        return [k for k, s in enumerate(self.servers) if pred(s)]
+
+    def partition(self, *sides: list[str]) -> None:
+        """Cut between every two of ``sides`` (lists of regions); regions on no side stay connected to all."""
+        for a in range(len(sides)):
+            for b in range(a + 1, len(sides)):
+                for i in self._index(lambda s: s.region in sides[a]):
+                    for j in self._index(lambda s: s.region in sides[b]):
+                        self.net.cut(i, j)
+
+    def heal(self) -> None:
+        self.net.heal_all()
+
+    def meta_leader(self) -> str:
+        """The meta leader's server name, from the /jsz of the first server that answers."""
+        for s in self.servers:
+            try:
+                leader = (s.http_json("/jsz").get("meta_cluster") or {}).get("leader") or ""
+            except (OSError, ValueError):
+                continue
+            if leader:
+                return leader
+        return ""
+
+    def close(self) -> None:
+        for s in self.servers:
+            s.stop()
+        self.net.down()
+
+
+# ---- publishing and checking ----------------------------------------------------------------------------------
+
+class Book:
+    """What was published: subject -> region, and which were acknowledged (and by which stream)."""
+
+    def __init__(self) -> None:
+        self.attempted: dict[str, str] = {}
+        self.acked: set[str] = set()
+        self.wrong_stream: list[tuple[str, str]] = []
+        self.retries = 0
+
+    def acked_in(self, region: str) -> set[str]:
+        return {s for s in self.acked if self.attempted[s] == region}
+
+
+async def publish(lab: VLab, region: str, tag: str, n: int, book: Book, attempts: int = 4,
+                  timeout: float = 2.0) -> int:
+    """``n`` synchronous publishes from a client of ``region`` on ``foo.<tag>-<region>.<i>`` (stored as
+    ``foo.<region>.<tag>-<region>.<i>`` by the mapping); returns how many were acknowledged."""
+    nc = await lab.connect(region)
+    js = nc.jetstream(timeout=timeout)
+    ok = 0
+    try:
+        for i in range(n):
+            subj = f"{NAME}.{tag}-{region}.{i}"
+            book.attempted[subj] = region
+            for k in range(attempts):
+                try:
+                    ack = await js.publish(subj, f"{region} {tag} {i}".encode(), headers={"Nats-Msg-Id": subj})
+                except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.APIError,
+                        nats.js.errors.NoStreamResponseError, nats.errors.ConnectionClosedError):
+                    book.retries += 1
+                    await asyncio.sleep(0.2)
+                    continue
+                if ack.stream != write_name(NAME, region):
+                    book.wrong_stream.append((subj, ack.stream))
+                book.acked.add(subj)
+                ok += 1
+                break
+    finally:
+        await nc.close()
+    return ok
+
+
+async def publish_all(lab: VLab, regions: list[str], tag: str, n: int, book: Book) -> str:
+    t0 = time.monotonic()
+    got = await asyncio.gather(*(publish(lab, r, tag, n, book) for r in regions))
+    return ", ".join(f"{r} {g}/{n}" for r, g in zip(regions, got)) + f" acked in {time.monotonic() - t0:.1f}s"
+
+
+async def stream_count(lab: VLab, region: str, stream: str) -> int:
+    nc = await nats.connect(lab.urls(region).split(","), connect_timeout=1, max_reconnect_attempts=0,
+                            error_cb=wt._quiet)
+    try:
+        return (await nc.jetstream(timeout=2).stream_info(stream)).state.messages
+    finally:
+        await nc.close()
+
+
+async def converge(lab: VLab, deadline: float) -> tuple[float | None, dict[str, int], int]:
+    """Seconds until every read stream holds as many messages as the write streams together (None: not
+    within ``deadline``), the last counts seen and that total."""
+    t0 = time.monotonic()
+    total = -1
+    last: dict[str, int] = {}
+    while time.monotonic() - t0 < deadline:
+        try:
+            if total < 0:
+                total = sum([await stream_count(lab, r, write_name(NAME, r)) for r in REGIONS])
+            for r in REGIONS:
+                last[r] = await stream_count(lab, r, read_name(NAME, r))
+            if all(last[r] >= total for r in REGIONS):
+                return time.monotonic() - t0, last, total
+        except Exception as e:  # (a leader being elected, a server reconnecting: ask again)
+            last["error"] = repr(e)[:120]  # type: ignore[assignment]
+        await asyncio.sleep(0.1)
+    return None, last, total
+
+
+def check_stream(label: str, seen: list[str], expect: set[str], book: Book) -> bool:
+    """``seen`` (a stream's subjects) against ``expect`` (every acknowledged one it must have once)."""
+    c = collections.Counter(seen)
+    lost = expect - set(c)
+    dups = sum(v - 1 for v in c.values() if v > 1)
+    unexpected = [s for s in c if s not in book.attempted]
+    unacked = sum(1 for s in c if s in book.attempted and s not in book.acked)
+    ok = not lost and not dups and not unexpected
+    say(f"  {label:<16} {len(seen):>6} messages: {len(expect)} acked expected, lost {len(lost)}, "
+        f"duplicated {dups}, unexpected {len(unexpected)}, unacked present {unacked} -> {'OK' if ok else 'FAILED'}")
+    if lost:
+        say(f"    lost e.g. {sorted(lost)[:5]}")
+    if dups:
+        say(f"    duplicated e.g. {[s for s, v in c.items() if v > 1][:5]}")
+    if unexpected:
+        say(f"    unexpected e.g. {unexpected[:5]}")
+    return ok
+
+
+async def read_all(lab: VLab, region: str, stream: str) -> list[str]:
+    """Every subject of ``stream`` (through the read stream's transform for read streams), in order."""
+    nc = await lab.connect(region)
+    js = nc.jetstream(timeout=5)
+    out: list[str] = []
+    try:
+        n = (await js.stream_info(stream)).state.messages
+        if n:
+            sub = await wt.wait_for(f"an ordered consumer on {stream}",
+                                    lambda: js.subscribe(f"{NAME}.>", stream=stream, ordered_consumer=True), 30)
+            while len(out) < n:
+                out.append((await sub.next_msg(timeout=5)).subject)
+            await sub.unsubscribe()
+    finally:
+        await nc.close()
+    return out
+
+
+async def check_all(lab: VLab, book: Book) -> bool:
+    good = True
+    say(f"final check: {len(book.attempted)} attempted, {len(book.acked)} acknowledged, "
+        f"{len(book.attempted) - len(book.acked)} never acknowledged ({book.retries} retried publishes)")
+    if book.wrong_stream:
+        say(f"  acknowledged by another stream than the region's write stream: {book.wrong_stream[:5]}")
+        good = False
+    for r in REGIONS:
+        seen = await read_all(lab, r, write_name(NAME, r))
+        # (the write stream holds foo.<region>.<published subject minus foo.>)
+        seen = [f"{NAME}." + s.split(".", 2)[2] if s.count(".") >= 2 else s for s in seen]
+        good &= check_stream(write_name(NAME, r), seen, book.acked_in(r), book)
+    for r in REGIONS:
+        good &= check_stream(read_name(NAME, r), await read_all(lab, r, read_name(NAME, r)), book.acked, book)
+    return good
+
+
+# ---- the run ----------------------------------------------------------------------------------------------
+
+async def create_vstream(lab: VLab, replicas: int) -> None:
+    out = await asyncio.to_thread(lab.cli, REGIONS[0], "vstream", "create", NAME, "--regions", ",".join(REGIONS),
+                                  "--replicas", str(replicas), "--max-age", "1h")
+    for line in out.splitlines():
+        if line.startswith("Stream "):
+            say("  " + line)
+
+
+async def read_counts(lab: VLab) -> str:
+    out = []
+    for r in REGIONS:
+        try:
+            out.append(f"{r} {await stream_count(lab, r, read_name(NAME, r))}")
+        except Exception as e:  # (shown, not fatal: this is only the view during the partition)
+            out.append(f"{r} ({type(e).__name__})")
+
+    return ", ".join(out)
+
+
+async def heal_and_converge(lab: VLab, deadline: float, results: list, phase: str) -> bool:
+    say(f"  read streams before the heal: {await read_counts(lab)}")
+    t0 = time.monotonic()
+    lab.heal()
+    took, counts, total = await converge(lab, deadline)
+    if took is None:
+        say(f"  {phase}: NOT converged within {deadline:.0f}s of the heal: write streams {total}, read {counts}")
+        results.append((phase, None))
+        return False
+    took = time.monotonic() - t0
+    say(f"  {phase}: every read stream at {total} messages {took:.2f}s after the heal")
+    results.append((phase, took))
+    return True
+
+
+async def scenario(lab: VLab, args: argparse.Namespace) -> int:
+    n, hold = args.msgs, args.hold
+    book = Book()
+    results: list[tuple[str, float | None]] = []
+    ok = True
+    lab.start(REGIONS)
+    await wt.js_ready(lab, REGIONS)
+    say(f"JetStream up; rillet vstream create {NAME} --replicas {args.replicas}")
+    await create_vstream(lab, args.replicas)
+
+    say(f"phase 1 baseline: {n} per region")
+    say("  " + await publish_all(lab, REGIONS, "p1", n, book))
+    took, counts, total = await converge(lab, args.deadline)
+    say(f"  converged: {took is not None} ({total} messages)")
+    ok &= took is not None
+
+    leader = lab.meta_leader()
+    lone = next((s.region for s in lab.servers if s.name == leader), REGIONS[-1])
+    others = [r for r in REGIONS if r != lone]
+    say(f"phase 2 isolate {lone} (meta leader {leader or '?'}) from {'+'.join(others)}; {n} per region")
+    t0 = time.monotonic()
+    lab.partition([lone], others)
+    say("  " + await publish_all(lab, REGIONS, "p2", n, book))
+    await asyncio.sleep(max(0.0, hold - (time.monotonic() - t0)))
+    say(f"  meta leader during the partition: {lab.meta_leader() or 'none'}")
+    ok &= await heal_and_converge(lab, args.deadline, results, "isolate")
+
+    a, b, c = REGIONS
+    say(f"phase 3 split brain: {a} | {b}+{c}, {n} per region; then {a}+{b} | {c}, {n} per region")
+    t0 = time.monotonic()
+    lab.partition([a], [b, c])
+    say("  " + await publish_all(lab, REGIONS, "p3a", n, book))
+    await asyncio.sleep(max(0.0, hold - (time.monotonic() - t0)))
+    lab.heal()  # (the cut moves: restored and cut again at once, before anything reconnects)
+    t0 = time.monotonic()
+    lab.partition([a, b], [c])
+    say("  " + await publish_all(lab, REGIONS, "p3b", n, book))
+    await asyncio.sleep(max(0.0, hold - (time.monotonic() - t0)))
+    ok &= await heal_and_converge(lab, args.deadline, results, "split brain")
+
+    if not args.quick:
+        say(f"phase 4 three ways: {a} | {b} | {c}, {n} per region")
+        t0 = time.monotonic()
+        lab.partition([a], [b], [c])
+        say("  " + await publish_all(lab, REGIONS, "p4", n, book))
+        await asyncio.sleep(max(0.0, hold - (time.monotonic() - t0)))
+        ok &= await heal_and_converge(lab, args.deadline, results, "three ways")
+
+    good = await check_all(lab, book)
+    say("summary: " + "; ".join(f"{p} converged in {t:.2f}s" if t is not None else f"{p} NOT converged"
+                                for p, t in results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"server": args.server, "quick": args.quick, "attempted": len(book.attempted),
+                       "acked": len(book.acked), "converge_s": dict(results), "exactly_once": good}, f, indent=1)
+    say(f"{'PASS' if ok and good else 'FAIL'}: {len(book.acked)} acknowledged; exactly once everywhere: {good}")
+    return 0 if ok and good else 1
+
+
+async def amain(args: argparse.Namespace) -> int:
+    if args.deadline is None:
+        args.deadline = 180.0 if args.server == "go" else 60.0
+    per_region = args.per_region
+    if args.replicas is None:
+        args.replicas = per_region
+    if args.msgs is None:
+        args.msgs = 20 if args.quick else 50
+    if args.server == "go" and shutil.which("nats-server") is None:
+        say("nats-server is not on PATH")
+        return 2
+    d = tempfile.mkdtemp(prefix="rillet-vsfaults-")
+    t_start = time.monotonic()
+    try:
+        lab = VLab(d, args.server, per_region=per_region)
+    except OSError as e:
+        say(f"network namespaces are not available here ({e}); this script needs them (run as root)")
+        shutil.rmtree(d, ignore_errors=True)
+        return 2
+    say(f"{args.server}: {len(REGIONS)} regions x {per_region} server(s), R{args.replicas}, in namespaces "
+        f"({', '.join(s.name + '=' + s.host for s in lab.servers)}); logs in {d}")
+    rc = 1
+    try:
+        rc = await scenario(lab, args)
+    finally:
+        lab.close()
+        say(f"total {time.monotonic() - t_start:.0f}s")
+        if rc == 0 and not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            say(f"servers' logs kept in {d}")
+    return rc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", choices=("rillet", "go"), default="rillet")
+    ap.add_argument("--quick", action="store_true", help="fewer messages, no three-way phase (CI)")
+    ap.add_argument("--per-region", type=int, default=3, help="servers per region (3)")
+    ap.add_argument("--msgs", type=int, default=None, help="messages per region per phase (50; --quick 20)")
+    ap.add_argument("--replicas", type=int, default=None, help="stream replicas (default: --per-region)")
+    ap.add_argument("--hold", type=float, default=6.0, help="seconds each partition lasts at least")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds to converge after a heal "
+                                                                   "(60 Rillet, 180 Go)")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--keep", action="store_true", help="keep the servers' logs after a good run")
+    try:
+        sys.exit(asyncio.run(amain(ap.parse_args())))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
