@@ -120,6 +120,38 @@ async def test_memory_stream_and_consumer_groups_write_nothing(cl):
     assert ci.num_ack_pending == 0 and ci.num_pending == 16 and ci.ack_floor.stream_seq == 5
 
 
+async def test_memory_replica_restarted_gets_everything_from_the_leader(cl):
+    """A restarted member of a memory group has an empty log and store (nothing on disk): it gets the log
+    (or a snapshot and the messages) from the leader, as nats-server's in-memory WAL."""
+    from rillet.server.server import Server
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="MR", subjects=["mr.>"], storage="memory", num_replicas=3))
+    await js.add_consumer("MR", ConsumerConfig(durable_name="D", ack_policy="explicit"))
+    for i in range(30):
+        await js.publish("mr.a", f"{i}".encode())
+    await until(lambda: store_states(servers, "MR") == [(30, 1, 30, 0)] * 3, what="replicas")
+    lead = stream_leader(servers, "MR")
+    meta = next(s for s in servers if s.jetstream.cluster.is_leader())
+    k = next(i for i, s in enumerate(servers) if i != 0 and s is not lead.cs.server and s is not meta)
+    old = servers[k]
+    await old.shutdown()
+    for i in range(30, 40):
+        await js.publish("mr.a", f"{i}".encode())
+    new = Server(old.opts, old.log)
+    await new.start()
+    servers[k] = new  # (run_cluster stops the servers of this list)
+    await until(lambda: new.jetstream is not None and new.jetstream.cluster is not None and
+                new.jetstream.cluster.streams is not None and reps([new], "MR")[0] is not None,
+                timeout=10, what="the replica back")
+    await until(lambda: store_states([new], "MR") == [(40, 1, 40, 0)], timeout=10, what="the restarted replica")
+    r = reps([new], "MR")[0]
+    names = files_under(new.jetstream.store_dir)
+    assert not [n for n in names if r.group.name in n or "/streams/MR" in n], names
+    ack = await js.publish("mr.a", b"40")
+    assert ack.seq == 41
+    await until(lambda: store_states(servers, "MR") == [(41, 1, 41, 0)] * 3, what="every replica")
+
+
 # ---- 3: consumer_count from whichever server answers ------------------------------------------------------
 
 async def test_consumer_count_counts_consumers_led_elsewhere(cl):

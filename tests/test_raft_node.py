@@ -181,6 +181,27 @@ def test_lost_appends_are_recovered_by_probing():
     assert net.data("n3") == [b"%d" % k for k in range(20)]
 
 
+def test_follower_that_lost_its_log_is_caught_up_from_the_start():
+    """A member whose log was in memory (a memory-storage group) restarts empty: its refusals hint below what
+    it had acknowledged, and the leader takes its progress back to there instead of probing forever."""
+    net = Net(["n1", "n2", "n3"])
+    ld = net.elect("n1")
+    for k in range(10):
+        ld.propose(b"%d" % k)
+    net.tick(2)
+    assert ld.prs["n3"].match == ld.last_index()
+    net.isolate("n3")
+    for k in range(10, 15):
+        ld.propose(b"%d" % k)
+    net.pump()
+    net.nodes["n3"] = Node("n3", ["n1", "n2", "n3"], rng=random.Random(7))  # restarted, nothing kept
+    net.applied["n3"] = []
+    net.cut.clear()
+    net.tick(4)
+    assert net.data("n3") == [b"%d" % k for k in range(15)]
+    assert ld.prs["n3"].match == ld.last_index() and ld.role == LEADER
+
+
 def test_conflicting_uncommitted_suffix_is_truncated():
     hs1 = M.HardState(1, "n1", 1)
     hs2 = M.HardState(2, "n2", 1)

@@ -664,6 +664,10 @@ class Node:
             else:
                 return
             hint = m.hint_index
+            if hint < pr.match:
+                # (a fresh refusal whose hint is below what the follower acknowledged: a member with its log in
+                # memory restarted and lost it, as a memory-storage group's may; it is caught up from its end)
+                pr.match = hint
             if hint > self.offset:
                 hint = self._find_conflict_by_term(min(hint, self.last_index()), m.hint_term)
             pr.become_probe(max(min(m.index, hint + 1), pr.match + 1))
