@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 
 import nats
 import pytest
-from nats.js.api import ConsumerConfig
 
 from rillet.cli.vstream import mappings, read_name, render_mappings, stream_configs, write_name
 from rillet.config.parser import parse_string

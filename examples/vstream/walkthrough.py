@@ -266,8 +266,9 @@ async def main(args: argparse.Namespace) -> int:
         await js_ready(lab, REGIONS)
         say("JetStream is up in every region; creating the virtual stream:")
         say(f"  rillet vstream create {NAME} --regions {','.join(REGIONS)} --replicas 3 --max-age 1h")
+        # (--mappings-out: the file the servers' configurations include, written again with the same text)
         print(lab.cli("west", "vstream", "create", NAME, "--regions", ",".join(REGIONS), "--replicas", "3",
-                      "--max-age", "1h", "--mappings-out", os.path.join(d, "created.mappings.conf")), end="")
+                      "--max-age", "1h", "--mappings-out", os.path.join(d, f"{NAME}.mappings.conf")), end="")
 
         say("Step 1: publish 3 messages in each region")
         acked: list[str] = []
