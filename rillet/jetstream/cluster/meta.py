@@ -1313,10 +1313,11 @@ class JetStreamCluster:
         pc = PlacementConfig.from_stream_config(d)
         self._refresh_local()
         nodes = self.registry.nodes
-        rg = create_stream_group(pc, self.name, nodes, self.group.peers, **self._place_kw())
+        ccl, alts = self._requester(jsa.account, reply)  # (as a create: the client's cluster first)
+        rg = create_stream_group(pc, ccl, nodes, self.group.peers, alternates=alts, **self._place_kw())
         rg.preferred = preferred_leader(rg.peers, nodes)
         state = req.get("state")
-        sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc),
+        sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc, ccl),
                                 created=time.time_ns(), subject=f"$JS.API.STREAM.RESTORE.{name}",
                                 reply=(reply or b"").decode(), restore=state if isinstance(state, dict) else {})
         self._inflight[key] = (d, [])
