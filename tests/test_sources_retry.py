@@ -120,7 +120,8 @@ async def hub_and_leaf(tmp_path, hub_port: int = -1):
         proxy = Partition(hub.leafnodes.addr[1])
         pport = await proxy.start()
         leaf_conf = (f'jetstream {{ store_dir: "{tmp_path}/leaf", domain: leaf }}\n'
-                     f'leafnodes {{ reconnect: "0.2s"\n remotes [ {{ url: "nats://127.0.0.1:{pport}", ignore_discovered_servers: true }} ] }}')
+                     f'leafnodes {{ reconnect: "0.2s"\n remotes [ {{ url: "nats://127.0.0.1:{pport}"\n'
+                     f'  ignore_discovered_servers: true }} ] }}')
         async with run_server(_opts(leaf_conf, "leaf"), log=Logger(out=io.StringIO())) as leaf:
             try:
                 yield hub, leaf, proxy

@@ -22,8 +22,9 @@ failed attempts:
 - a consumer that answered is watched through its idle heartbeat (1 s): nothing at all (no message, no
   heartbeat) for ``STALL`` (2.5 s) means the origin is lost, and the attempts start again at 0.25 s;
 - a heartbeat naming a consumer sequence we did not get (a lost message) or a delivery that skips one
-  restarts the consumer from our position; a heartbeat saying the consumer is stalled on flow control
-  (``Nats-Consumer-Stalled``) is answered, so a lost flow-control reply does not stop delivery;
+  restarts the consumer from our position (at once the first time, then with the back-off); a heartbeat
+  saying the consumer is stalled on flow control (``Nats-Consumer-Stalled``) is answered, so a lost
+  flow-control reply does not stop delivery;
 - the count of failures goes back to 0 once the consumer delivers (a message or a heartbeat).
 
 Every attempt starts at the last origin sequence received + 1 (for a mirror: its store's last sequence
@@ -233,11 +234,14 @@ class Origin:
         self.stalls += 1
         self.lost()
 
-    def lost(self) -> None:
+    def lost(self, gap: bool = False) -> None:
         """The consumer stopped feeding us (stalled, or a message we could not take): cancel it and retry
-        after the back-off."""
+        after the back-off. ``gap``: it skipped messages (the origin is there): the first retry is at once."""
         self.cancel()
         self.fails += 1
+        if gap and self.fails == 1:
+            self.retry()
+            return
         self._arm(retry_delay(self.fails, random.random()), self.retry)
 
     def retry(self) -> None:
@@ -293,7 +297,7 @@ class Origin:
                     stream.jsa.ic.publish(fc.encode(), None, b"")
                 last = H.get_header(hdr_b, "Nats-Last-Consumer")
                 if last and last.isdigit() and int(last) != self.cseq:
-                    self.lost()
+                    self.lost(gap=True)
             return
         info = _ack_info(reply)
         if info is None:
@@ -302,7 +306,7 @@ class Origin:
         if dc > 1:
             return
         if cseq != self.cseq + 1 and self.cseq != 0:
-            self.lost()
+            self.lost(gap=True)
             return
         self.cseq = cseq
         if sseq <= self.sseq:
