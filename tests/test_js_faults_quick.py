@@ -280,3 +280,45 @@ def test_plan_is_seeded_and_quick_covers_every_kind():
 def test_plan_refuses_unknown_mode():
     with pytest.raises(ValueError, match="unknown nemesis mode 'flood'"):
         make_plan(1, ["kill", "flood"], 10)
+
+
+def test_queue_consumer_counts_redeliveries_by_arrival_order():
+    # deliveries and ack confirmations are numbered as the connection reads them; a delivery read before its
+    # value's ack confirmation was sent before it (a late one nats.py keeps for the next fetch), not a
+    # broken promise; one read after it is
+    import asyncio
+
+    from faults.workloads import QueueWorkload
+
+    class Q:
+        def __init__(self):
+            self.items = []
+
+        def put_nowait(self, m):
+            self.items.append(m)
+
+    class M:
+        def __init__(self, subject=""):
+            self.subject = subject
+
+    async def run():
+        q = QueueWorkload(lambda i: [])
+        dq, aq = Q(), Q()
+        q._stamp(dq)
+        q._stamp(aq, q._ack_reply)
+        fut = asyncio.get_running_loop().create_future()
+        q._ack_waiters["_INBOX.a.1"] = fut
+        d1, d2, d3 = M(), M(), M()
+        dq.put_nowait(d1)                   # 1: first delivery of v
+        dq.put_nowait(d2)                   # 2: a redelivery sent before the ack was confirmed
+        aq.put_nowait(M("_INBOX.a.1"))      # 3: the confirmation (routed to the waiting ack, not queued)
+        dq.put_nowait(d3)                   # 4: delivered again after the confirmation
+        assert [m.rx for m in dq.items] == [1, 2, 4] and aq.items == []
+        r = await fut
+        q.acked.add("v")
+        q._ack_rx["v"] = r.rx
+        assert q.note_delivery("v", d2.rx) == "early"
+        assert q.note_delivery("v", d3.rx) == "broken"
+        assert q.note_delivery("w", 5) == "new"
+        assert (q.deliveries, q.seen_after_ack, q.redelivered_after_ack) == (3, 2, 1)
+    asyncio.run(run())

@@ -266,6 +266,20 @@ class QueueWorkload:
         self.ack_confirmed_at[v] = time.monotonic()
         self._ack_rx[v] = r.rx
 
+    def note_delivery(self, v: str, rx: int) -> str:
+        """Count a delivery of ``v`` that arrived as message number ``rx``: ``new`` (no confirmed ack yet),
+        ``early`` (its ack is confirmed but this delivery arrived before the confirmation: sent before it) or
+        ``broken`` (arrived after the confirmation: delivered again after a confirmed ack)."""
+        self.deliveries += 1
+        self.consumed.add(v)
+        if v not in self.acked:
+            return "new"
+        self.seen_after_ack += 1
+        if rx < self._ack_rx.get(v, 0):
+            return "early"
+        self.redelivered_after_ack += 1
+        return "broken"
+
     async def consumer(self, i: int) -> None:
         nc = await connect(self.urls_from(i), "consumer", self.errors)
         self._conns.append(nc)
@@ -287,20 +301,11 @@ class QueueWorkload:
                 continue
             vals = []
             for m in msgs:
-                self.deliveries += 1
                 v = m.data.decode()
-                if v in self.acked:
-                    self.seen_after_ack += 1
-                    if getattr(m, "rx", 0) < self._ack_rx.get(v, 0):
-                        vals.append(v)  # sent before the ack was confirmed (acked again below, harmless)
-                        self.consumed.add(v)
-                        continue
-                    self.redelivered_after_ack += 1
-                    if len(self.redeliveries) < 20:
-                        md = m.metadata
-                        self.redeliveries.append((v, self.ack_confirmed_at.get(v, 0.0), time.monotonic(),
-                                                  md.sequence.stream, md.num_delivered))
-                self.consumed.add(v)
+                if self.note_delivery(v, getattr(m, "rx", 0)) == "broken" and len(self.redeliveries) < 20:
+                    md = m.metadata
+                    self.redeliveries.append((v, self.ack_confirmed_at.get(v, 0.0), time.monotonic(),
+                                              md.sequence.stream, md.num_delivered))
                 vals.append(v)
             # acknowledgements confirmed by the server (pipelined: one round trip for the batch)
             await asyncio.gather(*(self._ack(nc, m, v) for m, v in zip(msgs, vals)))
