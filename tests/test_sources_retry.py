@@ -507,3 +507,29 @@ async def test_heartbeat_saying_flow_control_stalled_is_answered(tmp_path):
         assert origin.sub is not None and origin.fails == 0  # (nothing else changed: the consumer is kept)
         await sub.unsubscribe()
         await nc.close()
+
+
+async def test_source_position_not_found_within_the_scan_limit_is_logged(tmp_path, monkeypatch):
+    """At start a source's position comes from the newest Nats-Stream-Source headers, read back at most
+    SCAN_LIMIT messages: a source with no message among them is named in a warning (it is read again from
+    its configured start)."""
+    from rillet.jetstream import sources as S
+    from test_js_stream import js_opts
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="A", subjects=["a.>"])
+        await js.add_stream(name="B", subjects=["b.>"])
+        await js.publish("a.x", b"a")
+        await js.add_stream(name="S", sources=[StreamSource(name="A"), StreamSource(name="B")])
+        await converge(js, ["S"], [b"a"], 3)
+        for i in range(6):
+            await js.publish("b.x", b"%d" % i)
+        await until(lambda: _true(srv.jetstream.accounts["$G"].streams["S"].store.state().msgs == 7), 3, "7")
+        await nc.close()
+    monkeypatch.setattr(S, "SCAN_LIMIT", 5)
+    buf = io.StringIO()
+    async with run_server(js_opts(tmp_path), log=Logger(out=buf)) as srv:
+        st = srv.jetstream.accounts["$G"].streams["S"]
+        assert [o.sseq for o in st.sources.origins if o.name == "B"] == [6]
+        assert "Stream '$G > S': no message from source(s) A among the last 5 messages" in buf.getvalue()

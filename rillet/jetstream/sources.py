@@ -56,6 +56,7 @@ RETRY_FIRST = 0.25  # seconds before the first retry
 RETRY_CAP = 2.0  # seconds between retries while the origin stays away
 RETRY_JITTER = 0.1  # +- this fraction of each delay
 DIRECT_CAUGHT_UP = 10  # a mirror_direct mirror answers for its origin with fewer messages than this pending
+SCAN_LIMIT = 100_000  # messages read back at start for the sources' positions (Nats-Stream-Source headers)
 
 
 def retry_delay(fails: int, rnd: float = 0.5) -> float:
@@ -405,7 +406,7 @@ class SourceSet:
         wanted = {o.header_tag[0]: o for o in self.origins}
         seq = st.last_seq
         scanned = 0
-        while seq >= st.first_seq and wanted and scanned < 100_000:
+        while seq >= st.first_seq and wanted and scanned < SCAN_LIMIT:
             m = store.load_msg(seq)
             seq -= 1
             scanned += 1
@@ -419,6 +420,12 @@ class SourceSet:
             if o is not None and len(parts) > 1 and parts[1].isdigit():
                 o.sseq = int(parts[1])
                 del wanted[parts[0]]
+        if wanted and seq >= st.first_seq:
+            # (nats-server scans to the first message; a scan of millions of messages would hold the loop)
+            s = self.stream
+            s.js.log.warn(f"Stream '{s.jsa.account.name} > {s.name}': no message from source(s) "
+                          f"{', '.join(sorted(wanted))} among the last {SCAN_LIMIT} messages: sourcing them "
+                          f"from their configured start (messages stored before may come again)")
 
     def stop(self) -> None:
         self.stopped = True
