@@ -94,3 +94,24 @@ async def test_fetch_during_leader_change_does_not_hang(cl):
             await m.ack_sync(timeout=3)
     assert stepped == 2
     assert len(seen) == 20
+
+
+async def test_waiting_pull_told_of_consumer_delete(cl):
+    # a delete is not a leader change: the waiting request hears 409 Consumer Deleted, as from one server
+    servers, nc, js, out = cl
+    await js.add_stream(name="R", subjects=["r"], num_replicas=3)
+    await js.add_consumer("R", ConsumerConfig(durable_name="RC", ack_policy="explicit"))
+    await until(lambda: consumer_leader(servers, "R", "RC") is not None, what="consumer leader")
+    got: asyncio.Queue = asyncio.Queue()
+
+    async def cb(msg):
+        got.put_nowait(msg)
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox, cb=cb)
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.R.RC", json.dumps({"batch": 1, "expires": 10_000_000_000}).encode(),
+                     reply=inbox)
+    lead = consumer_leader(servers, "R", "RC")
+    await until(lambda: len(lead.c.waiting) == 1, what="the request waiting on the leader")
+    assert await js.delete_consumer("R", "RC")
+    m = await asyncio.wait_for(got.get(), 3.0)
+    assert m.headers and m.headers.get("Status") == "409" and m.headers.get("Description") == "Consumer Deleted"

@@ -324,6 +324,7 @@ class ConsumerReplica:
         self.created_at = js.loop.time()
         self.leader = False
         self.closed = False
+        self.deleting = False
         self.applied_since_snap = 0
         self.delete_requested = 0.0
         self.c = self._new(config_from_dict(ca.config), ca.created or time.time_ns())
@@ -420,7 +421,8 @@ class ConsumerReplica:
             if old.waiting:
                 # the pull requests waiting here are told to go again (nats.py takes a 409 for a temporary
                 # error: its fetch asks again, reaching the new leader), not left until they expire
-                hdr = b"NATS/1.0 409 Leadership Change\r\n\r\n"
+                hdr = (b"NATS/1.0 409 Consumer Deleted\r\n\r\n" if self.deleting
+                       else b"NATS/1.0 409 Leadership Change\r\n\r\n")
                 for wr in old.waiting:
                     Consumer._send(old, wr.reply_b, None, hdr, b"")
                 old.waiting.clear()
@@ -491,6 +493,7 @@ class ConsumerReplica:
             return
         was = self.leader
         if was:
+            self.deleting = delete
             self._leader_changed(False)
         self.closed = True
         c = self.c
