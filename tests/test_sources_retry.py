@@ -533,3 +533,51 @@ async def test_source_position_not_found_within_the_scan_limit_is_logged(tmp_pat
         st = srv.jetstream.accounts["$G"].streams["S"]
         assert [o.sseq for o in st.sources.origins if o.name == "B"] == [6]
         assert "Stream '$G > S': no message from source(s) A among the last 5 messages" in buf.getvalue()
+
+
+async def test_origin_server_paused(tmp_path):
+    """The hub (the origin's domain) runs as a process that is paused (SIGSTOP) for longer than the stall
+    detector waits, then resumed: the leaf link stays open, the creates sent meanwhile are answered late (only
+    the newest counts), and the mirror and the source are caught up within 5 s of the resume."""
+    import signal
+    import sys
+
+    from helpers import ServerProcess, free_port
+    lport = free_port()
+    conf = tmp_path / "hub.conf"
+    conf.write_text(f'listen: "127.0.0.1:-1"\nserver_name: hub\n'
+                    f'jetstream {{ store_dir: "{tmp_path}/hub", domain: hub }}\n'
+                    f'leafnodes {{ listen: "127.0.0.1:{lport}" }}\n')
+    hub = ServerProcess("-c", str(conf), command=[sys.executable, "-m", "rillet.server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, hub.wait_ready)
+        leaf_conf = (f'jetstream {{ store_dir: "{tmp_path}/leaf", domain: leaf }}\n'
+                     f'leafnodes {{ reconnect: "0.2s"\n remotes [ {{ url: "nats://127.0.0.1:{lport}" }} ] }}')
+        async with run_server(_opts(leaf_conf, "leaf"), log=Logger(out=io.StringIO())) as leaf:
+            await until(lambda: _true(any(lc.registered for lc in leaf.leafs.values())), 5, "the leaf link")
+            nh = await nats.connect(hub.client_url)
+            nl = await nats.connect(leaf.client_url)
+            jh, jl = nh.jetstream(), nl.jetstream()
+            await jh.add_stream(name="O", subjects=["o.>"])
+            for i in range(5):
+                await jh.publish("o.x", b"%d" % i)
+            await jl.add_stream(name="M", mirror=StreamSource(name="O", external=_ext()))
+            await jl.add_stream(name="S", sources=[StreamSource(name="O", external=_ext())])
+            await converge(jl, ["M", "S"], [b"%d" % i for i in range(5)], 5)
+            hub.send_signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(3.5)
+            finally:
+                hub.send_signal(signal.SIGCONT)
+            t0 = time.monotonic()
+            for i in range(5, 10):
+                await jh.publish("o.x", b"%d" % i)
+            await converge(jl, ["M", "S"], [b"%d" % i for i in range(10)], HEAL_WITHIN)
+            took = time.monotonic() - t0 - 0.2
+            print(f"hub paused 3.5 s: converged {took:.2f}s after the resume")
+            mirror = leaf.jetstream.accounts["$G"].streams["M"].sources.mirror
+            assert mirror.stalls >= 1  # (the pause was seen as a stall)
+            await nh.close()
+            await nl.close()
+    finally:
+        hub.stop()
