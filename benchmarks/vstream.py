@@ -1,0 +1,231 @@
+"""Virtual streams over a super-cluster: Go nats-server and Rillet side by side on the same topology, one after
+the other in one run, and the ratio Rillet/Go.
+
+    python -m benchmarks.vstream                           # both kinds, 1 run each (~4 min)
+    python -m benchmarks.vstream --kinds rillet --runs 3 --json out.json
+
+Topology (``scripts/vstream_faults.py``'s ``VLab``: the walk-through's servers, each in its own network
+namespace on one bridge): regions ``west``, ``central``, ``east``, each a cluster of 3 servers named after the
+region, plus a 4th cluster ``stretch`` of 3 servers, one "in" each region (server tags ``region:<r>``; no
+``unique_tag``: the regional servers have no region tag and would then be refused for every stream, and an
+R3 stream over 3 servers is one per region anyway), the 4 clusters joined by gateways: 12 servers, one meta group. The
+virtual stream ``foo`` is made by ``rillet vstream create foo --replicas 3`` (write and read streams R3,
+placed by cluster); the stretch stream ``global`` (subjects ``global.>``, R3, ``placement {cluster:
+stretch}``) gets one replica per region. A region "is" its cluster's 3 servers plus its stretch server: a
+region outage stops all four, a partition between regions cuts every server pair across them. A stretch
+cluster needs its own cluster because a stream's peers are all in one cluster (nats-server and Rillet);
+tagging the regional clusters' servers would not make a stream span them.
+
+Measures:
+
+  latency   a client in ``west`` (connected to the west cluster) publishes ``--msgs`` synchronous JetStream
+            messages (nats-py, one at a time, after 50 warm-up ones) on ``foo.lat.<i>`` (the mapping stores
+            them in ``foo-write-west``, R3 in west) and then a client connected to the stretch cluster's west
+            server publishes as many on ``global.<i>`` (R3 over the three regions); p50 / p99 of the round
+            trip. Then the same from the west client to ``plain`` (``plain.>``, R3, placed in west, nothing
+            sourcing it), which separates the virtual stream's own cost (the mapping, and three read streams
+            sourcing every write, all on the same 2 cores) from the R3 replication. On one machine the regions are not apart: there is no WAN latency, and none can be
+            added (no ``tc netem`` on this kernel: ``Specified qdisc kind is unknown``), so both are
+            loopback-and-bridge numbers: the stretch stream's cost here is only its cross-cluster placement.
+  restart   the region ``east`` is stopped (SIGTERM, its 3 servers and its stretch server), ``--converge-msgs``
+            are published in each of west and central, ``--hold`` seconds pass, east is started again:
+            seconds from the start command until every read stream holds everything in the write streams
+            (the restarted servers' start-up and catch-up included).
+  split     west is cut from central+east for ``--hold`` seconds, ``--converge-msgs`` published in every
+            region meanwhile; seconds from the heal until every read stream holds everything.
+
+Each run checks at the end that every read stream holds every acknowledged message exactly once.
+Servers ping every 1 s (``ping_interval``, ``ping_max: 3``) in both kinds so that a cut gateway is noticed
+within seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import nats
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def _faults_module():
+    name = "vstream_faults"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", "vstream_faults.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+vf = _faults_module()
+REGIONS = vf.REGIONS
+say = vf.say
+STRETCH = tuple(("stretch", r, (f"region:{r}",)) for r in REGIONS)
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def latencies(nc: nats.NATS, subject: str, n: int, expect_stream: str) -> list[float]:
+    js = nc.jetstream(timeout=5)
+    for i in range(50):  # (warm-up; the first may wait for a leader)
+        await vf.wt.wait_for("a warm-up publish", lambda: js.publish(f"{subject}.w{i}", b"x" * 16), 30)
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        ack = await js.publish(f"{subject}.{i}", b"x" * 16)
+        out.append(time.perf_counter() - t0)
+        assert ack.stream == expect_stream, ack
+    return out
+
+
+async def run_kind(kind: str, args: argparse.Namespace) -> dict:
+    d = tempfile.mkdtemp(prefix=f"rillet-vsbench-{kind}-")
+    lab = vf.VLab(d, kind, per_region=3, extra=STRETCH)
+    res: dict = {"kind": kind}
+    t_all = time.monotonic()
+    try:
+        lab.start(REGIONS)
+        await vf.wt.js_ready(lab, REGIONS)
+        say(f"{kind}: 12 servers up ({time.monotonic() - t_all:.0f}s); creating foo and global")
+        await vf.create_vstream(lab, 3)
+        nc = await nats.connect(lab.cluster_urls("stretch", "west"), dont_randomize=True, error_cb=vf.wt._quiet)
+        js = nc.jetstream(timeout=10)
+        await vf.wt.wait_for("stream global", lambda: js.add_stream(
+            name="global", subjects=["global.>"], num_replicas=3,
+            placement=nats.js.api.Placement(cluster="stretch")), 60)
+        await vf.wt.wait_for("stream plain", lambda: js.add_stream(
+            name="plain", subjects=["plain.>"], num_replicas=3,
+            placement=nats.js.api.Placement(cluster="west")), 60)
+        info = await js.stream_info("global")
+        say(f"  global: leader {info.cluster.leader}, replicas "
+            f"{[r.name for r in info.cluster.replicas or []]}")
+
+        # -- latency: local R3 write stream vs the stretch R3 stream
+        wnc = await nats.connect(lab.cluster_urls("west", "west"), dont_randomize=True, error_cb=vf.wt._quiet)
+        local = await latencies(wnc, "foo.lat", args.msgs, vf.write_name(vf.NAME, "west"))
+        plain = await latencies(wnc, "plain", args.msgs, "plain")
+        stretch = await latencies(nc, "global", args.msgs, "global")
+        await wnc.close()
+        await nc.close()
+        for label, xs in (("local", local), ("plain", plain), ("stretch", stretch)):
+            res[f"{label}_p50_ms"] = pct(xs, 0.50) * 1e3
+            res[f"{label}_p99_ms"] = pct(xs, 0.99) * 1e3
+            say(f"  {label} R3 publish: p50 {res[f'{label}_p50_ms']:.2f} ms, p99 {res[f'{label}_p99_ms']:.2f} ms"
+                f" ({len(xs)} msgs, mean {statistics.mean(xs) * 1e3:.2f} ms)")
+        took, _, total = await vf.converge(lab, args.deadline)
+        say(f"  every read stream at {total} ({took})")
+
+        book = vf.Book()
+        # (the latency messages: counted as acknowledged foo messages of west)
+        for i in list(range(args.msgs)) + [f"w{i}" for i in range(50)]:
+            book.attempted[f"foo.lat.{i}"] = "west"
+            book.acked.add(f"foo.lat.{i}")
+
+        # -- region restart
+        n = args.converge_msgs
+        lab.stop(["east"])
+        t0 = time.monotonic()
+        say("  " + await vf.publish_all(lab, ["west", "central"], "restart", n, book))
+        await asyncio.sleep(max(0.0, args.hold - (time.monotonic() - t0)))
+        t0 = time.monotonic()
+        lab.start(["east"])
+        took, counts, total = await vf.converge(lab, args.deadline)
+        res["restart_s"] = None if took is None else time.monotonic() - t0
+        say(f"  region restart: every read stream at {total} "
+            + (f"{res['restart_s']:.2f}s after the restart" if took is not None else f"NOT within {args.deadline}s: {counts}"))
+        await vf.wt.js_ready(lab, REGIONS)
+
+        # -- split brain heal
+        t0 = time.monotonic()
+        lab.partition(["west"], ["central", "east"])
+        say("  " + await vf.publish_all(lab, REGIONS, "split", n, book))
+        await asyncio.sleep(max(0.0, args.hold - (time.monotonic() - t0)))
+        t0 = time.monotonic()
+        lab.heal()
+        took, counts, total = await vf.converge(lab, args.deadline)
+        res["split_s"] = None if took is None else time.monotonic() - t0
+        say(f"  split brain: every read stream at {total} "
+            + (f"{res['split_s']:.2f}s after the heal" if took is not None else f"NOT within {args.deadline}s: {counts}"))
+        res["exactly_once"] = await vf.check_all(lab, book)
+    finally:
+        lab.close()
+        shutil.rmtree(d, ignore_errors=True)
+    res["wall_s"] = time.monotonic() - t_all
+    return res
+
+
+def fmt(v: float | None, unit: str = "") -> str:
+    return "-" if v is None else f"{v:.2f}{unit}"
+
+
+def table(runs: dict[str, list[dict]]) -> str:
+    def med(kind: str, key: str) -> float | None:
+        xs = [r.get(key) for r in runs.get(kind, [])]
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    rows = [("converge after a region restart (s)", "restart_s"), ("converge after a split-brain heal (s)", "split_s"),
+            ("local R3 write stream publish p50 (ms)", "local_p50_ms"),
+            ("local R3 write stream publish p99 (ms)", "local_p99_ms"),
+            ("plain R3 stream in west publish p50 (ms)", "plain_p50_ms"),
+            ("plain R3 stream in west publish p99 (ms)", "plain_p99_ms"),
+            ("stretch-cluster R3 publish p50 (ms)", "stretch_p50_ms"),
+            ("stretch-cluster R3 publish p99 (ms)", "stretch_p99_ms")]
+    out = ["| 3 regions x 3 servers + stretch cluster | Go nats-server | Rillet | Rillet/Go |", "|---|---:|---:|---:|"]
+    for label, key in rows:
+        g, r = med("go", key), med("rillet", key)
+        ratio = f"{r / g:.1f}x" if g and r else "-"
+        out.append(f"| {label} | {fmt(g)} | {fmt(r)} | {ratio} |")
+    return "\n".join(out)
+
+
+async def amain(args: argparse.Namespace) -> int:
+    kinds = [k for k in args.kinds.split(",") if k]
+    if "go" in kinds and shutil.which("nats-server") is None:
+        say("nats-server is not on PATH")
+        return 2
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    ok = True
+    for _ in range(args.runs):
+        for kind in kinds:
+            args.deadline = args.deadline_go if kind == "go" else args.deadline_rillet
+            r = await run_kind(kind, args)
+            ok &= bool(r.get("exactly_once")) and r.get("restart_s") is not None and r.get("split_s") is not None
+            runs[kind].append(r)
+    print(table(runs))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "runs": runs}, f, indent=1)
+    return 0 if ok else 1
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kinds", default="go,rillet")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--msgs", type=int, default=1000, help="publishes per latency case")
+    ap.add_argument("--converge-msgs", type=int, default=200, help="messages per region in the outages")
+    ap.add_argument("--hold", type=float, default=15.0, help="seconds each outage lasts at least")
+    ap.add_argument("--deadline-rillet", type=float, default=60.0)
+    ap.add_argument("--deadline-go", type=float, default=180.0)
+    ap.add_argument("--json", default="")
+    sys.exit(asyncio.run(amain(ap.parse_args(argv))))
+
+
+if __name__ == "__main__":
+    main()
