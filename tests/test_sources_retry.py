@@ -113,14 +113,14 @@ async def converge(js, names: list[str], want: list[bytes], timeout: float) -> f
 
 
 @contextlib.asynccontextmanager
-async def hub_and_leaf(tmp_path, hub_port: int = -1):
+async def hub_and_leaf(tmp_path, hub_port: int = -1, reconnect: str = "0.2s"):
     hub_conf = (f'jetstream {{ store_dir: "{tmp_path}/hub", domain: hub }}\n'
                 f'leafnodes {{ listen: "127.0.0.1:{hub_port}" }}')
     async with run_server(_opts(hub_conf, "hub"), log=Logger(out=io.StringIO())) as hub:
         proxy = Partition(hub.leafnodes.addr[1])
         pport = await proxy.start()
         leaf_conf = (f'jetstream {{ store_dir: "{tmp_path}/leaf", domain: leaf }}\n'
-                     f'leafnodes {{ reconnect: "0.2s"\n remotes [ {{ url: "nats://127.0.0.1:{pport}"\n'
+                     f'leafnodes {{ reconnect: "{reconnect}"\n remotes [ {{ url: "nats://127.0.0.1:{pport}"\n'
                      f'  ignore_discovered_servers: true }} ] }}')
         async with run_server(_opts(leaf_conf, "leaf"), log=Logger(out=io.StringIO())) as leaf:
             try:
