@@ -311,8 +311,9 @@ async def test_restore_r1_elsewhere_and_stalled_restore(cl):
     config = resp["config"]
     await js.delete_stream("ONE")
     await until(lambda: not any(reps(servers, "ONE")), what="the stream gone")
-    # as R3 this time: the configured replicas count
+    # as an R3 memory stream this time: the configured replicas and storage count (a file stream's archive)
     config["num_replicas"] = 3
+    config["storage"] = "memory"
     config["name"] = "TWO"
     config["subjects"] = ["two.>"]
     fin = await restore(nc, "TWO", config, resp["state"], chunks)

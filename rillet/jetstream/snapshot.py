@@ -265,24 +265,27 @@ def _safe_members(tar: tarfile.TarFile) -> None:
 
 
 def load_into(store: Any, cfg: Any, data: bytes) -> None:
-    """Load a STREAM.SNAPSHOT archive into the empty live ``store`` of stream config ``cfg``: the memory
-    form (the store's own snapshot) with ``restore_into``; the file form (a tar of the stream's
-    directory) by opening its ``store/`` in a temporary directory and copying every message at its
-    sequence, with the skipped sequences before, between (deleted) and after (the last sequence)."""
+    """Load a STREAM.SNAPSHOT archive into the empty live ``store`` of stream config ``cfg``, whatever the
+    storage it was taken from: the store's own snapshot form (a memory stream's) with ``restore_into``; a
+    tar of a file stream's directory by opening its ``store/`` in a temporary directory and copying every
+    message at its sequence, with the skipped sequences before, between (deleted) and after (the last)."""
     import tempfile
     from rillet.jetstream.store.base import ErrStoreCorrupt, StoreConfig
     from rillet.jetstream.store.filestore import FileStore, restore_into
-    if cfg.storage == "memory":
-        restore_into(store, [data])
-        return
     tmp = tempfile.mkdtemp(prefix="rillet-restore-")
     try:
         try:
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
                 _safe_members(tar)
-                tar.extractall(tmp)  # (members checked above)
+                if not any(n == "store" or n.startswith("store/") for n in tar.getnames()):
+                    tar = None  # the store's own snapshot form (a memory stream's archive)
+                else:
+                    tar.extractall(tmp)  # (members checked above)
         except tarfile.TarError as e:
             raise ApiError.make("STREAM_RESTORE", err=f"invalid snapshot archive: {e}") from None
+        if tar is None:
+            restore_into(store, [data])
+            return
         sdir = os.path.join(tmp, "store")
         if not os.path.isdir(sdir):
             raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive: no store")
