@@ -82,7 +82,8 @@ JSON_LIMIT = 1024
 LIST_LIMIT = 256
 LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are answered 503 (nats-server: 10 s)
 FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
-FOUND_SETTLE_GATEWAYS = 1.0  # the same in a super-cluster (statsz crossing gateways come later)
+CAMPAIGN_AFTER = 0.1  # seconds between founding the meta group and the first member's campaign
+FOUND_SETTLE_GATEWAYS = 0.5  # the same in a super-cluster (statsz crossing gateways come later)
 COMPACT_EVERY = 1024  # meta entries between snapshots
 CONFIG_WAIT = 3.0  # seconds an update's answer waits for the stream leader to apply the new config
 ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
@@ -292,7 +293,9 @@ class JetStreamCluster:
         await g.start()
         self._replay_through = g.node.commit
         if g.peers and min(g.peers) == self.peer:
-            g.campaign_soon()  # (every member knows the same set: one of them stands at once, no split votes)
+            # (every member knows the same set: one of them stands soon, no split votes; after a moment, so
+            # that the others, which found within a few ms of us, have joined the group and can vote)
+            self.loop.call_later(CAMPAIGN_AFTER if peers else 0.0, g.campaign_soon)
         self.leader_seen_at = self.loop.time()
 
     async def stop(self) -> None:
