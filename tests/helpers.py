@@ -33,9 +33,8 @@ DEFAULT_CONNECT: dict[str, Any] = {"verbose": False, "pedantic": False, "protoco
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    from rillet.server.server import free_port as _free
+    return _free(host)
 
 
 # ---------------------------------------------------------------------------------------------------

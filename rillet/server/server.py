@@ -755,7 +755,28 @@ def _unlink(path: str) -> None:
         pass
 
 
+_issued_ports: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now, for a listener bound a little later (tests, embedded clusters).
+
+    Chosen below the kernel's ephemeral range (32768+ on Linux): a port taken from that range with
+    ``bind(0)`` can be handed to an outgoing connection (a route or gateway dialling out) before its
+    listener binds it ("address already in use"). Ports handed out by this process are not handed out again.
+    """
+    import random
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        if port in _issued_ports:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _issued_ports.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
