@@ -21,6 +21,7 @@ import urllib.request
 
 import nats
 import pytest
+from nats.js.api import Placement, StreamConfig
 
 from rillet.config.options import JetStreamOptions, User
 from rillet.jetstream.cluster.peers import peer_id
@@ -152,6 +153,19 @@ async def test_streams_placed_and_used_from_both_clusters(sc):
         late = await nb.subscribe("dlv.later")
         seen = [(await late.next_msg(3)).subject for _ in range(5)]
         assert seen == [f"ina.{i}" for i in range(5)]
+        # a KV bucket in cluster A used from cluster B (direct gets, a watcher: an ordered consumer with
+        # flow control and heartbeats over the gateway)
+        await jsb.add_stream(StreamConfig(name="KV_geo", subjects=["$KV.geo.>"], allow_direct=True,
+                                          allow_rollup_hdrs=True, deny_delete=True, discard="new",
+                                          max_msgs_per_subject=5, num_replicas=2, placement=Placement(cluster="A")))
+        kv = await jsb.key_value("geo")
+        assert await kv.put("k", b"v1") == 1
+        assert (await kv.get("k")).value == b"v1"
+        w = await kv.watchall()
+        assert (await w.updates(timeout=3)).value == b"v1" and await w.updates(timeout=3) is None
+        await (await na.jetstream().key_value("geo")).put("k", b"v2")
+        assert (await w.updates(timeout=3)).value == b"v2"
+        await w.stop()
         # a message get and a delete, answered by the stream leader in the other cluster
         r = await _api(nb, "$JS.API.STREAM.MSG.GET.INA", {"seq": 3})
         assert r["message"]["subject"] == "ina.2"
@@ -304,6 +318,31 @@ async def test_a_cluster_started_later_joins_the_running_meta_group(tmp_path):
     finally:
         for s in reversed(started):
             await s.shutdown()
+
+
+def test_js_ack_deliver_index():
+    """The '@' of a JetStream delivery's reply over a gateway: only one after the ack's eighth dot counts."""
+    from rillet.cluster.gateway import js_ack_deliver_idx
+    r = b"$JS.ACK.S.C.1.2.3.4.0"
+    assert js_ack_deliver_idx(r) == -1
+    assert js_ack_deliver_idx(r + b"@orders.1") == len(r)
+    odd = b"$JS.ACK.S@x.C@y.1.2.3.4.0"  # (stream and consumer names may hold '@')
+    assert js_ack_deliver_idx(odd) == -1 and js_ack_deliver_idx(odd + b"@a@b") == len(odd)
+    assert js_ack_deliver_idx(b"_INBOX.x@y") == -1 and js_ack_deliver_idx(b"$JS.ACK.S.C@z") == -1
+
+
+def test_registry_tells_rillet_and_go_jetstream_servers_of_other_clusters():
+    from rillet.jetstream.cluster.peers import PeerRegistry
+    reg = PeerRegistry("A-0", "IDA0")
+    js = {"config": {"max_memory": 1, "max_storage": 1}, "stats": {}}
+    rillet = reg.statsz({"server": {"name": "B-0", "id": "IDB0", "cluster": "B", "jetstream": True, "flags": 0},
+                         "statsz": {"jetstream": js}})
+    go = reg.statsz({"server": {"name": "g", "id": "IDG", "cluster": "C", "jetstream": True, "flags": 3},
+                     "statsz": {"jetstream": js}})
+    plain = reg.statsz({"server": {"name": "n", "id": "IDN", "cluster": "B", "flags": 0}})
+    assert rillet.rillet_js and not rillet.cap_js and rillet.selectable
+    assert go.cap_js and not go.rillet_js and go.binary_snapshots
+    assert not plain.js and not plain.rillet_js
 
 
 # ==== a stretch cluster: one cluster, servers tagged by region ===========================================
