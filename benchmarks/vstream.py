@@ -75,6 +75,22 @@ say = vf.say
 STRETCH = tuple(("stretch", r, (f"region:{r}",)) for r in REGIONS)
 
 
+def cpu_seconds(lab) -> float:
+    """User + system CPU seconds of every running server (``ip netns exec`` execs the server: same pid)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for srv in lab.servers:
+        if srv.proc is None or srv.proc.poll() is not None:
+            continue
+        try:
+            with open(f"/proc/{srv.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -117,16 +133,25 @@ async def run_kind(kind: str, args: argparse.Namespace) -> dict:
 
         # -- latency: local R3 write stream vs the stretch R3 stream
         wnc = await nats.connect(lab.cluster_urls("west", "west"), dont_randomize=True, error_cb=vf.wt._quiet)
+        cpu = {}
+        c0 = cpu_seconds(lab)
         local = await latencies(wnc, "foo.lat", args.msgs, vf.write_name(vf.NAME, "west"))
+        await vf.converge(lab, args.deadline)  # (the read streams' copies belong to the write's cost)
+        c1 = cpu_seconds(lab)
         plain = await latencies(wnc, "plain", args.msgs, "plain")
+        c2 = cpu_seconds(lab)
         stretch = await latencies(nc, "global", args.msgs, "global")
+        c3 = cpu_seconds(lab)
+        cpu = {"local": c1 - c0, "plain": c2 - c1, "stretch": c3 - c2}
         await wnc.close()
         await nc.close()
         for label, xs in (("local", local), ("plain", plain), ("stretch", stretch)):
+            res[f"{label}_cpu_ms_per_msg"] = cpu[label] * 1e3 / (len(xs) + 50)
             res[f"{label}_p50_ms"] = pct(xs, 0.50) * 1e3
             res[f"{label}_p99_ms"] = pct(xs, 0.99) * 1e3
             say(f"  {label} R3 publish: p50 {res[f'{label}_p50_ms']:.2f} ms, p99 {res[f'{label}_p99_ms']:.2f} ms"
-                f" ({len(xs)} msgs, mean {statistics.mean(xs) * 1e3:.2f} ms)")
+                f" ({len(xs)} msgs, mean {statistics.mean(xs) * 1e3:.2f} ms; servers' CPU "
+                f"{res[f'{label}_cpu_ms_per_msg']:.2f} ms per message)")
         took, _, total = await vf.converge(lab, args.deadline)
         say(f"  every read stream at {total} ({took})")
 
@@ -185,7 +210,9 @@ def table(runs: dict[str, list[dict]]) -> str:
             ("plain R3 stream in west publish p50 (ms)", "plain_p50_ms"),
             ("plain R3 stream in west publish p99 (ms)", "plain_p99_ms"),
             ("stretch-cluster R3 publish p50 (ms)", "stretch_p50_ms"),
-            ("stretch-cluster R3 publish p99 (ms)", "stretch_p99_ms")]
+            ("stretch-cluster R3 publish p99 (ms)", "stretch_p99_ms"),
+            ("servers' CPU per virtual-stream write (ms)", "local_cpu_ms_per_msg"),
+            ("servers' CPU per plain R3 write (ms)", "plain_cpu_ms_per_msg")]
     out = ["| 3 regions x 3 servers + stretch cluster | Go nats-server | Rillet | Rillet/Go |", "|---|---:|---:|---:|"]
     for label, key in rows:
         g, r = med("go", key), med("rillet", key)
