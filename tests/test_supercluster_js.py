@@ -31,7 +31,7 @@ from tests.helpers import free_port
 T = "io.nats.jetstream.api.v1."
 USERS = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]
 GO_SERVER = shutil.which("nats-server")
-UNKNOWN_CLUSTER = {"code": 400, "err_code": 10005, "description": "no suitable peers for placement"}
+NO_PEERS = {"code": 400, "err_code": 10005, "description": "no suitable peers for placement"}
 
 
 async def _until(cond, timeout: float = 10.0, what: str = "condition") -> None:
@@ -112,7 +112,7 @@ async def test_streams_placed_and_used_from_both_clusters(sc):
         assert r["cluster"]["name"] == "A" and r["cluster"]["leader"].startswith("A-"), r
         # a cluster nobody knows: nats-server's answer (compared with Go below)
         r = await _api(nb, "$JS.API.STREAM.CREATE.NOWHERE", {"name": "NOWHERE", "placement": {"cluster": "Z"}})
-        assert r == {"type": T + "stream_create_response", "error": UNKNOWN_CLUSTER}
+        assert r == {"type": T + "stream_create_response", "error": NO_PEERS}
         # publish from both sides, stream info from both sides
         jsa, jsb = na.jetstream(), nb.jetstream()
         for i in range(5):
@@ -320,6 +320,25 @@ async def test_a_cluster_started_later_joins_the_running_meta_group(tmp_path):
             await s.shutdown()
 
 
+async def test_three_one_server_clusters():
+    """Clusters of one server each (a cluster block with its own route only): one meta group of three; a
+    stream lives in one cluster, so R3 finds no peers (a stretch over clusters needs one cluster)."""
+    async with run_super_cluster(3, 1, jetstream=True, names=["west", "central", "east"]) as clusters:
+        every = [c[0] for c in clusters]
+        await wait_meta_leader(every, members=3)
+        nc = await nats.connect(clusters[1][0].client_url)
+        try:
+            r = await _api(nc, "$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["w"], "placement": {"cluster": "west"}})
+            assert r["cluster"]["name"] == "west" and r["cluster"]["leader"] == "west-0"
+            r = await _api(nc, "$JS.API.STREAM.CREATE.HERE", {"name": "HERE", "subjects": ["here"]})
+            assert r["cluster"]["leader"] == "central-0"
+            r = await _api(nc, "$JS.API.STREAM.CREATE.R3", {"name": "R3", "num_replicas": 3})
+            assert r == {"type": T + "stream_create_response", "error": NO_PEERS}
+            assert (await nc.jetstream().publish("w", b"x")).stream == "W"
+        finally:
+            await nc.close()
+
+
 def test_js_ack_deliver_index():
     """The '@' of a JetStream delivery's reply over a gateway: only one after the ack's eighth dot counts."""
     from rillet.cluster.gateway import js_ack_deliver_idx
@@ -462,7 +481,7 @@ async def test_go_super_cluster_gives_the_same_answers():
             except subprocess.TimeoutExpired:
                 p.kill()
         shutil.rmtree(store, ignore_errors=True)
-    assert go_unknown == {"type": T + "stream_create_response", "error": UNKNOWN_CLUSTER}
+    assert go_unknown == {"type": T + "stream_create_response", "error": NO_PEERS}
     assert go_ina["cluster"]["name"] == "A" and go_local["cluster"]["name"] == "B"
     async with run_super_cluster(2, 2, jetstream=True, system_account="SYS", users=USERS, http_port=-1) as (a, b):
         await wait_meta_leader(a + b)

@@ -170,7 +170,8 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
     name, i)`` more for one server (e.g. its ``tags``).
 
     ``jetstream=True``: a JetStream super-cluster, configured as a nats-server one usually is: every
-    server lists every route of its cluster (its own included) and every gateway URL of every other
+    server has a cluster block (also a cluster of one server), lists every route of its cluster (its own
+    included) and every gateway URL of every other
     cluster, so the meta group's founding size (routes + remote gateway URLs, nats-server's rule) is the
     number of servers of the super-cluster; stores under ``<store_dir>/<server name>`` (a temporary
     directory, removed afterwards, when not given). The block starts once the meta group (all servers of
@@ -187,8 +188,6 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
     names = list(names) if names else [chr(ord("A") + i) for i in range(clusters)]
     if len(names) != clusters or len(set(names)) != clusters:
         raise ValueError("names: one distinct name per cluster")
-    if jetstream and servers < 2:
-        raise ValueError("a JetStream super-cluster needs clusters of at least 2 servers (routes)")
     out: list[list[Server]] = []
     every: list[Server] = []
     tmp = None
