@@ -334,7 +334,22 @@ async def test_three_one_server_clusters():
             assert r["cluster"]["leader"] == "central-0"
             r = await _api(nc, "$JS.API.STREAM.CREATE.R3", {"name": "R3", "num_replicas": 3})
             assert r == {"type": T + "stream_create_response", "error": NO_PEERS}
-            assert (await nc.jetstream().publish("w", b"x")).stream == "W"
+            js = nc.jetstream()
+            for i in range(3):
+                assert (await js.publish("w", f"{i}".encode())).stream == "W"
+            # a mirror and a source in other clusters than their origin: fed over the gateways
+            r = await _api(nc, "$JS.API.STREAM.CREATE.MW", {"name": "MW", "mirror": {"name": "W"},
+                                                            "placement": {"cluster": "east"}})
+            assert r["cluster"]["leader"] == "east-0"
+            r = await _api(nc, "$JS.API.STREAM.CREATE.SW", {"name": "SW", "sources": [{"name": "W"}]})
+            assert r["cluster"]["leader"] == "central-0"
+            await js.publish("w", b"3")
+
+            async def copied() -> bool:
+                return [(await js.stream_info(n)).state.messages for n in ("MW", "SW")] == [4, 4]
+            await _until(copied, what="the mirror and the source to catch up")
+            m = await js.get_msg("MW", 4)
+            assert (m.subject, m.data) == ("w", b"3")
         finally:
             await nc.close()
 
