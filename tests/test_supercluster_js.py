@@ -354,6 +354,40 @@ async def test_three_one_server_clusters():
             await nc.close()
 
 
+async def test_mixed_mode_a_cluster_without_jetstream():
+    """Cluster C runs no JetStream (nats-server's mixed mode): the founding size (routes + remote gateway
+    URLs = 3) drops to the JetStream servers once every server's statsz told (asked with a statsz ping);
+    a client of C gets its stream placed in another cluster (the alternates); C answers no API request.
+    Periodic statsz of one-server clusters reach the others (gateway interest counts as interest)."""
+    async with run_super_cluster(3, 1, jetstream=["A", "B"]) as clusters:
+        (a0,), (b0,), (c0,) = clusters
+        assert c0.jetstream is None
+        await wait_meta_leader([a0, b0], members=2)
+        nc = await nats.connect(c0.client_url)
+        try:
+            got = []
+            inbox = nc.new_inbox()
+
+            async def collect(m):
+                got.append(m)
+            sub = await nc.subscribe(inbox, cb=collect)
+            await nc.publish("$JS.API.STREAM.CREATE.FROMC", json.dumps({"name": "FROMC", "subjects": ["c"]}).encode(),
+                             reply=inbox)
+            await _until(lambda: got, what="the create answer")
+            await asyncio.sleep(0.2)
+            assert len(got) == 1, [m.data for m in got]  # (one answer: the meta leader's)
+            r = json.loads(got[0].data)
+            assert r["cluster"]["name"] in ("A", "B"), r
+            assert (await nc.jetstream().publish("c", b"x")).stream == "FROMC"
+            await sub.unsubscribe()
+        finally:
+            await nc.close()
+        reg = b0.jetstream.cluster.registry
+        seen = reg._seen[a0.server_id].seq
+        a0.sysacc.publish_statsz()  # (the periodic one: sent only where someone listens)
+        await _until(lambda: reg._seen[a0.server_id].seq > seen, what="A's statsz in cluster B")
+
+
 def test_js_ack_deliver_index():
     """The '@' of a JetStream delivery's reply over a gateway: only one after the ack's eighth dot counts."""
     from rillet.cluster.gateway import js_ack_deliver_idx

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from rillet.server.logging import Logger
 from rillet.config.options import RANDOM_PORT, Options
@@ -152,7 +152,7 @@ async def wait_meta_leader(servers: list[Server], timeout: float = 10.0, members
 @contextlib.asynccontextmanager
 async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[str] | None = None,
                             log: Logger | None = None, timeout: float = 10.0, solicit_delay: float = 0.05,
-                            jetstream: bool = False, store_dir: str | None = None,
+                            jetstream: bool | Sequence[str] = False, store_dir: str | None = None,
                             server_fields: Callable[[str, int], dict] | None = None,
                             **fields: Any) -> AsyncIterator[list[list[Server]]]:
     """Run a super-cluster in this process: ``clusters`` clusters of ``servers`` servers each, joined by
@@ -161,9 +161,9 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
         async with run_super_cluster(2, 2) as (west, east):
             nc = await nats.connect(west[0].client_url)
 
-    Cluster names are ``names`` (default A, B, C, ...); server names ``<cluster>-<i>``. The servers of the
-    first cluster know no gateway; every other server is configured with the first cluster's gateway and
-    learns the others by gossip (implicit gateways), as nats-server does. The block starts once every
+    Cluster names are ``names`` (default A, B, C, ...); server names ``<cluster>-<i>``. Without JetStream,
+    the servers of the first cluster know no gateway; every other server is configured with the first
+    cluster's gateway and learns the others by gossip (implicit gateways), as nats-server does. The block starts once every
     server of every cluster has its routes (full mesh) and an outbound gateway to every other cluster.
     ``solicit_delay``: how long a server waits before dialling its configured gateways (nats-server waits
     1 s to let its cluster form). ``fields``: ``Options`` fields for every server; ``server_fields(cluster
@@ -175,7 +175,8 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
     cluster, so the meta group's founding size (routes + remote gateway URLs, nats-server's rule) is the
     number of servers of the super-cluster; stores under ``<store_dir>/<server name>`` (a temporary
     directory, removed afterwards, when not given). The block starts once the meta group (all servers of
-    all clusters) has a leader that every server knows.
+    all clusters) has a leader that every server knows. ``jetstream=["A", "B"]``: only the servers of those
+    clusters run JetStream (mixed mode: the others are configured the same way, without JetStream).
     """
     import os
     from dataclasses import replace
@@ -191,12 +192,15 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
     out: list[list[Server]] = []
     every: list[Server] = []
     tmp = None
-    if jetstream and store_dir is None:
+    js_clusters = set(names) if jetstream is True else set(jetstream or ())
+    if js_clusters - set(names):
+        raise ValueError(f"jetstream: no cluster named {sorted(js_clusters - set(names))}")
+    if js_clusters and store_dir is None:
         import tempfile
         store_dir = tmp = tempfile.mkdtemp(prefix="rillet-jssuper-")
     # (JetStream: every port chosen first, so that each server's config lists every route and gateway)
-    rports = {cn: [free_port() for _ in range(servers)] for cn in names} if jetstream else {}
-    gports = {cn: [free_port() for _ in range(servers)] for cn in names} if jetstream else {}
+    rports = {cn: [free_port() for _ in range(servers)] for cn in names} if js_clusters else {}
+    gports = {cn: [free_port() for _ in range(servers)] for cn in names} if js_clusters else {}
     try:
         first_gw = ""
         for ci, cname in enumerate(names):
@@ -210,9 +214,11 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
                 f.setdefault("port", RANDOM_PORT)
                 f["server_name"] = f"{cname}-{i}"
                 opts = Options(**f)
-                if jetstream:
-                    js = opts.jetstream if "jetstream" in f else JetStreamOptions()
-                    opts.jetstream = replace(js, enabled=True, store_dir=os.path.join(str(store_dir), f["server_name"]))
+                if js_clusters:
+                    if cname in js_clusters:
+                        js = opts.jetstream if "jetstream" in f else JetStreamOptions()
+                        opts.jetstream = replace(js, enabled=True,
+                                                 store_dir=os.path.join(str(store_dir), f["server_name"]))
                     opts.cluster = ClusterOptions(name=cname, host="127.0.0.1", port=rports[cname][i],
                                                   routes=[f"nats-route://127.0.0.1:{p}" for p in rports[cname]])
                     remotes = [RemoteGateway(o, [f"nats://127.0.0.1:{p}" for p in gports[o]])
@@ -253,8 +259,9 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
                 raise TimeoutError(f"the super-cluster did not form within {timeout}s: outbound gateways "
                                    f"{[len(s.gateway.out) for s in every]}")
             await asyncio.sleep(0.02)
-        if jetstream:
-            await wait_meta_leader(every, max(deadline - loop.time(), 0.0) + 5.0, members=len(every))
+        if js_clusters:
+            await wait_meta_leader(every, max(deadline - loop.time(), 0.0) + 5.0,
+                                   members=len(js_clusters) * servers)
         yield out
     finally:
         for srv in reversed(every):

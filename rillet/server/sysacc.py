@@ -177,12 +177,18 @@ class SystemAccount:
         return d
 
     def interest(self, subject: str) -> bool:
-        """Someone (other than the system client's own listeners, e.g. ``$SYS.SERVER.*.STATSZ``) listens."""
-        if self.account is None or self.client is None or not self.account.sublist.has_interest(subject):
+        """Someone (other than the system client's own listeners, e.g. ``$SYS.SERVER.*.STATSZ``) listens:
+        here, over a route, or in another cluster (gateway interest: the servers of a one-server cluster
+        have no route that would carry the other clusters' interest here)."""
+        if self.account is None or self.client is None:
             return False
-        own = self.client
-        r = self.account.sublist.match(subject)
-        return any(s.client is not own for s in r.psubs) or any(s.client is not own for g in r.qsubs for s in g)
+        if self.account.sublist.has_interest(subject):
+            own = self.client
+            r = self.account.sublist.match(subject)
+            if any(s.client is not own for s in r.psubs) or any(s.client is not own for g in r.qsubs for s in g):
+                return True
+        gw = getattr(self.server, "gateway", None)
+        return gw is not None and bool(gw.outo) and gw.has_interest(self.account, subject)
 
     def send(self, subject: str, obj: Any) -> None:
         if self.client is None:

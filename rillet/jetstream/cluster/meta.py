@@ -203,6 +203,7 @@ class JetStreamCluster:
         ic.subscribe("$JSC.SI", self._on_stream_info_req)
         ic.subscribe("$JSC.CI", self._on_consumer_info_req)
         ic.subscribe(f"$JSC.R.{self.peer}.*", self._on_reply)
+        ic.subscribe(f"$JSC.Z.{self.peer}", self._on_statsz_reply)
         for p in self.js_api_prefixes():
             ic.subscribe(f"{p}.META.LEADER.STEPDOWN", self._on_sys_api)
             ic.subscribe(f"{p}.SERVER.REMOVE", self._on_sys_api)
@@ -256,6 +257,16 @@ class JetStreamCluster:
                         self.log.warn(f"JetStream cluster: gateway host {host!r} not resolved: {e}")
         return n
 
+    def _founding_size(self, expected: int) -> int:
+        """The expected size, or fewer in mixed mode (nats-server's checkClusterSize): once as many servers
+        as expected are known and each has told in its statsz whether it runs JetStream, the servers
+        without JetStream are not waited for (they never vote)."""
+        others = [ni for ni in self.registry.nodes.values()
+                  if ni.id != self.server.server_id and ni.name != self.server.name and not ni.offline]
+        if len(others) + 1 < expected or not all(ni.statsz_seen for ni in others):
+            return expected
+        return min(expected, 1 + sum(1 for ni in others if ni.js))
+
     def _gateways_up(self) -> bool:
         """Every remote cluster this server knows of has its outbound gateway registered."""
         gw = getattr(self.server, "gateway", None)
@@ -271,12 +282,16 @@ class JetStreamCluster:
         while self.running and not self.isolated:
             n = len(self.rillet_js) + 1
             if gw is not None and loop.time() - sent_at >= 0.25:
-                # (our statsz to the other clusters, as their gateways come up: they learn us from it)
+                # (our statsz to the other clusters, as their gateways come up: they learn us from it; and
+                # theirs asked for, as nats-server pings for statsz: servers without JetStream too, which
+                # the founding size does not wait for once known, see _founding_size)
                 sent_at = loop.time()
                 self._send_statsz()
+                if self._ic is not None:
+                    self._ic.publish(b"$SYS.REQ.SERVER.PING.STATSZ", f"$JSC.Z.{self.peer}".encode(), b"")
             if n != last_count:
                 last_count, since = n, loop.time()
-            elif n >= expected and loop.time() - since >= settle and self._gateways_up():
+            elif n >= self._founding_size(expected) and loop.time() - since >= settle and self._gateways_up():
                 break
             await asyncio.sleep(0.05)
         if not self.running or self.isolated:
@@ -352,6 +367,11 @@ class JetStreamCluster:
             self.rillet_routes.pop(rid, None)
             self.rillet_js.pop(rid, None)
             self.registry.server_gone(rid)
+
+    def _on_statsz_reply(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                         msg: bytes) -> None:
+        """A server's answer to our statsz ping (while founding): into the registry like its STATSZ event."""
+        self.registry.statsz(bytes(msg[hdr:] if hdr > 0 else msg))
 
     def _gateway_event(self, direction: str, name: str) -> None:
         """A gateway connection to or from another cluster registered: our statsz to that cluster (once its

@@ -89,6 +89,7 @@ class NodeInfo:
     binary_snapshots: bool = False
     account_nrg: bool = False
     cap_js: bool = False  # the statsz capability flag for JetStream (bit 1): Go servers set it, Rillet never does
+    statsz_seen: bool = False  # the entry comes from a statsz (``js`` is known), not only from a route
 
     @property
     def peer(self) -> str:
@@ -254,7 +255,8 @@ class PeerRegistry:
                       version=str(si.get("ver") or ""), tags=_tags(si.get("tags")),
                       js=bool(flags & FLAG_JETSTREAM) or bool(si.get("jetstream")), offline=False, cfg=cfg,
                       stats=stats, binary_snapshots=bool(flags & FLAG_BINARY_SNAPSHOT),
-                      account_nrg=bool(flags & FLAG_ACCOUNT_NRG), cap_js=bool(flags & FLAG_JETSTREAM))
+                      account_nrg=bool(flags & FLAG_ACCOUNT_NRG), cap_js=bool(flags & FLAG_JETSTREAM),
+                      statsz_seen=True)
         self._store(peer_id(name), ni)
         return ni
 
