@@ -388,6 +388,38 @@ async def test_mixed_mode_a_cluster_without_jetstream():
         await _until(lambda: reg._seen[a0.server_id].seq > seen, what="A's statsz in cluster B")
 
 
+async def test_mixed_mode_in_one_cluster(tmp_path):
+    """Three servers listing each other's routes, one without JetStream: the two JetStream servers found
+    the meta group without waiting for the third (it told, in its statsz, that it has no JetStream)."""
+    import io
+
+    from rillet.config.options import ClusterOptions, Options
+    from rillet.server.logging import Logger
+    from rillet.server.server import Server
+    rp = [free_port() for _ in range(3)]
+    servers = []
+    for i in range(3):
+        o = Options(host="127.0.0.1", port=-1, server_name=f"m{i}")
+        if i < 2:
+            o.jetstream = JetStreamOptions(enabled=True, store_dir=str(tmp_path / f"m{i}"))
+        o.cluster = ClusterOptions(name="M", host="127.0.0.1", port=rp[i],
+                                   routes=[f"nats-route://127.0.0.1:{p}" for p in rp])
+        servers.append(Server(o, Logger(out=io.StringIO())))
+    try:
+        for s in servers:
+            await s.start()
+        await wait_meta_leader(servers[:2], 5, members=2)
+        nc = await nats.connect(servers[2].client_url)
+        try:
+            r = await _api(nc, "$JS.API.STREAM.CREATE.X", {"name": "X", "num_replicas": 2})
+            assert {r["cluster"]["leader"]} | {x["name"] for x in r["cluster"]["replicas"]} == {"m0", "m1"}
+        finally:
+            await nc.close()
+    finally:
+        for s in reversed(servers):
+            await s.shutdown()
+
+
 def test_js_ack_deliver_index():
     """The '@' of a JetStream delivery's reply over a gateway: only one after the ack's eighth dot counts."""
     from rillet.cluster.gateway import js_ack_deliver_idx

@@ -281,12 +281,13 @@ class JetStreamCluster:
         sent_at = -1e9
         while self.running and not self.isolated:
             n = len(self.rillet_js) + 1
-            if gw is not None and loop.time() - sent_at >= 0.25:
+            if loop.time() - sent_at >= 0.25 and (gw is not None or n < expected):
                 # (our statsz to the other clusters, as their gateways come up: they learn us from it; and
                 # theirs asked for, as nats-server pings for statsz: servers without JetStream too, which
                 # the founding size does not wait for once known, see _founding_size)
                 sent_at = loop.time()
-                self._send_statsz()
+                if gw is not None:
+                    self._send_statsz()
                 if self._ic is not None:
                     self._ic.publish(b"$SYS.REQ.SERVER.PING.STATSZ", f"$JSC.Z.{self.peer}".encode(), b"")
             if n != last_count:
