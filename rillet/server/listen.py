@@ -27,7 +27,10 @@ def _set_v6only(sock: socket.socket, on: bool) -> None:
 
 
 def _bound(family: int, addr: tuple, backlog: int, v6only: bool | None = None) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # (proto IPPROTO_TCP, not 0: the accepted sockets inherit it, and asyncio sets TCP_NODELAY only on a
+    # socket whose proto says TCP; with Nagle on, a small write after another waits for the peer's delayed
+    # ACK, ~40 ms on Linux; Go, and so nats-server, turns Nagle off on every TCP connection)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6 and v6only is not None:

@@ -65,6 +65,8 @@ from rillet.raft.wal import WAL, MemWAL
 TICK = 0.05  # seconds between ticks
 ELECTION_TICKS = 20  # election timeout: 1 s, randomised by the node to 1-2 s
 HEARTBEAT_TICKS = 3  # heartbeats every 150 ms
+CAMPAIGN_RETRY = 0.02  # seconds before a new group's first campaign is repeated when no leader came of it
+CAMPAIGN_RETRY_MAX = 0.5  # (doubled each time up to this; then the node's own election timeout)
 HARD_STATE_EVERY = 1.0  # seconds: how often a changed commit index is saved when nothing else forces it
 # A group control message (not a RAFT message) starts with 0xC1, a byte MessagePack never uses:
 CONTROL = b"\xc1"
@@ -165,6 +167,8 @@ class RaftGroup:
         self.snapshots_taken = 0
         self.snapshots_installed = 0
         self._stepdowns_seen: dict[bytes, float] = {}  # stepdown request reply -> when a member noted it
+        self._leader_waiters: list[tuple[float, Callable[[], None]]] = []  # (deadline, callback): when_leader
+        self._handover: Optional[tuple[float, Callable[[], None]]] = None  # (deadline, callback): after_handover
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -378,17 +382,63 @@ class RaftGroup:
             raise NotLeader() from None
         self._schedule()
 
+    def after_handover(self, cb: Callable[[], None], within: float) -> None:
+        """After ``stepdown``: call ``cb`` once another member leads and has committed the first entry of its
+        term (it has announced its leadership and taken over the group's subscriptions), or after
+        ``within`` seconds whatever happened."""
+        if self._handover is not None:
+            prev = self._handover[1]
+            self._handover = None
+            prev()
+        self._handover = (self.loop.time() + within, cb)
+        self.loop.call_later(within, self._check_handover)
+
+    def _check_handover(self) -> None:
+        h = self._handover
+        if h is None:
+            return
+        n = self.node
+        done = (not self.running or self.loop.time() >= h[0]
+                or (n.role == FOLLOWER and n.leader not in (None, self.id) and n.term_at(n.commit) == n.term))
+        if done:
+            self._handover = None
+            try:
+                h[1]()
+            except Exception as e:
+                self.log.error(f"RAFT group {self.name!r}: handover callback failed: {e!r}")
+
     def campaign_soon(self) -> None:
         """Start an election now instead of after a full election timeout (a new group's preferred
-        peer, a group of one): the node is ticked up to its timeout."""
+        peer, a group of one): the node is ticked up to its timeout. The other members of a new group
+        join it when they apply its assignment, a few milliseconds after this one may have asked for
+        votes (a vote request for a group a server has not joined yet is dropped): while no leader is
+        known, the campaign is repeated after CAMPAIGN_RETRY seconds, doubled each time (as nats-server's
+        short campaign timeout for a new group's preferred peer), instead of waiting for a full
+        election timeout. Only time is hurried: every election rule of the node holds."""
         n = self.node
         if n is None or n.role != FOLLOWER or self.id not in n.voters:
             return
-        for _ in range(2 * self.election_ticks):
-            if n.role != FOLLOWER:
-                break
+        self._tick_to_campaign()
+        if len(n.voters) > 1 and n.leader is None:
+            self.loop.call_later(CAMPAIGN_RETRY, self._campaign_again, CAMPAIGN_RETRY)
+
+    def _tick_to_campaign(self) -> None:
+        n = self.node
+        for _ in range(2 * self.election_ticks + 1):
             n.tick()
+            if n.role not in (FOLLOWER, PRE_CANDIDATE) or n.election_elapsed == 0:
+                break  # (a campaign started: the node's election timer was reset)
         self._schedule()
+
+    def _campaign_again(self, delay: float) -> None:
+        n = self.node
+        if (not self.running or n is None or n.leader is not None or self.id not in n.voters
+                or n.role not in (FOLLOWER, PRE_CANDIDATE)):
+            return  # (a leader is known, or a real vote is under way)
+        self._tick_to_campaign()
+        delay *= 2
+        if delay <= CAMPAIGN_RETRY_MAX:
+            self.loop.call_later(delay, self._campaign_again, delay)
 
     def add_peer(self, peer: str) -> None:
         self._conf_change(ADD, peer)
@@ -460,6 +510,8 @@ class RaftGroup:
                         self._apply_one(e[0], e[3])
                 n.advance(rd)
                 self._maybe_announce()
+                if self._handover is not None:
+                    self._check_handover()
         finally:
             self._processing = False
         if self._want_compact:
@@ -526,6 +578,8 @@ class RaftGroup:
         n = self.node
         if n.leader is not None:
             self.ever_had_leader = True
+            if n.leader != self.id:
+                self._leader_waiters.clear()  # (another member leads: this one will not answer them)
         if n.role == LEADER:
             if not self.leader_since_ns:
                 self.leader_since_ns = time.time_ns()
@@ -542,6 +596,28 @@ class RaftGroup:
             self._announced = True
             if self.on_leader_change is not None:
                 self.on_leader_change(True)
+            if self._leader_waiters:
+                waiters, self._leader_waiters = self._leader_waiters, []
+                now = self.loop.time()
+                for deadline, cb in waiters:
+                    if now <= deadline and self._announced:
+                        try:
+                            cb()
+                        except Exception as e:
+                            self.log.error(f"RAFT group {self.name!r}: leader waiter failed: {e!r}")
+
+    def when_leader(self, cb: Callable[[], None], within: float) -> bool:
+        """Call ``cb`` once this node leads (announced as ``on_leader_change(True)``), if that happens within
+        ``within`` seconds and no other leader is known first (also before the group has started). False
+        (and nothing registered) when a leader is already known or the group stopped: no need to wait."""
+        n = self.node
+        if self.stopped or self._announced or (n is not None and (n.leader not in (None, self.id)
+                                                                  or self.id not in n.voters)):
+            return False
+        now = asyncio.get_running_loop().time()  # (the group may not have started yet)
+        self._leader_waiters = [w for w in self._leader_waiters if w[0] >= now]
+        self._leader_waiters.append((now + within, cb))
+        return True
 
     # ---- state ----------------------------------------------------------------------------------------
 

@@ -88,6 +88,8 @@ COMPACT_EVERY = 1024  # meta entries between snapshots
 CONFIG_WAIT = 3.0  # seconds an update's answer waits for the stream leader to apply the new config
 ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
 INFO_TIMEOUT = 0.5  # one $JSC.SI / $JSC.CI request
+INFO_FIRST_TIMEOUT = 0.1  # the first ask of a create's answer (a member of a group electing answers once it
+# wins); doubled up to INFO_TIMEOUT while unanswered
 RECONCILE_EVERY = 2.0  # seconds between looks for groups short of replicas (meta leader)
 DROP_AFTER = 0.5  # seconds between a server's PEER_REMOVE entry and its removal from the voters
 SWEEP_EVERY = 5.0  # seconds between looks for servers not heard from (meta timer)
@@ -908,12 +910,22 @@ class JetStreamCluster:
             return
         try:
             q = json.loads(msg[hdr:] if hdr > 0 else msg)
-            info = self._leader_stream_info(q["account"], q["stream"])
+            acc, name = q["account"], q["stream"]
+            info = self._leader_stream_info(acc, name)
         except (ValueError, KeyError, TypeError) as e:
             self.log.warn(f"JetStream cluster: bad stream info request: {e}")
             return
         if info is not None:
             self._ic.publish(reply, None, gojson.go_json(info))
+            return
+        reply = bytes(reply)
+
+        def elected() -> None:  # (this server won the group's first election: answer now)
+            i = self._leader_stream_info(acc, name)
+            if i is not None:
+                self._ic.publish(reply, None, gojson.go_json(i))
+                self.server.schedule_flush()  # (not in a read cycle: nothing else flushes it)
+        self.streams.when_leader(acc, name, "", elected, INFO_TIMEOUT)
 
     def _on_consumer_info_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
                               msg: bytes) -> None:
@@ -921,12 +933,23 @@ class JetStreamCluster:
             return
         try:
             q = json.loads(msg[hdr:] if hdr > 0 else msg)
-            info = self._leader_consumer_info(q["account"], q["stream"], q["consumer"])
+            acc, stream, name = q["account"], q["stream"], q["consumer"]
+            info = self._leader_consumer_info(acc, stream, name)
         except (ValueError, KeyError, TypeError) as e:
             self.log.warn(f"JetStream cluster: bad consumer info request: {e}")
             return
         if info is not None:
             self._ic.publish(reply, None, gojson.go_json(info))
+            return
+        reply = bytes(reply)
+
+        def elected() -> None:
+            i = self._leader_consumer_info(acc, stream, name)
+            if i is not None:
+                self._ic.publish(reply, None, gojson.go_json(i))
+                self.server.schedule_flush()  # (not in a read cycle: nothing else flushes it)
+        if name:
+            self.streams.when_leader(acc, stream, name, elected, INFO_TIMEOUT)
 
     def _on_reply(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         f = self._replies.pop(subject.decode(), None)
@@ -941,6 +964,7 @@ class JetStreamCluster:
         f = self.loop.create_future()
         self._replies[inbox] = f
         self._ic.publish(subject.encode(), inbox.encode(), json.dumps(q).encode())
+        self.server.schedule_flush()  # (asked from a task: out now, not with the next read cycle)
         try:
             return await asyncio.wait_for(f, timeout)
         except asyncio.TimeoutError:
@@ -968,7 +992,7 @@ class JetStreamCluster:
 
     def _answer_later(self, router: Any, reply: bytes | None, typ: str, get: Callable[[], Any],
                       extra: Optional[dict] = None, config: Optional[dict] = None) -> None:
-        """Answer with the info ``get()`` (a coroutine) gives, retried until the group has a leader (and,
+        """Answer with the info ``get(timeout)`` (a coroutine) gives, retried until the group has a leader (and,
         with ``config``, until the leader has applied that config, for CONFIG_WAIT seconds at most)."""
         if not reply:
             return
@@ -977,8 +1001,9 @@ class JetStreamCluster:
         async def run() -> None:
             deadline = self.loop.time() + ANSWER_WITHIN
             cfg_deadline = self.loop.time() + CONFIG_WAIT
+            timeout = INFO_FIRST_TIMEOUT  # (a new group elects within tens of ms: ask often at first)
             while self.running:
-                info = await get()
+                info = await get(timeout)
                 if info is not None and want is not None and self.loop.time() < cfg_deadline:
                     got = {k: v for k, v in (info.get("config") or {}).items() if k != "metadata"}
                     if got != want:
@@ -989,7 +1014,8 @@ class JetStreamCluster:
                     return
                 if self.loop.time() > deadline:
                     break
-                await asyncio.sleep(0.05)
+                timeout = min(2 * timeout, INFO_TIMEOUT)
+                await asyncio.sleep(0.01)
             self.log.warn(f"JetStream cluster: no leader gave its info within {ANSWER_WITHIN:g}s: "
                           f"{typ} not answered")
         self.loop.create_task(run())
@@ -1191,7 +1217,7 @@ class JetStreamCluster:
                                          clustered=True,
                                          existing=_stream_cfg(existing.config) if existing is not None else None)
         if existing is not None:
-            self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name))
+            self._answer_later(router, reply, typ, lambda t: self.stream_info(acc, name, t))
             return
         key = (acc, cfg.name)
         d = _cfg_dict(cfg)
@@ -1199,7 +1225,7 @@ class JetStreamCluster:
         if inflight is not None:  # a create of this name still on its way through the log
             if inflight[0] != d:
                 raise ApiError.make("STREAM_NAME_EXIST")
-            inflight[1].append(lambda: self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name)))
+            inflight[1].append(lambda: self._answer_later(router, reply, typ, lambda t: self.stream_info(acc, name, t)))
             return
         router._check_supported(cfg)
         lim = jsa.limits
@@ -1220,7 +1246,7 @@ class JetStreamCluster:
             later = (self._inflight.pop(key, None) or (None, []))[1]
             if err is not None:
                 return  # (leadership lost: not committed here; the client retries)
-            self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name), {"did_create": True})
+            self._answer_later(router, reply, typ, lambda t: self.stream_info(acc, name, t), {"did_create": True})
             for fn in later:
                 fn()
         try:
@@ -1252,7 +1278,7 @@ class JetStreamCluster:
 
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:
-                self._answer_later(router, reply, typ, lambda: self.stream_info(acc, name), config=d)
+                self._answer_later(router, reply, typ, lambda t: self.stream_info(acc, name, t), config=d)
         self._propose(A.encode_update_stream(nsa), done)
 
     def _all_offline(self, peers: list[str]) -> bool:
@@ -1463,7 +1489,7 @@ class JetStreamCluster:
             account_limits=acc_lim, clustered=True,
             deliver_subject_in_use=lambda subj: jsa.account.sublist.has_interest(subj))
         if existing is not None and C.configs_equal(_consumer_cfg(existing.config), cfg):
-            self._answer_later(router, reply, typ, lambda: self.consumer_info(acc, stream_name, name))
+            self._answer_later(router, reply, typ, lambda t: self.consumer_info(acc, stream_name, name, t))
             return
         if not name:
             from rillet.jetstream.consumer import new_consumer_name
@@ -1485,7 +1511,7 @@ class JetStreamCluster:
 
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:
-                self._answer_later(router, reply, typ, lambda: self.consumer_info(acc, stream_name, name))
+                self._answer_later(router, reply, typ, lambda t: self.consumer_info(acc, stream_name, name, t))
         self._propose(A.encode_assign_consumer(ca), done)
 
     def _api_consumer_delete(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,

@@ -405,7 +405,9 @@ class StreamReplica:
                 self.cs.reconcile_soon()
             cr.update(ca)
             return
-        self.creps[ca.name] = ConsumerReplica(self, ca)
+        self.creps[ca.name] = cr = ConsumerReplica(self, ca)
+        if self.cs._early_waiters:
+            self.cs._take_early_waiters((self.jsa.account.name, self.name, ca.name), cr.group)
 
     async def remove_consumer(self, name: str, delete: bool = True) -> None:
         cr = self.creps.pop(name, None)
@@ -705,6 +707,8 @@ class ClusteredStreams:
         self._timer: asyncio.TimerHandle | None = None
         self._soon = False
         self.running = True
+        # (account, stream, consumer or "") -> [(deadline, callback)]: when_leader asks that came first
+        self._early_waiters: dict[tuple[str, str, str], list[tuple[float, Any]]] = {}
         gates = getattr(js, "api_gates", None)
         if gates is None:
             gates = js.api_gates = []
@@ -759,6 +763,8 @@ class ClusteredStreams:
         if rep is None:
             rep = StreamReplica(self, sa, self._jsa(sa.account))
             self.replicas[key] = rep
+            if self._early_waiters:
+                self._take_early_waiters((key[0], key[1], ""), rep.group)
             if sa.restore is not None and sa.reply and (sa.group.preferred or sa.group.peers[0]) == self.peer:
                 rep.restore_reply = sa.reply  # (not on a replay: the meta layer clears replies then)
             for ca in sa.consumers.values():
@@ -853,6 +859,33 @@ class ClusteredStreams:
 
     def replica(self, account: str, name: str) -> StreamReplica | None:
         return self.replicas.get((account or "$G", name))
+
+    def when_leader(self, account: str, stream: str, consumer: str, cb: Any, within: float) -> bool:
+        """Call ``cb`` when this server becomes the leader of the stream's (``consumer``: the consumer's)
+        group within ``within`` seconds, while its group has no leader yet (a new group electing: the meta
+        leader's info request for a create's answer is answered at once then, not at its next ask)."""
+        rep = self.replicas.get((account or "$G", stream))
+        cr = rep.creps.get(consumer) if rep is not None and consumer else None
+        if rep is None or (consumer and cr is None):
+            # (the request came before this server applied the assignment: kept for the replica to come)
+            now = self.js.loop.time()
+            early = self._early_waiters
+            if len(early) > 64:
+                for k in [k for k, ws in early.items() if all(w[0] < now for w in ws)]:
+                    del early[k]
+            early.setdefault((account or "$G", stream, consumer), []).append((now + within, cb))
+            return True
+        if rep.closed:
+            return False
+        return (cr.group if cr is not None else rep.group).when_leader(cb, within)
+
+    def _take_early_waiters(self, key: tuple[str, str, str], g: Any) -> None:
+        ws = self._early_waiters.pop(key, None)
+        if ws:
+            now = self.js.loop.time()
+            for deadline, cb in ws:
+                if deadline > now:
+                    g.when_leader(cb, deadline - now)
 
     async def stop(self) -> None:
         self.running = False
@@ -1019,7 +1052,13 @@ class ClusteredStreams:
         except (NotLeader, ValueError) as e:
             router.respond_error(reply, typ, ApiError.make("RAFT_GENERAL", err=str(e) or "not leader"))
             return
-        router.respond(reply, {"type": typ, "success": True})
+
+        def answer() -> None:
+            router.respond(reply, {"type": typ, "success": True})
+            self.server.schedule_flush()
+        # (answered once the new leader has taken over, not when the transfer starts as nats-server does: a
+        # client that pulls or publishes right after the answer finds the new leader's subscriptions)
+        g.after_handover(answer, g.election_ticks * g.tick_interval)
 
     def _stepdown_target(self, g: Any, pl: dict) -> str | None:
         """The member a stepdown ``placement`` names (nats-server's getStepDownPreferredPlacement): the
