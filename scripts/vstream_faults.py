@@ -26,7 +26,10 @@ Phases, each publishing ``--msgs`` messages in every region at once (synchronous
 2. isolate: the region holding the meta leader is cut from the other two; publish; heal;
 3. split brain: west cut from central+east, publish on both sides; the cut moves to west+central | east
    (central changes sides), publish again; heal;
-4. (not with ``--quick``) three ways: every region cut from both others; publish; heal.
+4. (not with ``--quick``) three ways: every region cut from both others; publish; heal;
+5. (``--rolling SECONDS``) publishers in every region the whole time while the cuts change every 1.5-4 s
+   (seeded by ``--seed``): a region isolated, two against one, three ways, one server cut from everyone
+   (its region's streams may change leader), a moment healed; then heal.
 
 After each heal the script waits until every read stream holds as many messages as the three write
 streams together (the deadline: ``--deadline``, 60 s for Rillet, 180 s for Go, whose sources retry with a
@@ -189,6 +192,11 @@ class VLab(wt.Lab):
                     for j in self._index(lambda s: s.region in sides[b]):
                         self.net.cut(i, j)
 
+    def isolate_server(self, name: str) -> None:
+        """Cut one server from every other server (its region's peers too); its clients still reach it."""
+        k = next(i for i, s in enumerate(self.servers) if s.name == name)
+        self.net.isolate(k)
+
     def heal(self) -> None:
         self.net.heal_all()
 
@@ -251,6 +259,40 @@ async def publish(lab: VLab, region: str, tag: str, n: int, book: Book, attempts
     finally:
         await nc.close()
     return ok
+
+
+async def publish_until(lab: VLab, region: str, tag: str, stop: asyncio.Event, book: Book,
+                        pace: float = 0.02) -> int:
+    """Publishes from a client of ``region`` one after the other (as ``publish``) until ``stop`` is set."""
+    i = 0
+    while not stop.is_set():
+        await publish_range(lab, region, tag, i, i + 10, book)
+        i += 10
+        await asyncio.sleep(pace)
+    return i
+
+
+async def publish_range(lab: VLab, region: str, tag: str, first: int, end: int, book: Book) -> None:
+    nc = await lab.connect(region)
+    js = nc.jetstream(timeout=2.0)
+    try:
+        for i in range(first, end):
+            subj = f"{NAME}.{tag}-{region}.{i}"
+            book.attempted[subj] = region
+            for k in range(4):
+                try:
+                    ack = await js.publish(subj, f"{region} {tag} {i}".encode(), headers={"Nats-Msg-Id": subj})
+                except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.APIError,
+                        nats.js.errors.NoStreamResponseError, nats.errors.ConnectionClosedError):
+                    book.retries += 1
+                    await asyncio.sleep(0.2)
+                    continue
+                if ack.stream != write_name(NAME, region):
+                    book.wrong_stream.append((subj, ack.stream))
+                book.acked.add(subj)
+                break
+    finally:
+        await nc.close()
 
 
 async def publish_all(lab: VLab, regions: list[str], tag: str, n: int, book: Book) -> str:
@@ -426,6 +468,9 @@ async def scenario(lab: VLab, args: argparse.Namespace) -> int:
         await asyncio.sleep(max(0.0, hold - (time.monotonic() - t0)))
         ok &= await heal_and_converge(lab, args.deadline, results, "three ways")
 
+    if args.rolling:
+        ok &= await rolling(lab, args, book, results)
+
     good = await check_all(lab, book)
     say("summary: " + "; ".join(f"{p} converged in {t:.2f}s" if t is not None else f"{p} NOT converged"
                                 for p, t in results))
@@ -435,6 +480,46 @@ async def scenario(lab: VLab, args: argparse.Namespace) -> int:
                        "acked": len(book.acked), "converge_s": dict(results), "exactly_once": good}, f, indent=1)
     say(f"{'PASS' if ok and good else 'FAIL'}: {len(book.acked)} acknowledged; exactly once everywhere: {good}")
     return 0 if ok and good else 1
+
+
+async def rolling(lab: VLab, args: argparse.Namespace, book: Book, results: list) -> bool:
+    """Publishers in every region the whole time while the cuts change every 1.5-4 s (seeded): a region
+    isolated, two regions against the third, three ways, one server cut from everyone (its region's write
+    stream may change leader), a moment healed; then healed for good."""
+    import random
+    rng = random.Random(args.seed)
+    say(f"phase 5 rolling: {args.rolling:.0f}s of changing cuts under continuous publishing (seed {args.seed})")
+    stop = asyncio.Event()
+    pubs = [asyncio.create_task(publish_until(lab, r, "p5", stop, book)) for r in REGIONS]
+    t_end = time.monotonic() + args.rolling
+    steps = []
+    while time.monotonic() < t_end:
+        lab.heal()
+        kind = rng.choice(["isolate", "split", "three", "server", "healed"])
+        if kind == "isolate":
+            r = rng.choice(REGIONS)
+            lab.partition([r], [x for x in REGIONS if x != r])
+            steps.append(f"{r}|rest")
+        elif kind == "split":
+            r = rng.choice(REGIONS)
+            lab.partition([x for x in REGIONS if x != r], [r])
+            steps.append(f"rest|{r}")
+        elif kind == "three":
+            lab.partition(*[[r] for r in REGIONS])
+            steps.append("3-way")
+        elif kind == "server" and len(lab.servers) > len(REGIONS):
+            srv = rng.choice(lab.servers)
+            lab.isolate_server(srv.name)
+            steps.append(f"{srv.name} alone")
+        else:
+            steps.append("healed")
+        await asyncio.sleep(rng.uniform(1.5, 4.0))
+    say(f"  steps: {', '.join(steps)}")
+    stop.set()
+    sent = await asyncio.gather(*pubs)
+    say(f"  published {sum(sent)} while the cuts changed; {len(book.attempted) - len(book.acked)} "
+        "unacknowledged so far")
+    return await heal_and_converge(lab, args.deadline, results, "rolling")
 
 
 async def amain(args: argparse.Namespace) -> int:
@@ -481,6 +566,9 @@ def main() -> None:
     ap.add_argument("--hold", type=float, default=6.0, help="seconds each partition lasts at least")
     ap.add_argument("--deadline", type=float, default=None, help="seconds to converge after a heal "
                                                                    "(60 Rillet, 180 Go)")
+    ap.add_argument("--rolling", type=float, default=0.0,
+                    help="then this many seconds of changing cuts under continuous publishing (phase 5)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the rolling phase's cuts")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--keep", action="store_true", help="keep the servers' logs after a good run")
     try:
