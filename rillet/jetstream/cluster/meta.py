@@ -88,6 +88,7 @@ COMPACT_EVERY = 1024  # meta entries between snapshots
 CONFIG_WAIT = 3.0  # seconds an update's answer waits for the stream leader to apply the new config
 ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
 INFO_TIMEOUT = 0.5  # one $JSC.SI / $JSC.CI request
+DIRECT_ASK_TIMEOUT = 0.25  # a delete of a consumer not in the assignments: the wait for its stream leader's word
 INFO_FIRST_TIMEOUT = 0.1  # the first ask of a create's answer (a member of a group electing answers once it
 # wins); doubled up to INFO_TIMEOUT while unanswered
 RECONCILE_EVERY = 2.0  # seconds between looks for groups short of replicas (meta leader)
@@ -934,8 +935,13 @@ class JetStreamCluster:
         try:
             q = json.loads(msg[hdr:] if hdr > 0 else msg)
             acc, stream, name = q["account"], q["stream"], q["consumer"]
+            if q.get("direct"):  # (CONSUMER.DELETE of a consumer not in the assignments: see _api_consumer_delete)
+                if self.streams.direct_consumer_known(acc, stream, name):
+                    self._ic.publish(reply, None, b'{"direct":true}')
+                    self.server.schedule_flush()
+                return
             info = self._leader_consumer_info(acc, stream, name)
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             self.log.warn(f"JetStream cluster: bad consumer info request: {e}")
             return
         if info is not None:
@@ -1038,6 +1044,10 @@ class JetStreamCluster:
             return True
         if key in ("CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE") and self.streams is not None:
             r = self.streams.direct_consumer(router, args, body)  # (a mirror's or source's: the stream leader's)
+            if r is not None:
+                return r
+        if key == "CONSUMER.DELETE" and self.streams is not None:
+            r = self.streams.direct_consumer_delete(router, args)  # (the same: deleted by the stream leader)
             if r is not None:
                 return r
         if key not in META_KEYS:
@@ -1525,6 +1535,15 @@ class JetStreamCluster:
             raise ApiError.make("STREAM_NOT_FOUND")
         ca = sa.consumers.get(args[1])
         if ca is None:
+            if reply and self.streams is not None:
+                # a mirror's or source's consumer is not in the assignments: its stream leader (another
+                # server) deletes it and answers; "not found" only when that leader does not hold it
+                async def not_direct() -> None:
+                    q = {"account": acc, "stream": args[0], "consumer": args[1], "direct": True}
+                    if await self._ask("$JSC.CI", q, DIRECT_ASK_TIMEOUT) is None:
+                        self._error(router, reply, "CONSUMER.DELETE", ApiError.make("CONSUMER_NOT_FOUND"))
+                self.loop.create_task(not_direct())
+                return
             raise ApiError.make("CONSUMER_NOT_FOUND")
         rm = A.ConsumerAssignment(name=ca.name, stream=ca.stream, config=ca.config, group=ca.group,
                                   client=ca.client, created=ca.created,

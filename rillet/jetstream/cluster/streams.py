@@ -68,6 +68,7 @@ LOST_QUORUM = 10.0  # seconds (nats-server's lost quorum interval): a group with
 RECONCILE_EVERY = 0.25  # seconds between membership checks of the groups this server leads
 RESTORE_HANDOVER = 30.0  # seconds a new restoring group's other members hand leadership to the preferred peer
 LEAVE_WITHIN = 10.0  # seconds a removed leader keeps its replica to hand the group over
+DIRECT_DELETED_TTL = 5.0  # seconds a stream leader remembers a direct consumer it deleted (see direct_consumer_known)
 
 T = "io.nats.jetstream.api.v1."
 STREAM_KEYS = frozenset(("STREAM.INFO", "STREAM.MSG.GET", "STREAM.MSG.DELETE", "STREAM.PURGE",
@@ -129,6 +130,7 @@ class StreamReplica:
         self._restoring: Any = None  # the ArchiveReceiver of a restore in progress
         self.restored = False  # a RESTORED entry was applied here
         self.fast_records: dict[str, Any] = {}  # fast batches known from applied entries (fastbatch.Follower)
+        self.direct_deleted: dict[str, float] = {}  # direct consumers deleted through the API here -> when
         jsa.streams[cfg.name] = st
         self._start_task = js.loop.create_task(self._start())
 
@@ -966,6 +968,33 @@ class ClusteredStreams:
         if rep is None:
             return True  # (the meta layer's not-found is not given for direct consumers: the origin's leader answers)
         return not rep.leader
+
+    def direct_consumer_delete(self, router: Any, args: list[str]) -> bool | None:
+        """CONSUMER.DELETE of a ``direct`` consumer (a mirror's or source's, not in the meta layer's
+        assignments: the stream leader created it; sources.py deletes the one it gives up): False on the
+        stream leader holding it (the single-server handler deletes it and answers), None otherwise."""
+        if len(args) != 2:
+            return None
+        rep = self.replicas.get((router.jsa.account.name, args[0]))
+        if rep is None or not rep.leader or args[1] in rep.creps or args[1] not in rep.stream.consumers:
+            return None
+        now = self.js.loop.time()
+        gone = rep.direct_deleted
+        for k in [k for k, t in gone.items() if now - t > DIRECT_DELETED_TTL]:
+            del gone[k]
+        gone[args[1]] = now
+        return False
+
+    def direct_consumer_known(self, account: str, stream: str, name: str) -> bool:
+        """This server leads the stream and holds (or has just deleted, within DIRECT_DELETED_TTL) the
+        direct consumer ``name``: the meta leader leaves the answer to a delete of it to this server."""
+        rep = self.replicas.get((account or "$G", stream))
+        if rep is None or not rep.leader or name in rep.creps:
+            return False
+        if name in rep.stream.consumers:
+            return True
+        t = rep.direct_deleted.get(name)
+        return t is not None and self.js.loop.time() - t <= DIRECT_DELETED_TTL
 
     def _offline(self, router: Any, key: str, reply: bytes | None) -> None:
         from rillet.jetstream.api import _type_for
