@@ -103,3 +103,93 @@ async def test_creates_answered_fast(cl):
     slow = {n: t for n, t in worst.items() if max(t) > 0.4}
     assert len(slow) <= 1, worst
     assert sum(a + b for a, b in worst.values()) / len(worst) < 0.25, worst
+
+
+# ---- direct gets on followers -------------------------------------------------------------------------------
+
+def count_direct(servers, acc: str = "$G") -> list[list[str]]:
+    """Wrap each server's direct get handler: per server, the stream names it served direct gets for."""
+    served: list[list[str]] = []
+    for s in servers:
+        router = s.jetstream.accounts[acc].router
+        got: list[str] = []
+        served.append(got)
+
+        def wrapped(args, reply, hdr, body, _orig=router.direct_get, _got=got):
+            _got.append(args[0])
+            return _orig(args, reply, hdr, body)
+        router.direct_get = wrapped
+    return served
+
+
+async def direct_get(nc, stream: str, seq: int) -> bytes:
+    m = await nc.request(f"$JS.API.DIRECT.GET.{stream}", json.dumps({"seq": seq}).encode(), timeout=2)
+    assert m.headers and m.headers.get("Nats-Sequence") == str(seq), m.headers
+    return m.data
+
+
+async def test_followers_answer_direct_gets_when_current(cl):
+    servers, nc, js, out = cl
+    await js.add_stream(name="D", subjects=["d.>"], num_replicas=3, allow_direct=True)
+    for i in range(5):
+        await js.publish(f"d.{i}", b"%d" % i)
+    leader = stream_leader(servers, "D")
+    followers = [r for r in reps(servers, "D") if r is not leader]
+    # followers that were never leader subscribe once current
+    await until(lambda: all(r._direct_subs for r in followers), timeout=3, what="followers answering")
+    assert not leader._direct_subs  # (the leader answers through the stream's own subscriptions)
+    served = count_direct(servers)
+    ncs = [await nats.connect(s.client_url) for s in servers]
+    try:
+        for k in range(30):  # (one member of the queue group answers each, picked at random)
+            assert await direct_get(ncs[k % 3], "D", 1 + k % 5) == b"%d" % (k % 5)
+        assert sum(map(len, served)) == 30 and all(served), served
+        # a follower catching up (applies held for a snapshot's messages) stops answering; the others answer
+        f = followers[0]
+        i = reps(servers, "D").index(f)
+        f.log.hold()
+        await until(lambda: not f._direct_subs, timeout=2, what="the lagging follower unsubscribed")
+        await asyncio.sleep(0.05)  # (its unsubscribe reaches the other servers)
+        before = len(served[i])
+        await js.publish("d.5", b"5")
+        for k in range(20):
+            assert await direct_get(ncs[k % 3], "D", 6) == b"5"
+        assert len(served[i]) == before
+        f.log.release()
+        await until(lambda: bool(f._direct_subs), timeout=2, what="the follower answering again")
+        await asyncio.sleep(0.05)
+        for k in range(30):
+            assert await direct_get(ncs[k % 3], "D", 6) == b"5"
+        assert len(served[i]) > before
+        # allow_direct turned off: no replica answers (no responders)
+        await js.update_stream(StreamConfig(name="D", subjects=["d.>"], num_replicas=3, allow_direct=False))
+        await until(lambda: not any(r._direct_subs for r in reps(servers, "D")), timeout=3, what="followers off")
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nc.request("$JS.API.DIRECT.GET.D", b'{"seq": 1}', timeout=1)
+    finally:
+        for c in ncs:
+            await c.close()
+
+
+async def test_mirror_direct_followers_answer_for_origin(cl):
+    servers, nc, js, out = cl
+    await js.add_stream(name="ORIG", subjects=["orig.>"], num_replicas=1, allow_direct=True)
+    for i in range(3):
+        await js.publish(f"orig.{i}", b"%d" % i)
+    await js.add_stream(StreamConfig(name="MIR", mirror=StreamSource(name="ORIG"), num_replicas=3,
+                                     mirror_direct=True, allow_direct=True))
+    await until(lambda: all(r is not None and r.stream.store.last_seq == 3 for r in reps(servers, "MIR")),
+                what="mirrored on every replica")
+    lead = stream_leader(servers, "MIR")
+    await until(lambda: all(r._direct_subs for r in reps(servers, "MIR") if r is not lead), timeout=3,
+                what="mirror followers answering")
+    served = count_direct(servers)
+    ncs = [await nats.connect(s.client_url) for s in servers]
+    try:
+        for k in range(30):  # the origin's gets: the origin or any mirror replica answers
+            assert await direct_get(ncs[k % 3], "ORIG", 2) == b"1"
+        follower_servers = [i for i, r in enumerate(reps(servers, "MIR")) if r is not lead]
+        assert any("MIR" in served[i] for i in follower_servers), served
+    finally:
+        for c in ncs:
+            await c.close()

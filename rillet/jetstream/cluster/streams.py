@@ -59,6 +59,7 @@ from rillet.jetstream.cluster.log import RESTORED, FastNote, RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
+from rillet.raft.node import FOLLOWER
 
 COMPACT_EVERY = 8192  # applied entries between snapshots
 SYNC_MSGS = 256  # messages per catch-up answer
@@ -68,6 +69,7 @@ LOST_QUORUM = 10.0  # seconds (nats-server's lost quorum interval): a group with
 RECONCILE_EVERY = 0.25  # seconds between membership checks of the groups this server leads
 RESTORE_HANDOVER = 30.0  # seconds a new restoring group's other members hand leadership to the preferred peer
 LEAVE_WITHIN = 10.0  # seconds a removed leader keeps its replica to hand the group over
+DIRECT_CHECK_EVERY = 0.25  # seconds between checks of whether followers are current (their direct gets)
 DIRECT_DELETED_TTL = 5.0  # seconds a stream leader remembers a direct consumer it deleted (see direct_consumer_known)
 
 T = "io.nats.jetstream.api.v1."
@@ -277,7 +279,7 @@ class StreamReplica:
             if self._sync_sub is not None:
                 self.jsa.ic.remove_sub(self._sync_sub)
                 self._sync_sub = None
-            self._direct(True)
+            self.direct_check()  # (on once current: at once after a stepdown, later for a lagging replica)
 
     def _feed(self) -> None:
         st = self.stream
@@ -368,17 +370,46 @@ class StreamReplica:
             self.jsa.ic.publish(subj.encode(), None, b"")
 
     def _direct(self, on: bool) -> None:
-        """Direct gets on a follower (``allow_direct``): every replica answers them, one per request (the
-        ``_sys_`` queue group, as nats-server)."""
+        """Direct gets on a follower (``allow_direct``; a ``mirror_direct`` mirror: its origin's too): every
+        replica that is current answers them, one per request (the ``_sys_`` queue group, as nats-server's
+        subscribeToDirect/subscribeToMirrorDirect). ``on``: subscribe (off: unsubscribe)."""
         ic = self.jsa.ic
         for sub in self._direct_subs:
             ic.remove_sub(sub)
         self._direct_subs = []
-        if not on or self.closed or not self.stream.cfg.allow_direct:
+        cfg = self.stream.cfg
+        if not on or self.closed or not (cfg.allow_direct or cfg.mirror_direct):
             return
+        names = [self.name]
+        if cfg.mirror_direct and cfg.mirror is not None:
+            names.append(cfg.mirror.name)
         for prefix in self.jsa.api_prefixes():
-            for pat in (f"{prefix}.DIRECT.GET.{self.name}", f"{prefix}.DIRECT.GET.{self.name}.>"):
-                self._direct_subs.append(ic.subscribe(pat, self.stream._on_direct_get, queue="_sys_"))
+            for n in names:
+                for pat in (f"{prefix}.DIRECT.GET.{n}", f"{prefix}.DIRECT.GET.{n}.>"):
+                    self._direct_subs.append(ic.subscribe(pat, self.stream._on_direct_get, queue="_sys_"))
+
+    def direct_check(self) -> None:
+        """(Un)subscribe this follower's direct gets: on while it is current, off while it catches up, has
+        lost its leader or leads (the leader's own subscriptions are the stream's)."""
+        want = self._direct_current()
+        if want != bool(self._direct_subs):
+            self._direct(want)
+
+    def _direct_current(self) -> bool:
+        """A follower is current (nats-server's isCurrent): it hears from a leader, has applied every entry it
+        knows committed and is not catching up from a snapshot."""
+        cfg = self.stream.cfg
+        if self.closed or self.leader or not (cfg.allow_direct or cfg.mirror_direct):
+            return False
+        g = self.group
+        n = g.node
+        if n is None or not g.running or n.leader is None or n.leader == g.id or n.role != FOLLOWER:
+            return False
+        if n.election_elapsed >= g.election_ticks:  # (nothing heard from the leader for an election timeout)
+            return False
+        if self.log._held is not None or (self._catchup is not None and not self._catchup.done()):
+            return False
+        return n.applied >= n.commit
 
     def _advisory(self, leader: bool) -> None:
         if not leader:
@@ -491,6 +522,8 @@ class StreamReplica:
         store = self.stream.store
         if store.last_seq < snap["last"]:
             self.log.hold()
+            if self._direct_subs:
+                self._direct(False)  # (behind: no direct gets until caught up)
             if self._catchup is None or self._catchup.done():
                 self._catchup = self.cs.js.loop.create_task(self._catch_up(snap))
             else:
@@ -711,10 +744,27 @@ class ClusteredStreams:
         self.running = True
         # (account, stream, consumer or "") -> [(deadline, callback)]: when_leader asks that came first
         self._early_waiters: dict[tuple[str, str, str], list[tuple[float, Any]]] = {}
+        self._direct_timer: asyncio.TimerHandle | None = js.loop.call_later(DIRECT_CHECK_EVERY, self._direct_sweep)
         gates = getattr(js, "api_gates", None)
         if gates is None:
             gates = js.api_gates = []
         gates.insert(0, self.api_gate)
+
+    def _direct_sweep(self) -> None:
+        """Followers with direct gets: answer them while current, not while behind (as nats-server's direct
+        access monitoring, which subscribes a follower once it is current)."""
+        self._direct_timer = None
+        if not self.running:
+            return
+        for rep in list(self.replicas.values()):
+            cfg = rep.stream.cfg
+            if (cfg.allow_direct or cfg.mirror_direct or rep._direct_subs) and not rep.closed:
+                try:
+                    rep.direct_check()
+                except Exception as e:  # (one replica's trouble must not stop the others' checks)
+                    self.js.log.error(f"JetStream cluster: direct get check of '{rep.jsa.account.name} > "
+                                      f"{rep.name}' failed: {e!r}")
+        self._direct_timer = self.js.loop.call_later(DIRECT_CHECK_EVERY, self._direct_sweep)
 
     def peer_name(self, peer: str) -> str:
         n = self._names.get(peer)
@@ -800,8 +850,10 @@ class ClusteredStreams:
                         st.sources.stop()
                         st.sources = None
             rep.stream.update_config(cfg, done)
-        elif not rep.leader and cfg.allow_direct != rep.stream.cfg.allow_direct:
-            self.js.loop.call_later(0.5, lambda: rep._direct(not rep.leader))  # (once the update applied)
+        elif not rep.leader and (cfg.allow_direct != rep.stream.cfg.allow_direct
+                                 or cfg.mirror_direct != rep.stream.cfg.mirror_direct):
+            self.js.loop.call_later(0.5, lambda: rep._direct(False) if not rep.closed else None)
+            # (once the update applied: resubscribed by the direct sweep with the new config)
 
     def _leave(self, key: tuple[str, str], rep: StreamReplica) -> None:
         """This server is no longer among the stream's peers: a follower goes now (the leader removes it from
@@ -894,6 +946,9 @@ class ClusteredStreams:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._direct_timer is not None:
+            self._direct_timer.cancel()
+            self._direct_timer = None
         for key in list(self.replicas):
             await self._remove(key, delete=False)
 
