@@ -433,8 +433,8 @@ class RaftGroup:
     def _campaign_again(self, delay: float) -> None:
         n = self.node
         if (not self.running or n is None or n.leader is not None or self.id not in n.voters
-                or n.role not in (FOLLOWER, PRE_CANDIDATE)):
-            return  # (a leader is known, or a real vote is under way)
+                or n.role not in (FOLLOWER, PRE_CANDIDATE) or n.vote not in (None, self.id)):
+            return  # (a leader is known, a real vote is under way, or this member voted for another)
         self._tick_to_campaign()
         delay *= 2
         if delay <= CAMPAIGN_RETRY_MAX:

@@ -921,7 +921,12 @@ class ClusteredStreams:
         rep = self.replicas.get((account or "$G", stream))
         cr = rep.creps.get(consumer) if rep is not None and consumer else None
         if rep is None or (consumer and cr is None):
-            # (the request came before this server applied the assignment: kept for the replica to come)
+            # (the request came before this server applied the assignment: kept for the replica to come;
+            # not when the meta layer here knows the stream/consumer already and this server has no replica)
+            state = getattr(getattr(self.js, "cluster", None), "state", None)
+            sa = state.stream(account, stream) if state is not None else None
+            if sa is not None and (not consumer or consumer in sa.consumers):
+                return False
             now = self.js.loop.time()
             early = self._early_waiters
             if len(early) > 64:
