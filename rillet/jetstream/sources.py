@@ -306,7 +306,10 @@ class Origin:
         sseq, cseq, dc, pending, ts = info
         if dc > 1:
             return
-        if cseq != self.cseq + 1 and self.cseq != 0:
+        if cseq != self.cseq + 1:
+            # a skipped delivery, also the first one of a new consumer (which must be consumer sequence 1):
+            # across a gateway the first messages can be dropped while the new inbox's interest is still on
+            # its way, and taking the next one would skip them for good (as nats-server: restart from here)
             self.lost(gap=True)
             return
         self.cseq = cseq
