@@ -63,7 +63,7 @@ from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import TLSPortListener, log_tls_failure
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
-from rillet.cluster.routed import RoutedAccount, origin_only
+from rillet.cluster.routed import RoutedAccount, js_ack_deliver_idx, origin_only
 from rillet.server.accounts import Account
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import Sublist, SublistResult
@@ -1167,20 +1167,6 @@ class GatewayAccount(RoutedAccount):
                 RoutedAccount.deliver_result(self, c, rr, subject, self._strip_gr(reply), hdr, msg, rreply=reply)
             else:
                 RoutedAccount.deliver_result(self, c, rr, subject, reply, hdr, msg)
-
-
-def js_ack_deliver_idx(reply: bytes) -> int:
-    """The offset of the ``@`` in a JetStream delivery's ``$JS.ACK.<8 tokens>@<subject>`` reply, else -1
-    (stream, consumer and subject tokens may hold ``@``: only one after the eighth dot counts, as
-    nats-server's jsAckDeliverIdx)."""
-    if reply[:8] != b"$JS.ACK.":
-        return -1
-    i = reply.find(b"@")
-    while i > 0:
-        if reply.count(b".", 0, i) >= 8:
-            return i
-        i = reply.find(b"@", i + 1)
-    return -1
 
 
 def _subject_b(sub: Any) -> bytes:

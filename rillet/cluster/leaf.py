@@ -56,7 +56,7 @@ from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
-from rillet.cluster.routed import RemoteSub, RoutedAccount, origin_only
+from rillet.cluster.routed import RemoteSub, RoutedAccount, js_ack_deliver_idx, origin_only
 from rillet.protocol.parser import ProtocolError
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
@@ -1498,7 +1498,11 @@ def _from_leaf(self: Any, lc: LeafConn, r: SublistResult, subject: bytes, reply:
     lr = sp.local
     local = SublistResult(lr.psubs, qsubs) if (qsubs or lr.qsubs) else lr
     if local.psubs or local.qsubs:
-        Account.deliver_result(self, lc, local, subject, reply, hdr, msg)
+        i = js_ack_deliver_idx(reply) if reply is not None and reply[:8] == b"$JS.ACK." else -1
+        if i > 0:  # a JetStream delivery (nats-server's form): shown with the stream subject after '@'
+            Account.deliver_result(self, lc, local, reply[i + 1:], reply[:i], hdr, msg, subject)
+        else:
+            Account.deliver_result(self, lc, local, subject, reply, hdr, msg)
     name = self.name_b
     org = origin.encode() if origin else None
     for rc, qs in targets.items():

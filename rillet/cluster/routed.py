@@ -304,21 +304,22 @@ class RoutedAccount(Account):
                 if nr:
                     c.no_responders = True
         rsubject = route if route is not None else subject
-        # a JetStream delivery shown with its stream subject: as nats-server, routes get that subject and the
-        # subject it matched (the deliver subject) after '@' in the ack reply
-        jsd = route is not None and rreply is None and reply is not None and reply[:8] == b"$JS.ACK."
+        # a JetStream delivery shown with its stream subject: as nats-server, routes get the subject it matched
+        # (the deliver subject, or a pull request's reply) and the shown one after '@' in the ack reply
+        jsd = route is not None and rreply is None and reply is not None and reply[:8] == b"$JS.ACK." \
+            and js_ack_deliver_idx(reply) < 0
         gwo = c.kind == 3  # from a gateway (rillet.cluster.gateway): leafs get it when we are their hub only
         traced = hdr > 0 and _mt.CURRENT is not None and _mt.owns(_mt.CURRENT, hdr, msg)
         for rc, queues in targets.items():
             if traced:  # the next hop in its header, and the egress event (rillet.server.msgtrace)
                 hdr, msg = _mt.CURRENT.to_remote(rc, hdr, msg)  # type: ignore[union-attr]
             if not rc.closed:
-                if gwo and rc.kind == 4:  # a leaf: the original reply (_GR_ replies stay between servers)
-                    if rc.spoke:
-                        continue
+                if gwo and rc.kind == 4 and rc.spoke:
+                    continue
+                if jsd:  # (leafs too, as nats-server)
+                    rc.send_msg(self.name_b, route, reply + b"@" + subject, queues, hdr, msg)  # type: ignore
+                elif gwo and rc.kind == 4:  # a leaf: the original reply (_GR_ replies stay between servers)
                     rc.send_msg(self.name_b, rsubject, reply, queues, hdr, msg)
-                elif jsd and rc.kind != 4:
-                    rc.send_msg(self.name_b, subject, reply + b"@" + route, queues, hdr, msg)  # type: ignore
                 else:
                     rc.send_msg(self.name_b, rsubject, reply if rreply is None else rreply, queues, hdr, msg)
                 delivered = True
@@ -334,18 +335,13 @@ class RoutedAccount(Account):
 
     def _deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                         msg: bytes) -> None:
+        shown = None
         if reply is not None and reply[:8] == b"$JS.ACK." and b"@" in reply:
-            # a JetStream delivery (nats-server's form): matched on the deliver subject after '@', shown
-            # with its stream subject
-            i = reply.rindex(b"@")
-            deliver, reply = reply[i + 1:], reply[:i]
-            r = self._match(deliver.decode("utf-8", "surrogateescape"))
-            if not (r.psubs or r.qsubs):
-                return
-            lr = self._split(r).inbound
-            if lr.psubs or lr.qsubs:
-                Account.deliver_result(self, rc, lr, subject, reply, hdr, msg, deliver)
-            return
+            i = js_ack_deliver_idx(reply)
+            if i > 0:
+                # a JetStream delivery (nats-server's form): matched on the RMSG subject (the deliver subject),
+                # shown with the stream subject after '@', acked on the reply before it
+                shown, reply = reply[i + 1:], reply[:i]
         r = self._match(subject.decode("utf-8", "surrogateescape"))
         if not (r.psubs or r.qsubs):
             return
@@ -356,4 +352,21 @@ class RoutedAccount(Account):
             if groups:
                 lr = SublistResult(lr.psubs, groups)
         if lr.psubs or lr.qsubs:
-            Account.deliver_result(self, rc, lr, subject, reply, hdr, msg)
+            if shown is None:
+                Account.deliver_result(self, rc, lr, subject, reply, hdr, msg)
+            else:
+                Account.deliver_result(self, rc, lr, shown, reply, hdr, msg, subject)
+
+
+def js_ack_deliver_idx(reply: bytes) -> int:
+    """The offset of the ``@`` in a JetStream delivery's ``$JS.ACK.<8 tokens>@<subject>`` reply, else -1
+    (stream, consumer and subject tokens may hold ``@``: only one after the eighth dot counts, as
+    nats-server's jsAckDeliverIdx)."""
+    if reply[:8] != b"$JS.ACK.":
+        return -1
+    i = reply.find(b"@")
+    while i > 0:
+        if reply.count(b".", 0, i) >= 8:
+            return i
+        i = reply.find(b"@", i + 1)
+    return -1

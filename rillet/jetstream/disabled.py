@@ -6,6 +6,7 @@ endpoint (in the system account: ``system_response``, except for account info).
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rillet.jetstream.errors import ApiError
@@ -26,6 +27,22 @@ def _shadowed(account: Any) -> bool:
         if sub.icb is not None and getattr(sub.client, "name", "").startswith("service import "):
             return True
     return False
+
+
+def _for_other_account(account: Any, hdr: int, msg: bytes) -> bool:
+    """The request carries nats-server's ``Nats-Request-Info`` client info naming another account."""
+    if hdr <= 0:
+        return False
+    i = msg.find(b"\r\nNats-Request-Info:", 0, hdr)
+    if i < 0:
+        return False
+    j = msg.find(b"\r\n", i + 2, hdr)
+    try:
+        info = json.loads(msg[i + 20:j if j > 0 else hdr])
+    except ValueError:
+        return False  # not client info: answered as any request
+    acc = info.get("acc") if isinstance(info, dict) else None
+    return isinstance(acc, str) and acc != account.name
 
 
 class _NoAccount:
@@ -54,6 +71,12 @@ class NotEnabled:
 
     def on_request(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         if not reply or _shadowed(self.account):
+            return
+        if self.is_system and (c.kind in (2, 3) or _for_other_account(self.account, hdr, msg)):
+            # as nats-server, the system account's 10039 comes from the server the request entered (a
+            # client's or a leaf's), not from every server it was routed to; and a request that a server
+            # without JetStream forwarded through its $JS.API import (its Nats-Request-Info names the
+            # requester's account) is served in that account, where the same request arrives too
             return
         toks = subject.decode("utf-8", "surrogateescape").split(".")
         rest = toks[2:] if toks[1] == "API" else toks[3:]
