@@ -24,9 +24,9 @@ Measures:
             server publishes as many on ``global.<i>`` (R3 over the three regions); p50 / p99 of the round
             trip. Then the same from the west client to ``plain`` (``plain.>``, R3, placed in west, nothing
             sourcing it), which separates the virtual stream's own cost (the mapping, and three read streams
-            sourcing every write, all on the same 2 cores) from the R3 replication. On one machine the regions are not apart: there is no WAN latency, and none can be
-            added (no ``tc netem`` on this kernel: ``Specified qdisc kind is unknown``), so both are
-            loopback-and-bridge numbers: the stretch stream's cost here is only its cross-cluster placement.
+            sourcing every write, all on the same 2 cores) from the R3 replication. On one machine the
+            regions are not apart: there is no WAN latency, and none can be added (no ``tc netem`` on this
+            kernel: ``Specified qdisc kind is unknown``), so all three are loopback-and-bridge numbers.
   restart   the region ``east`` is stopped (SIGTERM, its 3 servers and its stretch server), ``--converge-msgs``
             are published in each of west and central, ``--hold`` seconds pass, east is started again:
             seconds from the start command until every read stream holds everything in the write streams
@@ -172,7 +172,8 @@ async def run_kind(kind: str, args: argparse.Namespace) -> dict:
         took, counts, total = await vf.converge(lab, args.deadline)
         res["restart_s"] = None if took is None else time.monotonic() - t0
         say(f"  region restart: every read stream at {total} "
-            + (f"{res['restart_s']:.2f}s after the restart" if took is not None else f"NOT within {args.deadline}s: {counts}"))
+            + (f"{res['restart_s']:.2f}s after the restart" if took is not None
+               else f"NOT within {args.deadline}s: {counts}"))
         await vf.wt.js_ready(lab, REGIONS)
 
         # -- split brain heal
@@ -185,7 +186,8 @@ async def run_kind(kind: str, args: argparse.Namespace) -> dict:
         took, counts, total = await vf.converge(lab, args.deadline)
         res["split_s"] = None if took is None else time.monotonic() - t0
         say(f"  split brain: every read stream at {total} "
-            + (f"{res['split_s']:.2f}s after the heal" if took is not None else f"NOT within {args.deadline}s: {counts}"))
+            + (f"{res['split_s']:.2f}s after the heal" if took is not None
+               else f"NOT within {args.deadline}s: {counts}"))
         res["exactly_once"] = await vf.check_all(lab, book)
     finally:
         lab.close()
