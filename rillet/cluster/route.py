@@ -8,6 +8,7 @@ one write per route. The handshake, registration, gossip and reconnects are the 
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 import sys
 import time
@@ -27,6 +28,15 @@ ROUTER = 2  # connection kind (Client: 0, internal: 1)
 ROUTE_HIGH_WATER = 4 << 20  # bytes buffered for a peer above which the clients' publishers are paused
 EXPLICIT = "explicit"
 IMPLICIT = "implicit"
+# Route liveness (beyond the configured ping_interval/ping_max, which default to minutes): a registered route
+# that has read nothing for ROUTE_LIVENESS_PING seconds sends a PING; one that has read nothing at all for
+# ROUTE_SILENCE_CLOSE seconds is reset (RST, unsent data dropped) and, if dialled, reconnected. Without it a
+# route across a network cut (a blackhole: TCP only retransmits) stays open for minutes: the peer's interest
+# stays here, publishes keep queueing for it, and TCP delivers that backlog long after the heal, when it may
+# be taken for new traffic (a stream leader that lost its leadership in the cut and leads again stored such
+# publishes a second time: tests/faults/README.md). Go peers answer our PINGs as any.
+ROUTE_LIVENESS_PING = 1.0
+ROUTE_SILENCE_CLOSE = 4.0
 
 _CRLF = b"\r\n"
 if sys.platform.startswith("linux"):
@@ -86,6 +96,11 @@ class RouteConn(ServerConn):
         self.parser = cp.ServerParser(self, cp.ROUTE, max_control_line=self.server.opts.max_control_line,
                                       account=account.encode("utf-8", "surrogateescape") if account else None)
         self._accounts: dict[bytes, Any] = {}
+        self._live_timer: asyncio.TimerHandle | None = None
+        self._live_at = 0.0  # loop time of the last liveness tick
+        self._live_acked = 0  # bytes the peer had acknowledged (TCP) at that tick
+        self._live_heard = 0.0  # when that count last grew (time.time())
+        self._live_pinged = 0  # bytes of the liveness PING sent at that tick
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -112,8 +127,55 @@ class RouteConn(ServerConn):
         else:
             self.out += cp.info_frame(cl.initial_info(self.gossip_mode, account=self.pinned_acc))
         self._ping_timer = srv.loop.call_later(cl.ping_interval(), self._ping_tick)
+        self._live_at = srv.loop.time()
+        self._live_timer = srv.loop.call_later(ROUTE_LIVENESS_PING, self._liveness_tick)
         self.flush()
         srv.flush_clients()
+
+    def _liveness_tick(self) -> None:
+        """Every ROUTE_LIVENESS_PING seconds: PING an idle registered route, reset a silent one. A tick that
+        comes late (this server's loop was held up, e.g. stopped) gives the peer one more period first. Silent:
+        nothing read from the peer and none of our bytes acknowledged by its TCP."""
+        self._live_timer = None
+        if self.closed:
+            return
+        srv = self.server
+        now = srv.loop.time()
+        late = now - self._live_at > 2 * ROUTE_LIVENESS_PING
+        self._live_at = now
+        t = self.transport
+        if t is not None:  # the peer acknowledging our data (TCP) is alive too (a bulk one-way stream)
+            acked = self._handed - t.get_write_buffer_size() - _kernel_unsent(t)
+            if acked > self._live_acked + self._live_pinged:  # (a stopped peer's kernel still takes PINGs)
+                self._live_heard = time.time()
+            self._live_acked = acked
+        self._live_pinged = 0
+        idle = time.time() - max(self.last_activity, self._live_heard)
+        if self.registered and idle >= ROUTE_LIVENESS_PING:
+            if idle >= ROUTE_SILENCE_CLOSE and not late:
+                self._reset_silent(idle)
+                return
+            self.send(cp.PING)
+            self._live_pinged = len(cp.PING)
+            srv.flush_clients()
+        self._live_timer = srv.loop.call_later(ROUTE_LIVENESS_PING, self._liveness_tick)
+
+    def _reset_silent(self, idle: float) -> None:
+        """Nothing read from the peer for ``idle`` seconds: close with a reset, dropping what is still
+        queued for it (in asyncio and in the kernel), so no stale backlog reaches it after a heal; the
+        peer's interest goes at once, as on any route close."""
+        self.server.log.warn(f"{self.log_prefix()} - Route silent for {idle:.1f}s - Closing")
+        self.out.clear()
+        t = self.transport
+        if t is not None:
+            sock = t.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                except OSError as e:
+                    self.server.log.debug(f"{self.log_prefix()} - SO_LINGER: {e}")
+            t.abort()
+        self.close("Stale Connection")
 
     def _tls_checked(self, transport: asyncio.BaseTransport) -> bool:
         """A TLS route (the handshake is done before connection_made): the peer's key must be pinned when
@@ -131,6 +193,9 @@ class RouteConn(ServerConn):
         return False
 
     def _closed(self) -> None:
+        if self._live_timer is not None:
+            self._live_timer.cancel()
+            self._live_timer = None
         self._drop_remote_interest()
         self.cluster.unstall(self)
         self.cluster.route_closed(self)
