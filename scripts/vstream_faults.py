@@ -4,6 +4,7 @@
     python scripts/vstream_faults.py                    # 3 regions x 3 Rillet servers, R3 (~1 min)
     python scripts/vstream_faults.py --server go        # the same topology of Go nats-servers
     python scripts/vstream_faults.py --quick            # CI: the same, fewer messages, no phase 4
+    python scripts/vstream_faults.py --rolling 60 --seed 2   # then 60 s of changing cuts under load
     python scripts/vstream_faults.py --quick --per-region 1   # 3 regions x 1 server, R1 (~35 s)
 
 Topology: regions ``west``, ``central``, ``east``, each a cluster (named after the region) of 3 servers
@@ -27,9 +28,9 @@ Phases, each publishing ``--msgs`` messages in every region at once (synchronous
 3. split brain: west cut from central+east, publish on both sides; the cut moves to west+central | east
    (central changes sides), publish again; heal;
 4. (not with ``--quick``) three ways: every region cut from both others; publish; heal;
-5. (``--rolling SECONDS``) publishers in every region the whole time while the cuts change every 1.5-4 s
-   (seeded by ``--seed``): a region isolated, two against one, three ways, one server cut from everyone
-   (its region's streams may change leader), a moment healed; then heal.
+5. (``--rolling SECONDS``) publishers in every region the whole time while the cuts
+   change every 1.5-4 s (seeded by ``--seed``): a region isolated, two against one, three ways, one server
+   cut from everyone (its region's streams may change leader), a moment healed; then heal.
 
 After each heal the script waits until every read stream holds as many messages as the three write
 streams together (the deadline: ``--deadline``, 60 s for Rillet, 180 s for Go, whose sources retry with a
@@ -96,7 +97,9 @@ class NsServer(wt.Server):
         self.host, self.netns = host, netns
         self.cluster = cluster or region
         self.tags = tags
-        self.hport = wt.free_port()
+        # every server has its own namespace, so its own ports: the usual ones (ports picked one by one as
+        # "free" on 127.0.0.1 could come out twice, and a server then failed to listen)
+        self.port, self.rport, self.gport, self.hport = 4222, 6222, 7222, 8222
 
     @property
     def url(self) -> str:
@@ -117,7 +120,8 @@ class NsServer(wt.Server):
             f.write(f"server_name: {self.name}\nlisten: {self.host}:{self.port}\nhttp: {self.host}:{self.hport}\n"
                     f'ping_interval: "1s"\nping_max: 3\n{tags}'
                     f"jetstream {{\n{js}}}\n"
-                    f"cluster {{\n  name: {self.cluster}\n  listen: {self.host}:{self.rport}\n  routes: [{routes}]\n}}\n"
+                    f"cluster {{\n  name: {self.cluster}\n  listen: {self.host}:{self.rport}\n"
+                    f"  routes: [{routes}]\n}}\n"
                     f"gateway {{\n  name: {self.cluster}\n  listen: {self.host}:{self.gport}\n  gateways: [{gws}]\n}}\n"
                     f'mappings {{ include "{NAME}.mappings.conf" }}\n')
 
@@ -528,6 +532,8 @@ async def amain(args: argparse.Namespace) -> int:
     per_region = args.per_region
     if args.replicas is None:
         args.replicas = per_region
+    if args.rolling is None:
+        args.rolling = 0.0
     if args.msgs is None:
         args.msgs = 20 if args.quick else 50
     if args.server == "go" and shutil.which("nats-server") is None:
@@ -566,7 +572,7 @@ def main() -> None:
     ap.add_argument("--hold", type=float, default=6.0, help="seconds each partition lasts at least")
     ap.add_argument("--deadline", type=float, default=None, help="seconds to converge after a heal "
                                                                    "(60 Rillet, 180 Go)")
-    ap.add_argument("--rolling", type=float, default=0.0,
+    ap.add_argument("--rolling", type=float, default=None,
                     help="then this many seconds of changing cuts under continuous publishing (phase 5)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the rolling phase's cuts")
     ap.add_argument("--json", help="write the results here")
