@@ -15,16 +15,9 @@ import pytest
 
 from rillet.server.embed import run_cluster
 from rillet.server.logging import Logger
+from jscluster_support import until, reps
 
 MS = 1_000_000
-
-
-async def until(cond, timeout: float = 8.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -39,10 +32,6 @@ async def cl():
                 await nc.close()
     errs = [ln for ln in out.getvalue().splitlines() if "[ERR]" in ln and "connect to route" not in ln]
     assert not errs, errs[:5]
-
-
-def reps(servers, name: str, acc: str = "$G"):
-    return [s.jetstream.cluster.streams.replica(acc, name) for s in servers]
 
 
 def stream_leader_idx(servers, name: str) -> int | None:

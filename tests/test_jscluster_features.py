@@ -18,36 +18,7 @@ from nats.js.api import ConsumerConfig, ObjectStoreConfig, StreamSource
 from rillet.jetstream.cluster import streams as CS
 from rillet.server.embed import run_cluster
 from rillet.server.logging import Logger
-
-
-async def until(cond, timeout: float = 8.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
-@pytest.fixture
-async def cl():
-    out = io.StringIO()
-    async with run_cluster(3, jetstream=True, log=Logger(out=out)) as servers:
-        nc = await nats.connect(servers[0].client_url)
-        try:
-            yield servers, nc, nc.jetstream()
-        finally:
-            await nc.close()
-    errs = [ln for ln in out.getvalue().splitlines() if "[ERR]" in ln and "connect to route" not in ln]
-    assert not errs, errs[:5]
-
-
-def reps(servers, name: str, acc: str = "$G"):
-    return [s.jetstream.cluster.streams.replica(acc, name) for s in servers]
-
-
-def stream_leader(servers, name: str):
-    ls = [r for r in reps(servers, name) if r is not None and r.leader]
-    return ls[0] if len(ls) == 1 else None
+from jscluster_support import until, cl, reps, stream_leader  # noqa: F401 (the fixture)
 
 
 def consumer_reps(servers, stream: str, name: str):

@@ -6,49 +6,15 @@ batch publishing across a stream leader change."""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
-import time
 
-import nats
 import pytest
 from nats.js.api import ConsumerConfig, StreamConfig
 
-from rillet.server.embed import run_cluster
-from rillet.server.logging import Logger
+from jscluster_support import until, cl, reps, stream_leader  # noqa: F401 (the fixture)
 
 T = "io.nats.jetstream.api.v1."
-
-
-async def until(cond, timeout: float = 8.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
-@pytest.fixture
-async def cl():
-    out = io.StringIO()
-    async with run_cluster(3, jetstream=True, log=Logger(out=out)) as servers:
-        nc = await nats.connect(servers[0].client_url)
-        try:
-            yield servers, nc, nc.jetstream()
-        finally:
-            await nc.close()
-    errs = [ln for ln in out.getvalue().splitlines() if "[ERR]" in ln and "connect to route" not in ln]
-    assert not errs, errs[:5]
-
-
-def reps(servers, name: str, acc: str = "$G"):
-    return [s.jetstream.cluster.streams.replica(acc, name) for s in servers]
-
-
-def stream_leader(servers, name: str):
-    ls = [r for r in reps(servers, name) if r is not None and r.leader]
-    return ls[0] if len(ls) == 1 else None
 
 
 def consumer_leader(servers, stream: str, name: str):

@@ -6,16 +6,11 @@ catches up from the leader's snapshot."""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import time
 
-import nats
-import pytest
-
-from rillet.server.embed import run_cluster
-from rillet.server.logging import Logger
+from jscluster_support import cl  # noqa: F401 (the fixture)
 
 
 async def until(cond, timeout: float = 10.0, what: str = "condition") -> None:
@@ -24,19 +19,6 @@ async def until(cond, timeout: float = 10.0, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-async def cl():
-    out = io.StringIO()
-    async with run_cluster(3, jetstream=True, log=Logger(out=out)) as servers:
-        nc = await nats.connect(servers[0].client_url)
-        try:
-            yield servers, nc, nc.jetstream()
-        finally:
-            await nc.close()
-    errs = [ln for ln in out.getvalue().splitlines() if "[ERR]" in ln and "connect to route" not in ln]
-    assert not errs, errs[:5]
 
 
 def reps(servers, name):

@@ -22,14 +22,7 @@ from rillet.jetstream.cluster.streams import ClusteredStreams
 from rillet.jetstream.manager import JetStream
 from rillet.server.embed import run_cluster
 from rillet.server.logging import Logger
-
-
-async def until(cond, timeout: float = 8.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+from jscluster_support import until
 
 
 class Env:

@@ -76,7 +76,7 @@ class Ready:
 class Progress:
     """The leader's view of one follower."""
     __slots__ = ("match", "next", "state", "paused", "inflight", "pending_snapshot", "recent_active", "last_seen",
-                 "snap_sent")
+                 "snap_sent", "heard")
 
     def __init__(self, next_index: int, now: int):
         self.match = 0
@@ -88,6 +88,7 @@ class Progress:
         self.recent_active = True
         self.last_seen = now
         self.snap_sent = 0
+        self.heard = False  # (an answer came from it since this node became leader; last_seen starts at now)
 
     def become_probe(self, next_index: int) -> None:
         self.state = PROBE
@@ -654,6 +655,7 @@ class Node:
             return
         pr.recent_active = True
         pr.last_seen = self.ticks
+        pr.heard = True
         if m.reject:
             if pr.state == REPLICATE:
                 if m.index <= pr.match:
@@ -703,6 +705,7 @@ class Node:
             return
         pr.recent_active = True
         pr.last_seen = self.ticks
+        pr.heard = True
         if pr.state == PROBE:
             pr.paused = False
         elif pr.state == SNAPSHOT:

@@ -350,7 +350,8 @@ class RaftGroup:
         if not self.running or n.role != LEADER:
             return []
         limit = 3 * self.heartbeat_ticks
-        return [p for p, pr in n.prs.items() if p in n.voters and p != self.id and n.ticks - pr.last_seen <= limit]
+        return [p for p, pr in n.prs.items()
+                if p in n.voters and p != self.id and pr.heard and n.ticks - pr.last_seen <= limit]
 
     def stepdown(self, to: Optional[str] = None, note: Optional[bytes] = None) -> None:
         """Hand leadership over to ``to`` or to the most up-to-date other member (NotLeader if this node
@@ -365,7 +366,7 @@ class RaftGroup:
         if to is None:
             best = None
             for p, pr in n.prs.items():
-                if p not in n.voters or n.ticks - pr.last_seen > self.election_ticks:
+                if p not in n.voters or not pr.heard or n.ticks - pr.last_seen > self.election_ticks:
                     continue
                 if best is None or pr.match > best[1]:
                     best = (p, pr.match)
