@@ -4,7 +4,6 @@ once. (A route across a network cut otherwise stays open for minutes and deliver
 the heal: tests/faults/README.md, the sync-always partition duplicates.) The constants are shortened here."""
 from __future__ import annotations
 
-import asyncio
 import io
 import time
 
