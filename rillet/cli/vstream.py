@@ -14,6 +14,9 @@ The mappings go into the servers' configuration (``mappings { include "V.mapping
 or at the top level for the global account); this command writes that file and creates the streams.
 With ``--ordering``, one stream ``V-order`` (in the cluster given, e.g. a stretch cluster) sources the
 write streams and each regional read stream mirrors it instead, so every region sees the same order.
+``--ordering-replicas`` and ``--ordering-tag`` give it its own replica count and placement tags (an R3
+ordering stream in a stretch cluster over R1 regional streams; one replica per region comes from the
+servers' ``unique_tag``, or from a stretch cluster of one server per region).
 """
 from __future__ import annotations
 
@@ -164,11 +167,21 @@ def _placement(region: str, placement: str) -> dict[str, Any] | None:
 
 
 def stream_configs(name: str, regions: list[str], *, replicas: int = 3, max_age_ns: int = 0,
-                   storage: str = "file", placement: str = "cluster", ordering: str = "") -> list[dict[str, Any]]:
+                   storage: str = "file", placement: str = "cluster", ordering: str = "",
+                   ordering_replicas: int = 0, ordering_tags: tuple[str, ...] | list[str] = ()
+                   ) -> list[dict[str, Any]]:
     """The stream configurations to create, in order: write streams, the ordering stream (``ordering``:
-    the cluster it is placed in, "" for none), then read streams."""
+    the cluster it is placed in, "" for none; ``ordering_replicas``: its replicas, 0 for ``replicas``;
+    ``ordering_tags``: its placement tags), then read streams."""
     if placement not in ("cluster", "tags", "none"):
         raise CliError(f"invalid placement {placement!r}: use cluster, tags or none")
+    if not ordering and (ordering_replicas or ordering_tags):
+        raise CliError("--ordering-replicas and --ordering-tag need --ordering CLUSTER")
+    if ordering_replicas < 0:
+        raise CliError("--ordering-replicas must be at least 1")
+    tags = [t.strip() for t in ordering_tags if t.strip()]
+    if len(tags) != len(list(ordering_tags)):
+        raise CliError("--ordering-tag: an empty tag")
     out: list[dict[str, Any]] = []
     for r in regions:
         cfg: dict[str, Any] = {"name": write_name(name, r), "subjects": [f"{name}.{r}.>"], "storage": storage,
@@ -180,10 +193,12 @@ def stream_configs(name: str, regions: list[str], *, replicas: int = 3, max_age_
     sources = [{"name": write_name(name, r), "subject_transforms": [{"src": f"{name}.*.>", "dest": f"{name}.>"}]}
                for r in regions]
     if ordering:
-        cfg = {"name": order_name(name), "storage": storage, "num_replicas": replicas, "sources": sources,
-               "allow_direct": True}
-        if placement != "none":
-            cfg["placement"] = {"cluster": ordering}
+        cfg = {"name": order_name(name), "storage": storage, "num_replicas": ordering_replicas or replicas,
+               "sources": sources, "allow_direct": True}
+        if placement != "none" or tags:
+            cfg["placement"] = {"cluster": ordering} if placement != "none" else {}
+            if tags:
+                cfg["placement"]["tags"] = tags
         out.append(cfg)
     for r in regions:
         cfg = {"name": read_name(name, r), "storage": storage, "num_replicas": replicas, "allow_direct": True}
@@ -269,6 +284,13 @@ def create(name: str = typer.Argument(..., help="Virtual stream name"), regions:
                                                   help="Ordering variant: a stream <name>-order in this cluster "
                                                        "sources the write streams; the read streams mirror it, so "
                                                        "every region sees one global order"),
+           ordering_replicas: int = typer.Option(0, "--ordering-replicas", metavar="N",
+                                                 help="Replicas of the ordering stream (default: --replicas), "
+                                                      "e.g. 3 in a stretch cluster over three regions"),
+           ordering_tags: Optional[list[str]] = typer.Option(None, "--ordering-tag", metavar="TAG",
+                                                             help="A placement tag of the ordering stream "
+                                                                  "(repeatable); one replica per region comes "
+                                                                  "from the servers' jetstream unique_tag"),
            mappings_out: Optional[str] = typer.Option(None, "--mappings-out",
                                                       help="Write the servers' mappings include file here "
                                                            "(default: print it after the streams)"),
@@ -293,6 +315,8 @@ def create(name: str = typer.Argument(..., help="Virtual stream name"), regions:
           --mappings-out foo.mappings.conf
       rillet vstream create foo --regions west,central,east --ordering stretch
       rillet vstream create foo --regions west,central,east --replicas 1 \\
+          --ordering stretch --ordering-replicas 3
+      rillet vstream create foo --regions west,central,east --replicas 1 \\
           --placement none --local west          (try it on one server)
     """
     check_name(name)
@@ -303,7 +327,8 @@ def create(name: str = typer.Argument(..., help="Virtual stream name"), regions:
         raise CliError(f"invalid storage {storage!r}: use file or memory")
     age = to_nanos(parse_duration(max_age)) if max_age else 0
     cfgs = stream_configs(name, rs, replicas=replicas, max_age_ns=age, storage=storage, placement=placement,
-                          ordering=ordering or "")
+                          ordering=ordering or "", ordering_replicas=ordering_replicas,
+                          ordering_tags=ordering_tags or ())
     text = render_mappings(name, rs, local=local)
     if mappings_out:
         _write(mappings_out, text)

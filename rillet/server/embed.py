@@ -150,7 +150,8 @@ async def wait_meta_leader(servers: list[Server], timeout: float = 10.0, members
 
 
 @contextlib.asynccontextmanager
-async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[str] | None = None,
+async def run_super_cluster(clusters: int = 2, servers: int | Sequence[int] = 1, *,
+                            names: list[str] | None = None,
                             log: Logger | None = None, timeout: float = 10.0, solicit_delay: float = 0.05,
                             jetstream: bool | Sequence[str] = False, store_dir: str | None = None,
                             server_fields: Callable[[str, int], dict] | None = None,
@@ -161,7 +162,9 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
         async with run_super_cluster(2, 2) as (west, east):
             nc = await nats.connect(west[0].client_url)
 
-    Cluster names are ``names`` (default A, B, C, ...); server names ``<cluster>-<i>``. Without JetStream,
+    ``servers``: the servers of each cluster, or one count per cluster (``[2, 2, 2, 3]``: three clusters of 2
+    and a 4th of 3, e.g. a stretch cluster). Cluster names are ``names`` (default A, B, C, ...); server names
+    ``<cluster>-<i>``. Without JetStream,
     the servers of the first cluster know no gateway; every other server is configured with the first
     cluster's gateway and learns the others by gossip (implicit gateways), as nats-server does. The block starts once every
     server of every cluster has its routes (full mesh) and an outbound gateway to every other cluster.
@@ -184,9 +187,11 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
     from rillet.config.gateway_section import GatewayOptions, RemoteGateway
     from rillet.config.options import ClusterOptions, JetStreamOptions
     from rillet.server.server import free_port
-    if clusters < 1 or servers < 1:
-        raise ValueError("a super-cluster needs at least one cluster of one server")
+    sizes = [servers] * clusters if isinstance(servers, int) else [int(n) for n in servers]
+    if clusters < 1 or len(sizes) != clusters or min(sizes) < 1:
+        raise ValueError("a super-cluster needs at least one cluster of one server (servers: one count per cluster)")
     names = list(names) if names else [chr(ord("A") + i) for i in range(clusters)]
+    size_of = dict(zip(names, sizes))
     if len(names) != clusters or len(set(names)) != clusters:
         raise ValueError("names: one distinct name per cluster")
     out: list[list[Server]] = []
@@ -199,14 +204,14 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
         import tempfile
         store_dir = tmp = tempfile.mkdtemp(prefix="rillet-jssuper-")
     # (JetStream: every port chosen first, so that each server's config lists every route and gateway)
-    rports = {cn: [free_port() for _ in range(servers)] for cn in names} if js_clusters else {}
-    gports = {cn: [free_port() for _ in range(servers)] for cn in names} if js_clusters else {}
+    rports = {cn: [free_port() for _ in range(size_of[cn])] for cn in names} if js_clusters else {}
+    gports = {cn: [free_port() for _ in range(size_of[cn])] for cn in names} if js_clusters else {}
     try:
         first_gw = ""
         for ci, cname in enumerate(names):
             group: list[Server] = []
             seed = ""
-            for i in range(servers):
+            for i in range(size_of[cname]):
                 f = dict(fields)
                 if server_fields is not None:
                     f.update(server_fields(cname, i))
@@ -225,7 +230,7 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
                                for o in names if o != cname]
                     gport = gports[cname][i]
                 else:
-                    if servers > 1:
+                    if size_of[cname] > 1:
                         opts.cluster = ClusterOptions(name=cname, host="127.0.0.1", port=RANDOM_PORT,
                                                       routes=[seed] if seed else [])
                     remotes = [RemoteGateway(names[0], [first_gw])] if ci > 0 else []
@@ -249,7 +254,8 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
 
         def ready() -> bool:
             for s in every:
-                if s.cluster is not None and s.cluster.servers_connected() < servers - 1:  # (pools complete)
+                if s.cluster is not None and s.cluster.servers_connected() < size_of[s.opts.cluster.name] - 1:
+                    # (pools complete)
                     return False
                 if len(s.gateway.out) < clusters - 1:
                     return False
@@ -261,7 +267,7 @@ async def run_super_cluster(clusters: int = 2, servers: int = 1, *, names: list[
             await asyncio.sleep(0.02)
         if js_clusters:
             await wait_meta_leader(every, max(deadline - loop.time(), 0.0) + 5.0,
-                                   members=len(js_clusters) * servers)
+                                   members=sum(size_of[cn] for cn in js_clusters))
         yield out
     finally:
         for srv in reversed(every):

@@ -1,0 +1,153 @@
+"""The ordering variant of the virtual stream walk-through (issue 14, step 4) with the ordering stream in a real
+stretch cluster: regions west, central and east (clusters of 2 servers) plus a cluster ``stretch`` of 3 servers,
+one per region, the 4 clusters joined by gateways, in this process. Every server is tagged ``region:<r>`` and
+runs with ``jetstream { unique_tag: "region:" }``, so the R3 ordering stream ``foo-order`` (``rillet vstream
+create --replicas 1 --ordering stretch --ordering-replicas 3``) gets one replica per region; the regional
+write streams are R1 and each regional read stream mirrors ``foo-order``.
+
+Every region then sees every message in the same order, also after the stretch server holding the ordering
+stream's leader is stopped (its region's replica lost: quorum 2 of 3 keeps the stream sourcing).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nats
+import pytest
+
+from rillet.cli.common import CliError
+from rillet.cli.vstream import mappings, order_name, read_name, stream_configs, write_name
+from rillet.config.options import JetStreamOptions
+from rillet.server.embed import run_super_cluster
+
+REGIONS = ["west", "central", "east"]
+CLUSTERS = REGIONS + ["stretch"]
+
+
+def _server_fields(cluster: str, i: int) -> dict:
+    region = REGIONS[i] if cluster == "stretch" else cluster  # (stretch-0 is in west, stretch-1 central, ...)
+    return {"tags": [f"region:{region}"], "jetstream": JetStreamOptions(unique_tag="region:")}
+
+
+def test_ordering_stream_config_in_a_stretch_cluster():
+    cfgs = stream_configs("foo", REGIONS, replicas=1, ordering="stretch", ordering_replicas=3,
+                          ordering_tags=["ssd"])
+    assert [c["name"] for c in cfgs] == [write_name("foo", r) for r in REGIONS] + ["foo-order"] + [
+        read_name("foo", r) for r in REGIONS]
+    order = cfgs[3]
+    assert order["num_replicas"] == 3 and order["placement"] == {"cluster": "stretch", "tags": ["ssd"]}
+    assert [s["name"] for s in order["sources"]] == [write_name("foo", r) for r in REGIONS]
+    for c in cfgs[:3] + cfgs[4:]:
+        assert c["num_replicas"] == 1 and c["placement"]["cluster"] in REGIONS
+    assert all(c["mirror"] == {"name": "foo-order"} for c in cfgs[4:])
+    # without --ordering-replicas the ordering stream has the regional streams' replicas, as before
+    assert stream_configs("foo", REGIONS, replicas=1, ordering="stretch")[3]["num_replicas"] == 1
+    with pytest.raises(CliError, match="need --ordering"):
+        stream_configs("foo", REGIONS, ordering_replicas=3)
+    with pytest.raises(CliError, match="empty tag"):
+        stream_configs("foo", REGIONS, ordering="stretch", ordering_tags=[" "])
+
+
+async def _until(what, check, timeout=10.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = None
+    while loop.time() < deadline:
+        try:
+            last = await check()
+            if last is True:
+                return
+        except (nats.errors.TimeoutError, nats.js.errors.APIError, nats.errors.NoRespondersError) as e:
+            last = e
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what} within {timeout}s (last: {last!r})")
+
+
+async def _publish(nc, region, prefix, n):
+    js = nc.jetstream(timeout=3)
+    out = []
+    for i in range(n):
+        subj = f"foo.{prefix}{i}"
+        ack = await js.publish(subj, region.encode())
+        assert ack.stream == write_name("foo", region)
+        out.append(subj)
+    return out
+
+
+async def test_ordering_stream_in_a_stretch_cluster():
+    async with run_super_cluster(4, [2, 2, 2, 3], names=CLUSTERS, jetstream=True, timeout=20,
+                                 server_fields=_server_fields, mappings=mappings("foo", REGIONS)) as clusters:
+        by = dict(zip(CLUSTERS, clusters))
+        conns = {r: await nats.connect([s.client_url for s in by[r]], max_reconnect_attempts=-1,
+                                       reconnect_time_wait=0.1) for r in REGIONS}
+        try:
+            async def create(cfg):
+                resp = await conns["west"].request(f"$JS.API.STREAM.CREATE.{cfg['name']}",
+                                                   json.dumps(cfg).encode(), timeout=10)
+                resp = json.loads(resp.data)
+                assert "error" not in resp, resp
+                return resp
+            cfgs = stream_configs("foo", REGIONS, replicas=1, ordering="stretch", ordering_replicas=3)
+            for resp in await asyncio.gather(*map(create, cfgs[:3])):  # the write streams, then the ordering
+                assert resp["cluster"]["name"] == resp["config"]["name"].rsplit("-", 1)[1]
+            made = await create(cfgs[3])  # stream, then the read streams mirroring it
+            await asyncio.gather(*map(create, cfgs[4:]))
+            assert made["config"]["name"] == order_name("foo") and made["cluster"]["name"] == "stretch"
+
+            async def order_info():
+                return await conns["central"].jetstream(timeout=2).stream_info(order_name("foo"))
+
+            async def placed():
+                cl = (await order_info()).cluster
+                return len(cl.replicas or []) == 2 and bool(cl.leader) or cl
+            await _until("foo-order has a leader and 2 replicas", placed)
+            cl = (await order_info()).cluster
+            peers = [cl.leader] + [r.name for r in cl.replicas]
+            assert sorted(peers) == ["stretch-0", "stretch-1", "stretch-2"]
+            regions_of = {s.name: s.opts.tags for s in by["stretch"]}
+            assert sorted(t for p in peers for t in regions_of[p]) == sorted(f"region:{r}" for r in REGIONS)
+
+            sent: list[str] = []
+            for r in REGIONS:
+                sent += await _publish(conns[r], r, f"{r}.", 3)
+            orders = await _converged(conns, len(sent))
+            assert sorted(orders["west"]) == sorted(sent)
+
+            # one region's stretch server (the ordering stream's leader) stops; writes go on in every region
+            leader = next(s for s in by["stretch"] if s.name == cl.leader)
+            await leader.shutdown()
+
+            async def new_leader():
+                c = (await order_info()).cluster
+                return bool(c.leader) and c.leader != leader.name or c
+            await _until("foo-order elects another leader (2 of 3 replicas)", new_leader, timeout=15)
+            for r in REGIONS:
+                sent += await _publish(conns[r], r, f"{r}.after.", 3)
+            after = await _converged(conns, len(sent), timeout=15)
+            assert sorted(after["west"]) == sorted(sent)
+            assert after["west"][:len(orders["west"])] == orders["west"]  # the earlier order is kept
+            info = await order_info()
+            assert info.state.messages == len(sent) and info.cluster.leader != leader.name
+        finally:
+            for nc in conns.values():
+                await nc.close()
+
+
+async def _converged(conns, n, timeout=10.0):
+    """Once foo-order and every region's read stream (``foo`` through the mapping) hold ``n`` messages, the
+    subjects in sequence order per region, all equal to foo-order's."""
+    async def counts():
+        c = {r: (await conns[r].jetstream(timeout=2).stream_info("foo")).state.messages for r in REGIONS}
+        c["order"] = (await conns["west"].jetstream(timeout=2).stream_info(order_name("foo"))).state.messages
+        assert all(v <= n for v in c.values()), c  # never a duplicate
+        return all(v == n for v in c.values()) or c
+    await _until(f"foo-order and every read stream hold {n} messages", counts, timeout)
+    out = {}
+    for r in REGIONS:
+        js = conns[r].jetstream(timeout=3)
+        out[r] = [(await js.get_msg("foo", seq)).subject for seq in range(1, n + 1)]
+    js = conns["east"].jetstream(timeout=3)
+    origin = [(await js.get_msg(order_name("foo"), seq)).subject for seq in range(1, n + 1)]
+    assert out["west"] == out["central"] == out["east"] == origin
+    return out
