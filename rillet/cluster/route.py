@@ -145,7 +145,7 @@ class RouteConn(ServerConn):
         self._live_at = now
         t = self.transport
         if t is not None:  # the peer acknowledging our data (TCP) is alive too (a bulk one-way stream)
-            acked = self._handed - t.get_write_buffer_size() - _kernel_unsent(t)
+            acked = self._peer_took(t)
             if acked > self._live_acked + self._live_pinged:  # (a stopped peer's kernel still takes PINGs)
                 self._live_heard = time.time()
             self._live_acked = acked
@@ -159,6 +159,11 @@ class RouteConn(ServerConn):
             self._live_pinged = len(cp.PING)
             srv.flush_clients()
         self._live_timer = srv.loop.call_later(ROUTE_LIVENESS_PING, self._liveness_tick)
+
+    def _peer_took(self, t: Any) -> int:
+        """Bytes handed to ``t`` that have left this host (neither in asyncio's buffer nor unsent in the
+        kernel): what the write deadline and the liveness tick watch grow."""
+        return self._handed - t.get_write_buffer_size() - _kernel_unsent(t)
 
     def _reset_silent(self, idle: float) -> None:
         """Nothing read from the peer for ``idle`` seconds: close with a reset, dropping what is still
@@ -207,7 +212,7 @@ class RouteConn(ServerConn):
         self.cluster.stall(self)
         if self._deadline_timer is None and self.transport is not None:
             t = self.transport
-            self._wd_sent = self._handed - t.get_write_buffer_size() - _kernel_unsent(t)
+            self._wd_sent = self._peer_took(t)
         super().pause_writing()
 
     def resume_writing(self) -> None:
@@ -228,7 +233,7 @@ class RouteConn(ServerConn):
             super()._write_deadline_check(wd)
             return
         size = t.get_write_buffer_size()
-        sent = self._handed - size - _kernel_unsent(t)
+        sent = self._handed - size - _kernel_unsent(t)  # (_peer_took, with size kept for the report below)
         if sent <= self._wd_sent:  # nothing written to the peer in the whole deadline
             super()._write_deadline_check(wd)
             return
