@@ -7,8 +7,10 @@ not exist has no responder). The body is empty (back to the ack floor: ``ack_flo
 ``opt_start_seq``; ``by_start_time`` not below the first sequence at its start time; other policies only back
 to the ack floor ("invalid reset: not allowed"). The reset is an entry, ``C_RESET (seq,)``, applied to the
 replicated state on every replica (rillet.jetstream.consumer_state); once applied, the leader moves its scan
-position, drops its redelivery queue and answers with the consumer info plus ``reset_seq``.
-(Not done: on interest / work-queue streams nats-server also removes what a forward reset leaves unneeded.)
+position, drops its redelivery queue and answers with the consumer info plus ``reset_seq``. On an interest
+stream, what the consumer covers below its new ack floor counts as acknowledged by it and goes when no other
+consumer needs it (rillet.jetstream.retention.on_consumer_reset; in a cluster the stream leader does it when
+it applies the entry); a work-queue stream keeps what a forward reset skipped, as nats-server.
 """
 from __future__ import annotations
 
@@ -120,4 +122,7 @@ def applied(c: "Consumer", seq: int) -> None:
     c.lss = None
     c.npc_dirty = True
     c._mark_dirty()
+    if c.retention == "interest":  # (a clustered consumer's removals are the stream leader's)
+        from rillet.jetstream import retention
+        retention.on_consumer_reset(c.stream, c, seq)
     c.kick()

@@ -99,3 +99,32 @@ def on_consumer_delete(stream: Any, consumer: Any) -> None:
         if not any(needs_ack(c, m.seq, m.subject) for c in others):
             _remove(stream, m.seq)
         seq = m.seq + 1
+
+
+def on_consumer_reset(stream: Any, consumer: Any, seq: int, remove: Any = None) -> None:
+    """``consumer`` of an interest stream was reset to ``seq`` (its ack floor is now ``seq - 1``): what it
+    covers below that floor counts as acknowledged by it, and goes when no other consumer needs it (as
+    nats-server; a work-queue stream keeps what a forward reset skipped). ``remove`` proposes a removal
+    (the clustered stream leader passes its own)."""
+    if stream.closed or stream.cfg.retention != "interest":
+        return
+    if remove is None:
+        def remove(s: int) -> None:
+            _remove(stream, s)
+    store = stream.store
+    st = store.state()
+    if not st.msgs:
+        return
+    others = [c for c in stream.consumers.values() if c is not consumer and not c.closed]
+    s = max(st.first_seq, 1)
+    while s < seq:
+        try:
+            m = store.load_next_msg(">", s, True)
+        except StoreError:
+            s += 1  # an unreadable (corrupt) message, reported by the store: go on after it
+            continue
+        if m is None or m.seq >= seq:
+            break
+        if consumer._matches(m.subject) and not any(needs_ack(c, m.seq, m.subject) for c in others):
+            remove(m.seq)
+        s = m.seq + 1

@@ -368,6 +368,10 @@ class ConsumerReplica:
                         rep.retention_ack(c, seq)
             elif op == C_DELIVERED and c.ack_none:
                 rep.retention_ack(c, entry.args[0])
+            elif op == C_RESET and c.stream_retention == "interest":
+                from rillet.jetstream import retention
+                retention.on_consumer_reset(rep.stream, c, entry.args[0],
+                                            lambda s: s in rep._removing or rep._retention_remove(s))
         return res
 
     def snapshot(self) -> bytes:
