@@ -102,6 +102,7 @@ KEY_TESTS: dict[str, str] = {
     "jetstream.domain": "tests/test_js_consumer.py::test_domain_and_v2_ack_subjects",
     "jetstream.enabled": "tests/test_monitor.py::test_jetstream_hook",
     "jetstream.unique_tag": f"{HERE}::test_jetstream_store_limits_reach_the_account",
+    "jetstream.limits": "tests/test_js_server_limits.py::test_server_limits_like_nats_server",
     "jetstream.strict": "tests/test_operator.py::test_operator_signing_keys_and_strict_usage",
     # websocket {}
     "websocket.listen": "tests/test_websocket.py::test_from_config_file",

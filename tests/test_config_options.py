@@ -591,7 +591,7 @@ def test_jetstream_block():
     assert js.extra == {"strict": False}
 
 
-@pytest.mark.parametrize("key", ["key: s3cr3t", "cipher: aes", "limits { max_ack_pending: 1 }",
+@pytest.mark.parametrize("key", ["key: s3cr3t", "cipher: aes",
                                  "max_buffered_msgs: 100", "meta_compact: 10"])
 def test_jetstream_keys_rillet_cannot_honour_are_refused(key):
     with pytest.raises(ConfigError, match=r'o\.conf:1:12: "\w+" is not supported: Rillet '):

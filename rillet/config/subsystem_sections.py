@@ -379,7 +379,7 @@ class SubsystemSections(BuilderBase):
         for key in ("key", "ek", "encryption_key", "prev_key", "prev_ek", "prev_encryption_key", "cipher"):
             table[key] = refuse("Rillet does not encrypt JetStream stores")
         table["tpm"] = refuse("Rillet does not encrypt JetStream stores")
-        table["limits"] = refuse("Rillet has no server-wide JetStream limits")
+        table["limits"] = lambda sub: self._jetstream_limits(sub, js)
         table["extension_hint"] = refuse("Rillet has no JetStream extension hint")
         for key in ("max_outstanding_catchup", "meta_compact", "meta_compact_size", "meta_compact_sync"):
             table[key] = refuse("Rillet has no clustered JetStream")
@@ -388,6 +388,40 @@ class SubsystemSections(BuilderBase):
             table[key] = refuse("Rillet has no such JetStream queue or I/O limit")
         self.each(f, table, "jetstream")
         js.enabled = enabled
+
+    def _jetstream_limits(self, f: Field, js: Any) -> None:
+        """``jetstream { limits { ... } }`` (nats-server JSLimitOpts) -> ``js.extra["limits"]``, a
+        rillet.jetstream.configtypes.ServerLimits read by stream/consumer checks and batch publishing."""
+        from rillet.jetstream.configtypes import ServerLimits
+        f.as_map()
+        lim = ServerLimits()
+        js.extra["limits"] = lim
+
+        def integer(attr: str) -> Callable[[Field], None]:
+            def handler(sub: Field) -> None:
+                setattr(lim, attr, sub.as_int())
+            return handler
+
+        def duration(attr: str) -> Callable[[Field], None]:
+            def handler(sub: Field) -> None:
+                setattr(lim, attr, int(round(sub.as_duration_string() * 1e9)))
+            return handler
+
+        def batch(sub: Field) -> None:
+            sub.as_map()
+            self.each(sub, {"max_inflight_per_stream": integer("max_batch_inflight_per_stream"),
+                            "max_inflight_total": integer("max_batch_inflight_total"),
+                            "max_msgs": integer("max_batch_size"),
+                            "timeout": duration("max_batch_timeout")}, "jetstream.limits.batch")
+
+        def max_ha_assets(sub: Field) -> None:
+            sub.as_int()
+            raise sub.error(f'"{sub.key}" is not supported: Rillet does not count HA assets per server')
+
+        self.each(f, {"max_ack_pending": integer("max_ack_pending"), "max_ha_assets": max_ha_assets,
+                      "max_request_batch": integer("max_request_batch"),
+                      "duplicate_window": duration("max_duplicate_window"), "batch": batch},
+                  "jetstream.limits")
 
     # -- cluster --------------------------------------------------------------
 

@@ -258,6 +258,7 @@ class ApiRouter:
         existing = self.jsa.streams.get(name)
         cfg = SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup,
                                         subjects_overlap=self._overlap(), account_limits=self.jsa.limits,
+                                        server_limits=self.js.server_limits,
                                         existing=existing.cfg if existing is not None else None)
         if existing is not None:
             self.respond(reply, {"type": typ, **stream_info_dict(existing)})
@@ -312,7 +313,7 @@ class ApiRouter:
         stream = self.jsa.streams.get(name)
         cfg = SC.normalize_stream_update(stream.cfg if stream is not None else None, body, subject_name=name,
                                         lookup_stream=self._lookup, subjects_overlap=self._overlap(skip=name),
-                                        account_limits=self.jsa.limits,
+                                        account_limits=self.jsa.limits, server_limits=self.js.server_limits,
                                         consumers=[(n, c.cfg) for n, c in stream.consumers.items()]
                                         if stream is not None else None)
         assert stream is not None

@@ -85,6 +85,7 @@ class ConsumerApi:
         cfg = CC.normalize_consumer_config(
             stream.cfg, req.config, req.action, pedantic=req.pedantic,
             existing=existing.cfg if existing is not None else None, others=others, account_limits=acc_lim,
+            server_limits=self.jsa.js.server_limits,
             deliver_subject_in_use=lambda subj: self.jsa.account.sublist.has_interest(subj))
         if existing is not None:
             if not C.configs_equal(existing.cfg, cfg):

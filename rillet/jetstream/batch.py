@@ -38,6 +38,15 @@ MAX_INFLIGHT_PER_STREAM = 50
 MAX_INFLIGHT_TOTAL = 1000
 MAX_BATCH_SIZE = 1000
 
+
+def _limits(stream: "Stream") -> tuple[int, int, int, float]:
+    """(per stream, total, size, timeout s): the server's ``jetstream { limits { batch {...} } }`` where set
+    (above 0), else the defaults above (as nats-server)."""
+    lim = stream.js.server_limits
+    return (lim.max_batch_inflight_per_stream or MAX_INFLIGHT_PER_STREAM,
+            lim.max_batch_inflight_total or MAX_INFLIGHT_TOTAL, lim.max_batch_size or MAX_BATCH_SIZE,
+            lim.max_batch_timeout / 1e9 if lim.max_batch_timeout > 0 else MAX_BATCH_TIMEOUT)
+
 _inflight_total = 0
 
 
@@ -105,7 +114,7 @@ def _arm(stream: "Stream", b: _Batch) -> None:
             _drop(stream, b)
             _advisory(stream, b.id, "timeout")
 
-    b.timer = stream.js.loop.call_later(MAX_BATCH_TIMEOUT, expire)
+    b.timer = stream.js.loop.call_later(_limits(stream)[3], expire)
 
 
 def _abandon(stream: "Stream", b: _Batch, reason: str, err: ApiError) -> ApiError:
@@ -134,14 +143,15 @@ def process(stream: "Stream", bid: str, subject: str, reply: bytes | None, hdr: 
     commit_invalid = commit and not eob and commit_v != "1"
 
     batches = _batches(stream)
+    per_stream, total, max_size, _ = _limits(stream)
     b = batches.get(bid)
     if b is None:
         if bseq != 1:
             size = bseq - 1 if eob else bseq
-            if size > MAX_BATCH_SIZE:
-                raise ApiError.make("ATOMIC_PUBLISH_TOO_LARGE_BATCH", size=MAX_BATCH_SIZE)
+            if size > max_size:
+                raise ApiError.make("ATOMIC_PUBLISH_TOO_LARGE_BATCH", size=max_size)
             raise ApiError.make("ATOMIC_PUBLISH_INCOMPLETE_BATCH")
-        if len(batches) + 1 > MAX_INFLIGHT_PER_STREAM or _inflight_total + 1 > MAX_INFLIGHT_TOTAL:
+        if len(batches) + 1 > per_stream or _inflight_total + 1 > total:
             raise ApiError.make("ATOMIC_PUBLISH_TOO_MANY_INFLIGHT")
         b = _Batch(bid)
         batches[bid] = b
@@ -154,8 +164,8 @@ def process(stream: "Stream", bid: str, subject: str, reply: bytes | None, hdr: 
     if b.lseq != bseq or (bseq == 1 and eob):
         raise _abandon(stream, b, "incomplete", ApiError.make("ATOMIC_PUBLISH_INCOMPLETE_BATCH"))
     size = bseq - 1 if eob else bseq
-    if size > MAX_BATCH_SIZE:
-        raise _abandon(stream, b, "large", ApiError.make("ATOMIC_PUBLISH_TOO_LARGE_BATCH", size=MAX_BATCH_SIZE))
+    if size > max_size:
+        raise _abandon(stream, b, "large", ApiError.make("ATOMIC_PUBLISH_TOO_LARGE_BATCH", size=max_size))
     if not eob:
         b.msgs.append((subject, hdr, data))
     if not commit:

@@ -58,6 +58,12 @@ MAX_INFLIGHT_TOTAL = 50_000
 MAX_ACK_MESSAGES = 500   # the most messages between two flow acks the server lets any batch reach
 BATCH_TIMEOUT = 10.0     # seconds of inactivity before a batch is forgotten
 
+
+def _timeout(stream: "Stream") -> float:
+    """The server's ``jetstream { limits { batch { timeout } } }`` where set, else BATCH_TIMEOUT."""
+    t = stream.js.server_limits.max_batch_timeout
+    return t / 1e9 if t > 0 else BATCH_TIMEOUT
+
 OP_START, OP_APPEND, OP_COMMIT, OP_EOB, OP_PING = range(5)
 
 _inflight_total = 0
@@ -175,7 +181,7 @@ def _arm(stream: "Stream", b: Batch) -> None:
         return  # a committing batch waits for its last messages, then goes
     if b.timer is not None:
         b.timer.cancel()
-    b.timer = stream.js.loop.call_later(BATCH_TIMEOUT, _forget, stream, b)
+    b.timer = stream.js.loop.call_later(_timeout(stream), _forget, stream, b)
 
 
 def _send(stream: "Stream", reply: bytes, payload: bytes) -> None:
@@ -257,7 +263,9 @@ def process(stream: "Stream", subject: str, reply: bytes, hdr: bytes, data: byte
         if b is None:
             if req.seq != 1:
                 raise ApiError.make("BATCH_PUBLISH_UNKNOWN_BATCH_ID")
-            if len(batches) + 1 > MAX_INFLIGHT_PER_STREAM or _inflight_total + 1 > MAX_INFLIGHT_TOTAL:
+            lim = stream.js.server_limits  # (max_batch_size is for atomic batches only, as nats-server)
+            if len(batches) + 1 > (lim.max_batch_inflight_per_stream or MAX_INFLIGHT_PER_STREAM) or \
+                    _inflight_total + 1 > (lim.max_batch_inflight_total or MAX_INFLIGHT_TOTAL):
                 raise ApiError.make("BATCH_PUBLISH_TOO_MANY_INFLIGHT")
             b = Batch(req.id, req.gap_ok, req.flow)
             batches[req.id] = b
@@ -444,7 +452,7 @@ def adopt(stream: "Stream", recs: dict[str, Follower], now: float) -> int:
     batches = _batches(stream)
     n = 0
     for f in list(recs.values()):
-        if now - f.at > BATCH_TIMEOUT or f.id in batches:
+        if now - f.at > _timeout(stream) or f.id in batches:
             continue
         b = Batch(f.id, f.gap_ok, f.flow)
         b.lseq = b.pseq = b.fseq = f.bseq

@@ -170,6 +170,9 @@ class JetStream:
         self.sync_always = o.sync_interval == "always"
         self.max_memory = o.max_memory_store
         self.max_store = o.max_file_store
+        from rillet.jetstream.configtypes import ServerLimits
+        # jetstream { limits { ... } }: stream/consumer config checks, batch publishing (rillet.config)
+        self.server_limits: ServerLimits = o.extra.get("limits") or ServerLimits()
         self.accounts: dict[str, JSAccount] = {}
         self._disabled: dict[str, Any] = {}  # accounts without JetStream: rillet.jetstream.disabled.NotEnabled
         self.loop: asyncio.AbstractEventLoop = server.loop
@@ -299,7 +302,8 @@ class JetStream:
         return {"status": "ok"}
 
     def limits_dict(self) -> dict:
-        return {}
+        from rillet.jetstream.gojson import to_go
+        return to_go(self.server_limits)
 
     def jsz(self, opts: dict) -> dict:
         t = self.totals()

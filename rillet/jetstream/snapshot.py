@@ -121,7 +121,7 @@ def restore(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: byte
     if raw_cfg.get("name") != name:
         raise ApiError.make("STREAM_MISMATCH")
     cfg = C.normalize_stream_config(raw_cfg, is_create=True, subject_name=name,
-                                    account_limits=router.jsa.limits)
+                                    account_limits=router.jsa.limits, server_limits=router.jsa.js.server_limits)
     if name in router.jsa.streams:
         raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
     subj = f"$JS.SNAPSHOT.RESTORE.{name}.{os.urandom(8).hex()}"

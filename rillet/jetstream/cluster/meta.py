@@ -1224,7 +1224,7 @@ class JetStreamCluster:
         existing = self.state.stream(acc, name)
         cfg = SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
                                          subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
-                                         clustered=True,
+                                         clustered=True, server_limits=jsa.js.server_limits,
                                          existing=_stream_cfg(existing.config) if existing is not None else None)
         if existing is not None:
             self._answer_later(router, reply, typ, lambda t: self.stream_info(acc, name, t))
@@ -1276,7 +1276,7 @@ class JetStreamCluster:
         cfg = SC.normalize_stream_update(_stream_cfg(sa.config) if sa is not None else None, body,
                                          subject_name=name, lookup_stream=self._lookup(acc),
                                          subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
-                                         clustered=True, consumers=cons)
+                                         clustered=True, consumers=cons, server_limits=jsa.js.server_limits)
         assert sa is not None
         router._check_supported(cfg)
         if self._all_offline(sa.group.peers):
@@ -1361,7 +1361,7 @@ class JetStreamCluster:
         acc = jsa.account.name
         cfg = SC.normalize_stream_config(raw, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
                                          subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
-                                         clustered=True)
+                                         clustered=True, server_limits=jsa.js.server_limits)
         key = (acc, cfg.name)
         if self.state.stream(acc, name) is not None or key in self._inflight:
             raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
@@ -1496,7 +1496,7 @@ class JetStreamCluster:
         cfg = CC.normalize_consumer_config(
             scfg, req.config, req.action, pedantic=req.pedantic,
             existing=_consumer_cfg(existing.config) if existing is not None else None, others=others,
-            account_limits=acc_lim, clustered=True,
+            account_limits=acc_lim, clustered=True, server_limits=jsa.js.server_limits,
             deliver_subject_in_use=lambda subj: jsa.account.sublist.has_interest(subj))
         if existing is not None and C.configs_equal(_consumer_cfg(existing.config), cfg):
             self._answer_later(router, reply, typ, lambda t: self.consumer_info(acc, stream_name, name, t))
