@@ -1122,7 +1122,9 @@ def test_remote_names_and_learnt_urls():
      'remote leaf node configuration cannot have a mix of websocket and non-websocket urls'),
     ('leafnodes { remotes [ { url: "ws://h:1", ws_compress: true } ] }', "compression of leaf connections over "
                                                                        "WebSocket is not supported yet"),
-    ('leafnodes { compression: s2_auto }', 'leafnodes compression "s2_auto": s2 compression'),
+    ('leafnodes { compression: s2_uncompressed }', 'unsupported compression mode "s2_uncompressed"'),
+    ('leafnodes { remotes [ { url: "nats://h:1", compression: { mode: s2_auto, rtt: ["9ms", "1ms"] } } ] }',
+     "RTT threshold values [9ms 1ms] should be in ascending order"),
     ('leafnodes { authorization { token: x } }', 'unknown field "token"'),
     ('leafnodes { bogus: 1 }', 'unknown field "bogus"'),
     ('leafnodes { remotes: 1 }', "Expected remotes field to be an array, got int64"),

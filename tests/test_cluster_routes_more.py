@@ -389,60 +389,7 @@ async def test_tls_route_with_a_go_server(route_pki):
             await r_acc.shutdown()
 
 
-# ==== compression ================================================================================================
-
-@pytest.mark.parametrize("value", ["accept", "{ mode: accept }", "off"])
-def test_compression_accept_and_off_are_announced_off(value):
-    import json
-
-    from rillet.cluster.cluster import Cluster
-    o = load_string(f"cluster {{ name: c, listen: 127.0.0.1:-1, compression: {value} }}\n")
-    s = Server(o, Logger(out=io.StringIO()))
-    cl: Cluster = s.cluster
-    assert json.loads(cl.initial_info(0))["compression"] == "off"
-
-
-@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
-@pytest.mark.parametrize("mode,rillet_cl", [("s2_fast", ", compression: accept"), ("s2_auto", "")])
-async def test_go_server_asking_for_s2_gets_an_uncompressed_route(mode, rillet_cl):
-    """A Go server configured for s2 meets our "off" (accept, the default): every route of the pool works
-    uncompressed, both ways."""
-    import json
-    import urllib.request
-    gport, gcl, ghttp = free_port(), free_port(), free_port()
-    conf = (f"port: {gport}\nhttp_port: {ghttp}\nserver_name: go1\n"
-            f"cluster {{ name: c, listen: 127.0.0.1:{gcl}, compression: {mode} }}\n")
-    with go_server(conf, ghttp):
-        o = load_string("server_name: r0\nlisten: 127.0.0.1:-1\n"
-                        f"cluster {{ name: c, listen: 127.0.0.1:-1, routes: [nats://127.0.0.1:{gcl}]{rillet_cl} }}\n")
-        r = Server(o, Logger(out=io.StringIO()))
-        await r.start()
-        try:
-            await _until(lambda: r.cluster.servers_connected() == 1, 10, "route to the Go server")
-            def routez():
-                return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ghttp}/routez", timeout=2).read())
-            # servers_connected() counts the peer once its first route is up; the rest of the pool follows
-            await _until(lambda: len(routez()["routes"]) == 4, 10, "the whole pool (3 and $SYS) up")
-            assert [rt.get("compression") for rt in routez()["routes"]] == ["off"] * 4
-            async with contextlib.AsyncExitStack() as st:
-                g = await nats.connect(f"nats://127.0.0.1:{gport}")
-                nc = await nats.connect(r.client_url)
-                st.push_async_callback(g.close)
-                st.push_async_callback(nc.close)
-                sub = await nc.subscribe("cz")
-                gsub = await g.subscribe("zc")
-                await nc.flush()
-                await g.flush()
-                await _go_sees(ghttp, "cz", 1)
-                await _until(lambda: r.accounts["$G"].sublist.match("zc").psubs, what="Go's interest")
-                await g.publish("cz", b"x" * 4000)
-                await g.flush()
-                assert (await sub.next_msg(2)).data == b"x" * 4000
-                await nc.publish("zc", b"y" * 4000)
-                await nc.flush()
-                assert (await gsub.next_msg(2)).data == b"y" * 4000
-        finally:
-            await r.shutdown()
+# (compression: s2 on routes and leaf connections is tested in tests/test_cluster_s2.py)
 
 
 # ==== route pooling and pinned accounts ==========================================================================

@@ -640,8 +640,12 @@ def test_cluster_block():
     assert (cl.username, cl.password, cl.auth_timeout) == ("ru", "rp", 2.0)
     assert (cl.compression, cl.ping_interval, cl.ping_max, cl.write_deadline) == ("off", 10.0, 3, 2.0)
     for v, mode in (("false", "off"), ('"disabled"', "off"), ('"not_supported"', "not supported"),
-                    ('{ mode: "off" }', "off")):
+                    ('{ mode: "off" }', "off"), ("accept", "accept"), ("true", "s2_fast"), ("on", "s2_fast"),
+                    ("fast", "s2_fast"), ("S2_Better", "s2_better"), ("{ mode: best }", "s2_best"),
+                    ("auto", "s2_auto")):
         assert load(f"cluster {{ compression: {v} }}").cluster.compression == mode
+    cl = load('cluster { compression: { mode: s2_auto, rtt_thresholds: ["5ms", "0", "20ms", "0s"] } }').cluster
+    assert (cl.compression, cl.compression_rtts) == ("s2_auto", (0.005, 0.0, 0.02))  # (trailing 0 trimmed)
 
 
 def test_cluster_host_port():
@@ -658,13 +662,24 @@ def test_cluster_errors():
     assert str(error_of("cluster { bogus: 1 }")) == 'o.conf:1:10: unknown field "bogus"'  # as nats-server
     assert 'error parsing route url ["nats://a:x"]' in error_of('cluster { routes: ["nats://a:x"] }').reason
     assert 'unsupported compression mode "zip"' in error_of("cluster { compression: zip }").reason
+    # nats-server's errors for the compression setting (it checks them at start; here at load, positioned)
+    assert str(error_of("cluster {\n compression: s2_uncompressed }")) == \
+        'o.conf:2:2: unsupported compression mode "s2_uncompressed"'
+    assert error_of("cluster { compression: 5 }").reason == \
+        'field "compression" should be a boolean or a structure, got int64'
+    assert error_of('cluster { compression: { mode: auto, rtt_thresholds: ["50ms", "10ms"] } }').reason == \
+        "RTT threshold values [50ms 10ms] should be in ascending order"
+    assert error_of('cluster { compression: { mode: s2_auto, rtts: ["0s"] } }').reason == \
+        'compression mode "s2_auto" requires at least one RTT threshold'
+    assert error_of('cluster { compression: { mode: s2_auto, rtt: ["1ms", "2ms", "3ms", "4ms", "5ms"] } }').reason \
+        == 'compression mode "s2_auto" should have no more than 4 RTT thresholds: [1ms 2ms 3ms 4ms 5ms]'
+    assert error_of('cluster { compression: { mode: s2_auto, rtt: ["1x"] } }').reason == \
+        'time: unknown unit "x" in duration "1x"'
+    assert error_of("cluster { compression: { mode: s2_fast, level: 3 } }").reason == 'unknown field "level"'
 
 
 @pytest.mark.parametrize("body, words", [
     ("tls { cert_file: c, key_file: k, verify_and_map: true }", "verify_and_map (route authorization"),
-    ("compression: s2_fast", "s2 compression of routes is not supported yet"),
-    ("compression: { mode: s2_best }", "s2 compression of routes is not supported yet"),
-    ("compression: true", "s2 compression of routes is not supported yet"),
     ("permissions: { import: \">\", allow_responses: true }", "Cluster permissions do not support dynamic responses"),
     ("write_timeout: never", "write_timeout must be 'default', 'close' or 'retry'"),
     ("pool_size: -1, accounts: [A]", "pool_size cannot be negative if pinned accounts are specified"),

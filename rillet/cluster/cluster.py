@@ -61,12 +61,15 @@ import socket
 import ssl
 import struct
 import sys
+import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import rillet
+from rillet.cluster import compression as cc
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
+from rillet.cluster.compression import CompressionConfig
 from rillet.cluster.interest import LocalInterest, frame_for
 from rillet.cluster.route import EXPLICIT, IMPLICIT, RouteConn
 from rillet.cluster.routed import RoutedAccount
@@ -244,8 +247,10 @@ class Cluster:
         tls = self.opts.tls
         return (tls.timeout if tls is not None else 0.0) or 2.0
 
-    def compression_mode(self) -> str:
-        return "" if self.opts.compression == "not supported" else "off"
+    def comp_config(self) -> CompressionConfig:
+        """The cluster's compression setting (nats-server's default: accept)."""
+        o = self.opts
+        return CompressionConfig(o.compression or cc.ROUTE_DEFAULT, o.compression_rtts)
 
     def set_name(self, name: str, dynamic: bool, keep: str) -> None:
         """Take the peer's cluster name (ours was generated); routes to others are dropped."""
@@ -325,8 +330,7 @@ class Cluster:
                        proto=ROUTE_PROTO, go=f"python{sys.version_info[0]}.{sys.version_info[1]}",
                        host=o.host or "0.0.0.0", port=self.addr[1], headers=not so.no_header_support,
                        auth_required=bool(o.username), max_payload=so.max_payload, cluster=self.name,
-                       cluster_dynamic=self.dynamic, lnoc=True, lnocu=True,
-                       compression=self.compression_mode())
+                       cluster_dynamic=self.dynamic, lnoc=True, lnocu=True)
         if self.tls_server is not None:
             info.tls_required = info.tls_verify = True
         if self.pooling:
@@ -350,8 +354,16 @@ class Cluster:
             info.ldm = True
         return info
 
-    def initial_info(self, gossip_mode: int, pool_idx: int = 0, account: str = "") -> bytes:
+    def initial_info(self, gossip_mode: int, pool_idx: int = 0, account: str = "",
+                     compression: str | None = None) -> bytes:
+        """The first INFO of a route connection: with a nonce, the pool index or pinned account, and the
+        compression mode (the configured one, or what was negotiated: s2_auto when configured so); async
+        INFOs carry none, as nats-server's."""
         info = self.route_info()
+        cfg = self.comp_config()
+        if compression is None:
+            compression = "" if cfg.mode == cc.NOT_SUPPORTED else cfg.mode
+        info.compression = cc.S2_AUTO if cfg.mode == cc.S2_AUTO else compression
         info.nonce = self.server.make_nonce().decode()
         info.gossip_mode = gossip_mode
         info.route_pool_idx = pool_idx
@@ -500,6 +512,8 @@ class Cluster:
             log.error(f'{rc.log_prefix()} - Remote server has a duplicate name: "{info.server_name}"')
             rc.close("Duplicate Server Name", no_reconnect=True)
             return
+        if not self._negotiate_compression(rc, info):
+            return
         acc_name = rc.pinned_acc if rc.solicited else info.route_account
         if acc_name:
             reason, again = "Protocol Violation", True
@@ -537,6 +551,36 @@ class Cluster:
             self._add_pinned_route(rc, info)
         else:
             self._add_route(rc, info)
+
+    def _negotiate_compression(self, rc: RouteConn, info: ci.Info) -> bool:
+        """The compression part of a route's first INFO, as nats-server's: False when the route waits for
+        the peer's next INFO (compression switched on) or was closed. A dialling side with compression
+        configured delayed its first INFO until now; it goes out at registration (``rc.delayed_info``)."""
+        cfg = self.comp_config()
+        if not cc.needs_compression(cfg.mode):
+            rc.compression = cc.NOT_SUPPORTED if not info.compression or cfg.mode == cc.NOT_SUPPORTED else cc.OFF
+            return True
+        if rc.comp_negotiated:
+            return True  # (the INFO after the switch: registration goes on)
+        rc.comp_negotiated = True
+        try:
+            mode = cc.select_mode(cfg.mode, info.compression)
+        except ValueError as e:
+            self.server.log.error(f"{rc.log_prefix()} - {e}")
+            rc.close("Protocol Violation", str(e))
+            return False
+        auto = None
+        if mode == cc.S2_AUTO:
+            rc.rtt = rc.rtt or time.time() - rc.start_time  # (the handshake's duration: RTT not measured yet)
+            auto = cfg.thresholds()
+            mode = cc.level_for_rtt(rc.rtt, auto)
+        rc.compression = mode
+        if not cc.needs_compression(mode):
+            return True
+        # (an accepted route learns its pinned account after the negotiation, so that INFO names none)
+        rc.start_s2(mode, auto, cp.info_frame(self.initial_info(0, account=rc.pinned_acc, compression=mode)),
+                    info_first=rc.solicited)
+        return False
 
     def _add_route(self, rc: RouteConn, info: ci.Info) -> None:
         rid = info.server_id
@@ -592,7 +636,7 @@ class Cluster:
         rc.pool_idx = idx
         if rc.delayed_info:
             rc.delayed_info = False
-            rc.send(cp.info_frame(self.initial_info(rc.gossip_mode, idx)))
+            rc.send(cp.info_frame(self.initial_info(rc.gossip_mode, idx, compression=rc.compression)))
         conns[idx] = rc
         sz = sum(r is not None for r in conns)
         self.server.routes[rc.cid] = rc  # (by connection id: /routez)
@@ -633,6 +677,9 @@ class Cluster:
             self._duplicate(existing, rc, no_reconnect=True)
             return
         conns[rid] = rc
+        if rc.delayed_info:  # (a dialled route with compression configured: our first INFO, delayed)
+            rc.delayed_info = False
+            rc.send(cp.info_frame(self.initial_info(rc.gossip_mode, account=acc, compression=rc.compression)))
         self.server.routes[rc.cid] = rc
         rc.registered = True
         rc.debug(f'Registering remote route "{rid}" for account "{acc}"')

@@ -15,7 +15,9 @@ import ssl
 import time
 from typing import Any, Callable
 
+from rillet.cluster import compression as cc
 from rillet.cluster import protocol as cp
+from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
 from rillet.server.listen import hostport, plain_ip
 
@@ -55,6 +57,13 @@ class ServerConn(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
+        # s2 compression (routes and leaf connections, rillet.cluster.compression): the negotiated mode (as
+        # /routez and /leafz show it), the codec once switched, and s2_auto's thresholds (None: not auto)
+        self.compression = ""
+        self.comp_negotiated = False
+        self._s2w: Any = None
+        self._s2r: Any = None
+        self._s2_auto: tuple | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -88,8 +97,10 @@ class ServerConn(asyncio.Protocol):
         if t is not None:
             if self.out:
                 try:
-                    t.write(bytes(self.out))
-                except (OSError, RuntimeError) as e:
+                    data = bytes(self.out) if self._s2w is None else self._s2w.encode(bytes(self.out))
+                    t.write(data)
+                    self._wrote(len(data))
+                except (OSError, RuntimeError, s2.S2Error) as e:
                     self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
                 self.out.clear()
             t.close()
@@ -117,14 +128,70 @@ class ServerConn(asyncio.Protocol):
             return
         self.last_activity = time.time()
         try:
+            if self._s2r is not None:
+                data = self._s2r.feed(data)
             self.parser.feed(data)
+            while self.parser.halt:  # reading switched to s2 right after an INFO: the rest is compressed
+                rest = self.parser.take_rest()
+                if rest and not self.closed:
+                    self.parser.feed(self._s2r.feed(rest))
         except ProtocolError as e:
-            if e.client_error == cp.AUTH_VIOLATION:
-                self.server.log.error(f"{self.log_prefix()} - authentication error")
-            else:
-                self.server.log.error(f"{self.log_prefix()} - {e.detail}")
-            self.close(e.reason, e.client_error)
+            self._parse_failed(e)
+        except s2.S2Error as e:
+            self._s2_read_failed(e)
         self.server.flush_clients()
+
+    def _parse_failed(self, e: ProtocolError) -> None:
+        if e.client_error == cp.AUTH_VIOLATION:
+            self.server.log.error(f"{self.log_prefix()} - authentication error")
+        else:
+            self.server.log.error(f"{self.log_prefix()} - {e.detail}")
+        self.close(e.reason, e.client_error)
+
+    def _s2_read_failed(self, e: Exception) -> None:
+        """What the peer sent is not a valid s2 stream: closed as nats-server closes a connection whose
+        s2 reader fails ("<role> connection closed: Read Error"), the codec's error at debug level."""
+        if not self.closed:
+            self.debug(f"s2 read error: {e}")
+            self.out.clear()  # (nothing more is written to a peer whose stream is broken)
+            self.close("Read Error")
+
+    # ---- s2 compression -------------------------------------------------------------------------------
+
+    def start_s2(self, mode: str, auto: tuple | None, info: bytes, info_first: bool, halt: bool = True) -> None:
+        """Switch this connection to s2 (``mode``: the negotiated level, ``auto``: s2_auto's thresholds or
+        None) around the negotiation INFO ``info``, as nats-server: the dialling side (``info_first``)
+        writes the INFO uncompressed and then compresses, the accepting side switches first and sends the
+        INFO compressed. Reading switches right after the INFO being processed (the parser halts there and
+        the bytes that follow go through the s2 reader; ``halt`` False: called outside the parse, after a
+        TLS handshake), writing from the next byte queued."""
+        if info_first:
+            self.out += info
+        if self.out:  # what is queued before the switch leaves uncompressed
+            t = self.transport
+            if t is not None and not self.closed:
+                data = bytes(self.out)
+                t.write(data)
+                self._wrote(len(data))
+            self.out.clear()
+        self.compression = mode
+        self._s2_auto = auto
+        self._s2w = s2.S2Writer(level=cc.WRITER_LEVEL[mode])
+        self._s2r = s2.S2Reader()
+        self.parser.halt = halt
+        self.debug(f"Compression: {mode}")
+        if not info_first:
+            self.out += info
+        self.flush()
+
+    def _s2_auto_update(self) -> None:
+        """s2_auto: after an RTT measure, the level for the new RTT; a change gives a new writer (its stream
+        starts with the identifier again, which readers accept), as nats-server does on a PONG."""
+        mode = cc.level_for_rtt(self.rtt, self._s2_auto)  # type: ignore[arg-type]
+        if mode != self.compression:
+            self.debug(f"Compression level changed from {self.compression} to {mode} (rtt {self.rtt * 1000:.3f}ms)")
+            self.compression = mode
+            self._s2w = s2.S2Writer(level=cc.WRITER_LEVEL[mode])
 
     def proto_before_connect(self) -> bool:
         self.server.log.error(f"{self.log_prefix()} - authentication error")
@@ -139,6 +206,8 @@ class ServerConn(asyncio.Protocol):
         if self._rtt_start:
             self.rtt = time.monotonic() - self._rtt_start
             self._rtt_start = 0.0
+            if self._s2_auto is not None and self._s2w is not None:
+                self._s2_auto_update()
 
     def proto_ok(self) -> None:
         pass
@@ -161,7 +230,18 @@ class ServerConn(asyncio.Protocol):
         if not out or self.closed or t is None:
             out.clear()
             return
-        t.write(bytes(out))
+        if self._s2w is None:
+            data = bytes(out)
+        else:  # one s2 encode per flush of the buffer, as nats-server compresses per flush
+            try:
+                data = self._s2w.encode(bytes(out))
+            except s2.S2Error as e:
+                self.server.log.error(f"{self.log_prefix()} - Error compressing data: {e}")
+                out.clear()
+                self.close("Write Error")
+                return
+        t.write(data)
+        self._wrote(len(data))
         out.clear()
         mp = self.server.opts.max_pending
         if t.get_write_buffer_size() > mp:
@@ -169,6 +249,9 @@ class ServerConn(asyncio.Protocol):
             self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
             t.abort()
             self.close("Slow Consumer (Pending Bytes)")
+
+    def _wrote(self, n: int) -> None:
+        """``n`` bytes were handed to the transport (routes count them for their liveness checks)."""
 
     # ---- timers ---------------------------------------------------------------------------------------
 

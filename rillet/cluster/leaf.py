@@ -52,8 +52,10 @@ from urllib.parse import unquote, urlsplit
 
 import rillet
 import rillet.server.msgtrace as _mt
+from rillet.cluster import compression as cc
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
+from rillet.cluster.compression import CompressionConfig
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub, RoutedAccount, js_ack_deliver_idx, origin_only
@@ -157,8 +159,8 @@ class LeafConn(ServerConn):
         self.remote_domain = ""
         self.remote_account = ""
         self.nonce = b""
-        self.compression = ""
         self.tls = False
+        self._comp_info = False  # (leaf side) switched to s2: the hub's next INFO is taken as its first
         self.deny_out = _Deny([])  # messages we do not send to the peer (and its literal interest we ignore)
         self.deny_in = _Deny([])  # messages from the peer we drop (and our interest we do not announce)
         # hub side, a leaf user with permissions (nats-server reverses them on the hub): what the leaf may
@@ -211,6 +213,9 @@ class LeafConn(ServerConn):
             log.notice(f"{self.log_prefix()} - Leafnode connection created")
             self.nonce = srv.make_nonce()
             self.parser.awaiting_connect = True
+            # compression configured: the leaf may send an INFO (its compression) before its CONNECT
+            self.parser.info_before_connect = cc.needs_compression(mgr.comp_config(None).mode) and \
+            not self._websocket()
             tls = mgr.tls_server is not None and transport.get_extra_info("websocket") is None
             if tls:
                 transport.pause_reading()  # (the leaf's next bytes are its TLS handshake)
@@ -243,7 +248,7 @@ class LeafConn(ServerConn):
         new_t.set_protocol(self)
         srv.log.debug(f"{self.log_prefix()} - TLS handshake complete")
         if info is not None:
-            self._send_connect(info)
+            self._negotiate(info, halt=False)
             srv.flush_clients()
         if hold.data:
             self.data_received(b"".join(hold.data))
@@ -268,20 +273,9 @@ class LeafConn(ServerConn):
 
     # ---- reading --------------------------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self.last_activity = time.time()
-        try:
-            self.parser.feed(data)
-        except ProtocolError as e:
-            if not self.closed:  # (what follows a refused CONNECT in the same read is not reported again)
-                if e.client_error == cp.AUTH_VIOLATION:
-                    self.server.log.error(f"{self.log_prefix()} - authentication error")
-                else:
-                    self.server.log.error(f"{self.log_prefix()} - {e.detail}")
-                self.close(e.reason, e.client_error)
-        self.server.flush_clients()
+    def _parse_failed(self, e: ProtocolError) -> None:
+        if not self.closed:  # (what follows a refused CONNECT in the same read is not reported again)
+            super()._parse_failed(e)
 
     def proto_before_connect(self) -> bool:
         return False  # (data_received logs the authentication error once)
@@ -291,8 +285,15 @@ class LeafConn(ServerConn):
     def proto_info(self, arg: bytes) -> None:
         info = ci.decode_info(arg)
         if not self.solicited:
-            return  # (an accepting side reads the INFO of compression negotiation only, which we do not do)
+            # an accepting side reads the INFO of compression negotiation only (before the CONNECT)
+            if not self.comp_negotiated and self.parser.awaiting_connect:
+                self._hub_negotiate(info)
+            return
         log = self.server.log
+        if self._comp_info:  # the hub's INFO after the switch to s2 (with the nonce): CONNECT now
+            self._comp_info = False
+            self._send_connect(info)
+            return
         if not self.info_received:
             self.info_received = True
             if self._auth_timer is not None:
@@ -314,7 +315,7 @@ class LeafConn(ServerConn):
                 host = urlsplit(self.remote.urls[self.remote.index]).hostname
                 self.server.loop.create_task(self._start_tls(ctx, False, host, info))
                 return
-            self._send_connect(info)
+            self._negotiate(info, halt=True)
             return
         if info.remote_account:
             self.remote_account = info.remote_account
@@ -330,6 +331,64 @@ class LeafConn(ServerConn):
         ws = urlsplit(self.remote.urls[self.remote.index]).scheme.lower() in ("ws", "wss")
         return (info.ws_connect_urls if ws else info.leafnode_urls) or []
 
+    def _select(self, cfg: Any, info: ci.Info) -> tuple[str, tuple | None] | None:
+        """The mode this side uses against the peer's announced one (s2_auto: the level for the RTT of the
+        handshake so far, and the thresholds for later changes); None: closed."""
+        try:
+            mode = cc.select_mode(cfg.mode, info.compression)
+        except ValueError as e:
+            self.server.log.error(f"{self.log_prefix()} - {e}")
+            self.close("Protocol Violation", str(e))
+            return None
+        auto = None
+        if mode == cc.S2_AUTO:
+            self.rtt = self.rtt or time.time() - self.start_time  # (no RTT measured yet: the handshake's)
+            auto = cfg.thresholds()
+            mode = cc.level_for_rtt(self.rtt, auto)
+        return mode, auto
+
+    def _negotiate(self, info: ci.Info, halt: bool) -> None:
+        """The leaf side after the hub's first INFO (and TLS): compression as nats-server negotiates it,
+        then the CONNECT (at once, or after the hub's compressed INFO)."""
+        cfg = self.mgr.comp_config(self.remote)
+        if self._websocket():
+            cfg = CompressionConfig(cc.OFF)  # (s2 is not layered under websocket frames here: README)
+        if not cc.needs_compression(cfg.mode):
+            self.compression = cc.NOT_SUPPORTED if not info.compression or cfg.mode == cc.NOT_SUPPORTED else cc.OFF
+        elif not self.comp_negotiated:
+            self.comp_negotiated = True
+            sel = self._select(cfg, info)
+            if sel is None:
+                return
+            self.compression = sel[0]
+            if cc.needs_compression(sel[0]):
+                self._comp_info = True
+                frame = cp.info_frame(self.mgr.hub_info(self, compression=cc.info_mode(cfg, sel[0])))
+                self.start_s2(sel[0], sel[1], frame, info_first=True, halt=halt)
+                return
+        self._send_connect(info)
+
+    def _websocket(self) -> bool:
+        t = self.transport
+        return t is not None and t.get_extra_info("websocket") is not None
+
+    def _hub_negotiate(self, info: ci.Info) -> None:
+        """The hub side: the leaf's INFO before its CONNECT asks for compression (nats-server's
+        negotiateLeafCompression): when the selected mode compresses, this side switches and sends its INFO
+        compressed; the CONNECT follows (compressed)."""
+        self.comp_negotiated = True
+        cfg = self.mgr.comp_config(None)
+        if not cc.needs_compression(cfg.mode):
+            self.compression = cc.NOT_SUPPORTED if not info.compression or cfg.mode == cc.NOT_SUPPORTED else cc.OFF
+            return
+        sel = self._select(cfg, info)
+        if sel is None:
+            return
+        self.compression = sel[0]
+        if cc.needs_compression(sel[0]):
+            frame = cp.info_frame(self.mgr.hub_info(self, compression=cc.info_mode(cfg, sel[0])))
+            self.start_s2(sel[0], sel[1], frame, info_first=False)
+
     def _send_connect(self, info: ci.Info) -> None:
         """The hub's first INFO has been read (and TLS is up when needed): CONNECT, then registration."""
         log = self.server.log
@@ -341,7 +400,6 @@ class LeafConn(ServerConn):
         self.remote_id = info.server_id
         self.remote_domain = info.domain
         self.remote_cluster = info.cluster
-        self.compression = "not supported" if not info.compression else "off"
         try:
             self.out += cp.connect_frame(self.mgr.leaf_connect(self))
         except (OSError, ValueError) as e:
@@ -428,7 +486,8 @@ class LeafConn(ServerConn):
         self.remote_cluster = co.cluster
         self.remote_domain = co.domain
         self.remote_account = co.remote_account
-        self.compression = co.compress_mode or "not supported"
+        if not self.compression:  # (not negotiated by INFO: what the leaf says it uses)
+            self.compression = co.compress_mode or cc.NOT_SUPPORTED
         if co.deny_pub:
             self.deny_out.add(co.deny_pub)
         if self.jwt_user is not None:
@@ -946,7 +1005,15 @@ class LeafNodes:
         srv = self.server
         return srv.opts.jetstream.domain if srv.opts.jetstream.enabled else ""
 
-    def hub_info(self, lc: LeafConn, connect_info: bool = False) -> bytes:
+    def comp_config(self, remote: "RemoteState | None") -> CompressionConfig:
+        """The compression setting of a remote, or of the leafnode listener (nats-server's default:
+        s2_auto)."""
+        o = remote.opts if remote is not None else self.opts
+        return CompressionConfig(o.compression or cc.LEAF_DEFAULT, o.compression_rtts)
+
+    def hub_info(self, lc: LeafConn, connect_info: bool = False, compression: str | None = None) -> bytes:
+        """The INFO of a leaf connection: the hub's first (with its compression mode) or the one after a
+        CONNECT (``connect_info``); ``compression``: the mode of a compression negotiation INFO."""
         srv = self.server
         o = self.opts
         so = srv.opts
@@ -963,6 +1030,12 @@ class LeafNodes:
                 lc.transport.get_extra_info("websocket") is None:
             info.tls_required = True
             info.tls_verify = bool(o.tls.verify)
+        if compression is None and not connect_info:
+            mode = self.comp_config(None).mode
+            compression = "" if mode == cc.NOT_SUPPORTED else mode
+            if cc.needs_compression(mode) and lc._websocket():
+                compression = cc.OFF  # (no s2 under websocket frames: the leaf is told "off")
+        info.compression = compression or ""
         if connect_info:
             info.connect_info = True
             info.remote_account = lc.acc_name

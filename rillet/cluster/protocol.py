@@ -148,7 +148,7 @@ class ServerParser(BufferedParser):
     """The protocol parser of one route, gateway or leaf node connection (see the module docstring)."""
 
     __slots__ = ("handler", "kind", "account", "lnocu", "max_payload", "max_control_line", "awaiting_connect",
-                 "_index", "_ops", "_limit", "_fast_head", "_fast_na")
+                 "halt", "info_before_connect", "_index", "_ops", "_limit", "_fast_head", "_fast_na")
 
     def __init__(self, handler, kind: str, *, max_control_line: int = 4096, max_payload: int | None = None,
                  account: bytes | None = None, lnocu: bool = True) -> None:
@@ -163,6 +163,11 @@ class ServerParser(BufferedParser):
         self.max_payload = max_payload
         self.max_control_line = max_control_line
         self.awaiting_connect = False
+        # a handler sets ``halt`` in proto_info to stop parsing right after that INFO (the bytes that follow
+        # are compressed: ``take_rest`` hands them back); ``info_before_connect``: an INFO is not refused
+        # while awaiting CONNECT (a leafnode hub negotiating compression, as nats-server)
+        self.halt = False
+        self.info_before_connect = False
         self._index = _INDEX_BY_KIND[kind]
         self._ops = _OPS_BY_KIND[kind]
         self._partial: bytearray | None = None
@@ -176,6 +181,15 @@ class ServerParser(BufferedParser):
             self._fast_head, self._fast_na = b"LMSG ", 3
         else:
             self._fast_head, self._fast_na = b"RMSG ", 3 if self.account is not None else 4
+
+    def take_rest(self) -> bytes:
+        """After a halt: the bytes received after the INFO that halted parsing (not parsed), and parsing
+        re-armed for what is fed next."""
+        rest = bytes(self._partial) if self._partial is not None else b""
+        self._partial = None
+        self._need = 0
+        self.halt = False
+        return rest
 
     def pin(self, account: bytes | None) -> None:
         """Pin (or unpin) this route to one account: protocols then omit the account name."""
@@ -240,8 +254,8 @@ class ServerParser(BufferedParser):
                 i += 1
                 continue
             newpos = self._parse_general(data, pos, True)
-            if newpos == pos:
-                return pos
+            if newpos == pos or self.halt:
+                return newpos
             # a handler may have changed settings (CONNECT, INFO pinning the account)
             head = self._fast_head
             want = self._fast_na
@@ -278,7 +292,8 @@ class ServerParser(BufferedParser):
                 return pos
             end = nl - 1 if nl > pos and data[nl - 1] == _CR else nl
             c = data[pos]
-            if self.awaiting_connect and c != 67 and c != 99:  # not 'C'/'c'
+            if self.awaiting_connect and c != 67 and c != 99 and not (  # not 'C'/'c' (nor an allowed INFO)
+                    self.info_before_connect and (c == 73 or c == 105)):
                 if not handler.proto_before_connect():
                     raise ProtocolError(AUTH_VIOLATION, "authorization violation: operation before CONNECT",
                                         "Authentication Failure")
@@ -341,6 +356,8 @@ class ServerParser(BufferedParser):
             elif op == _INFO:
                 handler.proto_info(self._arg(data, pos + k, end).rstrip(b" \t"))
                 pos = nl + 1
+                if self.halt:
+                    return pos
             elif op == _OK:
                 handler.proto_ok()
                 pos = nl + 1

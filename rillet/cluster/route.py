@@ -14,6 +14,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from rillet.cluster import compression as cc
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
@@ -122,8 +123,10 @@ class RouteConn(ServerConn):
             self.parser.awaiting_connect = True
             if cl.opts.username:
                 self._auth_timer = srv.loop.call_later(cl.opts.auth_timeout or 2.0, self._auth_timeout)
-        if self.solicited and cl.pooling and not self.pinned_acc:
-            self.delayed_info = True  # (sent with route_pool_idx when registered, as nats-server)
+        if self.solicited and (cl.pooling and not self.pinned_acc or cc.needs_compression(cl.comp_config().mode)):
+            # (sent when registered, as nats-server: with route_pool_idx, and after the compression
+            # negotiation, which needs the peer's INFO first)
+            self.delayed_info = True
         else:
             self.out += cp.info_frame(cl.initial_info(self.gossip_mode, account=self.pinned_acc))
         self._ping_timer = srv.loop.call_later(cl.ping_interval(), self._ping_tick)
@@ -248,10 +251,8 @@ class RouteConn(ServerConn):
         self._wd_sent = sent
         self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
 
-    def write_out(self) -> None:
-        if not self.closed:
-            self._handed += len(self.out)
-        super().write_out()
+    def _wrote(self, n: int) -> None:
+        self._handed += n
 
     # ---- protocol handlers ----------------------------------------------------------------------------
 
@@ -529,9 +530,8 @@ class RouteConn(ServerConn):
                 d[k] = {n: v for n, v in (("allow", p.allow), ("deny", p.deny)) if v is not None}
         if self.pinned_acc:
             d["account"] = self.pinned_acc
-        comp = self.cluster.compression_mode()
-        if comp:
-            d["compression"] = comp
+        if self.compression:
+            d["compression"] = self.compression
         return d
 
     def __repr__(self) -> str:

@@ -7,10 +7,8 @@ is refused with file:line:col and the reason, never parsed and ignored:
   port's block takes);
 * (``pool_size`` and ``accounts``, route pooling and pinned-account routes, ``permissions { import,
   export }`` and ``write_timeout`` work as in nats-server: rillet.cluster.cluster, rillet.cluster.route);
-* ``compression`` other than off and accept: s2 is not implemented (cramjam, the compression library
-  Rillet depends on, has snappy but not s2, whose blocks Go's s2 writer produces). ``accept`` (nats-server's
-  default: compress only when the peer asks) is accepted and announced as "off", which is what
-  nats-server's accept negotiates with a peer whose compression is off: no route is compressed.
+* (``compression``: s2 as nats-server, negotiated per route: rillet.cluster.compression; the mode is
+  checked here with nats-server's errors, at the key's file:line:col.)
 """
 from __future__ import annotations
 
@@ -20,13 +18,6 @@ from urllib.parse import urlsplit
 from rillet.config.options import ClusterOptions
 
 from .typed import Field
-
-# nats-server's names for the compression modes a config may give (after lower-casing)
-_COMPRESSION_OFF = {"off": "off", "disabled": "off", "false": "off",
-                    "not supported": "not supported", "not_supported": "not supported"}
-_COMPRESSION_ACCEPT = "accept"
-_COMPRESSION_ON = {"on", "enabled", "true", "auto", "s2_auto", "fast", "s2_fast", "better",
-                   "s2_better", "best", "s2_best", "uncompressed", "s2_uncompressed"}
 
 ROUTE_MAX_PING_INTERVAL = 30.0  # seconds: nats-server's cap for routes
 
@@ -121,32 +112,10 @@ def parse_cluster(b: Any, f: Field) -> None:
         cl.accounts = names
 
     def compression(sub: Field) -> None:
-        v = sub.value
-        if isinstance(v, bool):
-            mode = "true" if v else "false"
-        elif isinstance(v, str):
-            mode = v
-        elif isinstance(v, dict):
-            mode = ""
-            for e in sub.entries():
-                if e.name == "mode":
-                    mode = e.as_str()
-                elif e.name in ("rtt_thresholds", "thresholds", "rtts", "rtt"):
-                    raise _unsupported(e, "s2 compression (rtt_thresholds)")
-                else:
-                    raise e.error(f'unknown field "{e.key}"')
-        else:
-            raise sub.error(f'field "{sub.key}" should be a boolean or a structure, got {type(v).__name__}')
-        m = mode.lower()
-        if m in _COMPRESSION_OFF:
-            cl.compression = _COMPRESSION_OFF[m]
-        elif m == _COMPRESSION_ACCEPT:
-            cl.compression = "accept"  # nothing to accept from: our INFO says off (see the module docstring)
-        elif m in _COMPRESSION_ON:
-            raise sub.error(f'cluster compression "{mode}": s2 compression of routes is not supported yet; '
-                            'use compression: off or accept')
-        else:
-            raise sub.error(f'unsupported compression mode "{mode}"')
+        from rillet.cluster.compression import ROUTE_ON
+        from rillet.config.compression import parse_compression
+        c = parse_compression(sub, ROUTE_ON)
+        cl.compression, cl.compression_rtts = c.mode, c.rtt_thresholds
 
     def ping_interval(sub: Field) -> None:
         d = sub.as_duration(b.warnings)

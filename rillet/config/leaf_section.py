@@ -4,8 +4,7 @@ What nats-server accepts is accepted here with its defaults and errors; what Ril
 is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``, ``handshake_first``,
-  ``pinned_certs``; s2 ``compression`` other than off,
-  HTTP ``proxy``, ``isolate_leafnode_interest``,
+  ``pinned_certs``; HTTP ``proxy``, ``isolate_leafnode_interest``,
   ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
   (``ws_compress: true``) and ``proxy_required`` are refused;
 * remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
@@ -49,6 +48,8 @@ class RemoteLeafOptions:
     ignore_discovered_servers: bool = False
     ws_no_masking: bool = False
     hub: bool = False  # this server is the hub of the remote it dials
+    compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.cluster.compression (normalized)
+    compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
     tls: Any = None  # TLSConfig of the remote's tls {} (or a default one for a tls:// URL)
 
     def name(self, redacted: bool = True) -> str:
@@ -87,6 +88,8 @@ class LeafNodeOptions:
     write_deadline: float = 0.0
     tls: Any = None  # TLSConfig of the listener's tls {}
     min_version: str = ""  # leafs announcing an older version in CONNECT are refused
+    compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.cluster.compression (normalized)
+    compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
 
 
 _SEMVER = None
@@ -137,20 +140,14 @@ def _tls(b: Any, f: Field, client_side: bool) -> Any:
     return t
 
 
-def _compression(f: Field) -> None:
-    v = f.value
-    mode = v if isinstance(v, str) else ("true" if v is True else "false" if v is False else None)
-    if isinstance(v, dict):
-        for e in f.entries():
-            if e.name == "mode":
-                mode = e.as_str()
-            else:
-                raise _refuse(e, "s2 compression")
-    if mode is None:
-        raise f.error(f'field "{f.key}" should be a boolean or a structure, got {go_type(v)}')
-    if mode.lower() not in ("off", "disabled", "false", "not supported", "not_supported"):
-        raise f.error(f'leafnodes compression "{mode}": s2 compression of leaf connections is not supported '
-                      'yet; use compression: off')
+def _compression(target: Any) -> Callable[[Field], None]:
+    """The ``compression`` entry of the block or of a remote (s2: rillet.cluster.compression)."""
+    def parse(f: Field) -> None:
+        from rillet.cluster.compression import LEAF_ON
+        from rillet.config.compression import parse_compression
+        c = parse_compression(f, LEAF_ON)
+        target.compression, target.compression_rtts = c.mode, c.rtt_thresholds
+    return parse
 
 
 def _subjects(b: Any, f: Field) -> list[str]:
@@ -287,7 +284,7 @@ def parse_leafnodes(b: Any, f: Field) -> None:
         "leafnode_advertise": s("advertise", "str", target=target),
         "no_advertise": s("no_advertise", "bool", target=target),
         "min_version": min_version, "minimum_version": min_version,
-        "compression": _compression,
+        "compression": _compression(ln),
         "isolate_leafnode_interest": _refuser("interest isolation"),
         "isolate": _refuser("interest isolation"),
         "write_deadline": s("write_deadline", "duration", target=target),
@@ -366,7 +363,7 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "isolate_leafnode_interest": _refuser("interest isolation"),
         "isolate": _refuser("interest isolation"),
         "request_isolation": _refuser("interest isolation"),
-        "compression": _compression,
+        "compression": _compression(r),
         "first_info_timeout": s("first_info_timeout", "duration", target=target),
         "dial_timeout": s("dial_timeout", "duration", target=target),
         "disabled": s("disabled", "bool", target=target),
