@@ -238,8 +238,27 @@ def _refuse(stream: "Stream", reply: bytes, err: ApiError) -> None:
     _send(stream, reply, _json({"error": err.to_dict(), "stream": stream.name, "seq": 0}))
 
 
-def process(stream: "Stream", subject: str, reply: bytes, hdr: bytes, data: bytes) -> None:
-    """A message published with a ``.$FI`` reply subject (on the stream leader)."""
+def imported_reply(hdr: bytes) -> bytes | None:
+    """The publisher's own ``.$FI`` reply of a message that came through a service import (its ``_R_.``
+    reply subject hides it): nats-server keeps it as ``reply`` in the ``Nats-Request-Info`` client info."""
+    import json
+    v = H.get_header(hdr, "Nats-Request-Info")
+    if not v:
+        return None
+    try:
+        ci = json.loads(v)
+    except ValueError:
+        return None
+    r = ci.get("reply") if isinstance(ci, dict) else None
+    if not isinstance(r, str) or not r.endswith(".$FI"):
+        return None
+    return r.encode("utf-8", "surrogateescape")
+
+
+def process(stream: "Stream", subject: str, reply: bytes, hdr: bytes, data: bytes, ctl: bytes | None = None) -> None:
+    """A message published with a ``.$FI`` reply subject (on the stream leader). ``ctl``: the reply subject
+    the batch controls are read from when it is not ``reply`` (a service import's ``_R_.`` reply, which
+    the answers go to; see ``imported_reply``)."""
     global _inflight_total
     cfg = stream.cfg
     can_respond = not cfg.no_ack  # (no_ack silences the refusals and the first flow ack only, as nats-server)
@@ -253,7 +272,7 @@ def process(stream: "Stream", subject: str, reply: bytes, hdr: bytes, data: byte
             raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
         if not cfg.allow_batched:
             raise ApiError.make("BATCH_PUBLISH_DISABLED")
-        req = parse_reply(reply.decode("utf-8", "surrogateescape"))
+        req = parse_reply((ctl or reply).decode("utf-8", "surrogateescape"))
         if req is None:
             raise ApiError.make("BATCH_PUBLISH_INVALID_PATTERN")
         if len(req.id) > 64:

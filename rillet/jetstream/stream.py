@@ -215,10 +215,17 @@ class Stream:
             hdr_b = _mt.CURRENT.jetstream(self, subj, hdr_b)  # (stored with its trace disabled)
             if hdr_b is None:
                 return  # trace only: not stored
-        if reply is not None and reply.endswith(b".$FI"):  # a fast batch (rillet.jetstream.fastbatch)
-            from rillet.jetstream import fastbatch
-            fastbatch.process(self, subj, reply, hdr_b, data)
-            return
+        if reply is not None:
+            if reply.endswith(b".$FI"):  # a fast batch (rillet.jetstream.fastbatch)
+                from rillet.jetstream import fastbatch
+                fastbatch.process(self, subj, reply, hdr_b, data)
+                return
+            if reply.startswith(b"_R_.") and b"Nats-Request-Info:" in hdr_b:  # through a service import?
+                from rillet.jetstream import fastbatch
+                ctl = fastbatch.imported_reply(hdr_b)
+                if ctl is not None:
+                    fastbatch.process(self, subj, reply, hdr_b, data, ctl)
+                    return
         self.process(subj, reply, hdr_b, data)
 
     def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0,
@@ -246,6 +253,8 @@ class Stream:
             msg_id = ""
             incr = None
             if hdr:
+                if b"Nats-Request-Info:" in hdr:  # client info a service import added: not stored (nats-server)
+                    hdr = H.remove_headers(hdr, {"Nats-Request-Info"})
                 if b"Nats-Incr" in hdr:  # a counter increment: checked before anything else (nats-server)
                     from rillet.jetstream import counters
                     incr = counters.check_incr(self, hdr, data, sourced)

@@ -4,6 +4,7 @@ Behaviour follows nats-server's ``accounts {}`` block (opts.go parseAccounts and
 """
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -220,6 +221,19 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
         tracking, theaders = should_sample(lat, hdr, msg) if lat is not None else (False, None)
         rr = None
         trk = None
+        if reply and reply.endswith(b".$FI"):
+            # a fast batch publish (rillet.jetstream.fastbatch): the stream reads the batch controls from
+            # the original reply subject, carried in the client info header (as nats-server does)
+            from rillet.server.latency import client_info
+            from rillet.server.msgtrace import set_header
+            ci = client_info(server, c, share) or {"acc": importer.name}
+            ci["reply"] = reply.decode("utf-8", "surrogateescape")
+            value = json.dumps(ci, separators=(",", ":"))
+            if hdr > 0:
+                hdr, msg = set_header(hdr, msg, "Nats-Request-Info", value)
+            else:
+                h = b"NATS/1.0\r\nNats-Request-Info: " + value.encode() + b"\r\n\r\n"
+                hdr, msg = len(h), h + msg
         if reply:
             if tracking:
                 trk = Tracking(lat, rmap.send, c, share, theaders)
