@@ -644,14 +644,33 @@ async def test_decodes_nats_server_s2_output(tmp_path):
                                 json.dumps({"deliver_subject": "snap.inbox", "chunk_size": 65536}).encode(),
                                 timeout=5)
         assert b'"error"' not in resp.data, resp.data
+        snapshot = json.loads(resp.data)
         await asyncio.wait_for(done, 10)
+        stream = b"".join(chunks)
+        assert stream.startswith(STREAM_IDENTIFIER)
+        plain = read_all(stream)
+
+        # and the other way: nats-server's s2.NewReader reads what S2Writer writes (a restore of the same
+        # archive, re-encoded: compressed chunks, then after a second identifier uncompressed ones)
+        half = len(plain) * 2 // 3
+        ours = S2Writer("fast").encode(plain[:half]) + S2Writer("uncompressed").encode(plain[half:])
+        assert {k for k, _ in chunks_of(ours)} == {0xFF, 0x00, 0x01}
+        await js.delete_stream("S")
+        resp = await nc.request("$JS.API.STREAM.RESTORE.S", json.dumps(
+            {"config": snapshot["config"], "state": snapshot["state"]}).encode(), timeout=5)
+        deliver = json.loads(resp.data)["deliver_subject"]
+        for i in range(0, len(ours), 65536):
+            await nc.request(deliver, ours[i:i + 65536], timeout=5)
+        resp = await nc.request(deliver, b"", timeout=10)
+        assert b'"error"' not in resp.data, resp.data
+        info = await js.stream_info("S")
+        assert info.state.messages == len(payloads)
+        for seq in (1, 3000, len(payloads) - 3, len(payloads)):
+            assert (await js.get_msg("S", seq)).data == payloads[seq - 1]
         await nc.close()
     finally:
         proc.terminate()
         proc.wait(5)
-    stream = b"".join(chunks)
-    assert stream.startswith(STREAM_IDENTIFIER)
-    plain = read_all(stream)
     assert read_all(stream, [rnd.randrange(1, 5000) for _ in range(len(stream) // 2500)]) == plain
     pos = 0
     for p in payloads:  # in order
