@@ -181,6 +181,19 @@ def third_plain(third: bytes) -> bytes:
     return third[8:]
 
 
+def test_any_buffer_is_taken_as_its_bytes():
+    import array
+    words = array.array("I", range(1000))
+    stream = S2Writer().encode(memoryview(words))
+    assert stream == S2Writer().encode(words.tobytes())
+    assert read_all(stream) == words.tobytes()
+    if len(stream) % 2:
+        stream += chunk(0xFE, b"\x00")  # padding, to an even length
+    halfwords = array.array("H")
+    halfwords.frombytes(stream)
+    assert S2Reader().feed(memoryview(halfwords)) == words.tobytes()
+
+
 def test_unknown_level_is_refused():
     with pytest.raises(ValueError, match="level"):
         S2Writer("fastest")

@@ -355,11 +355,11 @@ class S2Writer:
         self._started = False
 
     def encode(self, data) -> bytes:
+        if type(data) is not bytes:
+            data = bytes(data) if type(data) is bytearray else memoryview(data).tobytes()
         n = len(data)
         if not n:
             return b""
-        if not isinstance(data, bytes):
-            data = bytes(data)
         out = []
         if not self._started:
             out.append(STREAM_IDENTIFIER)
@@ -411,6 +411,8 @@ class S2Reader:
     def feed(self, data) -> bytes:
         if self._error is not None:
             raise self._error
+        if type(data) is not bytes and type(data) is not bytearray:
+            data = memoryview(data).cast("B")  # count bytes, whatever the item format
         if not data:
             return b""
         try:
