@@ -287,6 +287,29 @@ def test_repeat_offsets_overlap_and_follow_the_last_copy():
     assert out == big + big[10:14] + big[14:1014]
 
 
+def _no_plain_decoder(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("the plain decoder ran: the fast path did not take this block")
+    monkeypatch.setattr(s2, "_decode_elements", refuse)
+
+
+def test_valid_s2_blocks_take_the_fast_path(monkeypatch):
+    """Repeats are rewritten as copies for the C decoder: the plain Python decoder is not needed for them."""
+    big = cyclic(bytes(range(256)), 70_000)
+    cases = [
+        (block(305, lit(b"q"), copy1(1, 4), repeat(300)), b"q" * 305),
+        (block(23, lit(b"abcdef"), copy2(3, 4), repeat(5), copy1(2, 4), repeat(4)), b"abcdef" + b"defd" + b"efdef" + b"efef" + b"efef"),
+        (block(70_074, lit(big, 62), copy4(70_000, 64), repeat(10, 5)), big + big[:64] + big[64:74]),
+        (block(70_000 + 4 + 1000, lit(big, 62), copy4(69_990, 4), repeat(1000)), big + big[10:14] + big[14:1014]),
+        (block(14 + 65545, lit(b"0123456789"), copy1(10, 4), repeat(65545)), cyclic(b"0123456789", 14 + 65545)),
+    ]
+    _no_plain_decoder(monkeypatch)
+    for blk, expected in cases:
+        assert decompress_block(blk) == expected
+    with pytest.raises(AssertionError, match="plain decoder ran"):
+        decompress_block(block(4, repeat(4)))  # corrupt: the plain decoder is asked why
+
+
 def test_s2_blocks_need_the_extension():
     """The hand-built repeat blocks are not Snappy: a Snappy decoder refuses them (so the S2 path ran)."""
     blk = block(305, lit(b"q"), copy1(1, 4), repeat(300))
@@ -608,7 +631,7 @@ def _element_forms(blk: bytes) -> set[str]:
 
 
 @needs_go
-async def test_decodes_nats_server_s2_output(tmp_path):
+async def test_decodes_nats_server_s2_output(tmp_path, monkeypatch):
     """A JetStream snapshot from nats-server is an S2 stream from s2.NewWriter: decode it, check every
     chunk's CRC (the reader does) and find every published message in the plain bytes."""
     import nats
@@ -661,7 +684,9 @@ async def test_decodes_nats_server_s2_output(tmp_path):
         await asyncio.wait_for(done, 10)
         stream = b"".join(chunks)
         assert stream.startswith(STREAM_IDENTIFIER)
-        plain = read_all(stream)
+        with monkeypatch.context() as m:
+            _no_plain_decoder(m)  # all of it on the fast path
+            plain = read_all(stream)
 
         # and the other way: nats-server's s2.NewReader reads what S2Writer writes (a restore of the same
         # archive, re-encoded: compressed chunks, then after a second identifier uncompressed ones)
