@@ -1095,6 +1095,8 @@ class Cluster:
                     rc.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
         if new.permissions != old.permissions:
             self._reload_permissions(old.permissions)
+        if CompressionConfig(old.compression or cc.ROUTE_DEFAULT, old.compression_rtts) != self.comp_config():
+            self._reload_compression()
         self._reload_routes(old)
         names = pinned_names(srv.opts)
         added = [a for a in names if a not in self.pinned_config]
@@ -1105,6 +1107,23 @@ class Cluster:
         new_size = DEFAULT_ROUTE_POOL_SIZE if new.pool_size == 0 else new.pool_size
         if added or removed or new_size != self.pool_size:
             self._reload_pool(new.pool_size, added, removed)
+
+    def _reload_compression(self) -> None:
+        """A new compression setting, applied to the routes as nats-server does: a route that does not
+        support compression or already uses the new mode is left alone; one that was off, or a new mode
+        off or accept (which need a negotiation), is closed (dialled again: negotiated anew); s2_auto picks
+        the level for the route's RTT; another level replaces the route's writer."""
+        cfg = self.comp_config()
+        new = cfg.mode
+        for rc in list(self.conns):
+            if not rc.registered or rc.compression in (cc.NOT_SUPPORTED, new, ""):
+                continue
+            if rc.compression == cc.OFF or new in (cc.OFF, cc.ACCEPT):
+                rc.close("Client Closed")
+            elif new == cc.S2_AUTO:
+                rc.set_s2(cc.level_for_rtt(rc.rtt, cfg.thresholds()), cfg.thresholds())
+            else:
+                rc.set_s2(new, None)
 
     def _reload_routes(self, old: Any) -> None:
         srv = self.server

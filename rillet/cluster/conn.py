@@ -184,6 +184,16 @@ class ServerConn(asyncio.Protocol):
             self.out += info
         self.flush()
 
+    def set_s2(self, mode: str, auto: tuple | None) -> None:
+        """A compressing connection changes level (a reload): a new writer from the next flush."""
+        if self._s2w is None:
+            return
+        self._s2_auto = auto
+        if mode != self.compression:
+            self.debug(f"Compression level changed from {self.compression} to {mode}")
+            self.compression = mode
+            self._s2w = s2.S2Writer(level=cc.WRITER_LEVEL[mode])
+
     def _s2_auto_update(self) -> None:
         """s2_auto: after an RTT measure, the level for the new RTT; a change gives a new writer (its stream
         starts with the identifier again, which readers accept), as nats-server does on a PONG."""
