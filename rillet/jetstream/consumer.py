@@ -241,7 +241,7 @@ class Consumer(ConsumerStateMachine):
 
     def start(self) -> None:
         st = self.stream.name
-        if not self.ack_none:
+        if not self.ack_none and self.ack_policy != "flow_control":  # (flow_control: acked by FC replies)
             # v1 acks ($JS.ACK.<stream>.<consumer>.<5 tokens>), and the v2 form with domain and account hash
             self._subs.append(self.ic.subscribe(f"$JS.ACK.{st}.{self.name}.*.*.*.*.*", self._on_ack))
             domain = self.js.domain or "_"
@@ -838,6 +838,8 @@ class Consumer(ConsumerStateMachine):
     def _need_fc(self, sz: int) -> bool:
         if not self.fcid and self.pbytes > self.maxpb // 2:
             return True
+        if not self.fcid and self.ack_policy == "flow_control" and self.maxp and len(self.pending) >= self.maxp:
+            return True  # acks come with flow control replies: ask for one at max_ack_pending
         if self.fcid and self.pbytes - self.fcsz >= self.maxpb:
             self.fcsz += sz
         return False
@@ -858,6 +860,13 @@ class Consumer(ConsumerStateMachine):
         if self.pbytes < 0:
             self.pbytes = 0
         self.fcid, self.fcsz = "", 0
+        if self.ack_policy == "flow_control" and hdr > 0:
+            # ack policy flow_control (ADR-60): the reply names the last consumer and stream sequences the
+            # receiver (a sourcing stream) has, which acknowledges everything up to them, as an ack-all
+            lsseq = H.get_header(msg[:hdr], LAST_STREAM)
+            ldseq = H.get_header(msg[:hdr], LAST_CONSUMER)
+            if lsseq and lsseq.isdigit() and int(lsseq) > 0:
+                self.process_ack(int(lsseq), int(ldseq) if ldseq and ldseq.isdigit() else 0, 1, False)
         self.kick()
 
     def _arm_hb(self) -> None:
@@ -874,6 +883,8 @@ class Consumer(ConsumerStateMachine):
             return
         if self.active or self._has_interest():
             self._send_heartbeat(self.deliver_subject_b)
+            if self.ack_policy == "flow_control" and self.pending and not self.fcid:
+                self._send_fc()  # what is pending gets acknowledged by the reply (as nats-server)
             self._flush_out()
         self._last_send = self.loop.time()
         self._hb_timer = self.loop.call_later(self.hb_s, self._on_hb)
@@ -1152,7 +1163,7 @@ class Consumer(ConsumerStateMachine):
                 if self.maxp and len(self.pending) >= self.maxp:
                     need_kick = True
             self._remove_rdq(sseq)
-        elif pol == "all":
+        elif pol == "all" or pol == "flow_control":
             if dseq <= self.adflr or sseq <= self.asflr:
                 return True
             if self.maxp and len(self.pending) >= self.maxp:

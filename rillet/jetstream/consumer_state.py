@@ -103,7 +103,7 @@ class ConsumerStateMachine:
                     self.pending[seq] = [dseq, ts]
             return None
         if op == C_ACK:
-            if self.ack_policy != "all":  # explicit: one message (inline: the hot path)
+            if self.ack_policy == "explicit":  # one message (inline: the hot path); all, flow_control: up to
                 sseq = a[0]
                 p = self.pending.pop(sseq, None)
                 if p is not None:

@@ -33,13 +33,13 @@ def needs_ack(c: Any, seq: int, subject: str) -> bool:
     if c.closed or not c._matches(subject):
         return False
     pol = c.ack_policy
-    if pol == "explicit" or pol == "flow_control":
+    if pol == "explicit":
         if seq in c.pending:
             return True
         if c.lss and seq in c.lss:
             return True
         return seq >= c.sseq
-    if pol == "all":
+    if pol == "all" or pol == "flow_control":
         return seq > c.asflr
     return seq >= c.sseq
 

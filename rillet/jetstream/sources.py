@@ -10,6 +10,15 @@ reply subjects that carry the origin sequence:
 - a source stores each message as a new message with a ``Nats-Stream-Source`` header (origin, sequence,
   filter, destination), and resumes from the highest origin sequence found in those headers.
 
+A source or mirror with ``consumer: {name, deliver_subject}`` (ADR-60, nats-server 2.14+) uses that durable
+consumer on the origin instead: each attempt resets it to its ack floor (``CONSUMER.RESET``, empty body), checks
+that its ack policy is ``flow_control`` (else the source's error is 10217, a mirror's 10214, and it retries),
+then listens on its deliver subject (a push consumer delivers only while that has interest); what it delivers
+again that we have is skipped by sequence. Our flow control replies carry ``Nats-Last-Consumer`` and
+``Nats-Last-Stream`` (as nats-server), which acknowledge the durable consumer up to there, so a work-queue or
+interest origin drains. The durable consumer is never created nor deleted here. (Differs: in a cluster the
+reply is sent by the stream leader once the message is proposed, not through the log as nats-server does.)
+
 Retry policy (bounded; see README "Mirrors and sources: retry policy"). An origin can be missing (deleted,
 not created yet), unreachable (its cluster down, the gateway or leaf link cut, its server restarting, its
 domain out of reach through ``external``) or stalled. Each origin keeps one timer and a count of consecutive
@@ -127,6 +136,10 @@ class Origin:
         self.fails = 0  # consecutive failed attempts (back to 0 once the consumer delivers)
         self.attempts = 0  # consumer creates sent (all time)
         self.stalls = 0  # consumers given up for silence (all time)
+        dur = getattr(cfg, "consumer", None)
+        # a durable consumer on the origin (ADR-60, nats-server 2.14+): not created nor deleted here, reset
+        # to its ack floor at each attempt, acknowledged by our flow control replies (ack policy flow_control)
+        self.durable: tuple[str, str] | None = (dur.name, dur.deliver_subject) if dur is not None else None
 
     def _header_tag(self) -> tuple[str, str, str]:
         iname = self.name
@@ -150,6 +163,9 @@ class Origin:
         self.cancel()
         stream = self.owner.stream
         ic = stream.jsa.ic
+        if self.durable is not None:
+            self._start_durable(from_seq)
+            return
         rnd = os.urandom(6).hex()
         ext = getattr(self.cfg, "external", None)
         deliver = (getattr(ext, "deliver", "") or "") if ext is not None else ""
@@ -186,6 +202,22 @@ class Origin:
         self._arm(retry_delay(self.fails + 1, random.random()), self._no_answer)
         ic.publish(f"{self.api}.CONSUMER.CREATE.{self.name}".encode(), reply.encode(), req)
 
+    def _start_durable(self, from_seq: int) -> None:
+        """An attempt with the origin's durable consumer: listen on its deliver subject and reset it to its
+        ack floor (CONSUMER.RESET, empty body); what it delivers again that we have is skipped by sequence."""
+        stream = self.owner.stream
+        ic = stream.jsa.ic
+        name, deliver = self.durable  # type: ignore[misc]
+        self.inbox = deliver.encode()  # (subscribed once the reset is answered: a push consumer delivers
+        self.cseq = 0                  # only while its deliver subject has interest, as nats-server)
+        self.from_seq = from_seq
+        self.attempts += 1
+        self.answered = False
+        reply = f"$JS.S.R.{os.urandom(6).hex()}"
+        self.rsub = ic.subscribe(reply, self._on_create_reply)
+        self._arm(retry_delay(self.fails + 1, random.random()), self._no_answer)
+        ic.publish(f"{self.api}.CONSUMER.RESET.{self.name}.{name}".encode(), reply.encode(), b"")
+
     def _on_create_reply(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
                          msg: bytes) -> None:
         if sub is not self.rsub:
@@ -204,6 +236,18 @@ class Origin:
         self.error = resp.get("error")
         if self.error is not None:
             return  # (the retry timer is armed)
+        if self.durable is not None:
+            if (resp.get("config") or {}).get("ack_policy") != "flow_control":
+                # (as nats-server: the durable consumer must be acknowledged through flow control)
+                from rillet.jetstream.errors import ApiError
+                self.error = ApiError.make("MIRROR_CONSUMER_REQUIRES_ACK_FC" if self.mirror
+                                           else "SOURCE_CONSUMER_REQUIRES_ACK_FC").to_dict()
+                return
+            self.answered = True
+            self.last_active = now_ns()
+            self.sub = self.owner.stream.jsa.ic.subscribe(self.durable[1], self._on_msg)
+            self._arm(STALL, self._check_stall)
+            return  # (cname stays empty: the durable consumer is never deleted by us)
         self.answered = True
         self.cname = str(resp.get("name") or "")
         self.last_active = now_ns()
@@ -290,12 +334,16 @@ class Origin:
             # control messages: flow control requests want an (empty) answer; heartbeats carry the
             # consumer's last sequence (a mismatch means we missed something: restart from our position)
             # and, when the consumer waits for a flow control answer that got lost, where to send it
+            # a flow control reply names the last consumer and origin sequences we have (as nats-server:
+            # with ack policy flow_control, that acknowledges them)
+            fc_hdr = H.make_headers([("Nats-Last-Consumer", str(self.cseq)), ("Nats-Last-Stream", str(self.sseq))]) \
+                if self.sseq > 0 else None
             if reply:
-                stream.jsa.ic.publish(reply, None, b"")
+                stream.jsa.ic.publish(reply, None, fc_hdr or b"", len(fc_hdr) if fc_hdr else -1)
             elif hdr_b:
                 fc = H.get_header(hdr_b, "Nats-Consumer-Stalled")
                 if fc:
-                    stream.jsa.ic.publish(fc.encode(), None, b"")
+                    stream.jsa.ic.publish(fc.encode(), None, fc_hdr or b"", len(fc_hdr) if fc_hdr else -1)
                 last = H.get_header(hdr_b, "Nats-Last-Consumer")
                 if last and last.isdigit() and int(last) != self.cseq:
                     self.lost(gap=True)

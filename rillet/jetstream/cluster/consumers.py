@@ -121,7 +121,7 @@ class ClusteredConsumer(Consumer):
         # any other ack is confirmed only through its committed entry. A proposal the group refuses (its node
         # no longer leads, or hands leadership over, before the group has told us) is not in the log: it gets
         # no confirmation (seed 203: a leader resuming from SIGSTOP confirmed acks its successor never saw)
-        noop = self.ack_policy == "all" and (dseq <= self.adflr or sseq <= self.asflr)
+        noop = self.ack_policy in ("all", "flow_control") and (dseq <= self.adflr or sseq <= self.asflr)
         ok = super().process_ack(sseq, dseq, dc, sample)
         proposed = log.pending > before
         if proposed and self.engine and self.ack_policy == "explicit":
