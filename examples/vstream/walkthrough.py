@@ -2,6 +2,7 @@
 
     python examples/vstream/walkthrough.py                  # Rillet servers
     python examples/vstream/walkthrough.py --go             # the same with Go's nats-server, to compare
+    python examples/vstream/walkthrough.py --ordering       # step 4: the ordering variant (12 servers)
 
 It writes the servers' configurations (cluster = region, gateways between the regions, JetStream, the
 virtual stream's mappings from ``rillet vstream mappings``), starts the 9 servers, creates the virtual stream
@@ -14,7 +15,17 @@ virtual stream's mappings from ``rillet vstream mappings``), starts the 9 server
 3. split brain: stops two regions, publishes in the third, brings the two back while stopping the third,
    publishes there, then heals; checks that every read stream holds every acknowledged message exactly once.
 
-Servers are stopped with SIGTERM (``--kill`` for SIGKILL, with ``sync_interval: always`` so that
+4. (``--ordering``, run on its own) the ordering variant: a 4th cluster ``stretch`` of one server per region
+   (every server tagged ``region:<r>``); ``rillet vstream create ... --ordering stretch --ordering-replicas 3``
+   puts an R3 stream ``foo-order`` there, one replica per region, sourcing the three write streams, and each
+   region's read stream mirrors it. Publishes from every region at once; prints every region's read stream in
+   sequence order (the same as foo-order's); stops the region holding foo-order's leader (its 3 servers and
+   its stretch server), publishes in the other two (foo-order goes on with 2 of 3 replicas), restarts it,
+   times the catch-up, publishes in every region again and checks that foo-order and every read stream hold
+   every acknowledged message exactly once, in one order, the earlier order kept. The Go server runs the same
+   topology (``--go --ordering``).
+
+Any failed check exits with status 1. Servers are stopped with SIGTERM (``--kill`` for SIGKILL, with ``sync_interval: always`` so that
 acknowledged messages are on disk). Everything lives in a temporary directory (``--dir`` to keep it); the
 servers are stopped at the end, also on Ctrl-C.
 """
@@ -22,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -37,16 +49,23 @@ sys.path.insert(0, REPO)
 
 import nats  # noqa: E402
 
-from rillet.cli.vstream import read_name, render_mappings, write_name  # noqa: E402
+from rillet.cli.vstream import order_name, read_name, render_mappings, write_name  # noqa: E402
 
 REGIONS = ["west", "central", "east"]
 NAME = "foo"
+STRETCH = "stretch"  # (--ordering: the cluster of one server per region that holds the ordering stream)
+_ports: set[int] = set()
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1, never one handed out before by this process."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ports:
+            _ports.add(port)
+            return port
 
 
 async def _quiet(e: Exception) -> None:
@@ -58,8 +77,13 @@ def say(text: str = "") -> None:
 
 
 class Server:
-    def __init__(self, region: str, i: int, d: str, cmd: list[str]) -> None:
-        self.region, self.name, self.cmd = region, f"{region}-{i}", cmd
+    """One server process: in region ``region``, in cluster ``cluster`` (the region's, or e.g. ``stretch``),
+    with server tags ``tags``."""
+
+    def __init__(self, region: str, i: int, d: str, cmd: list[str], cluster: str = "",
+                 tags: tuple[str, ...] = (), name: str = "") -> None:
+        self.region, self.name, self.cmd = region, name or f"{region}-{i}", cmd
+        self.cluster, self.tags = cluster or region, tags
         self.port, self.rport, self.gport = free_port(), free_port(), free_port()
         self.dir = os.path.join(d, self.name)
         os.makedirs(self.dir, exist_ok=True)
@@ -71,15 +95,17 @@ class Server:
         return f"nats://127.0.0.1:{self.port}"
 
     def write_conf(self, servers: list["Server"], sync_always: bool) -> None:
-        routes = ", ".join(f"nats-route://127.0.0.1:{s.rport}" for s in servers if s.region == self.region)
-        gws = ", ".join("{name: %s, urls: [%s]}" % (r, ", ".join(f"nats://127.0.0.1:{s.gport}" for s in servers
-                                                                   if s.region == r)) for r in REGIONS)
+        routes = ", ".join(f"nats-route://127.0.0.1:{s.rport}" for s in servers if s.cluster == self.cluster)
+        clusters = list(dict.fromkeys(s.cluster for s in servers))
+        gws = ", ".join("{name: %s, urls: [%s]}" % (c, ", ".join(f"nats://127.0.0.1:{s.gport}" for s in servers
+                                                                   if s.cluster == c)) for c in clusters)
         sync = "  sync_interval: always\n" if sync_always else ""
+        tags = ("server_tags: [%s]\n" % ", ".join(json.dumps(t) for t in self.tags)) if self.tags else ""
         with open(self.conf, "w") as f:
-            f.write(f"server_name: {self.name}\nlisten: 127.0.0.1:{self.port}\n"
+            f.write(f"server_name: {self.name}\nlisten: 127.0.0.1:{self.port}\n{tags}"
                     f'jetstream {{\n  store_dir: "{self.dir}"\n{sync}}}\n'
-                    f"cluster {{\n  name: {self.region}\n  listen: 127.0.0.1:{self.rport}\n  routes: [{routes}]\n}}\n"
-                    f"gateway {{\n  name: {self.region}\n  listen: 127.0.0.1:{self.gport}\n  gateways: [{gws}]\n}}\n"
+                    f"cluster {{\n  name: {self.cluster}\n  listen: 127.0.0.1:{self.rport}\n  routes: [{routes}]\n}}\n"
+                    f"gateway {{\n  name: {self.cluster}\n  listen: 127.0.0.1:{self.gport}\n  gateways: [{gws}]\n}}\n"
                     f'mappings {{ include "{NAME}.mappings.conf" }}\n')
 
     def start(self) -> None:
@@ -100,17 +126,26 @@ class Server:
 
 
 class Lab:
-    def __init__(self, d: str, go: bool, kill: bool) -> None:
+    """The servers: 3 per region; with ``ordering`` also a cluster ``stretch`` of one server per region
+    (every server tagged ``region:<its region>``). A region is its cluster's servers plus its stretch server:
+    ``stop``/``start`` take regions."""
+
+    def __init__(self, d: str, go: bool, kill: bool, ordering: bool = False) -> None:
         self.d, self.go, self.kill = d, go, kill
         cmd = ["nats-server"] if go else [sys.executable, "-m", "rillet.server"]
-        self.servers = [Server(r, i, d, cmd) for r in REGIONS for i in range(1, 4)]
+        tags = (lambda r: (f"region:{r}",)) if ordering else (lambda r: ())
+        self.servers = [Server(r, i, d, cmd, tags=tags(r)) for r in REGIONS for i in range(1, 4)]
+        if ordering:
+            self.servers += [Server(r, 0, d, cmd, cluster=STRETCH, tags=tags(r), name=f"{STRETCH}-{r}")
+                             for r in REGIONS]
         with open(os.path.join(d, f"{NAME}.mappings.conf"), "w") as f:
             f.write(render_mappings(NAME, REGIONS))
         for s in self.servers:
             s.write_conf(self.servers, sync_always=kill)
 
     def region(self, r: str) -> list[Server]:
-        return [s for s in self.servers if s.region == r]
+        """The servers of cluster ``r`` (a region's own cluster, or ``stretch``)."""
+        return [s for s in self.servers if s.cluster == r]
 
     def urls(self, r: str) -> str:
         return ",".join(s.url for s in self.region(r))
@@ -256,15 +291,150 @@ async def consumer_through_the_name(lab: Lab, r: str) -> None:
     await nc.close()
 
 
+# ---- step 4: the ordering variant (--ordering) ------------------------------------------------------------------
+
+def short(subjects: list[str]) -> str:
+    return " ".join(s[len(NAME) + 1:] for s in subjects)
+
+
+def digest(subjects: list[str]) -> str:
+    return hashlib.sha1("\n".join(subjects).encode()).hexdigest()[:12]
+
+
+async def stream_count(lab: Lab, r: str, stream: str) -> int:
+    nc = await lab.connect(r)
+    try:
+        return (await nc.jetstream(timeout=3).stream_info(stream)).state.messages
+    finally:
+        await nc.close()
+
+
+async def order_peers(lab: Lab, r: str) -> tuple[str, list[str]]:
+    """The ordering stream's leader and every peer (leader first), asked in region ``r``."""
+    nc = await lab.connect(r)
+    try:
+        cl = (await nc.jetstream(timeout=3).stream_info(order_name(NAME))).cluster
+    finally:
+        await nc.close()
+    return cl.leader or "", [cl.leader or "?"] + [p.name for p in cl.replicas or []]
+
+
+async def converge_ordering(lab: Lab, regions: list[str], total: int, timeout: float,
+                            t0: float | None = None) -> float:
+    """Seconds (since ``t0``, default now) until the ordering stream and the read streams of ``regions`` hold
+    ``total`` messages (and never more: a duplicate fails at once)."""
+    t0 = time.monotonic() if t0 is None else t0
+
+    async def done() -> bool:
+        c = await counts(lab, regions)
+        c[order_name(NAME)] = await stream_count(lab, regions[0], order_name(NAME))
+        if any(n > total for n in c.values()):
+            raise SystemExit(f"more messages than were published ({total}): {c}")
+        return all(n == total for n in c.values())
+    await wait_for(f"{order_name(NAME)} and the read streams of {', '.join(regions)} at {total} messages", done,
+                   timeout)
+    return time.monotonic() - t0
+
+
+async def same_order(lab: Lab, acked: list[str], full: bool) -> tuple[bool, list[str]]:
+    """Reads the ordering stream and every region's read stream in sequence order; checks that the ordering
+    stream holds every acknowledged message exactly once and that every read stream is the same sequence."""
+    origin = await read_subjects(lab, REGIONS[0], order_name(NAME))
+    ok = len(origin) == len(acked) and set(origin) == set(acked)
+    say(f"  {order_name(NAME)} ({len(origin)}, sha1 {digest(origin)}): {short(origin)}"
+        + ("" if ok else f" -> FAILED: {len(set(acked) - set(origin))} acknowledged but missing, "
+                         f"{len(origin) - len(set(origin))} duplicates"))
+    for r in REGIONS:
+        seen = await read_subjects(lab, r, read_name(NAME, r))
+        same = seen == origin
+        ok &= same
+        verdict = "the same messages in the same order" if same else "DIFFERENT"
+        if full or not same:
+            say(f"  {read_name(NAME, r)} ({len(seen)}, sha1 {digest(seen)}): {short(seen)} -> {verdict}")
+        else:
+            say(f"  {read_name(NAME, r)} ({len(seen)}, sha1 {digest(seen)}): {verdict} as {order_name(NAME)}")
+    return ok, origin
+
+
+async def ordering_walkthrough(lab: Lab, d: str, timeout: float) -> int:
+    n = len(REGIONS)
+    say(f"  rillet vstream create {NAME} --regions {','.join(REGIONS)} --replicas 3 --max-age 1h "
+        f"--ordering {STRETCH} --ordering-replicas {n}")
+    print(lab.cli("west", "vstream", "create", NAME, "--regions", ",".join(REGIONS), "--replicas", "3",
+                  "--max-age", "1h", "--ordering", STRETCH, "--ordering-replicas", str(n),
+                  "--mappings-out", os.path.join(d, f"{NAME}.mappings.conf")), end="")
+    ok = True
+    leader, peers = await wait_for(f"{order_name(NAME)} with a leader and {n} peers",
+                                   lambda: _placed(lab, n), 60)
+    tags = {s.name: s.region for s in lab.region(STRETCH)}
+    spread = sorted(tags.get(p, "?") for p in peers) == sorted(REGIONS)
+    ok &= spread
+    say(f"  {order_name(NAME)}: leader {leader}, peers {', '.join(peers)} -> one replica per region: "
+        f"{'OK' if spread else 'FAILED'}")
+
+    say("Step 4: the ordering variant: publish 3 in each region at the same time")
+    acked: list[str] = []
+    for part in await asyncio.gather(*(publish(lab, r, f"o1-{r}", 3) for r in REGIONS)):
+        acked += part
+    took = await converge_ordering(lab, REGIONS, len(acked), timeout)
+    say(f"  {order_name(NAME)} and every read stream hold the {len(acked)} messages after {took:.1f}s:")
+    good, before = await same_order(lab, acked, full=True)
+    ok &= good
+
+    leader, _ = await order_peers(lab, "west")
+    down = next((s.region for s in lab.region(STRETCH) if s.name == leader), REGIONS[-1])
+    up = [r for r in REGIONS if r != down]
+    say(f"  stop region {down} ({', '.join(s.name for s in lab.servers if s.region == down)}: "
+        f"{order_name(NAME)}'s leader {leader} among them); publish 5 in {' and '.join(up)} at the same time")
+    t0 = time.monotonic()
+    lab.stop([down])
+    for part in await asyncio.gather(*(publish(lab, r, f"o2-{r}", 5) for r in up)):
+        acked += part
+    took = await converge_ordering(lab, up, len(acked), timeout, t0)
+    leader, peers = await order_peers(lab, up[0])
+    say(f"  with {down} down: {order_name(NAME)} (2 of {n} replicas, leader {leader}) and the read streams of "
+        f"{' and '.join(up)} hold all {len(acked)} messages {took:.1f}s after the stop")
+    print(lab.cli(up[0], "vstream", "status", NAME, "--regions", ",".join(REGIONS)), end="")
+    say(f"  restart region {down}")
+    t0 = time.monotonic()
+    lab.start([down])
+    took = await converge_ordering(lab, REGIONS, len(acked), timeout, t0)
+    say(f"  {down} restarted: {order_name(NAME)} and every read stream hold all {len(acked)} messages "
+        f"{took:.1f}s after the restart")
+    say(f"  publish 3 more in each region at the same time ({down} writes again)")
+    for part in await asyncio.gather(*(publish(lab, r, f"o3-{r}", 3) for r in REGIONS)):
+        acked += part
+    took = await converge_ordering(lab, REGIONS, len(acked), timeout)
+    say(f"  converged {took:.1f}s after the last publish; every region's read stream, in sequence order:")
+    good, after = await same_order(lab, acked, full=False)
+    ok &= good
+    kept = after[:len(before)] == before
+    ok &= kept
+    say(f"  the order of the first {len(before)} messages is kept: {'OK' if kept else 'FAILED'}")
+    print(lab.cli("west", "vstream", "status", NAME), end="")
+    say(f"{len(acked)} acknowledged messages; {order_name(NAME)} and every read stream hold each exactly once, "
+        f"in one order: {ok}")
+    return 0 if ok else 1
+
+
+async def _placed(lab: Lab, n: int):
+    leader, peers = await order_peers(lab, "west")
+    return (leader, peers) if leader and len(peers) == n else None
+
+
 async def main(args: argparse.Namespace) -> int:
     d = args.dir or tempfile.mkdtemp(prefix="rillet-vstream-")
     os.makedirs(d, exist_ok=True)
-    lab = Lab(d, args.go, args.kill)
-    say(f"{'nats-server' if args.go else 'Rillet'}: 3 regions x 3 servers in {d}")
+    lab = Lab(d, args.go, args.kill, ordering=args.ordering)
+    say(f"{'nats-server' if args.go else 'Rillet'}: 3 regions x 3 servers"
+        + (f" + a cluster {STRETCH} of one server per region (tags region:<r>)" if args.ordering else "")
+        + f" in {d}")
     try:
         lab.start(REGIONS)
-        await js_ready(lab, REGIONS)
+        await js_ready(lab, REGIONS + ([STRETCH] if args.ordering else []))
         say("JetStream is up in every region; creating the virtual stream:")
+        if args.ordering:
+            return await ordering_walkthrough(lab, d, args.timeout)
         say(f"  rillet vstream create {NAME} --regions {','.join(REGIONS)} --replicas 3 --max-age 1h")
         # (--mappings-out: the file the servers' configurations include, written again with the same text)
         print(lab.cli("west", "vstream", "create", NAME, "--regions", ",".join(REGIONS), "--replicas", "3",
@@ -323,6 +493,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--go", action="store_true", help="run Go's nats-server instead of Rillet")
     ap.add_argument("--kill", action="store_true", help="stop servers with SIGKILL (and sync_interval: always)")
+    ap.add_argument("--ordering", action="store_true",
+                    help=f"step 4 only: the ordering variant, with a cluster {STRETCH!r} of one server per region "
+                         "(12 servers)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a convergence (--ordering)")
     ap.add_argument("--dir", help="work directory to use and keep (default: a temporary one, removed)")
     try:
         sys.exit(asyncio.run(main(ap.parse_args())))
