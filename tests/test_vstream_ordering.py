@@ -11,7 +11,9 @@ stream's leader is stopped (its region's replica lost: quorum 2 of 3 keeps the s
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+from dataclasses import replace
 
 import nats
 import pytest
@@ -20,6 +22,8 @@ from rillet.cli.common import CliError
 from rillet.cli.vstream import mappings, order_name, read_name, stream_configs, write_name
 from rillet.config.options import JetStreamOptions
 from rillet.server.embed import run_super_cluster
+from rillet.server.logging import Logger
+from rillet.server.server import Server
 
 REGIONS = ["west", "central", "east"]
 CLUSTERS = REGIONS + ["stretch"]
@@ -151,3 +155,81 @@ async def _converged(conns, n, timeout=10.0):
     origin = [(await js.get_msg(order_name("foo"), seq)).subject for seq in range(1, n + 1)]
     assert out["west"] == out["central"] == out["east"] == origin
     return out
+
+
+async def _create_ordering_vstream(nc):
+    """The streams of ``rillet vstream create foo --replicas 1 --ordering stretch --ordering-replicas 3``, in
+    its order: the write streams, foo-order, then the read streams mirroring it."""
+    async def create(cfg):
+        resp = json.loads((await nc.request(f"$JS.API.STREAM.CREATE.{cfg['name']}", json.dumps(cfg).encode(),
+                                            timeout=10)).data)
+        assert "error" not in resp, resp
+        return resp
+    cfgs = stream_configs("foo", REGIONS, replicas=1, ordering="stretch", ordering_replicas=3)
+    await asyncio.gather(*map(create, cfgs[:3]))
+    assert (await create(cfgs[3]))["cluster"]["name"] == "stretch"
+    await asyncio.gather(*map(create, cfgs[4:]))
+
+
+async def test_ordering_stream_through_a_whole_region_outage():
+    """Every server of one region stops (its 2 regional servers and its stretch server, which leads
+    foo-order); the other two regions keep publishing and foo-order keeps sourcing with 2 of 3 replicas;
+    the region restarts: every read stream converges to foo-order's sequence, every acknowledged message
+    exactly once, the order from before the outage kept; the region then writes again."""
+    async with run_super_cluster(4, [2, 2, 2, 3], names=CLUSTERS, jetstream=True, timeout=20,
+                                 server_fields=_server_fields, mappings=mappings("foo", REGIONS)) as clusters:
+        by = dict(zip(CLUSTERS, clusters))
+        conns = {r: await nats.connect([s.client_url for s in by[r]], max_reconnect_attempts=-1,
+                                       reconnect_time_wait=0.1) for r in REGIONS}
+        restarted: list[Server] = []
+        try:
+            await _create_ordering_vstream(conns["west"])
+
+            async def order_cluster(r):
+                return (await conns[r].jetstream(timeout=2).stream_info(order_name("foo"))).cluster
+
+            async def placed():
+                cl = await order_cluster("west")
+                return bool(cl.leader) and len(cl.replicas or []) == 2 or cl
+            await _until("foo-order has a leader and 2 replicas", placed)
+            sent: list[str] = []
+            for part in await asyncio.gather(*(_publish(conns[r], r, f"{r}.", 2) for r in REGIONS)):
+                sent += part
+            before = (await _converged(conns, len(sent)))["west"]
+
+            # the region of foo-order's leader goes down whole: its cluster and its stretch server
+            leader = (await order_cluster("west")).leader
+            down = REGIONS[int(leader.rsplit("-", 1)[1])]  # (stretch-<i> is in REGIONS[i])
+            up = [r for r in REGIONS if r != down]
+            stopped = by[down] + [s for s in by["stretch"] if s.name == leader]
+            for s in stopped:
+                await s.shutdown()
+            for part in await asyncio.gather(*(_publish(conns[r], r, f"{r}.out.", 3) for r in up)):
+                sent += part
+
+            async def up_counts():
+                c = {r: (await conns[r].jetstream(timeout=2).stream_info("foo")).state.messages for r in up}
+                c["order"] = (await conns[up[0]].jetstream(timeout=2).stream_info(order_name("foo"))).state.messages
+                assert all(v <= len(sent) for v in c.values()), c
+                return all(v == len(sent) for v in c.values()) or c
+            await _until(f"foo-order (2 of 3) and the read streams of {up} hold every message", up_counts,
+                         timeout=15)
+            cl = await order_cluster(up[0])
+            assert cl.leader and cl.leader != leader
+
+            for s in stopped:  # (on the same ports, the same store: the clients reconnect there)
+                port = int(s.client_url.rsplit(":", 1)[1])
+                srv = Server(replace(s.opts, port=port), Logger(out=io.StringIO()))
+                restarted.append(srv)
+                await srv.start()
+            after = await _converged(conns, len(sent), timeout=20)
+            assert sorted(after["west"]) == sorted(sent)  # every acknowledged message, exactly once
+            assert after["west"][:len(before)] == before  # the order from before the outage is kept
+            sent += await _publish(conns[down], down, f"{down}.back.", 2)  # and the region writes again
+            final = await _converged(conns, len(sent), timeout=10)
+            assert sorted(final["west"]) == sorted(sent) and final["west"][:len(after["west"])] == after["west"]
+        finally:
+            for nc in conns.values():
+                await nc.close()
+            for srv in restarted:
+                await srv.shutdown()
