@@ -6,7 +6,9 @@ create --replicas 1 --ordering stretch --ordering-replicas 3``) gets one replica
 write streams are R1 and each regional read stream mirrors ``foo-order``.
 
 Every region then sees every message in the same order, also after the stretch server holding the ordering
-stream's leader is stopped (its region's replica lost: quorum 2 of 3 keeps the stream sourcing).
+stream's leader is stopped (its region's replica lost: quorum 2 of 3 keeps the stream sourcing), and through a
+whole region's outage (its regional servers and its stretch server stopped, the other regions publishing, the
+region restarted: every read stream converges to the ordering stream's sequence, each message exactly once).
 """
 from __future__ import annotations
 
