@@ -3,6 +3,7 @@ run (one cluster at a time, servers as subprocesses), and the ratio Rillet/Go.
 
     python -m benchmarks.cluster_route                  # every case, median of 3 runs each
     python -m benchmarks.cluster_route --repeat 1 --only cross16,reqrep --seconds 2 --json out.json
+    python -m benchmarks.cluster_route --compression s2_fast   # routes compressed (both kinds alike)
 
 The servers A, B, C: B and C route to A and learn each other by gossip (full mesh, checked in /routez).
 Cases (the load generator of ``benchmarks/loadgen.py``: raw sockets, one process per role):
@@ -13,6 +14,9 @@ Cases (the load generator of ``benchmarks/loadgen.py``: raw sockets, one process
   reqrep             requester on A, responder on B, 16 B, sequential: round trip p50 / p99 (µs)
 
 Subscribers subscribe, then the publisher waits one second more so their interest has crossed the routes.
+With ``--compression MODE`` every server is started from a config file whose cluster block has
+``compression: MODE`` (s2 on the routes: off, accept, s2_fast, s2_better, s2_best, s2_auto); without it, from
+flags (nats-server's default, accept on both ends: routes uncompressed).
 """
 from __future__ import annotations
 
@@ -78,8 +82,9 @@ def rillet_cmd() -> list[str]:
 class Cluster:
     """Three servers of one kind ("go" or "rillet") on free ports, B and C routed to A."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, compression: str = "") -> None:
         self.kind = kind
+        self.compression = compression
         self.procs: list[subprocess.Popen] = []
         self.ports = [free() for _ in range(3)]
         self.cports = [free() for _ in range(3)]
@@ -91,11 +96,20 @@ class Cluster:
 
     def __enter__(self) -> "Cluster":
         cmd = ["nats-server"] if self.kind == "go" else rillet_cmd()
+        import tempfile
+        self._tmp = tempfile.TemporaryDirectory()
         for i in range(3):
             args = ["-a", HOST, "-p", str(self.ports[i]), "-m", str(self.http[i]), "-n", f"{self.kind}-{i}",
                     "--cluster_name", "bench", "--cluster", f"nats://{HOST}:{self.cports[i]}"]
             if i:
                 args += ["--routes", f"nats://{HOST}:{self.cports[0]}"]
+            if self.compression:  # (the same settings as a config file: the cluster block has the mode)
+                path = Path(self._tmp.name) / f"{i}.conf"
+                routes = f", routes: [nats://{HOST}:{self.cports[0]}]" if i else ""
+                path.write_text(f"listen: {HOST}:{self.ports[i]}\nhttp: {HOST}:{self.http[i]}\n"
+                                f"server_name: {self.kind}-{i}\ncluster {{ name: bench, listen: "
+                                f"{HOST}:{self.cports[i]}{routes}, compression: {self.compression} }}\n")
+                args = ["-c", str(path)]
             self.procs.append(subprocess.Popen(cmd + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                                cwd=REPO))
         for p in self.ports:
@@ -138,6 +152,7 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        self._tmp.cleanup()
 
 
 def run_pubsub(urls: list[str], name: str, seconds: float) -> dict:
@@ -268,12 +283,13 @@ def main(argv=None) -> None:
     ap.add_argument("--requests", type=int, default=5000)
     ap.add_argument("--only", default="", help=f"comma-separated cases of {','.join(CASES)}")
     ap.add_argument("--json", default="", help="write every run here")
+    ap.add_argument("--compression", default="", help="the routes' compression mode (e.g. s2_fast)")
     args = ap.parse_args(argv)
     cases = [c for c in args.only.split(",") if c] or CASES
     runs: dict[str, dict[str, list[dict]]] = {"go": {c: [] for c in cases}, "rillet": {c: [] for c in cases}}
     for rep in range(args.repeat):
         for kind in ("go", "rillet"):
-            with Cluster(kind) as cl:
+            with Cluster(kind, args.compression) as cl:
                 for c in cases:
                     try:
                         r = run_case(cl, c, args)
@@ -284,7 +300,8 @@ def main(argv=None) -> None:
                     print(f"{kind} {c} run {rep + 1}: " + json.dumps({k: (round(v, 2) if isinstance(v, float)
                                                                               else v) for k, v in r.items()}),
                           file=sys.stderr, flush=True)
-    print(f"\n{machine()}; median of {args.repeat} run(s), {time.strftime('%Y-%m-%d')}\n")
+    comp = f"; routes compression {args.compression}" if args.compression else ""
+    print(f"\n{machine()}; median of {args.repeat} run(s){comp}, {time.strftime('%Y-%m-%d')}\n")
     print("| case | Go nats-server | Rillet | Rillet/Go |\n|---|---:|---:|---:|")
     for case, metric, label, kind in ROWS:
         if case not in cases:

@@ -241,6 +241,11 @@ async def test_rillet_route_default_s2_auto_picks_the_level_of_its_rtt_and_follo
             await s.start()
         await _until(lambda: all(len(s.routes) == 4 for s in srvs), what="routes")
         rcs = list(srvs[0].routes.values())
+        at_switch = {rc: rc.rtt for rc in rcs}
+        for rc in rcs:
+            assert rc.compression == cc.level_for_rtt(rc.rtt, cc.DEFAULT_RTT_THRESHOLDS)
+        # about a second later a PING measures the RTT (as nats-server's first PING), and the level follows it
+        await _until(lambda: all(rc.rtt != at_switch[rc] for rc in rcs), 5, "the first RTT measure")
         for rc in rcs:
             assert rc.compression == cc.level_for_rtt(rc.rtt, cc.DEFAULT_RTT_THRESHOLDS)
         async with _boxes({"a": srvs[0].client_url, "b": srvs[1].client_url}) as boxes:

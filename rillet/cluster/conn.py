@@ -10,6 +10,7 @@ per-message ``send_msg`` paths stay in the roles and append to ``out`` directly 
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import ssl
 import time
@@ -20,6 +21,9 @@ from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
 from rillet.server.listen import hostport, plain_ip
+
+
+S2_AUTO_FIRST_PING = 1.0  # seconds (+ up to 20%): when an s2_auto connection first measures its RTT
 
 
 class ServerConn(asyncio.Protocol):
@@ -183,6 +187,17 @@ class ServerConn(asyncio.Protocol):
         if not info_first:
             self.out += info
         self.flush()
+        if auto is not None:  # (nats-server's first PING comes after about a second: the RTT then decides)
+            self.server.loop.call_later(S2_AUTO_FIRST_PING * (1 + random.random() / 5), self._rtt_ping)
+
+    def _rtt_ping(self) -> None:
+        """s2_auto: a PING whose PONG measures the RTT (the level picked at the switch came from how long the
+        handshake took); no stale count, the ping timer keeps its own."""
+        if self.closed or self._rtt_start:
+            return
+        self._rtt_start = time.monotonic()
+        self.send(cp.PING)
+        self.server.flush_clients()
 
     def set_s2(self, mode: str, auto: tuple | None) -> None:
         """A compressing connection changes level (a reload): a new writer from the next flush."""
