@@ -18,6 +18,7 @@ jetstream {
   limits {
     max_ack_pending: 10
     max_request_batch: 5
+    default_max_consumers: 5
     duplicate_window: "1m"
     batch { max_inflight_per_stream: 1, max_inflight_total: 10, max_msgs: 3, timeout: "500ms" }
   }
@@ -58,6 +59,16 @@ async def test_server_limits_like_nats_server(pair):
                 "stream_name": "DW", "config": {"durable_name": "P", "ack_policy": "explicit", "max_ack_pending": 11},
                 "action": "update"})
             out.append(("consumer update above", _err(ans)))
+            # default_max_consumers (2.15): a stream without max_consumers takes it (3 made above: 5 allowed)
+            for name in ("M1", "M2", "M3"):
+                ans = await r.api(f"$JS.API.CONSUMER.CREATE.DW.{name}", {"stream_name": "DW", "config": {
+                    "durable_name": name, "ack_policy": "explicit"}})
+                out.append(("consumer " + name, _err(ans)))
+            ans = await r.api("$JS.API.STREAM.CREATE.MC", {"name": "MC", "subjects": ["mc"], "max_consumers": 8})
+            for i in range(8):
+                ans = await r.api(f"$JS.API.CONSUMER.CREATE.MC.C{i}", {"stream_name": "MC", "config": {
+                    "durable_name": f"C{i}", "ack_policy": "explicit"}})
+            out.append(("stream max_consumers over the default", _err(ans)))
 
             # atomic batches: at most 3 messages, one in flight per stream, 500 ms between messages
             ans = await r.api("$JS.API.STREAM.CREATE.AB", {"name": "AB", "subjects": ["ab"], "allow_atomic": True})
@@ -109,6 +120,8 @@ async def test_server_limits_like_nats_server(pair):
     assert got["atomic C 1 (B in flight)"][0][0][1]["error"]["err_code"] == 10210, got
     assert got["atomic stored"] == (3,), got
     assert got["fast Y 1 (X in flight)"][1]["error"]["err_code"] == 10211, got
+    assert got["consumer M2"] == (None,) and got["consumer M3"][0]["err_code"] == 10026, got
+    assert got["stream max_consumers over the default"] == (None,), got
 
 
 def test_max_ha_assets_refused_at_load(tmp_path):
@@ -121,18 +134,23 @@ def test_max_ha_assets_refused_at_load(tmp_path):
     assert f"{p}:3:5" in str(e.value) and "max_ha_assets" in str(e.value) and "not supported" in str(e.value)
 
 
-async def test_limits_in_varz(tmp_path):
-    """/varz jetstream.limits shows the limits as nats-server's JSLimitOpts (names, nanosecond durations)."""
+async def test_limits_in_varz_as_nats_server(tmp_path):
+    """/varz jetstream.limits: the limits as nats-server shows them (names, nanosecond durations)."""
     import urllib.request
 
-    from tests.difftarget import rillet_server
+    from tests.difftarget import go_server, rillet_server
     from tests.helpers import free_port
-    port = free_port()
-    conf = CONF.replace("{store}", str(tmp_path)) + f"http: 127.0.0.1:{port}\n"
-    async with rillet_server(conf):
+
+    async def varz(port: int) -> dict:
         body = await asyncio.get_running_loop().run_in_executor(
             None, lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/varz", timeout=3).read())
-    lim = json.loads(body)["jetstream"]["limits"]
-    assert lim == {"max_request_batch": 5, "max_ack_pending": 10, "max_duplicate_window": 60_000_000_000,
-                   "max_batch_inflight_per_stream": 1, "max_batch_inflight_total": 10, "max_batch_size": 3,
-                   "max_batch_timeout": 500_000_000}, lim
+        return json.loads(body)["jetstream"]["limits"]
+
+    got = {}
+    for kind, run in (("rillet", rillet_server), ("go", go_server)):
+        port = free_port()
+        conf = CONF.replace("{store}", str(tmp_path / kind)) + f"http: 127.0.0.1:{port}\n"
+        async with run(conf):
+            got[kind] = await varz(port)
+    assert got["rillet"] == got["go"], got
+    assert got["rillet"]["max_batch_timeout"] == 500_000_000 and got["rillet"]["max_ack_pending"] == 10, got

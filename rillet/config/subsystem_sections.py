@@ -420,6 +420,7 @@ class SubsystemSections(BuilderBase):
 
         self.each(f, {"max_ack_pending": integer("max_ack_pending"), "max_ha_assets": max_ha_assets,
                       "max_request_batch": integer("max_request_batch"),
+                      "default_max_consumers": integer("default_max_consumers"),
                       "duplicate_window": duration("max_duplicate_window"), "batch": batch},
                   "jetstream.limits")
 

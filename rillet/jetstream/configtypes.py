@@ -309,9 +309,11 @@ class ServerLimits(_Go):
     max_batch_inflight_total: Int = 0
     max_batch_size: Int = 0
     max_batch_timeout: Duration = 0
+    default_max_consumers: Int = 0  # (2.15) a stream's max_consumers when it sets none
     __omitempty__ = frozenset({
         "max_request_batch", "max_ack_pending", "max_ha_assets", "max_duplicate_window",
-        "max_batch_inflight_per_stream", "max_batch_inflight_total", "max_batch_size", "max_batch_timeout"})
+        "max_batch_inflight_per_stream", "max_batch_inflight_total", "max_batch_size", "max_batch_timeout",
+        "default_max_consumers"})
 
 
 class AccountLimits(_Go):

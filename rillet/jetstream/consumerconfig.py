@@ -457,6 +457,8 @@ def normalize_consumer_config(
         raise jserr.CONSUMER_DOES_NOT_EXIST()
     if not clustered and not is_recovering:
         maxc = stream.max_consumers
+        if maxc <= 0 and server_limits is not None and server_limits.default_max_consumers > 0:
+            maxc = server_limits.default_max_consumers  # jetstream { limits { default_max_consumers } } (2.15)
         acc_max = account_limits.max_consumers if account_limits is not None else -1
         if maxc <= 0 or (acc_max > 0 and acc_max < maxc):
             maxc = acc_max
