@@ -491,3 +491,33 @@ async def test_leafs_every_mode_against_go_hubs_and_go_leafs():
     finally:
         for s in srvs:
             await s.shutdown()
+
+
+@needs_go
+async def test_websocket_leafs_with_go_are_uncompressed():
+    """No s2 under websocket frames (README): a Rillet leaf over ws:// to a Go hub, and a Go leaf over ws://
+    to a Rillet hub, both set to s2_fast, connect uncompressed ("off" on both sides) and carry messages."""
+    gws, rws = free_port(), free_port()
+    hub = _rillet(f'websocket {{ listen: "127.0.0.1:{rws}", no_tls: true }}\n'
+                  f'leafnodes {{ listen: 127.0.0.1:-1, compression: s2_fast }}', "rh")
+    confs = {"gh": f'websocket {{ listen: "127.0.0.1:{gws}", no_tls: true }}\n'
+                   f'leafnodes {{ listen: 127.0.0.1:-1, compression: s2_fast }}',
+             "gl": f'leafnodes {{ remotes: [{{ url: "ws://127.0.0.1:{rws}", compression: s2_fast }}] }}'}
+    leaf = _rillet(f'leafnodes {{ remotes: [{{ url: "ws://127.0.0.1:{gws}", compression: s2_fast }}] }}', "rl")
+    try:
+        await hub.start()
+        with _go_servers(confs) as ports:
+            await leaf.start()
+            await _until(lambda: all(any(c.registered for c in s.leafs.values()) for s in (hub, leaf)), 10,
+                         "websocket leafs up")
+            for name in ("gh", "gl"):
+                assert [e.get("compression") for e in (await _get(ports[name][1], "leafz"))["leafs"]] == ["off"]
+            assert [e.get("compression") for e in leafz(hub, {})["leafs"]] == ["off"]
+            assert [e.get("compression") for e in leafz(leaf, {})["leafs"]] == ["off"]
+            urls = {"rh": hub.client_url, "rl": leaf.client_url,
+                    "gh": f"nats://127.0.0.1:{ports['gh'][0]}", "gl": f"nats://127.0.0.1:{ports['gl'][0]}"}
+            async with _boxes(urls) as boxes:
+                await _both_ways(boxes, [("rh", "gl"), ("rl", "gh")], sizes=(16, 70_000))
+    finally:
+        await leaf.shutdown()
+        await hub.shutdown()
