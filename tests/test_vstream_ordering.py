@@ -70,10 +70,12 @@ async def _until(what, check, timeout=10.0):
     raise AssertionError(f"{what} within {timeout}s (last: {last!r})")
 
 
-async def _publish(nc, region, prefix, n):
+async def _publish(nc, region, prefix, n, pace=0.0):
     js = nc.jetstream(timeout=3)
     out = []
     for i in range(n):
+        if i and pace:
+            await asyncio.sleep(pace)
         subj = f"foo.{prefix}{i}"
         ack = await js.publish(subj, region.encode())
         assert ack.stream == write_name("foo", region)
@@ -204,9 +206,11 @@ async def test_ordering_stream_through_a_whole_region_outage():
             down = REGIONS[int(leader.rsplit("-", 1)[1])]  # (stretch-<i> is in REGIONS[i])
             up = [r for r in REGIONS if r != down]
             stopped = by[down] + [s for s in by["stretch"] if s.name == leader]
+            pubs = [asyncio.ensure_future(_publish(conns[r], r, f"{r}.out.", 4, pace=0.05)) for r in up]
+            await asyncio.sleep(0.05)  # (the region stops while the others publish)
             for s in stopped:
                 await s.shutdown()
-            for part in await asyncio.gather(*(_publish(conns[r], r, f"{r}.out.", 3) for r in up)):
+            for part in await asyncio.gather(*pubs):
                 sent += part
 
             async def up_counts():
