@@ -280,6 +280,13 @@ class AuthSections(BuilderBase):
                 if not isinstance(sub.value, str) or not is_valid_public_nkey(sub.value, "A"):
                     self.errors.append(sub.error(
                         f"Not a valid public nkey for an account: {sub.value!r}"))
+            elif name == "jetstream" and isinstance(sub.value, dict):
+                for js in sub.entries():
+                    # nats-server 2.11: "owner" moves the account's RAFT traffic into the account itself
+                    if js.name == "cluster_traffic" and str(js.value).lower() != "system":
+                        self.errors.append(js.error(
+                            f'"{js.key}: {js.value}" is not supported: Rillet sends replication traffic in '
+                            'the system account only (cluster_traffic: system)'))
             elif name not in self.ACCOUNT_KEYS and not sub.used_var:
                 self.errors.append(unknown_field(sub, f'account "{acc.key}"'))
         if users_field is None:

@@ -1,0 +1,68 @@
+"""The "not yet" rows of the README's nats-server 2.11-2.15 feature table, checked by running Rillet: each
+setting Rillet does not implement is refused at load with its file:line:col and the reason (never accepted and
+ignored) while nats-server 2.15.1 accepts it (``nats-server -t``), and each 2.15 API Rillet does not serve has
+no responder (a 503 status, as for any subject nobody answers)."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from jsdiff import GO_BINARY
+from tests.test_tls_options import pki  # noqa: F401  (pki: a module fixture)
+
+# (release, setting, the refusal's words)
+REFUSED = [
+    ("2.11", "jetstream {\n  max_buffered_msgs: 100\n}", '2:3: "max_buffered_msgs" is not supported'),
+    ("2.11", "jetstream {\n  max_buffered_size: 1mb\n}", '2:3: "max_buffered_size" is not supported'),
+    ("2.11", "accounts {\n  A {\n    jetstream: { cluster_traffic: owner }\n  }\n}",
+     '3:18: "cluster_traffic: owner" is not supported'),
+    ("2.11", "leafnodes {\n  port: -1\n  tls { cert_file: {cert}, key_file: {key}, handshake_first: true }\n}",
+     "'handshake_first' is not supported in the leafnodes tls block"),
+    ("2.11", "jetstream {\n  tpm { keys_file: x }\n}", '2:3: "tpm" is not supported'),
+    ("2.11", "mqtt {\n  port: -1\n}", '1:0: "mqtt" is not supported'),
+    ("2.12", "server_metadata {\n  a: b\n}", '1:0: "server_metadata" is not supported'),
+    ("2.12", "leafnodes {\n  port: -1\n  isolate_leafnode_interest: true\n}",
+     "isolate_leafnode_interest: interest isolation is not supported yet"),
+    ("2.14", "feature_flags {\n  js_ack_fc_v2: true\n}", '1:0: "feature_flags" is not supported'),
+    ("2.15", "leafnodes {\n  port: -1\n  isolate: true\n}", "isolate: interest isolation is not supported yet"),
+    ("2.11", "jetstream {\n  limits { max_ha_assets: 3 }\n}", '2:12: "max_ha_assets" is not supported'),
+]
+
+
+@pytest.mark.parametrize("release, text, words", REFUSED, ids=[f"{r[0]}-{i}" for i, r in enumerate(REFUSED)])
+def test_setting_not_yet_refused_where_nats_server_accepts_it(tmp_path, pki, release, text, words):  # noqa: F811
+    from rillet.config.errors import ConfigError
+    from rillet.config.flags import parse_command_line
+    p = tmp_path / "f.conf"
+    cert, key = pki["server"]
+    p.write_text(text.replace("{cert}", f'"{cert}"').replace("{key}", f'"{key}"') + "\n")
+    with pytest.raises(ConfigError) as e:
+        parse_command_line(["-c", str(p)])
+    assert str(p) + ":" in str(e.value) and words in str(e.value), str(e.value)
+    if GO_BINARY:
+        go = subprocess.run([GO_BINARY, "-t", "-c", str(p)], capture_output=True, text=True, timeout=10)
+        assert "is valid" in go.stdout + go.stderr, (go.stdout, go.stderr)
+
+
+NOT_SERVED = ["$JS.API.SERVER.EVACUATE", "$JS.API.STREAM.PEER.EVACUATE.S", "$JS.API.META.RESCUE",
+              "$JS.API.STREAM.CANCEL_MOVE.S", "$JS.API.ACCOUNT.STREAM.MOVE.A.S",
+              "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.A.S"]
+
+
+async def test_apis_not_yet_have_no_responder(tmp_path):
+    import nats
+
+    from helpers import serve
+    from rillet.config.options import JetStreamOptions
+    async with serve(jetstream=JetStreamOptions(enabled=True, store_dir=str(tmp_path))) as srv:
+        nc = await nats.connect(srv.client_url)
+        try:
+            await nc.request("$JS.API.STREAM.CREATE.S", json.dumps({"name": "S", "subjects": ["s"]}).encode(),
+                             timeout=3)
+            for subj in NOT_SERVED:
+                with pytest.raises(nats.errors.NoRespondersError):
+                    await nc.request(subj, b"{}", timeout=2)
+        finally:
+            await nc.close()
