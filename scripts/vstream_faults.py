@@ -48,6 +48,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -59,7 +60,7 @@ sys.path.insert(0, REPO)
 
 import nats  # noqa: E402
 
-from rillet.cli.vstream import read_name, write_name  # noqa: E402
+from rillet.cli.vstream import order_name, read_name, write_name  # noqa: E402
 from tests.faults.cluster import Lab as NetLab  # noqa: E402
 
 
@@ -77,6 +78,7 @@ def _load(name: str, rel: str):
 wt = _load("vstream_walkthrough", "examples/vstream/walkthrough.py")
 REGIONS: list[str] = wt.REGIONS
 NAME: str = wt.NAME
+STRETCH = "stretch"  # (--ordering: the cluster of one server per region holding the ordering stream)
 say = wt.say
 
 
@@ -114,7 +116,7 @@ class NsServer(wt.Server):
         if sync_always:
             js += "  sync_interval: always\n"
         if unique_tag:
-            js += f"  unique_tag: {unique_tag}\n"
+            js += f"  unique_tag: {json.dumps(unique_tag)}\n"
         tags = ("server_tags: [%s]\n" % ", ".join(json.dumps(t) for t in self.tags)) if self.tags else ""
         with open(self.conf, "w") as f:
             f.write(f"server_name: {self.name}\nlisten: {self.host}:{self.port}\nhttp: {self.host}:{self.hport}\n"
@@ -155,7 +157,9 @@ class VLab(wt.Lab):
         for r in REGIONS:
             for i in range(1, per_region + 1):
                 k = len(servers)
-                servers.append(NsServer(r, i, d, cmd, self.net.ips[k], self.net.ns[k]))
+                # (with unique_tag every server needs the tag: its region's)
+                servers.append(NsServer(r, i, d, cmd, self.net.ips[k], self.net.ns[k],
+                                        tags=(f"{unique_tag}{r}",) if unique_tag else ()))
         for cluster, region, tags in extra:
             k = len(servers)
             servers.append(NsServer(region, 0, d, cmd, self.net.ips[k], self.net.ns[k], cluster=cluster,
@@ -305,31 +309,55 @@ async def publish_all(lab: VLab, regions: list[str], tag: str, n: int, book: Boo
     return ", ".join(f"{r} {g}/{n}" for r, g in zip(regions, got)) + f" acked in {time.monotonic() - t0:.1f}s"
 
 
+async def connect_once(lab: VLab, region: str) -> nats.NATS:
+    """A connection to a server of ``region``, or an error within 5 s when none is up (nats.py's
+    ``max_reconnect_attempts=0`` retries the first connect for ever)."""
+    return await asyncio.wait_for(nats.connect(lab.urls(region).split(","), connect_timeout=1,
+                                               max_reconnect_attempts=1, reconnect_time_wait=0.1,
+                                               error_cb=wt._quiet), 5)
+
+
 async def stream_count(lab: VLab, region: str, stream: str) -> int:
-    nc = await nats.connect(lab.urls(region).split(","), connect_timeout=1, max_reconnect_attempts=0,
-                            error_cb=wt._quiet)
+    nc = await connect_once(lab, region)
     try:
         return (await nc.jetstream(timeout=2).stream_info(stream)).state.messages
     finally:
         await nc.close()
 
 
-async def converge(lab: VLab, deadline: float) -> tuple[float | None, dict[str, int], int]:
-    """Seconds until every read stream holds as many messages as the write streams together (None: not
-    within ``deadline``), the last counts seen and that total."""
+async def counts(lab: VLab, ordering: bool) -> dict[str, int]:
+    """Every write and read stream's message count (and the ordering stream's), each asked in its region."""
+    c: dict[str, int] = {}
+    for r in REGIONS:
+        c[write_name(NAME, r)] = await stream_count(lab, r, write_name(NAME, r))
+    if ordering:
+        c[order_name(NAME)] = await stream_count(lab, REGIONS[0], order_name(NAME))
+    for r in REGIONS:
+        c[read_name(NAME, r)] = await stream_count(lab, r, read_name(NAME, r))
+    return c
+
+
+async def converge(lab: VLab, deadline: float, book: Book,
+                   ordering: bool = False) -> tuple[float | None, dict[str, Any], int]:
+    """Seconds until converged (None: not within ``deadline``), the last counts seen and the total.
+    Converged: every write stream holds at least what was acknowledged in its region, and every read
+    stream (and the ordering stream) holds as many messages as the write streams together, in the same
+    round of STREAM.INFO answers (asked again every 0.1 s: one answer from a moment before the heal, or
+    from a replica still applying, must not fix the target)."""
     t0 = time.monotonic()
     total = -1
-    last: dict[str, int] = {}
+    last: dict[str, Any] = {}
+    floor = {r: len(book.acked_in(r)) for r in REGIONS}
     while time.monotonic() - t0 < deadline:
         try:
-            if total < 0:
-                total = sum([await stream_count(lab, r, write_name(NAME, r)) for r in REGIONS])
-            for r in REGIONS:
-                last[r] = await stream_count(lab, r, read_name(NAME, r))
-            if all(last[r] >= total for r in REGIONS):
+            c = await counts(lab, ordering)
+            total = sum(c[write_name(NAME, r)] for r in REGIONS)
+            last = c
+            if all(c[write_name(NAME, r)] >= floor[r] for r in REGIONS) and \
+                    all(v == total for k, v in c.items() if not k.startswith(f"{NAME}-write-")):
                 return time.monotonic() - t0, last, total
         except Exception as e:  # (a leader being elected, a server reconnecting: ask again)
-            last["error"] = repr(e)[:120]  # type: ignore[assignment]
+            last = dict(last, error=repr(e)[:120])
         await asyncio.sleep(0.1)
     return None, last, total
 
@@ -354,7 +382,9 @@ def check_stream(label: str, seen: list[str], expect: set[str], book: Book) -> b
 
 
 async def read_all(lab: VLab, region: str, stream: str) -> list[str]:
-    """Every subject of ``stream`` (through the read stream's transform for read streams), in order."""
+    """Every subject of ``stream`` (through the read stream's transform for read streams), in order: an
+    ordered consumer read until the stream info's count is reached and a message says nothing is pending
+    (so an info answer behind the stream would not cut the reading short)."""
     nc = await lab.connect(region)
     js = nc.jetstream(timeout=5)
     out: list[str] = []
@@ -363,15 +393,18 @@ async def read_all(lab: VLab, region: str, stream: str) -> list[str]:
         if n:
             sub = await wt.wait_for(f"an ordered consumer on {stream}",
                                     lambda: js.subscribe(f"{NAME}.>", stream=stream, ordered_consumer=True), 30)
-            while len(out) < n:
-                out.append((await sub.next_msg(timeout=5)).subject)
+            while True:
+                m = await sub.next_msg(timeout=5)
+                out.append(m.subject)
+                if len(out) >= n and m.metadata.num_pending == 0:
+                    break
             await sub.unsubscribe()
     finally:
         await nc.close()
     return out
 
 
-async def check_all(lab: VLab, book: Book) -> bool:
+async def check_all(lab: VLab, book: Book, ordering: bool = False) -> bool:
     good = True
     say(f"final check: {len(book.attempted)} attempted, {len(book.acked)} acknowledged, "
         f"{len(book.attempted) - len(book.acked)} never acknowledged ({book.retries} retried publishes)")
@@ -383,45 +416,84 @@ async def check_all(lab: VLab, book: Book) -> bool:
         # (the write stream holds foo.<region>.<published subject minus foo.>)
         seen = [f"{NAME}." + s.split(".", 2)[2] if s.count(".") >= 2 else s for s in seen]
         good &= check_stream(write_name(NAME, r), seen, book.acked_in(r), book)
+    order: list[str] = []
+    if ordering:
+        order = await read_all(lab, REGIONS[0], order_name(NAME))
+        good &= check_stream(order_name(NAME), order, book.acked, book)
     for r in REGIONS:
-        good &= check_stream(read_name(NAME, r), await read_all(lab, r, read_name(NAME, r)), book.acked, book)
+        seen = await read_all(lab, r, read_name(NAME, r))
+        good &= check_stream(read_name(NAME, r), seen, book.acked, book)
+        if ordering:
+            good &= check_order(read_name(NAME, r), seen, order)
     return good
+
+
+def check_order(label: str, seen: list[str], order: list[str]) -> bool:
+    """A read stream of the ordering variant holds the ordering stream's messages in its order."""
+    if seen == order:
+        say(f"  {label:<16} same order as {order_name(NAME)} ({len(order)} messages) -> OK")
+        return True
+    at = next((i for i, (a, b) in enumerate(zip(seen, order)) if a != b), min(len(seen), len(order)))
+    say(f"  {label:<16} NOT in {order_name(NAME)}'s order: first difference at position {at + 1} "
+        f"({seen[at:at + 3]} against {order[at:at + 3]}), {len(seen)} against {len(order)} messages -> FAILED")
+    return False
 
 
 # ---- the run ----------------------------------------------------------------------------------------------
 
-async def create_vstream(lab: VLab, replicas: int) -> None:
+async def create_vstream(lab: VLab, args: argparse.Namespace) -> None:
+    extra = ["--ordering", STRETCH, "--ordering-replicas", str(len(REGIONS))] if args.ordering else []
     out = await asyncio.to_thread(lab.cli, REGIONS[0], "vstream", "create", NAME, "--regions", ",".join(REGIONS),
-                                  "--replicas", str(replicas), "--max-age", "1h")
+                                  "--replicas", str(args.replicas), "--max-age", "1h", *extra)
     for line in out.splitlines():
         if line.startswith("Stream "):
             say("  " + line)
 
 
-async def read_counts(lab: VLab) -> str:
+async def read_counts(lab: VLab, ordering: bool = False, regions: list[str] = REGIONS) -> str:
     out = []
-    for r in REGIONS:
+    streams = [(regions[0], order_name(NAME), "order")] if ordering else []
+    for r, stream, label in streams + [(r, read_name(NAME, r), r) for r in regions]:
         try:
-            out.append(f"{r} {await stream_count(lab, r, read_name(NAME, r))}")
+            out.append(f"{label} {await stream_count(lab, r, stream)}")
         except Exception as e:  # (shown, not fatal: this is only the view during the partition)
-            out.append(f"{r} ({type(e).__name__})")
-
+            out.append(f"{label} ({type(e).__name__})")
     return ", ".join(out)
 
 
-async def heal_and_converge(lab: VLab, deadline: float, results: list, phase: str) -> bool:
-    say(f"  read streams before the heal: {await read_counts(lab)}")
-    t0 = time.monotonic()
-    lab.heal()
-    took, counts, total = await converge(lab, deadline)
+async def settle(lab: VLab, args: argparse.Namespace, book: Book, results: list, phase: str,
+                 t0: float) -> bool:
+    """Waits for convergence (``converge``) and reports the time since ``t0`` (the heal or the restart)."""
+    took, counts, total = await converge(lab, args.deadline, book, args.ordering)
     if took is None:
-        say(f"  {phase}: NOT converged within {deadline:.0f}s of the heal: write streams {total}, read {counts}")
+        say(f"  {phase}: NOT converged within {args.deadline:.0f}s: write streams {total}, counts {counts}")
         results.append((phase, None))
         return False
     took = time.monotonic() - t0
-    say(f"  {phase}: every read stream at {total} messages {took:.2f}s after the heal")
+    say(f"  {phase}: every read stream at {total} messages {took:.2f}s after the "
+        f"{'restart' if phase == 'region down' else 'heal'}")
     results.append((phase, took))
     return True
+
+
+async def heal_and_converge(lab: VLab, args: argparse.Namespace, book: Book, results: list, phase: str) -> bool:
+    say(f"  read streams before the heal: {await read_counts(lab, args.ordering)}")
+    t0 = time.monotonic()
+    lab.heal()
+    return await settle(lab, args, book, results, phase, t0)
+
+
+async def order_leader(lab: VLab, region: str = REGIONS[0]) -> str:
+    """The ordering stream's leader (server name) as a client of ``region`` is told, or ""."""
+    try:
+        nc = await connect_once(lab, region)
+        try:
+            return (await nc.jetstream(timeout=2).stream_info(order_name(NAME))).cluster.leader or ""
+        finally:
+            await nc.close()
+    except Exception as e:  # (shown: the caller then picks a region itself)
+        say(f"  ordering stream leader unknown ({type(e).__name__})")
+        return ""
 
 
 async def scenario(lab: VLab, args: argparse.Namespace) -> int:
@@ -431,25 +503,34 @@ async def scenario(lab: VLab, args: argparse.Namespace) -> int:
     ok = True
     lab.start(REGIONS)
     await wt.js_ready(lab, REGIONS)
-    say(f"JetStream up; rillet vstream create {NAME} --replicas {args.replicas}")
-    await create_vstream(lab, args.replicas)
+    say(f"JetStream up; rillet vstream create {NAME} --replicas {args.replicas}"
+        + (f" --ordering {STRETCH} --ordering-replicas {len(REGIONS)}" if args.ordering else ""))
+    await create_vstream(lab, args)
 
     say(f"phase 1 baseline: {n} per region")
     say("  " + await publish_all(lab, REGIONS, "p1", n, book))
-    took, counts, total = await converge(lab, args.deadline)
+    took, counts, total = await converge(lab, args.deadline, book, args.ordering)
     say(f"  converged: {took is not None} ({total} messages)")
     ok &= took is not None
 
-    leader = lab.meta_leader()
+    if args.ordering:
+        leader = await order_leader(lab)
+        what = f"{order_name(NAME)}'s leader"
+    else:
+        leader = lab.meta_leader()
+        what = "meta leader"
     lone = next((s.region for s in lab.servers if s.name == leader), REGIONS[-1])
     others = [r for r in REGIONS if r != lone]
-    say(f"phase 2 isolate {lone} (meta leader {leader or '?'}) from {'+'.join(others)}; {n} per region")
+    say(f"phase 2 isolate {lone} ({what} {leader or '?'}) from {'+'.join(others)}; {n} per region")
     t0 = time.monotonic()
     lab.partition([lone], others)
     say("  " + await publish_all(lab, REGIONS, "p2", n, book))
     await asyncio.sleep(max(0.0, hold - (time.monotonic() - t0)))
-    say(f"  meta leader during the partition: {lab.meta_leader() or 'none'}")
-    ok &= await heal_and_converge(lab, args.deadline, results, "isolate")
+    if args.ordering:
+        say(f"  {order_name(NAME)}'s leader during the partition: {await order_leader(lab) or 'none'}")
+    else:
+        say(f"  meta leader during the partition: {lab.meta_leader() or 'none'}")
+    ok &= await heal_and_converge(lab, args, book, results, "isolate")
 
     a, b, c = REGIONS
     say(f"phase 3 split brain: {a} | {b}+{c}, {n} per region; then {a}+{b} | {c}, {n} per region")
@@ -462,7 +543,7 @@ async def scenario(lab: VLab, args: argparse.Namespace) -> int:
     lab.partition([a, b], [c])
     say("  " + await publish_all(lab, REGIONS, "p3b", n, book))
     await asyncio.sleep(max(0.0, hold - (time.monotonic() - t0)))
-    ok &= await heal_and_converge(lab, args.deadline, results, "split brain")
+    ok &= await heal_and_converge(lab, args, book, results, "split brain")
 
     if not args.quick:
         say(f"phase 4 three ways: {a} | {b} | {c}, {n} per region")
@@ -470,20 +551,44 @@ async def scenario(lab: VLab, args: argparse.Namespace) -> int:
         lab.partition([a], [b], [c])
         say("  " + await publish_all(lab, REGIONS, "p4", n, book))
         await asyncio.sleep(max(0.0, hold - (time.monotonic() - t0)))
-        ok &= await heal_and_converge(lab, args.deadline, results, "three ways")
+        ok &= await heal_and_converge(lab, args, book, results, "three ways")
+
+    if args.ordering:
+        ok &= await region_down(lab, args, book, results)
 
     if args.rolling:
         ok &= await rolling(lab, args, book, results)
 
-    good = await check_all(lab, book)
+    good = await check_all(lab, book, args.ordering)
     say("summary: " + "; ".join(f"{p} converged in {t:.2f}s" if t is not None else f"{p} NOT converged"
                                 for p, t in results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"server": args.server, "quick": args.quick, "attempted": len(book.attempted),
+            json.dump({"server": args.server, "quick": args.quick, "ordering": args.ordering,
+                       "rolling": args.rolling, "seed": args.seed, "attempted": len(book.attempted),
                        "acked": len(book.acked), "converge_s": dict(results), "exactly_once": good}, f, indent=1)
-    say(f"{'PASS' if ok and good else 'FAIL'}: {len(book.acked)} acknowledged; exactly once everywhere: {good}")
+    say(f"{'PASS' if ok and good else 'FAIL'}: {len(book.acked)} acknowledged; exactly once everywhere"
+        f"{' and in one order' if args.ordering else ''}: {good}")
     return 0 if ok and good else 1
+
+
+async def region_down(lab: VLab, args: argparse.Namespace, book: Book, results: list) -> bool:
+    """(``--ordering``) The region holding the ordering stream's leader is killed whole (its servers and its
+    stretch server, SIGKILL); the other regions publish; it is started again."""
+    leader = await order_leader(lab)
+    gone = next((s.region for s in lab.servers if s.name == leader), REGIONS[0])
+    others = [r for r in REGIONS if r != gone]
+    say(f"phase 5 region down: {gone} killed ({order_name(NAME)}'s leader {leader or '?'} with it), "
+        f"{args.msgs} per region in {'+'.join(others)}")
+    t0 = time.monotonic()
+    lab.stop([gone])
+    say("  " + await publish_all(lab, others, "p5", args.msgs, book))
+    await asyncio.sleep(max(0.0, args.hold - (time.monotonic() - t0)))
+    say(f"  while {gone} is down: {order_name(NAME)}'s leader {await order_leader(lab, others[0]) or 'none'}; "
+        f"read streams {await read_counts(lab, True, others)}")
+    t0 = time.monotonic()
+    lab.start([gone])
+    return await settle(lab, args, book, results, "region down", t0)
 
 
 async def rolling(lab: VLab, args: argparse.Namespace, book: Book, results: list) -> bool:
@@ -492,9 +597,9 @@ async def rolling(lab: VLab, args: argparse.Namespace, book: Book, results: list
     stream may change leader), a moment healed; then healed for good."""
     import random
     rng = random.Random(args.seed)
-    say(f"phase 5 rolling: {args.rolling:.0f}s of changing cuts under continuous publishing (seed {args.seed})")
+    say(f"phase 6 rolling: {args.rolling:.0f}s of changing cuts under continuous publishing (seed {args.seed})")
     stop = asyncio.Event()
-    pubs = [asyncio.create_task(publish_until(lab, r, "p5", stop, book)) for r in REGIONS]
+    pubs = [asyncio.create_task(publish_until(lab, r, "p6", stop, book)) for r in REGIONS]
     t_end = time.monotonic() + args.rolling
     steps = []
     while time.monotonic() < t_end:
@@ -523,15 +628,23 @@ async def rolling(lab: VLab, args: argparse.Namespace, book: Book, results: list
     sent = await asyncio.gather(*pubs)
     say(f"  published {sum(sent)} while the cuts changed; {len(book.attempted) - len(book.acked)} "
         "unacknowledged so far")
-    return await heal_and_converge(lab, args.deadline, results, "rolling")
+    return await heal_and_converge(lab, args, book, results, "rolling")
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # (so that the servers are stopped and the namespaces removed: see amain)
 
 
 async def amain(args: argparse.Namespace) -> int:
     if args.deadline is None:
         args.deadline = 180.0 if args.server == "go" else 60.0
     per_region = args.per_region
+    if per_region is None:
+        per_region = 1 if args.ordering else 3
     if args.replicas is None:
-        args.replicas = per_region
+        # (--ordering: every server carries its region tag and unique_tag is the region, so a regional
+        # stream can have one replica only; the ordering stream has one per region)
+        args.replicas = 1 if args.ordering else per_region
     if args.rolling is None:
         args.rolling = 0.0
     if args.msgs is None:
@@ -541,14 +654,20 @@ async def amain(args: argparse.Namespace) -> int:
         return 2
     d = tempfile.mkdtemp(prefix="rillet-vsfaults-")
     t_start = time.monotonic()
+    extra: tuple = ()
+    if args.ordering:
+        extra = tuple((STRETCH, r, (f"region:{r}",)) for r in REGIONS)
     try:
-        lab = VLab(d, args.server, per_region=per_region)
+        lab = VLab(d, args.server, per_region=per_region, extra=extra, kill=args.ordering,
+                   unique_tag="region:" if args.ordering else "")
     except OSError as e:
         say(f"network namespaces are not available here ({e}); this script needs them (run as root)")
         shutil.rmtree(d, ignore_errors=True)
         return 2
-    say(f"{args.server}: {len(REGIONS)} regions x {per_region} server(s), R{args.replicas}, in namespaces "
-        f"({', '.join(s.name + '=' + s.host for s in lab.servers)}); logs in {d}")
+    say(f"{args.server}: {len(REGIONS)} regions x {per_region} server(s), R{args.replicas}"
+        + (f", a cluster {STRETCH} of one server per region (unique_tag region:), ordering stream R{len(REGIONS)}"
+           if args.ordering else "")
+        + f", in namespaces ({', '.join(s.name + '=' + s.host for s in lab.servers)}); logs in {d}")
     rc = 1
     try:
         rc = await scenario(lab, args)
@@ -566,17 +685,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", choices=("rillet", "go"), default="rillet")
     ap.add_argument("--quick", action="store_true", help="fewer messages, no three-way phase (CI)")
-    ap.add_argument("--per-region", type=int, default=3, help="servers per region (3)")
+    ap.add_argument("--ordering", action="store_true",
+                    help=f"the ordering variant: a cluster {STRETCH!r} of one server per region holds the "
+                         "ordering stream (R3, unique_tag region:), the regional streams are R1; adds a "
+                         "phase where a whole region is killed; checks one order in every region")
+    ap.add_argument("--per-region", type=int, default=None, help="servers per region (3; --ordering 1)")
     ap.add_argument("--msgs", type=int, default=None, help="messages per region per phase (50; --quick 20)")
-    ap.add_argument("--replicas", type=int, default=None, help="stream replicas (default: --per-region)")
+    ap.add_argument("--replicas", type=int, default=None,
+                    help="regional stream replicas (default: --per-region; --ordering 1)")
     ap.add_argument("--hold", type=float, default=6.0, help="seconds each partition lasts at least")
     ap.add_argument("--deadline", type=float, default=None, help="seconds to converge after a heal "
                                                                    "(60 Rillet, 180 Go)")
     ap.add_argument("--rolling", type=float, default=None,
-                    help="then this many seconds of changing cuts under continuous publishing (phase 5)")
+                    help="then this many seconds of changing cuts under continuous publishing")
     ap.add_argument("--seed", type=int, default=1, help="seed of the rolling phase's cuts")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--keep", action="store_true", help="keep the servers' logs after a good run")
+    signal.signal(signal.SIGTERM, _sigterm)
     try:
         sys.exit(asyncio.run(amain(ap.parse_args())))
     except KeyboardInterrupt:
