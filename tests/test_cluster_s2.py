@@ -18,6 +18,7 @@ import nats
 import pytest
 
 from helpers import free_port
+from test_cluster_routes_more import route_pki  # noqa: F401 (a fixture)
 from rillet.cluster import compression as cc
 from rillet.cluster import protocol as cp
 from rillet.config.options_builder import load_string
@@ -521,3 +522,31 @@ async def test_websocket_leafs_with_go_are_uncompressed():
     finally:
         await leaf.shutdown()
         await hub.shutdown()
+
+
+@needs_go
+async def test_tls_routes_with_a_go_server_compressed(route_pki):
+    """s2 above TLS: a Go server (s2_best) with a Rillet server that dials it (s2_fast) and one it dials
+    (accept): every route compressed as nats-server's rules say, messages both ways."""
+    from test_cluster_routes_more import _route_tls
+    tls = _route_tls(route_pki)
+    gcl, p = free_port(), free_port()
+    with _go_servers({"g": f"cluster {{ name: c, listen: 127.0.0.1:{gcl}, compression: s2_best\n {tls} }}"}) as ports:
+        r_acc = _rillet(f"cluster {{ name: c, listen: 127.0.0.1:{p}, compression: accept\n {tls} }}", "racc")
+        r_dial = _rillet(f"cluster {{ name: c, listen: 127.0.0.1:-1, routes: [nats://127.0.0.1:{gcl}, "
+                         f"nats://127.0.0.1:{p}], compression: s2_fast\n {tls} }}", "rdial")
+        try:
+            await r_acc.start()
+            await r_dial.start()
+            await _until(lambda: len(r_acc.routes) == 8 and len(r_dial.routes) == 8, 15, "TLS mesh with Go")
+            z = (await _get(ports["g"][1], "routez"))["routes"]
+            acc, dial = routez(r_acc, {})["routes"], routez(r_dial, {})["routes"]
+            assert (_route_modes(acc, "g"), _route_modes(z, "racc")) == ("s2_best", "s2_best")
+            assert (_route_modes(dial, "g"), _route_modes(z, "rdial")) == ("s2_fast", "s2_best")
+            assert (_route_modes(acc, "rdial"), _route_modes(dial, "racc")) == ("s2_fast", "s2_fast")
+            urls = {"racc": r_acc.client_url, "rdial": r_dial.client_url, "g": f"nats://127.0.0.1:{ports['g'][0]}"}
+            async with _boxes(urls) as boxes:
+                await _both_ways(boxes, [("racc", "g"), ("rdial", "g"), ("racc", "rdial")])
+        finally:
+            await r_dial.shutdown()
+            await r_acc.shutdown()
