@@ -306,7 +306,7 @@ CLUSTER_KEY_TESTS: dict[str, str] = {
     "connect_backoff": "tests/test_cluster_routes.py::test_connect_error_reports",
     "pool_size": "tests/test_config_options.py::test_cluster_refused_until_supported",
     "accounts": "tests/test_config_options.py::test_cluster_refused_until_supported",
-    "compression": "tests/test_cluster_routes.py::test_gossip_from_one_seed_to_full_mesh_and_routez",
+    "compression": "tests/test_cluster_s2.py::test_route_compression_reload",
     "permissions": "tests/test_cluster_routes_reload.py::test_route_permissions_match_nats_server",
     "ping_interval": "tests/test_cluster_routes.py::test_route_pings_and_stale_route",
     "ping_max": "tests/test_cluster_routes.py::test_route_pings_and_stale_route",
