@@ -343,6 +343,12 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
     def hub(e: Field) -> None:
         r.hub = e.as_bool()
 
+    comp_at: list[Field] = []
+
+    def comp(e: Field) -> None:
+        _compression(r)(e)
+        comp_at.append(e)
+
     table: dict[str, Callable[[Field], None]] = {
         "url": urls, "urls": urls,
         "account": s("account", "str", target=target), "local": s("account", "str", target=target),
@@ -363,7 +369,7 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "isolate_leafnode_interest": _refuser("interest isolation"),
         "isolate": _refuser("interest isolation"),
         "request_isolation": _refuser("interest isolation"),
-        "compression": _compression(r),
+        "compression": comp,
         "first_info_timeout": s("first_info_timeout", "duration", target=target),
         "dial_timeout": s("dial_timeout", "duration", target=target),
         "disabled": s("disabled", "bool", target=target),
@@ -379,6 +385,9 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         quoted = " ".join(f'"{u}"' for u in r.urls)
         raise f.error("remote leaf node configuration cannot have a mix of websocket and non-websocket urls: "
                       f'"[{quoted}]"')
+    if True in kinds and comp_at and r.compression.startswith("s2_"):
+        # (nats-server wraps the websocket frames in s2; Rillet's leafs do not: rillet/cluster/README.md)
+        raise _refuse(comp_at[0], "s2 compression of leaf connections over websocket")
     return r
 
 
