@@ -555,3 +555,36 @@ async def test_tls_routes_with_a_go_server_compressed(route_pki):
         finally:
             await r_dial.shutdown()
             await r_acc.shutdown()
+
+
+async def _bad_mode_answer(port: int, leaf: bool) -> tuple[str, bytes]:
+    """A peer announcing compression "zip": what the server's first INFO said and what it answers."""
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        info = json.loads((await asyncio.wait_for(r.readline(), 5))[5:])
+        if not leaf:
+            w.write(b'CONNECT {"name":"x","cluster":"c","headers":true}\r\n')
+        w.write(b'INFO {"server_id":"NX","name":"x","cluster":"c","compression":"zip"}\r\n')
+        await w.drain()
+        return info.get("compression", ""), await asyncio.wait_for(r.read(1000), 5)
+    finally:
+        w.close()
+
+
+@needs_go
+async def test_unknown_compression_mode_from_a_peer_as_go():
+    """An unknown mode in the peer's INFO gets nats-server's -ERR and the close, on a route and on a leaf
+    connection (the same bytes from a Go server, compared)."""
+    cl, lp = free_port(), free_port()
+    conf = (f"cluster {{ name: c, listen: 127.0.0.1:{cl}, compression: s2_fast }}\n"
+            f"leafnodes {{ listen: 127.0.0.1:{lp} }}")
+    with _go_servers({"g": conf}):
+        go = [await _bad_mode_answer(cl, False), await _bad_mode_answer(lp, True)]
+    s = _rillet(conf, "r")
+    await s.start()
+    try:
+        ours = [await _bad_mode_answer(cl, False), await _bad_mode_answer(lp, True)]
+    finally:
+        await s.shutdown()
+    assert ours == go == [("s2_fast", b"-ERR 'unsupported route compression mode \"zip\"'\r\n"),
+                          ("s2_auto", b"-ERR 'unsupported route compression mode \"zip\"'\r\n")]
