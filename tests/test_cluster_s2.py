@@ -588,3 +588,44 @@ async def test_unknown_compression_mode_from_a_peer_as_go():
         await s.shutdown()
     assert ours == go == [("s2_fast", b"-ERR 'unsupported route compression mode \"zip\"'\r\n"),
                           ("s2_auto", b"-ERR 'unsupported route compression mode \"zip\"'\r\n")]
+
+
+async def test_liveness_resets_a_silent_compressed_route(monkeypatch):
+    """Route liveness on an s2 route: a peer that answers the PINGs (compressed) stays; one that stops
+    reading and answering while its kernel still acknowledges (the compressed PING is more bytes than a plain
+    one) is reset within the silence limit."""
+    from rillet.cluster import route, s2
+    monkeypatch.setattr(route, "ROUTE_LIVENESS_PING", 0.15)
+    monkeypatch.setattr(route, "ROUTE_SILENCE_CLOSE", 0.6)
+    port = free_port()
+    s = _rillet(f"cluster {{ name: c, listen: 127.0.0.1:{port}, compression: s2_fast }}", "r0")
+    await s.start()
+    try:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        await r.readline()  # its INFO, plain
+        w.write(b'CONNECT {"name":"NFAKE","cluster":"c","headers":true}\r\n'
+                b'INFO {"server_id":"NFAKE","name":"fake","cluster":"c","port":1,"compression":"s2_fast"}\r\n')
+        await w.drain()
+        rd, wr = s2.S2Reader(), s2.S2Writer("fast")  # both ways compressed from here
+        w.write(wr.encode(b'INFO {"server_id":"NFAKE","name":"fake","cluster":"c","port":1}\r\nRS+ $G live.>\r\n'))
+        await w.drain()
+        pings, text = 0, b""
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:
+            try:
+                text += rd.feed(await asyncio.wait_for(r.read(65536), 0.2))
+            except asyncio.TimeoutError:
+                continue
+            while b"PING\r\n" in text:
+                text = text.replace(b"PING\r\n", b"", 1)
+                pings += 1
+                w.write(wr.encode(b"PONG\r\n"))
+        assert pings >= 4, pings
+        assert "NFAKE" in s.cluster.routes and s.routes[next(iter(s.routes))].compression == "s2_fast"
+        t0 = time.monotonic()  # silent from now on (not read: the kernel still takes what comes)
+        await _until(lambda: "NFAKE" not in s.cluster.routes, 3, "the silent route reset")
+        assert time.monotonic() - t0 < 0.6 + 0.5
+        assert "Route silent for" in s._test_log.getvalue()
+        w.close()
+    finally:
+        await s.shutdown()

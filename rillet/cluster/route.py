@@ -158,9 +158,11 @@ class RouteConn(ServerConn):
             if idle >= ROUTE_SILENCE_CLOSE and not late:
                 self._reset_silent(idle)
                 return
+            handed = self._handed
             self.send(cp.PING)
-            self._live_pinged = len(cp.PING)
             srv.flush_clients()
+            # (what the PING took on the wire: more than its 6 bytes on an s2 route)
+            self._live_pinged = max(self._handed - handed, len(cp.PING))
         self._live_timer = srv.loop.call_later(ROUTE_LIVENESS_PING, self._liveness_tick)
 
     def _peer_took(self, t: Any) -> int:
