@@ -28,6 +28,14 @@ if TYPE_CHECKING:
     from rillet.jetstream.manager import JSAccount
 
 T = "io.nats.jetstream.api.v1."
+
+# request field names (nats-server's JSApi*Request json tags), for the strict API (ApiRouter.parse)
+_INFO_REQ = frozenset({"offset", "deleted_details", "subjects_filter"})
+_PURGE_REQ = frozenset({"seq", "filter", "keep"})
+_NAMES_REQ = frozenset({"offset", "subject"})
+_GET_REQ = frozenset({"seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time", "multi_last",
+                      "up_to_seq", "up_to_time", "no_hdr"})
+_DELETE_REQ = frozenset({"seq", "no_erase"})
 from rillet.jetstream.configtypes import JS_API_LEVEL as API_LEVEL  # the level of the version we report (2.15: 5)
 JSON_LIMIT = 1024  # names per page
 LIST_LIMIT = 256  # infos per page
@@ -178,7 +186,8 @@ class ApiRouter:
                 return
         except ApiError as e:
             self.jsa.api_errors += 1
-            self.respond_error(reply, _type_for(handler), e)
+            self.respond_error(reply, _type_for(handler), e,
+                               _DECODE_EXTRA.get(getattr(handler, "__name__", "")) if e.err_code == 10025 else None)
         except Exception as e:  # a bug must not take the server down: answer as nats-server would
             self.jsa.api_errors += 1
             self.js.log.error(f"JetStream API error handling {subj}: {e!r}")
@@ -195,13 +204,19 @@ class ApiRouter:
             d.update(extra)
         self.respond(reply, d)
 
-    @staticmethod
-    def parse(body: bytes, typ: Any = None) -> Any:
+    def parse(self, body: bytes, typ: Any = None, known: frozenset | None = None) -> Any:
+        """The request body; ``known``: the request's field names, any other one is INVALID_JSON while the
+        API is strict (``jetstream { strict }``, nats-server 2.12+; names match without regard to case)."""
         if not body.strip():
             return None
         try:
             if typ is None:
-                return json.loads(body)
+                d = json.loads(body)
+                if known is not None and isinstance(d, dict) and self.js.strict:
+                    for k in d:
+                        if k not in known and k.lower() not in known:
+                            raise ApiError.make("INVALID_JSON", err=f'json: unknown field "{k}"')
+                return d
             return msgspec.json.decode(body, type=typ)
         except (ValueError, msgspec.DecodeError) as e:
             raise ApiError.make("INVALID_JSON", err=str(e))
@@ -258,10 +273,10 @@ class ApiRouter:
         existing = self.jsa.streams.get(name)
         cfg = SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup,
                                         subjects_overlap=self._overlap(), account_limits=self.jsa.limits,
-                                        server_limits=self.js.server_limits,
+                                        server_limits=self.js.server_limits, strict=self.js.strict,
                                         existing=existing.cfg if existing is not None else None)
-        if existing is not None:
-            self.respond(reply, {"type": typ, **stream_info_dict(existing)})
+        if existing is not None:  # the same configuration again: its info, still "did_create" (as nats-server)
+            self.respond(reply, {"type": typ, **stream_info_dict(existing), "did_create": True})
             return
         self._check_supported(cfg)
         self._check_limits(cfg)
@@ -314,7 +329,7 @@ class ApiRouter:
         cfg = SC.normalize_stream_update(stream.cfg if stream is not None else None, body, subject_name=name,
                                         lookup_stream=self._lookup, subjects_overlap=self._overlap(skip=name),
                                         account_limits=self.jsa.limits, server_limits=self.js.server_limits,
-                                        consumers=[(n, c.cfg) for n, c in stream.consumers.items()]
+                                        strict=self.js.strict, consumers=[(n, c.cfg) for n, c in stream.consumers.items()]
                                         if stream is not None else None)
         assert stream is not None
         self._check_supported(cfg)
@@ -357,7 +372,7 @@ class ApiRouter:
     def stream_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_info_response"
         name = args[0] if args else ""
-        req = self.parse(body) or {}
+        req = self.parse(body, known=_INFO_REQ) or {}
         stream = self.jsa.streams.get(name)
         if stream is None:
             self.respond_error(reply, typ, ApiError.make("STREAM_NOT_FOUND"),
@@ -390,7 +405,7 @@ class ApiRouter:
             raise ApiError.make("STREAM_SEALED")
         if stream.cfg.deny_purge:
             raise ApiError.make("STREAM_PURGE_FAILED", err="stream purge not permitted")
-        req = self.parse(body) or {}
+        req = self.parse(body, known=_PURGE_REQ) or {}
         subj = req.get("filter") or None
         seq = int(req.get("seq") or 0)
         keep = int(req.get("keep") or 0)
@@ -415,7 +430,7 @@ class ApiRouter:
         return streams
 
     def stream_names(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        req = self.parse(body) or {}
+        req = self.parse(body, known=_NAMES_REQ) or {}
         streams = self._names_filter(req)
         offset = int(req.get("offset") or 0)
         page = streams[offset:offset + JSON_LIMIT]
@@ -423,7 +438,7 @@ class ApiRouter:
                              "limit": JSON_LIMIT, "streams": [s.name for s in page]})
 
     def stream_list(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        req = self.parse(body) or {}
+        req = self.parse(body, known=_NAMES_REQ) or {}
         streams = self._names_filter(req)
         offset = int(req.get("offset") or 0)
         page = streams[offset:offset + LIST_LIMIT]
@@ -456,7 +471,7 @@ class ApiRouter:
     def msg_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
         typ = T + "stream_msg_get_response"
         stream = self.stream(args[0] if args else "")
-        req = self.parse(body)
+        req = self.parse(body, known=_GET_REQ)
         if not isinstance(req, dict):
             raise ApiError.make("BAD_REQUEST")
         m = self._get(stream, req)
@@ -478,7 +493,7 @@ class ApiRouter:
             raise ApiError.make("STREAM_SEALED")
         if stream.cfg.deny_delete:
             raise ApiError.make("STREAM_MSG_DELETE_FAILED", err="message delete not permitted")
-        req = self.parse(body)
+        req = self.parse(body, known=_DELETE_REQ)
         if not isinstance(req, dict) or not req.get("seq"):
             raise ApiError.make("BAD_REQUEST")
         seq = int(req["seq"])
@@ -661,6 +676,13 @@ _MAX_MULTI_RESULTS = 1024  # subjects one multi_last request may match (413 Too 
 _NO_LEVEL_CHECK = frozenset(("DIRECT.GET", "CONSUMER.MSG.NEXT", "CONSUMER.RESET"))
 # the zero-valued fields nats-server's response types carry beside an error
 _LEVEL_EXTRA: dict[str, dict] = {"stream_info": {"total": 0, "offset": 0, "limit": 0}}
+# the zero fields nats-server's response carries with a request it could not decode (INVALID_JSON, 10025)
+_DECODE_EXTRA: dict[str, dict] = {
+    "stream_info": {"total": 0, "offset": 0, "limit": 0},
+    "stream_names": {"total": 0, "offset": 0, "limit": 0, "streams": None},
+    "stream_list": {"total": 0, "offset": 0, "limit": 0, "streams": []},
+    "stream_purge": {"purged": 0},
+}
 
 
 def _api_level_too_high(hdr: bytes) -> bool:

@@ -69,7 +69,7 @@ class ConsumerApi:
 
     def _create(self, tokens: list[str], reply: bytes | None, body: bytes) -> None:
         typ = T + "consumer_create_response"
-        req = gojson.go_decode(body, C.CreateConsumerRequest)
+        req = gojson.go_decode(body, C.CreateConsumerRequest, strict=self.jsa.js.strict)
         stream_name, cname, _ = CC.parse_consumer_create_subject(tokens, req)
         if req.config.num_replicas > 1:
             raise ApiError.make("STREAM_REPLICAS_NOT_SUPPORTED")

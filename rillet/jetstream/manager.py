@@ -173,6 +173,8 @@ class JetStream:
         from rillet.jetstream.configtypes import ServerLimits
         # jetstream { limits { ... } }: stream/consumer config checks, batch publishing (rillet.config)
         self.server_limits: ServerLimits = o.extra.get("limits") or ServerLimits()
+        # jetstream { strict: false } (nats-server 2.12+): unknown fields in create/update requests tolerated
+        self.strict = o.extra.get("strict") is not False
         self.accounts: dict[str, JSAccount] = {}
         self._disabled: dict[str, Any] = {}  # accounts without JetStream: rillet.jetstream.disabled.NotEnabled
         self.loop: asyncio.AbstractEventLoop = server.loop

@@ -146,6 +146,7 @@ def normalize_stream_config(
     clustered: bool = False,
     subject_name: str | None = None,
     limits_check: Callable[[StreamConfig, bool], None] | None = None,
+    strict: bool = True,
 ) -> StreamConfig:
     """Apply nats-server's defaults to a stream configuration and validate it.
 
@@ -178,7 +179,7 @@ def normalize_stream_config(
     """
     req_pedantic = False
     if isinstance(raw, (bytes, bytearray, str)):
-        req = go_decode(raw, StreamConfigRequest, "StreamConfigRequest")
+        req = go_decode(raw, StreamConfigRequest, "StreamConfigRequest", strict=strict)  # (jetstream.strict)
         req_pedantic = req.pedantic
         cfg = req.config()
     elif isinstance(raw, dict):
@@ -622,13 +623,14 @@ def normalize_stream_update(
     account_limits: AccountLimits | None = None,
     clustered: bool = False,
     consumers: Iterable[tuple[str, ConsumerConfig]] | None = None,
+    strict: bool = True,
 ) -> StreamConfig:
     """A STREAM.UPDATE request up to the new configuration: decode and check it, the name from the
     subject, the stream itself (``old`` ``None``: STREAM_NOT_FOUND), the update rules, then the other
     streams' subjects (``subjects_overlap`` should ignore the stream being updated)."""
     cfg = normalize_stream_config(raw, is_create=False, pedantic=pedantic, subject_name=subject_name,
                                   lookup_stream=lookup_stream, server_limits=server_limits,
-                                  account_limits=account_limits)
+                                  account_limits=account_limits, strict=strict)
     if old is None:
         raise jserr.STREAM_NOT_FOUND()
     cfg = check_stream_config(cfg, pedantic=bool(pedantic), lookup_stream=lookup_stream,

@@ -1224,7 +1224,7 @@ class JetStreamCluster:
         existing = self.state.stream(acc, name)
         cfg = SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
                                          subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
-                                         clustered=True, server_limits=jsa.js.server_limits,
+                                         clustered=True, server_limits=jsa.js.server_limits, strict=jsa.js.strict,
                                          existing=_stream_cfg(existing.config) if existing is not None else None)
         if existing is not None:
             self._answer_later(router, reply, typ, lambda t: self.stream_info(acc, name, t))
@@ -1276,7 +1276,8 @@ class JetStreamCluster:
         cfg = SC.normalize_stream_update(_stream_cfg(sa.config) if sa is not None else None, body,
                                          subject_name=name, lookup_stream=self._lookup(acc),
                                          subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
-                                         clustered=True, consumers=cons, server_limits=jsa.js.server_limits)
+                                         clustered=True, consumers=cons, server_limits=jsa.js.server_limits,
+                                         strict=jsa.js.strict)
         assert sa is not None
         router._check_supported(cfg)
         if self._all_offline(sa.group.peers):
@@ -1481,7 +1482,7 @@ class JetStreamCluster:
         typ = T + "consumer_create_response"
         jsa = router.jsa
         acc = jsa.account.name
-        req = gojson.go_decode(body, C.CreateConsumerRequest)
+        req = gojson.go_decode(body, C.CreateConsumerRequest, strict=jsa.js.strict)
         stream_name, cname, _ = CC.parse_consumer_create_subject(tokens, req)
         sa = self.state.stream(acc, stream_name)
         if sa is None:
