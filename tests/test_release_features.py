@@ -22,7 +22,6 @@ REFUSED = [
      "'handshake_first' is not supported in the leafnodes tls block"),
     ("2.11", "jetstream {\n  tpm { keys_file: x }\n}", '2:3: "tpm" is not supported'),
     ("2.11", "mqtt {\n  port: -1\n}", '1:0: "mqtt" is not supported'),
-    ("2.12", "server_metadata {\n  a: b\n}", '1:0: "server_metadata" is not supported'),
     ("2.12", "leafnodes {\n  port: -1\n  isolate_leafnode_interest: true\n}",
      "isolate_leafnode_interest: interest isolation is not supported yet"),
     ("2.14", "feature_flags {\n  js_ack_fc_v2: true\n}", '1:0: "feature_flags" is not supported'),

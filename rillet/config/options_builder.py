@@ -39,7 +39,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "write_timeout": "Rillet has no write timeout policy (write_deadline applies)",
     "max_traced_msg_len": "Rillet does not trace message payloads",
     "resolver_tls": "Rillet has no URL account resolver",
-    "server_metadata": "Rillet has no server metadata",
     "feature_flags": "Rillet has no feature flags",
     "default_js_domain": "Rillet has no leafnode JetStream domains",
     "no_fast_producer_stall": "Rillet does not stall fast producers",
@@ -161,6 +160,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "leaf": self.leafnodes,
             "mappings": self.mappings, "maps": self.mappings,
             "server_tags": self.server_tags,
+            "server_metadata": self.server_metadata,
             # operator mode
             "operator": self.operator, "operators": self.operator, "root": self.operator,
             "roots": self.operator, "root_operator": self.operator, "root_operators": self.operator,
@@ -232,6 +232,15 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
 
     def trace_headers(self, f: Field) -> None:
         self.o.extra["trace_headers"] = self.o.trace = f.as_bool()
+
+    def server_metadata(self, f: Field) -> None:
+        """``server_metadata { key: "value" }`` (nats-server 2.12): strings shown in /varz and in the server
+        info of system events (``metadata``); kept in ``Options.extra["server_metadata"]``."""
+        if not isinstance(f.value, dict):
+            raise f.error(f"error parsing metadata: unsupported type {go_type(f.value)}")
+        md = self.o.extra.setdefault("server_metadata", {})
+        for sub in f.entries():
+            md[sub.key] = sub.as_str()
 
     def server_tags(self, f: Field) -> None:
         for tag in f.as_str_list("server_tags"):

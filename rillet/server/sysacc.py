@@ -170,6 +170,9 @@ class SystemAccount:
         d["ver"] = rillet.SERVER_VERSION
         if srv.opts.tags:  # (nats-server's ServerInfo tags: what JetStream placement matches)
             d["tags"] = list(srv.opts.tags)
+        md = srv.opts.extra.get("server_metadata")
+        if md:  # server_metadata (nats-server 2.12)
+            d["metadata"] = dict(md)
         d["jetstream"] = srv.jetstream is not None
         d["flags"] = 0
         d["seq"] = self.seq
