@@ -20,7 +20,7 @@ virtual stream's mappings from ``rillet vstream mappings``), starts the 9 server
    puts an R3 stream ``foo-order`` there, one replica per region, sourcing the three write streams, and each
    region's read stream mirrors it. Publishes from every region at once; prints every region's read stream in
    sequence order (the same as foo-order's); stops the region holding foo-order's leader (its 3 servers and
-   its stretch server), publishes in the other two (foo-order goes on with 2 of 3 replicas), restarts it,
+   its stretch server) while the other two publish (foo-order goes on with 2 of 3 replicas), restarts it,
    times the catch-up, publishes in every region again and checks that foo-order and every read stream hold
    every acknowledged message exactly once, in one order, the earlier order kept. The Go server runs the same
    topology (``--go --ordering``).
@@ -203,12 +203,15 @@ async def js_ready(lab: Lab, regions: list[str]) -> None:
     await wait_for("JetStream ready in " + ",".join(regions), ok)
 
 
-async def publish(lab: Lab, r: str, prefix: str, n: int) -> list[str]:
-    """``n`` messages published in region ``r`` on ``foo.<prefix>.<i>``; the subjects acknowledged."""
+async def publish(lab: Lab, r: str, prefix: str, n: int, pace: float = 0.0) -> list[str]:
+    """``n`` messages published in region ``r`` on ``foo.<prefix>.<i>`` (``pace`` seconds apart); the
+    subjects acknowledged."""
     nc = await lab.connect(r)
     js = nc.jetstream(timeout=5)
     acked = []
     for i in range(n):
+        if i and pace:
+            await asyncio.sleep(pace)
         subj = f"{NAME}.{prefix}.{i}"
         for _ in range(50):  # (a leader being elected: retry; the write stream dedups by msg id)
             try:
@@ -301,10 +304,10 @@ def digest(subjects: list[str]) -> str:
     return hashlib.sha1("\n".join(subjects).encode()).hexdigest()[:12]
 
 
-async def stream_count(lab: Lab, r: str, stream: str) -> int:
+async def stream_count(lab: Lab, r: str, stream: str, timeout: float = 3.0) -> int:
     nc = await lab.connect(r)
     try:
-        return (await nc.jetstream(timeout=3).stream_info(stream)).state.messages
+        return (await nc.jetstream(timeout=timeout).stream_info(stream)).state.messages
     finally:
         await nc.close()
 
@@ -320,20 +323,24 @@ async def order_peers(lab: Lab, r: str) -> tuple[str, list[str]]:
 
 
 async def converge_ordering(lab: Lab, regions: list[str], total: int, timeout: float,
-                            t0: float | None = None) -> float:
+                            t0: float | None = None) -> tuple[float, str]:
     """Seconds (since ``t0``, default now) until the ordering stream and the read streams of ``regions`` hold
-    ``total`` messages (and never more: a duplicate fails at once)."""
+    ``total`` messages (and never more: a duplicate fails at once), and when each got there (text; each
+    stream is watched on its own)."""
     t0 = time.monotonic() if t0 is None else t0
+    reached: dict[str, float] = {}
 
-    async def done() -> bool:
-        c = await counts(lab, regions)
-        c[order_name(NAME)] = await stream_count(lab, regions[0], order_name(NAME))
-        if any(n > total for n in c.values()):
-            raise SystemExit(f"more messages than were published ({total}): {c}")
-        return all(n == total for n in c.values())
-    await wait_for(f"{order_name(NAME)} and the read streams of {', '.join(regions)} at {total} messages", done,
-                   timeout)
-    return time.monotonic() - t0
+    async def watch(r: str, stream: str) -> None:
+        async def done() -> bool:
+            n = await stream_count(lab, r, stream, timeout=1.0)  # (a short wait: a finer measure)
+            if n > total:
+                raise SystemExit(f"{stream} holds {n} messages, more than were published ({total})")
+            return n == total
+        await wait_for(f"{stream} at {total} messages", done, timeout)
+        reached[stream] = time.monotonic() - t0
+    await asyncio.gather(watch(regions[0], order_name(NAME)), *(watch(r, read_name(NAME, r)) for r in regions))
+    return time.monotonic() - t0, ", ".join(f"{k} {v:.1f}s" for k, v in sorted(reached.items(),
+                                                                                 key=lambda kv: kv[1]))
 
 
 async def same_order(lab: Lab, acked: list[str], full: bool) -> tuple[bool, list[str]]:
@@ -376,35 +383,40 @@ async def ordering_walkthrough(lab: Lab, d: str, timeout: float) -> int:
     acked: list[str] = []
     for part in await asyncio.gather(*(publish(lab, r, f"o1-{r}", 3) for r in REGIONS)):
         acked += part
-    took = await converge_ordering(lab, REGIONS, len(acked), timeout)
-    say(f"  {order_name(NAME)} and every read stream hold the {len(acked)} messages after {took:.1f}s:")
+    took, _ = await converge_ordering(lab, REGIONS, len(acked), timeout)
+    say(f"  {order_name(NAME)} and every read stream hold the {len(acked)} messages {took:.1f}s after the "
+        "publishes:")
     good, before = await same_order(lab, acked, full=True)
     ok &= good
 
     leader, _ = await order_peers(lab, "west")
     down = next((s.region for s in lab.region(STRETCH) if s.name == leader), REGIONS[-1])
     up = [r for r in REGIONS if r != down]
-    say(f"  stop region {down} ({', '.join(s.name for s in lab.servers if s.region == down)}: "
-        f"{order_name(NAME)}'s leader {leader} among them); publish 5 in {' and '.join(up)} at the same time")
+    say(f"  publish 10 in each of {' and '.join(up)} (0.1s apart) and meanwhile stop region {down} "
+        f"({', '.join(s.name for s in lab.servers if s.region == down)}: {order_name(NAME)}'s leader {leader} "
+        "among them)")
     t0 = time.monotonic()
-    lab.stop([down])
-    for part in await asyncio.gather(*(publish(lab, r, f"o2-{r}", 5) for r in up)):
+    pubs = [asyncio.ensure_future(publish(lab, r, f"o2-{r}", 10, pace=0.1)) for r in up]
+    await asyncio.sleep(0.3)
+    await asyncio.to_thread(lab.stop, [down])  # (SIGTERM or SIGKILL, and wait: the publishes go on)
+    for part in await asyncio.gather(*pubs):
         acked += part
-    took = await converge_ordering(lab, up, len(acked), timeout, t0)
+    say(f"  {len(acked)} acknowledged so far, the publishes done {time.monotonic() - t0:.1f}s after they began")
+    took, each = await converge_ordering(lab, up, len(acked), timeout, t0)
     leader, peers = await order_peers(lab, up[0])
     say(f"  with {down} down: {order_name(NAME)} (2 of {n} replicas, leader {leader}) and the read streams of "
-        f"{' and '.join(up)} hold all {len(acked)} messages {took:.1f}s after the stop")
+        f"{' and '.join(up)} hold all {len(acked)} messages {took:.1f}s after the publishes began ({each})")
     print(lab.cli(up[0], "vstream", "status", NAME, "--regions", ",".join(REGIONS)), end="")
     say(f"  restart region {down}")
     t0 = time.monotonic()
     lab.start([down])
-    took = await converge_ordering(lab, REGIONS, len(acked), timeout, t0)
+    took, each = await converge_ordering(lab, REGIONS, len(acked), timeout, t0)
     say(f"  {down} restarted: {order_name(NAME)} and every read stream hold all {len(acked)} messages "
-        f"{took:.1f}s after the restart")
+        f"{took:.1f}s after the restart ({each})")
     say(f"  publish 3 more in each region at the same time ({down} writes again)")
     for part in await asyncio.gather(*(publish(lab, r, f"o3-{r}", 3) for r in REGIONS)):
         acked += part
-    took = await converge_ordering(lab, REGIONS, len(acked), timeout)
+    took, _ = await converge_ordering(lab, REGIONS, len(acked), timeout)
     say(f"  converged {took:.1f}s after the last publish; every region's read stream, in sequence order:")
     good, after = await same_order(lab, acked, full=False)
     ok &= good
