@@ -104,6 +104,7 @@ KEY_TESTS: dict[str, str] = {
     "jetstream.unique_tag": f"{HERE}::test_jetstream_store_limits_reach_the_account",
     "jetstream.limits": "tests/test_js_server_limits.py::test_server_limits_like_nats_server",
     "server_metadata": "tests/test_server_metadata.py::test_server_metadata_as_nats_server",
+    "feature_flags": "tests/test_feature_flags.py::test_v2_ack_and_flow_control_subjects_like_nats_server",
     "jetstream.strict": "tests/test_operator.py::test_operator_signing_keys_and_strict_usage",
     # websocket {}
     "websocket.listen": "tests/test_websocket.py::test_from_config_file",

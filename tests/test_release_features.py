@@ -24,7 +24,6 @@ REFUSED = [
     ("2.11", "mqtt {\n  port: -1\n}", '1:0: "mqtt" is not supported'),
     ("2.12", "leafnodes {\n  port: -1\n  isolate_leafnode_interest: true\n}",
      "isolate_leafnode_interest: interest isolation is not supported yet"),
-    ("2.14", "feature_flags {\n  js_ack_fc_v2: true\n}", '1:0: "feature_flags" is not supported'),
     ("2.15", "leafnodes {\n  port: -1\n  isolate: true\n}", "isolate: interest isolation is not supported yet"),
     ("2.11", "jetstream {\n  limits { max_ha_assets: 3 }\n}", '2:12: "max_ha_assets" is not supported'),
 ]

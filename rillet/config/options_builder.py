@@ -39,7 +39,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "write_timeout": "Rillet has no write timeout policy (write_deadline applies)",
     "max_traced_msg_len": "Rillet does not trace message payloads",
     "resolver_tls": "Rillet has no URL account resolver",
-    "feature_flags": "Rillet has no feature flags",
     "default_js_domain": "Rillet has no leafnode JetStream domains",
     "no_fast_producer_stall": "Rillet does not stall fast producers",
     "default_sentinel": "Rillet has no default sentinel JWT",
@@ -161,6 +160,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "mappings": self.mappings, "maps": self.mappings,
             "server_tags": self.server_tags,
             "server_metadata": self.server_metadata,
+            "feature_flags": self.feature_flags,
             # operator mode
             "operator": self.operator, "operators": self.operator, "root": self.operator,
             "roots": self.operator, "root_operator": self.operator, "root_operators": self.operator,
@@ -241,6 +241,22 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
         md = self.o.extra.setdefault("server_metadata", {})
         for sub in f.entries():
             md[sub.key] = sub.as_str()
+
+    def feature_flags(self, f: Field) -> None:
+        """``feature_flags { name: bool }`` (nats-server 2.14+) -> ``Options.extra["feature_flags"]``. Rillet acts on
+        ``js_ack_fc_v2`` (v2 ack and flow control reply subjects); the others only at nats-server's default
+        (refused otherwise); names nats-server does not know are ignored, as there."""
+        from rillet.server.features import FEATURE_FLAGS, SUPPORTED
+        if not isinstance(f.value, dict):
+            raise f.error(f"error parsing feature flags: unsupported type {go_type(f.value)}")
+        flags = self.o.extra.setdefault("feature_flags", {})
+        for sub in f.entries():
+            if not isinstance(sub.value, bool):
+                raise sub.error(f'error parsing feature flag "{sub.key}": expected bool, got {go_type(sub.value)}')
+            if sub.key in FEATURE_FLAGS and sub.key not in SUPPORTED and sub.value != FEATURE_FLAGS[sub.key]:
+                raise sub.error(f'feature flag "{sub.key}: {str(sub.value).lower()}" is not supported: Rillet has '
+                                "only nats-server's default behaviour for it")
+            flags[sub.key] = sub.value
 
     def server_tags(self, f: Field) -> None:
         for tag in f.as_str_list("server_tags"):

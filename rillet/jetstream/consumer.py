@@ -234,7 +234,12 @@ class Consumer(ConsumerStateMachine):
         else:
             self.pblimit = self.maxpb = 0
         st = self.stream.name
-        self.ack_prefix = f"$JS.ACK.{st}.{self.name}."
+        from rillet.server.features import enabled
+        if enabled(self.js.server.opts, "js_ack_fc_v2"):  # v2 reply subjects: domain and account hash
+            pre = f"{self.js.domain or '_'}.{account_hash(self.jsa.account.name)}.{st}.{self.name}."
+            self.ack_prefix, self.fc_prefix = "$JS.ACK." + pre, "$JS.FC." + pre
+        else:
+            self.ack_prefix, self.fc_prefix = f"$JS.ACK.{st}.{self.name}.", f"$JS.FC.{st}.{self.name}."
         self.retention = _cfg(self.stream.cfg, "retention", "limits")
 
     # ---- lifecycle ------------------------------------------------------------------------------------
@@ -248,8 +253,11 @@ class Consumer(ConsumerStateMachine):
             acc_hash = account_hash(self.jsa.account.name)
             self._subs.append(self.ic.subscribe(f"$JS.ACK.{domain}.{acc_hash}.{st}.{self.name}.*.*.*.*.>",
                                                 self._on_ack))
-        if self.is_push and self.flow_control:
+        if self.is_push and self.flow_control:  # flow control replies in both forms, as nats-server
             self._subs.append(self.ic.subscribe(f"$JS.FC.{st}.{self.name}.*", self._on_fc))
+            self._subs.append(self.ic.subscribe(
+                f"$JS.FC.{self.js.domain or '_'}.{account_hash(self.jsa.account.name)}.{st}.{self.name}.*",
+                self._on_fc))
         # pull requests: one subscription per consumer (push ones answer 409), as nats-server: a request for
         # a consumer or stream that does not exist reaches nobody (503 no responders)
         for prefix in self.jsa.api_prefixes():
@@ -847,7 +855,7 @@ class Consumer(ConsumerStateMachine):
     def _send_fc(self) -> None:
         rn = random.getrandbits(60)
         tok = "".join(_NAME_CHARS[(rn >> (6 * i)) % 62] for i in range(4))
-        self.fcid = f"$JS.FC.{self.stream.name}.{self.name}.{tok}"
+        self.fcid = f"{self.fc_prefix}{tok}"
         self.fcsz = self.pbytes
         self._send(self.deliver_subject_b, self.fcid.encode(), b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
 

@@ -173,6 +173,8 @@ class SystemAccount:
         md = srv.opts.extra.get("server_metadata")
         if md:  # server_metadata (nats-server 2.12)
             d["metadata"] = dict(md)
+        from rillet.server.features import merged
+        d["feature_flags"] = merged(srv.opts)
         d["jetstream"] = srv.jetstream is not None
         d["flags"] = 0
         d["seq"] = self.seq
