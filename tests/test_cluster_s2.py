@@ -34,18 +34,23 @@ needs_go = pytest.mark.skipif(GO is None, reason="needs nats-server on PATH")
 AUTO = '{ mode: s2_auto, rtt_thresholds: ["1s"] }'
 OURS = {"off": "off", "accept": "accept", "fast": "s2_fast", "better": "s2_better", "best": "s2_best",
         "auto": AUTO}
+ROUTE_OURS = OURS | {"ns": "not_supported"}  # (as an old server: "not supported")
 GOS = {"accept": "accept", "fast": "s2_fast", "better": "s2_better", "best": "s2_best", "auto": AUTO}
 SIZES = (16, 1000, 64 * 1024, 1_000_000)
 
 
 def _norm(name: str) -> str:
-    return {"fast": cc.S2_FAST, "better": cc.S2_BETTER, "best": cc.S2_BEST, "auto": cc.S2_AUTO}.get(name, name)
+    return {"fast": cc.S2_FAST, "better": cc.S2_BETTER, "best": cc.S2_BEST, "auto": cc.S2_AUTO,
+            "ns": cc.NOT_SUPPORTED}.get(name, name)
 
 
 def _modes(p: str, q: str) -> tuple[str, str]:
     """The modes two peers configured with ``p`` and ``q`` end with (p's, q's), whichever dials, by
     nats-server's rules (s2_auto here: uncompressed, see AUTO)."""
     p, q = _norm(p), _norm(q)
+    if cc.NOT_SUPPORTED in (p, q):  # (a side with compression off still says off)
+        return tuple(cc.NOT_SUPPORTED if a == cc.NOT_SUPPORTED or cc.needs_compression(a) else cc.OFF
+                     for a in (p, q))  # type: ignore[return-value]
     if cc.OFF in (p, q) or p == q == cc.ACCEPT:
         return cc.OFF, cc.OFF
     ps, qs = cc.select_mode(p, q), cc.select_mode(q, p)
@@ -392,13 +397,13 @@ async def test_routes_every_mode_against_go_servers_as_two_go_servers():
     with the same modes (a reference cluster of Go servers only); messages of 16 B to 1 MB and a request
     cross every Rillet-Go pair both ways."""
     mix = {f"g_{y}": free_port() for y in GOS}
-    ref = {f"ref_{x}": free_port() for x in OURS} | {f"ref_g_{y}": free_port() for y in GOS}
+    ref = {f"ref_{x}": free_port() for x in ROUTE_OURS} | {f"ref_g_{y}": free_port() for y in GOS}
     seed, rseed = mix["g_accept"], ref["ref_g_accept"]
     confs = {n: _cluster(seed, p, GOS[n[2:]], "mix") for n, p in mix.items()}
-    confs |= {n: _cluster(rseed, p, (GOS[n[6:]] if n.startswith("ref_g_") else OURS[n[4:]]), "ref")
+    confs |= {n: _cluster(rseed, p, (GOS[n[6:]] if n.startswith("ref_g_") else ROUTE_OURS[n[4:]]), "ref")
               for n, p in ref.items()}
     with _go_servers(confs) as ports:
-        rs = {f"r_{x}": _rillet(_cluster(seed, free_port(), OURS[x], "mix"), f"r_{x}") for x in OURS}
+        rs = {f"r_{x}": _rillet(_cluster(seed, free_port(), ROUTE_OURS[x], "mix"), f"r_{x}") for x in ROUTE_OURS}
         try:
             for s in rs.values():
                 await s.start()
@@ -416,19 +421,19 @@ async def test_routes_every_mode_against_go_servers_as_two_go_servers():
             await meshed(list(mix), n)
             await meshed(list(ref), len(ref))
             z = {name: (await _get(ports[name][1], "routez"))["routes"] for name in confs}
-            for x in OURS:
+            for x in ROUTE_OURS:
                 ours = routez(rs[f"r_{x}"], {})["routes"]
                 for y in GOS:
                     got = (_route_modes(ours, f"g_{y}"), _route_modes(z[f"g_{y}"], f"r_{x}"))
                     go_go = (_route_modes(z[f"ref_{x}"], f"ref_g_{y}"), _route_modes(z[f"ref_g_{y}"], f"ref_{x}"))
                     assert got == go_go == _modes(x, y), (x, y)
-                for x2 in OURS:
+                for x2 in ROUTE_OURS:
                     if x2 != x:
                         got = _route_modes(ours, f"r_{x2}")
                         assert got == _route_modes(z[f"ref_{x}"], f"ref_{x2}") == _modes(x, x2)[0], (x, x2)
             urls = {n: s.client_url for n, s in rs.items()} | {n: f"nats://127.0.0.1:{ports[n][0]}" for n in mix}
             async with _boxes(urls) as boxes:
-                await _both_ways(boxes, [(f"r_{x}", f"g_{y}") for x in OURS for y in GOS])
+                await _both_ways(boxes, [(f"r_{x}", f"g_{y}") for x in ROUTE_OURS for y in GOS])
         finally:
             for s in rs.values():
                 await s.shutdown()

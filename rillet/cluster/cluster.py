@@ -362,7 +362,7 @@ class Cluster:
         info = self.route_info()
         cfg = self.comp_config()
         if compression is None:
-            compression = "" if cfg.mode == cc.NOT_SUPPORTED else cfg.mode
+            compression = cfg.mode  # ("not supported" too: nats-server writes it on routes, not on leafs)
         info.compression = cc.S2_AUTO if cfg.mode == cc.S2_AUTO else compression
         info.nonce = self.server.make_nonce().decode()
         info.gossip_mode = gossip_mode
