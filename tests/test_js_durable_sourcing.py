@@ -2,7 +2,8 @@
 {name, deliver_subject}`` in a source or mirror, the consumer with ack policy ``flow_control``), compared with
 nats-server: the sourcing stream resets the durable consumer to its ack floor, takes what it delivers, and its
 flow control replies (``Nats-Last-Consumer`` / ``Nats-Last-Stream``) acknowledge it, so a work-queue or
-interest origin drains; a durable consumer with another ack policy is refused in the source's error (10217)."""
+interest origin drains (a mirror too); a durable consumer with another ack policy is refused in the source's
+error (10217)."""
 from __future__ import annotations
 
 import asyncio
@@ -126,3 +127,38 @@ async def test_durable_with_another_ack_policy_is_refused_like_nats_server(pair)
     res = same(await run_both(pair, scenario))
     got = {o[0]: o[1:] for o in res}
     assert got["source error"][0]["err_code"] == 10217, got
+
+
+async def test_durable_mirror_of_an_interest_stream_like_nats_server(pair):
+    async def scenario(kind: str, url: str) -> list:
+        r = await Raw.open(url)
+        out: list = []
+        try:
+            for n in ("DMM", "DMO"):
+                await r.api(f"$JS.API.STREAM.DELETE.{n}")
+            ans = await r.api("$JS.API.STREAM.CREATE.DMO", {"name": "DMO", "subjects": ["dmo.>"],
+                                                            "retention": "interest"})
+            assert "error" not in ans, ans
+            ans = await r.api("$JS.API.CONSUMER.CREATE.DMO.M", {"stream_name": "DMO", "config": {
+                "durable_name": "M", "deliver_subject": "dlv.dmo", "ack_policy": "flow_control",
+                "max_ack_pending": 20}})
+            assert "error" not in ans, ans
+            for i in range(8):
+                await r.publish(f"dmo.{i % 2}", f"m{i}")
+            ans = await r.api("$JS.API.STREAM.CREATE.DMM", {"name": "DMM", "mirror": {
+                "name": "DMO", "consumer": {"name": "M", "deliver_subject": "dlv.dmo"}}})
+            out.append(("mirror", ans.get("error")))
+            info = await _until(r, "$JS.API.STREAM.INFO.DMM", lambda i: i["state"]["messages"] >= 8)
+            out.append(("mirrored", info["state"]["messages"], info["state"]["first_seq"], info["state"]["last_seq"]))
+            info = await _until(r, "$JS.API.STREAM.INFO.DMO", lambda i: i["state"]["messages"] == 0)
+            out.append(("origin drained", info["state"]["messages"]))
+            m = await r.api("$JS.API.STREAM.MSG.GET.DMM", {"seq": 8})
+            out.append(("last mirrored", m.get("message", {}).get("subject")))
+            for n in ("DMM", "DMO"):
+                await r.api(f"$JS.API.STREAM.DELETE.{n}")
+        finally:
+            await r.close()
+        return out
+
+    res = same(await run_both(pair, scenario))
+    assert ("mirrored", 8, 1, 8) in res and ("origin drained", 0) in res, res
