@@ -1,4 +1,4 @@
-"""s2 compression of routes and leaf node connections (rillet.cluster.compression; the switch is in
+"""s2 compression of routes and leaf node connections (rillet.compression; the switch is in
 rillet.cluster.conn.ServerConn): the mode rules, the wire switch, Rillet with Rillet, and Rillet with Go
 nats-server peers in every pairing of modes, compared with what two Go servers negotiate."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from helpers import free_port
 from test_cluster_routes_more import route_pki  # noqa: F401 (a fixture)
-from rillet.cluster import compression as cc
+from rillet import compression as cc
 from rillet.cluster import protocol as cp
 from rillet.config.options_builder import load_string
 from rillet.monitor.endpoints import leafz, routez

@@ -66,10 +66,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import rillet
-from rillet.cluster import compression as cc
+from rillet import compression as cc
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
-from rillet.cluster.compression import CompressionConfig
+from rillet.compression import CompressionConfig
 from rillet.cluster.interest import LocalInterest, frame_for
 from rillet.cluster.route import EXPLICIT, IMPLICIT, RouteConn
 from rillet.cluster.routed import RoutedAccount

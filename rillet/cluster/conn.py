@@ -16,7 +16,7 @@ import ssl
 import time
 from typing import Any, Callable
 
-from rillet.cluster import compression as cc
+from rillet import compression as cc
 from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
@@ -61,7 +61,7 @@ class ServerConn(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
-        # s2 compression (routes and leaf connections, rillet.cluster.compression): the negotiated mode (as
+        # s2 compression (routes and leaf connections, rillet.compression): the negotiated mode (as
         # /routez and /leafz show it), the codec once switched, and s2_auto's thresholds (None: not auto)
         self.compression = ""
         self.comp_negotiated = False

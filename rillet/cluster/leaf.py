@@ -52,10 +52,10 @@ from urllib.parse import unquote, urlsplit
 
 import rillet
 import rillet.server.msgtrace as _mt
-from rillet.cluster import compression as cc
+from rillet import compression as cc
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
-from rillet.cluster.compression import CompressionConfig
+from rillet.compression import CompressionConfig
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub, RoutedAccount, js_ack_deliver_idx, origin_only

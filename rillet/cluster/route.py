@@ -14,7 +14,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from rillet.cluster import compression as cc
+from rillet import compression as cc
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn

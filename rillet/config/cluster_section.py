@@ -7,7 +7,7 @@ is refused with file:line:col and the reason, never parsed and ignored:
   port's block takes);
 * (``pool_size`` and ``accounts``, route pooling and pinned-account routes, ``permissions { import,
   export }`` and ``write_timeout`` work as in nats-server: rillet.cluster.cluster, rillet.cluster.route);
-* (``compression``: s2 as nats-server, negotiated per route: rillet.cluster.compression; the mode is
+* (``compression``: s2 as nats-server, negotiated per route: rillet.compression; the mode is
   checked here with nats-server's errors, at the key's file:line:col.)
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ def parse_cluster(b: Any, f: Field) -> None:
         cl.accounts = names
 
     def compression(sub: Field) -> None:
-        from rillet.cluster.compression import ROUTE_ON
+        from rillet.compression import ROUTE_ON
         from rillet.config.compression import parse_compression
         c = parse_compression(sub, ROUTE_ON)
         cl.compression, cl.compression_rtts = c.mode, c.rtt_thresholds

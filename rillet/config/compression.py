@@ -5,7 +5,7 @@ rtt_thresholds: ["10ms", ...] }``. nats-server checks the mode when the server s
 at load with its error text and the key's file:line:col."""
 from __future__ import annotations
 
-from rillet.cluster.compression import CompressionConfig, normalize
+from rillet.compression import CompressionConfig, normalize
 from rillet.goquote import go_type
 
 from .typed import Field

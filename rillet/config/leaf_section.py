@@ -48,7 +48,7 @@ class RemoteLeafOptions:
     ignore_discovered_servers: bool = False
     ws_no_masking: bool = False
     hub: bool = False  # this server is the hub of the remote it dials
-    compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.cluster.compression (normalized)
+    compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.compression (normalized)
     compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
     tls: Any = None  # TLSConfig of the remote's tls {} (or a default one for a tls:// URL)
 
@@ -88,7 +88,7 @@ class LeafNodeOptions:
     write_deadline: float = 0.0
     tls: Any = None  # TLSConfig of the listener's tls {}
     min_version: str = ""  # leafs announcing an older version in CONNECT are refused
-    compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.cluster.compression (normalized)
+    compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.compression (normalized)
     compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
 
 
@@ -141,9 +141,9 @@ def _tls(b: Any, f: Field, client_side: bool) -> Any:
 
 
 def _compression(target: Any) -> Callable[[Field], None]:
-    """The ``compression`` entry of the block or of a remote (s2: rillet.cluster.compression)."""
+    """The ``compression`` entry of the block or of a remote (s2: rillet.compression)."""
     def parse(f: Field) -> None:
-        from rillet.cluster.compression import LEAF_ON
+        from rillet.compression import LEAF_ON
         from rillet.config.compression import parse_compression
         c = parse_compression(f, LEAF_ON)
         target.compression, target.compression_rtts = c.mode, c.rtt_thresholds

@@ -125,7 +125,7 @@ class ClusterOptions:
     pool_size: int = 0  # routes per server: >= 1 pooled; 0 (unset): 3, as nats-server; -1: one, no pooling
     accounts: list[str] = field(default_factory=list)  # pinned accounts (a dedicated route each)
     connect_backoff: bool = False  # exponential back-off between attempts to solicit a route (up to 30s)
-    compression: str = ""  # "" (unset: accept), or a mode of rillet.cluster.compression (normalized)
+    compression: str = ""  # "" (unset: accept), or a mode of rillet.compression (normalized)
     compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
     ping_interval: float = 0.0  # 0 = the server's ping_interval (capped at 30s for routes)
     ping_max: int = 0  # 0 = the server's ping_max
