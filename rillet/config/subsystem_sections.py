@@ -390,21 +390,21 @@ class SubsystemSections(BuilderBase):
         js.enabled = enabled
 
     def _jetstream_limits(self, f: Field, js: Any) -> None:
-        """``jetstream { limits { ... } }`` (nats-server JSLimitOpts) -> ``js.extra["limits"]``, a
-        rillet.jetstream.configtypes.ServerLimits read by stream/consumer checks and batch publishing."""
-        from rillet.jetstream.configtypes import ServerLimits
+        """``jetstream { limits { ... } }`` (nats-server JSLimitOpts) -> ``js.extra["limits"]``, a dict of
+        the fields of rillet.jetstream.configtypes.ServerLimits (the JetStream manager builds that from it;
+        config imports no runtime package), read by stream/consumer checks and batch publishing."""
         f.as_map()
-        lim = ServerLimits()
+        lim: dict[str, int] = {}
         js.extra["limits"] = lim
 
         def integer(attr: str) -> Callable[[Field], None]:
             def handler(sub: Field) -> None:
-                setattr(lim, attr, sub.as_int())
+                lim[attr] = sub.as_int()
             return handler
 
         def duration(attr: str) -> Callable[[Field], None]:
             def handler(sub: Field) -> None:
-                setattr(lim, attr, int(round(sub.as_duration_string() * 1e9)))
+                lim[attr] = int(round(sub.as_duration_string() * 1e9))
             return handler
 
         def batch(sub: Field) -> None:

@@ -172,7 +172,7 @@ class JetStream:
         self.max_store = o.max_file_store
         from rillet.jetstream.configtypes import ServerLimits
         # jetstream { limits { ... } }: stream/consumer config checks, batch publishing (rillet.config)
-        self.server_limits: ServerLimits = o.extra.get("limits") or ServerLimits()
+        self.server_limits = ServerLimits(**(o.extra.get("limits") or {}))  # config gives a dict
         # jetstream { strict: false } (nats-server 2.12+): unknown fields in create/update requests tolerated
         self.strict = o.extra.get("strict") is not False
         self.accounts: dict[str, JSAccount] = {}
