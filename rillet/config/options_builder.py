@@ -246,7 +246,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
         """``feature_flags { name: bool }`` (nats-server 2.14+) -> ``Options.extra["feature_flags"]``. Rillet acts on
         ``js_ack_fc_v2`` (v2 ack and flow control reply subjects); the others only at nats-server's default
         (refused otherwise); names nats-server does not know are ignored, as there."""
-        from rillet.server.features import FEATURE_FLAGS, SUPPORTED
+        from rillet.config.features import FEATURE_FLAGS, SUPPORTED
         if not isinstance(f.value, dict):
             raise f.error(f"error parsing feature flags: unsupported type {go_type(f.value)}")
         flags = self.o.extra.setdefault("feature_flags", {})

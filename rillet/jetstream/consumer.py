@@ -234,7 +234,7 @@ class Consumer(ConsumerStateMachine):
         else:
             self.pblimit = self.maxpb = 0
         st = self.stream.name
-        from rillet.server.features import enabled
+        from rillet.config.features import enabled
         if enabled(self.js.server.opts, "js_ack_fc_v2"):  # v2 reply subjects: domain and account hash
             pre = f"{self.js.domain or '_'}.{account_hash(self.jsa.account.name)}.{st}.{self.name}."
             self.ack_prefix, self.fc_prefix = "$JS.ACK." + pre, "$JS.FC." + pre

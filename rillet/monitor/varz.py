@@ -407,7 +407,7 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
         v["tags"] = list(o.tags)
     if o.extra.get("server_metadata"):  # server_metadata (nats-server 2.12)
         v["metadata"] = dict(o.extra["server_metadata"])
-    from rillet.server.features import merged
+    from rillet.config.features import merged
     v["feature_flags"] = merged(o)
     if o.operator_jwts:  # operator mode
         v["trusted_operators_jwt"] = list(o.operator_jwts)

@@ -173,7 +173,7 @@ class SystemAccount:
         md = srv.opts.extra.get("server_metadata")
         if md:  # server_metadata (nats-server 2.12)
             d["metadata"] = dict(md)
-        from rillet.server.features import merged
+        from rillet.config.features import merged
         d["feature_flags"] = merged(srv.opts)
         d["jetstream"] = srv.jetstream is not None
         d["flags"] = 0
