@@ -24,7 +24,7 @@ virtual stream's mappings from ``rillet vstream mappings``), starts the 9 server
    times the catch-up, publishes in every region again and checks that foo-order and every read stream hold
    every acknowledged message exactly once, in one order, the earlier order kept. The Go server runs the same
    topology and passes the same checks (``--go --ordering``), more slowly: its read streams' mirrors of
-   foo-order resume some 16 s after foo-order's leader stops, and a restarted region's first new messages
+   foo-order resume 15-18 s after foo-order's leader stops, and a restarted region's first new messages
    reach foo-order after its sources' retry back-off (15-42 s); with Rillet every read stream is complete 3-4 s
    after the stop and after the restart, and at once after the new messages (the README has the numbers).
 
