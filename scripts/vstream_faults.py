@@ -6,6 +6,7 @@
     python scripts/vstream_faults.py --quick            # CI: the same, fewer messages, no phase 4
     python scripts/vstream_faults.py --rolling 60 --seed 2   # then 60 s of changing cuts under load
     python scripts/vstream_faults.py --quick --per-region 1   # 3 regions x 1 server, R1 (~35 s)
+    python scripts/vstream_faults.py --quick --ordering       # the ordering variant (~40 s)
 
 Topology: regions ``west``, ``central``, ``east``, each a cluster (named after the region) of 3 servers
 (``--per-region``), the clusters joined by gateways; every server runs in its own network namespace on one
@@ -24,20 +25,35 @@ Phases, each publishing ``--msgs`` messages in every region at once (synchronous
 ``Nats-Msg-Id``, retried a few times on no answer; an acknowledged message is recorded):
 
 1. baseline, everything connected;
-2. isolate: the region holding the meta leader is cut from the other two; publish; heal;
+2. isolate: the region holding the meta leader (``--ordering``: ``foo-order``'s leader) is cut from the
+   other two; publish; heal;
 3. split brain: west cut from central+east, publish on both sides; the cut moves to west+central | east
    (central changes sides), publish again; heal;
 4. (not with ``--quick``) three ways: every region cut from both others; publish; heal;
-5. (``--rolling SECONDS``) publishers in every region the whole time while the cuts
+5. (``--ordering``) region down: the region holding the ordering stream's leader is killed whole (its
+   servers and its stretch server, SIGKILL; every server runs with ``sync_interval: always``), the other
+   regions publish, it is started again;
+6. (``--rolling SECONDS``) publishers in every region the whole time while the cuts
    change every 1.5-4 s (seeded by ``--seed``): a region isolated, two against one, three ways, one server
    cut from everyone (its region's streams may change leader), a moment healed; then heal.
 
-After each heal the script waits until every read stream holds as many messages as the three write
-streams together (the deadline: ``--deadline``, 60 s for Rillet, 180 s for Go, whose sources retry with a
-long back-off) and prints the time from the heal. At the end every write and read stream is read in full
-and checked: each acknowledged message exactly once in its region's write stream and in every read
-stream (order may differ), nothing that was never published, unacknowledged ones at most once. The exit
-status is 0 only when every check passed and every phase converged in time.
+``--ordering``: a fourth cluster ``stretch`` of one server per region (in that region's network
+position, so a cut between regions cuts it too) holds the ordering stream ``foo-order`` (R3, ``rillet
+vstream create --ordering stretch --ordering-replicas 3``); every server is tagged ``region:<r>`` and
+runs with ``unique_tag: "region:"``, so ``foo-order`` has one replica per region and the regional streams
+are R1 (``--per-region`` defaults to 1); each read stream mirrors ``foo-order``.
+
+After each heal (or restart) the script waits until every write stream holds at least what it
+acknowledged and every read stream (and ``foo-order``) holds as many messages as the write streams
+together, asking every stream's STREAM.INFO again each round (the deadline: ``--deadline``, 60 s for
+Rillet, 180 s for Go, whose sources retry with a long back-off), and prints the time from the heal and the
+stale answers it saw on the way: an answer from a member of a group without a leader (as nats-server, such
+a member answers with its own state, e.g. a server still cut off or not yet reached by the new leader)
+never counts. At the end every write and read stream is read in full (an ordered consumer, until nothing
+is pending) and checked: each acknowledged message exactly once in its region's write stream and in every
+read stream (order may differ; with ``--ordering`` every read stream in ``foo-order``'s order), nothing that
+was never published, unacknowledged ones at most once. The exit status is 0 only when every check passed
+and every phase converged in time.
 """
 from __future__ import annotations
 
@@ -318,48 +334,68 @@ async def connect_once(lab: VLab, region: str) -> nats.NATS:
 
 
 async def stream_count(lab: VLab, region: str, stream: str) -> int:
+    return (await stream_info(lab, region, stream)).state.messages
+
+
+async def stream_info(lab: VLab, region: str, stream: str) -> Any:
     nc = await connect_once(lab, region)
     try:
-        return (await nc.jetstream(timeout=2).stream_info(stream)).state.messages
+        return await nc.jetstream(timeout=2).stream_info(stream)
     finally:
         await nc.close()
 
 
+class Leaderless(Exception):
+    """A STREAM.INFO answered by a member of a group without a leader (as nats-server, it answers with its
+    own state: a member cut off from its group, or one that has not heard from the new leader yet)."""
+
+
 async def counts(lab: VLab, ordering: bool) -> dict[str, int]:
-    """Every write and read stream's message count (and the ordering stream's), each asked in its region."""
+    """Every write and read stream's message count (and the ordering stream's), each asked in its region;
+    ``Leaderless`` when an answer came from a replicated stream's member that knows no leader."""
+    asks = [(r, write_name(NAME, r)) for r in REGIONS] + ([(REGIONS[0], order_name(NAME))] if ordering else []) \
+        + [(r, read_name(NAME, r)) for r in REGIONS]
     c: dict[str, int] = {}
-    for r in REGIONS:
-        c[write_name(NAME, r)] = await stream_count(lab, r, write_name(NAME, r))
-    if ordering:
-        c[order_name(NAME)] = await stream_count(lab, REGIONS[0], order_name(NAME))
-    for r in REGIONS:
-        c[read_name(NAME, r)] = await stream_count(lab, r, read_name(NAME, r))
+    for r, stream in asks:
+        info = await stream_info(lab, r, stream)
+        if info.cluster is not None and not info.cluster.leader:
+            raise Leaderless(stream, info.state.messages)
+        c[stream] = info.state.messages
     return c
 
 
 async def converge(lab: VLab, deadline: float, book: Book,
-                   ordering: bool = False) -> tuple[float | None, dict[str, Any], int]:
-    """Seconds until converged (None: not within ``deadline``), the last counts seen and the total.
-    Converged: every write stream holds at least what was acknowledged in its region, and every read
-    stream (and the ordering stream) holds as many messages as the write streams together, in the same
-    round of STREAM.INFO answers (asked again every 0.1 s: one answer from a moment before the heal, or
-    from a replica still applying, must not fix the target)."""
+                   ordering: bool = False) -> tuple[float | None, dict[str, Any], int, str]:
+    """Seconds until converged (None: not within ``deadline``), the last counts seen, the total and what
+    was seen on the way. Converged: every write stream holds at least what was acknowledged in its
+    region, and every read stream (and the ordering stream) holds as many messages as the write streams
+    together, in one round of STREAM.INFO answers each given by a stream leader (asked again every 0.1 s:
+    an answer from a member without a leader, or a count below what was acknowledged, is stale and never
+    fixes the target)."""
     t0 = time.monotonic()
     total = -1
     last: dict[str, Any] = {}
     floor = {r: len(book.acked_in(r)) for r in REGIONS}
+    seen: collections.Counter = collections.Counter()
     while time.monotonic() - t0 < deadline:
         try:
             c = await counts(lab, ordering)
             total = sum(c[write_name(NAME, r)] for r in REGIONS)
             last = c
-            if all(c[write_name(NAME, r)] >= floor[r] for r in REGIONS) and \
-                    all(v == total for k, v in c.items() if not k.startswith(f"{NAME}-write-")):
-                return time.monotonic() - t0, last, total
+            low = [r for r in REGIONS if c[write_name(NAME, r)] < floor[r]]
+            if low:
+                seen["a write stream below what it acknowledged"] += 1
+            elif all(v == total for k, v in c.items() if not k.startswith(f"{NAME}-write-")):
+                notes = ", ".join(f"{what}: {n} round(s)" for what, n in seen.items())
+                return time.monotonic() - t0, last, total, notes
+        except Leaderless as e:
+            seen[f"{e.args[0]} answered without a leader"] += 1
+            last = dict(last, error=f"{e.args[0]}: {e.args[1]} messages, no leader")
         except Exception as e:  # (a leader being elected, a server reconnecting: ask again)
+            seen[type(e).__name__] += 1
             last = dict(last, error=repr(e)[:120])
         await asyncio.sleep(0.1)
-    return None, last, total
+    return None, last, total, ", ".join(f"{what}: {n} round(s)" for what, n in seen.items())
 
 
 def check_stream(label: str, seen: list[str], expect: set[str], book: Book) -> bool:
@@ -464,14 +500,15 @@ async def read_counts(lab: VLab, ordering: bool = False, regions: list[str] = RE
 async def settle(lab: VLab, args: argparse.Namespace, book: Book, results: list, phase: str,
                  t0: float) -> bool:
     """Waits for convergence (``converge``) and reports the time since ``t0`` (the heal or the restart)."""
-    took, counts, total = await converge(lab, args.deadline, book, args.ordering)
+    took, counts, total, notes = await converge(lab, args.deadline, book, args.ordering)
     if took is None:
-        say(f"  {phase}: NOT converged within {args.deadline:.0f}s: write streams {total}, counts {counts}")
+        say(f"  {phase}: NOT converged within {args.deadline:.0f}s: write streams {total}, counts {counts}"
+            f"{'; seen: ' + notes if notes else ''}")
         results.append((phase, None))
         return False
     took = time.monotonic() - t0
     say(f"  {phase}: every read stream at {total} messages {took:.2f}s after the "
-        f"{'restart' if phase == 'region down' else 'heal'}")
+        f"{'restart' if phase == 'region down' else 'heal'}{' (on the way, ' + notes + ')' if notes else ''}")
     results.append((phase, took))
     return True
 
@@ -509,8 +546,8 @@ async def scenario(lab: VLab, args: argparse.Namespace) -> int:
 
     say(f"phase 1 baseline: {n} per region")
     say("  " + await publish_all(lab, REGIONS, "p1", n, book))
-    took, counts, total = await converge(lab, args.deadline, book, args.ordering)
-    say(f"  converged: {took is not None} ({total} messages)")
+    took, counts, total, notes = await converge(lab, args.deadline, book, args.ordering)
+    say(f"  converged: {took is not None} ({total} messages){'; seen: ' + notes if notes else ''}")
     ok &= took is not None
 
     if args.ordering:
