@@ -308,3 +308,36 @@ async def test_stream_update_and_consumer_crud_through_the_meta_leader(cluster):
     e = await _one(nc, "$JS.API.CONSUMER.DELETE.U.D1")
     assert e["error"] == {"code": 404, "err_code": 10014, "description": "consumer not found"}
     await nc.close()
+
+
+async def test_info_of_a_stream_whose_replicas_are_all_offline(cluster):
+    """STREAM.INFO / CONSUMER.INFO of an R1 stream whose server stopped: the meta leader answers "stream is
+    offline" (10118) / "consumer is offline" (10119) after its short delay, as nats-server, not a timeout."""
+    leader = await wait_meta_leader(cluster)
+    nc = await nats.connect(_url(leader, "a"))
+    try:
+        js = nc.jetstream()
+        name = None
+        for i in range(12):  # an R1 stream placed on a server that is not the meta leader
+            si = await js.add_stream(name=f"S{i}", subjects=[f"s{i}.>"])
+            if si.cluster.leader != leader.name:
+                name, where = f"S{i}", si.cluster.leader
+                break
+        assert name is not None, "every R1 stream was placed on the meta leader"
+        await js.add_consumer(name, durable_name="D")
+        gone = next(s for s in cluster if s.name == where)
+        await gone.shutdown()
+        lc = _cl(leader)
+        await _until(lambda: lc._all_offline([n for n in lc.registry.nodes if lc.registry.nodes[n].name == where]),
+                     what="the stopped server known offline")
+        t0 = time.monotonic()
+        r = await _one(nc, f"$JS.API.STREAM.INFO.{name}")
+        assert r["error"] == {"code": 500, "err_code": 10118, "description": "stream is offline"}, r
+        assert time.monotonic() - t0 >= META.OFFLINE_ANSWER_DELAY * 0.9
+        r = await _one(nc, f"$JS.API.CONSUMER.INFO.{name}.D")
+        assert r["error"]["err_code"] == 10119 and r["error"]["description"] == "consumer is offline", r
+        # a stream with a live replica is still answered by it
+        si = await js.add_stream(name="LIVE", subjects=["live.>"])
+        assert (await js.stream_info("LIVE")).config.name == "LIVE" and si.cluster.leader != where
+    finally:
+        await nc.close()

@@ -82,6 +82,7 @@ JSON_LIMIT = 1024
 LIST_LIMIT = 256
 LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are answered 503 (nats-server: 10 s)
 FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
+OFFLINE_ANSWER_DELAY = 0.5  # seconds before the meta leader says a stream/consumer is offline (nats-server's errRespDelay)
 CAMPAIGN_AFTER = 0.1  # seconds between founding the meta group and the first member's campaign
 FOUND_SETTLE_GATEWAYS = 0.5  # the same in a super-cluster (statsz crossing gateways come later)
 COMPACT_EVERY = 1024  # meta entries between snapshots
@@ -1083,7 +1084,12 @@ class JetStreamCluster:
         if st is not None and st.replica(acc, args[0]) is not None:
             return False
         if self.is_leader():
-            return self.state.stream(acc, args[0]) is not None
+            sa = self.state.stream(acc, args[0])
+            if sa is None:
+                return False
+            if reply and key in ("STREAM.INFO", "CONSUMER.INFO"):
+                self._offline_answer(router, key, args, sa, reply)
+            return True
         if self.leaderless() and reply:
             from rillet.jetstream.api import _type_for
             h = router.handlers.get(key)
@@ -1093,6 +1099,30 @@ class JetStreamCluster:
                 d.update({"total": 0, "offset": 0, "limit": 0})
             router.respond(reply, d)
         return True
+
+    def _offline_answer(self, router: Any, key: str, args: list[str], sa: Any, reply: bytes) -> None:
+        """Stream (consumer) info for a stream (consumer) whose every replica is offline: the meta leader
+        answers "stream is offline" 10118 ("consumer is offline" 10119) after a short delay, as nats-server,
+        instead of leaving the client to time out. A group with a live replica answers for itself."""
+        peers = sa.group.peers
+        err = "STREAM_OFFLINE"
+        if key == "CONSUMER.INFO":
+            ca = sa.consumers.get(args[1]) if len(args) > 1 else None
+            if ca is None:
+                return  # (an unknown consumer: the stream's replicas answer, or nobody, as before)
+            peers, err = (ca.group.peers if ca.group is not None and ca.group.peers else peers), "CONSUMER_OFFLINE"
+        if not self._all_offline(peers):
+            return
+
+        def later() -> None:
+            if self.is_leader() and self._all_offline(peers):
+                from rillet.jetstream.api import _type_for
+                h = router.handlers.get(key)
+                router.jsa.api_total += 1
+                router.jsa.api_errors += 1
+                router.respond(reply, {"type": _type_for(h) if h is not None else T + "error_response",
+                                       "error": ApiError.make(err).to_dict()})
+        self.loop.call_later(OFFLINE_ANSWER_DELAY, later)
 
     def _warn_limited(self, text: str) -> None:
         now = self.loop.time()
