@@ -10,6 +10,7 @@ by ``test_nats_server_refuses_consumer_create_through_the_mapping``.
 from __future__ import annotations
 
 import asyncio
+import os
 import json
 import shutil
 
@@ -296,3 +297,53 @@ async def test_jwt_form_of_the_mappings_in_operator_mode(tmp_path):
         assert (await data.next_msg(timeout=1)).subject == "foo.east.x"
         assert (await api.next_msg(timeout=1)).subject == "$JS.API.CONSUMER.DURABLE.CREATE.foo-read-east.d"
         await nc.close()
+
+
+async def test_vstream_jwt_signs_and_pushes_the_mappings_in_operator_mode(tmp_path):
+    """``rillet vstream jwt --push``: the account JWT gets the virtual stream's mappings (entries for other
+    subjects kept), signed with the operator key, pushed through $SYS.REQ.CLAIMS.UPDATE; the running server
+    applies them (scoped by its cluster). Bad inputs are refused with a clear error."""
+    import subprocess
+    import sys
+
+    from rillet import jwt as J
+    from tests.test_operator import Operator, connect, creds
+    op = Operator()
+    akp, apub, atok = op.account("A", mappings={"old.x": [{"subject": "old.y", "weight": 100}]})
+    (tmp_path / "A.jwt").write_text(atok)
+    (tmp_path / "op.nk").write_text(op.kp.seed.decode())
+    (tmp_path / "acc.nk").write_text(akp.seed.decode())
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NATS_")}
+        env.update(RILLET_CONFIG_DIR="/nonexistent-rillet-config", COLUMNS="200")
+        return subprocess.run([sys.executable, "-m", "rillet.cli", *args], capture_output=True, text=True,
+                              timeout=30, env=env)
+
+    async with serve_config(op.config("cluster { name: east, listen: 127.0.0.1:-1 }")) as srv:
+        skp = op.sys[0]
+        sys_creds = creds(tmp_path, *op.user(skp, name="sys"), name="sys")
+        base = ["vstream", "jwt", "foo", "--regions", ",".join(REGIONS), "--account-jwt", str(tmp_path / "A.jwt")]
+        r = await asyncio.to_thread(cli, *base, "--signing-key", str(tmp_path / "acc.nk"))
+        assert r.returncode != 0 and "signed by an operator key" in r.stderr + r.stdout, r
+        nc = await connect(srv, tmp_path, *op.user(akp))  # (a memory resolver updates loaded accounts only)
+        data = await nc.subscribe("foo.>")
+        await nc.publish("foo.x", b"0")
+        assert (await data.next_msg(timeout=1)).subject == "foo.x"  # no mapping yet
+        r = await asyncio.to_thread(cli, *base, "--signing-key", str(tmp_path / "op.nk"), "--out",
+                                    str(tmp_path / "A2.jwt"), "--push", "--server", srv.client_url,
+                                    "--creds", sys_creds)
+        assert r.returncode == 0, r
+        assert "Pushed: jwt updated" in r.stdout, r.stdout
+        claims = J.decode((tmp_path / "A2.jwt").read_text().strip())  # (a valid signature)
+        assert claims["iss"] == op.pub and claims["sub"] == apub
+        m = claims["nats"]["mappings"]
+        assert m["old.x"] == [{"subject": "old.y", "weight": 100}] and m["foo.>"][2]["cluster"] == "east"
+        await nc.flush()
+        await nc.publish("foo.x", b"1")
+        assert (await data.next_msg(timeout=1)).subject == "foo.east.x"
+        await nc.close()
+        (tmp_path / "bad.jwt").write_text("not-a-jwt")
+        r = await asyncio.to_thread(cli, "vstream", "jwt", "foo", "--regions", "west", "--account-jwt",
+                                    str(tmp_path / "bad.jwt"), "--signing-key", str(tmp_path / "op.nk"))
+        assert r.returncode != 0 and "not an account JWT" in r.stderr + r.stdout, r

@@ -11,7 +11,9 @@ A virtual stream ``V`` over regions R1..Rn is made of:
   next-message requests, message get, direct get, acks) goes to ``V-read-R``.
 
 The mappings go into the servers' configuration (``mappings { include "V.mappings.conf" }`` in the account,
-or at the top level for the global account); this command writes that file and creates the streams.
+or at the top level for the global account); this command writes that file and creates the streams. In
+operator mode the mappings belong in the account JWT: ``rillet vstream jwt`` merges them into it, signs it
+with the operator's key and pushes it to the servers' resolver.
 With ``--ordering``, one stream ``V-order`` (in the cluster given, e.g. a stretch cluster) sources the
 write streams and each regional read stream mirrors it instead, so every region sees the same order.
 ``--ordering-replicas`` and ``--ordering-tag`` give it its own replica count and placement tags (an R3
@@ -46,6 +48,8 @@ Examples:
       --mappings-out foo.mappings.conf
   rillet vstream status foo --regions west,central,east
   rillet vstream rm foo --regions west,central,east -f
+  rillet --context sys vstream jwt foo --regions west,central,east \\
+      --account-jwt APP.jwt --signing-key operator.nk --push   # operator mode
 
 \b
 The servers' configuration includes the mappings file in the account:
@@ -244,8 +248,8 @@ def mappings_cmd(name: str = typer.Argument(..., help="Virtual stream name"), re
 
     \b
     In operator mode the mappings belong in the account JWT: --jwt prints
-    them in the claim's form ("mappings" in the "nats" section) to merge
-    into the account with your JWT tooling; this command signs nothing.
+    them in the claim's form ("mappings" in the "nats" section); `rillet
+    vstream jwt` merges them into the account JWT, signs and pushes it.
     """
     check_name(name)
     rs = parse_regions(regions)
@@ -260,6 +264,106 @@ def mappings_cmd(name: str = typer.Argument(..., help="Virtual stream name"), re
         print(f"Wrote the mappings of virtual stream {name} to {out}")
     else:
         print(text, end="")
+
+
+def update_account_jwt(token: str, name: str, regions: list[str], seed: str | bytes) -> str:
+    """``token`` (an account JWT) with the virtual stream's mappings merged into its ``nats.mappings``
+    (entries for other subjects kept, the virtual stream's replaced), signed again with ``seed``: the
+    operator's key or one of its signing keys (the key that signed the account before, usually)."""
+    import nkeys
+
+    from rillet import jwt as J
+    try:
+        claims = J.decode_unverified(token)
+    except (J.JwtError, ValueError) as e:
+        raise CliError(f"not an account JWT: {e}") from None
+    if J.claim_type(claims) != "account":
+        raise CliError(f"not an account JWT: its type is {J.claim_type(claims)!r}")
+    try:
+        kp = nkeys.from_seed(seed if isinstance(seed, bytes) else seed.encode())
+    except (nkeys.NkeysError, ValueError) as e:
+        raise CliError(f"signing key: not an nkey seed ({type(e).__name__})") from None
+    pub = J.public_key(kp)
+    if not pub.startswith("O"):
+        raise CliError(f"signing key {pub[:8]}...: an account JWT is signed by an operator key (O...)")
+    nats_section = dict(claims.get("nats") or {})
+    merged = dict(nats_section.get("mappings") or {})
+    merged.update(jwt_mappings(name, regions))
+    nats_section["mappings"] = merged
+    claims = dict(claims)
+    claims["nats"] = nats_section
+    import time
+    # a later issue time than the JWT it replaces: resolvers skip a JWT that is not newer
+    claims["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
+    return J.encode(claims, kp)
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        raise CliError(f"{what}: {e.strerror}: {path}") from None
+
+
+@app.command("jwt")
+def jwt_cmd(name: str = typer.Argument(..., help="Virtual stream name"), regions: list[str] = REGIONS_OPT,
+            account_jwt: str = typer.Option(..., "--account-jwt", help="File holding the account's JWT"),
+            signing_key: str = typer.Option(..., "--signing-key",
+                                            help="File holding the operator's nkey seed (or a signing key's)"),
+            out: Optional[str] = typer.Option(None, "--out", "-o", help="Write the new JWT to this file"),
+            push: bool = typer.Option(False, "--push", help="Send the new JWT to the servers' resolver "
+                                                             "($SYS.REQ.ACCOUNT.<key>.CLAIMS.UPDATE; needs a "
+                                                             "system account user)")) -> None:
+    """Operator mode: put a virtual stream's mappings into an account JWT, sign it, push it.
+
+    \b
+    The mappings (cluster-scoped, as `rillet vstream mappings --jwt` prints
+    them) are merged into the JWT's nats.mappings, the JWT is signed again
+    with the operator's key (or an operator signing key), then written out
+    and/or pushed to the servers (full or memory resolver) like `nsc push`.
+
+    \b
+    Examples:
+      rillet vstream jwt foo --regions west,central,east --account-jwt APP.jwt \\
+          --signing-key operator.nk --out APP.jwt
+      rillet --context sys vstream jwt foo --regions west,central,east \\
+          --account-jwt APP.jwt --signing-key operator.nk --push
+    """
+    check_name(name)
+    rs = parse_regions(regions)
+    token = update_account_jwt(_read_text(account_jwt, "account JWT"), name, rs,
+                               _read_text(signing_key, "signing key"))
+    if out:
+        _write(out, token + "\n")
+        print(f"Wrote the account JWT with the mappings of virtual stream {name} to {out}")
+    if push:
+        from rillet import jwt as J
+        run(_push, token, J.decode_unverified(token)["sub"])
+    if not out and not push:
+        print(token)
+
+
+async def _push(token: str, account: str) -> None:
+    from nats import errors as nats_errors
+    conn = await connect()
+    try:
+        try:
+            # (the account's own update subject: answered by full and memory resolvers alike)
+            r = await conn.nc.request(f"$SYS.REQ.ACCOUNT.{account}.CLAIMS.UPDATE", token.encode(),
+                                      timeout=conn.settings.timeout)
+        except nats_errors.Error as e:
+            raise CliError(f"pushing the account JWT: {e!r} (connect as a system account user)") from None
+        try:
+            d = json.loads(r.data)
+        except ValueError:
+            raise CliError(f"pushing the account JWT: unexpected answer {r.data[:200]!r}") from None
+        if d.get("error"):
+            err = d["error"]
+            raise CliError(f"pushing the account JWT: {err.get('description', err)}")
+        print(f"Pushed: {(d.get('data') or {}).get('message', d)}")
+    finally:
+        await conn.nc.close()
 
 
 def _write(path: str, text: str) -> None:
