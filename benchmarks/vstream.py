@@ -34,6 +34,18 @@ Measures:
   split     west is cut from central+east for ``--hold`` seconds, ``--converge-msgs`` published in every
             region meanwhile; seconds from the heal until every read stream holds everything.
 
+``--wan-delay MS``: every link between regions goes through a delaying TCP proxy (``benchmarks/wan.py``, one
+process per server, in that server's network namespace, so a cut between two regions still cuts the proxied
+connections): each server has a proxy in front of its gateway port (and, in the stretch cluster, of its route
+port) that delays every chunk by MS in each direction for a connection from another region's address, and
+copies without delay from its own region's (a regional server's gateway to its region's stretch server). The
+gateway URLs of every server, the stretch cluster's routes, and ``gateway { advertise }`` / ``cluster {
+advertise }`` (so gossip hands out the proxied address) all point at the proxies; the routes inside a regional
+cluster and the clients' connections stay direct. Before measuring, every server's /gatewayz (each outbound
+gateway connected to a proxy port) and the stretch servers' /routez (every route through a proxy) are checked,
+and the proxies' counters are reported. ``--wan-delay 0`` goes through the proxies without delay (their own
+cost); without the option there are no proxies.
+
 Each run checks at the end that every read stream holds every acknowledged message exactly once.
 Servers ping every 1 s (``ping_interval``, ``ping_max: 3``) in both kinds so that a cut gateway is noticed
 within seconds.
@@ -73,6 +85,77 @@ vf = _faults_module()
 REGIONS = vf.REGIONS
 say = vf.say
 STRETCH = tuple(("stretch", r, (f"region:{r}",)) for r in REGIONS)
+GW_PROXY, ROUTE_PROXY, PROXY_STATS = 17222, 16222, 18999  # (in every server's namespace, beside its ports)
+
+
+def wan_setup(lab, delay_ms: float) -> list:
+    """Point every cross-region link of ``lab`` at delaying proxies (see the module's docstring) and start
+    them: one ``benchmarks.wan`` process per server, in its namespace. Returns the processes."""
+    from benchmarks import wan
+    procs = []
+    try:
+        for s in lab.servers:
+            with open(s.conf) as f:
+                text = f.read()
+
+            def sub(old: str, new: str) -> str:
+                assert text.count(old) >= 1, (s.name, old)
+                return text.replace(old, new)
+            for t in lab.servers:
+                if t.cluster != s.cluster:
+                    text = sub(f"nats://{t.host}:{t.gport}", f"nats://{t.host}:{GW_PROXY}")
+            text = sub(f"gateway {{\n  name: {s.cluster}\n  listen: {s.host}:{s.gport}\n",
+                       f"gateway {{\n  name: {s.cluster}\n  listen: {s.host}:{s.gport}\n"
+                       f'  advertise: "{s.host}:{GW_PROXY}"\n')
+            forwards = [("gateway", f"{s.host}:{GW_PROXY}", f"{s.host}:{s.gport}")]
+            if s.cluster == "stretch":
+                for t in lab.servers:
+                    if t.cluster == s.cluster and t is not s:
+                        text = sub(f"nats-route://{t.host}:{t.rport}", f"nats-route://{t.host}:{ROUTE_PROXY}")
+                text = sub(f"  listen: {s.host}:{s.rport}\n",
+                           f"  listen: {s.host}:{s.rport}\n  advertise: \"{s.host}:{ROUTE_PROXY}\"\n")
+                forwards.append(("route", f"{s.host}:{ROUTE_PROXY}", f"{s.host}:{s.rport}"))
+            with open(s.conf, "w") as f:
+                f.write(text)
+            near = [t.host for t in lab.servers if t.region == s.region]
+            procs.append(wan.start(forwards, delay_ms, near, stats_at=f"{s.host}:{PROXY_STATS}", netns=s.netns))
+    except BaseException:
+        wan_stop(procs)
+        raise
+    return procs
+
+
+def wan_stop(procs: list) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait()
+
+
+def wan_check(lab) -> dict:
+    """Every outbound gateway (/gatewayz) connected to a proxy port, every stretch route (/routez) through
+    a proxy (solicited: to a peer's proxy port; accepted: from the local proxy, i.e. from the server's own
+    address), and the proxies' counters."""
+    from benchmarks import wan
+    out = {"gateways": 0, "gateways_proxied": 0, "routes": 0, "routes_proxied": 0,
+           "proxy_open_delayed": 0, "proxy_open": 0, "proxy_accepted_delayed": 0, "proxy_accepted_near": 0,
+           "proxy_connect_failed": 0}
+    for s in lab.servers:
+        gz = s.http_json("/gatewayz")
+        for name, g in (gz.get("outbound_gateways") or {}).items():
+            out["gateways"] += 1
+            out["gateways_proxied"] += (g.get("connection") or {}).get("port") == GW_PROXY
+        if s.cluster == "stretch":
+            for r in s.http_json("/routez").get("routes") or []:
+                out["routes"] += 1
+                out["routes_proxied"] += r.get("port") == ROUTE_PROXY or r.get("ip") == s.host
+        st = wan.stats(s.host, PROXY_STATS)
+        for f in st.values():
+            out["proxy_open"] += f["open"]
+            out["proxy_accepted_delayed"] += f["accepted_delayed"]
+            out["proxy_accepted_near"] += f["accepted_near"]
+            out["proxy_connect_failed"] += f["connect_failed"]
+    return out
 
 
 def cpu_seconds(lab) -> float:
@@ -112,13 +195,18 @@ async def latencies(nc: nats.NATS, subject: str, n: int, expect_stream: str) -> 
 async def run_kind(kind: str, args: argparse.Namespace) -> dict:
     d = tempfile.mkdtemp(prefix=f"rillet-vsbench-{kind}-")
     lab = vf.VLab(d, kind, per_region=3, extra=STRETCH)
-    res: dict = {"kind": kind}
+    res: dict = {"kind": kind, "wan_delay_ms": args.wan_delay}
     t_all = time.monotonic()
+    proxies: list = []
+    book = vf.Book()
     try:
+        if args.wan_delay is not None:
+            proxies = wan_setup(lab, args.wan_delay)
+            say(f"{kind}: {len(proxies)} proxies delaying cross-region links by {args.wan_delay} ms each way")
         lab.start(REGIONS)
         await vf.wt.js_ready(lab, REGIONS)
         say(f"{kind}: 12 servers up ({time.monotonic() - t_all:.0f}s); creating foo and global")
-        await vf.create_vstream(lab, 3)
+        await vf.create_vstream(lab, argparse.Namespace(ordering=False, replicas=3))
         nc = await nats.connect(lab.cluster_urls("stretch", "west"), dont_randomize=True, error_cb=vf.wt._quiet)
         js = nc.jetstream(timeout=10)
         await vf.wt.wait_for("stream global", lambda: js.add_stream(
@@ -130,13 +218,23 @@ async def run_kind(kind: str, args: argparse.Namespace) -> dict:
         info = await js.stream_info("global")
         say(f"  global: leader {info.cluster.leader}, replicas "
             f"{[r.name for r in info.cluster.replicas or []]}")
+        if proxies:
+            w = res["wan"] = wan_check(lab)
+            say(f"  through the proxies: {w['gateways_proxied']} of {w['gateways']} outbound gateways, "
+                f"{w['routes_proxied']} of {w['routes']} stretch routes (each counted on both ends); proxies: "
+                f"{w['proxy_open']} connections open, {w['proxy_accepted_delayed']} accepted from another "
+                f"region, {w['proxy_accepted_near']} from the same region, {w['proxy_connect_failed']} failed")
 
         # -- latency: local R3 write stream vs the stretch R3 stream
         wnc = await nats.connect(lab.cluster_urls("west", "west"), dont_randomize=True, error_cb=vf.wt._quiet)
         cpu = {}
         c0 = cpu_seconds(lab)
         local = await latencies(wnc, "foo.lat", args.msgs, vf.write_name(vf.NAME, "west"))
-        await vf.converge(lab, args.deadline)  # (the read streams' copies belong to the write's cost)
+        # (the latency messages: counted as acknowledged foo messages of west)
+        for i in list(range(args.msgs)) + [f"w{i}" for i in range(50)]:
+            book.attempted[f"foo.lat.{i}"] = "west"
+            book.acked.add(f"foo.lat.{i}")
+        await vf.converge(lab, args.deadline, book)  # (the read streams' copies belong to the write's cost)
         c1 = cpu_seconds(lab)
         plain = await latencies(wnc, "plain", args.msgs, "plain")
         c2 = cpu_seconds(lab)
@@ -152,14 +250,8 @@ async def run_kind(kind: str, args: argparse.Namespace) -> dict:
             say(f"  {label} R3 publish: p50 {res[f'{label}_p50_ms']:.2f} ms, p99 {res[f'{label}_p99_ms']:.2f} ms"
                 f" ({len(xs)} msgs, mean {statistics.mean(xs) * 1e3:.2f} ms; servers' CPU "
                 f"{res[f'{label}_cpu_ms_per_msg']:.2f} ms per message)")
-        took, _, total = await vf.converge(lab, args.deadline)
+        took, _, total, _ = await vf.converge(lab, args.deadline, book)
         say(f"  every read stream at {total} ({took})")
-
-        book = vf.Book()
-        # (the latency messages: counted as acknowledged foo messages of west)
-        for i in list(range(args.msgs)) + [f"w{i}" for i in range(50)]:
-            book.attempted[f"foo.lat.{i}"] = "west"
-            book.acked.add(f"foo.lat.{i}")
 
         # -- region restart
         n = args.converge_msgs
@@ -169,7 +261,7 @@ async def run_kind(kind: str, args: argparse.Namespace) -> dict:
         await asyncio.sleep(max(0.0, args.hold - (time.monotonic() - t0)))
         t0 = time.monotonic()
         lab.start(["east"])
-        took, counts, total = await vf.converge(lab, args.deadline)
+        took, counts, total, _ = await vf.converge(lab, args.deadline, book)
         res["restart_s"] = None if took is None else time.monotonic() - t0
         say(f"  region restart: every read stream at {total} "
             + (f"{res['restart_s']:.2f}s after the restart" if took is not None
@@ -183,14 +275,17 @@ async def run_kind(kind: str, args: argparse.Namespace) -> dict:
         await asyncio.sleep(max(0.0, args.hold - (time.monotonic() - t0)))
         t0 = time.monotonic()
         lab.heal()
-        took, counts, total = await vf.converge(lab, args.deadline)
+        took, counts, total, _ = await vf.converge(lab, args.deadline, book)
         res["split_s"] = None if took is None else time.monotonic() - t0
         say(f"  split brain: every read stream at {total} "
             + (f"{res['split_s']:.2f}s after the heal" if took is not None
                else f"NOT within {args.deadline}s: {counts}"))
         res["exactly_once"] = await vf.check_all(lab, book)
+        if proxies:
+            res["wan_end"] = wan_check(lab)
     finally:
         lab.close()
+        wan_stop(proxies)
         shutil.rmtree(d, ignore_errors=True)
     res["wall_s"] = time.monotonic() - t_all
     return res
@@ -200,7 +295,7 @@ def fmt(v: float | None, unit: str = "") -> str:
     return "-" if v is None else f"{v:.2f}{unit}"
 
 
-def table(runs: dict[str, list[dict]]) -> str:
+def table(runs: dict[str, list[dict]], wan_delay: float | None = None) -> str:
     def med(kind: str, key: str) -> float | None:
         xs = [r.get(key) for r in runs.get(kind, [])]
         xs = [x for x in xs if x is not None]
@@ -215,7 +310,9 @@ def table(runs: dict[str, list[dict]]) -> str:
             ("stretch-cluster R3 publish p99 (ms)", "stretch_p99_ms"),
             ("servers' CPU per virtual-stream write (ms)", "local_cpu_ms_per_msg"),
             ("servers' CPU per plain R3 write (ms)", "plain_cpu_ms_per_msg")]
-    out = ["| 3 regions x 3 servers + stretch cluster | Go nats-server | Rillet | Rillet/Go |", "|---|---:|---:|---:|"]
+    where = "loopback" if wan_delay is None else f"{wan_delay:g} ms one-way between regions"
+    out = [f"| 3 regions x 3 servers + stretch cluster, {where} | Go nats-server | Rillet | Rillet/Go |",
+           "|---|---:|---:|---:|"]
     for label, key in rows:
         g, r = med("go", key), med("rillet", key)
         ratio = f"{r / g:.1f}x" if g and r else "-"
@@ -236,7 +333,7 @@ async def amain(args: argparse.Namespace) -> int:
             r = await run_kind(kind, args)
             ok &= bool(r.get("exactly_once")) and r.get("restart_s") is not None and r.get("split_s") is not None
             runs[kind].append(r)
-    print(table(runs))
+    print(table(runs, args.wan_delay))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "runs": runs}, f, indent=1)
@@ -253,6 +350,8 @@ def main(argv=None) -> None:
     ap.add_argument("--deadline-rillet", type=float, default=60.0)
     ap.add_argument("--deadline-go", type=float, default=180.0)
     ap.add_argument("--json", default="")
+    ap.add_argument("--wan-delay", type=float, default=None, metavar="MS",
+                    help="one-way delay of every cross-region link, through proxies (0: proxies, no delay)")
     sys.exit(asyncio.run(amain(ap.parse_args(argv))))
 
 
