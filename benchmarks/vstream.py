@@ -20,13 +20,15 @@ Measures:
 
   latency   a client in ``west`` (connected to the west cluster) publishes ``--msgs`` synchronous JetStream
             messages (nats-py, one at a time, after 50 warm-up ones) on ``foo.lat.<i>`` (the mapping stores
-            them in ``foo-write-west``, R3 in west) and then a client connected to the stretch cluster's west
-            server publishes as many on ``global.<i>`` (R3 over the three regions); p50 / p99 of the round
-            trip. Then the same from the west client to ``plain`` (``plain.>``, R3, placed in west, nothing
-            sourcing it), which separates the virtual stream's own cost (the mapping, and three read streams
-            sourcing every write, all on the same 2 cores) from the R3 replication. On one machine the
-            regions are not apart: there is no WAN latency, and none can be added (no ``tc netem`` on this
-            kernel: ``Specified qdisc kind is unknown``), so all three are loopback-and-bridge numbers.
+            them in ``foo-write-west``, R3 in west), then the same from the west client to ``plain``
+            (``plain.>``, R3, placed in west, nothing sourcing it), which separates the virtual stream's own
+            cost (the mapping, and three read streams sourcing every write, all on the same 2 cores) from the
+            R3 replication; then a client of the stretch server holding ``global``'s leader publishes as many
+            on ``global.near.<i>`` (R3 over the three regions: one round trip to a quorum between regions),
+            then a client of another region's stretch server on ``global.far.<i>`` (its publishes and acks
+            also cross between regions); p50 / p99 of the round trip. Without ``--wan-delay`` the regions
+            are not apart (loopback and a bridge; no ``tc netem`` on this kernel: ``Specified qdisc kind is
+            unknown``).
   restart   the region ``east`` is stopped (SIGTERM, its 3 servers and its stretch server), ``--converge-msgs``
             are published in each of west and central, ``--hold`` seconds pass, east is started again:
             seconds from the start command until every read stream holds everything in the write streams
@@ -238,12 +240,26 @@ async def run_kind(kind: str, args: argparse.Namespace) -> dict:
         c1 = cpu_seconds(lab)
         plain = await latencies(wnc, "plain", args.msgs, "plain")
         c2 = cpu_seconds(lab)
-        stretch = await latencies(nc, "global", args.msgs, "global")
+        # (from a client of the stretch server where global's leader is: one round trip to a quorum; then
+        # from a client in another region: the publish also crosses to the leader and the ack back)
+        leader = (await js.stream_info("global")).cluster.leader or "stretch-west"
+        near_r = leader.split("-", 1)[1]
+        far_r = next(r for r in REGIONS if r != near_r)
+        res["stretch_leader"] = leader
+        await nc.close()
+        nc = await nats.connect(lab.cluster_urls("stretch", near_r), dont_randomize=True, error_cb=vf.wt._quiet)
+        stretch = await latencies(nc, "global.near", args.msgs, "global")
         c3 = cpu_seconds(lab)
-        cpu = {"local": c1 - c0, "plain": c2 - c1, "stretch": c3 - c2}
+        fnc = await nats.connect(lab.cluster_urls("stretch", far_r), dont_randomize=True, error_cb=vf.wt._quiet)
+        far = await latencies(fnc, "global.far", args.msgs, "global")
+        await fnc.close()
+        c4 = cpu_seconds(lab)
+        say(f"  stretch publishes: global's leader {leader}; 'stretch' from a client of {leader}, "
+            f"'stretch_far' from one of stretch-{far_r}")
+        cpu = {"local": c1 - c0, "plain": c2 - c1, "stretch": c3 - c2, "stretch_far": c4 - c3}
         await wnc.close()
         await nc.close()
-        for label, xs in (("local", local), ("plain", plain), ("stretch", stretch)):
+        for label, xs in (("local", local), ("plain", plain), ("stretch", stretch), ("stretch_far", far)):
             res[f"{label}_cpu_ms_per_msg"] = cpu[label] * 1e3 / (len(xs) + 50)
             res[f"{label}_p50_ms"] = pct(xs, 0.50) * 1e3
             res[f"{label}_p99_ms"] = pct(xs, 0.99) * 1e3
@@ -308,6 +324,8 @@ def table(runs: dict[str, list[dict]], wan_delay: float | None = None) -> str:
             ("plain R3 stream in west publish p99 (ms)", "plain_p99_ms"),
             ("stretch-cluster R3 publish p50 (ms)", "stretch_p50_ms"),
             ("stretch-cluster R3 publish p99 (ms)", "stretch_p99_ms"),
+            ("stretch-cluster R3 publish from another region than its leader's p50 (ms)", "stretch_far_p50_ms"),
+            ("stretch-cluster R3 publish from another region than its leader's p99 (ms)", "stretch_far_p99_ms"),
             ("servers' CPU per virtual-stream write (ms)", "local_cpu_ms_per_msg"),
             ("servers' CPU per plain R3 write (ms)", "plain_cpu_ms_per_msg")]
     where = "loopback" if wan_delay is None else f"{wan_delay:g} ms one-way between regions"
