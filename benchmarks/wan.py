@@ -42,6 +42,8 @@ class _Side(asyncio.Protocol):
         self.peer: _Side | None = None
         self.out: _Direction | None = None  # (what this side reads goes out through here)
         self.closed = False
+        self.early: list[bytes] = []  # (read before the target was connected)
+        self.early_eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # (uvloop's is no asyncio.Transport subclass)
@@ -49,10 +51,14 @@ class _Side(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.out is not None:
             self.out.push(data)
+        else:
+            self.early.append(data)
 
     def eof_received(self) -> bool:
         if self.out is not None:
             self.out.end()
+        else:
+            self.early_eof = True
         return True  # (keep our write half open: the other direction may still be sending)
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -185,7 +191,11 @@ class _Link:
         server.out = _Direction(loop, server, self.client, self.delay, c, "bytes_to_client")
         c["open"] += 1
         self.counted = True
-        self.client.transport.resume_reading()  # type: ignore[union-attr]
+        for data in self.client.early:
+            self.client.out.push(data)
+        self.client.early.clear()
+        if self.client.early_eof:
+            self.client.out.end()
 
     def lost(self, side: _Side) -> None:
         if side is self.client and self.server is None:
@@ -229,7 +239,8 @@ class Forward:
         class _Accepted(_Side):
             def connection_made(self, transport: asyncio.BaseTransport) -> None:
                 super().connection_made(transport)
-                transport.pause_reading()  # type: ignore[attr-defined]  # (until the target is connected)
+                # (what arrives before the target is connected is kept in ``early``: pausing the reading
+                # here and resuming it once connected lost the first bytes' wake-up under uvloop now and then)
                 peer = transport.get_extra_info("peername") or ("",)
                 link = self.link
                 link.delay = 0.0 if peer[0] in fwd.near else fwd.delay
