@@ -457,14 +457,17 @@ class Cluster:
             log.debug(f"Trying to connect to route on {hostport(url.host, url.port)}")
             try:
                 if self.tls_client is None:
-                    await asyncio.wait_for(srv.loop.create_connection(
+                    _, rc = await asyncio.wait_for(srv.loop.create_connection(
                         lambda: RouteConn(self, url, rtype, gossip_mode, account), url.host, url.port),
                         ROUTE_DIAL_TIMEOUT)
                 else:
                     t = self.tls_timeout()
-                    await asyncio.wait_for(srv.loop.create_connection(
+                    _, rc = await asyncio.wait_for(srv.loop.create_connection(
                         lambda: RouteConn(self, url, rtype, gossip_mode, account), url.host, url.port, ssl=self.tls_client,
                         server_hostname=url.host, ssl_handshake_timeout=t), ROUTE_DIAL_TIMEOUT + t)
+                if rtype == EXPLICIT and not self._configured(url) and not rc.closed:
+                    # (a dial in flight when a reload removed the route, e.g. a pool connection: not kept)
+                    rc.close("Route Removed", no_reconnect=True)
                 return
             except ssl.SSLError as e:
                 attempts += 1
