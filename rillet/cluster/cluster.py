@@ -61,7 +61,6 @@ import socket
 import ssl
 import struct
 import sys
-import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
@@ -566,17 +565,10 @@ class Cluster:
         if rc.comp_negotiated:
             return True  # (the INFO after the switch: registration goes on)
         rc.comp_negotiated = True
-        try:
-            mode = cc.select_mode(cfg.mode, info.compression)
-        except ValueError as e:
-            self.server.log.error(f"{rc.log_prefix()} - {e}")
-            rc.close("Protocol Violation", str(e))
+        sel = rc.select_compression(cfg, info.compression)
+        if sel is None:
             return False
-        auto = None
-        if mode == cc.S2_AUTO:
-            rc.rtt = rc.rtt or time.time() - rc.start_time  # (the handshake's duration: RTT not measured yet)
-            auto = cfg.thresholds()
-            mode = cc.level_for_rtt(rc.rtt, auto)
+        mode, auto = sel
         rc.compression = mode
         if not cc.needs_compression(mode):
             return True

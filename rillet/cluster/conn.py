@@ -376,6 +376,22 @@ class ServerConn(asyncio.Protocol):
 
     # ---- logging --------------------------------------------------------------------------------------
 
+    def select_compression(self, cfg: Any, theirs: str) -> tuple[str, tuple | None] | None:
+        """The mode this side uses against the peer's announced one (``theirs``; routes and leafs alike) (s2_auto: the level for the RTT of the
+        handshake so far, and the thresholds for later changes); None: closed."""
+        try:
+            mode = cc.select_mode(cfg.mode, theirs)
+        except ValueError as e:
+            self.server.log.error(f"{self.log_prefix()} - {e}")
+            self.close("Protocol Violation", str(e))
+            return None
+        auto = None
+        if mode == cc.S2_AUTO:
+            self.rtt = self.rtt or time.time() - self.start_time  # (no RTT measured yet: the handshake's)
+            auto = cfg.thresholds()
+            mode = cc.level_for_rtt(self.rtt, auto)
+        return mode, auto
+
     def log_prefix(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port} - {self.id_tag}:{self.cid}"

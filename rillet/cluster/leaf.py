@@ -331,22 +331,6 @@ class LeafConn(ServerConn):
         ws = urlsplit(self.remote.urls[self.remote.index]).scheme.lower() in ("ws", "wss")
         return (info.ws_connect_urls if ws else info.leafnode_urls) or []
 
-    def _select(self, cfg: Any, info: ci.Info) -> tuple[str, tuple | None] | None:
-        """The mode this side uses against the peer's announced one (s2_auto: the level for the RTT of the
-        handshake so far, and the thresholds for later changes); None: closed."""
-        try:
-            mode = cc.select_mode(cfg.mode, info.compression)
-        except ValueError as e:
-            self.server.log.error(f"{self.log_prefix()} - {e}")
-            self.close("Protocol Violation", str(e))
-            return None
-        auto = None
-        if mode == cc.S2_AUTO:
-            self.rtt = self.rtt or time.time() - self.start_time  # (no RTT measured yet: the handshake's)
-            auto = cfg.thresholds()
-            mode = cc.level_for_rtt(self.rtt, auto)
-        return mode, auto
-
     def _negotiate(self, info: ci.Info, halt: bool) -> None:
         """The leaf side after the hub's first INFO (and TLS): compression as nats-server negotiates it,
         then the CONNECT (at once, or after the hub's compressed INFO)."""
@@ -357,7 +341,7 @@ class LeafConn(ServerConn):
             self.compression = cc.NOT_SUPPORTED if not info.compression or cfg.mode == cc.NOT_SUPPORTED else cc.OFF
         elif not self.comp_negotiated:
             self.comp_negotiated = True
-            sel = self._select(cfg, info)
+            sel = self.select_compression(cfg, info.compression)
             if sel is None:
                 return
             self.compression = sel[0]
@@ -381,7 +365,7 @@ class LeafConn(ServerConn):
         if not cc.needs_compression(cfg.mode):
             self.compression = cc.NOT_SUPPORTED if not info.compression or cfg.mode == cc.NOT_SUPPORTED else cc.OFF
             return
-        sel = self._select(cfg, info)
+        sel = self.select_compression(cfg, info.compression)
         if sel is None:
             return
         self.compression = sel[0]
