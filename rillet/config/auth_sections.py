@@ -34,6 +34,7 @@ class AuthSections(BuilderBase):
     def authorization(self, f: Field) -> None:
         auth = self.parse_authorization(f)
         o = self.o
+        o.auth_block = True
         o.username = auth.get("user", "")
         o.password = auth.get("pass", "")
         o.authorization = auth.get("token", "")

@@ -176,6 +176,7 @@ class Options:
     users: list[User] = field(default_factory=list)
     nkeys: list[User] = field(default_factory=list)
     no_auth_user: str = ""
+    auth_block: bool = False  # an authorization {} block was written (even an empty one)
     accounts: dict[str, Any] = field(default_factory=dict)  # raw account definitions, for later work
     system_account: str = ""
     no_system_account: bool = False

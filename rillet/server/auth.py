@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import hmac
+import secrets
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ from rillet.config.options import Options, Permissions, User
 from rillet.nkey import verify_signature
 from rillet.subjects.validate import match_literal, subject_matches_filter
 
+GLOBAL_ACCOUNT = "$G"
 DEFAULT_ALLOW_RESPONSE_MAX_MSGS = 1
 DEFAULT_ALLOW_RESPONSE_EXPIRATION = 120.0
 _PCACHE_MAX = 4096
@@ -146,11 +148,40 @@ class PermChecker:
         return any(subject_matches_filter(subject, p) for p in self.sub_deny[0])
 
 
-class Authenticator:
-    """Decides whether a CONNECT is allowed, from the server's Options."""
+def sys_only_no_auth_user(opts: Options) -> bool:
+    """Whether nats-server invents a user so that clients without credentials reach the global account: when
+    the configuration's only accounts are the global and the system account (users typically in the system
+    account only, as in ``accounts { $SYS { users = [...] } }``).
 
-    def __init__(self, opts: Options) -> None:
+    nats-server does this when it is not in operator mode, has no ``authorization {}`` block and no
+    ``no_auth_user``, and the accounts it knows are exactly ``$G`` and the system account (``system_account``,
+    or an account named ``$SYS``). The user (``new_implicit_user_name``) is the no_auth_user, bound to
+    ``$G``; the server's INFO still says ``auth_required``.
+    """
+    if opts.trusted_operators or opts.trusted_keys or opts.no_auth_user or opts.auth_block:
+        return False
+    sys_name = opts.system_account or ("$SYS" if "$SYS" in opts.accounts else "")
+    if not sys_name or sys_name not in opts.accounts:
+        return False
+    return len(set(opts.accounts) | {GLOBAL_ACCOUNT}) == 2
+
+
+def new_implicit_user_name() -> str:
+    """``nats-`` and 8 random characters, as nats-server names the user (kept by the server over reloads)."""
+    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    return "nats-" + "".join(secrets.choice(alphabet) for _ in range(8))
+
+
+class Authenticator:
+    """Decides whether a CONNECT is allowed, from the server's Options.
+
+    ``implicit_user``: when ``sys_only_no_auth_user`` holds, the name of the user of the global account that
+    clients without credentials are admitted as (its password, as nats-server's, is the name's tail).
+    """
+
+    def __init__(self, opts: Options, implicit_user: str = "") -> None:
         self.opts = opts
+        self.implicit_user = implicit_user
         self.token = opts.authorization
         self.username = opts.username
         self.password = opts.password
@@ -163,6 +194,11 @@ class Authenticator:
                 self.users[u.username] = u
         for u in opts.nkeys:
             self.nkeys[u.nkey] = u
+        self.no_auth_name = opts.no_auth_user
+        if implicit_user and not opts.no_auth_user:
+            self.users[implicit_user] = User(username=implicit_user, password=implicit_user[6:],
+                                             account=GLOBAL_ACCOUNT)
+            self.no_auth_name = implicit_user
         self.operator_mode = bool(opts.trusted_operators or opts.trusted_keys)
         self.required = bool(self.token or self.username or self.users or self.nkeys or self.operator_mode)
         if opts.no_auth_user and opts.no_auth_user not in self.users:
@@ -174,7 +210,7 @@ class Authenticator:
         return bool(self.nkeys) or self.operator_mode
 
     def no_auth_user(self) -> User | None:
-        name = self.opts.no_auth_user
+        name = self.no_auth_name
         if name:
             return self.users.get(name)
         return None
@@ -205,8 +241,8 @@ class Authenticator:
         if self.users:
             if not user:
                 # no credentials at all: the no_auth_user, if one is configured
-                if not password and not connect.get("auth_token") and self.opts.no_auth_user:
-                    u = self.users.get(self.opts.no_auth_user)
+                if not password and not connect.get("auth_token") and self.no_auth_name:
+                    u = self.users.get(self.no_auth_name)
                     if u is not None and self._type_allowed(u, conn_type):
                         return u
                 return False

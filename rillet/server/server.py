@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import rillet
 from rillet.server.accounts import GLOBAL_ACCOUNT, Account
-from rillet.server.auth import Authenticator
+from rillet.server.auth import Authenticator, new_implicit_user_name, sys_only_no_auth_user
 from rillet.server.client import Client, InternalClient
 from rillet.server.listen import hostport, listening_socket
 from rillet.server.logging import Logger
@@ -86,7 +86,8 @@ class Server:
         if o.trusted_operators or o.trusted_keys:
             from rillet.server.operator import validate_operator_options
             validate_operator_options(o)  # (at start, not with -t: as nats-server)
-        self.authenticator = Authenticator(o)
+        self.sys_only_user = new_implicit_user_name()  # no credentials: into $G when sys_only_no_auth_user
+        self.authenticator = Authenticator(o, self.sys_only_user if sys_only_no_auth_user(o) else "")
         self.operator: Any = None  # rillet.server.operator.OperatorMode, in operator (JWT) mode
         if o.trusted_operators or o.trusted_keys:
             from rillet.server.operator import OperatorMode
@@ -638,7 +639,7 @@ class Server:
         self.log.debug_on = new_opts.debug
         self.log.trace_on = new_opts.trace
         self.log.logtime = new_opts.logtime
-        self.authenticator = Authenticator(new_opts)
+        self.authenticator = Authenticator(new_opts, self.sys_only_user if sys_only_no_auth_user(new_opts) else "")
         from rillet.server.account_reload import recheck_client, reload_accounts
         reload_accounts(self, old, new_opts)  # accounts, their limits, mappings, exports and imports
         for lst in self.extra_listeners:

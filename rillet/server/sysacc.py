@@ -115,7 +115,11 @@ class SystemAccount:
         self.account: Any = None
         # like nats-server, the system account always exists (named by system_account, default $SYS),
         # unless no_system_account; the server's internal system client lives there
-        if not o.no_system_account:
+        # (no_system_account only drops the default one: a system_account, or an account named $SYS
+        # in the configuration, is the system account all the same, as in nats-server)
+        if not o.system_account and SYS_DEFAULT in o.accounts:
+            o.system_account = SYS_DEFAULT
+        if o.system_account or not o.no_system_account:
             name = o.system_account = o.system_account or SYS_DEFAULT
             self.account = server.lookup_account(name)
             server.system_account = self.account
