@@ -284,20 +284,11 @@ class Server:
             with open(o.pid_file, "w") as f:
                 f.write(str(os.getpid()))
         if o.ports_file_dir:
-            ports: dict[str, list[str]] = {"nats": [self.client_url]}
-            if self.http_addr:
-                ports["monitoring"] = [f"http://{hostport(*self.http_addr)}"]
-            if self.https_addr:
-                ports["monitoring"] = ports.get("monitoring", []) + [f"https://{hostport(*self.https_addr)}"]
-            if self.websocket_addr:
-                ws = o.websocket
-                scheme = "ws" if ws.no_tls or ws.tls is None else "wss"
-                ports["websocket"] = [f"{scheme}://{hostport(*self.websocket_addr)}"]
-            exe = os.path.basename(sys.argv[0] or "rillet-server").replace(".py", "")
-            path = os.path.join(o.ports_file_dir, f"{exe}_{os.getpid()}.ports")
-            with open(path, "w") as f:
-                json.dump(ports, f)
-            self._ports_file = path
+            from rillet.server.portsfile import ports_file_path, write_ports_file
+            try:
+                self._ports_file = write_ports_file(self, o.ports_file_dir)
+            except OSError as e:  # (nats-server logs it and runs on)
+                self.log.error(f"Error writing ports file ({ports_file_path(o.ports_file_dir)}): {e}")
 
     async def shutdown(self) -> None:
         """Stop accepting, close every connection, stop the listeners."""
