@@ -65,6 +65,7 @@ from rillet.cluster.conn import TLSPortListener, log_tls_failure
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
 from rillet.cluster.routed import RoutedAccount, js_ack_deliver_idx, origin_only
 from rillet.server.accounts import Account
+from rillet.server.delivery import INTERNAL, ROUTER
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import Sublist, SublistResult
 
@@ -1052,7 +1053,7 @@ class GatewayAccount(RoutedAccount):
             subject = self.map_subject(subject)  # type: ignore[assignment]
             if subject is None:
                 return False
-        if self._gwr and c.kind < 2:
+        if self._gwr and c.kind < ROUTER:
             subject = self._routed_reply(subject) or subject
         if subject[:_GR_LEN] == _GR:
             gw = self.server.gateway
@@ -1065,7 +1066,7 @@ class GatewayAccount(RoutedAccount):
             if deliver is not None:
                 return self.deliver_result(c, r, deliver, reply, hdr, msg, subject)
             return self.deliver_result(c, r, subject, reply, hdr, msg)
-        sent = c.kind < 2 and self.server.gateway.send_to_gateways(self, subject, reply, hdr, msg, [])
+        sent = c.kind < ROUTER and self.server.gateway.send_to_gateways(self, subject, reply, hdr, msg, [])
         if not sent and reply and c.no_responders:
             self._no_responders(c, subject, reply)
         return sent
@@ -1082,7 +1083,7 @@ class GatewayAccount(RoutedAccount):
     def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
                        route: bytes | None = None) -> bool:
         gw = self.server.gateway
-        if c.kind >= 2 or not gw.outo:  # (routes and gateways never send to gateways)
+        if c.kind >= ROUTER or not gw.outo:  # (routes and gateways never send to gateways)
             return RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
         if self._gwr and route is None and self._routed_reply(subject) is not None:
             return self.deliver(c, subject, reply, hdr, msg)  # a response to a request from another cluster
@@ -1098,7 +1099,7 @@ class GatewayAccount(RoutedAccount):
             if not (done or sent) and reply and nr and not _mt.CURRENT.tonly:
                 self._no_responders(c, subject, reply)
             return done or sent
-        if route is not None and c.kind == 1 and reply and reply[:8] == b"$JS.ACK." \
+        if route is not None and c.kind == INTERNAL and reply and reply[:8] == b"$JS.ACK." \
                 and js_ack_deliver_idx(reply) < 0:
             # a JetStream delivery (matched on its deliver subject, shown with its stream subject): as
             # nats-server, the gateways get the deliver subject and the shown one after '@' in the ack reply

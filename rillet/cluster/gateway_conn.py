@@ -24,12 +24,13 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
+from rillet.server.delivery import ConnKind
 from rillet.subjects.sublist import Sublist
 
 if TYPE_CHECKING:
     from rillet.cluster.gateway import Gateway, RemoteCfg
 
-GATEWAY_KIND = 3  # connection kind (Client: 0, internal: 1, route: 2)
+GATEWAY_KIND = ConnKind.GATEWAY
 GATEWAY_HIGH_WATER = 4 << 20
 FIRST_PING_INTERVAL = 1.0  # nats-server's firstPingInterval
 

@@ -62,6 +62,7 @@ from rillet.cluster.routed import RemoteSub, RoutedAccount, js_ack_deliver_idx, 
 from rillet.protocol.parser import ProtocolError
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
+from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_matches_filter
@@ -69,9 +70,9 @@ from rillet.subjects.validate import subject_matches_filter
 if TYPE_CHECKING:
     from rillet.config.leaf_section import LeafNodeOptions, RemoteLeafOptions
 
-LEAF_KIND = 4  # connection kind (Client: 0, internal: 1, route: 2)
-ROUTER_KIND = 2
-GATEWAY_KIND = 3
+LEAF_KIND = ConnKind.LEAF
+ROUTER_KIND = ConnKind.ROUTER
+GATEWAY_KIND = ConnKind.GATEWAY
 LOOP_DELAY = 30.0  # nats-server's leafNodeReconnectDelayAfterLoopDetected
 PERM_DELAY = 30.0  # leafNodeReconnectAfterPermViolation
 SAME_CLUSTER_DELAY = 30.0
@@ -1275,7 +1276,7 @@ class LeafNodes:
         c = sub.client
         if c is lc:
             return False
-        kind = getattr(c, "kind", 0)
+        kind = getattr(c, "kind", ConnKind.CLIENT)
         is_lds = sub.subject.startswith("$LDS.")
         if kind == ROUTER_KIND:
             if lc.spoke and not is_lds:
@@ -1299,7 +1300,7 @@ class LeafNodes:
         interest of a leaf we are hub for goes to the routes. ``n``: how many members it counts for (a
         leaf's queue subscription counts its weight; 0: the subscription's own count)."""
         c = sub.client
-        if routes and getattr(c, "kind", 0) == LEAF_KIND and not c.spoke:
+        if routes and getattr(c, "kind", ConnKind.CLIENT) == LEAF_KIND and not c.spoke:
             cl = self.server.cluster
             if cl is not None:  # LS+ with the leaf's cluster as origin (RS+ when it has none)
                 cl.local_interest(acc, sub, added, c.remote_cluster.encode() if c.remote_cluster else None)

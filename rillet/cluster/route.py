@@ -21,11 +21,12 @@ from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import Change, RemoteInterest
 from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
+from rillet.server.delivery import ConnKind
 
 if TYPE_CHECKING:
     from rillet.cluster.cluster import Cluster
 
-ROUTER = 2  # connection kind (Client: 0, internal: 1)
+ROUTER = ConnKind.ROUTER
 ROUTE_HIGH_WATER = 4 << 20  # bytes buffered for a peer above which the clients' publishers are paused
 EXPLICIT = "explicit"
 IMPLICIT = "implicit"

@@ -40,6 +40,7 @@ from typing import Any
 
 import rillet.server.msgtrace as _mt
 from rillet.server.accounts import Account
+from rillet.server.delivery import GATEWAY, LEAF
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_is_subset_match, subject_matches_filter, subjects_collide
 
@@ -308,17 +309,17 @@ class RoutedAccount(Account):
         # (the deliver subject, or a pull request's reply) and the shown one after '@' in the ack reply
         jsd = route is not None and rreply is None and reply is not None and reply[:8] == b"$JS.ACK." \
             and js_ack_deliver_idx(reply) < 0
-        gwo = c.kind == 3  # from a gateway (rillet.cluster.gateway): leafs get it when we are their hub only
+        gwo = c.kind == GATEWAY  # from a gateway (rillet.cluster.gateway): leafs get it when we are their hub only
         traced = hdr > 0 and _mt.CURRENT is not None and _mt.owns(_mt.CURRENT, hdr, msg)
         for rc, queues in targets.items():
             if traced:  # the next hop in its header, and the egress event (rillet.server.msgtrace)
                 hdr, msg = _mt.CURRENT.to_remote(rc, hdr, msg)  # type: ignore[union-attr]
             if not rc.closed:
-                if gwo and rc.kind == 4 and rc.spoke:
+                if gwo and rc.kind == LEAF and rc.spoke:
                     continue
                 if jsd:  # (leafs too, as nats-server)
                     rc.send_msg(self.name_b, route, reply + b"@" + subject, queues, hdr, msg)  # type: ignore
-                elif gwo and rc.kind == 4:  # a leaf: the original reply (_GR_ replies stay between servers)
+                elif gwo and rc.kind == LEAF:  # a leaf: the original reply (_GR_ replies stay between servers)
                     rc.send_msg(self.name_b, rsubject, reply, queues, hdr, msg)
                 else:
                     rc.send_msg(self.name_b, rsubject, reply if rreply is None else rreply, queues, hdr, msg)

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from rillet.jetstream.errors import ApiError
+from rillet.server.delivery import GATEWAY, ROUTER
 
 T = "io.nats.jetstream.api.v1."
 
@@ -72,7 +73,7 @@ class NotEnabled:
     def on_request(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         if not reply or _shadowed(self.account):
             return
-        if self.is_system and (c.kind in (2, 3) or _for_other_account(self.account, hdr, msg)):
+        if self.is_system and (c.kind in (ROUTER, GATEWAY) or _for_other_account(self.account, hdr, msg)):
             # as nats-server, the system account's 10039 comes from the server the request entered (a
             # client's or a leaf's), not from every server it was routed to; and a request that a server
             # without JetStream forwarded through its $JS.API import (its Nats-Request-Info names the

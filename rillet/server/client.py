@@ -19,14 +19,15 @@ from rillet.goquote import go_quote
 from rillet.gotime import format_seconds
 from rillet.protocol.parser import ClientParser, ProtocolError
 from rillet.server.auth import PermChecker
+from rillet.server.delivery import ConnKind
 from rillet.server.listen import plain_ip
 from rillet.subjects.validate import is_valid_literal_subject, is_valid_subject
 
 if TYPE_CHECKING:
     from rillet.server.server import Account, Server
 
-CLIENT = 0
-INTERNAL = 1
+CLIENT = ConnKind.CLIENT
+INTERNAL = ConnKind.INTERNAL
 
 _json_decode = msgspec.json.decode
 _PING = b"PING\r\n"

@@ -35,6 +35,7 @@ from typing import Any
 
 from rillet.goquote import go_quote
 from rillet.gotime import format_time
+from rillet.server.delivery import CLIENT, LEAF, ConnKind
 
 TRACE_DEST = "Nats-Trace-Dest"
 TRACE_HOP = "Nats-Trace-Hop"
@@ -53,7 +54,7 @@ ERR_AUTO_UNSUB = "Not delivered because auto-unsubscribe exceeded"
 ERR_MAX_PAYLOAD = "maximum payload exceeded"  # (nats-server's ErrMaxPayload text, in an ingress event)
 
 # connection kinds as the trace events number them (nats-server's CLIENT, ROUTER, GATEWAY, LEAF), by ours
-_KIND = {0: 0, 2: 1, 3: 2, 4: 4}
+_KIND = {ConnKind.CLIENT: 0, ConnKind.ROUTER: 1, ConnKind.GATEWAY: 2, ConnKind.LEAF: 4}
 
 # the trace of the message being delivered now, if any (delivery is synchronous and nested)
 CURRENT: "MsgTrace | None" = None
@@ -166,7 +167,7 @@ class MsgTrace:
                             "to": to.decode("utf-8", "replace")})
 
     def egress(self, dc: Any, sub: Any, err: str = "") -> None:
-        kind = _KIND.get(getattr(dc, "kind", 0), 0)
+        kind = _KIND.get(getattr(dc, "kind", CLIENT), 0)
         e: dict[str, Any] = {"type": "eg", "ts": _now(), "kind": kind, "cid": getattr(dc, "cid", 0)}
         name = conn_name(dc)
         if name:
@@ -333,8 +334,7 @@ def _event_client(srv: Any, acc: Any) -> Any:
 
 
 def conn_name(c: Any) -> str:
-    k = getattr(c, "kind", 0)
-    if k == 0:
+    if getattr(c, "kind", CLIENT) == CLIENT:
         o = getattr(c, "opts", None)
         return getattr(o, "name", "") or ""
     # a route, gateway or leaf: the remote server's name (as nats-server's INFO ``name``), not its cluster's
@@ -373,13 +373,13 @@ def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool,
         srv.log.error(f"{_prefix(c)} - Message tracing disabled because of header "
                       f"\"{TRACE_ORIGIN_ACCOUNT}\" with value=\"{headers[TRACE_ORIGIN_ACCOUNT][0]}\"")
         return tonly, (_DISABLE if not tonly and not ingress_error else None)
-    kind = getattr(c, "kind", 0)
+    kind = getattr(c, "kind", CLIENT)
     hop = headers.get(TRACE_HOP, [""])[0] if hop_ok else ""
     if external:
         dest = getattr(acc, "trace_dest", None) or ""
         if not dest:
             return False, None
-        if kind == 0 and not _sample(getattr(acc, "trace_sampling", 100)):
+        if kind == CLIENT and not _sample(getattr(acc, "trace_sampling", 100)):
             return False, (_DISABLE if not ingress_error else None)
     from rillet.subjects.validate import is_valid_publish_subject
     if not is_valid_publish_subject(dest):
@@ -391,7 +391,7 @@ def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool,
     denied = dest_b[:5] == b"_GR_." or dest_b[:4] == b"$GR." or \
         (dest_b[:5] == b"$NRG." and acc is not getattr(srv, "system_account", None))
     if denied or (perms is not None and perms.has_pub and not perms.can_publish(dest_b)):
-        if kind == 0 or kind == 4:
+        if kind == CLIENT or kind == LEAF:
             q = go_quote(dest_b)
             srv.log.error(f"{_prefix(c)} - Publish Violation - Subject {q}")
             send_err = getattr(c, "send_err", None)
@@ -400,7 +400,7 @@ def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool,
         else:
             srv.log.error(f"{_prefix(c)} - Publish Violation - Subject \"{dest}\"")
         return True, None
-    ingress: dict[str, Any] = {"type": "in", "ts": _now(), "kind": _KIND.get(getattr(c, "kind", 0), 0),
+    ingress: dict[str, Any] = {"type": "in", "ts": _now(), "kind": _KIND.get(getattr(c, "kind", CLIENT), 0),
                                "cid": getattr(c, "cid", 0)}
     name = conn_name(c)
     if name:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet import jwt, nkey
 from rillet.config.options import Permission, Permissions, ResponsePermission
+from rillet.server.delivery import CLIENT, INTERNAL
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -549,7 +550,7 @@ class OperatorMode:
     def _account_expired(self, acc: Any) -> None:
         self._exp_timers.pop(acc.name, None)
         for c in list(acc.clients):
-            if getattr(c, "kind", 1) == 0 and not c.closed:
+            if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed:
                 c.debug("Account Authentication Expired")
                 c.close("Authentication Expired", "Account Authentication Expired")
         self.server.flush_clients()
@@ -904,7 +905,7 @@ class OperatorMode:
             c.close("Maximum Subscriptions Exceeded", "maximum subscriptions exceeded")
 
     def _refresh_clients(self, acc: Any, info: AccountInfo, old: AccountInfo | None = None) -> None:
-        clients = sorted((c for c in acc.clients if getattr(c, "kind", 1) == 0 and not c.closed),
+        clients = sorted((c for c in acc.clients if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed),
                          key=lambda c: c.start_time)
         count = 0
         for c in clients:
@@ -991,7 +992,7 @@ class OperatorMode:
         if js is not None and pub in getattr(js, "accounts", {}):
             js.accounts.pop(pub).stop()
         for c in list(acc.clients):
-            if getattr(c, "kind", 1) == 0 and not c.closed:
+            if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed:
                 c.close("Authentication Expired", "Account Authentication Expired")
         self.server.flush_clients()
 
