@@ -50,7 +50,26 @@ class JSAccount:
         for p in self.api_prefixes():
             for pattern in self.router.subscription_patterns():
                 self._api_subs.append(self.ic.subscribe(f"{p}.{pattern}", self.router.on_request))
+        self.add_domain_mappings()
         self._recover()
+
+    def add_domain_mappings(self) -> None:
+        """With a JetStream domain, the account maps ``$JS.<domain>.API.$KV.>`` to ``$KV.>`` and
+        ``$JS.<domain>.API.$OBJ.>`` to ``$OBJ.>``, as nats-server's JetStream mapping table does, so that a
+        KV or object store put reaches the bucket through the domain prefix (a KV mirror's writes go to its
+        origin that way, through a leaf node). The API's own endpoints under the domain prefix are
+        subscribed directly (``api_prefixes``). Mappings the account already has for these sources are
+        kept; called again after the account's mappings were set anew (reload, JWT update)."""
+        dom = self.js.domain
+        if not dom:
+            return
+        from rillet.subjects.mapping import parse_mappings
+        acc = self.account
+        have = {m.src for m in acc.mappings}
+        for kind in ("$KV", "$OBJ"):
+            src = f"$JS.{dom}.API.{kind}.>"
+            if src not in have:
+                acc.mappings = acc.mappings + parse_mappings({src: f"{kind}.>"}, self.js.server.opts.cluster.name)
 
     def api_prefixes(self) -> list[str]:
         prefixes = ["$JS.API"]

@@ -205,6 +205,7 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
     remap = _transform(local, subj) if local != subj else None
     ic_exp = server.internal_client(exporter, f"service import {importer.name} -> {exporter.name}")
     ic_exp.echo = True
+    ic_exp.import_share = share  # a request it delivers going on through another import: a chained one
     ic_imp = server.internal_client(importer, f"service reply {exporter.name} -> {importer.name}")
     ic_imp.echo = True
     rmap = _response_map(server, exporter)
@@ -212,28 +213,16 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
     threshold = exp["threshold"]
     lat = exp.get("latency")
 
-    def on_request(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+    def on_request(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool | None:
         if exporter in _in_flight:
             return
-        orig = subject
         if remap is not None:
             subject = remap(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
         tracking, theaders = should_sample(lat, hdr, msg) if lat is not None else (False, None)
         rr = None
         trk = None
-        if reply and reply.endswith(b".$FI"):
-            # a fast batch publish (rillet.jetstream.fastbatch): the stream reads the batch controls from
-            # the original reply subject, carried in the client info header (as nats-server does)
-            from rillet.server.latency import client_info
-            from rillet.server.msgtrace import set_header
-            ci = client_info(server, c, share) or {"acc": importer.name}
-            ci["reply"] = reply.decode("utf-8", "surrogateescape")
-            value = json.dumps(ci, separators=(",", ":"))
-            if hdr > 0:
-                hdr, msg = set_header(hdr, msg, "Nats-Request-Info", value)
-            else:
-                h = b"NATS/1.0\r\nNats-Request-Info: " + value.encode() + b"\r\n\r\n"
-                hdr, msg = len(h), h + msg
+        # the requester's client info (nats-server's Nats-Request-Info header), which the responder may read
+        hdr, msg = _with_request_info(server, c, importer, exporter, share, reply, hdr, msg)
         if reply:
             if tracking:
                 trk = Tracking(lat, rmap.send, c, share, theaders)
@@ -249,9 +238,10 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
             rmap.pop(rr)
             if trk is not None:
                 trk.failed(server, 503)
-            if c.no_responders and reply:
-                importer._no_responders(c, orig, reply)
         server.schedule_flush()
+        # not delivered: the requester's delivery counts no responder here, and gets a 503 only when nothing
+        # else got the message (another import, a subscriber), as nats-server (Account.deliver_result)
+        return delivered
 
     on_request.service_import = (exporter, remap)  # type: ignore[attr-defined]  (rillet.server.msgtrace)
     on_request.allow_trace = exp.get("allow_trace", False)  # type: ignore[attr-defined]
@@ -262,6 +252,110 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
     on_request.trace_reply_drop = rmap.pop  # type: ignore[attr-defined]  (not sent to another server)
     ic_in = server.internal_client(importer, f"service import {importer.name} -> {exporter.name}")
     ic_in.subscribe(local, on_request)
+
+
+# nats-server's ClientInfo fields in its JSON order (the Nats-Request-Info header is marshalled from it)
+_CI_ORDER = ("start", "host", "id", "acc", "svc", "user", "name", "lang", "ver", "rtt", "server", "cluster",
+             "alts", "stop", "jwt", "issuer_key", "name_tag", "tags", "kind", "client_type", "client_id",
+             "nonce", "reply")
+_REQUEST_INFO = "Nats-Request-Info"
+
+
+def _conn_info(server: "Server", c: Any, detailed: bool) -> dict | None:
+    """nats-server's getClientInfo for the connection a request came from: a client's, a leaf connection's
+    (its account and RTT), an internal client's (its account); None for routes, gateways and the system
+    account's own clients, which nats-server gives none."""
+    from rillet.server.latency import client_info
+    kind = getattr(c, "kind", None)
+    if kind == 0:
+        return client_info(server, c, detailed)
+    acc = getattr(c, "account", None)
+    if acc is None or kind not in (1, 4):
+        return None
+    if kind == 1 and acc is getattr(server, "system_account", None):
+        return None
+    d: dict[str, Any] = {"acc": acc.name}
+    rtt = int((getattr(c, "rtt", 0) or 0) * 1e9)
+    if rtt:
+        d["rtt"] = rtt
+    if detailed and kind == 4:
+        d["kind"] = "Leafnode"
+    return d
+
+
+def _server_info(server: "Server", c: Any, ci: dict) -> None:
+    """nats-server's addServerAndClusterInfo: the server (a leaf's remote server), the cluster, and the
+    other clusters reachable through gateways."""
+    name = getattr(c, "remote_name", "") if getattr(c, "kind", None) == 4 else server.name
+    if name:
+        ci["server"] = name
+    if server.opts.cluster.name:
+        ci["cluster"] = server.opts.cluster.name
+    gw = getattr(server, "gateway", None)
+    names = [gc.name for gc in getattr(gw, "outo", ()) if gc.name] if gw is not None else []
+    if names:
+        ci["alts"] = names
+
+
+def _with_request_info(server: "Server", c: Any, importer: Any, exporter: Any, share: bool,
+                       reply: bytes | None, hdr: int, msg: bytes) -> tuple[int, bytes]:
+    """A request crossing a service import carries the requester's client info in ``Nats-Request-Info``
+    (nats-server's processServiceImport): the account and RTT, all details when the import ``share``s;
+    through a chain of imports the first one's info is kept, with ``svc`` naming the account it came
+    through; the server and cluster are added when the request enters the system account (or a sharing
+    import) from one that does not share; a leaf's forwarded header is replaced by the leaf's own identity;
+    ``reply`` keeps a fast batch publisher's ``.$FI`` reply subject."""
+    from rillet.jetstream.headers import get_header, remove_headers
+    prev = None
+    if hdr > 0:
+        v = get_header(msg[:hdr], _REQUEST_INFO)
+        if v is not None:
+            try:
+                prev = json.loads(v)
+            except ValueError:
+                prev = None
+            if not isinstance(prev, dict):
+                prev = None
+    prev_share = getattr(c, "import_share", None)  # c delivered it through an import: a chained import
+    chained = prev_share is not None
+    eff_share = prev_share if chained else share
+    into_sys = exporter is getattr(server, "system_account", None)
+    is_leaf = getattr(c, "kind", None) == 4
+    fast = reply is not None and reply.endswith(b".$FI")
+    if is_leaf and prev is not None:
+        ci = _conn_info(server, c, eff_share)
+        if ci is not None:
+            if chained and prev.get("reply"):
+                ci["reply"] = prev["reply"]
+            elif fast:
+                ci["reply"] = reply.decode("utf-8", "surrogateescape")  # type: ignore[union-attr]
+            if chained:
+                ci["svc"] = importer.name
+            if not eff_share and (into_sys or (chained and share)):
+                _server_info(server, c, ci)
+    elif chained and prev is not None:
+        ci = prev
+        ci["svc"] = importer.name
+        if not eff_share and (share or into_sys):
+            _server_info(server, c, ci)
+    else:
+        ci = _conn_info(server, c, eff_share)
+        if ci is not None:
+            if fast:
+                ci["reply"] = reply.decode("utf-8", "surrogateescape")  # type: ignore[union-attr]
+            if not eff_share and into_sys:
+                _server_info(server, c, ci)
+    if ci is None:
+        return hdr, msg
+    rank = {k: i for i, k in enumerate(_CI_ORDER)}
+    ordered = dict(sorted(ci.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+    value = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
+    # replaced where it was: removed, then added last (as nats-server's setHeader)
+    h = remove_headers(msg[:hdr], {_REQUEST_INFO}) if hdr > 0 else b""
+    if not h:
+        h = b"NATS/1.0\r\n\r\n"
+    h = h[:-2] + b"Nats-Request-Info: " + value + b"\r\n\r\n"
+    return len(h), h + msg[hdr:] if hdr > 0 else h + msg
 
 
 class _Resp:

@@ -180,10 +180,11 @@ class Account:
             if sub.icb is not None:
                 sub.nm += 1
                 if route is not None and getattr(sub.icb, "routed", False):
-                    sub.icb(sub, c, route, reply, hdr, msg, subject)
+                    ok = sub.icb(sub, c, route, reply, hdr, msg, subject)
                 else:
-                    sub.icb(sub, c, subject, reply, hdr, msg)
-                n += 1
+                    ok = sub.icb(sub, c, subject, reply, hdr, msg)
+                if ok is not False:  # (a service import that reached nobody in its exporter returns False)
+                    n += 1
                 continue
             if sc.perms is not None and not self._perm_ok(sc, subject, reply):
                 continue
@@ -217,10 +218,11 @@ class Account:
                 sub.nm += 1
                 if sub.icb is not None:
                     if route is not None and getattr(sub.icb, "routed", False):
-                        sub.icb(sub, c, route, reply, hdr, msg, subject)
+                        ok = sub.icb(sub, c, route, reply, hdr, msg, subject)
                     else:
-                        sub.icb(sub, c, subject, reply, hdr, msg)
-                    n += 1
+                        ok = sub.icb(sub, c, subject, reply, hdr, msg)
+                    if ok is not False:
+                        n += 1
                     continue
                 if sub.max and sub.nm >= sub.max:
                     if done is None:

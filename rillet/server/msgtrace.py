@@ -589,12 +589,13 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
                 try:
                     sub.nm += 1
                     if route is not None and getattr(icb, "routed", False):
-                        icb(sub, c, route, reply, h2, m2, subject)
+                        ok = icb(sub, c, route, reply, h2, m2, subject)
                     else:
-                        icb(sub, c, subject, reply, h2, m2)
+                        ok = icb(sub, c, subject, reply, h2, m2)
                 finally:
                     CURRENT = mt
-                n += 1
+                if ok is not False:  # (a service import that reached nobody returns False)
+                    n += 1
                 continue
             h2, m2 = hdr, msg
             prev_shadow = mt.shadow
@@ -608,14 +609,15 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
             sub.nm += 1
             try:
                 if route is not None and getattr(icb, "routed", False):
-                    icb(sub, c, route, reply, h2, m2, subject)
+                    ok = icb(sub, c, route, reply, h2, m2, subject)
                 else:
-                    icb(sub, c, subject, reply, h2, m2)
+                    ok = icb(sub, c, subject, reply, h2, m2)
             finally:
                 mt.shadow = prev_shadow
                 if rr is not None and mt.hops == hops:
                     icb.trace_reply_drop(rr)  # no other server got it: no event will come back that way
-            n += 1
+            if ok is not False:
+                n += 1
             continue
         if sc is c and not c.echo:
             mt.egress(sc, sub, ERR_NO_ECHO)
