@@ -76,6 +76,8 @@ def reload_accounts(srv: "Server", old: "Options", new: "Options") -> None:
         for name, limits in account_js_config(new.accounts).items():
             if name not in js.accounts:
                 js.enable_account(srv.lookup_account(name), limits)
+        for jsa in js.accounts.values():  # the domain's mappings, after the accounts' mappings were set anew
+            jsa.add_domain_mappings()
 
 
 def recheck_client(srv: "Server", c: Any) -> None:

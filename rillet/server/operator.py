@@ -601,6 +601,7 @@ class OperatorMode:
         else:
             jsa.limits = limits
             jsa.limited = limits.max_memory >= 0 or limits.max_storage >= 0
+            jsa.add_domain_mappings()  # (the JWT's mappings were just set anew)
         jsa.tier = self.js_tier(info)
 
     def jetstream_started(self, js: Any) -> None:
