@@ -1,0 +1,83 @@
+"""Which lane runs the per-message loops: the compiled extension (``rillet._speedups``) or the pure-Python
+modules it twins. Decided once, when this module is first imported:
+
+* ``RILLET_PURE=1`` (any value but empty and ``0``) in the environment selects the pure-Python lane;
+* so does an extension that was not built (no C compiler at install time) or fails to import;
+* otherwise the compiled lane runs.
+
+The pure-Python modules (``rillet.protocol.parser``, ``rillet.cluster.protocol``) are the reference: each
+compiled class is a subclass of its pure twin that parses the common, well-formed operations in C and hands
+everything else (errors included) to the inherited pure-Python code, so both lanes emit the same events and
+the same ``ProtocolError``s (tests/test_lanes.py feeds both the same bytes, split at every point).
+
+Importers take the classes from here:
+
+    ClientParser   the client protocol parser (rillet.protocol.parser.ClientParser or its twin)
+    ServerParser   the route/gateway/leaf parser (rillet.cluster.protocol.ServerParser or its twin)
+    wire           the inter-server frame builders: rmsg_head, hmsg_head, lmsg_head, leaf_msg_head,
+                   leaf_hmsg_head, frame (rillet.cluster.protocol or its twin)
+
+``ServerParser`` and ``wire`` are loaded on first use, so that importing this module (the client connection
+does) does not load ``rillet.cluster``.
+"""
+from __future__ import annotations
+
+import os
+
+from rillet.protocol import parser as _pure_parser
+
+__all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "pure", "compiled"]
+
+
+def _decide() -> tuple[str, str]:
+    if os.environ.get("RILLET_PURE", "") not in ("", "0"):
+        return "pure", "RILLET_PURE is set"
+    try:
+        from rillet._speedups import _cparser, _cserver  # noqa: F401
+    except ImportError as e:
+        return "pure", f"the compiled extension is not available ({e})"
+    return "compiled", ""
+
+
+LANE, REASON = _decide()
+COMPILED = LANE == "compiled"
+# what `rillet-server --version` and the startup log print
+NAME = "compiled lane" if COMPILED else "pure-Python lane"
+
+
+def pure(name: str):
+    """The pure-Python twin of ``ClientParser``, ``ServerParser`` or ``wire``, whichever lane runs (tests)."""
+    if name == "ClientParser":
+        return _pure_parser.ClientParser
+    from rillet.cluster import protocol
+    if name == "ServerParser":
+        return protocol.ServerParser
+    if name == "wire":
+        return protocol
+    raise AttributeError(name)
+
+
+def compiled(name: str):
+    """The compiled twin of ``ClientParser``, ``ServerParser`` or ``wire``; ImportError when not built
+    (tests compare both lanes even when RILLET_PURE selected the pure one)."""
+    if name == "ClientParser":
+        from rillet._speedups._cparser import ClientParser
+        return ClientParser
+    from rillet._speedups import _cserver
+    if name == "ServerParser":
+        return _cserver.ServerParser
+    if name == "wire":
+        return _cserver
+    raise AttributeError(name)
+
+
+ClientParser = compiled("ClientParser") if COMPILED else _pure_parser.ClientParser
+
+
+def __getattr__(name: str):
+    # ServerParser and wire: loaded on first use (rillet.cluster is not imported by client connections)
+    if name in ("ServerParser", "wire"):
+        value = compiled(name) if COMPILED else pure(name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
