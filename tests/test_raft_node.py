@@ -202,6 +202,47 @@ def test_follower_that_lost_its_log_is_caught_up_from_the_start():
     assert ld.prs["n3"].match == ld.last_index() and ld.role == LEADER
 
 
+def test_member_that_lost_its_log_in_an_idle_group_is_found_by_heartbeats():
+    """A durable member loses its disk while the group is idle (nothing proposed after it comes back): the
+    leader, which held it as current, learns from its answer to a heartbeat that it lacks the entries it
+    had acknowledged, reports it behind, and catches it up without any new proposal. The member, started
+    with a wrong guess of the voters, takes the founding set from the leader."""
+    net = Net(["n1", "n2", "n3"])
+    ld = net.elect("n1")
+    for k in range(12):
+        ld.propose(b"%d" % k)
+    net.tick(3)
+    assert ld.status()["peers"]["n3"]["current"]
+    # n3 comes back empty, knowing only itself and the leader
+    net.nodes["n3"] = n3 = Node("n3", ["n1", "n3"], rng=random.Random(7))
+    net.applied["n3"] = []
+    assert ld.status()["peers"]["n3"]["current"]  # (nothing told the leader yet)
+    # its first heartbeat: refused; the leader's view of it drops, the member knows it is behind
+    for _ in range(ld.heartbeat_tick):
+        ld.tick()
+    rd = ld.ready()
+    hb = [m for m in rd.messages if type(m) is M.Heartbeat and m.to == "n3"]
+    ld.advance(rd)
+    assert hb and hb[0].match == ld.last_index() and hb[0].leader_commit == ld.commit
+    n3.step(M.decode(M.encode(hb[0])))
+    assert n3.leader_commit == ld.commit and n3.commit == 0
+    rd = n3.ready()
+    (resp,) = [m for m in rd.messages if type(m) is M.HeartbeatResponse]
+    n3.advance(rd)
+    assert resp.reject and resp.index == ld.last_index() and resp.hint_index == 0
+    ld.step(M.decode(M.encode(resp)))
+    st_ = ld.status()
+    assert not st_["peers"]["n3"]["current"] and st_["peers"]["n3"]["lag"] == ld.last_index()
+    assert ld.lost_logs == 1 and ld.last_lost[0] == "n3"
+    net.pump()
+    assert net.data("n3") == [b"%d" % k for k in range(12)]
+    assert n3.voters == ("n1", "n2", "n3") and n3.commit == n3.leader_commit == ld.commit
+    assert ld.status()["peers"]["n3"]["current"]
+    # a stale refusal (its match moved on since) changes nothing
+    ld.step(M.HeartbeatResponse(ld.term, "n3", "n1", True, 3, 0, 0))
+    assert ld.prs["n3"].match == ld.last_index() and ld.lost_logs == 1
+
+
 def test_conflicting_uncommitted_suffix_is_truncated():
     hs1 = M.HardState(1, "n1", 1)
     hs2 = M.HardState(2, "n2", 1)

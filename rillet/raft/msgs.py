@@ -67,12 +67,15 @@ class VoteResponse(_Msg, tag=2):
 
 class AppendEntries(_Msg, tag=3):
     """Entries following (prev_index, prev_term); ``commit`` is the leader's commit index. ``quiet``: no
-    entries, only a new commit index for a follower the leader streams to; answered only if refused."""
+    entries, only a new commit index for a follower the leader streams to; answered only if refused.
+    ``peers``: set when the entries start at the very beginning of the log (``prev_index`` 0): the voters
+    there (the founding set), which a follower that has nothing takes instead of its own guess."""
     prev_index: U64
     prev_term: U64
     commit: U64
     entries: list[Entry] = []
     quiet: bool = False
+    peers: Optional[tuple[str, ...]] = None
 
 
 class AppendResponse(_Msg, tag=4):
@@ -85,11 +88,23 @@ class AppendResponse(_Msg, tag=4):
 
 
 class Heartbeat(_Msg, tag=5):
+    """``commit``: the leader's commit, capped at what it knows the follower holds. (``match``,
+    ``match_term``): the last entry the leader believes the follower holds, which the follower checks (a
+    follower that lost its log, or entries it had acknowledged, refuses); ``leader_commit``: the leader's
+    own commit index, so the follower knows how far behind it is."""
     commit: U64
+    match: U64 = 0
+    match_term: U64 = 0
+    leader_commit: U64 = 0
 
 
 class HeartbeatResponse(_Msg, tag=6):
-    pass
+    """``reject``: the follower does not hold the heartbeat's (match, match_term) entry; ``index`` is that
+    match and (hint_index, hint_term) the follower's best guess of where the logs agree."""
+    reject: bool = False
+    index: U64 = 0
+    hint_index: U64 = 0
+    hint_term: U64 = 0
 
 
 class InstallSnapshot(_Msg, tag=7):

@@ -55,11 +55,15 @@ class ProposalDropped(RaftError):
 
 class Ready:
     """One batch of work for the driver. Order: persist ``snapshot``, then ``entries`` (they replace any
-    stored entries from ``entries[0][0]`` on), then ``hard_state``; fsync if ``must_sync``; then send
-    ``messages``; then apply ``snapshot.data`` (if any) and ``committed_entries``; then ``advance``."""
-    __slots__ = ("hard_state", "entries", "snapshot", "messages", "committed_entries", "soft_state", "must_sync")
+    stored entries from ``entries[0][0]`` on), then ``hard_state``, then ``base_peers`` (when not None:
+    the voters at the start of the log, learnt from the leader, to be used instead of the founding set the
+    driver stored); fsync if ``must_sync``; then send ``messages``; then apply ``snapshot.data`` (if any)
+    and ``committed_entries``; then ``advance``."""
+    __slots__ = ("hard_state", "entries", "snapshot", "messages", "committed_entries", "soft_state", "must_sync",
+                 "base_peers")
 
-    def __init__(self, hard_state, entries, snapshot, messages, committed_entries, soft_state, must_sync):
+    def __init__(self, hard_state, entries, snapshot, messages, committed_entries, soft_state, must_sync,
+                 base_peers=None):
         self.hard_state: Optional[HardState] = hard_state
         self.entries: list = entries
         self.snapshot: Optional[Snapshot] = snapshot
@@ -67,6 +71,7 @@ class Ready:
         self.committed_entries: list = committed_entries
         self.soft_state: Optional[tuple] = soft_state  # (leader, role) when it changed, else None
         self.must_sync: bool = must_sync
+        self.base_peers: Optional[tuple] = base_peers
 
     def __repr__(self) -> str:
         return (f"Ready(hs={self.hard_state}, entries={len(self.entries)}, snap={self.snapshot is not None}, "
@@ -158,11 +163,20 @@ class Node:
         self._prev_hs = (self.term, self.vote, self.commit)
         self._prev_soft: tuple = (None, FOLLOWER)
         self._snap_out: Optional[Snapshot] = None
+        self._base_out: Optional[tuple] = None
         self._outstanding: Optional[Ready] = None
         self._need_bcast = False
         self.msgs: list = []
         self.ticks = 0
         self.invalid_messages = 0  # well-formed messages that no correct peer sends (surfaced in status)
+        # (follower) the leader's commit index as last told: above our own, we know we are behind
+        self.leader_commit = 0
+        # (follower) our log was found not to match the leader's (we refused an append or a heartbeat) and we
+        # have not yet reached the leader's commit since: nats-server's "catching up"
+        self.catching_up = False
+        # (leader) followers found lacking entries they had acknowledged (a lost log), and the last one
+        self.lost_logs = 0
+        self.last_lost: Optional[tuple] = None  # (peer, what it had acknowledged, its hint)
         self.role = FOLLOWER
         self.leader: Optional[str] = None
         self.prs: dict = {}
@@ -254,6 +268,7 @@ class Node:
         self.votes = {}
         self.prs = {}
         self.transferee = None
+        self.leader_commit = 0
 
     def _become_follower(self, term: int, leader: Optional[str]) -> None:
         self._reset(term)
@@ -344,7 +359,11 @@ class Node:
                 self.heartbeat_elapsed = 0
                 commit = self.commit
                 for p, pr in self.prs.items():
-                    self.msgs.append(Heartbeat(self.term, self.id, p, min(pr.match, commit)))
+                    # (the follower checks it still holds the entry at its match: one that lost its log
+                    # refuses, and is caught up from where it really is)
+                    mt = self.term_at(pr.match)
+                    mi = pr.match if mt is not None else 0
+                    self.msgs.append(Heartbeat(self.term, self.id, p, min(mi, commit), mi, mt or 0, commit))
             return
         self.election_elapsed += 1
         if self.election_elapsed >= self.randomized_timeout and self.id in self.voters:
@@ -394,10 +413,7 @@ class Node:
                 if t is AppendEntries:
                     self._handle_append(m)
                 elif t is Heartbeat:
-                    c = min(m.commit, self.last_index())
-                    if c > self.commit:
-                        self.commit = c
-                    self.msgs.append(HeartbeatResponse(self.term, self.id, m.frm))
+                    self._handle_heartbeat(m)
                 else:
                     self._handle_snapshot(m)
             elif t is TimeoutNow:
@@ -487,11 +503,39 @@ class Node:
 
     # ---- follower side -----------------------------------------------------------------------------------
 
+    def _handle_heartbeat(self, m: Heartbeat) -> None:
+        if m.leader_commit > self.leader_commit:
+            self.leader_commit = m.leader_commit
+        mi = m.match
+        if mi > self.offset and self.term_at(mi) != m.match_term:
+            # the leader thinks we hold an entry we do not (our log was lost, or entries we had
+            # acknowledged): say so, and where our log may still agree with its, so that it starts over
+            hint = self._find_conflict_by_term(min(mi, self.last_index()), m.match_term)
+            self.msgs.append(HeartbeatResponse(self.term, self.id, m.frm, True, mi, hint, self.term_at(hint) or 0))
+            self.catching_up = True
+            return
+        c = min(m.commit, self.last_index())  # (m.commit is at most the match just checked)
+        if c > self.commit:
+            self.commit = c
+        if self.catching_up and self.commit >= self.leader_commit:
+            self.catching_up = False
+        self.msgs.append(HeartbeatResponse(self.term, self.id, m.frm))
+
     def _handle_append(self, m: AppendEntries) -> None:
+        if m.commit > self.leader_commit:
+            self.leader_commit = m.commit
         if m.prev_index < self.commit:
+            if self.catching_up and self.commit >= self.leader_commit:
+                self.catching_up = False
             self.msgs.append(AppendResponse(self.term, self.id, m.frm, self.commit))
             return
         if self.term_at(m.prev_index) == m.prev_term:
+            if m.prev_index == 0 and m.peers is not None and self.offset == 0 and tuple(m.peers) != self.conf_base:
+                # the leader's log from its very start: its founding voters replace the set we started with
+                # (a member that lost everything guessed it from the servers it knew)
+                self.conf_base = tuple(m.peers)
+                self._set_voters()
+                self._base_out = self.conf_base
             ents = m.entries
             last_new = m.prev_index + len(ents)
             last = self.last_index()
@@ -509,15 +553,20 @@ class Node:
             c = min(m.commit, last_new)
             if c > self.commit:
                 self.commit = c
+            if self.catching_up and self.commit >= self.leader_commit:
+                self.catching_up = False
             if not m.quiet or ents:
                 self.msgs.append(AppendResponse(self.term, self.id, m.frm, last_new))
         else:
             hint = self._find_conflict_by_term(min(m.prev_index, self.last_index()), m.prev_term)
             self.msgs.append(AppendResponse(self.term, self.id, m.frm, m.prev_index, True, hint,
                                             self.term_at(hint) or 0))
+            self.catching_up = True
 
     def _handle_snapshot(self, m: InstallSnapshot) -> None:
         s = m.snapshot
+        if s.index > self.leader_commit:
+            self.leader_commit = s.index
         if s.index <= self.commit:
             self.msgs.append(AppendResponse(self.term, self.id, m.frm, self.commit))
             return
@@ -535,6 +584,8 @@ class Node:
             self.stable = s.index
             self.unstable_from = s.index + 1
             self._snap_out = s
+        if self.catching_up and self.commit >= self.leader_commit:
+            self.catching_up = False
         self.msgs.append(AppendResponse(self.term, self.id, m.frm, s.index))
 
     def _handle_vote(self, m: VoteRequest) -> None:
@@ -586,7 +637,8 @@ class Node:
         if not ents and not allow_empty:
             return False
         self.msgs.append(AppendEntries(self.term, self.id, p, prev, prev_term, self.commit, ents,
-                                       quiet and not ents and state == REPLICATE))
+                                       quiet and not ents and state == REPLICATE,
+                                       self.conf_base if prev == 0 else None))
         if state == REPLICATE:
             if ents:
                 pr.next = ents[-1][0] + 1
@@ -667,9 +719,10 @@ class Node:
                 return
             hint = m.hint_index
             if hint < pr.match:
-                # (a fresh refusal whose hint is below what the follower acknowledged: a member with its log in
-                # memory restarted and lost it, as a memory-storage group's may; it is caught up from its end)
-                pr.match = hint
+                # (a fresh refusal whose hint is below what the follower acknowledged: it lost its log, as a
+                # memory-storage group's member does on restart or a server whose store was deleted; nothing
+                # it acknowledged counts any more, it is caught up from its end)
+                self._lost_log(m.frm, pr, hint)
             if hint > self.offset:
                 hint = self._find_conflict_by_term(min(hint, self.last_index()), m.hint_term)
             pr.become_probe(max(min(m.index, hint + 1), pr.match + 1))
@@ -699,6 +752,11 @@ class Node:
             if pr.match < self.last_index():
                 self._send_append(m.frm, pr, False)
 
+    def _lost_log(self, p: str, pr: Progress, hint: int) -> None:
+        self.lost_logs += 1
+        self.last_lost = (p, pr.match, hint)
+        pr.match = 0
+
     def _handle_heartbeat_response(self, m: HeartbeatResponse) -> None:
         pr = self.prs.get(m.frm)
         if pr is None:
@@ -706,6 +764,18 @@ class Node:
         pr.recent_active = True
         pr.last_seen = self.ticks
         pr.heard = True
+        if m.reject:
+            # the follower lacks the entry at the match this heartbeat named; stale unless that is still its
+            # match (a refusal that crossed the acknowledgement of a catch-up, a duplicate)
+            if m.index != pr.match or m.index == 0 or pr.state == SNAPSHOT or m.index > self.last_index():
+                return
+            hint = min(m.hint_index, m.index - 1)
+            self._lost_log(m.frm, pr, hint)
+            if hint > self.offset:
+                hint = self._find_conflict_by_term(min(hint, self.last_index()), m.hint_term)
+            pr.become_probe(hint + 1)
+            self._send_append(m.frm, pr, True)
+            return
         if pr.state == PROBE:
             pr.paused = False
         elif pr.state == SNAPSHOT:
@@ -723,7 +793,7 @@ class Node:
         if self._outstanding is not None:
             return False
         return bool(self.msgs or self._need_bcast or self.unstable_from <= self.last_index()
-                    or self.commit > self.applying or self._snap_out is not None
+                    or self.commit > self.applying or self._snap_out is not None or self._base_out is not None
                     or (self.term, self.vote, self.commit) != self._prev_hs
                     or (self.leader, self.role) != self._prev_soft)
 
@@ -763,9 +833,13 @@ class Node:
             self._prev_soft = soft
         else:
             soft = None
+        base = self._base_out
+        if base is not None:
+            self._base_out = None
+            must_sync = True
         msgs = self.msgs
         self.msgs = []
-        rd = Ready(hard, ents, snap, msgs, committed, soft, must_sync)
+        rd = Ready(hard, ents, snap, msgs, committed, soft, must_sync, base)
         self._outstanding = rd
         return rd
 
@@ -793,6 +867,8 @@ class Node:
         st = {"id": self.id, "role": self.role, "term": self.term, "vote": self.vote, "leader": self.leader,
               "commit": self.commit, "applied": self.applied, "last_index": last,
               "snapshot_index": self.offset, "voters": list(self.voters),
+              "leader_commit": self.commit if self.role == LEADER else self.leader_commit,
+              "catching_up": self.catching_up, "lost_logs": self.lost_logs,
               "invalid_messages": self.invalid_messages, "peers": {}}
         if self.role == LEADER:
             for p, pr in self.prs.items():

@@ -25,7 +25,7 @@ from typing import Optional
 import msgspec
 
 from .msgs import ENTRY_CONF, ENTRY_NORMAL, HardState, Snapshot, TimeoutNow, VoteResponse, decode, encode
-from .node import ADD, LEADER, REMOVE, Node, RaftError
+from .node import ADD, CANDIDATE, LEADER, REMOVE, Node, RaftError
 
 TICK = 10
 ELECTION_TICK = 10
@@ -50,13 +50,14 @@ MUTATIONS = {"forget_vote": "the driver persists the hard state without the vote
 
 class SimDisk:
     """Durable state (hard state, snapshot, entries) plus the writes not yet synced."""
-    __slots__ = ("hs", "snap", "entries", "pending")
+    __slots__ = ("hs", "snap", "entries", "pending", "base")
 
     def __init__(self) -> None:
         self.hs: Optional[HardState] = None
         self.snap: Optional[Snapshot] = None
         self.entries: list = []
         self.pending: list = []
+        self.base: Optional[tuple] = None  # the voters at the start of the log, when learnt from a leader
 
     def write(self, op: str, arg) -> None:
         self.pending.append((op, arg))
@@ -85,6 +86,8 @@ class SimDisk:
                 pos = 0
             del self.entries[pos:]
             self.entries.extend(arg)
+        elif op == "base":
+            self.base = arg
         elif op == "snap":  # installed from the leader: replaces the whole log
             self.snap = arg
             self.entries = []
@@ -119,7 +122,7 @@ class SimNode:
         d = self.disk
         self.sm = list(_sm_decoder.decode(d.snap.data)) if d.snap else []
         self.sm_index = d.snap.index if d.snap else 0
-        self.node = sim.node_cls(self.id, self.bootstrap, rng=random.Random(sim.rng.getrandbits(32)),
+        self.node = sim.node_cls(self.id, d.base if d.base is not None else self.bootstrap, rng=random.Random(sim.rng.getrandbits(32)),
                          election_tick=ELECTION_TICK, heartbeat_tick=1, max_entries_per_msg=sim.batch,
                          max_inflight=sim.inflight, hard_state=d.hs, snapshot=d.snap, entries=d.entries)
         self.up = True
@@ -300,6 +303,8 @@ class Sim:
             disk.write("snap", rd.snapshot)
         if rd.entries:
             disk.write("ents", list(rd.entries))
+        if rd.base_peers is not None:
+            disk.write("base", rd.base_peers)
         if rd.hard_state is not None:
             hs = rd.hard_state
             if "forget_vote" in self.mutations:
@@ -398,7 +403,7 @@ class Sim:
         nodes = list(self.nodes.values())
         up = [sn for sn in nodes if sn.up]
         kind = rng.choice(("crash", "crash", "bounce", "bounce", "restart", "restart", "pause", "resume", "partition", "oneway",
-                           "heal", "net", "net", "add", "remove", "transfer", "transfer"))
+                           "heal", "net", "net", "add", "remove", "transfer", "transfer", "wipe"))
         if kind == "crash" and up:
             sn = rng.choice(up)
             sn.crash()
@@ -406,6 +411,15 @@ class Sim:
             sn = rng.choice(up)
             sn.crash()
             self.at(self.now + rng.randrange(1, 30), self.restart, sn.id, sn.inc)
+        elif kind == "wipe":
+            sn = self.wipe_candidate()
+            if sn is None:
+                return
+            # the disk is lost (a replaced machine, a deleted store directory): the node comes back with its
+            # identity only, an empty log, no term and no vote
+            sn.crash()
+            sn.disk = SimDisk()
+            self.at(self.now + rng.randrange(1, 60), self.restart, sn.id, sn.inc)
         elif kind == "restart":
             down = [sn for sn in nodes if not sn.up]
             if down:
@@ -451,6 +465,52 @@ class Sim:
         self.log.append(f"t={self.now} {kind}")
         self.stats[kind] += 1
 
+    def wipe_candidate(self) -> Optional[SimNode]:
+        """A follower whose disk may be lost without breaking RAFT's guarantees (no algorithm survives every
+        such loss: a wiped member forgets its vote and the entries it acknowledged). Chosen only when
+        (1) it follows the one leader in the leader's term, every other node's durable term is at least its
+        own and nobody campaigns in that term (the vote it forgets can never be asked for again), and
+        (2) without it, enough voters durably hold every entry that is or may still be committed (up to the
+        highest commit anywhere and its own last entry, which the leader may have counted) that any quorum
+        meets one of them."""
+        ld = self.leader()
+        if ld is None:
+            return None
+        lead = ld.node
+        if any(sn.up and sn is not ld and sn.node.role is LEADER for sn in self.nodes.values()):
+            return None
+        voters = lead.voters
+        need = len(voters) - (len(voters) // 2 + 1) + 1
+        top = max([sn.node.commit for sn in self.nodes.values() if sn.up] + [max(self.checker.committed, default=0)])
+        for sn in self.nodes.values():
+            node = sn.node
+            if (not sn.up or sn.paused or sn is ld or sn.id not in voters or node.term != lead.term
+                    or node.leader != ld.id):
+                continue
+            d = sn.disk
+            term = d.hs.term if d.hs else 0
+            if any((o.disk.hs.term if o.disk.hs else 0) < term for o in self.nodes.values() if o is not sn):
+                continue
+            if any(o.up and o.node.role is CANDIDATE and o.node.term == term for o in self.nodes.values()):
+                continue
+            last = (d.snap.index if d.snap else 0) + len(d.entries)
+            upto = max(top, last)
+            c = self.checker.committed.get(upto)
+            want = c[0] if c is not None else lead.term_at(upto)
+            if want is None or upto > lead.last_index():
+                continue
+            holders = 0
+            for o in self.nodes.values():
+                if o is sn or o.id not in voters:
+                    continue
+                od = o.disk
+                base = od.snap.index if od.snap else 0
+                if base >= upto or (upto - base - 1 < len(od.entries) and od.entries[upto - base - 1][1] == want):
+                    holders += 1
+            if holders >= need:
+                return sn
+        return None
+
     def restart(self, nid: str, inc: int) -> None:
         sn = self.nodes[nid]
         if not sn.up and sn.inc == inc:
@@ -479,6 +539,19 @@ class Sim:
         self.at(self.rng.randrange(100, 300), self.fault)
         self.run_until(self.fault_time)
         self.heal()
+        self.quiet_catch_up("healing")
+        if not chk.violations and self.rng.random() < 0.5:
+            # a member of the idle group loses its disk and comes back empty (as a deleted store directory):
+            # the leader, which holds it as current, must notice and catch it up without any new proposal
+            sn = self.wipe_candidate()
+            if sn is not None:
+                self.stats["idle_wipes"] += 1
+                self.log.append(f"t={self.now} idle wipe {sn.id}")
+                sn.crash()
+                sn.disk = SimDisk()
+                self.at(self.now + self.rng.randrange(1, 60), self.restart, sn.id, sn.inc)
+                self.run_until(self.now + 60)
+                self.quiet_catch_up(f"{sn.id} lost its disk in the idle group")
         deadline = self.now + self.heal_bound
         markers: set = set()
         while not chk.violations:
@@ -502,6 +575,24 @@ class Sim:
         if not chk.violations:
             self.final_checks()
         return chk.violations
+
+    def quiet_catch_up(self, after: str) -> None:
+        """Without any new proposal, the leader's heartbeats alone must bring every member up to its commit."""
+        chk = self.checker
+        deadline = self.now + self.heal_bound
+        while not chk.violations:
+            if self.now >= deadline:
+                ld = self.leader()
+                behind = sorted(p for p in ld.node.voters if self.nodes[p].sm_index < ld.node.commit) if ld else []
+                chk.fail(f"liveness: within {self.heal_bound} time units after {after}, with no new proposal, the "
+                         f"members did not all apply the leader's commit (leader: {ld.id if ld else None}, "
+                         f"behind: {behind})")
+                return
+            self.run_until(self.now + 5 * TICK)
+            ld = self.leader()
+            if ld is not None and ld.node.commit == ld.node.last_index() and all(
+                    self.nodes[p].up and self.nodes[p].sm_index >= ld.node.commit for p in ld.node.voters):
+                return
 
     def heal(self) -> None:
         self.blocked = set()
