@@ -45,6 +45,22 @@ _HEAD = 2  # index of the first sequence slot in a per-subject list
 _MATCH_CACHE_MAX = 65536
 
 
+def is_delete_marker(hdr: bytes | None) -> bool:
+    """A subject delete marker: a ``Nats-Marker-Reason`` header, or a KV purge (``KV-Operation: PURGE``), as
+    nats-server counts them. Expiring one leaves no new marker behind."""
+    if not hdr:
+        return False
+    for line in hdr.split(b"\r\n")[1:]:
+        k, sep, v = line.partition(b":")
+        if not sep:
+            continue
+        if k == b"Nats-Marker-Reason" and v.strip():
+            return True
+        if k == b"KV-Operation" and v.strip() == b"PURGE":
+            return True
+    return False
+
+
 def _is_all(filter: str | None) -> bool:
     return not filter or filter == ">"
 
@@ -775,7 +791,7 @@ class IndexedStore:
         last_of_subject = ss is not None and ss[0] == 1
         if last_of_subject:
             sm = self._materialize(e)
-            if b"Nats-Marker-Reason:" in sm.hdr:
+            if is_delete_marker(sm.hdr):
                 last_of_subject = False
         self._remove(e.seq)
         if last_of_subject:

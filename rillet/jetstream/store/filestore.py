@@ -69,7 +69,7 @@ from typing import Any, Iterator
 
 import msgspec
 
-from ._core import _NS, IndexedStore, MemConsumerStore, _is_all
+from ._core import _NS, IndexedStore, MemConsumerStore, _is_all, is_delete_marker
 from ._fsindex import Block, BlockIndex, encode_index, read_columns, read_summary
 from ._fsquery import _NOKEY, BlockQueries
 from ._fsrecover import BlockRecovery
@@ -1231,7 +1231,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         last_of_subject = ps is not None and ps[0] == 1
         if last_of_subject:
             sm = self._read_msg(blk, x, slot)
-            if b"Nats-Marker-Reason:" in sm.hdr:
+            if is_delete_marker(sm.hdr):
                 last_of_subject = False
         self._remove(x.base + slot)
         if last_of_subject:
