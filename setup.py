@@ -1,4 +1,4 @@
-"""The optional compiled lane (rillet/_speedups, chosen at run time by rillet/lane.py); everything else about
+"""The optional compiled lane (rillet/_speedups, chosen at run time by rillet.lane); everything else about
 the project is declared in pyproject.toml.
 
 ``pip install .`` / ``pip install -e .`` compile the Cython twins where Cython and a C compiler are present.

@@ -1,4 +1,4 @@
-"""Both lanes for tests (rillet/lane.py): the pure-Python parsers and their compiled twins.
+"""Both lanes for tests (rillet.lane): the pure-Python parsers and their compiled twins.
 
 ``LANES`` parametrizes a fixture; ``parser_class(lane, name)`` gives that lane's ``ClientParser``,
 ``ServerParser`` or ``wire``. The compiled lane is skipped (with the reason) where the extension was not

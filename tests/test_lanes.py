@@ -1,4 +1,4 @@
-"""The compiled lane against its pure-Python twin (rillet/lane.py): the same bytes, cut at every point, give
+"""The compiled lane against its pure-Python twin (rillet.lane): the same bytes, cut at every point, give
 the same handler calls, the same ProtocolError (client_error, detail, reason), the same bytes kept pending;
 the frame builders give the same bytes.
 

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled twin of rillet.protocol.parser.ClientParser (see rillet/lane.py).
+"""Compiled twin of rillet.protocol.parser.ClientParser (see rillet.lane).
 
 A subclass of the pure-Python parser: ``_parse`` walks the buffer in C and handles the well-formed common
 operations itself -- ``PUB``, ``HPUB``, ``SUB``, ``UNSUB`` in upper case with single spaces between their

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Compiled twin of rillet.cluster.protocol: the route/gateway/leaf parser and the message frame builders
-(see rillet/lane.py).
+(see rillet.lane).
 
 ``ServerParser`` is a subclass of the pure-Python parser whose ``_parse`` walks the buffer in C and handles
 the message operations itself -- ``RMSG``, ``HMSG`` and ``LMSG`` in upper case, single spaces between the

@@ -20,12 +20,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rillet.cluster import info as ci
+from rillet import lane
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind
 from rillet.subjects.sublist import Sublist
+
+_wire = lane.wire  # the message frame builders of the running lane (rillet.lane)
 
 if TYPE_CHECKING:
     from rillet.cluster.gateway import Gateway, RemoteCfg
@@ -81,7 +84,7 @@ class GatewayConn(ServerConn):
         self.use_old_prefix = False
         self.outsim: dict[bytes, OutAccount | None] = {}
         self.insim: dict[bytes, InAccount | None] = {}
-        self.parser = cp.ServerParser(self, cp.GATEWAY, max_control_line=self.server.opts.max_control_line)
+        self.parser = lane.ServerParser(self, cp.GATEWAY, max_control_line=self.server.opts.max_control_line)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -358,14 +361,14 @@ class GatewayConn(ServerConn):
                  msg: bytes) -> None:
         out = self.out
         if hdr < 0:
-            out += cp.rmsg_head(account, subject, reply, queues, len(msg))
+            out += _wire.rmsg_head(account, subject, reply, queues, len(msg))
             out += msg
         elif self.headers:
-            out += cp.hmsg_head(account, subject, reply, queues, hdr, len(msg))
+            out += _wire.hmsg_head(account, subject, reply, queues, hdr, len(msg))
             out += msg
         else:
             payload = msg[hdr:]
-            out += cp.rmsg_head(account, subject, reply, queues, len(payload))
+            out += _wire.rmsg_head(account, subject, reply, queues, len(payload))
             out += payload
         out += _CRLF
         self.out_msgs += 1

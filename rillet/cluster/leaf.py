@@ -54,6 +54,7 @@ import rillet
 import rillet.server.msgtrace as _mt
 from rillet import compression as cc
 from rillet.cluster import info as ci
+from rillet import lane
 from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
 from rillet.cluster.conn import ServerConn
@@ -66,6 +67,8 @@ from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_matches_filter
+
+_wire = lane.wire  # the message frame builders of the running lane (rillet/lane.py)
 
 if TYPE_CHECKING:
     from rillet.config.leaf_section import LeafNodeOptions, RemoteLeafOptions
@@ -175,8 +178,8 @@ class LeafConn(ServerConn):
         self.smap = LocalInterest()  # what we announced to the peer (account key unused: b"")
         self.remote_interest = RemoteInterest()
         self.rsubs: dict[tuple, RemoteSub] = {}
-        self.parser = cp.ServerParser(self, cp.LEAF, max_control_line=self.server.opts.max_control_line,
-                                      max_payload=self.server.opts.max_payload)
+        self.parser = lane.ServerParser(self, cp.LEAF, max_control_line=self.server.opts.max_control_line,
+                                        max_payload=self.server.opts.max_payload)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -715,14 +718,14 @@ class LeafConn(ServerConn):
             return
         out = self.out
         if hdr < 0:
-            out += cp.leaf_msg_head(subject, reply, queues, len(msg))
+            out += _wire.leaf_msg_head(subject, reply, queues, len(msg))
             out += msg
         elif self.headers:
-            out += cp.leaf_hmsg_head(subject, reply, queues, hdr, len(msg))
+            out += _wire.leaf_hmsg_head(subject, reply, queues, hdr, len(msg))
             out += msg
         else:
             payload = msg[hdr:]
-            out += cp.leaf_msg_head(subject, reply, queues, len(payload))
+            out += _wire.leaf_msg_head(subject, reply, queues, len(payload))
             out += payload
         out += _CRLF
         self.out_msgs += 1

@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from rillet import compression as cc
 from rillet.cluster import info as ci
+from rillet import lane
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import Change, RemoteInterest
 from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind
+
+_wire = lane.wire  # the message frame builders of the running lane (rillet.lane)
 
 if TYPE_CHECKING:
     from rillet.cluster.cluster import Cluster
@@ -95,8 +98,8 @@ class RouteConn(ServerConn):
         self.lmsg_origin: bytes | None = None  # origin of the LMSG being delivered (rillet.cluster.leaf)
         self.remote = RemoteInterest()
         self.rsubs: dict[tuple, tuple[Any, RemoteSub]] = {}
-        self.parser = cp.ServerParser(self, cp.ROUTE, max_control_line=self.server.opts.max_control_line,
-                                      account=account.encode("utf-8", "surrogateescape") if account else None)
+        self.parser = lane.ServerParser(self, cp.ROUTE, max_control_line=self.server.opts.max_control_line,
+                                        account=account.encode("utf-8", "surrogateescape") if account else None)
         self._accounts: dict[bytes, Any] = {}
         self._live_timer: asyncio.TimerHandle | None = None
         self._live_at = 0.0  # loop time of the last liveness tick
@@ -458,14 +461,14 @@ class RouteConn(ServerConn):
         if self.pinned_acc:
             account = None  # (a pinned route's account is not on the wire)
         if hdr < 0:
-            out += cp.rmsg_head(account, subject, reply, queues, len(msg))
+            out += _wire.rmsg_head(account, subject, reply, queues, len(msg))
             out += msg
         elif self.headers:
-            out += cp.hmsg_head(account, subject, reply, queues, hdr, len(msg))
+            out += _wire.hmsg_head(account, subject, reply, queues, hdr, len(msg))
             out += msg
         else:  # a peer without headers gets the payload only
             payload = msg[hdr:]
-            out += cp.rmsg_head(account, subject, reply, queues, len(payload))
+            out += _wire.rmsg_head(account, subject, reply, queues, len(payload))
             out += payload
         out += _CRLF
         self.out_msgs += 1
@@ -483,8 +486,8 @@ class RouteConn(ServerConn):
         if hdr >= 0 and not self.headers:
             msg, hdr = msg[hdr:], -1
         out = self.out
-        out += cp.lmsg_head(origin, None if self.pinned_acc else account, subject, reply, queues, max(hdr, 0),
-                            len(msg))
+        out += _wire.lmsg_head(origin, None if self.pinned_acc else account, subject, reply, queues, max(hdr, 0),
+                               len(msg))
         out += msg
         out += _CRLF
         self.out_msgs += 1

@@ -17,7 +17,8 @@ import msgspec
 import rillet.server.msgtrace as _mt
 from rillet.goquote import go_quote
 from rillet.gotime import format_seconds
-from rillet.protocol.parser import ClientParser, ProtocolError
+from rillet import lane
+from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import PermChecker
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import plain_ip
@@ -90,7 +91,7 @@ class Client(asyncio.Protocol):
         self.closed = False
         self.close_reason = ""
         opts = server.opts
-        self.parser = ClientParser(self, opts.max_payload, opts.max_control_line)
+        self.parser = lane.ClientParser(self, opts.max_payload, opts.max_control_line)  # (rillet/lane.py)
         self.parser.headers = False  # until CONNECT says otherwise
         self.account: Account = server.global_account
         self.sublist_match = self.account.sublist.match

@@ -18,7 +18,8 @@ Importers take the classes from here:
                    leaf_hmsg_head, frame (rillet.cluster.protocol or its twin)
 
 ``ServerParser`` and ``wire`` are loaded on first use, so that importing this module (the client connection
-does) does not load ``rillet.cluster``.
+does) does not load ``rillet.cluster``. (A package rather than a top-level module: top-level modules import
+no subpackage, tests/test_import_cycles.py.)
 """
 from __future__ import annotations
 
