@@ -126,3 +126,16 @@ def remove_headers(hdr: bytes, keys: set[str]) -> bytes:
     if len(kept) == 1 and kept[0] == b"NATS/1.0":
         return b""
     return _CRLF.join(kept) + _CRLF + _CRLF
+
+
+def remove_header_prefixes(hdr: bytes, prefixes: tuple[str, ...]) -> bytes:
+    """``hdr`` without the lines whose key starts with one of ``prefixes`` (case as given, as nats-server when
+    a source drops a message's ``Nats-Expected-*`` and ``Nats-Batch-*`` headers); b"" when nothing remains."""
+    if not hdr:
+        return hdr
+    pfx = tuple(p.encode() for p in prefixes)
+    lines = hdr.split(_CRLF)
+    kept = [lines[0]] + [ln for ln in lines[1:] if ln and not ln.startswith(pfx)]
+    if len(kept) == 1 and kept[0] == b"NATS/1.0":
+        return b""
+    return _CRLF.join(kept) + _CRLF + _CRLF

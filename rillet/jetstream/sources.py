@@ -366,9 +366,13 @@ class Origin:
         self.lag = max(pending, 0)
         subj = subject.decode("utf-8", "surrogateescape")
         if hdr_b:
-            # batching is not carried over by sourcing or mirroring (as nats-server)
-            hdr_b = H.remove_headers(hdr_b, {SOURCE_HDR, "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"})
+            # batching is not carried over by sourcing or mirroring (as nats-server); a mirror keeps the
+            # origin's Nats-Stream-Source (a mirror of a sourcing stream, as nats-server), a source sets its own
+            drop = {"Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"}
+            hdr_b = H.remove_headers(hdr_b, drop if self.mirror else drop | {SOURCE_HDR})
         if self.mirror:
+            # the mirror's subject transforms, then the stream's own (as nats-server)
+            subj = stream.input_subject(self._transform(subj))
             if not self._store_mirror(subj, hdr_b, data, sseq, ts):
                 return
             if self.lag < DIRECT_CAUGHT_UP and not stream.mirror_direct_ready and stream.cfg.mirror_direct:
@@ -377,7 +381,12 @@ class Origin:
                 stream.set_mirror_direct(True)
         else:
             orig = subj
-            subj = self._transform(subj)
+            # the source's subject transforms, then the stream's own (as nats-server: a stream without
+            # subjects that sources "foo.west.>" with subject_transform foo.*.> -> foo.> stores foo.x)
+            subj = stream.input_subject(self._transform(subj))
+            if hdr_b:
+                # the origin's expectations were checked by the origin (as nats-server, not checked again)
+                hdr_b = H.remove_header_prefixes(hdr_b, ("Nats-Expected-", "Nats-Batch-"))
             tag = self.header_tag
             # "<origin> <origin seq> <filters> <destinations> <origin subject>" as nats-server 2.12+ (the
             # origin subject lets a counter stream keep a total per origin subject, rillet.jetstream.counters)

@@ -204,13 +204,7 @@ class Stream:
             hdr_b, data = msg[:hdr], msg[hdr:]
         else:
             hdr_b, data = b"", msg
-        subj = subject.decode("utf-8", "surrogateescape")
-        st = self.cfg.subject_transform
-        if st is not None and st.dest:
-            src = st.src or ">"
-            if subject_matches_filter(subj, src):
-                from rillet.jetstream.transform import transform_subject
-                subj = transform_subject(src, st.dest, subj)
+        subj = self.input_subject(subject.decode("utf-8", "surrogateescape"))
         if hdr > 0 and _mt.CURRENT is not None:  # a traced message: the js event (rillet.server.msgtrace)
             hdr_b = _mt.CURRENT.jetstream(self, subj, hdr_b)  # (stored with its trace disabled)
             if hdr_b is None:
@@ -227,6 +221,18 @@ class Stream:
                     fastbatch.process(self, subj, reply, hdr_b, data, ctl)
                     return
         self.process(subj, reply, hdr_b, data)
+
+    def input_subject(self, subj: str) -> str:
+        """``subj`` through the stream's own ``subject_transform`` (unchanged when it does not match): what
+        every message the stream stores goes through, published, sourced (after the source's transforms) or
+        mirrored (after the mirror's), as nats-server."""
+        st = self.cfg.subject_transform
+        if st is not None and st.dest:
+            src = st.src or ">"
+            if subject_matches_filter(subj, src):
+                from rillet.jetstream.transform import transform_subject
+                return transform_subject(src, st.dest, subj)
+        return subj
 
     def process(self, subject: str, reply: bytes | None, hdr: bytes, data: bytes, ts: int = 0,
                 sourced: bool = False, fast: Any = None) -> int:
@@ -835,12 +841,13 @@ class Stream:
         from rillet.jetstream.transform import transform_subject
         dest = transform_subject(src, rp.dest, subject)
         prev = self._prev_seq_for_subject(subject, seq)
+        # (in nats-server's order, added after the message's own headers)
         pairs = [(H.STREAM, self.name), (H.SUBJECT, subject), (H.SEQUENCE, str(seq)),
-                 (H.LAST_SEQUENCE, str(prev)), (H.TIMESTAMP, format_time(ts))]
+                 (H.TIMESTAMP, format_time(ts)), (H.LAST_SEQUENCE, str(prev))]
         if rp.headers_only:
             pairs.append(("Nats-Msg-Size", str(len(data))))
             data = b""
-        new_hdr = H.set_headers(hdr, pairs)
+        new_hdr = H.append_headers(hdr, pairs)
         self.ic.publish(dest.encode(), None, new_hdr + data, len(new_hdr))
 
     def _prev_seq_for_subject(self, subject: str, seq: int) -> int:

@@ -13,8 +13,10 @@ def _compiled(src: str, dest: str) -> SubjectTransform:
 
 
 def transform_subject(src: str, dest: str, subject: str) -> str:
-    """``subject`` (which matches ``src``) rewritten by ``dest``; unchanged when there is no destination."""
-    if not dest or dest == ">":
+    """``subject`` (which matches ``src``) rewritten by ``dest``; unchanged when there is no destination. A
+    destination of only ``>`` keeps what the source's ``>`` matched (``w.*.>`` -> ``>``: ``w.a.b.c`` -> ``b.c``),
+    as nats-server; with a source of ``>`` too that is the subject itself."""
+    if not dest:
         return subject
     out = _compiled(src or ">", dest).match_transform(subject)
     return subject if out is None else out
