@@ -9,19 +9,54 @@ that the limits are hit, with and without the CONNECT handshake.
 """
 from __future__ import annotations
 
+import io
 import os
+import re
+import subprocess
+import sys
 
+import aiohttp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lanes import COMPILED_ERROR, parser_class
 from rillet import lane
+from rillet.config.options import Options
 from rillet.protocol.parser import ProtocolError
+from rillet.server.embed import run_server
+from rillet.server.logging import Logger
 
 pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _version(env_pure: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "RILLET_PURE"}
+    if env_pure is not None:
+        env["RILLET_PURE"] = env_pure
+    r = subprocess.run([sys.executable, "-m", "rillet.server", "--version"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_version_names_the_lane():
+    assert re.fullmatch(r"nats-server: v\S+ \(rillet \S+, compiled lane\)", _version(None)), _version(None)
+    assert _version("0").endswith(", compiled lane)")
+    assert _version("1").endswith(", pure-Python lane)")
+
+
+async def test_varz_names_the_lane():
+    out = io.StringIO()
+    async with run_server(Options(host="127.0.0.1", port=-1, http_port=-1, http_host="127.0.0.1"),
+                          log=Logger(out=out)) as srv:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{srv.http_addr[1]}/varz") as r:
+                v = await r.json()
+    assert v["rillet_lane"] == lane.LANE and list(v)[:3] == ["server_id", "server_name", "version"]
+    assert f"  Lane:     {lane.NAME}" in out.getvalue()  # the startup log says it too
 
 
 def test_compiled_lane_is_built():

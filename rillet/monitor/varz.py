@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import rillet
+from rillet import lane
 from rillet.gotime import format_time, unix_ns
 from rillet.monitor import procstats
 from rillet.monitor.gofmt import num, secs_to_ns, uptime
@@ -422,4 +423,5 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["stale_connection_stats"] = {"clients": getattr(server, "stale_connections", 0), "routes": 0,
                                    "gateways": 0, "leafs": 0}
     v["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}
+    v["rillet_lane"] = lane.LANE  # Rillet only: "compiled" or "pure" (rillet.lane)
     return v

@@ -9,6 +9,7 @@ import sys
 import time
 
 import rillet
+from rillet import lane
 from rillet.server.logging import Logger
 from rillet.config.options import Options
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         print(cl.tls_help_text)
         return 0
     if cl.show_version:
-        print(f"nats-server: v{rillet.SERVER_VERSION} (rillet {rillet.__version__})")
+        print(f"nats-server: v{rillet.SERVER_VERSION} (rillet {rillet.__version__}, {lane.NAME})")
         return 0
     opts = cl.options
     if not cl.signal:

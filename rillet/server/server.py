@@ -22,6 +22,7 @@ from collections import deque
 from typing import Any, Callable
 
 import rillet
+from rillet import lane
 from rillet.server.accounts import GLOBAL_ACCOUNT, Account
 from rillet.server.auth import Authenticator, new_implicit_user_name, sys_only_no_auth_user
 from rillet.server.client import Client, InternalClient
@@ -177,6 +178,7 @@ class Server:
         log.notice(f"Starting nats-server")
         log.notice(f"  Version:  {rillet.SERVER_VERSION} (rillet {rillet.__version__})")
         log.notice(f"  Git:      [not set]")
+        log.notice(f"  Lane:     {lane.NAME}" + (f" ({lane.REASON})" if lane.REASON else ""))
         log.notice(f"  Name:     {self.name}")
         log.notice(f"  ID:       {self.server_id}")
         if o.config_file:
