@@ -273,7 +273,17 @@ class RoutedAccount(Account):
                        route: bytes | None = None, rreply: bytes | None = None) -> bool:
         """``rreply``: the reply routes get when it differs from the subscribers' here (a gateway reply,
         rillet.cluster.gateway, whose ``_GR_.`` prefix only servers see)."""
-        sp = self._split(r)
+        sp = self._splits.get(r)
+        if sp is None:
+            if not r.qsubs:
+                # a result first seen (a reply subject is one per request or PubAck): when it holds only this
+                # server's plain subscriptions it is delivered as it is, without a split to build and cache
+                for sub in r.psubs:
+                    if type(sub) is RemoteSub or sub.icb is not None:
+                        break
+                else:
+                    return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+            sp = self._split(r)
         if sp.local is r:
             return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
         lr = sp.local

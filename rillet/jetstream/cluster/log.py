@@ -46,7 +46,10 @@ RESTORED = 40
 # A fast batch message (rillet.jetstream.fastbatch): a MSG entry with its reply subject, so that every replica
 # knows the batch (it is decoded as a MSG entry whose ``ctx`` is a ``FastNote``).
 FAST_MSG = 41
-CLUSTER_OPS = frozenset((RESTORED, FAST_MSG))
+# (snapshot,): the leader's store in its snapshot form, proposed before the first membership change after the
+# group ran solo (entries applied without the log, see RaftLog.solo): a replica catches up to it as to RESTORED.
+SYNCED = 42
+CLUSTER_OPS = frozenset((RESTORED, FAST_MSG, SYNCED))
 
 
 class FastNote:
@@ -187,6 +190,13 @@ class RaftLog:
         # set by the owner: called with (index, target, entry) before the entry is applied (recovery
         # checks); returns False to skip applying it
         self.filter: Callable[[int, str, Entry], bool] | None = None
+        # set by the owner while the group's only voter is this leader and no other member is wanted (an R1
+        # stream or consumer, which nats-server runs without a RAFT group): a proposal with nothing in flight
+        # is applied and completed at once, like SingleNodeLog's, without the group's log and WAL (the owner's
+        # store is what is durable). Such entries are not in the group's log: before the group takes a member
+        # the owner proposes its state (SYNCED) for the new member to catch up to. solo_applied counts them.
+        self.solo = False
+        self.solo_applied = 0
 
     def bind(self, group: Any) -> None:
         self.group = group
@@ -221,6 +231,9 @@ class RaftLog:
             if cb is not None:
                 cb(entry, None, NotLeader())
             return
+        if self.solo and not self._pending:
+            self._apply_solo(entry, cb, target)
+            return
         data = encode_entry(entry, target)
         try:
             index, _term = self.group.propose(data)
@@ -230,6 +243,31 @@ class RaftLog:
             return
         self.index = index
         self._pending.append(_Pending(index, data, entry, cb, target))
+
+    def _apply_solo(self, entry: Entry, cb: Completion | None, target: str) -> None:
+        """A solo group's proposal: applied and completed now (in order: nothing is in flight before it)."""
+        self.solo_applied += 1
+        if target:
+            s = self.subs.get(target)
+            if s is None or s.apply is None:
+                self.unknown_targets += 1
+                if cb is not None:
+                    cb(entry, None, NotLeader())
+                return
+            apply = s.apply
+        else:
+            apply = self.apply
+        self.applying_own = True
+        try:
+            res = apply(entry)  # type: ignore[misc]
+        except Exception as e:
+            if cb is not None:
+                cb(entry, None, e)
+            elif self.logger is not None and not _is_refusal(e):
+                self.logger.error(f"RAFT log {self.name!r}: applying a solo entry ({entry!r:.200}) failed: {e!r}")
+            return
+        if cb is not None:
+            cb(entry, res, None)
 
     # ---- from the group -----------------------------------------------------------------------------
 

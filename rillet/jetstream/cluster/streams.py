@@ -55,7 +55,7 @@ import msgspec
 from rillet.jetstream.cluster import monitor
 from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
 from rillet.jetstream import fastbatch
-from rillet.jetstream.cluster.log import RESTORED, FastNote, RaftLog
+from rillet.jetstream.cluster.log import RESTORED, SYNCED, FastNote, RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
@@ -133,6 +133,7 @@ class StreamReplica:
         self.restored = False  # a RESTORED entry was applied here
         self.fast_records: dict[str, Any] = {}  # fast batches known from applied entries (fastbatch.Follower)
         self.direct_deleted: dict[str, float] = {}  # direct consumers deleted through the API here -> when
+        self.synced = False  # a SYNCED entry (the store as it is) was proposed since the group last ran solo
         jsa.streams[cfg.name] = st
         self._start_task = js.loop.create_task(self._start())
 
@@ -166,7 +167,7 @@ class StreamReplica:
             return True
         store = self.stream.store
         op = entry.op
-        if op == RESTORED:
+        if op == RESTORED or op == SYNCED:
             return True  # (idempotent: a replica already at the restored state only checks it)
         last = store.last_seq
         if op == Entry.MSG:
@@ -190,9 +191,10 @@ class StreamReplica:
 
     def _apply(self, entry: Entry) -> Any:
         st = self.stream
-        if entry.op == RESTORED:
-            self.restored = True
-            self.restore(entry.args[0])  # (a follower catches up to the restored store; the leader has it)
+        if entry.op == RESTORED or entry.op == SYNCED:
+            if entry.op == RESTORED:
+                self.restored = True
+            self.restore(entry.args[0])  # (a follower catches up to the leader's store; the leader has it)
             return None
         try:
             res = st._apply(entry)
@@ -254,11 +256,13 @@ class StreamReplica:
                     fastbatch.adopt(st, self.fast_records, self.cs.js.loop.time())
                 self._feed()
             self._sync_sub = self.jsa.ic.subscribe(self.sync_subject, self._on_sync)
+            self.solo_check()
             self._advisory(True)
             if st.cfg.retention != "limits":
                 self.retention_sweep()
             self.cs.reconcile_soon()
         else:
+            self.log.solo = False
             if self._restoring is not None:
                 self._restore_failed("stream leader lost during the restore")
             for sub in st._subs:
@@ -287,6 +291,44 @@ class StreamReplica:
         if st.cfg.mirror is not None or st.cfg.sources:
             from rillet.jetstream.sources import attach_sources
             attach_sources(st)  # the leader feeds the stream
+
+    # ---- R1: no log while this server is the only member -------------------------------------------
+
+    def solo_check(self) -> None:
+        """An R1 stream (this leader is the group's only voter and its assignment wants no other) runs solo, as
+        nats-server runs R1 streams without a RAFT group: its entries are applied at once, without the group's
+        log and WAL (RaftLog.solo); the store is what is durable, as on a single server. Anything else (a
+        restore in progress, a membership change to come) goes through the group."""
+        g = self.group
+        solo = (self.leader and not self.closed and not self.leaving_since and self._restoring is None
+                and not self.restore_reply and g.peers == [g.id] and list(self.sa.group.peers) == [g.id])
+        n = g.node
+        if solo and (n is None or (n.conf_log and n.conf_log[-1][0] > n.commit)):
+            solo = False  # (the removal that left this member alone has not committed yet: again later)
+            self.cs.js.loop.call_later(RECONCILE_EVERY, self.solo_check)
+        self.log.solo = solo
+
+    def mark_synced(self) -> None:
+        """Before this leader changes the group's members: stop running solo and, when entries were applied
+        solo (or since this replica started: a restarted store may be ahead of the group's log), propose the
+        store's state (SYNCED). A new member applying the log catches up to it from this leader (as to a
+        snapshot) before the entries that follow it."""
+        log = self.log
+        log.solo = False
+        if log.solo_applied:
+            log.solo_applied = 0
+            self.synced = False
+        if self.synced or not log.is_leader:
+            return
+        self.synced = True
+
+        def done(_: Any, res: Any, err: BaseException | None) -> None:
+            if err is not None:
+                self.synced = False
+                if not isinstance(err, NotLeader):
+                    self.cs.js.log.error(f"JetStream cluster: stream '{self.jsa.account.name} > {self.name}': "
+                                         f"proposing the store's state failed: {err}")
+        log.propose(Entry(SYNCED, (self.snapshot(),)), done)
 
     # ---- STREAM.RESTORE (this server is the group's preferred peer and leads it) ----------------------
 
@@ -339,6 +381,7 @@ class StreamReplica:
                 self._restore_failed(f"the restored state did not commit: {err or type(err).__name__}")
                 return
             self._restoring = None
+            self.solo_check()
             self.cs.js.log.notice(f"Completed restore of {size} bytes for stream "
                                   f"'{self.jsa.account.name} > {self.name}'")
             if self.leader and not self.closed:
@@ -986,7 +1029,11 @@ class ClusteredStreams:
                     continue
                 more = True
             if sorted(rep.group.peers) != sorted(desired):
+                if rep.group.is_leader:
+                    rep.mark_synced()  # (no longer solo; the store's state in the log before a new member)
                 more = reconcile_group(rep.group, desired, log, f"stream '{key[0]} > {key[1]}'") or more
+            elif rep.leader and not rep.log.solo:
+                rep.solo_check()  # (back to one member: solo again once nothing is in flight)
             for name, cr in list(rep.creps.items()):
                 cdesired = list(cr.ca.group.peers)
                 if self.peer not in cdesired and not cr.group.is_leader:
