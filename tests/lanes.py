@@ -1,10 +1,18 @@
 """Both lanes for tests (rillet.lane): the pure-Python parsers and their compiled twins.
 
 ``LANES`` parametrizes a fixture; ``parser_class(lane, name)`` gives that lane's ``ClientParser``,
-``ServerParser`` or ``wire``. The compiled lane is skipped (with the reason) where the extension was not
+``ServerParser`` or ``wire``; ``use_lane`` runs a test module in one lane:
+
+    @pytest.fixture(autouse=True, scope="module", params=LANES)
+    def _lane_under_test(request):
+        with use_lane(request.param, globals()):
+            yield request.param
+ The compiled lane is skipped (with the reason) where the extension was not
 built; tests/test_lanes.py::test_compiled_lane_is_built fails then, unless RILLET_PURE is set.
 """
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 
@@ -26,3 +34,33 @@ LANES = [
 
 def parser_class(lane: str, name: str):
     return _lane.compiled(name) if lane == "compiled" else _lane.pure(name)
+
+
+@contextlib.contextmanager
+def use_lane(lane_name: str, module_globals: dict):
+    """Run a test module in one lane: its module-level ``ClientParser``, ``ServerParser`` and ``cp`` (the
+    rillet.cluster.protocol module) names, and what ``rillet.lane`` hands to connections created meanwhile
+    (in-process servers), become that lane's. Restored afterwards."""
+    from rillet.cluster import protocol as cp
+    swaps: list[tuple[dict | object, str, object]] = []
+    for key, kind in (("ClientParser", "ClientParser"), ("ServerParser", "ServerParser"), ("cp", "wire")):
+        if key in module_globals and (key != "cp" or module_globals[key] is cp):
+            swaps.append((module_globals, key, parser_class(lane_name, kind)))
+    for key in ("ClientParser", "ServerParser"):
+        swaps.append((_lane, key, parser_class(lane_name, key)))
+    saved = []
+    for target, key, value in swaps:
+        if isinstance(target, dict):
+            saved.append((target, key, target[key]))
+            target[key] = value
+        else:
+            saved.append((target, key, getattr(target, key)))
+            setattr(target, key, value)
+    try:
+        yield lane_name
+    finally:
+        for target, key, value in reversed(saved):
+            if isinstance(target, dict):
+                target[key] = value
+            else:
+                setattr(target, key, value)

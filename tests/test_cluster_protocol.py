@@ -15,6 +15,15 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.protocol import (GATEWAY, LEAF, MAX_CONTROL_LINE, MAX_PAYLOAD_VIOLATION, ROUTE, UNKNOWN_OP,
                                      ProtocolError, ServerParser)
 
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in both lanes (rillet.lane): the pure-Python parser and its compiled twin."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 
 class Recorder:
     """Every handler method of every kind; each call recorded as a tuple with bytes copied."""

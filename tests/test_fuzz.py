@@ -33,6 +33,16 @@ from rillet.server.logging import Logger
 from rillet.config.options import Options
 from rillet.server.server import Server
 
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in both lanes (rillet.lane): the pure-Python parser and its compiled twin,
+    for the parser alone and for the in-process servers' client connections."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 # Every -ERR text a client connection may get for what it sent (compared case-insensitively).
 KNOWN_ERRS = {e.lower() for e in (
     UNKNOWN_OP, MAX_PAYLOAD_VIOLATION, MAX_CONTROL_LINE, AUTH_VIOLATION, "Invalid Subject",

@@ -14,6 +14,15 @@ from hypothesis import strategies as st
 from rillet.protocol.parser import (AUTH_VIOLATION, MAX_CONTROL_LINE, MAX_PAYLOAD_VIOLATION, UNKNOWN_OP,
                                     ClientParser, ProtocolError)
 
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in both lanes (rillet.lane): the pure-Python parser and its compiled twin."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 
 class Recorder:
     """A parser handler that records every call as a tuple (byte arguments copied to ``bytes``)."""

@@ -14,7 +14,16 @@ import nats
 import pytest
 from nats.errors import NoRespondersError
 
-from helpers import GO, Closed, Msg, RawClient, parse_stream, serve, wait_log
+from helpers import GO, TARGET, Closed, Msg, RawClient, parse_stream, serve, wait_log
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES if TARGET == "rillet" else LANES[:1])
+def _lane_under_test(request):
+    """Every test of this module in both lanes (rillet.lane): the in-process server's client connections
+    parse with the pure-Python parser, then with its compiled twin."""
+    with use_lane(request.param, globals()):
+        yield request.param
 
 MB = 1024 * 1024
 
