@@ -197,6 +197,7 @@ class RaftLog:
         # the owner proposes its state (SYNCED) for the new member to catch up to. solo_applied counts them.
         self.solo = False
         self.solo_applied = 0
+        self.solo_apply: Callable[[Entry], Any] | None = None  # (the owner's apply for solo entries, if other)
 
     def bind(self, group: Any) -> None:
         self.group = group
@@ -227,12 +228,12 @@ class RaftLog:
         self.subs.pop(name, None)
 
     def _propose(self, entry: Entry, cb: Completion | None, target: str) -> None:
+        if self.solo and not self._pending and self._held is None and self.group.is_leader:
+            self._apply_solo(entry, cb, target)
+            return
         if not self.is_leader:
             if cb is not None:
                 cb(entry, None, NotLeader())
-            return
-        if self.solo and not self._pending:
-            self._apply_solo(entry, cb, target)
             return
         data = encode_entry(entry, target)
         try:
@@ -256,7 +257,7 @@ class RaftLog:
                 return
             apply = s.apply
         else:
-            apply = self.apply
+            apply = self.solo_apply or self.apply
         self.applying_own = True
         try:
             res = apply(entry)  # type: ignore[misc]

@@ -104,6 +104,7 @@ class StreamReplica:
         self.log = RaftLog(self._apply, sa.group.name, js.log)
         self.log.on_leader_change = self._leader_changed
         self.log.filter = self._filter
+        self.log.solo_apply = st._apply  # (solo: no WAL replay to track, no follower's side to run)
         st.log = self.log
         st.cluster_info = self.cluster_info  # STREAM.INFO's cluster block (api.stream_info_dict)
         st.cluster_consumer_count = self.consumer_count  # and its state's consumer_count
