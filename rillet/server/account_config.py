@@ -258,7 +258,23 @@ def _service_import(server: "Server", exporter: Any, importer: Any, subj: str, l
 _CI_ORDER = ("start", "host", "id", "acc", "svc", "user", "name", "lang", "ver", "rtt", "server", "cluster",
              "alts", "stop", "jwt", "issuer_key", "name_tag", "tags", "kind", "client_type", "client_id",
              "nonce", "reply")
-_REQUEST_INFO = "Nats-Request-Info"
+_REQUEST_INFO_B = b"Nats-Request-Info"
+
+
+def _header_value(h: bytes, key: bytes) -> bytes | None:
+    """The value of header ``key`` in a header block (the first), or None."""
+    for line in h.split(b"\r\n")[1:]:
+        k, sep, v = line.partition(b":")
+        if sep and k == key:
+            return v.strip()
+    return None
+
+
+def _without_header(h: bytes, key: bytes) -> bytes:
+    """A header block (ending with its blank line) without header ``key``."""
+    lines = h.split(b"\r\n")
+    kept = [lines[0]] + [ln for ln in lines[1:] if ln and ln.partition(b":")[0] != key]
+    return b"\r\n".join(kept) + b"\r\n\r\n"
 
 
 def _conn_info(server: "Server", c: Any, detailed: bool) -> dict | None:
@@ -305,10 +321,9 @@ def _with_request_info(server: "Server", c: Any, importer: Any, exporter: Any, s
     through; the server and cluster are added when the request enters the system account (or a sharing
     import) from one that does not share; a leaf's forwarded header is replaced by the leaf's own identity;
     ``reply`` keeps a fast batch publisher's ``.$FI`` reply subject."""
-    from rillet.jetstream.headers import get_header, remove_headers
     prev = None
     if hdr > 0:
-        v = get_header(msg[:hdr], _REQUEST_INFO)
+        v = _header_value(msg[:hdr], _REQUEST_INFO_B)
         if v is not None:
             try:
                 prev = json.loads(v)
@@ -351,9 +366,7 @@ def _with_request_info(server: "Server", c: Any, importer: Any, exporter: Any, s
     ordered = dict(sorted(ci.items(), key=lambda kv: rank.get(kv[0], len(rank))))
     value = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
     # replaced where it was: removed, then added last (as nats-server's setHeader)
-    h = remove_headers(msg[:hdr], {_REQUEST_INFO}) if hdr > 0 else b""
-    if not h:
-        h = b"NATS/1.0\r\n\r\n"
+    h = _without_header(msg[:hdr], _REQUEST_INFO_B) if hdr > 0 else b"NATS/1.0\r\n\r\n"
     h = h[:-2] + b"Nats-Request-Info: " + value + b"\r\n\r\n"
     return len(h), h + msg[hdr:] if hdr > 0 else h + msg
 
