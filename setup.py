@@ -54,6 +54,8 @@ class OptionalBuildExt(build_ext):
             _note(f"no working C compiler: {e}")
 
     def build_extension(self, ext):
+        if _noted:
+            return  # one failure is enough: the lane needs every extension
         try:
             super().build_extension(ext)
         except self._errors as e:

@@ -1,7 +1,8 @@
 """The installed server, driven as a user would: run by scripts/smoke_wheel.sh with the Python of a fresh
 virtual environment where the rillet wheel (not an editable install) was installed.
 
-Starts ``rillet-server -js -sd DIR`` from the environment's bin directory, creates a file stream with the
+Checks that the installed server runs the compiled lane (``--version``, the startup log, /varz
+``rillet_lane``), starts ``rillet-server -js -sd DIR`` from the environment's bin directory, creates a file stream with the
 environment's ``rillet`` command line, publishes (CLI and nats-py), consumes with a pull consumer, reads
 /jsz, stops the server with SIGTERM, restarts it on the same store and finds the messages again. Any
 failure exits non-zero with the server's log.
@@ -138,9 +139,20 @@ def main() -> int:
     url = f"nats://127.0.0.1:{port}"
     servers = []
     try:
+        # the installed server runs the compiled lane (rillet.lane): --version, the startup log and /varz say so
+        env = {k: v for k, v in os.environ.items() if k != "RILLET_PURE"}
+        version = subprocess.run([str(a.bin / "rillet-server"), "--version"], capture_output=True, text=True,
+                                 timeout=60, env=env).stdout.strip()
+        print(f"wheel smoke: {version}", flush=True)
+        if not version.endswith(", compiled lane)"):
+            raise SmokeFailure(f"the installed server does not run the compiled lane: {version!r}")
         srv = Server(a.bin, a.work, "server", port, http)
         servers.append(srv)
         srv.wait_ready()
+        lane = get_json(f"http://127.0.0.1:{http}/varz").get("rillet_lane")
+        if lane != "compiled" or "Lane:     compiled lane" not in srv.log:
+            raise SmokeFailure(f"/varz rillet_lane is {lane!r}; the log's lane line: "
+                               f"{[x for x in srv.log.splitlines() if 'Lane:' in x]}")
         out = cli(a.bin, url, "stream", "add", "SMOKE", "--subjects", "smoke.>", "--storage", "file")
         if "SMOKE" not in out:
             raise SmokeFailure(f"stream add printed:\n{out}")
@@ -174,7 +186,8 @@ def main() -> int:
             print(f"wheel smoke: FAILED: {e}", file=sys.stderr)
             return 1
         raise
-    print("wheel smoke: OK (installed wheel: server start, stream, publish, consume, monitor, restart)",
+    print("wheel smoke: OK (installed wheel: compiled lane, server start, stream, publish, consume, monitor, "
+          "restart)",
           flush=True)
     return 0
 

@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
 # Build a wheel as a user's pip would (isolated build), install it -- not editable -- in a fresh virtual
-# environment, and run the installed rillet-server and rillet CLI (scripts/smoke_wheel.py). Package data
+# environment, and run the installed rillet-server and rillet CLI (scripts/smoke_wheel.py), which must run the
+# compiled lane (the wheel carries the extensions: checked before it is installed). Package data
 # that the wheel lacks (rillet/jetstream/errors.json once did) fails here. Called by .ci/run; runs alone too:
 #     bash scripts/smoke_wheel.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-unset PYTHONPATH PYTHONHOME PIP_USER || true
+unset PYTHONPATH PYTHONHOME PIP_USER RILLET_PURE || true
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/rillet-wheel-smoke.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 start=$SECONDS
 
 # a clean copy of the sources: a stale build/ directory in the work tree cannot leak into the wheel
 mkdir -p "$WORK/src"
-cp "$ROOT/pyproject.toml" "$ROOT/MANIFEST.in" "$ROOT/README.md" "$WORK/src/"
-(cd "$ROOT" && tar --exclude=__pycache__ --exclude='*.py[co]' -cf - rillet) | tar -xf - -C "$WORK/src"
+cp "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/MANIFEST.in" "$ROOT/README.md" "$WORK/src/"
+(cd "$ROOT" && tar --exclude=__pycache__ --exclude='*.py[co]' --exclude='*.so' -cf - rillet) | tar -xf - -C "$WORK/src"
 
 echo "wheel smoke: building the wheel"
 "$PY" -m pip wheel -q --no-deps -w "$WORK/dist" "$WORK/src"
 wheels=("$WORK"/dist/rillet-*.whl)
 [ -f "${wheels[0]}" ] || { echo "wheel smoke: FAILED: no wheel built" >&2; exit 1; }
+# the compiled lane (setup.py): built here, where a C compiler is present
+"$PY" - "${wheels[0]}" <<'PYEOF' || exit 1
+import re, sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+missing = [m for m in ("_cparser", "_cserver") if not any(re.fullmatch(rf"rillet/_speedups/{m}\.[^/]*\.so", n) for n in names)]
+if missing:
+    sys.exit(f"wheel smoke: FAILED: the wheel lacks the compiled lane's extensions {missing}")
+print("wheel smoke: the wheel carries the compiled lane")
+PYEOF
 
 echo "wheel smoke: installing $(basename "${wheels[0]}") in a new virtual environment"
 "$PY" -m venv "$WORK/venv"

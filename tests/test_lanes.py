@@ -487,5 +487,6 @@ def test_server_limits_at_the_boundary(kind):
         s = b"s" * n
         for data in (b"RMSG $G " + s + b" 1\r\nx\r\n", b"RMSG " + s + b" 1\r\nx\r\n",
                      b"HMSG $G " + s + b" 0 1\r\nx\r\n", b"LMSG o $G " + s + b" 0 1\r\nx\r\n",
-                     b"RMSG $G a %d\r\n%b\r\n" % (n - 20, s[:n - 20]), b"HMSG a %d %d\r\n%b\r\n" % (n - 20, n - 20, s[:n - 20])):
+                     b"RMSG $G a %d\r\n%b\r\n" % (n - 20, s[:n - 20]),
+                     b"HMSG a %d %d\r\n%b\r\n" % (n - 20, n - 20, s[:n - 20])):
             same_both_lanes(data + b"PING\r\n", *makers)

@@ -26,13 +26,20 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "rillet"
 
 
+def _built_in_place(path: str) -> bool:
+    """What `pip install -e .` builds beside the compiled lane's sources (not shipped: the sdist carries the
+    .pyx files and setup.py builds them again)."""
+    return path.endswith((".so", ".pyd")) or (path.startswith("rillet/_speedups/") and path.endswith((".c", ".html")))
+
+
 def _shipped_files() -> set[str]:
-    """Every file under rillet/ (paths relative to the project root), less byte-code caches."""
+    """Every file under rillet/ (paths relative to the project root), less byte-code caches and what a build
+    made in place."""
     out = set()
     for dirpath, dirnames, filenames in os.walk(PKG):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         for name in filenames:
-            if name.endswith((".pyc", ".pyo")):
+            if name.endswith((".pyc", ".pyo")) or _built_in_place(Path(dirpath, name).relative_to(ROOT).as_posix()):
                 continue
             out.add(Path(dirpath, name).relative_to(ROOT).as_posix())
     return out
@@ -54,10 +61,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("pkg")
     src = tmp / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "MANIFEST.in", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(PKG, src / "rillet", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo"))
+    shutil.copytree(PKG, src / "rillet", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.so"))
     sdist = _hook(src, "build_sdist", tmp / "sdist")
     wheel = _hook(src, "build_wheel", tmp / "wheel")  # what `pip install .` does
     # and a wheel built from the unpacked sdist (what pip does with an sdist from a registry)
@@ -92,6 +99,18 @@ def test_every_file_under_rillet_ships(built: dict[str, Path], kind: str) -> Non
     assert not missing, f"{built[kind].name} lacks {missing}"
     junk = sorted(n for n in names if "__pycache__" in n or n.endswith((".pyc", ".pyo")))
     assert not junk, f"{built[kind].name} carries byte code: {junk}"
+
+
+@pytest.mark.parametrize("kind", ["wheel", "wheel_from_sdist"])
+def test_wheel_carries_the_compiled_lane(built: dict[str, Path], kind: str) -> None:
+    """A C compiler and Cython are here (the test environment has them): the wheel has the extensions; the
+    sdist has their sources, not what a build made of them."""
+    names = _wheel_names(built[kind])
+    for mod in ("_cparser", "_cserver"):
+        assert any(re.fullmatch(rf"rillet/_speedups/{mod}\.[^/]*\.so", n) for n in names), (mod, sorted(names)[:5])
+    sdist = _sdist_names(built["sdist"])
+    assert "setup.py" in sdist and "rillet/_speedups/_cparser.pyx" in sdist
+    assert not [n for n in sdist if _built_in_place(n)]
 
 
 def test_wheel_entry_points_and_requirements(built: dict[str, Path]) -> None:
