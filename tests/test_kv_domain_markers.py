@@ -198,3 +198,32 @@ async def test_kv_ttl_marker_entries() -> None:
     for k in "abd":
         assert got[f"t3.3 get {k}"][0].get("Status") == "404", got[f"t3.3 get {k}"]
     assert got["state"][0]["messages"] == 0
+
+
+DOMAIN = 'listen: 127.0.0.1:-1\njetstream: {domain: HUB, store_dir: "{store}"}\n'
+
+
+async def test_pub_ack_bytes_with_domain() -> None:
+    """The PubAck of a server with a domain, byte for byte: the domain before the sequence; a duplicate's."""
+    from jsdiff import Raw
+    pair = ServerPair(DOMAIN)
+
+    async def scenario(kind: str, url: str) -> list:
+        r = await Raw.open(url)
+        try:
+            await r.api("$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"], "storage": "memory"})
+            out = [await r.request("s.1", b"x")]
+            out.append(await r.request("s.2", b"x", hdr=b"NATS/1.0\r\nNats-Msg-Id: m1\r\n\r\n"))
+            out.append(await r.request("s.3", b"x", hdr=b"NATS/1.0\r\nNats-Msg-Id: m1\r\n\r\n"))
+            out.append(await r.request("$JS.HUB.API.$KV.S.k", b"x"))  # (no bucket: no responders)
+            return out
+        finally:
+            await r.close()
+
+    try:
+        r = same(await run_both(pair, scenario))
+    finally:
+        pair.stop()
+    assert r[0] == [(None, b'{"stream":"S","domain":"HUB","seq":1}')]
+    assert r[2] == [(None, b'{"stream":"S","domain":"HUB","seq":2,"duplicate": true}')]
+    assert r[3][0][0].startswith("NATS/1.0 503")

@@ -286,7 +286,10 @@ class Stream:
                         if fast is not None:
                             fast.duplicate(dd)
                             return 0
-                        self._ack(reply, {"stream": self.name, "seq": dd, "duplicate": True})
+                        if reply:  # (nats-server's bytes: the PubAck's, then "duplicate": true)
+                            dom = b',"domain":' + _json(self.js.domain) if self.js.domain else b""
+                            self._ack_payload(reply, b'{"stream":%s%s,"seq":%d,"duplicate": true}' % (
+                                _json(self.name), dom, dd))
                         return 0
                 v = H.get_header(hdr, H.EXPECTED_LAST_MSG_ID)
                 if v is not None:
@@ -443,11 +446,11 @@ class Stream:
             reply.stored(seq)
             return
         if reply and not cfg.no_ack:
-            # {"stream":<name>,"seq":<seq>[,"domain":<domain>]}, as msgspec would encode the dict
+            # {"stream":<name>[,"domain":<domain>],"seq":<seq>}, nats-server's bytes
             ap = self._ack_parts
             if ap is None:
-                ap = self._ack_parts = (b'{"stream":' + _json(self.name) + b',"seq":',
-                                        b',"domain":' + _json(self.js.domain) + b"}" if self.js.domain else b"}")
+                dom = b',"domain":' + _json(self.js.domain) if self.js.domain else b""
+                ap = self._ack_parts = (b'{"stream":' + _json(self.name) + dom + b',"seq":', b"}")
             if cfg.allow_msg_counter:  # the counter's new total goes in the PubAck
                 from rillet.jetstream.counters import ack_val
                 self._ack_payload(reply, b'%s%d,"val":"%s"%s' % (ap[0], seq, ack_val(data), ap[1]))
