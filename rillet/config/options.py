@@ -167,6 +167,7 @@ class Options:
     max_closed_clients: int = 10000
     disable_sublist_cache: bool = False
     no_header_support: bool = False
+    no_fast_producer_stall: bool = False  # drop messages for a receiver past 3/4 of max_pending, never stall
 
     # authentication (single / global account)
     username: str = ""

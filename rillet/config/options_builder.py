@@ -40,7 +40,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "max_traced_msg_len": "Rillet does not trace message payloads",
     "resolver_tls": "Rillet has no URL account resolver",
     "default_js_domain": "Rillet has no leafnode JetStream domains",
-    "no_fast_producer_stall": "Rillet does not stall fast producers",
     "default_sentinel": "Rillet has no default sentinel JWT",
 }
 
@@ -119,6 +118,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "disable_sublist_cache": s("disable_sublist_cache", "bool"),
             "no_sublist_cache": s("disable_sublist_cache", "bool"),
             "no_header_support": s("no_header_support", "bool"),
+            "no_fast_producer_stall": s("no_fast_producer_stall", "bool"),
             # logging
             "debug": s("debug", "bool"),
             "trace": s("trace", "bool"),

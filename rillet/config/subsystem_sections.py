@@ -383,8 +383,15 @@ class SubsystemSections(BuilderBase):
         table["extension_hint"] = refuse("Rillet has no JetStream extension hint")
         for key in ("max_outstanding_catchup", "meta_compact", "meta_compact_size", "meta_compact_sync"):
             table[key] = refuse("Rillet has no clustered JetStream")
-        for key in ("max_buffered_size", "max_buffered_msgs", "request_queue_limit", "info_queue_limit",
-                    "max_concurrent_io"):
+        def queue_limit(sub: Field) -> None:
+            # (rillet.jetstream.apiqueue; nats-server: an int, 0 or less = the default 10,000)
+            if isinstance(sub.value, bool) or not isinstance(sub.value, int):
+                raise sub.error(f'Expected a parseable size for "{sub.key}", got {sub.value}')
+            js.extra[sub.name] = sub.value
+
+        table["request_queue_limit"] = queue_limit
+        table["info_queue_limit"] = queue_limit
+        for key in ("max_buffered_size", "max_buffered_msgs", "max_concurrent_io"):
             table[key] = refuse("Rillet has no such JetStream queue or I/O limit")
         self.each(f, table, "jetstream")
         js.enabled = enabled

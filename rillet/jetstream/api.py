@@ -5,6 +5,7 @@ and the body, and answers with nats-server's JSON (``type``, fields, ``error`` o
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import importlib
 import json
@@ -18,10 +19,12 @@ from rillet.jetstream import configtypes as C
 from rillet.jetstream import streamconfig as SC
 from rillet.jetstream import gojson
 from rillet.jetstream import headers as H
+from rillet.jetstream.apiqueue import INFO_KEYS
 from rillet.jetstream.log import LeadershipLost
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store import ErrTooManyResults
 from rillet.jetstream.stream import Stream, now_ns
+from rillet.subjects.overlap import any_collision
 from rillet.subjects.validate import is_valid_subject, subject_has_wildcard, subjects_collide
 
 if TYPE_CHECKING:
@@ -104,6 +107,12 @@ def _mapped_body_stream(mappings: Any, toks: list[str], args: list[str], body: b
     return msgspec.json.encode(d)
 
 
+# a STREAM.CREATE body larger than this is handled in steps (ApiRouter._create_big): a config of this size
+# holds a few hundred subjects, whose checks and subscriptions take a few milliseconds
+BIG_CONFIG = 4096
+SUBSCRIBE_BATCH = 200
+
+
 class ApiRouter:
     def __init__(self, jsa: "JSAccount") -> None:
         self.jsa = jsa
@@ -144,6 +153,18 @@ class ApiRouter:
         return out
 
     def on_request(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        """A request arrives: served now, or queued behind others (rillet.jetstream.apiqueue)."""
+        q = getattr(self.js, "api_queue", None)
+        if q is None:
+            self.serve(subject, reply, hdr, msg)
+            return
+        # info requests wait in their own queue, served when the other is empty (as nats-server)
+        info = _is_info(subject)
+        if type(msg) is not bytes:  # (kept until served: never a view of a buffer that is reused)
+            msg = bytes(msg)
+        q.submit(info, self.serve, (subject, reply, hdr, msg))
+
+    def serve(self, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         subj = subject.decode("utf-8", "surrogateescape")
         toks = subj.split(".")
         # $JS.API.<...> or $JS.<domain>.API.<...>
@@ -253,21 +274,23 @@ class ApiRouter:
 
     def _overlap(self, skip: str = "") -> Callable[[list[str]], bool]:
         def check(subjects: list[str]) -> bool:
-            for other in self.jsa.streams.values():
-                if other.name == skip:
-                    continue
-                for a in subjects:
-                    for b in other.cfg.subjects or []:
-                        if subjects_collide(a, b):
-                            return True
-            return False
+            # every other stream's subjects in one token tree: linear in the subjects, not their product
+            stored = [b for other in self.jsa.streams.values() if other.name != skip for b in other.cfg.subjects or []]
+            return bool(stored) and any_collision(stored, subjects)
         return check
 
     def _lookup(self, name: str) -> Any:
         s = self.jsa.streams.get(name)
         return s.cfg if s is not None else None
 
-    def stream_create(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+    def stream_create(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
+        q = getattr(self.js, "api_queue", None)
+        if q is not None:
+            # the stream's files are written and synced off the loop (and a large config is checked there),
+            # the API queue held meanwhile so that requests keep their order: see _create_async
+            q.hold()
+            self.js.loop.create_task(self._create_async(args, reply, body))
+            return NOT_COUNTED
         typ = T + "stream_create_response"
         name = args[0] if args else ""
         existing = self.jsa.streams.get(name)
@@ -277,10 +300,80 @@ class ApiRouter:
                                         existing=existing.cfg if existing is not None else None)
         if existing is not None:  # the same configuration again: its info, still "did_create" (as nats-server)
             self.respond(reply, {"type": typ, **stream_info_dict(existing), "did_create": True})
-            return
+            return None
         self._check_supported(cfg)
         self._check_limits(cfg)
         stream = self.jsa.open_stream(cfg, format_time(now_ns()))
+        self._created(stream, reply)
+        return None
+
+    async def _create_async(self, args: list[str], reply: bytes | None, body: bytes) -> None:
+        """``stream_create`` in steps, with the same checks and answers. A large config (thousands of
+        subjects) is checked in a worker thread against a snapshot of the account's streams (the API queue
+        is held, so no other request changes them meanwhile); the stream's directory and meta.json are
+        written and synced in a worker thread; a large config's subject subscriptions are added
+        SUBSCRIBE_BATCH per loop pass before the answer goes out."""
+        q = self.js.api_queue
+        loop = self.js.loop
+        typ = T + "stream_create_response"
+        try:
+            name = args[0] if args else ""
+            existing = self.jsa.streams.get(name)
+            kw = dict(is_create=True, subject_name=name, account_limits=self.jsa.limits,
+                      server_limits=self.js.server_limits, strict=self.js.strict,
+                      existing=existing.cfg if existing is not None else None)
+            if len(body) > BIG_CONFIG:
+                cfgs = {n: st.cfg for n, st in self.jsa.streams.items()}
+                stored = [b for c in cfgs.values() for b in c.subjects or []]
+
+                def overlap(subjects: list[str]) -> bool:
+                    return bool(stored) and any_collision(stored, subjects)
+
+                cfg = await loop.run_in_executor(None, lambda: SC.normalize_stream_config(
+                    body, lookup_stream=cfgs.get, subjects_overlap=overlap, **kw))
+            else:
+                cfg = SC.normalize_stream_config(body, lookup_stream=self._lookup, subjects_overlap=self._overlap(),
+                                                 **kw)
+            if existing is not None:  # the same configuration again: its info, still "did_create"
+                self.respond(reply, {"type": typ, **stream_info_dict(existing), "did_create": True})
+                return
+            self._check_supported(cfg)
+            self._check_limits(cfg)
+            created = format_time(now_ns())
+            await loop.run_in_executor(None, self.jsa.write_meta_of, cfg, created)
+            if name in self.jsa.streams:  # (not through the API: a stream restored or recovered meanwhile)
+                raise ApiError.make("STREAM_NAME_EXIST")
+            subjects = list(cfg.subjects or [])
+            big = len(subjects) > SUBSCRIBE_BATCH
+            if big:
+                cfg.subjects = subjects[:SUBSCRIBE_BATCH]  # the rest is subscribed below, a batch per loop pass
+            try:
+                stream = self.jsa.open_stream(cfg, created, write_meta=False)
+            finally:
+                cfg.subjects = subjects
+            if big:
+                for i in range(SUBSCRIBE_BATCH, len(subjects), SUBSCRIBE_BATCH):
+                    await asyncio.sleep(0)
+                    if stream.closed:
+                        break
+                    for subj in subjects[i:i + SUBSCRIBE_BATCH]:
+                        stream._subs.append(stream.ic.subscribe(subj, stream._on_msg))
+            self._created(stream, reply)
+        except ApiError as e:
+            self.jsa.api_errors += 1
+            self.respond_error(reply, typ, e, _DECODE_EXTRA.get("stream_create") if e.err_code == 10025 else None)
+        except Exception as e:  # answered as nats-server would, and logged: never silence
+            self.jsa.api_errors += 1
+            self.js.log.error(f"JetStream API error handling a stream create: {e!r}")
+            self.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+        finally:
+            self.jsa.api_total += 1
+            q.release()
+            self.js.server.schedule_flush()
+
+    def _created(self, stream: Stream, reply: bytes | None) -> None:
+        cfg = stream.cfg
+        typ = T + "stream_create_response"
         if cfg.mirror is not None or cfg.sources:
             from rillet.jetstream.sources import attach_sources
             attach_sources(stream)
@@ -659,6 +752,18 @@ class ApiRouter:
         hdr = H.make_headers([(H.NUM_PENDING, str(np)), (H.LAST_SEQUENCE, str(lseq)),
                               (H.UP_TO_SEQUENCE, str(up_to))], 204, "EOB")
         self.jsa.ic.publish(reply, None, hdr, len(hdr))
+
+
+def _is_info(subject: bytes) -> bool:
+    """Whether ``$JS[.<domain>].API.<endpoint>...`` is one of nats-server's info endpoints."""
+    toks = subject.split(b".")
+    rest = toks[2:] if toks[1:2] == [b"API"] else toks[3:]
+    if not rest:
+        return False
+    key = rest[0].decode("ascii", "replace")
+    if key == "INFO":
+        return len(rest) == 1
+    return len(rest) >= 2 and f"{key}.{rest[1].decode('ascii', 'replace')}" in INFO_KEYS
 
 
 def _reserved(streams: Any, storage: str, skip: str = "") -> int:

@@ -120,12 +120,18 @@ class JSAccount:
         return stream
 
     def write_meta(self, stream: Stream) -> None:
+        self.write_meta_of(stream.cfg, stream.created)
+
+    def write_meta_of(self, cfg: Any, created: str) -> None:
+        """The stream's meta.json (config and creation time), written and synced: blocking file I/O (the
+        API's stream create calls it from a worker thread, before the stream opens)."""
         from rillet.jetstream.api import encode_config
-        sdir = self.stream_dir(stream.name)
+        sdir = self.stream_dir(cfg.name)
+        make_dirs_durable(sdir)
         tmp = os.path.join(sdir, "meta.json.tmp")
         with open(tmp, "wb") as f:
-            f.write(json.dumps({"config": json.loads(encode_config(stream.cfg)),
-                                "created": stream.created}).encode())
+            f.write(json.dumps({"config": json.loads(encode_config(cfg)),
+                                "created": created}).encode())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(sdir, "meta.json"))
@@ -203,6 +209,9 @@ class JetStream:
         self.cluster: Any = None
         from rillet.jetstream.advisories import Advisories
         self.advisories = Advisories(self)
+        from rillet.jetstream.apiqueue import ApiQueue
+        # $JS.API requests: bounded queues (jetstream { request_queue_limit, info_queue_limit }), see apiqueue
+        self.api_queue = ApiQueue(self, o.extra.get("request_queue_limit", 0), o.extra.get("info_queue_limit", 0))
 
     def is_enabled(self) -> bool:
         return True

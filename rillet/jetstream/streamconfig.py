@@ -37,6 +37,7 @@ from rillet.jetstream.configtypes import (
     pedantic_error,
 )
 from rillet.jetstream.gojson import from_dict, go_decode
+from rillet.subjects.overlap import first_overlaps
 from rillet.subjects.destination import _ERR_BAD_SUBJECT, check_subject_transform, validate_mapping
 from rillet.subjects.validate import (
     is_valid_publish_subject,
@@ -460,6 +461,8 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
             raise jserr.MIRROR_WITH_SUBJECTS()
         seen: set[str] = set()
         subs = cfg.subjects
+        # for each subject, the first later one it overlaps (a token tree: linear, not every pair)
+        later = first_overlaps(subs) if len(subs) > 1 else [-1]
         for i, subj in enumerate(subs):
             if not is_valid_subject(subj):
                 raise invalid_config("invalid subject")
@@ -476,9 +479,8 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
                         raise invalid_config("subjects that overlap with jetstream api require no-ack to be true")
                 if subjects_collide(subj, "$SYS.>") and not subject_is_subset_match(subj, "$SYS.ACCOUNT.>"):
                     raise invalid_config("subjects that overlap with system api require no-ack to be true")
-            for other in subs[i + 1:]:
-                if subjects_collide(other, subj):
-                    raise invalid_config(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
+            if later[i] >= 0:
+                raise invalid_config(f"subject {go_quote(subj)} overlaps with {go_quote(subs[later[i]])}")
             seen.add(subj)
 
     if not cfg.subjects and not cfg.sources and cfg.mirror is None:

@@ -125,6 +125,9 @@ def _fill_rest(info: dict, c: Any, now_ns: int, rtt_s: str, nsubs: int) -> None:
     info["out_msgs"] = c.out_msgs
     info["in_bytes"] = c.in_bytes
     info["out_bytes"] = c.out_bytes
+    stalls = getattr(c, "stalls", 0)
+    if stalls:
+        info["stalls"] = stalls
     info["subscriptions"] = nsubs
     o = c.opts
     if o.name:

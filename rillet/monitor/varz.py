@@ -399,7 +399,7 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["out_client_bytes"] = out_b
     v["slow_consumers"] = server.slow_consumers
     v["stale_connections"] = getattr(server, "stale_connections", 0)
-    v["stalled_clients"] = 0
+    v["stalled_clients"] = server.stalls
     v["subscriptions"] = sum(a.sublist.count() for a in list(server.accounts.values()))
     v["http_req_stats"] = dict(sorted(http_req_stats.items()))
     v["config_load_time"] = format_time(unix_ns(server.config_load_time))

@@ -35,6 +35,20 @@ _PING = b"PING\r\n"
 _PONG = b"PONG\r\n"
 _OK = b"+OK\r\n"
 
+# Fairness (one event loop: every callback is everyone's latency). A read is parsed in slices of READ_SLICE
+# bytes; once a callback has spent READ_BUDGET seconds parsing, the rest of the read waits for a later loop
+# pass (the transport's reading paused, the unparsed bytes kept here), so one connection's burst of SUBs,
+# PINGs or requests cannot hold the loop. The parser keeps its own partial-frame state across slices.
+READ_SLICE = 16 * 1024
+READ_BUDGET = 0.002
+# nats-server's fast-producer stall (client.go stalledWait): a client whose messages go to a receiver with
+# more than 3/4 of max_pending waiting is held back 2 ms (5 ms when the receiver is at its limit), at most
+# 10 ms per read, before anyone is cut as a slow consumer.
+STALL_MIN = 0.002
+STALL_MAX = 0.005
+STALL_TOTAL = 0.010
+STALL_READ = 64 * 1024  # nats-server reads at most 64 KB at a time: each such read has its own allowance
+
 
 class Subscription:
     """One SUB. ``icb`` set = an internal subscription whose callback receives the message."""
@@ -135,6 +149,13 @@ class Client(asyncio.Protocol):
         self._held: list[bytes] | None = None  # data received while an auth callout runs
         self.callout_user: Any = None  # what the auth callout admitted this client as
         self._sniff_sock: socket.socket | None = None  # allow_non_tls: watching for the first byte
+        # fairness and fast-producer stall (see READ_BUDGET, STALL_*)
+        self._backlog: bytes | None = None  # the unparsed rest of a read, while reading is paused
+        self._resume_handle: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._stall_total = 0.0  # seconds this read has been stalled so far
+        self._stall_read = 0  # bytes parsed since the allowance was renewed
+        self._stall_start = 0.0
+        self.stalls = 0  # times a producer was stalled because of this connection's pending output
 
     # ---- connection lifecycle -------------------------------------------------------------------------
 
@@ -293,9 +314,10 @@ class Client(asyncio.Protocol):
             return
         self.closed = True
         self.stop_time = time.time()
-        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
+        for t in (self._ping_timer, self._auth_timer, self._deadline_timer, self._resume_handle):
             if t is not None:
                 t.cancel()
+        self._backlog = None
         if self._sniff_sock is not None:
             self.server.loop.remove_reader(self._sniff_sock.fileno())
             self._sniff_sock.close()
@@ -312,11 +334,132 @@ class Client(asyncio.Protocol):
             self._held.append(data)  # CONNECT waits for the auth callout
             return
         self.last_activity = time.time()
-        try:
-            self.parser.feed(data)
-        except ProtocolError as e:
-            self._protocol_error(e)
-        self.server.flush_clients()
+        if self._backlog is not None:
+            # (a transport may hand over what it already had after pause_reading: it queues behind the rest)
+            self._backlog += data
+            return
+        self._stall_total = 0.0  # a new read: its own stall allowance (nats-server resetReadLoopStallTime)
+        self._stall_read = 0
+        self._consume(data)
+
+    def _consume(self, data: bytes) -> None:
+        """Parse ``data`` slice by slice until done, or until this callback's budget is spent or a receiver's
+        pending output asks for a stall: then the rest waits (reading paused) and is resumed from the loop."""
+        srv = self.server
+        parser = self.parser
+        n = len(data)
+        pos = 0
+        start = time.monotonic()
+        while True:
+            if n - pos <= READ_SLICE:
+                chunk = data if pos == 0 else data[pos:]
+                pos = n
+            else:
+                chunk = data[pos:pos + READ_SLICE]
+                pos += READ_SLICE
+            try:
+                parser.feed(chunk)
+            except ProtocolError as e:
+                self._protocol_error(e)
+                srv.flush_clients()
+                return
+            self._stall_read += len(chunk)
+            if self._stall_read >= STALL_READ:
+                self._stall_read = 0
+                self._stall_total = 0.0
+            if self.closed:
+                srv.flush_clients()
+                return
+            if self._held is not None:  # a CONNECT went to the auth callout: the rest waits with it
+                if pos < n:
+                    self._held.append(data[pos:])
+                srv.flush_clients()
+                return
+            ttl = self._flush_and_stall()
+            if self.closed:
+                return
+            if pos >= n:
+                if ttl:
+                    self._pause(b"", ttl)
+                return
+            if ttl:
+                self._pause(data[pos:], ttl)
+                return
+            if time.monotonic() - start >= READ_BUDGET:
+                self._pause(data[pos:], 0.0)
+                return
+
+    def _flush_and_stall(self) -> float:
+        """Write out what this slice produced; return how long to stall this producer (0: no stall).
+
+        A receiver (other than this connection) that already has more than 3/4 of max_pending waiting
+        holds this producer back, as nats-server's stall gate; with ``no_fast_producer_stall`` the
+        messages for such a receiver are dropped instead (nats-server skips them), nobody waits."""
+        srv = self.server
+        pending = srv.pending_flush
+        if not pending:
+            return 0.0
+        mp = srv.opts.max_pending
+        gate = mp // 4 * 3
+        worst = -1
+        gated = None
+        for c in pending:
+            if c is self:
+                continue
+            t = c.transport
+            if t is None or c.closed:
+                continue
+            b = t.get_write_buffer_size()
+            if b > gate:
+                if srv.opts.no_fast_producer_stall:
+                    c.out.clear()  # (dropped, as nats-server drops them for a stalled receiver)
+                    continue
+                if gated is None:
+                    gated = []
+                gated.append(c)
+                if b > worst:
+                    worst = b
+        srv.flush_clients()
+        if gated is None or self._stall_total >= STALL_TOTAL or self.kind != CLIENT:
+            return 0.0
+        ttl = STALL_MAX if worst >= mp else STALL_MIN
+        ttl = min(ttl, STALL_TOTAL - self._stall_total)
+        for c in gated:
+            c.stalls = getattr(c, "stalls", 0) + 1
+            srv.stalls += 1
+        return ttl
+
+    def _pause(self, rest: bytes, delay: float) -> None:
+        """Stop reading until a later loop pass (``delay`` seconds: a stall), keeping ``rest`` unparsed."""
+        t = self.transport
+        if t is None or self.closed:
+            return
+        self._backlog = rest
+        t.pause_reading()  # type: ignore[attr-defined]
+        loop = self.server.loop
+        if delay > 0:
+            self._stall_start = time.monotonic()
+            self._resume_handle = loop.call_later(delay, self._resume)
+        else:
+            self._stall_start = 0.0
+            self._resume_handle = loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._resume_handle = None
+        if self.closed:
+            return
+        if self._stall_start:
+            self._stall_total += time.monotonic() - self._stall_start
+            self._stall_start = 0.0
+        rest = self._backlog
+        self._backlog = None
+        t = self.transport
+        if rest:
+            self._consume(rest)
+            if self._backlog is not None or self.closed:
+                return  # paused again (the budget, a stall) or gone
+        if self._held is None and t is not None and not t.is_closing():
+            t.resume_reading()  # type: ignore[attr-defined]
 
     def _protocol_error(self, e: ProtocolError) -> None:
         if e.client_error == "Authorization Violation":

@@ -125,6 +125,7 @@ class Server:
         self._tls_rate_log_pending = False
         self.total_connections = 0
         self.slow_consumers = 0
+        self.stalls = 0  # fast producers held back (/varz stalled_clients)
         self.stale_connections = 0
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Task | None = None

@@ -1,0 +1,462 @@
+"""One client cannot stall the others; fast producers are held back before slow consumers are cut.
+
+* A read is parsed in slices with a time budget (rillet.server.client READ_BUDGET): a burst of SUBs is
+  worked off over many loop passes while other clients are answered, and frames cut at any slice boundary
+  arrive intact.
+* A PING flood whose PONGs are never read ends on the pending limit (slow consumer), not in memory.
+* The JetStream API has nats-server's bounded queue (request_queue_limit): past it the waiting requests
+  are dropped and an api_limit_reached advisory goes out, with the same shape from both servers.
+* A STREAM.CREATE with 20,000 subjects is created while others are answered (linear checks, steps).
+* nats-server's fast-producer stall: with the same load the same slow subscriber is kept, or cut, by both
+  servers; stalls show in /varz stalled_clients and /connz stalls; no_fast_producer_stall drops instead.
+
+The stall tests run the Go nats-server and Rillet as subprocesses side by side.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import urllib.request
+from typing import Any, Iterator
+
+import pytest
+
+from tests.helpers import GO, RawClient, ServerProcess, _host_port, free_port, serve, serve_config
+
+HAVE_GO = shutil.which("nats-server") is not None
+
+
+async def next_msg(c: RawClient, timeout: float) -> Any:
+    """The next MSG/HMSG, answering the server's PINGs on the way (a long test sees nats-server's)."""
+    while True:
+        line = await c.readline(timeout)
+        if line == b"PING":
+            c.send(b"PONG\r\n")
+            continue
+        if line in (b"PONG", b"+OK"):
+            continue
+        return await c._msg_from_line(line, timeout)
+
+
+# ---- reads in slices ----------------------------------------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_burst_of_subs_is_sliced_and_others_are_answered(monkeypatch):
+    if GO:
+        pytest.skip("Rillet's read slicing")
+    from rillet.server import client as client_mod
+    resumes = []
+    orig = client_mod.Client._resume
+
+    def spy(self):
+        resumes.append(time.monotonic())
+        return orig(self)
+
+    monkeypatch.setattr(client_mod.Client, "_resume", spy)
+    n = 100_000
+    async with serve() as srv:
+        hostile = await RawClient.open(srv)
+        bystander = await RawClient.open(srv)
+        hostile.send(b"".join(b"SUB burst.%d %d\r\n" % (i, i) for i in range(n)) + b"PING\r\n")
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        bystander.send(b"PING\r\n")
+        await bystander.read_until(b"PONG\r\n", timeout=30)
+        by_pong = time.monotonic()
+        await hostile.read_until(b"PONG\r\n", timeout=120)
+        hostile_pong = time.monotonic()
+        assert len(resumes) > 5, "the burst was parsed in one callback"
+        assert by_pong < hostile_pong, "the bystander waited for the whole burst"
+        assert by_pong - t0 < 5.0  # (generous: a loaded machine)
+        assert srv.global_account.sublist.count() >= n
+        await hostile.close()
+        await bystander.close()
+
+
+@pytest.mark.asyncio
+async def test_frames_cut_at_slice_boundaries_arrive_intact():
+    # payloads with CRLF inside, of sizes around the slice size, PUB and HPUB, all in one write
+    async with serve() as srv:
+        sub = await RawClient.open(srv, {"verbose": False, "pedantic": False, "protocol": 1, "headers": True})
+        sub.sub("cut.>", 1)
+        await sub.ping()
+        pub = await RawClient.open(srv, {"verbose": False, "pedantic": False, "protocol": 1, "headers": True})
+        frames = []
+        expect = []
+        for i in range(120):
+            size = 16 * 1024 - 40 + i * 7
+            payload = (b"%05d\r\n" % i) * (size // 7) + b"x" * (size % 7)
+            if i % 3 == 0:
+                hdr = b"NATS/1.0\r\nI: %d\r\n\r\n" % i
+                frames.append(b"HPUB cut.%d %d %d\r\n%b%b\r\n" % (i, len(hdr), len(hdr) + len(payload), hdr, payload))
+            else:
+                frames.append(b"PUB cut.%d %d\r\n%b\r\n" % (i, len(payload), payload))
+            expect.append((f"cut.{i}", payload))
+        pub.send(b"".join(frames) + b"PING\r\n")
+        await pub.read_until(b"PONG\r\n", timeout=30)
+        for subject, payload in expect:
+            m = await sub.read_msg(timeout=10)
+            assert m.subject == subject
+            assert m.payload == payload
+        await pub.close()
+        await sub.close()
+
+
+@pytest.mark.asyncio
+async def test_ping_flood_never_reading_pongs_hits_the_pending_limit():
+    async with serve(max_pending=256 * 1024, max_payload=64 * 1024) as srv:
+        host, port = _host_port(srv)
+        bystander = await RawClient.open(srv)
+        loop = asyncio.get_running_loop()
+
+        def flood() -> bool:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect((host, port))
+            s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
+            chunk = b"PING\r\n" * 10_000
+            s.settimeout(1.0)
+            end = time.monotonic() + 60
+            try:
+                while time.monotonic() < end:
+                    try:
+                        s.send(chunk)
+                    except socket.timeout:
+                        continue
+            except OSError:
+                return True  # closed by the server
+            finally:
+                s.close()
+            return False
+
+        fut = loop.run_in_executor(None, flood)
+        worst = 0.0
+        while not fut.done():
+            t0 = time.monotonic()
+            await bystander.ping(timeout=10)
+            worst = max(worst, time.monotonic() - t0)
+            await asyncio.sleep(0.05)
+        assert await fut, "the flooding client was never cut"
+        assert worst < 5.0
+        if not GO:
+            assert srv.slow_consumers >= 1
+        await bystander.close()
+
+
+# ---- a large stream config ---------------------------------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_stream_with_20000_subjects_while_others_are_answered(tmp_path):
+    async with serve_config(f"listen: 127.0.0.1:-1\njetstream {{ store_dir: {json.dumps(str(tmp_path))} }}\n") as srv:
+        c = await RawClient.open(srv)
+        bystander = await RawClient.open(srv)
+        c.sub("create.reply", 1)
+        await c.ping()
+        n = 20_000
+        body = json.dumps({"name": "WIDE", "subjects": [f"wide.{i}.x" for i in range(n)],
+                           "storage": "memory"}).encode()
+        t0 = time.monotonic()
+        c.pub("$JS.API.STREAM.CREATE.WIDE", body, reply="create.reply")
+        await asyncio.sleep(0.02)
+        bystander.send(b"PING\r\n")
+        await bystander.read_until(b"PONG\r\n", timeout=30)
+        by = time.monotonic() - t0
+        m = await next_msg(c, 120)
+        created = time.monotonic() - t0
+        r = json.loads(m.payload)
+        assert "error" not in r, r
+        assert len(r["config"]["subjects"]) == n
+        if not GO:
+            assert by < created, "the bystander waited for the whole create"
+        # the stream captures its last subject; a subject overlapping two of them is refused in another
+        c.sub("pub.reply", 2)
+        c.pub(f"wide.{n - 1}.x", b"hi", reply="pub.reply")
+        ack = json.loads((await next_msg(c, 10)).payload)
+        assert ack.get("stream") == "WIDE", ack
+        bad = json.dumps({"name": "OTHER", "subjects": ["wide.*.x"], "storage": "memory"}).encode()
+        c.pub("$JS.API.STREAM.CREATE.OTHER", bad, reply="create.reply")
+        err = json.loads((await next_msg(c, 30)).payload)["error"]
+        assert err["err_code"] == 10065, err  # subjects overlap with an existing stream
+        await c.close()
+        await bystander.close()
+
+
+@pytest.mark.asyncio
+async def test_overlap_inside_a_large_config_names_the_first_pair(tmp_path):
+    async with serve_config(f"listen: 127.0.0.1:-1\njetstream {{ store_dir: {json.dumps(str(tmp_path))} }}\n") as srv:
+        c = await RawClient.open(srv)
+        c.sub("r", 1)
+        subjects = [f"big.{i}" for i in range(3000)] + ["other.*", "big.*", "other.x"]
+        body = json.dumps({"name": "BIG", "subjects": subjects, "storage": "memory"}).encode()
+        c.pub("$JS.API.STREAM.CREATE.BIG", body, reply="r")
+        err = json.loads((await next_msg(c, 60)).payload)["error"]
+        # nats-server checks each subject against the later ones, in order: big.0 meets big.*
+        assert err["description"] == 'subject "big.0" overlaps with "big.*"', err
+        assert err["err_code"] == 10052
+        await c.close()
+
+
+# ---- both servers as subprocesses ---------------------------------------------------------------------
+
+@contextlib.contextmanager
+def running(kind: str, conf: str) -> Iterator[tuple[ServerProcess, int]]:
+    """``kind`` ("go" or "rillet") started from config text (a free client and monitoring port added)."""
+    mport = free_port()
+    d = tempfile.mkdtemp(prefix="fairness-")
+    path = os.path.join(d, "s.conf")
+    with open(path, "w") as f:
+        f.write(f"listen: 127.0.0.1:{free_port()}\nhttp: 127.0.0.1:{mport}\n{conf.replace('@DIR@', d)}\n")
+    proc = ServerProcess("-c", path, command=["nats-server"] if kind == "go" else None)
+    try:
+        proc.wait_ready()
+        yield proc, mport
+    finally:
+        proc.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def monitor(mport: int, path: str) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}{path}", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def raw_connect(port: int, rcvbuf: int = 0, connect: bytes = b'{"verbose":false,"pedantic":false}') -> socket.socket:
+    s = socket.socket()
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.connect(("127.0.0.1", port))
+    s.settimeout(10)
+    buf = b""
+    while b"\r\n" not in buf:
+        buf += s.recv(4096)
+    s.sendall(b"CONNECT " + connect + b"\r\nPING\r\n")
+    buf = b""
+    while b"PONG\r\n" not in buf:
+        buf += s.recv(4096)
+    return s
+
+
+class PacedReader(threading.Thread):
+    """Reads at most ``rate`` bytes per second (0: never reads); counts MSG frames; notes when closed."""
+
+    def __init__(self, s: socket.socket, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.s, self.rate = s, rate
+        self.bytes = 0
+        self.closed = False
+        self.stop = False
+
+    def run(self) -> None:
+        start = time.monotonic()
+        self.s.settimeout(0.05)
+        while not self.stop:
+            if self.rate <= 0:
+                time.sleep(0.05)
+                continue
+            allowed = int((time.monotonic() - start) * self.rate) - self.bytes
+            if allowed <= 0:
+                time.sleep(0.002)
+                continue
+            try:
+                data = self.s.recv(min(allowed, 65536))
+            except socket.timeout:
+                continue
+            except OSError:
+                self.closed = True
+                return
+            if not data:
+                self.closed = True
+                return
+            self.bytes += len(data)
+
+    def is_cut(self, wait: float = 3.0) -> bool:
+        """Drain at full speed for up to ``wait`` seconds: True when the server closed the connection."""
+        self.stop = True
+        self.join(2)
+        if self.closed:
+            return True
+        end = time.monotonic() + wait
+        self.s.settimeout(0.2)
+        while time.monotonic() < end:
+            try:
+                data = self.s.recv(1 << 20)
+            except socket.timeout:
+                continue
+            except OSError:
+                return True
+            if not data:
+                return True
+            self.bytes += len(data)
+        return False
+
+
+def produce(port: int, total: int, size: int = 1024) -> None:
+    """``total`` bytes of ``size``-byte messages on stall.x, written as fast as the socket takes them."""
+    s = raw_connect(port)
+    frame = b"PUB stall.x %d\r\n%b\r\n" % (size, b"m" * size)
+    batch = frame * (65536 // len(frame) + 1)
+    sent = 0
+    s.settimeout(60)
+    try:
+        while sent < total:
+            s.sendall(batch)
+            sent += len(batch)
+        s.sendall(b"PING\r\n")
+        buf = b""
+        while b"PONG\r\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        s.close()
+
+
+def stall_run(kind: str, conf: str, rate: float, total: int) -> dict:
+    with running(kind, conf) as (proc, mport):
+        sub = raw_connect(proc.port, rcvbuf=32 * 1024)
+        sub.sendall(b"SUB stall.x 1\r\nPING\r\n")
+        buf = b""
+        while b"PONG\r\n" not in buf:
+            buf += sub.recv(4096)
+        reader = PacedReader(sub, rate)
+        reader.start()
+        produce(proc.port, total)
+        varz = monitor(mport, "/varz")
+        connz = monitor(mport, "/connz?state=all")
+        cut = reader.is_cut()
+        stalls = [c.get("stalls", 0) for c in connz["connections"]]
+        closed = monitor(mport, "/connz?state=closed")["connections"]
+        sub.close()
+        return {"cut": cut, "stalled_clients": varz["stalled_clients"], "stalls": max(stalls or [0]),
+                "slow_consumers": monitor(mport, "/varz")["slow_consumers"], "bytes": reader.bytes,
+                "reasons": [c.get("reason") for c in closed]}
+
+
+MB = 1024 * 1024
+
+
+@pytest.mark.skipif(not HAVE_GO, reason="needs nats-server")
+def test_stall_keeps_a_steady_subscriber_on_both_servers():
+    """A subscriber reading 30 MB/s, max_pending 4 MB, 24 MB of 1 KB messages as fast as possible: the
+    producer is stalled (counted in /varz and /connz), and the subscriber is not cut, on both servers."""
+    conf = "max_pending: 4MB\n"
+    res = {k: stall_run(k, conf, 30 * MB, 24 * MB) for k in ("go", "rillet")}
+    for k, r in res.items():
+        assert not r["cut"], (k, res)
+        assert r["stalled_clients"] > 0, (k, res)
+        assert r["stalls"] > 0, (k, res)
+
+
+@pytest.mark.skipif(not HAVE_GO, reason="needs nats-server")
+def test_a_subscriber_that_never_reads_is_cut_by_both_servers():
+    conf = "max_pending: 1MB\n"
+    res = {k: stall_run(k, conf, 0, 12 * MB) for k in ("go", "rillet")}
+    for k, r in res.items():
+        assert r["cut"], (k, res)
+        assert r["slow_consumers"] >= 1, (k, res)
+        assert "Slow Consumer (Pending Bytes)" in r["reasons"], (k, res)
+
+
+@pytest.mark.skipif(not HAVE_GO, reason="needs nats-server")
+def test_no_fast_producer_stall_drops_instead():
+    """no_fast_producer_stall: nobody is stalled (stalled_clients stays 0); messages for the subscriber
+    past 3/4 of max_pending are dropped, so it is not cut but gets less than was sent, on both servers."""
+    conf = "max_pending: 4MB\nno_fast_producer_stall: true\n"
+    total = 24 * MB
+    res = {k: stall_run(k, conf, 10 * MB, total) for k in ("go", "rillet")}
+    for k, r in res.items():
+        assert r["stalled_clients"] == 0, (k, res)
+        assert not r["cut"], (k, res)
+        assert r["bytes"] < total, (k, res)
+
+
+# ---- the JetStream API queue --------------------------------------------------------------------------
+
+API_CONF = """
+jetstream { store_dir: "@DIR@", request_queue_limit: 50 }
+accounts {
+  SYS { users [ {user: sys, password: sys} ] }
+  APP { jetstream: enabled, users [ {user: app, password: app} ] }
+}
+system_account: SYS
+"""
+
+
+def api_flood(kind: str, n: int) -> dict:
+    with running(kind, API_CONF) as (proc, mport):
+        sys_c = raw_connect(proc.port, connect=b'{"verbose":false,"pedantic":false,"user":"sys","pass":"sys"}')
+        sys_c.sendall(b"SUB $JS.EVENT.ADVISORY.API.LIMIT_REACHED 1\r\nPING\r\n")
+        buf = b""
+        while b"PONG\r\n" not in buf:
+            buf += sys_c.recv(4096)
+        app = raw_connect(proc.port, connect=b'{"verbose":false,"pedantic":false,"user":"app","pass":"app"}')
+        app.sendall(b"SUB r.* 1\r\nPING\r\n")
+        buf = b""
+        while b"PONG\r\n" not in buf:
+            buf += app.recv(4096)
+        reqs = []
+        for i in range(n):
+            body = json.dumps({"name": f"Q{i}", "subjects": [f"q.{i}"], "storage": "memory"}).encode()
+            reqs.append(b"PUB $JS.API.STREAM.CREATE.Q%d r.%d %d\r\n%b\r\n" % (i, i, len(body), body))
+        app.sendall(b"".join(reqs))
+        answered = 0
+        tail = b""
+        app.settimeout(3)
+        while True:
+            try:
+                chunk = app.recv(1 << 20)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            data = tail + chunk
+            answered += data.count(b"MSG r.")
+            tail = data[-6:]
+        advisories = []
+        sys_c.settimeout(1)
+        data = b""
+        with contextlib.suppress(socket.timeout):
+            while True:
+                chunk = sys_c.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        for part in data.split(b"MSG $JS.EVENT.ADVISORY.API.LIMIT_REACHED 1 ")[1:]:
+            size, rest = part.split(b"\r\n", 1)
+            advisories.append(json.loads(rest[:int(size)]))
+        return {"answered": answered, "advisories": advisories}
+
+
+@pytest.mark.skipif(not HAVE_GO, reason="needs nats-server")
+def test_api_queue_limit_drops_and_advises():
+    n = 2000
+    res = {k: api_flood(k, n) for k in ("go", "rillet")}
+    shapes = {}
+    for k, r in res.items():
+        advs = r["advisories"]
+        assert advs, (k, r["answered"])
+        dropped = sum(a["dropped"] for a in advs)
+        assert dropped > 0 and r["answered"] + dropped == n, (k, r["answered"], dropped)
+        a = advs[0]
+        assert a["type"] == "io.nats.jetstream.advisory.v1.api_limit_reached"
+        shapes[k] = sorted(a)
+    assert shapes["go"] == shapes["rillet"], shapes
+
+
+def test_queue_limit_config_values():
+    from rillet.config.options_builder import load_string
+    from rillet.config.errors import ConfigError
+    o = load_string("jetstream { request_queue_limit: 5, info_queue_limit: 7 }\n")
+    assert o.jetstream.extra["request_queue_limit"] == 5 and o.jetstream.extra["info_queue_limit"] == 7
+    with pytest.raises(ConfigError, match="Expected a parseable size"):
+        load_string('jetstream { request_queue_limit: "lots" }\n')
+    o = load_string("no_fast_producer_stall: true\n")
+    assert o.no_fast_producer_stall is True
