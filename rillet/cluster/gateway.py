@@ -1084,7 +1084,7 @@ class GatewayAccount(RoutedAccount):
                        route: bytes | None = None) -> bool:
         gw = self.server.gateway
         if c.kind >= ROUTER or not gw.outo:  # (routes and gateways never send to gateways)
-            return RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+            return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
         if self._gwr and route is None and self._routed_reply(subject) is not None:
             return self.deliver(c, subject, reply, hdr, msg)  # a response to a request from another cluster
         if hdr > 0 and _mt.CURRENT is not None:
@@ -1092,7 +1092,7 @@ class GatewayAccount(RoutedAccount):
             nr = c.no_responders
             c.no_responders = False
             try:
-                done = RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+                done = Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
             finally:
                 c.no_responders = nr
             sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
@@ -1112,11 +1112,11 @@ class GatewayAccount(RoutedAccount):
         if sent and c.no_responders:
             c.no_responders = False
             try:
-                RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route)
+                Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
             finally:
                 c.no_responders = True
             return True
-        return RoutedAccount.deliver_result(self, c, r, subject, reply, hdr, msg, route) or sent
+        return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route) or sent
 
     def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                        msg: bytes) -> None:
@@ -1160,14 +1160,14 @@ class GatewayAccount(RoutedAccount):
                 shown, ack = ack[i + 1:], ack[:i]
                 if gr:
                     ack = self._strip_gr(gr + ack)
-                RoutedAccount.deliver_result(self, c, rr, shown, ack, hdr, msg, subject)
+                Account.deliver_result(self, c, rr, shown, ack, hdr, msg, subject)
                 return
         if rr.psubs or rr.qsubs:
             if reply and reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET:
                 # subscribers here see the original reply; the other servers of the cluster get it routed
-                RoutedAccount.deliver_result(self, c, rr, subject, self._strip_gr(reply), hdr, msg, rreply=reply)
+                Account.deliver_result(self, c, rr, subject, self._strip_gr(reply), hdr, msg, rreply=reply)
             else:
-                RoutedAccount.deliver_result(self, c, rr, subject, reply, hdr, msg)
+                Account.deliver_result(self, c, rr, subject, reply, hdr, msg)
 
 
 def _subject_b(sub: Any) -> bytes:

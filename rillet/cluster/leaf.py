@@ -63,7 +63,7 @@ from rillet.cluster.routed import RemoteSub, RoutedAccount, js_ack_deliver_idx, 
 from rillet.protocol.parser import ProtocolError
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
-from rillet.server.delivery import ConnKind
+from rillet.server.delivery import ConnKind, deliver_here, plan_of
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_matches_filter
@@ -1521,11 +1521,11 @@ def _from_leaf(self: Any, lc: LeafConn, r: SublistResult, subject: bytes, reply:
     """``LeafAccount.deliver_leaf`` after the mapping and the match (``self``: a ``RoutedAccount``)."""
     if not (r.psubs or r.qsubs):
         return
-    sp = self._split(r)
+    plan = plan_of(r)
     spoke = lc.spoke
     origin = lc.remote_cluster
     targets: dict[Any, list[bytes]] = {}
-    for rc in sp.routes:
+    for rc in plan.links:
         if rc is lc or rc.closed:
             continue
         if rc.kind == ROUTER_KIND:
@@ -1556,14 +1556,13 @@ def _from_leaf(self: Any, lc: LeafConn, r: SublistResult, subject: bytes, reply:
                     cum.append(total)
                 m = cands[min(bisect_right(cum, random() * total), len(cands) - 1)]
                 targets.setdefault(m.client, []).append(qn)
-    lr = sp.local
-    local = SublistResult(lr.psubs, qsubs) if (qsubs or lr.qsubs) else lr
-    if local.psubs or local.qsubs:
+    psubs = plan.psubs
+    if psubs or qsubs:
         i = js_ack_deliver_idx(reply) if reply is not None and reply[:8] == b"$JS.ACK." else -1
         if i > 0:  # a JetStream delivery (nats-server's form): shown with the stream subject after '@'
-            Account.deliver_result(self, lc, local, reply[i + 1:], reply[:i], hdr, msg, subject)
+            deliver_here(self, lc, psubs, qsubs, reply[i + 1:], reply[:i], hdr, msg, subject)
         else:
-            Account.deliver_result(self, lc, local, subject, reply, hdr, msg)
+            deliver_here(self, lc, psubs, qsubs, subject, reply, hdr, msg)
     name = self.name_b
     org = origin.encode() if origin else None
     for rc, qs in targets.items():
@@ -1579,11 +1578,11 @@ def _routed_to_leafs(self: Any, rc: Any, subject: bytes, reply: bytes | None, qu
     r = self._match(subject.decode("utf-8", "surrogateescape"))
     if not (r.psubs or r.qsubs):
         return
-    sp = self._split(r)
+    plan = plan_of(r)
     targets: dict[Any, list[bytes]] = {}
     o = getattr(rc, "lmsg_origin", None)
     origin = o.decode("utf-8", "replace") if o else ""
-    for lc in sp.routes:
+    for lc in plan.links:
         if lc.kind == LEAF_KIND and not lc.spoke and not lc.closed and \
                 not (origin and lc.remote_cluster == origin):
             targets[lc] = []
@@ -1591,7 +1590,7 @@ def _routed_to_leafs(self: Any, rc: Any, subject: bytes, reply: bytes | None, qu
         names = set(bytes(q) for q in queues)
         for g in r.qsubs:
             qn = g[0].queue_b
-            if qn not in names or qn in sp.inbound_q:
+            if qn not in names or qn in plan.in_q:
                 continue  # (a local member took it)
             cands = [s for s in g if type(s) is RemoteSub and s.client.kind == LEAF_KIND
                      and not s.client.spoke and not s.client.closed

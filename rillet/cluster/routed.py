@@ -14,7 +14,8 @@ to send to:
   mesh), to the plain subscribers and to one local member of each queue group named in its RMSG.
 
 The routing decision depends only on the sublist result, which the sublist caches and never changes, so
-it is computed once per result (``_Split``) and kept beside the sublist cache.
+it is computed once per result (``rillet.server.delivery.Plan``) and kept on the result; the one executor
+there delivers every message.
 
 Imports, as nats-server does them in a cluster:
 
@@ -34,58 +35,15 @@ Imports, as nats-server does them in a cluster:
 """
 from __future__ import annotations
 
-from bisect import bisect_right
-from random import random
 from typing import Any
 
 import rillet.server.msgtrace as _mt
 from rillet.server.accounts import Account
-from rillet.server.delivery import GATEWAY, LEAF
+from rillet.server.delivery import RemoteSub, deliver_inbound, js_ack_deliver_idx, origin_only
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_is_subset_match, subject_matches_filter, subjects_collide
 
-_SPLITS_MAX = 4096
-
-
-class RemoteSub:
-    """Interest a route announced (RS+/LS+): kept in the sublist like a local subscription."""
-
-    __slots__ = ("client", "subject", "queue", "weight", "sid", "sid_b", "icb", "nm", "max", "subject_b",
-                 "queue_b", "origin")
-
-    def __init__(self, route: Any, subject: str, queue: str | None, weight: int, origin: bytes | None) -> None:
-        self.client = route
-        self.subject = subject
-        self.queue = queue
-        self.weight = weight
-        self.origin = origin
-        self.sid = b""
-        self.sid_b = b""
-        self.icb = None
-        self.nm = 0
-        self.max = 0
-        self.subject_b = subject.encode("utf-8", "surrogateescape")
-        self.queue_b = queue.encode("utf-8", "surrogateescape") if queue else b""
-
-
-def origin_only(sub: Any) -> bool:
-    """A subscription that applies an import for the publishing server (see the module docstring)."""
-    icb = sub.icb
-    if icb is None:
-        return False
-    if getattr(icb, "import_to", None) is not None:  # stream import (rillet.server.account_config)
-        return True
-    # the request side of a service import: its internal client is named "service import <imp> -> <exp>"
-    return str(getattr(sub.client, "name", "")).startswith("service import ")
-
-
-def _stream_import_sub(sub: Any) -> bool:
-    """A stream import's own subscription whose importing account delivers through shadows instead."""
-    icb = sub.icb
-    if icb is None:
-        return False
-    imp = getattr(icb, "import_to", None)
-    return imp is not None and getattr(imp[0], "shadows", False)
+__all__ = ["RemoteSub", "RoutedAccount", "ShadowSub", "js_ack_deliver_idx", "origin_only", "shadow_subject"]
 
 
 class ShadowSub:
@@ -150,57 +108,11 @@ def shadow_subject(sub_subject: str, src: str, remap: Any) -> tuple[str, bool] |
     return src, subject_is_subset_match(target, sub_subject)
 
 
-class _Split:
-    """What one sublist result means for routing (computed once per result)."""
-
-    __slots__ = ("local", "routes", "rqueues", "inbound", "inbound_q")
-
-    def __init__(self, r: SublistResult) -> None:
-        local_ps: list[Any] = []
-        inbound_ps: list[Any] = []
-        routes: dict[Any, None] = {}
-        skipped = False
-        for sub in r.psubs:
-            if type(sub) is RemoteSub:
-                routes[sub.client] = None
-            elif _stream_import_sub(sub):
-                skipped = True  # the shadows of the importing account's subscriptions deliver instead
-            else:
-                local_ps.append(sub)
-                if not origin_only(sub):
-                    inbound_ps.append(sub)
-        local_qs: list[list[Any]] = []
-        rqueues: list[tuple[bytes, list[Any], list[int], list[Any]]] = []
-        inbound_q: dict[bytes, list[Any]] = {}
-        for g in r.qsubs:
-            loc = [s for s in g if type(s) is not RemoteSub]
-            if len(loc) == len(g):
-                local_qs.append(g)
-            else:  # members elsewhere: weighted choice over the cluster at each message
-                cum: list[int] = []
-                total = 0
-                for s in g:
-                    total += max(s.weight, 1) if type(s) is RemoteSub else 1
-                    cum.append(total)
-                rqueues.append((g[0].queue_b, g, cum, loc))
-            inb = [s for s in loc if not origin_only(s)]
-            if inb:
-                inbound_q[inb[0].queue_b] = inb
-        self.routes = list(routes)
-        self.rqueues = rqueues
-        # the result as it is when no route is in it; else without the remote subscriptions
-        self.local = r if not (routes or rqueues or skipped) else SublistResult(local_ps, local_qs)
-        self.inbound = SublistResult(inbound_ps, [])
-        self.inbound_q = inbound_q
-
-
 class RoutedAccount(Account):
-    __slots__ = ("_splits", "name_b", "_shadows", "shadows")
+    __slots__ = ("_shadows",)
 
     def __init__(self, server: Any, name: str) -> None:
         super().__init__(server, name)
-        self._splits: dict[SublistResult, _Split] = {}
-        self.name_b = name.encode()
         self._shadows: dict[Any, list[ShadowSub]] = {}  # a subscription here -> its shadows in exporters
         # this account's subscriptions get shadows (add_sub below): a subclass with its own add_sub that does
         # not call ours keeps the single-server way (the publishing server applies the stream import)
@@ -256,85 +168,10 @@ class RoutedAccount(Account):
         return subject
 
     def remote_changed(self) -> None:
-        """Remote interest changed without new sublist results (a queue weight): forget the splits."""
-        self._splits.clear()
+        """Remote interest changed without new sublist results (a queue weight): the plans are made again."""
+        self.sublist.forget_plans()
 
-    def _split(self, r: SublistResult) -> _Split:
-        sp = self._splits.get(r)
-        if sp is None:
-            if len(self._splits) >= _SPLITS_MAX:
-                self._splits.clear()
-            sp = self._splits[r] = _Split(r)
-        return sp
-
-    # ---- delivery --------------------------------------------------------------------------------------
-
-    def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
-                       route: bytes | None = None, rreply: bytes | None = None) -> bool:
-        """``rreply``: the reply routes get when it differs from the subscribers' here (a gateway reply,
-        rillet.cluster.gateway, whose ``_GR_.`` prefix only servers see)."""
-        sp = self._splits.get(r)
-        if sp is None:
-            if not r.qsubs:
-                # a result first seen (a reply subject is one per request or PubAck): when it holds only this
-                # server's plain subscriptions it is delivered as it is, without a split to build and cache
-                for sub in r.psubs:
-                    if type(sub) is RemoteSub or sub.icb is not None:
-                        break
-                else:
-                    return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
-            sp = self._split(r)
-        if sp.local is r:
-            return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
-        lr = sp.local
-        # one frame per route: plain interest, plus the queue groups this route serves
-        targets: dict[Any, list[bytes]] = {rc: [] for rc in sp.routes}
-        chosen_local: list[list[Any]] | None = None
-        for qname, members, cum, loc in sp.rqueues:
-            m = members[min(bisect_right(cum, random() * cum[-1]), len(members) - 1)]
-            if type(m) is RemoteSub:
-                q = targets.get(m.client)
-                if q is None:
-                    targets[m.client] = [qname]
-                else:
-                    q.append(qname)
-            else:  # a local member: one of the group's local members takes it
-                if chosen_local is None:
-                    chosen_local = []
-                chosen_local.append(loc)
-        if chosen_local is not None:
-            lr = SublistResult(lr.psubs, lr.qsubs + chosen_local)
-        delivered = False
-        if lr.psubs or lr.qsubs:
-            nr = c.no_responders and bool(targets)
-            if nr:
-                c.no_responders = False  # the message goes to a route too: no 503 from here
-            try:
-                delivered = Account.deliver_result(self, c, lr, subject, reply, hdr, msg, route)
-            finally:
-                if nr:
-                    c.no_responders = True
-        rsubject = route if route is not None else subject
-        # a JetStream delivery shown with its stream subject: as nats-server, routes get the subject it matched
-        # (the deliver subject, or a pull request's reply) and the shown one after '@' in the ack reply
-        jsd = route is not None and rreply is None and reply is not None and reply[:8] == b"$JS.ACK." \
-            and js_ack_deliver_idx(reply) < 0
-        gwo = c.kind == GATEWAY  # from a gateway (rillet.cluster.gateway): leafs get it when we are their hub only
-        traced = hdr > 0 and _mt.CURRENT is not None and _mt.owns(_mt.CURRENT, hdr, msg)
-        for rc, queues in targets.items():
-            if traced:  # the next hop in its header, and the egress event (rillet.server.msgtrace)
-                hdr, msg = _mt.CURRENT.to_remote(rc, hdr, msg)  # type: ignore[union-attr]
-            if not rc.closed:
-                if gwo and rc.kind == LEAF and rc.spoke:
-                    continue
-                if jsd:  # (leafs too, as nats-server)
-                    rc.send_msg(self.name_b, route, reply + b"@" + subject, queues, hdr, msg)  # type: ignore
-                elif gwo and rc.kind == LEAF:  # a leaf: the original reply (_GR_ replies stay between servers)
-                    rc.send_msg(self.name_b, rsubject, reply, queues, hdr, msg)
-                else:
-                    rc.send_msg(self.name_b, rsubject, reply if rreply is None else rreply, queues, hdr, msg)
-                delivered = True
-        return delivered
+    # ---- delivery (rillet.server.delivery runs the plans) -------------------------------------------------
 
     def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                        msg: bytes) -> None:
@@ -346,38 +183,4 @@ class RoutedAccount(Account):
 
     def _deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                         msg: bytes) -> None:
-        shown = None
-        if reply is not None and reply[:8] == b"$JS.ACK." and b"@" in reply:
-            i = js_ack_deliver_idx(reply)
-            if i > 0:
-                # a JetStream delivery (nats-server's form): matched on the RMSG subject (the deliver subject),
-                # shown with the stream subject after '@', acked on the reply before it
-                shown, reply = reply[i + 1:], reply[:i]
-        r = self._match(subject.decode("utf-8", "surrogateescape"))
-        if not (r.psubs or r.qsubs):
-            return
-        sp = self._split(r)
-        lr = sp.inbound
-        if queues:
-            groups = [g for g in (sp.inbound_q.get(bytes(q)) for q in queues) if g is not None]
-            if groups:
-                lr = SublistResult(lr.psubs, groups)
-        if lr.psubs or lr.qsubs:
-            if shown is None:
-                Account.deliver_result(self, rc, lr, subject, reply, hdr, msg)
-            else:
-                Account.deliver_result(self, rc, lr, shown, reply, hdr, msg, subject)
-
-
-def js_ack_deliver_idx(reply: bytes) -> int:
-    """The offset of the ``@`` in a JetStream delivery's ``$JS.ACK.<8 tokens>@<subject>`` reply, else -1
-    (stream, consumer and subject tokens may hold ``@``: only one after the eighth dot counts, as
-    nats-server's jsAckDeliverIdx)."""
-    if reply[:8] != b"$JS.ACK.":
-        return -1
-    i = reply.find(b"@")
-    while i > 0:
-        if reply.count(b".", 0, i) >= 8:
-            return i
-        i = reply.find(b"@", i + 1)
-    return -1
+        deliver_inbound(self, rc, subject, reply, queues, hdr, msg)

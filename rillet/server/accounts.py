@@ -1,10 +1,10 @@
 """Accounts: each has its own subject space (a sublist) and the message delivery hot path."""
 from __future__ import annotations
 
-from random import random
 from typing import TYPE_CHECKING, Any
 
-import rillet.server.msgtrace as _mt
+from rillet.server.delivery import deliver_result as _deliver_result
+from rillet.server.delivery import no_responders as _no_resp
 from rillet.subjects.sublist import Sublist
 
 if TYPE_CHECKING:
@@ -17,11 +17,15 @@ GLOBAL_ACCOUNT = "$G"
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
                  "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "no_match", "trace_dest",
-                 "trace_sampling", "__weakref__")
+                 "trace_sampling", "name_b", "shadows", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
+        self.name_b = name.encode()
         self.server = server
+        # stream imports into this account reach its subscriptions through shadow subscriptions in the
+        # exporting accounts (rillet.cluster.routed), not through the import's own subscription
+        self.shadows = False
         self.sublist = Sublist(cache=not server.opts.disable_sublist_cache)
         self._match = self.sublist.match
         self.mappings: list[Any] = []  # rillet.subjects.mapping.Mapping, first matching source wins
@@ -141,171 +145,11 @@ class Account:
     def match(self, subject: str) -> Any:
         return self._match(subject)
 
-    def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
-                       route: bytes | None = None) -> bool:
-        """Deliver to the subscriptions of a sublist result ``r`` (see ``deliver``).
-
-        The frame is built once as a head (``MSG <subject> ``) and a tail (`` [reply] <size>\r\n<msg>\r\n``);
-        each subscriber's buffer gets head, its SID and tail.
-
-        ``route``: the subject ``r`` was matched on when subscribers are shown another one (a JetStream
-        delivery shows its stream subject). Internal callbacks marked ``routed`` (imports, which must route
-        the message on) get the matched subject, and the shown one as an extra argument.
-        """
-        if hdr > 0 and _mt.CURRENT is not None and _mt.owns(_mt.CURRENT, hdr, msg):
-            return _mt.deliver_result(self, c, r, subject, reply, hdr, msg, route)  # a traced message
-        size = len(msg)
-        if hdr < 0:
-            head = b"MSG %b " % subject
-            if reply:
-                tail = b" %b %d\r\n%b\r\n" % (reply, size, msg)
-            else:
-                tail = b" %d\r\n%b\r\n" % (size, msg)
-        else:
-            head = b"HMSG %b " % subject
-            if reply:
-                tail = b" %b %d %d\r\n%b\r\n" % (reply, hdr, size, msg)
-            else:
-                tail = b" %d %d\r\n%b\r\n" % (hdr, size, msg)
-        pending = self._pending
-        no_echo = not c.echo
-        n = 0
-        done: list | None = None
-        if self.server.trace_on:
-            self._trace_deliveries(r, c, no_echo, subject, reply, hdr, size)
-        for sub in r.psubs:
-            sc = sub.client
-            if no_echo and sc is c:
-                continue
-            if sub.icb is not None:
-                sub.nm += 1
-                if route is not None and getattr(sub.icb, "routed", False):
-                    ok = sub.icb(sub, c, route, reply, hdr, msg, subject)
-                else:
-                    ok = sub.icb(sub, c, subject, reply, hdr, msg)
-                if ok is not False:  # (a service import that reached nobody in its exporter returns False)
-                    n += 1
-                continue
-            if sc.perms is not None and not self._perm_ok(sc, subject, reply):
-                continue
-            sub.nm += 1
-            if sub.max:
-                if sub.nm > sub.max:
-                    continue
-                if sub.nm == sub.max:
-                    if done is None:
-                        done = []
-                    done.append(sub)
-            out = sc.out
-            if hdr >= 0 and not sc.headers:
-                out += b"MSG %b %b%b" % (subject, sub.sid_b, _strip_headers(reply, hdr, msg))
-            else:
-                out += head
-                out += sub.sid_b
-                out += tail
-            sc.out_msgs += 1
-            sc.out_bytes += size
-            n += 1
-            if not sc.flush_pending:
-                sc.flush_pending = True
-                pending.append(sc)
-        if r.qsubs:
-            for group in r.qsubs:
-                sub = self._pick(group, c, not no_echo, subject, reply)
-                if sub is None:
-                    continue
-                sc = sub.client
-                sub.nm += 1
-                if sub.icb is not None:
-                    if route is not None and getattr(sub.icb, "routed", False):
-                        ok = sub.icb(sub, c, route, reply, hdr, msg, subject)
-                    else:
-                        ok = sub.icb(sub, c, subject, reply, hdr, msg)
-                    if ok is not False:
-                        n += 1
-                    continue
-                if sub.max and sub.nm >= sub.max:
-                    if done is None:
-                        done = []
-                    done.append(sub)
-                out = sc.out
-                if hdr >= 0 and not sc.headers:
-                    out += b"MSG %b %b%b" % (subject, sub.sid_b, _strip_headers(reply, hdr, msg))
-                else:
-                    out += head
-                    out += sub.sid_b
-                    out += tail
-                sc.out_msgs += 1
-                sc.out_bytes += size
-                n += 1
-                if not sc.flush_pending:
-                    sc.flush_pending = True
-                    pending.append(sc)
-        if done is not None:
-            for sub in done:
-                sub.client.remove_sub(sub)
-        if n:
-            return True
-        if reply and c.no_responders:
-            self._no_responders(c, subject, reply)
-        return False
-
-    @staticmethod
-    def _trace_deliveries(r: Any, c: Any, no_echo: bool, subject: bytes, reply: bytes | None, hdr: int,
-                          size: int) -> None:
-        """``->> [MSG ...]`` trace lines for the plain subscribers a message goes to (tracing is on)."""
-        rp = f" {reply.decode(errors='replace')}" if reply else ""
-        sz = f"{hdr} {size}" if hdr >= 0 else f"{size}"
-        op = "HMSG" if hdr >= 0 else "MSG"
-        for sub in r.psubs:
-            sc = sub.client
-            if sub.icb is None and not (no_echo and sc is c):
-                sc.trace(f"->> [{op} {subject.decode(errors='replace')} {sub.sid.decode(errors='replace')}{rp} {sz}]")
-
-    def _pick(self, group: list, c: Any, echo: bool, subject: bytes, reply: bytes | None) -> Any:
-        """One random member of a queue group that may receive this message."""
-        n = len(group)
-        i = int(random() * n)
-        for k in range(n):
-            sub = group[(i + k) % n]
-            sc = sub.client
-            if sc is c and not echo:
-                continue
-            if sub.max and sub.nm >= sub.max:
-                continue
-            if sc.perms is not None and sub.icb is None and not self._perm_ok(sc, subject, reply):
-                continue
-            return sub
-        return None
-
-    @staticmethod
-    def _perm_ok(sc: Any, subject: bytes, reply: bytes | None) -> bool:
-        perms = sc.perms
-        if perms.sub_deny is not None and perms.deliver_denied(subject.decode("utf-8", "surrogateescape")):
-            return False
-        if reply and perms.resp is not None:
-            perms.track_reply(reply)
-        return True
+    # Deliver to the subscriptions of a sublist result ``r`` (see ``deliver``):
+    # ``deliver_result(c, r, subject, reply, hdr, msg, route=None, rreply=None)``, the function that runs the
+    # result's delivery plan (rillet.server.delivery.deliver_result), bound as a method with no call between.
+    deliver_result = _deliver_result
 
     def _no_responders(self, c: Any, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody is listening: a 503 status on its own reply subscription."""
-        r = self._match(reply.decode("utf-8", "surrogateescape"))
-        for sub in r.psubs:
-            if sub.client is c:
-                hdr = b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"
-                hl = str(len(hdr)).encode()
-                if sub.icb is not None:
-                    sub.icb(sub, c, reply, None, len(hdr), hdr)
-                    return
-                c.out += b"HMSG " + reply + b" " + sub.sid_b + b" " + hl + b" " + hl + b"\r\n" + hdr + b"\r\n"
-                c.flush()
-                return
-
-
-def _strip_headers(reply: bytes | None, hdr: int, msg: bytes) -> bytes:
-    """The MSG tail for a subscriber that does not support headers: the payload only."""
-    payload = msg[hdr:]
-    sz = str(len(payload)).encode()
-    if reply:
-        return b" " + reply + b" " + sz + b"\r\n" + payload + b"\r\n"
-    return b" " + sz + b"\r\n" + payload + b"\r\n"
+        _no_resp(self, c, subject, reply)

@@ -3,7 +3,10 @@ the delivery plan of a sublist result with the one function that executes it.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from enum import IntEnum
+from random import random
+from typing import Any, Protocol
 
 
 class ConnKind(IntEnum):
@@ -21,3 +24,472 @@ INTERNAL = ConnKind.INTERNAL
 ROUTER = ConnKind.ROUTER
 GATEWAY = ConnKind.GATEWAY
 LEAF = ConnKind.LEAF
+
+# (below the kinds, which it imports)
+import rillet.server.msgtrace as _mt  # noqa: E402
+
+
+# ==== links: routes, gateways and leaf connections, as delivery sees them =========================================
+
+class Link(Protocol):
+    """A connection to another server (a route, a gateway or a leaf connection): what delivery calls.
+
+    ``send_msg`` frames one message for the peer (RMSG/HMSG/LMSG in ``account``, naming the queue groups the
+    peer should give it to) and appends it to the connection's output."""
+
+    kind: ConnKind
+    closed: bool
+
+    def send_msg(self, account: bytes, subject: bytes, reply: bytes | None, queues: list[bytes], hdr: int,
+                 msg: bytes) -> None: ...
+
+
+class RemoteSub:
+    """Interest a link announced (RS+/LS+): kept in the account's sublist like a local subscription, so the
+    match that finds local subscribers also finds the links to send to. ``client`` is the ``Link``."""
+
+    __slots__ = ("client", "subject", "queue", "weight", "sid", "sid_b", "icb", "nm", "max", "subject_b",
+                 "queue_b", "origin")
+
+    def __init__(self, route: Any, subject: str, queue: str | None, weight: int, origin: bytes | None) -> None:
+        self.client = route
+        self.subject = subject
+        self.queue = queue
+        self.weight = weight
+        self.origin = origin
+        self.sid = b""
+        self.sid_b = b""
+        self.icb = None
+        self.nm = 0
+        self.max = 0
+        self.subject_b = subject.encode("utf-8", "surrogateescape")
+        self.queue_b = queue.encode("utf-8", "surrogateescape") if queue else b""
+
+
+def origin_only(sub: Any) -> bool:
+    """A subscription that applies an import for the publishing server only: never announced to links, never
+    given a message that came from one (see rillet/cluster/routed.py)."""
+    icb = sub.icb
+    if icb is None:
+        return False
+    if getattr(icb, "import_to", None) is not None:  # stream import (rillet.server.account_config)
+        return True
+    # the request side of a service import: its internal client is named "service import <imp> -> <exp>"
+    return str(getattr(sub.client, "name", "")).startswith("service import ")
+
+
+def _stream_import_sub(sub: Any) -> bool:
+    """A stream import's own subscription whose importing account delivers through shadows instead."""
+    icb = sub.icb
+    if icb is None:
+        return False
+    imp = getattr(icb, "import_to", None)
+    return imp is not None and getattr(imp[0], "shadows", False)
+
+
+# ==== the plan of a sublist result =================================================================================
+
+class Plan:
+    """What one sublist result means for delivery, computed once and kept on the result (``r.plan``; a new
+    subscription or a removed one makes new results, so the plan goes with the result it was made for; a
+    queue weight that changes clears the plans of the account's cached results: ``forget_plans``).
+
+    Plain data, for the executor:
+
+    * ``local``: the result holds this server's subscribers only (then ``psubs``/``qsubs`` are its own);
+    * ``psubs``, ``qsubs``: the subscribers here of a message published here (remote interest left out, and
+      a stream import's own subscription when shadows deliver instead);
+    * ``links``: the links with plain interest (one message each);
+    * ``rqueues``: the queue groups with members elsewhere: ``(name, members, cumulative weights, local
+      members)``, one member of the whole cluster chosen per message;
+    * ``in_psubs``, ``in_q``: the subscribers here of a message that came from a route (no import that acts
+      for the publishing server only), and the local members of each queue group by name; ``inbound``: the
+      former as a ``Local``.
+    """
+
+    __slots__ = ("local", "psubs", "qsubs", "links", "rqueues", "in_psubs", "in_q", "inbound")
+
+    def __init__(self, r: Any) -> None:
+        local_ps: list[Any] = []
+        inbound_ps: list[Any] = []
+        links: dict[Any, None] = {}
+        skipped = False
+        for sub in r.psubs:
+            if type(sub) is RemoteSub:
+                links[sub.client] = None
+            elif _stream_import_sub(sub):
+                skipped = True  # the shadows of the importing account's subscriptions deliver instead
+            else:
+                local_ps.append(sub)
+                if not origin_only(sub):
+                    inbound_ps.append(sub)
+        local_qs: list[list[Any]] = []
+        rqueues: list[tuple[bytes, list[Any], list[int], list[Any]]] = []
+        inbound_q: dict[bytes, list[Any]] = {}
+        for g in r.qsubs:
+            loc = [s for s in g if type(s) is not RemoteSub]
+            if len(loc) == len(g):
+                local_qs.append(g)
+            else:  # members elsewhere: weighted choice over the cluster at each message
+                cum: list[int] = []
+                total = 0
+                for s in g:
+                    total += max(s.weight, 1) if type(s) is RemoteSub else 1
+                    cum.append(total)
+                rqueues.append((g[0].queue_b, g, cum, loc))
+            inb = [s for s in loc if not origin_only(s)]
+            if inb:
+                inbound_q[inb[0].queue_b] = inb
+        self.links = list(links)
+        self.rqueues = rqueues
+        self.local = not (links or rqueues or skipped)
+        if self.local:
+            self.psubs, self.qsubs = r.psubs, r.qsubs
+        else:
+            self.psubs, self.qsubs = local_ps, local_qs
+        self.in_psubs = inbound_ps
+        self.in_q = inbound_q
+        self.inbound = Local(inbound_ps, [])
+
+
+def plan_of(r: Any) -> Plan:
+    p = r.plan
+    if p is None:
+        p = r.plan = Plan(r)
+    return p
+
+
+def forget_plans(acc: Any) -> None:
+    """Remote interest changed without new sublist results (a queue weight): the plans are made again."""
+    acc.sublist.forget_plans()
+
+
+# ==== the executor =================================================================================================
+
+def _trace_deliveries(psubs: list, c: Any, no_echo: bool, subject: bytes, reply: bytes | None, hdr: int,
+                      size: int) -> None:
+    """``->> [MSG ...]`` trace lines for the plain subscribers a message goes to (tracing is on)."""
+    rp = f" {reply.decode(errors='replace')}" if reply else ""
+    sz = f"{hdr} {size}" if hdr >= 0 else f"{size}"
+    op = "HMSG" if hdr >= 0 else "MSG"
+    for sub in psubs:
+        sc = sub.client
+        if sub.icb is None and not (no_echo and sc is c):
+            sc.trace(f"->> [{op} {subject.decode(errors='replace')} {sub.sid.decode(errors='replace')}{rp} {sz}]")
+
+
+def _pick(group: list, c: Any, echo: bool, subject: bytes, reply: bytes | None) -> Any:
+    """One random member of a queue group that may receive this message."""
+    n = len(group)
+    i = int(random() * n)
+    for k in range(n):
+        sub = group[(i + k) % n]
+        sc = sub.client
+        if sc is c and not echo:
+            continue
+        if sub.max and sub.nm >= sub.max:
+            continue
+        if sc.perms is not None and sub.icb is None and not _perm_ok(sc, subject, reply):
+            continue
+        return sub
+    return None
+
+
+def _perm_ok(sc: Any, subject: bytes, reply: bytes | None) -> bool:
+    perms = sc.perms
+    if perms.sub_deny is not None and perms.deliver_denied(subject.decode("utf-8", "surrogateescape")):
+        return False
+    if reply and perms.resp is not None:
+        perms.track_reply(reply)
+    return True
+
+
+def _strip_headers(reply: bytes | None, hdr: int, msg: bytes) -> bytes:
+    """The MSG tail for a subscriber that does not support headers: the payload only."""
+    payload = msg[hdr:]
+    sz = str(len(payload)).encode()
+    if reply:
+        return b" " + reply + b" " + sz + b"\r\n" + payload + b"\r\n"
+    return b" " + sz + b"\r\n" + payload + b"\r\n"
+
+
+def no_responders(acc: Any, c: Any, subject: bytes, reply: bytes) -> None:
+    """Tell a requester that nobody is listening: a 503 status on its own reply subscription."""
+    r = acc._match(reply.decode("utf-8", "surrogateescape"))
+    for sub in r.psubs:
+        if sub.client is c:
+            hdr = b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"
+            hl = str(len(hdr)).encode()
+            if sub.icb is not None:
+                sub.icb(sub, c, reply, None, len(hdr), hdr)
+                return
+            c.out += b"HMSG " + reply + b" " + sub.sid_b + b" " + hl + b" " + hl + b"\r\n" + hdr + b"\r\n"
+            c.flush()
+            return
+
+
+def tracer(hdr: int, msg: bytes) -> Any:
+    """The trace observing this message's delivery, if it is the traced one (rillet.server.msgtrace)."""
+    mt = _mt.CURRENT
+    if mt is not None and _mt.owns(mt, hdr, msg):
+        return mt
+    return None
+
+
+# ==== delivering a message published here, and one from a route ===================================================
+
+def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                   route: bytes | None = None, rreply: bytes | None = None) -> bool:
+    """THE executor: deliver a message to the sublist result ``r`` by its plan (``r.plan``, made on first
+    use): this server's subscribers (each output buffer gets the frame's head, the SID and the tail, built
+    once), one member of each queue group over the cluster, and the links with interest (``forward``).
+    Returns True if anyone got it; a requester with no_responders gets a 503 when nobody did.
+
+    ``r`` may also be a ``Local`` (the subscribers here of a message from a route, leaf or gateway, picked
+    by the caller). ``route``: the subject ``r`` was matched on when subscribers are shown another one
+    (``subject``; a JetStream delivery shows its stream subject); internal callbacks marked ``routed`` get
+    it, and the shown one as an extra argument. ``rreply``: the reply links get when it differs from the
+    subscribers' here (a gateway reply, whose ``_GR_.`` prefix only servers see).
+
+    A traced message (rillet.server.msgtrace) is observed: its trace (``obs``) is told of each subscriber
+    reached or skipped and each link sent to; its calls run only for traced messages. Plain data and plain
+    loops, so that a compiled twin can take this function's place.
+    """
+    plan = r.plan
+    if plan is None:
+        plan = r.plan = Plan(r)
+    obs = None
+    if hdr > 0 and _mt.CURRENT is not None:
+        obs = tracer(hdr, msg)
+    targets = None
+    psubs = plan.psubs
+    qsubs = plan.qsubs
+    if not plan.local:
+        # one frame per link: plain interest, plus the queue groups that link serves
+        targets = {rc: [] for rc in plan.links}
+        for qname, members, cum, loc in plan.rqueues:
+            m = members[min(bisect_right(cum, random() * cum[-1]), len(members) - 1)]
+            if type(m) is RemoteSub:
+                q = targets.get(m.client)
+                if q is None:
+                    targets[m.client] = [qname]
+                else:
+                    q.append(qname)
+            else:  # a local member: one of the group's local members takes it
+                if qsubs is plan.qsubs:
+                    qsubs = list(qsubs)
+                qsubs.append(loc)
+    size = len(msg)
+    if hdr < 0:
+        head = b"MSG %b " % subject
+        if reply:
+            tail = b" %b %d\r\n%b\r\n" % (reply, size, msg)
+        else:
+            tail = b" %d\r\n%b\r\n" % (size, msg)
+    else:
+        head = b"HMSG %b " % subject
+        if reply:
+            tail = b" %b %d %d\r\n%b\r\n" % (reply, hdr, size, msg)
+        else:
+            tail = b" %d %d\r\n%b\r\n" % (hdr, size, msg)
+    pending = acc._pending
+    no_echo = not c.echo
+    n = 0
+    done: list | None = None
+    if acc.server.trace_on:
+        _trace_deliveries(psubs, c, no_echo, subject, reply, hdr, size)
+    for sub in psubs:
+        sc = sub.client
+        if no_echo and sc is c and (obs is None or sub.icb is None):
+            if obs is not None:
+                obs.skipped(sc, sub, 0)
+            continue
+        if sub.icb is not None:
+            if obs is not None:
+                if obs.internal(sub, c, subject, reply, hdr, msg, route):
+                    n += 1
+                continue
+            sub.nm += 1
+            if route is not None and getattr(sub.icb, "routed", False):
+                ok = sub.icb(sub, c, route, reply, hdr, msg, subject)
+            else:
+                ok = sub.icb(sub, c, subject, reply, hdr, msg)
+            if ok is not False:  # (a service import that reached nobody in its exporter returns False)
+                n += 1
+            continue
+        if sc.perms is not None and not _perm_ok(sc, subject, reply):
+            if obs is not None:
+                obs.skipped(sc, sub, 1)
+            continue
+        if obs is not None:
+            # 0: deliver (its egress event recorded); 1: not delivered; 2: trace-only (counts as delivered)
+            k = obs.check(sc, sub)
+            if k:
+                n += k - 1
+                continue
+        sub.nm += 1
+        if sub.max:
+            if sub.nm > sub.max:
+                continue
+            if sub.nm == sub.max:
+                if done is None:
+                    done = []
+                done.append(sub)
+        out = sc.out
+        if hdr >= 0 and not sc.headers:
+            out += b"MSG %b %b%b" % (subject, sub.sid_b, _strip_headers(reply, hdr, msg))
+        else:
+            out += head
+            out += sub.sid_b
+            out += tail
+        sc.out_msgs += 1
+        sc.out_bytes += size
+        n += 1
+        if not sc.flush_pending:
+            sc.flush_pending = True
+            pending.append(sc)
+    if qsubs:
+        for group in qsubs:
+            sub = _pick(group, c, not no_echo, subject, reply)
+            if sub is None:
+                continue
+            sc = sub.client
+            if sub.icb is not None:
+                if obs is not None:
+                    if obs.internal(sub, c, subject, reply, hdr, msg, route):
+                        n += 1
+                    continue
+                sub.nm += 1
+                if route is not None and getattr(sub.icb, "routed", False):
+                    ok = sub.icb(sub, c, route, reply, hdr, msg, subject)
+                else:
+                    ok = sub.icb(sub, c, subject, reply, hdr, msg)
+                if ok is not False:
+                    n += 1
+                continue
+            if obs is not None:
+                k = obs.check(sc, sub)
+                if k:
+                    n += k - 1
+                    continue
+            sub.nm += 1
+            if sub.max and sub.nm >= sub.max:
+                if done is None:
+                    done = []
+                done.append(sub)
+            out = sc.out
+            if hdr >= 0 and not sc.headers:
+                out += b"MSG %b %b%b" % (subject, sub.sid_b, _strip_headers(reply, hdr, msg))
+            else:
+                out += head
+                out += sub.sid_b
+                out += tail
+            sc.out_msgs += 1
+            sc.out_bytes += size
+            n += 1
+            if not sc.flush_pending:
+                sc.flush_pending = True
+                pending.append(sc)
+    if done is not None:
+        for sub in done:
+            sub.client.remove_sub(sub)
+    if targets:
+        sent = forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, obs)
+        return n > 0 or sent
+    if n:
+        return True
+    # (a result with links only, or with nothing here, never answers 503 from here)
+    if reply and c.no_responders and (obs is None or not obs.tonly) and (plan.local or psubs or qsubs):
+        no_responders(acc, c, subject, reply)
+    return False
+
+
+class Local:
+    """Subscribers here picked by the caller (a message from a route, a leaf or a gateway): a result whose
+    plan is itself, for ``deliver_result``."""
+
+    __slots__ = ("psubs", "qsubs", "plan")
+    local = True
+
+    def __init__(self, psubs: list, qsubs: list) -> None:
+        self.psubs = psubs
+        self.qsubs = qsubs
+        self.plan = self
+
+
+def forward(acc: Any, c: Any, targets: dict, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+            route: bytes | None, rreply: bytes | None, obs: Any) -> bool:
+    """The message to each link of ``targets`` (link -> the queue group names it serves)."""
+    rsubject = route if route is not None else subject
+    # a JetStream delivery shown with its stream subject: as nats-server, links get the subject it matched
+    # (the deliver subject, or a pull request's reply) and the shown one after '@' in the ack reply
+    jsd = route is not None and rreply is None and reply is not None and reply[:8] == b"$JS.ACK." \
+        and js_ack_deliver_idx(reply) < 0
+    gwo = c.kind == GATEWAY  # from a gateway: leafs get it when we are their hub only
+    name = acc.name_b
+    delivered = False
+    for rc, queues in targets.items():
+        if obs is not None:  # the next hop in its header, and the egress event (rillet.server.msgtrace)
+            hdr, msg = obs.to_remote(rc, hdr, msg)
+        if not rc.closed:
+            if gwo and rc.kind == LEAF and rc.spoke:
+                continue
+            if jsd:  # (leafs too, as nats-server)
+                rc.send_msg(name, route, reply + b"@" + subject, queues, hdr, msg)  # type: ignore
+            elif gwo and rc.kind == LEAF:  # a leaf: the original reply (_GR_ replies stay between servers)
+                rc.send_msg(name, rsubject, reply, queues, hdr, msg)
+            else:
+                rc.send_msg(name, rsubject, reply if rreply is None else rreply, queues, hdr, msg)
+            delivered = True
+    return delivered
+
+
+def deliver_here(acc: Any, c: Any, psubs: list, qsubs: list, subject: bytes, reply: bytes | None, hdr: int,
+                 msg: bytes, route: bytes | None = None) -> bool:
+    """To this server's subscribers ``psubs`` and one member of each group of ``qsubs`` only (a message from a
+    leaf or a gateway, whose links the caller chose)."""
+    return deliver_result(acc, c, Local(psubs, qsubs), subject, reply, hdr, msg, route)
+
+
+def deliver_inbound(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                    msg: bytes) -> None:
+    """A message from route ``rc``: to this server's subscribers only (routes form a full mesh), and to one
+    local member of each queue group its RMSG names."""
+    shown = None
+    if reply is not None and reply[:8] == b"$JS.ACK." and b"@" in reply:
+        i = js_ack_deliver_idx(reply)
+        if i > 0:
+            # a JetStream delivery (nats-server's form): matched on the RMSG subject (the deliver subject),
+            # shown with the stream subject after '@', acked on the reply before it
+            shown, reply = reply[i + 1:], reply[:i]
+    r = acc._match(subject.decode("utf-8", "surrogateescape"))
+    if not (r.psubs or r.qsubs):
+        return
+    plan = r.plan
+    if plan is None:
+        plan = r.plan = Plan(r)
+    if queues:
+        in_q = plan.in_q
+        groups = [g for g in (in_q.get(bytes(q)) for q in queues) if g is not None]
+        lr = Local(plan.in_psubs, groups) if groups else plan.inbound
+    else:
+        lr = plan.inbound
+    if lr.psubs or lr.qsubs:
+        if shown is None:
+            deliver_result(acc, rc, lr, subject, reply, hdr, msg)
+        else:
+            deliver_result(acc, rc, lr, shown, reply, hdr, msg, subject)
+
+
+def js_ack_deliver_idx(reply: bytes) -> int:
+    """The offset of the ``@`` in a JetStream delivery's ``$JS.ACK.<8 tokens>@<subject>`` reply, else -1
+    (stream, consumer and subject tokens may hold ``@``: only one after the eighth dot counts, as
+    nats-server's jsAckDeliverIdx)."""
+    if reply[:8] != b"$JS.ACK.":
+        return -1
+    i = reply.find(b"@")
+    while i > 0:
+        if reply.count(b".", 0, i) >= 8:
+            return i
+        i = reply.find(b"@", i + 1)
+    return -1

@@ -238,6 +238,87 @@ class MsgTrace:
         self.egress(rc, None)
         return hdr, msg
 
+    # ---- observing a delivery (rillet.server.delivery.deliver_local) --------------------------------------------
+
+    def skipped(self, sc: Any, sub: Any, why: int) -> None:
+        """A subscriber here did not get the message: 0 no echo, 1 its subscribe permission denies it."""
+        self.egress(sc, sub, ERR_NO_ECHO if why == 0 else ERR_SUB_DENY)
+
+    def check(self, sc: Any, sub: Any) -> int:
+        """Before a subscriber here is given the message: 0 deliver it (its egress event is recorded now); 1
+        not delivered (a closed client, an auto-unsubscribe reached); 2 trace-only (the event says delivered,
+        nothing is sent)."""
+        if sc.closed:
+            self.egress(sc, sub, ERR_CLIENT_CLOSED)
+            return 1
+        if sub.max and sub.nm >= sub.max:
+            self.egress(sc, sub, ERR_AUTO_UNSUB)
+            return 1
+        self.egress(sc, sub, "")
+        return 2 if self.tonly else 0
+
+    def internal(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                 route: bytes | None) -> bool:
+        """An internal subscription (an import, JetStream, a service) takes the traced message: the stream
+        export or service import event, and the call, traced on or not as the export allows. Returns True
+        when it counts as delivered."""
+        global CURRENT
+        icb = sub.icb
+        imp = getattr(icb, "import_to", None)
+        src = sub.subject
+        if imp is None and type(sub).__name__ == "ShadowSub":
+            imp = (sub.importer, sub.remap)
+            allow = getattr(getattr(sub.isub, "icb", None), "allow_trace", False)
+            src = sub.isub.subject
+        else:
+            allow = getattr(icb, "allow_trace", False)
+        si = getattr(icb, "service_import", None)
+        if imp is not None:
+            importer, remap = imp
+            to = subject if remap is None else remap(subject.decode("utf-8", "surrogateescape")).encode(
+                "utf-8", "surrogateescape")
+            self.stream_export(importer.name, to)
+        elif si is not None:
+            exporter, remap = si
+            to = subject if remap is None else remap(subject.decode("utf-8", "surrogateescape")).encode(
+                "utf-8", "surrogateescape")
+            self.service_import(exporter.name, subject, to)
+        if (imp is not None or si is not None) and not allow:
+            if self.tonly:
+                return True
+            # delivered, but not traced from here on (a service import's copy says so in its header)
+            h2, m2 = (hdr, msg) if imp is not None else disable(hdr, msg)
+            CURRENT = None
+            try:
+                sub.nm += 1
+                if route is not None and getattr(icb, "routed", False):
+                    ok = icb(sub, c, route, reply, h2, m2, subject)
+                else:
+                    ok = icb(sub, c, subject, reply, h2, m2)
+            finally:
+                CURRENT = self
+            return ok is not False  # (a service import that reached nobody returns False)
+        h2, m2 = hdr, msg
+        prev_shadow = self.shadow
+        rr = None
+        hops = self.hops
+        if imp is not None:
+            self.shadow = (imp[0], src, imp[1])
+        elif si is not None and getattr(icb, "trace_reply", None) is not None:
+            rr = icb.trace_reply(self.dest.encode("utf-8", "surrogateescape"))
+            h2, m2 = set_header(hdr, msg, TRACE_DEST, rr.decode())
+        sub.nm += 1
+        try:
+            if route is not None and getattr(icb, "routed", False):
+                ok = icb(sub, c, route, reply, h2, m2, subject)
+            else:
+                ok = icb(sub, c, subject, reply, h2, m2)
+        finally:
+            self.shadow = prev_shadow
+            if rr is not None and self.hops == hops:
+                icb.trace_reply_drop(rr)  # no other server got it: no event will come back that way
+        return ok is not False
+
     # ---- the event ----------------------------------------------------------------------------------------
 
     def event(self) -> dict:
@@ -539,127 +620,3 @@ def gateway_inbound(gw: Any, gc: Any, account: bytes, subject: bytes, reply: byt
 def owns(mt: MsgTrace, hdr: int, msg: bytes) -> bool:
     """Is this message (with headers) the traced one, or one carrying it on (not a reply made meanwhile)?"""
     return msg.find(b"Nats-Trace-Dest", 0, hdr) >= 0 or msg[:hdr].lower().find(b"traceparent") >= 0
-
-
-def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
-                   route: bytes | None) -> bool:
-    """``Account.deliver_result`` for a traced message: the same deliveries, each with its event; with
-    trace-only, clients get nothing (imports, JetStream and other servers still take part)."""
-    global CURRENT
-    mt = CURRENT
-    assert mt is not None
-    from rillet.server.accounts import Account
-    n = 0
-    subs: list[Any] = list(r.psubs)
-    for group in r.qsubs:
-        sub = acc._pick(group, c, c.echo, subject, reply)
-        if sub is not None:
-            subs.append(sub)
-    one = Account.deliver_result
-    for sub in subs:
-        sc = sub.client
-        icb = sub.icb
-        if icb is not None:
-            imp = getattr(icb, "import_to", None)
-            src = sub.subject
-            if imp is None and type(sub).__name__ == "ShadowSub":
-                imp = (sub.importer, sub.remap)
-                allow = getattr(getattr(sub.isub, "icb", None), "allow_trace", False)
-                src = sub.isub.subject
-            else:
-                allow = getattr(icb, "allow_trace", False)
-            si = getattr(icb, "service_import", None)
-            if imp is not None:
-                importer, remap = imp
-                to = subject if remap is None else remap(subject.decode("utf-8", "surrogateescape")).encode(
-                    "utf-8", "surrogateescape")
-                mt.stream_export(importer.name, to)
-            elif si is not None:
-                exporter, remap = si
-                to = subject if remap is None else remap(subject.decode("utf-8", "surrogateescape")).encode(
-                    "utf-8", "surrogateescape")
-                mt.service_import(exporter.name, subject, to)
-            if (imp is not None or si is not None) and not allow:
-                if mt.tonly:
-                    n += 1
-                    continue
-                # delivered, but not traced from here on (a service import's copy says so in its header)
-                h2, m2 = (hdr, msg) if imp is not None else disable(hdr, msg)
-                CURRENT = None
-                try:
-                    sub.nm += 1
-                    if route is not None and getattr(icb, "routed", False):
-                        ok = icb(sub, c, route, reply, h2, m2, subject)
-                    else:
-                        ok = icb(sub, c, subject, reply, h2, m2)
-                finally:
-                    CURRENT = mt
-                if ok is not False:  # (a service import that reached nobody returns False)
-                    n += 1
-                continue
-            h2, m2 = hdr, msg
-            prev_shadow = mt.shadow
-            rr = None
-            hops = mt.hops
-            if imp is not None:
-                mt.shadow = (imp[0], src, imp[1])
-            elif si is not None and getattr(icb, "trace_reply", None) is not None:
-                rr = icb.trace_reply(mt.dest.encode("utf-8", "surrogateescape"))
-                h2, m2 = set_header(hdr, msg, TRACE_DEST, rr.decode())
-            sub.nm += 1
-            try:
-                if route is not None and getattr(icb, "routed", False):
-                    ok = icb(sub, c, route, reply, h2, m2, subject)
-                else:
-                    ok = icb(sub, c, subject, reply, h2, m2)
-            finally:
-                mt.shadow = prev_shadow
-                if rr is not None and mt.hops == hops:
-                    icb.trace_reply_drop(rr)  # no other server got it: no event will come back that way
-            if ok is not False:
-                n += 1
-            continue
-        if sc is c and not c.echo:
-            mt.egress(sc, sub, ERR_NO_ECHO)
-            continue
-        if sc.perms is not None and sc.perms.sub_deny is not None and \
-                sc.perms.deliver_denied(subject.decode("utf-8", "surrogateescape")):
-            mt.egress(sc, sub, ERR_SUB_DENY)
-            continue
-        if getattr(sc, "closed", False):
-            mt.egress(sc, sub, ERR_CLIENT_CLOSED)
-            continue
-        if sub.max and sub.nm >= sub.max:
-            mt.egress(sc, sub, ERR_AUTO_UNSUB)
-            continue
-        if mt.tonly:
-            mt.egress(sc, sub, "")
-            n += 1
-            continue
-        if sub.queue:
-            res = _one_queue(sub)
-        else:
-            res = _one_plain(sub)
-        CURRENT = None  # (one plain delivery: the untraced code does it)
-        try:
-            ok = one(acc, c, res, subject, reply, hdr, msg, route)
-        finally:
-            CURRENT = mt
-        if ok:
-            mt.egress(sc, sub, "")
-            n += 1
-    if n:
-        return True
-    if reply and c.no_responders and not mt.tonly:
-        acc._no_responders(c, subject, reply)
-    return False
-
-
-def _one_plain(sub: Any) -> Any:
-    from rillet.subjects.sublist import SublistResult
-    return SublistResult([sub], [])
-
-
-def _one_queue(sub: Any) -> Any:
-    from rillet.subjects.sublist import SublistResult
-    return SublistResult([], [[sub]])

@@ -64,14 +64,16 @@ class SublistResult:
 
     ``psubs``: plain subscriptions.  ``qsubs``: one list per queue group
     (``group[0].queue`` is its name) holding the group's members from every
-    matching pattern.  Shared and cached: do not mutate.
+    matching pattern.  Shared and cached: do not mutate.  ``plan``: what delivery made of it
+    (rillet.server.delivery.Plan), kept with it and dropped with it.
     """
 
-    __slots__ = ("psubs", "qsubs")
+    __slots__ = ("psubs", "qsubs", "plan")
 
     def __init__(self, psubs: list[Any], qsubs: list[list[Any]]) -> None:
         self.psubs = psubs
         self.qsubs = qsubs
+        self.plan: Any = None
 
     def __repr__(self) -> str:
         return "SublistResult(psubs=%r, qsubs=%r)" % (self.psubs, self.qsubs)
@@ -608,6 +610,12 @@ class Sublist:
 
     def cache_enabled(self) -> bool:
         return self._caching
+
+    def forget_plans(self) -> None:
+        """Drop the delivery plans of the cached results (what they mean for delivery changed: a queue
+        weight of remote interest)."""
+        for r in self._cache.values():
+            r.plan = None
 
     def clear_cache(self) -> None:
         """Drop every cached result (e.g. after changing sub weights)."""

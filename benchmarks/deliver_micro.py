@@ -1,0 +1,143 @@
+"""A fixed in-process delivery workload, for instruction counts (``valgrind --tool=callgrind``) or CPU time.
+
+No sockets and no event loop: a server object, clients whose output buffers are emptied now and then, and
+(for the routed cases) fake routes that count what they are given. Each case publishes ``N`` messages through
+the path a client's PUB (or a route's RMSG) takes into delivery. Run one case::
+
+    python -m benchmarks.deliver_micro CASE N          # CPU µs per message
+    python -m benchmarks.deliver_micro --callgrind [N1 N2]   # instructions per message, every case
+
+``--callgrind`` runs each case twice under callgrind (N1 and N2 messages) and reports the difference per
+message, so start-up costs cancel out.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+CASES = ("one", "fanout5", "queue5", "hpub_one", "route_plain", "route_queue", "routed_in")
+
+
+class FakeRoute:
+    """A route as delivery sees it: counts the messages it is asked to send."""
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
+        self.closed = False
+        self.spoke = False
+        self.remote_cluster = ""
+        self.sent = 0
+        self.cid = 0
+        self.remote_name = "fake"
+        self.echo = True
+        self.no_responders = False
+        self.headers = True
+        self.perms = None
+
+    def send_msg(self, account: bytes, subject: bytes, reply, queues, hdr: int, msg: bytes) -> None:
+        self.sent += 1
+
+
+def main_case(case: str, n: int) -> float:
+    from rillet.config.options import Options
+    from rillet.server.client import Client, Subscription
+    from rillet.server.server import Server
+
+    o = Options()
+    routed = case.startswith("route")
+    if routed:
+        o.cluster.port = 1
+        o.cluster.name = "bench"
+    srv = Server(o)
+    acc = srv.global_account
+    pub = Client(srv)
+    pub.slow_path = False
+    nsubs = {"fanout5": 5, "queue5": 5}.get(case, 1)
+    q = "q" if case in ("queue5", "route_queue") else None
+    clients = []
+    for i in range(nsubs):
+        c = Client(srv)
+        c.headers = True
+        sub = Subscription(c, "bench.x", q, str(i + 1).encode())
+        c.subs[sub.sid] = sub
+        acc.sublist.insert(sub)
+        clients.append(c)
+    route = None
+    if routed:
+        try:
+            from rillet.server.delivery import RemoteSub
+        except ImportError:
+            from rillet.cluster.routed import RemoteSub  # (before the delivery module)
+        route = FakeRoute(2)
+        acc.sublist.insert(RemoteSub(route, "bench.x", q, 1, None))
+    subject = b"bench.x"
+    payload = b"x" * 16
+    pending = srv.pending_flush
+    hdrs = b"NATS/1.0\r\nA: b\r\n\r\n"
+    hmsg = hdrs + payload
+    hl = len(hdrs)
+    t0 = time.process_time()
+    if case == "hpub_one":
+        for i in range(n):
+            pub.proto_hpub(subject, None, hl, hmsg)
+            if not i & 1023:
+                for c in clients:
+                    c.out.clear()
+                    c.flush_pending = False
+                pending.clear()
+    elif case == "routed_in":
+        for i in range(n):
+            acc.deliver_routed(route, subject, None, (), -1, payload)
+            if not i & 1023:
+                for c in clients:
+                    c.out.clear()
+                    c.flush_pending = False
+                pending.clear()
+    else:
+        for i in range(n):
+            pub.proto_pub(subject, None, payload)
+            if not i & 1023:
+                for c in clients:
+                    c.out.clear()
+                    c.flush_pending = False
+                pending.clear()
+    dt = time.process_time() - t0
+    got = sum(c.out_msgs for c in clients) + (route.sent if route is not None else 0)
+    assert got >= n, (case, got, n)  # every message reached someone (queue: one member or the route)
+    return dt
+
+
+def callgrind(case: str, n: int) -> int:
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "cg.out")
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
+                        "benchmarks.deliver_micro", case, str(n)], check=True, capture_output=True)
+        with open(out) as f:
+            for line in f:
+                m = re.match(r"(?:summary|totals): (\d+)", line)
+                if m:
+                    return int(m.group(1))
+    raise RuntimeError("no callgrind totals")
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args and args[0] == "--callgrind":
+        n1, n2 = (int(args[1]), int(args[2])) if len(args) >= 3 else (2000, 22000)
+        cases = args[3:] or CASES
+        for case in cases:
+            a = callgrind(case, n1)
+            b = callgrind(case, n2)
+            print(f"{case:12s} {(b - a) / (n2 - n1):10.0f} instructions/msg")
+        return
+    case, n = args[0], int(args[1])
+    dt = main_case(case, n)
+    print(f"{case} {dt / n * 1e6:.3f} us/msg")
+
+
+if __name__ == "__main__":
+    main()
