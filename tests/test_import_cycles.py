@@ -231,6 +231,27 @@ def test_top_level_modules_are_the_bottom_layer() -> None:
     assert not bad, f"top-level modules import subpackages (move what they need down to a top-level module): {bad}"
 
 
+# The modules of rillet.server that still reach rillet.cluster or rillet.monitor (any view): the server's
+# construction, reload and monitoring hooks, the system account's monitoring requests, the websocket leaf
+# path. Issue 20's composition root is to wire these from outside; this set may shrink, never grow.
+SERVER_TO_LINKS_OR_MONITOR = {"rillet.server.server", "rillet.server.sysacc", "rillet.server.websocket"}
+# the delivery path itself knows links only through rillet.server.delivery's Link protocol
+DELIVERY_PATH = ("rillet.server.delivery", "rillet.server.accounts", "rillet.server.msgtrace",
+                 "rillet.server.client")
+
+
+def test_server_reaches_links_and_monitor_only_from_its_edges() -> None:
+    g = import_graph(import_time=False)
+    for m in DELIVERY_PATH:
+        assert m in g
+    reach = {m: sorted(t for t in ts if package_of(t) in ("rillet.cluster", "rillet.monitor"))
+             for m, ts in g.items() if package_of(m) == "rillet.server"}
+    bad = {m: ts for m, ts in reach.items() if ts and m in DELIVERY_PATH}
+    assert not bad, f"the delivery path imports rillet.cluster / rillet.monitor (use the Link protocol): {bad}"
+    more = sorted(m for m, ts in reach.items() if ts and m not in SERVER_TO_LINKS_OR_MONITOR)
+    assert not more, f"more of rillet.server imports rillet.cluster / rillet.monitor: {more}"
+
+
 if __name__ == "__main__":
     for view in (True, False):
         print("import-time edges" if view else "all edges (lazy and TYPE_CHECKING included)")

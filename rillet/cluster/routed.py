@@ -39,9 +39,9 @@ from typing import Any
 
 import rillet.server.msgtrace as _mt
 from rillet.server.accounts import Account
-from rillet.server.delivery import RemoteSub, deliver_inbound, js_ack_deliver_idx, origin_only
+from rillet.server.delivery import RemoteSub, deliver_inbound, js_ack_deliver_idx, origin_only, shadow_subject
 from rillet.subjects.sublist import SublistResult
-from rillet.subjects.validate import subject_is_subset_match, subject_matches_filter, subjects_collide
+from rillet.subjects.validate import subject_matches_filter
 
 __all__ = ["RemoteSub", "RoutedAccount", "ShadowSub", "js_ack_deliver_idx", "origin_only", "shadow_subject"]
 
@@ -88,24 +88,6 @@ def _shadow_deliver(sh: ShadowSub, c: Any, subject: bytes, reply: bytes | None, 
         return
     # to that subscription only, on this server (Account's delivery: permissions, max, headers, echo)
     Account.deliver_result(sh.importer, c, sh.result, subject, reply, hdr, msg)
-
-
-def shadow_subject(sub_subject: str, src: str, remap: Any) -> tuple[str, bool] | None:
-    """The exporter-side subject of a shadow for a subscription on ``sub_subject`` in the importing account,
-    for a stream import of ``src`` mapped by ``remap`` (None: same subject), and whether it is exact (every
-    message it matches reaches the subscription); None when the import cannot reach the subscription."""
-    target = src if remap is None else remap(src)
-    if not subjects_collide(target, sub_subject):
-        return None
-    if remap is None:
-        if subject_is_subset_match(sub_subject, src):
-            return sub_subject, True
-        return src, subject_is_subset_match(src, sub_subject)
-    if target.endswith(src) and remap("x") == target[:len(target) - len(src)] + "x":  # a prefix
-        pre = target[:len(target) - len(src)]
-        if sub_subject.startswith(pre) and subject_is_subset_match(sub_subject[len(pre):], src):
-            return sub_subject[len(pre):], True
-    return src, subject_is_subset_match(target, sub_subject)
 
 
 class RoutedAccount(Account):

@@ -8,6 +8,8 @@ from enum import IntEnum
 from random import random
 from typing import Any, Protocol
 
+from rillet.subjects.validate import subject_is_subset_match, subjects_collide
+
 
 class ConnKind(IntEnum):
     """What a connection is (``conn.kind``). Ordered: below ROUTER are this server's own clients."""
@@ -87,6 +89,24 @@ def _stream_import_sub(sub: Any) -> bool:
     return imp is not None and getattr(imp[0], "shadows", False)
 
 
+def shadow_subject(sub_subject: str, src: str, remap: Any) -> tuple[str, bool] | None:
+    """The exporter-side subject of a shadow for a subscription on ``sub_subject`` in the importing account,
+    for a stream import of ``src`` mapped by ``remap`` (None: same subject), and whether it is exact (every
+    message it matches reaches the subscription); None when the import cannot reach the subscription."""
+    target = src if remap is None else remap(src)
+    if not subjects_collide(target, sub_subject):
+        return None
+    if remap is None:
+        if subject_is_subset_match(sub_subject, src):
+            return sub_subject, True
+        return src, subject_is_subset_match(src, sub_subject)
+    if target.endswith(src) and remap("x") == target[:len(target) - len(src)] + "x":  # a prefix
+        pre = target[:len(target) - len(src)]
+        if sub_subject.startswith(pre) and subject_is_subset_match(sub_subject[len(pre):], src):
+            return sub_subject[len(pre):], True
+    return src, subject_is_subset_match(target, sub_subject)
+
+
 # ==== the plan of a sublist result =================================================================================
 
 class Plan:
@@ -107,7 +127,7 @@ class Plan:
       former as a ``Local``.
     """
 
-    __slots__ = ("local", "psubs", "qsubs", "links", "rqueues", "in_psubs", "in_q", "inbound")
+    __slots__ = ("local", "psubs", "qsubs", "links", "rqueues", "in_psubs", "in_q", "inbound", "plan")
 
     def __init__(self, r: Any) -> None:
         local_ps: list[Any] = []
@@ -150,6 +170,7 @@ class Plan:
         self.in_psubs = inbound_ps
         self.in_q = inbound_q
         self.inbound = Local(inbound_ps, [])
+        self.plan = None  # (a plan made by ``Local`` stands for its own result: itself)
 
 
 def plan_of(r: Any) -> Plan:
@@ -404,17 +425,18 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
     return False
 
 
-class Local:
-    """Subscribers here picked by the caller (a message from a route, a leaf or a gateway): a result whose
-    plan is itself, for ``deliver_result``."""
-
-    __slots__ = ("psubs", "qsubs", "plan")
-    local = True
-
-    def __init__(self, psubs: list, qsubs: list) -> None:
-        self.psubs = psubs
-        self.qsubs = qsubs
-        self.plan = self
+def Local(psubs: list, qsubs: list) -> "Plan":
+    """Subscribers here picked by the caller (a message from a route, a leaf or a gateway): a local plan that
+    stands for its own result (``p.plan is p``), for ``deliver_result`` (one type at its attribute reads)."""
+    p = Plan.__new__(Plan)
+    p.local = True
+    p.psubs = psubs
+    p.qsubs = qsubs
+    p.links = p.rqueues = p.in_psubs = []
+    p.in_q = {}
+    p.inbound = None
+    p.plan = p
+    return p
 
 
 def forward(acc: Any, c: Any, targets: dict, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,

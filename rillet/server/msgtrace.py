@@ -183,7 +183,7 @@ class MsgTrace:
             e["sub"] = sub.subject
             sh = self.shadow
             if sh is not None and getattr(dc, "account", None) is sh[0]:
-                from rillet.cluster.routed import shadow_subject
+                from rillet.server.delivery import shadow_subject
                 ss = shadow_subject(sub.subject, sh[1], sh[2])
                 if ss is not None:
                     e["sub"] = ss[0]

@@ -1,0 +1,216 @@
+"""The one delivery path (rillet.server.delivery): plans kept with sublist results, the executor, links, and
+the trace observer — in process, on a server object with no sockets."""
+from __future__ import annotations
+
+import pytest
+
+from rillet.config.options import Options
+from rillet.server.client import Client, InternalClient, Subscription
+from rillet.server.delivery import (GATEWAY, LEAF, ROUTER, ConnKind, Plan, RemoteSub, deliver_inbound,
+                                    deliver_result)
+from rillet.server.server import Server
+
+
+class FakeLink:
+    """A route or leaf connection as delivery sees it (the ``Link`` protocol): records what it is sent."""
+
+    def __init__(self, kind: ConnKind = ROUTER) -> None:
+        self.kind = kind
+        self.closed = False
+        self.spoke = False
+        self.remote_cluster = ""
+        self.remote_name = "peer"
+        self.cid = 99
+        self.echo = True
+        self.headers = True
+        self.no_responders = False
+        self.perms = None
+        self.sent: list[tuple] = []
+
+    def send_msg(self, account, subject, reply, queues, hdr, msg) -> None:
+        self.sent.append((account, subject, reply, list(queues), hdr, msg))
+
+
+def server(cluster: bool = False) -> Server:
+    o = Options()
+    if cluster:
+        o.cluster.port = 1  # (never listened on: the server object only)
+        o.cluster.name = "c"
+    return Server(o)
+
+
+def client(srv: Server, headers: bool = True) -> Client:
+    c = Client(srv)
+    c.headers = headers
+    return c
+
+
+def sub(acc, c, subject: str, sid: bytes, queue: str | None = None) -> Subscription:
+    s = Subscription(c, subject, queue, sid)
+    c.subs[sid] = s
+    acc.sublist.insert(s)
+    return s
+
+
+def test_conn_kinds_keep_their_numbers() -> None:
+    # (the numbers other code and the trace event mapping were written against)
+    assert [int(k) for k in (ConnKind.CLIENT, ConnKind.INTERNAL, ROUTER, GATEWAY, LEAF)] == [0, 1, 2, 3, 4]
+    assert Client.kind is ConnKind.CLIENT and InternalClient.kind is ConnKind.INTERNAL
+    assert ConnKind.INTERNAL < ROUTER  # "this server's own" is a comparison
+
+
+def test_plan_is_made_once_and_goes_with_its_result() -> None:
+    srv = server()
+    acc = srv.global_account
+    a = client(srv)
+    sub(acc, a, "x.*", b"1")
+    r = acc.match("x.y")
+    assert r.plan is None
+    assert deliver_result(acc, client(srv), r, b"x.y", None, -1, b"hi")
+    p = r.plan
+    assert isinstance(p, Plan) and p.local and p.psubs is r.psubs
+    deliver_result(acc, client(srv), acc.match("x.y"), b"x.y", None, -1, b"hi")
+    assert acc.match("x.y").plan is p  # the cached result keeps its plan
+    sub(acc, client(srv), "x.y", b"2")  # a new subscription: a new result, no plan yet
+    r2 = acc.match("x.y")
+    assert r2 is not r and r2.plan is None
+    deliver_result(acc, client(srv), r2, b"x.y", None, -1, b"hi")
+    assert r2.plan is not None and len(r2.plan.psubs) == 2
+    acc.sublist.forget_plans()
+    assert acc.match("x.y").plan is None
+
+
+def test_local_fan_out_queue_and_no_echo() -> None:
+    srv = server()
+    acc = srv.global_account
+    pub = client(srv)
+    pub.echo = False
+    a, b, q1, q2 = client(srv), client(srv, headers=False), client(srv), client(srv)
+    sub(acc, a, "s", b"1")
+    sub(acc, b, "s", b"2")
+    sub(acc, pub, "s", b"3")  # its own: not with echo off
+    sub(acc, q1, "s", b"4", "g")
+    sub(acc, q2, "s", b"5", "g")
+    hdr = b"NATS/1.0\r\nA: b\r\n\r\n"
+    assert deliver_result(acc, pub, acc.match("s"), b"s", b"r", len(hdr), hdr + b"pay")
+    assert bytes(a.out) == b"HMSG s 1 r %d %d\r\n%bpay\r\n" % (len(hdr), len(hdr) + 3, hdr)
+    assert bytes(b.out) == b"MSG s 2 r 3\r\npay\r\n"  # (no header support: the payload only)
+    assert bytes(pub.out) == b""
+    assert len(q1.out) + len(q2.out) > 0 and not (q1.out and q2.out)  # one member of the group
+    assert a in srv.pending_flush and b in srv.pending_flush
+
+
+def test_no_responders_when_nobody_takes_it() -> None:
+    srv = server()
+    acc = srv.global_account
+    pub = client(srv)
+    pub.no_responders = True
+    denied = client(srv)
+    sub(acc, pub, "_INBOX.1", b"9")
+    s = sub(acc, denied, "req", b"1")
+    s.max, s.nm = 1, 1  # already reached its maximum: nobody takes the request
+    assert not deliver_result(acc, pub, acc.match("req"), b"req", b"_INBOX.1", -1, b"?")
+    assert bytes(pub.out).startswith(b"HMSG _INBOX.1 9 ") and b"NATS/1.0 503" in pub.out
+
+
+def test_links_plain_interest_and_queue_over_the_cluster() -> None:
+    srv = server(cluster=True)
+    acc = srv.global_account
+    route, leaf = FakeLink(ROUTER), FakeLink(LEAF)
+    local = client(srv)
+    sub(acc, local, "s", b"1")
+    acc.sublist.insert(RemoteSub(route, "s", None, 1, None))
+    acc.sublist.insert(RemoteSub(route, "s.>", None, 1, None))  # (same route: still one message)
+    acc.sublist.insert(RemoteSub(leaf, "s", "g", 5, None))
+    r = acc.match("s")
+    pub = client(srv)
+    for _ in range(200):
+        assert deliver_result(acc, pub, r, b"s", None, -1, b"m")
+    p = r.plan
+    assert not p.local and p.links == [route] and len(p.rqueues) == 1 and p.psubs == [local.subs[b"1"]]
+    assert len(route.sent) == 200 and all(m[:4] == (b"$G", b"s", None, []) for m in route.sent)
+    assert len(leaf.sent) == 200 and all(m[3] == [b"g"] for m in leaf.sent)  # the only member of g
+    assert local.out_msgs == 200
+
+
+def test_queue_weight_change_makes_plans_again() -> None:
+    srv = server(cluster=True)
+    acc = srv.global_account
+    route = FakeLink(ROUTER)
+    q = client(srv)
+    sub(acc, q, "s", b"1", "g")
+    rs = RemoteSub(route, "s", "g", 1, None)
+    acc.sublist.insert(rs)
+    r = acc.match("s")
+    deliver_result(acc, client(srv), r, b"s", None, -1, b"m")
+    assert r.plan.rqueues[0][2] == [1, 2]
+    rs.weight = 9
+    acc.remote_changed()  # (what a route's queue weight update calls)
+    assert r.plan is None
+    deliver_result(acc, client(srv), r, b"s", None, -1, b"m")
+    assert r.plan.rqueues[0][2] == [1, 10]
+
+
+def test_a_message_from_a_route_stays_here() -> None:
+    srv = server(cluster=True)
+    acc = srv.global_account
+    route, other = FakeLink(ROUTER), FakeLink(ROUTER)
+    a, q1 = client(srv), client(srv)
+    sub(acc, a, "s", b"1")
+    sub(acc, q1, "s", b"2", "g")
+    acc.sublist.insert(RemoteSub(other, "s", None, 1, None))
+    deliver_inbound(acc, route, b"s", None, (), -1, b"x")
+    assert a.out_msgs == 1 and q1.out_msgs == 0 and not other.sent  # no group named: plain only
+    deliver_inbound(acc, route, b"s", None, (b"g",), -1, b"x")
+    assert a.out_msgs == 2 and q1.out_msgs == 1 and not other.sent
+
+
+class Recorder:
+    """A trace as the executor sees it (rillet.server.msgtrace.MsgTrace's observer methods)."""
+
+    def __init__(self, tonly: bool = False) -> None:
+        self.tonly = tonly
+        self.events: list[tuple] = []
+
+    def skipped(self, sc, sub, why) -> None:
+        self.events.append(("skipped", sub.sid, why))
+
+    def check(self, sc, sub) -> int:
+        self.events.append(("egress", sub.sid))
+        return 2 if self.tonly else 0
+
+    def internal(self, sub, c, subject, reply, hdr, msg, route) -> bool:
+        self.events.append(("internal", sub.sid))
+        return True
+
+    def to_remote(self, rc, hdr, msg):
+        self.events.append(("remote", rc.remote_name))
+        return hdr, msg
+
+
+@pytest.mark.parametrize("tonly", [False, True])
+def test_the_trace_observes_the_same_loop(monkeypatch, tonly) -> None:
+    import rillet.server.msgtrace as mt
+    srv = server(cluster=True)
+    acc = srv.global_account
+    route = FakeLink(ROUTER)
+    pub = client(srv)
+    pub.echo = False
+    a = client(srv)
+    sub(acc, a, "t", b"1")
+    sub(acc, pub, "t", b"2")
+    ic = InternalClient(srv, acc)
+    got = []
+    ic.subscribe("t", lambda *args: got.append(args))
+    acc.sublist.insert(RemoteSub(route, "t", None, 1, None))
+    rec = Recorder(tonly)
+    monkeypatch.setattr(mt, "CURRENT", rec)
+    hdr = b"NATS/1.0\r\nNats-Trace-Dest: d\r\n\r\n"
+    assert deliver_result(acc, pub, acc.match("t"), b"t", None, len(hdr), hdr + b"x")
+    assert ("egress", b"1") in rec.events and ("skipped", b"2", 0) in rec.events
+    assert ("internal", b"1") in rec.events and ("remote", "peer") in rec.events
+    assert not got  # the observer made the internal call (here: a recorder that does not)
+    assert a.out_msgs == (0 if tonly else 1) and len(route.sent) == 1
+    rec.events.clear()
+    assert deliver_result(acc, pub, acc.match("t"), b"t", None, 3, b"abcx")  # not the traced message
+    assert not rec.events and got
