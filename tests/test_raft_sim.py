@@ -21,7 +21,7 @@ def test_seeds_hold_safety_and_liveness():
     assert not failed, failed[:3]
     # the runs did exercise the faults and features the properties are about
     for k in ("crashes", "bounce", "partition", "oneway", "pause", "net", "snapshots_installed",
-              "conf_changes_committed", "timeout_now", "unsynced_writes_at_crash"):
+              "conf_changes_committed", "timeout_now", "unsynced_writes_at_crash", "wipe", "idle_wipes"):
         assert totals[k] > 0, (k, totals)
 
 

@@ -169,6 +169,7 @@ class RaftGroup:
         self._stepdowns_seen: dict[bytes, float] = {}  # stepdown request reply -> when a member noted it
         self._leader_waiters: list[tuple[float, Callable[[], None]]] = []  # (deadline, callback): when_leader
         self._handover: Optional[tuple[float, Callable[[], None]]] = None  # (deadline, callback): after_handover
+        self._lost_logs = 0  # the node's lost_logs already logged
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -220,13 +221,19 @@ class RaftGroup:
             pass
         except ValueError as e:
             raise RaftError(f"RAFT group {self.name!r}: bad {path}: {e}") from e
+        self._write_peers(self.bootstrap)
+        return list(self.bootstrap)
+
+    def _write_peers(self, peers: list[str]) -> None:
+        """``peers.json``: the voters at the start of the log (the founding set, or the leader's when this
+        member learnt it, having started with nothing but a guess)."""
+        path = os.path.join(self.dir, "peers.json")
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
-            f.write(json.dumps(self.bootstrap).encode())
+            f.write(json.dumps(list(peers)).encode())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        return list(self.bootstrap)
 
     async def stop(self, delete: bool = False) -> None:
         """Stop ticking and leave the transport; ``delete``: remove the group's directory too."""
@@ -488,6 +495,13 @@ class RaftGroup:
         if not self.running:
             return
         n = self.node
+        if n.lost_logs != self._lost_logs:
+            self._lost_logs = n.lost_logs
+            p, had, hint = n.last_lost
+            reg = getattr(getattr(self.server, "jetstream", None), "peer_registry", None)
+            name = (reg.name_of(p) if reg is not None else None) or p
+            self.log.warn(f"RAFT group {self.name!r}: member {name} no longer holds the entries it had "
+                          f"acknowledged (up to {had}; its log was lost?), catching it up from {hint + 1}")
         self._processing = True
         try:
             while self.running and n.has_ready():
@@ -526,6 +540,8 @@ class RaftGroup:
                 w.save_snapshot(rd.snapshot)
             if rd.entries:
                 w.append(rd.entries)
+            if rd.base_peers is not None and not self.memory:
+                self._write_peers(list(rd.base_peers))
             hs = rd.hard_state
             if hs is not None and (hs.term != self._hs_saved[0] or hs.vote != self._hs_saved[1]):
                 # commit as far as entries are on disk (a leader's commit never passes its own stable)
@@ -642,6 +658,21 @@ class RaftGroup:
     def peers(self) -> list[str]:
         return list(self.node.voters) if self.node is not None else list(self.bootstrap)
 
+    def current(self) -> bool:
+        """nats-server's isCurrent for this member: the leader is; a follower is when it heard from its leader
+        within an election timeout and is not catching up (its log was found not to match the leader's, by an
+        append or a heartbeat, and it has not yet reached the leader's commit since: a wiped or restarted
+        member, one cut off for a while). Not either: a member that has not heard of a leader. (A follower
+        merely a few entries behind under load is current, as in nats-server.)"""
+        n = self.node
+        if n is None or not self.running:
+            return False
+        if n.role == LEADER:
+            return True
+        if n.leader is None or n.election_elapsed >= self.election_ticks:
+            return False
+        return not n.catching_up
+
     def quorum(self) -> int:
         return len(self.peers) // 2 + 1
 
@@ -661,6 +692,8 @@ class RaftGroup:
         st: dict[str, Any] = {"id": self.id, "name": self.name, "state": role, "term": n.term, "vote": n.vote,
                               "leader": n.leader, "committed": n.commit, "applied": n.applied,
                               "last_index": n.last_index(), "last_term": n.last_term(),
+                              "leader_commit": n.commit if n.role == LEADER else n.leader_commit,
+                              "catching_up": n.catching_up, "lost_logs": n.lost_logs,
                               "snapshot_index": n.offset, "voters": list(n.voters), "size": len(n.voters),
                               "quorum_needed": n.quorum, "leader_since_ns": self.leader_since_ns,
                               "ever_had_leader": self.ever_had_leader, "bad_messages": self.bad_messages,

@@ -11,8 +11,13 @@ seconds, it founds the group with the peer ids of all the Rillet JetStream serve
 route INFO never sets ``jetstream``: a Go server counts such route peers in its own meta group and could
 then not elect a leader without the votes a Rillet server never sends. The founding set is stored with the group (``peers.json``),
 so a restart uses it again (``JetStream cluster recovering state``). A server started later, or one
-whose state was wiped, founds with what it knows, which includes the running members; its votes fail
-(its log is behind), and the meta leader, hearing a Rillet server in ``_meta_`` that is not a member (and
+whose state was wiped, founds with what it knows, which includes the running members (it does not wait
+for the configured size when another server's statsz names a running meta leader; when the others run a
+meta group without a leader for ``JOIN_LEADERLESS_AFTER`` seconds, it joins with no voter set of its own,
+to vote but never campaign: a wiped member while another is down). A wiped member is still a voter in the
+leader's configuration: the leader's heartbeats find its log missing (rillet/raft) and send it the log or
+a snapshot, and with them the voters, which replace its guess. A server that is not a member campaigns in
+vain (its log is behind), and the meta leader, hearing a Rillet server in ``_meta_`` that is not a member (and
 was not removed with ``SERVER.REMOVE`` less than ``REJOIN_AFTER`` ago: nats-server's 5 minutes), adds it (a
 RAFT configuration entry, then a ``PEER_ADD`` meta entry): the new member gets the log, or a snapshot, and
 the configuration from the leader. ``SERVER.REMOVE`` proposes the ``PEER_REMOVE`` entry first (so the
@@ -84,6 +89,9 @@ LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are ans
 FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
 OFFLINE_ANSWER_DELAY = 0.5  # seconds before the meta leader says a stream/consumer is offline (nats-server's errRespDelay)
 CAMPAIGN_AFTER = 0.1  # seconds between founding the meta group and the first member's campaign
+# seconds a server that cannot found (too few servers known) waits, seeing another server run a meta group
+# without a leader, before it joins that group to vote (a member whose state was lost while another is down)
+JOIN_LEADERLESS_AFTER = 2.0
 FOUND_SETTLE_GATEWAYS = 0.5  # the same in a super-cluster (statsz crossing gateways come later)
 COMPACT_EVERY = 1024  # meta entries between snapshots
 CONFIG_WAIT = 3.0  # seconds an update's answer waits for the stream leader to apply the new config
@@ -283,6 +291,7 @@ class JetStreamCluster:
         gw = getattr(self.server, "gateway", None)
         settle = FOUND_SETTLE if gw is None else FOUND_SETTLE_GATEWAYS
         sent_at = -1e9
+        leaderless_since = None
         while self.running and not self.isolated:
             n = len(self.rillet_js) + 1
             if loop.time() - sent_at >= 0.25 and (gw is not None or n < expected):
@@ -298,13 +307,49 @@ class JetStreamCluster:
                 last_count, since = n, loop.time()
             elif n >= self._founding_size(expected) and loop.time() - since >= settle and self._gateways_up():
                 break
+            ml = self._running_meta_leader() if loop.time() - since >= settle else ""
+            if ml:
+                # (the group runs already: this server, started later or with its state lost, joins it now with
+                # the servers it knows, whatever the others that are down; the leader sends it the log or a
+                # snapshot, and with them the real voter set)
+                self.log.notice(f"JetStream cluster: a meta group with leader {ml!r} is running, joining it")
+                break
+            if self._meta_group_seen():
+                if leaderless_since is None:
+                    leaderless_since = loop.time()
+                elif loop.time() - leaderless_since >= JOIN_LEADERLESS_AFTER:
+                    # (the group exists on the others but has no leader, and this server cannot found: a member
+                    # that lost its state while another is down. It joins without a voter set of its own: it
+                    # never campaigns, but votes, so the members that kept the log elect a leader, which then
+                    # sends it the log and the voters)
+                    self.log.notice("JetStream cluster: a meta group without a leader is running, joining it "
+                                    "to vote")
+                    await self._start_group([], join=True)
+                    return
+            else:
+                leaderless_since = None
             await asyncio.sleep(0.05)
         if not self.running or self.isolated:
             return
         peers = sorted({self.peer, *(peer_id(name) for name in self.rillet_js.values())})
         await self._start_group(peers)
 
-    async def _start_group(self, peers: list[str]) -> None:
+    def _running_meta_leader(self) -> str:
+        """The meta leader another online Rillet JetStream server of ours named in its last statsz ("" when none
+        did): the meta group is running."""
+        mine = set(self.rillet_js.values())
+        for ni in self.registry.nodes.values():
+            if ni.meta_leader and not ni.offline and ni.name in mine and ni.name != self.server.name:
+                return ni.meta_leader
+        return ""
+
+    def _meta_group_seen(self) -> bool:
+        """Another online Rillet JetStream server of ours runs a meta group (its statsz has a meta section)."""
+        mine = set(self.rillet_js.values())
+        return any(ni.meta_group and not ni.offline and ni.name in mine and ni.name != self.server.name
+                   for ni in self.registry.nodes.values())
+
+    async def _start_group(self, peers: list[str], join: bool = False) -> None:
         g = RaftGroup(self.server, A.META_GROUP, peers, self.store_dir, apply=self._apply,
                       on_leader_change=self._leader_changed, snapshot=self.state.snapshot,
                       restore=self._restore, sync="always")
@@ -312,7 +357,7 @@ class JetStreamCluster:
         self.group = g
         await g.start()
         self._replay_through = g.node.commit
-        if g.peers and min(g.peers) == self.peer:
+        if not join and g.peers and min(g.peers) == self.peer:
             # (every member knows the same set: one of them stands soon, no split votes; after a moment, so
             # that the others, which found within a few ms of us, have joined the group and can vote)
             self.loop.call_later(CAMPAIGN_AFTER if peers else 0.0, g.campaign_soon)
@@ -1756,7 +1801,7 @@ class JetStreamCluster:
                             replicas=reps, cluster_size=len(st["voters"]), quorum_needed=st["quorum_needed"],
                             pending=n.last_index() - n.applied,
                             snapshot=MON.MetaSnapshotStats(pending_entries=n.last_index() - n.offset),
-                            running=g.running, current=bool(leader) and n.applied >= n.commit,
+                            running=g.running, current=bool(leader) and g.current() and n.applied >= n.commit,
                             write_error=g.write_error, apply_error=self.apply_error or g.apply_error)
 
     def jsz_meta(self) -> dict:
@@ -1847,14 +1892,25 @@ class JetStreamCluster:
             rep = st.replica(acc, sa.name) if st is not None else None
             if rep is None:
                 return "stream not found"
-            if rep.group.leader is None:
+            g = rep.group
+            if g.leader is None:
                 return "no leader"
+            if len(g.peers) > 1:
+                catchup = getattr(rep, "_catchup", None)
+                if rep.log.holding or (catchup is not None and not catchup.done()):
+                    return "stream catching up"  # (the messages of a snapshot, fetched from the leader)
+                if not g.current():
+                    return "group node unhealthy"
             return ""
 
         def consumer_error(acc: str, sa: Any, ca: Any) -> str:
             rep = st.replica(acc, sa.name) if st is not None else None
             if rep is None or ca.name not in getattr(rep, "consumers", {}):
                 return "consumer not found"
+            cr = getattr(rep, "creps", {}).get(ca.name)
+            cg = getattr(cr, "group", None)
+            if cg is not None and len(cg.peers) > 1 and not cg.current():
+                return "group node unhealthy"
             return ""
         return MON.clustered_healthz(o, meta, self.state, self.peer, stream_error, consumer_error)
 

@@ -90,6 +90,8 @@ class NodeInfo:
     account_nrg: bool = False
     cap_js: bool = False  # the statsz capability flag for JetStream (bit 1): Go servers set it, Rillet never does
     statsz_seen: bool = False  # the entry comes from a statsz (``js`` is known), not only from a route
+    meta_leader: str = ""  # the meta leader its last statsz named (``jetstream.meta.leader``), if any
+    meta_group: bool = False  # its last statsz had a ``jetstream.meta`` section: it runs a meta group
 
     @property
     def peer(self) -> str:
@@ -245,8 +247,13 @@ class PeerRegistry:
             return None
         flags = int(si.get("flags") or 0)
         cfg = stats = None
+        meta_leader = ""
+        meta_group = False
         jsd = (d.get("statsz") or {}).get("jetstream")
         if isinstance(jsd, dict):
+            if isinstance(jsd.get("meta"), dict):
+                meta_group = True
+                meta_leader = str(jsd["meta"].get("leader") or "")
             if isinstance(jsd.get("config"), dict):
                 cfg = JSConfig.from_json(jsd["config"])
             if isinstance(jsd.get("stats"), dict):
@@ -256,7 +263,8 @@ class PeerRegistry:
                       js=bool(flags & FLAG_JETSTREAM) or bool(si.get("jetstream")), offline=False, cfg=cfg,
                       stats=stats, binary_snapshots=bool(flags & FLAG_BINARY_SNAPSHOT),
                       account_nrg=bool(flags & FLAG_ACCOUNT_NRG), cap_js=bool(flags & FLAG_JETSTREAM),
-                      statsz_seen=True)
+                      statsz_seen=True, meta_leader=meta_leader,
+                      meta_group=meta_group)
         self._store(peer_id(name), ni)
         return ni
 
