@@ -277,7 +277,7 @@ HOSTILE_CLIENT = [
 ]
 
 
-@pytest.mark.parametrize("data", HOSTILE_CLIENT)
+@pytest.mark.parametrize("data", HOSTILE_CLIENT, ids=[f"h{i}" for i in range(len(HOSTILE_CLIENT))])
 @pytest.mark.parametrize("lim", [dict(), dict(max_payload=64), dict(max_control_line=32), dict(awaiting=True),
                                  dict(headers=False)], ids=str)
 def test_client_hostile_cases(data, lim):
@@ -402,7 +402,7 @@ HOSTILE_SERVER = [
 ]
 
 
-@pytest.mark.parametrize("data", HOSTILE_SERVER)
+@pytest.mark.parametrize("data", HOSTILE_SERVER, ids=[f"h{i}" for i in range(len(HOSTILE_SERVER))])
 @pytest.mark.parametrize("cfg", [dict(kind=k) for k in KINDS] + [
     dict(kind="ROUTER", account=b"ACC"), dict(kind="LEAF", max_payload=64), dict(kind="ROUTER", awaiting=True),
     dict(kind="ROUTER", halt_on_info=True), dict(kind="GATEWAY", max_control_line=2)], ids=str)
