@@ -20,6 +20,7 @@ from rillet import compression as cc
 from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
+from rillet.server.client import READ_BUDGET, READ_SLICE, STALL_MIN, STALL_READ, STALL_TOTAL
 from rillet.server.listen import hostport, plain_ip
 
 
@@ -68,6 +69,14 @@ class ServerConn(asyncio.Protocol):
         self._s2w: Any = None
         self._s2r: Any = None
         self._s2_auto: tuple | None = None
+        # fairness (rillet.server.client READ_BUDGET): the unparsed rest of a read while reading is paused,
+        # raw bytes that arrived meanwhile, and the hold-back allowance of the current read
+        self._rbacklog: bytes | None = None
+        self._rraw: list[bytes] = []
+        self._resume_handle: Any = None
+        self._hold_total = 0.0
+        self._hold_read = 0
+        self._hold_start = 0.0
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -114,9 +123,11 @@ class ServerConn(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        for t in (self._ping_timer, self._auth_timer, self._deadline_timer):
+        for t in (self._ping_timer, self._auth_timer, self._deadline_timer, self._resume_handle):
             if t is not None:
                 t.cancel()
+        self._rbacklog = None
+        self._rraw = []
         remote = f" - Remote: {self.remote_name}" if self.remote_name and self.close_names_remote else ""
         self.server.log.notice(f"{self.log_prefix()} - {self.role_word} connection closed: "
                                f"{self.close_reason}{remote}")
@@ -131,19 +142,131 @@ class ServerConn(asyncio.Protocol):
         if self.closed:
             return
         self.last_activity = time.time()
+        if self._rbacklog is not None:
+            # still working off an earlier read (reading paused): these raw bytes wait behind it
+            self._rraw.append(data)
+            t = self.transport
+            if t is not None and not t.is_closing():
+                t.pause_reading()  # type: ignore[attr-defined]
+            return
+        self._hold_total = 0.0
+        self._hold_read = 0
+        self._read(data)
+
+    def _read(self, data: bytes) -> None:
         try:
             if self._s2r is not None:
                 data = self._s2r.feed(data)
-            self.parser.feed(data)
-            while self.parser.halt:  # reading switched to s2 right after an INFO: the rest is compressed
-                rest = self.parser.take_rest()
-                if rest and not self.closed:
-                    self.parser.feed(self._s2r.feed(rest))
+            self._parse(data)
         except ProtocolError as e:
             self._parse_failed(e)
+            self.server.flush_clients()
         except s2.S2Error as e:
             self._s2_read_failed(e)
-        self.server.flush_clients()
+            self.server.flush_clients()
+
+    def _parse(self, data: bytes) -> None:
+        """Parse ``data`` (decompressed) slice by slice, as a client's reads (rillet.server.client): past the
+        loop budget the rest waits for a later pass, reading paused. A client this connection delivers to
+        with more than 3/4 of max_pending waiting holds the reading back a few milliseconds (at most 10 ms
+        per 64 KB), so a fast link does not bury a slow subscriber: nats-server's read loop blocks on such
+        a client's write instead."""
+        parser = self.parser
+        n = len(data)
+        pos = 0
+        start = time.monotonic()
+        while True:
+            if n - pos <= READ_SLICE:
+                chunk = data if pos == 0 else data[pos:]
+                pos = n
+            else:
+                chunk = data[pos:pos + READ_SLICE]
+                pos += READ_SLICE
+            parser.feed(chunk)
+            while parser.halt:  # reading switched to s2 right after an INFO: the rest is compressed
+                rest = parser.take_rest()
+                if pos < n:
+                    rest += data[pos:]
+                    pos = n
+                if rest and not self.closed:
+                    parser.feed(self._s2r.feed(rest))
+            self._hold_read += len(chunk)
+            if self._hold_read >= STALL_READ:
+                self._hold_read = 0
+                self._hold_total = 0.0
+            hold = self._flush_and_hold()
+            if self.closed:
+                return
+            if pos >= n:
+                if hold:
+                    self._pause(b"", hold)
+                return
+            if hold or time.monotonic() - start >= READ_BUDGET:
+                self._pause(data[pos:], hold)
+                return
+
+    def _flush_and_hold(self) -> float:
+        srv = self.server
+        pending = srv.pending_flush
+        if not pending:
+            return 0.0
+        gate = srv.opts.max_pending // 4 * 3
+        congested = False
+        for c in pending:
+            if c is self or c.closed or getattr(c, "kind", None) != 0:  # (clients only: kind CLIENT)
+                continue
+            t = c.transport
+            if t is not None and t.get_write_buffer_size() > gate:
+                congested = True
+                break
+        srv.flush_clients()
+        if not congested or self._hold_total >= STALL_TOTAL:
+            return 0.0
+        return min(STALL_MIN, STALL_TOTAL - self._hold_total)
+
+    def _pause(self, rest: bytes, delay: float) -> None:
+        t = self.transport
+        if t is None or self.closed:
+            return
+        self._rbacklog = rest
+        t.pause_reading()  # type: ignore[attr-defined]
+        loop = self.server.loop
+        if delay > 0:
+            self._hold_start = time.monotonic()
+            self._resume_handle = loop.call_later(delay, self._resume)
+        else:
+            self._hold_start = 0.0
+            self._resume_handle = loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._resume_handle = None
+        if self.closed:
+            return
+        if self._hold_start:
+            self._hold_total += time.monotonic() - self._hold_start
+            self._hold_start = 0.0
+        rest = self._rbacklog
+        self._rbacklog = None
+        if rest:
+            try:
+                self._parse(rest)
+            except ProtocolError as e:
+                self._parse_failed(e)
+                self.server.flush_clients()
+                return
+            except s2.S2Error as e:
+                self._s2_read_failed(e)
+                self.server.flush_clients()
+                return
+            if self._rbacklog is not None or self.closed:
+                return
+        while self._rraw and self._rbacklog is None and not self.closed:
+            self._read(self._rraw.pop(0))
+        if self._rbacklog is not None or self.closed:
+            return
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.resume_reading()  # type: ignore[attr-defined]
 
     def _parse_failed(self, e: ProtocolError) -> None:
         if e.client_error == cp.AUTH_VIOLATION:

@@ -335,8 +335,11 @@ class Client(asyncio.Protocol):
             return
         self.last_activity = time.time()
         if self._backlog is not None:
-            # (a transport may hand over what it already had after pause_reading: it queues behind the rest)
+            # (reading was resumed by someone else, or the transport had more: it queues behind the rest)
             self._backlog += data
+            t = self.transport
+            if t is not None and not t.is_closing():
+                t.pause_reading()  # type: ignore[attr-defined]
             return
         self._stall_total = 0.0  # a new read: its own stall allowance (nats-server resetReadLoopStallTime)
         self._stall_read = 0
@@ -459,6 +462,10 @@ class Client(asyncio.Protocol):
             if self._backlog is not None or self.closed:
                 return  # paused again (the budget, a stall) or gone
         if self._held is None and t is not None and not t.is_closing():
+            cl = self.server.cluster
+            if cl is not None and getattr(cl, "_stalled_by", None):
+                cl._paused.append(t)  # a congested route holds every client: its unstall resumes this one
+                return
             t.resume_reading()  # type: ignore[attr-defined]
 
     def _protocol_error(self, e: ProtocolError) -> None:
