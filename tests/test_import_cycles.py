@@ -232,9 +232,9 @@ def test_top_level_modules_are_the_bottom_layer() -> None:
 
 
 # The modules of rillet.server that still reach rillet.cluster or rillet.monitor (any view): the server's
-# construction, reload and monitoring hooks, the system account's monitoring requests, the websocket leaf
-# path. Issue 20's composition root is to wire these from outside; this set may shrink, never grow.
-SERVER_TO_LINKS_OR_MONITOR = {"rillet.server.server", "rillet.server.sysacc", "rillet.server.websocket"}
+# construction, reload and monitoring hooks, and the system account's monitoring requests. Issue 20's
+# composition root is to wire these from outside; this set may shrink, never grow.
+SERVER_TO_LINKS_OR_MONITOR = {"rillet.server.server", "rillet.server.sysacc"}
 # the delivery path itself knows links only through rillet.server.delivery's Link protocol
 DELIVERY_PATH = ("rillet.server.delivery", "rillet.server.accounts", "rillet.server.msgtrace",
                  "rillet.server.client")

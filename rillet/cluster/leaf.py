@@ -900,6 +900,11 @@ class LeafNodes:
 
     # ---- soliciting -----------------------------------------------------------------------------------
 
+    def accept_conn(self) -> LeafConn:
+        """A hub-side leaf connection for a transport accepted elsewhere (the websocket listener's
+        ``/leafnode`` path), so that the server package needs no import of this one."""
+        return LeafConn(self)
+
     def _solicit(self, r: RemoteState, delay: float) -> None:
         t = self.server.loop.create_task(self._connect(r, delay))
         self._tasks.add(t)

@@ -748,8 +748,7 @@ class WebsocketConnection(asyncio.Protocol):
                 self.closing = True
                 t.close()
                 return
-            from rillet.cluster.leaf import LeafConn  # a leaf connection over websocket (hub side)
-            lc = LeafConn(ln)
+            lc = ln.accept_conn()  # a leaf connection over websocket (hub side)
             self.client = lc  # type: ignore[assignment]
             lc.connection_made(self)
             return
