@@ -491,3 +491,38 @@ def test_sparse_block_reopen(tmp_path):
     fs = open_fs(p)
     assert view(fs) == before
     fs.stop()
+
+
+def test_sequential_reads_read_ahead_and_see_every_change(tmp_path):
+    """Sequential reads come from one read-ahead of the block (store._rc); an erase, a truncation and a new
+    block drop it, so what is read is always what is on disk; read_done() lets it go."""
+    fs = open_fs(tmp_path, block_size=4096)
+    for i in range(1, 201):
+        fs.store_msg(f"s.{i % 3}", b"", b"v%d" % i, 0)
+    reads = []
+    real = os.pread
+    fsmod.os.pread = lambda *a: reads.append(a) or real(*a)
+    try:
+        for seq in range(1, 201):
+            m = fs.load_msg(seq)
+            assert (m.seq, m.subject, m.data) == (seq, f"s.{seq % 3}", b"v%d" % seq)
+        assert len(reads) < 40  # (200 records in ~6 blocks: a few reads each, not one per record)
+        fs.load_msg(150)
+        fs.load_msg(151)
+        assert fs._rc is not None
+        assert fs.remove_msg(152, erase=True)
+        assert fs._rc is None  # erased in place: the read-ahead is gone
+        assert fs.load_msg(152) is None and fs.load_msg(153).data == b"v153"
+        for seq in range(100, 120):
+            fs.load_msg(seq)
+        fs.truncate(110)
+        for i in range(111, 131):
+            fs.store_msg("t.new", b"", b"new%d" % i, 0)
+        for seq in range(105, 131):  # the records after the cut were written where the old ones were
+            m = fs.load_msg(seq)
+            assert m.data == (b"v%d" % seq if seq <= 110 else b"new%d" % seq), seq
+        fs.read_done()
+        assert fs._rc is None
+    finally:
+        fsmod.os.pread = real
+        fs.stop()

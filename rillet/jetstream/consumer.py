@@ -716,6 +716,7 @@ class Consumer(ConsumerStateMachine):
                 self.kick()  # budget used up: continue on the next loop iteration
         finally:
             self._running = False
+            self.stream.store.read_done()
             if sent:
                 self._last_send = loop.time()
                 if not self.is_push and self.dthresh_s:

@@ -1029,6 +1029,9 @@ class IndexedStore:
     def bytes(self) -> int:
         return self._bytes
 
+    def read_done(self) -> None:
+        """A run of reads ended (a consumer's delivery pass): what a store read ahead for it is let go."""
+
     @property
     def first_seq(self) -> int:
         return self._first

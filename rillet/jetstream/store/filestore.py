@@ -158,6 +158,9 @@ def make_dirs_durable(path: str) -> None:
 
 
 
+_READ_AHEAD = 32 * 1024  # bytes read at once by sequential reads
+
+
 def _write_all(fd: int, bufs: list[bytes], off: int, total: int) -> None:
     n = os.pwritev(fd, bufs, off)
     if n != total:
@@ -310,6 +313,10 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         self._cache: OrderedDict[int, BlockIndex] = OrderedDict()  # loaded indexes of sealed blocks (LRU)
         self._pinned: dict[int, BlockIndex] = {}  # indexes of blocks with corrupt regions (never rebuilt)
         self._cache_sweep = time.monotonic()
+        # sequential reads (a consumer's next message): (block index, file offset, bytes) read ahead once,
+        # and where the last read ended; dropped whenever a block's bytes change in place (see _read_msg)
+        self._rc: tuple[int, int, bytes] | None = None
+        self._rc_next = -1
         self._psim: dict[str, list[int]] = {}  # subject -> [count, first block index (lower bound), last seq]
         self._nmsgs = 0
         self._lost: set[int] = set()
@@ -481,6 +488,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         return os.path.join(self._msgdir, f"{index:010d}.blk")
 
     def _init_block_file(self, blk: Block) -> None:
+        self._rc = None
         fd = os.open(blk.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.ftruncate(fd, 0)
@@ -594,6 +602,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         return fd
 
     def _unlink_block(self, blk: Block) -> None:
+        self._rc = None
         with self._lock:
             if blk is self._active:
                 os.close(self._afd)
@@ -932,6 +941,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         return self._remove(seq, erase)
 
     def _erase_record(self, blk: Block, off: int, rlen: int, seq: int) -> None:
+        self._rc = None
         head = _REC.pack(T_ERASED, 0, 0, rlen, seq, 0, 0, 0, 0)
         body = head + bytes(rlen - _OVERHEAD)
         rec = body + _CRC.pack(zlib.crc32(body))
@@ -1095,6 +1105,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
                 cb(s, subj, size)
 
     def _truncate_blocks(self, seq: int) -> None:
+        self._rc = None  # (new records may come where the cut ones were)
         for blk in reversed(list(self._bl)):
             if not blk.first:
                 if blk is not self._active:
@@ -1351,23 +1362,52 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
 
     # -- reading --------------------------------------------------------------------
 
+    def read_done(self) -> None:
+        self._rc = None  # (a record changed on disk behind our back is seen by the next pass)
+        self._rc_next = -1
+
     def _read_msg(self, blk: Block, x: BlockIndex, slot: int) -> StoredMsg:
         if self._closed:
             raise ErrStoreClosed()
         seq = x.base + slot
-        try:
-            buf = os.pread(self._fd_for(blk.index), x.rlen[slot], x.offs[slot])
-        except OSError as ex:
-            raise ErrStoreCorrupt(f"cannot read seq {seq}: {ex.strerror or ex}", seq=seq) from ex
-        h = _parse_record(memoryview(buf), 0, len(buf))
+        off = x.offs[slot]
+        n = x.rlen[slot]
+        # A read that starts where the previous one ended (a consumer going through the stream) reads
+        # _READ_AHEAD bytes of the block at once and the next records come from them; the bytes of a record
+        # never change once indexed, except by an erase, a truncation or a new block file (which drop them).
+        rc = self._rc
+        if rc is not None and rc[0] == blk.index and rc[1] <= off and off + n <= rc[1] + len(rc[2]):
+            buf = rc[2]
+            b0 = off - rc[1]
+        else:
+            want = n
+            if off == self._rc_next and n < _READ_AHEAD:
+                want = max(min(_READ_AHEAD, blk.size - off), n)
+            try:
+                buf = os.pread(self._fd_for(blk.index), want, off)
+            except OSError as ex:
+                raise ErrStoreCorrupt(f"cannot read seq {seq}: {ex.strerror or ex}", seq=seq) from ex
+            b0 = 0
+            if len(buf) > n:
+                self._rc = (blk.index, off, buf)
+        self._rc_next = off + n
+        h = _parse_record(memoryview(buf), b0, b0 + n) if len(buf) >= b0 + n else None
+        if (h is None or h[0] != T_MSG or h[4] != seq) and buf is not None and rc is not None and buf is rc[2]:
+            self._rc = None  # (read ahead before a change it was not dropped for: read the record itself)
+            try:
+                buf = os.pread(self._fd_for(blk.index), n, off)
+            except OSError as ex:
+                raise ErrStoreCorrupt(f"cannot read seq {seq}: {ex.strerror or ex}", seq=seq) from ex
+            b0 = 0
+            h = _parse_record(memoryview(buf), 0, len(buf))
         if h is None or h[0] != T_MSG or h[4] != seq:
             self.log("error", f"seq {seq}: record failed its checksum")
             raise ErrStoreCorrupt(f"message {seq} is corrupt", seq=seq)
         _, flags, slen, total, _, ts, _, hlen, dlen = h
         subject = x.subjs[x.sid[slot]]
-        p = _REC_LEN + slen
+        p = b0 + _REC_LEN + slen
         if flags & F_COMPRESSED:
-            raw = bytes(_snappy().decompress_raw(buf[p : total - 4]))
+            raw = bytes(_snappy().decompress_raw(buf[p : b0 + total - 4]))
             if len(raw) != hlen + dlen:
                 raise ErrStoreCorrupt(f"message {seq} is corrupt", seq=seq)
             return StoredMsg(subject, seq, ts, raw[:hlen], raw[hlen:])
