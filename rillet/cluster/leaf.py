@@ -55,6 +55,7 @@ import rillet.server.msgtrace as _mt
 from rillet import compression as cc
 from rillet.cluster import info as ci
 from rillet import lane
+from rillet.cluster import gateway as g
 from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
 from rillet.cluster.conn import ServerConn
@@ -1609,67 +1610,62 @@ def _routed_to_leafs(self: Any, rc: Any, subject: bytes, reply: bytes | None, qu
 
 # ==== the account of a server with gateways and leaf nodes =========================================================
 
+_GR, _GRL, _OFF = g._GR, g._GR_LEN, g._SUBJECT_OFFSET  # (the gateway reply prefix)
+
+
+class LeafGatewayAccount(g.GatewayAccount):
+    """``GatewayAccount`` (clients' messages to the other clusters, their interest from them) whose
+    interest also goes to leafs and whose messages from leafs go, as nats-server's processMsgResults
+    for a LEAF origin, to local subscribers, routes, other leafs and then to the gateways."""
+
+    __slots__ = ()
+
+    def add_sub(self, sub: Any) -> None:
+        g.GatewayAccount.add_sub(self, sub)
+        self.server.leafnodes.sub_changed(self, sub, True)
+
+    def remove_sub(self, sub: Any) -> None:
+        g.GatewayAccount.remove_sub(self, sub)
+        self.server.leafnodes.sub_changed(self, sub, False)
+
+    def route_interest(self, sub: Any, added: bool) -> None:
+        g.GatewayAccount.route_interest(self, sub, added)
+        self.server.leafnodes.sub_changed(self, sub, added)
+
+    def deliver_leaf(self, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                     msg: bytes) -> None:
+        if self.mappings:
+            mapped = self.map_subject(subject)
+            if mapped is None:
+                return
+            subject = mapped
+        gw = self.server.gateway
+        if self._gwr:  # a response to a request from another cluster, given here without _GR_.
+            subject = self._routed_reply(subject) or subject
+        if subject[:_GRL] == _GR:
+            if subject[_GRL:_GRL + g._HL] == gw.hash:
+                gw.gateway_reply(lc, self.name_b, subject, reply, hdr, msg)
+            else:
+                gw.send_to_gateways(self, subject, reply, hdr, msg, [])
+            return
+        r = self._match(subject.decode("utf-8", "surrogateescape"))
+        _from_leaf(self, lc, r, subject, reply, queues, hdr, msg)
+        if gw.outo:
+            gw.send_to_gateways(self, subject, reply, hdr, msg, r.qsubs)
+
+    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                       msg: bytes) -> None:
+        if subject[:_GRL] == _GR:
+            self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
+            return
+        if reply and reply[:_GRL] == _GR and len(reply) > _OFF:
+            reply = self._strip_gr(reply)
+        RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+        if self.server.leafs:
+            _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
+
+
 def leaf_gateway_account_class() -> type:
-    """The account class of a server with both gateways and leaf nodes (``LeafGatewayAccount``); a server with
-    only one of them keeps ``LeafAccount`` or ``GatewayAccount``, whose paths pay nothing for the other."""
-    global _LGA
-    if _LGA is None:
-        from rillet.cluster import gateway as g
-        gr, grl, off = g._GR, g._GR_LEN, g._SUBJECT_OFFSET
-
-        class LeafGatewayAccount(g.GatewayAccount):
-            """``GatewayAccount`` (clients' messages to the other clusters, their interest from them) whose
-            interest also goes to leafs and whose messages from leafs go, as nats-server's processMsgResults
-            for a LEAF origin, to local subscribers, routes, other leafs and then to the gateways."""
-
-            __slots__ = ()
-
-            def add_sub(self, sub: Any) -> None:
-                g.GatewayAccount.add_sub(self, sub)
-                self.server.leafnodes.sub_changed(self, sub, True)
-
-            def remove_sub(self, sub: Any) -> None:
-                g.GatewayAccount.remove_sub(self, sub)
-                self.server.leafnodes.sub_changed(self, sub, False)
-
-            def route_interest(self, sub: Any, added: bool) -> None:
-                g.GatewayAccount.route_interest(self, sub, added)
-                self.server.leafnodes.sub_changed(self, sub, added)
-
-            def deliver_leaf(self, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                             msg: bytes) -> None:
-                if self.mappings:
-                    mapped = self.map_subject(subject)
-                    if mapped is None:
-                        return
-                    subject = mapped
-                gw = self.server.gateway
-                if self._gwr:  # a response to a request from another cluster, given here without _GR_.
-                    subject = self._routed_reply(subject) or subject
-                if subject[:grl] == gr:
-                    if subject[grl:grl + g._HL] == gw.hash:
-                        gw.gateway_reply(lc, self.name_b, subject, reply, hdr, msg)
-                    else:
-                        gw.send_to_gateways(self, subject, reply, hdr, msg, [])
-                    return
-                r = self._match(subject.decode("utf-8", "surrogateescape"))
-                _from_leaf(self, lc, r, subject, reply, queues, hdr, msg)
-                if gw.outo:
-                    gw.send_to_gateways(self, subject, reply, hdr, msg, r.qsubs)
-
-            def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                               msg: bytes) -> None:
-                if subject[:grl] == gr:
-                    self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
-                    return
-                if reply and reply[:grl] == gr and len(reply) > off:
-                    reply = self._strip_gr(reply)
-                RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
-                if self.server.leafs:
-                    _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
-
-        _LGA = LeafGatewayAccount
-    return _LGA
-
-
-_LGA: type | None = None
+    """The account class of a server with both gateways and leaf nodes; a server with only one of them keeps
+    ``LeafAccount`` or ``GatewayAccount``, whose paths pay nothing for the other."""
+    return LeafGatewayAccount
