@@ -294,32 +294,30 @@ class Server:
                 self.log.error(f"Error writing ports file ({ports_file_path(o.ports_file_dir)}): {e}")
 
     async def shutdown(self) -> None:
-        """Stop accepting, close every connection, stop the listeners."""
+        """Stop in nats-server's order: the system account's events (this server's SHUTDOWN event goes
+        out), JetStream (its leaders step down, its stores are synced and closed), the listeners, then the
+        routes, gateways, leaf nodes and clients; the ports file goes last (the pid file stays)."""
         if self.shutting_down:
             await self._stopped.wait()
             return
         self.shutting_down = True
-        if self._listener is not None:
-            self._listener.close()
-        for c in list(self.clients.values()):
-            c.close("Server Shutdown")
+        self.sysacc.shutdown_event()
+        self.log.notice("Initiating Shutdown...")
         if self.jetstream is not None:
             await self.jetstream.shutdown()
-        for cb in self.on_shutdown:
-            r = cb()
-            if asyncio.iscoroutine(r):
-                await r
+        if self._listener is not None:
+            self._listener.close()
         for lst in self.extra_listeners:
             try:
                 await lst.close()
             except Exception as e:  # pragma: no cover - best effort
                 self.log.error(f"Error closing listener: {e}")
-        if self._listener is not None:
-            try:
-                await asyncio.wait_for(self._listener.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
-                pass
-        # (like nats-server, the pid file stays; the ports file goes)
+        for cb in self.on_shutdown:  # routes, leaf nodes, gateways (their listeners and connections)
+            r = cb()
+            if asyncio.iscoroutine(r):
+                await r
+        for c in list(self.clients.values()):
+            c.close("Server Shutdown")
         if getattr(self, "_ports_file", None):
             _unlink(self._ports_file)
         self.log.notice("Server Exiting..")

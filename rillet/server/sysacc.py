@@ -149,6 +149,14 @@ class SystemAccount:
         if self.account is not None:
             self.services.register_imports(acc)
 
+    def shutdown_event(self) -> None:
+        """The server is stopping: ``$SYS.SERVER.<id>.SHUTDOWN`` with the server info (what other servers'
+        JetStream peer registries mark offline on), as nats-server sends first thing in its shutdown; no
+        more statsz after it."""
+        self.stop()
+        if self.client is not None:
+            self.send(f"$SYS.SERVER.{self.server.server_id}.SHUTDOWN", self.server_info())
+
     def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
