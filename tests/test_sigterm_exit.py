@@ -10,6 +10,7 @@ gone within 0.5 s, a client's connection ending no more than 0.1 s before it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import select
 import signal
@@ -209,5 +210,42 @@ async def test_jetstream_data_survives_sigterm(tmp_path):
         assert nxt[0].data == b"m20"
         await nc.close()
         _gone_within(proc, BOUND)
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize("command", [GO, RILLET], ids=["go", "rillet"])
+async def test_shutdown_event_first(command, tmp_path):
+    """Shutdown begins with $SYS.SERVER.<id>.SHUTDOWN (the server info: what the other servers' JetStream
+    marks offline on), delivered to a system user's subscription before its connection closes."""
+    conf = tmp_path / "sys.conf"
+    conf.write_text("listen: 127.0.0.1:-1\nserver_name: s1\n"
+                    "accounts { $SYS { users = [ {user: admin, pass: s} ] } }\n")
+    proc = ServerProcess("-c", str(conf), command=command).wait_ready()
+    try:
+        got = []
+        closed = asyncio.Event()
+
+        async def on_msg(m):
+            got.append((m.subject, json.loads(m.data)))
+
+        async def on_error(e):
+            pass
+
+        async def on_disconnect():
+            closed.set()
+
+        nc = await nats.connect(f"nats://127.0.0.1:{proc.port}", user="admin", password="s",
+                                allow_reconnect=False, error_cb=on_error, disconnected_cb=on_disconnect)
+        await nc.subscribe("$SYS.SERVER.*.SHUTDOWN", cb=on_msg)
+        await nc.flush()
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(closed.wait(), 5)
+        assert len(got) == 1, got
+        subject, body = got[0]
+        assert subject == f"$SYS.SERVER.{body['id']}.SHUTDOWN"
+        assert body["name"] == "s1" and body["host"] == "127.0.0.1" and body["jetstream"] is False
+        assert set(body) == {"name", "host", "id", "ver", "feature_flags", "jetstream", "flags", "seq", "time"}
+        assert proc.wait(5) == 0
     finally:
         proc.stop()
