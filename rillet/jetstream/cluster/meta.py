@@ -336,10 +336,12 @@ class JetStreamCluster:
 
     def _running_meta_leader(self) -> str:
         """The meta leader another online Rillet JetStream server of ours named in its last statsz ("" when none
-        did): the meta group is running."""
+        did, or when this server does not know the leader's server yet: founding without it, a server that is
+        not a member would ask everyone but the leader, and never be added)."""
         mine = set(self.rillet_js.values())
         for ni in self.registry.nodes.values():
-            if ni.meta_leader and not ni.offline and ni.name in mine and ni.name != self.server.name:
+            if (ni.meta_leader and not ni.offline and ni.name in mine and ni.name != self.server.name
+                    and ni.meta_leader in mine):
                 return ni.meta_leader
         return ""
 
