@@ -102,15 +102,30 @@ def test_consumer_state_files(tmp_path):
     fs.consumer_store("ok").delete()
     assert not os.path.exists(d)
     fs.stop()
-    # A corrupt state file is reported and ignored.
+    # The state is in two slots written in turn: a corrupt newest slot leaves the one before it (reported);
+    # with both corrupt there is none.
     path = os.path.join(str(p), "consumers")
     name_dir = [n for n in os.listdir(path)][0]
-    with open(os.path.join(path, name_dir, "state"), "r+b") as f:
+    fs = open_fs(p, log)
+    fs.consumer_store(odd).update({"delivered": {"consumer_seq": 7, "stream_seq": 7}})
+    fs.consumer_store(odd).flush()
+    newest = fs.consumer_store(odd)._slot_path(fs.consumer_store(odd)._slot)
+    fs._consumers.clear()  # (gone without the write a stop does)
+    fs.stop()
+    with open(newest, "r+b") as f:
         f.seek(14)
         f.write(b"\xff")
     fs = open_fs(p, log)
-    assert fs.consumer_store(odd).state() is None
+    assert fs.consumer_store(odd).state().delivered.stream_seq == 1
     assert log.has("error", "corrupt")
+    fs._consumers.clear()
+    fs.stop()
+    for slot in ("state", "state.1"):
+        with open(os.path.join(path, name_dir, slot), "r+b") as f:
+            f.seek(14)
+            f.write(b"\xff")
+    fs = open_fs(p, log)
+    assert fs.consumer_store(odd).state() is None
     fs.stop()
 
 

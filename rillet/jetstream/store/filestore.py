@@ -6,7 +6,7 @@ Directory layout (``<dir>`` is what the caller passes, one per stream)::
     <dir>/state.log                 sequence state: first/last markers and tombstones
     <dir>/msgs/0000000001.blk ...   message blocks, in sequence order
     <dir>/msgs/0000000001.idx ...   their indexes (see _fsindex; a cache, checked against the block)
-    <dir>/consumers/<name>/state    consumer states (rewritten atomically)
+    <dir>/consumers/<name>/state    consumer states: two slots, state and state.1, written in turn in place
 
 Block file: the 8-byte magic ``RILBLK01`` then records, each::
 
@@ -46,8 +46,8 @@ a batch cut short by a crash is dropped whole (the block is truncated at the bat
 
 Writes go straight to the OS (one pwritev per message); ``sync()`` fsyncs, and also fsyncs the
 ``msgs/`` directory when a block file was created or removed since the last sync (a new file is
-durable only once its directory entry is).  Directories and renamed files (meta, state log,
-consumer states) are made durable when created.  A failed write
+durable only once its directory entry is).  Directories and renamed files (meta, state log), and
+consumer state slot files, are made durable when created.  A failed write
 (disk full, read-only) is rolled back by truncating the block and raises ErrStoreFull;
 the store keeps working when space returns.  Tombstones that could not be written are kept
 and retried on the next write or sync.
@@ -159,6 +159,32 @@ def make_dirs_durable(path: str) -> None:
 
 
 _READ_AHEAD = 32 * 1024  # bytes read at once by sequential reads
+CONSUMER_MAGIC2 = b"RILCNS02"  # a consumer state slot (FileConsumerStore)
+_CSLOT = struct.Struct("<QI")  # generation, length of the encoded state
+
+
+def _parse_consumer_slot(buf: bytes) -> tuple[int, bytes] | None:
+    """(generation, encoded state) of a consumer state file, either form; None when it does not check."""
+    if len(buf) < 12:
+        return None
+    (crc,) = _CRC.unpack_from(buf, 8)
+    if buf[:8] == CONSUMER_MAGIC:
+        gen, enc = 0, buf[12:]
+        ok = zlib.crc32(enc) == crc
+    elif buf[:8] == CONSUMER_MAGIC2 and len(buf) >= 12 + _CSLOT.size:
+        gen, n = _CSLOT.unpack_from(buf, 12)
+        end = 12 + _CSLOT.size + n
+        enc = buf[12 + _CSLOT.size:end]
+        ok = end <= len(buf) and zlib.crc32(memoryview(buf)[12:end]) == crc
+    else:
+        return None
+    if not ok:
+        return None
+    try:
+        decode_consumer_state(enc)
+    except msgspec.DecodeError:
+        return None
+    return gen, enc
 
 
 def _write_all(fd: int, bufs: list[bytes], off: int, total: int) -> None:
@@ -196,11 +222,16 @@ def _atomic_write(path: str, data: bytes, durable: bool) -> None:
 
 
 class FileConsumerStore(MemConsumerStore):
-    """Consumer state in ``<dir>/consumers/<name>/state``.
+    """Consumer state in ``<dir>/consumers/<name>/``, in two slots written in turn: ``state`` and
+    ``state.1``, each ``RILCNS02`` + crc32 + generation (u64) + length (u32) + the encoded state (the crc
+    covers what follows it). A write overwrites the older slot in place (no new file, no rename: a rename
+    over a file makes ext4 write its data back at once, ~1 ms a time); the newer valid slot is the state
+    when the store opens, so a write torn by a power loss leaves the one before. A ``state`` written by an
+    earlier Rillet (``RILCNS01`` + crc32 + state, a snapshot's form too) is generation 0.
 
-    ``update`` records the state in memory; ``flush`` writes it (temp + rename) and
-    ``sync`` also fsyncs the file and the directory.  The stream's ``flush``/``sync``/
-    ``stop`` do this for every consumer.
+    ``update`` records the state in memory; ``flush`` writes it and ``sync`` also fsyncs it (and the
+    directory once a slot file was created).  The stream's ``flush``/``sync``/``stop`` do this for every
+    consumer.
     """
 
     def __init__(self, name: str, path: str, log: LogFn) -> None:
@@ -209,30 +240,33 @@ class FileConsumerStore(MemConsumerStore):
         self._dirty = False
         self._log = log
         self._wlock = threading.Lock()
-        self._unsynced = False  # written (renamed into place) without fsync: sync() makes it durable
+        self._unsynced = False  # written without fsync: sync() makes it durable
+        self._dir_unsynced = False  # a slot file was created since the directory was last fsynced
+        self._gen = 0  # the generation of the newest slot
+        self._slot = 1  # the slot that holds it (the next write goes to the other one)
         make_dirs_durable(path)
         nfn = os.path.join(path, "name")
         if not os.path.exists(nfn):
             _atomic_write(nfn, name.encode(), True)
-        fn = os.path.join(path, "state")
-        try:
-            with open(fn, "rb") as f:
-                buf = f.read()
-        except FileNotFoundError:
-            buf = None
-        if buf is not None:
-            ok = len(buf) >= 12 and buf[:8] == CONSUMER_MAGIC
-            if ok:
-                (crc,) = _CRC.unpack_from(buf, 8)
-                ok = zlib.crc32(buf[12:]) == crc
-            if ok:
-                try:
-                    decode_consumer_state(buf[12:])
-                    self._enc = buf[12:]
-                except msgspec.DecodeError:
-                    ok = False
-            if not ok:
+        best = None
+        for slot in (0, 1):
+            fn = self._slot_path(slot)
+            try:
+                with open(fn, "rb") as f:
+                    buf = f.read()
+            except FileNotFoundError:
+                continue
+            got = _parse_consumer_slot(buf)
+            if got is None:
                 log("error", f"consumer {name!r}: state file {fn} is corrupt, ignored")
+                continue
+            if best is None or got[0] > best[0]:
+                best = (got[0], slot, got[1])
+        if best is not None:
+            self._gen, self._slot, self._enc = best
+
+    def _slot_path(self, slot: int) -> str:
+        return os.path.join(self.path, "state" if slot == 0 else "state.1")
 
     def update(self, state: Any) -> None:
         super().update(state)
@@ -248,28 +282,48 @@ class FileConsumerStore(MemConsumerStore):
             enc = self._enc
             if enc is None:
                 return
-            data = CONSUMER_MAGIC + _CRC.pack(zlib.crc32(enc)) + enc
+            gen = self._gen + 1
+            slot = 1 - self._slot
+            body = _CSLOT.pack(gen, len(enc)) + enc
+            data = CONSUMER_MAGIC2 + _CRC.pack(zlib.crc32(body)) + body
+            fn = self._slot_path(slot)
             try:
-                _atomic_write(os.path.join(self.path, "state"), data, durable)
+                created = not os.path.exists(fn)
+                fd = os.open(fn, os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    _write_all(fd, [data], 0, len(data))
+                    os.ftruncate(fd, len(data))
+                    if durable:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if created:
+                    self._dir_unsynced = True
+                if durable and self._dir_unsynced:
+                    fsync_dir(self.path)
+                    self._dir_unsynced = False
             except OSError as e:
                 self._dirty = True
                 raise ErrStoreFull(f"consumer {self.name!r}: {e.strerror or e}") from e
+            self._gen, self._slot = gen, slot
             self._unsynced = not durable
 
     def sync(self) -> None:
         if self._dirty:
             self.flush(durable=True)
         elif self._unsynced and not self._closed:
-            # written by an earlier flush without fsync: the file, and its rename in the directory
+            # written by an earlier flush without fsync: the slot, and the directory when the slot is new
             with self._wlock:
                 self._unsynced = False
                 try:
-                    fd = os.open(os.path.join(self.path, "state"), os.O_RDONLY)
+                    fd = os.open(self._slot_path(self._slot), os.O_RDONLY)
                     try:
                         os.fsync(fd)
                     finally:
                         os.close(fd)
-                    fsync_dir(self.path)
+                    if self._dir_unsynced:
+                        fsync_dir(self.path)
+                        self._dir_unsynced = False
                 except OSError as e:
                     self._unsynced = True
                     raise ErrStoreFull(f"consumer {self.name!r}: {e.strerror or e}") from e
