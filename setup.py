@@ -5,6 +5,8 @@ the project is declared in pyproject.toml.
 Where they are not, the build goes on without them and says so in ONE line; the installed server then runs
 the pure-Python lane (``rillet-server --version`` tells which).
 """
+import os
+import shutil
 import sys
 
 from setuptools import Extension, setup
@@ -52,6 +54,18 @@ class OptionalBuildExt(build_ext):
             super().run()
         except self._errors as e:
             _note(f"no working C compiler: {e}")
+
+    def copy_file(self, infile, outfile, *args, **kwargs):
+        """In-place builds (``pip install -e .``) replace an extension atomically (a new file renamed over the
+        old one): the default copy rewrites the file in place, which crashes every running process (servers,
+        test runs) that has the old one loaded."""
+        if not str(outfile).endswith((".so", ".pyd")) or self.dry_run:
+            return super().copy_file(infile, outfile, *args, **kwargs)
+        tmp = f"{outfile}.{os.getpid()}.tmp"
+        shutil.copyfile(infile, tmp)
+        shutil.copymode(infile, tmp)
+        os.replace(tmp, outfile)
+        return outfile, 1
 
     def build_extension(self, ext):
         if _noted:

@@ -26,7 +26,7 @@ class NullHandler:
 
     proto_pub = proto_hpub = proto_sub = proto_unsub = proto_ping = proto_pong = _nothing
     proto_rmsg = proto_hmsg = proto_lmsg = proto_leaf_msg = proto_leaf_hmsg = _nothing
-    proto_rs_sub = proto_rs_unsub = proto_ls_sub = proto_ls_unsub = _nothing
+    proto_rs_sub = proto_rs_unsub = proto_ls_sub = proto_ls_unsub = proto_leaf_sub = proto_leaf_unsub = _nothing
 
 
 P16 = b"x" * 16
@@ -48,6 +48,9 @@ PARSE_CASES: dict[str, tuple[str, bytes]] = {
     "rmsg16_queues": ("ROUTER", b"RMSG $G foo.bar + _INBOX.abc q1 q2 16\r\n" + P16 + b"\r\n"),
     "hmsg16": ("ROUTER", b"HMSG $G foo.bar %d %d\r\n" % (len(HDR), len(HDR) + 16) + HDR + P16 + b"\r\n"),
     "lmsg16_leaf": ("LEAF", b"LMSG foo.bar 16\r\n" + P16 + b"\r\n"),
+    "rs_sub": ("ROUTER", b"RS+ $G foo.bar.baz\r\n"),
+    "rs_sub_queue": ("ROUTER", b"RS+ $G foo.bar.baz workers 1\r\n"),
+    "ls_unsub_leaf": ("LEAF", b"LS- foo.bar.baz\r\n"),
 }
 
 BUILD_CASES = {

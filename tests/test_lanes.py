@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -63,6 +64,17 @@ def test_compiled_lane_is_built():
     """Where the tests run, the extension is built (`pip install -e .`) and the default lane is compiled."""
     assert lane.COMPILED or os.environ.get("RILLET_PURE", "") not in ("", "0"), lane.REASON
     assert lane.NAME == ("compiled lane" if lane.COMPILED else "pure-Python lane")
+
+
+def test_compiled_lane_is_not_stale():
+    """An extension built in place (`pip install -e .`) is newer than its .pyx: a twin edited but not rebuilt
+    would test the old code (rebuild: `pip install -e .` or `python setup.py build_ext --inplace`)."""
+    import importlib
+    for mod in ("_cparser", "_cserver"):
+        so = Path(importlib.import_module(f"rillet._speedups.{mod}").__file__)
+        pyx = so.with_name(f"{mod}.pyx")
+        if pyx.exists():
+            assert so.stat().st_mtime >= pyx.stat().st_mtime, f"{so.name} is older than {pyx.name}: rebuild"
 
 
 # ==== recording handlers =======================================================================================

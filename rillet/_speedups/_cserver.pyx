@@ -4,9 +4,9 @@
 
 ``ServerParser`` is a subclass of the pure-Python parser whose ``_parse`` walks the buffer in C and handles
 the message operations itself -- ``RMSG``, ``HMSG`` and ``LMSG`` in upper case, single spaces between the
-arguments, every reply/queue form, a CRLF after the control line and after the payload -- plus exact
-``PING``/``PONG`` lines. Anything else (interest, handshake, other spellings, any error, an incomplete
-operation) goes, one operation at a time, to the inherited pure-Python ``_parse_general``, which stays the
+arguments, every reply/queue form, a CRLF after the control line and after the payload -- the interest
+operations ``RS+``, ``RS-``, ``LS+``, ``LS-`` in the same form, and exact ``PING``/``PONG`` lines. Anything
+else (``SUB``/``UNSUB``/``A+``/``A-``, the handshake, other spellings, any error, an incomplete operation) goes, one operation at a time, to the inherited pure-Python ``_parse_general``, which stays the
 reference for every error text, limit and partial-frame rule.
 
 The frame builders produce the same bytes as the pure ones (for arguments other than ``bytes`` and
@@ -105,7 +105,11 @@ class ServerParser(_pure.ServerParser):
         max_payload = min(mp, 1 << 62) if has_max else 0
         pinned = self.account
         handler = self.handler
+        cdef bint gateway = self.kind is _GATEWAY or self.kind == _GATEWAY
+        cdef bint lnocu = bool(self.lnocu)
+        cdef bint plus, done, has_origin
         rmsg = hmsg = lmsg = ping = pong = None
+        rs_sub = rs_unsub = ls_sub = ls_unsub = leaf_sub = leaf_unsub = None
         while pos < n:
             p = buf + pos
             c = p[0]
@@ -128,8 +132,84 @@ class ServerParser(_pure.ServerParser):
                     op = OP_RMSG
                 elif c == 72:
                     op = OP_HMSG
-                elif c == 76 and not (self.kind == _GATEWAY):
+                elif c == 76 and not gateway:
                     op = OP_LMSG
+            elif n - pos > 4 and p[1] == 83 and (p[2] == 43 or p[2] == 45) and p[3] == 32 and \
+                    (c == 82 or (c == 76 and not gateway)):  # RS+ RS- LS+ LS-: interest
+                arg = pos + 4
+                q = <const char*>memchr(buf + arg, 10, n - arg)
+                if q != NULL:
+                    nl = q - buf
+                    if nl - 1 > arg and buf[nl - 1] == 13 and nl - 1 - arg <= limit:
+                        na = _tokens(buf, arg, nl - 1, ts, te)
+                        if na > 0:
+                            plus = p[2] == 43
+                            done = False
+                            if leaf:  # subject [queue weight] / subject [queue]
+                                if plus:
+                                    if na == 1 or na == 3:
+                                        if leaf_sub is None:
+                                            leaf_sub = handler.proto_leaf_sub
+                                        if na == 1:
+                                            leaf_sub(_slice(buf, ts[0], te[0]), None, 0)
+                                        else:
+                                            leaf_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
+                                                     _size(buf + ts[2], te[2] - ts[2]))
+                                        done = True
+                                elif na == 1 or na == 2:
+                                    if leaf_unsub is None:
+                                        leaf_unsub = handler.proto_leaf_unsub
+                                    leaf_unsub(_slice(buf, ts[0], te[0]),
+                                               _slice(buf, ts[1], te[1]) if na == 2 else None)
+                                    done = True
+                            elif gateway:  # account subject [queue weight] / account subject [queue]
+                                if plus:
+                                    if na == 2 or na == 4:
+                                        if rs_sub is None:
+                                            rs_sub = handler.proto_rs_sub
+                                        if na == 2:
+                                            rs_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]), None, 0)
+                                        else:
+                                            rs_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
+                                                   _slice(buf, ts[2], te[2]), _size(buf + ts[3], te[3] - ts[3]))
+                                        done = True
+                                elif na == 2 or na == 3:
+                                    if rs_unsub is None:
+                                        rs_unsub = handler.proto_rs_unsub
+                                    rs_unsub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
+                                             _slice(buf, ts[2], te[2]) if na == 3 else None)
+                                    done = True
+                            else:  # a route: [origin] [account] subject [queue [weight]]
+                                has_origin = c == 76 and (plus or lnocu)
+                                base = (1 if has_origin else 0) + (0 if pinned is not None else 1)
+                                if na == base + 1 or na == base + (3 if plus else 2):
+                                    account = pinned if pinned is not None else _slice(buf, ts[base - 1], te[base - 1])
+                                    subject = _slice(buf, ts[base], te[base])
+                                    queue = _slice(buf, ts[base + 1], te[base + 1]) if na > base + 1 else None
+                                    if plus:
+                                        weight = _size(buf + ts[base + 2], te[base + 2] - ts[base + 2]) \
+                                            if na > base + 1 else 0
+                                        if c == 76:
+                                            if ls_sub is None:
+                                                ls_sub = handler.proto_ls_sub
+                                            ls_sub(_slice(buf, ts[0], te[0]), account, subject, queue, weight)
+                                        else:
+                                            if rs_sub is None:
+                                                rs_sub = handler.proto_rs_sub
+                                            rs_sub(account, subject, queue, weight)
+                                    elif c == 76:
+                                        if ls_unsub is None:
+                                            ls_unsub = handler.proto_ls_unsub
+                                        ls_unsub(_slice(buf, ts[0], te[0]) if has_origin else None, account, subject,
+                                                 queue)
+                                    else:
+                                        if rs_unsub is None:
+                                            rs_unsub = handler.proto_rs_unsub
+                                        rs_unsub(account, subject, queue)
+                                    done = True
+                            if done:
+                                pos = nl + 1
+                                continue
             if op:
                 arg = pos + 5
                 q = <const char*>memchr(buf + arg, 10, n - arg)
@@ -226,7 +306,9 @@ class ServerParser(_pure.ServerParser):
             has_max = mp is not None
             max_payload = min(mp, 1 << 62) if has_max else 0
             pinned = self.account
+            lnocu = bool(self.lnocu)
             rmsg = hmsg = lmsg = None
+            rs_sub = rs_unsub = ls_sub = ls_unsub = leaf_sub = leaf_unsub = None
         return pos
 
 
