@@ -69,7 +69,7 @@ from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_matches_filter
 
-_wire = lane.wire  # the message frame builders of the running lane (rillet/lane.py)
+_wire = lane.wire  # the message frame builders of the running lane (rillet.lane)
 
 if TYPE_CHECKING:
     from rillet.config.leaf_section import LeafNodeOptions, RemoteLeafOptions

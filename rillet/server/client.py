@@ -105,7 +105,7 @@ class Client(asyncio.Protocol):
         self.closed = False
         self.close_reason = ""
         opts = server.opts
-        self.parser = lane.ClientParser(self, opts.max_payload, opts.max_control_line)  # (rillet/lane.py)
+        self.parser = lane.ClientParser(self, opts.max_payload, opts.max_control_line)  # (rillet.lane)
         self.parser.headers = False  # until CONNECT says otherwise
         self.account: Account = server.global_account
         self.sublist_match = self.account.sublist.match
