@@ -249,3 +249,38 @@ async def test_shutdown_event_first(command, tmp_path):
         assert proc.wait(5) == 0
     finally:
         proc.stop()
+
+
+@pytest.mark.parametrize("command", [GO, RILLET], ids=["go", "rillet"])
+async def test_waiting_pull_request_told_of_shutdown(command, tmp_path):
+    """A pull request waiting on a one-replica consumer is answered 409 Server Shutdown with what it still
+    wanted, first thing in the shutdown (nats-server's signalPullConsumers)."""
+    conf = tmp_path / "js.conf"
+    conf.write_text(f'listen: 127.0.0.1:-1\njetstream {{ store_dir: "{tmp_path / "store"}" }}\n')
+    proc = ServerProcess("-c", str(conf), command=command).wait_ready()
+    try:
+        async def on_error(e):
+            pass
+
+        nc = await nats.connect(f"nats://127.0.0.1:{proc.port}", allow_reconnect=False, error_cb=on_error)
+        js = nc.jetstream(timeout=3)
+        await js.add_stream(name="P", subjects=["p.>"])
+        await js.add_consumer("P", durable_name="C", ack_policy="explicit")
+        await js.publish("p.1", b"one")
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.C", b'{"batch": 5, "max_bytes": 1000, "expires": 30000000000}',
+                         reply=inbox)
+        first = await sub.next_msg(timeout=3)
+        assert first.data == b"one"
+        await asyncio.sleep(0.1)  # (the request waits for 4 more)
+        proc.send_signal(signal.SIGTERM)
+        m = await sub.next_msg(timeout=3)
+        assert m.headers is not None and m.data == b""
+        assert m.headers.get("Status") == "409"
+        assert m.headers.get("Description") == "Server Shutdown"
+        assert m.headers.get("Nats-Pending-Messages") == "4"
+        assert m.headers.get("Nats-Pending-Bytes") == "955"  # (1000 less the message's accounted size, 45)
+        assert proc.wait(5) == 0
+    finally:
+        proc.stop()
