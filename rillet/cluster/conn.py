@@ -215,7 +215,7 @@ class ServerConn(asyncio.Protocol):
         for c in pending:
             if c is self or c.closed or getattr(c, "kind", None) != 0:  # (clients only: kind CLIENT)
                 continue
-            t = c.transport
+            t = getattr(c, "transport", None)
             if t is not None and t.get_write_buffer_size() > gate:
                 congested = True
                 break

@@ -409,7 +409,7 @@ class Client(asyncio.Protocol):
         for c in pending:
             if c is self:
                 continue
-            t = c.transport
+            t = getattr(c, "transport", None)
             if t is None or c.closed:
                 continue
             b = t.get_write_buffer_size()
