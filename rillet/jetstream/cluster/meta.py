@@ -373,7 +373,10 @@ class JetStreamCluster:
             except (NotLeader, ValueError) as e:
                 self.log.debug(f"JetStream cluster: no meta leader stepdown on shutdown: {e}")
             else:
-                await asyncio.sleep(0.05)
+                # (nats-server sends the transfer and goes on: two turns of the loop let the group send it
+                # and the routes write it out before the group stops; the routes close later)
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
         self.running = False
         if self._timer is not None:
             self._timer.cancel()
