@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import logging.handlers
 import os
 import socket
 import sys
@@ -94,6 +93,9 @@ def _remote_address(url: str) -> tuple[Any, int]:
 def open_syslog(remote: str = "", local_paths: tuple[str, ...] = LOCAL_SYSLOG_PATHS,
                 tag: str = "") -> logging.handlers.SysLogHandler:
     """A SysLogHandler for ``remote`` (a URL) or, when empty, for the local syslog socket."""
+    # (loaded here, with syslog: logging.handlers brings queue and pickle, ~0.3 MB a server without
+    # syslog would hold for nothing)
+    import logging.handlers
     tag = tag or syslog_tag()
     if remote:
         address, kind = _remote_address(remote)
