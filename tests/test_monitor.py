@@ -556,6 +556,9 @@ class FakeJetStream:
         self.jsz_calls.append(opts)
         return {"memory": 1, "storage": 2, "streams": 3}
 
+    def signal_pull_requests(self) -> int:
+        return 0
+
     async def shutdown(self) -> None:
         pass
 

@@ -281,6 +281,12 @@ class JetStream:
                     except Exception as e:
                         self.log.error(f"JetStream sync of stream '{s.name}' failed: {e}")
 
+    def signal_pull_requests(self) -> int:
+        """First thing at server shutdown: waiting pull requests of one-replica consumers are answered
+        409 Server Shutdown (rillet.jetstream.shutdown)."""
+        from rillet.jetstream.shutdown import signal_pull_requests
+        return signal_pull_requests(self)
+
     async def shutdown(self) -> None:
         if self._sync_task is not None:
             self._sync_task.cancel()

@@ -302,8 +302,7 @@ class Server:
             return
         self.shutting_down = True
         if self.jetstream is not None:
-            from rillet.jetstream.shutdown import signal_pull_requests
-            signal_pull_requests(self.jetstream)  # 409 Server Shutdown to waiting pull requests
+            self.jetstream.signal_pull_requests()  # 409 Server Shutdown to waiting pull requests
         self.sysacc.shutdown_event()
         self.log.notice("Initiating Shutdown...")
         if self.jetstream is not None:
