@@ -29,6 +29,7 @@ import pytest
 from helpers import ServerProcess, free_port
 
 NAMES = ["s0", "s1", "s2"]
+PUBLISH_BEFORE = 1500  # messages acknowledged before the follower is stopped (more by hand: past a snapshot)
 
 
 def _conf(tmp: str, name: str, port: int, http: int, rport: int, routes: list[int]) -> str:
@@ -124,7 +125,7 @@ async def _drill(tmp: str, command: list[str] | None, mode: str) -> dict:
                 except Exception:  # (no quorum for a while, a server stopping: the publisher goes on)
                     await asyncio.sleep(0.05)
         pub_task = asyncio.get_running_loop().create_task(publisher())
-        await _until(lambda: asyncio.sleep(0, acked[0] >= 1500), 60, "1500 messages published")
+        await _until(lambda: asyncio.sleep(0, acked[0] >= PUBLISH_BEFORE), 600, f"{PUBLISH_BEFORE} messages published")
         # some of them consumed and acknowledged, so the consumer has state to replicate
         psub = await js.pull_subscribe("w.>", durable="D", stream="W")
         for m in await psub.fetch(100, timeout=5):
@@ -162,7 +163,7 @@ async def _drill(tmp: str, command: list[str] | None, mode: str) -> dict:
         # the follower stops; its store directory goes
         procs[w].stop()
         held_at_stop = _stream_msgs(https[NAMES.index(leader)])
-        assert held_at_stop is not None and held_at_stop >= 1500
+        assert held_at_stop is not None and held_at_stop >= PUBLISH_BEFORE
         shutil.rmtree(os.path.join(tmp, wiped))
         await asyncio.sleep(1.0)  # (the publisher goes on meanwhile)
         if other_down:
