@@ -109,6 +109,10 @@ def shadow_subject(sub_subject: str, src: str, remap: Any) -> tuple[str, bool] |
 
 # ==== the plan of a sublist result =================================================================================
 
+_NONE: list = []  # (shared, never changed: a plan without links or remote queue groups)
+_NO_Q: dict = {}  # (shared, never changed: no queue groups)
+
+
 class Plan:
     """What one sublist result means for delivery, computed once and kept on the result (``r.plan``; a new
     subscription or a removed one makes new results, so the plan goes with the result it was made for; a
@@ -130,6 +134,22 @@ class Plan:
     __slots__ = ("local", "psubs", "qsubs", "links", "rqueues", "in_psubs", "in_q", "inbound", "plan")
 
     def __init__(self, r: Any) -> None:
+        if not r.qsubs:
+            for sub in r.psubs:
+                if type(sub) is RemoteSub or sub.icb is not None:
+                    break
+            else:
+                # only this server's plain subscribers (the usual result of a reply subject, one per request or
+                # PubAck, so one plan per message): the result as it is, here and for a message from a route
+                # (none of them acts for the publishing server only: ``inbound`` None, the result itself). No
+                # reference back to itself: a plan per message must go with its result, not wait for the GC
+                self.local = True
+                self.psubs = self.in_psubs = r.psubs
+                self.qsubs = r.qsubs
+                self.links = self.rqueues = _NONE
+                self.in_q = _NO_Q
+                self.inbound = self.plan = None
+                return
         local_ps: list[Any] = []
         inbound_ps: list[Any] = []
         links: dict[Any, None] = {}
@@ -496,6 +516,8 @@ def deliver_inbound(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queu
         lr = Local(plan.in_psubs, groups) if groups else plan.inbound
     else:
         lr = plan.inbound
+    if lr is None:
+        lr = r  # (local plain subscribers only: the result is its own inbound part)
     if lr.psubs or lr.qsubs:
         if shown is None:
             deliver_result(acc, rc, lr, subject, reply, hdr, msg)
