@@ -159,6 +159,7 @@ def make_dirs_durable(path: str) -> None:
 
 
 _READ_AHEAD = 32 * 1024  # bytes read at once by sequential reads
+_CRC_RESIDUE = 0x2144DF1C  # zlib.crc32(data + crc32(data) as 4 little-endian bytes), whatever the data
 CONSUMER_MAGIC2 = b"RILCNS02"  # a consumer state slot (FileConsumerStore)
 _CSLOT = struct.Struct("<QI")  # generation, length of the encoded state
 
@@ -1445,7 +1446,12 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             if len(buf) > n:
                 self._rc = (blk.index, off, buf)
         self._rc_next = off + n
-        h = _parse_record(memoryview(buf), b0, b0 + n) if len(buf) >= b0 + n else None
+        # the usual case checked inline: a whole message record at this seq whose crc holds (a CRC-32 over
+        # data followed by its own little-endian CRC always gives _CRC_RESIDUE); else the full parse
+        h = _REC.unpack_from(buf, b0) if len(buf) >= b0 + n and n >= _OVERHEAD else None
+        if (h is None or h[0] != T_MSG or h[4] != seq or h[3] != n or h[1] & F_COMPRESSED
+                or n - _OVERHEAD - h[2] != h[7] + h[8] or zlib.crc32(buf[b0 : b0 + n]) != _CRC_RESIDUE):
+            h = _parse_record(memoryview(buf), b0, b0 + n) if len(buf) >= b0 + n else None
         if (h is None or h[0] != T_MSG or h[4] != seq) and buf is not None and rc is not None and buf is rc[2]:
             self._rc = None  # (read ahead before a change it was not dropped for: read the record itself)
             try:
