@@ -154,3 +154,43 @@ def test_extract_jwt_from_dashed_file():
     text = f"-----BEGIN TEST OPERATOR JWT-----\n{tok}\n------END TEST OPERATOR JWT------\n"
     assert jwt.extract_jwt(text) == tok
     assert jwt.extract_jwt(f"  {tok}\n") == tok
+
+
+def test_public_keys_derived_without_pynacl_match_pynacl():
+    """rillet.nkey derives Ed25519 and X25519 public keys (and the CRC-16) itself, so that a server's
+    identity and xkey do not load PyNaCl; they must be exactly PyNaCl's and nkeys'."""
+    import os
+
+    import nacl.public
+    import nacl.signing
+    import nkeys
+
+    vectors = [bytes(32), b"\xff" * 32, bytes(range(32))] + [os.urandom(32) for _ in range(200)]
+    for seed in vectors:
+        assert nkey.ed25519_public_key(seed) == bytes(nacl.signing.SigningKey(seed).verify_key)
+        assert nkey.x25519_public_key(seed) == bytes(nacl.public.PrivateKey(seed).public_key)
+        assert nkey.crc16(seed) == bytes(nkeys.crc16_checksum(seed))
+    # RFC 8032 section 7.1, TEST 1; RFC 7748 section 6.1 (Alice's key pair)
+    assert nkey.ed25519_public_key(bytes.fromhex(
+        "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")).hex() == \
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+    assert nkey.x25519_public_key(bytes.fromhex(
+        "77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")).hex() == \
+        "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
+    with pytest.raises(ValueError):
+        nkey.ed25519_public_key(b"short")
+
+
+def test_new_keypair_is_an_nkeys_key_pair_made_on_first_signature():
+    import nkeys
+
+    kp = jwt.new_keypair("N")
+    pub = jwt.public_key(kp)
+    assert pub.startswith("N") and jwt.is_public_key(pub, "N")
+    assert kp._signer is None  # the public key alone did not need PyNaCl's key pair
+    same = nkeys.from_seed(kp.seed)  # (the nkeys KeyPair's attributes pass through)
+    assert same.public_key == kp.public_key
+    sig = kp.sign(b"data")
+    assert nkey.verify_signature(pub, b"data", sig)
+    token = jwt.encode({"sub": pub, "nats": {"type": "user"}}, jwt.new_keypair("A"))
+    assert jwt.decode(token)["sub"] == pub
