@@ -1,0 +1,165 @@
+"""Idle resident memory of Rillet and the Go nats-server, side by side: each server is started with the
+same flags, and once it accepts clients and has been idle a few seconds, its VmRSS is read from
+/proc/<pid>/status. Median of --repeat runs per server and configuration, a markdown table on stdout.
+
+    python -m benchmarks.idle_rss                  # plain, and -js -sd DIR -m PORT (the README's run)
+    python -m benchmarks.idle_rss --repeat 5 --idle 5
+    python -m benchmarks.idle_rss --modules        # also: which modules each Rillet configuration loads
+
+Bytecode: an installed Rillet has its .pyc files (pip writes them); a checkout run with
+PYTHONDONTWRITEBYTECODE=1 compiles every module at each start, which leaves ~3 MB more behind. Unless
+--no-pyc is given, Rillet runs with PYTHONPYCACHEPREFIX set to a temporary directory (warmed by one
+unmeasured start), so the figures are those of an installed server whatever the environment says.
+Linux only (/proc).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HOST = "127.0.0.1"
+
+# (label, extra flags; {dir} and {mport} are filled in per run)
+CONFIGS = [
+    ("plain", []),
+    ("-js -sd DIR -m PORT", ["-js", "-sd", "{dir}", "-m", "{mport}"]),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def vm_rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def wait_ready(proc: subprocess.Popen, port: int, timeout: float = 30.0) -> None:
+    """Until the server sends its INFO to a client (it is listening and serving)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection((HOST, port), 0.5) as s:
+                s.settimeout(2)
+                if s.recv(4) == b"INFO":
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("server not ready in time")
+
+
+def measure(cmd: list[str], flags: list[str], idle: float, env: dict[str, str] | None) -> float:
+    """MB of VmRSS of one server run, ``idle`` seconds after it is ready."""
+    port = free_port()
+    store = tempfile.mkdtemp(prefix="idle-rss-")
+    args = [a.format(dir=store, mport=free_port()) for a in flags]
+    proc = subprocess.Popen(cmd + ["-a", HOST, "-p", str(port)] + args, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(proc, port)
+        time.sleep(idle)
+        return vm_rss_kb(proc.pid) / 1024
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def rillet_env(pyc: bool, cache: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if pyc:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = cache
+    return env
+
+
+def loaded_modules(cmd: list[str], flags: list[str], env: dict[str, str]) -> list[str]:
+    """The modules a Rillet server has imported once ready (from ``-X importtime``)."""
+    port = free_port()
+    store = tempfile.mkdtemp(prefix="idle-rss-")
+    args = [a.format(dir=store, mport=free_port()) for a in flags]
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([cmd[0], "-X", "importtime"] + cmd[1:] + ["-a", HOST, "-p", str(port)] + args,
+                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_ready(proc, port)
+            time.sleep(1)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+            shutil.rmtree(store, ignore_errors=True)
+        err.seek(0)
+        return sorted({line.split("|")[2].strip() for line in err
+                       if line.startswith("import time:") and "|" in line and "imported package" not in line})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--idle", type=float, default=3.0, help="seconds idle after ready before reading VmRSS")
+    ap.add_argument("--rillet-cmd", default=f"{shlex.quote(sys.executable)} -m rillet.server")
+    ap.add_argument("--go-cmd", default="nats-server")
+    ap.add_argument("--no-pyc", action="store_true", help="run Rillet with the environment as it is")
+    ap.add_argument("--modules", action="store_true", help="list the top-level packages Rillet loads")
+    a = ap.parse_args()
+    if not os.path.exists("/proc/self/status"):
+        print("idle_rss: needs Linux /proc", file=sys.stderr)
+        return 2
+    rillet = shlex.split(a.rillet_cmd)
+    go = shlex.split(a.go_cmd)
+    have_go = shutil.which(go[0]) is not None
+    cache = tempfile.mkdtemp(prefix="idle-rss-pyc-")
+    env = rillet_env(not a.no_pyc, cache)
+    try:
+        measure(rillet, CONFIGS[-1][1], 0, env)  # warms the bytecode cache; not counted
+        rows = []
+        for label, flags in CONFIGS:
+            r = [measure(rillet, flags, a.idle, env) for _ in range(a.repeat)]
+            g = [measure(go, flags, a.idle, None) for _ in range(a.repeat)] if have_go else []
+            rows.append((label, statistics.median(r), statistics.median(g) if g else None))
+            print(f"{label}: rillet {r} go {g}", file=sys.stderr)
+        go_version = subprocess.run(go + ["--version"], capture_output=True, text=True).stdout.strip() \
+            if have_go else "nats-server not found"
+        print(f"Idle VmRSS, median of {a.repeat}, {a.idle:g} s idle after ready; {go_version}; Python "
+              f"{sys.version.split()[0]}; Rillet {'with .pyc files' if not a.no_pyc else 'as the environment runs it'}")
+        print()
+        print("| configuration | Go nats-server (MB) | Rillet (MB) | Rillet/Go | target |")
+        print("|---|---:|---:|---:|---|")
+        for label, r, g in rows:
+            ratio = f"{r / g:.2f}" if g else "-"
+            gs = f"{g:.1f}" if g else "-"
+            print(f"| {label} | {gs} | {r:.1f} | {ratio} | ≤ 25 MB: {'met' if r <= 25 else 'missed'} |")
+        if a.modules:
+            for label, flags in CONFIGS:
+                mods = loaded_modules(rillet, flags, env)
+                tops = sorted({m.split(".")[0] if not m.startswith("rillet.") else ".".join(m.split(".")[:2])
+                               for m in mods})
+                print(f"\n{label}: {len(mods)} modules; packages: {' '.join(tops)}")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
