@@ -7,11 +7,22 @@ weight for queue groups), whatever the route supports (pinned account, lnoc, lno
 """
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rillet.cluster.interest import Change, LocalInterest, RemoteInterest, Update, frame_for
 from rillet.cluster.protocol import ROUTE, ServerParser
+
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in both lanes (rillet.lane): the pure-Python parser and its compiled twin."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 
 A = b"$G"
 

@@ -24,6 +24,15 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.protocol import GATEWAY, LEAF, ROUTE, ProtocolError, ServerParser
 
 from test_cluster_protocol import Recorder
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in both lanes (rillet.lane): the pure-Python parser and its compiled twin."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
 
