@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import tarfile
 from typing import TYPE_CHECKING, Any, Iterator
 
 from rillet.gotime import format_time
@@ -24,7 +23,12 @@ from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:
+    import tarfile
+
     from rillet.jetstream.api import ApiRouter
+
+# tarfile (~0.3 MB once loaded) is imported by the functions that write or read an archive, when a stream
+# is first snapshotted or restored, not when JetStream registers these endpoints at start.
 
 DEFAULT_CHUNK = 128 * 1024
 DEFAULT_WINDOW = 8 * 1024 * 1024
@@ -43,6 +47,7 @@ def register(router: "ApiRouter") -> None:
 
 
 def _tar_dir(path: str) -> Iterator[bytes]:
+    import tarfile
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w|") as tar:
         for root, _dirs, files in os.walk(path):
@@ -170,6 +175,7 @@ def _finish(router: "ApiRouter", cfg: Any, chunks: list[bytes]) -> Any:
         stream = jsa.open_stream(cfg, format_time(now_ns()))
         restore_into(stream.store, [data])
         return stream
+    import tarfile
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for ti in tar:
             if not (ti.isfile() or ti.isdir()) or ti.name.startswith("/") or ".." in ti.name.split("/"):
@@ -269,6 +275,7 @@ def load_into(store: Any, cfg: Any, data: bytes) -> None:
     storage it was taken from: the store's own snapshot form (a memory stream's) with ``restore_into``; a
     tar of a file stream's directory by opening its ``store/`` in a temporary directory and copying every
     message at its sequence, with the skipped sequences before, between (deleted) and after (the last)."""
+    import tarfile
     import tempfile
     from rillet.jetstream.store.base import ErrStoreCorrupt, StoreConfig
     from rillet.jetstream.store.filestore import FileStore, restore_into

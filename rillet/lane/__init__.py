@@ -23,6 +23,7 @@ no subpackage, tests/test_import_cycles.py.)
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from rillet.protocol import parser as _pure_parser
@@ -34,9 +35,14 @@ def _decide() -> tuple[str, str]:
     if os.environ.get("RILLET_PURE", "") not in ("", "0"):
         return "pure", "RILLET_PURE is set"
     try:
-        from rillet._speedups import _cparser, _cserver  # noqa: F401
+        from rillet._speedups import _cparser  # noqa: F401
     except ImportError as e:
         return "pure", f"the compiled extension is not available ({e})"
+    # _cserver (built with _cparser) is found, not loaded: loading it loads rillet.cluster.protocol, which
+    # a server without routes, gateways or leaf nodes does not need (~0.2 MB); a broken one fails loudly
+    # where it is first used (ServerParser, wire)
+    if importlib.util.find_spec("rillet._speedups._cserver") is None:
+        return "pure", "the compiled extension is not available (no rillet._speedups._cserver)"
     return "compiled", ""
 
 

