@@ -42,3 +42,10 @@ def dumps(obj: Any, indent: int = 0) -> bytes:
     if indent:
         raw = _format(raw, indent=indent)
     return _go_escape(raw)
+
+
+def num(x: float | int) -> float | int:
+    """A float64 field: Go prints integral floats without a fraction (2, not 2.0)."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e21:
+        return int(x)
+    return x

@@ -39,7 +39,7 @@ async def go_server(conf: str) -> AsyncIterator[Any]:
 @contextlib.asynccontextmanager
 async def rillet_server(conf: str) -> AsyncIterator[Any]:
     from rillet.config.flags import parse_command_line
-    from rillet.server.embed import run_server
+    from rillet.app.embed import run_server
     from rillet.server.logging import Logger
     path = _write(conf)
     try:

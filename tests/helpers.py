@@ -2,7 +2,7 @@
 
 * ``serve(**option_fields)``: an async context manager that runs a server for one test and yields an
   object with ``client_url``, ``host`` and ``port``. By default it is an in-process Rillet server
-  (``rillet.server.embed.run_server``). With ``RILLET_TEST_TARGET=nats-server`` in the environment the
+  (``rillet.app.embed.run_server``). With ``RILLET_TEST_TARGET=nats-server`` in the environment the
   same ``Options`` fields are written to a config file and the Go ``nats-server`` binary is started
   instead: that is how these tests are checked against the reference server.
 * ``RawClient``: a NATS client over a plain asyncio socket, for tests where the exact bytes matter.
@@ -168,7 +168,7 @@ async def serve(**fields: Any) -> AsyncIterator[Any]:
         finally:
             srv.stop()
         return
-    from rillet.server.embed import run_server
+    from rillet.app.embed import run_server
     from rillet.config.options import Options
     opts = Options(**fields)
     buf = io.StringIO()
@@ -224,7 +224,7 @@ async def serve_config(text: str, tmp_dir: str | None = None) -> AsyncIterator[A
                 proc.stop()
             return
         from rillet.config.flags import parse_command_line
-        from rillet.server.embed import run_server
+        from rillet.app.embed import run_server
         opts = parse_command_line(["-c", path]).options
         buf = io.StringIO()
         async with run_server(opts, log=_rillet_logger(opts, buf)) as srv:

@@ -9,7 +9,7 @@ import time
 import nats
 import pytest
 
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger
 
 

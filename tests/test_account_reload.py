@@ -75,7 +75,7 @@ async def running(tmp_path) -> AsyncIterator[Running]:
             proc.stop()
         return
     from rillet.config.flags import parse_command_line
-    from rillet.server.embed import run_server
+    from rillet.app.embed import run_server
     async with run_server(parse_command_line(["-c", str(path)]).options) as srv:
         yield Running(str(path), port, srv)
 

@@ -140,7 +140,7 @@ async def test_stream_import_export():
 
 
 def test_import_not_exported_is_config_error():
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     from rillet.config.flags import parse_command_line
     import tempfile
     conf = STREAM_CONF.replace('subject: "priv.>"}}', 'subject: "nope.>"}}')
@@ -148,7 +148,7 @@ def test_import_not_exported_is_config_error():
         f.write(conf)
         f.flush()
         with pytest.raises(ValueError) as ei:
-            Server(parse_command_line(["-c", f.name]).options)
+            build_server(parse_command_line(["-c", f.name]).options)
     # refused when the configuration loads, at the import's position (file:line:col)
     assert re.fullmatch(rf'{re.escape(f.name)}:\d+:\d+: Error adding stream import "nope[.]>": stream import not authorized',
                         str(ei.value)), str(ei.value)
@@ -157,7 +157,7 @@ def test_import_not_exported_is_config_error():
         f.write(conf)
         f.flush()
         with pytest.raises(ValueError) as ei:
-            Server(parse_command_line(["-c", f.name]).options)
+            build_server(parse_command_line(["-c", f.name]).options)
     # refused when the configuration loads, at the import's position (file:line:col)
     assert re.fullmatch(rf'{re.escape(f.name)}:\d+:\d+: Error adding stream import "priv[.]>": stream import not authorized',
                         str(ei.value)), str(ei.value)

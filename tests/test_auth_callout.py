@@ -341,13 +341,14 @@ async def test_callout_user_expiry_and_no_jwt_limits():
 def test_callout_config_errors(block, err):
     from rillet.config.flags import parse_command_line
     from rillet.server.server import Server
+    from rillet.app.compose import build_server
     text = ("accounts { AUTH { users [{user: auth, password: pwd}] } }\n"
             f"authorization {{ auth_callout {{ {block} }} }}\n")
     with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
         f.write(text)
         f.flush()
         with pytest.raises(ValueError) as ei:  # (a ConfigError at load, as nats-server -t reports them)
-            Server(parse_command_line(["-c", f.name]).options)
+            build_server(parse_command_line(["-c", f.name]).options)
     assert str(ei.value) == err or str(ei.value).startswith(f"{f.name}:") and str(ei.value).endswith(f": {err}")
 
 
@@ -367,7 +368,8 @@ def test_xkey_seal_open_roundtrip():
 def test_server_id_is_the_signing_key():
     from rillet.config.options import Options
     from rillet.server.server import Server
-    srv = Server(Options(port=-1))
+    from rillet.app.compose import build_server
+    srv = build_server(Options(port=-1))
     assert srv.server_id == jwt.public_key(srv.server_kp) and srv.server_id.startswith("N")
     token = jwt.encode({"sub": "x"}, srv.server_kp)
     assert jwt.decode(token)["iss"] == srv.server_id

@@ -39,6 +39,7 @@ from rillet.cluster.cluster import DEFAULT_ROUTE_POOL_SIZE
 from rillet.config.options import ClusterOptions, Options
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 
 RILLET = [sys.executable, "-m", "rillet.server"]
 # route connections between two servers with no pool_size set: nats-server's default pool and the route
@@ -258,7 +259,7 @@ def _mk(name: str, cport: int, routes: list[int], log: io.StringIO, **cl) -> Ser
     o = Options(host="127.0.0.1", port=-1, server_name=name)
     o.cluster = ClusterOptions(name="faults", host="127.0.0.1", port=cport,
                                routes=[f"nats-route://127.0.0.1:{p}" for p in routes], **cl)
-    return Server(o, Logger(debug=True, out=log))
+    return build_server(o, Logger(debug=True, out=log))
 
 
 async def test_route_reconnect_back_off_explicit_and_implicit():

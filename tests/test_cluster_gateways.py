@@ -1,6 +1,6 @@
 """Gateways between clusters (super-clusters), driven as users do: nats-py clients on servers of each cluster.
 
-Rillet super-clusters come from ``rillet.server.embed.run_super_cluster`` (in process, free ports; the first
+Rillet super-clusters come from ``rillet.app.embed.run_super_cluster`` (in process, free ports; the first
 cluster's servers know no gateway, the others are configured with it and learn the rest by gossip). The
 optimistic mode is exercised with ``FORCE_INTEREST_ONLY`` off, as nats-server's own tests turn off its
 forced interest-only mode. A raw socket plays a remote gateway for the wire-level answers (A-, RS-, errors),
@@ -31,7 +31,7 @@ from rillet.config.gateway_section import GatewayOptions, RemoteGateway
 from rillet.config.options import Options
 from rillet.config.options_builder import load_string
 from rillet.monitor.endpoints import gatewayz
-from rillet.server.embed import run_server, run_super_cluster
+from rillet.app.embed import run_server, run_super_cluster
 from rillet.server.logging import Logger
 
 GO_SERVER = shutil.which("nats-server")
@@ -120,10 +120,10 @@ def test_gateway_block_parsed_with_defaults():
 ])
 def test_gateway_options_refused_at_start(text, error):
     """nats-server checks these when it starts (its -t says the file is valid), and so does Rillet."""
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     o = load_string(text, "c.conf")
     with pytest.raises(ValueError) as e:
-        Server(o, Logger(out=io.StringIO()))
+        build_server(o, Logger(out=io.StringIO()))
     assert str(e.value) == error
 
 

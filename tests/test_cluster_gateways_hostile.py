@@ -20,13 +20,14 @@ from helpers import free_port
 from rillet.config.options_builder import load_string
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 from test_cluster_gateways import Inbox, _interest, _until, clients
 
 
 def server(name: str, cluster: str, gw_port: int, block: str = "", remotes: str = "", buf=None) -> Server:
     text = (f"server_name: {name}\nlisten: 127.0.0.1:-1\n"
             f"gateway {{ name: {cluster}, listen: 127.0.0.1:{gw_port}\n {block}\n gateways: [{remotes}] }}\n")
-    s = Server(load_string(text), Logger(out=buf if buf is not None else io.StringIO()))
+    s = build_server(load_string(text), Logger(out=buf if buf is not None else io.StringIO()))
     s.gateway.solicit_delay = 0.02
     return s
 

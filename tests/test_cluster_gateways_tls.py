@@ -19,6 +19,7 @@ from rillet.config.options_builder import load_string
 from rillet.monitor.endpoints import gatewayz
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 from test_cluster_gateways import Inbox, _interest, _until, clients, go_server
 
 x509 = pytest.importorskip("cryptography.x509")
@@ -61,7 +62,7 @@ def gw_server(name: str, cluster: str, gw_port: int, remotes: str = "", tls: str
     if cl_port:
         text += f"cluster {{ name: {cluster}, listen: 127.0.0.1:{cl_port}, routes: [{routes}] }}\n"
     text += f"gateway {{ name: {cluster}, listen: 127.0.0.1:{gw_port}\n {tls}\n gateways: [{remotes}] }}\n"
-    s = Server(load_string(text), Logger(debug=True, out=buf if buf is not None else io.StringIO()))
+    s = build_server(load_string(text), Logger(debug=True, out=buf if buf is not None else io.StringIO()))
     s.gateway.solicit_delay = 0.05
     return s
 
@@ -106,7 +107,7 @@ def test_gateway_tls_settings_refused_at_load(pki, extra, word):
 def test_gateway_tls_certificate_that_cannot_be_loaded_refuses_start(pki):
     o = load_string('gateway { name: A, port: -1, tls { cert_file: "/nonexistent.pem", key_file: "/x.pem" } }')
     with pytest.raises(ValueError, match=r"^<string>:1:29: gateway tls: error parsing X509 certificate/key pair"):
-        Server(o, Logger(out=io.StringIO()))
+        build_server(o, Logger(out=io.StringIO()))
 
 
 # ==== Rillet super-clusters over TLS =========================================================================
@@ -385,5 +386,5 @@ def test_varz_gateway_as_nats_server(pki, tls):
         with urllib.request.urlopen(f"http://127.0.0.1:{hport}/varz", timeout=5) as r:
             theirs = json.loads(r.read())["gateway"]
     theirs.pop("tls_cert_not_after", None)
-    s = Server(load_string(f"gateway {{ name: A, listen: 127.0.0.1:{gport}\n{block} }}\n"), Logger(out=io.StringIO()))
+    s = build_server(load_string(f"gateway {{ name: A, listen: 127.0.0.1:{gport}\n{block} }}\n"), Logger(out=io.StringIO()))
     assert json.loads(json.dumps(varz_gateway(s))) == theirs

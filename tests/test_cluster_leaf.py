@@ -22,7 +22,7 @@ from rillet.config import ConfigError
 from rillet.config.options_builder import _Builder, load_string
 from rillet.config.options import Options
 from rillet.config.parser import parse_string
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 
 GO_SERVER = shutil.which("nats-server")
@@ -457,7 +457,7 @@ async def test_leaf_of_a_cluster_reaches_every_server():
     """A leaf connected to one server of a 2-server Rillet cluster: its messages are routed on by the hub,
     and messages from the other server cross the route and then the leaf connection (each once)."""
     from rillet.config.leaf_section import LeafNodeOptions
-    from rillet.server.embed import run_cluster
+    from rillet.app.embed import run_cluster
     async with run_cluster(2, leaf=LeafNodeOptions(host="127.0.0.1", port=-1)) as (a, b):
         conf = f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(a)}" }} ] }}'
         async with rillet(conf, "leaf") as leaf, clients(b.client_url, leaf.client_url, a.client_url) as (nb, nl, na):
@@ -486,7 +486,7 @@ async def test_hub_cluster_gossips_its_leafnode_urls():
     send the leafs they are hub for an async INFO with the cluster's list when a server comes or goes, as
     nats-server; the leaf takes it as its URLs to reconnect to (unless ``ignore_discovered_servers``)."""
     from rillet.config.leaf_section import LeafNodeOptions
-    from rillet.server.embed import run_cluster
+    from rillet.app.embed import run_cluster
 
     def hostports(r) -> set[str]:
         from urllib.parse import urlsplit
@@ -513,8 +513,8 @@ async def test_leaf_cluster_attached_to_two_hub_servers_gets_each_message_once()
     message from L back to L (which would deliver it twice there)."""
     from rillet.config.leaf_section import LeafNodeOptions, RemoteLeafOptions
     from rillet.config.options import ClusterOptions
-    from rillet.server.embed import run_cluster
-    from rillet.server.server import Server
+    from rillet.app.embed import run_cluster
+    from rillet.app.compose import build_server
     async with run_cluster(2, name="H", leaf=LeafNodeOptions(host="127.0.0.1", port=-1)) as (a, b):
         p1, p2 = free_port(), free_port()
         leafs = []
@@ -523,7 +523,7 @@ async def test_leaf_cluster_attached_to_two_hub_servers_gets_each_message_once()
             o.cluster = ClusterOptions(name="L", host="127.0.0.1", port=mine,
                                        routes=[f"nats://127.0.0.1:{other}"] if other else [])
             o.leaf = LeafNodeOptions(remotes=[RemoteLeafOptions(urls=[f"nats://127.0.0.1:{hub_port(hub)}"])])
-            srv = Server(o, Logger(debug=True, out=io.StringIO()))
+            srv = build_server(o, Logger(debug=True, out=io.StringIO()))
             await srv.start()
             leafs.append(srv)
         l1, l2 = leafs
@@ -1152,15 +1152,15 @@ def test_config_defaults_and_account_check():
         assert load_string(f'leafnodes {{ {alias}: "2s" }}').leaf.reconnect == 2.0
     (r,) = o.leaf.remotes
     assert r.urls == ["nats://u:p@h1:1", "nats://h2:2"] and r.account == "A" and r.deny_imports == ["a.>"]
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     with pytest.raises(ValueError, match='cannot find local account "B" specified in leafnode remote'):
-        Server(load_string('leafnodes { remotes [ { url: "nats://h:1", account: B } ] }'))
+        build_server(load_string('leafnodes { remotes [ { url: "nats://h:1", account: B } ] }'))
     async def empty_remote():
         async with rillet('leafnodes { remotes [ { account: "$G" } ] }', "e") as srv:
             await _until(lambda: "Empty remote leafnode definition" in srv._test_log.getvalue())
     asyncio.run(empty_remote())
     # gateways and leaf nodes together: one account class does both (tests/test_cluster_leaf_gateway.py)
-    both = Server(load_string('leafnodes { port: -1 }\ngateway { name: G, port: -1 }'))
+    both = build_server(load_string('leafnodes { port: -1 }\ngateway { name: G, port: -1 }'))
     assert both.leafnodes is not None and both.gateway is not None
     assert type(both.global_account).__name__ == "LeafGatewayAccount"
 

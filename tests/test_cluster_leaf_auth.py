@@ -394,7 +394,7 @@ async def test_operator_mode_with_go(tmp_path):
 def test_operator_mode_leafnodes_config_checks(tmp_path):
     """nats-server's operator-mode checks of the leafnodes block, at start."""
     from rillet.config.options_builder import load_string
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     from rillet.server.logging import Logger
     import io
     op, k = _operator(tmp_path)
@@ -407,7 +407,7 @@ def test_operator_mode_leafnodes_config_checks(tmp_path):
     ]:
         o = load_string("listen: 127.0.0.1:-1\n" + op_conf(op) + block, "x.conf")
         with pytest.raises(ValueError, match=err):
-            Server(o, Logger(out=io.StringIO()))
+            build_server(o, Logger(out=io.StringIO()))
 
 
 async def test_operator_mode_revocation_closes_a_connected_leaf(tmp_path):

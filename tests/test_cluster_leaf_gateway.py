@@ -12,7 +12,7 @@ import nats
 
 from rillet.config.leaf_section import LeafNodeOptions
 from rillet.config.options_builder import load_string
-from rillet.server.embed import run_server, run_super_cluster
+from rillet.app.embed import run_server, run_super_cluster
 from rillet.server.logging import Logger
 
 

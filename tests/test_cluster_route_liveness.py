@@ -13,7 +13,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster import route
 from rillet.config.options import ClusterOptions, Options
 from rillet.server.logging import Logger
-from rillet.server.server import Server
+from rillet.app.compose import build_server
 
 
 async def test_idle_route_is_pinged_and_a_silent_one_reset(monkeypatch):
@@ -22,7 +22,7 @@ async def test_idle_route_is_pinged_and_a_silent_one_reset(monkeypatch):
     buf = io.StringIO()
     o = Options(host="127.0.0.1", port=-1, server_name="a")
     o.cluster = ClusterOptions(name="c1", host="127.0.0.1", port=-1, routes=[])
-    s = Server(o, Logger(debug=True, out=buf))
+    s = build_server(o, Logger(debug=True, out=buf))
     await s.start()
     try:
         c = await RawClient.open(s.cluster.addr[1], connect=False)

@@ -1,6 +1,6 @@
 """Routes between servers of one cluster, driven as users do: nats-py clients on every server.
 
-Rillet clusters come from ``rillet.server.embed.run_cluster`` (in process, free ports, every server routed
+Rillet clusters come from ``rillet.app.embed.run_cluster`` (in process, free ports, every server routed
 to the first and the rest learnt by gossip); the mixed cluster runs one Go nats-server (from PATH) with two
 Rillet servers. A route killed with SIGKILL uses a Rillet subprocess.
 """
@@ -23,9 +23,10 @@ from nats.errors import NoRespondersError
 
 from helpers import RawClient, ServerProcess, free_port
 from rillet.config.options import ClusterOptions, Options
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 
 
 async def _until(cond, timeout: float = 5.0, what: str = "condition") -> None:
@@ -66,7 +67,7 @@ async def _settle(ncs, want=()) -> None:
 def _mk_server(name: str, cluster_port: int, routes: list[str], cluster: str = "c1", buf=None, **cl) -> Server:
     o = Options(host="127.0.0.1", port=-1, server_name=name)
     o.cluster = ClusterOptions(name=cluster, host="127.0.0.1", port=cluster_port, routes=routes, **cl)
-    return Server(o, Logger(debug=True, out=buf if buf is not None else io.StringIO()))
+    return build_server(o, Logger(debug=True, out=buf if buf is not None else io.StringIO()))
 
 
 # ==== one cluster of Rillet servers =============================================================================
@@ -433,7 +434,7 @@ def test_jetstream_with_cluster_needs_the_names():
     o.jetstream.enabled = True
     o.cluster = ClusterOptions(port=-1)
     with pytest.raises(ValueError, match="jetstream cluster requires `server_name` to be set"):
-        Server(o, Logger(out=io.StringIO()))
+        build_server(o, Logger(out=io.StringIO()))
 
 
 # ==== one Go nats-server with two Rillet servers ================================================================
@@ -558,7 +559,7 @@ async def test_varz_cluster_section_is_live():
         v = varz_cluster(s1)
         assert v["name"] == "vz" and v["addr"] == "127.0.0.1" and v["cluster_port"] == s1.cluster.addr[1]
         assert v["urls"] == [f"127.0.0.1:{s0.cluster.addr[1]}"]
-        from rillet.monitor.procstats import CPUMeter
+        from rillet.server.procstats import CPUMeter
         from rillet.monitor.varz import varz
         full = varz(s1, {}, CPUMeter())
         assert full["routes"] == 4 and full["remotes"] == 1  # (a pool of 3 and the $SYS route, as nats-server)
@@ -582,7 +583,7 @@ async def test_accounts_stay_apart_and_server_ping_sees_every_server():
         for i in range(3):
             o = load_string(ACCOUNTS_CONF + f"server_name: s{i}\nlisten: 127.0.0.1:-1\n"
                             f"cluster {{ name: c, listen: 127.0.0.1:{p[i]}, routes: [nats://127.0.0.1:{p[0]}] }}\n")
-            s = Server(o, Logger(out=io.StringIO()))
+            s = build_server(o, Logger(out=io.StringIO()))
             await s.start()
             servers.append(s)
         await _until(lambda: all(len(s.cluster.routes) == 2 for s in servers), what="full mesh")
@@ -660,7 +661,7 @@ async def test_operator_mode_account_loaded_on_remote_interest(tmp_path):
         for i in range(2):
             conf = op.config(f"server_name: o{i}\ncluster {{ name: c, listen: 127.0.0.1:{p[i]}, "
                              f"routes: [nats://127.0.0.1:{p[0]}] }}")
-            s = Server(load_string(conf), Logger(out=io.StringIO()))
+            s = build_server(load_string(conf), Logger(out=io.StringIO()))
             await s.start()
             servers.append(s)
         await _until(lambda: all(len(s.cluster.routes) == 1 for s in servers), what="route")

@@ -15,6 +15,7 @@ from helpers import free_port
 from rillet.config.options_builder import load_string
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 from test_cluster_routes import _go_sees, _until, go_server
 
 IMPORTS_CONF = """
@@ -47,7 +48,7 @@ async def cluster_of(n: int, conf: str, name: str = "c", names: list[str | None]
             cl = f"name: {cn}, " if cn else ""
             o = load_string(conf + f"server_name: s{i}\nlisten: 127.0.0.1:-1\n"
                             f"cluster {{ {cl}listen: 127.0.0.1:{ports[i]}, routes: [nats://127.0.0.1:{ports[0]}] {cl_extra} }}\n")
-            s = Server(o, Logger(out=io.StringIO()))
+            s = build_server(o, Logger(out=io.StringIO()))
             await s.start()
             servers.append(s)
         await _until(lambda: all(s.cluster.servers_connected() == n - 1 for s in servers), 10, "full mesh")
@@ -205,7 +206,7 @@ async def test_imports_with_a_go_server_in_the_cluster():
     with go_server(conf, ghttp):
         o = load_string(IMPORTS_CONF + "server_name: r0\nlisten: 127.0.0.1:-1\n"
                         f"cluster {{ name: c, listen: 127.0.0.1:-1, routes: [nats://127.0.0.1:{gcl}] }}\n")
-        r = Server(o, Logger(out=io.StringIO()))
+        r = build_server(o, Logger(out=io.StringIO()))
         await r.start()
         try:
             await _until(lambda: len(r.cluster.routes) == 1, 10, "route to the Go server")
@@ -276,7 +277,7 @@ def _tls_server(name: str, cl_port: int, routes: list[int], tls: str, buf: io.St
     r = ", ".join(f"nats://127.0.0.1:{p}" for p in routes)
     o = load_string(f"server_name: {name}\nlisten: 127.0.0.1:-1\n"
                     f"cluster {{ name: c, listen: 127.0.0.1:{cl_port}, routes: [{r}]\n {tls} }}\n")
-    return Server(o, Logger(debug=True, out=buf if buf is not None else io.StringIO()))
+    return build_server(o, Logger(debug=True, out=buf if buf is not None else io.StringIO()))
 
 
 @pytest.mark.parametrize("pool", [-1, 0])  # (no pooling; nats-server's default pool of 3)
@@ -462,7 +463,7 @@ async def test_configured_pinned_account_gets_a_dedicated_route():
         for i in range(2):
             o = load_string(conf + f"server_name: s{i}\nlisten: 127.0.0.1:-1\ncluster {{ name: c, listen: "
                             f"127.0.0.1:{ports[i]}, routes: [nats://127.0.0.1:{ports[0]}], accounts: [P], pool_size: 3 }}\n")
-            srv = Server(o, Logger(out=io.StringIO()))
+            srv = build_server(o, Logger(out=io.StringIO()))
             await srv.start()
             servers.append(srv)
         await _until(lambda: all(s.cluster.servers_connected() == 1 and len(s.cluster.pinned["P"]) == 1
@@ -485,7 +486,7 @@ async def test_pools_of_different_sizes_and_no_pooling_interoperate():
         r = f", routes: [nats://127.0.0.1:{routes}]" if routes else ""
         o = load_string(POOL_CONF + f"server_name: {name}\nlisten: 127.0.0.1:-1\n"
                         f"cluster {{ name: c, listen: 127.0.0.1:{port}{r}, pool_size: {pool} }}\n")
-        return Server(o, Logger(debug=True, out=io.StringIO()))
+        return build_server(o, Logger(debug=True, out=io.StringIO()))
     # pools of 3 and 4 (a rolling reload of pool_size): 4 connections, each side sending an account on the
     # connection of its own index (nats-server 2.11+)
     p0, p1 = free_port(), free_port()
@@ -526,7 +527,7 @@ async def test_pool_and_pinned_routes_with_a_go_server():
         o = load_string(POOL_CONF + "server_name: r0\nlisten: 127.0.0.1:-1\n"
                         f"cluster {{ name: c, listen: 127.0.0.1:-1, routes: [nats://127.0.0.1:{gcl}], accounts: [P], "
                         "pool_size: 3 }\n")
-        r = Server(o, Logger(out=io.StringIO()))
+        r = build_server(o, Logger(out=io.StringIO()))
         await r.start()
         try:
             await _until(lambda: r.cluster.servers_connected() == 1 and r.cluster.pinned["P"] and r.cluster.pinned["SYS"],
@@ -558,7 +559,7 @@ async def test_stream_import_on_a_server_whose_accounts_do_not_make_shadows():
     """A server with a gateway uses an account class with its own add_sub (rillet.cluster.gateway): there the
     stream import's own subscription still delivers (the single-server way), nothing is lost."""
     o = load_string(IMPORTS_CONF + "listen: 127.0.0.1:-1\ngateway { name: g1, listen: 127.0.0.1:-1 }\n")
-    s = Server(o, Logger(out=io.StringIO()))
+    s = build_server(o, Logger(out=io.StringIO()))
     await s.start()
     try:
         assert not s.accounts["B"].shadows

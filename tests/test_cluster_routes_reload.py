@@ -22,7 +22,7 @@ import pytest
 from helpers import free_port
 from rillet.config.options_builder import load_string
 from rillet.server.logging import Logger
-from rillet.server.server import Server
+from rillet.app.compose import build_server
 from test_cluster_routes import _until
 
 ACCOUNTS = """
@@ -48,7 +48,7 @@ class Node:
     def __init__(self, name: str, cport: int, routes: list[int], cl: str = "") -> None:
         self.name, self.cport, self.routes = name, cport, routes
         self.buf = io.StringIO()
-        self.s = Server(load_string(_conf(name, cport, routes, cl)), Logger(debug=True, out=self.buf))
+        self.s = build_server(load_string(_conf(name, cport, routes, cl)), Logger(debug=True, out=self.buf))
 
     def reload(self, cl: str = "", routes: list[int] | None = None, extra: str = "") -> None:
         self.s.reload(load_string(_conf(self.name, self.cport, self.routes if routes is None else routes, cl,

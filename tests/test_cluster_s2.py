@@ -25,6 +25,7 @@ from rillet.config.options_builder import load_string
 from rillet.monitor.endpoints import leafz, routez
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 
 GO = shutil.which("nats-server")
 needs_go = pytest.mark.skipif(GO is None, reason="needs nats-server on PATH")
@@ -140,7 +141,7 @@ async def _until(cond, timeout: float = 10.0, what: str = "condition") -> None:
 def _rillet(text: str, name: str) -> Server:
     o = load_string(f"server_name: {name}\nlisten: 127.0.0.1:-1\n{text}\n", f"{name}.conf")
     buf = io.StringIO()
-    srv = Server(o, Logger(out=buf, debug=True))
+    srv = build_server(o, Logger(out=buf, debug=True))
     srv._test_log = buf
     return srv
 

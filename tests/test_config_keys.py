@@ -429,7 +429,7 @@ def test_logtime_and_logtime_utc(tmp_path):
 
 
 async def test_server_tags_in_varz():
-    from rillet.monitor.procstats import CPUMeter
+    from rillet.server.procstats import CPUMeter
     from rillet.monitor.varz import varz
     async with serve_config('listen: "127.0.0.1:-1"\nserver_tags: ["Az:1", "b"]\n') as srv:
         assert varz(srv, {}, CPUMeter())["tags"] == ["az:1", "b"]

@@ -9,6 +9,7 @@ from rillet.server.client import Client, InternalClient, Subscription
 from rillet.server.delivery import (GATEWAY, LEAF, ROUTER, ConnKind, Plan, RemoteSub, deliver_inbound,
                                     deliver_result)
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 
 
 class FakeLink:
@@ -36,7 +37,7 @@ def server(cluster: bool = False) -> Server:
     if cluster:
         o.cluster.port = 1  # (never listened on: the server object only)
         o.cluster.name = "c"
-    return Server(o)
+    return build_server(o)
 
 
 def client(srv: Server, headers: bool = True) -> Client:

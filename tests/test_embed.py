@@ -8,7 +8,7 @@ import nats
 import pytest
 
 from rillet.server import Options
-from rillet.server.embed import run_server, start_server
+from rillet.app.embed import run_server, start_server
 
 
 async def test_run_server_free_port_and_clean_stop():

@@ -28,10 +28,11 @@ from hypothesis import strategies as st
 
 from rillet.protocol.parser import (AUTH_VIOLATION, MAX_CONTROL_LINE, MAX_PAYLOAD_VIOLATION, UNKNOWN_OP,
                                     ClientParser, ProtocolError)
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 from rillet.config.options import Options
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 
 from lanes import LANES, use_lane
 
@@ -720,7 +721,7 @@ class _ServerThread:
         asyncio.set_event_loop(self.loop)
 
         async def main():
-            self.srv = Server(Options(host="127.0.0.1", port=-1), Logger(out=io.StringIO()))
+            self.srv = build_server(Options(host="127.0.0.1", port=-1), Logger(out=io.StringIO()))
             await self.srv.start()
             self._ready.set()
             await self.srv.wait_stopped()

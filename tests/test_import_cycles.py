@@ -44,7 +44,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-MODULES = {_module_name(p): p for p in PKG_DIR.rglob("*.py")}
+# (``__main__`` modules are scripts, run by ``python -m``, never imported: no module depends on them, so
+# they cannot be part of a cycle; ``rillet.server.__main__`` starts the command line of ``rillet.app``)
+MODULES = {_module_name(p): p for p in PKG_DIR.rglob("*.py") if p.name != "__main__.py"}
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -231,25 +233,38 @@ def test_top_level_modules_are_the_bottom_layer() -> None:
     assert not bad, f"top-level modules import subpackages (move what they need down to a top-level module): {bad}"
 
 
-# The modules of rillet.server that still reach rillet.cluster or rillet.monitor (any view): the server's
-# construction, reload and monitoring hooks, and the system account's monitoring requests. Issue 20's
-# composition root is to wire these from outside; this set may shrink, never grow.
-SERVER_TO_LINKS_OR_MONITOR = {"rillet.server.server", "rillet.server.sysacc"}
 # the delivery path itself knows links only through rillet.server.delivery's Link protocol
 DELIVERY_PATH = ("rillet.server.delivery", "rillet.server.accounts", "rillet.server.msgtrace",
                  "rillet.server.client")
+ROOT_MODULE = "rillet.app.compose"
 
 
-def test_server_reaches_links_and_monitor_only_from_its_edges() -> None:
+def test_server_does_not_import_links_or_monitor() -> None:
+    """rillet.server imports neither rillet.cluster nor rillet.monitor, lazily or not (nor the composition
+    root that does): the root (rillet.app) builds the links and monitoring and wires them through
+    rillet.server.subsystems; the delivery path knows links through the Link protocol."""
     g = import_graph(import_time=False)
-    for m in DELIVERY_PATH:
+    for m in DELIVERY_PATH + ("rillet.server.server", "rillet.server.sysacc", "rillet.server.websocket"):
         assert m in g
-    reach = {m: sorted(t for t in ts if package_of(t) in ("rillet.cluster", "rillet.monitor"))
-             for m, ts in g.items() if package_of(m) == "rillet.server"}
-    bad = {m: ts for m, ts in reach.items() if ts and m in DELIVERY_PATH}
-    assert not bad, f"the delivery path imports rillet.cluster / rillet.monitor (use the Link protocol): {bad}"
-    more = sorted(m for m, ts in reach.items() if ts and m not in SERVER_TO_LINKS_OR_MONITOR)
-    assert not more, f"more of rillet.server imports rillet.cluster / rillet.monitor: {more}"
+    bad = {m: sorted(t for t in ts if package_of(t) in ("rillet.cluster", "rillet.monitor", "rillet.app"))
+           for m, ts in g.items() if package_of(m) == "rillet.server"}
+    bad = {m: ts for m, ts in bad.items() if ts}
+    assert not bad, f"rillet.server imports rillet.cluster / rillet.monitor / rillet.app: {bad}"
+
+
+def test_the_composition_root_loads_subsystems_only_when_needed() -> None:
+    """rillet.app.compose imports the links, monitoring and JetStream inside the functions that build them
+    (a server whose options do not ask for one never loads it: tests/test_compose.py runs that), and only
+    the application layer (and the ``rillet`` command) imports the root."""
+    eager = sorted(t for t in import_graph(import_time=True)[ROOT_MODULE]
+                   if package_of(t) in ("rillet.cluster", "rillet.monitor", "rillet.jetstream"))
+    assert not eager, f"{ROOT_MODULE} imports subsystems when loaded: {eager}"
+    lazy = import_graph(import_time=False)[ROOT_MODULE]
+    assert {"rillet.cluster.cluster", "rillet.monitor", "rillet.jetstream.manager"} <= lazy
+    users = sorted(m for m, ts in import_graph(import_time=False).items()
+                   if any(package_of(t) == "rillet.app" for t in ts)
+                   and package_of(m) not in ("rillet.app", "rillet.cli"))
+    assert not users, f"modules below the application layer import rillet.app: {users}"
 
 
 if __name__ == "__main__":

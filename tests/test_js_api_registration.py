@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from rillet.jetstream import api, api_consumer
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions, Options
 
 

@@ -11,7 +11,7 @@ import nats
 
 from rillet.jetstream import batch as batchmod
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions
 
 INCOMPLETE = {"code": 400, "err_code": 10176, "description": "atomic publish batch is incomplete"}

@@ -13,7 +13,7 @@ import pytest
 from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions, Options
 
 

@@ -13,7 +13,7 @@ import re
 
 import nats
 
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 from rillet.config.options import JetStreamOptions, Options
 

@@ -217,7 +217,7 @@ async def test_fast_batch_replicated_stream():
     import time
 
     import nats
-    from rillet.server.embed import run_cluster
+    from rillet.app.embed import run_cluster
 
     async with run_cluster(3, jetstream=True) as servers:
         nc = await nats.connect(servers[0].client_url)

@@ -21,7 +21,7 @@ from rillet.jetstream.store._core import IndexedStore
 from rillet.jetstream.store.filestore import FileStore
 from rillet.jetstream.stream import Stream
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions
 
 MUTATORS = ("store_msg", "store_raw", "store_batch", "remove_msg", "purge", "compact", "truncate", "skip_msg",

@@ -123,7 +123,7 @@ async def test_consumer_reset_on_r3_consumer():
 
     import nats
 
-    from rillet.server.embed import run_cluster
+    from rillet.app.embed import run_cluster
 
     def creps(servers):
         out = []

@@ -80,7 +80,7 @@ async def test_reset_on_interest_and_workqueue_streams_like_nats_server(pair, st
 async def test_reset_on_r3_interest_stream_removes_on_every_replica():
     import nats
 
-    from rillet.server.embed import run_cluster
+    from rillet.app.embed import run_cluster
 
     async def until(cond, what: str, timeout: float = 8.0) -> None:
         deadline = time.monotonic() + timeout

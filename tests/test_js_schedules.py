@@ -14,7 +14,7 @@ import nats
 from rillet.gotime import format_time, zone_offset
 from rillet.jetstream import schedules as S
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions
 
 

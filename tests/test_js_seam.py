@@ -24,7 +24,7 @@ from rillet.jetstream.store.filestore import FileStore
 from rillet.jetstream.storeopen import store_config
 from rillet.jetstream.stream import Stream
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 
 SEC = 1_000_000_000
 REAL_APPLY = Stream._apply

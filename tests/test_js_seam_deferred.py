@@ -13,7 +13,7 @@ import pytest
 from rillet.config.options import JetStreamOptions
 from rillet.jetstream.log import DeferredLog, Entry
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 
 
 @pytest.fixture

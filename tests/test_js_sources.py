@@ -6,7 +6,7 @@ import asyncio
 import nats
 from nats.js.api import StreamSource
 
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from test_js_stream import js_opts
 
 

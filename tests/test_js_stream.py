@@ -11,7 +11,7 @@ from nats.js.api import StreamConfig
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions
 
 

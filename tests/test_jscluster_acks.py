@@ -12,7 +12,7 @@ import nats.errors
 import pytest
 from nats.js.api import ConsumerConfig
 
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger
 
 from test_jscluster_features import api, consumer_leader, consumer_reps, until

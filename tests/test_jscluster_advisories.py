@@ -10,7 +10,7 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig
 
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger
 
 from test_jscluster_features import consumer_leader, consumer_reps, stream_leader, until

@@ -17,7 +17,7 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, StreamConfig, StreamSource
 
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger
 
 from test_jscluster_features import api, reps, stepdown_stream, stream_leader, until

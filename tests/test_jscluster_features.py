@@ -1,5 +1,5 @@
 """JetStream features on replicated streams, driven with nats-py against an in-process 3-server Rillet
-JetStream cluster (rillet.server.embed.run_cluster(3, jetstream=True)): dedup and expected-* headers
+JetStream cluster (rillet.app.embed.run_cluster(3, jetstream=True)): dedup and expected-* headers
 across a stream leader change, limits and discard policies equal on every replica, work-queue and
 interest retention with stream and consumer leader changes, KV and object store on R3 buckets, an R3
 mirror and a source, R1 consumers on R3 streams and memory storage, consumer stepdown moving only the
@@ -16,7 +16,7 @@ import pytest
 from nats.js.api import ConsumerConfig, ObjectStoreConfig, StreamSource
 
 from rillet.jetstream.cluster import streams as CS
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger
 from jscluster_support import until, cl, reps, stream_leader  # noqa: F401 (the fixture)
 

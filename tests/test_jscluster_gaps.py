@@ -1,4 +1,4 @@
-"""Replicated JetStream on an in-process 3-server Rillet cluster (rillet.server.embed.run_cluster(3,
+"""Replicated JetStream on an in-process 3-server Rillet cluster (rillet.app.embed.run_cluster(3,
 jetstream=True)), driven with nats-py: STREAM.RESTORE (and SNAPSHOT) in a cluster, memory-storage groups
 keeping their RAFT log in memory, stream info's consumer_count counting every consumer of the stream,
 stream and consumer leader stepdowns always moving leadership to another peer (and ``placement``), fast
@@ -89,7 +89,7 @@ async def test_memory_stream_and_consumer_groups_write_nothing(cl):
 async def test_memory_replica_restarted_gets_everything_from_the_leader(cl):
     """A restarted member of a memory group has an empty log and store (nothing on disk): it gets the log
     (or a snapshot and the messages) from the leader, as nats-server's in-memory WAL."""
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     servers, nc, js = cl
     await js.add_stream(StreamConfig(name="MR", subjects=["mr.>"], storage="memory", num_replicas=3))
     await js.add_consumer("MR", ConsumerConfig(durable_name="D", ack_policy="explicit"))
@@ -104,7 +104,7 @@ async def test_memory_replica_restarted_gets_everything_from_the_leader(cl):
     await old.shutdown()
     for i in range(30, 40):
         await js.publish("mr.a", f"{i}".encode())
-    new = Server(old.opts, old.log)
+    new = build_server(old.opts, old.log)
     await new.start()
     servers[k] = new  # (run_cluster stops the servers of this list)
     await until(lambda: new.jetstream is not None and new.jetstream.cluster is not None and

@@ -36,9 +36,10 @@ from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.protocol import ROUTE, ServerParser
 from rillet.config.options import ClusterOptions, JetStreamOptions, Options
-from rillet.server.embed import wait_meta_leader
+from rillet.app.embed import wait_meta_leader
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 from tests.helpers import free_port
 from tests.test_cluster_protocol import Recorder
 
@@ -92,7 +93,7 @@ async def test_go_server_without_jetstream_uses_rillet_jetstream(tmp_path):
     o = Options(host="127.0.0.1", port=-1, server_name="r0")
     o.jetstream = JetStreamOptions(enabled=True, store_dir=str(tmp_path / "r0"))
     o.cluster = ClusterOptions(name="c1", host="127.0.0.1", port=rcl, routes=[f"nats-route://127.0.0.1:{gcl}"])
-    srv = Server(o, Logger(out=io.StringIO()))
+    srv = build_server(o, Logger(out=io.StringIO()))
     async with _go_server(conf, gport):
         await srv.start()
         ng = None
@@ -219,7 +220,7 @@ async def test_rillet_client_gets_deliveries_in_go_route_form():
     rcl = free_port()
     o = Options(host="127.0.0.1", port=-1, server_name="r0")
     o.cluster = ClusterOptions(name="c1", host="127.0.0.1", port=rcl, pool_size=-1)
-    srv = Server(o, Logger(out=io.StringIO()))
+    srv = build_server(o, Logger(out=io.StringIO()))
     await srv.start()
     peer = nc = None
     try:
@@ -294,7 +295,7 @@ async def _rillet(tmp_path, name: str, js: bool = False, leaf_port: int = 0, rem
         o.jetstream = JetStreamOptions(enabled=True, store_dir=str(tmp_path / name))
     o.leaf = LeafNodeOptions(host="127.0.0.1", port=leaf_port) if leaf_port else \
         LeafNodeOptions(remotes=[RemoteLeafOptions(urls=[remote])])
-    srv = Server(o, Logger(out=io.StringIO()))
+    srv = build_server(o, Logger(out=io.StringIO()))
     await srv.start()
     try:
         yield srv.client_url

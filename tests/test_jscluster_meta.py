@@ -14,7 +14,7 @@ import pytest
 
 from rillet.config.options import User
 from rillet.jetstream.cluster import meta as META
-from rillet.server.embed import run_cluster, wait_meta_leader
+from rillet.app.embed import run_cluster, wait_meta_leader
 
 T = "io.nats.jetstream.api.v1."
 USERS = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]
@@ -251,7 +251,7 @@ async def test_server_joining_later_is_added_and_can_be_removed(cluster):
 
     from rillet.config.options import ClusterOptions, JetStreamOptions, Options
     from rillet.server.logging import Logger
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     leader = await wait_meta_leader(cluster)
     nc = await nats.connect(_url(cluster[0], "a"))
     assert (await _one(nc, "$JS.API.STREAM.CREATE.OLD", json.dumps({"name": "OLD"}).encode()))["did_create"]
@@ -260,7 +260,7 @@ async def test_server_joining_later_is_added_and_can_be_removed(cluster):
     opts = Options(host="127.0.0.1", port=-1, server_name="late", system_account="SYS", users=USERS)
     opts.jetstream = JetStreamOptions(enabled=True, store_dir=store)
     opts.cluster = replace(ClusterOptions(), name="rillet", host="127.0.0.1", port=-1, routes=list(o0.cluster.routes))
-    late = Server(opts, Logger(out=io.StringIO()))
+    late = build_server(opts, Logger(out=io.StringIO()))
     await late.start()
     try:
         lc = _cl(late)

@@ -11,7 +11,7 @@ import nats
 import pytest
 
 from rillet.config.options import User
-from rillet.server.embed import run_cluster, wait_meta_leader
+from rillet.app.embed import run_cluster, wait_meta_leader
 
 T = "io.nats.jetstream.api.v1."
 USERS = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]

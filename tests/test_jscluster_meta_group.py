@@ -14,7 +14,7 @@ import pytest
 from rillet.jetstream.cluster.group import RaftGroup
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.log import NotLeader
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 
 
 async def _until(cond, timeout: float = 8.0, what: str = "condition") -> None:

@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from rillet.config.options import User
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 
 USERS = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]
 

@@ -67,7 +67,7 @@ async def test_r1_solo_then_scaled_up_and_down(cl):
 
 async def test_r1_restarted_then_scaled_up(cl):
     """After a restart the store holds what ran solo and the WAL does not: a new member still gets it all."""
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     servers, nc, js = cl
     await js.add_stream(StreamConfig(name="S2", subjects=["s2.>"], num_replicas=1))
     for i in range(20):
@@ -80,7 +80,7 @@ async def test_r1_restarted_then_scaled_up(cl):
         js2 = nc2.jetstream()
         old = servers[k]
         await old.shutdown()
-        new = Server(old.opts, old.log)
+        new = build_server(old.opts, old.log)
         await new.start()
         servers[k] = new  # (run_cluster stops the servers of this list)
         await until(lambda: new.jetstream is not None and new.jetstream.cluster is not None

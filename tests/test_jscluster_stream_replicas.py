@@ -20,7 +20,7 @@ from rillet.jetstream.cluster.assignments import RaftGroup, StreamAssignment, Co
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.cluster.streams import ClusteredStreams
 from rillet.jetstream.manager import JetStream
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger
 from jscluster_support import until
 

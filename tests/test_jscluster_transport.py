@@ -19,7 +19,7 @@ from helpers import free_port
 from rillet.config.options import ClusterOptions, Options
 from rillet.jetstream.cluster.peers import PeerRegistry, name_hash, peer_id
 from rillet.jetstream.cluster.transport import RaftTransport, broadcast_subject, direct_subject
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 
 BLOB = bytes(range(256)) * 4
 
@@ -171,7 +171,7 @@ def go_server(conf: str, http: int):
 @pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
 async def test_go_server_in_the_cluster_is_not_disturbed():
     from rillet.server.logging import Logger
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     import io
     gport, gcl, ghttp = free_port(), free_port(), free_port()
     conf = (f"port: {gport}\nhttp_port: {ghttp}\nserver_name: go1\n"
@@ -182,7 +182,7 @@ async def test_go_server_in_the_cluster_is_not_disturbed():
             for i in range(2):
                 o = Options(host="127.0.0.1", port=-1, server_name=f"r{i}")
                 o.cluster = ClusterOptions(name="mx", host="127.0.0.1", port=-1, routes=[f"nats://127.0.0.1:{gcl}"])
-                s = Server(o, Logger(out=io.StringIO()))
+                s = build_server(o, Logger(out=io.StringIO()))
                 await s.start()
                 rs.append(s)
             await _until(lambda: all(len(s.cluster.routes) == 2 for s in rs), 10, "full mesh with the Go server")

@@ -25,7 +25,7 @@ from lanes import COMPILED_ERROR, parser_class
 from rillet import lane
 from rillet.config.options import Options
 from rillet.protocol.parser import ProtocolError
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 
 pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
@@ -82,11 +82,14 @@ def test_compiled_lane_is_not_stale():
 class Rec:
     """Records every call of every handler method (client and server protocols) with its arguments."""
 
-    def __init__(self, allow_before_connect=True, clear_on_connect=True, halt_on_info=False):
+    def __init__(self, allow_before_connect=True, clear_on_connect=True, halt_on_info=False, retune=False):
         self.calls: list[tuple] = []
         self.allow = allow_before_connect
         self.clear_on_connect = clear_on_connect
         self.halt_on_info = halt_on_info
+        # retune: what a route connection does on INFO and CONNECT, mid-buffer: pin/unpin the account, flip
+        # lnocu, change max_payload (the compiled twin must see the change for the rest of the buffer)
+        self.retune = retune
         self.parser = None
 
     def __getattr__(self, name):
@@ -101,11 +104,27 @@ class Rec:
         self.calls.append(("proto_connect", arg))
         if self.clear_on_connect:
             self.parser.awaiting_connect = False
+        if self.retune:
+            p = self.parser
+            p.max_payload = 5 if getattr(p, "kind", None) is not None or p.max_payload > 5 else 1024
+            if hasattr(p, "headers"):
+                p.headers = not p.headers
+            if hasattr(p, "max_control_line") and hasattr(p, "_configure"):
+                p.max_control_line = 1 if p.max_control_line > 1 else 4096
+                p._configure()
+            elif hasattr(p, "max_control_line"):
+                p.max_control_line = 12 if p.max_control_line > 12 else 4096
 
     def proto_info(self, arg):
         self.calls.append(("proto_info", arg))
         if self.halt_on_info and hasattr(self.parser, "halt"):
             self.parser.halt = True
+        if self.retune and hasattr(self.parser, "pin"):
+            p = self.parser
+            if p.kind == "ROUTER":
+                p.pin(None if p.account else b"PIN")
+            p.lnocu = not p.lnocu
+            p.max_payload = 3 if p.max_payload is None else None
 
     def proto_before_connect(self):
         self.calls.append(("proto_before_connect",))
@@ -148,10 +167,11 @@ def same_both_lanes(data: bytes, make_pure, make_compiled, every_cut=True, extra
 
 # ==== the client parser =======================================================================================
 
-def client_makers(max_payload=1024 * 1024, max_control_line=4096, headers=True, awaiting=False, allow=True):
+def client_makers(max_payload=1024 * 1024, max_control_line=4096, headers=True, awaiting=False, allow=True,
+                  retune=False):
     def mk(lane_name):
         def make():
-            rec = Rec(allow_before_connect=allow)
+            rec = Rec(allow_before_connect=allow, retune=retune)
             p = parser_class(lane_name, "ClientParser")(rec, max_payload, max_control_line)
             p.headers = headers
             p.awaiting_connect = awaiting
@@ -233,7 +253,8 @@ def mutated(draw, stream):
 
 limits = st.sampled_from([
     dict(), dict(max_payload=8), dict(max_control_line=16), dict(max_payload=4, max_control_line=12),
-    dict(headers=False), dict(awaiting=True), dict(awaiting=True, allow=False),
+    dict(headers=False), dict(awaiting=True), dict(awaiting=True, allow=False), dict(retune=True),
+    dict(retune=True, awaiting=True, max_payload=8),
 ])
 
 
@@ -308,10 +329,10 @@ KINDS = ["ROUTER", "GATEWAY", "LEAF"]
 
 
 def server_makers(kind, account=None, lnocu=True, max_payload=None, max_control_line=4096, awaiting=False,
-                  allow=True, halt_on_info=False, info_before_connect=False):
+                  allow=True, halt_on_info=False, info_before_connect=False, retune=False):
     def mk(lane_name):
         def make():
-            rec = Rec(allow_before_connect=allow, halt_on_info=halt_on_info)
+            rec = Rec(allow_before_connect=allow, halt_on_info=halt_on_info, retune=retune)
             p = parser_class(lane_name, "ServerParser")(rec, kind, max_control_line=max_control_line,
                                                           max_payload=max_payload, account=account, lnocu=lnocu)
             p.awaiting_connect = awaiting
@@ -377,7 +398,7 @@ server_stream = st.lists(server_op(), min_size=1, max_size=5).map(b"".join)
 server_settings = st.fixed_dictionaries({"kind": st.sampled_from(KINDS)}, optional={
     "account": st.just(b"ACC"), "lnocu": st.booleans(), "max_payload": st.sampled_from([None, 4, 64]),
     "max_control_line": st.sampled_from([4096, 2, 3]), "awaiting": st.booleans(), "allow": st.booleans(),
-    "halt_on_info": st.booleans(), "info_before_connect": st.booleans(),
+    "halt_on_info": st.booleans(), "info_before_connect": st.booleans(), "retune": st.booleans(),
 }).map(lambda d: {k: v for k, v in d.items() if not (k == "account" and d["kind"] != "ROUTER")})
 
 

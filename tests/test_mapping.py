@@ -298,7 +298,7 @@ async def test_config_mappings_applied_on_publish():
     import nats
 
     from rillet.server import Options
-    from rillet.server.embed import run_server
+    from rillet.app.embed import run_server
     o = Options(host="127.0.0.1", port=-1, mappings={"orders.*": "eu.orders.{{wildcard(1)}}",
                                                       "drop": [{"destination": "drop", "weight": "0%"}]})
     async with run_server(o) as srv:
@@ -317,6 +317,6 @@ async def test_config_mappings_applied_on_publish():
 
 def test_bad_mapping_refuses_to_start():
     from rillet.server import Options
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     with pytest.raises(ValueError):
-        Server(Options(mappings={"foo.*": "bar.{{wildcard(2)}}"}))
+        build_server(Options(mappings={"foo.*": "bar.{{wildcard(2)}}"}))

@@ -20,7 +20,7 @@ import pytest
 
 from rillet import gojson
 from rillet.monitor import gofmt
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 from rillet.config.options import Options, TLSConfig, User
 

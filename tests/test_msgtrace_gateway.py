@@ -130,7 +130,7 @@ async def test_traced_gr_reply_forwarded_over_a_route():
     server B's gateway reaches; for the other requester that server forwards it over the route untouched (no
     hop, no egress: nats-server's handleGatewayReply) and both servers send their event, the second one's a
     ROUTER ingress with the same hop."""
-    from rillet.server.embed import run_super_cluster
+    from rillet.app.embed import run_super_cluster
     async with run_super_cluster(2, 2) as (a, b):
         ncs = [await nats.connect(u, name=n, allow_reconnect=False) for u, n in
                ((a[0].client_url, "r0"), (a[1].client_url, "r1"), (b[0].client_url, "svc"))]

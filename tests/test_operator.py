@@ -813,13 +813,13 @@ async def test_jetstream_limits_follow_claims_updates(tmp_path):
 ])
 async def test_config_errors(tmp_path, conf, msg):
     from rillet.config.flags import parse_command_line
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     op = Operator()
     text = op.config(resolver=conf) if conf.startswith("resolver:") else op.config(conf)
     p = tmp_path / "s.conf"
     p.write_text(text)
     with pytest.raises(ValueError) as ei:
-        Server(parse_command_line(["-c", str(p)]).options)
+        build_server(parse_command_line(["-c", str(p)]).options)
     assert msg in str(ei.value)
 
 
@@ -835,11 +835,12 @@ def test_config_errors_at_parse(tmp_path):
     with pytest.raises(ConfigError, match="CACHE account resolver is not supported"):
         load_string(f'resolver {{ type: cache, dir: "{tmp_path}" }}\n')
     op = Operator(system=False)
-    from rillet.server.server import Server, validate_options
+    from rillet.server.server import validate_options
+    from rillet.app.compose import build_server
     opts = load_string(f"operator: {op.jwt()}\n")
     validate_options(opts)  # like nats-server -t: the file is valid...
     with pytest.raises(ValueError, match="operators require an account resolver"):
-        Server(opts)  # ...and the server refuses to start
+        build_server(opts)  # ...and the server refuses to start
 
 
 def test_time_windows_and_src_unit():
@@ -870,22 +871,22 @@ def test_time_windows_and_src_unit():
 
 def test_operator_asserts_server_version(tmp_path):
     from rillet.config.options_builder import load_string
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     op = Operator()
     op.account("A")
     for ver, ok in (("2.0.0", True), ("2.99.0", False), ("9.0.0", False)):
         text = op.config().replace(f"operator: {op.jwt_token}", f"operator: {op.jwt(assert_server_version=ver)}")
         if ok:
-            Server(load_string(text))
+            build_server(load_string(text))
         else:
             with pytest.raises(ValueError, match=r"expected (major|minor) version \d+ > server"):
-                Server(load_string(text))
+                build_server(load_string(text))
 
 
 def test_system_account_must_resolve(tmp_path):
     from rillet.config.options_builder import load_string
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     op = Operator()
     text = f"listen: 127.0.0.1:-1\noperator: {op.jwt()}\nresolver: MEMORY\n"  # the system account not preloaded
     with pytest.raises(ValueError, match="error resolving system account: account missing"):
-        Server(load_string(text))
+        build_server(load_string(text))

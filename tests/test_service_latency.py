@@ -218,20 +218,20 @@ async def test_latency_sampling_percentage():
 ])
 def test_latency_config_errors(latency, err):
     from rillet.config.flags import parse_command_line
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     text = f'listen: 127.0.0.1:-1\naccounts {{ A {{ exports [{{service: "req.>", latency: {latency}}}] }} }}\n'
     with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
         f.write(text)
         f.flush()
         with pytest.raises(ValueError) as ei:  # (most at config load, with the position: as nats-server -t)
-            Server(parse_command_line(["-c", f.name]).options)
+            build_server(parse_command_line(["-c", f.name]).options)
     assert str(ei.value) == err or str(ei.value).startswith(f"{f.name}:") and str(ei.value).endswith(f": {err}")
 
 
 @pytest.mark.skipif(GO, reason="builds a Rillet server from the config")
 def test_latency_config_errors_context():
     from rillet.config.flags import parse_command_line
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     for text, err in [
         ('accounts { A { exports [{stream: "s.>", latency: "l.x"}] } }',
          "Detected latency directive on non-service"),
@@ -242,7 +242,7 @@ def test_latency_config_errors_context():
             f.write(text)
             f.flush()
             with pytest.raises(ValueError) as ei:
-                Server(parse_command_line(["-c", f.name]).options)
+                build_server(parse_command_line(["-c", f.name]).options)
         assert str(ei.value) == err or str(ei.value).startswith(f"{f.name}:") and str(ei.value).endswith(f": {err}")
 
 

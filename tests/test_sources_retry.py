@@ -16,7 +16,7 @@ from nats.js.api import ExternalStream, Placement, StreamSource
 
 from rillet.config.options_builder import load_string
 from rillet.jetstream.sources import RETRY_CAP, RETRY_JITTER
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 
 HEAL_WITHIN = 5.0  # seconds: the issue's bound on convergence after a heal
@@ -246,7 +246,7 @@ async def test_r3_mirror_and_source_resume_after_leader_change():
     """R3 mirror and source (their consumer of the origin runs on the stream leader only): publishes go on
     while both change leader twice; each new leader resumes from the replicated store, so every replica ends
     with the origin's messages, once each and in order."""
-    from rillet.server.embed import run_cluster
+    from rillet.app.embed import run_cluster
     async with run_cluster(3, jetstream=True) as servers:
         nc = await nats.connect(servers[0].client_url)
         js = nc.jetstream()
@@ -333,7 +333,7 @@ async def test_kv_get_answered_by_the_mirror_of_the_local_cluster():
     """As nats-server across gateways: the mirror (mirror_direct) joins the origin's direct-get queue group and
     queue subscribers of the local cluster win, so KV gets from cluster B are answered by the mirror there
     (Nats-Stream: KV_M) and those from cluster A by the origin; a put in A reaches readers in B."""
-    from rillet.server.embed import run_super_cluster
+    from rillet.app.embed import run_super_cluster
     async with run_super_cluster(2, 2, jetstream=True) as (a, b):
         nc = await nats.connect(a[0].client_url)
         kv = await _kv_with_mirror(nc, {"cluster": "A"}, {"cluster": "B"})
@@ -366,7 +366,7 @@ async def test_kv_get_answered_by_the_mirror_of_the_local_cluster():
 async def test_kv_get_answered_by_the_mirror_when_the_origin_server_is_down():
     """One cluster, bucket B on server 0, its mirror on server 1: with server 0 shut down, KV gets (made
     with a handle taken before) are still answered, by the mirror."""
-    from rillet.server.embed import run_cluster
+    from rillet.app.embed import run_cluster
     async with run_cluster(3, jetstream=True, server_fields=lambda i: {"tags": [f"s{i}"]}) as servers:
         nc = await nats.connect(servers[2].client_url)
         await _kv_with_mirror(nc, {"tags": ["s0"]}, {"tags": ["s1"]})
@@ -390,8 +390,8 @@ async def test_source_across_gateways_origin_cluster_restarted():
     """Origin O (R2) in cluster A, a mirror and a source of it (R2) in cluster B of a JetStream super-cluster:
     both servers of A are shut down and started again (same ports and stores); publishes made after the
     restart reach B within 5 s of O taking publishes again, with no gap and no duplicate."""
-    from rillet.server.embed import run_super_cluster
-    from rillet.server.server import Server
+    from rillet.app.embed import run_super_cluster
+    from rillet.app.compose import build_server
     async with run_super_cluster(2, 2, jetstream=True) as (a, b):
         nc = await nats.connect(a[0].client_url)
         js = nc.jetstream()
@@ -412,7 +412,7 @@ async def test_source_across_gateways_origin_cluster_restarted():
         back = []
         try:
             for srv in a:
-                s2 = Server(srv.opts, Logger(out=io.StringIO()))
+                s2 = build_server(srv.opts, Logger(out=io.StringIO()))
                 s2.gateway.solicit_delay = 0.05
                 await s2.start()
                 back.append(s2)

@@ -13,7 +13,7 @@ import sys
 import nats
 
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.config.options import RANDOM_PORT
 from tests.helpers import free_port
 from tests.test_tls_map import pki  # noqa: F401

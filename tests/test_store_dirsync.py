@@ -19,7 +19,7 @@ from rillet.jetstream.store import StoreConfig
 from rillet.jetstream.store import filestore as fsmod
 from rillet.jetstream.store.filestore import FileStore
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from nats.js.api import Placement, StreamConfig
 
 from rillet.config.options import JetStreamOptions, User
 from rillet.jetstream.cluster.peers import peer_id
-from rillet.server.embed import run_cluster, run_super_cluster, wait_meta_leader
+from rillet.app.embed import run_cluster, run_super_cluster, wait_meta_leader
 from tests.helpers import free_port
 
 T = "io.nats.jetstream.api.v1."
@@ -272,14 +272,14 @@ def _js_server(cname: str, i: int, rports: list, gports: list, remotes: list, st
     from rillet.config.gateway_section import GatewayOptions
     from rillet.config.options import ClusterOptions, Options
     from rillet.server.logging import Logger
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     o = Options(host="127.0.0.1", port=-1, server_name=f"{cname}-{i}")
     o.jetstream = JetStreamOptions(enabled=True, store_dir=os.path.join(store, f"{cname}-{i}"))
     o.cluster = ClusterOptions(name=cname, host="127.0.0.1", port=rports[i],
                                routes=[f"nats-route://127.0.0.1:{p}" for p in rports])
     o.gateway_opts = GatewayOptions(name=cname, host="127.0.0.1", port=gports[i], gateways=remotes)
     o.gateway = {"name": cname}
-    s = Server(o, Logger(out=io.StringIO()))
+    s = build_server(o, Logger(out=io.StringIO()))
     s.gateway.solicit_delay = 0.05
     return s
 
@@ -395,7 +395,7 @@ async def test_mixed_mode_in_one_cluster(tmp_path):
 
     from rillet.config.options import ClusterOptions, Options
     from rillet.server.logging import Logger
-    from rillet.server.server import Server
+    from rillet.app.compose import build_server
     rp = [free_port() for _ in range(3)]
     servers = []
     for i in range(3):
@@ -404,7 +404,7 @@ async def test_mixed_mode_in_one_cluster(tmp_path):
             o.jetstream = JetStreamOptions(enabled=True, store_dir=str(tmp_path / f"m{i}"))
         o.cluster = ClusterOptions(name="M", host="127.0.0.1", port=rp[i],
                                    routes=[f"nats-route://127.0.0.1:{p}" for p in rp])
-        servers.append(Server(o, Logger(out=io.StringIO())))
+        servers.append(build_server(o, Logger(out=io.StringIO())))
     try:
         for s in servers:
             await s.start()

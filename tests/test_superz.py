@@ -20,7 +20,7 @@ import pytest
 from rillet.config.options import User
 from rillet.monitor import superz
 from rillet.monitor.superz import Collector, Thresholds, aggregate, text_view
-from rillet.server.embed import run_cluster, run_super_cluster
+from rillet.app.embed import run_cluster, run_super_cluster
 
 USERS = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]
 MS = 1_000_000
@@ -547,7 +547,7 @@ async def test_cli_against_a_go_jetstream_cluster():
 
 
 async def test_endpoint_on_one_server_query_errors_and_no_system_account():
-    from rillet.server.embed import run_server
+    from rillet.app.embed import run_server
     async with run_server(http_port=-1, server_name="solo") as srv:
         code, h = await _superz(srv)
         assert code == 200 and h["healthy"] and list(h["clusters"]) == [""], h

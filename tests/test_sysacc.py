@@ -8,7 +8,7 @@ import nats
 import pytest
 
 from rillet.server import Options
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.config.options import RANDOM_PORT, User
 
 SERVER_KEYS = {"name", "host", "id", "ver", "jetstream", "flags", "seq", "time"}

@@ -284,7 +284,7 @@ async def test_pinned_certs_reload_disconnects_unpinned(pki, tmp_path):
     import io
     import signal
     from rillet.config.flags import parse_command_line
-    from rillet.server.embed import run_server
+    from rillet.app.embed import run_server
     from rillet.server.sysservices import reload_from_file
     from tests.helpers import ServerProcess, _rillet_logger
     path = tmp_path / "pin.conf"

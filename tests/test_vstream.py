@@ -20,7 +20,7 @@ import pytest
 from rillet.cli.vstream import mappings, read_name, render_mappings, stream_configs, write_name
 from rillet.config.parser import parse_string
 from rillet.jetstream.api import _mapped_body_stream
-from rillet.server.embed import run_cluster
+from rillet.app.embed import run_cluster
 from rillet.subjects.mapping import Mapping, mapped_from, parse_mappings
 from tests.helpers import ServerProcess, free_port, serve_config
 

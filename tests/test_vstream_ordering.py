@@ -23,9 +23,10 @@ import pytest
 from rillet.cli.common import CliError
 from rillet.cli.vstream import mappings, order_name, read_name, stream_configs, write_name
 from rillet.config.options import JetStreamOptions
-from rillet.server.embed import run_super_cluster
+from rillet.app.embed import run_super_cluster
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 
 REGIONS = ["west", "central", "east"]
 CLUSTERS = REGIONS + ["stretch"]
@@ -225,7 +226,7 @@ async def test_ordering_stream_through_a_whole_region_outage():
 
             for s in stopped:  # (on the same ports, the same store: the clients reconnect there)
                 port = int(s.client_url.rsplit(":", 1)[1])
-                srv = Server(replace(s.opts, port=port), Logger(out=io.StringIO()))
+                srv = build_server(replace(s.opts, port=port), Logger(out=io.StringIO()))
                 restarted.append(srv)
                 await srv.start()
             after = await _converged(conns, len(sent), timeout=20)

@@ -19,9 +19,10 @@ from dataclasses import replace
 import nats
 
 from rillet.cli.vstream import mappings, read_name, stream_configs, write_name
-from rillet.server.embed import run_super_cluster
+from rillet.app.embed import run_super_cluster
 from rillet.server.logging import Logger
 from rillet.server.server import Server
+from rillet.app.compose import build_server
 
 REGIONS = ["west", "central", "east"]
 
@@ -116,7 +117,7 @@ async def test_virtual_stream_walkthrough_on_a_super_cluster():
                              lambda r=r: _stream_at(conns[r], read_name("foo", r), len(sent)))
             for s in region["east"]:  # (on the same client port: the clients reconnect there)
                 port = int(s.client_url.rsplit(":", 1)[1])
-                srv = Server(replace(s.opts, port=port), Logger(out=io.StringIO()))
+                srv = build_server(replace(s.opts, port=port), Logger(out=io.StringIO()))
                 restarted.append(srv)
                 await srv.start()
             await _until("east's read stream caught up",

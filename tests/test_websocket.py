@@ -14,7 +14,7 @@ import zlib
 import pytest
 
 import nats
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 from rillet.config.options import Options, TLSConfig, User, WebsocketOptions
 from rillet.server.websocket import accept_key

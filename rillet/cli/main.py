@@ -65,7 +65,7 @@ def build_command():  # -> click.Command
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "server" and (len(argv) == 1 or argv[1] not in SERVER_SUBCOMMANDS):
-        from rillet.server.main import main as server_main
+        from rillet.app.main import main as server_main
         return server_main(argv[1:]) or 0
     from typer import Abort, Exit
     from typer._click.exceptions import ClickException

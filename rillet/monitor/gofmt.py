@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rillet.gojson import num  # noqa: F401 (the monitor's float fields: here with the other formatters)
 from rillet.goquote import go_quote
 from rillet.gotime import NS, format_duration
 
@@ -44,13 +45,6 @@ def uptime(seconds: float) -> str:
 def secs_to_ns(seconds: float) -> int:
     """A duration option (float seconds in Options) as Go's integer nanoseconds."""
     return int(round(seconds * NS))
-
-
-def num(x: float | int) -> float | int:
-    """A float64 field: Go prints integral floats without a fraction (2, not 2.0)."""
-    if isinstance(x, float) and x.is_integer() and abs(x) < 1e21:
-        return int(x)
-    return x
 
 
 class QueryError(Exception):

@@ -17,7 +17,8 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 import rillet
-from rillet.monitor import endpoints, procstats
+from rillet.monitor import endpoints
+from rillet.server import procstats
 from rillet.monitor.conns import ConnzOptions, connz, decode_subs
 from rillet.gojson import dumps
 from rillet.goquote import go_quote

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import rillet
 from rillet import lane
 from rillet.gotime import format_time, unix_ns
-from rillet.monitor import procstats
+from rillet.server import procstats
 from rillet.monitor.gofmt import num, secs_to_ns, uptime
 
 DEFAULT_TLS_TIMEOUT = 2.0

@@ -1,14 +1,12 @@
-"""The Rillet server. ``Server`` and ``Options`` are the embedding API (see ``rillet.server.embed``)."""
+"""The Rillet server core. ``Options`` and ``Server`` (the core alone: ``rillet.app.build_server`` builds a
+server with its links, JetStream and monitoring, and ``rillet.app.embed`` is the embedding API)."""
 from rillet.config.options import Options
 
-__all__ = ["Options", "Server", "run_server"]
+__all__ = ["Options", "Server"]
 
 
 def __getattr__(name: str):
     if name == "Server":
         from rillet.server.server import Server
         return Server
-    if name == "run_server":
-        from rillet.server.embed import run_server
-        return run_server
     raise AttributeError(name)

@@ -1,4 +1,5 @@
-"""``rillet-server`` / ``python -m rillet.server``: the nats-server command line."""
+"""The nats-server command line (``rillet-server`` / ``python -m rillet.server``, started by ``rillet.app.main``
+with the composition root's ``build_server``)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import rillet
 from rillet import lane
@@ -24,7 +25,9 @@ _SIGNALS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, build: Callable[[Options, Logger], Any] | None = None) -> int:
+    """``build(opts, log)``: the server to run (``rillet.app.compose.build_server``; None: the core server alone,
+    which refuses links and monitoring, see rillet/server/subsystems.py)."""
     from rillet.config.errors import ConfigError
     from rillet.config.flags import FlagError, FlagSyntaxError, parse_command_line
 
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 pass
         print(f"nats-server: configuration file {opts.config_file} is valid{digest}", file=sys.stderr)
         return 0
-    return run(opts, argv)
+    return run(opts, argv, build)
 
 
 def _check_tls_files(opts: Options) -> None:
@@ -142,7 +145,7 @@ def send_signal(command: str, pid: str | None, pid_file: str) -> int:
     return 0
 
 
-def run(opts: Options, argv: list[str]) -> int:
+def run(opts: Options, argv: list[str], build: Callable[[Options, Logger], Any] | None = None) -> int:
     try:
         import uvloop
         uvloop.install()
@@ -156,7 +159,7 @@ def run(opts: Options, argv: list[str]) -> int:
         print(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {e}", file=sys.stderr)
         return 1
     try:
-        rc = asyncio.run(_serve(opts, argv, log))
+        rc = asyncio.run(_serve(opts, argv, log, build))
     except KeyboardInterrupt:
         rc = 0
     _exit_now(rc)
@@ -204,8 +207,10 @@ def _exit_now(rc: int) -> None:
     os._exit(rc)
 
 
-async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
-    from rillet.server.server import Server
+async def _serve(opts: Options, argv: list[str], log: Logger,
+                 build: Callable[[Options, Logger], Any] | None = None) -> int:
+    if build is None:
+        from rillet.server.server import Server as build
 
     for w in opts.config_warnings:
         log.warn(w)
@@ -213,7 +218,7 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
     for w in inactive_warnings(opts):
         log.warn(w)
     try:
-        srv = Server(opts, log)
+        srv = build(opts, log)
         srv.reload_argv = argv  # what SIGHUP and $SYS.REQ.SERVER.<id>.RELOAD read again
     except ValueError as e:
         # as nats-server when it cannot build its server (NewServer): the error on stderr, not in the log,
@@ -265,6 +270,8 @@ async def _serve(opts: Options, argv: list[str], log: Logger) -> int:
         # an OSError raised with our own text carries it as strerror (str() would add "[Errno N]")
         log.fatal(e.strerror if isinstance(e, OSError) and e.strerror else str(e))
         return 1
+    from rillet.server.gcpolicy import policy as gc_policy
+    gc_policy.install(loop)  # start-up objects frozen, old-generation collections paced (issue 20)
     held: list[int] = []
     # (first of the shutdown callbacks: before the routes, leaf nodes and gateways close)
     srv.on_shutdown.insert(0, lambda: held.extend(_hold_sockets(srv)))

@@ -1,9 +1,11 @@
 """The server: listeners, client registry, accounts, INFO, lame-duck mode, reload and shutdown.
 
-Embedding::
+Embedding (``rillet.app`` builds a server with its links, JetStream and monitoring; ``Server(opts)`` alone is
+the core, see rillet/server/subsystems.py; ``rillet.app.embed`` has context managers for these steps)::
 
-    from rillet.server import Options, Server
-    srv = Server(Options(host="127.0.0.1", port=-1))
+    from rillet.app import build_server
+    from rillet.server import Options
+    srv = build_server(Options(host="127.0.0.1", port=-1))
     await srv.start()
     print(srv.client_url)
     await srv.shutdown()
@@ -28,6 +30,7 @@ from rillet.server.auth import Authenticator, new_implicit_user_name, sys_only_n
 from rillet.server.client import Client, InternalClient
 from rillet.server.listen import hostport, listening_socket
 from rillet.server.logging import Logger
+from rillet.server.subsystems import Core, Subsystems
 from rillet.config.options import RANDOM_PORT, Options
 from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_server_context, pinned_error, \
     recheck_pinned
@@ -44,8 +47,12 @@ class ClosedClient:
 
 
 class Server:
-    def __init__(self, opts: Options | None = None, log: Logger | None = None) -> None:
+    def __init__(self, opts: Options | None = None, log: Logger | None = None,
+                 subsystems: Subsystems | None = None) -> None:
+        """``subsystems``: the links, JetStream and monitoring the composition root wires (rillet.app:
+        ``build_server(opts)`` makes a full server); without them, the core only (``rillet.server.subsystems``)."""
         self.opts = opts if opts is not None else Options()
+        self.subsystems: Subsystems = subsystems if subsystems is not None else Core()
         o = self.opts
         validate_options(o)
         self.log = log if log is not None else Logger(debug=o.debug, trace=o.trace, logtime=o.logtime,
@@ -63,23 +70,13 @@ class Server:
         self.pending_flush: list[Any] = []
         self._flush_scheduled = False
         self.accounts: dict[str, Account] = {}
-        self.cluster: Any = None  # rillet.cluster.cluster.Cluster (routes), when a cluster port is set
-        if o.cluster.port:
-            from rillet.cluster.cluster import Cluster
-            self.cluster = Cluster(self)  # ValueError: refuse to start
-        self.leafnodes: Any = None  # rillet.cluster.leaf.LeafNodes, when a leafnode port or remotes are set
-        if o.leaf is not None and (o.leaf.port or o.leaf.remotes):
-            from rillet.cluster.leaf import LeafNodes
-            self.leafnodes = LeafNodes(self)  # ValueError: refuse to start
-        self.gateway: Any = None  # rillet.cluster.gateway.Gateway, when the gateway block has a name and port
-        if o.gateway_opts is not None:
-            from rillet.config.gateway_section import validate_gateway
-            err = validate_gateway(o.gateway_opts)  # (at start, not with -t: as nats-server)
-            if err:
-                raise ValueError(err)
-        if o.gateway_opts is not None and o.gateway_opts.enabled:
-            from rillet.cluster.gateway import Gateway
-            self.gateway = Gateway(self)  # ValueError: refuse to start
+        # the links, set by the subsystems: the route manager (when a cluster port is set), the leaf node
+        # manager (a leafnode port or remotes) and the gateway manager (a gateway block with a name and port)
+        self.cluster: Any = None
+        self.leafnodes: Any = None
+        self.gateway: Any = None
+        self.subsystems.make_links(self)  # ValueError: refuse to start
+        self._account_class = self.subsystems.account_class(self)
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
         if o.mappings:
             from rillet.subjects.mapping import parse_mappings
@@ -138,16 +135,7 @@ class Server:
     # ---- accounts -------------------------------------------------------------------------------------
 
     def _make_account(self, name: str) -> Account:
-        cls = Account if self.cluster is None else self.cluster.account_class
-        if self.leafnodes is not None:
-            from rillet.cluster.leaf import LeafAccount
-            cls = LeafAccount
-        if self.gateway is not None:
-            cls = self.gateway.account_class
-            if self.leafnodes is not None:  # both: one class with the gateway and the leaf steps
-                from rillet.cluster.leaf import leaf_gateway_account_class
-                cls = leaf_gateway_account_class()
-        acc = cls(self, name)
+        acc = self._account_class(self, name)
         self.accounts[name] = acc
         sa = getattr(self, "sysacc", None)
         if sa is not None:
@@ -189,8 +177,7 @@ class Server:
         if o.tls is not None:
             self.tls_context = make_server_context(o.tls)
         if o.jetstream.enabled:
-            from rillet.server import jetstream_seam
-            js = jetstream_seam.new_jetstream(self)
+            js = self.subsystems.new_jetstream(self)
             try:
                 await js.start()
             except OSError as e:
@@ -247,8 +234,7 @@ class Server:
                                    f"{hostport(host, port)}: bind: {(e.strerror or str(e)).lower()}\"") from e
         try:
             if o.http_port or o.https_port:
-                from rillet.monitor import start_monitor
-                await start_monitor(self)
+                await self.subsystems.start_monitor(self)
             if o.websocket.port:
                 from rillet.server.websocket import start_websocket
                 await start_websocket(self)
@@ -448,8 +434,9 @@ class Server:
             c.account.remove_sub(sub)
         if self.closed_clients.maxlen != 0:
             try:
-                from rillet.monitor.conns import closed_conn_info
-                self.closed_clients.append(ClosedClient(closed_conn_info(self, c)))
+                info = self.subsystems.closed_conn_info(self, c)
+                if info is not None:
+                    self.closed_clients.append(ClosedClient(info))
             except Exception:  # monitoring data is best effort; never fail a close on it
                 pass
 
@@ -616,15 +603,7 @@ class Server:
                                      f"old={getattr(old, key)}, new={getattr(new_opts, key)}")
         from rillet.server import auth_callout
         auth_callout.check_reload(self, new_opts)  # ValueError: the reload is refused before anything changes
-        if self.cluster is not None or new_opts.cluster.port:
-            from rillet.cluster.cluster import check_reload
-            check_reload(self, new_opts)  # cluster host/port changes are refused (ValueError)
-        if self.leafnodes is not None or new_opts.leaf is not None:
-            from rillet.cluster.leaf import check_reload as leaf_check_reload
-            leaf_check_reload(self, new_opts)  # leafnodes changes are refused (ValueError)
-        if self.gateway is not None or new_opts.gateway_opts is not None:
-            from rillet.cluster.gateway import check_reload as gateway_check_reload
-            gateway_check_reload(self, new_opts)  # only tls {} changes are accepted, as nats-server (ValueError)
+        self.subsystems.check_reload(self, new_opts)  # the cluster, leafnodes and gateway blocks (ValueError)
         new_tls_context = tls_reload_context(self, new_opts)  # ValueError: the reload is refused
         new_opts.port = old.port
         self.opts = new_opts

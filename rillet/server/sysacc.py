@@ -10,7 +10,8 @@
     $SYS.REQ.ACCOUNT.<acc>.<CONNZ|SUBSZ|JSZ|INFO|CONNS|STATZ>
 
   The request body, when not empty, is the options JSON with nats-server's field names
-  (``{"subscriptions": true}`` for CONNZ, ...). The data comes from the HTTP monitor's functions.
+  (``{"subscriptions": true}`` for CONNZ, ...). The data comes from the HTTP monitor's functions, which
+  the composition root wires (``Subsystems.server_data``/``account_data``: rillet.monitor.sysreq).
 * Events: ``$SYS.ACCOUNT.<acc>.CONNECT`` / ``.DISCONNECT`` and ``$SYS.SERVER.<id>.STATSZ`` (every
   ``STATSZ_INTERVAL`` seconds). An event is only built when someone in the system account listens for it.
 """
@@ -24,8 +25,8 @@ from typing import Any
 
 import rillet
 from rillet.gotime import format_time, unix_ns
-from rillet.gojson import dumps
-from rillet.monitor.gofmt import QueryError, num
+from rillet.gojson import dumps, num
+from rillet.server import procstats
 
 SYS_DEFAULT = "$SYS"
 STATSZ_INTERVAL = 10.0
@@ -39,71 +40,6 @@ _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 def _event_id() -> str:
     return "".join(secrets.choice(_B62) for _ in range(22))
-
-
-def _s(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-# ---- request options (nats-server JSON field names) -> the HTTP monitor's query parameters -------------
-
-def _connz_query(o: dict) -> dict:
-    q: dict[str, str] = {}
-    for k in ("sort", "offset", "limit", "cid", "user", "acc", "mqtt_client"):
-        if o.get(k) not in (None, "", 0):
-            q[k] = _s(o[k])
-    if o.get("auth"):
-        q["auth"] = "true"
-    if o.get("subscriptions_detail"):
-        q["subs"] = "detail"
-    elif o.get("subscriptions"):
-        q["subs"] = "true"
-    st = o.get("state")
-    if st is not None and st != "":
-        q["state"] = {0: "open", 1: "closed", 2: "all"}.get(st, str(st)) if isinstance(st, int) else str(st)
-    return q
-
-
-def _subsz_query(o: dict) -> dict:
-    q: dict[str, str] = {}
-    for k in ("offset", "limit", "test"):
-        if o.get(k) not in (None, "", 0):
-            q[k] = _s(o[k])
-    if o.get("subscriptions"):
-        q["subs"] = "true"
-    if o.get("account"):
-        q["acc"] = o["account"]
-    return q
-
-
-def _jsz_query(o: dict) -> dict:
-    q: dict[str, str] = {}
-    for k in ("accounts", "streams", "consumers", "config", "offset", "limit", "raft"):
-        if o.get(k) not in (None, "", 0, False):
-            q[k] = _s(o[k])
-    for k in ("leader_only", "stream_leader_only", "direct_consumers"):
-        if o.get(k):
-            q[k.replace("_", "-")] = "true"
-    if o.get("account"):
-        q["acc"] = o["account"]
-    return q
-
-
-def _healthz_query(o: dict) -> dict:
-    q: dict[str, str] = {}
-    for k in ("js-enabled", "js-enabled-only", "js-server-only", "js-meta-only", "details"):
-        if o.get(k):
-            q[k] = "true"
-    for k in ("account", "stream", "consumer"):
-        if o.get(k):
-            q[k] = str(o[k])
-    return q
-
-
-def _accountz_query(o: dict) -> dict:
-    return {"acc": o["account"]} if o.get("account") else {}
 
 
 class SystemAccount:
@@ -217,14 +153,12 @@ class SystemAccount:
         if m is not None:
             return m.http_req_stats, m.cpu
         if self._cpu is None:
-            from rillet.monitor import procstats
             self._cpu = procstats.CPUMeter()
         return self._http_stats, self._cpu
 
     # ---- statsz -----------------------------------------------------------------------------------------
 
     def statsz(self) -> dict:
-        from rillet.monitor import procstats
         srv = self.server
         in_m, in_b, out_m, out_b = srv.totals()
         _, cpu = self._monitor()
@@ -295,7 +229,7 @@ class SystemAccount:
         try:
             o = self._options(hdr, msg)
             data = self.server_data(kind, o)
-        except (ValueError, QueryError) as e:
+        except ValueError as e:
             self._error(reply, 400, str(e))
             return
         except Exception as e:  # a bug must not take the server down
@@ -307,45 +241,9 @@ class SystemAccount:
         self._reply(reply, {"server": self.server_info(), "data": data})
 
     def server_data(self, kind: str, o: dict) -> dict | None:
-        from rillet.monitor import endpoints
-        from rillet.monitor.conns import ConnzOptions, connz
-        from rillet.monitor.varz import varz
-        srv = self.server
-        if kind == "VARZ":
-            stats, cpu = self._monitor()
-            return varz(srv, stats, cpu)
-        if kind == "CONNZ":
-            return connz(srv, ConnzOptions.from_query(_connz_query(o)))
-        if kind == "SUBSZ":
-            return endpoints.subsz(srv, _subsz_query(o))
-        if kind == "JSZ":
-            return endpoints.jsz(srv, _jsz_query(o))
-        if kind == "HEALTHZ":
-            code, body = endpoints.healthz(srv, endpoints.healthz_options(_healthz_query(o)))
-            body = dict(body)
-            body.setdefault("status_code", code)  # nats-server's $SYS answer always carries the code
-            return body
-        if kind == "ACCOUNTZ":
-            return endpoints.accountz(srv, _accountz_query(o))
-        if kind == "ROUTEZ":
-            return endpoints.routez(srv, {})
-        if kind == "GATEWAYZ":
-            return endpoints.gatewayz(srv, {})
-        if kind == "LEAFZ":
-            return endpoints.leafz(srv, {})
-        if kind == "IPQUEUESZ":
-            return endpoints.ipqueuesz(srv, {})
-        if kind == "RAFTZ":
-            return {}  # one server: no raft groups
-        if kind == "EXPVARZ":
-            from rillet.monitor import procstats
-            return json.loads(endpoints.expvar_body(procstats.rss_bytes()))
-        if kind == "PROFILEZ":
-            # nats-server's pprof profiles are the Go runtime's; a Python server has none of them
-            name = o.get("name", "")
-            return {"profile": None,
-                    "error": f"Profile {json.dumps(name)} not found" if name else "Profile name not specified"}
-        return None
+        """The data of a ``$SYS.REQ.SERVER.*.<kind>`` request, from the monitoring the composition root wired
+        (rillet.monitor.sysreq; None: not answered). ValueError: bad request options."""
+        return self.server.subsystems.server_data(self, kind, o)
 
     def _on_account_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         parts = subject.decode().split(".")
@@ -358,7 +256,7 @@ class SystemAccount:
         try:
             o = self._options(hdr, msg)
             data = self.account_data(acc_name, kind, o)
-        except (ValueError, QueryError) as e:
+        except ValueError as e:
             self._error(reply, 400, str(e))
             return
         except Exception as e:
@@ -373,26 +271,10 @@ class SystemAccount:
             self._reply(reply, {"server": self.server_info(), "data": data})
 
     def account_data(self, acc: str, kind: str, o: dict) -> dict | None:
-        from rillet.monitor import endpoints
-        from rillet.monitor.conns import ConnzOptions, connz
         srv = self.server
         if acc not in srv.accounts and (acc in (srv.opts.accounts or {}) or
                                         any(getattr(u, "account", "") == acc for u in srv.opts.users or [])):
             srv.lookup_account(acc)  # a configured account not yet used by a connection
-        if kind == "CONNZ":
-            o = dict(o, acc=acc)
-            return connz(srv, ConnzOptions.from_query(_connz_query(o)))
-        if kind == "SUBSZ":
-            return endpoints.subsz(srv, _subsz_query(dict(o, account=acc)))
-        if kind == "JSZ":
-            return endpoints.jsz(srv, _jsz_query(dict(o, account=acc)))
-        if kind == "LEAFZ":
-            return endpoints.leafz(srv, {})
-        if kind == "INFO":
-            if acc not in srv.accounts:
-                raise ValueError(f"account {acc!r} not found")
-            d = endpoints.accountz(srv, {"acc": acc})
-            return d.get("account_detail", d)
         if kind in ("CONNS", "STATZ"):
             a = srv.accounts.get(acc)
             if a is None:
@@ -405,7 +287,8 @@ class SystemAccount:
             m.pop("timestamp", None)
             m.pop("server", None)
             return {"server_id": srv.server_id, "now": format_time(time.time_ns()), "account_statz": [m]}
-        return None
+        # CONNZ SUBSZ JSZ LEAFZ INFO: from the monitoring the composition root wired (rillet.monitor.sysreq)
+        return srv.subsystems.account_data(self, acc, kind, o)
 
     def account_conns_msg(self, acc: Any) -> dict:
         in_m = in_b = out_m = out_b = 0

@@ -1,4 +1,4 @@
-"""Run a Rillet server inside a Python program, e.g. as a test fixture::
+"""Run a Rillet server inside a Python program, e.g. as a test fixture (``from rillet.app.embed import run_server``)::
 
     async with run_server(port=-1) as srv:
         nc = await nats.connect(srv.client_url)
@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator, Callable, Sequence
 
 from rillet.server.logging import Logger
 from rillet.config.options import RANDOM_PORT, Options
+from rillet.app.compose import build_server
 from rillet.server.server import Server
 
 
@@ -32,7 +33,7 @@ async def run_server(opts: Options | None = None, *, log: Logger | None = None,
         raise TypeError("pass either an Options object or keyword fields, not both")
     if log is None:
         log = Logger(debug=opts.debug, trace=opts.trace, out=io.StringIO())
-    srv = Server(opts, log)
+    srv = build_server(opts, log)
     await srv.start()
     try:
         yield srv
@@ -46,7 +47,7 @@ async def start_server(opts: Options | None = None, **fields: Any) -> Server:
         fields.setdefault("host", "127.0.0.1")
         fields.setdefault("port", RANDOM_PORT)
         opts = Options(**fields)
-    srv = Server(opts, Logger(out=io.StringIO()))
+    srv = build_server(opts, Logger(out=io.StringIO()))
     await srv.start()
     return srv
 
@@ -107,7 +108,7 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
             else:
                 opts.cluster = replace(opts.cluster if "cluster" in fields else ClusterOptions(), name=name,
                                        host="127.0.0.1", port=RANDOM_PORT, routes=[seed] if seed else [])
-            srv = Server(opts, log if log is not None else Logger(out=io.StringIO()))
+            srv = build_server(opts, log if log is not None else Logger(out=io.StringIO()))
             await srv.start()
             servers.append(srv)
             if not seed:
@@ -239,7 +240,7 @@ async def run_super_cluster(clusters: int = 2, servers: int | Sequence[int] = 1,
                 opts.gateway = {"name": cname, "host": "127.0.0.1"}  # (the block as a config would write it)
                 if remotes:
                     opts.gateway["gateways"] = [{"name": r.name, "urls": list(r.urls)} for r in remotes]
-                srv = Server(opts, log if log is not None else Logger(out=io.StringIO()))
+                srv = build_server(opts, log if log is not None else Logger(out=io.StringIO()))
                 srv.gateway.solicit_delay = solicit_delay
                 every.append(srv)
                 await srv.start()

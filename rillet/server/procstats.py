@@ -1,4 +1,4 @@
-"""Process figures for /varz: resident memory, CPU percentage, core counts."""
+"""Process figures (/varz, $SYS statsz): resident memory, CPU percentage, core counts."""
 from __future__ import annotations
 
 import os

@@ -1,0 +1,102 @@
+"""The composition root: a server built from its options, with the links, JetStream and monitoring they ask for.
+
+``build_server(opts)`` makes the core ``rillet.server.server.Server`` and hands it a ``Root``, the
+``rillet.server.subsystems.Subsystems`` the server calls back at its points of contact. This is the one place
+that knows every subsystem; the server knows none of them (it imports neither ``rillet.cluster`` nor
+``rillet.monitor``: tests/test_import_cycles.py). Each subsystem's modules load only when the options need
+it: the route, leaf node and gateway managers with a ``cluster {}`` port, a ``leafnodes {}`` port or remotes,
+a ``gateway {}`` block; the HTTP monitor (aiohttp) with ``http_port``/``https_port``; JetStream when enabled;
+the monitor's data functions with the first ``$SYS`` monitoring request or the first closed connection.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rillet.config.options import Options
+from rillet.server.logging import Logger
+from rillet.server.server import Server
+
+if TYPE_CHECKING:
+    from rillet.server.sysacc import SystemAccount
+
+__all__ = ["Root", "build_server"]
+
+
+def build_server(opts: Options | None = None, log: Logger | None = None) -> Server:
+    """A server with everything its options configure (not started: ``await srv.start()``).
+    ValueError: the options are refused (the server does not start)."""
+    return Server(opts, log, Root())
+
+
+class Root:
+    """The subsystems of a server built by ``build_server`` (``rillet.server.subsystems.Subsystems``)."""
+
+    # ---- links ----------------------------------------------------------------------------------------
+
+    def make_links(self, server: Server) -> None:
+        o = server.opts
+        if o.cluster.port:
+            from rillet.cluster.cluster import Cluster
+            server.cluster = Cluster(server)  # ValueError: refuse to start
+        if o.leaf is not None and (o.leaf.port or o.leaf.remotes):
+            from rillet.cluster.leaf import LeafNodes
+            server.leafnodes = LeafNodes(server)  # ValueError: refuse to start
+        if o.gateway_opts is not None:
+            from rillet.config.gateway_section import validate_gateway
+            err = validate_gateway(o.gateway_opts)  # (at start, not with -t: as nats-server)
+            if err:
+                raise ValueError(err)
+            if o.gateway_opts.enabled:
+                from rillet.cluster.gateway import Gateway
+                server.gateway = Gateway(server)  # ValueError: refuse to start
+
+    def account_class(self, server: Server) -> type:
+        """``Account`` alone; with routes ``RoutedAccount``; with leaf nodes ``LeafAccount``; with gateways
+        ``GatewayAccount``; with gateways and leaf nodes ``LeafGatewayAccount``."""
+        if server.gateway is not None:
+            if server.leafnodes is not None:  # both: one class with the gateway and the leaf steps
+                from rillet.cluster.leaf import LeafGatewayAccount
+                return LeafGatewayAccount
+            return server.gateway.account_class
+        if server.leafnodes is not None:
+            from rillet.cluster.leaf import LeafAccount
+            return LeafAccount
+        if server.cluster is not None:
+            return server.cluster.account_class
+        from rillet.server.accounts import Account
+        return Account
+
+    def check_reload(self, server: Server, new_opts: Options) -> None:
+        if server.cluster is not None or new_opts.cluster.port:
+            from rillet.cluster.cluster import check_reload
+            check_reload(server, new_opts)  # cluster host/port changes are refused (ValueError)
+        if server.leafnodes is not None or new_opts.leaf is not None:
+            from rillet.cluster.leaf import check_reload as leaf_check_reload
+            leaf_check_reload(server, new_opts)  # leafnodes changes are refused (ValueError)
+        if server.gateway is not None or new_opts.gateway_opts is not None:
+            from rillet.cluster.gateway import check_reload as gateway_check_reload
+            gateway_check_reload(server, new_opts)  # only tls {} changes are accepted, as nats-server (ValueError)
+
+    # ---- JetStream ------------------------------------------------------------------------------------
+
+    def new_jetstream(self, server: Server) -> Any:
+        from rillet.jetstream.manager import JetStream
+        return JetStream(server, clustered=server.cluster is not None)
+
+    # ---- monitoring -----------------------------------------------------------------------------------
+
+    async def start_monitor(self, server: Server) -> None:
+        from rillet.monitor import start_monitor
+        await start_monitor(server)
+
+    def closed_conn_info(self, server: Server, c: Any) -> dict | None:
+        from rillet.monitor.conns import closed_conn_info
+        return closed_conn_info(server, c)
+
+    def server_data(self, sysacc: "SystemAccount", kind: str, o: dict) -> dict | None:
+        from rillet.monitor import sysreq
+        return sysreq.server_data(sysacc, kind, o)
+
+    def account_data(self, sysacc: "SystemAccount", acc: str, kind: str, o: dict) -> dict | None:
+        from rillet.monitor import sysreq
+        return sysreq.account_data(sysacc, acc, kind, o)

@@ -1,0 +1,103 @@
+"""What a ``Server`` gets from outside: its links (routes, gateways, leaf nodes), JetStream and monitoring.
+
+``rillet.server`` does not import ``rillet.cluster`` or ``rillet.monitor`` (tests/test_import_cycles.py):
+the composition root, ``rillet.app``, builds those subsystems from the options and plugs them into the
+server through the ``Subsystems`` interface below, which the server owns and calls at its few points of
+contact (construction, the account class, start, a closed connection, reload, the system account's
+monitoring requests). ``rillet.app.build_server(opts)`` is how a full server is made (``rillet-server``,
+``python -m rillet.server``, ``rillet.app.embed``, the tests' helpers).
+
+A ``Server`` made without one (``Server(opts)``) gets ``Core``: clients, accounts, authorization, the system
+account's events and JetStream; options that need links or HTTP monitoring are refused with a clear error
+(at construction and at reload), and the system account answers no monitoring data requests (``VARZ``,
+``CONNZ``...).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rillet.config.options import Options
+    from rillet.server.server import Server
+
+
+class Subsystems(Protocol):
+    """The server's calls into the parts the composition root wires (``rillet.app.compose.Root``)."""
+
+    def make_links(self, server: "Server") -> None:
+        """Build the route, leaf node and gateway managers the options ask for and set them on the server
+        (``server.cluster``, ``server.leafnodes``, ``server.gateway``); called once while the server is
+        built, before its accounts. ValueError: the server refuses to start."""
+
+    def account_class(self, server: "Server") -> type:
+        """The class of the server's accounts (with the links' interest propagation and entry points)."""
+
+    def new_jetstream(self, server: "Server") -> Any:
+        """The JetStream subsystem of the server (not started: the server awaits its ``start()``)."""
+
+    async def start_monitor(self, server: "Server") -> None:
+        """Start HTTP(S) monitoring (``http_port``/``https_port`` set): its listener goes to
+        ``server.extra_listeners`` and its bound address to ``server.http_addr``/``https_addr``."""
+
+    def closed_conn_info(self, server: "Server", c: Any) -> dict | None:
+        """What /connz?state=closed keeps of a connection that has gone (None: nothing is kept)."""
+
+    def check_reload(self, server: "Server", new_opts: "Options") -> None:
+        """Refuse (ValueError) a reload whose options the links cannot take; nothing is changed here."""
+
+    def server_data(self, sysacc: Any, kind: str, o: dict) -> dict | None:
+        """The data of a ``$SYS.REQ.SERVER.*.<kind>`` monitoring request (None: not answered);
+        ValueError for bad request options (answered with a 400 error)."""
+
+    def account_data(self, sysacc: Any, acc: str, kind: str, o: dict) -> dict | None:
+        """The data of a ``$SYS.REQ.ACCOUNT.<acc>.<kind>`` monitoring request (as ``server_data``)."""
+
+
+def needs_root(o: "Options") -> list[str]:
+    """The options' parts that only the composition root can build (links and HTTP monitoring)."""
+    out = []
+    if o.cluster.port:
+        out.append("cluster")
+    if o.leaf is not None and (o.leaf.port or o.leaf.remotes):
+        out.append("leafnodes")
+    if o.gateway_opts is not None:
+        out.append("gateway")
+    if o.http_port or o.https_port:
+        out.append("monitoring")
+    return out
+
+
+class Core:
+    """The subsystems of a server built without the composition root: none but JetStream."""
+
+    @staticmethod
+    def _refuse(parts: list[str]) -> None:
+        if parts:
+            raise ValueError(f"{', '.join(parts)} need the composition root: build the server with "
+                             f"rillet.app.build_server(opts)")
+
+    def make_links(self, server: "Server") -> None:
+        self._refuse(needs_root(server.opts))
+
+    def account_class(self, server: "Server") -> type:
+        from rillet.server.accounts import Account
+        return Account
+
+    def new_jetstream(self, server: "Server") -> Any:
+        from rillet.server import jetstream_seam
+        return jetstream_seam.new_jetstream(server)
+
+    async def start_monitor(self, server: "Server") -> None:
+        self._refuse(["monitoring"])
+
+    def closed_conn_info(self, server: "Server", c: Any) -> dict | None:
+        return None
+
+    def check_reload(self, server: "Server", new_opts: "Options") -> None:
+        self._refuse(needs_root(new_opts))
+
+    def server_data(self, sysacc: Any, kind: str, o: dict) -> dict | None:
+        return None
+
+    def account_data(self, sysacc: Any, acc: str, kind: str, o: dict) -> dict | None:
+        return None
