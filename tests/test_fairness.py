@@ -81,6 +81,111 @@ async def test_burst_of_subs_is_sliced_and_others_are_answered(monkeypatch):
 
 
 @pytest.mark.asyncio
+async def test_slices_of_costly_commands_get_smaller():
+    # 16 KB of SUBs costs several ms (16 KB of small PUBs well under one): the slice follows the cost
+    if GO:
+        pytest.skip("Rillet's read slicing")
+    from rillet.server.client import READ_SLICE, SLICE_MIN
+    async with serve() as srv:
+        hostile = await RawClient.open(srv)
+        hostile.send(b"".join(b"SUB costly.%d.x %d\r\n" % (i, i) for i in range(30_000)) + b"PING\r\n")
+        await hostile.read_until(b"PONG\r\n", timeout=120)
+        c = next(c for c in srv.clients.values() if c.subs)
+        assert SLICE_MIN <= c._slice < READ_SLICE
+        await hostile.close()
+
+
+@pytest.mark.asyncio
+async def test_close_with_many_subs_removes_them_over_several_passes(monkeypatch):
+    # a closed connection's 20,000 subscriptions leave the sublist in steps, queue subscriptions first; the
+    # closed connection does not keep them (no reference cycle back to it)
+    if GO:
+        pytest.skip("Rillet's batched removal")
+    from rillet.server import accounts as accounts_mod
+    steps: list[tuple[int, int]] = []
+    orig = accounts_mod.Account._remove_some
+
+    def spy(self, subs, i):
+        steps.append((i, len(subs)))
+        if i == 0:
+            queues = sum(1 for s in subs if s.queue)
+            assert all(s.queue for s in subs[:queues]), "queue subscriptions go first"
+        return orig(self, subs, i)
+
+    monkeypatch.setattr(accounts_mod.Account, "_remove_some", spy)
+    monkeypatch.setattr(accounts_mod, "REMOVE_BUDGET", 0.0005)
+    async with serve() as srv:
+        base = srv.global_account.sublist.count()
+        hostile = await RawClient.open(srv)
+        plain = b"".join(b"SUB many.%d %d\r\n" % (i, i) for i in range(19_000))
+        queue = b"".join(b"SUB many.q.%d grp %d\r\n" % (i, 100_000 + i) for i in range(1_000))
+        hostile.send(plain + queue + b"PING\r\n")
+        await hostile.read_until(b"PONG\r\n", timeout=120)
+        c = next(c for c in srv.clients.values() if c.subs)
+        assert srv.global_account.sublist.count() == base + 20_000
+        await hostile.close()
+        for _ in range(600):
+            if srv.global_account.sublist.count() == base:
+                break
+            await asyncio.sleep(0.01)
+        assert srv.global_account.sublist.count() == base
+        assert len(steps) > 1 and steps[0][0] == 0
+        assert c.closed and c.subs == {}
+        # interest is gone: a request to one of the subjects has no responders
+        req = await RawClient.open(srv, {"verbose": False, "pedantic": False, "protocol": 1, "headers": True,
+                                         "no_responders": True})
+        req.sub("inbox", 1)
+        req.send(b"PUB many.7 inbox 0\r\n\r\n")
+        m = await req.read_msg(timeout=10)
+        assert m.headers is not None and m.headers.startswith(b"NATS/1.0 503")
+        await req.close()
+
+
+def test_gc_policy_freezes_and_reclaims_frozen_cycles():
+    # in a child process (the policy changes the interpreter's collector): start-up objects frozen, an
+    # automatic collection of the oldest generation freezes its survivors, a full collection reclaims a
+    # cycle that died after being frozen
+    import subprocess
+    import sys
+    code = r"""
+import asyncio, gc, weakref
+from rillet.server.gcpolicy import policy, THRESHOLDS
+
+class Node:
+    pass
+
+async def main():
+    policy.install(asyncio.get_running_loop())
+    assert gc.get_threshold() == THRESHOLDS
+    assert gc.get_freeze_count() > 1000
+    frozen0 = gc.get_freeze_count()
+    keep = []
+    for i in range(200_000):  # enough survivors for automatic collections of the oldest generation
+        n = Node(); n.me = n; keep.append(n)
+    assert policy.old_collections >= 1, policy.old_collections
+    assert gc.get_freeze_count() > frozen0 + 100_000
+    probe = keep[0]
+    ref = weakref.ref(probe)
+    del probe
+    keep.clear()
+    gc.collect()
+    assert ref() is not None  # (frozen: not walked)
+    found = policy.full_collect()
+    assert ref() is None and found >= 1
+    assert gc.get_freeze_count() > 1000
+    policy.uninstall()
+    assert gc.get_freeze_count() == 0
+
+asyncio.run(main())
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "RILLET_GC": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.asyncio
 async def test_frames_cut_at_slice_boundaries_arrive_intact():
     # payloads with CRLF inside, of sizes around the slice size, PUB and HPUB, all in one write
     async with serve() as srv:

@@ -20,7 +20,8 @@ from rillet import compression as cc
 from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
-from rillet.server.client import READ_BUDGET, READ_SLICE, STALL_MIN, STALL_READ, STALL_TOTAL
+from rillet.server.client import (READ_BUDGET, READ_SLICE, SLICE_MIN, SLICE_TIME, STALL_MIN, STALL_READ,
+                                  STALL_TOTAL)
 from rillet.server.listen import hostport, plain_ip
 
 
@@ -77,6 +78,7 @@ class ServerConn(asyncio.Protocol):
         self._hold_total = 0.0
         self._hold_read = 0
         self._hold_start = 0.0
+        self._slice = READ_SLICE  # bytes parsed per slice (rillet.server.client SLICE_TIME)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -174,14 +176,15 @@ class ServerConn(asyncio.Protocol):
         parser = self.parser
         n = len(data)
         pos = 0
-        start = time.monotonic()
+        start = t0 = time.monotonic()
+        size = self._slice
         while True:
-            if n - pos <= READ_SLICE:
+            if n - pos <= size:
                 chunk = data if pos == 0 else data[pos:]
                 pos = n
             else:
-                chunk = data[pos:pos + READ_SLICE]
-                pos += READ_SLICE
+                chunk = data[pos:pos + size]
+                pos += size
             parser.feed(chunk)
             while parser.halt:  # reading switched to s2 right after an INFO: the rest is compressed
                 rest = parser.take_rest()
@@ -197,11 +200,19 @@ class ServerConn(asyncio.Protocol):
             hold = self._flush_and_hold()
             if self.closed:
                 return
+            now = time.monotonic()
+            took = now - t0
+            t0 = now
+            if took > SLICE_TIME:  # (the slice's size follows its cost: rillet.server.client SLICE_TIME)
+                if size > SLICE_MIN:
+                    size = self._slice = max(SLICE_MIN, int(size * SLICE_TIME / took))
+            elif size < READ_SLICE and len(chunk) >= size and took < SLICE_TIME / 4:
+                size = self._slice = min(READ_SLICE, size * 2)
             if pos >= n:
                 if hold:
                     self._pause(b"", hold)
                 return
-            if hold or time.monotonic() - start >= READ_BUDGET:
+            if hold or now - start >= READ_BUDGET:
                 self._pause(data[pos:], hold)
                 return
 

@@ -41,6 +41,11 @@ _OK = b"+OK\r\n"
 # PINGs or requests cannot hold the loop. The parser keeps its own partial-frame state across slices.
 READ_SLICE = 16 * 1024
 READ_BUDGET = 0.002
+# A slice's size adapts to what its commands cost: one that took longer than SLICE_TIME makes the next ones
+# smaller in proportion (down to SLICE_MIN; 16 KB of SUBs costs ~5 ms, of tiny PUBs well under 1 ms), cheap
+# full slices double it back, so no single slice holds the loop much past the budget either.
+SLICE_TIME = 0.001
+SLICE_MIN = 1024
 # nats-server's fast-producer stall (client.go stalledWait): a client whose messages go to a receiver with
 # more than 3/4 of max_pending waiting is held back 2 ms (5 ms when the receiver is at its limit), at most
 # 10 ms per read, before anyone is cut as a slow consumer.
@@ -151,6 +156,7 @@ class Client(asyncio.Protocol):
         self._sniff_sock: socket.socket | None = None  # allow_non_tls: watching for the first byte
         # fairness and fast-producer stall (see READ_BUDGET, STALL_*)
         self._backlog: bytes | None = None  # the unparsed rest of a read, while reading is paused
+        self._slice = READ_SLICE  # bytes parsed per slice (see SLICE_TIME)
         self._resume_handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._stall_total = 0.0  # seconds this read has been stalled so far
         self._stall_read = 0  # bytes parsed since the allowance was renewed
@@ -323,6 +329,9 @@ class Client(asyncio.Protocol):
             self._sniff_sock.close()
             self._sniff_sock = None
         self.server.unregister_client(self)
+        # (the subscriptions point back here: without this reference cycle a closed connection's subscriptions
+        # are freed as soon as the account lets go of them, even when the collector has frozen this client)
+        self.subs = {}
         self.debug(f"Client connection closed: {self.close_reason}")
 
     # ---- reading --------------------------------------------------------------------------------------
@@ -352,14 +361,15 @@ class Client(asyncio.Protocol):
         parser = self.parser
         n = len(data)
         pos = 0
-        start = time.monotonic()
+        start = t0 = time.monotonic()
+        size = self._slice
         while True:
-            if n - pos <= READ_SLICE:
+            if n - pos <= size:
                 chunk = data if pos == 0 else data[pos:]
                 pos = n
             else:
-                chunk = data[pos:pos + READ_SLICE]
-                pos += READ_SLICE
+                chunk = data[pos:pos + size]
+                pos += size
             try:
                 parser.feed(chunk)
             except ProtocolError as e:
@@ -381,6 +391,14 @@ class Client(asyncio.Protocol):
             ttl = self._flush_and_stall()
             if self.closed:
                 return
+            now = time.monotonic()
+            took = now - t0
+            t0 = now
+            if took > SLICE_TIME:
+                if size > SLICE_MIN:
+                    size = self._slice = max(SLICE_MIN, int(size * SLICE_TIME / took))
+            elif size < READ_SLICE and len(chunk) >= size and took < SLICE_TIME / 4:
+                size = self._slice = min(READ_SLICE, size * 2)
             if pos >= n:
                 if ttl:
                     self._pause(b"", ttl)
@@ -388,7 +406,7 @@ class Client(asyncio.Protocol):
             if ttl:
                 self._pause(data[pos:], ttl)
                 return
-            if time.monotonic() - start >= READ_BUDGET:
+            if now - start >= READ_BUDGET:
                 self._pause(data[pos:], 0.0)
                 return
 

@@ -430,8 +430,7 @@ class Server:
         self.sysacc.client_disconnected(c)
         t = self.closed_totals
         self.closed_totals = (t[0] + c.in_msgs, t[1] + c.in_bytes, t[2] + c.out_msgs, t[3] + c.out_bytes)
-        for sub in list(c.subs.values()):
-            c.account.remove_sub(sub)
+        c.account.remove_subs(list(c.subs.values()))  # (many: over several loop passes)
         if self.closed_clients.maxlen != 0:
             try:
                 info = self.subsystems.closed_conn_info(self, c)
