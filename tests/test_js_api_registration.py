@@ -59,7 +59,7 @@ def test_server_process_refuses_to_start(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = ("import sys; sys.modules['rillet.jetstream.api_consumer'] = None\n"
-            "from rillet.server.main import main\n"
+            "from rillet.app.main import main\n"
             f"sys.exit(main(['-js', '-sd', {str(tmp_path)!r}, '-a', '127.0.0.1', '-p', '{port}']))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert p.returncode != 0

@@ -118,7 +118,7 @@ def test_wheel_entry_points_and_requirements(built: dict[str, Path]) -> None:
         info = next(n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt"))
         entry_points = zf.read(info).decode()
         meta = zf.read(info.replace("entry_points.txt", "METADATA")).decode()
-    assert "rillet-server = rillet.server.main:main" in entry_points
+    assert "rillet-server = rillet.app.main:main" in entry_points
     assert "rillet = rillet.cli.main:main" in entry_points
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     assert any(r.lower().startswith("pynacl") for r in requires), requires

@@ -20,7 +20,7 @@ from tests.test_tls_map import pki  # noqa: F401
 
 
 def test_server_modules_do_not_load_the_http_stack():
-    code = "import sys, rillet.server.main, rillet.server.server; print('aiohttp' in sys.modules)"
+    code = "import sys, rillet.app.main, rillet.app.compose, rillet.server.server; print('aiohttp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 
