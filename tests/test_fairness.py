@@ -294,6 +294,49 @@ async def test_stream_with_20000_subjects_while_others_are_answered(tmp_path):
 
 
 @pytest.mark.asyncio
+async def test_clustered_create_and_update_of_a_large_config(monkeypatch):
+    # on a 3-server cluster the meta leader checks a 3,000-subject config in a worker thread (overlaps
+    # with the other streams in one token tree): an overlap is refused as nats-server refuses it, a clean
+    # config is created and then updated to other 3,000 subjects
+    if GO:
+        pytest.skip("in-process Rillet cluster")
+    import nats
+    from rillet.app.embed import run_cluster
+    from rillet.jetstream.cluster import meta as META
+    big: list[str] = []
+    cls = META.JetStreamCluster
+    orig = cls._api_big_config
+
+    def spy(self, router, key, *a):
+        big.append(key)
+        return orig(self, router, key, *a)
+
+    monkeypatch.setattr(cls, "_api_big_config", spy)
+
+    async def create(nc, name, subjects, op="CREATE"):
+        body = json.dumps({"name": name, "subjects": subjects, "storage": "memory", "num_replicas": 3}).encode()
+        r = await nc.request(f"$JS.API.STREAM.{op}.{name}", body, timeout=30)
+        return json.loads(r.data)
+
+    async with run_cluster(3, jetstream=True) as servers:
+        nc = await nats.connect(servers[0].client_url)
+        try:
+            r = await create(nc, "SMALL", ["small.>"])
+            assert "error" not in r, r
+            wide = [f"wide.{i}.x" for i in range(3000)]
+            e = await create(nc, "WIDE", wide + ["small.7"])
+            assert e["error"] == {"code": 400, "err_code": 10065,
+                                  "description": "subjects overlap with an existing stream"}
+            r = await create(nc, "WIDE", wide)
+            assert "error" not in r and len(r["config"]["subjects"]) == 3000, r.get("error")
+            r = await create(nc, "WIDE", [f"wide.{i}.y" for i in range(3000)], op="UPDATE")
+            assert "error" not in r and r["config"]["subjects"][0] == "wide.0.y", r.get("error")
+            assert big == ["STREAM.CREATE", "STREAM.CREATE", "STREAM.UPDATE"]
+        finally:
+            await nc.close()
+
+
+@pytest.mark.asyncio
 async def test_overlap_inside_a_large_config_names_the_first_pair(tmp_path):
     async with serve_config(f"listen: 127.0.0.1:-1\njetstream {{ store_dir: {json.dumps(str(tmp_path))} }}\n") as srv:
         c = await RawClient.open(srv)

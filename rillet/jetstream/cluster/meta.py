@@ -80,6 +80,7 @@ from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError,
                                                 select_peer_group)
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import NotLeader
+from rillet.subjects.overlap import any_collision
 from rillet.subjects.validate import subjects_collide
 
 T = "io.nats.jetstream.api.v1."
@@ -106,6 +107,7 @@ SWEEP_EVERY = 5.0  # seconds between looks for servers not heard from (meta time
 REJOIN_AFTER = 300.0  # a server removed from the meta group may rejoin after (nats-server: 5 min)
 
 # the requests only the meta leader answers (after the $JS.API. prefix)
+BIG_CONFIG = 4096  # a stream config body past this is checked in a worker thread (rillet.jetstream.api BIG_CONFIG)
 META_KEYS = frozenset(("INFO", "STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
                        "CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE", "CONSUMER.DELETE", "CONSUMER.NAMES",
                        "CONSUMER.LIST", "STREAM.PEER.REMOVE", "STREAM.RESTORE"))
@@ -1108,8 +1110,65 @@ class JetStreamCluster:
                 self._error(router, reply, key, ApiError.make("CLUSTER_NOT_AVAIL"))
             return True
         handler = getattr(self, "_api_" + key.replace(".", "_").lower())
+        if key in ("STREAM.CREATE", "STREAM.UPDATE") and len(body) > BIG_CONFIG \
+                and getattr(router.js, "api_queue", None) is not None:
+            self._api_big_config(router, key, handler, args, reply, hdr, body)
+            return True
+        self._call_api(router, key, handler, args, reply, hdr, body)
+        return True
+
+    def _api_big_config(self, router: Any, key: str, handler: Callable, args: list[str], reply: bytes | None,
+                        hdr: bytes, body: bytes) -> None:
+        """A stream create or update with a large config (thousands of subjects): its checks (syntax,
+        duplicates, overlaps with the account's other streams, taken now) run in a worker thread while the
+        API queue is held (no other request changes the streams meanwhile), then the handler goes on here
+        with the checked config (issue 20: no request holds the loop)."""
+        q = router.js.api_queue
+        q.hold()
+        jsa = router.jsa
+        acc = jsa.account.name
+        name = args[0] if args else ""
+        kw: dict[str, Any] = dict(subject_name=name, lookup_stream=self._lookup(acc), account_limits=jsa.limits,
+                                  subjects_overlap=self._overlap(acc, skip=name), clustered=True,
+                                  server_limits=jsa.js.server_limits, strict=jsa.js.strict)
+        if key == "STREAM.CREATE":
+            existing = self.state.stream(acc, name)
+            kw["existing"] = _stream_cfg(existing.config) if existing is not None else None
+
+            def check() -> Any:
+                return SC.normalize_stream_config(body, is_create=True, **kw)
+        else:
+            sa = self.state.stream(acc, name)
+            kw["consumers"] = [(n, _consumer_cfg(ca.config)) for n, ca in sa.consumers.items()] \
+                if sa is not None else None
+            old = _stream_cfg(sa.config) if sa is not None else None
+
+            def check() -> Any:
+                return SC.normalize_stream_update(old, body, **kw)
+
+        async def run() -> None:
+            try:
+                try:
+                    cfg = await self.loop.run_in_executor(None, check)
+                except ApiError as e:
+                    self._error(router, reply, key, e)
+                    return
+                except Exception as e:
+                    self.log.error(f"JetStream cluster: API error handling {key}: {e!r}")
+                    self._error(router, reply, key, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+                    return
+                if not self.is_leader():
+                    return  # (as NotLeader below: the new leader is asked again)
+                self._call_api(router, key, handler, args, reply, hdr, body, cfg)
+            finally:
+                q.release()
+                self.server.schedule_flush()
+        self.loop.create_task(run())
+
+    def _call_api(self, router: Any, key: str, handler: Callable, args: list[str], reply: bytes | None,
+                  hdr: bytes, body: bytes, *checked: Any) -> None:
         try:
-            handler(router, args, reply, hdr, body)
+            handler(router, args, reply, hdr, body, *checked)
         except ApiError as e:
             self._error(router, reply, key, e)
         except PlacementError as e:
@@ -1121,7 +1180,6 @@ class JetStreamCluster:
             self._error(router, reply, key, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
         else:
             router.jsa.api_total += 1
-        return True
 
     def _stream_level(self, router: Any, key: str, args: list[str], reply: bytes | None) -> bool:
         """A request for a stream or consumer leader: the streams layer's gate answers where the stream
@@ -1242,14 +1300,13 @@ class JetStreamCluster:
         return lookup
 
     def _overlap(self, acc: str, skip: str = "") -> Callable[[list[str]], bool]:
+        # the other streams' subjects, taken now (a large config is checked in a worker thread, see
+        # _api_big_config), in one token tree: linear in the subjects, not their product
+        stored = [b for sa in self.state.streams.get(acc, {}).values() if sa.name != skip
+                  for b in sa.config.get("subjects") or ()]
+
         def check(subjects: list[str]) -> bool:
-            for sa in self.state.streams.get(acc, {}).values():
-                if sa.name == skip:
-                    continue
-                for b in sa.config.get("subjects") or ():
-                    if any(subjects_collide(a, b) for a in subjects):
-                        return True
-            return False
+            return bool(stored) and any_collision(stored, subjects)
         return check
 
     def _place_kw(self) -> dict:
@@ -1296,13 +1353,14 @@ class JetStreamCluster:
     # streams
 
     def _api_stream_create(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
-                           body: bytes) -> None:
+                           body: bytes, checked: Any = None) -> None:
+        """``checked``: the config already checked in a worker thread (_api_big_config)."""
         typ = T + "stream_create_response"
         jsa = router.jsa
         acc = jsa.account.name
         name = args[0] if args else ""
         existing = self.state.stream(acc, name)
-        cfg = SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
+        cfg = checked if checked is not None else SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
                                          subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
                                          clustered=True, server_limits=jsa.js.server_limits, strict=jsa.js.strict,
                                          existing=_stream_cfg(existing.config) if existing is not None else None)
@@ -1346,14 +1404,15 @@ class JetStreamCluster:
             raise
 
     def _api_stream_update(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
-                           body: bytes) -> None:
+                           body: bytes, checked: Any = None) -> None:
+        """``checked``: the config already checked in a worker thread (_api_big_config)."""
         typ = T + "stream_update_response"
         jsa = router.jsa
         acc = jsa.account.name
         name = args[0] if args else ""
         sa = self.state.stream(acc, name)
         cons = [(n, _consumer_cfg(ca.config)) for n, ca in sa.consumers.items()] if sa is not None else None
-        cfg = SC.normalize_stream_update(_stream_cfg(sa.config) if sa is not None else None, body,
+        cfg = checked if checked is not None else SC.normalize_stream_update(_stream_cfg(sa.config) if sa is not None else None, body,
                                          subject_name=name, lookup_stream=self._lookup(acc),
                                          subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
                                          clustered=True, consumers=cons, server_limits=jsa.js.server_limits,
