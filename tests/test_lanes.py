@@ -25,7 +25,7 @@ from lanes import COMPILED_ERROR, parser_class
 from rillet import lane
 from rillet.config.options import Options
 from rillet.protocol.parser import ProtocolError
-from rillet.app.embed import run_server
+from rillet.server.embed import run_server
 from rillet.server.logging import Logger
 
 pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
@@ -106,14 +106,14 @@ class Rec:
             self.parser.awaiting_connect = False
         if self.retune:
             p = self.parser
-            p.max_payload = 5 if getattr(p, "kind", None) is not None or p.max_payload > 5 else 1024
-            if hasattr(p, "headers"):
-                p.headers = not p.headers
-            if hasattr(p, "max_control_line") and hasattr(p, "_configure"):
-                p.max_control_line = 1 if p.max_control_line > 1 else 4096
+            if hasattr(p, "pin"):  # a server connection
+                p.max_payload = 12 if p.max_payload is None else None
+                p.max_control_line = 2 if p.max_control_line > 2 else 4096
                 p._configure()
-            elif hasattr(p, "max_control_line"):
-                p.max_control_line = 12 if p.max_control_line > 12 else 4096
+            else:
+                p.max_payload = 12 if p.max_payload > 12 else 1024
+                p.max_control_line = 24 if p.max_control_line > 24 else 4096
+                p.headers = not p.headers
 
     def proto_info(self, arg):
         self.calls.append(("proto_info", arg))
@@ -124,7 +124,7 @@ class Rec:
             if p.kind == "ROUTER":
                 p.pin(None if p.account else b"PIN")
             p.lnocu = not p.lnocu
-            p.max_payload = 3 if p.max_payload is None else None
+            p.max_payload = 64 if p.max_payload is None else None
 
     def proto_before_connect(self):
         self.calls.append(("proto_before_connect",))
@@ -190,12 +190,13 @@ case = st.sampled_from([bytes.upper, bytes.upper, bytes.upper, bytes.lower, lamb
 
 
 @st.composite
-def client_op(draw):
+def client_op(draw, canonical=False):
+    """One operation; ``canonical``: upper case, single spaces, CRLF (what the compiled fast path takes)."""
     kind = draw(st.sampled_from(["pub", "pub", "hpub", "sub", "unsub", "ping", "pong", "connect", "info",
                                  "ok", "err", "lying"]))
-    s = draw(sep)
-    e = draw(eol)
-    c = draw(case)
+    s = b" " if canonical else draw(sep)
+    e = b"\r\n" if canonical else draw(eol)
+    c = bytes.upper if canonical else draw(case)
     if kind in ("pub", "lying"):
         body = draw(payload)
         reply = draw(st.none() | name)
@@ -262,6 +263,15 @@ limits = st.sampled_from([
 @given(data=client_stream, lim=limits)
 def test_client_valid_streams_split_everywhere(data, lim):
     same_both_lanes(data, *client_makers(**lim))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(client_op(canonical=True), min_size=1, max_size=5), at=st.integers(0, 2),
+       awaiting=st.booleans())
+def test_client_settings_changed_mid_buffer(ops, at, awaiting):
+    """CONNECT changing max_payload, max_control_line and headers: the rest of the buffer sees the change."""
+    ops.insert(min(at, len(ops)), b'CONNECT {"headers":true}\r\n')
+    same_both_lanes(b"".join(ops), *client_makers(retune=True, awaiting=awaiting))
 
 
 @FAST
@@ -344,12 +354,13 @@ def server_makers(kind, account=None, lnocu=True, max_payload=None, max_control_
 
 
 @st.composite
-def server_op(draw):
+def server_op(draw, canonical=False):
+    """One operation; ``canonical``: upper case, single spaces, CRLF (what the compiled fast path takes)."""
     kind = draw(st.sampled_from(["rmsg", "rmsg", "hmsg", "lmsg", "lmsg2", "sub", "ping", "pong", "info",
                                  "connect", "a", "lying"]))
-    s = draw(sep)
-    e = draw(eol)
-    c = draw(case)
+    s = b" " if canonical else draw(sep)
+    e = b"\r\n" if canonical else draw(eol)
+    c = bytes.upper if canonical else draw(case)
     nacc = draw(st.sampled_from([0, 1, 1, 1]))
     lead = [draw(name) for _ in range(nacc)] + [draw(name)]
     form = draw(st.sampled_from(["none", "reply", "plus", "pipe", "plus0", "badind"]))
@@ -418,6 +429,20 @@ def test_server_mutated_streams_split_everywhere(data, cfg):
 @given(data=st.binary(max_size=64), cfg=server_settings)
 def test_server_random_bytes(data, cfg):
     same_both_lanes(data, *server_makers(**cfg))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(server_op(canonical=True), min_size=1, max_size=5), at=st.integers(0, 2),
+       kind=st.sampled_from(KINDS),
+       ctl=st.sampled_from([b"INFO {} \r\n", b'CONNECT {"x":1}\r\n']), pinned=st.booleans())
+def test_server_settings_changed_mid_buffer(ops, at, kind, ctl, pinned):
+    """A handler re-pinning the route, flipping lnocu, changing max_payload / max_control_line on INFO or
+    CONNECT: the rest of the same buffer is parsed with the new settings in both lanes."""
+    ops.insert(min(at, len(ops)), ctl)
+    cfg = dict(kind=kind, retune=True)
+    if pinned and kind == "ROUTER":
+        cfg["account"] = b"ACC"
+    same_both_lanes(b"".join(ops), *server_makers(**cfg))
 
 
 HOSTILE_SERVER = [
