@@ -285,3 +285,16 @@ def to_utc_time(s: str) -> str:
     """RFC3339 text converted to UTC (nats-server stores ``pause_until`` in UTC)."""
     ns, _ = parse_time(s)
     return format_time(ns)
+
+
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def http_date(t: float | None = None) -> str:
+    """An HTTP ``Date`` value (RFC 7231 IMF-fixdate, English names whatever the locale), as Go's
+    ``http.TimeFormat`` writes it: ``Mon, 02 Jan 2006 15:04:05 GMT``. (Not email.utils.formatdate: the
+    email package would cost a server ~0.5 MB of memory for this.)"""
+    tm = _time.gmtime(t)
+    return (f"{_WEEKDAYS[tm.tm_wday]}, {tm.tm_mday:02d} {_MONTHS[tm.tm_mon - 1]} {tm.tm_year:04d} "
+            f"{tm.tm_hour:02d}:{tm.tm_min:02d}:{tm.tm_sec:02d} GMT")

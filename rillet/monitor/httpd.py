@@ -1,4 +1,4 @@
-"""The monitoring HTTP server (aiohttp) and its routing, response and error conventions.
+"""The monitoring HTTP server (rillet.monitor.http11) and its routing, response and error conventions.
 
 Routing follows Go's ``http.ServeMux`` as nats-server sets it up: each endpoint matches its exact
 path (under ``http_base_path`` when set), the index page only the base itself, anything else is
@@ -14,9 +14,9 @@ import re
 import time
 from typing import Any, Awaitable, Callable
 
-from aiohttp import web
 
 import rillet
+from rillet.monitor.http11 import HttpServer, Request, Response
 from rillet.monitor import endpoints
 from rillet.server import procstats
 from rillet.monitor.conns import ConnzOptions, connz, decode_subs
@@ -35,7 +35,7 @@ SUPERZ = "/superz"  # Rillet-specific: the super-cluster health view (rillet.mon
 
 _CALLBACK_OK = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$.]*$")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def normalize_base_path(p: str) -> str:
@@ -100,7 +100,7 @@ class Monitor:
     def count(self, path: str) -> None:
         self.http_req_stats[path] = self.http_req_stats.get(path, 0) + 1
 
-    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def dispatch(self, request: Request) -> Response:
         h = self.routes.get(request.path)
         if h is None:
             return not_found()
@@ -112,57 +112,57 @@ class Monitor:
             self.server.log.error(f"monitoring: error serving {request.path}: {e!r}")
             return text_response("Internal Server Error", 500)
 
-    def json(self, request: web.Request, obj: Any, status: int = 200, indent: int = 2) -> web.Response:
+    def json(self, request: Request, obj: Any, status: int = 200, indent: int = 2) -> Response:
         return json_response(request, dumps(obj, indent), status)
 
     # ---- handlers -------------------------------------------------------------------------------------
 
-    async def handle_root(self, request: web.Request) -> web.Response:
+    async def handle_root(self, request: Request) -> Response:
         self.count(ROOT)
-        return web.Response(body=index_page(self.base).encode(), content_type="text/html", charset="utf-8")
+        return Response(body=index_page(self.base).encode(), content_type="text/html", charset="utf-8")
 
-    async def handle_varz(self, request: web.Request) -> web.Response:
+    async def handle_varz(self, request: Request) -> Response:
         self.count(VARZ)
         return self.json(request, varz(self.server, self.http_req_stats, self.cpu))
 
-    async def handle_connz(self, request: web.Request) -> web.Response:
+    async def handle_connz(self, request: Request) -> Response:
         opts = ConnzOptions.from_query(request.query)
         self.count(CONNZ)
         return self.json(request, connz(self.server, opts))
 
-    async def handle_routez(self, request: web.Request) -> web.Response:
+    async def handle_routez(self, request: Request) -> Response:
         decode_subs(request.query)
         self.count(ROUTEZ)
         return self.json(request, endpoints.routez(self.server, request.query))
 
-    async def handle_gatewayz(self, request: web.Request) -> web.Response:
+    async def handle_gatewayz(self, request: Request) -> Response:
         self.count(GATEWAYZ)
         return self.json(request, endpoints.gatewayz(self.server, request.query))
 
-    async def handle_leafz(self, request: web.Request) -> web.Response:
+    async def handle_leafz(self, request: Request) -> Response:
         self.count(LEAFZ)
         return self.json(request, endpoints.leafz(self.server, request.query))
 
-    async def handle_subsz(self, request: web.Request) -> web.Response:
+    async def handle_subsz(self, request: Request) -> Response:
         self.count(SUBSZ)
         return self.json(request, endpoints.subsz(self.server, request.query))
 
-    async def handle_stacksz(self, request: web.Request) -> web.Response:
+    async def handle_stacksz(self, request: Request) -> Response:
         return json_response(request, endpoints.stacks_text().encode())
 
-    async def handle_accountz(self, request: web.Request) -> web.Response:
+    async def handle_accountz(self, request: Request) -> Response:
         self.count(ACCOUNTZ)
         return self.json(request, endpoints.accountz(self.server, request.query))
 
-    async def handle_accstatz(self, request: web.Request) -> web.Response:
+    async def handle_accstatz(self, request: Request) -> Response:
         self.count(ACCSTATZ)
         return self.json(request, endpoints.accstatz(self.server, request.query, self.account_totals))
 
-    async def handle_jsz(self, request: web.Request) -> web.Response:
+    async def handle_jsz(self, request: Request) -> Response:
         self.count(JSZ)
         return self.json(request, endpoints.jsz(self.server, request.query))
 
-    async def handle_healthz(self, request: web.Request) -> web.Response:
+    async def handle_healthz(self, request: Request) -> Response:
         self.count(HEALTHZ)
         o = endpoints.healthz_options(request.query)
         log = self.server.log
@@ -175,17 +175,17 @@ class Monitor:
             log.warn(f"Healthcheck failed: {len(body['errors'])} errors")
         return self.json(request, body, code, indent=0)
 
-    async def handle_ipqueuesz(self, request: web.Request) -> web.Response:
+    async def handle_ipqueuesz(self, request: Request) -> Response:
         return self.json(request, endpoints.ipqueuesz(self.server, request.query), indent=3)
 
-    async def handle_raftz(self, request: web.Request) -> web.Response:
+    async def handle_raftz(self, request: Request) -> Response:
         cl = getattr(getattr(self.server, "jetstream", None), "cluster", None)
         data = cl.raftz(request.query.get("group", "")) if cl is not None else {}
         if not data:
             return text_response("No Raft nodes registered", 404)
         return self.json(request, data, indent=3)
 
-    async def handle_superz(self, request: web.Request) -> web.Response:
+    async def handle_superz(self, request: Request) -> Response:
         from rillet.monitor import superz
         timeout, thresholds, text = superz.query_options(request.query)
         # (not counted in /varz http_req_stats, which lists nats-server's endpoints)
@@ -199,25 +199,25 @@ class Monitor:
         return self.json(request, {"server_id": self.server.server_id, "server_name": self.server.name,
                                    "now": format_time(time.time_ns()), **view}, code)
 
-    async def handle_expvarz(self, request: web.Request) -> web.Response:
+    async def handle_expvarz(self, request: Request) -> Response:
         body = endpoints.expvar_body(procstats.rss_bytes())
-        return web.Response(body=body, content_type="application/json", charset="utf-8")
+        return Response(body=body, content_type="application/json", charset="utf-8")
 
 
-def json_response(request: web.Request, data: bytes, status: int = 200) -> web.Response:
+def json_response(request: Request, data: bytes, status: int = 200) -> Response:
     cb = request.query.get("callback", "")
     if cb and _CALLBACK_OK.match(cb):
-        return web.Response(body=cb.encode() + b"(" + data + b")", status=status,
+        return Response(body=cb.encode() + b"(" + data + b")", status=status,
                             content_type="application/javascript")
-    return web.Response(body=data, status=status, content_type="application/json",
+    return Response(body=data, status=status, content_type="application/json",
                         headers={"Access-Control-Allow-Origin": "*"})
 
 
-def text_response(text: str, status: int) -> web.Response:
-    return web.Response(body=text.encode(), status=status, content_type="text/plain", charset="utf-8")
+def text_response(text: str, status: int) -> Response:
+    return Response(body=text.encode(), status=status, content_type="text/plain", charset="utf-8")
 
 
-def not_found() -> web.Response:
+def not_found() -> Response:
     r = text_response("404 page not found\n", 404)
     r.headers["X-Content-Type-Options"] = "nosniff"
     return r
@@ -258,17 +258,11 @@ def index_page(base: str) -> str:
 """
 
 
-def make_app(monitor: Monitor) -> web.Application:
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", monitor.dispatch)
-    return app
-
-
 class MonitorListener:
     """What the server keeps in ``extra_listeners``: closes the HTTP server on shutdown."""
 
-    def __init__(self, runner: web.AppRunner, scheme: str) -> None:
-        self.runner = runner
+    def __init__(self, http: HttpServer, scheme: str) -> None:
+        self.http = http
         self.scheme = scheme
         self.closed = False
 
@@ -276,7 +270,7 @@ class MonitorListener:
         if self.closed:
             return
         self.closed = True
-        await self.runner.cleanup()
+        await self.http.close()
 
 
 async def start_site(server: Any, monitor: Monitor, secure: bool) -> MonitorListener:
@@ -294,31 +288,28 @@ async def start_site(server: Any, monitor: Monitor, secure: bool) -> MonitorList
         ssl_ctx = make_server_context(o.tls)
         ssl_ctx.verify_mode = ssl.CERT_NONE  # monitoring never asks for client certificates
     from rillet.server.listen import listening_socket  # (the monitor loads after the server)
-    runner = web.AppRunner(make_app(monitor), access_log=None, handle_signals=False, shutdown_timeout=1.0)
-    await runner.setup()
+    http = HttpServer(monitor.dispatch)
     sock = None
     try:
         # where nats-server listens: 0.0.0.0 and :: are one dual-stack socket (rillet.server.listen)
         sock = await listening_socket(server.loop, host, port)
-        site = web.SockSite(runner, sock, ssl_context=ssl_ctx, backlog=1024)
-        await site.start()
+        await http.start(sock, ssl_ctx, backlog=1024)
     except OSError as e:
         if sock is not None:
             sock.close()
-        await runner.cleanup()
+        await http.close()
         raise OSError(e.errno, f"Can't start monitoring: can't listen to the monitor port: listen tcp {_hostport(host, port)}: "
                                f"bind: {(e.strerror or str(e)).lower()}") from e
     actual = port
-    srv = site._server  # the asyncio server: the bound port when 0 was asked for
-    if srv is not None and srv.sockets:
-        actual = srv.sockets[0].getsockname()[1]
+    if http.sockets:  # the bound port when 0 was asked for
+        actual = http.sockets[0].getsockname()[1]
     scheme = "https" if secure else "http"
     if secure:
         server.https_addr = (host, actual)
     else:
         server.http_addr = (host, actual)
     server.log.notice(f"Starting {scheme} monitor on {_hostport(host, actual)}")
-    return MonitorListener(runner, scheme)
+    return MonitorListener(http, scheme)
 
 
 def _hostport(host: str, port: int) -> str:

@@ -22,10 +22,10 @@ import copy
 import hashlib
 import json
 import struct
-import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from rillet.gotime import http_date
 from rillet.server.client import Client
 from rillet.server.listen import listening_socket, plain_ip
 from rillet.config.options import RANDOM_PORT, WebsocketOptions
@@ -95,19 +95,6 @@ CLOSE_TLS_HANDSHAKE = 1015
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _DEFLATE_TAIL = b"\x00\x00\xff\xff"
-_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
-def http_date(t: float | None = None) -> str:
-    """An HTTP Date header value (RFC 7231 IMF-fixdate, English names whatever the locale), as Go's
-    http.TimeFormat writes it. (Not email.utils.formatdate: the email package costs the server ~0.5 MB
-    of memory for this one line.)"""
-    tm = time.gmtime(t)
-    return (f"{_WEEKDAYS[tm.tm_wday]}, {tm.tm_mday:02d} {_MONTHS[tm.tm_mon - 1]} {tm.tm_year:04d} "
-            f"{tm.tm_hour:02d}:{tm.tm_min:02d}:{tm.tm_sec:02d} GMT")
-
-
 _PMC_RESPONSE = ("Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; "
                  "client_no_context_takeover\r\n")
 _NO_MASKING_HEADER = "nats-no-masking"
