@@ -294,6 +294,53 @@ async def test_stream_with_20000_subjects_while_others_are_answered(tmp_path):
 
 
 @pytest.mark.asyncio
+async def test_update_of_a_large_config(tmp_path, monkeypatch):
+    # 3,000 subjects, half kept and half replaced: the kept and the new ones store, the gone ones have no
+    # responders and no longer overlap (both servers; Rillet changes the subscriptions in steps)
+    steps = []
+    if not GO:
+        from rillet.jetstream import api as api_mod
+        orig = api_mod.ApiRouter._resubscribe_in_steps
+
+        async def spy(self, *a):
+            steps.append(1)
+            return await orig(self, *a)
+
+        monkeypatch.setattr(api_mod.ApiRouter, "_resubscribe_in_steps", spy)
+    async with serve_config(f"listen: 127.0.0.1:-1\njetstream {{ store_dir: {json.dumps(str(tmp_path))} }}\n") as srv:
+        c = await RawClient.open(srv, headers=True, no_responders=True)
+        c.sub("api.reply", 1)
+        c.sub("pub.reply", 2)
+        await c.ping()
+        n = 3000
+        body = json.dumps({"name": "WIDE", "subjects": [f"wide.{i}.x" for i in range(n)],
+                           "storage": "memory"}).encode()
+        c.pub("$JS.API.STREAM.CREATE.WIDE", body, reply="api.reply")
+        r = json.loads((await next_msg(c, 60)).payload)
+        assert "error" not in r, r
+        subjects = [f"wide.{i}.x" for i in range(n // 2)] + [f"wide.{i}.y" for i in range(n // 2)]
+        body = json.dumps({"name": "WIDE", "subjects": subjects, "storage": "memory"}).encode()
+        c.pub("$JS.API.STREAM.UPDATE.WIDE", body, reply="api.reply")
+        r = json.loads((await next_msg(c, 60)).payload)
+        assert "error" not in r, r
+        assert r["config"]["subjects"] == subjects
+        for subj in ("wide.10.x", "wide.10.y", f"wide.{n // 2 - 1}.y"):
+            c.pub(subj, b"hi", reply="pub.reply")
+            ack = json.loads((await next_msg(c, 10)).payload)
+            assert ack.get("stream") == "WIDE", (subj, ack)
+        c.pub(f"wide.{n - 1}.x", b"hi", reply="pub.reply")
+        m = await next_msg(c, 10)
+        assert m.headers is not None and m.headers.startswith(b"NATS/1.0 503"), m
+        other = json.dumps({"name": "OTHER", "subjects": [f"wide.{n - 1}.x"], "storage": "memory"}).encode()
+        c.pub("$JS.API.STREAM.CREATE.OTHER", other, reply="api.reply")
+        r = json.loads((await next_msg(c, 30)).payload)
+        assert "error" not in r, r
+        if not GO:
+            assert steps == [1]
+        await c.close()
+
+
+@pytest.mark.asyncio
 async def test_clustered_create_and_update_of_a_large_config(monkeypatch):
     # on a 3-server cluster the meta leader checks a 3,000-subject config in a worker thread (overlaps
     # with the other streams in one token tree): an overlap is refused as nats-server refuses it, a clean

@@ -415,8 +415,14 @@ class ApiRouter:
             if used > server_cap or add > server_cap - used:
                 raise ApiError.make(err)
 
-    def stream_update(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        typ = T + "stream_update_response"
+    def stream_update(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
+        q = getattr(self.js, "api_queue", None)
+        if q is not None and len(body) > BIG_CONFIG:
+            # a large config is checked in a worker thread and its subjects' subscriptions changed in
+            # steps, the API queue held meanwhile: see _update_async
+            q.hold()
+            self.js.loop.create_task(self._update_async(args, reply, body))
+            return NOT_COUNTED
         name = args[0] if args else ""
         stream = self.jsa.streams.get(name)
         cfg = SC.normalize_stream_update(stream.cfg if stream is not None else None, body, subject_name=name,
@@ -424,7 +430,56 @@ class ApiRouter:
                                         account_limits=self.jsa.limits, server_limits=self.js.server_limits,
                                         strict=self.js.strict, consumers=[(n, c.cfg) for n, c in stream.consumers.items()]
                                         if stream is not None else None)
-        assert stream is not None
+        self._update_checked(stream, cfg, reply)
+        return None
+
+    async def _update_async(self, args: list[str], reply: bytes | None, body: bytes) -> None:
+        """``stream_update`` of a large config in steps, with the same checks and answers: the checks in a
+        worker thread against a snapshot of the account's other streams, then the update through the
+        stream's log; once applied, the subscriptions of the subjects that went are removed and those of
+        the new ones added SUBSCRIBE_BATCH per loop pass (the ones kept stay: no gap for them) before the
+        answer goes out."""
+        q = self.js.api_queue
+        loop = self.js.loop
+        typ = T + "stream_update_response"
+        try:
+            name = args[0] if args else ""
+            stream = self.jsa.streams.get(name)
+            cfgs = {n: st.cfg for n, st in self.jsa.streams.items()}
+            stored = [b for n, c in cfgs.items() if n != name for b in c.subjects or []]
+
+            def overlap(subjects: list[str]) -> bool:
+                return bool(stored) and any_collision(stored, subjects)
+
+            kw = dict(subject_name=name, lookup_stream=cfgs.get, subjects_overlap=overlap,
+                      account_limits=self.jsa.limits, server_limits=self.js.server_limits, strict=self.js.strict,
+                      consumers=[(n, c.cfg) for n, c in stream.consumers.items()] if stream is not None else None)
+            cfg = await loop.run_in_executor(None, lambda: SC.normalize_stream_update(
+                stream.cfg if stream is not None else None, body, **kw))
+            if stream is None or self.jsa.streams.get(name) is not stream:  # (gone meanwhile)
+                raise ApiError.make("STREAM_NOT_FOUND")
+            applied: asyncio.Future = loop.create_future()
+            self._update_checked(stream, cfg, reply, applied)
+            await applied
+        except ApiError as e:
+            self.jsa.api_errors += 1
+            self.respond_error(reply, typ, e, _DECODE_EXTRA.get("stream_update") if e.err_code == 10025 else None)
+        except Exception as e:  # answered as nats-server would, and logged: never silence
+            self.jsa.api_errors += 1
+            self.js.log.error(f"JetStream API error handling a stream update: {e!r}")
+            self.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+        finally:
+            self.jsa.api_total += 1
+            q.release()
+            self.js.server.schedule_flush()
+
+    def _update_checked(self, stream: Any, cfg: Any, reply: bytes | None,
+                        applied: asyncio.Future | None = None) -> None:
+        """The rest of a stream update once its config is checked. ``applied`` (the large-config path) is
+        done once it is answered; its subjects' subscriptions change in steps."""
+        typ = T + "stream_update_response"
+        assert stream is not None  # (normalize_stream_update refuses a stream that does not exist)
+        name = stream.name
         self._check_supported(cfg)
         old = stream.cfg
         # the account must hold what the new max_bytes reserves beyond the old one
@@ -435,9 +490,21 @@ class ApiRouter:
         def done(_: Any, err: BaseException | None) -> None:
             if err is not None:
                 self._entry_failed(reply, typ, err)
+                if applied is not None and not applied.done():
+                    applied.set_result(None)
+                return
+            if applied is not None and old.subjects != cfg.subjects and old.mirror is None \
+                    and cfg.mirror is None and old.allow_direct == cfg.allow_direct \
+                    and old.mirror_direct == cfg.mirror_direct:
+                self.js.loop.create_task(self._resubscribe_in_steps(stream, old, finish, applied))
                 return
             if old.subjects != cfg.subjects or (old.mirror is None) != (cfg.mirror is None):
                 stream._subscribe()
+            finish()
+            if applied is not None and not applied.done():
+                applied.set_result(None)
+
+        def finish() -> None:
             if old.mirror != cfg.mirror or old.sources != cfg.sources:
                 if cfg.mirror is not None or cfg.sources:
                     from rillet.jetstream.sources import attach_sources
@@ -450,6 +517,36 @@ class ApiRouter:
             self.respond(reply, {"type": typ, **stream_info_dict(stream)})
 
         stream.update_config(cfg, done)  # through the stream's log; answered once applied
+
+    async def _resubscribe_in_steps(self, stream: Any, old: Any, finish: Callable[[], None],
+                                    applied: asyncio.Future) -> None:
+        """A stream's subject subscriptions after an update of a large config: those of the subjects that
+        went removed, those of the new ones added, SUBSCRIBE_BATCH per loop pass; then ``finish``."""
+        try:
+            want = list(stream.cfg.subjects or [])
+            keep = set(want)
+            on_msg = stream._on_msg
+            gone = [sub for sub in stream._subs if sub.icb == on_msg and sub.subject not in keep]
+            have = {sub.subject for sub in stream._subs if sub.icb == on_msg}
+            new = [subj for subj in want if subj not in have]
+            for i in range(0, len(gone), SUBSCRIBE_BATCH):
+                if i:
+                    await asyncio.sleep(0)
+                for sub in gone[i:i + SUBSCRIBE_BATCH]:
+                    stream.ic.remove_sub(sub)
+            if gone:
+                drop = set(map(id, gone))
+                stream._subs = [sub for sub in stream._subs if id(sub) not in drop]
+            for i in range(0, len(new), SUBSCRIBE_BATCH):
+                await asyncio.sleep(0)
+                if stream.closed:
+                    break
+                for subj in new[i:i + SUBSCRIBE_BATCH]:
+                    stream._subs.append(stream.ic.subscribe(subj, on_msg))
+            finish()
+        finally:
+            if not applied.done():
+                applied.set_result(None)
 
     def _entry_failed(self, reply: bytes | None, typ: str, err: BaseException) -> None:
         """An API request's log entry could not be applied: answered as the API answers a failed handler.
