@@ -8,7 +8,6 @@ parameter wraps the JSON for JSONP (``application/javascript``), as nats-server 
 """
 from __future__ import annotations
 
-import html
 import posixpath
 import re
 import time
@@ -231,9 +230,15 @@ _LINKS = (
 )
 
 
+def _escape(s: str) -> str:
+    """HTML-escaped text (as html.escape, whose module loads the 2,000-entry entity table: ~0.3 MB)."""
+    return (s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+            .replace("'", "&#x27;"))
+
+
 def index_page(base: str) -> str:
     items = "\n".join(
-        f'    <li><a href="{html.escape(join_path(base, p))}">{label}</a> <code>{p}</code></li>'
+        f'    <li><a href="{_escape(join_path(base, p))}">{label}</a> <code>{p}</code></li>'
         for label, p in _LINKS)
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -248,7 +253,7 @@ def index_page(base: str) -> str:
   </head>
   <body>
     <h1>Rillet</h1>
-    <p>NATS server v{html.escape(rillet.SERVER_VERSION)} compatible (rillet {html.escape(rillet.__version__)})</p>
+    <p>NATS server v{_escape(rillet.SERVER_VERSION)} compatible (rillet {_escape(rillet.__version__)})</p>
     <ul>
 {items}
     </ul>
