@@ -47,7 +47,7 @@ def test_root_loads_only_what_the_options_need(tmp_path) -> None:
     plain = _loaded_after('Options(host="127.0.0.1", port=-1)')
     assert plain == {"cluster": [], "httpd": False, "aiohttp": False, "jetstream": False}
     mon = _loaded_after('Options(host="127.0.0.1", port=-1, http_port=-1)')
-    assert mon["httpd"] and mon["aiohttp"] and not mon["cluster"] and not mon["jetstream"]
+    assert mon["httpd"] and not mon["cluster"] and not mon["jetstream"]
     js = _loaded_after(f'Options(host="127.0.0.1", port=-1, jetstream=JetStreamOptions(enabled=True, '
                        f'store_dir={str(tmp_path)!r}))')
     assert js["jetstream"] and not js["cluster"] and not js["aiohttp"]
@@ -61,7 +61,9 @@ def test_root_builds_links_and_account_classes() -> None:
     assert srv.cluster is None and srv.leafnodes is None and srv.gateway is None
     assert type(srv.global_account) is Account
     srv = build_server(Options(host="127.0.0.1", port=-1, cluster=ClusterOptions(host="127.0.0.1", port=-1)))
-    assert srv.cluster is not None and type(srv.global_account).__name__ == "RoutedAccount"
+    assert srv.cluster is not None and type(srv.global_account) is Account
+    assert [type(li).__name__ for li in srv.interest_listeners] == ["RouteInterest"]
+    assert srv.global_account.shadows
     assert all(type(a) is type(srv.global_account) for a in srv.accounts.values())
 
 

@@ -49,10 +49,23 @@ class Root:
             if o.gateway_opts.enabled:
                 from rillet.cluster.gateway import Gateway
                 server.gateway = Gateway(server)  # ValueError: refuse to start
+        # the links' part in every account's interest, in this order: routes (and, without gateways, the
+        # shadow subscriptions of stream imports), gateways, leaf nodes
+        listeners: list[Any] = []
+        if server.cluster is not None:
+            from rillet.cluster.routed import RouteInterest
+            listeners.append(RouteInterest(server.cluster, shadows=server.gateway is None))
+        if server.gateway is not None:
+            from rillet.cluster.gateway import GatewayInterest
+            listeners.append(GatewayInterest(server.gateway))
+        if server.leafnodes is not None:
+            from rillet.cluster.leaf import LeafInterest
+            listeners.append(LeafInterest(server.leafnodes))
+        server.interest_listeners = tuple(listeners)
 
     def account_class(self, server: Server) -> type:
-        """``Account`` alone; with routes ``RoutedAccount``; with leaf nodes ``LeafAccount``; with gateways
-        ``GatewayAccount``; with gateways and leaf nodes ``LeafGatewayAccount``."""
+        """``Account`` alone or with routes; with leaf nodes ``LeafAccount``; with gateways ``GatewayAccount``;
+        with gateways and leaf nodes ``LeafGatewayAccount`` (the entry points of messages from those links)."""
         if server.gateway is not None:
             if server.leafnodes is not None:  # both: one class with the gateway and the leaf steps
                 from rillet.cluster.leaf import LeafGatewayAccount
@@ -61,8 +74,6 @@ class Root:
         if server.leafnodes is not None:
             from rillet.cluster.leaf import LeafAccount
             return LeafAccount
-        if server.cluster is not None:
-            return server.cluster.account_class
         from rillet.server.accounts import Account
         return Account
 

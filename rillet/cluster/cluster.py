@@ -71,7 +71,6 @@ from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
 from rillet.cluster.interest import LocalInterest, frame_for
 from rillet.cluster.route import EXPLICIT, IMPLICIT, RouteConn
-from rillet.cluster.routed import RoutedAccount
 from rillet.server.auth import PermChecker, compare_secret
 from rillet.server.listen import hostport, server_port_socket
 
@@ -185,7 +184,6 @@ class Cluster:
             self.tls_server, self.tls_client = route_tls_contexts(o.cluster.tls)  # ValueError: refuse to start
         self.name = o.cluster.name or _dynamic_name()
         self.dynamic = not o.cluster.name
-        self.account_class = RoutedAccount
         # fn(what, route, info): "added" when the first route to a server registers (with its INFO), "gone"
         # when the last one closes (clustered JetStream's peer tracking)
         self.route_listeners: list[Any] = []

@@ -63,7 +63,7 @@ from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import TLSPortListener, log_tls_failure
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
-from rillet.cluster.routed import RoutedAccount, js_ack_deliver_idx, origin_only
+from rillet.cluster.routed import js_ack_deliver_idx, origin_only
 from rillet.server.accounts import Account
 from rillet.server.delivery import INTERNAL, ROUTER
 from rillet.server.listen import hostport, server_port_socket
@@ -982,9 +982,31 @@ class Gateway:
         return sent
 
 
-class GatewayAccount(RoutedAccount):
-    """The account class of a server with gateways (with or without routes): this cluster's interest is
-    announced to the inbound gateways, client messages go to the outbound ones."""
+class GatewayInterest:
+    """The gateways' part in every account's interest (``rillet.server.accounts.InterestListener``, given to
+    the server by the composition root): this cluster's interest, local or learnt from a route, is announced
+    to the inbound gateways."""
+
+    __slots__ = ("gateway",)
+    shadows = False  # (stream imports deliver through the import's own subscription with gateways)
+
+    def __init__(self, gateway: Any) -> None:
+        self.gateway = gateway
+
+    def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        if not origin_only(sub):
+            self.gateway.update_interest(acc.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
+                                         sub if added else None)
+
+    def routed_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        self.gateway.update_interest(acc.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
+                                     sub if added else None)
+
+
+class GatewayAccount(Account):
+    """The account class of a server with gateways (with or without routes): client messages go to the
+    outbound gateways, messages from them and ``_GR_.`` replies enter here (its interest reaches the
+    gateways through ``GatewayInterest``)."""
 
     __slots__ = ("_gw_plain", "_gwr")
 
@@ -997,32 +1019,6 @@ class GatewayAccount(RoutedAccount):
         gw = server.gateway
         if gw is not None and gw.force_iom and gw.running:
             gw.switch_account_to_interest_mode(self.name_b)
-
-    def add_sub(self, sub: Any) -> None:
-        Account.add_sub(self, sub)
-        if not origin_only(sub):
-            srv = self.server
-            if srv.cluster is not None:
-                srv.cluster.local_interest(self, sub, True)
-            srv.gateway.update_interest(self.name_b, _subject_b(sub), _queue_b(sub), 1, sub)
-
-    def remove_sub(self, sub: Any) -> None:
-        Account.remove_sub(self, sub)
-        if not origin_only(sub):
-            srv = self.server
-            if srv.cluster is not None:
-                srv.cluster.local_interest(self, sub, False)
-            srv.gateway.update_interest(self.name_b, _subject_b(sub), _queue_b(sub), -1)
-
-    def map_subject(self, subject: bytes) -> bytes | None:
-        if self.server.cluster is None:  # (a gateway without routes: no cluster-scoped mapping to choose)
-            return Account.map_subject(self, subject)
-        return RoutedAccount.map_subject(self, subject)
-
-    def route_interest(self, sub: Any, added: bool) -> None:
-        """A route announced (or withdrew) interest: part of this cluster's interest for the gateways."""
-        self.server.gateway.update_interest(self.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
-                                            sub if added else None)
 
     # ---- gateway replies shown without their prefix -------------------------------------------------------
 
@@ -1128,7 +1124,7 @@ class GatewayAccount(RoutedAccount):
             return
         if reply and reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET:
             reply = self._strip_gr(reply)
-        RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+        Account.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
 
     def _routed_gateway_reply(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                               msg: bytes) -> None:

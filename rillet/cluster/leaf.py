@@ -5,7 +5,7 @@ One ``LeafConn`` per connection, bound to one local account. Interest crosses it
 subscriptions with their weight), messages as ``LMSG``/``HMSG``. Each side keeps what it announced in a
 ``LocalInterest`` (reference counted per subject and queue group) and what the peer announced as
 ``RemoteSub``\\ s in the account's sublist beside local subscriptions, so a publish pays one match and a
-leaf connection is one more target of ``RoutedAccount``'s fan-out (one LMSG per connection and message).
+leaf connection is one more link of the delivery plan's fan-out (one LMSG per connection and message).
 
 Who hears what (nats-server's rules):
 
@@ -60,7 +60,7 @@ from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
-from rillet.cluster.routed import RemoteSub, RoutedAccount, js_ack_deliver_idx, origin_only
+from rillet.cluster.routed import RemoteSub, js_ack_deliver_idx, origin_only
 from rillet.protocol.parser import ProtocolError
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
@@ -1462,45 +1462,30 @@ def _all_subs(acc: Any) -> list[Any]:
 
 # ==== the account of a server with leaf nodes ======================================================================
 
-class LeafAccount(RoutedAccount):
-    """``RoutedAccount`` (routes may be there or not) that also tells leaf connections about interest and
-    delivers messages that come from them."""
+class LeafInterest:
+    """The leaf nodes' part in every account's interest (``rillet.server.accounts.InterestListener``, given to
+    the server by the composition root): local and routed interest goes to the leaf connections (LS+/LS-
+    where due, ``LeafNodes.sub_changed``)."""
+
+    __slots__ = ("leafnodes",)
+    shadows = False
+
+    def __init__(self, leafnodes: "LeafNodes") -> None:
+        self.leafnodes = leafnodes
+
+    def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        self.leafnodes.sub_changed(acc, sub, added)
+
+    def routed_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        self.leafnodes.sub_changed(acc, sub, added)
+
+
+class LeafAccount(Account):
+    """The account class of a server with leaf nodes (and routes or not, no gateways): messages from leaf
+    connections enter here, and routed messages go on to the leafs we are hub for (its interest reaches the
+    leafs through ``LeafInterest``)."""
 
     __slots__ = ()
-
-    def __init__(self, server: Any, name: str) -> None:
-        super().__init__(server, name)
-        # stream imports through shadow subscriptions only when RoutedAccount.add_sub runs (with routes)
-        self.shadows = server.cluster is not None
-
-    def add_sub(self, sub: Any) -> None:
-        if self.server.cluster is not None:
-            RoutedAccount.add_sub(self, sub)
-        else:
-            Account.add_sub(self, sub)
-        ln = self.server.leafnodes
-        if ln is not None:
-            ln.sub_changed(self, sub, True)
-
-    def remove_sub(self, sub: Any) -> None:
-        if self.server.cluster is not None:
-            RoutedAccount.remove_sub(self, sub)
-        else:
-            Account.remove_sub(self, sub)
-        ln = self.server.leafnodes
-        if ln is not None:
-            ln.sub_changed(self, sub, False)
-
-    def route_interest(self, sub: Any, added: bool) -> None:
-        """A route announced or withdrew interest (called by the route connection)."""
-        ln = self.server.leafnodes
-        if ln is not None:
-            ln.sub_changed(self, sub, added)
-
-    def map_subject(self, subject: bytes) -> bytes | None:
-        if self.server.cluster is None:
-            return Account.map_subject(self, subject)
-        return RoutedAccount.map_subject(self, subject)
 
     def deliver_leaf(self, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                      msg: bytes) -> None:
@@ -1516,15 +1501,15 @@ class LeafAccount(RoutedAccount):
 
     def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                        msg: bytes) -> None:
-        """A message from a route: local subscribers (``RoutedAccount``), and the leafs we are hub for."""
-        RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+        """A message from a route: local subscribers (``Account``), and the leafs we are hub for."""
+        Account.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
         if self.server.leafs:
             _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
 
 
 def _from_leaf(self: Any, lc: LeafConn, r: SublistResult, subject: bytes, reply: bytes | None, queues: tuple,
                hdr: int, msg: bytes) -> None:
-    """``LeafAccount.deliver_leaf`` after the mapping and the match (``self``: a ``RoutedAccount``)."""
+    """``LeafAccount.deliver_leaf`` after the mapping and the match (``self``: the account)."""
     if not (r.psubs or r.qsubs):
         return
     plan = plan_of(r)
@@ -1614,23 +1599,11 @@ _GR, _GRL, _OFF = g._GR, g._GR_LEN, g._SUBJECT_OFFSET  # (the gateway reply pref
 
 
 class LeafGatewayAccount(g.GatewayAccount):
-    """``GatewayAccount`` (clients' messages to the other clusters, their interest from them) whose
-    interest also goes to leafs and whose messages from leafs go, as nats-server's processMsgResults
-    for a LEAF origin, to local subscribers, routes, other leafs and then to the gateways."""
+    """``GatewayAccount`` (clients' messages to the other clusters, their interest from them) whose messages
+    from leafs go, as nats-server's processMsgResults for a LEAF origin, to local subscribers, routes, other
+    leafs and then to the gateways."""
 
     __slots__ = ()
-
-    def add_sub(self, sub: Any) -> None:
-        g.GatewayAccount.add_sub(self, sub)
-        self.server.leafnodes.sub_changed(self, sub, True)
-
-    def remove_sub(self, sub: Any) -> None:
-        g.GatewayAccount.remove_sub(self, sub)
-        self.server.leafnodes.sub_changed(self, sub, False)
-
-    def route_interest(self, sub: Any, added: bool) -> None:
-        g.GatewayAccount.route_interest(self, sub, added)
-        self.server.leafnodes.sub_changed(self, sub, added)
 
     def deliver_leaf(self, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                      msg: bytes) -> None:
@@ -1660,7 +1633,7 @@ class LeafGatewayAccount(g.GatewayAccount):
             return
         if reply and reply[:_GRL] == _GR and len(reply) > _OFF:
             reply = self._strip_gr(reply)
-        RoutedAccount.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+        Account.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
         if self.server.leafs:
             _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
 

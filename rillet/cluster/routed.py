@@ -1,9 +1,10 @@
 """Accounts of a server in a cluster: remote interest beside local subscriptions, one match per publish.
 
-A server with a ``cluster {}`` port makes its accounts ``RoutedAccount`` (a server without one keeps the
-plain ``Account``, so a publish there pays nothing for clustering). Remote interest (a peer's RS+) is a
-``RemoteSub`` in the account's sublist, so the match that finds local subscribers also finds the routes
-to send to:
+A server with a ``cluster {}`` port keeps the plain ``Account``; the composition root gives the server a
+``RouteInterest``, through which every account's local subscriptions are announced to the routes (a server
+without one pays nothing for clustering). Remote interest (a peer's RS+) is a ``RemoteSub`` in the
+account's sublist, so the match that finds local subscribers also finds the routes to send to; a message
+from a route enters at ``Account.deliver_routed``:
 
 * plain remote interest: one RMSG/HMSG per route, whatever number of that route's subscriptions match;
 * a queue group with members on other servers: one member of the whole cluster is chosen, each remote
@@ -37,13 +38,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import rillet.server.msgtrace as _mt
 from rillet.server.accounts import Account
-from rillet.server.delivery import RemoteSub, deliver_inbound, js_ack_deliver_idx, origin_only, shadow_subject
+from rillet.server.delivery import RemoteSub, js_ack_deliver_idx, origin_only, shadow_subject
 from rillet.subjects.sublist import SublistResult
 from rillet.subjects.validate import subject_matches_filter
 
-__all__ = ["RemoteSub", "RoutedAccount", "ShadowSub", "js_ack_deliver_idx", "origin_only", "shadow_subject"]
+__all__ = ["RemoteSub", "RouteInterest", "ShadowSub", "js_ack_deliver_idx", "origin_only", "shadow_subject"]
 
 
 class ShadowSub:
@@ -90,79 +90,52 @@ def _shadow_deliver(sh: ShadowSub, c: Any, subject: bytes, reply: bytes | None, 
     Account.deliver_result(sh.importer, c, sh.result, subject, reply, hdr, msg)
 
 
-class RoutedAccount(Account):
-    __slots__ = ("_shadows",)
+class RouteInterest:
+    """The routes' part in every account's interest (``rillet.server.accounts.InterestListener``, given to the
+    server by the composition root): a local subscription is announced to the routes (RS+/RS-), and with
+    ``shadows`` the subscriptions of an account that imports streams get their shadows in the exporters (a
+    server with gateways does not: there the stream import's own subscription delivers, the single-server
+    way)."""
 
-    def __init__(self, server: Any, name: str) -> None:
-        super().__init__(server, name)
-        self._shadows: dict[Any, list[ShadowSub]] = {}  # a subscription here -> its shadows in exporters
-        # this account's subscriptions get shadows (add_sub below): a subclass with its own add_sub that does
-        # not call ours keeps the single-server way (the publishing server applies the stream import)
-        self.shadows = type(self).add_sub is RoutedAccount.add_sub
+    __slots__ = ("cluster", "shadows", "_shadows")
 
-    # ---- local interest -> routes ---------------------------------------------------------------------
+    def __init__(self, cluster: Any, shadows: bool) -> None:
+        self.cluster = cluster
+        self.shadows = shadows
+        self._shadows: dict[Any, list[ShadowSub]] = {}  # a subscription -> its shadows in exporters
 
-    def add_sub(self, sub: Any) -> None:
-        super().add_sub(sub)
-        if not origin_only(sub):
-            self.server.cluster.local_interest(self, sub, True)
-            if self.stream_imports and type(sub) is not ShadowSub:
-                self._add_shadows(sub)
+    def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        if origin_only(sub):
+            return
+        self.cluster.local_interest(acc, sub, added)
+        if added:
+            if self.shadows and acc.stream_imports and type(sub) is not ShadowSub:
+                self._add_shadows(acc, sub)
+        elif self._shadows:
+            for sh in self._shadows.pop(sub, ()):
+                sh.isub.client.account.remove_sub(sh)
 
-    def remove_sub(self, sub: Any) -> None:
-        super().remove_sub(sub)
-        if not origin_only(sub):
-            self.server.cluster.local_interest(self, sub, False)
-            if self._shadows:
-                for sh in self._shadows.pop(sub, ()):
-                    sh.isub.client.account.remove_sub(sh)
+    def routed_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        pass  # (routes form a full mesh: what one route announced is not told to the others)
 
-    def _add_shadows(self, sub: Any) -> None:
-        """Shadow subscriptions of ``sub`` in the accounts this one imports streams from."""
+    def _add_shadows(self, acc: Any, sub: Any) -> None:
+        """Shadow subscriptions of ``sub`` in the accounts ``acc`` imports streams from."""
         shadows: list[ShadowSub] = []
-        for exporter, src, remap, isub in self.stream_imports or ():
+        log = acc.server.log
+        for exporter, src, remap, isub in acc.stream_imports or ():
             if isub.client.subs.get(isub.sid) is not isub:
                 continue
             ss = shadow_subject(sub.subject, src, remap)
             if ss is None:
                 continue
-            sh = ShadowSub(sub, self, ss[0], remap, ss[1], isub)
+            sh = ShadowSub(sub, acc, ss[0], remap, ss[1], isub)
             try:
                 exporter.add_sub(sh)
             except ValueError as e:
-                self.server.log.error(f"import subscription on {ss[0]!r} in account {exporter.name} for "
-                                      f"{sub.subject!r} in {self.name} refused: {e}")
+                log.error(f"import subscription on {ss[0]!r} in account {exporter.name} for "
+                          f"{sub.subject!r} in {acc.name} refused: {e}")
                 continue
-            self.server.log.debug(f"Creating import subscription on {ss[0]!r} from account {exporter.name!r}")
+            log.debug(f"Creating import subscription on {ss[0]!r} from account {exporter.name!r}")
             shadows.append(sh)
         if shadows:
             self._shadows[sub] = shadows
-
-    def map_subject(self, subject: bytes) -> bytes | None:
-        """The account's mappings, cluster-scoped destinations chosen by this cluster's name (which a
-        server without a configured name may have learnt from its peers)."""
-        s = subject.decode("utf-8", "surrogateescape")
-        cn = self.server.cluster.name
-        for m in self.mappings:
-            if m.match(s):
-                d = m.select(s, cn)
-                return None if d is None else d.encode("utf-8", "surrogateescape")
-        return subject
-
-    def remote_changed(self) -> None:
-        """Remote interest changed without new sublist results (a queue weight): the plans are made again."""
-        self.sublist.forget_plans()
-
-    # ---- delivery (rillet.server.delivery runs the plans) -------------------------------------------------
-
-    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                       msg: bytes) -> None:
-        """A message from route ``rc``: to local subscribers only (and to one member of each named group)."""
-        if hdr > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr) >= 0 and \
-                _mt.routed_inbound(self, rc, subject, reply, queues, hdr, msg, self._deliver_routed):
-            return  # traced here too: this server sends its own event
-        self._deliver_routed(rc, subject, reply, queues, hdr, msg)
-
-    def _deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                        msg: bytes) -> None:
-        deliver_inbound(self, rc, subject, reply, queues, hdr, msg)

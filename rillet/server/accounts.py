@@ -1,9 +1,16 @@
-"""Accounts: each has its own subject space (a sublist) and the message delivery hot path."""
+"""Accounts: each has its own subject space (a sublist) and the message delivery hot path.
+
+Links (routes, gateways, leaf nodes) hear about the account's interest through the ``InterestListener``s the
+composition root gives the server (``server.interest_listeners``): a subscription made or removed here
+(``local_interest``) and interest a route announced (``routed_interest``).
+"""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import rillet.server.msgtrace as _mt
+from rillet.server.delivery import deliver_inbound
 from rillet.server.delivery import deliver_result as _deliver_result
 from rillet.server.delivery import no_responders as _no_resp
 from rillet.subjects.sublist import Sublist
@@ -19,18 +26,34 @@ REMOVE_NOW = 256
 REMOVE_BUDGET = 0.002
 
 
+class InterestListener(Protocol):
+    """A link subsystem's part in an account's interest (rillet.cluster: routes, gateways, leaf nodes)."""
+
+    # stream imports into the accounts reach their subscriptions through shadow subscriptions in the exporting
+    # accounts, which this listener makes (rillet.cluster.routed), instead of the import's own subscription
+    shadows: bool
+
+    def local_interest(self, acc: "Account", sub: Any, added: bool) -> None:
+        """A subscription of ``acc`` was added (``added``) or removed here, after the sublist changed."""
+
+    def routed_interest(self, acc: "Account", sub: Any, added: bool) -> None:
+        """A route announced (or withdrew) interest in ``acc`` (a ``RemoteSub``, already in the sublist)."""
+
+
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
                  "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "no_match", "trace_dest",
-                 "trace_sampling", "name_b", "shadows", "__weakref__")
+                 "trace_sampling", "name_b", "shadows", "listeners", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
         self.name_b = name.encode()
         self.server = server
+        # the links' interest listeners (none on a server without links)
+        self.listeners: tuple[InterestListener, ...] = server.interest_listeners
         # stream imports into this account reach its subscriptions through shadow subscriptions in the
         # exporting accounts (rillet.cluster.routed), not through the import's own subscription
-        self.shadows = False
+        self.shadows = any(li.shadows for li in self.listeners)
         self.sublist = Sublist(cache=not server.opts.disable_sublist_cache)
         self._match = self.sublist.match
         self.mappings: list[Any] = []  # rillet.subjects.mapping.Mapping, first matching source wins
@@ -60,6 +83,8 @@ class Account:
             self._notify_interest(sub.subject)
         if self.stream_imports:
             self._notify_exporters(sub.subject)
+        for li in self.listeners:
+            li.local_interest(self, sub, True)
 
     def remove_sub(self, sub: "Subscription") -> None:
         self.sublist.remove(sub)
@@ -70,6 +95,18 @@ class Account:
         if self.sub_removed:
             for cb in list(self.sub_removed):
                 cb(self, sub)
+        for li in self.listeners:
+            li.local_interest(self, sub, False)
+
+    def route_interest(self, sub: Any, added: bool) -> None:
+        """A route announced (or withdrew) interest (called by the route connection once it is in the
+        sublist, or out of it)."""
+        for li in self.listeners:
+            li.routed_interest(self, sub, added)
+
+    def remote_changed(self) -> None:
+        """Remote interest changed without new sublist results (a queue weight): the plans are made again."""
+        self.sublist.forget_plans()
 
     def remove_subs(self, subs: list["Subscription"]) -> None:
         """Remove many subscriptions (a closed connection's) without holding the loop: past REMOVE_NOW of
@@ -162,11 +199,15 @@ class Account:
         return False
 
     def map_subject(self, subject: bytes) -> bytes | None:
-        """The subject after the account's mappings (the first whose source matches); None = drop."""
+        """The subject after the account's mappings (the first whose source matches); None = drop.
+        Cluster-scoped destinations are chosen by this cluster's name (which a server without a configured
+        name may have learnt from its peers)."""
         s = subject.decode("utf-8", "surrogateescape")
+        cl = self.server.cluster
+        cn = cl.name if cl is not None else None
         for m in self.mappings:
             if m.match(s):
-                d = m.select(s)
+                d = m.select(s, cn)
                 return None if d is None else d.encode("utf-8", "surrogateescape")
         return subject
 
@@ -177,6 +218,18 @@ class Account:
     # ``deliver_result(c, r, subject, reply, hdr, msg, route=None, rreply=None)``, the function that runs the
     # result's delivery plan (rillet.server.delivery.deliver_result), bound as a method with no call between.
     deliver_result = _deliver_result
+
+    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                       msg: bytes) -> None:
+        """A message from route ``rc``: to local subscribers only (and to one member of each named group)."""
+        if hdr > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr) >= 0 and \
+                _mt.routed_inbound(self, rc, subject, reply, queues, hdr, msg, self._deliver_routed):
+            return  # traced here too: this server sends its own event
+        self._deliver_routed(rc, subject, reply, queues, hdr, msg)
+
+    def _deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                        msg: bytes) -> None:
+        deliver_inbound(self, rc, subject, reply, queues, hdr, msg)
 
     def _no_responders(self, c: Any, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody is listening: a 503 status on its own reply subscription."""

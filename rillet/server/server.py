@@ -75,6 +75,8 @@ class Server:
         self.cluster: Any = None
         self.leafnodes: Any = None
         self.gateway: Any = None
+        # the links' part in every account's interest (rillet.server.accounts.InterestListener), set with them
+        self.interest_listeners: tuple[Any, ...] = ()
         self.subsystems.make_links(self)  # ValueError: refuse to start
         self._account_class = self.subsystems.account_class(self)
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
