@@ -16,7 +16,7 @@ import re
 import time
 from typing import Any
 
-from rillet.nkey import PREFIX_BYTES, decode_public_nkey, ed25519_public_key, encode_public_nkey, verify_signature
+from rillet.nkey import PREFIX_BYTES, decode_public_nkey, verify_signature
 
 ALG_V2 = "ed25519-nkey"
 ALG_V1 = "ed25519"
@@ -73,43 +73,11 @@ def is_public_key(pub: Any, kind: str | None = None) -> bool:
     return decode_public_nkey(pub) is not None
 
 
-class KeyPair:
-    """A fresh nkey of one kind: its public key is known at once (derived in rillet.nkey), the nkeys
-    KeyPair that signs with it (PyNaCl) is made on first use. Every server makes one ("N", its identity)
-    and most never sign with it: PyNaCl then stays unloaded. Stands in for an nkeys KeyPair (``public_key``
-    as bytes, ``sign``, ``seed``, ``verify``...)."""
-
-    __slots__ = ("_raw", "_prefix", "_public", "_signer")
-
-    def __init__(self, kind: str, raw_seed: bytes | None = None) -> None:
-        self._raw = raw_seed if raw_seed is not None else os.urandom(32)
-        self._prefix = PREFIX_BYTES[kind]
-        self._public: bytes | None = None
-        self._signer: Any = None
-
-    @property
-    def public_key(self) -> bytes:
-        if self._public is None:
-            self._public = encode_public_nkey(self._prefix, ed25519_public_key(self._raw)).encode()
-        return self._public
-
-    def signer(self) -> Any:
-        """The nkeys KeyPair of this seed."""
-        if self._signer is None:
-            import nkeys
-            self._signer = nkeys.from_seed(nkeys.encode_seed(self._raw, self._prefix))
-        return self._signer
-
-    def sign(self, data: bytes) -> bytes:
-        return self.signer().sign(data)
-
-    def __getattr__(self, name: str) -> Any:  # seed, private_key, verify, wipe: the nkeys KeyPair's
-        return getattr(self.signer(), name)
-
-
-def new_keypair(kind: str) -> KeyPair:
-    """A fresh key pair of the given kind letter ("O", "A", "U", "N")."""
-    return KeyPair(kind)
+def new_keypair(kind: str):
+    """A fresh nkeys KeyPair of the given kind letter ("O", "A", "U", "N")."""
+    import nkeys
+    seed = nkeys.encode_seed(os.urandom(32), PREFIX_BYTES[kind])
+    return nkeys.from_seed(seed)
 
 
 def public_key(kp) -> str:

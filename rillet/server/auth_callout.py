@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.goquote import go_quote
 from rillet import jwt
 from rillet.config.callout import GLOBAL_ACCOUNT, CalloutConfig, parse_auth_callout
-from rillet.nkey import decode_public_nkey, encode_public_nkey, x25519_public_key
+from rillet.nkey import decode_public_nkey, encode_public_nkey
 from rillet.server.operator import permissions_from_claims
 from rillet.config.options import Permission, Permissions
 
@@ -47,9 +47,9 @@ _NONCE_LEN = 24
 
 
 def curve_public_key(seed_raw: bytes) -> str:
-    """The public xkey ("X...") of a 32-byte curve private key (derived without PyNaCl: every server makes
-    one at start, and only the auth callout with an xkey seals with it)."""
-    return encode_public_nkey(PREFIX_CURVE, x25519_public_key(seed_raw))
+    """The public xkey ("X...") of a 32-byte curve private key."""
+    import nacl.public
+    return encode_public_nkey(PREFIX_CURVE, bytes(nacl.public.PrivateKey(seed_raw).public_key))
 
 
 def decode_curve_key(pub: str) -> bytes | None:
@@ -189,8 +189,7 @@ class AuthCallout:
     def start(self, c: "Client", co: Any, recheck: bool = False, jwt_sub: str = "") -> None:
         """Send the authorization request for ``c``; the connection waits for the answer (or the timeout)."""
         srv = self.server
-        # (PyNaCl derives it: this runs per connection, and this server signs with it anyway)
-        user_nkey = jwt.public_key(jwt.new_keypair("U").signer())
+        user_nkey = jwt.public_key(jwt.new_keypair("U"))
         token = secrets.token_urlsafe(12).replace("-", "x").replace("_", "y").encode()
         reply = self.inbox.encode() + token
         p = _Pending(c, user_nkey, recheck)
