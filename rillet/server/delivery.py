@@ -136,13 +136,14 @@ class Plan:
     def __init__(self, r: Any) -> None:
         if not r.qsubs:
             for sub in r.psubs:
-                if type(sub) is RemoteSub or sub.icb is not None:
+                if type(sub) is RemoteSub or (sub.icb is not None and origin_only(sub)):
                     break
             else:
-                # only this server's plain subscribers (the usual result of a reply subject, one per request or
-                # PubAck, so one plan per message): the result as it is, here and for a message from a route
-                # (none of them acts for the publishing server only: ``inbound`` None, the result itself). No
-                # reference back to itself: a plan per message must go with its result, not wait for the GC
+                # only this server's subscribers, none applying an import (the usual result of a reply subject,
+                # one per request or PubAck, or of a JetStream ack subject, one per message, so one plan per
+                # message): the result as it is, here and for a message from a route (none of them acts for
+                # the publishing server only: ``inbound`` None, the result itself). No reference back to
+                # itself: a plan per message must go with its result, not wait for the GC
                 self.local = True
                 self.psubs = self.in_psubs = r.psubs
                 self.qsubs = r.qsubs
