@@ -13,12 +13,17 @@ The node is a pure object; this driver gives it what it has no access to:
   voters from the assignment; after a restart its member starts empty and gets the log or a snapshot
   from the leader. The meta group is always on disk.
 
-Work is batched: an input (a message, a tick, a proposal) only marks the group and schedules one
-``_process`` on the loop (``call_soon``), so the messages that arrive in one read cycle are handled as
-one ``Ready``. ``_process`` follows the node's contract: write the snapshot, the entries and, when the
-term or vote changed, the hard state; fsync per the sync policy; *then* send the messages, install the
-snapshot (``restore``), apply the committed entries (``apply(index, data)``, in order, on the loop) and
-``advance``.
+Work is batched: an input (a message, a tick, a proposal) only marks the group and queues it on the
+server's ``_Runner``, which runs each queued group's ``_process`` when the connection that is being read
+writes out what its read produced (the runner sits in the server's ``pending_flush`` list like a
+connection, so ``flush_clients`` runs it before the real writes): the messages and publishes of one read
+are handled as one ``Ready``, and its RAFT messages, PubAcks and other output leave in the same pass,
+with no extra turn of the loop on the way (an append answered, a commit applied and its PubAck written
+in the read that brought the last acknowledgement). Inputs outside a read (ticks, timers, tasks) have
+the server schedule its flush (``schedule_flush``), which runs them on the next turn. ``_process``
+follows the node's contract: write the snapshot, the entries and, when the term or vote changed, the
+hard state; fsync per the sync policy; *then* send the messages, install the snapshot (``restore``),
+apply the committed entries (``apply(index, data)``, in order, on the loop) and ``advance``.
 
 Durability (``sync``, JetStream's ``sync_interval``):
 
@@ -73,7 +78,61 @@ CONTROL = b"\xc1"
 STEPDOWN_NOTE = CONTROL + b"SD\x00"  # + the reply subject of the stepdown request being carried out
 STEPDOWN_NOTE_TTL = 30.0  # seconds a member remembers a stepdown request another member carried out
 
+# committed entries in one Ready past which the messages are written out before applying them (the peers
+# persist and answer the next entries meanwhile); fewer go out with the applies' own output (PubAcks) in one
+# write per connection
+EARLY_FLUSH_ENTRIES = 16
+
 _transports: "weakref.WeakKeyDictionary[Any, RaftTransport]" = weakref.WeakKeyDictionary()
+_runners: "weakref.WeakKeyDictionary[Any, _Runner]" = weakref.WeakKeyDictionary()
+
+
+class _Runner:
+    """Runs the queued groups' Ready loops of one server when its pending output is written out.
+
+    It sits in ``server.pending_flush`` as a connection would (``write_out``; no transport, never closed,
+    no connection kind, so the producer stall checks pass it by): ``flush_clients`` at the end of a read (or
+    a slice of one) runs it, and writes the output it produced in the same call. A ``flush_clients`` made
+    from inside a group's work (an apply answering an API request) does not run the groups again: the
+    outer pass runs what was queued meanwhile, in order."""
+
+    transport = None
+    closed = False
+    kind = None
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.groups: list["RaftGroup"] = []
+        self.queued = False
+        self.running = False
+
+    def add(self, group: "RaftGroup") -> None:
+        self.groups.append(group)
+        if not self.queued:
+            self.queued = True
+            srv = self.server
+            srv.pending_flush.append(self)
+            srv.schedule_flush()  # (outside a read nothing else would flush: the next turn of the loop does)
+
+    def write_out(self) -> None:
+        self.queued = False
+        if self.running:
+            return  # (a flush from inside a group's work: the outer pass below runs the rest)
+        self.running = True
+        try:
+            while self.groups:
+                groups, self.groups = self.groups, []
+                for g in groups:
+                    g._process()
+        finally:
+            self.running = False
+
+
+def _runner(server: Any) -> _Runner:
+    r = _runners.get(server)
+    if r is None:
+        r = _runners[server] = _Runner(server)
+    return r
 
 
 def group_storage(name: str) -> str:
@@ -145,6 +204,7 @@ class RaftGroup:
         self.wal: Optional[WAL] = None
         self.transport: Optional[RaftTransport] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._runner = _runner(server)
         self._timer: Optional[asyncio.TimerHandle] = None
         self._scheduled = False
         self._processing = False
@@ -488,12 +548,12 @@ class RaftGroup:
     def _schedule(self) -> None:
         if not self._scheduled and self.running:
             self._scheduled = True
-            self.loop.call_soon(self._process)
+            self._runner.add(self)
 
     def _process(self) -> None:
         self._scheduled = False
-        if not self.running:
-            return
+        if not self.running or self._processing:
+            return  # (stopped; or called from inside its own pass, whose loop takes what is new)
         n = self.node
         if n.lost_logs != self._lost_logs:
             self._lost_logs = n.lost_logs
@@ -508,11 +568,22 @@ class RaftGroup:
                 rd = n.ready()
                 if not self._persist(rd):
                     return  # (the write failed: nothing is sent or applied; the group is stopped)
+                committed = rd.committed_entries
+                late = None
                 if rd.messages:
                     tr = self.transport
+                    name = self.name
+                    early = len(committed) > EARLY_FLUSH_ENTRIES
                     for m in rd.messages:
-                        tr.send(self.name, m.to, M.encode(m))
-                    if rd.committed_entries:
+                        if committed and not early and m.__class__ is M.AppendEntries and m.quiet:
+                            # a commit-only append: after the applies, so that their output (the PubAcks)
+                            # is written first; it still leaves in this pass
+                            if late is None:
+                                late = []
+                            late.append(m)
+                            continue
+                        tr.send(name, m.to, M.encode(m))
+                    if early:
                         # on the wire before the applies below (a batch of them takes milliseconds): the
                         # peers persist and answer the next entries while this server applies these
                         self.server.flush_clients()
@@ -520,9 +591,13 @@ class RaftGroup:
                     self._soft_changed()
                 if rd.snapshot is not None:
                     self._install(rd.snapshot)
-                for e in rd.committed_entries:
+                for e in committed:
                     if e[2] == M.ENTRY_NORMAL:
                         self._apply_one(e[0], e[3])
+                if late is not None:
+                    tr = self.transport
+                    for m in late:
+                        tr.send(self.name, m.to, M.encode(m))
                 n.advance(rd)
                 self._maybe_announce()
                 if self._handover is not None:
