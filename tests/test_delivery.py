@@ -215,3 +215,30 @@ def test_the_trace_observes_the_same_loop(monkeypatch, tonly) -> None:
     rec.events.clear()
     assert deliver_result(acc, pub, acc.match("t"), b"t", None, 3, b"abcx")  # not the traced message
     assert not rec.events and got
+
+
+def test_plain_local_result_gets_a_plain_plan_without_cycles() -> None:
+    """A result holding only this server's subscribers that apply no import (a reply subject, a JetStream ack
+    subject: one result per message) gets the plain plan: the result's own lists, no Local, nothing that refers
+    back to itself (no garbage for the cyclic GC per message); a message from a route still reaches them."""
+    import gc
+    srv = server(cluster=True)
+    acc = srv.global_account
+    a, b = client(srv), client(srv)
+    sub(acc, a, "_INBOX.x.*", b"1")
+    ic = InternalClient(srv, acc)
+    got = []
+    ic.subscribe("_INBOX.x.*", lambda *args: got.append(args[2]))
+    r = acc.match("_INBOX.x.1")
+    assert deliver_result(acc, client(srv), r, b"_INBOX.x.1", None, -1, b"m")
+    p = r.plan
+    assert p.local and p.psubs is r.psubs and p.inbound is None and p.plan is None and not p.links
+    assert gc.get_referents(p).count(p) == 0
+    route = FakeLink(ROUTER)
+    deliver_inbound(acc, route, b"_INBOX.x.2", None, (), -1, b"r")
+    assert a.out_msgs == 2 and got == [b"_INBOX.x.1", b"_INBOX.x.2"]
+    # with an import-applying or remote subscription in the result, the full plan as before
+    acc.sublist.insert(RemoteSub(route, "_INBOX.>", None, 1, None))
+    r2 = acc.match("_INBOX.x.3")
+    deliver_result(acc, b, r2, b"_INBOX.x.3", None, -1, b"m")
+    assert not r2.plan.local and r2.plan.links == [route] and r2.plan.inbound is not None
