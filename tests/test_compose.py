@@ -65,6 +65,14 @@ def test_root_builds_links_and_account_classes() -> None:
     assert [type(li).__name__ for li in srv.interest_listeners] == ["RouteInterest"]
     assert srv.global_account.shadows
     assert all(type(a) is type(srv.global_account) for a in srv.accounts.values())
+    # routes and leaf nodes: still the plain Account; the links' entry points and listeners are wired
+    from rillet.cluster import leaf
+    from rillet.config.leaf_section import LeafNodeOptions
+    srv = build_server(Options(host="127.0.0.1", port=-1, cluster=ClusterOptions(host="127.0.0.1", port=-1),
+                               leaf=LeafNodeOptions(host="127.0.0.1", port=-1)))
+    assert type(srv.global_account) is Account and srv.global_account.shadows
+    assert [type(li).__name__ for li in srv.interest_listeners] == ["RouteInterest", "LeafInterest"]
+    assert srv.cluster.routed_entry is leaf.deliver_routed and srv.leafnodes.leaf_entry is leaf.deliver_leaf
 
 
 def test_core_server_refuses_what_only_the_root_builds() -> None:

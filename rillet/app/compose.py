@@ -62,18 +62,28 @@ class Root:
             from rillet.cluster.leaf import LeafInterest
             listeners.append(LeafInterest(server.leafnodes))
         server.interest_listeners = tuple(listeners)
+        # where messages from routes and leaf connections enter, for the links this server has
+        gw, ln, cl = server.gateway, server.leafnodes, server.cluster
+        if ln is not None and gw is not None:
+            from rillet.cluster.leaf import LeafGatewayAccount
+            ln.leaf_entry = LeafGatewayAccount.deliver_leaf
+            if cl is not None:
+                cl.routed_entry = LeafGatewayAccount.deliver_routed
+        elif cl is not None and gw is not None:
+            from rillet.cluster.gateway import GatewayAccount
+            cl.routed_entry = GatewayAccount.deliver_routed
+        elif cl is not None and ln is not None:
+            from rillet.cluster.leaf import deliver_routed
+            cl.routed_entry = deliver_routed
 
     def account_class(self, server: Server) -> type:
-        """``Account`` alone or with routes; with leaf nodes ``LeafAccount``; with gateways ``GatewayAccount``;
-        with gateways and leaf nodes ``LeafGatewayAccount`` (the entry points of messages from those links)."""
+        """``Account``, with or without routes and leaf nodes; with gateways ``GatewayAccount``, with gateways
+        and leaf nodes ``LeafGatewayAccount`` (the gateway's client path and per-account reply state)."""
         if server.gateway is not None:
             if server.leafnodes is not None:  # both: one class with the gateway and the leaf steps
                 from rillet.cluster.leaf import LeafGatewayAccount
                 return LeafGatewayAccount
             return server.gateway.account_class
-        if server.leafnodes is not None:
-            from rillet.cluster.leaf import LeafAccount
-            return LeafAccount
         from rillet.server.accounts import Account
         return Account
 

@@ -61,7 +61,7 @@ import socket
 import ssl
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import rillet
@@ -71,6 +71,7 @@ from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
 from rillet.cluster.interest import LocalInterest, frame_for
 from rillet.cluster.route import EXPLICIT, IMPLICIT, RouteConn
+from rillet.server.accounts import Account
 from rillet.server.auth import PermChecker, compare_secret
 from rillet.server.listen import hostport, server_port_socket
 
@@ -184,6 +185,10 @@ class Cluster:
             self.tls_server, self.tls_client = route_tls_contexts(o.cluster.tls)  # ValueError: refuse to start
         self.name = o.cluster.name or _dynamic_name()
         self.dynamic = not o.cluster.name
+        # where a message from a route enters (``entry(account, route, subject, reply, queues, hdr, msg)``):
+        # Account.deliver_routed, or the leaf/gateway one when those links are on this server too (set by the
+        # composition root)
+        self.routed_entry: Callable[..., None] = Account.deliver_routed
         # fn(what, route, info): "added" when the first route to a server registers (with its INFO), "gone"
         # when the last one closes (clustered JetStream's peer tracking)
         self.route_listeners: list[Any] = []

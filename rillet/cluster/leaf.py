@@ -46,8 +46,9 @@ import ssl
 import sys
 import time
 from bisect import bisect_right
+from functools import partial
 from random import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote, urlsplit
 
 import rillet
@@ -677,7 +678,7 @@ class LeafConn(ServerConn):
             return
         if self.deny_in and self.deny_in.hit(subject) and not self._let_in(subject):
             return
-        acc.deliver_leaf(self, subject, reply, queues, -1, payload)
+        self.mgr.leaf_entry(acc, self, subject, reply, queues, -1, payload)
 
     def proto_leaf_hmsg(self, subject: bytes, reply: bytes | None, queues: tuple, hdr_len: int,
                         msg: bytes) -> None:
@@ -690,9 +691,10 @@ class LeafConn(ServerConn):
         if self.deny_in and self.deny_in.hit(subject) and not self._let_in(subject):
             return
         if hdr_len > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr_len) >= 0 and \
-                _mt.routed_inbound(acc, self, subject, reply, queues, hdr_len, msg, acc.deliver_leaf):
+                _mt.routed_inbound(acc, self, subject, reply, queues, hdr_len, msg,
+                                   partial(self.mgr.leaf_entry, acc)):
             return  # traced here too: this server sends its own event (rillet.server.msgtrace)
-        acc.deliver_leaf(self, subject, reply, queues, hdr_len, msg)
+        self.mgr.leaf_entry(acc, self, subject, reply, queues, hdr_len, msg)
 
     def _let_in(self, subject: bytes) -> bool:
         """A message ``deny_in`` refuses: with a leaf user's publish permission on the hub side, service
@@ -844,6 +846,9 @@ class LeafNodes:
         self.server = server
         self.opts: "LeafNodeOptions" = server.opts.leaf
         validate_leafnodes(server.opts)  # ValueError: refuse to start
+        # where a message from a leaf connection enters: deliver_leaf, or with gateways on this server
+        # LeafGatewayAccount.deliver_leaf (set by the composition root)
+        self.leaf_entry: Callable[..., None] = deliver_leaf
         self.conns: set[LeafConn] = set()
         self.remotes = [RemoteState(r, self.opts.reconnect) for r in self.opts.remotes if not r.disabled]
         self.tls_server: ssl.SSLContext | None = None
@@ -1480,36 +1485,31 @@ class LeafInterest:
         self.leafnodes.sub_changed(acc, sub, added)
 
 
-class LeafAccount(Account):
-    """The account class of a server with leaf nodes (and routes or not, no gateways): messages from leaf
-    connections enter here, and routed messages go on to the leafs we are hub for (its interest reaches the
-    leafs through ``LeafInterest``)."""
+def deliver_leaf(acc: Account, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                 msg: bytes) -> None:
+    """A message from leaf connection ``lc`` on a server without gateways (``LeafNodes.leaf_entry``): local
+    subscribers, routes (unless it came from our hub), other leafs; queue groups only where the message
+    names them."""
+    if acc.mappings:
+        mapped = acc.map_subject(subject)
+        if mapped is None:
+            return
+        subject = mapped
+    _from_leaf(acc, lc, acc._match(subject.decode("utf-8", "surrogateescape")), subject, reply, queues, hdr, msg)
 
-    __slots__ = ()
 
-    def deliver_leaf(self, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                     msg: bytes) -> None:
-        """A message from leaf connection ``lc``: local subscribers, routes (unless it came from our hub),
-        other leafs; queue groups only where the message names them."""
-        if self.mappings:
-            mapped = self.map_subject(subject)
-            if mapped is None:
-                return
-            subject = mapped
-        _from_leaf(self, lc, self._match(subject.decode("utf-8", "surrogateescape")), subject, reply, queues,
-                   hdr, msg)
-
-    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                       msg: bytes) -> None:
-        """A message from a route: local subscribers (``Account``), and the leafs we are hub for."""
-        Account.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
-        if self.server.leafs:
-            _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
+def deliver_routed(acc: Account, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                   msg: bytes) -> None:
+    """A message from a route on a server with leaf nodes and no gateways (``Cluster.routed_entry``): local
+    subscribers (``Account.deliver_routed``), and the leafs we are hub for."""
+    Account.deliver_routed(acc, rc, subject, reply, queues, hdr, msg)
+    if acc.server.leafs:
+        _routed_to_leafs(acc, rc, subject, reply, queues, hdr, msg)
 
 
 def _from_leaf(self: Any, lc: LeafConn, r: SublistResult, subject: bytes, reply: bytes | None, queues: tuple,
                hdr: int, msg: bytes) -> None:
-    """``LeafAccount.deliver_leaf`` after the mapping and the match (``self``: the account)."""
+    """``deliver_leaf`` after the mapping and the match (``self``: the account)."""
     if not (r.psubs or r.qsubs):
         return
     plan = plan_of(r)
@@ -1565,7 +1565,7 @@ def _from_leaf(self: Any, lc: LeafConn, r: SublistResult, subject: bytes, reply:
 
 def _routed_to_leafs(self: Any, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
                      msg: bytes) -> None:
-    """The leaf part of ``LeafAccount.deliver_routed``: a routed message to the leafs we are hub for."""
+    """The leaf part of ``deliver_routed``: a routed message to the leafs we are hub for."""
     r = self._match(subject.decode("utf-8", "surrogateescape"))
     if not (r.psubs or r.qsubs):
         return
@@ -1636,9 +1636,3 @@ class LeafGatewayAccount(g.GatewayAccount):
         Account.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
         if self.server.leafs:
             _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
-
-
-def leaf_gateway_account_class() -> type:
-    """The account class of a server with both gateways and leaf nodes; a server with only one of them keeps
-    ``LeafAccount`` or ``GatewayAccount``, whose paths pay nothing for the other."""
-    return LeafGatewayAccount

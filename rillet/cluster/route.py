@@ -430,7 +430,7 @@ class RouteConn(ServerConn):
         self.in_bytes += len(payload)
         acc = self._account(account)
         if acc is not None:
-            acc.deliver_routed(self, subject, reply, queues, -1, payload)
+            self.cluster.routed_entry(acc, self, subject, reply, queues, -1, payload)
 
     def proto_hmsg(self, account: bytes, subject: bytes, reply: bytes | None, queues: tuple, hdr_len: int,
                    msg: bytes) -> None:
@@ -438,7 +438,7 @@ class RouteConn(ServerConn):
         self.in_bytes += len(msg)
         acc = self._account(account)
         if acc is not None:
-            acc.deliver_routed(self, subject, reply, queues, hdr_len, msg)
+            self.cluster.routed_entry(acc, self, subject, reply, queues, hdr_len, msg)
 
     def proto_lmsg(self, origin: bytes, account: bytes, subject: bytes, reply: bytes | None, queues: tuple,
                    hdr_len: int, msg: bytes) -> None:
@@ -448,7 +448,7 @@ class RouteConn(ServerConn):
         if acc is not None:
             self.lmsg_origin = origin  # (leaf connections of that cluster do not get it: rillet.cluster.leaf)
             try:
-                acc.deliver_routed(self, subject, reply, queues, hdr_len if hdr_len > 0 else -1, msg)
+                self.cluster.routed_entry(acc, self, subject, reply, queues, hdr_len if hdr_len > 0 else -1, msg)
             finally:
                 self.lmsg_origin = None
 
