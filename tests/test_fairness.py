@@ -294,6 +294,38 @@ async def test_stream_with_20000_subjects_while_others_are_answered(tmp_path):
 
 
 @pytest.mark.asyncio
+async def test_api_burst_from_one_client_is_held_not_dropped(tmp_path, monkeypatch):
+    # 20,000 $JS.API.INFO requests in one write (the queue limit is 10,000): nats-server's workers keep up
+    # with its reader on other cores and answer them all; here the client's reading is held while the
+    # queue is a quarter full, so all are answered too, and nothing is dropped
+    if GO:
+        pytest.skip("Rillet's API intake hold")
+    from rillet.server import client as client_mod
+    holds = []
+    orig = client_mod.Client.hold_intake
+
+    def spy(self):
+        holds.append(1)
+        return orig(self)
+
+    monkeypatch.setattr(client_mod.Client, "hold_intake", spy)
+    async with serve_config(f"listen: 127.0.0.1:-1\njetstream {{ store_dir: {json.dumps(str(tmp_path))} }}\n") as srv:
+        c = await RawClient.open(srv)
+        c.sub("info.*", 1)
+        await c.ping()
+        n = 20_000
+        c.send(b"".join(b"PUB $JS.API.INFO info.%d 0\r\n\r\n" % i for i in range(n)))
+        got = 0
+        while got < n:
+            m = await next_msg(c, 30)
+            assert b'"error"' not in m.payload, m.payload[:200]
+            got += 1
+        assert holds, "the client's reading was never held"
+        assert srv.jetstream.api_queue.dropped == 0
+        await c.close()
+
+
+@pytest.mark.asyncio
 async def test_update_of_a_large_config(tmp_path, monkeypatch):
     # 3,000 subjects, half kept and half replaced: the kept and the new ones store, the gone ones have no
     # responders and no longer overlap (both servers; Rillet changes the subscriptions in steps)
@@ -644,6 +676,62 @@ def test_api_queue_limit_drops_and_advises():
         assert a["type"] == "io.nats.jetstream.advisory.v1.api_limit_reached"
         shapes[k] = sorted(a)
     assert shapes["go"] == shapes["rillet"], shapes
+
+
+def _request(s: socket.socket, subject: str, body: bytes = b"") -> dict:
+    s.sendall(b"SUB q.r 77\r\nPUB %b q.r %d\r\n%b\r\n" % (subject.encode(), len(body), body))
+    buf = b""
+    while b"MSG q.r 77 " not in buf or b"\r\n" not in buf.split(b"MSG q.r 77 ", 1)[1]:
+        buf += s.recv(65536)
+    head, rest = buf.split(b"MSG q.r 77 ", 1)[1].split(b"\r\n", 1)
+    size = int(head)
+    while len(rest) < size:
+        rest += s.recv(65536)
+    s.sendall(b"UNSUB 77\r\n")
+    return json.loads(rest[:size])
+
+
+@pytest.mark.skipif(not HAVE_GO, reason="needs nats-server")
+def test_memory_streams_are_not_restored_and_bursts_of_creates_stay_linear():
+    # a memory stream has nothing on disk and is gone after a restart, a file stream comes back (both
+    # servers); 300 creates in one write are all answered
+    for kind in ("go", "rillet"):
+        d = tempfile.mkdtemp(prefix="fairness-mem-")
+        path = os.path.join(d, "s.conf")
+        with open(path, "w") as f:
+            f.write(f"listen: 127.0.0.1:{free_port()}\njetstream {{ store_dir: {json.dumps(d)} }}\n")
+        try:
+            proc = ServerProcess("-c", path, command=["nats-server"] if kind == "go" else None)
+            try:
+                proc.wait_ready()
+                s = raw_connect(proc.port)
+                for name, storage in (("MEM", "memory"), ("FILE", "file")):
+                    body = json.dumps({"name": name, "subjects": [name.lower()], "storage": storage}).encode()
+                    r = _request(s, f"$JS.API.STREAM.CREATE.{name}", body)
+                    assert "error" not in r, (kind, r)
+                s.sendall(b"SUB burst.* 1\r\n" + b"".join(
+                    b"PUB $JS.API.STREAM.CREATE.B%d burst.%d %d\r\n%b\r\n" % (i, i, len(b), b) for i, b in (
+                        (i, json.dumps({"name": f"B{i}", "subjects": [f"b.{i}"], "storage": "memory"}).encode())
+                        for i in range(300))))
+                got, buf = 0, b""
+                while got < 300:
+                    buf += s.recv(1 << 20)
+                    got = buf.count(b"MSG burst.")
+                assert buf.count(b'"error"') == 0, kind
+                s.close()
+            finally:
+                proc.stop()
+            proc = ServerProcess("-c", path, command=["nats-server"] if kind == "go" else None)
+            try:
+                proc.wait_ready()
+                s = raw_connect(proc.port)
+                r = _request(s, "$JS.API.STREAM.NAMES")
+                assert r["streams"] == ["FILE"], (kind, r)
+                s.close()
+            finally:
+                proc.stop()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def test_queue_limit_config_values():

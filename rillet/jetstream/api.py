@@ -24,7 +24,7 @@ from rillet.jetstream.log import LeadershipLost
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store import ErrTooManyResults
 from rillet.jetstream.stream import Stream, now_ns
-from rillet.subjects.overlap import any_collision
+from rillet.subjects.overlap import SubjectTree, any_collision
 from rillet.subjects.validate import is_valid_subject, subject_has_wildcard, subjects_collide
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ class ApiRouter:
     def __init__(self, jsa: "JSAccount") -> None:
         self.jsa = jsa
         self.js = jsa.js
+        self._tree_cache: tuple | None = None  # (skip, [(cfg, subjects)], tree, count): _subjects_tree
         self.handlers: dict[str, Callable] = {
             "INFO": self.account_info,
             "STREAM.CREATE": self.stream_create,
@@ -162,7 +163,7 @@ class ApiRouter:
         info = _is_info(subject)
         if type(msg) is not bytes:  # (kept until served: never a view of a buffer that is reused)
             msg = bytes(msg)
-        q.submit(info, self.serve, (subject, reply, hdr, msg))
+        q.submit(info, self.serve, (subject, reply, hdr, msg), client)
 
     def serve(self, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         subj = subject.decode("utf-8", "surrogateescape")
@@ -275,9 +276,28 @@ class ApiRouter:
     def _overlap(self, skip: str = "") -> Callable[[list[str]], bool]:
         def check(subjects: list[str]) -> bool:
             # every other stream's subjects in one token tree: linear in the subjects, not their product
-            stored = [b for other in self.jsa.streams.values() if other.name != skip for b in other.cfg.subjects or []]
-            return bool(stored) and any_collision(stored, subjects)
+            tree = self._subjects_tree(skip)
+            return tree is not None and any(tree.collides(s) for s in subjects)
         return check
+
+    def _subjects_tree(self, skip: str) -> SubjectTree | None:
+        """The subjects of the account's streams (but ``skip``) in a token tree, kept between requests:
+        while streams are only added (a burst of creates), the new ones are inserted into the last tree
+        instead of building it again from every stream's subjects (which made a burst quadratic)."""
+        cur = [(st.cfg, st.cfg.subjects) for n, st in self.jsa.streams.items() if n != skip]
+        c = self._tree_cache
+        if c is not None and c[0] == skip and len(c[1]) <= len(cur) \
+                and all(a[0] is b[0] and a[1] is b[1] for a, b in zip(c[1], cur)):
+            tree, n = c[2], c[3]
+            added = cur[len(c[1]):]
+        else:
+            tree, n, added = SubjectTree(), 0, cur
+        for _, subjects in added:
+            for subj in subjects or ():
+                tree.insert(subj, n)
+                n += 1
+        self._tree_cache = (skip, cur, tree, n)
+        return tree if n else None
 
     def _lookup(self, name: str) -> Any:
         s = self.jsa.streams.get(name)
@@ -340,7 +360,8 @@ class ApiRouter:
             self._check_supported(cfg)
             self._check_limits(cfg)
             created = format_time(now_ns())
-            await loop.run_in_executor(None, self.jsa.write_meta_of, cfg, created)
+            if cfg.storage != "memory":  # (a memory stream has nothing on disk)
+                await loop.run_in_executor(None, self.jsa.write_meta_of, cfg, created)
             if name in self.jsa.streams:  # (not through the API: a stream restored or recovered meanwhile)
                 raise ApiError.make("STREAM_NAME_EXIST")
             subjects = list(cfg.subjects or [])

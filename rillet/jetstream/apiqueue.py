@@ -10,6 +10,13 @@ Rillet has one event loop, so the queue is also what keeps API work from holding
 at once while both queues are empty and this loop pass has not yet spent ``BUDGET`` seconds on API work;
 otherwise it waits in the queue, which a callback works off ``BUDGET`` seconds at a time, one loop pass
 after another, with every other connection served in between.
+
+nats-server's workers drain the queue on other cores while the client's read loop fills it, so one client's
+burst of 30,000 requests is answered in full there. Here both share the loop, and a connection's reading
+could fill the queue far faster than it is worked off; so a client connection whose request finds the queue
+holding HOLD_AT of its limit or more has its reading held after the slice being parsed until the queues are
+down to RELEASE_AT: it gets the share of the loop that nats-server's parallel workers give it. The limit and
+the drop still apply to whatever arrives regardless (several clients at once, routes, a small limit).
 """
 from __future__ import annotations
 
@@ -24,6 +31,8 @@ from rillet.jetstream.stream import now_ns
 
 BUDGET = 0.002  # seconds of API work per loop pass
 DEFAULT_LIMIT = 10_000  # nats-server JSDefaultRequestQueueLimit
+HOLD_AT = 0.25  # of the limit: a client connection whose request finds this many waiting is held
+RELEASE_AT = 0.125  # of the limit: held connections read again once both queues are down to this
 LIMIT_ADVISORY = "$JS.EVENT.ADVISORY.API.LIMIT_REACHED"
 LIMIT_TYPE = "io.nats.jetstream.advisory.v1.api_limit_reached"
 # the endpoints nats-server serves from its (lower priority) info queue
@@ -44,12 +53,14 @@ class ApiQueue:
         self.dropped = 0
         self._held = 0  # >0: a request is being served in steps; everything else waits behind it
         self._last_warn = 0.0
+        self._holding: list[Any] = []  # client connections whose reading is held (HOLD_AT)
 
     def __len__(self) -> int:
         return len(self.queue) + len(self.info)
 
-    def submit(self, info: bool, fn: Callable, args: tuple) -> None:
-        """Serve ``fn(*args)`` now when nothing waits and this pass has budget left, else queue it."""
+    def submit(self, info: bool, fn: Callable, args: tuple, client: Any = None) -> None:
+        """Serve ``fn(*args)`` now when nothing waits and this pass has budget left, else queue it.
+        ``client``: the connection the request came from (held past HOLD_AT when it is a client's)."""
         if not self.queue and not self.info and self._used < BUDGET and not self._held:
             t0 = time.monotonic()
             try:
@@ -61,6 +72,10 @@ class ApiQueue:
         q.append((fn, args))
         if len(q) >= limit:
             self._drop(q, "JetStream API info queue" if info else "JetStream API queue")
+        elif len(q) >= limit * HOLD_AT and client is not None and client not in self._holding \
+                and getattr(client, "transport", None) is not None and hasattr(client, "hold_intake"):
+            client.hold_intake()
+            self._holding.append(client)
         self._schedule_work()
 
     def hold(self) -> None:
@@ -103,12 +118,22 @@ class ApiQueue:
         finally:
             if (q or info) and not self._held:
                 self._schedule_work()
+            if self._holding:
+                self._release_held()
             self.js.server.schedule_flush()
+
+    def _release_held(self) -> None:
+        if len(self.queue) <= self.limit * RELEASE_AT and len(self.info) <= self.info_limit * RELEASE_AT:
+            held, self._holding = self._holding, []
+            for c in held:
+                c.release_intake()
 
     def _drop(self, q: deque, name: str) -> None:
         n = len(q)
         q.clear()
         self.dropped += n
+        if self._holding:
+            self._release_held()
         js = self.js
         now = time.monotonic()
         if now - self._last_warn >= 1.0:  # (rate limited, as nats-server's rateLimitFormatWarnf)

@@ -91,6 +91,8 @@ class JSAccount:
                     m = json.loads(f.read())
                 from rillet.jetstream.api import stream_config_from_dict
                 cfg = stream_config_from_dict(m["config"])
+                if cfg.storage == "memory":
+                    continue  # (written by an older Rillet: nats-server restores no memory stream)
                 stream = self.open_stream(cfg, m.get("created") or format_time(time.time_ns()), write_meta=False)
                 from rillet.jetstream.consumer import recover_consumers
                 recover_consumers(stream)
@@ -110,7 +112,8 @@ class JSAccount:
     def open_stream(self, cfg: Any, created: str, write_meta: bool = True) -> Stream:
         from rillet.jetstream.storeopen import open_store
         sdir = self.stream_dir(cfg.name)
-        make_dirs_durable(sdir)
+        if cfg.storage != "memory":
+            make_dirs_durable(sdir)
         store = open_store(cfg, sdir, self.js)
         stream = Stream(self, cfg, created, store)
         if write_meta:
@@ -124,7 +127,10 @@ class JSAccount:
 
     def write_meta_of(self, cfg: Any, created: str) -> None:
         """The stream's meta.json (config and creation time), written and synced: blocking file I/O (the
-        API's stream create calls it from a worker thread, before the stream opens)."""
+        API's stream create calls it from a worker thread, before the stream opens). A memory stream has
+        nothing on disk and is not restored at a restart, as with nats-server."""
+        if cfg.storage == "memory":
+            return
         from rillet.jetstream.api import encode_config
         sdir = self.stream_dir(cfg.name)
         make_dirs_durable(sdir)

@@ -157,6 +157,7 @@ class Client(asyncio.Protocol):
         # fairness and fast-producer stall (see READ_BUDGET, STALL_*)
         self._backlog: bytes | None = None  # the unparsed rest of a read, while reading is paused
         self._slice = READ_SLICE  # bytes parsed per slice (see SLICE_TIME)
+        self._intake_held = False  # reading held by the JetStream API queue (hold_intake / release_intake)
         self._resume_handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._stall_total = 0.0  # seconds this read has been stalled so far
         self._stall_read = 0  # bytes parsed since the allowance was renewed
@@ -391,6 +392,9 @@ class Client(asyncio.Protocol):
             ttl = self._flush_and_stall()
             if self.closed:
                 return
+            if self._intake_held:  # (the JetStream API queue has too many of our requests waiting)
+                self._hold_reading(data[pos:])
+                return
             now = time.monotonic()
             took = now - t0
             t0 = now
@@ -465,10 +469,30 @@ class Client(asyncio.Protocol):
             self._stall_start = 0.0
             self._resume_handle = loop.call_soon(self._resume)
 
+    def hold_intake(self) -> None:
+        """Stop reading after the slice being parsed until ``release_intake``: the JetStream API queue holds
+        many of this connection's requests (rillet.jetstream.apiqueue HOLD_AT)."""
+        self._intake_held = True
+
+    def release_intake(self) -> None:
+        if not self._intake_held:
+            return
+        self._intake_held = False
+        if self.closed or self._backlog is None or self._resume_handle is not None:
+            return
+        self._resume_handle = self.server.loop.call_soon(self._resume)
+
+    def _hold_reading(self, rest: bytes) -> None:
+        t = self.transport
+        if t is None or self.closed:
+            return
+        self._backlog = rest
+        t.pause_reading()  # type: ignore[attr-defined]
+
     def _resume(self) -> None:
         self._resume_handle = None
-        if self.closed:
-            return
+        if self.closed or self._intake_held:
+            return  # (held: release_intake resumes)
         if self._stall_start:
             self._stall_total += time.monotonic() - self._stall_start
             self._stall_start = 0.0
