@@ -20,8 +20,8 @@ from rillet import compression as cc
 from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
-from rillet.server.client import (READ_BUDGET, READ_SLICE, SLICE_MIN, SLICE_TIME, STALL_MIN, STALL_READ,
-                                  STALL_TOTAL)
+from rillet.server.client import (BACKLOG_BUDGET, READ_BUDGET, READ_SLICE, SLICE_MIN, SLICE_TIME, STALL_MIN,
+                                  STALL_READ, STALL_TOTAL)
 from rillet.server.listen import hostport, plain_ip
 
 
@@ -167,7 +167,7 @@ class ServerConn(asyncio.Protocol):
             self._s2_read_failed(e)
             self.server.flush_clients()
 
-    def _parse(self, data: bytes) -> None:
+    def _parse(self, data: bytes, budget: float = READ_BUDGET) -> None:
         """Parse ``data`` (decompressed) slice by slice, as a client's reads (rillet.server.client): past the
         loop budget the rest waits for a later pass, reading paused. A client this connection delivers to
         with more than 3/4 of max_pending waiting holds the reading back a few milliseconds (at most 10 ms
@@ -212,7 +212,7 @@ class ServerConn(asyncio.Protocol):
                 if hold:
                     self._pause(b"", hold)
                 return
-            if hold or now - start >= READ_BUDGET:
+            if hold or now - start >= budget:
                 self._pause(data[pos:], hold)
                 return
 
@@ -260,7 +260,7 @@ class ServerConn(asyncio.Protocol):
         self._rbacklog = None
         if rest:
             try:
-                self._parse(rest)
+                self._parse(rest, BACKLOG_BUDGET)  # (a burst worked off: a smaller share per pass)
             except ProtocolError as e:
                 self._parse_failed(e)
                 self.server.flush_clients()
