@@ -124,7 +124,7 @@ class WAL:
         self.segments: list[_Segment] = []
         self.snap_index = 0
         self.snap_term = 0
-        self._f = None          # the open last segment
+        self._f = None          # the open last segment (unbuffered: each append is one write to the OS)
         self._dirty = False
 
     @classmethod
@@ -283,7 +283,10 @@ class WAL:
             add(data)
             pos += 8 + n
         f = self._file(seg)
-        f.write(b"".join(parts))
+        data = b"".join(parts)
+        n = f.write(data)
+        while n < len(data):  # (a short write to a regular file is rare: finish it; errors raise)
+            n += f.write(memoryview(data)[n:])
         seg.size = pos
         self._dirty = True
         if self.policy == "always":
@@ -303,15 +306,16 @@ class WAL:
 
     def _file(self, seg: _Segment):
         if self._f is None:
-            self._f = open(seg.path, "r+b")
+            # (no Python buffer: an append is written with one write() and no lseek, which a buffered
+            # random-access file adds to every flush)
+            self._f = open(seg.path, "r+b", buffering=0)
             self._f.seek(seg.size)
         return self._f
 
     def flush(self) -> None:
         """Hand what was appended to the operating system (no fsync): it survives the process being
-        killed, not a power loss (``sync`` for that)."""
-        if self._f is not None:
-            self._f.flush()
+        killed, not a power loss (``sync`` for that). Appends are written unbuffered, so they are already
+        there."""
 
     def sync(self) -> None:
         if self._f is not None and self._dirty:

@@ -62,6 +62,7 @@ class RaftTransport:
         self.ic = server.internal_client(acc, "raft transport")
         self._groups: dict[str, tuple[list[Any], OnMessage | None]] = {}
         self._subjects: dict[tuple[str, str], bytes] = {}  # (group, peer or "") -> checked subject bytes
+        self._senders: dict[bytes, tuple[str, str]] = {}  # received subject -> (group, sending peer), checked
         self.sent = self.received = self.bad = 0
 
     @property
@@ -84,6 +85,8 @@ class RaftTransport:
         g = self._groups.pop(group, None)
         if self._subjects:
             self._subjects = {k: v for k, v in self._subjects.items() if k[0] != group}
+        if self._senders:
+            self._senders = {k: v for k, v in self._senders.items() if v[0] != group}
         if g is not None:
             for sub in g[0]:
                 self.ic.remove_sub(sub)
@@ -115,18 +118,28 @@ class RaftTransport:
         self.ic.publish(subj, None, data)
 
     def _deliver(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
-        toks = subject.decode("utf-8", "surrogateescape").split(".")
-        if len(toks) == 5 and toks[1] == "D":
-            group, frm = toks[2], toks[4]
-        elif len(toks) == 4 and toks[1] == "B":
-            group, frm = toks[2], toks[3]
-            if frm == self.peer:
-                return  # our own broadcast
+        known = self._senders.get(subject)
+        if known is None:
+            toks = subject.decode("utf-8", "surrogateescape").split(".")
+            if len(toks) == 5 and toks[1] == "D":
+                group, frm = toks[2], toks[4]
+            elif len(toks) == 4 and toks[1] == "B":
+                group, frm = toks[2], toks[3]
+                if frm == self.peer:
+                    return  # our own broadcast
+            else:
+                self.bad += 1
+                return
+            if group not in self._groups or not valid_peer(frm):
+                self.bad += 1
+                return
+            if len(self._senders) >= 4096:
+                self._senders.clear()
+            self._senders[bytes(subject)] = (group, frm)  # (the same few subjects come again and again)
         else:
-            self.bad += 1
-            return
+            group, frm = known
         g = self._groups.get(group)
-        if g is None or not valid_peer(frm):
+        if g is None:
             self.bad += 1
             return
         data = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)

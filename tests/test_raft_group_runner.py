@@ -1,0 +1,189 @@
+"""The RAFT group driver's runner (rillet/jetstream/cluster/group.py): a group's Ready loop runs when the server
+writes out its pending output (``flush_clients``, at the end of the read that fed the group), not a loop turn
+later; a flush made from inside a group's work does not run the groups again; a small committed batch's
+commit-only appends leave after its applies (their PubAcks first). Also the transport's cache of received
+subjects."""
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+
+import pytest
+
+from rillet.app.embed import run_cluster
+from rillet.jetstream.cluster.group import RaftGroup, _Runner
+from rillet.jetstream.cluster.peers import peer_id
+from rillet.raft import msgs as M
+
+
+class FakeServer:
+    """Just what the runner uses: pending_flush, schedule_flush, and a flush_clients like the server's."""
+
+    def __init__(self) -> None:
+        self.pending_flush: list = []
+        self.scheduled = 0
+        self.written: list = []
+
+    def schedule_flush(self) -> None:
+        self.scheduled += 1
+
+    def flush_clients(self) -> None:
+        pending = self.pending_flush
+        while pending:
+            batch = pending[:]
+            pending.clear()
+            for c in batch:
+                c.write_out()
+
+
+class FakeConn:
+    def __init__(self, srv: FakeServer, name: str) -> None:
+        self.srv, self.name, self.queued = srv, name, False
+        self.closed = False
+        self.transport = None
+
+    def send(self) -> None:
+        if not self.queued:
+            self.queued = True
+            self.srv.pending_flush.append(self)
+
+    def write_out(self) -> None:
+        self.queued = False
+        self.srv.written.append(self.name)
+
+
+class FakeGroup:
+    def __init__(self, runner: _Runner, name: str, work=None) -> None:
+        self.runner, self.name, self.work, self.runs = runner, name, work, 0
+
+    def _process(self) -> None:
+        self.runs += 1
+        if self.work is not None:
+            self.work()
+
+
+def test_runner_runs_queued_groups_in_the_flush_and_writes_their_output_in_it():
+    srv = FakeServer()
+    r = _Runner(srv)
+    out = FakeConn(srv, "route")
+    a = FakeGroup(r, "a", out.send)
+    b = FakeGroup(r, "b")
+    r.add(a)
+    r.add(b)
+    assert srv.pending_flush == [r] and srv.scheduled == 1  # queued once, a flush scheduled once
+    srv.flush_clients()
+    assert (a.runs, b.runs) == (1, 1)
+    assert srv.written == ["route"]  # what a group produced is written in the same flush_clients call
+    assert not srv.pending_flush and not r.groups
+    r.add(a)
+    assert srv.pending_flush == [r] and srv.scheduled == 2
+
+
+def test_runner_a_flush_from_inside_a_group_does_not_run_the_groups_again():
+    srv = FakeServer()
+    r = _Runner(srv)
+    order: list[str] = []
+    late = FakeGroup(r, "late", lambda: order.append("late"))
+
+    def first_work() -> None:
+        order.append("first")
+        r.add(late)  # (a proposal to another group from inside an apply)
+        srv.flush_clients()  # (an apply answering a request flushes): must not run "late" nested
+        order.append("first done")
+
+    first = FakeGroup(r, "first", first_work)
+    r.add(first)
+    srv.flush_clients()
+    assert order == ["first", "first done", "late"]
+    assert late.runs == 1 and not r.groups and not r.running
+
+
+async def _until(cond, timeout: float = 8.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.asyncio
+async def test_group_ready_runs_in_the_flush_and_quiet_commits_leave_after_the_applies():
+    with tempfile.TemporaryDirectory() as tmp:
+        async with run_cluster(3) as servers:
+            peers = [peer_id(s.name) for s in servers]
+            events: list[list] = [[] for _ in servers]
+
+            def applier(i):
+                def apply(index: int, data: bytes) -> None:
+                    events[i].append(("apply", index))
+                return apply
+
+            groups = [RaftGroup(s, "G-runner", peers, os.path.join(tmp, f"s{i}"), apply=applier(i))
+                      for i, s in enumerate(servers)]
+            for g in groups:
+                await g.start()
+            await _until(lambda: any(g.is_leader for g in groups), what="a leader")
+            await _until(lambda: all(g.leader is not None for g in groups), what="everyone knows the leader")
+            li = next(i for i, g in enumerate(groups) if g.is_leader)
+            lead = groups[li]
+            tr = lead.transport
+            real_send = tr.send
+
+            def send(group: str, peer: str, data: bytes) -> None:
+                if group == "G-runner":
+                    m = M.decode(data)
+                    if type(m) is M.AppendEntries:
+                        events[li].append(("quiet" if m.quiet else "append", m.commit, len(m.entries)))
+                real_send(group, peer, data)
+
+            tr.send = send
+            try:
+                await asyncio.sleep(0.05)
+                # a proposal outside any read: the group's Ready runs in the next flush_clients, within that call
+                idx, _ = lead.propose(b"one")
+                n = lead.node
+                assert n.stable < idx
+                servers[li].flush_clients()
+                assert n.stable == idx and not n.has_ready(), "the Ready did not run inside flush_clients"
+                assert ("append", n.commit, 1) in events[li]
+                await _until(lambda: ("apply", idx) in events[li], what="the entry applied on the leader")
+                await _until(lambda: any(e[0] == "quiet" and e[1] >= idx for e in events[li]),
+                             what="the commit told to the followers")
+                ev = events[li]
+                applied_at = ev.index(("apply", idx))
+                quiet_at = min(k for k, e in enumerate(ev) if e[0] == "quiet" and e[1] >= idx)
+                assert applied_at < quiet_at, ev  # the commit-only appends leave after the apply's output
+                for i, g in enumerate(groups):
+                    await _until(lambda i=i: ("apply", idx) in events[i], what=f"applied on member {i}")
+            finally:
+                tr.send = real_send
+            for g in groups:
+                await g.stop()
+
+
+@pytest.mark.asyncio
+async def test_transport_caches_checked_sender_subjects():
+    async with run_cluster(2) as servers:
+        from rillet.jetstream.cluster.group import shared_transport
+        got: list[tuple[str, str, bytes]] = []
+        a, b = (shared_transport(s) for s in servers)
+        b.join("G-cache", lambda g, f, d: got.append((g, f, d)))
+        a.join("G-cache", lambda g, f, d: None)
+        await asyncio.sleep(0.2)  # (the subscriptions cross the route)
+        for k in range(3):
+            a.send("G-cache", b.peer, b"m%d" % k)
+        servers[0].flush_clients()
+        await _until(lambda: len(got) == 3, what="three messages")
+        assert got == [("G-cache", a.peer, b"m%d" % k) for k in range(3)]
+        assert list(b._senders.values()) == [("G-cache", a.peer)]  # parsed and checked once
+        # a malformed sender id is refused every time, never cached
+        bad = f"$RNRG.D.G-cache.{b.peer}.nopeer".encode()
+        before = b.bad
+        b._deliver(None, None, bad, None, 0, b"x")
+        b._deliver(None, None, bad, None, 0, b"x")
+        assert b.bad == before + 2 and bad not in b._senders
+        b.leave("G-cache")
+        assert not b._senders
+        a.leave("G-cache")
