@@ -16,7 +16,10 @@ from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError
 SOURCES = {
     "rillet._speedups._cparser": "rillet/_speedups/_cparser.pyx",
     "rillet._speedups._cserver": "rillet/_speedups/_cserver.pyx",
+    "rillet._speedups._cstore": "rillet/_speedups/_cstore.pyx",
 }
+# C libraries an extension links with (zlib: the file store's CRC-32, the library Python's zlib module uses)
+LIBRARIES = {"rillet._speedups._cstore": ["z"]}
 
 _noted = False
 
@@ -35,7 +38,7 @@ def _extensions():
     except ImportError as e:
         _note(f"Cython is not installed: {e}")
         return []
-    exts = [Extension(name, [src]) for name, src in SOURCES.items()]
+    exts = [Extension(name, [src], libraries=LIBRARIES.get(name, [])) for name, src in SOURCES.items()]
     try:
         return cythonize(exts, build_dir="build/cython", quiet=True,
                          compiler_directives={"language_level": 3})

@@ -34,7 +34,7 @@ def open_store(cfg: Any, sdir: str, js: Any) -> Any:
     if cfg.storage == "memory":
         from rillet.jetstream.store.memstore import MemStore
         return MemStore(scfg)
-    from rillet.jetstream.store.filestore import FileStore
+    from rillet.lane import FileStore  # the pure one, or its twin with the compiled append (RILLET_PURE)
 
     def log(level: str, text: str) -> None:
         getattr(js.log, {"warn": "warn", "warning": "warn", "error": "error"}.get(level, "notice"))(

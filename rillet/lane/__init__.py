@@ -16,9 +16,11 @@ Importers take the classes from here:
     ServerParser   the route/gateway/leaf parser (rillet.cluster.protocol.ServerParser or its twin)
     wire           the inter-server frame builders: rmsg_head, hmsg_head, lmsg_head, leaf_msg_head,
                    leaf_hmsg_head, frame (rillet.cluster.protocol or its twin)
+    FileStore      the JetStream file store (rillet.jetstream.store.filestore.FileStore or its twin, whose
+                   message append is compiled)
 
-``ServerParser`` and ``wire`` are loaded on first use, so that importing this module (the client connection
-does) does not load ``rillet.cluster``. (A package rather than a top-level module: top-level modules import
+``ServerParser``, ``wire`` and ``FileStore`` are loaded on first use, so that importing this module (the client
+connection does) does not load ``rillet.cluster`` or ``rillet.jetstream``. (A package rather than a top-level module: top-level modules import
 no subpackage, tests/test_import_cycles.py.)
 """
 from __future__ import annotations
@@ -28,7 +30,9 @@ import os
 
 from rillet.protocol import parser as _pure_parser
 
-__all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "pure", "compiled"]
+__all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "FileStore", "pure",
+           "compiled"]
+_LAZY = ("ServerParser", "wire", "FileStore")
 
 
 def _decide() -> tuple[str, str]:
@@ -41,8 +45,10 @@ def _decide() -> tuple[str, str]:
     # _cserver (built with _cparser) is found, not loaded: loading it loads rillet.cluster.protocol, which
     # a server without routes, gateways or leaf nodes does not need (~0.2 MB); a broken one fails loudly
     # where it is first used (ServerParser, wire)
-    if importlib.util.find_spec("rillet._speedups._cserver") is None:
-        return "pure", "the compiled extension is not available (no rillet._speedups._cserver)"
+    # (_cstore likewise: loading it loads the file store)
+    for mod in ("_cserver", "_cstore"):
+        if importlib.util.find_spec(f"rillet._speedups.{mod}") is None:
+            return "pure", f"the compiled extension is not available (no rillet._speedups.{mod})"
     return "compiled", ""
 
 
@@ -53,9 +59,13 @@ NAME = "compiled lane" if COMPILED else "pure-Python lane"
 
 
 def pure(name: str):
-    """The pure-Python twin of ``ClientParser``, ``ServerParser`` or ``wire``, whichever lane runs (tests)."""
+    """The pure-Python twin of ``ClientParser``, ``ServerParser``, ``wire`` or ``FileStore``, whichever lane runs
+    (tests)."""
     if name == "ClientParser":
         return _pure_parser.ClientParser
+    if name == "FileStore":
+        from rillet.jetstream.store.filestore import FileStore
+        return FileStore
     from rillet.cluster import protocol
     if name == "ServerParser":
         return protocol.ServerParser
@@ -65,11 +75,14 @@ def pure(name: str):
 
 
 def compiled(name: str):
-    """The compiled twin of ``ClientParser``, ``ServerParser`` or ``wire``; ImportError when not built
-    (tests compare both lanes even when RILLET_PURE selected the pure one)."""
+    """The compiled twin of ``ClientParser``, ``ServerParser``, ``wire`` or ``FileStore``; ImportError when not
+    built (tests compare both lanes even when RILLET_PURE selected the pure one)."""
     if name == "ClientParser":
         from rillet._speedups._cparser import ClientParser
         return ClientParser
+    if name == "FileStore":
+        from rillet._speedups._cstore import FileStore
+        return FileStore
     from rillet._speedups import _cserver
     if name == "ServerParser":
         return _cserver.ServerParser
@@ -82,8 +95,8 @@ ClientParser = compiled("ClientParser") if COMPILED else _pure_parser.ClientPars
 
 
 def __getattr__(name: str):
-    # ServerParser and wire: loaded on first use (rillet.cluster is not imported by client connections)
-    if name in ("ServerParser", "wire"):
+    # loaded on first use (rillet.cluster and rillet.jetstream are not imported by client connections)
+    if name in _LAZY:
         value = compiled(name) if COMPILED else pure(name)
         globals()[name] = value
         return value

@@ -191,13 +191,17 @@ def _parse_consumer_slot(buf: bytes) -> tuple[int, bytes] | None:
 def _write_all(fd: int, bufs: list[bytes], off: int, total: int) -> None:
     n = os.pwritev(fd, bufs, off)
     if n != total:
-        # A short write: finish it piecewise (ENOSPC raises from here).
-        data = b"".join(bufs)
-        while n < total:
-            k = os.pwrite(fd, data[n:], off + n)
-            if k <= 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            n += k
+        _write_rest(fd, b"".join(bufs), off, n, total)
+
+
+def _write_rest(fd: int, data: bytes, off: int, n: int, total: int) -> None:
+    """A short write (``n`` of ``data``'s ``total`` bytes at ``off``): finish it piecewise (ENOSPC raises
+    from here; also the compiled twin's)."""
+    while n < total:
+        k = os.pwrite(fd, data[n:], off + n)
+        if k <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n += k
 
 
 def _atomic_write(path: str, data: bytes, durable: bool) -> None:
@@ -804,16 +808,21 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         try:
             _write_all(self._afd, [head, sb, *payload, _CRC.pack(crc)], off, total)
         except OSError as e:
-            try:
-                os.ftruncate(self._afd, off)
-            except OSError as e2:
-                # the partial record stays; the next write goes over it (and recovery cuts a torn tail)
-                self.log("error", f"cannot cut off a failed write in {blk.path}: {e2.strerror or e2}")
-            raise ErrStoreFull(f"write to {blk.path} failed: {e.strerror or e}") from e
+            self._write_failed(blk, off, e)
         blk.size = off + total
         size = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
         self._index_record(blk, self._aidx, seq, subject, sb, ts, ttl_ns, off, total, size)  # type: ignore[arg-type]
         return size
+
+    def _write_failed(self, blk: Block, off: int, e: OSError) -> None:
+        """A record's write to the active block at ``off`` failed: cut the block back and raise ErrStoreFull
+        (also the compiled twin's, rillet/_speedups/_cstore.pyx)."""
+        try:
+            os.ftruncate(self._afd, off)
+        except OSError as e2:
+            # the partial record stays; the next write goes over it (and recovery cuts a torn tail)
+            self.log("error", f"cannot cut off a failed write in {blk.path}: {e2.strerror or e2}")
+        raise ErrStoreFull(f"write to {blk.path} failed: {e.strerror or e}") from e
 
     def _write_batch(self, recs: list[tuple[int, str, bytes, bytes, int, int]]) -> list[int]:
         """An atomic batch: every record in one block with one write, all but the last flagged F_BATCH,

@@ -1,0 +1,299 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled twin of the file store's append (rillet.jetstream.store.filestore.FileStore; see rillet.lane).
+
+A subclass of the pure-Python FileStore whose ``_write`` (one message record: encode, CRC-32, write, index)
+does the common case in C: an uncompressed record of a ``str`` subject and ``bytes`` header and data, in a
+store with no state-log records waiting. The record is laid out as the pure code lays it out
+(``_fsformat._REC``: little-endian header, subject, header bytes, data, CRC-32 of all before it), written with
+one pwritev(2) of the same pieces at the same offset, and indexed with the same column appends (the common
+slot: the next in the active block, a subject the block already has, no TTL column, no per-subject position
+lists); anything else (compression, a pending state log, a first record, a new subject, a TTL, a sequence
+gap, values the pure code's struct would refuse) goes to the inherited pure-Python methods, which stay the
+reference. A failed write goes through the same ``_write_failed`` and ``_write_rest`` as the pure code's, so
+a full disk gives the same ErrStoreFull and the same cut-back. A replaced ``filestore._write_all`` (how tests
+fake a failing disk) is honoured: the whole record then takes the pure path.
+"""
+from cpython.array cimport array, resize_smart
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.exc cimport PyErr_SetFromErrno
+from libc.errno cimport errno
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from cpython.object cimport Py_SIZE
+from cpython.ref cimport PyObject
+from cpython.dict cimport PyDict_GetItemWithError
+from posix.types cimport off_t
+from posix.uio cimport iovec, pwritev
+
+from rillet.jetstream.store import filestore as _fsmod
+from rillet.jetstream.store import _fsformat
+
+cdef extern from "zlib.h":
+    unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int len) nogil
+
+cdef object _PureFileStore = _fsmod.FileStore
+cdef object _pure_write = _fsmod.FileStore._write
+cdef object _pure_index = _fsmod.FileStore._index_record
+cdef object _pure_append = _fsmod.FileStore._append
+cdef object _pure_write_all = _fsmod._write_all
+cdef object _write_rest = _fsmod._write_rest
+cdef object _fsdict = _fsmod.__dict__
+cdef Py_ssize_t _MAX_GAP = _fsmod._MAX_GAP
+cdef Py_ssize_t _MAGIC_LEN = len(_fsformat.BLOCK_MAGIC)
+cdef Py_ssize_t _OVERHEAD = _fsformat._OVERHEAD
+cdef long long _MAX_REC = _fsformat._MAX_REC
+cdef uint8_t _T_MSG = _fsformat.T_MSG
+cdef object _NS = _fsmod._NS
+cdef object _BlockIndex = _fsmod.BlockIndex
+cdef object _Block = _fsmod.Block
+
+# the record header must be what _fsformat's struct packs; a change there without this twin fails at import
+assert _fsformat._REC.format == "<BBHIQqqII" and _fsformat._REC.size == 40 and _OVERHEAD == 44
+
+
+cdef inline void _le16(unsigned char* p, uint16_t v) noexcept:
+    p[0] = v & 0xFF
+    p[1] = (v >> 8) & 0xFF
+
+
+cdef inline void _le32(unsigned char* p, uint32_t v) noexcept:
+    cdef int i
+    for i in range(4):
+        p[i] = (v >> (8 * i)) & 0xFF
+
+
+cdef inline void _le64(unsigned char* p, uint64_t v) noexcept:
+    cdef int i
+    for i in range(8):
+        p[i] = (v >> (8 * i)) & 0xFF
+
+
+
+cdef extern from *:
+    # the array object as Cython's array header declares it (the struct it defines for cpython.array)
+    ctypedef struct arrayobject:
+        int ob_exports
+
+
+cdef inline Py_ssize_t rillet_array_exports(object a) noexcept:
+    return (<arrayobject*><PyObject*>a).ob_exports
+
+
+cdef bint _check_layout():
+    """Whether this interpreter's array objects have the layout Cython's header declares (the exported-buffer
+    count read where it is): checked once with a real memoryview. If not, columns are appended to through
+    their ``append`` method."""
+    a = array("I", [1])
+    if rillet_array_exports(a) != 0:
+        return False
+    m = memoryview(a)
+    ok = rillet_array_exports(a) == 1
+    m.release()
+    return ok and rillet_array_exports(a) == 0
+
+
+cdef bint _DIRECT = _check_layout()
+# The store's own attributes this twin reads and writes are plain instance attributes: it goes to the
+# instance's __dict__ for them (a fraction of a generic attribute access). Should any of them become a class
+# attribute or descriptor, the twin leaves everything to the pure code (fast_paths() tells; a test checks).
+_STORE_ATTRS = ("_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
+                "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits")
+cdef bint _DICT_OK = not any(name in vars(c) for c in _fsmod.FileStore.__mro__ for name in _STORE_ATTRS)
+
+
+cdef inline bint _col(object a, char code) noexcept:
+    """``a`` is an array of ``code`` that can grow in place (no exported buffer: else its ``append`` refuses)."""
+    return type(a) is array and (<array>a).ob_descr.typecode == code and rillet_array_exports(a) == 0
+
+
+cdef inline void _put_u64(array a, uint64_t v) except *:
+    cdef Py_ssize_t n = Py_SIZE(a)
+    resize_smart(a, n + 1)
+    a.data.as_ulonglongs[n] = v
+
+
+cdef inline void _put_u32(array a, uint32_t v) except *:
+    cdef Py_ssize_t n = Py_SIZE(a)
+    resize_smart(a, n + 1)
+    a.data.as_uints[n] = v
+
+
+cdef inline void _put_i64(array a, int64_t v) except *:
+    cdef Py_ssize_t n = Py_SIZE(a)
+    resize_smart(a, n + 1)
+    a.data.as_longlongs[n] = v
+
+
+
+
+cdef inline object _ga(object obj, dict d, str name):
+    cdef PyObject* v = PyDict_GetItemWithError(d, name)
+    if v == NULL:
+        return getattr(obj, name)  # (an error is raised as the pure code's would be)
+    return <object>v
+
+
+def fast_paths():
+    """Which of the twin's shortcuts this interpreter and this FileStore allow (tests)."""
+    return {"direct_columns": bool(_DIRECT), "instance_dict": bool(_DICT_OK)}
+
+
+class FileStore(_PureFileStore):
+    """The file store with its append in C (see the module's docstring)."""
+
+    def _append(self, seq, subject, hdr, data, ts, ttl, e=None):
+        # the pure _append, with the record written by this twin's _write (called directly)
+        if not _DICT_OK:
+            return _pure_append(self, seq, subject, hdr, data, ts, ttl, e)
+        cdef dict d = self.__dict__
+        if e is None:
+            if ttl:
+                e = _pure_write(self, seq, subject, hdr, data, ts, int(ttl * _NS))
+            else:
+                e = _write(self, d, seq, subject, hdr, data, ts)
+        if not _ga(self, d, "_nmsgs"):
+            d["_first"] = seq
+        d["_nmsgs"] = _ga(self, d, "_nmsgs") + 1
+        d["_last"] = seq
+        d["_last_ts"] = ts
+        d["_bytes"] = _ga(self, d, "_bytes") + e
+        psim = _ga(self, d, "_psim")
+        ps = psim.get(subject)
+        if ps is None:
+            psim[subject] = [1, _ga(self, d, "_active").index, seq]
+        else:
+            ps[0] += 1
+            ps[2] = seq
+            maxp = _ga(self, d, "_maxp")
+            if maxp and ps[0] > maxp:
+                self._enforce_per_subject(subject)
+        if _ga(self, d, "_post_limits"):
+            self._enforce_limits()
+
+    def _write(self, seq, subject, hdr, data, ts, ttl_ns):
+        if ttl_ns or not _DICT_OK:
+            return _pure_write(self, seq, subject, hdr, data, ts, ttl_ns)
+        return _write(self, self.__dict__, seq, subject, hdr, data, ts)
+
+
+cdef object _write(object self, dict d, object seq, object subject, object hdr, object data, object ts):
+    """The pure ``_write`` of a record without TTL; anything but the common case goes to it."""
+    if (_ga(self, d, "_log_pending") or _ga(self, d, "_compress") or type(subject) is not str or type(hdr) is not bytes
+            or type(data) is not bytes or _fsdict["_write_all"] is not _pure_write_all):
+        return _pure_write(self, seq, subject, hdr, data, ts, 0)
+    cdef uint64_t cseq
+    cdef int64_t cts
+    try:
+        cseq = seq
+        cts = ts
+    except (OverflowError, TypeError):
+        return _pure_write(self, seq, subject, hdr, data, ts, 0)
+    if cseq > <uint64_t>0x7FFFFFFFFFFFFFFF:
+        return _pure_write(self, seq, subject, hdr, data, ts, 0)
+    sb = subject.encode("utf-8", "surrogateescape")
+    cdef Py_ssize_t slen = PyBytes_GET_SIZE(sb)
+    cdef Py_ssize_t hlen = PyBytes_GET_SIZE(hdr)
+    cdef Py_ssize_t dlen = PyBytes_GET_SIZE(data)
+    if slen > 0xFFFF:
+        return _pure_write(self, seq, subject, hdr, data, ts, 0)
+    cdef long long total = _OVERHEAD + slen + hlen + dlen
+    if total >= _MAX_REC:
+        return _pure_write(self, seq, subject, hdr, data, ts, 0)
+    # the pure _target_block's test, inline: a new block when none is active, when this record would take
+    # a block that holds records past its size, or after a large sequence gap
+    blk = _ga(self, d, "_active")
+    cdef long long bsize, blast
+    if blk is None:
+        blk = self._new_block()
+    else:
+        bsize = blk.size
+        blast = blk.last
+        if ((bsize + total > <long long>_ga(self, d, "_block_size") and bsize > _MAGIC_LEN)
+                or (blast and <long long>cseq - blast > _MAX_GAP)):
+            blk = self._new_block()
+    cdef unsigned char head[40]
+    cdef unsigned char tail[4]
+    head[0] = _T_MSG
+    head[1] = 0
+    _le16(head + 2, <uint16_t>slen)
+    _le32(head + 4, <uint32_t>total)
+    _le64(head + 8, cseq)
+    _le64(head + 16, <uint64_t>cts)
+    _le64(head + 24, 0)
+    _le32(head + 32, <uint32_t>hlen)
+    _le32(head + 36, <uint32_t>dlen)
+    cdef const unsigned char* ps = <const unsigned char*>PyBytes_AS_STRING(sb)
+    cdef const unsigned char* ph = <const unsigned char*>PyBytes_AS_STRING(hdr)
+    cdef const unsigned char* pd = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef unsigned long crc = crc32(0, head, 40)
+    crc = crc32(crc, ps, <unsigned int>slen)
+    crc = crc32(crc, ph, <unsigned int>hlen)
+    crc = crc32(crc, pd, <unsigned int>dlen)
+    _le32(tail, <uint32_t>crc)
+    cdef iovec iov[5]
+    iov[0].iov_base = head
+    iov[0].iov_len = 40
+    iov[1].iov_base = <void*>ps
+    iov[1].iov_len = slen
+    iov[2].iov_base = <void*>ph
+    iov[2].iov_len = hlen
+    iov[3].iov_base = <void*>pd
+    iov[3].iov_len = dlen
+    iov[4].iov_base = tail
+    iov[4].iov_len = 4
+    off = blk.size
+    cdef off_t coff = off
+    cdef int fd = _ga(self, d, "_afd")
+    cdef Py_ssize_t n
+    with nogil:
+        n = pwritev(fd, iov, 5, coff)
+    if n != total:
+        try:
+            if n < 0:
+                PyErr_SetFromErrno(OSError)
+            rec = (PyBytes_FromStringAndSize(<char*>head, 40) + sb + hdr + data
+                   + PyBytes_FromStringAndSize(<char*>tail, 4))
+            _write_rest(fd, rec, off, n, total)
+        except OSError as e:
+            self._write_failed(blk, off, e)
+    blk.size = off + total
+    cdef Py_ssize_t size = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
+    _index(self, blk, _ga(self, d, "_aidx"), seq, subject, sb, ts, cts, coff, total, size)
+    return size
+
+
+cdef int _index(object fs, object blk, object x, object seq, object subject, object sb, object ts, int64_t cts,
+                off_t off, long long total, Py_ssize_t size) except -1:
+    """The pure ``_index_record`` for the common slot (the next of a block that has records and this subject, no
+    TTL column, no per-subject position lists); anything else goes to it. Columns that cannot grow in place
+    (an exported buffer: their ``append`` refuses, as in the pure code) are appended to through ``append``."""
+    offs = x.offs
+    l = blk.smap.get(subject) if len(offs) else None
+    if l is None or x.spos_all or x.ttl is not None or seq - x.base - len(offs):
+        _pure_index(fs, blk, x, seq, subject, sb, ts, 0, off, total, size)
+        return 0
+    rlen = x.rlen
+    sz = x.sz
+    tsc = x.ts
+    sid = x.sid
+    scnt = blk.scnt
+    cdef Py_ssize_t li = l
+    if (_DIRECT and _col(offs, c'Q') and _col(rlen, c'I') and _col(sz, c'I') and _col(tsc, c'q')
+            and _col(sid, c'I') and type(scnt) is array and (<array>scnt).ob_descr.typecode == c'I'
+            and 0 <= li < Py_SIZE(scnt) and (<array>scnt).data.as_uints[li] < <uint32_t>0xFFFFFFFF):
+        _put_u64(<array>offs, <uint64_t>off)
+        _put_u32(<array>rlen, <uint32_t>total)
+        _put_u32(<array>sz, <uint32_t>size)
+        _put_i64(<array>tsc, cts)
+        _put_u32(<array>sid, <uint32_t>li)
+        (<array>scnt).data.as_uints[li] += 1
+    else:
+        offs.append(off)
+        rlen.append(total)
+        sz.append(size)
+        tsc.append(ts)
+        sid.append(l)
+        scnt[l] += 1
+    blk.live += 1
+    blk.last = seq
+    blk.last_ts = ts
+    return 0

@@ -1,0 +1,201 @@
+"""The file store's compiled twin (rillet._speedups._cstore.FileStore, chosen through rillet.lane) against the
+pure-Python FileStore, which stays the reference: the same operations on both, in two directories, must give
+the same answers, the same errors, the same state and the same bytes on disk, and each lane must read what the
+other wrote."""
+from __future__ import annotations
+
+import errno
+import os
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lanes import COMPILED_ERROR
+from rillet import lane
+from rillet.jetstream.store.base import ErrStoreFull, StoreConfig
+from rillet.jetstream.store import filestore as fsmod
+
+pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
+
+PURE = lane.pure("FileStore")
+
+
+def _compiled():
+    return lane.compiled("FileStore")
+
+
+def test_twin_takes_its_fast_paths():
+    """The twin's shortcuts are on here (else it is correct but no faster: everything goes to the pure code)."""
+    from rillet._speedups import _cstore
+    assert _cstore.fast_paths() == {"direct_columns": True, "instance_dict": True}
+    assert issubclass(_compiled(), PURE)
+    assert lane.FileStore is (PURE if lane.LANE == "pure" else _compiled())
+
+
+SUBJECTS = ["a", "a.b", "kv.key.1", "kv.key.2", "ünï.cødé", "sur\udcffrogate", "x" * 300]
+
+op = st.one_of(
+    st.tuples(st.just("store"), st.sampled_from(SUBJECTS), st.binary(max_size=40), st.binary(max_size=300),
+              st.sampled_from([0, 0, 0, 0.5, -1])),
+    st.tuples(st.just("raw_gap"), st.sampled_from(SUBJECTS), st.integers(1, 6000)),
+    st.tuples(st.just("remove"), st.integers(1, 60)),
+    st.tuples(st.just("purge_subject"), st.sampled_from(SUBJECTS)),
+    st.tuples(st.just("compact"), st.integers(1, 60)),
+    st.tuples(st.just("skip")),
+)
+
+
+def _apply(fs, o, clock):
+    """One operation; its answer or its error's type and text."""
+    try:
+        kind = o[0]
+        if kind == "store":
+            _, subject, hdr, data, ttl = o
+            clock[0] += 1000
+            return fs.store_msg(subject, hdr, data, clock[0], ttl)
+        if kind == "raw_gap":
+            clock[0] += 1000
+            return fs.store_raw(fs.state().last_seq + o[2], o[1], b"", b"raw", clock[0])
+        if kind == "remove":
+            return fs.remove_msg(o[1])
+        if kind == "purge_subject":
+            return fs.purge(o[1])
+        if kind == "compact":
+            return fs.compact(o[1])
+        if kind == "skip":
+            return fs.skip_msg()
+    except Exception as e:  # the answer compared is the error itself: both lanes must raise the same
+        return ("error", type(e).__name__, str(e))
+    raise AssertionError(o)
+
+
+def _image(fs):
+    s = fs.state()
+    msgs = []
+    for seq in range(s.first_seq, s.last_seq + 1):
+        m = fs.load_msg(seq)
+        msgs.append(None if m is None else (m.seq, m.subject, m.hdr, m.data, m.ts))
+    return ((s.msgs, s.bytes, s.first_seq, s.last_seq, s.first_ts, s.last_ts, s.num_deleted, s.num_subjects,
+             list(s.deleted), list(s.lost)), msgs, fs.subjects_state(">"))
+
+
+def _files(d):
+    out = {}
+    for root, _, names in os.walk(d):
+        for n in names:
+            p = os.path.join(root, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, d)] = f.read()
+    return out
+
+
+CONFIGS = [
+    dict(block_size=512),
+    dict(block_size=4096, max_msgs_per_subject=2),
+    dict(max_msgs=10, allow_msg_ttl=True),
+    dict(compression="s2", block_size=2048),
+    dict(max_bytes=3000, discard="new"),
+]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cfg=st.sampled_from(CONFIGS), ops=st.lists(op, max_size=40))
+def test_same_operations_same_store(tmp_path_factory, cfg, ops):
+    base = tmp_path_factory.mktemp("lanes")
+    dp, dc = str(base / "pure"), str(base / "compiled")
+    p, c = PURE(dp, StoreConfig(**cfg)), _compiled()(dc, StoreConfig(**cfg))
+    cp, cc = [10**18], [10**18]
+    # the store's own clock (skipped sequences, the state log's last timestamp) is the same on both sides
+    with mock.patch("time.time_ns", lambda: cp[0]):
+        for o in ops:
+            assert _apply(p, o, cp) == _apply(c, o, cc), o
+            cp[0] = cc[0]
+        assert _image(p) == _image(c)
+        p.stop()
+        c.stop()
+    assert _files(dp) == _files(dc)
+    # each lane reads the other's files
+    a, b = _compiled()(dp, StoreConfig(**cfg)), PURE(dc, StoreConfig(**cfg))
+    assert _image(a) == _image(b)
+    a.stop()
+    b.stop()
+
+
+@pytest.mark.parametrize("cls", ["pure", "compiled"])
+def test_full_disk_same_error_and_cut_back(tmp_path, cls):
+    """A real failing write (the block's descriptor pointed at /dev/full): ErrStoreFull with the OS's text, the
+    block cut back (here the cut itself fails and is logged), the store unchanged, and working again once the
+    disk is back: the twin's C write takes the pure code's failure path."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    logged = []
+    fs = (PURE if cls == "pure" else _compiled())(str(tmp_path / "s"), StoreConfig(),
+                                                  log=lambda lvl, text: logged.append((lvl, text)))
+    fs.store_msg("foo", b"", b"one", 1)
+    fs.store_msg("foo", b"", b"two", 2)
+    before = _image(fs)
+    fd = fs._afd
+    saved = os.dup(fd)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, fd)
+    os.close(full)
+    try:
+        with pytest.raises(ErrStoreFull, match=os.strerror(errno.ENOSPC)):
+            fs.store_msg("foo", b"", b"three", 3)
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+    assert _image(fs) == before
+    assert any(lvl == "error" and "cannot cut off a failed write" in text for lvl, text in logged)
+    assert fs.store_msg("foo", b"", b"four", 4) == (3, 4)
+    assert fs.load_msg(3).data == b"four"
+    fs.stop()
+
+
+def test_replaced_write_all_is_honoured(tmp_path, monkeypatch):
+    """Tests fake a failing disk by replacing filestore._write_all; the twin then takes the pure path."""
+    fs = _compiled()(str(tmp_path / "s"), StoreConfig())
+    fs.store_msg("foo", b"", b"one", 1)
+
+    def failing(fd, bufs, off, total):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fsmod, "_write_all", failing)
+    with pytest.raises(ErrStoreFull, match="No space left"):
+        fs.store_msg("foo", b"", b"two", 2)
+    monkeypatch.undo()
+    assert fs.store_msg("foo", b"", b"two", 2) == (2, 2)
+    fs.stop()
+
+
+def test_column_with_exported_buffer_refuses_in_both_lanes(tmp_path):
+    """A column someone holds a memoryview of cannot grow: both lanes raise the array's BufferError (the twin
+    does not grow it under the view)."""
+    results = []
+    for cls in (PURE, _compiled()):
+        fs = cls(str(tmp_path / cls.__module__), StoreConfig())
+        fs.store_msg("foo", b"", b"one", 1)
+        view = memoryview(fs._aidx.offs)
+        try:
+            fs.store_msg("foo", b"", b"two", 2)
+            results.append("stored")
+        except BufferError as e:
+            results.append(("BufferError", str(e)))
+        finally:
+            view.release()
+        results.append(len(fs._aidx.offs))
+        fs.stop()
+    assert results[0][0] == "BufferError" and results[:2] == results[2:]
+
+
+def test_store_twin_is_not_stale():
+    """Built in place, the extension is newer than its .pyx (else the tests would run an old twin: rebuild with
+    `python setup.py build_ext --inplace`)."""
+    from pathlib import Path
+    from rillet._speedups import _cstore
+    so = Path(_cstore.__file__)
+    pyx = so.with_name("_cstore.pyx")
+    if pyx.exists():
+        assert so.stat().st_mtime >= pyx.stat().st_mtime, f"{so.name} is older than {pyx.name}: rebuild"
