@@ -141,6 +141,34 @@ async def test_close_with_many_subs_removes_them_over_several_passes(monkeypatch
         await req.close()
 
 
+@pytest.mark.asyncio
+async def test_a_closed_connection_is_freed_without_the_collector():
+    # the collector may have frozen a connection (rillet.server.gcpolicy): once closed it must not sit in a
+    # reference cycle (its subscriptions and its parser pointed back to it)
+    if GO:
+        pytest.skip("Rillet's objects")
+    import gc
+    import weakref
+    async with serve() as srv:
+        c = await RawClient.open(srv)
+        c.sub("gone.a", 1)
+        c.sub("gone.b", 2, queue="q")
+        await c.ping()
+        client = next(x for x in srv.clients.values() if x.subs)
+        ref = weakref.ref(client)
+        del client
+        gc.disable()
+        try:
+            await c.close()
+            for _ in range(500):
+                if ref() is None:
+                    break
+                await asyncio.sleep(0.01)
+            assert ref() is None, [type(r).__name__ for r in gc.get_referrers(ref())]
+        finally:
+            gc.enable()
+
+
 def test_gc_policy_freezes_and_reclaims_frozen_cycles():
     # in a child process (the policy changes the interpreter's collector): start-up objects frozen, an
     # automatic collection of the oldest generation freezes its survivors, a full collection reclaims a

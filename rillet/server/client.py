@@ -59,6 +59,20 @@ STALL_TOTAL = 0.010
 STALL_READ = 64 * 1024  # nats-server reads at most 64 KB at a time: each such read has its own allowance
 
 
+def _ignore(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class _Gone:
+    """What a closed connection's parser calls: nothing happens (see Client._teardown)."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return _ignore
+
+
+_GONE = _Gone()
+
+
 class Subscription:
     """One SUB. ``icb`` set = an internal subscription whose callback receives the message."""
 
@@ -337,6 +351,7 @@ class Client(asyncio.Protocol):
         # (the subscriptions point back here: without this reference cycle a closed connection's subscriptions
         # are freed as soon as the account lets go of them, even when the collector has frozen this client)
         self.subs = {}
+        self.parser.handler = _GONE  # (nor through its parser: a closed connection is freed by its refcount)
         self.debug(f"Client connection closed: {self.close_reason}")
 
     # ---- reading --------------------------------------------------------------------------------------
