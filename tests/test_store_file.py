@@ -509,8 +509,9 @@ def test_sparse_block_reopen(tmp_path):
 
 
 def test_sequential_reads_read_ahead_and_see_every_change(tmp_path):
-    """Sequential reads come from one read-ahead of the block (store._rc); an erase, a truncation and a new
-    block drop it, so what is read is always what is on disk; read_done() lets it go."""
+    """Sequential reads inside a read pass (read_begin .. read_done, a consumer's delivery run) come from one
+    read-ahead of the block (store._rc); an erase, a truncation and a new block drop it, so what is read is
+    always what is on disk; read_done() lets it go."""
     fs = open_fs(tmp_path, block_size=4096)
     for i in range(1, 201):
         fs.store_msg(f"s.{i % 3}", b"", b"v%d" % i, 0)
@@ -518,6 +519,11 @@ def test_sequential_reads_read_ahead_and_see_every_change(tmp_path):
     real = os.pread
     fsmod.os.pread = lambda *a: reads.append(a) or real(*a)
     try:
+        for seq in range(1, 21):  # (outside a read pass: one read per record, nothing kept)
+            assert fs.load_msg(seq).data == b"v%d" % seq
+        assert len(reads) == 20 and fs._rc is None
+        reads.clear()
+        fs.read_begin()
         for seq in range(1, 201):
             m = fs.load_msg(seq)
             assert (m.seq, m.subject, m.data) == (seq, f"s.{seq % 3}", b"v%d" % seq)

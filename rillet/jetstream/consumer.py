@@ -638,6 +638,7 @@ class Consumer(ConsumerStateMachine):
         sent = 0
         loop = self.loop
         self._map_stalled = False
+        self.stream.store.read_begin()
         try:
             while sent < RUN_BUDGET:
                 if self.pause_until_ns and self.is_paused():

@@ -1029,8 +1029,11 @@ class IndexedStore:
     def bytes(self) -> int:
         return self._bytes
 
+    def read_begin(self) -> None:
+        """A run of reads in sequence order starts (a consumer's delivery pass): a store may read ahead."""
+
     def read_done(self) -> None:
-        """A run of reads ended (a consumer's delivery pass): what a store read ahead for it is let go."""
+        """The run of reads ended: what a store read ahead for it is let go."""
 
     @property
     def first_seq(self) -> int:

@@ -376,6 +376,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         # and where the last read ended; dropped whenever a block's bytes change in place (see _read_msg)
         self._rc: tuple[int, int, bytes] | None = None
         self._rc_next = -1
+        self._ra_on = False  # reading ahead (inside a read pass: read_begin .. read_done)
         self._psim: dict[str, list[int]] = {}  # subject -> [count, first block index (lower bound), last seq]
         self._nmsgs = 0
         self._lost: set[int] = set()
@@ -1426,9 +1427,13 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
 
     # -- reading --------------------------------------------------------------------
 
+    def read_begin(self) -> None:
+        self._ra_on = True
+
     def read_done(self) -> None:
-        self._rc = None  # (a record changed on disk behind our back is seen by the next pass)
-        self._rc_next = -1
+        self._ra_on = False
+        self._rc = None  # (no memory held between passes; a record changed on disk behind our back is seen
+        self._rc_next = -1  # by the next pass)
 
     def _read_msg(self, blk: Block, x: BlockIndex, slot: int) -> StoredMsg:
         if self._closed:
@@ -1436,16 +1441,17 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         seq = x.base + slot
         off = x.offs[slot]
         n = x.rlen[slot]
-        # A read that starts where the previous one ended (a consumer going through the stream) reads
-        # _READ_AHEAD bytes of the block at once and the next records come from them; the bytes of a record
-        # never change once indexed, except by an erase, a truncation or a new block file (which drop them).
+        # Inside a read pass (a consumer's delivery run), a read that starts where the previous one ended
+        # reads _READ_AHEAD bytes of the block at once and the next records come from them; the bytes of a
+        # record never change once indexed, except by an erase, a truncation or a new block file (which drop
+        # them), and read_done lets them go.
         rc = self._rc
         if rc is not None and rc[0] == blk.index and rc[1] <= off and off + n <= rc[1] + len(rc[2]):
             buf = rc[2]
             b0 = off - rc[1]
         else:
             want = n
-            if off == self._rc_next and n < _READ_AHEAD:
+            if off == self._rc_next and n < _READ_AHEAD and self._ra_on:
                 want = max(min(_READ_AHEAD, blk.size - off), n)
             try:
                 buf = os.pread(self._fd_for(blk.index), want, off)
