@@ -29,7 +29,7 @@ from typing import Any, Callable
 from rillet.gotime import format_time
 from rillet.jetstream.stream import now_ns
 
-BUDGET = 0.002  # seconds of API work per loop pass
+BUDGET = 0.0005  # seconds of API work per loop pass (as a burst of reads: rillet.server.client BACKLOG_BUDGET)
 DEFAULT_LIMIT = 10_000  # nats-server JSDefaultRequestQueueLimit
 HOLD_AT = 0.25  # of the limit: a client connection whose request finds this many waiting is held
 RELEASE_AT = 0.125  # of the limit: held connections read again once both queues are down to this
