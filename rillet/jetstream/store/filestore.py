@@ -697,7 +697,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: float, e: Any = None
     ) -> None:
         """Write (unless ``e``, the accounted size of an already written and indexed record, is given)
-        and account a message."""
+        and account a message.  (``_append``, ``_write`` and ``_index_record`` have a compiled twin,
+        rillet/_speedups/_cstore.pyx: a change here goes there too; tests/test_lanes_store.py compares them.)"""
         if e is None:
             e = self._write(seq, subject, hdr, data, ts, int(ttl * _NS) if ttl else 0)
         if not self._nmsgs:
