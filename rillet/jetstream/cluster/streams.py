@@ -664,13 +664,17 @@ class StreamReplica:
         out = []
         size = 0
         seq = max(seq, first)
-        while seq <= to and len(out) < SYNC_MSGS and size < SYNC_BYTES:
-            m = store.load_next_msg(">", seq, True)
-            if m is None or m.seq > to:
-                break
-            out.append((m.seq, m.subject, m.hdr, m.data, m.ts))
-            size += len(m.subject) + len(m.hdr) + len(m.data)
-            seq = m.seq + 1
+        store.read_begin()  # (in sequence order: the store may read ahead)
+        try:
+            while seq <= to and len(out) < SYNC_MSGS and size < SYNC_BYTES:
+                m = store.load_next_msg(">", seq, True)
+                if m is None or m.seq > to:
+                    break
+                out.append((m.seq, m.subject, m.hdr, m.data, m.ts))
+                size += len(m.subject) + len(m.hdr) + len(m.data)
+                seq = m.seq + 1
+        finally:
+            store.read_done()
         self.jsa.ic.publish(reply, None, _enc.encode((first, out)))
 
     # ---- info ---------------------------------------------------------------------------------------
