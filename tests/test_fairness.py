@@ -176,8 +176,8 @@ def test_gc_policy_freezes_and_reclaims_frozen_cycles():
     import subprocess
     import sys
     code = r"""
-import asyncio, gc, weakref
-from rillet.server.gcpolicy import policy, THRESHOLDS
+import asyncio, gc, sys, weakref
+from rillet.server.gcpolicy import policy, SWITCH_INTERVAL, THRESHOLDS
 
 class Node:
     pass
@@ -185,6 +185,7 @@ class Node:
 async def main():
     policy.install(asyncio.get_running_loop())
     assert gc.get_threshold() == THRESHOLDS
+    assert sys.getswitchinterval() == SWITCH_INTERVAL
     assert gc.get_freeze_count() > 1000
     frozen0 = gc.get_freeze_count()
     keep = []

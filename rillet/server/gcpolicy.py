@@ -17,7 +17,11 @@ for a server (closed connections, consumers and streams are reference cycles).  
   something was frozen since the previous one.  That one pause is proportional to the heap, as every CPython
   collection of the oldest generation is without this pacing; it is the price of bounded memory.
 
-``RILLET_GC=default`` in the environment leaves CPython's collector as it is (for comparison).
+The same goes for the interpreter's thread switch interval: while a worker thread computes (a stream config
+with thousands of subjects is checked off the loop), the loop waits for the GIL up to the interval each time
+it wants it back; SWITCH_INTERVAL (1 ms, CPython's default is 5 ms) halves what a bystander waits then.
+
+``RILLET_GC=default`` in the environment leaves CPython's collector and switch interval as they are.
 Only the server command (``rillet.server.main``) installs this: an application embedding a server keeps its
 own collector settings.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import sys
 import time
 from typing import Any
 
@@ -33,6 +38,7 @@ from typing import Any
 # 5 gen1 collections (CPython: 10): a young collection walks <= ~10,000 objects, an old one (frozen heap
 # excluded) <= ~50,000.
 THRESHOLDS = (1000, 10, 5)
+SWITCH_INTERVAL = 0.001  # seconds (sys.setswitchinterval)
 FULL_INTERVAL = 300.0  # seconds between full collections of the frozen heap (when anything was frozen since)
 
 
@@ -47,6 +53,7 @@ class GcPolicy:
         self._t0 = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._switch = 0.0  # the interval before install
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         """Called once the server is ready (start-up objects are frozen here)."""
@@ -55,6 +62,8 @@ class GcPolicy:
         self.installed = True
         self._loop = loop
         gc.set_threshold(*THRESHOLDS)
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL)
         gc.collect()
         gc.freeze()
         self.last_full = time.monotonic()
@@ -67,6 +76,7 @@ class GcPolicy:
         self.installed = False
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        sys.setswitchinterval(self._switch)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
