@@ -1,7 +1,10 @@
 """A fixed in-process delivery workload, for instruction counts (``valgrind --tool=callgrind``) or CPU time.
 
 No sockets and no event loop: a server object, clients whose output buffers are emptied now and then, and
-(for the routed cases) fake routes that count what they are given. Each case publishes ``N`` messages through
+(for the routed cases) fake routes that count what they are given; the gateway cases (``gw_*``) run on a server
+with a ``gateway {}`` block and one fake outbound gateway connection (interest-only mode, as nats-server 2.15
+makes every account: ``gw_out`` a subject only the remote cluster wants, ``gw_local`` one subscriber here
+and the remote's interest, ``gw_one`` one subscriber here and none there). Each case publishes ``N`` messages through
 the path a client's PUB (or a route's RMSG) takes into delivery. Run one case::
 
     python -m benchmarks.deliver_micro CASE N          # CPU µs per message
@@ -19,7 +22,8 @@ import sys
 import tempfile
 import time
 
-CASES = ("one", "fanout5", "queue5", "hpub_one", "route_plain", "route_queue", "routed_in")
+CASES = ("one", "fanout5", "queue5", "hpub_one", "route_plain", "route_queue", "routed_in", "gw_out", "gw_local",
+         "gw_one", "gw_hpub")
 
 
 class FakeRoute:
@@ -42,21 +46,57 @@ class FakeRoute:
         self.sent += 1
 
 
+def fake_gateway(srv, acc, subject: str | None):
+    """An outbound gateway connection of ``srv``, registered, that counts what it is asked to send; the remote
+    cluster announced interest in ``subject`` of ``acc`` (interest-only mode)."""
+    from rillet.cluster.gateway_conn import INTEREST_ONLY, GatewayConn, OutAccount
+    from rillet.server.delivery import RemoteSub
+
+    class FakeGateway(GatewayConn):
+        sent = 0
+
+        def send_msg(self, account, subject, reply, queues, hdr, msg) -> None:
+            self.sent += 1
+
+    gw = srv.gateway
+    cfg = next(iter(gw.remotes.values()))
+    gc = FakeGateway(gw, cfg)
+    gc.iom = True
+    e = OutAccount(ni=False)
+    e.mode = INTEREST_ONLY
+    if subject is not None:
+        rs = RemoteSub(gc, subject, None, 1, None)
+        e.sl.insert(rs)
+        e.subs[(subject, None)] = rs
+    gc.outsim[acc.name_b] = e
+    gw.out[cfg.name] = gc
+    gw.outo.append(gc)
+    return gc
+
+
 def main_case(case: str, n: int) -> float:
     from rillet.config.options import Options
     from rillet.server.client import Client, Subscription
-    from rillet.server.server import Server
+    try:
+        from rillet.app.compose import build_server as Server  # (links need the composition root)
+    except ImportError:
+        from rillet.server.server import Server
 
     o = Options()
     routed = case.startswith("route")
     if routed:
         o.cluster.port = 1
         o.cluster.name = "bench"
+    gwc = case.startswith("gw_")
+    if gwc:
+        from rillet.config.gateway_section import GatewayOptions, RemoteGateway
+        o.gateway_opts = GatewayOptions(name="A", host="127.0.0.1", port=1,
+                                        gateways=[RemoteGateway(name="B", urls=["nats://127.0.0.1:2"])])
     srv = Server(o)
     acc = srv.global_account
     pub = Client(srv)
     pub.slow_path = False
-    nsubs = {"fanout5": 5, "queue5": 5}.get(case, 1)
+    nsubs = {"fanout5": 5, "queue5": 5, "gw_out": 0}.get(case, 1)
     q = "q" if case in ("queue5", "route_queue") else None
     clients = []
     for i in range(nsubs):
@@ -74,6 +114,7 @@ def main_case(case: str, n: int) -> float:
             from rillet.cluster.routed import RemoteSub  # (before the delivery module)
         route = FakeRoute(2)
         acc.sublist.insert(RemoteSub(route, "bench.x", q, 1, None))
+    gwconn = fake_gateway(srv, acc, None if case == "gw_one" else "bench.x") if gwc else None
     subject = b"bench.x"
     payload = b"x" * 16
     pending = srv.pending_flush
@@ -81,7 +122,7 @@ def main_case(case: str, n: int) -> float:
     hmsg = hdrs + payload
     hl = len(hdrs)
     t0 = time.process_time()
-    if case == "hpub_one":
+    if case in ("hpub_one", "gw_hpub"):
         for i in range(n):
             pub.proto_hpub(subject, None, hl, hmsg)
             if not i & 1023:
@@ -107,6 +148,9 @@ def main_case(case: str, n: int) -> float:
                 pending.clear()
     dt = time.process_time() - t0
     got = sum(c.out_msgs for c in clients) + (route.sent if route is not None else 0)
+    if gwconn is not None:
+        assert gwconn.sent == (0 if case == "gw_one" else n), (case, gwconn.sent, n)
+        got += gwconn.sent
     assert got >= n, (case, got, n)  # every message reached someone (queue: one member or the route)
     return dt
 

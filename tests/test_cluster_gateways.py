@@ -238,7 +238,7 @@ async def test_request_reply_across_clusters(mapped, monkeypatch):
                 assert r.data == b"pong:b%d" % i
             # the service sees the requester's own reply subject, as with nats-server
             assert len(seen) == 6 and all(s.startswith("_INBOX.") for s in seen)
-            routed = b[1].accounts["$G"]._gwr  # what crossed: _GR_.<cluster hash>.<server hash>.<reply>
+            routed = b[1].accounts["$G"].gw.replies  # what crossed: _GR_.<cluster hash>.<server hash>.<reply>
             if mapped:
                 crossed = {routed[s.encode()][0].decode() for s in seen}
                 assert {x.split(".")[1] + "." + x.split(".")[2] for x in crossed} == {

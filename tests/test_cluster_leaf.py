@@ -1159,10 +1159,13 @@ def test_config_defaults_and_account_check():
         async with rillet('leafnodes { remotes [ { account: "$G" } ] }', "e") as srv:
             await _until(lambda: "Empty remote leafnode definition" in srv._test_log.getvalue())
     asyncio.run(empty_remote())
-    # gateways and leaf nodes together: one account class does both (tests/test_cluster_leaf_gateway.py)
+    # gateways and leaf nodes together: the plain Account with the gateways' part, and the entry points that do
+    # both (tests/test_cluster_leaf_gateway.py)
     both = build_server(load_string('leafnodes { port: -1 }\ngateway { name: G, port: -1 }'))
     assert both.leafnodes is not None and both.gateway is not None
-    assert type(both.global_account).__name__ == "LeafGatewayAccount"
+    assert type(both.global_account).__name__ == "Account" and both.global_account.gw is not None
+    from rillet.cluster import leaf
+    assert both.leafnodes.leaf_entry is leaf.deliver_leaf_gateways
 
 
 # every key of the leafnodes block (and of its remotes and authorization) acts or is refused

@@ -55,7 +55,7 @@ def test_root_loads_only_what_the_options_need(tmp_path) -> None:
     assert "rillet.cluster.cluster" in cl["cluster"] and not cl["aiohttp"] and not cl["jetstream"]
 
 
-def test_root_builds_links_and_account_classes() -> None:
+def test_root_builds_links_and_account_parts() -> None:
     srv = build_server(Options(host="127.0.0.1", port=-1))
     assert isinstance(srv.subsystems, Root)
     assert srv.cluster is None and srv.leafnodes is None and srv.gateway is None
@@ -73,6 +73,34 @@ def test_root_builds_links_and_account_classes() -> None:
     assert type(srv.global_account) is Account and srv.global_account.shadows
     assert [type(li).__name__ for li in srv.interest_listeners] == ["RouteInterest", "LeafInterest"]
     assert srv.cluster.routed_entry is leaf.deliver_routed and srv.leafnodes.leaf_entry is leaf.deliver_leaf
+    assert all(a.gw is None and a.no_match is None for a in srv.accounts.values())
+    # gateways: still the plain Account, with the gateway subsystem's part in each account (the executor's gateway
+    # step, the _GR_. replies) and the entry points of routes (and leafs) that know of gateways
+    from rillet.cluster import gateway
+    from rillet.config.gateway_section import GatewayOptions
+    for with_leafs in (False, True):
+        o = Options(host="127.0.0.1", port=-1, cluster=ClusterOptions(host="127.0.0.1", port=-1),
+                    gateway_opts=GatewayOptions(name="A", host="127.0.0.1", port=-1))
+        if with_leafs:
+            o.leaf = LeafNodeOptions(host="127.0.0.1", port=-1)
+        srv = build_server(o)
+        acc = srv.lookup_account("B")
+        for a in (srv.global_account, acc):
+            assert type(a) is Account and type(a.gw) is gateway.AccountGateway and a.gw.acc is a
+            assert a.no_match == a.gw.no_match and not a.gw.replies
+        assert srv.global_account.gw is not acc.gw and srv.global_account.gw.outo is srv.gateway.outo
+        assert [type(li).__name__ for li in srv.interest_listeners] == \
+            ["RouteInterest", "GatewayInterest"] + (["LeafInterest"] if with_leafs else [])
+        assert srv.cluster.routed_entry is (leaf.deliver_routed_gateways if with_leafs else gateway.deliver_routed)
+        if with_leafs:
+            assert srv.leafnodes.leaf_entry is leaf.deliver_leaf_gateways
+    # no subclass of Account anywhere
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parent.parent / "rillet"
+    subclasses = [f"{p.relative_to(root)}:{m.group(0)}" for p in root.rglob("*.py")
+                  for m in re.finditer(r"^class \w+\([^)]*\bAccount\)", p.read_text(), re.M)]
+    assert subclasses == []
 
 
 def test_core_server_refuses_what_only_the_root_builds() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rillet.config.options import Options
+from rillet.server.accounts import Account
 from rillet.server.logging import Logger
 from rillet.server.server import Server
 
@@ -65,27 +66,22 @@ class Root:
         # where messages from routes and leaf connections enter, for the links this server has
         gw, ln, cl = server.gateway, server.leafnodes, server.cluster
         if ln is not None and gw is not None:
-            from rillet.cluster.leaf import LeafGatewayAccount
-            ln.leaf_entry = LeafGatewayAccount.deliver_leaf
+            from rillet.cluster.leaf import deliver_leaf_gateways, deliver_routed_gateways
+            ln.leaf_entry = deliver_leaf_gateways
             if cl is not None:
-                cl.routed_entry = LeafGatewayAccount.deliver_routed
+                cl.routed_entry = deliver_routed_gateways
         elif cl is not None and gw is not None:
-            from rillet.cluster.gateway import GatewayAccount
-            cl.routed_entry = GatewayAccount.deliver_routed
-        elif cl is not None and ln is not None:
-            from rillet.cluster.leaf import deliver_routed
+            from rillet.cluster.gateway import deliver_routed
             cl.routed_entry = deliver_routed
+        elif cl is not None and ln is not None:
+            from rillet.cluster.leaf import deliver_routed as leaf_deliver_routed
+            cl.routed_entry = leaf_deliver_routed
 
-    def account_class(self, server: Server) -> type:
-        """``Account``, with or without routes and leaf nodes; with gateways ``GatewayAccount``, with gateways
-        and leaf nodes ``LeafGatewayAccount`` (the gateway's client path and per-account reply state)."""
+    def account_added(self, server: Server, acc: Account) -> None:
+        """Every account is the plain ``Account``; with gateways, the gateway subsystem's part in it (``acc.gw``:
+        the delivery executor's gateway step and the ``_GR_.`` reply tracking; ``acc.no_match``)."""
         if server.gateway is not None:
-            if server.leafnodes is not None:  # both: one class with the gateway and the leaf steps
-                from rillet.cluster.leaf import LeafGatewayAccount
-                return LeafGatewayAccount
-            return server.gateway.account_class
-        from rillet.server.accounts import Account
-        return Account
+            server.gateway.attach(acc)
 
     def check_reload(self, server: Server, new_opts: Options) -> None:
         if server.cluster is not None or new_opts.cluster.port:

@@ -43,8 +43,12 @@ What nats-server does (gateway.go), and so does this:
 
 Differences from nats-server: the old ``$GR.`` reply prefix is dropped when received; a remote's own
 ``pinned_certs`` are checked on its outbound connections too (nats-server ignores them); the rest is in
-rillet/cluster/README.md. With leaf nodes on the same server, the accounts are ``LeafGatewayAccount``
-(rillet.cluster.leaf): gateway messages go on to the leafs this server is hub for.
+rillet/cluster/README.md. Accounts stay the plain ``Account``: ``Gateway.attach`` gives each its
+``AccountGateway`` (``acc.gw``: the gateway step of the one delivery executor, rillet/server/delivery.py, the
+``_GR_.`` reply tracking, ``GatewayReplies``, and messages from gateways), wired by the composition root;
+messages from routes enter at ``deliver_routed`` here, or with leaf nodes on the same server at
+rillet.cluster.leaf's ``deliver_routed_gateways``/``deliver_leaf_gateways`` (gateway messages go on to the
+leafs this server is hub for).
 """
 from __future__ import annotations
 
@@ -65,7 +69,7 @@ from rillet.cluster.conn import TLSPortListener, log_tls_failure
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
 from rillet.cluster.routed import js_ack_deliver_idx, origin_only
 from rillet.server.accounts import Account
-from rillet.server.delivery import INTERNAL, ROUTER
+from rillet.server.delivery import INTERNAL, ROUTER, deliver_result
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import Sublist, SublistResult
 
@@ -173,7 +177,6 @@ class Gateway:
         self._listener: asyncio.AbstractServer | None = None
         self.addr: tuple[str, int] = ("", 0)
         self._tasks: set[asyncio.Task] = set()
-        self.account_class = GatewayAccount
         # fn(direction, remote cluster name) when a gateway connection registers ("out" or "in"): the
         # clustered JetStream layer sends its statsz then, so the other clusters learn this server
         self.listeners: list[Any] = []
@@ -826,6 +829,20 @@ class Gateway:
         c.debug(f'Gateway "{c.name}": switching account "{acc.decode(errors="replace")}" to Interest-Only mode '
                 f"complete")
 
+    # ---- accounts -----------------------------------------------------------------------------------------
+
+    def attach(self, acc: Any) -> "AccountGateway":
+        """Wire the gateways into a new account (the composition root calls this for every account of a server
+        with gateways): its part of the gateways (``acc.gw``: the delivery executor's gateway step, the ``_GR_.``
+        reply tracking, messages from gateways), the publishes that match nothing here (``acc.no_match``), and,
+        once running with every account in interest-only mode, that mode for it on the inbound connections."""
+        part = AccountGateway(self, acc)
+        acc.gw = part
+        acc.no_match = part.no_match
+        if self.force_iom and self.running:
+            self.switch_account_to_interest_mode(acc.name_b)
+        return part
+
     # ---- messages in ---------------------------------------------------------------------------------------
 
     def lookup_account(self, name: bytes) -> Any:
@@ -858,7 +875,7 @@ class Gateway:
             self._subject_no_interest(c, acc, bytes(account), subject)
             if not queues:
                 return
-        acc.deliver_from_gateway(c, r, subject, reply, queues, hdr, msg, False)
+        acc.gw.from_gateway(c, r, subject, reply, queues, hdr, msg, False)
 
     def gateway_reply(self, c: Any, account: bytes, subject: bytes, reply: bytes | None, hdr: int,
                       msg: bytes) -> None:
@@ -880,7 +897,7 @@ class Gateway:
         real = bytes(o[2])
         r = acc.match(real.decode("utf-8", "surrogateescape"))
         if r.psubs or r.qsubs:
-            acc.deliver_from_gateway(c, r, real, reply, (), hdr, msg, True)
+            acc.gw.from_gateway(c, r, real, reply, (), hdr, msg, True)
 
     def _account_no_interest(self, c: GatewayConn, acc: bytes) -> None:
         if self.pasi.get(acc):
@@ -917,7 +934,8 @@ class Gateway:
         hasGatewayInterest: a JetStream consumer's deliver subject or pull request reply there)? Also
         true for the reply of a request that came over a gateway less than 2 s ago (sent on its ``_GR_.``
         subject, whatever the interest)."""
-        if getattr(account, "_gwr", None) and account._routed_reply(subject.encode("utf-8", "surrogateescape")):
+        gws = getattr(account, "gw", None)
+        if gws is not None and gws.replies and gws.replies.lookup(subject.encode("utf-8", "surrogateescape")):
             return True
         acc = getattr(account, "name_b", None) or account.name.encode("utf-8", "surrogateescape")
         for gc in self.outo:
@@ -931,13 +949,84 @@ class Gateway:
         sl = self.recent.get(acc)
         return sl is not None and sl.has_interest(reply.decode("utf-8", "surrogateescape"))
 
-    def send_to_gateways(self, acc: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
-                         served: list) -> bool:
+
+class GatewayInterest:
+    """The gateways' part in every account's interest (``rillet.server.accounts.InterestListener``, given to
+    the server by the composition root): this cluster's interest, local or learnt from a route, is announced
+    to the inbound gateways."""
+
+    __slots__ = ("gateway",)
+    shadows = False  # (stream imports deliver through the import's own subscription with gateways)
+
+    def __init__(self, gateway: Any) -> None:
+        self.gateway = gateway
+
+    def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        if not origin_only(sub):
+            self.gateway.update_interest(acc.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
+                                         sub if added else None)
+
+    def routed_interest(self, acc: Any, sub: Any, added: bool) -> None:
+        self.gateway.update_interest(acc.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
+                                     sub if added else None)
+
+
+class GatewayReplies(dict):
+    """The ``_GR_.`` reply tracking of one account, a part the gateway subsystem owns (``AccountGateway.replies``):
+    the replies of messages from other clusters given to subscribers here without their prefix, original reply ->
+    (``_GR_.`` reply, expiry). A message published on one within 2 s goes back on the ``_GR_.`` subject, straight
+    to the requester's cluster, as nats-server tracks it (trackGWReply; it keeps this per client connection,
+    Rillet per account). Empty (false) when nothing is tracked: the delivery path tests it before anything else."""
+
+    __slots__ = ()
+
+    def track(self, reply: bytes) -> bytes:
+        """The reply subscribers here see for the ``_GR_.`` reply ``reply`` (the original one), remembered."""
+        stripped = reply[_SUBJECT_OFFSET:]
+        now = monotonic()
+        if len(self) >= 4096:
+            for k in [k for k, (_, exp) in self.items() if exp <= now]:
+                del self[k]
+        self[stripped] = (bytes(reply), now + RECENT_SUB_EXPIRATION)
+        return stripped
+
+    def lookup(self, subject: bytes) -> bytes | None:
+        """The ``_GR_.`` subject a message published on ``subject`` goes back on, if it is a tracked reply."""
+        e = self.get(subject)
+        if e is None:
+            return None
+        if e[1] <= monotonic():
+            del self[subject]
+            return None
+        return e[0]
+
+
+class AccountGateway:
+    """The gateway subsystem's part in one account (``acc.gw``, the ``rillet.server.delivery.GatewayStep``), made by
+    ``Gateway.attach`` when the composition root wires a new account: its clients' messages go to the other
+    clusters with interest (a step of the delivery executor, evaluated per message: the remote clusters' interest
+    is not in the sublist), a publish on a ``_GR_.`` subject or a tracked reply goes straight back to its cluster,
+    and messages from gateways are delivered here and over the routes (``from_gateway``)."""
+
+    __slots__ = ("gw", "acc", "name_b", "outo", "replies", "_plain")
+
+    def __init__(self, gw: "Gateway", acc: Any) -> None:
+        self.gw = gw
+        self.acc = acc
+        self.name_b: bytes = acc.name_b
+        self.outo = gw.outo  # (the gateway's list of outbound connections, changed in place: empty = no step)
+        self.replies = GatewayReplies()
+        self._plain: dict[Any, SublistResult] = {}  # sublist result -> the same without its queue groups
+
+    # ---- messages out: the executor's step, and the publishes that match nothing here --------------------------
+
+    def send(self, subject: bytes, reply: bytes | None, hdr: int, msg: bytes, served: list) -> bool:
         """A message of this server's clients to the gateways that may want it; ``served``: the queue groups
-        (sublist result ``qsubs``) this cluster serves."""
+        (sublist result ``qsubs``) this cluster serves. True if it went to any."""
         if not subject:
             return False
-        name = acc.name_b
+        gw = self.gw
+        name = self.name_b
         direct = subject[:_GR_LEN] == _GR and len(subject) > _SUBJECT_OFFSET
         dst = subject[_GR_LEN:_GR_LEN + _HL] if direct else b""
         subj: str | None = None
@@ -972,7 +1061,7 @@ class Gateway:
                 if not psi and not queues:
                     continue
             if reply and mreply is None:
-                mreply = self.reply_prefix + reply if self._map_reply(name, reply) else reply
+                mreply = gw.reply_prefix + reply if gw._map_reply(name, reply) else reply
             if mt is not None:  # the next hop in its header, and the GATEWAY egress event (rillet.server.msgtrace)
                 h2, m2 = mt.to_remote(gc, hdr, msg)
                 gc.send_msg(name, subject, mreply, queues, h2, m2)
@@ -981,167 +1070,67 @@ class Gateway:
             sent = True
         return sent
 
-
-class GatewayInterest:
-    """The gateways' part in every account's interest (``rillet.server.accounts.InterestListener``, given to
-    the server by the composition root): this cluster's interest, local or learnt from a route, is announced
-    to the inbound gateways."""
-
-    __slots__ = ("gateway",)
-    shadows = False  # (stream imports deliver through the import's own subscription with gateways)
-
-    def __init__(self, gateway: Any) -> None:
-        self.gateway = gateway
-
-    def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
-        if not origin_only(sub):
-            self.gateway.update_interest(acc.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
-                                         sub if added else None)
-
-    def routed_interest(self, acc: Any, sub: Any, added: bool) -> None:
-        self.gateway.update_interest(acc.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
-                                     sub if added else None)
-
-
-class GatewayAccount(Account):
-    """The account class of a server with gateways (with or without routes): client messages go to the
-    outbound gateways, messages from them and ``_GR_.`` replies enter here (its interest reaches the
-    gateways through ``GatewayInterest``)."""
-
-    __slots__ = ("_gw_plain", "_gwr")
-
-    def __init__(self, server: Any, name: str) -> None:
-        super().__init__(server, name)
-        self._gw_plain: dict[Any, SublistResult] = {}
-        # replies given to subscribers here without their _GR_ prefix: original reply -> (_GR_ reply, expiry)
-        self._gwr: dict[bytes, tuple[bytes, float]] = {}
-        self.no_match = self._no_match
-        gw = server.gateway
-        if gw is not None and gw.force_iom and gw.running:
-            gw.switch_account_to_interest_mode(self.name_b)
-
-    # ---- gateway replies shown without their prefix -------------------------------------------------------
-
-    def _strip_gr(self, reply: bytes) -> bytes:
-        """The reply subscribers here see for a ``_GR_.`` reply (the original one); a message published on
-        it within 2 s goes back on the ``_GR_.`` subject, as nats-server tracks it (trackGWReply)."""
-        stripped = reply[_SUBJECT_OFFSET:]
-        gwr = self._gwr
-        now = monotonic()
-        if len(gwr) >= 4096:
-            for k in [k for k, (_, exp) in gwr.items() if exp <= now]:
-                del gwr[k]
-        gwr[stripped] = (bytes(reply), now + RECENT_SUB_EXPIRATION)
-        return stripped
-
-    def _routed_reply(self, subject: bytes) -> bytes | None:
-        e = self._gwr.get(subject)
-        if e is None:
-            return None
-        if e[1] <= monotonic():
-            del self._gwr[subject]
-            return None
-        return e[0]
-
-    def deliver(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
-                deliver: bytes | None = None) -> bool:
-        if self.mappings:
-            subject = self.map_subject(subject)  # type: ignore[assignment]
-            if subject is None:
-                return False
-        if self._gwr and c.kind < ROUTER:
-            subject = self._routed_reply(subject) or subject
-        if subject[:_GR_LEN] == _GR:
-            gw = self.server.gateway
-            if subject[_GR_LEN:_GR_LEN + _HL] == gw.hash:
-                gw.gateway_reply(c, self.name_b, subject, reply, hdr, msg)
-                return True
-            return gw.send_to_gateways(self, subject, reply, hdr, msg, [])
-        r = self._match(subject.decode("utf-8", "surrogateescape"))
-        if r.psubs or r.qsubs:
-            if deliver is not None:
-                return self.deliver_result(c, r, deliver, reply, hdr, msg, subject)
-            return self.deliver_result(c, r, subject, reply, hdr, msg)
-        sent = c.kind < ROUTER and self.server.gateway.send_to_gateways(self, subject, reply, hdr, msg, [])
-        if not sent and reply and c.no_responders:
-            self._no_responders(c, subject, reply)
-        return sent
-
-    def _no_match(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
-        """A client's publish that matched nothing here (the client's inlined fast path)."""
-        gw = self.server.gateway
-        if subject[:_GR_LEN] == _GR or (self._gwr and self._routed_reply(subject) is not None):
-            self.deliver(c, subject, reply, hdr, msg)
-            return
-        if not (gw.outo and gw.send_to_gateways(self, subject, reply, hdr, msg, [])) and reply and c.no_responders:
-            self._no_responders(c, subject, reply)
-
-    def deliver_result(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
-                       route: bytes | None = None) -> bool:
-        gw = self.server.gateway
-        if c.kind >= ROUTER or not gw.outo:  # (routes and gateways never send to gateways)
-            return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
-        if self._gwr and route is None and self._routed_reply(subject) is not None:
-            return self.deliver(c, subject, reply, hdr, msg)  # a response to a request from another cluster
-        if hdr > 0 and _mt.CURRENT is not None:
-            # a traced message: the gateways last, as nats-server (its hop numbers follow the routes')
-            nr = c.no_responders
-            c.no_responders = False
-            try:
-                done = Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
-            finally:
-                c.no_responders = nr
-            sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
-            if not (done or sent) and reply and nr and not _mt.CURRENT.tonly:
-                self._no_responders(c, subject, reply)
-            return done or sent
-        if route is not None and c.kind == INTERNAL and reply and reply[:8] == b"$JS.ACK." \
-                and js_ack_deliver_idx(reply) < 0:
+    def send_shown(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                   route: bytes) -> bool:
+        """``send`` for a message shown with another subject (``subject``) than the one it matched (``route``)."""
+        if c.kind == INTERNAL and reply and reply[:8] == b"$JS.ACK." and js_ack_deliver_idx(reply) < 0:
             # a JetStream delivery (matched on its deliver subject, shown with its stream subject): as
             # nats-server, the gateways get the deliver subject and the shown one after '@' in the ack reply
             target = route
-            if self._gwr:  # (a pull request that came over a gateway moments ago: straight back to its cluster)
-                target = self._routed_reply(route) or route
-            sent = gw.send_to_gateways(self, target, reply + b"@" + subject, hdr, msg, r.qsubs)
-        else:
-            sent = gw.send_to_gateways(self, route if route is not None else subject, reply, hdr, msg, r.qsubs)
-        if sent and c.no_responders:
-            c.no_responders = False
-            try:
-                Account.deliver_result(self, c, r, subject, reply, hdr, msg, route)
-            finally:
-                c.no_responders = True
+            if self.replies:  # (a pull request that came over a gateway moments ago: straight back to its cluster)
+                target = self.replies.lookup(route) or route
+            return self.send(target, reply + b"@" + subject, hdr, msg, r.qsubs)
+        return self.send(route, reply, hdr, msg, r.qsubs)
+
+    def publish(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool | None:
+        """A publish on a ``_GR_.`` subject, or by this server's clients on a tracked reply: to the cluster the
+        subject names (this one: ``Gateway.gateway_reply``); True if it went anywhere. None: neither (the
+        message is delivered as usual)."""
+        if self.replies and c.kind < ROUTER:
+            subject = self.replies.lookup(subject) or subject
+        if subject[:_GR_LEN] != _GR:
+            return None
+        gw = self.gw
+        if subject[_GR_LEN:_GR_LEN + _HL] == gw.hash:
+            gw.gateway_reply(c, self.name_b, subject, reply, hdr, msg)
             return True
-        return Account.deliver_result(self, c, r, subject, reply, hdr, msg, route) or sent
+        return self.send(subject, reply, hdr, msg, [])
 
-    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                       msg: bytes) -> None:
-        if subject[:_GR_LEN] == _GR:
-            if hdr > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr) >= 0 and \
-                    _mt.routed_inbound(self, rc, subject, reply, queues, hdr, msg, self._routed_gateway_reply):
-                return  # traced here too (rillet.server.msgtrace)
-            self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
+    def no_match(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        """A client's publish that matched nothing here (``Account.no_match``: the client's inlined fast path)."""
+        if subject[:_GR_LEN] == _GR or (self.replies and self.replies.lookup(subject) is not None):
+            self.acc.deliver(c, subject, reply, hdr, msg)
             return
+        if not (self.outo and self.send(subject, reply, hdr, msg, [])) and reply and c.no_responders:
+            self.acc._no_responders(c, subject, reply)
+
+    # ---- messages in -----------------------------------------------------------------------------------------
+
+    def routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+               msg: bytes) -> bytes | None | bool:
+        """The gateway part of a message from a route: True when it was a ``_GR_.`` reply (delivered here);
+        else the reply this server's subscribers see (a ``_GR_.`` reply without its prefix, tracked)."""
+        if subject[:_GR_LEN] == _GR:
+            self.gw.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
+            return True
         if reply and reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET:
-            reply = self._strip_gr(reply)
-        Account.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
+            return self.replies.track(reply)
+        return reply
 
-    def _routed_gateway_reply(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                              msg: bytes) -> None:
-        self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
-
-    def deliver_from_gateway(self, c: Any, r: Any, subject: bytes, reply: bytes | None, queues: tuple,
-                             hdr: int, msg: bytes, all_queues: bool) -> None:
+    def from_gateway(self, c: Any, r: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                     msg: bytes, all_queues: bool) -> None:
         """A message from a gateway: to this server's subscribers and over routes to the others of the
         cluster; queue groups only those the RMSG names (all of them for a routed reply)."""
+        acc = self.acc
+        deliver = deliver_result if c.kind >= ROUTER else self._not_out
         if all_queues or not r.qsubs:
             rr = r
         elif not queues:
-            rr = self._gw_plain.get(r)
+            rr = self._plain.get(r)
             if rr is None:
-                if len(self._gw_plain) > 1024:
-                    self._gw_plain.clear()
-                rr = self._gw_plain[r] = SublistResult(r.psubs, [])
+                if len(self._plain) > 1024:
+                    self._plain.clear()
+                rr = self._plain[r] = SublistResult(r.psubs, [])
         else:
             names = {bytes(q) for q in queues}
             rr = SublistResult(r.psubs, [g for g in r.qsubs if g and g[0].queue_b in names])
@@ -1155,15 +1144,37 @@ class GatewayAccount(Account):
                 # reply when it came with one
                 shown, ack = ack[i + 1:], ack[:i]
                 if gr:
-                    ack = self._strip_gr(gr + ack)
-                Account.deliver_result(self, c, rr, shown, ack, hdr, msg, subject)
+                    ack = self.replies.track(gr + ack)
+                deliver(acc, c, rr, shown, ack, hdr, msg, subject)
                 return
         if rr.psubs or rr.qsubs:
             if reply and reply[:_GR_LEN] == _GR and len(reply) > _SUBJECT_OFFSET:
                 # subscribers here see the original reply; the other servers of the cluster get it routed
-                Account.deliver_result(self, c, rr, subject, self._strip_gr(reply), hdr, msg, rreply=reply)
+                deliver(acc, c, rr, subject, self.replies.track(reply), hdr, msg, None, reply)
             else:
-                Account.deliver_result(self, c, rr, subject, reply, hdr, msg)
+                deliver(acc, c, rr, subject, reply, hdr, msg)
+
+    def _not_out(self, acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                 route: bytes | None = None, rreply: bytes | None = None) -> None:
+        """``deliver_result`` without the gateway step, for a client's publish on this cluster's own ``_GR_.``
+        subject (``publish``): here and over the routes like a gateway's message, not back out to the gateways."""
+        acc.gw = None
+        try:
+            deliver_result(acc, c, r, subject, reply, hdr, msg, route, rreply)
+        finally:
+            acc.gw = self
+
+
+def deliver_routed(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                   msg: bytes) -> None:
+    """A message from a route on a server with gateways (``Cluster.routed_entry``): a ``_GR_.`` reply for this
+    cluster, or (its ``_GR_.`` reply tracked and shown without the prefix) to this server's subscribers."""
+    if subject[:_GR_LEN] == _GR and hdr > 0 and _mt.CURRENT is None and msg.find(b"Nats-Trace-", 0, hdr) >= 0 \
+            and _mt.routed_inbound(acc, rc, subject, reply, queues, hdr, msg, acc.gw.routed):
+        return  # traced here too (rillet.server.msgtrace)
+    reply = acc.gw.routed(rc, subject, reply, queues, hdr, msg)
+    if reply is not True:
+        Account.deliver_routed(acc, rc, subject, reply, queues, hdr, msg)
 
 
 def _subject_b(sub: Any) -> bytes:

@@ -847,7 +847,7 @@ class LeafNodes:
         self.opts: "LeafNodeOptions" = server.opts.leaf
         validate_leafnodes(server.opts)  # ValueError: refuse to start
         # where a message from a leaf connection enters: deliver_leaf, or with gateways on this server
-        # LeafGatewayAccount.deliver_leaf (set by the composition root)
+        # deliver_leaf_gateways (set by the composition root)
         self.leaf_entry: Callable[..., None] = deliver_leaf
         self.conns: set[LeafConn] = set()
         self.remotes = [RemoteState(r, self.opts.reconnect) for r in self.opts.remotes if not r.disabled]
@@ -1593,46 +1593,47 @@ def _routed_to_leafs(self: Any, rc: Any, subject: bytes, reply: bytes | None, qu
         lc.send_msg(self.name_b, subject, reply, qs, hdr, msg)
 
 
-# ==== the account of a server with gateways and leaf nodes =========================================================
+# ==== a server with gateways and leaf nodes =======================================================================
 
 _GR, _GRL, _OFF = g._GR, g._GR_LEN, g._SUBJECT_OFFSET  # (the gateway reply prefix)
 
 
-class LeafGatewayAccount(g.GatewayAccount):
-    """``GatewayAccount`` (clients' messages to the other clusters, their interest from them) whose messages
-    from leafs go, as nats-server's processMsgResults for a LEAF origin, to local subscribers, routes, other
-    leafs and then to the gateways."""
-
-    __slots__ = ()
-
-    def deliver_leaf(self, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                     msg: bytes) -> None:
-        if self.mappings:
-            mapped = self.map_subject(subject)
-            if mapped is None:
-                return
-            subject = mapped
-        gw = self.server.gateway
-        if self._gwr:  # a response to a request from another cluster, given here without _GR_.
-            subject = self._routed_reply(subject) or subject
-        if subject[:_GRL] == _GR:
-            if subject[_GRL:_GRL + g._HL] == gw.hash:
-                gw.gateway_reply(lc, self.name_b, subject, reply, hdr, msg)
-            else:
-                gw.send_to_gateways(self, subject, reply, hdr, msg, [])
+def deliver_leaf_gateways(acc: Account, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple,
+                          hdr: int, msg: bytes) -> None:
+    """A message from leaf connection ``lc`` on a server with gateways (``LeafNodes.leaf_entry``): as
+    nats-server's processMsgResults for a LEAF origin, to local subscribers, routes, other leafs and then to
+    the gateways (the account's gateway part, ``acc.gw``: a ``_GR_.`` reply goes straight to its cluster)."""
+    if acc.mappings:
+        mapped = acc.map_subject(subject)
+        if mapped is None:
             return
-        r = self._match(subject.decode("utf-8", "surrogateescape"))
-        _from_leaf(self, lc, r, subject, reply, queues, hdr, msg)
-        if gw.outo:
-            gw.send_to_gateways(self, subject, reply, hdr, msg, r.qsubs)
+        subject = mapped
+    gws = acc.gw
+    if gws.replies:  # a response to a request from another cluster, given here without _GR_.
+        subject = gws.replies.lookup(subject) or subject
+    if subject[:_GRL] == _GR:
+        gw = gws.gw
+        if subject[_GRL:_GRL + g._HL] == gw.hash:
+            gw.gateway_reply(lc, acc.name_b, subject, reply, hdr, msg)
+        else:
+            gws.send(subject, reply, hdr, msg, [])
+        return
+    r = acc._match(subject.decode("utf-8", "surrogateescape"))
+    _from_leaf(acc, lc, r, subject, reply, queues, hdr, msg)
+    if gws.outo:
+        gws.send(subject, reply, hdr, msg, r.qsubs)
 
-    def deliver_routed(self, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
-                       msg: bytes) -> None:
-        if subject[:_GRL] == _GR:
-            self.server.gateway.gateway_reply(rc, self.name_b, subject, reply, hdr, msg)
-            return
-        if reply and reply[:_GRL] == _GR and len(reply) > _OFF:
-            reply = self._strip_gr(reply)
-        Account.deliver_routed(self, rc, subject, reply, queues, hdr, msg)
-        if self.server.leafs:
-            _routed_to_leafs(self, rc, subject, reply, queues, hdr, msg)
+
+def deliver_routed_gateways(acc: Account, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,
+                            msg: bytes) -> None:
+    """A message from a route on a server with gateways and leaf nodes (``Cluster.routed_entry``): a ``_GR_.``
+    reply for this cluster, or (its ``_GR_.`` reply tracked and shown without the prefix) to this server's
+    subscribers and the leafs we are hub for."""
+    if subject[:_GRL] == _GR:
+        acc.gw.gw.gateway_reply(rc, acc.name_b, subject, reply, hdr, msg)
+        return
+    if reply and reply[:_GRL] == _GR and len(reply) > _OFF:
+        reply = acc.gw.replies.track(reply)
+    Account.deliver_routed(acc, rc, subject, reply, queues, hdr, msg)
+    if acc.server.leafs:
+        _routed_to_leafs(acc, rc, subject, reply, queues, hdr, msg)

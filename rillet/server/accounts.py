@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import rillet.server.msgtrace as _mt
-from rillet.server.delivery import deliver_inbound
+from rillet.server.delivery import ROUTER, deliver_inbound
 from rillet.server.delivery import deliver_result as _deliver_result
 from rillet.server.delivery import no_responders as _no_resp
 from rillet.subjects.sublist import Sublist
@@ -43,7 +43,7 @@ class InterestListener(Protocol):
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
                  "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "no_match", "trace_dest",
-                 "trace_sampling", "name_b", "shadows", "listeners", "__weakref__")
+                 "trace_sampling", "name_b", "shadows", "listeners", "gw", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -73,6 +73,9 @@ class Account:
         self.stream_imports: list[tuple[Any, str, Any, Any]] | None = None
         # called by a client's publish that matched no subscription here, when set (gateways send it on)
         self.no_match: Any = None
+        # the gateways' part in this account (rillet.server.delivery.GatewayStep: the delivery executor's
+        # gateway step, the _GR_. reply tracking), set by the composition root on a server with gateways
+        self.gw: Any = None
         # msg_trace { dest, sampling }: where traces started by a sampled traceparent header go (msgtrace)
         self.trace_dest: str | None = None
         self.trace_sampling = 100
@@ -189,11 +192,18 @@ class Account:
             subject = self.map_subject(subject)  # type: ignore[assignment]
             if subject is None:
                 return False
+        gws = self.gw
+        if gws is not None:
+            sent = gws.publish(c, subject, reply, hdr, msg)  # a gateway reply subject, or a tracked reply
+            if sent is not None:
+                return sent
         r = self._match(subject.decode("utf-8", "surrogateescape"))
         if r.psubs or r.qsubs:
             if deliver is not None:
                 return self.deliver_result(c, r, deliver, reply, hdr, msg, subject)
             return self.deliver_result(c, r, subject, reply, hdr, msg)
+        if gws is not None and c.kind < ROUTER and gws.send(subject, reply, hdr, msg, []):
+            return True  # (nobody here: the other clusters with interest)
         if reply and c.no_responders:
             self._no_responders(c, subject, reply)
         return False

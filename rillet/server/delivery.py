@@ -1,5 +1,11 @@
 """One delivery path: connection kinds, the ``Link`` interface of routes, gateways and leaf connections, and
 the delivery plan of a sublist result with the one function that executes it.
+
+For a compiled twin of the executor: the ``Plan``'s fields are unchanged by the gateway step; ``deliver_result``
+also reads ``acc.gw`` (None on a server without gateways, else a ``GatewayStep``) once per message, and for a
+message of this server's clients (``c.kind < ROUTER``) with outbound gateways (``gw.outo``) calls the step:
+``gw.send``/``gw.send_shown`` before the local subscribers (after the links when the message is traced), the
+sending counting as a delivery (no 503). See the gateway part of ``deliver_result``.
 """
 from __future__ import annotations
 
@@ -44,6 +50,25 @@ class Link(Protocol):
 
     def send_msg(self, account: bytes, subject: bytes, reply: bytes | None, queues: list[bytes], hdr: int,
                  msg: bytes) -> None: ...
+
+
+class GatewayStep(Protocol):
+    """The gateways' part in one account (``acc.gw``; rillet.cluster.gateway.AccountGateway), as delivery sees
+    it: the executor's gateway step for this server's clients' messages, evaluated per message (the remote
+    clusters' interest is not in the sublist: optimistic and interest-only modes), and the ``_GR_.`` replies."""
+
+    outo: list  # the outbound gateway connections (empty: the step does nothing)
+    replies: Any  # ``_GR_.`` replies shown here without their prefix (false when none): ``lookup(subject)``
+
+    def send(self, subject: bytes, reply: bytes | None, hdr: int, msg: bytes, served: list) -> bool:
+        """To the gateways with interest (``served``: the queue groups this cluster serves); True if sent."""
+
+    def send_shown(self, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
+                   route: bytes) -> bool:
+        """``send`` for a message shown as ``subject`` that matched ``route`` (a JetStream delivery...)."""
+
+    def publish(self, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> bool | None:
+        """A publish on a ``_GR_.`` subject or a tracked reply, sent back to its cluster (None: neither)."""
 
 
 class RemoteSub:
@@ -303,6 +328,22 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
     obs = None
     if hdr > 0 and _mt.CURRENT is not None:
         obs = tracer(hdr, msg)
+    gws = acc.gw
+    if gws is not None:
+        # the gateway step (``GatewayStep``): a message of this server's clients also goes to the other clusters
+        # with interest, evaluated per message (their interest is not in the sublist); messages from links never
+        if c.kind < ROUTER and gws.outo:
+            if gws.replies and route is None and gws.replies.lookup(subject) is not None:
+                return acc.deliver(c, subject, reply, hdr, msg)  # a response to a request from another cluster
+            gtraced = hdr > 0 and _mt.CURRENT is not None
+            if gtraced:  # traced: the gateways last, as nats-server (its hop numbers follow the routes')
+                gsent = False
+            elif route is None:
+                gsent = gws.send(subject, reply, hdr, msg, r.qsubs)
+            else:
+                gsent = gws.send_shown(c, r, subject, reply, hdr, msg, route)
+        else:
+            gws = None
     targets = None
     psubs = plan.psubs
     qsubs = plan.qsubs
@@ -435,6 +476,20 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
     if done is not None:
         for sub in done:
             sub.client.remove_sub(sub)
+    if gws is not None:  # (the gateway step ran, or runs now: its sending counts as a delivery)
+        sent = forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, obs) if targets else False
+        if gtraced:
+            if gws.send(route if route is not None else subject, reply, hdr, msg, r.qsubs):
+                sent = True
+            if n or sent:
+                return True
+            if reply and c.no_responders and not _mt.CURRENT.tonly:
+                no_responders(acc, c, subject, reply)
+            return False
+        if n or sent or gsent:
+            return True
+        if targets:
+            return False
     if targets:
         sent = forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, obs)
         return n > 0 or sent

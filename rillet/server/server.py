@@ -78,7 +78,6 @@ class Server:
         # the links' part in every account's interest (rillet.server.accounts.InterestListener), set with them
         self.interest_listeners: tuple[Any, ...] = ()
         self.subsystems.make_links(self)  # ValueError: refuse to start
-        self._account_class = self.subsystems.account_class(self)
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
         if o.mappings:
             from rillet.subjects.mapping import parse_mappings
@@ -137,7 +136,8 @@ class Server:
     # ---- accounts -------------------------------------------------------------------------------------
 
     def _make_account(self, name: str) -> Account:
-        acc = self._account_class(self, name)
+        acc = Account(self, name)
+        self.subsystems.account_added(self, acc)  # the links' parts in it (gateways)
         self.accounts[name] = acc
         sa = getattr(self, "sysacc", None)
         if sa is not None:

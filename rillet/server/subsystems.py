@@ -3,7 +3,7 @@
 ``rillet.server`` does not import ``rillet.cluster`` or ``rillet.monitor`` (tests/test_import_cycles.py):
 the composition root, ``rillet.app``, builds those subsystems from the options and plugs them into the
 server through the ``Subsystems`` interface below, which the server owns and calls at its few points of
-contact (construction, the account class, start, a closed connection, reload, the system account's
+contact (construction, a new account, start, a closed connection, reload, the system account's
 monitoring requests). ``rillet.app.build_server(opts)`` is how a full server is made (``rillet-server``,
 ``python -m rillet.server``, ``rillet.app.embed``, the tests' helpers).
 
@@ -29,8 +29,9 @@ class Subsystems(Protocol):
         (``server.cluster``, ``server.leafnodes``, ``server.gateway``); called once while the server is
         built, before its accounts. ValueError: the server refuses to start."""
 
-    def account_class(self, server: "Server") -> type:
-        """The class of the server's accounts (with the links' interest propagation and entry points)."""
+    def account_added(self, server: "Server", acc: Any) -> None:
+        """Wire the links' per-account parts into an account just made (every account is the plain
+        ``Account``: with gateways, ``acc.gw`` and ``acc.no_match``), before the server registers it."""
 
     def new_jetstream(self, server: "Server") -> Any:
         """The JetStream subsystem of the server (not started: the server awaits its ``start()``)."""
@@ -79,9 +80,8 @@ class Core:
     def make_links(self, server: "Server") -> None:
         self._refuse(needs_root(server.opts))
 
-    def account_class(self, server: "Server") -> type:
-        from rillet.server.accounts import Account
-        return Account
+    def account_added(self, server: "Server", acc: Any) -> None:
+        return None
 
     def new_jetstream(self, server: "Server") -> Any:
         from rillet.server import jetstream_seam

@@ -1272,8 +1272,8 @@ class JetStreamCluster:
 
     def _reply_cluster(self, gw: Any, account: Any, reply: bytes) -> str:
         from rillet.cluster import info as ci
-        rr = getattr(account, "_routed_reply", None)
-        full = rr(reply) if rr is not None and getattr(account, "_gwr", None) else None
+        gws = getattr(account, "gw", None)  # (the gateways' part in the account: its tracked _GR_. replies)
+        full = gws.replies.lookup(reply) if gws is not None and gws.replies else None
         if full:
             h = full[len(ci.GW_REPLY_PREFIX):len(ci.GW_REPLY_PREFIX) + ci.GW_HASH_LEN]
             if h == gw.hash:
