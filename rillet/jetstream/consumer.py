@@ -40,6 +40,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 
+from rillet import lane
 from rillet.gotime import format_duration, format_time, to_utc_time
 from rillet.jetstream import headers as H
 from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_DUE, C_GONE, C_MAXDELIV, C_NAK,
@@ -48,6 +49,8 @@ from rillet.jetstream.log import Entry, SingleNodeLog
 from rillet.jetstream.store.base import ErrStoreClosed, StoreError
 from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_has_wildcard, subject_matches_filter
+
+_ack_numbers = lane.ack_numbers  # rillet.jetstream.acksubject's, or its compiled twin
 
 if TYPE_CHECKING:
     from rillet.jetstream.stream import Stream
@@ -1125,20 +1128,10 @@ class Consumer(ConsumerStateMachine):
         if self.closed:
             return
         body = msg[hdr:] if hdr > 0 else msg
-        toks = subject.split(b".")
-        n = len(toks)
-        if n == 9:
-            off = 2
-        elif n >= 11:
-            off = 4
-        else:
+        nums = _ack_numbers(subject)
+        if nums is None:
             return
-        try:
-            dc = int(toks[off + 2])
-            sseq = int(toks[off + 3])
-            dseq = int(toks[off + 4])
-        except ValueError:
-            return
+        dc, sseq, dseq = nums
         skip_reply = False
         if not body or body == b"+ACK" or body == b"+OK":
             if not self.process_ack(sseq, dseq, dc, True):

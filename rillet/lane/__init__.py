@@ -18,8 +18,9 @@ Importers take the classes from here:
                    leaf_hmsg_head, frame (rillet.cluster.protocol or its twin)
     FileStore      the JetStream file store (rillet.jetstream.store.filestore.FileStore or its twin, whose
                    message append is compiled)
+    ack_numbers    a JetStream ack subject's numbers (rillet.jetstream.acksubject.ack_numbers or its twin)
 
-``ServerParser``, ``wire`` and ``FileStore`` are loaded on first use, so that importing this module (the client
+``ServerParser``, ``wire``, ``FileStore`` and ``ack_numbers`` are loaded on first use, so that importing this module (the client
 connection does) does not load ``rillet.cluster`` or ``rillet.jetstream``. (A package rather than a top-level module: top-level modules import
 no subpackage, tests/test_import_cycles.py.)
 """
@@ -30,9 +31,9 @@ import os
 
 from rillet.protocol import parser as _pure_parser
 
-__all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "FileStore", "pure",
-           "compiled"]
-_LAZY = ("ServerParser", "wire", "FileStore")
+__all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "FileStore",
+           "ack_numbers", "pure", "compiled"]
+_LAZY = ("ServerParser", "wire", "FileStore", "ack_numbers")
 
 
 def _decide() -> tuple[str, str]:
@@ -45,8 +46,8 @@ def _decide() -> tuple[str, str]:
     # _cserver (built with _cparser) is found, not loaded: loading it loads rillet.cluster.protocol, which
     # a server without routes, gateways or leaf nodes does not need (~0.2 MB); a broken one fails loudly
     # where it is first used (ServerParser, wire)
-    # (_cstore likewise: loading it loads the file store)
-    for mod in ("_cserver", "_cstore"):
+    # (_cstore and _cjs likewise: loading them loads the file store, the JetStream modules)
+    for mod in ("_cserver", "_cstore", "_cjs"):
         if importlib.util.find_spec(f"rillet._speedups.{mod}") is None:
             return "pure", f"the compiled extension is not available (no rillet._speedups.{mod})"
     return "compiled", ""
@@ -59,13 +60,16 @@ NAME = "compiled lane" if COMPILED else "pure-Python lane"
 
 
 def pure(name: str):
-    """The pure-Python twin of ``ClientParser``, ``ServerParser``, ``wire`` or ``FileStore``, whichever lane runs
-    (tests)."""
+    """The pure-Python twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore`` or ``ack_numbers``,
+    whichever lane runs (tests)."""
     if name == "ClientParser":
         return _pure_parser.ClientParser
     if name == "FileStore":
         from rillet.jetstream.store.filestore import FileStore
         return FileStore
+    if name == "ack_numbers":
+        from rillet.jetstream.acksubject import ack_numbers
+        return ack_numbers
     from rillet.cluster import protocol
     if name == "ServerParser":
         return protocol.ServerParser
@@ -75,14 +79,17 @@ def pure(name: str):
 
 
 def compiled(name: str):
-    """The compiled twin of ``ClientParser``, ``ServerParser``, ``wire`` or ``FileStore``; ImportError when not
-    built (tests compare both lanes even when RILLET_PURE selected the pure one)."""
+    """The compiled twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore`` or ``ack_numbers``;
+    ImportError when not built (tests compare both lanes even when RILLET_PURE selected the pure one)."""
     if name == "ClientParser":
         from rillet._speedups._cparser import ClientParser
         return ClientParser
     if name == "FileStore":
         from rillet._speedups._cstore import FileStore
         return FileStore
+    if name == "ack_numbers":
+        from rillet._speedups._cjs import ack_numbers
+        return ack_numbers
     from rillet._speedups import _cserver
     if name == "ServerParser":
         return _cserver.ServerParser

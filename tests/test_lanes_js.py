@@ -1,0 +1,57 @@
+"""JetStream's compiled twins other than the file store (tests/test_lanes_store.py) against their pure-Python
+references: the same inputs to both lanes, the same outputs."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lanes import COMPILED_ERROR
+from rillet import lane
+
+pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
+
+pure_ack = lane.pure("ack_numbers")
+
+
+def _compiled_ack():
+    return lane.compiled("ack_numbers")
+
+
+# tokens as they come (numbers of every length, what Python's int also takes: signs, spaces, underscores) and
+# as they should not (letters, empty, a lone sign)
+token = st.one_of(
+    st.integers(0, 10**25).map(lambda v: str(v).encode()),
+    st.integers(0, 999).map(lambda v: b"%03d" % v),
+    st.sampled_from([b"", b"+1", b"-1", b" 7", b"7 ", b"1_000", b"1__0", b"_1", b"+", b"-", b"0x10", b"\t3\n",
+                     b"\xd9\xa3", b"abc", b"ACK", b"$JS", b"*", b">", b"9" * 18, b"9" * 19, b"0" * 30]),
+    st.binary(max_size=6),
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(token, min_size=0, max_size=14))
+def test_ack_numbers_same_in_both_lanes(tokens):
+    subject = b".".join(tokens)
+    assert _compiled_ack()(subject) == pure_ack(subject)
+
+
+@given(st.integers(1, 10**19), st.integers(0, 10**19), st.integers(0, 10**19), st.booleans(),
+       st.lists(st.sampled_from([b"x", b"1", b"tok"]), max_size=3))
+def test_ack_numbers_of_real_ack_subjects(dc, sseq, dseq, v2, extra):
+    if v2:
+        subject = b"$JS.ACK.dom.HASH.S.C.%d.%d.%d.1764377000000000000.42" % (dc, sseq, dseq) + b"".join(
+            b"." + e for e in extra)
+    else:
+        subject = b"$JS.ACK.S.C.%d.%d.%d.1764377000000000000.42" % (dc, sseq, dseq)
+    assert pure_ack(subject) == _compiled_ack()(subject) == (dc, sseq, dseq)
+
+
+def test_ack_numbers_edges():
+    for lane_fn in (pure_ack, _compiled_ack()):
+        assert lane_fn(b"$JS.ACK.S.C.1.2.3.4") is None  # 8 tokens
+        assert lane_fn(b"$JS.ACK.a.b.S.C.1.2.3.4") is None  # 10 tokens
+        assert lane_fn(b"$JS.ACK.S.C.1.x.3.4.5") is None
+        assert lane_fn(b"$JS.ACK.S.C.+1. 2.3_0.4.5") == (1, 2, 30)
+        assert lane_fn(b"$JS.ACK.S.C.1.99999999999999999999.3.4.5") == (1, 99999999999999999999, 3)
+    assert lane.ack_numbers is (pure_ack if lane.LANE == "pure" else _compiled_ack())
