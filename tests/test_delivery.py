@@ -242,3 +242,146 @@ def test_plain_local_result_gets_a_plain_plan_without_cycles() -> None:
     r2 = acc.match("_INBOX.x.3")
     deliver_result(acc, b, r2, b"_INBOX.x.3", None, -1, b"m")
     assert not r2.plan.local and r2.plan.links == [route] and r2.plan.inbound is not None
+
+
+# ==== the gateway step (rillet.cluster.gateway.AccountGateway, acc.gw) ============================================
+
+def gateway_server(cluster: bool = True) -> Server:
+    from rillet.config.gateway_section import GatewayOptions, RemoteGateway
+    o = Options()
+    if cluster:
+        o.cluster.port = 1
+        o.cluster.name = "A"
+    o.gateway_opts = GatewayOptions(name="A", host="127.0.0.1", port=1,
+                                    gateways=[RemoteGateway(name="B", urls=["nats://127.0.0.1:2"])])
+    return build_server(o)
+
+
+def fake_gateway(srv, interest: list[tuple[str, str | None]]):
+    """An outbound gateway connection to cluster B (registered, never connected) that records what it is sent;
+    B announced ``interest`` ((subject, queue) pairs) in $G (interest-only mode, as nats-server 2.15)."""
+    from rillet.cluster.gateway_conn import INTEREST_ONLY, GatewayConn, OutAccount
+
+    class FakeGateway(GatewayConn):
+        def send_msg(self, account, subject, reply, queues, hdr, msg) -> None:
+            self.sent.append((account, subject, reply, list(queues), hdr, msg))
+
+    gw = srv.gateway
+    cfg = gw.remotes["B"]
+    gc = FakeGateway(gw, cfg)
+    gc.sent = []
+    gc.remote_name = "gw-b"
+    gc.iom = True
+    e = OutAccount(ni=False)
+    e.mode = INTEREST_ONLY
+    for subj, q in interest:
+        rs = RemoteSub(gc, subj, q, 1, None)
+        e.sl.insert(rs)
+        e.subs[(subj, q)] = rs
+        e.qsubs += 1 if q else 0
+    gc.outsim[b"$G"] = e
+    gw.out["B"] = gc
+    gw.outo.append(gc)
+    return gc
+
+
+def test_gateway_step_for_client_messages_only() -> None:
+    from rillet.cluster import gateway
+    srv = gateway_server()
+    acc = srv.global_account
+    assert type(acc.gw) is gateway.AccountGateway
+    gc = fake_gateway(srv, [("g.*", None)])
+    route = FakeLink(ROUTER)
+    local = client(srv)
+    sub(acc, local, "g.x", b"1")
+    acc.sublist.insert(RemoteSub(route, "g.x", None, 1, None))
+    pub = client(srv)
+    assert deliver_result(acc, pub, acc.match("g.x"), b"g.x", b"rep", -1, b"m")
+    assert local.out_msgs == 1 and len(route.sent) == 1
+    assert gc.sent == [(b"$G", b"g.x", b"rep", [], -1, b"m")]
+    # nobody here, nobody over the routes: the client's inlined path (Account.no_match) sends it to B
+    pub.proto_pub(b"g.y", None, b"n")
+    assert gc.sent[-1][:2] == (b"$G", b"g.y") and len(gc.sent) == 2
+    # B has no interest: not sent
+    pub.proto_pub(b"h.y", None, b"n")
+    assert len(gc.sent) == 2
+    # messages from links never go to gateways: a route's, a leaf's, a gateway's
+    deliver_inbound(acc, route, b"g.x", None, (), -1, b"r")
+    for kind in (LEAF, GATEWAY):
+        deliver_result(acc, FakeLink(kind), acc.match("g.x"), b"g.x", None, -1, b"l")
+    assert len(gc.sent) == 2 and local.out_msgs == 4
+    # no outbound gateway connected: no step
+    srv.gateway.outo.clear()
+    deliver_result(acc, pub, acc.match("g.x"), b"g.x", None, -1, b"m")
+    assert len(gc.sent) == 2 and local.out_msgs == 5
+
+
+def test_gateway_sending_counts_as_delivered() -> None:
+    srv = gateway_server()
+    acc = srv.global_account
+    gc = fake_gateway(srv, [("svc", None), ("q", "grp")])
+    pub = client(srv)
+    pub.no_responders = True
+    sub(acc, pub, "_INBOX.1", b"9")
+    assert acc.deliver(pub, b"svc", b"_INBOX.1", -1, b"?")  # only B listens: no 503 here
+    assert b"503" not in pub.out and gc.sent[-1][1:3] == (b"svc", b"_INBOX.1")
+    pub.echo = False
+    sub(acc, pub, "svc", b"5")  # matched here, taken by nobody here (no echo): B's sending still counts
+    assert deliver_result(acc, pub, acc.match("svc"), b"svc", b"_INBOX.1", -1, b"?")
+    assert b"503" not in pub.out and len(gc.sent) == 2 and pub.out_msgs == 0
+    pub.echo = True
+    acc.sublist.remove(pub.subs.pop(b"5"))
+    # a queue group served here keeps the message here; one only B serves is named in the RMSG
+    member = client(srv)
+    sub(acc, member, "q", b"1", "grp")
+    deliver_result(acc, pub, acc.match("q"), b"q", None, -1, b"x")
+    assert member.out_msgs == 1 and gc.sent[-1][1] == b"svc"  # (not sent: no plain interest, group served)
+    acc.sublist.remove(member.subs[b"1"])
+    acc.deliver(pub, b"q", None, -1, b"y")
+    assert gc.sent[-1][1:4] == (b"q", None, [b"grp"])
+    # nobody anywhere: a 503
+    pub.out.clear()
+    assert not acc.deliver(pub, b"nobody", b"_INBOX.1", -1, b"?")
+    assert b"NATS/1.0 503" in pub.out
+
+
+def test_gateway_replies_go_back_to_their_cluster() -> None:
+    """A message from B with a ``_GR_.`` reply: subscribers here see the original reply (tracked); a response
+    published on it within 2 s goes back on the ``_GR_.`` subject to B only, not to local subscribers."""
+    from rillet.cluster import info as ci
+    srv = gateway_server()
+    acc = srv.global_account
+    gc = fake_gateway(srv, [(">", None)])
+    route = FakeLink(ROUTER)
+    acc.sublist.insert(RemoteSub(route, "svc", None, 1, None))
+    svc, spy = client(srv), client(srv)
+    sub(acc, svc, "svc", b"1")
+    sub(acc, spy, "_INBOX.>", b"2")
+    gr = ci.gateway_reply(ci.gateway_hash("B"), ci.gateway_hash("srvb"), b"_INBOX.r1")
+    srv.gateway.inbound_msg(gc, b"$G", b"svc", gr, (), -1, b"req")
+    assert bytes(svc.out).startswith(b"MSG svc 1 _INBOX.r1 3\r\n")  # the original reply here
+    assert route.sent == [(b"$G", b"svc", gr, [], -1, b"req")]  # the _GR_. one over the routes
+    assert acc.gw.replies.lookup(b"_INBOX.r1") == gr and srv.gateway.has_interest(acc, "_INBOX.r1")
+    assert not gc.sent  # (from a gateway: never back out)
+    svc.proto_pub(b"_INBOX.r1", None, b"resp")  # (the inlined path: the inbox matches spy here)
+    assert gc.sent == [(b"$G", gr, None, [], -1, b"resp")] and spy.out_msgs == 0
+    acc.deliver(svc, b"_INBOX.r1", None, 0, b"")  # (HPUB: Account.deliver)
+    assert len(gc.sent) == 2 and gc.sent[-1][1] == gr and spy.out_msgs == 0
+    # a client's publish on this cluster's own _GR_. subject: here and over the routes, not to the gateways
+    own = ci.gateway_reply(srv.gateway.hash, srv.gateway.server_hash, b"svc")
+    svc.proto_pub(own, None, b"mine")
+    assert svc.out_msgs == 2 and route.sent[-1][1] == b"svc" and len(gc.sent) == 2 and acc.gw is not None
+
+
+def test_routed_gateway_reply_is_tracked() -> None:
+    from rillet.cluster import info as ci
+    srv = gateway_server()
+    acc = srv.global_account
+    gc = fake_gateway(srv, [])
+    svc = client(srv)
+    sub(acc, svc, "svc", b"1")
+    gr = ci.gateway_reply(ci.gateway_hash("B"), ci.gateway_hash("srvb"), b"_INBOX.r2")
+    srv.cluster.routed_entry(acc, FakeLink(ROUTER), b"svc", gr, (), -1, b"req")
+    assert bytes(svc.out).startswith(b"MSG svc 1 _INBOX.r2 3\r\n")
+    svc.proto_pub(b"_INBOX.r2", None, b"resp")  # (no interest announced by B: sent on the _GR_. subject)
+    assert gc.sent == [(b"$G", gr, None, [], -1, b"resp")]
