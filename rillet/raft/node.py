@@ -667,6 +667,19 @@ class Node:
         if not voters:
             return False
         prs = self.prs
+        # (quick answer for the usual call, when fewer than a quorum hold anything past the commit)
+        commit = self.commit
+        ahead = 0
+        for v in voters:
+            if v == self.id:
+                if self.stable > commit:
+                    ahead += 1
+            else:
+                pr = prs.get(v)
+                if pr is not None and pr.match > commit:
+                    ahead += 1
+        if ahead < self.quorum:
+            return False
         matches = []
         for v in voters:
             if v == self.id:
@@ -792,10 +805,14 @@ class Node:
     def has_ready(self) -> bool:
         if self._outstanding is not None:
             return False
-        return bool(self.msgs or self._need_bcast or self.unstable_from <= self.last_index()
-                    or self.commit > self.applying or self._snap_out is not None or self._base_out is not None
-                    or (self.term, self.vote, self.commit) != self._prev_hs
-                    or (self.leader, self.role) != self._prev_soft)
+        if (self.msgs or self._need_bcast or self.unstable_from <= self.offset + len(self.log)
+                or self.commit > self.applying or self._snap_out is not None or self._base_out is not None):
+            return True
+        hs = self._prev_hs  # (compared field by field: no tuples built on the common "nothing" answer)
+        if self.commit != hs[2] or self.term != hs[0] or self.vote != hs[1]:
+            return True
+        soft = self._prev_soft
+        return self.role != soft[1] or self.leader != soft[0]
 
     def ready(self) -> Ready:
         if self._outstanding is not None:
