@@ -100,6 +100,28 @@ def test_runner_a_flush_from_inside_a_group_does_not_run_the_groups_again():
     assert late.runs == 1 and not r.groups and not r.running
 
 
+def test_runner_a_failing_group_is_logged_and_the_others_run():
+    srv = FakeServer()
+    r = _Runner(srv)
+    errors: list[str] = []
+
+    class Log:
+        def error(self, msg: str) -> None:
+            errors.append(msg)
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    bad = FakeGroup(r, "bad", boom)
+    bad.log = Log()
+    good = FakeGroup(r, "good")
+    r.add(bad)
+    r.add(good)
+    srv.flush_clients()  # (must not raise into the connection that was being read)
+    assert good.runs == 1 and bad.runs == 1 and not r.running
+    assert len(errors) == 1 and "'bad'" in errors[0] and "RuntimeError('boom')" in errors[0]
+
+
 async def _until(cond, timeout: float = 8.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not cond():

@@ -55,6 +55,7 @@ import os
 import random
 import shutil
 import time
+import traceback
 import weakref
 from typing import Any, Callable, Optional
 
@@ -123,7 +124,10 @@ class _Runner:
             while self.groups:
                 groups, self.groups = self.groups, []
                 for g in groups:
-                    g._process()
+                    try:
+                        g._process()
+                    except Exception as e:  # (not the reading connection's error: logged, the others run)
+                        g.log.error(f"RAFT group {g.name!r}: processing failed: {e!r}\n{traceback.format_exc()}")
         finally:
             self.running = False
 
