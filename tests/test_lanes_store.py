@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from lanes import COMPILED_ERROR
 from rillet import lane
-from rillet.jetstream.store.base import ErrStoreFull, StoreConfig
+from rillet.jetstream.store.base import ErrStoreClosed, ErrStoreFull, StoreConfig
 from rillet.jetstream.store import filestore as fsmod
 
 pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
@@ -97,10 +97,11 @@ CONFIGS = [
     dict(max_msgs=10, allow_msg_ttl=True),
     dict(compression="s2", block_size=2048),
     dict(max_bytes=3000, discard="new"),
+    dict(max_msg_size=100, max_msgs_per_subject=3, discard="new", discard_new_per_subject=True),
 ]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cfg=st.sampled_from(CONFIGS), ops=st.lists(op, max_size=40))
 def test_same_operations_same_store(tmp_path_factory, cfg, ops):
     base = tmp_path_factory.mktemp("lanes")
@@ -199,3 +200,12 @@ def test_store_twin_is_not_stale():
     pyx = so.with_name("_cstore.pyx")
     if pyx.exists():
         assert so.stat().st_mtime >= pyx.stat().st_mtime, f"{so.name} is older than {pyx.name}: rebuild"
+
+
+def test_closed_store_refuses_in_both_lanes(tmp_path):
+    for cls in (PURE, _compiled()):
+        fs = cls(str(tmp_path / cls.__module__), StoreConfig())
+        fs.store_msg("foo", b"", b"one", 1)
+        fs.stop()
+        with pytest.raises(ErrStoreClosed):
+            fs.store_msg("foo", b"", b"two", 2)

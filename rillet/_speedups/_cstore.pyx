@@ -24,6 +24,8 @@ from cpython.dict cimport PyDict_GetItemWithError
 from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
 
+import time as _time
+
 from rillet.jetstream.store import filestore as _fsmod
 from rillet.jetstream.store import _fsformat
 
@@ -34,6 +36,9 @@ cdef object _PureFileStore = _fsmod.FileStore
 cdef object _pure_write = _fsmod.FileStore._write
 cdef object _pure_index = _fsmod.FileStore._index_record
 cdef object _pure_append = _fsmod.FileStore._append
+cdef object _pure_store_msg = _fsmod.FileStore.store_msg
+cdef object _ErrStoreClosed = _fsmod.ErrStoreClosed
+cdef object _time_ns = _time.time_ns
 cdef object _pure_write_all = _fsmod._write_all
 cdef object _write_rest = _fsmod._write_rest
 cdef object _fsdict = _fsmod.__dict__
@@ -95,7 +100,7 @@ cdef bint _DIRECT = _check_layout()
 # The store's own attributes this twin reads and writes are plain instance attributes: it goes to the
 # instance's __dict__ for them (a fraction of a generic attribute access). Should any of them become a class
 # attribute or descriptor, the twin leaves everything to the pure code (fast_paths() tells; a test checks).
-_STORE_ATTRS = ("_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
+_STORE_ATTRS = ("_closed", "_pre_check", "_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
                 "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits")
 cdef bint _DICT_OK = not any(name in vars(c) for c in _fsmod.FileStore.__mro__ for name in _STORE_ATTRS)
 
@@ -140,39 +145,59 @@ def fast_paths():
 class FileStore(_PureFileStore):
     """The file store with its append in C (see the module's docstring)."""
 
+    def store_msg(self, subject, hdr, data, ts=None, ttl=0):
+        # the pure IndexedStore.store_msg, with this twin's append called directly
+        if not _DICT_OK:
+            return _pure_store_msg(self, subject, hdr, data, ts, ttl)
+        cdef dict d = self.__dict__
+        if _ga(self, d, "_closed"):
+            raise _ErrStoreClosed()
+        if _ga(self, d, "_pre_check"):
+            self._discard_new_check(subject, hdr, data, self._msg_size(subject, hdr, data))
+        if ts is None:
+            ts = _time_ns()
+        seq = _ga(self, d, "_last") + 1
+        _append(self, d, seq, subject, hdr, data, ts, ttl, None)
+        return seq, ts
+
     def _append(self, seq, subject, hdr, data, ts, ttl, e=None):
-        # the pure _append, with the record written by this twin's _write (called directly)
         if not _DICT_OK:
             return _pure_append(self, seq, subject, hdr, data, ts, ttl, e)
-        cdef dict d = self.__dict__
-        if e is None:
-            if ttl:
-                e = _pure_write(self, seq, subject, hdr, data, ts, int(ttl * _NS))
-            else:
-                e = _write(self, d, seq, subject, hdr, data, ts)
-        if not _ga(self, d, "_nmsgs"):
-            d["_first"] = seq
-        d["_nmsgs"] = _ga(self, d, "_nmsgs") + 1
-        d["_last"] = seq
-        d["_last_ts"] = ts
-        d["_bytes"] = _ga(self, d, "_bytes") + e
-        psim = _ga(self, d, "_psim")
-        ps = psim.get(subject)
-        if ps is None:
-            psim[subject] = [1, _ga(self, d, "_active").index, seq]
-        else:
-            ps[0] += 1
-            ps[2] = seq
-            maxp = _ga(self, d, "_maxp")
-            if maxp and ps[0] > maxp:
-                self._enforce_per_subject(subject)
-        if _ga(self, d, "_post_limits"):
-            self._enforce_limits()
+        _append(self, self.__dict__, seq, subject, hdr, data, ts, ttl, e)
 
     def _write(self, seq, subject, hdr, data, ts, ttl_ns):
         if ttl_ns or not _DICT_OK:
             return _pure_write(self, seq, subject, hdr, data, ts, ttl_ns)
         return _write(self, self.__dict__, seq, subject, hdr, data, ts)
+
+
+cdef int _append(object self, dict d, object seq, object subject, object hdr, object data, object ts, object ttl,
+                 object e) except -1:
+    """The pure ``_append``, with the record written by this twin's ``_write``."""
+    if e is None:
+        if ttl:
+            e = _pure_write(self, seq, subject, hdr, data, ts, int(ttl * _NS))
+        else:
+            e = _write(self, d, seq, subject, hdr, data, ts)
+    if not _ga(self, d, "_nmsgs"):
+        d["_first"] = seq
+    d["_nmsgs"] = _ga(self, d, "_nmsgs") + 1
+    d["_last"] = seq
+    d["_last_ts"] = ts
+    d["_bytes"] = _ga(self, d, "_bytes") + e
+    psim = _ga(self, d, "_psim")
+    ps = psim.get(subject)
+    if ps is None:
+        psim[subject] = [1, _ga(self, d, "_active").index, seq]
+    else:
+        ps[0] += 1
+        ps[2] = seq
+        maxp = _ga(self, d, "_maxp")
+        if maxp and ps[0] > maxp:
+            self._enforce_per_subject(subject)
+    if _ga(self, d, "_post_limits"):
+        self._enforce_limits()
+    return 0
 
 
 cdef object _write(object self, dict d, object seq, object subject, object hdr, object data, object ts):

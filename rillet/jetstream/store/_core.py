@@ -270,7 +270,8 @@ class IndexedStore:
     def store_msg(
         self, subject: str, hdr: bytes, data: bytes, ts: int | None = None, ttl: float = 0
     ) -> tuple[int, int]:
-        """Store at the next sequence; returns (seq, ts).  Enforces the limits."""
+        """Store at the next sequence; returns (seq, ts).  Enforces the limits.  (The file store's compiled
+        twin, rillet/_speedups/_cstore.pyx, has a copy: a change here goes there too.)"""
         if self._closed:
             raise ErrStoreClosed()
         if self._pre_check:
