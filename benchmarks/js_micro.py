@@ -16,6 +16,7 @@ Cases:
     store_mem16    MemStore.store_msg (no compiled twin: the figure the file store is measured against)
     entry_codec    a replicated stream's MSG entry: rillet.jetstream.cluster.log encode_entry + decode_entry
     ack_parse      an ack subject's numbers (rillet.jetstream.acksubject.ack_numbers, the consumer's _on_ack)
+    ack_reply      a delivery's ack reply subject (rillet.jetstream.acksubject.ack_reply, the consumer's _run)
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import time
 
 # cases whose code has no compiled twin (measured once: the same code runs in both lanes)
 NO_TWIN = ("store_mem16", "entry_codec")
-CASES = ("store_file16", "store_file1k", "store_hdr16", "store_kv16", "store_mem16", "entry_codec", "ack_parse")
+CASES = ("store_file16", "store_file1k", "store_hdr16", "store_kv16", "store_mem16", "entry_codec", "ack_parse", "ack_reply")
 
 
 def _filestore(lane_name: str):
@@ -78,6 +79,14 @@ def run_case(case: str, n: int, lane_name: str) -> float:
         t0 = time.process_time()
         for _ in range(n):
             ack_numbers(subject)
+        return time.process_time() - t0
+    if case == "ack_reply":
+        from rillet import lane
+        ack_reply = (lane.compiled if lane_name == "compiled" else lane.pure)("ack_reply")
+        prefix = "$JS.ACK.BENCH.C1."
+        t0 = time.process_time()
+        for i in range(n):
+            ack_reply(prefix, 1, i, i, 1764377000000000000, 49999)
         return time.process_time() - t0
     raise SystemExit(f"unknown case {case!r}")
 

@@ -55,3 +55,32 @@ def test_ack_numbers_edges():
         assert lane_fn(b"$JS.ACK.S.C.+1. 2.3_0.4.5") == (1, 2, 30)
         assert lane_fn(b"$JS.ACK.S.C.1.99999999999999999999.3.4.5") == (1, 99999999999999999999, 3)
     assert lane.ack_numbers is (pure_ack if lane.LANE == "pure" else _compiled_ack())
+
+
+pure_reply = lane.pure("ack_reply")
+
+
+def _compiled_reply():
+    return lane.compiled("ack_reply")
+
+
+prefix = st.one_of(
+    st.sampled_from(["$JS.ACK.S.C.", "$JS.ACK.dom.HASH.ORDERS.durable-1.", "", "$JS.ACK.ünï.C."]),
+    st.text(max_size=30),
+)
+number = st.one_of(st.integers(0, 10**6), st.integers(0, 2**63 - 1), st.integers(-10**20, 10**20),
+                   st.integers(2**63 - 5, 2**64 + 5), st.booleans())
+
+
+@settings(max_examples=3000, deadline=None)
+@given(prefix, number, number, number, number, number)
+def test_ack_reply_same_in_both_lanes(p, dc, sseq, dseq, ts, pending):
+    a, b = pure_reply(p, dc, sseq, dseq, ts, pending), _compiled_reply()(p, dc, sseq, dseq, ts, pending)
+    assert a == b and type(a) is type(b) is str
+
+
+def test_ack_reply_shape():
+    for fn in (pure_reply, _compiled_reply()):
+        assert fn("$JS.ACK.S.C.", 1, 10, 9, 1764377000000000000, 0) == "$JS.ACK.S.C.1.10.9.1764377000000000000.0"
+        assert fn("$JS.ACK.S.C.", 0, 2**63 - 1, 9, 0, 10**12) == f"$JS.ACK.S.C.0.{2**63 - 1}.9.0.{10**12}"
+    assert lane.ack_reply is (pure_reply if lane.LANE == "pure" else _compiled_reply())

@@ -1,4 +1,5 @@
-"""The numbers of a JetStream ack subject, as a consumer's ack handler reads them.
+"""The numbers of a JetStream ack subject, as a consumer's ack handler reads them, and the ack reply subject a
+delivery carries.
 
 ``$JS.ACK.<stream>.<consumer>.<delivery count>.<stream seq>.<consumer seq>.<ts>.<pending>`` (9 tokens) or the
 v2 form ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivery count>.<stream seq>.<consumer seq>.<ts>
@@ -23,3 +24,9 @@ def ack_numbers(subject: bytes) -> tuple[int, int, int] | None:
         return int(toks[off + 2]), int(toks[off + 3]), int(toks[off + 4])
     except ValueError:
         return None
+
+
+def ack_reply(prefix: str, dc: int, sseq: int, dseq: int, ts: int, pending: int) -> str:
+    """A delivery's reply subject: ``prefix`` (``$JS.ACK.<stream>.<consumer>.`` or its v2 form) and the delivery
+    count, stream sequence, consumer sequence, timestamp (ns) and pending count."""
+    return f"{prefix}{dc}.{sseq}.{dseq}.{ts}.{pending}"

@@ -50,7 +50,8 @@ from rillet.jetstream.store.base import ErrStoreClosed, StoreError
 from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_has_wildcard, subject_matches_filter
 
-_ack_numbers = lane.ack_numbers  # rillet.jetstream.acksubject's, or its compiled twin
+_ack_numbers = lane.ack_numbers  # rillet.jetstream.acksubject's, or their compiled twins
+_ack_reply = lane.ack_reply
 
 if TYPE_CHECKING:
     from rillet.jetstream.stream import Stream
@@ -666,7 +667,7 @@ class Consumer(ConsumerStateMachine):
                         break
                 pending = self.num_pending()
                 nd = self.dseq if self.dseq >= self._ndseq else self._ndseq  # deliveries in flight count
-                ack_reply = f"{self.ack_prefix}{dc}.{m.seq}.{nd}.{m.ts}.{pending}"
+                ack_reply = _ack_reply(self.ack_prefix, dc, m.seq, nd, m.ts, pending)
                 hdr, data = m.hdr, m.data
                 if self.headers_only:
                     hdr = _headers_only(hdr, len(data))

@@ -19,8 +19,9 @@ Importers take the classes from here:
     FileStore      the JetStream file store (rillet.jetstream.store.filestore.FileStore or its twin, whose
                    message append is compiled)
     ack_numbers    a JetStream ack subject's numbers (rillet.jetstream.acksubject.ack_numbers or its twin)
+    ack_reply      a JetStream delivery's ack reply subject (rillet.jetstream.acksubject.ack_reply or its twin)
 
-``ServerParser``, ``wire``, ``FileStore`` and ``ack_numbers`` are loaded on first use, so that importing this module (the client
+``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers`` and ``ack_reply`` are loaded on first use, so that importing this module (the client
 connection does) does not load ``rillet.cluster`` or ``rillet.jetstream``. (A package rather than a top-level module: top-level modules import
 no subpackage, tests/test_import_cycles.py.)
 """
@@ -32,8 +33,8 @@ import os
 from rillet.protocol import parser as _pure_parser
 
 __all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "FileStore",
-           "ack_numbers", "pure", "compiled"]
-_LAZY = ("ServerParser", "wire", "FileStore", "ack_numbers")
+           "ack_numbers", "ack_reply", "pure", "compiled"]
+_LAZY = ("ServerParser", "wire", "FileStore", "ack_numbers", "ack_reply")
 
 
 def _decide() -> tuple[str, str]:
@@ -60,16 +61,16 @@ NAME = "compiled lane" if COMPILED else "pure-Python lane"
 
 
 def pure(name: str):
-    """The pure-Python twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore`` or ``ack_numbers``,
-    whichever lane runs (tests)."""
+    """The pure-Python twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers`` or
+    ``ack_reply``, whichever lane runs (tests)."""
     if name == "ClientParser":
         return _pure_parser.ClientParser
     if name == "FileStore":
         from rillet.jetstream.store.filestore import FileStore
         return FileStore
-    if name == "ack_numbers":
-        from rillet.jetstream.acksubject import ack_numbers
-        return ack_numbers
+    if name in ("ack_numbers", "ack_reply"):
+        from rillet.jetstream import acksubject
+        return getattr(acksubject, name)
     from rillet.cluster import protocol
     if name == "ServerParser":
         return protocol.ServerParser
@@ -79,17 +80,17 @@ def pure(name: str):
 
 
 def compiled(name: str):
-    """The compiled twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore`` or ``ack_numbers``;
-    ImportError when not built (tests compare both lanes even when RILLET_PURE selected the pure one)."""
+    """The compiled twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers`` or
+    ``ack_reply``; ImportError when not built (tests compare both lanes even when RILLET_PURE selected the pure one)."""
     if name == "ClientParser":
         from rillet._speedups._cparser import ClientParser
         return ClientParser
     if name == "FileStore":
         from rillet._speedups._cstore import FileStore
         return FileStore
-    if name == "ack_numbers":
-        from rillet._speedups._cjs import ack_numbers
-        return ack_numbers
+    if name in ("ack_numbers", "ack_reply"):
+        from rillet._speedups import _cjs
+        return getattr(_cjs, name)
     from rillet._speedups import _cserver
     if name == "ServerParser":
         return _cserver.ServerParser
