@@ -9,7 +9,8 @@ CPU time is the server process's user+system time from /proc/<pid>/stat over the
 be shared: wall-clock rates move with the load of others, CPU per message much less). Rounds alternate lone and
 cluster; the table gives each side's median and their ratio. Kinds: ``async`` (window of 1,000 PubAcks,
 ``--msgs`` messages), ``sync`` (publish, wait for the PubAck, 3 s), ``pull`` (``--msgs`` pre-filled, durable
-pull consumer, explicit acks, batch 100). The servers run ``python -m rillet.server`` from the current
+pull consumer, explicit acks, batch 100: an R1 consumer), ``ordered`` (``--msgs`` pre-filled, what an ordered
+consumer asks for: ephemeral push, ack none, flow control, memory state, R1). The servers run ``python -m rillet.server`` from the current
 directory's ``rillet`` (``RILLET_PURE=1`` in the environment: the pure-Python lane).
 """
 from __future__ import annotations
@@ -39,11 +40,13 @@ def _server_cmd() -> list[str]:
 
 def _measure(c: JsConn, pid: int, kind: str, n: int) -> float:
     """CPU µs per message of ``pid`` for one run of ``kind`` on connection ``c`` (stream BENCH exists)."""
-    if kind == "pull":
+    if kind in ("pull", "ordered"):
         jsbench.publish_async(c, 16, count=n - 1)  # (+ the warm-up message)
     c0 = _cpu(pid)
     if kind == "pull":
         jsbench.pull_consume(c, n)
+    elif kind == "ordered":
+        jsbench.ordered_consume(c, n)
     elif kind == "sync":
         n = js_cluster.publish_sync(c, 16, 3.0, 2)["count"]
     else:
@@ -110,7 +113,7 @@ def clustered(kind: str, storage: str, n: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kinds", default="async", help="comma-separated: async, sync, pull")
+    ap.add_argument("--kinds", default="async", help="comma-separated: async, sync, pull, ordered")
     ap.add_argument("--storage", default="file,memory", help="comma-separated: file, memory")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--msgs", type=int, default=100_000)

@@ -109,3 +109,197 @@ async def test_r1_restarted_then_scaled_up(cl):
     finally:
         await nc2.close()
         await asyncio.sleep(0)
+
+
+# ---- R1 consumers (rillet/jetstream/cluster/consumers.py ``ConsumerReplica.solo_check``) ------------------
+
+def creps(servers, stream, name):
+    return [r.creps[name] for r in reps(servers, stream) if r is not None and name in r.creps]
+
+
+def cstate(cr):
+    c = cr.c
+    return (c.dseq, c.adflr, c.asflr, tuple(sorted((s, p[0]) for s, p in c.pending.items())),
+            tuple(sorted(c.rdc.items())))
+
+
+def stored(cr):
+    """The consumer state in the stream store (a solo consumer's), as (delivered, ack floor, pending, redelivered)."""
+    store = cr.rep.stream.store
+    if cr.name not in store.consumer_names():
+        return None
+    st = store.consumer_store(cr.name).state()
+    if st is None:
+        return None
+    return (st.delivered.consumer_seq + 1, st.ack_floor.consumer_seq, st.ack_floor.stream_seq,
+            tuple(sorted((int(s), int(p[0])) for s, p in (st.pending or {}).items())),
+            tuple(sorted((int(s), int(n) + 1) for s, n in (st.redelivered or {}).items())))
+
+
+async def _pull_some(js, stream, durable, n, ack=(), sync_ack=()):
+    """Fetch ``n`` messages; ack those whose stream seq is in ``ack`` (AckSync for ``sync_ack``): their seqs."""
+    sub = await js.pull_subscribe_bind(durable, stream)
+    try:
+        msgs = await sub.fetch(n, timeout=5)
+    finally:
+        await sub.unsubscribe()
+    seqs = []
+    for m in msgs:
+        seqs.append(m.metadata.sequence.stream)
+        if m.metadata.sequence.stream in sync_ack:
+            await m.ack_sync()
+        elif m.metadata.sequence.stream in ack:
+            await m.ack()
+    return seqs, msgs
+
+
+async def test_r1_consumer_solo_acks_redelivery_scaled_up_and_down(cl):
+    from nats.js.api import AckPolicy, ConsumerConfig
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="C1", subjects=["c1.>"], num_replicas=1))
+    for i in range(30):
+        await js.publish("c1.x", b"%d" % i)
+    await js.add_consumer("C1", ConsumerConfig(durable_name="D", ack_policy=AckPolicy.EXPLICIT, ack_wait=1.0))
+    await until(lambda: len(creps(servers, "C1", "D")) == 1 and creps(servers, "C1", "D")[0].log.solo,
+                what="the consumer solo")
+    (cr,) = creps(servers, "C1", "D")
+    assert cr.persist is not None
+    idx = cr.group.node.last_index()
+    seqs, _ = await _pull_some(js, "C1", "D", 10, ack=range(1, 6))
+    assert seqs == list(range(1, 11))
+    await until(lambda: cstate(cr) == (11, 5, 5, tuple((s, s) for s in range(6, 11)), ()), what="acks applied")
+    # nothing of it went through the group's log; the state is the store's consumer state, as on one server
+    assert cr.group.node.last_index() == idx and cr.log.solo_applied >= 15
+    await until(lambda: stored(cr) == cstate(cr), what="state persisted")
+    info = await js.consumer_info("C1", "D")
+    assert info.cluster.leader == cr.cs.server.name and not info.cluster.replicas
+    assert (info.num_ack_pending, info.ack_floor.stream_seq, info.delivered.stream_seq) == (5, 5, 10)
+
+    await asyncio.sleep(1.1)  # (ack wait: 6-10 are due again)
+    seqs, msgs = await _pull_some(js, "C1", "D", 5, sync_ack=(6, 7))  # AckSync answered solo too
+    assert seqs == [6, 7, 8, 9, 10] and all(m.metadata.num_delivered == 2 for m in msgs)
+    await until(lambda: cstate(cr) == (16, 7, 7, ((8, 8), (9, 9), (10, 10)), ((8, 2), (9, 2), (10, 2))),
+                what="redelivered")
+    await until(lambda: stored(cr) == cstate(cr), what="state persisted")
+    want = cstate(cr)
+    # (8-10 stay pending through what follows)
+    await js.add_consumer("C1", ConsumerConfig(durable_name="D", ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0))
+
+    await js.update_stream(StreamConfig(name="C1", subjects=["c1.>"], num_replicas=3))  # (the consumer follows)
+    await until(lambda: len(creps(servers, "C1", "D")) == 3 and all(
+        sorted(x.group.peers) == sorted(x.ca.group.peers) and len(x.group.peers) == 3
+        for x in creps(servers, "C1", "D")), timeout=15, what="three consumer members")
+    await until(lambda: all(cstate(x) == want for x in creps(servers, "C1", "D")), timeout=10,
+                what="members caught up")
+    assert not any(x.log.solo or x.persist is not None or stored(x) for x in creps(servers, "C1", "D"))
+    (ld,) = [x for x in creps(servers, "C1", "D") if x.leader]
+    seqs, _ = await _pull_some(js, "C1", "D", 3, ack=(11, 12))
+    assert seqs == [11, 12, 13]
+    await until(lambda: len({cstate(x) for x in creps(servers, "C1", "D")}) == 1
+                and cstate(ld)[:4] == (19, 7, 7, ((8, 8), (9, 9), (10, 10), (13, 18))), what="replicated")
+
+    await js.update_stream(StreamConfig(name="C1", subjects=["c1.>"], num_replicas=1))
+    await until(lambda: len(creps(servers, "C1", "D")) == 1 and creps(servers, "C1", "D")[0].log.solo,
+                timeout=15, what="solo again")
+    (cr,) = creps(servers, "C1", "D")
+    assert cr.persist is not None and stored(cr) == cstate(cr)
+    before = cstate(cr)
+    seqs, _ = await _pull_some(js, "C1", "D", 2, sync_ack=(14, 15))
+    assert seqs == [14, 15]
+    await until(lambda: cstate(cr)[0] == before[0] + 2 and stored(cr) == cstate(cr), what="persisted solo")
+    info = await js.consumer_info("C1", "D")
+    assert (info.delivered.stream_seq, info.ack_floor.stream_seq, info.num_ack_pending, info.num_pending) == \
+        (15, 7, 4, 15)
+
+
+async def test_r1_consumer_of_r3_stream_solo(cl):
+    """num_replicas 1 on an R3 stream: solo on its one server (a stream follower or the leader)."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="C3", subjects=["c3.>"], num_replicas=3))
+    for i in range(10):
+        await js.publish("c3.x", b"%d" % i)
+    await js.add_consumer("C3", ConsumerConfig(durable_name="E", ack_policy=AckPolicy.EXPLICIT, num_replicas=1))
+    await until(lambda: len(creps(servers, "C3", "E")) == 1 and creps(servers, "C3", "E")[0].log.solo,
+                what="the consumer solo")
+    (cr,) = creps(servers, "C3", "E")
+    seqs, _ = await _pull_some(js, "C3", "E", 10, sync_ack=range(1, 11))
+    assert seqs == list(range(1, 11))
+    await until(lambda: stored(cr) == (11, 10, 10, (), ()), what="persisted")
+    for i in range(3):
+        await js.publish("c3.x", b"more")
+    seqs, _ = await _pull_some(js, "C3", "E", 3)
+    assert seqs == [11, 12, 13]
+    info = await js.consumer_info("C3", "E")
+    assert info.cluster.leader == cr.cs.server.name and not info.cluster.replicas
+    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (3, 10)
+
+
+async def test_r1_consumer_restarted_then_scaled_up(cl):
+    """After a restart the consumer's state is the stored one (the WAL lacks what ran solo): floors, pending and
+    redelivery counts kept; scaled up, the new members get it."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+    from rillet.app.compose import build_server
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="C2", subjects=["c2.>"], num_replicas=1))
+    for i in range(20):
+        await js.publish("c2.x", b"%d" % i)
+    await js.add_consumer("C2", ConsumerConfig(durable_name="R", ack_policy=AckPolicy.EXPLICIT, ack_wait=0.5))
+    await until(lambda: len(creps(servers, "C2", "R")) == 1 and creps(servers, "C2", "R")[0].log.solo,
+                what="the consumer solo")
+    (cr,) = creps(servers, "C2", "R")
+    await _pull_some(js, "C2", "R", 8, ack=(1, 2, 3, 5))
+    await asyncio.sleep(0.6)
+    seqs, _ = await _pull_some(js, "C2", "R", 2)  # (4 and 6 again)
+    assert seqs == [4, 6]
+    await until(lambda: stored(cr) == cstate(cr) and cstate(cr)[0] == 11, what="persisted")
+    want = cstate(cr)
+    assert want[1:3] == (3, 3) and dict(want[4]) == {4: 2, 6: 2}
+    k = next(i for i, s in enumerate(servers) if s is cr.cs.server)
+    other = servers[(k + 1) % 3]
+    nc2 = await nats.connect(other.client_url)
+    try:
+        js2 = nc2.jetstream()
+        old = servers[k]
+        await old.shutdown()
+        new = build_server(old.opts, old.log)
+        await new.start()
+        servers[k] = new
+        await until(lambda: new.jetstream is not None and new.jetstream.cluster is not None
+                    and new.jetstream.cluster.streams is not None and len(creps([new], "C2", "R")) == 1
+                    and creps([new], "C2", "R")[0].log.solo, timeout=15, what="the consumer back, solo")
+        cr = creps([new], "C2", "R")[0]
+        got = cstate(cr)
+        assert got[:3] == want[:3] and dict(got[3]).keys() == dict(want[3]).keys() and got[4] == want[4]
+        info = None
+        for _ in range(100):  # (until the restarted server's routes carry the consumer's interest again)
+            try:
+                info = await js2.consumer_info("C2", "R", timeout=0.5)
+                break
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                await asyncio.sleep(0.1)
+        assert (info.delivered.stream_seq, info.ack_floor.stream_seq, info.num_ack_pending) == (8, 3, 4)
+        await asyncio.sleep(0.6)
+        for _ in range(50):
+            try:
+                seqs, msgs = await _pull_some(js2, "C2", "R", 5, ack=(4, 6, 7, 8, 9))
+                break
+            except nats.errors.TimeoutError:
+                await asyncio.sleep(0.1)
+        # the pending ones again (in the order their ack wait ran out: 4, 6 a third time), then on from 9
+        assert seqs[-1] == 9 and {m.metadata.sequence.stream: m.metadata.num_delivered for m in msgs} == \
+            {4: 3, 6: 3, 7: 2, 8: 2, 9: 1}
+        await until(lambda: stored(cr) == cstate(cr) and cstate(cr)[2] == 9, what="acked")
+        want = cstate(cr)
+        await js2.update_stream(StreamConfig(name="C2", subjects=["c2.>"], num_replicas=3))
+        await until(lambda: len(creps(servers, "C2", "R")) == 3 and all(
+            len(x.group.peers) == 3 for x in creps(servers, "C2", "R")), timeout=15, what="three members")
+        await until(lambda: all(cstate(x) == want for x in creps(servers, "C2", "R")), timeout=10,
+                    what="caught up")
+        assert not any(stored(x) for x in creps(servers, "C2", "R"))
+        seqs, _ = await _pull_some(js2, "C2", "R", 2, sync_ack=(10, 11))
+        assert seqs == [10, 11]
+        await until(lambda: all(cstate(x)[2] == 11 for x in creps(servers, "C2", "R")), what="replicated")
+    finally:
+        await nc2.close()
+        await asyncio.sleep(0)

@@ -28,6 +28,7 @@ position.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from typing import Any
@@ -37,6 +38,7 @@ import msgspec
 from rillet.jetstream.consumer import Consumer
 from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
                                              C_START, ConsumerStateMachine)
+from rillet.jetstream.cluster.log import SYNCED
 from rillet.jetstream.log import Entry, NotLeader
 from rillet.raft.node import LEADER
 from rillet.jetstream.stream import now_ns
@@ -117,6 +119,7 @@ class ClusteredConsumer(Consumer):
         reply, self._ack_reply = self._ack_reply, None
         log = self.clog
         before = log.pending
+        solo_before = log.solo_applied
         # an AckAll at or below the ack floor changes nothing (applied, so committed, state): confirmed at once;
         # any other ack is confirmed only through its committed entry. A proposal the group refuses (its node
         # no longer leads, or hands leadership over, before the group has told us) is not in the log: it gets
@@ -138,7 +141,7 @@ class ClusteredConsumer(Consumer):
         if proposed:
             pub = self.ic.publish
             log.then(lambda: pub(reply, None, b""))
-        elif noop:
+        elif noop or log.solo_applied > solo_before:  # (solo: the ack applied as it was proposed)
             self.ic.publish(reply, None, b"")  # nothing to replicate (already acknowledged)
         return ok
 
@@ -151,7 +154,8 @@ class ClusteredConsumer(Consumer):
 
     def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int,
                  dsubj_s: str, dseq: int) -> bool:
-        if self.ack_none or self.flow_control:
+        if self.ack_none or self.flow_control or (self.clog.solo and not self._outq):
+            # (solo: the C_DELIVERED applies as it is proposed, so it goes out at once, as on one server)
             return super()._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s, dseq)
         r = self.jsa.account.match(dsubj_s)
         if not (r.psubs or r.qsubs):  # nobody to get it: recorded and not delivered, as on one server
@@ -300,6 +304,35 @@ def send_advisory(cs: Any, jsa: Any, build: Any) -> None:
         sysacc.send(subj, body)
 
 
+class SoloPersist:
+    """A solo R1 consumer's state in its stream store's consumer state (``store.consumer_store(name)``, flushed
+    and synced with the stream), as a lone server's consumer keeps it (rillet.jetstream.consumer.ConsumerPersist;
+    the config stays in the consumer's assignment)."""
+
+    def __init__(self, store: Any, name: str) -> None:
+        self.store = store
+        self.name = name
+
+    def state(self) -> Any:
+        return self.store.consumer_store(self.name).state()
+
+    def write_meta(self, c: Any) -> None:
+        pass  # (the config is the assignment's)
+
+    def write_state(self, state: Any) -> None:
+        cs = self.store.consumer_store(self.name)
+        cs.update(state)
+        cs.flush()
+
+    def delete(self) -> None:
+        from rillet.jetstream.store.base import ErrStoreClosed
+        try:
+            cs = self.store.consumer_store(self.name)
+        except ErrStoreClosed:
+            return  # (the stream's store went first, and its consumer states with it)
+        cs.delete()
+
+
 class ConsumerReplica:
     """One consumer's replica on this server: its RaftGroup, RaftLog and ClusteredConsumer."""
 
@@ -317,8 +350,14 @@ class ConsumerReplica:
         self.log.filter = self._filter
         self.group = RaftGroup(self.cs.server, ca.group.name, list(ca.group.peers), js.store_dir,
                                apply=self.log.group_apply, on_leader_change=self.log.group_leader_change,
-                               snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval)
+                               snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval,
+                               applied_floor=self._solo_floor)
         self.log.bind(self.group)
+        # R1 solo (see solo_check): the consumer's state in the stream store's consumer state while the group
+        # runs without its log, as a lone server keeps it; a state found there at the start is the newest
+        self.persist: SoloPersist | None = None
+        self._solo_state: Any = None
+        self.syncing = False  # a SYNCED entry proposed, not applied yet
         self.group.on_quorum_lost = self._quorum_lost
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.created_at = js.loop.time()
@@ -328,6 +367,7 @@ class ConsumerReplica:
         self.applied_since_snap = 0
         self.delete_requested = 0.0
         self.c = self._new(config_from_dict(ca.config), ca.created or time.time_ns())
+        self._load_solo_state()
         rep.stream.consumers[self.name] = self.c
         self._start_task = js.loop.create_task(self._start())
 
@@ -335,6 +375,7 @@ class ConsumerReplica:
         c = ClusteredConsumer(self.rep.stream, cfg, self.name, created)
         c.clog = self.log
         c.creplica = self
+        c.persist = self.persist
         return c
 
     async def _start(self) -> None:
@@ -358,7 +399,15 @@ class ConsumerReplica:
 
     def _apply(self, entry: Entry) -> Any:
         c = self.c
+        if entry.op == SYNCED:
+            # the leader's state when it stopped running solo: a member catches up to it (the leader has it)
+            if not self.log.applying_own:
+                self.restore(entry.args[0])
+            self._drop_persist()  # (the log holds the state from here on)
+            return None
         res = c.apply_entry(entry)
+        if c.persist is not None:
+            c._mark_dirty()
         rep = self.rep
         if rep.leader and c.stream_retention != "limits":
             op = entry.op
@@ -380,6 +429,91 @@ class ConsumerReplica:
     def restore(self, data: bytes) -> None:
         set_state(self.c, _dec.decode(data))
 
+    # ---- R1: no log while this server is the only member -------------------------------------------
+
+    def _can_persist(self) -> bool:
+        from rillet.jetstream.consumer import persisted
+        return not self.group.memory and persisted(self.rep.stream, self.c.cfg)
+
+    def _load_solo_state(self) -> None:
+        """A consumer state in the stream store (the group ran solo before this server stopped) is newer than
+        the group's log: kept for ``_solo_floor``. Without the group's directory it is another consumer's of
+        the same name (deleted while this server was away): removed."""
+        store = self.rep.stream.store
+        if self.group.memory or self.name not in store.consumer_names():
+            return
+        p = SoloPersist(store, self.name)
+        if not os.path.isdir(self.group.dir):
+            p.delete()
+            return
+        state = p.state()
+        if state is not None:
+            self.persist = self.c.persist = p
+            self._solo_state = state
+
+    def _solo_floor(self) -> int:
+        """(RaftGroup.start, after the WAL's snapshot was restored) With a consumer state from solo running, that
+        state is the consumer's and every entry in the WAL is already in it: none is applied again."""
+        state, self._solo_state = self._solo_state, None
+        if state is None:
+            return 0
+        c = self.c
+        c.apply_state(state)
+        c.started_by_log = True  # (resumes from this state, not from the deliver policy)
+        w = self.group.wal
+        return w.last_index() if w is not None else 0
+
+    def solo_check(self) -> None:
+        """An R1 consumer (this leader is the group's only voter and its assignment wants no other) runs solo,
+        as nats-server runs R1 consumers without a RAFT group: its entries apply at once, without the group's
+        log and WAL (RaftLog.solo), and its state is persisted in the stream store's consumer state as on a
+        lone server (a memory consumer keeps none, as there). Anything else goes through the group."""
+        g = self.group
+        log = self.log
+        solo = (self.leader and not self.closed and g.peers == [g.id] and list(self.ca.group.peers) == [g.id]
+                and (g.memory or self._can_persist()))
+        n = g.node
+        if solo and (n is None or (n.conf_log and n.conf_log[-1][0] > n.commit) or self.syncing or log.pending):
+            solo = False  # (a membership change or a SYNCED not applied yet: again later)
+            self.cs.js.loop.call_later(0.25, self.solo_check)
+        if solo and self.persist is None and not g.memory:
+            self.persist = SoloPersist(self.rep.stream.store, self.name)
+            c = self.c
+            c.persist = self.persist
+            c._dirty = True
+            c.flush_state()  # (on disk before the first entry that the log does not hold)
+        log.solo = solo
+
+    def mark_synced(self) -> None:
+        """Before this leader changes the group's members: stop running solo and, when entries were applied
+        solo (or the state came from the store at the start), propose the consumer's state (SYNCED) for new
+        members to catch up to before the entries that follow it."""
+        log = self.log
+        log.solo = False
+        if self.syncing or not log.is_leader or not (log.solo_applied or self.persist is not None):
+            return
+        self.syncing = True
+        n, log.solo_applied = log.solo_applied, 0
+
+        def done(_: Any, res: Any, err: BaseException | None) -> None:
+            self.syncing = False
+            if err is not None:
+                log.solo_applied += n or 1  # (proposed again at the next change)
+                if not isinstance(err, NotLeader):
+                    rep = self.rep
+                    self.cs.js.log.error(f"JetStream cluster: consumer '{rep.jsa.account.name} > {rep.name} > "
+                                         f"{self.name}': proposing its state failed: {err}")
+        log.propose(Entry(SYNCED, (self.snapshot(),)), done)
+
+    def _drop_persist(self) -> None:
+        p, self.persist = self.persist, None
+        if p is None:
+            return
+        c = self.c
+        c.persist = None
+        c._dirty = False
+        p.delete()
+
     # ---- leadership ---------------------------------------------------------------------------------
 
     def _leader_changed(self, leader: bool) -> None:
@@ -391,8 +525,10 @@ class ConsumerReplica:
             self.cs.js.log.notice(f"JetStream cluster new consumer leader for "
                                   f"'{rep.jsa.account.name} > {rep.name} > {self.name}'")
             self._promote()
+            self.solo_check()
             self._advisory()
         else:
+            self.log.solo = False
             self._demote()
 
     def _swap(self) -> ClusteredConsumer:

@@ -1045,8 +1045,12 @@ class ClusteredStreams:
                     self.js.loop.create_task(rep.remove_consumer(name))
                     continue
                 if sorted(cr.group.peers) != sorted(cdesired):
+                    if cr.group.is_leader:
+                        cr.mark_synced()  # (no longer solo; the consumer's state in the log before a new member)
                     more = reconcile_group(cr.group, cdesired, log,
                                            f"consumer '{key[0]} > {key[1]} > {name}'") or more
+                elif cr.leader and not cr.log.solo:
+                    cr.solo_check()  # (back to one member: solo again once nothing is in flight)
         if more or self._any_pending():
             self._timer = self.js.loop.call_later(RECONCILE_EVERY, self._reconcile)
 
