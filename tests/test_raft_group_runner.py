@@ -13,7 +13,7 @@ import time
 import pytest
 
 from rillet.app.embed import run_cluster
-from rillet.jetstream.cluster.group import RaftGroup, _Runner
+from rillet.jetstream.cluster.group import DEFER_INPUTS, RaftGroup, _Runner
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.raft import msgs as M
 
@@ -55,6 +55,8 @@ class FakeConn:
 
 
 class FakeGroup:
+    _inputs = 0
+
     def __init__(self, runner: _Runner, name: str, work=None) -> None:
         self.runner, self.name, self.work, self.runs = runner, name, work, 0
 
@@ -120,6 +122,24 @@ def test_runner_a_failing_group_is_logged_and_the_others_run():
     srv.flush_clients()  # (must not raise into the connection that was being read)
     assert good.runs == 1 and bad.runs == 1 and not r.running
     assert len(errors) == 1 and "'bad'" in errors[0] and "RuntimeError('boom')" in errors[0]
+
+
+@pytest.mark.asyncio
+async def test_runner_leaves_a_busy_group_to_the_end_of_the_loop_turn():
+    srv = FakeServer()
+    r = _Runner(srv)
+    busy = FakeGroup(r, "busy")
+    busy._inputs = DEFER_INPUTS + 1  # (many proposals or messages in this pass: the others of the turn join them)
+    busy.loop = asyncio.get_running_loop()
+    busy._deferred = lambda: (busy._process(), srv.flush_clients())
+    lone = FakeGroup(r, "lone")
+    lone._inputs = 1  # (a lone entry or answer: at once)
+    r.add(busy)
+    r.add(lone)
+    srv.flush_clients()
+    assert (lone.runs, busy.runs) == (1, 0)
+    await asyncio.sleep(0)
+    assert busy.runs == 1
 
 
 async def _until(cond, timeout: float = 8.0, what: str = "condition") -> None:

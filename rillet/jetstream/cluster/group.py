@@ -79,6 +79,10 @@ CONTROL = b"\xc1"
 STEPDOWN_NOTE = CONTROL + b"SD\x00"  # + the reply subject of the stepdown request being carried out
 STEPDOWN_NOTE_TTL = 30.0  # seconds a member remembers a stepdown request another member carried out
 
+# inputs (proposals, messages, ticks) a group may take in one pass and still run its Ready in that read's flush;
+# past this the server is busy and the Ready waits for the end of the loop turn, so that the reads of the turn
+# share one Ready (one append per follower for all of them): a lone entry goes at once, a stream batches
+DEFER_INPUTS = 4
 # committed entries in one Ready past which the messages are written out before applying them (the peers
 # persist and answer the next entries meanwhile); fewer go out with the applies' own output (PubAcks) in one
 # write per connection
@@ -125,7 +129,10 @@ class _Runner:
                 groups, self.groups = self.groups, []
                 for g in groups:
                     try:
-                        g._process()
+                        if g._inputs > DEFER_INPUTS:
+                            g.loop.call_soon(g._deferred)  # (busy: the rest of the loop turn's reads join in)
+                        else:
+                            g._process()
                     except Exception as e:  # (not the reading connection's error: logged, the others run)
                         g.log.error(f"RAFT group {g.name!r}: processing failed: {e!r}\n{traceback.format_exc()}")
         finally:
@@ -211,6 +218,7 @@ class RaftGroup:
         self._runner = _runner(server)
         self._timer: Optional[asyncio.TimerHandle] = None
         self._scheduled = False
+        self._inputs = 0  # inputs since the last Ready (DEFER_INPUTS)
         self._processing = False
         self._want_compact = False
         self._announced = False  # on_leader_change(True) given and not yet taken back
@@ -550,12 +558,19 @@ class RaftGroup:
     # ---- the Ready loop -------------------------------------------------------------------------------
 
     def _schedule(self) -> None:
+        self._inputs += 1
         if not self._scheduled and self.running:
             self._scheduled = True
             self._runner.add(self)
 
+    def _deferred(self) -> None:
+        """The Ready of a busy group, at the end of the loop turn; its output written at once."""
+        self._process()
+        self.server.flush_clients()
+
     def _process(self) -> None:
         self._scheduled = False
+        self._inputs = 0
         if not self.running or self._processing:
             return  # (stopped; or called from inside its own pass, whose loop takes what is new)
         n = self.node
