@@ -56,6 +56,7 @@ class FakeConn:
 
 class FakeGroup:
     _inputs = 0
+    node = None
 
     def __init__(self, runner: _Runner, name: str, work=None) -> None:
         self.runner, self.name, self.work, self.runs = runner, name, work, 0
@@ -140,6 +141,46 @@ async def test_runner_leaves_a_busy_group_to_the_end_of_the_loop_turn():
     assert (lone.runs, busy.runs) == (1, 0)
     await asyncio.sleep(0)
     assert busy.runs == 1
+
+
+def test_node_apply_only():
+    import random
+    from rillet.raft.node import LEADER, Node
+    ids = ["aaaaaaaa", "bbbbbbbb", "cccccccc"]
+    nodes = {i: Node(i, ids, rng=random.Random(1), election_tick=20, heartbeat_tick=3) for i in ids}
+    net: list = []
+
+    def drain(n):
+        while n.has_ready():
+            rd = n.ready()
+            net.extend(rd.messages)
+            n.advance(rd)
+
+    def deliver(until=None):
+        while net:
+            m = net.pop(0)
+            nodes[m.to].step(m)
+            if until is not None and until(m):
+                return m
+            drain(nodes[m.to])
+
+    lead = nodes["aaaaaaaa"]
+    lead._campaign(pre=False)
+    drain(lead)
+    deliver()
+    assert lead.role == LEADER
+    lead.propose(b"x")
+    assert not lead.apply_only()  # (entries to persist and send)
+    drain(lead)
+    f = nodes["bbbbbbbb"]
+    m = deliver(lambda m: m.to == f.id and type(m) is M.AppendEntries and m.entries)
+    assert m is not None and not f.apply_only()  # (an append to persist and answer)
+    drain(f)
+    m = deliver(lambda m: m.to == f.id and type(m) is M.AppendEntries and m.quiet)
+    assert m is not None and f.commit > f.applied
+    assert f.apply_only()  # (the commit only: nothing to persist or send)
+    drain(f)
+    assert not f.apply_only() and f.applied == f.commit
 
 
 async def _until(cond, timeout: float = 8.0, what: str = "condition") -> None:

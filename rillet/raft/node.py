@@ -814,6 +814,21 @@ class Node:
         soft = self._prev_soft
         return self.role != soft[1] or self.leader != soft[0]
 
+    def apply_only(self) -> bool:
+        """Whether the next Ready holds nothing but committed entries to apply (and the new commit index):
+        nothing to persist first, nothing to send, no change of term, vote, leader or role. A driver may run
+        such a Ready after more urgent work (nobody waits on it but the local state machine)."""
+        if self._outstanding is not None or self.commit <= self.applying:
+            return False
+        if (self.msgs or self._need_bcast or self.unstable_from <= self.offset + len(self.log)
+                or self._snap_out is not None or self._base_out is not None):
+            return False
+        hs = self._prev_hs
+        if self.term != hs[0] or self.vote != hs[1]:
+            return False
+        soft = self._prev_soft
+        return self.role == soft[1] and self.leader == soft[0]
+
     def ready(self) -> Ready:
         if self._outstanding is not None:
             raise RaftError("ready() called again before advance()")

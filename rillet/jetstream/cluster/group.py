@@ -129,8 +129,11 @@ class _Runner:
                 groups, self.groups = self.groups, []
                 for g in groups:
                     try:
-                        if g._inputs > DEFER_INPUTS:
-                            g.loop.call_soon(g._deferred)  # (busy: the rest of the loop turn's reads join in)
+                        n = g.node
+                        if g._inputs > DEFER_INPUTS or (n is not None and n.role == FOLLOWER and n.apply_only()):
+                            # busy: the rest of the loop turn's reads join in; or a follower's apply of a commit
+                            # (nothing to persist or answer): after the turn's other reads (a PubAck to relay)
+                            g.loop.call_soon(g._deferred)
                         else:
                             g._process()
                     except Exception as e:  # (not the reading connection's error: logged, the others run)
