@@ -310,10 +310,30 @@ def test_gateway_step_for_client_messages_only() -> None:
     for kind in (LEAF, GATEWAY):
         deliver_result(acc, FakeLink(kind), acc.match("g.x"), b"g.x", None, -1, b"l")
     assert len(gc.sent) == 2 and local.out_msgs == 4
+    # the step is plan data (Plan.gw): never a local plan; a result of local subscribers only still gets the
+    # plain plan (its own lists, no Local, no reference back to itself: one such plan per request's reply)
+    import gc as pygc
+    p = acc.match("g.x").plan
+    assert p.gw is acc.gw and not p.local and p.links == [route]
+    sub(acc, local, "_INBOX.1", b"2")
+    r = acc.match("_INBOX.1")
+    assert deliver_result(acc, pub, r, b"_INBOX.1", None, -1, b"m")
+    p = r.plan
+    assert p.gw is acc.gw and not p.local and p.psubs is r.psubs and p.inbound is None and p.plan is None
+    assert pygc.get_referents(p).count(p) == 0
+    # an empty result (one object shared by every sublist: it keeps no plan) still takes this account's step
+    # (a JetStream delivery to a subject only another cluster wants), whatever another server did with it
+    plain = server()
+    deliver_result(plain.global_account, client(plain), plain.global_account.match("g.none"), b"g.none", None,
+                   -1, b"e")
+    ic = InternalClient(srv, acc)
+    assert deliver_result(acc, ic, acc.match("g.none"), b"g.none", None, -1, b"e")
+    assert gc.sent[-1][1] == b"g.none" and len(gc.sent) == 3
+    del gc.sent[-1]
     # no outbound gateway connected: no step
     srv.gateway.outo.clear()
     deliver_result(acc, pub, acc.match("g.x"), b"g.x", None, -1, b"m")
-    assert len(gc.sent) == 2 and local.out_msgs == 5
+    assert len(gc.sent) == 2 and local.out_msgs == 6
 
 
 def test_gateway_sending_counts_as_delivered() -> None:

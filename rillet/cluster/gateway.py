@@ -69,7 +69,7 @@ from rillet.cluster.conn import TLSPortListener, log_tls_failure
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
 from rillet.cluster.routed import js_ack_deliver_idx, origin_only
 from rillet.server.accounts import Account
-from rillet.server.delivery import INTERNAL, ROUTER, deliver_result
+from rillet.server.delivery import INTERNAL, ROUTER, Plan, deliver_result
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import Sublist, SublistResult
 
@@ -1157,12 +1157,11 @@ class AccountGateway:
     def _not_out(self, acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
                  route: bytes | None = None, rreply: bytes | None = None) -> None:
         """``deliver_result`` without the gateway step, for a client's publish on this cluster's own ``_GR_.``
-        subject (``publish``): here and over the routes like a gateway's message, not back out to the gateways."""
-        acc.gw = None
-        try:
-            deliver_result(acc, c, r, subject, reply, hdr, msg, route, rreply)
-        finally:
-            acc.gw = self
+        subject (``publish``): here and over the routes like a gateway's message, not back out to the gateways
+        (a plan of its own, without the step)."""
+        r = SublistResult(r.psubs, r.qsubs)
+        r.plan = Plan(r)
+        deliver_result(acc, c, r, subject, reply, hdr, msg, route, rreply)
 
 
 def deliver_routed(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queues: tuple, hdr: int,

@@ -1512,7 +1512,7 @@ def _from_leaf(self: Any, lc: LeafConn, r: SublistResult, subject: bytes, reply:
     """``deliver_leaf`` after the mapping and the match (``self``: the account)."""
     if not (r.psubs or r.qsubs):
         return
-    plan = plan_of(r)
+    plan = plan_of(r, self)
     spoke = lc.spoke
     origin = lc.remote_cluster
     targets: dict[Any, list[bytes]] = {}
@@ -1569,7 +1569,7 @@ def _routed_to_leafs(self: Any, rc: Any, subject: bytes, reply: bytes | None, qu
     r = self._match(subject.decode("utf-8", "surrogateescape"))
     if not (r.psubs or r.qsubs):
         return
-    plan = plan_of(r)
+    plan = plan_of(r, self)
     targets: dict[Any, list[bytes]] = {}
     o = getattr(rc, "lmsg_origin", None)
     origin = o.decode("utf-8", "replace") if o else ""

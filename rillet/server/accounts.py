@@ -192,9 +192,8 @@ class Account:
             subject = self.map_subject(subject)  # type: ignore[assignment]
             if subject is None:
                 return False
-        gws = self.gw
-        if gws is not None:
-            sent = gws.publish(c, subject, reply, hdr, msg)  # a gateway reply subject, or a tracked reply
+        if self.gw is not None:
+            sent = self.gw.publish(c, subject, reply, hdr, msg)  # a gateway reply subject, or a tracked reply
             if sent is not None:
                 return sent
         r = self._match(subject.decode("utf-8", "surrogateescape"))
@@ -202,7 +201,7 @@ class Account:
             if deliver is not None:
                 return self.deliver_result(c, r, deliver, reply, hdr, msg, subject)
             return self.deliver_result(c, r, subject, reply, hdr, msg)
-        if gws is not None and c.kind < ROUTER and gws.send(subject, reply, hdr, msg, []):
+        if self.gw is not None and c.kind < ROUTER and self.gw.send(subject, reply, hdr, msg, []):
             return True  # (nobody here: the other clusters with interest)
         if reply and c.no_responders:
             self._no_responders(c, subject, reply)

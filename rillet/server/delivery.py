@@ -1,11 +1,14 @@
 """One delivery path: connection kinds, the ``Link`` interface of routes, gateways and leaf connections, and
 the delivery plan of a sublist result with the one function that executes it.
 
-For a compiled twin of the executor: the ``Plan``'s fields are unchanged by the gateway step; ``deliver_result``
-also reads ``acc.gw`` (None on a server without gateways, else a ``GatewayStep``) once per message, and for a
-message of this server's clients (``c.kind < ROUTER``) with outbound gateways (``gw.outo``) calls the step:
-``gw.send``/``gw.send_shown`` before the local subscribers (after the links when the message is traced), the
-sending counting as a delivery (no 503). See the gateway part of ``deliver_result``.
+For a compiled twin of the executor, the plan's shape changed (additively) with the gateway step (no account
+subclass): ``Plan(r, gw=None)`` has two more fields, ``gw`` (the account's ``GatewayStep``, None without
+gateways) and ``targets`` (the links with plain interest as ``forward`` takes them, made once); ``local`` is
+False when ``gw`` is set (its other fields as before). In the non-local branch ``deliver_result`` runs the step
+for a message of this server's clients (``c.kind < ROUTER``) with outbound gateways (``gw.outo``): a tracked
+reply goes back through ``acc.deliver``; else ``gw.send``/``gw.send_shown`` before the local subscribers (after
+the links when a trace is current), the sending counting as a delivery (no 503). The shared empty result keeps
+no plan (its plan depends on the account). See the gateway parts of ``deliver_result``.
 """
 from __future__ import annotations
 
@@ -145,7 +148,8 @@ class Plan:
 
     Plain data, for the executor:
 
-    * ``local``: the result holds this server's subscribers only (then ``psubs``/``qsubs`` are its own);
+    * ``local``: the result holds this server's subscribers only (then ``psubs``/``qsubs`` are its own) and
+      the account has no gateway step: the executor delivers here and does nothing else;
     * ``psubs``, ``qsubs``: the subscribers here of a message published here (remote interest left out, and
       a stream import's own subscription when shadows deliver instead);
     * ``links``: the links with plain interest (one message each);
@@ -153,12 +157,19 @@ class Plan:
       members)``, one member of the whole cluster chosen per message;
     * ``in_psubs``, ``in_q``: the subscribers here of a message that came from a route (no import that acts
       for the publishing server only), and the local members of each queue group by name; ``inbound``: the
-      former as a ``Local``.
+      former as a ``Local``;
+    * ``gw``: the account's gateway step (``GatewayStep``, ``acc.gw``: None without gateways), for the
+      messages of this server's clients, evaluated per message (the remote clusters' interest is not in the
+      sublist); a plan with one is never ``local``;
+    * ``targets``: the links with plain interest as the executor hands them to ``forward`` (link -> queue
+      group names, none), made once: used as it is when no queue group has members elsewhere (never changed).
     """
 
-    __slots__ = ("local", "psubs", "qsubs", "links", "rqueues", "in_psubs", "in_q", "inbound", "plan")
+    __slots__ = ("local", "psubs", "qsubs", "links", "rqueues", "in_psubs", "in_q", "inbound", "plan", "gw",
+                 "targets")
 
-    def __init__(self, r: Any) -> None:
+    def __init__(self, r: Any, gw: Any = None) -> None:
+        self.gw = gw
         if not r.qsubs:
             for sub in r.psubs:
                 if type(sub) is RemoteSub or (sub.icb is not None and origin_only(sub)):
@@ -169,11 +180,11 @@ class Plan:
                 # message): the result as it is, here and for a message from a route (none of them acts for
                 # the publishing server only: ``inbound`` None, the result itself). No reference back to
                 # itself: a plan per message must go with its result, not wait for the GC
-                self.local = True
+                self.local = gw is None
                 self.psubs = self.in_psubs = r.psubs
                 self.qsubs = r.qsubs
                 self.links = self.rqueues = _NONE
-                self.in_q = _NO_Q
+                self.in_q = self.targets = _NO_Q
                 self.inbound = self.plan = None
                 return
         local_ps: list[Any] = []
@@ -207,9 +218,11 @@ class Plan:
             if inb:
                 inbound_q[inb[0].queue_b] = inb
         self.links = list(links)
+        self.targets = {rc: [] for rc in links} if links else _NO_Q
         self.rqueues = rqueues
-        self.local = not (links or rqueues or skipped)
-        if self.local:
+        here = not (links or rqueues or skipped)
+        self.local = here and gw is None
+        if here:
             self.psubs, self.qsubs = r.psubs, r.qsubs
         else:
             self.psubs, self.qsubs = local_ps, local_qs
@@ -219,10 +232,11 @@ class Plan:
         self.plan = None  # (a plan made by ``Local`` stands for its own result: itself)
 
 
-def plan_of(r: Any) -> Plan:
+def plan_of(r: Any, acc: Any) -> Plan:
+    """The plan of ``acc``'s sublist result ``r`` (made now if it has none)."""
     p = r.plan
     if p is None:
-        p = r.plan = Plan(r)
+        p = r.plan = Plan(r, acc.gw)
     return p
 
 
@@ -324,44 +338,51 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
     """
     plan = r.plan
     if plan is None:
-        plan = r.plan = Plan(r)
+        plan = Plan(r, acc.gw)
+        if r.psubs or r.qsubs:  # (the empty result is one object, shared by every sublist: it keeps no plan)
+            r.plan = plan
     obs = None
     if hdr > 0 and _mt.CURRENT is not None:
         obs = tracer(hdr, msg)
-    gws = acc.gw
-    if gws is not None:
-        # the gateway step (``GatewayStep``): a message of this server's clients also goes to the other clusters
-        # with interest, evaluated per message (their interest is not in the sublist); messages from links never
-        if c.kind < ROUTER and gws.outo:
-            if gws.replies and route is None and gws.replies.lookup(subject) is not None:
-                return acc.deliver(c, subject, reply, hdr, msg)  # a response to a request from another cluster
-            gtraced = hdr > 0 and _mt.CURRENT is not None
-            if gtraced:  # traced: the gateways last, as nats-server (its hop numbers follow the routes')
-                gsent = False
-            elif route is None:
-                gsent = gws.send(subject, reply, hdr, msg, r.qsubs)
-            else:
-                gsent = gws.send_shown(c, r, subject, reply, hdr, msg, route)
-        else:
-            gws = None
     targets = None
     psubs = plan.psubs
     qsubs = plan.qsubs
     if not plan.local:
-        # one frame per link: plain interest, plus the queue groups that link serves
-        targets = {rc: [] for rc in plan.links}
-        for qname, members, cum, loc in plan.rqueues:
-            m = members[min(bisect_right(cum, random() * cum[-1]), len(members) - 1)]
-            if type(m) is RemoteSub:
-                q = targets.get(m.client)
-                if q is None:
-                    targets[m.client] = [qname]
+        gws = plan.gw
+        if gws is not None:
+            # the gateway step (``GatewayStep``): a message of this server's clients also goes to the other
+            # clusters with interest, evaluated per message (their interest is not in the sublist); never a
+            # message from a link
+            if c.kind < ROUTER and gws.outo:
+                if gws.replies and route is None and gws.replies.lookup(subject) is not None:
+                    return acc.deliver(c, subject, reply, hdr, msg)  # a response to a request from another cluster
+                gtraced = hdr > 0 and _mt.CURRENT is not None
+                if gtraced:  # traced: the gateways last, as nats-server (its hop numbers follow the routes')
+                    gsent = False
+                elif route is None:
+                    gsent = gws.send(subject, reply, hdr, msg, r.qsubs)
                 else:
-                    q.append(qname)
-            else:  # a local member: one of the group's local members takes it
-                if qsubs is plan.qsubs:
-                    qsubs = list(qsubs)
-                qsubs.append(loc)
+                    gsent = gws.send_shown(c, r, subject, reply, hdr, msg, route)
+            else:
+                gws = None
+        # one frame per link: plain interest, plus the queue groups that link serves
+        rqueues = plan.rqueues
+        if not rqueues:
+            targets = plan.targets  # (made once, not changed)
+        else:
+            targets = {rc: [] for rc in plan.links}
+            for qname, members, cum, loc in rqueues:
+                m = members[min(bisect_right(cum, random() * cum[-1]), len(members) - 1)]
+                if type(m) is RemoteSub:
+                    q = targets.get(m.client)
+                    if q is None:
+                        targets[m.client] = [qname]
+                    else:
+                        q.append(qname)
+                else:  # a local member: one of the group's local members takes it
+                    if qsubs is plan.qsubs:
+                        qsubs = list(qsubs)
+                    qsubs.append(loc)
     size = len(msg)
     if hdr < 0:
         head = b"MSG %b " % subject
@@ -476,23 +497,29 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
     if done is not None:
         for sub in done:
             sub.client.remove_sub(sub)
-    if gws is not None:  # (the gateway step ran, or runs now: its sending counts as a delivery)
-        sent = forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, obs) if targets else False
-        if gtraced:
-            if gws.send(route if route is not None else subject, reply, hdr, msg, r.qsubs):
-                sent = True
-            if n or sent:
+    if targets is not None:  # (not a local plan)
+        if gws is not None:  # (the gateway step ran, or runs now: its sending counts as a delivery)
+            sent = forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, obs) if targets else False
+            if gtraced:
+                if gws.send(route if route is not None else subject, reply, hdr, msg, r.qsubs):
+                    sent = True
+                if n or sent:
+                    return True
+                if reply and c.no_responders and not _mt.CURRENT.tonly:
+                    no_responders(acc, c, subject, reply)
+                return False
+            if n or sent or gsent:
                 return True
-            if reply and c.no_responders and not _mt.CURRENT.tonly:
+            if targets:
+                return False
+            # (as below, for a plan that would be local without the gateway step)
+            if reply and c.no_responders and (obs is None or not obs.tonly) and \
+                    (not plan.rqueues or psubs or qsubs):
                 no_responders(acc, c, subject, reply)
             return False
-        if n or sent or gsent:
-            return True
         if targets:
-            return False
-    if targets:
-        sent = forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, obs)
-        return n > 0 or sent
+            sent = forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, obs)
+            return n > 0 or sent
     if n:
         return True
     # (a result with links only, or with nothing here, never answers 503 from here)
@@ -510,7 +537,8 @@ def Local(psubs: list, qsubs: list) -> "Plan":
     p.qsubs = qsubs
     p.links = p.rqueues = p.in_psubs = []
     p.in_q = {}
-    p.inbound = None
+    p.inbound = p.gw = None
+    p.targets = _NO_Q
     p.plan = p
     return p
 
@@ -565,7 +593,7 @@ def deliver_inbound(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queu
         return
     plan = r.plan
     if plan is None:
-        plan = r.plan = Plan(r)
+        plan = r.plan = Plan(r, acc.gw)
     if queues:
         in_q = plan.in_q
         groups = [g for g in (in_q.get(bytes(q)) for q in queues) if g is not None]
