@@ -15,6 +15,7 @@ Cases:
     store_kv16     1,000 subjects in turn, max_msgs_per_subject 1 (each append removes the subject's last)
     store_mem16    MemStore.store_msg (no compiled twin: the figure the file store is measured against)
     entry_codec    a replicated stream's MSG entry: rillet.jetstream.cluster.log encode_entry + decode_entry
+    entry_ack_codec  the same for a consumer's ack entry
     ack_parse      an ack subject's numbers (rillet.jetstream.acksubject.ack_numbers, the consumer's _on_ack)
     ack_reply      a delivery's ack reply subject (rillet.jetstream.acksubject.ack_reply, the consumer's _run)
 """
@@ -29,8 +30,9 @@ import tempfile
 import time
 
 # cases whose code has no compiled twin (measured once: the same code runs in both lanes)
-NO_TWIN = ("store_mem16", "entry_codec")
-CASES = ("store_file16", "store_file1k", "store_hdr16", "store_kv16", "store_mem16", "entry_codec", "ack_parse", "ack_reply")
+NO_TWIN = ("store_mem16",)
+CASES = ("store_file16", "store_file1k", "store_hdr16", "store_kv16", "store_mem16", "entry_codec", "entry_ack_codec", "ack_parse",
+         "ack_reply")
 
 
 def _filestore(lane_name: str):
@@ -64,13 +66,18 @@ def run_case(case: str, n: int, lane_name: str) -> float:
             return dt
         finally:
             shutil.rmtree(d, ignore_errors=True)
-    if case == "entry_codec":
-        from rillet.jetstream.cluster.log import decode_entry, encode_entry
+    if case in ("entry_codec", "entry_ack_codec"):
+        from rillet import lane
         from rillet.jetstream.log import Entry
-        e = Entry(Entry.MSG, ("bench.js", b"", b"x" * 16, time.time_ns(), 0, None, 0), b"_INBOX.abc.1")
+        codec = (lane.compiled if lane_name == "compiled" else lane.pure)("entry_codec")
+        encode_entry, decode_entry = codec.encode_entry, codec.decode_entry
+        if case == "entry_codec":
+            e, target = Entry(Entry.MSG, ("bench.js", b"", b"x" * 16, time.time_ns(), 0, None, 0), b"_INBOX.abc.1"), ""
+        else:
+            e, target = Entry(Entry.C_ACK, (123456, 123456, time.time_ns(), 123457)), "C1"
         t0 = time.process_time()
         for _ in range(n):
-            decode_entry(encode_entry(e))
+            decode_entry(encode_entry(e, target))
         return time.process_time() - t0
     if case == "ack_parse":
         from rillet import lane

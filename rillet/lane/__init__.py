@@ -20,8 +20,10 @@ Importers take the classes from here:
                    message append is compiled)
     ack_numbers    a JetStream ack subject's numbers (rillet.jetstream.acksubject.ack_numbers or its twin)
     ack_reply      a JetStream delivery's ack reply subject (rillet.jetstream.acksubject.ack_reply or its twin)
+    entry_codec    a replicated stream's log entry codec: ``encode_entry``, ``decode_entry``
+                   (rillet.jetstream.cluster.log or its twin module)
 
-``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers`` and ``ack_reply`` are loaded on first use, so that importing this module (the client
+``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers``, ``ack_reply`` and ``entry_codec`` are loaded on first use, so that importing this module (the client
 connection does) does not load ``rillet.cluster`` or ``rillet.jetstream``. (A package rather than a top-level module: top-level modules import
 no subpackage, tests/test_import_cycles.py.)
 """
@@ -33,8 +35,8 @@ import os
 from rillet.protocol import parser as _pure_parser
 
 __all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "FileStore",
-           "ack_numbers", "ack_reply", "pure", "compiled"]
-_LAZY = ("ServerParser", "wire", "FileStore", "ack_numbers", "ack_reply")
+           "ack_numbers", "ack_reply", "entry_codec", "pure", "compiled"]
+_LAZY = ("ServerParser", "wire", "FileStore", "ack_numbers", "ack_reply", "entry_codec")
 
 
 def _decide() -> tuple[str, str]:
@@ -47,8 +49,8 @@ def _decide() -> tuple[str, str]:
     # _cserver (built with _cparser) is found, not loaded: loading it loads rillet.cluster.protocol, which
     # a server without routes, gateways or leaf nodes does not need (~0.2 MB); a broken one fails loudly
     # where it is first used (ServerParser, wire)
-    # (_cstore and _cjs likewise: loading them loads the file store, the JetStream modules)
-    for mod in ("_cserver", "_cstore", "_cjs"):
+    # (_cstore, _cjs and _ccluster likewise: loading them loads the file store, the JetStream modules)
+    for mod in ("_cserver", "_cstore", "_cjs", "_ccluster"):
         if importlib.util.find_spec(f"rillet._speedups.{mod}") is None:
             return "pure", f"the compiled extension is not available (no rillet._speedups.{mod})"
     return "compiled", ""
@@ -61,8 +63,8 @@ NAME = "compiled lane" if COMPILED else "pure-Python lane"
 
 
 def pure(name: str):
-    """The pure-Python twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers`` or
-    ``ack_reply``, whichever lane runs (tests)."""
+    """The pure-Python twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers``,
+    ``ack_reply`` or ``entry_codec``, whichever lane runs (tests)."""
     if name == "ClientParser":
         return _pure_parser.ClientParser
     if name == "FileStore":
@@ -71,6 +73,9 @@ def pure(name: str):
     if name in ("ack_numbers", "ack_reply"):
         from rillet.jetstream import acksubject
         return getattr(acksubject, name)
+    if name == "entry_codec":
+        from rillet.jetstream.cluster import log
+        return log
     from rillet.cluster import protocol
     if name == "ServerParser":
         return protocol.ServerParser
@@ -80,8 +85,8 @@ def pure(name: str):
 
 
 def compiled(name: str):
-    """The compiled twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers`` or
-    ``ack_reply``; ImportError when not built (tests compare both lanes even when RILLET_PURE selected the pure one)."""
+    """The compiled twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers``,
+    ``ack_reply`` or ``entry_codec``; ImportError when not built (tests compare both lanes even when RILLET_PURE selected the pure one)."""
     if name == "ClientParser":
         from rillet._speedups._cparser import ClientParser
         return ClientParser
@@ -91,6 +96,9 @@ def compiled(name: str):
     if name in ("ack_numbers", "ack_reply"):
         from rillet._speedups import _cjs
         return getattr(_cjs, name)
+    if name == "entry_codec":
+        from rillet._speedups import _ccluster
+        return _ccluster
     from rillet._speedups import _cserver
     if name == "ServerParser":
         return _cserver.ServerParser

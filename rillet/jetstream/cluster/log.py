@@ -235,7 +235,7 @@ class RaftLog:
             if cb is not None:
                 cb(entry, None, NotLeader())
             return
-        data = encode_entry(entry, target)
+        data = _encode(entry, target)
         try:
             index, _term = self.group.propose(data)
         except NotLeader as e:
@@ -313,7 +313,7 @@ class RaftLog:
             entry, target = mine.entry, mine.target
         else:
             try:
-                target, entry = decode_entry(data)
+                target, entry = _decode(data)
             except EntryDecodeError as e:
                 self.decode_errors += 1
                 if self.logger is not None:
@@ -386,3 +386,11 @@ def _is_refusal(e: Exception) -> bool:
     from rillet.jetstream.store.base import StoreError
     from rillet.jetstream.errors import ApiError
     return isinstance(e, (StoreError, ApiError))
+
+
+# The codec the log uses: encode_entry/decode_entry above (the reference), or their compiled twins
+# (rillet._speedups._ccluster, for the MSG and consumer entries), as rillet.lane decides.
+from rillet import lane as _lane  # noqa: E402  (here: the twin module reads this one's definitions)
+
+_encode = _lane.entry_codec.encode_entry
+_decode = _lane.entry_codec.decode_entry
