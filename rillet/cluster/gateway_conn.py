@@ -52,7 +52,7 @@ class OutAccount:
     def __init__(self, ni: bool = True) -> None:
         self.mode = OPTIMISTIC
         self.ni: set[str] | None = set() if ni else None
-        self.sl = Sublist(cache=False)
+        self.sl = Sublist()  # (matched per message sent: the cache, as the accounts')
         self.qsubs = 0
         self.subs: dict[tuple, RemoteSub] = {}
 
