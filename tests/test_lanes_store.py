@@ -209,3 +209,34 @@ def test_closed_store_refuses_in_both_lanes(tmp_path):
         fs.stop()
         with pytest.raises(ErrStoreClosed):
             fs.store_msg("foo", b"", b"two", 2)
+
+
+def _totals_outcome(fn, x):
+    try:
+        return ("ok", fn(x))
+    except Exception as e:
+        return ("error", type(e).__name__)
+
+
+@settings(max_examples=400, deadline=None)
+@given(n=st.integers(0, 40), nsubj=st.integers(0, 6), data=st.data())
+def test_index_totals_same_in_both_lanes(n, nsubj, data):
+    """The pass over a block's columns for its index file (the compiled one a C loop): the same totals, or the
+    same error for columns the store never makes (a subject id past the subjects, short columns)."""
+    from array import array
+    from rillet._speedups import _cstore
+    from rillet.jetstream.store._fsindex import BlockIndex, index_totals
+    x = BlockIndex(1)
+    x.subjs = [f"s{i}" for i in range(nsubj)]
+    sids = st.integers(0, nsubj + 1 if data.draw(st.booleans()) else max(nsubj - 1, 0))
+    x.offs = array("Q", data.draw(st.lists(st.sampled_from([0, 8, 100, 2**40]), min_size=n, max_size=n)))
+    short = data.draw(st.integers(0, 3)) == 0
+    m = max(n - 1, 0) if short else n
+    x.sid = array("I", data.draw(st.lists(sids, min_size=m, max_size=m)))
+    x.sz = array("I", data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=n, max_size=n)))
+    x.rlen = array("I", data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=n, max_size=n)))
+    x.ts = array("q", data.draw(st.lists(st.integers(-2**63, 2**63 - 1), min_size=n, max_size=n)))
+    if data.draw(st.booleans()):
+        k = data.draw(st.integers(0, n + 1))
+        x.ttl = array("q", data.draw(st.lists(st.sampled_from([0, -1, 5, 2**62, 2**63 - 1]), min_size=k, max_size=k)))
+    assert _totals_outcome(index_totals, x) == _totals_outcome(_cstore.index_totals, x)

@@ -21,6 +21,7 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.object cimport Py_SIZE
 from cpython.ref cimport PyObject
 from cpython.dict cimport PyDict_GetItemWithError
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
 
@@ -37,6 +38,7 @@ cdef object _pure_write = _fsmod.FileStore._write
 cdef object _pure_index = _fsmod.FileStore._index_record
 cdef object _pure_append = _fsmod.FileStore._append
 cdef object _pure_store_msg = _fsmod.FileStore.store_msg
+cdef object _pure_totals = _fsmod.index_totals
 cdef object _ErrStoreClosed = _fsmod.ErrStoreClosed
 cdef object _time_ns = _time.time_ns
 cdef object _pure_write_all = _fsmod._write_all
@@ -322,3 +324,77 @@ cdef int _index(object fs, object blk, object x, object seq, object subject, obj
     blk.last = seq
     blk.last_ts = ts
     return 0
+
+
+cdef inline bint _arr(object a, char code) noexcept:
+    return type(a) is array and (<array>a).ob_descr.typecode == code
+
+
+def index_totals(x):
+    """The pure ``_fsindex.index_totals`` (the pass over a block's columns for its index file) as a C loop over
+    the columns; columns of another type or length, an out-of-range subject id or a TTL sum past 64 bits go
+    to the pure one (which raises or computes as it does)."""
+    offs, sid, sz, rlen, ts, ttl = x.offs, x.sid, x.sz, x.rlen, x.ts, x.ttl
+    cdef Py_ssize_t nsubj = len(x.subjs)
+    if not (_arr(offs, c'Q') and _arr(sid, c'I') and _arr(sz, c'I') and _arr(rlen, c'I') and _arr(ts, c'q')
+            and (ttl is None or _arr(ttl, c'q'))):
+        return _pure_totals(x)
+    cdef Py_ssize_t n = Py_SIZE(offs)
+    if Py_SIZE(sid) < n or Py_SIZE(sz) < n or Py_SIZE(rlen) < n:
+        return _pure_totals(x)
+    cdef Py_ssize_t nt = Py_SIZE(ttl) if ttl is not None else 0
+    if nt > n or nt > Py_SIZE(ts):
+        return _pure_totals(x)
+    cdef unsigned long long* o = (<array>offs).data.as_ulonglongs
+    cdef unsigned int* si = (<array>sid).data.as_uints
+    cdef unsigned int* z = (<array>sz).data.as_uints
+    cdef unsigned int* rl = (<array>rlen).data.as_uints
+    cdef long long* tsp = (<array>ts).data.as_longlongs
+    cdef long long* tt = (<array>ttl).data.as_longlongs if ttl is not None else NULL
+    cdef unsigned long long* cnt = <unsigned long long*>PyMem_Calloc(nsubj + 1, sizeof(unsigned long long))
+    cdef Py_ssize_t* last = <Py_ssize_t*>PyMem_Calloc(nsubj + 1, sizeof(Py_ssize_t))
+    cdef Py_ssize_t i, s
+    cdef unsigned long long nrec = 0, nbytes = 0, last_off = 0, last_rlen = 0
+    cdef long long t, e, min_exp = 0, n_noexp = 0
+    cdef bint bad = False
+    if cnt == NULL or last == NULL:
+        PyMem_Free(cnt)
+        PyMem_Free(last)
+        raise MemoryError()
+    try:
+        for i in range(n):
+            if o[i]:
+                s = si[i]
+                if s >= nsubj:
+                    bad = True
+                    break
+                cnt[s] += 1
+                last[s] = i
+                nrec += 1
+                nbytes += z[i]
+                last_off = o[i]
+                last_rlen = rl[i]
+        if not bad:
+            for i in range(nt):
+                t = tt[i]
+                if t and o[i]:
+                    if t < 0:
+                        n_noexp += 1
+                    else:
+                        if tsp[i] > 0x7FFFFFFFFFFFFFFF - t:
+                            bad = True
+                            break
+                        e = tsp[i] + t
+                        if not min_exp or e < min_exp:
+                            min_exp = e
+        if bad:
+            return _pure_totals(x)
+        counts = [cnt[i] for i in range(nsubj)]
+        lastslot = [last[i] for i in range(nsubj)]
+    finally:
+        PyMem_Free(cnt)
+        PyMem_Free(last)
+    return counts, lastslot, nrec, nbytes, last_off, last_rlen, min_exp, n_noexp
+
+
+FileStore._index_totals = staticmethod(index_totals)

@@ -38,6 +38,7 @@ import struct
 import sys
 import zlib
 from array import array
+from typing import Any
 
 IDX_MAGIC = b"RILIDX01"
 _IDXH = struct.Struct("<8sIIII")
@@ -207,8 +208,10 @@ def _le(a: array) -> bytes:
     return b.tobytes()
 
 
-def encode_index(blk: Block, x: BlockIndex, bcrc: int) -> bytes:
-    """The index file of a block whose columns are ``x`` (every record, dead or alive)."""
+def index_totals(x: BlockIndex) -> tuple[list[int], list[int], int, int, int, int, int, int]:
+    """One pass over a block's columns: per subject id its live records and last live slot, the live records,
+    their accounted bytes, the last live record's offset and length, the earliest TTL expiry and the records
+    that never expire.  (The file store's compiled twin has its own, rillet/_speedups/_cstore.pyx.)"""
     n = len(x.offs)
     offs = x.offs
     nsubj = len(x.subjs)
@@ -230,9 +233,7 @@ def encode_index(blk: Block, x: BlockIndex, bcrc: int) -> bytes:
             last_rlen = x.rlen[i]
     min_exp = 0
     n_noexp = 0
-    flags = 0
     if x.ttl is not None:
-        flags = F_TTL
         ts = x.ts
         for i, t in enumerate(x.ttl):
             if t and offs[i]:
@@ -242,6 +243,16 @@ def encode_index(blk: Block, x: BlockIndex, bcrc: int) -> bytes:
                     e = ts[i] + t
                     if not min_exp or e < min_exp:
                         min_exp = e
+    return counts, lastslot, nrec, nbytes, last_off, last_rlen, min_exp, n_noexp
+
+
+def encode_index(blk: Block, x: BlockIndex, bcrc: int, totals: Any = index_totals) -> bytes:
+    """The index file of a block whose columns are ``x`` (every record, dead or alive); ``totals``: the
+    column pass (``index_totals`` or its compiled twin)."""
+    n = len(x.offs)
+    nsubj = len(x.subjs)
+    counts, lastslot, nrec, nbytes, last_off, last_rlen, min_exp, n_noexp = totals(x)
+    flags = F_TTL if x.ttl is not None else 0
     first_ts = x.ts[0] if n else 0
     last_ts = x.ts[n - 1] if n else 0
     parts = [
