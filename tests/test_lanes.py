@@ -25,7 +25,7 @@ from lanes import COMPILED_ERROR, parser_class
 from rillet import lane
 from rillet.config.options import Options
 from rillet.protocol.parser import ProtocolError
-from rillet.server.embed import run_server
+from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 
 pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
