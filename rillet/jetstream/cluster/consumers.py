@@ -102,7 +102,7 @@ class ClusteredConsumer(Consumer):
         super()._add_rdq(seq)
 
     def _on_ack(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
-        if reply:
+        if reply and not self.clog.solo:  # (solo: the ack applies at once, answered as on one server)
             body = msg[hdr:] if hdr > 0 else msg
             if not body or body == b"+ACK" or body == b"+OK" or body.startswith(b"+TERM"):
                 # the reply waits for the C_ACK entry to apply on this leader (process_ack below); a leader
@@ -116,8 +116,10 @@ class ClusteredConsumer(Consumer):
         super()._on_ack(sub, client, subject, reply, hdr, msg)
 
     def process_ack(self, sseq: int, dseq: int, dc: int, sample: bool) -> bool:
-        reply, self._ack_reply = self._ack_reply, None
         log = self.clog
+        if log.solo and self._ack_reply is None:
+            return Consumer.process_ack(self, sseq, dseq, dc, sample)  # (applied at once: nothing to wait for)
+        reply, self._ack_reply = self._ack_reply, None
         before = log.pending
         solo_before = log.solo_applied
         # an AckAll at or below the ack floor changes nothing (applied, so committed, state): confirmed at once;
@@ -156,7 +158,7 @@ class ClusteredConsumer(Consumer):
                  dsubj_s: str, dseq: int) -> bool:
         if self.ack_none or self.flow_control or (self.clog.solo and not self._outq):
             # (solo: the C_DELIVERED applies as it is proposed, so it goes out at once, as on one server)
-            return super()._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s, dseq)
+            return Consumer._deliver(self, dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s, dseq)
         r = self.jsa.account.match(dsubj_s)
         if not (r.psubs or r.qsubs):  # nobody to get it: recorded and not delivered, as on one server
             return super()._deliver(dsubj, ack_reply, m, hdr, data, dc, sz, dsubj_s, dseq)
@@ -200,12 +202,14 @@ class ClusteredConsumer(Consumer):
         if q:
             q.append([True, subject, reply, hdr, data, orig, subject_s])
             return True
-        return super()._send(subject, reply, hdr, data, orig, subject_s)
+        return Consumer._send(self, subject, reply, hdr, data, orig, subject_s)
 
     def _next_msg(self) -> tuple[Any, int, int]:
         # nothing is taken off the stream while the group would refuse the C_DELIVERED (its node stepped down
         # or hands leadership over before the group told us): the scan position would move past a message
-        # that is never delivered (a transfer that fails leaves this engine running)
+        # that is never delivered (a transfer that fails leaves this engine running); solo, nothing is refused
+        if self.clog.solo:
+            return Consumer._next_msg(self)
         node = self.creplica.group.node if self.creplica is not None else None
         if node is not None and (node.role != LEADER or node.transferee is not None):
             return None, 0, 0
@@ -353,6 +357,7 @@ class ConsumerReplica:
                                snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval,
                                applied_floor=self._solo_floor)
         self.log.bind(self.group)
+        self.log.solo_apply = self._apply_solo
         # R1 solo (see solo_check): the consumer's state in the stream store's consumer state while the group
         # runs without its log, as a lone server keeps it; a state found there at the start is the newest
         self.persist: SoloPersist | None = None
@@ -397,6 +402,20 @@ class ConsumerReplica:
             self.group.compact()
         return True
 
+    def _apply_solo(self, entry: Entry) -> Any:
+        """A solo entry (RaftLog.solo_apply): this server leads, so ``c`` is the engine, with no ack in flight
+        (ClusteredConsumer.apply_entry's engine part reduced to what applies then)."""
+        c = self.c
+        res = ConsumerStateMachine.apply_entry(c, entry)
+        op = entry.op
+        if op == C_START or op == C_RESET:
+            c.started_by_log = True
+        if not c._dirty and c.persist is not None:
+            c._mark_dirty()
+        if c.stream_retention != "limits" and self.rep.leader:
+            self._retention(c, op, entry, res)
+        return res
+
     def _apply(self, entry: Entry) -> Any:
         c = self.c
         if entry.op == SYNCED:
@@ -408,20 +427,24 @@ class ConsumerReplica:
         res = c.apply_entry(entry)
         if c.persist is not None:
             c._mark_dirty()
-        rep = self.rep
-        if rep.leader and c.stream_retention != "limits":
-            op = entry.op
-            if op == C_ACK:
-                if res:
-                    for seq in ((res,) if res.__class__ is int else res):
-                        rep.retention_ack(c, seq)
-            elif op == C_DELIVERED and c.ack_none:
-                rep.retention_ack(c, entry.args[0])
-            elif op == C_RESET and c.stream_retention == "interest":
-                from rillet.jetstream import retention
-                retention.on_consumer_reset(rep.stream, c, entry.args[0],
-                                            lambda s: s in rep._removing or rep._retention_remove(s))
+        if c.stream_retention != "limits" and self.rep.leader:
+            self._retention(c, entry.op, entry, res)
         return res
+
+    def _retention(self, c: ClusteredConsumer, op: int, entry: Entry, res: Any) -> None:
+        """(on the stream leader's server) what an applied entry of an interest or work queue stream's consumer
+        lets go."""
+        rep = self.rep
+        if op == C_ACK:
+            if res:
+                for seq in ((res,) if res.__class__ is int else res):
+                    rep.retention_ack(c, seq)
+        elif op == C_DELIVERED and c.ack_none:
+            rep.retention_ack(c, entry.args[0])
+        elif op == C_RESET and c.stream_retention == "interest":
+            from rillet.jetstream import retention
+            retention.on_consumer_reset(rep.stream, c, entry.args[0],
+                                        lambda s: s in rep._removing or rep._retention_remove(s))
 
     def snapshot(self) -> bytes:
         return _enc.encode(get_state(self.c))
@@ -473,7 +496,10 @@ class ConsumerReplica:
         solo = (self.leader and not self.closed and g.peers == [g.id] and list(self.ca.group.peers) == [g.id]
                 and (g.memory or self._can_persist()))
         n = g.node
-        if solo and (n is None or (n.conf_log and n.conf_log[-1][0] > n.commit) or self.syncing or log.pending):
+        if solo and log.pending and not self.syncing:
+            log.then(self.solo_check)  # (entries in flight, the engine's first ones: once they applied)
+            solo = False
+        elif solo and (n is None or (n.conf_log and n.conf_log[-1][0] > n.commit) or self.syncing):
             solo = False  # (a membership change or a SYNCED not applied yet: again later)
             self.cs.js.loop.call_later(0.25, self.solo_check)
         if solo and self.persist is None and not g.memory:

@@ -214,6 +214,22 @@ class RaftLog:
         return self.group.term if self.group is not None else 0
 
     def propose(self, entry: Entry, on_applied: Completion | None = None) -> None:
+        if self.solo and not self._pending and self._held is None and self.group.is_leader:
+            # (_apply_solo inlined for the owner's own entries: the per-message path of a solo R1 group)
+            self.solo_applied += 1
+            self.applying_own = True
+            try:
+                res = (self.solo_apply or self.apply)(entry)  # type: ignore[misc]
+            except Exception as e:
+                if on_applied is not None:
+                    on_applied(entry, None, e)
+                elif self.logger is not None and not _is_refusal(e):
+                    self.logger.error(f"RAFT log {self.name!r}: applying a solo entry ({entry!r:.200}) failed: "
+                                      f"{e!r}")
+                return
+            if on_applied is not None:
+                on_applied(entry, res, None)
+            return
         self._propose(entry, on_applied, "")
 
     def sublog(self, name: str, apply: Callable[[Entry], Any]) -> SubLog:
