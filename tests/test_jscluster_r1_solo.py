@@ -233,6 +233,28 @@ async def test_r1_consumer_of_r3_stream_solo(cl):
     info = await js.consumer_info("C3", "E")
     assert info.cluster.leader == cr.cs.server.name and not info.cluster.replicas
     assert (info.num_ack_pending, info.ack_floor.stream_seq) == (3, 10)
+    store = cr.rep.stream.store
+    assert "E" in store.consumer_names()
+    await js.delete_consumer("C3", "E")  # (its stored state goes with it)
+    await until(lambda: not creps(servers, "C3", "E") and "E" not in store.consumer_names(), what="deleted")
+
+
+async def test_r1_memory_consumer_solo(cl):
+    """An ordered consumer (ephemeral push, memory state, R1): solo with nothing persisted, as on one server."""
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="C4", subjects=["c4.>"], num_replicas=1))
+    for i in range(50):
+        await js.publish("c4.x", b"%d" % i)
+    sub = await js.subscribe("c4.>", ordered_consumer=True)
+    got = [int((await sub.next_msg(timeout=5)).data) for _ in range(50)]
+    assert got == list(range(50))
+    (rep,) = held(servers, "C4")
+    (cr,) = rep.creps.values()
+    assert cr.group.memory and cr.log.solo and cr.persist is None and cr.log.solo_applied >= 50
+    assert not rep.stream.store.consumer_names()
+    await js.publish("c4.x", b"50")
+    assert int((await sub.next_msg(timeout=5)).data) == 50
+    await sub.unsubscribe()
 
 
 async def test_r1_consumer_restarted_then_scaled_up(cl):
