@@ -363,6 +363,7 @@ class ConsumerReplica:
         self.persist: SoloPersist | None = None
         self._solo_state: Any = None
         self.syncing = False  # a SYNCED entry proposed, not applied yet
+        self._solo_timer: Any = None  # solo_check again (it could not go solo yet)
         self.group.on_quorum_lost = self._quorum_lost
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.created_at = js.loop.time()
@@ -496,12 +497,12 @@ class ConsumerReplica:
         solo = (self.leader and not self.closed and g.peers == [g.id] and list(self.ca.group.peers) == [g.id]
                 and (g.memory or self._can_persist()))
         n = g.node
-        if solo and log.pending and not self.syncing:
-            log.then(self.solo_check)  # (entries in flight, the engine's first ones: once they applied)
+        if solo and (log.pending or self.syncing or n is None or (n.conf_log and n.conf_log[-1][0] > n.commit)):
+            # entries in flight (the engine's first ones), a SYNCED or a membership change not applied yet:
+            # again shortly (one timer at a time)
             solo = False
-        elif solo and (n is None or (n.conf_log and n.conf_log[-1][0] > n.commit) or self.syncing):
-            solo = False  # (a membership change or a SYNCED not applied yet: again later)
-            self.cs.js.loop.call_later(0.25, self.solo_check)
+            if self._solo_timer is None:
+                self._solo_timer = self.cs.js.loop.call_later(0.05 if log.pending else 0.25, self._solo_again)
         if solo and self.persist is None and not g.memory:
             self.persist = SoloPersist(self.rep.stream.store, self.name)
             c = self.c
@@ -509,6 +510,10 @@ class ConsumerReplica:
             c._dirty = True
             c.flush_state()  # (on disk before the first entry that the log does not hold)
         log.solo = solo
+
+    def _solo_again(self) -> None:
+        self._solo_timer = None
+        self.solo_check()
 
     def mark_synced(self) -> None:
         """Before this leader changes the group's members: stop running solo and, when entries were applied
@@ -662,6 +667,9 @@ class ConsumerReplica:
             self.deleting = delete
             self._leader_changed(False)
         self.closed = True
+        if self._solo_timer is not None:
+            self._solo_timer.cancel()
+            self._solo_timer = None
         c = self.c
         c.removing = True
         c.stop(delete=delete, advisory=delete and was)
