@@ -60,6 +60,21 @@ async def test_stream_create_info_publish_and_get(tmp_path):
         await nc.close()
 
 
+async def test_create_again_of_a_stream_without_subjects(tmp_path):
+    """A stream with no subjects of its own (a sourcing read stream) created twice with the same request is
+    answered with the stream, not 10058 (its stored config kept subjects absent, not [])."""
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        await api(nc, "$JS.API.STREAM.CREATE.w", {"name": "w", "subjects": ["foo.west.>"]})
+        cfg = {"name": "r", "subject_transform": {"src": "foo.*.>", "dest": "foo.>"},
+               "sources": [{"name": "w", "filter_subject": "foo.west.>"}]}
+        first = await api(nc, "$JS.API.STREAM.CREATE.r", cfg)
+        again = await api(nc, "$JS.API.STREAM.CREATE.r", cfg)
+        assert "error" not in first and "error" not in again, again
+        assert "subjects" not in again["config"]
+        await nc.close()
+
+
 async def test_overlapping_subjects_refused(tmp_path):
     async with run_server(js_opts(tmp_path)) as srv:
         nc = await nats.connect(srv.client_url)

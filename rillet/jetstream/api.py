@@ -371,7 +371,8 @@ class ApiRouter:
             try:
                 stream = self.jsa.open_stream(cfg, created, write_meta=False)
             finally:
-                cfg.subjects = subjects
+                if big:
+                    cfg.subjects = subjects  # (not otherwise: a stream without subjects keeps None, not [])
             if big:
                 for i in range(SUBSCRIBE_BATCH, len(subjects), SUBSCRIBE_BATCH):
                     await asyncio.sleep(0)
