@@ -17,6 +17,7 @@ import nats
 import pytest
 from nats.js.api import StreamSource
 
+from rillet import lane
 from rillet.jetstream.store._core import IndexedStore
 from rillet.jetstream.store.filestore import FileStore
 from rillet.jetstream.stream import Stream
@@ -57,9 +58,11 @@ def store_calls(monkeypatch):
             return fn(self, *a, **kw)
         monkeypatch.setattr(cls, name, checked)
 
+    # the lane's file store (the compiled twin overrides store_msg) as well as the pure classes
+    classes = [IndexedStore, FileStore] + ([lane.FileStore] if lane.FileStore is not FileStore else [])
     for m in MUTATORS:
-        wrap(IndexedStore, m)
-        wrap(FileStore, m)
+        for cls in classes:
+            wrap(cls, m)
     return calls, outside
 
 
