@@ -556,8 +556,8 @@ async def test_pool_and_pinned_routes_with_a_go_server():
 
 
 async def test_stream_import_on_a_server_whose_accounts_do_not_make_shadows():
-    """A server with a gateway uses an account class with its own add_sub (rillet.cluster.gateway): there the
-    stream import's own subscription still delivers (the single-server way), nothing is lost."""
+    """A server with a gateway makes no shadow subscriptions (its interest listeners do not: rillet.app.compose):
+    there the stream import's own subscription still delivers (the single-server way), nothing is lost."""
     o = load_string(IMPORTS_CONF + "listen: 127.0.0.1:-1\ngateway { name: g1, listen: 127.0.0.1:-1 }\n")
     s = build_server(o, Logger(out=io.StringIO()))
     await s.start()

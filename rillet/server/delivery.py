@@ -370,7 +370,7 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
         if not rqueues:
             targets = plan.targets  # (made once, not changed)
         else:
-            targets = {rc: [] for rc in plan.links}
+            targets = {rc: [] for rc in plan.links} if plan.links else {}
             for qname, members, cum, loc in rqueues:
                 m = members[min(bisect_right(cum, random() * cum[-1]), len(members) - 1)]
                 if type(m) is RemoteSub:
