@@ -505,7 +505,8 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
                     sent = True
                 if n or sent:
                     return True
-                if reply and c.no_responders and not _mt.CURRENT.tonly:
+                cur = _mt.CURRENT
+                if reply and c.no_responders and not (cur is not None and cur.tonly):
                     no_responders(acc, c, subject, reply)
                 return False
             if n or sent or gsent:
