@@ -20,15 +20,15 @@ from rillet import compression as cc
 from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
-from rillet.server.client import (BACKLOG_BUDGET, READ_BUDGET, READ_SLICE, SLICE_MIN, SLICE_TIME, STALL_MIN,
-                                  STALL_READ, STALL_TOTAL)
+from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, plain_ip
+from rillet.server.pacing import BACKLOG_BUDGET, READ_BUDGET, ReadPacer
 
 
 S2_AUTO_FIRST_PING = 1.0  # seconds (+ up to 20%): when an s2_auto connection first measures its RTT
 
 
-class ServerConn(asyncio.Protocol):
+class ServerConn(ReadPacer, asyncio.Protocol):
     echo = True
     no_responders = False
     perms = None
@@ -70,15 +70,10 @@ class ServerConn(asyncio.Protocol):
         self._s2w: Any = None
         self._s2r: Any = None
         self._s2_auto: tuple | None = None
-        # fairness (rillet.server.client READ_BUDGET): the unparsed rest of a read while reading is paused,
-        # raw bytes that arrived meanwhile, and the hold-back allowance of the current read
-        self._rbacklog: bytes | None = None
+        # fairness (rillet.server.pacing): the unparsed rest of a read while reading is paused and the
+        # hold-back allowance of the current read, plus the raw bytes that arrived meanwhile
+        self._init_pacing()
         self._rraw: list[bytes] = []
-        self._resume_handle: Any = None
-        self._hold_total = 0.0
-        self._hold_read = 0
-        self._hold_start = 0.0
-        self._slice = READ_SLICE  # bytes parsed per slice (rillet.server.client SLICE_TIME)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -128,7 +123,7 @@ class ServerConn(asyncio.Protocol):
         for t in (self._ping_timer, self._auth_timer, self._deadline_timer, self._resume_handle):
             if t is not None:
                 t.cancel()
-        self._rbacklog = None
+        self._backlog = None
         self._rraw = []
         remote = f" - Remote: {self.remote_name}" if self.remote_name and self.close_names_remote else ""
         self.server.log.notice(f"{self.log_prefix()} - {self.role_word} connection closed: "
@@ -144,15 +139,14 @@ class ServerConn(asyncio.Protocol):
         if self.closed:
             return
         self.last_activity = time.time()
-        if self._rbacklog is not None:
+        if self._backlog is not None:
             # still working off an earlier read (reading paused): these raw bytes wait behind it
             self._rraw.append(data)
             t = self.transport
             if t is not None and not t.is_closing():
                 t.pause_reading()  # type: ignore[attr-defined]
             return
-        self._hold_total = 0.0
-        self._hold_read = 0
+        self._new_read()
         self._read(data)
 
     def _read(self, data: bytes) -> None:
@@ -193,21 +187,14 @@ class ServerConn(asyncio.Protocol):
                     pos = n
                 if rest and not self.closed:
                     parser.feed(self._s2r.feed(rest))
-            self._hold_read += len(chunk)
-            if self._hold_read >= STALL_READ:
-                self._hold_read = 0
-                self._hold_total = 0.0
-            hold = self._flush_and_hold()
+            self._count_read(len(chunk))
+            hold = self._flush_and_stall()
             if self.closed:
                 return
             now = time.monotonic()
             took = now - t0
             t0 = now
-            if took > SLICE_TIME:  # (the slice's size follows its cost: rillet.server.client SLICE_TIME)
-                if size > SLICE_MIN:
-                    size = self._slice = max(SLICE_MIN, int(size * SLICE_TIME / took))
-            elif size < READ_SLICE and len(chunk) >= size and took < SLICE_TIME / 4:
-                size = self._slice = min(READ_SLICE, size * 2)
+            size = self._adapt_slice(size, len(chunk), took)  # (its size follows its cost: SLICE_TIME)
             if pos >= n:
                 if hold:
                     self._pause(b"", hold)
@@ -216,48 +203,16 @@ class ServerConn(asyncio.Protocol):
                 self._pause(data[pos:], hold)
                 return
 
-    def _flush_and_hold(self) -> float:
-        srv = self.server
-        pending = srv.pending_flush
-        if not pending:
-            return 0.0
-        gate = srv.opts.max_pending // 4 * 3
-        congested = False
-        for c in pending:
-            if c is self or c.closed or getattr(c, "kind", None) != 0:  # (clients only: kind CLIENT)
-                continue
-            t = getattr(c, "transport", None)
-            if t is not None and t.get_write_buffer_size() > gate:
-                congested = True
-                break
-        srv.flush_clients()
-        if not congested or self._hold_total >= STALL_TOTAL:
-            return 0.0
-        return min(STALL_MIN, STALL_TOTAL - self._hold_total)
-
-    def _pause(self, rest: bytes, delay: float) -> None:
-        t = self.transport
-        if t is None or self.closed:
-            return
-        self._rbacklog = rest
-        t.pause_reading()  # type: ignore[attr-defined]
-        loop = self.server.loop
-        if delay > 0:
-            self._hold_start = time.monotonic()
-            self._resume_handle = loop.call_later(delay, self._resume)
-        else:
-            self._hold_start = 0.0
-            self._resume_handle = loop.call_soon(self._resume)
+    # (ReadPacer._flush_and_stall: only clients this connection delivers to hold it back, STALL_MIN at a time)
+    _stall_only = ConnKind.CLIENT
 
     def _resume(self) -> None:
         self._resume_handle = None
         if self.closed:
             return
-        if self._hold_start:
-            self._hold_total += time.monotonic() - self._hold_start
-            self._hold_start = 0.0
-        rest = self._rbacklog
-        self._rbacklog = None
+        self._stall_ended()
+        rest = self._backlog
+        self._backlog = None
         if rest:
             try:
                 self._parse(rest, BACKLOG_BUDGET)  # (a burst worked off: a smaller share per pass)
@@ -269,11 +224,11 @@ class ServerConn(asyncio.Protocol):
                 self._s2_read_failed(e)
                 self.server.flush_clients()
                 return
-            if self._rbacklog is not None or self.closed:
+            if self._backlog is not None or self.closed:
                 return
-        while self._rraw and self._rbacklog is None and not self.closed:
+        while self._rraw and self._backlog is None and not self.closed:
             self._read(self._rraw.pop(0))
-        if self._rbacklog is not None or self.closed:
+        if self._backlog is not None or self.closed:
             return
         t = self.transport
         if t is not None and not t.is_closing():

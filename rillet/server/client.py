@@ -22,6 +22,9 @@ from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import PermChecker
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import plain_ip
+# read pacing (slices under a time budget, the fast-producer stall); the constants stay importable from here
+from rillet.server.pacing import (BACKLOG_BUDGET, READ_BUDGET, READ_SLICE, SLICE_MIN, SLICE_TIME,  # noqa: F401
+                                  STALL_MAX, STALL_MIN, STALL_READ, STALL_TOTAL, ReadPacer)
 from rillet.subjects.validate import is_valid_literal_subject, is_valid_subject
 
 if TYPE_CHECKING:
@@ -34,29 +37,6 @@ _json_decode = msgspec.json.decode
 _PING = b"PING\r\n"
 _PONG = b"PONG\r\n"
 _OK = b"+OK\r\n"
-
-# Fairness (one event loop: every callback is everyone's latency). A read is parsed in slices of READ_SLICE
-# bytes; once a callback has spent READ_BUDGET seconds parsing, the rest of the read waits for a later loop
-# pass (the transport's reading paused, the unparsed bytes kept here), so one connection's burst of SUBs,
-# PINGs or requests cannot hold the loop. The parser keeps its own partial-frame state across slices.
-READ_SLICE = 16 * 1024
-READ_BUDGET = 0.002
-# A slice's size adapts to what its commands cost: one that took longer than SLICE_TIME makes the next ones
-# smaller in proportion (down to SLICE_MIN; 16 KB of SUBs costs ~5 ms, of tiny PUBs well under 1 ms), cheap
-# full slices double it back, so no single slice holds the loop much past the budget either.
-SLICE_TIME = 0.001
-SLICE_MIN = 1024
-# A read that is still being worked off from the loop (its rest resumed pass after pass: a burst) gets a
-# smaller share per pass than a fresh one, so what others sent meanwhile waits ~0.5 ms per pass, not 2 ms
-# (a request/reply takes two passes).
-BACKLOG_BUDGET = 0.0005
-# nats-server's fast-producer stall (client.go stalledWait): a client whose messages go to a receiver with
-# more than 3/4 of max_pending waiting is held back 2 ms (5 ms when the receiver is at its limit), at most
-# 10 ms per read, before anyone is cut as a slow consumer.
-STALL_MIN = 0.002
-STALL_MAX = 0.005
-STALL_TOTAL = 0.010
-STALL_READ = 64 * 1024  # nats-server reads at most 64 KB at a time: each such read has its own allowance
 
 
 def _ignore(*args: Any, **kwargs: Any) -> None:
@@ -113,7 +93,7 @@ class ConnectOpts(msgspec.Struct, omit_defaults=True):
     nkey: str = ""
 
 
-class Client(asyncio.Protocol):
+class Client(ReadPacer, asyncio.Protocol):
     """A client connection (kind CLIENT). Internal clients (JetStream, $SYS) use ``InternalClient``."""
 
     kind = CLIENT
@@ -173,13 +153,8 @@ class Client(asyncio.Protocol):
         self.callout_user: Any = None  # what the auth callout admitted this client as
         self._sniff_sock: socket.socket | None = None  # allow_non_tls: watching for the first byte
         # fairness and fast-producer stall (see READ_BUDGET, STALL_*)
-        self._backlog: bytes | None = None  # the unparsed rest of a read, while reading is paused
-        self._slice = READ_SLICE  # bytes parsed per slice (see SLICE_TIME)
+        self._init_pacing()
         self._intake_held = False  # reading held by the JetStream API queue (hold_intake / release_intake)
-        self._resume_handle: asyncio.Handle | asyncio.TimerHandle | None = None
-        self._stall_total = 0.0  # seconds this read has been stalled so far
-        self._stall_read = 0  # bytes parsed since the allowance was renewed
-        self._stall_start = 0.0
         self.stalls = 0  # times a producer was stalled because of this connection's pending output
 
     # ---- connection lifecycle -------------------------------------------------------------------------
@@ -370,8 +345,7 @@ class Client(asyncio.Protocol):
             if t is not None and not t.is_closing():
                 t.pause_reading()  # type: ignore[attr-defined]
             return
-        self._stall_total = 0.0  # a new read: its own stall allowance (nats-server resetReadLoopStallTime)
-        self._stall_read = 0
+        self._new_read()
         self._consume(data)
 
     def _consume(self, data: bytes, budget: float = READ_BUDGET) -> None:
@@ -396,10 +370,7 @@ class Client(asyncio.Protocol):
                 self._protocol_error(e)
                 srv.flush_clients()
                 return
-            self._stall_read += len(chunk)
-            if self._stall_read >= STALL_READ:
-                self._stall_read = 0
-                self._stall_total = 0.0
+            self._count_read(len(chunk))
             if self.closed:
                 srv.flush_clients()
                 return
@@ -417,11 +388,7 @@ class Client(asyncio.Protocol):
             now = time.monotonic()
             took = now - t0
             t0 = now
-            if took > SLICE_TIME:
-                if size > SLICE_MIN:
-                    size = self._slice = max(SLICE_MIN, int(size * SLICE_TIME / took))
-            elif size < READ_SLICE and len(chunk) >= size and took < SLICE_TIME / 4:
-                size = self._slice = min(READ_SLICE, size * 2)
+            size = self._adapt_slice(size, len(chunk), took)
             if pos >= n:
                 if ttl:
                     self._pause(b"", ttl)
@@ -433,60 +400,20 @@ class Client(asyncio.Protocol):
                 self._pause(data[pos:], 0.0)
                 return
 
-    def _flush_and_stall(self) -> float:
-        """Write out what this slice produced; return how long to stall this producer (0: no stall).
+    _stall_drops = True  # (no_fast_producer_stall: a congested receiver's messages are dropped, ReadPacer)
 
-        A receiver (other than this connection) that already has more than 3/4 of max_pending waiting
-        holds this producer back, as nats-server's stall gate; with ``no_fast_producer_stall`` the
-        messages for such a receiver are dropped instead (nats-server skips them), nobody waits."""
-        srv = self.server
-        pending = srv.pending_flush
-        if not pending:
+    def _stall_for(self, gated: list, worst: int, max_pending: int) -> float:
+        """A client (not an internal one) is held back 2 ms, 5 ms when a receiver is at max_pending; each
+        gated receiver's ``stalls`` and the server's count it."""
+        if self.kind != CLIENT:
             return 0.0
-        mp = srv.opts.max_pending
-        gate = mp // 4 * 3
-        worst = -1
-        gated = None
-        for c in pending:
-            if c is self:
-                continue
-            t = getattr(c, "transport", None)
-            if t is None or c.closed:
-                continue
-            b = t.get_write_buffer_size()
-            if b > gate:
-                if srv.opts.no_fast_producer_stall:
-                    c.out.clear()  # (dropped, as nats-server drops them for a stalled receiver)
-                    continue
-                if gated is None:
-                    gated = []
-                gated.append(c)
-                if b > worst:
-                    worst = b
-        srv.flush_clients()
-        if gated is None or self._stall_total >= STALL_TOTAL or self.kind != CLIENT:
-            return 0.0
-        ttl = STALL_MAX if worst >= mp else STALL_MIN
+        ttl = STALL_MAX if worst >= max_pending else STALL_MIN
         ttl = min(ttl, STALL_TOTAL - self._stall_total)
+        srv = self.server
         for c in gated:
             c.stalls = getattr(c, "stalls", 0) + 1
             srv.stalls += 1
         return ttl
-
-    def _pause(self, rest: bytes, delay: float) -> None:
-        """Stop reading until a later loop pass (``delay`` seconds: a stall), keeping ``rest`` unparsed."""
-        t = self.transport
-        if t is None or self.closed:
-            return
-        self._backlog = rest
-        t.pause_reading()  # type: ignore[attr-defined]
-        loop = self.server.loop
-        if delay > 0:
-            self._stall_start = time.monotonic()
-            self._resume_handle = loop.call_later(delay, self._resume)
-        else:
-            self._stall_start = 0.0
-            self._resume_handle = loop.call_soon(self._resume)
 
     def hold_intake(self) -> None:
         """Stop reading after the slice being parsed until ``release_intake``: the JetStream API queue holds
@@ -512,9 +439,7 @@ class Client(asyncio.Protocol):
         self._resume_handle = None
         if self.closed or self._intake_held:
             return  # (held: release_intake resumes)
-        if self._stall_start:
-            self._stall_total += time.monotonic() - self._stall_start
-            self._stall_start = 0.0
+        self._stall_ended()
         rest = self._backlog
         self._backlog = None
         t = self.transport

@@ -1,0 +1,140 @@
+"""Read pacing shared by client connections (rillet.server.client) and server-to-server connections
+(rillet.cluster.conn): a read is parsed in slices under a time budget, its unparsed rest kept while the
+transport's reading is paused, and a producer is held back a few milliseconds while a receiver it writes to
+has too much output waiting (nats-server's fast-producer stall).
+
+``ReadPacer`` holds the common part; a connection class keeps its own read loop and ``_resume`` (what it
+does with bytes that arrived meanwhile differs) and chooses, through ``_stall_only`` / ``_stall_drops`` and
+``_stall_for``, which receivers count and what a stall costs.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+# Fairness (one event loop: every callback is everyone's latency). A read is parsed in slices of READ_SLICE
+# bytes; once a callback has spent READ_BUDGET seconds parsing, the rest of the read waits for a later loop
+# pass (the transport's reading paused, the unparsed bytes kept here), so one connection's burst of SUBs,
+# PINGs or requests cannot hold the loop. The parser keeps its own partial-frame state across slices.
+READ_SLICE = 16 * 1024
+READ_BUDGET = 0.002
+# A slice's size adapts to what its commands cost: one that took longer than SLICE_TIME makes the next ones
+# smaller in proportion (down to SLICE_MIN; 16 KB of SUBs costs ~5 ms, of tiny PUBs well under 1 ms), cheap
+# full slices double it back, so no single slice holds the loop much past the budget either.
+SLICE_TIME = 0.001
+SLICE_MIN = 1024
+# A read that is still being worked off from the loop (its rest resumed pass after pass: a burst) gets a
+# smaller share per pass than a fresh one, so what others sent meanwhile waits ~0.5 ms per pass, not 2 ms
+# (a request/reply takes two passes).
+BACKLOG_BUDGET = 0.0005
+# nats-server's fast-producer stall (client.go stalledWait): a client whose messages go to a receiver with
+# more than 3/4 of max_pending waiting is held back 2 ms (5 ms when the receiver is at its limit), at most
+# 10 ms per read, before anyone is cut as a slow consumer.
+STALL_MIN = 0.002
+STALL_MAX = 0.005
+STALL_TOTAL = 0.010
+STALL_READ = 64 * 1024  # nats-server reads at most 64 KB at a time: each such read has its own allowance
+
+
+class ReadPacer:
+    """Mixin: slice sizing, the stall allowance, pausing a read and the receiver scan behind a stall.
+
+    Uses ``self.server``, ``self.transport`` and ``self.closed``; the class calls ``_init_pacing`` from
+    ``__init__`` and defines ``_resume`` (called from the loop after ``_pause``)."""
+
+    _stall_only: Any = None  # only receivers of this ConnKind count (None: every receiver)
+    _stall_drops = False  # with no_fast_producer_stall, a congested receiver's output is dropped instead
+
+    def _init_pacing(self) -> None:
+        self._backlog: bytes | None = None  # the unparsed rest of a read, while reading is paused
+        self._slice = READ_SLICE  # bytes parsed per slice (see SLICE_TIME)
+        self._resume_handle: Any = None
+        self._stall_total = 0.0  # seconds this read has been stalled so far
+        self._stall_read = 0  # bytes parsed since the allowance was renewed
+        self._stall_start = 0.0
+
+    def _new_read(self) -> None:
+        """A new read: its own stall allowance (nats-server resetReadLoopStallTime)."""
+        self._stall_total = 0.0
+        self._stall_read = 0
+
+    def _count_read(self, nbytes: int) -> None:
+        """``nbytes`` parsed: every STALL_READ bytes renew the allowance, as nats-server's 64 KB reads."""
+        self._stall_read += nbytes
+        if self._stall_read >= STALL_READ:
+            self._stall_read = 0
+            self._stall_total = 0.0
+
+    def _adapt_slice(self, size: int, got: int, took: float) -> int:
+        """The next slice's size after one of ``size`` bytes (``got`` of them there) took ``took`` seconds."""
+        if took > SLICE_TIME:
+            if size > SLICE_MIN:
+                size = self._slice = max(SLICE_MIN, int(size * SLICE_TIME / took))
+        elif size < READ_SLICE and got >= size and took < SLICE_TIME / 4:
+            size = self._slice = min(READ_SLICE, size * 2)
+        return size
+
+    def _flush_and_stall(self) -> float:
+        """Write out what this slice produced; return how long to stall this producer (0: no stall).
+
+        A receiver (other than this connection) that already has more than 3/4 of max_pending waiting
+        holds this producer back, as nats-server's stall gate (``_stall_for`` says how long); with
+        ``_stall_drops`` and ``no_fast_producer_stall`` the output for such a receiver is dropped instead
+        (nats-server skips them), nobody waits."""
+        srv = self.server  # type: ignore[attr-defined]
+        pending = srv.pending_flush
+        if not pending:
+            return 0.0
+        mp = srv.opts.max_pending
+        gate = mp // 4 * 3
+        only = self._stall_only
+        drop = self._stall_drops and srv.opts.no_fast_producer_stall
+        worst = -1
+        gated = None
+        for c in pending:
+            if c is self:
+                continue
+            t = getattr(c, "transport", None)
+            if t is None or c.closed:
+                continue
+            if only is not None and getattr(c, "kind", None) != only:
+                continue
+            b = t.get_write_buffer_size()
+            if b > gate:
+                if drop:
+                    c.out.clear()  # (dropped, as nats-server drops them for a stalled receiver)
+                    continue
+                if gated is None:
+                    gated = []
+                gated.append(c)
+                if b > worst:
+                    worst = b
+        srv.flush_clients()
+        if gated is None or self._stall_total >= STALL_TOTAL:
+            return 0.0
+        return self._stall_for(gated, worst, mp)
+
+    def _stall_for(self, gated: list, worst: int, max_pending: int) -> float:
+        """How long to stall for the congested receivers ``gated`` (the fullest has ``worst`` bytes waiting)."""
+        return min(STALL_MIN, STALL_TOTAL - self._stall_total)
+
+    def _pause(self, rest: bytes, delay: float) -> None:
+        """Stop reading until a later loop pass (``delay`` seconds: a stall), keeping ``rest`` unparsed."""
+        t = self.transport  # type: ignore[attr-defined]
+        if t is None or self.closed:  # type: ignore[attr-defined]
+            return
+        self._backlog = rest
+        t.pause_reading()
+        loop = self.server.loop  # type: ignore[attr-defined]
+        if delay > 0:
+            self._stall_start = time.monotonic()
+            self._resume_handle = loop.call_later(delay, self._resume)  # type: ignore[attr-defined]
+        else:
+            self._stall_start = 0.0
+            self._resume_handle = loop.call_soon(self._resume)  # type: ignore[attr-defined]
+
+    def _stall_ended(self) -> None:
+        """At ``_resume``: a stall's time counts against the read's allowance."""
+        if self._stall_start:
+            self._stall_total += time.monotonic() - self._stall_start
+            self._stall_start = 0.0
