@@ -13,6 +13,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
 
+# (rillet/_speedups/_ctext.pxd: C helpers _cparser and _cserver cimport; cythonize finds it by package path)
 SOURCES = {
     "rillet._speedups._cparser": "rillet/_speedups/_cparser.pyx",
     "rillet._speedups._cserver": "rillet/_speedups/_cserver.pyx",

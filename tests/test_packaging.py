@@ -110,6 +110,7 @@ def test_wheel_carries_the_compiled_lane(built: dict[str, Path], kind: str) -> N
         assert any(re.fullmatch(rf"rillet/_speedups/{mod}\.[^/]*\.so", n) for n in names), (mod, sorted(names)[:5])
     sdist = _sdist_names(built["sdist"])
     assert "setup.py" in sdist and "rillet/_speedups/_cparser.pyx" in sdist
+    assert "rillet/_speedups/_ctext.pxd" in sdist  # (the helpers _cparser and _cserver cimport)
     assert not [n for n in sdist if _built_in_place(n)]
 
 

@@ -9,8 +9,9 @@ one operation at a time, to the inherited pure-Python ``_parse_general``: the re
 text, limit and partial-frame rule, and the fast path only takes what the reference would accept, emitting
 the same calls with the same arguments.
 """
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memchr
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+
+from rillet._speedups._ctext cimport _control_line, _size, _slice
 
 from rillet.protocol import parser as _pure
 
@@ -20,51 +21,6 @@ cdef enum:
 cdef object _PureClientParser = _pure.ClientParser
 cdef object _pure_parse = _pure.ClientParser._parse
 cdef object _parse_general = _pure.ClientParser._parse_general
-
-
-cdef inline Py_ssize_t _size(const char* p, Py_ssize_t n) noexcept:
-    """1 to 9 ASCII digits -> their value; anything else -> -1 (the reference's _parse_size)."""
-    cdef Py_ssize_t v = 0
-    cdef Py_ssize_t i
-    cdef char c
-    if n < 1 or n > 9:
-        return -1
-    for i in range(n):
-        c = p[i]
-        if c < 48 or c > 57:
-            return -1
-        v = v * 10 + (c - 48)
-    return v
-
-
-cdef inline int _tokens(const char* buf, Py_ssize_t s, Py_ssize_t e, Py_ssize_t* ts, Py_ssize_t* te) noexcept:
-    """Split buf[s:e] at single spaces into at most MAXTOK non-empty tokens; -1 when the line is not in that
-    canonical form (an empty token, a tab or CR, too many tokens): the reference parser then takes it."""
-    cdef int k = 0
-    cdef Py_ssize_t i = s
-    cdef Py_ssize_t start = s
-    cdef char c
-    while i < e:
-        c = buf[i]
-        if c == 32:
-            if i == start or k == MAXTOK:
-                return -1
-            ts[k] = start
-            te[k] = i
-            k += 1
-            start = i + 1
-        elif c == 9 or c == 13:
-            return -1
-        i += 1
-    if start >= e or k == MAXTOK:
-        return -1
-    ts[k] = start
-    te[k] = e
-    return k + 1
-
-
-cdef inline bytes _slice(const char* buf, Py_ssize_t s, Py_ssize_t e):
-    return PyBytes_FromStringAndSize(buf + s, e - s)
 
 
 class ClientParser(_PureClientParser):
@@ -80,7 +36,6 @@ class ClientParser(_PureClientParser):
         cdef Py_ssize_t te[MAXTOK]
         cdef int na
         cdef const char* p
-        cdef const char* q
         cdef char c
         cdef Py_ssize_t max_cl = self.max_control_line
         cdef Py_ssize_t max_payload = min(self.max_payload, 1 << 62)
@@ -106,75 +61,59 @@ class ClientParser(_PureClientParser):
                     continue
                 if n - pos > 4 and p[1] == 85 and p[2] == 66 and p[3] == 32:  # PUB
                     arg = pos + 4
-                    q = <const char*>memchr(buf + arg, 10, n - arg)
-                    if q != NULL:
-                        nl = q - buf
-                        if nl - 1 > arg and buf[nl - 1] == 13 and nl - 1 - arg <= max_cl:
-                            na = _tokens(buf, arg, nl - 1, ts, te)
-                            if na == 2 or na == 3:
-                                size = _size(buf + ts[na - 1], te[na - 1] - ts[na - 1])
-                                stop = nl + 1 + size
-                                if size >= 0 and size <= max_payload and stop + 2 <= n and buf[stop] == 13 \
-                                        and buf[stop + 1] == 10:
-                                    if pub is None:
-                                        pub = handler.proto_pub
-                                    pub(_slice(buf, ts[0], te[0]),
-                                        _slice(buf, ts[1], te[1]) if na == 3 else None,
-                                        _slice(buf, nl + 1, stop))
-                                    pos = stop + 2
-                                    continue
+                    na = _control_line(buf, arg, n, max_cl, &nl, ts, te, MAXTOK)
+                    if na == 2 or na == 3:
+                        size = _size(buf + ts[na - 1], te[na - 1] - ts[na - 1])
+                        stop = nl + 1 + size
+                        if size >= 0 and size <= max_payload and stop + 2 <= n and buf[stop] == 13 \
+                                and buf[stop + 1] == 10:
+                            if pub is None:
+                                pub = handler.proto_pub
+                            pub(_slice(buf, ts[0], te[0]),
+                                _slice(buf, ts[1], te[1]) if na == 3 else None,
+                                _slice(buf, nl + 1, stop))
+                            pos = stop + 2
+                            continue
             elif c == 72:  # H
                 if headers and n - pos > 5 and p[1] == 80 and p[2] == 85 and p[3] == 66 and p[4] == 32:  # HPUB
                     arg = pos + 5
-                    q = <const char*>memchr(buf + arg, 10, n - arg)
-                    if q != NULL:
-                        nl = q - buf
-                        if nl - 1 > arg and buf[nl - 1] == 13 and nl - 1 - arg <= max_cl:
-                            na = _tokens(buf, arg, nl - 1, ts, te)
-                            if na == 3 or na == 4:
-                                size = _size(buf + ts[na - 1], te[na - 1] - ts[na - 1])
-                                hdr = _size(buf + ts[na - 2], te[na - 2] - ts[na - 2])
-                                stop = nl + 1 + size
-                                if hdr >= 0 and size >= hdr and size <= max_payload and stop + 2 <= n \
-                                        and buf[stop] == 13 and buf[stop + 1] == 10:
-                                    if hpub is None:
-                                        hpub = handler.proto_hpub
-                                    hpub(_slice(buf, ts[0], te[0]),
-                                         _slice(buf, ts[1], te[1]) if na == 4 else None,
-                                         hdr, _slice(buf, nl + 1, stop))
-                                    pos = stop + 2
-                                    continue
+                    na = _control_line(buf, arg, n, max_cl, &nl, ts, te, MAXTOK)
+                    if na == 3 or na == 4:
+                        size = _size(buf + ts[na - 1], te[na - 1] - ts[na - 1])
+                        hdr = _size(buf + ts[na - 2], te[na - 2] - ts[na - 2])
+                        stop = nl + 1 + size
+                        if hdr >= 0 and size >= hdr and size <= max_payload and stop + 2 <= n \
+                                and buf[stop] == 13 and buf[stop + 1] == 10:
+                            if hpub is None:
+                                hpub = handler.proto_hpub
+                            hpub(_slice(buf, ts[0], te[0]),
+                                 _slice(buf, ts[1], te[1]) if na == 4 else None,
+                                 hdr, _slice(buf, nl + 1, stop))
+                            pos = stop + 2
+                            continue
             elif c == 83:  # S
                 if n - pos > 4 and p[1] == 85 and p[2] == 66 and p[3] == 32:  # SUB
                     arg = pos + 4
-                    q = <const char*>memchr(buf + arg, 10, n - arg)
-                    if q != NULL:
-                        nl = q - buf
-                        if nl - 1 > arg and buf[nl - 1] == 13 and nl - 1 - arg <= max_cl:
-                            na = _tokens(buf, arg, nl - 1, ts, te)
-                            if na == 2 or na == 3:
-                                if sub is None:
-                                    sub = handler.proto_sub
-                                sub(_slice(buf, ts[0], te[0]),
-                                    _slice(buf, ts[1], te[1]) if na == 3 else None,
-                                    _slice(buf, ts[na - 1], te[na - 1]))
-                                pos = nl + 1
-                                continue
+                    na = _control_line(buf, arg, n, max_cl, &nl, ts, te, MAXTOK)
+                    if na == 2 or na == 3:
+                        if sub is None:
+                            sub = handler.proto_sub
+                        sub(_slice(buf, ts[0], te[0]),
+                            _slice(buf, ts[1], te[1]) if na == 3 else None,
+                            _slice(buf, ts[na - 1], te[na - 1]))
+                        pos = nl + 1
+                        continue
             elif c == 85:  # U
                 if n - pos > 6 and p[1] == 78 and p[2] == 83 and p[3] == 85 and p[4] == 66 and p[5] == 32:
                     arg = pos + 6
-                    q = <const char*>memchr(buf + arg, 10, n - arg)
-                    if q != NULL:
-                        nl = q - buf
-                        if nl - 1 > arg and buf[nl - 1] == 13 and nl - 1 - arg <= max_cl:
-                            na = _tokens(buf, arg, nl - 1, ts, te)
-                            if na == 1 or na == 2:
-                                size = _size(buf + ts[1], te[1] - ts[1]) if na == 2 else 0
-                                if unsub is None:
-                                    unsub = handler.proto_unsub
-                                unsub(_slice(buf, ts[0], te[0]), size if size > 0 else 0)
-                                pos = nl + 1
-                                continue
+                    na = _control_line(buf, arg, n, max_cl, &nl, ts, te, MAXTOK)
+                    if na == 1 or na == 2:
+                        size = _size(buf + ts[1], te[1] - ts[1]) if na == 2 else 0
+                        if unsub is None:
+                            unsub = handler.proto_unsub
+                        unsub(_slice(buf, ts[0], te[0]), size if size > 0 else 0)
+                        pos = nl + 1
+                        continue
             # the reference parser, for exactly one operation
             newpos = _parse_general(self, data, pos, True)
             if newpos == pos:

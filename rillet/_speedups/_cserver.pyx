@@ -13,7 +13,9 @@ The frame builders produce the same bytes as the pure ones (for arguments other 
 tuple/list queues they call the pure ones).
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memchr, memcpy
+from libc.string cimport memcpy
+
+from rillet._speedups._ctext cimport _control_line, _size, _slice
 
 from rillet.cluster import protocol as _pure
 from rillet.cluster.protocol import *  # noqa: F401,F403  (the rest of the module, so that this one stands in)
@@ -36,50 +38,6 @@ cdef enum:
     OP_LMSG = 3
 
 
-cdef inline Py_ssize_t _size(const char* p, Py_ssize_t n) noexcept:
-    """1 to 9 ASCII digits -> their value; anything else -> -1 (the reference's _parse_size)."""
-    cdef Py_ssize_t v = 0
-    cdef Py_ssize_t i
-    cdef char c
-    if n < 1 or n > 9:
-        return -1
-    for i in range(n):
-        c = p[i]
-        if c < 48 or c > 57:
-            return -1
-        v = v * 10 + (c - 48)
-    return v
-
-
-cdef inline int _tokens(const char* buf, Py_ssize_t s, Py_ssize_t e, Py_ssize_t* ts, Py_ssize_t* te) noexcept:
-    """Split buf[s:e] at single spaces into at most MAXTOK non-empty tokens; -1 when not in that form."""
-    cdef int k = 0
-    cdef Py_ssize_t i = s
-    cdef Py_ssize_t start = s
-    cdef char c
-    while i < e:
-        c = buf[i]
-        if c == 32:
-            if i == start or k == MAXTOK:
-                return -1
-            ts[k] = start
-            te[k] = i
-            k += 1
-            start = i + 1
-        elif c == 9 or c == 13:
-            return -1
-        i += 1
-    if start >= e or k == MAXTOK:
-        return -1
-    ts[k] = start
-    te[k] = e
-    return k + 1
-
-
-cdef inline bytes _slice(const char* buf, Py_ssize_t s, Py_ssize_t e):
-    return PyBytes_FromStringAndSize(buf + s, e - s)
-
-
 class ServerParser(_pure.ServerParser):
     __slots__ = ()
 
@@ -93,7 +51,6 @@ class ServerParser(_pure.ServerParser):
         cdef Py_ssize_t te[MAXTOK]
         cdef int na, base, t, op, first, qa, qb
         cdef const char* p
-        cdef const char* q
         cdef char c
         cdef bint leaf = self.kind is _LEAF or self.kind == _LEAF
         cdef bint route = self.kind is _ROUTE or self.kind == _ROUTE
@@ -137,162 +94,154 @@ class ServerParser(_pure.ServerParser):
             elif n - pos > 4 and p[1] == 83 and (p[2] == 43 or p[2] == 45) and p[3] == 32 and \
                     (c == 82 or (c == 76 and not gateway)):  # RS+ RS- LS+ LS-: interest
                 arg = pos + 4
-                q = <const char*>memchr(buf + arg, 10, n - arg)
-                if q != NULL:
-                    nl = q - buf
-                    if nl - 1 > arg and buf[nl - 1] == 13 and nl - 1 - arg <= limit:
-                        na = _tokens(buf, arg, nl - 1, ts, te)
-                        if na > 0:
-                            plus = p[2] == 43
-                            done = False
-                            if leaf:  # subject [queue weight] / subject [queue]
-                                if plus:
-                                    if na == 1 or na == 3:
-                                        if leaf_sub is None:
-                                            leaf_sub = handler.proto_leaf_sub
-                                        if na == 1:
-                                            leaf_sub(_slice(buf, ts[0], te[0]), None, 0)
-                                        else:
-                                            leaf_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
-                                                     _size(buf + ts[2], te[2] - ts[2]))
-                                        done = True
-                                elif na == 1 or na == 2:
-                                    if leaf_unsub is None:
-                                        leaf_unsub = handler.proto_leaf_unsub
-                                    leaf_unsub(_slice(buf, ts[0], te[0]),
-                                               _slice(buf, ts[1], te[1]) if na == 2 else None)
-                                    done = True
-                            elif gateway:  # account subject [queue weight] / account subject [queue]
-                                if plus:
-                                    if na == 2 or na == 4:
-                                        if rs_sub is None:
-                                            rs_sub = handler.proto_rs_sub
-                                        if na == 2:
-                                            rs_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]), None, 0)
-                                        else:
-                                            rs_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
-                                                   _slice(buf, ts[2], te[2]), _size(buf + ts[3], te[3] - ts[3]))
-                                        done = True
-                                elif na == 2 or na == 3:
-                                    if rs_unsub is None:
-                                        rs_unsub = handler.proto_rs_unsub
-                                    rs_unsub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
-                                             _slice(buf, ts[2], te[2]) if na == 3 else None)
-                                    done = True
-                            else:  # a route: [origin] [account] subject [queue [weight]]
-                                has_origin = c == 76 and (plus or lnocu)
-                                base = (1 if has_origin else 0) + (0 if pinned is not None else 1)
-                                if na == base + 1 or na == base + (3 if plus else 2):
-                                    account = pinned if pinned is not None else _slice(buf, ts[base - 1], te[base - 1])
-                                    subject = _slice(buf, ts[base], te[base])
-                                    queue = _slice(buf, ts[base + 1], te[base + 1]) if na > base + 1 else None
-                                    if plus:
-                                        weight = _size(buf + ts[base + 2], te[base + 2] - ts[base + 2]) \
-                                            if na > base + 1 else 0
-                                        if c == 76:
-                                            if ls_sub is None:
-                                                ls_sub = handler.proto_ls_sub
-                                            ls_sub(_slice(buf, ts[0], te[0]), account, subject, queue, weight)
-                                        else:
-                                            if rs_sub is None:
-                                                rs_sub = handler.proto_rs_sub
-                                            rs_sub(account, subject, queue, weight)
-                                    elif c == 76:
-                                        if ls_unsub is None:
-                                            ls_unsub = handler.proto_ls_unsub
-                                        ls_unsub(_slice(buf, ts[0], te[0]) if has_origin else None, account, subject,
-                                                 queue)
-                                    else:
-                                        if rs_unsub is None:
-                                            rs_unsub = handler.proto_rs_unsub
-                                        rs_unsub(account, subject, queue)
-                                    done = True
-                            if done:
-                                pos = nl + 1
-                                continue
+                na = _control_line(buf, arg, n, limit, &nl, ts, te, MAXTOK)
+                if na > 0:
+                    plus = p[2] == 43
+                    done = False
+                    if leaf:  # subject [queue weight] / subject [queue]
+                        if plus:
+                            if na == 1 or na == 3:
+                                if leaf_sub is None:
+                                    leaf_sub = handler.proto_leaf_sub
+                                if na == 1:
+                                    leaf_sub(_slice(buf, ts[0], te[0]), None, 0)
+                                else:
+                                    leaf_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
+                                             _size(buf + ts[2], te[2] - ts[2]))
+                                done = True
+                        elif na == 1 or na == 2:
+                            if leaf_unsub is None:
+                                leaf_unsub = handler.proto_leaf_unsub
+                            leaf_unsub(_slice(buf, ts[0], te[0]),
+                                       _slice(buf, ts[1], te[1]) if na == 2 else None)
+                            done = True
+                    elif gateway:  # account subject [queue weight] / account subject [queue]
+                        if plus:
+                            if na == 2 or na == 4:
+                                if rs_sub is None:
+                                    rs_sub = handler.proto_rs_sub
+                                if na == 2:
+                                    rs_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]), None, 0)
+                                else:
+                                    rs_sub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
+                                           _slice(buf, ts[2], te[2]), _size(buf + ts[3], te[3] - ts[3]))
+                                done = True
+                        elif na == 2 or na == 3:
+                            if rs_unsub is None:
+                                rs_unsub = handler.proto_rs_unsub
+                            rs_unsub(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
+                                     _slice(buf, ts[2], te[2]) if na == 3 else None)
+                            done = True
+                    else:  # a route: [origin] [account] subject [queue [weight]]
+                        has_origin = c == 76 and (plus or lnocu)
+                        base = (1 if has_origin else 0) + (0 if pinned is not None else 1)
+                        if na == base + 1 or na == base + (3 if plus else 2):
+                            account = pinned if pinned is not None else _slice(buf, ts[base - 1], te[base - 1])
+                            subject = _slice(buf, ts[base], te[base])
+                            queue = _slice(buf, ts[base + 1], te[base + 1]) if na > base + 1 else None
+                            if plus:
+                                weight = _size(buf + ts[base + 2], te[base + 2] - ts[base + 2]) \
+                                    if na > base + 1 else 0
+                                if c == 76:
+                                    if ls_sub is None:
+                                        ls_sub = handler.proto_ls_sub
+                                    ls_sub(_slice(buf, ts[0], te[0]), account, subject, queue, weight)
+                                else:
+                                    if rs_sub is None:
+                                        rs_sub = handler.proto_rs_sub
+                                    rs_sub(account, subject, queue, weight)
+                            elif c == 76:
+                                if ls_unsub is None:
+                                    ls_unsub = handler.proto_ls_unsub
+                                ls_unsub(_slice(buf, ts[0], te[0]) if has_origin else None, account, subject,
+                                         queue)
+                            else:
+                                if rs_unsub is None:
+                                    rs_unsub = handler.proto_rs_unsub
+                                rs_unsub(account, subject, queue)
+                            done = True
+                    if done:
+                        pos = nl + 1
+                        continue
             if op:
                 arg = pos + 5
-                q = <const char*>memchr(buf + arg, 10, n - arg)
-                if q != NULL:
-                    nl = q - buf
-                    if nl - 1 > arg and buf[nl - 1] == 13 and nl - 1 - arg <= limit:
-                        na = _tokens(buf, arg, nl - 1, ts, te)
-                        if na > 0:
-                            # leading fields: leaf: subject; route/gateway: account subject (the account
-                            # not on the wire of a pinned route); route LMSG: origin account subject
-                            if leaf:
-                                base = 1
-                                t = 2 if op == OP_HMSG else 1
-                            elif op == OP_LMSG:
-                                base = 3 if pinned is None else 2
-                                t = 2
+                na = _control_line(buf, arg, n, limit, &nl, ts, te, MAXTOK)
+                if na > 0:
+                    # leading fields: leaf: subject; route/gateway: account subject (the account
+                    # not on the wire of a pinned route); route LMSG: origin account subject
+                    if leaf:
+                        base = 1
+                        t = 2 if op == OP_HMSG else 1
+                    elif op == OP_LMSG:
+                        base = 3 if pinned is None else 2
+                        t = 2
+                    else:
+                        base = 2 if pinned is None else 1
+                        t = 2 if op == OP_HMSG else 1
+                    # na: the tokens on the wire; the reply form sits after `base` of them
+                    if na >= base + t:
+                        size = _size(buf + ts[na - 1], te[na - 1] - ts[na - 1])
+                        hdr = _size(buf + ts[na - 2], te[na - 2] - ts[na - 2]) if t == 2 else 0
+                        stop = nl + 1 + size
+                        first = -1  # token index of the first queue (none when -1)
+                        qa = 0
+                        rep = -1  # token index of the reply
+                        if na == base + t:
+                            pass
+                        elif na == base + t + 1:
+                            rep = base
+                        elif te[base] - ts[base] == 1 and buf[ts[base]] == 43:  # '+'
+                            rep = base + 1
+                            first = base + 2
+                        elif te[base] - ts[base] == 1 and buf[ts[base]] == 124:  # '|'
+                            first = base + 1
+                        else:
+                            size = -1  # a bad reply indicator: the reference says so
+                        if size >= 0 and hdr >= 0 and hdr <= size and \
+                                (not has_max or size <= max_payload) and stop + 2 <= n and \
+                                buf[stop] == 13 and buf[stop + 1] == 10:
+                            reply = _slice(buf, ts[rep], te[rep]) if rep >= 0 else None
+                            if first >= 0 and first < na - t:
+                                queues = tuple([_slice(buf, ts[j], te[j]) for j in range(first, na - t)])
                             else:
-                                base = 2 if pinned is None else 1
-                                t = 2 if op == OP_HMSG else 1
-                            # na: the tokens on the wire; the reply form sits after `base` of them
-                            if na >= base + t:
-                                size = _size(buf + ts[na - 1], te[na - 1] - ts[na - 1])
-                                hdr = _size(buf + ts[na - 2], te[na - 2] - ts[na - 2]) if t == 2 else 0
-                                stop = nl + 1 + size
-                                first = -1  # token index of the first queue (none when -1)
-                                qa = 0
-                                rep = -1  # token index of the reply
-                                if na == base + t:
-                                    pass
-                                elif na == base + t + 1:
-                                    rep = base
-                                elif te[base] - ts[base] == 1 and buf[ts[base]] == 43:  # '+'
-                                    rep = base + 1
-                                    first = base + 2
-                                elif te[base] - ts[base] == 1 and buf[ts[base]] == 124:  # '|'
-                                    first = base + 1
+                                queues = _NO_QUEUES
+                            body = _slice(buf, nl + 1, stop)
+                            if leaf:
+                                if op == OP_HMSG:
+                                    if hmsg is None:
+                                        hmsg = handler.proto_leaf_hmsg
+                                    hmsg(_slice(buf, ts[0], te[0]), reply, queues, hdr, body)
                                 else:
-                                    size = -1  # a bad reply indicator: the reference says so
-                                if size >= 0 and hdr >= 0 and hdr <= size and \
-                                        (not has_max or size <= max_payload) and stop + 2 <= n and \
-                                        buf[stop] == 13 and buf[stop + 1] == 10:
-                                    reply = _slice(buf, ts[rep], te[rep]) if rep >= 0 else None
-                                    if first >= 0 and first < na - t:
-                                        queues = tuple([_slice(buf, ts[j], te[j]) for j in range(first, na - t)])
-                                    else:
-                                        queues = _NO_QUEUES
-                                    body = _slice(buf, nl + 1, stop)
-                                    if leaf:
-                                        if op == OP_HMSG:
-                                            if hmsg is None:
-                                                hmsg = handler.proto_leaf_hmsg
-                                            hmsg(_slice(buf, ts[0], te[0]), reply, queues, hdr, body)
-                                        else:
-                                            if rmsg is None:
-                                                rmsg = handler.proto_leaf_msg
-                                            rmsg(_slice(buf, ts[0], te[0]), reply, queues, body)
-                                    elif op == OP_LMSG:
-                                        if lmsg is None:
-                                            lmsg = handler.proto_lmsg
-                                        if base == 3:
-                                            lmsg(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
-                                                 _slice(buf, ts[2], te[2]), reply, queues, hdr, body)
-                                        else:
-                                            lmsg(_slice(buf, ts[0], te[0]), pinned, _slice(buf, ts[1], te[1]),
-                                                 reply, queues, hdr, body)
-                                    elif op == OP_HMSG:
-                                        if hmsg is None:
-                                            hmsg = handler.proto_hmsg
-                                        if base == 2:
-                                            hmsg(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]), reply,
-                                                 queues, hdr, body)
-                                        else:
-                                            hmsg(pinned, _slice(buf, ts[0], te[0]), reply, queues, hdr, body)
-                                    else:
-                                        if rmsg is None:
-                                            rmsg = handler.proto_rmsg
-                                        if base == 2:
-                                            rmsg(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]), reply,
-                                                 queues, body)
-                                        else:
-                                            rmsg(pinned, _slice(buf, ts[0], te[0]), reply, queues, body)
-                                    pos = stop + 2
-                                    continue
+                                    if rmsg is None:
+                                        rmsg = handler.proto_leaf_msg
+                                    rmsg(_slice(buf, ts[0], te[0]), reply, queues, body)
+                            elif op == OP_LMSG:
+                                if lmsg is None:
+                                    lmsg = handler.proto_lmsg
+                                if base == 3:
+                                    lmsg(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]),
+                                         _slice(buf, ts[2], te[2]), reply, queues, hdr, body)
+                                else:
+                                    lmsg(_slice(buf, ts[0], te[0]), pinned, _slice(buf, ts[1], te[1]),
+                                         reply, queues, hdr, body)
+                            elif op == OP_HMSG:
+                                if hmsg is None:
+                                    hmsg = handler.proto_hmsg
+                                if base == 2:
+                                    hmsg(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]), reply,
+                                         queues, hdr, body)
+                                else:
+                                    hmsg(pinned, _slice(buf, ts[0], te[0]), reply, queues, hdr, body)
+                            else:
+                                if rmsg is None:
+                                    rmsg = handler.proto_rmsg
+                                if base == 2:
+                                    rmsg(_slice(buf, ts[0], te[0]), _slice(buf, ts[1], te[1]), reply,
+                                         queues, body)
+                                else:
+                                    rmsg(pinned, _slice(buf, ts[0], te[0]), reply, queues, body)
+                            pos = stop + 2
+                            continue
             # the reference parser, for exactly one operation
             newpos = _parse_general(self, data, pos, True)
             if newpos == pos or self.halt:
