@@ -4,7 +4,9 @@ No sockets and no event loop: a server object, clients whose output buffers are 
 (for the routed cases) fake routes that count what they are given; the gateway cases (``gw_*``) run on a server
 with a ``gateway {}`` block and one fake outbound gateway connection (interest-only mode, as nats-server 2.15
 makes every account: ``gw_out`` a subject only the remote cluster wants, ``gw_local`` one subscriber here
-and the remote's interest, ``gw_one`` one subscriber here and none there). Each case publishes ``N`` messages through
+and the remote's interest, ``gw_one`` one subscriber here and none there); ``route_reply`` is a reply across a route
+(a PubAck or a response: each message to a new ``_INBOX.<x>.<n>`` subject whose only interest is the route's
+``_INBOX.<x>.*``, so a sublist cache miss and a new result each time). Each case publishes ``N`` messages through
 the path a client's PUB (or a route's RMSG) takes into delivery. Run one case::
 
     python -m benchmarks.deliver_micro CASE N          # CPU µs per message
@@ -22,8 +24,8 @@ import sys
 import tempfile
 import time
 
-CASES = ("one", "fanout5", "queue5", "hpub_one", "route_plain", "route_queue", "routed_in", "gw_out", "gw_local",
-         "gw_one", "gw_hpub")
+CASES = ("one", "fanout5", "queue5", "hpub_one", "route_plain", "route_queue", "routed_in", "route_reply", "gw_out",
+         "gw_local", "gw_one", "gw_hpub")
 
 
 class FakeRoute:
@@ -96,7 +98,7 @@ def main_case(case: str, n: int) -> float:
     acc = srv.global_account
     pub = Client(srv)
     pub.slow_path = False
-    nsubs = {"fanout5": 5, "queue5": 5, "gw_out": 0}.get(case, 1)
+    nsubs = {"fanout5": 5, "queue5": 5, "gw_out": 0, "route_reply": 0}.get(case, 1)
     q = "q" if case in ("queue5", "route_queue") else None
     clients = []
     for i in range(nsubs):
@@ -113,7 +115,7 @@ def main_case(case: str, n: int) -> float:
         except ImportError:
             from rillet.cluster.routed import RemoteSub  # (before the delivery module)
         route = FakeRoute(2)
-        acc.sublist.insert(RemoteSub(route, "bench.x", q, 1, None))
+        acc.sublist.insert(RemoteSub(route, "_INBOX.bench.*" if case == "route_reply" else "bench.x", q, 1, None))
     gwconn = fake_gateway(srv, acc, None if case == "gw_one" else "bench.x") if gwc else None
     subject = b"bench.x"
     payload = b"x" * 16
@@ -129,6 +131,11 @@ def main_case(case: str, n: int) -> float:
                 for c in clients:
                     c.out.clear()
                     c.flush_pending = False
+                pending.clear()
+    elif case == "route_reply":
+        for i in range(n):
+            pub.proto_pub(b"_INBOX.bench.%d" % i, None, payload)
+            if not i & 1023:
                 pending.clear()
     elif case == "routed_in":
         for i in range(n):

@@ -405,3 +405,136 @@ def test_routed_gateway_reply_is_tracked() -> None:
     assert bytes(svc.out).startswith(b"MSG svc 1 _INBOX.r2 3\r\n")
     svc.proto_pub(b"_INBOX.r2", None, b"resp")  # (no interest announced by B: sent on the _GR_. subject)
     assert gc.sent == [(b"$G", gr, None, [], -1, b"resp")]
+
+
+# ==== a result holding only links' plain interest (a reply crossing a route): the shared LINKS plan ==============
+
+def test_reply_across_a_route_makes_no_plan_and_sends_as_a_full_plan(monkeypatch) -> None:
+    """A result whose only interest is a few links' plain subscriptions (a PubAck or a response to a client on
+    another server: a new subject each time) gets the shared ``LINKS`` plan, no plan of its own; the links get
+    exactly what a full plan of the same result sends (one message per link, the same frames and counts, the
+    same rules for messages from a gateway and for JetStream deliveries); a traced message is observed as
+    before; a message from a route is never forwarded again."""
+    import rillet.server.delivery as d
+    import rillet.server.msgtrace as mt
+    from rillet.subjects.sublist import SublistResult
+    srv = server(cluster=True)
+    acc = srv.global_account
+    route, leaf = FakeLink(ROUTER), FakeLink(LEAF)
+    acc.sublist.insert(RemoteSub(route, "_INBOX.x.*", None, 1, None))
+    acc.sublist.insert(RemoteSub(route, "_INBOX.>", None, 1, None))  # (same route: still one message)
+    acc.sublist.insert(RemoteSub(leaf, "_INBOX.>", None, 1, None))
+    pub = client(srv)
+    pub.echo = False  # (no-echo is about this server's subscribers: links get it all the same)
+    pub.no_responders = True
+    gwc = FakeLink(GATEWAY)
+    hdr = b"NATS/1.0\r\nA: b\r\n\r\n"
+    n = 0
+
+    def both(c, reply, h, msg, route_subj=None, rreply=None):
+        nonlocal n
+        n += 1
+        subject = b"_INBOX.x.%d" % n
+        r = acc.match(subject.decode())
+        assert r.plan is None
+        got = deliver_result(acc, c, r, subject, reply, h, msg, route_subj, rreply)
+        assert r.plan is d.LINKS and acc.match(subject.decode()).plan is d.LINKS  # kept: shared, no plan made
+        fast = (route.sent[:], leaf.sent[:], route.closed, leaf.closed)
+        route.sent.clear()
+        leaf.sent.clear()
+        rf = SublistResult(r.psubs, r.qsubs)
+        rf.plan = full = Plan(rf)
+        assert full.links == [route, leaf] and full.targets is not None
+        assert deliver_result(acc, c, rf, subject, reply, h, msg, route_subj, rreply) == got
+        assert (route.sent, leaf.sent) == fast[:2], (reply, h, route_subj, rreply)
+        route.sent.clear()
+        leaf.sent.clear()
+        return got, fast[0], fast[1]
+
+    got, rs, ls = both(pub, None, -1, b"ack")
+    assert got and rs == [(b"$G", b"_INBOX.x.1", None, [], -1, b"ack")] and len(ls) == 1
+    got, rs, ls = both(pub, b"_INBOX.y.1", len(hdr), hdr + b"p")
+    assert got and rs[0][2:] == (b"_INBOX.y.1", [], len(hdr), hdr + b"p") and len(ls) == 1
+    assert not pub.out  # links only: never a 503 from here
+    # a JetStream delivery shown with its stream subject: the links get the matched subject, '@' in the reply
+    got, rs, _ = both(pub, b"$JS.ACK.s.c.1.2.3.4.5", -1, b"m", b"_INBOX.x.j")
+    assert rs[0][1:3] == (b"_INBOX.x.j", b"$JS.ACK.s.c.1.2.3.4.5@_INBOX.x.%d" % n)
+    # a routed gateway reply: links get theirs
+    _, rs, _ = both(pub, b"_INBOX.y.2", -1, b"m", None, b"_GR_.abc.def._INBOX.y.2")
+    assert rs[0][2] == b"_GR_.abc.def._INBOX.y.2"
+    # from a gateway: a spoke leaf is skipped, a hub's leaf gets it
+    leaf.spoke = True
+    _, rs, ls = both(gwc, None, -1, b"g")
+    assert len(rs) == 1 and not ls
+    leaf.spoke = False
+    # a closed link is skipped; with all closed nobody got it (and still no 503)
+    route.closed = True
+    got, rs, ls = both(pub, None, -1, b"c")
+    assert got and not rs and len(ls) == 1
+    leaf.closed = True
+    got, rs, ls = both(pub, b"_INBOX.y.3", -1, b"c")
+    assert not got and not rs and not ls and not pub.out
+    route.closed = leaf.closed = False
+    # traced: the observer sees each link, as with a full plan
+    rec = Recorder()
+    monkeypatch.setattr(mt, "CURRENT", rec)
+    th = b"NATS/1.0\r\nNats-Trace-Dest: d\r\n\r\n"
+    r = acc.match("_INBOX.x.t")
+    assert deliver_result(acc, pub, r, b"_INBOX.x.t", None, len(th), th + b"x")
+    assert r.plan is d.LINKS and rec.events == [("remote", "peer"), ("remote", "peer")]
+    assert len(route.sent) == 1 and len(leaf.sent) == 1
+    monkeypatch.setattr(mt, "CURRENT", None)
+    route.sent.clear()
+    leaf.sent.clear()
+    # from a route: nobody here, never forwarded again (to the same result, kept with LINKS, or a new one)
+    other = FakeLink(ROUTER)
+    deliver_inbound(acc, other, b"_INBOX.x.t", None, (), -1, b"r")
+    deliver_inbound(acc, other, b"_INBOX.x.new", None, (b"g",), -1, b"r")
+    assert not route.sent and not leaf.sent
+    # code that reads a plan's links (the leaf paths) gets a full plan in its place
+    p = d.plan_of(r, acc)
+    assert p is not d.LINKS and p.links == [route, leaf] and r.plan is p
+
+
+def test_links_plan_only_for_links_plain_interest() -> None:
+    """Anything else in the result (a subscriber here, a queue group, too many links, a gateway step) makes
+    the full plan as before."""
+    import rillet.server.delivery as d
+    srv = server(cluster=True)
+    acc = srv.global_account
+    links = [FakeLink(ROUTER) for _ in range(d.LINKS_MAX + 1)]
+    for i, lk in enumerate(links):
+        acc.sublist.insert(RemoteSub(lk, "many.%d" % i if i < d.LINKS_MAX else "many.>", None, 1, None))
+        acc.sublist.insert(RemoteSub(lk, "many.>", None, 1, None))
+    pub = client(srv)
+    r = acc.match("many.0")
+    assert deliver_result(acc, pub, r, b"many.0", None, -1, b"m")
+    assert r.plan is not d.LINKS and len(r.plan.links) == len(links)
+    assert all(len(lk.sent) == 1 for lk in links)
+    a = client(srv)
+    sub(acc, a, "mixed.*", b"1")
+    acc.sublist.insert(RemoteSub(links[0], "mixed.*", None, 1, None))
+    r = acc.match("mixed.1")
+    assert deliver_result(acc, pub, r, b"mixed.1", None, -1, b"m")
+    assert r.plan is not d.LINKS and a.out_msgs == 1 and len(links[0].sent) == 2
+    acc.sublist.insert(RemoteSub(links[1], "q.*", "g", 1, None))
+    r = acc.match("q.1")
+    assert deliver_result(acc, pub, r, b"q.1", None, -1, b"m")
+    assert r.plan is not d.LINKS and links[1].sent[-1][3] == [b"g"]
+    # a local subscriber after the remote one in the result: still the full plan
+    acc.sublist.insert(RemoteSub(links[2], "late.*", None, 1, None))
+    b = client(srv)
+    sub(acc, b, "late.x", b"1")
+    r = acc.match("late.x")
+    assert type(r.psubs[0]) is RemoteSub and type(r.psubs[1]) is not RemoteSub
+    assert deliver_result(acc, pub, r, b"late.x", None, -1, b"m")
+    assert r.plan is not d.LINKS and b.out_msgs == 1 and links[2].sent[-1][1] == b"late.x"
+    # an account with a gateway step: the full plan (the step is evaluated per message)
+    gsrv = gateway_server()
+    gacc = gsrv.global_account
+    assert gacc.gw is not None
+    glink = FakeLink(ROUTER)
+    gacc.sublist.insert(RemoteSub(glink, "_INBOX.>", None, 1, None))
+    r = gacc.match("_INBOX.g.1")
+    assert deliver_result(gacc, client(gsrv), r, b"_INBOX.g.1", None, -1, b"m")
+    assert r.plan is not d.LINKS and r.plan.gw is gacc.gw and len(glink.sent) == 1

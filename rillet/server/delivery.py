@@ -162,7 +162,13 @@ class Plan:
       messages of this server's clients, evaluated per message (the remote clusters' interest is not in the
       sublist); a plan with one is never ``local``;
     * ``targets``: the links with plain interest as the executor hands them to ``forward`` (link -> queue
-      group names, none), made once: used as it is when no queue group has members elsewhere (never changed).
+      group names, none), made once: used as it is when no queue group has members elsewhere (never changed);
+      None in ``LINKS`` only.
+
+    ``LINKS`` (one shared plan, ``targets`` None) stands for a result holding nothing but a few links' plain
+    interest (``RemoteSub``s, at most ``LINKS_MAX``) in an account without a gateway step: the executor reads
+    the links from the result itself at each message, so a reply crossing a route (a new subject each time)
+    makes no plan; its inbound part is empty. ``plan_of`` (for code that reads ``links``) makes a full one.
     """
 
     __slots__ = ("local", "psubs", "qsubs", "links", "rqueues", "in_psubs", "in_q", "inbound", "plan", "gw",
@@ -232,10 +238,25 @@ class Plan:
         self.plan = None  # (a plan made by ``Local`` stands for its own result: itself)
 
 
+# the most links a result may have for ``LINKS`` (more: a full plan, whose ``targets`` are made once)
+LINKS_MAX = 4
+
+
+def _links_plan() -> Plan:
+    p = Plan.__new__(Plan)
+    p.local = False
+    p.psubs = p.links = p.rqueues = p.in_psubs = _NONE
+    p.qsubs = _NONE
+    p.in_q = _NO_Q
+    p.inbound = _EMPTY
+    p.gw = p.targets = p.plan = None
+    return p
+
+
 def plan_of(r: Any, acc: Any) -> Plan:
-    """The plan of ``acc``'s sublist result ``r`` (made now if it has none)."""
+    """The full plan of ``acc``'s sublist result ``r`` (made now if it has none, or only ``LINKS``)."""
     p = r.plan
-    if p is None:
+    if p is None or p is LINKS:
         p = r.plan = Plan(r, acc.gw)
     return p
 
@@ -338,8 +359,20 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
     """
     plan = r.plan
     if plan is None:
-        plan = Plan(r, acc.gw)
-        if r.psubs or r.qsubs:  # (the empty result is one object, shared by every sublist: it keeps no plan)
+        psubs = r.psubs
+        if 0 < len(psubs) <= LINKS_MAX and type(psubs[0]) is RemoteSub and acc.gw is None and not r.qsubs:
+            # links only (no queue group, no subscriber here, no gateway step): the usual result of a reply
+            # crossing a route (a PubAck or a response, a new subject each time): the shared ``LINKS``, which
+            # reads the links from the result below, instead of a plan per message
+            for sub in psubs:
+                if type(sub) is not RemoteSub:
+                    plan = Plan(r)
+                    break
+            else:
+                plan = LINKS
+        else:
+            plan = Plan(r, acc.gw)
+        if psubs or r.qsubs:  # (the empty result is one object, shared by every sublist: it keeps no plan)
             r.plan = plan
     obs = None
     if hdr > 0 and _mt.CURRENT is not None:
@@ -369,6 +402,10 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
         rqueues = plan.rqueues
         if not rqueues:
             targets = plan.targets  # (made once, not changed)
+            if targets is None:  # ``LINKS``: the result's links (every one a RemoteSub), as a full plan's
+                targets = {}
+                for sub in r.psubs:
+                    targets[sub.client] = _NONE
         else:
             targets = {rc: [] for rc in plan.links} if plan.links else {}
             for qname, members, cum, loc in rqueues:
@@ -542,6 +579,10 @@ def Local(psubs: list, qsubs: list) -> "Plan":
     p.targets = _NO_Q
     p.plan = p
     return p
+
+
+_EMPTY = Local(_NONE, _NONE)  # (shared: nobody here, the inbound part of ``LINKS``)
+LINKS = _links_plan()
 
 
 def forward(acc: Any, c: Any, targets: dict, subject: bytes, reply: bytes | None, hdr: int, msg: bytes,
