@@ -167,41 +167,20 @@ class ServerConn(ReadPacer, asyncio.Protocol):
         with more than 3/4 of max_pending waiting holds the reading back a few milliseconds (at most 10 ms
         per 64 KB), so a fast link does not bury a slow subscriber: nats-server's read loop blocks on such
         a client's write instead."""
+        self._paced(data, budget)
+
+    def _feed_slice(self, chunk: bytes, data: bytes, pos: int) -> int:
         parser = self.parser
-        n = len(data)
-        pos = 0
-        start = t0 = time.monotonic()
-        size = self._slice
-        while True:
-            if n - pos <= size:
-                chunk = data if pos == 0 else data[pos:]
-                pos = n
-            else:
-                chunk = data[pos:pos + size]
-                pos += size
-            parser.feed(chunk)
-            while parser.halt:  # reading switched to s2 right after an INFO: the rest is compressed
-                rest = parser.take_rest()
-                if pos < n:
-                    rest += data[pos:]
-                    pos = n
-                if rest and not self.closed:
-                    parser.feed(self._s2r.feed(rest))
-            self._count_read(len(chunk))
-            hold = self._flush_and_stall()
-            if self.closed:
-                return
-            now = time.monotonic()
-            took = now - t0
-            t0 = now
-            size = self._adapt_slice(size, len(chunk), took)  # (its size follows its cost: SLICE_TIME)
-            if pos >= n:
-                if hold:
-                    self._pause(b"", hold)
-                return
-            if hold or now - start >= budget:
-                self._pause(data[pos:], hold)
-                return
+        parser.feed(chunk)
+        while parser.halt:  # reading switched to s2 right after an INFO: the rest is compressed
+            rest = parser.take_rest()
+            if pos < len(data):
+                rest += data[pos:]
+                pos = len(data)
+            if rest and not self.closed:
+                parser.feed(self._s2r.feed(rest))
+        self._count_read(len(chunk))
+        return pos
 
     # (ReadPacer._flush_and_stall: only clients this connection delivers to hold it back, STALL_MIN at a time)
     _stall_only = ConnKind.CLIENT

@@ -351,54 +351,26 @@ class Client(ReadPacer, asyncio.Protocol):
     def _consume(self, data: bytes, budget: float = READ_BUDGET) -> None:
         """Parse ``data`` slice by slice until done, or until this callback's budget is spent or a receiver's
         pending output asks for a stall: then the rest waits (reading paused) and is resumed from the loop."""
+        self._paced(data, budget)
+
+    def _feed_slice(self, chunk: bytes, data: bytes, pos: int) -> int:
         srv = self.server
-        parser = self.parser
-        n = len(data)
-        pos = 0
-        start = t0 = time.monotonic()
-        size = self._slice
-        while True:
-            if n - pos <= size:
-                chunk = data if pos == 0 else data[pos:]
-                pos = n
-            else:
-                chunk = data[pos:pos + size]
-                pos += size
-            try:
-                parser.feed(chunk)
-            except ProtocolError as e:
-                self._protocol_error(e)
-                srv.flush_clients()
-                return
-            self._count_read(len(chunk))
-            if self.closed:
-                srv.flush_clients()
-                return
-            if self._held is not None:  # a CONNECT went to the auth callout: the rest waits with it
-                if pos < n:
-                    self._held.append(data[pos:])
-                srv.flush_clients()
-                return
-            ttl = self._flush_and_stall()
-            if self.closed:
-                return
-            if self._intake_held:  # (the JetStream API queue has too many of our requests waiting)
-                self._hold_reading(data[pos:])
-                return
-            now = time.monotonic()
-            took = now - t0
-            t0 = now
-            size = self._adapt_slice(size, len(chunk), took)
-            if pos >= n:
-                if ttl:
-                    self._pause(b"", ttl)
-                return
-            if ttl:
-                self._pause(data[pos:], ttl)
-                return
-            if now - start >= budget:
-                self._pause(data[pos:], 0.0)
-                return
+        try:
+            self.parser.feed(chunk)
+        except ProtocolError as e:
+            self._protocol_error(e)
+            srv.flush_clients()
+            return -1
+        self._count_read(len(chunk))
+        if self.closed:
+            srv.flush_clients()
+            return -1
+        if self._held is not None:  # a CONNECT went to the auth callout: the rest waits with it
+            if pos < len(data):
+                self._held.append(data[pos:])
+            srv.flush_clients()
+            return -1
+        return pos
 
     _stall_drops = True  # (no_fast_producer_stall: a congested receiver's messages are dropped, ReadPacer)
 
@@ -427,13 +399,6 @@ class Client(ReadPacer, asyncio.Protocol):
         if self.closed or self._backlog is None or self._resume_handle is not None:
             return
         self._resume_handle = self.server.loop.call_soon(self._resume)
-
-    def _hold_reading(self, rest: bytes) -> None:
-        t = self.transport
-        if t is None or self.closed:
-            return
-        self._backlog = rest
-        t.pause_reading()  # type: ignore[attr-defined]
 
     def _resume(self) -> None:
         self._resume_handle = None

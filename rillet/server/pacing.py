@@ -40,10 +40,12 @@ class ReadPacer:
     """Mixin: slice sizing, the stall allowance, pausing a read and the receiver scan behind a stall.
 
     Uses ``self.server``, ``self.transport`` and ``self.closed``; the class calls ``_init_pacing`` from
-    ``__init__`` and defines ``_resume`` (called from the loop after ``_pause``)."""
+    ``__init__``, feeds each read to ``_paced`` and defines ``_feed_slice`` (its parser's part of a slice)
+    and ``_resume`` (called from the loop after ``_pause``)."""
 
     _stall_only: Any = None  # only receivers of this ConnKind count (None: every receiver)
     _stall_drops = False  # with no_fast_producer_stall, a congested receiver's output is dropped instead
+    _intake_held = False  # reading held from outside until further notice (a client: the JetStream API queue)
 
     def _init_pacing(self) -> None:
         self._backlog: bytes | None = None  # the unparsed rest of a read, while reading is paused
@@ -52,6 +54,47 @@ class ReadPacer:
         self._stall_total = 0.0  # seconds this read has been stalled so far
         self._stall_read = 0  # bytes parsed since the allowance was renewed
         self._stall_start = 0.0
+
+    def _paced(self, data: bytes, budget: float) -> None:
+        """Feed ``data`` to the connection (``_feed_slice``) slice by slice until done, or until ``budget``
+        seconds are spent or a receiver's pending output asks for a stall: then the rest waits (reading
+        paused) and ``_resume`` takes it up from the loop."""
+        n = len(data)
+        pos = 0
+        start = t0 = time.monotonic()
+        size = self._slice
+        while True:
+            if n - pos <= size:
+                chunk = data if pos == 0 else data[pos:]
+                pos = n
+            else:
+                chunk = data[pos:pos + size]
+                pos += size
+            pos = self._feed_slice(chunk, data, pos)
+            if pos < 0:
+                return
+            ttl = self._flush_and_stall()
+            if self.closed:  # type: ignore[attr-defined]
+                return
+            if self._intake_held:
+                self._hold_reading(data[pos:])
+                return
+            now = time.monotonic()
+            took = now - t0
+            t0 = now
+            size = self._adapt_slice(size, len(chunk), took)
+            if pos >= n:
+                if ttl:
+                    self._pause(b"", ttl)
+                return
+            if ttl or now - start >= budget:
+                self._pause(data[pos:], ttl)
+                return
+
+    def _feed_slice(self, chunk: bytes, data: bytes, pos: int) -> int:
+        """Parse ``chunk`` (``data`` is parsed up to ``pos`` with it) and count it (``_count_read``); return
+        where parsing goes on in ``data``, or -1 when this read stops here (its rest, if any, taken care of)."""
+        raise NotImplementedError
 
     def _new_read(self) -> None:
         """A new read: its own stall allowance (nats-server resetReadLoopStallTime)."""
@@ -132,6 +175,14 @@ class ReadPacer:
         else:
             self._stall_start = 0.0
             self._resume_handle = loop.call_soon(self._resume)  # type: ignore[attr-defined]
+
+    def _hold_reading(self, rest: bytes) -> None:
+        """Stop reading, ``rest`` kept unparsed, until whoever set ``_intake_held`` resumes it."""
+        t = self.transport  # type: ignore[attr-defined]
+        if t is None or self.closed:  # type: ignore[attr-defined]
+            return
+        self._backlog = rest
+        t.pause_reading()
 
     def _stall_ended(self) -> None:
         """At ``_resume``: a stall's time counts against the read's allowance."""
