@@ -261,7 +261,14 @@ async def test_wiped_replica_catches_up(tmp_path, target, mode):
         # the surviving member's meta group has no leader for as long as the third server is down; Rillet's wiped
         # server joins the leaderless group to vote, see rillet/jetstream/cluster/meta.py JOIN_LEADERLESS_AFTER)
         pytest.skip("nats-server does not recover from this one (no meta leader while the third server is down)")
-    r = await _drill(str(tmp_path), ["nats-server"] if target == "nats-server" else None, mode)
+    try:
+        r = await _drill(str(tmp_path), ["nats-server"] if target == "nats-server" else None, mode)
+    except AssertionError as e:
+        if target == "nats-server" and mode == "other-down":
+            # the reference's own outcome, not Rillet's: on a loaded 2-core machine 2.15's wiped server sometimes
+            # gets no meta leader within the bound with the third server down (it caught up in 4-5 s unloaded)
+            pytest.xfail(f"nats-server did not catch up in this run: {e}")
+        raise
     print(f"\n{target} {mode}: {r}")
     assert not r["unhealthy_behind"], r
     assert r["final"] >= r["at_restart"] >= r["held_at_stop"]
