@@ -173,6 +173,8 @@ class Plan:
 
     __slots__ = ("local", "psubs", "qsubs", "links", "rqueues", "in_psubs", "in_q", "inbound", "plan", "gw",
                  "targets")
+    targets: dict[Any, list] | None  # (None in ``LINKS`` only)
+    plan: "Plan | None"  # (``Local``'s own plan: itself)
 
     def __init__(self, r: Any, gw: Any = None) -> None:
         self.gw = gw
