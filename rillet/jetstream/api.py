@@ -206,15 +206,19 @@ class ApiRouter:
                 return
             if handler(args, reply, hdr_b, body) is NOT_COUNTED:
                 return
-        except ApiError as e:
-            self.jsa.api_errors += 1
-            self.respond_error(reply, _type_for(handler), e,
-                               _DECODE_EXTRA.get(getattr(handler, "__name__", "")) if e.err_code == 10025 else None)
-        except Exception as e:  # a bug must not take the server down: answer as nats-server would
-            self.jsa.api_errors += 1
-            self.js.log.error(f"JetStream API error handling {subj}: {e!r}")
-            self.respond_error(reply, _type_for(handler), ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+        except Exception as e:  # (a bug must not take the server down either)
+            self._answer_failure(reply, _type_for(handler), e, getattr(handler, "__name__", ""), subj)
         self.jsa.api_total += 1
+
+    def _answer_failure(self, reply: bytes | None, typ: str, e: Exception, name: str, what: str) -> None:
+        """A request handler's failure answered as nats-server would: its ApiError (a 10025 with the extra
+        fields of ``name``'s request type), or, for anything else, 10000, logged: never silenced."""
+        self.jsa.api_errors += 1
+        if isinstance(e, ApiError):
+            self.respond_error(reply, typ, e, _DECODE_EXTRA.get(name) if e.err_code == 10025 else None)
+            return
+        self.js.log.error(f"JetStream API error handling {what}: {e!r}")
+        self.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
 
     def respond(self, reply: bytes | None, obj: dict) -> None:
         if reply:
@@ -378,16 +382,10 @@ class ApiRouter:
                     await asyncio.sleep(0)
                     if stream.closed:
                         break
-                    for subj in subjects[i:i + SUBSCRIBE_BATCH]:
-                        stream._subs.append(stream.ic.subscribe(subj, stream._on_msg))
+                    stream.subscribe_subjects(subjects[i:i + SUBSCRIBE_BATCH])
             self._created(stream, reply)
-        except ApiError as e:
-            self.jsa.api_errors += 1
-            self.respond_error(reply, typ, e, _DECODE_EXTRA.get("stream_create") if e.err_code == 10025 else None)
-        except Exception as e:  # answered as nats-server would, and logged: never silence
-            self.jsa.api_errors += 1
-            self.js.log.error(f"JetStream API error handling a stream create: {e!r}")
-            self.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+        except Exception as e:
+            self._answer_failure(reply, typ, e, "stream_create", "a stream create")
         finally:
             self.jsa.api_total += 1
             q.release()
@@ -483,13 +481,8 @@ class ApiRouter:
             applied: asyncio.Future = loop.create_future()
             self._update_checked(stream, cfg, reply, applied)
             await applied
-        except ApiError as e:
-            self.jsa.api_errors += 1
-            self.respond_error(reply, typ, e, _DECODE_EXTRA.get("stream_update") if e.err_code == 10025 else None)
-        except Exception as e:  # answered as nats-server would, and logged: never silence
-            self.jsa.api_errors += 1
-            self.js.log.error(f"JetStream API error handling a stream update: {e!r}")
-            self.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
+        except Exception as e:
+            self._answer_failure(reply, typ, e, "stream_update", "a stream update")
         finally:
             self.jsa.api_total += 1
             q.release()
@@ -547,24 +540,19 @@ class ApiRouter:
         try:
             want = list(stream.cfg.subjects or [])
             keep = set(want)
-            on_msg = stream._on_msg
-            gone = [sub for sub in stream._subs if sub.icb == on_msg and sub.subject not in keep]
-            have = {sub.subject for sub in stream._subs if sub.icb == on_msg}
+            subs = stream.subject_subscriptions()
+            gone = [sub for sub in subs if sub.subject not in keep]
+            have = {sub.subject for sub in subs}
             new = [subj for subj in want if subj not in have]
             for i in range(0, len(gone), SUBSCRIBE_BATCH):
                 if i:
                     await asyncio.sleep(0)
-                for sub in gone[i:i + SUBSCRIBE_BATCH]:
-                    stream.ic.remove_sub(sub)
-            if gone:
-                drop = set(map(id, gone))
-                stream._subs = [sub for sub in stream._subs if id(sub) not in drop]
+                stream.unsubscribe(gone[i:i + SUBSCRIBE_BATCH])
             for i in range(0, len(new), SUBSCRIBE_BATCH):
                 await asyncio.sleep(0)
                 if stream.closed:
                     break
-                for subj in new[i:i + SUBSCRIBE_BATCH]:
-                    stream._subs.append(stream.ic.subscribe(subj, on_msg))
+                stream.subscribe_subjects(new[i:i + SUBSCRIBE_BATCH])
             finish()
         finally:
             if not applied.done():

@@ -145,8 +145,24 @@ class Stream:
                                                         queue="_sys_"))
         if cfg.mirror is not None:
             return  # a mirror takes no direct publishes
-        for subj in cfg.subjects or []:
+        self.subscribe_subjects(list(cfg.subjects or []))
+
+    def subject_subscriptions(self) -> list[Any]:
+        """The subscriptions that take the stream's publishes (one per subject of its config)."""
+        on_msg = self._on_msg
+        return [sub for sub in self._subs if sub.icb == on_msg]
+
+    def subscribe_subjects(self, subjects: list[str]) -> None:
+        """Take publishes on these subjects too (the API subscribes a large config in steps)."""
+        for subj in subjects:
             self._subs.append(self.ic.subscribe(subj, self._on_msg))
+
+    def unsubscribe(self, subs: list[Any]) -> None:
+        """Drop these of the stream's subscriptions."""
+        for sub in subs:
+            self.ic.remove_sub(sub)
+        drop = set(map(id, subs))
+        self._subs = [sub for sub in self._subs if id(sub) not in drop]
 
     def set_mirror_direct(self, on: bool) -> None:
         """A ``mirror_direct`` mirror answers its origin's direct gets (``$JS.API.DIRECT.GET.<origin>``, in the
