@@ -5,6 +5,8 @@ import sys
 
 # `rillet server <these>` are client commands; anything else after `server` is a server flag.
 SERVER_SUBCOMMANDS = {"ping", "list", "ls", "info", "check", "run"}
+# commands that keep a Go tool's single-dash flags (nk, nats-top): their own parser takes argv as it is
+GO_FLAG_COMMANDS = {"nkey": "rillet.cli.nkey"}
 
 HELP = """NATS command line tool (works with Rillet and the Go nats-server).
 
@@ -25,6 +27,7 @@ Examples:
   rillet vstream create foo --regions west,central,east
   rillet bench pub test --msgs 1000000 --size 128
   rillet health --context sys        (servers, gateways, JetStream groups)
+  rillet nkey -gen user -pubout     (nk's flags: -gen, -inkey, -pubout, -sign, -verify)
   rillet server -js -sd ./data      (the server, same flags as rillet-server)
 """
 
@@ -49,7 +52,24 @@ def build_app():  # -> typer.Typer
     app.add_typer(obj.app, name="object", help=obj.HELP)
     app.add_typer(bench.app, name="bench", help=bench.HELP)
     app.add_typer(vstream.app, name="vstream", help=vstream.HELP)
+    for name, module in GO_FLAG_COMMANDS.items():
+        _add_go_flag_command(app, name, module)
     return app
+
+
+def _add_go_flag_command(app, name: str, module: str) -> None:  # noqa: ANN001
+    """List a Go-flag command in the help; ``main`` hands its argv to the module before click parses."""
+    import importlib
+
+    import typer
+    mod = importlib.import_module(module)
+
+    def forward(ctx) -> None:  # noqa: ANN001
+        raise typer.Exit(mod.main(list(ctx.args)))
+    forward.__annotations__ = {"ctx": typer.Context, "return": None}  # real types for typer (no string eval)
+
+    app.command(name, help=mod.HELP, add_help_option=False,
+                context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(forward)
 
 
 def build_command():  # -> click.Command
@@ -67,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "server" and (len(argv) == 1 or argv[1] not in SERVER_SUBCOMMANDS):
         from rillet.app.main import main as server_main
         return server_main(argv[1:]) or 0
+    if argv and argv[0] in GO_FLAG_COMMANDS:
+        import importlib
+        return importlib.import_module(GO_FLAG_COMMANDS[argv[0]]).main(argv[1:])
     from typer import Abort, Exit
     from typer._click.exceptions import ClickException
 
