@@ -70,7 +70,7 @@ class CompressionConfig:
 
 
 def _go_durations(values: tuple[float, ...]) -> str:
-    from rillet.gotime import format_seconds
+    from rillet.gocompat.gotime import format_seconds
     return "[" + " ".join(format_seconds(v) for v in values) + "]"
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rillet.config import ConfigError, parse_file, parse_go_duration, parse_string
-from rillet.goquote import go_quote
+from rillet.gocompat.goquote import go_quote
 
 
 def parse(text: str) -> dict:

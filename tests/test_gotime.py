@@ -1,4 +1,4 @@
-"""rillet.gotime: Go's Duration.String() and RFC3339Nano, the one implementation the server uses.
+"""rillet.gocompat.gotime: Go's Duration.String() and RFC3339Nano, the one implementation the server uses.
 
 The expected texts are what Go's time package prints for the same values (Duration.String() takes the
 largest unit, trims the fraction's trailing zeros, writes "0s" for zero and ns/µs/ms below a second;
@@ -13,7 +13,7 @@ import zoneinfo
 
 import pytest
 
-from rillet import gotime as G
+from rillet.gocompat import gotime as G
 
 NS = G.NS
 

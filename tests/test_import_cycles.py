@@ -13,7 +13,7 @@ Rules:
 
 1. No cycle between packages (``rillet.config``, ``rillet.server``, ``rillet.monitor``, ``rillet.jetstream``,
    ``rillet.subjects``, ``rillet.protocol``, ``rillet.spark``, ``rillet.cli``, ... and the top-level modules such
-   as ``rillet.gotime``) in the import-time view. The layering this keeps: config (the configuration language
+   as ``rillet.gocompat.gotime``) in the import-time view. The layering this keeps: config (the configuration language
    and ``Options``) below server; server below monitor and jetstream at import time; the server loads the
    monitor's HTTP side and JetStream lazily.
 2. ``rillet.config`` imports nothing from ``rillet.server``, ``rillet.monitor`` or ``rillet.jetstream``, lazily
@@ -21,8 +21,8 @@ Rules:
    ``rillet.jwt``), and the server uses it from there.
 3. In ``rillet.server`` only ``rillet.server.jetstream_seam`` imports ``rillet.jetstream`` (any view), and
    it does so only inside its functions.
-4. The top-level modules (``rillet.gotime``, ``rillet.goquote``, ``rillet.gojson``, ``rillet.nkey``,
-   ``rillet.jwt``) import no subpackage, lazily or not: every package may use them, so they are the bottom
+4. The top-level modules (``rillet.nkey``, ``rillet.jwt``...) and the Go-compatibility package
+   (``rillet.gocompat``) import no subpackage, lazily or not: every package may use them, so they are the bottom
    layer (``rillet.jwt`` decodes nkeys with ``rillet.nkey``, not by calling back into ``rillet.server``).
 
 Run as a script (``python tests/test_import_cycles.py``) to print the package graph and any cycles.
@@ -116,7 +116,7 @@ def import_graph(import_time: bool) -> dict[str, set[str]]:
 
 
 def package_of(module: str) -> str:
-    """``rillet.<first component>``: a subpackage, or a top-level module such as ``rillet.gotime``."""
+    """``rillet.<first component>``: a subpackage, or a top-level module such as ``rillet.gocompat.gotime``."""
     return ".".join(module.split(".")[:2])
 
 
@@ -190,7 +190,7 @@ def test_graph_sees_the_packages() -> None:
     # the checks below mean something only if the graph finds the modules and their imports
     g = import_graph(import_time=True)
     for m in ("rillet.config.options", "rillet.server.server", "rillet.monitor.varz", "rillet.jetstream.manager",
-              "rillet.gotime", SEAM):
+              "rillet.gocompat.gotime", SEAM):
         assert m in g
     assert "rillet.config.options" in g["rillet.server.server"]
     assert "rillet.jetstream.manager" not in g["rillet.server.server"]  # lazy (through the seam)
@@ -228,7 +228,9 @@ def test_server_reaches_jetstream_only_through_the_seam() -> None:
 def test_top_level_modules_are_the_bottom_layer() -> None:
     g = import_graph(import_time=False)
     top = [m for m in g if m.count(".") == 1 and not (PKG_DIR / m.split(".")[1]).is_dir()]
-    assert "rillet.jwt" in top and "rillet.gojson" in top
+    # the Go-compatibility package is part of the bottom layer: it imports nothing else of Rillet
+    top += [m for m in g if package_of(m) == "rillet.gocompat"]
+    assert "rillet.jwt" in top and "rillet.gocompat.gojson" in top and "rillet.gocompat.jsoncodec" in top
     bad = sorted((m, t) for m in top for t in g[m] if t not in top)
     assert not bad, f"top-level modules import subpackages (move what they need down to a top-level module): {bad}"
 

@@ -15,7 +15,7 @@ import pytest
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream import streamconfig as SC
-from rillet.jetstream import gojson
+from rillet.jetstream import apijson
 from rillet.jetstream import errors as jserr
 from rillet.jetstream.errors import ApiError
 from rillet.subjects.destination import check_subject_transform, validate_mapping
@@ -34,7 +34,7 @@ def go():
 
 def _body(b) -> bytes:
     if isinstance(b, (dict, list)):
-        return json.dumps(b, default=gojson._json_default).encode()
+        return json.dumps(b, default=apijson._json_default).encode()
     if isinstance(b, str):
         return b.encode()
     return b
@@ -83,7 +83,7 @@ class Pair:
             return {"error": e.to_dict()}
         self.streams[name] = cfg
         self.consumers.setdefault(name, {})
-        return {"config": json.loads(gojson.go_json(C.with_dynamic_metadata(cfg, self.version)))}
+        return {"config": json.loads(apijson.go_json(C.with_dynamic_metadata(cfg, self.version)))}
 
     def ours_consumer(self, tokens: list[str], body: bytes, go_name: str | None) -> dict:
         try:
@@ -94,7 +94,7 @@ class Pair:
         except ApiError as e:
             return {"error": e.to_dict()}
         self.consumers[r.stream][r.name or go_name] = r.config
-        return {"config": json.loads(gojson.go_json(C.with_dynamic_metadata(r.config, self.version)))}
+        return {"config": json.loads(apijson.go_json(C.with_dynamic_metadata(r.config, self.version)))}
 
     # -- both
     def stream(self, name: str, body, op: str = "CREATE") -> tuple[dict, dict]:
@@ -694,7 +694,7 @@ def test_limits_like_nats_server():
     go = GoJetStream(LIMITS_CONF, user="a", password="a")
     try:
         limits = go.request(f"{S}INFO")["limits"]
-        acct = gojson.from_dict(limits, C.AccountLimits)
+        acct = apijson.from_dict(limits, C.AccountLimits)
         srv = C.ServerLimits(max_request_batch=50, max_ack_pending=100, max_duplicate_window=60 * SEC)
         p = Pair(go, srv, acct)
         mb = 1024 * 1024
@@ -745,10 +745,10 @@ def test_nats_py_stream_configs_round_trip(pair):
                     placement=api.Placement(cluster="x"), metadata={"k": "v"}, allow_direct=True)):
         name = uniq("P")
         cfg = api.StreamConfig(name=name, **kw).as_dict()
-        body = json.loads(json.dumps(cfg, default=gojson._json_default).replace("{n}", name))
+        body = json.loads(json.dumps(cfg, default=apijson._json_default).replace("{n}", name))
         got = pair.same_stream(name, body)
-        ours = gojson.from_dict(body, C.StreamConfigRequest)
-        back = json.loads(gojson.go_json(ours))
+        ours = apijson.from_dict(body, C.StreamConfigRequest)
+        back = json.loads(apijson.go_json(ours))
         for k, v in body.items():
             if v not in (None, False, 0, "", [], {}):
                 assert back[k] == v, k
@@ -768,9 +768,9 @@ def test_nats_py_consumer_configs_round_trip(pair, streams):
         cfg = api.ConsumerConfig(durable_name=name, **kw).as_dict()
         body = {"stream_name": s, "config": cfg}
         pair.same_consumer(f"CREATE.{s}.{name}", body)
-        ours = gojson.from_dict(cfg, C.ConsumerConfig)
-        back = json.loads(gojson.go_json(ours))
-        for k, v in json.loads(json.dumps(cfg, default=gojson._json_default)).items():
+        ours = apijson.from_dict(cfg, C.ConsumerConfig)
+        back = json.loads(apijson.go_json(ours))
+        for k, v in json.loads(json.dumps(cfg, default=apijson._json_default)).items():
             if v not in (None, False, 0, "", [], {}):
                 assert back[k] == v, k
 
@@ -786,7 +786,7 @@ def test_encoded_bytes_like_nats_server(go):
     body = {"name": "ENC", "subjects": ["enc.x"], "description": text, "metadata": {"z": text, "a": "&"}}
     theirs = go._run(go.nc.request(S + "STREAM.CREATE.ENC", json.dumps(body).encode(), timeout=5)).data
     go.request(S + "STREAM.DELETE.ENC")
-    ours = gojson.go_json(C.StreamConfig(description=text, metadata={"z": text, "a": "&"}))
+    ours = apijson.go_json(C.StreamConfig(description=text, metadata={"z": text, "a": "&"}))
 
     def field(doc: bytes, name: bytes) -> bytes:
         m = re.search(rb'"' + name + rb'":"(?:[^"\\]|\\.)*"', doc)
@@ -799,12 +799,12 @@ def test_encoded_bytes_like_nats_server(go):
 
 def test_encoding_rules():
     cfg = C.StreamConfig(name="a<b>&c", description="\b\f\u2028")
-    out = gojson.go_json(cfg)
+    out = apijson.go_json(cfg)
     assert b"a\\u003cb\\u003e\\u0026c" in out
     assert b'"description":"\\b\\f\\u2028"' in out  # Go 1.22+ (nats-server 2.15) writes \\b and \\f
     assert b'"metadata"' not in out and b'"subjects"' not in out
     cc = C.ConsumerConfig(priority_policy="none", metadata={"b": "1", "a": "2"})
-    assert gojson.go_json(cc).endswith(b'"num_replicas":0,"metadata":{"a":"2","b":"1"}}')
+    assert apijson.go_json(cc).endswith(b'"num_replicas":0,"metadata":{"a":"2","b":"1"}}')
 
 
 def test_transform_validation():

@@ -11,7 +11,7 @@ import time
 
 import nats
 
-from rillet.gotime import format_time, zone_offset
+from rillet.gocompat.gotime import format_time, zone_offset
 from rillet.jetstream import schedules as S
 from rillet.server import Options
 from rillet.app.embed import run_server

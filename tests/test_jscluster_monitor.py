@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from helpers import free_port
-from rillet.gotime import time_ns
+from rillet.gocompat.gotime import time_ns
 from rillet.jetstream.cluster.assignments import (
     ConsumerAssignment, MetaState, RaftGroup, StreamAssignment, encode_assign_consumer, encode_assign_stream)
 from rillet.jetstream.cluster.monitor import (

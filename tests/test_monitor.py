@@ -18,8 +18,8 @@ import aiohttp
 import nats
 import pytest
 
-from rillet import gojson
-from rillet.monitor import gofmt
+from rillet.gocompat import gojson
+from rillet.gocompat import monitorfmt as gofmt
 from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 from rillet.config.options import Options, TLSConfig, User

@@ -298,7 +298,7 @@ def test_query_options_and_durations():
     assert superz.query_options({}) == (1.0, Thresholds(), False)
     t, th, text = superz.query_options({"timeout": "250ms", "max_lag": "5", "max_inactive": "1m", "format": "text"})
     assert (t, th.max_lag, th.max_inactive_ns, text) == (0.25, 5, 60 * 1000 * MS, True)
-    from rillet.monitor.gofmt import QueryError
+    from rillet.gocompat.monitorfmt import QueryError
     for q, err in (({"timeout": "x"}, "invalid timeout duration 'x'"), ({"timeout": "11s"}, "at most 10s"),
                    ({"max_lag": "many"}, "invalid max_lag 'many'"), ({"format": "xml"}, "invalid format 'xml'"),
                    ({"max_inactive": "5q"}, "invalid max_inactive duration '5q'")):

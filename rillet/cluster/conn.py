@@ -369,7 +369,7 @@ class ServerConn(ReadPacer, asyncio.Protocol):
         t = self.transport
         if self.closed or t is None:
             return
-        from rillet.gotime import format_seconds
+        from rillet.gocompat.gotime import format_seconds
         self.server.slow_consumers += 1
         self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
                                f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")

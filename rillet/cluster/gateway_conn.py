@@ -406,8 +406,8 @@ class GatewayConn(ServerConn):
 
     def monitor_info(self, q: dict) -> dict:
         """This connection as nats-server's /gatewayz shows it (RemoteGatewayz)."""
-        from rillet.gotime import format_time, unix_ns
-        from rillet.monitor.gofmt import rtt_string, uptime
+        from rillet.gocompat.gotime import format_time, unix_ns
+        from rillet.gocompat.monitorfmt import rtt_string, uptime
         now = time.time()
         d: dict[str, Any] = {"configured": bool(self.outbound and self.cfg is not None and not self.cfg.implicit)}
         t = self.transport

@@ -752,7 +752,7 @@ class LeafConn(ServerConn):
 
     def monitor_info(self, q: dict) -> dict:
         """This connection as nats-server's /leafz shows it (LeafInfo)."""
-        from rillet.monitor.gofmt import rtt_string
+        from rillet.gocompat.monitorfmt import rtt_string
         d: dict[str, Any] = {
             "id": self.cid, "name": self.remote_name, "is_spoke": self.spoke, "account": self.acc_name,
             "ip": self.host, "port": self.port,
@@ -1353,7 +1353,7 @@ class LeafNodes:
         return ((o.tls.timeout or 2.0) + 1.0) if o.tls is not None else 2.0
 
     def varz(self) -> dict:
-        from rillet.monitor.gofmt import num
+        from rillet.gocompat.monitorfmt import num
         o = self.opts
         d: dict[str, Any] = {}
         if o.port:

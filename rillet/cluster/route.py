@@ -246,7 +246,7 @@ class RouteConn(ServerConn):
         if sent <= self._wd_sent:  # nothing written to the peer in the whole deadline
             super()._write_deadline_check(wd)
             return
-        from rillet.gotime import format_seconds
+        from rillet.gocompat.gotime import format_seconds
         self._deadline_timer = None
         state = "State" if self._slow else "Detected"
         if not self._slow:
@@ -506,8 +506,8 @@ class RouteConn(ServerConn):
 
     def monitor_info(self, q: dict) -> dict:
         """This route as nats-server's /routez shows it (RouteInfo)."""
-        from rillet.gotime import format_time, unix_ns
-        from rillet.monitor.gofmt import rtt_string, uptime
+        from rillet.gocompat.gotime import format_time, unix_ns
+        from rillet.gocompat.monitorfmt import rtt_string, uptime
         now = time.time()
         d: dict[str, Any] = {
             "rid": self.cid, "remote_id": self.remote_id, "remote_name": self.remote_name,

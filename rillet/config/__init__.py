@@ -2,7 +2,9 @@
 from .errors import ConfigError, Position
 from .options_builder import build_options, load_file, load_string
 from .parser import parse_file, parse_string
-from .values import ConfigList, ConfigMap, parse_go_duration
+from rillet.gocompat.gotime import parse_go_duration
+
+from .values import ConfigList, ConfigMap
 
 __all__ = [
     "ConfigError", "Position", "ConfigMap", "ConfigList",

@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from rillet.goquote import go_quote, go_type
+from rillet.gocompat.goquote import go_quote, go_type
 
 from .errors import ConfigError
 from .typed import Field
-from .values import parse_go_duration
+from rillet.gocompat.gotime import parse_go_duration
 
 _RESPONSE_TYPES = ("singleton", "single", "stream", "chunked")
 

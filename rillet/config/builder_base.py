@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rillet.config.options import Options
-from rillet.goquote import go_type
+from rillet.gocompat.goquote import go_type
 
 from .errors import ConfigError
 from .typed import Field, unknown_field

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rillet.goquote import go_quote, go_type as _go_type
+from rillet.gocompat.goquote import go_quote, go_type as _go_type
 
 from .checks import is_valid_public_nkey
 

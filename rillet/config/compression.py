@@ -6,10 +6,10 @@ at load with its error text and the key's file:line:col."""
 from __future__ import annotations
 
 from rillet.compression import CompressionConfig, normalize
-from rillet.goquote import go_type
+from rillet.gocompat.goquote import go_type
 
 from .typed import Field
-from .values import parse_go_duration
+from rillet.gocompat.gotime import parse_go_duration
 
 
 def parse_compression(f: Field, on: str) -> CompressionConfig:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from rillet.goquote import go_type
+from rillet.gocompat.goquote import go_type
 
 from .errors import ConfigError
 from .typed import Field

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rillet.goquote import go_quote, go_type as _go_type
+from rillet.gocompat.goquote import go_quote, go_type as _go_type
 
 DEFAULT_SAMPLING = 100
 HEADERS_SAMPLING = 0  # sampling driven by tracing headers only

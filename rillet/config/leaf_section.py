@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from rillet.goquote import go_type
+from rillet.gocompat.goquote import go_type
 
 from .typed import Field
 
@@ -161,7 +161,7 @@ def _subjects(b: Any, f: Field) -> list[str]:
 
 def parse_leafnodes(b: Any, f: Field) -> None:
     """Fill ``b.o.leaf`` (and keep the raw map in ``b.o.leafnodes``) from the leafnodes map ``f``."""
-    from rillet.goquote import go_type as _gt
+    from rillet.gocompat.goquote import go_type as _gt
     if not isinstance(f.value, dict):
         raise f.error(f"Expected map to define a leafnode, got {_gt(f.value)}")
     b.o.leafnodes = f.as_map()
@@ -182,7 +182,7 @@ def parse_leafnodes(b: Any, f: Field) -> None:
                 raise e.error("error parsing leafnode authorization config, 'timeout' wrong type")
             if isinstance(e.value, str):
                 try:
-                    from rillet.config.values import parse_go_duration
+                    from rillet.gocompat.gotime import parse_go_duration
                     at = parse_go_duration(e.value)
                 except ValueError as err:
                     raise e.error(f"error parsing leafnode authorization config, 'timeout' {err}") from None

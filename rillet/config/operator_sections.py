@@ -106,7 +106,7 @@ class OperatorSections(BuilderBase):
                     raise f.error("hard_delete has no effect without delete")
                 interval = m.get("interval", "2m")
                 try:
-                    from .values import parse_go_duration
+                    from rillet.gocompat.gotime import parse_go_duration
                     secs = parse_go_duration(interval) if isinstance(interval, str) else float(interval)
                 except (ValueError, TypeError) as e:
                     raise f.error(str(e)) from None

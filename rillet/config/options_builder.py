@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from rillet.config import options as defaults
 from rillet.config.options import Options
-from rillet.goquote import go_type
+from rillet.gocompat.goquote import go_type
 
 from .auth_sections import AuthSections
 from .operator_sections import OperatorSections

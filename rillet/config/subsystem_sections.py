@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rillet.goquote import go_type
+from rillet.gocompat.goquote import go_type
 from rillet.config import options as defaults
 from rillet.config.options import TLSConfig
 

@@ -9,10 +9,12 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from rillet.goquote import go_quote, go_type
+from rillet.gocompat.goquote import go_quote, go_type
 
 from .errors import ConfigError, Position
-from .values import ConfigList, ConfigMap, parse_go_duration
+from rillet.gocompat.gotime import parse_go_duration
+
+from .values import ConfigList, ConfigMap
 
 
 def type_name(value: Any) -> str:

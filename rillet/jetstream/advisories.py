@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from rillet.gotime import format_time
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
-from rillet.gotime import format_time
-from rillet.gotime import parse_time
+from rillet.gocompat.gotime import format_time
+from rillet.gocompat.gotime import parse_time
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import streamconfig as SC
-from rillet.jetstream import gojson
+from rillet.jetstream import apijson
 from rillet.jetstream import headers as H
 from rillet.jetstream.apiqueue import INFO_KEYS
 from rillet.jetstream.log import LeadershipLost
@@ -50,11 +50,11 @@ HANDLER_MODULES = ("rillet.jetstream.api_consumer", "rillet.jetstream.snapshot")
 
 
 def stream_config_from_dict(d: dict) -> Any:
-    return gojson.from_dict(d, C.StreamConfig)
+    return apijson.from_dict(d, C.StreamConfig)
 
 
 def encode_config(cfg: Any) -> bytes:
-    return gojson.go_json(cfg)
+    return apijson.go_json(cfg)
 
 
 def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: str = "",
@@ -63,7 +63,7 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
     (not in create/update answers)."""
     d: dict[str, Any] = {}
     if include_config:
-        d["config"] = gojson.to_go(C.with_dynamic_metadata(s.cfg, level=API_LEVEL))
+        d["config"] = apijson.to_go(C.with_dynamic_metadata(s.cfg, level=API_LEVEL))
     d["created"] = s.created
     d["state"] = s.state_dict(subjects_filter, deleted_details)
     if with_cluster:
@@ -222,7 +222,7 @@ class ApiRouter:
 
     def respond(self, reply: bytes | None, obj: dict) -> None:
         if reply:
-            self.jsa.ic.publish(reply, None, gojson.go_json(obj))
+            self.jsa.ic.publish(reply, None, apijson.go_json(obj))
 
     def respond_error(self, reply: bytes | None, type_: str, err: ApiError, extra: dict | None = None) -> None:
         d: dict[str, Any] = {"type": type_, "error": err.to_dict()}
@@ -261,7 +261,7 @@ class ApiRouter:
         mem, sto, n, c = self.jsa.usage()
         streams = self.jsa.streams.values()
         rmem, rsto = _reserved(streams, "memory"), _reserved(streams, "file")
-        limits = gojson.to_go(self.jsa.limits)
+        limits = apijson.to_go(self.jsa.limits)
         d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
                              "reserved_memory": rmem, "reserved_storage": rsto, "streams": n, "consumers": c,
                              "limits": limits}

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 
-from rillet.gotime import format_time, to_utc_time
+from rillet.gocompat.gotime import format_time, to_utc_time
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
-from rillet.jetstream import gojson
+from rillet.jetstream import apijson
 from rillet.jetstream import consumer as CO
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
@@ -30,11 +30,11 @@ def config_to_dict(cfg: Any, dynamic_meta: bool = True, for_store: bool = False)
     """The config as nats-server writes it (field order, omitempty); responses add ``_nats.ver``/``level``."""
     if dynamic_meta and not for_store:
         cfg = C.with_dynamic_metadata(cfg)
-    return gojson.to_go(cfg)
+    return apijson.to_go(cfg)
 
 
 def config_from_dict(d: dict) -> Any:
-    return gojson.from_dict(d, C.ConsumerConfig)
+    return apijson.from_dict(d, C.ConsumerConfig)
 
 
 # ---- handlers -----------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ class ConsumerApi:
 
     def _create(self, tokens: list[str], reply: bytes | None, body: bytes) -> None:
         typ = T + "consumer_create_response"
-        req = gojson.go_decode(body, C.CreateConsumerRequest, strict=self.jsa.js.strict)
+        req = apijson.go_decode(body, C.CreateConsumerRequest, strict=self.jsa.js.strict)
         stream_name, cname, _ = CC.parse_consumer_create_subject(tokens, req)
         if req.config.num_replicas > 1:
             raise ApiError.make("STREAM_REPLICAS_NOT_SUPPORTED")
@@ -133,7 +133,7 @@ class ConsumerApi:
     def _req(self, body: bytes) -> dict:
         if not body.strip():
             return {}
-        d = gojson.parse_json(body)  # Go's JSON error texts
+        d = apijson.parse_json(body)  # Go's JSON error texts
         return d if isinstance(d, dict) else {}
 
     def consumer_names(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
@@ -187,7 +187,7 @@ class ConsumerApi:
         from rillet.jetstream import priority
         if not body.strip():
             raise ApiError.make("INVALID_JSON", err="unexpected end of JSON input")
-        req = gojson.parse_json(body)
+        req = apijson.parse_json(body)
         group = req.get("group") if isinstance(req, dict) else None
         if not isinstance(group, str) or not group:
             raise ApiError.make("INVALID_JSON", err="consumer group not specified")

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from rillet.gotime import format_time
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream.stream import now_ns
 
 BUDGET = 0.0005  # seconds of API work per loop pass (as a burst of reads: rillet.server.client BACKLOG_BUDGET)

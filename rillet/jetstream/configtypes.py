@@ -3,8 +3,8 @@
 Sans-IO, following nats-server's JSON field names and defaults. The checks that fill in defaults and refuse
 bad configurations are in ``rillet.jetstream.streamconfig`` and ``rillet.jetstream.consumerconfig``.
 
-* Times are Go's RFC3339Nano text (``rillet.gotime``); durations stay ``int`` nanoseconds everywhere.
-* Bodies are decoded and encoded by the Go-compatible JSON codec in ``rillet.jetstream.gojson``, which
+* Times are Go's RFC3339Nano text (``rillet.gocompat.gotime``); durations stay ``int`` nanoseconds everywhere.
+* Bodies are decoded and encoded by the Go-compatible JSON codec in ``rillet.gocompat.jsoncodec``, which
   reads each field's Go type from the ``Annotated`` markers used here.
 * msgspec Structs for the configurations. Attribute names are the JSON names. Fields that are pointers,
   slices or maps in Go are ``Optional`` here (``None`` = absent/nil).
@@ -19,7 +19,7 @@ import msgspec
 
 from rillet.jetstream import errors as jserr
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.gojson import (
+from rillet.gocompat.jsoncodec import (
     Duration,
     GoEnum,
     GoName,

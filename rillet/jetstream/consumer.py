@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from rillet import lane
-from rillet.gotime import format_duration, format_time, to_utc_time
+from rillet.gocompat.gotime import format_duration, format_time, to_utc_time
 from rillet.jetstream import headers as H
 from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_DUE, C_GONE, C_MAXDELIV, C_NAK,
                                              C_PURGED, C_START, C_UNDELIVERED, ConsumerStateMachine)
@@ -94,7 +94,7 @@ def _parse_time_ns(v: Any) -> int:
         return 0
     if isinstance(v, int):
         return v
-    from rillet.gotime import time_ns
+    from rillet.gocompat.gotime import time_ns
     try:
         return time_ns(str(v))
     except ValueError:
@@ -1225,7 +1225,7 @@ class Consumer(ConsumerStateMachine):
                     d = json.loads(arg)
                     delay_ns = int(d.get("delay") or 0)
                 else:
-                    from rillet.config.values import parse_go_duration
+                    from rillet.gocompat.gotime import parse_go_duration
                     delay_ns = int(parse_go_duration(arg.decode()) * 1e9)
             except Exception:
                 delay_ns = None
@@ -1567,7 +1567,7 @@ _PG_FIELDS = frozenset(("group", "min_pending", "min_ack_pending", "id", "priori
 
 def _next_request(body: bytes) -> dict:
     """A pull request body checked like Go's json.Unmarshal into JSApiConsumerGetNextRequest (same error texts)."""
-    from rillet.jetstream.gojson import parse_json
+    from rillet.jetstream.apijson import parse_json
     from rillet.jetstream.errors import ApiError
     try:
         d = parse_json(body)

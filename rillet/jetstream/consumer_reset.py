@@ -37,7 +37,7 @@ def _error(c: "Consumer", reply: bytes, e: ApiError) -> None:
 
 def _seq(body: bytes) -> int:
     """The ``seq`` of a reset request (0: back to the ack floor), decoded as Go's json does; raises ApiError."""
-    from rillet.jetstream.gojson import parse_json
+    from rillet.jetstream.apijson import parse_json
     if not body.strip():
         return 0
     try:

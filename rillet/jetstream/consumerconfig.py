@@ -12,8 +12,8 @@ from typing import Callable, Sequence, Union
 
 import msgspec
 
-from rillet.goquote import go_quote
-from rillet.gotime import format_duration, time_ns, to_utc_time
+from rillet.gocompat.goquote import go_quote
+from rillet.gocompat.gotime import format_duration, time_ns, to_utc_time
 from rillet.jetstream import errors as jserr
 from rillet.jetstream.configtypes import (
     ACK_POLICIES,
@@ -43,7 +43,7 @@ from rillet.jetstream.configtypes import (
     pedantic_error,
 )
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.gojson import from_dict, go_decode
+from rillet.jetstream.apijson import from_dict, go_decode
 from rillet.subjects.destination import _ERR_BAD_SUBJECT, _atoi
 from rillet.subjects.validate import is_valid_subject, subject_is_literal, subject_is_subset_match, subjects_collide
 

@@ -93,5 +93,5 @@ class NotEnabled:
                 d.update({"total": 0, "offset": 0, "limit": 0, _PAGED_LISTS[key]: []})
             elif key in ("STREAM.INFO", "CONSUMER.INFO"):
                 d.update({"total": 0, "offset": 0, "limit": 0})
-        from rillet.jetstream import gojson
-        self.ic.publish(reply, None, gojson.go_json(d))
+        from rillet.jetstream import apijson
+        self.ic.publish(reply, None, apijson.go_json(d))

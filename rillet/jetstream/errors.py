@@ -20,7 +20,7 @@ Usage::
 Placeholders (``{err}``, ``{stream}``, ``{limit}``...) are filled from keyword arguments. Values are
 rendered the way the Go server renders them: strings as they are, exceptions by ``str()`` (an
 ``ApiError`` renders as ``"description (err_code)"``), booleans as ``true``/``false``, ``None`` as
-``<nil>``. Durations in nanoseconds should be passed through ``rillet.gotime.format_duration()``
+``<nil>``. Durations in nanoseconds should be passed through ``rillet.gocompat.gotime.format_duration()``
 first. Placeholders without a value stay in the text untouched; unknown keywords are ignored.
 """
 from __future__ import annotations
@@ -29,6 +29,8 @@ import json
 import os
 import re
 from typing import Any, Iterable
+
+from rillet.gocompat.jsoncodec import register_encoder
 
 __all__ = [
     "ApiError",
@@ -416,3 +418,6 @@ CLUSTER_RESCUE: ErrorKind = _kind("CLUSTER_RESCUE")
 CONSUMER_STREAM_IDENTITY_MISMATCH: ErrorKind = _kind("CONSUMER_STREAM_IDENTITY_MISMATCH")
 STREAM_RECONFIGURE_IN_PROGRESS: ErrorKind = _kind("STREAM_RECONFIGURE_IN_PROGRESS")
 MESSAGE_SOURCE_HDR_NOT_ALLOWED: ErrorKind = _kind("MESSAGE_SOURCE_HDR_NOT_ALLOWED")
+
+# An ApiError inside an answer (``to_go``) is written as its wire form.
+register_encoder(ApiError, ApiError.to_dict)

@@ -13,7 +13,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
-from rillet.gotime import format_time
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream.store.filestore import fsync_dir, make_dirs_durable
 from rillet.jetstream.stream import Stream
 
@@ -344,7 +344,7 @@ class JetStream:
         return {"status": "ok"}
 
     def limits_dict(self) -> dict:
-        from rillet.jetstream.gojson import to_go
+        from rillet.jetstream.apijson import to_go
         return to_go(self.server_limits)
 
     def jsz(self, opts: dict) -> dict:

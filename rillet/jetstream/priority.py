@@ -23,7 +23,7 @@ import random
 import string
 from typing import TYPE_CHECKING, Any
 
-from rillet.gotime import format_time
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ import re
 import time
 from typing import Any
 
-from rillet.gotime import format_time, zone_offset
+from rillet.gocompat.gotime import format_time, zone_offset
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 from rillet.subjects.validate import is_valid_publish_subject, subjects_collide
@@ -218,7 +218,7 @@ def parse_schedule(pattern: str, tz: Any, ts: int, skip: bool = True) -> tuple[i
     if pattern.startswith("@every "):
         if tz is not None:
             raise _Invalid(pattern)
-        from rillet.config.values import parse_go_duration
+        from rillet.gocompat.gotime import parse_go_duration
         try:
             secs = parse_go_duration(pattern[7:])
         except ValueError:

@@ -17,7 +17,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Any, Iterator
 
-from rillet.gotime import format_time
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream import streamconfig as C
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
@@ -213,11 +213,11 @@ class ArchiveReceiver:
         self.finished = False
 
     def start(self, reply: bytes) -> None:
-        from rillet.jetstream import gojson
+        from rillet.jetstream import apijson
         from rillet.jetstream.api import T
         self._sub = self.jsa.ic.subscribe(self.subject, self._on_chunk)
         self._arm()
-        self.jsa.ic.publish(reply, None, gojson.go_json({"type": T + "stream_restore_response",
+        self.jsa.ic.publish(reply, None, apijson.go_json({"type": T + "stream_restore_response",
                                                          "deliver_subject": self.subject}))
 
     def _arm(self) -> None:

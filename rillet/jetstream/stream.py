@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 import rillet.server.msgtrace as _mt
-from rillet.gotime import format_time
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream import schedules
 from rillet.jetstream.errors import ApiError
@@ -63,7 +63,7 @@ def parse_ttl(v: str) -> int:
         raise ValueError(v)
     if v.isdigit():
         return int(v)
-    from rillet.config.values import parse_go_duration
+    from rillet.gocompat.gotime import parse_go_duration
     secs = parse_go_duration(v)
     if secs < 1:
         raise ValueError(v)

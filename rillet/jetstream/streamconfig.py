@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Union
 
-from rillet.goquote import go_quote
-from rillet.gotime import format_duration
+from rillet.gocompat.goquote import go_quote
+from rillet.gocompat.gotime import format_duration
 from rillet.jetstream import errors as jserr
 from rillet.jetstream.configtypes import (
     DEFAULT_DUPLICATE_WINDOW,
@@ -36,7 +36,7 @@ from rillet.jetstream.configtypes import (
     is_valid_asset_name,
     pedantic_error,
 )
-from rillet.jetstream.gojson import from_dict, go_decode
+from rillet.jetstream.apijson import from_dict, go_decode
 from rillet.subjects.overlap import first_overlaps
 from rillet.subjects.destination import _ERR_BAD_SUBJECT, check_subject_transform, validate_mapping
 from rillet.subjects.validate import (

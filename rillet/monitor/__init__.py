@@ -21,7 +21,7 @@ __all__ = ["Monitor", "MonitorListener", "start_monitor"]
 
 def __getattr__(name: str) -> Any:
     # the HTTP side (http11 and the endpoints) loads when first used, not with the formatting helpers the
-    # server imports at start (rillet.monitor.gofmt): the server then listens for clients sooner
+    # server imports at start (rillet.gocompat.monitorfmt): the server then listens for clients sooner
     if name in ("Monitor", "MonitorListener", "start_site"):
         from rillet.monitor import httpd
         return getattr(httpd, name)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rillet.gotime import format_time, local_offset, unix_ns
-from rillet.monitor.gofmt import (
+from rillet.gocompat.gotime import format_time, local_offset, unix_ns
+from rillet.gocompat.monitorfmt import (
     QueryError,
     parse_bool,
     parse_int,

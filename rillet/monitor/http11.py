@@ -21,7 +21,7 @@ import ssl
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qsl, unquote
 
-from rillet.gotime import http_date
+from rillet.gocompat.gotime import http_date
 
 MAX_HEAD = 1 << 20  # Go's http.DefaultMaxHeaderBytes
 IDLE_TIMEOUT = 75.0  # a kept-alive connection with no request is closed after this long

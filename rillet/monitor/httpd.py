@@ -19,10 +19,10 @@ from rillet.monitor.http11 import HttpServer, Request, Response
 from rillet.monitor import endpoints
 from rillet.server import procstats
 from rillet.monitor.conns import ConnzOptions, connz, decode_subs
-from rillet.gojson import dumps
-from rillet.goquote import go_quote
-from rillet.gotime import format_time
-from rillet.monitor.gofmt import QueryError
+from rillet.gocompat.gojson import dumps
+from rillet.gocompat.goquote import go_quote
+from rillet.gocompat.gotime import format_time
+from rillet.gocompat.monitorfmt import QueryError
 from rillet.monitor.varz import varz
 
 ROOT, VARZ, CONNZ, ROUTEZ, GATEWAYZ, LEAFZ, SUBSZ, STACKSZ = (

@@ -61,7 +61,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from rillet.gotime import format_duration, format_time
+from rillet.gocompat.gotime import format_duration, format_time
 
 KINDS = ("STATSZ", "VARZ", "GATEWAYZ", "JSZ", "HEALTHZ")
 REQUEST_BODIES = {"JSZ": {"streams": True, "config": True}}
@@ -676,7 +676,7 @@ MAX_TIMEOUT = 10.0
 def query_options(q: Mapping[str, str]) -> tuple[float, Thresholds, bool]:
     """(timeout, thresholds, text) from /superz's query: ``timeout`` (default 1s, at most 10s),
     ``max_lag`` (messages), ``max_inactive`` (a duration), ``format=text``."""
-    from rillet.monitor.gofmt import QueryError
+    from rillet.gocompat.monitorfmt import QueryError
     try:
         timeout = parse_duration(q["timeout"], "timeout") if q.get("timeout") else DEFAULT_TIMEOUT
         inactive = parse_duration(q["max_inactive"], "max_inactive") if q.get("max_inactive") else DEFAULT_MAX_INACTIVE

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rillet.monitor.gofmt import QueryError
+from rillet.gocompat.monitorfmt import QueryError
 
 
 def _s(v: Any) -> str:

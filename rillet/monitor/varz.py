@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import rillet
 from rillet import lane
-from rillet.gotime import format_time, unix_ns
+from rillet.gocompat.gotime import format_time, unix_ns
 from rillet.server import procstats
-from rillet.monitor.gofmt import num, secs_to_ns, uptime
+from rillet.gocompat.monitorfmt import num, secs_to_ns, uptime
 
 DEFAULT_TLS_TIMEOUT = 2.0
 
@@ -131,7 +131,7 @@ def _seconds(v: Any) -> float:
     if isinstance(v, (int, float)):
         return float(v)
     if isinstance(v, str):
-        from rillet.config.values import parse_go_duration
+        from rillet.gocompat.gotime import parse_go_duration
         try:
             return float(parse_go_duration(v))
         except Exception:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rillet.goquote import go_quote
+from rillet.gocompat.goquote import go_quote
 from rillet.server.accounts import GLOBAL_ACCOUNT
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from rillet.goquote import go_quote
+from rillet.gocompat.goquote import go_quote
 from rillet import jwt
 from rillet.config.callout import GLOBAL_ACCOUNT, CalloutConfig, parse_auth_callout
 from rillet.nkey import decode_public_nkey, encode_public_nkey

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import msgspec
 
 import rillet.server.msgtrace as _mt
-from rillet.goquote import go_quote
-from rillet.gotime import format_seconds
+from rillet.gocompat.goquote import go_quote
+from rillet.gocompat.gotime import format_seconds
 from rillet import lane
 from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import PermChecker

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from rillet.config.latency import Latency
-from rillet.gotime import format_time, unix_ns
+from rillet.gocompat.gotime import format_time, unix_ns
 
 LATENCY_TYPE = "io.nats.server.metric.v1.service_latency"
 # ---- sampling ---------------------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ import random
 import time
 from typing import Any
 
-from rillet.goquote import go_quote
-from rillet.gotime import format_time
+from rillet.gocompat.goquote import go_quote
+from rillet.gocompat.gotime import format_time
 from rillet.server.delivery import CLIENT, LEAF, ConnKind
 
 TRACE_DEST = "Nats-Trace-Dest"
@@ -522,7 +522,7 @@ def client_publish(c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: b
     if c.slow_path:
         perms = c.perms
         if perms is not None and perms.has_pub and not perms.can_publish(subject):
-            from rillet.goquote import go_quote
+            from rillet.gocompat.goquote import go_quote
             mt.ingress["error"] = f"Permissions Violation for Publish to {go_quote(subject)}"
             c._pub_checks(b"HPUB", subject, reply, hdr, msg)
             mt.send()

@@ -706,7 +706,7 @@ def validate_options(o: Options) -> None:
     if o.max_payload > o.max_pending:
         raise ValueError(f"max_payload ({o.max_payload}) cannot be higher than max_pending ({o.max_pending})")
     if o.lame_duck_grace_period >= o.lame_duck_duration > 0 and o.lame_duck_grace_period > 0:
-        from rillet.gotime import format_seconds as d
+        from rillet.gocompat.gotime import format_seconds as d
         raise ValueError(f"lame duck grace period ({d(o.lame_duck_grace_period)}) should be strictly lower than "
                          f"lame duck duration ({d(o.lame_duck_duration)})")
 

@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 import rillet
-from rillet.gotime import format_time, unix_ns
-from rillet.gojson import dumps, num
+from rillet.gocompat.gotime import format_time, unix_ns
+from rillet.gocompat.gojson import dumps, num
 from rillet.server import procstats
 
 SYS_DEFAULT = "$SYS"

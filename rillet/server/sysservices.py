@@ -22,7 +22,7 @@ import hashlib
 import json
 from typing import Any
 
-from rillet.gojson import dumps
+from rillet.gocompat.gojson import dumps
 
 SERVER_KINDS = ("IDZ", "STATSZ", "VARZ", "SUBSZ", "CONNZ", "ROUTEZ", "GATEWAYZ", "LEAFZ", "ACCOUNTZ", "JSZ",
                 "HEALTHZ", "PROFILEZ", "EXPVARZ", "IPQUEUESZ", "RAFTZ")
@@ -155,7 +155,7 @@ class SystemServices:
 
     def account_statz(self, names: list[str] | None, unused: bool) -> dict | None:
         import time as _t
-        from rillet.gotime import format_time
+        from rillet.gocompat.gotime import format_time
         srv = self.server
         stats = []
         for acc in list(srv.accounts.values()):

@@ -25,7 +25,7 @@ import struct
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from rillet.gotime import http_date
+from rillet.gocompat.gotime import http_date
 from rillet.server.client import Client
 from rillet.server.listen import listening_socket, plain_ip
 from rillet.config.options import RANDOM_PORT, WebsocketOptions

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random as _random
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from rillet.goquote import go_quote
+from rillet.gocompat.goquote import go_quote
 from rillet.subjects.destination import (
     LEFT as _LEFT,
     NONE as _NONE,

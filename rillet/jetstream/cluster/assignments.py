@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 import msgspec
 
-from rillet.gotime import format_time, time_ns
+from rillet.gocompat.gotime import format_time, time_ns
 from rillet.jetstream.cluster.peers import DIGITS, PEER_ID_LEN, name_hash
 
 META_GROUP = "_meta_"

@@ -67,9 +67,9 @@ from typing import Any, Callable, Optional
 
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
-from rillet.jetstream import gojson
+from rillet.jetstream import apijson
 from rillet.jetstream import streamconfig as SC
-from rillet.gotime import format_time
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream.cluster import assignments as A
 from rillet.jetstream.cluster import monitor as MON
 from rillet.jetstream.cluster.group import RaftGroup
@@ -124,15 +124,15 @@ _TYPES = {"INFO": "account_info_response", "STREAM.CREATE": "stream_create_respo
 
 
 def _cfg_dict(cfg: Any) -> dict:
-    return json.loads(gojson.go_json(cfg))
+    return json.loads(apijson.go_json(cfg))
 
 
 def _stream_cfg(d: dict) -> Any:
-    return gojson.from_dict(d, C.StreamConfig)
+    return apijson.from_dict(d, C.StreamConfig)
 
 
 def _consumer_cfg(d: dict) -> Any:
-    return gojson.from_dict(d, C.ConsumerConfig)
+    return apijson.from_dict(d, C.ConsumerConfig)
 
 
 def _is_rillet(go_field: str) -> bool:
@@ -665,7 +665,7 @@ class JetStreamCluster:
                         "server_id": self.server.server_id, "cluster": self.name}
                 if self.js.domain:
                     body["domain"] = self.js.domain
-                self._ic.publish(b"$JS.EVENT.ADVISORY.SERVER.REMOVED", None, gojson.go_json(body))
+                self._ic.publish(b"$JS.EVENT.ADVISORY.SERVER.REMOVED", None, apijson.go_json(body))
             self.loop.create_task(self._leave())
             return
         if self.is_leader():
@@ -970,14 +970,14 @@ class JetStreamCluster:
             self.log.warn(f"JetStream cluster: bad stream info request: {e}")
             return
         if info is not None:
-            self._ic.publish(reply, None, gojson.go_json(info))
+            self._ic.publish(reply, None, apijson.go_json(info))
             return
         reply = bytes(reply)
 
         def elected() -> None:  # (this server won the group's first election: answer now)
             i = self._leader_stream_info(acc, name)
             if i is not None:
-                self._ic.publish(reply, None, gojson.go_json(i))
+                self._ic.publish(reply, None, apijson.go_json(i))
                 self.server.schedule_flush()  # (not in a read cycle: nothing else flushes it)
         self.streams.when_leader(acc, name, "", elected, INFO_TIMEOUT)
 
@@ -998,14 +998,14 @@ class JetStreamCluster:
             self.log.warn(f"JetStream cluster: bad consumer info request: {e}")
             return
         if info is not None:
-            self._ic.publish(reply, None, gojson.go_json(info))
+            self._ic.publish(reply, None, apijson.go_json(info))
             return
         reply = bytes(reply)
 
         def elected() -> None:
             i = self._leader_consumer_info(acc, stream, name)
             if i is not None:
-                self._ic.publish(reply, None, gojson.go_json(i))
+                self._ic.publish(reply, None, apijson.go_json(i))
                 self.server.schedule_flush()  # (not in a read cycle: nothing else flushes it)
         if name:
             self.streams.when_leader(acc, stream, name, elected, INFO_TIMEOUT)
@@ -1325,7 +1325,7 @@ class JetStreamCluster:
         d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
                              "reserved_memory": rmem, "reserved_storage": rsto, "streams": len(streams),
                              "consumers": sum(len(sa.consumers) for sa in streams),
-                             "limits": gojson.to_go(jsa.limits)}
+                             "limits": apijson.to_go(jsa.limits)}
         if self.js.domain:
             d["domain"] = self.js.domain
         from rillet.jetstream.api import API_LEVEL
@@ -1621,7 +1621,7 @@ class JetStreamCluster:
         typ = T + "consumer_create_response"
         jsa = router.jsa
         acc = jsa.account.name
-        req = gojson.go_decode(body, C.CreateConsumerRequest, strict=jsa.js.strict)
+        req = apijson.go_decode(body, C.CreateConsumerRequest, strict=jsa.js.strict)
         stream_name, cname, _ = CC.parse_consumer_create_subject(tokens, req)
         sa = self.state.stream(acc, stream_name)
         if sa is None:
@@ -1739,7 +1739,7 @@ class JetStreamCluster:
 
         def respond(d: dict) -> None:
             if reply:
-                self._ic.publish(reply, None, gojson.go_json({"type": typ, **d}))
+                self._ic.publish(reply, None, apijson.go_json({"type": typ, **d}))
         if "/" in acc or "\\" in acc:
             respond({"error": ApiError.make("STREAM_GENERAL_ERROR",
                                             err="account name can not contain path separators").to_dict()})
@@ -1798,7 +1798,7 @@ class JetStreamCluster:
         typ = T + _TYPES[key]
 
         def respond(d: dict) -> None:
-            self._ic.publish(reply, None, gojson.go_json({"type": typ, **d}))
+            self._ic.publish(reply, None, apijson.go_json({"type": typ, **d}))
         try:  # (as nats-server: parsed only when it looks like a JSON object or array)
             req = json.loads(body) if body.lstrip()[:1] in (b"{", b"[") else {}
             if not isinstance(req, dict):

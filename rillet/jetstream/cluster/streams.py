@@ -90,7 +90,7 @@ class StreamReplica:
         from rillet.jetstream.store.filestore import make_dirs_durable
         from rillet.jetstream.storeopen import open_store
         from rillet.jetstream.stream import Stream
-        from rillet.gotime import format_time
+        from rillet.gocompat.gotime import format_time
         self.cs = cs
         self.sa = sa
         self.jsa = jsa
@@ -392,9 +392,9 @@ class StreamReplica:
         self.log.propose(Entry(RESTORED, (self.snapshot(),)), done)
 
     def _respond(self, reply: bytes, d: dict) -> None:
-        from rillet.jetstream import gojson
+        from rillet.jetstream import apijson
         if reply:
-            self.jsa.ic.publish(reply, None, gojson.go_json(d))
+            self.jsa.ic.publish(reply, None, apijson.go_json(d))
 
     def _restore_failed(self, why: Any) -> None:
         """The restore did not complete: its last chunk (when it came) is answered with the restore error

@@ -21,7 +21,7 @@ import time
 from bisect import bisect_left, bisect_right
 from typing import Any, Callable, Iterable
 
-from ...gotime import format_seconds
+from rillet.gocompat.gotime import format_seconds
 from ...subjects.validate import tokens_match_literal
 from .base import (
     ConsumerState,
