@@ -31,7 +31,7 @@ def parse_json(data: bytes | str | None) -> Any:
         raise jserr.INVALID_JSON(err=str(e)) from None
 
 
-def from_dict(d: dict, cls: type, top: str | None = None) -> Any:
+def from_dict(d: dict[str, Any], cls: type, top: str | None = None) -> Any:
     """``jsoncodec.from_dict``; a decode failure is the API's ``INVALID_JSON``."""
     try:
         return _codec.from_dict(d, cls, top)

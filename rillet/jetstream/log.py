@@ -57,7 +57,7 @@ class Entry(msgspec.Struct):
     (A msgspec Struct: built in C, one is made per publish and per delivery.)"""
 
     op: int
-    args: tuple
+    args: tuple[Any, ...]
     ctx: Any = None
 
     # stream ops (the leader decides every timestamp and sequence an entry needs)

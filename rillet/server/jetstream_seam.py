@@ -24,7 +24,7 @@ def new_jetstream(server: "Server") -> "JetStream":
     return JetStream(server, clustered=server.cluster is not None)
 
 
-def account_js_config(accounts: dict) -> "dict[str, AccountLimits]":
+def account_js_config(accounts: dict[str, Any]) -> "dict[str, AccountLimits]":
     """{account name: limits} for the configured accounts whose ``jetstream`` entry enables JetStream."""
     from rillet.jetstream.manager import account_js_config as limits_of
     return limits_of(accounts)

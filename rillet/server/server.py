@@ -70,6 +70,8 @@ class Server:
         self.pending_flush: list[Any] = []
         self._flush_scheduled = False
         self.accounts: dict[str, Account] = {}
+        # the system account, once rillet.server.sysacc has set it up (None with no_system_account)
+        self.system_account: Account | None = None
         # the links, set by the subsystems: the route manager (when a cluster port is set), the leaf node
         # manager (a leafnode port or remotes) and the gateway manager (a gateway block with a name and port)
         self.cluster: Any = None
@@ -237,6 +239,9 @@ class Server:
         try:
             if o.http_port or o.https_port:
                 await self.subsystems.start_monitor(self)
+            elif o.http_metrics:
+                self.log.warn("http_metrics is set but there is no monitoring port (http_port or https_port): "
+                              "/metrics is not served")
             if o.websocket.port:
                 from rillet.server.websocket import start_websocket
                 await start_websocket(self)

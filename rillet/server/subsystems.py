@@ -40,17 +40,17 @@ class Subsystems(Protocol):
         """Start HTTP(S) monitoring (``http_port``/``https_port`` set): its listener goes to
         ``server.extra_listeners`` and its bound address to ``server.http_addr``/``https_addr``."""
 
-    def closed_conn_info(self, server: "Server", c: Any) -> dict | None:
+    def closed_conn_info(self, server: "Server", c: Any) -> dict[str, Any] | None:
         """What /connz?state=closed keeps of a connection that has gone (None: nothing is kept)."""
 
     def check_reload(self, server: "Server", new_opts: "Options") -> None:
         """Refuse (ValueError) a reload whose options the links cannot take; nothing is changed here."""
 
-    def server_data(self, sysacc: Any, kind: str, o: dict) -> dict | None:
+    def server_data(self, sysacc: Any, kind: str, o: dict[str, Any]) -> dict[str, Any] | None:
         """The data of a ``$SYS.REQ.SERVER.*.<kind>`` monitoring request (None: not answered);
         ValueError for bad request options (answered with a 400 error)."""
 
-    def account_data(self, sysacc: Any, acc: str, kind: str, o: dict) -> dict | None:
+    def account_data(self, sysacc: Any, acc: str, kind: str, o: dict[str, Any]) -> dict[str, Any] | None:
         """The data of a ``$SYS.REQ.ACCOUNT.<acc>.<kind>`` monitoring request (as ``server_data``)."""
 
 
@@ -90,14 +90,14 @@ class Core:
     async def start_monitor(self, server: "Server") -> None:
         self._refuse(["monitoring"])
 
-    def closed_conn_info(self, server: "Server", c: Any) -> dict | None:
+    def closed_conn_info(self, server: "Server", c: Any) -> dict[str, Any] | None:
         return None
 
     def check_reload(self, server: "Server", new_opts: "Options") -> None:
         self._refuse(needs_root(new_opts))
 
-    def server_data(self, sysacc: Any, kind: str, o: dict) -> dict | None:
+    def server_data(self, sysacc: Any, kind: str, o: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
-    def account_data(self, sysacc: Any, acc: str, kind: str, o: dict) -> dict | None:
+    def account_data(self, sysacc: Any, acc: str, kind: str, o: dict[str, Any]) -> dict[str, Any] | None:
         return None

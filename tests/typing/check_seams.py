@@ -1,0 +1,33 @@
+"""Static conformance of JetStream's seams (``rillet.jetstream.seams``): every implementation assigned to its
+protocol. Not a test module: ``mypy --strict`` checks it (``.ci/run``, tests/test_typing.py); a member missing
+or with another signature in an implementation is a type error here."""
+from __future__ import annotations
+
+from rillet.jetstream.cluster.log import RaftLog, SubLog
+from rillet.jetstream.cluster.transport import RaftTransport as RouteRaftTransport
+from rillet.jetstream.log import DeferredLog, SingleNodeLog
+from rillet.jetstream.seams import ConsumerStore, RaftTransport, ReplicatedLog, ServerServices, StreamStore
+from rillet.jetstream.store._core import MemConsumerStore
+from rillet.jetstream.store.filestore import FileConsumerStore, FileStore
+from rillet.jetstream.store.memstore import MemStore
+from rillet.server.server import Server
+
+
+def server(s: Server) -> ServerServices:
+    return s
+
+
+def stores(m: MemStore, f: FileStore) -> list[StreamStore]:
+    return [m, f]
+
+
+def consumer_stores(m: MemConsumerStore, f: FileConsumerStore) -> list[ConsumerStore]:
+    return [m, f]
+
+
+def logs(a: SingleNodeLog, b: DeferredLog, c: RaftLog, d: SubLog) -> list[ReplicatedLog]:
+    return [a, b, c, d]
+
+
+def transport(t: RouteRaftTransport) -> RaftTransport:
+    return t
