@@ -18,6 +18,7 @@ from rillet.jetstream.store.filestore import fsync_dir, make_dirs_durable
 from rillet.jetstream.stream import Stream
 
 if TYPE_CHECKING:
+    from rillet.jetstream.seams import ServerServices
     from rillet.server.accounts import Account
     from rillet.server.server import Server
 
@@ -188,7 +189,7 @@ class JSAccount:
 class JetStream:
     """The server's JetStream subsystem (``server.jetstream``)."""
 
-    def __init__(self, server: "Server", clustered: bool = False) -> None:
+    def __init__(self, server: "ServerServices", clustered: bool = False) -> None:
         """``clustered``: the server has a cluster port (the meta group and replicated streams)."""
         self.server = server
         self.clustered = clustered
@@ -365,10 +366,24 @@ class JetStream:
                              "reserved_memory": 0, "reserved_storage": 0, "accounts": 1, "ha_assets": 0,
                              "api": {"level": API_LEVEL, "total": jsa.api_total, "errors": jsa.api_errors}}
         if opts.get("streams") or opts.get("consumers"):
-            from rillet.jetstream.api import stream_info_dict
-            d["stream_detail"] = [stream_info_dict(s, include_config=bool(opts.get("config")))
-                                  for s in jsa.streams.values()]
+            d["stream_detail"] = [self._stream_detail(s, opts) for s in jsa.streams.values()]
         return d
+
+    @staticmethod
+    def _stream_detail(s: Any, opts: dict) -> dict:
+        """A stream of ``/jsz?streams=true``; with ``consumers=true`` its ``consumer_detail`` (each
+        consumer's info, its config only with ``config=true``), as nats-server."""
+        from rillet.jetstream.api import stream_info_dict
+        sd = stream_info_dict(s, include_config=bool(opts.get("config")))
+        if opts.get("consumers") and s.consumers:
+            cons = []
+            for name in sorted(s.consumers):
+                ci = s.consumers[name].info()
+                if not opts.get("config"):
+                    ci = {k: v for k, v in ci.items() if k != "config"}
+                cons.append(ci)
+            sd["consumer_detail"] = cons
+        return sd
 
 
 def account_js_config(accounts: dict) -> dict[str, Any]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rillet.jetstream.store.base import ConsumerState, StoreConfig, StoredMsg, StreamState
     from rillet.server.accounts import Account
     from rillet.server.client import InternalClient
+    from rillet.server.logging import Logger
 
 __all__ = ["ConsumerStore", "RaftTransport", "ReplicatedLog", "ServerServices", "StreamStore"]
 
@@ -36,6 +37,9 @@ class ServerServices(Protocol):
     name: str
     server_id: str
     opts: Options
+    log: Logger
+    accounts: dict[str, Account]
+    global_account: Account
     system_account: Account | None
 
     @property
