@@ -36,6 +36,7 @@ Server Options:
     -P, --pid <file>                 Write the process id to this file
     -m, --http_port <port>           Port for HTTP monitoring
     -ms,--https_port <port>          Port for HTTPS monitoring
+        --http_metrics               Serve /metrics (Prometheus) on the monitoring port
     -c, --config <file>              Read this configuration file
     -t                               Check the configuration file and exit
     -sl,--signal <signal>[=<pid>]    Signal a running server (ldm, stop, quit, term, reopen, reload)
@@ -173,6 +174,7 @@ def _table() -> dict[str, _Flag]:
         (("auth",), "authorization", "str"),
         (("m", "http_port"), "http_port", "int"),
         (("ms", "https_port"), "https_port", "int"),
+        (("http_metrics",), "http_metrics", "bool"),
         (("c", "config"), "config", "str"),
         (("t",), "test_config", "bool"),
         (("sl", "signal"), "signal", "str"),
@@ -346,6 +348,7 @@ _DIRECT = {
     "authorization": "authorization",
     "http_port": "http_port",
     "https_port": "https_port",
+    "http_metrics": "http_metrics",
     "pid_file": "pid_file",
     "ports_file_dir": "ports_file_dir",
     "log_file": "log_file",

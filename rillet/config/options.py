@@ -149,6 +149,7 @@ class Options:
     http_port: int = 0  # 0 = monitoring off
     https_port: int = 0
     http_base_path: str = ""
+    http_metrics: bool = False  # /metrics (Prometheus text, prometheus-nats-exporter names) on the monitor
     ports_file_dir: str = ""
     pid_file: str = ""
     config_file: str = ""

@@ -96,6 +96,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "monitor_port": s("http_port", "int"),
             "https_port": s("https_port", "int"),
             "http_base_path": s("http_base_path", "str"),
+            "http_metrics": s("http_metrics", "bool"),
             "pid_file": s("pid_file", "str"),
             "pidfile": s("pid_file", "str"),
             "ports_file_dir": s("ports_file_dir", "str"),

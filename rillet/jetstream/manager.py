@@ -371,10 +371,18 @@ class JetStream:
 
     @staticmethod
     def _stream_detail(s: Any, opts: dict) -> dict:
-        """A stream of ``/jsz?streams=true``; with ``consumers=true`` its ``consumer_detail`` (each
-        consumer's info, its config only with ``config=true``), as nats-server."""
+        """A stream of ``/jsz?streams=true`` as nats-server's StreamDetail: name, created, cluster (the
+        leader: this server), config (``config=true``), state, mirror and sources; with ``consumers=true``
+        its ``consumer_detail`` (each consumer's info, its config only with ``config=true``)."""
         from rillet.jetstream.api import stream_info_dict
-        sd = stream_info_dict(s, include_config=bool(opts.get("config")))
+        info = stream_info_dict(s, include_config=bool(opts.get("config")))
+        sd: dict[str, Any] = {"name": s.name, "created": info["created"], "cluster": {"leader": s.js.server.name}}
+        if "config" in info:
+            sd["config"] = info["config"]
+        sd["state"] = info["state"]
+        for k in ("mirror", "sources"):
+            if k in info:
+                sd[k] = info[k]
         if opts.get("consumers") and s.consumers:
             cons = []
             for name in sorted(s.consumers):

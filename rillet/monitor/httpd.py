@@ -31,6 +31,9 @@ ACCOUNTZ, ACCSTATZ, JSZ, HEALTHZ, IPQUEUESZ, RAFTZ, EXPVARZ = (
     "/accountz", "/accstatz", "/jsz", "/healthz", "/ipqueuesz", "/raftz", "/debug/vars")
 SUBSCRIPTIONSZ = "/subscriptionsz"
 SUPERZ = "/superz"  # Rillet-specific: the super-cluster health view (rillet.monitor.superz)
+METRICS = "/metrics"  # Rillet-specific, off unless http_metrics: Prometheus text (rillet.monitor.metrics)
+METRICS_OFF = ("/metrics is not enabled on this server: set http_metrics: true in the configuration "
+               "or start it with --http_metrics\n")
 
 _CALLBACK_OK = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$.]*$")
 
@@ -76,6 +79,7 @@ class Monitor:
             RAFTZ: self.handle_raftz,
             EXPVARZ: self.handle_expvarz,
             SUPERZ: self.handle_superz,
+            METRICS: self.handle_metrics,
         }
         self.routes = {join_path(self.base, p): h for p, h in routes.items()}
 
@@ -198,6 +202,13 @@ class Monitor:
         return self.json(request, {"server_id": self.server.server_id, "server_name": self.server.name,
                                    "now": format_time(time.time_ns()), **view}, code)
 
+    async def handle_metrics(self, request: Request) -> Response:
+        # (not counted in /varz http_req_stats, which lists nats-server's endpoints)
+        if not self.server.opts.http_metrics:
+            return text_response(METRICS_OFF, 404)
+        from rillet.monitor import metrics
+        return Response(body=metrics.render(self.server, self).encode(), content_type=metrics.CONTENT_TYPE)
+
     async def handle_expvarz(self, request: Request) -> Response:
         body = endpoints.expvar_body(procstats.rss_bytes())
         return Response(body=body, content_type="application/json", charset="utf-8")
@@ -226,7 +237,7 @@ _LINKS = (
     ("General", VARZ), ("JetStream", JSZ), ("Connections", CONNZ), ("Accounts", ACCOUNTZ),
     ("Account Stats", ACCSTATZ), ("Subscriptions", SUBSZ), ("Routes", ROUTEZ), ("LeafNodes", LEAFZ),
     ("Gateways", GATEWAYZ), ("Raft Groups", RAFTZ), ("Health Probe", HEALTHZ), ("Expvar", EXPVARZ),
-    ("Super-cluster Health (Rillet)", SUPERZ),
+    ("Super-cluster Health (Rillet)", SUPERZ), ("Prometheus Metrics (Rillet, with http_metrics)", METRICS),
 )
 
 
