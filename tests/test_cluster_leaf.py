@@ -61,7 +61,7 @@ def leaf_ready(srv, n: int = 1) -> bool:
 
 def leaf_interest(srv, subject: str, account: str = "$G") -> int:
     """Subscriptions announced by leaf connections (LS+) that match ``subject`` on ``srv``."""
-    from rillet.cluster.leaf import LEAF_KIND
+    from rillet.cluster.leaf_conn import LEAF_KIND
     from rillet.cluster.routed import RemoteSub
     acc = srv.accounts.get(account)
     if acc is None:
@@ -422,7 +422,7 @@ async def test_remote_urls_order_and_discovered_urls():
     conf = 'leafnodes { remotes [ { urls: ["nats://a:1", "nats://b:2", "nats://c:3", "nats://d:4"] } ] }'
     orders = set()
     for _ in range(12):
-        from rillet.cluster.leaf import RemoteState
+        from rillet.cluster.leaf_conn import RemoteState
         orders.add(tuple(RemoteState(load_string(conf).leaf.remotes[0], 1.0).urls))
     assert len(orders) > 1  # randomized by default, as nats-server
 
@@ -1082,7 +1082,7 @@ async def test_leaf_over_secure_websocket(pki):
 # ==== pure parts ===================================================================================================
 
 def test_deny_patterns():
-    from rillet.cluster.leaf import JS_DENY, _Deny
+    from rillet.cluster.leaf_conn import JS_DENY, _Deny
     d = _Deny(list(JS_DENY) + ["secret.*"])
     assert d.hit(b"$JS.API.STREAM.INFO.X") and d.hit(b"$KV.b.k") and d.hit(b"$OBJ.x") and d.hit(b"secret.a")
     assert not d.hit(b"$JS.hub.API.STREAM.INFO.X") and not d.hit(b"secret.a.b") and not d.hit(b"public")
@@ -1093,7 +1093,7 @@ def test_deny_patterns():
 
 
 def test_remote_names_and_learnt_urls():
-    from rillet.cluster.leaf import RemoteState
+    from rillet.cluster.leaf_conn import RemoteState
     from rillet.config.leaf_section import RemoteLeafOptions
     r = RemoteLeafOptions(urls=["nats://u:secret@h:1"], account="A", nkey="SUXXX")
     assert r.name() == 'urls=["nats://u:xxxxx@h:1"], account="A", nkey="[REDACTED]"'

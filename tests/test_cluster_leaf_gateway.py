@@ -36,7 +36,7 @@ def _gw_interest(srv, cluster: str, subject: str) -> bool:
 
 def _hub_interest(leaf, subject: str) -> bool:
     """Has the hub announced (LS+) interest matching ``subject`` to ``leaf``?"""
-    from rillet.cluster.leaf import LEAF_KIND
+    from rillet.cluster.leaf_conn import LEAF_KIND
     from rillet.cluster.routed import RemoteSub
     r = leaf.accounts["$G"].sublist.match(subject)
     return any(type(s) is RemoteSub and s.client.kind == LEAF_KIND for s in r.psubs)

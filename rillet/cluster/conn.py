@@ -4,7 +4,7 @@
 read cycle through the server's pending-flush list (with the max_pending slow-consumer check), feeding the
 role's sans-IO parser, PING/PONG with RTT, and the connection's counters and log prefix. Each role
 (``rillet.cluster.route.RouteConn``, ``rillet.cluster.gateway_conn.GatewayConn``,
-``rillet.cluster.leaf.LeafConn``) keeps its own parser, handshake, handlers and message frames; the
+``rillet.cluster.leaf_conn.LeafConn``) keeps its own parser, handshake, handlers and message frames; the
 per-message ``send_msg`` paths stay in the roles and append to ``out`` directly (no extra call layer).
 """
 from __future__ import annotations
