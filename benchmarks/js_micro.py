@@ -36,6 +36,7 @@ CASES = ("store_file16", "store_file1k", "store_hdr16", "store_kv16", "store_mem
 
 
 def _filestore(lane_name: str):
+    import rillet.jetstream  # noqa: F401  (registers its lane twins)
     from rillet import lane
     return (lane.compiled if lane_name == "compiled" else lane.pure)("FileStore")
 
@@ -67,6 +68,7 @@ def run_case(case: str, n: int, lane_name: str) -> float:
         finally:
             shutil.rmtree(d, ignore_errors=True)
     if case in ("entry_codec", "entry_ack_codec"):
+        import rillet.jetstream  # noqa: F401  (registers its lane twins)
         from rillet import lane
         from rillet.jetstream.log import Entry
         codec = (lane.compiled if lane_name == "compiled" else lane.pure)("entry_codec")
@@ -80,6 +82,7 @@ def run_case(case: str, n: int, lane_name: str) -> float:
             decode_entry(encode_entry(e, target))
         return time.process_time() - t0
     if case == "ack_parse":
+        import rillet.jetstream  # noqa: F401  (registers its lane twins)
         from rillet import lane
         ack_numbers = (lane.compiled if lane_name == "compiled" else lane.pure)("ack_numbers")
         subject = b"$JS.ACK.BENCH.C1.1.123456.123456.1764377000000000000.49999"
@@ -88,6 +91,7 @@ def run_case(case: str, n: int, lane_name: str) -> float:
             ack_numbers(subject)
         return time.process_time() - t0
     if case == "ack_reply":
+        import rillet.jetstream  # noqa: F401  (registers its lane twins)
         from rillet import lane
         ack_reply = (lane.compiled if lane_name == "compiled" else lane.pure)("ack_reply")
         prefix = "$JS.ACK.BENCH.C1."

@@ -15,6 +15,7 @@ import json
 import sys
 import time
 
+import rillet.cluster  # noqa: F401  (registers its lane twins: ServerParser, wire)
 from rillet import lane
 
 

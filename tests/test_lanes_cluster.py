@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lanes import COMPILED_ERROR
+import rillet.jetstream  # noqa: F401  (registers its lane twins)
 from rillet import lane
 from rillet.jetstream.cluster import log as L
 from rillet.jetstream.log import Entry

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lanes import COMPILED_ERROR
+import rillet.jetstream  # noqa: F401  (registers its lane twins)
 from rillet import lane
 
 pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")

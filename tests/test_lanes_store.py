@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lanes import COMPILED_ERROR
+import rillet.jetstream  # noqa: F401  (registers its lane twins)
 from rillet import lane
 from rillet.jetstream.store.base import ErrStoreClosed, ErrStoreFull, StoreConfig
 from rillet.jetstream.store import filestore as fsmod

@@ -23,20 +23,22 @@ Importers take the classes from here:
     entry_codec    a replicated stream's log entry codec: ``encode_entry``, ``decode_entry``
                    (rillet.jetstream.cluster.log or its twin module)
 
-``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers``, ``ack_reply`` and ``entry_codec`` are loaded on first use, so that importing this module (the client
-connection does) does not load ``rillet.cluster`` or ``rillet.jetstream``. (A package rather than a top-level module: top-level modules import
-no subpackage, tests/test_import_cycles.py.)
+This module decides the lane and knows no package above it (tests/test_import_cycles.py: no package cycle,
+lazy imports included). Each package that has twins registers them (``register``) in its ``__init__``:
+``rillet.cluster`` the ``ServerParser`` and ``wire``, ``rillet.jetstream`` the ``FileStore``, ``ack_numbers``,
+``ack_reply`` and ``entry_codec``; their modules, which read ``lane.<name>``, load after their package's
+``__init__``, so the names are registered by then. Every name is resolved on first use, so that importing this
+module loads neither lane's classes. (A package rather than a top-level module: top-level modules import no
+subpackage.)
 """
 from __future__ import annotations
 
 import importlib.util
 import os
-
-from rillet.protocol import parser as _pure_parser
+from typing import Any, Callable
 
 __all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "FileStore",
-           "ack_numbers", "ack_reply", "entry_codec", "pure", "compiled"]
-_LAZY = ("ServerParser", "wire", "FileStore", "ack_numbers", "ack_reply", "entry_codec")
+           "ack_numbers", "ack_reply", "entry_codec", "pure", "compiled", "register"]
 
 
 def _decide() -> tuple[str, str]:
@@ -62,57 +64,50 @@ COMPILED = LANE == "compiled"
 NAME = "compiled lane" if COMPILED else "pure-Python lane"
 
 
-def pure(name: str):
-    """The pure-Python twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers``,
-    ``ack_reply`` or ``entry_codec``, whichever lane runs (tests)."""
-    if name == "ClientParser":
-        return _pure_parser.ClientParser
-    if name == "FileStore":
-        from rillet.jetstream.store.filestore import FileStore
-        return FileStore
-    if name in ("ack_numbers", "ack_reply"):
-        from rillet.jetstream import acksubject
-        return getattr(acksubject, name)
-    if name == "entry_codec":
-        from rillet.jetstream.cluster import log
-        return log
-    from rillet.cluster import protocol
-    if name == "ServerParser":
-        return protocol.ServerParser
-    if name == "wire":
-        return protocol
-    raise AttributeError(name)
+def _pure_client_parser() -> Any:
+    from rillet.protocol.parser import ClientParser
+    return ClientParser
 
 
-def compiled(name: str):
-    """The compiled twin of ``ClientParser``, ``ServerParser``, ``wire``, ``FileStore``, ``ack_numbers``,
-    ``ack_reply`` or ``entry_codec``; ImportError when not built (tests compare both lanes even when RILLET_PURE selected the pure one)."""
-    if name == "ClientParser":
-        from rillet._speedups._cparser import ClientParser
-        return ClientParser
-    if name == "FileStore":
-        from rillet._speedups._cstore import FileStore
-        return FileStore
-    if name in ("ack_numbers", "ack_reply"):
-        from rillet._speedups import _cjs
-        return getattr(_cjs, name)
-    if name == "entry_codec":
-        from rillet._speedups import _ccluster
-        return _ccluster
-    from rillet._speedups import _cserver
-    if name == "ServerParser":
-        return _cserver.ServerParser
-    if name == "wire":
-        return _cserver
-    raise AttributeError(name)
+def _compiled_client_parser() -> Any:
+    from rillet._speedups._cparser import ClientParser
+    return ClientParser
 
 
-ClientParser = compiled("ClientParser") if COMPILED else _pure_parser.ClientParser
+# {name: (loader of the pure-Python twin, loader of the compiled twin)}
+_TWINS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+    "ClientParser": (_pure_client_parser, _compiled_client_parser)}
 
 
-def __getattr__(name: str):
-    # loaded on first use (rillet.cluster and rillet.jetstream are not imported by client connections)
-    if name in _LAZY:
+def register(name: str, pure: Callable[[], Any], compiled: Callable[[], Any]) -> None:
+    """Declare the twins of ``name``: ``pure()`` loads the pure-Python one, ``compiled()`` the compiled one
+    (ImportError when it was not built). A package calls this in its ``__init__`` for the twins its modules use."""
+    _TWINS[name] = (pure, compiled)
+
+
+def _twins(name: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    try:
+        return _TWINS[name]
+    except KeyError:
+        raise AttributeError(f"no lane twins named {name!r} (registered: {', '.join(sorted(_TWINS))}; the "
+                             f"package that has them registers them when it is imported)") from None
+
+
+def pure(name: str) -> Any:
+    """The pure-Python twin of a registered name (``ClientParser``, ``ServerParser``...), whichever lane runs
+    (tests)."""
+    return _twins(name)[0]()
+
+
+def compiled(name: str) -> Any:
+    """The compiled twin of a registered name; ImportError when not built (tests compare both lanes even when
+    RILLET_PURE selected the pure one)."""
+    return _twins(name)[1]()
+
+
+def __getattr__(name: str) -> Any:
+    # loaded on first use, in the running lane
+    if name in _TWINS:
         value = compiled(name) if COMPILED else pure(name)
         globals()[name] = value
         return value
