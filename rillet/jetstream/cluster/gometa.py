@@ -1,0 +1,377 @@
+"""A Rillet server as a member of a Go nats-server cluster's JetStream meta group, speaking nats-server's RAFT.
+
+This is the first step toward mixed Go + Rillet JetStream clusters (issue 22): the server follows the Go meta
+group over ``$NRG.`` subjects with nats-server's encodings (rillet.raft.gowire), votes in its elections,
+answers its append entries, catches up from the leader (entries or a snapshot) and applies the committed meta
+entries (rillet.jetstream.cluster.gowire) into ``GoMetaState``: the stream and consumer assignments the Go meta
+leader decided. It never campaigns (it does not become meta leader), proposes nothing, and hosts no stream or
+consumer group yet.
+
+It is separate from Rillet's own clustered JetStream (rillet.jetstream.cluster.meta, with its ``$RNRG.``
+transport): nothing runs unless a ``GoMetaMember`` is attached to a server (``GoMetaMember(server).start()``)
+-- the feature switch; the Rillet-only cluster protocol is untouched.
+
+Two parts:
+
+* ``GoRaftFollower``: sans-IO. ``vote(request, reply)`` and ``append(kind, inbox, reply, ae, now)`` return the
+  messages to send (``Out``) and the committed items to apply. Its rules are nats-server's follower rules
+  (our own code): a vote is granted once per term, to a candidate whose log is at least as up to date; an append
+  entry that does not follow our last entry starts a catch-up (a failing response whose reply names our
+  ``$NRG.CR.`` inbox), or is dropped without an answer when it is at or below our last index; a catch-up
+  that the leader can no longer serve from its log arrives as a snapshot and peer state; only new entries
+  on the group's subject are acknowledged for quorum (catch-up entries get an answer on the leader's
+  ``$NRG.CP.`` progress inbox when it names one). The log is kept in memory: a restarted member starts empty
+  and is caught up again (as nats-server's memory-stored groups).
+* ``GoMetaMember``: the I/O driver on a server: an internal client of the system account subscribed to
+  ``$NRG.V.<group>``, ``$NRG.AE.<group>`` and its current catch-up inbox.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from rillet.jetstream.cluster import gowire as ge
+from rillet.raft import gowire as gw
+
+__all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "CATCHUP_STALL"]
+
+CATCHUP_STALL = 2.0  # seconds without catch-up progress before the catch-up is asked for again
+
+
+@dataclass(frozen=True, slots=True)
+class Out:
+    subject: str
+    reply: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A committed entry to apply (``snapshot``: the entry is the leader's state machine image)."""
+    index: int
+    entry: gw.Entry
+    snapshot: bool = False
+
+
+@dataclass
+class _Catchup:
+    inbox: str
+    cterm: int  # the leader's position when the catch-up started: done once our log reaches it
+    cindex: int
+    active: float
+    pindex: int
+
+
+@dataclass
+class GoRaftFollower:
+    group: str
+    me: str
+    term: int = 0
+    vote_for: str = ""
+    leader: str = ""
+    base_index: int = 0  # index and term of the last snapshot (entries before it are gone)
+    base_term: int = 0
+    commit: int = 0
+    applied: int = 0
+    peers: set[str] = field(default_factory=set)
+    cluster_size: int = 0
+    catchup: Optional[_Catchup] = None
+    new_inbox: Callable[[], str] = gw.new_catchup_inbox
+    _log: list[tuple[int, gw.Entry]] = field(default_factory=list)  # (term, entry) from base_index + 1
+    votes_granted: int = 0
+    dropped: int = 0
+
+    # -- log ------------------------------------------------------------------------------------------
+    @property
+    def pindex(self) -> int:
+        return self.base_index + len(self._log)
+
+    @property
+    def pterm(self) -> int:
+        return self._log[-1][0] if self._log else self.base_term
+
+    def term_at(self, index: int) -> Optional[int]:
+        if index == self.base_index:
+            return self.base_term
+        if self.base_index < index <= self.pindex:
+            return self._log[index - self.base_index - 1][0]
+        return None
+
+    def _truncate_after(self, index: int) -> None:
+        del self._log[max(index - self.base_index, 0):]
+
+    def _reset(self) -> None:
+        self._log.clear()
+        self.base_index = self.base_term = 0
+        self.commit = self.applied = 0
+
+    # -- votes ----------------------------------------------------------------------------------------
+    def vote(self, vr: gw.VoteRequest, reply: str) -> list[Out]:
+        resp_empty = self.pindex == 0
+        if vr.term < self.term:
+            return self._vote_out(reply, False, resp_empty)
+        if vr.term > self.term:
+            self.catchup = None
+            self.term = vr.term
+            self.vote_for = ""
+            self.leader = ""
+        granted = (self.vote_for in ("", vr.candidate)
+                   and (vr.last_term > self.pterm or (vr.last_term == self.pterm and vr.last_index >= self.pindex)))
+        if granted:
+            self.vote_for = vr.candidate
+            self.votes_granted += 1
+        return self._vote_out(reply, granted, resp_empty)
+
+    def _vote_out(self, reply: str, granted: bool, empty: bool) -> list[Out]:
+        if not reply:
+            return []
+        return [Out(reply, "", gw.VoteResponse(self.term, self.me, granted, empty).encode())]
+
+    # -- append entries -------------------------------------------------------------------------------
+    def _resp(self, to: str, success: bool, reply: str = "") -> list[Out]:
+        if not to:
+            return []
+        return [Out(to, reply, gw.AppendEntryResponse(self.pterm, self.pindex, self.me, success).encode())]
+
+    def _start_catchup(self, ae: gw.AppendEntry, now: float) -> str:
+        inbox = self.new_inbox()
+        self.catchup = _Catchup(inbox, ae.pterm, ae.pindex, now, self.pindex)
+        return inbox
+
+    def append(self, kind: str, inbox: str, reply: str, ae: gw.AppendEntry,
+               now: float) -> tuple[list[Out], list[Committed]]:
+        """An append entry received on the group's subject (``kind="append"``) or on a catch-up inbox
+        (``kind="catchup"``, ``inbox`` its subject)."""
+        is_new = kind == "append"
+        cu = self.catchup
+        if not is_new and (cu is None or cu.inbox != inbox):
+            self.dropped += 1  # an old catch-up
+            return [], []
+        lterm = ae.lterm or ae.term
+        if lterm > self.term:
+            self.term = lterm
+            self.vote_for = ""
+        elif lterm < self.term and (is_new or ae.lterm):
+            if not is_new:
+                self.dropped += 1
+                return [], []
+            return [Out(reply, "", gw.AppendEntryResponse(self.term, self.pindex, self.me, False).encode())]\
+                if reply else [], []
+        if cu is not None:
+            if self.pterm >= cu.cterm and self.pindex >= cu.cindex:
+                self.catchup = cu = None
+            elif is_new:
+                if self.pindex != cu.pindex:
+                    cu.pindex, cu.active = self.pindex, now
+                if now - cu.active > CATCHUP_STALL:
+                    new = self._start_catchup(ae, now)
+                    return self._resp(reply, False, new), []
+                return [], []
+            else:
+                cu.active = now
+        if is_new and ae.leader and self.leader != ae.leader:
+            self.leader = ae.leader
+
+        if ae.pterm != self.pterm or ae.pindex != self.pindex:
+            if ae.pindex <= self.pindex:
+                t = self.term_at(ae.pindex)
+                if ae.pindex < self.commit:
+                    pass  # already committed here
+                elif t is None:
+                    self._reset()
+                    self.catchup = None
+                    return [], []
+                elif t == ae.pterm:
+                    self._truncate_after(ae.pindex)
+                else:
+                    self._truncate_after(ae.pindex - 1)
+                if not (ae.pterm == self.pterm and ae.pindex == self.pindex):
+                    self.catchup = None
+                    return [], []  # no answer: the leader sees no progress and catches us up
+            elif cu is not None:
+                # the leader no longer has our next entries: a snapshot and its peer state must come first
+                if (len(ae.entries) != 2 or ae.entries[0].type != gw.ENTRY_SNAPSHOT
+                        or ae.entries[1].type != gw.ENTRY_PEER_STATE):
+                    self.catchup = None
+                    return [], []
+                ps = gw.PeerState.decode(ae.entries[1].data)
+                self.peers = set(ps.known_peers)
+                self.cluster_size = ps.cluster_size
+                self._log.clear()
+                self.base_index, self.base_term = ae.pindex, ae.pterm
+                self.commit = self.applied = ae.pindex
+                return self._resp(reply, True), [Committed(ae.pindex, ae.entries[0], snapshot=True)]
+            else:
+                inbox = self._start_catchup(ae, now)
+                return self._resp(reply, False, inbox), []
+
+        for e in ae.entries:
+            self._log.append((ae.term, e))
+            if e.type == gw.ENTRY_ADD_PEER:
+                self.peers.add(e.data.decode("latin-1"))
+            elif e.type == gw.ENTRY_REMOVE_PEER:
+                self.peers.discard(e.data.decode("latin-1"))
+            elif e.type == gw.ENTRY_PEER_STATE:
+                ps = gw.PeerState.decode(e.data)
+                self.peers = set(ps.known_peers)
+                self.cluster_size = ps.cluster_size
+        committed: list[Committed] = []
+        upto = min(ae.commit, self.pindex)
+        if upto > self.commit:
+            for index in range(max(self.commit, self.base_index) + 1, upto + 1):
+                committed.append(Committed(index, self._log[index - self.base_index - 1][1]))
+            self.commit = upto
+            self.applied = upto
+        # new entries are acknowledged to the leader; catch-up entries only to a progress inbox it names
+        return self._resp(reply, True), committed
+
+
+class GoMetaState:
+    """The meta group's state machine as applied on this server: stream assignments (with their consumer
+    assignments) by account and name, the JSON documents exactly as the Go meta leader wrote them."""
+
+    def __init__(self) -> None:
+        self.streams: dict[tuple[str, str], dict[str, Any]] = {}
+        self.consumers: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self.applied_ops = 0
+        self.snapshots = 0
+
+    @staticmethod
+    def _account(doc: dict) -> str:
+        client = doc.get("client") or {}
+        return client.get("service") or client.get("acc") or ""
+
+    def apply(self, item: Committed) -> None:
+        e = item.entry
+        if item.snapshot or e.type == gw.ENTRY_SNAPSHOT:
+            self.restore(ge.decode_meta_snapshot(e.data))
+            return
+        if e.type != gw.ENTRY_NORMAL:
+            return
+        x = ge.decode_entry(e.data)
+        self.applied_ops += 1
+        if isinstance(x, ge.CompressedConsumerAssignment):
+            self._consumer(x.doc, add=True)
+            return
+        if not isinstance(x, ge.JsonEntry) or x.op not in ge.META_OPS:
+            raise gw.GoWireError(f"entry op {e.data[0]} is not a meta operation")
+        doc = x.doc
+        if x.op in (ge.OP_ASSIGN_STREAM, ge.OP_UPDATE_STREAM):
+            key = (self._account(doc), doc["stream"]["name"])
+            self.streams[key] = doc
+            self.consumers.setdefault(key, {})
+        elif x.op == ge.OP_REMOVE_STREAM:
+            key = (self._account(doc), doc["stream"]["name"])
+            self.streams.pop(key, None)
+            self.consumers.pop(key, None)
+        elif x.op == ge.OP_ASSIGN_CONSUMER:
+            self._consumer(doc, add=True)
+        elif x.op == ge.OP_REMOVE_CONSUMER:
+            self._consumer(doc, add=False)
+
+    def _consumer(self, doc: dict, add: bool) -> None:
+        key = (self._account(doc), doc["stream"])
+        if add:
+            self.consumers.setdefault(key, {})[doc["name"]] = doc
+        elif key in self.consumers:
+            self.consumers[key].pop(doc["name"], None)
+
+    def restore(self, assignments: list[dict]) -> None:
+        self.snapshots += 1
+        self.streams.clear()
+        self.consumers.clear()
+        for sa in assignments:
+            key = (self._account(sa), sa["stream"]["name"])
+            self.streams[key] = {k: v for k, v in sa.items() if k != "Consumers"}
+            self.consumers[key] = {}
+            for ca in sa.get("Consumers") or ():
+                self.consumers[key][ca["name"]] = ca
+
+    def stream_names(self, account: str) -> list[str]:
+        return sorted(n for (a, n) in self.streams if a == account)
+
+
+class GoMetaMember:
+    """Follows a Go cluster's meta group (``_meta_``) from a Rillet server; see the module docstring."""
+
+    def __init__(self, server: Any, group: str = gw.META_GROUP) -> None:
+        acc = getattr(server, "system_account", None)
+        if acc is None:
+            raise ValueError("following a Go meta group needs the system account")
+        self.server = server
+        self.log = server.log
+        self.group = group
+        self.raft = GoRaftFollower(group, gw.peer_id(server.name))
+        self.state = GoMetaState()
+        self.ic: Any = None
+        self._subs: list[Any] = []
+        self._catchup_sub: Any = None
+        self._catchup_inbox = ""
+        self.received = self.refused = 0
+        self._warned: set[str] = set()
+
+    @property
+    def peer(self) -> str:
+        return self.raft.me
+
+    def start(self) -> None:
+        self.ic = self.server.internal_client(self.server.system_account, "go meta member")
+        self._subs = [self.ic.subscribe(gw.vote_subject(self.group), self._on_msg),
+                      self.ic.subscribe(gw.append_subject(self.group), self._on_msg)]
+        self.log.notice(f"JetStream: following the Go meta group {self.group!r} as peer {self.peer}")
+
+    def stop(self) -> None:
+        if self.ic is None:
+            return
+        for sub in self._subs + ([self._catchup_sub] if self._catchup_sub else []):
+            self.ic.remove_sub(sub)
+        self._subs, self._catchup_sub = [], None
+
+    def _warn_once(self, key: str, text: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.log.warn(text)
+
+    def _on_msg(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        subj = subject.decode("utf-8", "surrogateescape")
+        rep = reply.decode("utf-8", "surrogateescape") if reply else ""
+        data = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+        self.received += 1
+        try:
+            kind, _tok = gw.parse_subject(subj)
+            if kind == "vote":
+                outs, done = self.raft.vote(gw.VoteRequest.decode(data), rep), []
+            elif kind in ("append", "catchup"):
+                outs, done = self.raft.append(kind, subj, rep, gw.AppendEntry.decode(data), time.monotonic())
+            else:
+                return
+            for item in done:
+                self.state.apply(item)
+        except gw.GoWireError as e:
+            self.refused += 1
+            self._warn_once(f"{subj}:{e}", f"JetStream Go meta group {self.group!r}: refused a message on "
+                                           f"{subj}: {e}")
+            return
+        self._sync_catchup_sub()
+        for o in outs:
+            self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
+
+    def _sync_catchup_sub(self) -> None:
+        cu = self.raft.catchup
+        want = cu.inbox if cu is not None else ""
+        if want == self._catchup_inbox:
+            return
+        if self._catchup_sub is not None:
+            self.ic.remove_sub(self._catchup_sub)
+            self._catchup_sub = None
+        self._catchup_inbox = want
+        if want:
+            self._catchup_sub = self.ic.subscribe(want, self._on_msg)
+
+    def status(self) -> dict[str, Any]:
+        r = self.raft
+        return {"group": self.group, "peer": self.peer, "term": r.term, "leader": r.leader, "pindex": r.pindex,
+                "commit": r.commit, "applied": r.applied, "catching_up": r.catchup is not None,
+                "peers": sorted(r.peers), "cluster_size": r.cluster_size, "votes_granted": r.votes_granted,
+                "streams": len(self.state.streams), "received": self.received, "refused": self.refused}

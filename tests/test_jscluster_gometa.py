@@ -1,0 +1,304 @@
+"""A Rillet server in a Go nats-server cluster's JetStream meta group (rillet.jetstream.cluster.gometa).
+
+Unit tests drive the sans-IO follower with nats-server's own messages (gowire encodings, meta entries and a
+meta snapshot recorded from Go, tests/data/nrg_go_corpus.json). The live tests run three Go servers and one
+Rillet server routed to them with a ``GoMetaMember`` attached, and check both sides: the Go meta leader counts
+the Rillet server as a current member, the Rillet server applies the stream and consumer assignments the Go
+leader commits, catches up by entries or by snapshot when it joins late, and its votes and acknowledgements
+are needed (one Go server down: no election and no commit without it).
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import free_port, serve_config
+from rillet.jetstream.cluster import gowire as ge
+from rillet.jetstream.cluster.gometa import GoMetaMember, GoRaftFollower
+from rillet.raft import gowire as gw
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(__file__).resolve().parent / "data" / "nrg_go_corpus.json"
+
+
+def _capture_module():
+    spec = importlib.util.spec_from_file_location("nrg_capture", ROOT / "scripts" / "nrg_capture.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CAP = _capture_module()
+
+
+@pytest.fixture(scope="module")
+def go_meta():
+    """Meta entries and a meta snapshot exactly as the Go servers wrote them."""
+    corpus = CAP.from_json(json.loads(CORPUS.read_text()))
+    entries = []
+    for subject, reply, data in corpus["messages"]:
+        if subject == "$NRG.AE._meta_":
+            for e in gw.AppendEntry.decode(data).entries:
+                if e.type == gw.ENTRY_NORMAL:
+                    entries.append(e)
+    snap = next(gw.Snapshot.decode(d) for g, f, d in corpus["snapshots"] if g == "_meta_")
+    return entries, snap
+
+
+LEADER = "LeAdEr01"
+ME = "fOlLoWr1"
+
+
+def _follower() -> GoRaftFollower:
+    n = iter(range(1000))
+    return GoRaftFollower("_meta_", ME, new_inbox=lambda: f"$NRG.CR.inbox{next(n):03d}")
+
+
+def _resp(out) -> gw.AppendEntryResponse:
+    return gw.AppendEntryResponse.decode(out.payload)
+
+
+def test_votes_once_per_term_and_only_for_an_up_to_date_log():
+    f = _follower()
+    out = f.vote(gw.VoteRequest(2, 0, 0, "candA001"), "$NRG.R.a")
+    vr = gw.VoteResponse.decode(out[0].payload)
+    assert out[0].subject == "$NRG.R.a" and vr.granted and vr.term == 2 and vr.peer == ME and vr.empty
+    assert not gw.VoteResponse.decode(f.vote(gw.VoteRequest(2, 0, 0, "candB001"), "$NRG.R.b")[0].payload).granted
+    assert gw.VoteResponse.decode(f.vote(gw.VoteRequest(2, 0, 0, "candA001"), "$NRG.R.a")[0].payload).granted
+    stale = gw.VoteResponse.decode(f.vote(gw.VoteRequest(1, 9, 9, "candB001"), "$NRG.R.b")[0].payload)
+    assert not stale.granted and stale.term == 2
+    # a log of ours ahead of the candidate's: no vote, even in a new term
+    f.append("append", "", "$NRG.R.l", gw.AppendEntry(LEADER, 3, 0, 0, 0, (gw.Entry(0, b"x"),)), 0.0)
+    assert f.pindex == 1 and f.pterm == 3
+    assert not gw.VoteResponse.decode(f.vote(gw.VoteRequest(4, 2, 5, "candB001"), "$NRG.R.b")[0].payload).granted
+    assert gw.VoteResponse.decode(f.vote(gw.VoteRequest(5, 3, 1, "candB001"), "$NRG.R.b")[0].payload).granted
+
+
+def test_catch_up_by_snapshot_then_entries_then_live(go_meta):
+    entries, snap = go_meta
+    f = _follower()
+    # a heartbeat from a leader far ahead: a failing answer naming our catch-up inbox
+    out, done = f.append("append", "", "$NRG.R.lead", gw.AppendEntry(LEADER, 3, 40, 3, 40, ()), 0.0)
+    r = _resp(out[0])
+    assert out[0].subject == "$NRG.R.lead" and out[0].reply == "$NRG.CR.inbox000"
+    assert (r.success, r.index, r.term, r.peer) == (False, 0, 0, ME) and not done
+    # an append entry on a stale inbox is ignored; the snapshot on ours is installed and applied
+    snap_ae = gw.AppendEntry(LEADER, 3, 32, snap.last_term, snap.last_index,
+                             (gw.Entry(gw.ENTRY_SNAPSHOT, snap.data), gw.Entry(gw.ENTRY_PEER_STATE, snap.peer_state)), 3)
+    assert f.append("catchup", "$NRG.CR.other", "", snap_ae, 0.1) == ([], [])
+    out, done = f.append("catchup", "$NRG.CR.inbox000", "$NRG.CP.prog", snap_ae, 0.1)
+    assert f.pindex == snap.last_index == f.commit and done[0].snapshot
+    from rillet.jetstream.cluster.gometa import GoMetaState
+    st = GoMetaState()
+    for d in done:
+        st.apply(d)
+    assert {"ORDERS", "MEM", "KV_CFG"} <= set(st.stream_names("A"))
+    assert st.consumers[("A", "ORDERS")]
+    # then the entries after it, acknowledged on the progress inbox only
+    e1 = gw.AppendEntry(LEADER, 3, 33, snap.last_term, snap.last_index, (entries[0],), 3)
+    out, done = f.append("catchup", "$NRG.CR.inbox000", "$NRG.CP.prog", e1, 0.2)
+    assert [o.subject for o in out] == ["$NRG.CP.prog"] and _resp(out[0]).success and len(done) == 1
+    # new entries while the catch-up is not done are ignored
+    live = gw.AppendEntry(LEADER, 3, 33, 3, 40, (entries[1],))
+    assert f.append("append", "", "$NRG.R.lead", live, 0.3) == ([], [])
+    for i in range(snap.last_index + 2, 41):
+        f.append("catchup", "$NRG.CR.inbox000", "", gw.AppendEntry(LEADER, 3, i, 3, i - 1, (gw.Entry(0, b"\x04"),), 3), 0.4)
+    assert f.pindex == 40 and f.catchup is not None
+    # the next live entry ends the catch-up and is acknowledged for quorum
+    out, done = f.append("append", "", "$NRG.R.lead", live, 0.5)
+    assert f.catchup is None and f.pindex == 41 and _resp(out[0]).success and _resp(out[0]).index == 41
+    assert f.commit == 40  # (a commit index never goes back)
+
+
+def test_conflicting_suffix_is_truncated_and_stale_leader_refused(go_meta):
+    entries, _ = go_meta
+    f = _follower()
+    for i in range(3):
+        f.append("append", "", "$NRG.R.l", gw.AppendEntry(LEADER, 2, 0, 2 if i else 0, i, (entries[i],)), 0.0)
+    assert (f.pindex, f.pterm, f.commit) == (3, 2, 0)
+    # a new leader in term 4 whose log has a different entry 3: no answer, our entry 3 is dropped
+    out, _ = f.append("append", "", "$NRG.R.n", gw.AppendEntry("NewLeadr", 4, 2, 3, 3, (entries[3],)), 0.0)
+    assert out == [] and f.pindex == 2
+    out, done = f.append("append", "", "$NRG.R.n", gw.AppendEntry("NewLeadr", 4, 3, 2, 2, (entries[3],)), 0.0)
+    assert _resp(out[0]).success and f.pindex == 3 and f.pterm == 4 and [d.index for d in done] == [1, 2, 3]
+    # the old leader's term is refused with our term
+    out, _ = f.append("append", "", "$NRG.R.l", gw.AppendEntry(LEADER, 2, 3, 2, 3, ()), 0.0)
+    assert not _resp(out[0]).success and _resp(out[0]).term == 4
+
+
+# -- live, with nats-server --------------------------------------------------------------------------------
+
+pytestmark_live = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+
+
+def _rillet_conf(gc, name: str = "r1") -> str:
+    routes = ", ".join(f"nats://127.0.0.1:{p}" for p in gc.route_ports.values())
+    return f"""
+server_name: {name}
+listen: 127.0.0.1:-1
+accounts {{
+  SYS {{ users [{{user: sys, password: sys}}] }}
+  A {{ jetstream: enabled, users [{{user: a, password: a}}] }}
+}}
+system_account: SYS
+cluster {{ name: C1, listen: 127.0.0.1:{free_port()}, routes: [{routes}] }}
+"""
+
+
+async def _until(fn, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fn():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def _meta_views(gc, server: str) -> dict:
+    """Each Go server's view of the meta group ($SYS.REQ.SERVER.PING.JSZ)."""
+    import nats
+    nc = await nats.connect(gc.url(server, "sys"))
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$SYS.REQ.SERVER.PING.JSZ", b"{}", reply=inbox)
+        views = {}
+        try:
+            while True:
+                m = await sub.next_msg(timeout=1)
+                d = json.loads(m.data)
+                views[d["server"]["name"]] = d["data"].get("meta_cluster")
+        except Exception:  # noqa: BLE001 - nats' timeout ends the collection
+            pass
+        return views
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def go_cluster(tmp_path):
+    gc = CAP.GoCluster(tmp_path)
+    gc.start_all()
+    try:
+        yield gc
+    finally:
+        gc.stop_all()
+
+
+@pytestmark_live
+async def test_rillet_joins_go_meta_group_late_and_applies_assignments(go_cluster):
+    import nats
+    gc = go_cluster
+    nc = await nats.connect(gc.url("g0"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        js = nc.jetstream()
+        await js.add_stream(name="EARLY", subjects=["early.>"], num_replicas=3)
+        await js.add_consumer("EARLY", durable_name="c1")
+        async with serve_config(_rillet_conf(gc)) as srv:
+            m = GoMetaMember(srv)
+            m.start()
+            # it catches up on what was decided before it came, then follows what comes after
+            await _until(lambda: ("A", "EARLY") in m.state.streams, what="EARLY on the Rillet server")
+            assert "c1" in m.state.consumers[("A", "EARLY")]
+            await js.add_stream(name="LATER", subjects=["later.>"], num_replicas=1, storage="memory")
+            await js.add_consumer("LATER", durable_name="c2")
+            await _until(lambda: "c2" in m.state.consumers.get(("A", "LATER"), {}), what="LATER/c2")
+            sa = m.state.streams[("A", "LATER")]
+            assert sa["stream"]["storage"] == "memory" and len(sa["group"]["peers"]) == 1
+            assert sa["group"]["name"].startswith("S-R1M-")
+            await js.delete_consumer("EARLY", "c1")
+            await js.delete_stream("LATER")
+            await _until(lambda: ("A", "LATER") not in m.state.streams
+                         and "c1" not in m.state.consumers[("A", "EARLY")], what="removals applied")
+            assert m.refused == 0
+            # the Go side counts the Rillet server as a current member of its meta group
+            views = await _meta_views(gc, "g0")
+            leader_view = views[next(v["leader"] for v in views.values() if v and v.get("leader"))]
+            assert leader_view["cluster_size"] == 4
+            r1 = [r for r in leader_view["replicas"] if r["peer"] == m.peer]
+            assert r1 and r1[0]["name"] == "r1" and r1[0]["current"]
+            assert m.status()["leader"] == gw.peer_id(leader_view["leader"])
+    finally:
+        await nc.close()
+
+
+@pytestmark_live
+async def test_go_meta_group_needs_the_rillet_vote_and_ack(go_cluster):
+    import nats
+    gc = go_cluster
+    sysnc = await nats.connect(gc.url("g0", "sys"))
+    nc = await nats.connect(gc.url("g0"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        async with serve_config(_rillet_conf(gc)) as srv:
+            m = GoMetaMember(srv)
+            m.start()
+
+            async def four():
+                views = await _meta_views(gc, "g0")
+                lv = views.get(next((v["leader"] for v in views.values() if v and v.get("leader")), ""))
+                return bool(lv) and lv.get("cluster_size") == 4 and any(
+                    r["peer"] == m.peer and r["current"] for r in lv.get("replicas", []))
+
+            await CAP._until(four, what="the Go leader to add the Rillet server")
+            # one Go server down: 3 of the 4 members remain and every election and commit needs the Rillet one
+            leader = m.status()["leader"]
+            victim = next(n for n in ("g1", "g2") if gw.peer_id(n) != leader)
+            gc.stop(victim)
+            votes = m.raft.votes_granted
+            await sysnc.request("$JS.API.META.LEADER.STEPDOWN", b"{}", timeout=5)
+            await CAP._until(lambda: CAP._js_ready(nc), 30, what="a new meta leader with one Go server down")
+            assert m.raft.votes_granted > votes
+            js = nc.jetstream()
+            await js.add_stream(name="NEEDS_R1", subjects=["n.>"], num_replicas=1)
+            await _until(lambda: ("A", "NEEDS_R1") in m.state.streams, what="NEEDS_R1 applied on Rillet")
+            # and without the Rillet server (2 of 4 members up) the Go servers can not commit a stream
+            m.stop()
+            await asyncio.sleep(0.5)
+            try:
+                r = await nc.request("$JS.API.STREAM.CREATE.BLOCKED", json.dumps(
+                    {"name": "BLOCKED", "subjects": ["b.>"], "num_replicas": 1}).encode(), timeout=5)
+            except nats.errors.TimeoutError:
+                pass
+            else:
+                assert json.loads(r.data).get("error"), r.data
+    finally:
+        await nc.close()
+        await sysnc.close()
+
+
+@pytestmark_live
+async def test_rillet_catches_up_from_a_go_meta_snapshot(go_cluster):
+    """After a restart of the whole Go cluster its meta log is compacted into a snapshot: a Rillet server that
+    joins then is caught up with the snapshot (an append entry of ENTRY_SNAPSHOT + ENTRY_PEER_STATE)."""
+    import nats
+    gc = go_cluster
+    nc = await nats.connect(gc.url("g0"))
+    await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+    js = nc.jetstream()
+    for i in range(3):
+        await js.add_stream(name=f"SNAP{i}", subjects=[f"snap{i}.>"], num_replicas=3)
+    await js.add_consumer("SNAP0", durable_name="d0")
+    await nc.close()
+    gc.stop_all()
+    gc.start_all()
+    nc = await nats.connect(gc.url("g0"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), 30, what="Go meta leader after the restart")
+        async with serve_config(_rillet_conf(gc)) as srv:
+            m = GoMetaMember(srv)
+            m.start()
+            await _until(lambda: {"SNAP0", "SNAP1", "SNAP2"} <= set(m.state.stream_names("A")), 30,
+                         what="the snapshot applied on Rillet")
+            assert m.state.snapshots >= 1
+            assert "d0" in m.state.consumers[("A", "SNAP0")]
+            assert m.refused == 0
+    finally:
+        await nc.close()
