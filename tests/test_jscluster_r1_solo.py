@@ -212,6 +212,29 @@ async def test_r1_consumer_solo_acks_redelivery_scaled_up_and_down(cl):
         (15, 7, 4, 15)
 
 
+async def test_r1_consumer_solo_under_load_from_its_start(cl):
+    """A consumer pulled from the moment it exists (its first entries go through the group while it settles)
+    goes solo as soon as they have applied, not only when a retry finds nothing in flight (a steady load always
+    has some: the benchmark's R1-in-a-cluster pull ran through the group's log and WAL throughout)."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="C5", subjects=["c5.>"], num_replicas=1))
+    for i in range(600):
+        await js.publish("c5.x", b"%d" % i)
+    psub = await js.pull_subscribe("c5.>", durable="L", config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT))
+    got = 0
+    while got < 600:
+        msgs = await psub.fetch(20, timeout=5)
+        for m in msgs:
+            await m.ack()
+        got += len(msgs)
+    (cr,) = creps(servers, "C5", "L")
+    assert cr.log.solo and cr.persist is not None
+    # only the first few fetches' entries went through the group's log (each fetch: 20 deliveries, 20 acks)
+    assert cr.group.node.last_index() < 300 and cr.log.solo_applied > 900
+    await until(lambda: cstate(cr)[1] == 600 and stored(cr) == cstate(cr), what="acks applied and persisted")
+
+
 async def test_r1_consumer_of_r3_stream_solo(cl):
     """num_replicas 1 on an R3 stream: solo on its one server (a stream follower or the leader)."""
     from nats.js.api import AckPolicy, ConsumerConfig

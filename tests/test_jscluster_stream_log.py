@@ -217,3 +217,27 @@ def test_undecodable_entry_counted_not_applied():
     rl, g, applied, done, changes, cb = _mk()
     rl.group_apply(1, b"\x63garbage")
     assert rl.decode_errors == 1 and applied == []
+
+
+def test_when_drained_runs_after_the_last_proposal_applied():
+    rl, g, applied, done, changes, cb = _mk()
+    calls = []
+    rl.when_drained(lambda: calls.append("now"))  # nothing in flight: at once
+    assert calls == ["now"]
+    rl.propose(Entry(Entry.DELETE, (1, True, 5)), cb)
+    rl.propose(Entry(Entry.DELETE, (2, True, 5)), cb)
+    rl.when_drained(lambda: calls.append(("drained", len(done), rl.pending)))
+    props, g.props = g.props, []
+    rl.group_apply(*props[0])
+    assert calls == ["now"]  # (one still in flight)
+    rl.group_apply(*props[1])
+    assert calls == ["now", ("drained", 2, 0)]  # after the last completion, once
+    rl.propose(Entry(Entry.DELETE, (3, True, 5)), cb)
+    g.commit_all()
+    assert len(calls) == 2
+    # a leadership loss fails the proposals and forgets the waiter
+    rl.propose(Entry(Entry.DELETE, (4, True, 5)), cb)
+    rl.when_drained(lambda: calls.append("lost"))
+    g.lose()
+    rl.group_apply(*g.props[0])
+    assert len(calls) == 2 and rl.on_drained is None

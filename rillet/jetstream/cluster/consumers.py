@@ -497,9 +497,14 @@ class ConsumerReplica:
         solo = (self.leader and not self.closed and g.peers == [g.id] and list(self.ca.group.peers) == [g.id]
                 and (g.memory or self._can_persist()))
         n = g.node
-        if solo and (log.pending or self.syncing or n is None or (n.conf_log and n.conf_log[-1][0] > n.commit)):
-            # entries in flight (the engine's first ones), a SYNCED or a membership change not applied yet:
-            # again shortly (one timer at a time)
+        if solo and log.pending and not self.syncing and n is not None and not (n.conf_log and
+                                                                              n.conf_log[-1][0] > n.commit):
+            # entries in flight (the engine's first ones; under a steady load there always are some when a timer
+            # fires, the loop turn's reads having proposed them): again as soon as the last one has applied
+            log.when_drained(self.solo_check)
+            solo = False
+        elif solo and (log.pending or self.syncing or n is None or (n.conf_log and n.conf_log[-1][0] > n.commit)):
+            # a SYNCED or a membership change not applied yet: again shortly (one timer at a time)
             solo = False
             if self._solo_timer is None:
                 self._solo_timer = self.cs.js.loop.call_later(0.05 if log.pending else 0.25, self._solo_again)

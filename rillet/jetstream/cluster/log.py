@@ -198,6 +198,9 @@ class RaftLog:
         self.solo = False
         self.solo_applied = 0
         self.solo_apply: Callable[[Entry], Any] | None = None  # (the owner's apply for solo entries, if other)
+        # set by the owner: called once, from the group's apply, as soon as no proposal of this leader is in
+        # flight any more (after the last one's completion); see when_drained
+        self.on_drained: Callable[[], None] | None = None
 
     def bind(self, group: Any) -> None:
         self.group = group
@@ -310,6 +313,19 @@ class RaftLog:
             self._held.append((index, data))
             return
         self._apply_now(index, data)
+        if self.on_drained is not None and not self._pending:
+            fn, self.on_drained = self.on_drained, None
+            fn()
+
+    def when_drained(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once none of this leader's proposals is in flight: at once when none is, else from the
+        group's apply of the last one (after its completion). A later call replaces an earlier waiting one; a
+        leadership loss fails the proposals without calling it (the owner re-checks on its leader change)."""
+        if not self._pending:
+            self.on_drained = None
+            fn()
+        else:
+            self.on_drained = fn
 
     def _apply_now(self, index: int, data: bytes) -> None:
         self.applied_index = index
@@ -370,6 +386,7 @@ class RaftLog:
                 s.on_leader_change(leader)
 
     def fail_pending(self) -> None:
+        self.on_drained = None
         pend, self._pending = self._pending, deque()
         for p in pend:
             if p.cb is not None:
