@@ -6,7 +6,7 @@ import sys
 # `rillet server <these>` are client commands; anything else after `server` is a server flag.
 SERVER_SUBCOMMANDS = {"ping", "list", "ls", "info", "check", "run"}
 # commands that keep a Go tool's single-dash flags (nk, nats-top): their own parser takes argv as it is
-GO_FLAG_COMMANDS = {"nkey": "rillet.cli.nkey"}
+GO_FLAG_COMMANDS = {"nkey": "rillet.cli.nkey", "top": "rillet.cli.top"}
 
 HELP = """NATS command line tool (works with Rillet and the Go nats-server).
 
@@ -28,6 +28,7 @@ Examples:
   rillet bench pub test --msgs 1000000 --size 128
   rillet health --context sys        (servers, gateways, JetStream groups)
   rillet nkey -gen user -pubout     (nk's flags: -gen, -inkey, -pubout, -sign, -verify)
+  rillet top -m 8222 -sort msgs_to  (nats-top's flags: -s, -m, -n, -d, -sort, -o)
   rillet server -js -sd ./data      (the server, same flags as rillet-server)
 """
 
