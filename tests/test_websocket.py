@@ -17,7 +17,7 @@ import nats
 from rillet.app.embed import run_server
 from rillet.server.logging import Logger
 from rillet.config.options import Options, TLSConfig, User, WebsocketOptions
-from rillet.server.websocket import accept_key
+from rillet.server.wsframe import accept_key
 
 pytestmark = pytest.mark.asyncio
 

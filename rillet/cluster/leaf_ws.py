@@ -18,7 +18,7 @@ import os
 import struct
 from typing import Any
 
-from rillet.server.websocket import accept_key, unmask
+from rillet.server.wsframe import accept_key, unmask
 
 _OP_CONT, _OP_TEXT, _OP_BIN, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
 _MAX_HEADER = 8192
