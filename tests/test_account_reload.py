@@ -200,3 +200,59 @@ async def test_reload_lowers_account_connection_limit(tmp_path):
         assert await conns[2].is_open()
         for c in conns:
             await c.close()
+
+
+JS1 = """
+listen: 127.0.0.1:%d
+jetstream { store_dir: "%s" }
+accounts {
+  A { users [{user: a, password: a}], jetstream: enabled }
+}
+"""
+
+JS2 = """
+listen: 127.0.0.1:%d
+jetstream { store_dir: "%s" }
+accounts {
+  A { users [{user: a, password: a}], jetstream: enabled }
+  D { users [{user: d, password: d}], jetstream: { max_streams: 3 } }
+}
+"""
+
+
+async def test_reload_enables_jetstream_for_an_added_account(tmp_path):
+    """An account a reload adds with a ``jetstream`` entry gets JetStream, with its limits (the server finds
+    them through its JetStream subsystem: rillet.server does not import rillet.jetstream)."""
+    store = tmp_path / "js"
+    port = free_port()
+    path = tmp_path / "js.conf"
+    path.write_text(JS1 % (port, store))
+
+    async def account_info(user: str) -> dict:
+        import json
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", user=user, password=user)
+        try:
+            return json.loads((await nc.request("$JS.API.INFO", b"", timeout=2)).data)
+        finally:
+            await nc.close()
+
+    async def steps(reload) -> None:
+        assert "error" not in await account_info("a")
+        path.write_text(JS2 % (port, store))
+        await reload()
+        info = await account_info("d")
+        assert "error" not in info, info
+        assert info["limits"]["max_streams"] == 3
+
+    if GO:
+        proc = ServerProcess("-c", str(path), command=["nats-server"])
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, proc.wait_ready)
+            await steps(Running(str(path), port, proc).reload)
+        finally:
+            proc.stop()
+        return
+    from rillet.app.embed import run_server
+    from rillet.config.flags import parse_command_line
+    async with run_server(parse_command_line(["-c", str(path)]).options) as srv:
+        await steps(Running(str(path), port, srv).reload)

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from rillet.app.compose import Root, build_server
-from rillet.config.options import ClusterOptions, Options
+from rillet.config.options import ClusterOptions, JetStreamOptions, Options
 from rillet.server.accounts import Account
 from rillet.server.server import Server
 from rillet.server.subsystems import Core
@@ -110,6 +110,8 @@ def test_core_server_refuses_what_only_the_root_builds() -> None:
         with pytest.raises(ValueError, match=r"need the composition root: build the server with "
                                              r"rillet\.app\.build_server"):
             Server(opts)
+    with pytest.raises(ValueError, match=r"^jetstream need the composition root"):
+        Server(Options(jetstream=JetStreamOptions(enabled=True)))  # (rillet.server does not import JetStream)
     with pytest.raises(ValueError, match="cluster need the composition root"):
         srv.reload(Options(host="127.0.0.1", port=-1, cluster=ClusterOptions(port=-1)))
     assert srv.opts.cluster.port == 0  # (refused before anything changed)

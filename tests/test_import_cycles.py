@@ -1,4 +1,4 @@
-"""The package layering stays acyclic, and the server reaches JetStream through one seam.
+"""The package layering stays acyclic, lazy imports included, and the server imports none of its subsystems.
 
 The module import graph is built with ``ast`` from the source (no module is imported). Two views:
 
@@ -13,14 +13,18 @@ Rules:
 
 1. No cycle between packages (``rillet.config``, ``rillet.server``, ``rillet.monitor``, ``rillet.jetstream``,
    ``rillet.subjects``, ``rillet.protocol``, ``rillet.spark``, ``rillet.cli``, ... and the top-level modules such
-   as ``rillet.gocompat.gotime``) in the import-time view. The layering this keeps: config (the configuration language
-   and ``Options``) below server; server below monitor and jetstream at import time; the server loads the
-   monitor's HTTP side and JetStream lazily.
+   as ``rillet.jwt``), in either view: an import inside a function is fine when it reaches a lower layer (to
+   load it only when needed), never a higher one. The layering this keeps: gocompat and the top-level modules at
+   the bottom; config (the configuration language and ``Options``) below server; server below cluster, monitor
+   and jetstream; the application layer (``rillet.app``, the composition root) above them all, passing the
+   server what it needs (rillet/server/subsystems.py). ``rillet.lane`` decides the lane and knows no package
+   above it: each package registers its own compiled twins with it.
 2. ``rillet.config`` imports nothing from ``rillet.server``, ``rillet.monitor`` or ``rillet.jetstream``, lazily
    or not: what the config checks need lives in ``rillet.config`` (or a top-level module such as
    ``rillet.jwt``), and the server uses it from there.
-3. In ``rillet.server`` only ``rillet.server.jetstream_seam`` imports ``rillet.jetstream`` (any view), and
-   it does so only inside its functions.
+3. ``rillet.server`` imports nothing of ``rillet.jetstream``, ``rillet.cluster``, ``rillet.monitor`` or
+   ``rillet.app`` (any view): the composition root makes JetStream (``Subsystems.new_jetstream``) and the server
+   uses the object it gets.
 4. The top-level modules (``rillet.nkey``, ``rillet.jwt``...) and the Go-compatibility package
    (``rillet.gocompat``) import no subpackage, lazily or not: every package may use them, so they are the bottom
    layer (``rillet.jwt`` decodes nkeys with ``rillet.nkey``, not by calling back into ``rillet.server``).
@@ -34,7 +38,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG_DIR = ROOT / "rillet"
-SEAM = "rillet.server.jetstream_seam"
 
 
 def _module_name(path: Path) -> str:
@@ -190,11 +193,12 @@ def test_graph_sees_the_packages() -> None:
     # the checks below mean something only if the graph finds the modules and their imports
     g = import_graph(import_time=True)
     for m in ("rillet.config.options", "rillet.server.server", "rillet.monitor.varz", "rillet.jetstream.manager",
-              "rillet.gocompat.gotime", SEAM):
+              "rillet.gocompat.gotime", "rillet.app.compose"):
         assert m in g
     assert "rillet.config.options" in g["rillet.server.server"]
-    assert "rillet.jetstream.manager" not in g["rillet.server.server"]  # lazy (through the seam)
-    assert "rillet.jetstream.manager" in import_graph(import_time=False)[SEAM]
+    # lazy imports are in the second view only
+    assert "rillet.jetstream.manager" not in g["rillet.app.compose"]
+    assert "rillet.jetstream.manager" in import_graph(import_time=False)["rillet.app.compose"]
 
 
 def test_cycle_detection_finds_a_cycle() -> None:
@@ -208,6 +212,14 @@ def test_no_import_time_cycle_between_packages() -> None:
                         "inside the function that needs it):\n" + "\n".join(cycles))
 
 
+def test_no_cycle_between_packages_counting_lazy_imports() -> None:
+    """Issue 21: the packages stay layered even counting imports inside functions (a function-level import of
+    a lower layer, to load it only when needed, is fine; one of a higher layer is a hidden cycle)."""
+    cycles = package_cycles(import_time=False)
+    assert not cycles, ("cycle between packages counting function-level imports (move the code the lower layer "
+                        "needs down into it, or let the composition root pass it in):\n" + "\n".join(cycles))
+
+
 def test_config_does_not_import_the_server_monitor_or_jetstream() -> None:
     g = import_graph(import_time=False)
     bad = sorted((m, t) for m, ts in g.items() if package_of(m) == "rillet.config"
@@ -216,13 +228,12 @@ def test_config_does_not_import_the_server_monitor_or_jetstream() -> None:
                      f"and let the server import it from there): {bad}")
 
 
-def test_server_reaches_jetstream_only_through_the_seam() -> None:
+def test_server_does_not_import_jetstream() -> None:
     g = import_graph(import_time=False)
-    bad = sorted((m, t) for m, ts in g.items() if package_of(m) == "rillet.server" and m != SEAM
+    bad = sorted((m, t) for m, ts in g.items() if package_of(m) == "rillet.server"
                  for t in ts if package_of(t) == "rillet.jetstream")
-    assert not bad, f"rillet.server imports rillet.jetstream outside {SEAM}: {bad}"
-    eager = sorted(t for t in import_graph(import_time=True)[SEAM] if package_of(t) == "rillet.jetstream")
-    assert not eager, f"{SEAM} must import rillet.jetstream inside its functions, not when loaded: {eager}"
+    assert not bad, ("rillet.server imports rillet.jetstream (the composition root makes JetStream, "
+                     f"Subsystems.new_jetstream; the server uses server.jetstream): {bad}")
 
 
 def test_top_level_modules_are_the_bottom_layer() -> None:

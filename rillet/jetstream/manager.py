@@ -267,6 +267,20 @@ class JetStream:
             from rillet.jetstream.disabled import NotEnabled
             self._disabled[account.name] = NotEnabled(self, account)
 
+    @staticmethod
+    def account_limits(**limits: Any) -> Any:
+        """An account's JetStream limits (the fields of ``rillet.jetstream.configtypes.AccountLimits``): what
+        the server's operator mode makes of an account JWT's limits (the server knows JetStream only through
+        its ``server.jetstream`` object, rillet/server/subsystems.py)."""
+        from rillet.jetstream.configtypes import AccountLimits
+        return AccountLimits(**limits)
+
+    @staticmethod
+    def configured_accounts(accounts: dict) -> dict[str, Any]:
+        """{account name: limits} for the configured ``accounts`` whose ``jetstream`` entry enables JetStream
+        (a configuration reload enables those it adds)."""
+        return account_js_config(accounts)
+
     def enable_account(self, account: "Account", limits: Any = None) -> JSAccount:
         off = self._disabled.pop(account.name, None)
         if off is not None:

@@ -72,8 +72,7 @@ def reload_accounts(srv: "Server", old: "Options", new: "Options") -> None:
                            if getattr(ic, "name", "").startswith(_WIRING)]
     js = srv.jetstream
     if js is not None:
-        from rillet.server.jetstream_seam import account_js_config
-        for name, limits in account_js_config(new.accounts).items():
+        for name, limits in js.configured_accounts(new.accounts).items():
             if name not in js.accounts:
                 js.enable_account(srv.lookup_account(name), limits)
         for jsa in js.accounts.values():  # the domain's mappings, after the accounts' mappings were set anew

@@ -558,9 +558,9 @@ class OperatorMode:
     # ---- JetStream --------------------------------------------------------------------------------------
 
     @staticmethod
-    def js_limits(info: AccountInfo) -> Any:
-        """The account's JetStream limits, or None when its JWT does not enable JetStream."""
-        from rillet.server.jetstream_seam import account_limits
+    def js_limits(info: AccountInfo, js: Any) -> Any:
+        """The account's JetStream limits (made by the JetStream subsystem ``js``), or None when its JWT does not
+        enable JetStream."""
         lim = info.limits
         mem = int(lim.get("mem_storage", 0) or 0)
         disk = int(lim.get("disk_storage", 0) or 0)
@@ -579,17 +579,18 @@ class OperatorMode:
         def unl(k: str) -> int:
             v = int(src.get(k, 0) or 0)
             return v if v > 0 else -1
-        return account_limits(max_memory=mem, max_storage=disk, max_streams=int(src.get("streams", -1)),
-                            max_consumers=int(src.get("consumer", -1)), max_ack_pending=unl("max_ack_pending"),
-                            memory_max_stream_bytes=unl("mem_max_stream_bytes"),
-                            storage_max_stream_bytes=unl("disk_max_stream_bytes"),
-                            max_bytes_required=bool(src.get("max_bytes_required", False)))
+        return js.account_limits(max_memory=mem, max_storage=disk, max_streams=int(src.get("streams", -1)),
+                                   max_consumers=int(src.get("consumer", -1)),
+                                   max_ack_pending=unl("max_ack_pending"),
+                                   memory_max_stream_bytes=unl("mem_max_stream_bytes"),
+                                   storage_max_stream_bytes=unl("disk_max_stream_bytes"),
+                                   max_bytes_required=bool(src.get("max_bytes_required", False)))
 
     def _configure_jetstream(self, acc: Any, info: AccountInfo) -> None:
         js = getattr(self.server, "jetstream", None)
         if js is None or not getattr(js, "started", False):
             return  # JetStream enables the loaded accounts when it starts (jetstream_started)
-        limits = self.js_limits(info)
+        limits = self.js_limits(info, js)
         jsa = js.accounts.get(acc.name)
         if limits is None:
             if jsa is not None:
@@ -606,7 +607,7 @@ class OperatorMode:
 
     def jetstream_started(self, js: Any) -> None:
         for name, info in list(self.infos.items()):
-            limits = self.js_limits(info)
+            limits = self.js_limits(info, js)
             if limits is not None:
                 js.enable_account(self.server.lookup_account(name), limits).tier = self.js_tier(info)
 

@@ -1,16 +1,18 @@
 """What a ``Server`` gets from outside: its links (routes, gateways, leaf nodes), JetStream and monitoring.
 
-``rillet.server`` does not import ``rillet.cluster`` or ``rillet.monitor`` (tests/test_import_cycles.py):
+``rillet.server`` does not import ``rillet.cluster``, ``rillet.monitor`` or ``rillet.jetstream``, lazily or not
+(tests/test_import_cycles.py):
 the composition root, ``rillet.app``, builds those subsystems from the options and plugs them into the
 server through the ``Subsystems`` interface below, which the server owns and calls at its few points of
 contact (construction, a new account, start, a closed connection, reload, the system account's
 monitoring requests). ``rillet.app.build_server(opts)`` is how a full server is made (``rillet-server``,
 ``python -m rillet.server``, ``rillet.app.embed``, the tests' helpers).
 
-A ``Server`` made without one (``Server(opts)``) gets ``Core``: clients, accounts, authorization, the system
-account's events and JetStream; options that need links or HTTP monitoring are refused with a clear error
-(at construction and at reload), and the system account answers no monitoring data requests (``VARZ``,
-``CONNZ``...).
+A ``Server`` made without one (``Server(opts)``) gets ``Core``: clients, accounts, authorization and the system
+account's events; options that need links, JetStream or HTTP monitoring are refused with a clear error (at
+construction and at reload), and the system account answers no monitoring data requests (``VARZ``, ``CONNZ``...).
+The server reaches a running JetStream only through the object ``new_jetstream`` made (``server.jetstream``:
+``start``, ``account_added``, ``enable_account``, ``configured_accounts``, ``account_limits``...).
 """
 from __future__ import annotations
 
@@ -63,13 +65,15 @@ def needs_root(o: "Options") -> list[str]:
         out.append("leafnodes")
     if o.gateway_opts is not None:
         out.append("gateway")
+    if o.jetstream.enabled:
+        out.append("jetstream")
     if o.http_port or o.https_port:
         out.append("monitoring")
     return out
 
 
 class Core:
-    """The subsystems of a server built without the composition root: none but JetStream."""
+    """The subsystems of a server built without the composition root: none."""
 
     @staticmethod
     def _refuse(parts: list[str]) -> None:
@@ -84,8 +88,7 @@ class Core:
         return None
 
     def new_jetstream(self, server: "Server") -> Any:
-        from rillet.server import jetstream_seam
-        return jetstream_seam.new_jetstream(server)
+        self._refuse(["jetstream"])
 
     async def start_monitor(self, server: "Server") -> None:
         self._refuse(["monitoring"])
