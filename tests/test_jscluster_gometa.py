@@ -20,7 +20,7 @@ import pytest
 
 from helpers import free_port, serve_config
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.gometa import GoMetaMember, GoRaftFollower
+from rillet.jetstream.cluster.gometa import GoMetaMember, GoRaftFollower, member_of
 from rillet.raft import gowire as gw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,7 +148,17 @@ accounts {{
 }}
 system_account: SYS
 cluster {{ name: C1, listen: 127.0.0.1:{free_port()}, routes: [{routes}] }}
+feature_flags {{ rillet_go_meta: true }}
 """
+
+
+async def _member(srv) -> GoMetaMember:
+    """The member the feature flag starts with the server's first route."""
+    deadline = time.monotonic() + 10
+    while member_of(srv) is None:
+        assert time.monotonic() < deadline, "no Go meta member started"
+        await asyncio.sleep(0.05)
+    return member_of(srv)
 
 
 async def _until(fn, timeout: float = 20.0, what: str = "condition"):
@@ -181,6 +191,21 @@ async def _meta_views(gc, server: str) -> dict:
         await nc.close()
 
 
+async def test_switch_is_off_by_default_and_refused_with_jetstream(tmp_path):
+    base = f"""
+server_name: solo
+listen: 127.0.0.1:-1
+cluster {{ name: C1, listen: 127.0.0.1:{free_port()}, routes: [nats://127.0.0.1:{free_port()}] }}
+"""
+    async with serve_config(base) as srv:
+        assert member_of(srv) is None
+    with pytest.raises(ValueError, match="rillet_go_meta.*can not run JetStream"):
+        async with serve_config(base + f"""feature_flags {{ rillet_go_meta: true }}
+jetstream {{ store_dir: "{tmp_path}" }}
+"""):
+            pass
+
+
 @pytest.fixture
 def go_cluster(tmp_path):
     gc = CAP.GoCluster(tmp_path)
@@ -202,8 +227,7 @@ async def test_rillet_joins_go_meta_group_late_and_applies_assignments(go_cluste
         await js.add_stream(name="EARLY", subjects=["early.>"], num_replicas=3)
         await js.add_consumer("EARLY", durable_name="c1")
         async with serve_config(_rillet_conf(gc)) as srv:
-            m = GoMetaMember(srv)
-            m.start()
+            m = await _member(srv)
             # it catches up on what was decided before it came, then follows what comes after
             await _until(lambda: ("A", "EARLY") in m.state.streams, what="EARLY on the Rillet server")
             assert "c1" in m.state.consumers[("A", "EARLY")]
@@ -238,8 +262,7 @@ async def test_go_meta_group_needs_the_rillet_vote_and_ack(go_cluster):
     try:
         await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
         async with serve_config(_rillet_conf(gc)) as srv:
-            m = GoMetaMember(srv)
-            m.start()
+            m = await _member(srv)
 
             async def four():
                 views = await _meta_views(gc, "g0")
@@ -293,8 +316,7 @@ async def test_rillet_catches_up_from_a_go_meta_snapshot(go_cluster):
     try:
         await CAP._until(lambda: CAP._js_ready(nc), 30, what="Go meta leader after the restart")
         async with serve_config(_rillet_conf(gc)) as srv:
-            m = GoMetaMember(srv)
-            m.start()
+            m = await _member(srv)
             await _until(lambda: {"SNAP0", "SNAP1", "SNAP2"} <= set(m.state.stream_names("A")), 30,
                          what="the snapshot applied on Rillet")
             assert m.state.snapshots >= 1

@@ -8,8 +8,9 @@ leader decided. It never campaigns (it does not become meta leader), proposes no
 consumer group yet.
 
 It is separate from Rillet's own clustered JetStream (rillet.jetstream.cluster.meta, with its ``$RNRG.``
-transport): nothing runs unless a ``GoMetaMember`` is attached to a server (``GoMetaMember(server).start()``)
--- the feature switch; the Rillet-only cluster protocol is untouched.
+transport): nothing runs unless switched on, by ``feature_flags { rillet_go_meta: true }`` in the server's
+configuration (``attach_to_routes``, for a server without JetStream of its own) or by attaching a
+``GoMetaMember`` to a server; the Rillet-only cluster protocol is untouched.
 
 Two parts:
 
@@ -28,13 +29,15 @@ Two parts:
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.raft import gowire as gw
 
-__all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "CATCHUP_STALL"]
+__all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "CATCHUP_STALL", "GO_META_FLAG",
+           "attach_to_routes", "member_of"]
 
 CATCHUP_STALL = 2.0  # seconds without catch-up progress before the catch-up is asked for again
 
@@ -375,3 +378,41 @@ class GoMetaMember:
                 "commit": r.commit, "applied": r.applied, "catching_up": r.catchup is not None,
                 "peers": sorted(r.peers), "cluster_size": r.cluster_size, "votes_granted": r.votes_granted,
                 "streams": len(self.state.streams), "received": self.received, "refused": self.refused}
+
+
+# -- the switch ----------------------------------------------------------------------------------------------
+
+GO_META_FLAG = "rillet_go_meta"
+_MEMBERS: "weakref.WeakKeyDictionary[Any, GoMetaMember]" = weakref.WeakKeyDictionary()
+
+
+def member_of(server: Any) -> Optional[GoMetaMember]:
+    """The Go meta group member running on ``server`` (None before its first route, or without the flag)."""
+    return _MEMBERS.get(server)
+
+
+def attach_to_routes(server: Any) -> None:
+    """``feature_flags { rillet_go_meta: true }`` (a name nats-server ignores): this server follows the JetStream
+    meta group of the Go servers of its cluster, starting with its first route. Only for a server without
+    JetStream of its own (it hosts no stream yet) and with a system account; ValueError otherwise."""
+    o = server.opts
+    if o.jetstream.enabled:
+        raise ValueError(f"feature flag {GO_META_FLAG!r}: the server follows a Go JetStream meta group only; "
+                         "it can not run JetStream itself yet (remove the jetstream block)")
+    if o.no_system_account:
+        raise ValueError(f"feature flag {GO_META_FLAG!r} needs the system account")
+    if server.cluster is None:
+        raise ValueError(f"feature flag {GO_META_FLAG!r} needs a cluster block (routes to the Go servers)")
+
+    def on_route(what: str, rc: Any, info: Any) -> None:
+        if what != "added" or server in _MEMBERS:
+            return
+        if getattr(server, "system_account", None) is None:
+            server.log.error(f"feature flag {GO_META_FLAG!r}: no system account, not following the Go meta group")
+            return
+        m = GoMetaMember(server)
+        m.start()
+        _MEMBERS[server] = m
+        server.on_shutdown.append(m.stop)
+
+    server.cluster.route_listeners.append(on_route)
