@@ -39,6 +39,10 @@ class Root:
         if o.cluster.port:
             from rillet.cluster.cluster import Cluster
             server.cluster = Cluster(server)  # ValueError: refuse to start
+            from rillet.config import features
+            if features.enabled(o, "rillet_go_meta"):  # (opt-in: follow the Go servers' JetStream meta group)
+                from rillet.jetstream.cluster.gometa import attach_to_routes
+                attach_to_routes(server)  # ValueError: refuse to start
         if o.leaf is not None and (o.leaf.port or o.leaf.remotes):
             from rillet.cluster.leaf import LeafNodes
             server.leafnodes = LeafNodes(server)  # ValueError: refuse to start
