@@ -38,10 +38,35 @@ def _go_escape(b: bytes) -> bytes:
 def dumps(obj: Any, indent: int = 0) -> bytes:
     """``obj`` (builtins or msgspec Structs) as Go's ``json.Marshal`` (``indent=0``) or
     ``json.MarshalIndent(v, "", "  ")`` (``indent=2``) writes it."""
-    raw = _encode(obj)
+    try:
+        raw = _encode(obj)
+    except UnicodeEncodeError:  # text holding bytes that are not UTF-8 (surrogate escapes): see _encode_invalid_utf8
+        raw = _encode_invalid_utf8(obj)
     if indent:
         raw = _format(raw, indent=indent)
     return _go_escape(raw)
+
+
+def _encode_invalid_utf8(obj: Any) -> bytes:
+    """Strings that carry bytes that are not UTF-8 (a subject, a client name... decoded with
+    ``surrogateescape``) written as nats-server writes them: each such byte as U+FFFD."""
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, str):
+            try:
+                o.encode("utf-8")
+                return o
+            except UnicodeEncodeError:
+                return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in o)
+        if isinstance(o, dict):
+            return {walk(k): walk(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [walk(v) for v in o]
+        if isinstance(o, msgspec.Struct):
+            return walk(msgspec.to_builtins(o))
+        return o
+
+    return _encode(walk(obj))
 
 
 def num(x: float | int) -> float | int:

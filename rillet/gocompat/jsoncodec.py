@@ -39,6 +39,17 @@ def _quote_char(b: int) -> str:
     return "'" + _quote_rune(chr(b), '"') + "'"
 
 
+def go_utf8(data: bytes) -> bytes:
+    """``data`` with each byte that is not part of valid UTF-8 replaced by U+FFFD, one per byte, as Go's
+    JSON decoder reads such bytes in a string (Python's "replace" handler would merge some)."""
+    try:
+        data.decode("utf-8")
+        return data
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", "surrogateescape")
+        return "".join("\ufffd" if "\udc80" <= ch <= "\udcff" else ch for ch in text).encode("utf-8")
+
+
 class GoJSONError(ValueError):
     """A decode failure; ``str()`` is Go's message (without the "invalid JSON: " prefix)."""
 
@@ -68,6 +79,7 @@ class _Node:
 
 
 _WS = b" \t\r\n"
+MAX_DEPTH = 10000  # Go's encoding/json nesting limit (objects and arrays)
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESC_OK = frozenset(b'"\\/bfnrtu')
 
@@ -116,79 +128,86 @@ class _Scanner:
             i = self.ws(i)
 
     def value(self, i: int) -> tuple[_Node, int]:
-        if i >= self.n:
-            raise self._eof()
-        c = self.b[i]
-        if c == 0x7B:  # {
-            return self.obj(i)
-        if c == 0x5B:  # [
-            return self.arr(i)
-        if c == 0x22:
-            return self.string(i)
-        if c == 0x2D or 0x30 <= c <= 0x39:
-            return self.number(i)
-        if c == 0x74:
-            return self.literal(i, b"true", "t")
-        if c == 0x66:
-            return self.literal(i, b"false", "f")
-        if c == 0x6E:
-            return self.literal(i, b"null", "z")
-        raise self._bad(i, "looking for beginning of value")
-
-    def obj(self, start: int) -> tuple[_Node, int]:
-        b = self.b
-        pairs: list[tuple[str, _Node]] = []
-        i = self.ws(start + 1)
-        if i >= self.n:
-            raise self._eof()
-        if b[i] == 0x7D:
-            return _Node("o", pairs, start, i + 1), i + 1
+        """The JSON value at ``i`` (whitespace before it skipped). Nested objects and arrays are read with
+        an explicit stack, not recursion: nesting deeper than Go's limit (MAX_DEPTH) is Go's syntax error
+        "exceeded max depth", and anything shallower is read whatever Python's recursion limit."""
+        b, n = self.b, self.n
+        # open containers: [kind, start, items, key of the value being read (objects)]
+        stack: list[list] = []
         while True:
-            if i >= self.n:
-                raise self._eof()
-            if b[i] != 0x22:
-                raise self._bad(i, "looking for beginning of object key string")
-            key, i = self.string(i)
-            i = self.ws(i)
-            if i >= self.n:
-                raise self._eof()
-            if b[i] != 0x3A:
-                raise self._bad(i, "after object key")
-            i = self.ws(i + 1)
-            val, i = self.value(i)
-            pairs.append((key.v, val))
-            i = self.ws(i)
-            if i >= self.n:
+            if i >= n:
                 raise self._eof()
             c = b[i]
-            if c == 0x2C:
-                i = self.ws(i + 1)
-                continue
-            if c == 0x7D:
-                return _Node("o", pairs, start, i + 1), i + 1
-            raise self._bad(i, "after object key:value pair")
+            if c == 0x7B or c == 0x5B:  # { [
+                if len(stack) >= MAX_DEPTH:
+                    raise _JSONError(f"exceeded max depth at offset {i + 1}")
+                j = self.ws(i + 1)
+                if j >= n:
+                    raise self._eof()
+                if c == 0x7B:
+                    if b[j] == 0x7D:
+                        node, i = _Node("o", [], i, j + 1), j + 1
+                    else:
+                        key, j = self._key(j)
+                        stack.append(["o", i, [], key])
+                        i = j
+                        continue
+                else:
+                    if b[j] == 0x5D:
+                        node, i = _Node("a", [], i, j + 1), j + 1
+                    else:
+                        stack.append(["a", i, [], None])
+                        i = j
+                        continue
+            elif c == 0x22:
+                node, i = self.string(i)
+            elif c == 0x2D or 0x30 <= c <= 0x39:
+                node, i = self.number(i)
+            elif c == 0x74:
+                node, i = self.literal(i, b"true", "t")
+            elif c == 0x66:
+                node, i = self.literal(i, b"false", "f")
+            elif c == 0x6E:
+                node, i = self.literal(i, b"null", "z")
+            else:
+                raise self._bad(i, "looking for beginning of value")
+            # a complete value: it goes into its container, which may then be complete too
+            while True:
+                if not stack:
+                    return node, i
+                top = stack[-1]
+                obj = top[0] == "o"
+                top[2].append((top[3], node) if obj else node)
+                i = self.ws(i)
+                if i >= n:
+                    raise self._eof()
+                c = b[i]
+                if c == 0x2C:  # ,
+                    j = self.ws(i + 1)
+                    if obj:
+                        top[3], j = self._key(j)
+                    i = j
+                    break
+                if c == (0x7D if obj else 0x5D):
+                    stack.pop()
+                    node, i = _Node(top[0], top[2], top[1], i + 1), i + 1
+                    continue
+                raise self._bad(i, "after object key:value pair" if obj else "after array element")
 
-    def arr(self, start: int) -> tuple[_Node, int]:
+    def _key(self, i: int) -> tuple[str, int]:
+        """An object's key and its colon at ``i``; the index of the value after them (whitespace skipped)."""
         b = self.b
-        items: list[_Node] = []
-        i = self.ws(start + 1)
         if i >= self.n:
             raise self._eof()
-        if b[i] == 0x5D:
-            return _Node("a", items, start, i + 1), i + 1
-        while True:
-            val, i = self.value(i)
-            items.append(val)
-            i = self.ws(i)
-            if i >= self.n:
-                raise self._eof()
-            c = b[i]
-            if c == 0x2C:
-                i = self.ws(i + 1)
-                continue
-            if c == 0x5D:
-                return _Node("a", items, start, i + 1), i + 1
-            raise self._bad(i, "after array element")
+        if b[i] != 0x22:
+            raise self._bad(i, "looking for beginning of object key string")
+        key, i = self.string(i)
+        i = self.ws(i)
+        if i >= self.n:
+            raise self._eof()
+        if b[i] != 0x3A:
+            raise self._bad(i, "after object key")
+        return key.v, self.ws(i + 1)
 
     def string(self, start: int) -> tuple[_Node, int]:
         b, n = self.b, self.n
@@ -220,10 +239,12 @@ class _Scanner:
                 raise self._bad(i, "in string")
             i += 1
         raw = b[start + 1:i]
+        if not raw.isascii():
+            raw = go_utf8(raw)
         if not esc:
-            text = raw.decode("utf-8", "replace")
+            text = raw.decode("utf-8")
         else:
-            text = _json.loads('"' + raw.decode("utf-8", "replace") + '"')
+            text = _json.loads('"' + raw.decode("utf-8") + '"')
             if any("\ud800" <= ch <= "\udfff" for ch in text):
                 text = "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
         return _Node("s", text, start, i + 1), i + 1
@@ -495,7 +516,8 @@ class _Decoder:
                 val = int(raw)
             except ValueError:
                 raise self.type_err("number " + raw, spec.go, path) from None
-            if not spec.lo <= val <= spec.hi:
+            # (Go parses an unsigned field with ParseUint, which refuses any sign: "-0" too)
+            if not spec.lo <= val <= spec.hi or (spec.lo == 0 and raw[0] == "-"):
                 raise self.type_err("number " + raw, spec.go, path)
             return val
         if kind == "bool":
@@ -592,12 +614,8 @@ def _default(cls: type, f: _Field) -> Any:
     return d
 
 
-def _plain(node: _Node) -> Any:
+def _scalar(node: _Node) -> Any:
     k = node.k
-    if k == "o":
-        return {key: _plain(v) for key, v in node.v}
-    if k == "a":
-        return [_plain(v) for v in node.v]
     if k == "n":
         try:
             return int(node.v)
@@ -610,6 +628,35 @@ def _plain(node: _Node) -> Any:
     if k == "z":
         return None
     return node.v
+
+
+def _plain(node: _Node) -> Any:
+    """The node as Python builtins (dicts, lists...). Iterative: nesting is bounded by the scanner's
+    MAX_DEPTH, not by Python's recursion limit."""
+    if node.k not in ("o", "a"):
+        return _scalar(node)
+    root: Any = {} if node.k == "o" else []
+    # (node, its builtin container) still to fill
+    todo = [(node, root)]
+    while todo:
+        nd, out = todo.pop()
+        if nd.k == "o":
+            for key, v in nd.v:
+                if v.k in ("o", "a"):
+                    child: Any = {} if v.k == "o" else []
+                    todo.append((v, child))
+                    out[key] = child
+                else:
+                    out[key] = _scalar(v)
+        else:
+            for v in nd.v:
+                if v.k in ("o", "a"):
+                    child = {} if v.k == "o" else []
+                    todo.append((v, child))
+                    out.append(child)
+                else:
+                    out.append(_scalar(v))
+    return root
 
 
 def go_decode(data: bytes | str | None, cls: type, top: str | None = None, *, strict: bool = True) -> Any:

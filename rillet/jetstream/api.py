@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib
-import json
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
@@ -17,7 +16,9 @@ from rillet.gocompat.gotime import format_time
 from rillet.gocompat.gotime import parse_time
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import streamconfig as SC
+from rillet.gocompat import jsoncodec as _codec
 from rillet.jetstream import apijson
+from rillet.jetstream import apitypes as A
 from rillet.jetstream import headers as H
 from rillet.jetstream.apiqueue import INFO_KEYS
 from rillet.jetstream.log import LeadershipLost
@@ -32,13 +33,6 @@ if TYPE_CHECKING:
 
 T = "io.nats.jetstream.api.v1."
 
-# request field names (nats-server's JSApi*Request json tags), for the strict API (ApiRouter.parse)
-_INFO_REQ = frozenset({"offset", "deleted_details", "subjects_filter"})
-_PURGE_REQ = frozenset({"seq", "filter", "keep"})
-_NAMES_REQ = frozenset({"offset", "subject"})
-_GET_REQ = frozenset({"seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time", "multi_last",
-                      "up_to_seq", "up_to_time", "no_hdr"})
-_DELETE_REQ = frozenset({"seq", "no_erase"})
 from rillet.jetstream.configtypes import JS_API_LEVEL as API_LEVEL  # the level of the version we report (2.15: 5)
 JSON_LIMIT = 1024  # names per page
 LIST_LIMIT = 256  # infos per page
@@ -215,7 +209,7 @@ class ApiRouter:
         fields of ``name``'s request type), or, for anything else, 10000, logged: never silenced."""
         self.jsa.api_errors += 1
         if isinstance(e, ApiError):
-            self.respond_error(reply, typ, e, _DECODE_EXTRA.get(name) if e.err_code == 10025 else None)
+            self.respond_error(reply, typ, e, _ERROR_EXTRA.get(name))
             return
         self.js.log.error(f"JetStream API error handling {what}: {e!r}")
         self.respond_error(reply, typ, ApiError.make("STREAM_GENERAL_ERROR", err=str(e)))
@@ -230,24 +224,31 @@ class ApiRouter:
             d.update(extra)
         self.respond(reply, d)
 
-    def parse(self, body: bytes, typ: Any = None, known: frozenset | None = None) -> Any:
-        """The request body; ``known``: the request's field names, any other one is INVALID_JSON while the
-        API is strict (``jetstream { strict }``, nats-server 2.12+; names match without regard to case)."""
+    def decode(self, body: bytes, cls: type) -> Any:
+        """The request body as nats-server's request struct ``cls`` (``rillet.jetstream.apitypes``): a
+        body that does not decode into it is INVALID_JSON with Go's message; unknown fields too while the
+        API is strict (``jetstream { strict }``). An empty body is the zero request."""
+        return apijson.go_decode(body, cls, strict=self.js.strict)
+
+    def parse(self, body: bytes, typ: type | None = None) -> Any:
+        """The request body as builtins: decoded as the request struct ``typ`` (then its fields as a dict,
+        for callers that read it as one) or, without one, as plain JSON; None for an empty body. Errors
+        are INVALID_JSON with Go's messages, as ``decode``."""
         if not body.strip():
             return None
-        try:
-            if typ is None:
-                d = json.loads(body)
-                if known is not None and isinstance(d, dict) and self.js.strict:
-                    for k in d:
-                        if k not in known and k.lower() not in known:
-                            raise ApiError.make("INVALID_JSON", err=f'json: unknown field "{k}"')
-                return d
-            return msgspec.json.decode(body, type=typ)
-        except (ValueError, msgspec.DecodeError) as e:
-            raise ApiError.make("INVALID_JSON", err=str(e))
-        except msgspec.ValidationError as e:
-            raise ApiError.make("INVALID_JSON", err=str(e))
+        if typ is not None:
+            d = msgspec.structs.asdict(self.decode(body, typ))
+            if any(isinstance(v, msgspec.Struct) for v in d.values()):
+                # a nested struct (a restore's config) as it was sent, once its types are checked
+                plain = apijson.parse_json(body)
+                for k, v in d.items():
+                    if isinstance(v, msgspec.Struct):
+                        d[k] = {}
+                        for pk, pv in (plain.items() if isinstance(plain, dict) else ()):
+                            if pk.lower() == k and isinstance(pv, dict):
+                                d[k] = pv
+            return d
+        return apijson.parse_json(body)
 
     def stream(self, name: str) -> Stream:
         s = self.jsa.streams.get(name)
@@ -572,20 +573,19 @@ class ApiRouter:
     def stream_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_info_response"
         name = args[0] if args else ""
-        req = self.parse(body, known=_INFO_REQ) or {}
+        req = self.decode(body, A.JSApiStreamInfoRequest)
         stream = self.jsa.streams.get(name)
         if stream is None:
             self.respond_error(reply, typ, ApiError.make("STREAM_NOT_FOUND"),
                                {"total": 0, "offset": 0, "limit": 0})
             return
-        sf = req.get("subjects_filter") or ""
-        info = stream_info_dict(stream, subjects_filter=sf, deleted_details=bool(req.get("deleted_details")),
+        info = stream_info_dict(stream, subjects_filter=req.subjects_filter, deleted_details=req.deleted_details,
                                 with_cluster=True)
         d = {"type": typ, "total": 0, "offset": 0, "limit": 0, **info}
         subs = info["state"].get("subjects")
         if subs is not None:
-            offset = int(req.get("offset") or 0)
             keys = sorted(subs)
+            offset = min(max(req.offset, 0), len(keys))
             d["total"] = len(keys)
             d["offset"] = offset
             d["limit"] = 100000
@@ -593,6 +593,7 @@ class ApiRouter:
         self.respond(reply, d)
 
     def stream_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
+        check_empty(body)
         stream = self.stream(args[0] if args else "")
         self.jsa.delete_stream(stream)
         self.js.advisories.stream_action(self.jsa, stream, "delete")
@@ -600,15 +601,14 @@ class ApiRouter:
 
     def stream_purge(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_purge_response"
+        req = self.decode(body, A.JSApiStreamPurgeRequest)  # (before the stream is looked up, as nats-server)
         stream = self.stream(args[0] if args else "")
         if stream.cfg.sealed:
             raise ApiError.make("STREAM_SEALED")
         if stream.cfg.deny_purge:
             raise ApiError.make("STREAM_PURGE_FAILED", err="stream purge not permitted")
-        req = self.parse(body, known=_PURGE_REQ) or {}
-        subj = req.get("filter") or None
-        seq = int(req.get("seq") or 0)
-        keep = int(req.get("keep") or 0)
+        subj = req.filter or None
+        seq, keep = req.seq, req.keep
         if seq and keep:
             raise ApiError.make("BAD_REQUEST")
         if subj is not None and not is_valid_subject(subj):
@@ -622,45 +622,47 @@ class ApiRouter:
 
         stream.purge(subj, seq, keep, done)
 
-    def _names_filter(self, req: dict) -> list[Stream]:
-        subj = req.get("subject") or ""
+    def _names_filter(self, req: Any) -> list[Stream]:
+        subj = req.subject
         streams = sorted(self.jsa.streams.values(), key=lambda s: s.name)
         if subj:
             streams = [s for s in streams if any(subjects_collide(subj, x) for x in (s.cfg.subjects or []))]
         return streams
 
     def stream_names(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        req = self.parse(body, known=_NAMES_REQ) or {}
+        req = self.decode(body, A.JSApiStreamNamesRequest)
         streams = self._names_filter(req)
-        offset = int(req.get("offset") or 0)
+        offset = min(max(req.offset, 0), len(streams))  # (as nats-server: within 0..total)
         page = streams[offset:offset + JSON_LIMIT]
         self.respond(reply, {"type": T + "stream_names_response", "total": len(streams), "offset": offset,
-                             "limit": JSON_LIMIT, "streams": [s.name for s in page]})
+                             "limit": JSON_LIMIT, "streams": [s.name for s in page] or None})
 
     def stream_list(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        req = self.parse(body, known=_NAMES_REQ) or {}
+        req = self.decode(body, A.JSApiStreamListRequest)
         streams = self._names_filter(req)
-        offset = int(req.get("offset") or 0)
+        offset = min(max(req.offset, 0), len(streams))
         page = streams[offset:offset + LIST_LIMIT]
         self.respond(reply, {"type": T + "stream_list_response", "total": len(streams), "offset": offset,
                              "limit": LIST_LIMIT, "streams": [stream_info_dict(s, with_cluster=True) for s in page],
                              "missing": None})
 
     def stream_leader_stepdown(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        self.stream(args[0] if args else "")
-        raise ApiError.make("CLUSTER_REQUIRED")
+        raise ApiError.make("CLUSTER_REQUIRED")  # (nats-server: whether or not the stream exists)
 
     # ---- messages ---------------------------------------------------------------------------------
 
-    def _get(self, stream: Stream, req: dict) -> Any:
-        """The message a MSG.GET / DIRECT.GET request names (None if there is none)."""
+    def _get(self, stream: Stream, req: A.JSApiMsgGetRequest) -> Any:
+        """The message a MSG.GET request names (None if there is none). As nats-server: no batches here,
+        and the sequence, the last for a subject and a start time exclude each other."""
         store = stream.store
-        seq = int(req.get("seq") or 0)
-        last = req.get("last_by_subj") or ""
-        nxt = req.get("next_by_subj") or ""
+        seq, last, nxt = req.seq, req.last_by_subj, req.next_by_subj
+        start = req.start_time
+        if (req.batch > 0 or req.max_bytes > 0 or (seq and start is not None) or (last and start is not None)
+                or (last and (seq or nxt))):
+            raise ApiError.make("BAD_REQUEST")
+        if start is not None:
+            seq = store.get_seq_from_time(parse_time(start)[0])
         if last:
-            if seq or nxt:
-                raise ApiError.make("BAD_REQUEST")
             return store.load_last_msg(last)
         if nxt:
             return store.load_next_msg(nxt, max(seq, 1), subject_has_wildcard(nxt))
@@ -670,15 +672,15 @@ class ApiRouter:
 
     def msg_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
         typ = T + "stream_msg_get_response"
-        stream = self.stream(args[0] if args else "")
-        req = self.parse(body, known=_GET_REQ)
-        if not isinstance(req, dict):
+        if is_empty_request(body):
             raise ApiError.make("BAD_REQUEST")
+        req = self.decode(body, A.JSApiMsgGetRequest)  # (before the stream is looked up, as nats-server)
+        stream = self.stream(args[0] if args else "")
         m = self._get(stream, req)
         if m is None:
             raise ApiError.make("NO_MESSAGE_FOUND")
         d: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
-        if m.hdr and not req.get("no_hdr"):
+        if m.hdr and not req.no_hdr:
             d["hdrs"] = base64.b64encode(m.hdr).decode()
         if m.data:
             d["data"] = base64.b64encode(m.data).decode()
@@ -688,15 +690,17 @@ class ApiRouter:
 
     def msg_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_msg_delete_response"
+        if is_empty_request(body):
+            raise ApiError.make("BAD_REQUEST")
+        req = self.decode(body, A.JSApiMsgDeleteRequest)  # (before the stream is looked up, as nats-server)
         stream = self.stream(args[0] if args else "")
         if stream.cfg.sealed:
             raise ApiError.make("STREAM_SEALED")
         if stream.cfg.deny_delete:
             raise ApiError.make("STREAM_MSG_DELETE_FAILED", err="message delete not permitted")
-        req = self.parse(body, known=_DELETE_REQ)
-        if not isinstance(req, dict) or not req.get("seq"):
-            raise ApiError.make("BAD_REQUEST")
-        seq = int(req["seq"])
+        seq = req.seq
+        if not seq:  # (nats-server: the store finds no message 0)
+            raise ApiError.make("STREAM_MSG_DELETE_FAILED", err="no message found")
 
         def done(ok: Any, err: BaseException | None) -> None:
             if err is None and not ok:
@@ -706,7 +710,7 @@ class ApiRouter:
             else:
                 self.respond(reply, {"type": typ, "success": True})
 
-        stream.delete_msg(seq, not req.get("no_erase"), done)
+        stream.delete_msg(seq, not req.no_erase, done)
 
     def direct_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         """DIRECT.GET.<stream> (request body) and DIRECT.GET.<stream>.<subject...> (last for subject).
@@ -888,13 +892,35 @@ _MAX_MULTI_RESULTS = 1024  # subjects one multi_last request may match (413 Too 
 _NO_LEVEL_CHECK = frozenset(("DIRECT.GET", "CONSUMER.MSG.NEXT", "CONSUMER.RESET"))
 # the zero-valued fields nats-server's response types carry beside an error
 _LEVEL_EXTRA: dict[str, dict] = {"stream_info": {"total": 0, "offset": 0, "limit": 0}}
-# the zero fields nats-server's response carries with a request it could not decode (INVALID_JSON, 10025)
-_DECODE_EXTRA: dict[str, dict] = {
+# the zero fields nats-server's response carries beside any error (its response structs' fields without
+# omitempty), e.g. with a request it could not decode (INVALID_JSON, 10025)
+_ERROR_EXTRA: dict[str, dict] = {
     "stream_info": {"total": 0, "offset": 0, "limit": 0},
     "stream_names": {"total": 0, "offset": 0, "limit": 0, "streams": None},
     "stream_list": {"total": 0, "offset": 0, "limit": 0, "streams": []},
     "stream_purge": {"purged": 0},
+    "stream_restore": {"deliver_subject": ""},
+    "consumer_names": {"total": 0, "offset": 0, "limit": 0, "consumers": []},
+    "consumer_list": {"total": 0, "offset": 0, "limit": 0, "consumers": []},
+    "consumer_pause": {"paused": False, "pause_until": "0001-01-01T00:00:00Z"},
 }
+
+
+def is_empty_request(body: bytes) -> bool:
+    """nats-server's test for a request without content: no bytes, or a JSON object without fields."""
+    if not body or body == b"{}":
+        return True
+    try:
+        d = apijson.parse_json(body)
+    except ApiError:
+        return False
+    return isinstance(d, dict) and not d
+
+
+def check_empty(body: bytes) -> None:
+    """Endpoints that take no request body refuse one (NOT_EMPTY_REQUEST), as nats-server does."""
+    if not is_empty_request(body):
+        raise ApiError.make("NOT_EMPTY_REQUEST")
 
 
 def _api_level_too_high(hdr: bytes) -> bool:
@@ -928,47 +954,20 @@ class _DirectReq:
         self.up_to_time: int | None = None
         self.no_hdr = False
 
-    _FIELDS = {"seq": ("seq", "uint"), "last_by_subj": ("last", "str"), "next_by_subj": ("next", "str"),
-               "batch": ("batch", "int"), "max_bytes": ("max_bytes", "int"), "start_time": ("start", "time"),
-               "multi_last": ("multi", "strs"), "up_to_seq": ("up_to_seq", "uint"),
-               "up_to_time": ("up_to_time", "time"), "no_hdr": ("no_hdr", "bool")}
-
     @classmethod
     def parse(cls, body: bytes) -> "_DirectReq | None":
-        try:
-            d = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        try:  # (as nats-server's plain json.Unmarshal: unknown fields ignored)
+            d = _codec.go_decode(body, A.JSApiMsgGetRequest, strict=False)
+        except _codec.GoJSONError:
             return None
         req = cls()
-        if d is None:
-            return req
-        if not isinstance(d, dict):
-            return None
-        for key, value in d.items():
-            spec = cls._FIELDS.get(key) or cls._FIELDS.get(key.lower())
-            if spec is None or value is None:
-                continue
-            attr, kind = spec
-            if kind in ("uint", "int"):
-                if type(value) is not int or (kind == "uint" and value < 0) or not -(1 << 63) <= value < (1 << 64):
-                    return None
-            elif kind == "str":
-                if not isinstance(value, str):
-                    return None
-            elif kind == "bool":
-                if not isinstance(value, bool):
-                    return None
-            elif kind == "strs":
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    return None
-            else:  # time
-                if not isinstance(value, str):
-                    return None
-                try:
-                    value = parse_time(value)[0]
-                except ValueError:
-                    return None
-            setattr(req, attr, value)
+        req.seq, req.last, req.next = d.seq, d.last_by_subj, d.next_by_subj
+        req.batch, req.max_bytes, req.up_to_seq, req.no_hdr = d.batch, d.max_bytes, d.up_to_seq, d.no_hdr
+        req.multi = list(d.multi_last or ())
+        if d.start_time is not None:
+            req.start = parse_time(d.start_time)[0]
+        if d.up_to_time is not None:
+            req.up_to_time = parse_time(d.up_to_time)[0]
         return req
 
 

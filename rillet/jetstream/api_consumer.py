@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 
-from rillet.gocompat.gotime import format_time, to_utc_time
+from rillet.gocompat.gotime import GO_ZERO_TIME, format_time, to_utc_time
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream import apijson
+from rillet.jetstream import apitypes as A
 from rillet.jetstream import consumer as CO
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
@@ -111,6 +112,8 @@ class ConsumerApi:
     def consumer_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
+        from rillet.jetstream.api import check_empty
+        check_empty(body)
         stream = self._stream(args[0])
         c = self._consumer(stream, args[1])
         self.router.respond(reply, {"type": T + "consumer_info_response", **c.info()})
@@ -118,6 +121,8 @@ class ConsumerApi:
     def consumer_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
+        from rillet.jetstream.api import check_empty
+        check_empty(body)
         stream = self._stream(args[0])
         c = self._consumer(stream, args[1])
         c.stop(delete=True)
@@ -130,30 +135,24 @@ class ConsumerApi:
                                       {"total": 0, "offset": 0, "limit": 0, "consumers": []})
         return s
 
-    def _req(self, body: bytes) -> dict:
-        if not body.strip():
-            return {}
-        d = apijson.parse_json(body)  # Go's JSON error texts
-        return d if isinstance(d, dict) else {}
-
     def consumer_names(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        req = self._req(body)
+        req = self.router.decode(body, A.JSApiConsumersRequest)
         stream = self._stream_or_empty(args, reply, "consumer_names_response")
         if stream is None:
             return
         names = sorted(n for n, c in stream.consumers.items() if not c.closed)
-        offset = max(int(req.get("offset") or 0), 0)
+        offset = min(max(req.offset, 0), len(names))
         self.router.respond(reply, {"type": T + "consumer_names_response", "total": len(names),
                                     "offset": offset, "limit": JSON_LIMIT,
                                     "consumers": names[offset:offset + JSON_LIMIT]})
 
     def consumer_list(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        req = self._req(body)
+        req = self.router.decode(body, A.JSApiConsumersRequest)
         stream = self._stream_or_empty(args, reply, "consumer_list_response")
         if stream is None:
             return
         cons = sorted((c for c in stream.consumers.values() if not c.closed), key=lambda c: c.name)
-        offset = max(int(req.get("offset") or 0), 0)
+        offset = min(max(req.offset, 0), len(cons))
         page = cons[offset:offset + LIST_LIMIT]
         self.router.respond(reply, {"type": T + "consumer_list_response", "total": len(cons), "offset": offset,
                                     "limit": LIST_LIMIT, "consumers": [_list_info(c) for c in page]})
@@ -162,10 +161,10 @@ class ConsumerApi:
         typ = T + "consumer_pause_response"
         if len(args) != 2:
             return  # nats-server has no handler for this subject
-        req = self._req(body)
+        req = self.router.decode(body, A.JSApiConsumerPauseRequest)
         stream = self._stream(args[0])
         c = self._consumer(stream, args[1])
-        pu = req.get("pause_until")
+        pu = req.pause_until if req.pause_until != GO_ZERO_TIME else None
         until = CO._parse_time_ns(pu) if pu else 0
         if until and until > now_ns():
             text = to_utc_time(pu) if isinstance(pu, str) else format_time(until)
@@ -187,9 +186,9 @@ class ConsumerApi:
         from rillet.jetstream import priority
         if not body.strip():
             raise ApiError.make("INVALID_JSON", err="unexpected end of JSON input")
-        req = apijson.parse_json(body)
-        group = req.get("group") if isinstance(req, dict) else None
-        if not isinstance(group, str) or not group:
+        # (nats-server decodes this one with plain json.Unmarshal: unknown fields ignored, even when strict)
+        group = apijson.go_decode(body, A.JSApiConsumerUnpinRequest, strict=False).group
+        if not group:
             raise ApiError.make("INVALID_JSON", err="consumer group not specified")
         if not CC._GROUP_NAME.fullmatch(group):
             raise ApiError.make("CONSUMER_INVALID_GROUP_NAME")

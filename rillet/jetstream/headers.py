@@ -79,14 +79,14 @@ def make_headers(pairs: list[tuple[str, str]] | dict[str, str], status: int = 0,
         if desc:
             first += b" " + desc.encode()
     items = pairs.items() if isinstance(pairs, dict) else pairs
-    body = b"".join(k.encode() + b": " + v.encode() + _CRLF for k, v in items)
+    body = b"".join(k.encode() + b": " + v.encode("utf-8", "surrogateescape") + _CRLF for k, v in items)
     return first + _CRLF + body + _CRLF
 
 
 def append_headers(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
     """``hdr`` with the given keys added at the end, whether or not it already has them (how nats-server adds
     the Nats-Stream/Nats-Sequence... headers of a direct get answer to a stored message's own)."""
-    body = b"".join(k.encode() + b": " + v.encode() + _CRLF for k, v in pairs)
+    body = b"".join(k.encode() + b": " + v.encode("utf-8", "surrogateescape") + _CRLF for k, v in pairs)
     if len(hdr) > 2:
         return hdr[:-2] + body + _CRLF
     return HDR_LINE + body + _CRLF
@@ -106,7 +106,7 @@ def set_headers(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
         if i > 0 and line[:i].decode("utf-8", "replace").strip() in keys:
             continue
         kept.append(line)
-    kept.extend(k.encode() + b": " + v.encode() for k, v in pairs)
+    kept.extend(k.encode() + b": " + v.encode("utf-8", "surrogateescape") for k, v in pairs)
     return _CRLF.join(kept) + _CRLF + _CRLF
 
 

@@ -18,6 +18,7 @@ import shutil
 from typing import TYPE_CHECKING, Any, Iterator
 
 from rillet.gocompat.gotime import format_time
+from rillet.jetstream import apitypes as A
 from rillet.jetstream import streamconfig as C
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
@@ -67,7 +68,8 @@ def _tar_dir(path: str) -> Iterator[bytes]:
 def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
     from rillet.jetstream.api import T, stream_info_dict
     stream = router.stream(args[0] if args else "")
-    req = router.parse(body)
+    from rillet.jetstream.api import is_empty_request
+    req = router.parse(body, A.JSApiStreamSnapshotRequest) if not is_empty_request(body) else None
     if not isinstance(req, dict):
         raise ApiError.make("BAD_REQUEST")
     deliver = req.get("deliver_subject") or ""
@@ -118,11 +120,13 @@ async def _send_chunks(router: "ApiRouter", name: str, deliver: bytes, data: byt
 def restore(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
     from rillet.jetstream.api import T
     name = args[0] if args else ""
-    req = router.parse(body)
+    from rillet.jetstream.api import is_empty_request
+    req = router.parse(body, A.JSApiStreamRestoreRequest) if not is_empty_request(body) else None
     if not isinstance(req, dict):
         raise ApiError.make("BAD_REQUEST")
-    raw_cfg = req.get("config") or {}
-    raw_cfg.setdefault("name", name)
+    raw_cfg = req["config"]
+    if not raw_cfg.get("name"):
+        raw_cfg["name"] = name
     if raw_cfg.get("name") != name:
         raise ApiError.make("STREAM_MISMATCH")
     cfg = C.normalize_stream_config(raw_cfg, is_create=True, subject_name=name,
