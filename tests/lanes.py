@@ -40,8 +40,8 @@ def parser_class(lane: str, name: str):
 @contextlib.contextmanager
 def use_lane(lane_name: str, module_globals: dict):
     """Run a test module in one lane: its module-level ``ClientParser``, ``ServerParser`` and ``cp`` (the
-    rillet.cluster.protocol module) names, and what ``rillet.lane`` hands to connections created meanwhile
-    (in-process servers), become that lane's. Restored afterwards."""
+    rillet.cluster.protocol module) names, what ``rillet.lane`` hands to connections created meanwhile
+    (in-process servers) and the delivery executor become that lane's. Restored afterwards."""
     from rillet.cluster import protocol as cp
     swaps: list[tuple[dict | object, str, object]] = []
     for key, kind in (("ClientParser", "ClientParser"), ("ServerParser", "ServerParser"), ("cp", "wire")):
@@ -49,6 +49,22 @@ def use_lane(lane_name: str, module_globals: dict):
             swaps.append((module_globals, key, parser_class(lane_name, kind)))
     for key in ("ClientParser", "ServerParser"):
         swaps.append((_lane, key, parser_class(lane_name, key)))
+    # the delivery executor (rillet.server.delivery.deliver_result: the reference, or its compiled twin), where
+    # it is bound: Account, and every loaded module (and the test module) that imported it by name
+    import sys
+
+    from rillet.server import delivery
+    from rillet.server.accounts import Account
+    executor = delivery.reference_deliver_result
+    if lane_name == "compiled":
+        from rillet._speedups._cdeliver import deliver_result as executor
+    executors = (delivery.deliver_result, delivery.reference_deliver_result)
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("rillet.") and getattr(mod, "deliver_result", None) in executors:
+            swaps.append((mod, "deliver_result", executor))
+    if module_globals.get("deliver_result") in executors:
+        swaps.append((module_globals, "deliver_result", executor))
+    swaps.append((Account, "deliver_result", executor))
     saved = []
     for target, key, value in swaps:
         if isinstance(target, dict):

@@ -10,6 +10,14 @@ from rillet.server.delivery import (GATEWAY, LEAF, ROUTER, ConnKind, Plan, Remot
                                     deliver_result)
 from rillet.server.server import Server
 from rillet.app.compose import build_server
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module with each lane's executor (the reference, then its compiled twin)."""
+    with use_lane(request.param, globals()):
+        yield request.param
 
 
 class FakeLink:

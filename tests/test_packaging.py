@@ -106,7 +106,7 @@ def test_wheel_carries_the_compiled_lane(built: dict[str, Path], kind: str) -> N
     """A C compiler and Cython are here (the test environment has them): the wheel has the extensions; the
     sdist has their sources, not what a build made of them."""
     names = _wheel_names(built[kind])
-    for mod in ("_cparser", "_cserver", "_cstore", "_cjs", "_ccluster"):
+    for mod in ("_cparser", "_cserver", "_cstore", "_cjs", "_ccluster", "_cdeliver"):
         assert any(re.fullmatch(rf"rillet/_speedups/{mod}\.[^/]*\.so", n) for n in names), (mod, sorted(names)[:5])
     sdist = _sdist_names(built["sdist"])
     assert "setup.py" in sdist and "rillet/_speedups/_cparser.pyx" in sdist

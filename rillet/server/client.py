@@ -97,6 +97,9 @@ class Client(ReadPacer, asyncio.Protocol):
     """A client connection (kind CLIENT). Internal clients (JetStream, $SYS) use ``InternalClient``."""
 
     kind = CLIENT
+    # the output state the delivery executor writes per message, in slots (the rest in the instance dict): one
+    # fixed layout, read at its offsets by the compiled executor (rillet/_speedups/_cdeliver.pyx)
+    __slots__ = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers")
 
     def __init__(self, server: "Server", conn_type: str = "STANDARD") -> None:
         self.server = server

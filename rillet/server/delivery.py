@@ -665,3 +665,19 @@ def js_ack_deliver_idx(reply: bytes) -> int:
             return i
         i = reply.find(b"@", i + 1)
     return -1
+
+
+# ==== the executor the server runs =================================================================================
+
+# ``reference_deliver_result`` is the pure-Python executor above, the reference; ``deliver_result`` (what every
+# caller imports or binds, Account.deliver_result included) is the running lane's (rillet.lane): in the compiled
+# lane its twin rillet._speedups._cdeliver.deliver_result, which takes the plain case and hands everything else
+# to the reference (an extension built before the twin existed: the reference)
+reference_deliver_result = deliver_result
+from rillet import lane as _lane  # noqa: E402
+
+if _lane.COMPILED:
+    try:
+        from rillet._speedups._cdeliver import deliver_result  # noqa: F811
+    except ImportError:
+        pass

@@ -1,0 +1,436 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled twin of rillet.server.delivery.deliver_result, the delivery executor (see rillet.lane).
+
+The pure function stays the reference: this one runs the same steps in the same order with the same calls
+(the same ``random()`` draws, the same bytes into the same output buffers, the same counters, callbacks,
+``_perm_ok``, ``forward``, ``no_responders``), and hands a message to the pure function whenever it is not
+the plain case: a result with no plan yet (the pure one makes it), a traced message (``msgtrace`` current
+with headers, or the server's ``trace`` on), an account with a gateway step, arguments of other types.
+
+What makes it pay where compiling the Python loop did not: the objects it reads per subscriber keep their
+fields in ``__slots__`` -- ``Subscription``, ``SublistResult``, ``Plan``, ``Account`` and the output state
+of ``Client`` (``out``, ``flush_pending``, ``out_msgs``, ``out_bytes``, ``perms``, ``headers``) -- so they
+are C structures of one known layout in both lanes, and this module reads and writes those fields at their
+offsets (taken from the classes' member descriptors when it is loaded) after an exact type check, instead of
+a generic attribute lookup. Objects of any other type (a ``ShadowSub``, an ``InternalClient``, a subclass that
+redefines one of those names) go through ordinary attribute access.
+"""
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.float cimport PyFloat_AsDouble
+from libc.string cimport memcpy
+
+from rillet.server import delivery as _pure
+from rillet.server import msgtrace as _mt
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+    int PyType_IsSubtype(PyTypeObject* a, PyTypeObject* b)
+    int PyByteArray_CheckExact(object o)
+    PyTypeObject* Py_TYPE(object o)
+    object PyNumber_InPlaceAdd(object a, object b)
+
+cdef object _member_descriptor = None
+
+
+cdef Py_ssize_t _off(type t, str name) except -1:
+    """The offset of ``t``'s slot ``name`` in its instances (a member descriptor of an object field)."""
+    d = getattr(t, name)
+    if type(d) is not _member_descriptor:
+        raise TypeError(f"{t.__name__}.{name} is not a slot")
+    return (<PyMemberDescrObject*>d).d_member.offset
+
+
+cdef inline object _get(object o, Py_ssize_t off, str name):
+    cdef PyObject* v = (<PyObject**>((<char*><PyObject*>o) + off))[0]
+    if v is NULL:
+        raise AttributeError(name)
+    return <object>v
+
+
+cdef inline void _set(object o, Py_ssize_t off, object v):
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>o) + off)
+    cdef PyObject* old = p[0]
+    Py_INCREF(v)
+    p[0] = <PyObject*>v
+    Py_XDECREF(old)
+
+
+# the types and their slots' offsets: taken on first use (this module is loaded by rillet.server.delivery,
+# before rillet.server.accounts and rillet.server.client, which import that one, are complete)
+cdef bint _ready = False
+cdef PyTypeObject* _RESULT_T = NULL
+cdef PyTypeObject* _PLAN_T = NULL
+cdef PyTypeObject* _SUB_T = NULL
+cdef PyTypeObject* _CLIENT_T = NULL
+cdef PyTypeObject* _ACC_T = NULL
+cdef object _Client = None
+cdef Py_ssize_t R_PSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
+cdef Py_ssize_t S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER
+cdef Py_ssize_t C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS
+cdef tuple _CLIENT_SLOTS = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers")
+cdef list _keep = []  # (the types, referenced)
+
+
+cdef int _setup() except -1:
+    global _ready, _member_descriptor, _RESULT_T, _PLAN_T, _SUB_T, _CLIENT_T, _ACC_T, _Client
+    global R_PSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
+    global S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER
+    global C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS
+    from rillet.server.accounts import Account
+    from rillet.server.client import Client, Subscription
+    from rillet.subjects.sublist import SublistResult
+    Plan = _pure.Plan
+    _member_descriptor = type(Subscription.client)
+    R_PSUBS = _off(SublistResult, "psubs")
+    R_PLAN = _off(SublistResult, "plan")
+    P_LOCAL = _off(Plan, "local")
+    P_PSUBS = _off(Plan, "psubs")
+    P_QSUBS = _off(Plan, "qsubs")
+    P_PLAN = _off(Plan, "plan")
+    P_GW = _off(Plan, "gw")
+    P_RQUEUES = _off(Plan, "rqueues")
+    P_TARGETS = _off(Plan, "targets")
+    P_LINKS = _off(Plan, "links")
+    S_CLIENT = _off(Subscription, "client")
+    S_SID = _off(Subscription, "sid_b")
+    S_MAX = _off(Subscription, "max")
+    S_NM = _off(Subscription, "nm")
+    S_ICB = _off(Subscription, "icb")
+    A_PENDING = _off(Account, "_pending")
+    A_SERVER = _off(Account, "server")
+    C_OUT = _off(Client, "out")
+    C_FLUSH = _off(Client, "flush_pending")
+    C_MSGS = _off(Client, "out_msgs")
+    C_BYTES = _off(Client, "out_bytes")
+    C_PERMS = _off(Client, "perms")
+    C_HEADERS = _off(Client, "headers")
+    _keep.extend((SublistResult, Plan, Subscription, Client, Account))
+    _RESULT_T = <PyTypeObject*>SublistResult
+    _PLAN_T = <PyTypeObject*>Plan
+    _SUB_T = <PyTypeObject*>Subscription
+    _CLIENT_T = <PyTypeObject*>Client
+    _ACC_T = <PyTypeObject*>Account
+    _Client = Client
+    _ready = True
+    return 0
+
+
+cdef object _pure_deliver = _pure.reference_deliver_result
+cdef object _perm_ok = _pure._perm_ok
+cdef object _strip_headers = _pure._strip_headers
+cdef object _forward = _pure.forward
+cdef object _no_responders = _pure.no_responders
+cdef object _random = _pure.random
+cdef object _RemoteSub = _pure.RemoteSub
+cdef object _NONE = _pure._NONE
+
+# subclasses of Client whose output state is Client's own slots (checked once per type)
+cdef dict _client_types = {}
+
+
+cdef bint _client_slots(PyTypeObject* t):
+    if t == _CLIENT_T:
+        return True
+    ok = _client_types.get(<object>t)
+    if ok is None:
+        ok = PyType_IsSubtype(t, _CLIENT_T) != 0
+        if ok:
+            for name in _CLIENT_SLOTS:
+                if getattr(<object>t, name) is not getattr(_Client, name):
+                    ok = False
+                    break
+        _client_types[<object>t] = ok
+    return ok
+
+
+# ---- the fields, by slot when the type is the known one -------------------------------------------------------
+
+cdef inline object _sub_get(object sub, bint known, Py_ssize_t off, str name):
+    return _get(sub, off, name) if known else getattr(sub, name)
+
+
+cdef inline void _sub_set(object sub, bint known, Py_ssize_t off, str name, object v) except *:
+    if known:
+        _set(sub, off, v)
+    else:
+        setattr(sub, name, v)
+
+
+cdef inline int _append(object out, const char* a, Py_ssize_t na, const char* b, Py_ssize_t nb,
+                         const char* d, Py_ssize_t nd) except -1:
+    """Three pieces onto a bytearray (as three ``+=``)."""
+    cdef Py_ssize_t k = PyByteArray_GET_SIZE(out)
+    cdef char* w
+    if PyByteArray_Resize(out, k + na + nb + nd) < 0:
+        return -1
+    w = PyByteArray_AS_STRING(out) + k
+    memcpy(w, a, na)
+    memcpy(w + na, b, nb)
+    memcpy(w + na + nb, d, nd)
+    return 0
+
+
+cdef inline int _write(object sc, bint known, object sid, bytes head, bytes tail, object subject,
+                       object reply, Py_ssize_t hdr, object hdr_o, object msg) except -1:
+    """One message frame onto ``sc``'s output, as the pure executor writes it."""
+    if known:
+        out = _get(sc, C_OUT, "out")
+        if hdr >= 0 and not _get(sc, C_HEADERS, "headers"):
+            out += b"MSG %b %b%b" % (subject, sid, _strip_headers(reply, hdr_o, msg))
+            return 0
+    else:
+        out = sc.out
+        if hdr >= 0 and not sc.headers:
+            out += b"MSG %b %b%b" % (subject, sid, _strip_headers(reply, hdr_o, msg))
+            return 0
+    if PyByteArray_CheckExact(out) and type(sid) is bytes:
+        _append(out, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), PyBytes_AS_STRING(sid),
+                PyBytes_GET_SIZE(sid), PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail))
+    else:
+        out = PyNumber_InPlaceAdd(out, head)
+        out = PyNumber_InPlaceAdd(out, sid)
+        out = PyNumber_InPlaceAdd(out, tail)
+    return 0
+
+
+cdef inline void _count(object sc, bint known, Py_ssize_t size, list pending) except *:
+    if known:
+        _set(sc, C_MSGS, _get(sc, C_MSGS, "out_msgs") + 1)
+        _set(sc, C_BYTES, _get(sc, C_BYTES, "out_bytes") + size)
+        if not _get(sc, C_FLUSH, "flush_pending"):
+            _set(sc, C_FLUSH, True)
+            pending.append(sc)
+    else:
+        sc.out_msgs += 1
+        sc.out_bytes += size
+        if not sc.flush_pending:
+            sc.flush_pending = True
+            pending.append(sc)
+
+
+cdef bytes _frame_part(const char* a, Py_ssize_t na, const char* b, Py_ssize_t nb, const char* d,
+                       Py_ssize_t nd, const char* e, Py_ssize_t ne, const char* f, Py_ssize_t nf):
+    """The pieces, joined, as one bytes object."""
+    cdef bytes o = PyBytes_FromStringAndSize(NULL, na + nb + nd + ne + nf)
+    cdef char* w = PyBytes_AS_STRING(o)
+    memcpy(w, a, na)
+    w += na
+    memcpy(w, b, nb)
+    w += nb
+    memcpy(w, d, nd)
+    w += nd
+    memcpy(w, e, ne)
+    w += ne
+    memcpy(w, f, nf)
+    return o
+
+
+cdef inline Py_ssize_t _digits(char* w, Py_ssize_t v) noexcept:
+    """``v`` (>= 0) in decimal at w; its length."""
+    cdef char tmp[24]
+    cdef Py_ssize_t k = 0, i
+    while True:
+        tmp[k] = <char>(48 + v % 10)
+        k += 1
+        v //= 10
+        if v == 0:
+            break
+    for i in range(k):
+        w[i] = tmp[k - 1 - i]
+    return k
+
+
+cdef object _icb(object sub, bint known, object icb, object c, object subject, object reply, object hdr_o,
+                 object msg, object route):
+    """An internal subscription's callback, as the pure executor calls it (its count first)."""
+    _sub_set(sub, known, S_NM, "nm", _sub_get(sub, known, S_NM, "nm") + 1)
+    if route is not None and getattr(icb, "routed", False):
+        return icb(sub, c, route, reply, hdr_o, msg, subject)
+    return icb(sub, c, subject, reply, hdr_o, msg)
+
+
+cdef object _pick(object group, object c, bint echo, object subject, object reply):
+    """``delivery._pick``: one random member of a queue group that may receive this message."""
+    cdef Py_ssize_t n = len(group)
+    cdef Py_ssize_t i = <Py_ssize_t>(PyFloat_AsDouble(_random()) * n)
+    cdef Py_ssize_t k
+    cdef bint known
+    for k in range(n):
+        sub = group[(i + k) % n]
+        known = Py_TYPE(sub) == _SUB_T
+        sc = _sub_get(sub, known, S_CLIENT, "client")
+        if sc is c and not echo:
+            continue
+        mx = _sub_get(sub, known, S_MAX, "max")
+        if mx and _sub_get(sub, known, S_NM, "nm") >= mx:
+            continue
+        if _client_slots(Py_TYPE(sc)):
+            perms = _get(sc, C_PERMS, "perms")
+        else:
+            perms = sc.perms
+        if perms is not None and _sub_get(sub, known, S_ICB, "icb") is None and \
+                not _perm_ok(sc, subject, reply):
+            continue
+        return sub
+    return None
+
+
+def deliver_result(acc, c, r, subject, reply, hdr, msg, route=None, rreply=None):
+    """``rillet.server.delivery.deliver_result`` (the reference; see there), compiled for the plain case."""
+    if not _ready:
+        _setup()
+    if type(subject) is not bytes or type(msg) is not bytes or (reply is not None and type(reply) is not bytes) \
+            or type(hdr) is not int or Py_TYPE(acc) != _ACC_T:
+        return _pure_deliver(acc, c, r, subject, reply, hdr, msg, route, rreply)
+    cdef PyTypeObject* rt = Py_TYPE(r)
+    if rt == _RESULT_T:
+        plan = _get(r, R_PLAN, "plan")
+    elif rt == _PLAN_T:
+        plan = _get(r, P_PLAN, "plan")
+    else:
+        plan = r.plan
+    cdef Py_ssize_t h = hdr
+    if plan is None or Py_TYPE(plan) != _PLAN_T or (h > 0 and _mt.CURRENT is not None) or \
+            _get(plan, P_GW, "gw") is not None:
+        return _pure_deliver(acc, c, r, subject, reply, hdr, msg, route, rreply)
+    if _get(acc, A_SERVER, "server").trace_on:
+        return _pure_deliver(acc, c, r, subject, reply, hdr, msg, route, rreply)
+    cdef bint local = _get(plan, P_LOCAL, "local")
+    psubs = _get(plan, P_PSUBS, "psubs")
+    qsubs0 = qsubs = _get(plan, P_QSUBS, "qsubs")
+    targets = None
+    cdef double x
+    cdef Py_ssize_t lo, hi, mid, nm
+    if not local:
+        # one frame per link: plain interest, plus the queue groups that link serves
+        rqueues = _get(plan, P_RQUEUES, "rqueues")
+        if not rqueues:
+            targets = _get(plan, P_TARGETS, "targets")
+            if targets is None:  # ``LINKS``: the result's links
+                targets = {}
+                for sub in (_get(r, R_PSUBS, "psubs") if rt == _RESULT_T else r.psubs):
+                    targets[sub.client] = _NONE
+        else:
+            links = _get(plan, P_LINKS, "links")
+            targets = {rc: [] for rc in links} if links else {}
+            for qname, members, cum, loc in rqueues:
+                # bisect_right(cum, random() * cum[-1]), at most the last member
+                x = PyFloat_AsDouble(_random()) * <double>cum[len(cum) - 1]
+                nm = len(members)
+                lo = 0
+                hi = len(cum)
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if x < <double>cum[mid]:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                m = members[lo if lo < nm - 1 else nm - 1]
+                if type(m) is _RemoteSub:
+                    q = targets.get(m.client)
+                    if q is None:
+                        targets[m.client] = [qname]
+                    else:
+                        q.append(qname)
+                else:  # a local member: one of the group's local members takes it
+                    if qsubs is qsubs0:
+                        qsubs = list(qsubs)
+                    qsubs.append(loc)
+    cdef Py_ssize_t size = len(msg)
+    cdef Py_ssize_t ns = PyBytes_GET_SIZE(subject)
+    cdef Py_ssize_t nr = PyBytes_GET_SIZE(reply) if reply is not None else 0
+    cdef char num[48]
+    cdef Py_ssize_t k = 0
+    # head b"MSG <subject> " / b"HMSG <subject> ", tail b" [<reply> ][<hdr> ]<size>\r\n<msg>\r\n"
+    num[0] = 32
+    k = 1
+    if h >= 0:
+        k += _digits(num + k, h)
+        num[k] = 32
+        k += 1
+    k += _digits(num + k, size)
+    num[k] = 13
+    num[k + 1] = 10
+    k += 2
+    if h < 0:
+        head = _frame_part("MSG ", 4, PyBytes_AS_STRING(subject), ns, " ", 1, NULL, 0, NULL, 0)
+    else:
+        head = _frame_part("HMSG ", 5, PyBytes_AS_STRING(subject), ns, " ", 1, NULL, 0, NULL, 0)
+    if nr:
+        tail = _frame_part(" ", 1, PyBytes_AS_STRING(reply), nr, num, k, PyBytes_AS_STRING(msg), size, "\r\n", 2)
+    else:
+        tail = _frame_part(num, k, PyBytes_AS_STRING(msg), size, "\r\n", 2, NULL, 0, NULL, 0)
+    cdef list pending = _get(acc, A_PENDING, "_pending")
+    cdef bint no_echo = not c.echo
+    cdef Py_ssize_t n = 0
+    cdef bint known, sk
+    done = None
+    for sub in psubs:
+        known = Py_TYPE(sub) == _SUB_T
+        sc = _sub_get(sub, known, S_CLIENT, "client")
+        if no_echo and sc is c:
+            continue
+        icb = _sub_get(sub, known, S_ICB, "icb")
+        if icb is not None:
+            if _icb(sub, known, icb, c, subject, reply, hdr, msg, route) is not False:
+                n += 1
+            continue
+        sk = _client_slots(Py_TYPE(sc))
+        if (_get(sc, C_PERMS, "perms") if sk else sc.perms) is not None and not _perm_ok(sc, subject, reply):
+            continue
+        cnt = _sub_get(sub, known, S_NM, "nm") + 1
+        _sub_set(sub, known, S_NM, "nm", cnt)
+        mx = _sub_get(sub, known, S_MAX, "max")
+        if mx:
+            if cnt > mx:
+                continue
+            if cnt == mx:
+                if done is None:
+                    done = []
+                done.append(sub)
+        _write(sc, sk, _sub_get(sub, known, S_SID, "sid_b"), head, tail, subject, reply, h, hdr, msg)
+        _count(sc, sk, size, pending)
+        n += 1
+    if qsubs:
+        for group in qsubs:
+            sub = _pick(group, c, not no_echo, subject, reply)
+            if sub is None:
+                continue
+            known = Py_TYPE(sub) == _SUB_T
+            sc = _sub_get(sub, known, S_CLIENT, "client")
+            icb = _sub_get(sub, known, S_ICB, "icb")
+            if icb is not None:
+                if _icb(sub, known, icb, c, subject, reply, hdr, msg, route) is not False:
+                    n += 1
+                continue
+            cnt = _sub_get(sub, known, S_NM, "nm") + 1
+            _sub_set(sub, known, S_NM, "nm", cnt)
+            mx = _sub_get(sub, known, S_MAX, "max")
+            if mx and cnt >= mx:
+                if done is None:
+                    done = []
+                done.append(sub)
+            sk = _client_slots(Py_TYPE(sc))
+            _write(sc, sk, _sub_get(sub, known, S_SID, "sid_b"), head, tail, subject, reply, h, hdr, msg)
+            _count(sc, sk, size, pending)
+            n += 1
+    if done is not None:
+        for sub in done:
+            sub.client.remove_sub(sub)
+    if targets:  # (not a local plan, and links to send to)
+        sent = _forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, None)
+        return n > 0 or sent
+    if n:
+        return True
+    # (a result with links only, or with nothing here, never answers 503 from here)
+    if reply and c.no_responders and (local or psubs or qsubs):
+        _no_responders(acc, c, subject, reply)
+    return False

@@ -1,0 +1,135 @@
+"""The delivery executor in both lanes (rillet.server.delivery.reference_deliver_result and its compiled twin,
+rillet._speedups._cdeliver): the same messages to the same subscribers, with the same random draws, give
+the same bytes in every output buffer, the same counters, flush list, callbacks, auto-unsubscribes, 503s
+and return values -- subscribers without headers, no echo, permissions with reply tracking, max messages,
+internal callbacks, queue groups here and over a route, links only, a wildcard, headers and replies."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lanes import COMPILED_ERROR
+from rillet.app.compose import build_server
+from rillet.config.options import Options, Permission, Permissions, ResponsePermission
+from rillet.server import delivery
+from rillet.server.auth import PermChecker
+from rillet.server.client import Client, InternalClient, Subscription
+from rillet.server.delivery import ROUTER, RemoteSub
+
+pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
+
+
+class FakeLink:
+    def __init__(self) -> None:
+        self.kind = ROUTER
+        self.closed = False
+        self.spoke = False
+        self.remote_cluster = ""
+        self.remote_name = "peer"
+        self.cid = 99
+        self.sent: list[tuple] = []
+
+    def send_msg(self, account, subject, reply, queues, hdr, msg) -> None:
+        self.sent.append((account, subject, reply, list(queues), hdr, msg))
+
+
+SUBJECTS = [b"a.b", b"a.c", b"q.x", b"r.x", b"links.x", b"none.x", b"deny.x"]
+
+
+def world(executor):
+    """A server with a mix of subscribers; returns (account, publishers, everything to compare)."""
+    o = Options()
+    o.cluster.port = 1
+    o.cluster.name = "c"
+    srv = build_server(o)
+    acc = srv.global_account
+    clients = []
+
+    def client(headers=True, perms=None):
+        c = Client(srv)
+        c.headers = headers
+        if perms is not None:
+            c.perms = PermChecker(perms)
+        clients.append(c)
+        return c
+
+    def sub(c, subject, sid, queue=None, mx=0):
+        s = Subscription(c, subject, queue, sid)
+        s.max = mx
+        c.subs[sid] = s
+        acc.sublist.insert(s)
+        return s
+
+    pub = client()
+    pub.no_responders = True
+    nohdr = client(headers=False)
+    denied = client(perms=Permissions(subscribe=Permission(deny=["deny.>"])))
+    tracked = client(perms=Permissions(publish=Permission(allow=["x"]), response=ResponsePermission(5, 0)))
+    plain = client()
+    sub(pub, "a.*", b"1")
+    sub(nohdr, "a.b", b"2")
+    sub(denied, "deny.x", b"3")
+    sub(denied, "a.>", b"4")
+    sub(tracked, "a.b", b"5")
+    sub(plain, "a.b", b"6", mx=7)
+    for i, c in enumerate((pub, nohdr, denied, plain)):
+        sub(c, "q.x", b"q%d" % i, queue="g", mx=20 if i == 3 else 0)
+    sub(denied, "q.x", b"qd", queue="h")
+    sub(plain, "q.x", b"qp", queue="h")
+    got: list[tuple] = []
+
+    def cb(s, c, subject, reply, hdr, msg):
+        got.append((subject, reply, hdr, msg))
+        return False if msg.endswith(b"!") else None
+    ic = InternalClient(srv, acc)
+    ic.subscribe("a.c", cb)
+    ic.subscribe("q.x", cb, queue="i")
+    link = FakeLink()
+    acc.sublist.insert(RemoteSub(link, "links.x", None, 1, None))
+    acc.sublist.insert(RemoteSub(link, "r.x", "g", 3, None))
+    sub(plain, "r.x", b"r1", queue="g")
+    sub(nohdr, "r.x", b"r2")
+    return srv, acc, pub, clients, got, link
+
+
+def run(executor, seed, msgs):
+    srv, acc, pub, clients, got, link = world(executor)
+    answers = []
+    random.seed(seed)
+    for subject, reply, hdr, body, echo in msgs:
+        pub.echo = echo
+        msg = (b"NATS/1.0\r\nK: v\r\n\r\n"[:hdr] if hdr > 0 else b"") + body
+        r = acc._match(subject.decode())
+        if r.plan is None and (r.psubs or r.qsubs):
+            delivery.reference_deliver_result(acc, pub, r, subject, reply, hdr, msg)  # (makes the plan)
+            answers.append("plan")
+        if r.psubs or r.qsubs:
+            answers.append(executor(acc, pub, r, subject, reply, hdr, msg))
+    state = [(bytes(c.out), c.out_msgs, c.out_bytes, c.flush_pending, sorted(c.subs),
+              [(s.sid, s.nm) for s in c.subs.values()],
+              c.perms.replies and sorted(c.perms.replies) if c.perms is not None else None) for c in clients]
+    return answers, state, got, link.sent, [clients.index(c) for c in srv.pending_flush]
+
+
+MSG = st.tuples(st.sampled_from(SUBJECTS), st.sampled_from([None, b"", b"_INBOX.r1"]),
+                st.sampled_from([-1, 0, 18]), st.sampled_from([b"", b"hello", b"x" * 300, b"bye!"]), st.booleans())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(MSG, max_size=40), seed=st.integers(0, 1000))
+def test_both_executors_deliver_the_same(msgs, seed):
+    from rillet._speedups._cdeliver import deliver_result as compiled
+    assert run(delivery.reference_deliver_result, seed, msgs) == run(compiled, seed, msgs)
+
+
+def test_the_compiled_executor_runs_in_the_compiled_lane():
+    from rillet import lane
+    if lane.COMPILED:
+        from rillet._speedups._cdeliver import deliver_result as compiled
+        from rillet.server.accounts import Account
+        assert delivery.deliver_result is compiled and Account.deliver_result is compiled
+    else:
+        assert delivery.deliver_result is delivery.reference_deliver_result
