@@ -81,7 +81,10 @@ def new_keypair(kind: str):
 
 
 def public_key(kp) -> str:
+    """The public nkey of a key pair: an nkeys KeyPair (``public_key`` bytes) or a ``rillet.nkey.KeyPair``."""
     pk = kp.public_key
+    if callable(pk):
+        pk = pk()
     return pk.decode() if isinstance(pk, bytes) else pk
 
 

@@ -59,10 +59,10 @@ class Server:
                                                      utc=o.logtime_utc, log_file=o.log_file,
                                                      size_limit=o.log_size_limit)
         self.trace_on = o.trace
-        from rillet import jwt
+        from rillet.nkey import new_server_identity
         from rillet.server.auth_callout import curve_public_key, new_curve_seed
-        self.server_kp = jwt.new_keypair("N")  # the server's identity: signs auth callout requests
-        self.server_id = jwt.public_key(self.server_kp)
+        self.server_kp = new_server_identity()  # the server's identity: signs auth callout requests
+        self.server_id = self.server_kp.public_key()
         self.xkey_seed = new_curve_seed()  # the server's x25519 key (auth callout encryption)
         self.xkey = curve_public_key(self.xkey_seed)
         self.name = o.server_name or self.server_id
