@@ -76,7 +76,7 @@ def test_root_builds_links_and_account_parts() -> None:
     assert all(a.gw is None and a.no_match is None for a in srv.accounts.values())
     # gateways: still the plain Account, with the gateway subsystem's part in each account (the executor's gateway
     # step, the _GR_. replies) and the entry points of routes (and leafs) that know of gateways
-    from rillet.cluster import gateway
+    from rillet.cluster import gateway_account
     from rillet.config.gateway_section import GatewayOptions
     for with_leafs in (False, True):
         o = Options(host="127.0.0.1", port=-1, cluster=ClusterOptions(host="127.0.0.1", port=-1),
@@ -86,12 +86,12 @@ def test_root_builds_links_and_account_parts() -> None:
         srv = build_server(o)
         acc = srv.lookup_account("B")
         for a in (srv.global_account, acc):
-            assert type(a) is Account and type(a.gw) is gateway.AccountGateway and a.gw.acc is a
+            assert type(a) is Account and type(a.gw) is gateway_account.AccountGateway and a.gw.acc is a
             assert a.no_match == a.gw.no_match and not a.gw.replies
         assert srv.global_account.gw is not acc.gw and srv.global_account.gw.outo is srv.gateway.outo
         assert [type(li).__name__ for li in srv.interest_listeners] == \
             ["RouteInterest", "GatewayInterest"] + (["LeafInterest"] if with_leafs else [])
-        assert srv.cluster.routed_entry is (leaf.deliver_routed_gateways if with_leafs else gateway.deliver_routed)
+        assert srv.cluster.routed_entry is (leaf.deliver_routed_gateways if with_leafs else gateway_account.deliver_routed)
         if with_leafs:
             assert srv.leafnodes.leaf_entry is leaf.deliver_leaf_gateways
     # no subclass of Account anywhere

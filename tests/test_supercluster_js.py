@@ -422,7 +422,7 @@ async def test_mixed_mode_in_one_cluster(tmp_path):
 
 def test_js_ack_deliver_index():
     """The '@' of a JetStream delivery's reply over a gateway: only one after the ack's eighth dot counts."""
-    from rillet.cluster.gateway import js_ack_deliver_idx
+    from rillet.cluster.routed import js_ack_deliver_idx
     r = b"$JS.ACK.S.C.1.2.3.4.0"
     assert js_ack_deliver_idx(r) == -1
     assert js_ack_deliver_idx(r + b"@orders.1") == len(r)

@@ -61,7 +61,7 @@ class Root:
             from rillet.cluster.routed import RouteInterest
             listeners.append(RouteInterest(server.cluster, shadows=server.gateway is None))
         if server.gateway is not None:
-            from rillet.cluster.gateway import GatewayInterest
+            from rillet.cluster.gateway_account import GatewayInterest
             listeners.append(GatewayInterest(server.gateway))
         if server.leafnodes is not None:
             from rillet.cluster.leaf import LeafInterest
@@ -75,7 +75,7 @@ class Root:
             if cl is not None:
                 cl.routed_entry = deliver_routed_gateways
         elif cl is not None and gw is not None:
-            from rillet.cluster.gateway import deliver_routed
+            from rillet.cluster.gateway_account import deliver_routed
             cl.routed_entry = deliver_routed
         elif cl is not None and ln is not None:
             from rillet.cluster.leaf import deliver_routed as leaf_deliver_routed

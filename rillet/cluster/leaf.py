@@ -53,6 +53,7 @@ import rillet
 from rillet import compression as cc
 from rillet.cluster import info as ci
 from rillet.cluster import gateway as g
+from rillet.cluster import gateway_account as ga
 from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
 from rillet.cluster.routed import RemoteSub, js_ack_deliver_idx, origin_only
@@ -797,7 +798,7 @@ def _routed_to_leafs(self: Any, rc: Any, subject: bytes, reply: bytes | None, qu
 
 # ==== a server with gateways and leaf nodes =======================================================================
 
-_GR, _GRL, _OFF = g._GR, g._GR_LEN, g._SUBJECT_OFFSET  # (the gateway reply prefix)
+_GR, _GRL, _OFF = ga._GR, ga._GR_LEN, ga._SUBJECT_OFFSET  # (the gateway reply prefix)
 
 
 def deliver_leaf_gateways(acc: Account, lc: LeafConn, subject: bytes, reply: bytes | None, queues: tuple,
@@ -815,7 +816,7 @@ def deliver_leaf_gateways(acc: Account, lc: LeafConn, subject: bytes, reply: byt
         subject = gws.replies.lookup(subject) or subject
     if subject[:_GRL] == _GR:
         gw = gws.gw
-        if subject[_GRL:_GRL + g._HL] == gw.hash:
+        if subject[_GRL:_GRL + ga._HL] == gw.hash:
             gw.gateway_reply(lc, acc.name_b, subject, reply, hdr, msg)
         else:
             gws.send(subject, reply, hdr, msg, [])
