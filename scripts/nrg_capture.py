@@ -3,9 +3,9 @@
 A client of the system account subscribed to ``$NRG.>`` receives every RAFT message of the cluster: the
 interest it makes is propagated over the routes, so each server forwards its group traffic to the server the
 client is connected to. While it listens, a workload exercises the meta, stream and consumer groups (R1/R3,
-file/memory, pull and push consumers, acks, KV, updates, purges, deletes, an atomic batch, a large message
-that is sent compressed, leader step-downs, a server stopped and restarted so that it catches up, a server
-removed). The servers are then stopped and the RAFT snapshots they wrote are read from their store
+file/memory, pull and push consumers, acks, a consumer reset, KV, updates, purges, deletes, an atomic batch, a
+large message that is sent compressed, an R1 stream scaled to R3, leader step-downs, a server stopped and
+restarted so that it catches up, a server removed). The servers are then stopped and the RAFT snapshots they wrote are read from their store
 directories.
 
     python scripts/nrg_capture.py OUT.json [--keep-all]
@@ -213,6 +213,23 @@ async def workload(cluster: GoCluster, record: list) -> None:
     await nc.request("$JS.API.STREAM.MSG.DELETE.ORDERS", json.dumps({"seq": 2}).encode(), timeout=5)
     await nc.request("$JS.API.STREAM.MSG.DELETE.ORDERS", json.dumps({"seq": 3, "no_erase": True}).encode(),
                      timeout=5)
+
+    # a consumer reset to a sequence (2.14+)
+    await nc.request("$JS.API.CONSUMER.RESET.ORDERS.pull", json.dumps({"seq": 5}).encode(), timeout=5)
+    # an R1 stream with a consumer scaled to R3: its consumers are re-proposed (compressed assignments)
+    await js.add_stream(StreamConfig(name="SCALE", subjects=["scale.>"], num_replicas=1))
+    await js.publish("scale.a", b"s")
+    await js.add_consumer("SCALE", ConsumerConfig(durable_name="sc", ack_policy=AckPolicy.EXPLICIT))
+    await nc.request("$JS.API.STREAM.UPDATE.SCALE", json.dumps(
+        {"name": "SCALE", "subjects": ["scale.>"], "num_replicas": 3}).encode(), timeout=5)
+    # gaps in a memory stream: a replica restarted later is caught up with delete ranges
+    for i in range(5, 12):
+        await js.publish(f"mem.{i}", b"m")
+    for seq in (6, 7, 8, 9):
+        await nc.request("$JS.API.STREAM.MSG.DELETE.MEM", json.dumps({"seq": seq}).encode(), timeout=5)
+    await nc.request("$JS.API.STREAM.LIST", b"{}", timeout=5)
+    await nc.request("$JS.API.CONSUMER.LIST.ORDERS", b"{}", timeout=5)
+    await nc.request("$JS.API.CONSUMER.INFO.ORDERS.pull", b"", timeout=5)
 
     # leader changes: a stream, a consumer, the meta group
     await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.ORDERS", b"", timeout=5)

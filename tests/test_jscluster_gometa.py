@@ -82,18 +82,20 @@ def test_votes_once_per_term_and_only_for_an_up_to_date_log():
 
 def test_catch_up_by_snapshot_then_entries_then_live(go_meta):
     entries, snap = go_meta
+    L = snap.last_index
+    top = L + 8  # the leader's last index
     f = _follower()
     # a heartbeat from a leader far ahead: a failing answer naming our catch-up inbox
-    out, done = f.append("append", "", "$NRG.R.lead", gw.AppendEntry(LEADER, 3, 40, 3, 40, ()), 0.0)
+    out, done = f.append("append", "", "$NRG.R.lead", gw.AppendEntry(LEADER, 3, top, 3, top, ()), 0.0)
     r = _resp(out[0])
     assert out[0].subject == "$NRG.R.lead" and out[0].reply == "$NRG.CR.inbox000"
     assert (r.success, r.index, r.term, r.peer) == (False, 0, 0, ME) and not done
     # an append entry on a stale inbox is ignored; the snapshot on ours is installed and applied
-    snap_ae = gw.AppendEntry(LEADER, 3, 32, snap.last_term, snap.last_index,
+    snap_ae = gw.AppendEntry(LEADER, 3, L, snap.last_term, L,
                              (gw.Entry(gw.ENTRY_SNAPSHOT, snap.data), gw.Entry(gw.ENTRY_PEER_STATE, snap.peer_state)), 3)
     assert f.append("catchup", "$NRG.CR.other", "", snap_ae, 0.1) == ([], [])
     out, done = f.append("catchup", "$NRG.CR.inbox000", "$NRG.CP.prog", snap_ae, 0.1)
-    assert f.pindex == snap.last_index == f.commit and done[0].snapshot
+    assert f.pindex == L == f.commit and done[0].snapshot
     from rillet.jetstream.cluster.gometa import GoMetaState
     st = GoMetaState()
     for d in done:
@@ -101,19 +103,19 @@ def test_catch_up_by_snapshot_then_entries_then_live(go_meta):
     assert {"ORDERS", "MEM", "KV_CFG"} <= set(st.stream_names("A"))
     assert st.consumers[("A", "ORDERS")]
     # then the entries after it, acknowledged on the progress inbox only
-    e1 = gw.AppendEntry(LEADER, 3, 33, snap.last_term, snap.last_index, (entries[0],), 3)
+    e1 = gw.AppendEntry(LEADER, 3, L + 1, snap.last_term, L, (entries[0],), 3)
     out, done = f.append("catchup", "$NRG.CR.inbox000", "$NRG.CP.prog", e1, 0.2)
     assert [o.subject for o in out] == ["$NRG.CP.prog"] and _resp(out[0]).success and len(done) == 1
     # new entries while the catch-up is not done are ignored
-    live = gw.AppendEntry(LEADER, 3, 33, 3, 40, (entries[1],))
+    live = gw.AppendEntry(LEADER, 3, L + 1, 3, top, (entries[1],))
     assert f.append("append", "", "$NRG.R.lead", live, 0.3) == ([], [])
-    for i in range(snap.last_index + 2, 41):
+    for i in range(L + 2, top + 1):
         f.append("catchup", "$NRG.CR.inbox000", "", gw.AppendEntry(LEADER, 3, i, 3, i - 1, (gw.Entry(0, b"\x04"),), 3), 0.4)
-    assert f.pindex == 40 and f.catchup is not None
+    assert f.pindex == top and f.catchup is not None
     # the next live entry ends the catch-up and is acknowledged for quorum
     out, done = f.append("append", "", "$NRG.R.lead", live, 0.5)
-    assert f.catchup is None and f.pindex == 41 and _resp(out[0]).success and _resp(out[0]).index == 41
-    assert f.commit == 40  # (a commit index never goes back)
+    assert f.catchup is None and f.pindex == top + 1 and _resp(out[0]).success and _resp(out[0]).index == top + 1
+    assert f.commit == top  # (a commit index never goes back)
 
 
 def test_conflicting_suffix_is_truncated_and_stale_leader_refused(go_meta):

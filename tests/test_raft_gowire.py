@@ -53,6 +53,8 @@ def check_capture(cap: dict) -> dict:
             m = ge.decode_jsc(subject, data)
             assert m.encode() == data, (subject, data[:100])
             seen["jsc"].add((ge.parse_jsc_subject(subject)[0], type(m).__name__))
+            if isinstance(m, ge.JsonEntry):
+                seen["op"].add(ge.OP_NAMES[m.op])
             continue
         kind, tok = gw.parse_subject(subject)
         m = gw.decode_message(subject, reply, data)
@@ -127,9 +129,10 @@ def test_corpus_round_trips_and_covers_the_protocol(corpus):
     assert {"Normal", "PeerState", "AddPeer", "RemovePeer", "LeaderTransfer", "Snapshot"} <= seen["entry"]
     assert {"assignStream", "assignConsumer", "removeStream", "removeConsumer", "updateStream", "streamMsg",
             "compressedStreamMsg", "purgeStream", "deleteMsg", "batchMsg", "batchCommitMsg", "updateDelivered",
-            "updateAcks", "updateSkip", "addPendingRequest", "removePendingRequest"} <= seen["op"]
-    assert {("SYNC", "JsonDoc"), ("R", "StreamMsg"), ("R", "Empty"), ("SI", "JsonDoc"), ("R", "JsonDoc"),
-            ("ARU", "UsageUpdate")} <= seen["jsc"]
+            "updateAcks", "updateSkip", "addPendingRequest", "removePendingRequest", "resetSeq",
+            "deleteRange"} <= seen["op"]
+    assert {("SYNC", "JsonDoc"), ("R", "StreamMsg"), ("R", "JsonEntry"), ("R", "Empty"), ("SI", "JsonDoc"),
+            ("R", "JsonDoc"), ("CI", "Empty"), ("ACK", "Empty"), ("ARU", "UsageUpdate")} <= seen["jsc"]
     assert {a["stream"]["name"] for a in seen["meta_snapshot_file"]} >= {"ORDERS", "MEM", "KV_CFG"}
     assert seen["meta_snapshot_wire"]
     assert "_meta_" in seen["groups"]
