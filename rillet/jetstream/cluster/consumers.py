@@ -262,6 +262,20 @@ class ClusteredConsumer(Consumer):
         return d
 
 
+class SoloConsumer(ClusteredConsumer):
+    """A consumer engine while its group runs solo (ConsumerReplica.set_solo swaps the class of the engine
+    object in and out): every ClusteredConsumer override that only hands over to Consumer when the log is solo
+    (and nothing waits for a commit: no delivery queued, no AckSync reply held) is Consumer's own here, so the
+    per-message path has no extra frame, as on a lone server. The class changes only when nothing is in flight
+    (solo_check: no pending entry, so no queued delivery and no ack awaiting its commit)."""
+
+    _on_ack = Consumer._on_ack
+    process_ack = Consumer.process_ack
+    _deliver = Consumer._deliver
+    _send = Consumer._send
+    _next_msg = Consumer._next_msg
+
+
 def _committed_scan(c: Any) -> int:
     """The scan position the applied (committed) state gives: past everything delivered or acknowledged."""
     nxt = (max(c.dsseq, c.asflr) if c.has_state else c.asflr) + 1
@@ -514,7 +528,17 @@ class ConsumerReplica:
             c.persist = self.persist
             c._dirty = True
             c.flush_state()  # (on disk before the first entry that the log does not hold)
-        log.solo = solo
+        self.set_solo(solo)
+
+    def set_solo(self, solo: bool) -> None:
+        """The log's ``solo`` and the engine's class with it (SoloConsumer while solo)."""
+        self.log.solo = solo
+        c = self.c
+        # (ClusteredConsumer is right either way, its overrides asking the log; deliveries still queued for
+        # their commit keep it)
+        want = SoloConsumer if solo and c.engine and not c._outq else ClusteredConsumer
+        if c.__class__ is not want:
+            c.__class__ = want
 
     def _solo_again(self) -> None:
         self._solo_timer = None
@@ -525,7 +549,7 @@ class ConsumerReplica:
         solo (or the state came from the store at the start), propose the consumer's state (SYNCED) for new
         members to catch up to before the entries that follow it."""
         log = self.log
-        log.solo = False
+        self.set_solo(False)
         if self.syncing or not log.is_leader or not (log.solo_applied or self.persist is not None):
             return
         self.syncing = True
@@ -564,7 +588,7 @@ class ConsumerReplica:
             self.solo_check()
             self._advisory()
         else:
-            self.log.solo = False
+            self.set_solo(False)
             self._demote()
 
     def _swap(self) -> ClusteredConsumer:
