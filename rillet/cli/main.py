@@ -5,8 +5,9 @@ import sys
 
 # `rillet server <these>` are client commands; anything else after `server` is a server flag.
 SERVER_SUBCOMMANDS = {"ping", "list", "ls", "info", "check", "run"}
-# commands that keep a Go tool's single-dash flags (nk, nats-top): their own parser takes argv as it is
-GO_FLAG_COMMANDS = {"nkey": "rillet.cli.nkey", "top": "rillet.cli.top"}
+# commands with a Go tool's own command line (nk's and nats-top's single-dash flags, nsc's directory flags
+# anywhere): their own parser takes argv as it is
+GO_FLAG_COMMANDS = {"nkey": "rillet.cli.nkey", "top": "rillet.cli.top", "auth": "rillet.cli.auth"}
 
 HELP = """NATS command line tool (works with Rillet and the Go nats-server).
 
@@ -29,6 +30,7 @@ Examples:
   rillet health --context sys        (servers, gateways, JetStream groups)
   rillet nkey -gen user -pubout     (nk's flags: -gen, -inkey, -pubout, -sign, -verify)
   rillet top -m 8222 -sort msgs_to  (nats-top's flags: -s, -m, -n, -d, -sort, -o)
+  rillet auth add operator --name O --sys   (nsc: operators, accounts, users, JWTs)
   rillet server -js -sd ./data      (the server, same flags as rillet-server)
 """
 

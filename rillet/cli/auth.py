@@ -1,0 +1,891 @@
+"""``rillet auth``: what ``nsc`` is, for operators, accounts and users of operator mode (decentralized JWT auth).
+
+The store is nsc's own layout, so that either tool reads what the other wrote:
+
+* configuration ``<config-dir>/nsc.json`` (``{"store_root", "operator", "account"}``); config-dir is
+  ``--config-dir``, else ``$NSC_HOME``, else ``$XDG_CONFIG_HOME/nats/nsc`` (``~/.config/nats/nsc``);
+* JWTs under the store root (``--data-dir``, else nsc.json's ``store_root``, else
+  ``$XDG_DATA_HOME/nats/nsc/stores``): ``<operator>/<operator>.jwt``, ``<operator>/.nsc`` (the store's
+  version), ``<operator>/accounts/<account>/<account>.jwt``, ``.../<account>/users/<user>.jwt``;
+* keys (``--keystore-dir``, else ``$NKEYS_PATH``, else ``$XDG_DATA_HOME/nats/nsc/keys``): each seed in
+  ``keys/<kind letter>/<2nd-3rd letters>/<public key>.nk``, each user's ``.creds`` in
+  ``creds/<operator>/<account>/<user>.creds``. ``-H``/``--all-dirs`` sets the three directories at once.
+
+Commands (nsc's names and flags): ``add operator --name O [--sys] [--generate-signing-key]``,
+``add account --name A``, ``edit account --name A [--conns --leaf-conns --data --payload --subscriptions
+--imports --exports --js-mem-storage --js-disk-storage --js-streams --js-consumer --js-max-mem-stream
+--js-max-disk-stream --js-max-ack-pending --js-max-bytes-required --js-disable]``,
+``add user --account A --name U [--allow-pub --allow-sub --allow-pubsub --deny-pub --deny-sub --deny-pubsub
+--bearer --expiry]``, ``describe operator|account|user|jwt`` (``--json``, ``--raw``, ``jwt --file F``),
+``generate creds --account A --name U [--output-file F]``, ``generate config --mem-resolver
+[--config-file F] [--sys-account NAME] [--force]``, ``env``.
+
+Every JWT read is checked (form, signature, its signer: the operator's key or one of its signing keys for
+an account, the account's key or signing keys for a user, expiry); a fault is one error line and exit
+status 1, with nothing written: each command checks everything before it writes a file, and writes each
+file whole (a temporary file renamed over it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import typer
+
+from rillet import jwt as J
+from rillet import nkey
+
+HELP = "Operators, accounts, users and their JWTs in nsc's store (the nsc tool: add, edit, describe, generate)."
+
+STORE_VERSION = "1"
+NSC_FILE = ".nsc"
+
+
+class AuthError(Exception):
+    pass
+
+
+# ---- directories --------------------------------------------------------------------------------------------
+
+@dataclass
+class Dirs:
+    config: str
+    data: str
+    keys: str
+
+
+DIR_FLAGS = {"--config-dir": "config", "--data-dir": "data", "--keystore-dir": "keys", "--all-dirs": "all",
+             "-H": "all"}
+
+
+def split_dir_flags(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """nsc's directory flags, which go anywhere on the command line, taken out of ``argv``."""
+    found: dict[str, str] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        name, eq, val = a.partition("=")
+        if name in DIR_FLAGS:
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise AuthError(f"flag needs an argument: {name}")
+                val = argv[i + 1]
+                i += 1
+            found[DIR_FLAGS[name]] = val
+        else:
+            rest.append(a)
+        i += 1
+    return found, rest
+
+
+def resolve_dirs(flags: dict[str, str]) -> Dirs:
+    home = os.path.expanduser("~")
+    xdg_config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    xdg_data = os.environ.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+    if "all" in flags:
+        for k in ("config", "data", "keys"):
+            flags.setdefault(k, flags["all"])
+    config = flags.get("config") or os.environ.get("NSC_HOME") or os.path.join(xdg_config, "nats", "nsc")
+    config = os.path.abspath(os.path.expanduser(config))
+    data = flags.get("data")
+    if not data:
+        cfg = _read_nsc_json(config)
+        data = cfg.get("store_root") or os.path.join(xdg_data, "nats", "nsc", "stores")
+    keys = flags.get("keys") or os.environ.get("NKEYS_PATH") or os.path.join(xdg_data, "nats", "nsc", "keys")
+    return Dirs(config, os.path.abspath(os.path.expanduser(data)), os.path.abspath(os.path.expanduser(keys)))
+
+
+def _read_nsc_json(config_dir: str) -> dict:
+    path = os.path.join(config_dir, "nsc.json")
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise AuthError(f"{path}: not nsc's configuration: {e}") from None
+    if not isinstance(d, dict):
+        raise AuthError(f"{path}: not nsc's configuration: not a JSON object")
+    return d
+
+
+# ---- files -----------------------------------------------------------------------------------------------
+
+def write_file(path: str, text: str, mode: int = 0o600) -> None:
+    """Write ``path`` whole: a temporary file beside it, renamed over it."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise AuthError(f"could not write {path}: {e.strerror or e}") from None
+
+
+def read_text(path: str, what: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise AuthError(f"{what} {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise AuthError(f"{what} {path}: not text") from None
+
+
+# ---- units ----------------------------------------------------------------------------------------------
+
+_UNITS = {"": 1, "k": 1000, "m": 1000 ** 2, "g": 1000 ** 3, "t": 1000 ** 4,
+          "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3, "tib": 1024 ** 4,
+          "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "tb": 1000 ** 4}
+
+
+def parse_number(flag: str, text: str) -> int:
+    m = re.fullmatch(r"\s*(-?\d+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise AuthError(f"invalid value {text!r} for {flag}: a number, -1 for unlimited, units k/m/g/t kib/mib/gib/tib")
+    n = int(m.group(1)) * _UNITS[m.group(2).lower()]
+    if n < -1:
+        raise AuthError(f"invalid value {text!r} for {flag}: -1 is unlimited, nothing lower")
+    return n
+
+
+# ---- the store ------------------------------------------------------------------------------------------
+
+def _check_name(kind: str, name: str) -> str:
+    n = (name or "").strip()
+    if not n or "/" in n or "\\" in n or n in (".", "..") or n.startswith("."):
+        raise AuthError(f"invalid {kind} name {name!r}")
+    return n
+
+
+def decode_jwt(token: str, where: str, kind: str) -> dict:
+    """The verified claims of a JWT of ``kind`` (AuthError naming ``where`` otherwise)."""
+    try:
+        claims = J.decode(token.strip())
+    except J.JwtError as e:
+        raise AuthError(f"{where}: not a valid JWT: {e}") from None
+    t = J.claim_type(claims)
+    if t != kind:
+        raise AuthError(f"{where}: a {t or 'untyped'} JWT where an {kind} JWT belongs"
+                        if kind[0] in "aeiou" else f"{where}: a {t or 'untyped'} JWT where a {kind} JWT belongs")
+    if (J.nats_section(claims).get("version") or 1) < 2:
+        raise AuthError(f"{where}: a version 1 JWT: this store was written by an older tool; upgrade it with nsc")
+    return claims
+
+
+class Store:
+    def __init__(self, dirs: Dirs) -> None:
+        self.dirs = dirs
+        self.cfg = _read_nsc_json(dirs.config)
+
+    # -- paths
+    def op_dir(self, op: str) -> str:
+        return os.path.join(self.dirs.data, op)
+
+    def op_jwt_path(self, op: str) -> str:
+        return os.path.join(self.op_dir(op), f"{op}.jwt")
+
+    def acc_jwt_path(self, op: str, acc: str) -> str:
+        return os.path.join(self.op_dir(op), "accounts", acc, f"{acc}.jwt")
+
+    def user_jwt_path(self, op: str, acc: str, user: str) -> str:
+        return os.path.join(self.op_dir(op), "accounts", acc, "users", f"{user}.jwt")
+
+    def key_path(self, pub: str) -> str:
+        return os.path.join(self.dirs.keys, "keys", pub[0], pub[1:3], f"{pub}.nk")
+
+    def creds_path(self, op: str, acc: str, user: str) -> str:
+        return os.path.join(self.dirs.keys, "creds", op, acc, f"{user}.creds")
+
+    # -- current operator and account
+    def operator(self, name: str | None = None) -> str:
+        op = name or self.cfg.get("operator") or ""
+        if not op:
+            ops = self.operators()
+            if len(ops) == 1:
+                op = ops[0]
+        if not op:
+            raise AuthError("no operator: add one with `rillet auth add operator --name NAME`")
+        if not os.path.isfile(self.op_jwt_path(op)):
+            raise AuthError(f"operator {op!r} does not exist in {self.dirs.data}")
+        self.check_version(op)
+        return op
+
+    def operators(self) -> list[str]:
+        if not os.path.isdir(self.dirs.data):
+            return []
+        return sorted(d for d in os.listdir(self.dirs.data) if os.path.isfile(self.op_jwt_path(d)))
+
+    def accounts(self, op: str) -> list[str]:
+        base = os.path.join(self.op_dir(op), "accounts")
+        if not os.path.isdir(base):
+            return []
+        return sorted(d for d in os.listdir(base) if os.path.isfile(self.acc_jwt_path(op, d)))
+
+    def users(self, op: str, acc: str) -> list[str]:
+        base = os.path.join(self.op_dir(op), "accounts", acc, "users")
+        if not os.path.isdir(base):
+            return []
+        return sorted(f[:-4] for f in os.listdir(base) if f.endswith(".jwt"))
+
+    def account(self, op: str, name: str | None) -> str:
+        acc = name or ""
+        if not acc:
+            if self.cfg.get("operator") == op and self.cfg.get("account"):
+                acc = self.cfg["account"]
+            else:
+                accs = self.accounts(op)
+                if len(accs) == 1:
+                    acc = accs[0]
+        if not acc:
+            raise AuthError("no account given: use --account NAME")
+        if not os.path.isfile(self.acc_jwt_path(op, acc)):
+            raise AuthError(f"account {acc!r} does not exist in operator {op!r}")
+        return acc
+
+    def check_version(self, op: str) -> None:
+        path = os.path.join(self.op_dir(op), NSC_FILE)
+        if not os.path.exists(path):
+            raise AuthError(f"{path} is missing: {self.op_dir(op)} is not an nsc store")
+        try:
+            info = json.loads(read_text(path, "store information"))
+        except ValueError as e:
+            raise AuthError(f"{path}: not nsc's store information: {e}") from None
+        if not isinstance(info, dict) or str(info.get("version")) != STORE_VERSION:
+            v = info.get("version") if isinstance(info, dict) else None
+            raise AuthError(f"{path}: store version {v!r}, this tool reads version {STORE_VERSION} stores")
+
+    def save_config(self, op: str, acc: str) -> None:
+        cfg = {"store_root": self.dirs.data, "operator": op, "account": acc}
+        write_file(os.path.join(self.dirs.config, "nsc.json"), json.dumps(cfg, indent=2) + "\n", 0o644)
+        self.cfg = cfg
+
+    # -- claims
+    def operator_claims(self, op: str) -> tuple[str, dict]:
+        path = self.op_jwt_path(op)
+        token = read_text(path, "operator JWT").strip()
+        claims = decode_jwt(token, path, "operator")
+        if claims.get("iss") != claims.get("sub") and claims.get("iss") not in self._signing_keys(claims):
+            raise AuthError(f"{path}: not signed by the operator's own key or one of its signing keys")
+        self._check_times(claims, path)
+        return token, claims
+
+    def account_claims(self, op: str, acc: str, op_claims: dict | None = None) -> tuple[str, dict]:
+        if op_claims is None:
+            op_claims = self.operator_claims(op)[1]
+        path = self.acc_jwt_path(op, acc)
+        token = read_text(path, "account JWT").strip()
+        claims = decode_jwt(token, path, "account")
+        signers = {op_claims["sub"], *self._signing_keys(op_claims)}
+        if claims.get("iss") not in signers:
+            raise AuthError(f"{path}: signed by {claims.get('iss')}, which is neither operator {op}'s key "
+                            "nor one of its signing keys")
+        self._check_times(claims, path)
+        return token, claims
+
+    def user_claims(self, op: str, acc: str, user: str, acc_claims: dict | None = None) -> tuple[str, dict]:
+        if acc_claims is None:
+            acc_claims = self.account_claims(op, acc)[1]
+        path = self.user_jwt_path(op, acc, user)
+        if not os.path.isfile(path):
+            raise AuthError(f"user {user!r} does not exist in account {acc!r}")
+        token = read_text(path, "user JWT").strip()
+        claims = decode_jwt(token, path, "user")
+        signers = {acc_claims["sub"], *self._signing_keys(acc_claims)}
+        if claims.get("iss") not in signers:
+            raise AuthError(f"{path}: signed by {claims.get('iss')}, which is neither account {acc}'s key "
+                            "nor one of its signing keys")
+        ia = J.nats_section(claims).get("issuer_account")
+        if claims["iss"] != acc_claims["sub"] and ia != acc_claims["sub"]:
+            raise AuthError(f"{path}: signed by a signing key but its issuer_account is not account {acc}")
+        revoked = (J.nats_section(acc_claims).get("revocations") or {})
+        at = revoked.get(claims["sub"]) or revoked.get("*")
+        if at and int(at) >= int(claims.get("iat") or 0):
+            raise AuthError(f"user {user!r} ({claims['sub']}) is revoked in account {acc!r}")
+        self._check_times(claims, path)
+        return token, claims
+
+    @staticmethod
+    def _signing_keys(claims: dict) -> list[str]:
+        sk = J.nats_section(claims).get("signing_keys") or []
+        out = []
+        for k in sk:
+            if isinstance(k, str):
+                out.append(k)
+            elif isinstance(k, dict) and isinstance(k.get("key"), str):
+                out.append(k["key"])  # a scoped signing key
+        return out
+
+    @staticmethod
+    def _check_times(claims: dict, path: str) -> None:
+        if J.is_expired(claims):
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(claims["exp"]))
+            raise AuthError(f"{path}: the JWT expired at {when}")
+
+    # -- keys
+    def seed_of(self, pub: str) -> str:
+        path = self.key_path(pub)
+        if not os.path.isfile(path):
+            raise AuthError(f"the seed of {pub} is not in the keystore ({path})")
+        text = read_text(path, "key file")
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("S") and nkey.is_valid_encoding(line):
+                try:
+                    kp = nkey.from_seed(line)
+                except nkey.NkeyError as e:
+                    raise AuthError(f"{path}: {e}") from None
+                if kp.public_key() != pub:
+                    raise AuthError(f"{path}: holds the seed of {kp.public_key()}, not of {pub}")
+                return line
+        raise AuthError(f"{path}: no nkey seed in it")
+
+    def signer_for(self, pubs: list[str]) -> Any:
+        """An nkeys KeyPair for the first of ``pubs`` whose seed is in the keystore."""
+        import nkeys
+        errors = []
+        for pub in pubs:
+            try:
+                return nkeys.from_seed(self.seed_of(pub).encode())
+            except AuthError as e:
+                errors.append(str(e))
+        raise AuthError(errors[0] if errors else "no signing key")
+
+    def store_key(self, kp: nkey.KeyPair) -> str:
+        path = self.key_path(kp.public_key())
+        write_file(path, kp.seed() + "\n")
+        return path
+
+
+def new_key(kind: str) -> tuple[nkey.KeyPair, Any]:
+    """A new key: (rillet.nkey.KeyPair, the same as an nkeys KeyPair for signing)."""
+    import nkeys
+    kp = nkey.create(kind)
+    return kp, nkeys.from_seed(kp.seed().encode())
+
+
+def ok(text: str) -> None:
+    print(f"[ OK ] {text}", file=sys.stderr)
+
+
+# ---- claims, as the Go jwt library makes them ------------------------------------------------------------
+
+def account_nats() -> dict:
+    return {"limits": {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True,
+                       "conn": -1, "leaf": -1},
+            "default_permissions": {"pub": {}, "sub": {}}, "authorization": {}, "type": "account", "version": 2}
+
+
+def user_nats() -> dict:
+    return {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2}
+
+
+SYS_EXPORTS = [
+    {"name": "account-monitoring-services", "subject": "$SYS.REQ.ACCOUNT.*.*", "type": "service",
+     "response_type": "Stream", "account_token_position": 4,
+     "description": "Request account specific monitoring services for: SUBSZ, CONNZ, LEAFZ, JSZ and INFO",
+     "info_url": "https://docs.nats.io/nats-server/configuration/sys_accounts"},
+    {"name": "account-monitoring-streams", "subject": "$SYS.ACCOUNT.*.>", "type": "stream",
+     "account_token_position": 3, "description": "Account specific monitoring stream",
+     "info_url": "https://docs.nats.io/nats-server/configuration/sys_accounts"},
+]
+
+
+def parse_expiry(text: str) -> int:
+    """nsc's --expiry: a date (YYYY-MM-DD), a duration from now (1h, 2d, 3w, 1M, 1y) or 0 (never)."""
+    if text in ("", "0"):
+        return 0
+    m = re.fullmatch(r"(\d+)([smhdwMy])", text)
+    if m:
+        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "M": 30 * 86400, "y": 365 * 86400}
+        return int(time.time()) + int(m.group(1)) * mult[m.group(2)]
+    try:
+        import calendar
+        return calendar.timegm(time.strptime(text, "%Y-%m-%d"))
+    except ValueError:
+        raise AuthError(f"invalid --expiry {text!r}: a date (2030-01-31), a duration (1h, 2d, 1y) or 0") from None
+
+
+# ---- the commands ----------------------------------------------------------------------------------------
+
+app = typer.Typer(name="auth", help=HELP, no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+add_app = typer.Typer(help="Add an operator, account or user", no_args_is_help=True)
+edit_app = typer.Typer(help="Edit an account", no_args_is_help=True)
+describe_app = typer.Typer(help="Show an operator, account, user or any JWT", no_args_is_help=True)
+generate_app = typer.Typer(help="Generate a user's .creds file or a server configuration", no_args_is_help=True)
+app.add_typer(add_app, name="add")
+app.add_typer(edit_app, name="edit")
+app.add_typer(describe_app, name="describe")
+app.add_typer(generate_app, name="generate")
+
+STATE: dict[str, Any] = {}
+
+
+def store() -> Store:
+    return Store(STATE["dirs"])
+
+
+@add_app.command("operator")
+def add_operator(name: str = typer.Option(..., "--name", "-n", help="operator name"),
+                 sys_acc: bool = typer.Option(False, "--sys", "-s", help="generate the system account (SYS) "
+                                                                         "and its user (sys) with the operator"),
+                 gen_sk: bool = typer.Option(False, "--generate-signing-key",
+                                             help="generate a signing key with the operator"),
+                 expiry: str = typer.Option("", "--expiry", help="valid until (date, duration or 0)")) -> None:
+    s = store()
+    name = _check_name("operator", name)
+    root = s.op_dir(name)
+    if os.path.exists(root) and os.listdir(root):
+        raise AuthError(f'operator "{name}" already exists in {s.dirs.data}')
+    exp = parse_expiry(expiry)
+    op_kp, op_signer = new_key("operator")
+    claims: dict[str, Any] = {"name": name, "sub": op_kp.public_key(), "nats": {"type": "operator", "version": 2}}
+    if exp:
+        claims["exp"] = exp
+    sys_signer = op_signer
+    sk_kp = None
+    if gen_sk:
+        sk_kp, sys_signer = new_key("operator")
+        claims["nats"]["signing_keys"] = [sk_kp.public_key()]
+    sys_parts = None
+    if sys_acc:
+        acc_kp, _ = new_key("account")
+        acc_sk, acc_sk_signer = new_key("account")
+        acc_claims = {"name": "SYS", "sub": acc_kp.public_key(), "nats": account_nats()}
+        acc_claims["nats"]["signing_keys"] = [acc_sk.public_key()]
+        acc_claims["nats"]["exports"] = SYS_EXPORTS
+        acc_token = J.encode(acc_claims, sys_signer)
+        usr_kp, _ = new_key("user")
+        usr_claims = {"name": "sys", "sub": usr_kp.public_key(), "nats": user_nats()}
+        usr_claims["nats"]["issuer_account"] = acc_kp.public_key()
+        usr_token = J.encode(usr_claims, acc_sk_signer)
+        claims["nats"]["system_account"] = acc_kp.public_key()
+        sys_parts = (acc_kp, acc_sk, acc_token, usr_kp, usr_token)
+    token = J.encode(claims, op_signer)
+    # everything is made: now write
+    s.store_key(op_kp)
+    ok(f'generated and stored operator key "{op_kp.public_key()}"')
+    write_file(s.op_jwt_path(name), token + "\n", 0o644)
+    write_file(os.path.join(root, NSC_FILE),
+               json.dumps({"managed": False, "name": name, "kind": "operator", "version": STORE_VERSION}), 0o644)
+    os.makedirs(os.path.join(root, "accounts"), mode=0o700, exist_ok=True)
+    ok(f'added operator "{name}"')
+    if sk_kp is not None:
+        s.store_key(sk_kp)
+        ok(f"created operator signing key: {sk_kp.public_key()}")
+    current_acc = ""
+    if sys_parts is not None:
+        acc_kp, acc_sk, acc_token, usr_kp, usr_token = sys_parts
+        s.store_key(acc_kp)
+        s.store_key(acc_sk)
+        s.store_key(usr_kp)
+        write_file(s.acc_jwt_path(name, "SYS"), acc_token + "\n", 0o644)
+        write_file(s.user_jwt_path(name, "SYS", "sys"), usr_token + "\n", 0o644)
+        cp = s.creds_path(name, "SYS", "sys")
+        write_file(cp, J.format_creds(usr_token, usr_kp.seed()))
+        ok(f"created system_account: name:SYS id:{acc_kp.public_key()}")
+        ok(f"created system account user: name:sys id:{usr_kp.public_key()}")
+        ok(f"system account user creds file stored in {cp}")
+        current_acc = "SYS"
+    s.save_config(name, current_acc)
+
+
+@add_app.command("account")
+def add_account(name: str = typer.Option(..., "--name", "-n", help="account name"),
+                expiry: str = typer.Option("", "--expiry", help="valid until (date, duration or 0)")) -> None:
+    s = store()
+    op = s.operator()
+    name = _check_name("account", name)
+    _, op_claims = s.operator_claims(op)
+    if os.path.exists(s.acc_jwt_path(op, name)):
+        raise AuthError(f'the account "{name}" already exists')
+    signer = s.signer_for([op_claims["sub"], *s._signing_keys(op_claims)])
+    kp, _ = new_key("account")
+    claims = {"name": name, "sub": kp.public_key(), "nats": account_nats()}
+    exp = parse_expiry(expiry)
+    if exp:
+        claims["exp"] = exp
+    token = J.encode(claims, signer)
+    s.store_key(kp)
+    ok(f'generated and stored account key "{kp.public_key()}"')
+    write_file(s.acc_jwt_path(op, name), token + "\n", 0o644)
+    ok(f'added account "{name}"')
+    s.save_config(op, name)
+
+
+_LIMIT_FLAGS = {"conns": "conn", "leaf_conns": "leaf", "data": "data", "payload": "payload",
+                "subscriptions": "subs", "imports": "imports", "exports": "exports",
+                "js_mem_storage": "mem_storage", "js_disk_storage": "disk_storage", "js_streams": "streams",
+                "js_consumer": "consumer", "js_max_mem_stream": "mem_max_stream_bytes",
+                "js_max_disk_stream": "disk_max_stream_bytes", "js_max_ack_pending": "max_ack_pending"}
+
+
+@edit_app.command("account")
+def edit_account(name: str = typer.Option("", "--name", "-n", help="account to edit"),
+                 conns: Optional[str] = typer.Option(None, "--conns"),
+                 leaf_conns: Optional[str] = typer.Option(None, "--leaf-conns"),
+                 data: Optional[str] = typer.Option(None, "--data"),
+                 payload: Optional[str] = typer.Option(None, "--payload"),
+                 subscriptions: Optional[str] = typer.Option(None, "--subscriptions"),
+                 imports: Optional[str] = typer.Option(None, "--imports"),
+                 exports: Optional[str] = typer.Option(None, "--exports"),
+                 js_mem_storage: Optional[str] = typer.Option(None, "--js-mem-storage"),
+                 js_disk_storage: Optional[str] = typer.Option(None, "--js-disk-storage"),
+                 js_streams: Optional[str] = typer.Option(None, "--js-streams"),
+                 js_consumer: Optional[str] = typer.Option(None, "--js-consumer"),
+                 js_max_mem_stream: Optional[str] = typer.Option(None, "--js-max-mem-stream"),
+                 js_max_disk_stream: Optional[str] = typer.Option(None, "--js-max-disk-stream"),
+                 js_max_ack_pending: Optional[str] = typer.Option(None, "--js-max-ack-pending"),
+                 js_max_bytes_required: bool = typer.Option(False, "--js-max-bytes-required"),
+                 js_disable: bool = typer.Option(False, "--js-disable",
+                                                 help="remove every JetStream limit (JetStream off)"),
+                 description: Optional[str] = typer.Option(None, "--description")) -> None:
+    s = store()
+    op = s.operator()
+    acc = s.account(op, name or None)
+    _, op_claims = s.operator_claims(op)
+    _, claims = s.account_claims(op, acc, op_claims)
+    values = dict(conns=conns, leaf_conns=leaf_conns, data=data, payload=payload, subscriptions=subscriptions,
+                  imports=imports, exports=exports, js_mem_storage=js_mem_storage, js_disk_storage=js_disk_storage,
+                  js_streams=js_streams, js_consumer=js_consumer, js_max_mem_stream=js_max_mem_stream,
+                  js_max_disk_stream=js_max_disk_stream, js_max_ack_pending=js_max_ack_pending)
+    parsed = {k: parse_number("--" + k.replace("_", "-"), v) for k, v in values.items() if v is not None}
+    if js_disable and any(k.startswith("js_") for k in parsed):
+        raise AuthError("--js-disable does not go with other JetStream limits")
+    if not parsed and not js_disable and not js_max_bytes_required and description is None:
+        raise AuthError("nothing to edit: give a limit (--conns, --js-disk-storage, ...) or --description")
+    signer = s.signer_for([op_claims["sub"], *s._signing_keys(op_claims)])
+    nats_s = dict(claims["nats"])
+    limits = dict(nats_s.get("limits") or {})
+    if js_disable:
+        for k in ("mem_storage", "disk_storage", "streams", "consumer", "max_ack_pending", "mem_max_stream_bytes",
+                  "disk_max_stream_bytes", "max_bytes_required"):
+            limits.pop(k, None)
+        limits.pop("tiered_limits", None)
+    for k, v in parsed.items():
+        limits[_LIMIT_FLAGS[k]] = v
+    if any(limits.get(k) for k in ("mem_storage", "disk_storage")):
+        # JetStream on: the counts not given are unlimited (a 0 there would allow no stream at all)
+        given = {_LIMIT_FLAGS[k] for k in parsed}
+        for k in ("streams", "consumer", "max_ack_pending"):
+            if k not in given and not limits.get(k):
+                limits[k] = -1
+    if js_max_bytes_required:
+        limits["max_bytes_required"] = True
+    nats_s["limits"] = limits
+    if description is not None:
+        nats_s["description"] = description
+    new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
+    new["nats"] = nats_s
+    new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)  # newer than the JWT it replaces
+    token = J.encode(new, signer)
+    write_file(s.acc_jwt_path(op, acc), token + "\n", 0o644)
+    ok(f'edited account "{acc}"')
+
+
+def _subjects(values: list[str]) -> list[str]:
+    out = []
+    for v in values:
+        for part in v.split(","):
+            part = part.strip()
+            if part:
+                if " " in part or part.startswith(".") or part.endswith(".") or ".." in part:
+                    raise AuthError(f"invalid subject {part!r}")
+                out.append(part)
+    return out
+
+
+@add_app.command("user")
+def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
+             account: str = typer.Option("", "--account", "-a", help="account name"),
+             allow_pub: list[str] = typer.Option([], "--allow-pub", help="publish permissions (comma separated)"),
+             allow_sub: list[str] = typer.Option([], "--allow-sub", help="subscribe permissions"),
+             allow_pubsub: list[str] = typer.Option([], "--allow-pubsub", help="publish and subscribe permissions"),
+             deny_pub: list[str] = typer.Option([], "--deny-pub", help="denied publish subjects"),
+             deny_sub: list[str] = typer.Option([], "--deny-sub", help="denied subscribe subjects"),
+             deny_pubsub: list[str] = typer.Option([], "--deny-pubsub", help="denied publish and subscribe subjects"),
+             bearer: bool = typer.Option(False, "--bearer", help="no connect challenge required for user"),
+             expiry: str = typer.Option("", "--expiry", help="valid until (date, duration or 0)")) -> None:
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    name = _check_name("user", name)
+    _, op_claims = s.operator_claims(op)
+    _, acc_claims = s.account_claims(op, acc, op_claims)
+    if os.path.exists(s.user_jwt_path(op, acc, name)):
+        raise AuthError(f'the user "{name}" already exists in account "{acc}"')
+    signer = s.signer_for([acc_claims["sub"]])
+    kp, _ = new_key("user")
+    nats_s = user_nats()
+    pub_allow = _subjects(allow_pub) + _subjects(allow_pubsub)
+    sub_allow = _subjects(allow_sub) + _subjects(allow_pubsub)
+    pub_deny = _subjects(deny_pub) + _subjects(deny_pubsub)
+    sub_deny = _subjects(deny_sub) + _subjects(deny_pubsub)
+    if pub_allow:
+        nats_s["pub"]["allow"] = pub_allow
+    if pub_deny:
+        nats_s["pub"]["deny"] = pub_deny
+    if sub_allow:
+        nats_s["sub"]["allow"] = sub_allow
+    if sub_deny:
+        nats_s["sub"]["deny"] = sub_deny
+    if bearer:
+        nats_s["bearer_token"] = True
+    claims: dict[str, Any] = {"name": name, "sub": kp.public_key(), "nats": nats_s}
+    exp = parse_expiry(expiry)
+    if exp:
+        claims["exp"] = exp
+    token = J.encode(claims, signer)
+    s.store_key(kp)
+    ok(f'generated and stored user key "{kp.public_key()}"')
+    write_file(s.user_jwt_path(op, acc, name), token + "\n", 0o644)
+    cp = s.creds_path(op, acc, name)
+    write_file(cp, J.format_creds(token, kp.seed()))
+    ok(f"generated user creds file {cp}")
+    ok(f'added user "{name}" to account "{acc}"')
+
+
+# -- describe
+
+def _show(token: str, claims: dict, as_json: bool, raw: bool) -> None:
+    if raw:
+        print(token)
+    elif as_json:
+        print(json.dumps(claims, indent=1))
+    else:
+        print(table(claims), end="")
+
+
+def table(claims: dict) -> str:
+    kind = J.claim_type(claims)
+    rows: list[tuple[str, str]] = [("Name", str(claims.get("name", ""))), (f"{kind.capitalize()} ID", claims.get("sub", "")),
+                                   ("Issuer ID", claims.get("iss", "")),
+                                   ("Issued", _when(claims.get("iat"))), ("Expires", _when(claims.get("exp")) or "")]
+    n = J.nats_section(claims)
+    if kind == "operator":
+        rows.append(("System Account", n.get("system_account", "Not Set")))
+        for k in n.get("signing_keys") or []:
+            rows.append(("Signing Key", k if isinstance(k, str) else k.get("key", "")))
+    elif kind == "account":
+        lim = n.get("limits") or {}
+        for label, key in (("Max Connections", "conn"), ("Max Leaf Node Connections", "leaf"), ("Max Data", "data"),
+                           ("Max Exports", "exports"), ("Max Imports", "imports"), ("Max Msg Payload", "payload"),
+                           ("Max Subscriptions", "subs")):
+            rows.append((label, _limit(lim.get(key, -1))))
+        js = any(lim.get(k) for k in ("mem_storage", "disk_storage"))
+        rows.append(("JetStream", "Enabled" if js else "Disabled"))
+        if js:
+            for label, key in (("Max Mem Storage", "mem_storage"), ("Max Disk Storage", "disk_storage"),
+                               ("Max Streams", "streams"), ("Max Consumer", "consumer")):
+                rows.append((label, _limit(lim.get(key, 0))))
+        for k in n.get("signing_keys") or []:
+            rows.append(("Signing Key", k if isinstance(k, str) else k.get("key", "")))
+        for e in n.get("exports") or []:
+            rows.append(("Export", f"{e.get('name', '')} {e.get('type', '')} {e.get('subject', '')}"))
+    elif kind == "user":
+        if n.get("issuer_account"):
+            rows.append(("Issuer Account", n["issuer_account"]))
+        rows.append(("Bearer Token", "Yes" if n.get("bearer_token") else "No"))
+        for label, sec in (("Pub", "pub"), ("Sub", "sub")):
+            p = n.get(sec) or {}
+            for verb in ("allow", "deny"):
+                for subj in p.get(verb) or []:
+                    rows.append((f"{label} {verb.capitalize()}", subj))
+        rows.append(("Max Msgs/Subs", _limit(n.get("subs", -1))))
+        rows.append(("Max Data", _limit(n.get("data", -1))))
+        rows.append(("Max Payload", _limit(n.get("payload", -1))))
+    w = max(len(k) for k, _ in rows)
+    title = f"{kind.capitalize()} Details"
+    out = [title, "-" * max(len(title), w + 3 + max(len(v) for _, v in rows))]
+    out += [f"{k:<{w}} | {v}" for k, v in rows]
+    return "\n".join(out) + "\n"
+
+
+def _when(t: Any) -> str:
+    if not isinstance(t, (int, float)) or t <= 0:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def _limit(v: Any) -> str:
+    return "Unlimited" if v in (-1, None) else str(v)
+
+
+@describe_app.command("operator")
+def describe_operator(name: str = typer.Option("", "--name", "-n"),
+                      as_json: bool = typer.Option(False, "--json", "-J"),
+                      raw: bool = typer.Option(False, "--raw", "-R")) -> None:
+    s = store()
+    token, claims = s.operator_claims(s.operator(name or None))
+    _show(token, claims, as_json, raw)
+
+
+@describe_app.command("account")
+def describe_account(name: str = typer.Option("", "--name", "-n"),
+                     as_json: bool = typer.Option(False, "--json", "-J"),
+                     raw: bool = typer.Option(False, "--raw", "-R")) -> None:
+    s = store()
+    op = s.operator()
+    token, claims = s.account_claims(op, s.account(op, name or None))
+    _show(token, claims, as_json, raw)
+
+
+@describe_app.command("user")
+def describe_user(name: str = typer.Option(..., "--name", "-n"), account: str = typer.Option("", "--account", "-a"),
+                  as_json: bool = typer.Option(False, "--json", "-J"),
+                  raw: bool = typer.Option(False, "--raw", "-R")) -> None:
+    s = store()
+    op = s.operator()
+    token, claims = s.user_claims(op, s.account(op, account or None), name)
+    _show(token, claims, as_json, raw)
+
+
+@describe_app.command("jwt")
+def describe_jwt(file: str = typer.Option(..., "--file", "-f", help="a file holding a JWT or a .creds file"),
+                 as_json: bool = typer.Option(False, "--json", "-J"),
+                 raw: bool = typer.Option(False, "--raw", "-R")) -> None:
+    text = read_text(file, "JWT file")
+    if "-----BEGIN" in text:
+        try:
+            token, seed = J.parse_creds(text)
+        except J.JwtError as e:
+            raise AuthError(f"{file}: {e}") from None
+        _check_creds_seed(file, seed)
+    else:
+        token = J.extract_jwt(text)
+    try:
+        claims = J.decode(token)
+    except J.JwtError as e:
+        raise AuthError(f"{file}: not a valid JWT: {e}") from None
+    if "-----BEGIN" in text:
+        try:
+            pub = nkey.from_seed(seed).public_key()
+        except nkey.NkeyError:
+            pub = ""
+        if pub != claims.get("sub"):
+            raise AuthError(f"{file}: the seed is not the key of the JWT's user ({claims.get('sub')})")
+    _show(token, claims, as_json, raw)
+
+
+def _check_creds_seed(file: str, seed: str) -> None:
+    try:
+        nkey.from_seed(seed)
+    except nkey.NkeyError as e:
+        raise AuthError(f"{file}: the seed in the creds file is not valid: {e}") from None
+
+
+# -- generate
+
+@generate_app.command("creds")
+def generate_creds(name: str = typer.Option(..., "--name", "-n", help="user name"),
+                   account: str = typer.Option("", "--account", "-a"),
+                   output_file: str = typer.Option("", "--output-file", "-o", help="write here (default stdout)")) -> None:
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    token, claims = s.user_claims(op, acc, name)
+    seed = s.seed_of(claims["sub"])
+    text = J.format_creds(token, seed)
+    if output_file and output_file != "--":
+        write_file(output_file, text)
+        ok(f"wrote credentials to {output_file}")
+    else:
+        print(text, end="")
+
+
+@generate_app.command("config")
+def generate_config(mem_resolver: bool = typer.Option(False, "--mem-resolver", help="a memory resolver configuration"),
+                    nats_resolver: bool = typer.Option(False, "--nats-resolver",
+                                                       help="a full (nats) resolver configuration"),
+                    config_file: str = typer.Option("", "--config-file", "-F", help="write here (default stdout)"),
+                    sys_account: str = typer.Option("", "--sys-account", help="the system account's name"),
+                    force: bool = typer.Option(False, "--force", help="overwrite an existing --config-file"),
+                    dir_: str = typer.Option("./jwt", "--dir", help="the full resolver's directory")) -> None:
+    if mem_resolver == nats_resolver:
+        raise AuthError("give one of --mem-resolver or --nats-resolver")
+    if config_file and os.path.exists(config_file) and not force:
+        raise AuthError(f"{config_file} exists: give --force to overwrite it")
+    s = store()
+    op = s.operator()
+    op_token, op_claims = s.operator_claims(op)
+    accounts = {}
+    for acc in s.accounts(op):
+        t, c = s.account_claims(op, acc, op_claims)
+        accounts[acc] = (t, c)
+    sys_pub = J.nats_section(op_claims).get("system_account", "")
+    if sys_account:
+        if sys_account not in accounts:
+            raise AuthError(f"--sys-account {sys_account}: no such account in operator {op}")
+        sys_pub = accounts[sys_account][1]["sub"]
+    lines = [f"# Operator named {op}", f"operator: {op_token}"]
+    if sys_pub:
+        lines.append(f"# System Account named {next((a for a, (_, c) in accounts.items() if c['sub'] == sys_pub), sys_pub)}")
+        lines.append(f"system_account: {sys_pub}")
+    lines.append("")
+    if mem_resolver:
+        lines += ["resolver: MEMORY", "", "resolver_preload: {"]
+        for acc, (t, c) in accounts.items():
+            lines.append(f"  # Account {json.dumps(acc)}")
+            lines.append(f"  {c['sub']}: {t}")
+            lines.append("")
+        lines.append("}")
+    else:
+        lines += ["resolver: {", "  type: full", f"  dir: {json.dumps(dir_)}", "  allow_delete: false",
+                  '  interval: "2m"', '  timeout: "1.9s"', "}", ""]
+        sys_tokens = [t for t, c in accounts.values() if c["sub"] == sys_pub]
+        if sys_tokens:  # the full resolver learns the other accounts by push; the system account is preloaded
+            lines += ["resolver_preload: {", f"  {sys_pub}: {sys_tokens[0]}", "}"]
+    text = "\n".join(lines) + "\n"
+    if config_file:
+        write_file(config_file, text, 0o644)
+        ok(f"wrote server configuration to {config_file}")
+    else:
+        print(text, end="")
+
+
+@app.command("env")
+def env() -> None:
+    """The directories in use, the current operator and account."""
+    s = store()
+    print(f"config dir:   {s.dirs.config}")
+    print(f"data dir:     {s.dirs.data}")
+    print(f"keystore dir: {s.dirs.keys}")
+    print(f"operator:     {s.cfg.get('operator', '')}")
+    print(f"account:      {s.cfg.get('account', '')}")
+
+
+def main(argv: list[str]) -> int:
+    from typer import Abort, Exit
+    from typer._click.exceptions import ClickException
+    from typer.main import get_command
+    try:
+        flags, rest = split_dir_flags(list(argv))
+        STATE["dirs"] = resolve_dirs(flags)
+        cmd = get_command(app)
+        rv = cmd.main(args=rest, prog_name="rillet auth", standalone_mode=False)
+    except AuthError as e:
+        sys.stdout.flush()
+        print(f"rillet: error: {e}", file=sys.stderr)
+        return 1
+    except Exit as e:
+        return e.exit_code
+    except ClickException as e:
+        e.show()
+        return e.exit_code
+    except Abort:
+        return 130
+    return rv if isinstance(rv, int) else 0

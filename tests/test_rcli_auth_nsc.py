@@ -1,0 +1,262 @@
+"""``rillet auth`` (nsc): a store in nsc's layout whose JWTs a Go nats-server accepts in operator mode
+(users, permissions, account limits, JetStream limits), and bad input refused in one line, nothing written."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nats
+import nkeys
+import pytest
+
+from helpers import ServerProcess
+from rillet import jwt as J
+from rillet.cli.main import main
+
+
+def auth(capsys, home: Path, *args: str) -> tuple[int, str, str]:
+    rc = main(["auth", "-H", str(home), *args])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def ok(capsys, home: Path, *args: str) -> str:
+    rc, out, err = auth(capsys, home, *args)
+    assert rc == 0, (args, out, err)
+    return out
+
+
+def snapshot(home: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(home)): p.read_bytes() for p in sorted(home.rglob("*")) if p.is_file()}
+
+
+def make_store(capsys, home: Path) -> None:
+    ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
+    ok(capsys, home, "add", "account", "--name", "APP")
+    ok(capsys, home, "edit", "account", "--name", "APP", "--js-disk-storage", "64MiB", "--js-mem-storage", "16M",
+       "--conns", "2")
+    ok(capsys, home, "add", "account", "--name", "NOJS")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "alice", "--deny-pub", "secret.>")
+    ok(capsys, home, "add", "user", "--account", "NOJS", "--name", "bob")
+
+
+def test_store_layout_and_keys(capsys, tmp_path):
+    make_store(capsys, tmp_path)
+    cfg = json.loads((tmp_path / "nsc.json").read_text())
+    assert cfg == {"store_root": str(tmp_path), "operator": "OP", "account": "NOJS"}
+    op_jwt = (tmp_path / "OP" / "OP.jwt").read_text().strip()
+    op = J.decode(op_jwt)
+    assert op["iss"] == op["sub"] and op["sub"].startswith("O") and op["name"] == "OP"
+    assert json.loads((tmp_path / "OP" / ".nsc").read_text())["version"] == "1"
+    sys_acc = J.decode((tmp_path / "OP/accounts/SYS/SYS.jwt").read_text())
+    assert op["nats"]["system_account"] == sys_acc["sub"] and sys_acc["iss"] == op["sub"]
+    app = J.decode((tmp_path / "OP/accounts/APP/APP.jwt").read_text())
+    lim = app["nats"]["limits"]
+    assert lim["disk_storage"] == 64 * 1024 ** 2 and lim["mem_storage"] == 16_000_000 and lim["conn"] == 2
+    assert lim["streams"] == -1 and lim["consumer"] == -1
+    alice = J.decode((tmp_path / "OP/accounts/APP/users/alice.jwt").read_text())
+    assert alice["iss"] == app["sub"] and alice["nats"]["pub"] == {"deny": ["secret.>"]}
+    # every key is in keys/<kind>/<2 letters>/<public>.nk, and is the seed of that key (nkeys library)
+    for claims in (op, sys_acc, app, alice):
+        pub = claims["sub"]
+        seed = (tmp_path / "keys" / pub[0] / pub[1:3] / f"{pub}.nk").read_text().strip()
+        assert nkeys.from_seed(seed.encode()).public_key.decode() == pub
+    creds = (tmp_path / "creds/OP/APP/alice.creds").read_text()
+    jwt_part, seed_part = J.parse_creds(creds)
+    assert J.decode(jwt_part)["sub"] == alice["sub"]
+    assert nkeys.from_seed(seed_part.encode()).public_key.decode() == alice["sub"]
+    # generate creds: the same user, on stdout
+    out = ok(capsys, tmp_path, "generate", "creds", "--account", "APP", "--name", "alice")
+    assert J.parse_creds(out) == (jwt_part, seed_part)
+    # describe: table and JSON of the same claims
+    out = ok(capsys, tmp_path, "describe", "account", "--name", "APP")
+    assert "Max Connections" in out and "| 2" in out and "JetStream" in out and "Enabled" in out
+    out = ok(capsys, tmp_path, "describe", "user", "--account", "APP", "--name", "alice", "--json")
+    assert json.loads(out)["sub"] == alice["sub"]
+    out = ok(capsys, tmp_path, "describe", "jwt", "--file", str(tmp_path / "creds/OP/APP/alice.creds"), "--json")
+    assert json.loads(out)["name"] == "alice"
+
+
+def test_environment_variables_and_dir_flags(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("NSC_HOME", str(tmp_path / "conf"))
+    monkeypatch.setenv("NKEYS_PATH", str(tmp_path / "nkeys"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert main(["auth", "add", "operator", "--name", "E"]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "conf" / "nsc.json").exists()
+    assert (tmp_path / "xdg/nats/nsc/stores/E/E.jwt").exists()
+    assert list((tmp_path / "nkeys" / "keys" / "O").rglob("*.nk"))
+    # the flags win over the variables and go anywhere on the line
+    assert main(["auth", "add", "operator", "--config-dir", str(tmp_path / "c2"), "--name", "F",
+                 "--data-dir", str(tmp_path / "d2"), "--keystore-dir", str(tmp_path / "k2")]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "d2/F/F.jwt").exists() and list((tmp_path / "k2/keys/O").rglob("*.nk"))
+    assert json.loads((tmp_path / "c2/nsc.json").read_text())["store_root"] == str(tmp_path / "d2")
+
+
+def _server_conf(capsys, home: Path, tmp_path: Path) -> Path:
+    conf = tmp_path / "server.conf"
+    ok(capsys, home, "generate", "config", "--mem-resolver", "--config-file", str(conf))
+    text = conf.read_text()
+    assert "resolver: MEMORY" in text and "resolver_preload" in text
+    conf.write_text('listen: "127.0.0.1:-1"\n' f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\n' + text)
+    return conf
+
+
+async def _expect_error(coro: Any) -> str:
+    try:
+        nc = await coro
+    except Exception as e:  # the server refused the connection
+        return str(e)
+    await nc.close()
+    return ""
+
+
+async def test_go_nats_server_accepts_the_store(capsys, tmp_path):
+    home = tmp_path / "nsc"
+    make_store(capsys, home)
+    conf = _server_conf(capsys, home, tmp_path)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        url = f"nats://127.0.0.1:{srv.port}"
+        creds = home / "creds/OP"
+        errors: list[Exception] = []
+
+        async def on_err(e: Exception) -> None:
+            errors.append(e)
+
+        alice = await nats.connect(url, user_credentials=str(creds / "APP/alice.creds"), error_cb=on_err,
+                                   allow_reconnect=False)
+        try:
+            # a publish the JWT allows goes through; one it denies is a permissions violation
+            got: list[bytes] = []
+
+            async def on_msg(m: Any) -> None:
+                got.append(m.data)
+
+            sub = await alice.subscribe("open.>", cb=on_msg)
+            await alice.publish("open.x", b"hello")
+            await alice.publish("secret.x", b"nope")
+            await alice.flush()
+            for _ in range(50):
+                if got and errors:
+                    break
+                await asyncio.sleep(0.05)
+            assert got == [b"hello"]
+            assert any("permissions violation" in str(e).lower() and "secret.x" in str(e) for e in errors), errors
+            await sub.unsubscribe()
+            # the account's JetStream limits: a stream is created in APP
+            js = alice.jetstream()
+            await js.add_stream(name="S", subjects=["open.>"])
+            info = await js.account_info()
+            assert info.limits.max_storage == 64 * 1024 ** 2
+            # --conns 2: a third connection of the account is refused
+            second = await nats.connect(url, user_credentials=str(creds / "APP/alice.creds"), allow_reconnect=False)
+            try:
+                err = await _expect_error(nats.connect(url, user_credentials=str(creds / "APP/alice.creds"),
+                                                       allow_reconnect=False, max_reconnect_attempts=0))
+                assert "maximum account active connections exceeded" in err, err
+            finally:
+                await second.close()
+        finally:
+            await alice.close()
+        # an account without JetStream limits has no JetStream
+        bob = await nats.connect(url, user_credentials=str(creds / "NOJS/bob.creds"), allow_reconnect=False)
+        try:
+            with pytest.raises(Exception, match="(?i)jetstream not enabled|503|no responders"):
+                await bob.jetstream().add_stream(name="T", subjects=["t"])
+        finally:
+            await bob.close()
+        # the system account's user works ($SYS requests)
+        sysnc = await nats.connect(url, user_credentials=str(creds / "SYS/sys.creds"), allow_reconnect=False)
+        try:
+            r = await sysnc.request("$SYS.REQ.SERVER.PING", b"", timeout=5)
+            assert json.loads(r.data)["server"]["id"].startswith("N")
+        finally:
+            await sysnc.close()
+        # a user signed by another account's key is refused
+        rogue_kp = nkeys.from_seed(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT))
+        user_kp = nkeys.from_seed(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER))
+        token = J.encode({"sub": user_kp.public_key.decode(), "name": "rogue",
+                          "nats": {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user",
+                                   "version": 2}}, rogue_kp)
+        rogue = tmp_path / "rogue.creds"
+        rogue.write_text(J.format_creds(token, user_kp.seed))
+        err = await _expect_error(nats.connect(url, user_credentials=str(rogue), allow_reconnect=False,
+                                               max_reconnect_attempts=0))
+        assert "authorization" in err.lower(), err
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)
+
+
+def test_bad_input_one_line_status_1_nothing_written(capsys, tmp_path):
+    home = tmp_path / "nsc"
+    make_store(capsys, home)
+    before = snapshot(home)
+
+    def refused(text: str, *args: str) -> None:
+        rc, out, err = auth(capsys, home, *args)
+        assert rc == 1, (args, out, err)
+        assert len(err.strip().splitlines()) == 1 and err.startswith("rillet: error: ") and text in err, (args, err)
+
+    refused("already exists", "add", "operator", "--name", "OP")
+    refused("already exists", "add", "account", "--name", "APP")
+    refused("already exists", "add", "user", "--account", "APP", "--name", "alice")
+    refused("does not exist", "add", "user", "--account", "NOPE", "--name", "x")
+    refused("invalid value", "edit", "account", "--name", "APP", "--conns", "lots")
+    refused("invalid subject", "add", "user", "--account", "APP", "--name", "x", "--allow-pub", "a..b")
+    assert snapshot(home) == before
+    # a truncated creds file, a file that is not a JWT
+    bad = tmp_path / "bad.creds"
+    bad.write_text((home / "creds/OP/APP/alice.creds").read_text()[:150])
+    refused("bad.creds", "describe", "jwt", "--file", str(bad))
+    junk = tmp_path / "junk.jwt"
+    junk.write_text("eyJhbGciOiJub25lIn0.e30.AAAA\n")
+    refused("not a valid JWT", "describe", "jwt", "--file", str(junk))
+    # a malformed account JWT in the store: every command reading it says which file
+    app_jwt = home / "OP/accounts/APP/APP.jwt"
+    good = app_jwt.read_text()
+    app_jwt.write_text(good[: len(good) // 2])
+    refused("APP.jwt: not a valid JWT", "describe", "account", "--name", "APP")
+    refused("APP.jwt", "generate", "creds", "--account", "APP", "--name", "alice")
+    refused("APP.jwt", "generate", "config", "--mem-resolver", "--config-file", str(tmp_path / "never.conf"))
+    assert not (tmp_path / "never.conf").exists()
+    # an account JWT signed by a key that is not the operator's
+    claims = J.decode(good)
+    other = nkeys.from_seed(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_OPERATOR))
+    app_jwt.write_text(J.encode({k: v for k, v in claims.items() if k not in ("iss", "jti")}, other))
+    refused("neither operator OP's key nor one of its signing keys", "describe", "account", "--name", "APP")
+    app_jwt.write_text(good)
+    # an expired user
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "old", "--expiry", "1s")
+    import time
+    time.sleep(2.1)
+    refused("expired", "generate", "creds", "--account", "APP", "--name", "old")
+    # a store of another version
+    nsc = home / "OP/.nsc"
+    nsc.write_text(json.dumps({"name": "OP", "kind": "operator", "version": "9"}))
+    refused("store version '9'", "describe", "operator")
+    after = snapshot(home)
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    # only what the test itself did: the "old" user added, the .nsc rewritten
+    assert changed <= {"OP/.nsc", "OP/accounts/APP/users/old.jwt", "creds/OP/APP/old.creds", "nsc.json"} | \
+        {k for k in after if k.startswith("keys/U/")}, changed
+
+
+def test_command_line_subprocess(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rillet.cli", "auth", "-H", str(tmp_path), "add", "operator",
+                        "--name", "P"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert '[ OK ] added operator "P"' in r.stderr
+    r = subprocess.run([sys.executable, "-m", "rillet.cli", "auth", "-H", str(tmp_path), "describe", "operator"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Operator Details" in r.stdout
