@@ -692,7 +692,7 @@ async def test_operator_callout_auth_users_bypass_and_xkey(tmp_path):
 
 
 def test_operator_authorization_claim_validation():
-    from rillet.server.operator import validate_account_claims
+    from rillet.server.operator_claims import validate_account_claims
     ok = {"nats": {"type": "account", "authorization": {"auth_users": [jwt.public_key(jwt.new_keypair("U"))],
                                                          "allowed_accounts": ["*"]}}}
     assert validate_account_claims(ok) == []

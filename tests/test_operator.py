@@ -845,7 +845,7 @@ def test_config_errors_at_parse(tmp_path):
 
 def test_time_windows_and_src_unit():
     import datetime as dt
-    from rillet.server.operator import validate_src, validate_times
+    from rillet.server.operator_claims import validate_src, validate_times
     utc = dt.timezone.utc
     at = dt.datetime(2026, 1, 1, 23, 30, 0, tzinfo=utc)
     # a window over midnight, in a named zone

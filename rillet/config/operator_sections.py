@@ -1,7 +1,7 @@
 """Operator mode (decentralized JWT auth) settings: operator, trusted keys, resolver, resolver_preload.
 
 Messages follow nats-server's opts.go; the checks across settings (operator and configured users, ...)
-are made when the server is built (``rillet.server.operator.validate_operator_options``).
+are made when the server is built (``rillet.server.operator_claims.validate_operator_options``).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from rillet.gocompat.goquote import go_quote
 from rillet import jwt
 from rillet.config.callout import GLOBAL_ACCOUNT, CalloutConfig, parse_auth_callout
 from rillet.nkey import decode_public_nkey, encode_public_nkey, x25519_public_key
-from rillet.server.operator import permissions_from_claims
+from rillet.server.operator_claims import permissions_from_claims
 from rillet.config.options import Permission, Permissions
 
 if TYPE_CHECKING:
@@ -369,7 +369,7 @@ class AuthCallout:
                                f"{go_quote(str(uc.get('sub', '')))} on account {qacc}")
         if un.get("times"):
             try:
-                from rillet.server.operator import validate_times
+                from rillet.server.operator_claims import validate_times
             except ImportError:  # pragma: no cover
                 validate_times = None  # type: ignore[assignment]
             if validate_times is not None and not validate_times(un)[0]:
@@ -396,7 +396,7 @@ class AuthCallout:
         """Operator mode: the user JWT's issuer account (``issuer_account``, else ``iss``) is where the client
         goes, the callout account itself or one of the ``allowed_accounts``; the signer must be that account
         or one of its signing keys (a scoped one gives its template's permissions)."""
-        from rillet.server import operator as opmod
+        from rillet.server import operator_claims as opmod
         om = self.server.operator
         target = un.get("issuer_account") or uc.get("iss")
         if target != self.account.name:

@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rillet import jwt
-from rillet.server.operator import AccountValidationError
+from rillet.server.operator_claims import AccountValidationError
 
 if TYPE_CHECKING:
     from rillet.server.operator import OperatorMode
