@@ -80,6 +80,27 @@ def test_votes_once_per_term_and_only_for_an_up_to_date_log():
     assert gw.VoteResponse.decode(f.vote(gw.VoteRequest(5, 3, 1, "candB001"), "$NRG.R.b")[0].payload).granted
 
 
+def test_term_and_vote_survive_a_restart(tmp_path):
+    from rillet.jetstream.cluster.gometa import TermVote
+    tv = TermVote(str(tmp_path / "go_meta" / "_meta_"))
+    assert tv.load() == (0, "")
+    f = _follower()
+    assert gw.VoteResponse.decode(f.vote(gw.VoteRequest(7, 0, 0, "candA001"), "$NRG.R.a")[0].payload).granted
+    tv.save(f.term, f.vote_for)
+    raw = (tmp_path / "go_meta" / "_meta_" / "tav.idx").read_bytes()
+    assert raw == b"candA001" + (7).to_bytes(8, "little")
+    # restarted: empty log, but the vote of term 7 is remembered
+    g = _follower()
+    g.term, g.vote_for = TermVote(str(tmp_path / "go_meta" / "_meta_")).load()
+    assert not gw.VoteResponse.decode(g.vote(gw.VoteRequest(7, 0, 0, "candB001"), "$NRG.R.b")[0].payload).granted
+    resp = gw.VoteResponse.decode(g.vote(gw.VoteRequest(8, 0, 0, "candB001"), "$NRG.R.b")[0].payload)
+    assert resp.granted and resp.empty  # an empty log says so: nats-server does not count it toward quorum
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "tav.idx").write_bytes(b"short")
+    with pytest.raises(ValueError, match="not a term and vote file"):
+        TermVote(str(tmp_path / "bad")).load()
+
+
 def test_catch_up_by_snapshot_then_entries_then_live(go_meta):
     entries, snap = go_meta
     L = snap.last_index
@@ -140,6 +161,7 @@ pytestmark_live = pytest.mark.skipif(shutil.which("nats-server") is None, reason
 
 
 def _rillet_conf(gc, name: str = "r1") -> str:
+    store = gc.root / f"store-{name}"
     routes = ", ".join(f"nats://127.0.0.1:{p}" for p in gc.route_ports.values())
     return f"""
 server_name: {name}
@@ -151,6 +173,7 @@ accounts {{
 system_account: SYS
 cluster {{ name: C1, listen: 127.0.0.1:{free_port()}, routes: [{routes}] }}
 feature_flags {{ rillet_go_meta: true }}
+jetstream {{ enabled: false, store_dir: "{store}" }}
 """
 
 
@@ -201,6 +224,9 @@ cluster {{ name: C1, listen: 127.0.0.1:{free_port()}, routes: [nats://127.0.0.1:
 """
     async with serve_config(base) as srv:
         assert member_of(srv) is None
+    with pytest.raises(ValueError, match="rillet_go_meta.*needs a directory.*store_dir"):
+        async with serve_config(base + "feature_flags { rillet_go_meta: true }\n"):
+            pass
     with pytest.raises(ValueError, match="rillet_go_meta.*can not run JetStream"):
         async with serve_config(base + f"""feature_flags {{ rillet_go_meta: true }}
 jetstream {{ store_dir: "{tmp_path}" }}
@@ -281,6 +307,8 @@ async def test_go_meta_group_needs_the_rillet_vote_and_ack(go_cluster):
             await sysnc.request("$JS.API.META.LEADER.STEPDOWN", b"{}", timeout=5)
             await CAP._until(lambda: CAP._js_ready(nc), 30, what="a new meta leader with one Go server down")
             assert m.raft.votes_granted > votes
+            tav = (gc.root / "store-r1" / "go_meta" / "_meta_" / "tav.idx").read_bytes()
+            assert int.from_bytes(tav[8:], "little") == m.raft.term  # the vote was made durable
             js = nc.jetstream()
             await js.add_stream(name="NEEDS_R1", subjects=["n.>"], num_replicas=1)
             await _until(lambda: ("A", "NEEDS_R1") in m.state.streams, what="NEEDS_R1 applied on Rillet")

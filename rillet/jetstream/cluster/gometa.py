@@ -9,7 +9,8 @@ consumer group yet.
 
 It is separate from Rillet's own clustered JetStream (rillet.jetstream.cluster.meta, with its ``$RNRG.``
 transport): nothing runs unless switched on, by ``feature_flags { rillet_go_meta: true }`` in the server's
-configuration (``attach_to_routes``, for a server without JetStream of its own) or by attaching a
+configuration (``attach_to_routes``, for a server without JetStream of its own, with
+``jetstream { enabled: false, store_dir: <dir> }`` where its term and vote are kept) or by attaching a
 ``GoMetaMember`` to a server; the Rillet-only cluster protocol is untouched.
 
 Two parts:
@@ -28,6 +29,7 @@ Two parts:
 """
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -36,7 +38,7 @@ from typing import Any, Callable, Optional
 from rillet.jetstream.cluster import gowire as ge
 from rillet.raft import gowire as gw
 
-__all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "CATCHUP_STALL", "GO_META_FLAG",
+__all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "TermVote", "CATCHUP_STALL", "GO_META_FLAG",
            "attach_to_routes", "member_of"]
 
 CATCHUP_STALL = 2.0  # seconds without catch-up progress before the catch-up is asked for again
@@ -295,10 +297,51 @@ class GoMetaState:
         return sorted(n for (a, n) in self.streams if a == account)
 
 
+class TermVote:
+    """The current term and vote of a member in ``<dir>/tav.idx``: the 8-byte peer voted for (zeros: none)
+    then the term (u64 little-endian), as nats-server lays its own file out. Saved with fsync and an atomic
+    rename, only when changed."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        self.path = os.path.join(directory, "tav.idx")
+        self._last: Optional[tuple[int, str]] = None
+
+    def load(self) -> tuple[int, str]:
+        try:
+            with open(self.path, "rb") as f:
+                buf = f.read()
+        except FileNotFoundError:
+            return 0, ""
+        if len(buf) != gw.ID_LEN + 8:
+            raise ValueError(f"{self.path}: not a term and vote file ({len(buf)} bytes)")
+        vote = "" if buf[:gw.ID_LEN] == bytes(gw.ID_LEN) else buf[:gw.ID_LEN].decode("latin-1")
+        self._last = (int.from_bytes(buf[gw.ID_LEN:], "little"), vote)
+        return self._last
+
+    def save(self, term: int, vote: str) -> None:
+        if self._last == (term, vote):
+            return
+        os.makedirs(self.dir, exist_ok=True)
+        buf = (vote.encode("latin-1") if vote else bytes(gw.ID_LEN)) + term.to_bytes(8, "little")
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(buf)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self._last = (term, vote)
+
+
 class GoMetaMember:
     """Follows a Go cluster's meta group (``_meta_``) from a Rillet server; see the module docstring."""
 
-    def __init__(self, server: Any, group: str = gw.META_GROUP) -> None:
+    def __init__(self, server: Any, group: str = gw.META_GROUP, store_dir: Optional[str] = None) -> None:
         acc = getattr(server, "system_account", None)
         if acc is None:
             raise ValueError("following a Go meta group needs the system account")
@@ -306,6 +349,11 @@ class GoMetaMember:
         self.log = server.log
         self.group = group
         self.raft = GoRaftFollower(group, gw.peer_id(server.name))
+        # term and vote, made durable before a vote is answered (a restarted member must not vote twice in a
+        # term); the log itself is not kept: a restarted member answers votes as "empty" until caught up again
+        self.tav = TermVote(os.path.join(store_dir, "go_meta", group)) if store_dir else None
+        if self.tav is not None:
+            self.raft.term, self.raft.vote_for = self.tav.load()
         self.state = GoMetaState()
         self.ic: Any = None
         self._subs: list[Any] = []
@@ -356,6 +404,8 @@ class GoMetaMember:
             self._warn_once(f"{subj}:{e}", f"JetStream Go meta group {self.group!r}: refused a message on "
                                            f"{subj}: {e}")
             return
+        if self.tav is not None:
+            self.tav.save(self.raft.term, self.raft.vote_for)  # (before anything is answered)
         self._sync_catchup_sub()
         for o in outs:
             self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
@@ -394,13 +444,17 @@ def member_of(server: Any) -> Optional[GoMetaMember]:
 def attach_to_routes(server: Any) -> None:
     """``feature_flags { rillet_go_meta: true }`` (a name nats-server ignores): this server follows the JetStream
     meta group of the Go servers of its cluster, starting with its first route. Only for a server without
-    JetStream of its own (it hosts no stream yet) and with a system account; ValueError otherwise."""
+    JetStream of its own (it hosts no stream yet), with a system account and a directory for its term and vote
+    (``jetstream { enabled: false, store_dir: ... }``); ValueError otherwise."""
     o = server.opts
     if o.jetstream.enabled:
         raise ValueError(f"feature flag {GO_META_FLAG!r}: the server follows a Go JetStream meta group only; "
                          "it can not run JetStream itself yet (remove the jetstream block)")
     if o.no_system_account:
         raise ValueError(f"feature flag {GO_META_FLAG!r} needs the system account")
+    if not o.jetstream.store_dir:
+        raise ValueError(f"feature flag {GO_META_FLAG!r} needs a directory for the member's term and vote: "
+                         "jetstream { enabled: false, store_dir: <dir> }")
     if server.cluster is None:
         raise ValueError(f"feature flag {GO_META_FLAG!r} needs a cluster block (routes to the Go servers)")
 
@@ -410,7 +464,7 @@ def attach_to_routes(server: Any) -> None:
         if getattr(server, "system_account", None) is None:
             server.log.error(f"feature flag {GO_META_FLAG!r}: no system account, not following the Go meta group")
             return
-        m = GoMetaMember(server)
+        m = GoMetaMember(server, store_dir=o.jetstream.store_dir)
         m.start()
         _MEMBERS[server] = m
         server.on_shutdown.append(m.stop)
