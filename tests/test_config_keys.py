@@ -139,6 +139,22 @@ KEY_TESTS: dict[str, str] = {
     "authorization.default_permissions": "tests/test_operator.py::test_account_default_permissions",
     "authorization.auth_callout": "tests/test_auth_callout.py",
     "authorization.proxy_required": "tests/test_config_options.py",
+    # mqtt {}
+    "mqtt": "tests/test_mqtt.py::test_connect_pub_sub_wildcards_all_qos",
+    **{f"mqtt.{k}": "tests/test_mqtt_options.py::test_block_parsed_with_aliases" for k in ("listen", "port", "host")},
+    "mqtt.tls": "tests/test_mqtt_options.py::test_tls",
+    "mqtt.authorization": "tests/test_mqtt.py::test_token_auth",
+    "mqtt.no_auth_user": "tests/test_mqtt_options.py::test_mqtt_no_auth_user",
+    "mqtt.ack_wait": "tests/test_mqtt.py::test_qos1_redelivered_after_reconnect_with_dup",
+    "mqtt.js_api_timeout": "tests/test_mqtt_options.py::test_stream_replicas_and_js_api_timeout",
+    "mqtt.max_ack_pending": "tests/test_mqtt_options.py::test_consumer_settings",
+    "mqtt.js_domain": "tests/test_mqtt_options.py::test_js_domain",
+    "mqtt.stream_replicas": "tests/test_mqtt_options.py::test_stream_replicas_and_js_api_timeout",
+    "mqtt.consumer_replicas": "tests/test_mqtt_options.py::test_errors_and_warnings",
+    "mqtt.consumer_memory_storage": "tests/test_mqtt_options.py::test_consumer_settings",
+    "mqtt.consumer_inactive_threshold": "tests/test_mqtt_options.py::test_consumer_settings",
+    "mqtt.reject_qos2_publish": "tests/test_mqtt_options.py::test_reject_qos2_publish",
+    "mqtt.downgrade_qos2_subscribe": "tests/test_mqtt_options.py::test_downgrade_qos2_subscribe",
 }
 
 # alias -> (the key it spells, a value both accept)
@@ -166,6 +182,10 @@ ALIASES: dict[str, tuple[str, str]] = {
        for k in ("allowed_origin", "allow_origins", "allow_origin", "origins", "origin")},
     "authorization.username": ("authorization.user", "u"), "authorization.password": ("authorization.pass", "p"),
     "authorization.default_permission": ("authorization.default_permissions", "{ publish: a }"),
+    "mqtt.net": ("mqtt.host", '"127.0.0.2"'), "mqtt.authentication": ("mqtt.authorization", "{ token: t }"),
+    "mqtt.ackwait": ("mqtt.ack_wait", '"5s"'), "mqtt.api_timeout": ("mqtt.js_api_timeout", '"5s"'),
+    "mqtt.max_pending": ("mqtt.max_ack_pending", "7"), "mqtt.max_inflight": ("mqtt.max_ack_pending", "7"),
+    "mqtt.consumer_auto_cleanup": ("mqtt.consumer_inactive_threshold", '"1m"'),
     "authorization.auth_hook": ("authorization.auth_callout",
                                 "{ issuer: AABBCC, auth_users: [u] }"),
 }
@@ -213,7 +233,7 @@ FLAG_TESTS: dict[str, str] = {
 REFUSED_FLAGS = {"profile": ["--profile", "6060"], "max_traced_msg_len": ["--max_traced_msg_len", "10"]}
 
 SECTIONS_SAMPLE = ('jetstream { store_dir: "/tmp/x" }\nwebsocket { port: 1, no_tls: true }\n'
-                   'authorization { user: a, pass: b }\ncluster { name: x }\n')
+                   'authorization { user: a, pass: b }\ncluster { name: x }\nmqtt { port: 1883 }\n')
 
 
 def all_keys() -> list[str]:
@@ -222,7 +242,7 @@ def all_keys() -> list[str]:
     keys = set(builder.top_handlers)
     builder.apply(parse_string(SECTIONS_SAMPLE, "sample.conf"))
     for section, names in builder.section_keys.items():
-        if section in ("jetstream", "websocket", "authorization"):
+        if section in ("jetstream", "websocket", "authorization", "mqtt"):
             keys.update(f"{section}.{n}" for n in names)
     return sorted(keys)
 

@@ -147,7 +147,6 @@ def test_known_but_unsupported_keys_are_refused():
     assert [str(x) for x in e.value.errors] == [
         'o.conf:2:1: "prof_port" is not supported: Rillet has no profiling port',
         'o.conf:3:1: "write_timeout" is not supported: Rillet has no write timeout policy (write_deadline applies)',
-        'o.conf:4:1: "mqtt" is not supported: Rillet has no MQTT support',
     ]
 
 

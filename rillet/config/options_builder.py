@@ -18,6 +18,7 @@ from rillet.config.options import Options
 from rillet.gocompat.goquote import go_type
 
 from .auth_sections import AuthSections
+from .mqtt_section import MqttSection
 from .operator_sections import OperatorSections
 from .parser import parse_file, parse_string
 from .subsystem_sections import SubsystemSections
@@ -29,7 +30,6 @@ MAX_INT32 = (1 << 31) - 1
 
 # Top-level keys nats-server knows and Rillet refuses when loading a file: key -> why.
 UNSUPPORTED_KEYS: dict[str, str] = {
-    "mqtt": "Rillet has no MQTT support",
     "prof_port": "Rillet has no profiling port",
     "prof_block_rate": "Rillet has no profiling port",
     "proxy_protocol": "Rillet does not read PROXY protocol headers",
@@ -69,7 +69,7 @@ def build_options(config: Mapping[str, Any], options: Options | None = None, *,
     return builder.finish(warnings_as_errors)
 
 
-class _Builder(AuthSections, SubsystemSections, OperatorSections):
+class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
     """Top-level keys; the blocks are handled by the section classes."""
 
     def __init__(self, opts: Options):
@@ -150,6 +150,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections):
             "allow_non_tls": s("allow_non_tls", "bool"),
             # subsystems
             "websocket": self.websocket,
+            "mqtt": self.mqtt,
             "ws": self.websocket,
             "jetstream": self.jetstream,
             "store_dir": self.top_store_dir,

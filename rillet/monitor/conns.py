@@ -32,7 +32,8 @@ _PING = b"PING\r\n"
 
 
 def conn_type(c: Any) -> str:
-    return "websocket" if getattr(c, "conn_type", "STANDARD") == "WEBSOCKET" else "nats"
+    t = getattr(c, "conn_type", "STANDARD")
+    return "websocket" if t == "WEBSOCKET" else "mqtt" if t in ("MQTT", "MQTT_WS") else "nats"
 
 
 def raw_auth_user(c: Any) -> str:
@@ -262,6 +263,9 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
     }
 
     clist = dict(server.clients)
+    ms = getattr(server, "mqtt", None)
+    if ms is not None:  # MQTT connections (rillet.mqtt), listed with the clients as nats-server does
+        clist.update(ms.open_conns())
     if acc:
         if acc not in server.accounts:
             return result
@@ -294,7 +298,7 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
                 continue
             if user and raw_auth_user(c) != user:
                 continue
-            if mqtt:  # rillet has no MQTT connections
+            if mqtt and getattr(c, "client_id", None) != mqtt:
                 continue
             open_clients.append(c)
 
@@ -326,6 +330,9 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
             info["name_tag"] = op.name_tag(name) if op is not None else name
             if ju is not None and (ju.claims.get("nats") or {}).get("tags"):
                 info["tags"] = ju.claims["nats"]["tags"]
+        mc = getattr(c, "client_id", "") if getattr(c, "conn_type", "") in ("MQTT", "MQTT_WS") else ""
+        if mc:
+            info["mqtt_client"] = mc
         entries.append((info, _sort_keys(c, rtt_ns), None))
 
     for ci in closed:
@@ -349,6 +356,8 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
             if a_name and a_name != GLOBAL_ACCOUNT:
                 info["account"] = a_name
                 info["name_tag"] = a_name
+        if ci.get("_mqtt"):
+            info["mqtt_client"] = ci["_mqtt"]
         entries.append((info, ci.get("_sort", (ci.get("cid", 0), 0, 0, 0, 0)), ci))
 
     _sort(entries, sort_opt, now_ns)

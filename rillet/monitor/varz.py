@@ -264,24 +264,27 @@ def varz_leaf(server: Any) -> dict:
 
 
 def varz_mqtt(server: Any) -> dict:
+    """nats-server's MQTTOptsVarz of the parsed ``mqtt {}`` block (``rillet.config.mqtt_section``)."""
     m = server.opts.mqtt or {}
     if not isinstance(m, dict) or not m:
         return {}
-    host, port = _host_port(m)
     d: dict[str, Any] = {}
-    if host:
-        d["host"] = host
+    if m.get("host"):
+        d["host"] = str(m["host"])
+    live = getattr(server, "mqtt_addr", None)
+    port = live[1] if live else m.get("port", 0)
     if port:
-        d["port"] = port
+        d["port"] = int(port)
     if m.get("no_auth_user"):
         d["no_auth_user"] = str(m["no_auth_user"])
-    _timeouts(m, d)
-    d.pop("tls_required", None)
-    d.pop("tls_verify", None)
+    if m.get("auth_timeout"):
+        d["auth_timeout"] = num(float(m["auth_timeout"]))
+    if m.get("tls") is not None:
+        d["tls_timeout"] = num(float(m.get("tls_timeout") or DEFAULT_TLS_TIMEOUT))
     if m.get("js_domain"):
         d["js_domain"] = str(m["js_domain"])
     if m.get("ack_wait"):
-        d["ack_wait"] = secs_to_ns(_seconds(m["ack_wait"]))
+        d["ack_wait"] = secs_to_ns(float(m["ack_wait"]))
     if m.get("max_ack_pending"):
         d["max_ack_pending"] = int(m["max_ack_pending"])
     return d

@@ -59,12 +59,11 @@ class Server:
                                                      utc=o.logtime_utc, log_file=o.log_file,
                                                      size_limit=o.log_size_limit)
         self.trace_on = o.trace
-        from rillet.nkey import new_server_identity
-        from rillet.server.auth_callout import curve_public_key, new_curve_seed
+        from rillet.nkey import CURVE_PREFIX, encode_public_nkey, new_server_identity, x25519_public_key
         self.server_kp = new_server_identity()  # the server's identity: signs auth callout requests
         self.server_id = self.server_kp.public_key()
-        self.xkey_seed = new_curve_seed()  # the server's x25519 key (auth callout encryption)
-        self.xkey = curve_public_key(self.xkey_seed)
+        self.xkey_seed = os.urandom(32)  # the server's x25519 key (auth callout encryption)
+        self.xkey = encode_public_nkey(CURVE_PREFIX, x25519_public_key(self.xkey_seed))
         self.name = o.server_name or self.server_id
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.pending_flush: list[Any] = []
@@ -105,8 +104,10 @@ class Server:
         self.internal_clients: list[InternalClient] = []
         from rillet.server.account_config import configure_accounts
         configure_accounts(self)  # per-account mappings, limits, exports/imports; ValueError: refuse to start
-        from rillet.server import auth_callout
-        self.auth_callout = auth_callout.setup(self)  # ValueError: refuse to start
+        self.auth_callout: Any = None
+        if isinstance(o.extra, dict) and o.extra.get("auth_callout") is not None:  # (loaded only then)
+            from rillet.server import auth_callout
+            self.auth_callout = auth_callout.setup(self)  # ValueError: refuse to start
         self.closed_totals = (0, 0, 0, 0)
         self.closed_clients: deque = deque(maxlen=max(o.max_closed_clients, 0) or None)
         self._cid = 0
@@ -120,6 +121,8 @@ class Server:
         self.http_addr: tuple[str, int] | None = None
         self.https_addr: tuple[str, int] | None = None
         self.websocket_addr: tuple[str, int] | None = None
+        self.mqtt: Any = None  # rillet.mqtt.listener.MqttServer, with mqtt {} (started by the composition root)
+        self.mqtt_addr: tuple[str, int] | None = None
         self.tls_context: ssl.SSLContext | None = None
         self._tls_rate: RateCounter | None = None  # tls connection_rate_limit
         self._tls_rate_log_pending = False
@@ -245,6 +248,8 @@ class Server:
             if o.websocket.port:
                 from rillet.server.websocket import start_websocket
                 await start_websocket(self)
+            if o.mqtt.get("port"):
+                await self.subsystems.start_mqtt(self)  # (the composition root's; JetStream is up)
             await self._listener.start_serving()
         except BaseException:
             self._listener.close()  # (the server does not start: the client port is let go too)

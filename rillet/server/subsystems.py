@@ -42,6 +42,9 @@ class Subsystems(Protocol):
         """Start HTTP(S) monitoring (``http_port``/``https_port`` set): its listener goes to
         ``server.extra_listeners`` and its bound address to ``server.http_addr``/``https_addr``."""
 
+    async def start_mqtt(self, server: "Server") -> None:
+        """Start the ``mqtt {}`` listener (``server.mqtt``); ValueError/OSError: the server does not start."""
+
     def closed_conn_info(self, server: "Server", c: Any) -> dict[str, Any] | None:
         """What /connz?state=closed keeps of a connection that has gone (None: nothing is kept)."""
 
@@ -69,6 +72,8 @@ def needs_root(o: "Options") -> list[str]:
         out.append("jetstream")
     if o.http_port or o.https_port:
         out.append("monitoring")
+    if o.mqtt.get("port"):
+        out.append("mqtt")
     return out
 
 
@@ -92,6 +97,9 @@ class Core:
 
     async def start_monitor(self, server: "Server") -> None:
         self._refuse(["monitoring"])
+
+    async def start_mqtt(self, server: "Server") -> None:
+        self._refuse(["mqtt"])
 
     def closed_conn_info(self, server: "Server", c: Any) -> dict[str, Any] | None:
         return None

@@ -1,0 +1,490 @@
+"""An account's MQTT state in JetStream, reached through the JetStream API as any client would reach it.
+
+nats-server keeps MQTT state in five streams of the client's account; so does Rillet, with the same
+names, subjects and limits, so a JetStream stream list, /jsz and a cluster's replication see the same:
+
+* ``$MQTT_sess``  ``$MQTT.sess.<hash of client id>``: one JSON record per persistent session (max 1 per subject);
+* ``$MQTT_msgs``  ``$MQTT.msgs.<subject>``: QoS 1/2 messages, interest retention, one durable consumer per
+  QoS 1/2 subscription of a session (filter ``$MQTT.msgs.<filter subject>``, deliver ``$MQTT.sub.<nuid>``);
+* ``$MQTT_rmsgs`` ``$MQTT.rmsgs.<subject>``: retained messages (max 1 per subject; an empty body clears);
+* ``$MQTT_qos2in`` ``$MQTT.qos2.in.<client id>.<packet id>``: incoming QoS 2 messages until PUBREL
+  (discard new per subject: a resent PUBLISH is stored once);
+* ``$MQTT_out``   ``$MQTT.out.pubrel.<hash>``: PUBRELs the server owes a QoS 2 subscriber.
+
+Requests go out on the account's internal client with replies to ``$MQTT.JSA.<server hash>.<n>``; ``JSA``
+turns them into awaitables. ``AccountSessions`` is the per-account manager: sessions by client id, the
+retained-message cache (fed by an ephemeral consumer on ``$MQTT_rmsgs``, so retained messages set through
+other servers of a cluster are seen), and the flapping jail of client id takeovers.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import secrets
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .conn import MqttConn
+
+__all__ = ["JSA", "JSAPIError", "AccountSessions", "Session", "RetainedMsg", "client_hash", "subject_matches",
+           "SESS_STREAM", "MSGS_STREAM", "RMSGS_STREAM", "QOS2IN_STREAM", "OUT_STREAM"]
+
+SESS_STREAM = "$MQTT_sess"
+MSGS_STREAM = "$MQTT_msgs"
+RMSGS_STREAM = "$MQTT_rmsgs"
+QOS2IN_STREAM = "$MQTT_qos2in"
+OUT_STREAM = "$MQTT_out"
+SESS_PREFIX = "$MQTT.sess."
+MSGS_PREFIX = "$MQTT.msgs."
+RMSGS_PREFIX = "$MQTT.rmsgs."
+QOS2IN_PREFIX = "$MQTT.qos2.in."
+PUBREL_PREFIX = "$MQTT.out.pubrel."
+PUBREL_DELIVER_PREFIX = "$MQTT.deliver.pubrel."
+PUBREL_DURABLE_PREFIX = "$MQTT_PUBREL_"
+SUB_PREFIX = "$MQTT.sub."
+
+ERR_NOT_FOUND = 10059  # stream not found
+ERR_NO_MESSAGE = 10037
+ERR_CONSUMER_NOT_FOUND = 10014
+ERR_STORE_FAILED = 10077
+ERR_STREAM_EXISTS = 10058
+
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def client_hash(name: str, size: int = 8) -> str:
+    """The short hash nats-server names per-client subjects and durables with (SHA-256, base 62 digits)."""
+    d = hashlib.sha256(name.encode()).digest()
+    return "".join(_DIGITS[b % 62] for b in d[:size])
+
+
+def nuid() -> str:
+    return secrets.token_urlsafe(16).replace("-", "A").replace("_", "B")[:22]
+
+
+def subject_matches(flt: str, subject: str) -> bool:
+    """Does the NATS subject filter ``flt`` (``*``, ``>``) match the literal ``subject``?"""
+    ft = flt.split(".")
+    st = subject.split(".")
+    for i, t in enumerate(ft):
+        if t == ">":
+            return len(st) > i
+        if i >= len(st):
+            return False
+        if t != "*" and t != st[i]:
+            return False
+    return len(ft) == len(st)
+
+
+class JSAPIError(Exception):
+    def __init__(self, err: dict) -> None:
+        super().__init__(err.get("description", "JetStream API error"))
+        self.code = err.get("code", 0)
+        self.err_code = err.get("err_code", 0)
+
+
+def make_headers(pairs: list[tuple[str, str]]) -> bytes:
+    return ("NATS/1.0\r\n" + "".join(f"{k}:{v}\r\n" for k, v in pairs) + "\r\n").encode()
+
+
+def parse_headers(hdr: bytes) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    lines = hdr.decode("utf-8", "surrogateescape").split("\r\n")
+    for line in lines[1:]:
+        if not line:
+            continue
+        k, sep, v = line.partition(":")
+        if sep:
+            out.setdefault(k.strip(), []).append(v.strip())
+    return out
+
+
+class JSA:
+    """JetStream API requests and stream publishes of one account, from this server's MQTT side."""
+
+    def __init__(self, server: Any, account: Any) -> None:
+        self.server = server
+        self.account = account
+        m = server.opts.mqtt
+        self.timeout = float(m.get("js_api_timeout") or 5.0)
+        domain = m.get("js_domain") or ""
+        self.api = f"$JS.{domain}.API" if domain else "$JS.API"
+        self.id = client_hash(server.name or server.server_id)
+        self.ic = server.internal_client(account, "mqtt")
+        self.prefix = f"$MQTT.JSA.{self.id}."
+        self._n = 0
+        self._pending: dict[str, asyncio.Future] = {}
+        self._sub = self.ic.subscribe(self.prefix + ">", self._on_reply)
+
+    def close(self) -> None:
+        self.ic.remove_sub(self._sub)
+        for f in self._pending.values():
+            if not f.done():
+                f.cancel()
+        self._pending.clear()
+
+    def _on_reply(self, sub: Any, c: Any, subject: bytes, reply: Any, hdr: int, msg: bytes) -> None:
+        tok = subject.decode()[len(self.prefix):]
+        fut = self._pending.pop(tok, None)
+        if fut is not None and not fut.done():
+            fut.set_result((hdr, msg))
+
+    async def _send(self, subject: str, payload: bytes, hdr: bytes = b"") -> tuple[int, bytes]:
+        self._n += 1
+        tok = str(self._n)
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending[tok] = fut
+        reply = (self.prefix + tok).encode()
+        if hdr:
+            self.ic.publish(subject.encode(), reply, hdr + payload, len(hdr))
+        else:
+            self.ic.publish(subject.encode(), reply, payload)
+        try:
+            return await asyncio.wait_for(fut, self.timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"timeout for request type \"{subject}\" on \"{subject}\"") from None
+        finally:
+            self._pending.pop(tok, None)
+
+    async def request(self, api: str, body: Any = None) -> dict:
+        """An ``$JS.API.<api>`` request; its JSON answer (JSAPIError for an ``error`` answer)."""
+        payload = b"" if body is None else json.dumps(body).encode()
+        hdr, msg = await self._send(f"{self.api}.{api}", payload)
+        data = msg[hdr:] if hdr > 0 else msg
+        if not data and hdr > 0:
+            # a status-only answer (503 no responders)
+            raise JSAPIError({"code": 503, "description": "JetStream not available"})
+        d = json.loads(data)
+        if isinstance(d, dict) and d.get("error"):
+            raise JSAPIError(d["error"])
+        return d
+
+    async def store(self, subject: str, payload: bytes, hdr: bytes = b"") -> dict:
+        """Publish into a stream and wait for its PubAck."""
+        h, msg = await self._send(subject, payload, hdr)
+        data = msg[h:] if h > 0 else msg
+        if not data:
+            raise JSAPIError({"code": 503, "description": "no stream stored the message (no responders)"})
+        d = json.loads(data)
+        if d.get("error"):
+            raise JSAPIError(d["error"])
+        return d
+
+    def store_no_wait(self, subject: str, payload: bytes, hdr: bytes = b"") -> None:
+        if hdr:
+            self.ic.publish(subject.encode(), None, hdr + payload, len(hdr))
+        else:
+            self.ic.publish(subject.encode(), None, payload)
+
+    def send(self, subject: str, payload: bytes = b"") -> None:
+        """A plain message (acks: ``+ACK`` is the empty body)."""
+        self.ic.publish(subject.encode(), None, payload)
+
+    async def last_msg(self, stream: str, subject: str) -> dict | None:
+        try:
+            d = await self.request(f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
+        except JSAPIError as e:
+            if e.err_code == ERR_NO_MESSAGE or e.code == 404:
+                return None
+            raise
+        m = d.get("message") or {}
+        return {"seq": m.get("seq", 0), "subject": m.get("subject", ""),
+                "hdrs": base64.b64decode(m["hdrs"]) if m.get("hdrs") else b"",
+                "data": base64.b64decode(m["data"]) if m.get("data") else b""}
+
+    async def delete_msg(self, stream: str, seq: int) -> None:
+        try:
+            await self.request(f"STREAM.MSG.DELETE.{stream}", {"seq": seq, "no_erase": True})
+        except JSAPIError as e:
+            if e.code != 404 and e.err_code not in (ERR_NO_MESSAGE, 10057):
+                raise
+
+    async def create_consumer(self, stream: str, cfg: dict) -> dict:
+        name = cfg.get("durable_name") or cfg.get("name")
+        return await self.request(f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": cfg})
+
+    async def delete_consumer(self, stream: str, name: str) -> None:
+        try:
+            await self.request(f"CONSUMER.DELETE.{stream}.{name}")
+        except JSAPIError as e:
+            if e.err_code != ERR_CONSUMER_NOT_FOUND and e.code != 404:
+                raise
+
+    async def ensure_stream(self, cfg: dict) -> dict:
+        try:
+            return await self.request(f"STREAM.INFO.{cfg['name']}")
+        except JSAPIError as e:
+            if e.err_code != ERR_NOT_FOUND and e.code != 404:
+                raise
+        try:
+            return await self.request(f"STREAM.CREATE.{cfg['name']}", cfg)
+        except JSAPIError as e:
+            if e.err_code != ERR_STREAM_EXISTS:
+                raise
+            return await self.request(f"STREAM.INFO.{cfg['name']}")
+
+
+# ---- sessions -----------------------------------------------------------------------------------------
+
+class RetainedMsg:
+    __slots__ = ("subject", "topic", "payload", "flags", "origin", "source", "seq", "props")
+
+    def __init__(self, subject: str, topic: str, payload: bytes, flags: int, origin: str, source: str,
+                 seq: int = 0, props: dict | None = None) -> None:
+        self.subject = subject
+        self.topic = topic
+        self.payload = payload
+        self.flags = flags
+        self.origin = origin
+        self.source = source
+        self.seq = seq
+        self.props = props or {}
+
+    @property
+    def qos(self) -> int:
+        return (self.flags >> 1) & 3
+
+    def encode(self) -> tuple[bytes, bytes]:
+        """(headers, body) as stored in ``$MQTT_rmsgs`` (nats-server's header form; an empty body is a
+        deletion, flagged with ``-`` before the flags)."""
+        flags = ("-" if not self.payload else "") + format(self.flags, "x")
+        pairs = [("Nmqtt-RTopic", self.topic), ("Nmqtt-RFlags", flags)]
+        if self.origin:
+            pairs.append(("Nmqtt-ROrigin", self.origin))
+        if self.source:
+            pairs.append(("Nmqtt-RSource", self.source))
+        if self.props:
+            pairs.append(("Rillet-Mqtt-Props", base64.b64encode(json.dumps(self.props).encode()).decode()))
+        return make_headers(pairs), self.payload
+
+    @classmethod
+    def decode(cls, subject: str, hdr: bytes, body: bytes, seq: int) -> "RetainedMsg | None":
+        h = parse_headers(hdr) if hdr else {}
+        topic = (h.get("Nmqtt-RTopic") or [""])[0]
+        fl = (h.get("Nmqtt-RFlags") or ["0"])[0].lstrip("-")
+        try:
+            flags = int(fl, 16)
+        except ValueError:
+            return None
+        props = {}
+        if h.get("Rillet-Mqtt-Props"):
+            try:
+                props = json.loads(base64.b64decode(h["Rillet-Mqtt-Props"][0]))
+            except ValueError:
+                props = {}
+        return cls(subject[len(RMSGS_PREFIX):], topic, body, flags, (h.get("Nmqtt-ROrigin") or [""])[0],
+                   (h.get("Nmqtt-RSource") or [""])[0], seq, props)
+
+
+class Session:
+    """One client id's session: what is persisted (subscriptions and their consumers) and the in-flight
+    packet identifiers of the current connection."""
+
+    def __init__(self, asm: "AccountSessions", cid: str) -> None:
+        self.asm = asm
+        self.id = cid
+        self.hash = client_hash(cid)
+        self.seq = 0  # the session record's sequence in $MQTT_sess (0: none)
+        self.clean = True
+        self.subs: dict[str, int] = {}  # NATS filter subject -> QoS
+        self.filters: dict[str, dict] = {}  # NATS filter subject -> {"topic": MQTT filter, v5 options...}
+        self.cons: dict[str, dict] = {}  # NATS filter subject -> its consumer config
+        self.pubrel: dict | None = None  # the PUBREL consumer config
+        self.conn: "MqttConn | None" = None
+        self.expiry = 0  # MQTT 5 session expiry interval (s); 0xFFFFFFFF never
+        self.version = 4
+        self.last_pi = 0
+        self.pending_pub: dict[int, tuple[str | None, str, int]] = {}  # pi -> (ack subject, durable, sseq)
+        self.cpending: dict[tuple[str, int], int] = {}  # (durable, stream seq) -> pi
+        self.pending_rel: dict[int, str] = {}  # pi -> PUBREL ack subject
+        self.rel_sub_made = False
+        self.lock = asyncio.Lock()
+
+    @property
+    def subject(self) -> str:
+        return SESS_PREFIX + self.hash
+
+    def record(self) -> dict:
+        d: dict[str, Any] = {"origin": self.asm.jsa.id, "id": self.id}
+        if self.clean:
+            d["clean"] = True
+        if self.subs:
+            d["subs"] = dict(self.subs)
+        if self.cons:
+            d["cons"] = dict(self.cons)
+        if self.pubrel:
+            d["pubrel"] = self.pubrel
+        if self.filters:
+            d["rillet_filters"] = dict(self.filters)
+        if self.expiry:
+            d["rillet_expiry"] = self.expiry
+        return d
+
+    def restore(self, d: dict, seq: int) -> None:
+        self.seq = seq
+        self.clean = bool(d.get("clean"))
+        self.subs = {k: int(v) for k, v in (d.get("subs") or {}).items()}
+        self.cons = dict(d.get("cons") or {})
+        self.pubrel = d.get("pubrel")
+        self.filters = dict(d.get("rillet_filters") or {})
+        self.expiry = int(d.get("rillet_expiry") or 0)
+
+    async def save(self) -> None:
+        hdr = b""
+        if self.seq:
+            hdr = make_headers([("Nats-Expected-Last-Subject-Sequence", str(self.seq))])
+        body = json.dumps(self.record(), separators=(",", ":")).encode()
+        try:
+            ack = await self.asm.jsa.store(self.subject, body, hdr)
+        except JSAPIError as e:
+            if self.seq and e.err_code == 10071:  # wrong last sequence: another server wrote it; take it over
+                self.seq = 0
+                ack = await self.asm.jsa.store(self.subject, body)
+            else:
+                raise RuntimeError(f"unable to persist session {self.id!r} (seq={self.seq}): {e}") from None
+        self.seq = int(ack.get("seq", 0))
+
+    async def clear(self) -> None:
+        """Forget everything persisted: consumers, PUBREL consumer, the record."""
+        jsa = self.asm.jsa
+        for cc in list(self.cons.values()):
+            await jsa.delete_consumer(MSGS_STREAM, cc["durable_name"])
+        self.cons.clear()
+        if self.pubrel:
+            await jsa.delete_consumer(OUT_STREAM, self.pubrel["durable_name"])
+            self.pubrel = None
+        self.subs.clear()
+        self.filters.clear()
+        self.pending_pub.clear()
+        self.cpending.clear()
+        self.pending_rel.clear()
+        self.last_pi = 0
+        if self.seq:
+            await jsa.delete_msg(SESS_STREAM, self.seq)
+            self.seq = 0
+
+    def next_pi(self) -> int:
+        """A free packet identifier (0: all 65535 in flight)."""
+        for _ in range(0xFFFF):
+            self.last_pi = self.last_pi % 0xFFFF + 1
+            pi = self.last_pi
+            if pi not in self.pending_pub and pi not in self.pending_rel:
+                return pi
+        return 0
+
+
+class AccountSessions:
+    """The MQTT sessions and retained messages of one account on this server."""
+
+    def __init__(self, server: Any, account: Any, replicas: int) -> None:
+        self.server = server
+        self.account = account
+        self.jsa = JSA(server, account)
+        self.replicas = replicas
+        self.sessions: dict[str, Session] = {}
+        self.retained: dict[str, RetainedMsg] = {}
+        self.flappers: dict[str, float] = {}
+        self.locked: set[str] = set()
+        self._rm_sub: Any = None
+        self._sess_sub: Any = None
+        self.on_remote_session: Callable[[str], None] | None = None
+
+    async def start(self) -> None:
+        r = self.replicas
+        jsa = self.jsa
+        await jsa.ensure_stream({"name": SESS_STREAM, "subjects": [SESS_PREFIX + ">"], "storage": "file",
+                                 "retention": "limits", "num_replicas": r, "max_msgs_per_subject": 1})
+        await jsa.ensure_stream({"name": MSGS_STREAM, "subjects": [MSGS_PREFIX + ">"], "storage": "file",
+                                 "retention": "interest", "num_replicas": r})
+        await jsa.ensure_stream({"name": QOS2IN_STREAM, "subjects": [QOS2IN_PREFIX + ">"], "storage": "file",
+                                 "retention": "limits", "discard": "new", "max_msgs_per_subject": 1,
+                                 "discard_new_per_subject": True, "num_replicas": r})
+        await jsa.ensure_stream({"name": OUT_STREAM, "subjects": ["$MQTT.out.>"], "storage": "file",
+                                 "retention": "interest", "num_replicas": r})
+        await jsa.ensure_stream({"name": RMSGS_STREAM, "subjects": [RMSGS_PREFIX + ">"], "storage": "file",
+                                 "retention": "limits", "num_replicas": r, "max_msgs_per_subject": 1})
+        # every retained message, then each new one: an ephemeral push consumer into the cache
+        rm_inbox = f"$MQTT.JSA.{jsa.id}.RM.{nuid()}"
+        self._rm_sub = jsa.ic.subscribe(rm_inbox, self._on_retained)
+        info = await jsa.request(f"STREAM.INFO.{RMSGS_STREAM}")
+        last = int((info.get("state") or {}).get("last_seq", 0))
+        self._rm_loaded = asyncio.get_running_loop().create_future()
+        self._rm_last = last
+        if last == 0 or int((info.get("state") or {}).get("messages", 0)) == 0:
+            self._rm_loaded.set_result(None)
+        name = f"{RMSGS_STREAM}_{nuid()}"
+        await jsa.request(f"CONSUMER.CREATE.{RMSGS_STREAM}.{name}", {"stream_name": RMSGS_STREAM, "config": {
+            "name": name, "deliver_subject": rm_inbox, "deliver_policy": "all", "ack_policy": "none",
+            "replay_policy": "instant", "filter_subject": RMSGS_PREFIX + ">", "inactive_threshold": 300_000_000_000,
+            "flow_control": False}})
+        try:
+            await asyncio.wait_for(asyncio.shield(self._rm_loaded), jsa.timeout)
+        except asyncio.TimeoutError:
+            self.server.log.warn("MQTT: retained messages not all loaded before the timeout")
+
+    def close(self) -> None:
+        self.jsa.close()
+
+    def _on_retained(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        if not reply:
+            return
+        toks = reply.decode().split(".")
+        try:
+            seq = int(toks[-4]) if len(toks) >= 9 else 0
+            pending = int(toks[-1]) if len(toks) == 9 else int(toks[-2]) if len(toks) >= 11 else 0
+        except ValueError:
+            seq = pending = 0
+        h = msg[:hdr] if hdr > 0 else b""
+        body = msg[hdr:] if hdr > 0 else msg
+        s = subject.decode()
+        rm = RetainedMsg.decode(s, h, body, seq)
+        if rm is not None:
+            key = s[len(RMSGS_PREFIX):]
+            cur = self.retained.get(key)
+            if cur is None or cur.seq <= seq:
+                if rm.payload:
+                    self.retained[key] = rm
+                else:
+                    self.retained.pop(key, None)
+        fut = getattr(self, "_rm_loaded", None)
+        if fut is not None and not fut.done() and (seq >= self._rm_last or pending == 0):
+            fut.set_result(None)
+
+    async def set_retained(self, rm: RetainedMsg) -> None:
+        hdr, body = rm.encode()
+        ack = await self.jsa.store(RMSGS_PREFIX + rm.subject, body, hdr)
+        rm.seq = int(ack.get("seq", 0))
+        cur = self.retained.get(rm.subject)
+        if cur is None or cur.seq <= rm.seq:
+            if rm.payload:
+                self.retained[rm.subject] = rm
+            else:
+                self.retained.pop(rm.subject, None)
+
+    def retained_for(self, flt: str) -> list[RetainedMsg]:
+        return [rm for subj, rm in self.retained.items() if subject_matches(flt, subj)]
+
+    async def load_session(self, cid: str) -> Session:
+        sess = Session(self, cid)
+        m = await self.jsa.last_msg(SESS_STREAM, sess.subject)
+        if m is not None and m["data"]:
+            d = json.loads(m["data"])
+            if d.get("id") != cid:
+                raise ValueError("stored session does not match client ID")
+            sess.restore(d, m["seq"])
+            sess.exists = True  # type: ignore[attr-defined]
+        else:
+            sess.exists = False  # type: ignore[attr-defined]
+        return sess
+
+    def jailed(self, cid: str) -> bool:
+        t = self.flappers.get(cid)
+        if t is None:
+            return False
+        if time.monotonic() - t > 1.0:
+            del self.flappers[cid]
+            return False
+        return True

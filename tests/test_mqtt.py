@@ -1,0 +1,367 @@
+"""MQTT 3.1.1 with paho-mqtt and raw sockets, run against Rillet and against nats-server 2.15 (``mqtt {}``):
+the same steps must give the same answers on both (see tests/mqttdiff.py)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+
+import nats
+import pytest
+
+from mqttdiff import TARGETS, Paho, Raw, mqtt_target
+from rillet.mqtt import codec as C
+
+pytestmark = pytest.mark.parametrize("kind", TARGETS)
+
+
+def _nats(url: str, coro_fn, **kw):
+    async def run():
+        nc = await nats.connect(url, **kw)
+        try:
+            return await coro_fn(nc)
+        finally:
+            await nc.close()
+    return asyncio.run(run())
+
+
+def test_connect_pub_sub_wildcards_all_qos(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        s = Paho(t.mqtt_port, "sub")
+        assert s.rc == 0 and not s.session_present
+        assert s.sub([("a/+/c", 2), ("x/#", 1), ("q0/#", 0)]) == [2, 1, 0]
+        p = Paho(t.mqtt_port, "pub")
+        p.pub("a/b/c", b"two", qos=2)
+        p.pub("x", b"parent", qos=1)  # '#' matches the parent level too
+        p.pub("x/y/z", b"one", qos=1)
+        p.pub("q0/1", b"zero", qos=0)
+        p.pub("a/b/d", b"nobody", qos=1)
+        got = sorted((m.topic, m.payload, m.qos) for m in s.get_all(4))
+        assert got == [("a/b/c", b"two", 2), ("q0/1", b"zero", 0), ("x", b"parent", 1), ("x/y/z", b"one", 1)]
+        s.none()
+        p.disconnect()
+        s.disconnect()
+
+
+def test_qos_downgraded_to_subscription(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        s = Paho(t.mqtt_port, "sub")
+        s.sub("t/#", 1)
+        p = Paho(t.mqtt_port, "pub")
+        p.pub("t/2", b"x", qos=2)
+        p.pub("t/0", b"y", qos=0)
+        got = sorted((m.topic, m.qos) for m in s.get_all(2))
+        assert got == [("t/0", 0), ("t/2", 1)]
+
+
+def test_retained_set_replace_clear(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        p = Paho(t.mqtt_port, "pub")
+        p.pub("r/a", b"one", qos=1, retain=True)
+        p.pub("r/a", b"two", qos=1, retain=True)
+        p.pub("r/b", b"bee", qos=0, retain=True)
+        time.sleep(0.3)
+        s = Paho(t.mqtt_port, "sub")
+        s.sub("r/+", 1)
+        got = sorted((m.topic, m.payload, m.retain, m.qos) for m in s.get_all(2))
+        assert got == [("r/a", b"two", True, 1), ("r/b", b"bee", True, 0)]
+        # a live message is not flagged retained, even when published with the flag
+        p.pub("r/a", b"three", qos=1, retain=True)
+        m = s.get()
+        assert (m.payload, m.retain) == (b"three", False)
+        p.pub("r/a", b"", qos=1, retain=True)  # clears
+        assert s.get().payload == b""
+        time.sleep(0.3)
+        s2 = Paho(t.mqtt_port, "sub2")
+        s2.sub("r/#", 0)
+        got = [(m.topic, m.payload) for m in s2.get_all(2, timeout=1.5)]
+        assert got == [("r/b", b"bee")]
+
+
+def test_will_message(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        s = Paho(t.mqtt_port, "watcher")
+        s.sub("wills/#", 1)
+        gone = Paho(t.mqtt_port, "dev1", will=("wills/dev1", b"offline", 1, True))
+        polite = Paho(t.mqtt_port, "dev2", will=("wills/dev2", b"offline", 1, False))
+        polite.disconnect()  # DISCONNECT: the will is discarded
+        gone.kill()
+        m = s.get()
+        assert (m.topic, m.payload, m.qos) == ("wills/dev1", b"offline", 1)
+        s.none()
+        s2 = Paho(t.mqtt_port, "late")
+        s2.sub("wills/#", 0)
+        m = s2.get()
+        assert (m.topic, m.payload, m.retain) == ("wills/dev1", b"offline", True)
+
+
+def test_persistent_session_reconnect_and_restart(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        s = Paho(t.mqtt_port, "keeper", clean=False)
+        assert not s.session_present
+        assert s.sub("d/#", 1) == [1]
+        s.disconnect()
+        p = Paho(t.mqtt_port, "pub")
+        p.pub("d/1", b"while away", qos=1)
+        p.pub("d/2", b"q0 while away", qos=0)  # QoS 0: not kept
+        p.disconnect()
+        s = Paho(t.mqtt_port, "keeper", clean=False)
+        assert s.session_present
+        m = s.get()
+        assert (m.topic, m.payload, m.qos) == ("d/1", b"while away", 1)
+        s.none()
+        s.disconnect()
+        t.restart()
+        p = Paho(t.mqtt_port, "pub")
+        p.pub("d/3", b"after restart", qos=1)
+        p.disconnect()
+        s = Paho(t.mqtt_port, "keeper", clean=False)
+        assert s.session_present
+        m = s.get(timeout=10)
+        assert (m.topic, m.payload) == ("d/3", b"after restart")
+        s.disconnect()
+        # a clean session discards it
+        c = Paho(t.mqtt_port, "keeper", clean=True)
+        assert not c.session_present
+        c.disconnect()
+        s = Paho(t.mqtt_port, "keeper", clean=False)
+        assert not s.session_present
+
+
+def test_qos1_redelivered_after_reconnect_with_dup(kind, tmp_path):
+    with mqtt_target(kind, tmp_path, mqtt_conf='ack_wait: "1s"') as t:
+        r = Raw(t.mqtt_port)
+        assert r.connect("slow", clean=False) == C.ConnAck(False, 0)
+        r.send(C.Subscribe(1, [("slow/t", C.SubOpts(1))]))
+        assert r.read() == C.SubAck(1, [1])
+        p = Paho(t.mqtt_port, "pub")
+        p.pub("slow/t", b"m1", qos=1)
+        first = r.read()
+        assert isinstance(first, C.Publish) and first.payload == b"m1" and first.qos == 1 and not first.dup
+        r.close()  # never acknowledged
+        time.sleep(1.5)
+        r = Raw(t.mqtt_port)
+        assert r.connect("slow", clean=False) == C.ConnAck(True, 0)
+        again = r.read(timeout=10)
+        assert isinstance(again, C.Publish) and again.payload == b"m1" and again.dup
+        r.send(C.Ack(C.PUBACK, again.pi))
+        time.sleep(1.6)
+        r.send(C.PingReq())
+        assert r.read() == C.PingResp()  # acknowledged: not sent again
+        r.close()
+
+
+def test_qos2_exactly_once_both_ways(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        r = Raw(t.mqtt_port)
+        r.connect("q2sub", clean=False)
+        r.send(C.Subscribe(7, [("q2/#", C.SubOpts(2))]))
+        assert r.read() == C.SubAck(7, [2])
+        w = Raw(t.mqtt_port)
+        w.connect("q2pub")
+        w.send(C.Publish("q2/x", b"once", 2, pi=11))
+        assert w.read() == C.Ack(C.PUBREC, 11)
+        w.send(C.Publish("q2/x", b"once", 2, dup=True, pi=11))  # resent before PUBREL: stored once
+        assert w.read() == C.Ack(C.PUBREC, 11)
+        w.send(C.Ack(C.PUBREL, 11))
+        assert w.read() == C.Ack(C.PUBCOMP, 11)
+        m = r.read()
+        assert isinstance(m, C.Publish) and (m.topic, m.payload, m.qos) == ("q2/x", b"once", 2)
+        r.send(C.Ack(C.PUBREC, m.pi))
+        assert r.read() == C.Ack(C.PUBREL, m.pi)
+        r.send(C.Ack(C.PUBCOMP, m.pi))
+        r.send(C.PingReq())
+        assert r.read() == C.PingResp()  # one delivery only
+        w.close()
+        r.close()
+
+
+def test_client_id_takeover(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        a = Raw(t.mqtt_port)
+        assert a.connect("same", clean=False) == C.ConnAck(False, 0)
+        b = Raw(t.mqtt_port)
+        assert b.connect("same", clean=False) == C.ConnAck(True, 0)
+        assert a.closed()
+        b.send(C.PingReq())
+        assert b.read() == C.PingResp()
+        b.close()
+
+
+def test_keepalive_closes_silent_client(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        r = Raw(t.mqtt_port)
+        r.connect("sleepy", keepalive=1)
+        t0 = time.monotonic()
+        assert r.closed(timeout=5)
+        assert 0.9 <= time.monotonic() - t0 <= 3.5
+
+
+@pytest.mark.parametrize("case,data", [
+    ("before-connect", C.encode(C.PingReq())),
+    ("qos3", None),
+    ("reserved-flags", None),
+    ("second-connect", None),
+    ("bad-utf8-topic", None),
+    ("wildcard-topic", None),
+    ("long-remaining-length", None),
+    ("empty-client-id-persistent", None),
+])
+def test_bad_input_closes_only_that_connection(kind, tmp_path, case, data):
+    with mqtt_target(kind, tmp_path) as t:
+        ok = Paho(t.mqtt_port, "bystander")
+        ok.sub("by/#", 0)
+        r = Raw(t.mqtt_port)
+        if case == "before-connect":
+            r.send(data)
+        elif case == "empty-client-id-persistent":
+            assert r.connect("", clean=False) == C.ConnAck(False, 2)
+        else:
+            assert r.connect("bad") == C.ConnAck(False, 0)
+            r.send({
+                "qos3": b"\x36\x05\x00\x01a\x00\x01",
+                "reserved-flags": b"\x83\x06\x00\x01\x00\x01a\x00",
+                "second-connect": C.encode(C.Connect("bad2")),
+                "bad-utf8-topic": b"\x30\x05\x00\x02\xc3\x28x",
+                "wildcard-topic": C.encode(C.Publish("a/+", b"x")),
+                "long-remaining-length": b"\x30\xff\xff\xff\xff\x01",
+            }[case])
+        assert r.closed()
+        p = Paho(t.mqtt_port, "after")
+        p.pub("by/x", b"still fine", qos=1)
+        assert ok.get().payload == b"still fine"
+
+
+def test_nats_interop_both_ways_and_jetstream_capture(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        s = Paho(t.mqtt_port, "msub")
+        s.sub("from/nats/#", 1)
+
+        async def nats_side(nc):
+            js = nc.jetstream()
+            await js.add_stream(name="CAPTURE", subjects=["sensors.>"])
+            sub = await nc.subscribe("sensors.*.temp")
+            await nc.flush()
+            p = Paho(t.mqtt_port, "mpub")
+            p.pub("sensors/1/temp", b"21.5", qos=1)
+            msg = await sub.next_msg(5)
+            await nc.publish("from.nats.x", b"hello mqtt")
+            await nc.publish("from.nats", b"parent")
+            await nc.flush()
+            info = await js.stream_info("CAPTURE")
+            p.disconnect()
+            return msg.subject, msg.data, (msg.headers or {}).get("Nmqtt-Pub"), info.state.messages
+
+        subject, data, hq, stored = _nats(t.nats_url, nats_side)
+        assert (subject, data, hq, stored) == ("sensors.1.temp", b"21.5", "1", 1)
+        got = sorted((m.topic, m.payload, m.qos) for m in s.get_all(2))
+        assert got == [("from/nats", b"parent", 0), ("from/nats/x", b"hello mqtt", 0)]
+
+
+def test_topic_mapping_special_levels(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        async def nats_side(nc):
+            sub = await nc.subscribe(">")
+            await nc.flush()
+            p = Paho(t.mqtt_port, "mp")
+            for topic in ("/lead", "a//b", "trail/", "dot.ted"):
+                p.pub(topic, b"x", qos=0)
+            await nc.flush()
+            out: list[str] = []
+            while len(out) < 4:
+                m = await sub.next_msg(5)
+                if not m.subject.startswith("$"):  # (the MQTT state's own traffic)
+                    out.append(m.subject)
+            p.disconnect()
+            return out
+        assert _nats(t.nats_url, nats_side) == ["/.lead", "a./.b", "trail./", "dot//ted"]
+
+
+def test_auth_users_permissions_and_no_auth_user(kind, tmp_path):
+    conf = """
+authorization {
+  users = [
+    {user: alice, password: secret}
+    {user: bob, password: pw, permissions: {publish: {allow: ["bob.>"]}, subscribe: {allow: ["bob.>", "shared.*"]}}}
+    {user: carol, password: pw, permissions: {subscribe: {allow: ["carol.>", "$MQTT.sub.>"]}}}
+    {user: anon, password: x, permissions: {publish: {deny: ">"}}}
+  ]
+}
+no_auth_user: anon
+"""
+    with mqtt_target(kind, tmp_path, conf=conf) as t:
+        bad = Paho(t.mqtt_port, "bad", user="alice", password="wrong", connect=False)
+        try:
+            ack = bad.connect(timeout=5)
+            assert int(getattr(ack[1], "value", ack[1])) in (5, 135)
+        finally:
+            bad.c.loop_stop()
+        a = Paho(t.mqtt_port, "a", user="alice", password="secret")
+        assert a.rc == 0
+        b = Paho(t.mqtt_port, "b", user="bob", password="pw")
+        # ("bob/#" also subscribes "bob", which "bob.>" does not allow, as in nats-server)
+        assert b.sub([("bob/x", 1), ("alice/#", 1), ("shared/x", 0), ("bob/q0", 0), ("bob/#", 0)]) == \
+            [1, 128, 0, 0, 128]
+        c = Paho(t.mqtt_port, "c", user="carol", password="pw")
+        assert c.sub([("carol/x", 1), ("alice/#", 0), ("carol/+", 2)]) == [1, 128, 2]
+        a.sub("alice/#", 0)
+        b.pub("alice/x", b"denied", qos=1)  # acknowledged, not delivered (as nats-server)
+        b.pub("bob/q0", b"allowed", qos=0)
+        assert b.get().payload == b"allowed"
+        a.none(0.5)
+        n = Paho(t.mqtt_port, "anon")  # no credentials: the no_auth_user
+        assert n.rc == 0
+        a.sub("anon/#", 0)
+        n.pub("anon/x", b"denied", qos=1)
+        a.none(0.5)
+
+
+def test_token_auth(kind, tmp_path):
+    with mqtt_target(kind, tmp_path, mqtt_conf="authorization { token: tok }") as t:
+        ok = Paho(t.mqtt_port, "ok", user="anything", password="tok")
+        assert ok.rc == 0
+        r = Raw(t.mqtt_port)
+        assert r.connect("bad", username="anything", password=b"nope") == C.ConnAck(False, 5)
+        assert r.closed()
+        r = Raw(t.mqtt_port)
+        assert r.connect("none") == C.ConnAck(False, 5)
+
+
+def test_monitoring_connz_varz(kind, tmp_path):
+    with mqtt_target(kind, tmp_path, mqtt_conf='ack_wait: "10s"\nmax_ack_pending: 100') as t:
+        p = Paho(t.mqtt_port, "mon-client")
+        base = f"http://127.0.0.1:{t.http_port}"
+        v = json.load(urllib.request.urlopen(base + "/varz"))
+        assert v["mqtt"]["port"] == t.mqtt_port and v["mqtt"]["ack_wait"] == 10_000_000_000
+        assert v["mqtt"]["max_ack_pending"] == 100
+        cz = json.load(urllib.request.urlopen(base + "/connz?mqtt_client=mon-client"))
+        assert [c.get("mqtt_client") for c in cz["connections"]] == ["mon-client"]
+        assert cz["connections"][0]["type"] == "mqtt"
+        cz = json.load(urllib.request.urlopen(base + "/connz?mqtt_client=other"))
+        assert cz["connections"] == []
+        assert json.load(urllib.request.urlopen(base + "/healthz")) == {"status": "ok"}
+        p.disconnect()
+
+
+def test_streams_are_nats_servers(kind, tmp_path):
+    with mqtt_target(kind, tmp_path) as t:
+        s = Paho(t.mqtt_port, "st", clean=False)
+        s.sub("x", 1)
+
+        async def names(nc):
+            js = nc.jetstream()
+            out = {}
+            for n in ("$MQTT_sess", "$MQTT_msgs", "$MQTT_rmsgs", "$MQTT_qos2in", "$MQTT_out"):
+                i = await js.stream_info(n)
+                out[n] = (i.config.subjects, getattr(i.config.retention, "value", i.config.retention),
+                          i.config.max_msgs_per_subject)
+            return out
+        got = _nats(t.nats_url, names)
+        assert got == {
+            "$MQTT_sess": (["$MQTT.sess.>"], "limits", 1),
+            "$MQTT_msgs": (["$MQTT.msgs.>"], "interest", -1),
+            "$MQTT_rmsgs": (["$MQTT.rmsgs.>"], "limits", 1),
+            "$MQTT_qos2in": (["$MQTT.qos2.in.>"], "limits", 1),
+            "$MQTT_out": (["$MQTT.out.>"], "interest", -1),
+        }
