@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import os
 import re
@@ -55,6 +54,7 @@ def _compact(obj: Any) -> bytes:
 
 def _jti(claims: dict) -> str:
     std = {k: claims[k] for k in _STD_ORDER if k != "jti" and claims.get(k) not in (None, "", 0)}
+    import hashlib  # (SHA-512/256 is OpenSSL's; loaded when a JWT is made, not with the server: rillet.digest)
     h = hashlib.new("sha512_256", _compact(std)).digest()
     return base64.b32encode(h).decode().rstrip("=")
 

@@ -207,15 +207,7 @@ _BASE = (15112221349535400772501151409588531511454012693041857206046113283949847
 
 
 def _sha512(data: bytes) -> bytes:
-    # the interpreter's own SHA-512 (the random module loads it): importing hashlib initializes OpenSSL's
-    # digests (~0.6 MB), which the idle server does not otherwise need
-    try:
-        from _sha512 import sha512  # CPython 3.11
-    except ImportError:
-        try:
-            from _sha2 import sha512  # CPython 3.12+
-        except ImportError:
-            from hashlib import sha512
+    from rillet.digest import sha512  # (not hashlib: rillet.digest)
     return sha512(data).digest()
 
 

@@ -5,10 +5,10 @@ Behaviour follows nats-server's ``accounts {}`` block (opts.go parseAccounts and
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from rillet.digest import token_urlsafe
 from rillet.server.client import go_quote
 from rillet.config.latency import parse_latency
 from rillet.server.latency import Tracking, bad_request, should_sample
@@ -405,7 +405,7 @@ class ResponseMap:
         self._adds += 1
         if self._adds % 256 == 0:
             self.purge()
-        rr = b"_R_." + secrets.token_urlsafe(9).replace("-", "x").replace("_", "y").encode()
+        rr = b"_R_." + token_urlsafe(9).replace("-", "x").replace("_", "y").encode()
         self.entries[rr] = _Resp(importer, ic, reply, single, time.monotonic() + threshold, track)
         if track is not None:
             track.timer = self.server.loop.call_later(threshold, self._timed_out, rr)

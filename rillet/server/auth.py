@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import base64
-import hmac
-import secrets
 import time
 from typing import Any
 
+from rillet.digest import choice, compare_digest
 from rillet.config.options import Options, Permissions, User
 from rillet.nkey import verify_signature
 from rillet.subjects.validate import match_literal, subject_matches_filter
@@ -29,7 +28,7 @@ def compare_secret(configured: str, given: str) -> bool:
             return bcrypt.checkpw(given.encode(), configured.encode())
         except ValueError:
             return False
-    return hmac.compare_digest(configured.encode(), given.encode())
+    return compare_digest(configured.encode(), given.encode())
 
 
 def _split_queue_entries(entries: list[str] | None) -> tuple[list[str], list[tuple[str, str]]] | None:
@@ -169,7 +168,7 @@ def sys_only_no_auth_user(opts: Options) -> bool:
 def new_implicit_user_name() -> str:
     """``nats-`` and 8 random characters, as nats-server names the user (kept by the server over reloads)."""
     alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-    return "nats-" + "".join(secrets.choice(alphabet) for _ in range(8))
+    return "nats-" + "".join(choice(alphabet) for _ in range(8))
 
 
 class Authenticator:

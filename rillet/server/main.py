@@ -58,10 +58,11 @@ def main(argv: list[str] | None = None, build: Callable[[Options, Logger], Any] 
     opts = cl.options
     if not cl.signal:
         from rillet.server.server import validate_options
-        from rillet.server.websocket import validate_websocket_options
         try:
             validate_options(opts)
-            validate_websocket_options(opts)  # (nats-server checks these with the options, before it logs)
+            if opts.websocket.port:  # (the websocket module loads only for a websocket {} block)
+                from rillet.server.websocket import validate_websocket_options
+                validate_websocket_options(opts)  # (nats-server checks these with the options, before it logs)
             _check_tls_files(opts)
         except ValueError as e:
             print(f"nats-server: {e}", file=sys.stderr)

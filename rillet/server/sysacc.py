@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 from typing import Any
 
 import rillet
+from rillet.digest import choice
 from rillet.gocompat.gotime import format_time, unix_ns
 from rillet.gocompat.gojson import dumps, num
 from rillet.server import procstats
@@ -39,7 +39,7 @@ _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def _event_id() -> str:
-    return "".join(secrets.choice(_B62) for _ in range(22))
+    return "".join(choice(_B62) for _ in range(22))
 
 
 class SystemAccount:

@@ -18,10 +18,10 @@ to ``remote_listeners`` (the clustered JetStream peer registry), the rest is ign
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
+from rillet.digest import sha256
 from rillet.gocompat.gojson import dumps
 
 SERVER_KINDS = ("IDZ", "STATSZ", "VARZ", "SUBSZ", "CONNZ", "ROUTEZ", "GATEWAYZ", "LEAFZ", "ACCOUNTZ", "JSZ",
@@ -33,7 +33,7 @@ def _shash(name: str) -> str:
     """A short stable hash of the server name (nats-server's getHash: the first 8 bytes of its sha256, each
     modulo 62 into 0-9A-Za-z; the same hash is the server's JetStream RAFT peer id)."""
     digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-    return "".join(digits[b % 62] for b in hashlib.sha256(name.encode()).digest()[:8])
+    return "".join(digits[b % 62] for b in sha256(name.encode()).digest()[:8])
 
 
 def _ignore(sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:

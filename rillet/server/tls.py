@@ -4,12 +4,12 @@ handles handshake_first and its fallback delay."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import socket
 import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+from rillet.digest import sha256
 from rillet.config.options import TLSConfig
 from rillet.config.tls_names import TLS_VERSIONS, check_curve, cipher_available, parse_min_version
 
@@ -93,7 +93,7 @@ def spki_of(cert_der: bytes) -> bytes:
 
 def pin_of(cert_der: bytes) -> str:
     """The pinned_certs form of a certificate: hex SHA-256 of its DER SubjectPublicKeyInfo."""
-    return hashlib.sha256(spki_of(cert_der)).hexdigest()
+    return sha256(spki_of(cert_der)).hexdigest()
 
 
 def pinned_error(ssl_obj: Any, pinned: list[str]) -> tuple[str, str] | None:
