@@ -150,9 +150,12 @@ def test_conflicting_suffix_is_truncated_and_stale_leader_refused(go_meta):
     assert out == [] and f.pindex == 2
     out, done = f.append("append", "", "$NRG.R.n", gw.AppendEntry("NewLeadr", 4, 3, 2, 2, (entries[3],)), 0.0)
     assert _resp(out[0]).success and f.pindex == 3 and f.pterm == 4 and [d.index for d in done] == [1, 2, 3]
+    # a committed entry is never truncated, whatever a (faulty) leader says about it
+    out, _ = f.append("append", "", "$NRG.R.n", gw.AppendEntry("NewLeadr", 5, 3, 9, 3, (entries[0],)), 0.0)
+    assert out == [] and (f.pindex, f.commit, f.pterm) == (3, 3, 4)
     # the old leader's term is refused with our term
     out, _ = f.append("append", "", "$NRG.R.l", gw.AppendEntry(LEADER, 2, 3, 2, 3, ()), 0.0)
-    assert not _resp(out[0]).success and _resp(out[0]).term == 4
+    assert not _resp(out[0]).success and _resp(out[0]).term == 5
 
 
 # -- live, with nats-server --------------------------------------------------------------------------------
@@ -354,3 +357,88 @@ async def test_rillet_catches_up_from_a_go_meta_snapshot(go_cluster):
             assert m.refused == 0
     finally:
         await nc.close()
+
+
+# -- bad and hostile input ---------------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_CORPUS = CAP.from_json(json.loads(CORPUS.read_text()))
+_META_MSGS = [(s, r, d) for s, r, d in _CORPUS["messages"] if s in ("$NRG.AE._meta_", "$NRG.V._meta_")]
+_META_ENTRIES = [e for s, r, d in _META_MSGS if s == "$NRG.AE._meta_" for e in gw.AppendEntry.decode(d).entries]
+_PEERS = ["LeAdEr01", "LeAdEr02", "candA001"]
+
+
+@st.composite
+def _traffic(draw):
+    ops = []
+    for _ in range(draw(st.integers(1, 40))):
+        kind = draw(st.sampled_from(["ae", "ae", "ae", "vote", "captured", "mutated", "catchup"]))
+        if kind in ("ae", "catchup"):
+            n = draw(st.integers(0, 3))
+            entries = tuple(draw(st.sampled_from(_META_ENTRIES)) for _ in range(n))
+            if draw(st.booleans()) and kind == "catchup":
+                entries = (gw.Entry(gw.ENTRY_SNAPSHOT, draw(st.binary(max_size=20))),
+                           gw.Entry(gw.ENTRY_PEER_STATE, draw(st.binary(max_size=20))))
+            ae = gw.AppendEntry(draw(st.sampled_from(_PEERS)), draw(st.integers(0, 5)), draw(st.integers(0, 12)),
+                                draw(st.integers(0, 5)), draw(st.integers(0, 10)), entries,
+                                draw(st.sampled_from([0, None, 3, 6])))
+            ops.append((kind, ae.encode()))
+        elif kind == "vote":
+            vr = gw.VoteRequest(draw(st.integers(0, 6)), draw(st.integers(0, 5)), draw(st.integers(0, 10)),
+                                draw(st.sampled_from(_PEERS)))
+            ops.append(("vote", vr.encode()))
+        else:
+            s, r, d = draw(st.sampled_from(_META_MSGS))
+            d = bytearray(d)
+            if kind == "mutated" and d:
+                for _ in range(draw(st.integers(1, 3))):
+                    i = draw(st.integers(0, len(d) - 1))
+                    d[i] = draw(st.integers(0, 255))
+                if draw(st.booleans()):
+                    del d[draw(st.integers(0, len(d))):]
+            ops.append(("vote" if s.startswith("$NRG.V") else "ae", bytes(d)))
+    return ops
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_traffic())
+def test_follower_never_breaks_under_random_and_corrupt_traffic(ops):
+    """Whatever arrives (stale terms, indexes past the log, conflicting leaders, corrupt bytes, snapshots that
+    do not decode): only GoWireError for what does not decode, terms and commits never go back, at most one
+    vote per term, entries applied once each in index order, the state machine refuses cleanly."""
+    from rillet.jetstream.cluster.gometa import GoMetaState
+    f = _follower()
+    state = GoMetaState()
+    granted: dict[int, str] = {}
+    last_applied = 0
+    last_term = last_commit = 0
+    t = 0.0
+    for kind, data in ops:
+        t += 0.5
+        try:
+            if kind == "vote":
+                vr = gw.VoteRequest.decode(data)
+                out = f.vote(vr, "$NRG.R.v")
+                resp = gw.VoteResponse.decode(out[0].payload)
+                if resp.granted:
+                    assert granted.setdefault(resp.term, vr.candidate) == vr.candidate
+                done = []
+            else:
+                ae = gw.AppendEntry.decode(data)
+                if kind == "catchup" and f.catchup is not None:
+                    _out, done = f.append("catchup", f.catchup.inbox, "", ae, t)
+                else:
+                    _out, done = f.append("append", "", "$NRG.R.l", ae, t)
+        except gw.GoWireError:
+            continue
+        assert f.term >= last_term and f.commit >= last_commit and f.commit <= f.pindex
+        last_term, last_commit = f.term, f.commit
+        for item in done:
+            assert item.index > last_applied or (item.snapshot and item.index >= last_applied)
+            last_applied = item.index
+            try:
+                state.apply(item)
+            except gw.GoWireError:
+                pass

@@ -189,8 +189,9 @@ class GoRaftFollower:
                     return [], []
                 elif t == ae.pterm:
                     self._truncate_after(ae.pindex)
-                else:
+                elif ae.pindex > self.commit:
                     self._truncate_after(ae.pindex - 1)
+                # (else: a different term at our commit index -- never truncated: no answer)
                 if not (ae.pterm == self.pterm and ae.pindex == self.pindex):
                     self.catchup = None
                     return [], []  # no answer: the leader sees no progress and catches us up
@@ -243,9 +244,25 @@ class GoMetaState:
         self.snapshots = 0
 
     @staticmethod
-    def _account(doc: dict) -> str:
+    def _account(doc: Any) -> str:
+        if not isinstance(doc, dict):
+            raise gw.GoWireError("assignment is not a JSON object")
         client = doc.get("client") or {}
-        return client.get("service") or client.get("acc") or ""
+        if not isinstance(client, dict):
+            raise gw.GoWireError("assignment client is not a JSON object")
+        acc = client.get("service") or client.get("acc") or ""
+        if not isinstance(acc, str):
+            raise gw.GoWireError("assignment account is not a string")
+        return acc
+
+    @staticmethod
+    def _str(doc: dict, *path: str) -> str:
+        v: Any = doc
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if not isinstance(v, str) or not v:
+            raise gw.GoWireError(f"assignment without {'.'.join(path)}")
+        return v
 
     def apply(self, item: Committed) -> None:
         e = item.entry
@@ -263,11 +280,11 @@ class GoMetaState:
             raise gw.GoWireError(f"entry op {e.data[0]} is not a meta operation")
         doc = x.doc
         if x.op in (ge.OP_ASSIGN_STREAM, ge.OP_UPDATE_STREAM):
-            key = (self._account(doc), doc["stream"]["name"])
+            key = (self._account(doc), self._str(doc, "stream", "name"))
             self.streams[key] = doc
             self.consumers.setdefault(key, {})
         elif x.op == ge.OP_REMOVE_STREAM:
-            key = (self._account(doc), doc["stream"]["name"])
+            key = (self._account(doc), self._str(doc, "stream", "name"))
             self.streams.pop(key, None)
             self.consumers.pop(key, None)
         elif x.op == ge.OP_ASSIGN_CONSUMER:
@@ -275,23 +292,31 @@ class GoMetaState:
         elif x.op == ge.OP_REMOVE_CONSUMER:
             self._consumer(doc, add=False)
 
-    def _consumer(self, doc: dict, add: bool) -> None:
-        key = (self._account(doc), doc["stream"])
+    def _consumer(self, doc: Any, add: bool) -> None:
+        key = (self._account(doc), self._str(doc, "stream"))
+        name = self._str(doc, "name")
         if add:
-            self.consumers.setdefault(key, {})[doc["name"]] = doc
+            self.consumers.setdefault(key, {})[name] = doc
         elif key in self.consumers:
-            self.consumers[key].pop(doc["name"], None)
+            self.consumers[key].pop(name, None)
 
     def restore(self, assignments: list[dict]) -> None:
-        self.snapshots += 1
-        self.streams.clear()
-        self.consumers.clear()
+        streams: dict[tuple[str, str], dict[str, Any]] = {}
+        consumers: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         for sa in assignments:
-            key = (self._account(sa), sa["stream"]["name"])
-            self.streams[key] = {k: v for k, v in sa.items() if k != "Consumers"}
-            self.consumers[key] = {}
-            for ca in sa.get("Consumers") or ():
-                self.consumers[key][ca["name"]] = ca
+            key = (self._account(sa), self._str(sa, "stream", "name"))
+            streams[key] = {k: v for k, v in sa.items() if k != "Consumers"}
+            consumers[key] = {}
+            cas = sa.get("Consumers") or []
+            if not isinstance(cas, list):
+                raise gw.GoWireError("snapshot consumers are not a list")
+            for ca in cas:
+                if not isinstance(ca, dict):
+                    raise gw.GoWireError("snapshot consumer is not a JSON object")
+                consumers[key][self._str(ca, "name")] = ca
+        # (all or nothing: a refused snapshot leaves the state as it was)
+        self.snapshots += 1
+        self.streams, self.consumers = streams, consumers
 
     def stream_names(self, account: str) -> list[str]:
         return sorted(n for (a, n) in self.streams if a == account)
@@ -359,7 +384,7 @@ class GoMetaMember:
         self._subs: list[Any] = []
         self._catchup_sub: Any = None
         self._catchup_inbox = ""
-        self.received = self.refused = 0
+        self.received = self.refused = self.apply_errors = 0
         self._warned: set[str] = set()
 
     @property
@@ -397,13 +422,20 @@ class GoMetaMember:
                 outs, done = self.raft.append(kind, subj, rep, gw.AppendEntry.decode(data), time.monotonic())
             else:
                 return
-            for item in done:
-                self.state.apply(item)
         except gw.GoWireError as e:
             self.refused += 1
             self._warn_once(f"{subj}:{e}", f"JetStream Go meta group {self.group!r}: refused a message on "
                                            f"{subj}: {e}")
             return
+        for item in done:
+            try:
+                self.state.apply(item)
+            except gw.GoWireError as e:
+                # committed by the group but not understood here: skipped (and counted), the others applied
+                self.refused += 1
+                self.apply_errors += 1
+                self._warn_once(f"apply:{e}", f"JetStream Go meta group {self.group!r}: could not apply entry "
+                                              f"{item.index}: {e}")
         if self.tav is not None:
             self.tav.save(self.raft.term, self.raft.vote_for)  # (before anything is answered)
         self._sync_catchup_sub()
