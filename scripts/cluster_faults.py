@@ -39,7 +39,7 @@ import nats
 SUBJECT = "faults.load"
 HEAL_TIMEOUT = 30.0
 # route connections between two servers (the configs set no pool_size): nats-server's default pool of 3
-# (rillet.cluster.cluster.DEFAULT_ROUTE_POOL_SIZE) and the route pinned to the system account
+# (rillet.cluster.route_urls.DEFAULT_ROUTE_POOL_SIZE) and the route pinned to the system account
 ROUTES_PER_PEER = 3 + 1
 
 

@@ -35,7 +35,7 @@ import pytest
 from helpers import RawClient, ServerProcess, free_port
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
-from rillet.cluster.cluster import DEFAULT_ROUTE_POOL_SIZE
+from rillet.cluster.route_urls import DEFAULT_ROUTE_POOL_SIZE
 from rillet.config.options import ClusterOptions, Options
 from rillet.server.logging import Logger
 from rillet.server.server import Server

@@ -89,7 +89,7 @@ class Root:
 
     def check_reload(self, server: Server, new_opts: Options) -> None:
         if server.cluster is not None or new_opts.cluster.port:
-            from rillet.cluster.cluster import check_reload
+            from rillet.cluster.route_reload import check_reload
             check_reload(server, new_opts)  # cluster host/port changes are refused (ValueError)
         if server.leafnodes is not None or new_opts.leaf is not None:
             from rillet.cluster.leaf import check_reload as leaf_check_reload

@@ -57,12 +57,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 import ssl
-import struct
 import sys
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any, Callable
 
 import rillet
 from rillet import compression as cc
@@ -72,8 +69,13 @@ from rillet.compression import CompressionConfig
 from rillet.cluster.interest import LocalInterest, frame_for
 from rillet.cluster.route import EXPLICIT, IMPLICIT, RouteConn
 from rillet.server.accounts import Account
-from rillet.server.auth import PermChecker, compare_secret
+from rillet.server.auth import PermChecker
 from rillet.server.listen import hostport, server_port_socket
+
+from rillet.cluster.route_reload import ClusterReload
+from rillet.cluster.route_tls import _TLSRouteListener, route_tls_contexts
+from rillet.cluster.route_urls import (DEFAULT_ROUTE_POOL_SIZE, RouteURL, _dial_error, _dynamic_name, _subject_permission,
+                                      global_unicast_ips, parse_route_url, pinned_names)
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -85,95 +87,10 @@ ROUTE_DIAL_TIMEOUT = 1.0  # DEFAULT_ROUTE_DIAL
 ROUTE_MAX_PING_INTERVAL = 30.0
 CONNECT_ERROR_REPORTS = 3600  # connect_error_reports: every Nth failed attempt of a first connect is an error
 # (the first too); reconnect_error_reports (default 1): every Nth failed attempt to reconnect
-# pool_size left unset (or 0): a pool of 3 connections per server, as nats-server (DEFAULT_ROUTE_POOL_SIZE);
-# -1: no pooling (one connection per server, nothing pinned)
-DEFAULT_ROUTE_POOL_SIZE = 3
 ROUTE_PROTO = 3  # route protocol with accounts and message tracing (nats-server's MsgTraceProto)
 
 
-class RouteURL(NamedTuple):
-    host: str
-    port: int
-    user: str = ""
-    password: str = ""
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.host.lower(), self.port)
-
-    def redacted(self) -> str:
-        auth = f"{self.user}:xxxxx@" if self.user else ""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"nats-route://{auth}{host}:{self.port}"
-
-
-def parse_route_url(text: str) -> RouteURL:
-    t = text.strip()
-    if "://" not in t:
-        t = "nats-route://" + t
-    parts = urlsplit(t)
-    port = parts.port
-    if not parts.hostname or port is None:
-        raise ValueError(f'error parsing route url ["{text}"]')
-    return RouteURL(parts.hostname, port, unquote(parts.username or ""), unquote(parts.password or ""))
-
-
-def pinned_names(o: Any) -> list[str]:
-    """The accounts with dedicated routes under options ``o``: the configured ``accounts`` and the system
-    account, when pooling is on (nats-server adds the system account unless pool_size is negative)."""
-    ps = o.cluster.pool_size or DEFAULT_ROUTE_POOL_SIZE
-    if ps < 1:
-        return []
-    names = list(o.cluster.accounts)
-    sys_name = o.system_account or ("" if o.no_system_account else "$SYS")
-    if sys_name and sys_name not in names:
-        names.append(sys_name)
-    return names
-
-
-def _subject_permission(p: Any) -> ci.SubjectPermission | None:
-    if p is None:
-        return None
-    return ci.SubjectPermission(allow=list(p.allow) if p.allow is not None else None,
-                                deny=list(p.deny) if p.deny is not None else None)
-
-
-def _dynamic_name() -> str:
-    """A generated cluster name (nats-server uses a NUID): 22 characters of [0-9A-Za-z]."""
-    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-    return "".join(random.SystemRandom().choice(alphabet) for _ in range(22))
-
-
-def global_unicast_ips() -> list[str]:
-    """The host's global unicast addresses, as nats-server lists them for a server listening on any
-    address (0.0.0.0 or ::). Linux: IPv4 from each interface (SIOCGIFADDR), IPv6 from /proc/net/if_inet6."""
-    import ipaddress
-    out: list[str] = []
-    if sys.platform.startswith("linux"):
-        import fcntl
-        for _, name in socket.if_nameindex():
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                try:
-                    r = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
-                except OSError:
-                    continue
-            out.append(socket.inet_ntoa(r[20:24]))
-        try:
-            with open("/proc/net/if_inet6") as f:
-                for line in f:
-                    h = line.split()[0]
-                    out.append(str(ipaddress.IPv6Address(bytes.fromhex(h))))
-        except OSError:
-            pass
-    good = []
-    for a in out:
-        ip = ipaddress.ip_address(a)
-        if not (ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified) and a not in good:
-            good.append(a)
-    return good
-
-
-class Cluster:
+class Cluster(ClusterReload):
     def __init__(self, server: "Server") -> None:
         o = server.opts
         for r in o.cluster.routes:
@@ -791,64 +708,6 @@ class Cluster:
         every = rc.no_pool or not self.pooling
         return [u for u in self.local.snapshot() if every or self.pool_index(u.account) == rc.pool_idx]
 
-    # ---- pinned accounts added by a reload (nats-server's route_acc_add_reqid exchange) ----------------------
-
-    def _acc_add_info(self, rc: RouteConn, info: ci.Info) -> None:
-        srv = self.server
-        an = info.route_account
-        if not an:  # a peer's answer to our announcement
-            if info.route_acc_add_reqid == self._acc_add_reqid and self._acc_add_done is not None:
-                self._acc_add_left -= 1
-                if self._acc_add_left <= 0:
-                    self._acc_add_done.set()
-            return
-        an_b = an.encode("utf-8", "surrogateescape")
-        if self.route_account(an_b) is None:
-            srv.log.error(f'Error looking up account "{an}": account missing')
-            return
-        if an not in self.pinned:  # the peer moved the account to dedicated routes first
-            self.pinned[an] = {}
-            self.transitioning.add(an_b)
-            self._acc_idx.clear()
-        # the account's interest of every server leaves the pool connection of its index (under the
-        # announcing server's pool size); it comes again over the dedicated routes
-        rpi = ci.route_pool_index(max(info.route_pool_size, 1), an)
-        for conns in self.pools.values():
-            r = conns[rpi] if rpi < len(conns) else None
-            if r is not None and not r.no_pool:
-                r.drop_interest(lambda acc, _subject: acc != an_b)
-        info.route_account = ""
-        rc.send(cp.info_frame(ci.encode_info(info)))
-        srv.schedule_flush()
-
-    def _announce_added(self, added: list[str]) -> int:
-        """Accounts pinned by a reload: each peer is told on the pool connection that carried the account
-        (its interest there is dropped); returns how many answers to wait for."""
-        import secrets
-        self._acc_add_reqid = secrets.token_hex(11).upper()
-        sent = 0
-        for an in added:
-            an_b = an.encode("utf-8", "surrogateescape")
-            rpi = ci.route_pool_index(self.routes_pool_size, an)  # (its index before the move)
-            self.pinned.setdefault(an, {})
-            self.transitioning.discard(an_b)
-            frame = cp.info_frame(ci.encode_info(ci.Info(route_pool_size=self.routes_pool_size, route_account=an,
-                                                         route_acc_add_reqid=self._acc_add_reqid)))
-            for conns in self.pools.values():
-                r = conns[rpi] if rpi < len(conns) else None
-                if r is None or r.closed or r.no_pool:
-                    continue
-                rr = r  # the peer announced the account's interest on the connection of its own index
-                if r.remote_pool_size and r.remote_pool_size != self.routes_pool_size:
-                    i = ci.route_pool_index(r.remote_pool_size, an)
-                    rr = conns[i] if i < len(conns) and conns[i] is not None else r
-                rr.drop_interest(lambda acc, _subject: acc != an_b)
-                r.send(frame)
-                sent += 1
-        self._acc_idx.clear()
-        self.server.schedule_flush()
-        return sent
-
     def _implicit_route(self, info: ci.Info, from_no_pool: bool = False) -> None:
         srv = self.server
         if info.server_id == srv.server_id:
@@ -1072,165 +931,6 @@ class Cluster:
                 rc.send(f)
         self.server.schedule_flush()
 
-    # ---- reload --------------------------------------------------------------------------------------------
-
-    def reloaded(self, old: Any) -> None:
-        """The configuration was reloaded (``old``: the previous cluster options), as nats-server applies a
-        cluster block: the name, the authorization (accepted routes whose credentials no longer match are
-        closed), the permissions, the pool size and pinned accounts, and the route URLs (removed ones closed
-        for good, new ones dialled); advertise and the rest apply to new connections."""
-        srv = self.server
-        new = self.opts
-        if new.name and new.name != self.name:
-            srv.log.notice(f"Cluster name updated to {new.name}")
-            self.name = new.name
-            self.dynamic = False
-        if new.username:  # (routes we dialled are not checked: we do not have the peer's credentials)
-            for rc in list(self.conns):
-                if not rc.solicited and rc.parser is not None and not rc.parser.awaiting_connect and \
-                        (rc.connect_user != new.username or not compare_secret(new.password, rc.connect_pass)):
-                    srv.log.error(f"{rc.log_prefix()} - authentication error")
-                    rc.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
-        if new.permissions != old.permissions:
-            self._reload_permissions(old.permissions)
-        if CompressionConfig(old.compression or cc.ROUTE_DEFAULT, old.compression_rtts) != self.comp_config():
-            self._reload_compression()
-        self._reload_routes(old)
-        names = pinned_names(srv.opts)
-        added = [a for a in names if a not in self.pinned_config]
-        removed = [a for a in self.pinned_config if a not in names]
-        if new.pool_size < 0 <= old.pool_size:  # (pooling turned off: the system account leaves too)
-            removed += [a for a in self.pinned if a not in removed and a not in names]
-        self.pinned_config = names
-        new_size = DEFAULT_ROUTE_POOL_SIZE if new.pool_size == 0 else new.pool_size
-        if added or removed or new_size != self.pool_size:
-            self._reload_pool(new.pool_size, added, removed)
-
-    def _reload_compression(self) -> None:
-        """A new compression setting, applied to the routes as nats-server does: a route that does not
-        support compression or already uses the new mode is left alone; one that was off, or a new mode
-        off or accept (which need a negotiation), is closed (dialled again: negotiated anew); s2_auto picks
-        the level for the route's RTT; another level replaces the route's writer."""
-        cfg = self.comp_config()
-        new = cfg.mode
-        for rc in list(self.conns):
-            if not rc.registered or rc.compression in (cc.NOT_SUPPORTED, new, ""):
-                continue
-            if rc.compression == cc.OFF or new in (cc.OFF, cc.ACCEPT):
-                rc.close("Client Closed")
-            elif new == cc.S2_AUTO:
-                rc.set_s2(cc.level_for_rtt(rc.rtt, cfg.thresholds()), cfg.thresholds())
-            else:
-                rc.set_s2(new, None)
-
-    def _reload_routes(self, old: Any) -> None:
-        srv = self.server
-        new = self.opts
-        # (URLs compared whole, credentials too, as nats-server: new credentials replace the route)
-        old_keys = {parse_route_url(r): r for r in old.routes}
-        new_keys = {parse_route_url(r): r for r in new.routes}
-        removed = [k for k in old_keys if k not in new_keys]
-        added = [k for k in new_keys if k not in old_keys]
-        for key in removed:
-            url = parse_route_url(old_keys[key])
-            for rc in list(self.conns):
-                if rc.url is not None and rc.url.key == url.key:
-                    rc.close("Route Removed", no_reconnect=True)
-                    srv.log.notice(f"Removed route {url.redacted()}")
-        for key in added:
-            url = parse_route_url(new_keys[key])
-            self.solicit(url, EXPLICIT, 0, first=True)
-            for acc in pinned_names(srv.opts):
-                self.solicit(url, EXPLICIT, 0, first=True, account=acc)
-        if removed or added:
-            srv.log.notice("Reloaded: cluster routes")
-
-    def _reload_permissions(self, old_perms: Any) -> None:
-        """New cluster permissions (nats-server's reloadClusterPermissions): interest the import permission
-        now allows is sent, what it now denies withdrawn, routed interest the export permission now denies
-        dropped, and every route gets our INFO with the new permissions."""
-        old = None if old_perms is None else PermChecker(old_perms)
-        self._set_permissions(self.opts.permissions)
-        new = self.route_perms
-        info = cp.info_frame(ci.encode_info(self.route_info()))
-        for rc in list(self.conns):
-            if rc.closed or not rc.registered:
-                continue
-            out = [info]
-            for u in self._interest_of(rc):
-                then = old is None or old.can_publish(u.subject)
-                now = new is None or new.can_publish(u.subject)
-                if now and not then:
-                    out.append(frame_for(u, pinned=bool(rc.pinned_acc), lnoc=rc.lnoc, lnocu=rc.lnocu))
-                elif then and not now:
-                    out.append(frame_for(u._replace(weight=0), pinned=bool(rc.pinned_acc), lnoc=rc.lnoc,
-                                         lnocu=rc.lnocu))
-            if new is not None:
-                rc.drop_interest(lambda _acc, subject: new.can_subscribe(subject))
-            rc.send(b"".join(out))
-        self.server.schedule_flush()
-
-    def _reload_pool(self, new_ps: int, added: list[str], removed: list[str]) -> None:
-        """Pinned accounts added or removed, or a new pool size (nats-server's reloadClusterPoolAndAccounts):
-        the peers are told of the added accounts first; once they answered (at most 2 s) the dedicated routes
-        of removed accounts are closed for good, a new pool size closes every pooled connection (the dialling
-        sides form the pools again), and the configured routes are dialled for the new pools and accounts."""
-        sent = self._announce_added(added) if added else 0
-        if not sent:
-            self._apply_pool(new_ps, added, removed)
-            return
-        self._acc_add_left = sent
-        self._acc_add_done = done = asyncio.Event()
-
-        async def wait_then_apply() -> None:
-            try:
-                await asyncio.wait_for(done.wait(), 2.0)
-            except asyncio.TimeoutError:
-                self.server.log.warn("Timed out waiting for confirmation from all routes regarding per-account "
-                                     "routes changes")
-            if self._acc_add_done is done:
-                self._acc_add_done = None
-                self._acc_add_reqid = ""
-            if self.running:
-                self._apply_pool(new_ps, added, removed)
-        t = self.server.loop.create_task(wait_then_apply())
-        self._tasks.add(t)
-        t.add_done_callback(self._task_done)
-
-    def _apply_pool(self, new_ps: int, added: list[str], removed: list[str]) -> None:
-        for an in removed:
-            for rc in list(self.pinned.get(an, {}).values()):
-                rc.close("Route Removed", no_reconnect=True)
-        old_size = self.pool_size
-        new_size = DEFAULT_ROUTE_POOL_SIZE if new_ps == 0 else new_ps
-        if new_size != old_size:
-            for conns in list(self.pools.values()):
-                for rc in list(conns):
-                    if rc is not None:
-                        rc.close("Route Removed")
-        for an in removed:
-            self.pinned.pop(an, None)
-            self.transitioning.discard(an.encode("utf-8", "surrogateescape"))
-        self._set_pool_size(new_ps)
-        self._acc_idx.clear()
-        if new_size == old_size:
-            for an in removed:  # the account's interest on its pool connection again
-                an_b = an.encode("utf-8", "surrogateescape")
-                idx = self.pool_index(an_b) if self.pooling else 0
-                frames = [frame_for(u) for u in self.local.snapshot(an_b) if self.can_import(u.subject)]
-                for conns in self.pools.values():  # (a server without pooling had it all along)
-                    rc = conns[idx] if idx < len(conns) else None
-                    if frames and rc is not None and not rc.closed and not rc.no_pool:
-                        rc.send(b"".join(frames))
-        for r in self.opts.routes:
-            url = parse_route_url(r)
-            if new_size != old_size:
-                self.solicit(url, EXPLICIT, 0, first=True)
-            for an in added:
-                if an in self.pinned:
-                    self.solicit(url, EXPLICIT, 0, first=True, account=an)
-        self.server.schedule_flush()
-
     # ---- monitoring ----------------------------------------------------------------------------------------
 
     def varz(self) -> dict:
@@ -1246,134 +946,3 @@ def _upgrade(r: RouteConn, url: Any, rtype: str) -> None:
     if rtype == EXPLICIT:
         r.rtype = EXPLICIT
 
-
-def route_tls_contexts(cfg: Any, where: str = "cluster") -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """The accepting and the dialling side's contexts for ``cluster { tls {} }`` (as nats-server: the peer's
-    certificate is always required and verified, against ``ca_file`` or the system's roots)."""
-    from rillet.config.tls_names import TLS_VERSIONS, check_curve, cipher_available, parse_min_version
-    from rillet.server.tls import make_server_context
-    srv = make_server_context(cfg)
-    srv.verify_mode = ssl.CERT_REQUIRED
-    if not cfg.ca_file:
-        srv.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-    cli = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    cli.minimum_version = srv.minimum_version
-    try:
-        cli.load_cert_chain(cfg.cert_file, cfg.key_file)
-        if cfg.ca_file:
-            cli.load_verify_locations(cafile=cfg.ca_file)
-        else:
-            cli.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    except (OSError, ssl.SSLError) as e:
-        raise ValueError(f"{where} tls: {e}") from e
-    if cfg.insecure:
-        cli.check_hostname = False
-        cli.verify_mode = ssl.CERT_NONE
-    if cfg.min_version:
-        cli.minimum_version = TLS_VERSIONS[parse_min_version(cfg.min_version)][0]
-    names = [n for n in map(cipher_available, cfg.ciphers) if n is not None]
-    if names:
-        cli.set_ciphers(":".join(names))
-    elif cfg.ciphers:
-        cli.minimum_version = ssl.TLSVersion.TLSv1_3
-    if cfg.curve_preferences:
-        cli.set_ecdh_curve(check_curve(cfg.curve_preferences[0]))
-    return srv, cli
-
-
-class _TLSRouteListener:
-    """The route port with TLS: each accepted connection does the TLS handshake first (before the INFO),
-    and a failed handshake is logged as nats-server does (``TLS route handshake error``). Duck-types the
-    parts of ``asyncio.Server`` the cluster uses."""
-
-    def __init__(self, cluster: Cluster, sock: socket.socket) -> None:
-        self.cluster = cluster
-        self.sockets = [sock]
-        self._task = cluster.server.loop.create_task(self._accept_loop(sock))
-        self._conns: set[asyncio.Task] = set()
-        self._done = asyncio.Event()
-
-    async def _accept_loop(self, lsock: socket.socket) -> None:
-        loop = self.cluster.server.loop
-        log = self.cluster.server.log
-        try:
-            while True:
-                try:
-                    conn, _ = await loop.sock_accept(lsock)
-                except OSError as e:
-                    log.error(f"Temporary accept error: {e}")
-                    await asyncio.sleep(0.01)
-                    continue
-                conn.setblocking(False)
-                t = loop.create_task(self._handshake(conn))
-                self._conns.add(t)
-                t.add_done_callback(self._conns.discard)
-        finally:
-            self._done.set()
-
-    async def _handshake(self, conn: socket.socket) -> None:
-        cl = self.cluster
-        try:
-            peer = conn.getpeername()
-        except OSError:
-            peer = ("?", 0)
-        try:
-            await cl.server.loop.connect_accepted_socket(lambda: RouteConn(cl), conn, ssl=cl.tls_server,
-                                                         ssl_handshake_timeout=cl.tls_timeout())
-        except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
-            cl.server.log.error(f"{hostport(str(peer[0]), peer[1])} - TLS route handshake error: "
-                                f"{e or type(e).__name__}")
-            conn.close()
-
-    def close(self) -> None:
-        self._task.cancel()
-        for t in list(self._conns):
-            t.cancel()
-        for s in self.sockets:
-            s.close()
-        self._done.set()
-
-    async def wait_closed(self) -> None:
-        await self._done.wait()
-
-
-def _dial_error(url: RouteURL, e: BaseException) -> str:
-    where = hostport(url.host, url.port)
-    if isinstance(e, ConnectionRefusedError):
-        return f"dial tcp {where}: connect: connection refused"
-    if isinstance(e, asyncio.TimeoutError):
-        return f"dial tcp {where}: i/o timeout"
-    return f"dial tcp {where}: {getattr(e, 'strerror', None) or e}"
-
-
-def check_reload(server: Any, new_opts: Any) -> None:
-    """What nats-server refuses to reload in a cluster block, with its errors: its host and port (so
-    clustering cannot be turned on or off by a reload either), an advertise address that does not parse,
-    and a pinned account that does not exist; route URLs that do not parse. ValueError: reload refused."""
-    old, new = server.opts.cluster, new_opts.cluster
-    if old.host != new.host:
-        raise ValueError(f"config reload not supported for cluster host: old={old.host}, new={new.host}")
-    if old.port != new.port:
-        raise ValueError(f"config reload not supported for cluster port: old={old.port}, new={new.port}")
-    if new.advertise:
-        from rillet.config.builder_base import split_host_port
-        try:
-            _, p = split_host_port(new.advertise)
-            if p:
-                int(p)
-        except ValueError as e:
-            raise ValueError(f"invalid Cluster.Advertise value of {new.advertise}, err={e}") from None
-    cl = server.cluster
-    if cl is None:
-        return
-    for r in new.routes:
-        parse_route_url(r)
-    new_names = {a.name if hasattr(a, "name") else a for a in (getattr(new_opts, "accounts", None) or ())}
-    for an in pinned_names(new_opts):
-        if an in cl.pinned_config:
-            continue
-        known = an in server.accounts or an in new_names or (an == "$SYS" and not new_opts.no_system_account)
-        if not known and server.operator is not None:
-            known = server.operator.lookup_account(an) is not None
-        if not known:
-            raise ValueError(f'unable to add account "{an}" to the list of dedicated routes: account missing')

@@ -220,7 +220,7 @@ class Gateway:
     # ---- TLS ----------------------------------------------------------------------------------------------
 
     def _contexts(self, tls: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-        from rillet.cluster.cluster import route_tls_contexts
+        from rillet.cluster.route_tls import route_tls_contexts
         e = self._tls.get(id(tls))
         if e is None or e[0] is not tls:
             try:
@@ -337,7 +337,7 @@ class Gateway:
         else:
             info.host, info.port = o.host or "0.0.0.0", self.addr[1]
             if info.host in ("0.0.0.0", "::", "[::]"):
-                from rillet.cluster.cluster import global_unicast_ips
+                from rillet.cluster.route_urls import global_unicast_ips
                 ips = global_unicast_ips()
                 if ips:
                     info.host = ips[0]

@@ -52,7 +52,6 @@ from urllib.parse import unquote, urlsplit
 import rillet
 from rillet import compression as cc
 from rillet.cluster import info as ci
-from rillet.cluster import gateway as g
 from rillet.cluster import gateway_account as ga
 from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
@@ -287,7 +286,7 @@ class LeafNodes:
             return h, int(p) if p else port
         host = o.host or "0.0.0.0"
         if host in ("0.0.0.0", "::", "[::]"):
-            from rillet.cluster.cluster import global_unicast_ips
+            from rillet.cluster.route_urls import global_unicast_ips
             ips = global_unicast_ips()
             host = ips[0] if ips else host
         return host, port
