@@ -41,7 +41,7 @@ def parser_class(lane: str, name: str):
 def use_lane(lane_name: str, module_globals: dict):
     """Run a test module in one lane: its module-level ``ClientParser``, ``ServerParser`` and ``cp`` (the
     rillet.cluster.protocol module) names, what ``rillet.lane`` hands to connections created meanwhile
-    (in-process servers) and the delivery executor become that lane's. Restored afterwards."""
+    (in-process servers), the delivery executor and the client's PUB handler become that lane's. Restored afterwards."""
     from rillet.cluster import protocol as cp
     swaps: list[tuple[dict | object, str, object]] = []
     for key, kind in (("ClientParser", "ClientParser"), ("ServerParser", "ServerParser"), ("cp", "wire")):
@@ -65,6 +65,12 @@ def use_lane(lane_name: str, module_globals: dict):
     if module_globals.get("deliver_result") in executors:
         swaps.append((module_globals, "deliver_result", executor))
     swaps.append((Account, "deliver_result", executor))
+    # and the PUB handler (rillet.server.client.reference_proto_pub, or its compiled twin)
+    from rillet.server import client as client_mod
+    pub = client_mod.reference_proto_pub
+    if lane_name == "compiled":
+        from rillet._speedups._cdeliver import proto_pub as pub
+    swaps.append((client_mod.Client, "proto_pub", pub))
     saved = []
     for target, key, value in swaps:
         if isinstance(target, dict):

@@ -1,7 +1,8 @@
 """The delivery executor in both lanes (rillet.server.delivery.reference_deliver_result and its compiled twin,
 rillet._speedups._cdeliver): the same messages to the same subscribers, with the same random draws, give
 the same bytes in every output buffer, the same counters, flush list, callbacks, auto-unsubscribes, 503s
-and return values -- subscribers without headers, no echo, permissions with reply tracking, max messages,
+and return values; and the client's PUB handler and its twin (rillet._speedups._cdeliver.proto_pub) --
+subscribers without headers, no echo, permissions with reply tracking, max messages,
 internal callbacks, queue groups here and over a route, links only, a wildcard, headers and replies."""
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from rillet.app.compose import build_server
 from rillet.config.options import Options, Permission, Permissions, ResponsePermission
 from rillet.server import delivery
 from rillet.server.auth import PermChecker
-from rillet.server.client import Client, InternalClient, Subscription
+from rillet.server.client import Client, InternalClient, Subscription, reference_proto_pub
 from rillet.server.delivery import ROUTER, RemoteSub
 
 pytestmark = pytest.mark.skipif(bool(COMPILED_ERROR), reason=f"compiled lane not built: {COMPILED_ERROR}")
@@ -41,10 +42,7 @@ SUBJECTS = [b"a.b", b"a.c", b"q.x", b"r.x", b"links.x", b"none.x", b"deny.x"]
 
 def world(executor):
     """A server with a mix of subscribers; returns (account, publishers, everything to compare)."""
-    o = Options()
-    o.cluster.port = 1
-    o.cluster.name = "c"
-    srv = build_server(o)
+    srv = build_server(Options())  # (links: a fake one's interest, inserted as a route's would be)
     acc = srv.global_account
     clients = []
 
@@ -70,6 +68,7 @@ def world(executor):
     tracked = client(perms=Permissions(publish=Permission(allow=["x"]), response=ResponsePermission(5, 0)))
     plain = client()
     sub(pub, "a.*", b"1")
+    sub(pub, "_INBOX.r1", b"inbox")  # (where no_responders' 503s arrive)
     sub(nohdr, "a.b", b"2")
     sub(denied, "deny.x", b"3")
     sub(denied, "a.>", b"4")
@@ -125,11 +124,44 @@ def test_both_executors_deliver_the_same(msgs, seed):
     assert run(delivery.reference_deliver_result, seed, msgs) == run(compiled, seed, msgs)
 
 
+def run_pub(handler, seed, msgs):
+    """The same through a client's PUB handler (rillet.server.client.reference_proto_pub or its twin): the
+    match, the counting, and nobody listening (503s on the publisher's own output); ``slow`` PUBs take the
+    checks (the pedantic subject check of an invalid subject answers an -ERR on the publisher's output)."""
+    srv, acc, pub, clients, got, link = world(None)
+    answers = []
+    random.seed(seed)
+    for subject, reply, hdr, body, echo, slow in msgs:
+        pub.echo = echo
+        pub.slow_path = pub.pedantic = slow
+        pub.verbose = False
+        answers.append(handler(pub, subject, reply, body + b"." * (hdr > 0)))
+    sl = acc.sublist
+    state = [(bytes(c.out), c.out_msgs, c.out_bytes, c.in_msgs, c.in_bytes, c.flush_pending,
+              [(s.sid, s.nm) for s in c.subs.values()]) for c in clients]
+    return answers, state, got, link.sent, [clients.index(c) for c in srv.pending_flush], sl._hits, sl._misses
+
+
+PUB = st.tuples(st.sampled_from(SUBJECTS + [b"a..b", b"_INBOX.x"]), st.sampled_from([None, b"", b"_INBOX.r1"]),
+                st.sampled_from([-1, 18]), st.sampled_from([b"", b"hello", b"bye!"]), st.booleans(), st.booleans())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(PUB, max_size=40), seed=st.integers(0, 1000))
+def test_both_pub_handlers_do_the_same(msgs, seed):
+    from rillet._speedups._cdeliver import proto_pub as compiled
+    from rillet.server.client import reference_proto_pub
+    assert run_pub(reference_proto_pub, seed, msgs) == run_pub(compiled, seed, msgs)
+
+
 def test_the_compiled_executor_runs_in_the_compiled_lane():
     from rillet import lane
     if lane.COMPILED:
         from rillet._speedups._cdeliver import deliver_result as compiled
         from rillet.server.accounts import Account
+        from rillet._speedups._cdeliver import proto_pub
         assert delivery.deliver_result is compiled and Account.deliver_result is compiled
+        assert Client.proto_pub is proto_pub
     else:
         assert delivery.deliver_result is delivery.reference_deliver_result
+        assert Client.proto_pub is reference_proto_pub

@@ -26,6 +26,11 @@ from rillet.server import delivery as _pure
 from rillet.server import msgtrace as _mt
 
 cdef extern from "Python.h":
+    bint PyMethod_Check(object o)
+    PyObject* PyMethod_GET_FUNCTION(object o)
+    PyObject* PyMethod_GET_SELF(object o)
+    object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    PyObject* PyDict_GetItemWithError(object d, object k) except? NULL
     ctypedef struct PyMemberDef:
         const char* name
         int type
@@ -72,24 +77,34 @@ cdef PyTypeObject* _SUB_T = NULL
 cdef PyTypeObject* _CLIENT_T = NULL
 cdef PyTypeObject* _ACC_T = NULL
 cdef object _Client = None
-cdef Py_ssize_t R_PSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
+cdef Py_ssize_t R_PSUBS, R_QSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
 cdef Py_ssize_t S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER
 cdef Py_ssize_t C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS
-cdef tuple _CLIENT_SLOTS = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers")
+cdef Py_ssize_t C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
+cdef PyTypeObject* _SUBLIST_T = NULL
+cdef object _sublist_match = None
+cdef object _reference_pub = None
+cdef object _Account = None
+cdef tuple _CLIENT_SLOTS = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers", "in_msgs",
+                            "in_bytes", "slow_path", "account")
 cdef list _keep = []  # (the types, referenced)
 
 
 cdef int _setup() except -1:
     global _ready, _member_descriptor, _RESULT_T, _PLAN_T, _SUB_T, _CLIENT_T, _ACC_T, _Client
-    global R_PSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
+    global R_PSUBS, R_QSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
     global S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER
     global C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS
+    global C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
+    global _SUBLIST_T, _sublist_match, _reference_pub, _Account
+    from rillet.server import client as client_mod
     from rillet.server.accounts import Account
     from rillet.server.client import Client, Subscription
-    from rillet.subjects.sublist import SublistResult
+    from rillet.subjects.sublist import Sublist, SublistResult
     Plan = _pure.Plan
     _member_descriptor = type(Subscription.client)
     R_PSUBS = _off(SublistResult, "psubs")
+    R_QSUBS = _off(SublistResult, "qsubs")
     R_PLAN = _off(SublistResult, "plan")
     P_LOCAL = _off(Plan, "local")
     P_PSUBS = _off(Plan, "psubs")
@@ -112,7 +127,20 @@ cdef int _setup() except -1:
     C_BYTES = _off(Client, "out_bytes")
     C_PERMS = _off(Client, "perms")
     C_HEADERS = _off(Client, "headers")
-    _keep.extend((SublistResult, Plan, Subscription, Client, Account))
+    C_IN_MSGS = _off(Client, "in_msgs")
+    C_IN_BYTES = _off(Client, "in_bytes")
+    C_SLOW = _off(Client, "slow_path")
+    C_ACCOUNT = _off(Client, "account")
+    A_MAPPINGS = _off(Account, "mappings")
+    A_MATCH = _off(Account, "_match")
+    A_NO_MATCH = _off(Account, "no_match")
+    L_CACHE = _off(Sublist, "_cache")
+    L_HITS = _off(Sublist, "_hits")
+    _SUBLIST_T = <PyTypeObject*>Sublist
+    _sublist_match = Sublist.match
+    _reference_pub = client_mod.reference_proto_pub
+    _Account = Account
+    _keep.extend((SublistResult, Plan, Subscription, Client, Account, Sublist))
     _RESULT_T = <PyTypeObject*>SublistResult
     _PLAN_T = <PyTypeObject*>Plan
     _SUB_T = <PyTypeObject*>Subscription
@@ -287,6 +315,10 @@ def deliver_result(acc, c, r, subject, reply, hdr, msg, route=None, rreply=None)
     """``rillet.server.delivery.deliver_result`` (the reference; see there), compiled for the plain case."""
     if not _ready:
         _setup()
+    return _deliver(acc, c, r, subject, reply, hdr, msg, route, rreply)
+
+
+cdef object _deliver(acc, c, r, subject, reply, hdr, msg, route, rreply):
     if type(subject) is not bytes or type(msg) is not bytes or (reply is not None and type(reply) is not bytes) \
             or type(hdr) is not int or Py_TYPE(acc) != _ACC_T:
         return _pure_deliver(acc, c, r, subject, reply, hdr, msg, route, rreply)
@@ -434,3 +466,54 @@ def deliver_result(acc, c, r, subject, reply, hdr, msg, route=None, rreply=None)
     if reply and c.no_responders and (local or psubs or qsubs):
         _no_responders(acc, c, subject, reply)
     return False
+
+
+# ---- a client's PUB ---------------------------------------------------------------------------------------------
+
+def proto_pub(self, subject, reply, payload):
+    """``Client.proto_pub`` (the reference: rillet.server.client.reference_proto_pub), compiled for the plain
+    case -- a client without per-PUB checks (``slow_path``) in an account without mappings -- which the
+    reference itself inlines: one match (the account's sublist cache, as ``Sublist.match``), then the executor,
+    or the account's ``no_match``, or a 503. Anything else goes to the reference, before anything is counted."""
+    if not _ready:
+        _setup()
+    if not _client_slots(Py_TYPE(self)) or type(subject) is not bytes or type(payload) is not bytes:
+        return _reference_pub(self, subject, reply, payload)
+    if _get(self, C_SLOW, "slow_path"):
+        return _reference_pub(self, subject, reply, payload)
+    acc = _get(self, C_ACCOUNT, "account")
+    if Py_TYPE(acc) != _ACC_T or _get(acc, A_MAPPINGS, "mappings"):
+        return _reference_pub(self, subject, reply, payload)
+    _set(self, C_IN_MSGS, _get(self, C_IN_MSGS, "in_msgs") + 1)
+    _set(self, C_IN_BYTES, _get(self, C_IN_BYTES, "in_bytes") + PyBytes_GET_SIZE(payload))
+    s = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(subject), PyBytes_GET_SIZE(subject), "surrogateescape")
+    m = _get(acc, A_MATCH, "_match")
+    cdef PyObject* hit
+    if PyMethod_Check(m) and PyMethod_GET_FUNCTION(m) == <PyObject*>_sublist_match and \
+            Py_TYPE(<object>PyMethod_GET_SELF(m)) == _SUBLIST_T:
+        sl = <object>PyMethod_GET_SELF(m)  # Sublist.match, as it is
+        cache = _get(sl, L_CACHE, "_cache")
+        hit = PyDict_GetItemWithError(cache, s) if type(cache) is dict else NULL
+        if hit is NULL:
+            r = sl.match(s)
+        else:
+            r = <object>hit
+            _set(sl, L_HITS, _get(sl, L_HITS, "_hits") + 1)
+    else:
+        r = m(s)
+    if Py_TYPE(r) == _RESULT_T:
+        found = _get(r, R_PSUBS, "psubs") or _get(r, R_QSUBS, "qsubs")
+    else:
+        found = r.psubs or r.qsubs
+    if found:
+        ex = _Account.deliver_result
+        if ex is deliver_result:
+            _deliver(acc, self, r, subject, reply, -1, payload, None, None)
+        else:
+            ex(acc, self, r, subject, reply, -1, payload)
+    else:
+        nm = _get(acc, A_NO_MATCH, "no_match")
+        if nm is not None:  # (gateways: no subscriber here may still be one elsewhere)
+            nm(self, subject, reply, -1, payload)
+        elif reply and self.no_responders:
+            acc._no_responders(self, subject, reply)

@@ -99,7 +99,9 @@ class Client(ReadPacer, asyncio.Protocol):
     kind = CLIENT
     # the output state the delivery executor writes per message, in slots (the rest in the instance dict): one
     # fixed layout, read at its offsets by the compiled executor (rillet/_speedups/_cdeliver.pyx)
-    __slots__ = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers")
+    # (and the fields a PUB reads and counts, for the compiled ``proto_pub``)
+    __slots__ = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers", "in_msgs", "in_bytes",
+                 "slow_path", "account")
 
     def __init__(self, server: "Server", conn_type: str = "STANDARD") -> None:
         self.server = server
@@ -854,6 +856,18 @@ class InternalClient:
         # inside a read cycle the reader's flush writes this out; from timers and tasks a flush is queued
         # once per loop pass, so a burst of internal messages (acks, deliveries) shares one write per client
         self.server.schedule_flush()
+
+
+# the PUB handler clients run: ``reference_proto_pub`` (the method above, the reference and the pure lane's) or,
+# in the compiled lane, its twin rillet._speedups._cdeliver.proto_pub (the plain case; the rest to the reference)
+reference_proto_pub = Client.proto_pub
+if lane.COMPILED:
+    try:
+        from rillet._speedups._cdeliver import proto_pub as _compiled_proto_pub
+    except ImportError:  # (an extension built before the twin existed)
+        pass
+    else:
+        Client.proto_pub = _compiled_proto_pub  # type: ignore[method-assign]
 
 
 def _valid_queue(q: str) -> bool:
