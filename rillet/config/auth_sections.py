@@ -62,6 +62,18 @@ class AuthSections(BuilderBase):
             self.seen_nkeys.add(user.nkey)
             o.nkeys.append(user)
 
+    def parse_link_authorization(self, f: Field, kind: str) -> dict[str, Any]:
+        """The ``authorization {}`` of a cluster or gateway block (``kind``: "Cluster", "Gateway"): one user,
+        no tokens and no callouts, with nats-server's errors."""
+        auth = self.parse_authorization(f)
+        if "users" in auth:
+            raise f.error(f"{kind} authorization does not allow multiple users")
+        if auth.get("token"):
+            raise f.error(f"{kind} authorization does not support tokens")
+        if "auth_callout" in auth:
+            raise f.error(f"{kind} authorization does not support callouts")
+        return auth
+
     def parse_authorization(self, f: Field) -> dict[str, Any]:
         """The fields of an ``authorization {}`` block (also used by cluster)."""
         auth: dict[str, Any] = {}

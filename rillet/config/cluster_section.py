@@ -44,13 +44,7 @@ def parse_cluster(b: Any, f: Field) -> None:
         cl.host, cl.port = b.host_port(sub)
 
     def authorization(sub: Field) -> None:
-        auth = b.parse_authorization(sub)
-        if "users" in auth:
-            raise sub.error("Cluster authorization does not allow multiple users")
-        if auth.get("token"):
-            raise sub.error("Cluster authorization does not support tokens")
-        if "auth_callout" in auth:
-            raise sub.error("Cluster authorization does not support callouts")
+        auth = b.parse_link_authorization(sub, "Cluster")
         perms = auth.get("permissions")
         if perms is not None:
             check_route_permissions(perms, sub)

@@ -104,13 +104,7 @@ def parse_gateway(b: Any, f: Field) -> None:
         g.host, g.port = b.host_port(sub)
 
     def authorization(sub: Field) -> None:
-        auth = b.parse_authorization(sub)
-        if "users" in auth:
-            raise sub.error("Gateway authorization does not allow multiple users")
-        if auth.get("token"):
-            raise sub.error("Gateway authorization does not support tokens")
-        if "auth_callout" in auth:
-            raise sub.error("Gateway authorization does not support callouts")
+        auth = b.parse_link_authorization(sub, "Gateway")
         if auth.get("permissions") is not None:
             raise sub.error("gateway permissions are not supported yet")
         g.username = auth.get("user", "")
