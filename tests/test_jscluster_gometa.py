@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -78,6 +79,31 @@ def test_votes_once_per_term_and_only_for_an_up_to_date_log():
     assert f.pindex == 1 and f.pterm == 3
     assert not gw.VoteResponse.decode(f.vote(gw.VoteRequest(4, 2, 5, "candB001"), "$NRG.R.b")[0].payload).granted
     assert gw.VoteResponse.decode(f.vote(gw.VoteRequest(5, 3, 1, "candB001"), "$NRG.R.b")[0].payload).granted
+
+
+def test_rillet_meta_codec_reads_go_meta_entries(go_meta):
+    """Rillet's own meta layer (assignments.py) against Go's meta entries: it applies every one, to the same
+    assignments GoMetaState holds; its encoder writes Go's bytes once Go's HTML escaping and json.Encoder's
+    newline are added (what would remain for a Rillet meta leader writing Go's log)."""
+    from rillet.gocompat import gojson
+    from rillet.jetstream.cluster import assignments as A
+    from rillet.jetstream.cluster.gometa import Committed, GoMetaState
+    entries, _ = go_meta
+    ms, gs = A.MetaState(), GoMetaState()
+    same = 0
+    for i, e in enumerate(entries):
+        ms.apply(e.data)
+        gs.apply(Committed(i + 1, e))
+        dec = A.decode_entry(e.data)
+        enc = (A.encode_stream_op(dec.op, dec.stream) if dec.stream is not None else
+               A.encode_assign_consumer(dec.consumer) if dec.op == A.EntryOp.ASSIGN_CONSUMER else
+               A.encode_remove_consumer(dec.consumer))
+        assert enc[:1] + gojson._go_escape(enc[1:]) + b"\n" == e.data
+        same += enc + b"\n" == e.data  # (those without <, >, & in them)
+    assert len(entries) > 30 and same < len(entries)
+    assert {(sa.account, sa.name) for sa in ms.iter_streams()} == set(gs.streams)
+    for sa in ms.iter_streams():
+        assert set(sa.consumers) == set(gs.consumers[(sa.account, sa.name)])
 
 
 def test_term_and_vote_survive_a_restart(tmp_path):
@@ -237,14 +263,21 @@ jetstream {{ store_dir: "{tmp_path}" }}
             pass
 
 
+_COMPLAINT = re.compile(r"\[(ERR|WRN)\].*(malformed|invalid|[Cc]orrupt|catchup|[Cc]atch ?up|vote|append ?entry|peer)")
+
+
 @pytest.fixture
 def go_cluster(tmp_path):
+    """Three Go servers; after the test, none of them logged a complaint about RAFT traffic (ours included)."""
     gc = CAP.GoCluster(tmp_path)
     gc.start_all()
     try:
         yield gc
     finally:
         gc.stop_all()
+    complaints = [line for n in gc.names for line in (tmp_path / f"{n}.log").read_text().splitlines()
+                  if _COMPLAINT.search(line)]
+    assert not complaints, "\n".join(complaints[:20])
 
 
 @pytestmark_live
