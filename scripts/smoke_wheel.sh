@@ -35,6 +35,8 @@ PYEOF
 echo "wheel smoke: installing $(basename "${wheels[0]}") in a new virtual environment"
 "$PY" -m venv "$WORK/venv"
 "$WORK/venv/bin/python" -m pip install -q "${wheels[0]}"
+# the pytest plugin (rillet.testing.pytest_plugin) is registered by the installed package's entry point
+"$WORK/venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.value == 'rillet.testing.pytest_plugin' for e in m.entry_points(group='pytest11')) else 'wheel smoke: FAILED: the wheel registers no pytest11 entry point for rillet.testing.pytest_plugin')"
 
 # from the scratch directory, so that nothing can import the source tree
 cd "$WORK"
