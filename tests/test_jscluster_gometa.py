@@ -165,6 +165,23 @@ def test_catch_up_by_snapshot_then_entries_then_live(go_meta):
     assert f.commit == top  # (a commit index never goes back)
 
 
+def test_leader_transfer_to_us_is_handed_on():
+    f = _follower()
+    f.append("append", "", "$NRG.R.l", gw.AppendEntry(LEADER, 4, 0, 0, 0, (gw.Entry(0, b"x"),)), 0.0)
+    out, _ = f.append("append", "", "$NRG.R.l", gw.AppendEntry(
+        LEADER, 4, 1, 4, 1, (gw.Entry(gw.ENTRY_LEADER_TRANSFER, ME.encode()),)), 0.0)
+    assert _resp(out[0]).success
+    vr = gw.VoteRequest.decode(out[1].payload)
+    assert out[1].subject == "$NRG.V._meta_" and out[1].reply.startswith("$NRG.R.")
+    assert (vr.term, vr.last_term, vr.last_index, vr.candidate) == (5, 0, 0, ME)  # a log no one votes for
+    assert (f.term, f.vote_for, f.leader) == (5, ME, "")
+    # a transfer to another peer, or one seen in a catch-up, is not ours to act on
+    g = _follower()
+    out, _ = g.append("append", "", "$NRG.R.l", gw.AppendEntry(
+        LEADER, 4, 0, 0, 0, (gw.Entry(gw.ENTRY_LEADER_TRANSFER, b"candA001"),)), 0.0)
+    assert len(out) == 1 and g.term == 4
+
+
 def test_conflicting_suffix_is_truncated_and_stale_leader_refused(go_meta):
     entries, _ = go_meta
     f = _follower()
@@ -358,6 +375,39 @@ async def test_go_meta_group_needs_the_rillet_vote_and_ack(go_cluster):
                 pass
             else:
                 assert json.loads(r.data).get("error"), r.data
+    finally:
+        await nc.close()
+        await sysnc.close()
+
+
+@pytestmark_live
+async def test_leadership_handed_to_rillet_goes_on_to_a_go_server(go_cluster):
+    """A meta step-down that prefers the Rillet server (which does not lead) ends with a Go leader sooner than
+    Go's election timeout (4-9 s): the member asks for votes with an empty log, the Go servers refuse and
+    campaign at once."""
+    import nats
+    gc = go_cluster
+    sysnc = await nats.connect(gc.url("g0", "sys"))
+    nc = await nats.connect(gc.url("g0"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        async with serve_config(_rillet_conf(gc)) as srv:
+            m = await _member(srv)
+            await _until(lambda: m.status()["leader"] and m.raft.commit > 0, what="the member following")
+            await asyncio.sleep(1.5)  # (the Go leader only transfers to a peer it heard from recently)
+            took = []
+            for _ in range(2):
+                old = m.status()["leader"]
+                t0 = time.monotonic()
+                r = await sysnc.request("$JS.API.META.LEADER.STEPDOWN",
+                                        json.dumps({"placement": {"preferred": "r1"}}).encode(), timeout=5)
+                assert json.loads(r.data).get("success"), r.data
+                await _until(lambda: m.status()["leader"] not in ("", old), 20, what="a new Go meta leader")
+                took.append(time.monotonic() - t0)
+                await asyncio.sleep(1.5)
+            assert m.raft.handoffs >= 1
+            assert min(took) < 3.5, took
+            assert m.status()["leader"] in {gw.peer_id(n) for n in gc.names}
     finally:
         await nc.close()
         await sysnc.close()
