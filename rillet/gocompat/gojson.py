@@ -16,10 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
+# msgspec's encoder, loaded with the first document (issue 20: a server that has sent no JSON document yet has
+# not loaded msgspec, ~1.8 MB with what it imports)
+_encode: Any = None
+_format: Any = None
 
-_encode = msgspec.json.Encoder().encode
-_format = msgspec.json.format
+
+def _load() -> None:
+    global _encode, _format
+    import msgspec
+    _format = msgspec.json.format
+    _encode = msgspec.json.Encoder().encode
 
 
 def _go_escape(b: bytes) -> bytes:
@@ -38,6 +45,8 @@ def _go_escape(b: bytes) -> bytes:
 def dumps(obj: Any, indent: int = 0) -> bytes:
     """``obj`` (builtins or msgspec Structs) as Go's ``json.Marshal`` (``indent=0``) or
     ``json.MarshalIndent(v, "", "  ")`` (``indent=2``) writes it."""
+    if _encode is None:
+        _load()
     try:
         raw = _encode(obj)
     except UnicodeEncodeError:  # text holding bytes that are not UTF-8 (surrogate escapes): see _encode_invalid_utf8
@@ -50,6 +59,7 @@ def dumps(obj: Any, indent: int = 0) -> bytes:
 def _encode_invalid_utf8(obj: Any) -> bytes:
     """Strings that carry bytes that are not UTF-8 (a subject, a client name... decoded with
     ``surrogateescape``) written as nats-server writes them: each such byte as U+FFFD."""
+    import msgspec
 
     def walk(o: Any) -> Any:
         if isinstance(o, str):
@@ -66,7 +76,8 @@ def _encode_invalid_utf8(obj: Any) -> bytes:
             return walk(msgspec.to_builtins(o))
         return o
 
-    return _encode(walk(obj))
+    out: bytes = _encode(walk(obj))
+    return out
 
 
 def num(x: float | int) -> float | int:
