@@ -237,7 +237,14 @@ class MqttConn(asyncio.Protocol):
         self.will = None
         if self.task is not None and self.task is not asyncio.current_task():
             self.task.cancel()
-        loop.create_task(self._after_close(will))
+        task = loop.create_task(self._after_close(will))
+        sess, asm = self.sess, self.asm
+        if sess is not None and asm is not None and sess.conn is self:
+            # a connection with the same client id waits for this one's session to be settled (cleared,
+            # or saved with its expiry) before it takes it
+            asm.settling[sess.id] = task
+            task.add_done_callback(lambda _t, cid=sess.id: asm.settling.pop(cid, None)
+                                   if asm.settling.get(cid) is _t else None)
 
     async def _after_close(self, will: C.Will | None) -> None:
         sess = self.sess
@@ -516,6 +523,9 @@ class MqttConn(asyncio.Protocol):
         # MQTT 5: clean start discards, the expiry interval says whether it outlives the connection;
         # 3.1.1: clean session does both
         persistent = (self.session_expiry > 0) if v5 else not p.clean
+        settling = asm.settling.get(cid)
+        if settling is not None:
+            await asyncio.wait([settling], timeout=asm.jsa.timeout)
         sess = asm.sessions.get(cid)
         if sess is None:
             sess = await asm.load_session(cid)
@@ -683,7 +693,11 @@ class MqttConn(asyncio.Protocol):
             try:
                 await self.asm.jsa.store(MSGS_PREFIX + subject, p.payload, sh)  # type: ignore[union-attr]
             except JSAPIError as e:
-                if e.code != 503:
+                if e.err_code == 10166 and sh is not hdr:
+                    # a $MQTT_msgs made by nats-server has no per-message TTL: kept without it (the expiry
+                    # is still applied when the message is delivered)
+                    await self.asm.jsa.store(MSGS_PREFIX + subject, p.payload, hdr)  # type: ignore[union-attr]
+                elif e.code != 503:
                     raise
         return bool(got)
 
@@ -710,17 +724,15 @@ class MqttConn(asyncio.Protocol):
         h = msg[:hdr] if hdr > 0 else b""
         body = msg[hdr:] if hdr > 0 else msg
         hd = parse_headers(h) if h else {}
-        extra: dict[str, Any] = {}
-        if hd.get(PROPS_HDR):
-            try:
-                extra = json.loads(base64.b64decode(hd[PROPS_HDR][0]))
-            except ValueError:
-                extra = {}
+        extra = _extra_of(hd) or {}
+        if extra.get("cid") == self.client_id:
+            extra = {}  # (the request's own headers, echoed back by the responder's library)
+        extra.pop("response_topic", None)
+        extra.pop("retain", None)
         if corr is not None:
             extra["correlation_data"] = base64.b64encode(corr).decode()
-        pairs = [(k, v) for k, vs in hd.items() for v in vs if k != PROPS_HDR]
-        if not any(k == "Nmqtt-Pub" for k, _ in pairs):
-            pairs.insert(0, ("Nmqtt-Pub", "0"))
+        # a plain NATS message on the response topic (QoS 0), with the responder's own headers
+        pairs = [("Nmqtt-Pub", "0")] + [(k, v) for k, vs in hd.items() for v in vs if not k.startswith(_INTERNAL_HDRS)]
         pairs.append((PROPS_HDR, base64.b64encode(json.dumps(extra, separators=(",", ":")).encode()).decode()))
         nh = make_headers(pairs)
         self.account.deliver(self, rsp_subject.encode(), reply, len(nh), nh + body)

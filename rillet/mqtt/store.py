@@ -388,6 +388,7 @@ class AccountSessions:
         self.retained: dict[str, RetainedMsg] = {}
         self.flappers: dict[str, float] = {}
         self.locked: set[str] = set()
+        self.settling: dict[str, asyncio.Task] = {}  # client id -> its closed connection's session clean-up
         self._rm_sub: Any = None
         self._sess_sub: Any = None
         self.on_remote_session: Callable[[str], None] | None = None
@@ -397,8 +398,9 @@ class AccountSessions:
         jsa = self.jsa
         await jsa.ensure_stream({"name": SESS_STREAM, "subjects": [SESS_PREFIX + ">"], "storage": "file",
                                  "retention": "limits", "num_replicas": r, "max_msgs_per_subject": 1})
+        # (per-message TTL allowed: an MQTT 5 message expiry interval is the stored message's TTL)
         await jsa.ensure_stream({"name": MSGS_STREAM, "subjects": [MSGS_PREFIX + ">"], "storage": "file",
-                                 "retention": "interest", "num_replicas": r})
+                                 "retention": "interest", "num_replicas": r, "allow_msg_ttl": True})
         await jsa.ensure_stream({"name": QOS2IN_STREAM, "subjects": [QOS2IN_PREFIX + ">"], "storage": "file",
                                  "retention": "limits", "discard": "new", "max_msgs_per_subject": 1,
                                  "discard_new_per_subject": True, "num_replicas": r})
