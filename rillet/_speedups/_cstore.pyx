@@ -15,6 +15,8 @@ fake a failing disk) is honoured: the whole record then takes the pure path.
 """
 from cpython.array cimport array, resize_smart
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from libc.string cimport memcpy
 from cpython.exc cimport PyErr_SetFromErrno
 from libc.errno cimport errno
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -45,6 +47,7 @@ cdef object _pure_write_all = _fsmod._write_all
 cdef object _write_rest = _fsmod._write_rest
 cdef object _fsdict = _fsmod.__dict__
 cdef Py_ssize_t _MAX_GAP = _fsmod._MAX_GAP
+cdef Py_ssize_t _WB_MAX = _fsmod._WB_MAX
 cdef Py_ssize_t _MAGIC_LEN = len(_fsformat.BLOCK_MAGIC)
 cdef Py_ssize_t _OVERHEAD = _fsformat._OVERHEAD
 cdef long long _MAX_REC = _fsformat._MAX_REC
@@ -103,7 +106,7 @@ cdef bint _DIRECT = _check_layout()
 # instance's __dict__ for them (a fraction of a generic attribute access). Should any of them become a class
 # attribute or descriptor, the twin leaves everything to the pure code (fast_paths() tells; a test checks).
 _STORE_ATTRS = ("_closed", "_pre_check", "_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
-                "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits")
+                "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits", "_wb", "_wb_off", "_wb_ps")
 cdef bint _DICT_OK = not any(name in vars(c) for c in _fsmod.FileStore.__mro__ for name in _STORE_ATTRS)
 
 
@@ -225,6 +228,13 @@ cdef object _write(object self, dict d, object seq, object subject, object hdr, 
     cdef long long total = _OVERHEAD + slen + hlen + dlen
     if total >= _MAX_REC:
         return _pure_write(self, seq, subject, hdr, data, ts, 0)
+    # write-behind (the pure _write's test and _wb_put): a plain record gathered, not written
+    wb = _ga(self, d, "_wb")
+    if wb is not None:
+        if not hlen and _wb_ok(self, d, wb, cseq, subject, total):
+            return _wb_put(self, d, wb, seq, subject, sb, data, ts, cts, cseq, total)
+        if <Py_ssize_t>_ga(self, d, "_wb_off") >= 0:
+            self.flush_writes()
     # the pure _target_block's test, inline: a new block when none is active, when this record would take
     # a block that holds records past its size, or after a large sequence gap
     blk = _ga(self, d, "_active")
@@ -285,6 +295,60 @@ cdef object _write(object self, dict d, object seq, object subject, object hdr, 
     blk.size = off + total
     cdef Py_ssize_t size = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
     _index(self, blk, _ga(self, d, "_aidx"), seq, subject, sb, ts, cts, coff, total, size)
+    return size
+
+
+cdef bint _wb_ok(object self, dict d, object wb, uint64_t cseq, object subject, long long total) except -1:
+    """The pure ``_write``'s test for gathering a record (its header and TTL tested by the caller)."""
+    if type(wb) is not bytearray or _ga(self, d, "_maxp") or _ga(self, d, "_post_limits"):
+        return False
+    blk = _ga(self, d, "_active")
+    x = _ga(self, d, "_aidx")
+    if blk is None or x is None:
+        return False
+    cdef Py_ssize_t n = len(x.offs)
+    if not n or <long long>blk.size + total > <long long>_ga(self, d, "_block_size"):
+        return False
+    if <long long>cseq - <long long>x.base != n or x.spos_all or x.ttl is not None:
+        return False
+    return subject in blk.smap and PyByteArray_GET_SIZE(wb) + total <= _WB_MAX
+
+
+cdef object _wb_put(object self, dict d, object wb, object seq, object subject, object sb, object data, object ts,
+                    int64_t cts, uint64_t cseq, long long total):
+    """The pure ``_wb_put``: the record's bytes appended to the gathered ones, then indexed."""
+    blk = _ga(self, d, "_active")
+    x = _ga(self, d, "_aidx")
+    off = blk.size
+    if <Py_ssize_t>_ga(self, d, "_wb_off") < 0:
+        self._wb_open(blk, x, off)
+    wps = _ga(self, d, "_wb_ps")
+    if subject not in wps:
+        e = _ga(self, d, "_psim").get(subject)
+        wps[subject] = None if e is None else e[:]
+    cdef Py_ssize_t slen = PyBytes_GET_SIZE(sb)
+    cdef Py_ssize_t dlen = PyBytes_GET_SIZE(data)
+    cdef unsigned char head[40]
+    head[0] = _T_MSG
+    head[1] = 0
+    _le16(head + 2, <uint16_t>slen)
+    _le32(head + 4, <uint32_t>total)
+    _le64(head + 8, cseq)
+    _le64(head + 16, <uint64_t>cts)
+    _le64(head + 24, 0)
+    _le32(head + 32, 0)
+    _le32(head + 36, <uint32_t>dlen)
+    cdef Py_ssize_t n0 = PyByteArray_GET_SIZE(wb)
+    PyByteArray_Resize(wb, n0 + total)
+    cdef unsigned char* p = <unsigned char*>PyByteArray_AS_STRING(wb) + n0
+    memcpy(p, head, 40)
+    memcpy(p + 40, PyBytes_AS_STRING(sb), slen)
+    memcpy(p + 40 + slen, PyBytes_AS_STRING(data), dlen)
+    _le32(p + 40 + slen + dlen, <uint32_t>crc32(0, p, <unsigned int>(40 + slen + dlen)))
+    cdef off_t coff = off
+    blk.size = off + total
+    cdef Py_ssize_t size = 30 + slen + dlen
+    _index(self, blk, x, seq, subject, sb, ts, cts, coff, total, size)
     return size
 
 

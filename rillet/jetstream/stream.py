@@ -8,6 +8,12 @@
               interest removals (proposed), then the PubAck (after fsync when sync_interval is "always":
               acks of appends that arrive together share one fsync)
 
+Write-behind (one server, file store): the store gathers the plain appends of one loop pass
+(FileStore.write_behind) and the stream holds their PubAcks; ``_StoreWriter``, queued in the server's
+pending output like a connection, writes them with one write at the end of the pass, then sends the acks. A
+PubAck leaves only once its message is written to the OS; if that write fails, the store takes the messages
+back and their held acks become the store's error.
+
 Nothing else changes the store: atomic batches (Entry.BATCH), mirrored messages (MIRROR), deletes, purges,
 retention removals (DELETE/PURGE), max_age and TTL expiry with their delete markers (EXPIRE) and config
 updates (UPDATE) are log entries too, applied by ``_apply``. Entries carry what the leader decided
@@ -89,6 +95,11 @@ class Stream:
         self._expire_timer: asyncio.TimerHandle | None = None
         self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
         self.mirror_direct_ready = False  # a mirror_direct mirror close enough to its origin to answer for it
+        # write-behind (see the module docstring; on from start() on one server with a file store)
+        self._held: list[tuple[bytes, bytes, bytes, int]] | None = None  # replies waiting for the write
+        self._wb_open = False  # the store gathered records this pass: replies wait for the writer
+        self._wb_msg_id = ""  # the last msg id before the first gathered message (restored if taken back)
+        self._writer: _StoreWriter | None = None
 
     @classmethod
     def replica(cls, cfg: Any, store: Any) -> "Stream":
@@ -122,6 +133,11 @@ class Stream:
     # ---- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if (self.log.__class__ is SingleNodeLog and hasattr(self.store, "write_behind")
+                and not self.js.sync_always):
+            self._held = []
+            self._writer = _StoreWriter(self)
+            self.store.write_behind(self._wb_armed, self._wb_failed)
         self._subscribe()
         self._schedule_expiry()
         schedules.start(self)
@@ -459,6 +475,12 @@ class Stream:
         if cfg.retention == "interest":
             self.jsa.after_stream_msg(self, seq, subject)
         if reply is not None and reply.__class__ is not bytes:  # a fast batch message (fastbatch.FastMsg)
+            if self._wb_open:  # (its answers do not name the message: written before it counts as stored)
+                try:
+                    self.store.flush_writes()
+                except store_base.StoreError as e:
+                    self._refused(reply, e)
+                    return
             reply.stored(seq)
             return
         if reply and not cfg.no_ack:
@@ -469,9 +491,9 @@ class Stream:
                 ap = self._ack_parts = (b'{"stream":' + _json(self.name) + dom + b',"seq":', b"}")
             if cfg.allow_msg_counter:  # the counter's new total goes in the PubAck
                 from rillet.jetstream.counters import ack_val
-                self._ack_payload(reply, b'%s%d,"val":"%s"%s' % (ap[0], seq, ack_val(data), ap[1]))
+                self._ack_payload(reply, b'%s%d,"val":"%s"%s' % (ap[0], seq, ack_val(data), ap[1]), seq)
                 return
-            self._ack_payload(reply, b"%s%d%s" % (ap[0], seq, ap[1]))
+            self._ack_payload(reply, b"%s%d%s" % (ap[0], seq, ap[1]), seq)
 
     def _refused(self, reply: bytes | None, err: BaseException) -> None:
         """An entry the log could not apply: answered with nats-server's error (a store refusal is part of
@@ -703,7 +725,12 @@ class Stream:
 
     # ---- acks and group commit --------------------------------------------------------------------
 
-    def _reply(self, reply: bytes, payload: bytes, hdr: bytes = b"") -> None:
+    def _reply(self, reply: bytes, payload: bytes, hdr: bytes = b"", seq: int = 0) -> None:
+        """Answer a publish (``seq``: the message a PubAck is for). While the store holds gathered records
+        the answers wait for the writer, in order."""
+        if self._wb_open:
+            self._held.append((reply, payload, hdr, seq))  # type: ignore[union-attr]
+            return
         if hdr:
             self.ic.publish(reply, None, hdr + payload, len(hdr))
         else:
@@ -713,7 +740,7 @@ class Stream:
         if reply:
             self._ack_payload(reply, _json(ack))
 
-    def _ack_payload(self, reply: bytes, payload: bytes) -> None:
+    def _ack_payload(self, reply: bytes, payload: bytes, seq: int = 0) -> None:
         # persist_mode "async": acknowledged before the fsync even when the server syncs always
         if self.js.sync_always and self.cfg.persist_mode != "async":
             self._acks.append((reply, payload))
@@ -721,7 +748,44 @@ class Stream:
                 self._sync_scheduled = True
                 self.js.loop.create_task(self._group_commit())
         else:
-            self._reply(reply, payload)
+            self._reply(reply, payload, b"", seq)
+
+    def _wb_armed(self) -> None:
+        """The store gathered the first record of this pass: hold the replies, queue the writer."""
+        self._wb_open = True
+        self._wb_msg_id = self._last_msg_id
+        w = self._writer
+        if w is not None and not w.queued:
+            w.queued = True
+            srv = self.js.server
+            srv.pending_flush.append(w)
+            srv.schedule_flush()  # (outside a read nothing else would flush: the next turn of the loop does)
+
+    def _wb_failed(self, first: int, last: int, err: BaseException) -> None:
+        """Writing the gathered records failed and the store took messages ``first``..``last`` back: their
+        held PubAcks become the error. (Gathered messages have no headers: no msg id or dedup entry to undo,
+        only the last msg id they cleared.)"""
+        self._last_msg_id = self._wb_msg_id
+        held = self._held
+        if held:
+            body = _json({"error": _store_error(err).to_dict(), "stream": self.name, "seq": 0})  # type: ignore[arg-type]
+            for i, (reply, _, _, seq) in enumerate(held):
+                if first <= seq <= last:
+                    held[i] = (reply, body, b"", 0)
+
+    def write_held(self) -> None:
+        """The writer's turn (end of the loop pass): write what the store gathered, then send the replies
+        that waited for it."""
+        try:
+            self.store.flush_writes()
+        except store_base.StoreError:
+            pass  # (the store took the messages back and _wb_failed turned their acks into the error)
+        self._wb_open = False
+        held = self._held
+        if held:
+            self._held = []
+            for reply, payload, hdr, _ in held:
+                self._reply(reply, payload, hdr)
 
     async def _group_commit(self) -> None:
         """One fsync for every append since the last one, then their acks."""
@@ -729,6 +793,8 @@ class Stream:
         self._sync_scheduled = False
         acks, self._acks = self._acks, []
         try:
+            if self._wb_open:  # (write-behind on: gathered records are written here, on the loop's thread)
+                self.store.flush_writes()
             await self.js.loop.run_in_executor(None, self.store.sync)
         except Exception as e:
             err = _store_error(e)
@@ -907,6 +973,26 @@ class Stream:
 _OP_NAMES = {Entry.DELETE: "deleting a message", Entry.PURGE: "purging", Entry.UPDATE: "updating the config",
              Entry.BATCH: "storing a batch", Entry.MIRROR: "storing a mirrored message",
              Entry.EXPIRE: "expiring messages"}
+
+
+class _StoreWriter:
+    """A stream's write-behind writer in the server's ``pending_flush`` list, as a connection would be
+    (``write_out``; no transport, never closed, no connection kind, so the producer stall checks pass it by):
+    ``flush_clients`` at the end of a read (or of a loop turn) runs it before the publishers' output it
+    releases is written in the same call."""
+
+    __slots__ = ("stream", "queued")
+    transport = None
+    closed = False
+    kind = None
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.queued = False
+
+    def write_out(self) -> None:
+        self.queued = False
+        self.stream.write_held()
 
 
 def _store_error(e: Exception) -> ApiError:

@@ -44,7 +44,10 @@ An atomic batch (``store_batch``) is written with one write into one block, ever
 the last flagged "more follow".  Recovery indexes a batch only when its last record is there:
 a batch cut short by a crash is dropped whole (the block is truncated at the batch's start).
 
-Writes go straight to the OS (one pwritev per message); ``sync()`` fsyncs, and also fsyncs the
+Writes go straight to the OS (one pwritev per message), or, with write-behind on (``write_behind``, what a
+stream on one server turns on), the plain appends of one pass of the event loop are gathered and written with
+one write by ``flush_writes`` before anything reads them or their PubAcks leave (see "Write-behind" below);
+``sync()`` fsyncs, and also fsyncs the
 ``msgs/`` directory when a block file was created or removed since the last sync (a new file is
 durable only once its directory entry is).  Directories and renamed files (meta, state log), and
 consumer state slot files, are made durable when created.  A failed write
@@ -121,6 +124,7 @@ _LOG_COMPACT_MIN = 1 << 20
 _IDX_CACHE = 8  # loaded indexes of sealed blocks kept (LRU), besides the active block's
 _IDX_IDLE = 30.0  # seconds: a loaded index unused for this long is dropped at the next load
 _MAX_GAP = 4096  # a sequence gap larger than this inside a block starts a new block
+_WB_MAX = 1 << 20  # write-behind: gathered bytes past this are written first
 
 
 def _default_log(level: str, text: str) -> None:
@@ -398,6 +402,15 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         self._msgdir = os.path.join(self.dir, "msgs")
         self._cdir = os.path.join(self.dir, "consumers")
         self._dir_dirty = False  # a block file was created or removed since the last sync of msgs/
+        # write-behind (off: None; see write_behind): the records not yet written, where they start in the
+        # active block (-1: none), the state before the first of them, the psim entries they changed
+        self._wb: bytearray | None = None
+        self._wb_off = -1
+        self._wb_save: tuple | None = None
+        self._wb_ps: dict[str, list[int] | None] = {}
+        self._wb_armed: Any = None
+        self._wb_failed: Any = None
+        self._wb_thread = 0
         try:
             make_dirs_durable(self._msgdir)
             make_dirs_durable(self._cdir)
@@ -599,6 +612,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             self._cache_put(blk.index, x)
 
     def _new_block(self) -> Block:
+        if self._wb_off >= 0:
+            self.flush_writes()
         index = (self._bl[-1].index + 1) if self._bl else 1
         path = self._block_path(index)
         blk = Block(index, path)
@@ -651,6 +666,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
     def _fd_for(self, index: int) -> int:
         blk = self._active
         if blk is not None and blk.index == index:
+            if self._wb_off >= 0:
+                self.flush_writes()  # (what is read or changed in place is on the OS first)
             return self._afd
         fd = self._fds.get(index)
         if fd is not None:
@@ -804,6 +821,17 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         total = _OVERHEAD + slen + plen
         if total >= _MAX_REC:
             raise StoreError("message too large")
+        wb = self._wb
+        if wb is not None:
+            blk = self._active
+            x = self._aidx
+            if (not hlen and not ttl_ns and not flags and not self._maxp and not self._post_limits
+                    and blk is not None and x is not None and len(x.offs) and blk.size + total <= self._block_size
+                    and seq - x.base == len(x.offs) and not x.spos_all and x.ttl is None
+                    and subject in blk.smap and len(wb) + total <= _WB_MAX):
+                return self._wb_put(blk, x, seq, subject, sb, data, ts, total)
+            if self._wb_off >= 0:
+                self.flush_writes()
         blk = self._target_block(seq, total)
         head = _REC.pack(T_MSG, flags, slen, total, seq, ts, ttl_ns, hlen, dlen)
         crc = zlib.crc32(sb, zlib.crc32(head))
@@ -818,6 +846,120 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         size = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
         self._index_record(blk, self._aidx, seq, subject, sb, ts, ttl_ns, off, total, size)  # type: ignore[arg-type]
         return size
+
+    # -- write-behind ---------------------------------------------------------------
+
+    def write_behind(self, armed: Any = None, failed: Any = None, on: bool = True) -> None:
+        """Write-behind on (or off, after writing what is gathered). On, the plain appends (no headers, no
+        TTL, uncompressed, a subject the active block has, room left in that block, no per-subject or
+        count/bytes limit to apply on append) are indexed at once and their records gathered in memory, to
+        be written together by ``flush_writes``; anything else that touches the files (a read of the active
+        block, another kind of write, a new block, a removal, purge, compact, truncate, expiry, sync from the
+        owner's thread, stop) writes them first. ``armed()`` is called when the first record is gathered:
+        the owner then calls ``flush_writes`` before its loop pass ends and before answering for them.
+        ``failed(first_seq, last_seq, err)`` is called when writing them failed and they were taken back
+        (the store is then as it was before the first of them; the next message reuses its sequence).
+        Only the owner's thread may store while it is on."""
+        if not on:
+            if self._wb is not None:
+                self.flush_writes()
+            self._wb = None
+            self._wb_armed = self._wb_failed = None
+            return
+        self._wb = bytearray()
+        self._wb_armed = armed
+        self._wb_failed = failed
+        self._wb_thread = threading.get_ident()
+
+    def _wb_put(self, blk: Block, x: BlockIndex, seq: int, subject: str, sb: bytes, data: bytes, ts: int,
+                total: int) -> int:
+        """Gather one plain record (``_write``'s conditions hold) and index it; returns its accounted size.
+        (The compiled twin gathers the same bytes.)"""
+        off = blk.size
+        if self._wb_off < 0:
+            self._wb_open(blk, x, off)
+        wps = self._wb_ps
+        if subject not in wps:
+            e = self._psim.get(subject)
+            wps[subject] = None if e is None else e[:]
+        head = _REC.pack(T_MSG, 0, len(sb), total, seq, ts, 0, 0, len(data))
+        wb = self._wb
+        wb += head
+        wb += sb
+        wb += data
+        wb += _CRC.pack(zlib.crc32(data, zlib.crc32(sb, zlib.crc32(head))))
+        blk.size = off + total
+        size = 30 + len(sb) + len(data)
+        self._index_record(blk, x, seq, subject, sb, ts, 0, off, total, size)
+        return size
+
+    def _wb_open(self, blk: Block, x: BlockIndex, off: int) -> None:
+        """The first gathered record (at ``off``): keep the state to go back to should the write fail."""
+        self._wb_save = (self._first, self._nmsgs, self._last, self._last_ts, self._bytes, blk, blk.live,
+                         blk.last, blk.last_ts, len(x.offs))
+        self._wb_off = off
+        armed = self._wb_armed
+        if armed is not None:
+            armed()
+
+    def flush_writes(self) -> None:
+        """Write the gathered records with one write. If it fails they are taken back (cut off the file,
+        out of the index and the counts), ``failed`` is told and ErrStoreFull raised."""
+        off = self._wb_off
+        if off < 0 or self._closed:
+            return
+        wb = self._wb
+        try:
+            _write_all(self._afd, [wb], off, len(wb))  # type: ignore[list-item]
+        except OSError as e:
+            self._wb_rollback(e)
+        self._wb_off = -1
+        wb.clear()  # type: ignore[union-attr]
+        self._wb_save = None
+        self._wb_ps = {}
+
+    def _wb_rollback(self, err: OSError) -> None:
+        off = self._wb_off
+        first, nmsgs, last, last_ts, nbytes, blk, live, blast, blast_ts, n0 = self._wb_save  # type: ignore[misc]
+        lost_first, lost_last = last + 1, self._last
+        wps = self._wb_ps
+        self._wb_off = -1
+        self._wb.clear()  # type: ignore[union-attr]
+        self._wb_save = None
+        self._wb_ps = {}
+        try:
+            os.ftruncate(self._afd, off)
+        except OSError as e2:
+            self.log("error", f"cannot cut off a failed write in {blk.path}: {e2.strerror or e2}")
+        x = self._aidx
+        sids = x.sid[n0:]  # type: ignore[union-attr]
+        for name in ("offs", "rlen", "sz", "ts", "sid"):
+            col = getattr(x, name)
+            try:
+                del col[n0:]
+            except BufferError:  # (an exported buffer: a shorter copy instead)
+                setattr(x, name, col[:n0])
+        scnt = blk.scnt
+        for l in sids:
+            scnt[l] -= 1
+        blk.live, blk.last, blk.last_ts, blk.size = live, blast, blast_ts, off
+        self._first, self._nmsgs, self._last, self._last_ts, self._bytes = first, nmsgs, last, last_ts, nbytes
+        psim = self._psim
+        for subj, e in wps.items():
+            if e is None:
+                psim.pop(subj, None)
+            else:
+                cur = psim.get(subj)
+                if cur is None:
+                    psim[subj] = e
+                else:
+                    cur[:] = e
+        self._rc = None
+        e = ErrStoreFull(f"write to {blk.path} failed: {err.strerror or err}")
+        cb = self._wb_failed
+        if cb is not None:
+            cb(lost_first, lost_last, e)
+        raise e from err
 
     def _write_failed(self, blk: Block, off: int, e: OSError) -> None:
         """A record's write to the active block at ``off`` failed: cut the block back and raise ErrStoreFull
@@ -835,6 +977,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         accounted sizes."""
         if len(recs) == 1:
             return [self._write(*recs[0])]
+        if self._wb_off >= 0:
+            self.flush_writes()
         if self._log_pending:
             self._log_append(None)
             if self._log_pending:
@@ -963,6 +1107,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
     # -- removal --------------------------------------------------------------------
 
     def _remove(self, seq: int, erase: bool = False) -> bool:
+        if self._wb_off >= 0:
+            self.flush_writes()
         loc = self._locate(seq)
         if loc is None:
             return False
@@ -1086,6 +1232,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         return out
 
     def _purge_all(self, new_first: int) -> int:
+        if self._wb_off >= 0:
+            self.flush_writes()
         cb = self._remove_cb
         removed: list[tuple[int, str, int]] = []
         if cb is not None:
@@ -1116,6 +1264,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
     def compact(self, seq: int) -> int:
         """Remove every message below ``seq``; returns how many."""
         self._check_open()
+        if self._wb_off >= 0:
+            self.flush_writes()
         if seq == 0:
             return self._purge_all(self._last + 1)
         if self._first >= seq:
@@ -1144,6 +1294,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
     def truncate(self, seq: int) -> None:
         """Remove every message above ``seq``; last_seq becomes ``seq``."""
         self._check_open()
+        if self._wb_off >= 0:
+            self.flush_writes()
         removed: list[tuple[int, str, int]] = []
         if seq < self._last:
             for blk in reversed(list(self._bl)):
@@ -1258,6 +1410,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
     # -- expiry ---------------------------------------------------------------------
 
     def _expire(self, now_ns: int) -> tuple[int, list[str]]:
+        if self._wb_off >= 0:
+            self.flush_writes()
         removed = 0
         markers: list[str] = []
         sdm = self._sdm_ttl > 0
@@ -1503,9 +1657,11 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
     # -- durability / lifecycle -----------------------------------------------------
 
     def flush(self) -> None:
-        """Push everything to the OS (messages already are); write consumer states."""
+        """Push everything to the OS (gathered records too); write consumer states."""
         if self._closed:
             return
+        if self._wb_off >= 0:
+            self.flush_writes()
         self._log_append(None)
         if self._log_pending:
             raise ErrStoreFull("cannot write sequence state")
@@ -1519,13 +1675,21 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         through duplicated descriptors, outside the store's lock."""
         if self._closed:
             return
+        if self._wb_off >= 0 and threading.get_ident() == self._wb_thread:
+            self.flush_writes()
         todo: list[tuple[Block | None, int, int]] = []
         with self._lock:
             if self._log_pending and not self._flush_log_pending(False):
                 raise ErrStoreFull("cannot write sequence state")
             try:
-                if self._active is not None and self._active.synced < self._active.size:
-                    todo.append((self._active, os.dup(self._afd), self._active.size))
+                act = self._active
+                if act is not None:
+                    size = act.size
+                    wo = self._wb_off  # (read after the size: records gathered meanwhile are not written yet)
+                    if 0 <= wo < size:
+                        size = wo
+                    if act.synced < size:
+                        todo.append((act, os.dup(self._afd), size))
                 for index, fd in list(self._fds.items()):
                     blk = self._blocks.get(index)
                     if blk is not None and blk.synced < blk.size:
@@ -1567,6 +1731,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         if self._closed:
             return
         try:
+            if self._wb_off >= 0:
+                self.flush_writes()
             self._log_append(None)
             self.sync()
         except StoreError as e:
@@ -1604,6 +1770,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
 
     def delete(self) -> None:
         """Remove the whole store directory."""
+        self._wb_off = -1  # (gathered records go with it)
         if not self._closed:
             self._close_fds()
             self._closed = True
@@ -1623,6 +1790,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
 
     def snapshot_stream(self, include_consumers: bool = True) -> Iterator[bytes]:
         """A tar of the store (blocks, state, consumer states), as bytes chunks."""
+        if self._wb_off >= 0:
+            self.flush_writes()
         return snapshot_from_store(self, include_consumers)
 
 

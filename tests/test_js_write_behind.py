@@ -1,0 +1,72 @@
+"""Write-behind on one server (rillet.jetstream.stream, FileStore.write_behind): the plain appends of a loop
+pass are written with one write before their PubAcks leave; a failed write takes them back and answers each
+held PubAck with the store's error."""
+from __future__ import annotations
+
+import asyncio
+import errno
+
+import nats
+from nats.js.errors import APIError
+
+from rillet.app.embed import run_server
+from rillet.config.options import JetStreamOptions
+from rillet.server import Options
+
+
+def js_opts(tmp_path) -> Options:
+    return Options(host="127.0.0.1", port=-1, jetstream=JetStreamOptions(enabled=True, store_dir=str(tmp_path)))
+
+
+async def test_burst_is_gathered_acked_and_read_back(tmp_path, monkeypatch):
+    import rillet.jetstream.store.filestore as fsmod
+    flushes = []
+    real = fsmod.FileStore.flush_writes
+
+    def counting(self):
+        if self._wb_off >= 0:
+            flushes.append(len(self._wb))
+        return real(self)
+
+    monkeypatch.setattr(fsmod.FileStore, "flush_writes", counting)
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="WB", subjects=["wb"])
+        await js.publish("wb", b"first")
+        acks = await asyncio.gather(*[js.publish("wb", b"m%d" % i) for i in range(300)])
+        assert sorted(a.seq for a in acks) == list(range(2, 302))
+        assert flushes and len(flushes) < 300  # gathered: fewer writes than messages
+        assert (await js.get_msg("WB", 150)).data == b"m%d" % (150 - 2)
+        await nc.close()
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        info = await js.stream_info("WB")
+        assert info.state.messages == 301 and info.state.last_seq == 301
+        assert (await js.get_msg("WB", 301)).data == b"m299"
+        await nc.close()
+
+
+async def test_failed_gathered_write_fails_every_held_ack(tmp_path, monkeypatch):
+    import rillet.jetstream.store.filestore as fsmod
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="DISK", subjects=["disk"])
+        await js.publish("disk", b"before")
+
+        def no_space(*a, **k):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(fsmod.os, "pwritev", no_space)
+        monkeypatch.setattr(fsmod, "_write_all", no_space)
+        res = await asyncio.gather(*[js.publish("disk", b"lost%d" % i) for i in range(20)], return_exceptions=True)
+        assert all(isinstance(r, APIError) and r.err_code == 10077 and "No space left" in r.description
+                   for r in res), res
+        info = await js.stream_info("DISK")
+        assert info.state.messages == 1 and info.state.last_seq == 1
+        monkeypatch.undo()
+        acks = await asyncio.gather(*[js.publish("disk", b"after%d" % i) for i in range(5)])
+        assert sorted(a.seq for a in acks) == [2, 3, 4, 5, 6]
+        assert (await js.get_msg("DISK", 2)).data.startswith(b"after")
+        await nc.close()
