@@ -46,7 +46,7 @@ a batch cut short by a crash is dropped whole (the block is truncated at the bat
 
 Writes go straight to the OS (one pwritev per message), or, with write-behind on (``write_behind``, what a
 stream on one server turns on), the plain appends of one pass of the event loop are gathered and written with
-one write by ``flush_writes`` before anything reads them or their PubAcks leave (see "Write-behind" below);
+one write by ``flush_writes`` before anything reads them or their PubAcks leave (``write_behind`` says which);
 ``sync()`` fsyncs, and also fsyncs the
 ``msgs/`` directory when a block file was created or removed since the last sync (a new file is
 durable only once its directory entry is).  Directories and renamed files (meta, state log), and
