@@ -365,3 +365,39 @@ def test_streams_are_nats_servers(kind, tmp_path):
             "$MQTT_qos2in": (["$MQTT.qos2.in.>"], "limits", 1),
             "$MQTT_out": (["$MQTT.out.>"], "interest", -1),
         }
+
+
+def test_mqtt_over_websocket(kind, tmp_path):
+    from helpers import free_port
+    import paho.mqtt.client as mqtt
+    wsport = free_port()
+    with mqtt_target(kind, tmp_path, conf=f"websocket {{ listen: 127.0.0.1:{wsport}, no_tls: true }}") as t:
+        s = Paho(t.mqtt_port, "tcp-sub")
+        s.sub("ws/#", 1)
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="ws-client", transport="websockets")
+        c.ws_set_options(path="/mqtt")
+        got = []
+        c.on_message = lambda cl, u, m: got.append((m.topic, m.payload))
+        c.connect("127.0.0.1", wsport)
+        c.loop_start()
+        try:
+            deadline = time.monotonic() + 5
+            while not c.is_connected() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert c.is_connected()
+            c.subscribe("back/#", 1)
+            time.sleep(0.3)
+            c.publish("ws/x", b"over ws", qos=1).wait_for_publish(5)
+            m = s.get()
+            assert (m.topic, m.payload) == ("ws/x", b"over ws")
+            s.pub("back/y", b"to ws", qos=1)
+            deadline = time.monotonic() + 5
+            while not got and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert got == [("back/y", b"to ws")]
+            base = f"http://127.0.0.1:{t.http_port}"
+            cz = json.load(urllib.request.urlopen(base + "/connz?mqtt_client=ws-client"))
+            assert [x.get("mqtt_client") for x in cz["connections"]] == ["ws-client"]
+        finally:
+            c.loop_stop()
+            c.disconnect()

@@ -91,6 +91,10 @@ class MqttServer:
                 pass
             self._srv = None
 
+    def ws_conn(self) -> MqttConn:
+        """A connection for an MQTT client on the websocket port's ``/mqtt`` (the websocket is its transport)."""
+        return MqttConn(self, ws=True)
+
     # ---- connections -------------------------------------------------------------------------------------
 
     def register(self, c: MqttConn) -> None:

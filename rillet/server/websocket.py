@@ -442,8 +442,8 @@ class WebsocketConnection(asyncio.Protocol):
             kind = "LEAF"
         elif path.endswith(_MQTT_PATH):
             kind = "MQTT"
-        if kind == "MQTT":
-            # rillet has no MQTT server: the endpoint is never enabled
+        if kind == "MQTT" and getattr(srv, "mqtt", None) is None:
+            # (as nats-server: only with an mqtt {} port)
             self._handshake_error(version, 404, "mqtt websocket endpoint not enabled")
             return
         if method != "GET":
@@ -491,6 +491,8 @@ class WebsocketConnection(asyncio.Protocol):
             resp.append(_PMC_RESPONSE)
         if no_masking:
             resp.append("Nats-No-Masking: true\r\n")
+        if kind == "MQTT":
+            resp.append("Sec-Websocket-Protocol: mqtt\r\n")
         resp.append(lst.raw_headers)
         resp.append("\r\n")
         t = self.t
@@ -513,6 +515,11 @@ class WebsocketConnection(asyncio.Protocol):
             lc = ln.accept_conn()  # a leaf connection over websocket (hub side)
             self.client = lc  # type: ignore[assignment]
             lc.connection_made(self)
+            return
+        if kind == "MQTT":  # an MQTT connection over this websocket (rillet.mqtt; conn type MQTT_WS)
+            mc = srv.mqtt.ws_conn()
+            self.client = mc  # type: ignore[assignment]
+            mc.connection_made(self)
             return
         xff = headers.get("x-forwarded-for")
         if xff:
