@@ -43,16 +43,18 @@ def _free_port() -> int:
 class GoCluster:
     """Three nats-server processes in one JetStream cluster (accounts SYS and A), started from ``root``."""
 
-    def __init__(self, root: Path, names=SERVERS, binary: str = "nats-server") -> None:
+    def __init__(self, root: Path, names=SERVERS, binary: str = "nats-server", extra_routes=()) -> None:
         self.root = root
         self.names = names
         self.binary = binary
+        self.extra_routes = tuple(extra_routes)  # route ports of other (e.g. Rillet) servers of the cluster
         self.client_ports = {n: _free_port() for n in names}
         self.route_ports = {n: _free_port() for n in names}
         self.procs: dict[str, subprocess.Popen] = {}
 
     def conf(self, name: str) -> Path:
-        routes = ", ".join(f"nats://127.0.0.1:{self.route_ports[o]}" for o in self.names if o != name)
+        routes = ", ".join([f"nats://127.0.0.1:{self.route_ports[o]}" for o in self.names if o != name]
+                           + [f"nats://127.0.0.1:{p}" for p in self.extra_routes])
         path = self.root / f"{name}.conf"
         path.write_text(f"""
 server_name: {name}

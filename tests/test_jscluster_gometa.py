@@ -206,9 +206,10 @@ def test_conflicting_suffix_is_truncated_and_stale_leader_refused(go_meta):
 pytestmark_live = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
 
 
-def _rillet_conf(gc, name: str = "r1") -> str:
+def _rillet_conf(gc, name: str = "r1", port: int = 0) -> str:
     store = gc.root / f"store-{name}"
     routes = ", ".join(f"nats://127.0.0.1:{p}" for p in gc.route_ports.values())
+    port = port or free_port()
     return f"""
 server_name: {name}
 listen: 127.0.0.1:-1
@@ -217,7 +218,7 @@ accounts {{
   A {{ jetstream: enabled, users [{{user: a, password: a}}] }}
 }}
 system_account: SYS
-cluster {{ name: C1, listen: 127.0.0.1:{free_port()}, routes: [{routes}] }}
+cluster {{ name: C1, listen: 127.0.0.1:{port}, routes: [{routes}] }}
 feature_flags {{ rillet_go_meta: true }}
 jetstream {{ enabled: false, store_dir: "{store}" }}
 """
@@ -378,6 +379,55 @@ async def test_go_meta_group_needs_the_rillet_vote_and_ack(go_cluster):
     finally:
         await nc.close()
         await sysnc.close()
+
+
+@pytestmark_live
+async def test_two_go_servers_and_one_rillet_form_the_meta_group(tmp_path):
+    """The issue's drill: 2 Go + 1 Rillet in one cluster (every server routes to the other two). The meta group
+    has the three of them; with one Go server down the remaining Go server and the Rillet one still elect a
+    leader and commit."""
+    import nats
+    rport = free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[rport])
+    gc.start_all()
+    try:
+        async with serve_config(_rillet_conf(gc, port=rport)) as srv:
+            m = await _member(srv)
+            rnc = await nats.connect(gc.url("g0"))
+            sysnc = await nats.connect(gc.url("g0", "sys"))
+            try:
+                await CAP._until(lambda: CAP._js_ready(rnc), 30, what="the Go meta leader")
+                await _until(lambda: m.status()["leader"] != "" and m.raft.commit > 0, what="the member following")
+                views = await _meta_views(gc, "g0")
+                lv = views[next(v["leader"] for v in views.values() if v and v.get("leader"))]
+                assert lv["cluster_size"] == 3 and {r["name"] for r in lv["replicas"]} | {lv["leader"]} == {"g0", "g1", "r1"}
+                js = rnc.jetstream()
+                await js.add_stream(name="VIA_RILLET", subjects=["via.>"], num_replicas=2)
+                ack = await js.publish("via.x", b"hello")
+                assert ack.seq == 1
+                await _until(lambda: ("A", "VIA_RILLET") in m.state.streams, what="VIA_RILLET on Rillet")
+                assert sorted(m.state.streams[("A", "VIA_RILLET")]["group"]["peers"]) == sorted(
+                    gw.peer_id(n) for n in gc.names)  # (placed on the Go servers: Rillet hosts no stream)
+                # a Go server down: 2 of 3 remain, one of them Rillet
+                leader = m.status()["leader"]
+                victim = "g1" if gw.peer_id("g1") == leader else "g0"
+                keep = "g0" if victim == "g1" else "g1"
+                await sysnc.close()
+                gc.stop(victim)
+                knc = await nats.connect(gc.url(keep))
+                try:
+                    await CAP._until(lambda: CAP._js_ready(knc), 30, what="a leader from one Go server + Rillet")
+                    assert m.status()["leader"] == gw.peer_id(keep)
+                    await knc.jetstream().add_stream(name="AFTER", subjects=["after.>"], num_replicas=1)
+                    await _until(lambda: ("A", "AFTER") in m.state.streams, what="AFTER committed and applied")
+                finally:
+                    await knc.close()
+            finally:
+                await rnc.close()
+                if sysnc.is_connected:
+                    await sysnc.close()
+    finally:
+        gc.stop_all()
 
 
 @pytestmark_live
