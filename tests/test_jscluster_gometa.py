@@ -408,6 +408,17 @@ async def test_two_go_servers_and_one_rillet_form_the_meta_group(tmp_path):
                 await _until(lambda: ("A", "VIA_RILLET") in m.state.streams, what="VIA_RILLET on Rillet")
                 assert sorted(m.state.streams[("A", "VIA_RILLET")]["group"]["peers"]) == sorted(
                     gw.peer_id(n) for n in gc.names)  # (placed on the Go servers: Rillet hosts no stream)
+                # a client of the Rillet server uses the cluster's JetStream, as its account (A)
+                cnc = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}")
+                try:
+                    info = json.loads((await cnc.request("$JS.API.INFO", b"", timeout=5)).data)
+                    assert info["type"] == "io.nats.jetstream.api.v1.account_info_response" and info["streams"] == 1
+                    cjs = cnc.jetstream()
+                    assert (await cjs.publish("via.y", b"from rillet")).seq == 2
+                    msg = await cjs.get_msg("VIA_RILLET", 2)
+                    assert msg.data == b"from rillet"
+                finally:
+                    await cnc.close()
                 # a Go server down: 2 of 3 remain, one of them Rillet
                 leader = m.status()["leader"]
                 victim = "g1" if gw.peer_id("g1") == leader else "g0"

@@ -4,8 +4,10 @@ This is the first step toward mixed Go + Rillet JetStream clusters (issue 22): t
 group over ``$NRG.`` subjects with nats-server's encodings (rillet.raft.gowire), votes in its elections,
 answers its append entries, catches up from the leader (entries or a snapshot) and applies the committed meta
 entries (rillet.jetstream.cluster.gowire) into ``GoMetaState``: the stream and consumer assignments the Go meta
-leader decided. It never campaigns (it does not become meta leader), proposes nothing, and hosts no stream or
-consumer group yet.
+leader decided. It does not become meta leader (a leadership transfer to it is handed on at once to the Go
+servers, see ``GoRaftFollower._hand_off``), proposes nothing, and hosts no stream or consumer group yet. As a
+nats-server without JetStream of its own does, it gives its JetStream-enabled accounts the cluster's
+JetStream API (``bridge_js_api``): its clients create streams and publish through it.
 
 It is separate from Rillet's own clustered JetStream (rillet.jetstream.cluster.meta, with its ``$RNRG.``
 transport): nothing runs unless switched on, by ``feature_flags { rillet_go_meta: true }`` in the server's
@@ -39,7 +41,7 @@ from rillet.jetstream.cluster import gowire as ge
 from rillet.raft import gowire as gw
 
 __all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "TermVote", "CATCHUP_STALL", "GO_META_FLAG",
-           "attach_to_routes", "member_of"]
+           "attach_to_routes", "member_of", "bridge_js_api"]
 
 CATCHUP_STALL = 2.0  # seconds without catch-up progress before the catch-up is asked for again
 
@@ -406,11 +408,15 @@ class GoMetaMember:
     def peer(self) -> str:
         return self.raft.me
 
-    def start(self) -> None:
+    def start(self, js_api: bool = False) -> None:
+        """Follow the group; with ``js_api``, also give the JetStream-enabled accounts the cluster's JetStream
+        API (``bridge_js_api``)."""
         self.ic = self.server.internal_client(self.server.system_account, "go meta member")
         self._subs = [self.ic.subscribe(gw.vote_subject(self.group), self._on_msg),
                       self.ic.subscribe(gw.append_subject(self.group), self._on_msg)]
         self.log.notice(f"JetStream: following the Go meta group {self.group!r} as peer {self.peer}")
+        if js_api:
+            bridge_js_api(self.server)
 
     def stop(self) -> None:
         if self.ic is None:
@@ -477,6 +483,26 @@ class GoMetaMember:
                 "streams": len(self.state.streams), "received": self.received, "refused": self.refused}
 
 
+def bridge_js_api(server: Any) -> list[str]:
+    """As a nats-server without JetStream of its own in a JetStream cluster: every account whose configuration
+    enables JetStream imports ``$JS.API.>`` from the system account, sharing the requester's client info
+    (``Nats-Request-Info``), so its clients' API requests reach the cluster's JetStream servers over the routes
+    and their answers come back. Returns the accounts bridged."""
+    from rillet.server.account_config import DEFAULT_RESPONSE_THRESHOLD, _service_import
+    sys_acc = server.system_account
+    done = []
+    for name, cfg in (server.opts.accounts or {}).items():
+        if not isinstance(cfg, dict) or cfg.get("jetstream") in (None, False, "disabled", "false", "disable"):
+            continue
+        acc = server.accounts.get(name)
+        if acc is None or acc is sys_acc:
+            continue
+        _service_import(server, sys_acc, acc, "$JS.API.>", "$JS.API.>",
+                        {"response_type": "singleton", "threshold": DEFAULT_RESPONSE_THRESHOLD}, share=True)
+        done.append(name)
+    return done
+
+
 # -- the switch ----------------------------------------------------------------------------------------------
 
 GO_META_FLAG = "rillet_go_meta"
@@ -512,7 +538,7 @@ def attach_to_routes(server: Any) -> None:
             server.log.error(f"feature flag {GO_META_FLAG!r}: no system account, not following the Go meta group")
             return
         m = GoMetaMember(server, store_dir=o.jetstream.store_dir)
-        m.start()
+        m.start(js_api=True)
         _MEMBERS[server] = m
         server.on_shutdown.append(m.stop)
 
