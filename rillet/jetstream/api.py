@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib
+import re
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
@@ -742,7 +743,12 @@ class ApiRouter:
         if not body:
             self._status(reply, 408, "Empty Request")
             return
-        req = _DirectReq.parse(body)
+        m = _SEQ_ONLY(body)
+        if m is not None:  # {"seq":N}, the common request: what the full decode gives, without it
+            req = _DirectReq()
+            req.seq = int(m.group(1))
+        else:
+            req = _DirectReq.parse(body)
         if req is None:
             self._status(reply, 408, "Malformed Request")
             return
@@ -766,6 +772,14 @@ class ApiRouter:
         nats-server does, even when the stored message already has such a header)."""
         if no_hdr:
             self.jsa.ic.publish(reply, None, m.data)
+            return
+        if not extra:  # (append_headers' bytes for these four, written out)
+            tail = b"Nats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n\r\n" % (
+                stream.name.encode("utf-8", "surrogateescape"), m.subject.encode("utf-8", "surrogateescape"), m.seq,
+                format_time(m.ts).encode())
+            h = m.hdr
+            hdr = h[:-2] + tail if len(h) > 2 else H.HDR_LINE + tail
+            self.jsa.ic.publish(reply, None, hdr + m.data, len(hdr))
             return
         pairs = [(H.STREAM, stream.name), (H.SUBJECT, m.subject), (H.SEQUENCE, str(m.seq)),
                  (H.TIMESTAMP, format_time(m.ts))]
@@ -932,6 +946,10 @@ def _api_level_too_high(hdr: bytes) -> bool:
         return int(v) > API_LEVEL
     except ValueError:
         return True
+
+
+# a direct get body that is only a sequence (JSON whitespace allowed; at most 19 digits: always a uint64)
+_SEQ_ONLY = re.compile(rb'[ \t\n\r]*\{[ \t\n\r]*"seq"[ \t\n\r]*:[ \t\n\r]*(0|[1-9][0-9]{0,18})[ \t\n\r]*\}[ \t\n\r]*').fullmatch
 
 
 class _DirectReq:
