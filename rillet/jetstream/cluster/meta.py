@@ -68,6 +68,7 @@ from typing import Any, Callable, Optional
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream import apijson
+from rillet.jetstream import apitypes as AT
 from rillet.jetstream import streamconfig as SC
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.cluster import assignments as A
@@ -1490,11 +1491,13 @@ class JetStreamCluster:
         group's leader, answers with the subject to send the archive to and, at the end, with the stream's
         info (streams.py ``StreamReplica._begin_restore``)."""
         name = args[0] if args else ""
-        req = router.parse(body)
+        from rillet.jetstream.api import is_empty_request
+        req = router.parse(body, AT.JSApiStreamRestoreRequest) if not is_empty_request(body) else None
         if not isinstance(req, dict):
             raise ApiError.make("BAD_REQUEST")
-        raw = dict(req.get("config") or {})
-        raw.setdefault("name", name)
+        raw = dict(req["config"])
+        if not raw.get("name"):
+            raw["name"] = name
         if raw.get("name") != name:
             raise ApiError.make("STREAM_MISMATCH")
         jsa = router.jsa
@@ -1558,19 +1561,19 @@ class JetStreamCluster:
 
     def _api_stream_names(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                           body: bytes) -> None:
-        req = router.parse(body) or {}
+        req = router.parse(body, AT.JSApiStreamNamesRequest) or {}
         streams = self._matching_streams(router.jsa.account.name, req)
-        offset = int(req.get("offset") or 0)
+        offset = max(int(req.get("offset") or 0), 0)
         page = streams[offset:offset + JSON_LIMIT]
         router.respond(reply, {"type": T + "stream_names_response", "total": len(streams), "offset": offset,
                                "limit": JSON_LIMIT, "streams": [sa.name for sa in page]})
 
     def _api_stream_list(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                          body: bytes) -> None:
-        req = router.parse(body) or {}
+        req = router.parse(body, AT.JSApiStreamListRequest) or {}
         acc = router.jsa.account.name
         streams = self._matching_streams(acc, req)
-        offset = int(req.get("offset") or 0)
+        offset = max(int(req.get("offset") or 0), 0)
         page = streams[offset:offset + LIST_LIMIT]
 
         async def run() -> None:
@@ -1588,7 +1591,7 @@ class JetStreamCluster:
         stream moves to another server (its messages stay behind, as nats-server)."""
         typ = T + "stream_remove_peer_response"
         acc = router.jsa.account.name
-        req = router.parse(body)
+        req = router.parse(body, AT.JSApiStreamRemovePeerRequest)
         if not isinstance(req, dict) or not req.get("peer"):
             raise ApiError.make("BAD_REQUEST")
         sa = self.state.stream(acc, args[0] if args else "")
@@ -1702,20 +1705,20 @@ class JetStreamCluster:
 
     def _api_consumer_names(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                             body: bytes) -> None:
-        req = router.parse(body) or {}
+        req = router.parse(body, AT.JSApiConsumersRequest) or {}
         sa = self._consumers_of(router, args)
         names = sorted(sa.consumers)
-        offset = int(req.get("offset") or 0)
+        offset = max(int(req.get("offset") or 0), 0)
         router.respond(reply, {"type": T + "consumer_names_response", "total": len(names), "offset": offset,
                                "limit": JSON_LIMIT, "consumers": names[offset:offset + JSON_LIMIT]})
 
     def _api_consumer_list(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                            body: bytes) -> None:
-        req = router.parse(body) or {}
+        req = router.parse(body, AT.JSApiConsumersRequest) or {}
         sa = self._consumers_of(router, args)
         acc = router.jsa.account.name
         names = sorted(sa.consumers)
-        offset = int(req.get("offset") or 0)
+        offset = max(int(req.get("offset") or 0), 0)
         page = names[offset:offset + LIST_LIMIT]
 
         async def run() -> None:
@@ -1800,11 +1803,11 @@ class JetStreamCluster:
         def respond(d: dict) -> None:
             self._ic.publish(reply, None, apijson.go_json({"type": typ, **d}))
         try:  # (as nats-server: parsed only when it looks like a JSON object or array)
-            req = json.loads(body) if body.lstrip()[:1] in (b"{", b"[") else {}
+            req = apijson.parse_json(body) if body.lstrip()[:1] in (b"{", b"[") else {}  # (Go's errors)
             if not isinstance(req, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as e:
-            respond({"error": ApiError.make("INVALID_JSON", err=str(e)).to_dict()})
+                raise ApiError.make("INVALID_JSON", err="not a JSON object")
+        except ApiError as e:
+            respond({"error": e.to_dict()})
             return
         g = self.group
         if key == "META.LEADER.STEPDOWN":
