@@ -268,7 +268,7 @@ def test_server_does_not_import_links_or_monitor() -> None:
 def test_the_composition_root_loads_subsystems_only_when_needed() -> None:
     """rillet.app.compose imports the links, monitoring and JetStream inside the functions that build them
     (a server whose options do not ask for one never loads it: tests/test_compose.py runs that), and only
-    the application layer (and the ``rillet`` command) imports the root."""
+    the application layer (and the ``rillet`` command, and ``rillet.testing``'s fixtures) imports the root."""
     eager = sorted(t for t in import_graph(import_time=True)[ROOT_MODULE]
                    if package_of(t) in ("rillet.cluster", "rillet.monitor", "rillet.jetstream"))
     assert not eager, f"{ROOT_MODULE} imports subsystems when loaded: {eager}"
@@ -276,7 +276,7 @@ def test_the_composition_root_loads_subsystems_only_when_needed() -> None:
     assert {"rillet.cluster.cluster", "rillet.monitor", "rillet.jetstream.manager"} <= lazy
     users = sorted(m for m, ts in import_graph(import_time=False).items()
                    if any(package_of(t) == "rillet.app" for t in ts)
-                   and package_of(m) not in ("rillet.app", "rillet.cli"))
+                   and package_of(m) not in ("rillet.app", "rillet.cli", "rillet.testing"))
     assert not users, f"modules below the application layer import rillet.app: {users}"
 
 

@@ -74,9 +74,25 @@ def _compiled_client_parser() -> Any:
     return ClientParser
 
 
+def _no_trim() -> int:
+    return -1  # (the pure-Python lane does not load ctypes for it: ~0.9 MB, about what it would give back)
+
+
+def _pure_trim_heap() -> Any:
+    return _no_trim
+
+
+def _compiled_trim_heap() -> Any:
+    from rillet._speedups._cparser import trim_heap
+    return trim_heap
+
+
 # {name: (loader of the pure-Python twin, loader of the compiled twin)}
 _TWINS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
-    "ClientParser": (_pure_client_parser, _compiled_client_parser)}
+    "ClientParser": (_pure_client_parser, _compiled_client_parser),
+    # ``trim_heap()``: the C heap's free pages back to the system (glibc malloc_trim), once the server has
+    # started (rillet.server.gcpolicy); -1 where not available
+    "trim_heap": (_pure_trim_heap, _compiled_trim_heap)}
 
 
 def register(name: str, pure: Callable[[], Any], compiled: Callable[[], Any]) -> None:

@@ -12,8 +12,6 @@ import time
 from random import random
 from typing import TYPE_CHECKING, Any, Callable
 
-import msgspec
-
 import rillet.server.msgtrace as _mt
 from rillet.gocompat.goquote import go_quote
 from rillet.gocompat.gotime import format_seconds
@@ -28,12 +26,12 @@ from rillet.server.pacing import (BACKLOG_BUDGET, READ_BUDGET, READ_SLICE, SLICE
 from rillet.subjects.validate import is_valid_literal_subject, is_valid_subject
 
 if TYPE_CHECKING:
+    from rillet.server.connect_json import ConnectOpts
     from rillet.server.server import Account, Server
 
 CLIENT = ConnKind.CLIENT
 INTERNAL = ConnKind.INTERNAL
 
-_json_decode = msgspec.json.decode
 _PING = b"PING\r\n"
 _PONG = b"PONG\r\n"
 _OK = b"+OK\r\n"
@@ -72,25 +70,17 @@ class Subscription:
         self.queue_b = queue.encode("utf-8", "surrogateescape") if queue else b""
 
 
-class ConnectOpts(msgspec.Struct, omit_defaults=True):
-    # nats-server's defaults for fields a client leaves out: verbose and pedantic are on
-    verbose: bool = True
-    pedantic: bool = True
-    tls_required: bool = False
-    auth_token: str = ""
-    user: str = ""
-    # "pass" is a Python keyword: renamed on the wire
-    password: str = msgspec.field(default="", name="pass")
-    name: str = ""
-    lang: str = ""
-    version: str = ""
-    protocol: int = 0
-    echo: bool = True
-    headers: bool = False
-    no_responders: bool = False
-    sig: str = ""
-    jwt: str = ""
-    nkey: str = ""
+def _connect_json() -> Any:
+    """rillet.server.connect_json (ConnectOpts, the CONNECT/INFO JSON decoding), loaded with the first client
+    connection: it loads msgspec, which an idle server has no use for (issue 20)."""
+    global _cj
+    if _cj is None:
+        from rillet.server import connect_json
+        _cj = connect_json
+    return _cj
+
+
+_cj: Any = None
 
 
 class Client(ReadPacer, asyncio.Protocol):
@@ -121,7 +111,7 @@ class Client(ReadPacer, asyncio.Protocol):
         self.msubs = opts.max_subscriptions or -1  # per-connection subscription limit; -1 = none
         # CONNECT state
         self.connect_received = False
-        self.opts = ConnectOpts()
+        self.opts = _connect_json().ConnectOpts()
         self.echo = True
         self.headers = False
         # nats-server's defaults until a CONNECT says otherwise (ops before CONNECT are acknowledged)
@@ -441,20 +431,21 @@ class Client(ReadPacer, asyncio.Protocol):
 
     def proto_connect(self, arg: bytes) -> None:
         srv = self.server
+        cj = _connect_json()
         try:
-            co = _json_decode(arg, type=ConnectOpts)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            co = cj.decode(arg, type=cj.ConnectOpts)
+        except cj.PARSE_ERRORS:
             # nats-server closes with a parse error; the client gets no -ERR text of its own
             raise ProtocolError(None, f"processConnect Parse Error: {arg[:128]!r}")
         if self.trace_on():
-            self.trace(f"<<- [CONNECT {_redact(arg)}]")
+            self.trace(f"<<- [CONNECT {cj.redact(arg)}]")
         self.opts = co
         if srv.opts.tls_required and self.conn_type == "STANDARD" and not self.tls_version:
             raise ProtocolError("Secure Connection - TLS Required", "TLS required", "Secure Connection Required")
         if self.auth.required:
             try:
-                connect_dict = _json_decode(arg)
-            except msgspec.DecodeError:
+                connect_dict = cj.decode(arg)
+            except cj.DecodeError:
                 connect_dict = {}
             if srv.operator is not None and self.auth.operator_mode:
                 res = srv.operator.authenticate(self, connect_dict) or False
@@ -620,9 +611,10 @@ class Client(ReadPacer, asyncio.Protocol):
 
     def proto_info(self, arg: bytes) -> None:
         # a client may send INFO: nats-server parses it (and closes the connection when it is not JSON)
+        cj = _connect_json()
         try:
-            _json_decode(arg)
-        except msgspec.DecodeError:
+            cj.decode(arg)
+        except cj.DecodeError:
             raise ProtocolError(None, f"processInfo Parse Error: {arg[:64]!r}")
 
     def proto_ok(self) -> None:
@@ -875,16 +867,3 @@ def _valid_queue(q: str) -> bool:
         if ch in " \t\r\n":
             return False
     return bool(q)
-
-
-def _redact(arg: bytes) -> str:
-    try:
-        d = _json_decode(arg)
-    except msgspec.DecodeError:
-        return arg.decode(errors="replace")
-    if isinstance(d, dict):
-        for k in ("pass", "auth_token", "sig", "jwt"):
-            if k in d:
-                d[k] = "[REDACTED]"
-        return msgspec.json.encode(d).decode()
-    return arg.decode(errors="replace")
