@@ -432,6 +432,9 @@ class Client(ReadPacer, asyncio.Protocol):
     def proto_connect(self, arg: bytes) -> None:
         srv = self.server
         cj = _connect_json()
+        if not arg.isascii():  # (Go's JSON decoder reads each byte that is not UTF-8 as U+FFFD)
+            from rillet.gocompat.jsoncodec import go_utf8  # (loads msgspec too: loaded only here, issue 20)
+            arg = go_utf8(arg)
         try:
             co = cj.decode(arg, type=cj.ConnectOpts)
         except cj.PARSE_ERRORS:
