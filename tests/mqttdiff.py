@@ -235,3 +235,38 @@ class Raw:
 
     def close(self) -> None:
         self.s.close()
+
+
+@contextlib.contextmanager
+def mqtt_cluster(kind: str, tmp: Any, n: int = 3, mqtt_conf: str = "stream_replicas: 3") -> Iterator[list[Target]]:
+    """``n`` servers in one cluster (JetStream clustered), each with an mqtt {} port."""
+    cports = [free_port() for _ in range(n)]
+    routes = ", ".join(f"nats://127.0.0.1:{p}" for p in cports)
+    targets: list[Target] = []
+    try:
+        for i in range(n):
+            conf = f"cluster {{ name: mq, listen: 127.0.0.1:{cports[i]}, routes: [{routes}] }}"
+            targets.append(Target(kind, str(tmp), conf, mqtt_conf, name=f"n{i + 1}"))
+        yield targets
+    finally:
+        for t in targets:
+            t.stop()
+
+
+def connect_retry(port: int, cid: str, timeout: float = 30, **kw: Any) -> Paho:
+    """A paho client once the server can take MQTT clients (a cluster elects its JetStream leaders first)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        p = Paho(port, cid, connect=False, **kw)
+        try:
+            p.connect(timeout=10)
+            if p.rc == 0:
+                return p
+        except (queue.Empty, OSError):
+            pass
+        p.c.loop_stop()
+        with contextlib.suppress(Exception):
+            p.c.disconnect()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no MQTT connection to port {port} within {timeout}s")
+        time.sleep(0.5)

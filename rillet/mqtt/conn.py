@@ -277,6 +277,15 @@ class MqttConn(asyncio.Protocol):
         finally:
             self.ms.unregister(self)
 
+    def takeover(self) -> None:
+        """Another connection (here or on another server) took this client id: closed without its will,
+        leaving the session to the new owner."""
+        self.will = None
+        self.sess = None
+        if self.version >= 5 and self.connected:
+            self.send_packet(C.Disconnect(RC_TAKEN_OVER))
+        self.close("Duplicate Client ID")
+
     def _unsubscribe_all(self) -> None:
         acc = self.account
         for s in list(self.subs.values()):
@@ -544,10 +553,7 @@ class MqttConn(asyncio.Protocol):
             asm.flappers[cid] = time.monotonic()
             self.server.log.warn(f"{self.log_prefix()} - Replacing old client {old.log_prefix()} since both have "
                                  f"the same client ID {cid!r}")
-            if old.version >= 5:
-                old.send_packet(C.Disconnect(RC_TAKEN_OVER))
-            old.sess = None  # (its close does not touch the session now bound here)
-            old.close("Duplicate Client ID")
+            old.takeover()
         async with sess.lock:
             if exists:
                 discard = p.clean if v5 else (p.clean or sess.clean)

@@ -426,6 +426,33 @@ class AccountSessions:
             await asyncio.wait_for(asyncio.shield(self._rm_loaded), jsa.timeout)
         except asyncio.TimeoutError:
             self.server.log.warn("MQTT: retained messages not all loaded before the timeout")
+        # session records other servers write: a client id connecting there takes the session over from here
+        sess_inbox = f"$MQTT.JSA.{jsa.id}.SS.{nuid()}"
+        self._sess_sub = jsa.ic.subscribe(sess_inbox, self._on_session_record)
+        name = f"{SESS_STREAM}_{nuid()}"
+        await jsa.request(f"CONSUMER.CREATE.{SESS_STREAM}.{name}", {"stream_name": SESS_STREAM, "config": {
+            "name": name, "deliver_subject": sess_inbox, "deliver_policy": "new", "ack_policy": "none",
+            "filter_subject": SESS_PREFIX + ">", "inactive_threshold": 300_000_000_000}})
+
+    def _on_session_record(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                           msg: bytes) -> None:
+        body = msg[hdr:] if hdr > 0 else msg
+        try:
+            d = json.loads(body) if body else None
+        except ValueError:
+            return
+        if not isinstance(d, dict) or d.get("origin") == self.jsa.id:
+            return
+        cid = d.get("id")
+        sess = self.sessions.pop(cid, None) if isinstance(cid, str) else None
+        if sess is None:
+            return
+        conn = sess.conn
+        sess.conn = None
+        if conn is not None:
+            self.server.log.warn(f"{conn.log_prefix()} - client ID {cid!r} connected on another server: "
+                                 f"this connection is taken over")
+            conn.takeover()
 
     def close(self) -> None:
         self.jsa.close()
