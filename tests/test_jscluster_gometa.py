@@ -442,6 +442,49 @@ async def test_two_go_servers_and_one_rillet_form_the_meta_group(tmp_path):
 
 
 @pytestmark_live
+async def test_rillet_member_removed_restarted_and_rejoining(go_cluster):
+    """SERVER.REMOVE of the Rillet server: it applies its own removal and leaves the group (as nats-server), the
+    Go leader counts 3 members again; restarted on the same store (its term and vote read back), it is caught
+    up again. (Whether the Go leader adds it back after its hold on removed peers is not tested here.)"""
+    import nats
+    gc = go_cluster
+    sysnc = await nats.connect(gc.url("g0", "sys"))
+    nc = await nats.connect(gc.url("g0"))
+    conf = _rillet_conf(gc)
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        await nc.jetstream().add_stream(name="KEEP", subjects=["keep.>"], num_replicas=3)
+        async with serve_config(conf) as srv:
+            m = await _member(srv)
+            await _until(lambda: ("A", "KEEP") in m.state.streams, what="KEEP applied")
+
+            async def size() -> int:
+                views = await _meta_views(gc, "g0")
+                lv = views.get(next((v["leader"] for v in views.values() if v and v.get("leader")), ""))
+                return lv.get("cluster_size", 0) if lv else 0
+
+            await CAP._until(lambda: _is(size(), 4), what="4 members")
+            r = await sysnc.request("$JS.API.SERVER.REMOVE", json.dumps({"peer": "r1"}).encode(), timeout=5)
+            assert json.loads(r.data).get("success"), r.data
+            await _until(lambda: m.removed, what="the member to apply its removal")
+            assert member_of(srv) is m and m.ic is not None and not m._subs
+            await CAP._until(lambda: _is(size(), 3), what="3 members again")
+            term = m.raft.term
+        # restarted: the same durable term and vote, caught up from scratch (its log was not kept)
+        async with serve_config(conf) as srv2:
+            m2 = await _member(srv2)
+            assert m2.raft.term >= term
+            await _until(lambda: ("A", "KEEP") in m2.state.streams, 30, what="KEEP applied after the restart")
+    finally:
+        await nc.close()
+        await sysnc.close()
+
+
+async def _is(coro, value) -> bool:
+    return (await coro) == value
+
+
+@pytestmark_live
 async def test_leadership_handed_to_rillet_goes_on_to_a_go_server(go_cluster):
     """A meta step-down that prefers the Rillet server (which does not lead) ends with a Go leader sooner than
     Go's election timeout (4-9 s): the member asks for votes with an empty log, the Go servers refuse and

@@ -402,6 +402,7 @@ class GoMetaMember:
         self._catchup_sub: Any = None
         self._catchup_inbox = ""
         self.received = self.refused = self.apply_errors = 0
+        self.removed = False  # a committed peer removal of this server: it stopped following
         self._warned: set[str] = set()
 
     @property
@@ -448,7 +449,10 @@ class GoMetaMember:
             self._warn_once(f"{subj}:{e}", f"JetStream Go meta group {self.group!r}: refused a message on "
                                            f"{subj}: {e}")
             return
+        me = self.peer.encode("latin-1")
         for item in done:
+            if item.entry.type == gw.ENTRY_REMOVE_PEER and item.entry.data == me and not item.snapshot:
+                self.removed = True
             try:
                 self.state.apply(item)
             except gw.GoWireError as e:
@@ -462,6 +466,11 @@ class GoMetaMember:
         self._sync_catchup_sub()
         for o in outs:
             self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
+        if self.removed:
+            # as nats-server: a server removed from the meta group (SERVER.REMOVE) leaves it
+            self.log.error(f"JetStream: this server was removed from the Go meta group {self.group!r}; "
+                           "no longer following it")
+            self.stop()
 
     def _sync_catchup_sub(self) -> None:
         cu = self.raft.catchup
@@ -480,7 +489,8 @@ class GoMetaMember:
         return {"group": self.group, "peer": self.peer, "term": r.term, "leader": r.leader, "pindex": r.pindex,
                 "commit": r.commit, "applied": r.applied, "catching_up": r.catchup is not None,
                 "peers": sorted(r.peers), "cluster_size": r.cluster_size, "votes_granted": r.votes_granted,
-                "streams": len(self.state.streams), "received": self.received, "refused": self.refused}
+                "streams": len(self.state.streams), "received": self.received, "refused": self.refused,
+                "removed": self.removed}
 
 
 def bridge_js_api(server: Any) -> list[str]:
