@@ -41,7 +41,8 @@ def parser_class(lane: str, name: str):
 def use_lane(lane_name: str, module_globals: dict):
     """Run a test module in one lane: its module-level ``ClientParser``, ``ServerParser`` and ``cp`` (the
     rillet.cluster.protocol module) names, what ``rillet.lane`` hands to connections created meanwhile
-    (in-process servers), the delivery executor and the client's PUB handler become that lane's. Restored afterwards."""
+    (in-process servers), the delivery executor, the client's PUB handler and the route's message
+    handlers become that lane's. Restored afterwards."""
     from rillet.cluster import protocol as cp
     swaps: list[tuple[dict | object, str, object]] = []
     for key, kind in (("ClientParser", "ClientParser"), ("ServerParser", "ServerParser"), ("cp", "wire")):
@@ -71,6 +72,20 @@ def use_lane(lane_name: str, module_globals: dict):
     if lane_name == "compiled":
         from rillet._speedups._cdeliver import proto_pub as pub
     swaps.append((client_mod.Client, "proto_pub", pub))
+    # a message from a route (deliver_inbound where it is bound) and a route's RMSG in and out
+    from rillet.cluster import route
+    inbound = delivery.reference_deliver_inbound
+    send, rmsg = route.reference_send_msg, route.reference_proto_rmsg
+    if lane_name == "compiled":
+        from rillet._speedups._cdeliver import deliver_inbound as inbound
+        from rillet._speedups._cdeliver import route_proto_rmsg as rmsg
+        from rillet._speedups._cdeliver import route_send_msg as send
+    inbounds = (delivery.deliver_inbound, delivery.reference_deliver_inbound)
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("rillet.") and getattr(mod, "deliver_inbound", None) in inbounds:
+            swaps.append((mod, "deliver_inbound", inbound))
+    swaps.append((route.RouteConn, "send_msg", send))
+    swaps.append((route.RouteConn, "proto_rmsg", rmsg))
     saved = []
     for target, key, value in swaps:
         if isinstance(target, dict):

@@ -165,3 +165,71 @@ def test_the_compiled_executor_runs_in_the_compiled_lane():
     else:
         assert delivery.deliver_result is delivery.reference_deliver_result
         assert Client.proto_pub is reference_proto_pub
+
+
+# ---- routes: RMSG out (RouteConn.send_msg) and in (RouteConn.proto_rmsg, deliver_inbound) ---------------------------
+
+def route_world():
+    from rillet.cluster.route import RouteConn
+    o = Options()
+    o.cluster.port = 1  # (never listened on)
+    o.cluster.name = "c"
+    srv = build_server(o)
+    acc = srv.global_account
+    plain, nohdr = Client(srv), Client(srv)
+    plain.headers = True
+    for c, subject, sid, queue in ((plain, "r.*", b"1", None), (nohdr, "r.x", b"2", None),
+                                   (plain, "r.x", b"3", "g"), (nohdr, "r.x", b"4", "g"), (plain, "r.x", b"5", "h")):
+        s = Subscription(c, subject, queue, sid)
+        c.subs[sid] = s
+        acc.sublist.insert(s)
+    rcs = [RouteConn(srv.cluster), RouteConn(srv.cluster, account="$G")]
+    rcs[0].headers = True
+    return srv, acc, [plain, nohdr], rcs
+
+
+OUT = st.tuples(st.sampled_from([b"$G", b"ACC"]), st.sampled_from([b"r.x", b"r.y.z"]),
+                st.sampled_from([None, b"", b"_INBOX.r"]), st.sampled_from([[], [b"g"], [b"g", b"h"], (b"q",)]),
+                st.sampled_from([-1, 0, 5]), st.sampled_from([b"", b"hello", b"x" * 200]), st.integers(0, 1))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames=st.lists(OUT, max_size=30))
+def test_both_route_senders_write_the_same(frames):
+    from rillet._speedups._cdeliver import route_send_msg
+    from rillet.cluster.route import reference_send_msg
+
+    def run(send):
+        srv, acc, clients, rcs = route_world()
+        for account, subject, reply, queues, hdr, body, i in frames:
+            send(rcs[i], account, subject, reply, queues, hdr, b"NATS/1.0\r\n"[:max(hdr, 0)] + body)
+        return [(bytes(rc.out), rc.out_msgs, rc.out_bytes, rc.flush_pending) for rc in rcs], \
+            [srv.pending_flush.index(rc) if rc in srv.pending_flush else -1 for rc in rcs]
+    assert run(reference_send_msg) == run(route_send_msg)
+
+
+IN = st.tuples(st.sampled_from([b"$G", b"NOPE"]), st.sampled_from([b"r.x", b"r.y", b"s.x"]),
+               st.sampled_from([None, b"_INBOX.r", b"$JS.ACK.s.c.1.2.3.4.5@r.x"]),
+               st.sampled_from([(), (b"g",), (b"g", b"h"), (b"zz",)]), st.sampled_from([b"", b"hi"]))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(IN, max_size=30), seed=st.integers(0, 1000))
+def test_both_route_receivers_deliver_the_same(msgs, seed):
+    from rillet._speedups._cdeliver import deliver_inbound, route_proto_rmsg
+    from rillet.cluster.route import reference_proto_rmsg
+
+    def run(rmsg, inbound):
+        saved = delivery.deliver_inbound
+        import rillet.server.accounts as accounts
+        delivery.deliver_inbound = accounts.deliver_inbound = inbound
+        try:
+            srv, acc, clients, rcs = route_world()
+            random.seed(seed)
+            for account, subject, reply, queues, body in msgs:
+                rmsg(rcs[0], account, subject, reply, queues, body)
+        finally:
+            delivery.deliver_inbound = accounts.deliver_inbound = saved
+        return [(bytes(c.out), c.out_msgs, c.out_bytes, [(s.sid, s.nm) for s in c.subs.values()]) for c in clients], \
+            rcs[0].in_msgs, rcs[0].in_bytes, acc.sublist._hits, acc.sublist._misses
+    assert run(reference_proto_rmsg, delivery.reference_deliver_inbound) == run(route_proto_rmsg, deliver_inbound)

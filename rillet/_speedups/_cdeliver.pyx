@@ -78,7 +78,7 @@ cdef PyTypeObject* _CLIENT_T = NULL
 cdef PyTypeObject* _ACC_T = NULL
 cdef object _Client = None
 cdef Py_ssize_t R_PSUBS, R_QSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
-cdef Py_ssize_t S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER
+cdef Py_ssize_t S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME
 cdef Py_ssize_t C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS
 cdef Py_ssize_t C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
 cdef PyTypeObject* _SUBLIST_T = NULL
@@ -93,7 +93,7 @@ cdef list _keep = []  # (the types, referenced)
 cdef int _setup() except -1:
     global _ready, _member_descriptor, _RESULT_T, _PLAN_T, _SUB_T, _CLIENT_T, _ACC_T, _Client
     global R_PSUBS, R_QSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
-    global S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER
+    global S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME
     global C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS
     global C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
     global _SUBLIST_T, _sublist_match, _reference_pub, _Account
@@ -121,6 +121,7 @@ cdef int _setup() except -1:
     S_ICB = _off(Subscription, "icb")
     A_PENDING = _off(Account, "_pending")
     A_SERVER = _off(Account, "server")
+    A_NAME = _off(Account, "name_b")
     C_OUT = _off(Client, "out")
     C_FLUSH = _off(Client, "flush_pending")
     C_MSGS = _off(Client, "out_msgs")
@@ -159,6 +160,7 @@ cdef object _no_responders = _pure.no_responders
 cdef object _random = _pure.random
 cdef object _RemoteSub = _pure.RemoteSub
 cdef object _NONE = _pure._NONE
+cdef object _GATEWAY = _pure.GATEWAY
 
 # subclasses of Client whose output state is Client's own slots (checked once per type)
 cdef dict _client_types = {}
@@ -458,7 +460,7 @@ cdef object _deliver(acc, c, r, subject, reply, hdr, msg, route, rreply):
         for sub in done:
             sub.client.remove_sub(sub)
     if targets:  # (not a local plan, and links to send to)
-        sent = _forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, None)
+        sent = _cforward(acc, c, targets, subject, reply, hdr, msg, route, rreply)
         return n > 0 or sent
     if n:
         return True
@@ -517,3 +519,202 @@ def proto_pub(self, subject, reply, payload):
             nm(self, subject, reply, -1, payload)
         elif reply and self.no_responders:
             acc._no_responders(self, subject, reply)
+
+
+# ---- a message from a route ----------------------------------------------------------------------------------------
+
+cdef object _reference_inbound = _pure.reference_deliver_inbound
+cdef object _Plan = _pure.Plan
+cdef object _Local = _pure.Local
+
+
+def deliver_inbound(acc, rc, subject, reply, queues, hdr, msg):
+    """``rillet.server.delivery.deliver_inbound`` (the reference: ``reference_deliver_inbound``), compiled: the
+    match as ``Sublist.match``, the plan's inbound part, the executor. A JetStream delivery's reply
+    (``$JS.ACK.``... with an ``@``) and other argument types go to the reference."""
+    if not _ready:
+        _setup()
+    _inbound(acc, rc, subject, reply, queues, hdr, msg)
+
+
+cdef object _match(acc, subject):
+    """``acc._match(subject.decode("utf-8", "surrogateescape"))``, Sublist.match's cache hit inlined."""
+    s = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(subject), PyBytes_GET_SIZE(subject), "surrogateescape")
+    m = _get(acc, A_MATCH, "_match")
+    cdef PyObject* hit
+    if PyMethod_Check(m) and PyMethod_GET_FUNCTION(m) == <PyObject*>_sublist_match and \
+            Py_TYPE(<object>PyMethod_GET_SELF(m)) == _SUBLIST_T:
+        sl = <object>PyMethod_GET_SELF(m)
+        cache = _get(sl, L_CACHE, "_cache")
+        hit = PyDict_GetItemWithError(cache, s) if type(cache) is dict else NULL
+        if hit is NULL:
+            return sl.match(s)
+        _set(sl, L_HITS, _get(sl, L_HITS, "_hits") + 1)
+        return <object>hit
+    return m(s)
+
+
+cdef object _inbound(acc, rc, subject, reply, queues, hdr, msg):
+    if Py_TYPE(acc) != _ACC_T or type(subject) is not bytes or \
+            (reply is not None and (type(reply) is not bytes or
+                                    (reply[:8] == b"$JS.ACK." and b"@" in reply))):
+        return _reference_inbound(acc, rc, subject, reply, queues, hdr, msg)
+    r = _match(acc, subject)
+    if Py_TYPE(r) == _RESULT_T:
+        if not (_get(r, R_PSUBS, "psubs") or _get(r, R_QSUBS, "qsubs")):
+            return None
+        plan = _get(r, R_PLAN, "plan")
+    else:
+        if not (r.psubs or r.qsubs):
+            return None
+        plan = r.plan
+    if plan is None:
+        plan = _Plan(r, acc.gw)
+        r.plan = plan
+    if queues:
+        in_q = plan.in_q
+        groups = [g for g in (in_q.get(bytes(q)) for q in queues) if g is not None]
+        lr = _Local(plan.in_psubs, groups) if groups else plan.inbound
+    else:
+        lr = plan.inbound
+    if lr is None:
+        lr = r  # (local plain subscribers only: the result is its own inbound part)
+    if lr.psubs or lr.qsubs:
+        _deliver(acc, rc, lr, subject, reply, hdr, msg, None, None)
+    return None
+
+
+# ---- routes: RMSG in, RMSG out -----------------------------------------------------------------------------------
+
+cdef bint _route_ready = False
+cdef PyTypeObject* _ROUTE_T = NULL
+cdef Py_ssize_t RC_OUT, RC_FLUSH, RC_OUT_MSGS, RC_OUT_BYTES, RC_PINNED, RC_HEADERS, RC_IN_MSGS, RC_IN_BYTES
+cdef Py_ssize_t RC_ACCOUNTS, RC_CLUSTER, RC_CLOSED
+cdef object _RouteConnT = None
+cdef object _accounts_mod = None
+cdef object _reference_send = None
+cdef object _reference_rmsg = None
+cdef object _rmsg_head = None
+cdef object _hmsg_head = None
+cdef object _acc_deliver_routed = None
+cdef object _acc_inner_routed = None
+
+
+cdef int _route_setup() except -1:
+    global _route_ready, _ROUTE_T, RC_OUT, RC_FLUSH, RC_OUT_MSGS, RC_OUT_BYTES, RC_PINNED, RC_HEADERS
+    global RC_IN_MSGS, RC_IN_BYTES, RC_ACCOUNTS, RC_CLUSTER, _reference_send, _reference_rmsg, _rmsg_head
+    global _hmsg_head, _acc_deliver_routed, _acc_inner_routed, RC_CLOSED, _RouteConnT, _accounts_mod
+    if not _ready:
+        _setup()
+    from rillet.cluster import route
+    RouteConn = route.RouteConn
+    RC_OUT = _off(RouteConn, "out")
+    RC_FLUSH = _off(RouteConn, "flush_pending")
+    RC_OUT_MSGS = _off(RouteConn, "out_msgs")
+    RC_OUT_BYTES = _off(RouteConn, "out_bytes")
+    RC_PINNED = _off(RouteConn, "pinned_acc")
+    RC_HEADERS = _off(RouteConn, "headers")
+    RC_IN_MSGS = _off(RouteConn, "in_msgs")
+    RC_IN_BYTES = _off(RouteConn, "in_bytes")
+    RC_ACCOUNTS = _off(RouteConn, "_accounts")
+    RC_CLUSTER = _off(RouteConn, "cluster")
+    RC_CLOSED = _off(RouteConn, "closed")
+    _RouteConnT = RouteConn
+    from rillet.server import accounts
+    _accounts_mod = accounts
+    _reference_send = route.reference_send_msg
+    _reference_rmsg = route.reference_proto_rmsg
+    _rmsg_head = route._wire.rmsg_head
+    _hmsg_head = route._wire.hmsg_head
+    _acc_deliver_routed = _Account.__dict__["deliver_routed"]
+    _acc_inner_routed = _Account.__dict__["_deliver_routed"]
+    _keep.append(RouteConn)
+    _ROUTE_T = <PyTypeObject*>RouteConn
+    _route_ready = True
+    return 0
+
+
+def route_send_msg(self, account, subject, reply, queues, hdr, msg):
+    """``RouteConn.send_msg`` (the reference: rillet.cluster.route.reference_send_msg), compiled: the frame's
+    head from the lane's builders, head, body and CRLF appended at once."""
+    if not _route_ready:
+        _route_setup()
+    _route_send(self, account, subject, reply, queues, hdr, msg)
+
+
+cdef object _route_send(self, account, subject, reply, queues, hdr, msg):
+    if Py_TYPE(self) != _ROUTE_T or type(msg) is not bytes or type(hdr) is not int:
+        return _reference_send(self, account, subject, reply, queues, hdr, msg)
+    out = _get(self, RC_OUT, "out")
+    if _get(self, RC_PINNED, "pinned_acc"):
+        account = None  # (a pinned route's account is not on the wire)
+    cdef Py_ssize_t h = hdr
+    if h < 0:
+        head = _rmsg_head(account, subject, reply, queues, PyBytes_GET_SIZE(msg))
+        body = msg
+    elif _get(self, RC_HEADERS, "headers"):
+        head = _hmsg_head(account, subject, reply, queues, hdr, PyBytes_GET_SIZE(msg))
+        body = msg
+    else:  # a peer without headers gets the payload only
+        body = msg[h:]
+        head = _rmsg_head(account, subject, reply, queues, PyBytes_GET_SIZE(body))
+    if PyByteArray_CheckExact(out) and type(head) is bytes:
+        _append(out, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), PyBytes_AS_STRING(body),
+                PyBytes_GET_SIZE(body), "\r\n", 2)
+    else:
+        out += head
+        out += body
+        out += b"\r\n"
+    _set(self, RC_OUT_MSGS, _get(self, RC_OUT_MSGS, "out_msgs") + 1)
+    _set(self, RC_OUT_BYTES, _get(self, RC_OUT_BYTES, "out_bytes") + PyBytes_GET_SIZE(msg))
+    if not _get(self, RC_FLUSH, "flush_pending"):
+        _set(self, RC_FLUSH, True)
+        self.server.pending_flush.append(self)
+    return None
+
+
+def route_proto_rmsg(self, account, subject, reply, queues, payload):
+    """``RouteConn.proto_rmsg`` (the reference: rillet.cluster.route.reference_proto_rmsg), compiled: the
+    counts, the account (the connection's cache), then the cluster's entry for routed messages -- when it is
+    ``Account.deliver_routed`` as it is (a server without gateways and leaf nodes), straight to the compiled
+    ``deliver_inbound`` (an RMSG has no headers, so no trace to look for)."""
+    if not _route_ready:
+        _route_setup()
+    if Py_TYPE(self) != _ROUTE_T or type(payload) is not bytes or type(account) is not bytes:
+        return _reference_rmsg(self, account, subject, reply, queues, payload)
+    _set(self, RC_IN_MSGS, _get(self, RC_IN_MSGS, "in_msgs") + 1)
+    _set(self, RC_IN_BYTES, _get(self, RC_IN_BYTES, "in_bytes") + PyBytes_GET_SIZE(payload))
+    accounts = _get(self, RC_ACCOUNTS, "_accounts")
+    acc = accounts.get(account)
+    if acc is None:
+        acc = self._account(account)
+        if acc is None:
+            return None
+    entry = _get(self, RC_CLUSTER, "cluster").routed_entry
+    if entry is _acc_deliver_routed and _Account.__dict__["_deliver_routed"] is _acc_inner_routed and \
+            _accounts_mod.deliver_inbound is deliver_inbound:
+        _inbound(acc, self, subject, reply, queues, -1, payload)
+    else:
+        entry(acc, self, subject, reply, queues, -1, payload)
+    return None
+
+
+cdef object _cforward(acc, c, targets, subject, reply, hdr, msg, route, rreply):
+    """``delivery.forward`` (the reference) for a message with no trace: a route's frame written here when the
+    link is a ``RouteConn`` whose ``send_msg`` is the compiled one; a shown subject (``route``) and a message
+    from a gateway go to the reference."""
+    if route is not None or c.kind == _GATEWAY or type(targets) is not dict:
+        return _forward(acc, c, targets, subject, reply, hdr, msg, route, rreply, None)
+    name = _get(acc, A_NAME, "name_b")
+    rep = reply if rreply is None else rreply
+    cdef bint delivered = False
+    cdef bint fast = _route_ready and _RouteConnT.send_msg is route_send_msg
+    for rc, queues in (<dict>targets).items():
+        if fast and Py_TYPE(rc) == _ROUTE_T:
+            if not _get(rc, RC_CLOSED, "closed"):
+                _route_send(rc, name, subject, rep, queues, hdr, msg)
+                delivered = True
+        elif not rc.closed:
+            rc.send_msg(name, subject, rep, queues, hdr, msg)
+            delivered = True
+    return delivered

@@ -69,6 +69,10 @@ class RouteConn(ServerConn):
     kind = ROUTER
     id_tag = "rid"
     role_word = "Router"
+    # what a message in or out reads and counts, in slots (the rest in the instance dict): one fixed layout,
+    # read at its offsets by the compiled send_msg/proto_rmsg (rillet/_speedups/_cdeliver.pyx)
+    __slots__ = ("out", "flush_pending", "out_msgs", "out_bytes", "pinned_acc", "headers", "in_msgs", "in_bytes",
+                 "_accounts", "cluster", "closed")
 
     def __init__(self, cluster: "Cluster", url: Any = None, rtype: str = IMPLICIT, gossip_mode: int = 0,
                  account: str = "") -> None:
@@ -543,3 +547,17 @@ class RouteConn(ServerConn):
     def __repr__(self) -> str:
         return f"<RouteConn rid:{self.cid} {self.remote_name or self.remote_id} {'solicited' if self.solicited else 'accepted'}>"
 
+
+
+# the message handlers routes run: ``reference_send_msg`` and ``reference_proto_rmsg`` (the methods above, the
+# reference and the pure lane's) or, in the compiled lane, their twins in rillet._speedups._cdeliver
+reference_send_msg = RouteConn.send_msg
+reference_proto_rmsg = RouteConn.proto_rmsg
+if lane.COMPILED:
+    try:
+        from rillet._speedups._cdeliver import route_proto_rmsg, route_send_msg
+    except ImportError:  # (an extension built before the twins existed)
+        pass
+    else:
+        RouteConn.send_msg = route_send_msg  # type: ignore[method-assign]
+        RouteConn.proto_rmsg = route_proto_rmsg  # type: ignore[method-assign]

@@ -674,10 +674,11 @@ def js_ack_deliver_idx(reply: bytes) -> int:
 # lane its twin rillet._speedups._cdeliver.deliver_result, which takes the plain case and hands everything else
 # to the reference (an extension built before the twin existed: the reference)
 reference_deliver_result = deliver_result
+reference_deliver_inbound = deliver_inbound  # (likewise: a message from a route)
 from rillet import lane as _lane  # noqa: E402
 
 if _lane.COMPILED:
     try:
-        from rillet._speedups._cdeliver import deliver_result  # noqa: F811
+        from rillet._speedups._cdeliver import deliver_inbound, deliver_result  # noqa: F811
     except ImportError:
         pass
