@@ -19,7 +19,6 @@ from urllib.parse import unquote, urlsplit
 from rillet.config.options import DEFAULT_PORT, Options, TLSConfig
 
 from .builder_base import split_host_port
-from .options_builder import load_file
 
 __all__ = ["CommandLine", "FlagError", "parse_command_line", "reload_options", "USAGE", "TLS_HELP"]
 
@@ -303,6 +302,7 @@ def parse_command_line(argv: list[str]) -> CommandLine:
 
     cmd.config_file = values.get("config", "")
     if cmd.config_file:
+        from .options_builder import load_file  # (a configuration file: its parser and builders load here)
         cmd.options = load_file(cmd.config_file, warnings_as_errors=cmd.test_config)
     elif cmd.test_config:
         raise FlagError("must specify [-c, --config] option to check configuration file syntax")

@@ -31,7 +31,6 @@ overflows 64 bits (nats-server wraps around) and include cycles (nats-server rec
 """
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import os
 from typing import Any
@@ -149,6 +148,7 @@ class _Builder:
             self.store(self.float(tok), tok)
         elif kind == DATETIME:
             try:
+                import datetime as _dt  # (only for a datetime value: issue 20)
                 value = _dt.datetime.strptime(tok.text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
             except ValueError:
                 raise self.error(f"expected Zulu formatted DateTime, but got '{tok.text}'", tok,

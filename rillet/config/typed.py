@@ -5,7 +5,7 @@ way nats-server expects it and raise ``ConfigError`` otherwise.
 """
 from __future__ import annotations
 
-import datetime as _dt
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -16,6 +16,13 @@ from rillet.gocompat.gotime import parse_go_duration
 
 from .values import ConfigList, ConfigMap
 
+
+
+def _is_datetime(value: Any) -> bool:
+    # (a datetime value exists only once the config parser has read one, which imports the module: an idle
+    # server does not load datetime, issue 20)
+    dt = sys.modules.get("datetime")
+    return dt is not None and isinstance(value, dt.datetime)
 
 def type_name(value: Any) -> str:
     if isinstance(value, bool):
@@ -30,7 +37,7 @@ def type_name(value: Any) -> str:
         return "map"
     if isinstance(value, list):
         return "array"
-    if isinstance(value, _dt.datetime):
+    if _is_datetime(value):
         return "datetime"
     return type(value).__name__
 
@@ -68,7 +75,7 @@ class Field:
     def not_go_type(self, wanted: str) -> ConfigError:
         """nats-server's words for a value of the wrong type: its type assertion fails and the panic is
         reported at the key (``interface conversion: interface {} is string, not int64``)."""
-        got = "time.Time" if isinstance(self.value, _dt.datetime) else go_type(self.value)
+        got = "time.Time" if _is_datetime(self.value) else go_type(self.value)
         return self.error(f"interface conversion: interface {{}} is {got}, not {wanted}")
 
     def as_str(self) -> str:

@@ -18,8 +18,11 @@ microsecond) are the monitor's, in ``rillet.gocompat.monitorfmt``.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import time as _time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import datetime as _dt
 
 NS = 1_000_000_000
 
@@ -135,6 +138,7 @@ def zone_offset(ns: int, tz: _dt.tzinfo | None) -> int:
     """The UTC offset in seconds of zone ``tz`` (UTC when None) at the instant ``ns``."""
     if tz is None:
         return 0
+    import datetime as _dt  # (not at import: an idle server does not load datetime, issue 20)
     off = _dt.datetime.fromtimestamp(ns // NS, tz).utcoffset()
     return int(off.total_seconds()) if off else 0
 

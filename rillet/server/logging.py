@@ -10,7 +10,6 @@ locally and facility 0 remotely, as nats-server sends them.
 """
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import socket
@@ -53,6 +52,7 @@ class _GoSyslogFormatter(logging.Formatter):
         nl = "" if msg.endswith("\n") else "\n"
         head = f"{self.tag}[{os.getpid()}]: "
         if self.remote:
+            import datetime  # (remote syslog only)
             now = datetime.datetime.now().astimezone().replace(microsecond=0)
             stamp = now.isoformat()
             if stamp.endswith("+00:00"):
