@@ -41,6 +41,10 @@ cdef object _pure_index = _fsmod.FileStore._index_record
 cdef object _pure_append = _fsmod.FileStore._append
 cdef object _pure_store_msg = _fsmod.FileStore.store_msg
 cdef object _pure_totals = _fsmod.index_totals
+cdef object _pure_read = _fsmod.FileStore._read_msg
+cdef object _StoredMsg = _fsmod.StoredMsg
+cdef unsigned long _CRC_RESIDUE = _fsmod._CRC_RESIDUE
+cdef uint8_t _F_COMPRESSED = _fsformat.F_COMPRESSED
 cdef object _ErrStoreClosed = _fsmod.ErrStoreClosed
 cdef object _time_ns = _time.time_ns
 cdef object _pure_write_all = _fsmod._write_all
@@ -106,7 +110,8 @@ cdef bint _DIRECT = _check_layout()
 # instance's __dict__ for them (a fraction of a generic attribute access). Should any of them become a class
 # attribute or descriptor, the twin leaves everything to the pure code (fast_paths() tells; a test checks).
 _STORE_ATTRS = ("_closed", "_pre_check", "_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
-                "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits", "_wb", "_wb_off", "_wb_ps")
+                "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits", "_wb", "_wb_off", "_wb_ps", "_rc",
+                "_rc_next")
 cdef bint _DICT_OK = not any(name in vars(c) for c in _fsmod.FileStore.__mro__ for name in _STORE_ATTRS)
 
 
@@ -174,6 +179,15 @@ class FileStore(_PureFileStore):
         if ttl_ns or not _DICT_OK:
             return _pure_write(self, seq, subject, hdr, data, ts, ttl_ns)
         return _write(self, self.__dict__, seq, subject, hdr, data, ts)
+
+    def _read_msg(self, blk, x, slot):
+        # a record inside the bytes a sequential read pass read ahead, whose checks pass: decoded here;
+        # anything else (a read from the file, a record that fails a check) is the pure code's
+        if _DICT_OK:
+            m = _read_ahead(self, self.__dict__, blk, x, slot)
+            if m is not None:
+                return m
+        return _pure_read(self, blk, x, slot)
 
 
 cdef int _append(object self, dict d, object seq, object subject, object hdr, object data, object ts, object ttl,
@@ -392,6 +406,69 @@ cdef int _index(object fs, object blk, object x, object seq, object subject, obj
 
 cdef inline bint _arr(object a, char code) noexcept:
     return type(a) is array and (<array>a).ob_descr.typecode == code
+
+
+cdef inline uint64_t _rd64(const unsigned char* p) noexcept:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(8):
+        v |= (<uint64_t>p[i]) << (8 * i)
+    return v
+
+
+cdef inline uint32_t _rd32(const unsigned char* p) noexcept:
+    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef object _read_ahead(object self, dict d, object blk, object x, object slot):
+    """The pure ``_read_msg`` for a record that lies in the read-ahead bytes (``_rc``) and passes the inline
+    checks (a message record at this sequence, its length, not compressed, lengths that add up, the CRC);
+    None for anything else (the caller then runs the pure one, nothing changed)."""
+    if _ga(self, d, "_closed"):
+        return None
+    rc = _ga(self, d, "_rc")
+    if type(rc) is not tuple or len(<tuple>rc) != 3:
+        return None
+    rbuf = (<tuple>rc)[2]
+    if type(rbuf) is not bytes or (<tuple>rc)[0] != blk.index:
+        return None
+    offs = x.offs
+    rlen = x.rlen
+    if type(slot) is not int or not (_arr(offs, c'Q') and _arr(rlen, c'I')):
+        return None
+    cdef Py_ssize_t i = slot
+    if i < 0 or i >= Py_SIZE(offs) or i >= Py_SIZE(rlen):
+        return None
+    cdef unsigned long long off = (<array>offs).data.as_ulonglongs[i]
+    cdef unsigned long long n = (<array>rlen).data.as_uints[i]
+    cdef long long roff
+    try:
+        roff = (<tuple>rc)[1]
+    except (OverflowError, TypeError):
+        return None
+    cdef Py_ssize_t blen = PyBytes_GET_SIZE(rbuf)
+    if roff < 0 or <unsigned long long>roff > off or off + n > <unsigned long long>roff + blen or n < <unsigned long long>_OVERHEAD:
+        return None
+    cdef Py_ssize_t b0 = <Py_ssize_t>(off - <unsigned long long>roff)
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(rbuf) + b0
+    seq = x.base + slot
+    cdef uint64_t cseq
+    try:
+        cseq = seq
+    except (OverflowError, TypeError):
+        return None
+    cdef uint32_t slen = p[2] | (<uint32_t>p[3] << 8)
+    cdef uint32_t hlen = _rd32(p + 32)
+    cdef uint32_t dlen = _rd32(p + 36)
+    if (p[0] != _T_MSG or _rd64(p + 8) != cseq or _rd32(p + 4) != n or (p[1] & _F_COMPRESSED)
+            or <long long>n - _OVERHEAD - <long long>slen != <long long>hlen + <long long>dlen
+            or crc32(0, p, <unsigned int>n) != _CRC_RESIDUE):
+        return None
+    d["_rc_next"] = off + n
+    cdef int64_t ts = <int64_t>_rd64(p + 16)
+    subject = x.subjs[x.sid[slot]]
+    cdef const char* q = <const char*>p + 40 + slen
+    return _StoredMsg(subject, seq, ts, PyBytes_FromStringAndSize(q, hlen), PyBytes_FromStringAndSize(q + hlen, dlen))
 
 
 def index_totals(x):
