@@ -44,6 +44,7 @@ __all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", 
            "attach_to_routes", "member_of", "bridge_js_api"]
 
 CATCHUP_STALL = 2.0  # seconds without catch-up progress before the catch-up is asked for again
+HEARTBEAT = 1.0  # seconds between a leader's heartbeats (nats-server's hbInterval)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,8 @@ class GoRaftFollower:
     votes_granted: int = 0
     dropped: int = 0
     handoffs: int = 0
+    snapshot_data: bytes = b""  # the last snapshot installed (base_index), to catch others up with
+    snapshot_peer_state: bytes = b""
 
     # -- log ------------------------------------------------------------------------------------------
     @property
@@ -209,6 +212,7 @@ class GoRaftFollower:
                 self.cluster_size = ps.cluster_size
                 self._log.clear()
                 self.base_index, self.base_term = ae.pindex, ae.pterm
+                self.snapshot_data, self.snapshot_peer_state = ae.entries[0].data, ae.entries[1].data
                 self.commit = self.applied = ae.pindex
                 return self._resp(reply, True), [Committed(ae.pindex, ae.entries[0], snapshot=True)]
             else:
@@ -390,7 +394,9 @@ class GoMetaMember:
         self.server = server
         self.log = server.log
         self.group = group
-        self.raft = GoRaftFollower(group, gw.peer_id(server.name))
+        from rillet.jetstream.cluster.golead import GoRaftPeer
+        self.raft = GoRaftPeer(group, gw.peer_id(server.name))
+        self._hb: Any = None  # the heartbeat timer, while leading
         # term and vote, made durable before a vote is answered (a restarted member must not vote twice in a
         # term); the log itself is not kept: a restarted member answers votes as "empty" until caught up again
         self.tav = TermVote(os.path.join(store_dir, "go_meta", group)) if store_dir else None
@@ -414,12 +420,17 @@ class GoMetaMember:
         API (``bridge_js_api``)."""
         self.ic = self.server.internal_client(self.server.system_account, "go meta member")
         self._subs = [self.ic.subscribe(gw.vote_subject(self.group), self._on_msg),
-                      self.ic.subscribe(gw.append_subject(self.group), self._on_msg)]
+                      self.ic.subscribe(gw.append_subject(self.group), self._on_msg),
+                      self.ic.subscribe(self.raft.vote_inbox, self._on_msg),
+                      self.ic.subscribe(self.raft.resp_inbox, self._on_msg)]
         self.log.notice(f"JetStream: following the Go meta group {self.group!r} as peer {self.peer}")
         if js_api:
             bridge_js_api(self.server)
 
     def stop(self) -> None:
+        if self._hb is not None:
+            self._hb.cancel()
+            self._hb = None
         if self.ic is None:
             return
         for sub in self._subs + ([self._catchup_sub] if self._catchup_sub else []):
@@ -442,6 +453,10 @@ class GoMetaMember:
                 outs, done = self.raft.vote(gw.VoteRequest.decode(data), rep), []
             elif kind in ("append", "catchup"):
                 outs, done = self.raft.append(kind, subj, rep, gw.AppendEntry.decode(data), time.monotonic())
+            elif subj == self.raft.vote_inbox:
+                outs, done = self.raft.vote_response(gw.VoteResponse.decode(data)), []
+            elif subj == self.raft.resp_inbox:
+                outs, done = self.raft.append_response(gw.AppendEntryResponse.decode(data), rep)
             else:
                 return
         except gw.GoWireError as e:
@@ -449,6 +464,10 @@ class GoMetaMember:
             self._warn_once(f"{subj}:{e}", f"JetStream Go meta group {self.group!r}: refused a message on "
                                            f"{subj}: {e}")
             return
+        self._commit(done)
+        self._send(outs)
+
+    def _commit(self, done: list[Committed]) -> None:
         me = self.peer.encode("latin-1")
         for item in done:
             if item.entry.type == gw.ENTRY_REMOVE_PEER and item.entry.data == me and not item.snapshot:
@@ -461,16 +480,40 @@ class GoMetaMember:
                 self.apply_errors += 1
                 self._warn_once(f"apply:{e}", f"JetStream Go meta group {self.group!r}: could not apply entry "
                                               f"{item.index}: {e}")
+
+    def _send(self, outs: list[Out]) -> None:
         if self.tav is not None:
             self.tav.save(self.raft.term, self.raft.vote_for)  # (before anything is answered)
         self._sync_catchup_sub()
         for o in outs:
             self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
+        self._sync_heartbeat()
         if self.removed:
             # as nats-server: a server removed from the meta group (SERVER.REMOVE) leaves it
             self.log.error(f"JetStream: this server was removed from the Go meta group {self.group!r}; "
                            "no longer following it")
             self.stop()
+
+    # -- leading (rillet.jetstream.cluster.golead): only when asked, see the module docstring -----------------
+    def campaign(self) -> None:
+        """Stand for election (a test of the leader side; the meta layer's leader duties are not here)."""
+        self._send(self.raft.campaign())
+
+    def propose(self, entries: list[gw.Entry]) -> None:
+        self._send(self.raft.propose(entries))
+
+    def transfer(self, peer: str) -> None:
+        self._send(self.raft.transfer(peer))
+
+    def _sync_heartbeat(self) -> None:
+        from rillet.jetstream.cluster.golead import LEADER
+        if self.raft.role == LEADER and self._hb is None and self.ic is not None:
+            self._hb = self.server.loop.call_later(HEARTBEAT, self._beat)
+
+    def _beat(self) -> None:
+        self._hb = None
+        if self.ic is not None and self._subs:
+            self._send(self.raft.heartbeat())
 
     def _sync_catchup_sub(self) -> None:
         cu = self.raft.catchup
@@ -490,7 +533,7 @@ class GoMetaMember:
                 "commit": r.commit, "applied": r.applied, "catching_up": r.catchup is not None,
                 "peers": sorted(r.peers), "cluster_size": r.cluster_size, "votes_granted": r.votes_granted,
                 "streams": len(self.state.streams), "received": self.received, "refused": self.refused,
-                "removed": self.removed}
+                "removed": self.removed, "role": r.role}
 
 
 def bridge_js_api(server: Any) -> list[str]:

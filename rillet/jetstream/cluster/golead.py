@@ -1,0 +1,169 @@
+"""Leading a nats-server RAFT group from Rillet: the candidate and leader side of nats-server's protocol.
+
+``GoRaftPeer`` extends the follower of rillet.jetstream.cluster.gometa (``GoRaftFollower``) with nats-server's
+candidate and leader rules (our own code, sans-IO like the follower):
+
+* ``campaign()``: the next term, a vote for ourselves and a ``VoteRequest`` with our last term and index to
+  ``$NRG.V.<group>`` (reply: our vote inbox). ``vote_response()`` counts the grants of that term; a grant
+  from a peer whose log is empty counts only when every member voted (as nats-server: an empty log may
+  have lost what it acknowledged); a higher term makes us a follower again.
+* as leader: ``heartbeat()`` and ``propose()`` send append entries to ``$NRG.AE.<group>`` (reply: our
+  response inbox); ``append_response()`` records each follower's last index, commits an index of our term
+  once a quorum holds it, and serves a follower's catch-up: when its failing response names a
+  ``$NRG.CR.`` inbox, the entries it lacks are sent there (with ``lterm``, our term), or our snapshot and peer
+  state when they are gone from our log.
+* ``transfer(peer)``: an ``ENTRY_LEADER_TRANSFER`` naming the peer, then we step down (the peer campaigns
+  at once when it sees it, as nats-server's ``StepDown``).
+
+What a leader of the *meta* group must also do -- answer the JetStream API, place streams, encode
+assignments -- is not here: ``propose`` takes entries already encoded (rillet.jetstream.cluster.gowire).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rillet.jetstream.cluster.gometa import Committed, GoRaftFollower, Out
+from rillet.raft import gowire as gw
+
+__all__ = ["FOLLOWER", "CANDIDATE", "LEADER", "GoRaftPeer"]
+
+FOLLOWER, CANDIDATE, LEADER = "follower", "candidate", "leader"
+
+
+@dataclass
+class GoRaftPeer(GoRaftFollower):
+    role: str = FOLLOWER
+    vote_inbox: str = field(default_factory=gw.new_inbox)
+    resp_inbox: str = field(default_factory=gw.new_inbox)
+    _votes: set[str] = field(default_factory=set)
+    _empty_votes: set[str] = field(default_factory=set)
+    match: dict[str, int] = field(default_factory=dict)  # leader: each follower's last index acknowledged
+    terms_led: list[int] = field(default_factory=list)
+
+    # -- membership ---------------------------------------------------------------------------------------
+    def size(self) -> int:
+        return max(self.cluster_size, len(self.peers | {self.me}))
+
+    def quorum(self) -> int:
+        return self.size() // 2 + 1
+
+    # -- the follower's paths, aware of the role --------------------------------------------------------
+    def vote(self, vr: gw.VoteRequest, reply: str) -> list[Out]:
+        if vr.term > self.term and self.role != FOLLOWER:
+            self.role = FOLLOWER
+        return super().vote(vr, reply)
+
+    def append(self, kind: str, inbox: str, reply: str, ae: gw.AppendEntry,
+               now: float) -> tuple[list[Out], list[Committed]]:
+        lterm = ae.lterm or ae.term
+        if self.role == LEADER and kind == "append" and ae.leader == self.me:
+            return [], []  # our own append entry, back through a subscription of ours
+        if self.role != FOLLOWER and lterm >= self.term and ae.leader != self.me:
+            self.role = FOLLOWER  # another leader of this term or a later one
+        return super().append(kind, inbox, reply, ae, now)
+
+    # -- candidate ----------------------------------------------------------------------------------------
+    def campaign(self) -> list[Out]:
+        self.term += 1
+        self.vote_for = self.me
+        self.leader = ""
+        self.role = CANDIDATE
+        self._votes, self._empty_votes = {self.me}, set()
+        self.catchup = None
+        return [Out(gw.vote_subject(self.group), self.vote_inbox,
+                    gw.VoteRequest(self.term, self.pterm, self.pindex, self.me).encode())]
+
+    def vote_response(self, vr: gw.VoteResponse) -> list[Out]:
+        if vr.term > self.term:
+            self.term, self.vote_for, self.role = vr.term, "", FOLLOWER
+            return []
+        if self.role != CANDIDATE or not vr.granted or vr.term != self.term:
+            return []
+        if vr.peer not in self.peers and len(self.peers) >= self.size():
+            return []  # not a member
+        (self._empty_votes if vr.empty else self._votes).add(vr.peer)
+        if len(self._votes) >= self.quorum() or len(self._votes) + len(self._empty_votes) >= self.size():
+            return self._become_leader()
+        return []
+
+    def _become_leader(self) -> list[Out]:
+        self.role = LEADER
+        self.leader = self.me
+        self.match = {}
+        self.terms_led.append(self.term)
+        return self.heartbeat()
+
+    # -- leader ---------------------------------------------------------------------------------------------
+    def _ae(self, entries: tuple[gw.Entry, ...], pterm: int, pindex: int, lterm: int = 0) -> gw.AppendEntry:
+        return gw.AppendEntry(self.me, self.term, self.commit, pterm, pindex, entries, lterm)
+
+    def heartbeat(self) -> list[Out]:
+        if self.role != LEADER:
+            return []
+        return [Out(gw.append_subject(self.group), self.resp_inbox, self._ae((), self.pterm, self.pindex).encode())]
+
+    def propose(self, entries: list[gw.Entry]) -> list[Out]:
+        """Append entries in our term and send them (leader only; ValueError otherwise)."""
+        if self.role != LEADER:
+            raise ValueError("not the leader")
+        pterm, pindex = self.pterm, self.pindex
+        for e in entries:
+            self._log.append((self.term, e))
+        return [Out(gw.append_subject(self.group), self.resp_inbox,
+                    self._ae(tuple(entries), pterm, pindex).encode())]
+
+    def append_response(self, ar: gw.AppendEntryResponse, reply: str) -> tuple[list[Out], list[Committed]]:
+        if ar.term > self.term:
+            self.term, self.vote_for, self.role, self.leader = ar.term, "", FOLLOWER, ""
+            return [], []
+        if self.role != LEADER:
+            return [], []
+        if ar.success:
+            if ar.index > self.match.get(ar.peer, 0):
+                self.match[ar.peer] = min(ar.index, self.pindex)
+            return [], self._advance_commit()
+        if reply:
+            return self._catch_up(ar.index, reply), []
+        return [], []
+
+    def _advance_commit(self) -> list[Committed]:
+        done: list[Committed] = []
+        for n in range(self.pindex, self.commit, -1):
+            if self.term_at(n) != self.term:
+                break  # (only an index of our own term is committed by counting)
+            have = 1 + sum(1 for p, i in self.match.items() if p != self.me and i >= n)
+            if have >= self.quorum():
+                for index in range(max(self.commit, self.base_index) + 1, n + 1):
+                    done.append(Committed(index, self._log[index - self.base_index - 1][1]))
+                self.commit = self.applied = n
+                break
+        return done
+
+    def _catch_up(self, from_index: int, inbox: str) -> list[Out]:
+        """The entries after ``from_index`` to a follower's catch-up inbox (our snapshot first when they are
+        no longer in our log)."""
+        outs: list[Out] = []
+        index = from_index
+        if index < self.base_index:
+            if not self.snapshot_data:
+                return []
+            outs.append(Out(inbox, "", self._ae(
+                (gw.Entry(gw.ENTRY_SNAPSHOT, self.snapshot_data), gw.Entry(gw.ENTRY_PEER_STATE, self.snapshot_peer_state)),
+                self.base_term, self.base_index, self.term).encode()))
+            index = self.base_index
+        while index < self.pindex:
+            t, e = self._log[index - self.base_index]
+            outs.append(Out(inbox, "", gw.AppendEntry(self.me, t, self.commit, self.term_at(index) or 0, index,
+                                                      (e,), self.term).encode()))
+            index += 1
+        return outs
+
+    def transfer(self, peer: str) -> list[Out]:
+        """Hand leadership to ``peer`` (leader only): an ENTRY_LEADER_TRANSFER, then step down."""
+        if self.role != LEADER:
+            raise ValueError("not the leader")
+        outs = self.propose([gw.Entry(gw.ENTRY_LEADER_TRANSFER, peer.encode("latin-1"))])
+        self.role = FOLLOWER
+        self.leader = ""
+        return outs
