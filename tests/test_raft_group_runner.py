@@ -247,6 +247,70 @@ async def test_group_ready_runs_in_the_flush_and_quiet_commits_leave_after_the_a
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("lazy", [False, True])
+async def test_commit_only_appends_held_under_load_in_a_lazy_group(lazy):
+    """A group whose owner allows it (lazy_commits) tells a commit with no append to carry it at once when no such
+    notice left within COMMIT_NOTICE_EVERY, else holds it that long: the next append carries the commit and the
+    held one is dropped. The followers still apply everything, and a lone commit is told at once."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with run_cluster(3) as servers:
+            peers = [peer_id(s.name) for s in servers]
+            applied: list[list[int]] = [[] for _ in servers]
+            groups = [RaftGroup(s, "G-lazy", peers, os.path.join(tmp, f"s{i}"),
+                                apply=lambda index, data, i=i: applied[i].append(index))
+                      for i, s in enumerate(servers)]
+            for g in groups:
+                if lazy:
+                    g.lazy_commits = lambda: True
+                await g.start()
+            await _until(lambda: any(g.is_leader for g in groups), what="a leader")
+            await _until(lambda: all(g.leader is not None for g in groups), what="everyone knows the leader")
+            li = next(i for i, g in enumerate(groups) if g.is_leader)
+            lead = groups[li]
+            tr = lead.transport
+            real_send = tr.send
+            quiet: list[tuple[float, int]] = []
+
+            def send(group: str, peer: str, data: bytes) -> None:
+                if group == "G-lazy":
+                    m = M.decode(data)
+                    if type(m) is M.AppendEntries and m.quiet:
+                        quiet.append((time.monotonic(), m.commit))
+                real_send(group, peer, data)
+
+            tr.send = send
+            try:
+                await asyncio.sleep(0.2)
+                quiet.clear()
+                last = 0
+                deadline = time.monotonic() + 8
+                for k in range(20):  # one at a time, each committed before the next: a sync publisher
+                    last, _ = lead.propose(b"%d" % k)
+                    servers[li].flush_clients()
+                    while lead.node.commit < last:  # (no polling interval: the next proposal follows at once)
+                        assert time.monotonic() < deadline, "not committed"
+                        await asyncio.sleep(0)
+                for i in range(3):
+                    await _until(lambda i=i: last in applied[i], what=f"applied on member {i}")
+                if lazy:
+                    assert len(quiet) < 20, quiet  # (20 commits, 2 followers: 40 when each is told at once)
+                else:
+                    assert len(quiet) >= 40, quiet
+                await asyncio.sleep(0.05)
+                quiet.clear()
+                one, _ = lead.propose(b"lone")  # after a pause: told at once, not after the hold
+                servers[li].flush_clients()
+                await _until(lambda: lead.node.commit >= one, what="committed")
+                t = time.monotonic()
+                await _until(lambda: len(quiet) >= 2, what="the lone commit told")
+                assert quiet[0][1] >= one and quiet[0][0] - t < 0.004
+            finally:
+                tr.send = real_send
+            for g in groups:
+                await g.stop()
+
+
+@pytest.mark.asyncio
 async def test_transport_caches_checked_sender_subjects():
     async with run_cluster(2) as servers:
         from rillet.jetstream.cluster.group import shared_transport

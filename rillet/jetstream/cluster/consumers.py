@@ -371,6 +371,7 @@ class ConsumerReplica:
                                snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval,
                                applied_floor=self._solo_floor)
         self.log.bind(self.group)
+        self.group.lazy_commits = self._lazy_commits
         self.log.solo_apply = self._apply_solo
         # R1 solo (see solo_check): the consumer's state in the stream store's consumer state while the group
         # runs without its log, as a lone server keeps it; a state found there at the start is the newest
@@ -409,6 +410,11 @@ class ConsumerReplica:
             self.group.campaign_soon()
 
     # ---- apply --------------------------------------------------------------------------------------
+
+    def _lazy_commits(self) -> bool:
+        """(RaftGroup.lazy_commits) A follower's consumer state is read when it takes over, and on the stream
+        leader's server for an interest or work queue stream's removals (which should follow an ack at once)."""
+        return self.c.stream_retention == "limits"
 
     def _filter(self, index: int, target: str, entry: Entry) -> bool:
         self.applied_since_snap += 1

@@ -87,6 +87,14 @@ DEFER_INPUTS = 4
 # persist and answer the next entries meanwhile); fewer go out with the applies' own output (PubAcks) in one
 # write per connection
 EARLY_FLUSH_ENTRIES = 16
+# (leader, in a group whose owner says nobody reads its followers' state as it happens: ``lazy_commits``) a
+# commit-only append (the new commit index for a follower that has every entry) leaves at once when none left
+# within this many seconds; otherwise it is held for up to that long and dropped if an append to the same
+# follower goes first (appends carry the commit index): under a steady load the followers learn each commit from
+# the next append, as nats-server's leader sends its commit heartbeat only when no proposal is waiting, while a
+# lone commit (an idle group's) is told at once. Other groups tell every commit at once (a consumer led on a
+# stream follower, a direct get answered there, see the new message as soon as possible).
+COMMIT_NOTICE_EVERY = 0.005
 
 _transports: "weakref.WeakKeyDictionary[Any, RaftTransport]" = weakref.WeakKeyDictionary()
 _runners: "weakref.WeakKeyDictionary[Any, _Runner]" = weakref.WeakKeyDictionary()
@@ -245,6 +253,11 @@ class RaftGroup:
         self._leader_waiters: list[tuple[float, Callable[[], None]]] = []  # (deadline, callback): when_leader
         self._handover: Optional[tuple[float, Callable[[], None]]] = None  # (deadline, callback): after_handover
         self._lost_logs = 0  # the node's lost_logs already logged
+        # set by the owner: whether commit-only appends may be held (COMMIT_NOTICE_EVERY) right now
+        self.lazy_commits: Optional[Callable[[], bool]] = None
+        self._held_commits: Optional[dict[str, Any]] = None  # peer -> commit-only append held (COMMIT_NOTICE_EVERY)
+        self._notice_at = -1.0  # loop time the last commit-only append left
+        self._notice_timer: Optional[asyncio.TimerHandle] = None
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -315,6 +328,10 @@ class RaftGroup:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._notice_timer is not None:
+            self._notice_timer.cancel()
+            self._notice_timer = None
+        self._held_commits = None
         if self.transport is not None:
             self.transport.leave(self.name)
         was = self._announced
@@ -596,14 +613,27 @@ class RaftGroup:
                     tr = self.transport
                     name = self.name
                     early = len(committed) > EARLY_FLUSH_ENTRIES
+                    held = self._held_commits
                     for m in rd.messages:
-                        if committed and not early and m.__class__ is M.AppendEntries and m.quiet:
-                            # a commit-only append: after the applies, so that their output (the PubAcks)
-                            # is written first; it still leaves in this pass
-                            if late is None:
-                                late = []
-                            late.append(m)
-                            continue
+                        if m.__class__ is M.AppendEntries:
+                            if m.quiet:
+                                lazy = self.lazy_commits
+                                if lazy is not None:
+                                    now = self.loop.time()
+                                    if now - self._notice_at < COMMIT_NOTICE_EVERY and lazy():
+                                        self._hold_commit(m)  # (the next append will likely carry it)
+                                        held = self._held_commits
+                                        continue
+                                    self._notice_at = now
+                                if committed and not early:
+                                    # a commit-only append: after the applies, so that their output (the
+                                    # PubAcks) is written first; it still leaves in this pass
+                                    if late is None:
+                                        late = []
+                                    late.append(m)
+                                    continue
+                            elif held:
+                                held.pop(m.to, None)  # (this append tells the commit index the held one had)
                         tr.send(name, m.to, M.encode(m))
                     if early:
                         # on the wire before the applies below (a batch of them takes milliseconds): the
@@ -629,6 +659,30 @@ class RaftGroup:
         if self._want_compact:
             self._want_compact = False
             self.compact()
+
+    def _hold_commit(self, m: Any) -> None:
+        held = self._held_commits
+        if held is None:
+            held = self._held_commits = {}
+        held[m.to] = m  # (a newer one replaces the older)
+        if self._notice_timer is None:
+            self._notice_timer = self.loop.call_later(COMMIT_NOTICE_EVERY, self._send_held_commits)
+
+    def _send_held_commits(self) -> None:
+        """The held commit-only appends no append went after: out now, with the commit index as it is now."""
+        self._notice_timer = None
+        held, self._held_commits = self._held_commits, None
+        n = self.node
+        if not held or not self.running or n is None or n.role != LEADER:
+            return
+        tr = self.transport
+        for m in held.values():
+            if m.term == n.term:
+                # (nothing else went to that follower since: its prev_index still names the last entry sent)
+                m.commit = n.commit
+                tr.send(self.name, m.to, M.encode(m))
+        self._notice_at = self.loop.time()
+        self.server.flush_clients()
 
     def _persist(self, rd: Any) -> bool:
         w = self.wal

@@ -115,6 +115,7 @@ class StreamReplica:
                                storage=sa.group.storage)
         self.log.bind(self.group)
         self.group.on_quorum_lost = self._quorum_lost
+        self.group.lazy_commits = self._lazy_commits
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.replay_seq = 0  # the last sequence the applied (or skipped) entries stored
         self.applied_since_snap = 0
@@ -707,6 +708,12 @@ class StreamReplica:
             kw["desired"] = monitor.desired_info(desired, self.cs.peer_name)
         return monitor.cluster_info(cluster, g.name, lname, g.leader_since_ns if g.is_leader else 0,
                                     self.peer_states(g), **kw)
+
+    def _lazy_commits(self) -> bool:
+        """(RaftGroup.lazy_commits) Nobody reads the followers' stores as they apply: no consumer (its leader may
+        be a follower's server, delivering what that server applied), no direct get answered by followers."""
+        cfg = self.stream.cfg
+        return not (cfg.allow_direct or cfg.mirror_direct) and self.consumer_count() == 0
 
     def consumer_count(self) -> int:
         """The stream's consumers as the meta layer knows them (nats-server's stream info takes the count from
