@@ -16,6 +16,7 @@ import base64
 import json
 import time
 import traceback
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from rillet.server.delivery import ConnKind
@@ -62,6 +63,10 @@ SERVER_ALIAS_MAX = 65535
 MAX_PAYLOAD_MQTT = 0xFFFFFFF
 PROPS_HDR = "Nmqtt-Props"
 _INTERNAL_HDRS = ("Nmqtt-", "Rillet-Mqtt-")
+
+
+_TOPICS: dict[bytes, str] = {}  # subject -> topic (a cache)
+_HDRS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % q for q in range(3)]  # (3.1.1 publishes carry no more)
 
 
 def parse_ack(reply: str) -> tuple[int, int, int] | None:
@@ -128,6 +133,9 @@ class MqttConn(asyncio.Protocol):
         self.msubs: dict[str, _Sub] = {}  # NATS filter subject (or "$share/<g>/" + subject) -> _Sub
         self._sidn = 0
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.busy = False  # the packet task is handling (awaiting) a packet
+        self.ack_fifo: deque = deque()  # [store future, packet id, reason code]: QoS 1 PUBACKs in order
+        self.topics: dict[str, str] = {}  # topic -> subject (a cache)
         self.task: asyncio.Task | None = None
         self.ka_handle: asyncio.TimerHandle | None = None
         self.last_read = time.monotonic()
@@ -185,10 +193,34 @@ class MqttConn(asyncio.Protocol):
         try:
             pkts = self.decoder.feed(data)
         except C.MQTTError as e:
-            self.queue.put_nowait(e)
-            return
-        for p in pkts:
-            self.queue.put_nowait(p)
+            pkts = None
+            err: C.MQTTError | None = e
+        else:
+            err = None
+        q = self.queue
+        for p in pkts or ():
+            # in order: what needs no waiting is handled here, unless earlier packets wait in the queue
+            if self.connected and not self.busy and not q.qsize() and not self.closed:
+                t = p.type
+                try:
+                    if t == C.PUBLISH and self._publish_now(p):
+                        continue
+                    if t == C.PUBACK:
+                        self.on_puback(p)
+                        continue
+                    if t == C.PINGREQ:
+                        self.send(b"\xd0\x00")
+                        continue
+                    if t == C.PUBCOMP:
+                        self.on_pubcomp(p)
+                        continue
+                except C.MQTTError as e:
+                    q.put_nowait(e)
+                    break
+            q.put_nowait(p)
+        if err is not None:
+            q.put_nowait(err)
+        self.server.flush_clients()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
@@ -206,9 +238,15 @@ class MqttConn(asyncio.Protocol):
         return f"{self.host}:{self.port} - mid:{self.cid}{cid}"
 
     def send(self, data: bytes) -> None:
-        t = self.transport
-        if t is not None and not self.closed:
-            t.write(data)
+        """Queue ``data``: written once per loop pass (with the server's other connections)."""
+        if self.closed:
+            return
+        self.out += data
+        if not self.flush_pending:
+            self.flush_pending = True
+            srv = self.server
+            srv.pending_flush.append(self)
+            srv.schedule_flush()
 
     def send_packet(self, p: Any) -> None:
         self.send(C.encode(p, self.version))
@@ -230,6 +268,9 @@ class MqttConn(asyncio.Protocol):
             self.ka_handle.cancel()
         t = self.transport
         if t is not None:
+            if self.out:
+                t.write(bytes(self.out))  # (a DISCONNECT or CONNACK before the close)
+                self.out.clear()
             t.close()
         self._unsubscribe_all()
         loop = asyncio.get_event_loop()
@@ -300,11 +341,17 @@ class MqttConn(asyncio.Protocol):
         try:
             while not self.closed:
                 p = await self.queue.get()
+                self.busy = True
+                if self.ack_fifo:
+                    await asyncio.wait([e[0] for e in self.ack_fifo])
+                    self._drain_acks()
                 if isinstance(p, C.MQTTError):
                     self._decode_error(p)
                     return
                 try:
                     await self.handle(p)
+                    self.busy = False
+                    self.server.flush_clients()
                 except C.MQTTError as e:
                     self._decode_error(e)
                     return
@@ -650,6 +697,66 @@ class MqttConn(asyncio.Protocol):
                 rc = RC_NOT_AUTHORIZED if ok is None else 0 if ok else RC_NO_SUBSCRIBERS
             self.send_packet(C.Ack(C.PUBACK, p.pi, rc))
 
+    def _subject_of(self, topic: str) -> str:
+        sub = self.topics.get(topic)
+        if sub is None:
+            try:
+                sub = topic_to_subject(topic)
+            except TopicError as e:
+                raise C.MalformedPacket(str(e), RC_TOPIC_NAME_INVALID) from None
+            if len(self.topics) > 4096:
+                self.topics.clear()
+            self.topics[topic] = sub
+        return sub
+
+    def _publish_now(self, p: C.Publish) -> bool:
+        """A QoS 0 or 1 PUBLISH without retain, alias or MQTT 5 request properties, handled without waiting:
+        delivered now; a QoS 1 one is stored in $MQTT_msgs with its PUBACK sent, in order, once stored.
+        False: the packet goes through the packet task."""
+        if p.retain or p.qos == 2 or (self.version >= 5 and p.props):
+            return False
+        subject = self._subject_of(p.topic)
+        acc = self.account
+        if acc.mappings:
+            return False
+        hdr = _HDRS[p.qos] if self.version < 5 else self._nats_headers(p, p.qos)
+        mp = self.server.opts.max_payload
+        if mp and len(hdr) + len(p.payload) > mp:
+            return False
+        perms = self.perms
+        if perms is not None and not perms.can_publish(subject.encode()):
+            return False
+        self.in_msgs += 1
+        self.in_bytes += len(p.payload)
+        sb = subject.encode()
+        got = acc.deliver(self, sb, None, len(hdr), hdr + p.payload)
+        if p.qos == 1:
+            rc = 0 if got or self.version < 5 else RC_NO_SUBSCRIBERS
+            fut = self.asm.jsa.store_future(MSGS_PREFIX + subject, p.payload, hdr)  # type: ignore[union-attr]
+            self.ack_fifo.append((fut, p.pi, rc))
+            fut.add_done_callback(self._acks_ready)
+        return True
+
+    def _acks_ready(self, _fut: Any) -> None:
+        self._drain_acks()
+        if self.out and not self.flush_pending:
+            self.write_out()
+
+    def _drain_acks(self) -> None:
+        fifo = self.ack_fifo
+        while fifo and fifo[0][0].done():
+            fut, pi, rc = fifo.popleft()
+            if fut.cancelled():
+                continue
+            e = fut.exception()
+            if e is not None and not (isinstance(e, JSAPIError) and e.code == 503):
+                self.fail(f"unable to store QoS 1 message: {e}", RC_UNSPECIFIED)
+                fifo.clear()
+                return
+            if self.closed:
+                return
+            self.send(b"\x40\x02" + pi.to_bytes(2, "big") if not rc else C.encode(C.Ack(C.PUBACK, pi, rc), 5))
+
     def _nats_headers(self, p: C.Publish, qos: int) -> bytes:
         pairs = [("Nmqtt-Pub", str(qos))]
         if self.version >= 5:
@@ -982,10 +1089,35 @@ class MqttConn(asyncio.Protocol):
         QoS 1/2 subscription (that one comes from the subscription's consumer)."""
         if s is None or self.closed or not self.connected:
             return
+        if reply and reply.startswith(b"$JS.ACK."):
+            return
+        if self.version < 5 and (hdr < 0 or (hdr == 25 and msg[:21] == b"NATS/1.0\r\nNmqtt-Pub:")):
+            # the common case: a plain NATS message or a 3.1.1 MQTT one, to a 3.1.1 client
+            if hdr > 0 and s.qos > 0 and msg[21] != 48:
+                return  # (QoS 1/2 to a QoS 1/2 subscription: from its consumer)
+            topic = _TOPICS.get(subject)
+            if topic is None:
+                subj = subject.decode("utf-8", "surrogateescape")
+                if s.reserved and subj.startswith("$"):
+                    return
+                topic = subject_to_topic(subj)
+                if len(_TOPICS) > 8192:
+                    _TOPICS.clear()
+                _TOPICS[subject] = topic
+            elif s.reserved and subject[:1] == b"$":
+                return
+            payload = msg[hdr:] if hdr > 0 else msg
+            tb = topic.encode()
+            n = 2 + len(tb) + len(payload)
+            if n > C.MAX_REMAINING:
+                return
+            self.out_msgs += 1
+            self.out_bytes += len(payload)
+            self.send(b"\x30" + (C.encode_varint(n) if n > 127 else bytes((n,))) + len(tb).to_bytes(2, "big")
+                      + tb + payload)
+            return
         subj = subject.decode("utf-8", "surrogateescape")
         if s.reserved and subj.startswith("$"):
-            return
-        if reply and reply.startswith(b"$JS.ACK."):
             return
         h = parse_headers(msg[:hdr]) if hdr > 0 else {}
         pq = h.get("Nmqtt-Pub")
@@ -1202,10 +1334,15 @@ class MqttConn(asyncio.Protocol):
         self.server.log.trace(f"{self.log_prefix()} - {msg}")
 
     def flush(self) -> None:
-        return None
+        self.write_out()
 
     def write_out(self) -> None:
-        return None
+        self.flush_pending = False
+        if self.out:
+            t = self.transport
+            if t is not None:
+                t.write(bytes(self.out))
+            self.out.clear()
 
 
 class _ConnOpts:

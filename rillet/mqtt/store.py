@@ -173,6 +173,47 @@ class JSA:
             raise JSAPIError(d["error"])
         return d
 
+    def store_future(self, subject: str, payload: bytes, hdr: bytes = b"") -> asyncio.Future:
+        """Publish into a stream now; the future gets the PubAck (JSAPIError, TimeoutError), without a task."""
+        self._n += 1
+        tok = str(self._n)
+        loop = asyncio.get_running_loop()
+        raw: asyncio.Future = loop.create_future()
+        out: asyncio.Future = loop.create_future()
+        self._pending[tok] = raw
+
+        def timeout() -> None:
+            self._pending.pop(tok, None)
+            if not out.done():
+                out.set_exception(TimeoutError(f"timeout storing a message on \"{subject}\""))
+
+        th = loop.call_later(self.timeout, timeout)
+
+        def done(f: asyncio.Future) -> None:
+            th.cancel()
+            if out.done() or f.cancelled():
+                if not out.done():
+                    out.cancel()
+                return
+            h, msg = f.result()
+            data = msg[h:] if h > 0 else msg
+            if not data:
+                out.set_exception(JSAPIError({"code": 503, "description": "no stream stored the message"}))
+                return
+            d = json.loads(data)
+            if d.get("error"):
+                out.set_exception(JSAPIError(d["error"]))
+            else:
+                out.set_result(d)
+
+        raw.add_done_callback(done)
+        reply = (self.prefix + tok).encode()
+        if hdr:
+            self.ic.publish(subject.encode(), reply, hdr + payload, len(hdr))
+        else:
+            self.ic.publish(subject.encode(), reply, payload)
+        return out
+
     def store_no_wait(self, subject: str, payload: bytes, hdr: bytes = b"") -> None:
         if hdr:
             self.ic.publish(subject.encode(), None, hdr + payload, len(hdr))
