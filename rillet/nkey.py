@@ -194,90 +194,11 @@ class KeyPair:
             raise NkeyError("nkeys: signature verification failed") from None
 
 
-# ---------------------------------------------------------------------------------------------------
-# The Ed25519 public key of a seed without PyNaCl (RFC 8032, 5.1.5), for the server's own identity: a server
-# that never signs anything (no auth callout) does not load PyNaCl and libsodium (~1.2 MB of an idle server's
-# memory, issue 20). Signing and verifying still use PyNaCl (constant time, fast); this is only run once per key,
-# on a secret that never leaves the process. tests/test_nkey_pure.py checks it against PyNaCl.
-
-_P = 2 ** 255 - 19
-_D = -121665 * pow(121666, _P - 2, _P) % _P
-_BASE = (15112221349535400772501151409588531511454012693041857206046113283949847762202,
-         46316835694926478169428394003475163141307993866256225615783033603165251855960)
-
-
-def _sha512(data: bytes) -> bytes:
-    from rillet.digest import sha512  # (not hashlib: rillet.digest)
-    return sha512(data).digest()
-
-
-def _edwards_add(p1: tuple[int, int, int, int], p2: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-    # extended coordinates (X, Y, Z, T), x = X/Z, y = Y/Z, x*y = T/Z (RFC 8032, 5.1.4)
-    x1, y1, z1, t1 = p1
-    x2, y2, z2, t2 = p2
-    a = (y1 - x1) * (y2 - x2) % _P
-    b = (y1 + x1) * (y2 + x2) % _P
-    c = 2 * t1 * t2 * _D % _P
-    d = 2 * z1 * z2 % _P
-    e, f, g, h = b - a, d - c, d + c, b + a
-    return e * f % _P, g * h % _P, f * g % _P, e * h % _P
-
-
-def ed25519_public_key(seed: bytes) -> bytes:
-    """The 32-byte Ed25519 public key of a 32-byte seed (what ``nacl.signing.SigningKey(seed).verify_key`` is)."""
-    if len(seed) != 32:
-        raise NkeyError("nkeys: invalid seed length")
-    h = _sha512(seed)
-    a = int.from_bytes(h[:32], "little")
-    a = (a & ((1 << 254) - 8)) | (1 << 254)  # clamped
-    bx, by = _BASE
-    q = (bx, by, 1, bx * by % _P)
-    r = (0, 1, 1, 0)  # the neutral point
-    while a:
-        if a & 1:
-            r = _edwards_add(r, q)
-        q = _edwards_add(q, q)
-        a >>= 1
-    x, y, z, _ = r
-    zi = pow(z, _P - 2, _P)
-    x, y = x * zi % _P, y * zi % _P
-    return (y | ((x & 1) << 255)).to_bytes(32, "little")
-
-
-def x25519_public_key(seed: bytes) -> bytes:
-    """The 32-byte X25519 public key of a 32-byte curve private key (what
-    ``nacl.public.PrivateKey(seed).public_key`` is; RFC 7748's ladder on the base point u = 9)."""
-    if len(seed) != 32:
-        raise NkeyError("nkeys: invalid seed length")
-    k = int.from_bytes(seed, "little")
-    k = (k & ~7 & ((1 << 255) - 1)) | (1 << 254)  # clamped
-    x1, x2, z2, x3, z3 = 9, 1, 0, 9, 1
-    swap = 0
-    for t in range(254, -1, -1):
-        bit = (k >> t) & 1
-        if swap ^ bit:
-            x2, x3, z2, z3 = x3, x2, z3, z2
-        swap = bit
-        a, b = x2 + z2, x2 - z2
-        aa, bb = a * a % _P, b * b % _P
-        e = aa - bb
-        c, d = x3 + z3, x3 - z3
-        da, cb = d * a % _P, c * b % _P
-        x3 = (da + cb) ** 2 % _P
-        z3 = x1 * (da - cb) ** 2 % _P
-        x2 = aa * bb % _P
-        z2 = e * (aa + 121665 * e) % _P
-    if swap:
-        x2, z2 = x3, z3
-    return (x2 * pow(z2, _P - 2, _P) % _P).to_bytes(32, "little")
-
-
 def new_server_identity() -> KeyPair:
-    """A fresh server nkey ("N..."): the server's ID, and the key that signs its auth callout requests (PyNaCl
-    loads when it first signs)."""
+    """A fresh server nkey ("N..."): the server's ID, and the key that signs its auth callout requests (our key
+    codec, PyNaCl's curve arithmetic: the ``nkeys`` package is not loaded)."""
     import os
-    raw = os.urandom(32)
-    return KeyPair(KIND_PREFIX["server"], ed25519_public_key(raw), raw)
+    return from_raw_seed(KIND_PREFIX["server"], os.urandom(32))
 
 
 def from_raw_seed(prefix: int, raw: bytes) -> KeyPair:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.gocompat.goquote import go_quote
 from rillet import jwt
 from rillet.config.callout import GLOBAL_ACCOUNT, CalloutConfig, parse_auth_callout
-from rillet.nkey import decode_public_nkey, encode_public_nkey, x25519_public_key
+from rillet.nkey import decode_public_nkey, encode_public_nkey
 from rillet.server.operator_claims import permissions_from_claims
 from rillet.config.options import Permission, Permissions
 
@@ -47,8 +47,9 @@ _NONCE_LEN = 24
 
 
 def curve_public_key(seed_raw: bytes) -> str:
-    """The public xkey ("X...") of a 32-byte curve private key (computed without PyNaCl: rillet.nkey)."""
-    return encode_public_nkey(PREFIX_CURVE, x25519_public_key(seed_raw))
+    """The public xkey ("X...") of a 32-byte curve private key."""
+    import nacl.public
+    return encode_public_nkey(PREFIX_CURVE, bytes(nacl.public.PrivateKey(seed_raw).public_key))
 
 
 def decode_curve_key(pub: str) -> bytes | None:

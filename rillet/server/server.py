@@ -59,11 +59,11 @@ class Server:
                                                      utc=o.logtime_utc, log_file=o.log_file,
                                                      size_limit=o.log_size_limit)
         self.trace_on = o.trace
-        from rillet.nkey import CURVE_PREFIX, encode_public_nkey, new_server_identity, x25519_public_key
+        from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
         self.server_kp = new_server_identity()  # the server's identity: signs auth callout requests
         self.server_id = self.server_kp.public_key()
         self.xkey_seed = os.urandom(32)  # the server's x25519 key (auth callout encryption)
-        self.xkey = encode_public_nkey(CURVE_PREFIX, x25519_public_key(self.xkey_seed))
+        self.xkey = from_raw_seed(CURVE_PREFIX, self.xkey_seed).public_key()
         self.name = o.server_name or self.server_id
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.pending_flush: list[Any] = []
