@@ -1,0 +1,286 @@
+"""Property test: random bytes and values in every field of every ``$JS.API`` request kind.
+
+Every answer must be a well-formed API response (a JSON object with its ``type``) whose error, if any, is
+one of nats-server's catalogued errors (``rillet/jetstream/errors.json``: its code, err_code and the
+description's text around the placeholders), never Python's exception text; the server keeps answering,
+and its log holds no traceback and no "JetStream API error" line (what a handler's unexpected exception
+writes). The server runs in this process, on a loop of its own in a thread, so its log can be read.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import nats
+from tests.difftarget import rillet_server
+from tests.helpers import free_port
+
+CATALOG = json.loads((Path(__file__).parent.parent / "rillet/jetstream/errors.json").read_text())
+BY_CODE: dict[int, list[dict]] = {}
+for _e in CATALOG:
+    BY_CODE.setdefault(_e["err_code"], []).append(_e)
+
+PYTHON_TEXTS = ("Traceback", "invalid literal for", "maximum recursion depth", "codec can't",
+                "object has no attribute", "is not iterable", "not subscriptable", "NoneType", "Expecting value",
+                "Extra data", "line 1 column", "unsupported operand", "argument out of range", "object is not",
+                "takes no arguments", "positional argument", "KeyError", "ValueError", "TypeError")
+
+# subject after $JS.API. -> the request's field names (nats-server's JSON tags)
+STREAM_CFG = ["name", "subjects", "retention", "max_consumers", "max_msgs", "max_bytes", "max_age",
+              "max_msgs_per_subject", "max_msg_size", "discard", "storage", "num_replicas", "duplicate_window",
+              "placement", "mirror", "sources", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs",
+              "allow_direct", "mirror_direct", "republish", "subject_transform", "compression", "first_seq",
+              "metadata", "allow_msg_ttl", "subject_delete_marker_ttl", "allow_msg_counter", "allow_atomic",
+              "allow_msg_schedules", "consumer_limits", "description", "no_ack", "template_owner"]
+CONSUMER_CFG = ["durable_name", "name", "deliver_policy", "opt_start_seq", "opt_start_time", "ack_policy",
+                "ack_wait", "max_deliver", "backoff", "filter_subject", "filter_subjects", "replay_policy",
+                "rate_limit_bps", "sample_freq", "max_waiting", "max_ack_pending", "flow_control",
+                "idle_heartbeat", "headers_only", "max_batch", "max_expires", "max_bytes", "inactive_threshold",
+                "num_replicas", "mem_storage", "metadata", "pause_until", "priority_groups", "priority_policy",
+                "priority_timeout", "deliver_subject", "deliver_group", "description"]
+KINDS: dict[str, list[str]] = {
+    "INFO": [],
+    "STREAM.CREATE.F": STREAM_CFG + ["pedantic"],
+    "STREAM.UPDATE.S": STREAM_CFG + ["pedantic"],
+    "STREAM.INFO.S": ["offset", "deleted_details", "subjects_filter"],
+    "STREAM.DELETE.F": [],
+    "STREAM.PURGE.S": ["seq", "filter", "keep"],
+    "STREAM.NAMES": ["offset", "subject"],
+    "STREAM.LIST": ["offset", "subject"],
+    "STREAM.MSG.GET.S": ["seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time",
+                         "multi_last", "up_to_seq", "up_to_time", "no_hdr"],
+    "STREAM.MSG.DELETE.S": ["seq", "no_erase"],
+    "STREAM.LEADER.STEPDOWN.S": ["placement"],
+    "STREAM.SNAPSHOT.S": ["deliver_subject", "no_consumers", "chunk_size", "window_size", "jsck"],
+    "STREAM.RESTORE.R": ["config", "state"],
+    "CONSUMER.CREATE.S": ["stream_name", "config", "action", "pedantic"],
+    "CONSUMER.CREATE.S.E": ["stream_name", "config", "action", "pedantic"],
+    "CONSUMER.DURABLE.CREATE.S.D": ["stream_name", "config", "action", "pedantic"],
+    "CONSUMER.INFO.S.C": [],
+    "CONSUMER.DELETE.S.E": [],
+    "CONSUMER.NAMES.S": ["offset"],
+    "CONSUMER.LIST.S": ["offset"],
+    "CONSUMER.PAUSE.S.C": ["pause_until"],
+    "CONSUMER.LEADER.STEPDOWN.S.C": ["placement"],
+    "CONSUMER.UNPIN.S.C": ["group"],
+    # answered with messages or status headers (or not at all), not JSON: only the server's health is checked
+    "CONSUMER.RESET.S.C": ["seq"],
+    "CONSUMER.MSG.NEXT.S.C": ["batch", "expires", "max_bytes", "no_wait", "idle_heartbeat", "group",
+                              "min_pending", "min_ack_pending", "id", "priority"],
+    "DIRECT.GET.S": ["seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time", "multi_last",
+                     "up_to_seq", "up_to_time", "no_hdr"],
+}
+NOT_JSON = ("CONSUMER.RESET.", "CONSUMER.MSG.NEXT.", "DIRECT.GET.")
+NESTED = {"config": STREAM_CFG + CONSUMER_CFG, "state": ["messages", "bytes", "first_seq", "last_seq", "first_ts",
+                                                          "lost", "deleted", "subjects"],
+          "placement": ["cluster", "tags", "preferred"]}
+
+
+def _desc_ok(desc: str, template: str) -> bool:
+    pattern = re.escape(template)
+    pattern = re.sub(r"\\\{\w+\\\}", ".*", pattern)
+    return re.fullmatch(pattern, desc, re.S) is not None
+
+
+# ---- the strategies --------------------------------------------------------------------------------
+
+_scalars = (st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70)
+            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
+            | st.sampled_from(["", "s.>", "*", "a b", "2020-01-01T00:00:00Z", "all", "explicit", "file", "-1",
+                               "1e3", "\u2028", "<&>", "$JS.API.>"]))
+_values = st.recursive(_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+                       max_leaves=8)
+
+
+# values of the field's own JSON type (edge values included): requests that get past decoding
+_INTS = st.sampled_from([0, 1, -1, 2, 3, 1024, (1 << 31) - 1, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1,
+                         1 << 64, -(1 << 63), -(1 << 63) - 1]) | st.integers(-10, 10 ** 12)
+_SUBJECTS = st.sampled_from(["s.1", "s.*", "s.>", ">", "*", "", "a..b", "a b", ".", "s.\u00ff", "$JS.API.>",
+                             "x" * 300])
+_TIMES = st.sampled_from(["2020-01-01T00:00:00Z", "2999-01-01T00:00:00Z", "0001-01-01T00:00:00Z",
+                          "2020-01-01T00:00:00.123456789+05:30", "2020-13-01T00:00:00Z", "yesterday", ""])
+_TYPED: dict[str, Any] = {}
+for _f in ("seq", "keep", "offset", "batch", "max_bytes", "up_to_seq", "chunk_size", "window_size", "max_msgs",
+           "max_consumers", "max_age", "max_msgs_per_subject", "max_msg_size", "num_replicas", "duplicate_window",
+           "first_seq", "opt_start_seq", "ack_wait", "max_deliver", "rate_limit_bps", "max_waiting",
+           "max_ack_pending", "idle_heartbeat", "max_batch", "max_expires", "inactive_threshold", "expires",
+           "min_pending", "min_ack_pending", "priority", "priority_timeout", "subject_delete_marker_ttl",
+           "messages", "bytes", "last_seq"):
+    _TYPED[_f] = _INTS
+for _f in ("deleted_details", "no_hdr", "no_erase", "no_consumers", "jsck", "sealed", "deny_delete", "deny_purge",
+           "allow_rollup_hdrs", "allow_direct", "mirror_direct", "no_wait", "pedantic", "flow_control",
+           "headers_only", "mem_storage", "allow_msg_ttl", "allow_msg_counter", "allow_atomic",
+           "allow_msg_schedules"):
+    _TYPED[_f] = st.booleans()
+for _f in ("start_time", "up_to_time", "pause_until", "opt_start_time", "first_ts"):
+    _TYPED[_f] = _TIMES
+for _f in ("subjects_filter", "filter", "subject", "last_by_subj", "next_by_subj", "filter_subject",
+           "deliver_subject", "name", "durable_name", "stream_name", "group", "id", "deliver_group", "description",
+           "cluster", "preferred"):
+    _TYPED[_f] = _SUBJECTS | st.text(max_size=10)
+for _f in ("subjects", "multi_last", "filter_subjects", "tags", "priority_groups"):
+    _TYPED[_f] = st.lists(_SUBJECTS, max_size=3)
+_TYPED["backoff"] = st.lists(_INTS, max_size=3)
+_TYPED["retention"] = st.sampled_from(["limits", "interest", "workqueue", "LIMITS", ""])
+_TYPED["storage"] = st.sampled_from(["file", "memory", "disk", ""])
+_TYPED["discard"] = st.sampled_from(["old", "new", "x"])
+_TYPED["deliver_policy"] = st.sampled_from(["all", "last", "new", "by_start_sequence", "by_start_time",
+                                            "last_per_subject", "x"])
+_TYPED["ack_policy"] = st.sampled_from(["none", "all", "explicit", "flow_control", "x"])
+_TYPED["replay_policy"] = st.sampled_from(["instant", "original", "x"])
+_TYPED["action"] = st.sampled_from(["", "create", "update", "x"])
+_TYPED["compression"] = st.sampled_from(["none", "s2", "x"])
+_TYPED["priority_policy"] = st.sampled_from(["none", "overflow", "pinned_client", "prioritized", "x"])
+_TYPED["metadata"] = st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3)
+
+
+@st.composite
+def _object(draw: Any, fields: list[str], depth: int = 0) -> dict:
+    keys = draw(st.lists(st.sampled_from(fields), max_size=5)) if fields else []
+    if not fields or not draw(st.integers(0, 7)):  # now and then a field nats-server does not know
+        keys.append(draw(st.text(max_size=8)))
+    out: dict = {}
+    for k in keys:
+        if k in NESTED and depth < 2 and draw(st.booleans()):
+            out[k] = draw(_object(NESTED[k], depth + 1))
+        elif k in _TYPED and draw(st.integers(0, 3)):
+            out[k] = draw(_TYPED[k])
+        else:
+            out[k] = draw(_values)
+    return out
+
+
+def _mangle(body: bytes, pos: int, junk: bytes) -> bytes:
+    pos = pos % (len(body) + 1)
+    return body[:pos] + junk + body[pos:]
+
+
+@st.composite
+def _body(draw: Any, fields: list[str]) -> bytes:
+    kind = draw(st.sampled_from(["object", "object", "object", "bytes", "mangled", "deep", "utf8", "multi"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=64))
+    if kind == "deep":
+        n = draw(st.sampled_from([999, 1001, 5000, 10000, 10001, 20000]))
+        open_, close = draw(st.sampled_from([(b"[", b"]"), (b'{"a":', b"}")]))
+        return open_ * n + (close * n if draw(st.booleans()) else b"")
+    obj = draw(_object(fields))
+    body = json.dumps(obj).encode()
+    if kind == "mangled":
+        return _mangle(body, draw(st.integers(0, 1 << 16)), draw(st.binary(min_size=1, max_size=4)))
+    if kind == "utf8" and fields:  # a string field holding bytes that are not UTF-8
+        raw = draw(st.binary(min_size=1, max_size=8)).replace(b'"', b"").replace(b"\\", b"")
+        return b'{"' + draw(st.sampled_from(fields)).encode() + b'":"' + raw + b'\xff"}'
+    if kind == "multi":
+        return body + b" " + json.dumps(draw(_object(fields))).encode()
+    return body
+
+
+@st.composite
+def _request(draw: Any) -> tuple[str, bytes]:
+    subj = draw(st.sampled_from(sorted(KINDS)))
+    return subj, draw(_body(KINDS[subj]))
+
+
+# ---- the server, on a loop of its own ----------------------------------------------------------------
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        conf = f'listen: 127.0.0.1:{free_port()}\njetstream {{ store_dir: "{tempfile.mkdtemp()}" }}\n'
+        self.cm = rillet_server(conf)
+        self.srv = self.run(self.cm.__aenter__())
+        self.nc = self.run(nats.connect(self.srv.client_url))
+        self.seen = 0
+
+    def run(self, coro: Any, timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def log(self) -> str:
+        return self.srv._test_log.getvalue()
+
+    def close(self) -> None:
+        try:
+            self.run(self.nc.close())
+            self.run(self.cm.__aexit__(None, None, None))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = _Server()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+async def _setup(nc: Any) -> None:
+    """Stream S (three messages) with consumer C: created again if a request removed them."""
+    r = await nc.request("$JS.API.STREAM.INFO.S", b"", timeout=5)
+    if b'"error"' in r.data:
+        await nc.request("$JS.API.STREAM.CREATE.S", json.dumps(
+            {"name": "S", "subjects": ["s.>"], "allow_direct": True}).encode(), timeout=5)
+        for i in range(3):
+            await nc.request(f"s.{i}", b"x", timeout=5)
+    await nc.request("$JS.API.CONSUMER.CREATE.S.C", json.dumps(
+        {"stream_name": "S", "config": {"name": "C", "ack_policy": "explicit"}}).encode(), timeout=5)
+
+
+async def _ask(nc: Any, subj: str, body: bytes) -> Any:
+    try:
+        return await nc.request("$JS.API." + subj, body, timeout=5)
+    except nats.errors.TimeoutError:
+        return None
+    except nats.errors.NoRespondersError:
+        return None
+
+
+def _check_answer(subj: str, body: bytes, msg: Any) -> None:
+    what = f"{subj} {body[:200]!r}"
+    if subj.startswith(NOT_JSON):
+        return
+    assert msg is not None, f"no answer to {what}"
+    for t in PYTHON_TEXTS:
+        assert t.encode() not in msg.data, f"{t!r} in the answer to {what}: {msg.data[:400]!r}"
+    d = json.loads(msg.data)
+    assert isinstance(d, dict) and str(d.get("type", "")).startswith("io.nats.jetstream.api.v1."), (what, d)
+    err = d.get("error")
+    if err is None:
+        return
+    assert set(err) == {"code", "err_code", "description"}, (what, err)
+    entries = BY_CODE.get(err["err_code"])
+    assert entries, f"err_code {err['err_code']} is not catalogued: {what} -> {err}"
+    assert any(e["code"] == err["code"] and _desc_ok(err["description"], e["description"]) for e in entries), \
+        f"not a catalogued form of {err['err_code']}: {what} -> {err}"
+    assert err["err_code"] != 10051, f"a server-side failure for {what}: {err}"
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(req=_request())
+def test_random_requests_get_catalogued_answers(server: _Server, req: tuple[str, bytes]) -> None:
+    subj, body = req
+    server.run(_setup(server.nc))
+    before = len(server.log())
+    msg = server.run(_ask(server.nc, subj, body))
+    _check_answer(subj, body, msg)
+    # the server still answers, and wrote no traceback or handler failure for this request
+    info = server.run(server.nc.request("$JS.API.INFO", b"", timeout=5))
+    assert json.loads(info.data)["type"] == "io.nats.jetstream.api.v1.account_info_response"
+    new = server.log()[before:]
+    for t in ("Traceback", "JetStream API error", "Exception", "Error:"):
+        assert t not in new, f"{t!r} logged for {subj} {body[:200]!r}:\n{new[-2000:]}"
