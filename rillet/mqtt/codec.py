@@ -478,10 +478,42 @@ class Decoder:
                     break
                 body = bytes(buf[i:i + rl])
                 pos = i + rl
-                out.append(self.decode_one(first, body))
+                if first & 0xF0 == 0x30 and self.version == 4 and first & 6 != 6 and rl >= 2:
+                    out.append(self._publish311(first, body))
+                else:
+                    out.append(self.decode_one(first, body))
         finally:
             del buf[:pos]
         return out
+
+    @staticmethod
+    def _publish311(first: int, body: bytes) -> "Publish":
+        """A 3.1.1 PUBLISH, the common packet, read without the general field reader (same checks)."""
+        tl = (body[0] << 8) | body[1]
+        end = 2 + tl
+        if end > len(body):
+            raise MalformedPacket("error reading topic: unexpected EOF")
+        tb = body[2:end]
+        try:
+            topic = tb.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedPacket(f"invalid utf8 for topic {tb!r}") from None
+        qos = (first >> 1) & 3
+        pi = 0
+        if qos:
+            if end + 2 > len(body):
+                raise MalformedPacket("error reading packet identifier: EOF")
+            pi = (body[end] << 8) | body[end + 1]
+            end += 2
+            if pi == 0:
+                raise ProtocolViolation(f"with QoS={qos}, packet identifier cannot be 0")
+        if not topic:
+            raise MalformedPacket("topic cannot be empty", RC_TOPIC_NAME_INVALID)
+        if "\x00" in topic:
+            raise MalformedPacket(f"invalid null character in topic {topic!r}")
+        if "+" in topic or "#" in topic:
+            raise MalformedPacket(f"wildcards not allowed in publish's topic: {topic!r}", RC_TOPIC_NAME_INVALID)
+        return Publish(topic, body[end:], qos, bool(first & 1), bool(first & 8), pi)
 
     def _check_header(self, first: int, rl: int) -> None:
         pt, flags = first >> 4, first & 0x0F

@@ -1091,9 +1091,9 @@ class MqttConn(asyncio.Protocol):
             return
         if reply and reply.startswith(b"$JS.ACK."):
             return
-        if self.version < 5 and (hdr < 0 or (hdr == 25 and msg[:21] == b"NATS/1.0\r\nNmqtt-Pub:")):
+        if self.version < 5 and (hdr < 0 or (hdr == 25 and msg[:20] == b"NATS/1.0\r\nNmqtt-Pub:")):
             # the common case: a plain NATS message or a 3.1.1 MQTT one, to a 3.1.1 client
-            if hdr > 0 and s.qos > 0 and msg[21] != 48:
+            if hdr > 0 and s.qos > 0 and msg[20] != 48:
                 return  # (QoS 1/2 to a QoS 1/2 subscription: from its consumer)
             topic = _TOPICS.get(subject)
             if topic is None:
