@@ -20,7 +20,6 @@ from rillet.jetstream.stream import Stream
 if TYPE_CHECKING:
     from rillet.jetstream.seams import ServerServices
     from rillet.server.accounts import Account
-    from rillet.server.server import Server
 
 from rillet.jetstream.configtypes import JS_API_LEVEL as API_LEVEL  # nats-server 2.15: 5
 
@@ -46,7 +45,7 @@ class JSAccount:
 
     def start(self) -> None:
         from rillet.jetstream.api import ApiRouter
-        os.makedirs(self.dir, exist_ok=True)
+        make_dirs_durable(self.dir)  # (its entries survive a power cut: the account's streams are found again)
         self.router = ApiRouter(self)
         for p in self.api_prefixes():
             for pattern in self.router.subscription_patterns():
@@ -226,7 +225,7 @@ class JetStream:
     async def start(self) -> None:
         self.loop = self.server.loop
         log = self.log
-        os.makedirs(self.store_dir, exist_ok=True)
+        make_dirs_durable(self.store_dir)
         probe = os.path.join(self.store_dir, ".rillet-write-test")
         with open(probe, "wb") as f:
             f.write(b"ok")

@@ -21,6 +21,8 @@ from rillet.gocompat.gotime import format_time
 from rillet.jetstream import apitypes as A
 from rillet.jetstream import streamconfig as C
 from rillet.jetstream.errors import ApiError
+from rillet.jetstream.store.durable import sync_tree
+from rillet.jetstream.store.filestore import make_dirs_durable
 from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:
@@ -172,7 +174,7 @@ def _finish(router: "ApiRouter", cfg: Any, chunks: list[bytes]) -> Any:
     sdir = jsa.stream_dir(cfg.name)
     if os.path.exists(sdir):
         shutil.rmtree(sdir)
-    os.makedirs(sdir)
+    make_dirs_durable(sdir)
     data = b"".join(chunks)
     if cfg.storage == "memory":
         from rillet.jetstream.store.filestore import restore_into
@@ -185,6 +187,7 @@ def _finish(router: "ApiRouter", cfg: Any, chunks: list[bytes]) -> Any:
             if not (ti.isfile() or ti.isdir()) or ti.name.startswith("/") or ".." in ti.name.split("/"):
                 raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive")
         tar.extractall(sdir)
+    sync_tree(sdir)  # a restore that was answered survives a power cut
     stream = jsa.open_stream(cfg, format_time(now_ns()))
     from rillet.jetstream.consumer import recover_consumers
     recover_consumers(stream)
