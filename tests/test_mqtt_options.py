@@ -167,3 +167,29 @@ def test_tls(kind, tmp_path):
         plain = Raw(t.mqtt_port)
         plain.send(C.Connect("plain"))
         assert plain.closed()
+
+
+from test_tls_map import pki  # noqa: E402,F401  (the fixture: a CA, a server and client certificates)
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_tls_verify_and_map(kind, tmp_path, pki):  # noqa: F811
+    cert, key = pki["server"]
+    conf = ('authorization { users [ { user: "alice@example.com", permissions: { subscribe: "alice.>" } }, '
+            '{ user: "CN=bob,O=Rillet" } ] }')
+    mq = f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{pki["ca"]}", verify_and_map: true }}'
+    with mqtt_target(kind, tmp_path, conf=conf, mqtt_conf=mq) as t:
+        def client(who: str) -> Paho:
+            p = Paho(t.mqtt_port, f"c-{who}", connect=False)
+            p.c.tls_set(ca_certs=pki["ca"], certfile=pki[who][0], keyfile=pki[who][1])
+            return p
+        a = client("alice")
+        assert int(getattr(a.connect()[1], "value", 1)) == 0
+        assert a.sub([("alice/x", 0), ("bob/x", 0)]) == [0, 128]  # alice's permissions apply
+        b = client("bob")
+        assert int(getattr(b.connect()[1], "value", 1)) == 0
+        e = client("eve")  # a valid certificate that maps to no user
+        try:
+            assert int(getattr(e.connect(timeout=5)[1], "value", 0)) != 0
+        finally:
+            e.c.loop_stop()

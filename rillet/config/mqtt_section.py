@@ -43,6 +43,10 @@ class MqttSection:
 
         def tls(sub: Field) -> None:
             cfg = self.parse_tls(sub, client_side=True, where="mqtt")
+            for key, set_ in (("handshake_first", cfg.handshake_first), ("connection_rate_limit", cfg.rate_limit)):
+                if set_:
+                    raise sub.error(f'"{key}" is not supported in mqtt tls: Rillet applies it to the client '
+                                    f"port only")
             m["tls"] = cfg
             m["tls_timeout"] = getattr(cfg, "timeout", 0) or 0
 

@@ -176,6 +176,14 @@ class MqttConn(asyncio.Protocol):
             ci = so.cipher()
             self.tls_cipher = ci[0] if ci else ""
         self.ms.register(self)
+        mt = self.server.opts.mqtt.get("tls")
+        if so is not None and mt is not None and mt.pinned_certs and self.conn_type == "MQTT":
+            from rillet.server.tls import pinned_error
+            refused = pinned_error(so, mt.pinned_certs)
+            if refused is not None:
+                self.server.log.error(f"{self.log_prefix()} - TLS handshake error: {refused[0]}")
+                self.close("TLS Handshake Failure")
+                return
         self.task = asyncio.get_running_loop().create_task(self._run())
         # nats-server's auth timeout applies until CONNECT
         to = self.ms.auth_timeout()
@@ -552,7 +560,14 @@ class MqttConn(asyncio.Protocol):
             so = t.get_extra_info("ssl_object") if t is not None else None
             if so is not None:
                 peer = so.getpeercert()
-            res = auth.authenticate(connect, None, self.conn_type, peer)
+            mt = srv.opts.mqtt.get("tls")
+            if mt is not None and mt.verify_and_map and auth.users and self.conn_type == "MQTT":
+                # the client certificate names the user (as nats-server's tls_map for MQTT)
+                from rillet.server.auth import tls_map_user
+                u = tls_map_user(auth.users, peer or {}, self.conn_type)
+                res = u if u is not None else False
+            else:
+                res = auth.authenticate(connect, None, self.conn_type, peer)
         if res is False:
             return False
         if res is not True and res is not None:
