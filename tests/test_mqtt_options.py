@@ -193,3 +193,28 @@ def test_tls_verify_and_map(kind, tmp_path, pki):  # noqa: F811
             assert int(getattr(e.connect(timeout=5)[1], "value", 0)) != 0
         finally:
             e.c.loop_stop()
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_operator_mode_jwt_in_password(kind, tmp_path):
+    from tests.test_operator import Operator
+    op = Operator()
+    js = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+    akp, apub, _ = op.account("A", limits={"subs": -1, "conn": -1, "payload": -1, "data": -1, "imports": -1,
+                                           "exports": -1, "wildcards": True, **js})
+    conf = "\n".join([f"operator: {op.jwt()}", "resolver: MEMORY", f"system_account: {op.sys[1]}",
+                      "resolver_preload {", *(f'  {pub}: "{tok}"' for _k, pub, tok in op.accounts.values()), "}"])
+    _u, bearer = op.user(akp, bearer_token=True)
+    _u2, signed = op.user(akp)
+    with mqtt_target(kind, tmp_path, conf=conf) as t:
+        r = Raw(t.mqtt_port)
+        assert r.connect("jwt-user", username="x", password=bearer.encode()) == C.ConnAck(False, 0)
+        r.send(C.Subscribe(1, [("j/x", C.SubOpts(1))]))
+        assert r.read() == C.SubAck(1, [1])
+        r.send(C.Publish("j/x", b"in A", 1, pi=2))
+        got = sorted([type(r.read()).__name__, type(r.read()).__name__])
+        assert got == ["Ack", "Publish"]
+        r2 = Raw(t.mqtt_port)  # not a bearer token: no nonce to sign, refused
+        assert r2.connect("jwt-signed", username="x", password=signed.encode()) == C.ConnAck(False, 5)
+        r3 = Raw(t.mqtt_port)
+        assert r3.connect("nobody") == C.ConnAck(False, 5)

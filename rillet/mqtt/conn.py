@@ -107,6 +107,8 @@ class MqttConn(asyncio.Protocol):
     echo = True
     headers = True
     no_responders = False
+    nonce = None  # (no INFO, no nonce: in operator mode only bearer user JWTs can sign in, as nats-server)
+    jwt_user: Any = None
 
     def __init__(self, ms: "MqttServer", ws: bool = False) -> None:
         self.ms = ms
@@ -572,6 +574,8 @@ class MqttConn(asyncio.Protocol):
             return False
         if res is not True and res is not None:
             self._apply_user(res)
+            if getattr(res, "jwt", None):
+                self.jwt_user = res
         elif p.username:
             self.user = p.username
         return True
@@ -1347,6 +1351,9 @@ class MqttConn(asyncio.Protocol):
 
     def trace(self, msg: str) -> None:
         self.server.log.trace(f"{self.log_prefix()} - {msg}")
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")
 
     def flush(self) -> None:
         self.write_out()
