@@ -1,10 +1,14 @@
 """Idle resident memory of Rillet and the Go nats-server, side by side: each server is started with the
-same flags, and once it accepts clients and has been idle a few seconds, its VmRSS is read from
+same flags, and once it has logged "Server is ready" and has been idle a few seconds, its VmRSS is read from
 /proc/<pid>/status. Median of --repeat runs per server and configuration, a markdown table on stdout.
+No client ever connects (what tests/test_idle_rss.py measures too); with --connect, one client connects, reads
+the INFO and leaves before the idle wait (Rillet then has loaded what a client connection uses: msgspec for
+its CONNECT, ~1.6 MB).
 
     python -m benchmarks.idle_rss                  # plain, and -js -sd DIR -m PORT (the README's run)
     python -m benchmarks.idle_rss --repeat 5 --idle 5
     python -m benchmarks.idle_rss --modules        # also: which modules each Rillet configuration loads
+    python -m benchmarks.idle_rss --connect        # after one client has come and gone
 
 Bytecode: an installed Rillet has its .pyc files (pip writes them); a checkout run with
 PYTHONDONTWRITEBYTECODE=1 compiles every module at each start, which leaves ~3 MB more behind. Unless
@@ -48,35 +52,46 @@ def vm_rss_kb(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def wait_ready(proc: subprocess.Popen, port: int, timeout: float = 30.0) -> None:
-    """Until the server sends its INFO to a client (it is listening and serving)."""
+def wait_ready(proc: subprocess.Popen, log_path: str, timeout: float = 30.0) -> None:
+    """Until the server has logged "Server is ready" (both servers log it once they serve clients)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with socket.create_connection((HOST, port), 0.5) as s:
-                s.settimeout(2)
-                if s.recv(4) == b"INFO":
-                    return
-        except OSError:
-            pass
+        with open(log_path, "rb") as f:
+            if b"Server is ready" in f.read():
+                return
         time.sleep(0.05)
     raise RuntimeError("server not ready in time")
 
 
-def measure(cmd: list[str], flags: list[str], idle: float, env: dict[str, str] | None) -> float:
-    """MB of VmRSS of one server run, ``idle`` seconds after it is ready."""
+def visit(port: int) -> None:
+    """One client: connects, reads the INFO, leaves."""
+    with socket.create_connection((HOST, port), 2) as s:
+        s.settimeout(2)
+        if s.recv(4) != b"INFO":
+            raise RuntimeError("no INFO from the server")
+
+
+def measure(cmd: list[str], flags: list[str], idle: float, env: dict[str, str] | None,
+            connect: bool = False) -> float:
+    """MB of VmRSS of one server run, ``idle`` seconds after it is ready (and, with ``connect``, visited by
+    one client)."""
     port = free_port()
     store = tempfile.mkdtemp(prefix="idle-rss-")
     args = [a.format(dir=store, mport=free_port()) for a in flags]
+    log = tempfile.NamedTemporaryFile(prefix="idle-rss-log-", delete=False)
     proc = subprocess.Popen(cmd + ["-a", HOST, "-p", str(port)] + args, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=log)
     try:
-        wait_ready(proc, port)
+        wait_ready(proc, log.name)
+        if connect:
+            visit(port)
         time.sleep(idle)
         return vm_rss_kb(proc.pid) / 1024
     finally:
+        log.close()
+        os.unlink(log.name)
         proc.terminate()
         try:
             proc.wait(10)
@@ -99,11 +114,11 @@ def loaded_modules(cmd: list[str], flags: list[str], env: dict[str, str]) -> lis
     port = free_port()
     store = tempfile.mkdtemp(prefix="idle-rss-")
     args = [a.format(dir=store, mport=free_port()) for a in flags]
-    with tempfile.TemporaryFile("w+") as err:
+    with tempfile.NamedTemporaryFile("w+") as err:
         proc = subprocess.Popen([cmd[0], "-X", "importtime"] + cmd[1:] + ["-a", HOST, "-p", str(port)] + args,
                                 env=env, stdout=subprocess.DEVNULL, stderr=err)
         try:
-            wait_ready(proc, port)
+            wait_ready(proc, err.name)
             time.sleep(1)
         finally:
             proc.terminate()
@@ -122,6 +137,7 @@ def main() -> int:
     ap.add_argument("--go-cmd", default="nats-server")
     ap.add_argument("--no-pyc", action="store_true", help="run Rillet with the environment as it is")
     ap.add_argument("--modules", action="store_true", help="list the top-level packages Rillet loads")
+    ap.add_argument("--connect", action="store_true", help="one client connects and leaves before the idle wait")
     a = ap.parse_args()
     if not os.path.exists("/proc/self/status"):
         print("idle_rss: needs Linux /proc", file=sys.stderr)
@@ -135,13 +151,14 @@ def main() -> int:
         measure(rillet, CONFIGS[-1][1], 0, env)  # warms the bytecode cache; not counted
         rows = []
         for label, flags in CONFIGS:
-            r = [measure(rillet, flags, a.idle, env) for _ in range(a.repeat)]
-            g = [measure(go, flags, a.idle, None) for _ in range(a.repeat)] if have_go else []
+            r = [measure(rillet, flags, a.idle, env, a.connect) for _ in range(a.repeat)]
+            g = [measure(go, flags, a.idle, None, a.connect) for _ in range(a.repeat)] if have_go else []
             rows.append((label, statistics.median(r), statistics.median(g) if g else None))
             print(f"{label}: rillet {r} go {g}", file=sys.stderr)
         go_version = subprocess.run(go + ["--version"], capture_output=True, text=True).stdout.strip() \
             if have_go else "nats-server not found"
-        print(f"Idle VmRSS, median of {a.repeat}, {a.idle:g} s idle after ready; {go_version}; Python "
+        print(f"Idle VmRSS, median of {a.repeat}, {a.idle:g} s idle after ready"
+              f"{' and one client visit' if a.connect else ', no client'}; {go_version}; Python "
               f"{sys.version.split()[0]}; Rillet {'with .pyc files' if not a.no_pyc else 'as the environment runs it'}")
         print()
         print("| configuration | Go nats-server (MB) | Rillet (MB) | Rillet/Go | target |")
