@@ -401,3 +401,11 @@ def test_mqtt_over_websocket(kind, tmp_path):
         finally:
             c.loop_stop()
             c.disconnect()
+
+
+def test_subscription_limit_and_internal_subjects(kind, tmp_path):
+    with mqtt_target(kind, tmp_path, conf="max_subscriptions: 3") as t:
+        s = Paho(t.mqtt_port, "lim")
+        assert s.sub([("a", 0), ("b", 0), ("c", 0), ("d", 0)]) == [0, 0, 0, 128]
+        # the MQTT state's own subjects cannot be subscribed to
+        assert Paho(t.mqtt_port, "snoop").sub([("$MQTT/msgs/#", 0), ("$MQTT/sess/+", 0)]) == [128, 128]

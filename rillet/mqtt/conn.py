@@ -944,6 +944,17 @@ class MqttConn(asyncio.Protocol):
                     self.server.log.error(f"{self.log_prefix()} - {e}")
                     codes.append(RC_TOPIC_FILTER_INVALID if self.version >= 5 else 0x80)
                     continue
+                if subject.startswith("$MQTT."):
+                    # (the MQTT state's own subjects: never, whatever the permissions say, as nats-server)
+                    codes.append(RC_NOT_AUTHORIZED if self.version >= 5 else 0x80)
+                    continue
+                key0 = f"$share/{queue}/{subject}" if queue else subject
+                need = (2 if needs_level_up(subject) else 1) * (2 if o.qos else 1)
+                mx = self._max_subs()
+                if mx >= 0 and key0 not in self.msubs and len(self.subs) + need > mx:
+                    self.server.log.error(f"{self.log_prefix()} - maximum subscriptions exceeded")
+                    codes.append(RC_QUOTA if self.version >= 5 else 0x80)
+                    continue
                 if self.perms is not None and not (self.perms.can_subscribe(subject, queue) and (
                         not needs_level_up(subject) or self.perms.can_subscribe(subject[:-2], queue))):
                     self.server.log.error(f'{self.log_prefix()} - Subscription Violation - User "{self.user}", '
@@ -990,6 +1001,14 @@ class MqttConn(asyncio.Protocol):
         self.send_packet(C.SubAck(p.pi, codes))
         for s, _existed in retained:
             self._send_retained(s)
+
+    def _max_subs(self) -> int:
+        """The subscription limit of this connection (max_subscriptions, the account's): -1 for none."""
+        mx = self.server.opts.max_subscriptions or -1
+        am = getattr(self.account, "msubs", -1)
+        if am is not None and am >= 0:
+            mx = am if mx < 0 else min(mx, am)
+        return mx
 
     async def _add_sub(self, subject: str, topic: str, o: C.SubOpts, sid: int, queue: str | None,
                        restoring: bool = False) -> _Sub:
