@@ -260,3 +260,53 @@ def test_command_line_subprocess(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rillet.cli", "auth", "-H", str(tmp_path), "describe", "operator"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "Operator Details" in r.stdout
+
+
+async def test_push_to_a_go_full_resolver(capsys, tmp_path):
+    from helpers import free_port
+    home = tmp_path / "nsc"
+    port = free_port()
+    ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
+    ok(capsys, home, "edit", "operator", "--account-jwt-server-url", f"nats://127.0.0.1:{port}")
+    ok(capsys, home, "add", "account", "--name", "LATE")
+    ok(capsys, home, "add", "user", "--account", "LATE", "--name", "carol")
+    conf = tmp_path / "full.conf"
+    ok(capsys, home, "generate", "config", "--nats-resolver", "--config-file", str(conf),
+       "--dir", str(tmp_path / "jwt"))
+    text = conf.read_text()
+    assert "type: full" in text and "LATE" not in text  # only the system account is preloaded
+    conf.write_text(f'listen: "127.0.0.1:{port}"\n' + text)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"])
+    creds = str(home / "creds/OP/LATE/carol.creds")
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        url = f"nats://127.0.0.1:{port}"
+        err = await _expect_error(nats.connect(url, user_credentials=creds, allow_reconnect=False,
+                                               max_reconnect_attempts=0))
+        assert "authorization" in err.lower(), err  # the server does not know the account yet
+
+        def push(*args: str) -> tuple[int, str, str]:
+            return auth(capsys, home, "push", *args)
+
+        rc, out, errtext = await asyncio.get_running_loop().run_in_executor(None, push, "--all")
+        assert rc == 0, errtext
+        assert '[ OK ] pushed "LATE" to nats-server' in errtext and "jwt updated" in errtext
+        nc = await nats.connect(url, user_credentials=creds, allow_reconnect=False)
+        try:
+            # an edit pushed again takes effect: one connection only
+            ok(capsys, home, "edit", "account", "--name", "LATE", "--conns", "1")
+            rc, _, errtext = await asyncio.get_running_loop().run_in_executor(None, push, "--account", "LATE")
+            assert rc == 0, errtext
+            await asyncio.sleep(0.2)
+            err = await _expect_error(nats.connect(url, user_credentials=creds, allow_reconnect=False,
+                                                   max_reconnect_attempts=0))
+            assert "maximum account active connections exceeded" in err, err
+        finally:
+            await nc.close()
+        assert (tmp_path / "jwt").is_dir() and any((tmp_path / "jwt").iterdir())  # the resolver stored it
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)
+    # no server: one line, status 1
+    rc, _, errtext = await asyncio.get_running_loop().run_in_executor(None, lambda: auth(capsys, home, "push", "-A"))
+    assert rc == 1 and len(errtext.strip().splitlines()) == 1 and "could not connect" in errtext, errtext

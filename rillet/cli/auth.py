@@ -27,6 +27,7 @@ file whole (a temporary file renamed over it).
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -857,6 +858,155 @@ def generate_config(mem_resolver: bool = typer.Option(False, "--mem-resolver", h
         print(text, end="")
 
 
+@edit_app.command("operator")
+def edit_operator(account_jwt_server_url: Optional[str] = typer.Option(None, "--account-jwt-server-url", "-u",
+                                                                      help="where `push` sends account JWTs "
+                                                                           "(nats://host:port of a server)"),
+                  service_url: list[str] = typer.Option([], "--service-url", "-n",
+                                                         help="operator service URLs (nats://...)"),
+                  system_account: Optional[str] = typer.Option(None, "--system-account",
+                                                               help="the system account, by name or key")) -> None:
+    s = store()
+    op = s.operator()
+    _, claims = s.operator_claims(op)
+    if account_jwt_server_url is None and not service_url and system_account is None:
+        raise AuthError("nothing to edit: give --account-jwt-server-url, --service-url or --system-account")
+    nats_s = dict(claims["nats"])
+    if account_jwt_server_url is not None:
+        if account_jwt_server_url and not re.match(r"^(nats|tls|http|https)://", account_jwt_server_url):
+            raise AuthError(f"invalid --account-jwt-server-url {account_jwt_server_url!r}: nats://, tls://, "
+                            "http:// or https://")
+        nats_s["account_server_url"] = account_jwt_server_url
+    for u in service_url:
+        if not re.match(r"^(nats|tls)://", u):
+            raise AuthError(f"invalid --service-url {u!r}: nats:// or tls://")
+    if service_url:
+        nats_s["operator_service_urls"] = list(service_url)
+    if system_account is not None:
+        pub = system_account
+        if not J.is_public_key(pub, "A"):
+            if system_account not in s.accounts(op):
+                raise AuthError(f"--system-account {system_account}: no such account in operator {op}")
+            pub = s.account_claims(op, system_account, claims)[1]["sub"]
+        nats_s["system_account"] = pub
+    signer = s.signer_for([claims["sub"]])
+    new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
+    new["nats"] = nats_s
+    new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
+    write_file(s.op_jwt_path(op), J.encode(new, signer) + "\n", 0o644)
+    ok(f'edited operator "{op}"')
+
+
+@app.command("push")
+def push(account: str = typer.Option("", "--account", "-a", help="the account to push"),
+         all_accounts: bool = typer.Option(False, "--all", "-A", help="push every account of the operator"),
+         url: str = typer.Option("", "--account-jwt-server-url", "-u",
+                                 help="a server (nats://host:port); default: the operator's account server URL"),
+         system_account: str = typer.Option("", "--system-account", help="default: the operator's"),
+         system_user: str = typer.Option("", "--system-user",
+                                         help="a user of the system account (default: a temporary one)"),
+         timeout: int = typer.Option(1, "--timeout", help="seconds to wait for the servers' answers [1-60]")) -> None:
+    """Send account JWTs to the servers' full (nats) resolver: $SYS.REQ.CLAIMS.UPDATE, as nsc push."""
+    if bool(account) == all_accounts:
+        raise AuthError("give one of --account NAME or --all")
+    s = store()
+    op = s.operator()
+    _, op_claims = s.operator_claims(op)
+    url = url or J.nats_section(op_claims).get("account_server_url", "")
+    if not url:
+        raise AuthError("no account server URL: give -u nats://host:port, or set the operator's with "
+                        "`rillet auth edit operator --account-jwt-server-url nats://host:port`")
+    if not url.startswith(("nats://", "tls://")):
+        raise AuthError(f"push needs a nats:// (or tls://) URL, not {url!r}")
+    names = s.accounts(op) if all_accounts else [s.account(op, account)]
+    tokens = [(n, s.account_claims(op, n, op_claims)[0]) for n in names]
+    sys_pub = J.nats_section(op_claims).get("system_account", "")
+    if system_account:
+        sys_pub = s.account_claims(op, s.account(op, system_account), op_claims)[1]["sub"]
+    if not sys_pub:
+        raise AuthError(f"operator {op} has no system account: push needs one (add operator --sys, or "
+                        "edit operator --system-account)")
+    sys_name = next((n for n in s.accounts(op) if s.account_claims(op, n, op_claims)[1]["sub"] == sys_pub), "")
+    if system_user:
+        if not sys_name:
+            raise AuthError("the system account is not in this store: --system-user cannot be found")
+        utoken, uclaims = s.user_claims(op, sys_name, system_user)
+        useed = s.seed_of(uclaims["sub"])
+    else:  # a temporary user of the system account, signed with its key (nothing written)
+        signer = s.signer_for([sys_pub])
+        ukp, _ = new_key("user")
+        utoken = J.encode({"name": "rillet-auth-push", "sub": ukp.public_key(), "exp": int(time.time()) + 300,
+                           "nats": user_nats()}, signer)
+        useed = ukp.seed()
+    timeout = min(max(timeout, 1), 60)
+    from rillet.cli.common import run
+    failures = run(_push, url, utoken, useed, tokens, float(timeout))
+    if failures:
+        raise AuthError(failures[0] if len(failures) == 1 else f"{failures[0]} (and {len(failures) - 1} more)")
+
+
+async def _push(url: str, utoken: str, useed: str, tokens: list[tuple[str, str]], timeout: float) -> list[str]:
+    import asyncio
+
+    import nats
+    import nkeys
+    kp = nkeys.from_seed(useed.encode())
+
+    def sign(nonce: str) -> bytes:
+        return base64.b64encode(kp.sign(nonce.encode()))
+
+    seen: list[Exception] = []
+
+    async def on_error(e: Exception) -> None:  # (nats-py's default prints a traceback; the cause is reported below)
+        seen.append(e)
+
+    try:
+        nc = await nats.connect(url, user_jwt_cb=lambda: utoken.encode(), signature_cb=sign, error_cb=on_error,
+                                allow_reconnect=False, max_reconnect_attempts=1, connect_timeout=timeout + 1)
+    except Exception as e:
+        cause = f" ({seen[-1]})" if seen and str(seen[-1]) != str(e) else ""
+        raise AuthError(f"could not connect to {url} as a system account user: {e}{cause}") from None
+    failures: list[str] = []
+    try:
+        for name, token in tokens:
+            answers: list[dict] = []
+            inbox = nc.new_inbox()
+            got = asyncio.Event()
+
+            async def on_reply(msg: Any, answers: list[dict] = answers, got: asyncio.Event = got) -> None:
+                try:
+                    answers.append(json.loads(msg.data))
+                except ValueError:
+                    answers.append({"error": {"description": f"unreadable answer {msg.data[:100]!r}"}})
+                got.set()
+
+            sub = await nc.subscribe(inbox, cb=on_reply)
+            await nc.publish("$SYS.REQ.CLAIMS.UPDATE", token.encode(), reply=inbox)
+            await nc.flush()
+            try:
+                await asyncio.wait_for(got.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+            await asyncio.sleep(min(0.25, timeout / 4))  # answers of the other servers
+            await sub.unsubscribe()
+            if not answers:
+                failures.append(f'pushing account "{name}": no server answered on $SYS.REQ.CLAIMS.UPDATE '
+                                "(is a full resolver configured?)")
+                continue
+            for a in answers:
+                srv = (a.get("server") or {}).get("name", "")
+                if a.get("error"):
+                    err = a["error"]
+                    failures.append(f'pushing account "{name}" to {srv}: '
+                                    f'{err.get("description", err) if isinstance(err, dict) else err}')
+                else:
+                    msg = (a.get("data") or {}).get("message", "")
+                    ok(f'pushed "{name}" to nats-server {srv}: {msg}')
+    finally:
+        await nc.close()
+    return failures
+
+
 @app.command("env")
 def env() -> None:
     """The directories in use, the current operator and account."""
@@ -872,6 +1022,8 @@ def main(argv: list[str]) -> int:
     from typer import Abort, Exit
     from typer._click.exceptions import ClickException
     from typer.main import get_command
+
+    from rillet.cli.common import CliError
     try:
         flags, rest = split_dir_flags(list(argv))
         STATE["dirs"] = resolve_dirs(flags)
@@ -881,6 +1033,10 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         print(f"rillet: error: {e}", file=sys.stderr)
         return 1
+    except CliError as e:  # (an AuthError raised inside rillet.cli.common.run comes back as a CliError)
+        sys.stdout.flush()
+        print(f"rillet: error: {e}", file=sys.stderr)
+        return e.status
     except Exit as e:
         return e.exit_code
     except ClickException as e:
