@@ -310,3 +310,22 @@ async def test_push_to_a_go_full_resolver(capsys, tmp_path):
     # no server: one line, status 1
     rc, _, errtext = await asyncio.get_running_loop().run_in_executor(None, lambda: auth(capsys, home, "push", "-A"))
     assert rc == 1 and len(errtext.strip().splitlines()) == 1 and "could not connect" in errtext, errtext
+
+
+def test_vstream_jwt_updates_the_store(capsys, tmp_path):
+    home = tmp_path / "nsc"
+    make_store(capsys, home)
+    before = J.decode((home / "OP/accounts/APP/APP.jwt").read_text())
+    assert main(["vstream", "jwt", "foo", "--regions", "west,east", "--auth-account", "APP",
+                 "--auth-dir", str(home)]) == 0
+    capsys.readouterr()
+    after = J.decode((home / "OP/accounts/APP/APP.jwt").read_text())
+    op = J.decode((home / "OP/OP.jwt").read_text())
+    assert after["iss"] == op["sub"] and after["sub"] == before["sub"] and after["iat"] > before["iat"]
+    assert "foo.>" in after["nats"]["mappings"]
+    assert after["nats"]["limits"] == before["nats"]["limits"]  # the rest of the claims kept
+    out = ok(capsys, home, "describe", "account", "--name", "APP", "--json")  # the store still checks out
+    assert json.loads(out)["nats"]["mappings"] == after["nats"]["mappings"]
+    rc = main(["vstream", "jwt", "foo", "--regions", "west", "--auth-account", "NOPE", "--auth-dir", str(home)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "does not exist" in err and len(err.strip().splitlines()) == 1

@@ -308,9 +308,18 @@ def _read_text(path: str, what: str) -> str:
 
 @app.command("jwt")
 def jwt_cmd(name: str = typer.Argument(..., help="Virtual stream name"), regions: list[str] = REGIONS_OPT,
-            account_jwt: str = typer.Option(..., "--account-jwt", help="File holding the account's JWT"),
-            signing_key: str = typer.Option(..., "--signing-key",
-                                            help="File holding the operator's nkey seed (or a signing key's)"),
+            account_jwt: Optional[str] = typer.Option(None, "--account-jwt", help="File holding the account's JWT"),
+            signing_key: Optional[str] = typer.Option(None, "--signing-key",
+                                                      help="File holding the operator's nkey seed (or a signing "
+                                                           "key's)"),
+            auth_account: Optional[str] = typer.Option(None, "--auth-account",
+                                                       help="The account in the `rillet auth` (nsc) store instead "
+                                                            "of --account-jwt/--signing-key: its JWT is read from "
+                                                            "the store, signed with the operator's key from the "
+                                                            "keystore and written back"),
+            auth_dir: Optional[str] = typer.Option(None, "--auth-dir",
+                                                   help="The store's directory for config, data and keys (as "
+                                                        "`rillet auth -H`; default: NSC_HOME, NKEYS_PATH, XDG)"),
             out: Optional[str] = typer.Option(None, "--out", "-o", help="Write the new JWT to this file"),
             push: bool = typer.Option(False, "--push", help="Send the new JWT to the servers' resolver "
                                                              "($SYS.REQ.ACCOUNT.<key>.CLAIMS.UPDATE; needs a "
@@ -322,6 +331,8 @@ def jwt_cmd(name: str = typer.Argument(..., help="Virtual stream name"), regions
     them) are merged into the JWT's nats.mappings, the JWT is signed again
     with the operator's key (or an operator signing key), then written out
     and/or pushed to the servers (full or memory resolver) like `nsc push`.
+    With --auth-account the account of the `rillet auth` store is updated
+    in place (then `rillet auth push` or --push sends it).
 
     \b
     Examples:
@@ -329,19 +340,58 @@ def jwt_cmd(name: str = typer.Argument(..., help="Virtual stream name"), regions
           --signing-key operator.nk --out APP.jwt
       rillet --context sys vstream jwt foo --regions west,central,east \\
           --account-jwt APP.jwt --signing-key operator.nk --push
+      rillet vstream jwt foo --regions west,central,east --auth-account APP
     """
     check_name(name)
     rs = parse_regions(regions)
-    token = update_account_jwt(_read_text(account_jwt, "account JWT"), name, rs,
-                               _read_text(signing_key, "signing key"))
+    if auth_account is not None:
+        if account_jwt or signing_key:
+            raise CliError("--auth-account takes the JWT and the key from the store: not with --account-jwt or "
+                           "--signing-key")
+        token, path = _from_auth_store(auth_account, auth_dir, name, rs)
+        print(f"Updated account {auth_account} in the auth store ({path}) with the mappings of virtual stream "
+              f"{name}")
+    else:
+        if not account_jwt or not signing_key:
+            raise CliError("give --account-jwt and --signing-key, or --auth-account")
+        token = update_account_jwt(_read_text(account_jwt, "account JWT"), name, rs,
+                                   _read_text(signing_key, "signing key"))
     if out:
         _write(out, token + "\n")
         print(f"Wrote the account JWT with the mappings of virtual stream {name} to {out}")
     if push:
         from rillet import jwt as J
         run(_push, token, J.decode_unverified(token)["sub"])
-    if not out and not push:
+    if not out and not push and auth_account is None:
         print(token)
+
+
+def _from_auth_store(account: str, auth_dir: Optional[str], name: str, regions: list[str]) -> tuple[str, str]:
+    """The account's JWT in the `rillet auth` store with the mappings merged, signed with the operator's key
+    (or one of its signing keys) from the keystore, and written back to the store."""
+    from rillet.cli import auth
+    try:
+        s = auth.Store(auth.resolve_dirs({"all": auth_dir} if auth_dir else {}))
+        op = s.operator()
+        _, op_claims = s.operator_claims(op)
+        acc = s.account(op, account)
+        old, _claims = s.account_claims(op, acc, op_claims)
+        keys = [op_claims["sub"], *s._signing_keys(op_claims)]
+        seed = ""
+        for pub in keys:
+            try:
+                seed = s.seed_of(pub)
+                break
+            except auth.AuthError:
+                continue
+        if not seed:
+            raise auth.AuthError(f"no key of operator {op} is in the keystore {s.dirs.keys}")
+        token = update_account_jwt(old, name, regions, seed)
+        path = s.acc_jwt_path(op, acc)
+        auth.write_file(path, token + "\n", 0o644)
+    except auth.AuthError as e:
+        raise CliError(str(e)) from None
+    return token, path
 
 
 async def _push(token: str, account: str) -> None:
