@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import base64
 import json
-import os
 import shutil
 import socket
 import subprocess

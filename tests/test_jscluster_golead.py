@@ -11,7 +11,6 @@ import asyncio
 import datetime
 import json
 import shutil
-import time
 
 import pytest
 

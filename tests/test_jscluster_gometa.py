@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from helpers import free_port, serve_config
-from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.gometa import GoMetaMember, GoRaftFollower, member_of
 from rillet.raft import gowire as gw
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = [
     "GoWireError", "ID_LEN", "DIGITS", "peer_id", "hash_name", "random_token", "group_name", "META_GROUP",

@@ -21,8 +21,6 @@ assignments -- is not here: ``propose`` takes entries already encoded (rillet.je
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
-
 from rillet.jetstream.cluster.gometa import Committed, GoRaftFollower, Out
 from rillet.raft import gowire as gw
 
