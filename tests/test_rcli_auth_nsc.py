@@ -329,3 +329,35 @@ def test_vstream_jwt_updates_the_store(capsys, tmp_path):
     rc = main(["vstream", "jwt", "foo", "--regions", "west", "--auth-account", "NOPE", "--auth-dir", str(home)])
     err = capsys.readouterr().err
     assert rc == 1 and "does not exist" in err and len(err.strip().splitlines()) == 1
+
+
+async def test_revoked_user_refused_by_go_nats_server(capsys, tmp_path):
+    home = tmp_path / "nsc"
+    make_store(capsys, home)
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "dave")
+    import time
+    time.sleep(1.1)  # a revocation covers the JWTs issued up to its time, to the second
+    ok(capsys, home, "revocations", "add-user", "--account", "APP", "--name", "alice")
+    out = ok(capsys, home, "revocations", "list-users", "--account", "APP")
+    alice = J.decode((home / "OP/accounts/APP/users/alice.jwt").read_text())
+    assert out.startswith(f"alice\t{alice['sub']}\t")
+    rc, _, err = auth(capsys, home, "generate", "creds", "--account", "APP", "--name", "alice")
+    assert rc == 1 and "is revoked" in err
+    ok(capsys, home, "describe", "user", "--account", "APP", "--name", "alice")  # still described
+    conf = _server_conf(capsys, home, tmp_path)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        url = f"nats://127.0.0.1:{srv.port}"
+        creds = home / "creds/OP/APP"
+        err = await _expect_error(nats.connect(url, user_credentials=str(creds / "alice.creds"),
+                                               allow_reconnect=False, max_reconnect_attempts=1))
+        assert "authorization" in err.lower(), err
+        # dave's JWT was issued before the revocation too, but only alice's key is revoked
+        nc = await nats.connect(url, user_credentials=str(creds / "dave.creds"), allow_reconnect=False)
+        await nc.close()
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)
+    ok(capsys, home, "revocations", "delete-user", "--account", "APP", "--name", "alice")
+    ok(capsys, home, "generate", "creds", "--account", "APP", "--name", "alice")

@@ -296,7 +296,8 @@ class Store:
         self._check_times(claims, path)
         return token, claims
 
-    def user_claims(self, op: str, acc: str, user: str, acc_claims: dict | None = None) -> tuple[str, dict]:
+    def user_claims(self, op: str, acc: str, user: str, acc_claims: dict | None = None,
+                    check_revoked: bool = True) -> tuple[str, dict]:
         if acc_claims is None:
             acc_claims = self.account_claims(op, acc)[1]
         path = self.user_jwt_path(op, acc, user)
@@ -313,7 +314,7 @@ class Store:
             raise AuthError(f"{path}: signed by a signing key but its issuer_account is not account {acc}")
         revoked = (J.nats_section(acc_claims).get("revocations") or {})
         at = revoked.get(claims["sub"]) or revoked.get("*")
-        if at and int(at) >= int(claims.get("iat") or 0):
+        if check_revoked and at and int(at) >= int(claims.get("iat") or 0):
             raise AuthError(f"user {user!r} ({claims['sub']}) is revoked in account {acc!r}")
         self._check_times(claims, path)
         return token, claims
@@ -751,7 +752,7 @@ def describe_user(name: str = typer.Option(..., "--name", "-n"), account: str = 
                   raw: bool = typer.Option(False, "--raw", "-R")) -> None:
     s = store()
     op = s.operator()
-    token, claims = s.user_claims(op, s.account(op, account or None), name)
+    token, claims = s.user_claims(op, s.account(op, account or None), name, check_revoked=False)
     _show(token, claims, as_json, raw)
 
 
@@ -1005,6 +1006,84 @@ async def _push(url: str, utoken: str, useed: str, tokens: list[tuple[str, str]]
     finally:
         await nc.close()
     return failures
+
+
+revocations_app = typer.Typer(help="Revoke users of an account", no_args_is_help=True)
+app.add_typer(revocations_app, name="revocations")
+
+
+def _edit_revocations(account: str, change: Any) -> tuple[str, str]:
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, op_claims = s.operator_claims(op)
+    _, claims = s.account_claims(op, acc, op_claims)
+    signer = s.signer_for([op_claims["sub"], *s._signing_keys(op_claims)])
+    nats_s = dict(claims["nats"])
+    rev = dict(nats_s.get("revocations") or {})
+    what = change(s, op, acc, claims, rev)
+    if rev:
+        nats_s["revocations"] = rev
+    else:
+        nats_s.pop("revocations", None)
+    new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
+    new["nats"] = nats_s
+    new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
+    write_file(s.acc_jwt_path(op, acc), J.encode(new, signer) + "\n", 0o644)
+    return acc, what
+
+
+def _user_key(s: Store, op: str, acc: str, claims: dict, name: str, user_key: str) -> str:
+    if bool(name) == bool(user_key):
+        raise AuthError("give one of --name USER or --user-public-key U...")
+    if user_key:
+        if not J.is_public_key(user_key, "U"):
+            raise AuthError(f"--user-public-key {user_key!r}: not a public user nkey")
+        return user_key
+    return s.user_claims(op, acc, name, claims, check_revoked=False)[1]["sub"]
+
+
+@revocations_app.command("add-user")
+def revoke_user(account: str = typer.Option("", "--account", "-a"), name: str = typer.Option("", "--name", "-n"),
+                user_key: str = typer.Option("", "--user-public-key", "-u"),
+                at: int = typer.Option(0, "--at", help="revoke the credentials issued up to this unix time "
+                                                       "(default: now)")) -> None:
+    def change(s: Store, op: str, acc: str, claims: dict, rev: dict) -> str:
+        key = _user_key(s, op, acc, claims, name, user_key)
+        rev[key] = at if at > 0 else int(time.time())
+        return key
+    acc, key = _edit_revocations(account, change)
+    ok(f'revoked user "{name or key}" in account "{acc}"')
+
+
+@revocations_app.command("delete-user")
+def unrevoke_user(account: str = typer.Option("", "--account", "-a"), name: str = typer.Option("", "--name", "-n"),
+                  user_key: str = typer.Option("", "--user-public-key", "-u")) -> None:
+    def change(s: Store, op: str, acc: str, claims: dict, rev: dict) -> str:
+        key = _user_key(s, op, acc, claims, name, user_key)
+        if key not in rev:
+            raise AuthError(f"user {name or key} is not revoked in account {acc}")
+        del rev[key]
+        return key
+    acc, key = _edit_revocations(account, change)
+    ok(f'deleted the revocation of user "{name or key}" in account "{acc}"')
+
+
+@revocations_app.command("list-users")
+def list_revoked(account: str = typer.Option("", "--account", "-a")) -> None:
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, claims = s.account_claims(op, acc)
+    rev = J.nats_section(claims).get("revocations") or {}
+    names = {}
+    for u in s.users(op, acc):
+        try:
+            names[J.decode_unverified(read_text(s.user_jwt_path(op, acc, u), "user JWT"))["sub"]] = u
+        except (J.JwtError, KeyError):
+            continue
+    for key, when in sorted(rev.items()):
+        print(f"{names.get(key, '')}\t{key}\t{_when(when)}")
 
 
 @app.command("env")
