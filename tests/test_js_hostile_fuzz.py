@@ -284,3 +284,73 @@ def test_random_requests_get_catalogued_answers(server: _Server, req: tuple[str,
     new = server.log()[before:]
     for t in ("Traceback", "JetStream API error", "Exception", "Error:"):
         assert t not in new, f"{t!r} logged for {subj} {body[:200]!r}:\n{new[-2000:]}"
+
+
+# ---- the same random requests to nats-server: the same answers -------------------------------------------
+
+# requests that change nothing (or name what does not exist), so both servers stay in the same state
+READ_ONLY = ["STREAM.INFO.S", "STREAM.NAMES", "STREAM.LIST", "STREAM.MSG.GET.S", "STREAM.MSG.GET.NOPE",
+             "STREAM.PURGE.NOPE", "STREAM.MSG.DELETE.NOPE", "STREAM.SNAPSHOT.NOPE", "STREAM.UPDATE.NOPE",
+             "CONSUMER.NAMES.S", "CONSUMER.LIST.S", "CONSUMER.INFO.S.C", "CONSUMER.PAUSE.NOPE.C",
+             "CONSUMER.UNPIN.S.C", "CONSUMER.CREATE.NOPE", "CONSUMER.DELETE.S.NOPE", "STREAM.DELETE.NOPE"]
+_FIELDS = {k: KINDS.get(k) or KINDS.get(k.replace("NOPE", "S")) or KINDS.get(k.replace(".NOPE", ".S.C"))
+           or KINDS.get(k.replace("NOPE", "F")) or [] for k in READ_ONLY}
+_FIELDS["CONSUMER.CREATE.NOPE"] = KINDS["CONSUMER.CREATE.S"]
+_FIELDS["STREAM.UPDATE.NOPE"] = KINDS["STREAM.UPDATE.S"]
+_FIELDS["CONSUMER.PAUSE.NOPE.C"] = KINDS["CONSUMER.PAUSE.S.C"]
+
+
+@st.composite
+def _read_only_request(draw: Any) -> tuple[str, bytes]:
+    subj = draw(st.sampled_from(READ_ONLY))
+    return subj, draw(_body(_FIELDS[subj]))
+
+
+class _GoServer:
+    def __init__(self, loop_owner: _Server) -> None:
+        from tests.helpers import ServerProcess
+        self.owner = loop_owner
+        self.dir = tempfile.mkdtemp()
+        path = f"{self.dir}/go.conf"
+        Path(path).write_text(f'listen: 127.0.0.1:{free_port()}\njetstream {{ store_dir: "{self.dir}/js" }}\n')
+        self.proc = ServerProcess("-c", path, command=["nats-server"])
+        self.proc.wait_ready()
+        self.nc = loop_owner.run(nats.connect(self.proc.client_url))
+
+    def close(self) -> None:
+        try:
+            self.owner.run(self.nc.close())
+        finally:
+            self.proc.stop()
+
+
+def _comparable(msg: Any) -> Any:
+    if msg is None:
+        return None
+    d = json.loads(msg.data)
+    err = d.get("error")
+    if err is not None:
+        return err
+    return {"ok": d.get("type"), "total": d.get("total"), "offset": d.get("offset"),
+            "seq": (d.get("message") or {}).get("seq")}
+
+
+@pytest.mark.skipif(__import__("shutil").which("nats-server") is None, reason="nats-server not on PATH")
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(req=_read_only_request())
+def test_random_requests_answered_as_nats_server(server: _Server, go: "_GoServer", req: tuple[str, bytes]) -> None:
+    subj, body = req
+    server.run(_setup(server.nc))
+    mine = _comparable(server.run(_ask(server.nc, subj, body)))
+    theirs = _comparable(server.run(_ask(go.nc, subj, body)))
+    assert mine == theirs, f"{subj} {body[:300]!r}"
+
+
+@pytest.fixture(scope="module")
+def go(server: _Server):
+    g = _GoServer(server)
+    try:
+        server.run(_setup(g.nc))
+        yield g
+    finally:
+        g.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json as _json
+import re
 from typing import Annotated, Any, Callable, Iterable, Optional, Union, get_args, get_origin, get_type_hints
 
 import msgspec
@@ -108,8 +109,15 @@ class _Scanner:
         return _JSONError(f"invalid character {shown} {ctx} at offset {i + ln}")
 
     def _bad_escape(self, i: int, ln: int) -> _JSONError:
-        seq = self.b[i:i + ln].decode("utf-8", "replace")
-        return _JSONError(f"invalid escape sequence `{seq}` in string at offset {i + ln}")
+        raw = self.b[i:i + ln]
+        # shown in backquotes when Go's strconv.CanBackquote allows, else strconv.Quote'd
+        try:
+            seq = raw.decode("utf-8")
+            plain = not any((ord(ch) < 0x20 and ch != "\t") or ch in "`\x7f\ufeff" for ch in seq)
+        except UnicodeDecodeError:
+            plain = False
+        shown = f"`{seq}`" if plain else go_quote(raw)
+        return _JSONError(f"invalid escape sequence {shown} in string at offset {i + ln}")
 
     def _eof(self) -> _JSONError:
         return _JSONError("unexpected EOF")
@@ -684,6 +692,37 @@ def go_decode(data: bytes | str | None, cls: type, top: str | None = None, *, st
             raise dec.type_err(_kind_desc(node), info.go, [])
         cur = dec.struct(cls, node, cur, [])
     return cur if cur is not None else cls()
+
+
+def go_unmarshal(data: bytes | str | None, cls: type) -> Any:
+    """``cls`` from ``data`` as Go's plain ``json.Unmarshal`` does it (what nats-server uses for a few
+    requests): exactly one JSON value, checked whole before anything is decoded, syntax errors without the
+    offset, "unexpected end of JSON input" for a truncated or empty body, unknown fields ignored."""
+    if data is None:
+        data = b""
+    if isinstance(data, str):
+        data = data.encode()
+    data = bytes(data)
+    check_one_value(data)
+    return go_decode(data, cls, strict=False)
+
+
+def check_one_value(data: bytes) -> None:
+    """Raises ``GoJSONError`` (Go's ``json.Unmarshal`` text) unless ``data`` is exactly one JSON value."""
+    sc = _Scanner(data)
+    try:
+        i = sc.ws(0)
+        if i >= sc.n:
+            raise _JSONError("unexpected end of JSON input")
+        _, i = sc.value(i)
+        i = sc.ws(i)
+        if i < sc.n:
+            raise sc._bad(i, "after top-level value")
+    except GoJSONError as e:
+        text = str(e)
+        if text == "unexpected EOF":
+            text = "unexpected end of JSON input"
+        raise GoJSONError(re.sub(r" at offset \d+$", "", text)) from None
 
 
 _json_decode = msgspec.json.decode

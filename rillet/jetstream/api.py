@@ -229,6 +229,8 @@ class ApiRouter:
         """The request body as nats-server's request struct ``cls`` (``rillet.jetstream.apitypes``): a
         body that does not decode into it is INVALID_JSON with Go's message; unknown fields too while the
         API is strict (``jetstream { strict }``). An empty body is the zero request."""
+        if cls in _ONLY_JSON_DECODED and body.lstrip(b" \t\r\n\v\f")[:1] not in (b"{", b"["):
+            return cls()
         return apijson.go_decode(body, cls, strict=self.js.strict)
 
     def parse(self, body: bytes, typ: type | None = None) -> Any:
@@ -652,23 +654,28 @@ class ApiRouter:
 
     # ---- messages ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def _check_get(req: A.JSApiMsgGetRequest) -> None:
+        """A MSG.GET request nats-server refuses (before it looks for the stream): no batches here, a
+        sequence, a subject or a start time needed, and the sequence, the last for a subject and a start
+        time exclude each other."""
+        seq, last, nxt, start = req.seq, req.last_by_subj, req.next_by_subj, req.start_time
+        if (req.batch > 0 or req.max_bytes > 0 or (seq and start is not None) or (last and start is not None)
+                or (last and (seq or nxt)) or not (seq or last or nxt or start is not None)):
+            raise ApiError.make("BAD_REQUEST")
+
     def _get(self, stream: Stream, req: A.JSApiMsgGetRequest) -> Any:
-        """The message a MSG.GET request names (None if there is none). As nats-server: no batches here,
-        and the sequence, the last for a subject and a start time exclude each other."""
+        """The message a (checked) MSG.GET request names (None if there is none)."""
         store = stream.store
         seq, last, nxt = req.seq, req.last_by_subj, req.next_by_subj
-        start = req.start_time
-        if (req.batch > 0 or req.max_bytes > 0 or (seq and start is not None) or (last and start is not None)
-                or (last and (seq or nxt))):
-            raise ApiError.make("BAD_REQUEST")
-        if start is not None:
-            seq = store.get_seq_from_time(parse_time(start)[0])
+        if req.start_time is not None:
+            seq = store.get_seq_from_time(parse_time(req.start_time)[0])
         if last:
             return store.load_last_msg(last)
         if nxt:
             return store.load_next_msg(nxt, max(seq, 1), subject_has_wildcard(nxt))
         if seq <= 0:
-            raise ApiError.make("BAD_REQUEST")
+            return None
         return store.load_msg(seq)
 
     def msg_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
@@ -676,6 +683,7 @@ class ApiRouter:
         if is_empty_request(body):
             raise ApiError.make("BAD_REQUEST")
         req = self.decode(body, A.JSApiMsgGetRequest)  # (before the stream is looked up, as nats-server)
+        self._check_get(req)
         stream = self.stream(args[0] if args else "")
         m = self._get(stream, req)
         if m is None:
@@ -920,14 +928,21 @@ _ERROR_EXTRA: dict[str, dict] = {
 }
 
 
+# requests nats-server decodes only when the body looks like a JSON object or array (after white space):
+# any other body is taken as no request at all
+_ONLY_JSON_DECODED = frozenset((A.JSApiStreamInfoRequest, A.JSApiStreamNamesRequest, A.JSApiStreamListRequest,
+                                A.JSApiStreamPurgeRequest, A.JSApiConsumersRequest, A.JSApiConsumerPauseRequest))
+
+
 def is_empty_request(body: bytes) -> bool:
     """nats-server's test for a request without content: no bytes, or a JSON object without fields."""
     if not body or body == b"{}":
         return True
-    try:
-        d = apijson.parse_json(body)
-    except ApiError:
+    try:  # (Go's json.Unmarshal: exactly one value)
+        _codec.check_one_value(bytes(body))
+    except _codec.GoJSONError:
         return False
+    d = _codec.parse_json(body)
     return isinstance(d, dict) and not d
 
 

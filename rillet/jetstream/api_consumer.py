@@ -14,6 +14,7 @@ from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream import apijson
 from rillet.jetstream import apitypes as A
+from rillet.gocompat.jsoncodec import GoJSONError, go_unmarshal
 from rillet.jetstream import consumer as CO
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
@@ -184,10 +185,12 @@ class ConsumerApi:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
         from rillet.jetstream import priority
-        if not body.strip():
-            raise ApiError.make("INVALID_JSON", err="unexpected end of JSON input")
-        # (nats-server decodes this one with plain json.Unmarshal: unknown fields ignored, even when strict)
-        group = apijson.go_decode(body, A.JSApiConsumerUnpinRequest, strict=False).group
+        # (nats-server decodes this one with plain json.Unmarshal: one value, unknown fields ignored even
+        # when strict, syntax errors without their offset)
+        try:
+            group = go_unmarshal(body, A.JSApiConsumerUnpinRequest).group
+        except GoJSONError as e:
+            raise ApiError.make("INVALID_JSON", err=str(e)) from None
         if not group:
             raise ApiError.make("INVALID_JSON", err="consumer group not specified")
         if not CC._GROUP_NAME.fullmatch(group):

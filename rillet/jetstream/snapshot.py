@@ -69,9 +69,11 @@ def _tar_dir(path: str) -> Iterator[bytes]:
 
 def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
     from rillet.jetstream.api import T, stream_info_dict
-    stream = router.stream(args[0] if args else "")
     from rillet.jetstream.api import is_empty_request
-    req = router.parse(body, A.JSApiStreamSnapshotRequest) if not is_empty_request(body) else None
+    if is_empty_request(body):  # (nats-server's order: this, the stream, then the body's types)
+        raise ApiError.make("BAD_REQUEST")
+    stream = router.stream(args[0] if args else "")
+    req = router.parse(body, A.JSApiStreamSnapshotRequest)
     if not isinstance(req, dict):
         raise ApiError.make("BAD_REQUEST")
     deliver = req.get("deliver_subject") or ""
