@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import ServerProcess, free_port
-from rillet.app.embed import run_server, run_super_cluster
+from rillet.app.embed import run_cluster, run_server, run_super_cluster
 from rillet.config.flags import parse_command_line
 from rillet.config.options import Options
 from rillet.config.options_builder import load_string
@@ -187,6 +187,19 @@ async def test_gateways_and_leafnodes():
             assert value(fh, "gnatsd_leafz_info", name="leaf1", account="$G", account_id="$G") == 1
             assert sorted(fh["gnatsd_leafz_conn_in_msgs"].samples[0].labels) == \
                 ["account", "account_id", "ip", "name", "port", "server_id"]
+
+
+async def test_routes():
+    async with run_cluster(2, http_port=-1, http_host="127.0.0.1", http_metrics=True) as servers:
+        deadline = time.monotonic() + 10
+        while True:
+            fams = await scrape(servers[0].http_addr[1])
+            if value(fams, "gnatsd_routez_num_routes") >= 1:
+                break
+            assert time.monotonic() < deadline, "no route in gnatsd_routez_num_routes"
+            await asyncio.sleep(0.1)
+        assert value(fams, "gnatsd_varz_routes") >= 1
+        assert value(fams, "gnatsd_varz_cluster_name", value=servers[0].opts.cluster.name) == 1
 
 
 def test_render_escapes_and_formats():
