@@ -497,7 +497,7 @@ def proto_pub(self, subject, reply, payload):
         cache = _get(sl, L_CACHE, "_cache")
         hit = PyDict_GetItemWithError(cache, s) if type(cache) is dict else NULL
         if hit is NULL:
-            r = sl.match(s)
+            r = sl._match_miss(s)  # (Sublist.match on a miss)
         else:
             r = <object>hit
             _set(sl, L_HITS, _get(sl, L_HITS, "_hits") + 1)
@@ -548,7 +548,7 @@ cdef object _match(acc, subject):
         cache = _get(sl, L_CACHE, "_cache")
         hit = PyDict_GetItemWithError(cache, s) if type(cache) is dict else NULL
         if hit is NULL:
-            return sl.match(s)
+            return sl._match_miss(s)  # (Sublist.match on a miss)
         _set(sl, L_HITS, _get(sl, L_HITS, "_hits") + 1)
         return <object>hit
     return m(s)
