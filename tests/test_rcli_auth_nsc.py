@@ -119,11 +119,13 @@ async def _expect_error(coro: Any) -> str:
     return ""
 
 
-async def test_go_nats_server_accepts_the_store(capsys, tmp_path):
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_servers_accept_the_store(capsys, tmp_path, server):
     home = tmp_path / "nsc"
     make_store(capsys, home)
     conf = _server_conf(capsys, home, tmp_path)
-    srv = ServerProcess("-c", str(conf), command=["nats-server"])
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
     try:
         await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
         url = f"nats://127.0.0.1:{srv.port}"
@@ -262,7 +264,8 @@ def test_command_line_subprocess(tmp_path):
     assert r.returncode == 0 and "Operator Details" in r.stdout
 
 
-async def test_push_to_a_go_full_resolver(capsys, tmp_path):
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_push_to_a_full_resolver(capsys, tmp_path, server):
     from helpers import free_port
     home = tmp_path / "nsc"
     port = free_port()
@@ -276,7 +279,8 @@ async def test_push_to_a_go_full_resolver(capsys, tmp_path):
     text = conf.read_text()
     assert "type: full" in text and "LATE" not in text  # only the system account is preloaded
     conf.write_text(f'listen: "127.0.0.1:{port}"\n' + text)
-    srv = ServerProcess("-c", str(conf), command=["nats-server"])
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
     creds = str(home / "creds/OP/LATE/carol.creds")
     try:
         await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
@@ -331,7 +335,8 @@ def test_vstream_jwt_updates_the_store(capsys, tmp_path):
     assert rc == 1 and "does not exist" in err and len(err.strip().splitlines()) == 1
 
 
-async def test_revoked_user_refused_by_go_nats_server(capsys, tmp_path):
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_revoked_user_refused(capsys, tmp_path, server):
     home = tmp_path / "nsc"
     make_store(capsys, home)
     ok(capsys, home, "add", "user", "--account", "APP", "--name", "dave")
@@ -345,7 +350,8 @@ async def test_revoked_user_refused_by_go_nats_server(capsys, tmp_path):
     assert rc == 1 and "is revoked" in err
     ok(capsys, home, "describe", "user", "--account", "APP", "--name", "alice")  # still described
     conf = _server_conf(capsys, home, tmp_path)
-    srv = ServerProcess("-c", str(conf), command=["nats-server"])
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
     try:
         await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
         url = f"nats://127.0.0.1:{srv.port}"
