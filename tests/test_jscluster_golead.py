@@ -185,3 +185,57 @@ async def test_go_servers_elect_a_rillet_meta_leader_and_apply_what_it_commits(g
             assert m.refused == 0
     finally:
         await nc.close()
+
+
+def test_stream_assignment_layout_and_request_info():
+    hdr = b'NATS/1.0\r\nNats-Request-Info: {"acc":"A","user":"a","jwt":"x"}\r\n\r\n'
+    ci = __import__("rillet.jetstream.cluster.golead", fromlist=["request_info"]).request_info(hdr)
+    assert ci == {"acc": "A", "user": "a", "jwt": "x"}
+    from rillet.jetstream.cluster.golead import request_info, stream_assignment
+    assert request_info(b"NATS/1.0\r\nOther: 1\r\n\r\n") is None
+    doc = stream_assignment(ci, {"name": "S", "subjects": ["s"], "num_replicas": 3}, [A, B, ME], "C1",
+                            "$JS.API.STREAM.CREATE.S", "_R_.x")
+    assert list(doc) == ["client", "created", "stream", "group", "sync", "subject", "reply"]  # Go's order
+    assert "jwt" not in doc["client"] and doc["group"]["name"].startswith("S-R3F-")
+    assert doc["stream"]["retention"] == "limits" and doc["stream"]["num_replicas"] == 3
+    raw = ge.encode_json_entry(ge.OP_ASSIGN_STREAM, doc)
+    assert ge.decode_entry(raw).doc == doc
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_rillet_meta_leader_places_a_stream_a_go_client_creates(go_cluster):  # noqa: F811
+    """With the Rillet member as meta leader, a Go server's client creates an R3 stream: the request reaches
+    the Rillet leader, which places it on the Go servers; they create it and answer the client."""
+    import nats
+    from rillet.jetstream.cluster.golead import StreamCreateAsLeader
+    gc = go_cluster
+    nc = await nats.connect(gc.url("g1"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        async with serve_config(_rillet_conf(gc)) as srv:
+            m = await _member(srv)
+            await _until(lambda: m.raft.commit > 0 and m.raft.leader, what="the member following")
+            await asyncio.sleep(1.5)
+            api = StreamCreateAsLeader(m)
+            m.campaign()
+            await _until(lambda: m.raft.role == LEADER, 10, what="the Rillet member elected")
+
+            async def all_see_r1() -> bool:
+                views = await _meta_views(gc, "g0")
+                return all((views.get(n) or {}).get("leader") == "r1" for n in gc.names)
+
+            await CAP._until(all_see_r1, 10, what="every Go server reporting r1 as meta leader")
+            js = nc.jetstream()
+            info = await js.add_stream(name="LED", subjects=["led.>"], num_replicas=3)
+            assert info.config.name == "LED" and api.proposed == 1
+            sa = m.state.streams[("A", "LED")]
+            assert sorted(sa["group"]["peers"]) == sorted(gw.peer_id(n) for n in gc.names)
+            assert (await js.publish("led.1", b"x")).seq == 1
+            m.transfer(gw.peer_id("g2"))
+            await _until(lambda: m.raft.leader == gw.peer_id("g2"), 10, what="g2 taking over")
+            await CAP._until(lambda: CAP._js_ready(nc), 10, what="the Go meta leader answering")
+            si = await js.stream_info("LED")
+            assert si.state.messages == 1 and len(si.cluster.replicas or []) == 2
+            api.close()
+    finally:
+        await nc.close()

@@ -16,15 +16,24 @@ candidate and leader rules (our own code, sans-IO like the follower):
   at once when it sees it, as nats-server's ``StepDown``).
 
 What a leader of the *meta* group must also do -- answer the JetStream API, place streams, encode
-assignments -- is not here: ``propose`` takes entries already encoded (rillet.jetstream.cluster.gowire).
+assignments -- is here for one request only, ``StreamCreateAsLeader`` ($JS.API.STREAM.CREATE: placement on
+the Go peers, the assignment in Go's layout); ``propose`` otherwise takes entries already encoded
+(rillet.jetstream.cluster.gowire).
 """
 from __future__ import annotations
 
+import datetime
+import json
+import random
 from dataclasses import dataclass, field
+from typing import Any
+
+from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.gometa import Committed, GoRaftFollower, Out
 from rillet.raft import gowire as gw
 
-__all__ = ["FOLLOWER", "CANDIDATE", "LEADER", "GoRaftPeer"]
+__all__ = ["FOLLOWER", "CANDIDATE", "LEADER", "GoRaftPeer", "StreamCreateAsLeader", "request_info",
+           "stream_assignment"]
 
 FOLLOWER, CANDIDATE, LEADER = "follower", "candidate", "leader"
 
@@ -165,3 +174,83 @@ class GoRaftPeer(GoRaftFollower):
         self.role = FOLLOWER
         self.leader = ""
         return outs
+
+
+# -- the meta leader's stream create, in a Go cluster -----------------------------------------------------------
+
+_STREAM_DEFAULTS = (("retention", "limits"), ("max_consumers", -1), ("max_msgs", -1), ("max_bytes", -1),
+                    ("max_age", 0), ("max_msgs_per_subject", -1), ("max_msg_size", -1), ("discard", "old"),
+                    ("storage", "file"), ("num_replicas", 1), ("duplicate_window", 120_000_000_000))
+
+
+def request_info(hdr: bytes) -> dict | None:
+    """The requester's client info a service import adds (``Nats-Request-Info`` header), or None."""
+    for line in hdr.split(b"\r\n")[1:]:
+        k, sep, v = line.partition(b":")
+        if sep and k.strip().lower() == b"nats-request-info":
+            try:
+                doc = json.loads(v.strip())
+            except ValueError:
+                return None
+            return doc if isinstance(doc, dict) else None
+    return None
+
+
+def stream_assignment(client: dict, cfg: dict, peers: list[str], cluster: str, subject: str,
+                      reply: str) -> dict:
+    """A stream assignment in the Go meta leader's JSON layout (field order included)."""
+    cfg = dict(cfg)
+    for k, v in _STREAM_DEFAULTS:
+        cfg.setdefault(k, v)
+    client = {k: v for k, v in client.items() if k not in ("jwt", "issuer_key")}  # (as Go's forProposal)
+    storage = cfg["storage"]
+    doc = {"client": client,
+           "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+           "stream": cfg,
+           # (a preferred peer campaigns at once; without one the new group waits out an election timeout)
+           "group": {"name": gw.group_name("S", len(peers), storage), "peers": peers, "store": storage,
+                     "cluster": cluster, "preferred": peers[0]},
+           "sync": "$JSC.SYNC." + gw.random_token(8)}
+    if subject:
+        doc["subject"] = subject
+    if reply:
+        doc["reply"] = reply
+    return doc
+
+
+class StreamCreateAsLeader:
+    """While the member leads the Go meta group, it takes ``$JS.API.STREAM.CREATE.<name>`` requests (in the
+    system account, where the JetStream-enabled accounts' imports bring them with the requester's info): it
+    places the stream on the Go JetStream peers and proposes the assignment; the Go servers that get it create
+    the stream and answer the request (its subject and reply are part of the assignment), as with a Go meta
+    leader. Only this request: everything else the API does is not here (tests only)."""
+
+    def __init__(self, member: Any, rng: random.Random | None = None) -> None:
+        self.member = member
+        self.rng = rng or random.Random()
+        self.sub = member.ic.subscribe("$JS.API.STREAM.CREATE.*", self._on_request)
+        self.proposed = 0
+
+    def close(self) -> None:
+        self.member.ic.remove_sub(self.sub)
+
+    def _on_request(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        m = self.member
+        if m.raft.role != LEADER or hdr <= 0:
+            return  # (as a Go server that is not the meta leader: silent)
+        ci = request_info(bytes(msg[:hdr]))
+        try:
+            cfg = json.loads(bytes(msg[hdr:]) or b"{}")
+        except ValueError:
+            return
+        subj = subject.decode()
+        if ci is None or not isinstance(cfg, dict) or cfg.get("name") != subj.rsplit(".", 1)[-1]:
+            return
+        candidates = sorted(p for p in m.raft.peers if p != m.peer)
+        n = int(cfg.get("num_replicas") or 1)
+        if n > len(candidates):
+            return
+        peers = self.rng.sample(candidates, n)
+        doc = stream_assignment(ci, cfg, peers, m.server.opts.cluster.name, subj, reply.decode() if reply else "")
+        m.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_ASSIGN_STREAM, doc))])
+        self.proposed += 1
