@@ -76,6 +76,7 @@ from rillet.cluster.route_reload import ClusterReload
 from rillet.cluster.route_tls import _TLSRouteListener, route_tls_contexts
 from rillet.cluster.route_urls import (DEFAULT_ROUTE_POOL_SIZE, RouteURL, _dial_error, _dynamic_name, _subject_permission,
                                       global_unicast_ips, parse_route_url, pinned_names)
+from rillet.config.options import Permission, Permissions
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -689,7 +690,6 @@ class Cluster(ClusterReload):
         def exports(p: Any) -> PermChecker | None:
             if p is None:
                 return None
-            from rillet.config.options import Permission, Permissions
             return PermChecker(Permissions(subscribe=Permission(allow=p.allow, deny=p.deny)))
         old, new = exports(rc.remote_export), exports(info.export)
         rc.remote_import, rc.remote_export = info.import_, info.export

@@ -23,6 +23,7 @@ from rillet.protocol.parser import ProtocolError
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, plain_ip
 from rillet.server.pacing import BACKLOG_BUDGET, READ_BUDGET, ReadPacer
+from rillet.gocompat.gotime import format_seconds
 
 
 S2_AUTO_FIRST_PING = 1.0  # seconds (+ up to 20%): when an s2_auto connection first measures its RTT
@@ -369,7 +370,6 @@ class ServerConn(ReadPacer, asyncio.Protocol):
         t = self.transport
         if self.closed or t is None:
             return
-        from rillet.gocompat.gotime import format_seconds
         self.server.slow_consumers += 1
         self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
                                f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")

@@ -70,6 +70,7 @@ from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import Sublist
 
 from rillet.cluster.gateway_account import _GR, RECENT_SUB_EXPIRATION, AccountGateway
+from rillet.subjects.validate import subject_matches_filter
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -759,7 +760,6 @@ class Gateway:
                 if e is not None:
                     if e.ni is not None and added:
                         if wild:
-                            from rillet.subjects.validate import subject_matches_filter
                             gone = [k for k in e.ni if subject_matches_filter(k, subj)]
                             for k in gone:
                                 e.ni.discard(k)

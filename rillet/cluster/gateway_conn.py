@@ -27,6 +27,8 @@ from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind
 from rillet.subjects.sublist import Sublist
+from rillet.gocompat.gotime import format_time, unix_ns
+from rillet.subjects.validate import subject_matches_filter
 
 _wire = lane.wire  # the message frame builders of the running lane (rillet.lane)
 
@@ -241,7 +243,6 @@ class GatewayConn(ServerConn):
             self._watched_interest(acc, subj)
         elif e.ni is not None:
             if "*" in subj or ">" in subj:
-                from rillet.subjects.validate import subject_matches_filter
                 for k in [k for k in e.ni if subject_matches_filter(k, subj)]:
                     e.ni.discard(k)
             else:
@@ -288,7 +289,6 @@ class GatewayConn(ServerConn):
         if not watchers:
             return
         if "*" in subject or ">" in subject:
-            from rillet.subjects.validate import subject_matches_filter
             keys = [k for k in watchers if subject_matches_filter(k, subject)]
         else:
             keys = [subject] if subject in watchers else []
@@ -406,7 +406,6 @@ class GatewayConn(ServerConn):
 
     def monitor_info(self, q: dict) -> dict:
         """This connection as nats-server's /gatewayz shows it (RemoteGatewayz)."""
-        from rillet.gocompat.gotime import format_time, unix_ns
         from rillet.gocompat.monitorfmt import rtt_string, uptime
         now = time.time()
         d: dict[str, Any] = {"configured": bool(self.outbound and self.cfg is not None and not self.cfg.implicit)}

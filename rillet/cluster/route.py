@@ -23,6 +23,7 @@ from rillet.cluster.interest import Change, RemoteInterest
 from rillet.cluster.routed import RemoteSub
 from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind
+from rillet.gocompat.gotime import format_seconds, format_time, unix_ns
 
 _wire = lane.wire  # the message frame builders of the running lane (rillet.lane)
 
@@ -250,7 +251,6 @@ class RouteConn(ServerConn):
         if sent <= self._wd_sent:  # nothing written to the peer in the whole deadline
             super()._write_deadline_check(wd)
             return
-        from rillet.gocompat.gotime import format_seconds
         self._deadline_timer = None
         state = "State" if self._slow else "Detected"
         if not self._slow:
@@ -510,7 +510,6 @@ class RouteConn(ServerConn):
 
     def monitor_info(self, q: dict) -> dict:
         """This route as nats-server's /routez shows it (RouteInfo)."""
-        from rillet.gocompat.gotime import format_time, unix_ns
         from rillet.gocompat.monitorfmt import rtt_string, uptime
         now = time.time()
         d: dict[str, Any] = {

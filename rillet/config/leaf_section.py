@@ -18,6 +18,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from rillet.gocompat.goquote import go_type
+from rillet.gocompat.gotime import parse_go_duration
 
 from .typed import Field
 
@@ -182,7 +183,6 @@ def parse_leafnodes(b: Any, f: Field) -> None:
                 raise e.error("error parsing leafnode authorization config, 'timeout' wrong type")
             if isinstance(e.value, str):
                 try:
-                    from rillet.gocompat.gotime import parse_go_duration
                     at = parse_go_duration(e.value)
                 except ValueError as err:
                     raise e.error(f"error parsing leafnode authorization config, 'timeout' {err}") from None

@@ -9,6 +9,7 @@ import os
 import re
 
 from rillet import jwt
+from rillet.gocompat.gotime import parse_go_duration
 
 from .builder_base import BuilderBase
 from .typed import Field, type_name
@@ -106,7 +107,6 @@ class OperatorSections(BuilderBase):
                     raise f.error("hard_delete has no effect without delete")
                 interval = m.get("interval", "2m")
                 try:
-                    from rillet.gocompat.gotime import parse_go_duration
                     secs = parse_go_duration(interval) if isinstance(interval, str) else float(interval)
                 except (ValueError, TypeError) as e:
                     raise f.error(str(e)) from None

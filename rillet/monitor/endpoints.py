@@ -19,6 +19,7 @@ from rillet.gocompat.gotime import format_time, unix_ns
 from rillet.gocompat.monitorfmt import QueryError, num, parse_bool, parse_int
 from rillet.monitor.varz import js_config, js_hook, js_limits, js_running, js_stats, system_account_name
 from rillet.subjects import aggregate_stats, is_valid_literal_subject, match_literal
+from rillet.gocompat.gojson import dumps
 
 DEFAULT_SUB_LIST_SIZE = 1024
 
@@ -430,7 +431,6 @@ def expvar_body(rss: int) -> bytes:
     """``/debug/vars``: the command line and the few memory figures a Python process can give."""
     import gc
 
-    from rillet.gocompat.gojson import dumps
     mem = {"Sys": rss, "NumGC": sum(s.get("collections", 0) for s in gc.get_stats())}
     parts = [b'"cmdline": ' + dumps(list(sys.argv), 0), b'"memstats": ' + dumps(mem, 0)]
     return b"{\n" + b",\n".join(parts) + b"\n}\n"

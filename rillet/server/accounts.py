@@ -14,6 +14,7 @@ from rillet.server.delivery import ROUTER, deliver_inbound
 from rillet.server.delivery import deliver_result as _deliver_result
 from rillet.server.delivery import no_responders as _no_resp
 from rillet.subjects.sublist import Sublist
+from rillet.subjects.validate import subject_matches_filter
 
 if TYPE_CHECKING:
     from rillet.server.client import Subscription
@@ -144,7 +145,6 @@ class Account:
         """A subscription came or went here: watchers in accounts we import streams from, whose subject
         reaches this one through the import, see the change (as nats-server's shadow subscriptions make
         interest in an importing account interest in the exporting one)."""
-        from rillet.subjects.validate import subject_matches_filter
         live = []
         for entry in self.stream_imports or ():
             exporter, src, remap, isub = entry

@@ -36,6 +36,7 @@ from typing import Any
 from rillet.gocompat.goquote import go_quote
 from rillet.gocompat.gotime import format_time
 from rillet.server.delivery import CLIENT, LEAF, ConnKind
+from rillet.subjects.validate import is_valid_publish_subject
 
 TRACE_DEST = "Nats-Trace-Dest"
 TRACE_HOP = "Nats-Trace-Hop"
@@ -462,7 +463,6 @@ def start(c: Any, acc: Any, subject: bytes, hdr: int, msg: bytes, hop_ok: bool,
             return False, None
         if kind == CLIENT and not _sample(getattr(acc, "trace_sampling", 100)):
             return False, (_DISABLE if not ingress_error else None)
-    from rillet.subjects.validate import is_valid_publish_subject
     if not is_valid_publish_subject(dest):
         srv.log.error(f"{_prefix(c)} - Destination \"{dest}\" is not valid, won't be able to trace events")
         return tonly, None

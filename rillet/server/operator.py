@@ -19,6 +19,7 @@ from rillet.server.operator_claims import (CONN_TYPES, NO_LIMIT, _USER_PERMISSIO
                                           AccountValidationError, JwtUser, _expand_template, _pinned,
                                           jwt_export_latency, permissions_from_claims, validate_account_claims,
                                           validate_src, validate_times)
+from rillet.subjects.validate import subject_is_subset_match
 
 if TYPE_CHECKING:
     from rillet.server.server import Server
@@ -273,7 +274,6 @@ class OperatorMode:
     # ---- exports and imports ----------------------------------------------------------------------------
 
     def _export_for(self, exporter: str, kind: str, subject: str) -> dict | None:
-        from rillet.subjects.validate import subject_is_subset_match
         info = self.infos.get(exporter)
         if info is None:
             return None
@@ -289,7 +289,6 @@ class OperatorMode:
 
     def _activation_ok(self, imp: dict, remote: str, exp: dict, exporter: str, importer: str,
                        expiries: list[int]) -> bool:
-        from rillet.subjects.validate import subject_is_subset_match
         token = imp.get("token")
         if not token:
             return False

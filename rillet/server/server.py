@@ -35,6 +35,8 @@ from rillet.config.options import RANDOM_PORT, Options
 from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_server_context, pinned_error, \
     recheck_pinned
 from rillet.server.tls import reload_context as tls_reload_context
+from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
+from rillet.gocompat.gotime import format_seconds
 
 
 class ClosedClient:
@@ -59,7 +61,6 @@ class Server:
                                                      utc=o.logtime_utc, log_file=o.log_file,
                                                      size_limit=o.log_size_limit)
         self.trace_on = o.trace
-        from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
         self.server_kp = new_server_identity()  # the server's identity: signs auth callout requests
         self.server_id = self.server_kp.public_key()
         self.xkey_seed = os.urandom(32)  # the server's x25519 key (auth callout encryption)
@@ -716,9 +717,8 @@ def validate_options(o: Options) -> None:
     if o.max_payload > o.max_pending:
         raise ValueError(f"max_payload ({o.max_payload}) cannot be higher than max_pending ({o.max_pending})")
     if o.lame_duck_grace_period >= o.lame_duck_duration > 0 and o.lame_duck_grace_period > 0:
-        from rillet.gocompat.gotime import format_seconds as d
-        raise ValueError(f"lame duck grace period ({d(o.lame_duck_grace_period)}) should be strictly lower than "
-                         f"lame duck duration ({d(o.lame_duck_duration)})")
+        raise ValueError(f"lame duck grace period ({format_seconds(o.lame_duck_grace_period)}) should be strictly "
+                         f"lower than lame duck duration ({format_seconds(o.lame_duck_duration)})")
 
 
 def _store_dir_problem(store_dir: str, e: OSError) -> str:
