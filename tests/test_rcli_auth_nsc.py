@@ -367,3 +367,61 @@ async def test_revoked_user_refused(capsys, tmp_path, server):
         srv.proc.wait(10)
     ok(capsys, home, "revocations", "delete-user", "--account", "APP", "--name", "alice")
     ok(capsys, home, "generate", "creds", "--account", "APP", "--name", "alice")
+
+
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_exports_and_imports(capsys, tmp_path, server):
+    home = tmp_path / "nsc"
+    ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
+    ok(capsys, home, "add", "account", "--name", "SVC")
+    ok(capsys, home, "add", "export", "--account", "SVC", "--subject", "time.now", "--service")
+    ok(capsys, home, "add", "export", "--account", "SVC", "--subject", "news.>")
+    ok(capsys, home, "add", "user", "--account", "SVC", "--name", "svc")
+    ok(capsys, home, "add", "account", "--name", "APP")
+    ok(capsys, home, "add", "import", "--account", "APP", "--src-account", "SVC", "--remote-subject", "time.now",
+       "--service")
+    ok(capsys, home, "add", "import", "--account", "APP", "--src-account", "SVC", "--remote-subject", "news.>",
+       "--local-subject", "svc.news.>")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "app")
+    before = snapshot(home)
+    rc, _, err = auth(capsys, home, "add", "import", "--account", "APP", "--src-account", "SVC",
+                      "--remote-subject", "secret.x")
+    assert rc == 1 and "no stream export covering secret.x" in err
+    assert snapshot(home) == before
+    conf = _server_conf(capsys, home, tmp_path)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        url = f"nats://127.0.0.1:{srv.port}"
+        svc = await nats.connect(url, user_credentials=str(home / "creds/OP/SVC/svc.creds"), allow_reconnect=False)
+        app = await nats.connect(url, user_credentials=str(home / "creds/OP/APP/app.creds"), allow_reconnect=False)
+        try:
+            async def answer(m: Any) -> None:
+                await m.respond(b"noon")
+
+            await svc.subscribe("time.now", cb=answer)
+            await svc.flush()
+            r = await app.request("time.now", b"", timeout=5)
+            assert r.data == b"noon"
+            got: list[tuple[str, bytes]] = []
+
+            async def on_news(m: Any) -> None:
+                got.append((m.subject, m.data))
+
+            await app.subscribe("svc.news.>", cb=on_news)
+            await app.flush()
+            await asyncio.sleep(0.1)
+            await svc.publish("news.sports", b"goal")
+            await svc.flush()
+            for _ in range(50):
+                if got:
+                    break
+                await asyncio.sleep(0.05)
+            assert got == [("svc.news.sports", b"goal")]
+        finally:
+            await svc.close()
+            await app.close()
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)

@@ -1023,6 +1023,116 @@ async def _push(url: str, utoken: str, useed: str, tokens: list[tuple[str, str]]
     return failures
 
 
+def _resign_account(s: Store, op: str, acc: str, op_claims: dict, claims: dict, nats_s: dict) -> None:
+    signer = s.signer_for([op_claims["sub"], *s._signing_keys(op_claims)])
+    new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
+    new["nats"] = nats_s
+    new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
+    write_file(s.acc_jwt_path(op, acc), J.encode(new, signer) + "\n", 0o644)
+
+
+def _subject_matches(pattern: str, subject: str) -> bool:
+    """Does the (possibly wildcard) export ``pattern`` cover ``subject`` (itself possibly wildcard)?"""
+    p, t = pattern.split("."), subject.split(".")
+    for i, tok in enumerate(p):
+        if tok == ">":
+            return len(t) > i
+        if i >= len(t):
+            return False
+        if tok != "*" and tok != t[i]:
+            return False
+        if tok == "*" and t[i] == ">":
+            return False
+    return len(p) == len(t)
+
+
+@add_app.command("export")
+def add_export(account: str = typer.Option("", "--account", "-a"),
+               subject: str = typer.Option(..., "--subject", "-s", help="the exported subject"),
+               name: str = typer.Option("", "--name", "-n", help="export name (default: the subject)"),
+               service: bool = typer.Option(False, "--service", "-r", help="a service (default: a stream)"),
+               response_type: str = typer.Option("Singleton", "--response-type",
+                                                 help="Singleton, Stream or Chunked (services)"),
+               account_token_position: int = typer.Option(0, "--account-token-position",
+                                                          help="the subject token holding the importer's account")
+               ) -> None:
+    """A public export of a stream or service (private exports and activation tokens: not yet)."""
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, op_claims = s.operator_claims(op)
+    _, claims = s.account_claims(op, acc, op_claims)
+    subj = _subjects([subject])
+    if len(subj) != 1:
+        raise AuthError(f"--subject {subject!r}: one subject")
+    if response_type not in ("Singleton", "Stream", "Chunked"):
+        raise AuthError(f"--response-type {response_type!r}: Singleton, Stream or Chunked")
+    kind = "service" if service else "stream"
+    nats_s = dict(claims["nats"])
+    exports = list(nats_s.get("exports") or [])
+    for e in exports:
+        if e.get("subject") == subj[0] and e.get("type") == kind:
+            raise AuthError(f'account "{acc}" already exports {kind} {subj[0]}')
+    e: dict[str, Any] = {"name": name or subj[0], "subject": subj[0], "type": kind}
+    if service and response_type != "Singleton":
+        e["response_type"] = response_type
+    if account_token_position:
+        e["account_token_position"] = account_token_position
+    exports.append(e)
+    nats_s["exports"] = exports
+    _resign_account(s, op, acc, op_claims, claims, nats_s)
+    ok(f'added public {kind} export "{e["name"]}"')
+
+
+@add_app.command("import")
+def add_import(account: str = typer.Option("", "--account", "-a"),
+               src_account: str = typer.Option(..., "--src-account", help="the exporting account (name or key)"),
+               remote_subject: str = typer.Option(..., "--remote-subject", help="the subject the account exports"),
+               local_subject: str = typer.Option("", "--local-subject", "-s", help="the subject here (default: "
+                                                                                 "the remote one)"),
+               name: str = typer.Option("", "--name", "-n"),
+               service: bool = typer.Option(False, "--service", help="a service (default: a stream)")) -> None:
+    """An import of another account's public export (token imports: not yet)."""
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, op_claims = s.operator_claims(op)
+    _, claims = s.account_claims(op, acc, op_claims)
+    if J.is_public_key(src_account, "A"):
+        src_pub = src_account
+        src_claims = next((c for c in (s.account_claims(op, n, op_claims)[1] for n in s.accounts(op))
+                           if c["sub"] == src_pub), None)
+    else:
+        src_claims = s.account_claims(op, s.account(op, src_account), op_claims)[1]
+        src_pub = src_claims["sub"]
+    if src_pub == claims["sub"]:
+        raise AuthError("an account cannot import from itself")
+    remote = _subjects([remote_subject])
+    local = _subjects([local_subject]) if local_subject else []
+    if len(remote) != 1 or len(local) > 1:
+        raise AuthError("one --remote-subject and at most one --local-subject")
+    kind = "service" if service else "stream"
+    if src_claims is not None:  # (an account of another operator's store cannot be checked here)
+        exports = J.nats_section(src_claims).get("exports") or []
+        match = [e for e in exports if e.get("type") == kind and _subject_matches(e.get("subject", ""), remote[0])]
+        if not match:
+            raise AuthError(f"account {src_claims.get('name', src_pub)} has no {kind} export covering {remote[0]}")
+        if any(e.get("token_req") for e in match):
+            raise AuthError(f"the {kind} export covering {remote[0]} is private: token imports are not supported yet")
+    nats_s = dict(claims["nats"])
+    imports = list(nats_s.get("imports") or [])
+    imp: dict[str, Any] = {"name": name or remote[0], "subject": remote[0], "account": src_pub, "type": kind}
+    if local and local[0] != remote[0]:
+        imp["local_subject"] = local[0]
+    for i in imports:
+        if i.get("account") == src_pub and i.get("subject") == remote[0] and i.get("type") == kind:
+            raise AuthError(f'account "{acc}" already imports {kind} {remote[0]} from {src_pub}')
+    imports.append(imp)
+    nats_s["imports"] = imports
+    _resign_account(s, op, acc, op_claims, claims, nats_s)
+    ok(f'added {kind} import "{imp["name"]}"')
+
+
 revocations_app = typer.Typer(help="Revoke users of an account", no_args_is_help=True)
 app.add_typer(revocations_app, name="revocations")
 
