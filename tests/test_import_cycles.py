@@ -28,6 +28,8 @@ Rules:
 4. The top-level modules (``rillet.nkey``, ``rillet.jwt``...) and the Go-compatibility package
    (``rillet.gocompat``) import no subpackage, lazily or not: every package may use them, so they are the bottom
    layer (``rillet.jwt`` decodes nkeys with ``rillet.nkey``, not by calling back into ``rillet.server``).
+5. An import inside a function reaches what its module does not otherwise load (to save memory and start
+   time): a module of another package that importing the module loads anyway is imported at the top.
 
 Run as a script (``python tests/test_import_cycles.py``) to print the package graph and any cycles.
 """
