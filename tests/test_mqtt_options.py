@@ -218,3 +218,14 @@ def test_operator_mode_jwt_in_password(kind, tmp_path):
         assert r2.connect("jwt-signed", username="x", password=signed.encode()) == C.ConnAck(False, 5)
         r3 = Raw(t.mqtt_port)
         assert r3.connect("nobody") == C.ConnAck(False, 5)
+
+
+def test_reload_changes_only_what_nats_server_reloads():
+    from rillet.mqtt.listener import check_reload
+    old = _load('jetstream: true\nmqtt { port: 1883, ack_wait: "5s" }')
+    check_reload(old, _load('jetstream: true\nmqtt { port: 1883, ack_wait: "9s", max_ack_pending: 10, '
+                            'consumer_memory_storage: true, stream_replicas: 3 }'))
+    for changed in ('mqtt { port: 1884, ack_wait: "5s" }', 'mqtt { port: 1883, ack_wait: "5s", no_auth_user: x }',
+                    'mqtt { port: 1883, ack_wait: "5s", reject_qos2_publish: true }'):
+        with pytest.raises(ValueError, match="config reload not supported for MQTT"):
+            check_reload(old, _load("jetstream: true\n" + changed))

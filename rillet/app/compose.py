@@ -88,6 +88,9 @@ class Root:
             server.gateway.attach(acc)
 
     def check_reload(self, server: Server, new_opts: Options) -> None:
+        if server.opts.mqtt or new_opts.mqtt:
+            from rillet.mqtt.listener import check_reload as mqtt_check_reload
+            mqtt_check_reload(server.opts, new_opts)  # only ack_wait, max_ack_pending... change (ValueError)
         if server.cluster is not None or new_opts.cluster.port:
             from rillet.cluster.route_reload import check_reload
             check_reload(server, new_opts)  # cluster host/port changes are refused (ValueError)

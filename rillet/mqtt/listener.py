@@ -231,6 +231,20 @@ class MqttServer:
         return {cid: c for cid, c in self.conns.items() if not c.closed}
 
 
+RELOADABLE = ("ack_wait", "max_ack_pending", "stream_replicas", "consumer_memory_storage",
+              "consumer_inactive_threshold", "tls", "tls_timeout")
+
+
+def check_reload(old: Any, new: Any) -> None:
+    """nats-server reloads only ack_wait, max_ack_pending, stream_replicas, consumer_replicas,
+    consumer_memory_storage, consumer_inactive_threshold and TLS of the mqtt block (they apply to what is
+    created after); any other change refuses the reload (ValueError)."""
+    a = {k: v for k, v in (old.mqtt or {}).items() if k not in RELOADABLE}
+    b = {k: v for k, v in (new.mqtt or {}).items() if k not in RELOADABLE}
+    if a != b:
+        raise ValueError(f"config reload not supported for MQTT: old={a}, new={b}")
+
+
 async def start_mqtt(server: Any) -> MqttServer:
     validate_mqtt(server.opts)
     ms = MqttServer(server)
