@@ -17,12 +17,11 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Any, Iterator
 
+from rillet.durable import make_dirs_durable, sync_tree
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import apitypes as A
 from rillet.jetstream import streamconfig as C
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.store.durable import sync_tree
-from rillet.jetstream.store.filestore import make_dirs_durable
 from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:

@@ -29,6 +29,8 @@ from typing import Optional, Sequence
 
 import msgspec
 
+from rillet.durable import make_dirs_durable
+
 from .msgs import ENTRY_KINDS, HardState, Snapshot
 
 _REC = struct.Struct("<II")       # payload length, crc32(payload)
@@ -129,7 +131,7 @@ class WAL:
 
     @classmethod
     def open(cls, path: str, sync: str = "always", segment_size: int = 64 << 20) -> tuple["WAL", Recovered]:
-        os.makedirs(path, exist_ok=True)
+        make_dirs_durable(path)  # (the directory's entry, and its parents' new ones, survive a power cut)
         w = cls(path, sync, segment_size)
         rec = w._recover()
         return w, rec
