@@ -146,6 +146,8 @@ class Node:
         self.proc: subprocess.Popen | None = None
         self.paused = False
         self.starts = 0
+        self.fs: Any = None  # a tests.faults.lazyfs.Mounted under the store (the "power" nemesis)
+        self.cuts = 0
 
     @property
     def url(self) -> str:
@@ -178,6 +180,14 @@ class Node:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
         self.paused = False
+
+    def power_cut(self) -> None:
+        """The machine loses power: the process dies (SIGKILL) and what its store had not fsynced is gone."""
+        if self.fs is None:
+            raise RuntimeError(f"{self.name}: no lazyfs under the store (power cuts need --nemesis power)")
+        self.kill()
+        self.fs.cut()
+        self.cuts += 1
 
     def pause(self) -> None:
         if self.alive() and not self.paused:
@@ -232,12 +242,16 @@ class Cluster:
     """Three (``n``) servers of one kind in namespaces (``lab``) or on 127.0.0.1 (``lab`` None)."""
 
     def __init__(self, kind: str, tmp: str, lab: Lab | None, n: int = 3, sync: str = "always",
-                 pythonpath: str = "") -> None:
+                 pythonpath: str = "", lazyfs: bool = False) -> None:
         self.kind, self.tmp, self.lab = kind, tmp, lab
         hosts = lab.ips if lab else ["127.0.0.1"] * n
         ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
         self.nodes = [Node(i, kind, hosts, ports, lab.ns[i] if lab else "", tmp, sync, pythonpath)
                       for i in range(n)]
+        if lazyfs:  # every store on a filesystem that loses what was not fsynced at a power cut
+            from .lazyfs import Mounted
+            for node in self.nodes:
+                node.fs = Mounted(os.path.join(tmp, f"{node.name}-lazyfs"), node.store)
 
     @property
     def urls(self) -> list[str]:
@@ -262,6 +276,10 @@ class Cluster:
     def stop(self) -> None:
         for n in self.nodes:
             n.stop()
+        for n in self.nodes:
+            if n.fs is not None:
+                n.fs.close()
+                n.fs = None
 
     def heal_processes(self) -> list[str]:
         """Resume paused servers and start dead ones; returns what was done."""

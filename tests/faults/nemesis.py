@@ -6,6 +6,8 @@ healed and the cluster gets ``gap`` seconds before the next):
 * ``kill``: ``kill-leader`` (SIGKILL the stream leader, restart it), ``kill-random`` (one random server),
   ``kill-two`` (two random servers: no quorum)
 * ``pause``: ``pause-leader``, ``pause-random`` (SIGSTOP, then SIGCONT)
+* ``power``: ``power-random`` (one server loses power: SIGKILL, and its store loses what it had not
+  fsynced, tests/faults/lazyfs.py), ``power-two`` (two at once), ``power-all`` (the whole cluster)
 * ``partition``: ``partition-random`` (one random server cut from the other two: minority/majority),
   ``partition-leader`` (the stream leader isolated), ``partition-bridge`` (two servers cut from each
   other, both still see the third), ``partition-link`` (a random server's veth down: cut from its
@@ -27,6 +29,7 @@ KINDS = {
     "kill": ["kill-leader", "kill-random", "kill-two"],
     "pause": ["pause-leader", "pause-random"],
     "partition": ["partition-random", "partition-leader", "partition-bridge", "partition-link"],
+    "power": ["power-random", "power-two", "power-all"],
 }
 
 
@@ -80,8 +83,10 @@ class Nemesis:
             if li is not None:
                 return [li]
             log(f"{f.kind}: no stream leader known, taking n{f.targets[0]}")
-        if f.kind == "kill-two" or f.kind == "partition-bridge":
+        if f.kind in ("kill-two", "partition-bridge", "power-two"):
             return list(f.targets[:2])
+        if f.kind == "power-all":
+            return list(range(len(self.cluster.nodes)))
         return [f.targets[0]]
 
     async def apply(self, f: Fault) -> None:
@@ -113,6 +118,12 @@ class Nemesis:
         if f.kind.startswith("kill"):
             for i in t:
                 c.nodes[i].kill()
+            await asyncio.sleep(f.down)
+            for i in t:
+                c.nodes[i].start()
+        elif f.kind.startswith("power"):
+            for i in t:
+                c.nodes[i].power_cut()
             await asyncio.sleep(f.down)
             for i in t:
                 c.nodes[i].start()
