@@ -990,7 +990,7 @@ class _DirectReq:
     @classmethod
     def parse(cls, body: bytes) -> "_DirectReq | None":
         try:  # (as nats-server's plain json.Unmarshal: unknown fields ignored)
-            d = _codec.go_decode(body, A.JSApiMsgGetRequest, strict=False)
+            d = _codec.go_unmarshal(body, A.JSApiMsgGetRequest)
         except _codec.GoJSONError:
             return None
         req = cls()
