@@ -425,3 +425,55 @@ async def test_exports_and_imports(capsys, tmp_path, server):
     finally:
         srv.proc.terminate()
         srv.proc.wait(10)
+
+
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_signing_keys_and_scopes(capsys, tmp_path, server):
+    home = tmp_path / "nsc"
+    ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
+    ok(capsys, home, "add", "account", "--name", "APP")
+    ok(capsys, home, "edit", "account", "--name", "APP", "--sk", "generate", "--sk", "generate")
+    app = J.decode((home / "OP/accounts/APP/APP.jwt").read_text())
+    sk_plain, sk_scoped = app["nats"]["signing_keys"]
+    ok(capsys, home, "edit", "signing-key", "--account", "APP", "--sk", sk_scoped, "--role", "worker",
+       "--allow-pub", "{{name()}}.>", "--allow-sub", "_INBOX.>")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "signed", "-K", sk_plain, "--deny-pub", "x.>")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "w1", "-K", "worker")
+    rc, _, err = auth(capsys, home, "add", "user", "--account", "APP", "--name", "w2", "-K", "worker",
+                      "--allow-pub", "y")
+    assert rc == 1 and "takes its permissions from the scope" in err
+    w1 = J.decode((home / "OP/accounts/APP/users/w1.jwt").read_text())
+    assert w1["iss"] == sk_scoped and w1["nats"]["issuer_account"] == app["sub"]
+    app = J.decode((home / "OP/accounts/APP/APP.jwt").read_text())
+    scope = app["nats"]["signing_keys"][1]
+    assert scope["kind"] == "user_scope" and scope["role"] == "worker"
+    assert scope["template"]["pub"] == {"allow": ["{{name()}}.>"]}
+    conf = _server_conf(capsys, home, tmp_path)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        url = f"nats://127.0.0.1:{srv.port}"
+        errors: list[Exception] = []
+
+        async def on_err(e: Exception) -> None:
+            errors.append(e)
+
+        nc = await nats.connect(url, user_credentials=str(home / "creds/OP/APP/w1.creds"), error_cb=on_err,
+                                allow_reconnect=False)
+        try:
+            await nc.publish("w1.ok", b"")  # the template: w1's own subjects
+            await nc.publish("w2.no", b"")
+            await nc.flush()
+            for _ in range(50):
+                if errors:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(errors) == 1 and "w2.no" in str(errors[0]), errors
+        finally:
+            await nc.close()
+        nc = await nats.connect(url, user_credentials=str(home / "creds/OP/APP/signed.creds"), allow_reconnect=False)
+        await nc.close()
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)

@@ -570,7 +570,9 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
                  js_max_bytes_required: bool = typer.Option(False, "--js-max-bytes-required"),
                  js_disable: bool = typer.Option(False, "--js-disable",
                                                  help="remove every JetStream limit (JetStream off)"),
-                 description: Optional[str] = typer.Option(None, "--description")) -> None:
+                 description: Optional[str] = typer.Option(None, "--description"),
+                 sk: list[str] = typer.Option([], "--sk", help="add a signing key: 'generate' or a public key A..."),
+                 rm_sk: list[str] = typer.Option([], "--rm-sk", help="remove a signing key")) -> None:
     s = store()
     op = s.operator()
     acc = s.account(op, name or None)
@@ -583,8 +585,24 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
     parsed = {k: parse_number("--" + k.replace("_", "-"), v) for k, v in values.items() if v is not None}
     if js_disable and any(k.startswith("js_") for k in parsed):
         raise AuthError("--js-disable does not go with other JetStream limits")
-    if not parsed and not js_disable and not js_max_bytes_required and description is None:
-        raise AuthError("nothing to edit: give a limit (--conns, --js-disk-storage, ...) or --description")
+    if not parsed and not js_disable and not js_max_bytes_required and description is None and not sk and not rm_sk:
+        raise AuthError("nothing to edit: give a limit (--conns, --js-disk-storage, ...), --sk, --rm-sk or "
+                        "--description")
+    new_keys: list[nkey.KeyPair] = []
+    add_pubs: list[str] = []
+    for k in sk:
+        if k == "generate":
+            kp, _ = new_key("account")
+            new_keys.append(kp)
+            add_pubs.append(kp.public_key())
+        elif J.is_public_key(k, "A"):
+            add_pubs.append(k)
+        else:
+            raise AuthError(f"--sk {k!r}: 'generate' or a public account key (A...)")
+    current = s._signing_keys(claims)
+    for k in rm_sk:
+        if k not in current:
+            raise AuthError(f"--rm-sk {k}: not a signing key of account {acc}")
     signer = s.signer_for([op_claims["sub"], *s._signing_keys(op_claims)])
     nats_s = dict(claims["nats"])
     limits = dict(nats_s.get("limits") or {})
@@ -606,6 +624,17 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
     nats_s["limits"] = limits
     if description is not None:
         nats_s["description"] = description
+    if add_pubs or rm_sk:
+        keys = [k for k in (nats_s.get("signing_keys") or [])
+                if (k if isinstance(k, str) else k.get("key")) not in rm_sk]
+        keys += [p for p in add_pubs if p not in current]
+        if keys:
+            nats_s["signing_keys"] = keys
+        else:
+            nats_s.pop("signing_keys", None)
+    for kp in new_keys:
+        s.store_key(kp)
+        ok(f'added signing key "{kp.public_key()}"')
     new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
     new["nats"] = nats_s
     new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)  # newer than the JWT it replaces
@@ -636,7 +665,10 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
              deny_sub: list[str] = typer.Option([], "--deny-sub", help="denied subscribe subjects"),
              deny_pubsub: list[str] = typer.Option([], "--deny-pubsub", help="denied publish and subscribe subjects"),
              bearer: bool = typer.Option(False, "--bearer", help="no connect challenge required for user"),
-             expiry: str = typer.Option("", "--expiry", help="valid until (date, duration or 0)")) -> None:
+             expiry: str = typer.Option("", "--expiry", help="valid until (date, duration or 0)"),
+             private_key: str = typer.Option("", "--private-key", "-K",
+                                             help="sign with this signing key of the account (its public key, or "
+                                                  "the role of a scoped one)")) -> None:
     s = store()
     op = s.operator()
     acc = s.account(op, account or None)
@@ -645,9 +677,29 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
     _, acc_claims = s.account_claims(op, acc, op_claims)
     if os.path.exists(s.user_jwt_path(op, acc, name)):
         raise AuthError(f'the user "{name}" already exists in account "{acc}"')
-    signer = s.signer_for([acc_claims["sub"]])
+    scoped = None
+    if private_key:
+        entries = J.nats_section(acc_claims).get("signing_keys") or []
+        match = [e for e in entries if (e if isinstance(e, str) else e.get("key")) == private_key or
+                 (isinstance(e, dict) and e.get("role") == private_key)]
+        if not match:
+            raise AuthError(f"--private-key {private_key}: not a signing key (or role) of account {acc}")
+        scoped = match[0] if isinstance(match[0], dict) else None
+        signer = s.signer_for([match[0] if isinstance(match[0], str) else match[0]["key"]])
+    else:
+        signer = s.signer_for([acc_claims["sub"]])
+    if scoped is not None and (allow_pub or allow_sub or allow_pubsub or deny_pub or deny_sub or deny_pubsub or bearer):
+        raise AuthError(f"a user of the scoped signing key {scoped['key']} takes its permissions from the scope: "
+                        "no --allow/--deny/--bearer (edit the scope with `edit signing-key`)")
     kp, _ = new_key("user")
     nats_s = user_nats()
+    if private_key:
+        nats_s["issuer_account"] = acc_claims["sub"]
+    if scoped is not None:
+        # no permissions and no limits at all (not even the unlimited -1s): the server applies the scope's
+        # template, and refuses a scoped user whose JWT sets any ("scoped users require no permissions or
+        # limits set")
+        nats_s = {"pub": {}, "sub": {}, "issuer_account": acc_claims["sub"], "type": "user", "version": 2}
     pub_allow = _subjects(allow_pub) + _subjects(allow_pubsub)
     sub_allow = _subjects(allow_sub) + _subjects(allow_pubsub)
     pub_deny = _subjects(deny_pub) + _subjects(deny_pubsub)
@@ -1044,6 +1096,58 @@ def _subject_matches(pattern: str, subject: str) -> bool:
         if tok == "*" and t[i] == ">":
             return False
     return len(p) == len(t)
+
+
+@edit_app.command("signing-key")
+def edit_signing_key(account: str = typer.Option("", "--account", "-a"),
+                     sk: str = typer.Option(..., "--sk", help="the signing key (public key, or the role of a scope)"),
+                     role: str = typer.Option("", "--role", help="the scope's role"),
+                     description: str = typer.Option("", "--description"),
+                     allow_pub: list[str] = typer.Option([], "--allow-pub"),
+                     allow_sub: list[str] = typer.Option([], "--allow-sub"),
+                     allow_pubsub: list[str] = typer.Option([], "--allow-pubsub"),
+                     deny_pub: list[str] = typer.Option([], "--deny-pub"),
+                     deny_sub: list[str] = typer.Option([], "--deny-sub"),
+                     deny_pubsub: list[str] = typer.Option([], "--deny-pubsub"),
+                     bearer: bool = typer.Option(False, "--bearer")) -> None:
+    """Make a signing key scoped (or change its scope): the users it signs get the scope's permissions,
+    which may hold templates such as {{name()}} or {{tag(key)}} that the server fills in."""
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, op_claims = s.operator_claims(op)
+    _, claims = s.account_claims(op, acc, op_claims)
+    nats_s = dict(claims["nats"])
+    keys = list(nats_s.get("signing_keys") or [])
+    idx = next((i for i, e in enumerate(keys) if (e if isinstance(e, str) else e.get("key")) == sk or
+                (isinstance(e, dict) and e.get("role") == sk)), None)
+    if idx is None:
+        raise AuthError(f"--sk {sk}: not a signing key (or role) of account {acc}: add it with "
+                        "`edit account --sk generate`")
+    old = keys[idx]
+    scope: dict[str, Any] = dict(old) if isinstance(old, dict) else {"kind": "user_scope", "key": old}
+    template = dict(scope.get("template") or {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1})
+    for sec, allow, deny in (("pub", _subjects(allow_pub) + _subjects(allow_pubsub),
+                              _subjects(deny_pub) + _subjects(deny_pubsub)),
+                             ("sub", _subjects(allow_sub) + _subjects(allow_pubsub),
+                              _subjects(deny_sub) + _subjects(deny_pubsub))):
+        p = dict(template.get(sec) or {})
+        if allow:
+            p["allow"] = sorted(set(p.get("allow") or []) | set(allow))
+        if deny:
+            p["deny"] = sorted(set(p.get("deny") or []) | set(deny))
+        template[sec] = p
+    if bearer:
+        template["bearer_token"] = True
+    scope["template"] = template
+    if role:
+        scope["role"] = role
+    if description:
+        scope["description"] = description
+    keys[idx] = scope
+    nats_s["signing_keys"] = keys
+    _resign_account(s, op, acc, op_claims, claims, nats_s)
+    ok(f'edited the scope of signing key "{scope["key"]}"')
 
 
 @add_app.command("export")
