@@ -70,3 +70,39 @@ async def test_failed_gathered_write_fails_every_held_ack(tmp_path, monkeypatch)
         assert sorted(a.seq for a in acks) == [2, 3, 4, 5, 6]
         assert (await js.get_msg("DISK", 2)).data.startswith(b"after")
         await nc.close()
+
+
+async def test_held_acks_reach_exactly_the_subscribers_of_each_reply(tmp_path):
+    """Held PubAcks sent together reuse one sublist result per reply prefix only when every subject under it
+    has the same subscribers: a subscription naming one reply (literally, or with a wildcard before it) still
+    gets that reply alone, and a wildcard one gets them all."""
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="R", subjects=["r"])
+        await js.publish("r", b"first")
+        got: dict[str, list[str]] = {"all": [], "seven": [], "nine": [], "other": []}
+
+        def into(key):
+            async def cb(msg):
+                got[key].append(msg.subject)
+            return cb
+        await nc.subscribe("rp.t.*", cb=into("all"))
+        await nc.subscribe("rp.t.7", cb=into("seven"))
+        await nc.subscribe("*.t.9", cb=into("nine"))
+        await nc.subscribe("rq.u.*", cb=into("other"))
+        await nc.flush()
+        for i in range(20):
+            await nc.publish("r", b"x", reply=f"rp.t.{i}")
+            await nc.publish("r", b"y", reply=f"rq.u.{i}")
+        await nc.flush()
+        for _ in range(100):
+            if len(got["all"]) == 20 and len(got["other"]) == 20:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        assert sorted(got["all"]) == sorted(f"rp.t.{i}" for i in range(20))
+        assert got["seven"] == ["rp.t.7"] and got["nine"] == ["rp.t.9"]
+        assert sorted(got["other"]) == sorted(f"rq.u.{i}" for i in range(20))
+        assert (await js.stream_info("R")).state.messages == 41
+        await nc.close()

@@ -249,12 +249,17 @@ WB_CONFIGS = [dict(block_size=512), dict(block_size=1 << 20), dict(compression="
               dict(max_msgs=10, allow_msg_ttl=True), dict(block_size=4096, max_msgs_per_subject=2)]
 
 plain = st.tuples(st.just("store"), st.sampled_from(SUBJECTS[:3]), st.just(b""), st.binary(max_size=120), st.just(0))
-wb_op = st.one_of(op, plain, plain, plain, st.tuples(st.just("flush")), st.tuples(st.just("load"), st.integers(1, 60)))
+wb_op = st.one_of(op, plain, plain, plain, st.tuples(st.just("flush")), st.tuples(st.just("load"), st.integers(1, 60)),
+                  st.tuples(st.just("gather"), st.booleans()))
 
 
 def _apply_wb(fs, o, clock):
     if o[0] == "flush":
         fs.flush_writes()
+        return None
+    if o[0] == "gather":
+        if hasattr(fs, "gather") and fs._wb_buf is not None:
+            fs.gather(o[1])
         return None
     if o[0] == "load":
         try:

@@ -110,7 +110,7 @@ cdef bint _DIRECT = _check_layout()
 # instance's __dict__ for them (a fraction of a generic attribute access). Should any of them become a class
 # attribute or descriptor, the twin leaves everything to the pure code (fast_paths() tells; a test checks).
 _STORE_ATTRS = ("_closed", "_pre_check", "_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
-                "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits", "_wb", "_wb_off", "_wb_ps", "_rc",
+                "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits", "_wb", "_wb_buf", "_wb_off", "_wb_ps", "_rc",
                 "_rc_next")
 cdef bint _DICT_OK = not any(name in vars(c) for c in _fsmod.FileStore.__mro__ for name in _STORE_ATTRS)
 

@@ -8,11 +8,13 @@
               interest removals (proposed), then the PubAck (after fsync when sync_interval is "always":
               acks of appends that arrive together share one fsync)
 
-Write-behind (one server, file store): the store gathers the plain appends of one loop pass
-(FileStore.write_behind) and the stream holds their PubAcks; ``_StoreWriter``, queued in the server's
-pending output like a connection, writes them with one write at the end of the pass, then sends the acks. A
-PubAck leaves only once its message is written to the OS; if that write fails, the store takes the messages
-back and their held acks become the store's error.
+Replies at the end of the pass (one server): the stream holds the PubAcks (and errors) of a loop pass;
+``_StoreWriter``, queued in the server's pending output like a connection, sends them together at the end of
+the pass (``_send_replies``: one sublist result per reply prefix when it stands for every subject under it).
+Write-behind (file store): the store gathers the plain appends of the pass (FileStore.write_behind) and the
+writer writes them with one write before it sends the acks. A PubAck leaves only once its message is written
+to the OS; if that write fails, the store takes the messages back and their held acks become the store's
+error.
 
 Nothing else changes the store: atomic batches (Entry.BATCH), mirrored messages (MIRROR), deletes, purges,
 retention removals (DELETE/PURGE), max_age and TTL expiry with their delete markers (EXPIRE) and config
@@ -96,8 +98,10 @@ class Stream:
         self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
         self.mirror_direct_ready = False  # a mirror_direct mirror close enough to its origin to answer for it
         # write-behind (see the module docstring; on from start() on one server with a file store)
-        self._held: list[tuple[bytes, bytes, bytes, int]] | None = None  # replies waiting for the write
-        self._wb_open = False  # the store gathered records this pass: replies wait for the writer
+        self._held: list[tuple[bytes, bytes, bytes, int]] | None = None  # replies waiting for the pass's end
+        self._hold = False  # replies are held this pass (the writer is queued)
+        self._wb_pending = False  # the store gathered records this pass
+        self._wb_store = False  # the store has write-behind (gathers while replies are held)
         self._wb_msg_id = ""  # the last msg id before the first gathered message (restored if taken back)
         self._writer: _StoreWriter | None = None
 
@@ -133,11 +137,13 @@ class Stream:
     # ---- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if (self.log.__class__ is SingleNodeLog and hasattr(self.store, "write_behind")
-                and not self.js.sync_always):
+        if self.log.__class__ is SingleNodeLog and not self.js.sync_always:
             self._held = []
             self._writer = _StoreWriter(self)
-            self.store.write_behind(self._wb_armed, self._wb_failed)
+            if hasattr(self.store, "write_behind"):
+                self._wb_store = True
+                self.store.write_behind(self._wb_armed, self._wb_failed)
+                self.store.gather(False)  # (the first append of a pass is written at once: see _reply)
         self._subscribe()
         self._schedule_expiry()
         schedules.start(self)
@@ -475,7 +481,7 @@ class Stream:
         if cfg.retention == "interest":
             self.jsa.after_stream_msg(self, seq, subject)
         if reply is not None and reply.__class__ is not bytes:  # a fast batch message (fastbatch.FastMsg)
-            if self._wb_open:  # (its answers do not name the message: written before it counts as stored)
+            if self._wb_pending:  # (its answers do not name the message: written before it counts as stored)
                 try:
                     self.store.flush_writes()
                 except store_base.StoreError as e:
@@ -726,11 +732,19 @@ class Stream:
     # ---- acks and group commit --------------------------------------------------------------------
 
     def _reply(self, reply: bytes, payload: bytes, hdr: bytes = b"", seq: int = 0) -> None:
-        """Answer a publish (``seq``: the message a PubAck is for). While the store holds gathered records
-        the answers wait for the writer, in order."""
-        if self._wb_open:
-            self._held.append((reply, payload, hdr, seq))  # type: ignore[union-attr]
-            return
+        """Answer a publish (``seq``: the message a PubAck is for). On one server the answers of a loop pass
+        wait for the writer (after the store's gathered records are written), in order, and go out together."""
+        held = self._held
+        if held is not None:
+            if self._hold:
+                held.append((reply, payload, hdr, seq))
+                return
+            # the pass's first answer goes out now (its message was written at once: nothing was gathered
+            # yet); from here to the end of the pass appends are gathered and answers held
+            self._arm()
+        self._publish_reply(reply, payload, hdr)
+
+    def _publish_reply(self, reply: bytes, payload: bytes, hdr: bytes = b"") -> None:
         if hdr:
             self.ic.publish(reply, None, hdr + payload, len(hdr))
         else:
@@ -751,9 +765,16 @@ class Stream:
             self._reply(reply, payload, b"", seq)
 
     def _wb_armed(self) -> None:
-        """The store gathered the first record of this pass: hold the replies, queue the writer."""
-        self._wb_open = True
+        """The store gathered the first record of this pass (the replies are held already)."""
+        self._wb_pending = True
         self._wb_msg_id = self._last_msg_id
+        if not self._hold:
+            self._arm()
+
+    def _arm(self) -> None:
+        self._hold = True
+        if self._wb_store:
+            self.store.gather(True)
         w = self._writer
         if w is not None and not w.queued:
             w.queued = True
@@ -776,16 +797,23 @@ class Stream:
     def write_held(self) -> None:
         """The writer's turn (end of the loop pass): write what the store gathered, then send the replies
         that waited for it."""
-        try:
-            self.store.flush_writes()
-        except store_base.StoreError:
-            pass  # (the store took the messages back and _wb_failed turned their acks into the error)
-        self._wb_open = False
+        if self._wb_pending:
+            self._wb_pending = False
+            try:
+                self.store.flush_writes()
+            except store_base.StoreError:
+                pass  # (the store took the messages back and _wb_failed turned their acks into the error)
+        if self._wb_store:
+            self.store.gather(False)
+        self._hold = False
         held = self._held
         if held:
             self._held = []
-            for reply, payload, hdr, _ in held:
-                self._reply(reply, payload, hdr)
+            if len(held) > 1:
+                _send_replies(self.ic, held)
+            else:
+                reply, payload, hdr, _ = held[0]
+                self._publish_reply(reply, payload, hdr)
 
     async def _group_commit(self) -> None:
         """One fsync for every append since the last one, then their acks."""
@@ -793,7 +821,7 @@ class Stream:
         self._sync_scheduled = False
         acks, self._acks = self._acks, []
         try:
-            if self._wb_open:  # (write-behind on: gathered records are written here, on the loop's thread)
+            if self._wb_pending:  # (write-behind on: gathered records are written here, on the loop's thread)
                 self.store.flush_writes()
             await self.js.loop.run_in_executor(None, self.store.sync)
         except Exception as e:
@@ -973,6 +1001,66 @@ class Stream:
 _OP_NAMES = {Entry.DELETE: "deleting a message", Entry.PURGE: "purging", Entry.UPDATE: "updating the config",
              Entry.BATCH: "storing a batch", Entry.MIRROR: "storing a mirrored message",
              Entry.EXPIRE: "expiring messages"}
+
+
+def _same_for_last_token(acc: Any, prefix: str, r: Any) -> bool:
+    """Whether every subject ``prefix.<one token>`` has the sublist result ``r``: nothing in it runs a
+    callback here (which could change subscriptions), and no subscription that could match such a subject
+    names its last token (each has ``*`` or ``>`` there, so it matches them all or none)."""
+    if not (r.psubs or r.qsubs):
+        return False
+    for sub in r.psubs:
+        if sub.icb is not None:
+            return False
+    for g in r.qsubs:
+        for sub in g:
+            if sub.icb is not None:
+                return False
+    n = prefix.count(".") + 2
+    for sub in acc.sublist.reverse_match(prefix + ".*"):
+        toks = sub.subject.split(".")
+        last = toks[-1]
+        if not (last == ">" or (last == "*" and len(toks) == n)):
+            return False
+    return True
+
+
+def _send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]]) -> None:
+    """The replies a write held back, sent as ``InternalClient.publish`` would send them: most go to reply
+    subjects that differ only in their last token (a client's PubAck inbox, ``_INBOX.<id>.<n>``), so the
+    account's sublist result of the first is used for the others with the same prefix when it is the same
+    for every such subject (``_same_for_last_token``), instead of a sublist miss and a new delivery plan
+    per reply. Accounts with subject mappings or a gateway step take the full path for each."""
+    acc = ic.account
+    if acc.mappings or acc.gw is not None:
+        for reply, payload, hdr, _ in held:
+            ic.publish(reply, None, hdr + payload, len(hdr)) if hdr else ic.publish(reply, None, payload)
+        return
+    memo: dict[bytes, Any] = {}
+    deliver = acc.deliver_result
+    n = 0
+    for reply, payload, hdr, _ in held:
+        i = reply.rfind(b".")
+        if hdr or i <= 0:
+            ic.publish(reply, None, hdr + payload, len(hdr)) if hdr else ic.publish(reply, None, payload)
+            continue
+        pre = reply[:i]
+        r = memo.get(pre, False)
+        if r is False:
+            ic.publish(reply, None, payload)
+            rs = reply.decode("utf-8", "surrogateescape")
+            r = acc.match(rs)
+            memo[pre] = r if _same_for_last_token(acc, rs[:rs.rfind(".")], r) else None
+            continue
+        if r is None:
+            ic.publish(reply, None, payload)
+            continue
+        ic.in_msgs += 1
+        ic.in_bytes += len(payload)
+        deliver(ic, r, reply, None, -1, payload)
+        n += 1
+    if n:
+        ic.server.schedule_flush()
 
 
 class _StoreWriter:

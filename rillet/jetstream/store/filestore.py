@@ -404,7 +404,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         self._dir_dirty = False  # a block file was created or removed since the last sync of msgs/
         # write-behind (off: None; see write_behind): the records not yet written, where they start in the
         # active block (-1: none), the state before the first of them, the psim entries they changed
-        self._wb: bytearray | None = None
+        self._wb: bytearray | None = None  # (the buffer while gathering, else None)
+        self._wb_buf: bytearray | None = None
         self._wb_off = -1
         self._wb_save: tuple | None = None
         self._wb_ps: dict[str, list[int] | None] = {}
@@ -861,15 +862,25 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         (the store is then as it was before the first of them; the next message reuses its sequence).
         Only the owner's thread may store while it is on."""
         if not on:
-            if self._wb is not None:
+            if self._wb_off >= 0:
                 self.flush_writes()
-            self._wb = None
+            self._wb = self._wb_buf = None
             self._wb_armed = self._wb_failed = None
             return
-        self._wb = bytearray()
+        self._wb = self._wb_buf = bytearray()
         self._wb_armed = armed
         self._wb_failed = failed
         self._wb_thread = threading.get_ident()
+
+    def gather(self, on: bool) -> None:
+        """With write-behind on: whether appends are gathered from now on (off: written at once, after what
+        was gathered)."""
+        if on:
+            self._wb = self._wb_buf
+        elif self._wb is not None:
+            if self._wb_off >= 0:
+                self.flush_writes()
+            self._wb = None
 
     def _wb_put(self, blk: Block, x: BlockIndex, seq: int, subject: str, sb: bytes, data: bytes, ts: int,
                 total: int) -> int:
@@ -908,7 +919,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         off = self._wb_off
         if off < 0 or self._closed:
             return
-        wb = self._wb
+        wb = self._wb_buf
         try:
             _write_all(self._afd, [wb], off, len(wb))  # type: ignore[list-item]
         except OSError as e:
@@ -924,7 +935,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         lost_first, lost_last = last + 1, self._last
         wps = self._wb_ps
         self._wb_off = -1
-        self._wb.clear()  # type: ignore[union-attr]
+        self._wb_buf.clear()  # type: ignore[union-attr]
         self._wb_save = None
         self._wb_ps = {}
         try:
