@@ -308,6 +308,33 @@ async def test_push_to_a_full_resolver(capsys, tmp_path, server):
         finally:
             await nc.close()
         assert (tmp_path / "jwt").is_dir() and any((tmp_path / "jwt").iterdir())  # the resolver stored it
+        # pull: another copy of the store pushes an edit; this one pulls it
+        import shutil
+        other = tmp_path / "nsc2"
+        shutil.copytree(home, other)
+        (other / "nsc.json").write_text(json.dumps({"store_root": str(other), "operator": "OP", "account": "LATE"}))
+        import time
+        time.sleep(1.1)  # a later issue time (seconds)
+        ok(capsys, other, "edit", "account", "--name", "LATE", "--conns", "7")
+        rc, _, errtext = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: auth(capsys, other, "push", "-a", "LATE"))
+        assert rc == 0, errtext
+        rc, _, errtext = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: auth(capsys, home, "pull", "-a", "LATE"))
+        assert rc == 0 and 'pulled account "LATE"' in errtext, errtext
+        assert J.decode((home / "OP/accounts/LATE/LATE.jwt").read_text())["nats"]["limits"]["conn"] == 7
+        # a local edit not pushed is newer than the server's: refused unless --overwrite-newer
+        time.sleep(1.1)
+        ok(capsys, home, "edit", "account", "--name", "LATE", "--conns", "9")
+        local = (home / "OP/accounts/LATE/LATE.jwt").read_text()
+        rc, _, errtext = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: auth(capsys, home, "pull", "-a", "LATE"))
+        assert rc == 1 and "newer than the server's" in errtext, errtext
+        assert (home / "OP/accounts/LATE/LATE.jwt").read_text() == local
+        rc, _, errtext = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: auth(capsys, home, "pull", "-a", "LATE", "--overwrite-newer"))
+        assert rc == 0, errtext
+        assert J.decode((home / "OP/accounts/LATE/LATE.jwt").read_text())["nats"]["limits"]["conn"] == 7
     finally:
         srv.proc.terminate()
         srv.proc.wait(10)
@@ -477,3 +504,19 @@ async def test_signing_keys_and_scopes(capsys, tmp_path, server):
     finally:
         srv.proc.terminate()
         srv.proc.wait(10)
+
+
+def test_edit_user(capsys, tmp_path):
+    home = tmp_path / "nsc"
+    make_store(capsys, home)
+    before = J.decode((home / "OP/accounts/APP/users/alice.jwt").read_text())
+    ok(capsys, home, "edit", "user", "--account", "APP", "--name", "alice", "--rm", "secret.>",
+       "--allow-pub", "a.>,b.>", "--deny-sub", "c.>", "--bearer")
+    after = J.decode((home / "OP/accounts/APP/users/alice.jwt").read_text())
+    assert after["sub"] == before["sub"] and after["iss"] == before["iss"] and after["iat"] > before["iat"] - 1
+    assert after["nats"]["pub"] == {"allow": ["a.>", "b.>"]} and after["nats"]["sub"] == {"deny": ["c.>"]}
+    assert after["nats"]["bearer_token"] is True
+    creds_jwt, _ = J.parse_creds((home / "creds/OP/APP/alice.creds").read_text())
+    assert J.decode(creds_jwt) == after  # the creds file follows
+    rc, _, err = auth(capsys, home, "edit", "user", "--account", "APP", "--name", "alice")
+    assert rc == 1 and "nothing to edit" in err

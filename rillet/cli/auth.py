@@ -988,24 +988,7 @@ def push(account: str = typer.Option("", "--account", "-a", help="the account to
         raise AuthError(f"push needs a nats:// (or tls://) URL, not {url!r}")
     names = s.accounts(op) if all_accounts else [s.account(op, account)]
     tokens = [(n, s.account_claims(op, n, op_claims)[0]) for n in names]
-    sys_pub = J.nats_section(op_claims).get("system_account", "")
-    if system_account:
-        sys_pub = s.account_claims(op, s.account(op, system_account), op_claims)[1]["sub"]
-    if not sys_pub:
-        raise AuthError(f"operator {op} has no system account: push needs one (add operator --sys, or "
-                        "edit operator --system-account)")
-    sys_name = next((n for n in s.accounts(op) if s.account_claims(op, n, op_claims)[1]["sub"] == sys_pub), "")
-    if system_user:
-        if not sys_name:
-            raise AuthError("the system account is not in this store: --system-user cannot be found")
-        utoken, uclaims = s.user_claims(op, sys_name, system_user)
-        useed = s.seed_of(uclaims["sub"])
-    else:  # a temporary user of the system account, signed with its key (nothing written)
-        signer = s.signer_for([sys_pub])
-        ukp, _ = new_key("user")
-        utoken = J.encode({"name": "rillet-auth-push", "sub": ukp.public_key(), "exp": int(time.time()) + 300,
-                           "nats": user_nats()}, signer)
-        useed = ukp.seed()
+    utoken, useed = _sys_user(s, op, op_claims, system_account, system_user)
     timeout = min(max(timeout, 1), 60)
     from rillet.cli.common import run
     failures = run(_push, url, utoken, useed, tokens, float(timeout))
@@ -1013,9 +996,94 @@ def push(account: str = typer.Option("", "--account", "-a", help="the account to
         raise AuthError(failures[0] if len(failures) == 1 else f"{failures[0]} (and {len(failures) - 1} more)")
 
 
-async def _push(url: str, utoken: str, useed: str, tokens: list[tuple[str, str]], timeout: float) -> list[str]:
-    import asyncio
+def _sys_user(s: Store, op: str, op_claims: dict, system_account: str, system_user: str) -> tuple[str, str]:
+    """(JWT, seed) of a system account user: ``system_user`` from the store, else a temporary one."""
+    sys_pub = J.nats_section(op_claims).get("system_account", "")
+    if system_account:
+        sys_pub = s.account_claims(op, s.account(op, system_account), op_claims)[1]["sub"]
+    if not sys_pub:
+        raise AuthError(f"operator {op} has no system account (add operator --sys, or edit operator "
+                        "--system-account)")
+    if system_user:
+        sys_name = next((n for n in s.accounts(op) if s.account_claims(op, n, op_claims)[1]["sub"] == sys_pub), "")
+        if not sys_name:
+            raise AuthError("the system account is not in this store: --system-user cannot be found")
+        utoken, uclaims = s.user_claims(op, sys_name, system_user)
+        return utoken, s.seed_of(uclaims["sub"])
+    signer = s.signer_for([sys_pub])
+    ukp, _ = new_key("user")
+    token = J.encode({"name": "rillet-auth", "sub": ukp.public_key(), "exp": int(time.time()) + 300,
+                      "nats": user_nats()}, signer)
+    return token, ukp.seed()
 
+
+@app.command("pull")
+def pull(account: str = typer.Option("", "--account", "-a", help="the account to pull"),
+         all_accounts: bool = typer.Option(False, "--all", "-A", help="every account of the store"),
+         overwrite_newer: bool = typer.Option(False, "--overwrite-newer",
+                                              help="replace a local JWT that is newer than the server's"),
+         url: str = typer.Option("", "--account-jwt-server-url", "-u",
+                                 help="a server (nats://host:port); default: the operator's account server URL"),
+         system_account: str = typer.Option("", "--system-account"),
+         system_user: str = typer.Option("", "--system-user"),
+         timeout: int = typer.Option(1, "--timeout", help="seconds to wait for an answer [1-60]")) -> None:
+    """Fetch account JWTs from the servers' resolver ($SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP) into the store."""
+    if bool(account) == all_accounts:
+        raise AuthError("give one of --account NAME or --all")
+    s = store()
+    op = s.operator()
+    _, op_claims = s.operator_claims(op)
+    url = url or J.nats_section(op_claims).get("account_server_url", "")
+    if not url.startswith(("nats://", "tls://")):
+        raise AuthError("pull needs a nats:// URL: give -u nats://host:port or set the operator's account server URL")
+    names = s.accounts(op) if all_accounts else [s.account(op, account)]
+    local = {n: s.account_claims(op, n, op_claims) for n in names}
+    utoken, useed = _sys_user(s, op, op_claims, system_account, system_user)
+    from rillet.cli.common import run
+    got = run(_lookup, url, utoken, useed, [(n, c["sub"]) for n, (_, c) in local.items()],
+              float(min(max(timeout, 1), 60)))
+    signers = {op_claims["sub"], *s._signing_keys(op_claims)}
+    updates: list[tuple[str, str]] = []
+    for n, token in got:  # everything checked before anything is written
+        where = f'the server\'s JWT of account "{n}"'
+        claims = decode_jwt(token, where, "account")
+        if claims.get("sub") != local[n][1]["sub"]:
+            raise AuthError(f"{where} is of another account ({claims.get('sub')})")
+        if claims.get("iss") not in signers:
+            raise AuthError(f"{where} is not signed by operator {op} or one of its signing keys")
+        if int(claims.get("iat") or 0) < int(local[n][1].get("iat") or 0) and not overwrite_newer:
+            raise AuthError(f'the local JWT of account "{n}" is newer than the server\'s: give --overwrite-newer '
+                            "to replace it (or push it)")
+        updates.append((n, token))
+    for n, token in updates:
+        if token.strip() == local[n][0].strip():
+            ok(f'account "{n}" is up to date')
+            continue
+        write_file(s.acc_jwt_path(op, n), token.strip() + "\n", 0o644)
+        ok(f'pulled account "{n}"')
+
+
+async def _lookup(url: str, utoken: str, useed: str, accounts: list[tuple[str, str]],
+                  timeout: float) -> list[tuple[str, str]]:
+    nc = await _sys_connect(url, utoken, useed, timeout)
+    out = []
+    try:
+        for name, pub in accounts:
+            try:
+                r = await nc.request(f"$SYS.REQ.ACCOUNT.{pub}.CLAIMS.LOOKUP", b"", timeout=timeout)
+            except Exception as e:
+                raise AuthError(f'looking up account "{name}": {e or type(e).__name__} (is a full resolver '
+                                "configured, and the account pushed?)") from None
+            data = r.data.decode("utf-8", "replace").strip()
+            if not data or data.startswith("{"):
+                raise AuthError(f'looking up account "{name}": the server has no JWT for it ({data[:120]!r})')
+            out.append((name, data))
+    finally:
+        await nc.close()
+    return out
+
+
+async def _sys_connect(url: str, utoken: str, useed: str, timeout: float) -> Any:
     import nats
     import nkeys
     kp = nkeys.from_seed(useed.encode())
@@ -1029,11 +1097,16 @@ async def _push(url: str, utoken: str, useed: str, tokens: list[tuple[str, str]]
         seen.append(e)
 
     try:
-        nc = await nats.connect(url, user_jwt_cb=lambda: utoken.encode(), signature_cb=sign, error_cb=on_error,
-                                allow_reconnect=False, max_reconnect_attempts=1, connect_timeout=timeout + 1)
+        return await nats.connect(url, user_jwt_cb=lambda: utoken.encode(), signature_cb=sign, error_cb=on_error,
+                                  allow_reconnect=False, max_reconnect_attempts=1, connect_timeout=timeout + 1)
     except Exception as e:
         cause = f" ({seen[-1]})" if seen and str(seen[-1]) != str(e) else ""
         raise AuthError(f"could not connect to {url} as a system account user: {e}{cause}") from None
+
+
+async def _push(url: str, utoken: str, useed: str, tokens: list[tuple[str, str]], timeout: float) -> list[str]:
+    import asyncio
+    nc = await _sys_connect(url, utoken, useed, timeout)
     failures: list[str] = []
     try:
         for name, token in tokens:
@@ -1148,6 +1221,73 @@ def edit_signing_key(account: str = typer.Option("", "--account", "-a"),
     nats_s["signing_keys"] = keys
     _resign_account(s, op, acc, op_claims, claims, nats_s)
     ok(f'edited the scope of signing key "{scope["key"]}"')
+
+
+@edit_app.command("user")
+def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = typer.Option("", "--account", "-a"),
+              allow_pub: list[str] = typer.Option([], "--allow-pub"),
+              allow_sub: list[str] = typer.Option([], "--allow-sub"),
+              allow_pubsub: list[str] = typer.Option([], "--allow-pubsub"),
+              deny_pub: list[str] = typer.Option([], "--deny-pub"),
+              deny_sub: list[str] = typer.Option([], "--deny-sub"),
+              deny_pubsub: list[str] = typer.Option([], "--deny-pubsub"),
+              rm: list[str] = typer.Option([], "--rm", help="remove these subjects from every permission list"),
+              bearer: Optional[bool] = typer.Option(None, "--bearer/--no-bearer"),
+              expiry: Optional[str] = typer.Option(None, "--expiry")) -> None:
+    """Change a user's permissions, bearer flag or expiry; the JWT is signed again by the key that signed it."""
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, acc_claims = s.account_claims(op, acc)
+    _, claims = s.user_claims(op, acc, name, acc_claims, check_revoked=False)
+    changes = [allow_pub, allow_sub, allow_pubsub, deny_pub, deny_sub, deny_pubsub, rm]
+    if not any(changes) and bearer is None and expiry is None:
+        raise AuthError("nothing to edit: give permissions (--allow-pub, --deny-sub, --rm, ...), --bearer or --expiry")
+    scope = next((e for e in (J.nats_section(acc_claims).get("signing_keys") or [])
+                  if isinstance(e, dict) and e.get("key") == claims["iss"]), None)
+    if scope is not None and (any(changes) or bearer is not None):
+        raise AuthError(f"user {name} is signed by a scoped signing key: edit the scope (edit signing-key)")
+    nats_s = dict(claims["nats"])
+    remove = set(_subjects(rm))
+    for sec, allow, deny in (("pub", _subjects(allow_pub) + _subjects(allow_pubsub),
+                              _subjects(deny_pub) + _subjects(deny_pubsub)),
+                             ("sub", _subjects(allow_sub) + _subjects(allow_pubsub),
+                              _subjects(deny_sub) + _subjects(deny_pubsub))):
+        perm = dict(nats_s.get(sec) or {})
+        for verb, add in (("allow", allow), ("deny", deny)):
+            cur = [x for x in (perm.get(verb) or []) if x not in remove]
+            cur += [x for x in add if x not in cur]
+            if cur:
+                perm[verb] = cur
+            else:
+                perm.pop(verb, None)
+        nats_s[sec] = perm
+    if bearer is not None:
+        if bearer:
+            nats_s["bearer_token"] = True
+        else:
+            nats_s.pop("bearer_token", None)
+    new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
+    if expiry is not None:
+        exp = parse_expiry(expiry)
+        if exp:
+            new["exp"] = exp
+        else:
+            new.pop("exp", None)
+    new["nats"] = nats_s
+    new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
+    signer = s.signer_for([claims["iss"]])
+    token = J.encode(new, signer)
+    write_file(s.user_jwt_path(op, acc, name), token + "\n", 0o644)
+    cp = s.creds_path(op, acc, name)
+    try:
+        seed = s.seed_of(claims["sub"])
+    except AuthError:
+        seed = ""
+    if seed:
+        write_file(cp, J.format_creds(token, seed))
+        ok(f"generated user creds file {cp}")
+    ok(f'edited user "{name}"')
 
 
 @add_app.command("export")
