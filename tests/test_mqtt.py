@@ -409,3 +409,38 @@ def test_subscription_limit_and_internal_subjects(kind, tmp_path):
         assert s.sub([("a", 0), ("b", 0), ("c", 0), ("d", 0)]) == [0, 0, 0, 128]
         # the MQTT state's own subjects cannot be subscribed to
         assert Paho(t.mqtt_port, "snoop").sub([("$MQTT/msgs/#", 0), ("$MQTT/sess/+", 0)]) == [128, 128]
+
+
+def test_max_connections_counts_mqtt(kind, tmp_path):
+    with mqtt_target(kind, tmp_path, conf="max_connections: 2") as t:
+        a = Raw(t.mqtt_port)
+        assert a.connect("one") == C.ConnAck(False, 0)
+        b = Raw(t.mqtt_port)
+        assert b.connect("two") == C.ConnAck(False, 0)
+        c = Raw(t.mqtt_port)
+        try:
+            c.send(C.Connect("three"))
+        except OSError:
+            pass
+        assert c.closed()
+        a.send(C.PingReq())
+        assert a.read() == C.PingResp()
+
+
+def test_slow_consumer_is_cut_off(kind, tmp_path):
+    with mqtt_target(kind, tmp_path, conf="max_pending: 100000\nmax_payload: 65536") as t:
+        slow = Raw(t.mqtt_port)
+        slow.s.setsockopt(__import__("socket").SOL_SOCKET, __import__("socket").SO_RCVBUF, 4096)
+        slow.connect("slow")
+        slow.send(C.Subscribe(1, [("flood", C.SubOpts(0))]))
+        assert slow.read() == C.SubAck(1, [0])
+        p = Raw(t.mqtt_port)
+        p.connect("fast")
+        for _ in range(100):
+            p.send(b"".join(C.encode(C.Publish("flood", b"x" * 4000)) for _ in range(20)))
+        p.send(C.PingReq())
+        assert p.read(timeout=20) == C.PingResp()  # the publisher is not held back
+        time.sleep(1)
+        base = f"http://127.0.0.1:{t.http_port}"
+        v = json.load(urllib.request.urlopen(base + "/varz"))
+        assert v["slow_consumers"] >= 1

@@ -177,7 +177,8 @@ class MqttConn(asyncio.Protocol):
             self.tls_version = so.version() or ""
             ci = so.cipher()
             self.tls_cipher = ci[0] if ci else ""
-        self.ms.register(self)
+        if not self.ms.register(self):
+            return
         mt = self.server.opts.mqtt.get("tls")
         if so is not None and mt is not None and mt.pinned_certs and self.conn_type == "MQTT":
             from rillet.server.tls import pinned_error
@@ -1383,6 +1384,15 @@ class MqttConn(asyncio.Protocol):
             t = self.transport
             if t is not None:
                 t.write(bytes(self.out))
+                mp = self.server.opts.max_pending
+                if mp and t.get_write_buffer_size() > mp and not self.closed:
+                    # the client does not read: cut off as nats-server cuts off a slow consumer
+                    self.server.slow_consumers += 1
+                    self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} "
+                                           f"Exceeded")
+                    self.out.clear()
+                    self.close("Slow Consumer (Pending Bytes)", abnormal=True)
+                    return
             self.out.clear()
 
 

@@ -97,12 +97,19 @@ class MqttServer:
 
     # ---- connections -------------------------------------------------------------------------------------
 
-    def register(self, c: MqttConn) -> None:
+    def register(self, c: MqttConn) -> bool:
+        """Count the connection in (False: over max_connections, which MQTT connections count toward, and
+        closed, as nats-server does)."""
         srv = self.server
         srv._cid += 1
         c.cid = srv._cid
         srv.total_connections += 1
         self.conns[c.cid] = c
+        if len(srv.clients) + len(self.open_conns()) > srv.opts.max_connections:
+            srv.log.error(f"{c.log_prefix()} - maximum connections exceeded")
+            c.close("Maximum Connections Exceeded")
+            return False
+        return True
 
     def unregister(self, c: MqttConn) -> None:
         if self.conns.pop(c.cid, None) is None:
