@@ -207,6 +207,9 @@ def test_keepalive_closes_silent_client(kind, tmp_path):
     ("wildcard-topic", None),
     ("long-remaining-length", None),
     ("empty-client-id-persistent", None),
+    ("oversized-payload", None),
+    ("bad-utf8-client-id", None),
+    ("pubrel-bad-flags", None),
 ])
 def test_bad_input_closes_only_that_connection(kind, tmp_path, case, data):
     with mqtt_target(kind, tmp_path) as t:
@@ -217,6 +220,9 @@ def test_bad_input_closes_only_that_connection(kind, tmp_path, case, data):
             r.send(data)
         elif case == "empty-client-id-persistent":
             assert r.connect("", clean=False) == C.ConnAck(False, 2)
+        elif case == "bad-utf8-client-id":
+            body = b"\x00\x04MQTT\x04\x02\x00\x3c\x00\x02\xc3\x28"
+            r.send(bytes([0x10, len(body)]) + body)
         else:
             assert r.connect("bad") == C.ConnAck(False, 0)
             r.send({
@@ -226,6 +232,8 @@ def test_bad_input_closes_only_that_connection(kind, tmp_path, case, data):
                 "bad-utf8-topic": b"\x30\x05\x00\x02\xc3\x28x",
                 "wildcard-topic": C.encode(C.Publish("a/+", b"x")),
                 "long-remaining-length": b"\x30\xff\xff\xff\xff\x01",
+                "oversized-payload": C.encode(C.Publish("big", b"x" * (1024 * 1024 + 1))),
+                "pubrel-bad-flags": b"\x60\x02\x00\x01",
             }[case])
         assert r.closed()
         p = Paho(t.mqtt_port, "after")
