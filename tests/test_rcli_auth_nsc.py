@@ -520,3 +520,46 @@ def test_edit_user(capsys, tmp_path):
     assert J.decode(creds_jwt) == after  # the creds file follows
     rc, _, err = auth(capsys, home, "edit", "user", "--account", "APP", "--name", "alice")
     assert rc == 1 and "nothing to edit" in err
+
+
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_user_connection_limits(capsys, tmp_path, server):
+    import datetime
+    home = tmp_path / "nsc"
+    ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
+    ok(capsys, home, "add", "account", "--name", "APP")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    window = f"{now.hour + 2:02d}:00:00-{now.hour + 3:02d}:00:00" if now.hour <= 20 else "01:00:00-02:00:00"
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "net", "--source-network", "10.99.0.0/16")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "ws", "--conn-type", "WEBSOCKET")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "later", "--time", window, "--locale", "UTC")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "fine", "--conn-type", "STANDARD",
+       "--source-network", "127.0.0.0/8", "--time", "00:00:00-23:59:59", "--locale", "UTC")
+    fine = J.decode((home / "OP/accounts/APP/users/fine.jwt").read_text())["nats"]
+    assert fine["src"] == ["127.0.0.0/8"] and fine["allowed_connection_types"] == ["STANDARD"]
+    assert fine["times"] == [{"start": "00:00:00", "end": "23:59:59"}] and fine["times_location"] == "UTC"
+    out = ok(capsys, home, "describe", "user", "--account", "APP", "--name", "fine")
+    assert "Source Network" in out and "127.0.0.0/8" in out and "STANDARD" in out
+    before = snapshot(home)
+    for args, text in ((["--source-network", "10.0.0.300/8"], "not a network"),
+                       (["--conn-type", "CARRIER_PIGEON"], "one of STANDARD"),
+                       (["--time", "25:00:00-26:00:00"], "not a time of day"),
+                       (["--locale", "Mars/Olympus"], "not a time zone")):
+        rc, _, err = auth(capsys, home, "add", "user", "--account", "APP", "--name", "bad", *args)
+        assert rc == 1 and text in err, (args, err)
+    assert snapshot(home) == before
+    conf = _server_conf(capsys, home, tmp_path)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        url = f"nats://127.0.0.1:{srv.port}"
+        for user in ("net", "ws", "later"):
+            err = await _expect_error(nats.connect(url, user_credentials=str(home / f"creds/OP/APP/{user}.creds"),
+                                                   allow_reconnect=False, max_reconnect_attempts=1))
+            assert "authorization" in err.lower(), (user, err)
+        nc = await nats.connect(url, user_credentials=str(home / "creds/OP/APP/fine.creds"), allow_reconnect=False)
+        await nc.close()
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)

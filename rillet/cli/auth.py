@@ -655,6 +655,68 @@ def _subjects(values: list[str]) -> list[str]:
     return out
 
 
+CONN_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS")
+
+
+def _list(values: list[str]) -> list[str]:
+    return [p.strip() for v in values for p in v.split(",") if p.strip()]
+
+
+def apply_user_limits(nats_s: dict, source_network: list[str], conn_type: list[str], times: list[str],
+                      locale: Optional[str], subs: Optional[str], data: Optional[str], payload: Optional[str],
+                      rm_source_network: list[str] = [], rm_conn_type: list[str] = []) -> None:  # noqa: B006
+    """The user limits nsc sets: source networks (CIDR), connection types, time windows, numbers."""
+    import ipaddress
+    src = [x for x in (nats_s.get("src") or []) if x not in set(_list(rm_source_network))]
+    for net in _list(source_network):
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise AuthError(f"--source-network {net!r}: not a network (CIDR, e.g. 10.0.0.0/8)") from None
+        if net not in src:
+            src.append(net)
+    if src:
+        nats_s["src"] = src
+    else:
+        nats_s.pop("src", None)
+    types = [x for x in (nats_s.get("allowed_connection_types") or []) if x not in set(_list(rm_conn_type))]
+    for t in _list(conn_type):
+        if t.upper() not in CONN_TYPES:
+            raise AuthError(f"--conn-type {t!r}: one of {', '.join(CONN_TYPES)}")
+        if t.upper() not in types:
+            types.append(t.upper())
+    if types:
+        nats_s["allowed_connection_types"] = types
+    else:
+        nats_s.pop("allowed_connection_types", None)
+    windows = list(nats_s.get("times") or [])
+    for t in times:
+        m = re.fullmatch(r"(\d\d:\d\d:\d\d)-(\d\d:\d\d:\d\d)", t.strip())
+        if not m:
+            raise AuthError(f"--time {t!r}: a start-end range such as 08:00:00-17:00:00")
+        for part in m.groups():
+            hh, mm, ss = (int(x) for x in part.split(":"))
+            if hh > 23 or mm > 59 or ss > 59:
+                raise AuthError(f"--time {t!r}: {part} is not a time of day")
+        windows.append({"start": m.group(1), "end": m.group(2)})
+    if windows:
+        nats_s["times"] = windows
+    if locale is not None:
+        try:
+            import zoneinfo
+            if locale:
+                zoneinfo.ZoneInfo(locale)
+        except Exception:
+            raise AuthError(f"--locale {locale!r}: not a time zone name (e.g. Europe/Paris)") from None
+        if locale:
+            nats_s["times_location"] = locale
+        else:
+            nats_s.pop("times_location", None)
+    for flag, key, val in (("--subs", "subs", subs), ("--data", "data", data), ("--payload", "payload", payload)):
+        if val is not None:
+            nats_s[key] = parse_number(flag, val)
+
+
 @add_app.command("user")
 def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
              account: str = typer.Option("", "--account", "-a", help="account name"),
@@ -668,7 +730,14 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
              expiry: str = typer.Option("", "--expiry", help="valid until (date, duration or 0)"),
              private_key: str = typer.Option("", "--private-key", "-K",
                                              help="sign with this signing key of the account (its public key, or "
-                                                  "the role of a scoped one)")) -> None:
+                                                  "the role of a scoped one)"),
+             source_network: list[str] = typer.Option([], "--source-network", help="allowed client networks (CIDR)"),
+             conn_type: list[str] = typer.Option([], "--conn-type", help="allowed connection types: "
+                                                 + ", ".join(CONN_TYPES)),
+             time_: list[str] = typer.Option([], "--time", help="allowed time of day, start-end (08:00:00-17:00:00)"),
+             locale: Optional[str] = typer.Option(None, "--locale", help="the time zone of --time"),
+             subs: Optional[str] = typer.Option(None, "--subs"), data: Optional[str] = typer.Option(None, "--data"),
+             payload: Optional[str] = typer.Option(None, "--payload")) -> None:
     s = store()
     op = s.operator()
     acc = s.account(op, account or None)
@@ -688,7 +757,10 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
         signer = s.signer_for([match[0] if isinstance(match[0], str) else match[0]["key"]])
     else:
         signer = s.signer_for([acc_claims["sub"]])
-    if scoped is not None and (allow_pub or allow_sub or allow_pubsub or deny_pub or deny_sub or deny_pubsub or bearer):
+    limits_given = bool(source_network or conn_type or time_ or locale is not None or subs is not None or
+                        data is not None or payload is not None)
+    if scoped is not None and (allow_pub or allow_sub or allow_pubsub or deny_pub or deny_sub or deny_pubsub or bearer
+                               or limits_given):
         raise AuthError(f"a user of the scoped signing key {scoped['key']} takes its permissions from the scope: "
                         "no --allow/--deny/--bearer (edit the scope with `edit signing-key`)")
     kp, _ = new_key("user")
@@ -714,6 +786,8 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
         nats_s["sub"]["deny"] = sub_deny
     if bearer:
         nats_s["bearer_token"] = True
+    if scoped is None:
+        apply_user_limits(nats_s, source_network, conn_type, time_, locale, subs, data, payload)
     claims: dict[str, Any] = {"name": name, "sub": kp.public_key(), "nats": nats_s}
     exp = parse_expiry(expiry)
     if exp:
@@ -774,6 +848,14 @@ def table(claims: dict) -> str:
             for verb in ("allow", "deny"):
                 for subj in p.get(verb) or []:
                     rows.append((f"{label} {verb.capitalize()}", subj))
+        for src in n.get("src") or []:
+            rows.append(("Source Network", src))
+        for t in n.get("allowed_connection_types") or []:
+            rows.append(("Connection Type", t))
+        for w in n.get("times") or []:
+            rows.append(("Time", f"{w.get('start', '')}-{w.get('end', '')}"))
+        if n.get("times_location"):
+            rows.append(("Locale", n["times_location"]))
         rows.append(("Max Msgs/Subs", _limit(n.get("subs", -1))))
         rows.append(("Max Data", _limit(n.get("data", -1))))
         rows.append(("Max Payload", _limit(n.get("payload", -1))))
@@ -1233,14 +1315,25 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
               deny_pubsub: list[str] = typer.Option([], "--deny-pubsub"),
               rm: list[str] = typer.Option([], "--rm", help="remove these subjects from every permission list"),
               bearer: Optional[bool] = typer.Option(None, "--bearer/--no-bearer"),
-              expiry: Optional[str] = typer.Option(None, "--expiry")) -> None:
+              expiry: Optional[str] = typer.Option(None, "--expiry"),
+              source_network: list[str] = typer.Option([], "--source-network"),
+              rm_source_network: list[str] = typer.Option([], "--rm-source-network"),
+              conn_type: list[str] = typer.Option([], "--conn-type"),
+              rm_conn_type: list[str] = typer.Option([], "--rm-conn-type"),
+              time_: list[str] = typer.Option([], "--time"),
+              locale: Optional[str] = typer.Option(None, "--locale"),
+              subs: Optional[str] = typer.Option(None, "--subs"), data: Optional[str] = typer.Option(None, "--data"),
+              payload: Optional[str] = typer.Option(None, "--payload")) -> None:
     """Change a user's permissions, bearer flag or expiry; the JWT is signed again by the key that signed it."""
     s = store()
     op = s.operator()
     acc = s.account(op, account or None)
     _, acc_claims = s.account_claims(op, acc)
     _, claims = s.user_claims(op, acc, name, acc_claims, check_revoked=False)
-    changes = [allow_pub, allow_sub, allow_pubsub, deny_pub, deny_sub, deny_pubsub, rm]
+    changes = [allow_pub, allow_sub, allow_pubsub, deny_pub, deny_sub, deny_pubsub, rm, source_network,
+               rm_source_network, conn_type, rm_conn_type, time_, [locale] if locale is not None else [],
+               [subs] if subs is not None else [], [data] if data is not None else [],
+               [payload] if payload is not None else []]
     if not any(changes) and bearer is None and expiry is None:
         raise AuthError("nothing to edit: give permissions (--allow-pub, --deny-sub, --rm, ...), --bearer or --expiry")
     scope = next((e for e in (J.nats_section(acc_claims).get("signing_keys") or [])
@@ -1267,6 +1360,8 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
             nats_s["bearer_token"] = True
         else:
             nats_s.pop("bearer_token", None)
+    apply_user_limits(nats_s, source_network, conn_type, time_, locale, subs, data, payload,
+                      rm_source_network, rm_conn_type)
     new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
     if expiry is not None:
         exp = parse_expiry(expiry)
