@@ -119,6 +119,10 @@ def test_transfer_steps_down_with_a_leader_transfer_entry():
     p = _peer()
     p.campaign()
     p.vote_response(gw.VoteResponse(1, A, True))
+    p.propose([gw.Entry(0, b"\x00e")])
+    with pytest.raises(ValueError, match="not current"):
+        p.transfer(A)
+    p.match[A] = p.pindex
     out = p.transfer(A)
     ae = gw.AppendEntry.decode(out[0].payload)
     assert ae.entries == (gw.Entry(gw.ENTRY_LEADER_TRANSFER, A.encode()),) and p.role == FOLLOWER
@@ -176,6 +180,7 @@ async def test_go_servers_elect_a_rillet_meta_leader_and_apply_what_it_commits(g
 
             await CAP._until(created, 10, what="g0 creating the stream the Rillet leader assigned")
             # leadership handed back to a Go server, which then runs the JetStream API as usual
+            await _until(lambda: m.raft.current(gw.peer_id("g1")), 10, what="g1 current")
             m.transfer(gw.peer_id("g1"))
             await _until(lambda: m.raft.leader == gw.peer_id("g1"), 10, what="g1 taking over")
             await CAP._until(lambda: CAP._js_ready(nc), 10, what="the Go meta leader answering")
@@ -231,11 +236,63 @@ async def test_rillet_meta_leader_places_a_stream_a_go_client_creates(go_cluster
             sa = m.state.streams[("A", "LED")]
             assert sorted(sa["group"]["peers"]) == sorted(gw.peer_id(n) for n in gc.names)
             assert (await js.publish("led.1", b"x")).seq == 1
+            await _until(lambda: m.raft.current(gw.peer_id("g2")), 10, what="g2 current")
             m.transfer(gw.peer_id("g2"))
             await _until(lambda: m.raft.leader == gw.peer_id("g2"), 10, what="g2 taking over")
             await CAP._until(lambda: CAP._js_ready(nc), 10, what="the Go meta leader answering")
             si = await js.stream_info("LED")
             assert si.state.messages == 1 and len(si.cluster.replicas or []) == 2
+            api.close()
+    finally:
+        await nc.close()
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  # noqa: F811
+    """The Rillet meta leader places an R3 stream on two Go servers and itself; a Go server leads it; the
+    Rillet replica follows the stream group, its acknowledgements count, and its store holds every message
+    (sequence, subject, headers, data) after the meta leadership went back to Go."""
+    import nats
+    from rillet.jetstream.cluster.golead import StreamCreateAsLeader
+    from rillet.jetstream.cluster.gostream import host_streams
+    gc = go_cluster
+    nc = await nats.connect(gc.url("g1"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        async with serve_config(_rillet_conf(gc)) as srv:
+            m = await _member(srv)
+            replicas = host_streams(m)
+            await _until(lambda: m.raft.commit > 0 and m.raft.leader, what="the member following")
+            await asyncio.sleep(1.5)
+            api = StreamCreateAsLeader(m, include_self=True)
+            m.campaign()
+            await _until(lambda: m.raft.role == LEADER, 10, what="the Rillet member elected")
+            await asyncio.sleep(1.0)
+            js = nc.jetstream()
+            info = await js.add_stream(name="MIXED", subjects=["mixed.>"], num_replicas=3)
+            assert info.config.name == "MIXED"
+            await _until(lambda: all(m.raft.match.get(gw.peer_id(n), 0) >= m.raft.pindex for n in gc.names), 10,
+                         what="the Go servers holding the leader's whole log")
+            m.transfer(gw.peer_id("g2"))
+            await _until(lambda: m.raft.leader == gw.peer_id("g2"), 15,
+                         what=f"g2 taking over the meta group {m.status()} {m.raft.match}")
+            assert ("A", "MIXED") in replicas
+            rep = replicas[("A", "MIXED")]
+            for i in range(20):
+                await js.publish(f"mixed.{i % 4}", f"m{i}".encode(), headers={"X-I": str(i)})
+            await nc.request("$JS.API.STREAM.MSG.DELETE.MIXED", json.dumps({"seq": 3}).encode(), timeout=5)
+            await _until(lambda: rep.store.state().last_seq == 20 and rep.store.state().msgs == 19, 10,
+                         what="the Rillet replica storing the messages")
+            for seq in (1, 2, 20):
+                sm = rep.store.load_msg(seq)
+                assert sm.subject == f"mixed.{(seq - 1) % 4}" and sm.data == f"m{seq - 1}".encode()
+                assert b"X-I: " + str(seq - 1).encode() in sm.hdr
+            assert rep.store.load_msg(3) is None
+            # the Go leader counts the Rillet replica as current
+            si = await js.stream_info("MIXED")
+            names = {r.name: r for r in si.cluster.replicas or []}
+            assert si.cluster.leader in ("g0", "g1", "g2") and "r1" in names and names["r1"].current
+            assert rep.refused == 0 and rep.unapplied_snapshots == 0
             api.close()
     finally:
         await nc.close()

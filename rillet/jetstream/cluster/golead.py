@@ -166,10 +166,17 @@ class GoRaftPeer(GoRaftFollower):
             index += 1
         return outs
 
+    def current(self, peer: str) -> bool:
+        """Whether ``peer`` acknowledged our whole log (leader)."""
+        return self.match.get(peer, 0) >= self.pindex
+
     def transfer(self, peer: str) -> list[Out]:
-        """Hand leadership to ``peer`` (leader only): an ENTRY_LEADER_TRANSFER, then step down."""
+        """Hand leadership to ``peer`` (leader only, ``peer`` current): an ENTRY_LEADER_TRANSFER, then step
+        down. (A peer still behind would not see the entry until caught up, and we no longer lead to do it.)"""
         if self.role != LEADER:
             raise ValueError("not the leader")
+        if not self.current(peer):
+            raise ValueError(f"peer {peer!r} is not current")
         outs = self.propose([gw.Entry(gw.ENTRY_LEADER_TRANSFER, peer.encode("latin-1"))])
         self.role = FOLLOWER
         self.leader = ""
@@ -225,9 +232,10 @@ class StreamCreateAsLeader:
     the stream and answer the request (its subject and reply are part of the assignment), as with a Go meta
     leader. Only this request: everything else the API does is not here (tests only)."""
 
-    def __init__(self, member: Any, rng: random.Random | None = None) -> None:
+    def __init__(self, member: Any, rng: random.Random | None = None, include_self: bool = False) -> None:
         self.member = member
         self.rng = rng or random.Random()
+        self.include_self = include_self  # place a replica on this server too (rillet.jetstream.cluster.gostream)
         self.sub = member.ic.subscribe("$JS.API.STREAM.CREATE.*", self._on_request)
         self.proposed = 0
 
@@ -248,9 +256,10 @@ class StreamCreateAsLeader:
             return
         candidates = sorted(p for p in m.raft.peers if p != m.peer)
         n = int(cfg.get("num_replicas") or 1)
-        if n > len(candidates):
+        mine = 1 if self.include_self and n > 1 else 0  # (never alone: this server does not lead a stream)
+        if n - mine > len(candidates):
             return
-        peers = self.rng.sample(candidates, n)
+        peers = self.rng.sample(candidates, n - mine) + [m.peer] * mine  # (the first, a Go server, preferred)
         doc = stream_assignment(ci, cfg, peers, m.server.opts.cluster.name, subj, reply.decode() if reply else "")
         m.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_ASSIGN_STREAM, doc))])
         self.proposed += 1

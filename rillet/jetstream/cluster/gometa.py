@@ -387,6 +387,8 @@ class TermVote:
 class GoMetaMember:
     """Follows a Go cluster's meta group (``_meta_``) from a Rillet server; see the module docstring."""
 
+    KIND = "meta group"
+
     def __init__(self, server: Any, group: str = gw.META_GROUP, store_dir: Optional[str] = None) -> None:
         acc = getattr(server, "system_account", None)
         if acc is None:
@@ -410,6 +412,7 @@ class GoMetaMember:
         self.received = self.refused = self.apply_errors = 0
         self.removed = False  # a committed peer removal of this server: it stopped following
         self._warned: set[str] = set()
+        self.on_applied: list[Callable[[], None]] = []  # called after committed entries were applied
 
     @property
     def peer(self) -> str:
@@ -423,7 +426,7 @@ class GoMetaMember:
                       self.ic.subscribe(gw.append_subject(self.group), self._on_msg),
                       self.ic.subscribe(self.raft.vote_inbox, self._on_msg),
                       self.ic.subscribe(self.raft.resp_inbox, self._on_msg)]
-        self.log.notice(f"JetStream: following the Go meta group {self.group!r} as peer {self.peer}")
+        self.log.notice(f"JetStream: following the Go {self.KIND} {self.group!r} as peer {self.peer}")
         if js_api:
             bridge_js_api(self.server)
 
@@ -480,6 +483,9 @@ class GoMetaMember:
                 self.apply_errors += 1
                 self._warn_once(f"apply:{e}", f"JetStream Go meta group {self.group!r}: could not apply entry "
                                               f"{item.index}: {e}")
+        if done:
+            for cb in self.on_applied:
+                cb()
 
     def _send(self, outs: list[Out]) -> None:
         if self.tav is not None:
