@@ -311,6 +311,22 @@ async def test_commit_only_appends_held_under_load_in_a_lazy_group(lazy):
 
 
 @pytest.mark.asyncio
+async def test_snapshots_spaced_in_time_unless_the_log_grows_large():
+    from rillet.jetstream.cluster import group as G
+    srv = FakeServer()
+    srv.name = "s1"
+    srv.log = None
+    g = RaftGroup(srv, "G-snap", ["aaaaaaaa"], "/nonexistent", apply=lambda i, d: None)
+    g.loop = asyncio.get_running_loop()
+    assert g.compact_due(8192)  # (the first snapshot: at once)
+    g._snap_at = g.loop.time()  # (as compact() records it)
+    assert not g.compact_due(8192) and not g.compact_due(G.COMPACT_MAX_ENTRIES - 1)
+    assert g.compact_due(G.COMPACT_MAX_ENTRIES)  # (the in-memory log is bounded)
+    g._snap_at = g.loop.time() - G.COMPACT_MIN_INTERVAL
+    assert g.compact_due(8192)
+
+
+@pytest.mark.asyncio
 async def test_transport_caches_checked_sender_subjects():
     async with run_cluster(2) as servers:
         from rillet.jetstream.cluster.group import shared_transport

@@ -23,7 +23,7 @@ of rillet.jetstream.cluster.log) and every replica applies them to its ``Cluster
 * **Inactivity** (ephemerals, ``inactive_threshold``): the consumer leader asks the meta leader to
   delete the consumer (a ``$JS.API.CONSUMER.DELETE`` request), which removes it everywhere.
 
-Snapshots (every ``COMPACT_EVERY`` applied entries): msgpack of the replicated state plus the scan
+Snapshots (every ``COMPACT_EVERY`` applied entries, spaced as a stream's, see streams.py): msgpack of the replicated state plus the scan
 position.
 """
 from __future__ import annotations
@@ -418,7 +418,7 @@ class ConsumerReplica:
 
     def _filter(self, index: int, target: str, entry: Entry) -> bool:
         self.applied_since_snap += 1
-        if self.applied_since_snap >= COMPACT_EVERY:
+        if self.applied_since_snap >= COMPACT_EVERY and self.group.compact_due(self.applied_since_snap):
             self.applied_since_snap = 0
             self.group.compact()
         return True

@@ -73,6 +73,11 @@ ELECTION_TICKS = 20  # election timeout: 1 s, randomised by the node to 1-2 s
 HEARTBEAT_TICKS = 3  # heartbeats every 150 ms
 CAMPAIGN_RETRY = 0.02  # seconds before a new group's first campaign is repeated when no leader came of it
 CAMPAIGN_RETRY_MAX = 0.5  # (doubled each time up to this; then the node's own election timeout)
+# A stream's or consumer's group is snapshotted (its log compacted) after its owner's COMPACT_EVERY applied entries,
+# but not again within COMPACT_MIN_INTERVAL seconds of the last snapshot (nats-server's compactMinInterval: each
+# snapshot blocks the loop for a few fsyncs) unless COMPACT_MAX_ENTRIES were applied since (the log is in memory)
+COMPACT_MIN_INTERVAL = 15.0
+COMPACT_MAX_ENTRIES = 65536
 HARD_STATE_EVERY = 1.0  # seconds: how often a changed commit index is saved when nothing else forces it
 # A group control message (not a RAFT message) starts with 0xC1, a byte MessagePack never uses:
 CONTROL = b"\xc1"
@@ -248,6 +253,7 @@ class RaftGroup:
         self.apply_error = ""
         self.write_error = ""
         self.snapshots_taken = 0
+        self._snap_at = float("-inf")  # loop time of the last snapshot taken here (compact_due)
         self.snapshots_installed = 0
         self._stepdowns_seen: dict[bytes, float] = {}  # stepdown request reply -> when a member noted it
         self._leader_waiters: list[tuple[float, Callable[[], None]]] = []  # (deadline, callback): when_leader
@@ -555,6 +561,12 @@ class RaftGroup:
             raise NotLeader() from None
         self._schedule()
 
+    def compact_due(self, applied_since: int) -> bool:
+        """Whether an owner that applied ``applied_since`` entries since its last snapshot (at least its own
+        threshold) should take one now (COMPACT_MIN_INTERVAL, COMPACT_MAX_ENTRIES)."""
+        return (applied_since >= COMPACT_MAX_ENTRIES or self.loop is None
+                or self.loop.time() - self._snap_at >= COMPACT_MIN_INTERVAL)
+
     def compact(self) -> None:
         """Snapshot the state machine (``snapshot()``) at the applied index and compact the log."""
         if self._snapshot is None or not self.running:
@@ -574,6 +586,7 @@ class RaftGroup:
             self._write_failed(e)
             return
         self.snapshots_taken += 1
+        self._snap_at = self.loop.time()
 
     # ---- the Ready loop -------------------------------------------------------------------------------
 

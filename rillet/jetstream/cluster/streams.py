@@ -31,7 +31,8 @@ they stored. ``_filter`` skips what the store already has: MSG/BATCH/MIRROR entr
 store's last sequence, and any other stream entry while the store is ahead of the messages the replayed
 entries stored so far (it was applied before the store got those later messages).
 
-Snapshots (RAFT compaction, every ``COMPACT_EVERY`` applied entries): msgpack ``{first, last, deleted}``
+Snapshots (RAFT compaction, every ``COMPACT_EVERY`` applied entries, at most once in
+``group.COMPACT_MIN_INTERVAL`` unless ``group.COMPACT_MAX_ENTRIES`` were applied since): msgpack ``{first, last, deleted}``
 (the store's first/last sequences and the deleted sequences between, as nats-server's stream snapshot). A replica given a snapshot whose ``last`` is beyond its
 store holds the group's applies (``RaftLog.hold``) and fetches the missing messages from the stream
 leader in chunks: a request on the stream's sync subject (``$JSC.SYNC.<x>`` of the assignment; only the
@@ -162,7 +163,7 @@ class StreamReplica:
 
     def _filter(self, index: int, target: str, entry: Entry) -> bool:
         self.applied_since_snap += 1
-        if self.applied_since_snap >= COMPACT_EVERY:
+        if self.applied_since_snap >= COMPACT_EVERY and self.group.compact_due(self.applied_since_snap):
             self.applied_since_snap = 0
             self.group.compact()  # (inside the group's apply: done after the current Ready)
         if target:
