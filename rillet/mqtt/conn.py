@@ -65,7 +65,7 @@ PROPS_HDR = "Nmqtt-Props"
 _INTERNAL_HDRS = ("Nmqtt-", "Rillet-Mqtt-")
 
 
-_TOPICS: dict[bytes, str] = {}  # subject -> topic (a cache)
+_TOPICS: dict[bytes, bytes] = {}  # subject -> the PUBLISH topic field (length and topic; a cache)
 _HDRS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % q for q in range(3)]  # (3.1.1 publishes carry no more)
 
 
@@ -138,6 +138,7 @@ class MqttConn(asyncio.Protocol):
         self.busy = False  # the packet task is handling (awaiting) a packet
         self.ack_fifo: deque = deque()  # [store future, packet id, reason code]: QoS 1 PUBACKs in order
         self.topics: dict[str, str] = {}  # topic -> subject (a cache)
+        self.pubs: dict[str, tuple[str, bytes, bool]] = {}  # topic -> (subject, its bytes, publish allowed)
         self.task: asyncio.Task | None = None
         self.ka_handle: asyncio.TimerHandle | None = None
         self.last_read = time.monotonic()
@@ -211,7 +212,7 @@ class MqttConn(asyncio.Protocol):
         q = self.queue
         for p in pkts or ():
             # in order: what needs no waiting is handled here, unless earlier packets wait in the queue
-            if self.connected and not self.busy and not q.qsize() and not self.closed:
+            if self.connected and not self.busy and not q._queue and not self.closed:  # type: ignore[attr-defined]
                 t = p.type
                 try:
                     if t == C.PUBLISH and self._publish_now(p):
@@ -735,21 +736,28 @@ class MqttConn(asyncio.Protocol):
         False: the packet goes through the packet task."""
         if p.retain or p.qos == 2 or (self.version >= 5 and p.props):
             return False
-        subject = self._subject_of(p.topic)
         acc = self.account
         if acc.mappings:
             return False
-        hdr = _HDRS[p.qos] if self.version < 5 else self._nats_headers(p, p.qos)
-        mp = self.server.opts.max_payload
-        if mp and len(hdr) + len(p.payload) > mp:
+        ent = self.pubs.get(p.topic)
+        if ent is None:
+            subject = self._subject_of(p.topic)
+            sb = subject.encode()
+            # (a subject this connection may not publish to takes the packet task's path, which logs it)
+            ok = self.perms is None or self.perms.can_publish(sb)
+            if len(self.pubs) > 4096:
+                self.pubs.clear()
+            ent = self.pubs[p.topic] = (subject, sb, ok)
+        subject, sb, ok = ent
+        if not ok:
             return False
-        perms = self.perms
-        if perms is not None and not perms.can_publish(subject.encode()):
+        hdr = _HDRS[p.qos] if self.version < 5 else self._nats_headers(p, p.qos)
+        payload = p.payload
+        if len(hdr) + len(payload) > self.server.opts.max_payload:
             return False
         self.in_msgs += 1
-        self.in_bytes += len(p.payload)
-        sb = subject.encode()
-        got = acc.deliver(self, sb, None, len(hdr), hdr + p.payload)
+        self.in_bytes += len(payload)
+        got = acc.deliver(self, sb, None, len(hdr), hdr + payload)
         if p.qos == 1:
             rc = 0 if got or self.version < 5 else RC_NO_SUBSCRIBERS
             fut = self.asm.jsa.store_future(MSGS_PREFIX + subject, p.payload, hdr)  # type: ignore[union-attr]
@@ -1134,26 +1142,28 @@ class MqttConn(asyncio.Protocol):
             # the common case: a plain NATS message or a 3.1.1 MQTT one, to a 3.1.1 client
             if hdr > 0 and s.qos > 0 and msg[20] != 48:
                 return  # (QoS 1/2 to a QoS 1/2 subscription: from its consumer)
-            topic = _TOPICS.get(subject)
-            if topic is None:
-                subj = subject.decode("utf-8", "surrogateescape")
-                if s.reserved and subj.startswith("$"):
-                    return
-                topic = subject_to_topic(subj)
+            if s.reserved and subject[:1] == b"$":
+                return
+            tf = _TOPICS.get(subject)
+            if tf is None:
+                tb = subject_to_topic(subject.decode("utf-8", "surrogateescape")).encode()
+                tf = len(tb).to_bytes(2, "big") + tb  # the topic field of the PUBLISH
                 if len(_TOPICS) > 8192:
                     _TOPICS.clear()
-                _TOPICS[subject] = topic
-            elif s.reserved and subject[:1] == b"$":
-                return
+                _TOPICS[subject] = tf
             payload = msg[hdr:] if hdr > 0 else msg
-            tb = topic.encode()
-            n = 2 + len(tb) + len(payload)
-            if n > C.MAX_REMAINING:
+            n = len(tf) + len(payload)
+            if n < 128:
+                head = bytes((0x30, n))
+            elif n < 16384:
+                head = bytes((0x30, (n & 0x7F) | 0x80, n >> 7))
+            elif n <= C.MAX_REMAINING:
+                head = b"\x30" + C.encode_varint(n)
+            else:
                 return
             self.out_msgs += 1
             self.out_bytes += len(payload)
-            self.send(b"\x30" + (C.encode_varint(n) if n > 127 else bytes((n,))) + len(tb).to_bytes(2, "big")
-                      + tb + payload)
+            self.send(head + tf + payload)
             return
         subj = subject.decode("utf-8", "surrogateescape")
         if s.reserved and subj.startswith("$"):
