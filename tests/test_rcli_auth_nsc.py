@@ -563,3 +563,54 @@ async def test_user_connection_limits(capsys, tmp_path, server):
     finally:
         srv.proc.terminate()
         srv.proc.wait(10)
+
+
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_private_export_with_activation_token(capsys, tmp_path, server):
+    home = tmp_path / "nsc"
+    ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
+    ok(capsys, home, "add", "account", "--name", "SVC")
+    ok(capsys, home, "add", "export", "--account", "SVC", "--subject", "vault.>", "--service", "--private")
+    ok(capsys, home, "add", "user", "--account", "SVC", "--name", "svc")
+    ok(capsys, home, "add", "account", "--name", "APP")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "app")
+    ok(capsys, home, "add", "account", "--name", "OTHER")
+    rc, _, err = auth(capsys, home, "add", "import", "--account", "APP", "--src-account", "SVC",
+                      "--remote-subject", "vault.>", "--service")
+    assert rc == 1 and "private" in err and "--token" in err
+    tok = tmp_path / "app.tok"
+    ok(capsys, home, "generate", "activation", "--account", "SVC", "--subject", "vault.>", "--service",
+       "--target-account", "APP", "--output-file", str(tok))
+    act = J.decode(tok.read_text())
+    app = J.decode((home / "OP/accounts/APP/APP.jwt").read_text())
+    svc = J.decode((home / "OP/accounts/SVC/SVC.jwt").read_text())
+    assert act["sub"] == app["sub"] and act["iss"] == svc["sub"]
+    assert act["nats"] == {"subject": "vault.>", "kind": "service", "type": "activation", "version": 2}
+    # the token is for APP: OTHER cannot use it
+    rc, _, err = auth(capsys, home, "add", "import", "--account", "OTHER", "--token", str(tok), "--service")
+    assert rc == 1 and "not this one" in err
+    ok(capsys, home, "add", "import", "--account", "APP", "--token", str(tok), "--service")
+    imp = J.decode((home / "OP/accounts/APP/APP.jwt").read_text())["nats"]["imports"][0]
+    assert imp["token"] == tok.read_text().strip() and imp["account"] == svc["sub"] and imp["subject"] == "vault.>"
+    conf = _server_conf(capsys, home, tmp_path)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        url = f"nats://127.0.0.1:{srv.port}"
+        svc_nc = await nats.connect(url, user_credentials=str(home / "creds/OP/SVC/svc.creds"), allow_reconnect=False)
+        app_nc = await nats.connect(url, user_credentials=str(home / "creds/OP/APP/app.creds"), allow_reconnect=False)
+        try:
+            async def answer(m: Any) -> None:
+                await m.respond(b"secret:" + m.subject.encode())
+
+            await svc_nc.subscribe("vault.>", cb=answer)
+            await svc_nc.flush()
+            r = await app_nc.request("vault.gold", b"", timeout=5)
+            assert r.data == b"secret:vault.gold"
+        finally:
+            await svc_nc.close()
+            await app_nc.close()
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)

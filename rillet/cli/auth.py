@@ -958,6 +958,61 @@ def generate_creds(name: str = typer.Option(..., "--name", "-n", help="user name
         print(text, end="")
 
 
+def _read_activation(path: str, importer: str) -> tuple[str, dict]:
+    token = J.extract_jwt(read_text(path, "activation token"))
+    try:
+        claims = J.decode(token)
+    except J.JwtError as e:
+        raise AuthError(f"{path}: not a valid activation token: {e}") from None
+    if J.claim_type(claims) != "activation":
+        raise AuthError(f"{path}: a {J.claim_type(claims) or 'untyped'} JWT, not an activation token")
+    if claims.get("sub") != importer:
+        raise AuthError(f"{path}: the token is for account {claims.get('sub')}, not this one ({importer})")
+    if J.is_expired(claims):
+        raise AuthError(f"{path}: the activation token has expired")
+    return token, claims
+
+
+@generate_app.command("activation")
+def generate_activation(account: str = typer.Option("", "--account", "-a", help="the exporting account"),
+                        subject: str = typer.Option(..., "--subject", "-s", help="the exported subject"),
+                        target_account: str = typer.Option(..., "--target-account", "-t",
+                                                           help="the importing account (name or public key)"),
+                        service: bool = typer.Option(False, "--service", help="a service export"),
+                        output_file: str = typer.Option("", "--output-file", "-o"),
+                        expiry: str = typer.Option("", "--expiry")) -> None:
+    """An activation token: lets one account import a private export."""
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, op_claims = s.operator_claims(op)
+    _, claims = s.account_claims(op, acc, op_claims)
+    kind = "service" if service else "stream"
+    subj = _subjects([subject])
+    if len(subj) != 1:
+        raise AuthError(f"--subject {subject!r}: one subject")
+    exports = [e for e in (J.nats_section(claims).get("exports") or [])
+               if e.get("type") == kind and e.get("token_req") and _subject_matches(e.get("subject", ""), subj[0])]
+    if not exports:
+        raise AuthError(f'account "{acc}" has no private {kind} export covering {subj[0]}')
+    if J.is_public_key(target_account, "A"):
+        target = target_account
+    else:
+        target = s.account_claims(op, s.account(op, target_account), op_claims)[1]["sub"]
+    signer = s.signer_for([claims["sub"]])
+    act: dict[str, Any] = {"name": subj[0], "sub": target,
+                           "nats": {"subject": subj[0], "kind": kind, "type": "activation", "version": 2}}
+    exp = parse_expiry(expiry)
+    if exp:
+        act["exp"] = exp
+    token = J.encode(act, signer)
+    if output_file:
+        write_file(output_file, token + "\n", 0o644)
+        ok(f"wrote the activation token to {output_file}")
+    else:
+        print(token)
+
+
 @generate_app.command("config")
 def generate_config(mem_resolver: bool = typer.Option(False, "--mem-resolver", help="a memory resolver configuration"),
                     nats_resolver: bool = typer.Option(False, "--nats-resolver",
@@ -1393,9 +1448,11 @@ def add_export(account: str = typer.Option("", "--account", "-a"),
                response_type: str = typer.Option("Singleton", "--response-type",
                                                  help="Singleton, Stream or Chunked (services)"),
                account_token_position: int = typer.Option(0, "--account-token-position",
-                                                          help="the subject token holding the importer's account")
+                                                          help="the subject token holding the importer's account"),
+               private: bool = typer.Option(False, "--private", "-p",
+                                            help="importers need an activation token (generate activation)")
                ) -> None:
-    """A public export of a stream or service (private exports and activation tokens: not yet)."""
+    """Export a stream or service: public, or private (imported with an activation token)."""
     s = store()
     op = s.operator()
     acc = s.account(op, account or None)
@@ -1417,26 +1474,47 @@ def add_export(account: str = typer.Option("", "--account", "-a"),
         e["response_type"] = response_type
     if account_token_position:
         e["account_token_position"] = account_token_position
+    if private:
+        e["token_req"] = True
     exports.append(e)
     nats_s["exports"] = exports
     _resign_account(s, op, acc, op_claims, claims, nats_s)
-    ok(f'added public {kind} export "{e["name"]}"')
+    ok(f'added {"private" if private else "public"} {kind} export "{e["name"]}"')
 
 
 @add_app.command("import")
 def add_import(account: str = typer.Option("", "--account", "-a"),
-               src_account: str = typer.Option(..., "--src-account", help="the exporting account (name or key)"),
-               remote_subject: str = typer.Option(..., "--remote-subject", help="the subject the account exports"),
+               src_account: str = typer.Option("", "--src-account", help="the exporting account (name or key)"),
+               remote_subject: str = typer.Option("", "--remote-subject", help="the subject the account exports"),
+               token: str = typer.Option("", "--token", "-u", help="an activation token file (private exports)"),
                local_subject: str = typer.Option("", "--local-subject", "-s", help="the subject here (default: "
                                                                                  "the remote one)"),
                name: str = typer.Option("", "--name", "-n"),
                service: bool = typer.Option(False, "--service", help="a service (default: a stream)")) -> None:
-    """An import of another account's public export (token imports: not yet)."""
+    """An import of another account's export: public, or private with its activation token (--token)."""
     s = store()
     op = s.operator()
     acc = s.account(op, account or None)
     _, op_claims = s.operator_claims(op)
     _, claims = s.account_claims(op, acc, op_claims)
+    activation = ""
+    if token:
+        activation, act = _read_activation(token, claims["sub"])
+        issuer = J.nats_section(act).get("issuer_account") or act["iss"]
+        if src_account:
+            given = src_account if J.is_public_key(src_account, "A") else \
+                s.account_claims(op, s.account(op, src_account), op_claims)[1]["sub"]
+            if given != issuer:
+                raise AuthError(f"--src-account {src_account}: the token was issued by account {issuer}")
+        src_account = issuer
+        if remote_subject and remote_subject != J.nats_section(act).get("subject"):
+            raise AuthError(f"--remote-subject {remote_subject}: the token is for {J.nats_section(act).get('subject')}")
+        remote_subject = J.nats_section(act).get("subject", "")
+        if (J.nats_section(act).get("kind") == "service") != service:
+            raise AuthError(f"the token is for a {J.nats_section(act).get('kind')} import: "
+                            + ("drop --service" if service else "add --service"))
+    if not src_account or not remote_subject:
+        raise AuthError("give --src-account and --remote-subject (or --token)")
     if J.is_public_key(src_account, "A"):
         src_pub = src_account
         src_claims = next((c for c in (s.account_claims(op, n, op_claims)[1] for n in s.accounts(op))
@@ -1456,11 +1534,14 @@ def add_import(account: str = typer.Option("", "--account", "-a"),
         match = [e for e in exports if e.get("type") == kind and _subject_matches(e.get("subject", ""), remote[0])]
         if not match:
             raise AuthError(f"account {src_claims.get('name', src_pub)} has no {kind} export covering {remote[0]}")
-        if any(e.get("token_req") for e in match):
-            raise AuthError(f"the {kind} export covering {remote[0]} is private: token imports are not supported yet")
+        if not activation and all(e.get("token_req") for e in match):
+            raise AuthError(f"the {kind} export covering {remote[0]} is private: import it with an activation "
+                            "token (--token; the exporter makes it with `generate activation`)")
     nats_s = dict(claims["nats"])
     imports = list(nats_s.get("imports") or [])
     imp: dict[str, Any] = {"name": name or remote[0], "subject": remote[0], "account": src_pub, "type": kind}
+    if activation:
+        imp["token"] = activation
     if local and local[0] != remote[0]:
         imp["local_subject"] = local[0]
     for i in imports:
