@@ -347,7 +347,8 @@ def _comparable(msg: Any) -> Any:
 @pytest.mark.skipif(__import__("shutil").which("nats-server") is None, reason="nats-server not on PATH")
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(req=_read_only_request())
-def test_random_requests_answered_as_nats_server(server: _Server, go: "_GoServer", req: tuple[str, bytes]) -> None:
+def test_random_requests_answered_as_nats_server(twin: _Server, go: "_GoServer", req: tuple[str, bytes]) -> None:
+    server = twin
     subj, body = req
     server.run(_setup(server.nc))
     mine = _comparable(server.run(_ask(server.nc, subj, body)))
@@ -356,10 +357,20 @@ def test_random_requests_answered_as_nats_server(server: _Server, go: "_GoServer
 
 
 @pytest.fixture(scope="module")
-def go(server: _Server):
-    g = _GoServer(server)
+def twin():
+    """A Rillet server of its own (the first test's random requests change the other one's streams)."""
+    s = _Server()
     try:
-        server.run(_setup(g.nc))
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def go(twin: _Server):
+    g = _GoServer(twin)
+    try:
+        twin.run(_setup(g.nc))
         yield g
     finally:
         g.close()

@@ -588,7 +588,7 @@ class ApiRouter:
         subs = info["state"].get("subjects")
         if subs is not None:
             keys = sorted(subs)
-            offset = min(max(req.offset, 0), len(keys))
+            offset = max(req.offset, 0)  # (nats-server: no upper bound here, unlike the names and lists)
             d["total"] = len(keys)
             d["offset"] = offset
             d["limit"] = 100000
@@ -605,15 +605,15 @@ class ApiRouter:
     def stream_purge(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         typ = T + "stream_purge_response"
         req = self.decode(body, A.JSApiStreamPurgeRequest)  # (before the stream is looked up, as nats-server)
+        subj = req.filter or None
+        seq, keep = req.seq, req.keep
+        if seq and keep:
+            raise ApiError.make("BAD_REQUEST")
         stream = self.stream(args[0] if args else "")
         if stream.cfg.sealed:
             raise ApiError.make("STREAM_SEALED")
         if stream.cfg.deny_purge:
             raise ApiError.make("STREAM_PURGE_FAILED", err="stream purge not permitted")
-        subj = req.filter or None
-        seq, keep = req.seq, req.keep
-        if seq and keep:
-            raise ApiError.make("BAD_REQUEST")
         if subj is not None and not is_valid_subject(subj):
             raise ApiError.make("STREAM_PURGE_FAILED", err="invalid subject")
 
