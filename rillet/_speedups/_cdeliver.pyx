@@ -337,9 +337,15 @@ cdef object _deliver(acc, c, r, subject, reply, hdr, msg, route, rreply):
         return _pure_deliver(acc, c, r, subject, reply, hdr, msg, route, rreply)
     if _get(acc, A_SERVER, "server").trace_on:
         return _pure_deliver(acc, c, r, subject, reply, hdr, msg, route, rreply)
-    cdef bint local = _get(plan, P_LOCAL, "local")
-    psubs = _get(plan, P_PSUBS, "psubs")
-    qsubs0 = qsubs = _get(plan, P_QSUBS, "qsubs")
+    return _execute(acc, c, r, rt, plan, _get(plan, P_LOCAL, "local"), _get(plan, P_PSUBS, "psubs"),
+                    _get(plan, P_QSUBS, "qsubs"), subject, reply, h, hdr, msg, route, rreply)
+
+
+cdef object _execute(acc, c, r, PyTypeObject* rt, plan, bint local, psubs, qsubs, subject, reply, Py_ssize_t h,
+                     hdr, msg, route, rreply):
+    """The executor's steps after its checks (``plan``: the plan's fields given; for a local one, ``r``, ``rt``
+    and ``plan`` are not read)."""
+    qsubs0 = qsubs
     targets = None
     cdef double x
     cdef Py_ssize_t lo, hi, mid, nm
@@ -573,8 +579,24 @@ cdef object _inbound(acc, rc, subject, reply, queues, hdr, msg):
         r.plan = plan
     if queues:
         in_q = plan.in_q
-        groups = [g for g in (in_q.get(bytes(q)) for q in queues) if g is not None]
-        lr = _Local(plan.in_psubs, groups) if groups else plan.inbound
+        groups = []
+        for q in queues:
+            g = in_q.get(q if type(q) is bytes else bytes(q))
+            if g is not None:
+                groups.append(g)
+        if groups:
+            # the reference's ``Local(plan.in_psubs, groups)``, run without making it (a plan per message that
+            # refers to itself, left for the GC) when the executor would take it itself
+            if type(subject) is bytes and type(msg) is bytes and type(hdr) is int and \
+                    not (<Py_ssize_t>hdr > 0 and _mt.CURRENT is not None) and \
+                    not _get(acc, A_SERVER, "server").trace_on:
+                in_psubs = plan.in_psubs
+                _execute(acc, rc, None, NULL, None, True, in_psubs, groups, subject, reply, hdr, hdr, msg,
+                         None, None)
+                return None
+            lr = _Local(plan.in_psubs, groups)
+        else:
+            lr = plan.inbound
     else:
         lr = plan.inbound
     if lr is None:
