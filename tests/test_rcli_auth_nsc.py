@@ -614,3 +614,39 @@ async def test_private_export_with_activation_token(capsys, tmp_path, server):
     finally:
         srv.proc.terminate()
         srv.proc.wait(10)
+
+
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_mappings(capsys, tmp_path, server):
+    home = tmp_path / "nsc"
+    ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
+    ok(capsys, home, "add", "account", "--name", "APP")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "u")
+    ok(capsys, home, "add", "mapping", "--account", "APP", "--from", "old.*", "--to", "new.{{wildcard(1)}}")
+    ok(capsys, home, "add", "mapping", "--account", "APP", "--from", "gone", "--to", "x")
+    ok(capsys, home, "delete", "mapping", "--account", "APP", "--from", "gone")
+    before = snapshot(home)
+    rc, _, err = auth(capsys, home, "add", "mapping", "--account", "APP", "--from", "old.*", "--to", "b",
+                      "--weight", "50")
+    assert rc == 1 and "more than 100" in err
+    assert snapshot(home) == before
+    m = J.decode((home / "OP/accounts/APP/APP.jwt").read_text())["nats"]["mappings"]
+    assert m == {"old.*": [{"subject": "new.{{wildcard(1)}}", "weight": 100}]}
+    conf = _server_conf(capsys, home, tmp_path)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        nc = await nats.connect(f"nats://127.0.0.1:{srv.port}", user_credentials=str(home / "creds/OP/APP/u.creds"),
+                                allow_reconnect=False)
+        try:
+            sub = await nc.subscribe("new.>")
+            await nc.flush()
+            await nc.publish("old.thing", b"moved")
+            msg = await sub.next_msg(timeout=5)
+            assert (msg.subject, msg.data) == ("new.thing", b"moved")
+        finally:
+            await nc.close()
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)

@@ -1440,6 +1440,78 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
     ok(f'edited user "{name}"')
 
 
+@add_app.command("mapping")
+def add_mapping(account: str = typer.Option("", "--account", "-a"),
+                from_: str = typer.Option(..., "--from", "-f", help="map from subject"),
+                to: str = typer.Option(..., "--to", "-t", help="to subject"),
+                weight: int = typer.Option(0, "--weight", help="weight [1-100] of this entry (default: 100)"),
+                cluster: str = typer.Option("", "--cluster", help="the cluster this entry applies in")) -> None:
+    """A subject mapping of the account (nats.mappings), as nsc add mapping."""
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, op_claims = s.operator_claims(op)
+    _, claims = s.account_claims(op, acc, op_claims)
+    src = _subjects([from_])
+    dst = _subjects([to])
+    if len(src) != 1 or len(dst) != 1:
+        raise AuthError("one --from and one --to subject")
+    if weight < 0 or weight > 100:
+        raise AuthError(f"--weight {weight}: 1 to 100")
+    nats_s = dict(claims["nats"])
+    mappings = {k: list(v) for k, v in (nats_s.get("mappings") or {}).items()}
+    entries = [e for e in mappings.get(src[0], []) if not (e.get("subject") == dst[0] and
+                                                            (e.get("cluster") or "") == cluster)]
+    entry: dict[str, Any] = {"subject": dst[0], "weight": weight or 100}
+    if cluster:
+        entry["cluster"] = cluster
+    entries.append(entry)
+    total: dict[str, int] = {}
+    for e in entries:
+        total[e.get("cluster") or ""] = total.get(e.get("cluster") or "", 0) + int(e.get("weight") or 100)
+    over = {c: w for c, w in total.items() if w > 100}
+    if over:
+        c, w = next(iter(over.items()))
+        raise AuthError(f"the weights of the mappings of {src[0]}{' in cluster ' + c if c else ''} add up to {w}, "
+                        "more than 100")
+    mappings[src[0]] = entries
+    nats_s["mappings"] = mappings
+    _resign_account(s, op, acc, op_claims, claims, nats_s)
+    ok(f'added mapping {src[0]} -> {dst[0]} (weight {entry["weight"]}{", cluster " + cluster if cluster else ""})')
+
+
+delete_app = typer.Typer(help="Delete a mapping", no_args_is_help=True)
+app.add_typer(delete_app, name="delete")
+
+
+@delete_app.command("mapping")
+def delete_mapping(account: str = typer.Option("", "--account", "-a"),
+                   from_: str = typer.Option(..., "--from", "-f"),
+                   to: str = typer.Option("", "--to", "-t", help="only this entry (default: every entry)")) -> None:
+    s = store()
+    op = s.operator()
+    acc = s.account(op, account or None)
+    _, op_claims = s.operator_claims(op)
+    _, claims = s.account_claims(op, acc, op_claims)
+    nats_s = dict(claims["nats"])
+    mappings = {k: list(v) for k, v in (nats_s.get("mappings") or {}).items()}
+    if from_ not in mappings:
+        raise AuthError(f'account "{acc}" has no mapping of {from_}')
+    kept = [e for e in mappings[from_] if to and e.get("subject") != to]
+    if to and len(kept) == len(mappings[from_]):
+        raise AuthError(f"no mapping {from_} -> {to}")
+    if kept:
+        mappings[from_] = kept
+    else:
+        del mappings[from_]
+    if mappings:
+        nats_s["mappings"] = mappings
+    else:
+        nats_s.pop("mappings", None)
+    _resign_account(s, op, acc, op_claims, claims, nats_s)
+    ok(f"deleted mapping {from_}{' -> ' + to if to else ''}")
+
+
 @add_app.command("export")
 def add_export(account: str = typer.Option("", "--account", "-a"),
                subject: str = typer.Option(..., "--subject", "-s", help="the exported subject"),
