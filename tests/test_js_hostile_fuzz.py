@@ -374,3 +374,44 @@ def go(twin: _Server):
         yield g
     finally:
         g.close()
+
+
+# ---- creates: the same decoding of a configuration -----------------------------------------------------
+
+_CREATE_KINDS = ["STREAM.CREATE", "CONSUMER.CREATE"]
+
+
+@st.composite
+def _create_request(draw: Any) -> tuple[str, bytes]:
+    kind = draw(st.sampled_from(_CREATE_KINDS))
+    if kind == "STREAM.CREATE":
+        return kind, draw(_body(STREAM_CFG))
+    obj = {"stream_name": "S", "config": draw(_object(CONSUMER_CFG, 1))}
+    if draw(st.booleans()):
+        return kind, json.dumps(obj).encode()
+    return kind, draw(_body(KINDS["CONSUMER.CREATE.S"]))
+
+
+@pytest.mark.skipif(__import__("shutil").which("nats-server") is None, reason="nats-server not on PATH")
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(req=_create_request())
+def test_random_configs_decoded_as_nats_server(twin: _Server, go: "_GoServer", req: tuple[str, bytes]) -> None:
+    """Stream and consumer creates with random configurations: where either server refuses the body as
+    INVALID_JSON, both do, with the same message (the checks of a decoded configuration are compared by
+    the configuration tests). Whatever is created is deleted again on both."""
+    kind, body = req
+    subj = "STREAM.CREATE.FZ" if kind == "STREAM.CREATE" else "CONSUMER.CREATE.S"
+    server = twin
+    server.run(_setup(server.nc))
+    mine = server.run(_ask(server.nc, subj, body))
+    theirs = server.run(_ask(go.nc, subj, body))
+    for nc in (server.nc, go.nc):
+        server.run(_ask(nc, "STREAM.DELETE.FZ", b""))
+    a, b = (json.loads(m.data).get("error") if m is not None else "no answer" for m in (mine, theirs))
+    if kind == "CONSUMER.CREATE":
+        for m, nc in ((mine, server.nc), (theirs, go.nc)):
+            name = (json.loads(m.data).get("name") if m is not None else None) or ""
+            if name:
+                server.run(_ask(nc, f"CONSUMER.DELETE.S.{name}", b""))
+    if (a or {}).get("err_code") == 10025 or (b or {}).get("err_code") == 10025:
+        assert a == b, f"{subj} {body[:300]!r}"
