@@ -452,3 +452,39 @@ def test_slow_consumer_is_cut_off(kind, tmp_path):
         base = f"http://127.0.0.1:{t.http_port}"
         v = json.load(urllib.request.urlopen(base + "/varz"))
         assert v["slow_consumers"] >= 1
+
+
+def test_qos2_state_survives_reconnect_and_restart(kind, tmp_path):
+    with mqtt_target(kind, tmp_path, mqtt_conf='ack_wait: "1s"') as t:
+        sub = Raw(t.mqtt_port)
+        sub.connect("q2s", clean=False)
+        sub.send(C.Subscribe(1, [("q2r/#", C.SubOpts(2))]))
+        assert sub.read() == C.SubAck(1, [2])
+        pub = Raw(t.mqtt_port)
+        pub.connect("q2p", clean=False)
+        pub.send(C.Publish("q2r/a", b"held", 2, pi=9))
+        assert pub.read() == C.Ack(C.PUBREC, 9)
+        pub.close()  # PUBREL not sent yet: the message waits in $MQTT_qos2in
+        m = None
+        sub.send(C.PingReq())
+        assert sub.read() == C.PingResp()  # not released: not delivered
+        t.restart()
+        sub = Raw(t.mqtt_port)
+        assert sub.connect("q2s", clean=False) == C.ConnAck(True, 0)
+        pub = Raw(t.mqtt_port)
+        assert pub.connect("q2p", clean=False) == C.ConnAck(True, 0)
+        pub.send(C.Ack(C.PUBREL, 9))
+        assert pub.read() == C.Ack(C.PUBCOMP, 9)
+        m = sub.read(timeout=10)
+        assert isinstance(m, C.Publish) and (m.topic, m.payload, m.qos) == ("q2r/a", b"held", 2)
+        sub.send(C.Ack(C.PUBREC, m.pi))
+        assert sub.read() == C.Ack(C.PUBREL, m.pi)
+        sub.close()  # PUBCOMP not sent: the PUBREL is owed again after a reconnect
+        time.sleep(1.5)
+        sub = Raw(t.mqtt_port)
+        assert sub.connect("q2s", clean=False) == C.ConnAck(True, 0)
+        again = sub.read(timeout=10)
+        assert again == C.Ack(C.PUBREL, m.pi)
+        sub.send(C.Ack(C.PUBCOMP, m.pi))
+        sub.send(C.PingReq())
+        assert sub.read() == C.PingResp()

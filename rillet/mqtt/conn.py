@@ -514,6 +514,9 @@ class MqttConn(asyncio.Protocol):
         if self.closed:
             return
         self.connected = True
+        # after CONNECT: packets up to what MQTT 5 clients are told (a PUBLISH of max_payload and its topic and
+        # properties); the NATS message's size is what max_payload limits (checked per PUBLISH, as nats-server)
+        self.decoder.max_packet = ms.max_packet()
         ms.cancel_will(self.account, cid)
         props: dict[str, Any] = {}
         if v5:
