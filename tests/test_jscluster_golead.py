@@ -293,6 +293,19 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
             names = {r.name: r for r in si.cluster.replicas or []}
             assert si.cluster.leader in ("g0", "g1", "g2") and "r1" in names and names["r1"].current
             assert rep.refused == 0 and rep.unapplied_snapshots == 0
+            # the other Go replica down: the Go leader's commits now need the Rillet replica's acknowledgement
+            other = next(n for n in names if n not in ("r1", si.cluster.leader))
+            lnc = await nats.connect(gc.url(si.cluster.leader))
+            try:
+                gc.stop(other)
+                ljs = lnc.jetstream()
+                for i in range(20, 25):
+                    ack = await ljs.publish(f"mixed.{i % 4}", f"m{i}".encode(), timeout=10)
+                    assert ack.seq == i + 1
+            finally:
+                await lnc.close()
+            await _until(lambda: rep.store.state().last_seq == 25, 10, what="the replica storing them")
+            assert rep.store.load_msg(25).data == b"m24"
             api.close()
     finally:
         await nc.close()
