@@ -55,6 +55,7 @@ import msgspec
 
 from rillet.jetstream.cluster import monitor
 from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
+from rillet.jetstream import apijson
 from rillet.jetstream import fastbatch
 from rillet.jetstream.cluster.log import RESTORED, SYNCED, FastNote, RaftLog
 from rillet.jetstream.cluster.peers import peer_id
@@ -1082,9 +1083,9 @@ class ClusteredStreams:
         if b'"direct"' not in body or not args:
             return None
         try:
-            req = json.loads(body)
+            req = apijson.parse_json(body)  # (Go's syntax and depth rules: never a Python exception)
             direct = bool((req.get("config") or {}).get("direct"))
-        except (ValueError, AttributeError):
+        except (ApiError, AttributeError):
             return None
         if not direct:
             return None
@@ -1180,14 +1181,14 @@ class ClusteredStreams:
         b = body.strip() if body else b""
         if b[:1] in (b"{", b"["):
             try:
-                req = json.loads(b)
+                req = apijson.parse_json(b)  # (Go's syntax errors and depth limit)
                 if not isinstance(req, dict):
-                    raise ValueError("not a JSON object")
+                    raise ApiError.make("INVALID_JSON", err="not a JSON object")
                 pl = req.get("placement")
                 if pl is not None and not isinstance(pl, dict):
-                    raise ValueError("placement is not a JSON object")
-            except ValueError as e:
-                router.respond_error(reply, typ, ApiError.make("INVALID_JSON", err=str(e)))
+                    raise ApiError.make("INVALID_JSON", err="placement is not a JSON object")
+            except ApiError as e:
+                router.respond_error(reply, typ, e)
                 return
             try:
                 to = self._stepdown_target(g, pl or {})
