@@ -488,3 +488,32 @@ def test_qos2_state_survives_reconnect_and_restart(kind, tmp_path):
         sub.send(C.Ack(C.PUBCOMP, m.pi))
         sub.send(C.PingReq())
         assert sub.read() == C.PingResp()
+
+
+def test_accounts_have_their_own_mqtt_state(kind, tmp_path):
+    conf = """
+accounts {
+  A: { jetstream: enabled, users: [{user: a, password: a}] }
+  B: { jetstream: enabled, users: [{user: b, password: b}] }
+}
+"""
+    with mqtt_target(kind, tmp_path, conf=conf) as t:
+        sa = Paho(t.mqtt_port, "same-id-a", user="a", password="a")
+        sb = Paho(t.mqtt_port, "sb", user="b", password="b")
+        sa.sub("acc/#", 1)
+        sb.sub("acc/#", 1)
+        pa = Paho(t.mqtt_port, "pa", user="a", password="a")
+        pa.pub("acc/x", b"only A", qos=1, retain=True)
+        assert sa.get().payload == b"only A"
+        sb.none()
+        late_b = Paho(t.mqtt_port, "lb", user="b", password="b")
+        late_b.sub("acc/#", 0)
+        late_b.none()  # A's retained message is not B's
+
+        async def retained(user):
+            nc = await nats.connect(t.nats_url, user=user, password=user)
+            try:
+                return (await nc.jetstream().stream_info("$MQTT_rmsgs")).state.messages
+            finally:
+                await nc.close()
+        assert (asyncio.run(retained("a")), asyncio.run(retained("b"))) == (1, 0)
