@@ -297,3 +297,36 @@ def test_utf8_rules():
     assert J.go_decode(b'{"last_by_subj":"k\xe2\x80"}', A.JSApiMsgGetRequest).last_by_subj == "k\ufffd\ufffd"
     text = b"bad.\xff.x".decode("utf-8", "surrogateescape")
     assert gojson.dumps({"s": [text], text: 1}) == '{"s":["bad.\ufffd.x"],"bad.\ufffd.x":1}'.encode()
+
+
+# ---- the same bodies through a cluster (meta leader, stream leaders) -------------------------------------
+
+from tests.jscluster_support import cl  # noqa: E402,F401  (the 3-server cluster fixture)
+
+CLUSTER_CASES = [
+    ("STREAM.NAMES", b'{"offset":"x"}', 10025), ("STREAM.NAMES", b'{"offset":-3}', 0),
+    ("STREAM.LIST", b'[' * 20000, 10025), ("STREAM.LIST", b'{"subject":5}', 10025),
+    ("CONSUMER.NAMES.R", b'{"offset":1.5}', 10025), ("CONSUMER.LIST.R", b'{"offset":"1"}', 10025),
+    ("STREAM.INFO.R", b'{"offset":"x"}', 10025), ("STREAM.INFO.R", b'{"x":' * 12000, 10025),
+    ("STREAM.MSG.GET.R", b'{"seq":1.5}', 10025), ("STREAM.MSG.GET.R", b'{"seq":"abc"}', 10025),
+    ("STREAM.PURGE.R", b'{"keep":-1}', 10025), ("STREAM.PURGE.R", b'{"seq":18446744073709551616}', 10025),
+    ("STREAM.MSG.DELETE.R", b'{"seq":-3}', 10025),
+    ("STREAM.LEADER.STEPDOWN.R", b'[' * 20000, 10025), ("STREAM.LEADER.STEPDOWN.R", b'{"placement":', 10025),
+    ("STREAM.PEER.REMOVE.R", b'{"peer":5}', 10025),
+    ("STREAM.RESTORE.Q", b'{"config":{"name":"Q"},"state":{"messages":-1}}', 10025),
+    ("CONSUMER.CREATE.R", b'{"stream_name":"R","config":{"direct":' + b'[' * 20000 + b'}}', 10025),
+]
+
+
+async def test_hostile_bodies_in_a_cluster(cl):  # noqa: F811
+    servers, nc, js = cl
+    await js.add_stream(name="R", subjects=["r.>"], num_replicas=3)
+    await js.publish("r.1", b"x")
+    for subj, body, code in CLUSTER_CASES:
+        try:
+            m = await nc.request("$JS.API." + subj, body, timeout=10)
+        except nats.errors.TimeoutError:
+            raise AssertionError(f"no answer to {subj} {body[:80]!r}") from None
+        _assert_no_python(m.data.decode("utf-8", "replace"))
+        got = json.loads(m.data)
+        assert (got.get("error") or {}).get("err_code", 0) == code, (subj, body[:80], got)
