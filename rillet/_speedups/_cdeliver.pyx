@@ -79,14 +79,14 @@ cdef PyTypeObject* _ACC_T = NULL
 cdef object _Client = None
 cdef Py_ssize_t R_PSUBS, R_QSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
 cdef Py_ssize_t S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME
-cdef Py_ssize_t C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS
+cdef Py_ssize_t C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS, C_ECHO
 cdef Py_ssize_t C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
 cdef PyTypeObject* _SUBLIST_T = NULL
 cdef object _sublist_match = None
 cdef object _reference_pub = None
 cdef object _Account = None
 cdef tuple _CLIENT_SLOTS = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers", "in_msgs",
-                            "in_bytes", "slow_path", "account")
+                            "in_bytes", "slow_path", "account", "echo")
 cdef list _keep = []  # (the types, referenced)
 
 
@@ -94,7 +94,7 @@ cdef int _setup() except -1:
     global _ready, _member_descriptor, _RESULT_T, _PLAN_T, _SUB_T, _CLIENT_T, _ACC_T, _Client
     global R_PSUBS, R_QSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
     global S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME
-    global C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS
+    global C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS, C_ECHO
     global C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
     global _SUBLIST_T, _sublist_match, _reference_pub, _Account
     from rillet.server import client as client_mod
@@ -128,6 +128,7 @@ cdef int _setup() except -1:
     C_BYTES = _off(Client, "out_bytes")
     C_PERMS = _off(Client, "perms")
     C_HEADERS = _off(Client, "headers")
+    C_ECHO = _off(Client, "echo")
     C_IN_MSGS = _off(Client, "in_msgs")
     C_IN_BYTES = _off(Client, "in_bytes")
     C_SLOW = _off(Client, "slow_path")
@@ -409,7 +410,7 @@ cdef object _execute(acc, c, r, PyTypeObject* rt, plan, bint local, psubs, qsubs
     else:
         tail = _frame_part(num, k, PyBytes_AS_STRING(msg), size, "\r\n", 2, NULL, 0, NULL, 0)
     cdef list pending = _get(acc, A_PENDING, "_pending")
-    cdef bint no_echo = not c.echo
+    cdef bint no_echo = not (_get(c, C_ECHO, "echo") if _client_slots(Py_TYPE(c)) else c.echo)
     cdef Py_ssize_t n = 0
     cdef bint known, sk
     done = None
@@ -713,7 +714,7 @@ def route_proto_rmsg(self, account, subject, reply, queues, payload):
         if acc is None:
             return None
     entry = _get(self, RC_CLUSTER, "cluster").routed_entry
-    if entry is _acc_deliver_routed and _Account.__dict__["_deliver_routed"] is _acc_inner_routed and \
+    if entry is _acc_deliver_routed and _Account._deliver_routed is _acc_inner_routed and \
             _accounts_mod.deliver_inbound is deliver_inbound:
         _inbound(acc, self, subject, reply, queues, -1, payload)
     else:

@@ -91,7 +91,7 @@ class Client(ReadPacer, asyncio.Protocol):
     # fixed layout, read at its offsets by the compiled executor (rillet/_speedups/_cdeliver.pyx)
     # (and the fields a PUB reads and counts, for the compiled ``proto_pub``)
     __slots__ = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers", "in_msgs", "in_bytes",
-                 "slow_path", "account")
+                 "slow_path", "account", "echo")
 
     def __init__(self, server: "Server", conn_type: str = "STANDARD") -> None:
         self.server = server
