@@ -330,3 +330,49 @@ async def test_hostile_bodies_in_a_cluster(cl):  # noqa: F811
         _assert_no_python(m.data.decode("utf-8", "replace"))
         got = json.loads(m.data)
         assert (got.get("error") or {}).get("err_code", 0) == code, (subj, body[:80], got)
+
+
+# ---- monitor queries holding bytes that are not UTF-8 ----------------------------------------------------
+
+MONITOR_PATHS = ["/connz?acc=%FF", "/connz?user=%FF&auth=1", "/connz?subs=1&filter_subject=%FF",
+                 "/subsz?subs=1&test=bad.%FF.x", "/subsz?test=%FF", "/accountz?acc=%FF", "/jsz?acc=%FF",
+                 "/connz?sort=%FF", "/connz?state=%FF", "/leafz?acc=%FF", "/accstatz?accs=%FF",
+                 "/healthz?js-enabled-only=%FF", "/varz?%FF=1", "/connz?cid=%FF", "/subsz?acc=%FF&subs=1",
+                 "/connz?subs=%FF", "/%FF", "/connz?offset=99999999999999999999"]
+
+
+async def _monitor_transcript(url: str, http_port: int) -> dict:
+    host, port = url.replace("nats://", "").split(":")
+    r, w = await asyncio.open_connection(host, int(port))
+    await r.readline()
+    w.write(b'CONNECT {"verbose":false,"name":"n\xffame","user":"u\xff"}\r\nSUB bad.\xff.x 1\r\nPING\r\n')
+    await w.drain()
+    await asyncio.wait_for(r.readline(), 5)
+    loop = asyncio.get_running_loop()
+    out = {}
+    try:
+        for path in MONITOR_PATHS:
+            code, body = await loop.run_in_executor(None, _http, http_port, path)
+            # (a JSON document's content is compared by the monitor tests: here its status and that it parses)
+            out[path] = (code, body if not body.startswith(b"{") else bool(json.loads(body)))
+    finally:
+        w.close()
+    return out
+
+
+async def test_monitor_queries_not_utf8_answered_as_nats_server():
+    hp = free_port()
+    async with rillet_server((CONF % (tempfile.mkdtemp(), hp)).replace("{port}", str(free_port()))) as srv:
+        mine = await _monitor_transcript(srv.client_url, hp)
+        log = srv._test_log.getvalue()
+    _assert_no_python(log)
+    assert mine["/connz?sort=%FF"] == (400, b"invalid sorting option: \xff")
+    assert mine["/connz?subs=%FF"] == (400, b"Error decoding boolean for 'subs': strconv.ParseBool: "
+                                            b'parsing "\\xff": invalid syntax')
+    assert all(code in (200, 400, 404) for code, _ in mine.values()), mine
+    if GO is None:
+        pytest.skip("nats-server not on PATH: Rillet checked against the recorded answers only")
+    hp = free_port()
+    async with go_server((CONF % (tempfile.mkdtemp(), hp)).replace("{port}", str(free_port()))) as g:
+        theirs = await _monitor_transcript(g.client_url, hp)
+    assert mine == theirs

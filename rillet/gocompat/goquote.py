@@ -25,7 +25,10 @@ def go_type(v: Any) -> str:
 def go_quote(data: bytes | str) -> str:
     """Go's ``%q`` / ``strconv.Quote`` of ``data``."""
     if isinstance(data, str):
-        data = data.encode("utf-8", "surrogatepass")
+        try:  # (text decoded with surrogateescape: its escapes are the bytes that were not UTF-8)
+            data = data.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = data.encode("utf-8", "surrogatepass")
     out = ['"']
     i = 0
     n = len(data)

@@ -47,7 +47,8 @@ class Request:
         self.raw_path = path
         self.path = unquote(path)
         query: dict[str, str] = {}
-        for k, v in parse_qsl(qs, keep_blank_values=True):
+        # (bytes that are not UTF-8 kept as surrogate escapes: echoed back as the bytes sent, as nats-server)
+        for k, v in parse_qsl(qs, keep_blank_values=True, errors="surrogateescape"):
             query.setdefault(k, v)
         self.query = query
 

@@ -224,7 +224,8 @@ def json_response(request: Request, data: bytes, status: int = 200) -> Response:
 
 
 def text_response(text: str, status: int) -> Response:
-    return Response(body=text.encode(), status=status, content_type="text/plain", charset="utf-8")
+    return Response(body=text.encode("utf-8", "surrogateescape"), status=status, content_type="text/plain",
+                    charset="utf-8")
 
 
 def not_found() -> Response:
