@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.server.delivery import ConnKind
 
 from . import codec as C
+from . import sparkplug as spb
 from .store import (MSGS_PREFIX, MSGS_STREAM, OUT_STREAM, PUBREL_DELIVER_PREFIX, PUBREL_DURABLE_PREFIX,
                     PUBREL_PREFIX, QOS2IN_PREFIX, QOS2IN_STREAM, SUB_PREFIX, AccountSessions, JSAPIError,
                     RetainedMsg, Session, client_hash, make_headers, nuid, parse_headers)
@@ -737,7 +738,7 @@ class MqttConn(asyncio.Protocol):
         """A QoS 0 or 1 PUBLISH without retain, alias or MQTT 5 request properties, handled without waiting:
         delivered now; a QoS 1 one is stored in $MQTT_msgs with its PUBACK sent, in order, once stored.
         False: the packet goes through the packet task."""
-        if p.retain or p.qos == 2 or (self.version >= 5 and p.props):
+        if p.retain or p.qos == 2 or (self.version >= 5 and p.props) or p.topic.startswith("spBv1.0/"):
             return False
         acc = self.account
         if acc.mappings:
@@ -824,7 +825,16 @@ class MqttConn(asyncio.Protocol):
                 raise C.MalformedPacket("invalid response topic", RC_TOPIC_NAME_INVALID) from None
             if "correlation_data" in p.props:
                 reply = self._response_inbox(reply.decode(), p.props["correlation_data"]).encode()
-        if p.retain:
+        birth, _death, cert = spb.kind(p.topic)
+        if birth and not cert:
+            if not p.retain:
+                # Sparkplug B: the BIRTH is kept as the retained message of its certificate topic
+                ctopic = spb.CERT_PREFIX + p.topic
+                csubj = topic_to_subject(ctopic)
+                await self._retain(C.Publish(ctopic, p.payload, p.qos, True, False, 0, {}), csubj)
+                if p.payload:
+                    self.asm.jsa.send(csubj, p.payload)  # type: ignore[union-attr]
+        elif p.retain:
             await self._retain(p, subject)
         msg = hdr + p.payload
         got = self.account.deliver(self, subject.encode(), reply, len(hdr), msg)
@@ -1147,6 +1157,9 @@ class MqttConn(asyncio.Protocol):
                 return  # (QoS 1/2 to a QoS 1/2 subscription: from its consumer)
             if s.reserved and subject[:1] == b"$":
                 return
+            if subject[:9] == b"spBv1//0." or subject[:11] == b"$sparkplug.":
+                self._on_msg_slow(s, c, subject, reply, hdr, msg)
+                return
             tf = _TOPICS.get(subject)
             if tf is None:
                 tb = subject_to_topic(subject.decode("utf-8", "surrogateescape")).encode()
@@ -1168,6 +1181,9 @@ class MqttConn(asyncio.Protocol):
             self.out_bytes += len(payload)
             self.send(head + tf + payload)
             return
+        self._on_msg_slow(s, c, subject, reply, hdr, msg)
+
+    def _on_msg_slow(self, s: _Sub, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         subj = subject.decode("utf-8", "surrogateescape")
         if s.reserved and subj.startswith("$"):
             return
@@ -1186,7 +1202,7 @@ class MqttConn(asyncio.Protocol):
         if props is None:
             return
         retain = bool(s.opts.retain_as_published and extra and extra.get("retain"))
-        self._write_publish(C.Publish(subject_to_topic(subj), payload, 0, retain, False, 0, props))
+        self._write_publish(self._sparkplug(C.Publish(subject_to_topic(subj), payload, 0, retain, False, 0, props)))
 
     def _out_props(self, h: dict, extra: dict | None, reply: bytes | None, s: _Sub,
                    stored_at: float = 0.0) -> dict | None:
@@ -1257,11 +1273,23 @@ class MqttConn(asyncio.Protocol):
             dup = bool(nums and nums[0] > 1)
         payload = msg[hdr:] if hdr > 0 else msg
         retain = bool(s.opts.retain_as_published and extra and extra.get("retain"))
-        if not self._write_publish(C.Publish(subject_to_topic(stripped), payload, qos, retain, dup, pi, props)):
+        if not self._write_publish(self._sparkplug(C.Publish(subject_to_topic(stripped), payload, qos, retain, dup,
+                                                             pi, props))):
             # too large for the client: dropped as if delivered
             del sess.pending_pub[pi]
             sess.cpending.pop((s.durable, sseq), None)
             self.asm.jsa.send(rep)  # type: ignore[union-attr]
+
+    @staticmethod
+    def _sparkplug(p: C.Publish) -> C.Publish:
+        """Sparkplug B on delivery: certificate topics flagged retained, DEATH timestamps set to now."""
+        if p.topic.startswith(("spBv1.0/", spb.CERT_PREFIX)):
+            birth, death, cert = spb.kind(p.topic)
+            if birth and p.qos == 0:
+                p.retain = cert
+            elif death and not cert:
+                p.payload = spb.death_with_timestamp(p.payload)
+        return p
 
     def _write_publish(self, p: C.Publish) -> bool:
         data = C.encode(p, self.version)
@@ -1302,8 +1330,8 @@ class MqttConn(asyncio.Protocol):
                 if not pi:
                     continue
                 sess.pending_pub[pi] = (None, "", 0)
-            self._write_publish(C.Publish(rm.topic or subject_to_topic(rm.subject), rm.payload, qos, True, False,
-                                          pi, props))
+            self._write_publish(self._sparkplug(C.Publish(rm.topic or subject_to_topic(rm.subject), rm.payload, qos,
+                                                          True, False, pi, props)))
 
     # ---- acknowledgements from the client --------------------------------------------------------------------
 
