@@ -218,6 +218,12 @@ def test_operator_mode_jwt_in_password(kind, tmp_path):
         assert r2.connect("jwt-signed", username="x", password=signed.encode()) == C.ConnAck(False, 5)
         r3 = Raw(t.mqtt_port)
         assert r3.connect("nobody") == C.ConnAck(False, 5)
+        _u3, short = op.user(akp, bearer_token=True, exp=int(time.time()) + 2)
+        r4 = Raw(t.mqtt_port)
+        assert r4.connect("expiring", username="x", password=short.encode()) == C.ConnAck(False, 0)
+        assert r4.closed(timeout=6)  # closed when the user JWT expires
+        r.send(C.PingReq())  # (the others stay)
+        assert r.read() == C.PingResp()
 
 
 def test_reload_changes_only_what_nats_server_reloads():

@@ -279,6 +279,9 @@ class MqttConn(asyncio.Protocol):
         self.stop_time = time.time()
         if self.ka_handle is not None:
             self.ka_handle.cancel()
+        jt = getattr(self, "jwt_timer", None)
+        if jt is not None:
+            jt.cancel()
         t = self.transport
         if t is not None:
             if self.out:
@@ -330,6 +333,11 @@ class MqttConn(asyncio.Protocol):
                 self.server.log.error(f"{self.log_prefix()} - error cleaning up session: {e}")
         finally:
             self.ms.unregister(self)
+
+    def _jwt_expired(self) -> None:
+        if not self.closed:
+            self.debug("User Authentication Expired")
+            self.close("Authentication Expired", abnormal=True)
 
     def takeover(self) -> None:
         """Another connection (here or on another server) took this client id: closed without its will,
@@ -582,6 +590,14 @@ class MqttConn(asyncio.Protocol):
             self._apply_user(res)
             if getattr(res, "jwt", None):
                 self.jwt_user = res
+                exp = int(res.claims.get("exp") or 0)
+                delay = max(exp - time.time(), 0.0) if exp else None
+                vf = getattr(res, "valid_for", 0.0)
+                if vf:
+                    delay = vf if delay is None else min(delay, vf)
+                if delay is not None:
+                    # the user JWT expires: the connection goes then, as nats-server closes it
+                    self.jwt_timer = asyncio.get_event_loop().call_later(delay, self._jwt_expired)
         elif p.username:
             self.user = p.username
         return True
