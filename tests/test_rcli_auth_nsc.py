@@ -37,6 +37,20 @@ def snapshot(home: Path) -> dict[str, bytes]:
     return {str(p.relative_to(home)): p.read_bytes() for p in sorted(home.rglob("*")) if p.is_file()}
 
 
+async def request_when_served(nc: Any, subject: str, timeout: float = 5.0) -> Any:
+    """A request, repeated while the server answers "no responders" (the responder's subscription reaching
+    the importing account can lag under load), until ``timeout``."""
+    from nats.errors import NoRespondersError
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return await nc.request(subject, b"", timeout=timeout)
+        except NoRespondersError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
 def make_store(capsys, home: Path) -> None:
     ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
     ok(capsys, home, "add", "account", "--name", "APP")
@@ -429,7 +443,7 @@ async def test_exports_and_imports(capsys, tmp_path, server):
 
             await svc.subscribe("time.now", cb=answer)
             await svc.flush()
-            r = await app.request("time.now", b"", timeout=5)
+            r = await request_when_served(app, "time.now")
             assert r.data == b"noon"
             got: list[tuple[str, bytes]] = []
 
@@ -606,7 +620,7 @@ async def test_private_export_with_activation_token(capsys, tmp_path, server):
 
             await svc_nc.subscribe("vault.>", cb=answer)
             await svc_nc.flush()
-            r = await app_nc.request("vault.gold", b"", timeout=5)
+            r = await request_when_served(app_nc, "vault.gold")
             assert r.data == b"secret:vault.gold"
         finally:
             await svc_nc.close()
@@ -650,3 +664,68 @@ async def test_mappings(capsys, tmp_path, server):
     finally:
         srv.proc.terminate()
         srv.proc.wait(10)
+
+
+@pytest.mark.parametrize("server", ["nats-server", "rillet"])
+async def test_tiers_tags_and_response_permissions(capsys, tmp_path, server):
+    home = tmp_path / "nsc"
+    ok(capsys, home, "add", "operator", "--name", "OP", "--sys")
+    ok(capsys, home, "add", "account", "--name", "APP")
+    ok(capsys, home, "edit", "account", "--name", "APP", "--js-tier", "1", "--js-disk-storage", "1MiB",
+       "--js-mem-storage", "1MiB", "--tag", "Team:Blue")
+    before = snapshot(home)
+    rc, _, err = auth(capsys, home, "edit", "account", "--name", "APP", "--js-disk-storage", "1G")
+    assert rc == 1 and "per tier (R1)" in err
+    assert snapshot(home) == before
+    app = J.decode((home / "OP/accounts/APP/APP.jwt").read_text())["nats"]
+    assert app["limits"]["tiered_limits"] == {"R1": {"disk_storage": 1024 ** 2, "mem_storage": 1024 ** 2,
+                                                     "streams": -1, "consumer": -1, "max_ack_pending": -1}}
+    assert "disk_storage" not in app["limits"] and app["tags"] == ["team:blue"]
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "responder", "--allow-pub", "nothing.here",
+       "--allow-sub", "svc", "--allow-pub-response", "1", "--response-ttl", "2s", "--tag", "Role:Svc")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "mute", "--allow-pub", "nothing.here",
+       "--allow-sub", "svc")
+    ok(capsys, home, "add", "user", "--account", "APP", "--name", "client")
+    r = J.decode((home / "OP/accounts/APP/users/responder.jwt").read_text())["nats"]
+    assert r["resp"] == {"max": 1, "ttl": 2_000_000_000} and r["tags"] == ["role:svc"]
+    conf = _server_conf(capsys, home, tmp_path)
+    srv = ServerProcess("-c", str(conf), command=["nats-server"] if server == "nats-server" else
+                        [sys.executable, "-m", "rillet.server"])
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, srv.wait_ready)
+        url = f"nats://127.0.0.1:{srv.port}"
+        creds = home / "creds/OP/APP"
+        client = await nats.connect(url, user_credentials=str(creds / "client.creds"), allow_reconnect=False)
+        try:
+            # the tier: R1 streams have JetStream
+            js = client.jetstream()
+            await js.add_stream(name="T1", subjects=["t1"], num_replicas=1)
+            for user, answers in (("responder", True), ("mute", False)):
+                errors: list[Exception] = []
+
+                async def on_err(e: Exception, errors: list[Exception] = errors) -> None:
+                    errors.append(e)
+
+                nc = await nats.connect(url, user_credentials=str(creds / f"{user}.creds"), allow_reconnect=False,
+                                        error_cb=on_err)
+                try:
+                    async def reply(m: Any) -> None:
+                        await m.respond(b"pong")
+
+                    sub = await nc.subscribe("svc", cb=reply)
+                    await nc.flush()
+                    if answers:
+                        assert (await client.request("svc", b"ping", timeout=5)).data == b"pong"
+                    else:  # no response permission: its reply is a publish it may not make
+                        with pytest.raises(Exception):
+                            await client.request("svc", b"ping", timeout=1)
+                        assert any("permissions violation for publish" in str(e).lower() for e in errors), errors
+                    await sub.unsubscribe()
+                finally:
+                    await nc.close()
+        finally:
+            await client.close()
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(10)
+

@@ -572,7 +572,13 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
                                                  help="remove every JetStream limit (JetStream off)"),
                  description: Optional[str] = typer.Option(None, "--description"),
                  sk: list[str] = typer.Option([], "--sk", help="add a signing key: 'generate' or a public key A..."),
-                 rm_sk: list[str] = typer.Option([], "--rm-sk", help="remove a signing key")) -> None:
+                 rm_sk: list[str] = typer.Option([], "--rm-sk", help="remove a signing key"),
+                 js_tier: int = typer.Option(0, "--js-tier", help="the JetStream limits given are for streams of "
+                                                                 "this replication (0: for all)"),
+                 rm_js_tier: int = typer.Option(-1, "--rm-js-tier", help="remove the JetStream limits of this "
+                                                                        "replication tier (0: the global ones)"),
+                 tag: list[str] = typer.Option([], "--tag", help="add tags"),
+                 rm_tag: list[str] = typer.Option([], "--rm-tag", help="remove tags")) -> None:
     s = store()
     op = s.operator()
     acc = s.account(op, name or None)
@@ -585,7 +591,12 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
     parsed = {k: parse_number("--" + k.replace("_", "-"), v) for k, v in values.items() if v is not None}
     if js_disable and any(k.startswith("js_") for k in parsed):
         raise AuthError("--js-disable does not go with other JetStream limits")
-    if not parsed and not js_disable and not js_max_bytes_required and description is None and not sk and not rm_sk:
+    if js_tier < 0 or js_tier > 5:
+        raise AuthError(f"--js-tier {js_tier}: 0 (all replications) or a replication, 1 to 5")
+    if rm_js_tier >= 0 and (any(k.startswith("js_") for k in parsed) or js_disable):
+        raise AuthError("--rm-js-tier does not go with other JetStream flags")
+    if not parsed and not js_disable and not js_max_bytes_required and description is None and not sk and not rm_sk \
+            and rm_js_tier < 0 and not tag and not rm_tag:
         raise AuthError("nothing to edit: give a limit (--conns, --js-disk-storage, ...), --sk, --rm-sk or "
                         "--description")
     new_keys: list[nkey.KeyPair] = []
@@ -611,17 +622,49 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
                   "disk_max_stream_bytes", "max_bytes_required"):
             limits.pop(k, None)
         limits.pop("tiered_limits", None)
+    js_keys = ("mem_storage", "disk_storage", "streams", "consumer", "max_ack_pending", "mem_max_stream_bytes",
+               "disk_max_stream_bytes", "max_bytes_required")
+    tiers = {k: dict(v) for k, v in (limits.get("tiered_limits") or {}).items()}
+    if rm_js_tier == 0:
+        for k in js_keys:
+            limits.pop(k, None)
+    elif rm_js_tier > 0:
+        if tiers.pop(f"R{rm_js_tier}", None) is None:
+            raise AuthError(f"--rm-js-tier {rm_js_tier}: account {acc} has no limits for tier R{rm_js_tier}")
+    js_given = {_LIMIT_FLAGS[k]: v for k, v in parsed.items() if k.startswith("js_")}
     for k, v in parsed.items():
-        limits[_LIMIT_FLAGS[k]] = v
-    if any(limits.get(k) for k in ("mem_storage", "disk_storage")):
-        # JetStream on: the counts not given are unlimited (a 0 there would allow no stream at all)
-        given = {_LIMIT_FLAGS[k] for k in parsed}
-        for k in ("streams", "consumer", "max_ack_pending"):
-            if k not in given and not limits.get(k):
-                limits[k] = -1
-    if js_max_bytes_required:
-        limits["max_bytes_required"] = True
+        if not k.startswith("js_"):
+            limits[_LIMIT_FLAGS[k]] = v
+    if js_given or js_max_bytes_required:
+        if js_tier:
+            if any(limits.get(k) for k in ("mem_storage", "disk_storage")):
+                raise AuthError("the account has global JetStream limits: tiered ones go with none (--rm-js-tier 0)")
+            target = tiers.setdefault(f"R{js_tier}", {})
+        else:
+            if tiers:
+                raise AuthError(f"the account has JetStream limits per tier ({', '.join(sorted(tiers))}): give "
+                                "--js-tier, or remove them (--rm-js-tier N)")
+            target = limits
+        target.update(js_given)
+        if js_max_bytes_required:
+            target["max_bytes_required"] = True
+        if any(target.get(k) for k in ("mem_storage", "disk_storage")):
+            # JetStream on: the counts not given are unlimited (a 0 there would allow no stream at all)
+            for k in ("streams", "consumer", "max_ack_pending"):
+                if k not in js_given and not target.get(k):
+                    target[k] = -1
+    if tiers:
+        limits["tiered_limits"] = tiers
+    else:
+        limits.pop("tiered_limits", None)
     nats_s["limits"] = limits
+    if tag or rm_tag:
+        tags = [t for t in (nats_s.get("tags") or []) if t not in {x.lower() for x in _list(rm_tag)}]
+        tags += [t.lower() for t in _list(tag) if t.lower() not in tags]
+        if tags:
+            nats_s["tags"] = tags
+        else:
+            nats_s.pop("tags", None)
     if description is not None:
         nats_s["description"] = description
     if add_pubs or rm_sk:
@@ -664,8 +707,33 @@ def _list(values: list[str]) -> list[str]:
 
 def apply_user_limits(nats_s: dict, source_network: list[str], conn_type: list[str], times: list[str],
                       locale: Optional[str], subs: Optional[str], data: Optional[str], payload: Optional[str],
-                      rm_source_network: list[str] = [], rm_conn_type: list[str] = []) -> None:  # noqa: B006
-    """The user limits nsc sets: source networks (CIDR), connection types, time windows, numbers."""
+                      rm_source_network: list[str] = [], rm_conn_type: list[str] = [],  # noqa: B006
+                      tags: list[str] = [], rm_tags: list[str] = [],  # noqa: B006
+                      allow_pub_response: Optional[int] = None, response_ttl: Optional[str] = None) -> None:
+    """The user limits nsc sets: source networks (CIDR), connection types, time windows, numbers, tags and
+    the response permission (``resp``: replies a requester may get, for how long)."""
+    if tags or rm_tags:
+        cur = [t for t in (nats_s.get("tags") or []) if t not in {x.lower() for x in _list(rm_tags)}]
+        cur += [t.lower() for t in _list(tags) if t.lower() not in cur]
+        if cur:
+            nats_s["tags"] = cur
+        else:
+            nats_s.pop("tags", None)
+    if allow_pub_response is not None or response_ttl is not None:
+        resp = dict(nats_s.get("resp") or {})
+        if allow_pub_response is not None:
+            if allow_pub_response < 0:
+                raise AuthError(f"--allow-pub-response {allow_pub_response}: 0 or more replies")
+            resp["max"] = allow_pub_response or 1
+        if response_ttl is not None:
+            from rillet.gocompat.gotime import parse_go_duration
+            try:
+                resp["ttl"] = int(parse_go_duration(response_ttl) * 1e9)
+            except ValueError as e:
+                raise AuthError(f"--response-ttl {response_ttl!r}: {e}") from None
+        resp.setdefault("max", 1)
+        resp.setdefault("ttl", 0)
+        nats_s["resp"] = resp
     import ipaddress
     src = [x for x in (nats_s.get("src") or []) if x not in set(_list(rm_source_network))]
     for net in _list(source_network):
@@ -737,7 +805,12 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
              time_: list[str] = typer.Option([], "--time", help="allowed time of day, start-end (08:00:00-17:00:00)"),
              locale: Optional[str] = typer.Option(None, "--locale", help="the time zone of --time"),
              subs: Optional[str] = typer.Option(None, "--subs"), data: Optional[str] = typer.Option(None, "--data"),
-             payload: Optional[str] = typer.Option(None, "--payload")) -> None:
+             payload: Optional[str] = typer.Option(None, "--payload"),
+             tag: list[str] = typer.Option([], "--tag", help="tags of the user"),
+             allow_pub_response: Optional[int] = typer.Option(None, "--allow-pub-response",
+                                                              help="may answer requests: this many replies each"),
+             response_ttl: Optional[str] = typer.Option(None, "--response-ttl",
+                                                        help="for how long after a request (Go duration)")) -> None:
     s = store()
     op = s.operator()
     acc = s.account(op, account or None)
@@ -758,7 +831,8 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
     else:
         signer = s.signer_for([acc_claims["sub"]])
     limits_given = bool(source_network or conn_type or time_ or locale is not None or subs is not None or
-                        data is not None or payload is not None)
+                        data is not None or payload is not None or tag or allow_pub_response is not None or
+                        response_ttl is not None)
     if scoped is not None and (allow_pub or allow_sub or allow_pubsub or deny_pub or deny_sub or deny_pubsub or bearer
                                or limits_given):
         raise AuthError(f"a user of the scoped signing key {scoped['key']} takes its permissions from the scope: "
@@ -787,7 +861,8 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
     if bearer:
         nats_s["bearer_token"] = True
     if scoped is None:
-        apply_user_limits(nats_s, source_network, conn_type, time_, locale, subs, data, payload)
+        apply_user_limits(nats_s, source_network, conn_type, time_, locale, subs, data, payload, tags=tag,
+                          allow_pub_response=allow_pub_response, response_ttl=response_ttl)
     claims: dict[str, Any] = {"name": name, "sub": kp.public_key(), "nats": nats_s}
     exp = parse_expiry(expiry)
     if exp:
@@ -848,6 +923,12 @@ def table(claims: dict) -> str:
             for verb in ("allow", "deny"):
                 for subj in p.get(verb) or []:
                     rows.append((f"{label} {verb.capitalize()}", subj))
+        if n.get("resp"):
+            ttl = n["resp"].get("ttl") or 0
+            rows.append(("Response Permissions", f"{n['resp'].get('max', 1)} replies"
+                         + (f", {ttl / 1e9:g}s" if ttl else "")))
+        for t in n.get("tags") or []:
+            rows.append(("Tag", t))
         for src in n.get("src") or []:
             rows.append(("Source Network", src))
         for t in n.get("allowed_connection_types") or []:
@@ -1378,7 +1459,11 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
               time_: list[str] = typer.Option([], "--time"),
               locale: Optional[str] = typer.Option(None, "--locale"),
               subs: Optional[str] = typer.Option(None, "--subs"), data: Optional[str] = typer.Option(None, "--data"),
-              payload: Optional[str] = typer.Option(None, "--payload")) -> None:
+              payload: Optional[str] = typer.Option(None, "--payload"),
+              tag: list[str] = typer.Option([], "--tag"), rm_tag: list[str] = typer.Option([], "--rm-tag"),
+              allow_pub_response: Optional[int] = typer.Option(None, "--allow-pub-response"),
+              response_ttl: Optional[str] = typer.Option(None, "--response-ttl"),
+              rm_response_perms: bool = typer.Option(False, "--rm-response-perms")) -> None:
     """Change a user's permissions, bearer flag or expiry; the JWT is signed again by the key that signed it."""
     s = store()
     op = s.operator()
@@ -1388,7 +1473,8 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
     changes = [allow_pub, allow_sub, allow_pubsub, deny_pub, deny_sub, deny_pubsub, rm, source_network,
                rm_source_network, conn_type, rm_conn_type, time_, [locale] if locale is not None else [],
                [subs] if subs is not None else [], [data] if data is not None else [],
-               [payload] if payload is not None else []]
+               [payload] if payload is not None else [], tag, rm_tag,
+               [1] if allow_pub_response is not None or response_ttl is not None or rm_response_perms else []]
     if not any(changes) and bearer is None and expiry is None:
         raise AuthError("nothing to edit: give permissions (--allow-pub, --deny-sub, --rm, ...), --bearer or --expiry")
     scope = next((e for e in (J.nats_section(acc_claims).get("signing_keys") or [])
@@ -1416,7 +1502,9 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
         else:
             nats_s.pop("bearer_token", None)
     apply_user_limits(nats_s, source_network, conn_type, time_, locale, subs, data, payload,
-                      rm_source_network, rm_conn_type)
+                      rm_source_network, rm_conn_type, tag, rm_tag, allow_pub_response, response_ttl)
+    if rm_response_perms:
+        nats_s.pop("resp", None)
     new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
     if expiry is not None:
         exp = parse_expiry(expiry)
