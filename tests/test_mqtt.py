@@ -517,3 +517,28 @@ accounts {
             finally:
                 await nc.close()
         assert (asyncio.run(retained("a")), asyncio.run(retained("b"))) == (1, 0)
+
+
+def test_reload_rechecks_mqtt_clients(kind, tmp_path):
+    import signal
+    users = "authorization {{ users = [\n {{user: alice, password: a, permissions: {{subscribe: {alice}}}}}\n {bob}\n] }}"
+    conf = users.format(alice='[">"]', bob="{user: bob, password: b}")
+    with mqtt_target(kind, tmp_path, conf=conf) as t:
+        a = Raw(t.mqtt_port)
+        assert a.connect("alice", username="alice", password=b"a") == C.ConnAck(False, 0)
+        a.send(C.Subscribe(1, [("keep/x", C.SubOpts(0)), ("drop/x", C.SubOpts(0))]))
+        assert a.read() == C.SubAck(1, [0, 0])
+        b = Raw(t.mqtt_port)
+        assert b.connect("bob", username="bob", password=b"b") == C.ConnAck(False, 0)
+        text = open(t.path).read().replace(conf, users.format(alice='["keep.>"]', bob=""))
+        with open(t.path, "w") as f:
+            f.write(text)
+        n = len(t.proc.lines)
+        t.proc.proc.send_signal(signal.SIGHUP)
+        t.proc.wait_log("Reloaded", timeout=10, after=n)
+        assert b.closed()  # bob is gone from the configuration
+        p = Paho(t.mqtt_port, "p", user="alice", password="a")
+        p.pub("drop/x", b"no longer allowed")
+        p.pub("keep/x", b"still allowed")
+        m = a.read()
+        assert (m.topic, m.payload) == ("keep/x", b"still allowed")

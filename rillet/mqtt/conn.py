@@ -497,6 +497,7 @@ class MqttConn(asyncio.Protocol):
             return
         self.will = p.will
         self.keepalive = p.keepalive
+        self.connect_packet = p  # (a configuration reload signs the client in again)
         try:
             asm = await ms.sessions_for(self.account)
         except Exception as e:
@@ -601,6 +602,24 @@ class MqttConn(asyncio.Protocol):
         elif p.username:
             self.user = p.username
         return True
+
+    def recheck_auth(self) -> None:
+        p = getattr(self, "connect_packet", None)
+        if p is None:
+            return
+        acc = self.account
+        self.perms = None
+        if not self._authenticate(p) or self.account is not acc:
+            self.server.log.error(f"{self.log_prefix()} - authentication error after reload")
+            if self.version >= 5:
+                self.send_packet(C.Disconnect(RC_NOT_AUTHORIZED))
+            self.close("Authentication Failure", abnormal=True)
+            return
+        if self.perms is not None:
+            for key, s in list(self.msubs.items()):
+                if not self.perms.can_subscribe(s.subject, s.queue):
+                    self._drop_sub(s)
+                    del self.msubs[key]
 
     def _apply_user(self, u: Any) -> None:
         from rillet.server.auth import PermChecker

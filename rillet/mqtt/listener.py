@@ -122,6 +122,13 @@ class MqttServer:
                 info["_mqtt"] = c.client_id
                 srv.closed_clients.append(info)
 
+    def reloaded(self) -> None:
+        """After a configuration reload: every MQTT client signs in again with what its CONNECT gave; a
+        refused one is closed, the others get their new permissions (subscriptions no longer allowed go)."""
+        for c in list(self.open_conns().values()):
+            if c.connected:
+                c.recheck_auth()
+
     def authenticator(self) -> Any:
         """The server's authenticator, or one from the mqtt block's own authorization (an override, as
         nats-server: user, token or no_auth_user in ``mqtt {}``)."""

@@ -631,6 +631,9 @@ class Server:
             configure = getattr(lst, "configure", None)
             if configure is not None and getattr(lst, "is_websocket", False):
                 configure(new_opts.websocket)
+            reloaded = getattr(lst, "reloaded", None)
+            if reloaded is not None:
+                reloaded()  # (the MQTT listener re-checks its clients' users and permissions)
         for c in list(self.clients.values()):
             c.parser.max_payload = new_opts.max_payload
             c.parser.max_control_line = new_opts.max_control_line
