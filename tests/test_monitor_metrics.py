@@ -126,6 +126,7 @@ async def test_scrape_values_follow_the_endpoints(tmp_path):
     assert fams["gnatsd_connz_in_msgs"].type == "counter" and value(fams, "gnatsd_connz_in_msgs") >= 5
     # /routez, /leafz, /healthz
     assert value(fams, "gnatsd_routez_num_routes") == 0
+    assert value(fams, "gnatsd_subsz_num_subscriptions") >= 2
     assert value(fams, "gnatsd_leafz_conn_nodes_total") == 0
     assert value(fams, "gnatsd_healthz_status") == 0
     assert value(fams, "gnatsd_healthz_status_value", value="ok") == 1
@@ -232,7 +233,7 @@ async def test_same_families_and_labels_as_the_exporter_makes_of_nats_server():
         nc = await drive(f"nats://127.0.0.1:{go.port}")
         try:
             bodies = {n: json.loads((await aget(mp, "/" + n))[2])
-                      for n in ("varz", "connz", "routez", "gatewayz", "leafz", "healthz")}
+                      for n in ("varz", "connz", "routez", "subsz", "gatewayz", "leafz", "healthz")}
             bodies["jsz"] = json.loads((await aget(mp, "/jsz?accounts=true&streams=true&consumers=true"
                                                        "&config=true"))[2])
         finally:

@@ -4,7 +4,7 @@ metric names and labels, so that dashboards made for that exporter work against 
 Off unless enabled (``http_metrics: true`` in the configuration, ``--http_metrics`` on the command line).
 Each scrape reads the same data the JSON endpoints show and turns it into what the exporter makes of it:
 
-* ``/varz`` and ``/routez``: every JSON number, nested objects flattened with ``_`` (``gnatsd_varz_in_msgs``,
+* ``/varz``, ``/routez`` and ``/subsz``: every JSON number, nested objects flattened with ``_`` (``gnatsd_varz_in_msgs``,
   ``gnatsd_varz_jetstream_stats_memory``, ``gnatsd_routez_num_routes``); of the strings only
   ``server_id``, ``server_name``, ``version``, ``domain``, ``leader``, ``name`` (a gauge of 1 with the text
   in a ``value`` label) and the times ``start`` and ``config_load_time`` (epoch milliseconds); booleans and
@@ -365,13 +365,15 @@ JSZ_QUERY = {"accounts": "true", "streams": "true", "consumers": "true", "config
 
 
 def from_endpoints(bodies: dict[str, Any], server_id: str, server_name: str) -> Registry:
-    """The registry for the decoded JSON bodies of ``varz``, ``connz``, ``routez``, ``gatewayz``, ``leafz``,
+    """The registry for the decoded JSON bodies of ``varz``, ``connz``, ``routez``, ``subsz``, ``gatewayz``, ``leafz``,
     ``jsz`` and ``healthz`` (any may be missing; ``healthz`` None is "unreachable")."""
     reg = Registry()
     if "varz" in bodies:
         generic(reg, "varz", bodies["varz"], server_id)
     if "routez" in bodies:
         generic(reg, "routez", bodies["routez"], server_id)
+    if "subsz" in bodies:
+        generic(reg, "subsz", bodies["subsz"], server_id)
     if "connz" in bodies:
         connz(reg, bodies["connz"], server_id)
     if "gatewayz" in bodies:
@@ -401,6 +403,7 @@ def gather(server: Any, monitor: Any) -> dict[str, Any]:
         "varz": as_json(varz_body(server, monitor.http_req_stats, monitor.cpu)),
         "connz": as_json(connz_body(server, ConnzOptions.from_query({}))),
         "routez": as_json(endpoints.routez(server, {})),
+        "subsz": as_json(endpoints.subsz(server, {})),
         "gatewayz": as_json(endpoints.gatewayz(server, {})),
         "leafz": as_json(endpoints.leafz(server, {})),
         "jsz": as_json(endpoints.jsz(server, JSZ_QUERY)),
