@@ -542,3 +542,12 @@ def test_reload_rechecks_mqtt_clients(kind, tmp_path):
         p.pub("keep/x", b"still allowed")
         m = a.read()
         assert (m.topic, m.payload) == ("keep/x", b"still allowed")
+
+
+def test_account_without_jetstream_is_refused(kind, tmp_path):
+    conf = "accounts { A: { users: [{user: a, password: a}] } }"
+    with mqtt_target(kind, tmp_path, conf=conf) as t:
+        r = Raw(t.mqtt_port)
+        assert r.connect("x", username="a", password=b"a") == "EOF"  # closed, no CONNACK
+        t.proc.wait_log(r'unable to connect: lookup sessions stream for account "A": JetStream not enabled for '
+                        r"account \(10039\)")

@@ -120,7 +120,8 @@ def validate_mqtt(o: Any) -> None:
         if not o.users and not o.nkeys:
             raise ValueError(f'no_auth_user: "{nau}" present, but users/nkeys are not defined')
         if nau not in names:
-            raise ValueError(f'no_auth_user: "{nau}" not present as user or nkey in authorization block or account configuration')
+            raise ValueError(f'no_auth_user: "{nau}" not present as user or nkey in authorization block or '
+                             f"account configuration")
     if o.users or o.nkeys:
         if m.get("username"):
             raise ValueError("mqtt authentication username not compatible with presence of users/nkeys")

@@ -502,7 +502,8 @@ class MqttConn(asyncio.Protocol):
             asm = await ms.sessions_for(self.account)
         except Exception as e:
             srv.log.error(f"{self.log_prefix()} - unable to connect: {e}")
-            self.send_packet(C.ConnAck(False, RC5[3] if v5 else RC311_UNAVAILABLE))
+            if v5:  # (3.1.1: closed without a CONNACK, as nats-server)
+                self.send_packet(C.ConnAck(False, RC5[3]))
             self.close("Protocol Violation")
             return
         self.asm = asm
@@ -743,7 +744,8 @@ class MqttConn(asyncio.Protocol):
             h2 = hdr[:-2] + f"Nmqtt-Subject:{subject}\r\n".encode() + \
                 (b"Nmqtt-Retain:1\r\n" if p.retain else b"") + b"\r\n"
             try:
-                await self.asm.jsa.store(f"{QOS2IN_PREFIX}{self.client_id}.{p.pi}", p.payload, h2)  # type: ignore[union-attr]
+                await self.asm.jsa.store(  # type: ignore[union-attr]
+                    f"{QOS2IN_PREFIX}{self.client_id}.{p.pi}", p.payload, h2)
             except JSAPIError as e:
                 if e.err_code not in (10077,) and "maximum messages per subject" not in str(e):
                     raise
@@ -935,7 +937,8 @@ class MqttConn(asyncio.Protocol):
         if "message_expiry_interval" in p.props:
             props["message_expiry_interval"] = p.props["message_expiry_interval"]
             props["t"] = time.time()
-        rm = RetainedMsg(subject, p.topic, p.payload, flags, self.asm.jsa.id, self.user, props=props)  # type: ignore[union-attr]
+        assert self.asm is not None
+        rm = RetainedMsg(subject, p.topic, p.payload, flags, self.asm.jsa.id, self.user, props=props)
         try:
             await self.asm.set_retained(rm)  # type: ignore[union-attr]
         except (JSAPIError, TimeoutError) as e:
@@ -1297,7 +1300,8 @@ class MqttConn(asyncio.Protocol):
             dup = True
             sess.pending_pub[pi] = (rep, s.durable, sseq)
         else:
-            if len(sess.pending_pub) >= min(self.client_recv_max, int(self.server.opts.mqtt.get("max_ack_pending") or 1024) * max(len(self.msubs), 1)):
+            per_sub = int(self.server.opts.mqtt.get("max_ack_pending") or 1024)
+            if len(sess.pending_pub) >= min(self.client_recv_max, per_sub * max(len(self.msubs), 1)):
                 return  # (redelivered by JetStream after ack_wait)
             pi = sess.next_pi()
             if not pi:

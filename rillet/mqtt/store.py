@@ -437,17 +437,26 @@ class AccountSessions:
     async def start(self) -> None:
         r = self.replicas
         jsa = self.jsa
-        await jsa.ensure_stream({"name": SESS_STREAM, "subjects": [SESS_PREFIX + ">"], "storage": "file",
+        acc = self.account.name
+
+        async def ensure(label: str, cfg: dict) -> None:
+            try:
+                await jsa.ensure_stream(cfg)
+            except JSAPIError as e:
+                raise RuntimeError(f'lookup {label} stream for account "{acc}": {e} ({e.err_code})') from None
+
+        await ensure("sessions", {"name": SESS_STREAM, "subjects": [SESS_PREFIX + ">"], "storage": "file",
                                  "retention": "limits", "num_replicas": r, "max_msgs_per_subject": 1})
         # (per-message TTL allowed: an MQTT 5 message expiry interval is the stored message's TTL)
-        await jsa.ensure_stream({"name": MSGS_STREAM, "subjects": [MSGS_PREFIX + ">"], "storage": "file",
+        await ensure("messages", {"name": MSGS_STREAM, "subjects": [MSGS_PREFIX + ">"], "storage": "file",
                                  "retention": "interest", "num_replicas": r, "allow_msg_ttl": True})
-        await jsa.ensure_stream({"name": QOS2IN_STREAM, "subjects": [QOS2IN_PREFIX + ">"], "storage": "file",
+        await ensure("QoS2 incoming messages", {"name": QOS2IN_STREAM, "subjects": [QOS2IN_PREFIX + ">"],
+                                                "storage": "file",
                                  "retention": "limits", "discard": "new", "max_msgs_per_subject": 1,
                                  "discard_new_per_subject": True, "num_replicas": r})
-        await jsa.ensure_stream({"name": OUT_STREAM, "subjects": ["$MQTT.out.>"], "storage": "file",
+        await ensure("QoS2 outgoing PUBREL", {"name": OUT_STREAM, "subjects": ["$MQTT.out.>"], "storage": "file",
                                  "retention": "interest", "num_replicas": r})
-        await jsa.ensure_stream({"name": RMSGS_STREAM, "subjects": [RMSGS_PREFIX + ">"], "storage": "file",
+        await ensure("retained messages", {"name": RMSGS_STREAM, "subjects": [RMSGS_PREFIX + ">"], "storage": "file",
                                  "retention": "limits", "num_replicas": r, "max_msgs_per_subject": 1})
         # every retained message, then each new one: an ephemeral push consumer into the cache
         rm_inbox = f"$MQTT.JSA.{jsa.id}.RM.{nuid()}"
