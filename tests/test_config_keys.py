@@ -7,7 +7,7 @@ flag table (``flags.FLAGS``). Each key must be
   * an alias: ALIASES names the key it spells differently, and loading either gives the same Options,
   * or refused: loading it fails with file:line:col and "is not supported".
 A key added to the builder without an entry here (or a refusal) fails ``test_every_key_acts_or_is_refused``.
-The tls {} block (and ocsp) belong to tests/test_tls_options.py, which the map points into.
+The tls {} block belongs to tests/test_tls_options.py (OCSP to tests/test_ocsp.py), which the map points into.
 """
 from __future__ import annotations
 
@@ -79,8 +79,8 @@ KEY_TESTS: dict[str, str] = {
     "system_account": "tests/test_sysacc.py::test_default_sys_account_and_no_system_account",
     "no_system_account": "tests/test_sysacc.py::test_no_system_account",
     "tls": "tests/test_tls_options.py",  # the TLS engineer's tests
-    "ocsp": "tests/test_tls_options.py::test_ocsp_off_is_accepted",
-    "ocsp_cache": "tests/test_tls_options.py::test_ocsp_off_is_accepted",
+    "ocsp": "tests/test_ocsp.py::test_stapling_refused_where_it_would_happen",
+    "ocsp_cache": "tests/test_ocsp.py::test_cache_used_and_saved",
     "allow_non_tls": "tests/test_monitor.py::test_https_monitor",
     "websocket": "tests/test_websocket.py::test_from_config_file",
     "jetstream": "tests/test_js_consumer.py::test_domain_and_v2_ack_subjects",

@@ -1,6 +1,6 @@
 """tls {} options that change who may connect and how: pinned_certs, cipher_suites, curve_preferences,
 min_version, handshake_first (true, a fallback delay, auto), connection_rate_limit; and the keys refused at
-load with file:line:col (ocsp_peer, cert_store, certs ...), compared with nats-server -t where it agrees."""
+load with file:line:col (cert_store, certs ...; OCSP is in tests/test_ocsp.py), compared with nats-server -t where it agrees."""
 from __future__ import annotations
 
 import asyncio
@@ -192,17 +192,10 @@ CASES = [
     ("verify_known_urls", _tls("verify_cert_and_check_known_urls: true"), (5, 3),
      "verify_cert_and_check_known_urls not supported in this context", True),
     # accepted by nats-server, refused here (they would do nothing)
-    ("ocsp_peer", _tls("ocsp_peer: true"), (5, 3),
-     "error parsing tls config, 'ocsp_peer' is not supported: this server does not verify peer certificates "
-     "with OCSP", False),
     ("cert_match_by", _tls('cert_match_by: "Subject"'), (5, 3),
      "error parsing tls config, 'cert_match_by' is not supported", False),
     ("certs", 'tls {\n  certs: [ {cert_file: "a", key_file: "b"} ]\n}\n', (2, 3),
      "error parsing tls config, 'certs' is not supported", False),
-    ("ocsp_top", "listen: 127.0.0.1:-1\nocsp: true\n", (2, 1),
-     "'ocsp' is not supported: this server does not staple OCSP responses", False),
-    ("ocsp_cache_top", "listen: 127.0.0.1:-1\nocsp_cache { type: local }\n", (2, 1), "'ocsp_cache' is not supported",
-     False),
     ("websocket_handshake_first",
      'websocket {\n  port: -1\n  tls {\n    cert_file: "c.pem"\n    key_file: "k.pem"\n    handshake_first: true\n'
      '  }\n}\n', (6, 5), "error parsing tls config, 'handshake_first' is not supported in the websocket tls block",

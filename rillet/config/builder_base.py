@@ -7,6 +7,7 @@ from rillet.config.options import Options
 from rillet.gocompat.goquote import go_type
 
 from .errors import ConfigError
+from .ocsp_section import check_stapling
 from .typed import Field, unknown_field
 
 
@@ -45,6 +46,10 @@ class BuilderBase:
         o = self.o
         o.config_warnings = [str(w) for w in self.warnings]
         o.tls_required = o.tls is not None and not o.allow_non_tls
+        if not self.errors:
+            staple_error = check_stapling(o)
+            if staple_error is not None:
+                self.errors.append(staple_error)
         if warnings_as_errors:
             self.errors.extend(self.warnings)
         if self.errors:

@@ -101,8 +101,9 @@ TLS settings live in a tls { } block of the configuration file:
       min_version: "1.2"               # "1.2" or "1.3"
       pinned_certs: [...]              # hex SHA-256 of the client certificates' SubjectPublicKeyInfo
       connection_rate_limit: 0         # TLS connections accepted per second (0: no limit)
+      ocsp_peer: true                  # check client certificates with their CA's OCSP responder
     }
-    (ocsp_peer, cert_store, cert_match*, certs are not supported and refused at load.)
+    (cert_store, cert_match*, certs are not supported and refused at load; OCSP stapling is refused.)
 """
 
 

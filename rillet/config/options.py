@@ -73,6 +73,7 @@ class TLSConfig:
     rate_limit: int = 0  # connection_rate_limit: TLS connections per second, 0 = no limit
     extra: dict[str, Any] = field(default_factory=dict)  # other nats-server tls keys, stored as parsed
     source: Any = field(default=None, compare=False, repr=False)  # the tls key's Position in a config file
+    ocsp_peer: Any = None  # rillet.config.ocsp_section.OCSPPeerConfig when ocsp_peer is written
 
 
 @dataclass
@@ -194,6 +195,8 @@ class Options:
     tls: TLSConfig | None = None
     tls_required: bool = False  # derived when tls is configured (unless allow_non_tls)
     allow_non_tls: bool = False
+    ocsp: Any = None  # rillet.config.ocsp_section.OCSPStapleConfig (top-level ocsp)
+    ocsp_cache: Any = None  # rillet.config.ocsp_section.OCSPCacheConfig (top-level ocsp_cache)
 
     # other listeners and subsystems
     websocket: WebsocketOptions = field(default_factory=WebsocketOptions)

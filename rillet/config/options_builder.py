@@ -146,7 +146,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             "no_sys_acc": s("no_system_account", "bool"),
             "tls": self.top_tls,
             "ocsp": self.top_ocsp,
-            "ocsp_cache": self.top_ocsp,
+            "ocsp_cache": self.top_ocsp_cache,
             "allow_non_tls": s("allow_non_tls", "bool"),
             # subsystems
             "websocket": self.websocket,

@@ -9,6 +9,7 @@ from rillet.config.options import TLSConfig
 
 from .builder_base import BuilderBase, storage_size
 from .errors import ConfigError
+from .ocsp_section import parse_ocsp, parse_ocsp_cache, parse_ocsp_peer
 from .tls_names import check_cipher, check_curve, cipher_available, parse_min_version
 from .typed import Field
 
@@ -23,13 +24,13 @@ class SubsystemSections(BuilderBase):
         self.o.tls.source = f.pos  # where nats-server reports a certificate it cannot load
 
     def top_ocsp(self, f: Field) -> None:
-        """``ocsp`` (stapling of the server's certificate status) and ``ocsp_cache`` (of peer certificate
-        statuses, for ocsp_peer): off is what this server does; anything else is refused."""
-        if f.value is False:
-            return
-        what = ("does not staple OCSP responses" if f.name == "ocsp"
-                else "does not verify peer certificates with OCSP (no ocsp_peer), so has no OCSP cache")
-        raise f.error(f"'{f.key}' is not supported: this server {what}; only '{f.key}: false' is accepted")
+        """``ocsp``: stapling mode and URLs (see rillet.config.ocsp_section: stapling itself is refused
+        when the file is read to its end and a certificate would be stapled)."""
+        self.o.ocsp = parse_ocsp(f)
+
+    def top_ocsp_cache(self, f: Field) -> None:
+        """``ocsp_cache``: the cache of the responses of ocsp_peer checks."""
+        self.o.ocsp_cache = parse_ocsp_cache(f)
 
     def parse_tls(self, f: Field, client_side: bool, where: str = "") -> TLSConfig:
         """A tls {} block. ``where``: "client" for the top-level block (the client port), "websocket",
@@ -127,10 +128,22 @@ class SubsystemSections(BuilderBase):
             return handler
 
         def ocsp_peer(sub: Field) -> None:
-            if sub.value is False:
-                return  # OCSP peer verification off: what this server does
-            raise sub.error(f"{prefix}, 'ocsp_peer' is not supported: this server does not verify "
-                            "peer certificates with OCSP")
+            cfg = parse_ocsp_peer(sub)
+            if cfg.verify and where in ("cluster", "gateway"):
+                raise sub.error(f"{prefix}, 'ocsp_peer' is not supported in the {where} tls block: "
+                                "nats-server does not check route or gateway peers with ocsp_peer (it "
+                                "checks their stapled status, which needs stapling: see 'ocsp')")
+            if cfg.verify and where in ("websocket", "mqtt"):
+                raise sub.error(f"{prefix}, 'ocsp_peer' is not supported in the {where} tls block: this "
+                                "server checks client certificates with OCSP on the client port and on "
+                                "leafnode connections only")
+            if cfg.verify:
+                try:
+                    import cryptography.x509.ocsp  # noqa: F401  (what the checks are made with)
+                except ImportError:
+                    raise sub.error(f"{prefix}, 'ocsp_peer' needs the Python package 'cryptography', "
+                                    "which is not installed") from None
+            tls.ocsp_peer = cfg
 
         def pinned(sub: Field) -> None:
             if not isinstance(sub.value, list):
@@ -208,6 +221,10 @@ class SubsystemSections(BuilderBase):
             if handler is None:
                 raise sub.error(f'{prefix}, unknown field "{sub.key}"')
             handler(sub)
+        if tls.ocsp_peer is not None and tls.ocsp_peer.verify and where in ("client", "leafnodes") \
+                and not tls.verify:
+            raise f.error("OCSP peer verification for client connections requires TLS verify (mTLS) "
+                          "to be enabled")
         if insecure and not tls.allow_insecure_ciphers:
             raise f.error("insecure cipher suites configured without 'allow_insecure_cipher_suites' option "
                           f"set: {', '.join(insecure)}")

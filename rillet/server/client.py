@@ -168,6 +168,8 @@ class Client(ReadPacer, asyncio.Protocol):
             self.tls_cipher = c[0] if c else ""
             if self.conn_type == "STANDARD" and srv.refuse_unpinned(self, ssl_obj):  # TLS first: pinned_certs
                 return
+            if self.conn_type == "STANDARD" and srv.hold_for_ocsp(self, ssl_obj):  # TLS first: ocsp_peer
+                return
         if srv.tls_context is not None and srv.opts.tls_required and self.conn_type == "STANDARD" \
                 and ssl_obj is None:
             # the client answers the INFO with its TLS handshake, which must not reach the plain-text parser:

@@ -35,6 +35,8 @@ from rillet.config.options import RANDOM_PORT, Options
 from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_server_context, pinned_error, \
     recheck_pinned
 from rillet.server.tls import reload_context as tls_reload_context
+from rillet.server.ocsp import CLIENT_REJECT, PeerChecker
+from rillet.server.ocsp import peer_configs as ocsp_peer_configs
 from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
 from rillet.gocompat.gotime import format_seconds
 
@@ -127,6 +129,7 @@ class Server:
         self.tls_context: ssl.SSLContext | None = None
         self._tls_rate: RateCounter | None = None  # tls connection_rate_limit
         self._tls_rate_log_pending = False
+        self._ocsp_checker: Any = None  # rillet.server.ocsp.PeerChecker, once a tls block has ocsp_peer
         self.total_connections = 0
         self.slow_consumers = 0
         self.stalls = 0  # fast producers held back (/varz stalled_clients)
@@ -184,6 +187,8 @@ class Server:
             self.operator.log_start()
         if o.tls is not None:
             self.tls_context = make_server_context(o.tls)
+        if ocsp_peer_configs(o):
+            self.ocsp_checker()  # the cache comes online (and is loaded) at start, as nats-server
         if o.jetstream.enabled:
             js = self.subsystems.new_jetstream(self)
             try:
@@ -378,6 +383,51 @@ class Server:
             self.log.warn(f"Rejected {rc.blocked} connections due to TLS rate limiting")
             rc.blocked = 0
 
+    def ocsp_checker(self) -> Any:
+        """The server's OCSP peer checker and its response cache (created on first need; the cache is
+        saved when the server shuts down)."""
+        if self._ocsp_checker is None:
+            self._ocsp_checker = PeerChecker(self.opts.ocsp_cache, self.log)
+            self._ocsp_checker.start(self.loop)
+            self.on_shutdown.append(self._ocsp_checker.stop)
+        return self._ocsp_checker
+
+    async def ocsp_peer_ok(self, c: Client, ssl_obj: Any, cfg: Any) -> bool:
+        """ocsp_peer for a client's TLS connection: False (logged as nats-server does) when it is refused."""
+        if await self.ocsp_checker().check_ssl(ssl_obj, cfg):
+            return True
+        self.log.error(f"{c.log_prefix()} - TLS handshake error: {CLIENT_REJECT}")
+        return False
+
+    def hold_for_ocsp(self, c: Client, ssl_obj: Any) -> bool:
+        """A TLS-first client when the client port has ocsp_peer: its reading is paused and its INFO held
+        until the responder has answered; then it is registered, or refused as a TLS handshake failure.
+        False when there is nothing to check."""
+        cfg = self.opts.tls.ocsp_peer if self.opts.tls is not None else None
+        if cfg is None or not cfg.verify:
+            return False
+        t = c.transport
+        t.pause_reading()  # type: ignore[union-attr]
+        self.loop.create_task(self._after_ocsp(c, ssl_obj, cfg))
+        return True
+
+    async def _after_ocsp(self, c: Client, ssl_obj: Any, cfg: Any) -> None:
+        ok = await self.ocsp_peer_ok(c, ssl_obj, cfg)
+        t = c.transport
+        if c.closed or t is None or t.is_closing():
+            return
+        if not ok:
+            self._cid += 1
+            c.cid = self._cid
+            self.total_connections += 1
+            self.clients[c.cid] = c
+            c.account.clients.add(c)
+            c.close("TLS Handshake Failure")
+            return
+        t.resume_reading()  # type: ignore[attr-defined]
+        self.register_client(c)
+        self.flush_clients()
+
     def refuse_unpinned(self, c: Client, ssl_obj: Any) -> bool:
         """A TLS-first client whose certificate is not in pinned_certs: registered (so it shows among the
         closed connections) and closed as a TLS handshake failure, as nats-server does. False if it passes."""
@@ -426,6 +476,11 @@ class Server:
             self.log.debug(f"{c.log_prefix()} - {refused[1]}")
             self.log.error(f"{c.log_prefix()} - TLS handshake error: {refused[0]}")
             new_t.set_protocol(c)
+            c.close("TLS Handshake Failure")
+            return
+        peer_cfg = self.opts.tls.ocsp_peer if self.opts.tls is not None else None
+        if peer_cfg is not None and peer_cfg.verify and not await self.ocsp_peer_ok(c, ssl_obj, peer_cfg):
+            new_t.set_protocol(c)  # (what the client sent meanwhile, in the holder, is dropped)
             c.close("TLS Handshake Failure")
             return
         self.log.debug(f"{c.log_prefix()} - TLS handshake complete")
