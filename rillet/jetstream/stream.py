@@ -961,7 +961,7 @@ class Stream:
             pairs.append(("Nats-Msg-Size", str(len(data))))
             data = b""
         new_hdr = H.append_headers(hdr, pairs)
-        self.ic.publish(dest.encode(), None, new_hdr + data, len(new_hdr))
+        self.ic.publish(dest.encode("utf-8", "surrogateescape"), None, new_hdr + data, len(new_hdr))
 
     def _prev_seq_for_subject(self, subject: str, seq: int) -> int:
         m = self.store.load_prev_msg(seq - 1, subject)

@@ -50,7 +50,8 @@ def _safe_name(name: str) -> str:
         and len(name) < 200
     ):
         return name
-    return "x-" + zlib.crc32(name.encode()).to_bytes(4, "big").hex() + name.encode().hex()[:200]
+    raw = name.encode("utf-8", "surrogateescape")  # (a name from a subject may hold bytes that are not UTF-8)
+    return "x-" + zlib.crc32(raw).to_bytes(4, "big").hex() + raw.hex()[:200]
 
 
 def _encode_log(kind: int, payload: bytes) -> bytes:

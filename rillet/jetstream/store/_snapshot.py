@@ -142,7 +142,7 @@ def snapshot_from_store(store: Any, include_consumers: bool = True) -> Iterator[
         _tar_add(tar, "state.log", b"".join(logp))
         for name, enc in cons:
             data = CONSUMER_MAGIC + _CRC.pack(zlib.crc32(enc)) + enc
-            _tar_add(tar, f"consumers/{_safe_name(name)}/name", name.encode())
+            _tar_add(tar, f"consumers/{_safe_name(name)}/name", name.encode("utf-8", "surrogateescape"))
             _tar_add(tar, f"consumers/{_safe_name(name)}/state", data)
         tar.close()
         yield from sink.take()

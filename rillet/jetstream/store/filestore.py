@@ -256,7 +256,7 @@ class FileConsumerStore(MemConsumerStore):
         make_dirs_durable(path)
         nfn = os.path.join(path, "name")
         if not os.path.exists(nfn):
-            _atomic_write(nfn, name.encode(), True)
+            _atomic_write(nfn, name.encode("utf-8", "surrogateescape"), True)
         best = None
         for slot in (0, 1):
             fn = self._slot_path(slot)
@@ -477,7 +477,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             if os.path.isdir(p):
                 try:
                     with open(os.path.join(p, "name"), "rb") as f:
-                        name = f.read().decode()
+                        name = f.read().decode("utf-8", "surrogateescape")
                 except (OSError, UnicodeDecodeError):
                     name = n
                 self._consumers[name] = FileConsumerStore(name, p, self.log)
