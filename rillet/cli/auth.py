@@ -382,7 +382,7 @@ class Store:
 
     def store_key(self, kp: nkey.KeyPair) -> str:
         path = self.key_path(kp.public_key())
-        write_file(path, kp.seed() + "\n")
+        write_file(path, kp.seed())  # the seed alone, as nsc writes it (it compares the bytes)
         return path
 
 
@@ -496,7 +496,7 @@ def add_operator(name: str = typer.Option(..., "--name", "-n", help="operator na
     # everything is made: now write
     s.store_key(op_kp)
     ok(f'generated and stored operator key "{op_kp.public_key()}"')
-    write_file(s.op_jwt_path(name), token + "\n", 0o644)
+    write_file(s.op_jwt_path(name), token, 0o644)
     write_file(os.path.join(root, NSC_FILE),
                json.dumps({"managed": False, "name": name, "kind": "operator", "version": STORE_VERSION}), 0o644)
     os.makedirs(os.path.join(root, "accounts"), mode=0o700, exist_ok=True)
@@ -510,8 +510,8 @@ def add_operator(name: str = typer.Option(..., "--name", "-n", help="operator na
         s.store_key(acc_kp)
         s.store_key(acc_sk)
         s.store_key(usr_kp)
-        write_file(s.acc_jwt_path(name, "SYS"), acc_token + "\n", 0o644)
-        write_file(s.user_jwt_path(name, "SYS", "sys"), usr_token + "\n", 0o644)
+        write_file(s.acc_jwt_path(name, "SYS"), acc_token, 0o644)
+        write_file(s.user_jwt_path(name, "SYS", "sys"), usr_token, 0o644)
         cp = s.creds_path(name, "SYS", "sys")
         write_file(cp, J.format_creds(usr_token, usr_kp.seed()))
         ok(f"created system_account: name:SYS id:{acc_kp.public_key()}")
@@ -539,7 +539,7 @@ def add_account(name: str = typer.Option(..., "--name", "-n", help="account name
     token = J.encode(claims, signer)
     s.store_key(kp)
     ok(f'generated and stored account key "{kp.public_key()}"')
-    write_file(s.acc_jwt_path(op, name), token + "\n", 0o644)
+    write_file(s.acc_jwt_path(op, name), token, 0o644)
     ok(f'added account "{name}"')
     s.save_config(op, name)
 
@@ -682,7 +682,7 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
     new["nats"] = nats_s
     new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)  # newer than the JWT it replaces
     token = J.encode(new, signer)
-    write_file(s.acc_jwt_path(op, acc), token + "\n", 0o644)
+    write_file(s.acc_jwt_path(op, acc), token, 0o644)
     ok(f'edited account "{acc}"')
 
 
@@ -870,7 +870,7 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
     token = J.encode(claims, signer)
     s.store_key(kp)
     ok(f'generated and stored user key "{kp.public_key()}"')
-    write_file(s.user_jwt_path(op, acc, name), token + "\n", 0o644)
+    write_file(s.user_jwt_path(op, acc, name), token, 0o644)
     cp = s.creds_path(op, acc, name)
     write_file(cp, J.format_creds(token, kp.seed()))
     ok(f"generated user creds file {cp}")
@@ -890,7 +890,8 @@ def _show(token: str, claims: dict, as_json: bool, raw: bool) -> None:
 
 def table(claims: dict) -> str:
     kind = J.claim_type(claims)
-    rows: list[tuple[str, str]] = [("Name", str(claims.get("name", ""))), (f"{kind.capitalize()} ID", claims.get("sub", "")),
+    rows: list[tuple[str, str]] = [("Name", str(claims.get("name", ""))),
+                                   (f"{kind.capitalize()} ID", claims.get("sub", "")),
                                    ("Issuer ID", claims.get("iss", "")),
                                    ("Issued", _when(claims.get("iat"))), ("Expires", _when(claims.get("exp")) or "")]
     n = J.nats_section(claims)
@@ -1025,7 +1026,8 @@ def _check_creds_seed(file: str, seed: str) -> None:
 @generate_app.command("creds")
 def generate_creds(name: str = typer.Option(..., "--name", "-n", help="user name"),
                    account: str = typer.Option("", "--account", "-a"),
-                   output_file: str = typer.Option("", "--output-file", "-o", help="write here (default stdout)")) -> None:
+                   output_file: str = typer.Option("", "--output-file", "-o",
+                                                   help="write here (default stdout)")) -> None:
     s = store()
     op = s.operator()
     acc = s.account(op, account or None)
@@ -1120,7 +1122,8 @@ def generate_config(mem_resolver: bool = typer.Option(False, "--mem-resolver", h
         sys_pub = accounts[sys_account][1]["sub"]
     lines = [f"# Operator named {op}", f"operator: {op_token}"]
     if sys_pub:
-        lines.append(f"# System Account named {next((a for a, (_, c) in accounts.items() if c['sub'] == sys_pub), sys_pub)}")
+        sys_name = next((a for a, (_, c) in accounts.items() if c["sub"] == sys_pub), sys_pub)
+        lines.append(f"# System Account named {sys_name}")
         lines.append(f"system_account: {sys_pub}")
     lines.append("")
     if mem_resolver:
@@ -1179,7 +1182,7 @@ def edit_operator(account_jwt_server_url: Optional[str] = typer.Option(None, "--
     new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
     new["nats"] = nats_s
     new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
-    write_file(s.op_jwt_path(op), J.encode(new, signer) + "\n", 0o644)
+    write_file(s.op_jwt_path(op), J.encode(new, signer), 0o644)
     ok(f'edited operator "{op}"')
 
 
@@ -1277,7 +1280,7 @@ def pull(account: str = typer.Option("", "--account", "-a", help="the account to
         if token.strip() == local[n][0].strip():
             ok(f'account "{n}" is up to date')
             continue
-        write_file(s.acc_jwt_path(op, n), token.strip() + "\n", 0o644)
+        write_file(s.acc_jwt_path(op, n), token.strip(), 0o644)
         ok(f'pulled account "{n}"')
 
 
@@ -1371,7 +1374,7 @@ def _resign_account(s: Store, op: str, acc: str, op_claims: dict, claims: dict, 
     new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
     new["nats"] = nats_s
     new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
-    write_file(s.acc_jwt_path(op, acc), J.encode(new, signer) + "\n", 0o644)
+    write_file(s.acc_jwt_path(op, acc), J.encode(new, signer), 0o644)
 
 
 def _subject_matches(pattern: str, subject: str) -> bool:
@@ -1516,7 +1519,7 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
     new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
     signer = s.signer_for([claims["iss"]])
     token = J.encode(new, signer)
-    write_file(s.user_jwt_path(op, acc, name), token + "\n", 0o644)
+    write_file(s.user_jwt_path(op, acc, name), token, 0o644)
     cp = s.creds_path(op, acc, name)
     try:
         seed = s.seed_of(claims["sub"])
@@ -1734,7 +1737,7 @@ def _edit_revocations(account: str, change: Any) -> tuple[str, str]:
     new = {k: v for k, v in claims.items() if k not in ("iss", "jti")}
     new["nats"] = nats_s
     new["iat"] = max(int(time.time()), int(claims.get("iat") or 0) + 1)
-    write_file(s.acc_jwt_path(op, acc), J.encode(new, signer) + "\n", 0o644)
+    write_file(s.acc_jwt_path(op, acc), J.encode(new, signer), 0o644)
     return acc, what
 
 

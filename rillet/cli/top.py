@@ -537,7 +537,8 @@ def run(argv: list[str]) -> int:
             with open(o["output"], "w") as f:
                 f.write(text)
         except OSError as e:
-            raise TopError(f"failed to write stats-snapshot to output file '{o['output']}': {e.strerror or e}") from None
+            raise TopError(f"failed to write stats-snapshot to output file '{o['output']}': "
+                           f"{e.strerror or e}") from None
         return 0
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise TopError("the live view needs a terminal (use -o FILE or -o - for one snapshot)")

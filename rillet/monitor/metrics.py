@@ -4,8 +4,9 @@ metric names and labels, so that dashboards made for that exporter work against 
 Off unless enabled (``http_metrics: true`` in the configuration, ``--http_metrics`` on the command line).
 Each scrape reads the same data the JSON endpoints show and turns it into what the exporter makes of it:
 
-* ``/varz``, ``/routez`` and ``/subsz``: every JSON number, nested objects flattened with ``_`` (``gnatsd_varz_in_msgs``,
-  ``gnatsd_varz_jetstream_stats_memory``, ``gnatsd_routez_num_routes``); of the strings only
+* ``/varz``, ``/routez`` and ``/subsz``: every JSON number, nested objects flattened with ``_``
+  (``gnatsd_varz_in_msgs``, ``gnatsd_varz_jetstream_stats_memory``, ``gnatsd_routez_num_routes``); of the
+  strings only
   ``server_id``, ``server_name``, ``version``, ``domain``, ``leader``, ``name`` (a gauge of 1 with the text
   in a ``value`` label) and the times ``start`` and ``config_load_time`` (epoch milliseconds); booleans and
   lists are left out, as the exporter's generic collector does;
