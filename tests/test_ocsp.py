@@ -60,10 +60,12 @@ class PKI:
                    .sign(self.ca_key, hashes.SHA256()))
         self.ca_file = self._write("ca.pem", self.ca.public_bytes(serialization.Encoding.PEM))
         self.certs: dict[str, tuple[x509.Certificate, str, str]] = {}
-        self.server = self.issue("localhost", server=True)
+        self.server = self.issue("localhost", server=True, aia=False)
         for name in ("good", "revoked", "unknown", "noaia"):
             self.issue(name, aia=name != "noaia")
-        self.issue("muststaple", server=True, must_staple=True)
+        self.issue("muststaple", server=True, aia=False, must_staple=True)
+        self.issue("hub-good", server=True)  # server certificates that name the responder (leaf hubs)
+        self.issue("hub-revoked", server=True)
         self.delegate_key = _key()
         self.delegate = self._leaf_cert("Test OCSP Responder", self.delegate_key.public_key(),
                                         [ExtendedKeyUsageOID.OCSP_SIGNING], aia=False)
@@ -100,7 +102,7 @@ class PKI:
     def issue(self, name: str, server: bool = False, aia: bool = True, must_staple: bool = False) -> tuple:
         key = _key()
         eku = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
-        cert = self._leaf_cert(name, key.public_key(), eku, aia=aia and not server, server=server,
+        cert = self._leaf_cert(name, key.public_key(), eku, aia=aia, server=server,
                                must_staple=must_staple)
         cf = self._write(f"{name}-cert.pem", cert.public_bytes(serialization.Encoding.PEM))
         kf = self._write(f"{name}-key.pem", key.private_bytes(serialization.Encoding.PEM,
@@ -172,7 +174,7 @@ class Responder:
         elif self.mode == "future":
             this, nxt = now + dt.timedelta(hours=1), now + dt.timedelta(hours=2)
         status = {"revoked": ocsp.OCSPCertStatus.REVOKED, "unknown": ocsp.OCSPCertStatus.UNKNOWN}.get(
-            name, ocsp.OCSPCertStatus.GOOD)
+            name.rsplit("-", 1)[-1], ocsp.OCSPCertStatus.GOOD)
         if self.mode == "all-revoked":
             status = ocsp.OCSPCertStatus.REVOKED
         b = ocsp.OCSPResponseBuilder().add_response(
@@ -354,6 +356,69 @@ async def test_tls_first_client_held_until_checked(pki):
             else:
                 assert ok
                 await nc.close()
+
+
+# ---- leaf connections -----------------------------------------------------------------------------------
+
+def _leaf_hub(pki: PKI, cert: str, verify: bool, peer: str = "") -> str:
+    _, cf, kf = pki.certs[cert] if cert in pki.certs else pki.server
+    return (f'leafnodes {{ listen: "127.0.0.1:-1", tls {{ cert_file: "{cf}", key_file: "{kf}", '
+            f'ca_file: "{pki.ca_file}", verify: {str(verify).lower()}\n {peer} }} }}')
+
+
+def _leaf_remote(pki: PKI, port: int, client: str | None, peer: str = "") -> str:
+    cert = ""
+    if client is not None:
+        _, cf, kf = pki.certs[client]
+        cert = f'cert_file: "{cf}", key_file: "{kf}", '
+    return (f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{port}", '
+            f'tls {{ {cert}ca_file: "{pki.ca_file}"\n {peer} }} }} ] }}')
+
+
+async def test_leaf_hub_checks_the_leafs_certificate(pki):
+    from tests.test_cluster_leaf import _until, hub_port, leaf_ready, rillet
+    async with rillet(_leaf_hub(pki, "localhost", True, "ocsp_peer: true"), "hub") as hub:
+        async with rillet(_leaf_remote(pki, hub_port(hub), "good"), "leaf") as leaf:
+            await _until(lambda: leaf_ready(hub) and leaf_ready(leaf), what="OCSP-good leaf")
+        async with rillet(_leaf_remote(pki, hub_port(hub), "revoked"), "leaf") as leaf:
+            await _until(lambda: "client not OCSP valid" in hub._test_log.getvalue(), what="refusal")
+            assert not leaf_ready(leaf)
+
+
+async def test_leaf_remote_checks_the_hubs_certificate(pki):
+    from tests.test_cluster_leaf import _until, hub_port, leaf_ready, rillet
+    for cert, ok in (("hub-good", True), ("hub-revoked", False)):
+        async with rillet(_leaf_hub(pki, cert, False), "hub") as hub:
+            async with rillet(_leaf_remote(pki, hub_port(hub), None, "ocsp_peer: true"), "leaf") as leaf:
+                if ok:
+                    await _until(lambda: leaf_ready(hub) and leaf_ready(leaf), what="OCSP-good hub")
+                else:
+                    await _until(lambda: "server not OCSP valid" in leaf._test_log.getvalue(), what="refusal")
+                    assert not leaf_ready(leaf)
+
+
+async def test_leaf_hub_refusal_same_as_nats_server(pki, tmp_path):
+    """A Go hub with ocsp_peer and a Rillet leaf: the revoked leaf certificate is refused by both hubs."""
+    from tests.test_cluster_leaf import _go, _until, leaf_ready, rillet
+    for client, ok in (("good", True), ("revoked", False)):
+        lport = free_port()
+        hub_conf = _leaf_hub(pki, "localhost", True, "ocsp_peer: true").replace("127.0.0.1:-1",
+                                                                                 f"127.0.0.1:{lport}")
+        go, _, _ = _go(hub_conf, str(tmp_path))
+        with go:
+            await asyncio.get_running_loop().run_in_executor(None, go.wait_ready)
+            async with rillet(_leaf_remote(pki, lport, client), "leaf") as leaf:
+                if ok:
+                    await _until(lambda: leaf_ready(leaf), what="leaf of a Go hub")
+                else:
+                    await asyncio.sleep(1.5)
+                    assert not leaf_ready(leaf)
+
+
+def test_leaf_over_websocket_with_ocsp_peer_refused():
+    with pytest.raises(ConfigError) as e:
+        load_string('leafnodes { remotes [ { url: "wss://127.0.0.1:1", tls { ocsp_peer: true } } ] }', "o.conf")
+    assert "ocsp_peer on a leaf connection over websocket" in str(e.value)
 
 
 # ---- the same against nats-server -----------------------------------------------------------------------

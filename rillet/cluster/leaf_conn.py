@@ -22,6 +22,7 @@ from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub
 from rillet.protocol.parser import ProtocolError
+from rillet.server import ocsp
 from rillet.server.delivery import ConnKind
 from rillet.subjects.validate import subject_matches_filter
 
@@ -207,6 +208,11 @@ class LeafConn(ServerConn):
             return
         self.transport = new_t  # type: ignore[assignment]
         self.tls = True
+        peer_cfg = getattr(cfg, "ocsp_peer", None)
+        if peer_cfg is not None and peer_cfg.verify and not await self._ocsp_peer_ok(new_t, peer_cfg, server_side):
+            new_t.set_protocol(self)
+            self.close("TLS Handshake Failure")
+            return
         new_t.set_protocol(self)
         srv.log.debug(f"{self.log_prefix()} - TLS handshake complete")
         if info is not None:
@@ -216,6 +222,16 @@ class LeafConn(ServerConn):
             self.data_received(b"".join(hold.data))
         if hold.lost is not None:
             self.connection_lost(hold.lost[0])
+
+    async def _ocsp_peer_ok(self, t: Any, cfg: Any, server_side: bool) -> bool:
+        """ocsp_peer on a leaf connection: the leaf's certificate (hub side) or the hub's (the remote's
+        side) checked with its CA's responder before anything else goes over the connection."""
+        srv = self.server
+        if await srv.ocsp_checker().check_ssl(t.get_extra_info("ssl_object"), cfg):
+            return True
+        srv.log.error(f"{self.log_prefix()} - TLS handshake error: "
+                      f"{ocsp.CLIENT_REJECT if server_side else ocsp.SERVER_REJECT}")
+        return False
 
     def dial_failed(self, exc: Exception | None) -> None:
         """The websocket upgrade did not complete (rillet.cluster.leaf_ws): try again later."""

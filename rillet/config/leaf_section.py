@@ -385,6 +385,10 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         quoted = " ".join(f'"{u}"' for u in r.urls)
         raise f.error("remote leaf node configuration cannot have a mix of websocket and non-websocket urls: "
                       f'"[{quoted}]"')
+    peer = getattr(r.tls, "ocsp_peer", None)
+    if True in kinds and peer is not None and peer.verify:
+        raise _refuse(Field("ocsp_peer", True, peer.source), "ocsp_peer on a leaf connection over websocket "
+                      "(only leaf connections over TCP have their hub's certificate checked with OCSP)")
     if True in kinds and comp_at and r.compression.startswith("s2_"):
         # (nats-server wraps the websocket frames in s2; Rillet's leafs do not: rillet/cluster/README.md)
         raise _refuse(comp_at[0], "s2 compression of leaf connections over websocket")
