@@ -11,7 +11,6 @@ import urllib.request
 from typing import Any
 
 import nats
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import ServerProcess, free_port
@@ -152,7 +151,7 @@ async def test_scrape_values_follow_the_endpoints(tmp_path):
 
 async def test_gateways_and_leafnodes():
     async with run_super_cluster(2, 1, http_port=-1, http_host="127.0.0.1", http_metrics=True) as (a, b):
-        a0, b0 = a[0], b[0]
+        a0 = a[0]
         deadline = time.monotonic() + 10
         while True:
             fa = await scrape(a0.http_addr[1])

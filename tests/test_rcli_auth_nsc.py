@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path

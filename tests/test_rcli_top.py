@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from typing import Any, AsyncIterator
