@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shutil
 import subprocess
@@ -248,3 +249,45 @@ async def test_snapshot_over_https(tmp_path):
         res = await run_cli("-ms", port, "-o", "-")  # not trusted: refused, one line
         assert res.returncode == 1 and "certificate verify failed" in res.stderr.lower(), res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
+
+
+async def test_live_view_in_a_pty():
+    """Without tmux too: the curses view in a pseudo-terminal draws the server and its connections, takes a
+    key (s: subscriptions) and ends after -r refreshes."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    async with monitored("rillet") as (url, mport):
+        async with traffic(url):
+            def run_in_pty() -> tuple[int, str]:
+                pid, fd = pty.fork()
+                if pid == 0:  # the child: the CLI on the terminal
+                    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+                    env["TERM"] = "xterm"
+                    os.execvpe(sys.executable, CLI + ["-m", str(mport), "-d", "1", "-r", "3"], env)
+                fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+                out = b""
+                sent = False
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    try:
+                        chunk = os.read(fd, 65536)
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    out += chunk
+                    if not sent and b"Connections Polled" in out:
+                        os.write(fd, b"s")
+                        sent = True
+                _, status = os.waitpid(pid, 0)
+                os.close(fd)
+                return os.waitstatus_to_exitcode(status), out.decode("utf-8", "replace")
+
+            rc, raw = await asyncio.get_running_loop().run_in_executor(None, run_in_pty)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>]|\r", " ", raw)
+    assert rc == 0, raw[-2000:]
+    assert "Connections Polled: 2" in text and "alpha" in text and "beta" in text, text[-3000:]
+    assert "SUBSCRIPTIONS" in text, text[-3000:]  # the s key was taken
