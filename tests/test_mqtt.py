@@ -343,6 +343,7 @@ def test_monitoring_connz_varz(kind, tmp_path):
         v = json.load(urllib.request.urlopen(base + "/varz"))
         assert v["mqtt"]["port"] == t.mqtt_port and v["mqtt"]["ack_wait"] == 10_000_000_000
         assert v["mqtt"]["max_ack_pending"] == 100
+        assert v["connections"] == 1 and v["total_connections"] == 1
         cz = json.load(urllib.request.urlopen(base + "/connz?mqtt_client=mon-client"))
         assert [c.get("mqtt_client") for c in cz["connections"]] == ["mon-client"]
         assert cz["connections"][0]["type"] == "mqtt"
@@ -350,6 +351,9 @@ def test_monitoring_connz_varz(kind, tmp_path):
         assert cz["connections"] == []
         assert json.load(urllib.request.urlopen(base + "/healthz")) == {"status": "ok"}
         p.disconnect()
+        time.sleep(0.3)
+        cz = json.load(urllib.request.urlopen(base + "/connz?state=closed&mqtt_client=mon-client"))
+        assert [(c.get("mqtt_client"), c.get("reason")) for c in cz["connections"]] == [("mon-client", "Client Closed")]
 
 
 def test_streams_are_nats_servers(kind, tmp_path):

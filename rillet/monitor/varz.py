@@ -384,7 +384,8 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["cores"] = procstats.cores()
     v["gomaxprocs"] = procstats.usable_cores()
     v["cpu"] = num(cpu.percent())
-    v["connections"] = len(server.clients)
+    ms = getattr(server, "mqtt", None)  # (MQTT connections count, as in nats-server)
+    v["connections"] = len(server.clients) + (len(ms.open_conns()) if ms is not None else 0)
     v["total_connections"] = server.total_connections
     routes = getattr(server, "routes", {})
     v["routes"] = len(routes)  # route connections (a pool of them per remote server)

@@ -14,6 +14,7 @@ from typing import Any
 from rillet.config.mqtt_section import validate_mqtt
 from rillet.config.options import RANDOM_PORT
 from rillet.server.listen import listening_socket
+from rillet.server.ocsp import gate as ocsp_gate
 
 from .conn import MqttConn
 from .store import AccountSessions, Session
@@ -54,7 +55,10 @@ class MqttServer:
         sock = None
         try:
             sock = await listening_socket(srv.loop, self.host, port)
-            self._srv = await srv.loop.create_server(lambda: MqttConn(self), sock=sock, ssl=ssl_ctx, backlog=1024)
+            # (MQTT connections follow the client port's ocsp_peer, as in nats-server)
+            peer = srv.opts.tls.ocsp_peer if srv.opts.tls is not None and ssl_ctx is not None else None
+            self._srv = await srv.loop.create_server(lambda: ocsp_gate(srv, peer, MqttConn(self)), sock=sock,
+                                                     ssl=ssl_ctx, backlog=1024)
         except OSError as e:
             if sock is not None:
                 sock.close()
@@ -115,12 +119,14 @@ class MqttServer:
         if self.conns.pop(c.cid, None) is None:
             return
         srv = self.server
-        cb = getattr(srv.subsystems, "closed_conn_info", None)
-        if cb is not None and srv.closed_clients.maxlen != 0:
-            info = cb(srv, c)
+        t = srv.closed_totals
+        srv.closed_totals = (t[0] + c.in_msgs, t[1] + c.in_bytes, t[2] + c.out_msgs, t[3] + c.out_bytes)
+        if srv.closed_clients.maxlen != 0:
+            info = srv.subsystems.closed_conn_info(srv, c)  # (/connz?state=closed)
             if info is not None:
+                from rillet.server.server import ClosedClient
                 info["_mqtt"] = c.client_id
-                srv.closed_clients.append(info)
+                srv.closed_clients.append(ClosedClient(info))
 
     def reloaded(self) -> None:
         """After a configuration reload: every MQTT client signs in again with what its CONNECT gave; a
