@@ -390,25 +390,27 @@ cdef object _execute(acc, c, r, PyTypeObject* rt, plan, bint local, psubs, qsubs
     cdef Py_ssize_t nr = PyBytes_GET_SIZE(reply) if reply is not None else 0
     cdef char num[48]
     cdef Py_ssize_t k = 0
-    # head b"MSG <subject> " / b"HMSG <subject> ", tail b" [<reply> ][<hdr> ]<size>\r\n<msg>\r\n"
-    num[0] = 32
-    k = 1
-    if h >= 0:
-        k += _digits(num + k, h)
-        num[k] = 32
-        k += 1
-    k += _digits(num + k, size)
-    num[k] = 13
-    num[k + 1] = 10
-    k += 2
-    if h < 0:
-        head = _frame_part("MSG ", 4, PyBytes_AS_STRING(subject), ns, " ", 1, NULL, 0, NULL, 0)
-    else:
-        head = _frame_part("HMSG ", 5, PyBytes_AS_STRING(subject), ns, " ", 1, NULL, 0, NULL, 0)
-    if nr:
-        tail = _frame_part(" ", 1, PyBytes_AS_STRING(reply), nr, num, k, PyBytes_AS_STRING(msg), size, "\r\n", 2)
-    else:
-        tail = _frame_part(num, k, PyBytes_AS_STRING(msg), size, "\r\n", 2, NULL, 0, NULL, 0)
+    head = tail = None
+    if psubs or qsubs:  # (a message for links only needs no MSG frame)
+        # head b"MSG <subject> " / b"HMSG <subject> ", tail b" [<reply> ][<hdr> ]<size>\r\n<msg>\r\n"
+        num[0] = 32
+        k = 1
+        if h >= 0:
+            k += _digits(num + k, h)
+            num[k] = 32
+            k += 1
+        k += _digits(num + k, size)
+        num[k] = 13
+        num[k + 1] = 10
+        k += 2
+        if h < 0:
+            head = _frame_part("MSG ", 4, PyBytes_AS_STRING(subject), ns, " ", 1, NULL, 0, NULL, 0)
+        else:
+            head = _frame_part("HMSG ", 5, PyBytes_AS_STRING(subject), ns, " ", 1, NULL, 0, NULL, 0)
+        if nr:
+            tail = _frame_part(" ", 1, PyBytes_AS_STRING(reply), nr, num, k, PyBytes_AS_STRING(msg), size, "\r\n", 2)
+        else:
+            tail = _frame_part(num, k, PyBytes_AS_STRING(msg), size, "\r\n", 2, NULL, 0, NULL, 0)
     cdef list pending = _get(acc, A_PENDING, "_pending")
     cdef bint no_echo = not (_get(c, C_ECHO, "echo") if _client_slots(Py_TYPE(c)) else c.echo)
     cdef Py_ssize_t n = 0
