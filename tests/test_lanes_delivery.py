@@ -233,3 +233,35 @@ def test_both_route_receivers_deliver_the_same(msgs, seed):
         return [(bytes(c.out), c.out_msgs, c.out_bytes, [(s.sid, s.nm) for s in c.subs.values()]) for c in clients], \
             rcs[0].in_msgs, rcs[0].in_bytes, acc.sublist._hits, acc.sublist._misses
     assert run(reference_proto_rmsg, delivery.reference_deliver_inbound) == run(route_proto_rmsg, deliver_inbound)
+
+
+def test_the_twins_see_a_replaced_method(monkeypatch):
+    """The compiled PUB and forward remember what Account.deliver_result and RouteConn.send_msg are while the
+    class is unchanged (its attribute-cache version tag): a replacement is seen at the next message."""
+    from rillet._speedups._cdeliver import deliver_result as compiled
+    from rillet._speedups._cdeliver import proto_pub
+    from rillet.cluster.route import RouteConn
+    from rillet.server.accounts import Account
+    monkeypatch.setattr(Account, "deliver_result", compiled)
+    o = Options()
+    o.cluster.port = 1
+    o.cluster.name = "c"
+    srv = build_server(o)
+    acc = srv.global_account
+    pub, c = Client(srv), Client(srv)
+    pub.slow_path = False
+    s = Subscription(c, "x", None, b"1")
+    c.subs[b"1"] = s
+    acc.sublist.insert(s)
+    rc = RouteConn(srv.cluster)
+    acc.sublist.insert(RemoteSub(rc, "x", None, 1, None))
+    for _ in range(3):
+        proto_pub(pub, b"x", None, b"hi")
+    assert c.out_msgs == 3 and rc.out_msgs == 3
+    seen = []
+    monkeypatch.setattr(RouteConn, "send_msg", lambda self, *a: seen.append(("send", a[1])))
+    proto_pub(pub, b"x", None, b"hi")
+    assert seen == [("send", b"x")] and rc.out_msgs == 3 and c.out_msgs == 4
+    monkeypatch.setattr(Account, "deliver_result", lambda *a: seen.append("executor"))
+    proto_pub(pub, b"x", None, b"hi")
+    assert seen[-1] == "executor" and c.out_msgs == 4

@@ -42,6 +42,44 @@ cdef extern from "Python.h":
     PyTypeObject* Py_TYPE(object o)
     object PyNumber_InPlaceAdd(object a, object b)
 
+cdef extern from *:
+    """
+    /* a type's attribute-cache version tag: 0 when none is valid (PyType_Modified, i.e. any assignment to the
+       type or a base, clears it) */
+    static unsigned int rillet_type_tag(PyTypeObject* t) {
+        return (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
+    }
+    """
+    unsigned int rillet_type_tag(PyTypeObject* t) noexcept
+
+
+cdef struct TypeAttr:
+    # what a class attribute was when the type's version tag was ``tag`` (a method a test or another module
+    # may replace: looked up again whenever the type changed)
+    unsigned int tag
+    PyObject* value  # (a reference of its own)
+
+
+cdef inline object _type_attr(type t, str name, TypeAttr* cache):
+    cdef unsigned int tag = rillet_type_tag(<PyTypeObject*>t)
+    if tag != 0 and tag == cache.tag:
+        return <object>cache.value
+    v = getattr(t, name)
+    tag = rillet_type_tag(<PyTypeObject*>t)
+    Py_XDECREF(cache.value)
+    Py_INCREF(v)
+    cache.value = <PyObject*>v
+    cache.tag = tag
+    return v
+
+
+cdef TypeAttr _acc_deliver_attr
+cdef TypeAttr _acc_inner_attr
+cdef TypeAttr _route_send_attr
+_acc_deliver_attr.tag = _acc_inner_attr.tag = _route_send_attr.tag = 0
+_acc_deliver_attr.value = _acc_inner_attr.value = _route_send_attr.value = NULL
+
+
 cdef object _member_descriptor = None
 
 
@@ -517,7 +555,7 @@ def proto_pub(self, subject, reply, payload):
     else:
         found = r.psubs or r.qsubs
     if found:
-        ex = _Account.deliver_result
+        ex = _type_attr(_Account, "deliver_result", &_acc_deliver_attr)
         if ex is deliver_result:
             _deliver(acc, self, r, subject, reply, -1, payload, None, None)
         else:
@@ -716,7 +754,7 @@ def route_proto_rmsg(self, account, subject, reply, queues, payload):
         if acc is None:
             return None
     entry = _get(self, RC_CLUSTER, "cluster").routed_entry
-    if entry is _acc_deliver_routed and _Account._deliver_routed is _acc_inner_routed and \
+    if entry is _acc_deliver_routed and _type_attr(_Account, "_deliver_routed", &_acc_inner_attr) is _acc_inner_routed and \
             _accounts_mod.deliver_inbound is deliver_inbound:
         _inbound(acc, self, subject, reply, queues, -1, payload)
     else:
@@ -733,7 +771,7 @@ cdef object _cforward(acc, c, targets, subject, reply, hdr, msg, route, rreply):
     name = _get(acc, A_NAME, "name_b")
     rep = reply if rreply is None else rreply
     cdef bint delivered = False
-    cdef bint fast = _route_ready and _RouteConnT.send_msg is route_send_msg
+    cdef bint fast = _route_ready and _type_attr(_RouteConnT, "send_msg", &_route_send_attr) is route_send_msg
     for rc, queues in (<dict>targets).items():
         if fast and Py_TYPE(rc) == _ROUTE_T:
             if not _get(rc, RC_CLOSED, "closed"):
