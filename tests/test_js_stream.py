@@ -235,7 +235,7 @@ async def test_full_disk_fails_publishes_and_recovers(tmp_path, monkeypatch):
         monkeypatch.setattr(fsmod, "_write_all", no_space)
         with pytest.raises(APIError) as ei:
             await js.publish("disk", b"lost")
-        assert ei.value.err_code == 10077 and "No space left on device" in ei.value.description
+        assert (ei.value.code, ei.value.err_code, ei.value.description) == (503, 10023, "insufficient resources")
         # the server keeps serving everything else
         assert (await js.stream_info("DISK")).state.messages == 1
         monkeypatch.undo()

@@ -61,7 +61,7 @@ async def test_failed_gathered_write_fails_every_held_ack(tmp_path, monkeypatch)
         monkeypatch.setattr(fsmod.os, "pwritev", no_space)
         monkeypatch.setattr(fsmod, "_write_all", no_space)
         res = await asyncio.gather(*[js.publish("disk", b"lost%d" % i) for i in range(20)], return_exceptions=True)
-        assert all(isinstance(r, APIError) and r.err_code == 10077 and "No space left" in r.description
+        assert all(isinstance(r, APIError) and (r.err_code, r.description) == (10023, "insufficient resources")
                    for r in res), res
         info = await js.stream_info("DISK")
         assert info.state.messages == 1 and info.state.last_seq == 1

@@ -6,6 +6,7 @@ creation time) and the stream's store (with its consumers' state under ``obs/``)
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shutil
@@ -226,10 +227,16 @@ class JetStream:
         self.loop = self.server.loop
         log = self.log
         make_dirs_durable(self.store_dir)
+        # the store directory must be writable (a permission error refuses to start, as nats-server); a full
+        # disk does not: the server starts, serves what is stored and refuses new writes with 503/10023
         probe = os.path.join(self.store_dir, ".rillet-write-test")
-        with open(probe, "wb") as f:
-            f.write(b"ok")
-        os.unlink(probe)
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+            os.unlink(probe)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            log.warn(f"JetStream store directory {self.store_dir!r} is full: new messages will be refused")
         log.notice("Starting JetStream")
         log.notice("---------------- JETSTREAM ----------------")
         log.notice(f"  Max Memory:      {_human(self.max_memory)}")

@@ -1093,4 +1093,6 @@ def _store_error(e: Exception) -> ApiError:
     }.get(name)
     if text is not None:
         return ApiError.make("STREAM_STORE_FAILED", err=text)
+    if isinstance(e, store_base.ErrStoreFull):  # a full (or unwritable) disk: nats-server's 503/10023
+        return ApiError.make("INSUFFICIENT_RESOURCES")
     return ApiError.make("STREAM_STORE_FAILED", err=str(e) or name)

@@ -1578,7 +1578,16 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             _atomic_write(path, data, True)
         except OSError as e:
             if self._log_fd < 0:
-                raise ErrStoreFull(f"cannot write {path}: {e.strerror or e}") from e
+                if e.errno != errno.ENOSPC or not os.path.exists(path):
+                    raise ErrStoreFull(f"cannot write {path}: {e.strerror or e}") from e
+                # opened on a full disk: the state log it was recovered from stays as it is (appended to), so
+                # the stream is served, and refuses new messages until there is space again
+                self.log("warn", f"cannot rewrite {path} ({e.strerror or e}): the disk is full; keeping it")
+                with self._lock:
+                    self._log_fd = os.open(path, os.O_RDWR)
+                self._log_size = os.path.getsize(path)
+                self._log_compact_at = self._log_size + _LOG_COMPACT_MIN
+                return False
             if not self._log_warned:
                 self._log_warned = True
                 self.log("error", f"cannot rewrite {path} ({e.strerror or e}); will retry")
