@@ -415,3 +415,103 @@ def test_random_configs_decoded_as_nats_server(twin: _Server, go: "_GoServer", r
                 server.run(_ask(nc, f"CONSUMER.DELETE.S.{name}", b""))
     if (a or {}).get("err_code") == 10025 or (b or {}).get("err_code") == 10025:
         assert a == b, f"{subj} {body[:300]!r}"
+
+
+# ---- names that are not UTF-8 (or not names at all) in the request subject -------------------------------
+
+
+class _RawRequester:
+    """Requests over a plain connection, so that subjects can hold any byte (nats-py sends only text)."""
+
+    def __init__(self, reader: Any, writer: Any) -> None:
+        self.r, self.w, self.n = reader, writer, 0
+
+    @classmethod
+    async def open(cls, url: str) -> "_RawRequester":
+        host, port = url.replace("nats://", "").split(":")
+        r, w = await asyncio.open_connection(host, int(port))
+        await r.readline()
+        w.write(b'CONNECT {"verbose":false,"headers":true}\r\nSUB _R.> 1\r\nPING\r\n')
+        await w.drain()
+        while (await r.readline()) != b"PONG\r\n":
+            pass
+        return cls(r, w)
+
+    async def request(self, subject: bytes, body: bytes, timeout: float = 5) -> tuple[bytes, bytes] | None:
+        """(header block, payload) of the first answer, or None when none came."""
+        self.n += 1
+        inbox = b"_R.%d" % self.n
+        self.w.write(b"PUB %s %s %d\r\n%s\r\n" % (subject, inbox, len(body), body))
+        await self.w.drain()
+        try:
+            return await asyncio.wait_for(self._answer(inbox), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _answer(self, inbox: bytes) -> tuple[bytes, bytes]:
+        while True:
+            line = await self.r.readline()
+            if line == b"PING\r\n":
+                self.w.write(b"PONG\r\n")
+                continue
+            parts = line.split()
+            if not parts or parts[0] not in (b"MSG", b"HMSG"):
+                continue
+            size = int(parts[-1])
+            hsize = int(parts[-2]) if parts[0] == b"HMSG" else 0
+            data = await self.r.readexactly(size + 2)
+            if parts[1] == inbox:
+                return data[:hsize], data[hsize:size]
+
+    def close(self) -> None:
+        self.w.close()
+
+
+_NAME_BYTES = st.binary(min_size=1, max_size=6).map(
+    lambda b: bytes(c for c in b if c > 0x20 and c not in b".*>\x7f") or b"\xff")
+
+
+@st.composite
+def _raw_request(draw: Any) -> tuple[bytes, bytes, str]:
+    kind = draw(st.sampled_from(sorted(KINDS)))
+    toks = kind.split(".")
+    # the stream and consumer tokens (those after the endpoint's own words) replaced by random bytes
+    words = len([t for t in toks if t.isupper() or t == "INFO"])
+    args = [draw(_NAME_BYTES) if draw(st.booleans()) else t.encode() for t in toks[words:]]
+    subj = b"$JS.API." + ".".join(toks[:words]).encode() + b"".join(b"." + a for a in args)
+    return subj, draw(_body(KINDS[kind])), kind
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(req=_raw_request())
+def test_random_names_in_subjects_get_catalogued_answers(server: _Server, raw: _RawRequester,
+                                                           req: tuple[bytes, bytes, str]) -> None:
+    subj, body, kind = req
+    server.run(_setup(server.nc))
+    before = len(server.log())
+    got = server.run(raw.request(subj, body, timeout=2))
+    if not kind.startswith(NOT_JSON) and got is not None:  # (a name nobody serves may get no answer)
+        hdr, data = got
+        for t in PYTHON_TEXTS:
+            assert t.encode() not in data, f"{t!r} in the answer to {subj!r} {body[:200]!r}: {data[:400]!r}"
+        d = json.loads(data)
+        assert str(d.get("type", "")).startswith("io.nats.jetstream.api.v1."), (subj, d)
+        err = d.get("error")
+        if err is not None:
+            assert any(e["code"] == err["code"] and _desc_ok(err["description"], e["description"])
+                       for e in BY_CODE.get(err["err_code"], ())), (subj, body[:200], err)
+            assert err["err_code"] != 10051, (subj, body[:200], err)
+    info = server.run(server.nc.request("$JS.API.INFO", b"", timeout=5))
+    assert json.loads(info.data)["type"] == "io.nats.jetstream.api.v1.account_info_response"
+    new = server.log()[before:]
+    for t in ("Traceback", "JetStream API error", "Exception", "Error:"):
+        assert t not in new, f"{t!r} logged for {subj!r} {body[:200]!r}:\n{new[-2000:]}"
+
+
+@pytest.fixture(scope="module")
+def raw(server: _Server):
+    r = server.run(_RawRequester.open(server.srv.client_url))
+    try:
+        yield r
+    finally:
+        r.close()
