@@ -1,0 +1,293 @@
+"""The docs cannot drift from the code: every fenced block of docs/*.md and README.md is run.
+
+* ```sh blocks run under ``bash -e -o pipefail`` in a fresh directory; ```python blocks as scripts there;
+  ```conf blocks are written to a file and checked with ``rillet-server -t -c FILE``. ```text blocks are
+  listings or output, not code (counted, not run). Any other language fails the test.
+* An HTML comment on the line before a block says how it runs (``<!-- docs-test: WORDS -->``):
+  ``server=plain|js|cluster`` starts a Rillet server (a one-server JetStream server, or a three-server
+  JetStream cluster) on free ports for the block: ``nats://127.0.0.1:4222`` and ``NATS_URL`` become its
+  address, ``127.0.0.1:8222`` / ``-m 8222`` its monitoring port; ``name=N`` shares that server with later
+  blocks of the page naming N (they run in page order). ``no-server`` (the default) runs the block alone;
+  its well-known ports (4221-4224, 6221-6224, 7222, 7422, 8221-8224, 1883, 8080) are mapped to free ones.
+  ``background`` runs a command that serves until stopped: the test waits for its ports, then stops it.
+  ``pytest`` runs a python block as a test file. ``fails`` expects a non-zero exit (a refusal shown in the
+  docs). ``skip REASON`` does not run the block (a long benchmark, Spark, the test suite itself): counted,
+  and kept few.
+* A leading ``pip install -e .`` / ``pip install -e '.[extra]'`` is checked (the extra exists in
+  pyproject.toml) and not re-run: the package is installed editable where the tests run.
+Also: README.md is at most 200 lines, and docs/configuration.md is what scripts/gen_config_docs.py writes.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+MARK = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->")
+RUNNABLE = {"sh", "python", "conf"}
+MAX_SKIPPED = 8
+WELL_KNOWN_PORTS = ([4221, 4222, 4223, 4224, 6221, 6222, 6223, 6224, 7222, 7422, 8221, 8222, 8223, 8224,
+                     1883, 8080])
+
+
+@dataclass
+class Block:
+    page: str
+    line: int
+    lang: str
+    text: str
+    words: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    def opt(self, key: str) -> str | None:
+        for w in self.words:
+            if w.startswith(key + "="):
+                return w.split("=", 1)[1]
+        return None
+
+
+def blocks_of(path: Path) -> list[Block]:
+    out: list[Block] = []
+    lines = path.read_text().split("\n")
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^```(\S*)\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        start, lang = i, m.group(1)
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith("```"):
+            j += 1
+        prev = start - 1
+        while prev >= 0 and not lines[prev].strip():
+            prev -= 1
+        mark = MARK.search(lines[prev]) if prev >= 0 else None
+        # words, then an optional "(comment)"
+        words = mark.group(1).split("(", 1)[0].split() if mark else []
+        if words[:1] == ["skip"] and mark and "(" in mark.group(1):
+            words.append(mark.group(1).split("(", 1)[1])
+        out.append(Block(str(path.relative_to(ROOT)), start + 1, lang, "\n".join(lines[start + 1:j]) + "\n",
+                         words))
+        i = j + 1
+    return out
+
+
+ALL = [b for p in PAGES for b in blocks_of(p)]
+RUN = [b for b in ALL if b.lang != "text" and (not b.words or b.words[0] != "skip")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def strip_pip(text: str) -> str:
+    """Check and drop a leading `pip install -e .[extra] &&` (the package is already installed)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def check(m: re.Match) -> str:
+        extra = m.group(1)
+        assert extra is None or extra in extras, f"pip install names extra {extra!r}, not in pyproject.toml"
+        return ""
+    return re.sub(r"pip install (?:-e )?'?\.(?:\[(\w+)\])?'? && ", check, text)
+
+
+# ---- servers for the blocks that need one (kept per page and name, stopped at the end) -------------------
+
+_servers: dict[tuple[str, str], object] = {}
+
+
+def server_for(block: Block, tmp: Path):
+    from rillet.testing import Servers
+    kind = block.opt("server")
+    key = (block.page, block.opt("name") or f"{kind}@{block.line}")
+    if key not in _servers:
+        if kind == "plain":
+            s = Servers.single(http_port=-1)
+        elif kind == "js":
+            s = Servers.single(jetstream=True, http_port=-1, store_dir=str(tmp / "store"))
+        elif kind == "cluster":
+            s = Servers.cluster(3, store_dir=str(tmp / "store"))
+        else:
+            raise AssertionError(f"{block.id}: unknown server={kind}")
+        _servers[key] = s.start()
+    return _servers[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_servers():
+    yield
+    for s in _servers.values():
+        s.stop()
+    _servers.clear()
+
+
+def substitute(block: Block, tmp: Path) -> tuple[str, dict[str, str], list[int]]:
+    """The block's text with its addresses made real, its environment, and the ports to wait for."""
+    text = strip_pip(block.text)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RILLET_CONFIG_DIR=str(tmp / "cfg"), NSC_HOME=str(tmp / "nsc"))
+    env.pop("NATS_URL", None)
+    env.pop("NATS_CONTEXT", None)
+    waits: list[int] = []
+    if block.opt("server"):
+        s = server_for(block, tmp)
+        url = s.url
+        text = text.replace("nats://127.0.0.1:4222", url).replace("nats://localhost:4222", url)
+        try:
+            mon = s.monitor_url()
+        except RuntimeError:
+            mon = None
+        if mon:
+            port = mon.rsplit(":", 1)[1]
+            text = text.replace("127.0.0.1:8222", f"127.0.0.1:{port}").replace("localhost:8222", f"127.0.0.1:{port}")
+            text = re.sub(r"-m 8222\b", f"-m {port}", text)
+        env["NATS_URL"] = ",".join(s.urls)
+    else:
+        mapping = {}
+        for p in WELL_KNOWN_PORTS:
+            if re.search(rf"(?<![\d.]){p}(?!\d)", text):
+                mapping[p] = free_port()
+        for p, q in mapping.items():
+            text = re.sub(rf"(?<![\d.]){p}(?!\d)", str(q), text)
+        waits = [mapping[p] for p in mapping if p in (4221, 4222, 8222)]
+    return text, env, waits
+
+
+def run_shell(text: str, env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    # output to a file, not a pipe: servers a block starts with & keep a pipe open after bash ends
+    with open(cwd / ".block.out", "w+") as out:
+        proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", text], cwd=cwd, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            out.seek(0)
+            raise AssertionError(f"timed out after {timeout} s:\n{out.read()}")
+        finally:
+            stop_group(proc.pid)
+            proc.wait()
+        out.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), "")
+
+
+def stop_group(pgid: int) -> None:
+    """Stop what a block left running in the background (its servers), SIGTERM then SIGKILL."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(50):
+        time.sleep(0.1)
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait_listening(port: int, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def run_background(text: str, env: dict[str, str], cwd: Path, waits: list[int]) -> None:
+    assert waits, "a background block must name a port to wait for"
+    log = open(cwd / "background.log", "w+")
+    proc = subprocess.Popen(["bash", "-e", "-c", text], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        for port in waits:
+            ok = wait_listening(port, deadline)
+            log.seek(0)
+            assert ok, f"nothing listens on {port} after 30 s:\n{log.read()}"
+        assert proc.poll() is None, f"the command ended:\n{log.read()}"
+    finally:
+        stop_group(proc.pid)
+        proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
+def test_block(block: Block, tmp_path: Path):
+    assert block.lang in RUNNABLE, f"{block.id}: ```{block.lang} blocks cannot be run (sh, python, conf, text)"
+    text, env, waits = substitute(block, tmp_path)
+    expect_fail = "fails" in block.words
+    if block.lang == "conf":
+        conf = tmp_path / "server.conf"
+        conf.write_text(text)
+        r = subprocess.run([sys.executable, "-m", "rillet.app.main", "-t", "-c", str(conf)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=60)
+        r = subprocess.CompletedProcess(r.args, r.returncode, r.stdout + r.stderr, "")
+    elif block.lang == "sh" and "background" in block.words:
+        run_background(text, env, tmp_path, waits)
+        return
+    elif block.lang == "sh":
+        r = run_shell(text, env, tmp_path, timeout=90)
+    elif "pytest" in block.words:
+        (tmp_path / "test_snippet.py").write_text(text)
+        r = run_shell(f"{sys.executable} -m pytest -q -p no:cacheprovider test_snippet.py", env, tmp_path, 90)
+    else:
+        (tmp_path / "snippet.py").write_text(text)
+        r = run_shell(f"{sys.executable} snippet.py", env, tmp_path, timeout=90)
+    if expect_fail:
+        assert r.returncode != 0, f"{block.id} should fail:\n{r.stdout}"
+    else:
+        assert r.returncode == 0, f"{block.id} exited {r.returncode}:\n{text}\n---\n{r.stdout}"
+
+
+def test_skipped_blocks_are_few_and_say_why():
+    skipped = [b for b in ALL if b.words and b.words[0] == "skip"]
+    for b in skipped:
+        assert len(b.words) > 1, f"{b.id}: a skipped block must give its reason"
+    assert len(skipped) <= MAX_SKIPPED, [b.id for b in skipped]
+    assert len(RUN) >= 20, f"only {len(RUN)} blocks run"
+
+
+def test_markers_are_known():
+    known = {"skip", "background", "pytest", "fails", "no-server"}
+    for b in ALL:
+        if b.words and b.words[0] != "skip":
+            for w in b.words:
+                assert w.split("=")[0] in known | {"server", "name"}, f"{b.id}: {w}"
+
+
+def test_readme_is_short():
+    n = len((ROOT / "README.md").read_text().splitlines())
+    assert n <= 200, f"README.md has {n} lines (at most 200: the rest belongs in docs/)"
+
+
+def test_configuration_page_is_generated_from_the_code():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_config_docs.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_every_page_is_in_the_site():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for p in (ROOT / "docs").glob("*.md"):
+        assert p.name in nav, f"docs/{p.name} is not in mkdocs.yml's nav"
