@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rillet.gocompat.gotime import format_time
+from rillet.jetstream.store.base import ErrSyncFailed
 from rillet.jetstream.store.filestore import fsync_dir, make_dirs_durable
 from rillet.jetstream.stream import Stream
 
@@ -305,6 +306,8 @@ class JetStream:
                 for s in list(jsa.streams.values()):
                     try:
                         await self.loop.run_in_executor(None, s.store.sync)
+                    except ErrSyncFailed as e:  # (what was written since the last sync may be lost: no more acks)
+                        s.fail_store(str(e))
                     except Exception as e:
                         self.log.error(f"JetStream sync of stream '{s.name}' failed: {e}")
 

@@ -94,6 +94,10 @@ class Stream:
         self._acks: list[tuple[bytes, bytes]] = []
         self._ack_parts: tuple[bytes, bytes] | None = None  # a PubAck's JSON around its sequence
         self._sync_scheduled = False
+        # why the store can no longer be trusted to make writes durable (an fsync failed: the kernel may have
+        # dropped the pages it could not write, so a later fsync that succeeds proves nothing, the "fsyncgate"
+        # lesson); set once, then every new message is refused until the server restarts and recovers the store
+        self.store_failed = ""
         self._expire_timer: asyncio.TimerHandle | None = None
         self.sources: Any = None  # mirror / sources machinery (rillet.jetstream.sources)
         self.mirror_direct_ready = False  # a mirror_direct mirror close enough to its origin to answer for it
@@ -281,6 +285,8 @@ class Stream:
         cfg = self.cfg
         pn = len(self._inflight)
         try:
+            if self.store_failed:
+                raise ApiError.make("STREAM_STORE_FAILED", err=self.store_failed)
             if cfg.sealed:
                 raise ApiError.make("STREAM_SEALED")
             size = len(hdr) + len(data) + len(subject)
@@ -823,14 +829,33 @@ class Stream:
         try:
             if self._wb_pending:  # (write-behind on: gathered records are written here, on the loop's thread)
                 self.store.flush_writes()
-            await self.js.loop.run_in_executor(None, self.store.sync)
         except Exception as e:
+            err = _store_error(e)
+            for reply, _ in acks:
+                self._reply(reply, _json({"error": err.to_dict(), "stream": self.name, "seq": 0}))
+            return
+        try:
+            await self.js.loop.run_in_executor(None, self.store.sync)
+        except store_base.ErrSyncFailed as e:
+            # the messages are written but not known durable: their publishers get no answer (the outcome is
+            # unknown, as when a leader is lost) and the stream stops acknowledging anything new
+            self.fail_store(str(e))
+            return
+        except Exception as e:  # (e.g. the state log could not be written: a full disk)
             err = _store_error(e)
             for reply, _ in acks:
                 self._reply(reply, _json({"error": err.to_dict(), "stream": self.name, "seq": 0}))
             return
         for reply, payload in acks:
             self._reply(reply, payload)
+
+    def fail_store(self, why: str) -> None:
+        """The store failed to make writes durable (``why``): from now on new messages are refused with
+        ``why`` (503/10077) until the server restarts and recovers the store from what is on disk."""
+        if not self.store_failed:
+            self.store_failed = why
+            self.js.log.error(f"JetStream stream '{self.jsa.account.name} > {self.name}': storage failure ({why}): "
+                              "no further messages are accepted until the server restarts")
 
     # ---- dedup ------------------------------------------------------------------------------------
 

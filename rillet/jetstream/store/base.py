@@ -23,6 +23,7 @@ __all__ = [
     "ErrStoreClosed",
     "ErrStoreCorrupt",
     "ErrStoreFull",
+    "ErrSyncFailed",
     "ErrTooManyResults",
     "LogFn",
     "RemoveCallback",
@@ -81,6 +82,11 @@ class ErrStoreClosed(StoreError):
 
 class ErrStoreFull(StoreError):
     """The disk is full or not writable; the text carries the OS message.  Nothing was stored."""
+
+
+class ErrSyncFailed(ErrStoreFull):
+    """An fsync failed: what was written since the last good one may be lost, and a later fsync that succeeds
+    does not prove otherwise (the kernel may have dropped the pages it could not write)."""
 
 
 class ErrStoreCorrupt(StoreError):

@@ -109,6 +109,7 @@ from .base import (
     ErrStoreClosed,
     ErrStoreCorrupt,
     ErrStoreFull,
+    ErrSyncFailed,
     LogFn,
     StoreConfig,
     StoredMsg,
@@ -1740,7 +1741,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             finally:
                 os.close(fd)
         if err is not None:
-            raise ErrStoreFull(f"fsync failed: {err.strerror or err}") from err
+            raise ErrSyncFailed(f"fsync failed: {err.strerror or err}") from err
         for cs in list(self._consumers.values()):
             if isinstance(cs, FileConsumerStore):
                 cs.sync()
