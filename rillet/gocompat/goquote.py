@@ -25,10 +25,11 @@ def go_type(v: Any) -> str:
 def go_quote(data: bytes | str) -> str:
     """Go's ``%q`` / ``strconv.Quote`` of ``data``."""
     if isinstance(data, str):
+        text = data
         try:  # (text decoded with surrogateescape: its escapes are the bytes that were not UTF-8)
-            data = data.encode("utf-8", "surrogateescape")
+            data = text.encode("utf-8", "surrogateescape")
         except UnicodeEncodeError:
-            data = data.encode("utf-8", "surrogatepass")
+            data = text.encode("utf-8", "surrogatepass")
     out = ['"']
     i = 0
     n = len(data)
