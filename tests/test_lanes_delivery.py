@@ -126,7 +126,8 @@ def test_both_executors_deliver_the_same(msgs, seed):
 
 def run_pub(handler, seed, msgs):
     """The same through a client's PUB handler (rillet.server.client.reference_proto_pub or its twin): the
-    match, the counting, and nobody listening (503s on the publisher's own output); ``slow`` PUBs take the
+    match, the plans made for new results (``LINKS`` or a full one), the counting, and nobody listening (503s
+    on the publisher's own output); ``slow`` PUBs take the
     checks (the pedantic subject check of an invalid subject answers an -ERR on the publisher's output)."""
     srv, acc, pub, clients, got, link = world(None)
     answers = []
@@ -139,7 +140,8 @@ def run_pub(handler, seed, msgs):
     sl = acc.sublist
     state = [(bytes(c.out), c.out_msgs, c.out_bytes, c.in_msgs, c.in_bytes, c.flush_pending,
               [(s.sid, s.nm) for s in c.subs.values()]) for c in clients]
-    return answers, state, got, link.sent, [clients.index(c) for c in srv.pending_flush], sl._hits, sl._misses
+    plans = sorted((k, r.plan is delivery.LINKS, r.plan is not None and r.plan.local) for k, r in sl._cache.items())
+    return answers, state, got, link.sent, [clients.index(c) for c in srv.pending_flush], sl._hits, sl._misses, plans
 
 
 PUB = st.tuples(st.sampled_from(SUBJECTS + [b"a..b", b"_INBOX.x"]), st.sampled_from([None, b"", b"_INBOX.r1"]),

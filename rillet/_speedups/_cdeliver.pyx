@@ -116,7 +116,7 @@ cdef PyTypeObject* _CLIENT_T = NULL
 cdef PyTypeObject* _ACC_T = NULL
 cdef object _Client = None
 cdef Py_ssize_t R_PSUBS, R_QSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
-cdef Py_ssize_t S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME
+cdef Py_ssize_t S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME, A_GW
 cdef Py_ssize_t C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS, C_ECHO
 cdef Py_ssize_t C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
 cdef PyTypeObject* _SUBLIST_T = NULL
@@ -131,7 +131,7 @@ cdef list _keep = []  # (the types, referenced)
 cdef int _setup() except -1:
     global _ready, _member_descriptor, _RESULT_T, _PLAN_T, _SUB_T, _CLIENT_T, _ACC_T, _Client
     global R_PSUBS, R_QSUBS, R_PLAN, P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS
-    global S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME
+    global S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME, A_GW
     global C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS, C_ECHO
     global C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
     global _SUBLIST_T, _sublist_match, _reference_pub, _Account
@@ -160,6 +160,7 @@ cdef int _setup() except -1:
     A_PENDING = _off(Account, "_pending")
     A_SERVER = _off(Account, "server")
     A_NAME = _off(Account, "name_b")
+    A_GW = _off(Account, "gw")
     C_OUT = _off(Client, "out")
     C_FLUSH = _off(Client, "flush_pending")
     C_MSGS = _off(Client, "out_msgs")
@@ -199,6 +200,8 @@ cdef object _no_responders = _pure.no_responders
 cdef object _random = _pure.random
 cdef object _RemoteSub = _pure.RemoteSub
 cdef object _NONE = _pure._NONE
+cdef object _LINKS = _pure.LINKS
+cdef Py_ssize_t _LINKS_MAX = _pure.LINKS_MAX
 cdef object _GATEWAY = _pure.GATEWAY
 
 # subclasses of Client whose output state is Client's own slots (checked once per type)
@@ -371,6 +374,24 @@ cdef object _deliver(acc, c, r, subject, reply, hdr, msg, route, rreply):
     else:
         plan = r.plan
     cdef Py_ssize_t h = hdr
+    cdef Py_ssize_t np
+    if plan is None and rt == _RESULT_T:
+        # the plan of a new result (a new reply subject, an ack subject: one per message), made as the reference
+        # makes it (the shared ``LINKS`` for a few links' plain interest only)
+        psubs = _get(r, R_PSUBS, "psubs")
+        qs = _get(r, R_QSUBS, "qsubs")
+        gw = _get(acc, A_GW, "gw")
+        np = len(psubs)
+        if 0 < np <= _LINKS_MAX and type(psubs[0]) is _RemoteSub and gw is None and not qs:
+            plan = _LINKS
+            for sub in psubs:
+                if type(sub) is not _RemoteSub:
+                    plan = _Plan(r)
+                    break
+        else:
+            plan = _Plan(r, gw)
+        if psubs or qs:  # (the empty result is one object, shared by every sublist: it keeps no plan)
+            _set(r, R_PLAN, plan)
     if plan is None or Py_TYPE(plan) != _PLAN_T or (h > 0 and _mt.CURRENT is not None) or \
             _get(plan, P_GW, "gw") is not None:
         return _pure_deliver(acc, c, r, subject, reply, hdr, msg, route, rreply)
