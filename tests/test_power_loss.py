@@ -115,10 +115,8 @@ def test_power_cut_with_sync_always(lone) -> None:
         assert msgs is None  # nats-server 2.15: the stream is forgotten (measured; Jepsen 2025 reported it)
 
 
-@pytest.mark.xfail(strict=True, reason="known bug being fixed this session: a consumer's acks are written "
-                   "lazily (consumer.STATE_FLUSH) even with sync_interval: always, so a confirmed AckSync can be "
-                   "lost at a power cut")
 def test_confirmed_acks_survive_a_power_cut_with_sync_always(tmp_path) -> None:
+    # an AckSync's confirmation is sent once the consumer state holding the ack is fsynced
     s = Lone("rillet", str(tmp_path / "s"), "always")
     try:
         s.start()

@@ -30,6 +30,7 @@ domain is set; the 11-token v2 form with domain and account hash is accepted too
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -170,6 +171,7 @@ class Consumer(ConsumerStateMachine):
         self._pause_timer: Any = None
         self._delay_timer: Any = None
         self._flush_timer: Any = None
+        self._confirms: list[bytes] = []  # AckSync confirmations waiting for the state's fsync (sync_interval always)
         self._dirty = False
         self._replay_lts = 0
         self._replay_ok_seq = 0
@@ -1152,7 +1154,35 @@ class Consumer(ConsumerStateMachine):
             if not self.process_term(sseq, dseq, dc, reason):
                 skip_reply = True
         if reply and not skip_reply:
+            if self.persist is not None and self.js.sync_always:
+                self._confirm_durably(reply)  # (an AckSync's answer says the ack is on disk)
+            else:
+                self.ic.publish(reply, None, b"")
+
+    def _confirm_durably(self, reply: bytes) -> None:
+        """With ``sync_interval: always`` the confirmation of an ack (AckSync) goes out once the consumer's
+        state holding it is fsynced: the acks confirmed in one pass of the loop share one write and fsync."""
+        self._confirms.append(reply)
+        if len(self._confirms) == 1:
+            self.loop.create_task(self._write_confirmed())
+
+    async def _write_confirmed(self) -> None:
+        await asyncio.sleep(0)  # (the other acks read in this pass join)
+        replies, self._confirms = self._confirms, []
+        if self.closed or self.persist is None:
+            return
+        self._dirty = False
+        cs = self.persist._cs()
+        cs.update(self.get_state())
+        try:
+            await self.loop.run_in_executor(None, cs.flush, True)
+        except Exception as e:  # not durable: no confirmation (the client's AckSync times out; the ack may stay)
+            self._dirty = True
+            self.js.log.error(f"JetStream consumer '{self.stream.name} > {self.name}' state write failed: {e}")
+            return
+        for reply in replies:
             self.ic.publish(reply, None, b"")
+        self.js.server.schedule_flush()
 
     def process_ack(self, sseq: int, dseq: int, dc: int, sample: bool) -> bool:
         if sseq >= self.sseq and not self.flow_control:
