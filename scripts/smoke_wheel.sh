@@ -26,7 +26,7 @@ wheels=("$WORK"/dist/rillet-*.whl)
 "$PY" - "${wheels[0]}" <<'PYEOF' || exit 1
 import re, sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-missing = [m for m in ("_cparser", "_cserver", "_cstore", "_cjs", "_ccluster") if not any(re.fullmatch(rf"rillet/_speedups/{m}\.[^/]*\.so", n) for n in names)]
+missing = [m for m in ("_cparser", "_cserver", "_cdeliver", "_cstore", "_cjs", "_ccluster") if not any(re.fullmatch(rf"rillet/_speedups/{m}\.[^/]*\.so", n) for n in names)]
 if missing:
     sys.exit(f"wheel smoke: FAILED: the wheel lacks the compiled lane's extensions {missing}")
 print("wheel smoke: the wheel carries the compiled lane")
