@@ -30,6 +30,7 @@ KINDS = {
     "pause": ["pause-leader", "pause-random"],
     "partition": ["partition-random", "partition-leader", "partition-bridge", "partition-link"],
     "power": ["power-random", "power-two", "power-all"],
+    "power-minority": ["power-random"],  # (one server at a time: what the default sync_interval must survive)
 }
 
 

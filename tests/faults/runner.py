@@ -75,7 +75,7 @@ class Run:
                 log(f"network namespaces not permitted ({e}); on 127.0.0.1, partitions skipped")
                 self.lab = None
         self.cluster = Cluster(a.server, self.tmp, self.lab, sync=a.sync, pythonpath=a.rillet_src,
-                               lazyfs="power" in a.modes)
+                               lazyfs=any(m.startswith("power") for m in a.modes))
         plan = make_plan(a.seed, a.modes, a.time, quick=a.quick)
         log(f"seed {a.seed}; {a.server} servers {self.cluster.urls}, sync_interval "
             f"{'always' if a.sync == 'always' else 'default'}; logs and stores in {self.tmp}")
