@@ -98,7 +98,7 @@ def render() -> str:
         "listen: 127.0.0.1:4222",
         "http_port: 8222",
         "jetstream {",
-        "    store_dir: ./data",
+        "    store_dir: \"./data\"",
         "    sync_interval: always",
         "}",
         "```",

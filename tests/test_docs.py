@@ -10,7 +10,8 @@
   blocks of the page naming N (they run in page order). ``no-server`` (the default) runs the block alone;
   its well-known ports (4221-4224, 6221-6224, 7222, 7422, 8221-8224, 1883, 8080) are mapped to free ones.
   ``background`` runs a command that serves until stopped: the test waits for its ports, then stops it.
-  ``pytest`` runs a python block as a test file. ``fails`` expects a non-zero exit (a refusal shown in the
+  ``pytest`` runs a python block as a test file. ``same-as=docs/PAGE.md`` checks that a block of that page
+  (which runs) has the same text, so one example can be shown twice and run once. ``fails`` expects a non-zero exit (a refusal shown in the
   docs). ``skip REASON`` does not run the block (a long benchmark, Spark, the test suite itself): counted,
   and kept few.
 * A leading ``pip install -e .`` / ``pip install -e '.[extra]'`` is checked (the extra exists in
@@ -141,7 +142,10 @@ def _stop_servers():
 def substitute(block: Block, tmp: Path) -> tuple[str, dict[str, str], list[int]]:
     """The block's text with its addresses made real, its environment, and the ports to wait for."""
     text = strip_pip(block.text)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", RILLET_CONFIG_DIR=str(tmp / "cfg"), NSC_HOME=str(tmp / "nsc"))
+    # the CLI's contexts and the nsc store of `rillet auth` in the block's directory, not the user's
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RILLET_CONFIG_DIR=str(tmp / "cfg"), NSC_HOME=str(tmp / "nsc"),
+               XDG_CONFIG_HOME=str(tmp / "xdg-config"), XDG_DATA_HOME=str(tmp / "xdg-data"),
+               NKEYS_PATH=str(tmp / "nkeys"))
     env.pop("NATS_URL", None)
     env.pop("NATS_CONTEXT", None)
     waits: list[int] = []
@@ -232,9 +236,25 @@ def run_background(text: str, env: dict[str, str], cwd: Path, waits: list[int]) 
         log.close()
 
 
+def plugin_arg() -> str:
+    """`-p rillet.testing.pytest_plugin` where the editable install predates the pytest11 entry point."""
+    from importlib.metadata import entry_points
+    eps = entry_points(group="pytest11")
+    return "" if any(ep.value == "rillet.testing.pytest_plugin" for ep in eps) else "-p rillet.testing.pytest_plugin"
+
+
+def runnable_texts(page: str) -> set[str]:
+    return {b.text for b in RUN if b.page == page and not b.opt("same-as")}
+
+
 @pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
 def test_block(block: Block, tmp_path: Path):
     assert block.lang in RUNNABLE, f"{block.id}: ```{block.lang} blocks cannot be run (sh, python, conf, text)"
+    if block.opt("same-as"):
+        # the same commands as a block another page runs (e.g. the README's cluster and docs/clustering.md's)
+        page = block.opt("same-as")
+        assert block.text in runnable_texts(page), f"{block.id}: no block of {page} has the same text"
+        return
     text, env, waits = substitute(block, tmp_path)
     expect_fail = "fails" in block.words
     if block.lang == "conf":
@@ -250,7 +270,8 @@ def test_block(block: Block, tmp_path: Path):
         r = run_shell(text, env, tmp_path, timeout=90)
     elif "pytest" in block.words:
         (tmp_path / "test_snippet.py").write_text(text)
-        r = run_shell(f"{sys.executable} -m pytest -q -p no:cacheprovider test_snippet.py", env, tmp_path, 90)
+        r = run_shell(f"{sys.executable} -m pytest -q -p no:cacheprovider {plugin_arg()} test_snippet.py", env,
+                      tmp_path, 90)
     else:
         (tmp_path / "snippet.py").write_text(text)
         r = run_shell(f"{sys.executable} snippet.py", env, tmp_path, timeout=90)
@@ -273,7 +294,7 @@ def test_markers_are_known():
     for b in ALL:
         if b.words and b.words[0] != "skip":
             for w in b.words:
-                assert w.split("=")[0] in known | {"server", "name"}, f"{b.id}: {w}"
+                assert w.split("=")[0] in known | {"server", "name", "same-as"}, f"{b.id}: {w}"
 
 
 def test_readme_is_short():
