@@ -1,7 +1,8 @@
 """The log seam: every change to a stream (or a consumer's replicated state) is an entry, proposed by the
 leader, committed, then applied on every replica; replies and side effects follow on the leader.
 
-The interface a log implements (``SingleNodeLog`` here; ``DeferredLog`` for tests; a RAFT-backed log later):
+The interface a log implements (``SingleNodeLog`` here, for R1 streams and consumers; ``DeferredLog`` for tests;
+``rillet.jetstream.cluster.log.RaftLog``, the RAFT-backed log of a replicated group):
 
 ``log.apply``                          the owner's state machine, ``apply(entry) -> result``, set at creation.
                                        Called once per committed entry, in log order, on every replica. It
@@ -23,7 +24,7 @@ An ``Entry`` is ``op`` plus ``args`` (what a replica needs, all decided by the l
 msg ids, batch boundaries) plus ``ctx``: the proposer's local context for its completion (a reply subject, a
 callback). ``ctx`` never leaves the proposing node: a replicated log encodes ``op`` and ``args`` only.
 
-What a RAFT-backed log must also keep: completions fire in proposal order (a stream keeps its in-flight
+What the RAFT-backed log also keeps: completions fire in proposal order (a stream keeps its in-flight
 entries in a FIFO); an entry applied on a node that did not propose it (a follower, or a new leader applying
 its predecessor's tail) has no completion, so its leader-side effects (replies, republish, consumer wake-ups)
 do not run: a new leader re-derives its timers and consumer engines from the applied state. A consumer's log
