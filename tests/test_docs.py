@@ -312,3 +312,15 @@ def test_every_page_is_in_the_site():
     nav = (ROOT / "mkdocs.yml").read_text()
     for p in (ROOT / "docs").glob("*.md"):
         assert p.name in nav, f"docs/{p.name} is not in mkdocs.yml's nav"
+
+
+def test_no_indented_code_blocks():
+    """Code shown by indentation would escape the run above: fenced blocks only."""
+    for path in PAGES:
+        lines, fenced = path.read_text().split("\n"), False
+        for i, line in enumerate(lines):
+            if line.startswith("```"):
+                fenced = not fenced
+            elif (not fenced and line.startswith("    ") and i and not lines[i - 1].strip()
+                  and not re.match(r"\s*([-*|]|\d+\.)", line)):
+                raise AssertionError(f"{path.name}:{i + 1}: an indented code block; fence it (```sh ...)")
