@@ -3,7 +3,8 @@
 The parsed block is ``Options.mqtt``: a dict with these keys (absent = not set, nats-server's default
 applies): host, port, tls (TLSConfig), tls_timeout, username, password, token, auth_timeout, no_auth_user,
 ack_wait (s), js_api_timeout (s), max_ack_pending, js_domain, stream_replicas, consumer_memory_storage,
-consumer_inactive_threshold (s), reject_qos2_publish, downgrade_qos2_subscribe.
+consumer_inactive_threshold (s), reject_qos2_publish, downgrade_qos2_subscribe, and Rillet's
+receive_maximum (MQTT 5).
 ``validate_mqtt(opts)`` is nats-server's check at start (ValueError).
 """
 from __future__ import annotations
@@ -74,6 +75,13 @@ class MqttSection:
                 raise sub.error(f"invalid value {v}, should in [0..{MAX_ACK_TOTAL}] range")
             m["max_ack_pending"] = v
 
+        def receive_maximum(sub: Field) -> None:
+            # (Rillet only, MQTT 5: the Receive Maximum announced in CONNACK and enforced on QoS 1 and 2 PUBLISH)
+            v = sub.as_int()
+            if v < 1 or v > 65535:
+                raise sub.error(f"invalid value {v}, should in [1..65535] range")
+            m["receive_maximum"] = v
+
         def consumer_replicas(sub: Field) -> None:
             self.warnings.append(sub.error(f'invalid use of field "{sub.key}": '
                                            "consumer replicas setting ignored in this server version"))
@@ -102,6 +110,7 @@ class MqttSection:
             "consumer_auto_cleanup": duration("consumer_inactive_threshold"),
             "reject_qos2_publish": put("reject_qos2_publish", "bool"),
             "downgrade_qos2_subscribe": put("downgrade_qos2_subscribe", "bool"),
+            "receive_maximum": receive_maximum,
         }
         f.as_map()
         self.each(f, table, "mqtt")

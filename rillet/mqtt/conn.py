@@ -59,7 +59,6 @@ RC_SHARED_NOT_SUPPORTED = 0x9E
 RC_NO_SUBSCRIBERS = 0x10
 RC_NO_SUB_EXISTED = 0x11
 
-SERVER_RECEIVE_MAX = 65535
 SERVER_ALIAS_MAX = 65535
 MAX_PAYLOAD_MQTT = 0xFFFFFFF
 PROPS_HDR = "Nmqtt-Props"
@@ -110,6 +109,10 @@ class MqttConn(asyncio.Protocol):
     no_responders = False
     nonce = None  # (no INFO, no nonce: in operator mode only bearer user JWTs can sign in, as nats-server)
     jwt_user: Any = None
+    jwt_timer: Any = None
+    callout_user: Any = None  # what an auth callout admitted this client as
+    connect_received = False  # (authenticated: the account's CONNECT event was sent)
+    _callout_wait: Any = None
 
     def __init__(self, ms: "MqttServer", ws: bool = False) -> None:
         self.ms = ms
@@ -289,6 +292,8 @@ class MqttConn(asyncio.Protocol):
                 self.out.clear()
             t.close()
         self._unsubscribe_all()
+        if self.connect_received:
+            self.server.sysacc.client_disconnected(self)  # ($SYS.ACCOUNT.<acc>.DISCONNECT, as nats-server)
         loop = asyncio.get_event_loop()
         will = self.will if abnormal else None
         self.will = None
@@ -481,6 +486,8 @@ class MqttConn(asyncio.Protocol):
         self.client_id = cid
         if p.username:
             self.opts.user = p.username
+        if p.password is not None:  # (nats-server: the password is also the token)
+            self.opts.password = self.opts.auth_token = p.password.decode("utf-8", "surrogateescape")
         if p.will is not None:
             if ms.reject_qos2 and p.will.qos == 2:
                 self.send_packet(C.ConnAck(False, RC_QOS_NOT_SUPPORTED if v5 else 0x10))  # (nats-server's code)
@@ -490,11 +497,20 @@ class MqttConn(asyncio.Protocol):
                 self.will_subject = topic_to_subject(p.will.topic)
             except TopicError as e:
                 raise C.MalformedPacket(str(e), RC_TOPIC_NAME_INVALID) from None
-        # authentication, as a NATS CONNECT with the MQTT user name and password (the password is also the token)
-        if not self._authenticate(p):
+        # authentication, as a NATS CONNECT with the MQTT user name and password (the password is also the token);
+        # an auth callout (the server's, or an account JWT's) decides when it is configured to
+        if not await self._authorize(p):
+            if self.closed:
+                return
+            srv.sysacc.auth_error(self, "Authentication Failure")
             refuse(RC311_NOT_AUTHORIZED, "Not authorized", "authentication error"
                    + (f" - User \"{p.username}\"" if p.username else ""))
             return
+        if self.closed:
+            return
+        # as nats-server (isClientAuthorized): the account's CONNECT event once the client is authenticated
+        self.connect_received = True
+        srv.sysacc.client_connected(self)
         self.will = p.will
         self.keepalive = p.keepalive
         self.connect_packet = p  # (a configuration reload signs the client in again)
@@ -531,7 +547,7 @@ class MqttConn(asyncio.Protocol):
         ms.cancel_will(self.account, cid)
         props: dict[str, Any] = {}
         if v5:
-            props = {"receive_maximum": SERVER_RECEIVE_MAX, "topic_alias_maximum": SERVER_ALIAS_MAX,
+            props = {"receive_maximum": ms.receive_max, "topic_alias_maximum": SERVER_ALIAS_MAX,
                      "maximum_packet_size": self.ms.max_packet(), "retain_available": 1,
                      "wildcard_subscription_available": 1, "subscription_identifier_available": 1,
                      "shared_subscription_available": 1}
@@ -557,9 +573,71 @@ class MqttConn(asyncio.Protocol):
         if sess.pubrel:
             await self._ensure_pubrel()
 
-    def _authenticate(self, p: C.Connect) -> bool:
+    async def _authorize(self, p: C.Connect) -> bool:
+        """Authenticate, or have the auth callout decide (nats-server sends MQTT users to it as other clients:
+        the config's ``authorization { auth_callout }`` unless the mqtt block has its own authorization, or
+        the callout of the account the user JWT names)."""
+        srv = self.server
+        callout: list = []
+        if not self._authenticate(p, callout):
+            return False
+        if not callout:
+            return True
+        ac, jwt_sub = callout
+        loop = asyncio.get_running_loop()
+        self._callout_wait = loop.create_future()
+        ac.start(self, self.opts, jwt_sub=jwt_sub)
+        user = await self._callout_wait
+        self._callout_wait = None
+        if user is None or self.closed:
+            return False
+        self.jwt_user = None
+        if self.jwt_timer is not None:
+            self.jwt_timer.cancel()
+            self.jwt_timer = None
+        self.perms = None
+        self._apply_user(user)
+        self.user = user.username or self.opts.user or user.nkey
+        self.callout_user = user
+        (getattr(user, "callout", None) or srv.auth_callout).apply_limits(self, user)
+        return True
+
+    def callout_started(self) -> None:
+        """(AuthCallout.start) The CONNECT waits in ``_authorize`` for the answer; nothing else is read meanwhile:
+        the packet task is busy with the CONNECT."""
+
+    def callout_done(self, user: Any, reason: str) -> None:
+        """(AuthCallout) The callout admitted the client as ``user``, or refused it (None). After a reload's
+        recheck (no CONNECT waiting) a refusal closes the connection."""
+        w = self._callout_wait
+        if w is not None:
+            if not w.done():
+                w.set_result(user)
+            return
+        if user is None and not self.closed:
+            self.server.sysacc.auth_error(self, "Authentication Failure")
+            self.server.log.error(f"{self.log_prefix()} - authentication error after reload")
+            if self.version >= 5:
+                self.send_packet(C.Disconnect(RC_NOT_AUTHORIZED))
+            self.close("Authentication Failure", abnormal=True)
+
+    def update_slow_path(self) -> None:
+        """(Called when permissions change) forget the publish permissions cached per topic."""
+        self.pubs.clear()
+
+    def prune_subscriptions(self) -> None:
+        """Drop the subscriptions the connection's (new) permissions no longer allow."""
+        self.pubs.clear()
+        if self.perms is not None:
+            for key, s in list(self.msubs.items()):
+                if not self.perms.can_subscribe(s.subject, s.queue):
+                    self._drop_sub(s)
+                    del self.msubs[key]
+
+    def _authenticate(self, p: C.Connect, callout: list | None = None) -> bool:
         srv = self.server
         auth = self.ms.authenticator()
+        self.auth = auth
         connect: dict[str, Any] = {}
         if p.username is not None:
             connect["user"] = p.username
@@ -570,8 +648,13 @@ class MqttConn(asyncio.Protocol):
         if srv.operator is not None and auth.operator_mode:
             # nats-server: the password field carries the user JWT (bearer: no nonce to sign)
             if p.password:
-                connect["jwt"] = p.password.decode("utf-8", "surrogateescape")
+                connect["jwt"] = self.opts.jwt = p.password.decode("utf-8", "surrogateescape")
             res = srv.operator.authenticate(self, connect) or False
+            oc = srv.operator.callout_for(res.account) if res is not False and callout is not None else None
+            if oc is not None and oc.raw_user(self.opts, res.nkey) not in oc.cfg.auth_users:
+                # the account's JWT delegates its users' admission to its auth callout service
+                callout[:] = [oc, res.nkey]
+                return True
         else:
             peer = None
             t = self.transport
@@ -586,6 +669,10 @@ class MqttConn(asyncio.Protocol):
                 res = u if u is not None else False
             else:
                 res = auth.authenticate(connect, None, self.conn_type, peer)
+            ac = srv.auth_callout
+            if callout is not None and ac is not None and srv.operator is None and ac.delegates(self, self.opts, res):
+                callout[:] = [ac, ""]  # (an mqtt block with its own authorization is not delegated)
+                return True
         if res is False:
             return False
         if res is not True and res is not None:
@@ -608,6 +695,14 @@ class MqttConn(asyncio.Protocol):
         p = getattr(self, "connect_packet", None)
         if p is None:
             return
+        cu = self.callout_user
+        if cu is not None:
+            # admitted by an auth callout: asked again (as nats-server after a reload); the answer applies
+            # through AuthCallout._done
+            ac = getattr(cu, "callout", None) or self.server.auth_callout
+            if ac is not None:
+                ac.recheck(self)
+                return
         acc = self.account
         self.perms = None
         if not self._authenticate(p) or self.account is not acc:
@@ -616,11 +711,7 @@ class MqttConn(asyncio.Protocol):
                 self.send_packet(C.Disconnect(RC_NOT_AUTHORIZED))
             self.close("Authentication Failure", abnormal=True)
             return
-        if self.perms is not None:
-            for key, s in list(self.msubs.items()):
-                if not self.perms.can_subscribe(s.subject, s.queue):
-                    self._drop_sub(s)
-                    del self.msubs[key]
+        self.prune_subscriptions()
 
     def _apply_user(self, u: Any) -> None:
         from rillet.server.auth import PermChecker
@@ -714,7 +805,7 @@ class MqttConn(asyncio.Protocol):
                     topic = self.aliases_in.get(alias, "")
                     if not topic:
                         raise C.ProtocolViolation(f"unknown topic alias {alias}", RC_PROTOCOL)
-            if p.qos == 2 and p.pi not in self.qos2_in and len(self.qos2_in) >= SERVER_RECEIVE_MAX:
+            if p.qos == 2 and p.pi not in self.qos2_in and len(self.qos2_in) >= ms.receive_max:
                 raise C.ProtocolViolation("receive maximum exceeded", RC_RECV_MAX)
         try:
             subject = topic_to_subject(topic)
@@ -737,7 +828,7 @@ class MqttConn(asyncio.Protocol):
             self.close("Maximum Payload Violation", abnormal=True)
             return
         self.in_msgs += 1
-        self.in_bytes += len(p.payload)
+        self.in_bytes += size - 2  # (as nats-server counts it: the NATS message less a CRLF it does not have)
         if p.qos == 2:
             # stored once under the packet id until PUBREL; a resend is refused by the stream (discard new per
             # subject) and answered with the same PUBREC
@@ -796,8 +887,11 @@ class MqttConn(asyncio.Protocol):
         payload = p.payload
         if len(hdr) + len(payload) > self.server.opts.max_payload:
             return False
+        if p.qos == 1 and self.version >= 5 and len(self.ack_fifo) >= self.ms.receive_max:
+            # MQTT 5: more QoS 1 PUBLISH without their PUBACK than the Receive Maximum told in CONNACK
+            raise C.ProtocolViolation("receive maximum exceeded", RC_RECV_MAX)
         self.in_msgs += 1
-        self.in_bytes += len(payload)
+        self.in_bytes += len(hdr) + len(payload) - 2  # (as nats-server counts it, see on_publish)
         got = acc.deliver(self, sb, None, len(hdr), hdr + payload)
         if p.qos == 1:
             rc = 0 if got or self.version < 5 else RC_NO_SUBSCRIBERS
@@ -1487,6 +1581,8 @@ class _ConnOpts:
     nkey = ""
     jwt = ""
     auth_token = ""
+    password = ""
+    sig = ""
 
 
 def _extra_of(h: dict) -> dict | None:

@@ -32,6 +32,7 @@ class MqttServer:
         self.port = int(m.get("port") or 0)
         self.reject_qos2 = bool(m.get("reject_qos2_publish"))
         self.downgrade_qos2 = bool(m.get("downgrade_qos2_subscribe"))
+        self.receive_max = int(m.get("receive_maximum") or 65535)  # (MQTT 5: announced in CONNACK, enforced)
         self.conns: dict[int, MqttConn] = {}
         self.asms: dict[str, AccountSessions] = {}
         self._asm_tasks: dict[str, asyncio.Task] = {}

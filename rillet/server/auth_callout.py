@@ -237,7 +237,10 @@ class AuthCallout:
         if co.name:
             ci["name"] = co.name
         ci["kind"] = "Client"
-        ci["type"] = "websocket" if c.conn_type == "WEBSOCKET" else "nats"
+        from rillet.server.sysacc import client_type
+        ci["type"] = client_type(c)
+        if ci["type"] == "mqtt" and getattr(c, "client_id", ""):
+            ci["mqtt_id"] = c.client_id  # (the MQTT client id, as nats-server fills jwt.ClientInformation.MQTT)
         if co.sig and c.nonce is not None:
             ci["nonce"] = c.nonce.decode()
         opts: dict[str, Any] = {}

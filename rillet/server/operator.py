@@ -199,10 +199,17 @@ class OperatorMode:
             if delay > 0:
                 self._exp_timers[acc.name] = loop.call_later(delay, self._account_expired, acc)
 
+    def _mqtt_conns(self, acc: Any) -> list:
+        """The account's open MQTT connections (not in ``acc.clients``: they are counted by the mqtt listener)."""
+        ms = getattr(self.server, "mqtt", None)
+        if ms is None:
+            return []
+        return [c for c in ms.conns.values() if c.account is acc and c.connected and not c.closed]
+
     def _account_expired(self, acc: Any) -> None:
         self._exp_timers.pop(acc.name, None)
-        for c in list(acc.clients):
-            if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed:
+        for c in list(acc.clients) + self._mqtt_conns(acc):
+            if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed or getattr(c, "ms", None) is not None:
                 c.debug("Account Authentication Expired")
                 c.close("Authentication Expired", "Account Authentication Expired")
         self.server.flush_clients()
@@ -557,8 +564,8 @@ class OperatorMode:
             c.close("Maximum Subscriptions Exceeded", "maximum subscriptions exceeded")
 
     def _refresh_clients(self, acc: Any, info: AccountInfo, old: AccountInfo | None = None) -> None:
-        clients = sorted((c for c in acc.clients if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed),
-                         key=lambda c: c.start_time)
+        clients = sorted([c for c in acc.clients if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed]
+                         + self._mqtt_conns(acc), key=lambda c: c.start_time)
         count = 0
         for c in clients:
             if acc.mconns >= 0 and count >= acc.mconns:
@@ -581,7 +588,10 @@ class OperatorMode:
                 if cu is not None:
                     cu.callout.deny_callout_subject(c)
                 c.update_slow_path()
-                prune_subscriptions(self.server, c)
+                if getattr(c, "ms", None) is not None:
+                    c.prune_subscriptions()  # (an MQTT connection: its MQTT subscriptions)
+                else:
+                    prune_subscriptions(self.server, c)
                 if c.closed:
                     continue
             if u is None:
@@ -602,7 +612,8 @@ class OperatorMode:
                 # a signing key removed, or its scope changed: closed without an -ERR, as nats-server does
                 c.close("Authentication Failure")
                 continue
-            self.apply_client_limits(c)
+            if getattr(c, "ms", None) is None:  # (MQTT connections check max_payload per PUBLISH)
+                self.apply_client_limits(c)
         if self.server.leafnodes is not None:
             self.server.leafnodes.claims_updated(acc, info)  # (leaf connections: revocations and limits too)
         self.server.flush_clients()
@@ -643,8 +654,8 @@ class OperatorMode:
         js = getattr(self.server, "jetstream", None)
         if js is not None and pub in getattr(js, "accounts", {}):
             js.accounts.pop(pub).stop()
-        for c in list(acc.clients):
-            if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed:
+        for c in list(acc.clients) + self._mqtt_conns(acc):
+            if getattr(c, "kind", INTERNAL) == CLIENT and not c.closed or getattr(c, "ms", None) is not None:
                 c.close("Authentication Expired", "Account Authentication Expired")
         self.server.flush_clients()
 

@@ -334,7 +334,10 @@ class SystemAccount:
         op = getattr(self.server, "operator", None)
         d["name_tag"] = op.name_tag(c.account.name) if op is not None else c.account.name
         d["kind"] = "Client"
-        d["client_type"] = "websocket" if getattr(c, "conn_type", "") == "WEBSOCKET" else "nats"
+        d["client_type"] = client_type(c)
+        mqtt_id = getattr(c, "client_id", "") if d["client_type"] == "mqtt" else ""
+        if mqtt_id:
+            d["client_id"] = mqtt_id  # (nats-server's MQTTClient field)
         return d
 
     def client_connected(self, c: Any) -> None:
@@ -376,6 +379,15 @@ class SystemAccount:
         ci = self.client_info(c, disconnect=True, raw_user=True)
         self.send(subj, {"type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": format_time(time.time_ns()),
                          "server": self.server_info(), "client": ci, **self._stats(c), "reason": reason})
+
+
+def client_type(c: Any) -> str:
+    """nats-server's client type string of a client connection: "mqtt" (also over websocket), "websocket",
+    or "nats"."""
+    ct = getattr(c, "conn_type", "")
+    if ct in ("MQTT", "MQTT_WS"):
+        return "mqtt"
+    return "websocket" if ct == "WEBSOCKET" else "nats"
 
 
 def _raw_auth_user(c: Any) -> str:
