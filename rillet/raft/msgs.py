@@ -115,8 +115,25 @@ class TimeoutNow(_Msg, tag=8):
     """Leadership transfer: campaign at once, without pre-vote."""
 
 
+class RecoveryQuery(_Msg, tag=9):
+    """A member that came back from an unclean stop (its log may lack entries it had acknowledged) asks a peer
+    for its log state before it takes part in elections again (Viewstamped Replication's recovery, and
+    "Protocol-Aware Recovery for Consensus-Based Storage", FAST 2018). Not subject to the term rules."""
+
+
+class RecoveryState(_Msg, tag=10):
+    """The answer to RecoveryQuery: the peer's last entry (``last_index``, ``last_term``), its commit index,
+    ``known_commit`` (the highest commit index it knows was reached, including one it had saved before losing
+    its own tail) and whether it is itself ``recovering``."""
+    last_index: U64
+    last_term: U64
+    commit: U64
+    known_commit: U64
+    recovering: bool = False
+
+
 Message = Union[VoteRequest, VoteResponse, AppendEntries, AppendResponse, Heartbeat, HeartbeatResponse,
-                InstallSnapshot, TimeoutNow]
+                InstallSnapshot, TimeoutNow, RecoveryQuery, RecoveryState]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

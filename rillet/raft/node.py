@@ -13,6 +13,21 @@ changes that take effect when appended (§4.1) and are allowed only after the le
 of its own term, leader transfer with TimeoutNow (§3.10), optimistic pipelined replication with a
 conflict hint on reject, and snapshot install for followers whose next entry was compacted.
 The leader counts its own log towards a quorum only up to what its driver has persisted (``advance``).
+
+Recovery after an unclean stop (``recovering=True``; a driver whose entries are fsynced lazily passes it when
+the previous run did not stop cleanly, so the log may lack entries this node had acknowledged): the node asks
+every other voter for its log state (RecoveryQuery/RecoveryState) and, until it may again, grants no vote
+(nor pre-vote) and does not campaign. It takes part again when (a) it heard from a leader that committed an
+entry of its own term and caught up to that leader's commit index, or (b) every other voter answered and its
+own log is at least as up to date as each of theirs; when every voter answered but another's log is ahead, it
+grants votes only to candidates at least as up to date as the best log it heard of (the "vote floor") and does
+not campaign. Safety: a committed entry is on a majority; a single member losing its unsynced tail cannot make
+a leader without it (the ideas of Viewstamped Replication's recovery protocol and of "Protocol-Aware Recovery
+for Consensus-Based Storage", FAST 2018). When a majority lost entries, no rule can bring them back: the node
+says so (``lost``, the range of committed indexes no member holds any more, or that a later leader replaced)
+from ``known_commit`` (the commit index its driver had saved before the stop) and the term it had then: a
+survey in which every member answered and none holds the entries up to the highest commit any knew of, or an
+entry of a later term arriving at an index at or below that commit.
 """
 from __future__ import annotations
 
@@ -21,8 +36,8 @@ from collections import deque
 from typing import Optional, Sequence
 
 from .msgs import (ENTRY_CONF, ENTRY_NOOP, ENTRY_NORMAL, AppendEntries, AppendResponse, HardState, Heartbeat,
-                   HeartbeatResponse, InstallSnapshot, Snapshot, TimeoutNow, VoteRequest, VoteResponse,
-                   decode_peers, encode_peers)
+                   HeartbeatResponse, InstallSnapshot, RecoveryQuery, RecoveryState, Snapshot, TimeoutNow,
+                   VoteRequest, VoteResponse, decode_peers, encode_peers)
 
 FOLLOWER = "follower"
 PRE_CANDIDATE = "pre-candidate"
@@ -115,11 +130,14 @@ class Node:
                  heartbeat_tick: int = 1, pre_vote: bool = True, check_quorum: bool = True,
                  max_entries_per_msg: int = 512, max_bytes_per_msg: int = 1 << 20, max_inflight: int = 64,
                  hard_state: Optional[HardState] = None, snapshot: Optional[Snapshot] = None,
-                 entries: Sequence[tuple] = (), applied: Optional[int] = None):
+                 entries: Sequence[tuple] = (), applied: Optional[int] = None, recovering: bool = False,
+                 known_commit: int = 0):
         """``peers``: the bootstrap voter set (all founding members pass the same; a node that will be
         added later passes ``()`` and learns the configuration from the leader). On restart pass what
         the WAL recovered: ``hard_state``, ``snapshot``, ``entries``; ``applied`` is the index the state
-        machine already reflects (default: the snapshot index)."""
+        machine already reflects (default: the snapshot index). ``recovering``: the previous run stopped
+        uncleanly and the log may lack entries this node acknowledged (see the module's docstring);
+        ``known_commit``: the commit index saved before the stop, when it is beyond the recovered log."""
         if election_tick <= heartbeat_tick:
             raise RaftError("election_tick must be greater than heartbeat_tick")
         self.id = id
@@ -187,6 +205,108 @@ class Node:
         self.heartbeat_elapsed = 0
         self.randomized_timeout = election_tick
         self._become_follower(self.term, None)
+        # ---- recovery after an unclean stop (see the module's docstring)
+        self.boot_term = self.term
+        self.known_commit = max(known_commit, self.commit)
+        self.tail_lost = max(0, known_commit - last)  # committed entries this node's own log lost
+        self.recovering = bool(recovering)
+        self.survey: dict = {}  # peer -> (last_term, last_index, known_commit) answered while recovering
+        self.vote_floor: Optional[tuple] = None  # (last_term, last_index) a candidate must reach for our vote
+        self._survey_elapsed = 0
+        self.recoveries = 0  # how many times this node left the recovering state (status)
+        self.recovered_by = ""  # how it did: "leader" or "survey"
+        # committed indexes no member holds any more (first, last), once found; ``lost_events`` counts findings
+        self.lost: Optional[tuple] = None
+        self.lost_events = 0
+        if self.recovering:
+            self._query_peers()
+
+    # ---- recovery ------------------------------------------------------------------------------------------
+
+    def _query_peers(self) -> None:
+        self._survey_elapsed = 0
+        others = [p for p in self.voters if p != self.id]
+        if not others or all(p in self.survey for p in others):
+            self._survey_done()
+            return
+        for p in others:
+            if p not in self.survey:
+                self.msgs.append(RecoveryQuery(self.term, self.id, p))
+
+    def _survey_done(self) -> None:
+        mine = (self.last_term(), self.last_index())
+        best = mine
+        max_last = self.last_index()
+        max_known = max(self.known_commit, self.commit)
+        for p in self.voters:
+            a = self.survey.get(p)
+            if a is None:
+                continue
+            if (a[0], a[1]) > best:
+                best = (a[0], a[1])
+            if a[1] > max_last:
+                max_last = a[1]
+            if a[2] > max_known:
+                max_known = a[2]
+        if max_known > max_last:
+            self._found_lost(max_last + 1, max_known)
+        if best <= mine:
+            self._leave_recovery("survey")
+        else:
+            self.vote_floor = best
+
+    def _leave_recovery(self, how: str) -> None:
+        self.recovering = False
+        self.vote_floor = None
+        self.survey = {}
+        self.recoveries += 1
+        self.recovered_by = how
+
+    def _caught_up_from_leader(self) -> None:
+        """(follower, recovering or with a vote floor) leave recovery once this node holds the commit index of a
+        leader that has committed an entry of its own term (its commit then covers every earlier entry)."""
+        lc = self.leader_commit
+        if lc and self.commit >= lc and self.term_at(self.commit) == self.term:
+            self._leave_recovery("leader")
+
+    def _found_lost(self, first: int, last: int) -> None:
+        if first > last:
+            return
+        if self.lost is not None:
+            if self.lost[0] <= first and last <= self.lost[1]:
+                return
+            first, last = min(first, self.lost[0]), max(last, self.lost[1])
+        self.lost = (first, last)
+        self.lost_events += 1
+
+    def _check_replaced(self, ents) -> None:
+        """Entries of a term after ``boot_term`` at indexes at or below ``known_commit``: the committed entries that
+        were there (of ``boot_term`` or earlier) are gone from the cluster's log."""
+        kc = self.known_commit
+        bt = self.boot_term
+        for e in ents:
+            if e[0] > kc:
+                break
+            if e[1] > bt:
+                self._found_lost(e[0], kc)
+                break
+
+    def _handle_recovery_query(self, m: RecoveryQuery) -> None:
+        self.msgs.append(RecoveryState(self.term, self.id, m.frm, self.last_index(), self.last_term(), self.commit,
+                                       max(self.known_commit, self.commit), self.recovering))
+
+    def _handle_recovery_state(self, m: RecoveryState) -> None:
+        if not self.recovering or self.vote_floor is not None or m.frm not in self.voters:
+            return
+        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit)
+        if all(p in self.survey for p in self.voters if p != self.id):
+            self._survey_done()
+
+    def _may_vote_for(self, last_index: int, last_term: int) -> bool:
+        if not self.recovering:
+            return True
+        f = self.vote_floor
+        return f is not None and (last_term, last_index) >= f
 
     # ---- log helpers -------------------------------------------------------------------------------------
 
@@ -234,6 +354,8 @@ class Node:
             self._set_voters()
 
     def _append(self, ents) -> None:
+        if ents and ents[0][0] <= self.known_commit:
+            self._check_replaced(ents)
         self.log.extend(ents)
         conf = False
         for e in ents:
@@ -297,6 +419,8 @@ class Node:
         self.prs = {p: Progress(nxt, now) for p in self.voters if p != self.id}
         self.term_start = nxt
         self.log.append((nxt, self.term, ENTRY_NOOP, b""))
+        if nxt <= self.known_commit:
+            self._check_replaced(self.log[-1:])
         self._need_bcast = True
 
     def _campaign(self, pre: bool, transfer: bool = False) -> None:
@@ -366,11 +490,23 @@ class Node:
                     self.msgs.append(Heartbeat(self.term, self.id, p, min(mi, commit), mi, mt or 0, commit))
             return
         self.election_elapsed += 1
+        if self.recovering:
+            if self.vote_floor is None:
+                self._survey_elapsed += 1
+                if self._survey_elapsed >= self.election_tick:
+                    self._query_peers()
+            return  # (no campaign until recovered)
         if self.election_elapsed >= self.randomized_timeout and self.id in self.voters:
             self._campaign(pre=self.pre_vote)
 
     def step(self, m) -> None:
         t = type(m)
+        if t is RecoveryQuery:
+            self._handle_recovery_query(m)
+            return
+        if t is RecoveryState:
+            self._handle_recovery_state(m)
+            return
         if m.term > self.term:
             if t is VoteRequest:
                 if (not m.transfer and self.check_quorum and self.leader is not None
@@ -417,7 +553,7 @@ class Node:
                 else:
                     self._handle_snapshot(m)
             elif t is TimeoutNow:
-                if self.id in self.voters:
+                if self.id in self.voters and not self.recovering:
                     self._campaign(pre=False, transfer=True)
 
     def propose(self, data: bytes) -> tuple[int, int]:
@@ -519,6 +655,8 @@ class Node:
             self.commit = c
         if self.catching_up and self.commit >= self.leader_commit:
             self.catching_up = False
+        if self.recovering:
+            self._caught_up_from_leader()
         self.msgs.append(HeartbeatResponse(self.term, self.id, m.frm))
 
     def _handle_append(self, m: AppendEntries) -> None:
@@ -527,6 +665,8 @@ class Node:
         if m.prev_index < self.commit:
             if self.catching_up and self.commit >= self.leader_commit:
                 self.catching_up = False
+            if self.recovering:
+                self._caught_up_from_leader()
             self.msgs.append(AppendResponse(self.term, self.id, m.frm, self.commit))
             return
         if self.term_at(m.prev_index) == m.prev_term:
@@ -555,6 +695,8 @@ class Node:
                 self.commit = c
             if self.catching_up and self.commit >= self.leader_commit:
                 self.catching_up = False
+            if self.recovering:
+                self._caught_up_from_leader()
             if not m.quiet or ents:
                 self.msgs.append(AppendResponse(self.term, self.id, m.frm, last_new))
         else:
@@ -586,12 +728,14 @@ class Node:
             self._snap_out = s
         if self.catching_up and self.commit >= self.leader_commit:
             self.catching_up = False
+        if self.recovering:
+            self._caught_up_from_leader()
         self.msgs.append(AppendResponse(self.term, self.id, m.frm, s.index))
 
     def _handle_vote(self, m: VoteRequest) -> None:
         can = (self.vote == m.frm or (self.vote is None and self.leader is None)
                or (m.pre and m.term > self.term))
-        if can and self._up_to_date(m.last_index, m.last_term):
+        if can and self._up_to_date(m.last_index, m.last_term) and self._may_vote_for(m.last_index, m.last_term):
             self.msgs.append(VoteResponse(m.term, self.id, m.frm, True, m.pre))
             if not m.pre:
                 self.vote = m.frm
@@ -901,6 +1045,7 @@ class Node:
               "snapshot_index": self.offset, "voters": list(self.voters),
               "leader_commit": self.commit if self.role == LEADER else self.leader_commit,
               "catching_up": self.catching_up, "lost_logs": self.lost_logs,
+              "recovering": self.recovering, "lost": self.lost,
               "invalid_messages": self.invalid_messages, "peers": {}}
         if self.role == LEADER:
             for p, pr in self.prs.items():

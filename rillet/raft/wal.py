@@ -106,13 +106,16 @@ class _Segment:
 
 class Recovered:
     """What ``WAL.open`` found: pass it to ``Node(hard_state=..., snapshot=..., entries=...)``."""
-    __slots__ = ("hard_state", "snapshot", "entries", "truncated_bytes")
+    __slots__ = ("hard_state", "snapshot", "entries", "truncated_bytes", "stored_commit")
 
-    def __init__(self, hard_state, snapshot, entries, truncated_bytes):
+    def __init__(self, hard_state, snapshot, entries, truncated_bytes, stored_commit=0):
         self.hard_state: Optional[HardState] = hard_state
         self.snapshot: Optional[Snapshot] = snapshot
         self.entries: list = entries
         self.truncated_bytes: int = truncated_bytes
+        # the commit index the hard state file held; above the last recovered entry when entries that were
+        # known committed were lost (not fsynced before a power cut): pass it to the node as ``known_commit``
+        self.stored_commit: int = stored_commit
 
 
 class WAL:
@@ -203,9 +206,10 @@ class WAL:
             raise WALCorruption(f"{d}: first segment starts at {self.segments[0].first}, "
                                 f"after the snapshot index {self.snap_index}")
         last = entries[-1][0] if entries else self.snap_index
+        stored_commit = hs.commit if hs is not None else 0
         if hs is not None and hs.commit > last:
-            hs = HardState(hs.term, hs.vote, last)  # entries synced after the commit was written were lost
-        return Recovered(hs, snap, entries, truncated)
+            hs = HardState(hs.term, hs.vote, last)  # entries not synced when the commit was written were lost
+        return Recovered(hs, snap, entries, truncated, stored_commit)
 
     @staticmethod
     def _check_record(buf: bytes, pos: int, idx: int) -> Optional[str]:
