@@ -410,9 +410,9 @@ async def test_clustered_create_and_update_of_a_large_config(monkeypatch):
         pytest.skip("in-process Rillet cluster")
     import nats
     from rillet.app.embed import run_cluster
-    from rillet.jetstream.cluster import meta as META
+    from rillet.jetstream.cluster import meta_api
     big: list[str] = []
-    cls = META.JetStreamCluster
+    cls = meta_api.MetaApi
     orig = cls._api_big_config
 
     def spy(self, router, key, *a):

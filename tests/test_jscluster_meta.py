@@ -14,6 +14,7 @@ import pytest
 
 from rillet.config.options import User
 from rillet.jetstream.cluster import meta as META
+from rillet.jetstream.cluster import meta_api as META_API
 from rillet.app.embed import run_cluster, wait_meta_leader
 
 T = "io.nats.jetstream.api.v1."
@@ -328,12 +329,12 @@ async def test_info_of_a_stream_whose_replicas_are_all_offline(cluster):
         gone = next(s for s in cluster if s.name == where)
         await gone.shutdown()
         lc = _cl(leader)
-        await _until(lambda: lc._all_offline([n for n in lc.registry.nodes if lc.registry.nodes[n].name == where]),
+        await _until(lambda: lc.api._all_offline([n for n in lc.registry.nodes if lc.registry.nodes[n].name == where]),
                      what="the stopped server known offline")
         t0 = time.monotonic()
         r = await _one(nc, f"$JS.API.STREAM.INFO.{name}")
         assert r["error"] == {"code": 500, "err_code": 10118, "description": "stream is offline"}, r
-        assert time.monotonic() - t0 >= META.OFFLINE_ANSWER_DELAY * 0.9
+        assert time.monotonic() - t0 >= META_API.OFFLINE_ANSWER_DELAY * 0.9
         r = await _one(nc, f"$JS.API.CONSUMER.INFO.{name}.D")
         assert r["error"]["err_code"] == 10119 and r["error"]["description"] == "consumer is offline", r
         # a stream with a live replica is still answered by it

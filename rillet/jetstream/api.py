@@ -180,7 +180,7 @@ class ApiRouter:
         if key in _BODY_STREAM_NAME and args and self.jsa.account.mappings and body:
             body = _mapped_body_stream(self.jsa.account.mappings, toks, args, body)
         cl = self.js.cluster
-        if cl is not None and cl.route_api(self, key, args, reply, hdr_b, body):
+        if cl is not None and cl.api.route_api(self, key, args, reply, hdr_b, body):
             return  # clustered: the meta leader (or a stream/consumer leader) answers
         # clustered JetStream: who answers (stream/consumer leader, meta leader) is decided by the gates;
         # each returns True (answer here), False (stay silent or already answered) or None (not its call)

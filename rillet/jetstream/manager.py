@@ -364,7 +364,7 @@ class JetStream:
         """/healthz past the JetStream-enabled checks: a clustered server checks its meta group, streams
         and consumers (rillet.jetstream.cluster.meta); a single server has nothing more to check."""
         if self.cluster is not None:
-            return self.cluster.healthz(o)
+            return self.cluster.mon.healthz(o)
         return {"status": "ok"}
 
     def limits_dict(self) -> dict:
@@ -376,11 +376,11 @@ class JetStream:
         d = {"config": self.config_dict(), **self.stats_dict(), "streams": t["streams"],
              "consumers": t["consumers"], "messages": t["messages"], "bytes": t["bytes"]}
         if self.cluster is not None:
-            d["meta_cluster"] = self.cluster.jsz_meta()
+            d["meta_cluster"] = self.cluster.mon.jsz_meta()
         if opts.get("accounts") or opts.get("streams") or opts.get("consumers"):
             d["account_details"] = [self._account_detail(j, opts) for j in self.accounts.values()]
         if self.cluster is not None:  # (replicas, raft groups, streams led: rillet.jetstream.cluster.meta)
-            self.cluster.jsz_details(d, opts)
+            self.cluster.mon.jsz_details(d, opts)
         return d
 
     def _account_detail(self, jsa: JSAccount, opts: dict) -> dict:

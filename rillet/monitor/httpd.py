@@ -183,7 +183,7 @@ class Monitor:
 
     async def handle_raftz(self, request: Request) -> Response:
         cl = getattr(getattr(self.server, "jetstream", None), "cluster", None)
-        data = cl.raftz(request.query.get("group", "")) if cl is not None else {}
+        data = cl.mon.raftz(request.query.get("group", "")) if cl is not None else {}
         if not data:
             return text_response("No Raft nodes registered", 404)
         return self.json(request, data, indent=3)
