@@ -11,7 +11,7 @@
   its well-known ports (4221-4224, 6221-6224, 7222, 7422, 8221-8224, 1883, 8080) are mapped to free ones.
   ``background`` runs a command that serves until stopped: the test waits for its ports, then stops it.
   ``pytest`` runs a python block as a test file. ``same-as=docs/PAGE.md`` checks that a block of that page
-  (which runs) has the same text, so one example can be shown twice and run once. ``fails`` expects a non-zero exit (a refusal shown in the
+  has the same text (and runs or is skipped there), so one example can be shown twice and run once. ``fails`` expects a non-zero exit (a refusal shown in the
   docs). ``skip REASON`` does not run the block (a long benchmark, Spark, the test suite itself): counted,
   and kept few.
 * A leading ``pip install -e .`` / ``pip install -e '.[extra]'`` is checked (the extra exists in
@@ -81,7 +81,7 @@ def blocks_of(path: Path) -> list[Block]:
         # words, then an optional "(comment)"
         words = mark.group(1).split("(", 1)[0].split() if mark else []
         if words[:1] == ["skip"] and mark and "(" in mark.group(1):
-            words.append(mark.group(1).split("(", 1)[1])
+            words.append(mark.group(1).split("(", 1)[1].rstrip(")"))
         out.append(Block(str(path.relative_to(ROOT)), start + 1, lang, "\n".join(lines[start + 1:j]) + "\n",
                          words))
         i = j + 1
@@ -243,8 +243,9 @@ def plugin_arg() -> str:
     return "" if any(ep.value == "rillet.testing.pytest_plugin" for ep in eps) else "-p rillet.testing.pytest_plugin"
 
 
-def runnable_texts(page: str) -> set[str]:
-    return {b.text for b in RUN if b.page == page and not b.opt("same-as")}
+def texts_of(page: str) -> set[str]:
+    """The blocks of a page that stand on their own (run there, or skipped there with their reason)."""
+    return {b.text for b in ALL if b.page == page and not b.opt("same-as")}
 
 
 @pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
@@ -253,7 +254,7 @@ def test_block(block: Block, tmp_path: Path):
     if block.opt("same-as"):
         # the same commands as a block another page runs (e.g. the README's cluster and docs/clustering.md's)
         page = block.opt("same-as")
-        assert block.text in runnable_texts(page), f"{block.id}: no block of {page} has the same text"
+        assert block.text in texts_of(page), f"{block.id}: no block of {page} has the same text"
         return
     text, env, waits = substitute(block, tmp_path)
     expect_fail = "fails" in block.words
@@ -286,7 +287,10 @@ def test_skipped_blocks_are_few_and_say_why():
     for b in skipped:
         assert len(b.words) > 1, f"{b.id}: a skipped block must give its reason"
     assert len(skipped) <= MAX_SKIPPED, [b.id for b in skipped]
-    assert len(RUN) >= 20, f"only {len(RUN)} blocks run"
+    ran = [b for b in RUN if not b.opt("same-as")]
+    assert len(ran) >= 20, f"only {len(ran)} blocks run"
+    print(f"{len(ALL)} blocks: {len(ran)} run, {len(RUN) - len(ran)} shown twice (same-as), {len(skipped)} skipped, "
+          f"{sum(b.lang == 'text' for b in ALL)} text listings")
 
 
 def test_markers_are_known():
