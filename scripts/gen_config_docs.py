@@ -115,8 +115,13 @@ def render() -> str:
     lines += ["", "## gateway {}", ""]
     lines += table([(k, f"works: `{ck.GATEWAY_KEY_TESTS[k]}`" if k in ck.GATEWAY_KEY_TESTS else "no test",
                      "", nats_server(k)) for k in ck.gateway_keys()])
-    lines += ["", "The `leafnodes {}` block's keys (and those of its `remotes`) are checked by",
-              "`tests/test_cluster_leaf.py::test_every_leafnodes_key_is_known`; the `tls {}` blocks by",
+    import test_cluster_leaf as leaf  # noqa: E402  (its key table, LEAF_KEY_TESTS)
+    for section, keys in sorted(leaf.LEAF_KEY_TESTS.items()):
+        lines += ["", f"## {section.replace('.', ' ')} {{}}", ""]
+        lines += table([(k, "refused at load: is not supported yet" if t == "refused"
+                         else f"works: `tests/test_cluster_leaf.py::{t}`", "", nats_server(k))
+                        for k, t in sorted(keys.items())])
+    lines += ["", "The `tls {}` blocks' keys are checked by",
               "`tests/test_tls_options.py` (OCSP: `tests/test_ocsp.py`). `feature_flags { rillet_go_meta: true }`",
               "is Rillet's own flag (a Rillet server joining a Go JetStream meta group, see [Clustering](clustering.md)).",
               "", "## Command-line flags", "",
