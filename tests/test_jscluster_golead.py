@@ -11,6 +11,7 @@ import asyncio
 import datetime
 import json
 import shutil
+import time
 
 import pytest
 
@@ -69,7 +70,7 @@ def test_leader_replicates_commits_its_own_term_and_catches_followers_up():
     out_a, _ = f_a.append("append", "", ae_out.reply, ae, 0.0)
     assert leader.commit == 0
     _o, done = leader.append_response(gw.AppendEntryResponse.decode(out_a[0].payload), "")
-    assert [d.index for d in done] == [1, 2] and leader.commit == 2  # 2 of 3
+    assert [d.index for d in done] == [1, 1] and leader.commit == 1  # 2 of 3; one append entry, one index
     # the next heartbeat tells the followers the commit
     hb = gw.AppendEntry.decode(leader.heartbeat()[0].payload)
     _o, done_a = f_a.append("append", "", "r", hb, 0.1)
@@ -79,12 +80,12 @@ def test_leader_replicates_commits_its_own_term_and_catches_followers_up():
     fail = gw.AppendEntryResponse.decode(out_b[0].payload)
     assert not fail.success and out_b[0].reply.startswith("$NRG.CR.")
     catchup, _ = leader.append_response(fail, out_b[0].reply)
-    assert [o.subject for o in catchup] == [out_b[0].reply] * 2
+    assert [o.subject for o in catchup] == [out_b[0].reply]
     for o in catchup:
         m = gw.AppendEntry.decode(o.payload)
         assert m.lterm == leader.term
         f_b.append("catchup", o.subject, "", m, 0.2)
-    assert f_b.pindex == 2 and f_b.commit == 2
+    assert f_b.pindex == 1 and f_b.commit == 1
     # a higher term in a response: the leader steps down
     leader.append_response(gw.AppendEntryResponse(9, 0, B, False), "")
     assert leader.role == FOLLOWER and leader.term == 9
@@ -119,9 +120,12 @@ def test_transfer_steps_down_with_a_leader_transfer_entry():
     p = _peer()
     p.campaign()
     p.vote_response(gw.VoteResponse(1, A, True))
+    with pytest.raises(ValueError, match="not current"):
+        p.transfer(A)  # (not heard from in this term)
+    p.append_response(gw.AppendEntryResponse(1, 0, A, True), "")
     p.propose([gw.Entry(0, b"\x00e")])
     with pytest.raises(ValueError, match="not current"):
-        p.transfer(A)
+        p.transfer(A)  # (behind)
     p.match[A] = p.pindex
     out = p.transfer(A)
     ae = gw.AppendEntry.decode(out[0].payload)
@@ -251,7 +255,9 @@ async def test_rillet_meta_leader_places_a_stream_a_go_client_creates(go_cluster
 async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  # noqa: F811
     """The Rillet meta leader places an R3 stream on two Go servers and itself; a Go server leads it; the
     Rillet replica follows the stream group, its acknowledgements count, and its store holds every message
-    (sequence, subject, headers, data) after the meta leadership went back to Go."""
+    (sequence, subject, headers, data) after the meta leadership went back to Go; a durable consumer of the
+    stream is followed too (deliveries and acks); with the other Go replica down, publishes and acks are
+    committed through the Rillet replicas."""
     import nats
     from rillet.jetstream.cluster.golead import StreamCreateAsLeader
     from rillet.jetstream.cluster.gostream import host_streams
@@ -289,10 +295,29 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
                 assert b"X-I: " + str(seq - 1).encode() in sm.hdr
             assert rep.store.load_msg(3) is None
             # the Go leader counts the Rillet replica as current
-            si = await js.stream_info("MIXED")
+            async def r1_current():
+                i = await js.stream_info("MIXED")
+                return i if any(r.name == "r1" and r.current for r in i.cluster.replicas or []) else None
+
+            si = await CAP._until(r1_current, 10, what="the Go stream leader reporting r1 current")
             names = {r.name: r for r in si.cluster.replicas or []}
-            assert si.cluster.leader in ("g0", "g1", "g2") and "r1" in names and names["r1"].current
+            assert si.cluster.leader in ("g0", "g1", "g2") and "r1" in names
             assert rep.refused == 0 and rep.unapplied_snapshots == 0
+            # a durable R3 consumer of it (created by the Go meta leader on the stream's peers, Rillet included)
+            # (when Go picks this server as the new consumer group's preferred leader, the Go peers elect one of
+            # them after an election timeout, 4-9 s: hence the longer timeout)
+            await js.add_consumer("MIXED", durable_name="D", ack_policy="explicit", timeout=15)
+            await _until(lambda: ("A", "MIXED", "D") in replicas, 10, what="the consumer replica on Rillet")
+            crep = replicas[("A", "MIXED", "D")]
+            psub = await js.pull_subscribe_bind("D", "MIXED")
+            fetched = await psub.fetch(10, timeout=5)
+            for msg in fetched:
+                await msg.ack_sync()
+            assert len(fetched) == 10
+            cs = crep.consumer
+            await _until(lambda: cs.ack_floor_stream == 11 and not cs.pending, 10,
+                         what=f"the consumer replica's ack floor {cs} {crep.ops}")
+            assert cs.delivered_stream == 11 and cs.delivered_consumer == 10
             # the other Go replica down: the Go leader's commits now need the Rillet replica's acknowledgement
             other = next(n for n in names if n not in ("r1", si.cluster.leader))
             lnc = await nats.connect(gc.url(si.cluster.leader))
@@ -302,6 +327,19 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
                 for i in range(20, 25):
                     ack = await ljs.publish(f"mixed.{i % 4}", f"m{i}".encode(), timeout=10)
                     assert ack.seq == i + 1
+                # and the consumer's too (an acknowledged ack is a committed one)
+                lsub = await ljs.pull_subscribe_bind("D", "MIXED")
+                got = []
+                deadline = time.monotonic() + 30
+                while not got:  # (if the stopped server led the consumer, a new leader needs the Rillet vote)
+                    try:
+                        got = await lsub.fetch(5, timeout=5)
+                    except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError):
+                        assert time.monotonic() < deadline, "no consumer leader"
+                        await asyncio.sleep(0.5)
+                for msg in got:
+                    await msg.ack_sync(timeout=10)
+                await _until(lambda: cs.ack_floor_stream == 16 and not cs.pending, 10, what=f"acks on Rillet {cs}")
             finally:
                 await lnc.close()
             await _until(lambda: rep.store.state().last_seq == 25, 10, what="the replica storing them")

@@ -114,9 +114,10 @@ class GoRaftPeer(GoRaftFollower):
         """Append entries in our term and send them (leader only; ValueError otherwise)."""
         if self.role != LEADER:
             raise ValueError("not the leader")
+        if not entries:
+            raise ValueError("nothing to propose")
         pterm, pindex = self.pterm, self.pindex
-        for e in entries:
-            self._log.append((self.term, e))
+        self._log.append((self.term, tuple(entries)))  # (one index for the lot, as nats-server)
         return [Out(gw.append_subject(self.group), self.resp_inbox,
                     self._ae(tuple(entries), pterm, pindex).encode())]
 
@@ -127,7 +128,7 @@ class GoRaftPeer(GoRaftFollower):
         if self.role != LEADER:
             return [], []
         if ar.success:
-            if ar.index > self.match.get(ar.peer, 0):
+            if ar.peer not in self.match or ar.index > self.match[ar.peer]:
                 self.match[ar.peer] = min(ar.index, self.pindex)
             return [], self._advance_commit()
         if reply:
@@ -142,7 +143,7 @@ class GoRaftPeer(GoRaftFollower):
             have = 1 + sum(1 for p, i in self.match.items() if p != self.me and i >= n)
             if have >= self.quorum():
                 for index in range(max(self.commit, self.base_index) + 1, n + 1):
-                    done.append(Committed(index, self._log[index - self.base_index - 1][1]))
+                    done += [Committed(index, e) for e in self._log[index - self.base_index - 1][1]]
                 self.commit = self.applied = n
                 break
         return done
@@ -160,15 +161,15 @@ class GoRaftPeer(GoRaftFollower):
                 self.base_term, self.base_index, self.term).encode()))
             index = self.base_index
         while index < self.pindex:
-            t, e = self._log[index - self.base_index]
+            t, es = self._log[index - self.base_index]
             outs.append(Out(inbox, "", gw.AppendEntry(self.me, t, self.commit, self.term_at(index) or 0, index,
-                                                      (e,), self.term).encode()))
+                                                      es, self.term).encode()))
             index += 1
         return outs
 
     def current(self, peer: str) -> bool:
-        """Whether ``peer`` acknowledged our whole log (leader)."""
-        return self.match.get(peer, 0) >= self.pindex
+        """Whether ``peer`` answered us in this term and holds our whole log (leader)."""
+        return peer in self.match and self.match[peer] >= self.pindex
 
     def transfer(self, peer: str) -> list[Out]:
         """Hand leadership to ``peer`` (leader only, ``peer`` current): an ENTRY_LEADER_TRANSFER, then step

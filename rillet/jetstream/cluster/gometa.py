@@ -45,6 +45,7 @@ __all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", 
 
 CATCHUP_STALL = 2.0  # seconds without catch-up progress before the catch-up is asked for again
 HEARTBEAT = 1.0  # seconds between a leader's heartbeats (nats-server's hbInterval)
+CAMPAIGN_RETRY = 0.3  # seconds before a candidate of a new group stands again
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,8 @@ class Out:
 
 @dataclass(frozen=True, slots=True)
 class Committed:
-    """A committed entry to apply (``snapshot``: the entry is the leader's state machine image)."""
+    """A committed entry to apply (``snapshot``: the entry is the leader's state machine image). The entries
+    of one append entry share its index."""
     index: int
     entry: gw.Entry
     snapshot: bool = False
@@ -86,10 +88,13 @@ class GoRaftFollower:
     cluster_size: int = 0
     catchup: Optional[_Catchup] = None
     new_inbox: Callable[[], str] = gw.new_catchup_inbox
-    _log: list[tuple[int, gw.Entry]] = field(default_factory=list)  # (term, entry) from base_index + 1
+    # (term, entries) from base_index + 1: in nats-server's RAFT an index is one append entry, whatever number
+    # of entries it carries (its WAL stores each append entry as one record)
+    _log: list[tuple[int, tuple[gw.Entry, ...]]] = field(default_factory=list)
     votes_granted: int = 0
     dropped: int = 0
     handoffs: int = 0
+    trace: Optional[list] = None  # (debugging) every append entry's position against ours, when a list
     snapshot_data: bytes = b""  # the last snapshot installed (base_index), to catch others up with
     snapshot_peer_state: bytes = b""
 
@@ -155,6 +160,8 @@ class GoRaftFollower:
         """An append entry received on the group's subject (``kind="append"``) or on a catch-up inbox
         (``kind="catchup"``, ``inbox`` its subject)."""
         is_new = kind == "append"
+        if self.trace is not None:
+            self.trace.append((kind, ae.term, ae.pterm, ae.pindex, len(ae.entries), ae.commit, self.pterm, self.pindex))
         cu = self.catchup
         if not is_new and (cu is None or cu.inbox != inbox):
             self.dropped += 1  # an old catch-up
@@ -220,8 +227,9 @@ class GoRaftFollower:
                 return self._resp(reply, False, inbox), []
 
         handoff: list[Out] = []
+        if ae.entries:
+            self._log.append((ae.term, ae.entries))
         for e in ae.entries:
-            self._log.append((ae.term, e))
             if e.type == gw.ENTRY_LEADER_TRANSFER and is_new and e.data == self.me.encode("latin-1"):
                 handoff = self._hand_off()
             elif e.type == gw.ENTRY_ADD_PEER:
@@ -236,7 +244,7 @@ class GoRaftFollower:
         upto = min(ae.commit, self.pindex)
         if upto > self.commit:
             for index in range(max(self.commit, self.base_index) + 1, upto + 1):
-                committed.append(Committed(index, self._log[index - self.base_index - 1][1]))
+                committed += [Committed(index, e) for e in self._log[index - self.base_index - 1][1]]
             self.commit = upto
             self.applied = upto
         # new entries are acknowledged to the leader; catch-up entries only to a progress inbox it names
@@ -413,6 +421,9 @@ class GoMetaMember:
         self.removed = False  # a committed peer removal of this server: it stopped following
         self._warned: set[str] = set()
         self.on_applied: list[Callable[[], None]] = []  # called after committed entries were applied
+        # a group this server must not lead (it cannot serve it yet): when elected, pass leadership on at once
+        self.pass_leadership = False
+        self.passed = 0
 
     @property
     def peer(self) -> str:
@@ -494,6 +505,14 @@ class GoMetaMember:
         for o in outs:
             self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
         self._sync_heartbeat()
+        if self.pass_leadership and self.raft.role == "leader":
+            # leading only to hand over: to the first peer that holds our whole log
+            peer = next((p for p in sorted(self.raft.peers) if p != self.peer and self.raft.current(p)), None)
+            if peer is not None:
+                self.passed += 1
+                outs = self.raft.transfer(peer)
+                for o in outs:
+                    self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
         if self.removed:
             # as nats-server: a server removed from the meta group (SERVER.REMOVE) leaves it
             self.log.error(f"JetStream: this server was removed from the Go meta group {self.group!r}; "
@@ -501,9 +520,17 @@ class GoMetaMember:
             self.stop()
 
     # -- leading (rillet.jetstream.cluster.golead): only when asked, see the module docstring -----------------
-    def campaign(self) -> None:
-        """Stand for election (a test of the leader side; the meta layer's leader duties are not here)."""
+    def campaign(self, retries: int = 0) -> None:
+        """Stand for election (a test of the leader side; the meta layer's leader duties are not here). With
+        ``retries``, stand again (a new term) every CAMPAIGN_RETRY seconds while still a candidate: the first
+        vote requests of a new group may reach peers that have not created it yet."""
         self._send(self.raft.campaign())
+        if retries > 0 and self.server.loop is not None:
+            self.server.loop.call_later(CAMPAIGN_RETRY, self._recampaign, retries - 1)
+
+    def _recampaign(self, retries: int) -> None:
+        if self.ic is not None and self._subs and self.raft.role == "candidate" and not self.raft.leader:
+            self.campaign(retries)
 
     def propose(self, entries: list[gw.Entry]) -> None:
         self._send(self.raft.propose(entries))
@@ -538,7 +565,8 @@ class GoMetaMember:
         return {"group": self.group, "peer": self.peer, "term": r.term, "leader": r.leader, "pindex": r.pindex,
                 "commit": r.commit, "applied": r.applied, "catching_up": r.catchup is not None,
                 "peers": sorted(r.peers), "cluster_size": r.cluster_size, "votes_granted": r.votes_granted,
-                "streams": len(self.state.streams), "received": self.received, "refused": self.refused,
+                "streams": len(self.state.streams) if self.state is not None else 0, "received": self.received,
+                "refused": self.refused,
                 "removed": self.removed, "role": r.role}
 
 

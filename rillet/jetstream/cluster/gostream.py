@@ -7,13 +7,20 @@ applies its committed entries (rillet.jetstream.cluster.gowire) to a Rillet mess
 their sequence (plain, compressed or in a batch), purges, deletes and delete ranges. The Go servers of the
 group count its acknowledgements toward their quorum.
 
-Not yet (so it is only attached by ``host_streams(member)``, in tests): leading the stream (answering publishes
-and the API), consumers, the stream snapshot a leader sends to a replica that fell behind its log (decoded
+A replica never keeps the leadership of its group: should it be elected, it hands it to the first peer that
+answers it holding its whole log; a leadership transfer to it is handed on (as the meta member does). When the
+Go meta leader picks it as a new group's preferred leader, the group waits out an election timeout. The consumers of such a stream placed
+on this server are followed the same way (``GoConsumerReplica``: delivered,
+acks, skips, resets and shared pull requests into ``ConsumerReplicaState``).
+
+Not yet (so it is only attached by ``host_streams(member)``, in tests): leading a stream or consumer (answering
+publishes, deliveries and the API), the stream or consumer snapshot a leader sends to a replica that fell behind its log (decoded
 but not applied: the replica then reports itself behind), ``$JSC`` catch-up by messages, a file store and a
 durable RAFT state (the store is in memory: a restart starts empty and is caught up again).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from rillet.jetstream.cluster import gowire as ge
@@ -22,7 +29,7 @@ from rillet.jetstream.store.base import StoreConfig
 from rillet.jetstream.store.memstore import MemStore
 from rillet.raft import gowire as gw
 
-__all__ = ["GoStreamReplica", "host_streams"]
+__all__ = ["GoStreamReplica", "GoConsumerReplica", "ConsumerReplicaState", "host_streams"]
 
 
 def _store_config(cfg: dict) -> StoreConfig:
@@ -96,24 +103,129 @@ class GoStreamReplica(GoMetaMember):
             raise gw.GoWireError(f"{type(x).__name__} in a stream group")
 
 
-def host_streams(member: GoMetaMember) -> dict[tuple[str, str], GoStreamReplica]:
-    """Follow every stream the meta group assigns to this server (and leave those it takes away); returns the
-    live map of replicas by (account, stream)."""
-    replicas: dict[tuple[str, str], GoStreamReplica] = {}
+@dataclass
+class ConsumerReplicaState:
+    """A consumer's replicated state as its entries describe it: what was delivered (consumer and stream
+    sequence), what is pending acknowledgement (stream seq -> (consumer seq, delivery time)), redelivery
+    counts, the ack floor, and the pull requests the leader shared."""
+    delivered_consumer: int = 0
+    delivered_stream: int = 0
+    ack_floor_consumer: int = 0
+    ack_floor_stream: int = 0
+    pending: dict[int, tuple[int, int]] = field(default_factory=dict)
+    redelivered: dict[int, int] = field(default_factory=dict)
+    pull_requests: set[str] = field(default_factory=set)
+
+    def _floor(self) -> None:
+        if self.pending:
+            low = min(self.pending)
+            self.ack_floor_stream = low - 1
+            self.ack_floor_consumer = self.pending[low][0] - 1
+        else:
+            self.ack_floor_stream, self.ack_floor_consumer = self.delivered_stream, self.delivered_consumer
+
+    def delivered(self, dseq: int, sseq: int, dc: int, ts: int) -> None:
+        self.delivered_consumer = max(self.delivered_consumer, dseq)
+        self.delivered_stream = max(self.delivered_stream, sseq)
+        self.pending[sseq] = (dseq, ts)
+        if dc > 1:
+            self.redelivered[sseq] = dc - 1
+        self._floor()
+
+    def acked(self, dseq: int, sseq: int) -> None:
+        self.pending.pop(sseq, None)
+        self.redelivered.pop(sseq, None)
+        self._floor()
+
+    def skipped(self, sseq: int) -> None:
+        self.delivered_stream = max(self.delivered_stream, sseq)
+        self._floor()
+
+    def reset(self, seq: int) -> None:
+        """A reset to stream sequence ``seq`` (the next delivery is ``seq``; 0: the consumer's start)."""
+        self.pending.clear()
+        self.redelivered.clear()
+        self.delivered_stream = max(seq - 1, 0)
+        self._floor()
+
+
+class GoConsumerReplica(GoMetaMember):
+    """One consumer group of a Go cluster, followed from this server: its entries applied to
+    ``ConsumerReplicaState`` (the consumer's own snapshot is counted, not applied)."""
+
+    KIND = "consumer group"
+
+    def __init__(self, server: Any, account: str, stream: str, assignment: dict) -> None:
+        super().__init__(server, group=assignment["group"]["name"])
+        self.account, self.stream, self.name = account, stream, assignment["name"]
+        self.assignment = assignment
+        self.state = None
+        self.consumer = ConsumerReplicaState()
+        self.unapplied_snapshots = 0
+        self.ops: dict[str, int] = {}  # entries applied, by kind
+
+    def _commit(self, done: list[Committed]) -> None:
+        c = self.consumer
+        for item in done:
+            e = item.entry
+            if item.snapshot or e.type == gw.ENTRY_SNAPSHOT:
+                self.unapplied_snapshots += 1
+                continue
+            if e.type != gw.ENTRY_NORMAL:
+                continue
+            try:
+                x = ge.decode_entry(e.data)
+                self.ops[type(x).__name__] = self.ops.get(type(x).__name__, 0) + 1
+                if isinstance(x, ge.UpdateDelivered):
+                    c.delivered(x.dseq, x.sseq, x.dc, x.ts)
+                elif isinstance(x, ge.UpdateAcks):
+                    c.acked(x.dseq, x.sseq)
+                elif isinstance(x, ge.UpdateSkip):
+                    c.skipped(x.sseq)
+                elif isinstance(x, ge.ResetSeq):
+                    c.reset(x.seq)
+                elif isinstance(x, ge.PendingRequest):
+                    (c.pull_requests.add if x.add else c.pull_requests.discard)(x.reply)
+                else:
+                    raise gw.GoWireError(f"{type(x).__name__} in a consumer group")
+            except gw.GoWireError as err:
+                self.refused += 1
+                self.apply_errors += 1
+                self._warn_once(f"apply:{err}", f"JetStream consumer '{self.account} > {self.stream} > "
+                                                f"{self.name}' [{self.group}]: could not apply entry {item.index}: {err}")
+
+
+def host_streams(member: GoMetaMember) -> dict[tuple, GoMetaMember]:
+    """Follow every stream and consumer the meta group assigns to this server (and leave those it takes
+    away); returns the live map of replicas: (account, stream) -> GoStreamReplica and
+    (account, stream, consumer) -> GoConsumerReplica."""
+    replicas: dict[tuple, GoMetaMember] = {}
 
     def reconcile() -> None:
-        want = {key: sa for key, sa in member.state.streams.items()
-                if member.peer in ((sa.get("group") or {}).get("peers") or ())}
+        me = member.peer
+        want: dict[tuple, tuple[str, dict]] = {}
+        for key, sa in member.state.streams.items():
+            if me in ((sa.get("group") or {}).get("peers") or ()):
+                want[key] = ("stream", sa)
+            for cname, ca in (member.state.consumers.get(key) or {}).items():
+                if me in ((ca.get("group") or {}).get("peers") or ()):
+                    want[key + (cname,)] = ("consumer", ca)
         for key in list(replicas):
             r = replicas[key]
-            if key not in want or want[key]["group"]["name"] != r.group:
+            if key not in want or want[key][1]["group"]["name"] != r.group:
                 r.stop()
                 del replicas[key]
-        for key, sa in want.items():
-            if key not in replicas:
-                r = GoStreamReplica(member.server, key[0], sa)
-                r.start()
-                replicas[key] = r
+        for key, (kind, a) in want.items():
+            if key in replicas:
+                continue
+            r = (GoStreamReplica(member.server, key[0], a) if kind == "stream"
+                 else GoConsumerReplica(member.server, key[0], key[1], a))
+            r.pass_leadership = True
+            r.start()
+            replicas[key] = r
+            # (when the Go meta leader made this server the new group's preferred leader, the Go peers elect one
+            # of them after an election timeout, 4-9 s. Being elected first and passing leadership on would be
+            # quicker but leaves the create request unanswered: the Go peers expect its first leader to answer.)
 
     member.on_applied.append(reconcile)
     reconcile()
