@@ -155,6 +155,21 @@ def test_live_go_cluster_traffic_round_trips(tmp_path):
     assert {gw.peer_id(n) for n in cap["servers"]} == seen["peers"]
     assert {"assignStream", "streamMsg", "updateAcks", "updateDelivered"} <= seen["op"]
     assert len(cap["messages"]) > 200
+    # an index is one append entry, however many entries it carries: a leader's next append entry in the same
+    # term follows at pindex + 1 (checked on the full, in-order recording of each group's $NRG.AE. subject)
+    last: dict[str, gw.AppendEntry] = {}
+    multi = checked = 0
+    for subject, _reply, data in cap["messages"]:
+        if not subject.startswith("$NRG.AE."):
+            continue
+        ae = gw.AppendEntry.decode(data)
+        prev = last.get(subject)
+        if prev is not None and prev.entries and prev.leader == ae.leader and prev.term == ae.term:
+            assert ae.pindex == prev.pindex + 1, (subject, prev, ae)
+            checked += 1
+            multi += len(prev.entries) > 1
+        last[subject] = ae
+    assert checked > 50 and multi > 0
 
 
 # -- unit checks of the encodings --------------------------------------------------------------------------
