@@ -18,6 +18,8 @@ The protocol, as learnt from nats-server's ``server/raft.go`` (our own descripti
 * Peer ids: 8 characters, the first 8 bytes of SHA-256 of the server name, each mapped onto the 62
   characters ``0-9A-Za-z`` (byte modulo 62).
 * Integers are little-endian; ``uvarint``/``varint`` are Go's ``encoding/binary`` forms.
+* Log positions (``pindex``, ``commit``, a response's ``index``) count append entries, not entries: an append
+  entry carrying several entries is one index (nats-server stores it as one WAL record).
 """
 from __future__ import annotations
 
