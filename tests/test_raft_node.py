@@ -470,3 +470,90 @@ def test_commit_only_appends_are_not_answered_by_streaming_followers():
     f.step(M.AppendEntries(ld.term, "n1", "n2", i + 5, ld.term, i, [], True))
     assert [type(m).__name__ for m in f.msgs] == ["AppendResponse"] and f.msgs[0].reject
     assert M.decode(M.encode(M.AppendEntries(1, "a", "b", 5, 1, 0, [], True))).quiet is True
+
+
+def _restart(net, nid, keep_through, recovering=True):
+    """A restart of ``nid`` from a disk holding its entries up to ``keep_through`` (what was fsynced), its term and
+    vote, and the commit index it had saved (above the kept entries when it lost committed ones)."""
+    old = net.nodes[nid]
+    ents = [e for e in old.log if e[0] <= keep_through]
+    hs = M.HardState(old.term, old.vote, min(old.commit, keep_through))
+    net.nodes[nid] = Node(nid, old.voters, rng=random.Random(7), hard_state=hs, entries=ents,
+                          recovering=recovering, known_commit=old.commit)
+    net.applied[nid] = []
+    return net.nodes[nid]
+
+
+def _lose_tail_scenario(recovering):
+    """n1 leads, x commits on n1 and n2 (n3 cut off); n1's power is cut and it comes back without x, n2 is down."""
+    net = Net(["n1", "n2", "n3"])
+    net.elect("n1")
+    net.cut |= {("n1", "n3"), ("n3", "n1")}
+    i, _ = net.nodes["n1"].propose(b"x")
+    net.pump()
+    assert net.nodes["n1"].commit >= i and net.nodes["n3"].last_index() < i
+    net.cut = set()
+    n2 = net.nodes.pop("n2")
+    _restart(net, "n1", i - 1, recovering)
+    return net, n2, i
+
+
+def test_member_back_from_a_power_cut_does_not_vote_until_it_has_heard_everyone():
+    net, n2, i = _lose_tail_scenario(recovering=True)
+    n1, n3 = net.nodes["n1"], net.nodes["n3"]
+    assert n1.recovering and n1.tail_lost == 1
+    net.tick(60)  # n3 campaigns; n1 refuses it (it may have acknowledged entries n3 lacks), and does not campaign
+    assert n3.role != LEADER and n1.role != LEADER and n1.recovering
+    # n2 comes back (killed, its log intact): every voter answers n1's survey, n2's log is the best
+    net.nodes["n2"] = Node("n2", n2.voters, rng=random.Random(3), hard_state=M.HardState(n2.term, n2.vote, n2.commit),
+                           entries=n2.log, recovering=True, known_commit=n2.commit)
+    net.applied["n2"] = []
+    net.tick(80)
+    leader = [n for n in net.nodes.values() if n.role == LEADER]
+    assert [n.id for n in leader] == ["n2"]
+    net.tick(5)
+    assert all(n.term_at(i) == 1 and n.log[i - 1][3] == b"x" for n in net.nodes.values())
+    assert not n1.recovering and n1.recovered_by == "leader" and n1.lost is None
+    assert all(n.lost is None for n in net.nodes.values())
+
+
+def test_without_recovery_the_same_cut_loses_a_committed_entry():
+    """The mutant: the member back from the cut votes at once, and n3 (which never had x) leads without it."""
+    net, _n2, i = _lose_tail_scenario(recovering=False)
+    net.tick(60)
+    leader = [n for n in net.nodes.values() if n.role == LEADER]
+    assert leader and leader[0].id == "n3"
+    assert leader[0].term_at(i) != 1  # x is gone
+
+
+def test_power_cut_of_every_member_reports_the_lost_committed_entries():
+    net = Net(["n1", "n2", "n3"])
+    net.elect("n1")
+    for k in range(5):
+        net.nodes["n1"].propose(b"v%d" % k)
+    net.pump()
+    net.tick(2)
+    assert all(n.commit == 6 for n in net.nodes.values())
+    for nid, keep in (("n1", 3), ("n2", 4), ("n3", 2)):  # each kept a different synced prefix
+        _restart(net, nid, keep)
+    net.tick(80)
+    leader = [n for n in net.nodes.values() if n.role == LEADER]
+    assert [n.id for n in leader] == ["n2"]  # the survey's best log leads
+    net.tick(5)
+    for n in net.nodes.values():
+        assert not n.recovering
+        assert n.lost == (5, 6), (n.id, n.lost)  # committed 5 and 6 are nowhere: said, not forked silently
+        assert n.status()["lost"] == (5, 6)
+
+
+def test_recovering_member_answers_and_is_answered():
+    n = Node("a", ("a", "b"), rng=random.Random(1), recovering=True)
+    rd = n.ready()
+    assert [type(m) for m in rd.messages] == [M.RecoveryQuery]
+    n.advance(rd)
+    n.step(M.RecoveryState(0, "b", "a", 0, 0, 0, 0, True))
+    assert not n.recovering and n.recovered_by == "survey"
+    n.step(M.RecoveryQuery(0, "b", "a"))
+    rd = n.ready()
+    assert rd.messages == [M.RecoveryState(0, "a", "b", 0, 0, 0, 0, False, True)]
+    assert M.decode(M.encode(rd.messages[0])) == rd.messages[0]

@@ -124,12 +124,14 @@ class RecoveryQuery(_Msg, tag=9):
 class RecoveryState(_Msg, tag=10):
     """The answer to RecoveryQuery: the peer's last entry (``last_index``, ``last_term``), its commit index,
     ``known_commit`` (the highest commit index it knows was reached, including one it had saved before losing
-    its own tail) and whether it is itself ``recovering``."""
+    its own tail), whether it is itself ``recovering`` and whether it is a ``voter`` in its own log's
+    configuration."""
     last_index: U64
     last_term: U64
     commit: U64
     known_commit: U64
     recovering: bool = False
+    voter: bool = True  # (the peer is a voter in its own log's configuration: a candidate it could be)
 
 
 Message = Union[VoteRequest, VoteResponse, AppendEntries, AppendResponse, Heartbeat, HeartbeatResponse,

@@ -20,8 +20,8 @@ every other voter for its log state (RecoveryQuery/RecoveryState) and, until it 
 (nor pre-vote) and does not campaign. It takes part again when (a) it heard from a leader that committed an
 entry of its own term and caught up to that leader's commit index, or (b) every other voter answered and its
 own log is at least as up to date as each of theirs; when every voter answered but another's log is ahead, it
-grants votes only to candidates at least as up to date as the best log it heard of (the "vote floor") and does
-not campaign. Safety: a committed entry is on a majority; a single member losing its unsynced tail cannot make
+grants votes only to candidates at least as up to date as the best log it heard of from a voter (the "vote
+floor", asked again every election timeout) and does not campaign. Safety: a committed entry is on a majority; a single member losing its unsynced tail cannot make
 a leader without it (the ideas of Viewstamped Replication's recovery protocol and of "Protocol-Aware Recovery
 for Consensus-Based Storage", FAST 2018). When a majority lost entries, no rule can bring them back: the node
 says so (``lost``, the range of committed indexes no member holds any more, or that a later leader replaced)
@@ -225,6 +225,8 @@ class Node:
 
     def _query_peers(self) -> None:
         self._survey_elapsed = 0
+        if not self.voters:
+            return  # (a member added later that has not yet learnt the configuration: a leader catches it up)
         others = [p for p in self.voters if p != self.id]
         if not others or all(p in self.survey for p in others):
             self._survey_done()
@@ -242,7 +244,9 @@ class Node:
             a = self.survey.get(p)
             if a is None:
                 continue
-            if (a[0], a[1]) > best:
+            if a[3] and (a[0], a[1]) > best:
+                # (a peer that is no voter in its own log, removed by a configuration change there, cannot lead;
+                # what it holds past what the voters hold was not committed by them)
                 best = (a[0], a[1])
             if a[1] > max_last:
                 max_last = a[1]
@@ -293,12 +297,13 @@ class Node:
 
     def _handle_recovery_query(self, m: RecoveryQuery) -> None:
         self.msgs.append(RecoveryState(self.term, self.id, m.frm, self.last_index(), self.last_term(), self.commit,
-                                       max(self.known_commit, self.commit), self.recovering))
+                                       max(self.known_commit, self.commit), self.recovering,
+                                       self.id in self.voters))
 
     def _handle_recovery_state(self, m: RecoveryState) -> None:
-        if not self.recovering or self.vote_floor is not None or m.frm not in self.voters:
+        if not self.recovering or m.frm not in self.voters:
             return
-        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit)
+        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter)
         if all(p in self.survey for p in self.voters if p != self.id):
             self._survey_done()
 
@@ -491,10 +496,11 @@ class Node:
             return
         self.election_elapsed += 1
         if self.recovering:
-            if self.vote_floor is None:
-                self._survey_elapsed += 1
-                if self._survey_elapsed >= self.election_tick:
-                    self._query_peers()
+            self._survey_elapsed += 1
+            if self._survey_elapsed >= self.election_tick:
+                if self.vote_floor is not None:
+                    self.survey = {}  # (ask again: the floor follows the peers' logs and configurations)
+                self._query_peers()
             return  # (no campaign until recovered)
         if self.election_elapsed >= self.randomized_timeout and self.id in self.voters:
             self._campaign(pre=self.pre_vote)

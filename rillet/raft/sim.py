@@ -9,6 +9,16 @@ pending writes, like a file system that flushed some of the page cache). A node'
 Ready contract: write snapshot, entries and hard state, sync when ``must_sync`` (a disk delay may pass
 before the sync completes, and a crash in between loses the writes), then send, apply, advance.
 
+Lazy runs (about 40% of the seeds) model the drivers that fsync entries only on an interval (JetStream's
+default ``sync_interval``): hard state is durable at once, entries only at a periodic sync or a snapshot; a
+conflicting suffix is truncated durably at once (as the WAL does); a
+crash is either a killed process (the page cache survives: nothing is lost) or a power cut that loses every
+write since the last sync, the latter only while the nodes that lost data and have not yet recovered stay a
+minority; a restarted node starts ``recovering``. The same checks hold (no committed or acknowledged entry
+lost), no node may report lost entries (``Node.lost``: nothing was lost), and after healing no voter may stay
+recovering. ``run_power_all`` cuts every node at once instead: acknowledged entries may be lost, but never
+silently (some node must report them).
+
 A run has a fault phase (crashes and restarts from the simulated disk, pauses, partitions, lossy
 network, client proposals at random times, membership changes and leader transfers) and a heal phase
 (everything restarted and reconnected) in which a leader must be elected and a final proposal must
@@ -45,7 +55,8 @@ class _VoteAnyLog(Node):
 # persists; node mutations swap the Node class
 MUTATIONS = {"forget_vote": "the driver persists the hard state without the vote",
              "no_sync": "the driver never fsyncs (a crash loses everything since the last compaction)",
-             "vote_any_log": "the node grants votes to candidates whose log is behind"}
+             "vote_any_log": "the node grants votes to candidates whose log is behind",
+             "no_recovery": "(lazy runs) a node restarted after a power cut takes part at once, not recovering"}
 
 
 class SimDisk:
@@ -61,6 +72,34 @@ class SimDisk:
 
     def write(self, op: str, arg) -> None:
         self.pending.append((op, arg))
+
+    def write_hs_now(self, hs: HardState) -> None:
+        """A hard state written and fsynced on its own (a lazy driver's term, vote and commit)."""
+        self.pending = [w for w in self.pending if w[0] != "hs"]
+        self.hs = hs
+
+    def last_index(self) -> int:
+        """The last entry written, synced or not."""
+        base = self.snap.index if self.snap else 0
+        last = base + len(self.entries)
+        for op, arg in self.pending:
+            if op == "ents":
+                last = arg[-1][0]
+            elif op == "snap":
+                last = arg.index
+        return last
+
+    def truncate_now(self, index: int) -> None:
+        """A lazy driver's truncation of a conflicting suffix: everything written is synced first, the entries
+        from ``index`` on are removed and that is durable at once (rillet.raft.wal's truncate_suffix)."""
+        self.sync()
+        base = self.snap.index if self.snap else 0
+        if index - base - 1 >= 0:
+            del self.entries[index - base - 1:]
+
+    def lose_pending(self) -> None:
+        """A power cut: everything since the last sync is gone."""
+        self.pending = []
 
     def sync(self) -> None:
         for op, arg in self.pending:
@@ -116,15 +155,25 @@ class SimNode:
         self.sm_index = 0
         self.backlog: list = []     # messages that arrived while paused
         self.client: dict = {}      # index -> (term, data) proposed through this incarnation
+        self.lossy = False          # (lazy runs) lost unsynced writes at its last crash and not yet recovered
 
     def start(self) -> None:
         sim = self.sim
         d = self.disk
         self.sm = list(_sm_decoder.decode(d.snap.data)) if d.snap else []
         self.sm_index = d.snap.index if d.snap else 0
+        hs = d.hs
+        known = 0
+        if hs is not None:
+            last = (d.snap.index if d.snap else 0) + len(d.entries)
+            known = hs.commit
+            if hs.commit > last:  # (a lazy driver's commit index was durable, the entries up to it were not)
+                hs = HardState(hs.term, hs.vote, last)
+        recovering = sim.lazy and self.inc > 0 and "no_recovery" not in sim.mutations
         self.node = sim.node_cls(self.id, d.base if d.base is not None else self.bootstrap, rng=random.Random(sim.rng.getrandbits(32)),
                          election_tick=ELECTION_TICK, heartbeat_tick=1, max_entries_per_msg=sim.batch,
-                         max_inflight=sim.inflight, hard_state=d.hs, snapshot=d.snap, entries=d.entries)
+                         max_inflight=sim.inflight, hard_state=hs, snapshot=d.snap, entries=d.entries,
+                         recovering=recovering, known_commit=known)
         self.up = True
         self.paused = False
         self.busy = False
@@ -133,9 +182,21 @@ class SimNode:
         self.backlog = []
         sim.at(sim.now + sim.rng.randrange(1, TICK + 1), sim.tick, self.id, self.inc)
 
-    def crash(self) -> None:
-        self.sim.stats["crashes"] += 1
-        self.sim.stats["unsynced_writes_at_crash"] += len(self.disk.pending)
+    def crash(self, power: Optional[bool] = None) -> None:
+        """A crash. In lazy runs: ``power`` (default: at random, while the nodes that lost data stay a
+        minority) loses every unsynced write, else the process dies and the page cache survives."""
+        sim = self.sim
+        sim.stats["crashes"] += 1
+        sim.stats["unsynced_writes_at_crash"] += len(self.disk.pending)
+        if sim.lazy:
+            if power is None:
+                power = sim.rng.random() < 0.5 and sim.may_lose(self)
+            if power:
+                sim.stats["power_cuts"] += 1
+                self.lossy = True
+                self.disk.lose_pending()
+            else:
+                self.disk.sync()
         self.up = False
         self.inc += 1
         self.node = None
@@ -210,6 +271,8 @@ class Sim:
             raise ValueError(f"unknown mutation(s) {sorted(unknown)}; known: {sorted(MUTATIONS)}")
         self.mutations = mutations
         self.node_cls = _VoteAnyLog if "vote_any_log" in mutations else Node
+        self.lazy = random.Random(seed * 7919 + 1).random() < 0.4  # (its own draw: the other seeds run as before)
+        self.sync_every = 100 + random.Random(seed * 7919 + 2).randrange(300)
         self.n = n or rng.choice((3, 5))
         self.fault_time = (1500 if quick else 6000) + rng.randrange(500)
         self.heal_bound = 3000
@@ -235,6 +298,9 @@ class Sim:
         self.nodes: dict = {nid: SimNode(self, nid, ids) for nid in ids}
         for sn in self.nodes.values():
             sn.start()
+        if self.lazy:
+            for k, nid in enumerate(ids):
+                self.at(1 + k * self.sync_every // len(ids), self.periodic_sync, nid)
 
     # ---- event queue -------------------------------------------------------------------------------------
 
@@ -302,6 +368,8 @@ class Sim:
         if rd.snapshot is not None:
             disk.write("snap", rd.snapshot)
         if rd.entries:
+            if self.lazy and rd.entries[0][0] <= disk.last_index():
+                disk.truncate_now(rd.entries[0][0])
             disk.write("ents", list(rd.entries))
         if rd.base_peers is not None:
             disk.write("base", rd.base_peers)
@@ -309,7 +377,10 @@ class Sim:
             hs = rd.hard_state
             if "forget_vote" in self.mutations:
                 hs = HardState(hs.term, None, hs.commit)
-            disk.write("hs", hs)
+            if self.lazy:
+                disk.write_hs_now(hs)
+            else:
+                disk.write("hs", hs)
         sn.busy = True
         if rd.must_sync and self.rng.random() < 0.3:
             self.at(self.now + self.rng.randrange(1, 6), self.ready_done, sn, sn.inc, rd)
@@ -319,7 +390,7 @@ class Sim:
     def ready_done(self, sn: SimNode, inc: int, rd) -> None:
         if sn.inc != inc:
             return  # crashed while the disk was busy: the writes are lost or torn
-        if rd.must_sync and "no_sync" not in self.mutations:
+        if rd.must_sync and "no_sync" not in self.mutations and (not self.lazy or rd.snapshot is not None):
             sn.disk.sync()
         voted = False
         for m in rd.messages:
@@ -366,6 +437,23 @@ class Sim:
             self.process(sn)
 
     # ---- client and faults -------------------------------------------------------------------------------
+
+    def may_lose(self, sn: SimNode) -> bool:
+        """(lazy runs) Whether ``sn`` may lose its unsynced writes now: the nodes that lost data and have not
+        recovered since, with it, stay a minority of the smallest voter set any node has."""
+        for o in self.nodes.values():
+            if o.lossy and o.up and not o.node.recovering:
+                o.lossy = False
+        sizes = [len(o.node.voters) for o in self.nodes.values() if o.up and o.node.voters]
+        n = min(sizes) if sizes else self.n
+        return sum(1 for o in self.nodes.values() if o.lossy or o is sn) <= (n - 1) // 2
+
+    def periodic_sync(self, nid: str) -> None:
+        sn = self.nodes.get(nid)
+        if sn is not None and sn.up:
+            sn.disk.sync()
+        if self.lazy and self.now < self.fault_time + 4 * self.heal_bound:
+            self.at(self.now + self.sync_every, self.periodic_sync, nid)
 
     def leader(self) -> Optional[SimNode]:
         best = None
@@ -417,8 +505,9 @@ class Sim:
                 return
             # the disk is lost (a replaced machine, a deleted store directory): the node comes back with its
             # identity only, an empty log, no term and no vote
-            sn.crash()
+            sn.crash(power=False)
             sn.disk = SimDisk()
+            sn.lossy = self.lazy
             self.at(self.now + rng.randrange(1, 60), self.restart, sn.id, sn.inc)
         elif kind == "restart":
             down = [sn for sn in nodes if not sn.up]
@@ -457,6 +546,8 @@ class Sim:
                     node.propose_conf_change(ADD, nid)
                     sn = self.nodes[nid] = SimNode(self, nid, ())
                     sn.start()
+                    if self.lazy:
+                        self.at(self.now + self.sync_every, self.periodic_sync, nid)
                 elif kind == "remove" and len(node.voters) > 3:
                     node.propose_conf_change(REMOVE, rng.choice(node.voters))
             except RaftError:
@@ -547,8 +638,9 @@ class Sim:
             if sn is not None:
                 self.stats["idle_wipes"] += 1
                 self.log.append(f"t={self.now} idle wipe {sn.id}")
-                sn.crash()
+                sn.crash(power=False)
                 sn.disk = SimDisk()
+                sn.lossy = self.lazy
                 self.at(self.now + self.rng.randrange(1, 60), self.restart, sn.id, sn.inc)
                 self.run_until(self.now + 60)
                 self.quiet_catch_up(f"{sn.id} lost its disk in the idle group")
@@ -607,6 +699,15 @@ class Sim:
     def final_checks(self) -> None:
         chk = self.checker
         live = [sn for sn in self.nodes.values() if sn.up]
+        for sn in live:
+            if sn.node.lost is not None:
+                chk.fail(f"{sn.id} reports committed entries {sn.node.lost} lost, but no majority lost data")
+        if self.lazy:
+            ld = self.leader()
+            stuck = [p for p in ld.node.voters if self.nodes[p].node.recovering or self.nodes[p].node.vote_floor]
+            if stuck:
+                chk.fail(f"liveness: voters {stuck} still recovering after healing")
+            self.stats["recoveries"] += sum(sn.node.recoveries for sn in live)
         chk.log_matching([sn.node for sn in live], self.now)
         ld = self.leader()
         members = [self.nodes[p] for p in ld.node.voters]
@@ -633,6 +734,68 @@ class Sim:
         return (f"seed={self.seed} n={self.n} quick={self.quick} batch={self.batch} inflight={self.inflight} "
                 f"compact_every={self.compact_every} nodes={len(self.nodes)} proposed={self.proposed} "
                 f"acked={len(self.acked)} terms={len(self.checker.leaders)} events={self.events} t={self.now}")
+
+
+def run_power_all(seed: int) -> tuple[list, "Sim", list]:
+    """A lazy run whose fault phase is only client load on a healthy network, then a power cut of every node at
+    once and a restart: acknowledged entries past the last syncs are lost (no algorithm keeps them), but never
+    silently: when an acknowledged proposal is gone, some node must report lost entries (``Node.lost``), and
+    any range reported must really be gone (an entry of another term, or none, at its first index on the
+    leader). Returns (violations, sim, the acknowledged proposals lost)."""
+    sim = Sim(seed, quick=True)
+    sim.lazy = True
+    out: list = []  # (the checker's own findings are expected here: RAFT's guarantees do not hold past the cut)
+    for k, nid in enumerate(sim.nodes):
+        sim.at(1 + k * sim.sync_every // len(sim.nodes), sim.periodic_sync, nid)
+    chk = sim.checker
+    try:
+        sim.at(sim.rng.randrange(50, 200), sim.client)
+        sim.run_until(sim.fault_time // 2)
+        cut_term = max(sn.node.term for sn in sim.nodes.values() if sn.up)
+        for sn in sim.nodes.values():
+            if sn.up:
+                sn.crash(power=True)
+        # (the messages in flight go with the servers: an old leader's append arriving after the restart would
+        # bring back an entry the survey found nowhere)
+        sim.q = [ev for ev in sim.q if ev[2] != sim.deliver]
+        heapq.heapify(sim.q)
+        sim.fault_time = 0  # (no more client proposals)
+        for sn in sim.nodes.values():
+            sim.at(sim.now + sim.rng.randrange(1, 30), sim.restart, sn.id, sn.inc)
+        deadline = sim.now + sim.heal_bound
+        while sim.now < deadline:
+            sim.run_until(sim.now + 5 * TICK)
+            ld = sim.leader()
+            if ld is not None and ld.node.commit == ld.node.last_index() and all(
+                    sim.nodes[p].up and sim.nodes[p].sm_index >= ld.node.commit and not sim.nodes[p].node.recovering
+                    for p in ld.node.voters):
+                break
+        else:
+            out.append(f"liveness: no leader with every voter caught up within {sim.heal_bound} after the power cut")
+    except (RaftError, AssertionError) as e:
+        out.append(f"t={sim.now}: exception {type(e).__name__}: {e}")
+        return out, sim, []
+    ld = sim.leader()
+    reports = [sn.node.lost for sn in sim.nodes.values() if sn.up and sn.node.lost is not None]
+    held = set(d for sn in sim.nodes.values() if sn.up for _, d in sn.sm)
+    lost_acks = [a for a in sim.acked if a not in held]
+    if lost_acks and not reports:
+        out.append(f"{len(lost_acks)} acknowledged proposals lost silently (no node reports lost entries), "
+                 f"e.g. {lost_acks[:3]}")
+    if ld is not None:
+        node = ld.node
+        for first, last in reports:
+            # (the range is an upper bound, from answers given at different times: some index in it must be gone;
+            # an index first applied after the cut, in a later term, replaced one committed before it)
+            gone = False
+            for i in range(first, last + 1):
+                c = chk.committed.get(i)
+                if c is None or c[0] > cut_term or i <= node.offset or node.term_at(i) != c[0] or node.log[i - node.offset - 1][3] != c[2]:
+                    gone = True
+                    break
+            if not gone:
+                out.append(f"a node reports entries {first}..{last} lost, but the leader holds every committed one")
+    return out, sim, lost_acks
 
 
 def run_seed(seed: int, *, quick: bool = True, mutations=frozenset()) -> tuple[list, "Sim"]:
