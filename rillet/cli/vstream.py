@@ -369,7 +369,7 @@ def jwt_cmd(name: str = typer.Argument(..., help="Virtual stream name"), regions
 def _from_auth_store(account: str, auth_dir: Optional[str], name: str, regions: list[str]) -> tuple[str, str]:
     """The account's JWT in the `rillet auth` store with the mappings merged, signed with the operator's key
     (or one of its signing keys) from the keystore, and written back to the store."""
-    from rillet.cli import auth
+    from rillet.cli.auth import nscstore as auth
     try:
         s = auth.Store(auth.resolve_dirs({"all": auth_dir} if auth_dir else {}))
         op = s.operator()
