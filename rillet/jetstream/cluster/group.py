@@ -38,6 +38,15 @@ them is sent, and so are snapshots. The commit index is saved with them and othe
 sync and at stop: after a restart, committed entries past the saved commit are committed again by the
 leader, never lost.
 
+Recovery after an unclean stop (lazy sync only): ``stop()`` leaves a ``clean`` marker in the WAL directory
+(after the final fsync) and ``start()`` removes it durably. A group that starts with a WAL holding anything and
+no marker (killed, crashed, power cut) may have lost entries it had acknowledged: its node starts
+``recovering`` (rillet.raft.node: no vote, no campaign, until it caught up from a leader or heard every voter)
+and gets the commit index the hard state had saved, so that the node can tell when committed entries are gone
+from every member. Such a finding is logged, counted in ``status()["lost"]`` (the RAFT indexes) and handed
+to ``on_data_lost(first, last)`` (the stream's advisory and stream info); ``current()`` is False while
+recovering.
+
 Leadership as the owner sees it: ``on_leader_change(True)`` once this node is leader *and* has applied
 every entry up to the first entry of its term (its state machine is current), ``on_leader_change(False)``
 as soon as it stops being leader (before any further entry is applied). ``is_leader`` follows the same
@@ -79,6 +88,7 @@ CAMPAIGN_RETRY_MAX = 0.5  # (doubled each time up to this; then the node's own e
 COMPACT_MIN_INTERVAL = 15.0
 COMPACT_MAX_ENTRIES = 65536
 HARD_STATE_EVERY = 1.0  # seconds: how often a changed commit index is saved when nothing else forces it
+CLEAN_MARKER = "clean"  # in the WAL directory: the group stopped in order (everything fsynced) last time
 # A group control message (not a RAFT message) starts with 0xC1, a byte MessagePack never uses:
 CONTROL = b"\xc1"
 STEPDOWN_NOTE = CONTROL + b"SD\x00"  # + the reply subject of the stepdown request being carried out
@@ -162,6 +172,14 @@ def _runner(server: Any) -> _Runner:
     return r
 
 
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def group_storage(name: str) -> str:
     """"memory" for a stream or consumer group name of nats-server's form with ``M`` (``S-R3M-xxxxxxxx``,
     ``C-R1M-xxxxxxxx``), else "file"."""
@@ -213,6 +231,9 @@ class RaftGroup:
         # called when this node, leader, steps down because it did not hear from a quorum of its peers
         # within an election timeout (check-quorum; the quorum-lost advisories)
         self.on_quorum_lost: Optional[Callable[[], None]] = None
+        # called with (first, last) RAFT indexes when committed entries are found gone from every member (a
+        # majority lost unsynced data): the owner says so (advisory, stream info, healthz)
+        self.on_data_lost: Optional[Callable[[int, int], None]] = None
         self._snapshot = snapshot
         self._restore = restore
         self._applied_floor = applied_floor
@@ -259,6 +280,9 @@ class RaftGroup:
         self._leader_waiters: list[tuple[float, Callable[[], None]]] = []  # (deadline, callback): when_leader
         self._handover: Optional[tuple[float, Callable[[], None]]] = None  # (deadline, callback): after_handover
         self._lost_logs = 0  # the node's lost_logs already logged
+        self._lost_events = 0  # the node's lost_events already reported
+        self._recoveries = 0  # the node's recoveries already logged
+        self.unclean_start = False  # this run started from a WAL left by an unclean stop
         # set by the owner: whether commit-only appends may be held (COMMIT_NOTICE_EVERY) right now
         self.lazy_commits: Optional[Callable[[], bool]] = None
         self._held_commits: Optional[dict[str, Any]] = None  # peer -> commit-only append held (COMMIT_NOTICE_EVERY)
@@ -280,6 +304,17 @@ class RaftGroup:
             self.wal, rec = WAL.open(self.dir, sync)
         if rec.truncated_bytes:
             self.log.warn(f"RAFT group {self.name!r}: truncated a torn WAL tail of {rec.truncated_bytes} bytes")
+        recovering = False
+        if not self.memory:
+            marker = os.path.join(self.dir, CLEAN_MARKER)
+            had_state = rec.hard_state is not None or rec.snapshot is not None or bool(rec.entries)
+            clean = os.path.exists(marker)
+            if clean:
+                os.unlink(marker)  # (durably: a marker that came back after a power cut would hide it)
+                _fsync_dir(self.dir)
+            self.unclean_start = had_state and not clean
+            # with sync "always" nothing acknowledged can be missing from the log: no recovery needed
+            recovering = self.unclean_start and not self.sync_always
         founding = self._founding_peers()
         if rec.snapshot is not None and self._restore is not None:
             self._restore(rec.snapshot.data)
@@ -287,7 +322,13 @@ class RaftGroup:
         hs = rec.hard_state
         self.node = Node(self.id, founding, rng=random.Random(), election_tick=self.election_ticks,
                          heartbeat_tick=self.heartbeat_ticks, hard_state=hs, snapshot=rec.snapshot,
-                         entries=rec.entries)
+                         entries=rec.entries, recovering=recovering, known_commit=rec.stored_commit)
+        if recovering:
+            n = self.node
+            short = f", {n.tail_lost} committed entries missing from it" if n.tail_lost else ""
+            self.log.warn(f"RAFT group {self.name!r}: the last stop was not clean (log ends at {n.last_index()}, "
+                          f"saved commit {rec.stored_commit}{short}): recovering, no vote until caught up "
+                          f"from the other members")
         self._skip_through = floor
         if hs is not None:
             self._hs_saved = (hs.term, hs.vote, hs.commit)
@@ -351,6 +392,10 @@ class RaftGroup:
                     if (n.term, n.vote, n.commit) != self._hs_saved:
                         self.wal.save_hard_state(M.HardState(n.term, n.vote, min(n.commit, n.stable)))
                 self.wal.close()
+                if not delete and not self.memory and not self.write_error:
+                    with open(os.path.join(self.dir, CLEAN_MARKER), "wb") as f:
+                        os.fsync(f.fileno())
+                    _fsync_dir(self.dir)
             except OSError as e:
                 self.log.error(f"RAFT group {self.name!r}: error closing the WAL: {e}")
             self.wal = None
@@ -614,6 +659,8 @@ class RaftGroup:
             name = (reg.name_of(p) if reg is not None else None) or p
             self.log.warn(f"RAFT group {self.name!r}: member {name} no longer holds the entries it had "
                           f"acknowledged (up to {had}; its log was lost?), catching it up from {hint + 1}")
+        if n.lost_events != self._lost_events or n.recoveries != self._recoveries:
+            self._recovery_news(n)
         self._processing = True
         try:
             while self.running and n.has_ready():
@@ -672,6 +719,24 @@ class RaftGroup:
         if self._want_compact:
             self._want_compact = False
             self.compact()
+
+    def _recovery_news(self, n: Node) -> None:
+        if n.recoveries != self._recoveries:
+            self._recoveries = n.recoveries
+            how = "caught up from the leader" if n.recovered_by == "leader" else "every member answered"
+            self.log.notice(f"RAFT group {self.name!r}: recovered after the unclean stop ({how}; "
+                            f"log at {n.last_index()}, commit {n.commit})")
+        if n.lost_events != self._lost_events:
+            self._lost_events = n.lost_events
+            first, last = n.lost
+            self.log.error(f"RAFT group {self.name!r}: committed entries {first}..{last} are lost: no member "
+                           f"holds them any more (a majority of the members lost data that was not yet "
+                           f"synced, e.g. a power cut with a lazy sync_interval)")
+            if self.on_data_lost is not None:
+                try:
+                    self.on_data_lost(first, last)
+                except Exception as e:
+                    self.log.error(f"RAFT group {self.name!r}: data-lost handler failed: {e!r}")
 
     def _hold_commit(self, m: Any) -> None:
         held = self._held_commits
@@ -833,7 +898,7 @@ class RaftGroup:
             return False
         if n.role == LEADER:
             return True
-        if n.leader is None or n.election_elapsed >= self.election_ticks:
+        if n.leader is None or n.election_elapsed >= self.election_ticks or n.recovering:
             return False
         return not n.catching_up
 
@@ -858,6 +923,8 @@ class RaftGroup:
                               "last_index": n.last_index(), "last_term": n.last_term(),
                               "leader_commit": n.commit if n.role == LEADER else n.leader_commit,
                               "catching_up": n.catching_up, "lost_logs": n.lost_logs,
+                              "recovering": n.recovering, "lost": list(n.lost) if n.lost else None,
+                              "unclean_start": self.unclean_start,
                               "snapshot_index": n.offset, "voters": list(n.voters), "size": len(n.voters),
                               "quorum_needed": n.quorum, "leader_since_ns": self.leader_since_ns,
                               "ever_had_leader": self.ever_had_leader, "bad_messages": self.bad_messages,

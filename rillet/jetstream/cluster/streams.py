@@ -117,6 +117,8 @@ class StreamReplica:
                                storage=sa.group.storage)
         self.log.bind(self.group)
         self.group.on_quorum_lost = self._quorum_lost
+        self.group.on_data_lost = self._data_lost
+        self.data_lost: dict | None = None  # committed entries found gone from every member (cluster info "lost")
         self.group.lazy_commits = self._lazy_commits
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.replay_seq = 0  # the last sequence the applied (or skipped) entries stored
@@ -476,6 +478,32 @@ class StreamReplica:
                          lambda acc: monitor.stream_quorum_lost_advisory(
                              acc, self.name, self._peer_states(), time.time_ns(), self.cs.js.domain or ""))
 
+    def _data_lost(self, first: int, last: int) -> None:
+        """(RaftGroup.on_data_lost) Committed entries of the stream's group are gone from every member (a majority
+        lost data that was not yet synced): never silent. Logged, the ``stream_data_lost`` advisory (Rillet's own,
+        in nats-server's advisory style), ``cluster.lost`` in stream info and an unhealthy /healthz for the
+        stream, for the life of this process."""
+        from rillet.gocompat.gotime import format_time
+        now = time.time_ns()
+        srv = self.cs.server
+        self.data_lost = {"raft_first": first, "raft_last": last, "entries": last - first + 1,
+                          "detected": format_time(now), "server": srv.name}
+        self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost "
+                             f"{last - first + 1} committed RAFT entries ({first}..{last}): acknowledged messages "
+                             f"or operations may be missing")
+        info = dict(self.data_lost)
+
+        def build(acc: str) -> tuple[str, dict]:
+            d = monitor._adv("stream_data_lost", now)
+            if acc:
+                d["account"] = acc
+            d.update({"stream": self.name, "raft_group": self.group.name, "lost": info})
+            dom = self.cs.js.domain or ""
+            if dom:
+                d["domain"] = dom
+            return f"{monitor.ADV}.STREAM.DATA_LOST.{self.name}", d
+        send_advisory(self.cs, self.jsa, build)
+
     # ---- consumers ----------------------------------------------------------------------------------
 
     def add_consumer(self, ca: Any) -> None:
@@ -726,7 +754,10 @@ class StreamReplica:
         return len(sa.consumers) if sa is not None else 0
 
     def cluster_info(self) -> dict:
-        return self.group_cluster_info(self.group, getattr(self.sa.group, "desired", None))
+        d = self.group_cluster_info(self.group, getattr(self.sa.group, "desired", None))
+        if self.data_lost is not None:
+            d["lost"] = dict(self.data_lost)
+        return d
 
     def leaderless(self) -> bool:
         return self.cs.group_leaderless(self.group, self.created_at)
