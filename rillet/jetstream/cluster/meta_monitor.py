@@ -133,6 +133,9 @@ class MetaMonitor:
             if rep is None:
                 return "stream not found"
             g = rep.group
+            lost = getattr(rep, "data_lost", None)
+            if lost:
+                return f"stream lost committed entries {lost['raft_first']}..{lost['raft_last']}"
             if g.leader is None:
                 return "no leader"
             if len(g.peers) > 1:
