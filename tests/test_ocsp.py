@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509 import ocsp  # noqa: E402
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
 
+from rillet.cluster.s2 import S2Writer  # noqa: E402
 from rillet.config.errors import ConfigError  # noqa: E402
 from rillet.config.ocsp_section import OCSPPeerConfig  # noqa: E402
 from rillet.config.options_builder import load_string  # noqa: E402
@@ -198,7 +199,8 @@ class Responder:
 
 
 @pytest.fixture
-def pki(tmp_path):
+def pki(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default ocsp_cache (local, ./_rc_) of both servers lands here
     r = Responder()
     p = PKI(str(tmp_path), r.url)
     r.pki = p
@@ -311,6 +313,25 @@ async def test_cache_used_and_saved(pki, tmp_path):
         assert await _connects(_url(srv), pki, "good")
 
 
+@pytest.mark.parametrize("writer,reader", [("go", "rillet"), ("rillet", "go")])
+async def test_cache_file_shared_with_nats_server(pki, tmp_path, writer, reader):
+    """The cache file one server saves (at shutdown) answers the other's check: with the responder silent,
+    the good certificate is accepted from the cache and the revoked one is still refused."""
+    factories = {"rillet": rillet_server, "go": go_server}
+    extra = f'ocsp_cache {{ local_store: "{tmp_path}/shared" }}'
+    async with factories[writer](_fill(_conf(pki, extra=extra))) as srv:
+        assert await _connects(_url(srv), pki, "good")
+        assert not await _connects(_url(srv), pki, "revoked")
+    saved = json.loads((tmp_path / "shared" / "cache.json").read_text())
+    assert sorted(v["resp_status"] for v in saved.values()) == ["good", "revoked"]
+    pki.responder.mode = "silent"
+    n = pki.responder.requests
+    async with factories[reader](_fill(_conf(pki, "ocsp_peer { verify: true, ca_timeout: 0.5 }", extra))) as srv:
+        assert await _connects(_url(srv), pki, "good")
+        assert not await _connects(_url(srv), pki, "revoked")
+    assert pki.responder.requests == n
+
+
 async def test_cache_none_asks_every_time(pki):
     async with rillet_server(_fill(_conf(pki, extra="ocsp_cache: false"))) as srv:
         assert await _connects(_url(srv), pki, "good")
@@ -334,14 +355,14 @@ async def test_preserve_revoked(pki, tmp_path):
         name = "revoked" if item["resp_status"] == "revoked" else "good"
         cert = pki.certs[name][0]
         req = ocsp.OCSPRequestBuilder().add_certificate(cert, pki.ca, hashes.SHA1()).build()
-        item["resp"] = base64.b64encode(pki.responder.answer(req)).decode()
+        item["resp"] = base64.b64encode(S2Writer().encode(pki.responder.answer(req))).decode()
     (store / "cache.json").write_text(json.dumps(data))
     pki.responder.mode = "silent"
     conf = "ocsp_peer { verify: true, ca_timeout: 0.3, allow_when_ca_unreachable: true }"
     async with rillet_server(_fill(_conf(pki, conf, extra))) as srv:
-        assert not await _connects(_url(srv), pki, "revoked")
+        assert not await _connects(_url(srv), pki, "revoked"), srv._test_log.getvalue()
         assert await _connects(_url(srv), pki, "good")
-        assert "cached revocation exists so rejecting" in srv._test_log.getvalue()
+        assert "cached revocation exists so rejecting" in srv._test_log.getvalue(), srv._test_log.getvalue()
 
 
 async def test_tls_first_client_held_until_checked(pki):
@@ -356,6 +377,68 @@ async def test_tls_first_client_held_until_checked(pki):
             else:
                 assert ok
                 await nc.close()
+
+
+# ---- websocket and MQTT ---------------------------------------------------------------------------------
+
+def _tls_block(pki: PKI, peer: str = "") -> str:
+    _, cf, kf = pki.server
+    return (f'tls {{ cert_file: "{cf}", key_file: "{kf}", ca_file: "{pki.ca_file}", verify: true\n {peer} }}')
+
+
+async def _ws_connects(port: int, pki: PKI, name: str) -> bool:
+    """A websocket upgrade over TLS with this client certificate, then the server's INFO frame."""
+    import aiohttp
+    async with aiohttp.ClientSession() as session:
+        try:
+            ws = await session.ws_connect(f"wss://127.0.0.1:{port}", ssl=_client_ctx(pki, name),
+                                          timeout=aiohttp.ClientWSTimeout(ws_close=2))
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return False
+        try:
+            msg = await asyncio.wait_for(ws.receive(), 4)
+            return msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT) and b"INFO" in (
+                msg.data if isinstance(msg.data, bytes) else msg.data.encode())
+        finally:
+            await ws.close()
+
+
+async def _mqtt_connects(port: int, pki: PKI, name: str) -> bool:
+    try:
+        r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=_client_ctx(pki, name)), 4)
+    except (OSError, asyncio.TimeoutError, ssl.SSLError):
+        return False
+    cid = name.encode()
+    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid  # CONNECT, clean session
+    try:
+        w.write(bytes([0x10, len(body)]) + body)
+        return await asyncio.wait_for(r.readexactly(4), 4) == b"\x20\x02\x00\x00"  # CONNACK accepted
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError):
+        return False
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("target", ["rillet", "go"])
+async def test_websocket_clients_checked(pki, target):
+    wsport = free_port()
+    conf = (f"listen: 127.0.0.1:{{port}}\n"
+            f"websocket {{ listen: \"127.0.0.1:{wsport}\", {_tls_block(pki, 'ocsp_peer: true')} }}\n")
+    async with {"rillet": rillet_server, "go": go_server}[target](_fill(conf)):
+        assert await _ws_connects(wsport, pki, "good")
+        assert not await _ws_connects(wsport, pki, "revoked")
+
+
+@pytest.mark.parametrize("target", ["rillet", "go"])
+async def test_mqtt_follows_the_client_ports_ocsp_peer(pki, tmp_path, target):
+    """As nats-server: MQTT connections are checked with the top-level tls block's ocsp_peer."""
+    mport = free_port()
+    conf = (f"listen: 127.0.0.1:{{port}}\nserver_name: m1\njetstream {{ store_dir: \"{tmp_path}/js\" }}\n"
+            f"{_tls_block(pki, 'ocsp_peer: true')}\n"
+            f"mqtt {{ listen: \"127.0.0.1:{mport}\", {_tls_block(pki)} }}\n")
+    async with {"rillet": rillet_server, "go": go_server}[target](_fill(conf)):
+        assert await _mqtt_connects(mport, pki, "good")
+        assert not await _mqtt_connects(mport, pki, "revoked")
 
 
 # ---- leaf connections -----------------------------------------------------------------------------------
@@ -470,6 +553,10 @@ def test_ocsp_config_keys():
      "OCSP peer verification for client connections requires TLS verify (mTLS) to be enabled"),
     ("cluster { port: -1, tls { cert_file: a, key_file: b, ocsp_peer: true } }\n", None,
      "'ocsp_peer' is not supported in the cluster tls block"),
+    ("mqtt { port: -1, tls { cert_file: a, key_file: b, ocsp_peer: true } }\n", None,
+     "'ocsp_peer' is not supported in the mqtt tls block"),
+    ("websocket { port: -1, tls { cert_file: a, key_file: b, ocsp_peer: true } }\n", None,
+     "OCSP peer verification for client connections requires TLS verify (mTLS) to be enabled"),
 ])
 def test_ocsp_config_errors(text, where, msg):
     """(positions as nats-server -t reports them)"""
@@ -507,3 +594,16 @@ def test_effectivity_window():
     assert not response_current(Status("good", now + dt.timedelta(seconds=40), None), cfg, now)
     assert response_current(Status("good", now - dt.timedelta(minutes=50), None), cfg, now)
     assert not response_current(Status("good", now - dt.timedelta(minutes=70), None), cfg, now)
+
+
+def test_plain_s2_framing_is_a_valid_s2_stream():
+    """Without the composition root's codec the cache writes S2 streams of uncompressed chunks: the S2
+    reader (what nats-server's is checked against in tests/test_cluster_s2.py) reads them, and back."""
+    from rillet.cluster.s2 import S2Reader
+    from rillet.server.ocsp import s2_frame, s2_unframe
+    for n in (1, 1000, 65536, 140000):
+        raw = os.urandom(n)
+        assert S2Reader().feed(s2_frame(raw)) == raw
+        assert s2_unframe(s2_frame(raw)) == raw
+    with pytest.raises(ValueError):
+        s2_unframe(s2_frame(b"abc")[:-1])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.config.options import Options
 from rillet.server.accounts import Account
 from rillet.server.logging import Logger
+from rillet.server.ocsp import peer_configs
 from rillet.server.server import Server
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ class Root:
 
     def make_links(self, server: Server) -> None:
         o = server.opts
+        if peer_configs(o) and (o.ocsp_cache is None or o.ocsp_cache.type == "local"):
+            # the OCSP cache file keeps responses as S2 streams, as nats-server's
+            from rillet.cluster.s2 import S2Reader, S2Writer
+            server.ocsp_codec = (lambda raw: S2Writer().encode(raw), lambda data: S2Reader().feed(data))
         if o.cluster.port:
             from rillet.cluster.cluster import Cluster
             server.cluster = Cluster(server)  # ValueError: refuse to start

@@ -133,10 +133,10 @@ class SubsystemSections(BuilderBase):
                 raise sub.error(f"{prefix}, 'ocsp_peer' is not supported in the {where} tls block: "
                                 "nats-server does not check route or gateway peers with ocsp_peer (it "
                                 "checks their stapled status, which needs stapling: see 'ocsp')")
-            if cfg.verify and where in ("websocket", "mqtt"):
-                raise sub.error(f"{prefix}, 'ocsp_peer' is not supported in the {where} tls block: this "
-                                "server checks client certificates with OCSP on the client port and on "
-                                "leafnode connections only")
+            if where == "mqtt":
+                raise sub.error(f"{prefix}, 'ocsp_peer' is not supported in the mqtt tls block: nats-server "
+                                "does not use it (MQTT connections follow the top-level tls block's ocsp_peer, "
+                                "as they do here)")
             if cfg.verify:
                 try:
                     import cryptography.x509.ocsp  # noqa: F401  (what the checks are made with)
@@ -221,7 +221,7 @@ class SubsystemSections(BuilderBase):
             if handler is None:
                 raise sub.error(f'{prefix}, unknown field "{sub.key}"')
             handler(sub)
-        if tls.ocsp_peer is not None and tls.ocsp_peer.verify and where in ("client", "leafnodes") \
+        if tls.ocsp_peer is not None and tls.ocsp_peer.verify and where in ("client", "leafnodes", "websocket") \
                 and not tls.verify:
             raise f.error("OCSP peer verification for client connections requires TLS verify (mTLS) "
                           "to be enabled")

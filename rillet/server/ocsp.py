@@ -13,7 +13,8 @@ The HTTP request runs as a coroutine: callers await ``PeerChecker.check`` before
 go on (its INFO or CONNECT waits), so the event loop is never blocked.
 
 The cache (type local) keeps responses by the SHA-256 of the certificate, in memory and in
-``<local_store>/cache.json`` (saved every save_interval when changed, and at shutdown); an entry no longer
+``<local_store>/cache.json`` (saved every save_interval when changed, and at shutdown; the file has
+nats-server's layout, responses S2-compressed, so either server reads the other's); an entry no longer
 current is dropped unless it says revoked and ``preserve_revoked`` is set.
 """
 from __future__ import annotations
@@ -252,12 +253,65 @@ def response_current(st: Status, cfg: OCSPPeerConfig, now: dt.datetime | None = 
 CACHE_FILE = "cache.json"
 
 
+# nats-server keeps each response as an S2 stream. rillet.server does not import rillet.cluster (where the
+# S2 codec is): the composition root passes it in (Server.ocsp_codec); without it these write a valid S2
+# stream of uncompressed chunks and read only such chunks.
+_S2_STREAM_ID = b"\xff\x06\x00\x00S2sTwO"
+
+
+def _masked_crc(data: bytes) -> int:
+    import google_crc32c
+    c = google_crc32c.value(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def s2_frame(raw: bytes) -> bytes:
+    out = [_S2_STREAM_ID]
+    for i in range(0, len(raw), 65536):
+        block = raw[i:i + 65536]
+        out.append(b"\x01" + (len(block) + 4).to_bytes(3, "little") + _masked_crc(block).to_bytes(4, "little"))
+        out.append(block)
+    return b"".join(out)
+
+
+def s2_unframe(data: bytes) -> bytes:
+    out, i = [], 0
+    while i < len(data):
+        if i + 4 > len(data):
+            raise ValueError("truncated S2 chunk header")
+        kind, n = data[i], int.from_bytes(data[i + 1:i + 4], "little")
+        body = data[i + 4:i + 4 + n]
+        if len(body) != n:
+            raise ValueError("truncated S2 chunk")
+        if kind == 0x01:
+            block = body[4:]
+            if _masked_crc(block) != int.from_bytes(body[:4], "little"):
+                raise ValueError("S2 chunk checksum mismatch")
+            out.append(block)
+        elif kind == 0x00:
+            raise ValueError("compressed S2 chunk (no S2 codec given to this server)")
+        elif kind != 0xFF and kind < 0x80:
+            raise ValueError(f"unsupported S2 chunk type {kind:#x}")
+        i += 4 + n
+    return b"".join(out)
+
+
+def _go_time(t: dt.datetime) -> str:
+    """RFC 3339 in UTC as Go's encoding/json writes a time.Time (``Z``, fraction only when non-zero)."""
+    t = t.astimezone(dt.timezone.utc)
+    text = t.strftime("%Y-%m-%dT%H:%M:%S")
+    if t.microsecond:
+        text += f".{t.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
 class ResponseCache:
     """``ocsp_cache``: raw responses by certificate fingerprint. Type "none" keeps nothing."""
 
-    def __init__(self, cfg: OCSPCacheConfig, log: Any) -> None:
+    def __init__(self, cfg: OCSPCacheConfig, log: Any, codec: tuple[Callable, Callable] | None = None) -> None:
         self.cfg = cfg
         self.log = log
+        self.codec = codec or (s2_frame, s2_unframe)
         self.items: dict[str, dict[str, Any]] = {}
         self.dirty = False
         self.hits = self.misses = 0
@@ -343,20 +397,23 @@ class ResponseCache:
             return None
         self.hits += 1
         try:
-            return base64.b64decode(item["resp"])
-        except ValueError:
+            return self.codec[1](base64.b64decode(item["resp"]))
+        except Exception as e:  # a corrupt entry: reported, then treated as absent (asked again)
+            self.log.error(f"Unable to decompress OCSP response for key [{key}]: {e}")
             return None
 
     def put(self, key: str, raw: bytes, st: Status, subject: str) -> None:
         if not self.online or not self.local:
             return
-        self.items[key] = {
+        item: dict[str, Any] = {
             "subject": subject,
-            "cached_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+            "cached_at": _go_time(dt.datetime.now(dt.timezone.utc).replace(microsecond=0)),
             "resp_status": st.status,
-            "resp_expires": st.next_update.isoformat() if st.next_update else None,
-            "resp": base64.b64encode(raw).decode(),
         }
+        if st.next_update is not None:
+            item["resp_expires"] = _go_time(st.next_update)
+        item["resp"] = base64.b64encode(self.codec[0](raw)).decode()  # (nats-server's form: an S2 stream)
+        self.items[key] = item
         self.dirty = True
 
     def delete(self, key: str) -> None:
@@ -376,9 +433,9 @@ class PeerChecker:
     """One per server: checks chains for the tls blocks with ``ocsp_peer``, with one shared cache."""
 
     def __init__(self, cache_cfg: OCSPCacheConfig | None, log: Any,
-                 fetch: Callable[..., Any] = fetch_response) -> None:
+                 fetch: Callable[..., Any] = fetch_response, codec: tuple[Callable, Callable] | None = None) -> None:
         self.log = log
-        self.cache = ResponseCache(cache_cfg or OCSPCacheConfig(), log)
+        self.cache = ResponseCache(cache_cfg or OCSPCacheConfig(), log, codec)
         self.fetch = fetch
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -474,7 +531,7 @@ class PeerChecker:
 def peer_configs(o: Any) -> list[OCSPPeerConfig]:
     """The ocsp_peer settings in force (verify on) in these options."""
     out = []
-    blocks = [o.tls]
+    blocks = [o.tls, o.websocket.tls]
     leaf = o.leaf
     if leaf is not None:
         blocks.append(getattr(leaf, "tls", None))
@@ -486,3 +543,53 @@ def peer_configs(o: Any) -> list[OCSPPeerConfig]:
             out.append(cfg)
     return out
 
+
+
+class PeerGate(asyncio.Protocol):
+    """Stands in front of a connection's protocol on a TLS listener whose block has ocsp_peer (websocket,
+    MQTT): the handshake done, the peer is checked before ``inner`` sees the connection at all; what the
+    peer sends meanwhile is kept and handed over. A refused peer's connection is aborted (nats-server
+    fails its TLS handshake) and ``inner`` never hears of it."""
+
+    def __init__(self, server: Any, inner: asyncio.Protocol, cfg: OCSPPeerConfig) -> None:
+        self.server = server
+        self.inner = inner
+        self.cfg = cfg
+        self.transport: Any = None
+        self.data: list[bytes] = []
+        self.lost = False
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        self.transport = transport
+        self.server.loop.create_task(self._check())
+
+    def data_received(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+    async def _check(self) -> None:
+        t = self.transport
+        ok = await self.server.ocsp_checker().check_ssl(t.get_extra_info("ssl_object"), self.cfg)
+        if self.lost or t.is_closing():
+            return
+        if not ok:
+            peer = t.get_extra_info("peername") or ("?", 0)
+            self.server.log.error(f"{peer[0]}:{peer[1]} - TLS handshake error: {CLIENT_REJECT}")
+            t.abort()
+            return
+        t.set_protocol(self.inner)
+        self.inner.connection_made(t)
+        if self.data:
+            self.inner.data_received(b"".join(self.data))
+
+
+def gate(server: Any, cfg: OCSPPeerConfig | None, inner: asyncio.Protocol) -> asyncio.Protocol:
+    """``inner`` behind a PeerGate when ``cfg`` checks peers; else ``inner`` itself."""
+    if cfg is None or not cfg.verify:
+        return inner
+    return PeerGate(server, inner, cfg)

@@ -385,9 +385,10 @@ class Server:
 
     def ocsp_checker(self) -> Any:
         """The server's OCSP peer checker and its response cache (created on first need; the cache is
-        saved when the server shuts down)."""
+        saved when the server shuts down). ``ocsp_codec``, set by rillet.app's make_links: the S2 codec
+        of the cache file (rillet.server.ocsp has a plain fallback)."""
         if self._ocsp_checker is None:
-            self._ocsp_checker = PeerChecker(self.opts.ocsp_cache, self.log)
+            self._ocsp_checker = PeerChecker(self.opts.ocsp_cache, self.log, codec=getattr(self, "ocsp_codec", None))
             self._ocsp_checker.start(self.loop)
             self.on_shutdown.append(self._ocsp_checker.stop)
         return self._ocsp_checker
@@ -400,22 +401,23 @@ class Server:
         return False
 
     def hold_for_ocsp(self, c: Client, ssl_obj: Any) -> bool:
-        """A TLS-first client when the client port has ocsp_peer: its reading is paused and its INFO held
-        until the responder has answered; then it is registered, or refused as a TLS handshake failure.
-        False when there is nothing to check."""
+        """A TLS-first client when the client port has ocsp_peer: a holding protocol keeps what it sends
+        and its INFO waits until the responder has answered; then it is registered, or refused as a TLS
+        handshake failure. False when there is nothing to check."""
         cfg = self.opts.tls.ocsp_peer if self.opts.tls is not None else None
-        if cfg is None or not cfg.verify:
+        if cfg is None or not cfg.verify or c.transport is None:
             return False
-        t = c.transport
-        t.pause_reading()  # type: ignore[union-attr]
-        self.loop.create_task(self._after_ocsp(c, ssl_obj, cfg))
+        holder = _TLSHolder(c)
+        c.transport.set_protocol(holder)
+        self.loop.create_task(self._after_ocsp(c, ssl_obj, cfg, holder))
         return True
 
-    async def _after_ocsp(self, c: Client, ssl_obj: Any, cfg: Any) -> None:
+    async def _after_ocsp(self, c: Client, ssl_obj: Any, cfg: Any, holder: "_TLSHolder") -> None:
         ok = await self.ocsp_peer_ok(c, ssl_obj, cfg)
         t = c.transport
-        if c.closed or t is None or t.is_closing():
+        if c.closed or holder.lost is not None or t is None or t.is_closing():
             return
+        t.set_protocol(c)
         if not ok:
             self._cid += 1
             c.cid = self._cid
@@ -424,9 +426,10 @@ class Server:
             c.account.clients.add(c)
             c.close("TLS Handshake Failure")
             return
-        t.resume_reading()  # type: ignore[attr-defined]
         self.register_client(c)
         self.flush_clients()
+        if holder.data and not c.closed:
+            c.data_received(b"".join(holder.data))
 
     def refuse_unpinned(self, c: Client, ssl_obj: Any) -> bool:
         """A TLS-first client whose certificate is not in pinned_certs: registered (so it shows among the

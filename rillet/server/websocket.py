@@ -27,6 +27,7 @@ from rillet.gocompat.gotime import http_date
 from rillet.server.client import Client
 from rillet.server.listen import listening_socket, plain_ip
 from rillet.config.options import RANDOM_PORT, WebsocketOptions
+from rillet.server.ocsp import gate as ocsp_gate
 from rillet.server.tls import make_server_context, pinned_error
 from rillet.server.wsframe import (
     accept_key, BROWSER_FRAME_SIZE, CLOSE_INVALID_PAYLOAD, CLOSE_NO_STATUS, close_payload, CLOSE_PROTOCOL_ERROR,
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
 
 __all__ = ["start_websocket", "WebsocketListener", "WebsocketConnection", "WSClient", "accept_key",
            "encode_frame", "close_status_for"]
+
+
+def _peer_cfg(tls: Any) -> Any:
+    """The websocket tls block's ocsp_peer (read per connection, so a reload applies to the next ones)."""
+    return tls.ocsp_peer if tls is not None else None
+
 
 class WSClient(Client):
     """A client connection that arrived over WebSocket (conn_type WEBSOCKET)."""
@@ -883,7 +890,8 @@ class WebsocketListener:
             # where nats-server listens: 0.0.0.0 and :: are one dual-stack socket (rillet.server.listen)
             sock = await listening_socket(srv.loop, self.host, port)
             self._srv = await srv.loop.create_server(
-                lambda: WebsocketConnection(self), sock=sock, ssl=ssl_ctx, backlog=1024,
+                lambda: ocsp_gate(srv, _peer_cfg(srv.opts.websocket.tls), WebsocketConnection(self)),
+                sock=sock, ssl=ssl_ctx, backlog=1024,
                 ssl_handshake_timeout=(hs_to if ssl_ctx is not None else None))
         except OSError as e:
             if sock is not None:
