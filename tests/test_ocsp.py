@@ -365,6 +365,26 @@ async def test_preserve_revoked(pki, tmp_path):
         assert "cached revocation exists so rejecting" in srv._test_log.getvalue(), srv._test_log.getvalue()
 
 
+async def test_reload_turns_ocsp_peer_on_and_changes_the_cache(pki, tmp_path):
+    from rillet.config.flags import parse_command_line
+    path = tmp_path / "r.conf"
+    base = _fill(_conf(pki, "ocsp_peer: false"))
+    async with rillet_server(base) as srv:
+        assert await _connects(_url(srv), pki, "revoked")
+        port = srv.addr[1] if hasattr(srv, "addr") else int(srv.client_url.rsplit(":", 1)[1])
+        text = base.replace("ocsp_peer: false", "ocsp_peer: true")
+        text = text.replace(text.split("\n", 1)[0], f"listen: 127.0.0.1:{port}")
+        path.write_text(text + f'ocsp_cache {{ local_store: "{tmp_path}/one" }}\n')
+        srv.reload(parse_command_line(["-c", str(path)]).options)
+        assert not await _connects(_url(srv), pki, "revoked")
+        assert await _connects(_url(srv), pki, "good")
+        path.write_text(text + f'ocsp_cache {{ local_store: "{tmp_path}/two" }}\n')
+        srv.reload(parse_command_line(["-c", str(path)]).options)
+        assert (tmp_path / "one" / "cache.json").exists()  # the replaced cache was saved
+        assert await _connects(_url(srv), pki, "good")
+    assert (tmp_path / "two" / "cache.json").exists()
+
+
 async def test_tls_first_client_held_until_checked(pki):
     conf = _conf(pki).replace("  timeout: 3\n", "  timeout: 3\n  handshake_first: true\n")
     async with rillet_server(_fill(conf)) as srv:

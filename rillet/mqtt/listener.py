@@ -56,10 +56,11 @@ class MqttServer:
         sock = None
         try:
             sock = await listening_socket(srv.loop, self.host, port)
-            # (MQTT connections follow the client port's ocsp_peer, as in nats-server)
-            peer = srv.opts.tls.ocsp_peer if srv.opts.tls is not None and ssl_ctx is not None else None
-            self._srv = await srv.loop.create_server(lambda: ocsp_gate(srv, peer, MqttConn(self)), sock=sock,
-                                                     ssl=ssl_ctx, backlog=1024)
+            # (MQTT connections follow the client port's ocsp_peer, as in nats-server; read per connection)
+            tls_on = ssl_ctx is not None
+            self._srv = await srv.loop.create_server(
+                lambda: ocsp_gate(srv, srv.opts.tls.ocsp_peer if tls_on and srv.opts.tls is not None else None,
+                                  MqttConn(self)), sock=sock, ssl=ssl_ctx, backlog=1024)
         except OSError as e:
             if sock is not None:
                 sock.close()

@@ -678,6 +678,13 @@ class Server:
         new_opts.port = old.port
         self.opts = new_opts
         self.tls_context = new_tls_context
+        if self._ocsp_checker is not None and old.ocsp_cache != new_opts.ocsp_cache:
+            # a changed ocsp_cache: the old cache is saved and a new one comes online (as nats-server)
+            self._ocsp_checker.stop()
+            self.on_shutdown.remove(self._ocsp_checker.stop)
+            self._ocsp_checker = None
+        if ocsp_peer_configs(new_opts):
+            self.ocsp_checker()  # (ocsp_peer settings themselves are read per connection)
         self.trace_on = new_opts.trace
         self.log.debug_on = new_opts.debug
         self.log.trace_on = new_opts.trace
