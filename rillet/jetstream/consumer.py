@@ -50,6 +50,7 @@ from rillet.jetstream.log import Entry, SingleNodeLog
 from rillet.jetstream.store.base import ErrStoreClosed, StoreError
 from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_has_wildcard, subject_matches_filter
+from rillet.durable import fsync_dir, make_dirs_durable
 
 _ack_numbers = lane.ack_numbers  # rillet.jetstream.acksubject's, or their compiled twins
 _ack_reply = lane.ack_reply
@@ -1683,7 +1684,6 @@ class ConsumerPersist:
 
     def write_meta(self, c: Consumer) -> None:
         from rillet.jetstream import api_consumer
-        from rillet.jetstream.store.filestore import make_dirs_durable
         make_dirs_durable(self.path)
         data = json.dumps({"config": api_consumer.config_to_dict(c.cfg, dynamic_meta=False, for_store=True),
                            "created": c.created, "name": c.name}).encode()
@@ -1725,7 +1725,6 @@ def _atomic_write(path: str, data: bytes, sync: bool = True) -> None:
             os.fsync(f.fileno())
     os.replace(tmp, path)
     if sync:  # the rename survives a crash too
-        from rillet.jetstream.store.filestore import fsync_dir
         fsync_dir(os.path.dirname(path))
 
 

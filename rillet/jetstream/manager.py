@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.store.base import ErrSyncFailed
-from rillet.jetstream.store.filestore import fsync_dir, make_dirs_durable
+from rillet.durable import fsync_dir, make_dirs_durable
 from rillet.jetstream.stream import Stream
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 
 import msgspec
 
-from rillet.durable import make_dirs_durable
+from rillet.durable import fsync_dir, make_dirs_durable
 
 from .msgs import ENTRY_KINDS, HardState, Snapshot
 
@@ -50,12 +50,6 @@ class WALCorruption(Exception):
     """Stored RAFT data failed its checksum or structure check somewhere other than a torn tail."""
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_atomic(dirpath: str, name: str, magic: bytes, payload: bytes) -> None:
@@ -65,7 +59,7 @@ def _write_atomic(dirpath: str, name: str, magic: bytes, payload: bytes) -> None
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(dirpath, name))
-    _fsync_dir(dirpath)
+    fsync_dir(dirpath)
 
 
 def _read_checked(path: str, magic: bytes) -> Optional[bytes]:
@@ -306,7 +300,7 @@ class WAL:
             self._f = None
         seg = _Segment(first, os.path.join(self.path, f"seg-{first:020d}.log"))
         open(seg.path, "wb").close()
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         self.segments.append(seg)
         return seg
 
@@ -347,7 +341,7 @@ class WAL:
                     f.truncate(seg.size)
                     f.flush()
                     os.fsync(f.fileno())
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
 
     def save_hard_state(self, hs: HardState) -> None:
         _write_atomic(self.path, "hardstate", _HS_MAGIC, _enc.encode(hs))
@@ -363,7 +357,7 @@ class WAL:
             self._close()
             while self.segments:
                 os.unlink(self.segments.pop().path)
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         self.snap_index, self.snap_term = snap.index, snap.term
 
     def _compact(self, index: int) -> None:
@@ -382,7 +376,7 @@ class WAL:
             os.unlink(segs.pop(0).path)
             removed = True
         if removed:
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
 
     def _close(self) -> None:
         if self._f is not None:

@@ -76,6 +76,7 @@ from rillet.raft.node import ADD, CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, RE
     RaftError
 from rillet.raft.node import NotLeader as NodeNotLeader
 from rillet.raft.wal import WAL, MemWAL
+from rillet.durable import fsync_dir
 
 TICK = 0.05  # seconds between ticks
 ELECTION_TICKS = 20  # election timeout: 1 s, randomised by the node to 1-2 s
@@ -172,12 +173,6 @@ def _runner(server: Any) -> _Runner:
     return r
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def group_storage(name: str) -> str:
@@ -311,7 +306,7 @@ class RaftGroup:
             clean = os.path.exists(marker)
             if clean:
                 os.unlink(marker)  # (durably: a marker that came back after a power cut would hide it)
-                _fsync_dir(self.dir)
+                fsync_dir(self.dir)
             self.unclean_start = had_state and not clean
             # with sync "always" nothing acknowledged can be missing from the log: no recovery needed
             recovering = self.unclean_start and not self.sync_always
@@ -395,7 +390,7 @@ class RaftGroup:
                 if not delete and not self.memory and not self.write_error:
                     with open(os.path.join(self.dir, CLEAN_MARKER), "wb") as f:
                         os.fsync(f.fileno())
-                    _fsync_dir(self.dir)
+                    fsync_dir(self.dir)
             except OSError as e:
                 self.log.error(f"RAFT group {self.name!r}: error closing the WAL: {e}")
             self.wal = None

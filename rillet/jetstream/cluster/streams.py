@@ -62,6 +62,7 @@ from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
 from rillet.raft.node import FOLLOWER
+from rillet.durable import make_dirs_durable
 
 COMPACT_EVERY = 8192  # applied entries between snapshots
 SYNC_MSGS = 256  # messages per catch-up answer
@@ -89,7 +90,6 @@ class StreamReplica:
     def __init__(self, cs: "ClusteredStreams", sa: Any, jsa: Any) -> None:
         from rillet.jetstream.api import stream_config_from_dict
         from rillet.jetstream.cluster.group import RaftGroup
-        from rillet.jetstream.store.filestore import make_dirs_durable
         from rillet.jetstream.storeopen import open_store
         from rillet.jetstream.stream import Stream
         from rillet.gocompat.gotime import format_time

@@ -101,6 +101,8 @@ from ._fsformat import (
     _safe_name,
     _snappy,
 )
+from rillet.durable import fsync_dir, make_dirs_durable
+
 from .base import (
     ErrMaxBytes,
     ErrMaxMsgs,
@@ -130,37 +132,6 @@ _WB_MAX = 1 << 20  # write-behind: gathered bytes past this are written first
 
 def _default_log(level: str, text: str) -> None:
     pass
-
-
-def fsync_dir(path: str) -> None:
-    """fsync a directory, so that files created, renamed or removed in it stay that way after a crash.
-    Raises OSError."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def make_dirs_durable(path: str) -> None:
-    """``os.makedirs(path)``, then fsync every directory that got a new entry (the parent of each
-    directory created, and the new directories themselves).  Raises OSError."""
-    path = os.path.abspath(path)
-    missing = []
-    p = path
-    while not os.path.isdir(p):
-        missing.append(p)
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    if not missing:
-        return
-    os.makedirs(path, exist_ok=True)
-    for d in missing:
-        fsync_dir(d)
-        fsync_dir(os.path.dirname(d))
-
 
 
 _READ_AHEAD = 32 * 1024  # bytes read at once by sequential reads
