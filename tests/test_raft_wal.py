@@ -206,3 +206,43 @@ def test_sync_policy(tmp_path, monkeypatch):
     assert len(calls) == n + 1
     with pytest.raises(ValueError, match="sync policy"):
         WAL.open(str(tmp_path / "c"), sync="sometimes")
+
+
+def _drop(w):
+    """The process dies: its open segment is closed without an fsync (lazyfs cuts only unused mounts)."""
+    if w._f is not None:
+        w._f.close()
+        w._f = None
+
+
+def test_interval_policy_keeps_term_and_vote_through_a_power_cut(tmp_path):
+    """On lazyfs (what was not fsynced is gone at a cut): with sync="interval" the entries since the last sync go,
+    the hard state (term, vote, and the commit index saved) stays; the recovered commit is capped at the log and
+    the saved one is handed back as ``stored_commit``; a truncation is durable at once."""
+    from tests.faults.lazyfs import Mounted, fuse_available
+    why = fuse_available()
+    if why is not None:
+        pytest.skip(f"lazyfs: {why}")
+    fs = Mounted(str(tmp_path / "work"), str(tmp_path / "mnt"))
+    try:
+        d = os.path.join(fs.mount, "w")
+        w, _ = WAL.open(d, sync="interval")
+        w.append(ents(1, 10))
+        w.sync()
+        w.append(ents(11, 20))
+        w.save_hard_state(HardState(3, "n2", 18))
+        _drop(w)
+        fs.cut()
+        w2, rec = WAL.open(d, sync="interval")
+        assert [e[0] for e in rec.entries] == list(range(1, 11))
+        assert rec.hard_state == HardState(3, "n2", 10) and rec.stored_commit == 18
+        w2.append(ents(11, 15))
+        w2.sync()
+        w2.append(ents(13, 14, term=4))  # (a conflicting suffix replaced: 15 goes, durably)
+        _drop(w2)
+        fs.cut()
+        _w3, rec = WAL.open(d, sync="interval")
+        # (the truncation was durable, the new 13-14 were not synced: the log ends at 12, the old 13-15 never back)
+        assert [(e[0], e[1]) for e in rec.entries][-2:] == [(11, 1), (12, 1)]
+    finally:
+        fs.close()
