@@ -47,12 +47,13 @@ SPARK_CONF = {
 }
 
 
-def make_spark(app: str = "rillet-spark-tests", quick_jvm: bool = False):
+def make_spark(app: str = "rillet-spark-tests", quick_jvm: bool = False, master: str = "local[2]"):
     """The local SparkSession; ``quick_jvm`` trades peak speed for a faster JVM start (C1 compiler only),
-    for the short-lived queries of the exactly-once test."""
+    for the short-lived queries of the exactly-once test. ``master`` "local[2,4]" lets a failed task be
+    tried 4 times (plain local mode gives up after the first failure)."""
     from pyspark.sql import SparkSession
 
-    b = SparkSession.builder.master("local[2]").appName(app)
+    b = SparkSession.builder.master(master).appName(app)
     for k, v in SPARK_CONF.items():
         b = b.config(k, v)
     if quick_jvm:
