@@ -66,6 +66,7 @@ _INTERNAL_HDRS = ("Nmqtt-", "Rillet-Mqtt-")
 
 
 _TOPICS: dict[bytes, bytes] = {}  # subject -> the PUBLISH topic field (length and topic; a cache)
+MSGS_PREFIX_B = MSGS_PREFIX.encode()
 _HDRS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % q for q in range(3)]  # (3.1.1 publishes carry no more)
 
 
@@ -143,6 +144,8 @@ class MqttConn(asyncio.Protocol):
         self.ack_fifo: deque = deque()  # [store future, packet id, reason code]: QoS 1 PUBACKs in order
         self.topics: dict[str, str] = {}  # topic -> subject (a cache)
         self.pubs: dict[str, tuple[str, bytes, bool]] = {}  # topic -> (subject, its bytes, publish allowed)
+        self.fpubs: dict[bytes, bytes] = {}  # topic bytes -> subject bytes (_fast_in: checked, allowed)
+        self.fast = False  # a connected 3.1.1 client: _fast_in reads its PUBLISH/PUBACK/PINGREQ
         self.task: asyncio.Task | None = None
         self.ka_handle: asyncio.TimerHandle | None = None
         self.last_read = time.monotonic()
@@ -202,6 +205,11 @@ class MqttConn(asyncio.Protocol):
             return
         self.last_read = time.monotonic()
         self.last_activity = time.time()
+        if self.fast and not self.busy and not self.decoder.buf and not self.queue._queue:  # type: ignore[attr-defined]
+            data = self._fast_in(data)
+            if not data:
+                self.server.flush_clients()
+                return
         if not self.connected and not self.decoder.version and not self.queue.qsize() and data[:4] == b"GET " \
                 and self.conn_type == "MQTT":
             self.fail("MQTT clients over websocket must connect to the Websocket port, not the MQTT port")
@@ -541,6 +549,7 @@ class MqttConn(asyncio.Protocol):
         if self.closed:
             return
         self.connected = True
+        self.fast = self.version == 4
         # after CONNECT: packets up to what MQTT 5 clients are told (a PUBLISH of max_payload and its topic and
         # properties); the NATS message's size is what max_payload limits (checked per PUBLISH, as nats-server)
         self.decoder.max_packet = ms.max_packet()
@@ -624,10 +633,11 @@ class MqttConn(asyncio.Protocol):
     def update_slow_path(self) -> None:
         """(Called when permissions change) forget the publish permissions cached per topic."""
         self.pubs.clear()
+        self.fpubs.clear()
 
     def prune_subscriptions(self) -> None:
         """Drop the subscriptions the connection's (new) permissions no longer allow."""
-        self.pubs.clear()
+        self.update_slow_path()
         if self.perms is not None:
             for key, s in list(self.msubs.items()):
                 if not self.perms.can_subscribe(s.subject, s.queue):
@@ -899,6 +909,101 @@ class MqttConn(asyncio.Protocol):
             self.ack_fifo.append((fut, p.pi, rc))
             fut.add_done_callback(self._acks_ready)
         return True
+
+    def _fast_in(self, data: bytes) -> bytes:
+        """The steady state of a 3.1.1 connection, read without packet objects: QoS 0 and 1 PUBLISH (not
+        retained; topics seen before, already checked and mapped), PUBACK and PINGREQ, as ``_publish_now`` and
+        ``handle`` do them. Returns the bytes from the first packet it leaves to the decoder (any other packet,
+        one not complete, or anything to check or refuse)."""
+        acc = self.account
+        if acc.mappings:
+            return data
+        cache = self.fpubs
+        deliver = acc.deliver
+        maxp = self.decoder.max_packet
+        mpay = self.server.opts.max_payload - 25
+        fifo = self.ack_fifo
+        h0, h1 = _HDRS[0], _HDRS[1]
+        pos = 0
+        n = len(data)
+        while pos + 1 < n and not self.closed:
+            first = data[pos]
+            b = data[pos + 1]
+            if b < 128:
+                rl, i = b, pos + 2
+            elif pos + 2 < n and data[pos + 2] < 128:
+                rl, i = (b & 0x7F) | (data[pos + 2] << 7), pos + 3
+            else:
+                break
+            end = i + rl
+            if end > n or (maxp and end - pos > maxp):
+                break
+            if first == 0x30 or first == 0x32:
+                if rl < 2:
+                    break
+                te = i + 2 + ((data[i] << 8) | data[i + 1])
+                if te > end:
+                    break
+                tb = data[i + 2:te]
+                sb = cache.get(tb)
+                if sb is None:
+                    sb = self._fast_topic(tb)
+                    if sb is None:
+                        break
+                if first == 0x32:
+                    if te + 2 > end:
+                        break
+                    pi = (data[te] << 8) | data[te + 1]
+                    if not pi:
+                        break
+                    payload = data[te + 2:end]
+                    if len(payload) > mpay:
+                        break
+                    self.in_msgs += 1
+                    self.in_bytes += 23 + len(payload)
+                    deliver(self, sb, None, 25, h1 + payload)
+                    fut = self.asm.jsa.store_future(MSGS_PREFIX_B + sb, payload, h1)  # type: ignore[union-attr]
+                    fifo.append((fut, pi, 0))
+                    fut.add_done_callback(self._acks_ready)
+                else:
+                    payload = data[te:end]
+                    if len(payload) > mpay:
+                        break
+                    self.in_msgs += 1
+                    self.in_bytes += 23 + len(payload)
+                    deliver(self, sb, None, 25, h0 + payload)
+            elif first == 0x40 and rl == 2:
+                pi = (data[i] << 8) | data[i + 1]
+                if not pi:
+                    break
+                self.on_puback_pi(pi)
+            elif first == 0xC0 and rl == 0:
+                self.send(b"\xd0\x00")
+            else:
+                break
+            pos = end
+        return data[pos:] if pos else data
+
+    def _fast_topic(self, tb: bytes) -> bytes | None:
+        """The NATS subject of a PUBLISH topic for ``_fast_in`` (remembered), or None: the decoder and
+        ``_publish_now`` take it (to refuse it, or for what the fast path does not do)."""
+        try:
+            topic = tb.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if not topic or "\x00" in topic or "+" in topic or "#" in topic or topic.startswith("spBv1.0/"):
+            return None
+        try:
+            subject = topic_to_subject(topic)
+        except TopicError:
+            return None
+        sb = subject.encode()
+        if self.perms is not None and not self.perms.can_publish(sb):
+            return None
+        if len(self.fpubs) > 4096:
+            self.fpubs.clear()
+        self.fpubs[tb] = sb
+        return sb
 
     def _acks_ready(self, _fut: Any) -> None:
         self._drain_acks()
@@ -1469,9 +1574,12 @@ class MqttConn(asyncio.Protocol):
     # ---- acknowledgements from the client --------------------------------------------------------------------
 
     def on_puback(self, p: C.Ack) -> None:
+        self.on_puback_pi(p.pi)
+
+    def on_puback_pi(self, pi: int) -> None:
         sess = self.sess
         assert sess is not None
-        ent = sess.pending_pub.pop(p.pi, None)
+        ent = sess.pending_pub.pop(pi, None)
         if ent is None:
             return
         ack, dur, sseq = ent

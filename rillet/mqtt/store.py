@@ -24,6 +24,7 @@ import hashlib
 import json
 import secrets
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
@@ -117,16 +118,33 @@ class JSA:
         self.prefix = f"$MQTT.JSA.{self.id}."
         self._n = 0
         self._pending: dict[str, asyncio.Future] = {}
+        self.prefix_b = self.prefix.encode()
+        self._plen = len(self.prefix_b)
+        self._stores: dict[bytes, asyncio.Future] = {}  # store_future's, by reply token
+        self._store_deadlines: deque = deque()  # (deadline, token, subject), in order
+        self._sweeper: Any = None
         self._sub = self.ic.subscribe(self.prefix + ">", self._on_reply)
 
     def close(self) -> None:
         self.ic.remove_sub(self._sub)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for f in self._stores.values():
+            if not f.done():
+                f.cancel()
+        self._stores.clear()
+        self._store_deadlines.clear()
         for f in self._pending.values():
             if not f.done():
                 f.cancel()
         self._pending.clear()
 
     def _on_reply(self, sub: Any, c: Any, subject: bytes, reply: Any, hdr: int, msg: bytes) -> None:
+        out = self._stores.pop(subject[self._plen:], None)
+        if out is not None:
+            self._store_reply(out, hdr, msg)
+            return
         tok = subject.decode()[len(self.prefix):]
         fut = self._pending.pop(tok, None)
         if fut is not None and not fut.done():
@@ -173,46 +191,51 @@ class JSA:
             raise JSAPIError(d["error"])
         return d
 
-    def store_future(self, subject: str, payload: bytes, hdr: bytes = b"") -> asyncio.Future:
-        """Publish into a stream now; the future gets the PubAck (JSAPIError, TimeoutError), without a task."""
+    def store_future(self, subject: str | bytes, payload: bytes, hdr: bytes = b"") -> asyncio.Future:
+        """Publish into a stream now; the future gets None once stored (JSAPIError for an error answer or no
+        stream, TimeoutError after js_api_timeout), without a task or a timer per message: one sweep a second
+        fails the late ones."""
         self._n += 1
-        tok = str(self._n)
-        loop = asyncio.get_running_loop()
-        raw: asyncio.Future = loop.create_future()
-        out: asyncio.Future = loop.create_future()
-        self._pending[tok] = raw
+        tok = str(self._n).encode()
+        out: asyncio.Future = self.server.loop.create_future()
+        self._stores[tok] = out
+        self._store_deadlines.append((time.monotonic() + self.timeout, tok, subject))
+        if self._sweeper is None:
+            self._sweeper = self.server.loop.call_later(1.0, self._sweep)
+        sb = subject.encode() if isinstance(subject, str) else subject
+        if hdr:
+            self.ic.publish(sb, self.prefix_b + tok, hdr + payload, len(hdr))
+        else:
+            self.ic.publish(sb, self.prefix_b + tok, payload)
+        return out
 
-        def timeout() -> None:
-            self._pending.pop(tok, None)
-            if not out.done():
-                out.set_exception(TimeoutError(f"timeout storing a message on \"{subject}\""))
+    def _sweep(self) -> None:
+        self._sweeper = None
+        dl = self._store_deadlines
+        now = time.monotonic()
+        while dl and (dl[0][1] not in self._stores or dl[0][0] <= now):
+            _t, tok, subject = dl.popleft()
+            out = self._stores.pop(tok, None)
+            if out is not None and not out.done():
+                subj = subject.decode() if isinstance(subject, bytes) else subject
+                out.set_exception(TimeoutError(f"timeout storing a message on \"{subj}\""))
+        if dl:
+            self._sweeper = self.server.loop.call_later(1.0, self._sweep)
 
-        th = loop.call_later(self.timeout, timeout)
-
-        def done(f: asyncio.Future) -> None:
-            th.cancel()
-            if out.done() or f.cancelled():
-                if not out.done():
-                    out.cancel()
-                return
-            h, msg = f.result()
-            data = msg[h:] if h > 0 else msg
-            if not data:
-                out.set_exception(JSAPIError({"code": 503, "description": "no stream stored the message"}))
-                return
+    def _store_reply(self, out: asyncio.Future, hdr: int, msg: bytes) -> None:
+        if out.done():
+            return
+        data = msg[hdr:] if hdr > 0 else msg
+        if not data:
+            out.set_exception(JSAPIError({"code": 503, "description": "no stream stored the message"}))
+        elif b'"error"' in data:  # (a PubAck is {"stream":..,"seq":..}: only an error answer is parsed)
             d = json.loads(data)
             if d.get("error"):
                 out.set_exception(JSAPIError(d["error"]))
             else:
-                out.set_result(d)
-
-        raw.add_done_callback(done)
-        reply = (self.prefix + tok).encode()
-        if hdr:
-            self.ic.publish(subject.encode(), reply, hdr + payload, len(hdr))
+                out.set_result(None)
         else:
-            self.ic.publish(subject.encode(), reply, payload)
-        return out
+            out.set_result(None)
 
     def store_no_wait(self, subject: str, payload: bytes, hdr: bytes = b"") -> None:
         if hdr:
