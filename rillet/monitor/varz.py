@@ -2,6 +2,8 @@
 that /varz and /jsz share."""
 from __future__ import annotations
 
+import asyncio
+
 import os
 import tempfile
 import time
@@ -428,4 +430,7 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
                                    "gateways": 0, "leafs": 0}
     v["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}
     v["rillet_lane"] = lane.LANE  # Rillet only: "compiled" or "pure" (rillet.lane)
+    # Rillet only, for soak runs (scripts/soak.py): the event loop's tasks and the process's open descriptors
+    v["rillet_tasks"] = len(asyncio.all_tasks(server.loop)) if server.loop is not None else 0
+    v["rillet_fds"] = procstats.open_fds()
     return v

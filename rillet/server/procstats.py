@@ -81,3 +81,11 @@ def disk_available(path: str) -> int:
         return st.f_bavail * st.f_frsize // 4 * 3
     except (OSError, AttributeError):
         return 1024 ** 4
+
+
+def open_fds() -> int:
+    """How many file descriptors the process has open (0 where /proc/self/fd cannot be read)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # (less the one listdir opened)
+    except OSError:
+        return 0
