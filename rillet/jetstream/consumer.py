@@ -1598,8 +1598,13 @@ _PG_FIELDS = frozenset(("group", "min_pending", "min_ack_pending", "id", "priori
 
 def _next_request(body: bytes) -> dict:
     """A pull request body checked like Go's json.Unmarshal into JSApiConsumerGetNextRequest (same error texts)."""
+    from rillet.gocompat.jsoncodec import GoJSONError, check_one_value
     from rillet.jetstream.apijson import parse_json
     from rillet.jetstream.errors import ApiError
+    try:  # (json.Unmarshal: exactly one value; "{} 5" is a syntax error, never the 5)
+        check_one_value(bytes(body))
+    except GoJSONError as e:
+        raise ValueError(str(e)) from None
     try:
         d = parse_json(body)
     except ApiError as e:
