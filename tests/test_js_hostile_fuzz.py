@@ -93,11 +93,16 @@ def _desc_ok(desc: str, template: str) -> bool:
 
 # ---- the strategies --------------------------------------------------------------------------------
 
+# text of characters this Python's Unicode database knows (Go's may be newer: which characters Go's
+# strconv.Quote writes as they are then differs for the newest ones, a known difference of goquote)
+_TEXT = st.characters(exclude_categories=["Cn", "Cs"])
+
 _scalars = (st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70)
-            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
+            | st.floats(allow_nan=False, allow_infinity=False) | st.text(_TEXT, max_size=12)
             | st.sampled_from(["", "s.>", "*", "a b", "2020-01-01T00:00:00Z", "all", "explicit", "file", "-1",
                                "1e3", "\u2028", "<&>", "$JS.API.>"]))
-_values = st.recursive(_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+_values = st.recursive(_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(_TEXT, max_size=6), c,
+                                                                                     max_size=3),
                        max_leaves=8)
 
 
@@ -126,7 +131,7 @@ for _f in ("start_time", "up_to_time", "pause_until", "opt_start_time", "first_t
 for _f in ("subjects_filter", "filter", "subject", "last_by_subj", "next_by_subj", "filter_subject",
            "deliver_subject", "name", "durable_name", "stream_name", "group", "id", "deliver_group", "description",
            "cluster", "preferred"):
-    _TYPED[_f] = _SUBJECTS | st.text(max_size=10)
+    _TYPED[_f] = _SUBJECTS | st.text(_TEXT, max_size=10)
 for _f in ("subjects", "multi_last", "filter_subjects", "tags", "priority_groups"):
     _TYPED[_f] = st.lists(_SUBJECTS, max_size=3)
 _TYPED["backoff"] = st.lists(_INTS, max_size=3)
@@ -140,14 +145,14 @@ _TYPED["replay_policy"] = st.sampled_from(["instant", "original", "x"])
 _TYPED["action"] = st.sampled_from(["", "create", "update", "x"])
 _TYPED["compression"] = st.sampled_from(["none", "s2", "x"])
 _TYPED["priority_policy"] = st.sampled_from(["none", "overflow", "pinned_client", "prioritized", "x"])
-_TYPED["metadata"] = st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3)
+_TYPED["metadata"] = st.dictionaries(st.text(_TEXT, max_size=6), st.text(_TEXT, max_size=6), max_size=3)
 
 
 @st.composite
 def _object(draw: Any, fields: list[str], depth: int = 0) -> dict:
     keys = draw(st.lists(st.sampled_from(fields), max_size=5)) if fields else []
     if not fields or not draw(st.integers(0, 7)):  # now and then a field nats-server does not know
-        keys.append(draw(st.text(max_size=8)))
+        keys.append(draw(st.text(_TEXT, max_size=8)))
     out: dict = {}
     for k in keys:
         if k in NESTED and depth < 2 and draw(st.booleans()):
