@@ -399,6 +399,43 @@ async def test_tls_first_client_held_until_checked(pki):
                 await nc.close()
 
 
+@pytest.mark.parametrize("target", ["rillet", "go"])
+async def test_peer_advisories(pki, target):
+    """The system account hears of the refusal: $SYS.SERVER.<id>.OCSP.PEER.LINK.INVALID (the revoked link)
+    and .CONN.REJECT (the peer), with nats-server's fields."""
+    extra = ('accounts { SYS { users [ { user: sys, password: sys } ] }, A { users [ { user: a, password: a } ] } }\n'
+             'system_account: SYS\n')
+    async with {"rillet": rillet_server, "go": go_server}[target](_fill(_conf(pki, extra=extra))) as srv:
+        nc = await nats.connect(_url(srv), tls=_client_ctx(pki, "good"), user="sys", password="sys")
+        got: list = []
+
+        async def note(m: Any) -> None:
+            got.append(m)
+        await nc.subscribe("$SYS.SERVER.*.OCSP.PEER.>", cb=note)
+        await nc.flush()
+        assert not await _connects(_url(srv), pki, "revoked")
+        for _ in range(100):
+            if len(got) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await nc.close()
+    by_kind = {m.subject.rsplit(".", 2)[-2] + "." + m.subject.rsplit(".", 1)[-1]: json.loads(m.data) for m in got}
+    assert sorted(by_kind) == ["CONN.REJECT", "LINK.INVALID"]
+    rej, link = by_kind["CONN.REJECT"], by_kind["LINK.INVALID"]
+    assert list(rej) == ["type", "id", "timestamp", "kind", "peer", "server", "reason"]
+    assert (rej["type"], rej["kind"], rej["reason"]) == (
+        "io.nats.server.advisory.v1.ocsp_peer_reject", "Client", "client not OCSP valid")
+    assert list(link) == ["type", "id", "timestamp", "link", "peer", "server", "reason"]
+    assert (link["type"], link["reason"]) == ("io.nats.server.advisory.v1.ocsp_peer_link_invalid",
+                                              "Invalid OCSP response status: revoked")
+    cert = pki.certs["revoked"][0]
+    assert rej["peer"]["subject"] == link["link"]["subject"] == "CN=revoked"
+    assert rej["peer"]["issuer"] == "CN=Test OCSP CA"
+    assert base64.b64decode(rej["peer"]["raw"]) == cert.public_bytes(serialization.Encoding.DER)
+    assert rej["peer"]["fingerprint"] == base64.b64encode(
+        __import__("hashlib").sha256(cert.public_bytes(serialization.Encoding.DER)).digest()).decode()
+
+
 # ---- websocket and MQTT ---------------------------------------------------------------------------------
 
 def _tls_block(pki: PKI, peer: str = "") -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rillet.config.ocsp_section import peer_configs
 from rillet.config.options import Options
 from rillet.server.accounts import Account
 from rillet.server.logging import Logger
-from rillet.server.ocsp import peer_configs
 from rillet.server.server import Server
 
 if TYPE_CHECKING:

@@ -227,10 +227,10 @@ class LeafConn(ServerConn):
         """ocsp_peer on a leaf connection: the leaf's certificate (hub side) or the hub's (the remote's
         side) checked with its CA's responder before anything else goes over the connection."""
         srv = self.server
-        if await srv.ocsp_checker().check_ssl(t.get_extra_info("ssl_object"), cfg):
+        reason = ocsp.CLIENT_REJECT if server_side else ocsp.SERVER_REJECT
+        if await srv.ocsp_checker().check_ssl(t.get_extra_info("ssl_object"), cfg, "Leafnode", reason):
             return True
-        srv.log.error(f"{self.log_prefix()} - TLS handshake error: "
-                      f"{ocsp.CLIENT_REJECT if server_side else ocsp.SERVER_REJECT}")
+        srv.log.error(f"{self.log_prefix()} - TLS handshake error: {reason}")
         return False
 
     def dial_failed(self, exc: Exception | None) -> None:

@@ -222,3 +222,19 @@ def check_stapling(o: Any) -> ConfigError | None:
             return ConfigError.at(cfg.source, f"'ocsp' is not supported for the {kind} certificate: {why}, "
                                               f"and {NO_STAPLING}")
     return None
+
+
+def peer_configs(o: Any) -> list[OCSPPeerConfig]:
+    """The ocsp_peer settings in force (verify on) in these options."""
+    out = []
+    blocks = [o.tls, o.websocket.tls]
+    leaf = o.leaf
+    if leaf is not None:
+        blocks.append(getattr(leaf, "tls", None))
+        for r in getattr(leaf, "remotes", None) or []:
+            blocks.append(getattr(r, "tls", None))
+    for t in blocks:
+        cfg = getattr(t, "ocsp_peer", None) if t is not None else None
+        if cfg is not None and cfg.verify:
+            out.append(cfg)
+    return out

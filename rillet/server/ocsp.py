@@ -26,12 +26,14 @@ import json
 import os
 import ssl
 import tempfile
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rillet.config.ocsp_section import OCSPCacheConfig, OCSPPeerConfig
+from rillet.config.ocsp_section import OCSPCacheConfig, OCSPPeerConfig, peer_configs  # noqa: F401 (for the server)
 from rillet.digest import sha256
+from rillet.gocompat.gotime import format_time
 
 # reasons (nats-server's words in its logs and events)
 CLIENT_REJECT = "client not OCSP valid"
@@ -429,8 +431,18 @@ class ResponseCache:
 
 # ---- the checker -----------------------------------------------------------------------------------------
 
+def cert_info(der: bytes, cert: Any) -> dict[str, Any]:
+    """nats-server's CertInfo of a certificate in its OCSP peer events."""
+    return {"subject": subject_text(cert), "issuer": cert.issuer.rfc4514_string(), "fingerprint": fingerprint(der),
+            "raw": base64.b64encode(der).decode()}
+
+
 class PeerChecker:
-    """One per server: checks chains for the tls blocks with ``ocsp_peer``, with one shared cache."""
+    """One per server: checks chains for the tls blocks with ``ocsp_peer``, with one shared cache.
+    ``sysacc`` (the server's system account, when set): where the peer reject and invalid chain link
+    advisories go, as nats-server sends them ($SYS.SERVER.<id>.OCSP.PEER.CONN.REJECT / .LINK.INVALID)."""
+
+    sysacc: Any = None
 
     def __init__(self, cache_cfg: OCSPCacheConfig | None, log: Any,
                  fetch: Callable[..., Any] = fetch_response, codec: tuple[Callable, Callable] | None = None) -> None:
@@ -444,9 +456,32 @@ class PeerChecker:
     def stop(self) -> None:
         self.cache.stop()
 
-    async def check_ssl(self, ssl_obj: Any, cfg: OCSPPeerConfig) -> bool:
-        """True when the peer of this TLS connection is OCSP valid (or the check only warns)."""
-        return await self.check_chain(verified_chain(ssl_obj) if ssl_obj is not None else [], cfg)
+    async def check_ssl(self, ssl_obj: Any, cfg: OCSPPeerConfig, kind: str = "Client",
+                        reason: str = CLIENT_REJECT) -> bool:
+        """True when the peer of this TLS connection is OCSP valid (or the check only warns); else the
+        reject advisory goes out (``kind``: nats-server's "Client" or "Leafnode")."""
+        chain = verified_chain(ssl_obj) if ssl_obj is not None else []
+        if await self.check_chain(chain, cfg):
+            return True
+        if chain:
+            from cryptography import x509
+            self._advise("CONN.REJECT", "io.nats.server.advisory.v1.ocsp_peer_reject", {
+                "kind": kind, "peer": cert_info(chain[0], x509.load_der_x509_certificate(chain[0]))}, reason)
+        return False
+
+    def _advise(self, what: str, kind: str, fields: dict[str, Any], reason: str) -> None:
+        sa = self.sysacc
+        if sa is None or sa.client is None:
+            return
+        subj = f"$SYS.SERVER.{sa.server.server_id}.OCSP.PEER.{what}"
+        if not sa.interest(subj):
+            return
+        from rillet.server.sysacc import _event_id  # (loaded with the server's system account, not before)
+        msg: dict[str, Any] = {"type": kind, "id": _event_id(), "timestamp": format_time(time.time_ns())}
+        msg.update(fields)
+        msg["server"] = sa.server_info()
+        msg["reason"] = reason
+        sa.send(subj, msg)
 
     async def check_chain(self, chain_der: list[bytes], cfg: OCSPPeerConfig) -> bool:
         from cryptography import x509
@@ -463,6 +498,8 @@ class PeerChecker:
             reason = await self.link_good(chain_der[i], chain[i], chain[i + 1], urls, cfg)
             if reason is not None:
                 self.log.debug(f"OCSP peer link invalid for [{subject_text(chain[i])}]: {reason}")
+                self._advise("LINK.INVALID", "io.nats.server.advisory.v1.ocsp_peer_link_invalid", {
+                    "link": cert_info(chain_der[i], chain[i]), "peer": cert_info(chain_der[0], chain[0])}, reason)
                 return False
         return True
 
@@ -526,23 +563,6 @@ class PeerChecker:
             return f"Invalid OCSP response status: {st.status}"
         self.log.debug(f"OCSP verify pass for [{subj}]")
         return None
-
-
-def peer_configs(o: Any) -> list[OCSPPeerConfig]:
-    """The ocsp_peer settings in force (verify on) in these options."""
-    out = []
-    blocks = [o.tls, o.websocket.tls]
-    leaf = o.leaf
-    if leaf is not None:
-        blocks.append(getattr(leaf, "tls", None))
-        for r in getattr(leaf, "remotes", None) or []:
-            blocks.append(getattr(r, "tls", None))
-    for t in blocks:
-        cfg = getattr(t, "ocsp_peer", None) if t is not None else None
-        if cfg is not None and cfg.verify:
-            out.append(cfg)
-    return out
-
 
 
 class PeerGate(asyncio.Protocol):

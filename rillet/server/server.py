@@ -389,6 +389,7 @@ class Server:
         of the cache file (rillet.server.ocsp has a plain fallback)."""
         if self._ocsp_checker is None:
             self._ocsp_checker = PeerChecker(self.opts.ocsp_cache, self.log, codec=getattr(self, "ocsp_codec", None))
+            self._ocsp_checker.sysacc = self.sysacc
             self._ocsp_checker.start(self.loop)
             self.on_shutdown.append(self._ocsp_checker.stop)
         return self._ocsp_checker
