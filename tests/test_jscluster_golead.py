@@ -260,14 +260,13 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
     committed through the Rillet replicas."""
     import nats
     from rillet.jetstream.cluster.golead import StreamCreateAsLeader
-    from rillet.jetstream.cluster.gostream import host_streams
     gc = go_cluster
     nc = await nats.connect(gc.url("g1"))
     try:
         await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
         async with serve_config(_rillet_conf(gc)) as srv:
             m = await _member(srv)
-            replicas = host_streams(m)
+            replicas = m.replicas  # (host_streams, started with the flag)
             await _until(lambda: m.raft.commit > 0 and m.raft.leader, what="the member following")
             await asyncio.sleep(1.5)
             api = StreamCreateAsLeader(m, include_self=True)
@@ -302,7 +301,7 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
             si = await CAP._until(r1_current, 10, what="the Go stream leader reporting r1 current")
             names = {r.name: r for r in si.cluster.replicas or []}
             assert si.cluster.leader in ("g0", "g1", "g2") and "r1" in names
-            assert rep.refused == 0 and rep.unapplied_snapshots == 0
+            assert rep.refused == 0 and rep.apply_errors == 0
             # a durable R3 consumer of it (created by the Go meta leader on the stream's peers, Rillet included)
             # (when Go picks this server as the new consumer group's preferred leader, the Go peers elect one of
             # them after an election timeout, 4-9 s: hence the longer timeout)

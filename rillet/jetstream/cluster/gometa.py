@@ -424,6 +424,7 @@ class GoMetaMember:
         # a group this server must not lead (it cannot serve it yet): when elected, pass leadership on at once
         self.pass_leadership = False
         self.passed = 0
+        self.replicas: dict[tuple, Any] = {}  # (rillet.jetstream.cluster.gostream.host_streams, with the flag)
 
     @property
     def peer(self) -> str:
@@ -628,5 +629,13 @@ def attach_to_routes(server: Any) -> None:
         m.start(js_api=True)
         _MEMBERS[server] = m
         server.on_shutdown.append(m.stop)
+        # the streams and consumers the meta group places on this server: replicas with a file store
+        from rillet.jetstream.cluster.gostream import host_streams
+        m.replicas = host_streams(m, o.jetstream.store_dir)
+
+        def stop_replicas() -> None:
+            for r in list(m.replicas.values()):
+                r.stop()
+        server.on_shutdown.append(stop_replicas)
 
     server.cluster.route_listeners.append(on_route)

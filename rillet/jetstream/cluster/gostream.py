@@ -13,33 +13,53 @@ Go meta leader picks it as a new group's preferred leader, the group waits out a
 on this server are followed the same way (``GoConsumerReplica``: delivered,
 acks, skips, resets and shared pull requests into ``ConsumerReplicaState``).
 
-Not yet (so it is only attached by ``host_streams(member)``, in tests): leading a stream or consumer (answering
-publishes, deliveries and the API), the stream or consumer snapshot a leader sends to a replica that fell behind its log (decoded
-but not applied: the replica then reports itself behind), ``$JSC`` catch-up by messages, a file store and a
-durable RAFT state (the store is in memory: a restart starts empty and is caught up again).
+With the ``rillet_go_meta`` flag, ``host_streams(member, store_dir)`` runs from the server's first route: a stream
+replica keeps its messages in a ``FileStore`` (``<store_dir>/go_streams/<account>/<stream>/msgs``), its applied
+RAFT index beside it (``applied``) and its group's term and vote (``<store_dir>/go_meta/<group>``), so a restarted
+server resumes: the leader sends its log again from the start and what was applied before is skipped. A stream
+snapshot from the leader (``gowire.StreamSnapshot``) is installed as nats-server installs one (the first sequence
+moves up, its deleted sequences go) and, when the snapshot's last sequence is past ours, a ``$JSC.SYNC``
+catch-up by messages follows (each message answered on its ``$JSC.ACK`` reply, an empty message ends it,
+retried after 2 s when it ended short); committed entries wait for it.
+
+Not yet: leading a stream or consumer (answering publishes, deliveries and the API); the consumer's own
+snapshot (counted, not applied) and a durable consumer replica state; the RAFT log itself is not kept (after a
+restart the replica answers as empty until the leader has sent its log or a snapshot again).
 """
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.jetstream.store.base import StoreConfig
+from rillet.jetstream.store.filestore import FileStore
 from rillet.jetstream.store.memstore import MemStore
 from rillet.raft import gowire as gw
 
 __all__ = ["GoStreamReplica", "GoConsumerReplica", "ConsumerReplicaState", "host_streams"]
 
 
-def _store_config(cfg: dict) -> StoreConfig:
+def _store_config(cfg: dict, storage: str = "memory") -> StoreConfig:
     def num(key: str, default: int = -1) -> int:
         v = cfg.get(key, default)
         return int(v) if isinstance(v, int) else default
-    return StoreConfig(name=str(cfg.get("name", "")), storage="memory", max_msgs=num("max_msgs"),
+    return StoreConfig(name=str(cfg.get("name", "")), storage=storage, max_msgs=num("max_msgs"),
                        max_bytes=num("max_bytes"), max_age=num("max_age", 0) / 1e9,
                        max_msgs_per_subject=num("max_msgs_per_subject"), max_msg_size=num("max_msg_size"),
                        discard="new" if cfg.get("discard") == "new" else "old")
+
+
+def _safe(name: str) -> str:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+        raise ValueError(f"not a usable directory name: {name!r}")
+    return name
+
+
+CATCHUP_RETRY = 2.0  # seconds between catch-up requests that ended short (as nats-server waits)
 
 
 class GoStreamReplica(GoMetaMember):
@@ -47,18 +67,75 @@ class GoStreamReplica(GoMetaMember):
 
     KIND = "stream group"
 
-    def __init__(self, server: Any, account: str, assignment: dict) -> None:
-        super().__init__(server, group=assignment["group"]["name"])
+    def __init__(self, server: Any, account: str, assignment: dict, store_dir: Optional[str] = None) -> None:
+        super().__init__(server, group=assignment["group"]["name"], store_dir=store_dir)
         self.account = account
         self.name = assignment["stream"]["name"]
         self.assignment = assignment
-        self.store = MemStore(_store_config(assignment["stream"]))
+        self.dir = (os.path.join(store_dir, "go_streams", _safe(account), _safe(self.name)) if store_dir
+                    else None)
+        if self.dir is not None:
+            os.makedirs(self.dir, exist_ok=True)
+            self.store = FileStore(os.path.join(self.dir, "msgs"), _store_config(assignment["stream"], "file"),
+                                   log=self._store_log)
+            self._applied_path = os.path.join(self.dir, "applied")
+            self.applied_index = self._load_applied()
+        else:
+            self.store = MemStore(_store_config(assignment["stream"]))
+            self._applied_path = ""
+            self.applied_index = 0
         self.state = None  # (the meta state of the base class is not used)
         self.applied_msgs = 0
-        self.unapplied_snapshots = 0
+        self.snapshots_installed = 0
+        self.catchups = 0  # $JSC catch-ups completed
+        self.catchup_msgs = 0
+        self._snap: Optional[ge.StreamSnapshot] = None  # the snapshot being caught up to, while catching up
+        self._snap_index = 0
+        self._held: list[Committed] = []  # committed entries that wait for the catch-up
+        self._jsc_sub: Any = None
+        self._jsc_inbox = ""
+        self._retry: Any = None
+
+    def _store_log(self, level: str, text: str) -> None:
+        getattr(self.log, {"error": "error", "warn": "warn", "warning": "warn"}.get(level, "notice"))(
+            f"JetStream stream '{self.account} > {self.name}' [{self.group}]: {text}")
+
+    def _load_applied(self) -> int:
+        try:
+            with open(self._applied_path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return 0
+        if len(raw) != 8:
+            raise ValueError(f"{self._applied_path}: not an applied index ({len(raw)} bytes)")
+        return int.from_bytes(raw, "little")
+
+    def _save_applied(self) -> None:
+        # (with the store's own write-back: written when the entries' effects are, without an fsync of its own)
+        if self._applied_path:
+            tmp = self._applied_path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(self.applied_index.to_bytes(8, "little"))
+            os.replace(tmp, self._applied_path)
+
+    def stop(self, remove: bool = False) -> None:
+        """Stop following; ``remove``: the meta group took the stream away from this server (its files go)."""
+        super().stop()
+        self._end_catchup()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self.store.stop()
+        if remove and self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=False)
 
     def _commit(self, done: list[Committed]) -> None:
         for item in done:
+            if self._snap is not None and not (item.snapshot or item.entry.type == gw.ENTRY_SNAPSHOT):
+                self._held.append(item)  # (applied in order once the catch-up is complete)
+                continue
+            if item.index and item.index <= self.applied_index and not item.snapshot:
+                continue  # applied before a restart (the log is sent again from its start)
             try:
                 self._apply(item)
             except gw.GoWireError as e:
@@ -66,11 +143,111 @@ class GoStreamReplica(GoMetaMember):
                 self.apply_errors += 1
                 self._warn_once(f"apply:{e}", f"JetStream stream '{self.account} > {self.name}' "
                                               f"[{self.group}]: could not apply entry {item.index}: {e}")
+            if self._snap is None and item.index > self.applied_index:
+                self.applied_index = item.index
+        if done:
+            self._save_applied()
+
+    # -- a snapshot from the leader, and the $JSC catch-up by messages it may need ----------------------------
+    def _install(self, item: Committed) -> None:
+        snap = ge.StreamSnapshot.decode(item.entry.data)
+        st = self.store.state()
+        if snap.first_seq > st.first_seq:
+            self.store.compact(snap.first_seq)
+        for first, num in snap.deleted or ():
+            for seq in range(max(first, 1), min(first + num, st.last_seq + 1)):
+                self.store.remove_msg(seq)
+        self.snapshots_installed += 1
+        if self.store.state().last_seq >= snap.last_seq:
+            self.applied_index = max(self.applied_index, item.index)
+            return
+        self._snap, self._snap_index = snap, item.index
+        self._request_catchup()
+
+    def _request_catchup(self) -> None:
+        self._retry = None
+        snap = self._snap
+        if snap is None or self.ic is None:
+            return
+        sync = str(self.assignment.get("sync") or "")
+        if not sync:
+            raise gw.GoWireError("the stream assignment has no sync subject")
+        self._end_catchup()
+        self._jsc_inbox = f"$JSC.R.{gw.random_token(8)}"
+        self._jsc_sub = self.ic.subscribe(self._jsc_inbox, self._on_catchup)
+        last = self.store.state().last_seq
+        self.ic.publish(sync.encode(), self._jsc_inbox.encode(),
+                        ge.sync_request(self.peer, last + 1, snap.last_seq, self._snap_index))
+        self.log.notice(f"JetStream stream '{self.account} > {self.name}' [{self.group}]: catching up "
+                        f"{last + 1}..{snap.last_seq} from the leader")
+
+    def _end_catchup(self) -> None:
+        if self._jsc_sub is not None and self.ic is not None:
+            self.ic.remove_sub(self._jsc_sub)
+        self._jsc_sub, self._jsc_inbox = None, ""
+
+    def _on_catchup(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        if self._snap is None or subject.decode("latin-1") != self._jsc_inbox:
+            return
+        data = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+        if not data:  # the end of this catch-up
+            self._end_catchup()
+            if self.store.state().last_seq >= self._snap.last_seq:
+                self._caught_up()
+            elif self.server.loop is not None:
+                self._retry = self.server.loop.call_later(CATCHUP_RETRY, self._request_catchup)
+            return
+        try:
+            x = ge.decode_entry(data)
+            self._store_catchup(x)
+        except gw.GoWireError as e:
+            self.refused += 1
+            self._warn_once(f"catchup:{e}", f"JetStream stream '{self.account} > {self.name}' [{self.group}]: "
+                                            f"refused a catch-up message: {e}")
+            if reply:
+                self.ic.publish(reply, None, str(e).encode())  # (tells the leader to stop: as nats-server)
+            self._end_catchup()
+            if self.server.loop is not None:
+                self._retry = self.server.loop.call_later(CATCHUP_RETRY, self._request_catchup)
+            return
+        if reply:
+            self.ic.publish(reply, None, b"")  # flow control: one answer per message
+
+    def _store_catchup(self, x: Any) -> None:
+        last = self.store.state().last_seq
+        if isinstance(x, ge.CompressedStreamMsg):
+            x = x.msg
+        if isinstance(x, ge.StreamMsg):
+            seq = x.lseq  # (in a catch-up the message's own sequence)
+            if seq <= last:
+                return
+            if not x.subject and not x.ts:
+                self.store.skip_msgs(last + 1, seq - last)
+            else:
+                self.store.store_raw(seq, x.subject, bytes(x.hdr), bytes(x.msg), x.ts)
+            self.catchup_msgs += 1
+        elif isinstance(x, ge.JsonEntry) and x.op == ge.OP_DELETE_RANGE and isinstance(x.doc, dict):
+            first, num = int(x.doc.get("first", 0)), int(x.doc.get("num", 0))
+            end = first + num - 1
+            if end > last:
+                self.store.skip_msgs(last + 1, end - last)
+        else:
+            raise gw.GoWireError(f"{type(x).__name__} in a catch-up")
+
+    def _caught_up(self) -> None:
+        self.catchups += 1
+        self.applied_index = max(self.applied_index, self._snap_index)
+        self.log.notice(f"JetStream stream '{self.account} > {self.name}' [{self.group}]: catch-up complete "
+                        f"(last sequence {self.store.state().last_seq})")
+        self._snap = None
+        held, self._held = self._held, []
+        self._commit(held)
+        self._save_applied()
 
     def _apply(self, item: Committed) -> None:
         e = item.entry
         if item.snapshot or e.type == gw.ENTRY_SNAPSHOT:
-            self.unapplied_snapshots += 1
+            self._install(item)
             return
         if e.type != gw.ENTRY_NORMAL:
             return
@@ -195,10 +372,11 @@ class GoConsumerReplica(GoMetaMember):
                                                 f"{self.name}' [{self.group}]: could not apply entry {item.index}: {err}")
 
 
-def host_streams(member: GoMetaMember) -> dict[tuple, GoMetaMember]:
+def host_streams(member: GoMetaMember, store_dir: Optional[str] = None) -> dict[tuple, GoMetaMember]:
     """Follow every stream and consumer the meta group assigns to this server (and leave those it takes
     away); returns the live map of replicas: (account, stream) -> GoStreamReplica and
-    (account, stream, consumer) -> GoConsumerReplica."""
+    (account, stream, consumer) -> GoConsumerReplica. With ``store_dir`` a stream replica keeps its messages
+    in a file store, its applied index and its group's term and vote there (a restart resumes from them)."""
     replicas: dict[tuple, GoMetaMember] = {}
 
     def reconcile() -> None:
@@ -213,12 +391,12 @@ def host_streams(member: GoMetaMember) -> dict[tuple, GoMetaMember]:
         for key in list(replicas):
             r = replicas[key]
             if key not in want or want[key][1]["group"]["name"] != r.group:
-                r.stop()
+                r.stop(remove=True) if isinstance(r, GoStreamReplica) else r.stop()
                 del replicas[key]
         for key, (kind, a) in want.items():
             if key in replicas:
                 continue
-            r = (GoStreamReplica(member.server, key[0], a) if kind == "stream"
+            r = (GoStreamReplica(member.server, key[0], a, store_dir) if kind == "stream"
                  else GoConsumerReplica(member.server, key[0], key[1], a))
             r.pass_leadership = True
             r.start()

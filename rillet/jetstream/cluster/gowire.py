@@ -49,7 +49,7 @@ __all__ = [
     "UpdateDelivered", "UpdateAcks", "UpdateSkip", "ResetSeq", "PendingRequest", "decode_entry",
     "encode_json_entry", "decode_meta_snapshot", "encode_meta_snapshot", "COMPRESS_THRESHOLD",
     "META_OPS", "STREAM_OPS", "CONSUMER_OPS", "parse_jsc_subject", "UsageUpdate", "JsonDoc", "Empty",
-    "decode_jsc",
+    "decode_jsc", "StreamSnapshot", "sync_request",
 ]
 
 OP_ASSIGN_STREAM = 0
@@ -512,3 +512,112 @@ def decode_jsc(subject: str, payload) -> Any:
     if kind == "R" and payload[0] != 0x7B:
         return decode_entry(payload)
     return JsonDoc.decode(payload)
+
+
+# -- a stream group's snapshot (the data of its ENTRY_SNAPSHOT) and the catch-up request it leads to ---------
+
+STREAM_STATE_MAGIC = 42
+_RUN_LENGTH_MAGIC = 33
+_SEQSET_MAGIC = 22
+_SEQSET_BUCKETS = 32  # 64-bit buckets per node of the set's version 2 encoding
+
+
+@dataclass
+class StreamSnapshot:
+    """A stream's replicated state as its leader snapshots it: counts, first/last sequence, the count of
+    failed proposals, the deleted sequences inside [first, last] (as (first, num) runs) and, from version 2,
+    the sources' state (name -> (seq, identity)). Layout: magic 42, version 1 or 2, uvarints msgs, bytes,
+    first, last, failed, [v2: count, then per source uvarint-length name, uvarint seq, uvarint-length
+    identity], the number of deleted sequences, then blocks up to the end: 33 + uvarint first + uvarint num (a
+    run), or 22 + version 2 + u32 nodes + u32 size + per node u64 base, 32 u64 bit buckets, u16 height (a set)."""
+    msgs: int
+    bytes: int
+    first_seq: int
+    last_seq: int
+    failed: int = 0
+    deleted: list = None  # [(first, num)]
+    sources: dict = None
+
+    @classmethod
+    def decode(cls, buf) -> "StreamSnapshot":
+        b = bytes(buf)
+        if len(b) < 2 or b[0] != STREAM_STATE_MAGIC or b[1] not in (1, 2):
+            raise GoWireError("stream snapshot: bad magic or version")
+        i = 2
+
+        def u() -> int:
+            nonlocal i
+            v, i = get_uvarint(b, i)
+            return v
+
+        def s() -> str:
+            nonlocal i
+            n = u()
+            if n > len(b) - i:
+                raise GoWireError("stream snapshot: short string")
+            v = b[i:i + n].decode("utf-8", "surrogateescape")
+            i += n
+            return v
+
+        msgs, nbytes, first, last, failed = u(), u(), u(), u(), u()
+        sources = {}
+        if b[1] == 2:
+            for _ in range(u()):
+                name, seq = s(), u()
+                sources[name] = (seq, s())
+        ndel = u()
+        runs: list[tuple[int, int]] = []
+        if ndel:
+            while i < len(b):
+                if b[i] == _RUN_LENGTH_MAGIC:
+                    i += 1
+                    runs.append((u(), u()))
+                elif b[i] == _SEQSET_MAGIC:
+                    if len(b) - i < 10 or b[i + 1] != 2:
+                        raise GoWireError("stream snapshot: sequence set not in version 2")
+                    nn = struct.unpack_from("<I", b, i + 2)[0]
+                    node = 8 + _SEQSET_BUCKETS * 8 + 2
+                    i += 10
+                    if nn * node > len(b) - i:
+                        raise GoWireError("stream snapshot: short sequence set")
+                    for _ in range(nn):
+                        base = struct.unpack_from("<Q", b, i)[0]
+                        words = struct.unpack_from(f"<{_SEQSET_BUCKETS}Q", b, i + 8)
+                        i += node
+                        for k, w in enumerate(words):
+                            while w:
+                                low = w & -w
+                                runs.append((base + k * 64 + low.bit_length() - 1, 1))
+                                w ^= low
+                else:
+                    raise GoWireError(f"stream snapshot: unknown deleted block {b[i]}")
+        elif i != len(b):
+            raise GoWireError("stream snapshot: trailing bytes")
+        return cls(msgs, nbytes, first, last, failed, sorted(runs), sources)
+
+    def encode(self) -> bytes:
+        """Version 1 (or 2 with sources), deleted sequences as runs."""
+        out = bytearray([STREAM_STATE_MAGIC, 2 if self.sources else 1])
+        for v in (self.msgs, self.bytes, self.first_seq, self.last_seq, self.failed):
+            out += put_uvarint(v)
+        if self.sources:
+            out += put_uvarint(len(self.sources))
+            for name, (seq, ident) in self.sources.items():
+                out += put_uvarint(len(name.encode()))
+                out += name.encode()
+                out += put_uvarint(seq)
+                out += put_uvarint(len(ident.encode()))
+                out += ident.encode()
+        runs = self.deleted or []
+        out += put_uvarint(sum(n for _f, n in runs))
+        for f, n in runs:
+            out.append(_RUN_LENGTH_MAGIC)
+            out += put_uvarint(f)
+            out += put_uvarint(n)
+        return bytes(out)
+
+
+def sync_request(peer: str, first_seq: int, last_seq: int, min_applied: int) -> bytes:
+    """A replica's ``$JSC.SYNC`` catch-up request, as Go's ``json.Marshal`` writes it (field order kept)."""
+    return go_json({"peer": peer, "first_seq": first_seq, "last_seq": last_seq, "delete_ranges": True,
+                    "min_applied": min_applied}).rstrip(b"\n")
