@@ -17,22 +17,22 @@ from typing import Any
 import pytest
 
 pytest.importorskip("cryptography")
-import nats  # noqa: E402
-from cryptography import x509  # noqa: E402
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509 import ocsp  # noqa: E402
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
+import nats
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509 import ocsp
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from rillet.cluster.s2 import S2Writer  # noqa: E402
-from rillet.config.errors import ConfigError  # noqa: E402
-from rillet.config.ocsp_section import OCSPPeerConfig  # noqa: E402
-from rillet.config.options_builder import load_string  # noqa: E402
-from rillet.server.ocsp import Status, response_current  # noqa: E402
-from tests.difftarget import go_server, rillet_server  # noqa: E402
-from tests.helpers import free_port  # noqa: E402
+from rillet.cluster.s2 import S2Writer
+from rillet.config.errors import ConfigError
+from rillet.config.ocsp_section import OCSPPeerConfig
+from rillet.config.options_builder import load_string
+from rillet.server.ocsp import Status, response_current
+from tests.difftarget import go_server, rillet_server
+from tests.helpers import free_port
 
-NOW = lambda: dt.datetime.now(dt.timezone.utc)  # noqa: E731
+NOW = lambda: dt.datetime.now(dt.UTC)
 
 
 def _name(cn: str) -> x509.Name:
@@ -136,7 +136,7 @@ class Responder:
             def log_message(self, *a: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 outer.requests += 1
                 if outer.mode == "silent":
                     threading.Event().wait(5)
@@ -450,7 +450,7 @@ async def _ws_connects(port: int, pki: PKI, name: str) -> bool:
         try:
             ws = await session.ws_connect(f"wss://127.0.0.1:{port}", ssl=_client_ctx(pki, name),
                                           timeout=aiohttp.ClientWSTimeout(ws_close=2))
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return False
         try:
             msg = await asyncio.wait_for(ws.receive(), 4)
@@ -463,14 +463,14 @@ async def _ws_connects(port: int, pki: PKI, name: str) -> bool:
 async def _mqtt_connects(port: int, pki: PKI, name: str) -> bool:
     try:
         r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=_client_ctx(pki, name)), 4)
-    except (OSError, asyncio.TimeoutError, ssl.SSLError):
+    except (TimeoutError, OSError, ssl.SSLError):
         return False
     cid = name.encode()
     body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid  # CONNECT, clean session
     try:
         w.write(bytes([0x10, len(body)]) + body)
         return await asyncio.wait_for(r.readexactly(4), 4) == b"\x20\x02\x00\x00"  # CONNACK accepted
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError):
+    except (TimeoutError, OSError, asyncio.IncompleteReadError, ssl.SSLError):
         return False
     finally:
         w.close()

@@ -80,22 +80,14 @@ def parse_ocsp_peer(sub: Field) -> OCSPPeerConfig:
     if not isinstance(sub.value, dict):
         raise sub.error(f"error parsing ocsp peer config: unsupported type {go_type(sub.value)}")
     cfg = OCSPPeerConfig(source=sub.pos)
+    flags = {"verify": "verify", "warn_only": "warn_only", "unknown_is_good": "unknown_is_good",
+             "allow_when_ca_unreachable": "allow_when_ca_unreachable"}
     for e in sub.entries():
         name = e.name
-
-        def flag() -> bool:
+        if name in flags:
             if not isinstance(e.value, bool):
                 raise e.error(f'{PEER_PREFIX}, unknown field ["{e.key}"]')
-            return e.value
-
-        if name == "verify":
-            cfg.verify = flag()
-        elif name == "warn_only":
-            cfg.warn_only = flag()
-        elif name == "unknown_is_good":
-            cfg.unknown_is_good = flag()
-        elif name == "allow_when_ca_unreachable":
-            cfg.allow_when_ca_unreachable = flag()
+            setattr(cfg, flags[name], e.value)
         elif name in ("ca_timeout", "allowed_clockskew", "cache_ttl_when_next_update_unset"):
             value = _seconds(e, PEER_PREFIX)
             if value >= 0:
@@ -175,10 +167,13 @@ def has_must_staple(cert_file: str) -> bool:
     status_request, RFC 7633). False when the file cannot be read (the TLS setup reports that)."""
     try:
         from cryptography import x509
+    except ImportError:
+        return False  # (nothing can be known; with a must-staple certificate the TLS clients will complain)
+    try:
         with open(cert_file, "rb") as fh:
             cert = x509.load_pem_x509_certificate(fh.read())
         ext = cert.extensions.get_extension_for_class(x509.TLSFeature)
-    except Exception:  # unreadable file, no such extension, or no cryptography: no must-staple known
+    except (OSError, ValueError, x509.ExtensionNotFound):  # unreadable (reported by the TLS setup) or none
         return False
     return x509.TLSFeatureType.status_request in list(ext.value)
 

@@ -28,8 +28,9 @@ import ssl
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rillet.config.ocsp_section import OCSPCacheConfig, OCSPPeerConfig, peer_configs  # noqa: F401 (for the server)
 from rillet.digest import sha256
@@ -158,7 +159,7 @@ async def fetch_response(leaf: Any, issuer: Any, urls: list[str], timeout: float
     for url in urls:
         try:
             return await http_get(f"{url.rstrip('/')}/{enc}", timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             last = OCSPError(f"no answer from {url} within {timeout}s")
         except (OSError, OCSPError) as e:
             last = e
@@ -175,7 +176,13 @@ class Status:
 
 
 def _verify_signature(public_key: Any, signature: bytes, data: bytes, hash_alg: Any) -> None:
-    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, padding, rsa
+    from cryptography.hazmat.primitives.asymmetric import (
+        ec,
+        ed448,
+        ed25519,
+        padding,
+        rsa,
+    )
     if isinstance(public_key, rsa.RSAPublicKey):
         public_key.verify(signature, data, padding.PKCS1v15(), hash_alg)
     elif isinstance(public_key, ec.EllipticCurvePublicKey):
@@ -187,10 +194,11 @@ def _verify_signature(public_key: Any, signature: bytes, data: bytes, hash_alg: 
 
 
 def _issued_by(cert: Any, issuer: Any) -> bool:
+    from cryptography.exceptions import InvalidSignature
     try:
         cert.verify_directly_issued_by(issuer)
         return True
-    except (ValueError, TypeError, Exception):  # cryptography raises InvalidSignature, ValueError, TypeError
+    except (ValueError, TypeError, InvalidSignature):
         return False
 
 
@@ -219,12 +227,11 @@ def parse_response(raw: bytes, leaf: Any, issuer: Any) -> Status:
             eku = []
         if ExtendedKeyUsageOID.OCSP_SIGNING not in eku:
             raise OCSPError("Invalid OCSP response delegation: signer not authorized by the CA for OCSP signing")
+    from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
     try:
         _verify_signature(signer.public_key(), resp.signature, resp.tbs_response_bytes,
                           resp.signature_hash_algorithm)
-    except OCSPError:
-        raise
-    except Exception as e:  # InvalidSignature and friends
+    except (InvalidSignature, UnsupportedAlgorithm, ValueError, TypeError) as e:
         raise OCSPError(f"bad OCSP response signature: {type(e).__name__}") from None
     for single in resp.responses:
         if single.serial_number != leaf.serial_number:
@@ -239,7 +246,7 @@ def response_current(st: Status, cfg: OCSPPeerConfig, now: dt.datetime | None = 
     """nats-server's effectivity window: nextUpdate (or thisUpdate + cache_ttl_when_next_update_unset) not
     before now - skew, and thisUpdate not after now + skew."""
     skew = dt.timedelta(seconds=cfg.clock_skew if cfg.clock_skew >= 0 else 30.0)
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     if st.next_update is not None:
         if st.next_update < now - skew:
             return False
@@ -300,7 +307,7 @@ def s2_unframe(data: bytes) -> bytes:
 
 def _go_time(t: dt.datetime) -> str:
     """RFC 3339 in UTC as Go's encoding/json writes a time.Time (``Z``, fraction only when non-zero)."""
-    t = t.astimezone(dt.timezone.utc)
+    t = t.astimezone(dt.UTC)
     text = t.strftime("%Y-%m-%dT%H:%M:%S")
     if t.microsecond:
         text += f".{t.microsecond:06d}".rstrip("0")
@@ -400,8 +407,8 @@ class ResponseCache:
         self.hits += 1
         try:
             return self.codec[1](base64.b64decode(item["resp"]))
-        except Exception as e:  # a corrupt entry: reported, then treated as absent (asked again)
-            self.log.error(f"Unable to decompress OCSP response for key [{key}]: {e}")
+        except Exception as e:  # noqa: BLE001 - the codec's own errors: reported; the entry counts as absent
+            self.log.error(f"Unable to decompress OCSP response for key [{key}]: {e!r}")
             return None
 
     def put(self, key: str, raw: bytes, st: Status, subject: str) -> None:
@@ -409,7 +416,7 @@ class ResponseCache:
             return
         item: dict[str, Any] = {
             "subject": subject,
-            "cached_at": _go_time(dt.datetime.now(dt.timezone.utc).replace(microsecond=0)),
+            "cached_at": _go_time(dt.datetime.now(dt.UTC).replace(microsecond=0)),
             "resp_status": st.status,
         }
         if st.next_update is not None:
@@ -461,7 +468,12 @@ class PeerChecker:
         """True when the peer of this TLS connection is OCSP valid (or the check only warns); else the
         reject advisory goes out (``kind``: nats-server's "Client" or "Leafnode")."""
         chain = verified_chain(ssl_obj) if ssl_obj is not None else []
-        if await self.check_chain(chain, cfg):
+        try:
+            ok = await self.check_chain(chain, cfg)
+        except ValueError as e:  # a certificate cryptography cannot read: refused, and said why
+            self.log.error(f"OCSP peer check failed: {e}")
+            ok = False
+        if ok:
             return True
         if chain:
             from cryptography import x509
@@ -476,7 +488,9 @@ class PeerChecker:
         subj = f"$SYS.SERVER.{sa.server.server_id}.OCSP.PEER.{what}"
         if not sa.interest(subj):
             return
-        from rillet.server.sysacc import _event_id  # (loaded with the server's system account, not before)
+        from rillet.server.sysacc import (
+            _event_id,  # (loaded with the server's system account, not before)
+        )
         msg: dict[str, Any] = {"type": kind, "id": _event_id(), "timestamp": format_time(time.time_ns())}
         msg.update(fields)
         msg["server"] = sa.server_info()
@@ -488,9 +502,13 @@ class PeerChecker:
         if not chain_der:
             self.log.error("Peer certificate is nil, rejecting OCSP peer")
             return False
-        if len(chain_der) == 1:
-            return True  # self-signed (or only the leaf is known): nothing to ask a CA about
         chain = [x509.load_der_x509_certificate(d) for d in chain_der]
+        if len(chain) == 1:
+            if chain[0].issuer == chain[0].subject:
+                return True  # self-signed: nothing to ask a CA about
+            # (only the leaf is known: no verified chain from this ssl module, so no issuer to ask about)
+            self.log.error(f"OCSP peer check for [{subject_text(chain[0])}]: the verified chain is not available")
+            return False
         for i in range(len(chain) - 1):
             urls = responder_urls(chain[i])
             if not urls:
@@ -527,7 +545,7 @@ class PeerChecker:
         if st is None:
             try:
                 raw = await self.fetch(leaf, issuer, urls, cfg.ca_timeout if cfg.ca_timeout > 0 else 2.0)
-            except (OCSPError, OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OCSPError, OSError) as e:
                 self.log.warn(f"Attempt to obtain OCSP response from CA responder for [{subj}] failed: {e}")
                 if cfg.warn_only:
                     self.log.warn(f"OCSP verify fail for [{subj}] but WarnOnly is true so allowing")
