@@ -615,13 +615,22 @@ def test_ocsp_config_keys():
     ("websocket { port: -1, tls { cert_file: a, key_file: b, ocsp_peer: true } }\n", None,
      "OCSP peer verification for client connections requires TLS verify (mTLS) to be enabled"),
 ])
-def test_ocsp_config_errors(text, where, msg):
-    """(positions as nats-server -t reports them)"""
+def test_ocsp_config_errors(text, where, msg, tmp_path, monkeypatch):
+    """(positions as nats-server -t reports them; compared with it)"""
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as e:
         load_string(text, "o.conf")
     assert msg in str(e.value)
     if where is not None:
         assert (e.value.line, e.value.column) == where
+    if where is not None:  # nats-server -t: the same words at the same place
+        import subprocess
+        path = os.path.join(os.getcwd(), "o.conf")
+        with open(path, "w") as f:
+            f.write(text)
+        out = subprocess.run(["nats-server", "-t", "-c", path], capture_output=True, text=True, timeout=10)
+        assert out.returncode != 0
+        assert f"{path}:{where[0]}:{where[1]}: {msg}" in out.stdout + out.stderr
 
 
 def test_stapling_refused_where_it_would_happen(pki):
