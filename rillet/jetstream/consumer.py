@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet import lane
 from rillet.gocompat.gotime import format_duration, format_time, to_utc_time
+from rillet.gocompat.jsoncodec import GoJSONError, check_one_value
 from rillet.jetstream import headers as H
 from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_DUE, C_GONE, C_MAXDELIV, C_NAK,
                                              C_PURGED, C_START, C_UNDELIVERED, ConsumerStateMachine)
@@ -1598,7 +1599,6 @@ _PG_FIELDS = frozenset(("group", "min_pending", "min_ack_pending", "id", "priori
 
 def _next_request(body: bytes) -> dict:
     """A pull request body checked like Go's json.Unmarshal into JSApiConsumerGetNextRequest (same error texts)."""
-    from rillet.gocompat.jsoncodec import GoJSONError, check_one_value
     from rillet.jetstream.apijson import parse_json
     from rillet.jetstream.errors import ApiError
     try:  # (json.Unmarshal: exactly one value; "{} 5" is a syntax error, never the 5)
