@@ -143,3 +143,81 @@ async def test_killed_rillet_replica_rejoins_and_is_caught_up_by_snapshot_and_me
             await _until(lambda: rep.store.state().last_seq == 31, 10, what="the replica storing 31")
     finally:
         await nc.close()
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_rillet_leads_a_stream_group_of_go_followers_and_steps_down_and_back(go_cluster):  # noqa: F811
+    """A Go stream leader asked to step down in favour of the Rillet replica (placement preferred r1) hands
+    over; publishes through any server are then proposed by Rillet, committed with the Go followers and
+    acknowledged as nats-server acknowledges them (duplicates and wrong expected sequences included); the
+    leader step-down request taken by Rillet moves the leadership back to Go, whose store holds every message."""
+    import nats
+    gc = go_cluster
+    nc = await nats.connect(gc.url("g1"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        js = nc.jetstream()
+        async with serve_config(_rillet_conf(gc)) as srv:
+            m = await _rillet_leads_and_places(srv, nc, gc, "LEAD")
+            await _until(lambda: ("A", "LEAD") in m.replicas, 10, what="the replica on Rillet")
+            rep = m.replicas[("A", "LEAD")]
+            assert (await js.publish("lead.0", b"go")).seq == 1
+            await _until(lambda: rep.store.state().last_seq == 1, 10, what="the replica storing 1")
+            await _until(lambda: rep.raft.leader, 10, what="a leader known")
+            for attempt in range(3):
+                r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.LEAD",
+                                                 json.dumps({"placement": {"preferred": "r1"}}).encode(),
+                                                 timeout=5)).data)
+                assert r.get("success") is True, r
+                try:
+                    await _until(lambda: rep.raft.role == LEADER, 5, what="the Rillet replica leading")
+                    break
+                except AssertionError:
+                    assert attempt < 2
+            # publishes through a Go server and through the Rillet server
+            rnc = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}")
+            try:
+                rjs = rnc.jetstream()
+                for i in range(1, 11):
+                    ack = await (js if i % 2 else rjs).publish(f"lead.{i % 3}", f"m{i}".encode(),
+                                                               headers={"X-I": str(i)})
+                    assert ack.stream == "LEAD" and ack.seq == i + 1 and not ack.duplicate
+                ack = await js.publish("lead.1", b"once", headers={"Nats-Msg-Id": "id-1"})
+                dup = await js.publish("lead.1", b"once", headers={"Nats-Msg-Id": "id-1"})
+                assert ack.seq == 12 and dup.seq == 12 and dup.duplicate
+                with pytest.raises(nats.js.errors.BadRequestError) as ei:
+                    await js.publish("lead.1", b"x", headers={"Nats-Expected-Last-Sequence": "5"})
+                assert ei.value.err_code == 10071 and "wrong last sequence: 12" in ei.value.description
+                ack = await rjs.publish("lead.2", b"y", headers={"Nats-Expected-Last-Sequence": "12"})
+                assert ack.seq == 13
+            finally:
+                await rnc.close()
+            assert rep.published == 12 and rep.acked == 12  # (seq 1 was a Go leader's; the duplicate is not proposed)
+            # step down through the API: a Go server takes over with every message
+            r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.LEAD", b"", timeout=5)).data)
+            assert r == {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True}
+            await _until(lambda: rep.raft.role != LEADER and rep.raft.leader, 10, what="a Go leader")
+
+            async def go_led():
+                try:
+                    i = await js.stream_info("LEAD")
+                except (nats.js.errors.APIError, nats.errors.TimeoutError):
+                    return None
+                return i if i.cluster.leader in gc.names else None
+            si = await CAP._until(go_led, 15, what="a Go server leading LEAD")
+            assert si.state.messages == 13 and si.state.last_seq == 13
+            for seq in (2, 7, 11):
+                got = await js.get_msg("LEAD", seq)
+                assert got.subject == f"lead.{(seq - 1) % 3}" and got.data == f"m{seq - 1}".encode()
+                assert got.headers["X-I"] == str(seq - 1)
+            assert (await js.publish("lead.0", b"after")).seq == 14
+            await _until(lambda: rep.store.state().last_seq == 14, 10, what="the Rillet follower storing 14")
+            # and back to Rillet once more
+            r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.LEAD",
+                                             json.dumps({"placement": {"preferred": "r1"}}).encode(),
+                                             timeout=5)).data)
+            assert r.get("success") is True, r
+            await _until(lambda: rep.raft.role == LEADER, 10, what="the Rillet replica leading again")
+            assert (await js.publish("lead.0", b"again")).seq == 15
+    finally:
+        await nc.close()

@@ -46,6 +46,7 @@ class GoRaftPeer(GoRaftFollower):
     _votes: set[str] = field(default_factory=set)
     _empty_votes: set[str] = field(default_factory=set)
     match: dict[str, int] = field(default_factory=dict)  # leader: each follower's last index acknowledged
+    lead_on_transfer: bool = False  # a leadership transfer to us: campaign (else hand it on, see _hand_off)
     terms_led: list[int] = field(default_factory=list)
 
     # -- membership ---------------------------------------------------------------------------------------
@@ -69,6 +70,11 @@ class GoRaftPeer(GoRaftFollower):
         if self.role != FOLLOWER and lterm >= self.term and ae.leader != self.me:
             self.role = FOLLOWER  # another leader of this term or a later one
         return super().append(kind, inbox, reply, ae, now)
+
+    def _hand_off(self) -> list[Out]:
+        if self.lead_on_transfer:
+            return self.campaign()  # (as nats-server's peer named by a transfer: at once)
+        return super()._hand_off()
 
     # -- candidate ----------------------------------------------------------------------------------------
     def campaign(self) -> list[Out]:

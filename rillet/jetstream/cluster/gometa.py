@@ -631,7 +631,7 @@ def attach_to_routes(server: Any) -> None:
         server.on_shutdown.append(m.stop)
         # the streams and consumers the meta group places on this server: replicas with a file store
         from rillet.jetstream.cluster.gostream import host_streams
-        m.replicas = host_streams(m, o.jetstream.store_dir)
+        m.replicas = host_streams(m, o.jetstream.store_dir, lead=True)
 
         def stop_replicas() -> None:
             for r in list(m.replicas.values()):

@@ -28,13 +28,18 @@ restart the replica answers as empty until the leader has sent its log or a snap
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
+from rillet.jetstream.cluster.golead import LEADER, request_info
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
+from rillet.jetstream import headers as H
+from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import StoreConfig
 from rillet.jetstream.store.filestore import FileStore
 from rillet.jetstream.store.memstore import MemStore
@@ -95,6 +100,15 @@ class GoStreamReplica(GoMetaMember):
         self._jsc_sub: Any = None
         self._jsc_inbox = ""
         self._retry: Any = None
+        # leading (``may_lead``): see _start_leading
+        self.may_lead = False
+        self.clfs = 0  # proposals that failed on apply, as the snapshot counts them (stored seq = lseq + 1 - clfs)
+        self.clseq = 0  # leader: the last sequence proposed (in the entries' numbering: stored + clfs)
+        self.ddmap: dict[str, tuple[int, int]] = {}  # Nats-Msg-Id -> (seq, ts), within the duplicate window
+        self._inflight_ids: dict[str, int] = {}
+        self._lead_subs: Optional[list] = None
+        self.aic: Any = None
+        self.published = self.acked = 0
 
     def _store_log(self, level: str, text: str) -> None:
         getattr(self.log, {"error": "error", "warn": "warn", "warning": "warn"}.get(level, "notice"))(
@@ -120,6 +134,8 @@ class GoStreamReplica(GoMetaMember):
 
     def stop(self, remove: bool = False) -> None:
         """Stop following; ``remove``: the meta group took the stream away from this server (its files go)."""
+        if self._lead_subs is not None:
+            self._stop_leading()
         super().stop()
         self._end_catchup()
         if self._retry is not None:
@@ -151,6 +167,7 @@ class GoStreamReplica(GoMetaMember):
     # -- a snapshot from the leader, and the $JSC catch-up by messages it may need ----------------------------
     def _install(self, item: Committed) -> None:
         snap = ge.StreamSnapshot.decode(item.entry.data)
+        self.clfs = snap.failed
         st = self.store.state()
         if snap.first_seq > st.first_seq:
             self.store.compact(snap.first_seq)
@@ -244,6 +261,186 @@ class GoStreamReplica(GoMetaMember):
         self._commit(held)
         self._save_applied()
 
+    # -- leading the stream group (``may_lead``, see host_streams) ---------------------------------------------
+    def _send(self, outs: list) -> None:
+        super()._send(outs)
+        leading = self.raft.role == LEADER and self.ic is not None and bool(self._subs)
+        if leading and self._lead_subs is None:
+            self._start_leading()
+        elif not leading and self._lead_subs is not None:
+            self._stop_leading()
+
+    def _start_leading(self) -> None:
+        """As nats-server's stream leader: take the stream's subjects in its account (publishes are proposed
+        as stream message entries and acknowledged once committed and stored), serve ``$JSC.SYNC`` catch-ups
+        and the stream's leader step-down request."""
+        acc = self.server.accounts.get(self.account)
+        if acc is None:
+            self._warn_once("noacc", f"JetStream stream '{self.account} > {self.name}': no such account here; "
+                                     "not leading")
+            self.transfer_away()
+            return
+        self.aic = self.server.internal_client(acc, f"go stream leader {self.name}")
+        # the last sequence proposed so far: what is stored, and any stream message still in the log above it
+        self.clseq = self.store.state().last_seq + self.clfs
+        for _t, es in self.raft._log[max(self.raft.applied - self.raft.base_index, 0):]:
+            for e in es:
+                if e.type == gw.ENTRY_NORMAL and e.data and e.data[0] in (ge.OP_STREAM_MSG,
+                                                                          ge.OP_COMPRESSED_STREAM_MSG):
+                    x = ge.decode_entry(e.data)
+                    x = x.msg if isinstance(x, ge.CompressedStreamMsg) else x
+                    self.clseq = max(self.clseq, x.lseq + 1)
+        subjects = self.assignment["stream"].get("subjects") or [self.name]
+        self._lead_subs = [(self.aic, self.aic.subscribe(subj, self._on_publish)) for subj in subjects]
+        sync = str(self.assignment.get("sync") or "")
+        if sync:
+            self._lead_subs.append((self.ic, self.ic.subscribe(sync, self._on_sync)))
+        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.LEADER.STEPDOWN.{self.name}",
+                                                           self._on_stepdown)))
+        self.log.notice(f"JetStream: leading stream '{self.account} > {self.name}' [{self.group}] "
+                        f"(term {self.raft.term})")
+
+    def _stop_leading(self) -> None:
+        for client, sub in self._lead_subs or ():
+            client.remove_sub(sub)
+        self._lead_subs = None
+        self._inflight_ids.clear()
+        self.log.notice(f"JetStream: no longer leading stream '{self.account} > {self.name}' [{self.group}]")
+
+    def transfer_away(self, preferred: str = "") -> bool:
+        """Hand the leadership to ``preferred`` (a peer id) or the first current peer; False if none is."""
+        peers = [preferred] if preferred else sorted(p for p in self.raft.peers if p != self.peer)
+        peer = next((p for p in peers if p != self.peer and self.raft.current(p)), None)
+        if peer is None:
+            return False
+        self.transfer(peer)
+        return True
+
+    def _pub_ack(self, seq: int, duplicate: bool = False) -> bytes:
+        # (nats-server's bytes; the domain is not known here)
+        return b'{"stream":%s,"seq":%d%s}' % (json.dumps(self.name).encode(), seq,
+                                               b',"duplicate": true' if duplicate else b"")
+
+    def _pub_error(self, reply: bytes, e: ApiError) -> None:
+        if reply:
+            self.aic.publish(reply, None, json.dumps({"error": e.to_dict(), "stream": self.name, "seq": 0},
+                                                      separators=(",", ":")).encode())
+
+    def _dedup(self, mid: str) -> Optional[int]:
+        window = int(self.assignment["stream"].get("duplicate_window") or 120_000_000_000)
+        if mid in self._inflight_ids:
+            return self._inflight_ids[mid]
+        hit = self.ddmap.get(mid)
+        if hit is None:
+            return None
+        if time.time_ns() - hit[1] > window:
+            del self.ddmap[mid]
+            return None
+        return hit[0]
+
+    def _on_publish(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        if self._lead_subs is None or self.raft.role != LEADER:
+            return
+        h = bytes(msg[:hdr]) if hdr > 0 else b""
+        data = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+        subj = subject.decode("utf-8", "surrogateescape")
+        cfg = self.assignment["stream"]
+        try:
+            mid = ""
+            if h:
+                exp = H.get_header(h, H.EXPECTED_STREAM)
+                if exp is not None and exp != self.name:
+                    raise ApiError.make("STREAM_NOT_MATCH")
+                mid = H.get_header(h, H.MSG_ID) or ""
+                if mid:
+                    dup = self._dedup(mid)
+                    if dup is not None:
+                        if reply:
+                            self.aic.publish(reply, None, self._pub_ack(dup, duplicate=True))
+                        return
+                last = self.clseq - self.clfs
+                v = H.get_header(h, H.EXPECTED_LAST_SEQ)
+                if v is not None and (not v.isdigit() or int(v) != last):
+                    raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
+                v = H.get_header(h, H.EXPECTED_LAST_SUBJ_SEQ)
+                if v:
+                    if last != self.store.state().last_seq:
+                        # (a message still in flight may be on that subject: as nats-server, not guessed)
+                        raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=self.store.last_seq_for_subject(subj))
+                    check = H.get_header(h, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ) or subj
+                    have = self.store.last_seq_for_subject(check)
+                    if not v.isdigit() or int(v) != have:
+                        raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=have)
+                for unsupported in (H.EXPECTED_LAST_MSG_ID, H.ROLLUP, H.TTL, "Nats-Batch-Id", "Nats-Incr",
+                                    "Nats-Schedule"):
+                    if H.get_header(h, unsupported) is not None:
+                        raise ApiError.make("STREAM_STORE_FAILED",
+                                            err=f"{unsupported} is not supported by a Rillet leader of a Go "
+                                                "stream group yet")
+            mms = int(cfg.get("max_msg_size") or -1)
+            if mms > 0 and len(h) + len(data) > mms:
+                raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
+        except ApiError as e:
+            self._pub_error(reply, e)
+            return
+        sm = ge.StreamMsg(self.clseq, time.time_ns(), subj, reply.decode("utf-8", "surrogateescape") if reply else "",
+                          h, data)
+        self.clseq += 1
+        if mid:
+            self._inflight_ids[mid] = self.clseq - self.clfs
+        self.published += 1
+        self.propose([gw.Entry(gw.ENTRY_NORMAL, sm.encode_maybe_compressed())])
+
+    def _on_sync(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        """A replica's catch-up request: the stored messages of the range (gaps as delete ranges), each with a
+        ``$JSC.ACK`` reply, then an empty message."""
+        if not reply or self._lead_subs is None:
+            return
+        try:
+            req = json.loads(bytes(msg[hdr:]) if hdr > 0 else bytes(msg))
+            first, last = int(req["first_seq"]), int(req["last_seq"])
+        except (ValueError, KeyError, TypeError) as e:
+            self._warn_once(f"sync:{e}", f"JetStream stream '{self.account} > {self.name}': bad catch-up request: {e}")
+            return
+        first = max(first, self.store.state().first_seq)
+        last = min(last, self.store.state().last_seq)
+        gap = 0
+        ack = f"$JSC.ACK.{gw.random_token(8)}".encode()
+        for seq in range(first, last + 1):
+            sm = self.store.load_msg(seq)
+            if sm is None:
+                gap += 1
+                continue
+            if gap:
+                self.ic.publish(reply, None, ge.encode_json_entry(ge.OP_DELETE_RANGE, {"first": seq - gap, "num": gap}))
+                gap = 0
+            body = ge.StreamMsg(seq, sm.ts, sm.subject, "", bytes(sm.hdr or b""), bytes(sm.data)).encode_maybe_compressed()
+            self.ic.publish(reply, ack + b".%d" % len(body), body)
+        if gap:
+            self.ic.publish(reply, None, ge.encode_json_entry(ge.OP_DELETE_RANGE, {"first": last + 1 - gap, "num": gap}))
+        self.ic.publish(reply, None, b"")
+
+    def _on_stepdown(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        if self._lead_subs is None or hdr <= 0:
+            return
+        ci = request_info(bytes(msg[:hdr]))
+        if ci is None or ci.get("acc") != self.account:
+            return
+        preferred = ""
+        try:
+            body = json.loads(bytes(msg[hdr:]) or b"{}")
+            name = ((body.get("placement") or {}).get("preferred") or "") if isinstance(body, dict) else ""
+            preferred = gw.peer_id(name) if name else ""
+        except ValueError:
+            pass
+        ok = self.transfer_away(preferred)
+        doc = ({"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True} if ok else
+               {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response",
+                "error": {"code": 400, "err_code": 10118, "description": "no replicas available"}})
+        if reply:
+            self.ic.publish(reply, None, json.dumps(doc, separators=(",", ":")).encode())
+
+
     def _apply(self, item: Committed) -> None:
         e = item.entry
         if item.snapshot or e.type == gw.ENTRY_SNAPSHOT:
@@ -257,11 +454,20 @@ class GoStreamReplica(GoMetaMember):
         if isinstance(x, ge.CompressedStreamMsg):
             x = x.msg
         if isinstance(x, ge.StreamMsg):
-            seq = x.lseq + 1
+            seq = x.lseq + 1 - self.clfs
             if seq <= self.store.state().last_seq:
                 return  # already stored (a replay)
-            self.store.store_raw(seq, x.subject, bytes(x.hdr), bytes(x.msg), x.ts)
+            hdr = bytes(x.hdr)
+            self.store.store_raw(seq, x.subject, hdr, bytes(x.msg), x.ts)
             self.applied_msgs += 1
+            if hdr and b"Nats-Msg-Id" in hdr:
+                mid = H.get_header(hdr, H.MSG_ID)
+                if mid:
+                    self.ddmap[mid] = (seq, x.ts)
+                    self._inflight_ids.pop(mid, None)
+            if x.reply and self._lead_subs is not None:
+                self.aic.publish(x.reply.encode(), None, self._pub_ack(seq))
+                self.acked += 1
         elif isinstance(x, ge.JsonEntry) and isinstance(x.doc, dict):
             doc = x.doc
             if x.op == ge.OP_DELETE_MSG:
@@ -372,7 +578,8 @@ class GoConsumerReplica(GoMetaMember):
                                                 f"{self.name}' [{self.group}]: could not apply entry {item.index}: {err}")
 
 
-def host_streams(member: GoMetaMember, store_dir: Optional[str] = None) -> dict[tuple, GoMetaMember]:
+def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
+                 lead: bool = False) -> dict[tuple, GoMetaMember]:
     """Follow every stream and consumer the meta group assigns to this server (and leave those it takes
     away); returns the live map of replicas: (account, stream) -> GoStreamReplica and
     (account, stream, consumer) -> GoConsumerReplica. With ``store_dir`` a stream replica keeps its messages
@@ -398,7 +605,11 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None) -> dict[
                 continue
             r = (GoStreamReplica(member.server, key[0], a, store_dir) if kind == "stream"
                  else GoConsumerReplica(member.server, key[0], key[1], a))
-            r.pass_leadership = True
+            if lead and isinstance(r, GoStreamReplica):
+                r.may_lead = True
+                r.raft.lead_on_transfer = True
+            else:
+                r.pass_leadership = True
             r.start()
             replicas[key] = r
             # (when the Go meta leader made this server the new group's preferred leader, the Go peers elect one
