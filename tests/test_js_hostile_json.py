@@ -126,6 +126,10 @@ CASES: list[tuple[str, bytes, int]] = [
     ("STREAM.RESTORE.T", b'{"config":{"name":"T"},"state":{"zzz":1}}', 10025),
     ("STREAM.RESTORE.T", b'{}', 10003),
     ("STREAM.RESTORE.V", b'{"config":{"name":"W"}}', 10056),
+    ("CONSUMER.RESET.S.C", b'[', 10025),
+    ("CONSUMER.RESET.S.C", b'{"seq":1} 5', 10025),
+    ("CONSUMER.RESET.S.C", b'{"seq":3} {"seq":4}', 10025),
+    ("CONSUMER.RESET.S.C", b'{"seq":1.5}', 10025),
 ]
 
 

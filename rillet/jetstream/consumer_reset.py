@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rillet.gocompat.jsoncodec import GoJSONError, check_one_value
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry
 
@@ -40,6 +41,10 @@ def _seq(body: bytes) -> int:
     from rillet.jetstream.apijson import parse_json
     if not body.strip():
         return 0
+    try:  # (json.Unmarshal: exactly one value, its syntax errors without offset)
+        check_one_value(bytes(body))
+    except GoJSONError as e:
+        raise ApiError.make("INVALID_JSON", err=str(e)) from None
     try:
         d = parse_json(body)
     except ApiError as e:  # Go's json.Unmarshal error text, without the offset the API decoder adds
