@@ -296,6 +296,12 @@ class Node:
                 break
 
     def _handle_recovery_query(self, m: RecoveryQuery) -> None:
+        pr = self.prs.get(m.frm) if self.role == LEADER else None
+        if pr is not None and pr.match:
+            # (the member restarted uncleanly: what it had acknowledged may be gone, so none of it counts towards
+            # a commit until it acknowledges again; it is probed from where it is)
+            pr.match = 0
+            pr.become_probe(pr.next)
         self.msgs.append(RecoveryState(self.term, self.id, m.frm, self.last_index(), self.last_term(), self.commit,
                                        max(self.known_commit, self.commit), self.recovering,
                                        self.id in self.voters))
