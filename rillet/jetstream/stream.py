@@ -8,13 +8,13 @@
               interest removals (proposed), then the PubAck (after fsync when sync_interval is "always":
               acks of appends that arrive together share one fsync)
 
-Replies at the end of the pass (one server): the stream holds the PubAcks (and errors) of a loop pass;
-``_StoreWriter``, queued in the server's pending output like a connection, sends them together at the end of
-the pass (``_send_replies``: one sublist result per reply prefix when it stands for every subject under it).
-Write-behind (file store): the store gathers the plain appends of the pass (FileStore.write_behind) and the
-writer writes them with one write before it sends the acks. A PubAck leaves only once its message is written
-to the OS; if that write fails, the store takes the messages back and their held acks become the store's
-error.
+Replies at the end of the pass (the leader, any log): the stream holds the PubAcks (and errors) of a loop
+pass after its first; ``_StoreWriter``, queued in the server's pending output like a connection, sends them
+together at the end of the pass (``_send_replies``: one sublist result per reply prefix when it stands for
+every subject under it). Write-behind (file store, a ``SingleNodeLog`` only): the store gathers the plain
+appends of the pass (FileStore.write_behind) and the writer writes them with one write before it sends the
+acks. A PubAck leaves only once its message is written to the OS; if that write fails, the store takes the
+messages back and their held acks become the store's error.
 
 Nothing else changes the store: atomic batches (Entry.BATCH), mirrored messages (MIRROR), deletes, purges,
 retention removals (DELETE/PURGE), max_age and TTL expiry with their delete markers (EXPIRE) and config
@@ -141,10 +141,12 @@ class Stream:
     # ---- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self.log.__class__ is SingleNodeLog and not self.js.sync_always:
+        if not self.js.sync_always:
             self._held = []
             self._writer = _StoreWriter(self)
-            if hasattr(self.store, "write_behind"):
+            # (write-behind only where the log is this server's alone: a replicated log's applied entry must
+            # not be taken back by a later failed write)
+            if self.log.__class__ is SingleNodeLog and hasattr(self.store, "write_behind"):
                 self._wb_store = True
                 self.store.write_behind(self._wb_armed, self._wb_failed)
                 self.store.gather(False)  # (the first append of a pass is written at once: see _reply)
