@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rillet.config.ocsp_section import OCSPCacheConfig, OCSPPeerConfig, peer_configs  # noqa: F401 (for the server)
+from rillet.config.ocsp_section import OCSPCacheConfig, OCSPPeerConfig
 from rillet.digest import sha256
 from rillet.gocompat.gotime import format_time
 

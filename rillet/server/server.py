@@ -36,7 +36,7 @@ from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_se
     recheck_pinned
 from rillet.server.tls import reload_context as tls_reload_context
 from rillet.server.ocsp import CLIENT_REJECT, PeerChecker
-from rillet.server.ocsp import peer_configs as ocsp_peer_configs
+from rillet.config.ocsp_section import peer_configs as ocsp_peer_configs
 from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
 from rillet.gocompat.gotime import format_seconds
 
