@@ -380,3 +380,38 @@ async def test_monitor_queries_not_utf8_answered_as_nats_server():
     async with go_server((CONF % (tempfile.mkdtemp(), hp)).replace("{port}", str(free_port()))) as g:
         theirs = await _monitor_transcript(g.client_url, hp)
     assert mine == theirs
+
+
+# ---- JSON a client puts in a message: a counter's sources header -------------------------------------------
+
+
+async def _counter_transcript(url: str) -> list:
+    nc = await nats.connect(url)
+    try:
+        await nc.request("$JS.API.STREAM.CREATE.C", json.dumps(
+            {"name": "C", "subjects": ["c.>"], "allow_msg_counter": True}).encode())
+        out: list = []
+        for hdrs in [{"Nats-Incr": "1", "Nats-Counter-Sources": "[" * 5000},
+                     {"Nats-Incr": "1", "Nats-Counter-Sources": '{"a":' * 3000 + "1" + "}" * 3000},
+                     {"Nats-Incr": "1"}]:
+            m = await nc.request("c.x", b"", headers=hdrs, timeout=5)
+            out.append(json.loads(m.data))
+        out.append(nc.is_connected)
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_counter_sources_header_nested_beyond_pythons_limit():
+    async with rillet_server(CONF.replace("http: 127.0.0.1:%d\n", "").replace("{port}", str(free_port()))
+                             % tempfile.mkdtemp()) as srv:
+        mine = await _counter_transcript(srv.client_url)
+        log = srv._test_log.getvalue()
+    _assert_no_python(log)
+    assert mine[1]["error"]["err_code"] == 10172 and mine[-1] is True  # (the publisher's connection stays)
+    if GO is None:
+        pytest.skip("nats-server not on PATH")
+    async with go_server(CONF.replace("http: 127.0.0.1:%d\n", "").replace("{port}", str(free_port()))
+                         % tempfile.mkdtemp()) as g:
+        theirs = await _counter_transcript(g.client_url)
+    assert mine == theirs

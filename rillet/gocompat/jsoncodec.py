@@ -707,6 +707,16 @@ def go_unmarshal(data: bytes | str | None, cls: type) -> Any:
     return go_decode(data, cls, strict=False)
 
 
+def unmarshal_plain(data: bytes | str) -> Any:
+    """Go's ``json.Unmarshal`` into ``interface{}``: one JSON value as builtins, Go's depth limit, Go's
+    errors (``GoJSONError``, a ``ValueError``) instead of Python's (and never a RecursionError)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    data = bytes(data)
+    check_one_value(data)
+    return parse_json(data)
+
+
 def check_one_value(data: bytes) -> None:
     """Raises ``GoJSONError`` (Go's ``json.Unmarshal`` text) unless ``data`` is exactly one JSON value."""
     sc = _Scanner(data)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from rillet.gocompat.jsoncodec import unmarshal_plain
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 
@@ -67,7 +68,7 @@ def check_incr(stream: "Stream", hdr: bytes, data: bytes, sourced: bool) -> int 
 def _value(body: bytes) -> int:
     """The total a stored counter message holds; raises MESSAGE_COUNTER_BROKEN when it is not one."""
     try:
-        d = json.loads(body) if body else None
+        d = unmarshal_plain(body) if body else None  # (Go's rules: no RecursionError)
     except ValueError:
         raise ApiError.make("MESSAGE_COUNTER_BROKEN") from None
     if d is None:
@@ -88,7 +89,7 @@ def _sources(hdr: bytes) -> dict[str, dict[str, str]]:
     if not v:
         return {}
     try:
-        d = json.loads(v)
+        d = unmarshal_plain(v)
     except ValueError:
         raise ApiError.make("MESSAGE_COUNTER_BROKEN") from None
     if d is None:
