@@ -288,9 +288,15 @@ async def test_responder_does_not_answer(pki):
     async with rillet_server(_fill(_conf(pki, "ocsp_peer { verify: true, ca_timeout: 0.5 }"))) as srv:
         assert not await _connects(_url(srv), pki, "good")
         assert "within 0.5s" in srv._test_log.getvalue()
-        # (the server went on serving meanwhile: the check is a coroutine)
-        nc = await nats.connect(srv.client_url.replace("nats://", "tls://"), tls=_client_ctx(pki, "noaia"))
-        await nc.close()
+    async with rillet_server(_fill(_conf(pki, "ocsp_peer { verify: true, ca_timeout: 3 }"))) as srv:
+        # the server goes on serving while a check waits on the responder (it is a coroutine)
+        loop = asyncio.get_running_loop()
+        slow = asyncio.create_task(_connects(_url(srv), pki, "good"))
+        await asyncio.sleep(0.3)
+        t0 = loop.time()
+        assert await _connects(_url(srv), pki, "noaia")
+        assert loop.time() - t0 < 2.0 and not slow.done()
+        assert not await slow
     conf = "ocsp_peer { verify: true, ca_timeout: 0.5, allow_when_ca_unreachable: true }"
     async with rillet_server(_fill(_conf(pki, conf))) as srv:
         assert await _connects(_url(srv), pki, "good")
