@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from rillet.gocompat.jsoncodec import unmarshal_plain
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 
@@ -241,12 +242,11 @@ def _refuse(stream: "Stream", reply: bytes, err: ApiError) -> None:
 def imported_reply(hdr: bytes) -> bytes | None:
     """The publisher's own ``.$FI`` reply of a message that came through a service import (its ``_R_.``
     reply subject hides it): nats-server keeps it as ``reply`` in the ``Nats-Request-Info`` client info."""
-    import json
     v = H.get_header(hdr, "Nats-Request-Info")
     if not v:
         return None
     try:
-        ci = json.loads(v)
+        ci = unmarshal_plain(v)  # (a header a client may write: Go's rules, never a RecursionError)
     except ValueError:
         return None
     r = ci.get("reply") if isinstance(ci, dict) else None
