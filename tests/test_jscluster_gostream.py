@@ -66,8 +66,9 @@ async def _rillet_leads_and_places(srv, nc, gc, name):
     await js.add_stream(name=name, subjects=[f"{name.lower()}.>"], num_replicas=3)
     await _until(lambda: all(m.raft.match.get(gw.peer_id(n), 0) >= m.raft.pindex for n in gc.names), 10,
                  what="the Go servers holding the leader's whole log")
-    m.transfer(gw.peer_id("g2"))
-    await _until(lambda: m.raft.leader == gw.peer_id("g2"), 15, what="g2 taking over the meta group")
+    back = gc.names[-1]
+    m.transfer(gw.peer_id(back))
+    await _until(lambda: m.raft.leader == gw.peer_id(back), 15, what=f"{back} taking over the meta group")
     api.close()
     return m
 

@@ -109,6 +109,22 @@ class GoStreamReplica(GoMetaMember):
         self._lead_subs: Optional[list] = None
         self.aic: Any = None
         self.published = self.acked = 0
+        if self.dir is not None:
+            self._rebuild_dedup()
+
+    def _rebuild_dedup(self) -> None:
+        """The message ids stored within the duplicate window (after a restart), as nats-server rebuilds them."""
+        window = int(self.assignment["stream"].get("duplicate_window") or 120_000_000_000)
+        seq = self.store.get_seq_from_time(time.time_ns() - window)
+        while seq:
+            sm = self.store.load_next_msg(">", seq)
+            if sm is None:
+                break
+            if sm.hdr and b"Nats-Msg-Id" in sm.hdr:
+                mid = H.get_header(bytes(sm.hdr), H.MSG_ID)
+                if mid:
+                    self.ddmap[mid] = (sm.seq, sm.ts)
+            seq = sm.seq + 1
 
     def _store_log(self, level: str, text: str) -> None:
         getattr(self.log, {"error": "error", "warn": "warn", "warning": "warn"}.get(level, "notice"))(
@@ -283,6 +299,7 @@ class GoStreamReplica(GoMetaMember):
         self.aic = self.server.internal_client(acc, f"go stream leader {self.name}")
         # the last sequence proposed so far: what is stored, and any stream message still in the log above it
         self.clseq = self.store.state().last_seq + self.clfs
+        self._inflight_ids.clear()
         for _t, es in self.raft._log[max(self.raft.applied - self.raft.base_index, 0):]:
             for e in es:
                 if e.type == gw.ENTRY_NORMAL and e.data and e.data[0] in (ge.OP_STREAM_MSG,
@@ -290,6 +307,10 @@ class GoStreamReplica(GoMetaMember):
                     x = ge.decode_entry(e.data)
                     x = x.msg if isinstance(x, ge.CompressedStreamMsg) else x
                     self.clseq = max(self.clseq, x.lseq + 1)
+                    # (a message id of the previous leader's, not applied yet, is a duplicate already)
+                    mid = H.get_header(bytes(x.hdr), H.MSG_ID) if x.hdr else None
+                    if mid:
+                        self._inflight_ids[mid] = x.lseq + 1 - self.clfs
         subjects = self.assignment["stream"].get("subjects") or [self.name]
         self._lead_subs = [(self.aic, self.aic.subscribe(subj, self._on_publish)) for subj in subjects]
         sync = str(self.assignment.get("sync") or "")
@@ -304,7 +325,6 @@ class GoStreamReplica(GoMetaMember):
         for client, sub in self._lead_subs or ():
             client.remove_sub(sub)
         self._lead_subs = None
-        self._inflight_ids.clear()
         self.log.notice(f"JetStream: no longer leading stream '{self.account} > {self.name}' [{self.group}]")
 
     def transfer_away(self, preferred: str = "") -> bool:
