@@ -29,6 +29,7 @@ import struct
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 SEED_SIZE = 32
@@ -223,3 +224,54 @@ class KeyRing:
                 continue
             return Recovered(AssetKey(cipher, seed), rotated=prf is not self._prf)
         raise KeyRecoveryError(context)
+
+
+class BlockStream:
+    """The keystream of one message block, XORed at file offsets (nats-server's block cipher: XChaCha20
+    for ``chachapoly``, AES-CTR for ``aes``, keyed by the block's seed with the key record's nonce).
+    Offsets map one to one, so records keep their offsets and lengths and can be changed in place; the
+    records' own checksums detect damage (a stream cipher does not authenticate)."""
+
+    __slots__ = ("cipher", "_key", "_n12", "_ctr0")
+
+    def __init__(self, key: AssetKey, nonce: bytes) -> None:
+        self.cipher = key.cipher
+        if len(nonce) != key.cipher.nonce_size:
+            raise ValueError("block nonce of the wrong size")
+        if key.cipher is StoreCipher.CHACHA:
+            self._key = hchacha20(key.seed, nonce[:16])
+            self._n12 = b"\0\0\0\0" + nonce[16:]
+            self._ctr0 = 0
+        else:
+            self._key = key.seed
+            self._n12 = b""
+            self._ctr0 = int.from_bytes(nonce, "big")
+
+    def xor(self, data: bytes, off: int) -> bytes:
+        if not data:
+            return b""
+        if self.cipher is StoreCipher.CHACHA:
+            blk, skip = divmod(off, 64)
+            if blk >= 1 << 32:
+                raise ValueError("block too large for its keystream")
+            c = Cipher(algorithms.ChaCha20(self._key, struct.pack("<I", blk) + self._n12), mode=None)
+        else:
+            blk, skip = divmod(off, 16)
+            iv = ((self._ctr0 + blk) % (1 << 128)).to_bytes(16, "big")
+            c = Cipher(algorithms.AES(self._key), modes.CTR(iv))
+        enc = c.encryptor()
+        if skip:
+            enc.update(bytes(skip))
+        return enc.update(data) + enc.finalize()
+
+
+def block_stream(ring: "KeyRing", context: str) -> tuple[BlockStream, bytes]:
+    """A new block's keystream and its key record (nonce || sealed seed)."""
+    key, record = ring.new_asset(context)
+    return BlockStream(key, record[:key.cipher.nonce_size]), record
+
+
+def open_block_stream(ring: "KeyRing", context: str, record: bytes) -> tuple[BlockStream, bool]:
+    """The keystream of an existing block from its key record (KeyRecoveryError if no key opens it)."""
+    rec = ring.recover(context, record)
+    return BlockStream(rec.key, record[:rec.key.cipher.nonce_size]), rec.rotated
