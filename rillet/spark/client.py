@@ -130,6 +130,10 @@ class StreamNotFound(JetStreamSparkError):
     pass
 
 
+class ReaderStopped(JetStreamSparkError):
+    """The consumer of a read went away (Spark stopped the task): the read must end, not be retried."""
+
+
 async def stream_info(nc: FastClient, stream: str) -> dict:
     resp = await api(nc, f"STREAM.INFO.{stream}")
     err = resp.get("error")
@@ -290,6 +294,14 @@ class RangeReader:
         restarts = 0
         while True:
             state = await self._consume_once(next_seq, deliver_policy)
+            if state["done"] and deliver_policy == "by_start_sequence" and (state["last"] or next_seq - 1) < self.hi:
+                # the consumer had nothing more before hi: deleted or filtered-out sequences, or a server that
+                # does not hold the planned range yet (a new stream leader still applying its log); the
+                # latter would silently drop committed messages from the batch, so ask and read again
+                info = await stream_info(self.nc, self.stream)
+                if int(info["state"]["last_seq"]) < self.hi:
+                    state["done"] = False
+                    await asyncio.sleep(0.2)
             if state["done"]:
                 self._flush()
                 return
@@ -597,7 +609,7 @@ def iterate_in_thread(produce: Callable[[Callable[[Any], None]], Any], maxsize: 
                 return
             except queue.Full:
                 continue
-        raise JetStreamSparkError("reader stopped")
+        raise ReaderStopped("reader stopped")
 
     def body() -> None:
         try:

@@ -8,8 +8,10 @@ checkpointed query into an idempotent or transactional sink is exactly-once.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -23,6 +25,9 @@ from rillet.spark import client as C
 from rillet.spark.options import OptionError, ReadOptions, WriteOptions, ddl_field_names, parse_read, parse_write
 
 log = logging.getLogger("rillet.spark")
+
+# how long a task reads again after transient errors (lost server, leader election) before it fails
+READ_RETRY_SECONDS = 30.0
 
 def read_schema_ddl(opts: ReadOptions) -> str:
     """The columns: stream, subject, seq, timestamp, headers, data (or the decoded JSON columns), region, origin.
@@ -86,6 +91,23 @@ async def _info(opts: ReadOptions) -> dict:
         await nc.close()
 
 
+async def _info_retry(opts: ReadOptions, tries: int = 4) -> dict:
+    """The stream's info for a running query's planning: a timeout or a lost server (a leader election, a
+    server restarting) is asked again on a fresh connection (any server of the list) before the query fails;
+    a missing stream fails at once."""
+    for i in range(tries):
+        try:
+            return await _info(opts)
+        except C.StreamNotFound:
+            raise
+        except C.JetStreamSparkError as e:
+            if i == tries - 1:
+                raise
+            log.warning("stream %r: %s; asking again", opts.stream, e)
+            await asyncio.sleep(0.5 * (i + 1))
+    raise AssertionError("unreachable")
+
+
 async def _resolve_start(opts: ReadOptions, info: dict) -> int:
     """The offset (last sequence already read) where a read starts."""
     st = info["state"]
@@ -129,19 +151,45 @@ def read_partition(opts: ReadOptions, schema: StructType, part: SeqRange) -> Ite
                            json_names)
 
     async def produce(emit: Any) -> None:
-        nc = await C.connect(opts.conn)
-        try:
-            r = C.RangeReader(nc, part.stream, part.lo, part.hi, opts.filter_subjects, emit,
-                              idle_timeout=opts.idle_timeout, batch_size=opts.batch_size)
-            if part.mode == "direct":
-                await r.by_direct_get()
-            else:
-                await r.by_consumer()
-        finally:
+        # A lost server or a stream without a leader for a moment (an election, a restart) must not fail
+        # the task: read again, on a fresh connection to any server, from the sequence after the last one
+        # handed to Spark (a range is read the same from any replica), for up to READ_RETRY_SECONDS.
+        last = part.lo - 1
+
+        def emit_tracked(chunk: Any) -> None:
+            nonlocal last
+            emit(chunk)
+            if chunk.seqs:
+                last = chunk.seqs[-1]
+
+        deadline = time.monotonic() + READ_RETRY_SECONDS
+        tries = 0
+        while last < part.hi:
+            nc = None
             try:
-                await nc.close()
-            except Exception:
-                pass
+                nc = await C.connect(opts.conn)
+                r = C.RangeReader(nc, part.stream, last + 1, part.hi, opts.filter_subjects, emit_tracked,
+                                  idle_timeout=opts.idle_timeout, batch_size=opts.batch_size)
+                if part.mode == "direct":
+                    await r.by_direct_get()
+                else:
+                    await r.by_consumer()
+                return
+            except (C.StreamNotFound, C.ReaderStopped, OptionError):
+                raise
+            except Exception as e:  # timeouts, lost connections, a server without a stream leader yet
+                tries += 1
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("stream %r: reading %d..%d failed (%s: %s); reading again from %d", part.stream,
+                            part.lo, part.hi, type(e).__name__, e, last + 1)
+                await asyncio.sleep(min(0.25 * tries, 2.0))
+            finally:
+                if nc is not None:
+                    try:
+                        await nc.close()
+                    except Exception:
+                        pass
 
     for chunk in C.iterate_in_thread(produce):
         yield builder.build(chunk)
@@ -199,7 +247,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        info = C.run(_info(self.opts))
+        info = C.run(_info_retry(self.opts))
         self.target = int(info["state"]["last_seq"])
 
     def _check_offset(self, start: dict) -> None:
@@ -209,7 +257,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._check_offset(start)
-        info = C.run(_info(self.opts))
+        info = C.run(_info_retry(self.opts))
         if self.mode is None:
             self.mode = choose_mode(self.opts, info)
         st = info["state"]
@@ -246,7 +294,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         lo, hi = int(start["seq"]) + 1, int(end["seq"])
         if hi < lo:
             return []
-        info = C.run(_info(self.opts))
+        info = C.run(_info_retry(self.opts))
         first = int(info["state"]["first_seq"])
         if lo < first:
             lost = f"sequences {lo}..{min(hi, first - 1)}"

@@ -14,24 +14,12 @@ Queries, all reading the R3 source stream (subjects ``<src>.<key>``, payload: a 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from spark_support import make_spark  # noqa: E402
-
-
-class Stats(logging.Handler):
-    """Keeps the data source's commit lines ("jetstream write: N rows, N stored, N duplicates")."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 def source(spark, cfg: dict, partitions: int):
@@ -67,10 +55,6 @@ def start_queries(spark, cfg: dict, available_now: bool) -> list:
 def main() -> None:
     mode, cfg_path = sys.argv[1], sys.argv[2]
     cfg = json.load(open(cfg_path))
-    stats = Stats()
-    lg = logging.getLogger("rillet.spark")
-    lg.setLevel(logging.INFO)
-    lg.addHandler(stats)
     # local[2,4]: a task that fails (a connection cut, a publish not acknowledged in time) is tried again
     spark = make_spark(f"rillet-spark-faults-{mode}", quick_jvm=True, master="local[2,4]")
     if mode == "stream":
@@ -97,6 +81,8 @@ def main() -> None:
         df = spark.range(0, n, 1, int(cfg.get("partitions", 4))).selectExpr(
             f"'{cfg['batch_stream'].lower()}.x' AS subject", "CAST(id AS STRING) AS data")
         attempts, errors = 0, []
+        sc = spark.sparkContext
+        sc.setJobGroup("batch-write", "DataFrame -> jetstream across a leader kill")
         while attempts < 3:
             attempts += 1
             try:
@@ -107,8 +93,18 @@ def main() -> None:
                 break
             except Exception as e:  # the job failed (a task ran out of tries): the same write again
                 errors.append(str(e).splitlines()[0][:300])
+        # failed task attempts of the write's jobs (each was tried again, up to 4 times per task)
+        st = sc.statusTracker()
+        failed = tasks = 0
+        for jid in st.getJobIdsForGroup("batch-write"):
+            job = st.getJobInfo(jid)
+            for sid in job.stageIds if job else []:
+                si = st.getStageInfo(sid)
+                if si is not None:
+                    failed += si.numFailedTasks
+                    tasks += si.numTasks
         with open(cfg["result"], "w") as f:
-            json.dump({"attempts": attempts, "errors": errors, "stats": stats.lines}, f)
+            json.dump({"attempts": attempts, "errors": errors, "failed_tasks": failed, "tasks": tasks}, f)
         return
     raise SystemExit(f"unknown mode {mode!r}")
 
