@@ -240,6 +240,7 @@ class Node:
         best = mine
         max_last = self.last_index()
         max_known = max(self.known_commit, self.commit)
+        recovering = 1 if self.id in self.voters else 0
         for p in self.voters:
             a = self.survey.get(p)
             if a is None:
@@ -252,7 +253,11 @@ class Node:
                 max_last = a[1]
             if a[2] > max_known:
                 max_known = a[2]
-        if max_known > max_last:
+            if a[4]:
+                recovering += 1
+        # (a loss takes a majority that lost data, each of them back from an unclean stop and recovering; with
+        # fewer, the answers only look short because some were given before a commit others already knew of)
+        if max_known > max_last and recovering >= self.quorum:
             self._found_lost(max_last + 1, max_known)
         if best <= mine:
             self._leave_recovery("survey")
@@ -309,7 +314,7 @@ class Node:
     def _handle_recovery_state(self, m: RecoveryState) -> None:
         if not self.recovering or m.frm not in self.voters:
             return
-        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter)
+        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter, m.recovering)
         if all(p in self.survey for p in self.voters if p != self.id):
             self._survey_done()
 
@@ -504,8 +509,9 @@ class Node:
         if self.recovering:
             self._survey_elapsed += 1
             if self._survey_elapsed >= self.election_tick:
-                if self.vote_floor is not None:
-                    self.survey = {}  # (ask again: the floor follows the peers' logs and configurations)
+                # (ask everyone again: a survey is the answers of one round, not older ones; the floor follows the
+                # peers' logs and configurations)
+                self.survey = {}
                 self._query_peers()
             return  # (no campaign until recovered)
         if self.election_elapsed >= self.randomized_timeout and self.id in self.voters:
