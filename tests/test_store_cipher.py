@@ -108,8 +108,12 @@ def test_block_stream_offsets(cipher):
     for cut in (1, 15, 16, 17, 63, 64, 65, 700):
         assert bs.xor(plain[:cut], 0) + bs.xor(plain[cut:], cut) == whole
     assert bs.xor(whole[100:200], 100) == plain[100:200]
-    again, rotated = open_block_stream(KeyRing(cipher, "k"), "S:1", record)
-    assert not rotated and again.xor(whole, 0) == plain
+    again, new = open_block_stream(KeyRing(cipher, "k"), "S:1", record)
+    assert new is None and again.xor(whole, 0) == plain
+    rotated, new = open_block_stream(KeyRing(cipher, "k2", prev_key="k"), "S:1", record)
+    assert new is not None and rotated.xor(whole, 0) == plain
+    after, newer = open_block_stream(KeyRing(cipher, "k2"), "S:1", new)
+    assert newer is None and after.xor(whole, 0) == plain
     with pytest.raises(KeyRecoveryError):
         open_block_stream(KeyRing(cipher, "bad"), "S:1", record)
     other, _ = block_stream(ring, "S:2")

@@ -55,6 +55,8 @@ class BlockRecovery:
     _read_block: Any
     _unlink_block: Any
     _init_block_file: Any
+    _keys: Any  # a cipher.KeyRing when the store is encrypted
+    _bstream: Any
     _activate: Any
     _reindex_blocks: Any
     _next_alive: Any
@@ -378,6 +380,8 @@ class BlockRecovery:
                 buf = f.read()
         except OSError as e:
             raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+        if self._keys is not None and buf:
+            buf = self._bstream(blk.index).xor(buf, 0)
         end = len(buf)
         if buf[:8] != BLOCK_MAGIC:
             if end < 8 and BLOCK_MAGIC.startswith(buf) and is_last:

@@ -127,8 +127,8 @@ class _Aead:
         sub = hchacha20(self._key, nonce[:16])
         return ChaCha20Poly1305(sub).decrypt(b"\0\0\0\0" + nonce[16:], sealed, aad)
 
-    def seal(self, plain: bytes, aad: bytes | None = None) -> bytes:
-        nonce = os.urandom(self.nonce_size)
+    def seal(self, plain: bytes, aad: bytes | None = None, nonce: bytes | None = None) -> bytes:
+        nonce = os.urandom(self.nonce_size) if nonce is None else bytes(nonce)
         return nonce + self._encrypt(nonce, bytes(plain), aad)
 
     def open(self, blob: bytes, aad: bytes | None = None) -> bytes:
@@ -203,10 +203,12 @@ class KeyRing:
         seed = os.urandom(SEED_SIZE)
         return AssetKey(self.cipher, seed), self._kek(self._prf, self.cipher, context).seal(seed)
 
-    def rewrap(self, context: str, key: AssetKey) -> bytes:
+    def rewrap(self, context: str, key: AssetKey, record: bytes | None = None) -> bytes:
         """The key record of ``key`` sealed with the current key (rotation: the data stay as they are).
-        The asset keeps its cipher: a key record says nothing of it, so it is tried both ways on recovery."""
-        return self._kek(self._prf, key.cipher, context).seal(key.seed)
+        The asset keeps its cipher: a key record says nothing of it, so it is tried both ways on recovery.
+        With the old ``record`` its nonce is kept (a block's keystream depends on it; the kek is new)."""
+        nonce = record[:key.cipher.nonce_size] if record is not None else None
+        return self._kek(self._prf, key.cipher, context).seal(key.seed, nonce=nonce)
 
     def recover(self, context: str, record: bytes) -> Recovered:
         """Open a key record: current key with this cipher then the other, then prev_key likewise.
@@ -271,7 +273,9 @@ def block_stream(ring: "KeyRing", context: str) -> tuple[BlockStream, bytes]:
     return BlockStream(key, record[:key.cipher.nonce_size]), record
 
 
-def open_block_stream(ring: "KeyRing", context: str, record: bytes) -> tuple[BlockStream, bool]:
-    """The keystream of an existing block from its key record (KeyRecoveryError if no key opens it)."""
+def open_block_stream(ring: "KeyRing", context: str, record: bytes) -> tuple[BlockStream, bytes | None]:
+    """The keystream of an existing block from its key record (KeyRecoveryError if no key opens it), and
+    the record re-sealed with the current key when only ``prev_key`` opened it (else None)."""
     rec = ring.recover(context, record)
-    return BlockStream(rec.key, record[:rec.key.cipher.nonce_size]), rec.rotated
+    new = ring.rewrap(context, rec.key, record) if rec.rotated else None
+    return BlockStream(rec.key, record[:rec.key.cipher.nonce_size]), new

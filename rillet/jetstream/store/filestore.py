@@ -72,6 +72,7 @@ from typing import Any, Iterator
 
 import msgspec
 
+from .cipher import BlockStream, CipherError, KeyRing, block_stream, open_block_stream
 from ._core import _NS, IndexedStore, MemConsumerStore, _is_all, is_delete_marker
 from ._fsindex import Block, BlockIndex, encode_index, index_totals, read_columns, read_summary
 from ._fsquery import _NOKEY, BlockQueries
@@ -333,7 +334,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
     _size_overhead = 30
     _hdr_overhead = 4
 
-    def __init__(self, directory: str, cfg: StoreConfig | None = None, log: LogFn | None = None) -> None:
+    def __init__(self, directory: str, cfg: StoreConfig | None = None, log: LogFn | None = None,
+                 keys: KeyRing | None = None) -> None:
         cfg = cfg or StoreConfig(storage="file")
         super().__init__(cfg)
         # The dict index of IndexedStore is not used here: any code path still reaching for it fails loudly.
@@ -389,7 +391,82 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             make_dirs_durable(self._cdir)
         except OSError as e:
             raise ErrStoreFull(f"cannot create store directory {self.dir}: {e.strerror or e}") from e
+        # encryption at rest (cipher.py): the store's key record is checked before anything is read or written
+        self._keys = keys
+        self._bks: dict[int, BlockStream] = {}
+        self._setup_keys()
         self._open()
+
+    # -- encryption at rest -----------------------------------------------------------
+    # ``<dir>/key``: the store's key record (context: the stream name), opened first: a wrong key stops the
+    # open with KeyRecoveryError ('unable to recover keys') before any file is read or changed.
+    # ``msgs/<n>.key``: block n's key record (context ``<stream>:<n>``); the block's bytes are XORed with
+    # its keystream at their file offsets.  Index files are not written (blocks are scanned instead).
+
+    def _setup_keys(self) -> None:
+        kpath = os.path.join(self.dir, "key")
+        if self._keys is None:
+            if os.path.exists(kpath):
+                raise CipherError("encryption not enabled")
+            return
+        try:
+            with open(kpath, "rb") as f:
+                rec: bytes | None = f.read()
+        except FileNotFoundError:
+            rec = None
+        ctx = self.cfg.name
+        if rec is not None:
+            r = self._keys.recover(ctx, rec)  # KeyRecoveryError: nothing touched
+            if r.rotated:
+                _atomic_write(kpath, self._keys.rewrap(ctx, r.key), True)
+            return
+        # a new store, or a plaintext one (restored from a snapshot, or made before a key was set): encrypt it
+        for fn in sorted(os.listdir(self._msgdir)):
+            path = os.path.join(self._msgdir, fn)
+            if fn.endswith(".idx"):
+                os.unlink(path)
+            elif fn.endswith(".blk") and fn[:-4].isdigit():
+                with open(path, "rb") as f:
+                    data = f.read()
+                bs, brec = block_stream(self._keys, f"{ctx}:{int(fn[:-4])}")
+                _atomic_write(path + ".enc", bs.xor(data, 0), True)
+                _atomic_write(path[:-4] + ".key", brec, True)
+                os.replace(path + ".enc", path)
+        _, rec = self._keys.new_asset(ctx)
+        _atomic_write(kpath, rec, True)
+
+    def _bkey_path(self, index: int) -> str:
+        return os.path.join(self._msgdir, f"{index:010d}.key")
+
+    def _new_bstream(self, index: int) -> None:
+        bs, rec = block_stream(self._keys, f"{self.cfg.name}:{index}")  # type: ignore[arg-type]
+        _atomic_write(self._bkey_path(index), rec, self.sync_always)
+        self._bks[index] = bs
+
+    def _bstream(self, index: int) -> BlockStream:
+        bs = self._bks.get(index)
+        if bs is None:
+            kp = self._bkey_path(index)
+            try:
+                with open(kp, "rb") as f:
+                    rec = f.read()
+            except OSError as e:
+                raise ErrStoreCorrupt(f"cannot read the key of block {index}: {e.strerror or e}") from e
+            bs, new = open_block_stream(self._keys, f"{self.cfg.name}:{index}", rec)  # type: ignore[arg-type]
+            if new is not None:
+                _atomic_write(kp, new, True)  # key rotation: sealed with the current key
+            self._bks[index] = bs
+        return bs
+
+    def _crypt(self, index: int, bufs: list, off: int) -> list:
+        """Block bytes as written to (or read from) the file at ``off``."""
+        if self._keys is None:
+            return bufs
+        return [self._bstream(index).xor(b"".join(bufs), off)]
+
+    def _pread(self, index: int, fd: int, n: int, off: int) -> bytes:
+        buf = os.pread(fd, n, off)
+        return buf if self._keys is None else self._bstream(index).xor(buf, off)
 
     # -- config ---------------------------------------------------------------------
 
@@ -519,8 +596,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
 
     def _write_index(self, blk: Block, x: BlockIndex) -> None:
         """Write the block's index file (no fsync: it is checked against the block when read)."""
-        if blk.bad or not blk.first or not len(x.offs):
-            return
+        if blk.bad or not blk.first or not len(x.offs) or self._keys is not None:
+            return  # (an encrypted store keeps no index files: its blocks are scanned on open)
         try:
             bcrc = zlib.crc32(self._read_block(blk))
             _atomic_write(self._idx_path(blk), encode_index(blk, x, bcrc, self._index_totals), False)
@@ -541,7 +618,9 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         fd = os.open(blk.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, BLOCK_MAGIC, 0)
+            if self._keys is not None:
+                self._new_bstream(blk.index)
+            os.pwrite(fd, self._crypt(blk.index, [BLOCK_MAGIC], 0)[0], 0)
         finally:
             os.close(fd)
         blk.size = len(BLOCK_MAGIC)
@@ -595,7 +674,9 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         except OSError as e:
             raise ErrStoreFull(f"cannot create block {path}: {e.strerror or e}") from e
         try:
-            _write_all(fd, [BLOCK_MAGIC], 0, len(BLOCK_MAGIC))
+            if self._keys is not None:
+                self._new_bstream(index)
+            _write_all(fd, self._crypt(index, [BLOCK_MAGIC], 0), 0, len(BLOCK_MAGIC))
         except OSError as e:
             os.close(fd)
             try:
@@ -677,6 +758,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         self._pinned.pop(blk.index, None)
         if blk.idx_on_disk or os.path.exists(self._idx_path(blk)):
             self._unlink_quiet(self._idx_path(blk))
+        if self._bks.pop(blk.index, None) is not None or self._keys is not None:
+            self._unlink_quiet(self._bkey_path(blk.index))
         try:
             i = self._bl.index(blk)
         except ValueError:
@@ -812,7 +895,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             crc = zlib.crc32(p, crc)
         off = blk.size
         try:
-            _write_all(self._afd, [head, sb, *payload, _CRC.pack(crc)], off, total)
+            _write_all(self._afd, self._crypt(blk.index, [head, sb, *payload, _CRC.pack(crc)], off), off, total)
         except OSError as e:
             self._write_failed(blk, off, e)
         blk.size = off + total
@@ -893,7 +976,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             return
         wb = self._wb_buf
         try:
-            _write_all(self._afd, [wb], off, len(wb))  # type: ignore[list-item]
+            _write_all(self._afd, self._crypt(self._active.index, [wb], off), off, len(wb))  # type: ignore
         except OSError as e:
             self._wb_rollback(e)
         self._wb_off = -1
@@ -1004,7 +1087,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         blk = self._target_block(recs[0][0], size_all)
         off = blk.size
         try:
-            _write_all(self._afd, bufs, off, size_all)
+            _write_all(self._afd, self._crypt(blk.index, bufs, off), off, size_all)
         except OSError as e:
             try:
                 os.ftruncate(self._afd, off)
@@ -1148,7 +1231,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             self._unlink_quiet(self._idx_path(blk))
         try:
             fd = self._fd_for(blk.index)
-            _write_all(fd, [rec], off, len(rec))
+            _write_all(fd, self._crypt(blk.index, [rec], off), off, len(rec))
             os.fsync(fd)
         except OSError as ex:
             # The tombstone is written: the message is gone; only the bytes remain.
@@ -1356,7 +1439,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
 
     def _read_block(self, blk: Block, size: int | None = None) -> bytes:
         fd = self._fd_for(blk.index)
-        return os.pread(fd, blk.size if size is None else size, 0)
+        return self._pread(blk.index, fd, blk.size if size is None else size, 0)
 
     def _find_cut(self, blk: Block, seq: int) -> int:
         buf = self._read_block(blk)
@@ -1604,7 +1687,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             if off == self._rc_next and n < _READ_AHEAD and self._ra_on:
                 want = max(min(_READ_AHEAD, blk.size - off), n)
             try:
-                buf = os.pread(self._fd_for(blk.index), want, off)
+                buf = self._pread(blk.index, self._fd_for(blk.index), want, off)
             except OSError as ex:
                 raise ErrStoreCorrupt(f"cannot read seq {seq}: {ex.strerror or ex}", seq=seq) from ex
             b0 = 0
@@ -1620,7 +1703,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         if (h is None or h[0] != T_MSG or h[4] != seq) and buf is not None and rc is not None and buf is rc[2]:
             self._rc = None  # (read ahead before a change it was not dropped for: read the record itself)
             try:
-                buf = os.pread(self._fd_for(blk.index), n, off)
+                buf = self._pread(blk.index, self._fd_for(blk.index), n, off)
             except OSError as ex:
                 raise ErrStoreCorrupt(f"cannot read seq {seq}: {ex.strerror or ex}", seq=seq) from ex
             b0 = 0
