@@ -1,5 +1,6 @@
 """Unit tests of rillet.jetstream.store.cipher: key hierarchy, round trips, wrong keys, tampering, rotation."""
 import hashlib
+import os
 import hmac
 
 import pytest
@@ -118,3 +119,34 @@ def test_block_stream_offsets(cipher):
         open_block_stream(KeyRing(cipher, "bad"), "S:1", record)
     other, _ = block_stream(ring, "S:2")
     assert other.xor(plain, 0) != whole
+
+
+@pytest.mark.parametrize("cipher", CIPHERS)
+def test_raft_wal_encrypted(tmp_path, cipher):
+    from rillet.jetstream.store.cipher import CipherError
+    from rillet.raft.msgs import Snapshot
+    from rillet.raft.wal import WAL
+    d = str(tmp_path / "S-R3F-abc")
+    ring = KeyRing(cipher, "k")
+    w, rec = WAL.open(d, keys=ring)
+    w.append([(1, 1, 0, b"PLAINTEXT-ENTRY-1"), (2, 1, 0, b"PLAINTEXT-ENTRY-2"), (3, 1, 0, b"PLAINTEXT-ENTRY-3")])
+    w.save_snapshot(Snapshot(1, 1, ("a",), b"PLAINTEXT-SNAPSHOT"))
+    w.close()
+    for n in os.listdir(d):
+        with open(os.path.join(d, n), "rb") as f:
+            assert b"PLAINTEXT" not in f.read(), n
+    w, rec = WAL.open(d, keys=KeyRing(cipher, "k"))
+    assert [e[3] for e in rec.entries] == [b"PLAINTEXT-ENTRY-2", b"PLAINTEXT-ENTRY-3"]
+    assert rec.snapshot.data == b"PLAINTEXT-SNAPSHOT"
+    w.close()
+    before = {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d)}
+    with pytest.raises(KeyRecoveryError, match="unable to recover keys"):
+        WAL.open(d, keys=KeyRing(cipher, "wrong"))
+    with pytest.raises(CipherError, match="encryption not enabled"):
+        WAL.open(d)
+    assert {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d)} == before
+    w, rec = WAL.open(d, keys=KeyRing(cipher, "new", prev_key="k"))  # rotation
+    w.close()
+    w, rec = WAL.open(d, keys=KeyRing(cipher, "new"))
+    assert [e[3] for e in rec.entries] == [b"PLAINTEXT-ENTRY-2", b"PLAINTEXT-ENTRY-3"]
+    w.close()

@@ -34,9 +34,18 @@ def open_store(cfg: Any, sdir: str, js: Any) -> Any:
     if cfg.storage == "memory":
         from rillet.jetstream.store.memstore import MemStore
         return MemStore(scfg)
-    from rillet.lane import FileStore  # the pure one, or its twin with the compiled append (RILLET_PURE)
+    from rillet.jetstream.store.cipher import keyring_from_options
+    # jetstream { key }: encrypted at rest; the account (<store_dir>/jetstream/<account>/streams/<stream>)
+    # is part of the key derivation, as in nats-server
+    keys = keyring_from_options(js.server.opts.jetstream, os.path.basename(os.path.dirname(os.path.dirname(
+        os.path.normpath(sdir))))) if getattr(js, "server", None) is not None else None
+    if keys is not None:
+        # the compiled twin writes records itself: an encrypted store takes the pure path
+        from rillet.jetstream.store.filestore import FileStore
+    else:
+        from rillet.lane import FileStore  # the pure one, or its twin with the compiled append (RILLET_PURE)
 
     def log(level: str, text: str) -> None:
         getattr(js.log, {"warn": "warn", "warning": "warn", "error": "error"}.get(level, "notice"))(
             f"Stream '{cfg.name}': {text}")
-    return FileStore(os.path.join(sdir, "store"), scfg, log=log)
+    return FileStore(os.path.join(sdir, "store"), scfg, log=log, keys=keys)

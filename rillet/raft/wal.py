@@ -18,6 +18,11 @@ when their call returns.
 after it) is truncated away and counted in ``truncated_bytes``; a bad record anywhere else, a gap in the
 indexes or a damaged hard state or snapshot file raises ``WALCorruption`` naming the file and offset:
 stored data is never served unchecked.
+
+Encrypted (``WAL.open(..., keys=KeyRing)``, jetstream { key }): ``key`` holds the log's key record (context:
+the directory's name), opened before anything else is read or changed (a wrong key raises
+KeyRecoveryError, 'unable to recover keys'); each record's data and the snapshot's payload are sealed
+(rillet.jetstream.store.cipher; a record's index/term/kind are its associated data).
 """
 from __future__ import annotations
 
@@ -79,6 +84,42 @@ def _read_checked(path: str, magic: bytes) -> Optional[bytes]:
     return payload
 
 
+def _wal_key(path: str, keys):
+    """The log's asset key (None when not encrypted): its key record ``<path>/key`` opened with ``keys``
+    (a cipher.KeyRing) or made; a log with a key record and no keys configured is refused."""
+    kpath = os.path.join(path, "key")
+    if keys is None:
+        if os.path.exists(kpath):
+            from rillet.jetstream.store.cipher import CipherError
+            raise CipherError("encryption not enabled")
+        return None
+    ctx = os.path.basename(os.path.normpath(path))
+    try:
+        with open(kpath, "rb") as f:
+            rec = f.read()
+    except FileNotFoundError:
+        if any(n.startswith("seg-") or n == "snapshot" for n in os.listdir(path)):
+            from rillet.jetstream.store.cipher import CipherError
+            raise CipherError(f"{path}: a RAFT log written without encryption cannot be opened with a key")
+        key, rec = keys.new_asset(ctx)
+        _write_atomic_raw(path, "key", rec)
+        return key
+    r = keys.recover(ctx, rec)  # KeyRecoveryError: nothing read or changed
+    if r.rotated:
+        _write_atomic_raw(path, "key", keys.rewrap(ctx, r.key))
+    return r.key
+
+
+def _write_atomic_raw(dirpath: str, name: str, data: bytes) -> None:
+    tmp = os.path.join(dirpath, name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(dirpath, name))
+    fsync_dir(dirpath)
+
+
 def encode_record(index: int, term: int, kind: int, data: bytes) -> bytes:
     payload = _ENT.pack(index, term, kind) + data
     return _REC.pack(len(payload), zlib.crc32(payload)) + payload
@@ -113,8 +154,8 @@ class Recovered:
 
 
 class WAL:
-    def __init__(self, path: str, sync: str = "always", segment_size: int = 64 << 20):
-        """Use ``WAL.open``; the constructor does no recovery."""
+    def __init__(self, path: str, sync: str = "always", segment_size: int = 64 << 20, key=None):
+        """Use ``WAL.open``; the constructor does no recovery. ``key``: a cipher.AssetKey (encrypted)."""
         if sync not in ("always", "interval"):
             raise ValueError(f"wal sync policy must be 'always' or 'interval', not {sync!r}")
         self.path = path
@@ -125,11 +166,13 @@ class WAL:
         self.snap_term = 0
         self._f = None          # the open last segment (unbuffered: each append is one write to the OS)
         self._dirty = False
+        self._key = key
 
     @classmethod
-    def open(cls, path: str, sync: str = "always", segment_size: int = 64 << 20) -> tuple["WAL", Recovered]:
+    def open(cls, path: str, sync: str = "always", segment_size: int = 64 << 20,
+             keys=None) -> tuple["WAL", Recovered]:
         make_dirs_durable(path)  # (the directory's entry, and its parents' new ones, survive a power cut)
-        w = cls(path, sync, segment_size)
+        w = cls(path, sync, segment_size, _wal_key(path, keys))
         rec = w._recover()
         return w, rec
 
@@ -144,6 +187,8 @@ class WAL:
         try:
             hs = _hs_dec.decode(raw) if raw is not None else None
             raw = _read_checked(os.path.join(d, "snapshot"), _SNAP_MAGIC)
+            if raw is not None and self._key is not None:
+                raw = self._key.open(raw, _SNAP_MAGIC)
             snap = _snap_dec.decode(raw) if raw is not None else None
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise WALCorruption(f"{d}: undecodable hard state or snapshot: {e}") from None
@@ -176,7 +221,10 @@ class WAL:
                     seg.offsets.append(pos)
                     seg.terms.append(t)
                     if i > self.snap_index:
-                        entries.append((i, t, kind, buf[pos + 8 + _ENT.size:end]))
+                        data = buf[pos + 8 + _ENT.size:end]
+                        if self._key is not None:
+                            data = self._key.open(data, buf[pos + 8:pos + 8 + _ENT.size])
+                        entries.append((i, t, kind, data))
                     pos = end
                     idx += 1
                     continue
@@ -272,9 +320,12 @@ class WAL:
         offsets = seg.offsets
         terms = seg.terms
         rec, ent, crc32, hsize = _REC.pack, _ENT.pack, zlib.crc32, _ENT.size
+        key = self._key
         for e in entries:  # (no per-entry concatenation: header, entry header and data joined once)
             data = e[3]
             h = ent(e[0], e[1], e[2])
+            if key is not None:
+                data = key.seal(data, h)
             n = hsize + len(data)
             offsets.append(pos)
             terms.append(e[1])
@@ -350,7 +401,10 @@ class WAL:
         """Store ``snap`` and drop the entries it covers. If the log does not hold the snapshot's last
         entry (a snapshot installed from the leader), every entry is dropped."""
         keep = self.term_at(snap.index) == snap.term
-        _write_atomic(self.path, "snapshot", _SNAP_MAGIC, _enc.encode(snap))
+        raw = _enc.encode(snap)
+        if self._key is not None:
+            raw = self._key.seal(raw, _SNAP_MAGIC)
+        _write_atomic(self.path, "snapshot", _SNAP_MAGIC, raw)
         if keep:
             self._compact(snap.index)
         else:

@@ -296,7 +296,10 @@ class RaftGroup:
         if self.memory:
             self.wal, rec = MemWAL.open()
         else:
-            self.wal, rec = WAL.open(self.dir, sync)
+            from rillet.jetstream.store.cipher import keyring_from_options
+            # jetstream { key }: the log's records and snapshots encrypted (context: the group's name)
+            keys = keyring_from_options(self.server.opts.jetstream, "_raft_")
+            self.wal, rec = WAL.open(self.dir, sync, keys=keys)
         if rec.truncated_bytes:
             self.log.warn(f"RAFT group {self.name!r}: truncated a torn WAL tail of {rec.truncated_bytes} bytes")
         recovering = False

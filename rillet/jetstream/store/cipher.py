@@ -279,3 +279,13 @@ def open_block_stream(ring: "KeyRing", context: str, record: bytes) -> tuple[Blo
     rec = ring.recover(context, record)
     new = ring.rewrap(context, rec.key, record) if rec.rotated else None
     return BlockStream(rec.key, record[:rec.key.cipher.nonce_size]), new
+
+
+def keyring_from_options(js_opts, account: str) -> "KeyRing | None":
+    """The KeyRing of ``jetstream { key, prev_key, cipher }`` (rillet.config JetStreamOptions) for an
+    account, or None when no key is configured (stores are then plaintext)."""
+    key = getattr(js_opts, "key", "") or ""
+    if not key:
+        return None
+    return KeyRing(parse_cipher(getattr(js_opts, "cipher", "") or "chachapoly"), key,
+                   getattr(js_opts, "prev_key", "") or None, account)
