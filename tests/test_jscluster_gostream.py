@@ -194,6 +194,12 @@ async def test_rillet_leads_a_stream_group_of_go_followers_and_steps_down_and_ba
             finally:
                 await rnc.close()
             assert rep.published == 12 and rep.acked == 12  # (seq 1 was a Go leader's; the duplicate is not proposed)
+            # a preferred server that is not a peer of the group: refused as nats-server refuses it
+            r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.LEAD",
+                                             json.dumps({"placement": {"preferred": "nope"}}).encode(),
+                                             timeout=5)).data)
+            assert r["error"] == {"code": 400, "err_code": 10005, "description": 'preferred server "nope" not known'}
+            assert rep.raft.role == LEADER
             # step down through the API: a Go server takes over with every message
             r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.LEAD", b"", timeout=5)).data)
             assert r == {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True}

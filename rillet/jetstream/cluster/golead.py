@@ -177,12 +177,14 @@ class GoRaftPeer(GoRaftFollower):
         """Whether ``peer`` answered us in this term and holds our whole log (leader)."""
         return peer in self.match and self.match[peer] >= self.pindex
 
-    def transfer(self, peer: str) -> list[Out]:
+    def transfer(self, peer: str, force: bool = False) -> list[Out]:
         """Hand leadership to ``peer`` (leader only, ``peer`` current): an ENTRY_LEADER_TRANSFER, then step
-        down. (A peer still behind would not see the entry until caught up, and we no longer lead to do it.)"""
+        down. (A peer still behind would not see the entry until caught up, and we no longer lead to do it.)
+        ``force``: a peer that answered in this term but may lag by what is in flight (as nats-server picks
+        a healthy peer); should it miss the entry, the group elects after an election timeout."""
         if self.role != LEADER:
             raise ValueError("not the leader")
-        if not self.current(peer):
+        if not self.current(peer) and not (force and peer in self.match):
             raise ValueError(f"peer {peer!r} is not current")
         outs = self.propose([gw.Entry(gw.ENTRY_LEADER_TRANSFER, peer.encode("latin-1"))])
         self.role = FOLLOWER

@@ -65,6 +65,7 @@ def _safe(name: str) -> str:
 
 
 CATCHUP_RETRY = 2.0  # seconds between catch-up requests that ended short (as nats-server waits)
+CATCHUP_STALL = 10.0  # seconds without a catch-up message before asking again
 
 
 class GoStreamReplica(GoMetaMember):
@@ -100,6 +101,7 @@ class GoStreamReplica(GoMetaMember):
         self._jsc_sub: Any = None
         self._jsc_inbox = ""
         self._retry: Any = None
+        self._catchup_active = 0.0
         # leading (``may_lead``): see _start_leading
         self.may_lead = False
         self.clfs = 0  # proposals that failed on apply, as the snapshot counts them (stored seq = lseq + 1 - clfs)
@@ -198,7 +200,9 @@ class GoStreamReplica(GoMetaMember):
         self._request_catchup()
 
     def _request_catchup(self) -> None:
-        self._retry = None
+        if self._retry is not None:
+            self._retry.cancel()  # (harmless when it is the timer running this)
+            self._retry = None
         snap = self._snap
         if snap is None or self.ic is None:
             return
@@ -211,8 +215,28 @@ class GoStreamReplica(GoMetaMember):
         last = self.store.state().last_seq
         self.ic.publish(sync.encode(), self._jsc_inbox.encode(),
                         ge.sync_request(self.peer, last + 1, snap.last_seq, self._snap_index))
+        self._catchup_active = time.monotonic()
+        if self.server.loop is not None:
+            self._schedule(CATCHUP_STALL, self._check_stall)
         self.log.notice(f"JetStream stream '{self.account} > {self.name}' [{self.group}]: catching up "
                         f"{last + 1}..{snap.last_seq} from the leader")
+
+    def _schedule(self, delay: float, fn: Any) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+        self._retry = self.server.loop.call_later(delay, fn)
+
+    def _check_stall(self) -> None:
+        """No catch-up message for CATCHUP_STALL seconds: ask again (as nats-server's stalled catch-up)."""
+        self._retry = None
+        if self._snap is None or self.ic is None or not self._subs:
+            return
+        if time.monotonic() - self._catchup_active >= CATCHUP_STALL:
+            self._warn_once("stalled", f"JetStream stream '{self.account} > {self.name}' [{self.group}]: "
+                                       "catch-up stalled, asking again")
+            self._request_catchup()
+        else:
+            self._schedule(CATCHUP_STALL, self._check_stall)
 
     def _end_catchup(self) -> None:
         if self._jsc_sub is not None and self.ic is not None:
@@ -223,12 +247,13 @@ class GoStreamReplica(GoMetaMember):
         if self._snap is None or subject.decode("latin-1") != self._jsc_inbox:
             return
         data = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+        self._catchup_active = time.monotonic()
         if not data:  # the end of this catch-up
             self._end_catchup()
             if self.store.state().last_seq >= self._snap.last_seq:
                 self._caught_up()
             elif self.server.loop is not None:
-                self._retry = self.server.loop.call_later(CATCHUP_RETRY, self._request_catchup)
+                self._schedule(CATCHUP_RETRY, self._request_catchup)
             return
         try:
             x = ge.decode_entry(data)
@@ -241,7 +266,7 @@ class GoStreamReplica(GoMetaMember):
                 self.ic.publish(reply, None, str(e).encode())  # (tells the leader to stop: as nats-server)
             self._end_catchup()
             if self.server.loop is not None:
-                self._retry = self.server.loop.call_later(CATCHUP_RETRY, self._request_catchup)
+                self._schedule(CATCHUP_RETRY, self._request_catchup)
             return
         if reply:
             self.ic.publish(reply, None, b"")  # flow control: one answer per message
@@ -328,12 +353,18 @@ class GoStreamReplica(GoMetaMember):
         self.log.notice(f"JetStream: no longer leading stream '{self.account} > {self.name}' [{self.group}]")
 
     def transfer_away(self, preferred: str = "") -> bool:
-        """Hand the leadership to ``preferred`` (a peer id) or the first current peer; False if none is."""
-        peers = [preferred] if preferred else sorted(p for p in self.raft.peers if p != self.peer)
-        peer = next((p for p in peers if p != self.peer and self.raft.current(p)), None)
+        """Hand the leadership to ``preferred`` (a peer id) or to the peer that acknowledged the most of our log
+        in this term (under load none holds all of it at any instant: as nats-server, a peer that answers
+        is chosen, and it campaigns once the transfer entry reaches it); False if no peer answered."""
+        answered = {p: i for p, i in self.raft.match.items() if p != self.peer}
+        if preferred:
+            peer = preferred if preferred in answered else None
+        else:
+            peer = max(sorted(answered), key=lambda p: answered[p], default=None)
         if peer is None:
             return False
-        self.transfer(peer)
+        self.passed += 1
+        self._send(self.raft.transfer(peer, force=True))
         return True
 
     def _pub_ack(self, seq: int, duplicate: bool = False) -> bytes:
@@ -447,19 +478,29 @@ class GoStreamReplica(GoMetaMember):
         if ci is None or ci.get("acc") != self.account:
             return
         preferred = ""
+        err: Optional[ApiError] = None
         try:
             body = json.loads(bytes(msg[hdr:]) or b"{}")
-            name = ((body.get("placement") or {}).get("preferred") or "") if isinstance(body, dict) else ""
-            preferred = gw.peer_id(name) if name else ""
-        except ValueError:
-            pass
-        ok = self.transfer_away(preferred)
-        doc = ({"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True} if ok else
-               {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response",
-                "error": {"code": 400, "err_code": 10118, "description": "no replicas available"}})
+        except ValueError as e:
+            body, err = None, ApiError.make("INVALID_JSON", err=str(e))
+        name = ((body.get("placement") or {}).get("preferred") or "") if isinstance(body, dict) else ""
+        if err is None and name:
+            preferred = gw.peer_id(name)
+            if preferred == self.peer:
+                err = ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} is already leader")
+            elif preferred not in self.raft.peers:
+                err = ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} not known")
+        doc: dict[str, Any] = {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response"}
+        if err is not None:
+            doc["error"] = err.to_dict()
+        else:
+            if not self.transfer_away(preferred):
+                # (as nats-server: no current peer to name, the leader steps down all the same)
+                self.raft.role, self.raft.leader = "follower", ""
+                self._send([])
+            doc["success"] = True
         if reply:
             self.ic.publish(reply, None, json.dumps(doc, separators=(",", ":")).encode())
-
 
     def _apply(self, item: Committed) -> None:
         e = item.entry
