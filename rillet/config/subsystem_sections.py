@@ -392,16 +392,33 @@ class SubsystemSections(BuilderBase):
             "unique_tag": unique_tag,
         }
         table["strict"] = extra  # read by /varz (jetstream.config.strict)
-        # known to nats-server; refused rather than accepted and ignored
-        for key in ("key", "ek", "encryption_key", "prev_key", "prev_ek", "prev_encryption_key", "cipher"):
-            table[key] = refuse("Rillet does not encrypt JetStream stores")
-        table["tpm"] = refuse("Rillet does not encrypt JetStream stores")
+        def enc_key(attr: str) -> Callable[[Field], None]:
+            def handler(sub: Field) -> None:
+                setattr(js, attr, sub.as_str())
+            return handler
+
+        def cipher(sub: Field) -> None:
+            # nats-server: chacha | chachapoly | aes, any case; else "Unknown cipher type"
+            low = sub.as_str().lower()
+            if low in ("chacha", "chachapoly"):
+                js.cipher = "chachapoly"
+            elif low == "aes":
+                js.cipher = "aes"
+            else:
+                raise sub.error(f'Unknown cipher type: "{sub.value}"')
+
+        for key in ("key", "ek", "encryption_key"):
+            table[key] = enc_key("key")
+        for key in ("prev_key", "prev_ek", "prev_encryption_key"):
+            table[key] = enc_key("prev_key")
+        table["cipher"] = cipher
+        table["tpm"] = refuse("Rillet has no TPM support: use 'key' (or an environment variable) instead")
         table["limits"] = lambda sub: self._jetstream_limits(sub, js)
         table["extension_hint"] = refuse("Rillet has no JetStream extension hint")
         for key in ("max_outstanding_catchup", "meta_compact", "meta_compact_size", "meta_compact_sync"):
             table[key] = refuse("Rillet has no clustered JetStream")
         def queue_limit(sub: Field) -> None:
-            # (rillet.jetstream.apiqueue; nats-server: an int, 0 or less = the default 10,000)
+            # (rillet.jetstream.api.queue; nats-server: an int, 0 or less = the default 10,000)
             if isinstance(sub.value, bool) or not isinstance(sub.value, int):
                 raise sub.error(f'Expected a parseable size for "{sub.key}", got {sub.value}')
             js.extra[sub.name] = sub.value

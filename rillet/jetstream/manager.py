@@ -81,6 +81,7 @@ class JSAccount:
 
     def _recover(self) -> None:
         """Load every stream (and its consumers) found on disk."""
+        from rillet.jetstream.store.cipher import CipherError
         if self.js.cluster is not None:
             return  # clustered: the streams come from the meta group's assignments
         for name in sorted(os.listdir(self.dir)):
@@ -100,6 +101,9 @@ class JSAccount:
                 recover_consumers(stream)
                 self.js.log.notice(f"  Restored {stream.store.state().msgs:,} messages for stream "
                                    f"'{self.account.name} > {name}'")
+            except CipherError as e:
+                # a wrong key (or a key missing): as nats-server, the stream is skipped, its files untouched
+                self.js.log.warn(f"  Error decrypting our stream metafile: {e}")
             except Exception as e:
                 self.js.log.error(f"  Error recovering stream '{self.account.name} > {name}': {e}")
         # mirrors and sources start once every stream (their origins included) is back
