@@ -198,6 +198,7 @@ async def test_nats_server_same_wrong_key_text_and_rillet_store_not_readable_by_
     rstore = tmp_path / "rstore"
     async with serve_config(conf(rstore, key="right")) as srv:
         await publish(srv, n=3)
+    snap = digest(rstore)
     port = free_port()
     p.write_text(conf(rstore, key="right", port=port))
     proc = ServerProcess("-c", str(p), command=["nats-server"])
@@ -209,6 +210,10 @@ async def test_nats_server_same_wrong_key_text_and_rillet_store_not_readable_by_
         await nc.close()
     finally:
         proc.stop()
+    after = digest(rstore)
+    assert {k: v for k, v in after.items() if k in snap} == snap  # Rillet's files untouched by nats-server
+    async with serve_config(conf(rstore, key="right")) as srv:
+        assert len(await read_all(srv)) == 3
 
 
 async def test_clustered_r3_stream_encrypted_wal_and_store(tmp_path):
