@@ -193,6 +193,12 @@ async def test_rillet_leads_a_stream_group_of_go_followers_and_steps_down_and_ba
                 assert ack.seq == 13
             finally:
                 await rnc.close()
+            # stream info, answered by the Rillet leader as a Go leader answers it
+            si = await js.stream_info("LEAD")
+            assert si.cluster.leader == "r1" and si.state.messages == 13 and si.state.last_seq == 13
+            assert si.config.subjects == ["lead.>"] and si.config.num_replicas == 3
+            assert sorted(r.name for r in si.cluster.replicas) == sorted(go for go in gc.names
+                                                                       if gw.peer_id(go) in rep.raft.peers)
             assert rep.published == 12 and rep.acked == 12  # (seq 1 was a Go leader's; the duplicate is not proposed)
             # a preferred server that is not a peer of the group: refused as nats-server refuses it
             r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.LEAD",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime
 import json
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,7 @@ class GoRaftPeer(GoRaftFollower):
     _votes: set[str] = field(default_factory=set)
     _empty_votes: set[str] = field(default_factory=set)
     match: dict[str, int] = field(default_factory=dict)  # leader: each follower's last index acknowledged
+    last_seen: dict[str, float] = field(default_factory=dict)  # leader: when each follower last answered (monotonic)
     lead_on_transfer: bool = False  # a leadership transfer to us: campaign (else hand it on, see _hand_off)
     terms_led: list[int] = field(default_factory=list)
 
@@ -133,6 +135,7 @@ class GoRaftPeer(GoRaftFollower):
             return [], []
         if self.role != LEADER:
             return [], []
+        self.last_seen[ar.peer] = time.monotonic()
         if ar.success:
             if ar.peer not in self.match or ar.index > self.match[ar.peer]:
                 self.match[ar.peer] = min(ar.index, self.pindex)

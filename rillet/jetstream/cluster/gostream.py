@@ -38,6 +38,7 @@ from typing import Any, Optional
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER, request_info
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import StoreConfig
@@ -111,6 +112,7 @@ class GoStreamReplica(GoMetaMember):
         self._lead_subs: Optional[list] = None
         self.aic: Any = None
         self.published = self.acked = 0
+        self.member: Any = None  # the meta member (host_streams): the consumer count of stream info
         if self.dir is not None:
             self._rebuild_dedup()
 
@@ -341,6 +343,7 @@ class GoStreamReplica(GoMetaMember):
         sync = str(self.assignment.get("sync") or "")
         if sync:
             self._lead_subs.append((self.ic, self.ic.subscribe(sync, self._on_sync)))
+        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.INFO.{self.name}", self._on_info)))
         self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.LEADER.STEPDOWN.{self.name}",
                                                            self._on_stepdown)))
         self.log.notice(f"JetStream: leading stream '{self.account} > {self.name}' [{self.group}] "
@@ -470,6 +473,50 @@ class GoStreamReplica(GoMetaMember):
         if gap:
             self.ic.publish(reply, None, ge.encode_json_entry(ge.OP_DELETE_RANGE, {"first": last + 1 - gap, "num": gap}))
         self.ic.publish(reply, None, b"")
+
+    def _peer_names(self) -> dict[str, str]:
+        """Peer id -> server name, for the servers this one has routes to (and itself)."""
+        names = {self.peer: self.server.name}
+        cl = getattr(self.server, "cluster", None)
+        for rc in (getattr(cl, "routes", None) or {}).values():
+            n = getattr(rc, "remote_name", "")
+            if n:
+                names[gw.peer_id(n)] = n
+        return names
+
+    def _on_info(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        """``$JS.API.STREAM.INFO.<stream>``: as nats-server, the stream leader answers (config, state, cluster)."""
+        if self._lead_subs is None or hdr <= 0 or not reply:
+            return
+        ci = request_info(bytes(msg[:hdr]))
+        if ci is None or ci.get("acc") != self.account:
+            return
+        st = self.store.state()
+        first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
+        state: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": first,
+                                 "first_ts": format_time(st.first_ts), "last_seq": st.last_seq,
+                                 "last_ts": format_time(st.last_ts)}
+        if st.num_deleted:
+            state["num_deleted"] = st.num_deleted
+        if st.num_subjects:
+            state["num_subjects"] = st.num_subjects
+        meta = self.member.state if self.member is not None else None
+        state["consumer_count"] = len(meta.consumers.get((self.account, self.name)) or {}) if meta is not None else 0
+        names = self._peer_names()
+        now = time.monotonic()
+        replicas = []
+        for p in sorted(self.raft.peers - {self.peer}):
+            seen = self.raft.last_seen.get(p)
+            replicas.append({"name": names.get(p, p), "current": self.raft.current(p) or
+                             (p in self.raft.match and self.raft.pindex - self.raft.match[p] < 8),
+                             "active": int((now - seen) * 1e9) if seen else 0, "peer": p})
+        doc = {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
+               "created": self.assignment.get("created") or "", "config": self.assignment["stream"],
+               "state": state,
+               "cluster": {"name": (self.assignment.get("group") or {}).get("cluster") or "",
+                           "leader": self.server.name, "replicas": replicas},
+               "ts": format_time(time.time_ns())}
+        self.ic.publish(reply, None, json.dumps(doc, separators=(",", ":")).encode())
 
     def _on_stepdown(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         if self._lead_subs is None or hdr <= 0:
@@ -668,6 +715,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                  else GoConsumerReplica(member.server, key[0], key[1], a))
             if lead and isinstance(r, GoStreamReplica):
                 r.may_lead = True
+                r.member = member
                 r.raft.lead_on_transfer = True
             else:
                 r.pass_leadership = True
