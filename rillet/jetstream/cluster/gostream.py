@@ -22,9 +22,20 @@ moves up, its deleted sequences go) and, when the snapshot's last sequence is pa
 catch-up by messages follows (each message answered on its ``$JSC.ACK`` reply, an empty message ends it,
 retried after 2 s when it ended short); committed entries wait for it.
 
-Not yet: leading a stream or consumer (answering publishes, deliveries and the API); the consumer's own
-snapshot (counted, not applied) and a durable consumer replica state; the RAFT log itself is not kept (after a
-restart the replica answers as empty until the leader has sent its log or a snapshot again).
+Leading (``host_streams(..., lead=True)``, as the flag starts it): a stream replica named by a leadership transfer
+(``$JS.API.STREAM.LEADER.STEPDOWN`` with a preferred server) campaigns and, elected, leads the group as
+nats-server's stream leader: publishes to the stream's subjects become stream message entries (``lseq`` the
+last sequence proposed, counting failed proposals), acknowledged once committed and stored (PubAck bytes,
+``Nats-Msg-Id`` duplicates within the window -- in flight, applied or rebuilt from the store at start --, expected
+stream / last sequence / last subject sequence); ``$JSC.SYNC`` catch-ups are served from the store;
+``STREAM.INFO`` and the leader step-down request are answered.
+
+Not yet: any other stream API request while leading; publish headers other than those (refused: expected last
+message id, rollups, TTLs, batches, counters, schedules); discard-new and account limits before proposing; a
+domain in PubAcks; snapshots of our own log; campaigning without a transfer (a killed Rillet leader's group
+waits out the Go election timeout); leading a consumer, the consumer's own snapshot (counted, not applied) and a
+durable consumer replica state; the RAFT log itself on disk (after a restart the replica answers as empty until
+the leader has sent its log or a snapshot again).
 """
 from __future__ import annotations
 
