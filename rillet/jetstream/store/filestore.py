@@ -440,7 +440,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
 
     def _new_bstream(self, index: int) -> None:
         bs, rec = block_stream(self._keys, f"{self.cfg.name}:{index}")  # type: ignore[arg-type]
-        _atomic_write(self._bkey_path(index), rec, self.sync_always)
+        _atomic_write(self._bkey_path(index), rec, True)  # (durable first: its block is unreadable without it)
         self._bks[index] = bs
 
     def _bstream(self, index: int) -> BlockStream:
