@@ -240,6 +240,14 @@ async def test_rillet_meta_leader_places_a_stream_a_go_client_creates(go_cluster
             sa = m.state.streams[("A", "LED")]
             assert sorted(sa["group"]["peers"]) == sorted(gw.peer_id(n) for n in gc.names)
             assert (await js.publish("led.1", b"x")).seq == 1
+            # a stream deleted through the Rillet meta leader: the removal applied, the Go stream leader answers
+            await js.add_stream(name="GONE", subjects=["gone.>"], num_replicas=3)
+            assert (await js.publish("gone.1", b"x")).seq == 1
+            assert await js.delete_stream("GONE") is True
+            await _until(lambda: ("A", "GONE") not in m.state.streams, 5, what="the removal applied")
+            assert api.removals == 1
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.delete_stream("GONE")
             await _until(lambda: m.raft.current(gw.peer_id("g2")), 10, what="g2 current")
             m.transfer(gw.peer_id("g2"))
             await _until(lambda: m.raft.leader == gw.peer_id("g2"), 10, what="g2 taking over")

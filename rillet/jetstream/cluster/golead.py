@@ -242,17 +242,49 @@ class StreamCreateAsLeader:
     system account, where the JetStream-enabled accounts' imports bring them with the requester's info): it
     places the stream on the Go JetStream peers and proposes the assignment; the Go servers that get it create
     the stream and answer the request (its subject and reply are part of the assignment), as with a Go meta
-    leader. Only this request: everything else the API does is not here (tests only)."""
+    leader; and ``$JS.API.STREAM.DELETE.<name>`` (the removal proposed, the stream's leader answers). Only these
+    requests: everything else the API does is not here (tests only)."""
 
     def __init__(self, member: Any, rng: random.Random | None = None, include_self: bool = False) -> None:
         self.member = member
         self.rng = rng or random.Random()
         self.include_self = include_self  # place a replica on this server too (rillet.jetstream.cluster.gostream)
         self.sub = member.ic.subscribe("$JS.API.STREAM.CREATE.*", self._on_request)
+        self.del_sub = member.ic.subscribe("$JS.API.STREAM.DELETE.*", self._on_delete)
         self.proposed = 0
+        self.removals = 0
 
     def close(self) -> None:
         self.member.ic.remove_sub(self.sub)
+        self.member.ic.remove_sub(self.del_sub)
+
+    def _on_delete(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        """``$JS.API.STREAM.DELETE.<name>``: as the Go meta leader, propose the stream's removal with the
+        request's subject, reply and client (the stream's leader answers once it is applied); an unknown
+        stream is answered here (10059)."""
+        m = self.member
+        if m.raft.role != LEADER or hdr <= 0:
+            return
+        ci = request_info(bytes(msg[:hdr]))
+        if ci is None or not ci.get("acc"):
+            return
+        subj = subject.decode()
+        name = subj.rsplit(".", 1)[-1]
+        sa = m.state.streams.get((ci["acc"], name))
+        if sa is None:
+            if reply:
+                m.ic.publish(reply, None, json.dumps(
+                    {"type": "io.nats.jetstream.api.v1.stream_delete_response",
+                     "error": {"code": 404, "err_code": 10059, "description": "stream not found"}},
+                    separators=(",", ":")).encode())
+            return
+        client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
+        doc = {"client": client, "created": sa.get("created", ""), "stream": sa["stream"], "group": sa["group"],
+               "sync": "", "subject": subj}
+        if reply:
+            doc["reply"] = reply.decode()
+        m.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_REMOVE_STREAM, doc))])
+        self.removals += 1
 
     def _on_request(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         m = self.member
