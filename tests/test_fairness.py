@@ -360,7 +360,7 @@ async def test_update_of_a_large_config(tmp_path, monkeypatch):
     # responders and no longer overlap (both servers; Rillet changes the subscriptions in steps)
     steps = []
     if not GO:
-        from rillet.jetstream import api as api_mod
+        from rillet.jetstream.api import router as api_mod
         orig = api_mod.ApiRouter._resubscribe_in_steps
 
         async def spy(self, *a):
@@ -410,7 +410,7 @@ async def test_clustered_create_and_update_of_a_large_config(monkeypatch):
         pytest.skip("in-process Rillet cluster")
     import nats
     from rillet.app.embed import run_cluster
-    from rillet.jetstream.cluster import meta_api
+    from rillet.jetstream.api import cluster as meta_api
     big: list[str] = []
     cls = meta_api.MetaApi
     orig = cls._api_big_config

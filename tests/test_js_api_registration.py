@@ -12,7 +12,7 @@ import sys
 import nats
 import pytest
 
-from rillet.jetstream import api, api_consumer
+from rillet.jetstream.api import router as api, consumers as api_consumer
 from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions, Options
 
@@ -22,14 +22,14 @@ def _opts(tmp_path) -> Options:
 
 
 def test_handler_modules_cover_consumer_and_snapshot_endpoints():
-    assert "rillet.jetstream.api_consumer" in api.HANDLER_MODULES
+    assert "rillet.jetstream.api.consumers" in api.HANDLER_MODULES
     assert "rillet.jetstream.snapshot" in api.HANDLER_MODULES
 
 
 async def test_broken_handler_import_fails_startup(tmp_path, monkeypatch):
     # None in sys.modules makes the import raise ModuleNotFoundError, as a broken module would
-    monkeypatch.setitem(sys.modules, "rillet.jetstream.api_consumer", None)
-    with pytest.raises(ImportError, match="api_consumer"):
+    monkeypatch.setitem(sys.modules, "rillet.jetstream.api.consumers", None)
+    with pytest.raises(ImportError, match=r"api\.consumers"):
         async with run_server(_opts(tmp_path)):
             pass
 
@@ -58,10 +58,10 @@ def test_server_process_refuses_to_start(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    code = ("import sys; sys.modules['rillet.jetstream.api_consumer'] = None\n"
+    code = ("import sys; sys.modules['rillet.jetstream.api.consumers'] = None\n"
             "from rillet.app.main import main\n"
             f"sys.exit(main(['-js', '-sd', {str(tmp_path)!r}, '-a', '127.0.0.1', '-p', '{port}']))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert p.returncode != 0
-    assert "api_consumer" in p.stderr
+    assert "api.consumers" in p.stderr
     assert "Server is ready" not in p.stdout + p.stderr

@@ -15,7 +15,7 @@ import pytest
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream import streamconfig as SC
-from rillet.jetstream import apijson
+from rillet.jetstream.api import codec as apijson
 from rillet.jetstream import errors as jserr
 from rillet.jetstream.errors import ApiError
 from rillet.subjects.destination import check_subject_transform, validate_mapping

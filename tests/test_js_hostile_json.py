@@ -19,7 +19,7 @@ import pytest
 import nats
 from rillet.gocompat import gojson
 from rillet.gocompat import jsoncodec as J
-from rillet.jetstream import apitypes as A
+from rillet.jetstream.api import types as A
 from tests.difftarget import go_server, rillet_server
 from tests.helpers import free_port
 

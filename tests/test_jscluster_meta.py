@@ -14,7 +14,7 @@ import pytest
 
 from rillet.config.options import User
 from rillet.jetstream.cluster import meta as META
-from rillet.jetstream.cluster import meta_api as META_API
+from rillet.jetstream.api import cluster as META_API
 from rillet.app.embed import run_cluster, wait_meta_leader
 
 T = "io.nats.jetstream.api.v1."

@@ -59,7 +59,7 @@ def test_consumer_entry_roundtrip(e, name):
 
 
 def test_update_entry_roundtrip():
-    from rillet.jetstream.api import stream_config_from_dict
+    from rillet.jetstream.api.common import stream_config_from_dict
     from rillet.jetstream.storeopen import store_config
     cfg = stream_config_from_dict({"name": "S", "subjects": ["a.>"], "max_msgs": 10, "storage": "memory",
                                    "retention": "limits", "num_replicas": 3})

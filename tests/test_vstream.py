@@ -4,7 +4,7 @@ region's write stream (``foo.x`` -> ``foo.<region>.x``) and act on the region's 
 
 Creating a consumer through the virtual name is where Rillet goes beyond nats-server: the request body
 still says ``"stream_name": "foo"`` after the mapping rewrote the subject; nats-server answers 10056, Rillet
-applies the mapping to the body too (rillet.jetstream.api._mapped_body_stream). The Go behaviour is pinned
+applies the mapping to the body too (rillet.jetstream.api.router._mapped_body_stream). The Go behaviour is pinned
 by ``test_nats_server_refuses_consumer_create_through_the_mapping``.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from rillet.cli.vstream import mappings, read_name, render_mappings, stream_configs, write_name
 from rillet.config.parser import parse_string
-from rillet.jetstream.api import _mapped_body_stream
+from rillet.jetstream.api.router import _mapped_body_stream
 from rillet.app.embed import run_cluster
 from rillet.subjects.mapping import Mapping, mapped_from, parse_mappings
 from tests.helpers import ServerProcess, free_port, serve_config

@@ -1,6 +1,6 @@
 """The Go-compatible JSON codec of the JetStream API: request bodies decoded, and answers encoded, the way
 nats-server's ``encoding/json`` does it. (JetStream's own entry points, which turn a ``GoJSONError`` into the
-API's ``INVALID_JSON`` error, are ``rillet.jetstream.apijson``.)
+API's ``INVALID_JSON`` error, are ``rillet.jetstream.api.codec``.)
 
 Decoding (``go_decode``, ``from_dict``, ``parse_json``) is strict like the Go server: unknown fields are
 refused, keys match case-insensitively, ``null`` leaves basic fields alone, and several JSON values in one

@@ -339,7 +339,7 @@ class Consumer(ConsumerStateMachine):
     def _on_next(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         if reply:
             if hdr > 0 and b"Nats-Required-Api-Level" in msg[:hdr]:
-                from rillet.jetstream.api import _api_level_too_high
+                from rillet.jetstream.api.common import _api_level_too_high
                 if _api_level_too_high(msg[:hdr]):
                     self._send(reply, None, b"NATS/1.0 412 Required Api Level\r\n\r\n", b"")
                     self._flush_out()
@@ -1549,7 +1549,7 @@ class Consumer(ConsumerStateMachine):
     # ---- info ---------------------------------------------------------------------------------------
 
     def info(self, level_meta: bool = True) -> dict:
-        from rillet.jetstream import api_consumer
+        from rillet.jetstream.api import consumers as api_consumer
         cfg_d = api_consumer.config_to_dict(self.cfg, dynamic_meta=level_meta)
         d: dict[str, Any] = {
             "stream_name": self.stream.name,
@@ -1599,7 +1599,7 @@ _PG_FIELDS = frozenset(("group", "min_pending", "min_ack_pending", "id", "priori
 
 def _next_request(body: bytes) -> dict:
     """A pull request body checked like Go's json.Unmarshal into JSApiConsumerGetNextRequest (same error texts)."""
-    from rillet.jetstream.apijson import parse_json
+    from rillet.jetstream.api.codec import parse_json
     from rillet.jetstream.errors import ApiError
     try:  # (json.Unmarshal: exactly one value; "{} 5" is a syntax error, never the 5)
         check_one_value(bytes(body))
@@ -1688,7 +1688,7 @@ class ConsumerPersist:
         return self.cs
 
     def write_meta(self, c: Consumer) -> None:
-        from rillet.jetstream import api_consumer
+        from rillet.jetstream.api import consumers as api_consumer
         make_dirs_durable(self.path)
         data = json.dumps({"config": api_consumer.config_to_dict(c.cfg, dynamic_meta=False, for_store=True),
                            "created": c.created, "name": c.name}).encode()
@@ -1761,7 +1761,7 @@ def recover_consumers(stream: "Stream") -> None:
     base = consumers_dir(stream)
     if not os.path.isdir(base):
         return
-    from rillet.jetstream import api_consumer
+    from rillet.jetstream.api import consumers as api_consumer
     for name in sorted(os.listdir(base)):
         p = ConsumerPersist(os.path.join(base, name), stream.store, name)
         meta, state = p.load(stream.js.log)

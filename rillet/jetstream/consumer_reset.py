@@ -38,7 +38,7 @@ def _error(c: "Consumer", reply: bytes, e: ApiError) -> None:
 
 def _seq(body: bytes) -> int:
     """The ``seq`` of a reset request (0: back to the ack floor), decoded as Go's json does; raises ApiError."""
-    from rillet.jetstream.apijson import parse_json
+    from rillet.jetstream.api.codec import parse_json
     if not body.strip():
         return 0
     try:  # (json.Unmarshal: exactly one value, its syntax errors without offset)
@@ -99,7 +99,7 @@ def on_request(c: "Consumer", reply: bytes | None, hdr: bytes, body: bytes) -> N
         return
     try:
         if hdr:
-            from rillet.jetstream.api import _api_level_too_high
+            from rillet.jetstream.api.common import _api_level_too_high
             if _api_level_too_high(hdr):
                 raise ApiError.make("REQUIRED_API_LEVEL")
         seq = target_seq(c, _seq(body))

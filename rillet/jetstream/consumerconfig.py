@@ -43,7 +43,7 @@ from rillet.jetstream.configtypes import (
     pedantic_error,
 )
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.apijson import from_dict, go_decode
+from rillet.jetstream.api.codec import from_dict, go_decode
 from rillet.subjects.destination import _ERR_BAD_SUBJECT, _atoi
 from rillet.subjects.validate import is_valid_subject, subject_is_literal, subject_is_subset_match, subjects_collide
 

@@ -54,7 +54,8 @@ class NotEnabled:
     """Subscribes the API endpoints in one account and answers each request with 10039."""
 
     def __init__(self, js: Any, account: Any) -> None:
-        from rillet.jetstream.api import ApiRouter, _type_for
+        from rillet.jetstream.api.router import ApiRouter
+        from rillet.jetstream.api.common import _type_for
         self.router = router = ApiRouter(_NoAccount())  # the endpoint table only
         # pull requests and direct gets are served by the streams and consumers of an account, not by the
         # API: an account without JetStream has nobody answering them (no responders)
@@ -93,5 +94,5 @@ class NotEnabled:
                 d.update({"total": 0, "offset": 0, "limit": 0, _PAGED_LISTS[key]: []})
             elif key in ("STREAM.INFO", "CONSUMER.INFO"):
                 d.update({"total": 0, "offset": 0, "limit": 0})
-        from rillet.jetstream import apijson
+        from rillet.jetstream.api import codec as apijson
         self.ic.publish(reply, None, apijson.go_json(d))

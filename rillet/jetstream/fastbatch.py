@@ -291,7 +291,7 @@ def process(stream: "Stream", subject: str, reply: bytes, hdr: bytes, data: byte
             _inflight_total += 1
             _init_flow(batches, b)
         if hdr and b"Nats-Required-Api-Level" in hdr:  # refuses the batch when too high; always removed
-            from rillet.jetstream.api import _api_level_too_high
+            from rillet.jetstream.api.common import _api_level_too_high
             if _api_level_too_high(hdr):
                 _forget(stream, b)
                 raise ApiError.make("REQUIRED_API_LEVEL")

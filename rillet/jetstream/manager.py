@@ -46,7 +46,7 @@ class JSAccount:
         self._api_subs: list[Any] = []
 
     def start(self) -> None:
-        from rillet.jetstream.api import ApiRouter
+        from rillet.jetstream.api.router import ApiRouter
         make_dirs_durable(self.dir)  # (its entries survive a power cut: the account's streams are found again)
         self.router = ApiRouter(self)
         for p in self.api_prefixes():
@@ -92,7 +92,7 @@ class JSAccount:
             try:
                 with open(meta, "rb") as f:
                     m = json.loads(f.read())
-                from rillet.jetstream.api import stream_config_from_dict
+                from rillet.jetstream.api.common import stream_config_from_dict
                 cfg = stream_config_from_dict(m["config"])
                 if cfg.storage == "memory":
                     continue  # (written by an older Rillet: nats-server restores no memory stream)
@@ -137,7 +137,7 @@ class JSAccount:
         nothing on disk and is not restored at a restart, as with nats-server."""
         if cfg.storage == "memory":
             return
-        from rillet.jetstream.api import encode_config
+        from rillet.jetstream.api.common import encode_config
         sdir = self.stream_dir(cfg.name)
         make_dirs_durable(sdir)
         tmp = os.path.join(sdir, "meta.json.tmp")
@@ -221,7 +221,7 @@ class JetStream:
         self.cluster: Any = None
         from rillet.jetstream.advisories import Advisories
         self.advisories = Advisories(self)
-        from rillet.jetstream.apiqueue import ApiQueue
+        from rillet.jetstream.api.queue import ApiQueue
         # $JS.API requests: bounded queues (jetstream { request_queue_limit, info_queue_limit }), see apiqueue
         self.api_queue = ApiQueue(self, o.extra.get("request_queue_limit", 0), o.extra.get("info_queue_limit", 0))
 
@@ -372,7 +372,7 @@ class JetStream:
         return {"status": "ok"}
 
     def limits_dict(self) -> dict:
-        from rillet.jetstream.apijson import to_go
+        from rillet.jetstream.api.codec import to_go
         return to_go(self.server_limits)
 
     def jsz(self, opts: dict) -> dict:
@@ -401,7 +401,7 @@ class JetStream:
         """A stream of ``/jsz?streams=true`` as nats-server's StreamDetail: name, created, cluster (the
         leader: this server), config (``config=true``), state, mirror and sources; with ``consumers=true``
         its ``consumer_detail`` (each consumer's info, its config only with ``config=true``)."""
-        from rillet.jetstream.api import stream_info_dict
+        from rillet.jetstream.api.common import stream_info_dict
         info = stream_info_dict(s, include_config=bool(opts.get("config")))
         sd: dict[str, Any] = {"name": s.name, "created": info["created"], "cluster": {"leader": s.js.server.name}}
         if "config" in info:

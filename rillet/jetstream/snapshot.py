@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from rillet.durable import make_dirs_durable, sync_tree
 from rillet.gocompat.gotime import format_time
-from rillet.jetstream import apitypes as A
+from rillet.jetstream.api import types as A
 from rillet.jetstream import streamconfig as C
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
@@ -27,7 +27,7 @@ from rillet.jetstream.stream import now_ns
 if TYPE_CHECKING:
     import tarfile
 
-    from rillet.jetstream.api import ApiRouter
+    from rillet.jetstream.api.router import ApiRouter
 
 # tarfile (~0.3 MB once loaded) is imported by the functions that write or read an archive, when a stream
 # is first snapshotted or restored, not when JetStream registers these endpoints at start.
@@ -67,8 +67,8 @@ def _tar_dir(path: str) -> Iterator[bytes]:
 
 
 def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-    from rillet.jetstream.api import T, stream_info_dict
-    from rillet.jetstream.api import is_empty_request
+    from rillet.jetstream.api.common import T, stream_info_dict
+    from rillet.jetstream.api.common import is_empty_request
     if is_empty_request(body):  # (nats-server's order: this, the stream, then the body's types)
         raise ApiError.make("BAD_REQUEST")
     stream = router.stream(args[0] if args else "")
@@ -121,9 +121,9 @@ async def _send_chunks(router: "ApiRouter", name: str, deliver: bytes, data: byt
 
 
 def restore(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-    from rillet.jetstream.api import T
+    from rillet.jetstream.api.common import T
     name = args[0] if args else ""
-    from rillet.jetstream.api import is_empty_request
+    from rillet.jetstream.api.common import is_empty_request
     req = router.parse(body, A.JSApiStreamRestoreRequest) if not is_empty_request(body) else None
     if not isinstance(req, dict):
         raise ApiError.make("BAD_REQUEST")
@@ -161,7 +161,7 @@ def restore(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: byte
             err = ApiError.make("STREAM_RESTORE", err=str(e))
             router.respond(rp, {"type": T + "stream_create_response", "error": err.to_dict()})
             return
-        from rillet.jetstream.api import stream_info_dict
+        from rillet.jetstream.api.common import stream_info_dict
         router.respond(rp, {"type": T + "stream_create_response", **stream_info_dict(stream)})
 
     ic.subscribe(subj, on_chunk)
@@ -221,8 +221,8 @@ class ArchiveReceiver:
         self.finished = False
 
     def start(self, reply: bytes) -> None:
-        from rillet.jetstream import apijson
-        from rillet.jetstream.api import T
+        from rillet.jetstream.api import codec as apijson
+        from rillet.jetstream.api.common import T
         self._sub = self.jsa.ic.subscribe(self.subject, self._on_chunk)
         self._arm()
         self.jsa.ic.publish(reply, None, apijson.go_json({"type": T + "stream_restore_response",

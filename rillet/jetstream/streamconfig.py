@@ -36,7 +36,7 @@ from rillet.jetstream.configtypes import (
     is_valid_asset_name,
     pedantic_error,
 )
-from rillet.jetstream.apijson import from_dict, go_decode
+from rillet.jetstream.api.codec import from_dict, go_decode
 from rillet.subjects.overlap import first_overlaps
 from rillet.subjects.destination import _ERR_BAD_SUBJECT, check_subject_transform, validate_mapping
 from rillet.subjects.validate import (

@@ -386,7 +386,7 @@ class Client(ReadPacer, asyncio.Protocol):
 
     def hold_intake(self) -> None:
         """Stop reading after the slice being parsed until ``release_intake``: the JetStream API queue holds
-        many of this connection's requests (rillet.jetstream.apiqueue HOLD_AT)."""
+        many of this connection's requests (rillet.jetstream.api.queue HOLD_AT)."""
         self._intake_held = True
 
     def release_intake(self) -> None:

@@ -64,12 +64,12 @@ import os
 import time
 from typing import Any, Callable, Optional
 
-from rillet.jetstream import apijson
+from rillet.jetstream.api import codec as apijson
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.cluster import assignments as A
 from rillet.jetstream.cluster import monitor as MON
 from rillet.jetstream.cluster.group import RaftGroup
-from rillet.jetstream.cluster.meta_api import MetaApi
+from rillet.jetstream.api.cluster import MetaApi
 from rillet.jetstream.cluster.meta_info import InfoRequests
 from rillet.jetstream.cluster.meta_monitor import MetaMonitor
 from rillet.jetstream.cluster.peers import ORPHAN_AFTER, JSConfig, JSStats, PeerRegistry, peer_id

@@ -6,8 +6,8 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any, Optional
 
-from rillet.jetstream import apijson
-from rillet.jetstream.cluster.meta_api import INFO_TIMEOUT
+from rillet.jetstream.api import codec as apijson
+from rillet.jetstream.api.cluster import INFO_TIMEOUT
 
 if TYPE_CHECKING:
     from rillet.jetstream.cluster.meta import JetStreamCluster

@@ -71,7 +71,7 @@ class MetaMonitor:
         d.update(out)
         if not (opts.get("streams") or opts.get("consumers")):
             return
-        from rillet.jetstream.api import stream_info_dict
+        from rillet.jetstream.api.common import stream_info_dict
         for ad in d.get("account_details") or ():
             details = []
             for (acc, name), r in sorted(reps, key=lambda kv: kv[0]):

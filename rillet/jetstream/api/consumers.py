@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from rillet.gocompat.gotime import GO_ZERO_TIME, format_time, to_utc_time
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
-from rillet.jetstream import apijson
-from rillet.jetstream import apitypes as A
+from rillet.jetstream.api import codec as apijson
+from rillet.jetstream.api import types as A
 from rillet.gocompat.jsoncodec import GoJSONError, go_unmarshal
 from rillet.jetstream import consumer as CO
 from rillet.jetstream.errors import ApiError
@@ -21,7 +21,7 @@ from rillet.jetstream.stream import now_ns
 
 
 if TYPE_CHECKING:
-    from rillet.jetstream.api import ApiRouter
+    from rillet.jetstream.api.router import ApiRouter
 
 T = "io.nats.jetstream.api.v1."
 JSON_LIMIT = 1024
@@ -113,7 +113,7 @@ class ConsumerApi:
     def consumer_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
-        from rillet.jetstream.api import check_empty
+        from rillet.jetstream.api.common import check_empty
         check_empty(body)
         stream = self._stream(args[0])
         c = self._consumer(stream, args[1])
@@ -122,7 +122,7 @@ class ConsumerApi:
     def consumer_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
-        from rillet.jetstream.api import check_empty
+        from rillet.jetstream.api.common import check_empty
         check_empty(body)
         stream = self._stream(args[0])
         c = self._consumer(stream, args[1])
@@ -205,7 +205,7 @@ class ConsumerApi:
     def consumer_reset(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
         """Resets are answered by the consumer itself (rillet.jetstream.consumer_reset); this subscription only
         keeps a reset for a missing consumer unanswered (no "no responders"), as nats-server does."""
-        from rillet.jetstream.api import NOT_COUNTED
+        from rillet.jetstream.api.common import NOT_COUNTED
         return NOT_COUNTED
 
     def consumer_leader_stepdown(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
@@ -248,7 +248,7 @@ def register(router: "ApiRouter") -> None:
         "CONSUMER.UNPIN": api.consumer_unpin,
         "CONSUMER.RESET": api.consumer_reset,
     })
-    from rillet.jetstream import api as _api
+    from rillet.jetstream.api import common as _api
     _api.register_types({"consumer_durable_create": "consumer_create_response",
                          "consumer_leader_stepdown": "consumer_leader_stepdown_response",
                          "consumer_msg_next": "consumer_getnext_response",

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
-from rillet.jetstream import apijson
-from rillet.jetstream import apitypes as AT
+from rillet.jetstream.api import codec as apijson
+from rillet.jetstream.api import types as AT
 from rillet.jetstream import streamconfig as SC
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.cluster import assignments as A
@@ -38,7 +38,7 @@ INFO_TIMEOUT = 0.5  # one $JSC.SI / $JSC.CI request
 ANSWER_WITHIN = 10.0  # seconds the meta leader waits for a new group's leader to give its info
 DIRECT_ASK_TIMEOUT = 0.25  # a delete of a consumer not in the assignments: the wait for its stream leader's word
 INFO_FIRST_TIMEOUT = 0.1  # the first ask of a create's answer (a member of a group electing answers once it
-BIG_CONFIG = 4096  # a stream config body past this is checked in a worker thread (rillet.jetstream.api BIG_CONFIG)
+BIG_CONFIG = 4096  # a stream config body past this is checked in a worker thread (rillet.jetstream.api.common BIG_CONFIG)
 META_KEYS = frozenset(("INFO", "STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
                        "CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE", "CONSUMER.DELETE", "CONSUMER.NAMES",
                        "CONSUMER.LIST", "STREAM.PEER.REMOVE", "STREAM.RESTORE"))
@@ -222,7 +222,7 @@ class MetaApi:
                 self._offline_answer(router, key, args, sa, reply)
             return True
         if self.cl.leaderless() and reply:
-            from rillet.jetstream.api import _type_for
+            from rillet.jetstream.api.common import _type_for
             h = router.handlers.get(key)
             d = {"type": _type_for(h) if h is not None else T + "error_response",
                  "error": ApiError.make("CLUSTER_NOT_AVAIL").to_dict()}
@@ -247,7 +247,7 @@ class MetaApi:
 
         def later() -> None:
             if self.cl.is_leader() and self._all_offline(peers):
-                from rillet.jetstream.api import _type_for
+                from rillet.jetstream.api.common import _type_for
                 h = router.handlers.get(key)
                 router.jsa.api_total += 1
                 router.jsa.api_errors += 1
@@ -351,7 +351,7 @@ class MetaApi:
                              "limits": apijson.to_go(jsa.limits)}
         if self.cl.js.domain:
             d["domain"] = self.cl.js.domain
-        from rillet.jetstream.api import API_LEVEL
+        from rillet.jetstream.api.common import API_LEVEL
         d["api"] = {"level": API_LEVEL, "total": jsa.api_total, "errors": jsa.api_errors}
         if not streams or self.cl.streams is None:
             router.respond(reply, d)
@@ -513,7 +513,7 @@ class MetaApi:
         group's leader, answers with the subject to send the archive to and, at the end, with the stream's
         info (streams.py ``StreamReplica._begin_restore``)."""
         name = args[0] if args else ""
-        from rillet.jetstream.api import is_empty_request
+        from rillet.jetstream.api.common import is_empty_request
         req = router.parse(body, AT.JSApiStreamRestoreRequest) if not is_empty_request(body) else None
         if not isinstance(req, dict):
             raise ApiError.make("BAD_REQUEST")

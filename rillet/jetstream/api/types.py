@@ -1,6 +1,6 @@
 """The JetStream API's request bodies as nats-server types them (its ``JSApi*Request`` structs).
 
-Each handler decodes its body into one of these through ``rillet.jetstream.apijson.go_decode``, so that a
+Each handler decodes its body into one of these through ``rillet.jetstream.api.codec.go_decode``, so that a
 field of the wrong JSON type, a negative or fractional sequence, a number beyond 64 bits, a bad time or
 nesting deeper than Go's limit is refused as nats-server refuses it: ``INVALID_JSON`` (400/10025) with
 Go's message, naming the field as ``JSApiMsgGetRequest.seq`` and its Go type. The class names are Go's
