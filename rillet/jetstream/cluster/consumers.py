@@ -355,7 +355,7 @@ class ConsumerReplica:
     """One consumer's replica on this server: its RaftGroup, RaftLog and ClusteredConsumer."""
 
     def __init__(self, rep: Any, ca: Any) -> None:
-        from rillet.jetstream.api_consumer import config_from_dict
+        from rillet.jetstream.api.consumers import config_from_dict
         from rillet.jetstream.cluster.group import RaftGroup
         from rillet.jetstream.cluster.log import RaftLog
         self.rep = rep
@@ -676,7 +676,7 @@ class ConsumerReplica:
     # ---- config, info, removal ----------------------------------------------------------------------
 
     def update(self, ca: Any) -> None:
-        from rillet.jetstream.api_consumer import config_from_dict
+        from rillet.jetstream.api.consumers import config_from_dict
         self.ca = ca
         cfg = config_from_dict(ca.config)
         c = self.c

@@ -74,7 +74,7 @@ def encode_entry(entry: Entry, target: str = "") -> bytes:
     if op in CONSUMER_OPS:
         return bytes((op,)) + _enc.encode((target, entry.args))
     if op == Entry.UPDATE:
-        from rillet.jetstream.api import encode_config
+        from rillet.jetstream.api.common import encode_config
         cfg, scfg, ts = entry.args
         return bytes((op,)) + _enc.encode((encode_config(cfg), msgspec.to_builtins(scfg), ts))
     if op == Entry.MSG and entry.ctx is not None and entry.ctx.__class__ is FastMsg:
@@ -112,7 +112,7 @@ def decode_entry(data: bytes) -> tuple[str, Entry]:
     if op == Entry.UPDATE:
         if len(body) != 3:
             raise EntryDecodeError("update entry: malformed")
-        from rillet.jetstream.api import stream_config_from_dict
+        from rillet.jetstream.api.common import stream_config_from_dict
         from rillet.jetstream.store.base import StoreConfig
         try:
             cfg = stream_config_from_dict(json.loads(body[0]))

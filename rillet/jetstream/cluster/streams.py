@@ -55,7 +55,7 @@ import msgspec
 
 from rillet.jetstream.cluster import monitor
 from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
-from rillet.jetstream import apijson
+from rillet.jetstream.api import codec as apijson
 from rillet.jetstream import fastbatch
 from rillet.jetstream.cluster.log import RESTORED, SYNCED, FastNote, RaftLog
 from rillet.jetstream.cluster.peers import peer_id
@@ -88,7 +88,7 @@ class StreamReplica:
     """One stream's replica on this server: the Stream, its RaftLog and RaftGroup, its consumers."""
 
     def __init__(self, cs: "ClusteredStreams", sa: Any, jsa: Any) -> None:
-        from rillet.jetstream.api import stream_config_from_dict
+        from rillet.jetstream.api.common import stream_config_from_dict
         from rillet.jetstream.cluster.group import RaftGroup
         from rillet.jetstream.storeopen import open_store
         from rillet.jetstream.stream import Stream
@@ -392,12 +392,12 @@ class StreamReplica:
                                   f"'{self.jsa.account.name} > {self.name}'")
             if self.leader and not self.closed:
                 self._feed()
-            from rillet.jetstream.api import T, stream_info_dict
+            from rillet.jetstream.api.common import T, stream_info_dict
             self._respond(final_reply, {"type": T + "stream_create_response", **stream_info_dict(st)})
         self.log.propose(Entry(RESTORED, (self.snapshot(),)), done)
 
     def _respond(self, reply: bytes, d: dict) -> None:
-        from rillet.jetstream import apijson
+        from rillet.jetstream.api import codec as apijson
         if reply:
             self.jsa.ic.publish(reply, None, apijson.go_json(d))
 
@@ -410,7 +410,7 @@ class StreamReplica:
         recv.cancel()
         err = why if isinstance(why, ApiError) else ApiError.make("STREAM_RESTORE", err=str(why))
         self.cs.js.log.warn(f"Stream restore failed for '{self.jsa.account.name} > {self.name}': {err}")
-        from rillet.jetstream.api import T
+        from rillet.jetstream.api.common import T
         final = getattr(self, "_restore_final", b"")
         if final:
             self._respond(final, {"type": T + "stream_create_response", "error": err.to_dict()})
@@ -915,7 +915,7 @@ class ClusteredStreams:
         rep.leaving_since = 0.0
         if list(sa.group.peers) != old_peers or sorted(rep.group.peers) != sorted(sa.group.peers):
             self.reconcile_soon()
-        from rillet.jetstream.api import stream_config_from_dict
+        from rillet.jetstream.api.common import stream_config_from_dict
         cfg = stream_config_from_dict(sa.config)
         if rep.leader and cfg != rep.stream.cfg:
             old = rep.stream.cfg
@@ -988,7 +988,7 @@ class ClusteredStreams:
         rep = self.replicas.get((account or "$G", name))
         if rep is None:
             return None
-        from rillet.jetstream.api import stream_info_dict
+        from rillet.jetstream.api.common import stream_info_dict
         return stream_info_dict(rep.stream, with_cluster=True)
 
     def consumer_info(self, account: str, stream: str, name: str) -> dict | None:
@@ -1153,7 +1153,7 @@ class ClusteredStreams:
         return t is not None and self.js.loop.time() - t <= DIRECT_DELETED_TTL
 
     def _offline(self, router: Any, key: str, reply: bytes | None) -> None:
-        from rillet.jetstream.api import _type_for
+        from rillet.jetstream.api.common import _type_for
         h = router.handlers.get(key)
         router.respond_error(reply, _type_for(h) if h is not None else T + "error_response",
                              ApiError.make("CLUSTER_NOT_AVAIL"))
