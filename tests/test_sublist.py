@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -711,3 +711,70 @@ class TinyCacheMachine(SublistMachine):
 
 TinyCacheMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_sublist_model_tiny_cache = TinyCacheMachine.TestCase
+
+
+# ---- JetStream ack subjects: one result per stream, consumer and length while it is the same for all ----------
+
+_ACK_PATTERNS = [
+    "$JS.ACK.S.C.*.*.*.*.*", "$JS.ACK.S.C.>", "$JS.ACK.S.*.*.*.*.*.*", "$JS.ACK.S.C.*.*.1.*.*", "$JS.ACK.S.C.1.>",
+    "$JS.>", ">", "$JS.ACK.*.C.*.*.*.*.>", "$JS.ACK.S.C.*.*.*.*.*.*", "$JS.ACK.T.C.*.*.*.*.*", "$JS.ACK.d.h.S.C.>",
+    "$JS.ACK.d.h.S.C.*.*.*.*.*.*", "$JS.ACK.d.h.S.C.1.*.*.*.*.*", "$JS.ACK.S.C.*.*.*.*.2",
+]
+_ACK_SUBJECTS = st.builds(
+    lambda pre, nums: pre + "." + ".".join(nums),
+    st.sampled_from(["$JS.ACK.S.C", "$JS.ACK.T.C", "$JS.ACK.S.D", "$JS.ACK.d.h.S.C.x.y"]),
+    st.lists(st.sampled_from(["1", "2", "3", "*"]), min_size=1, max_size=6),
+)
+_ACK_OPS = st.lists(st.one_of(
+    st.tuples(st.just("sub"), st.sampled_from(_ACK_PATTERNS), st.sampled_from([None, None, "q"])),
+    st.tuples(st.just("unsub"), st.integers(0, 20)),
+    st.tuples(st.just("pub"), _ACK_SUBJECTS),
+    st.tuples(st.just("clear"),),
+), max_size=40)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_ack_subject_results_match_the_model(cache: bool) -> None:
+    @settings(max_examples=300, deadline=None)
+    @given(_ACK_OPS)
+    def run(ops: list[tuple]) -> None:
+        sl = Sublist(cache=cache)
+        live: list[Sub] = []
+        for op in ops:
+            if op[0] == "sub":
+                s = Sub(op[1], op[2])
+                sl.insert(s)
+                live.append(s)
+            elif op[0] == "unsub" and live:
+                s = live.pop(op[1] % len(live))
+                assert sl.remove(s)
+            elif op[0] == "clear":
+                sl.clear_cache()
+            elif op[0] == "pub":
+                subject = op[1]
+                r = sl.match(subject)
+                want = [s for s in live if match_literal(subject, s.subject)]
+                assert ids(r.psubs) == ids([s for s in want if not s.queue]), subject
+                assert sorted(ids(g) for g in r.qsubs) == sorted(
+                    [ids([s for s in want if s.queue])] if any(s.queue for s in want) else []), subject
+        assert len(sl._acks) <= sublist_mod.ACKS_MAX
+
+    run()
+
+
+def test_ack_subject_result_shared_until_subscriptions_change() -> None:
+    sl = Sublist()
+    sub = Sub("$JS.ACK.S.C.*.*.*.*.*")
+    sl.insert(sub)
+    r1 = sl.match("$JS.ACK.S.C.1.2.3.4.5")
+    r2 = sl.match("$JS.ACK.S.C.1.3.4.5.6")
+    assert r1 is r2 and ids(r1.psubs) == ids([sub])
+    assert "$JS.ACK.S.C.1.3.4.5.6" not in sl._cache  # unique subjects stay out of the cache
+    other = Sub("$JS.ACK.S.C.*.*.*.*.9")  # names a varying token: each subject on its own again
+    sl.insert(other)
+    r3 = sl.match("$JS.ACK.S.C.1.2.3.4.9")
+    r4 = sl.match("$JS.ACK.S.C.1.2.3.4.5")
+    assert ids(r3.psubs) == ids([sub, other]) and ids(r4.psubs) == ids([sub]) and r4 is not r1
+    sl.remove(other)
+    r5 = sl.match("$JS.ACK.S.C.1.2.3.4.9")
+    assert ids(r5.psubs) == ids([sub]) and sl.match("$JS.ACK.S.C.7.2.3.4.9") is r5

@@ -49,6 +49,8 @@ __all__ = [
 CACHE_MAX = 1024
 # What a sweep shrinks a cache that went past CACHE_MAX down to.
 CACHE_SWEEP = 256
+# Most ack-subject results kept (``Sublist._ack_result``).
+ACKS_MAX = 256
 # Above this many wildcard subscriptions in one remove_batch, the cache is
 # cleared instead of scanned once per pattern.
 _BATCH_SCAN_MAX = 16
@@ -319,7 +321,7 @@ def _with_sub(r: SublistResult, sub: Any, queue: str | None) -> SublistResult:
 class Sublist:
     """Subscription index with a match cache (``cache=False`` disables it)."""
 
-    __slots__ = ("_root", "_cache", "_caching", "_count", "_inserts", "_removes", "_hits", "_misses")
+    __slots__ = ("_root", "_cache", "_caching", "_count", "_inserts", "_removes", "_hits", "_misses", "_acks")
 
     def __init__(self, cache: bool = True) -> None:
         self._root = _Level()
@@ -332,6 +334,10 @@ class Sublist:
         self._removes = 0
         self._hits = 0
         self._misses = 0
+        # JetStream ack subjects ($JS.ACK.<stream>.<consumer>.<five numbers>), one per message: the result
+        # shared by every subject with the same stream, consumer and token count, when no subscription names
+        # any of the varying tokens (``_ack_result``); emptied by every change to the subscriptions
+        self._acks: dict[tuple[str, str, int], SublistResult] = {}
 
     # ------------------------------------------------------------------ match
 
@@ -355,6 +361,8 @@ class Sublist:
         toks = subject.split(TSEP)
         if "" in toks:
             return _EMPTY
+        if subject.startswith("$JS.ACK.") and len(toks) > 6:
+            return self._ack_result(toks)
         result = _collect(self._root, toks)
         if self._caching:
             cache = self._cache
@@ -362,6 +370,31 @@ class Sublist:
             if len(cache) > CACHE_MAX:
                 self._sweep()
         return result
+
+    def _ack_result(self, toks: list[str]) -> SublistResult:
+        """The result of a JetStream ack subject (a miss: each is unique), not put in the cache. Its tokens
+        after the stream and consumer (the v1 form has 9 tokens; the v2 one puts a domain and an account hash
+        before them) vary per message; when every subscription that could match a subject of this length with
+        the same fixed tokens has only wildcards in the varying ones, they all have one result, kept in
+        ``_acks`` (with the delivery plan made for it) until the subscriptions change."""
+        n = len(toks)
+        k = 4 if n == 9 else 6
+        key = (toks[k - 2], toks[k - 1], n)
+        r = self._acks.get(key)
+        if r is not None:
+            return r
+        r = _collect(self._root, toks)
+        if not (r.psubs or r.qsubs):
+            return r
+        for sub in self.reverse_match(TSEP.join(toks[:k]) + ".*" * (n - k)):
+            for t in sub.subject.split(TSEP)[k:]:
+                if t != PWC and t != FWC:
+                    return r
+        acks = self._acks
+        if len(acks) >= ACKS_MAX:
+            acks.clear()
+        acks[key] = r
+        return r
 
     def _sweep(self) -> None:
         cache = self._cache
@@ -461,6 +494,8 @@ class Sublist:
             members[key] = sub
         self._count += 1
         self._inserts += 1
+        if self._acks:
+            self._acks.clear()
         cache = self._cache
         if cache:
             if not wildcard:
@@ -476,6 +511,8 @@ class Sublist:
         """Unindex ``sub``; False if it was not in (or its subject is invalid)."""
         if not self._remove(sub):
             return False
+        if self._acks:
+            self._acks.clear()
         cache = self._cache
         if cache:
             self._invalidate(cache, sub.subject)
@@ -499,6 +536,8 @@ class Sublist:
                     patterns.append(toks)
                 else:
                     literals.append(subject)
+        if removed and self._acks:
+            self._acks.clear()
         cache = self._cache
         if removed and cache:
             if len(patterns) > _BATCH_SCAN_MAX:
@@ -616,10 +655,13 @@ class Sublist:
         weight of remote interest)."""
         for r in self._cache.values():
             r.plan = None
+        for r in self._acks.values():
+            r.plan = None
 
     def clear_cache(self) -> None:
         """Drop every cached result (e.g. after changing sub weights)."""
         self._cache.clear()
+        self._acks.clear()
 
     def all(self) -> list[Any]:
         """Every subscription (order unspecified)."""
