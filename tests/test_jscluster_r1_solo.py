@@ -356,3 +356,44 @@ async def test_r1_consumer_restarted_then_scaled_up(cl):
     finally:
         await nc2.close()
         await asyncio.sleep(0)
+
+
+async def test_r1_solo_write_behind_on_only_while_solo(cl, monkeypatch):
+    """Solo, the store is all there is, as on one server: a burst's plain appends are gathered and written
+    together (Stream.set_write_behind); with members, nothing the group's log holds is ever gathered."""
+    import rillet.jetstream.store.filestore as fsmod
+    servers, nc, js = cl
+    gathered = []
+    real = fsmod.FileStore.flush_writes
+
+    def counting(self):
+        if self._wb_off >= 0:
+            gathered.append(len(self._wb))
+        return real(self)
+
+    monkeypatch.setattr(fsmod.FileStore, "flush_writes", counting)
+    await js.add_stream(StreamConfig(name="WB1", subjects=["wb1"], num_replicas=1))
+    await js.publish("wb1", b"first")
+    (r,) = held(servers, "WB1")
+    assert r.log.solo and r.stream._wb_store
+    acks = await asyncio.gather(*[js.publish("wb1", b"m%d" % i) for i in range(300)])
+    assert sorted(a.seq for a in acks) == list(range(2, 302))
+    assert gathered and len(gathered) < 300
+    assert (await js.get_msg("WB1", 200)).data == b"m198"
+
+    await js.update_stream(StreamConfig(name="WB1", subjects=["wb1"], num_replicas=3))
+    await until(lambda: len(held(servers, "WB1")) == 3 and all(
+        len(x.group.peers) == 3 for x in held(servers, "WB1")), timeout=15, what="three members")
+    assert not any(x.stream._wb_store for x in held(servers, "WB1"))
+    gathered.clear()
+    acks = await asyncio.gather(*[js.publish("wb1", b"r%d" % i) for i in range(100)])
+    assert sorted(a.seq for a in acks) == list(range(302, 402)) and not gathered
+    await until(lambda: {state(x) for x in held(servers, "WB1")} == {(401, 1, 401, ())}, what="replicated")
+
+    await js.update_stream(StreamConfig(name="WB1", subjects=["wb1"], num_replicas=1))
+    await until(lambda: len(held(servers, "WB1")) == 1 and held(servers, "WB1")[0].log.solo, timeout=15,
+                what="solo again")
+    assert held(servers, "WB1")[0].stream._wb_store
+    acks = await asyncio.gather(*[js.publish("wb1", b"s%d" % i) for i in range(100)])
+    assert sorted(a.seq for a in acks) == list(range(402, 502))
+    assert (await js.stream_info("WB1")).state.messages == 501

@@ -772,6 +772,36 @@ class Stream:
         else:
             self._reply(reply, payload, b"", seq)
 
+    def set_write_behind(self, on: bool) -> None:
+        """Write-behind on or off for a stream whose log is not a ``SingleNodeLog``: a clustered R1 stream while
+        its group runs solo (rillet.jetstream.cluster.streams StreamReplica.solo_check), when its entries are
+        applied without the group's log, so the store is all there is, as on one server. Off (the group no
+        longer solo): what is gathered is written now; a failed write takes those messages back and their held
+        acks become the error, as at the end of a pass. (An entry applied through the group's log is never
+        gathered: ``no_gather``.)"""
+        if on == self._wb_store or self._writer is None or not hasattr(self.store, "write_behind"):
+            return
+        self._wb_store = on
+        if on:
+            self.store.write_behind(self._wb_armed, self._wb_failed)
+            self.store.gather(False)  # (the next pass's first held reply turns gathering on: _arm)
+            return
+        self._wb_pending = False
+        try:
+            self.store.write_behind(on=False)
+        except store_base.StoreError:
+            pass  # (the store took the messages back and _wb_failed turned their acks into the error)
+
+    def no_gather(self) -> None:
+        """Before an entry of the group's log is applied: it is written at once (gathered records first), so
+        a failed write can never take back what the log holds."""
+        if self._wb_store:
+            try:
+                self.store.gather(False)
+            except store_base.StoreError:
+                pass  # (taken back, as in write_held; this entry's own append then fails on its own)
+            self._wb_pending = False
+
     def _wb_armed(self) -> None:
         """The store gathered the first record of this pass (the replies are held already)."""
         self._wb_pending = True

@@ -202,6 +202,7 @@ class StreamReplica:
                 self.restored = True
             self.restore(entry.args[0])  # (a follower catches up to the leader's store; the leader has it)
             return None
+        st.no_gather()  # (an entry of the group's log: never gathered by a solo R1's write-behind)
         try:
             res = st._apply(entry)
         finally:  # (markers an entry stored count as where the log is)
@@ -269,6 +270,7 @@ class StreamReplica:
             self.cs.reconcile_soon()
         else:
             self.log.solo = False
+            st.set_write_behind(False)
             if self._restoring is not None:
                 self._restore_failed("stream leader lost during the restore")
             for sub in st._subs:
@@ -313,6 +315,8 @@ class StreamReplica:
             solo = False  # (the removal that left this member alone has not committed yet: again later)
             self.cs.js.loop.call_later(RECONCILE_EVERY, self.solo_check)
         self.log.solo = solo
+        # solo, the store is what is durable, as on one server: write-behind too (Stream.set_write_behind)
+        self.stream.set_write_behind(solo)
 
     def mark_synced(self) -> None:
         """Before this leader changes the group's members: stop running solo and, when entries were applied
@@ -321,6 +325,7 @@ class StreamReplica:
         snapshot) before the entries that follow it."""
         log = self.log
         log.solo = False
+        self.stream.set_write_behind(False)
         if log.solo_applied:
             log.solo_applied = 0
             self.synced = False
