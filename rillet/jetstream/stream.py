@@ -11,7 +11,8 @@
 Replies at the end of the pass (the leader, any log): the stream holds the PubAcks (and errors) of a loop
 pass after its first; ``_StoreWriter``, queued in the server's pending output like a connection, sends them
 together at the end of the pass (``_send_replies``: one sublist result per reply prefix when it stands for
-every subject under it). Write-behind (file store, a ``SingleNodeLog`` only): the store gathers the plain
+every subject under it). Write-behind (file store, a ``SingleNodeLog`` or a clustered R1 stream while its group
+runs solo: ``set_write_behind``; never an entry of the group's log: ``no_gather``): the store gathers the plain
 appends of the pass (FileStore.write_behind) and the writer writes them with one write before it sends the
 acks. A PubAck leaves only once its message is written to the OS; if that write fails, the store takes the
 messages back and their held acks become the store's error.
