@@ -199,6 +199,14 @@ async def test_rillet_leads_a_stream_group_of_go_followers_and_steps_down_and_ba
             assert si.config.subjects == ["lead.>"] and si.config.num_replicas == 3
             assert sorted(r.name for r in si.cluster.replicas) == sorted(go for go in gc.names
                                                                        if gw.peer_id(go) in rep.raft.peers)
+            # a message deleted through the Rillet leader: applied everywhere, answered as nats-server answers
+            r = json.loads((await nc.request("$JS.API.STREAM.MSG.DELETE.LEAD", json.dumps({"seq": 4}).encode(),
+                                             timeout=5)).data)
+            assert r == {"type": "io.nats.jetstream.api.v1.stream_msg_delete_response", "success": True}
+            r = json.loads((await nc.request("$JS.API.STREAM.MSG.DELETE.LEAD", json.dumps({"seq": 4}).encode(),
+                                             timeout=5)).data)
+            assert r["error"] == {"code": 400, "err_code": 10043, "description": "sequence 4 not found"}
+            assert rep.store.load_msg(4) is None
             assert rep.published == 12 and rep.acked == 12  # (seq 1 was a Go leader's; the duplicate is not proposed)
             # a preferred server that is not a peer of the group: refused as nats-server refuses it
             r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.LEAD",
@@ -218,7 +226,9 @@ async def test_rillet_leads_a_stream_group_of_go_followers_and_steps_down_and_ba
                     return None
                 return i if i.cluster.leader in gc.names else None
             si = await CAP._until(go_led, 15, what="a Go server leading LEAD")
-            assert si.state.messages == 13 and si.state.last_seq == 13
+            assert si.state.messages == 12 and si.state.last_seq == 13
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.get_msg("LEAD", 4)
             for seq in (2, 7, 11):
                 got = await js.get_msg("LEAD", seq)
                 assert got.subject == f"lead.{(seq - 1) % 3}" and got.data == f"m{seq - 1}".encode()

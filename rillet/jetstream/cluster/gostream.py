@@ -28,7 +28,8 @@ nats-server's stream leader: publishes to the stream's subjects become stream me
 last sequence proposed, counting failed proposals), acknowledged once committed and stored (PubAck bytes,
 ``Nats-Msg-Id`` duplicates within the window -- in flight, applied or rebuilt from the store at start --, expected
 stream / last sequence / last subject sequence); ``$JSC.SYNC`` catch-ups are served from the store;
-``STREAM.INFO`` and the leader step-down request are answered.
+``STREAM.INFO``, ``STREAM.MSG.DELETE`` (proposed, answered once applied) and the leader step-down request are
+answered.
 
 Not yet: any other stream API request while leading; publish headers other than those (refused: expected last
 message id, rollups, TTLs, batches, counters, schedules); discard-new and account limits before proposing; a
@@ -355,6 +356,8 @@ class GoStreamReplica(GoMetaMember):
         if sync:
             self._lead_subs.append((self.ic, self.ic.subscribe(sync, self._on_sync)))
         self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.INFO.{self.name}", self._on_info)))
+        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.MSG.DELETE.{self.name}",
+                                                           self._on_msg_delete)))
         self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.LEADER.STEPDOWN.{self.name}",
                                                            self._on_stepdown)))
         self.log.notice(f"JetStream: leading stream '{self.account} > {self.name}' [{self.group}] "
@@ -529,6 +532,33 @@ class GoStreamReplica(GoMetaMember):
                "ts": format_time(time.time_ns())}
         self.ic.publish(reply, None, json.dumps(doc, separators=(",", ":")).encode())
 
+    def _on_msg_delete(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
+                       msg: bytes) -> None:
+        """``$JS.API.STREAM.MSG.DELETE.<stream>``: proposed (Go's delete entry, with the request's client, subject
+        and reply); answered once applied (``_apply``)."""
+        if self._lead_subs is None or hdr <= 0:
+            return
+        ci = request_info(bytes(msg[:hdr]))
+        if ci is None or ci.get("acc") != self.account:
+            return
+        try:
+            req = json.loads(bytes(msg[hdr:]) or b"{}")
+            if not isinstance(req, dict) or not isinstance(req.get("seq", 0), int):
+                raise ValueError("not a delete request")
+        except ValueError as e:
+            if reply:
+                self.ic.publish(reply, None, json.dumps(
+                    {"type": "io.nats.jetstream.api.v1.stream_msg_delete_response",
+                     "error": ApiError.make("INVALID_JSON", err=str(e)).to_dict()}, separators=(",", ":")).encode())
+            return
+        doc: dict[str, Any] = {"client": {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")},
+                               "stream": self.name, "seq": int(req.get("seq") or 0)}
+        if req.get("no_erase"):
+            doc["no_erase"] = True
+        doc["subject"] = subject.decode("utf-8", "surrogateescape")
+        doc["reply"] = reply.decode("utf-8", "surrogateescape") if reply else ""
+        self.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_DELETE_MSG, doc))])
+
     def _on_stepdown(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         if self._lead_subs is None or hdr <= 0:
             return
@@ -590,7 +620,15 @@ class GoStreamReplica(GoMetaMember):
         elif isinstance(x, ge.JsonEntry) and isinstance(x.doc, dict):
             doc = x.doc
             if x.op == ge.OP_DELETE_MSG:
-                self.store.remove_msg(int(doc.get("seq", 0)), erase=not doc.get("no_erase", False))
+                seq = int(doc.get("seq", 0))
+                removed = self.store.remove_msg(seq, erase=not doc.get("no_erase", False))
+                if self._lead_subs is not None and doc.get("reply"):
+                    resp: dict[str, Any] = {"type": "io.nats.jetstream.api.v1.stream_msg_delete_response"}
+                    if removed:
+                        resp["success"] = True
+                    else:
+                        resp["error"] = ApiError.make("SEQUENCE_NOT_FOUND", seq=seq).to_dict()
+                    self.ic.publish(str(doc["reply"]).encode(), None, json.dumps(resp, separators=(",", ":")).encode())
             elif x.op == ge.OP_PURGE_STREAM:
                 req = doc.get("request") or {}
                 self.store.purge(subject=req.get("filter") or None, seq=int(req.get("seq", 0) or 0),
