@@ -205,7 +205,11 @@ class MqttConn(asyncio.Protocol):
             return
         self.last_read = time.monotonic()
         self.last_activity = time.time()
-        if self.fast and not self.busy and not self.decoder.buf and not self.queue._queue:  # type: ignore[attr-defined]
+        if self.fast and not self.busy and not self.queue._queue:  # type: ignore[attr-defined]
+            dbuf = self.decoder.buf
+            if dbuf:  # (the start of a packet the last read ended in)
+                data = bytes(dbuf) + data
+                dbuf.clear()
             data = self._fast_in(data)
             if not data:
                 self.server.flush_clients()
