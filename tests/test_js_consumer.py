@@ -698,7 +698,7 @@ async def test_domain_and_v2_ack_subjects(tmp_path):
         await a.ack_sync()
         # the 11-token form (domain and account hash) is accepted too
         toks = b.reply.split(".")
-        from rillet.jetstream.consumer import account_hash
+        from rillet.jetstream.consumer.common import account_hash
         v2 = ".".join(["$JS", "ACK", "hub", account_hash("$G")] + toks[2:])
         r = await nc.request(v2, b"+ACK", timeout=1)
         assert r.data == b""

@@ -18,7 +18,7 @@ import nats
 import pytest
 
 from rillet.config.options import JetStreamOptions
-from rillet.jetstream.consumer_state import ConsumerStateMachine
+from rillet.jetstream.consumer.state import ConsumerStateMachine
 from rillet.jetstream.log import Entry
 from rillet.jetstream.store.filestore import FileStore
 from rillet.jetstream.storeopen import store_config

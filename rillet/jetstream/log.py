@@ -71,7 +71,7 @@ class Entry(msgspec.Struct):
     MIRROR = 6       # (seq, subject, hdr, data, ts): a mirrored message at the origin's sequence and time
     EXPIRE = 7       # (ts,): remove what max_age and message TTLs let go at time ts (markers stamped ts)
 
-    # consumer ops (args and meaning: rillet.jetstream.consumer_state)
+    # consumer ops (args and meaning: rillet.jetstream.consumer.state)
     C_START = 20
     C_DELIVERED = 21
     C_UNDELIVERED = 22

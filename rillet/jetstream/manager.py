@@ -97,7 +97,7 @@ class JSAccount:
                 if cfg.storage == "memory":
                     continue  # (written by an older Rillet: nats-server restores no memory stream)
                 stream = self.open_stream(cfg, m.get("created") or format_time(time.time_ns()), write_meta=False)
-                from rillet.jetstream.consumer import recover_consumers
+                from rillet.jetstream.consumer.engine import recover_consumers
                 recover_consumers(stream)
                 self.js.log.notice(f"  Restored {stream.store.state().msgs:,} messages for stream "
                                    f"'{self.account.name} > {name}'")

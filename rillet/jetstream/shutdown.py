@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rillet.jetstream import headers as H
-from rillet.jetstream.consumer import PENDING_BYTES, PENDING_MSGS
+from rillet.jetstream.consumer.common import PENDING_BYTES, PENDING_MSGS
 
 
 def _replicas(consumer: Any) -> int:

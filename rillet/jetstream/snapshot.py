@@ -190,7 +190,7 @@ def _finish(router: "ApiRouter", cfg: Any, chunks: list[bytes]) -> Any:
         tar.extractall(sdir)
     sync_tree(sdir)  # a restore that was answered survives a power cut
     stream = jsa.open_stream(cfg, format_time(now_ns()))
-    from rillet.jetstream.consumer import recover_consumers
+    from rillet.jetstream.consumer.engine import recover_consumers
     recover_consumers(stream)
     return stream
 

@@ -667,7 +667,7 @@ class MetaApi:
             self._answer_later(router, reply, typ, lambda t: self.cl.info.consumer_info(acc, stream_name, name, t))
             return
         if not name:
-            from rillet.jetstream.consumer import new_consumer_name
+            from rillet.jetstream.consumer.common import new_consumer_name
             while True:
                 name = new_consumer_name()
                 if name not in sa.consumers:

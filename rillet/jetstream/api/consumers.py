@@ -15,7 +15,8 @@ from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream.api import types as A
 from rillet.gocompat.jsoncodec import GoJSONError, go_unmarshal
-from rillet.jetstream import consumer as CO
+from rillet.jetstream.consumer.common import _parse_time_ns, new_consumer_name
+from rillet.jetstream.consumer.engine import create_consumer
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
 
@@ -97,12 +98,12 @@ class ConsumerApi:
             return
         if not name:
             while True:
-                name = CO.new_consumer_name()
+                name = new_consumer_name()
                 if name not in stream.consumers:
                     break
             cfg.name = name
         try:
-            c = CO.create_consumer(stream, cfg, name)
+            c = create_consumer(stream, cfg, name)
         except OSError as e:
             raise ApiError.make("CONSUMER_STORE_FAILED", err=str(e))
         self.js.advisories.consumer_action(self.jsa, stream, name, "create")
@@ -166,7 +167,7 @@ class ConsumerApi:
         stream = self._stream(args[0])
         c = self._consumer(stream, args[1])
         pu = req.pause_until if req.pause_until != GO_ZERO_TIME else None
-        until = CO._parse_time_ns(pu) if pu else 0
+        until = _parse_time_ns(pu) if pu else 0
         if until and until > now_ns():
             text = to_utc_time(pu) if isinstance(pu, str) else format_time(until)
             c.set_pause(until, text)
@@ -181,10 +182,10 @@ class ConsumerApi:
 
     def consumer_unpin(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         """``$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`` ``{"group": ...}``: the pinned client of a
-        pinned_client consumer loses its pin; the next request served is pinned (rillet.jetstream.priority)."""
+        pinned_client consumer loses its pin; the next request served is pinned (rillet.jetstream.consumer.priority)."""
         if len(args) != 2:
             return  # nats-server has no handler for this subject
-        from rillet.jetstream import priority
+        from rillet.jetstream.consumer import priority
         # (nats-server decodes this one with plain json.Unmarshal: one value, unknown fields ignored even
         # when strict, syntax errors without their offset)
         try:
@@ -203,7 +204,7 @@ class ConsumerApi:
         self.router.respond(reply, {"type": T + "consumer_unpin_response"})
 
     def consumer_reset(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
-        """Resets are answered by the consumer itself (rillet.jetstream.consumer_reset); this subscription only
+        """Resets are answered by the consumer itself (rillet.jetstream.consumer.reset); this subscription only
         keeps a reset for a missing consumer unanswered (no "no responders"), as nats-server does."""
         from rillet.jetstream.api.common import NOT_COUNTED
         return NOT_COUNTED

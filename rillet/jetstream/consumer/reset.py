@@ -6,7 +6,7 @@ not exist has no responder). The body is empty (back to the ack floor: ``ack_flo
 ``{"seq": n}``. A consumer with deliver policy ``all`` may go anywhere; ``by_start_sequence`` not below its
 ``opt_start_seq``; ``by_start_time`` not below the first sequence at its start time; other policies only back
 to the ack floor ("invalid reset: not allowed"). The reset is an entry, ``C_RESET (seq,)``, applied to the
-replicated state on every replica (rillet.jetstream.consumer_state); once applied, the leader moves its scan
+replicated state on every replica (rillet.jetstream.consumer.state); once applied, the leader moves its scan
 position, drops its redelivery queue and answers with the consumer info plus ``reset_seq``. On an interest
 stream, what the consumer covers below its new ack floor counts as acknowledged by it and goes when no other
 consumer needs it (rillet.jetstream.retention.on_consumer_reset; in a cluster the stream leader does it when
@@ -21,7 +21,7 @@ from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry
 
 if TYPE_CHECKING:
-    from rillet.jetstream.consumer import Consumer
+    from rillet.jetstream.consumer.engine import Consumer
 
 TYPE = "io.nats.jetstream.api.v1.consumer_reset_response"
 
@@ -86,7 +86,7 @@ def target_seq(c: "Consumer", seq: int) -> int:
             if seq < (c.cfg.opt_start_seq or 0):
                 raise ApiError.make("CONSUMER_INVALID_RESET", err="below start seq")
         elif dp == "by_start_time":
-            from rillet.jetstream.consumer import _parse_time_ns
+            from rillet.jetstream.consumer.common import _parse_time_ns
             if seq < c.stream.store.get_seq_from_time(_parse_time_ns(c.cfg.opt_start_time)):
                 raise ApiError.make("CONSUMER_INVALID_RESET", err="below start time")
         elif dp != "all":

@@ -27,7 +27,7 @@ from rillet.gocompat.gotime import format_time
 from rillet.jetstream.stream import now_ns
 
 if TYPE_CHECKING:
-    from rillet.jetstream.consumer import Consumer
+    from rillet.jetstream.consumer.engine import Consumer
 
 PIN_HDR = "Nats-Pin-Id"
 _NUID_CHARS = string.ascii_letters + string.digits

@@ -1,0 +1,151 @@
+"""A consumer's state kept: the delivery state flushed to the store, the config in ``meta.json``
+(``ConsumerPersist``), and which consumers are kept on disk."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from rillet.jetstream.store.base import ErrStoreClosed
+from rillet.durable import fsync_dir, make_dirs_durable
+
+from rillet.jetstream.consumer.common import (STATE_FLUSH, _cfg)
+
+if TYPE_CHECKING:
+    from rillet.jetstream.stream import Stream
+    from rillet.jetstream.consumer.engine import Consumer
+
+
+
+class StateMixin:
+    # ---- state --------------------------------------------------------------------------------------
+
+    def get_state(self) -> Any:
+        from rillet.jetstream.store.base import ConsumerState, SequencePair
+        return ConsumerState(
+            delivered=SequencePair(consumer_seq=self.dseq - 1,
+                                   stream_seq=self.dsseq if self.has_state else self.sseq - 1),
+            ack_floor=SequencePair(consumer_seq=self.adflr, stream_seq=self.asflr),
+            pending={s: (p[0], p[1]) for s, p in self.pending.items()},
+            redelivered={s: c - 1 for s, c in self.rdc.items() if c > 1},
+        )
+
+    def apply_state(self, state: Any) -> None:
+        """Restore the replicated state from the persisted one (a snapshot install), then the engine's
+        scan position from it."""
+        self.dseq = state.delivered.consumer_seq + 1
+        self.sseq = state.delivered.stream_seq + 1
+        self.dsseq = state.delivered.stream_seq
+        self.has_state = True
+        self.adflr = state.ack_floor.consumer_seq
+        self.asflr = state.ack_floor.stream_seq
+        self.pending = {int(s): [int(p[0]), int(p[1])] for s, p in (state.pending or {}).items()}
+        self.rdc = {int(s): int(c) + 1 for s, c in (state.redelivered or {}).items()}
+        # everything pending is due for redelivery after a restart once its ack wait passes
+        lst = self.stream.store.state().last_seq
+        if self.asflr > lst:
+            self.asflr = lst
+            self.adflr = self.dseq - 1
+            self.pending = {}
+            self.rdc = {}
+        for s in [s for s in self.pending if s > lst]:
+            del self.pending[s]
+        if self.sseq > lst + 1:
+            self.sseq = (max(self.pending) + 1) if self.pending else self.asflr + 1
+        self.npc_dirty = True
+
+    def _mark_dirty(self) -> None:
+        if self.persist is None or self.closed:
+            return
+        self._dirty = True
+        if self._flush_timer is None:
+            self._flush_timer = self.loop.call_later(STATE_FLUSH, self._flush_cb)
+
+    def _flush_cb(self) -> None:
+        self._flush_timer = None
+        if not self.closed:
+            self.flush_state()
+
+    def flush_state(self) -> None:
+        if self.persist is None or not self._dirty:
+            return
+        self._dirty = False
+        try:
+            self.persist.write_state(self.get_state())
+        except Exception as e:
+            self.js.log.error(f"JetStream consumer '{self.stream.name} > {self.name}' state write failed: {e}")
+
+
+# ---- persistence ------------------------------------------------------------------------------------------
+
+
+class ConsumerPersist:
+    """A consumer on disk: its config in ``<stream dir>/consumers/<name>/meta.json``, its delivery state in
+    the stream store's ``consumer_store(name)`` (which the store flushes and syncs with the stream)."""
+
+    def __init__(self, path: str, store: Any, name: str) -> None:
+        self.path = path
+        self.store = store
+        self.name = name
+        self.cs: Any = None
+
+    def _cs(self) -> Any:
+        if self.cs is None or getattr(self.cs, "_closed", False):
+            self.cs = self.store.consumer_store(self.name)
+        return self.cs
+
+    def write_meta(self, c: Consumer) -> None:
+        from rillet.jetstream.api import consumers as api_consumer
+        make_dirs_durable(self.path)
+        data = json.dumps({"config": api_consumer.config_to_dict(c.cfg, dynamic_meta=False, for_store=True),
+                           "created": c.created, "name": c.name}).encode()
+        _atomic_write(os.path.join(self.path, "meta.json"), data)
+
+    def write_state(self, state: Any) -> None:
+        cs = self._cs()
+        cs.update(state)
+        cs.flush()
+
+    def load(self, log: Any) -> tuple[dict | None, Any]:
+        """(config file contents, delivery state); (None, None) with an error logged when the consumer
+        cannot be recovered. A state the store cannot decode was logged by the store: no state."""
+        path = os.path.join(self.path, "meta.json")
+        try:
+            with open(path, "rb") as f:
+                meta = json.loads(f.read())
+        except (OSError, ValueError) as e:
+            log.error(f"  Error recovering consumer '{self.name}': cannot read {path}: {e}")
+            return None, None
+        return meta, self._cs().state()
+
+    def delete(self) -> None:
+        try:
+            cs = self._cs()
+        except ErrStoreClosed:
+            cs = None  # the stream and its store were deleted first: the state went with them
+        if cs is not None:
+            cs.delete()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _atomic_write(path: str, data: bytes, sync: bool = True) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if sync:  # the rename survives a crash too
+        fsync_dir(os.path.dirname(path))
+
+
+def consumers_dir(stream: "Stream") -> str:
+    return os.path.join(stream.jsa.stream_dir(stream.name), "consumers")
+
+
+def persisted(stream: "Stream", cfg: Any) -> bool:
+    """Consumers on memory streams, or asking for memory storage, are not written to disk."""
+    return _cfg(stream.cfg, "storage", "file") == "file" and not _cfg(cfg, "mem_storage", False)
+
