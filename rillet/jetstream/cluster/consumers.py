@@ -35,8 +35,8 @@ from typing import Any
 
 import msgspec
 
-from rillet.jetstream.consumer import Consumer
-from rillet.jetstream.consumer_state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
+from rillet.jetstream.consumer.engine import Consumer
+from rillet.jetstream.consumer.state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
                                              C_START, ConsumerStateMachine)
 from rillet.jetstream.cluster.log import SYNCED
 from rillet.jetstream.log import Entry, NotLeader
@@ -324,7 +324,7 @@ def send_advisory(cs: Any, jsa: Any, build: Any) -> None:
 
 class SoloPersist:
     """A solo R1 consumer's state in its stream store's consumer state (``store.consumer_store(name)``, flushed
-    and synced with the stream), as a lone server's consumer keeps it (rillet.jetstream.consumer.ConsumerPersist;
+    and synced with the stream), as a lone server's consumer keeps it (rillet.jetstream.consumer.persist.ConsumerPersist;
     the config stays in the consumer's assignment)."""
 
     def __init__(self, store: Any, name: str) -> None:
@@ -476,7 +476,7 @@ class ConsumerReplica:
     # ---- R1: no log while this server is the only member -------------------------------------------
 
     def _can_persist(self) -> bool:
-        from rillet.jetstream.consumer import persisted
+        from rillet.jetstream.consumer.persist import persisted
         return not self.group.memory and persisted(self.rep.stream, self.c.cfg)
 
     def _load_solo_state(self) -> None:
