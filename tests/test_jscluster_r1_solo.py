@@ -397,3 +397,37 @@ async def test_r1_solo_write_behind_on_only_while_solo(cl, monkeypatch):
     acks = await asyncio.gather(*[js.publish("wb1", b"s%d" % i) for i in range(100)])
     assert sorted(a.seq for a in acks) == list(range(402, 502))
     assert (await js.stream_info("WB1")).state.messages == 501
+
+
+async def test_r1_solo_failed_gathered_write_fails_its_acks(cl, monkeypatch):
+    """A solo R1 stream's failed write (gathered or not) takes its messages back and answers their PubAcks with
+    the store's error, as on one server; the next messages reuse the sequences, and the group stays solo."""
+    import errno
+
+    import rillet.jetstream.store.filestore as fsmod
+    from nats.js.errors import APIError
+    servers, nc, js = cl
+    await js.add_stream(StreamConfig(name="DISK1", subjects=["disk1"], num_replicas=1))
+    await js.publish("disk1", b"before")
+    (r,) = held(servers, "DISK1")
+    assert r.log.solo and r.stream._wb_store
+
+    def no_space(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    taken_back = []
+    real_rollback = fsmod.FileStore._wb_rollback
+
+    def rollback(self, e):
+        taken_back.append(self._wb_off)
+        return real_rollback(self, e)
+    monkeypatch.setattr(fsmod, "_write_all", no_space)
+    monkeypatch.setattr(fsmod.FileStore, "_wb_rollback", rollback)
+    res = await asyncio.gather(*[js.publish("disk1", b"lost%d" % i) for i in range(20)], return_exceptions=True)
+    assert taken_back  # (gathered records were taken back, not only single writes refused)
+    assert all(isinstance(x, APIError) and (x.err_code, x.description) == (10023, "insufficient resources")
+               for x in res), res
+    monkeypatch.undo()
+    assert (await js.stream_info("DISK1")).state.last_seq == 1
+    acks = await asyncio.gather(*[js.publish("disk1", b"after%d" % i) for i in range(5)])
+    assert sorted(a.seq for a in acks) == [2, 3, 4, 5, 6]
+    assert (await js.get_msg("DISK1", 6)).data.startswith(b"after") and r.log.solo
