@@ -1,4 +1,4 @@
-"""The "not yet" rows of the README's nats-server 2.11-2.15 feature table, checked by running Rillet: each
+"""The "not yet" rows of the nats-server 2.11-2.15 feature table (docs/compatibility.md), checked by running Rillet: each
 setting Rillet does not implement is refused at load with its file:line:col and the reason (never accepted and
 ignored) while nats-server 2.15.1 accepts it (``nats-server -t``), and each 2.15 API Rillet does not serve has
 no responder (a 503 status, as for any subject nobody answers)."""

@@ -1,4 +1,4 @@
-"""One command for the regional orders pipeline (see pipeline.py and README.md, "Spark data pipeline"):
+"""One command for the regional orders pipeline (see pipeline.py and docs/spark.md):
 
     python examples/spark/run.py                      # starts a local Rillet server with JetStream
     python examples/spark/run.py --servers nats://127.0.0.1:4222   # or use a running server (empty JetStream)

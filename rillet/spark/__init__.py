@@ -5,7 +5,7 @@
     df = spark.read.format("jetstream").option("servers", "nats://127.0.0.1:4222").option("stream", "ORDERS").load()
 
 Needs the ``spark`` extra (``pip install 'rillet[spark]'``); the server itself does not import this package.
-See README.md, "Spark data pipeline", for the options, the columns and how exactly-once works.
+See docs/spark.md for the options, the columns and how exactly-once works.
 """
 from __future__ import annotations
 

@@ -177,7 +177,7 @@ def _check_kv_write(schema: StructType) -> None:
 
 
 class KVDataSource(DataSource):
-    """``format("kv")``: see README.md, "Spark data pipeline"."""
+    """``format("kv")``: see docs/spark.md."""
 
     @classmethod
     def name(cls) -> str:

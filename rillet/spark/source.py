@@ -457,7 +457,7 @@ def _log_stats(messages: list[Any], what: str) -> None:
 
 
 class JetStreamDataSource(DataSource):
-    """``format("jetstream")``: see README.md, "Spark data pipeline"."""
+    """``format("jetstream")``: see docs/spark.md."""
 
     @classmethod
     def name(cls) -> str:
