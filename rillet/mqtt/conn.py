@@ -1479,9 +1479,13 @@ class MqttConn(asyncio.Protocol):
             return
         rep = reply.decode()
         nums = parse_ack(rep)
-        h = parse_headers(msg[:hdr]) if hdr > 0 else {}
-        pq = h.get("Nmqtt-Pub")
-        mq = int(pq[0]) if pq and pq[0].isdigit() else 0
+        if hdr == 25 and msg[:20] == b"NATS/1.0\r\nNmqtt-Pub:":  # (a 3.1.1 MQTT message: no other header)
+            h: dict = {}
+            mq = msg[20] - 48 if 48 <= msg[20] <= 57 else 0
+        else:
+            h = parse_headers(msg[:hdr]) if hdr > 0 else {}
+            pq = h.get("Nmqtt-Pub")
+            mq = int(pq[0]) if pq and pq[0].isdigit() else 0
         qos = min(mq, s.qos)
         stripped = subj[len(MSGS_PREFIX):]
         if qos == 0 or (s.reserved and stripped.startswith("$")) or \
