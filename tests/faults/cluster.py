@@ -181,6 +181,13 @@ class Node:
             self.proc.wait(10)
         self.paused = False
 
+    def wipe(self) -> None:
+        """The server is stopped (SIGKILL) and its store directory deleted: it comes back empty."""
+        self.kill()
+        if self.fs is not None:
+            raise RuntimeError(f"{self.name}: wipe under lazyfs is not supported")
+        shutil.rmtree(self.store, ignore_errors=True)
+
     def power_cut(self) -> None:
         """The machine loses power: the process dies (SIGKILL) and what its store had not fsynced is gone."""
         if self.fs is None:

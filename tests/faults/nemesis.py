@@ -8,6 +8,9 @@ healed and the cluster gets ``gap`` seconds before the next):
 * ``pause``: ``pause-leader``, ``pause-random`` (SIGSTOP, then SIGCONT)
 * ``power``: ``power-random`` (one server loses power: SIGKILL, and its store loses what it had not
   fsynced, tests/faults/lazyfs.py), ``power-two`` (two at once), ``power-all`` (the whole cluster)
+* ``drill``: ``wipe-random`` (a server stopped, its store directory deleted, started again: it must catch up
+  and not be reported healthy before), ``wipe-while-down`` (the same while another server is SIGKILLed),
+  ``kill-all`` (every server SIGKILLed at once)
 * ``partition``: ``partition-random`` (one random server cut from the other two: minority/majority),
   ``partition-leader`` (the stream leader isolated), ``partition-bridge`` (two servers cut from each
   other, both still see the third), ``partition-link`` (a random server's veth down: cut from its
@@ -31,6 +34,8 @@ KINDS = {
     "partition": ["partition-random", "partition-leader", "partition-bridge", "partition-link"],
     "power": ["power-random", "power-two", "power-all"],
     "power-minority": ["power-random"],  # (one server at a time: what the default sync_interval must survive)
+    # the operators' drills: a server whose store is wiped (also while another server is down), all three killed
+    "drill": ["wipe-random", "wipe-while-down", "kill-all"],
 }
 
 
@@ -86,8 +91,10 @@ class Nemesis:
             log(f"{f.kind}: no stream leader known, taking n{f.targets[0]}")
         if f.kind in ("kill-two", "partition-bridge", "power-two"):
             return list(f.targets[:2])
-        if f.kind == "power-all":
+        if f.kind in ("power-all", "kill-all"):
             return list(range(len(self.cluster.nodes)))
+        if f.kind == "wipe-while-down":
+            return list(f.targets[:2])  # (the first is wiped, the second is down meanwhile)
         return [f.targets[0]]
 
     async def apply(self, f: Fault) -> None:
@@ -122,6 +129,15 @@ class Nemesis:
             await asyncio.sleep(f.down)
             for i in t:
                 c.nodes[i].start()
+        elif f.kind == "wipe-random" or f.kind == "wipe-while-down":
+            if f.kind == "wipe-while-down":
+                c.nodes[t[1]].kill()
+            c.nodes[t[0]].wipe()
+            await asyncio.sleep(f.down)
+            c.nodes[t[0]].start()
+            if f.kind == "wipe-while-down":
+                await asyncio.sleep(1.0)
+                c.nodes[t[1]].start()
         elif f.kind.startswith("power"):
             for i in t:
                 c.nodes[i].power_cut()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import asyncio
 import contextlib
 import os
@@ -157,6 +158,8 @@ class Run:
             # (nats-server after a power cut of every server: the stream is gone, and with it every value)
             self.failures.append(f"the stream {W.STREAM} was forgotten by the cluster ({e})")
             stream = []
+        if a.compare_replicas and stream:
+            await self.compare_replicas([(W.STREAM, W.SUBJECT), (f"KV_{W.BUCKET}", f"$KV.{W.BUCKET}.>")])
         # final reads of every key by a fresh client, after the heal
         await self.final_reads(kv)
         forgotten = await self.never_forgotten(schema, q, stream)
@@ -165,6 +168,51 @@ class Run:
         await schema.close()
         self.nemesis = nem
         return self.report(q, kv, schema, stream, forgotten, nem.done)
+
+    async def compare_replicas(self, streams: list[tuple[str, str]]) -> None:
+        """Every server in turn made the stream's leader and the stream read back in full through it: a replica
+        that differs (a fork, a replica short of messages it reports as current) is a failure."""
+        js = self.ctl.jetstream(timeout=5.0)
+        for name, subject in streams:
+            seen: dict[str, tuple[int, int]] = {}
+            for node in self.cluster.nodes:
+                moved = False
+                for _ in range(3):
+                    lead = await self.leader_name(name)
+                    if lead == node.name:
+                        moved = True
+                        break
+                    with contextlib.suppress(Exception):
+                        await self.ctl.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}",
+                                               json.dumps({"placement": {"preferred": node.name}}).encode(),
+                                               timeout=5.0)
+                    for _ in range(50):
+                        await asyncio.sleep(0.2)
+                        if await self.leader_name(name) == node.name:
+                            moved = True
+                            break
+                    if moved:
+                        break
+                if not moved:
+                    self.notes.add(f"{name}: could not make {node.name} the leader to read its replica")
+                    continue
+                try:
+                    msgs = await W.read_stream(js, name, subject, timeout=60.0)
+                except Exception as e:
+                    self.failures.append(f"{name}: reading the replica of {node.name} failed: {W.err_text(e)}")
+                    continue
+                seen[node.name] = (len(msgs), hash(tuple(msgs)))
+                log(f"replica of {name} on {node.name}: {len(msgs)} messages")
+            if len(set(seen.values())) > 1:
+                self.failures.append(f"{name}: the replicas differ when each leads: "
+                                     + ", ".join(f"{n} {c} messages" for n, (c, _) in sorted(seen.items())))
+
+    async def leader_name(self, stream: str) -> str | None:
+        try:
+            si = await self.ctl.jetstream(timeout=1.0).stream_info(stream)
+        except Exception:  # (no answer during an election)
+            return None
+        return si.cluster.leader if si.cluster else None
 
     async def final_reads(self, kv: W.KVWorkload) -> None:
         nc = await W.connect(self.cluster.urls, "kv-final")
@@ -387,6 +435,8 @@ def parser() -> argparse.ArgumentParser:
                     help="directory holding the rillet package the servers run (e.g. a `git archive HEAD` copy; "
                          "default: the installed one)")
     ap.add_argument("--keep", action="store_true", help="keep logs and stores after a good run")
+    ap.add_argument("--no-compare-replicas", dest="compare_replicas", action="store_false",
+                    help="skip the end check that makes each server the leader in turn and reads the stream back")
     return ap
 
 
