@@ -89,7 +89,8 @@ class Soak:
 
     async def slow(self) -> None:
         """A subscriber that never reads fast enough: the server must cut it (slow consumer), not hold its
-        output without bound."""
+        output without bound (counted from /varz slow_consumers: what the kernel buffered still reads after
+        the cut, so the socket itself says little)."""
         import socket
         host, port = self.cluster.nodes[0].host, self.cluster.nodes[0].port
         while not self.stop.is_set():
@@ -190,9 +191,10 @@ class Soak:
             for n in self.cluster.nodes:
                 try:
                     v = await asyncio.to_thread(varz, n)
-                    row[n.name] = [v.get("mem", 0), v.get("rillet_fds", 0), v.get("rillet_tasks", 0)]
+                    row[n.name] = [v.get("mem", 0), v.get("rillet_fds", 0), v.get("rillet_tasks", 0),
+                                   v.get("slow_consumers", 0)]
                 except (OSError, ValueError):
-                    row[n.name] = [None, None, None]
+                    row[n.name] = [None, None, None, None]
             self.samples.append(row)
             try:
                 await asyncio.wait_for(self.stop.wait(), self.a.sample)
@@ -266,6 +268,8 @@ class Soak:
               f"(peak {figures['rss'][2] / 1e6:.1f}), fds {figures['fds'][0]} -> {figures['fds'][1]} "
               f"(peak {figures['fds'][2]}), tasks {figures['tasks'][0]} -> {figures['tasks'][1]} "
               f"(peak {figures['tasks'][2]})")
+        cut = max((r[name][3] or 0) for r in self.samples if r.get(name) and r[name][0] is not None)
+        print(f"slow consumers cut by {name}: {cut}")
         if self.counts.get("js_acked", 0) == 0 or self.counts.get("core_published", 0) == 0:
             bad.append("no load got through")
         if bad:
