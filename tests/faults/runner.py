@@ -196,10 +196,16 @@ class Run:
                 if not moved:
                     self.notes.add(f"{name}: could not make {node.name} the leader to read its replica")
                     continue
-                try:
-                    msgs = await W.read_stream(js, name, subject, timeout=60.0)
-                except Exception as e:
-                    self.failures.append(f"{name}: reading the replica of {node.name} failed: {W.err_text(e)}")
+                msgs = None
+                for attempt in range(5):  # (a leader just elected may answer 503 for a moment)
+                    try:
+                        msgs = await W.read_stream(js, name, subject, timeout=60.0)
+                        break
+                    except Exception as e:
+                        err = e
+                        await asyncio.sleep(1.0)
+                if msgs is None:
+                    self.failures.append(f"{name}: reading the replica of {node.name} failed: {W.err_text(err)}")
                     continue
                 seen[node.name] = (len(msgs), hash(tuple(msgs)))
                 log(f"replica of {name} on {node.name}: {len(msgs)} messages")
