@@ -23,7 +23,7 @@ def _opts(tmp_path) -> Options:
 
 def test_handler_modules_cover_consumer_and_snapshot_endpoints():
     assert "rillet.jetstream.api.consumers" in api.HANDLER_MODULES
-    assert "rillet.jetstream.snapshot" in api.HANDLER_MODULES
+    assert "rillet.jetstream.api.snapshot" in api.HANDLER_MODULES
 
 
 async def test_broken_handler_import_fails_startup(tmp_path, monkeypatch):

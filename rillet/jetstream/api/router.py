@@ -1,6 +1,6 @@
 """The ``$JS.API`` dispatch: each request routed (answered here, by a leader elsewhere, or not at all: see
 ``routing``), served through the bounded API queue (``queue``) and answered, errors included, as nats-server
-answers. The endpoints are in ``streams``, ``direct``, ``consumers`` (and ``rillet.jetstream.snapshot``)."""
+answers. The endpoints are in ``streams``, ``direct``, ``consumers``, ``snapshot``."""
 from __future__ import annotations
 
 import importlib
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rillet.jetstream.manager import JSAccount
 
 # modules with a ``register(router)`` that adds their endpoints to every ApiRouter
-HANDLER_MODULES = ("rillet.jetstream.api.consumers", "rillet.jetstream.snapshot")
+HANDLER_MODULES = ("rillet.jetstream.api.consumers", "rillet.jetstream.api.snapshot")
 
 
 # requests whose body names the stream of the subject (checked by the handler: 10056 when they differ)
