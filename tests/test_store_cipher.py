@@ -1,11 +1,11 @@
-"""Unit tests of rillet.jetstream.store.cipher: key hierarchy, round trips, wrong keys, tampering, rotation."""
+"""Unit tests of rillet.cipher: key hierarchy, round trips, wrong keys, tampering, rotation."""
 import hashlib
 import os
 import hmac
 
 import pytest
 
-from rillet.jetstream.store.cipher import (AssetKey, DecryptError, KeyRecoveryError, KeyRing, StoreCipher,
+from rillet.cipher import (AssetKey, DecryptError, KeyRecoveryError, KeyRing, StoreCipher,
                                            hchacha20, key_gen, parse_cipher)
 
 CIPHERS = [StoreCipher.CHACHA, StoreCipher.AES]
@@ -99,7 +99,7 @@ def test_other_cipher_and_rotation():
 
 @pytest.mark.parametrize("cipher", CIPHERS)
 def test_block_stream_offsets(cipher):
-    from rillet.jetstream.store.cipher import block_stream, open_block_stream
+    from rillet.cipher import block_stream, open_block_stream
     ring = KeyRing(cipher, "k")
     bs, record = block_stream(ring, "S:1")
     plain = bytes(range(256)) * 5 + b"published plaintext"
@@ -123,7 +123,7 @@ def test_block_stream_offsets(cipher):
 
 @pytest.mark.parametrize("cipher", CIPHERS)
 def test_raft_wal_encrypted(tmp_path, cipher):
-    from rillet.jetstream.store.cipher import CipherError
+    from rillet.cipher import CipherError
     from rillet.raft.msgs import Snapshot
     from rillet.raft.wal import WAL
     d = str(tmp_path / "S-R3F-abc")

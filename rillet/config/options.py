@@ -106,7 +106,7 @@ class JetStreamOptions:
     domain: str = ""
     sync_interval: float | str = 120.0  # seconds, or "always"
     unique_tag: str = ""
-    # encryption at rest (rillet.jetstream.store.cipher): key (key | ek | encryption_key), prev_key, cipher
+    # encryption at rest (rillet.cipher): key (key | ek | encryption_key), prev_key, cipher
     key: str = ""
     prev_key: str = ""
     cipher: str = "chachapoly"  # or "aes"

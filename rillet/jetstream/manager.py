@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.store.base import ErrSyncFailed
+from rillet.cipher import CipherError
 from rillet.durable import fsync_dir, make_dirs_durable
 from rillet.jetstream.stream import Stream
 
@@ -81,7 +82,6 @@ class JSAccount:
 
     def _recover(self) -> None:
         """Load every stream (and its consumers) found on disk."""
-        from rillet.jetstream.store.cipher import CipherError
         if self.js.cluster is not None:
             return  # clustered: the streams come from the meta group's assignments
         for name in sorted(os.listdir(self.dir)):

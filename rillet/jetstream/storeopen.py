@@ -34,7 +34,7 @@ def open_store(cfg: Any, sdir: str, js: Any) -> Any:
     if cfg.storage == "memory":
         from rillet.jetstream.store.memstore import MemStore
         return MemStore(scfg)
-    from rillet.jetstream.store.cipher import keyring_from_options
+    from rillet.cipher import keyring_from_options
     # jetstream { key }: encrypted at rest; the account (<store_dir>/jetstream/<account>/streams/<stream>)
     # is part of the key derivation, as in nats-server
     keys = keyring_from_options(js.server.opts.jetstream, os.path.basename(os.path.dirname(os.path.dirname(

@@ -22,7 +22,7 @@ stored data is never served unchecked.
 Encrypted (``WAL.open(..., keys=KeyRing)``, jetstream { key }): ``key`` holds the log's key record (context:
 the directory's name), opened before anything else is read or changed (a wrong key raises
 KeyRecoveryError, 'unable to recover keys'); each record's data and the snapshot's payload are sealed
-(rillet.jetstream.store.cipher; a record's index/term/kind are its associated data).
+(rillet.cipher; a record's index/term/kind are its associated data).
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _wal_key(path: str, keys):
     kpath = os.path.join(path, "key")
     if keys is None:
         if os.path.exists(kpath):
-            from rillet.jetstream.store.cipher import CipherError
+            from rillet.cipher import CipherError
             raise CipherError("encryption not enabled")
         return None
     ctx = os.path.basename(os.path.normpath(path))
@@ -99,7 +99,7 @@ def _wal_key(path: str, keys):
             rec = f.read()
     except FileNotFoundError:
         if any(n.startswith("seg-") or n == "snapshot" for n in os.listdir(path)):
-            from rillet.jetstream.store.cipher import CipherError
+            from rillet.cipher import CipherError
             raise CipherError(f"{path}: a RAFT log written without encryption cannot be opened with a key")
         key, rec = keys.new_asset(ctx)
         _write_atomic_raw(path, "key", rec)

@@ -35,7 +35,6 @@ from rillet.config.options import RANDOM_PORT, Options
 from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_server_context, pinned_error, \
     recheck_pinned
 from rillet.server.tls import reload_context as tls_reload_context
-from rillet.server.ocsp import CLIENT_REJECT, PeerChecker
 from rillet.config.ocsp_section import peer_configs as ocsp_peer_configs
 from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
 from rillet.gocompat.gotime import format_seconds
@@ -388,6 +387,7 @@ class Server:
         saved when the server shuts down). ``ocsp_codec``, set by rillet.app's make_links: the S2 codec
         of the cache file (rillet.server.ocsp has a plain fallback)."""
         if self._ocsp_checker is None:
+            from rillet.server.ocsp import PeerChecker  # (only with ocsp_peer: a plain server loads none of it)
             self._ocsp_checker = PeerChecker(self.opts.ocsp_cache, self.log, codec=getattr(self, "ocsp_codec", None))
             self._ocsp_checker.sysacc = self.sysacc
             self._ocsp_checker.start(self.loop)
@@ -398,6 +398,7 @@ class Server:
         """ocsp_peer for a client's TLS connection: False (logged as nats-server does) when it is refused."""
         if await self.ocsp_checker().check_ssl(ssl_obj, cfg):
             return True
+        from rillet.server.ocsp import CLIENT_REJECT
         self.log.error(f"{c.log_prefix()} - TLS handshake error: {CLIENT_REJECT}")
         return False
 

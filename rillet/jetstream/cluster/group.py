@@ -296,7 +296,7 @@ class RaftGroup:
         if self.memory:
             self.wal, rec = MemWAL.open()
         else:
-            from rillet.jetstream.store.cipher import keyring_from_options
+            from rillet.cipher import keyring_from_options
             # jetstream { key }: the log's records and snapshots encrypted (context: the group's name)
             keys = keyring_from_options(self.server.opts.jetstream, "_raft_")
             self.wal, rec = WAL.open(self.dir, sync, keys=keys)

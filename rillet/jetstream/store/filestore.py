@@ -72,7 +72,7 @@ from typing import Any, Iterator
 
 import msgspec
 
-from .cipher import BlockStream, CipherError, KeyRing, block_stream, open_block_stream
+from rillet.cipher import BlockStream, CipherError, KeyRing, block_stream, open_block_stream
 from ._core import _NS, IndexedStore, MemConsumerStore, _is_all, is_delete_marker
 from ._fsindex import Block, BlockIndex, encode_index, index_totals, read_columns, read_summary
 from ._fsquery import _NOKEY, BlockQueries

@@ -28,9 +28,6 @@ import os
 import struct
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 SEED_SIZE = 32
 TAG_SIZE = 16
@@ -101,6 +98,7 @@ class _Aead:
     __slots__ = ("cipher", "_key", "_aes")
 
     def __init__(self, cipher: StoreCipher, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # (lazily)
         if len(key) != 32:
             raise ValueError("a store key is 32 bytes")
         self.cipher = cipher
@@ -116,12 +114,14 @@ class _Aead:
         return self.cipher.nonce_size + TAG_SIZE
 
     def _encrypt(self, nonce: bytes, plain: bytes, aad: bytes | None) -> bytes:
+        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305  # (lazily)
         if self._aes is not None:
             return self._aes.encrypt(nonce, plain, aad)
         sub = hchacha20(self._key, nonce[:16])
         return ChaCha20Poly1305(sub).encrypt(b"\0\0\0\0" + nonce[16:], plain, aad)
 
     def _decrypt(self, nonce: bytes, sealed: bytes, aad: bytes | None) -> bytes:
+        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305  # (lazily)
         if self._aes is not None:
             return self._aes.decrypt(nonce, sealed, aad)
         sub = hchacha20(self._key, nonce[:16])
@@ -132,6 +132,7 @@ class _Aead:
         return nonce + self._encrypt(nonce, bytes(plain), aad)
 
     def open(self, blob: bytes, aad: bytes | None = None) -> bytes:
+        from cryptography.exceptions import InvalidTag  # (lazily)
         ns = self.nonce_size
         if len(blob) < ns + TAG_SIZE:
             raise DecryptError(f"sealed data too short ({len(blob)} bytes)")
@@ -250,6 +251,7 @@ class BlockStream:
             self._ctr0 = int.from_bytes(nonce, "big")
 
     def xor(self, data: bytes, off: int) -> bytes:
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # (lazily)
         if not data:
             return b""
         if self.cipher is StoreCipher.CHACHA:
