@@ -56,7 +56,7 @@ class Link(Protocol):
 
 
 class GatewayStep(Protocol):
-    """The gateways' part in one account (``acc.gw``; rillet.cluster.gateway.AccountGateway), as delivery sees
+    """The gateways' part in one account (``acc.gw``; rillet.cluster.gateway_account.AccountGateway), as delivery sees
     it: the executor's gateway step for this server's clients' messages, evaluated per message (the remote
     clusters' interest is not in the sublist: optimistic and interest-only modes), and the ``_GR_.`` replies."""
 
