@@ -590,11 +590,16 @@ def test_jetstream_block():
     assert js.extra == {"strict": False}
 
 
-@pytest.mark.parametrize("key", ["key: s3cr3t", "cipher: aes",
-                                 "max_buffered_msgs: 100", "meta_compact: 10"])
+@pytest.mark.parametrize("key", ["max_buffered_msgs: 100", "meta_compact: 10"])
 def test_jetstream_keys_rillet_cannot_honour_are_refused(key):
+    # (key, cipher and prev_key are honoured since encryption at rest: tests/test_js_encryption.py)
     with pytest.raises(ConfigError, match=r'o\.conf:1:12: "\w+" is not supported: Rillet '):
         load("jetstream { " + key + " }")
+
+
+def test_jetstream_encryption_keys_are_taken():
+    js = load("jetstream { key: s3cr3t, cipher: aes }").jetstream
+    assert js.cipher == "aes" and js.key == "s3cr3t"
 
 
 def test_jetstream_aliases():
