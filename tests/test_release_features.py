@@ -21,7 +21,6 @@ REFUSED = [
     ("2.11", "leafnodes {\n  port: -1\n  tls { cert_file: {cert}, key_file: {key}, handshake_first: true }\n}",
      "'handshake_first' is not supported in the leafnodes tls block"),
     ("2.11", "jetstream {\n  tpm { keys_file: x }\n}", '2:3: "tpm" is not supported'),
-    ("2.11", "mqtt {\n  port: -1\n}", '1:0: "mqtt" is not supported'),
     ("2.12", "leafnodes {\n  port: -1\n  isolate_leafnode_interest: true\n}",
      "isolate_leafnode_interest: interest isolation is not supported yet"),
     ("2.15", "leafnodes {\n  port: -1\n  isolate: true\n}", "isolate: interest isolation is not supported yet"),

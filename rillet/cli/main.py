@@ -71,7 +71,7 @@ def _add_go_flag_command(app, name: str, module: str) -> None:  # noqa: ANN001
         raise typer.Exit(mod.main(list(ctx.args)))
     forward.__annotations__ = {"ctx": typer.Context, "return": None}  # real types for typer (no string eval)
 
-    app.command(name, help=mod.HELP, add_help_option=False,
+    app.command(name, help=mod.HELP + "\n\n\b\nExample:\n  " + mod.EXAMPLE, add_help_option=False,
                 context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(forward)
 
 

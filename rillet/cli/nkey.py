@@ -22,6 +22,7 @@ from rillet import nkey
 from rillet.cli.goflags import FlagError, FlagSet, HelpRequested
 
 HELP = "Create, show, sign and verify with nkeys (the nk tool: -gen, -inkey, -pubout, -sign, -verify)."
+EXAMPLE = "rillet nkey -gen user -pubout"  # (the `rillet` help lists the command with it)
 
 USAGE = """Usage: rillet nkey [options]
     -v                    Show version

@@ -26,6 +26,7 @@ from typing import Any
 from rillet.cli.goflags import FlagError, FlagSet, HelpRequested
 
 HELP = "Live view of a server's connections from its monitoring port (the nats-top tool: -s, -m, -n, -d, -sort)."
+EXAMPLE = "rillet top -s 127.0.0.1 -m 8222 -n 10 -sort bytes_to"  # (the `rillet` help lists the command with it)
 
 USAGE = """
 usage: rillet top [-s server] [-m http_port] [-ms https_port] [-n num_connections] [-d delay_secs] [-r max]

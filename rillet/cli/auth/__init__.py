@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 
 from rillet.cli.auth import describe, entities, resolver, sharing  # noqa: F401 (their commands register on app)
-from rillet.cli.auth.app import HELP, STATE, app, store  # noqa: F401 (HELP: the `rillet` help lists the command with it)
+from rillet.cli.auth.app import EXAMPLE, HELP, STATE, app, store  # noqa: F401 (HELP, EXAMPLE: the `rillet` help lists the command with them)
 from rillet.cli.auth.nscstore import AuthError, resolve_dirs, split_dir_flags
 
 

@@ -8,6 +8,7 @@ from rillet.cli.auth.nscstore import Store
 
 HELP = ("Operators, accounts, users and their JWTs in nsc's store (the nsc tool: add, edit, describe, generate, "
         "push, revocations).")
+EXAMPLE = "rillet auth add operator --name O --sys"  # (the `rillet` help lists the command with it)
 APP_HELP = HELP + """
 
 \b
