@@ -1,7 +1,7 @@
 """Route liveness: an idle route is PINGed every ROUTE_LIVENESS_PING s and a route that has read nothing (and
 had none of its bytes acknowledged) for ROUTE_SILENCE_CLOSE s is reset, its peer's interest dropped at
 once. (A route across a network cut otherwise stays open for minutes and delivers its stale backlog after
-the heal: tests/faults/README.md, the sync-always partition duplicates.) The constants are shortened here."""
+the heal: docs/changelog.md, "Fixed: the sync-always partition duplicates".) The constants are shortened here."""
 from __future__ import annotations
 
 import io
