@@ -862,22 +862,16 @@ class Stream:
         try:
             if self._wb_pending:  # (write-behind on: gathered records are written here, on the loop's thread)
                 self.store.flush_writes()
-        except Exception as e:
-            err = _store_error(e)
-            for reply, _ in acks:
-                self._reply(reply, _json({"error": err.to_dict(), "stream": self.name, "seq": 0}))
-            return
-        try:
             await self.js.loop.run_in_executor(None, self.store.sync)
         except store_base.ErrSyncFailed as e:
             # the messages are written but not known durable: their publishers get no answer (the outcome is
             # unknown, as when a leader is lost) and the stream stops acknowledging anything new
             self.fail_store(str(e))
             return
-        except Exception as e:  # (e.g. the state log could not be written: a full disk)
-            err = _store_error(e)
+        except Exception as e:  # (e.g. a full disk: the store refused, nothing was acknowledged)
+            err = _json({"error": _store_error(e).to_dict(), "stream": self.name, "seq": 0})
             for reply, _ in acks:
-                self._reply(reply, _json({"error": err.to_dict(), "stream": self.name, "seq": 0}))
+                self._reply(reply, err)
             return
         for reply, payload in acks:
             self._reply(reply, payload)

@@ -67,10 +67,8 @@ class AckMixin:
         if self.closed or self.persist is None:
             return
         self._dirty = False
-        cs = self.persist._cs()
-        cs.update(self.get_state())
         try:
-            await self.loop.run_in_executor(None, cs.flush, True)
+            await self.loop.run_in_executor(None, self.persist.write_state, self.get_state(), True)
         except Exception as e:  # not durable: no confirmation (the client's AckSync times out; the ack may stay)
             self._dirty = True
             self.js.log.error(f"JetStream consumer '{self.stream.name} > {self.name}' state write failed: {e}")

@@ -392,7 +392,6 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         return self.npc if self.npc > 0 else 0
 
     def _calc_num_pending(self) -> int:
-        store = self.stream.store
         lps = _cfg(self.cfg, "deliver_policy", "all") == "last_per_subject"
         if self.lss:
             # still walking the initial last-per-subject list: those, then everything after it

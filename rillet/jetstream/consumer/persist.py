@@ -102,10 +102,11 @@ class ConsumerPersist:
                            "created": c.created, "name": c.name}).encode()
         _atomic_write(os.path.join(self.path, "meta.json"), data)
 
-    def write_state(self, state: Any) -> None:
+    def write_state(self, state: Any, durable: bool = False) -> None:
+        """Write the delivery state (``durable``: and fsync it, as an AckSync's confirmation needs)."""
         cs = self._cs()
         cs.update(state)
-        cs.flush()
+        cs.flush(durable)
 
     def load(self, log: Any) -> tuple[dict | None, Any]:
         """(config file contents, delivery state); (None, None) with an error logged when the consumer
