@@ -228,8 +228,11 @@ class DirectApi:
             up_to -= 1  # the first message at or after the time is excluded
         if not up_to:
             up_to = store.state().last_seq
+        # an empty filter matches no subject here (nats-server's subject tree matches nothing for it), while
+        # the store reads an empty filter as "all": drop them, and answer No Results when none is left
+        filters = [f for f in req.multi if f]
         try:
-            seqs = store.multi_last_seqs(req.multi, up_to, _MAX_MULTI_RESULTS) if up_to else []
+            seqs = store.multi_last_seqs(filters, up_to, _MAX_MULTI_RESULTS) if up_to and filters else []
         except ErrTooManyResults:
             self._status(reply, 413, "Too Many Results")
             return
