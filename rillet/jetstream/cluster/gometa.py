@@ -1,11 +1,12 @@
 """A Rillet server as a member of a Go nats-server cluster's JetStream meta group, speaking nats-server's RAFT.
 
-This is the first step toward mixed Go + Rillet JetStream clusters (issue 22): the server follows the Go meta
+The meta side of mixed Go + Rillet JetStream clusters (docs/mixed-clusters.md): the server follows the Go meta
 group over ``$NRG.`` subjects with nats-server's encodings (rillet.raft.gowire), votes in its elections,
 answers its append entries, catches up from the leader (entries or a snapshot) and applies the committed meta
 entries (rillet.jetstream.cluster.gowire) into ``GoMetaState``: the stream and consumer assignments the Go meta
 leader decided. It does not become meta leader (a leadership transfer to it is handed on at once to the Go
-servers, see ``GoRaftFollower._hand_off``), proposes nothing, and hosts no stream or consumer group yet. As a
+servers, see ``GoRaftFollower._hand_off``) and proposes nothing (golead.py has the leader side, for tests);
+the stream replicas placed on it are gostream.py's. As a
 nats-server without JetStream of its own does, it gives its JetStream-enabled accounts the cluster's
 JetStream API (``bridge_js_api``): its clients create streams and publish through it.
 
@@ -41,7 +42,7 @@ from rillet.jetstream.cluster import gowire as ge
 from rillet.raft import gowire as gw
 
 __all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "TermVote", "CATCHUP_STALL", "GO_META_FLAG",
-           "attach_to_routes", "member_of", "bridge_js_api"]
+           "attach_to_routes", "member_of", "bridge_js_api", "JetStreamReport", "CAP_JETSTREAM", "CAP_BINARY_SNAPSHOT"]
 
 CATCHUP_STALL = 2.0  # seconds without catch-up progress before the catch-up is asked for again
 HEARTBEAT = 1.0  # seconds between a leader's heartbeats (nats-server's hbInterval)
@@ -591,6 +592,102 @@ def bridge_js_api(server: Any) -> list[str]:
     return done
 
 
+# -- what the Go servers learn of this server's JetStream -------------------------------------------------------
+
+# nats-server's ServerInfo "flags" (events.go ServerCapability): JetStream enabled, binary stream snapshots (what
+# gostream decodes). Not the in-account NRG bit: this server's groups speak in the system account.
+CAP_JETSTREAM = 1
+CAP_BINARY_SNAPSHOT = 2
+STATSZ_EARLY = (0.5, 2.0, 5.0)  # seconds after the first route: statsz sent at once, not at the 10 s tick
+
+
+class JetStreamReport:
+    """What a Go meta leader needs to place stream and consumer replicas on this server, as nats-server's own
+    servers tell it (our code, after nats-server's events.go / jetstream_cluster.go):
+
+    * the server info of every ``$SYS`` message (statsz, shutdown) says ``"jetstream": true`` and the capability
+      ``flags`` (JetStream, binary stream snapshots), with the JetStream ``domain`` when configured: the Go
+      servers take a statsz of another domain as no JetStream peer;
+    * the statsz's ``jetstream`` section has ``config`` (``max_memory``/``max_storage``: the jetstream block's
+      ``max_memory_store``/``max_file_store``, else nats-server's defaults of 75% of the memory and 1 TB) and
+      ``stats`` (bytes stored by the replicas hosted here and the bytes their ``max_bytes`` reserve, by storage
+      kind; the HA assets). A Go meta leader places nothing on a peer of its meta group until it has both
+      (nats-server's ``nodeInfo.selectable``), and checks a stream's ``max_bytes`` against what is free;
+    * the route INFO says ``"jetstream": true`` (and the domain).
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    @property
+    def domain(self) -> str:
+        return self.server.opts.jetstream.domain or ""
+
+    def limits(self) -> tuple[int, int]:
+        from rillet.jetstream.cluster.meta import _default_limits
+        o = self.server.opts.jetstream
+        dmem, dsto = _default_limits()
+        return (o.max_memory_store if o.max_memory_store >= 0 else dmem,
+                o.max_file_store if o.max_file_store >= 0 else dsto)
+
+    def _replicas(self) -> list[Any]:
+        m = _MEMBERS.get(self.server)
+        return list(m.replicas.values()) if m is not None else []
+
+    def usage(self) -> dict[str, int]:
+        """Bytes stored and reserved by storage kind, the HA assets (groups of more than one peer; the meta
+        group counts as one, as nats-server counts it) and the accounts with a replica here."""
+        u = {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "ha_assets": 1}
+        accounts: set[str] = set()
+        for r in self._replicas():
+            a = getattr(r, "assignment", None)
+            if not isinstance(a, dict):
+                continue
+            if len(((a.get("group") or {}).get("peers")) or ()) > 1:
+                u["ha_assets"] += 1
+            store = getattr(r, "store", None)
+            if store is None:  # (a consumer replica)
+                continue
+            accounts.add(r.account)
+            cfg = a.get("stream") or {}
+            mem = cfg.get("storage") == "memory"
+            u["memory" if mem else "storage"] += store.state().bytes
+            mb = cfg.get("max_bytes")
+            if isinstance(mb, int) and mb > 0:
+                u["reserved_memory" if mem else "reserved_storage"] += mb
+        u["accounts"] = len(accounts)
+        return u
+
+    def section(self) -> dict[str, Any]:
+        """The statsz ``jetstream`` section (nats-server's JetStreamVarz: config and stats)."""
+        mem, sto = self.limits()
+        o = self.server.opts.jetstream
+        cfg: dict[str, Any] = {"max_memory": mem, "max_storage": sto, "store_dir": o.store_dir,
+                               "sync_interval": 120_000_000_000, "compress_ok": True}
+        if self.domain:
+            cfg["domain"] = self.domain
+        if o.unique_tag:
+            cfg["unique_tag"] = o.unique_tag
+        u = self.usage()
+        stats = {"memory": u["memory"], "storage": u["storage"], "reserved_memory": u["reserved_memory"],
+                 "reserved_storage": u["reserved_storage"], "accounts": u["accounts"], "ha_assets": u["ha_assets"],
+                 "api": {"level": 0, "total": 0, "errors": 0}}
+        return {"config": cfg, "stats": stats}
+
+    def server_info(self, d: dict[str, Any]) -> None:
+        """The fields of a ``$SYS`` message's server info that say so (``d`` updated)."""
+        d["jetstream"] = True
+        d["flags"] = CAP_JETSTREAM | CAP_BINARY_SNAPSHOT
+        if self.domain:
+            d["domain"] = self.domain
+
+    def send_statsz(self) -> None:
+        """A statsz now (the Go meta leader's view of this server's usage, after a replica came or went)."""
+        sa = getattr(self.server, "sysacc", None)
+        if sa is not None and sa.client is not None and not self.server.shutting_down:
+            sa.publish_statsz(force=True)
+
+
 # -- the switch ----------------------------------------------------------------------------------------------
 
 GO_META_FLAG = "rillet_go_meta"
@@ -618,6 +715,9 @@ def attach_to_routes(server: Any) -> None:
                          "jetstream { enabled: false, store_dir: <dir> }")
     if server.cluster is None:
         raise ValueError(f"feature flag {GO_META_FLAG!r} needs a cluster block (routes to the Go servers)")
+    # what the Go servers learn of this server's JetStream: statsz and $SYS server info (rillet.server.sysacc),
+    # route INFO (rillet.cluster.cluster)
+    server.go_js_report = report = JetStreamReport(server)
 
     def on_route(what: str, rc: Any, info: Any) -> None:
         if what != "added" or server in _MEMBERS:
@@ -637,5 +737,9 @@ def attach_to_routes(server: Any) -> None:
             for r in list(m.replicas.values()):
                 r.stop()
         server.on_shutdown.append(stop_replicas)
+        # the replicas hosted changed: the Go meta leader places by the bytes stored and reserved here
+        m.on_applied.append(report.send_statsz)
+        for delay in STATSZ_EARLY:  # (as a new nats-server announces itself: the Go servers place nothing here
+            server.loop.call_later(delay, report.send_statsz)  # until they have its statsz)
 
     server.cluster.route_listeners.append(on_route)

@@ -1,4 +1,4 @@
-"""A Rillet server as a replica of a stream that a Go cluster's meta group placed on it (issue 22, a step).
+"""A Rillet server as a replica of a stream that a Go cluster's meta group placed on it (behind ``rillet_go_meta``).
 
 When the meta group (followed by ``GoMetaMember``) assigns a stream to this server's peer id, ``GoStreamReplica``
 follows the stream's RAFT group (``$NRG.*.<S-R3F-...>``) with the same nats-server follower rules
