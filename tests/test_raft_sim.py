@@ -58,3 +58,23 @@ def test_power_cut_of_every_node_is_never_silent():
         assert not v, (seed, v[:3])
         losing += bool(lost)
     assert losing > 20  # (the runs did lose acknowledged entries: the check above was exercised)
+
+
+@pytest.mark.parametrize("seed,quick", [(4965, True), (50065, False)])
+def test_no_wipe_when_removed_members_could_elect_without_the_entries(seed, quick):
+    """These seeds wiped a member while two removed members (they never learnt their removal) still held the
+    older, larger voter set: the wiped member's vote, from its founding set, with theirs elected a leader
+    lacking committed entries. The wipe is now chosen only when a quorum of every configuration a member may
+    elect with meets a holder of the committed entries."""
+    v, sim = run_seed(seed, quick=quick)
+    assert not v, (sim.summary(), v[:3])
+
+
+def test_configurations_include_removed_members_and_the_founding_set():
+    sim = Sim(4965, quick=True)
+    sim.run()
+    ld = sim.leader()
+    wiped = next(sn for sn in sim.nodes.values() if sn is not ld)
+    confs = sim._configurations(wiped)
+    assert tuple(sorted(wiped.bootstrap)) in confs
+    assert all(tuple(sorted(sn.node.voters)) in confs for sn in sim.nodes.values() if sn.up and sn is not wiped)
