@@ -25,6 +25,17 @@ from rillet.server.logging import Logger
 from jscluster_support import until
 
 
+class ReplicasOnly:
+    """Stands for the meta layer's routing (a seams.ApiRoute): a request for a stream this server holds is
+    its replicas' call (ClusteredStreams.api_gate); any other gets no answer here."""
+
+    def __init__(self, cs: ClusteredStreams) -> None:
+        self.cs = cs
+
+    def answer_here(self, router, key, args, reply, hdr, body) -> bool:
+        return self.cs.api_gate(router, key, args, reply, hdr, body) is True
+
+
 class Env:
     def __init__(self, servers, tmp) -> None:
         self.servers = servers
@@ -38,9 +49,9 @@ class Env:
             js = JetStream(s)
             s.jetstream = js
             await js.start()
-            self.cs.append(ClusteredStreams(s, js))
-            # stands for the meta layer: a request for a stream this server does not hold gets no answer here
-            js.api_gates.append(lambda *a: False)
+            cs = ClusteredStreams(s, js)
+            self.cs.append(cs)
+            js.api_route = ReplicasOnly(cs)
 
     def assign(self, cfg: dict, storage: str = "file", group: str = "S-R3F-test0001") -> StreamAssignment:
         sa = StreamAssignment(config=cfg, group=RaftGroup(group, list(self.peers), storage),

@@ -21,7 +21,7 @@ from rillet.durable import fsync_dir, make_dirs_durable
 from rillet.jetstream.stream import Stream
 
 if TYPE_CHECKING:
-    from rillet.jetstream.seams import ServerServices
+    from rillet.jetstream.seams import ApiRoute, ServerServices
     from rillet.server.accounts import Account
 
 from rillet.jetstream.configtypes import JS_API_LEVEL as API_LEVEL  # nats-server 2.15: 5
@@ -219,6 +219,9 @@ class JetStream:
         self.started = 0.0
         # clustered JetStream (rillet.jetstream.cluster.meta.JetStreamCluster), with a cluster port
         self.cluster: Any = None
+        # who answers a $JS.API request (rillet.jetstream.api.routing): None on a single server (here), the
+        # meta layer's MetaApi in a cluster
+        self.api_route: ApiRoute | None = None
         from rillet.jetstream.advisories import Advisories
         self.advisories = Advisories(self)
         from rillet.jetstream.api.queue import ApiQueue
@@ -255,6 +258,7 @@ class JetStream:
         if self.clustered:
             from rillet.jetstream.cluster.meta import JetStreamCluster
             self.cluster = JetStreamCluster(self)  # (the accounts below see it: no single-server recovery)
+            self.api_route = self.cluster.api
         # accounts that configure JetStream get it (with their limits); with none, the global account does
         configured = account_js_config(self.server.opts.accounts)
         operator = getattr(self.server, "operator", None)

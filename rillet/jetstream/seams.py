@@ -12,6 +12,8 @@ members (checked statically: ``tests/typing/check_seams.py`` assigns every imple
 * ``ReplicatedLog``: the log every change to a stream or a consumer goes through (``rillet.jetstream.log``
   explains the contract). Implemented by ``SingleNodeLog`` (R1), ``DeferredLog`` (tests) and the RAFT-backed
   log of a clustered group.
+* ``ApiRoute``: who answers a ``$JS.API`` request (``rillet.jetstream.api.routing``). Implemented by the
+  meta layer's ``rillet.jetstream.api.cluster.MetaApi`` in a cluster (a single server answers everything).
 * ``RaftTransport``: how a server's RAFT groups send and receive their messages. Implemented by
   ``rillet.jetstream.cluster.transport.RaftTransport`` (over the routes, in the system account).
 """
@@ -22,13 +24,14 @@ from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 if TYPE_CHECKING:
     from rillet.config.options import Options
+    from rillet.jetstream.api.router import ApiRouter
     from rillet.jetstream.log import Completion, Entry
     from rillet.jetstream.store.base import ConsumerState, StoreConfig, StoredMsg, StreamState
     from rillet.server.accounts import Account
     from rillet.server.client import InternalClient
     from rillet.server.logging import Logger
 
-__all__ = ["ConsumerStore", "RaftTransport", "ReplicatedLog", "ServerServices", "StreamStore"]
+__all__ = ["ApiRoute", "ConsumerStore", "RaftTransport", "ReplicatedLog", "ServerServices", "StreamStore"]
 
 
 class ServerServices(Protocol):
@@ -178,3 +181,12 @@ class RaftTransport(Protocol):
     def broadcast(self, group: str, data: bytes) -> None: ...
 
     def close(self) -> None: ...
+
+
+class ApiRoute(Protocol):
+    """The routing decision of the ``$JS.API`` in a cluster, taken before any handler runs."""
+
+    def answer_here(self, router: ApiRouter, key: str, args: list[str], reply: bytes | None, hdr: bytes,
+                    body: bytes) -> bool:
+        """True when this server's handler answers the request; False when the routing answered it, or
+        leaves it to another server."""

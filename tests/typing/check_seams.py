@@ -3,10 +3,12 @@ protocol. Not a test module: ``mypy --strict`` checks it (``.ci/run``, tests/tes
 or with another signature in an implementation is a type error here."""
 from __future__ import annotations
 
+from rillet.jetstream.api.cluster import MetaApi
 from rillet.jetstream.cluster.log import RaftLog, SubLog
 from rillet.jetstream.cluster.transport import RaftTransport as RouteRaftTransport
 from rillet.jetstream.log import DeferredLog, SingleNodeLog
-from rillet.jetstream.seams import ConsumerStore, RaftTransport, ReplicatedLog, ServerServices, StreamStore
+from rillet.jetstream.seams import (ApiRoute, ConsumerStore, RaftTransport, ReplicatedLog, ServerServices,
+                                   StreamStore)
 from rillet.jetstream.store._core import MemConsumerStore
 from rillet.jetstream.store.filestore import FileConsumerStore, FileStore
 from rillet.jetstream.store.memstore import MemStore
@@ -31,3 +33,7 @@ def logs(a: SingleNodeLog, b: DeferredLog, c: RaftLog, d: SubLog) -> list[Replic
 
 def transport(t: RouteRaftTransport) -> RaftTransport:
     return t
+
+
+def api_route(m: MetaApi) -> ApiRoute:
+    return m

@@ -104,10 +104,16 @@ class MetaApi:
 
     # ---- the $JS.API ------------------------------------------------------------------------------------
 
+    def answer_here(self, router: Any, key: str, args: list[str], reply: bytes | None, hdr: bytes,
+                    body: bytes) -> bool:
+        """The cluster's routing decision (``seams.ApiRoute``, asked by ``routing.answer_here`` for every
+        request in a JetStream account): True when this server's handler answers the request."""
+        return not self.route_api(router, key, args, reply, hdr, body)
+
     def route_api(self, router: Any, key: str, args: list[str], reply: bytes | None, hdr: bytes,
                   body: bytes) -> bool:
-        """Called by ``ApiRouter.on_request`` for every request in a JetStream account. True when the
-        request is handled here (answered, or deliberately left to another server)."""
+        """True when the request is handled by the routing (answered, or deliberately left to another
+        server); False when this server's handler answers it."""
         if self.cl.isolated or self.cl.removed:
             return True  # (a Go JetStream in the cluster: its servers answer, this one keeps out of it;
             # or this server was removed from the meta group)
@@ -127,7 +133,7 @@ class MetaApi:
             if r is not None:
                 return r
         if key not in META_KEYS:
-            return self._stream_level(router, key, args, reply)
+            return self._stream_level(router, key, args, reply, hdr, body)
         if not self.cl.is_leader():
             if self.cl.leaderless() and reply:
                 self._error(router, reply, key, ApiError.make("CLUSTER_NOT_AVAIL"))
@@ -204,16 +210,18 @@ class MetaApi:
         else:
             router.jsa.api_total += 1
 
-    def _stream_level(self, router: Any, key: str, args: list[str], reply: bytes | None) -> bool:
-        """A request for a stream or consumer leader: the streams layer's gate answers where the stream
-        has a replica (False here); a stream the meta layer does not know is "not found" from the meta
-        leader only (the single-server handler answers it there); one held elsewhere: silence."""
+    def _stream_level(self, router: Any, key: str, args: list[str], reply: bytes | None, hdr: bytes,
+                      body: bytes) -> bool:
+        """A request for a stream or consumer leader: where the stream has a replica, the streams layer's
+        gate decides (its leader answers, the others keep quiet); a stream the meta layer does not know is
+        "not found" from the meta leader only (the single-server handler answers it there); one held
+        elsewhere: silence."""
         if not args:
             return False
         acc = router.jsa.account.name
         st = self.cl.streams
         if st is not None and st.replica(acc, args[0]) is not None:
-            return False
+            return st.api_gate(router, key, args, reply, hdr, body) is False
         if self.cl.is_leader():
             sa = self.cl.state.stream(acc, args[0])
             if sa is None:

@@ -838,10 +838,6 @@ class ClusteredStreams:
         # (account, stream, consumer or "") -> [(deadline, callback)]: when_leader asks that came first
         self._early_waiters: dict[tuple[str, str, str], list[tuple[float, Any]]] = {}
         self._direct_timer: asyncio.TimerHandle | None = js.loop.call_later(DIRECT_CHECK_EVERY, self._direct_sweep)
-        gates = getattr(js, "api_gates", None)
-        if gates is None:
-            gates = js.api_gates = []
-        gates.insert(0, self.api_gate)
 
     def _direct_sweep(self) -> None:
         """Followers with direct gets: answer them while current, not while behind (as nats-server's direct
