@@ -1,6 +1,6 @@
 """Nothing changes a stream's store except applying a log entry (DESIGN.md: propose -> log entry -> apply).
 
-Every mutating store method is wrapped to record calls made outside ``Stream._apply``; the test then drives
+Every mutating store method is wrapped to record calls made outside ``Stream.apply``; the test then drives
 every path that changes a store the way users do (publishes, rollups, TTLs, max_age expiry with subject
 delete markers, atomic batches, message delete, purge, stream update shrinking limits, mirrors, sources,
 schedules, work-queue and interest retention) and fails if any store change bypassed the log.
@@ -18,8 +18,9 @@ import pytest
 from nats.js.api import StreamSource
 
 from rillet import lane
-from rillet.jetstream.store._core import IndexedStore
+from rillet.jetstream.store._common import StoreCommon
 from rillet.jetstream.store.filestore import FileStore
+from rillet.jetstream.store.memstore import MemStore
 from rillet.jetstream.stream import Stream
 from rillet.server import Options
 from rillet.app.embed import run_server
@@ -33,7 +34,7 @@ SEC = 1_000_000_000
 @pytest.fixture
 def store_calls(monkeypatch):
     """{method: [inside apply?, ...]} for every mutating store call, plus the stacks of those outside."""
-    apply_code = Stream._apply.__code__
+    apply_code = Stream.apply.__code__
     calls: dict[str, list[bool]] = {m: [] for m in MUTATORS}
     outside: list[str] = []
 
@@ -53,13 +54,14 @@ def store_calls(monkeypatch):
                 f = f.f_back
             calls[name].append(inside)
             if not inside:
-                outside.append(f"{type(self).__name__}.{name} outside Stream._apply:\n"
+                outside.append(f"{type(self).__name__}.{name} outside Stream.apply:\n"
                                + "".join(traceback.format_stack(limit=8)))
             return fn(self, *a, **kw)
         monkeypatch.setattr(cls, name, checked)
 
-    # the lane's file store (the compiled twin overrides store_msg) as well as the pure classes
-    classes = [IndexedStore, FileStore] + ([lane.FileStore] if lane.FileStore is not FileStore else [])
+    # the lane's file store (the compiled twin overrides store_msg) as well as the pure classes (the shared
+    # StoreCommon has store_msg, purge, expire_msgs...; each store its compact, truncate, remove_msg)
+    classes = [StoreCommon, MemStore, FileStore] + ([lane.FileStore] if lane.FileStore is not FileStore else [])
     for m in MUTATORS:
         for cls in classes:
             wrap(cls, m)

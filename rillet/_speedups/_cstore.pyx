@@ -156,7 +156,7 @@ class FileStore(_PureFileStore):
     """The file store with its append in C (see the module's docstring)."""
 
     def store_msg(self, subject, hdr, data, ts=None, ttl=0):
-        # the pure IndexedStore.store_msg, with this twin's append called directly
+        # the pure StoreCommon.store_msg (_common.py), with this twin's append called directly
         if not _DICT_OK:
             return _pure_store_msg(self, subject, hdr, data, ts, ttl)
         cdef dict d = self.__dict__

@@ -9,9 +9,9 @@ from rillet.jetstream.cluster.transport import RaftTransport as RouteRaftTranspo
 from rillet.jetstream.log import DeferredLog, SingleNodeLog
 from rillet.jetstream.seams import (ApiRoute, ConsumerStore, RaftTransport, ReplicatedLog, ServerServices,
                                    StreamStore)
-from rillet.jetstream.store._core import MemConsumerStore
+from rillet.jetstream.store._query import StoreIndex
 from rillet.jetstream.store.filestore import FileConsumerStore, FileStore
-from rillet.jetstream.store.memstore import MemStore
+from rillet.jetstream.store.memstore import MemConsumerStore, MemStore
 from rillet.server.server import Server
 
 
@@ -20,6 +20,11 @@ def server(s: Server) -> ServerServices:
 
 
 def stores(m: MemStore, f: FileStore) -> list[StreamStore]:
+    return [m, f]
+
+
+def store_indexes(m: MemStore, f: FileStore) -> list[StoreIndex]:
+    # the shared queries' interface (rillet/jetstream/store/_query.py), which both stores implement
     return [m, f]
 
 

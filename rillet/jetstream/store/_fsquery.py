@@ -1,6 +1,6 @@
-"""Read-only queries of the file store over its blocks (see ``_fsindex``): next/previous live sequence,
-per-subject first/last/counts, filtered state, time lookups.  A mixin of ``FileStore``, which owns the
-blocks and loads their indexes (``_idx``); nothing here changes the store.
+"""The file store's index over its blocks (see ``_fsindex``), as ``_query.StoreIndex`` wants it: next/previous
+live sequence, per-subject first/last/counts, matching counts, time lookups.  A mixin of ``FileStore``,
+which owns the blocks and loads their indexes (``_idx``); nothing here changes the store's messages.
 
 Stream-wide per subject the store keeps ``_psim[subject] = [count, first block index, last seq]``:
 the count and last sequence are exact, the first block a lower bound moved forward when found stale.
@@ -9,11 +9,11 @@ the count and last sequence are exact, the first block a lower bound moved forwa
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Any, Iterable
+from typing import Any
 
-from ._core import _has_wildcard, _is_all, _Matcher
 from ._fsindex import Block, BlockIndex
-from .base import ErrTooManyResults, StoredMsg, StreamState
+from ._query import _is_all, _Matcher
+from .base import ErrStoreCorrupt, StoredMsg
 
 _NOKEY = 1 << 64  # _bfirst key of an empty block (only ever the last one)
 
@@ -24,17 +24,26 @@ class BlockQueries:
     _psim: dict[str, list[int]]
     _first: int
     _last: int
-    _last_ts: int
     _nmsgs: int
-    _bytes: int
     _lost: set[int]
-    _matcher: Any  # IndexedStore's
+    _matcher: Any  # StoreQueries'
+    _matching: Any  # StoreQueries'
 
     def _idx(self, blk: Block) -> BlockIndex:  # pragma: no cover - FileStore's
         raise NotImplementedError
 
     def _read_msg(self, blk: Block, x: BlockIndex, slot: int) -> StoredMsg:  # pragma: no cover
         raise NotImplementedError
+
+    @property
+    def msgs(self) -> int:
+        return self._nmsgs
+
+    def _subject_map(self) -> dict[str, list[int]]:
+        return self._psim
+
+    def _has_ttls(self) -> bool:
+        return any(b.min_exp for b in self._bl)
 
     # -- blocks ---------------------------------------------------------------------
 
@@ -182,10 +191,9 @@ class BlockQueries:
 
     # -- per subject ----------------------------------------------------------------
 
-    def _subj_first_from(self, subj: str, start: int) -> int:
+    def _subj_first_from(self, subj: str, ps: list[int], start: int) -> int:
         """First live seq >= start on this literal subject, or 0."""
-        ps = self._psim.get(subj)
-        if ps is None or ps[2] < start:
+        if ps[2] < start:
             return 0
         bl = self._bl
         j = self._bpos_index(ps[1])
@@ -208,8 +216,11 @@ class BlockQueries:
                 return s
         return 0
 
-    def _subj_first(self, subj: str) -> int:
-        return self._subj_first_from(subj, 0)
+    def _subj_first(self, subj: str, ps: list[int]) -> int:
+        return self._subj_first_from(subj, ps, 0)
+
+    def _subj_last(self, subj: str, ps: list[int]) -> int:
+        return ps[2]
 
     def _subj_last_walk(self, subj: str, limit: int) -> int:
         """Last live seq <= limit on this literal subject, found in the blocks, or 0."""
@@ -233,15 +244,12 @@ class BlockQueries:
                 k -= 1
         return 0
 
-    def _subj_last_upto(self, subj: str, limit: int) -> int:
-        ps = self._psim.get(subj)
-        if ps is None:
-            return 0
+    def _subj_last_upto(self, subj: str, ps: list[int], limit: int) -> int:
         if ps[2] <= limit:
             return ps[2]
         return self._subj_last_walk(subj, limit)
 
-    def _subj_count_from(self, subj: str, start: int) -> int:
+    def _subj_count_from(self, subj: str, ps: list[int], start: int) -> int:
         n = 0
         for blk in self._bl:
             if blk.last < start:
@@ -350,11 +358,6 @@ class BlockQueries:
             x.shead[l] = k
         return 0
 
-    def _psim_matching(self, m: _Matcher | None) -> Iterable[tuple[str, list[int]]]:
-        if m is None:
-            return self._psim.items()
-        return [(s, ps) for s, ps in self._psim.items() if m(s)]
-
     # -- loading --------------------------------------------------------------------
 
     def load_msg(self, seq: int) -> StoredMsg | None:
@@ -362,13 +365,11 @@ class BlockQueries:
         loc = self._locate(seq)
         if loc is None:
             if seq in self._lost:
-                from .base import ErrStoreCorrupt
-
                 raise ErrStoreCorrupt(f"message {seq} is lost (corrupt data)", seq=seq)
             return None
         return self._read_msg(*loc)
 
-    def _load_seq(self, s: int) -> StoredMsg | None:
+    def _load(self, s: int) -> StoredMsg | None:
         if not s:
             return None
         loc = self._locate(s)
@@ -392,81 +393,11 @@ class BlockQueries:
         t = x.ttl[slot]
         return -1 if t < 0 else t / 1e9
 
-    def _next_seq(self, filter: str, start: int, wildcard: bool | None = None) -> int:
-        if not self._nmsgs:
-            return 0
-        if start < self._first:
-            start = self._first
-        if start > self._last:
-            return 0
-        if _is_all(filter):
-            return self._next_alive(start)
-        if wildcard is None:
-            wildcard = _has_wildcard(filter)
-        if not wildcard:
-            return self._subj_first_from(filter, start)
-        return self._next_multi(self._matcher((filter,)), start)
+    def _size_of(self, seq: int) -> int | None:
+        loc = self._locate(seq)
+        return None if loc is None else loc[1].sz[loc[2]]
 
-    def load_next_msg(self, filter: str, start_seq: int, wildcard: bool | None = None) -> StoredMsg | None:
-        """First message with seq >= start_seq whose subject matches ``filter``."""
-        return self._load_seq(self._next_seq(filter, start_seq, wildcard))
-
-    def load_next_msg_multi(self, filters: list[str], start_seq: int) -> StoredMsg | None:
-        if not self._nmsgs:
-            return None
-        if not filters or any(_is_all(f) for f in filters):
-            return self.load_next_msg(">", start_seq)
-        start = max(start_seq, self._first)
-        if start > self._last:
-            return None
-        return self._load_seq(self._next_multi(self._matcher(tuple(filters)), start))
-
-    def _last_seq_matching(self, filter: str) -> int:
-        if not self._nmsgs:
-            return 0
-        if _is_all(filter):
-            return self._prev_alive(self._last)
-        if not _has_wildcard(filter):
-            ps = self._psim.get(filter)
-            return ps[2] if ps is not None else 0
-        best = 0
-        for _, ps in self._psim_matching(self._matcher((filter,))):
-            if ps[2] > best:
-                best = ps[2]
-        return best
-
-    def load_last_msg(self, filter: str) -> StoredMsg | None:
-        return self._load_seq(self._last_seq_matching(filter))
-
-    def last_seq_for_subject(self, subject: str) -> int:
-        ps = self._psim.get(subject)
-        return ps[2] if ps is not None else 0
-
-    def load_prev_msg(self, start_seq: int, filter: str = "") -> StoredMsg | None:
-        if not self._nmsgs or start_seq < self._first:
-            return None
-        if _is_all(filter):
-            s = self._prev_alive(start_seq)
-        elif not _has_wildcard(filter):
-            s = self._subj_last_upto(filter, start_seq)
-        else:
-            s = 0
-            for subj, _ in self._psim_matching(self._matcher((filter,))):
-                q = self._subj_last_upto(subj, start_seq)
-                if q > s:
-                    s = q
-        return self._load_seq(s)
-
-    def get_seq_from_time(self, ts_ns: int) -> int:
-        """First sequence whose timestamp is >= ts_ns (last_seq + 1 if none)."""
-        if not self._nmsgs:
-            return self._last + 1
-        first = self._first
-        if self._ts_of(first) >= ts_ns:
-            return first
-        last = self._prev_alive(self._last)
-        if self._ts_of(last) < ts_ns:
-            return self._last + 1
+    def _seq_from_time(self, ts_ns: int, first: int, last: int) -> int:
         for blk in self._bl[self._bpos(first) :]:
             if not blk.live or blk.last_ts < ts_ns:
                 continue
@@ -477,28 +408,6 @@ class BlockQueries:
         return self._last + 1
 
     # -- state ----------------------------------------------------------------------
-
-    @property
-    def msgs(self) -> int:
-        return self._nmsgs
-
-    def state(self) -> StreamState:
-        n = self._nmsgs
-        first, last = self._first, self._last
-        return StreamState(
-            msgs=n,
-            bytes=self._bytes,
-            first_seq=first,
-            first_ts=self._ts_of(first) if n else 0,
-            last_seq=last,
-            last_ts=self._last_ts,
-            num_subjects=len(self._psim),
-            num_deleted=(last - first + 1 - n) if n else 0,
-            calc_deleted=lambda: self._deleted_list(first, last),
-            calc_lost=self._lost_list,
-        )
-
-    fast_state = state
 
     def _lost_list(self) -> list[int]:
         return sorted(self._lost)
@@ -526,46 +435,9 @@ class BlockQueries:
         out.extend(range(prev + 1, last + 1))
         return out
 
-    def filtered_state(self, filter: str, start_seq: int = 0) -> tuple[int, int, int]:
-        return self._filtered(filter, start_seq, False)
-
-    def _filtered(self, filter: str, start: int, last_per_subject: bool) -> tuple[int, int, int]:
-        if not self._nmsgs:
-            return 0, 0, 0
-        if start < self._first:
-            start = self._first
-        if start > self._last:
-            return 0, 0, 0
-        if _is_all(filter):
-            if last_per_subject:
-                return self._filtered_subjects(None, start)
-            if start <= self._first:
-                return self._nmsgs, self._first, self._prev_alive(self._last)
-            n = self._count_from(start)
-            if not n:
-                return 0, 0, 0
-            return n, self._next_alive(start), self._prev_alive(self._last)
-        if not _has_wildcard(filter):
-            ps = self._psim.get(filter)
-            if ps is None:
-                return 0, 0, 0
-            last = ps[2]
-            if last < start:
-                return 0, 0, 0
-            if last_per_subject:
-                return 1, last, last
-            first = self._subj_first(filter)
-            if start <= first:
-                return ps[0], first, last
-            return self._subj_count_from(filter, start), self._subj_first_from(filter, start), last
-        m = self._matcher((filter,))
-        if last_per_subject:
-            return self._filtered_subjects(m, start)
-        return self._filtered_multi(m, start)
-
-    def _filtered_multi(self, m: _Matcher, start: int) -> tuple[int, int, int]:
+    def _filtered_match(self, m: _Matcher, start: int) -> tuple[int, int, int]:
         lst = 0
-        for _, ps in self._psim_matching(m):
+        for _, ps in self._matching(m):
             if ps[2] > lst:
                 lst = ps[2]
         if lst < start:
@@ -575,74 +447,29 @@ class BlockQueries:
             return 0, 0, 0
         return n, f, lst
 
-    def _filtered_subjects(self, m: _Matcher | None, start: int) -> tuple[int, int, int]:
-        """Last per subject: (subjects whose last message is >= start, the lowest and highest of those)."""
-        n = f = lst = 0
-        for _, ps in self._psim_matching(m):
-            last = ps[2]
-            if last < start:
-                continue
-            n += 1
-            if not f or last < f:
-                f = last
-            if last > lst:
-                lst = last
-        return n, f, lst
-
-    def num_pending(self, start_seq: int, filter: str = "", last_per_subject: bool = False) -> tuple[int, int]:
-        n, _, _ = self._filtered(filter, start_seq, last_per_subject)
-        return n, self._last
-
-    def num_pending_multi(
-        self, start_seq: int, filters: list[str], last_per_subject: bool = False
-    ) -> tuple[int, int]:
-        if not filters or any(_is_all(f) for f in filters):
-            return self.num_pending(start_seq, ">", last_per_subject)
-        if len(filters) == 1:
-            return self.num_pending(start_seq, filters[0], last_per_subject)
-        start = max(start_seq, self._first)
-        if not self._nmsgs or start > self._last:
-            return 0, self._last
-        m = self._matcher(tuple(filters))
-        if last_per_subject:
-            n, _, _ = self._filtered_subjects(m, start)
-        else:
-            n, _, _ = self._filtered_multi(m, start)
-        return n, self._last
-
-    def _subjects_matching(self, filter: str | None) -> Iterable[tuple[str, list[int]]]:
+    def _matching_seqs(self, filter: str, first: int, last: int) -> list[int]:
+        """Live seqs in [first, last] matching filter, ascending."""
+        out: list[int] = []
         if _is_all(filter):
-            return self._psim.items()
-        assert filter is not None
-        if not _has_wildcard(filter):
-            ps = self._psim.get(filter)
-            return [(filter, ps)] if ps is not None else []
-        return self._psim_matching(self._matcher((filter,)))
-
-    def subjects_state(self, filter: str | None = ">") -> dict[str, tuple[int, int, int]]:
-        return {s: (ps[0], self._subj_first(s), ps[2]) for s, ps in list(self._subjects_matching(filter))}
-
-    def subjects_totals(self, filter: str | None = ">") -> dict[str, int]:
-        return {s: ps[0] for s, ps in self._subjects_matching(filter)}
-
-    def multi_last_seqs(self, filters: list[str], max_seq: int = 0, max_allowed: int = 0) -> list[int]:
-        if not self._nmsgs:
-            return []
-        if not max_seq:
-            max_seq = self._last
-        if not filters or any(_is_all(f) for f in filters):
-            items: Any = list(self._psim.items())
+            m = None
         else:
-            items = self._psim_matching(self._matcher(tuple(filters)))
-        out = []
-        for s, ps in items:
-            ls = ps[2]
-            if ls > max_seq:
-                ls = self._subj_last_walk(s, max_seq)
-                if not ls:
+            m = self._matcher((filter,))
+        for blk in list(self._bl):
+            if not blk.live or blk.last < first:
+                continue
+            if blk.first > last:
+                break
+            tbl = None
+            if m is not None:
+                tbl, ids = self._mtable(blk, m)
+                if not any(blk.scnt[l] for l in ids):
                     continue
-            out.append(ls)
-            if max_allowed > 0 and len(out) > max_allowed:
-                raise ErrTooManyResults()
-        out.sort()
+            x = self._idx(blk)
+            offs = x.offs
+            sid = x.sid
+            d = blk.dead
+            nd = len(d) if d is not None else 0
+            for slot in range(max(first - x.base, 0), min(last - x.base + 1, len(offs))):
+                if offs[slot] and (tbl is None or tbl[sid[slot]]) and (slot >= nd or not d[slot]):  # type: ignore[index]
+                    out.append(x.base + slot)
         return out

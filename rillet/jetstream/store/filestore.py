@@ -73,7 +73,8 @@ from typing import Any, Iterator
 import msgspec
 
 from rillet.cipher import BlockStream, CipherError, KeyRing, block_stream, open_block_stream
-from ._core import _NS, IndexedStore, MemConsumerStore, _is_all, is_delete_marker
+from ._common import _NS, MemConsumerStore, StoreCommon
+from ._query import StoreQueries
 from ._fsindex import Block, BlockIndex, encode_index, index_totals, read_columns, read_summary
 from ._fsquery import _NOKEY, BlockQueries
 from ._fsrecover import BlockRecovery
@@ -105,10 +106,6 @@ from ._fsformat import (
 from rillet.durable import fsync_dir, make_dirs_durable
 
 from .base import (
-    ErrMaxBytes,
-    ErrMaxMsgs,
-    ErrMaxMsgSize,
-    ErrMaxMsgsPerSubject,
     ErrStoreClosed,
     ErrStoreCorrupt,
     ErrStoreFull,
@@ -324,7 +321,7 @@ class FileConsumerStore(MemConsumerStore):
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-class FileStore(BlockRecovery, BlockQueries, IndexedStore):
+class FileStore(BlockRecovery, BlockQueries, StoreCommon, StoreQueries):
     """A stream's messages on disk.  ``FileStore(directory, cfg, log=None)``."""
 
     # the pass over a block's columns that its index file needs (the compiled twin's is a C loop)
@@ -338,8 +335,6 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
                  keys: KeyRing | None = None) -> None:
         cfg = cfg or StoreConfig(storage="file")
         super().__init__(cfg)
-        # The dict index of IndexedStore is not used here: any code path still reaching for it fails loudly.
-        del self._msgs, self._fss, self._ttl_of, self._ttl_heap, self._no_expire
         self.dir = os.path.abspath(directory)
         self.log: LogFn = log or _default_log
         self._lock = threading.RLock()
@@ -477,19 +472,6 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         if self._compress and self._snappy is None:
             self._snappy = _snappy()
 
-    def update_config(self, cfg: StoreConfig, now_ns: int | None = None) -> None:
-        """Apply new limits at once (may remove messages; ``now_ns``: the time for max_age and TTLs)."""
-        self._check_open()
-        old_maxp = self._maxp
-        self._apply_cfg(cfg)
-        if self._maxp and (not old_maxp or self._maxp < old_maxp):
-            for subj in [s for s, ps in self._psim.items() if ps[0] > self._maxp]:
-                self._enforce_per_subject(subj)
-        self._enforce_limits()
-        if self._max_age_ns or (cfg.allow_msg_ttl and any(b.min_exp for b in self._bl)):
-            self.expire_msgs(now_ns or self.now())
-        self._on_config()
-
     @property
     def sync_always(self) -> bool:
         return self.cfg.sync_interval == "always"
@@ -535,9 +517,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         self._enforce_after_open()
 
     def _enforce_after_open(self) -> None:
-        if self._maxp:
-            for subj in [s for s, ps in self._psim.items() if ps[0] > self._maxp]:
-                self._enforce_per_subject(subj)
+        self._enforce_all_subjects()
         self._enforce_limits()
 
     # -- block indexes --------------------------------------------------------------
@@ -1105,70 +1085,8 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
         blk.size = pos
         return out
 
-    def _entry_size(self, e: Any) -> int:  # pragma: no cover - not used by the file store
-        raise NotImplementedError
-
-    def _skip_to(self, last: int) -> None:
-        self._last = last
-        if not self._last_ts:
-            self._last_ts = time.time_ns()
-        if not self._nmsgs:
-            self._first = last + 1
-        self._on_skip()
-
     def _on_skip(self) -> None:
         self._log_append(_encode_log(L_LAST, _LAST.pack(self._last, self._last_ts)))
-
-    # -- limits and discard new -----------------------------------------------------
-
-    def _discard_new_check(self, subject: str, hdr: bytes, data: bytes, size: int) -> None:
-        if self._max_msg_size and len(hdr) + len(data) > self._max_msg_size:
-            raise ErrMaxMsgSize()
-        if not self._discard_new:
-            return
-        ps = self._psim.get(subject)
-        asl = bool(self._maxp and ps is not None and ps[0] >= self._maxp)
-        if asl and self.cfg.discard_new_per_subject and not (hdr and b"Nats-Rollup:" in hdr):
-            raise ErrMaxMsgsPerSubject()
-        if self._max_msgs and self._nmsgs >= self._max_msgs and not asl:
-            raise ErrMaxMsgs()
-        if self._max_bytes and self._bytes + size > self._max_bytes:
-            if not asl:
-                raise ErrMaxBytes()
-            # At the subject limit the subject's oldest goes: enough room then?
-            loc = self._locate(self._subj_first(subject))
-            if loc is None or loc[1].sz[loc[2]] < size:
-                raise ErrMaxBytes()
-
-    def _enforce_per_subject(self, subject: str) -> None:
-        maxp = self._maxp
-        self._limit_removal = True
-        try:
-            ps = self._psim.get(subject)
-            while ps is not None and ps[0] > maxp:
-                if not self._remove(self._subj_first(subject)):
-                    break
-                ps = self._psim.get(subject)
-        finally:
-            self._limit_removal = False
-
-    def _enforce_limits(self) -> None:
-        if self._discard_new:
-            return
-        self._limit_removal = True
-        try:
-            mm = self._max_msgs
-            if mm:
-                while self._nmsgs > mm:
-                    if not self._remove(self._first):
-                        break
-            mb = self._max_bytes
-            if mb:
-                while self._bytes > mb and self._nmsgs:
-                    if not self._remove(self._first):
-                        break
-        finally:
-            self._limit_removal = False
 
     # -- removal --------------------------------------------------------------------
 
@@ -1269,33 +1187,6 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             if out is not None:
                 out.append((x.base + slot, subj, size))
         return n
-
-    def _matching_seqs(self, filter: str, first: int, last: int) -> list[int]:
-        """Live seqs in [first, last] matching filter, ascending."""
-        out: list[int] = []
-        if _is_all(filter):
-            m = None
-        else:
-            m = self._matcher((filter,))
-        for blk in list(self._bl):
-            if not blk.live or blk.last < first:
-                continue
-            if blk.first > last:
-                break
-            tbl = None
-            if m is not None:
-                tbl, ids = self._mtable(blk, m)
-                if not any(blk.scnt[l] for l in ids):
-                    continue
-            x = self._idx(blk)
-            offs = x.offs
-            sid = x.sid
-            d = blk.dead
-            nd = len(d) if d is not None else 0
-            for slot in range(max(first - x.base, 0), min(last - x.base + 1, len(offs))):
-                if offs[slot] and (tbl is None or tbl[sid[slot]]) and (slot >= nd or not d[slot]):  # type: ignore[index]
-                    out.append(x.base + slot)
-        return out
 
     def _purge_all(self, new_first: int) -> int:
         if self._wb_off >= 0:
@@ -1480,7 +1371,6 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             self.flush_writes()
         removed = 0
         markers: list[str] = []
-        sdm = self._sdm_ttl > 0
         if self._max_age_ns and self._nmsgs:
             cutoff = now_ns - self._max_age_ns
             s = self._first
@@ -1495,10 +1385,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
                 if x.ts[slot] > cutoff:
                     break
                 if x.ttl is None or x.ttl[slot] >= 0:
-                    if sdm:
-                        self._expire_at(blk, x, slot, markers)
-                    else:
-                        self._remove(s)
+                    self._expire_removing(s, x.subjs[x.sid[slot]], markers)
                     removed += 1
                 s += 1
         if self.cfg.allow_msg_ttl:
@@ -1513,10 +1400,7 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
                     for slot in range(len(offs)):
                         t = ttl[slot]
                         if t > 0 and ts[slot] + t <= now_ns and offs[slot] and not blk.is_dead(slot):
-                            if sdm:
-                                self._expire_at(blk, x, slot, markers)
-                            else:
-                                self._remove(x.base + slot)
+                            self._expire_removing(x.base + slot, x.subjs[x.sid[slot]], markers)
                             removed += 1
                 self._ttl_bounds(blk, x)
         if removed:
@@ -1524,18 +1408,6 @@ class FileStore(BlockRecovery, BlockQueries, IndexedStore):
             # are written now, in one record, instead of waiting with the other limit removals.
             self._log_append(None)
         return removed, markers
-
-    def _expire_at(self, blk: Block, x: BlockIndex, slot: int, markers: list[str]) -> None:
-        subj = x.subjs[x.sid[slot]]
-        ps = self._psim.get(subj)
-        last_of_subject = ps is not None and ps[0] == 1
-        if last_of_subject:
-            sm = self._read_msg(blk, x, slot)
-            if is_delete_marker(sm.hdr):
-                last_of_subject = False
-        self._remove(x.base + slot)
-        if last_of_subject:
-            markers.append(subj)
 
     def next_expiry(self) -> int | None:
         """Timestamp (ns) at which the next message expires, or None."""
