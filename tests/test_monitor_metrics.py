@@ -1,5 +1,7 @@
 """``/metrics``: the monitoring endpoints under prometheus-nats-exporter's names, scraped with the
-``prometheus_client`` parser; the same families and labels as the exporter makes of nats-server's JSON."""
+``prometheus_client`` parser; the same families and labels as the exporter makes of nats-server's JSON.
+Single servers come from the rillet pytest plugin (``rillet_server_factory``) where the test only talks to
+them over the network."""
 from __future__ import annotations
 
 import asyncio
@@ -76,12 +78,12 @@ def test_config_key_and_flag():
     assert parse_command_line(["-m", "8222"]).options.http_metrics is False
 
 
-async def test_off_unless_enabled_and_says_how():
-    async with run_server(Options(host="127.0.0.1", port=-1, http_port=-1, http_host="127.0.0.1")) as srv:
-        code, _, text = await aget(srv.http_addr[1], "/metrics")
-        assert code == 404 and "http_metrics: true" in text and "--http_metrics" in text
-        code, _, _ = await aget(srv.http_addr[1], "/varz")
-        assert code == 200
+async def test_off_unless_enabled_and_says_how(rillet_server_factory):
+    srv = rillet_server_factory(http_port=-1, http_host="127.0.0.1").server
+    code, _, text = await aget(srv.http_addr[1], "/metrics")
+    assert code == 404 and "http_metrics: true" in text and "--http_metrics" in text
+    code, _, _ = await aget(srv.http_addr[1], "/varz")
+    assert code == 200
 
 
 async def test_without_monitoring_port_a_warning():
@@ -91,19 +93,16 @@ async def test_without_monitoring_port_a_warning():
     assert "http_metrics is set but there is no monitoring port" in out.getvalue()
 
 
-async def test_scrape_values_follow_the_endpoints(tmp_path):
-    opts = Options(host="127.0.0.1", port=-1, http_port=-1, http_host="127.0.0.1", http_metrics=True,
-                   server_name="m1")
-    opts.jetstream.enabled = True
-    opts.jetstream.store_dir = str(tmp_path)
-    async with run_server(opts) as srv:
-        port = srv.http_addr[1]
-        nc = await drive(srv.client_url)
-        try:
-            fams = await scrape(port)
-            varz = json.loads((await aget(port, "/varz"))[2])
-        finally:
-            await nc.close()
+async def test_scrape_values_follow_the_endpoints(rillet_server_factory):
+    srv = rillet_server_factory(jetstream=True, http_port=-1, http_host="127.0.0.1", http_metrics=True,
+                                server_name="m1").server
+    port = srv.http_addr[1]
+    nc = await drive(srv.client_url)
+    try:
+        fams = await scrape(port)
+        varz = json.loads((await aget(port, "/varz"))[2])
+    finally:
+        await nc.close()
     sid = srv.server_id
     for fam in fams.values():  # every sample names the server
         for s in fam.samples:
@@ -221,7 +220,7 @@ def test_render_escapes_and_formats():
 KNOWN_VARZ_GAPS = {"gnatsd_varz_jetstream_limits_default_max_consumers"}
 
 
-async def test_same_families_and_labels_as_the_exporter_makes_of_nats_server():
+async def test_same_families_and_labels_as_the_exporter_makes_of_nats_server(rillet_server_factory):
     """The exporter's view of a Go nats-server (our conversion of its JSON, as the exporter reads it) and
     Rillet's /metrics after the same traffic: the same metric families with the same label names."""
     mp = free_port()
@@ -243,17 +242,13 @@ async def test_same_families_and_labels_as_the_exporter_makes_of_nats_server():
     go_text = metrics.from_endpoints(bodies, bodies["varz"]["server_id"], bodies["varz"]["server_name"]).render()
     go_fams = label_names({f.name: f for f in text_string_to_metric_families(go_text)})
 
-    with tempfile.TemporaryDirectory() as rd:
-        opts = Options(host="127.0.0.1", port=-1, http_port=-1, http_host="127.0.0.1", http_metrics=True)
-        opts.jetstream.enabled = True
-        opts.jetstream.store_dir = rd
-        async with run_server(opts) as srv:
-            nc = await drive(srv.client_url)
-            try:
-                await aget(srv.http_addr[1], "/varz")  # (as on the Go side: /varz counted in http_req_stats)
-                ours = label_names(await scrape(srv.http_addr[1]))
-            finally:
-                await nc.close()
+    srv = rillet_server_factory(jetstream=True, http_port=-1, http_host="127.0.0.1", http_metrics=True).server
+    nc = await drive(srv.client_url)
+    try:
+        await aget(srv.http_addr[1], "/varz")  # (as on the Go side: /varz counted in http_req_stats)
+        ours = label_names(await scrape(srv.http_addr[1]))
+    finally:
+        await nc.close()
     missing = set(go_fams) - set(ours) - KNOWN_VARZ_GAPS
     # (Rillet-only /varz numbers, rillet_tasks and rillet_fds, come out as the exporter would make them of Rillet)
     extra = {f for f in set(ours) - set(go_fams) if not f.startswith("gnatsd_varz_rillet_")}
