@@ -230,7 +230,7 @@ async def test_refresh_limit_ends_the_view(tmp_path):
             term.close()
 
 
-async def test_snapshot_over_https(tmp_path):
+async def test_snapshot_over_https(tmp_path, rillet_server_factory):
     from rillet.config.options import TLSConfig
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
@@ -238,17 +238,16 @@ async def test_snapshot_over_https(tmp_path):
                         "-out", str(cert)], capture_output=True)
     if r.returncode != 0:
         pytest.skip("openssl not available")
-    o = Options(host="127.0.0.1", port=-1, http_host="127.0.0.1", https_port=-1, allow_non_tls=True,
-                tls=TLSConfig(cert_file=str(cert), key_file=str(key)))
-    async with run_server(o) as srv:
-        port = str(srv.https_addr[1])
-        res = await run_cli("-ms", port, "-k", "-o", "-")
-        assert res.returncode == 0 and "Connections Polled: 0" in res.stdout, res.stderr
-        res = await run_cli("-ms", port, "-cacert", str(cert), "-o", "-")  # verified against its CA
-        assert res.returncode == 0 and "Connections Polled: 0" in res.stdout, res.stderr
-        res = await run_cli("-ms", port, "-o", "-")  # not trusted: refused, one line
-        assert res.returncode == 1 and "certificate verify failed" in res.stderr.lower(), res.stderr
-        assert len(res.stderr.strip().splitlines()) == 1
+    srv = rillet_server_factory(http_host="127.0.0.1", https_port=-1, allow_non_tls=True,
+                                tls=TLSConfig(cert_file=str(cert), key_file=str(key))).server
+    port = str(srv.https_addr[1])
+    res = await run_cli("-ms", port, "-k", "-o", "-")
+    assert res.returncode == 0 and "Connections Polled: 0" in res.stdout, res.stderr
+    res = await run_cli("-ms", port, "-cacert", str(cert), "-o", "-")  # verified against its CA
+    assert res.returncode == 0 and "Connections Polled: 0" in res.stdout, res.stderr
+    res = await run_cli("-ms", port, "-o", "-")  # not trusted: refused, one line
+    assert res.returncode == 1 and "certificate verify failed" in res.stderr.lower(), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 async def test_live_view_in_a_pty():

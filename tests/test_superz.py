@@ -546,18 +546,17 @@ async def test_cli_against_a_go_jetstream_cluster():
         shutil.rmtree(store, ignore_errors=True)
 
 
-async def test_endpoint_on_one_server_query_errors_and_no_system_account():
-    from rillet.app.embed import run_server
-    async with run_server(http_port=-1, server_name="solo") as srv:
-        code, h = await _superz(srv)
-        assert code == 200 and h["healthy"] and list(h["clusters"]) == [""], h
-        assert [s["name"] for s in h["clusters"][""]["servers"]] == ["solo"] and h["clusters"][""]["gateways"] == {}
-        code, body = await asyncio.to_thread(_get, srv.http_addr[1], "/superz?format=text")
-        assert code == 200 and "Cluster (none): ok, 1 servers up, 0 down" in body
-        code, body = await asyncio.to_thread(_get, srv.http_addr[1], "/superz?timeout=1h")
-        assert (code, body) == (400, "timeout must be more than 0 and at most 10s")
-        code, body = await asyncio.to_thread(_get, srv.http_addr[1], "/")
-        assert code == 200 and 'href="/superz"' in body
-    async with run_server(http_port=-1, no_system_account=True) as srv:
-        code, body = await asyncio.to_thread(_get, srv.http_addr[1], "/superz")
-        assert (code, body) == (503, "no system account: the health view is gathered over $SYS")
+async def test_endpoint_on_one_server_query_errors_and_no_system_account(rillet_server_factory):
+    srv = rillet_server_factory(http_port=-1, server_name="solo").server
+    code, h = await _superz(srv)
+    assert code == 200 and h["healthy"] and list(h["clusters"]) == [""], h
+    assert [s["name"] for s in h["clusters"][""]["servers"]] == ["solo"] and h["clusters"][""]["gateways"] == {}
+    code, body = await asyncio.to_thread(_get, srv.http_addr[1], "/superz?format=text")
+    assert code == 200 and "Cluster (none): ok, 1 servers up, 0 down" in body
+    code, body = await asyncio.to_thread(_get, srv.http_addr[1], "/superz?timeout=1h")
+    assert (code, body) == (400, "timeout must be more than 0 and at most 10s")
+    code, body = await asyncio.to_thread(_get, srv.http_addr[1], "/")
+    assert code == 200 and 'href="/superz"' in body
+    srv = rillet_server_factory(http_port=-1, no_system_account=True).server
+    code, body = await asyncio.to_thread(_get, srv.http_addr[1], "/superz")
+    assert (code, body) == (503, "no system account: the health view is gathered over $SYS")
