@@ -270,6 +270,12 @@ def parse_time(s: str) -> tuple[int, int]:
     return ns, offset
 
 
+def go_unix_nano(ns: int) -> int:
+    """What Go's ``Time.UnixNano`` gives for ``ns``: the value wrapped to a signed 64-bit integer, so that a
+    time after the year 2262 (or before 1678) comes out as Go's servers compare it (often negative)."""
+    return ((ns + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+
+
 def time_ns(s: str | None) -> int:
     """Nanoseconds since the Unix epoch for RFC3339 text; 0 for ``None``/empty/Go's zero time."""
     if not s or s == GO_ZERO_TIME:

@@ -110,10 +110,11 @@ class _Scanner:
 
     def _bad_escape(self, i: int, ln: int) -> _JSONError:
         raw = self.b[i:i + ln]
-        # shown in backquotes when Go's strconv.CanBackquote allows, else strconv.Quote'd
+        # shown in backquotes unless it holds a backquote, a space of any kind (a tab included), an unprintable
+        # rune or invalid UTF-8; then strconv.Quote'd (as Go's JSON decoder shows it)
         try:
             seq = raw.decode("utf-8")
-            plain = not any((ord(ch) < 0x20 and ch != "\t") or ch in "`\x7f\ufeff" for ch in seq)
+            plain = not any(ch == "`" or ch == "\ufffd" or ch.isspace() or not ch.isprintable() for ch in seq)
         except UnicodeDecodeError:
             plain = False
         shown = f"`{seq}`" if plain else go_quote(raw)

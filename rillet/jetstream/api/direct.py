@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from rillet.gocompat.gotime import format_time
-from rillet.gocompat.gotime import parse_time
+from rillet.gocompat.gotime import go_unix_nano, parse_time
 from rillet.gocompat import jsoncodec as _codec
 from rillet.jetstream.api import types as A
 from rillet.jetstream import headers as H
@@ -296,9 +296,10 @@ class _DirectReq:
         req.seq, req.last, req.next = d.seq, d.last_by_subj, d.next_by_subj
         req.batch, req.max_bytes, req.up_to_seq, req.no_hdr = d.batch, d.max_bytes, d.up_to_seq, d.no_hdr
         req.multi = list(d.multi_last or ())
+        # (as nats-server compares them: Go's UnixNano, wrapped to 64 bits past the year 2262)
         if d.start_time is not None:
-            req.start = parse_time(d.start_time)[0]
+            req.start = go_unix_nano(parse_time(d.start_time)[0])
         if d.up_to_time is not None:
-            req.up_to_time = parse_time(d.up_to_time)[0]
+            req.up_to_time = go_unix_nano(parse_time(d.up_to_time)[0])
         return req
 
