@@ -1,6 +1,6 @@
 """Nothing changes a stream's store except applying a log entry (DESIGN.md: propose -> log entry -> apply).
 
-Every mutating store method is wrapped to record calls made outside ``Stream._apply``; the test then drives
+Every mutating store method is wrapped to record calls made outside ``Stream.apply``; the test then drives
 every path that changes a store the way users do (publishes, rollups, TTLs, max_age expiry with subject
 delete markers, atomic batches, message delete, purge, stream update shrinking limits, mirrors, sources,
 schedules, work-queue and interest retention) and fails if any store change bypassed the log.
@@ -34,7 +34,7 @@ SEC = 1_000_000_000
 @pytest.fixture
 def store_calls(monkeypatch):
     """{method: [inside apply?, ...]} for every mutating store call, plus the stacks of those outside."""
-    apply_code = Stream._apply.__code__
+    apply_code = Stream.apply.__code__
     calls: dict[str, list[bool]] = {m: [] for m in MUTATORS}
     outside: list[str] = []
 
@@ -54,7 +54,7 @@ def store_calls(monkeypatch):
                 f = f.f_back
             calls[name].append(inside)
             if not inside:
-                outside.append(f"{type(self).__name__}.{name} outside Stream._apply:\n"
+                outside.append(f"{type(self).__name__}.{name} outside Stream.apply:\n"
                                + "".join(traceback.format_stack(limit=8)))
             return fn(self, *a, **kw)
         monkeypatch.setattr(cls, name, checked)

@@ -27,7 +27,7 @@ from rillet.server import Options
 from rillet.app.embed import run_server
 
 SEC = 1_000_000_000
-REAL_APPLY = Stream._apply
+REAL_APPLY = Stream.apply
 REAL_C_APPLY = ConsumerStateMachine.apply_entry
 
 
@@ -36,7 +36,7 @@ def recorded(monkeypatch):
     """{stream name: {"cfg": config at creation, "entries": [(Entry, error type name or None)], "stream"}}"""
     rec: dict[str, dict] = {}
     orig_init = Stream.__init__
-    orig_apply = Stream._apply
+    orig_apply = Stream.apply
 
     def init(self, jsa, cfg, created, store):
         orig_init(self, jsa, cfg, created, store)
@@ -53,7 +53,7 @@ def recorded(monkeypatch):
         return res
 
     monkeypatch.setattr(Stream, "__init__", init)
-    monkeypatch.setattr(Stream, "_apply", apply)
+    monkeypatch.setattr(Stream, "apply", apply)
     return rec
 
 

@@ -35,8 +35,8 @@ async def deferred_stream(srv, nc, cfg: dict):
     assert "error" not in r, r
     jsa = next(j for j in srv.jetstream.accounts.values() if cfg["name"] in j.streams)
     st = jsa.streams[cfg["name"]]
-    log = DeferredLog(st._apply)
-    log.on_leader_change = st._leader_changed
+    log = DeferredLog(st.apply)
+    log.on_leader_change = st.leader_changed
     st.log = log
     return st, log
 

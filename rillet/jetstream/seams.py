@@ -12,6 +12,9 @@ members (checked statically: ``tests/typing/check_seams.py`` assigns every imple
 * ``ReplicatedLog``: the log every change to a stream or a consumer goes through (``rillet.jetstream.log``
   explains the contract). Implemented by ``SingleNodeLog`` (R1), ``DeferredLog`` (tests) and the RAFT-backed
   log of a clustered group.
+* ``StreamReplication``: what a replicated stream's replica tells its ``Stream`` (``Stream.replicate``: the
+  cluster block of its info, the consumer count of its assignment). Implemented by
+  ``rillet.jetstream.cluster.streams.StreamReplica``.
 * ``ApiRoute``: who answers a ``$JS.API`` request (``rillet.jetstream.api.routing``). Implemented by the
   meta layer's ``rillet.jetstream.api.cluster.MetaApi`` in a cluster (a single server answers everything).
 * ``RaftTransport``: how a server's RAFT groups send and receive their messages. Implemented by
@@ -20,7 +23,7 @@ members (checked statically: ``tests/typing/check_seams.py`` assigns every imple
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 if TYPE_CHECKING:
     from rillet.config.options import Options
@@ -31,7 +34,8 @@ if TYPE_CHECKING:
     from rillet.server.client import InternalClient
     from rillet.server.logging import Logger
 
-__all__ = ["ApiRoute", "ConsumerStore", "RaftTransport", "ReplicatedLog", "ServerServices", "StreamStore"]
+__all__ = ["ApiRoute", "ConsumerStore", "RaftTransport", "ReplicatedLog", "ServerServices", "StreamReplication",
+           "StreamStore"]
 
 
 class ServerServices(Protocol):
@@ -190,3 +194,14 @@ class ApiRoute(Protocol):
                     body: bytes) -> bool:
         """True when this server's handler answers the request; False when the routing answered it, or
         leaves it to another server."""
+
+
+class StreamReplication(Protocol):
+    """A replicated stream as its ``Stream`` sees it (``Stream.replication``)."""
+
+    def cluster_info(self) -> dict[str, Any]:
+        """The ``cluster`` block of the stream's (and its consumers') info: name, RAFT group, leader,
+        replicas."""
+
+    def consumer_count(self) -> int:
+        """The stream's consumers as the meta layer's assignment has them, cluster-wide (0: unknown)."""

@@ -3,7 +3,7 @@
     publish ─► _on_msg ─► process: checks against the *proposed* state (sealed, size, expectations, dedup,
                discard-new limits: the store's state plus the entries still in flight, see "overlay" below)
            ─► log.propose(Entry.MSG, on_applied=_msg_done)
-           ─► _apply (every replica): store at the entry's sequence and time, rollup, dedup record
+           ─► apply (every replica): store at the entry's sequence and time, rollup, dedup record
            ─► _msg_done (leader, after apply): expiry timer, schedules, republish, consumer wake-ups,
               interest removals (proposed), then the PubAck (after fsync when sync_interval is "always":
               acks of appends that arrive together share one fsync)
@@ -19,10 +19,10 @@ messages back and their held acks become the store's error.
 
 Nothing else changes the store: atomic batches (Entry.BATCH), mirrored messages (MIRROR), deletes, purges,
 retention removals (DELETE/PURGE), max_age and TTL expiry with their delete markers (EXPIRE) and config
-updates (UPDATE) are log entries too, applied by ``_apply``. Entries carry what the leader decided
+updates (UPDATE) are log entries too, applied by ``apply``. Entries carry what the leader decided
 (sequence, timestamp, msg id, TTL, batch boundaries; the leader's time for purge/delete/update/expire, which
 stamps any delete marker), so a replica applying them ends in the same store and dedup state, byte for
-byte. ``_apply`` has no effect outside that state machine: what it leaves for the leader (messages removed
+byte. ``apply`` has no effect outside that state machine: what it leaves for the leader (messages removed
 by limits or rollups, markers stored) is queued in ``_fx`` and run by the completion of the same entry
 (``_done`` / ``_msg_done``), which the log calls on the leader right after applying it. API replies (purge,
 delete, update) are sent from completions too (``ctx`` of the entry).
@@ -55,6 +55,7 @@ from rillet.subjects.validate import subject_matches_filter
 
 if TYPE_CHECKING:
     from rillet.jetstream.manager import JSAccount
+    from rillet.jetstream.seams import ReplicatedLog, StreamReplication
 
 _json = msgspec.json.encode
 
@@ -86,8 +87,11 @@ class Stream:
         self.jsa = jsa
         self.js = jsa.js
         self.created = created
-        self.log: Any = SingleNodeLog(self._apply)
-        self.log.on_leader_change = self._leader_changed
+        self.log: ReplicatedLog = SingleNodeLog(self.apply)
+        self.log.on_leader_change = self.leader_changed
+        # a replicated stream's side (rillet.jetstream.cluster.streams.StreamReplica, set by ``replicate``):
+        # STREAM.INFO's cluster block and the consumer count of the assignment
+        self.replication: StreamReplication | None = None
         self._msg_done_cb = self._msg_done  # bound once: the completion of every publish
         self._done_cb = self._done
         self.ic = jsa.ic
@@ -110,9 +114,16 @@ class Stream:
         self._wb_msg_id = ""  # the last msg id before the first gathered message (restored if taken back)
         self._writer: _StoreWriter | None = None
 
+    def replicate(self, log: ReplicatedLog, replication: StreamReplication) -> None:
+        """The stream runs on a replicated log (its RAFT group's): every change goes through ``log``, whose
+        applies and leadership changes come back as ``apply`` and ``leader_changed``; ``replication``
+        gives the cluster's view of it (STREAM.INFO, consumer info)."""
+        self.log = log
+        self.replication = replication
+
     @classmethod
     def replica(cls, cfg: Any, store: Any) -> "Stream":
-        """The state machine alone (what a follower runs): ``_apply`` entries to ``store``; no log, no
+        """The state machine alone (what a follower runs): ``apply`` entries to ``store``; no log, no
         subscriptions, no timers, no replies."""
         self = cls.__new__(cls)
         self._init_state(cfg, store)
@@ -151,14 +162,13 @@ class Stream:
                 self._wb_store = True
                 self.store.write_behind(self._wb_armed, self._wb_failed)
                 self.store.gather(False)  # (the first append of a pass is written at once: see _reply)
-        self._subscribe()
+        self.subscribe()
         self._schedule_expiry()
         schedules.start(self)
 
-    def _subscribe(self) -> None:
-        for sub in self._subs:
-            self.ic.remove_sub(sub)
-        self._subs = []
+    def subscribe(self) -> None:
+        """(Re)subscribe what the stream's leader listens on: direct gets, and its subjects unless a mirror."""
+        self.unsubscribe_all()
         cfg = self.cfg
         if cfg.allow_direct or cfg.mirror_direct:
             # direct gets are served per stream: a stream that does not exist (or allow them) has no responder
@@ -168,13 +178,19 @@ class Stream:
             for prefix in self.jsa.api_prefixes():
                 for n in names:
                     # (a queue group, as nats-server: a replicated stream's followers answer them too)
-                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}", self._on_direct_get,
+                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}", self.on_direct_get,
                                                         queue="_sys_"))
-                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}.>", self._on_direct_get,
+                    self._subs.append(self.ic.subscribe(f"{prefix}.DIRECT.GET.{n}.>", self.on_direct_get,
                                                         queue="_sys_"))
         if cfg.mirror is not None:
             return  # a mirror takes no direct publishes
         self.subscribe_subjects(list(cfg.subjects or []))
+
+    def unsubscribe_all(self) -> None:
+        """Drop every subscription of the stream (a leader that steps down, a stream that stops)."""
+        for sub in self._subs:
+            self.ic.remove_sub(sub)
+        self._subs = []
 
     def subject_subscriptions(self) -> list[Any]:
         """The subscriptions that take the stream's publishes (one per subject of its config)."""
@@ -203,9 +219,9 @@ class Stream:
             return
         self.mirror_direct_ready = on
         if not self.closed:  # (called where the mirror is fed: one server, or the stream leader)
-            self._subscribe()
+            self.subscribe()
 
-    def _on_direct_get(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
+    def on_direct_get(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
                        msg: bytes) -> None:
         toks = subject.decode("utf-8", "surrogateescape").split(".")
         i = toks.index("GET")
@@ -217,9 +233,7 @@ class Stream:
         if self.closed:
             return
         self.closed = True
-        for sub in self._subs:
-            self.ic.remove_sub(sub)
-        self._subs = []
+        self.unsubscribe_all()
         if self._expire_timer is not None:
             self._expire_timer.cancel()
         schedules.stop(self)
@@ -613,7 +627,7 @@ class Stream:
             return e.args[0][-1][5]
         return self._last_msg_id  # a mirrored message leaves it as it is
 
-    def _leader_changed(self, leader: bool) -> None:
+    def leader_changed(self, leader: bool) -> None:
         """The log gained or lost leadership. The overlay was released by the failed completions; the
         leader's timers follow the role."""
         if leader:
@@ -626,7 +640,7 @@ class Stream:
                 from rillet.jetstream import fastbatch
                 fastbatch.drop_all(self)
 
-    def _apply(self, entry: Entry) -> Any:
+    def apply(self, entry: Entry) -> Any:
         """The only place a stream's store changes, run on every replica for each committed entry.
         Everything it needs travels in the entry; it reads no clock and sends nothing: what the leader
         must do afterwards is left in ``_fx`` for the entry's completion."""
@@ -696,6 +710,17 @@ class Stream:
             self.store.purge(None, seq, 0)
         if b"Nats-Scheduler" in hdr:
             schedules.apply_stored(self, hdr)
+
+    def take_effects(self) -> list[Any]:
+        """What applying entries without a completion left (a follower's): removed sequences and
+        ``(seq, subject, hdr, ts, ttl)`` markers stored, in order; the list is emptied."""
+        fx, self._fx = self._fx, []
+        return fx
+
+    def forget_dedup(self) -> None:
+        """The store was replaced under the stream (a snapshot installed): the dedup table is rebuilt from
+        the stored headers when next needed."""
+        self._dd_loaded = False
 
     def _run_fx(self) -> None:
         """The leader's side of what applying an entry did besides its own messages: consumers learn of

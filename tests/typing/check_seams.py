@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from rillet.jetstream.api.cluster import MetaApi
 from rillet.jetstream.cluster.log import RaftLog, SubLog
+from rillet.jetstream.cluster.streams import StreamReplica
 from rillet.jetstream.cluster.transport import RaftTransport as RouteRaftTransport
 from rillet.jetstream.log import DeferredLog, SingleNodeLog
 from rillet.jetstream.seams import (ApiRoute, ConsumerStore, RaftTransport, ReplicatedLog, ServerServices,
-                                   StreamStore)
+                                   StreamReplication, StreamStore)
 from rillet.jetstream.store._query import StoreIndex
 from rillet.jetstream.store.filestore import FileConsumerStore, FileStore
 from rillet.jetstream.store.memstore import MemConsumerStore, MemStore
@@ -42,3 +43,7 @@ def transport(t: RouteRaftTransport) -> RaftTransport:
 
 def api_route(m: MetaApi) -> ApiRoute:
     return m
+
+
+def stream_replication(r: StreamReplica) -> StreamReplication:
+    return r

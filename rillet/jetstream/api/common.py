@@ -44,11 +44,10 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
     d["created"] = s.created
     d["state"] = s.state_dict(subjects_filter, deleted_details)
     if with_cluster:
-        ci = getattr(s, "cluster_info", None)  # a replicated stream (rillet.jetstream.cluster.streams)
-        d["cluster"] = ci() if ci is not None else {"leader": s.js.server.name}
-        cc = getattr(s, "cluster_consumer_count", None)  # nats-server: the assignment's consumers, cluster-wide
-        if cc is not None:
-            n = cc()
+        rep = s.replication  # a replicated stream (rillet.jetstream.cluster.streams)
+        d["cluster"] = rep.cluster_info() if rep is not None else {"leader": s.js.server.name}
+        if rep is not None:
+            n = rep.consumer_count()  # nats-server: the assignment's consumers, cluster-wide
             if n > 0:
                 d["state"]["consumer_count"] = n
     if s.sources is not None:

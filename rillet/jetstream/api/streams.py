@@ -258,7 +258,7 @@ class StreamApi:
                 self.js.loop.create_task(self._resubscribe_in_steps(stream, old, finish, applied))
                 return
             if old.subjects != cfg.subjects or (old.mirror is None) != (cfg.mirror is None):
-                stream._subscribe()
+                stream.subscribe()
             finish()
             if applied is not None and not applied.done():
                 applied.set_result(None)

@@ -106,10 +106,8 @@ class StreamReplica:
         self.log = RaftLog(self._apply, sa.group.name, js.log)
         self.log.on_leader_change = self._leader_changed
         self.log.filter = self._filter
-        self.log.solo_apply = st._apply  # (solo: no WAL replay to track, no follower's side to run)
-        st.log = self.log
-        st.cluster_info = self.cluster_info  # STREAM.INFO's cluster block (api.stream_info_dict)
-        st.cluster_consumer_count = self.consumer_count  # and its state's consumer_count
+        self.log.solo_apply = st.apply  # (solo: no WAL replay to track, no follower's side to run)
+        st.replicate(self.log, self)  # (STREAM.INFO's cluster block and consumer_count come from here)
         self.sync_subject = sa.sync or f"$JSC.SYNC.{sa.group.name}"
         self.group = RaftGroup(cs.server, sa.group.name, list(sa.group.peers), js.store_dir,
                                apply=self.log.group_apply, on_leader_change=self.log.group_leader_change,
@@ -204,7 +202,7 @@ class StreamReplica:
             return None
         st.no_gather()  # (an entry of the group's log: never gathered by a solo R1's write-behind)
         try:
-            res = st._apply(entry)
+            res = st.apply(entry)
         finally:  # (markers an entry stored count as where the log is)
             self.replay_seq = st.store.last_seq
         ctx = entry.ctx
@@ -218,7 +216,7 @@ class StreamReplica:
         """An entry applied without a completion here (a follower's): the consumer engines running on this
         server hear of what it stored and removed (the leader's completions do this on the leader)."""
         st = self.stream
-        fx, st._fx = st._fx, []
+        fx = st.take_effects()
         engines = [cr.c for cr in self.creps.values() if cr.c.engine and not cr.c.closed]
         if not engines:
             return
@@ -273,9 +271,7 @@ class StreamReplica:
             st.set_write_behind(False)
             if self._restoring is not None:
                 self._restore_failed("stream leader lost during the restore")
-            for sub in st._subs:
-                self.jsa.ic.remove_sub(sub)
-            st._subs = []
+            st.unsubscribe_all()
             from rillet.jetstream import schedules
             schedules.stop(st)
             if st.sources is not None:
@@ -287,7 +283,7 @@ class StreamReplica:
                     st.consumers.pop(name, None)
             if getattr(st, "_fast_batches", None):  # kept as records: this server may lead again
                 self.fast_records = fastbatch.records(st, self.cs.js.loop.time())
-            st._leader_changed(False)
+            st.leader_changed(False)
             if self._sync_sub is not None:
                 self.jsa.ic.remove_sub(self._sync_sub)
                 self._sync_sub = None
@@ -384,7 +380,7 @@ class StreamReplica:
         except Exception as e:
             self._restore_failed(e if isinstance(e, ApiError) else str(e))
             return
-        st._dd_loaded = False  # (the dedup table is rebuilt from the stored headers)
+        st.forget_dedup()
         size = len(archive)
 
         def done(_: Any, res: Any, err: BaseException | None) -> None:
@@ -440,7 +436,7 @@ class StreamReplica:
         for prefix in self.jsa.api_prefixes():
             for n in names:
                 for pat in (f"{prefix}.DIRECT.GET.{n}", f"{prefix}.DIRECT.GET.{n}.>"):
-                    self._direct_subs.append(ic.subscribe(pat, self.stream._on_direct_get, queue="_sys_"))
+                    self._direct_subs.append(ic.subscribe(pat, self.stream.on_direct_get, queue="_sys_"))
 
     def direct_check(self) -> None:
         """(Un)subscribe this follower's direct gets: on while it is current, off while it catches up, has
@@ -622,7 +618,7 @@ class StreamReplica:
             if seq <= last:
                 store.remove_msg(seq, False)  # (False when it is gone already)
         self.replay_seq = max(store.last_seq, last)
-        self.stream._dd_loaded = False  # the dedup table is rebuilt from the stored headers
+        self.stream.forget_dedup()
 
     async def _catch_up(self, snap: dict) -> None:
         """Fetch the messages up to the snapshot's last sequence from the stream leader, in chunks."""
@@ -927,9 +923,9 @@ class ClusteredStreams:
                         self.js.log.error(f"JetStream cluster: updating stream '{sa.name}' failed: {err}")
                     return
                 if old.subjects != cfg.subjects and rep.leader:
-                    rep.stream._subscribe()
+                    rep.stream.subscribe()
                 if old.allow_direct != cfg.allow_direct and rep.leader:
-                    rep.stream._subscribe()
+                    rep.stream.subscribe()
                 if (old.mirror != cfg.mirror or old.sources != cfg.sources) and rep.leader:
                     st = rep.stream
                     if cfg.mirror is not None or cfg.sources:

@@ -170,9 +170,9 @@ class ControlMixin:
             self._process_waiting(eos=False)
         d["num_waiting"] = len(self.waiting)
         d["num_pending"] = self.num_pending()
-        ci = getattr(self.stream, "cluster_info", None)  # a replicated stream's consumer (cluster/streams.py)
-        if ci is not None:
-            d["cluster"] = ci()
+        rep = self.stream.replication  # a replicated stream's consumer (cluster/streams.py)
+        if rep is not None:
+            d["cluster"] = rep.cluster_info()
         if self.is_push and self.active:
             d["push_bound"] = True
         if self.pause_until_ns:
