@@ -79,7 +79,7 @@ KEY_TESTS: dict[str, str] = {
     "system_account": "tests/test_sysacc.py::test_default_sys_account_and_no_system_account",
     "no_system_account": "tests/test_sysacc.py::test_no_system_account",
     "tls": "tests/test_tls_options.py",  # the TLS engineer's tests
-    "ocsp": "tests/test_ocsp.py::test_stapling_refused_where_it_would_happen",
+    "ocsp": "tests/test_ocsp_staple.py::test_always_staples_good_and_keeps_a_copy",
     "ocsp_cache": "tests/test_ocsp.py::test_cache_used_and_saved",
     "allow_non_tls": "tests/test_monitor.py::test_https_monitor",
     "websocket": "tests/test_websocket.py::test_from_config_file",

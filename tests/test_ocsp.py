@@ -1,6 +1,7 @@
 """OCSP: ocsp_peer checks of client certificates against an OCSP responder this test runs (an http.server
 thread signing answers with the ``cryptography`` package), the ocsp_cache, the config keys, and the refusal
-of stapling. The same configurations run against nats-server where the outcome is comparable."""
+of stapling without pyOpenSSL (stapling itself: tests/test_ocsp_staple.py). The same configurations run
+against nats-server where the outcome is comparable."""
 from __future__ import annotations
 
 import asyncio
@@ -129,6 +130,8 @@ class Responder:
         self.port = free_port()
         self.mode = "normal"
         self.requests = 0
+        self.posts = 0
+        self.no_post = False  # a responder that answers GET only (POST gets an error page)
         self.pki: PKI | None = None
         outer = self
 
@@ -146,7 +149,21 @@ class Responder:
                     self.end_headers()
                     return
                 enc = urllib.parse.unquote(self.path.lstrip("/"))
-                req = ocsp.load_der_ocsp_request(base64.b64decode(enc))
+                self._reply(ocsp.load_der_ocsp_request(base64.b64decode(enc)))
+
+            def do_POST(self) -> None:  # (nats-server's stapling asks by POST first, GET after)
+                outer.posts += 1
+                if outer.mode in ("silent", "http500"):
+                    self.do_GET()
+                    return
+                if outer.no_post:
+                    self.send_response(405)
+                    self.end_headers()
+                    return
+                der = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._reply(ocsp.load_der_ocsp_request(der))
+
+            def _reply(self, req: ocsp.OCSPRequest) -> None:
                 body = outer.answer(req)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/ocsp-response")
@@ -639,7 +656,12 @@ def test_ocsp_config_errors(text, where, msg, tmp_path, monkeypatch):
         assert f"{path}:{where[0]}:{where[1]}: {msg}" in out.stdout + out.stderr
 
 
-def test_stapling_refused_where_it_would_happen(pki):
+def test_stapling_refused_only_without_pyopenssl(pki, monkeypatch):
+    """Stapling (tests/test_ocsp_staple.py) needs pyOpenSSL; without it a configuration that would staple
+    is refused at load, with what to install, and one that would not staple loads."""
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "OpenSSL" else real(name, *a))
     _, cf, kf = pki.server
     tls = f'tls {{ cert_file: "{cf}", key_file: "{kf}" }}\n'
     for ok in ("ocsp: false\n", "ocsp: true\n", "ocsp { mode: auto }\n", "ocsp { mode: must }\n",
@@ -647,7 +669,7 @@ def test_stapling_refused_where_it_would_happen(pki):
         load_string(ok + tls, "o.conf")  # no must-staple certificate: nothing stapled, as nats-server
     with pytest.raises(ConfigError) as e:
         load_string("ocsp { mode: always }\n" + tls, "o.conf")
-    assert "cannot staple OCSP responses" in str(e.value) and e.value.line == 1
+    assert "needs the pyOpenSSL package" in str(e.value) and e.value.line == 1
     _, cf, kf = pki.certs["muststaple"]
     staple = f'tls {{ cert_file: "{cf}", key_file: "{kf}" }}\n'
     for mode in ("auto", "must"):
@@ -655,6 +677,8 @@ def test_stapling_refused_where_it_would_happen(pki):
             load_string(f"ocsp {{ mode: {mode} }}\n" + staple, "o.conf")
         assert "must-staple" in str(e.value)
     load_string("ocsp { mode: never }\n" + staple, "o.conf")
+    monkeypatch.undo()
+    load_string("ocsp { mode: always }\n" + tls, "o.conf")  # with pyOpenSSL: loads
 
 
 def test_effectivity_window():

@@ -1,11 +1,13 @@
 """OCSP in a config file: the top-level ``ocsp`` (stapling) and ``ocsp_cache`` keys and the ``ocsp_peer``
 entry of a tls {} block, with nats-server's keys, defaults and error texts.
 
-What the server does with them is in rillet/server/ocsp.py. Stapling cannot be done by Python's ssl module
-(it has no server-side OCSP status callback), so a configuration that would staple is refused once the
-certificates are known (``check_stapling``, called when the whole file has been read)."""
+What the server does with them is in rillet/server/ocsp.py (peer checks) and rillet/server/ocsp_staple.py
+(stapling, with pyOpenSSL: Python's ssl module has no server-side OCSP status callback). A configuration
+that would staple where this server cannot is refused once the certificates are known
+(``check_stapling``, called when the whole file has been read)."""
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,10 +158,13 @@ def parse_ocsp(f: Field) -> OCSPStapleConfig:
     return cfg
 
 
-# ---- stapling: refused where it would happen -------------------------------------------------------------
+# ---- stapling: where it cannot happen -----------------------------------------------------------------
 
-NO_STAPLING = ("this server cannot staple OCSP responses: Python's ssl module has no server-side OCSP "
-               "status callback")
+PYOPENSSL_MISSING = ("OCSP stapling needs the pyOpenSSL package (pip install 'rillet[ocsp]'): Python's ssl "
+                     "module has no server-side OCSP status callback")
+ROUTE_STAPLING = ("nats-server staples route and gateway connections in both directions and requires the "
+                  "peer's staple, and OpenSSL can neither send a staple as the connecting side nor receive "
+                  "one as the accepting side")
 
 
 def has_must_staple(cert_file: str) -> bool:
@@ -202,20 +207,29 @@ def stapling_blocks(o: Any) -> list[tuple[str, Any]]:
 
 
 def check_stapling(o: Any) -> ConfigError | None:
-    """The error for an ``ocsp`` setting under which nats-server would staple a certificate (mode always;
-    must or auto with a must-staple certificate); None when no stapling would happen (mode never, or
-    auto/must without must-staple certificates), which this server then does as nats-server does."""
+    """The error for an ``ocsp`` setting this server cannot honour: stapling (mode always; must or auto
+    with a must-staple certificate) on the route or gateway port, or on the client, websocket or MQTT
+    port without pyOpenSSL (rillet.server.tls_openssl). None otherwise; rillet.server.ocsp_staple
+    staples at start."""
     cfg: OCSPStapleConfig | None = getattr(o, "ocsp", None)
-    if cfg is None or cfg.mode == "never":
+    if cfg is not None and cfg.mode == "never":
         return None
+    mode = cfg.mode if cfg is not None else "auto"
     for kind, tls in stapling_blocks(o):
         if not tls.cert_file:
             continue
-        if cfg.mode == "always" or has_must_staple(tls.cert_file):
-            why = ("mode 'always' staples every certificate" if cfg.mode == "always"
-                   else f"the certificate '{tls.cert_file}' requires a stapled status (must-staple)")
-            return ConfigError.at(cfg.source, f"'ocsp' is not supported for the {kind} certificate: {why}, "
-                                              f"and {NO_STAPLING}")
+        if not (mode == "always" or has_must_staple(tls.cert_file)):
+            continue
+        why = ("mode 'always' staples every certificate" if mode == "always"
+               else f"the certificate '{tls.cert_file}' requires a stapled status (must-staple)")
+        if kind in ("cluster", "gateway"):
+            return ConfigError.at(cfg.source if cfg is not None else None,
+                                  f"'ocsp' is not supported for the {kind} certificate: {why}, and "
+                                  f"{ROUTE_STAPLING}")
+        if importlib.util.find_spec("OpenSSL") is None:
+            return ConfigError.at(cfg.source if cfg is not None else None,
+                                  f"'ocsp' cannot be honoured for the {kind} certificate: {why}, and "
+                                  f"{PYOPENSSL_MISSING}")
     return None
 
 

@@ -52,7 +52,7 @@ class MqttServer:
         ssl_ctx = None
         if m.get("tls") is not None:
             from rillet.server.tls import make_server_context
-            ssl_ctx = make_server_context(m["tls"])
+            ssl_ctx = make_server_context(m["tls"], srv.staples.get("mqtt"))
         sock = None
         try:
             sock = await listening_socket(srv.loop, self.host, port)

@@ -128,6 +128,7 @@ class Server:
         self.tls_context: ssl.SSLContext | None = None
         self._tls_rate: RateCounter | None = None  # tls connection_rate_limit
         self._tls_rate_log_pending = False
+        self.staples: dict[str, Any] = {}  # listener -> rillet.server.ocsp_staple.StapleMonitor (ocsp stapling)
         self._ocsp_checker: Any = None  # rillet.server.ocsp.PeerChecker, once a tls block has ocsp_peer
         self.total_connections = 0
         self.slow_consumers = 0
@@ -184,8 +185,10 @@ class Server:
             log.notice(f"Using configuration file: {o.config_file}")
         if self.operator is not None:
             self.operator.log_start()
+        if o.tls is not None or o.websocket.tls is not None or isinstance(o.mqtt, dict) and o.mqtt.get("tls"):
+            await self._prepare_stapling()  # ValueError: the server does not start (as nats-server)
         if o.tls is not None:
-            self.tls_context = make_server_context(o.tls)
+            self.tls_context = make_server_context(o.tls, self.staples.get("client"))
         if ocsp_peer_configs(o):
             self.ocsp_checker()  # the cache comes online (and is loaded) at start, as nats-server
         if o.jetstream.enabled:
@@ -381,6 +384,15 @@ class Server:
         if rc is not None and rc.blocked:
             self.log.warn(f"Rejected {rc.blocked} connections due to TLS rate limiting")
             rc.blocked = 0
+
+    async def _prepare_stapling(self) -> None:
+        """OCSP stapling for the client, websocket and MQTT listeners where the ``ocsp`` mode and the
+        certificates call for it (rillet.server.ocsp_staple; nothing is imported when no listener has TLS)."""
+        from rillet.server.ocsp_staple import prepare
+        self.staples = await prepare(self)
+        for mon in self.staples.values():
+            mon.start()
+            self.on_shutdown.append(mon.stop)
 
     def ocsp_checker(self) -> Any:
         """The server's OCSP peer checker and its response cache (created on first need; the cache is

@@ -19,9 +19,14 @@ if TYPE_CHECKING:  # pragma: no cover
 THROTTLED = "Connection throttling is active. Please try again later."
 
 
-def make_server_context(cfg: TLSConfig) -> ssl.SSLContext:
+def make_server_context(cfg: TLSConfig, staple: Any = None) -> ssl.SSLContext:
     """A server-side context: certificate and key, client-certificate verification when asked, the
-    minimum version, the allowed TLS 1.2 cipher suites and the curve. ValueError when one is unusable."""
+    minimum version, the allowed TLS 1.2 cipher suites and the curve. ValueError when one is unusable.
+    With ``staple`` (a rillet.server.ocsp_staple.StapleMonitor) the listener staples its OCSP status:
+    the context is then pyOpenSSL's (rillet.server.tls_openssl)."""
+    if staple is not None:
+        from rillet.server.tls_openssl import stapling_context
+        return stapling_context(cfg, staple.staple)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if not cfg.cert_file or not cfg.key_file:
@@ -295,7 +300,14 @@ def reload_context(server: "Server", new: Any) -> ssl.SSLContext | None:
         raise ValueError(f"config reload not supported for TLS: it cannot be {state} without a restart")
     if new.tls is None:
         return None
-    return make_server_context(new.tls)
+    if getattr(old, "ocsp", None) != getattr(new, "ocsp", None):
+        raise ValueError("config reload not supported for OCSP stapling: the 'ocsp' block cannot change "
+                         "without a restart")
+    staple = server.staples.get("client")
+    if staple is not None and new.tls.cert_file != old.tls.cert_file:
+        raise ValueError("config reload not supported for OCSP stapling: the stapled certificate file "
+                         "cannot change without a restart")
+    return make_server_context(new.tls, staple)
 
 
 def _ssl_object_of(c: Any) -> Any:

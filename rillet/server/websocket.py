@@ -882,7 +882,7 @@ class WebsocketListener:
         srv = self.server
         o = srv.opts
         wo = o.websocket
-        ssl_ctx = make_server_context(wo.tls) if wo.tls is not None else None
+        ssl_ctx = make_server_context(wo.tls, srv.staples.get("websocket")) if wo.tls is not None else None
         port = 0 if wo.port == RANDOM_PORT else wo.port
         hs_to = wo.handshake_timeout if wo.handshake_timeout and wo.handshake_timeout > 0 else None
         sock = None
