@@ -336,6 +336,30 @@ async def test_cache_used_and_saved(pki, tmp_path):
         assert await _connects(_url(srv), pki, "good")
 
 
+async def test_varz_ocsp_peer_cache_same_as_nats_server(pki, tmp_path):
+    """/varz ``ocsp_peer_cache`` after the same checks on both servers: hits, misses and the cached
+    responses by status (zero counts left out); no section with ocsp_cache type none."""
+    import urllib.request
+    got = {}
+    for which, factory in (("rillet", rillet_server), ("go", go_server)):
+        mport = free_port()
+        extra = f'http: "127.0.0.1:{mport}"\nocsp_cache {{ local_store: "{tmp_path}/rc-{which}" }}'
+        async with factory(_fill(_conf(pki, extra=extra))) as srv:
+            for name in ("good", "revoked", "good", "unknown", "good"):
+                await _connects(_url(srv), pki, name)
+            body = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: urllib.request.urlopen(f"http://127.0.0.1:{mport}/varz", timeout=5).read())
+            got[which] = json.loads(body).get("ocsp_peer_cache")
+    assert got["rillet"] == got["go"] == {
+        "cache_type": "local", "cache_hits": 2, "cache_misses": 3, "cached_responses": 3,
+        "cached_revoked_responses": 1, "cached_good_responses": 1, "cached_unknown_responses": 1}
+    mport = free_port()
+    async with rillet_server(_fill(_conf(pki, extra=f'http: "127.0.0.1:{mport}"\nocsp_cache {{ type: none }}'))):
+        body = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: urllib.request.urlopen(f"http://127.0.0.1:{mport}/varz", timeout=5).read())
+        assert "ocsp_peer_cache" not in json.loads(body)
+
+
 @pytest.mark.parametrize("writer,reader", [("go", "rillet"), ("rillet", "go")])
 async def test_cache_file_shared_with_nats_server(pki, tmp_path, writer, reader):
     """The cache file one server saves (at shutdown) answers the other's check: with the responder silent,

@@ -425,6 +425,11 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     op = getattr(server, "operator", None)
     if op is not None and op.pinned_fails:
         v["pinned_account_fails"] = op.pinned_fails
+    checker = getattr(server, "_ocsp_checker", None)  # (there only when a tls block has ocsp_peer)
+    if checker is not None and checker.cache.local:
+        stats = checker.cache.stats()
+        if stats is not None:  # nats-server's OCSPResponseCacheVarz: zero counts left out
+            v["ocsp_peer_cache"] = {k: n for k, n in stats.items() if n}
     v["slow_consumer_stats"] = {"clients": server.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0}
     v["stale_connection_stats"] = {"clients": getattr(server, "stale_connections", 0), "routes": 0,
                                    "gateways": 0, "leafs": 0}

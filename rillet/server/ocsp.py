@@ -425,15 +425,33 @@ class ResponseCache:
         self.items[key] = item
         self.dirty = True
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, was_miss: bool = False) -> None:
+        """Drop an entry (kept when revoked and preserve_revoked). ``was_miss``: the entry was found but
+        could not be used, so the hit its lookup counted becomes a miss (as nats-server counts)."""
         item = self.items.get(key)
         if item is None:
             return
+        if was_miss:
+            self.hits -= 1
+            self.misses += 1
         if item.get("resp_status") == REVOKED and self.cfg.preserve_revoked:
             self.log.debug(f"Revoked OCSP response for key [{key}] preserved by cache policy")
             return
         del self.items[key]
         self.dirty = True
+
+    def stats(self) -> dict[str, Any] | None:
+        """/varz ``ocsp_peer_cache`` (nats-server's field names); None until the cache is online."""
+        if not self.online:
+            return None
+        by = {GOOD: 0, REVOKED: 0, UNKNOWN: 0}
+        for item in self.items.values():
+            status = item.get("resp_status")
+            if status in by:
+                by[status] += 1
+        return {"cache_type": self.cfg.type, "cache_hits": self.hits, "cache_misses": self.misses,
+                "cached_responses": len(self.items), "cached_revoked_responses": by[REVOKED],
+                "cached_good_responses": by[GOOD], "cached_unknown_responses": by[UNKNOWN]}
 
 
 # ---- the checker -----------------------------------------------------------------------------------------
@@ -535,12 +553,12 @@ class PeerChecker:
                 cst = parse_response(raw, leaf, issuer)
             except OCSPError:
                 self.log.debug(f"Invalid cached OCSP response for [{subj}] with fingerprint [{key}]")
-                cache.delete(key)
+                cache.delete(key, was_miss=True)
             else:
                 if response_current(cst, cfg):
                     st = cst
                 else:
-                    cache.delete(key)
+                    cache.delete(key, was_miss=True)
                 cached_revocation = cst.status == REVOKED
         if st is None:
             try:
