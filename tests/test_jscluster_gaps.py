@@ -308,7 +308,7 @@ def fast_batches(servers, name: str) -> list[int]:
     for r in reps(servers, name):
         if r is None:
             continue
-        out.append(len(getattr(r.stream, "_fast_batches", None) or {}) if r.leader else len(r.fast_records))
+        out.append(len(r.stream.fast_batches) if r.leader else len(r.fast_records))
     return out
 
 
@@ -369,7 +369,7 @@ async def test_fast_batch_carries_on_across_a_leader_change(cl):
     await until(lambda: store_states(servers, "FB") == [(8, 1, 8, 0)] * 3, what="8 messages everywhere")
     # (the followers' records of a batch that ended without a commit entry age out, as nats-server's timers)
     lead = stream_leader(servers, "FB")
-    assert not getattr(lead.stream, "_fast_batches", None)
+    assert not lead.stream.fast_batches
     await asyncio.sleep(0.1)
     assert q.empty(), q.get_nowait()
     await sub.unsubscribe()

@@ -68,11 +68,7 @@ def batch_id(hdr: bytes) -> str:
 
 
 def _batches(stream: "Stream") -> dict[str, _Batch]:
-    b = getattr(stream, "_atomic_batches", None)
-    if b is None:
-        b = {}
-        stream._atomic_batches = b  # type: ignore[attr-defined]
-    return b
+    return stream.atomic_batches
 
 
 def _drop(stream: "Stream", b: _Batch) -> None:

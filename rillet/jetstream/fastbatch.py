@@ -145,11 +145,7 @@ class Batch:
 
 
 def _batches(stream: "Stream") -> dict[str, Batch]:
-    b = getattr(stream, "_fast_batches", None)
-    if b is None:
-        b = {}
-        stream._fast_batches = b  # type: ignore[attr-defined]
-    return b
+    return stream.fast_batches
 
 
 def _init_flow(batches: dict[str, Batch], b: Batch) -> None:

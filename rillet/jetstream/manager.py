@@ -21,6 +21,7 @@ from rillet.durable import fsync_dir, make_dirs_durable
 from rillet.jetstream.stream import Stream
 
 if TYPE_CHECKING:
+    from rillet.jetstream.cluster.peers import PeerRegistry
     from rillet.jetstream.seams import ApiRoute, ServerServices
     from rillet.server.accounts import Account
 
@@ -222,6 +223,9 @@ class JetStream:
         # who answers a $JS.API request (rillet.jetstream.api.routing): None on a single server (here), the
         # meta layer's MetaApi in a cluster
         self.api_route: ApiRoute | None = None
+        # the cluster's servers, by peer id (rillet.jetstream.cluster.peers.PeerRegistry): the streams layer
+        # names peers with it
+        self.peer_registry: PeerRegistry | None = None
         from rillet.jetstream.advisories import Advisories
         self.advisories = Advisories(self)
         from rillet.jetstream.api.queue import ApiQueue
@@ -259,9 +263,10 @@ class JetStream:
             from rillet.jetstream.cluster.meta import JetStreamCluster
             self.cluster = JetStreamCluster(self)  # (the accounts below see it: no single-server recovery)
             self.api_route = self.cluster.api
+            self.peer_registry = self.cluster.registry
         # accounts that configure JetStream get it (with their limits); with none, the global account does
         configured = account_js_config(self.server.opts.accounts)
-        operator = getattr(self.server, "operator", None)
+        operator = self.server.operator
         if operator is not None:
             operator.jetstream_started(self)  # accounts whose JWT gives JetStream limits
         elif configured:

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from rillet.server.accounts import Account
     from rillet.server.client import InternalClient
     from rillet.server.logging import Logger
+    from rillet.server.operator import OperatorMode
+    from rillet.server.sysacc import SystemAccount
 
 __all__ = ["ApiRoute", "ConsumerStore", "RaftTransport", "ReplicatedLog", "ServerServices", "StreamReplication",
            "StreamStore"]
@@ -48,6 +50,8 @@ class ServerServices(Protocol):
     accounts: dict[str, Account]
     global_account: Account
     system_account: Account | None
+    sysacc: SystemAccount  # the system account's services ($SYS events, advisories)
+    operator: OperatorMode | None  # operator (JWT) mode
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...

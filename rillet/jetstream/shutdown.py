@@ -5,16 +5,19 @@ the client knows at once to ask elsewhere rather than wait for its request to ex
 replicas are left alone: another server takes them over."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rillet.jetstream import headers as H
 from rillet.jetstream.consumer.common import PENDING_BYTES, PENDING_MSGS
 
+if TYPE_CHECKING:
+    from rillet.jetstream.consumer.engine import Consumer
 
-def _replicas(consumer: Any) -> int:
-    n = getattr(consumer.cfg, "num_replicas", 0) or 0
+
+def _replicas(consumer: Consumer) -> int:
+    n = consumer.cfg.num_replicas or 0
     if n <= 0:  # (0: as many as its stream)
-        n = getattr(consumer.stream.cfg, "num_replicas", 1) or 1
+        n = consumer.stream.cfg.num_replicas or 1
     return n
 
 
@@ -24,7 +27,7 @@ def signal_pull_requests(js: Any) -> int:
     for jsa in list(js.accounts.values()):
         for stream in list(jsa.streams.values()):
             for c in list(stream.consumers.values()):
-                waiting = getattr(c, "waiting", None)
+                waiting = c.waiting
                 if not waiting or c.closed or _replicas(c) > 1:
                     continue
                 for wr in list(waiting):

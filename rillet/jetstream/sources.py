@@ -56,6 +56,7 @@ from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_matches_filter
 
 if TYPE_CHECKING:
+    from rillet.jetstream.configtypes import StreamSource
     from rillet.jetstream.stream import Stream
 
 SOURCE_HDR = "Nats-Stream-Source"
@@ -104,20 +105,20 @@ def _ack_info(reply: bytes) -> tuple[int, int, int, int, int] | None:
 class Origin:
     """One mirror or source origin and the consumer that feeds from it."""
 
-    def __init__(self, owner: "SourceSet", cfg: Any, mirror: bool) -> None:
+    def __init__(self, owner: "SourceSet", cfg: StreamSource, mirror: bool) -> None:
         self.owner = owner
         self.cfg = cfg
         self.mirror = mirror
         self.name: str = cfg.name
-        ext = getattr(cfg, "external", None)
+        ext = cfg.external
         self.api = (ext.api if ext is not None and ext.api else "$JS.API")
         self.filters: list[str] = []
         self.transforms: list[tuple[str, str]] = []
-        trs = getattr(cfg, "subject_transforms", None) or []
+        trs = cfg.subject_transforms or []
         for tr in trs:
             self.transforms.append((tr.src or ">", tr.dest or ""))
             self.filters.append(tr.src or ">")
-        if not self.filters and getattr(cfg, "filter_subject", ""):
+        if not self.filters and cfg.filter_subject:
             self.filters.append(cfg.filter_subject)
         self.sseq = 0  # last origin sequence processed
         self.cseq = 0  # last consumer sequence seen
@@ -136,14 +137,14 @@ class Origin:
         self.fails = 0  # consecutive failed attempts (back to 0 once the consumer delivers)
         self.attempts = 0  # consumer creates sent (all time)
         self.stalls = 0  # consumers given up for silence (all time)
-        dur = getattr(cfg, "consumer", None)
+        dur = cfg.consumer
         # a durable consumer on the origin (ADR-60, nats-server 2.14+): not created nor deleted here, reset
         # to its ack floor at each attempt, acknowledged by our flow control replies (ack policy flow_control)
         self.durable: tuple[str, str] | None = (dur.name, dur.deliver_subject) if dur is not None else None
 
     def _header_tag(self) -> tuple[str, str, str]:
         iname = self.name
-        ext = getattr(self.cfg, "external", None)
+        ext = self.cfg.external
         if ext is not None and ext.api:
             import hashlib
             iname += ":" + hashlib.sha256(ext.api.encode()).hexdigest()[:8]
@@ -151,7 +152,7 @@ class Origin:
             src = "\f".join(s for s, _ in self.transforms)
             dst = "\f".join(d or ">" for _, d in self.transforms)
         else:
-            src = getattr(self.cfg, "filter_subject", "") or ">"
+            src = self.cfg.filter_subject or ">"
             dst = ">"
         return iname, src, dst
 
@@ -167,8 +168,8 @@ class Origin:
             self._start_durable(from_seq)
             return
         rnd = os.urandom(6).hex()
-        ext = getattr(self.cfg, "external", None)
-        deliver = (getattr(ext, "deliver", "") or "") if ext is not None else ""
+        ext = self.cfg.external
+        deliver = (ext.deliver or "") if ext is not None else ""
         self.inbox = (f"{deliver}.S.{stream.name}.{rnd}" if deliver else f"$JS.S.{stream.name}.{rnd}").encode()
         self.sub = ic.subscribe(self.inbox.decode(), self._on_msg)
         self.cseq = 0
@@ -179,11 +180,11 @@ class Origin:
                                "max_deliver": 1, "flow_control": True, "idle_heartbeat": HEARTBEAT_NS,
                                "inactive_threshold": 10 * HEARTBEAT_NS, "num_replicas": 1, "mem_storage": True,
                                "direct": True}
-        start_time = getattr(self.cfg, "opt_start_time", None)
+        start_time = self.cfg.opt_start_time
         if from_seq > 0:
             cfg["deliver_policy"] = "by_start_sequence"
             cfg["opt_start_seq"] = from_seq
-        elif getattr(self.cfg, "opt_start_seq", 0):
+        elif self.cfg.opt_start_seq:
             cfg["deliver_policy"] = "by_start_sequence"
             cfg["opt_start_seq"] = self.cfg.opt_start_seq
         elif start_time:
@@ -429,13 +430,13 @@ class Origin:
     def info(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "lag": self.lag,
                              "active": (now_ns() - self.last_active) if self.last_active else -1}
-        if getattr(self.cfg, "filter_subject", ""):
+        if self.cfg.filter_subject:
             d["filter_subject"] = self.cfg.filter_subject
         if self.transforms:
             d["subject_transforms"] = [{"src": s, "dest": t} for s, t in self.transforms]
-        ext = getattr(self.cfg, "external", None)
+        ext = self.cfg.external
         if ext is not None:
-            d["external"] = {"api": ext.api, "deliver": getattr(ext, "deliver", "")}
+            d["external"] = {"api": ext.api, "deliver": ext.deliver}
         if self.error:
             d["error"] = self.error
         return d

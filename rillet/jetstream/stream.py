@@ -113,6 +113,10 @@ class Stream:
         self._wb_store = False  # the store has write-behind (gathers while replies are held)
         self._wb_msg_id = ""  # the last msg id before the first gathered message (restored if taken back)
         self._writer: _StoreWriter | None = None
+        # batches being published (the leader's): atomic ones staged until their commit (rillet.jetstream.batch),
+        # fast ones with their flow control (rillet.jetstream.fastbatch); by batch id
+        self.atomic_batches: dict[str, Any] = {}
+        self.fast_batches: dict[str, Any] = {}
 
     def replicate(self, log: ReplicatedLog, replication: StreamReplication) -> None:
         """The stream runs on a replicated log (its RAFT group's): every change goes through ``log``, whose
@@ -173,7 +177,7 @@ class Stream:
         if cfg.allow_direct or cfg.mirror_direct:
             # direct gets are served per stream: a stream that does not exist (or allow them) has no responder
             names = [self.name]
-            if cfg.mirror_direct and cfg.mirror is not None and getattr(self, "mirror_direct_ready", False):
+            if cfg.mirror_direct and cfg.mirror is not None and self.mirror_direct_ready:
                 names.append(cfg.mirror.name)  # (the origin's direct gets too: see set_mirror_direct)
             for prefix in self.jsa.api_prefixes():
                 for n in names:
@@ -239,10 +243,10 @@ class Stream:
         schedules.stop(self)
         if self.sources is not None:
             self.sources.stop()
-        if getattr(self, "_atomic_batches", None):  # staged atomic batches are dropped with the stream
+        if self.atomic_batches:  # staged atomic batches are dropped with the stream
             from rillet.jetstream import batch
             batch.drop_all(self)
-        if getattr(self, "_fast_batches", None):
+        if self.fast_batches:
             from rillet.jetstream import fastbatch
             fastbatch.drop_all(self)
         for c in list(self.consumers.values()):
@@ -636,7 +640,7 @@ class Stream:
             if self._expire_timer is not None:
                 self._expire_timer.cancel()
                 self._expire_timer = None
-            if getattr(self, "_fast_batches", None):  # a fast batch does not survive a leader change here
+            if self.fast_batches:  # a fast batch does not survive a leader change here
                 from rillet.jetstream import fastbatch
                 fastbatch.drop_all(self)
 

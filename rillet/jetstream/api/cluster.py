@@ -139,8 +139,7 @@ class MetaApi:
                 self._error(router, reply, key, ApiError.make("CLUSTER_NOT_AVAIL"))
             return True
         handler = getattr(self, "_api_" + key.replace(".", "_").lower())
-        if key in ("STREAM.CREATE", "STREAM.UPDATE") and len(body) > BIG_CONFIG \
-                and getattr(router.js, "api_queue", None) is not None:
+        if key in ("STREAM.CREATE", "STREAM.UPDATE") and len(body) > BIG_CONFIG:
             self._api_big_config(router, key, handler, args, reply, hdr, body)
             return True
         self._call_api(router, key, handler, args, reply, hdr, body)

@@ -140,8 +140,8 @@ class ApiQueue:
             self._last_warn = now
             js.log.warn(f"{name} limit reached, dropping {n} requests")
         srv = js.server
-        sysacc = getattr(srv, "sysacc", None)
-        if sysacc is None or not sysacc.interest(LIMIT_ADVISORY):
+        sysacc = srv.sysacc
+        if not sysacc.interest(LIMIT_ADVISORY):
             return
         adv: dict[str, Any] = {"type": LIMIT_TYPE, "id": _id(), "timestamp": format_time(now_ns()),
                                "server": srv.name}

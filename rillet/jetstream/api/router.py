@@ -77,7 +77,9 @@ class ApiRouter(StreamApi, DirectApi):
         # stops JetStream (and the server) from starting: an endpoint must never vanish into "no responders"
         for module in HANDLER_MODULES:
             importlib.import_module(module).register(self)
-        if getattr(self.js, "cluster", None) is not None:  # (answered by rillet.jetstream.cluster.meta)
+        # (answered by rillet.jetstream.cluster.meta; no js: the endpoint table of an account without JetStream,
+        # rillet.jetstream.disabled)
+        if self.js is not None and self.js.cluster is not None:
             for key in ("STREAM.PEER.REMOVE", "META.LEADER.STEPDOWN", "SERVER.REMOVE"):
                 self.handlers[key] = self.stream_leader_stepdown
 
@@ -96,10 +98,7 @@ class ApiRouter(StreamApi, DirectApi):
 
     def on_request(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         """A request arrives: served now, or queued behind others (rillet.jetstream.api.queue)."""
-        q = getattr(self.js, "api_queue", None)
-        if q is None:
-            self.serve(subject, reply, hdr, msg)
-            return
+        q = self.js.api_queue
         # info requests wait in their own queue, served when the other is empty (as nats-server)
         info = _is_info(subject)
         if type(msg) is not bytes:  # (kept until served: never a view of a buffer that is reused)
@@ -206,7 +205,7 @@ class ApiRouter(StreamApi, DirectApi):
         d: dict[str, Any] = {"type": T + "account_info_response", "memory": mem, "storage": sto,
                              "reserved_memory": rmem, "reserved_storage": rsto, "streams": n, "consumers": c,
                              "limits": limits}
-        tier = getattr(self.jsa, "tier", "")
+        tier = self.jsa.tier
         if tier:  # tiered limits (account JWT): per tier, and zero limits for the account as a whole
             d["limits"] = {k: (False if isinstance(v, bool) else 0) for k, v in limits.items()}
             d["tiers"] = {tier: {"memory": mem, "storage": sto, "reserved_memory": rmem, "reserved_storage": rsto,

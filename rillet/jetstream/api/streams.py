@@ -52,28 +52,11 @@ class StreamApi:
         return s.cfg if s is not None else None
 
     def stream_create(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
-        q = getattr(self.js, "api_queue", None)
-        if q is not None:
-            # the stream's files are written and synced off the loop (and a large config is checked there),
-            # the API queue held meanwhile so that requests keep their order: see _create_async
-            q.hold()
-            self.js.loop.create_task(self._create_async(args, reply, body))
-            return NOT_COUNTED
-        typ = T + "stream_create_response"
-        name = args[0] if args else ""
-        existing = self.jsa.streams.get(name)
-        cfg = SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup,
-                                        subjects_overlap=self._overlap(), account_limits=self.jsa.limits,
-                                        server_limits=self.js.server_limits, strict=self.js.strict,
-                                        existing=existing.cfg if existing is not None else None)
-        if existing is not None:  # the same configuration again: its info, still "did_create" (as nats-server)
-            self.respond(reply, {"type": typ, **stream_info_dict(existing), "did_create": True})
-            return None
-        self._check_supported(cfg)
-        self._check_limits(cfg)
-        stream = self.jsa.open_stream(cfg, format_time(now_ns()))
-        self._created(stream, reply)
-        return None
+        # the stream's files are written and synced off the loop (and a large config is checked there), the
+        # API queue held meanwhile so that requests keep their order: see _create_async
+        self.js.api_queue.hold()
+        self.js.loop.create_task(self._create_async(args, reply, body))
+        return NOT_COUNTED
 
     async def _create_async(self, args: list[str], reply: bytes | None, body: bytes) -> None:
         """``stream_create`` in steps, with the same checks and answers. A large config (thousands of
@@ -180,11 +163,10 @@ class StreamApi:
                 raise ApiError.make(err)
 
     def stream_update(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
-        q = getattr(self.js, "api_queue", None)
-        if q is not None and len(body) > BIG_CONFIG:
+        if len(body) > BIG_CONFIG:
             # a large config is checked in a worker thread and its subjects' subscriptions changed in
             # steps, the API queue held meanwhile: see _update_async
-            q.hold()
+            self.js.api_queue.hold()
             self.js.loop.create_task(self._update_async(args, reply, body))
             return NOT_COUNTED
         name = args[0] if args else ""

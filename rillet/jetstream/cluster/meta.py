@@ -119,7 +119,6 @@ class JetStreamCluster:
         self.peer = peer_id(server.name)
         self.state = A.MetaState()
         self.registry = PeerRegistry.attach(server)
-        js.peer_registry = self.registry  # (the streams layer names peers with it)
         self.registry.listeners.append(self._registry_changed)
         self.group: Optional[RaftGroup] = None
         self.streams: Any = None  # rillet.jetstream.cluster.streams.ClusteredStreams, when present

@@ -133,6 +133,8 @@ class StreamReplica:
         self.catchups = 0
         self.replay_skipped = 0  # entries the store already held when the group replayed its WAL
         self.restore_reply = ""  # STREAM.RESTORE: the request's reply, until this server (leader) takes it
+        self._restore_final = b""  # the reply of a restore's last chunk (answered once the restore is done)
+        self._pending_snap: dict | None = None  # a snapshot that came while a catch-up ran (installed after)
         self._restoring: Any = None  # the ArchiveReceiver of a restore in progress
         self.restored = False  # a RESTORED entry was applied here
         self.fast_records: dict[str, Any] = {}  # fast batches known from applied entries (fastbatch.Follower)
@@ -281,7 +283,7 @@ class StreamReplica:
                 if name not in self.creps:  # a direct (mirror/source) consumer: the leader's only
                     c.stop(delete=True, advisory=False)
                     st.consumers.pop(name, None)
-            if getattr(st, "_fast_batches", None):  # kept as records: this server may lead again
+            if st.fast_batches:  # kept as records: this server may lead again
                 self.fast_records = fastbatch.records(st, self.cs.js.loop.time())
             st.leader_changed(False)
             if self._sync_sub is not None:
@@ -412,7 +414,7 @@ class StreamReplica:
         err = why if isinstance(why, ApiError) else ApiError.make("STREAM_RESTORE", err=str(why))
         self.cs.js.log.warn(f"Stream restore failed for '{self.jsa.account.name} > {self.name}': {err}")
         from rillet.jetstream.api.common import T
-        final = getattr(self, "_restore_final", b"")
+        final = self._restore_final
         if final:
             self._respond(final, {"type": T + "stream_create_response", "error": err.to_dict()})
         if not self.closed:
@@ -668,7 +670,7 @@ class StreamReplica:
                     await asyncio.sleep(0.1)  # the answering leader is behind: ask again
             if not self.closed:
                 self._finish_snapshot(snap)
-                nsnap = getattr(self, "_pending_snap", None)
+                nsnap = self._pending_snap
                 if nsnap is not None:
                     self._pending_snap = None
                     if store.last_seq < nsnap["last"]:
@@ -733,7 +735,7 @@ class StreamReplica:
     def group_cluster_info(self, g: Any, desired: Any = None) -> dict:
         leader = g.leader
         lname = self.cs.peer_name(leader) if leader else ""
-        cluster = getattr(getattr(self.cs.server.opts, "cluster", None), "name", "") or ""
+        cluster = self.cs.server.opts.cluster.name or ""
         kw = {}
         if desired:
             kw["desired"] = monitor.desired_info(desired, self.cs.peer_name)
@@ -749,13 +751,11 @@ class StreamReplica:
     def consumer_count(self) -> int:
         """The stream's consumers as the meta layer knows them (nats-server's stream info takes the count from
         the stream assignment: consumers whose groups run on other servers count too); 0 when unknown."""
-        cl = getattr(self.cs.js, "cluster", None)
-        state = getattr(cl, "state", None)
-        sa = state.stream(self.jsa.account.name, self.name) if state is not None else None
+        sa = self.cs.assignment(self.jsa.account.name, self.name)
         return len(sa.consumers) if sa is not None else 0
 
     def cluster_info(self) -> dict:
-        d = self.group_cluster_info(self.group, getattr(self.sa.group, "desired", None))
+        d = self.group_cluster_info(self.group, self.sa.group.desired)
         if self.data_lost is not None:
             d["lost"] = dict(self.data_lost)
         return d
@@ -855,7 +855,7 @@ class ClusteredStreams:
         n = self._names.get(peer)
         if n:
             return n
-        reg = getattr(self.js, "peer_registry", None) or getattr(self.server, "peer_registry", None)
+        reg = self.js.peer_registry
         if reg is not None:
             n = reg.name_of(peer)
             if n:
@@ -1008,8 +1008,7 @@ class ClusteredStreams:
         if rep is None or (consumer and cr is None):
             # (the request came before this server applied the assignment: kept for the replica to come;
             # not when the meta layer here knows the stream/consumer already and this server has no replica)
-            state = getattr(getattr(self.js, "cluster", None), "state", None)
-            sa = state.stream(account, stream) if state is not None else None
+            sa = self.assignment(account, stream)
             if sa is not None and (not consumer or consumer in sa.consumers):
                 return False
             now = self.js.loop.time()
@@ -1155,10 +1154,13 @@ class ClusteredStreams:
         router.respond_error(reply, _type_for(h) if h is not None else T + "error_response",
                              ApiError.make("CLUSTER_NOT_AVAIL"))
 
+    def assignment(self, account: str, stream: str) -> Any:
+        """The meta layer's assignment of a stream (None: unknown, or no meta layer)."""
+        cl = self.js.cluster
+        return cl.state.stream(account, stream) if cl is not None else None
+
     def _known_consumer(self, account: str, stream: str, name: str) -> bool:
-        cl = getattr(self.js, "cluster", None)
-        state = getattr(cl, "state", None)
-        sa = state.stream(account, stream) if state is not None else None
+        sa = self.assignment(account, stream)
         return sa is not None and name in sa.consumers
 
     def api_gate(self, router: Any, key: str, args: list[str], reply: bytes | None, hdr: bytes,
@@ -1258,7 +1260,7 @@ class ClusteredStreams:
         cluster, tags = str(pl.get("cluster") or ""), [str(t).strip().lower() for t in pl.get("tags") or ()]
         if not cluster and not tags:
             return None
-        reg = getattr(self.js, "peer_registry", None)
+        reg = self.js.peer_registry
         nodes = reg.nodes if reg is not None else {}
         cands = [p for p in g.peers if p != g.id and p in nodes and not nodes[p].offline
                  and (not cluster or nodes[p].cluster == cluster) and all(t in nodes[p].tags for t in tags)]
