@@ -18,7 +18,6 @@ import pytest
 from nats.js.api import StreamSource
 
 from rillet import lane
-from rillet.jetstream.store._common import StoreCommon
 from rillet.jetstream.store.filestore import FileStore
 from rillet.jetstream.store.memstore import MemStore
 from rillet.jetstream.stream import Stream
@@ -59,9 +58,10 @@ def store_calls(monkeypatch):
             return fn(self, *a, **kw)
         monkeypatch.setattr(cls, name, checked)
 
-    # the lane's file store (the compiled twin overrides store_msg) as well as the pure classes (the shared
-    # StoreCommon has store_msg, purge, expire_msgs...; each store its compact, truncate, remove_msg)
-    classes = [StoreCommon, MemStore, FileStore] + ([lane.FileStore] if lane.FileStore is not FileStore else [])
+    # every class the stores are made of (the shared StoreCommon has store_msg, purge, expire_msgs...; each
+    # store, or a mixin of it, its compact, truncate, remove_msg), the lane's file store too (the compiled twin
+    # overrides store_msg)
+    classes = {c for store in (MemStore, FileStore, lane.FileStore) for c in store.__mro__ if c is not object}
     for m in MUTATORS:
         for cls in classes:
             wrap(cls, m)

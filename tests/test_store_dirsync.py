@@ -16,6 +16,7 @@ import pytest
 
 from rillet.config.options import JetStreamOptions
 from rillet.jetstream.store import StoreConfig
+from rillet.jetstream.store import _fsblocks
 from rillet.jetstream.store import filestore as fsmod
 from rillet.jetstream.store.filestore import FileStore
 from rillet.server import Options
@@ -135,7 +136,7 @@ async def test_ack_of_the_first_message_waits_for_the_block_directory(tmp_path, 
 def test_failed_fsync_of_an_evicted_block_is_reported_by_the_next_sync(tmp_path, monkeypatch):
     """A block whose descriptor leaves the cache is fsynced first; if that fails, the failure must reach the
     next sync() (which an ack waits for), not vanish with the closed descriptor."""
-    monkeypatch.setattr(fsmod, "_FD_CACHE", 2)
+    monkeypatch.setattr(_fsblocks, "_FD_CACHE", 2)
     p = tmp_path / "s"
     log = []
     fs = FileStore(str(p), StoreConfig(name="t", block_size=100), log=lambda lv, t: log.append((lv, t)))

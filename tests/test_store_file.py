@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from rillet.jetstream.store import ErrStoreCorrupt, ErrStoreFull, StoreConfig, StoreError
+from rillet.jetstream.store import _fslog
 from rillet.jetstream.store import filestore as fsmod
 from rillet.jetstream.store.base import file_msg_size
 from rillet.jetstream.store.filestore import FileStore
@@ -362,7 +363,7 @@ def test_truncate_then_reuse_sequences(tmp_path):
 
 
 def test_state_log_compaction(tmp_path, monkeypatch):
-    monkeypatch.setattr(fsmod, "_LOG_COMPACT_MIN", 2048)
+    monkeypatch.setattr(_fslog, "_LOG_COMPACT_MIN", 2048)
     p = tmp_path / "s"
     fs = open_fs(p)
     for i in range(600):

@@ -12,6 +12,7 @@ import tracemalloc
 import pytest
 
 from rillet.jetstream.store import StoreConfig
+from rillet.jetstream.store import _fsblocks
 from rillet.jetstream.store import filestore as fsmod
 from rillet.jetstream.store.filestore import FileStore
 
@@ -176,7 +177,7 @@ def test_a_flipped_bit_in_an_indexed_block_is_still_found_on_open(tmp_path):
 
 
 def test_loaded_indexes_stay_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(fsmod, "_IDX_CACHE", 3)
+    monkeypatch.setattr(_fsblocks, "_IDX_CACHE", 3)
     fs = open_fs(tmp_path)
     fill(fs)
     fs.stop()
@@ -190,7 +191,7 @@ def test_loaded_indexes_stay_bounded(tmp_path, monkeypatch):
         m = fs.load_next_msg(">", m.seq + 1)
     assert n == fs.state().msgs
     # idle indexes are dropped at a later load
-    monkeypatch.setattr(fsmod, "_IDX_IDLE", 0.0)
+    monkeypatch.setattr(_fsblocks, "_IDX_IDLE", 0.0)
     fs._drop_idle()
     fs._drop_idle()
     assert len(fs._cache) == 0
@@ -219,5 +220,5 @@ def test_memory_per_stored_message_is_small(tmp_path):
     nblocks = len(fs._bl)
     per_block = (n + 2000) // nblocks
     assert nblocks > 30
-    assert grown < (fsmod._IDX_CACHE + 1) * per_block * 40 + nblocks * (1000 + 60 * len(subjects)), grown / n
+    assert grown < (_fsblocks._IDX_CACHE + 1) * per_block * 40 + nblocks * (1000 + 60 * len(subjects)), grown / n
     fs.stop()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import os
-import time
 from bisect import bisect_left, bisect_right
 from typing import Iterator
 

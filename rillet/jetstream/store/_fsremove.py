@@ -1,0 +1,350 @@
+"""Removal from the file store: one message (a tombstone in the state log; erased on disk if asked), purge,
+compact and truncate over whole blocks, and expiry by age and TTL.  A mixin of ``FileStore``."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+from ._fsformat import L_DEL, L_FIRST, L_LAST, L_TRUNC, T_ERASED, _CRC, _LAST, _OVERHEAD, _REC, _U64, _encode_log, _parse_record
+from ._fsindex import Block
+from .base import StoreError
+
+
+class BlockRemoval:
+    # -- removal --------------------------------------------------------------------
+
+    def _remove(self, seq: int, erase: bool = False) -> bool:
+        if self._wb_off >= 0:
+            self.flush_writes()
+        loc = self._locate(seq)
+        if loc is None:
+            return False
+        blk, x, slot = loc
+        blk.mark_dead(slot)
+        sid = x.sid[slot]
+        subj = x.subjs[sid]
+        size = x.sz[slot]
+        blk.scnt[sid] -= 1
+        blk.live -= 1
+        self._nmsgs -= 1
+        self._bytes -= size
+        ps = self._psim[subj]
+        if ps[0] == 1:
+            del self._psim[subj]
+        else:
+            ps[0] -= 1
+            if ps[2] == seq:
+                ps[2] = self._subj_last_walk(subj, seq - 1)
+        if seq == self._first:
+            self._first = self._next_alive(seq + 1) or self._last + 1
+        # the state log
+        if self._limit_removal and not erase:
+            self._deferred.append(seq)
+            if len(self._deferred) >= 256:
+                self._log_append(None)
+        else:
+            self._log_append(_encode_log(L_DEL, _U64.pack(seq)))
+        if erase:
+            self._erase_record(blk, x.offs[slot], x.rlen[slot], seq)
+        if blk.live == 0 and blk is not self._active:
+            self._unlink_block(blk)
+        cb = self._remove_cb
+        if cb is not None:
+            cb(seq, subj, size)
+        return True
+
+    def remove_msg(self, seq: int, erase: bool = False) -> bool:
+        """Remove one message; ``erase`` also overwrites its record on disk."""
+        self._check_open()
+        if seq in self._lost:
+            self._lost.discard(seq)
+            self._log_append(_encode_log(L_DEL, _U64.pack(seq)))
+            return False
+        return self._remove(seq, erase)
+
+    def _erase_record(self, blk: Block, off: int, rlen: int, seq: int) -> None:
+        self._rc = None
+        head = _REC.pack(T_ERASED, 0, 0, rlen, seq, 0, 0, 0, 0)
+        body = head + bytes(rlen - _OVERHEAD)
+        rec = body + _CRC.pack(zlib.crc32(body))
+        if blk.idx_on_disk:
+            blk.idx_on_disk = False  # its content checksum no longer holds: rewritten at stop
+            self._unlink_quiet(self._idx_path(blk))
+        try:
+            fd = self._fd_for(blk.index)
+            self._pwrite_all(fd, self._crypt(blk.index, [rec], off), off, len(rec))
+            os.fsync(fd)
+        except OSError as ex:
+            # The tombstone is written: the message is gone; only the bytes remain.
+            self.log("error", f"cannot erase seq {seq} in {blk.path}: {ex.strerror or ex}")
+
+    def _take_live(self, blk: Block, lo: int, hi: int, out: list | None) -> int:
+        """Mark every live message of the block in [lo, hi] removed (counters, per subject); with ``out``,
+        append (seq, subject, size) of each.  No tombstones: the caller records the bulk change."""
+        x = self._idx(blk)
+        offs = x.offs
+        sid = x.sid
+        sz = x.sz
+        subjs = x.subjs
+        psim = self._psim
+        d = blk.dead
+        n = 0
+        for slot in range(max(lo - x.base, 0), min(hi - x.base + 1, len(offs))):
+            if not offs[slot] or (d is not None and slot < len(d) and d[slot]):
+                continue
+            blk.mark_dead(slot)
+            d = blk.dead
+            l = sid[slot]
+            size = sz[slot]
+            blk.scnt[l] -= 1
+            blk.live -= 1
+            self._nmsgs -= 1
+            self._bytes -= size
+            subj = subjs[l]
+            ps = psim[subj]
+            if ps[0] == 1:
+                del psim[subj]
+            else:
+                ps[0] -= 1
+            n += 1
+            if out is not None:
+                out.append((x.base + slot, subj, size))
+        return n
+
+    def _purge_all(self, new_first: int) -> int:
+        if self._wb_off >= 0:
+            self.flush_writes()
+        cb = self._remove_cb
+        removed: list[tuple[int, str, int]] = []
+        if cb is not None:
+            for blk in self._bl:
+                if blk.live:
+                    self._take_live(blk, blk.first, blk.last, removed)
+        n = self._nmsgs if cb is None else len(removed)
+        self._nmsgs = 0
+        self._bytes = 0
+        self._psim = {}
+        if new_first > self._last + 1:
+            self._last = new_first - 1
+        self._first = new_first
+        for blk in self._bl:
+            blk.live = 0
+        self._lost.clear()
+        # Persist the new sequences first, then drop the files.
+        if not self._rewrite_log():
+            self._log_append(_encode_log(L_FIRST, _U64.pack(new_first)))
+            self._log_append(_encode_log(L_LAST, _LAST.pack(self._last, self._last_ts)))
+        for blk in list(self._bl):
+            self._unlink_block(blk)
+        if cb is not None:
+            for s, subj, size in removed:
+                cb(s, subj, size)
+        return n
+
+    def compact(self, seq: int) -> int:
+        """Remove every message below ``seq``; returns how many."""
+        self._check_open()
+        if self._wb_off >= 0:
+            self.flush_writes()
+        if seq == 0:
+            return self._purge_all(self._last + 1)
+        if self._first >= seq:
+            return 0
+        if seq > self._last:
+            return self._purge_all(seq)
+        cb = self._remove_cb
+        removed: list[tuple[int, str, int]] | None = [] if cb is not None else None
+        n = 0
+        for blk in list(self._bl):
+            if not blk.first or blk.first >= seq:
+                break
+            if blk.live:
+                n += self._take_live(blk, blk.first, seq - 1, removed)
+        self._first = self._next_alive(seq) or self._last + 1
+        self._lost = {s for s in self._lost if s >= seq}
+        self._log_append(_encode_log(L_FIRST, _U64.pack(seq)))
+        for blk in list(self._bl):
+            if blk.live == 0 and blk is not self._active and not (blk.bad and self._lost):
+                self._unlink_block(blk)
+        if cb is not None and removed:
+            for s, subj, size in removed:
+                cb(s, subj, size)
+        return n
+
+    def truncate(self, seq: int) -> None:
+        """Remove every message above ``seq``; last_seq becomes ``seq``."""
+        self._check_open()
+        if self._wb_off >= 0:
+            self.flush_writes()
+        removed: list[tuple[int, str, int]] = []
+        if seq < self._last:
+            for blk in reversed(list(self._bl)):
+                if blk.first and blk.last <= seq:
+                    break
+                if blk.live:
+                    part: list[tuple[int, str, int]] = []
+                    self._take_live(blk, seq + 1, blk.last, part)
+                    part.reverse()
+                    removed.extend(part)
+        for subj in {r[1] for r in removed}:
+            ps = self._psim.get(subj)
+            if ps is not None and ps[2] > seq:
+                ps[2] = self._subj_last_walk(subj, seq)
+        loc = self._locate(seq)
+        if loc is not None:
+            self._last_ts = loc[1].ts[loc[2]]
+        if seq < self._last:
+            self._last = seq
+        if not self._nmsgs:
+            self._first = self._last + 1
+        self._lost = {s for s in self._lost if s <= seq}
+        self._truncate_blocks(seq)
+        self._log_append(_encode_log(L_TRUNC, _LAST.pack(self._last, self._last_ts)))
+        cb = self._remove_cb
+        if cb is not None:
+            for s, subj, size in reversed(removed):
+                cb(s, subj, size)
+
+    def _truncate_blocks(self, seq: int) -> None:
+        self._rc = None  # (new records may come where the cut ones were)
+        for blk in reversed(list(self._bl)):
+            if not blk.first:
+                if blk is not self._active:
+                    self._unlink_block(blk)
+                continue
+            if blk.first > seq:
+                self._unlink_block(blk)
+                continue
+            if blk.last > seq:
+                x = self._idx(blk)
+                cut = self._find_cut(blk, seq)
+                fd = self._fd_for(blk.index)
+                try:
+                    os.ftruncate(fd, cut)
+                except OSError as e:
+                    raise StoreError(f"cannot truncate {blk.path}: {e.strerror or e}") from e
+                blk.size = cut
+                blk.synced = min(blk.synced, cut)
+                blk.last = self._last_seq_in(blk, cut)
+                if blk.idx_on_disk:
+                    blk.idx_on_disk = False
+                    self._unlink_quiet(self._idx_path(blk))
+                if not blk.last:
+                    blk.first = 0
+                    x.truncate(0)
+                    x.base = 0
+                    blk.dead = None
+                else:
+                    n = blk.last - x.base + 1
+                    x.truncate(n)
+                    if blk.dead is not None:
+                        del blk.dead[n:]
+                    blk.last_ts = x.ts[n - 1]
+                blk.mcache = None
+            break
+        self._reindex_blocks()
+        if self._bl:
+            last_blk = self._bl[-1]
+            if self._active is not last_blk:
+                self._activate(last_blk)
+        else:
+            self._active = None
+            self._aidx = None
+
+    def _find_cut(self, blk: Block, seq: int) -> int:
+        buf = self._read_block(blk)
+        mv = memoryview(buf)
+        pos = 8
+        while pos < len(buf):
+            h = _parse_record(mv, pos, len(buf))
+            if h is None:
+                pos = self._resync(mv, pos + 1, len(buf), 0)
+                if pos < 0:
+                    return len(buf)
+                continue
+            if h[4] > seq:
+                return pos
+            pos += h[3]
+        return len(buf)
+
+    def _last_seq_in(self, blk: Block, size: int) -> int:
+        buf = self._read_block(blk, size)
+        mv = memoryview(buf)
+        pos = 8
+        last = 0
+        while pos < len(buf):
+            h = _parse_record(mv, pos, len(buf))
+            if h is None:
+                pos = self._resync(mv, pos + 1, len(buf), 0)
+                if pos < 0:
+                    break
+                continue
+            last = h[4]
+            pos += h[3]
+        return last
+
+    # -- expiry ---------------------------------------------------------------------
+
+    def _expire(self, now_ns: int) -> tuple[int, list[str]]:
+        if self._wb_off >= 0:
+            self.flush_writes()
+        removed = 0
+        markers: list[str] = []
+        if self._max_age_ns and self._nmsgs:
+            cutoff = now_ns - self._max_age_ns
+            s = self._first
+            while True:
+                s = self._next_alive(s)
+                if not s:
+                    break
+                loc = self._locate(s)
+                if loc is None:  # pragma: no cover - _next_alive returned a live seq
+                    break
+                blk, x, slot = loc
+                if x.ts[slot] > cutoff:
+                    break
+                if x.ttl is None or x.ttl[slot] >= 0:
+                    self._expire_removing(s, x.subjs[x.sid[slot]], markers)
+                    removed += 1
+                s += 1
+        if self.cfg.allow_msg_ttl:
+            for blk in list(self._bl):
+                if not blk.min_exp or blk.min_exp > now_ns or not blk.live:
+                    continue
+                x = self._idx(blk)
+                ttl = x.ttl
+                if ttl is not None:
+                    ts = x.ts
+                    offs = x.offs
+                    for slot in range(len(offs)):
+                        t = ttl[slot]
+                        if t > 0 and ts[slot] + t <= now_ns and offs[slot] and not blk.is_dead(slot):
+                            self._expire_removing(x.base + slot, x.subjs[x.sid[slot]], markers)
+                            removed += 1
+                self._ttl_bounds(blk, x)
+        if removed:
+            # Expiry is not re-applied on open before the limits are (it needs the clock): its tombstones
+            # are written now, in one record, instead of waiting with the other limit removals.
+            self._log_append(None)
+        return removed, markers
+
+    def next_expiry(self) -> int | None:
+        """Timestamp (ns) at which the next message expires, or None."""
+        best: int | None = None
+        if self._max_age_ns and self._nmsgs:
+            s = self._next_alive(self._first)
+            while s:
+                loc = self._locate(s)
+                if loc is None:  # pragma: no cover
+                    break
+                _, x, slot = loc
+                if x.ttl is None or x.ttl[slot] >= 0:
+                    best = x.ts[slot] + self._max_age_ns
+                    break
+                s = self._next_alive(s + 1)
+        if self.cfg.allow_msg_ttl:
+            for blk in self._bl:
+                if blk.live and blk.min_exp and (best is None or blk.min_exp < best):
+                    best = blk.min_exp
+        return best
