@@ -272,6 +272,10 @@ class Cluster(ClusterReload):
             info.leafnode_urls = [srv.leafnodes.route_url()]  # (gossiped to the leafs of the cluster)
         if srv.ldm:
             info.ldm = True
+        rep = getattr(srv, "go_js_report", None)  # (a member of a Go JetStream cluster: gometa.JetStreamReport)
+        if rep is not None:
+            info.jetstream = True
+            info.domain = rep.domain
         return info
 
     def initial_info(self, gossip_mode: int, pool_idx: int = 0, account: str = "",

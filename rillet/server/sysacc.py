@@ -125,6 +125,9 @@ class SystemAccount:
         d["feature_flags"] = merged(srv.opts)
         d["jetstream"] = srv.jetstream is not None
         d["flags"] = 0
+        rep = getattr(srv, "go_js_report", None)  # (a member of a Go JetStream cluster: gometa.JetStreamReport)
+        if rep is not None:
+            rep.server_info(d)
         d["seq"] = self.seq
         d["time"] = format_time(time.time_ns())
         return d
@@ -188,6 +191,8 @@ class SystemAccount:
         cl = getattr(self.server.jetstream, "cluster", None)
         if cl is not None:
             d["statsz"]["jetstream"] = cl.statsz_section()  # (what other servers' placement reads)
+        elif getattr(self.server, "go_js_report", None) is not None:
+            d["statsz"]["jetstream"] = self.server.go_js_report.section()
         return d
 
     def publish_statsz(self, force: bool = False) -> None:

@@ -272,6 +272,9 @@ class GoMetaState:
         self.consumers: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self.applied_ops = 0
         self.snapshots = 0
+        # live removals not yet handed to the hosted streams: ("stream"|"consumer", account, stream, consumer,
+        # reply) -- the leader of what is removed answers the client (gosolo)
+        self.removals: list[tuple[str, str, str, str, str]] = []
 
     @staticmethod
     def _account(doc: Any) -> str:
@@ -317,10 +320,13 @@ class GoMetaState:
             key = (self._account(doc), self._str(doc, "stream", "name"))
             self.streams.pop(key, None)
             self.consumers.pop(key, None)
+            self.removals.append(("stream", key[0], key[1], "", str(doc.get("reply") or "")))
         elif x.op == ge.OP_ASSIGN_CONSUMER:
             self._consumer(doc, add=True)
         elif x.op == ge.OP_REMOVE_CONSUMER:
             self._consumer(doc, add=False)
+            self.removals.append(("consumer", self._account(doc), self._str(doc, "stream"), self._str(doc, "name"),
+                                  str(doc.get("reply") or "")))
 
     def _consumer(self, doc: Any, add: bool) -> None:
         key = (self._account(doc), self._str(doc, "stream"))
@@ -426,6 +432,7 @@ class GoMetaMember:
         self.pass_leadership = False
         self.passed = 0
         self.replicas: dict[tuple, Any] = {}  # (rillet.jetstream.cluster.gostream.host_streams, with the flag)
+        self.solo: Any = None  # the one-replica streams run here (gosolo.SoloHost, with the flag)
 
     @property
     def peer(self) -> str:
@@ -655,6 +662,15 @@ class JetStreamReport:
             mb = cfg.get("max_bytes")
             if isinstance(mb, int) and mb > 0:
                 u["reserved_memory" if mem else "reserved_storage"] += mb
+        m = _MEMBERS.get(self.server)
+        solo = getattr(m, "solo", None) if m is not None else None
+        if solo is not None:
+            mem, sto, rmem, rsto, accs = solo.usage()
+            u["memory"] += mem
+            u["storage"] += sto
+            u["reserved_memory"] += rmem
+            u["reserved_storage"] += rsto
+            accounts |= accs
         u["accounts"] = len(accounts)
         return u
 
@@ -736,6 +752,8 @@ def attach_to_routes(server: Any) -> None:
         def stop_replicas() -> None:
             for r in list(m.replicas.values()):
                 r.stop()
+            if m.solo is not None:
+                m.solo.stop()
         server.on_shutdown.append(stop_replicas)
         # the replicas hosted changed: the Go meta leader places by the bytes stored and reserved here
         m.on_applied.append(report.send_statsz)

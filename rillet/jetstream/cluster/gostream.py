@@ -735,6 +735,9 @@ class GoConsumerReplica(GoMetaMember):
                                                 f"{self.name}' [{self.group}]: could not apply entry {item.index}: {err}")
 
 
+from rillet.jetstream.cluster.gosolo import is_solo  # noqa: E402
+
+
 def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                  lead: bool = False) -> dict[tuple, GoMetaMember]:
     """Follow every stream and consumer the meta group assigns to this server (and leave those it takes
@@ -742,11 +745,26 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
     (account, stream, consumer) -> GoConsumerReplica. With ``store_dir`` a stream replica keeps its messages
     in a file store, its applied index and its group's term and vote there (a restart resumes from them)."""
     replicas: dict[tuple, GoMetaMember] = {}
+    if store_dir and lead:
+        # one-replica streams placed here: run by Rillet's own engine (no RAFT group, as nats-server's R1)
+        from rillet.jetstream.cluster.gosolo import SoloHost
+        member.solo = SoloHost(member, store_dir)
 
     def reconcile() -> None:
         me = member.peer
+        solo = member.solo
+        removals, member.state.removals = member.state.removals, []
+        if solo is not None:
+            for kind, account, stream, consumer, reply in removals:
+                if kind == "stream":
+                    solo.removed_stream(account, stream, reply)
+                else:
+                    solo.removed_consumer(account, stream, consumer, reply)
+            solo.reconcile(member.state.streams, member.state.consumers, fresh=member.raft.catchup is None)
         want: dict[tuple, tuple[str, dict]] = {}
         for key, sa in member.state.streams.items():
+            if solo is not None and is_solo(sa, me):
+                continue
             if me in ((sa.get("group") or {}).get("peers") or ()):
                 want[key] = ("stream", sa)
             for cname, ca in (member.state.consumers.get(key) or {}).items():
