@@ -8,10 +8,10 @@
               interest removals (proposed), then the PubAck (after fsync when sync_interval is "always":
               acks of appends that arrive together share one fsync)
 
-Replies at the end of the pass (the leader, any log): the stream holds the PubAcks (and errors) of a loop
-pass after its first; ``_StoreWriter``, queued in the server's pending output like a connection, sends them
-together at the end of the pass (``_send_replies``: one sublist result per reply prefix when it stands for
-every subject under it). Write-behind (file store, a ``SingleNodeLog`` or a clustered R1 stream while its group
+Replies at the end of the pass (the leader, any log; ``ReplyMixin`` in ``rillet.jetstream.streamreplies``):
+the stream holds the PubAcks (and errors) of a loop pass after its first; ``StoreWriter``, queued in the
+server's pending output like a connection, sends them together at the end of the pass (``send_replies``: one
+sublist result per reply prefix when it stands for every subject under it). Write-behind (file store, a ``SingleNodeLog`` or a clustered R1 stream while its group
 runs solo: ``set_write_behind``; never an entry of the group's log: ``no_gather``): the store gathers the plain
 appends of the pass (FileStore.write_behind) and the writer writes them with one write before it sends the
 acks. A PubAck leaves only once its message is written to the OS; if that write fails, the store takes the
@@ -51,6 +51,7 @@ from rillet.jetstream import schedules
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, LeadershipLost, NotLeader, SingleNodeLog
 from rillet.jetstream.store import base as store_base
+from rillet.jetstream.streamreplies import ReplyMixin, StoreWriter, store_error
 from rillet.subjects.validate import subject_matches_filter
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def parse_ttl(v: str) -> int:
     return int(secs)
 
 
-class Stream:
+class Stream(ReplyMixin):
     def __init__(self, jsa: "JSAccount", cfg: Any, created: str, store: Any) -> None:
         self._init_state(cfg, store)
         # the leader's side: the log, subscriptions, replies, timers
@@ -112,7 +113,7 @@ class Stream:
         self._wb_pending = False  # the store gathered records this pass
         self._wb_store = False  # the store has write-behind (gathers while replies are held)
         self._wb_msg_id = ""  # the last msg id before the first gathered message (restored if taken back)
-        self._writer: _StoreWriter | None = None
+        self._writer: StoreWriter | None = None
         # batches being published (the leader's): atomic ones staged until their commit (rillet.jetstream.batch),
         # fast ones with their flow control (rillet.jetstream.fastbatch); by batch id
         self.atomic_batches: dict[str, Any] = {}
@@ -159,7 +160,7 @@ class Stream:
     def start(self) -> None:
         if not self.js.sync_always:
             self._held = []
-            self._writer = _StoreWriter(self)
+            self._writer = StoreWriter(self)
             # (write-behind only where the log is this server's alone: a replicated log's applied entry must
             # not be taken back by a later failed write)
             if self.log.__class__ is SingleNodeLog and hasattr(self.store, "write_behind"):
@@ -412,9 +413,9 @@ class Stream:
             return 0
         except store_base.StoreError as e:  # a check could not read the store
             if fast is not None:
-                fast.error(_store_error(e))
+                fast.error(store_error(e))
             elif reply:
-                self._reply(reply, _json({"error": _store_error(e).to_dict(), "stream": self.name, "seq": 0}))
+                self._reply(reply, _json({"error": store_error(e).to_dict(), "stream": self.name, "seq": 0}))
             return 0
         if hdr and _mt.CURRENT is not None and not _mt.CURRENT.js_checked(self):
             return 0  # a trace-only message: checked, not stored (rillet.server.msgtrace)
@@ -548,7 +549,7 @@ class Stream:
             if not isinstance(err, (store_base.StoreError, NotLeader)):
                 self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': applying an entry "
                                   f"failed: {err!r}")
-            e = _store_error(err)  # type: ignore[arg-type]
+            e = store_error(err)  # type: ignore[arg-type]
         if fast is not None:
             fast.error(e, proposed=True)
         elif reply:
@@ -767,152 +768,6 @@ class Stream:
         """Remove one message through the log; ``done(removed?, error)`` after it is applied."""
         self.propose(Entry.DELETE, (seq, erase, now_ns()), done)
 
-    # ---- acks and group commit --------------------------------------------------------------------
-
-    def _reply(self, reply: bytes, payload: bytes, hdr: bytes = b"", seq: int = 0) -> None:
-        """Answer a publish (``seq``: the message a PubAck is for). On one server the answers of a loop pass
-        wait for the writer (after the store's gathered records are written), in order, and go out together."""
-        held = self._held
-        if held is not None:
-            if self._hold:
-                held.append((reply, payload, hdr, seq))
-                return
-            # the pass's first answer goes out now (its message was written at once: nothing was gathered
-            # yet); from here to the end of the pass appends are gathered and answers held
-            self._arm()
-        self._publish_reply(reply, payload, hdr)
-
-    def _publish_reply(self, reply: bytes, payload: bytes, hdr: bytes = b"") -> None:
-        if hdr:
-            self.ic.publish(reply, None, hdr + payload, len(hdr))
-        else:
-            self.ic.publish(reply, None, payload)
-
-    def _ack(self, reply: bytes | None, ack: dict) -> None:
-        if reply:
-            self._ack_payload(reply, _json(ack))
-
-    def _ack_payload(self, reply: bytes, payload: bytes, seq: int = 0) -> None:
-        # persist_mode "async": acknowledged before the fsync even when the server syncs always
-        if self.js.sync_always and self.cfg.persist_mode != "async":
-            self._acks.append((reply, payload))
-            if not self._sync_scheduled:
-                self._sync_scheduled = True
-                self.js.loop.create_task(self._group_commit())
-        else:
-            self._reply(reply, payload, b"", seq)
-
-    def set_write_behind(self, on: bool) -> None:
-        """Write-behind on or off for a stream whose log is not a ``SingleNodeLog``: a clustered R1 stream while
-        its group runs solo (rillet.jetstream.cluster.streams StreamReplica.solo_check), when its entries are
-        applied without the group's log, so the store is all there is, as on one server. Off (the group no
-        longer solo): what is gathered is written now; a failed write takes those messages back and their held
-        acks become the error, as at the end of a pass. (An entry applied through the group's log is never
-        gathered: ``no_gather``.)"""
-        if on == self._wb_store or self._writer is None or not hasattr(self.store, "write_behind"):
-            return
-        self._wb_store = on
-        if on:
-            self.store.write_behind(self._wb_armed, self._wb_failed)
-            self.store.gather(False)  # (the next pass's first held reply turns gathering on: _arm)
-            return
-        self._wb_pending = False
-        try:
-            self.store.write_behind(on=False)
-        except store_base.StoreError:
-            pass  # (the store took the messages back and _wb_failed turned their acks into the error)
-
-    def no_gather(self) -> None:
-        """Before an entry of the group's log is applied: it is written at once (gathered records first), so
-        a failed write can never take back what the log holds."""
-        if self._wb_store:
-            try:
-                self.store.gather(False)
-            except store_base.StoreError:
-                pass  # (taken back, as in write_held; this entry's own append then fails on its own)
-            self._wb_pending = False
-
-    def _wb_armed(self) -> None:
-        """The store gathered the first record of this pass (the replies are held already)."""
-        self._wb_pending = True
-        self._wb_msg_id = self._last_msg_id
-        if not self._hold:
-            self._arm()
-
-    def _arm(self) -> None:
-        self._hold = True
-        if self._wb_store:
-            self.store.gather(True)
-        w = self._writer
-        if w is not None and not w.queued:
-            w.queued = True
-            srv = self.js.server
-            srv.pending_flush.append(w)
-            srv.schedule_flush()  # (outside a read nothing else would flush: the next turn of the loop does)
-
-    def _wb_failed(self, first: int, last: int, err: BaseException) -> None:
-        """Writing the gathered records failed and the store took messages ``first``..``last`` back: their
-        held PubAcks become the error. (Gathered messages have no headers: no msg id or dedup entry to undo,
-        only the last msg id they cleared.)"""
-        self._last_msg_id = self._wb_msg_id
-        held = self._held
-        if held:
-            body = _json({"error": _store_error(err).to_dict(), "stream": self.name, "seq": 0})  # type: ignore[arg-type]
-            for i, (reply, _, _, seq) in enumerate(held):
-                if first <= seq <= last:
-                    held[i] = (reply, body, b"", 0)
-
-    def write_held(self) -> None:
-        """The writer's turn (end of the loop pass): write what the store gathered, then send the replies
-        that waited for it."""
-        if self._wb_pending:
-            self._wb_pending = False
-            try:
-                self.store.flush_writes()
-            except store_base.StoreError:
-                pass  # (the store took the messages back and _wb_failed turned their acks into the error)
-        if self._wb_store:
-            self.store.gather(False)
-        self._hold = False
-        held = self._held
-        if held:
-            self._held = []
-            if len(held) > 1:
-                _send_replies(self.ic, held)
-            else:
-                reply, payload, hdr, _ = held[0]
-                self._publish_reply(reply, payload, hdr)
-
-    async def _group_commit(self) -> None:
-        """One fsync for every append since the last one, then their acks."""
-        await asyncio.sleep(0)
-        self._sync_scheduled = False
-        acks, self._acks = self._acks, []
-        try:
-            if self._wb_pending:  # (write-behind on: gathered records are written here, on the loop's thread)
-                self.store.flush_writes()
-            await self.js.loop.run_in_executor(None, self.store.sync)
-        except store_base.ErrSyncFailed as e:
-            # the messages are written but not known durable: their publishers get no answer (the outcome is
-            # unknown, as when a leader is lost) and the stream stops acknowledging anything new
-            self.fail_store(str(e))
-            return
-        except Exception as e:  # (e.g. a full disk: the store refused, nothing was acknowledged)
-            err = _json({"error": _store_error(e).to_dict(), "stream": self.name, "seq": 0})
-            for reply, _ in acks:
-                self._reply(reply, err)
-            return
-        for reply, payload in acks:
-            self._reply(reply, payload)
-
-    def fail_store(self, why: str) -> None:
-        """The store failed to make writes durable (``why``): from now on new messages are refused with
-        ``why`` (503/10077) until the server restarts and recovers the store from what is on disk."""
-        if not self.store_failed:
-            self.store_failed = why
-            self.js.log.error(f"JetStream stream '{self.jsa.account.name} > {self.name}': storage failure ({why}): "
-                              "no further messages are accepted until the server restarts")
-
     # ---- dedup ------------------------------------------------------------------------------------
 
     def _rebuild_dedup(self) -> None:
@@ -1082,98 +937,3 @@ class Stream:
 _OP_NAMES = {Entry.DELETE: "deleting a message", Entry.PURGE: "purging", Entry.UPDATE: "updating the config",
              Entry.BATCH: "storing a batch", Entry.MIRROR: "storing a mirrored message",
              Entry.EXPIRE: "expiring messages"}
-
-
-def _same_for_last_token(acc: Any, prefix: str, r: Any) -> bool:
-    """Whether every subject ``prefix.<one token>`` has the sublist result ``r``: nothing in it runs a
-    callback here (which could change subscriptions), and no subscription that could match such a subject
-    names its last token (each has ``*`` or ``>`` there, so it matches them all or none)."""
-    if not (r.psubs or r.qsubs):
-        return False
-    for sub in r.psubs:
-        if sub.icb is not None:
-            return False
-    for g in r.qsubs:
-        for sub in g:
-            if sub.icb is not None:
-                return False
-    n = prefix.count(".") + 2
-    for sub in acc.sublist.reverse_match(prefix + ".*"):
-        toks = sub.subject.split(".")
-        last = toks[-1]
-        if not (last == ">" or (last == "*" and len(toks) == n)):
-            return False
-    return True
-
-
-def _send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]]) -> None:
-    """The replies a write held back, sent as ``InternalClient.publish`` would send them: most go to reply
-    subjects that differ only in their last token (a client's PubAck inbox, ``_INBOX.<id>.<n>``), so the
-    account's sublist result of the first is used for the others with the same prefix when it is the same
-    for every such subject (``_same_for_last_token``), instead of a sublist miss and a new delivery plan
-    per reply. Accounts with subject mappings or a gateway step take the full path for each."""
-    acc = ic.account
-    if acc.mappings or acc.gw is not None:
-        for reply, payload, hdr, _ in held:
-            ic.publish(reply, None, hdr + payload, len(hdr)) if hdr else ic.publish(reply, None, payload)
-        return
-    memo: dict[bytes, Any] = {}
-    deliver = acc.deliver_result
-    n = 0
-    for reply, payload, hdr, _ in held:
-        i = reply.rfind(b".")
-        if hdr or i <= 0:
-            ic.publish(reply, None, hdr + payload, len(hdr)) if hdr else ic.publish(reply, None, payload)
-            continue
-        pre = reply[:i]
-        r = memo.get(pre, False)
-        if r is False:
-            ic.publish(reply, None, payload)
-            rs = reply.decode("utf-8", "surrogateescape")
-            r = acc.match(rs)
-            memo[pre] = r if _same_for_last_token(acc, rs[:rs.rfind(".")], r) else None
-            continue
-        if r is None:
-            ic.publish(reply, None, payload)
-            continue
-        ic.in_msgs += 1
-        ic.in_bytes += len(payload)
-        deliver(ic, r, reply, None, -1, payload)
-        n += 1
-    if n:
-        ic.server.schedule_flush()
-
-
-class _StoreWriter:
-    """A stream's write-behind writer in the server's ``pending_flush`` list, as a connection would be
-    (``write_out``; no transport, never closed, no connection kind, so the producer stall checks pass it by):
-    ``flush_clients`` at the end of a read (or of a loop turn) runs it before the publishers' output it
-    releases is written in the same call."""
-
-    __slots__ = ("stream", "queued")
-    transport = None
-    closed = False
-    kind = None
-
-    def __init__(self, stream: Stream) -> None:
-        self.stream = stream
-        self.queued = False
-
-    def write_out(self) -> None:
-        self.queued = False
-        self.stream.write_held()
-
-
-def _store_error(e: Exception) -> ApiError:
-    """A store failure as the API error nats-server answers for it."""
-    name = type(e).__name__
-    text = {
-        "ErrMaxMsgs": "maximum messages exceeded",
-        "ErrMaxBytes": "maximum bytes exceeded",
-        "ErrMaxMsgsPerSubject": "maximum messages per subject exceeded",
-    }.get(name)
-    if text is not None:
-        return ApiError.make("STREAM_STORE_FAILED", err=text)
-    if isinstance(e, store_base.ErrStoreFull):  # a full (or unwritable) disk: nats-server's 503/10023
-        return ApiError.make("INSUFFICIENT_RESOURCES")
-    return ApiError.make("STREAM_STORE_FAILED", err=str(e) or name)
