@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 from rillet.jetstream.consumer.acks import AckMixin
 from rillet.jetstream.consumer.control import ControlMixin
 from rillet.jetstream.consumer.delivery import DeliveryMixin
-from rillet.jetstream.consumer.persist import ConsumerPersist, StateMixin, consumers_dir, persisted
+from rillet.jetstream.consumer.persist import StateMixin, consumers_dir, persist_for, persisted
 from rillet.jetstream.consumer.pull import PullMixin, WaitingRequest
 from rillet.jetstream.consumer.push import PushMixin
 
@@ -114,6 +114,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         self._watched = ""
         self._map_stalled = False
         self._running = False
+        self._failed = False  # (a run's last message reached nobody: DeliveryMixin._run_new)
         self.load_errors = 0  # messages the store could not read (logged once each, then skipped)
         self._bad_seqs: set[int] = set()
         self._flush_soon = False
@@ -178,6 +179,10 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         else:
             self.ack_prefix, self.fc_prefix = f"$JS.ACK.{st}.{self.name}.", f"$JS.FC.{st}.{self.name}."
         self.retention = _cfg(self.stream.cfg, "retention", "limits")
+        # deliveries in runs (DeliveryMixin._run_new) where nothing is decided per message: not for a subclass
+        # (a replicated consumer decides per delivery, see rillet.jetstream.cluster.consumers)
+        self._runs = (type(self) is Consumer and not self.rate_bps and not self.replay_original
+                      and not self.headers_only)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -492,7 +497,7 @@ def create_consumer(stream: "Stream", cfg: Any, name: str) -> Consumer:
     c = Consumer(stream, cfg, name, now_ns())
     c.select_start()
     if persisted(stream, cfg):
-        c.persist = ConsumerPersist(os.path.join(consumers_dir(stream), name), stream.store, name)
+        c.persist = persist_for(stream, name)
         c.persist.write_meta(c)
         c._dirty = True
         c.flush_state()
@@ -508,7 +513,7 @@ def recover_consumers(stream: "Stream") -> None:
         return
     from rillet.jetstream.api import consumers as api_consumer
     for name in sorted(os.listdir(base)):
-        p = ConsumerPersist(os.path.join(base, name), stream.store, name)
+        p = persist_for(stream, name)
         meta, state = p.load(stream.js.log)
         if meta is None:
             continue

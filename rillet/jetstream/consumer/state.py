@@ -15,7 +15,8 @@ Entries carry what the leader decided (times, and ``snext``: the engine's scan p
 move to when nothing is pending), so every replica ends in the same state.
 
     C_START (sseq,)                      a new consumer starts at stream sequence sseq
-    C_DELIVERED (sseq, dseq, dc, ts)     sseq went out as delivery dseq, the dc-th time, at ts
+    C_DELIVERED (sseq, dseq, dc, ts)     sseq went out as delivery dseq, the dc-th time, at ts; with a list
+                                         of stream seqs for sseq: a run, delivered as dseq, dseq + 1, ...
     C_UNDELIVERED (sseq, dc)             nobody received that delivery: its count goes back to dc
     C_ACK (sseq, dseq, ts, snext)        acked at ts (policy explicit: sseq; all: everything up to sseq)
     C_NAK (sseq, ts)                     pending sseq counts as delivered at ts (NAK with delay, progress)
@@ -86,6 +87,8 @@ class ConsumerStateMachine:
         a = entry.args
         if op == C_DELIVERED:
             seq, dseq, dc, ts = a
+            if seq.__class__ is not int:
+                return self._apply_run(seq, dseq, dc, ts)
             self.dseq = dseq + 1
             self.ldt = ts
             if seq > self.dsseq:
@@ -194,6 +197,35 @@ class ConsumerStateMachine:
             self.asflr = sseq - 1
             return None
         raise ValueError(f"unknown consumer entry op {op}")
+
+    def _apply_run(self, seqs: list[int], dseq: int, dc: int, ts: int) -> None:
+        """C_DELIVERED of a run: stream seqs (ascending) delivered as dseq, dseq + 1, ..., all at ts, all
+        the dc-th time: the state that one C_DELIVERED per message leaves."""
+        n = len(seqs)
+        if not n:
+            return None
+        last = seqs[-1]
+        self.dseq = dseq + n
+        self.ldt = ts
+        top = max(seqs)
+        if top > self.dsseq:
+            self.dsseq = top
+        self.has_state = True
+        if dc > 1:
+            for seq in seqs:
+                self.rdc[seq] = dc
+        if self.ack_none:
+            self.adflr, self.asflr = dseq + n - 1, last
+            return None
+        pending = self.pending
+        for seq in seqs:
+            p = pending.get(seq)
+            if p is not None:
+                p[1] = ts
+            else:
+                pending[seq] = [dseq, ts]
+            dseq += 1
+        return None
 
     def _apply_ack_all(self, sseq: int, dseq: int, ts: int, snext: int) -> list[int]:
         if dseq <= self.adflr or sseq <= self.asflr:
