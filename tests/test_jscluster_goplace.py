@@ -165,3 +165,113 @@ async def test_two_go_one_rillet_r3_stream_and_consumer_placed_on_rillet(tmp_pat
         if srv is not None:
             await srv_cm.__aexit__(None, None, None)
         gc.stop_all()
+
+
+def _tagged_conf(gc, name: str, port: int, tag: str) -> str:
+    return _rillet_conf(gc, name=name, port=port).replace(f"server_name: {name}",
+                                                           f"server_name: {name}\nserver_tags: [{tag}]")
+
+
+async def _create(nc, **cfg) -> None:
+    """A stream created through ``nc`` (retried while the Go meta leader has no statsz of the Rillet server)."""
+    async def attempt():
+        await nc.jetstream(timeout=20).add_stream(**cfg)
+        return True
+    await CAP._until(attempt, 30, what=f"stream {cfg['name']} created")
+
+
+async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_path):
+    """An R1 stream the Go meta leader places on the Rillet server (a placement tag makes it this one): Rillet
+    runs it and leads its consumers (pull and push), answering the create/info/get/purge/delete requests of
+    clients of every server; the stream list of the Go meta leader includes it; after a restart of the Rillet
+    server the stream, its messages and its consumer's acks are back."""
+    import nats
+    rport = free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[rport])
+    gc.start_all()
+    conf = _tagged_conf(gc, "r1", rport, "rillet")
+    srv_cm = serve_config(conf)
+    srv = await srv_cm.__aenter__()
+    conns = []
+    try:
+        m = await _member(srv)
+        g0 = await nats.connect(gc.url("g0"))
+        g1 = await nats.connect(gc.url("g1"))
+        rc = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}")
+        conns += [g0, g1, rc]
+        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the Go meta leader")
+        await _create(g1, name="S1", subjects=["s1.>"], num_replicas=1, placement={"tags": ["rillet"]})
+        js = g0.jetstream(timeout=10)
+        si = await js.stream_info("S1")
+        assert si.cluster.leader == "r1" and si.config.num_replicas == 1
+        assert m.solo is not None and ("A", "S1") in m.solo.hosted and not any(k[1] == "S1" for k in m.replicas)
+        n = 0
+        for c in (g0, g1, rc):
+            for _ in range(5):
+                n += 1
+                ack = await c.jetstream().publish(f"s1.{n % 2}", f"m{n}".encode(), headers={"Nats-Msg-Id": f"id{n}"})
+                assert (ack.stream, ack.seq) == ("S1", n)
+        dup = await g1.jetstream().publish("s1.0", b"again", headers={"Nats-Msg-Id": "id3"})
+        assert dup.duplicate and dup.seq == 3
+        # a pull consumer created through a Go server: its leader is the Rillet server
+        await js.add_consumer("S1", durable_name="P", ack_policy="explicit")
+        ci = await js.consumer_info("S1", "P")
+        assert ci.num_pending == n and ci.cluster.leader == "r1"
+        got = []
+        for c in (g0, g1, rc):
+            sub = await c.jetstream().pull_subscribe("s1.>", durable="P", stream="S1")
+            for msg in await sub.fetch(5, timeout=10):
+                got.append(msg.data.decode())
+                await msg.ack_sync()
+        assert got == [f"m{i}" for i in range(1, n + 1)]
+        ci = await g1.jetstream().consumer_info("S1", "P")
+        assert (ci.ack_floor.stream_seq, ci.num_pending, ci.num_ack_pending) == (n, 0, 0)
+        # a push consumer, delivering to a client of a Go server
+        pushed = []
+        psub = await g1.jetstream().subscribe("s1.1", durable="PUSH", stream="S1")
+        for _ in range(len([i for i in range(1, n + 1) if i % 2 == 1])):
+            msg = await psub.next_msg(timeout=10)
+            pushed.append(msg.data.decode())
+            await msg.ack()
+        assert pushed == [f"m{i}" for i in range(1, n + 1) if i % 2 == 1]
+        # the Go meta leader's lists ask the Rillet server
+        names = json.loads((await g0.request("$JS.API.STREAM.LIST", b"{}", timeout=10)).data)
+        assert [s["config"]["name"] for s in names["streams"]] == ["S1"] and names["streams"][0]["state"]["messages"] == n
+        clist = json.loads((await g1.request("$JS.API.CONSUMER.LIST.S1", b"{}", timeout=10)).data)
+        assert sorted(c["name"] for c in clist["consumers"]) == ["P", "PUSH"]
+        assert (await js.get_msg("S1", 2)).data == b"m2"
+        await psub.unsubscribe()
+        # the Rillet server restarted: the stream, its messages and the consumer's acks come back
+        for c in conns:
+            await c.close()
+        conns.clear()
+        await srv_cm.__aexit__(None, None, None)
+        srv = None
+        srv_cm = serve_config(conf)
+        srv = await srv_cm.__aenter__()
+        m = await _member(srv)
+        g0 = await nats.connect(gc.url("g0"))
+        conns.append(g0)
+        js = g0.jetstream(timeout=10)
+        si = await CAP._until(lambda: js.stream_info("S1"), 20, what="S1 back")
+        assert (si.state.messages, si.state.last_seq) == (n, n) and m.solo.recovered == 1
+        ci = await js.consumer_info("S1", "P")
+        assert (ci.ack_floor.stream_seq, ci.num_pending) == (n, 0)
+        n += 1
+        assert (await js.publish("s1.0", f"m{n}".encode())).seq == n
+        sub = await js.pull_subscribe("s1.>", durable="P", stream="S1")
+        assert [x.data.decode() for x in await sub.fetch(1, timeout=10)] == [f"m{n}"]
+        # purge and delete, answered by the Rillet server
+        assert await js.purge_stream("S1")
+        assert (await js.stream_info("S1")).state.messages == 0
+        await js.delete_consumer("S1", "P")
+        assert await js.delete_stream("S1")
+        await _until(lambda: ("A", "S1") not in m.solo.hosted and not m.solo.js.accounts["A"].streams, 10,
+                     what="S1 gone from the Rillet server")
+    finally:
+        for c in conns:
+            if c.is_connected:
+                await c.close()
+        if srv is not None:
+            await srv_cm.__aexit__(None, None, None)
+        gc.stop_all()

@@ -272,8 +272,8 @@ class GoMetaState:
         self.consumers: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self.applied_ops = 0
         self.snapshots = 0
-        # live removals not yet handed to the hosted streams: ("stream"|"consumer", account, stream, consumer,
-        # reply) -- the leader of what is removed answers the client (gosolo)
+        # removals not yet handed to the hosted streams: ("stream", account, stream, group, reply) or
+        # ("consumer", account, stream, consumer, reply) -- the leader of what is removed answers (gosolo)
         self.removals: list[tuple[str, str, str, str, str]] = []
 
     @staticmethod
@@ -320,7 +320,8 @@ class GoMetaState:
             key = (self._account(doc), self._str(doc, "stream", "name"))
             self.streams.pop(key, None)
             self.consumers.pop(key, None)
-            self.removals.append(("stream", key[0], key[1], "", str(doc.get("reply") or "")))
+            self.removals.append(("stream", key[0], key[1], str((doc.get("group") or {}).get("name") or ""),
+                                  str(doc.get("reply") or "")))
         elif x.op == ge.OP_ASSIGN_CONSUMER:
             self._consumer(doc, add=True)
         elif x.op == ge.OP_REMOVE_CONSUMER:

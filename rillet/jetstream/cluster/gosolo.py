@@ -55,8 +55,20 @@ def _router_class() -> type:
 
         def respond(self, reply: Optional[bytes], obj: dict) -> None:
             if reply:
-                self.sys_ic.publish(reply, None, apijson.go_json(obj))
+                self.sys_ic.publish(reply, None, apijson.go_json(with_cluster(self.js.server, obj)))
     return SoloRouter
+
+
+_WITH_CLUSTER = frozenset(f"io.nats.jetstream.api.v1.{t}_response" for t in (
+    "stream_create", "stream_update", "stream_info", "consumer_create", "consumer_info"))
+
+
+def with_cluster(server: Any, obj: dict, always: bool = False) -> dict:
+    """A stream or consumer info of this server's as a clustered nats-server gives one of an asset without a
+    RAFT group: ``cluster`` names the cluster and this server as the leader (no replicas)."""
+    if "error" not in obj and (always or obj.get("type") in _WITH_CLUSTER):
+        obj["cluster"] = {"name": server.opts.cluster.name, "leader": server.name}
+    return obj
 
 
 class SoloHost:
@@ -76,6 +88,8 @@ class SoloHost:
         self._jsc_subs = [self.sys_ic.subscribe("$JSC.SI.*.*", self._on_jsc_si),
                           self.sys_ic.subscribe("$JSC.CI.*.*.*", self._on_jsc_ci)]
         self.created = self.deleted = self.served = 0
+        self._groups_path = os.path.join(self.js.store_dir, "groups.json")
+        self.groups = self._load_groups()
         self.recovered = self._recover()
 
     # -- accounts and recovery ----------------------------------------------------------------------------------
@@ -110,6 +124,7 @@ class SoloHost:
             jsa._recover()
             for name, stream in jsa.streams.items():
                 self.hosted[(account, name)] = set(stream.consumers)
+                self._configs[(account, name)] = None  # (the next assignment confirms or updates it)
                 self._subscribe(account, name)
                 n += 1
         return n
@@ -121,8 +136,37 @@ class SoloHost:
         self.served += 1
         jsa.router.on_request(None, None, subject.encode(), reply.encode() if reply else None, 0, body)
 
+    def _load_groups(self) -> dict[str, str]:
+        try:
+            with open(self._groups_path, "rb") as f:
+                d = json.loads(f.read())
+        except FileNotFoundError:
+            return {}
+        if not isinstance(d, dict):
+            raise ValueError(f"{self._groups_path}: not a JSON object")
+        return {str(k): str(v) for k, v in d.items()}
+
+    def _set_group(self, key: tuple[str, str], group: Optional[str]) -> None:
+        """The Go group name of each stream kept here (``<account> <stream>`` -> ``S-R1F-...``), on disk: after
+        a restart it tells the stream kept from one of the same name created and removed meanwhile."""
+        k = f"{key[0]} {key[1]}"
+        if self.groups.get(k) == group:
+            return
+        if group is None:
+            self.groups.pop(k, None)
+        else:
+            self.groups[k] = group
+        os.makedirs(os.path.dirname(self._groups_path), exist_ok=True)
+        tmp = self._groups_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.groups, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._groups_path)
+
     def _delete(self, key: tuple[str, str], reply: str) -> None:
         jsa = self._jsa(key[0], create=False)
+        self._set_group(key, None)
         self.hosted.pop(key, None)
         self._configs.pop(key, None)
         self._unsubscribe(*key)
@@ -136,9 +180,13 @@ class SoloHost:
         come from live entries, their replies are answered; else from a catch-up, nothing is answered)."""
         me = self.member.peer
         want = {k: sa for k, sa in streams.items() if is_solo(sa, me)}
-        for key in [k for k in self.hosted if k not in want]:
-            self._delete(key, "")
+        if fresh:  # (caught up: what is no longer assigned here goes)
+            for key in [k for k in self.hosted if k not in want]:
+                self._delete(key, "")
         for key, sa in want.items():
+            group = str((sa.get("group") or {}).get("name") or "")
+            if key in self.hosted and self.groups.get(f"{key[0]} {key[1]}") not in (None, group):
+                self._delete(key, "")  # (kept from a stream of the same name that was removed meanwhile)
             account, name = key
             jsa = self._jsa(account)
             if jsa is None:
@@ -152,13 +200,14 @@ class SoloHost:
             if have is None:
                 self._serve(jsa, f"$JS.API.STREAM.CREATE.{name}", reply, body)
                 self.hosted[key] = have = set()
+                self._set_group(key, group)
                 self.created += 1
                 self._subscribe(account, name)
             elif self._configs.get(key) not in (None, cfg):
                 self._serve(jsa, f"$JS.API.STREAM.UPDATE.{name}", reply, body)
             self._configs[key] = cfg
             assigned = consumers.get(key) or {}
-            for cname in sorted(have - set(assigned)):
+            for cname in sorted(have - set(assigned)) if fresh else ():
                 have.discard(cname)
                 self._serve(jsa, f"$JS.API.CONSUMER.DELETE.{name}.{cname}", "", b"")
             for cname, ca in assigned.items():
@@ -171,11 +220,12 @@ class SoloHost:
                 self._serve(jsa, f"$JS.API.CONSUMER.CREATE.{name}.{cname}",
                             str(ca.get("reply") or "") if fresh else "", cbody)
 
-    def removed_stream(self, account: str, name: str, reply: str) -> None:
+    def removed_stream(self, account: str, name: str, group: str, reply: str) -> None:
         """A stream removal committed: the stream's deletion answered to the client (nats-server: its leader
-        answers)."""
-        if (account, name) in self.hosted:
-            self._delete((account, name), reply)
+        answers). Only the removal of the group kept here (another of the same name may have been created)."""
+        key = (account, name)
+        if key in self.hosted and self.groups.get(f"{account} {name}") in (None, group):
+            self._delete(key, reply)
 
     def removed_consumer(self, account: str, stream: str, name: str, reply: str) -> None:
         have = self.hosted.get((account, stream))
@@ -250,7 +300,7 @@ class SoloHost:
         finally:
             router.respond = orig
         if got and "error" not in got[0]:
-            obj = {k: v for k, v in got[0].items() if k != "type"}
+            obj = with_cluster(self.server, {k: v for k, v in got[0].items() if k != "type"}, always=True)
             self.sys_ic.publish(reply, None, apijson.go_json(obj))
 
     # -- what the statsz reports ----------------------------------------------------------------------------

@@ -755,12 +755,15 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
         solo = member.solo
         removals, member.state.removals = member.state.removals, []
         if solo is not None:
-            for kind, account, stream, consumer, reply in removals:
+            # (while catching up after a restart the assignments are a prefix of the history: nothing that is
+            # missing from them is deleted, and only a removal of the very group kept here applies)
+            current = member.raft.catchup is None and member.raft.commit > 0
+            for kind, account, stream, name, reply in removals:
                 if kind == "stream":
-                    solo.removed_stream(account, stream, reply)
-                else:
-                    solo.removed_consumer(account, stream, consumer, reply)
-            solo.reconcile(member.state.streams, member.state.consumers, fresh=member.raft.catchup is None)
+                    solo.removed_stream(account, stream, name, reply)
+                elif current:
+                    solo.removed_consumer(account, stream, name, reply)
+            solo.reconcile(member.state.streams, member.state.consumers, fresh=current)
         want: dict[tuple, tuple[str, dict]] = {}
         for key, sa in member.state.streams.items():
             if solo is not None and is_solo(sa, me):
