@@ -1,47 +1,9 @@
-"""JetStream message stores: MemStore (memory) and FileStore (disk)."""
+"""JetStream message stores: MemStore (memory) and FileStore (disk), and what they share from ``base``
+(messages, config, state, errors).  README.md in this folder has the layout."""
 
-from .base import (
-    ConsumerState,
-    ErrDeleted,
-    ErrMaxBytes,
-    ErrMaxMsgs,
-    ErrMaxMsgSize,
-    ErrMaxMsgsPerSubject,
-    ErrNoSuchMsg,
-    ErrSequenceMismatch,
-    ErrStoreClosed,
-    ErrStoreCorrupt,
-    ErrStoreFull,
-    ErrTooManyResults,
-    SequencePair,
-    StoreConfig,
-    StoredMsg,
-    StoreError,
-    StreamState,
-)
+from . import base
+from .base import *  # noqa: F403  (the names of base.__all__)
 from .filestore import FileStore, restore, restore_into
 from .memstore import MemStore
 
-__all__ = [
-    "ConsumerState",
-    "ErrDeleted",
-    "ErrMaxBytes",
-    "ErrMaxMsgSize",
-    "ErrMaxMsgs",
-    "ErrMaxMsgsPerSubject",
-    "ErrNoSuchMsg",
-    "ErrSequenceMismatch",
-    "ErrStoreClosed",
-    "ErrStoreCorrupt",
-    "ErrStoreFull",
-    "ErrTooManyResults",
-    "FileStore",
-    "MemStore",
-    "SequencePair",
-    "StoreConfig",
-    "StoreError",
-    "StoredMsg",
-    "StreamState",
-    "restore",
-    "restore_into",
-]
+__all__ = [*base.__all__, "FileStore", "MemStore", "restore", "restore_into"]

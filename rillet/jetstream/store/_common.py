@@ -4,10 +4,10 @@ sequence (checks first), skips, discard-old enforcement, purge, expiry's delete 
 ``StoreCommon`` is written against a few primitives each store has (besides ``_query.StoreIndex``):
 ``_append(seq, subject, hdr, data, ts, ttl, e=None)`` (write unless ``e``, the written record's entry, is
 given, then index), ``_write_batch(recs)`` (write several, all or nothing; returns their entries),
-``_remove(seq, erase=False)``, ``_purge_all(new_first)``, ``compact(seq)``, ``_matching_seqs(filter, first,
-last)``, ``_expire(now_ns)`` (-> removed, subjects that need a delete marker), ``_size_of(seq)`` (accounted
-size of a live message or None), ``_has_ttls()`` and ``_new_consumer_store(name)``; and the hooks
-``_on_config`` and ``_on_skip``.
+``_remove(seq, erase=False)``, ``_purge_all(new_first)``, ``_compact(seq)`` (first < seq <= last),
+``_matching_seqs(filter, first, last)``, ``_expire(now_ns)`` (-> removed, subjects that need a delete
+marker), ``_size_of(seq)`` (accounted size of a live message or None), ``_has_ttls()`` and
+``_new_consumer_store(name)``; and the hooks ``_on_config`` and ``_on_skip``.
 """
 
 from __future__ import annotations
@@ -312,6 +312,22 @@ class StoreCommon:
             self._limit_removal = False
 
     # -- removal --------------------------------------------------------------------
+
+    def remove_msg(self, seq: int, erase: bool = False) -> bool:
+        """Remove one message; ``erase`` also overwrites its payload (in memory, or its record on disk)."""
+        self._check_open()
+        return self._remove(seq, erase)
+
+    def compact(self, seq: int) -> int:
+        """Remove every message below ``seq``; returns how many."""
+        self._check_open()
+        if seq == 0:
+            return self._purge_all(self._last + 1)
+        if self._first >= seq:
+            return 0
+        if seq > self._last:
+            return self._purge_all(seq)
+        return self._compact(seq)
 
     def purge(self, subject: str | None = None, seq: int = 0, keep: int = 0) -> int:
         """nats-server purge: everything; or by subject filter; or below ``seq`` (not

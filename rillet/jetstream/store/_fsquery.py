@@ -319,12 +319,7 @@ class BlockQueries:
         return 0
 
     def _next_multi(self, m: _Matcher, start: int) -> int:
-        bl = self._bl
-        i = self._bpos(start)
-        nb = len(bl)
-        while i < nb:
-            blk = bl[i]
-            i += 1
+        for blk in self._bl[self._bpos(start) :]:
             if not blk.live:
                 continue
             tbl, ids = self._mtable(blk, m)

@@ -55,7 +55,8 @@ class BlockRemoval:
         return True
 
     def remove_msg(self, seq: int, erase: bool = False) -> bool:
-        """Remove one message; ``erase`` also overwrites its record on disk."""
+        """Remove one message; ``erase`` also overwrites its record on disk.  A lost one (its record failed its
+        checksum) is only forgotten: False."""
         self._check_open()
         if seq in self._lost:
             self._lost.discard(seq)
@@ -142,17 +143,9 @@ class BlockRemoval:
                 cb(s, subj, size)
         return n
 
-    def compact(self, seq: int) -> int:
-        """Remove every message below ``seq``; returns how many."""
-        self._check_open()
+    def _compact(self, seq: int) -> int:
         if self._wb_off >= 0:
             self.flush_writes()
-        if seq == 0:
-            return self._purge_all(self._last + 1)
-        if self._first >= seq:
-            return 0
-        if seq > self._last:
-            return self._purge_all(seq)
         cb = self._remove_cb
         removed: list[tuple[int, str, int]] | None = [] if cb is not None else None
         n = 0

@@ -52,32 +52,32 @@ class StoredMsg(msgspec.Struct, gc=False):
 
 
 class StoreError(Exception):
-    """Base class of every store error."""
+    """Base class of every store error.  ``text``: the message when none is given."""
+
+    text = ""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(args or ((self.text,) if self.text else ())))
 
 
 class ErrMaxMsgs(StoreError):
-    def __init__(self, msg: str = "maximum messages exceeded") -> None:
-        super().__init__(msg)
+    text = "maximum messages exceeded"
 
 
 class ErrMaxBytes(StoreError):
-    def __init__(self, msg: str = "maximum bytes exceeded") -> None:
-        super().__init__(msg)
+    text = "maximum bytes exceeded"
 
 
 class ErrMaxMsgsPerSubject(StoreError):
-    def __init__(self, msg: str = "maximum messages per subject exceeded") -> None:
-        super().__init__(msg)
+    text = "maximum messages per subject exceeded"
 
 
 class ErrMaxMsgSize(StoreError):
-    def __init__(self, msg: str = "message size exceeds maximum allowed") -> None:
-        super().__init__(msg)
+    text = "message size exceeds maximum allowed"
 
 
 class ErrStoreClosed(StoreError):
-    def __init__(self, msg: str = "store is closed") -> None:
-        super().__init__(msg)
+    text = "store is closed"
 
 
 class ErrStoreFull(StoreError):
@@ -99,23 +99,19 @@ class ErrStoreCorrupt(StoreError):
 
 
 class ErrNoSuchMsg(StoreError):
-    def __init__(self, msg: str = "no message found") -> None:
-        super().__init__(msg)
+    text = "no message found"
 
 
 class ErrDeleted(ErrNoSuchMsg):
-    def __init__(self, msg: str = "message deleted") -> None:
-        super().__init__(msg)
+    text = "message deleted"
 
 
 class ErrSequenceMismatch(StoreError):
-    def __init__(self, msg: str = "expected sequence does not match store") -> None:
-        super().__init__(msg)
+    text = "expected sequence does not match store"
 
 
 class ErrTooManyResults(StoreError):
-    def __init__(self, msg: str = "too many matching results for request") -> None:
-        super().__init__(msg)
+    text = "too many matching results for request"
 
 
 # ---------------------------------------------------------------------------

@@ -131,6 +131,23 @@ _READ_AHEAD = 32 * 1024  # bytes read at once by sequential reads
 _CRC_RESIDUE = 0x2144DF1C  # zlib.crc32(data + crc32(data) as 4 little-endian bytes), whatever the data
 
 
+def _subject_bytes(subject: str) -> bytes:
+    sb = subject.encode("utf-8", "surrogateescape")
+    if len(sb) > 0xFFFF:
+        raise StoreError("subject too long")
+    return sb
+
+
+def _frame(flags: int, sb: bytes, payload: list[bytes], total: int, seq: int, ts: int, ttl_ns: int, hlen: int,
+           dlen: int) -> list[bytes]:
+    """A message record's pieces: header, subject, payload, CRC-32 of all before it (see the module's docstring)."""
+    head = _REC.pack(T_MSG, flags, len(sb), total, seq, ts, ttl_ns, hlen, dlen)
+    crc = zlib.crc32(sb, zlib.crc32(head))
+    for p in payload:
+        crc = zlib.crc32(p, crc)
+    return [head, sb, *payload, _CRC.pack(crc)]
+
+
 class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries, StoreCommon, StoreQueries):
     """A stream's messages on disk.  ``FileStore(directory, cfg, log=None)``."""
 
@@ -350,31 +367,36 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
             blk = self._new_block()
         return blk
 
-    def _write(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl_ns: int) -> int:
-        """Write and index one record; returns its accounted size."""
+    def _log_pending_first(self) -> None:
+        """State log records a failed write left pending go first: a new record is refused until they are out."""
+        self._log_append(None)
         if self._log_pending:
-            self._log_append(None)
-            if self._log_pending:
-                raise ErrStoreFull("cannot write sequence state (disk full?)")
-        sb = subject.encode("utf-8", "surrogateescape")
-        slen = len(sb)
-        if slen > 0xFFFF:
-            raise StoreError("subject too long")
-        hlen = len(hdr)
-        dlen = len(data)
-        flags = 0
-        if self._compress and hlen + dlen >= _COMPRESS_MIN:
+            raise ErrStoreFull("cannot write sequence state (disk full?)")
+
+    def _payload(self, slen: int, hdr: bytes, data: bytes) -> tuple[int, list[bytes], int]:
+        """(flags, payload pieces, record length) of a record: compressed when that makes it smaller."""
+        plen = len(hdr) + len(data)
+        if self._compress and plen >= _COMPRESS_MIN:
             c = bytes(self._snappy.compress_raw(hdr + data))  # type: ignore[union-attr]
-            if len(c) < hlen + dlen:
-                flags = F_COMPRESSED
-                payload = [c]
-                plen = len(c)
-        if not flags:
-            payload = [hdr, data]
-            plen = hlen + dlen
+            if len(c) < plen:
+                total = _OVERHEAD + slen + len(c)
+                if total >= _MAX_REC:
+                    raise StoreError("message too large")
+                return F_COMPRESSED, [c], total
         total = _OVERHEAD + slen + plen
         if total >= _MAX_REC:
             raise StoreError("message too large")
+        return 0, [hdr, data], total
+
+    def _write(self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl_ns: int) -> int:
+        """Write and index one record; returns its accounted size."""
+        if self._log_pending:
+            self._log_pending_first()
+        sb = _subject_bytes(subject)
+        slen = len(sb)
+        hlen = len(hdr)
+        dlen = len(data)
+        flags, payload, total = self._payload(slen, hdr, data)
         wb = self._wb
         if wb is not None:
             blk = self._active
@@ -387,13 +409,10 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
             if self._wb_off >= 0:
                 self.flush_writes()
         blk = self._target_block(seq, total)
-        head = _REC.pack(T_MSG, flags, slen, total, seq, ts, ttl_ns, hlen, dlen)
-        crc = zlib.crc32(sb, zlib.crc32(head))
-        for p in payload:
-            crc = zlib.crc32(p, crc)
         off = blk.size
         try:
-            _write_all(self._afd, self._crypt(blk.index, [head, sb, *payload, _CRC.pack(crc)], off), off, total)
+            _write_all(self._afd, self._crypt(blk.index, _frame(flags, sb, payload, total, seq, ts, ttl_ns, hlen, dlen),
+                                              off), off, total)
         except OSError as e:
             self._write_failed(blk, off, e)
         blk.size = off + total
@@ -544,40 +563,20 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         if self._wb_off >= 0:
             self.flush_writes()
         if self._log_pending:
-            self._log_append(None)
-            if self._log_pending:
-                raise ErrStoreFull("cannot write sequence state (disk full?)")
+            self._log_pending_first()
         bufs: list[bytes] = []
         meta: list[tuple[int, str, bytes, int, int, int, int]] = []  # seq, subject, sb, ts, ttl, size, rlen
         size_all = 0
         last_i = len(recs) - 1
         for i, (seq, subject, hdr, data, ts, ttl_ns) in enumerate(recs):
-            sb = subject.encode("utf-8", "surrogateescape")
+            sb = _subject_bytes(subject)
             slen = len(sb)
-            if slen > 0xFFFF:
-                raise StoreError("subject too long")
             hlen = len(hdr)
             dlen = len(data)
-            flags = 0 if i == last_i else F_BATCH
-            payload = [hdr, data]
-            plen = hlen + dlen
-            if self._compress and plen >= _COMPRESS_MIN:
-                c = bytes(self._snappy.compress_raw(hdr + data))  # type: ignore[union-attr]
-                if len(c) < plen:
-                    flags |= F_COMPRESSED
-                    payload = [c]
-                    plen = len(c)
-            total = _OVERHEAD + slen + plen
-            if total >= _MAX_REC:
-                raise StoreError("message too large")
-            head = _REC.pack(T_MSG, flags, slen, total, seq, ts, ttl_ns, hlen, dlen)
-            crc = zlib.crc32(sb, zlib.crc32(head))
-            for p in payload:
-                crc = zlib.crc32(p, crc)
-            bufs.append(head)
-            bufs.append(sb)
-            bufs.extend(payload)
-            bufs.append(_CRC.pack(crc))
+            flags, payload, total = self._payload(slen, hdr, data)
+            if i != last_i:
+                flags |= F_BATCH
+            bufs += _frame(flags, sb, payload, total, seq, ts, ttl_ns, hlen, dlen)
             size = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
             meta.append((seq, subject, sb, ts, ttl_ns, size, total))
             size_all += total

@@ -356,11 +356,6 @@ class MemStore(StoreCommon, StoreQueries):
             cb(seq, subj, size)
         return True
 
-    def remove_msg(self, seq: int, erase: bool = False) -> bool:
-        """Remove one message; ``erase`` also overwrites its payload."""
-        self._check_open()
-        return self._remove(seq, erase)
-
     def _advance_first(self) -> None:
         msgs = self._msgs
         if not msgs:
@@ -412,15 +407,7 @@ class MemStore(StoreCommon, StoreQueries):
         self._report(removed)
         return len(removed)
 
-    def compact(self, seq: int) -> int:
-        """Remove every message below ``seq``; returns how many."""
-        self._check_open()
-        if seq == 0:
-            return self._purge_all(self._last + 1)
-        if self._first >= seq:
-            return 0
-        if seq > self._last:
-            return self._purge_all(seq)
+    def _compact(self, seq: int) -> int:
         msgs = self._msgs
         removed = [msgs.pop(s) for s in self._seq_range(self._first, seq - 1)]
         self._unindex(removed)
