@@ -275,3 +275,78 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         if srv is not None:
             await srv_cm.__aexit__(None, None, None)
         gc.stop_all()
+
+
+async def test_one_go_two_rillet_streams_placed_on_every_server(tmp_path):
+    """1 Go + 2 Rillet: the meta group has the three (the Go server leads: Rillet servers never campaign); an R3
+    stream is placed on all three and an R1 stream on each Rillet server; messages published and consumed
+    through every server; one Rillet server killed (the R3 stream commits with the other two) and restarted:
+    its R3 replica is caught up and equals the leader's, its R1 stream is back with its consumer's state."""
+    import nats
+    p1, p2 = free_port(), free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0",), extra_routes=[p1, p2])
+    gc.start_all()
+    confs = {"r1": _tagged_conf(gc, "r1", p1, "r1"),
+             "r2": _tagged_conf(gc, "r2", p2, "r2").replace("routes: [", f"routes: [nats://127.0.0.1:{p1}, ")}
+    cms = {n: serve_config(c) for n, c in confs.items()}
+    srvs = {n: await cm.__aenter__() for n, cm in cms.items()}
+    conns = []
+    try:
+        ms = {n: await _member(s) for n, s in srvs.items()}
+        g0 = await nats.connect(gc.url("g0"))
+        rcs = {n: await nats.connect(f"nats://a:a@127.0.0.1:{s.port}") for n, s in srvs.items()}
+        conns += [g0, *rcs.values()]
+        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the meta group of 1 Go + 2 Rillet")
+        await _create(g0, name="R3", subjects=["r3.>"], num_replicas=3)
+        for n in ("r1", "r2"):
+            await _create(rcs[n], name=f"ON_{n}", subjects=[f"on.{n}.>"], num_replicas=1, placement={"tags": [n]})
+        js = g0.jetstream(timeout=20)
+        assert await _stream_peers(js, "R3") == {"g0", "r1", "r2"}
+        for n in ("r1", "r2"):
+            assert (await js.stream_info(f"ON_{n}")).cluster.leader == n
+        clients = [g0, rcs["r1"], rcs["r2"]]
+        count = 0
+        for c in clients:
+            for _ in range(4):
+                count += 1
+                assert (await c.jetstream(timeout=20).publish(f"r3.{count}", f"m{count}".encode())).seq == count
+                for n in ("r1", "r2"):
+                    assert (await c.jetstream().publish(f"on.{n}.x", f"{n}-{count}".encode())).seq == count
+        for n in ("r1", "r2"):
+            await js.add_consumer(f"ON_{n}", durable_name="D", ack_policy="explicit")
+            got = []
+            for c in clients:
+                sub = await c.jetstream().pull_subscribe(f"on.{n}.>", durable="D", stream=f"ON_{n}")
+                for msg in await sub.fetch(4, timeout=10):
+                    got.append(msg.data.decode())
+                    await msg.ack_sync()
+            assert got == [f"{n}-{i}" for i in range(1, count + 1)]
+        await js.add_consumer("R3", durable_name="D3", ack_policy="explicit")
+        sub = await rcs["r2"].jetstream(timeout=20).pull_subscribe("r3.>", durable="D3", stream="R3")
+        assert [x.data.decode() for x in await sub.fetch(count, timeout=15)] == [f"m{i}" for i in range(1, count + 1)]
+        await _until(lambda: all(("A", "R3") in m.replicas for m in ms.values()), 10, what="R3 on both Rillet")
+        for m in ms.values():
+            await _compare_replica(js, m.replicas[("A", "R3")], "R3")
+        # r2 killed: the R3 stream commits with g0 and r1
+        await rcs["r2"].close()
+        await cms["r2"].__aexit__(None, None, None)
+        del srvs["r2"]
+        for _ in range(5):
+            count += 1
+            assert (await rcs["r1"].jetstream(timeout=20).publish(f"r3.{count}", f"m{count}".encode())).seq == count
+        srvs["r2"] = await (cms.__setitem__("r2", serve_config(confs["r2"])) or cms["r2"]).__aenter__()
+        ms["r2"] = await _member(srvs["r2"])
+        await _until(lambda: ("A", "R3") in ms["r2"].replicas, 20, what="r2's R3 replica back")
+        for m in ms.values():
+            assert await _compare_replica(js, m.replicas[("A", "R3")], "R3") == count
+        ci = await js.consumer_info("ON_r2", "D")
+        assert (ci.ack_floor.stream_seq, ci.num_pending, ci.cluster.leader) == (12, 0, "r2")
+        si = await js.stream_info("ON_r2")
+        assert (si.state.messages, si.cluster.leader) == (12, "r2")
+    finally:
+        for c in conns:
+            if c.is_connected:
+                await c.close()
+        for n in list(srvs):
+            await cms[n].__aexit__(None, None, None)
+        gc.stop_all()
