@@ -247,3 +247,107 @@ async def test_clustered_r3_stream_encrypted_wal_and_store(tmp_path):
         m = await js.get_msg("SEC", 20)
         assert m.data == SECRET + b"19"
         await nc.close()
+
+
+# ---- configuration and consumer files (meta.json, consumer state) -------------------------------------------
+
+NAMES = (b"HIDDENSTREAM", b"hiddensubj", b"STREAMDESC-PRIVATE", b"HIDDENDURABLE", b"CONSUMERDESC-PRIVATE",
+         b"hiddensubj.filter")
+
+
+async def make_named(client_url: str) -> None:
+    """A stream and a durable consumer whose names, subjects and descriptions are distinctive, some acked."""
+    from nats.js.api import ConsumerConfig
+    nc = await nats.connect(client_url)
+    js = nc.jetstream()
+    await js.add_stream(name="HIDDENSTREAM", subjects=["hiddensubj.>"], description="STREAMDESC-PRIVATE")
+    for i in range(5):
+        await js.publish("hiddensubj.filter", SECRET + str(i).encode())
+    sub = await js.pull_subscribe("hiddensubj.filter", durable="HIDDENDURABLE",
+                                  config=ConsumerConfig(description="CONSUMERDESC-PRIVATE"))
+    for m in await sub.fetch(3, timeout=2):
+        await m.ack()
+    await nc.close()
+
+
+def contents_naming(store) -> dict[str, list[bytes]]:
+    """The files under ``store`` whose contents hold one of NAMES (file names are not looked at: both servers
+    name stream and consumer directories after them)."""
+    out = {}
+    for p, b in files_under(store).items():
+        hits = [n for n in NAMES + (SECRET,) if n in b]
+        if hits:
+            out[os.path.relpath(p, store)] = hits
+    return out
+
+
+async def consumer_floor(client_url: str) -> int:
+    nc = await nats.connect(client_url)
+    try:
+        ci = await nc.jetstream().consumer_info("HIDDENSTREAM", "HIDDENDURABLE")
+        assert ci.config.description == "CONSUMERDESC-PRIVATE" and ci.config.filter_subject == "hiddensubj.filter"
+        si = await nc.jetstream().stream_info("HIDDENSTREAM")
+        assert si.config.description == "STREAMDESC-PRIVATE" and si.state.messages == 5
+        return ci.ack_floor.stream_seq
+    finally:
+        await nc.close()
+
+
+@pytest.mark.skipif(subprocess.run(["which", "nats-server"], capture_output=True).returncode != 0,
+                    reason="nats-server not installed")
+async def test_config_and_consumer_files_hide_names_as_nats_server_does(tmp_path):
+    """With a key, no file of the store holds the stream's or consumer's name, subjects, descriptions or
+    state in plaintext, in nats-server's store (meta.inf, o.dat sealed) as in Rillet's (meta.json, the
+    consumer's state slots and name file sealed); Rillet's reads back with the key."""
+    gstore = tmp_path / "gstore"
+    port = free_port()
+    p = tmp_path / "g.conf"
+    p.write_text(conf(gstore, key="k-1", port=port))
+    proc = ServerProcess("-c", str(p), command=["nats-server"])
+    try:
+        proc.wait_log(r"Server is ready", 15)
+        await make_named(f"nats://127.0.0.1:{port}")
+    finally:
+        proc.stop()
+    assert contents_naming(gstore) == {}
+    rstore = tmp_path / "rstore"
+    async with serve_config(conf(rstore, key="k-1")) as srv:
+        await make_named(url(srv))
+    assert contents_naming(rstore) == {}
+    assert any(f.endswith("meta.key") for f in files_under(rstore))
+    async with serve_config(conf(rstore, key="k-1")) as srv:
+        assert await consumer_floor(url(srv)) == 3
+    # without encryption the same files do name them (the test sees plaintext where there is some)
+    pstore = tmp_path / "pstore"
+    async with serve_config(conf(pstore)) as srv:
+        await make_named(url(srv))
+    assert any(b"HIDDENDURABLE" in h or b"STREAMDESC-PRIVATE" in h
+               for hits in contents_naming(pstore).values() for h in hits)
+
+
+async def test_config_and_consumer_files_wrong_key_rotation_and_late_key(tmp_path):
+    """A plaintext store given a key is sealed at the next start; a wrong key changes no file and serves
+    nothing; prev_key opens it and re-seals every key record (stream, block, meta, consumer), after which
+    the new key alone reads it all."""
+    store = tmp_path / "store"
+    async with serve_config(conf(store)) as srv:
+        await make_named(url(srv))
+    async with serve_config(conf(store, key="first")) as srv:
+        assert await consumer_floor(url(srv)) == 3
+    assert contents_naming(store) == {}  # blocks, meta.json, consumer files: all sealed now
+    snap = digest(store)
+    async with serve_config(conf(store, key="wrong")) as srv:
+        assert "Error decrypting our stream metafile: unable to recover keys" in log_text(srv)
+        nc = await nats.connect(url(srv))
+        with pytest.raises(NotFoundError):
+            await nc.jetstream().stream_info("HIDDENSTREAM")
+        await nc.close()
+    assert digest(store) == snap
+    async with serve_config(conf(store, key="second", prev="first", cipher="aes")) as srv:
+        assert await consumer_floor(url(srv)) == 3
+    async with serve_config(conf(store, key="second", cipher="aes")) as srv:
+        assert await consumer_floor(url(srv)) == 3
+    snap = digest(store)
+    async with serve_config(conf(store, key="first")) as srv:
+        assert "unable to recover keys" in log_text(srv)
+    assert digest(store) == snap

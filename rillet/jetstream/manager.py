@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.store.base import ErrSyncFailed
 from rillet.cipher import CipherError
-from rillet.durable import fsync_dir, make_dirs_durable
+from rillet.durable import make_dirs_durable
 from rillet.jetstream.stream import Stream
 
 if TYPE_CHECKING:
@@ -91,8 +91,9 @@ class JSAccount:
             if not os.path.isfile(meta):
                 continue
             try:
-                with open(meta, "rb") as f:
-                    m = json.loads(f.read())
+                from rillet.jetstream import metafile  # (sealed under jetstream { key })
+                m = json.loads(metafile.read(meta, metafile.stream_keys(self.js, self.account.name),
+                                             metafile.stream_context(name)))
                 from rillet.jetstream.api.common import stream_config_from_dict
                 cfg = stream_config_from_dict(m["config"])
                 if cfg.storage == "memory":
@@ -138,17 +139,14 @@ class JSAccount:
         nothing on disk and is not restored at a restart, as with nats-server."""
         if cfg.storage == "memory":
             return
+        from rillet.jetstream import metafile
         from rillet.jetstream.api.common import encode_config
         sdir = self.stream_dir(cfg.name)
         make_dirs_durable(sdir)
-        tmp = os.path.join(sdir, "meta.json.tmp")
-        with open(tmp, "wb") as f:
-            f.write(json.dumps({"config": json.loads(encode_config(cfg)),
-                                "created": created}).encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(sdir, "meta.json"))
-        fsync_dir(sdir)  # the rename itself survives a crash
+        # written and synced, the rename too; sealed under jetstream { key } (rillet.jetstream.metafile)
+        metafile.write(os.path.join(sdir, "meta.json"),
+                       json.dumps({"config": json.loads(encode_config(cfg)), "created": created}).encode(),
+                       metafile.stream_keys(self.js, self.account.name), metafile.stream_context(cfg.name))
 
     def delete_stream(self, stream: Stream) -> None:
         self.streams.pop(stream.name, None)

@@ -7,6 +7,8 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Any
 
+from rillet.cipher import CipherError
+from rillet.jetstream import metafile
 from rillet.jetstream.store.base import ErrStoreClosed
 from rillet.durable import fsync_dir, make_dirs_durable
 
@@ -81,14 +83,18 @@ class StateMixin:
 
 
 class ConsumerPersist:
-    """A consumer on disk: its config in ``<stream dir>/consumers/<name>/meta.json``, its delivery state in
-    the stream store's ``consumer_store(name)`` (which the store flushes and syncs with the stream)."""
+    """A consumer on disk: its config in ``<stream dir>/consumers/<name>/meta.json`` (sealed, with its
+    ``meta.key``, under jetstream { key }), its delivery state in the stream store's
+    ``consumer_store(name)`` (which the store flushes and syncs with the stream)."""
 
-    def __init__(self, path: str, store: Any, name: str) -> None:
+    def __init__(self, path: str, store: Any, name: str, keys: Any = None, context: str = "") -> None:
         self.path = path
         self.store = store
         self.name = name
         self.cs: Any = None
+        # jetstream { key }: meta.json sealed (rillet.jetstream.metafile), with this key-derivation context
+        self.keys = keys
+        self.context = context or name
 
     def _cs(self) -> Any:
         if self.cs is None or getattr(self.cs, "_closed", False):
@@ -100,7 +106,7 @@ class ConsumerPersist:
         make_dirs_durable(self.path)
         data = json.dumps({"config": api_consumer.config_to_dict(c.cfg, dynamic_meta=False, for_store=True),
                            "created": c.created, "name": c.name}).encode()
-        _atomic_write(os.path.join(self.path, "meta.json"), data)
+        metafile.write(os.path.join(self.path, "meta.json"), data, self.keys, self.context)
 
     def write_state(self, state: Any, durable: bool = False) -> None:
         """Write the delivery state (``durable``: and fsync it, as an AckSync's confirmation needs)."""
@@ -113,9 +119,8 @@ class ConsumerPersist:
         cannot be recovered. A state the store cannot decode was logged by the store: no state."""
         path = os.path.join(self.path, "meta.json")
         try:
-            with open(path, "rb") as f:
-                meta = json.loads(f.read())
-        except (OSError, ValueError) as e:
+            meta = json.loads(metafile.read(path, self.keys, self.context))
+        except (OSError, ValueError, CipherError) as e:
             log.error(f"  Error recovering consumer '{self.name}': cannot read {path}: {e}")
             return None, None
         return meta, self._cs().state()
@@ -144,6 +149,14 @@ def _atomic_write(path: str, data: bytes, sync: bool = True) -> None:
 
 def consumers_dir(stream: "Stream") -> str:
     return os.path.join(stream.jsa.stream_dir(stream.name), "consumers")
+
+
+def persist_for(stream: "Stream", name: str) -> ConsumerPersist:
+    """The ConsumerPersist of consumer ``name`` of ``stream``, with the account's keys when the store is
+    encrypted at rest."""
+    keys = metafile.stream_keys(stream.js, stream.jsa.account.name)
+    return ConsumerPersist(os.path.join(consumers_dir(stream), name), stream.store, name, keys,
+                           metafile.consumer_context(stream.name, name))
 
 
 def persisted(stream: "Stream", cfg: Any) -> bool:

@@ -242,13 +242,16 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
 
     def _open(self) -> None:
         meta = os.path.join(self.dir, "meta.json")
-        if not os.path.exists(meta):
+        # (encrypted at rest: no name in it, as no file of an encrypted nats-server store names its stream)
+        info = {"format": FORMAT_VERSION} if self._keys is not None else {"format": FORMAT_VERSION,
+                                                                           "name": self.cfg.name}
+        named = False  # (a plaintext store given a key, or restored from a snapshot: its name goes)
+        if self._keys is not None and os.path.exists(meta):
+            with open(meta, "rb") as f:
+                named = b'"name"' in f.read()
+        if named or not os.path.exists(meta):
             try:
-                _atomic_write(
-                    meta,
-                    json.dumps({"format": FORMAT_VERSION, "name": self.cfg.name}).encode(),
-                    True,
-                )
+                _atomic_write(meta, json.dumps(info).encode(), True)
             except OSError as e:
                 raise ErrStoreFull(f"cannot write {meta}: {e.strerror or e}") from e
         log_path = os.path.join(self.dir, "state.log")
@@ -267,13 +270,9 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
             names = []
         for n in names:
             p = os.path.join(self._cdir, n)
-            if os.path.isdir(p):
-                try:
-                    with open(os.path.join(p, "name"), "rb") as f:
-                        name = f.read().decode("utf-8", "surrogateescape")
-                except (OSError, UnicodeDecodeError):
-                    name = n
-                self._consumers[name] = FileConsumerStore(name, p, self.log, self._pwrite_all)
+            if os.path.isdir(p):  # (the consumer's name is in its name file: _fsconsumer)
+                cs = FileConsumerStore(None, p, self.log, self._pwrite_all, self._keys, self.cfg.name)
+                self._consumers[cs.name] = cs
         # Start from a compact log reflecting the recovered state.
         self._rewrite_log()
         self._enforce_after_open()
@@ -792,7 +791,8 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
     # -- consumers ------------------------------------------------------------------
 
     def _new_consumer_store(self, name: str) -> FileConsumerStore:
-        return FileConsumerStore(name, os.path.join(self._cdir, _safe_name(name)), self.log, self._pwrite_all)
+        return FileConsumerStore(name, os.path.join(self._cdir, _safe_name(name)), self.log, self._pwrite_all,
+                                 self._keys, self.cfg.name)
 
     # -- snapshot -------------------------------------------------------------------
 
