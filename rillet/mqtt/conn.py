@@ -70,9 +70,9 @@ MSGS_PREFIX_B = MSGS_PREFIX.encode()
 _HDRS = [b"NATS/1.0\r\nNmqtt-Pub:%d\r\n\r\n" % q for q in range(3)]  # (3.1.1 publishes carry no more)
 
 
-def parse_ack(reply: str) -> tuple[int, int, int] | None:
+def parse_ack(reply: str | bytes) -> tuple[int, int, int] | None:
     """(delivery count, stream sequence, pending) of a JetStream ack subject."""
-    toks = reply.split(".")
+    toks = reply.split(b"." if reply.__class__ is bytes else ".")  # type: ignore[arg-type]
     n = len(toks)
     off = 2 if n == 9 else 4 if n >= 11 else -1
     if off < 0:
@@ -141,7 +141,12 @@ class MqttConn(asyncio.Protocol):
         self._sidn = 0
         self.queue: asyncio.Queue = asyncio.Queue()
         self.busy = False  # the packet task is handling (awaiting) a packet
-        self.ack_fifo: deque = deque()  # [store future, packet id, reason code]: QoS 1 PUBACKs in order
+        # QoS 1 PUBACKs in order: [None until stored (then True, or the error), packet id, reason code]
+        self.ack_fifo: deque = deque()
+        self._acks_waiter: asyncio.Future | None = None  # the packet task waits for the PUBACKs owed
+        self._stored_cb = self._stored
+        self.acks_unwritten = 0  # PUBACKs in ``out`` (MQTT 5: the client has not seen them yet)
+        self._per_sub = int(srv.opts.mqtt.get("max_ack_pending") or 1024)  # QoS 1/2 in flight per subscription
         self.topics: dict[str, str] = {}  # topic -> subject (a cache)
         self.pubs: dict[str, tuple[str, bytes, bool]] = {}  # topic -> (subject, its bytes, publish allowed)
         self.fpubs: dict[bytes, bytes] = {}  # topic bytes -> subject bytes (_fast_in: checked, allowed)
@@ -381,8 +386,7 @@ class MqttConn(asyncio.Protocol):
                 p = await self.queue.get()
                 self.busy = True
                 if self.ack_fifo:
-                    await asyncio.wait([e[0] for e in self.ack_fifo])
-                    self._drain_acks()
+                    await self._acks_sent()
                 if isinstance(p, C.MQTTError):
                     self._decode_error(p)
                     return
@@ -901,7 +905,7 @@ class MqttConn(asyncio.Protocol):
         payload = p.payload
         if len(hdr) + len(payload) > self.server.opts.max_payload:
             return False
-        if p.qos == 1 and self.version >= 5 and len(self.ack_fifo) >= self.ms.receive_max:
+        if p.qos == 1 and self.version >= 5 and len(self.ack_fifo) + self.acks_unwritten >= self.ms.receive_max:
             # MQTT 5: more QoS 1 PUBLISH without their PUBACK than the Receive Maximum told in CONNACK
             raise C.ProtocolViolation("receive maximum exceeded", RC_RECV_MAX)
         self.in_msgs += 1
@@ -909,9 +913,10 @@ class MqttConn(asyncio.Protocol):
         got = acc.deliver(self, sb, None, len(hdr), hdr + payload)
         if p.qos == 1:
             rc = 0 if got or self.version < 5 else RC_NO_SUBSCRIBERS
-            fut = self.asm.jsa.store_future(MSGS_PREFIX + subject, p.payload, hdr)  # type: ignore[union-attr]
-            self.ack_fifo.append((fut, p.pi, rc))
-            fut.add_done_callback(self._acks_ready)
+            ent = [None, p.pi, rc]
+            self.ack_fifo.append(ent)
+            self.asm.jsa.store_cb((MSGS_PREFIX + subject).encode(), p.payload, hdr,  # type: ignore[union-attr]
+                                  self._stored_cb, ent)
         return True
 
     def _fast_in(self, data: bytes) -> bytes:
@@ -927,6 +932,8 @@ class MqttConn(asyncio.Protocol):
         maxp = self.decoder.max_packet
         mpay = self.server.opts.max_payload - 25
         fifo = self.ack_fifo
+        store = self.asm.jsa.store_cb  # type: ignore[union-attr]
+        stored = self._stored_cb
         h0, h1 = _HDRS[0], _HDRS[1]
         pos = 0
         n = len(data)
@@ -949,11 +956,12 @@ class MqttConn(asyncio.Protocol):
                 if te > end:
                     break
                 tb = data[i + 2:te]
-                sb = cache.get(tb)
-                if sb is None:
-                    sb = self._fast_topic(tb)
-                    if sb is None:
+                ent = cache.get(tb)
+                if ent is None:
+                    ent = self._fast_topic(tb)
+                    if ent is None:
                         break
+                sb = ent[0]
                 if first == 0x32:
                     if te + 2 > end:
                         break
@@ -966,9 +974,9 @@ class MqttConn(asyncio.Protocol):
                     self.in_msgs += 1
                     self.in_bytes += 23 + len(payload)
                     deliver(self, sb, None, 25, h1 + payload)
-                    fut = self.asm.jsa.store_future(MSGS_PREFIX_B + sb, payload, h1)  # type: ignore[union-attr]
-                    fifo.append((fut, pi, 0))
-                    fut.add_done_callback(self._acks_ready)
+                    a = [None, pi, 0]
+                    fifo.append(a)
+                    store(ent[1], payload, h1, stored, a)
                 else:
                     payload = data[te:end]
                     if len(payload) > mpay:
@@ -988,9 +996,9 @@ class MqttConn(asyncio.Protocol):
             pos = end
         return data[pos:] if pos else data
 
-    def _fast_topic(self, tb: bytes) -> bytes | None:
-        """The NATS subject of a PUBLISH topic for ``_fast_in`` (remembered), or None: the decoder and
-        ``_publish_now`` take it (to refuse it, or for what the fast path does not do)."""
+    def _fast_topic(self, tb: bytes) -> tuple[bytes, bytes] | None:
+        """The NATS subject of a PUBLISH topic for ``_fast_in`` and its ``$MQTT_msgs`` subject (remembered), or
+        None: the decoder and ``_publish_now`` take it (to refuse it, or for what the fast path does not do)."""
         try:
             topic = tb.decode("utf-8")
         except UnicodeDecodeError:
@@ -1006,28 +1014,43 @@ class MqttConn(asyncio.Protocol):
             return None
         if len(self.fpubs) > 4096:
             self.fpubs.clear()
-        self.fpubs[tb] = sb
-        return sb
+        ent = self.fpubs[tb] = (sb, MSGS_PREFIX_B + sb)
+        return ent
 
-    def _acks_ready(self, _fut: Any) -> None:
-        self._drain_acks()
-        if self.out and not self.flush_pending:
-            self.write_out()
+    def _stored(self, ent: list, err: BaseException | None) -> None:
+        """(JSA.store_cb) A QoS 1 message is stored (or refused): the PUBACKs now due go out, in order."""
+        ent[0] = err or True
+        fifo = self.ack_fifo
+        if fifo and fifo[0] is ent:
+            self._drain_acks()
 
     def _drain_acks(self) -> None:
         fifo = self.ack_fifo
-        while fifo and fifo[0][0].done():
-            fut, pi, rc = fifo.popleft()
-            if fut.cancelled():
-                continue
-            e = fut.exception()
-            if e is not None and not (isinstance(e, JSAPIError) and e.code == 503):
-                self.fail(f"unable to store QoS 1 message: {e}", RC_UNSPECIFIED)
+        while fifo and fifo[0][0] is not None:
+            e, pi, rc = fifo.popleft()
+            if e is not True and not (isinstance(e, JSAPIError) and e.code == 503):
                 fifo.clear()
-                return
+                self.fail(f"unable to store QoS 1 message: {e}", RC_UNSPECIFIED)
+                break
             if self.closed:
-                return
-            self.send(b"\x40\x02" + pi.to_bytes(2, "big") if not rc else C.encode(C.Ack(C.PUBACK, pi, rc), 5))
+                fifo.clear()
+                break
+            self.acks_unwritten += 1
+            if rc:
+                self.send(C.encode(C.Ack(C.PUBACK, pi, rc), 5))
+            else:
+                self.send(b"\x40\x02" + pi.to_bytes(2, "big"))
+        w = self._acks_waiter
+        if not fifo and w is not None:
+            self._acks_waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    async def _acks_sent(self) -> None:
+        """Wait until the PUBACKs owed for the QoS 1 messages before are sent (or the connection failed)."""
+        if self._acks_waiter is None:
+            self._acks_waiter = asyncio.get_running_loop().create_future()
+        await self._acks_waiter
 
     def _nats_headers(self, p: C.Publish, qos: int) -> bytes:
         pairs = [("Nmqtt-Pub", str(qos))]
@@ -1474,10 +1497,19 @@ class MqttConn(asyncio.Protocol):
         sess = self.sess
         if s is None or sess is None or self.closed or not reply or not self.connected:
             return
+        if hdr == 25 and self.version < 5 and msg[:20] == b"NATS/1.0\r\nNmqtt-Pub:" and self.perms is None and \
+                subject[:11] == MSGS_PREFIX_B and len(subject) > 11 and subject[11:20] != b"spBv1//0." and \
+                (subject[11:12] != b"$" or not s.reserved):
+            # the common case: a 3.1.1 MQTT message (no other header) to a 3.1.1 client, no checks to make
+            mq = msg[20] - 48
+            qos = mq if mq < s.qos else s.qos
+            if qos > 0:
+                self._js_publish(s, sess, subject[11:], reply, msg[25:], qos)
+                return
         subj = subject.decode("utf-8", "surrogateescape")
         if not subj.startswith(MSGS_PREFIX) or len(subj) <= len(MSGS_PREFIX):
             return
-        rep = reply.decode()
+        rep = reply
         nums = parse_ack(rep)
         if hdr == 25 and msg[:20] == b"NATS/1.0\r\nNmqtt-Pub:":  # (a 3.1.1 MQTT message: no other header)
             h: dict = {}
@@ -1525,6 +1557,44 @@ class MqttConn(asyncio.Protocol):
             del sess.pending_pub[pi]
             sess.cpending.pop((s.durable, sseq), None)
             self.asm.jsa.send(rep)  # type: ignore[union-attr]
+
+    def _js_publish(self, s: _Sub, sess: Session, subject: bytes, reply: bytes, payload: bytes, qos: int) -> None:
+        """``_on_js_msg`` for a 3.1.1 message to a 3.1.1 client: the PUBLISH written without a packet object."""
+        nums = parse_ack(reply)
+        sseq = nums[1] if nums else 0
+        pp = sess.pending_pub
+        pi = sess.cpending.get((s.durable, sseq)) if sseq else None
+        if pi is not None and pi in pp:
+            first = 0x38 | (qos << 1)  # (DUP)
+            pp[pi] = (reply, s.durable, sseq)
+        else:
+            ps = self._per_sub
+            if len(pp) >= ps * (len(self.msubs) or 1) or len(pp) >= self.client_recv_max:
+                return  # (redelivered by JetStream after ack_wait)
+            pi = sess.next_pi()
+            if not pi:
+                return
+            pp[pi] = (reply, s.durable, sseq)
+            if sseq:
+                sess.cpending[(s.durable, sseq)] = pi
+            first = (0x38 if nums and nums[0] > 1 else 0x30) | (qos << 1)
+        tf = _TOPICS.get(subject)
+        if tf is None:
+            tb = subject_to_topic(subject.decode("utf-8", "surrogateescape")).encode()
+            tf = len(tb).to_bytes(2, "big") + tb  # the topic field of the PUBLISH
+            if len(_TOPICS) > 8192:
+                _TOPICS.clear()
+            _TOPICS[subject] = tf
+        n = len(tf) + 2 + len(payload)
+        if n < 128:
+            head = bytes((first, n))
+        elif n < 16384:
+            head = bytes((first, (n & 0x7F) | 0x80, n >> 7))
+        else:
+            head = bytes((first,)) + C.encode_varint(n)
+        self.out_msgs += 1
+        self.out_bytes += len(payload)
+        self.send(head + tf + pi.to_bytes(2, "big") + payload)
 
     @staticmethod
     def _sparkplug(p: C.Publish) -> C.Publish:
@@ -1647,7 +1717,7 @@ class MqttConn(asyncio.Protocol):
             return
         if not 0 < pi <= 0xFFFF:
             return
-        sess.pending_rel[pi] = reply.decode()
+        sess.pending_rel[pi] = reply
         self.send_packet(C.Ack(C.PUBREL, pi))
 
     def on_pubcomp(self, p: C.Ack) -> None:
@@ -1670,6 +1740,7 @@ class MqttConn(asyncio.Protocol):
 
     def write_out(self) -> None:
         self.flush_pending = False
+        self.acks_unwritten = 0
         if self.out:
             t = self.transport
             if t is not None:

@@ -24,7 +24,6 @@ import hashlib
 import json
 import secrets
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
@@ -103,6 +102,26 @@ def parse_headers(hdr: bytes) -> dict[str, list[str]]:
     return out
 
 
+def _store_error(hdr: int, msg: bytes) -> BaseException | None:
+    """The error a stream's answer to a store carries (None: a PubAck)."""
+    data = msg[hdr:] if hdr > 0 else msg
+    if not data:
+        return JSAPIError({"code": 503, "description": "no stream stored the message"})
+    if b'"error"' in data:  # (a PubAck is {"stream":..,"seq":..}: only an error answer is parsed)
+        d = json.loads(data)
+        if d.get("error"):
+            return JSAPIError(d["error"])
+    return None
+
+
+def _settle(fut: asyncio.Future, err: BaseException | None) -> None:
+    if not fut.done():
+        if err is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(err)
+
+
 class JSA:
     """JetStream API requests and stream publishes of one account, from this server's MQTT side."""
 
@@ -120,8 +139,8 @@ class JSA:
         self._pending: dict[str, asyncio.Future] = {}
         self.prefix_b = self.prefix.encode()
         self._plen = len(self.prefix_b)
-        self._stores: dict[bytes, asyncio.Future] = {}  # store_future's, by reply token
-        self._store_deadlines: deque = deque()  # (deadline, token, subject), in order
+        # stores waiting for their PubAck, by reply token, oldest first: (callback, its argument, deadline, subject)
+        self._stores: dict[bytes, tuple[Callable[[Any, BaseException | None], None], Any, float, bytes]] = {}
         self._sweeper: Any = None
         self._sub = self.ic.subscribe(self.prefix + ">", self._on_reply)
 
@@ -130,20 +149,16 @@ class JSA:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        for f in self._stores.values():
-            if not f.done():
-                f.cancel()
-        self._stores.clear()
-        self._store_deadlines.clear()
+        self._stores.clear()  # (their connections are gone with the account's MQTT state)
         for f in self._pending.values():
             if not f.done():
                 f.cancel()
         self._pending.clear()
 
     def _on_reply(self, sub: Any, c: Any, subject: bytes, reply: Any, hdr: int, msg: bytes) -> None:
-        out = self._stores.pop(subject[self._plen:], None)
-        if out is not None:
-            self._store_reply(out, hdr, msg)
+        ent = self._stores.pop(subject[self._plen:], None)
+        if ent is not None:
+            ent[0](ent[1], _store_error(hdr, msg))
             return
         tok = subject.decode()[len(self.prefix):]
         fut = self._pending.pop(tok, None)
@@ -191,51 +206,42 @@ class JSA:
             raise JSAPIError(d["error"])
         return d
 
-    def store_future(self, subject: str | bytes, payload: bytes, hdr: bytes = b"") -> asyncio.Future:
-        """Publish into a stream now; the future gets None once stored (JSAPIError for an error answer or no
-        stream, TimeoutError after js_api_timeout), without a task or a timer per message: one sweep a second
-        fails the late ones."""
+    def store_cb(self, subject: bytes, payload: bytes, hdr: bytes, cb: Callable[[Any, BaseException | None], None],
+                 arg: Any) -> None:
+        """Publish into a stream now; ``cb(arg, None)`` once stored, ``cb(arg, error)`` for an error answer or no
+        stream (JSAPIError) or no answer within js_api_timeout (TimeoutError), called from the delivery of the
+        answer: no future, task or timer per message (one sweep a second fails the late ones)."""
         self._n += 1
-        tok = str(self._n).encode()
-        out: asyncio.Future = self.server.loop.create_future()
-        self._stores[tok] = out
-        self._store_deadlines.append((time.monotonic() + self.timeout, tok, subject))
+        tok = b"%d" % self._n
+        self._stores[tok] = (cb, arg, time.monotonic() + self.timeout, subject)
         if self._sweeper is None:
             self._sweeper = self.server.loop.call_later(1.0, self._sweep)
-        sb = subject.encode() if isinstance(subject, str) else subject
         if hdr:
-            self.ic.publish(sb, self.prefix_b + tok, hdr + payload, len(hdr))
+            self.ic.publish(subject, self.prefix_b + tok, hdr + payload, len(hdr))
         else:
-            self.ic.publish(sb, self.prefix_b + tok, payload)
+            self.ic.publish(subject, self.prefix_b + tok, payload)
+
+    def store_future(self, subject: str | bytes, payload: bytes, hdr: bytes = b"") -> asyncio.Future:
+        """``store_cb`` as a future: None once stored, the error otherwise."""
+        out: asyncio.Future = self.server.loop.create_future()
+        sb = subject.encode() if isinstance(subject, str) else subject
+        self.store_cb(sb, payload, hdr, _settle, out)
         return out
 
     def _sweep(self) -> None:
         self._sweeper = None
-        dl = self._store_deadlines
+        st = self._stores
         now = time.monotonic()
-        while dl and (dl[0][1] not in self._stores or dl[0][0] <= now):
-            _t, tok, subject = dl.popleft()
-            out = self._stores.pop(tok, None)
-            if out is not None and not out.done():
-                subj = subject.decode() if isinstance(subject, bytes) else subject
-                out.set_exception(TimeoutError(f"timeout storing a message on \"{subj}\""))
-        if dl:
+        late = []
+        for tok, ent in st.items():  # (oldest first: the first one not late ends the sweep)
+            if ent[2] > now:
+                break
+            late.append(tok)
+        for tok in late:
+            cb, arg, _dl, subject = st.pop(tok)
+            cb(arg, TimeoutError(f"timeout storing a message on \"{subject.decode('utf-8', 'replace')}\""))
+        if st:
             self._sweeper = self.server.loop.call_later(1.0, self._sweep)
-
-    def _store_reply(self, out: asyncio.Future, hdr: int, msg: bytes) -> None:
-        if out.done():
-            return
-        data = msg[hdr:] if hdr > 0 else msg
-        if not data:
-            out.set_exception(JSAPIError({"code": 503, "description": "no stream stored the message"}))
-        elif b'"error"' in data:  # (a PubAck is {"stream":..,"seq":..}: only an error answer is parsed)
-            d = json.loads(data)
-            if d.get("error"):
-                out.set_exception(JSAPIError(d["error"]))
-            else:
-                out.set_result(None)
-        else:
-            out.set_result(None)
 
     def store_no_wait(self, subject: str, payload: bytes, hdr: bytes = b"") -> None:
         if hdr:
@@ -243,9 +249,10 @@ class JSA:
         else:
             self.ic.publish(subject.encode(), None, payload)
 
-    def send(self, subject: str, payload: bytes = b"") -> None:
+    def send(self, subject: str | bytes, payload: bytes = b"") -> None:
         """A plain message (acks: ``+ACK`` is the empty body)."""
-        self.ic.publish(subject.encode(), None, payload)
+        self.ic.publish(subject if subject.__class__ is bytes else subject.encode(), None,  # type: ignore[union-attr]
+                        payload)
 
     async def last_msg(self, stream: str, subject: str) -> dict | None:
         try:
