@@ -1,5 +1,6 @@
 """mypy --strict over the typed seams ([tool.mypy] in pyproject.toml): the protocols of
-rillet.jetstream.seams and every implementation assigned to them (tests/typing/check_seams.py)."""
+rillet.jetstream.seams and every implementation assigned to them (tests/typing/check_seams.py), and the
+modules listed there beside them that are strict-clean (a module added to the list stays clean)."""
 from __future__ import annotations
 
 import subprocess

@@ -25,7 +25,7 @@ class Advisories:
     def __init__(self, js: "JetStream") -> None:
         self.js = js
 
-    def _send(self, jsa: "JSAccount", subject: str, body: dict) -> None:
+    def _send(self, jsa: "JSAccount", subject: str, body: dict[str, Any]) -> None:
         # only build and send when somebody listens: advisories are frequent and usually unwatched
         if not jsa.account.sublist.has_interest(subject):
             return

@@ -60,7 +60,7 @@ def _fill(template: str, values: dict[str, Any]) -> str:
     if not values or "{" not in template:
         return template
 
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match[str]) -> str:
         key = m.group(1)
         if key in values:
             return _render(values[key])
@@ -89,7 +89,7 @@ class ApiError(Exception):
         return CATALOG[name](unless=unless, **values)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ApiError":
+    def from_dict(cls, d: dict[str, Any]) -> "ApiError":
         return cls(d.get("code", 0), d.get("err_code", 0), d.get("description", ""))
 
     def to_dict(self) -> dict[str, Any]:

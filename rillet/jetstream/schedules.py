@@ -121,7 +121,7 @@ _SHORTHANDS = {
 }
 
 
-def _cron_int(s: str, names: dict | None) -> int:
+def _cron_int(s: str, names: dict[str, int] | None) -> int:
     if names is not None and s.lower() in names:
         return names[s.lower()]
     if not _INT.match(s):
@@ -132,7 +132,7 @@ def _cron_int(s: str, names: dict | None) -> int:
     return v
 
 
-def _cron_field(field: str, lo: int, hi: int, names: dict | None) -> tuple[set[int], bool]:
+def _cron_field(field: str, lo: int, hi: int, names: dict[str, int] | None) -> tuple[set[int], bool]:
     """The values a cron field allows, and whether it was an unrestricted ``*``/``?``."""
     vals: set[int] = set()
     star = False
@@ -264,7 +264,7 @@ def _ttl_ok(ttl: str) -> bool:
 def check(stream: Any, subject: str, hdr: bytes) -> bytes:
     """nats-server's schedule checks on a published message; returns the headers to store (a schedule
     gets ``Nats-Rollup: sub``).  Raises ApiError."""
-    sched = stream.__dict__.get("_scheduler")
+    sched = stream.scheduler
     if sched is not None and sched.firing:
         return hdr  # produced by the scheduler itself: stored as is
     if H.get_header(hdr, STREAM_SOURCE) is not None:
@@ -495,9 +495,9 @@ def _append(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
 # ---- stream hooks ---------------------------------------------------------------------------------
 
 def _get(stream: Any) -> Scheduler | None:
-    sched = stream.__dict__.get("_scheduler")
+    sched: Scheduler | None = stream.scheduler
     if sched is None and stream.cfg.allow_msg_schedules and not stream.closed:
-        sched = stream._scheduler = Scheduler(stream)
+        sched = stream.scheduler = Scheduler(stream)
     return sched
 
 
@@ -569,6 +569,6 @@ def start(stream: Any) -> None:
 
 
 def stop(stream: Any) -> None:
-    sched = stream.__dict__.get("_scheduler")
+    sched = stream.scheduler
     if sched is not None:
         sched.stop()

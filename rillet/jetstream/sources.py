@@ -126,7 +126,7 @@ class Origin:
         self.last_active = 0
         self.inbox = b""
         self.sub: Any = None
-        self.error: dict | None = None
+        self.error: dict[str, Any] | None = None
         self.header_tag = self._header_tag()
         self.failed_seq = 0  # a mirrored message the store refused (logged once)
         self.rsub: Any = None  # the reply subscription of the pending consumer create
@@ -427,7 +427,7 @@ class Origin:
                 return transform_subject(src, dst, subject) if dst else subject
         return subject
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "lag": self.lag,
                              "active": (now_ns() - self.last_active) if self.last_active else -1}
         if self.cfg.filter_subject:
@@ -493,7 +493,7 @@ class SourceSet:
         for o in ([self.mirror] if self.mirror else []) + self.origins:
             o.cancel()
 
-    def info_dict(self) -> dict:
+    def info_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
         if self.mirror is not None:
             d["mirror"] = self.mirror.info()

@@ -151,6 +151,7 @@ class Stream(ReplyMixin):
         self._inflight: deque[Entry] = deque()
         self._pids: dict[str, int] = {}
         self.closed = False
+        self.scheduler: Any = None  # the message scheduler (rillet.jetstream.schedules), made when first needed
         store.register_remove_callback(self._on_store_remove)
         if hasattr(store, "register_marker_callback"):
             store.register_marker_callback(self._on_marker)

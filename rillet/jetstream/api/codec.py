@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rillet.gocompat import jsoncodec as _codec
-from rillet.gocompat.jsoncodec import GoJSONError, go_json, to_go  # noqa: F401 (JetStream's encoders)
+from rillet.gocompat.jsoncodec import GoJSONError as GoJSONError, go_json as go_json, to_go as to_go  # (JetStream's encoders)
 from rillet.jetstream import errors as jserr
 
 _json_default = _codec._json_default

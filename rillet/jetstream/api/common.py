@@ -26,7 +26,7 @@ LIST_LIMIT = 256  # infos per page
 _enc = msgspec.json.Encoder()
 
 
-def stream_config_from_dict(d: dict) -> Any:
+def stream_config_from_dict(d: dict[str, Any]) -> Any:
     return apijson.from_dict(d, C.StreamConfig)
 
 
@@ -35,7 +35,7 @@ def encode_config(cfg: Any) -> bytes:
 
 
 def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: str = "",
-                     deleted_details: bool = False, with_cluster: bool = False) -> dict:
+                     deleted_details: bool = False, with_cluster: bool = False) -> dict[str, Any]:
     """A StreamInfo. ``with_cluster``: the ``cluster`` block nats-server puts in INFO and LIST answers
     (not in create/update answers)."""
     d: dict[str, Any] = {}
@@ -101,7 +101,7 @@ def _api_level_too_high(hdr: bytes) -> bool:
         return True
 
 
-def _type_for(handler: Callable) -> str:
+def _type_for(handler: Callable[..., Any]) -> str:
     return T + _TYPES.get(getattr(handler, "__name__", ""), "error_response")
 
 
