@@ -20,8 +20,8 @@
   it is this suite. ``checkout`` runs the block in the repository's root (``python -m benchmarks...``,
   ``scripts/...``, ``../shared/...``) with every ``/tmp/`` path of the block moved into the test's own
   directory (the wheel, venv and lock files of the block, not the machine's). ``server=regions`` is three
-  one-server JetStream clusters ``west``, ``central``, ``east`` joined by gateways. ``needs=PATH`` skips
-  the block, saying so, when PATH (relative to the repository) is absent (the nats.py conformance kit).
+  one-server JetStream clusters ``west``, ``central``, ``east`` joined by gateways. ``needs=PATH,...`` skips
+  the block, saying so, when a PATH (relative to the repository) is absent (the nats.py conformance kit).
   ``spark`` blocks need Java and a SparkSession: tests/spark/test_spark_docs.py runs them in the Spark
   tests' session (a python block with ``spark`` bound to it; ``in-session``: a ``python SCRIPT`` or
   ``python -m MODULE`` line run as a script in that process rather than starting a JVM of its own).
@@ -338,8 +338,9 @@ def test_block(block: Block, tmp_path: Path):
         # needs Java and a SparkSession: run by tests/spark/test_spark_docs.py, in the Spark tests' session
         assert SPARK_TESTS.exists() and block.page in SPARK_TESTS.read_text(), f"{block.id}: not run by {SPARK_TESTS}"
         return
-    if block.opt("needs") and not (ROOT / block.opt("needs")).exists():
-        pytest.skip(f"needs {block.opt('needs')} (not in this checkout)")
+    missing = [p for p in (block.opt("needs") or "").split(",") if p and not (ROOT / p).exists()]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (not on this machine)")
     # the shortened runs (benchmarks, fault harnesses, the conformance subset) take up to a minute or two
     run_block(block, tmp_path, timeout=300 if block.quick or "checkout" in block.words else 90)
 
