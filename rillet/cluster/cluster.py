@@ -72,6 +72,7 @@ from rillet.server.accounts import Account
 from rillet.server.auth import PermChecker
 from rillet.server.listen import hostport, server_port_socket
 
+from rillet.cluster.listening import Listening
 from rillet.cluster.route_reload import ClusterReload
 from rillet.cluster.route_tls import _TLSRouteListener, route_tls_contexts
 from rillet.cluster.route_urls import (DEFAULT_ROUTE_POOL_SIZE, RouteURL, _dial_error, _dynamic_name, _subject_permission,
@@ -91,7 +92,10 @@ CONNECT_ERROR_REPORTS = 3600  # connect_error_reports: every Nth failed attempt 
 ROUTE_PROTO = 3  # route protocol with accounts and message tracing (nats-server's MsgTraceProto)
 
 
-class Cluster(ClusterReload):
+class Cluster(ClusterReload, Listening):
+    _TASK_FAILED = "route connect task failed"
+    _LISTENER = "route listener"
+
     def __init__(self, server: "Server") -> None:
         o = server.opts
         for r in o.cluster.routes:
@@ -226,19 +230,8 @@ class Cluster(ClusterReload):
         return [hostport(host, port)]
 
     async def shutdown(self) -> None:
-        self.running = False
         self.accepting = False
-        if self._listener is not None:
-            self._listener.close()
-        for t in list(self._tasks):
-            t.cancel()
-        for rc in list(self.conns):
-            rc.close("Server Shutdown", no_reconnect=True)
-        if self._listener is not None:
-            try:
-                await asyncio.wait_for(self._listener.wait_closed(), 2)
-            except (asyncio.TimeoutError, OSError) as e:
-                self.server.log.debug(f"route listener close: {e!r}")
+        await Listening.shutdown(self)
 
     # ---- INFO and CONNECT -------------------------------------------------------------------------------
 
@@ -340,14 +333,7 @@ class Cluster(ClusterReload):
     def solicit(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float = 0.0,
                 account: str = "") -> None:
         """Dial a route (``account``: a dedicated route for that pinned account)."""
-        t = self.server.loop.create_task(self._connect(url, rtype, gossip_mode, first, delay, account))
-        self._tasks.add(t)
-        t.add_done_callback(self._task_done)
-
-    def _task_done(self, t: asyncio.Task) -> None:
-        self._tasks.discard(t)
-        if not t.cancelled() and t.exception() is not None:
-            self.server.log.error(f"route connect task failed: {t.exception()!r}")
+        self._spawn(self._connect(url, rtype, gossip_mode, first, delay, account))
 
     def _configured(self, url: RouteURL) -> bool:
         for r in self.opts.routes:

@@ -65,6 +65,7 @@ import rillet.server.msgtrace as _mt
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import TLSPortListener, log_tls_failure
+from rillet.cluster.listening import Listening
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import Sublist
@@ -132,7 +133,10 @@ class RemoteCfg:
         return list(self.urls)
 
 
-class Gateway:
+class Gateway(Listening):
+    _TASK_FAILED = "gateway task failed"
+    _LISTENER = "gateway listener"
+
     def __init__(self, server: "Server") -> None:
         o = server.opts
         if o.jetstream.enabled and not o.cluster.port:
@@ -355,29 +359,6 @@ class Gateway:
         self.info.gateway_urls = list(self.urls)
         return cp.info_frame(ci.encode_info(self.info), blank=False)
 
-    async def shutdown(self) -> None:
-        self.running = False
-        if self._listener is not None:
-            self._listener.close()
-        for t in list(self._tasks):
-            t.cancel()
-        for c in list(self.conns):
-            c.close("Server Shutdown", no_reconnect=True)
-        if self._listener is not None:
-            try:
-                await asyncio.wait_for(self._listener.wait_closed(), 2)
-            except (asyncio.TimeoutError, OSError) as e:
-                self.server.log.debug(f"gateway listener close: {e!r}")
-
-    def _spawn(self, coro: Any) -> None:
-        t = self.server.loop.create_task(coro)
-        self._tasks.add(t)
-        t.add_done_callback(self._task_done)
-
-    def _task_done(self, t: asyncio.Task) -> None:
-        self._tasks.discard(t)
-        if not t.cancelled() and t.exception() is not None:
-            self.server.log.error(f"gateway task failed: {t.exception()!r}")
 
     # ---- soliciting -------------------------------------------------------------------------------------
 

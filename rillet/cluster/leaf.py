@@ -55,6 +55,7 @@ from rillet.cluster import info as ci
 from rillet.cluster import gateway_account as ga
 from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
+from rillet.cluster.listening import Listening
 from rillet.cluster.routed import RemoteSub, js_ack_deliver_idx, origin_only
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
@@ -68,8 +69,11 @@ if TYPE_CHECKING:
     from rillet.config.leaf_section import LeafNodeOptions
 
 
-class LeafNodes:
+class LeafNodes(Listening):
     """The leaf node manager of a server: the leafnode listener, the remotes, interest, /leafz."""
+
+    _TASK_FAILED = "leafnode connect task failed"
+    _LISTENER = "leafnode listener"
 
     def __init__(self, server: Any) -> None:
         from rillet.config.leaf_section import validate_leafnodes
@@ -120,19 +124,8 @@ class LeafNodes:
                 continue
             self._solicit(r, 0.0)
 
-    async def shutdown(self) -> None:
-        self.running = False
-        if self._listener is not None:
-            self._listener.close()
-        for t in list(self._tasks):
-            t.cancel()
-        for lc in list(self.conns):
-            lc.close("Server Shutdown")
-        if self._listener is not None:
-            try:
-                await asyncio.wait_for(self._listener.wait_closed(), 2)
-            except (asyncio.TimeoutError, OSError) as e:
-                self.server.log.debug(f"leafnode listener close: {e!r}")
+    def _close_for_shutdown(self, conn: Any) -> None:
+        conn.close("Server Shutdown")
 
     # ---- soliciting -----------------------------------------------------------------------------------
 
@@ -142,14 +135,7 @@ class LeafNodes:
         return LeafConn(self)
 
     def _solicit(self, r: RemoteState, delay: float) -> None:
-        t = self.server.loop.create_task(self._connect(r, delay))
-        self._tasks.add(t)
-        t.add_done_callback(self._task_done)
-
-    def _task_done(self, t: asyncio.Task) -> None:
-        self._tasks.discard(t)
-        if not t.cancelled() and t.exception() is not None:
-            self.server.log.error(f"leafnode connect task failed: {t.exception()!r}")
+        self._spawn(self._connect(r, delay))
 
     async def _connect(self, r: RemoteState, delay: float) -> None:
         srv = self.server

@@ -196,9 +196,7 @@ class ClusterReload:
                 self._acc_add_reqid = ""
             if self.running:
                 self._apply_pool(new_ps, added, removed)
-        t = self.server.loop.create_task(wait_then_apply())
-        self._tasks.add(t)
-        t.add_done_callback(self._task_done)
+        self._spawn(wait_then_apply())
 
     def _apply_pool(self, new_ps: int, added: list[str], removed: list[str]) -> None:
         for an in removed:
