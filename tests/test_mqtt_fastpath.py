@@ -67,3 +67,64 @@ def test_bulk_publishes_split_anywhere(kind, tmp_path):
                 sub.send(C.Ack(C.PUBACK, p.pi))
         sub.send(C.PingReq())
         assert sub.read() == C.PingResp()
+
+
+def test_mqtt5_bulk_publishes_as_the_packet_path(tmp_path):
+    """MQTT 5 takes the bulk read too (PUBLISH without properties, PUBACK without a reason code): what NATS
+    and MQTT subscribers get, and the PUBACK reason codes, are the packet path's, with packets that need it
+    (properties, a topic alias) mixed in."""
+    import asyncio
+
+    import nats
+
+    with mqtt_target("rillet", tmp_path) as t:
+        async def run() -> None:
+            nc = await nats.connect(t.nats_url)
+            ns = await nc.subscribe("v5.>")
+            await nc.flush()
+            sub = Raw(t.mqtt_port, version=5)
+            assert sub.connect("f5sub").rc == 0
+            sub.send(C.encode(C.Subscribe(1, [("v5/#", C.SubOpts(1))]), 5))
+            assert sub.read() == C.SubAck(1, [1])
+            pub = Raw(t.mqtt_port, version=5)
+            assert pub.connect("f5pub").rc == 0
+            pkts = []
+            want = []
+            for i in range(120):
+                qos = i % 2
+                props: dict = {}
+                if i % 10 == 3:
+                    props = {"user_property": [("k", str(i))]}
+                elif i % 10 == 7:
+                    props = {"topic_alias": 5}
+                pkts.append(C.encode(C.Publish(f"v5/{i % 3}", b"q%d" % i, qos, pi=i + 1 if qos else 0, props=props), 5))
+                want.append((f"v5/{i % 3}", b"q%d" % i, qos, props.get("user_property")))
+            # and QoS 1 to a topic nobody subscribes to: PUBACK 0x10 (no matching subscribers)
+            pkts.append(C.encode(C.Publish("nobody/here", b"x", 1, pi=500), 5))
+            data = b"".join(pkts)
+            step, pos = 1, 0
+            while pos < len(data):
+                pub.send(data[pos:pos + step])
+                pos += step
+                step = step * 5 % 307 + 1
+                await asyncio.sleep(0.0005)
+            got = _drain(pub, 61)
+            acks = [(p.pi, p.rc) for p in got if isinstance(p, C.Ack)]
+            assert acks == [(i + 1, 0) for i in range(1, 120, 2)] + [(500, 0x10)]
+            msgs = _drain(sub, 120)
+            for q in (0, 1):
+                assert [(m.topic, m.payload) for m in msgs if m.qos == q] == \
+                    [(w[0], w[1]) for w in want if w[2] == q]
+            for m in msgs:
+                up = m.props.get("user_property")
+                assert up == next(w[3] for w in want if w[1] == m.payload)
+                if m.qos:
+                    sub.send(C.encode(C.Ack(C.PUBACK, m.pi), 5))
+            nmsgs = [await ns.next_msg(timeout=5) for _ in range(120)]
+            assert [m.data for m in nmsgs] == [w[1] for w in want]
+            for m, w in zip(nmsgs, want):
+                assert m.headers["Nmqtt-Pub"] == str(w[2])
+                assert "Nmqtt-Props" in m.headers  # (the client id, for no local)
+                assert m.headers.get("k") == (w[3][0][1] if w[3] else None)
+            await nc.close()
+        asyncio.run(run())

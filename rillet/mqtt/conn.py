@@ -150,7 +150,8 @@ class MqttConn(asyncio.Protocol):
         self.topics: dict[str, str] = {}  # topic -> subject (a cache)
         self.pubs: dict[str, tuple[str, bytes, bool]] = {}  # topic -> (subject, its bytes, publish allowed)
         self.fpubs: dict[bytes, bytes] = {}  # topic bytes -> subject bytes (_fast_in: checked, allowed)
-        self.fast = False  # a connected 3.1.1 client: _fast_in reads its PUBLISH/PUBACK/PINGREQ
+        self.fast = False  # a connected client: _fast_in reads its PUBLISH/PUBACK/PINGREQ
+        self.fast_hdrs = (_HDRS[0], _HDRS[1])
         self.task: asyncio.Task | None = None
         self.ka_handle: asyncio.TimerHandle | None = None
         self.last_read = time.monotonic()
@@ -557,7 +558,10 @@ class MqttConn(asyncio.Protocol):
         if self.closed:
             return
         self.connected = True
-        self.fast = self.version == 4
+        # the steady state's PUBLISH headers (MQTT 5: the client id in the properties header, nothing else)
+        self.fast_hdrs = (_HDRS[0], _HDRS[1]) if not v5 else (
+            self._nats_headers(C.Publish("", b"", 0), 0), self._nats_headers(C.Publish("", b"", 1), 1))
+        self.fast = True
         # after CONNECT: packets up to what MQTT 5 clients are told (a PUBLISH of max_payload and its topic and
         # properties); the NATS message's size is what max_payload limits (checked per PUBLISH, as nats-server)
         self.decoder.max_packet = ms.max_packet()
@@ -920,21 +924,26 @@ class MqttConn(asyncio.Protocol):
         return True
 
     def _fast_in(self, data: bytes) -> bytes:
-        """The steady state of a 3.1.1 connection, read without packet objects: QoS 0 and 1 PUBLISH (not
-        retained; topics seen before, already checked and mapped), PUBACK and PINGREQ, as ``_publish_now`` and
-        ``handle`` do them. Returns the bytes from the first packet it leaves to the decoder (any other packet,
-        one not complete, or anything to check or refuse)."""
+        """The steady state of a connection, read without packet objects: QoS 0 and 1 PUBLISH (not retained;
+        topics seen before, already checked and mapped; MQTT 5: without properties), PUBACK (MQTT 5: without a
+        reason code) and PINGREQ, as ``_publish_now`` and ``handle`` do them. Returns the bytes from the first
+        packet it leaves to the decoder (any other packet, one not complete, or anything to check or refuse)."""
         acc = self.account
         if acc.mappings:
             return data
         cache = self.fpubs
         deliver = acc.deliver
         maxp = self.decoder.max_packet
-        mpay = self.server.opts.max_payload - 25
+        h0, h1 = self.fast_hdrs
+        hl = len(h0)  # (the QoS 1 header is as long)
+        mpay = self.server.opts.max_payload - hl
+        hb = hl - 2  # what in_bytes counts besides the payload (as nats-server, see on_publish)
+        v5 = self.version >= 5
+        rmax = self.ms.receive_max if v5 else 0
+        skip = 1 if v5 else 0  # (MQTT 5: the properties length, 0)
         fifo = self.ack_fifo
         store = self.asm.jsa.store_cb  # type: ignore[union-attr]
         stored = self._stored_cb
-        h0, h1 = _HDRS[0], _HDRS[1]
         pos = 0
         n = len(data)
         while pos + 1 < n and not self.closed:
@@ -963,27 +972,31 @@ class MqttConn(asyncio.Protocol):
                         break
                 sb = ent[0]
                 if first == 0x32:
-                    if te + 2 > end:
+                    ps = te + 2 + skip
+                    if ps > end or (v5 and (data[te + 2] or len(fifo) + self.acks_unwritten >= rmax)):
                         break
                     pi = (data[te] << 8) | data[te + 1]
                     if not pi:
                         break
-                    payload = data[te + 2:end]
+                    payload = data[ps:end]
                     if len(payload) > mpay:
                         break
                     self.in_msgs += 1
-                    self.in_bytes += 23 + len(payload)
-                    deliver(self, sb, None, 25, h1 + payload)
-                    a = [None, pi, 0]
+                    self.in_bytes += hb + len(payload)
+                    got = deliver(self, sb, None, hl, h1 + payload)
+                    a = [None, pi, 0 if got or not v5 else RC_NO_SUBSCRIBERS]
                     fifo.append(a)
                     store(ent[1], payload, h1, stored, a)
                 else:
-                    payload = data[te:end]
+                    ps = te + skip
+                    if ps > end or (v5 and data[te]):
+                        break
+                    payload = data[ps:end]
                     if len(payload) > mpay:
                         break
                     self.in_msgs += 1
-                    self.in_bytes += 23 + len(payload)
-                    deliver(self, sb, None, 25, h0 + payload)
+                    self.in_bytes += hb + len(payload)
+                    deliver(self, sb, None, hl, h0 + payload)
             elif first == 0x40 and rl == 2:
                 pi = (data[i] << 8) | data[i + 1]
                 if not pi:
