@@ -402,14 +402,12 @@ async def test_update_of_a_large_config(tmp_path, monkeypatch):
 
 
 @pytest.mark.asyncio
-async def test_clustered_create_and_update_of_a_large_config(monkeypatch):
+@pytest.mark.skipif(GO, reason="in-process Rillet cluster")
+async def test_clustered_create_and_update_of_a_large_config(monkeypatch, rillet_cluster):
     # on a 3-server cluster the meta leader checks a 3,000-subject config in a worker thread (overlaps
     # with the other streams in one token tree): an overlap is refused as nats-server refuses it, a clean
-    # config is created and then updated to other 3,000 subjects
-    if GO:
-        pytest.skip("in-process Rillet cluster")
+    # config is created and then updated to other 3,000 subjects (the cluster: the rillet pytest plugin's)
     import nats
-    from rillet.app.embed import run_cluster
     from rillet.jetstream.api import cluster as meta_api
     big: list[str] = []
     cls = meta_api.MetaApi
@@ -426,22 +424,21 @@ async def test_clustered_create_and_update_of_a_large_config(monkeypatch):
         r = await nc.request(f"$JS.API.STREAM.{op}.{name}", body, timeout=30)
         return json.loads(r.data)
 
-    async with run_cluster(3, jetstream=True) as servers:
-        nc = await nats.connect(servers[0].client_url)
-        try:
-            r = await create(nc, "SMALL", ["small.>"])
-            assert "error" not in r, r
-            wide = [f"wide.{i}.x" for i in range(3000)]
-            e = await create(nc, "WIDE", wide + ["small.7"])
-            assert e["error"] == {"code": 400, "err_code": 10065,
-                                  "description": "subjects overlap with an existing stream"}
-            r = await create(nc, "WIDE", wide)
-            assert "error" not in r and len(r["config"]["subjects"]) == 3000, r.get("error")
-            r = await create(nc, "WIDE", [f"wide.{i}.y" for i in range(3000)], op="UPDATE")
-            assert "error" not in r and r["config"]["subjects"][0] == "wide.0.y", r.get("error")
-            assert big == ["STREAM.CREATE", "STREAM.CREATE", "STREAM.UPDATE"]
-        finally:
-            await nc.close()
+    nc = await nats.connect(rillet_cluster.url)
+    try:
+        r = await create(nc, "SMALL", ["small.>"])
+        assert "error" not in r, r
+        wide = [f"wide.{i}.x" for i in range(3000)]
+        e = await create(nc, "WIDE", wide + ["small.7"])
+        assert e["error"] == {"code": 400, "err_code": 10065,
+                              "description": "subjects overlap with an existing stream"}
+        r = await create(nc, "WIDE", wide)
+        assert "error" not in r and len(r["config"]["subjects"]) == 3000, r.get("error")
+        r = await create(nc, "WIDE", [f"wide.{i}.y" for i in range(3000)], op="UPDATE")
+        assert "error" not in r and r["config"]["subjects"][0] == "wide.0.y", r.get("error")
+        assert big == ["STREAM.CREATE", "STREAM.CREATE", "STREAM.UPDATE"]
+    finally:
+        await nc.close()
 
 
 @pytest.mark.asyncio
