@@ -82,6 +82,21 @@ cdef inline void _le64(unsigned char* p, uint64_t v) noexcept:
 
 
 
+
+cdef inline void _head(unsigned char* head, Py_ssize_t slen, long long total, uint64_t cseq, int64_t cts,
+                       Py_ssize_t hlen, Py_ssize_t dlen) noexcept:
+    """A message record's 40-byte header (``_fsformat._REC``: type, flags 0, lengths, seq, ts, no TTL)."""
+    head[0] = _T_MSG
+    head[1] = 0
+    _le16(head + 2, <uint16_t>slen)
+    _le32(head + 4, <uint32_t>total)
+    _le64(head + 8, cseq)
+    _le64(head + 16, <uint64_t>cts)
+    _le64(head + 24, 0)
+    _le32(head + 32, <uint32_t>hlen)
+    _le32(head + 36, <uint32_t>dlen)
+
+
 cdef extern from *:
     # the array object as Cython's array header declares it (the struct it defines for cpython.array)
     ctypedef struct arrayobject:
@@ -110,7 +125,7 @@ cdef bint _DIRECT = _check_layout()
 # instance's __dict__ for them (a fraction of a generic attribute access). Should any of them become a class
 # attribute or descriptor, the twin leaves everything to the pure code (fast_paths() tells; a test checks).
 _STORE_ATTRS = ("_closed", "_pre_check", "_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
-                "_last", "_last_ts", "_bytes", "_psim", "_maxp", "_post_limits", "_wb", "_wb_buf", "_wb_off", "_wb_ps", "_rc",
+                "_last", "_last_ts", "_bytes", "_subjects", "_maxp", "_post_limits", "_wb", "_wb_buf", "_wb_off", "_wb_ps", "_rc",
                 "_rc_next")
 cdef bint _DICT_OK = not any(name in vars(c) for c in _fsmod.FileStore.__mro__ for name in _STORE_ATTRS)
 
@@ -204,10 +219,10 @@ cdef int _append(object self, dict d, object seq, object subject, object hdr, ob
     d["_last"] = seq
     d["_last_ts"] = ts
     d["_bytes"] = _ga(self, d, "_bytes") + e
-    psim = _ga(self, d, "_psim")
-    ps = psim.get(subject)
+    subjects = _ga(self, d, "_subjects")
+    ps = subjects.get(subject)
     if ps is None:
-        psim[subject] = [1, _ga(self, d, "_active").index, seq]
+        subjects[subject] = [1, _ga(self, d, "_active").index, seq]
     else:
         ps[0] += 1
         ps[2] = seq
@@ -263,15 +278,7 @@ cdef object _write(object self, dict d, object seq, object subject, object hdr, 
             blk = self._new_block()
     cdef unsigned char head[40]
     cdef unsigned char tail[4]
-    head[0] = _T_MSG
-    head[1] = 0
-    _le16(head + 2, <uint16_t>slen)
-    _le32(head + 4, <uint32_t>total)
-    _le64(head + 8, cseq)
-    _le64(head + 16, <uint64_t>cts)
-    _le64(head + 24, 0)
-    _le32(head + 32, <uint32_t>hlen)
-    _le32(head + 36, <uint32_t>dlen)
+    _head(head, slen, total, cseq, cts, hlen, dlen)
     cdef const unsigned char* ps = <const unsigned char*>PyBytes_AS_STRING(sb)
     cdef const unsigned char* ph = <const unsigned char*>PyBytes_AS_STRING(hdr)
     cdef const unsigned char* pd = <const unsigned char*>PyBytes_AS_STRING(data)
@@ -338,20 +345,12 @@ cdef object _wb_put(object self, dict d, object wb, object seq, object subject, 
         self._wb_open(blk, x, off)
     wps = _ga(self, d, "_wb_ps")
     if subject not in wps:
-        e = _ga(self, d, "_psim").get(subject)
+        e = _ga(self, d, "_subjects").get(subject)
         wps[subject] = None if e is None else e[:]
     cdef Py_ssize_t slen = PyBytes_GET_SIZE(sb)
     cdef Py_ssize_t dlen = PyBytes_GET_SIZE(data)
     cdef unsigned char head[40]
-    head[0] = _T_MSG
-    head[1] = 0
-    _le16(head + 2, <uint16_t>slen)
-    _le32(head + 4, <uint32_t>total)
-    _le64(head + 8, cseq)
-    _le64(head + 16, <uint64_t>cts)
-    _le64(head + 24, 0)
-    _le32(head + 32, 0)
-    _le32(head + 36, <uint32_t>dlen)
+    _head(head, slen, total, cseq, cts, 0, dlen)
     cdef Py_ssize_t n0 = PyByteArray_GET_SIZE(wb)
     PyByteArray_Resize(wb, n0 + total)
     cdef unsigned char* p = <unsigned char*>PyByteArray_AS_STRING(wb) + n0

@@ -166,7 +166,7 @@ class StoreCommon:
             raise ErrMaxMsgSize()
         if not self._discard_new:
             return
-        e = self._subject_map().get(subject)
+        e = self._subjects.get(subject)
         asl = bool(self._maxp and e is not None and e[0] >= self._maxp)
         if asl and self.cfg.discard_new_per_subject and not (hdr and b"Nats-Rollup:" in hdr):
             raise ErrMaxMsgsPerSubject()
@@ -277,12 +277,12 @@ class StoreCommon:
     def _enforce_all_subjects(self) -> None:
         """The per-subject limit over every subject (after open, or when it was lowered)."""
         if self._maxp:
-            for subj in [s for s, e in self._subject_map().items() if e[0] > self._maxp]:
+            for subj in [s for s, e in self._subjects.items() if e[0] > self._maxp]:
                 self._enforce_per_subject(subj)
 
     def _enforce_per_subject(self, subject: str) -> None:
         maxp = self._maxp
-        sm = self._subject_map()
+        sm = self._subjects
         self._limit_removal = True
         try:
             e = sm.get(subject)
@@ -391,7 +391,7 @@ class StoreCommon:
         """Expiry removes ``seq`` (on ``subj``); with subject delete markers, the subject's last message
         leaves one (unless it is a delete marker itself)."""
         if self._sdm_ttl > 0:
-            e = self._subject_map().get(subj)
+            e = self._subjects.get(subj)
             if e is not None and e[0] == 1:
                 m = self._load(seq)
                 if m is not None and not is_delete_marker(m.hdr):

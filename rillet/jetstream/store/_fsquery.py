@@ -2,7 +2,7 @@
 live sequence, per-subject first/last/counts, matching counts, time lookups.  A mixin of ``FileStore``,
 which owns the blocks and loads their indexes (``_idx``); nothing here changes the store's messages.
 
-Stream-wide per subject the store keeps ``_psim[subject] = [count, first block index, last seq]``:
+Stream-wide per subject the store keeps ``_subjects[subject] = [count, first block index, last seq]``:
 the count and last sequence are exact, the first block a lower bound moved forward when found stale.
 """
 
@@ -21,7 +21,7 @@ _NOKEY = 1 << 64  # _bfirst key of an empty block (only ever the last one)
 class BlockQueries:
     _bl: list[Block]
     _bfirst: list[int]
-    _psim: dict[str, list[int]]
+    _subjects: dict[str, list[int]]
     _first: int
     _last: int
     _nmsgs: int
@@ -38,9 +38,6 @@ class BlockQueries:
     @property
     def msgs(self) -> int:
         return self._nmsgs
-
-    def _subject_map(self) -> dict[str, list[int]]:
-        return self._psim
 
     def _has_ttls(self) -> bool:
         return any(b.min_exp for b in self._bl)

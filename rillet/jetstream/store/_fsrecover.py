@@ -32,13 +32,13 @@ from .base import ErrStoreCorrupt, StoreError
 
 
 class BlockRecovery:
-    """Needs from FileStore: ``log``, ``_msgdir``, ``_psim``, ``_bl``, ``_blocks``, ``_lost``, ``_nmsgs``,
+    """Needs from FileStore: ``log``, ``_msgdir``, ``_subjects``, ``_bl``, ``_blocks``, ``_lost``, ``_nmsgs``,
     ``_bytes``, ``_first``/``_last``/``_last_ts``, ``_cache_put``, ``_write_index``, ``_read_block``,
     ``_unlink_block``, ``_init_block_file``, ``_activate``, ``_block_size`` and the queries."""
 
     log: Any
     _msgdir: str
-    _psim: dict
+    _subjects: dict
     _bl: list
     _blocks: dict
     _lost: set
@@ -183,7 +183,7 @@ class BlockRecovery:
 
     def _recover_blocks(self, first_mark: int, last_mark: int, last_mark_ts: int, dels: set[int]) -> None:
         blocks = self._list_blocks()
-        psim = self._psim
+        psim = self._subjects
         max_seq = 0
         max_seq_ts = 0
         dsorted = sorted(dels)

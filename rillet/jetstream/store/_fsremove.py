@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import zlib
 
-from ._fsformat import L_DEL, L_FIRST, L_LAST, L_TRUNC, T_ERASED, _CRC, _LAST, _OVERHEAD, _REC, _U64, _encode_log, _parse_record
+from ._fsformat import (
+    L_DEL, L_FIRST, L_LAST, L_TRUNC, T_ERASED, _CRC, _LAST, _OVERHEAD, _REC, _U64, _encode_log, _parse_record,
+)
 from ._fsindex import Block
 from .base import StoreError
 
@@ -29,9 +31,9 @@ class BlockRemoval:
         blk.live -= 1
         self._nmsgs -= 1
         self._bytes -= size
-        ps = self._psim[subj]
+        ps = self._subjects[subj]
         if ps[0] == 1:
-            del self._psim[subj]
+            del self._subjects[subj]
         else:
             ps[0] -= 1
             if ps[2] == seq:
@@ -88,7 +90,7 @@ class BlockRemoval:
         sid = x.sid
         sz = x.sz
         subjs = x.subjs
-        psim = self._psim
+        psim = self._subjects
         d = blk.dead
         n = 0
         for slot in range(max(lo - x.base, 0), min(hi - x.base + 1, len(offs))):
@@ -125,7 +127,7 @@ class BlockRemoval:
         n = self._nmsgs if cb is None else len(removed)
         self._nmsgs = 0
         self._bytes = 0
-        self._psim = {}
+        self._subjects = {}
         if new_first > self._last + 1:
             self._last = new_first - 1
         self._first = new_first
@@ -181,7 +183,7 @@ class BlockRemoval:
                     part.reverse()
                     removed.extend(part)
         for subj in {r[1] for r in removed}:
-            ps = self._psim.get(subj)
+            ps = self._subjects.get(subj)
             if ps is not None and ps[2] > seq:
                 ps[2] = self._subj_last_walk(subj, seq)
         loc = self._locate(seq)

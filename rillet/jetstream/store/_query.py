@@ -67,8 +67,9 @@ class _Matcher:
 
 
 class StoreIndex(Protocol):
-    """What ``StoreQueries`` needs of a store (``e`` is the subject's entry in ``_subject_map()``)."""
+    """What ``StoreQueries`` needs of a store (``e`` is the subject's entry in ``_subjects``)."""
 
+    _subjects: dict[str, list[int]]  # subject -> entry; ``entry[0]`` is the subject's live message count
     _first: int  # first live sequence (last + 1 when empty)
     _last: int  # last sequence, stored or skipped
     _last_ts: int
@@ -78,9 +79,6 @@ class StoreIndex(Protocol):
     @property
     def msgs(self) -> int:
         """Live messages."""
-
-    def _subject_map(self) -> dict[str, list[int]]:
-        """subject -> entry; ``entry[0]`` is the subject's live message count."""
 
     def _next_alive(self, s: int) -> int:
         """First live seq >= s, or 0."""
@@ -139,17 +137,17 @@ class StoreQueries:
 
     def _matching(self, m: _Matcher | None) -> Iterable[tuple[str, list[int]]]:
         """(subject, entry) of every subject matching m (every subject for None)."""
-        sm = self._subject_map()
+        sm = self._subjects
         if m is None:
             return sm.items()
         return [(s, e) for s, e in sm.items() if m(s)]
 
     def _subjects_matching(self, filter: str | None) -> Iterable[tuple[str, list[int]]]:
         if _is_all(filter):
-            return self._subject_map().items()
+            return self._subjects.items()
         assert filter is not None
         if not _has_wildcard(filter):
-            e = self._subject_map().get(filter)
+            e = self._subjects.get(filter)
             return [(filter, e)] if e is not None else []
         return self._matching(self._matcher((filter,)))
 
@@ -167,7 +165,7 @@ class StoreQueries:
         if wildcard is None:
             wildcard = _has_wildcard(filter)
         if not wildcard:
-            e = self._subject_map().get(filter)
+            e = self._subjects.get(filter)
             if e is None:
                 return 0
             return self._subj_first_from(filter, e, start)
@@ -194,7 +192,7 @@ class StoreQueries:
         if _is_all(filter):
             return self._prev_alive(self._last)
         if not _has_wildcard(filter):
-            e = self._subject_map().get(filter)
+            e = self._subjects.get(filter)
             return self._subj_last(filter, e) if e is not None else 0
         best = 0
         for subj, e in self._matching(self._matcher((filter,))):
@@ -209,7 +207,7 @@ class StoreQueries:
 
     def last_seq_for_subject(self, subject: str) -> int:
         """Last sequence stored on this literal subject, 0 if none."""
-        e = self._subject_map().get(subject)
+        e = self._subjects.get(subject)
         return self._subj_last(subject, e) if e is not None else 0
 
     def load_prev_msg(self, start_seq: int, filter: str = "") -> StoredMsg | None:
@@ -219,7 +217,7 @@ class StoreQueries:
         if _is_all(filter):
             s = self._prev_alive(start_seq)
         elif not _has_wildcard(filter):
-            e = self._subject_map().get(filter)
+            e = self._subjects.get(filter)
             s = self._subj_last_upto(filter, e, start_seq) if e is not None else 0
         else:
             s = 0
@@ -258,7 +256,7 @@ class StoreQueries:
             first_ts=self._ts_of(first) if n else 0,
             last_seq=last,
             last_ts=self._last_ts,
-            num_subjects=len(self._subject_map()),
+            num_subjects=len(self._subjects),
             num_deleted=(last - first + 1 - n) if n else 0,
             calc_deleted=lambda: self._deleted_list(first, last),
             calc_lost=self._lost_list,
@@ -288,7 +286,7 @@ class StoreQueries:
                 return 0, 0, 0
             return n, self._next_alive(start), self._prev_alive(self._last)
         if not _has_wildcard(filter):
-            e = self._subject_map().get(filter)
+            e = self._subjects.get(filter)
             if e is None:
                 return 0, 0, 0
             last = self._subj_last(filter, e)

@@ -186,7 +186,7 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         self._rc: tuple[int, int, bytes] | None = None
         self._rc_next = -1
         self._ra_on = False  # reading ahead (inside a read pass: read_begin .. read_done)
-        self._psim: dict[str, list[int]] = {}  # subject -> [count, first block index (lower bound), last seq]
+        self._subjects: dict[str, list[int]] = {}  # subject -> [count, first block index (lower bound), last seq]
         self._nmsgs = 0
         self._lost: set[int] = set()
         self._log_fd = -1
@@ -297,9 +297,9 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         self._last = seq
         self._last_ts = ts
         self._bytes += e
-        ps = self._psim.get(subject)
+        ps = self._subjects.get(subject)
         if ps is None:
-            self._psim[subject] = [1, self._active.index, seq]  # type: ignore[union-attr]
+            self._subjects[subject] = [1, self._active.index, seq]  # type: ignore[union-attr]
         else:
             ps[0] += 1
             ps[2] = seq
@@ -462,7 +462,7 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
             self._wb_open(blk, x, off)
         wps = self._wb_ps
         if subject not in wps:
-            e = self._psim.get(subject)
+            e = self._subjects.get(subject)
             wps[subject] = None if e is None else e[:]
         head = _REC.pack(T_MSG, 0, len(sb), total, seq, ts, 0, 0, len(data))
         wb = self._wb
@@ -526,7 +526,7 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
             scnt[l] -= 1
         blk.live, blk.last, blk.last_ts, blk.size = live, blast, blast_ts, off
         self._first, self._nmsgs, self._last, self._last_ts, self._bytes = first, nmsgs, last, last_ts, nbytes
-        psim = self._psim
+        psim = self._subjects
         for subj, e in wps.items():
             if e is None:
                 psim.pop(subj, None)
@@ -784,7 +784,7 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         self._bl = []
         self._bfirst = []
         self._blocks = {}
-        self._psim = {}
+        self._subjects = {}
         self._nmsgs = 0
         shutil.rmtree(self.dir, ignore_errors=True)
 

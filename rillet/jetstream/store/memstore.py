@@ -3,7 +3,7 @@
 ``_msgs`` maps seq -> StoredMsg.  Sequences are always inserted in increasing order, so the dict's
 iteration order is seq order.
 
-Per subject, ``_fss[subject]`` is one list ``[count, head, seq, seq, ...]``: the sequences stored on that
+Per subject, ``_subjects[subject]`` is one list ``[count, head, seq, seq, ...]``: the sequences stored on that
 subject in increasing order, starting at index ``head``.  Removed sequences are left in the list and
 skipped lazily (a sequence is alive iff it is in ``_msgs``; sequences are never reused except after
 ``truncate``, which cleans the lists); the list is compacted when dead entries outnumber live ones.
@@ -36,7 +36,7 @@ class MemStore(StoreCommon, StoreQueries):
     def __init__(self, cfg: StoreConfig | None = None) -> None:
         super().__init__(cfg or StoreConfig(storage="memory"))
         self._msgs: dict[int, StoredMsg] = {}
-        self._fss: dict[str, list[int]] = {}
+        self._subjects: dict[str, list[int]] = {}
         # TTL tracking: seq -> expiry (ns) for msgs with ttl > 0; heap of (expiry, seq);
         # msgs with ttl < 0 never expire (not even by max_age).
         self._ttl_of: dict[int, int] = {}
@@ -69,9 +69,9 @@ class MemStore(StoreCommon, StoreQueries):
             self._bytes += len(subject) + len(hdr) + len(data) + self._size_overhead + self._hdr_overhead
         else:
             self._bytes += len(subject) + len(data) + self._size_overhead
-        ss = self._fss.get(subject)
+        ss = self._subjects.get(subject)
         if ss is None:
-            self._fss[subject] = [1, _HEAD, seq]
+            self._subjects[subject] = [1, _HEAD, seq]
         else:
             ss[0] += 1
             ss.append(seq)
@@ -94,9 +94,6 @@ class MemStore(StoreCommon, StoreQueries):
     @property
     def msgs(self) -> int:
         return len(self._msgs)
-
-    def _subject_map(self) -> dict[str, list[int]]:
-        return self._fss
 
     def _size_of(self, seq: int) -> int | None:
         e = self._msgs.get(seq)
@@ -215,7 +212,7 @@ class MemStore(StoreCommon, StoreQueries):
     def _next_multi(self, m: _Matcher, start: int) -> int:
         msgs = self._msgs
         last = self._last
-        budget = 2 * len(self._fss) + 32
+        budget = 2 * len(self._subjects) + 32
         s = start
         while s <= last and budget > 0:
             e = msgs.get(s)
@@ -226,7 +223,7 @@ class MemStore(StoreCommon, StoreQueries):
         if s > last:
             return 0
         best = 0
-        for subj, ss in self._fss.items():
+        for subj, ss in self._subjects.items():
             if m(subj):
                 if best and ss[ss[1]] >= best:
                     continue
@@ -238,7 +235,7 @@ class MemStore(StoreCommon, StoreQueries):
     def _filtered_match(self, m: _Matcher, start: int) -> tuple[int, int, int]:
         msgs = self._msgs
         n = f = lst = 0
-        if self._last - start + 1 < len(self._fss):
+        if self._last - start + 1 < len(self._subjects):
             for s in range(start, self._last + 1):
                 e = msgs.get(s)
                 if e is not None and m(e.subject):
@@ -247,7 +244,7 @@ class MemStore(StoreCommon, StoreQueries):
                         f = s
                     lst = s
             return n, f, lst
-        for subj, ss in self._fss.items():
+        for subj, ss in self._subjects.items():
             if not m(subj):
                 continue
             last = self._subj_last(subj, ss)
@@ -271,7 +268,7 @@ class MemStore(StoreCommon, StoreQueries):
             return self._seq_range(first, last)
         msgs = self._msgs
         if not _has_wildcard(filter):
-            ss = self._fss.get(filter)
+            ss = self._subjects.get(filter)
             if ss is None:
                 return []
             i = bisect_left(ss, first, ss[1])
@@ -279,7 +276,7 @@ class MemStore(StoreCommon, StoreQueries):
             return [s for s in ss[i:j] if s in msgs]
         m = self._matcher((filter,))
         out: list[int] = []
-        for subj, ss in self._fss.items():
+        for subj, ss in self._subjects.items():
             if m(subj):
                 i = bisect_left(ss, first, ss[1])
                 j = bisect_right(ss, last, i)
@@ -332,9 +329,9 @@ class MemStore(StoreCommon, StoreQueries):
         size = self._entry_size(e)
         self._bytes -= size
         subj = e.subject
-        ss = self._fss[subj]
+        ss = self._subjects[subj]
         if ss[0] == 1:
-            del self._fss[subj]
+            del self._subjects[subj]
         else:
             ss[0] -= 1
             if len(ss) - ss[1] > 2 * ss[0] + 8:
@@ -373,7 +370,7 @@ class MemStore(StoreCommon, StoreQueries):
 
     def _unindex(self, removed: list[StoredMsg]) -> None:
         """The bulk removals' accounting: ``removed`` are out of ``_msgs`` already."""
-        fss = self._fss
+        fss = self._subjects
         for e in removed:
             s = e.seq
             self._bytes -= self._entry_size(e)
@@ -396,7 +393,7 @@ class MemStore(StoreCommon, StoreQueries):
     def _purge_all(self, new_first: int) -> int:
         removed = list(self._msgs.values())
         self._msgs = {}
-        self._fss = {}
+        self._subjects = {}
         self._bytes = 0
         self._ttl_of.clear()
         self._ttl_heap.clear()
@@ -411,7 +408,7 @@ class MemStore(StoreCommon, StoreQueries):
         msgs = self._msgs
         removed = [msgs.pop(s) for s in self._seq_range(self._first, seq - 1)]
         self._unindex(removed)
-        for ss in self._fss.values():
+        for ss in self._subjects.values():
             if len(ss) - ss[1] > 2 * ss[0] + 8:
                 self._compact_subj(ss)
         self._first = seq if seq in msgs else (self._next_alive(seq) or self._last + 1)
@@ -430,7 +427,7 @@ class MemStore(StoreCommon, StoreQueries):
                 cut.append(s)
         removed = [msgs.pop(s) for s in cut]
         self._unindex(removed)
-        for ss in self._fss.values():
+        for ss in self._subjects.values():
             while ss[-1] > seq:
                 ss.pop()
         e = msgs.get(seq)
@@ -552,6 +549,6 @@ class MemStore(StoreCommon, StoreQueries):
 
     def delete(self) -> None:
         self._msgs = {}
-        self._fss = {}
+        self._subjects = {}
         self._bytes = 0
         self._closed = True
