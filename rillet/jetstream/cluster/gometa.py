@@ -719,7 +719,7 @@ def member_of(server: Any) -> Optional[GoMetaMember]:
 def attach_to_routes(server: Any) -> None:
     """``feature_flags { rillet_go_meta: true }`` (a name nats-server ignores): this server follows the JetStream
     meta group of the Go servers of its cluster, starting with its first route. Only for a server without
-    JetStream of its own (it hosts no stream yet), with a system account and a directory for its term and vote
+    JetStream of its own (the stream replicas it holds are the Go cluster's: gostream.py), with a system account and a directory for its term and vote
     (``jetstream { enabled: false, store_dir: ... }``); ValueError otherwise."""
     o = server.opts
     if o.jetstream.enabled:
