@@ -1,11 +1,14 @@
 """Small validity checks the config builder needs: public nkeys and permission subjects.
 
-Kept here (stdlib only) so the config package does not depend on other components.
+Kept here (the standard library and the bottom layer's ``rillet.nkey`` only) so the config package does not
+depend on other components.
 """
 from __future__ import annotations
 
 import base64
 import binascii
+
+from rillet.nkey import crc16
 
 # First byte of a decoded public nkey, by the letter the encoded key starts with.
 NKEY_PREFIX_BYTES = {
@@ -19,16 +22,6 @@ NKEY_PREFIX_BYTES = {
 _NKEY_LEN = 56  # base32 characters of a public key: 1 prefix + 32 key + 2 crc bytes
 
 
-def crc16_xmodem(data: bytes) -> int:
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
-
-
 def is_valid_public_nkey(key: str, kind: str) -> bool:
     """True when ``key`` is a well-formed public nkey of ``kind`` ("U" user, "A" account, ...)."""
     if len(key) != _NKEY_LEN or not key.startswith(kind):
@@ -40,7 +33,7 @@ def is_valid_public_nkey(key: str, kind: str) -> bool:
     if len(raw) != 35 or raw[0] != NKEY_PREFIX_BYTES.get(kind, -1):
         return False
     body, crc = raw[:33], int.from_bytes(raw[33:], "little")
-    return crc16_xmodem(body) == crc
+    return crc16(body) == crc
 
 
 def encode_public_nkey(kind: str, key_bytes: bytes) -> str:
@@ -48,7 +41,7 @@ def encode_public_nkey(kind: str, key_bytes: bytes) -> str:
     if len(key_bytes) != 32:
         raise ValueError("an nkey public key is 32 bytes")
     body = bytes([NKEY_PREFIX_BYTES[kind]]) + key_bytes
-    raw = body + crc16_xmodem(body).to_bytes(2, "little")
+    raw = body + crc16(body).to_bytes(2, "little")
     return base64.b32encode(raw).decode().rstrip("=")
 
 

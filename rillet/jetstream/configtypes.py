@@ -368,6 +368,16 @@ def with_dynamic_metadata(cfg: Any, version: str | None = None, level: int = JS_
     return msgspec.structs.replace(cfg, metadata=md)
 
 
+def set_required_level(cfg: Any, level: int) -> None:
+    """Record the API level a stream's or consumer's features need (``_nats.req.level``) in its config's
+    metadata, without the dynamic keys (``_nats.ver``, ``_nats.level``)."""
+    md = dict(cfg.metadata or {})
+    md.pop(META_SERVER_VERSION, None)
+    md.pop(META_SERVER_LEVEL, None)
+    md[META_REQUIRED_LEVEL] = str(level)
+    cfg.metadata = md
+
+
 def _copy_required_level(cfg: Any, prev: Any) -> None:
     md = dict(cfg.metadata or {})
     md.pop(META_SERVER_VERSION, None)

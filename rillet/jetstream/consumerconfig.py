@@ -26,9 +26,6 @@ from rillet.jetstream.configtypes import (
     MAX_DESCRIPTION_LEN,
     MAX_METADATA_LEN,
     MAX_NAME_LEN,
-    META_REQUIRED_LEVEL,
-    META_SERVER_LEVEL,
-    META_SERVER_VERSION,
     MS,
     REPLAY_POLICIES,
     AccountLimits,
@@ -41,6 +38,7 @@ from rillet.jetstream.configtypes import (
     invalid_config,
     is_valid_asset_name,
     pedantic_error,
+    set_required_level,
 )
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.api.codec import from_dict, go_decode
@@ -49,9 +47,6 @@ from rillet.subjects.validate import is_valid_subject, subject_is_literal, subje
 
 
 def set_static_consumer_metadata(cfg: ConsumerConfig) -> None:
-    md = dict(cfg.metadata or {})
-    md.pop(META_SERVER_VERSION, None)
-    md.pop(META_SERVER_LEVEL, None)
     level = 0
     if cfg.pause_until and time_ns(cfg.pause_until) != 0:
         level = max(level, 1)
@@ -59,8 +54,7 @@ def set_static_consumer_metadata(cfg: ConsumerConfig) -> None:
         level = max(level, 1)
     if cfg.ack_policy == "flow_control":
         level = max(level, 4)
-    md[META_REQUIRED_LEVEL] = str(level)
-    cfg.metadata = md
+    set_required_level(cfg, level)
 
 
 _GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")

@@ -92,11 +92,8 @@ def append_headers(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
     return HDR_LINE + body + _CRLF
 
 
-def set_headers(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
-    """``hdr`` with each key replaced (or added) by the given value."""
-    if not hdr:
-        return make_headers(pairs)
-    keys = {k for k, _ in pairs}
+def _lines_without(hdr: bytes, keys: set[str]) -> list[bytes]:
+    """The status line and the header lines of ``hdr`` whose key is not one of ``keys``."""
     lines = hdr.split(_CRLF)
     kept = [lines[0]]
     for line in lines[1:]:
@@ -106,6 +103,14 @@ def set_headers(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
         if i > 0 and line[:i].decode("utf-8", "replace").strip() in keys:
             continue
         kept.append(line)
+    return kept
+
+
+def set_headers(hdr: bytes, pairs: list[tuple[str, str]]) -> bytes:
+    """``hdr`` with each key replaced (or added) by the given value."""
+    if not hdr:
+        return make_headers(pairs)
+    kept = _lines_without(hdr, {k for k, _ in pairs})
     kept.extend(k.encode() + b": " + v.encode("utf-8", "surrogateescape") for k, v in pairs)
     return _CRLF.join(kept) + _CRLF + _CRLF
 
@@ -114,15 +119,7 @@ def remove_headers(hdr: bytes, keys: set[str]) -> bytes:
     """``hdr`` without the given keys (b"" when nothing but the status line would remain)."""
     if not hdr:
         return hdr
-    lines = hdr.split(_CRLF)
-    kept = [lines[0]]
-    for line in lines[1:]:
-        if not line:
-            continue
-        i = line.find(b":")
-        if i > 0 and line[:i].decode("utf-8", "replace").strip() in keys:
-            continue
-        kept.append(line)
+    kept = _lines_without(hdr, keys)
     if len(kept) == 1 and kept[0] == b"NATS/1.0":
         return b""
     return _CRLF.join(kept) + _CRLF + _CRLF

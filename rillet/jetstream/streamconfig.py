@@ -17,9 +17,6 @@ from rillet.jetstream.configtypes import (
     MAX_DESCRIPTION_LEN,
     MAX_METADATA_LEN,
     MAX_NAME_LEN,
-    META_REQUIRED_LEVEL,
-    META_SERVER_LEVEL,
-    META_SERVER_VERSION,
     MS,
     NS,
     STREAM_MAX_REPLICAS,
@@ -35,6 +32,7 @@ from rillet.jetstream.configtypes import (
     invalid_config,
     is_valid_asset_name,
     pedantic_error,
+    set_required_level,
 )
 from rillet.jetstream.api.codec import from_dict, go_decode
 from rillet.subjects.overlap import first_overlaps
@@ -50,9 +48,6 @@ from rillet.subjects.validate import (
 
 def set_static_stream_metadata(cfg: StreamConfig) -> None:
     """Record the API level the stream's features need (``_nats.req.level``); drops dynamic keys."""
-    md = dict(cfg.metadata or {})
-    md.pop(META_SERVER_VERSION, None)
-    md.pop(META_SERVER_LEVEL, None)
     level = 0
     if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0:
         level = max(level, 1)
@@ -60,8 +55,7 @@ def set_static_stream_metadata(cfg: StreamConfig) -> None:
         level = max(level, 2)
     if cfg.allow_batched:
         level = max(level, 4)
-    md[META_REQUIRED_LEVEL] = str(level)
-    cfg.metadata = md
+    set_required_level(cfg, level)
 
 
 def _check_limits_bytes(cfg: StreamConfig, acc: AccountLimits | None) -> None:
