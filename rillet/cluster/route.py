@@ -70,6 +70,7 @@ class RouteConn(ServerConn):
     kind = ROUTER
     id_tag = "rid"
     role_word = "Router"
+    _flush_each_slice = False  # (ReadPacer: a read's output written at its end, as nats-server's read loop)
     # what a message in or out reads and counts, in slots (the rest in the instance dict): one fixed layout,
     # read at its offsets by the compiled send_msg/proto_rmsg (rillet/_speedups/_cdeliver.pyx)
     __slots__ = ("out", "flush_pending", "out_msgs", "out_bytes", "pinned_acc", "headers", "in_msgs", "in_bytes",

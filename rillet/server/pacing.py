@@ -44,6 +44,11 @@ class ReadPacer:
     and ``_resume`` (called from the loop after ``_pause``)."""
 
     _stall_only: Any = None  # only receivers of this ConnKind count (None: every receiver)
+    # whether the output of each slice is written out (and the stall checked) before the next slice; when not
+    # (a route), only at the end of the read, when the budget is spent, and every STALL_READ bytes, so that
+    # what one read asks of the server's RAFT groups (a pull's acks and its next request, forwarded together)
+    # is one pass of theirs, not one per slice (a slice that shrank under load split them)
+    _flush_each_slice = True
     _stall_drops = False  # with no_fast_producer_stall, a congested receiver's output is dropped instead
     _intake_held = False  # reading held from outside until further notice (a client: the JetStream API queue)
 
@@ -63,6 +68,8 @@ class ReadPacer:
         pos = 0
         start = t0 = time.monotonic()
         size = self._slice
+        each = self._flush_each_slice
+        unflushed = 0
         while True:
             if n - pos <= size:
                 chunk = data if pos == 0 else data[pos:]
@@ -73,13 +80,23 @@ class ReadPacer:
             pos = self._feed_slice(chunk, data, pos)
             if pos < 0:
                 return
-            ttl = self._flush_and_stall()
+            if each:
+                ttl = self._flush_and_stall()
+                now = time.monotonic()
+            else:
+                now = time.monotonic()
+                unflushed += len(chunk)
+                if pos >= n or now - start >= budget or unflushed >= STALL_READ or self._intake_held:
+                    unflushed = 0
+                    ttl = self._flush_and_stall()
+                    now = time.monotonic()
+                else:
+                    ttl = 0.0
             if self.closed:  # type: ignore[attr-defined]
                 return
             if self._intake_held:
                 self._hold_reading(data[pos:])
                 return
-            now = time.monotonic()
             took = now - t0
             t0 = now
             size = self._adapt_slice(size, len(chunk), took)

@@ -1,0 +1,64 @@
+"""ReadPacer (rillet/server/pacing.py): a client's read is written out slice by slice; a route's (RouteConn,
+``_flush_each_slice = False``) at the end of the read, when the budget is spent, and every STALL_READ bytes, so
+that one forwarded read is one pass of the server's RAFT groups (a pull's acks and its next request together)."""
+from __future__ import annotations
+
+from rillet.cluster.route import RouteConn
+from rillet.server import pacing
+from rillet.server.pacing import ReadPacer
+
+
+class _Opts:
+    max_pending = 64 * 1024 * 1024
+    no_fast_producer_stall = False
+
+
+class _Srv:
+    opts = _Opts()
+
+    def __init__(self) -> None:
+        self.pending_flush: list = []
+        self.flushes = 0
+
+    def flush_clients(self) -> None:
+        self.flushes += 1
+        self.pending_flush.clear()
+
+
+class _Conn(ReadPacer):
+    closed = False
+    transport = None
+
+    def __init__(self, each: bool) -> None:
+        self.server = _Srv()
+        self._flush_each_slice = each
+        self._init_pacing()
+        self.fed: list[bytes] = []
+
+    def _feed_slice(self, chunk: bytes, data: bytes, pos: int) -> int:
+        self.fed.append(chunk)
+        self.server.pending_flush.append(object())  # (each slice has output to write)
+        self._count_read(len(chunk))
+        return pos
+
+
+def test_a_route_read_is_written_out_once_a_client_read_per_slice():
+    data = b"x" * (pacing.READ_SLICE * 3 + 10)
+    c = _Conn(each=True)
+    c._paced(data, 10.0)
+    assert b"".join(c.fed) == data and len(c.fed) == 4 and c.server.flushes == 4
+    r = _Conn(each=False)
+    r._paced(data, 10.0)
+    assert b"".join(r.fed) == data and len(r.fed) == 4 and r.server.flushes == 1
+
+
+def test_a_long_route_read_is_still_written_out_every_stall_read_bytes():
+    data = b"x" * (pacing.STALL_READ * 2 + pacing.READ_SLICE)
+    r = _Conn(each=False)
+    r._paced(data, 10.0)
+    assert b"".join(r.fed) == data
+    assert r.server.flushes == 3  # (at 64 KB, at 128 KB, at the end)
+
+
+def test_route_connections_flush_per_read():
+    assert RouteConn._flush_each_slice is False and ReadPacer._flush_each_slice is True
