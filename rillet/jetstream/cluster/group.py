@@ -280,6 +280,9 @@ class RaftGroup:
         self.unclean_start = False  # this run started from a WAL left by an unclean stop
         # set by the owner: whether commit-only appends may be held (COMMIT_NOTICE_EVERY) right now
         self.lazy_commits: Optional[Callable[[], bool]] = None
+        # set by the owner: called with True before the committed entries of one Ready are applied and with
+        # False after them (a stream gathers their store appends into one write in between)
+        self.apply_batch: Optional[Callable[[bool], None]] = None
         self._held_commits: Optional[dict[str, Any]] = None  # peer -> commit-only append held (COMMIT_NOTICE_EVERY)
         self._notice_at = -1.0  # loop time the last commit-only append left
         self._notice_timer: Optional[asyncio.TimerHandle] = None
@@ -701,9 +704,19 @@ class RaftGroup:
                     self._soft_changed()
                 if rd.snapshot is not None:
                     self._install(rd.snapshot)
-                for e in committed:
-                    if e[2] == M.ENTRY_NORMAL:
-                        self._apply_one(e[0], e[3])
+                batch = self.apply_batch if len(committed) > 1 else None
+                if batch is not None:
+                    batch(True)
+                    try:
+                        for e in committed:
+                            if e[2] == M.ENTRY_NORMAL:
+                                self._apply_one(e[0], e[3])
+                    finally:
+                        batch(False)
+                else:
+                    for e in committed:
+                        if e[2] == M.ENTRY_NORMAL:
+                            self._apply_one(e[0], e[3])
                 if late is not None:
                     tr = self.transport
                     for m in late:
@@ -790,6 +803,13 @@ class RaftGroup:
             return
         self._hs_saved = (term, vote, commit)
         self._hs_saved_at = self.loop.time()
+
+    def fail(self, why: str) -> None:
+        """The owner's state can no longer follow the log (``why``): the group stops, as after a WAL write
+        error (this member leaves the quorum; a restart recovers from the WAL)."""
+        self.write_error = why
+        self.log.error(f"RAFT group {self.name!r}: {why}; the group stops")
+        self.loop.create_task(self.stop())
 
     def _write_failed(self, e: OSError) -> None:
         self.write_error = str(e)

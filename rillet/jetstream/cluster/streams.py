@@ -61,6 +61,7 @@ from rillet.jetstream.cluster.log import RESTORED, SYNCED, FastNote, RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
+from rillet.jetstream.store.base import StoreError
 from rillet.raft.node import FOLLOWER
 from rillet.durable import make_dirs_durable
 
@@ -118,6 +119,8 @@ class StreamReplica:
         self.group.on_data_lost = self._data_lost
         self.data_lost: dict | None = None  # committed entries found gone from every member (cluster info "lost")
         self.group.lazy_commits = self._lazy_commits
+        self.group.apply_batch = self._apply_batch
+        self._gathering: Any = None  # the store gathering the appends of the entries being applied
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.replay_seq = 0  # the last sequence the applied (or skipped) entries stored
         self.applied_since_snap = 0
@@ -195,9 +198,43 @@ class StreamReplica:
         self.replay_seq = seq
         return True
 
+    def _apply_batch(self, begin: bool) -> None:
+        """(RaftGroup.apply_batch) The committed entries of one Ready: their plain appends are gathered by a file
+        store and written with one write after the last of them (FileStore.write_behind), not one write each.
+        Nothing outside the batch sees the gathered records (anything in it that reads or changes the files
+        writes them first); the entries are in the WAL already, so a PubAck sent meanwhile says no more than
+        the log holds. A failed write takes them back: this replica's store is then behind its log, and the
+        group stops (a restart replays them from the WAL)."""
+        if begin:
+            st = self.stream
+            store = st.store
+            if (self._gathering is not None or self.log.solo or st._wb_store or self.cs.js.sync_always
+                    or self.log.holding or not hasattr(store, "write_behind")):
+                return
+            store.write_behind(None, self._gather_failed)
+            store.gather(True)
+            self._gathering = store
+            return
+        self._end_gather()
+
+    def _end_gather(self) -> None:
+        store, self._gathering = self._gathering, None
+        if store is not None:
+            try:
+                store.write_behind(on=False)  # (writes what is gathered, then appends are written at once again)
+            except StoreError:
+                pass  # (taken back: _gather_failed stopped the group)
+
+    def _gather_failed(self, first: int, last: int, err: BaseException) -> None:
+        why = (f"writing messages {first}..{last} of stream '{self.jsa.account.name} > {self.name}' to its "
+               f"store failed ({err}): the store is behind the log")
+        self.stream.fail_store(why)
+        self.group.fail(why)
+
     def _apply(self, entry: Entry) -> Any:
         st = self.stream
         if entry.op == RESTORED or entry.op == SYNCED:
+            self._end_gather()  # (the store is replaced or caught up: what the batch gathered is written first)
             if entry.op == RESTORED:
                 self.restored = True
             self.restore(entry.args[0])  # (a follower catches up to the leader's store; the leader has it)
