@@ -135,15 +135,19 @@ class Cluster:
                          if log.exists())
 
     def cpu_seconds(self) -> float:
-        total = 0.0
+        return sum(self.cpu_each())
+
+    def cpu_each(self) -> list[float]:
+        """Each server's user + system CPU seconds so far (0 for one that is gone)."""
+        out = []
         for p in self.procs:
             try:
                 with open(f"/proc/{p.pid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                out.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
             except OSError:
-                pass
-        return total
+                out.append(0.0)
+        return out
 
     def __exit__(self, *exc) -> None:
         for p in self.procs:
@@ -258,7 +262,8 @@ def run_case(cl: Cluster, name: str, args) -> dict:
             if (have := c.stream_msgs()) != args.msgs + 1:
                 raise BenchmarkError(f"stream holds {have} messages after {args.msgs + 1} acknowledged publishes")
         prof = Profiler(cl, name, args.profile) if profiling else None
-        cpu0, t0 = cl.cpu_seconds(), time.perf_counter()
+        each0 = cl.cpu_each()
+        cpu0, t0 = sum(each0), time.perf_counter()
         if kind == "sync":
             r = publish_sync(c, size, args.seconds, 2)
             stored = r["count"] + 1
@@ -269,17 +274,35 @@ def run_case(cl: Cluster, name: str, args) -> dict:
             stored = args.msgs + 1
             r = jsbench.pull_consume(c, stored)  # (also checks that every message was acknowledged)
         wall = time.perf_counter() - t0
-        cpu = cl.cpu_seconds() - cpu0
+        each = [b - a for a, b in zip(each0, cl.cpu_each())]
+        cpu = sum(each)
         if prof is not None:
             prof.stop()
+        roles = leaders(c, kind == "pull")
         if kind != "pull" and (have := c.stream_msgs()) != stored:
             raise BenchmarkError(f"stream holds {have} messages after {stored} acknowledged publishes")
         c.request(f"$JS.API.STREAM.DELETE.{jsbench.STREAM}")
     finally:
         c.close()
     r.update(name=name, replicas=replicas, size=size, mb_per_sec=r["msgs_per_sec"] * size / 1e6,
-             server_cpu=cpu / wall, server_cpu_us_per_msg=cpu * 1e6 / max(r["count"], 1))
+             server_cpu=cpu / wall, server_cpu_us_per_msg=cpu * 1e6 / max(r["count"], 1),
+             server_cpu_us_per_msg_each={n: round(x * 1e6 / max(r["count"], 1), 1) for n, x in zip(cl.names, each)},
+             **roles)
     return r
+
+
+def leaders(c: JsConn, consumer: bool) -> dict:
+    """The stream's (and the pull consumer's) leader, by server name: which server's CPU figure is whose."""
+    out = {}
+    try:
+        info = c.request(f"$JS.API.STREAM.INFO.{jsbench.STREAM}")
+        out["stream_leader"] = (info.get("cluster") or {}).get("leader")
+        if consumer:
+            info = c.request(f"$JS.API.CONSUMER.INFO.{jsbench.STREAM}.{jsbench.DURABLE}")
+            out["consumer_leader"] = (info.get("cluster") or {}).get("leader")
+    except BenchmarkError:
+        pass
+    return out
 
 
 # --- profiling (py-spy) --------------------------------------------------------------------------------
