@@ -201,10 +201,7 @@ def generate_activation(account: str = typer.Option("", "--account", "-a", help=
                         expiry: str = typer.Option("", "--expiry")) -> None:
     """An activation token: lets one account import a private export."""
     s = store()
-    op = s.operator()
-    acc = s.account(op, account or None)
-    _, op_claims = s.operator_claims(op)
-    _, claims = s.account_claims(op, acc, op_claims)
+    op, acc, op_claims, claims = s.account_context(account)
     kind = "service" if service else "stream"
     subj = _subjects([subject])
     if len(subj) != 1:

@@ -138,10 +138,7 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
                  tag: list[str] = typer.Option([], "--tag", help="add tags"),
                  rm_tag: list[str] = typer.Option([], "--rm-tag", help="remove tags")) -> None:
     s = store()
-    op = s.operator()
-    acc = s.account(op, name or None)
-    _, op_claims = s.operator_claims(op)
-    _, claims = s.account_claims(op, acc, op_claims)
+    op, acc, op_claims, claims = s.account_context(name)
     values = dict(conns=conns, leaf_conns=leaf_conns, data=data, payload=payload, subscriptions=subscriptions,
                   imports=imports, exports=exports, js_mem_storage=js_mem_storage, js_disk_storage=js_disk_storage,
                   js_streams=js_streams, js_consumer=js_consumer, js_max_mem_stream=js_max_mem_stream,
@@ -217,12 +214,7 @@ def edit_account(name: str = typer.Option("", "--name", "-n", help="account to e
         limits.pop("tiered_limits", None)
     nats_s["limits"] = limits
     if tag or rm_tag:
-        tags = [t for t in (nats_s.get("tags") or []) if t not in {x.lower() for x in _list(rm_tag)}]
-        tags += [t.lower() for t in _list(tag) if t.lower() not in tags]
-        if tags:
-            nats_s["tags"] = tags
-        else:
-            nats_s.pop("tags", None)
+        _edit_tags(nats_s, tag, rm_tag)
     if description is not None:
         nats_s["description"] = description
     if add_pubs or rm_sk:
@@ -259,6 +251,16 @@ def _subjects(values: list[str]) -> list[str]:
 CONN_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS")
 
 
+def _edit_tags(nats_s: dict, add: list[str], rm: list[str]) -> None:
+    """The claims' ``tags`` without ``rm`` and with ``add`` (lower case, each once; no key when empty)."""
+    tags = [t for t in (nats_s.get("tags") or []) if t not in {x.lower() for x in _list(rm)}]
+    tags += [t.lower() for t in _list(add) if t.lower() not in tags]
+    if tags:
+        nats_s["tags"] = tags
+    else:
+        nats_s.pop("tags", None)
+
+
 def _list(values: list[str]) -> list[str]:
     return [p.strip() for v in values for p in v.split(",") if p.strip()]
 
@@ -271,12 +273,7 @@ def apply_user_limits(nats_s: dict, source_network: list[str], conn_type: list[s
     """The user limits nsc sets: source networks (CIDR), connection types, time windows, numbers, tags and
     the response permission (``resp``: replies a requester may get, for how long)."""
     if tags or rm_tags:
-        cur = [t for t in (nats_s.get("tags") or []) if t not in {x.lower() for x in _list(rm_tags)}]
-        cur += [t.lower() for t in _list(tags) if t.lower() not in cur]
-        if cur:
-            nats_s["tags"] = cur
-        else:
-            nats_s.pop("tags", None)
+        _edit_tags(nats_s, tags, rm_tags)
     if allow_pub_response is not None or response_ttl is not None:
         resp = dict(nats_s.get("resp") or {})
         if allow_pub_response is not None:
@@ -515,10 +512,7 @@ def edit_signing_key(account: str = typer.Option("", "--account", "-a"),
     """Make a signing key scoped (or change its scope): the users it signs get the scope's permissions,
     which may hold templates such as {{name()}} or {{tag(key)}} that the server fills in."""
     s = store()
-    op = s.operator()
-    acc = s.account(op, account or None)
-    _, op_claims = s.operator_claims(op)
-    _, claims = s.account_claims(op, acc, op_claims)
+    op, acc, op_claims, claims = s.account_context(account)
     nats_s = dict(claims["nats"])
     keys = list(nats_s.get("signing_keys") or [])
     idx = next((i for i, e in enumerate(keys) if (e if isinstance(e, str) else e.get("key")) == sk or

@@ -253,6 +253,15 @@ class Store:
         self._check_times(claims, path)
         return token, claims
 
+    def account_context(self, account: str) -> tuple[str, str, dict, dict]:
+        """The current operator, the account ``account`` (the current one when empty) and both their
+        claims: ``(operator, account, operator claims, account claims)``."""
+        op = self.operator()
+        acc = self.account(op, account or None)
+        _, op_claims = self.operator_claims(op)
+        _, claims = self.account_claims(op, acc, op_claims)
+        return op, acc, op_claims, claims
+
     def account_claims(self, op: str, acc: str, op_claims: dict | None = None) -> tuple[str, dict]:
         if op_claims is None:
             op_claims = self.operator_claims(op)[1]

@@ -12,6 +12,17 @@ from rillet.cli.auth.app import app, store
 from rillet.cli.auth.nscstore import AuthError, Store, decode_jwt, new_key, ok, user_nats, write_file
 
 
+def _resolver(account: str, all_accounts: bool, url: str) -> tuple[Any, str, dict, str]:
+    """The store, operator and operator claims of a push or pull, and the resolver's URL (``url``, else
+    the operator's account server URL); one of ``account`` and ``all_accounts`` must be given."""
+    if bool(account) == all_accounts:
+        raise AuthError("give one of --account NAME or --all")
+    s = store()
+    op = s.operator()
+    _, op_claims = s.operator_claims(op)
+    return s, op, op_claims, url or J.nats_section(op_claims).get("account_server_url", "")
+
+
 @app.command("push")
 def push(account: str = typer.Option("", "--account", "-a", help="the account to push"),
          all_accounts: bool = typer.Option(False, "--all", "-A", help="push every account of the operator"),
@@ -22,12 +33,7 @@ def push(account: str = typer.Option("", "--account", "-a", help="the account to
                                          help="a user of the system account (default: a temporary one)"),
          timeout: int = typer.Option(1, "--timeout", help="seconds to wait for the servers' answers [1-60]")) -> None:
     """Send account JWTs to the servers' full (nats) resolver: $SYS.REQ.CLAIMS.UPDATE, as nsc push."""
-    if bool(account) == all_accounts:
-        raise AuthError("give one of --account NAME or --all")
-    s = store()
-    op = s.operator()
-    _, op_claims = s.operator_claims(op)
-    url = url or J.nats_section(op_claims).get("account_server_url", "")
+    s, op, op_claims, url = _resolver(account, all_accounts, url)
     if not url:
         raise AuthError("no account server URL: give -u nats://host:port, or set the operator's with "
                         "`rillet auth edit operator --account-jwt-server-url nats://host:port`")
@@ -75,12 +81,7 @@ def pull(account: str = typer.Option("", "--account", "-a", help="the account to
          system_user: str = typer.Option("", "--system-user"),
          timeout: int = typer.Option(1, "--timeout", help="seconds to wait for an answer [1-60]")) -> None:
     """Fetch account JWTs from the servers' resolver ($SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP) into the store."""
-    if bool(account) == all_accounts:
-        raise AuthError("give one of --account NAME or --all")
-    s = store()
-    op = s.operator()
-    _, op_claims = s.operator_claims(op)
-    url = url or J.nats_section(op_claims).get("account_server_url", "")
+    s, op, op_claims, url = _resolver(account, all_accounts, url)
     if not url.startswith(("nats://", "tls://")):
         raise AuthError("pull needs a nats:// URL: give -u nats://host:port or set the operator's account server URL")
     names = s.accounts(op) if all_accounts else [s.account(op, account)]

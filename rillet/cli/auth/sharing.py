@@ -20,10 +20,7 @@ def add_mapping(account: str = typer.Option("", "--account", "-a"),
                 cluster: str = typer.Option("", "--cluster", help="the cluster this entry applies in")) -> None:
     """A subject mapping of the account (nats.mappings), as nsc add mapping."""
     s = store()
-    op = s.operator()
-    acc = s.account(op, account or None)
-    _, op_claims = s.operator_claims(op)
-    _, claims = s.account_claims(op, acc, op_claims)
+    op, acc, op_claims, claims = s.account_context(account)
     src = _subjects([from_])
     dst = _subjects([to])
     if len(src) != 1 or len(dst) != 1:
@@ -57,10 +54,7 @@ def delete_mapping(account: str = typer.Option("", "--account", "-a"),
                    from_: str = typer.Option(..., "--from", "-f"),
                    to: str = typer.Option("", "--to", "-t", help="only this entry (default: every entry)")) -> None:
     s = store()
-    op = s.operator()
-    acc = s.account(op, account or None)
-    _, op_claims = s.operator_claims(op)
-    _, claims = s.account_claims(op, acc, op_claims)
+    op, acc, op_claims, claims = s.account_context(account)
     nats_s = dict(claims["nats"])
     mappings = {k: list(v) for k, v in (nats_s.get("mappings") or {}).items()}
     if from_ not in mappings:
@@ -94,10 +88,7 @@ def add_export(account: str = typer.Option("", "--account", "-a"),
                ) -> None:
     """Export a stream or service: public, or private (imported with an activation token)."""
     s = store()
-    op = s.operator()
-    acc = s.account(op, account or None)
-    _, op_claims = s.operator_claims(op)
-    _, claims = s.account_claims(op, acc, op_claims)
+    op, acc, op_claims, claims = s.account_context(account)
     subj = _subjects([subject])
     if len(subj) != 1:
         raise AuthError(f"--subject {subject!r}: one subject")
@@ -133,10 +124,7 @@ def add_import(account: str = typer.Option("", "--account", "-a"),
                service: bool = typer.Option(False, "--service", help="a service (default: a stream)")) -> None:
     """An import of another account's export: public, or private with its activation token (--token)."""
     s = store()
-    op = s.operator()
-    acc = s.account(op, account or None)
-    _, op_claims = s.operator_claims(op)
-    _, claims = s.account_claims(op, acc, op_claims)
+    op, acc, op_claims, claims = s.account_context(account)
     activation = ""
     if token:
         activation, act = _read_activation(token, claims["sub"])
@@ -195,10 +183,7 @@ def add_import(account: str = typer.Option("", "--account", "-a"),
 
 def _edit_revocations(account: str, change: Any) -> tuple[str, str]:
     s = store()
-    op = s.operator()
-    acc = s.account(op, account or None)
-    _, op_claims = s.operator_claims(op)
-    _, claims = s.account_claims(op, acc, op_claims)
+    op, acc, op_claims, claims = s.account_context(account)
     signer = s.signer_for([op_claims["sub"], *s._signing_keys(op_claims)])
     nats_s = dict(claims["nats"])
     rev = dict(nats_s.get("revocations") or {})
