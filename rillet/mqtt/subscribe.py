@@ -1,0 +1,546 @@
+"""SUBSCRIBE and UNSUBSCRIBE of an MQTT client (NATS subscriptions and the durable consumers of QoS 1/2
+subscriptions), what they deliver to the client (QoS 0 from NATS, QoS 1/2 from the consumers, retained
+messages), and the client's acknowledgements (PUBACK, PUBREC, PUBCOMP) of those deliveries."""
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+from . import codec as C
+from . import sparkplug as spb
+from .common import (_INTERNAL_HDRS, _TOPICS, MAX_PAYLOAD_MQTT, MSGS_PREFIX_B, RC_NO_SUB_EXISTED,
+                     RC_NOT_AUTHORIZED, RC_PI_NOT_FOUND, RC_QUOTA, RC_TOPIC_FILTER_INVALID, _extra_of,
+                     _props_from_extra, _Sub, parse_ack)
+from .store import (MSGS_PREFIX, MSGS_STREAM, OUT_STREAM, PUBREL_DELIVER_PREFIX, PUBREL_DURABLE_PREFIX,
+                    PUBREL_PREFIX, SUB_PREFIX, JSAPIError, Session, client_hash, make_headers, nuid,
+                    parse_headers)
+from .topics import TopicError, filter_to_subject, needs_level_up, subject_to_topic
+
+
+class SubscribeMixin:
+    """The subscribe part of ``MqttConn`` (its state is the connection's, set up in ``MqttConn.__init__``)."""
+
+    # ---- SUBSCRIBE / UNSUBSCRIBE ---------------------------------------------------------------------------------
+
+    async def on_subscribe(self, p: C.Subscribe) -> None:
+        sess = self.sess
+        assert sess is not None
+        codes: list[int] = []
+        sid = (p.props.get("subscription_identifier") or [0])[0] if self.version >= 5 else 0
+        retained: list[tuple[_Sub, bool]] = []
+        changed = False
+        async with sess.lock:
+            for flt, o in p.filters:
+                queue = None
+                topic = flt
+                if flt.startswith("$share/") and self.version >= 5:
+                    parts = flt.split("/", 2)
+                    if len(parts) < 3 or not parts[1] or not parts[2] or "+" in parts[1] or "#" in parts[1]:
+                        codes.append(RC_TOPIC_FILTER_INVALID)
+                        continue
+                    queue, flt = parts[1], parts[2]
+                    if o.no_local:
+                        raise C.ProtocolViolation("no local cannot be set on a shared subscription")
+                try:
+                    subject = filter_to_subject(flt)
+                except TopicError as e:
+                    self.server.log.error(f"{self.log_prefix()} - {e}")
+                    codes.append(RC_TOPIC_FILTER_INVALID if self.version >= 5 else 0x80)
+                    continue
+                if subject.startswith("$MQTT."):
+                    # (the MQTT state's own subjects: never, whatever the permissions say, as nats-server)
+                    codes.append(RC_NOT_AUTHORIZED if self.version >= 5 else 0x80)
+                    continue
+                key0 = f"$share/{queue}/{subject}" if queue else subject
+                need = (2 if needs_level_up(subject) else 1) * (2 if o.qos else 1)
+                mx = self._max_subs()
+                if mx >= 0 and key0 not in self.msubs and len(self.subs) + need > mx:
+                    self.server.log.error(f"{self.log_prefix()} - maximum subscriptions exceeded")
+                    codes.append(RC_QUOTA if self.version >= 5 else 0x80)
+                    continue
+                if self.perms is not None and not (self.perms.can_subscribe(subject, queue) and (
+                        not needs_level_up(subject) or self.perms.can_subscribe(subject[:-2], queue))):
+                    self.server.log.error(f'{self.log_prefix()} - Subscription Violation - User "{self.user}", '
+                                          f'Subject "{subject}"')
+                    codes.append(RC_NOT_AUTHORIZED if self.version >= 5 else 0x80)
+                    continue
+                qos = o.qos
+                if qos == 2 and self.ms.downgrade_qos2:
+                    qos = 1
+                o.qos = qos
+                key = f"$share/{queue}/{subject}" if queue else subject
+                existed = key in self.msubs
+                try:
+                    s = await self._add_sub(subject, topic, o, sid, queue)
+                except (JSAPIError, TimeoutError) as e:
+                    self.server.log.error(f"{self.log_prefix()} - Unable to add JetStream consumer for subscription "
+                                          f"on {subject!r}: err={e}")
+                    codes.append(0x80)
+                    continue
+                sess.subs[key] = qos
+                info: dict[str, Any] = {"topic": topic}
+                if o.no_local:
+                    info["nl"] = 1
+                if o.retain_as_published:
+                    info["rap"] = 1
+                if o.retain_handling:
+                    info["rh"] = o.retain_handling
+                if sid:
+                    info["sid"] = sid
+                if queue:
+                    info["queue"] = queue
+                if info != {"topic": topic} or topic != subject_to_topic(subject):
+                    sess.filters[key] = info
+                else:
+                    sess.filters.pop(key, None)
+                changed = True
+                codes.append(qos)
+                if not queue and (o.retain_handling == 0 or (o.retain_handling == 1 and not existed)):
+                    retained.append((s, existed))
+            if changed and not sess.clean:
+                await sess.save()
+            elif changed:
+                sess.seq = sess.seq  # (a clean session's record says only that it is in use)
+        self.send_packet(C.SubAck(p.pi, codes))
+        for s, _existed in retained:
+            self._send_retained(s)
+
+    def _max_subs(self) -> int:
+        """The subscription limit of this connection (max_subscriptions, the account's): -1 for none."""
+        mx = self.server.opts.max_subscriptions or -1
+        am = getattr(self.account, "msubs", -1)
+        if am is not None and am >= 0:
+            mx = am if mx < 0 else min(mx, am)
+        return mx
+
+    async def _add_sub(self, subject: str, topic: str, o: C.SubOpts, sid: int, queue: str | None,
+                       restoring: bool = False) -> _Sub:
+        sess = self.sess
+        assert sess is not None and self.asm is not None
+        key = f"$share/{queue}/{subject}" if queue else subject
+        old = self.msubs.get(key)
+        s = _Sub(subject, topic, o.qos, o, sid, queue)
+        # the new NATS subscriptions first, then the old ones go: no message falls in between
+        s.nats_subs.append(self._nats_sub(subject, self._on_msg, queue, s))
+        if needs_level_up(subject):
+            s.nats_subs.append(self._nats_sub(subject[:-2], self._on_msg, queue, s))
+        cc = sess.cons.get(key)
+        if o.qos > 0:
+            if cc is None:
+                cc = await self._create_consumer(subject, queue)
+                sess.cons[key] = cc
+            s.durable = cc["durable_name"]
+            s.js_sub = self._nats_sub(cc["deliver_subject"], self._on_js_msg, queue, s)
+        elif cc is not None:
+            del sess.cons[key]
+            await self.asm.jsa.delete_consumer(MSGS_STREAM, cc["durable_name"])
+        if old is not None:
+            self._drop_sub(old)
+        self.msubs[key] = s
+        return s
+
+    async def _create_consumer(self, subject: str, queue: str | None) -> dict:
+        sess = self.sess
+        assert sess is not None and self.asm is not None
+        m = self.server.opts.mqtt
+        if queue:
+            # one consumer per shared group and filter: its members share it as a queue group
+            durable = f"shr_{client_hash(queue + ' ' + subject)}"
+            inbox = f"$MQTT.shr.{client_hash(queue + ' ' + subject, 12)}"
+        else:
+            durable = f"{sess.hash}_{nuid()}"
+            inbox = SUB_PREFIX + nuid()
+        cfg: dict[str, Any] = {
+            "durable_name": durable, "deliver_subject": inbox, "ack_policy": "explicit", "deliver_policy": "new",
+            "filter_subject": MSGS_PREFIX + subject,
+            "ack_wait": int(float(m.get("ack_wait") or 30.0) * 1e9),
+            "max_ack_pending": int(m.get("max_ack_pending") or 1024),
+        }
+        if needs_level_up(subject):  # ('a/#' matches 'a' too)
+            del cfg["filter_subject"]
+            cfg["filter_subjects"] = [MSGS_PREFIX + subject, MSGS_PREFIX + subject[:-2]]
+        if queue:
+            cfg["deliver_group"] = queue
+        if m.get("consumer_memory_storage"):
+            cfg["mem_storage"] = True
+        if m.get("consumer_inactive_threshold"):
+            cfg["inactive_threshold"] = int(float(m["consumer_inactive_threshold"]) * 1e9)
+        await self.asm.jsa.create_consumer(MSGS_STREAM, cfg)
+        return cfg
+
+    def _nats_sub(self, subject: str, cb: Any, queue: str | None, owner: Any = None) -> Any:
+        from rillet.server.client import Subscription
+        self._sidn += 1
+        sid = str(self._sidn).encode()
+        if owner is not None:
+            def icb(sub: Any, c: Any, subj: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+                cb(owner, c, subj, reply, hdr, msg)
+        else:
+            def icb(sub: Any, c: Any, subj: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+                cb(None, c, subj, reply, hdr, msg)
+        sub = Subscription(self, subject, queue, sid, icb=icb)
+        self.subs[sid] = sub
+        self.account.add_sub(sub)
+        return sub
+
+    def _drop_sub(self, s: _Sub) -> None:
+        for ns in s.nats_subs + ([s.js_sub] if s.js_sub is not None else []):
+            if self.subs.pop(ns.sid, None) is not None:
+                self.account.remove_sub(ns)
+        s.nats_subs = []
+        s.js_sub = None
+
+    async def on_unsubscribe(self, p: C.Unsubscribe) -> None:
+        sess = self.sess
+        assert sess is not None and self.asm is not None
+        codes = []
+        async with sess.lock:
+            for flt in p.filters:
+                queue = None
+                if flt.startswith("$share/") and self.version >= 5:
+                    parts = flt.split("/", 2)
+                    if len(parts) == 3:
+                        queue, flt = parts[1], parts[2]
+                try:
+                    subject = filter_to_subject(flt)
+                except TopicError:
+                    codes.append(RC_TOPIC_FILTER_INVALID)
+                    continue
+                key = f"$share/{queue}/{subject}" if queue else subject
+                s = self.msubs.pop(key, None)
+                if s is not None:
+                    self._drop_sub(s)
+                    for pi, (_ack, dur, _seq) in list(sess.pending_pub.items()):
+                        if dur == s.durable:
+                            del sess.pending_pub[pi]
+                cc = sess.cons.pop(key, None)
+                if cc is not None and not queue:
+                    await self.asm.jsa.delete_consumer(MSGS_STREAM, cc["durable_name"])
+                existed = sess.subs.pop(key, None) is not None
+                sess.filters.pop(key, None)
+                codes.append(0 if existed else RC_NO_SUB_EXISTED)
+            if not sess.clean:
+                await sess.save()
+        self.send_packet(C.UnsubAck(p.pi, codes))
+
+    # ---- deliveries to the client ------------------------------------------------------------------------------
+
+    def _on_msg(self, s: _Sub | None, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        """A message on a subscription's NATS subject: sent at QoS 0 unless it is a QoS 1/2 MQTT message for a
+        QoS 1/2 subscription (that one comes from the subscription's consumer)."""
+        if s is None or self.closed or not self.connected:
+            return
+        if reply and reply.startswith(b"$JS.ACK."):
+            return
+        if self.version < 5 and (hdr < 0 or (hdr == 25 and msg[:20] == b"NATS/1.0\r\nNmqtt-Pub:")):
+            # the common case: a plain NATS message or a 3.1.1 MQTT one, to a 3.1.1 client
+            if hdr > 0 and s.qos > 0 and msg[20] != 48:
+                return  # (QoS 1/2 to a QoS 1/2 subscription: from its consumer)
+            if s.reserved and subject[:1] == b"$":
+                return
+            if subject[:9] == b"spBv1//0." or subject[:11] == b"$sparkplug.":
+                self._on_msg_slow(s, c, subject, reply, hdr, msg)
+                return
+            tf = _TOPICS.get(subject)
+            if tf is None:
+                tb = subject_to_topic(subject.decode("utf-8", "surrogateescape")).encode()
+                tf = len(tb).to_bytes(2, "big") + tb  # the topic field of the PUBLISH
+                if len(_TOPICS) > 8192:
+                    _TOPICS.clear()
+                _TOPICS[subject] = tf
+            payload = msg[hdr:] if hdr > 0 else msg
+            n = len(tf) + len(payload)
+            if n < 128:
+                head = bytes((0x30, n))
+            elif n < 16384:
+                head = bytes((0x30, (n & 0x7F) | 0x80, n >> 7))
+            elif n <= C.MAX_REMAINING:
+                head = b"\x30" + C.encode_varint(n)
+            else:
+                return
+            self.out_msgs += 1
+            self.out_bytes += len(payload)
+            self.send(head + tf + payload)
+            return
+        self._on_msg_slow(s, c, subject, reply, hdr, msg)
+
+    def _on_msg_slow(self, s: _Sub, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        subj = subject.decode("utf-8", "surrogateescape")
+        if s.reserved and subj.startswith("$"):
+            return
+        h = parse_headers(msg[:hdr]) if hdr > 0 else {}
+        pq = h.get("Nmqtt-Pub")
+        mq = int(pq[0]) if pq and pq[0].isdigit() else 0
+        if s.qos > 0 and mq > 0:
+            return
+        extra = _extra_of(h)
+        if s.opts.no_local and c is self:
+            return
+        payload = msg[hdr:] if hdr > 0 else msg
+        if len(payload) > MAX_PAYLOAD_MQTT:
+            payload = payload[:MAX_PAYLOAD_MQTT]
+        props = self._out_props(h, extra, reply, s) if self.version >= 5 else {}
+        if props is None:
+            return
+        retain = bool(s.opts.retain_as_published and extra and extra.get("retain"))
+        self._write_publish(self._sparkplug(C.Publish(subject_to_topic(subj), payload, 0, retain, False, 0, props)))
+
+    def _out_props(self, h: dict, extra: dict | None, reply: bytes | None, s: _Sub,
+                   stored_at: float = 0.0) -> dict | None:
+        """MQTT 5 properties of a delivery (None: expired)."""
+        props: dict[str, Any] = {}
+        if extra:
+            props = _props_from_extra(extra)
+            if "message_expiry_interval" in props:
+                t0 = extra.get("t") or stored_at or time.time()
+                left = int(props["message_expiry_interval"] - (time.time() - t0))
+                if left <= 0:
+                    return None
+                props["message_expiry_interval"] = left
+        ups = [(k, v) for k, vs in h.items() for v in vs if not k.startswith(_INTERNAL_HDRS) and k != "Nats-TTL"]
+        if ups:
+            props["user_property"] = ups
+        if reply and "response_topic" not in props:
+            props["response_topic"] = subject_to_topic(reply.decode("utf-8", "surrogateescape"))
+        elif reply and "response_topic" in props:
+            # a request through an MQTT 5 requester's inbox: the responder answers the NATS reply subject
+            props["response_topic"] = subject_to_topic(reply.decode("utf-8", "surrogateescape"))
+        if s.sid:
+            props["subscription_identifier"] = [s.sid]
+        return props
+
+    def _on_js_msg(self, s: _Sub | None, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        """A QoS 1/2 message from the subscription's consumer (``$MQTT.msgs.<subject>``)."""
+        sess = self.sess
+        if s is None or sess is None or self.closed or not reply or not self.connected:
+            return
+        if hdr == 25 and self.version < 5 and msg[:20] == b"NATS/1.0\r\nNmqtt-Pub:" and self.perms is None and \
+                subject[:11] == MSGS_PREFIX_B and len(subject) > 11 and subject[11:20] != b"spBv1//0." and \
+                (subject[11:12] != b"$" or not s.reserved):
+            # the common case: a 3.1.1 MQTT message (no other header) to a 3.1.1 client, no checks to make
+            mq = msg[20] - 48
+            qos = mq if mq < s.qos else s.qos
+            if qos > 0:
+                self._js_publish(s, sess, subject[11:], reply, msg[25:], qos)
+                return
+        subj = subject.decode("utf-8", "surrogateescape")
+        if not subj.startswith(MSGS_PREFIX) or len(subj) <= len(MSGS_PREFIX):
+            return
+        rep = reply
+        nums = parse_ack(rep)
+        if hdr == 25 and msg[:20] == b"NATS/1.0\r\nNmqtt-Pub:":  # (a 3.1.1 MQTT message: no other header)
+            h: dict = {}
+            mq = msg[20] - 48 if 48 <= msg[20] <= 57 else 0
+        else:
+            h = parse_headers(msg[:hdr]) if hdr > 0 else {}
+            pq = h.get("Nmqtt-Pub")
+            mq = int(pq[0]) if pq and pq[0].isdigit() else 0
+        qos = min(mq, s.qos)
+        stripped = subj[len(MSGS_PREFIX):]
+        if qos == 0 or (s.reserved and stripped.startswith("$")) or \
+                (self.perms is not None and self.perms.deliver_denied(stripped)):
+            self.asm.jsa.send(rep)  # type: ignore[union-attr]
+            return
+        extra = _extra_of(h)
+        if s.opts.no_local and extra and extra.get("cid") == self.client_id:
+            self.asm.jsa.send(rep)  # type: ignore[union-attr]
+            return
+        props = self._out_props(h, extra, None, s) if self.version >= 5 else {}
+        if props is None:
+            self.asm.jsa.send(rep)  # type: ignore[union-attr]
+            return
+        sseq = nums[1] if nums else 0
+        dup = False
+        pi = sess.cpending.get((s.durable, sseq)) if sseq else None
+        if pi is not None and pi in sess.pending_pub:
+            dup = True
+            sess.pending_pub[pi] = (rep, s.durable, sseq)
+        else:
+            per_sub = int(self.server.opts.mqtt.get("max_ack_pending") or 1024)
+            if len(sess.pending_pub) >= min(self.client_recv_max, per_sub * max(len(self.msubs), 1)):
+                return  # (redelivered by JetStream after ack_wait)
+            pi = sess.next_pi()
+            if not pi:
+                return
+            sess.pending_pub[pi] = (rep, s.durable, sseq)
+            if sseq:
+                sess.cpending[(s.durable, sseq)] = pi
+            dup = bool(nums and nums[0] > 1)
+        payload = msg[hdr:] if hdr > 0 else msg
+        retain = bool(s.opts.retain_as_published and extra and extra.get("retain"))
+        if not self._write_publish(self._sparkplug(C.Publish(subject_to_topic(stripped), payload, qos, retain, dup,
+                                                             pi, props))):
+            # too large for the client: dropped as if delivered
+            del sess.pending_pub[pi]
+            sess.cpending.pop((s.durable, sseq), None)
+            self.asm.jsa.send(rep)  # type: ignore[union-attr]
+
+    def _js_publish(self, s: _Sub, sess: Session, subject: bytes, reply: bytes, payload: bytes, qos: int) -> None:
+        """``_on_js_msg`` for a 3.1.1 message to a 3.1.1 client: the PUBLISH written without a packet object."""
+        nums = parse_ack(reply)
+        sseq = nums[1] if nums else 0
+        pp = sess.pending_pub
+        pi = sess.cpending.get((s.durable, sseq)) if sseq else None
+        if pi is not None and pi in pp:
+            first = 0x38 | (qos << 1)  # (DUP)
+            pp[pi] = (reply, s.durable, sseq)
+        else:
+            ps = self._per_sub
+            if len(pp) >= ps * (len(self.msubs) or 1) or len(pp) >= self.client_recv_max:
+                return  # (redelivered by JetStream after ack_wait)
+            pi = sess.next_pi()
+            if not pi:
+                return
+            pp[pi] = (reply, s.durable, sseq)
+            if sseq:
+                sess.cpending[(s.durable, sseq)] = pi
+            first = (0x38 if nums and nums[0] > 1 else 0x30) | (qos << 1)
+        tf = _TOPICS.get(subject)
+        if tf is None:
+            tb = subject_to_topic(subject.decode("utf-8", "surrogateescape")).encode()
+            tf = len(tb).to_bytes(2, "big") + tb  # the topic field of the PUBLISH
+            if len(_TOPICS) > 8192:
+                _TOPICS.clear()
+            _TOPICS[subject] = tf
+        n = len(tf) + 2 + len(payload)
+        if n < 128:
+            head = bytes((first, n))
+        elif n < 16384:
+            head = bytes((first, (n & 0x7F) | 0x80, n >> 7))
+        else:
+            head = bytes((first,)) + C.encode_varint(n)
+        self.out_msgs += 1
+        self.out_bytes += len(payload)
+        self.send(head + tf + pi.to_bytes(2, "big") + payload)
+
+    @staticmethod
+    def _sparkplug(p: C.Publish) -> C.Publish:
+        """Sparkplug B on delivery: certificate topics flagged retained, DEATH timestamps set to now."""
+        if p.topic.startswith(("spBv1.0/", spb.CERT_PREFIX)):
+            birth, death, cert = spb.kind(p.topic)
+            if birth and p.qos == 0:
+                p.retain = cert
+            elif death and not cert:
+                p.payload = spb.death_with_timestamp(p.payload)
+        return p
+
+    def _write_publish(self, p: C.Publish) -> bool:
+        data = C.encode(p, self.version)
+        if self.client_max_packet and len(data) > self.client_max_packet:
+            return False
+        self.out_msgs += 1
+        self.out_bytes += len(p.payload)
+        self.send(data)
+        return True
+
+    def _send_retained(self, s: _Sub) -> None:
+        asm, sess = self.asm, self.sess
+        assert asm is not None and sess is not None
+        for rm in asm.retained_for(s.subject):
+            if s.reserved and rm.subject.startswith("$"):
+                continue
+            if self.perms is not None and self.perms.deliver_denied(rm.subject):
+                continue
+            qos = min(rm.qos, s.qos)
+            props: dict[str, Any] = {}
+            if self.version >= 5:
+                props = {k: v for k, v in rm.props.items() if k in ("payload_format_indicator", "content_type",
+                                                                       "response_topic")}
+                if rm.props.get("user_property"):
+                    props["user_property"] = [tuple(x) for x in rm.props["user_property"]]
+                if rm.props.get("correlation_data"):
+                    props["correlation_data"] = base64.b64decode(rm.props["correlation_data"])
+                if "message_expiry_interval" in rm.props:
+                    left = int(rm.props["message_expiry_interval"] - (time.time() - rm.props.get("t", time.time())))
+                    if left <= 0:
+                        continue
+                    props["message_expiry_interval"] = left
+                if s.sid:
+                    props["subscription_identifier"] = [s.sid]
+            pi = 0
+            if qos:
+                pi = sess.next_pi()
+                if not pi:
+                    continue
+                sess.pending_pub[pi] = (None, "", 0)
+            self._write_publish(self._sparkplug(C.Publish(rm.topic or subject_to_topic(rm.subject), rm.payload, qos,
+                                                          True, False, pi, props)))
+
+    # ---- acknowledgements from the client --------------------------------------------------------------------
+
+    def on_puback(self, p: C.Ack) -> None:
+        self.on_puback_pi(p.pi)
+
+    def on_puback_pi(self, pi: int) -> None:
+        sess = self.sess
+        assert sess is not None
+        ent = sess.pending_pub.pop(pi, None)
+        if ent is None:
+            return
+        ack, dur, sseq = ent
+        sess.cpending.pop((dur, sseq), None)
+        if ack:
+            self.asm.jsa.send(ack)  # type: ignore[union-attr]
+
+    async def on_pubrec(self, p: C.Ack) -> None:
+        """QoS 2 to the client, step 2: the message is acknowledged in its consumer, the PUBREL owed is stored
+        in ``$MQTT_out`` (so it is sent again after a reconnect) and sent."""
+        sess = self.sess
+        assert sess is not None and self.asm is not None
+        ent = sess.pending_pub.pop(p.pi, None)
+        if ent is None:
+            if self.version >= 5:
+                self.send_packet(C.Ack(C.PUBREL, p.pi, RC_PI_NOT_FOUND))
+            return
+        ack, dur, sseq = ent
+        sess.cpending.pop((dur, sseq), None)
+        if p.rc >= 0x80:
+            if ack:
+                self.asm.jsa.send(ack)
+            return
+        async with sess.lock:
+            await self._ensure_pubrel()
+        await self.asm.jsa.store(PUBREL_PREFIX + sess.hash, b"", make_headers([("Nmqtt-PubRel", str(p.pi))]))
+        if ack:
+            self.asm.jsa.send(ack)
+
+    async def _ensure_pubrel(self) -> None:
+        sess = self.sess
+        assert sess is not None and self.asm is not None
+        deliver = PUBREL_DELIVER_PREFIX + sess.hash
+        if not sess.rel_sub_made:
+            self._nats_sub(deliver, self._on_pubrel_msg, None, None)
+            sess.rel_sub_made = True
+        if sess.pubrel is None:
+            m = self.server.opts.mqtt
+            cfg = {"durable_name": PUBREL_DURABLE_PREFIX + sess.hash, "deliver_subject": deliver,
+                   "ack_policy": "explicit", "deliver_policy": "new", "filter_subject": PUBREL_PREFIX + sess.hash,
+                   "ack_wait": int(float(m.get("ack_wait") or 30.0) * 1e9),
+                   "max_ack_pending": int(m.get("max_ack_pending") or 1024)}
+            await self.asm.jsa.create_consumer(OUT_STREAM, cfg)
+            sess.pubrel = cfg
+            if not sess.clean:
+                await sess.save()
+
+    def _on_pubrel_msg(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        sess = self.sess
+        if sess is None or not reply or self.closed:
+            return
+        h = parse_headers(msg[:hdr]) if hdr > 0 else {}
+        v = (h.get("Nmqtt-PubRel") or ["0"])[0]
+        try:
+            pi = int(v)
+        except ValueError:
+            return
+        if not 0 < pi <= 0xFFFF:
+            return
+        sess.pending_rel[pi] = reply
+        self.send_packet(C.Ack(C.PUBREL, pi))
+
+    def on_pubcomp(self, p: C.Ack) -> None:
+        sess = self.sess
+        assert sess is not None
+        ack = sess.pending_rel.pop(p.pi, None)
+        if ack:
+            self.asm.jsa.send(ack)  # type: ignore[union-attr]
