@@ -310,6 +310,16 @@ def _connect_reason(e: Exception, conn: Conn) -> str:
 # Running commands
 
 
+async def next_msg(q: "asyncio.Queue[Any]", left: float) -> Any:
+    """The next message of ``q`` within ``left`` seconds; None when none came (or no time is left)."""
+    if left <= 0:
+        return None
+    try:
+        return await asyncio.wait_for(q.get(), left)
+    except asyncio.TimeoutError:
+        return None
+
+
 def run(coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, **kwargs: Any) -> Any:
     """Run an async command body on uvloop (when available), turning failures into CliError."""
     try:

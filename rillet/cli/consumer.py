@@ -10,7 +10,8 @@ from typing import Any, List, Optional
 import typer
 
 from rillet.cli.common import (CliError, Conn, confirm, connect, format_duration, human_count, limit,
-                               load_json_file, parse_duration, print_fields, print_json, run, table, to_nanos)
+                               load_json_file, next_msg, parse_duration, print_fields, print_json, run, table,
+                               to_nanos)
 from rillet.cli.jsapi import api, consumer_list, strip_response
 from rillet.cli.stream import _ago, _complete_streams, _ts
 
@@ -372,12 +373,8 @@ async def _next_batch(conn: Conn, stream: str, consumer: str, batch: int, expire
     out: list[Any] = []
     deadline = time.monotonic() + expires + 0.5
     while len(out) < batch:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            msg = await asyncio.wait_for(q.get(), left)
-        except asyncio.TimeoutError:
+        msg = await next_msg(q, deadline - time.monotonic())
+        if msg is None:
             break
         status = (msg.headers or {}).get("Status")
         if status:

@@ -13,8 +13,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from rillet.cli.common import (CliError, connect, format_duration, log, parse_duration, parse_headers,
-                               run)
+from rillet.cli.common import (CliError, connect, format_duration, log, next_msg, parse_duration,
+                               parse_headers, run)
 
 # ---------------------------------------------------------------------------------------------------
 # Templates: {{Count}} {{ID}} {{Time}} {{TimeStamp}} {{Unix}} {{UnixNano}} {{Random min max}}
@@ -299,11 +299,8 @@ async def _req(subject: str, raw_body: bytes, hdrs: Any, count: int, replies: in
             left = deadline - time.monotonic()
             if got and replies != 0:
                 left = min(left, gap)
-            if left <= 0:
-                break
-            try:
-                msg = await asyncio.wait_for(q.get(), left)
-            except asyncio.TimeoutError:
+            msg = await next_msg(q, left)
+            if msg is None:
                 break
             if msg.headers and msg.headers.get("Status") == "503":
                 raise CliError("no responders are available")

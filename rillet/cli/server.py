@@ -8,8 +8,8 @@ from typing import Any, Optional
 
 import typer
 
-from rillet.cli.common import (CliError, Conn, connect, format_duration, human_bytes, human_count, print_fields,
-                               print_json, run, table)
+from rillet.cli.common import (CliError, Conn, connect, format_duration, human_bytes, human_count, next_msg,
+                               print_fields, print_json, run, table)
 
 HELP = """Run a server, or inspect servers through the $SYS API.
 
@@ -64,11 +64,8 @@ async def gather(conn: Conn, subject: str, payload: Any = None, expect: int = 0)
         left = deadline - time.monotonic()
         if out:
             left = min(left, 0.3)
-        if left <= 0:
-            break
-        try:
-            msg = await asyncio.wait_for(q.get(), left)
-        except asyncio.TimeoutError:
+        msg = await next_msg(q, left)
+        if msg is None:
             break
         if msg.headers and msg.headers.get("Status") == "503":
             raise CliError(SYS_GUIDANCE)

@@ -90,13 +90,7 @@ def add_account(name: str = typer.Option(..., "--name", "-n", help="account name
         raise AuthError(f'the account "{name}" already exists')
     signer = s.signer_for([op_claims["sub"], *s._signing_keys(op_claims)])
     kp, _ = new_key("account")
-    claims = {"name": name, "sub": kp.public_key(), "nats": account_nats()}
-    exp = parse_expiry(expiry)
-    if exp:
-        claims["exp"] = exp
-    token = J.encode(claims, signer)
-    s.store_key(kp)
-    ok(f'generated and stored account key "{kp.public_key()}"')
+    token = _issue(s, kp, name, account_nats(), expiry, signer, "account")
     write_file(s.acc_jwt_path(op, name), token, 0o644)
     ok(f'added account "{name}"')
     s.save_config(op, name)
@@ -249,6 +243,18 @@ def _subjects(values: list[str]) -> list[str]:
 
 
 CONN_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS")
+
+
+def _issue(s: Store, kp: Any, name: str, nats_s: dict, expiry: str, signer: Any, kind: str) -> str:
+    """A new ``kind`` JWT for the key pair ``kp`` (stored), signed by ``signer``."""
+    claims: dict[str, Any] = {"name": name, "sub": kp.public_key(), "nats": nats_s}
+    exp = parse_expiry(expiry)
+    if exp:
+        claims["exp"] = exp
+    token = J.encode(claims, signer)
+    s.store_key(kp)
+    ok(f'generated and stored {kind} key "{kp.public_key()}"')
+    return token
 
 
 def _edit_tags(nats_s: dict, add: list[str], rm: list[str]) -> None:
@@ -418,13 +424,7 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
     if scoped is None:
         apply_user_limits(nats_s, source_network, conn_type, time_, locale, subs, data, payload, tags=tag,
                           allow_pub_response=allow_pub_response, response_ttl=response_ttl)
-    claims: dict[str, Any] = {"name": name, "sub": kp.public_key(), "nats": nats_s}
-    exp = parse_expiry(expiry)
-    if exp:
-        claims["exp"] = exp
-    token = J.encode(claims, signer)
-    s.store_key(kp)
-    ok(f'generated and stored user key "{kp.public_key()}"')
+    token = _issue(s, kp, name, nats_s, expiry, signer, "user")
     write_file(s.user_jwt_path(op, acc, name), token, 0o644)
     cp = s.creds_path(op, acc, name)
     write_file(cp, J.format_creds(token, kp.seed()))

@@ -262,16 +262,22 @@ class Store:
         _, claims = self.account_claims(op, acc, op_claims)
         return op, acc, op_claims, claims
 
+    def _read_signed(self, path: str, kind: str, issuer_claims: dict, issuer: str) -> tuple[str, dict]:
+        """The JWT at ``path`` (an ``kind`` JWT) and its claims, signed by ``issuer``'s key (whose claims
+        are ``issuer_claims``) or one of its signing keys."""
+        token = read_text(path, f"{kind} JWT").strip()
+        claims = decode_jwt(token, path, kind)
+        signers = {issuer_claims["sub"], *self._signing_keys(issuer_claims)}
+        if claims.get("iss") not in signers:
+            raise AuthError(f"{path}: signed by {claims.get('iss')}, which is neither {issuer}'s key "
+                            "nor one of its signing keys")
+        return token, claims
+
     def account_claims(self, op: str, acc: str, op_claims: dict | None = None) -> tuple[str, dict]:
         if op_claims is None:
             op_claims = self.operator_claims(op)[1]
         path = self.acc_jwt_path(op, acc)
-        token = read_text(path, "account JWT").strip()
-        claims = decode_jwt(token, path, "account")
-        signers = {op_claims["sub"], *self._signing_keys(op_claims)}
-        if claims.get("iss") not in signers:
-            raise AuthError(f"{path}: signed by {claims.get('iss')}, which is neither operator {op}'s key "
-                            "nor one of its signing keys")
+        token, claims = self._read_signed(path, "account", op_claims, f"operator {op}")
         self._check_times(claims, path)
         return token, claims
 
@@ -282,12 +288,7 @@ class Store:
         path = self.user_jwt_path(op, acc, user)
         if not os.path.isfile(path):
             raise AuthError(f"user {user!r} does not exist in account {acc!r}")
-        token = read_text(path, "user JWT").strip()
-        claims = decode_jwt(token, path, "user")
-        signers = {acc_claims["sub"], *self._signing_keys(acc_claims)}
-        if claims.get("iss") not in signers:
-            raise AuthError(f"{path}: signed by {claims.get('iss')}, which is neither account {acc}'s key "
-                            "nor one of its signing keys")
+        token, claims = self._read_signed(path, "user", acc_claims, f"account {acc}")
         ia = J.nats_section(claims).get("issuer_account")
         if claims["iss"] != acc_claims["sub"] and ia != acc_claims["sub"]:
             raise AuthError(f"{path}: signed by a signing key but its issuer_account is not account {acc}")

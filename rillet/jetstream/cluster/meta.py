@@ -352,12 +352,7 @@ class JetStreamCluster:
         gw = getattr(self.server, "gateway", None)
         if gw is not None and self._gateway_event in gw.listeners:
             gw.listeners.remove(self._gateway_event)
-        if self.streams is not None and hasattr(self.streams, "stop"):
-            r = self.streams.stop()
-            if asyncio.iscoroutine(r):
-                await r
-        if self.group is not None:
-            await self.group.stop()
+        await self._stop_groups()
         if self._ic is not None:
             for sub in list(self._ic.subs.values()):
                 self._ic.remove_sub(sub)
@@ -672,10 +667,12 @@ class JetStreamCluster:
 
     async def _leave(self) -> None:
         await asyncio.sleep(0.2)  # (the entry's commit reaches the others first)
-        if self.streams is not None and hasattr(self.streams, "stop"):
-            r = self.streams.stop()
-            if asyncio.iscoroutine(r):
-                await r
+        await self._stop_groups()
+
+    async def _stop_groups(self) -> None:
+        """This server's stream and consumer replicas, then its meta group member."""
+        if self.streams is not None:
+            await self.streams.stop()
         if self.group is not None:
             await self.group.stop()
 
