@@ -350,3 +350,48 @@ async def test_one_go_two_rillet_streams_placed_on_every_server(tmp_path):
         for n in list(srvs):
             await cms[n].__aexit__(None, None, None)
         gc.stop_all()
+
+
+async def test_new_group_preferring_rillet_is_answered_at_once_and_handed_to_go(tmp_path):
+    """When the Go meta leader makes the Rillet server the preferred leader of a new R3 group, the Rillet server
+    stands at once (the Go peers would wait out their 4-9 s election timeout), answers the create request, takes
+    publishes, and hands the group to a Go peer a few seconds later."""
+    import nats
+    import time
+    rport = free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[rport])
+    gc.start_all()
+    try:
+        async with serve_config(_rillet_conf(gc, port=rport)) as srv:
+            m = await _member(srv)
+            nc = await nats.connect(gc.url("g0"))
+            try:
+                await CAP._until(lambda: CAP._js_ready(nc), 30, what="the Go meta leader")
+                await _create(nc, name="WARM", subjects=["warm"], num_replicas=3)
+                js = nc.jetstream(timeout=3)
+                preferred = []
+                i = 0
+                while len(preferred) < 2:
+                    i += 1
+                    assert i <= 30, "the Go meta leader never preferred the Rillet server"
+                    t = time.monotonic()
+                    await js.add_stream(name=f"T{i}", subjects=[f"t{i}.>"], num_replicas=3)
+                    took = time.monotonic() - t
+                    if m.state.streams[("A", f"T{i}")]["group"].get("preferred") == m.peer:
+                        preferred.append(f"T{i}")
+                        assert took < 2.5, took
+                        ack = await js.publish(f"t{i}.x", b"first")  # (led by Rillet for now)
+                        assert ack.seq == 1
+                        rep = m.replicas[("A", f"T{i}")]
+                        assert rep.published == 1
+                for name in preferred:
+                    async def go_leads():
+                        si = await js.stream_info(name)
+                        return si if si.cluster.leader in ("g0", "g1") else None
+                    si = await CAP._until(go_leads, 20, what=f"{name} handed to a Go server")
+                    assert si.state.messages == 1
+                    assert (await nc.jetstream(timeout=10).publish(f"t{name[1:]}.y", b"second")).seq == 2
+            finally:
+                await nc.close()
+    finally:
+        gc.stop_all()

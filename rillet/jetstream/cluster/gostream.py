@@ -81,6 +81,14 @@ CATCHUP_RETRY = 2.0  # seconds between catch-up requests that ended short (as na
 CATCHUP_STALL = 10.0  # seconds without a catch-up message before asking again
 
 
+FIRST_HANDOVER = 8.0  # seconds after which a new group's first leader stops trying to hand the group over
+# seconds a new group's first leader leads before it hands over (a Go peer whose stream was created a moment ago
+# does not take a transfer yet: at 1 s none did, at 3 s they do)
+FIRST_PASS_AFTER = 3.0
+HANDOVER_CHECK = 1.5  # seconds after a hand-over by which the Go peer named must lead (else we stand again)
+HANDOVER_TRIES = 3
+
+
 class GoStreamReplica(GoMetaMember):
     """One stream group of a Go cluster, followed from this server (see the module docstring)."""
 
@@ -125,6 +133,16 @@ class GoStreamReplica(GoMetaMember):
         self.aic: Any = None
         self.published = self.acked = 0
         self.member: Any = None  # the meta member (host_streams): the consumer count of stream info
+        peers = [p for p in (assignment["group"].get("peers") or ()) if isinstance(p, str)]
+        if peers and not self.raft.peers:
+            # (a group starts with the peers of its assignment, as nats-server bootstraps one; its peer state
+            # entries and snapshots replace them)
+            self.raft.peers = set(peers)
+            self.raft.cluster_size = len(peers)
+        self.first_reply: Optional[str] = None  # first_leader: the create request to answer once elected
+        self._handing_over = False  # first_leader: elected, answered, and leading until handed over
+        self._handovers_left = 0
+        self._create_reply: Optional[tuple[str, int]] = None  # (reply, index): answered once it is committed
         if self.dir is not None:
             self._rebuild_dedup()
 
@@ -318,12 +336,70 @@ class GoStreamReplica(GoMetaMember):
 
     # -- leading the stream group (``may_lead``, see host_streams) ---------------------------------------------
     def _send(self, outs: list) -> None:
+        passed = self.passed
         super()._send(outs)
+        leading = self.raft.role == LEADER and self.ic is not None and bool(self._subs)
+        if leading and self.first_reply is not None:
+            # the first leader of a new group answers the request that created it (nats-server's followers take
+            # that leader change as the answer given), then hands the group to a Go peer (see first_leader)
+            reply, self.first_reply = self.first_reply, None
+            self._handing_over = True
+            # (as a new nats-server leader, its peer state first: the peers' answers tell which holds our log;
+            # the create is answered once it is committed: by then the stream's subjects, subscribed as it
+            # leads, have reached the other servers and the client's first publish finds its leader)
+            peers = tuple(sorted(self.raft.peers | {self.peer}))
+            self._create_reply = (reply, self.raft.pindex + 1)
+            self.propose([gw.Entry(gw.ENTRY_PEER_STATE, gw.PeerState(peers, len(peers)).encode())])
+            # it leads (publishes are taken at once) and hands over once the Go peers' new streams run
+            self.server.loop.call_later(FIRST_PASS_AFTER, self._hand_over_now)
+        if self.pass_leadership and self.passed > passed:
+            # (handed over once: a later transfer to us is led as usual)
+            self.pass_leadership = self._handing_over = False
+            if self._handovers_left > 0:
+                self.server.loop.call_later(HANDOVER_CHECK, self._check_handover)
         leading = self.raft.role == LEADER and self.ic is not None and bool(self._subs)
         if leading and self._lead_subs is None:
             self._start_leading()
+        if self._create_reply is not None and leading and self.raft.commit >= self._create_reply[1]:
+            reply = self._create_reply[0]
+            self._create_reply = None
+            if reply:
+                self.ic.publish(reply.encode(), None,
+                                json.dumps(self._info_doc(create=True), separators=(",", ":")).encode())
         elif not leading and self._lead_subs is not None:
             self._stop_leading()
+
+    def first_leader(self, reply: str) -> None:
+        """This server is the preferred leader of a group the Go meta leader just created: stand for election at
+        once (the Go peers would wait out their election timeout, 4 to 9 s, before one of them stands), answer
+        the create request when elected, lead, and a few seconds later hand the leadership to a Go peer holding
+        our log (a Rillet leader serves only some of the stream API, docs/mixed-clusters.md)."""
+        self.first_reply = reply
+        self._handovers_left = HANDOVER_TRIES
+        self.campaign(retries=20)
+        if self.server.loop is not None:
+            self.server.loop.call_later(FIRST_HANDOVER, self._lead_if_not_handed_over)
+
+    def _check_handover(self) -> None:
+        """The Go peer named by the hand-over did not stand (a Go stream a moment old may ignore a transfer):
+        rather than leave the group without a leader until an election timeout, stand again and lead, and hand
+        over again later."""
+        if self.ic is None or not self._subs or self.raft.leader or self.raft.role == LEADER:
+            return
+        self._handovers_left -= 1
+        self.first_reply = ""
+        self.campaign(retries=10)
+
+    def _hand_over_now(self) -> None:
+        if self._handing_over and self.ic is not None and self._subs:
+            self.pass_leadership = True
+            self._send([])
+
+    def _lead_if_not_handed_over(self) -> None:
+        """No Go peer held our log in time to take the group: this server leads it (as after a transfer)."""
+        if self._handing_over and self.ic is not None and self._subs:
+            self.pass_leadership = self._handing_over = False
+            self._send([])
 
     def _start_leading(self) -> None:
         """As nats-server's stream leader: take the stream's subjects in its account (publishes are proposed
@@ -505,6 +581,11 @@ class GoStreamReplica(GoMetaMember):
         ci = request_info(bytes(msg[:hdr]))
         if ci is None or ci.get("acc") != self.account:
             return
+        self.ic.publish(reply, None, json.dumps(self._info_doc(), separators=(",", ":")).encode())
+
+    def _info_doc(self, create: bool = False) -> dict[str, Any]:
+        """The stream's info as its leader gives it: a ``STREAM.INFO`` answer, or (``create``) the answer to the
+        request that created the stream (nats-server: the first leader of a new group answers it)."""
         st = self.store.state()
         first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
         state: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": first,
@@ -524,13 +605,17 @@ class GoStreamReplica(GoMetaMember):
             replicas.append({"name": names.get(p, p), "current": self.raft.current(p) or
                              (p in self.raft.match and self.raft.pindex - self.raft.match[p] < 8),
                              "active": int((now - seen) * 1e9) if seen else 0, "peer": p})
-        doc = {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
-               "created": self.assignment.get("created") or "", "config": self.assignment["stream"],
-               "state": state,
-               "cluster": {"name": (self.assignment.get("group") or {}).get("cluster") or "",
-                           "leader": self.server.name, "replicas": replicas},
-               "ts": format_time(time.time_ns())}
-        self.ic.publish(reply, None, json.dumps(doc, separators=(",", ":")).encode())
+        doc: dict[str, Any] = ({"type": "io.nats.jetstream.api.v1.stream_create_response"} if create else
+                               {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0,
+                                "limit": 0})
+        doc.update({"created": self.assignment.get("created") or "", "config": self.assignment["stream"],
+                    "state": state,
+                    "cluster": {"name": (self.assignment.get("group") or {}).get("cluster") or "",
+                                "leader": self.server.name, "replicas": replicas},
+                    "ts": format_time(time.time_ns())})
+        if create:
+            doc["did_create"] = True
+        return doc
 
     def _on_msg_delete(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
                        msg: bytes) -> None:
@@ -791,9 +876,13 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 r.pass_leadership = True
             r.start()
             replicas[key] = r
-            # (when the Go meta leader made this server the new group's preferred leader, the Go peers elect one
-            # of them after an election timeout, 4-9 s. Being elected first and passing leadership on would be
-            # quicker but leaves the create request unanswered: the Go peers expect its first leader to answer.)
+            g = a.get("group") or {}
+            if (isinstance(r, GoStreamReplica) and lead and g.get("preferred") == me and len(g.get("peers") or ()) > 1
+                    and r.applied_index == 0 and r.raft.term == 0 and member.raft.catchup is None
+                    and member.raft.commit > 0):
+                r.first_leader(str(a.get("reply") or ""))
+            # (a new group whose preferred leader is this server: elected at once, it answers the create request
+            # and hands over; the Go peers would otherwise elect one of them after their election timeout, 4-9 s)
 
     member.on_applied.append(reconcile)
     reconcile()
