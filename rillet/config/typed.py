@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from rillet.gocompat.goquote import go_quote, go_type
+from rillet.gocompat.goquote import go_quote, go_type, value_kind
 
 from .errors import ConfigError, Position
 from rillet.gocompat.gotime import parse_go_duration
@@ -24,19 +24,13 @@ def _is_datetime(value: Any) -> bool:
     dt = sys.modules.get("datetime")
     return dt is not None and isinstance(value, dt.datetime)
 
+_TYPE_NAMES = {bool: "boolean", int: "integer", float: "float", str: "string", dict: "map", list: "array"}
+
+
 def type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "map"
-    if isinstance(value, list):
-        return "array"
+    kind = value_kind(value)
+    if kind is not None:
+        return _TYPE_NAMES[kind]
     if _is_datetime(value):
         return "datetime"
     return type(value).__name__

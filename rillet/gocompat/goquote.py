@@ -5,21 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 
+# the kinds of value the config parser produces, in the order they are tested (bool before int: a bool is an int)
+VALUE_KINDS: tuple[type, ...] = (bool, int, float, str, dict, list)
+_GO_TYPES = {bool: "bool", int: "int64", float: "float64", str: "string", dict: "map[string]interface {}",
+             list: "[]interface {}"}
+
+
+def value_kind(v: Any) -> type | None:
+    """Which of ``VALUE_KINDS`` a parsed config value is (None: another type)."""
+    for t in VALUE_KINDS:
+        if isinstance(v, t):
+            return t
+    return None
+
+
 def go_type(v: Any) -> str:
     """The Go type name nats-server's messages print (``%T``) for a parsed config value."""
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "int64"
-    if isinstance(v, float):
-        return "float64"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, dict):
-        return "map[string]interface {}"
-    if isinstance(v, list):
-        return "[]interface {}"
-    return type(v).__name__
+    kind = value_kind(v)
+    return _GO_TYPES[kind] if kind is not None else type(v).__name__
 
 
 def go_quote(data: bytes | str) -> str:
