@@ -258,6 +258,17 @@ class _Scanner:
                 text = "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
         return _Node("s", text, start, i + 1), i + 1
 
+    def _digits(self, i: int) -> int:
+        """Past the one or more digits a number's fraction or exponent must have at ``i``."""
+        b, n = self.b, self.n
+        if i >= n:
+            raise self._eof()
+        if not 0x30 <= b[i] <= 0x39:
+            raise self._bad(i, "in numeric literal")
+        while i < n and 0x30 <= b[i] <= 0x39:
+            i += 1
+        return i
+
     def number(self, start: int) -> tuple[_Node, int]:
         b, n = self.b, self.n
         i = start
@@ -273,23 +284,12 @@ class _Scanner:
             while i < n and 0x30 <= b[i] <= 0x39:
                 i += 1
         if i < n and b[i] == 0x2E:
-            i += 1
-            if i >= n:
-                raise self._eof()
-            if not 0x30 <= b[i] <= 0x39:
-                raise self._bad(i, "in numeric literal")
-            while i < n and 0x30 <= b[i] <= 0x39:
-                i += 1
+            i = self._digits(i + 1)
         if i < n and b[i] in (0x65, 0x45):
             i += 1
             if i < n and b[i] in (0x2B, 0x2D):
                 i += 1
-            if i >= n:
-                raise self._eof()
-            if not 0x30 <= b[i] <= 0x39:
-                raise self._bad(i, "in numeric literal")
-            while i < n and 0x30 <= b[i] <= 0x39:
-                i += 1
+            i = self._digits(i)
         return _Node("n", b[start:i].decode("ascii"), start, i), i
 
     def literal(self, start: int, word: bytes, k: str) -> tuple[_Node, int]:

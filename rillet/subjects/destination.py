@@ -61,11 +61,15 @@ def _fn_args(pat: re.Pattern, token: str) -> list[str] | None:
 NONE, PARTITION, WILDCARD, SFL, SFR, SLL, SLR, SPLIT, LEFT, RIGHT, RANDOM = range(11)
 
 
-def _int_args(token: str, args: list[str], kind: int) -> tuple[int, list[int], int, str]:
+def _two_args(token: str, args: list[str]) -> None:
     if len(args) < 2:
         raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
     if len(args) > 2:
         raise _map_err(token, _ERR_TOO_MANY_ARGS)
+
+
+def _int_args(token: str, args: list[str], kind: int) -> tuple[int, list[int], int, str]:
+    _two_args(token, args)
     try:
         i = _atoi(args[0].strip(" "))
         v = _atoi(args[1].strip(" "))
@@ -113,10 +117,7 @@ def placeholder(token: str) -> tuple[int, list[int], int, str]:
                     return _int_args(token, args, kind)
             args = _fn_args(_FN["split"], token)
             if args is not None:
-                if len(args) < 2:
-                    raise _map_err(token, _ERR_NOT_ENOUGH_ARGS)
-                if len(args) > 2:
-                    raise _map_err(token, _ERR_TOO_MANY_ARGS)
+                _two_args(token, args)
                 try:
                     i = _atoi(args[0].strip(" "))
                 except ValueError:
