@@ -494,19 +494,16 @@ def log_tls_failure(server: Any, peer: Any, typ: str, id_tag: str, role_word: st
         server.log.error(f"{where} - TLS handshake timeout")
 
 
-class TLSPortListener:
-    """A server-to-server port (gateways) whose connections may start with a TLS handshake, before any
-    protocol byte (nats-server's createGateway does the handshake first, then sends the INFO).
-    ``setup()`` is asked at each accept, so a reload that changes the TLS settings applies to the next
-    connections: (protocol factory, SSL context or None for plain TCP, handshake timeout). Duck-types the
-    parts of ``asyncio.Server`` the managers use (``sockets``, ``close``, ``wait_closed``)."""
+class AcceptLoop:
+    """A listening socket served by its own accept loop, each accepted connection handed to ``_serve`` in a
+    task of its own (the ports whose connections start with a TLS handshake). Duck-types the parts of
+    ``asyncio.Server`` the managers use (``sockets``, ``close``, ``wait_closed``)."""
 
-    def __init__(self, server: Any, sock: socket.socket, setup: Callable[[], tuple[Any, Any, float]],
-                 typ: str, id_tag: str, role_word: str) -> None:
+    NODELAY = False  # TCP_NODELAY on each accepted socket
+
+    def __init__(self, server: Any, sock: socket.socket) -> None:
         self.server = server
         self.sockets = [sock]
-        self._setup = setup
-        self._words = (typ, id_tag, role_word)
         self._conns: set[asyncio.Task] = set()
         self._done = asyncio.Event()
         self._task = server.loop.create_task(self._accept_loop(sock))
@@ -522,12 +519,43 @@ class TLSPortListener:
                     await asyncio.sleep(0.01)
                     continue
                 conn.setblocking(False)
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.NODELAY:
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 t = loop.create_task(self._serve(conn))
                 self._conns.add(t)
                 t.add_done_callback(self._conns.discard)
         finally:
             self._done.set()
+
+    async def _serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._task.cancel()
+        for t in list(self._conns):
+            t.cancel()
+        for s in self.sockets:
+            s.close()
+        self._done.set()
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()
+
+
+class TLSPortListener(AcceptLoop):
+    """A server-to-server port (gateways) whose connections may start with a TLS handshake, before any
+    protocol byte (nats-server's createGateway does the handshake first, then sends the INFO).
+    ``setup()`` is asked at each accept, so a reload that changes the TLS settings applies to the next
+    connections: (protocol factory, SSL context or None for plain TCP, handshake timeout). Duck-types the
+    parts of ``asyncio.Server`` the managers use (``sockets``, ``close``, ``wait_closed``)."""
+
+    NODELAY = True
+
+    def __init__(self, server: Any, sock: socket.socket, setup: Callable[[], tuple[Any, Any, float]],
+                 typ: str, id_tag: str, role_word: str) -> None:
+        self._setup = setup
+        self._words = (typ, id_tag, role_word)
+        super().__init__(server, sock)
 
     async def _serve(self, conn: socket.socket) -> None:
         factory, ctx, timeout = self._setup()
@@ -547,14 +575,3 @@ class TLSPortListener:
         except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
             log_tls_failure(self.server, peer, *self._words, e, local=local)
             conn.close()
-
-    def close(self) -> None:
-        self._task.cancel()
-        for t in list(self._conns):
-            t.cancel()
-        for s in self.sockets:
-            s.close()
-        self._done.set()
-
-    async def wait_closed(self) -> None:
-        await self._done.wait()

@@ -7,6 +7,7 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
+from rillet.cluster.conn import AcceptLoop
 from rillet.cluster.route import RouteConn
 from rillet.server.listen import hostport
 
@@ -48,37 +49,15 @@ def route_tls_contexts(cfg: Any, where: str = "cluster") -> tuple[ssl.SSLContext
     return srv, cli
 
 
-class _TLSRouteListener:
+class _TLSRouteListener(AcceptLoop):
     """The route port with TLS: each accepted connection does the TLS handshake first (before the INFO),
-    and a failed handshake is logged as nats-server does (``TLS route handshake error``). Duck-types the
-    parts of ``asyncio.Server`` the cluster uses."""
+    and a failed handshake is logged as nats-server does (``TLS route handshake error``)."""
 
     def __init__(self, cluster: Cluster, sock: socket.socket) -> None:
         self.cluster = cluster
-        self.sockets = [sock]
-        self._task = cluster.server.loop.create_task(self._accept_loop(sock))
-        self._conns: set[asyncio.Task] = set()
-        self._done = asyncio.Event()
+        super().__init__(cluster.server, sock)
 
-    async def _accept_loop(self, lsock: socket.socket) -> None:
-        loop = self.cluster.server.loop
-        log = self.cluster.server.log
-        try:
-            while True:
-                try:
-                    conn, _ = await loop.sock_accept(lsock)
-                except OSError as e:
-                    log.error(f"Temporary accept error: {e}")
-                    await asyncio.sleep(0.01)
-                    continue
-                conn.setblocking(False)
-                t = loop.create_task(self._handshake(conn))
-                self._conns.add(t)
-                t.add_done_callback(self._conns.discard)
-        finally:
-            self._done.set()
-
-    async def _handshake(self, conn: socket.socket) -> None:
+    async def _serve(self, conn: socket.socket) -> None:
         cl = self.cluster
         try:
             peer = conn.getpeername()
@@ -91,14 +70,3 @@ class _TLSRouteListener:
             cl.server.log.error(f"{hostport(str(peer[0]), peer[1])} - TLS route handshake error: "
                                 f"{e or type(e).__name__}")
             conn.close()
-
-    def close(self) -> None:
-        self._task.cancel()
-        for t in list(self._conns):
-            t.cancel()
-        for s in self.sockets:
-            s.close()
-        self._done.set()
-
-    async def wait_closed(self) -> None:
-        await self._done.wait()

@@ -369,21 +369,17 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
     return result
 
 
+# sort options that order by a field of the connection's info, largest first
+_SORT_FIELDS = {"subs": "subscriptions", "pending": "pending_bytes", "msgs_to": "out_msgs", "msgs_from": "in_msgs",
+                "bytes_to": "out_bytes", "bytes_from": "in_bytes"}
+
+
 def _sort(entries: list, by: str, now_ns: int) -> None:
+    field = _SORT_FIELDS.get(by)
     if by in ("cid", "start"):
         entries.sort(key=lambda e: e[1][0])
-    elif by == "subs":
-        entries.sort(key=lambda e: e[0]["subscriptions"], reverse=True)
-    elif by == "pending":
-        entries.sort(key=lambda e: e[0]["pending_bytes"], reverse=True)
-    elif by == "msgs_to":
-        entries.sort(key=lambda e: e[0]["out_msgs"], reverse=True)
-    elif by == "msgs_from":
-        entries.sort(key=lambda e: e[0]["in_msgs"], reverse=True)
-    elif by == "bytes_to":
-        entries.sort(key=lambda e: e[0]["out_bytes"], reverse=True)
-    elif by == "bytes_from":
-        entries.sort(key=lambda e: e[0]["in_bytes"], reverse=True)
+    elif field is not None:
+        entries.sort(key=lambda e: e[0][field], reverse=True)
     elif by == "last":
         entries.sort(key=lambda e: e[1][2], reverse=True)
     elif by == "idle":
