@@ -391,11 +391,20 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         """Write and index one record; returns its accounted size."""
         if self._log_pending:
             self._log_pending_first()
-        sb = _subject_bytes(subject)
+        sb = subject.encode("utf-8", "surrogateescape")
         slen = len(sb)
+        if slen > 0xFFFF:
+            raise StoreError("subject too long")
         hlen = len(hdr)
         dlen = len(data)
-        flags, payload, total = self._payload(slen, hdr, data)
+        if self._compress:
+            flags, payload, total = self._payload(slen, hdr, data)
+        else:  # (the usual case, inline: this is the pure lane's and an encrypted store's append)
+            flags = 0
+            payload = [hdr, data]
+            total = _OVERHEAD + slen + hlen + dlen
+            if total >= _MAX_REC:
+                raise StoreError("message too large")
         wb = self._wb
         if wb is not None:
             blk = self._active
@@ -409,9 +418,12 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
                 self.flush_writes()
         blk = self._target_block(seq, total)
         off = blk.size
+        head = _REC.pack(T_MSG, flags, slen, total, seq, ts, ttl_ns, hlen, dlen)
+        crc = zlib.crc32(sb, zlib.crc32(head))
+        for p in payload:
+            crc = zlib.crc32(p, crc)
         try:
-            _write_all(self._afd, self._crypt(blk.index, _frame(flags, sb, payload, total, seq, ts, ttl_ns, hlen, dlen),
-                                              off), off, total)
+            _write_all(self._afd, self._crypt(blk.index, [head, sb, *payload, _CRC.pack(crc)], off), off, total)
         except OSError as e:
             self._write_failed(blk, off, e)
         blk.size = off + total
