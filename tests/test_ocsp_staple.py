@@ -259,6 +259,60 @@ async def test_websocket_staples(pki):
         assert raw is not None and _status(raw) == "good"
 
 
+async def test_mqtt_staples_and_checks_clients(pki, tmp_path):
+    """MQTT staples too; its clients are checked by the client port's ocsp_peer through the pyOpenSSL
+    connection (verified chain), as with the stdlib one."""
+    from tests.test_ocsp import _mqtt_connects
+    _, cf, kf = pki.certs["st-good"]
+    mport = free_port()
+    tls = (f'tls {{ cert_file: "{cf}", key_file: "{kf}", ca_file: "{pki.ca_file}", verify: true, '
+           f'ocsp_peer: true }}')
+    conf = (f"listen: 127.0.0.1:{free_port()}\nserver_name: m1\nocsp {{ mode: always }}\n"
+            f'jetstream {{ store_dir: "{tmp_path}/js" }}\n{tls}\n'
+            f'mqtt {{ listen: "127.0.0.1:{mport}", {tls.replace(", ocsp_peer: true", "")} }}\n')
+    async with rillet_server(conf) as srv:
+        assert set(srv.staples) == {"client", "mqtt"}
+        assert await _mqtt_connects(mport, pki, "good")
+        assert not await _mqtt_connects(mport, pki, "revoked")
+
+
+async def test_stapled_port_keeps_client_checks_tls_first_and_maps(pki):
+    """The pyOpenSSL connection gives the server what the stdlib one gives: the verified chain for
+    ocsp_peer, the certificate for verify_and_map, the TLS version and cipher for /connz; handshake_first
+    staples as well."""
+    from tests.test_ocsp import _client_ctx
+    _, cf, kf = pki.certs["st-good"]
+    conf = (f"listen: 127.0.0.1:{free_port()}\nocsp {{ mode: always }}\n"
+            f'tls {{ cert_file: "{cf}", key_file: "{kf}", ca_file: "{pki.ca_file}", verify_and_map: true, '
+            f"ocsp_peer: true, handshake_first: true }}\n"
+            'authorization { users: [ { user: "CN=good" } ] }\n')
+    async with rillet_server(conf) as srv:
+        url = srv.client_url.replace("nats://", "tls://")
+        raw = await _staple(_port(srv), pki, nats_info=False)
+        assert raw is not None and _status(raw) == "good"
+
+        async def connects(name: str) -> bool:
+            ctx = _client_ctx(pki, name)
+            try:
+                nc = await nats.connect(url, tls=ctx, tls_hostname="localhost", tls_handshake_first=True,
+                                        connect_timeout=4, allow_reconnect=False, max_reconnect_attempts=0)
+            except Exception:
+                return False
+            try:
+                await nc.flush(timeout=3)
+                seen.extend((c.tls_version, c.tls_cipher) for c in srv.clients.values())
+                return True
+            finally:
+                await nc.close()
+        seen: list[tuple[str, str]] = []
+        assert await connects("good")  # mapped by its CN, its chain checked with the responder
+        assert seen and seen[0][0] == "TLSv1.3" and seen[0][1].startswith("TLS_")
+        assert not await connects("revoked")  # refused by ocsp_peer
+        assert not await connects("unknown")
+    log = srv._test_log.getvalue()
+    assert "client not OCSP valid" in log
+
+
 async def test_same_staple_as_nats_server(pki, tmp_path):
     """Both servers, the same configuration: a client asking for the status gets a good staple from
     each, and each keeps it under store_dir/ocsp by the certificate's SHA-256."""
@@ -303,3 +357,19 @@ def test_reload_that_changes_ocsp_refused(pki):
         staples: dict = {}
     with pytest.raises(ValueError, match="config reload not supported for OCSP stapling"):
         reload_context(S(), o2)  # type: ignore[arg-type]
+
+
+def test_tls_server_that_does_not_staple_loads_neither_pyopenssl_nor_the_stapler(pki, tmp_path):
+    import sys
+    conf = tmp_path / "plain-tls.conf"
+    conf.write_text(_conf(pki, "st-good", "auto"))  # no must-staple certificate: nothing stapled
+    code = ("import asyncio, sys\n"
+            "from rillet.config.flags import parse_command_line\n"
+            "from rillet.app.embed import run_server\n"
+            "async def main():\n"
+            f"    async with run_server(parse_command_line(['-c', {str(conf)!r}]).options):\n"
+            "        print('OpenSSL' in sys.modules, 'rillet.server.ocsp_staple' in sys.modules)\n"
+            "asyncio.run(main())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.stdout.split() == ["False", "False"], out.stderr[-2000:]

@@ -233,6 +233,19 @@ def check_stapling(o: Any) -> ConfigError | None:
     return None
 
 
+def stapling_wanted(o: Any) -> bool:
+    """Whether the client, websocket or MQTT listener staples under these options (mode always, or a
+    must-staple certificate; under never such a certificate is only warned about, which is done there too):
+    the server then loads rillet.server.ocsp_staple, and not otherwise."""
+    cfg: OCSPStapleConfig | None = getattr(o, "ocsp", None)
+    for kind, tls in stapling_blocks(o):
+        if kind in ("cluster", "gateway") or not tls.cert_file:
+            continue
+        if (cfg is not None and cfg.mode == "always") or has_must_staple(tls.cert_file):
+            return True
+    return False
+
+
 def peer_configs(o: Any) -> list[OCSPPeerConfig]:
     """The ocsp_peer settings in force (verify on) in these options."""
     out = []

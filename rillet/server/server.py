@@ -36,6 +36,7 @@ from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_se
     recheck_pinned
 from rillet.server.tls import reload_context as tls_reload_context
 from rillet.config.ocsp_section import peer_configs as ocsp_peer_configs
+from rillet.config.ocsp_section import stapling_wanted as ocsp_stapling_wanted
 from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
 from rillet.gocompat.gotime import format_seconds
 
@@ -185,7 +186,8 @@ class Server:
             log.notice(f"Using configuration file: {o.config_file}")
         if self.operator is not None:
             self.operator.log_start()
-        if o.tls is not None or o.websocket.tls is not None or isinstance(o.mqtt, dict) and o.mqtt.get("tls"):
+        if (o.tls is not None or o.websocket.tls is not None or isinstance(o.mqtt, dict) and o.mqtt.get("tls")) \
+                and ocsp_stapling_wanted(o):
             await self._prepare_stapling()  # ValueError: the server does not start (as nats-server)
         if o.tls is not None:
             self.tls_context = make_server_context(o.tls, self.staples.get("client"))
@@ -387,7 +389,7 @@ class Server:
 
     async def _prepare_stapling(self) -> None:
         """OCSP stapling for the client, websocket and MQTT listeners where the ``ocsp`` mode and the
-        certificates call for it (rillet.server.ocsp_staple; nothing is imported when no listener has TLS)."""
+        certificates call for it (rillet.server.ocsp_staple; not imported when no listener staples)."""
         from rillet.server.ocsp_staple import prepare
         self.staples = await prepare(self)
         for mon in self.staples.values():
