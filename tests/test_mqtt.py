@@ -548,6 +548,29 @@ def test_reload_rechecks_mqtt_clients(kind, tmp_path):
         assert (m.topic, m.payload) == ("keep/x", b"still allowed")
 
 
+def test_reload_max_payload_applies_to_mqtt_clients(kind, tmp_path):
+    import signal
+    with mqtt_target(kind, tmp_path, conf="max_payload: 4096") as t:
+        s = Raw(t.mqtt_port)
+        assert s.connect("watch") == C.ConnAck(False, 0)
+        s.send(C.Subscribe(1, [("mp/#", C.SubOpts(0))]))
+        assert s.read() == C.SubAck(1, [0])
+        p = Raw(t.mqtt_port)
+        assert p.connect("pub") == C.ConnAck(False, 0)
+        p.send(C.Publish("mp/a", b"x" * 200))
+        assert s.read().payload == b"x" * 200
+        text = open(t.path).read().replace("max_payload: 4096", "max_payload: 200")
+        with open(t.path, "w") as f:
+            f.write(text)
+        n = len(t.proc.lines)
+        t.proc.proc.send_signal(signal.SIGHUP)
+        t.proc.wait_log("Reloaded", timeout=10, after=n)
+        p.send(C.Publish("mp/a", b"y" * 175))  # 25 + 175: at the new limit
+        assert s.read().payload == b"y" * 175
+        p.send(C.Publish("mp/a", b"z" * 176))  # the connected client has the new limit
+        assert p.closed(timeout=5)
+
+
 def test_account_without_jetstream_is_refused(kind, tmp_path):
     conf = "accounts { A: { users: [{user: a, password: a}] } }"
     with mqtt_target(kind, tmp_path, conf=conf) as t:

@@ -184,6 +184,67 @@ def test_account_jwt_revocation_closes_mqtt_client(kind, tmp_path):
         assert r3.connect("victim", username="x", password=victim.encode()) == C.ConnAck(False, 5)
 
 
+def _operator_conf(op) -> str:
+    return "\n".join([f"operator: {op.jwt()}", "resolver: MEMORY", f"system_account: {op.sys[1]}",
+                      "resolver_preload {", *(f'  {pub}: "{tok}"' for _k, pub, tok in op.accounts.values()), "}"])
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_jwt_limits_on_mqtt_clients_as_nats_server(kind, tmp_path):
+    """JWT limits on MQTT clients signing in with a user JWT (the password field), as nats-server 2.15 applies
+    them: at CONNECT the account's payload and subs limits (and the server's) hold, the user JWT's own do not
+    (nats-server sets a limit before it keeps an MQTT client's JWT); once an account JWT update re-applies
+    the limits, the user's count too. The payload limit counts the NATS message (``Nmqtt-Pub`` header and
+    payload): over it the connection closes; a SUBSCRIBE past the subs limit gets 0x80 for that filter, and a
+    connection already at the limit when it is re-applied is closed. Connection types without MQTT refuse the
+    CONNECT (0x05)."""
+    from tests.test_operator import Operator, creds
+    op = Operator()
+    lim = {"subs": 3, "conn": -1, "payload": 150, "data": -1, "imports": -1, "exports": -1, "wildcards": True,
+           "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+    akp, apub, _ = op.account("A", limits=lim)
+    _u1, small = op.user(akp, bearer_token=True, payload=100)
+    _u2, few = op.user(akp, bearer_token=True, subs=2)
+    _u3, nats_only = op.user(akp, bearer_token=True, allowed_connection_types=["STANDARD"])
+    _u4, mqtt_ok = op.user(akp, bearer_token=True, allowed_connection_types=["MQTT"])
+    with mqtt_target(kind, tmp_path, conf=_operator_conf(op)) as t:
+        s = Raw(t.mqtt_port)
+        assert s.connect("watch", username="x", password=mqtt_ok.encode()) == C.ConnAck(False, 0)
+        s.send(C.Subscribe(1, [("lim/#", C.SubOpts(0))]))
+        assert s.read() == C.SubAck(1, [0])
+        n = Raw(t.mqtt_port)
+        assert n.connect("nats-only", username="x", password=nats_only.encode()) == C.ConnAck(False, 5)
+        p = Raw(t.mqtt_port)
+        assert p.connect("small", username="x", password=small.encode()) == C.ConnAck(False, 0)
+        for size in (75, 125):  # over the user's 100, within the account's 150 (25 + 125): delivered
+            p.send(C.Publish("lim/a", b"x" * size))
+            got = s.read()
+            assert isinstance(got, C.Publish) and got.payload == b"x" * size
+        f = Raw(t.mqtt_port)
+        assert f.connect("few", username="x", password=few.encode()) == C.ConnAck(False, 0)
+        f.send(C.Subscribe(2, [("a", C.SubOpts(0)), ("b", C.SubOpts(0)), ("c", C.SubOpts(0)), ("d", C.SubOpts(0))]))
+        assert f.read() == C.SubAck(2, [0, 0, 0, 0x80])  # the account's 3, not the user's 2
+        big = Raw(t.mqtt_port)
+        assert big.connect("big", username="x", password=mqtt_ok.encode()) == C.ConnAck(False, 0)
+        big.send(C.Publish("lim/a", b"y" * 126))  # 151: over the account's limit
+        assert big.closed(timeout=5)
+
+        async def update() -> dict:
+            nc = await nats.connect(t.nats_url, user_credentials=creds(tmp_path, *op.user(op.sys[0], name="sys")))
+            _, _, tok = op.account("A", kp=akp, iat=int(time.time()) + 1, limits=lim)
+            r = await nc.request(f"$SYS.REQ.ACCOUNT.{apub}.CLAIMS.UPDATE", tok.encode(), timeout=3)
+            await nc.close()
+            return json.loads(r.data)
+        assert asyncio.run(update())["data"]["message"] == "jwt updated"
+        assert f.closed(timeout=5)  # 3 subscriptions, the user's limit is 2 now
+        p.send(C.PingReq())
+        assert p.read() == C.PingResp()
+        p.send(C.Publish("lim/a", b"z" * 76))  # 101: over the user's limit now
+        assert p.closed(timeout=5)
+        s.send(C.PingReq())
+        assert s.read() == C.PingResp()  # nothing of it reached the subscriber
+
+
 def test_mqtt5_receive_maximum_enforced_on_qos1(tmp_path):
     with mqtt_target("rillet", tmp_path, mqtt_conf="receive_maximum: 4") as t:
         r = Raw(t.mqtt_port, version=5)

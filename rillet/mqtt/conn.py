@@ -62,6 +62,10 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
         self.closed = False
         self.close_reason = ""
         self.decoder = C.Decoder(max_packet=srv.opts.max_payload)
+        # the NATS message size a PUBLISH may reach and the NATS subscriptions the connection may hold (-1: no
+        # limit): the server's until CONNECT, then ConnectMixin.apply_limits
+        self.mpay = srv.opts.max_payload or -1
+        self.sub_limit = srv.opts.max_subscriptions or -1
         self.version = 4
         self.account = srv.global_account
         self.perms: Any = None

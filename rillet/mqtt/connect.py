@@ -82,6 +82,7 @@ class ConnectMixin:
             return
         if self.closed:
             return
+        self.apply_limits(False)
         # as nats-server (isClientAuthorized): the account's CONNECT event once the client is authenticated
         self.connect_received = True
         srv.sysacc.client_connected(self)
@@ -136,6 +137,8 @@ class ConnectMixin:
             if p.props.get("request_response_information") == 1:
                 props["response_information"] = f"rsp/{client_hash(cid)}"
         self.send_packet(C.ConnAck(sess_present, 0, props))
+        if self._subs_at_limit():
+            return
         if self.keepalive:
             self._arm_keepalive()
         srv.log.debug(f"{self.log_prefix()} - Client connected")
@@ -150,6 +153,32 @@ class ConnectMixin:
                                     f.get("queue"), restoring=True)
         if sess.pubrel:
             await self._ensure_pubrel()
+
+    def apply_limits(self, user: bool = True) -> None:
+        """nats-server's limits for a client (applyAccountLimits): the lowest of the user JWT's, the account's and
+        the server's payload and subscription limits. ``user``: whether the user JWT's own count; nats-server
+        applies the limits at CONNECT before it keeps an MQTT client's JWT (so only the account's and the
+        server's hold then) and again, with the JWT, when an account JWT update comes (``Operator``'s refresh
+        calls this; a connection then at or over its subscription limit is closed)."""
+        def lowest(*vals: int) -> int:
+            v = [x for x in vals if x is not None and x >= 0]
+            return min(v) if v else -1
+        u = self.jwt_user if user else None
+        o = self.server.opts
+        acc = self.account
+        self.mpay = lowest(u.payload if u is not None else -1, getattr(acc, "mpay", -1), o.max_payload or -1)
+        self.sub_limit = lowest(u.subs if u is not None else -1, getattr(acc, "msubs", -1), o.max_subscriptions or -1)
+        if user:
+            self._subs_at_limit()
+
+    def _subs_at_limit(self) -> bool:
+        """At (or over) the subscription limit: closed, as nats-server closes a client its limits leave there."""
+        mx = self.sub_limit
+        if mx < 0 or len(self.subs) < mx or self.closed:
+            return False
+        self.server.log.error(f"{self.log_prefix()} - maximum subscriptions exceeded")
+        self.close("Maximum Subscriptions Exceeded", abnormal=True)
+        return True
 
     async def _authorize(self, p: C.Connect) -> bool:
         """Authenticate, or have the auth callout decide (nats-server sends MQTT users to it as other clients:

@@ -27,6 +27,7 @@ class MqttServer:
 
     def __init__(self, server: Any) -> None:
         self.server = server
+        self._max_payload = server.opts.max_payload or -1  # (a reload that changes it: MqttServer.reloaded)
         m = server.opts.mqtt
         self.host = str(m.get("host") or "0.0.0.0")
         self.port = int(m.get("port") or 0)
@@ -132,8 +133,14 @@ class MqttServer:
 
     def reloaded(self) -> None:
         """After a configuration reload: every MQTT client signs in again with what its CONNECT gave; a
-        refused one is closed, the others get their new permissions (subscriptions no longer allowed go)."""
+        refused one is closed, the others get their new permissions (subscriptions no longer allowed go). A
+        changed max_payload is every client's payload limit from now on (as nats-server's reload sets it)."""
+        mp = self.server.opts.max_payload or -1
+        changed = mp != self._max_payload
+        self._max_payload = mp
         for c in list(self.open_conns().values()):
+            if changed:
+                c.mpay = mp
             if c.connected:
                 c.recheck_auth()
 

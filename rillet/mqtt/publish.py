@@ -56,8 +56,8 @@ class PublishMixin:
         p.topic = topic
         hdr = self._nats_headers(p, p.qos)
         size = len(hdr) + len(p.payload)
-        mp = self.server.opts.max_payload
-        if mp and size > mp:
+        mp = self.mpay  # (the server's, the account's, and after an account update the user JWT's: apply_limits)
+        if mp >= 0 and size > mp:
             self.server.log.error(f"{self.log_prefix()} - Maximum Payload Violation")
             if self.version >= 5:
                 self.send_packet(C.Disconnect(RC_TOO_LARGE))
@@ -121,7 +121,7 @@ class PublishMixin:
             return False
         hdr = _HDRS[p.qos] if self.version < 5 else self._nats_headers(p, p.qos)
         payload = p.payload
-        if len(hdr) + len(payload) > self.server.opts.max_payload:
+        if 0 <= self.mpay < len(hdr) + len(payload):
             return False
         if p.qos == 1 and self.version >= 5 and len(self.ack_fifo) + self.acks_unwritten >= self.ms.receive_max:
             # MQTT 5: more QoS 1 PUBLISH without their PUBACK than the Receive Maximum told in CONNACK
@@ -150,7 +150,7 @@ class PublishMixin:
         maxp = self.decoder.max_packet
         h0, h1 = self.fast_hdrs
         hl = len(h0)  # (the QoS 1 header is as long)
-        mpay = self.server.opts.max_payload - hl
+        mpay = (self.mpay if self.mpay >= 0 else 1 << 62) - hl
         hb = hl - 2  # what in_bytes counts besides the payload (as nats-server, see on_publish)
         v5 = self.version >= 5
         rmax = self.ms.receive_max if v5 else 0

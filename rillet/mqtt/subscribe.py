@@ -107,12 +107,8 @@ class SubscribeMixin:
             self._send_retained(s)
 
     def _max_subs(self) -> int:
-        """The subscription limit of this connection (max_subscriptions, the account's): -1 for none."""
-        mx = self.server.opts.max_subscriptions or -1
-        am = getattr(self.account, "msubs", -1)
-        if am is not None and am >= 0:
-            mx = am if mx < 0 else min(mx, am)
-        return mx
+        """The subscription limit of this connection (ConnectMixin.apply_limits): -1 for none."""
+        return self.sub_limit
 
     async def _add_sub(self, subject: str, topic: str, o: C.SubOpts, sid: int, queue: str | None,
                        restoring: bool = False) -> _Sub:

@@ -612,8 +612,10 @@ class OperatorMode:
                 # a signing key removed, or its scope changed: closed without an -ERR, as nats-server does
                 c.close("Authentication Failure")
                 continue
-            if getattr(c, "ms", None) is None:  # (MQTT connections check max_payload per PUBLISH)
+            if getattr(c, "ms", None) is None:
                 self.apply_client_limits(c)
+            else:  # an MQTT connection (its JWT's limits count from now on, as in nats-server)
+                c.apply_limits()
         if self.server.leafnodes is not None:
             self.server.leafnodes.claims_updated(acc, info)  # (leaf connections: revocations and limits too)
         self.server.flush_clients()
