@@ -158,6 +158,29 @@ async def test_auto_staples_a_revoked_status_must_refuses_to_start(pki):
     with pytest.raises(ValueError, match="found existing OCSP status for certificate at '.*': revoked"):
         async with rillet_server(_conf(pki, "ms-revoked", "must")):
             pass
+    rc, out = await asyncio.get_running_loop().run_in_executor(None, _go_start_error,
+                                                               _conf(pki, "ms-revoked", "must"))
+    assert rc == 1 and "found existing OCSP status for certificate at" in out and "revoked" in out, out
+    async with go_server(_conf(pki, "ms-revoked", "auto")) as g:  # nats-server: starts, staples it too
+        raw = await _staple(_port(g), pki)
+        assert raw is not None and _status(raw) == "revoked"
+
+
+async def test_urls_override_the_certificates_responders(pki):
+    """``ocsp { url }`` / ``ocsp { urls }``: asked instead of the certificate's AIA (here a certificate
+    without one). nats-server 2.15 refuses a ``urls`` list at load ("interface conversion: interface {} is
+    []interface {}, not []string"): only ``url`` is compared; Rillet takes both."""
+    _, cf, kf = pki.issue("noaia-srv", server=True, aia=False)
+
+    def conf(key: str, value: str) -> str:
+        return (f"listen: 127.0.0.1:{free_port()}\nocsp {{ mode: always, {key}: {value} }}\n"
+                f'tls {{ cert_file: "{cf}", key_file: "{kf}", ca_file: "{pki.ca_file}" }}\n')
+    one = f'"{pki.responder.url}/"'
+    for factory, text in ((rillet_server, conf("url", one)), (go_server, conf("url", one)),
+                          (rillet_server, conf("urls", f'["http://127.0.0.1:1", {one}]'))):
+        async with factory(text) as srv:
+            raw = await _staple(_port(srv), pki)
+            assert raw is not None and _status(raw) == "good", factory
 
 
 @pytest.mark.parametrize("cert,mode,expect", [
