@@ -18,7 +18,7 @@ import os
 import struct
 from typing import Any
 
-from rillet.server.wsframe import accept_key, unmask
+from rillet.server.wsframe import WSTransport, accept_key, unmask
 
 _OP_CONT, _OP_TEXT, _OP_BIN, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
 _MAX_HEADER = 8192
@@ -40,7 +40,7 @@ def _frame(op: int, payload: bytes, mask: bool) -> bytes:
     return b"".join((head, key, bytes(unmask(key, payload))))
 
 
-class WSDialer(asyncio.Protocol):
+class WSDialer(WSTransport, asyncio.Protocol):
     """The WebSocket client side of one solicited leaf connection (see the module docstring)."""
 
     def __init__(self, inner: Any, host: str, no_masking: bool = False, path: str = "/leafnode") -> None:
@@ -213,18 +213,3 @@ class WSDialer(asyncio.Protocol):
                 self.t.write(_frame(_OP_CLOSE, struct.pack("!H", 1000), self.mask))
             self.t.close()
 
-    def abort(self) -> None:
-        self.closing = True
-        if self.t is not None:
-            self.t.abort()
-
-    def is_closing(self) -> bool:
-        return self.closing or self.t is None or self.t.is_closing()
-
-    def get_write_buffer_size(self) -> int:
-        return self.t.get_write_buffer_size() if self.t is not None else 0
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        if name == "websocket":
-            return self
-        return self.t.get_extra_info(name, default) if self.t is not None else default

@@ -35,7 +35,7 @@ from rillet.server.wsframe import (
     _H64, _header_has_token, _HTTP_REASONS, _is_ip, _LEAF_PATH, MASK_BIT, _mask_inplace, MAX_CONTROL_PAYLOAD,
     MAX_MSG_PAYLOAD_LIMIT, MAX_MSG_PAYLOAD_MULTIPLE, MAX_REQUEST_HEAD, _MQTT_PATH, _NO_MASKING_HEADER, OP_BINARY,
     OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, _parse_cookies, _parse_request_uri, _peer_str, _pmc_offered,
-    _PMC_RESPONSE, RSV1, _split_host_port, _U16, _U64, unmask, _valid_close_status, WebsocketError,
+    _PMC_RESPONSE, RSV1, _split_host_port, _U16, _U64, unmask, _valid_close_status, WebsocketError, WSTransport,
 )
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class WSClient(Client):
 # ---- the connection -----------------------------------------------------------------------------------
 
 
-class WebsocketConnection(asyncio.Protocol):
+class WebsocketConnection(WSTransport, asyncio.Protocol):
     """One accepted connection: HTTP upgrade, then frames. Also the transport its ``WSClient`` writes to."""
 
     def __init__(self, listener: "WebsocketListener") -> None:
@@ -306,27 +306,9 @@ class WebsocketConnection(asyncio.Protocol):
                 pass
         t.close()
 
-    def abort(self) -> None:
-        self.closing = True
-        if self.t is not None:
-            self.t.abort()
-
-    def is_closing(self) -> bool:
-        return self.closing or self.t is None or self.t.is_closing()
-
-    def get_write_buffer_size(self) -> int:
-        t = self.t
-        return t.get_write_buffer_size() if t is not None else 0
-
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         if self.t is not None:
             self.t.set_write_buffer_limits(high, low)
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        if name == "websocket":
-            return self
-        t = self.t
-        return t.get_extra_info(name, default) if t is not None else default
 
     def pause_reading(self) -> None:
         if self.t is not None:

@@ -250,4 +250,30 @@ def _peer_str(peer: Any) -> str:
     return f"{host}:{port}"
 
 
+class WSTransport:
+    """The transport side of a websocket connection over the TCP transport ``t`` (None once lost): what a
+    client, route or leaf connection reads of it. ``get_extra_info("websocket")`` is the connection."""
+
+    t: Any
+    closing: bool
+
+    def abort(self) -> None:
+        self.closing = True
+        if self.t is not None:
+            self.t.abort()
+
+    def is_closing(self) -> bool:
+        return self.closing or self.t is None or self.t.is_closing()
+
+    def get_write_buffer_size(self) -> int:
+        t = self.t
+        return t.get_write_buffer_size() if t is not None else 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "websocket":
+            return self
+        t = self.t
+        return t.get_extra_info(name, default) if t is not None else default
+
+
 # ---- the client ---------------------------------------------------------------------------------------
