@@ -278,21 +278,32 @@ def jsz(reg: Registry, data: dict, server_id: str, server_name: str) -> None:
         reg.add(metric_name(JETSTREAM, name), value, labels, help=_JS_HELP.get(name, name))
 
     add("server_jetstream_disabled", 1 if data.get("disabled") else 0, server_labels)
-    add("server_max_memory", _num(cfg.get("max_memory")), server_labels)
-    add("server_max_storage", _num(cfg.get("max_storage")), server_labels)
-    add("server_total_streams", _num(data.get("streams")), server_labels)
-    add("server_total_consumers", _num(data.get("consumers")), server_labels)
-    add("server_total_messages", _num(data.get("messages")), server_labels)
-    add("server_total_message_bytes", _num(data.get("bytes")), server_labels)
+    _add_fields(add, server_labels, cfg, (("server_max_memory", "max_memory"), ("server_max_storage", "max_storage")))
+    _add_fields(add, server_labels, data, (("server_total_streams", "streams"), ("server_total_consumers", "consumers"),
+                                           ("server_total_messages", "messages"),
+                                           ("server_total_message_bytes", "bytes")))
     for acc in data.get("account_details") or []:
         name = acc.get("name") or ""
         acc_labels = {**server_labels, "account": name, "account_name": name, "account_id": acc.get("id") or ""}
-        add("account_max_storage", _num(acc.get("reserved_storage")), acc_labels)
-        add("account_max_memory", _num(acc.get("reserved_memory")), acc_labels)
-        add("account_storage_used", _num(acc.get("storage")), acc_labels)
-        add("account_memory_used", _num(acc.get("memory")), acc_labels)
+        _add_fields(add, acc_labels, acc, (("account_max_storage", "reserved_storage"),
+                                           ("account_max_memory", "reserved_memory"),
+                                           ("account_storage_used", "storage"), ("account_memory_used", "memory")))
         for st in acc.get("stream_detail") or []:
             _stream(add, acc_labels, st, server_name)
+
+
+def _add_fields(add: Any, labels: dict[str, str], src: dict, fields: tuple[tuple[str, str], ...]) -> None:
+    """One metric per (metric name, field of ``src``), with the same labels."""
+    for name, key in fields:
+        add(name, _num(src.get(key)), labels)
+
+
+def _origin(add: Any, labels: dict[str, str], o: dict, kind: str) -> None:
+    """A stream's source or mirror (``kind``): its lag and how long since it was active."""
+    ext = o.get("external") or {}
+    ol = {**labels, f"{kind}_name": o.get("name") or "", f"{kind}_api": ext.get("api") or "",
+          f"{kind}_deliver": ext.get("deliver") or ""}
+    _add_fields(add, ol, o, ((f"stream_{kind}_lag", "lag"), (f"stream_{kind}_active_duration_ns", "active")))
 
 
 def _leader_of(obj: dict, server_name: str) -> tuple[str, str]:
@@ -308,29 +319,18 @@ def _stream(add: Any, acc_labels: dict[str, str], st: dict, server_name: str) ->
     labels = {**acc_labels, "stream_name": st.get("name") or "", "stream_leader": leader,
               "is_stream_leader": is_leader, "stream_raft_group": st.get("stream_raft_group") or ""}
     state = st.get("state") or {}
-    add("stream_total_messages", _num(state.get("messages")), labels)
-    add("stream_total_bytes", _num(state.get("bytes")), labels)
-    add("stream_first_seq", _num(state.get("first_seq")), labels)
-    add("stream_last_seq", _num(state.get("last_seq")), labels)
-    add("stream_consumer_count", _num(state.get("consumer_count")), labels)
-    add("stream_subject_count", _num(state.get("num_subjects")), labels)
+    _add_fields(add, labels, state, (("stream_total_messages", "messages"), ("stream_total_bytes", "bytes"),
+                                     ("stream_first_seq", "first_seq"), ("stream_last_seq", "last_seq"),
+                                     ("stream_consumer_count", "consumer_count"),
+                                     ("stream_subject_count", "num_subjects")))
     cfg = st.get("config")
     if isinstance(cfg, dict):
-        add("stream_limit_bytes", _num(cfg.get("max_bytes")), labels)
-        add("stream_limit_messages", _num(cfg.get("max_msgs")), labels)
+        _add_fields(add, labels, cfg, (("stream_limit_bytes", "max_bytes"), ("stream_limit_messages", "max_msgs")))
     for src in st.get("sources") or []:
-        ext = src.get("external") or {}
-        sl = {**labels, "source_name": src.get("name") or "", "source_api": ext.get("api") or "",
-              "source_deliver": ext.get("deliver") or ""}
-        add("stream_source_lag", _num(src.get("lag")), sl)
-        add("stream_source_active_duration_ns", _num(src.get("active")), sl)
+        _origin(add, labels, src, "source")
     mirror = st.get("mirror")
     if isinstance(mirror, dict):
-        ext = mirror.get("external") or {}
-        ml = {**labels, "mirror_name": mirror.get("name") or "", "mirror_api": ext.get("api") or "",
-              "mirror_deliver": ext.get("deliver") or ""}
-        add("stream_mirror_lag", _num(mirror.get("lag")), ml)
-        add("stream_mirror_active_duration_ns", _num(mirror.get("active")), ml)
+        _origin(add, labels, mirror, "mirror")
     for con in st.get("consumer_detail") or []:
         c_leader, c_is_leader = _leader_of(con, server_name)
         ccfg = con.get("config") or {}
@@ -343,14 +343,13 @@ def _stream(add: Any, acc_labels: dict[str, str], st: dict, server_name: str) ->
             add("consumer_last_delivery_seconds", _seconds_between(delivered["last_active"], ts), cl)
         if ack_floor.get("last_active") and ts:
             add("consumer_last_ack_seconds", _seconds_between(ack_floor["last_active"], ts), cl)
-        add("consumer_delivered_consumer_seq", _num(delivered.get("consumer_seq")), cl)
-        add("consumer_delivered_stream_seq", _num(delivered.get("stream_seq")), cl)
-        add("consumer_num_ack_pending", _num(con.get("num_ack_pending")), cl)
-        add("consumer_num_redelivered", _num(con.get("num_redelivered")), cl)
-        add("consumer_num_waiting", _num(con.get("num_waiting")), cl)
-        add("consumer_num_pending", _num(con.get("num_pending")), cl)
-        add("consumer_ack_floor_stream_seq", _num(ack_floor.get("stream_seq")), cl)
-        add("consumer_ack_floor_consumer_seq", _num(ack_floor.get("consumer_seq")), cl)
+        _add_fields(add, cl, delivered, (("consumer_delivered_consumer_seq", "consumer_seq"),
+                                         ("consumer_delivered_stream_seq", "stream_seq")))
+        _add_fields(add, cl, con, (("consumer_num_ack_pending", "num_ack_pending"),
+                                   ("consumer_num_redelivered", "num_redelivered"),
+                                   ("consumer_num_waiting", "num_waiting"), ("consumer_num_pending", "num_pending")))
+        _add_fields(add, cl, ack_floor, (("consumer_ack_floor_stream_seq", "stream_seq"),
+                                         ("consumer_ack_floor_consumer_seq", "consumer_seq")))
 
 
 def _seconds_between(earlier: str, later: str) -> float:
