@@ -109,6 +109,20 @@ class CalloutError(Exception):
 
 # ---- user JWT -> what the client gets -----------------------------------------------------------------------
 
+def _account_signed(token: str, typ: str, wrong_type: str) -> dict:
+    """The claims of ``token``, a JWT of claim type ``typ`` issued by an account key (else CalloutError:
+    ``wrong_type`` for another claim type)."""
+    try:
+        claims = jwt.decode(token)
+    except jwt.JwtError as e:
+        raise CalloutError(str(e)) from None
+    if not jwt.is_public_key(claims.get("iss"), "A"):
+        raise CalloutError("unable to validate expected prefixes - [account]")
+    if jwt.claim_type(claims) != typ:
+        raise CalloutError(wrong_type)
+    return claims
+
+
 class CalloutUser:
     """What the callout granted, in the shape of a configured ``User`` (``Client._apply_user`` takes it)."""
 
@@ -334,14 +348,7 @@ class AuthCallout:
             except ValueError as e:
                 raise CalloutError(f"error decrypting auth callout response on account {qacc}: {e}") from None
             encrypted = True
-        try:
-            cr = jwt.decode(msg.decode("utf-8", "replace"))
-        except jwt.JwtError as e:
-            raise CalloutError(str(e)) from None
-        if not jwt.is_public_key(cr.get("iss"), "A"):
-            raise CalloutError("unable to validate expected prefixes - [account]")
-        if jwt.claim_type(cr) != jwt.AUTH_RESPONSE:
-            raise CalloutError("not an authorization request claim")
+        cr = _account_signed(msg.decode("utf-8", "replace"), jwt.AUTH_RESPONSE, "not an authorization request claim")
         n = jwt.nats_section(cr)
         issue = _response_issue(cr, n)
         if issue:
@@ -356,14 +363,7 @@ class AuthCallout:
             signer = n.get("issuer_account") or cr.get("iss")
             if signer != acc_name and not self._knows_issuer(acc_name, signer):
                 raise CalloutError("auth callout signing key is unknown")
-        try:
-            uc = jwt.decode(str(n.get("jwt") or ""))
-        except jwt.JwtError as e:
-            raise CalloutError(str(e)) from None
-        if not jwt.is_public_key(uc.get("iss"), "A"):
-            raise CalloutError("unable to validate expected prefixes - [account]")
-        if jwt.claim_type(uc) != jwt.USER:
-            raise CalloutError("not user claim")
+        uc = _account_signed(str(n.get("jwt") or ""), jwt.USER, "not user claim")
         un = jwt.nats_section(uc)
         issue = _user_issue(uc, un)
         if issue:
