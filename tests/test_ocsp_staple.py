@@ -370,16 +370,21 @@ def test_routes_and_gateways_refused(pki):
         load_string(f"ocsp {{ mode: auto }}\n{block}\n", "o.conf")  # nothing stapled: fine
 
 
-def test_reload_that_changes_ocsp_refused(pki):
-    from rillet.server.tls import reload_context
-    o1 = load_string(_conf(pki, "st-good", "always"), "a.conf")
-    o2 = load_string(_conf(pki, "st-good", "never"), "b.conf")
-
-    class S:
-        opts = o1
-        staples: dict = {}
-    with pytest.raises(ValueError, match="config reload not supported for OCSP stapling"):
-        reload_context(S(), o2)  # type: ignore[arg-type]
+async def test_reload_keeps_stapling_and_refuses_ocsp_or_certificate_changes(pki):
+    import shutil
+    text = _conf(pki, "st-good", "always")
+    async with rillet_server(text) as srv:
+        mon = srv.staples["client"]
+        srv.reload(load_string(text, "a.conf"))  # the same: the monitor stays
+        assert srv.staples["client"] is mon and _status(await _staple(_port(srv), pki)) == "good"
+        with pytest.raises(ValueError, match="config reload not supported for OCSP stapling: the 'ocsp'"):
+            srv.reload(load_string(text.replace("mode: always", "mode: never"), "b.conf"))
+        # another certificate under the same file name: refused (its status is not the one stapled)
+        _, cf, _ = pki.certs["st-good"]
+        shutil.copy(pki.certs["st-revoked"][1], cf)
+        shutil.copy(pki.certs["st-revoked"][2], pki.certs["st-good"][2])
+        with pytest.raises(ValueError, match="the stapled certificate cannot change"):
+            srv.reload(load_string(text, "c.conf"))
 
 
 def test_tls_server_that_does_not_staple_loads_neither_pyopenssl_nor_the_stapler(pki, tmp_path):

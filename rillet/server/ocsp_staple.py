@@ -154,6 +154,16 @@ class StapleMonitor:
         self._refresh: asyncio.Task | None = None
         self.handshakes_refused = 0
 
+    def same_certificate(self, cert_file: str) -> bool:
+        """Whether ``cert_file`` holds the certificate this monitor staples for (a reload that changes it,
+        under the same path or another, would staple another certificate's status)."""
+        from cryptography.hazmat.primitives.serialization import Encoding
+        try:
+            chain = _load_pem(cert_file)
+        except (OSError, ValueError):
+            return False
+        return bool(chain) and sha256(chain[0].public_bytes(Encoding.DER)).hexdigest() == self.key
+
     # -- getting the status
     def _cached(self) -> bytes | None:
         if self.raw and self.status is not None:

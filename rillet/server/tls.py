@@ -304,9 +304,9 @@ def reload_context(server: "Server", new: Any) -> ssl.SSLContext | None:
         raise ValueError("config reload not supported for OCSP stapling: the 'ocsp' block cannot change "
                          "without a restart")
     staple = server.staples.get("client")
-    if staple is not None and new.tls.cert_file != old.tls.cert_file:
-        raise ValueError("config reload not supported for OCSP stapling: the stapled certificate file "
-                         "cannot change without a restart")
+    if staple is not None and not staple.same_certificate(new.tls.cert_file):
+        raise ValueError("config reload not supported for OCSP stapling: the stapled certificate cannot "
+                         "change without a restart")
     return make_server_context(new.tls, staple)
 
 
