@@ -85,6 +85,22 @@ class BuilderBase:
             setattr(target() if target else self.o, attr, value)
         return handler
 
+    def listener_keys(self, target: Callable[[], Any], listen: Callable[[Field], None],
+                      authorization: Callable[[Field], None],
+                      tls: Callable[[Field], None]) -> dict[str, Callable[[Field], None]]:
+        """The keys the blocks of a listening port (cluster, gateway, leafnodes) share: where it listens,
+        who may connect, its TLS and the address it advertises (set on ``target()``)."""
+        s = self.setter
+        return {
+            "listen": listen,
+            "port": s("port", "int", target=target),
+            "host": s("host", "str", target=target),
+            "net": s("host", "str", target=target),
+            "authorization": authorization,
+            "tls": tls,
+            "advertise": s("advertise", "str", target=target),
+        }
+
     def host_port(self, f: Field) -> tuple[str, int]:
         """``listen``-style value: a port number or "host:port"."""
         if isinstance(f.value, int) and not isinstance(f.value, bool):

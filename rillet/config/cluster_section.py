@@ -125,14 +125,8 @@ def parse_cluster(b: Any, f: Field) -> None:
 
     table: dict[str, Callable[[Field], None]] = {
         "name": name,
-        "listen": listen,
-        "port": s("port", "int", target=target),
-        "host": s("host", "str", target=target),
-        "net": s("host", "str", target=target),
-        "authorization": authorization,
+        **b.listener_keys(target, listen, authorization, tls),
         "routes": routes,
-        "tls": tls,
-        "advertise": s("advertise", "str", target=target),
         "cluster_advertise": s("advertise", "str", target=target),
         "no_advertise": s("no_advertise", "bool", target=target),
         "connect_retries": s("connect_retries", "int", target=target),

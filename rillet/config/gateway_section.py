@@ -159,13 +159,7 @@ def parse_gateway(b: Any, f: Field) -> None:
 
     table: dict[str, Callable[[Field], None]] = {
         "name": name,
-        "listen": listen,
-        "port": s("port", "int", target=target),
-        "host": s("host", "str", target=target),
-        "net": s("host", "str", target=target),
-        "authorization": authorization,
-        "tls": tls,
-        "advertise": s("advertise", "str", target=target),
+        **b.listener_keys(target, listen, authorization, tls),
         "connect_retries": s("connect_retries", "int", target=target),
         "connect_backoff": s("connect_backoff", "bool", target=target),
         "gateways": gateways,

@@ -271,16 +271,10 @@ def parse_leafnodes(b: Any, f: Field) -> None:
         ln.reconnect = sub.as_duration(b.warnings)
 
     table: dict[str, Callable[[Field], None]] = {
-        "listen": listen,
-        "port": s("port", "int", target=target),
-        "host": s("host", "str", target=target),
-        "net": s("host", "str", target=target),
-        "authorization": authorization,
+        **b.listener_keys(target, listen, authorization, lambda e: setattr(ln, "tls", _tls(b, e, False))),
         "remotes": remotes,
         "reconnect": reconnect, "reconnect_delay": reconnect, "reconnect_interval": reconnect,
         "dial_timeout": s("dial_timeout", "duration", target=target),
-        "tls": lambda e: setattr(ln, "tls", _tls(b, e, False)),
-        "advertise": s("advertise", "str", target=target),
         "leafnode_advertise": s("advertise", "str", target=target),
         "no_advertise": s("no_advertise", "bool", target=target),
         "min_version": min_version, "minimum_version": min_version,
