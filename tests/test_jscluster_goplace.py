@@ -18,6 +18,7 @@ import pytest
 
 from helpers import free_port, serve_config
 from rillet.raft import gowire as gw
+from rillet.jetstream.cluster.gometa import member_of
 from test_jscluster_gometa import CAP, _member, _rillet_conf, _until
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
@@ -394,4 +395,87 @@ async def test_new_group_preferring_rillet_is_answered_at_once_and_handed_to_go(
             finally:
                 await nc.close()
     finally:
+        gc.stop_all()
+
+
+async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
+    """The first step of a rolling migration, as an operator does it: a running 3-server Go cluster with an R3
+    stream and a durable consumer; one Go server stopped and removed (``$JS.API.SERVER.REMOVE``), a Rillet
+    server started in its place. The Go meta leader places the stream's missing replica on the Rillet server,
+    which is caught up; every message is there once, the consumer's state is kept, and publishes and fetches go
+    on through every server. Then the second Go server is replaced the same way (1 Go + 2 Rillet)."""
+    import nats
+    p1, p2 = free_port(), free_port()
+    # (the Go servers have no routes to the replacements: a Go cluster configured before the migration; the
+    # Rillet servers route to the Go servers and gossip makes the full mesh)
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1", "g2"))
+    gc.start_all()
+    srvs, cms, conns = {}, {}, []
+    try:
+        g0 = await nats.connect(gc.url("g0"))
+        sysnc = await nats.connect(gc.url("g0", "sys"))
+        conns += [g0, sysnc]
+        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the Go meta leader")
+        js = g0.jetstream(timeout=20)
+        await js.add_stream(name="M", subjects=["m.>"], num_replicas=3)
+        await js.add_consumer("M", durable_name="D", ack_policy="explicit")
+        n = 0
+        for _ in range(20):
+            n += 1
+            assert (await js.publish(f"m.{n}", f"v{n}".encode())).seq == n
+        sub = await js.pull_subscribe("m.>", durable="D", stream="M")
+        for msg in await sub.fetch(10, timeout=10):
+            await msg.ack_sync()
+        for victim, rname, rport in (("g2", "r2", p2), ("g1", "r1", p1)):
+            # stop the Go server, remove it from the meta group, start its Rillet replacement
+            gc.stop(victim)
+
+            async def removed():
+                r = json.loads((await sysnc.request("$JS.API.SERVER.REMOVE",
+                                                    json.dumps({"peer": victim}).encode(), timeout=5)).data)
+                return r.get("success")
+            await CAP._until(removed, 20, what=f"{victim} removed")
+            conf = _rillet_conf(gc, name=rname, port=rport)
+            cms[rname] = serve_config(conf)
+            srvs[rname] = await cms[rname].__aenter__()
+            m = await _member(srvs[rname])
+            # publishing goes on meanwhile (the two remaining replicas commit)
+            for _ in range(5):
+                n += 1
+                assert (await js.publish(f"m.{n}", f"v{n}".encode())).seq == n
+
+            async def replaced():
+                si = await js.stream_info("M")
+                peers = {si.cluster.leader} | {r.name for r in si.cluster.replicas or []}
+                return victim not in peers and rname in peers and all(r.current for r in si.cluster.replicas)
+            await CAP._until(replaced, 60, what=f"M's replica placed on {rname} and current")
+            await _until(lambda: ("A", "M") in m.replicas, 10, what=f"the replica on {rname}")
+            assert await _compare_replica(js, m.replicas[("A", "M")], "M") == n
+            rc = await nats.connect(f"nats://a:a@127.0.0.1:{srvs[rname].port}")
+            conns.append(rc)
+            n += 1
+            assert (await rc.jetstream(timeout=20).publish(f"m.{n}", f"v{n}".encode())).seq == n
+
+            async def consumer_moved():
+                ci = await js.consumer_info("M", "D")
+                peers = {ci.cluster.leader} | {r.name for r in ci.cluster.replicas or []}
+                return ci if victim not in peers and rname in peers else None
+            try:
+                ci = await CAP._until(consumer_moved, 60, what=f"D's replica placed on {rname}")
+            except TimeoutError:
+                raw = await g0.request("$JS.API.CONSUMER.INFO.M.D", b"", timeout=5)
+                print("STREAM", (await g0.request("$JS.API.STREAM.INFO.M", b"", timeout=5)).data)
+                ms = {k: member_of(s) for k, s in srvs.items()}
+                raise AssertionError((raw.data, {k: {kk: (v.status() if hasattr(v, "status") else v) for kk, v in mm.replicas.items() if len(kk) == 3} for k, mm in ms.items()}, {k: mm.state.consumers for k, mm in ms.items()}))
+            assert ci.ack_floor.stream_seq == 10 and ci.num_pending == n - 10
+        # the consumer's state was kept through both replacements: it goes on from where it was
+        sub = await js.pull_subscribe("m.>", durable="D", stream="M")
+        got = [x.data.decode() for x in await sub.fetch(n - 10, timeout=15)]
+        assert got == [f"v{i}" for i in range(11, n + 1)]
+    finally:
+        for c in conns:
+            if c.is_connected:
+                await c.close()
+        for name in list(srvs):
+            await cms[name].__aexit__(None, None, None)
         gc.stop_all()
