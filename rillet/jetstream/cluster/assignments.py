@@ -153,6 +153,25 @@ def _for_snapshot(client: dict | None) -> dict | None:
     return {k: client[k] for k in ("acc", "svc", "cluster") if client.get(k)}
 
 
+def _entry_head(client: dict | None, created: int, snapshot: bool) -> dict[str, Any]:
+    """An assignment's JSON starts with the client that asked for it (as proposed, or as snapshotted) and
+    when it was created."""
+    d: dict[str, Any] = {}
+    c = _for_snapshot(client) if snapshot else _for_proposal(client)
+    if c is not None:
+        d["client"] = c
+    d["created"] = format_time(created)
+    return d
+
+
+def _add_request(d: dict[str, Any], subject: str, reply: str) -> None:
+    """The API request an assignment answers (a proposal's, not kept in snapshots)."""
+    if subject:
+        d["subject"] = subject
+    if reply:
+        d["reply"] = reply
+
+
 @dataclass
 class ConsumerAssignment:
     name: str
@@ -170,20 +189,13 @@ class ConsumerAssignment:
         return service_account(self.client)
 
     def to_json(self, snapshot: bool = False) -> dict:
-        d: dict[str, Any] = {}
-        c = _for_snapshot(self.client) if snapshot else _for_proposal(self.client)
-        if c is not None:
-            d["client"] = c
-        d["created"] = format_time(self.created)
+        d = _entry_head(self.client, self.created, snapshot)
         d["name"] = self.name
         d["stream"] = self.stream
         d["consumer"] = self.config
         d["group"] = self.group.to_json()
         if not snapshot:
-            if self.subject:
-                d["subject"] = self.subject
-            if self.reply:
-                d["reply"] = self.reply
+            _add_request(d, self.subject, self.reply)
             if self.state is not None:
                 d["state"] = self.state
         return d
@@ -221,21 +233,14 @@ class StreamAssignment:
         return service_account(self.client)
 
     def to_json(self, snapshot: bool = False) -> dict:
-        d: dict[str, Any] = {}
-        c = _for_snapshot(self.client) if snapshot else _for_proposal(self.client)
-        if c is not None:
-            d["client"] = c
-        d["created"] = format_time(self.created)
+        d = _entry_head(self.client, self.created, snapshot)
         d["stream"] = self.config
         d["group"] = self.group.to_json()
         d["sync"] = self.sync
         if snapshot:
             d["consumers"] = [self.consumers[k].to_json(snapshot=True) for k in sorted(self.consumers)]
             return d
-        if self.subject:
-            d["subject"] = self.subject
-        if self.reply:
-            d["reply"] = self.reply
+        _add_request(d, self.subject, self.reply)
         if self.restore is not None:
             d["restore_state"] = self.restore
         return d
