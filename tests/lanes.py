@@ -86,6 +86,12 @@ def use_lane(lane_name: str, module_globals: dict):
             swaps.append((mod, "deliver_inbound", inbound))
     swaps.append((route.RouteConn, "send_msg", send))
     swaps.append((route.RouteConn, "proto_rmsg", rmsg))
+    # a JetStream consumer's run of deliveries (rillet.jetstream.consumer.delivery.reference_run_frames or its twin)
+    from rillet.jetstream.consumer import delivery as consumer_delivery
+    frames = consumer_delivery.reference_run_frames
+    if lane_name == "compiled":
+        from rillet._speedups._cjs import run_frames as frames
+    swaps.append((consumer_delivery, "_run_frames", frames))
     saved = []
     for target, key, value in swaps:
         if isinstance(target, dict):

@@ -129,3 +129,117 @@ def ack_reply(prefix, dc, sseq, dseq, ts, pending):
             w += 1
         w = _put(w, <unsigned long long>v[i], nd[i])
     return out
+
+
+# ---- a run of deliveries (rillet.jetstream.consumer.delivery.reference_run_frames) ---------------------------
+
+cdef extern from "Python.h":
+    object PyUnicode_AsEncodedString(object u, const char* encoding, const char* errors)
+
+cdef object _clock = None
+cdef object _pure_run_frames = None
+
+
+cdef inline bytes _utf8(object s):
+    """``s.encode("utf-8", "surrogateescape")`` (an ASCII str: its bytes as they are)."""
+    if type(s) is str and PyUnicode_IS_ASCII(s):
+        return PyBytes_FromStringAndSize(<const char*>PyUnicode_DATA(s), PyUnicode_GET_LENGTH(s))
+    return PyUnicode_AsEncodedString(s, "utf-8", "surrogateescape")
+
+
+def run_frames(c, m, Py_ssize_t budget, acc, r, dsubj, wr, list seqs):
+    """``reference_run_frames`` (see there), compiled: the same calls on the consumer, the store and the
+    account's executor in the same order, the ack reply subject written as bytes in one piece (the pure
+    one's ``ack_reply(...).encode()``), the subject's bytes made once for a run of messages sharing one
+    subject object (as stores keep them)."""
+    global _clock, _pure_run_frames
+    if _clock is None:
+        from rillet.jetstream.consumer import common, delivery
+        _clock = common._clock
+        _pure_run_frames = delivery.reference_run_frames
+    prefix = c.ack_prefix
+    if type(prefix) is not str or not PyUnicode_IS_ASCII(prefix):
+        return _pure_run_frames(c, m, budget, acc, r, dsubj, wr, seqs)
+    ic = c.ic
+    deliver = acc.deliver_result
+    cdef bytes pre = _utf8(prefix)
+    cdef Py_ssize_t prelen = PyBytes_GET_SIZE(pre)
+    maxpb = c.maxpb
+    cdef bint fc = bool(maxpb)
+    dseq = c.dseq
+    ndseq = c._ndseq
+    nd = dseq if dseq >= ndseq else ndseq
+    cdef double expires = wr.expires if wr is not None else 0.0
+    cdef long long v[5]
+    cdef int ndig[5]
+    cdef Py_ssize_t size, k, i, n, sz
+    cdef char* w
+    cdef bytes reply
+    cdef bytes sb = None
+    last_subj = None
+    while True:
+        seq = m.seq
+        c.sseq = seq + 1
+        if not c.npc_dirty:
+            c.npc -= 1
+            npc = c.npc
+            pending = npc if npc > 0 else 0  # (num_pending with a clean count)
+        else:
+            pending = c.num_pending()
+        ts = m.ts
+        if (type(seq) is not int or type(nd) is not int or type(ts) is not int or type(pending) is not int
+                or seq < 0 or nd < 0 or ts < 0 or pending < 0 or seq >= 2**62 or nd >= 2**62 or ts >= 2**62
+                or pending >= 2**62):
+            rs = _pure_ack_reply(prefix, 1, seq, nd, ts, pending)
+            reply = rs.encode()
+            n = len(rs)
+        else:
+            v[0] = 1
+            v[1] = seq
+            v[2] = nd
+            v[3] = ts
+            v[4] = pending
+            size = prelen + 4
+            for i in range(5):
+                ndig[i] = _digits(<unsigned long long>v[i])
+                size += ndig[i]
+            reply = PyBytes_FromStringAndSize(NULL, size)
+            w = PyBytes_AS_STRING(reply)
+            memcpy(w, PyBytes_AS_STRING(pre), prelen)
+            w += prelen
+            for i in range(5):
+                if i:
+                    w[0] = 46  # '.'
+                    w += 1
+                w = _put(w, <unsigned long long>v[i], ndig[i])
+            n = size
+        hdr = m.hdr
+        data = m.data
+        subj = m.subject
+        if subj is not last_subj:
+            sb = _utf8(subj)
+            last_subj = subj
+        sz = len(subj) + n + len(hdr) + len(data)
+        if fc:
+            c.pbytes += sz
+        ic.out_msgs += 1
+        if hdr:
+            ok = deliver(ic, r, sb, reply, len(hdr), hdr + data, dsubj)
+        else:
+            ok = deliver(ic, r, sb, reply, -1, data, dsubj)
+        seqs.append(seq)
+        c._replay_lts = ts
+        nd += 1
+        if not ok:
+            c._failed = True
+            break
+        if fc:
+            if c._need_fc(sz):
+                c._send_fc()
+            if c.pbytes > c.maxpb:
+                break
+        if len(seqs) >= budget or (expires and _clock() >= expires):
+            break
+        m = c._load_next(c.sseq)
+        if m is None:
+            break

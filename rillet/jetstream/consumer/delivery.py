@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from rillet import lane
 from rillet.jetstream import headers as H
 from rillet.jetstream.consumer.state import (C_DELIVERED, C_MAXDELIV, C_UNDELIVERED)
 from rillet.jetstream.log import Entry
@@ -51,7 +52,9 @@ def reference_run_frames(c: Any, m: Any, budget: int, acc: Any, r: Any, dsubj: b
         c.sseq = seq + 1
         if not c.npc_dirty:
             c.npc -= 1
-        pending = c.num_pending()
+            pending = c.npc if c.npc > 0 else 0  # (num_pending with a clean count)
+        else:
+            pending = c.num_pending()
         reply = _ack_reply(prefix, 1, seq, nd, m.ts, pending)
         hdr, data = m.hdr, m.data
         sz = len(m.subject) + len(reply) + len(hdr) + len(data)
@@ -81,7 +84,7 @@ def reference_run_frames(c: Any, m: Any, budget: int, acc: Any, r: Any, dsubj: b
             break
 
 
-_run_frames = reference_run_frames
+_run_frames = lane.run_frames  # (the reference above, or rillet._speedups._cjs.run_frames)
 
 
 class DeliveryMixin:
