@@ -472,14 +472,14 @@ def test_commit_only_appends_are_not_answered_by_streaming_followers():
     assert M.decode(M.encode(M.AppendEntries(1, "a", "b", 5, 1, 0, [], True))).quiet is True
 
 
-def _restart(net, nid, keep_through, recovering=True):
+def _restart(net, nid, keep_through, recovering=True, mark=0):
     """A restart of ``nid`` from a disk holding its entries up to ``keep_through`` (what was fsynced), its term and
     vote, and the commit index it had saved (above the kept entries when it lost committed ones)."""
     old = net.nodes[nid]
     ents = [e for e in old.log if e[0] <= keep_through]
     hs = M.HardState(old.term, old.vote, min(old.commit, keep_through))
     net.nodes[nid] = Node(nid, old.voters, rng=random.Random(7), hard_state=hs, entries=ents,
-                          recovering=recovering, known_commit=old.commit)
+                          recovering=recovering, known_commit=old.commit, known_mark=mark)
     net.applied[nid] = []
     return net.nodes[nid]
 
@@ -544,6 +544,28 @@ def test_power_cut_of_every_member_reports_the_lost_committed_entries():
         assert not n.recovering
         assert n.lost == (5, 6), (n.id, n.lost)  # committed 5 and 6 are nowhere: said, not forked silently
         assert n.status()["lost"] == (5, 6)
+
+
+def test_a_loss_found_carries_the_highest_mark_any_member_saved():
+    """(HardState.mark: a stream's highest sequence saved with the commit) every member that finds the loss learns
+    the highest mark of all, whichever member it was saved on, so that a new leader never reuses what it covered."""
+    net = Net(["n1", "n2", "n3"])
+    net.elect("n1")
+    for k in range(5):
+        net.nodes["n1"].propose(b"v%d" % k)
+    net.pump()
+    net.tick(2)
+    for nid, keep, mark in (("n1", 3, 40), ("n2", 4, 12), ("n3", 2, 7)):
+        _restart(net, nid, keep, mark=mark)
+    net.tick(80)
+    net.tick(5)
+    for n in net.nodes.values():
+        assert n.lost == (5, 6), (n.id, n.lost)
+        assert n.lost_mark == 40, (n.id, n.lost_mark)
+    import msgspec
+    enc = msgspec.msgpack.encode
+    assert msgspec.msgpack.decode(enc(M.HardState(3, "n1", 9, 40)), type=M.HardState) == M.HardState(3, "n1", 9, 40)
+    assert msgspec.msgpack.decode(enc([3, "n1", 9]), type=M.HardState).mark == 0  # (saved before marks)
 
 
 def test_recovering_member_answers_and_is_answered():

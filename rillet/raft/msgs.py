@@ -43,6 +43,9 @@ class HardState(msgspec.Struct, array_like=True, gc=False, frozen=True):
     term: U64
     vote: Optional[str]
     commit: U64
+    # the owner's number saved with the commit (a stream: the highest sequence its entries up to the commit
+    # index stored): after a majority lost committed entries, what the lost range reached
+    mark: U64 = 0
 
 
 class _Msg(msgspec.Struct, array_like=True, gc=False, tag_field="t"):
@@ -132,6 +135,7 @@ class RecoveryState(_Msg, tag=10):
     known_commit: U64
     recovering: bool = False
     voter: bool = True  # (the peer is a voter in its own log's configuration: a candidate it could be)
+    known_mark: U64 = 0  # the highest owner's mark (HardState.mark) the peer saved or was told of
 
 
 Message = Union[VoteRequest, VoteResponse, AppendEntries, AppendResponse, Heartbeat, HeartbeatResponse,

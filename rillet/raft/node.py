@@ -131,13 +131,15 @@ class Node:
                  max_entries_per_msg: int = 512, max_bytes_per_msg: int = 1 << 20, max_inflight: int = 64,
                  hard_state: Optional[HardState] = None, snapshot: Optional[Snapshot] = None,
                  entries: Sequence[tuple] = (), applied: Optional[int] = None, recovering: bool = False,
-                 known_commit: int = 0):
+                 known_commit: int = 0, known_mark: int = 0):
         """``peers``: the bootstrap voter set (all founding members pass the same; a node that will be
         added later passes ``()`` and learns the configuration from the leader). On restart pass what
         the WAL recovered: ``hard_state``, ``snapshot``, ``entries``; ``applied`` is the index the state
         machine already reflects (default: the snapshot index). ``recovering``: the previous run stopped
         uncleanly and the log may lack entries this node acknowledged (see the module's docstring);
-        ``known_commit``: the commit index saved before the stop, when it is beyond the recovered log."""
+        ``known_commit``: the commit index saved before the stop, when it is beyond the recovered log;
+        ``known_mark``: the owner's mark saved with it (``HardState.mark``; the driver raises ``known_mark`` as it
+        saves newer ones). A survey that finds a loss leaves in ``lost_mark`` the highest mark any member knew."""
         if election_tick <= heartbeat_tick:
             raise RaftError("election_tick must be greater than heartbeat_tick")
         self.id = id
@@ -218,6 +220,8 @@ class Node:
         # committed indexes no member holds any more (first, last), once found; ``lost_events`` counts findings
         self.lost: Optional[tuple] = None
         self.lost_events = 0
+        self.known_mark = known_mark
+        self.lost_mark = 0  # the highest owner's mark known when a loss was found (HardState.mark)
         if self.recovering:
             self._query_peers()
 
@@ -240,6 +244,7 @@ class Node:
         best = mine
         max_last = self.last_index()
         max_known = max(self.known_commit, self.commit)
+        max_mark = self.known_mark
         recovering = 1 if self.id in self.voters else 0
         for p in self.voters:
             a = self.survey.get(p)
@@ -253,11 +258,14 @@ class Node:
                 max_last = a[1]
             if a[2] > max_known:
                 max_known = a[2]
+            if a[5] > max_mark:
+                max_mark = a[5]
             if a[4]:
                 recovering += 1
         # (a loss takes a majority that lost data, each of them back from an unclean stop and recovering; with
         # fewer, the answers only look short because some were given before a commit others already knew of)
         if max_known > max_last and recovering >= self.quorum:
+            self.lost_mark = max(self.lost_mark, max_mark)
             self._found_lost(max_last + 1, max_known)
         if best <= mine:
             self._leave_recovery("survey")
@@ -297,6 +305,7 @@ class Node:
             if e[0] > kc:
                 break
             if e[1] > bt:
+                self.lost_mark = max(self.lost_mark, self.known_mark)
                 self._found_lost(e[0], kc)
                 break
 
@@ -309,12 +318,12 @@ class Node:
             pr.become_probe(pr.next)
         self.msgs.append(RecoveryState(self.term, self.id, m.frm, self.last_index(), self.last_term(), self.commit,
                                        max(self.known_commit, self.commit), self.recovering,
-                                       self.id in self.voters))
+                                       self.id in self.voters, self.known_mark))
 
     def _handle_recovery_state(self, m: RecoveryState) -> None:
         if not self.recovering or m.frm not in self.voters:
             return
-        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter, m.recovering)
+        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter, m.recovering, m.known_mark)
         if all(p in self.survey for p in self.voters if p != self.id):
             self._survey_done()
 

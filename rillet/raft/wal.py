@@ -250,7 +250,7 @@ class WAL:
         last = entries[-1][0] if entries else self.snap_index
         stored_commit = hs.commit if hs is not None else 0
         if hs is not None and hs.commit > last:
-            hs = HardState(hs.term, hs.vote, last)  # entries not synced when the commit was written were lost
+            hs = HardState(hs.term, hs.vote, last, hs.mark)  # entries not synced when the commit was written were lost
         return Recovered(hs, snap, entries, truncated, stored_commit)
 
     @staticmethod

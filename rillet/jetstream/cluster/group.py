@@ -278,6 +278,9 @@ class RaftGroup:
         self._lost_events = 0  # the node's lost_events already reported
         self._recoveries = 0  # the node's recoveries already logged
         self.unclean_start = False  # this run started from a WAL left by an unclean stop
+        # set by the owner: its number saved with each commit index (HardState.mark; a stream's highest sequence),
+        # what a loss found later reached (``node.lost_mark``)
+        self.mark: Optional[Callable[[], int]] = None
         # set by the owner: whether commit-only appends may be held (COMMIT_NOTICE_EVERY) right now
         self.lazy_commits: Optional[Callable[[], bool]] = None
         # set by the owner: called with True before the committed entries of one Ready are applied and with
@@ -323,7 +326,8 @@ class RaftGroup:
         hs = rec.hard_state
         self.node = Node(self.id, founding, rng=random.Random(), election_tick=self.election_ticks,
                          heartbeat_tick=self.heartbeat_ticks, hard_state=hs, snapshot=rec.snapshot,
-                         entries=rec.entries, recovering=recovering, known_commit=rec.stored_commit)
+                         entries=rec.entries, recovering=recovering, known_commit=rec.stored_commit,
+                         known_mark=hs.mark if hs is not None else 0)
         if recovering:
             n = self.node
             short = f", {n.tail_lost} committed entries missing from it" if n.tail_lost else ""
@@ -391,7 +395,8 @@ class RaftGroup:
                 if not delete and self.node is not None:
                     n = self.node
                     if (n.term, n.vote, n.commit) != self._hs_saved:
-                        self.wal.save_hard_state(M.HardState(n.term, n.vote, min(n.commit, n.stable)))
+                        self.wal.save_hard_state(M.HardState(n.term, n.vote, min(n.commit, n.stable),
+                                                             self._mark_now()))
                 self.wal.close()
                 if not delete and not self.memory and not self.write_error:
                     with open(os.path.join(self.dir, CLEAN_MARKER), "wb") as f:
@@ -795,9 +800,18 @@ class RaftGroup:
             return False
         return True
 
+    def _mark_now(self) -> int:
+        n = self.node
+        mark = n.known_mark if n is not None else 0
+        if self.mark is not None:
+            mark = max(mark, self.mark())
+            if n is not None:
+                n.known_mark = mark
+        return mark
+
     def _save_hs(self, term: int, vote: Optional[str], commit: int) -> None:
         try:
-            self.wal.save_hard_state(M.HardState(term, vote, commit))
+            self.wal.save_hard_state(M.HardState(term, vote, commit, self._mark_now()))
         except OSError as e:
             self._write_failed(e)
             return

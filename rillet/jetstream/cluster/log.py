@@ -49,7 +49,10 @@ FAST_MSG = 41
 # (snapshot,): the leader's store in its snapshot form, proposed before the first membership change after the
 # group ran solo (entries applied without the log, see RaftLog.solo): a replica catches up to it as to RESTORED.
 SYNCED = 42
-CLUSTER_OPS = frozenset((RESTORED, FAST_MSG, SYNCED))
+# (report,): a majority of the group lost committed entries (rillet.jetstream.cluster.lossreport, msgpack): each
+# replica records the report and skips the stream's sequences to the report's ``seq_mark``
+LOST = 43
+CLUSTER_OPS = frozenset((RESTORED, FAST_MSG, SYNCED, LOST))
 
 
 class FastNote:

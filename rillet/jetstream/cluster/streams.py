@@ -57,7 +57,8 @@ from rillet.jetstream.cluster import monitor
 from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream import fastbatch
-from rillet.jetstream.cluster.log import RESTORED, SYNCED, FastNote, RaftLog
+from rillet.jetstream.cluster import lossreport
+from rillet.jetstream.cluster.log import LOST, RESTORED, SYNCED, FastNote, RaftLog
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
@@ -117,7 +118,15 @@ class StreamReplica:
         self.log.bind(self.group)
         self.group.on_quorum_lost = self._quorum_lost
         self.group.on_data_lost = self._data_lost
-        self.data_lost: dict | None = None  # committed entries found gone from every member (cluster info "lost")
+        self.group.mark = self._mark
+        # committed entries found gone from every member (cluster info "lost"), kept in the group's directory
+        self.data_lost: dict | None = None if self.group.memory else lossreport.load(self.group.dir)
+        self._lost_proposing = False
+        self._lost_advised = False  # (this process sent the advisory of the report loaded at the start)
+        if self.data_lost is not None:
+            js.log.error(f"JetStream cluster stream '{jsa.account.name} > {cfg.name}' lost committed RAFT entries "
+                         f"{self.data_lost['raft_first']}..{self.data_lost['raft_last']} (reported before the "
+                         f"restart, {self.data_lost.get('detected', '')})")
         self.group.lazy_commits = self._lazy_commits
         self.group.apply_batch = self._apply_batch
         self._gathering: Any = None  # the store gathering the appends of the entries being applied
@@ -176,7 +185,7 @@ class StreamReplica:
             return True
         store = self.stream.store
         op = entry.op
-        if op == RESTORED or op == SYNCED:
+        if op == RESTORED or op == SYNCED or op == LOST:
             return True  # (idempotent: a replica already at the restored state only checks it)
         last = store.last_seq
         if op == Entry.MSG:
@@ -239,6 +248,10 @@ class StreamReplica:
                 self.restored = True
             self.restore(entry.args[0])  # (a follower catches up to the leader's store; the leader has it)
             return None
+        if entry.op == LOST:
+            self._end_gather()
+            self._apply_lost(_dec.decode(entry.args[0]))
+            return None
         st.no_gather()  # (an entry of the group's log: never gathered by a solo R1's write-behind)
         try:
             res = st.apply(entry)
@@ -298,10 +311,15 @@ class StreamReplica:
             else:
                 if self.fast_records:  # fast batches carried on from the previous leader (as nats-server)
                     fastbatch.adopt(st, self.fast_records, self.cs.js.loop.time())
-                self._feed()
+                if lossreport.pending(self.data_lost):
+                    self._propose_lost(feed=True)  # (no publish before the lost sequences are skipped)
+                else:
+                    self._feed()
             self._sync_sub = self.jsa.ic.subscribe(self.sync_subject, self._on_sync)
             self.solo_check()
             self._advisory(True)
+            if self.data_lost is not None and not self._lost_advised:
+                self._lost_advisory()  # (again after a restart: the loss is still there)
             if st.cfg.retention != "limits":
                 self.retention_sweep()
             self.cs.reconcile_soon()
@@ -518,20 +536,46 @@ class StreamReplica:
                          lambda acc: monitor.stream_quorum_lost_advisory(
                              acc, self.name, self._peer_states(), time.time_ns(), self.cs.js.domain or ""))
 
+    def _mark(self) -> int:
+        """(RaftGroup.mark) The highest sequence this replica stored or (leader) proposed, saved with the commit."""
+        st = self.stream
+        return max(st.store.last_seq, st.proposed_last_seq(), self.replay_seq)
+
     def _data_lost(self, first: int, last: int) -> None:
         """(RaftGroup.on_data_lost) Committed entries of the stream's group are gone from every member (a majority
         lost data that was not yet synced): never silent. Logged, the ``stream_data_lost`` advisory (Rillet's own,
         in nats-server's advisory style), ``cluster.lost`` in stream info and an unhealthy /healthz for the
-        stream, for the life of this process."""
+        stream; the report is kept on disk (lossreport) and the leader proposes it (LOST) so that every replica
+        records it and skips the sequences the lost entries may have used (none is given again)."""
         from rillet.gocompat.gotime import format_time
         now = time.time_ns()
         srv = self.cs.server
-        self.data_lost = {"raft_first": first, "raft_last": last, "entries": last - first + 1,
-                          "detected": format_time(now), "server": srv.name}
+        node = self.group.node
+        mark = max(node.lost_mark if node is not None else 0, self.stream.store.last_seq)
+        found = {"raft_first": first, "raft_last": last, "detected": format_time(now), "server": srv.name,
+                 "seq_mark": mark}
+        self.data_lost = lossreport.merge(self.data_lost, found)
+        self._save_lost()
         self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost "
                              f"{last - first + 1} committed RAFT entries ({first}..{last}): acknowledged messages "
-                             f"or operations may be missing")
-        info = dict(self.data_lost)
+                             f"or operations may be missing (sequences up to {mark} are not given again)")
+        self._lost_advisory()
+        if self.log.is_leader and lossreport.pending(self.data_lost):
+            self._propose_lost(feed=False)
+
+    def _save_lost(self) -> None:
+        if self.group.memory or self.data_lost is None:
+            return
+        try:
+            lossreport.save(self.group.dir, self.data_lost)
+        except OSError as e:
+            self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': saving the "
+                                 f"loss report failed: {e}")
+
+    def _lost_advisory(self) -> None:
+        self._lost_advised = True
+        now = time.time_ns()
+        info = dict(self.data_lost or {})
 
         def build(acc: str) -> tuple[str, dict]:
             d = monitor._adv("stream_data_lost", now)
@@ -543,6 +587,46 @@ class StreamReplica:
                 d["domain"] = dom
             return f"{monitor.ADV}.STREAM.DATA_LOST.{self.name}", d
         send_advisory(self.cs, self.jsa, build)
+
+    def _propose_lost(self, feed: bool) -> None:
+        """(leader) Propose the loss report (LOST); with ``feed`` the stream takes publishes once it applied."""
+        if self._lost_proposing:
+            return
+        self._lost_proposing = True
+
+        def done(_: Any, res: Any, err: BaseException | None) -> None:
+            self._lost_proposing = False
+            if err is not None and not isinstance(err, NotLeader):
+                self.cs.js.log.error(f"JetStream cluster: stream '{self.jsa.account.name} > {self.name}': "
+                                     f"proposing the loss report failed: {err}")
+            if feed and self.leader and not self.closed and self.log.is_leader:
+                self._feed()
+        self.log.propose(Entry(LOST, (_enc.encode(self.data_lost),)), done)
+
+    def _apply_lost(self, report: dict) -> None:
+        """(LOST, every replica) Record the report and skip the sequences up to its mark: a message stored after
+        this entry never takes a sequence that may have been acknowledged before the loss."""
+        store = self.stream.store
+        mark = int(report.get("seq_mark", 0))
+        last = store.last_seq
+        before = self.data_lost
+        applied = {"raft_first": report["raft_first"], "raft_last": report["raft_last"]}
+        if mark > last or before is None or before.get("seq_last", -1) < mark:
+            applied.update(seq_first=last + 1, seq_last=max(mark, last))  # (else: a replay of the entry)
+        if mark > last:
+            store.skip_msgs(last + 1, mark - last)
+            self.replay_seq = max(self.replay_seq, mark)
+        rep = lossreport.merge(before, dict(report))
+        rep = lossreport.merge(rep, applied)
+        if "seq_first" in (before or {}):
+            rep["seq_first"] = before["seq_first"]  # (a replay of the entry: the range it skipped the first time)
+            rep["msgs"] = max(0, rep["seq_last"] - rep["seq_first"] + 1)
+        if rep != before:
+            self.data_lost = rep
+            self._save_lost()
+            if mark > last:
+                self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': sequences "
+                                    f"{last + 1}..{mark} skipped (lost with committed entries)")
 
     # ---- consumers ----------------------------------------------------------------------------------
 

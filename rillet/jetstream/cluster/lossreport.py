@@ -1,0 +1,80 @@
+"""A replicated stream's (or consumer's) report of committed entries its RAFT group lost, kept on disk.
+
+When a majority of a group's members came back from an unclean stop short of entries that had been committed
+(a power cut with a lazy ``sync_interval``), nothing can bring those entries back (rillet.raft.node: ``lost``).
+The report of that loss is written to ``lost.json`` in the group's directory (beside its WAL; atomically,
+fsynced), read again when the replica starts, and shown the same way after a restart: stream info's
+``cluster.lost``, /healthz, the ``STREAM.DATA_LOST`` advisory the leader sends again. It goes when the stream or
+consumer is deleted (with the group's directory).
+
+Fields (JSON): ``raft_first``/``raft_last``/``entries`` the lost RAFT indexes, ``detected`` (RFC 3339) and
+``server`` (who found it first); for a stream also ``seq_mark``, the highest stream sequence a member had saved
+with its commit index before the loss (what the lost entries may have reached), and once the stream leader's
+LOST entry was applied, ``seq_first``/``seq_last``: the stream sequences skipped so that none that may have been
+acknowledged is given to a new message (``msgs`` of them).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+from rillet.durable import fsync_dir
+
+FILE = "lost.json"
+
+
+def load(dirpath: str) -> Optional[dict]:
+    """The report saved in ``dirpath``, or None. A file that cannot be read as a report raises ValueError."""
+    path = os.path.join(dirpath, FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        d = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{path}: not a loss report: {e}") from None
+    if not isinstance(d, dict) or not isinstance(d.get("raft_first"), int) or not isinstance(d.get("raft_last"), int):
+        raise ValueError(f"{path}: not a loss report")
+    return d
+
+
+def save(dirpath: str, report: dict) -> None:
+    """Write ``report`` durably (temporary file fsynced, renamed, directory fsynced)."""
+    os.makedirs(dirpath, exist_ok=True)
+    path = os.path.join(dirpath, FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(json.dumps(report, sort_keys=True).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(dirpath)
+
+
+def merge(old: Optional[dict], new: dict) -> dict:
+    """One report covering both (the union of the RAFT ranges, the highest marks, the first detection)."""
+    if old is None:
+        out = dict(new)
+    else:
+        out = dict(old)
+        out["raft_first"] = min(old["raft_first"], new["raft_first"])
+        out["raft_last"] = max(old["raft_last"], new["raft_last"])
+        for k in ("seq_mark", "seq_last"):
+            if k in new:
+                out[k] = max(old.get(k, 0), new[k])
+        if "seq_first" in new:
+            out["seq_first"] = min(old.get("seq_first", new["seq_first"]), new["seq_first"])
+    out["entries"] = out["raft_last"] - out["raft_first"] + 1
+    if "seq_first" in out and "seq_last" in out:
+        out["msgs"] = max(0, out["seq_last"] - out["seq_first"] + 1)
+    return out
+
+
+def pending(report: Optional[dict]) -> bool:
+    """The report names sequences the stream has not skipped yet (no LOST entry covering them applied)."""
+    if report is None:
+        return False
+    return "seq_last" not in report or report["seq_last"] < report.get("seq_mark", 0)
