@@ -342,6 +342,39 @@ class StoreMachine(RuleBasedStateMachine):
             lps = {m.msgs[s][0] for s in later}
             assert self.store.num_pending(start, f, True)[0] == len(lps)
 
+    @invariant()
+    def same_shared_queries(self) -> None:
+        # the queries both stores take from rillet/jetstream/store/_query.py that same_state does not ask
+        if not hasattr(self, "store"):
+            return
+        m = self.model
+        start = m.first + (m.last - m.first) // 2
+        subjects = {s for s, *_ in m.msgs.values()}
+        for subj in SUBJECTS:
+            seqs = m.subj_seqs(subj)
+            assert self.store.last_seq_for_subject(subj) == (seqs[-1] if seqs else 0)
+        for f in FILTERS:
+            ms = m.matching(f)
+            assert self.store.subjects_totals(f) == {subj: len(m.subj_seqs(subj)) for subj in subjects
+                                                      if match_literal(subj, f)}
+            upto = [s for s in ms if s <= start]
+            prev = self.store.load_prev_msg(start, f)
+            assert (prev.seq if prev else 0) == (upto[-1] if upto and start >= m.first else 0)
+            lasts = sorted({m.msgs[s][0]: s for s in upto}.values())
+            assert self.store.multi_last_seqs([f], start) == lasts
+        pair = ["c.*", "a"]
+        both = sorted(set(m.matching(pair[0])) | set(m.matching(pair[1])))
+        later = [s for s in both if s >= start]
+        nxt = self.store.load_next_msg_multi(pair, start)
+        assert (nxt.seq if nxt else 0) == (later[0] if later else 0)
+        assert self.store.num_pending_multi(start, pair)[0] == len(later)
+        assert self.store.num_pending_multi(start, pair, True)[0] == len({m.msgs[s][0] for s in later})
+        live = sorted(m.msgs)
+        for s in live[:: max(1, len(live) // 4)]:
+            ts = m.ts[s][0]
+            assert self.store.get_seq_from_time(ts) == min(q for q in live if m.ts[q][0] >= ts)
+        assert self.store.get_seq_from_time(self.clock + 1) == m.last + 1
+
 
 class FileStoreMachine(StoreMachine):
     kind = "file"
