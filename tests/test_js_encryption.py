@@ -314,7 +314,10 @@ async def test_config_and_consumer_files_hide_names_as_nats_server_does(tmp_path
     async with serve_config(conf(rstore, key="k-1")) as srv:
         await make_named(url(srv))
     assert contents_naming(rstore) == {}
-    assert any(f.endswith("meta.key") for f in files_under(rstore))
+    files = files_under(rstore)
+    assert any(f.endswith("meta.key") for f in files)
+    slots = [b for f, b in files.items() if os.path.basename(f) in ("state", "state.1") and "consumers" in f]
+    assert slots and all(b.startswith(b"RILCNS03") for b in slots)  # the consumer's state sealed, as o.dat
     async with serve_config(conf(rstore, key="k-1")) as srv:
         assert await consumer_floor(url(srv)) == 3
     # without encryption the same files do name them (the test sees plaintext where there is some)
