@@ -57,7 +57,7 @@ def _port(srv: Any) -> int:
     return int(srv.client_url.rsplit(":", 1)[1])
 
 
-def staple_of(port: int, ca_file: str, nats_info: bool = True) -> bytes | None:
+def staple_of(port: int, ca_file: str, nats_info: bool = True, max_version: int | None = None) -> bytes | None:
     """The stapled OCSP response a TLS client that asks for one gets (None: none was stapled)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     try:
@@ -68,6 +68,8 @@ def staple_of(port: int, ca_file: str, nats_info: bool = True) -> bytes | None:
         ctx = SSL.Context(SSL.TLS_CLIENT_METHOD)
         ctx.load_verify_locations(ca_file)
         ctx.set_verify(SSL.VERIFY_PEER, lambda *a: bool(a[-1]))
+        if max_version is not None:
+            ctx.set_max_proto_version(max_version)
 
         def cb(_conn: Any, data: bytes, _x: Any) -> bool:
             got["staple"] = data
@@ -279,6 +281,27 @@ async def test_out_of_date_staple_fails_the_handshake(pki):
                 await asyncio.sleep(0.1)
         assert raw is not None and _status(raw) == "good"
         assert mon.status.next_update > mon.status.this_update
+
+
+async def test_tls12_client_min_version_and_a_probe(pki):
+    """A TLS 1.2 client gets the staple too (CertificateStatus message); ``min_version: "1.3"`` refuses it;
+    a client that does not speak TLS is dropped and the server goes on."""
+    loop = asyncio.get_running_loop()
+    async with rillet_server(_conf(pki, "st-good", "always")) as srv:
+        raw = await loop.run_in_executor(None, staple_of, _port(srv), pki.ca_file, True, SSL.TLS1_2_VERSION)
+        assert raw is not None and _status(raw) == "good"
+        r, w = await asyncio.open_connection("127.0.0.1", _port(srv))
+        await r.readline()  # INFO
+        w.write(b"GET / HTTP/1.0\r\n\r\n" * 20)
+        await w.drain()
+        assert await asyncio.wait_for(r.read(), 5) is not None  # closed by the server
+        w.close()
+        assert await _nats_ok(srv, pki)
+    text = _conf(pki, "st-good", "always").replace("timeout: 3", 'timeout: 3, min_version: "1.3"')
+    async with rillet_server(text) as srv:
+        with pytest.raises(SSL.Error):
+            await loop.run_in_executor(None, staple_of, _port(srv), pki.ca_file, True, SSL.TLS1_2_VERSION)
+        assert _status(await _staple(_port(srv), pki)) == "good"
 
 
 async def test_websocket_staples(pki):
