@@ -2,11 +2,12 @@
 
 Directory layout (``<dir>`` is what the caller passes, one per stream)::
 
-    <dir>/meta.json                 format version and the stream name (informational)
+    <dir>/meta.json                 format version and the stream name (informational; no name when encrypted)
     <dir>/state.log                 sequence state: first/last markers and tombstones
     <dir>/msgs/0000000001.blk ...   message blocks, in sequence order
     <dir>/msgs/0000000001.idx ...   their indexes (see _fsindex; a cache, checked against the block)
     <dir>/consumers/<name>/state    consumer states: two slots, state and state.1, written in turn in place
+                                    (with a key: sealed, and a ``key`` record beside them; see _fsconsumer)
 
 Block file: the 8-byte magic ``RILBLK01`` then records, each::
 
