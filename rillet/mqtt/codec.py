@@ -521,7 +521,7 @@ class Decoder:
             raise MalformedPacket(f"received unknown packet type {pt}")
         if pt == PUBLISH:
             if (flags >> 1) & 3 == 3:
-                raise MalformedPacket(f"QoS=3 is invalid in MQTT")
+                raise MalformedPacket("QoS=3 is invalid in MQTT")
         elif flags != _FIXED_FLAGS[pt]:
             raise MalformedPacket(f"invalid fixed header flags {flags:x} for packet type {first & 0xF0:x}")
         if self.version < 5 or pt in (PINGREQ, PINGRESP):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from typing import Any
 
 from rillet.config.mqtt_section import validate_mqtt

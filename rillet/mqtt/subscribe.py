@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import time
+from functools import partial
 from typing import Any
 
 from . import codec as C
@@ -169,13 +170,8 @@ class SubscribeMixin:
         from rillet.server.client import Subscription
         self._sidn += 1
         sid = str(self._sidn).encode()
-        if owner is not None:
-            def icb(sub: Any, c: Any, subj: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
-                cb(owner, c, subj, reply, hdr, msg)
-        else:
-            def icb(sub: Any, c: Any, subj: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
-                cb(None, c, subj, reply, hdr, msg)
-        sub = Subscription(self, subject, queue, sid, icb=icb)
+        # the delivery calls cb(sub, client, subject, reply, hdr, msg); with an owner (an _Sub) cb(owner, sub, ...)
+        sub = Subscription(self, subject, queue, sid, icb=cb if owner is None else partial(cb, owner))
         self.subs[sid] = sub
         self.account.add_sub(sub)
         return sub
@@ -222,10 +218,10 @@ class SubscribeMixin:
 
     # ---- deliveries to the client ------------------------------------------------------------------------------
 
-    def _on_msg(self, s: _Sub | None, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+    def _on_msg(self, s: _Sub, _ns: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         """A message on a subscription's NATS subject: sent at QoS 0 unless it is a QoS 1/2 MQTT message for a
         QoS 1/2 subscription (that one comes from the subscription's consumer)."""
-        if s is None or self.closed or not self.connected:
+        if self.closed or not self.connected:
             return
         if reply and reply.startswith(b"$JS.ACK."):
             return
@@ -257,7 +253,15 @@ class SubscribeMixin:
                 return
             self.out_msgs += 1
             self.out_bytes += len(payload)
-            self.send(head + tf + payload)
+            out = self.out
+            out += head
+            out += tf
+            out += payload
+            if not self.flush_pending:
+                self.flush_pending = True
+                srv = self.server
+                srv.pending_flush.append(self)
+                srv.schedule_flush()
             return
         self._on_msg_slow(s, c, subject, reply, hdr, msg)
 
@@ -306,7 +310,8 @@ class SubscribeMixin:
             props["subscription_identifier"] = [s.sid]
         return props
 
-    def _on_js_msg(self, s: _Sub | None, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+    def _on_js_msg(self, s: _Sub, _ns: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                   msg: bytes) -> None:
         """A QoS 1/2 message from the subscription's consumer (``$MQTT.msgs.<subject>``)."""
         sess = self.sess
         if s is None or sess is None or self.closed or not reply or not self.connected:
