@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import random
+from time import time_ns  # (stream.now_ns, without the call between)
 from typing import TYPE_CHECKING, Any
 
 from rillet.gocompat.gotime import format_time
@@ -89,7 +90,8 @@ class AckMixin:
                     self._sample(sseq, p[0], dc, p[1])
                 if self.maxp and len(self.pending) >= self.maxp:
                     need_kick = True
-            self._remove_rdq(sseq)
+            if self.rdqi:
+                self._remove_rdq(sseq)
         elif pol == "all" or pol == "flow_control":
             if dseq <= self.adflr or sseq <= self.asflr:
                 return True
@@ -105,8 +107,9 @@ class AckMixin:
         if need_kick or self.retention != "limits":
             self.clog.propose(Entry(C_ACK, (sseq, dseq, now_ns(), self.sseq), need_kick), self._c_done_cb)
         else:
-            self.clog.propose(Entry(C_ACK, (sseq, dseq, now_ns(), self.sseq)))
-            self._mark_dirty()
+            self.clog.propose(Entry(C_ACK, (sseq, dseq, time_ns(), self.sseq)))
+            if self.persist is not None:
+                self._mark_dirty()
         if self.dthresh_s and not self.is_push and self._delete_timer is None:
             self._arm_delete(self.dthresh_s)
         return True
