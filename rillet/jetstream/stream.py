@@ -325,7 +325,7 @@ class Stream(ReplyMixin):
             ttl = 0
             msg_id = ""
             incr = None
-            if hdr:
+            if hdr and b"\r\nNats-" in hdr:  # (every header checked below is a Nats-* one)
                 if b"Nats-Request-Info:" in hdr:  # client info a service import added: not stored (nats-server)
                     hdr = H.remove_headers(hdr, {"Nats-Request-Info"})
                 if b"Nats-Incr" in hdr:  # a counter increment: checked before anything else (nats-server)
