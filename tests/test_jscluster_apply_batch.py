@@ -1,4 +1,5 @@
-"""A replicated file stream writes the store appends of the entries one Ready commits together (StreamReplica.
+"""A replicated stream proposes a loop pass's messages in one RAFT entry (RaftLog MULTI), and a replicated file
+stream writes the store appends of the entries one Ready commits together (StreamReplica.
 _apply_batch: FileStore.write_behind around the batch), not one write per message; a failed gathered write on a
 replica takes those messages back and stops that replica's group (its store is behind its log), while the other
 two go on."""
@@ -45,8 +46,11 @@ async def test_applied_appends_are_written_together_and_a_failed_write_stops_the
                 await js.publish("s.x", b"first")
                 await until(lambda: all(r.stream.store.state().msgs == 1 for r in reps), what="replicated")
                 writes.clear()
+                before = lead.group.node.last_index()
                 futs = [await js.publish_async("s.x", b"m%d" % i) for i in range(300)]
                 acks = await asyncio.gather(*futs)
+                # the messages a pass proposed went in one RAFT entry each pass (RaftLog MULTI)
+                assert lead.group.node.last_index() - before < 150, lead.group.node.last_index() - before
                 assert sorted(a.seq for a in acks) == list(range(2, 302))
                 await until(lambda: all(r.stream.store.state().msgs == 301 for r in reps), what="all 301 everywhere")
                 assert len(set(states(reps))) == 1

@@ -4,10 +4,11 @@ pending index fails it with NotLeader, leadership loss fails everything pending,
 held applies during catch-up. The group here is a small in-memory fake (test only)."""
 from __future__ import annotations
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rillet.jetstream.cluster.log import EntryDecodeError, RaftLog, decode_entry, encode_entry
+from rillet.jetstream.cluster.log import MULTI, EntryDecodeError, RaftLog, decode_entry, encode_entry
 from rillet.jetstream.log import Entry, NotLeader
 from rillet.jetstream.store.base import StoreConfig
 
@@ -91,8 +92,18 @@ class FakeGroup:
         self.term = 1
         self.next = 1
         self.props: list[tuple[int, bytes]] = []
+        self.waiting: list = []
 
-    def propose(self, data: bytes) -> tuple[int, int]:
+    def proposal_waiting(self, fn) -> None:
+        self.waiting.append(fn)
+
+    def take(self) -> None:
+        """What RaftGroup does right before its Ready: the logs hand over the proposals they hold."""
+        w, self.waiting = self.waiting, []
+        for fn in w:
+            fn()
+
+    def propose_now(self, data: bytes) -> tuple[int, int]:
         if not self.is_leader:
             raise NotLeader()
         i = self.next
@@ -101,6 +112,7 @@ class FakeGroup:
         return i, self.term
 
     def commit_all(self) -> None:
+        self.take()
         props, self.props = self.props, []
         for i, d in props:
             self.rl.group_apply(i, d)
@@ -136,7 +148,9 @@ def test_completion_after_apply_in_order():
     rl.propose(Entry(Entry.DELETE, (1, True, 5), ctx="x"), cb)
     rl.propose(Entry(Entry.DELETE, (666, True, 5)), cb)
     rl.propose(Entry(Entry.DELETE, (2, True, 5)), cb)
-    assert done == [] and rl.pending == 3 and rl.index == 3
+    assert done == [] and rl.pending == 3 and rl.index == 0 and g.props == []
+    g.take()  # (the three proposals of the pass: one RAFT entry)
+    assert rl.index == 1 and len(g.props) == 1 and g.props[0][1][0] == MULTI
     g.commit_all()
     assert done == [((1, True, 5), 1, None), ((666, True, 5), None, "ValueError"), ((2, True, 5), 2, None)]
     assert rl.pending == 0
@@ -145,7 +159,9 @@ def test_completion_after_apply_in_order():
 def test_other_entry_at_pending_index_fails_with_not_leader():
     rl, g, applied, done, _, cb = _mk()
     rl.propose(Entry(Entry.DELETE, (1, True, 5)), cb)
+    g.take()
     rl.propose(Entry(Entry.DELETE, (2, True, 5)), cb)
+    g.take()
     g.props = []
     # a new leader's entries took indexes 1 and 2 (without this node noticing the loss yet)
     rl.group_apply(1, encode_entry(Entry(Entry.DELETE, (9, False, 7))))
@@ -153,6 +169,40 @@ def test_other_entry_at_pending_index_fails_with_not_leader():
     assert applied == [(Entry.DELETE, (9, False, 7))]  # applied as a follower's entry
     rl.group_apply(2, encode_entry(Entry(Entry.DELETE, (2, True, 5))))  # same bytes: it is ours
     assert done[-1] == ((2, True, 5), 2, None)
+
+
+def test_multi_entry_applies_each_and_matches_each_completion():
+    rl, g, applied, done, _, cb = _mk()
+    for i in (1, 2, 3):
+        rl.propose(Entry(Entry.DELETE, (i, True, 5)), cb)
+    g.take()
+    (index, data), = g.props
+    g.props = []
+    # another leader's MULTI at that index with our first two entries' bytes and another: the first two are ours,
+    # the third fails (NotLeader) and theirs is applied as a follower's
+    theirs = bytes((MULTI,)) + msgspec.msgpack.encode([encode_entry(Entry(Entry.DELETE, (i, True, 5))) for i in (1, 2)]
+                                                      + [encode_entry(Entry(Entry.DELETE, (9, True, 5)))])
+    rl.group_apply(index, theirs)
+    assert applied == [(Entry.DELETE, (1, True, 5)), (Entry.DELETE, (2, True, 5)), (Entry.DELETE, (9, True, 5))]
+    assert done == [((1, True, 5), 1, None), ((2, True, 5), 2, None), ((3, True, 5), None, "NotLeader")]
+    assert rl.pending == 0
+    # a follower applies a MULTI of consumer and stream entries, in order
+    ca = []
+    rl.sublog("C1", lambda e: ca.append(e.args))
+    rl.group_apply(index + 1, bytes((MULTI,)) + msgspec.msgpack.encode(
+        [encode_entry(Entry(Entry.C_ACK, (5, 3, 100, 6)), "C1"), encode_entry(Entry(Entry.EXPIRE, (4,)))]))
+    assert ca == [(5, 3, 100, 6)] and applied[-1] == (Entry.EXPIRE, (4,))
+    rl.group_apply(index + 2, bytes((MULTI,)) + b"\xc1")
+    assert rl.decode_errors == 1
+
+
+def test_a_refused_batch_fails_each_in_order():
+    rl, g, applied, done, _, cb = _mk()
+    rl.propose(Entry(Entry.DELETE, (1, True, 5)), cb)
+    rl.propose(Entry(Entry.DELETE, (2, True, 5)), cb)
+    g.is_leader = False  # (the node stepped down before the group took the proposals)
+    g.take()
+    assert done == [((1, True, 5), None, "NotLeader"), ((2, True, 5), None, "NotLeader")] and rl.pending == 0
 
 
 def test_leadership_loss_fails_pending_then_tells_owner():
@@ -225,7 +275,9 @@ def test_when_drained_runs_after_the_last_proposal_applied():
     rl.when_drained(lambda: calls.append("now"))  # nothing in flight: at once
     assert calls == ["now"]
     rl.propose(Entry(Entry.DELETE, (1, True, 5)), cb)
+    g.take()
     rl.propose(Entry(Entry.DELETE, (2, True, 5)), cb)
+    g.take()
     rl.when_drained(lambda: calls.append(("drained", len(done), rl.pending)))
     props, g.props = g.props, []
     rl.group_apply(*props[0])
@@ -237,6 +289,7 @@ def test_when_drained_runs_after_the_last_proposal_applied():
     assert len(calls) == 2
     # a leadership loss fails the proposals and forgets the waiter
     rl.propose(Entry(Entry.DELETE, (4, True, 5)), cb)
+    g.take()
     rl.when_drained(lambda: calls.append("lost"))
     g.lose()
     rl.group_apply(*g.props[0])

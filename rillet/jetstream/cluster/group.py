@@ -281,11 +281,17 @@ class RaftGroup:
         # set by the owner: its number saved with each commit index (HardState.mark; a stream's highest sequence),
         # what a loss found later reached (``node.lost_mark``)
         self.mark: Optional[Callable[[], int]] = None
+        # set by the owner: called with the highest mark the members had saved when this member leaves the recovery
+        # after a majority came back from an unclean stop (node.lost_mark: numbers up to it may have been used)
+        self.on_mark_floor: Optional[Callable[[int], None]] = None
         # set by the owner: whether commit-only appends may be held (COMMIT_NOTICE_EVERY) right now
         self.lazy_commits: Optional[Callable[[], bool]] = None
         # set by the owner: called with True before the committed entries of one Ready are applied and with
         # False after them (a stream gathers their store appends into one write in between)
         self.apply_batch: Optional[Callable[[bool], None]] = None
+        # owners' proposals gathered during the loop turn, handed to the node right before its Ready (RaftLog:
+        # the entries proposed in one pass go in one RAFT entry): called once each from _process
+        self._proposers: list[Callable[[], None]] = []
         self._held_commits: Optional[dict[str, Any]] = None  # peer -> commit-only append held (COMMIT_NOTICE_EVERY)
         self._notice_at = -1.0  # loop time the last commit-only append left
         self._notice_timer: Optional[asyncio.TimerHandle] = None
@@ -328,6 +334,7 @@ class RaftGroup:
                          heartbeat_tick=self.heartbeat_ticks, hard_state=hs, snapshot=rec.snapshot,
                          entries=rec.entries, recovering=recovering, known_commit=rec.stored_commit,
                          known_mark=hs.mark if hs is not None else 0)
+        self._mark_now()  # (a store synced further than the log: what a survey is told includes it)
         if recovering:
             n = self.node
             short = f", {n.tail_lost} committed entries missing from it" if n.tail_lost else ""
@@ -482,6 +489,30 @@ class RaftGroup:
         self._schedule()
         return r
 
+    def proposal_waiting(self, fn: Callable[[], None]) -> None:
+        """An owner holds proposals: ``fn()`` hands them to the node (``propose_now``) before the next Ready."""
+        self._proposers.append(fn)
+        self._schedule()
+
+    def propose_now(self, data: bytes) -> tuple[int, int]:
+        """``propose`` from a ``proposal_waiting`` callback (inside the pass about to run the Ready)."""
+        if not self.running:
+            raise NotLeader()
+        try:
+            return self.node.propose(bytes(data))
+        except (NodeNotLeader, ProposalDropped):
+            raise NotLeader() from None
+
+    def _take_proposals(self) -> None:
+        while self._proposers:
+            fns, self._proposers = self._proposers, []
+            for fn in fns:
+                try:
+                    fn()
+                except Exception as e:  # (one owner's failure is logged; the others' proposals go on)
+                    self.log.error(f"RAFT group {self.name!r}: taking proposals failed: {e!r}\n"
+                                   f"{traceback.format_exc()}")
+
     def _on_control(self, frm: str, data: bytes) -> None:
         if data.startswith(STEPDOWN_NOTE) and frm in self.node.voters:
             now = self.loop.time()
@@ -533,6 +564,10 @@ class RaftGroup:
             return
         elif to not in n.voters:
             raise ValueError(f"peer {to} is not a member of the group")
+        if self._proposers:
+            # (what the owners proposed before the handover goes in the log first, as if proposed at once: a
+            # consumer engine that took a message off the stream has its C_DELIVERED in the log)
+            self._take_proposals()
         try:
             n.transfer_leadership(to)
         except NodeNotLeader:
@@ -669,6 +704,8 @@ class RaftGroup:
             self._recovery_news(n)
         self._processing = True
         try:
+            if self._proposers:
+                self._take_proposals()
             while self.running and n.has_ready():
                 rd = n.ready()
                 if not self._persist(rd):
@@ -709,7 +746,7 @@ class RaftGroup:
                     self._soft_changed()
                 if rd.snapshot is not None:
                     self._install(rd.snapshot)
-                batch = self.apply_batch if len(committed) > 1 else None
+                batch = self.apply_batch if committed else None
                 if batch is not None:
                     batch(True)
                     try:
@@ -730,6 +767,8 @@ class RaftGroup:
                 self._maybe_announce()
                 if self._handover is not None:
                     self._check_handover()
+                if self._proposers:
+                    self._take_proposals()  # (proposed by the applies' completions: in the next Ready)
         finally:
             self._processing = False
         if self._want_compact:
@@ -742,6 +781,11 @@ class RaftGroup:
             how = "caught up from the leader" if n.recovered_by == "leader" else "every member answered"
             self.log.notice(f"RAFT group {self.name!r}: recovered after the unclean stop ({how}; "
                             f"log at {n.last_index()}, commit {n.commit})")
+            if n.lost_mark and self.on_mark_floor is not None:
+                try:
+                    self.on_mark_floor(n.lost_mark)
+                except Exception as e:
+                    self.log.error(f"RAFT group {self.name!r}: mark-floor handler failed: {e!r}")
         if n.lost_events != self._lost_events:
             self._lost_events = n.lost_events
             first, last = n.lost
@@ -799,6 +843,14 @@ class RaftGroup:
             self._write_failed(e)
             return False
         return True
+
+    def save_mark(self) -> None:
+        """Save the hard state now (fsynced) with the owner's mark as it is (``mark()``), e.g. before the owner
+        acknowledges something numbered past the mark saved last."""
+        n = self.node
+        if n is None or not self.running or self.memory:
+            return
+        self._save_hs(n.term, n.vote, min(n.commit, n.stable))
 
     def _mark_now(self) -> int:
         n = self.node

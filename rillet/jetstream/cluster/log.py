@@ -16,6 +16,9 @@ Encoding (compact binary, ``op`` and ``args``, never ``ctx``)::
     byte 0        the entry op (rillet.jetstream.log.Entry: 1..7 stream ops, 20..29 consumer ops; RESTORED)
     stream op     msgpack array of the args; UPDATE: [stream config as its Go JSON, StoreConfig map, ts]
     consumer op   msgpack array [target consumer name, args]
+    MULTI (48)    msgpack array of such entries' bytes: what the log proposed in one loop pass, one RAFT entry
+                  (the group takes a pass's proposals right before its Ready); applied one by one, each matched
+                  to its completion by (index, place); a pass's entries cost one log entry's RAFT work
 
 Sub-logs: v1 replicates a stream's consumers through the stream's own group (documented choice; the
 consumer leader is then always the stream leader). ``sublog(name)`` returns a log with the same seam
@@ -53,6 +56,14 @@ SYNCED = 42
 # replica records the report and skips the stream's sequences to the report's ``seq_mark``
 LOST = 43
 CLUSTER_OPS = frozenset((RESTORED, FAST_MSG, SYNCED, LOST))
+
+
+# (several entries, each as encode_entry gives it): what one RaftLog proposed in one pass, one RAFT entry; each is
+# applied in turn as if it were alone (RaftLog._flush). Not in CLUSTER_OPS: decode_entry never sees it.
+MULTI = 48
+MULTI_MAX_ENTRIES = 1024  # a pass's entries past these go on in another RAFT entry
+MULTI_MAX_BYTES = 1 << 20
+_dec_multi = msgspec.msgpack.Decoder(list[bytes])
 
 
 class FastNote:
@@ -135,7 +146,8 @@ def _tuple_args(op: int, args: list) -> tuple:
 
 
 class _Pending:
-    __slots__ = ("index", "data", "entry", "cb", "target")
+    # index 0: not handed to the group yet (RaftLog._batch); sub: its place in a MULTI entry (-1: alone)
+    __slots__ = ("index", "data", "entry", "cb", "target", "sub")
 
     def __init__(self, index: int, data: bytes, entry: Entry, cb: Completion | None, target: str) -> None:
         self.index = index
@@ -143,6 +155,7 @@ class _Pending:
         self.entry = entry
         self.cb = cb
         self.target = target
+        self.sub = -1
 
 
 class SubLog:
@@ -182,6 +195,10 @@ class RaftLog:
         self.on_leader_change: Callable[[bool], None] | None = None
         self.index = 0
         self._pending: deque[_Pending] = deque()
+        # proposals of this pass not handed to the group yet (the tail of _pending): the group takes them right
+        # before its Ready, one RAFT entry for all (MULTI), so a pass's entries cost one log entry's RAFT work
+        self._batch: list[_Pending] = []
+        self._batch_bytes = 0
         self.subs: dict[str, SubLog] = {}
         self._held: list[tuple[int, bytes]] | None = None
         # counters (surfaced by the owner's status)
@@ -258,14 +275,45 @@ class RaftLog:
                 cb(entry, None, NotLeader())
             return
         data = _encode(entry, target)
+        p = _Pending(0, data, entry, cb, target)
+        self._pending.append(p)
+        batch = self._batch
+        batch.append(p)
+        self._batch_bytes += len(data)
+        if len(batch) == 1:
+            self.group.proposal_waiting(self._flush)
+        elif len(batch) >= MULTI_MAX_ENTRIES or self._batch_bytes >= MULTI_MAX_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        """(RaftGroup.proposal_waiting) The proposals of this pass to the group: one RAFT entry, MULTI when there
+        are several. A group that refuses them (no longer the leader) fails them with NotLeader, in order."""
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = []
+        self._batch_bytes = 0
+        if len(batch) == 1:
+            data = batch[0].data
+        else:
+            data = bytes((MULTI,)) + _enc.encode([p.data for p in batch])
         try:
-            index, _term = self.group.propose(data)
+            index, _term = self.group.propose_now(data)
         except NotLeader as e:
-            if cb is not None:
-                cb(entry, None, e)
+            pend = self._pending
+            for _ in batch:  # (the batch is the tail of _pending)
+                pend.pop()
+            for p in batch:
+                if p.cb is not None:
+                    p.cb(p.entry, None, e)
             return
         self.index = index
-        self._pending.append(_Pending(index, data, entry, cb, target))
+        if len(batch) == 1:
+            batch[0].index = index
+        else:
+            for k, p in enumerate(batch):
+                p.index = index
+                p.sub = k
 
     def _apply_solo(self, entry: Entry, cb: Completion | None, target: str) -> None:
         """A solo group's proposal: applied and completed now (in order: nothing is in flight before it)."""
@@ -332,11 +380,37 @@ class RaftLog:
 
     def _apply_now(self, index: int, data: bytes) -> None:
         self.applied_index = index
+        if data and data[0] == MULTI:
+            try:
+                parts = _dec_multi.decode(memoryview(data)[1:])
+            except msgspec.DecodeError as e:
+                self.decode_errors += 1
+                if self.logger is not None:
+                    self.logger.error(f"RAFT log {self.name!r}: entry {index} cannot be decoded: multi: {e}")
+                return
+            for k, part in enumerate(parts):
+                self._apply_one(index, k, part)
+            pend = self._pending
+            while pend and pend[0].index == index:  # (ours had more entries at this index: not committed)
+                p = pend.popleft()
+                self.lost_proposals += 1
+                if p.cb is not None:
+                    p.cb(p.entry, None, NotLeader())
+            return
+        self._apply_one(index, -1, data)
+
+    def _apply_one(self, index: int, sub: int, data: bytes) -> None:
+        """One entry (``sub``: its place in the MULTI entry at ``index``, -1 alone), matched against this leader's
+        proposals in log order."""
         pend = self._pending
         mine: _Pending | None = None
-        while pend and pend[0].index <= index:
-            p = pend.popleft()
-            if p.index == index and p.data == data:
+        while pend:
+            p = pend[0]
+            pi = p.index
+            if pi == 0 or pi > index or (pi == index and sub >= 0 and p.sub > sub):
+                break  # (not handed to the group yet, or later in the log than this entry)
+            pend.popleft()
+            if pi == index and p.sub == sub and p.data == data:
                 mine = p
                 break
             # a proposal another leader's entry replaced (or one below a snapshot): it did not commit
@@ -390,6 +464,8 @@ class RaftLog:
 
     def fail_pending(self) -> None:
         self.on_drained = None
+        self._batch = []
+        self._batch_bytes = 0
         pend, self._pending = self._pending, deque()
         for p in pend:
             if p.cb is not None:
