@@ -58,8 +58,9 @@ def check_current(st: Status, now: dt.datetime | None = None) -> None:
         raise OCSPError(f"invalid ocsp ThisUpdate, is future time: {go_rfc3339(st.this_update)}")
 
 
-async def http_exchange(method: str, url: str, body: bytes, timeout: float) -> bytes:
-    """One HTTP/1.0 request; the body of a 2xx answer (OCSPError with the status otherwise)."""
+async def http_exchange(method: str, url: str, body: bytes, timeout: float, reqlen: int | None = None) -> bytes:
+    """One HTTP/1.0 request; the body of a 2xx answer (OCSPError with the status otherwise; ``reqlen``, the
+    request's length in that text: the body's, or the encoded request's for a GET)."""
     u = urllib.parse.urlsplit(url)
     port = u.port or (443 if u.scheme == "https" else 80)
     ctx = ssl.create_default_context() if u.scheme == "https" else None
@@ -83,7 +84,8 @@ async def http_exchange(method: str, url: str, body: bytes, timeout: float) -> b
             raise OCSPError("malformed HTTP response")
         status = int(status_line[1])
         if status > 299:
-            raise OCSPError(f"non-ok http status on {method} request (reqlen={len(body)}): {status}")
+            raise OCSPError(f"non-ok http status on {method} request "
+                            f"(reqlen={len(body) if reqlen is None else reqlen}): {status}")
         for line in top.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"content-length" and value.strip().isdigit():
@@ -219,7 +221,7 @@ class StapleMonitor:
                 break
             except OCSPError as post_err:
                 try:
-                    raw = await http_exchange("GET", f"{u}/{enc}", b"", HTTP_TIMEOUT)
+                    raw = await http_exchange("GET", f"{u}/{enc}", b"", HTTP_TIMEOUT, len(enc))
                     break
                 except OCSPError as get_err:
                     errors.append(f"{post_err}\n{get_err}")

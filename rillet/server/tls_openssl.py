@@ -188,7 +188,7 @@ def _ssl_error(e: Exception) -> ssl.SSLError:
     detail = str(e)
     args = e.args[0] if e.args else None
     if isinstance(args, list) and args and isinstance(args[0], tuple) and len(args[0]) >= 3:
-        lib, _func, text = args[0][0], args[0][1], args[0][-1]
+        lib, text = args[0][0], args[0][-1]
         reason = str(text).upper().replace(" ", "_")
         detail = f"[{str(lib).upper().replace(' ', '_')[:16] or 'SSL'}: {reason}] {text}"
     err = ssl.SSLError(1, detail)
@@ -317,7 +317,10 @@ def stapling_context(cfg: TLSConfig, staple: Callable[[], bytes]) -> OpenSSLCont
         ctx.set_tmp_ecdh(getattr(ec, _CURVES[group])())
 
     def status(_conn: Any, _data: Any) -> bytes:
-        return staple()
+        try:
+            return staple()
+        except Exception as e:  # (no status to staple: the handshake fails with why, as an SSL error)
+            raise SSL.Error(str(e)) from e
 
     ctx.set_ocsp_server_callback(status)
     out = OpenSSLContext(ssl.PROTOCOL_TLS_SERVER)
