@@ -62,7 +62,7 @@ import itertools
 import json
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from rillet.jetstream.api import codec as apijson
 from rillet.gocompat.gotime import format_time
@@ -76,6 +76,9 @@ from rillet.jetstream.cluster.peers import ORPHAN_AFTER, JSConfig, JSStats, Peer
 from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError, consumer_replicas,
                                                 select_peer_group)
 from rillet.jetstream.log import NotLeader
+
+if TYPE_CHECKING:
+    from rillet.jetstream.cluster.streams import ClusteredStreams
 
 LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are answered 503 (nats-server: 10 s)
 FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
@@ -121,7 +124,7 @@ class JetStreamCluster:
         self.registry = PeerRegistry.attach(server)
         self.registry.listeners.append(self._registry_changed)
         self.group: Optional[RaftGroup] = None
-        self.streams: Any = None  # rillet.jetstream.cluster.streams.ClusteredStreams, when present
+        self.streams: ClusteredStreams | None = None  # this server's stream and consumer replicas (once started)
         self.rillet_routes: dict[str, str] = {}  # server id -> name: Rillet servers we have routes to
         self.rillet_js: dict[str, str] = {}  # server id -> name: those of them running JetStream (statsz)
         self.go_js: dict[str, str] = {}  # server id -> name: Go servers running JetStream (routes)

@@ -54,7 +54,7 @@ class MetaMonitor:
         ``consumer_detail`` (``consumers=true``; config only with ``config=true``), ``stream_raft_group``
         and ``consumer_raft_groups`` (``raft=true``); ``stream-leader-only`` keeps the streams led here."""
         st = self.cl.streams
-        reps = list(getattr(st, "replicas", {}).items()) if st is not None else []
+        reps = list(st.replicas.items()) if st is not None else []
         led = sum(1 for _, r in reps if r.leader)
         ha = 1 if self.cl.group is not None else 0
         for (acc, name), r in reps:
@@ -87,7 +87,7 @@ class MetaMonitor:
                 cons, groups = [], []
                 if opts.get("consumers"):
                     sa = self.cl.state.stream(acc, name)
-                    for cn in sorted(getattr(r, "consumers", {}) or {}):
+                    for cn in sorted(r.consumers):
                         try:
                             ci = r.consumers[cn].info()
                         except Exception as e:
@@ -116,9 +116,10 @@ class MetaMonitor:
         groups = []
         if self.cl.group is not None and self.cl.group.node is not None:
             groups.append(self.cl.group)
-        for rep in list(getattr(self.cl.streams, "replicas", {}).values()):
-            g = getattr(rep, "group", None)
-            if g is not None and g.node is not None:
+        reps = list(self.cl.streams.replicas.values()) if self.cl.streams is not None else []
+        for rep in reps:
+            g = rep.group
+            if g.node is not None:
                 groups.append(g)
         views = {g.name: self.raftz_view(g) for g in groups if not group or g.name == group}
         return MON.raftz({self.cl.server.system_account.name: views}) if views else {}
@@ -133,14 +134,13 @@ class MetaMonitor:
             if rep is None:
                 return "stream not found"
             g = rep.group
-            lost = getattr(rep, "data_lost", None)
+            lost = rep.data_lost
             if lost:
                 return f"stream lost committed entries {lost['raft_first']}..{lost['raft_last']}"
             if g.leader is None:
                 return "no leader"
             if len(g.peers) > 1:
-                catchup = getattr(rep, "_catchup", None)
-                if rep.log.holding or (catchup is not None and not catchup.done()):
+                if rep.catching_up():
                     return "stream catching up"  # (the messages of a snapshot, fetched from the leader)
                 if not g.current():
                     return "group node unhealthy"
@@ -148,10 +148,9 @@ class MetaMonitor:
 
         def consumer_error(acc: str, sa: Any, ca: Any) -> str:
             rep = st.replica(acc, sa.name) if st is not None else None
-            if rep is None or ca.name not in getattr(rep, "consumers", {}):
+            if rep is None or ca.name not in rep.creps:
                 return "consumer not found"
-            cr = getattr(rep, "creps", {}).get(ca.name)
-            cg = getattr(cr, "group", None)
+            cg = rep.creps[ca.name].group
             if cg is not None and len(cg.peers) > 1 and not cg.current():
                 return "group node unhealthy"
             return ""

@@ -67,6 +67,7 @@ from rillet.raft.node import FOLLOWER
 from rillet.durable import make_dirs_durable
 
 COMPACT_EVERY = 8192  # applied entries between snapshots
+RESERVE_SEQS = 8192  # (lazy sync) sequences a stream leader reserves in its saved hard state at a time
 SYNC_MSGS = 256  # messages per catch-up answer
 SYNC_BYTES = 1 << 20
 SYNC_TIMEOUT = 2.0  # seconds before a catch-up request is sent again
@@ -104,6 +105,8 @@ class StreamReplica:
         if cfg.storage != "memory":  # (a memory stream and its group write nothing under the store dir)
             make_dirs_durable(sdir)
         store = open_store(cfg, sdir, js)
+        # damaged records (reported lost by the store) are fetched again, not served as holes (_drop_damaged)
+        self.refetch = self._drop_damaged(store, cfg, jsa, js) if len(sa.group.peers) > 1 and not os.environ.get("NOFIX24") else 0
         self.stream = st = Stream(jsa, cfg, format_time(sa.created or time.time_ns()), store)
         self.log = RaftLog(self._apply, sa.group.name, js.log)
         self.log.on_leader_change = self._leader_changed
@@ -119,6 +122,14 @@ class StreamReplica:
         self.group.on_quorum_lost = self._quorum_lost
         self.group.on_data_lost = self._data_lost
         self.group.mark = self._mark
+        self.group.on_mark_floor = self._mark_floor
+        # (leader, lazy sync) sequences up to _reserved are saved as the group's mark (fsynced) before any of them
+        # is acknowledged: after a majority's unclean stop the new leader goes on past them (_floor), never
+        # giving again a sequence that may have been acknowledged and lost with the unsynced tail
+        self._reserved = 0  # (the applies reaching it reserve more)
+        self._reserved_mark = 0  # (what the saved mark covers of the reservations)
+        self._floor = 0
+        self.skipped: dict | None = None  # the sequences the last floor skipped (cluster info "skipped")
         # committed entries found gone from every member (cluster info "lost"), kept in the group's directory
         self.data_lost: dict | None = None if self.group.memory else lossreport.load(self.group.dir)
         self._lost_proposing = False
@@ -158,6 +169,26 @@ class StreamReplica:
     @property
     def name(self) -> str:
         return self.stream.name
+
+    @staticmethod
+    def _drop_damaged(store: Any, cfg: Any, jsa: Any, js: Any) -> int:
+        """A replica whose store found damaged records on opening (a bit flip, a torn write: records failing their
+        checksum, which the store reports lost) does not serve them as holes: the store is cut back to the last
+        sequence before the first damaged one and the rest comes again as after any restart, from this member's
+        log (its entries past the cut are applied again) or, for what its log holds only as a snapshot, from the
+        stream leader through the catch-up (``restore``/``_catch_up``). Returns how many sequences were cut."""
+        if cfg.storage == "memory":
+            return 0
+        lost = store.state().lost
+        if not lost:
+            return 0
+        last = store.last_seq
+        cut = min(lost) - 1
+        js.log.warn(f"JetStream cluster stream '{jsa.account.name} > {cfg.name}': {len(lost)} damaged message(s) "
+                    f"in the store (first {min(lost)}): dropping {cut + 1}..{last} to fetch them again from the "
+                    f"log and the other replicas")
+        store.truncate(cut)
+        return last - cut
 
     @property
     def consumers(self) -> dict[str, Any]:
@@ -257,6 +288,8 @@ class StreamReplica:
             res = st.apply(entry)
         finally:  # (markers an entry stored count as where the log is)
             self.replay_seq = st.store.last_seq
+        if self.leader and self.replay_seq >= self._reserved:
+            self._reserve()
         ctx = entry.ctx
         if ctx is not None and ctx.__class__ is FastNote and not self.leader:
             fastbatch.note_applied(self.fast_records, ctx.reply, res[0], self.cs.js.loop.time())
@@ -301,6 +334,16 @@ class StreamReplica:
         st = self.stream
         self.leader = leader
         self.replay_seq = max(self.replay_seq, st.store.last_seq)
+        if leader and self.log.holding and len(self.group.peers) > 1:
+            # (the store is behind the log: catching up from a leader; it cannot serve or take publishes)
+            self.leader = False
+            try:
+                self.group.stepdown()
+                self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': elected "
+                                    f"while catching up its store, stepping down")
+            except (NotLeader, ValueError):  # (nobody to hand over to yet: again shortly, or lead once caught up)
+                self.cs.js.loop.call_later(0.5, self._lead_when_caught_up)
+            return
         if leader:
             self.cs.js.log.notice(f"JetStream cluster new stream leader for '{self.jsa.account.name} > {self.name}'")
             self._direct(False)
@@ -311,7 +354,7 @@ class StreamReplica:
             else:
                 if self.fast_records:  # fast batches carried on from the previous leader (as nats-server)
                     fastbatch.adopt(st, self.fast_records, self.cs.js.loop.time())
-                if lossreport.pending(self.data_lost):
+                if lossreport.pending(self.data_lost) or self._floor > st.store.last_seq:
                     self._propose_lost(feed=True)  # (no publish before the lost sequences are skipped)
                 else:
                     self._feed()
@@ -345,6 +388,10 @@ class StreamReplica:
                 self.jsa.ic.remove_sub(self._sync_sub)
                 self._sync_sub = None
             self.direct_check()  # (on once current: at once after a stepdown, later for a lagging replica)
+
+    def _lead_when_caught_up(self) -> None:
+        if not self.closed and not self.leader and self.group.is_leader:
+            self._leader_changed(True)
 
     def _feed(self) -> None:
         st = self.stream
@@ -537,9 +584,30 @@ class StreamReplica:
                              acc, self.name, self._peer_states(), time.time_ns(), self.cs.js.domain or ""))
 
     def _mark(self) -> int:
-        """(RaftGroup.mark) The highest sequence this replica stored or (leader) proposed, saved with the commit."""
+        """(RaftGroup.mark) The highest sequence this replica stored, (leader) proposed or reserved, saved with the
+        group's commit index."""
         st = self.stream
-        return max(st.store.last_seq, st.proposed_last_seq(), self.replay_seq)
+        return max(st.store.last_seq, st.proposed_last_seq(), self.replay_seq, self._reserved_mark, self._floor)
+
+    def _reserve(self) -> None:
+        """(leader) The applied entries reached the reserved sequences: reserve RESERVE_SEQS more and save them
+        with the hard state (fsynced) before this entry's PubAck leaves. Not needed when every entry is fsynced
+        before it is acknowledged (sync_interval always), nor for a memory stream (nothing survives a stop)."""
+        if self.cs.js.sync_always or self.group.memory:
+            self._reserved = 1 << 62
+            return
+        self._reserved = self._reserved_mark = self.replay_seq + RESERVE_SEQS
+        self.group.save_mark()
+
+    def _mark_floor(self, mark: int) -> None:
+        """(RaftGroup.on_mark_floor) A majority of the members came back from an unclean stop: sequences up to
+        ``mark`` may have been acknowledged, whether their entries survived or not. The first leader goes on past
+        them (a LOST entry without a report when no loss was found)."""
+        if mark <= self._floor:
+            return
+        self._floor = mark
+        if self.log.is_leader and self.stream.store.last_seq < mark:
+            self._propose_lost(feed=False)
 
     def _data_lost(self, first: int, last: int) -> None:
         """(RaftGroup.on_data_lost) Committed entries of the stream's group are gone from every member (a majority
@@ -601,7 +669,12 @@ class StreamReplica:
                                      f"proposing the loss report failed: {err}")
             if feed and self.leader and not self.closed and self.log.is_leader:
                 self._feed()
-        self.log.propose(Entry(LOST, (_enc.encode(self.data_lost),)), done)
+        if lossreport.pending(self.data_lost):
+            report = dict(self.data_lost)
+            report["seq_mark"] = max(report.get("seq_mark", 0), self._floor)
+        else:
+            report = {"seq_mark": self._floor}  # (no loss found: only the sequences that may have been used)
+        self.log.propose(Entry(LOST, (_enc.encode(report),)), done)
 
     def _apply_lost(self, report: dict) -> None:
         """(LOST, every replica) Record the report and skip the sequences up to its mark: a message stored after
@@ -609,6 +682,16 @@ class StreamReplica:
         store = self.stream.store
         mark = int(report.get("seq_mark", 0))
         last = store.last_seq
+        self._floor = max(self._floor, mark)
+        if "raft_first" not in report:
+            if mark > last:
+                store.skip_msgs(last + 1, mark - last)
+                self.replay_seq = max(self.replay_seq, mark)
+                self.skipped = {"seq_first": last + 1, "seq_last": mark}
+                self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': sequences "
+                                    f"{last + 1}..{mark} skipped: a majority of the replicas came back from an "
+                                    f"unclean stop and may have acknowledged them before it")
+            return
         before = self.data_lost
         applied = {"raft_first": report["raft_first"], "raft_last": report["raft_last"]}
         if mark > last or before is None or before.get("seq_last", -1) < mark:
@@ -879,10 +962,16 @@ class StreamReplica:
         d = self.group_cluster_info(self.group, self.sa.group.desired)
         if self.data_lost is not None:
             d["lost"] = dict(self.data_lost)
+        if self.skipped is not None:
+            d["skipped"] = dict(self.skipped)
         return d
 
     def leaderless(self) -> bool:
         return self.cs.group_leaderless(self.group, self.created_at)
+
+    def catching_up(self) -> bool:
+        """Applies are held, or the messages of a snapshot are being fetched from the leader."""
+        return self.log.holding or (self._catchup is not None and not self._catchup.done())
 
     async def stop(self, delete: bool = False) -> None:
         if self.closed:
