@@ -61,7 +61,7 @@ class NotEnabled:
         # API: an account without JetStream has nobody answering them (no responders)
         self.types = {k: _type_for(h) for k, h in router.handlers.items() if k not in _NOT_API}
         self.account = account
-        self.is_system = getattr(js.server, "system_account", None) is account
+        self.is_system = js.server.system_account is account
         self.ic = js.server.internal_client(account, f"jetstream disabled {account.name}")
         prefixes = ["$JS.API"] + ([f"$JS.{js.domain}.API"] if js.domain else [])
         for p in prefixes:  # one subscription, as nats-server's one $JS.API.> import

@@ -23,10 +23,9 @@ KEY_FILE = "meta.key"
 
 def stream_keys(js: Any, account: str) -> KeyRing | None:
     """The KeyRing of the server's ``jetstream { key, prev_key, cipher }`` for an account (None: plain)."""
-    server = getattr(js, "server", None)
-    if server is None:
+    if js is None:
         return None
-    return keyring_from_options(server.opts.jetstream, account)
+    return keyring_from_options(js.server.opts.jetstream, account)
 
 
 def stream_context(stream: str) -> str:

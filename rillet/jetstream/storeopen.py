@@ -38,7 +38,7 @@ def open_store(cfg: Any, sdir: str, js: Any) -> Any:
     # jetstream { key }: encrypted at rest; the account (<store_dir>/jetstream/<account>/streams/<stream>)
     # is part of the key derivation, as in nats-server
     keys = keyring_from_options(js.server.opts.jetstream, os.path.basename(os.path.dirname(os.path.dirname(
-        os.path.normpath(sdir))))) if getattr(js, "server", None) is not None else None
+        os.path.normpath(sdir))))) if js is not None else None
     if keys is not None:
         # the compiled twin writes records itself: an encrypted store takes the pure path
         from rillet.jetstream.store.filestore import FileStore

@@ -267,7 +267,7 @@ class MetaApi(MetaEndpoints):
         came over a gateway less than 2 s ago carries its cluster's hash in its ``_GR_.`` reply; else the
         subscription of the reply is here, in this cluster (local or routed interest), or announced by one
         remote cluster (interest-only mode). Without a reply (or a gateway), this server's cluster."""
-        gw = getattr(self.cl.server, "gateway", None)
+        gw = self.cl.server.gateway
         own = self.cl.name
         cluster = own
         if gw is not None and reply:
@@ -281,7 +281,7 @@ class MetaApi(MetaEndpoints):
 
     def _reply_cluster(self, gw: Any, account: Any, reply: bytes) -> str:
         from rillet.cluster import info as ci
-        gws = getattr(account, "gw", None)  # (the gateways' part in the account: its tracked _GR_. replies)
+        gws = account.gw  # (the gateways' part in the account: its tracked _GR_. replies)
         full = gws.replies.lookup(reply) if gws is not None and gws.replies else None
         if full:
             h = full[len(ci.GW_REPLY_PREFIX):len(ci.GW_REPLY_PREFIX) + ci.GW_HASH_LEN]
@@ -294,7 +294,7 @@ class MetaApi(MetaEndpoints):
         r = account.match(subj)
         if r.psubs or r.qsubs:
             return self.cl.name
-        acc = getattr(account, "name_b", None) or account.name.encode("utf-8", "surrogateescape")
+        acc = account.name_b
         for gc in gw.outo:
             if not gc.closed:
                 psi, qr = gc.interest(acc, subj)
