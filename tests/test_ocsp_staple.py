@@ -404,21 +404,31 @@ def test_routes_and_gateways_refused(pki):
         load_string(f"ocsp {{ mode: auto }}\n{block}\n", "o.conf")  # nothing stapled: fine
 
 
-async def test_reload_keeps_stapling_and_refuses_ocsp_or_certificate_changes(pki):
+async def test_reload_restarts_stapling_as_nats_server(pki):
+    """A reload that changes nothing keeps the monitor; one that changes ``ocsp`` or the certificate makes
+    the monitors again (nats-server's reloadOCSP); one whose new status cannot be had (here: revoked under
+    always) stands without stapling, with nats-server's warning."""
     import shutil
     text = _conf(pki, "st-good", "always")
     async with rillet_server(text) as srv:
         mon = srv.staples["client"]
         srv.reload(load_string(text, "a.conf"))  # the same: the monitor stays
         assert srv.staples["client"] is mon and _status(await _staple(_port(srv), pki)) == "good"
-        with pytest.raises(ValueError, match="config reload not supported for OCSP stapling: the 'ocsp'"):
-            srv.reload(load_string(text.replace("mode: always", "mode: never"), "b.conf"))
-        # another certificate under the same file name: refused (its status is not the one stapled)
-        _, cf, _ = pki.certs["st-good"]
+        srv.reload(load_string(text.replace("mode: always", "mode: never"), "b.conf"))
+        assert await _until(lambda: not srv.staples)
+        assert await _staple(_port(srv), pki) is None
+        srv.reload(load_string(text, "c.conf"))
+        assert await _until(lambda: "client" in srv.staples)
+        assert _status(await _staple(_port(srv), pki)) == "good"
+        # another certificate under the same file name, revoked: no stapling, a warning, still serving
+        _, cf, kf = pki.certs["st-good"]
         shutil.copy(pki.certs["st-revoked"][1], cf)
-        shutil.copy(pki.certs["st-revoked"][2], pki.certs["st-good"][2])
-        with pytest.raises(ValueError, match="the stapled certificate cannot change"):
-            srv.reload(load_string(text, "c.conf"))
+        shutil.copy(pki.certs["st-revoked"][2], kf)
+        srv.reload(load_string(text, "d.conf"))
+        assert await _until(lambda: "Can't restart OCSP features: found existing OCSP status for certificate"
+                            in srv._test_log.getvalue())
+        assert not srv.staples and not srv.shutting_down
+        assert await _staple(_port(srv), pki) is None
 
 
 def test_tls_server_that_does_not_staple_loads_neither_pyopenssl_nor_the_stapler(pki, tmp_path):

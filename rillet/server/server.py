@@ -396,6 +396,29 @@ class Server:
             mon.start()
             self.on_shutdown.append(mon.stop)
 
+    async def _restage_stapling(self) -> None:
+        """After a reload that changes OCSP stapling (nats-server's reloadOCSP): the monitors stop and are
+        made again for the new options; when that fails the reload stands without stapling, with
+        nats-server's warning. The client port's context follows (websocket and MQTT keep theirs until a
+        restart, as with any of their TLS settings)."""
+        from rillet.config.ocsp_section import stapling_wanted
+        from rillet.server.ocsp_staple import prepare
+        for mon in self.staples.values():
+            mon.stop()
+            self.on_shutdown.remove(mon.stop)
+        self.staples = {}
+        try:
+            staples = await prepare(self) if stapling_wanted(self.opts) else {}
+        except ValueError as e:
+            self.log.warn(f"Can't restart OCSP features: {e}")
+            staples = {}
+        self.staples = staples
+        for mon in staples.values():
+            mon.start()
+            self.on_shutdown.append(mon.stop)
+        if self.opts.tls is not None:
+            self.tls_context = make_server_context(self.opts.tls, staples.get("client"))
+
     def ocsp_checker(self) -> Any:
         """The server's OCSP peer checker and its response cache (created on first need; the cache is
         saved when the server shuts down). ``ocsp_codec``, set by rillet.app's make_links: the S2 codec
@@ -690,10 +713,14 @@ class Server:
         from rillet.server import auth_callout
         auth_callout.check_reload(self, new_opts)  # ValueError: the reload is refused before anything changes
         self.subsystems.check_reload(self, new_opts)  # the cluster, leafnodes and gateway blocks (ValueError)
+        from rillet.server.tls import stapling_reload_needed
+        restage = self.opts.tls is not None and new_opts.tls is not None and stapling_reload_needed(self, new_opts)
         new_tls_context = tls_reload_context(self, new_opts)  # ValueError: the reload is refused
         new_opts.port = old.port
         self.opts = new_opts
         self.tls_context = new_tls_context
+        if restage:
+            self.loop.create_task(self._restage_stapling())  # OCSP stapling made again (rillet.server.ocsp_staple)
         if self._ocsp_checker is not None and old.ocsp_cache != new_opts.ocsp_cache:
             # a changed ocsp_cache: the old cache is saved and a new one comes online (as nats-server)
             self._ocsp_checker.stop()

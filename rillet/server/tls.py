@@ -300,14 +300,29 @@ def reload_context(server: "Server", new: Any) -> ssl.SSLContext | None:
         raise ValueError(f"config reload not supported for TLS: it cannot be {state} without a restart")
     if new.tls is None:
         return None
+    if stapling_reload_needed(server, new):
+        make_server_context(new.tls)  # (checked now; Server._restage_stapling makes the stapling one)
+        return server.tls_context
+    return make_server_context(new.tls, server.staples.get("client"))
+
+
+def stapling_reload_needed(server: "Server", new: Any) -> bool:
+    """Whether a reload to ``new`` changes OCSP stapling (the ``ocsp`` block, a stapled certificate, or a
+    certificate that asks for stapling): the monitors are then made again (as nats-server restarts them),
+    and until they are ready the client port keeps its context."""
+    from rillet.config.ocsp_section import stapling_wanted
+    old = server.opts
     if getattr(old, "ocsp", None) != getattr(new, "ocsp", None):
-        raise ValueError("config reload not supported for OCSP stapling: the 'ocsp' block cannot change "
-                         "without a restart")
-    staple = server.staples.get("client")
-    if staple is not None and not staple.same_certificate(new.tls.cert_file):
-        raise ValueError("config reload not supported for OCSP stapling: the stapled certificate cannot "
-                         "change without a restart")
-    return make_server_context(new.tls, staple)
+        return True
+    if any(not mon.same_certificate(mon.cert_file) for mon in server.staples.values()):
+        return True  # (new contents under the same file name)
+    blocks = {"client": new.tls, "websocket": new.websocket.tls,
+              "mqtt": new.mqtt.get("tls") if isinstance(new.mqtt, dict) else None}
+    for listener, mon in server.staples.items():
+        block = blocks.get(listener)
+        if block is None or block.cert_file != mon.cert_file:
+            return True
+    return not server.staples and stapling_wanted(new)
 
 
 def _ssl_object_of(c: Any) -> Any:
