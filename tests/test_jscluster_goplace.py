@@ -18,7 +18,6 @@ import pytest
 
 from helpers import free_port, serve_config
 from rillet.raft import gowire as gw
-from rillet.jetstream.cluster.gometa import member_of
 from test_jscluster_gometa import CAP, _member, _rillet_conf, _until
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
