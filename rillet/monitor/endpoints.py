@@ -17,7 +17,7 @@ from typing import Any
 from rillet.monitor.conns import decode_subs, sub_detail
 from rillet.gocompat.gotime import format_time, unix_ns
 from rillet.gocompat.monitorfmt import QueryError, num, parse_bool, parse_int
-from rillet.monitor.varz import js_config, js_hook, js_limits, js_running, js_stats, system_account_name
+from rillet.monitor.varz import js_hook, js_running, system_account_name
 from rillet.subjects import aggregate_stats, is_valid_literal_subject, match_literal
 from rillet.gocompat.gojson import dumps
 
@@ -194,8 +194,8 @@ def accountz(server: Any, q: Any) -> dict:
         info["is_system"] = True
     info["expired"] = False
     info["complete"] = True
-    js_accounts = getattr(getattr(server, "jetstream", None), "accounts", None)
-    enabled = name in js_accounts if isinstance(js_accounts, dict) else name != sa
+    js = js_hook(server)
+    enabled = name in js.accounts if js is not None else name != sa
     info["jetstream_enabled"] = bool(js_running(server) and enabled)
     info["leafnode_connections"] = 0
     info["client_connections"] = len(account_clients(server, acc))
@@ -285,29 +285,19 @@ def jsz_options(q: Any) -> dict:
 
 
 def jsz(server: Any, q: Any) -> dict:
-    """JetStream summary. A JetStream module attached as ``server.jetstream`` with a ``jsz(options)``
-    method answers it in full; otherwise the configuration is shown with zero usage."""
+    """JetStream summary: the running JetStream subsystem's (``server.jetstream.jsz``); without one, the
+    disabled shape with zero usage."""
     o = jsz_options(q)
     js = js_hook(server)
-    fn = getattr(js, "jsz", None)
-    running = js_running(server)
-    if running and callable(fn):
-        return fn(o)
-    d: dict[str, Any] = {}
-    if not running:
-        if o["leader_only"]:
-            raise QueryError("filtered response: not leader")
-        d.update({"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 0,
-                  "ha_assets": 0, "api": {"level": 0, "total": 0, "errors": 0}})
-        d.update({"server_id": server.server_id, "now": _now(), "disabled": True,
-                  "config": {"max_memory": 0, "max_storage": 0},
-                  "streams": 0, "consumers": 0, "messages": 0, "bytes": 0, "total": 0})
-        return d
-    stats = js_stats(server)
-    d.update(stats)
-    d.update({"server_id": server.server_id, "now": _now(), "config": js_config(server),
-              "limits": js_limits(server), "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
-              "total": stats.get("accounts", 0)})
+    if js is not None and js_running(server):
+        return js.jsz(o)
+    if o["leader_only"]:
+        raise QueryError("filtered response: not leader")
+    d: dict[str, Any] = {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 0,
+                         "ha_assets": 0, "api": {"level": 0, "total": 0, "errors": 0}}
+    d.update({"server_id": server.server_id, "now": _now(), "disabled": True,
+              "config": {"max_memory": 0, "max_storage": 0},
+              "streams": 0, "consumers": 0, "messages": 0, "bytes": 0, "total": 0})
     return d
 
 
@@ -375,11 +365,11 @@ def healthz(server: Any, o: dict) -> tuple[int, dict]:
             break
         if o["js-enabled-only"] or o["js-enabled"]:
             break
-        fn = getattr(js_hook(server), "healthz", None)
-        if callable(fn):
+        js = js_hook(server)
+        if js is not None:
             # the JetStream module checks its accounts, streams and consumers and answers with
             # nats-server's HealthStatus (status, optional status_code, error or errors)
-            r = dict(fn(dict(o)) or {"status": "ok"})
+            r = dict(js.healthz(dict(o)) or {"status": "ok"})
             rc = int(r.pop("status_code", 0) or 0)
             if not rc:
                 rc = 503 if (r.get("error") or r.get("errors")) else 200

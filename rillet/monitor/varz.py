@@ -3,11 +3,8 @@ that /varz and /jsz share."""
 from __future__ import annotations
 
 import asyncio
-
-import os
-import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import rillet
@@ -16,93 +13,34 @@ from rillet.gocompat.gotime import format_time, unix_ns
 from rillet.server import procstats
 from rillet.gocompat.monitorfmt import num, secs_to_ns, uptime
 
+if TYPE_CHECKING:
+    from rillet.server.subsystems import JetStreamService
+
 DEFAULT_TLS_TIMEOUT = 2.0
 
 
 # ---- JetStream ----------------------------------------------------------------------------------------
 
-def js_hook(server: Any) -> Any:
-    """The JetStream module, when one is attached to the server (``server.jetstream``)."""
-    return getattr(server, "jetstream", None)
+def js_hook(server: Any) -> JetStreamService | None:
+    """The JetStream subsystem, when one is attached to the server (``server.jetstream``)."""
+    js: JetStreamService | None = server.jetstream
+    return js
 
 
 def js_running(server: Any) -> bool:
-    """JetStream configured and actually serving (a module is attached and says it is enabled)."""
+    """JetStream configured and actually serving (a subsystem is attached and says it is enabled)."""
     if not server.opts.jetstream.enabled:
         return False
     js = js_hook(server)
-    if js is None:
-        return False
-    is_enabled = getattr(js, "is_enabled", None)
-    if callable(is_enabled):
-        return bool(is_enabled())
-    return bool(getattr(js, "enabled", True))
-
-
-def js_config(server: Any) -> dict:
-    """The effective JetStream configuration, computed like nats-server when limits are left unset."""
-    js = js_hook(server)
-    fn = getattr(js, "config_dict", None)
-    if callable(fn):
-        return fn()
-    o = server.opts.jetstream
-    store = os.path.join(o.store_dir, "jetstream") if o.store_dir else \
-        os.path.join(tempfile.gettempdir(), "nats", "jetstream")
-    max_mem = o.max_memory_store
-    if max_mem is None or max_mem < 0:
-        sysmem = procstats.system_memory()
-        max_mem = sysmem // 4 * 3 if sysmem > 0 else 256 * 1024 * 1024
-    max_store = o.max_file_store
-    if max_store is None or max_store < 0:
-        max_store = procstats.disk_available(store)
-    cfg: dict[str, Any] = {"max_memory": int(max_mem), "max_storage": int(max_store), "store_dir": store}
-    si = o.sync_interval
-    if isinstance(si, str):
-        if si.lower() == "always":
-            cfg["sync_always"] = True
-    elif si:
-        cfg["sync_interval"] = secs_to_ns(si)
-    if o.domain:
-        cfg["domain"] = o.domain
-    if o.unique_tag:
-        cfg["unique_tag"] = o.unique_tag
-    cfg["strict"] = not bool(o.extra.get("strict") is False)
-    return cfg
-
-
-def js_stats(server: Any) -> dict:
-    """JetStreamStats: usage and API counters (zeros until a JetStream module reports its own)."""
-    js = js_hook(server)
-    fn = getattr(js, "stats_dict", None)
-    if callable(fn):
-        return fn()
-    return {
-        "memory": 0,
-        "storage": 0,
-        "reserved_memory": 0,
-        "reserved_storage": 0,
-        "accounts": 0,
-        "ha_assets": 0,
-        "api": {"level": 0, "total": 0, "errors": 0},
-    }
-
-
-def js_limits(server: Any) -> dict:
-    js = js_hook(server)
-    fn = getattr(js, "limits_dict", None)
-    if callable(fn):
-        return fn()
-    return {}
+    return js is not None and js.is_enabled()
 
 
 def varz_jetstream(server: Any) -> dict:
-    if not js_running(server):
-        return {}
+    """/varz ``jetstream``: the running subsystem's config, stats and limits (empty when not running)."""
     js = js_hook(server)
-    fn = getattr(js, "varz", None)
-    if callable(fn):
-        return fn()
-    return {"config": js_config(server), "stats": js_stats(server), "limits": js_limits(server)}
+    if js is None or not js_running(server):
+        return {}
+    return {"config": js.config_dict(), "stats": js.stats_dict(), "limits": js.limits_dict()}
 
 
 # ---- subsystems (reported from their options, like nats-server) ---------------------------------------

@@ -23,6 +23,37 @@ if TYPE_CHECKING:
     from rillet.server.server import Server
 
 
+class JetStreamService(Protocol):
+    """The JetStream subsystem as the server and its monitoring use it (``server.jetstream``, made by
+    ``Subsystems.new_jetstream``; implemented by ``rillet.jetstream.manager.JetStream``)."""
+
+    accounts: dict[str, Any]  # the accounts with JetStream, by name
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    def signal_pull_requests(self) -> int:
+        """Answer the waiting pull requests of one-replica consumers (the server is shutting down)."""
+
+    def is_enabled(self) -> bool: ...
+
+    def config_dict(self) -> dict[str, Any]:
+        """/varz ``jetstream.config`` (and /jsz ``config``)."""
+
+    def stats_dict(self) -> dict[str, Any]:
+        """/varz ``jetstream.stats``."""
+
+    def limits_dict(self) -> dict[str, Any]:
+        """/varz ``jetstream.limits``."""
+
+    def jsz(self, opts: dict[str, Any]) -> dict[str, Any]:
+        """/jsz for the decoded query ``opts``."""
+
+    def healthz(self, o: dict[str, Any]) -> dict[str, Any]:
+        """/healthz past the JetStream-enabled checks: nats-server's HealthStatus."""
+
+
 class Subsystems(Protocol):
     """The server's calls into the parts the composition root wires (``rillet.app.compose.Root``)."""
 
@@ -35,7 +66,7 @@ class Subsystems(Protocol):
         """Wire the links' per-account parts into an account just made (every account is the plain
         ``Account``: with gateways, ``acc.gw`` and ``acc.no_match``), before the server registers it."""
 
-    def new_jetstream(self, server: "Server") -> Any:
+    def new_jetstream(self, server: "Server") -> JetStreamService:
         """The JetStream subsystem of the server (not started: the server awaits its ``start()``)."""
 
     async def start_monitor(self, server: "Server") -> None:

@@ -8,12 +8,14 @@ from rillet.jetstream.cluster.log import RaftLog, SubLog
 from rillet.jetstream.cluster.streams import StreamReplica
 from rillet.jetstream.cluster.transport import RaftTransport as RouteRaftTransport
 from rillet.jetstream.log import DeferredLog, SingleNodeLog
+from rillet.jetstream.manager import JetStream
 from rillet.jetstream.seams import (ApiRoute, ConsumerStore, RaftTransport, ReplicatedLog, ServerServices,
                                    StreamReplication, StreamStore)
 from rillet.jetstream.store._query import StoreIndex
 from rillet.jetstream.store.filestore import FileConsumerStore, FileStore
 from rillet.jetstream.store.memstore import MemConsumerStore, MemStore
 from rillet.server.server import Server
+from rillet.server.subsystems import JetStreamService
 
 
 def server(s: Server) -> ServerServices:
@@ -47,3 +49,7 @@ def api_route(m: MetaApi) -> ApiRoute:
 
 def stream_replication(r: StreamReplica) -> StreamReplication:
     return r
+
+
+def jetstream_service(j: JetStream) -> JetStreamService:
+    return j
