@@ -9,7 +9,7 @@ from typing import Any
 from . import codec as C
 from .common import (RC5, RC311_ID_REJECTED, RC311_NOT_AUTHORIZED, RC_BAD_AUTH_METHOD, RC_KEEPALIVE,
                      RC_NOT_AUTHORIZED, RC_QOS_NOT_SUPPORTED, RC_TOPIC_NAME_INVALID, SERVER_ALIAS_MAX, _HDRS)
-from .store import AccountSessions, client_hash, nuid
+from .store import AccountSessions, Session, client_hash, nuid
 from .topics import TopicError, subject_to_topic, topic_to_subject
 
 
@@ -343,7 +343,21 @@ class ConnectMixin:
         if settling is not None:
             await asyncio.wait([settling], timeout=asm.jsa.timeout)
         sess = asm.sessions.get(cid)
+        created = False
         if sess is None:
+            # a client id no session record is stored for (the common first connect): the record is written
+            # at once, on the condition that there is none, one JetStream round trip instead of a read and a
+            # write; if there is one, it is read as before
+            fresh = Session(asm, cid)
+            fresh.clean = not persistent
+            fresh.version = p.version
+            fresh.expiry = self.session_expiry if v5 else 0
+            created = await fresh.create()
+            if created:
+                sess = fresh
+        if created:
+            exists = False
+        elif sess is None:
             sess = await asm.load_session(cid)
             exists = getattr(sess, "exists", False)
             gone = getattr(sess, "gone", 0) or 0
@@ -378,7 +392,8 @@ class ConnectMixin:
             sess.cpending.clear()
             asm.sessions[cid] = sess
             self.sess = sess
-            await sess.save()
+            if not created:  # (a created record already says all this)
+                await sess.save()
         return present
 
     # ---- keep-alive ------------------------------------------------------------------------------------------

@@ -418,6 +418,20 @@ class Session:
                 raise RuntimeError(f"unable to persist session {self.id!r} (seq={self.seq}): {e}") from None
         self.seq = int(ack.get("seq", 0))
 
+    async def create(self) -> bool:
+        """Store the record on the condition that the client id has none (expected last subject sequence 0):
+        True if stored, False if a record is there (nothing written)."""
+        hdr = make_headers([("Nats-Expected-Last-Subject-Sequence", "0")])
+        body = json.dumps(self.record(), separators=(",", ":")).encode()
+        try:
+            ack = await self.asm.jsa.store(self.subject, body, hdr)
+        except JSAPIError as e:
+            if e.err_code == 10071:  # wrong last sequence: there is a record
+                return False
+            raise RuntimeError(f"unable to persist session {self.id!r}: {e}") from None
+        self.seq = int(ack.get("seq", 0))
+        return True
+
     async def clear(self) -> None:
         """Forget everything persisted: consumers, PUBREL consumer, the record."""
         jsa = self.asm.jsa
