@@ -259,8 +259,11 @@ def test_queue_check_finds_each_kind_of_error():
     assert r.failed_present == ["c"]
     assert sorted(r.not_consumed) == ["b", "d", "e"]
     assert r.seq_mismatch == []
+    assert r.seq_reused == {}
     recs["a"].seq = 4
     assert check_queue(recs, stream, {"a"}).seq_mismatch == ["a@4=zz"]
+    recs["e"].seq = 4  # (two acknowledgements of one sequence: a lost range given again)
+    assert check_queue(recs, stream, {"a"}).seq_reused == {4: ["a", "e"]}
 
 
 # ---- the nemesis plan ---------------------------------------------------------------------------------------

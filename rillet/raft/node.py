@@ -221,7 +221,9 @@ class Node:
         self.lost: Optional[tuple] = None
         self.lost_events = 0
         self.known_mark = known_mark
-        self.lost_mark = 0  # the highest owner's mark known when a loss was found (HardState.mark)
+        # the highest owner's mark (HardState.mark) heard in a survey of a majority back from an unclean stop (what
+        # its lost tail may have reached, found or not), or when a loss was found
+        self.lost_mark = 0
         if self.recovering:
             self._query_peers()
 
@@ -264,9 +266,13 @@ class Node:
                 recovering += 1
         # (a loss takes a majority that lost data, each of them back from an unclean stop and recovering; with
         # fewer, the answers only look short because some were given before a commit others already knew of)
-        if max_known > max_last and recovering >= self.quorum:
+        if recovering >= self.quorum:
+            # (a majority may have lost what it had not synced, past any commit index it had saved too: whatever
+            # the owner numbered up to the highest mark saved may have been acknowledged)
             self.lost_mark = max(self.lost_mark, max_mark)
-            self._found_lost(max_last + 1, max_known)
+            self.known_mark = max(self.known_mark, max_mark)
+            if max_known > max_last:
+                self._found_lost(max_last + 1, max_known)
         if best <= mine:
             self._leave_recovery("survey")
         else:

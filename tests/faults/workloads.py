@@ -101,12 +101,14 @@ class QueueReport:
     failed_present: list[str] = field(default_factory=list)    # refused (fail), yet stored
     indeterminate_present: int = 0
     seq_mismatch: list[str] = field(default_factory=list)      # acked at seq s, the stream holds another value at s
+    # one sequence acknowledged for two values (a stream that went on from a lost range and gave it again)
+    seq_reused: dict[int, list[str]] = field(default_factory=dict)
     consumed: int = 0
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.not_consumed or self.duplicated or self.unexpected or self.failed_present
-                    or self.seq_mismatch)
+                    or self.seq_mismatch or self.seq_reused)
 
     def lines(self) -> list[str]:
         out = [f"queue: attempted {self.attempted}, acked {self.acked}, failed {self.failed}, indeterminate "
@@ -114,7 +116,8 @@ class QueueReport:
                f"{self.stream_msgs} messages ({self.in_stream} distinct values); consumer got {self.consumed}",
                f"queue: lost {len(self.lost)}, duplicated {len(self.duplicated)}, unexpected "
                f"{len(self.unexpected)}, refused-but-stored {len(self.failed_present)}, acked-seq mismatches "
-               f"{len(self.seq_mismatch)}, acked-never-consumed {len(self.not_consumed)}"]
+               f"{len(self.seq_mismatch)}, acked-never-consumed {len(self.not_consumed)}, sequences acked twice "
+               f"{len(self.seq_reused)}"]
         for label, vals in (("lost", self.lost), ("never consumed", self.not_consumed),
                             ("unexpected", self.unexpected), ("refused but stored", self.failed_present),
                             ("acked seq mismatch", self.seq_mismatch)):
@@ -122,6 +125,8 @@ class QueueReport:
                 out.append(f"  {label} (first 20): {sorted(vals)[:20]}")
         if self.duplicated:
             out.append(f"  duplicated (first 20): {sorted(self.duplicated.items())[:20]}")
+        if self.seq_reused:
+            out.append(f"  sequence acked for two values (first 20): {sorted(self.seq_reused.items())[:20]}")
         return out
 
 
@@ -156,6 +161,11 @@ def check_queue(records: dict[str, PubRecord], stream: list[tuple[int, str]], co
             r.indeterminate_present += present
     r.duplicated = {v: s for v, s in seqs.items() if len(s) > 1}
     r.unexpected = [v for v in seqs if v not in records]
+    acked_at: dict[int, list[str]] = {}
+    for v, rec in records.items():
+        if rec.type == "ok" and rec.seq:
+            acked_at.setdefault(rec.seq, []).append(v)
+    r.seq_reused = {s: sorted(vs) for s, vs in acked_at.items() if len(vs) > 1}
     return r
 
 

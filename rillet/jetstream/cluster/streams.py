@@ -106,7 +106,7 @@ class StreamReplica:
             make_dirs_durable(sdir)
         store = open_store(cfg, sdir, js)
         # damaged records (reported lost by the store) are fetched again, not served as holes (_drop_damaged)
-        self.refetch = self._drop_damaged(store, cfg, jsa, js) if len(sa.group.peers) > 1 and not os.environ.get("NOFIX24") else 0
+        self.refetch = self._drop_damaged(store, cfg, jsa, js) if len(sa.group.peers) > 1 else 0
         self.stream = st = Stream(jsa, cfg, format_time(sa.created or time.time_ns()), store)
         self.log = RaftLog(self._apply, sa.group.name, js.log)
         self.log.on_leader_change = self._leader_changed
