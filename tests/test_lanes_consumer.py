@@ -99,6 +99,9 @@ class FakeConsumer:
                 return m
         return None
 
+    def _next_in_run(self):
+        return self._load_next(self.sseq)
+
     def state(self) -> tuple:
         return (self.sseq, self.npc, self.npc_dirty, self.pbytes, self.maxpb, self.ic.out_msgs, self._replay_lts,
                 self._failed, self.loads)

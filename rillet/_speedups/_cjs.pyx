@@ -240,6 +240,6 @@ def run_frames(c, m, Py_ssize_t budget, acc, r, dsubj, wr, list seqs):
                 break
         if len(seqs) >= budget or (expires and _clock() >= expires):
             break
-        m = c._load_next(c.sseq)
+        m = c._next_in_run()
         if m is None:
             break

@@ -115,6 +115,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         self._map_stalled = False
         self._running = False
         self._failed = False  # (a run's last message reached nobody: DeliveryMixin._run_new)
+        self._ahead: list = []  # (the messages a run read ahead, last first: DeliveryMixin._next_in_run)
         self.load_errors = 0  # messages the store could not read (logged once each, then skipped)
         self._bad_seqs: set[int] = set()
         self._flush_soon = False

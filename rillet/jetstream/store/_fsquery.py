@@ -13,7 +13,7 @@ from typing import Any
 
 from ._fsindex import Block, BlockIndex
 from ._query import _is_all, _Matcher
-from .base import ErrStoreCorrupt, StoredMsg
+from .base import ErrStoreCorrupt, StoreError, StoredMsg
 
 _NOKEY = 1 << 64  # _bfirst key of an empty block (only ever the last one)
 
@@ -360,6 +360,30 @@ class BlockQueries:
                 raise ErrStoreCorrupt(f"message {seq} is lost (corrupt data)", seq=seq)
             return None
         return self._read_msg(*loc)
+
+    def load_run(self, seq: int, n: int, max_bytes: int) -> list[StoredMsg]:
+        """The messages at ``seq``, ``seq + 1``, ... while each is there and readable, all in ``seq``'s block: at
+        most ``n``, and no more once their records pass ``max_bytes`` (the first one always). A sequential
+        reader's batch (a consumer's run of deliveries): one lookup of the block for all of them. Stops without
+        an error at a gap, a deleted or unreadable message or the block's end (``load_msg`` then says why)."""
+        out: list[StoredMsg] = []
+        loc = self._locate(seq)
+        if loc is None:
+            return out
+        blk, x, slot = loc
+        offs, rlen, dead = x.offs, x.rlen, blk.dead
+        end = min(len(offs), slot + n)
+        size = 0
+        while slot < end and size <= max_bytes:
+            if not offs[slot] or (dead is not None and slot < len(dead) and dead[slot]):
+                break
+            try:
+                out.append(self._read_msg(blk, x, slot))
+            except (StoreError, OSError):
+                break
+            size += rlen[slot]
+            slot += 1
+        return out
 
     def _load(self, s: int) -> StoredMsg | None:
         if not s:
