@@ -2,12 +2,13 @@
 
     python -m benchmarks.lane_js                              # async_file16, async_mem16, pull16; 3 runs each
     python -m benchmarks.lane_js --only async_file16 --seconds 4 --repeat 5 --json out.json
+    python -m benchmarks.lane_js --only pull16,ordered16 --msgs 100000      # the consume cases
 
 For each lane a Rillet server is started with ``-js`` on an empty temporary store (``RILLET_PURE=1`` for the
 pure one) and benchmarks/jsbench.py's cases run against it, lanes alternating run by run. The figure is the
 server process's CPU time (user + system, /proc) divided by the messages of the measured part: for the publish
-cases the acknowledged publishes, for ``pull16`` the messages consumed and acknowledged (the pre-fill is not
-counted: the CPU is read after it). CPU time rather than throughput: the machine may be shared.
+cases the acknowledged publishes, for ``pull16`` the messages consumed and acknowledged, for ``ordered16`` the
+messages received (the pre-fill is not counted: the CPU is read after it). CPU time rather than throughput: the machine may be shared.
 """
 from __future__ import annotations
 
@@ -36,16 +37,16 @@ def run_one(s: Server, name: str, seconds: float, msgs: int) -> tuple[float, int
     c = jsbench.JsConn(s.url)
     try:
         c.create_stream(case["storage"])
-        if case["kind"] == "pull":
+        if case["kind"] in ("pull", "ordered"):
             jsbench._prefill(c, case["size"], msgs)
             time.sleep(0.3)
             cpu0 = s.cpu_seconds()
-            r = jsbench.pull_consume(c, msgs)
+            r = jsbench.pull_consume(c, msgs) if case["kind"] == "pull" else jsbench.ordered_consume(c, msgs)
         elif case["kind"] == "pub_async":
             cpu0 = s.cpu_seconds()
             r = jsbench.publish_async(c, case["size"], seconds=seconds)
         else:
-            raise SystemExit(f"lane_js measures the async publish and pull cases, not {name}")
+            raise SystemExit(f"lane_js measures the async publish and consume cases, not {name}")
         time.sleep(0.2)
         cpu = s.cpu_seconds() - cpu0
         c.delete_stream()

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled twins of rillet.jetstream.acksubject's ack_numbers and ack_reply (see rillet.lane).
+"""Compiled twins of rillet.jetstream.acksubject's ack_numbers and ack_reply, and of a consumer's run of
+deliveries, rillet.jetstream.consumer.delivery.reference_run_frames (``run_frames``; see rillet.lane).
 
 ``ack_numbers``: the subject's dots are counted and the three numbers read in C where each is 1 to 18 ASCII
 digits; any other token (a sign, spaces, underscores, more digits, nothing) is given to Python's ``int`` as

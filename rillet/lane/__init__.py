@@ -22,6 +22,8 @@ Importers take the classes from here:
     ack_reply      a JetStream delivery's ack reply subject (rillet.jetstream.acksubject.ack_reply or its twin)
     entry_codec    a replicated stream's log entry codec: ``encode_entry``, ``decode_entry``
                    (rillet.jetstream.cluster.log or its twin module)
+    run_frames     a JetStream consumer's run of deliveries (rillet.jetstream.consumer.delivery's
+                   reference_run_frames or its twin; registered by rillet.jetstream.consumer)
 
 This module decides the lane and knows no package above it (tests/test_import_cycles.py: no package cycle,
 lazy imports included). Each package that has twins registers them (``register``) in its ``__init__``:
