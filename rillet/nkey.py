@@ -206,13 +206,33 @@ def from_raw_seed(prefix: int, raw: bytes) -> KeyPair:
         raise NkeyError("nkeys: invalid prefix byte")
     if len(raw) != 32:
         raise NkeyError("nkeys: invalid seed length")
-    if prefix == CURVE_PREFIX:
-        import nacl.public
-        public = bytes(nacl.public.PrivateKey(raw).public_key)
-    else:
-        import nacl.signing
-        public = bytes(nacl.signing.SigningKey(raw).verify_key)
-    return KeyPair(prefix, public, raw)
+    ffi, lib = _sodium()
+    public = ffi.new("unsigned char[]", 32)
+    if prefix == CURVE_PREFIX:  # X25519: the public key is the seed times the base point
+        rc = lib.crypto_scalarmult_base(public, raw)
+    else:  # Ed25519: the seed's key pair (what nacl.signing.SigningKey(raw).verify_key is)
+        rc = lib.crypto_sign_seed_keypair(public, ffi.new("unsigned char[]", 64), raw)
+    if rc != 0:
+        raise NkeyError("nkeys: invalid seed")
+    return KeyPair(prefix, ffi.buffer(public, 32)[:], raw)
+
+
+_SODIUM: tuple[Any, Any] | None = None
+
+
+def _sodium() -> tuple[Any, Any]:
+    """PyNaCl's compiled libsodium binding (``nacl._sodium``: its ffi and lib), initialized once. The key
+    derivation every server does at start (its nkey and xkey) calls libsodium through it directly, as PyNaCl's
+    ``nacl.bindings`` does, without loading ``nacl.bindings``/``nacl.signing``/``nacl.public`` (issue 20: ~0.5 MB
+    of an idle server's RSS). Signing and verifying keep PyNaCl's classes. PyNaCl missing fails as before
+    (ModuleNotFoundError: nacl)."""
+    global _SODIUM
+    if _SODIUM is None:
+        from nacl._sodium import ffi, lib
+        if lib.sodium_init() == -1:  # (as nacl.bindings.sodium_core.sodium_init)
+            raise RuntimeError("Could not initialize sodium")
+        _SODIUM = (ffi, lib)
+    return _SODIUM
 
 
 def from_seed(text: str | bytes) -> KeyPair:

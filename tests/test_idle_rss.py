@@ -41,7 +41,10 @@ NOT_IN_PLAIN = ("aiohttp", "email", "tarfile", "logging.handlers", "rillet.jetst
                 "nkeys", "msgspec", "hashlib", "hmac", "secrets", "datetime", "decimal",
                 "uuid", "rillet.config.options_builder", "rillet.config.parser", "rillet.config.scanner",
                 "rillet.server.websocket", "rillet.server.auth_callout", "rillet.server.operator",
-                "rillet.server.connect_json")
+                "rillet.server.connect_json",
+                # PyNaCl's Python wrappers: the server's nkey and xkey are derived through its compiled libsodium
+                # binding (nacl._sodium) alone; signing and verifying load them on first use
+                "nacl.bindings", "nacl.signing", "nacl.public")
 NOT_IN_JS_MONITOR = ("aiohttp", "yarl", "multidict", "email", "html", "tarfile", "logging.handlers",
                      "rillet.jetstream.cluster", "rillet.raft", "rillet.cluster.protocol", "rillet.cli", "typer",
                      "rich", "nats", "pyspark")

@@ -40,3 +40,12 @@ def test_public_nkey_codec_matches_the_nkeys_library() -> None:
         assert text == base64.b32encode(body + nkeys.crc16_checksum(body)).decode().rstrip("=")
         assert decode_public_nkey(text) == raw
     assert decode_public_nkey(text[:-1] + ("A" if text[-1] != "A" else "B")) is None
+
+
+def test_key_derivation_through_libsodium_matches_pynacl_classes() -> None:
+    """from_raw_seed calls libsodium through nacl._sodium (issue 20); the keys are those of PyNaCl's classes."""
+    from rillet.nkey import KIND_PREFIX
+    for _ in range(20):
+        seed = os.urandom(32)
+        assert from_raw_seed(KIND_PREFIX["user"], seed).public_raw == bytes(nacl.signing.SigningKey(seed).verify_key)
+        assert from_raw_seed(CURVE_PREFIX, seed).public_raw == bytes(nacl.public.PrivateKey(seed).public_key)
