@@ -255,6 +255,8 @@ class PublishMixin:
         fifo = self.ack_fifo
         while fifo and fifo[0][0] is not None:
             e, pi, rc = fifo.popleft()
+            if e.__class__ is asyncio.CancelledError:  # (the account's MQTT state closed: no PUBACK)
+                continue
             if e is not True and not (isinstance(e, JSAPIError) and e.code == 503):
                 fifo.clear()
                 self.fail(f"unable to store QoS 1 message: {e}", RC_UNSPECIFIED)

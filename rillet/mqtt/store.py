@@ -114,14 +114,6 @@ def _store_error(hdr: int, msg: bytes) -> BaseException | None:
     return None
 
 
-def _settle(fut: asyncio.Future, err: BaseException | None) -> None:
-    if not fut.done():
-        if err is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(err)
-
-
 class JSA:
     """JetStream API requests and stream publishes of one account, from this server's MQTT side."""
 
@@ -149,7 +141,9 @@ class JSA:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        self._stores.clear()  # (their connections are gone with the account's MQTT state)
+        st, self._stores = self._stores, {}
+        for cb, arg, _dl, _subject in st.values():  # (no answer will come: given up, as a cancelled wait)
+            cb(arg, asyncio.CancelledError())
         for f in self._pending.values():
             if not f.done():
                 f.cancel()
@@ -220,13 +214,6 @@ class JSA:
             self.ic.publish(subject, self.prefix_b + tok, hdr + payload, len(hdr))
         else:
             self.ic.publish(subject, self.prefix_b + tok, payload)
-
-    def store_future(self, subject: str | bytes, payload: bytes, hdr: bytes = b"") -> asyncio.Future:
-        """``store_cb`` as a future: None once stored, the error otherwise."""
-        out: asyncio.Future = self.server.loop.create_future()
-        sb = subject.encode() if isinstance(subject, str) else subject
-        self.store_cb(sb, payload, hdr, _settle, out)
-        return out
 
     def _sweep(self) -> None:
         self._sweeper = None
