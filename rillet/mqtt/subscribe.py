@@ -320,9 +320,9 @@ class SubscribeMixin:
                 subject[:11] == MSGS_PREFIX_B and len(subject) > 11 and subject[11:20] != b"spBv1//0." and \
                 (subject[11:12] != b"$" or not s.reserved):
             # the common case: a 3.1.1 MQTT message (no other header) to a 3.1.1 client, no checks to make
-            mq = msg[20] - 48
+            mq = msg[20] - 48  # (a digit, or the packet path decides)
             qos = mq if mq < s.qos else s.qos
-            if qos > 0:
+            if 0 < qos and mq < 10:
                 self._js_publish(s, sess, subject[11:], reply, msg[25:], qos)
                 return
         subj = subject.decode("utf-8", "surrogateescape")
