@@ -22,8 +22,6 @@ and cipher (the seed, hence the data, unchanged): that is key rotation.
 from __future__ import annotations
 
 import enum
-import hashlib
-import hmac
 import os
 import struct
 from dataclasses import dataclass
@@ -148,6 +146,8 @@ def aead(cipher: StoreCipher, key: bytes) -> _Aead:
 
 def key_gen(ek: str, info: str):
     """nats-server's PRF: context -> HMAC-SHA256(key=ek, msg=info + context) (info: the account name)."""
+    import hashlib  # (here: a JetStream without encryption loads no OpenSSL digests, issue 20)
+    import hmac
     kb, ib = ek.encode(), info.encode()
 
     def prf(context: bytes | str) -> bytes:
