@@ -4,7 +4,6 @@ Behaviour follows nats-server's ``accounts {}`` block (opts.go parseAccounts and
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -321,6 +320,7 @@ def _with_request_info(server: "Server", c: Any, importer: Any, exporter: Any, s
     through; the server and cluster are added when the request enters the system account (or a sharing
     import) from one that does not share; a leaf's forwarded header is replaced by the leaf's own identity;
     ``reply`` keeps a fast batch publisher's ``.$FI`` reply subject."""
+    import json  # (here: an idle server loads no json module, issue 20)
     prev = None
     if hdr > 0:
         v = _header_value(msg[:hdr], _REQUEST_INFO_B)

@@ -10,7 +10,6 @@ when the requestor stopped listening before the answer came.
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 import time
@@ -177,6 +176,7 @@ class Tracking:
         return client_info(server, self.requestor, self.share)
 
     def _emit(self, m: dict) -> None:
+        import json  # (here: an idle server loads no json module, issue 20)
         self.done = True
         if self.timer is not None:
             self.timer.cancel()

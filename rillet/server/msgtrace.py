@@ -28,7 +28,6 @@ we check (nats-server checks the subject sequence before the stream sequence).
 """
 from __future__ import annotations
 
-import json
 import random
 import time
 from typing import Any
@@ -335,6 +334,7 @@ class MsgTrace:
         return ev
 
     def send(self) -> None:
+        import json  # (here: an idle server loads no json module, issue 20)
         srv = self.server
         acc = self.acc
         if acc is None:

@@ -18,7 +18,6 @@ to ``remote_listeners`` (the clustered JetStream peer registry), the rest is ign
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rillet.digest import sha256
@@ -213,6 +212,7 @@ class SystemServices:
         self.sa.client.publish(reply, None, str(n).encode())
 
     def _on_nsubs(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        import json  # (here: an idle server loads no json module, issue 20)
         # asked by other servers of a cluster for this server's count; answered when the account has clients
         body = self._body(hdr, msg)
         if not body or not reply:
@@ -237,6 +237,7 @@ class SystemServices:
         self._respond(reply, None)
 
     def _cid_request(self, hdr: int, msg: bytes) -> int | None:
+        import json  # (here: an idle server loads no json module, issue 20)
         try:
             return int(json.loads(self._body(hdr, msg)).get("cid", 0))
         except (ValueError, AttributeError, TypeError):
@@ -255,6 +256,7 @@ class SystemServices:
         self._respond(reply, None)
 
     def _on_ldm(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        import json  # (here: an idle server loads no json module, issue 20)
         cid = self._cid_request(hdr, msg)
         if cid is None:
             return
