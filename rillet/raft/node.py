@@ -224,6 +224,7 @@ class Node:
         # the highest owner's mark (HardState.mark) heard in a survey of a majority back from an unclean stop (what
         # its lost tail may have reached, found or not), or when a loss was found
         self.lost_mark = 0
+        self.survey_mark = 0  # the highest mark any member answered this node's recovery queries with
         if self.recovering:
             self._query_peers()
 
@@ -311,7 +312,7 @@ class Node:
             if e[0] > kc:
                 break
             if e[1] > bt:
-                self.lost_mark = max(self.lost_mark, self.known_mark)
+                self.lost_mark = max(self.lost_mark, self.known_mark, self.survey_mark)
                 self._found_lost(e[0], kc)
                 break
 
@@ -330,6 +331,8 @@ class Node:
         if not self.recovering or m.frm not in self.voters:
             return
         self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter, m.recovering, m.known_mark)
+        if m.known_mark > self.survey_mark:
+            self.survey_mark = m.known_mark
         if all(p in self.survey for p in self.voters if p != self.id):
             self._survey_done()
 

@@ -380,6 +380,11 @@ class ConsumerReplica:
         self.syncing = False  # a SYNCED entry proposed, not applied yet
         self._solo_timer: Any = None  # solo_check again (it could not go solo yet)
         self.group.on_quorum_lost = self._quorum_lost
+        self.group.on_data_lost = self._data_lost
+        # committed entries of the consumer's group found gone from every member (acks, deliveries): kept in the
+        # group's directory (lossreport), shown in consumer info's cluster.lost and /healthz
+        from rillet.jetstream.cluster import lossreport
+        self.data_lost: dict | None = None if self.group.memory else lossreport.load(self.group.dir)
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.created_at = js.loop.time()
         self.leader = False
@@ -662,6 +667,38 @@ class ConsumerReplica:
                              acc, rep.name, self.name, rep.peer_states(self.group), time.time_ns(),
                              self.cs.js.domain or ""))
 
+    def _data_lost(self, first: int, last: int) -> None:
+        """(RaftGroup.on_data_lost) Committed entries of the consumer's group are gone from every member: its
+        acknowledgements and deliveries since the last synced state may be missing (messages may be delivered
+        again). Logged, kept on disk, the ``CONSUMER.DATA_LOST`` advisory, cluster.lost and /healthz."""
+        from rillet.gocompat.gotime import format_time
+        from rillet.jetstream.cluster import lossreport, monitor
+        now = time.time_ns()
+        rep = self.rep
+        found = {"raft_first": first, "raft_last": last, "detected": format_time(now), "server": self.cs.server.name}
+        self.data_lost = lossreport.merge(self.data_lost, found)
+        if not self.group.memory:
+            try:
+                lossreport.save(self.group.dir, self.data_lost)
+            except OSError as e:
+                self.cs.js.log.error(f"JetStream cluster consumer '{rep.jsa.account.name} > {rep.name} > "
+                                     f"{self.name}': saving the loss report failed: {e}")
+        self.cs.js.log.error(f"JetStream cluster consumer '{rep.jsa.account.name} > {rep.name} > {self.name}' lost "
+                             f"{last - first + 1} committed RAFT entries ({first}..{last}): acknowledgements or "
+                             f"deliveries may be missing (messages may be delivered again)")
+        info = dict(self.data_lost)
+
+        def build(acc: str) -> tuple[str, dict]:
+            d = monitor._adv("consumer_data_lost", now)
+            if acc:
+                d["account"] = acc
+            d.update({"stream": rep.name, "consumer": self.name, "raft_group": self.group.name, "lost": info})
+            dom = self.cs.js.domain or ""
+            if dom:
+                d["domain"] = dom
+            return f"{monitor.ADV}.CONSUMER.DATA_LOST.{rep.name}.{self.name}", d
+        send_advisory(self.cs, rep.jsa, build)
+
     def request_delete(self) -> None:
         """The engine found the consumer inactive: ask the meta leader to remove it (again after 2 s)."""
         now = self.cs.js.loop.time()
@@ -692,7 +729,10 @@ class ConsumerReplica:
         return self.rep.cs.group_leaderless(self.group, self.created_at)
 
     def cluster_info(self) -> dict:
-        return self.rep.group_cluster_info(self.group)
+        d = self.rep.group_cluster_info(self.group)
+        if self.data_lost is not None:
+            d["lost"] = dict(self.data_lost)
+        return d
 
     async def stop(self, delete: bool = False) -> None:
         if self.closed:

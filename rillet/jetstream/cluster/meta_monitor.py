@@ -150,7 +150,11 @@ class MetaMonitor:
             rep = st.replica(acc, sa.name) if st is not None else None
             if rep is None or ca.name not in rep.creps:
                 return "consumer not found"
-            cg = rep.creps[ca.name].group
+            cr = rep.creps[ca.name]
+            if cr.data_lost:
+                return (f"consumer lost committed entries {cr.data_lost['raft_first']}.."
+                        f"{cr.data_lost['raft_last']}")
+            cg = cr.group
             if cg is not None and len(cg.peers) > 1 and not cg.current():
                 return "group node unhealthy"
             return ""
