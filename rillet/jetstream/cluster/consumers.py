@@ -550,6 +550,9 @@ class ConsumerReplica:
         want = SoloConsumer if solo and c.engine and not c._outq else ClusteredConsumer
         if c.__class__ is not want:
             c.__class__ = want
+        # solo, new messages go out in runs as on a lone server (one C_DELIVERED per run, applied at once:
+        # DeliveryMixin._run_new); never with members, whose ClusteredConsumer decides per delivery
+        c._runs = (want is SoloConsumer and not c.rate_bps and not c.replay_original and not c.headers_only)
 
     def _solo_again(self) -> None:
         self._solo_timer = None
