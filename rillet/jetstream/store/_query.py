@@ -154,8 +154,7 @@ class StoreQueries:
     # -- next / last / previous -----------------------------------------------------
 
     def _next_seq(self, filter: str, start: int, wildcard: bool | None = None) -> int:
-        if not self.msgs:
-            return 0
+        # (no test for an empty store: every path below finds nothing in one, and this is a consumer's next)
         if start < self._first:
             start = self._first
         if start > self._last:
