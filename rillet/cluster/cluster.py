@@ -265,7 +265,7 @@ class Cluster(ClusterReload, Listening):
             info.leafnode_urls = [srv.leafnodes.route_url()]  # (gossiped to the leafs of the cluster)
         if srv.ldm:
             info.ldm = True
-        rep = getattr(srv, "go_js_report", None)  # (a member of a Go JetStream cluster: gometa.JetStreamReport)
+        rep = srv.go_js_report  # (a member of a Go JetStream cluster)
         if rep is not None:
             info.jetstream = True
             info.domain = rep.domain

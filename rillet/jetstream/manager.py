@@ -378,6 +378,10 @@ class JetStream:
             return self.cluster.mon.healthz(o)
         return {"status": "ok"}
 
+    def statsz_section(self) -> dict | None:
+        """The ``jetstream`` section of this server's statsz (the meta layer's, in a cluster; else None)."""
+        return self.cluster.statsz_section() if self.cluster is not None else None
+
     def limits_dict(self) -> dict:
         from rillet.jetstream.api.codec import to_go
         return to_go(self.server_limits)

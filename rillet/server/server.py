@@ -81,6 +81,9 @@ class Server:
         self.gateway: Any = None
         # the links' part in every account's interest (rillet.server.accounts.InterestListener), set with them
         self.interest_listeners: tuple[Any, ...] = ()
+        # a member of a Go JetStream cluster (rillet_go_meta): its rillet.jetstream.cluster.gometa.JetStreamReport,
+        # set with the links
+        self.go_js_report: Any = None
         self.subsystems.make_links(self)  # ValueError: refuse to start
         self.global_account = self._make_account(GLOBAL_ACCOUNT)
         if o.mappings:
@@ -126,6 +129,7 @@ class Server:
         self.websocket_addr: tuple[str, int] | None = None
         self.mqtt: Any = None  # rillet.mqtt.listener.MqttServer, with mqtt {} (started by the composition root)
         self.mqtt_addr: tuple[str, int] | None = None
+        self.monitor: Any = None  # rillet.monitor.httpd.Monitor, with http(s)_port (set by it when it starts)
         self.tls_context: ssl.SSLContext | None = None
         self._tls_rate: RateCounter | None = None  # tls connection_rate_limit
         self._tls_rate_log_pending = False

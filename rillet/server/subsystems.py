@@ -53,6 +53,9 @@ class JetStreamService(Protocol):
     def healthz(self, o: dict[str, Any]) -> dict[str, Any]:
         """/healthz past the JetStream-enabled checks: nats-server's HealthStatus."""
 
+    def statsz_section(self) -> dict[str, Any] | None:
+        """The ``jetstream`` section of the server's statsz in a JetStream cluster (None: not clustered)."""
+
 
 class Subsystems(Protocol):
     """The server's calls into the parts the composition root wires (``rillet.app.compose.Root``)."""

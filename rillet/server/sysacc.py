@@ -125,7 +125,7 @@ class SystemAccount:
         d["feature_flags"] = merged(srv.opts)
         d["jetstream"] = srv.jetstream is not None
         d["flags"] = 0
-        rep = getattr(srv, "go_js_report", None)  # (a member of a Go JetStream cluster: gometa.JetStreamReport)
+        rep = srv.go_js_report  # (a member of a Go JetStream cluster)
         if rep is not None:
             rep.server_info(d)
         d["seq"] = self.seq
@@ -143,7 +143,7 @@ class SystemAccount:
             r = self.account.sublist.match(subject)
             if any(s.client is not own for s in r.psubs) or any(s.client is not own for g in r.qsubs for s in g):
                 return True
-        gw = getattr(self.server, "gateway", None)
+        gw = self.server.gateway
         return gw is not None and bool(gw.outo) and gw.has_interest(self.account, subject)
 
     def send(self, subject: str, obj: Any) -> None:
@@ -152,7 +152,7 @@ class SystemAccount:
         self.client.publish(subject.encode(), None, dumps(obj, 0))
 
     def _monitor(self) -> tuple[dict, Any]:
-        m = getattr(self.server, "monitor", None)
+        m = self.server.monitor
         if m is not None:
             return m.http_req_stats, m.cpu
         if self._cpu is None:
@@ -188,10 +188,11 @@ class SystemAccount:
 
     def statsz_msg(self) -> dict:
         d = {"server": self.server_info(), "statsz": self.statsz()}
-        cl = getattr(self.server.jetstream, "cluster", None)
-        if cl is not None:
-            d["statsz"]["jetstream"] = cl.statsz_section()  # (what other servers' placement reads)
-        elif getattr(self.server, "go_js_report", None) is not None:
+        js = self.server.jetstream
+        section = js.statsz_section() if js is not None else None
+        if section is not None:
+            d["statsz"]["jetstream"] = section  # (what other servers' placement reads)
+        elif self.server.go_js_report is not None:
             d["statsz"]["jetstream"] = self.server.go_js_report.section()
         return d
 
