@@ -41,34 +41,28 @@ async def api(conn: Conn, subject: str, payload: Any = None, timeout: float | No
     return resp
 
 
-async def stream_names(conn: Conn, subject: str | None = None) -> list[str]:
-    names: list[str] = []
+async def _all_streams(conn: Conn, endpoint: str, subject: str | None) -> list[Any]:
+    """Every page of STREAM.NAMES or STREAM.LIST (``subject``: only the streams that take it)."""
+    out: list[Any] = []
     offset = 0
     while True:
         req: dict[str, Any] = {"offset": offset}
         if subject:
             req["subject"] = subject
-        r = await api(conn, "STREAM.NAMES", req)
-        batch = r.get("streams") or []
-        names.extend(batch)
-        offset += len(batch)
-        if not batch or offset >= r.get("total", 0):
-            return names
-
-
-async def stream_list(conn: Conn, subject: str | None = None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    offset = 0
-    while True:
-        req: dict[str, Any] = {"offset": offset}
-        if subject:
-            req["subject"] = subject
-        r = await api(conn, "STREAM.LIST", req)
+        r = await api(conn, endpoint, req)
         batch = r.get("streams") or []
         out.extend(batch)
         offset += len(batch)
         if not batch or offset >= r.get("total", 0):
             return out
+
+
+async def stream_names(conn: Conn, subject: str | None = None) -> list[str]:
+    return await _all_streams(conn, "STREAM.NAMES", subject)
+
+
+async def stream_list(conn: Conn, subject: str | None = None) -> list[dict[str, Any]]:
+    return await _all_streams(conn, "STREAM.LIST", subject)
 
 
 async def consumer_list(conn: Conn, stream: str) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import base64
 import binascii
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from rillet import nkey
 from rillet.cli.goflags import FlagError, FlagSet, HelpRequested
@@ -81,20 +81,20 @@ def read_key_file(path: str) -> bytes:
     raise NkeyCliError(f"{path}: could not find a valid key")
 
 
-def _seed_pair(path: str) -> nkey.KeyPair:
+def _key_pair(path: str, parse: Callable[[str], nkey.KeyPair]) -> nkey.KeyPair:
     text = read_key_file(path)
     try:
-        return nkey.from_seed(text)
+        return parse(text)
     except nkey.NkeyError as e:
         raise NkeyCliError(f"{path}: {e}") from None
+
+
+def _seed_pair(path: str) -> nkey.KeyPair:
+    return _key_pair(path, nkey.from_seed)
 
 
 def _public_pair(path: str) -> nkey.KeyPair:
-    text = read_key_file(path)
-    try:
-        return nkey.from_public_key(text)
-    except nkey.NkeyError as e:
-        raise NkeyCliError(f"{path}: {e}") from None
+    return _key_pair(path, nkey.from_public_key)
 
 
 def _decode_signature(path: str) -> bytes:
