@@ -259,54 +259,46 @@ def raftz(groups: Mapping[str, Mapping[str, RaftGroupView]]) -> dict:
 ADV = "$JS.EVENT.ADVISORY"
 
 
-def _adv(typ: str, now_ns: int) -> dict:
-    return {"type": f"io.nats.jetstream.advisory.v1.{typ}", "id": _event_id(), "timestamp": format_time(now_ns)}
+def _adv(typ: str, now_ns: int, account: str, domain: str, fields: dict) -> dict:
+    """An advisory's body: type, id, timestamp, the account (when given), ``fields``, the domain (when set)."""
+    d: dict[str, Any] = {"type": f"io.nats.jetstream.advisory.v1.{typ}", "id": _event_id(),
+                         "timestamp": format_time(now_ns)}
+    if account:
+        d["account"] = account
+    d.update(fields)
+    if domain:
+        d["domain"] = domain
+    return d
 
 
 def stream_leader_elected_advisory(account: str, stream: str, leader: str, replicas: Iterable[PeerState],
                                    now_ns: int, domain: str = "") -> tuple[str, dict]:
     """(subject, body): published in the stream's account; ``replicas``: every peer, the leader too."""
-    d = _adv("stream_leader_elected", now_ns)
-    if account:
-        d["account"] = account
-    d.update({"stream": stream, "leader": leader, "replicas": [peer_info(p) for p in replicas]})
-    if domain:
-        d["domain"] = domain
+    d = _adv("stream_leader_elected", now_ns, account, domain,
+             {"stream": stream, "leader": leader, "replicas": [peer_info(p) for p in replicas]})
     return f"{ADV}.STREAM.LEADER_ELECTED.{stream}", d
 
 
 def stream_quorum_lost_advisory(account: str, stream: str, replicas: Iterable[PeerState], now_ns: int,
                                 domain: str = "") -> tuple[str, dict]:
-    d = _adv("stream_quorum_lost", now_ns)
-    if account:
-        d["account"] = account
-    d.update({"stream": stream, "replicas": [peer_info(p) for p in replicas]})
-    if domain:
-        d["domain"] = domain
+    d = _adv("stream_quorum_lost", now_ns, account, domain,
+             {"stream": stream, "replicas": [peer_info(p) for p in replicas]})
     return f"{ADV}.STREAM.QUORUM_LOST.{stream}", d
 
 
 def consumer_leader_elected_advisory(account: str, stream: str, consumer: str, leader: str,
                                      replicas: Iterable[PeerState], now_ns: int,
                                      domain: str = "") -> tuple[str, dict]:
-    d = _adv("consumer_leader_elected", now_ns)
-    if account:
-        d["account"] = account
-    d.update({"stream": stream, "consumer": consumer, "leader": leader,
+    d = _adv("consumer_leader_elected", now_ns, account, domain,
+             {"stream": stream, "consumer": consumer, "leader": leader,
               "replicas": [peer_info(p) for p in replicas]})
-    if domain:
-        d["domain"] = domain
     return f"{ADV}.CONSUMER.LEADER_ELECTED.{stream}.{consumer}", d
 
 
 def consumer_quorum_lost_advisory(account: str, stream: str, consumer: str, replicas: Iterable[PeerState],
                                   now_ns: int, domain: str = "") -> tuple[str, dict]:
-    d = _adv("consumer_quorum_lost", now_ns)
-    if account:
-        d["account"] = account
-    d.update({"stream": stream, "consumer": consumer, "replicas": [peer_info(p) for p in replicas]})
-    if domain:
-        d["domain"] = domain
+    d = _adv("consumer_quorum_lost", now_ns, account, domain,
+             {"stream": stream, "consumer": consumer, "replicas": [peer_info(p) for p in replicas]})
     return f"{ADV}.CONSUMER.QUORUM_LOST.{stream}.{consumer}", d
 
 
@@ -314,10 +306,8 @@ def meta_leader_elected_advisory(leader_peer: str, replicas: Iterable[PeerState]
                                  domain: str = "") -> tuple[str, dict]:
     """The meta leader's advisory (``domain_leader_elected``, in the system account): ``leader`` is the
     new leader's *peer id* there, as nats-server sends it."""
-    d = _adv("domain_leader_elected", now_ns)
-    d.update({"leader": leader_peer, "replicas": [peer_info(p) for p in replicas], "cluster": cluster})
-    if domain:
-        d["domain"] = domain
+    d = _adv("domain_leader_elected", now_ns, "", domain,
+             {"leader": leader_peer, "replicas": [peer_info(p) for p in replicas], "cluster": cluster})
     return f"{ADV}.DOMAIN.LEADER_ELECTED", d
 
 
