@@ -44,7 +44,9 @@ NOT_IN_PLAIN = ("aiohttp", "email", "tarfile", "logging.handlers", "rillet.jetst
                 "rillet.server.connect_json",
                 # PyNaCl's Python wrappers: the server's nkey and xkey are derived through its compiled libsodium
                 # binding (nacl._sodium) alone; signing and verifying load them on first use
-                "nacl.bindings", "nacl.signing", "nacl.public")
+                "nacl.bindings", "nacl.signing", "nacl.public",
+                # the json module: the INFO of the first client, $SYS requests and trace events import it
+                "json")
 NOT_IN_JS_MONITOR = ("aiohttp", "yarl", "multidict", "email", "html", "tarfile", "logging.handlers",
                      "rillet.jetstream.cluster", "rillet.raft", "rillet.cluster.protocol", "rillet.cli", "typer",
                      "rich", "nats", "pyspark",

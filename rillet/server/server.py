@@ -13,7 +13,6 @@ the core, see rillet/server/subsystems.py; ``rillet.app.embed`` has context mana
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import socket
@@ -637,6 +636,7 @@ class Server:
         return []
 
     def info_for(self, c: Any, connect_info: bool = False) -> bytes:
+        import json  # (here: an idle server loads no json module, issue 20)
         info = self.info_dict()
         info["client_id"] = c.cid
         if c.host:

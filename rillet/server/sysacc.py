@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -212,6 +211,7 @@ class SystemAccount:
 
     @staticmethod
     def _options(hdr: int, msg: bytes) -> dict:
+        import json  # (here: an idle server loads no json module, issue 20)
         body = msg[hdr:] if hdr > 0 else msg
         if not body.strip():
             return {}
