@@ -35,44 +35,43 @@ class Advisories:
         d: dict[str, Any] = {"type": typ, "id": _id(), "timestamp": format_time(now_ns())}
         return d
 
-    def stream_action(self, jsa: "JSAccount", stream: Any, action: str) -> None:
-        subject = f"$JS.EVENT.ADVISORY.STREAM.{_ACTION_EVENT[action]}.{stream.name}"
-        d = self._base("io.nats.jetstream.advisory.v1.stream_action")
-        d.update({"stream": stream.name, "action": action})
-        if self.js.domain:
+    def _emit(self, jsa: "JSAccount", subject: str, typ: str, fields: dict[str, Any], domain: bool = True) -> None:
+        """Send the advisory ``typ`` with ``fields`` (and the JetStream domain, when set and ``domain``)."""
+        if not jsa.account.sublist.has_interest(subject):
+            return
+        d = self._base(typ)
+        d.update(fields)
+        if domain and self.js.domain:
             d["domain"] = self.js.domain
-        self._send(jsa, subject, d)
+        jsa.ic.publish(subject.encode(), None, _enc(d))
+
+    def stream_action(self, jsa: "JSAccount", stream: Any, action: str) -> None:
+        self._emit(jsa, f"$JS.EVENT.ADVISORY.STREAM.{_ACTION_EVENT[action]}.{stream.name}",
+                   "io.nats.jetstream.advisory.v1.stream_action", {"stream": stream.name, "action": action})
 
     def consumer_action(self, jsa: "JSAccount", stream: Any, consumer: str, action: str) -> None:
-        subject = f"$JS.EVENT.ADVISORY.CONSUMER.{_ACTION_EVENT[action]}.{stream.name}.{consumer}"
-        d = self._base("io.nats.jetstream.advisory.v1.consumer_action")
-        d.update({"stream": stream.name, "consumer": consumer, "action": action})
-        if self.js.domain:
-            d["domain"] = self.js.domain
-        self._send(jsa, subject, d)
+        self._emit(jsa, f"$JS.EVENT.ADVISORY.CONSUMER.{_ACTION_EVENT[action]}.{stream.name}.{consumer}",
+                   "io.nats.jetstream.advisory.v1.consumer_action",
+                   {"stream": stream.name, "consumer": consumer, "action": action})
 
     def max_deliveries(self, jsa: "JSAccount", stream: str, consumer: str, sseq: int, deliveries: int) -> None:
-        subject = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
-        d = self._base("io.nats.jetstream.advisory.v1.max_deliver")
-        d.update({"stream": stream, "consumer": consumer, "stream_seq": sseq, "deliveries": deliveries})
-        self._send(jsa, subject, d)
+        self._emit(jsa, f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}",
+                   "io.nats.jetstream.advisory.v1.max_deliver",
+                   {"stream": stream, "consumer": consumer, "stream_seq": sseq, "deliveries": deliveries},
+                   domain=False)
 
     def terminated(self, jsa: "JSAccount", stream: str, consumer: str, cseq: int, sseq: int, deliveries: int,
                    reason: str) -> None:
-        subject = f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.{consumer}"
-        d = self._base("io.nats.jetstream.advisory.v1.terminated")
-        d.update({"stream": stream, "consumer": consumer, "consumer_seq": cseq, "stream_seq": sseq,
-                  "deliveries": deliveries})
+        fields: dict[str, Any] = {"stream": stream, "consumer": consumer, "consumer_seq": cseq, "stream_seq": sseq,
+                                  "deliveries": deliveries}
         if reason:
-            d["reason"] = reason
-        self._send(jsa, subject, d)
+            fields["reason"] = reason
+        self._emit(jsa, f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.{consumer}",
+                   "io.nats.jetstream.advisory.v1.terminated", fields, domain=False)
 
     def ack_sample(self, jsa: "JSAccount", stream: str, consumer: str, cseq: int, sseq: int, ack_time_ns: int,
                    deliveries: int) -> None:
-        subject = f"$JS.EVENT.METRIC.CONSUMER.ACK.{stream}.{consumer}"
-        d = self._base("io.nats.jetstream.metric.v1.consumer_ack")
-        d.update({"stream": stream, "consumer": consumer, "consumer_seq": cseq, "stream_seq": sseq,
-                  "ack_time": ack_time_ns, "deliveries": deliveries})
-        if self.js.domain:
-            d["domain"] = self.js.domain
-        self._send(jsa, subject, d)
+        self._emit(jsa, f"$JS.EVENT.METRIC.CONSUMER.ACK.{stream}.{consumer}",
+                   "io.nats.jetstream.metric.v1.consumer_ack",
+                   {"stream": stream, "consumer": consumer, "consumer_seq": cseq, "stream_seq": sseq,
+                    "ack_time": ack_time_ns, "deliveries": deliveries})
