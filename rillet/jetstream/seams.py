@@ -17,6 +17,8 @@ members (checked statically: ``tests/typing/check_seams.py`` assigns every imple
   ``rillet.jetstream.cluster.streams.StreamReplica``.
 * ``ApiRoute``: who answers a ``$JS.API`` request (``rillet.jetstream.api.routing``). Implemented by the
   meta layer's ``rillet.jetstream.api.cluster.MetaApi`` in a cluster (a single server answers everything).
+* The other way, what the server and its monitoring use of JetStream, is
+  ``rillet.server.subsystems.JetStreamService`` (``rillet.server`` imports nothing of ``rillet.jetstream``).
 * ``RaftTransport``: how a server's RAFT groups send and receive their messages. Implemented by
   ``rillet.jetstream.cluster.transport.RaftTransport`` (over the routes, in the system account).
 """
