@@ -95,15 +95,27 @@ class _ConnOpts:
     sig = ""
 
 
+_EXTRAS: dict[str, dict] = {}  # Nmqtt-Props value -> its decoded form (a publisher's is often the same each time)
+
+
 def _extra_of(h: dict) -> dict | None:
+    """The MQTT 5 properties a message's ``Nmqtt-Props`` header carries (a copy: callers may change it)."""
     v = h.get(PROPS_HDR)
     if not v:
         return None
-    try:
-        d = json.loads(base64.b64decode(v[0]))
-    except ValueError:
-        return None
-    return d if isinstance(d, dict) else None
+    raw = v[0]
+    d = _EXTRAS.get(raw)
+    if d is None:
+        try:
+            d = json.loads(base64.b64decode(raw))
+        except ValueError:
+            return None
+        if not isinstance(d, dict):
+            return None
+        if len(_EXTRAS) > 1024:
+            _EXTRAS.clear()
+        _EXTRAS[raw] = d
+    return dict(d)
 
 
 def _props_from_extra(extra: dict, user_props: list | None = None) -> dict[str, Any]:
