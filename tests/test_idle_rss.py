@@ -21,13 +21,14 @@ pytestmark = [
     pytest.mark.skipif(GO, reason="measures the Rillet process"),
 ]
 
-# Bounds with a margin over what was measured (no client: plain ~27.3 MB, JetStream and monitoring ~31.7 MB;
-# nats-server ~14 MB): a regression of a MB or two fails, noise does not. (Before issue 20's cuts: 31.5 and
-# 47.3 MB; then 30.5 and 33.1 with msgspec, hashlib, datetime, nkeys and the config file's builders loaded at
-# start.) The interpreter with site, asyncio and ssl is ~22.1 MB, uvloop ~1.6 more, PyNaCl (the server's
-# identity: its curve arithmetic stays PyNaCl's, 6dd46dd) ~1.2 more.
-PLAIN_BOUND_MB = 28.7
-JS_MONITOR_BOUND_MB = 33.2
+# Bounds with a margin over what was measured (no client: plain ~27.0 MB, JetStream and monitoring ~31.7 MB at
+# ff56b35; nats-server ~13.5 MB): a regression of a MB fails, noise does not. (Before issue 20's cuts: 31.5 and
+# 47.3 MB; 30.5 and 33.1 with msgspec, hashlib, datetime, nkeys and the config file's builders loaded at start;
+# 27.4 and 31.8 at 4f48792, then PyNaCl's Python wrappers (~0.5), OpenSSL's digests with -js (~0.7) and json
+# (~0.2) went.) The interpreter with this checkout's site (its .pth hooks) ~13.5 MB, asyncio with ssl ~8.2 more,
+# uvloop ~1.8 (module and loop), PyNaCl's libsodium binding ~0.5 (the server's identity).
+PLAIN_BOUND_MB = 28.0
+JS_MONITOR_BOUND_MB = 32.7
 IDLE_SECONDS = 2.0
 
 # never loaded by a server without the configuration that uses them
