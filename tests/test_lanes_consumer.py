@@ -53,7 +53,8 @@ class FakeConsumer:
     """The consumer fields and methods a run reads and calls; each call recorded with what it saw."""
 
     def __init__(self, log: list, msgs: list[StoredMsg], prefix: str, maxpb: int, pbytes: int, npc: int,
-                 npc_dirty: bool, dseq: int, ndseq: int, fc: list[bool], dirty_after: int, fail_load: int) -> None:
+                 npc_dirty: bool, dseq: int, ndseq: int, fc: list[bool], dirty_after: int, fail_load: int,
+                 fcid: str = "", fcsz: int = 0, ack_policy: str = "none", ahead: int = 0) -> None:
         self.log = log
         self.msgs = msgs
         self.ic = FakeIC()
@@ -71,6 +72,14 @@ class FakeConsumer:
         self.dirty_after = dirty_after  # the n-th load marks the count dirty (as a load error does)
         self.fail_load = fail_load  # the n-th load raises
         self.loads = 0
+        self.fcid, self.fcsz, self.ack_policy = fcid, fcsz, ack_policy
+        # messages read ahead (last first), as _next_in_run leaves them: the next ones, or (-1) a stale one
+        if ahead > 0:
+            self._ahead = list(reversed(msgs[1:1 + ahead]))
+        elif ahead < 0 and len(msgs) > 2:
+            self._ahead = [msgs[2]]
+        else:
+            self._ahead = []
 
     def num_pending(self) -> int:
         self.log.append(("num_pending", self.npc, self.npc_dirty))
@@ -80,12 +89,14 @@ class FakeConsumer:
         return self.npc if self.npc > 0 else 0
 
     def _need_fc(self, sz: int) -> bool:
-        self.log.append(("need_fc", sz, self.pbytes))
+        self.log.append(("need_fc", sz, self.pbytes, self.fcid, self.fcsz))
+        self.fcsz += 1
         return self.fc.pop(0) if self.fc else False
 
     def _send_fc(self) -> None:
         self.log.append(("send_fc", self.pbytes))
         self.maxpb += 7  # (what the run reads afterwards is the field, not a copy)
+        self.fcid = "" if self.fcid else "$JS.FC.S.C.abcd"
 
     def _load_next(self, start: int):
         self.loads += 1
@@ -100,11 +111,13 @@ class FakeConsumer:
         return None
 
     def _next_in_run(self):
+        self.log.append(("next_in_run", self.sseq, len(self._ahead)))
+        self._ahead = []
         return self._load_next(self.sseq)
 
     def state(self) -> tuple:
         return (self.sseq, self.npc, self.npc_dirty, self.pbytes, self.maxpb, self.ic.out_msgs, self._replay_lts,
-                self._failed, self.loads)
+                self._failed, self.loads, self.fcid, self.fcsz, [m.seq for m in self._ahead])
 
 
 subjects = st.one_of(st.sampled_from(["bench.js", "orders.eu.1", "ü.x", "a\udcff.b", "x" * 300]),
@@ -130,14 +143,16 @@ def runs(draw):
         dseq=draw(numbers), ndseq=draw(numbers), fc=draw(st.lists(st.booleans(), max_size=6)),
         dirty_after=draw(st.integers(0, 6)), fail_load=draw(st.sampled_from([0, 0, 1, 3])),
         budget=draw(st.integers(1, 14)), oks=draw(st.lists(st.booleans(), max_size=12)),
-        wr=draw(st.sampled_from([None, 0.0, 1e12, 1.0])))
+        wr=draw(st.sampled_from([None, 0.0, 1e12, 1.0])), fcid=draw(st.sampled_from(["", "$JS.FC.S.C.wxyz"])),
+        fcsz=draw(st.integers(0, 300)), ack_policy=draw(st.sampled_from(["none", "explicit", "flow_control"])),
+        ahead=draw(st.integers(-1, 12)))
 
 
 def _run(frames, case: dict) -> tuple:
     log: list = []
     c = FakeConsumer(log, case["msgs"], case["prefix"], case["maxpb"], case["pbytes"], case["npc"],
                      case["npc_dirty"], case["dseq"], case["ndseq"], case["fc"], case["dirty_after"],
-                     case["fail_load"])
+                     case["fail_load"], case["fcid"], case["fcsz"], case["ack_policy"], case["ahead"])
     acc = FakeAcc(log, case["oks"])
     wr = None if case["wr"] is None else FakeWr(case["wr"])
     seqs: list[int] = []

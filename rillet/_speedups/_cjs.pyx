@@ -178,69 +178,82 @@ def run_frames(c, m, Py_ssize_t budget, acc, r, dsubj, wr, list seqs):
     cdef bytes reply
     cdef bytes sb = None
     last_subj = None
-    while True:
-        seq = m.seq
-        c.sseq = seq + 1
-        if not c.npc_dirty:
-            c.npc -= 1
-            npc = c.npc
-            pending = npc if npc > 0 else 0  # (num_pending with a clean count)
-        else:
-            pending = c.num_pending()
-        ts = m.ts
-        if (type(seq) is not int or type(nd) is not int or type(ts) is not int or type(pending) is not int
-                or seq < 0 or nd < 0 or ts < 0 or pending < 0 or seq >= 2**62 or nd >= 2**62 or ts >= 2**62
-                or pending >= 2**62):
-            rs = _pure_ack_reply(prefix, 1, seq, nd, ts, pending)
-            reply = rs.encode()
-            n = len(rs)
-        else:
-            v[0] = 1
-            v[1] = seq
-            v[2] = nd
-            v[3] = ts
-            v[4] = pending
-            size = prelen + 4
-            for i in range(5):
-                ndig[i] = _digits(<unsigned long long>v[i])
-                size += ndig[i]
-            reply = PyBytes_FromStringAndSize(NULL, size)
-            w = PyBytes_AS_STRING(reply)
-            memcpy(w, PyBytes_AS_STRING(pre), prelen)
-            w += prelen
-            for i in range(5):
-                if i:
-                    w[0] = 46  # '.'
-                    w += 1
-                w = _put(w, <unsigned long long>v[i], ndig[i])
-            n = size
-        hdr = m.hdr
-        data = m.data
-        subj = m.subject
-        if subj is not last_subj:
-            sb = _utf8(subj)
-            last_subj = subj
-        sz = len(subj) + n + len(hdr) + len(data)
-        if fc:
-            c.pbytes += sz
-        ic.out_msgs += 1
-        if hdr:
-            ok = deliver(ic, r, sb, reply, len(hdr), hdr + data, dsubj)
-        else:
-            ok = deliver(ic, r, sb, reply, -1, data, dsubj)
-        seqs.append(seq)
-        c._replay_lts = ts
-        nd += 1
-        if not ok:
-            c._failed = True
-            break
-        if fc:
-            if c._need_fc(sz):
-                c._send_fc()
-            if c.pbytes > c.maxpb:
+    cdef Py_ssize_t sent = 0
+    lts = None
+    try:
+        while True:
+            seq = m.seq
+            c.sseq = seq + 1
+            if not c.npc_dirty:
+                c.npc -= 1
+                npc = c.npc
+                pending = npc if npc > 0 else 0  # (num_pending with a clean count)
+            else:
+                pending = c.num_pending()
+            ts = m.ts
+            if (type(seq) is not int or type(nd) is not int or type(ts) is not int or type(pending) is not int
+                    or seq < 0 or nd < 0 or ts < 0 or pending < 0 or seq >= 2**62 or nd >= 2**62 or ts >= 2**62
+                    or pending >= 2**62):
+                rs = _pure_ack_reply(prefix, 1, seq, nd, ts, pending)
+                reply = rs.encode()
+                n = len(rs)
+            else:
+                v[0] = 1
+                v[1] = seq
+                v[2] = nd
+                v[3] = ts
+                v[4] = pending
+                size = prelen + 4
+                for i in range(5):
+                    ndig[i] = _digits(<unsigned long long>v[i])
+                    size += ndig[i]
+                reply = PyBytes_FromStringAndSize(NULL, size)
+                w = PyBytes_AS_STRING(reply)
+                memcpy(w, PyBytes_AS_STRING(pre), prelen)
+                w += prelen
+                for i in range(5):
+                    if i:
+                        w[0] = 46  # '.'
+                        w += 1
+                    w = _put(w, <unsigned long long>v[i], ndig[i])
+                n = size
+            hdr = m.hdr
+            data = m.data
+            subj = m.subject
+            if subj is not last_subj:
+                sb = _utf8(subj)
+                last_subj = subj
+            sz = len(subj) + n + len(hdr) + len(data)
+            if fc:
+                c.pbytes += sz
+            sent += 1
+            if hdr:
+                ok = deliver(ic, r, sb, reply, len(hdr), hdr + data, dsubj)
+            else:
+                ok = deliver(ic, r, sb, reply, -1, data, dsubj)
+            seqs.append(seq)
+            lts = ts
+            nd += 1
+            if not ok:
+                c._failed = True
                 break
-        if len(seqs) >= budget or (expires and _clock() >= expires):
-            break
-        m = c._next_in_run()
-        if m is None:
-            break
+            if fc:
+                if (c.pbytes - c.fcsz >= c.maxpb) if c.fcid else (c.pbytes > c.maxpb // 2
+                                                                     or c.ack_policy == "flow_control"):
+                    if c._need_fc(sz):
+                        c._send_fc()
+                if c.pbytes > c.maxpb:
+                    break
+            if len(seqs) >= budget or (expires and _clock() >= expires):
+                break
+            ahead = c._ahead
+            if ahead and ahead[len(ahead) - 1].seq == c.sseq:  # (no negative index here: wraparound is off)
+                m = ahead.pop()
+            else:
+                m = c._next_in_run()
+                if m is None:
+                    break
+    finally:
+        ic.out_msgs += sent
+        if lts is not None:
+            c._replay_lts = lts

@@ -47,41 +47,56 @@ def reference_run_frames(c: Any, m: Any, budget: int, acc: Any, r: Any, dsubj: b
     maxpb = c.maxpb
     nd = c.dseq if c.dseq >= c._ndseq else c._ndseq
     expires = wr.expires if wr is not None else 0.0
-    while True:
-        seq = m.seq
-        c.sseq = seq + 1
-        if not c.npc_dirty:
-            c.npc -= 1
-            pending = c.npc if c.npc > 0 else 0  # (num_pending with a clean count)
-        else:
-            pending = c.num_pending()
-        reply = _ack_reply(prefix, 1, seq, nd, m.ts, pending)
-        hdr, data = m.hdr, m.data
-        sz = len(m.subject) + len(reply) + len(hdr) + len(data)
-        if maxpb:
-            c.pbytes += sz
-        ic.out_msgs += 1
-        if hdr:
-            ok = deliver(ic, r, m.subject.encode("utf-8", "surrogateescape"), reply.encode(), len(hdr), hdr + data,
-                         dsubj)
-        else:
-            ok = deliver(ic, r, m.subject.encode("utf-8", "surrogateescape"), reply.encode(), -1, data, dsubj)
-        seqs.append(seq)
-        c._replay_lts = m.ts
-        nd += 1
-        if not ok:
-            c._failed = True
-            break
-        if maxpb:
-            if c._need_fc(sz):
-                c._send_fc()
-            if c.pbytes > c.maxpb:
+    sent = 0
+    lts = None
+    try:
+        while True:
+            seq = m.seq
+            c.sseq = seq + 1
+            if not c.npc_dirty:
+                c.npc -= 1
+                pending = c.npc if c.npc > 0 else 0  # (num_pending with a clean count)
+            else:
+                pending = c.num_pending()
+            reply = _ack_reply(prefix, 1, seq, nd, m.ts, pending)
+            hdr, data = m.hdr, m.data
+            sz = len(m.subject) + len(reply) + len(hdr) + len(data)
+            if maxpb:
+                c.pbytes += sz
+            sent += 1
+            if hdr:
+                ok = deliver(ic, r, m.subject.encode("utf-8", "surrogateescape"), reply.encode(), len(hdr),
+                             hdr + data, dsubj)
+            else:
+                ok = deliver(ic, r, m.subject.encode("utf-8", "surrogateescape"), reply.encode(), -1, data, dsubj)
+            seqs.append(seq)
+            lts = m.ts
+            nd += 1
+            if not ok:
+                c._failed = True
                 break
-        if len(seqs) >= budget or (expires and _clock() >= expires):
-            break
-        m = c._next_in_run()
-        if m is None:
-            break
+            if maxpb:
+                # (_need_fc is called where it may answer True or count: a flow control request outstanding and
+                # the window passed, or none outstanding and past half the window or acks by flow control)
+                if (c.pbytes - c.fcsz >= c.maxpb) if c.fcid else (c.pbytes > c.maxpb // 2
+                                                                     or c.ack_policy == "flow_control"):
+                    if c._need_fc(sz):
+                        c._send_fc()
+                if c.pbytes > c.maxpb:
+                    break
+            if len(seqs) >= budget or (expires and _clock() >= expires):
+                break
+            ahead = c._ahead  # (what _next_in_run would give, without the call)
+            if ahead and ahead[-1].seq == c.sseq:
+                m = ahead.pop()
+            else:
+                m = c._next_in_run()
+                if m is None:
+                    break
+    finally:
+        ic.out_msgs += sent
+        if lts is not None:
+            c._replay_lts = lts
 
 
 _run_frames = lane.run_frames  # (the reference above, or rillet._speedups._cjs.run_frames)

@@ -373,12 +373,14 @@ class BlockQueries:
         blk, x, slot = loc
         offs, rlen, dead = x.offs, x.rlen, blk.dead
         end = min(len(offs), slot + n)
+        ndead = len(dead) if dead is not None else 0
+        read, add = self._read_msg, out.append
         size = 0
         while slot < end and size <= max_bytes:
-            if not offs[slot] or (dead is not None and slot < len(dead) and dead[slot]):
+            if not offs[slot] or (slot < ndead and dead[slot]):  # type: ignore[index]
                 break
             try:
-                out.append(self._read_msg(blk, x, slot))
+                add(read(blk, x, slot))
             except (StoreError, OSError):
                 break
             size += rlen[slot]
