@@ -384,7 +384,7 @@ class ConsumerReplica:
         # committed entries of the consumer's group found gone from every member (acks, deliveries): kept in the
         # group's directory (lossreport), shown in consumer info's cluster.lost and /healthz
         from rillet.jetstream.cluster import lossreport
-        self.data_lost: dict | None = None if self.group.memory else lossreport.load(self.group.dir)
+        self.data_lost: dict | None = None if self.group.memory else lossreport.load_or_flag(self.group.dir, js.log)
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.created_at = js.loop.time()
         self.leader = False

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
+from typing import Any, Optional
 
 from rillet.durable import fsync_dir
 
@@ -39,6 +39,16 @@ def load(dirpath: str) -> Optional[dict]:
     if not isinstance(d, dict) or not isinstance(d.get("raft_first"), int) or not isinstance(d.get("raft_last"), int):
         raise ValueError(f"{path}: not a loss report")
     return d
+
+
+def load_or_flag(dirpath: str, log: Any) -> Optional[dict]:
+    """``load``, but a report that cannot be read is logged and stands as a report of an unknown loss (the
+    replica stays unhealthy rather than forgetting that something was lost)."""
+    try:
+        return load(dirpath)
+    except (OSError, ValueError) as e:
+        log.error(f"JetStream cluster: {e}: kept as a loss of unknown extent")
+        return {"raft_first": 0, "raft_last": 0, "entries": 0, "unreadable": str(e)}
 
 
 def save(dirpath: str, report: dict) -> None:

@@ -131,7 +131,7 @@ class StreamReplica:
         self._floor = 0
         self.skipped: dict | None = None  # the sequences the last floor skipped (cluster info "skipped")
         # committed entries found gone from every member (cluster info "lost"), kept in the group's directory
-        self.data_lost: dict | None = None if self.group.memory else lossreport.load(self.group.dir)
+        self.data_lost: dict | None = None if self.group.memory else lossreport.load_or_flag(self.group.dir, js.log)
         self._lost_proposing = False
         self._lost_advised = False  # (this process sent the advisory of the report loaded at the start)
         if self.data_lost is not None:
