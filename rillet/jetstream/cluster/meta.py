@@ -168,7 +168,7 @@ class JetStreamCluster:
         if not o.cluster.routes and not (o.leaf is not None and o.leaf.remotes):
             raise ValueError("Can't start JetStream: JetStream cluster requires configured routes or "
                              "solicited leafnode for the system account")
-        if getattr(srv, "system_account", None) is None:
+        if srv.system_account is None:
             raise ValueError("Can't start JetStream: JetStream cluster requires the system account")
         log.notice("Creating JetStream metadata controller")
         if importlib.util.find_spec("rillet.jetstream.cluster.streams") is not None:
@@ -188,7 +188,7 @@ class JetStreamCluster:
             ic.subscribe(f"{p}.ACCOUNT.PURGE.*", self.api._on_account_purge)
         cl = srv.cluster
         cl.route_listeners.append(self._route_event)
-        gw = getattr(srv, "gateway", None)
+        gw = srv.gateway
         if gw is not None:
             gw.listeners.append(self._gateway_event)
         for rid, rc in list(cl.routes.items()):
@@ -213,8 +213,8 @@ class JetStreamCluster:
         return max(2, len(self.server.opts.cluster.routes) + self._gateway_peers())
 
     def _gateway_peers(self) -> int:
-        g = getattr(self.server.opts, "gateway_opts", None)
-        if g is None or not getattr(self.server, "gateway", None):
+        g = self.server.opts.gateway_opts
+        if g is None or not self.server.gateway:
             return 0
         import ipaddress
         import socket
@@ -247,14 +247,14 @@ class JetStreamCluster:
 
     def _gateways_up(self) -> bool:
         """Every remote cluster this server knows of has its outbound gateway registered."""
-        gw = getattr(self.server, "gateway", None)
+        gw = self.server.gateway
         return gw is None or all(name in gw.out for name in gw.remotes)
 
     async def _found(self) -> None:
         loop = self.loop
         last_count, since = -1, loop.time()
         expected = self.expected_size()
-        gw = getattr(self.server, "gateway", None)
+        gw = self.server.gateway
         settle = FOUND_SETTLE if gw is None else FOUND_SETTLE_GATEWAYS
         sent_at = -1e9
         leaderless_since = None
@@ -352,7 +352,7 @@ class JetStreamCluster:
         cl = self.server.cluster
         if cl is not None and self._route_event in cl.route_listeners:
             cl.route_listeners.remove(self._route_event)
-        gw = getattr(self.server, "gateway", None)
+        gw = self.server.gateway
         if gw is not None and self._gateway_event in gw.listeners:
             gw.listeners.remove(self._gateway_event)
         await self._stop_groups()
@@ -417,8 +417,8 @@ class JetStreamCluster:
                 self._isolate(ni.name, ni.version, ni.cluster)
 
     def _send_statsz(self) -> None:
-        sa = getattr(self.server, "sysacc", None)
-        if self.running and sa is not None and sa.client is not None:
+        sa = self.server.sysacc
+        if self.running and sa.client is not None:
             sa.publish_statsz(force=True)
 
     def _isolate(self, name: str, version: str, cluster: str = "") -> None:
