@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream.consumer.engine import Consumer
 from rillet.jetstream.consumer.state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
                                              C_START, ConsumerStateMachine)
@@ -674,7 +675,6 @@ class ConsumerReplica:
         """(RaftGroup.on_data_lost) Committed entries of the consumer's group are gone from every member: its
         acknowledgements and deliveries since the last synced state may be missing (messages may be delivered
         again). Logged, kept on disk, the ``CONSUMER.DATA_LOST`` advisory, cluster.lost and /healthz."""
-        from rillet.gocompat.gotime import format_time
         from rillet.jetstream.cluster import lossreport, monitor
         now = time.time_ns()
         rep = self.rep
