@@ -179,14 +179,9 @@ class PeerRegistry:
     def attach(cls, server: Any) -> "PeerRegistry":
         """A registry fed by ``server``'s system account (other servers' STATSZ and SHUTDOWN events) and
         holding the servers it has routes to now."""
-        js = getattr(server.opts, "jetstream", None)
-        reg = cls(server.name, server.server_id, getattr(js, "domain", "") or "")
-        sa = getattr(server, "sysacc", None) or getattr(server, "sys", None)
-        services = getattr(sa, "services", None)
-        if services is None:
-            raise ValueError("the peer registry needs the system account's services")
-        services.remote_listeners.append(reg.event)
-        cl = getattr(server, "cluster", None)
+        reg = cls(server.name, server.server_id, server.opts.jetstream.domain or "")
+        server.sysacc.services.remote_listeners.append(reg.event)
+        cl = server.cluster
         if cl is not None:
             for rid, rc in list(cl.routes.items()):
                 reg.route_added(rc.remote_name, rid, cl.name)
