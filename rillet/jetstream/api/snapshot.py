@@ -3,12 +3,16 @@
 Snapshot: the answer carries the stream's config and state; then chunks go to the request's
 ``deliver_subject``, each with a reply ``$JS.SNAPSHOT.ACK.<stream>.<id>.<size>.<index>`` the client answers
 to open the window; an empty message with a ``204`` status ends it (``408``/``500`` statuses on failure).
-The archive is a tar of the stream's directory (file storage: store and consumers) or of the memory
-store's snapshot; it is only ever read back by RESTORE.
+The archive is a tar in the store's own format, plaintext whatever the encryption at rest (as nats-server
+decrypts blocks into its snapshot): for a file stream its directory's layout (``store/`` and
+``consumers/<name>/meta.json``), for a memory stream the store's snapshot; ``no_consumers`` leaves the
+consumers out. It is made from the view of the request's moment in short slices on the event loop, as the
+flow-control window opens, never whole in memory; it is only ever read back by RESTORE.
 
 Restore: the answer names a ``$JS.SNAPSHOT.RESTORE.<stream>.<id>`` subject; the client sends chunks there,
 each with a reply that gets an empty acknowledgement, and an empty chunk to finish, which is answered
-with the stream's info once it is open.
+with the stream's info once it is open. The chunks are spooled to a temporary file; a worker thread unpacks
+them and opens the store once (sealing it under this server's key, if it has one) before the stream opens.
 """
 from __future__ import annotations
 
@@ -47,22 +51,19 @@ def register(router: "ApiRouter") -> None:
     router.handlers["STREAM.RESTORE"] = stream_restore
 
 
-def _tar_dir(path: str) -> Iterator[bytes]:
-    import tarfile
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w|") as tar:
-        for root, _dirs, files in os.walk(path):
-            for f in sorted(files):
-                full = os.path.join(root, f)
-                rel = os.path.relpath(full, path)
-                if rel == "meta.json" or rel.endswith(".tmp"):
-                    continue
-                tar.add(full, arcname=rel, recursive=False)
-                if buf.tell() > 1 << 20:
-                    yield buf.getvalue()
-                    buf.seek(0)
-                    buf.truncate()
-    yield buf.getvalue()
+def _consumer_configs(stream: Any) -> list[tuple[str, bytes]]:
+    """The archive entries ``consumers/<name>/meta.json`` of the stream's persisted consumers: their
+    configurations in plaintext, as ``ConsumerPersist.write_meta`` writes them (sealed there under a key)."""
+    import json
+    from rillet.jetstream.api import consumers as api_consumer
+    out = []
+    for c in list(stream.consumers.values()):
+        if c.persist is None:
+            continue
+        data = json.dumps({"config": api_consumer.config_to_dict(c.cfg, dynamic_meta=False, for_store=True),
+                           "created": c.created, "name": c.name}).encode()
+        out.append((f"consumers/{os.path.basename(c.persist.path)}/meta.json", data))
+    return out
 
 
 def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
@@ -83,25 +84,53 @@ def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: byt
     info = stream_info_dict(stream)
     router.respond(reply, {"type": T + "stream_snapshot_response", "config": info["config"],
                            "state": info["state"]})
-    stream.store.sync()
+    include = not req.get("no_consumers")
+    store = stream.store
+    # The view is taken here, in this callback: the message range and the consumer states and configs of
+    # this moment (as nats-server takes its under the store's lock); the archive is then made from it a
+    # slice at a time as the client's window opens (_send_chunks), never whole in memory.
     if stream.cfg.storage == "memory":
-        data = b"".join(stream.store.snapshot_stream(not req.get("no_consumers")))
+        parts = store.snapshot_stream(include)
     else:
-        data = b"".join(_tar_dir(router.jsa.stream_dir(stream.name)))
-    router.js.loop.create_task(_send_chunks(router, stream.name, deliver.encode(), data, chunk, inflight))
+        # A file stream's archive is its directory in plaintext (nats-server decrypts the blocks into its
+        # snapshot too): ``store/`` in the store's own format, ``consumers/<name>/meta.json``. It restores
+        # onto a server with any key or none; that server seals it with its own key when it opens it.
+        from rillet.jetstream.store.filestore import snapshot_from_store
+        store.flush()  # (gathered records into the blocks that are read back)
+        parts = snapshot_from_store(store, include, prefix="store/",
+                                    extra=_consumer_configs(stream) if include else ())
+    router.js.loop.create_task(_send_chunks(router, stream.name, deliver.encode(), parts, chunk, inflight))
 
 
-async def _send_chunks(router: "ApiRouter", name: str, deliver: bytes, data: bytes, chunk: int,
+SLICE = 0.002  # seconds of archive making at most before the event loop runs its other callbacks
+
+
+async def _send_chunks(router: "ApiRouter", name: str, deliver: bytes, parts: Iterator[bytes], chunk: int,
                        inflight: int) -> None:
     import asyncio
+    import time
     ic = router.jsa.ic
     ack_base = f"$JS.SNAPSHOT.ACK.{name}.{os.urandom(8).hex()}"
     slots = asyncio.Semaphore(inflight)
     sub = ic.subscribe(ack_base + ".>", lambda *a: slots.release())
     status = b"NATS/1.0 204\r\n\r\n"
+    buf = bytearray()
+    more = True
     try:
         index = 1
-        for off in range(0, len(data), chunk):
+        while True:
+            t0 = time.monotonic()
+            while more and len(buf) < chunk:
+                try:
+                    buf += next(parts)
+                except StopIteration:
+                    more = False
+                    break
+                if time.monotonic() - t0 > SLICE:
+                    await asyncio.sleep(0)
+                    t0 = time.monotonic()
+            if not buf:
+                break
             try:
                 await asyncio.wait_for(slots.acquire(), ACK_TIMEOUT)
             except asyncio.TimeoutError:
@@ -110,11 +139,18 @@ async def _send_chunks(router: "ApiRouter", name: str, deliver: bytes, data: byt
             if not router.jsa.account.sublist.has_interest(deliver.decode()):
                 status = b"NATS/1.0 408 No Interest\r\n\r\n"
                 break
-            piece = data[off:off + chunk]
+            piece = bytes(buf[:chunk])
+            del buf[:chunk]
             ic.publish(deliver, f"{ack_base}.{len(piece)}.{index}".encode(), piece)
             index += 1
+    except Exception as e:  # the store failed under the snapshot: the client is told, and the log says why
+        router.js.log.error(f"JetStream snapshot of stream '{name}' failed: {e}")
+        status = f"NATS/1.0 500 {str(e).splitlines()[0][:200] if str(e) else 'Snapshot Failed'}\r\n\r\n".encode()
     finally:
         ic.remove_sub(sub)
+        close = getattr(parts, "close", None)
+        if close is not None:
+            close()
     ic.publish(deliver, None, status, len(status))
 
 
@@ -136,57 +172,98 @@ def restore(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: byte
         raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
     subj = f"$JS.SNAPSHOT.RESTORE.{name}.{os.urandom(8).hex()}"
     ic = router.jsa.ic
-    chunks: list[bytes] = []
-    state: dict[str, Any] = {}
+    import tempfile
+    # the chunks go to an unnamed temporary file as they come (a chunk is at most 1 MiB: a short write),
+    # not into memory; the archive is unpacked from it in a worker thread (_finish)
+    spool = tempfile.TemporaryFile(prefix="rillet-restore-")
 
     def on_chunk(sub: Any, client: Any, subject: bytes, rp: bytes | None, h: int, msg: bytes) -> None:
         data = msg[h:] if h >= 0 else msg
         if not rp:
             ic.remove_sub(sub)
+            spool.close()
             return
         if data:
-            chunks.append(data)
+            spool.write(data)
             ic.publish(rp, None, b"")
             return
         ic.remove_sub(sub)
-        state["done"] = True
-        try:
-            stream = _finish(router, cfg, chunks)
-        except ApiError as e:
-            router.respond(rp, {"type": T + "stream_create_response", "error": e.to_dict()})
-            return
-        except Exception as e:
-            err = ApiError.make("STREAM_RESTORE", err=str(e))
-            router.respond(rp, {"type": T + "stream_create_response", "error": err.to_dict()})
-            return
-        from rillet.jetstream.api.common import stream_info_dict
-        router.respond(rp, {"type": T + "stream_create_response", **stream_info_dict(stream)})
+        router.js.loop.create_task(_complete(router, cfg, spool, rp))
 
     ic.subscribe(subj, on_chunk)
     router.respond(reply, {"type": T + "stream_restore_response", "deliver_subject": subj})
 
 
-def _finish(router: "ApiRouter", cfg: Any, chunks: list[bytes]) -> Any:
+async def _complete(router: "ApiRouter", cfg: Any, spool: Any, rp: bytes) -> None:
+    from rillet.jetstream.api.common import T, stream_info_dict
+    try:
+        stream = await _finish(router, cfg, spool)
+    except ApiError as e:
+        router.respond(rp, {"type": T + "stream_create_response", "error": e.to_dict()})
+        return
+    except Exception as e:
+        router.js.log.error(f"JetStream restore of stream '{cfg.name}' failed: {e}")
+        err = ApiError.make("STREAM_RESTORE", err=str(e))
+        router.respond(rp, {"type": T + "stream_create_response", "error": err.to_dict()})
+        return
+    finally:
+        spool.close()
+    router.respond(rp, {"type": T + "stream_create_response", **stream_info_dict(stream)})
+
+
+def _unpack(router: "ApiRouter", cfg: Any, spool: Any, dest: str) -> None:
+    """In a worker thread: unpack the archive into ``dest`` (a new directory beside the stream's), then open
+    the store there and stop it: a plaintext archive is sealed by this server's key (if it has one) and the
+    block indexes are written now, not when the stream opens on the event loop."""
+    import tarfile
+    from rillet.jetstream.storeopen import open_store
+    spool.seek(0)
+    make_dirs_durable(dest)
+    with tarfile.open(fileobj=spool, mode="r|") as tar:
+        for ti in tar:
+            name = ti.name
+            if not (ti.isfile() or ti.isdir()) or name.startswith("/") or ".." in name.split("/"):
+                raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive")
+            if name == "meta.json" or name.endswith(".tmp"):
+                continue  # (the stream's meta.json is written for the restored config)
+            tar.extract(ti, dest)
+    store = open_store(cfg, dest, router.js)
+    try:
+        if getattr(store, "_keys", None) is not None:
+            # consumer states that came in plaintext: both slots rewritten, sealed
+            for cs in list(store._consumers.values()):
+                cs.flush(durable=True)
+                cs.flush(durable=True)
+    finally:
+        store.stop()
+    sync_tree(dest)  # a restore that was answered survives a power cut
+
+
+async def _finish(router: "ApiRouter", cfg: Any, spool: Any) -> Any:
+    import asyncio
     jsa = router.jsa
     if cfg.name in jsa.streams:
         raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
-    sdir = jsa.stream_dir(cfg.name)
-    if os.path.exists(sdir):
-        shutil.rmtree(sdir)
-    make_dirs_durable(sdir)
-    data = b"".join(chunks)
     if cfg.storage == "memory":
         from rillet.jetstream.store.filestore import restore_into
+        spool.seek(0)
         stream = jsa.open_stream(cfg, format_time(now_ns()))
-        restore_into(stream.store, [data])
+        restore_into(stream.store, iter(lambda: spool.read(1 << 20), b""))
         return stream
-    import tarfile
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for ti in tar:
-            if not (ti.isfile() or ti.isdir()) or ti.name.startswith("/") or ".." in ti.name.split("/"):
-                raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive")
-        tar.extractall(sdir)
-    sync_tree(sdir)  # a restore that was answered survives a power cut
+    sdir = jsa.stream_dir(cfg.name)
+    staging = f"{sdir}.restoring-{os.urandom(4).hex()}"
+    try:
+        await asyncio.to_thread(_unpack, router, cfg, spool, staging)
+        if cfg.name in jsa.streams:  # created meanwhile
+            raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
+        if os.path.exists(sdir):
+            await asyncio.to_thread(shutil.rmtree, sdir)
+            if cfg.name in jsa.streams:
+                raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
+        os.rename(staging, sdir)
+    finally:
+        if os.path.exists(staging):
+            shutil.rmtree(staging, ignore_errors=True)
     stream = jsa.open_stream(cfg, format_time(now_ns()))
     from rillet.jetstream.consumer.engine import recover_consumers
     recover_consumers(stream)

@@ -83,12 +83,22 @@ def _live_msgs(store: Any, last: int) -> Iterator[StoredMsg]:
         seq = sm.seq + 1
 
 
-def snapshot_from_store(store: Any, include_consumers: bool = True) -> Iterator[bytes]:
+# messages encoded between two empty yields of snapshot_from_store (a pause point for a caller that produces
+# the archive in slices on the event loop: ~64 messages are well under a millisecond)
+PAUSE_EVERY = 64
+
+
+def snapshot_from_store(store: Any, include_consumers: bool = True, prefix: str = "",
+                        extra: Iterable[tuple[str, bytes]] = ()) -> Iterator[bytes]:
     """Snapshot any store in the file store's format: a tar stream of ``meta.json``,
-    ``state.log``, ``msgs/*.blk`` and ``consumers/<name>/state``.  The set of messages
-    is taken when the iteration starts; messages removed meanwhile are left out."""
+    ``state.log``, ``msgs/*.blk`` and ``consumers/<name>/state``, each name under ``prefix``, then the
+    ``extra`` (name, contents) entries as given. Content is plaintext whatever the store's encryption.
+    The set of messages and the consumer states are taken when this is called; messages removed
+    meanwhile are left out. The iterator yields an empty chunk every ``PAUSE_EVERY`` messages, so that
+    each step is short."""
     st = store.fast_state()
-    bsize = max(int(getattr(store.cfg, "block_size", 0) or 0), 4096)
+    # blocks of at most 1 MiB in the archive: each is built and written in one step of the iterator
+    bsize = min(max(int(getattr(store.cfg, "block_size", 0) or 0), 4096), 1 << 20)
     cons: list[tuple[str, bytes]] = []
     if include_consumers:
         for name, cs in store._consumers.items():
@@ -96,12 +106,13 @@ def snapshot_from_store(store: Any, include_consumers: bool = True) -> Iterator[
             if enc is not None:
                 cons.append((name, enc))
     ttl_of = getattr(store, "ttl_of")
+    extra = list(extra)
 
     def gen() -> Iterator[bytes]:
         import tarfile
         sink = _Sink()
         tar = tarfile.open(fileobj=sink, mode="w|")  # type: ignore[arg-type]
-        _tar_add(tar, "meta.json", json.dumps({"format": FORMAT_VERSION, "name": store.cfg.name}).encode())
+        _tar_add(tar, prefix + "meta.json", json.dumps({"format": FORMAT_VERSION, "name": store.cfg.name}).encode())
         yield from sink.take()
         index = 1
         parts: list[bytes] = [BLOCK_MAGIC]
@@ -112,7 +123,7 @@ def snapshot_from_store(store: Any, include_consumers: bool = True) -> Iterator[
             ttl = ttl_of(seq)
             rec = _encode_record(sm, int(ttl * 1e9) if ttl else 0)
             if size + len(rec) > bsize and size > len(BLOCK_MAGIC):
-                _tar_add(tar, f"msgs/{index:010d}.blk", b"".join(parts))
+                _tar_add(tar, f"{prefix}msgs/{index:010d}.blk", b"".join(parts))
                 yield from sink.take()
                 index += 1
                 parts = [BLOCK_MAGIC]
@@ -120,8 +131,10 @@ def snapshot_from_store(store: Any, include_consumers: bool = True) -> Iterator[
             parts.append(rec)
             size += len(rec)
             have.append(seq)
+            if len(have) % PAUSE_EVERY == 0:
+                yield b""
         if size > len(BLOCK_MAGIC):
-            _tar_add(tar, f"msgs/{index:010d}.blk", b"".join(parts))
+            _tar_add(tar, f"{prefix}msgs/{index:010d}.blk", b"".join(parts))
             yield from sink.take()
         # Sequence state: first/last markers and the interior gaps as tombstones.
         first = have[0] if have else st.last_seq + 1
@@ -139,11 +152,13 @@ def snapshot_from_store(store: Any, include_consumers: bool = True) -> Iterator[
         for i in range(0, len(dels), 8192):
             chunk = dels[i : i + 8192]
             logp.append(_encode_log(L_DEL, struct.pack(f"<{len(chunk)}Q", *chunk)))
-        _tar_add(tar, "state.log", b"".join(logp))
+        _tar_add(tar, prefix + "state.log", b"".join(logp))
         for name, enc in cons:
             data = CONSUMER_MAGIC + _CRC.pack(zlib.crc32(enc)) + enc
-            _tar_add(tar, f"consumers/{_safe_name(name)}/name", name.encode("utf-8", "surrogateescape"))
-            _tar_add(tar, f"consumers/{_safe_name(name)}/state", data)
+            _tar_add(tar, f"{prefix}consumers/{_safe_name(name)}/name", name.encode("utf-8", "surrogateescape"))
+            _tar_add(tar, f"{prefix}consumers/{_safe_name(name)}/state", data)
+        for name, data in extra:
+            _tar_add(tar, name, data)
         tar.close()
         yield from sink.take()
 
