@@ -568,6 +568,15 @@ def test_a_loss_found_carries_the_highest_mark_any_member_saved():
     assert msgspec.msgpack.decode(enc([3, "n1", 9]), type=M.HardState).mark == 0  # (saved before marks)
 
 
+def test_a_member_that_was_not_cut_learns_the_mark_from_a_majority_of_queries():
+    n = Node("c", ("a", "b", "c"), rng=random.Random(1), known_mark=5)
+    n.step(M.RecoveryQuery(0, "a", "c", 900))
+    assert n.lost_mark == 0 and n.floor_events == 0  # (one member back from an unclean stop: a minority)
+    n.step(M.RecoveryQuery(0, "b", "c", 300))
+    assert n.lost_mark == 900 and n.floor_events == 1 and n.known_mark == 900
+    assert M.decode(M.encode(M.RecoveryQuery(0, "a", "c", 900))).known_mark == 900
+
+
 def test_recovering_member_answers_and_is_answered():
     n = Node("a", ("a", "b"), rng=random.Random(1), recovering=True)
     rd = n.ready()

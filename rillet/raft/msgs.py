@@ -121,7 +121,9 @@ class TimeoutNow(_Msg, tag=8):
 class RecoveryQuery(_Msg, tag=9):
     """A member that came back from an unclean stop (its log may lack entries it had acknowledged) asks a peer
     for its log state before it takes part in elections again (Viewstamped Replication's recovery, and
-    "Protocol-Aware Recovery for Consensus-Based Storage", FAST 2018). Not subject to the term rules."""
+    "Protocol-Aware Recovery for Consensus-Based Storage", FAST 2018). Not subject to the term rules.
+    ``known_mark``: the owner's mark it had saved (HardState.mark)."""
+    known_mark: U64 = 0
 
 
 class RecoveryState(_Msg, tag=10):

@@ -225,6 +225,12 @@ class Node:
         # its lost tail may have reached, found or not), or when a loss was found
         self.lost_mark = 0
         self.survey_mark = 0  # the highest mark any member answered this node's recovery queries with
+        # (any member) voters that asked this node to recover within the last 10 election timeouts, each with
+        # (mark, tick): when they (and this node, if recovering) are a majority, a majority came back from an
+        # unclean stop: lost_mark takes the highest mark (floor_events counts such raises: a member that was not
+        # cut itself, and may lead next, learns what the others may have acknowledged)
+        self.queried: dict = {}
+        self.floor_events = 0
         if self.recovering:
             self._query_peers()
 
@@ -240,7 +246,7 @@ class Node:
             return
         for p in others:
             if p not in self.survey:
-                self.msgs.append(RecoveryQuery(self.term, self.id, p))
+                self.msgs.append(RecoveryQuery(self.term, self.id, p, self.known_mark))
 
     def _survey_done(self) -> None:
         mine = (self.last_term(), self.last_index())
@@ -317,6 +323,19 @@ class Node:
                 break
 
     def _handle_recovery_query(self, m: RecoveryQuery) -> None:
+        if m.frm in self.voters:
+            now = self.ticks
+            q = self.queried
+            q[m.frm] = (m.known_mark, now)
+            horizon = now - 10 * self.election_tick
+            for p in [p for p, (_, t) in q.items() if t < horizon]:
+                del q[p]  # (queries of another, earlier restart)
+            if len(q) + (1 if self.recovering and self.id in self.voters else 0) >= self.quorum:
+                mark = max([self.known_mark] + [mk for mk, _ in q.values()])
+                if mark > self.lost_mark:
+                    self.lost_mark = mark
+                    self.known_mark = max(self.known_mark, mark)
+                    self.floor_events += 1
         pr = self.prs.get(m.frm) if self.role == LEADER else None
         if pr is not None and pr.match:
             # (the member restarted uncleanly: what it had acknowledged may be gone, so none of it counts towards

@@ -284,6 +284,7 @@ class RaftGroup:
         # set by the owner: called with the highest mark the members had saved when this member leaves the recovery
         # after a majority came back from an unclean stop (node.lost_mark: numbers up to it may have been used)
         self.on_mark_floor: Optional[Callable[[int], None]] = None
+        self._floor_events = 0  # the node's floor_events already handed to on_mark_floor
         # set by the owner: whether commit-only appends may be held (COMMIT_NOTICE_EVERY) right now
         self.lazy_commits: Optional[Callable[[], bool]] = None
         # set by the owner: called with True before the committed entries of one Ready are applied and with
@@ -432,6 +433,13 @@ class RaftGroup:
                 self.on_quorum_lost()
             except Exception as e:
                 self.log.error(f"RAFT group {self.name!r}: quorum-lost handler failed: {e!r}")
+        if n.floor_events != self._floor_events:
+            self._floor_events = n.floor_events  # (a majority asked this member to recover: see node.queried)
+            if self.on_mark_floor is not None:
+                try:
+                    self.on_mark_floor(n.lost_mark)
+                except Exception as e:
+                    self.log.error(f"RAFT group {self.name!r}: mark-floor handler failed: {e!r}")
         now = self.loop.time()
         if not self.sync_always and now - self._synced_at >= self.sync_every:
             self._synced_at = now
