@@ -415,6 +415,8 @@ class GoMetaMember:
         from rillet.jetstream.cluster.golead import GoRaftPeer
         self.raft = GoRaftPeer(group, gw.peer_id(server.name))
         self._hb: Any = None  # the heartbeat timer, while leading
+        self._commit_sent = 0  # the commit index the followers were last told (leading)
+        self._commit_soon = False
         # term and vote, made durable before a vote is answered (a restarted member must not vote twice in a
         # term); the log itself is not kept: a restarted member answers votes as "empty" until caught up again
         self.tav = TermVote(os.path.join(store_dir, "go_meta", group)) if store_dir else None
@@ -434,6 +436,9 @@ class GoMetaMember:
         self.passed = 0
         self.replicas: dict[tuple, Any] = {}  # (rillet.jetstream.cluster.gostream.host_streams, with the flag)
         self.solo: Any = None  # the one-replica streams run here (gosolo.SoloHost, with the flag)
+        # peer ids of the other Rillet servers of the cluster (their route INFO says so: "go": "python..."):
+        # a leadership handed over goes to a Go server, which serves the whole stream API
+        self.rillet_peers: set[str] = set()
 
     @property
     def peer(self) -> str:
@@ -515,9 +520,10 @@ class GoMetaMember:
         for o in outs:
             self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
         self._sync_heartbeat()
+        self._sync_commit()
         if self.pass_leadership and self.raft.role == "leader":
             # leading only to hand over: to the first peer that holds our whole log
-            peer = next((p for p in sorted(self.raft.peers) if p != self.peer and self.raft.current(p)), None)
+            peer = self._pass_target()
             if peer is not None:
                 self.passed += 1
                 outs = self.raft.transfer(peer)
@@ -528,6 +534,10 @@ class GoMetaMember:
             self.log.error(f"JetStream: this server was removed from the Go meta group {self.group!r}; "
                            "no longer following it")
             self.stop()
+
+    def _pass_target(self) -> Optional[str]:
+        """The peer a leadership held only to hand over goes to: the first that holds our whole log."""
+        return next((p for p in sorted(self.raft.peers) if p != self.peer and self.raft.current(p)), None)
 
     # -- leading (rillet.jetstream.cluster.golead): only when asked, see the module docstring -----------------
     def campaign(self, retries: int = 0) -> None:
@@ -556,6 +566,23 @@ class GoMetaMember:
     def _beat(self) -> None:
         self._hb = None
         if self.ic is not None and self._subs:
+            self._commit_sent = self.raft.commit
+            self._send(self.raft.heartbeat())
+
+    def _sync_commit(self) -> None:
+        """A leader whose commit index moved tells the followers at once (an empty append entry, once per pass
+        of the loop): they apply, and serve, what is committed without waiting for the next entry or heartbeat
+        (a Go consumer leader reads the stream's last message from its own replica)."""
+        from rillet.jetstream.cluster.golead import LEADER
+        if (self.raft.role == LEADER and self.raft.commit > self._commit_sent and not self._commit_soon
+                and self.ic is not None and self.server.loop is not None):
+            self._commit_soon = True
+            self.server.loop.call_soon(self._send_commit)
+
+    def _send_commit(self) -> None:
+        self._commit_soon = False
+        if self.ic is not None and self._subs and self.raft.commit > self._commit_sent:
+            self._commit_sent = self.raft.commit
             self._send(self.raft.heartbeat())
 
     def _sync_catchup_sub(self) -> None:
@@ -736,13 +763,21 @@ def attach_to_routes(server: Any) -> None:
     # route INFO (rillet.cluster.cluster)
     server.go_js_report = report = JetStreamReport(server)
 
+    rillet_peers: set[str] = set()
+
     def on_route(what: str, rc: Any, info: Any) -> None:
-        if what != "added" or server in _MEMBERS:
+        if what != "added":
             return
+        if str(getattr(info, "go", "") or "").startswith("python") and getattr(info, "server_name", ""):
+            rillet_peers.add(gw.peer_id(info.server_name))
+        if server in _MEMBERS:
+            return
+        server.go_js_report = report  # (again: a server that declares the attribute after its links are made)
         if getattr(server, "system_account", None) is None:
             server.log.error(f"feature flag {GO_META_FLAG!r}: no system account, not following the Go meta group")
             return
         m = GoMetaMember(server, store_dir=o.jetstream.store_dir)
+        m.rillet_peers = rillet_peers  # (the same set, filled as routes come)
         m.start(js_api=True)
         _MEMBERS[server] = m
         server.on_shutdown.append(m.stop)

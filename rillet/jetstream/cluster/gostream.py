@@ -81,14 +81,6 @@ CATCHUP_RETRY = 2.0  # seconds between catch-up requests that ended short (as na
 CATCHUP_STALL = 10.0  # seconds without a catch-up message before asking again
 
 
-FIRST_HANDOVER = 8.0  # seconds after which a new group's first leader stops trying to hand the group over
-# seconds a new group's first leader leads before it hands over (a Go peer whose stream was created a moment ago
-# does not take a transfer yet: at 1 s none did, at 3 s they do)
-FIRST_PASS_AFTER = 3.0
-HANDOVER_CHECK = 1.5  # seconds after a hand-over by which the Go peer named must lead (else we stand again)
-HANDOVER_TRIES = 3
-
-
 class GoStreamReplica(GoMetaMember):
     """One stream group of a Go cluster, followed from this server (see the module docstring)."""
 
@@ -139,10 +131,6 @@ class GoStreamReplica(GoMetaMember):
             # entries and snapshots replace them)
             self.raft.peers = set(peers)
             self.raft.cluster_size = len(peers)
-        self.first_reply: Optional[str] = None  # first_leader: the create request to answer once elected
-        self._handing_over = False  # first_leader: elected, answered, and leading until handed over
-        self._handovers_left = 0
-        self._create_reply: Optional[tuple[str, int]] = None  # (reply, index): answered once it is committed
         if self.dir is not None:
             self._rebuild_dedup()
 
@@ -336,70 +324,12 @@ class GoStreamReplica(GoMetaMember):
 
     # -- leading the stream group (``may_lead``, see host_streams) ---------------------------------------------
     def _send(self, outs: list) -> None:
-        passed = self.passed
         super()._send(outs)
-        leading = self.raft.role == LEADER and self.ic is not None and bool(self._subs)
-        if leading and self.first_reply is not None:
-            # the first leader of a new group answers the request that created it (nats-server's followers take
-            # that leader change as the answer given), then hands the group to a Go peer (see first_leader)
-            reply, self.first_reply = self.first_reply, None
-            self._handing_over = True
-            # (as a new nats-server leader, its peer state first: the peers' answers tell which holds our log;
-            # the create is answered once it is committed: by then the stream's subjects, subscribed as it
-            # leads, have reached the other servers and the client's first publish finds its leader)
-            peers = tuple(sorted(self.raft.peers | {self.peer}))
-            self._create_reply = (reply, self.raft.pindex + 1)
-            self.propose([gw.Entry(gw.ENTRY_PEER_STATE, gw.PeerState(peers, len(peers)).encode())])
-            # it leads (publishes are taken at once) and hands over once the Go peers' new streams run
-            self.server.loop.call_later(FIRST_PASS_AFTER, self._hand_over_now)
-        if self.pass_leadership and self.passed > passed:
-            # (handed over once: a later transfer to us is led as usual)
-            self.pass_leadership = self._handing_over = False
-            if self._handovers_left > 0:
-                self.server.loop.call_later(HANDOVER_CHECK, self._check_handover)
         leading = self.raft.role == LEADER and self.ic is not None and bool(self._subs)
         if leading and self._lead_subs is None:
             self._start_leading()
-        if self._create_reply is not None and leading and self.raft.commit >= self._create_reply[1]:
-            reply = self._create_reply[0]
-            self._create_reply = None
-            if reply:
-                self.ic.publish(reply.encode(), None,
-                                json.dumps(self._info_doc(create=True), separators=(",", ":")).encode())
         elif not leading and self._lead_subs is not None:
             self._stop_leading()
-
-    def first_leader(self, reply: str) -> None:
-        """This server is the preferred leader of a group the Go meta leader just created: stand for election at
-        once (the Go peers would wait out their election timeout, 4 to 9 s, before one of them stands), answer
-        the create request when elected, lead, and a few seconds later hand the leadership to a Go peer holding
-        our log (a Rillet leader serves only some of the stream API, docs/mixed-clusters.md)."""
-        self.first_reply = reply
-        self._handovers_left = HANDOVER_TRIES
-        self.campaign(retries=20)
-        if self.server.loop is not None:
-            self.server.loop.call_later(FIRST_HANDOVER, self._lead_if_not_handed_over)
-
-    def _check_handover(self) -> None:
-        """The Go peer named by the hand-over did not stand (a Go stream a moment old may ignore a transfer):
-        rather than leave the group without a leader until an election timeout, stand again and lead, and hand
-        over again later."""
-        if self.ic is None or not self._subs or self.raft.leader or self.raft.role == LEADER:
-            return
-        self._handovers_left -= 1
-        self.first_reply = ""
-        self.campaign(retries=10)
-
-    def _hand_over_now(self) -> None:
-        if self._handing_over and self.ic is not None and self._subs:
-            self.pass_leadership = True
-            self._send([])
-
-    def _lead_if_not_handed_over(self) -> None:
-        """No Go peer held our log in time to take the group: this server leads it (as after a transfer)."""
-        if self._handing_over and self.ic is not None and self._subs:
-            self.pass_leadership = self._handing_over = False
-            self._send([])
 
     def _start_leading(self) -> None:
         """As nats-server's stream leader: take the stream's subjects in its account (publishes are proposed
@@ -445,6 +375,15 @@ class GoStreamReplica(GoMetaMember):
         self._lead_subs = None
         self.log.notice(f"JetStream: no longer leading stream '{self.account} > {self.name}' [{self.group}]")
 
+    def _go_peers(self) -> set[str]:
+        """The peers of the group that are Go servers (not Rillet ones: see GoMetaMember.rillet_peers)."""
+        rillet = self.member.rillet_peers if self.member is not None else set()
+        return {p for p in self.raft.peers if p != self.peer and p not in rillet}
+
+    def _pass_target(self) -> Optional[str]:
+        """A hand-over goes to a Go peer holding our whole log (a Rillet peer would lead with the same limits)."""
+        return next((p for p in sorted(self._go_peers()) if self.raft.current(p)), None)
+
     def transfer_away(self, preferred: str = "") -> bool:
         """Hand the leadership to ``preferred`` (a peer id) or to the peer that acknowledged the most of our log
         in this term (under load none holds all of it at any instant: as nats-server, a peer that answers
@@ -453,7 +392,9 @@ class GoStreamReplica(GoMetaMember):
         if preferred:
             peer = preferred if preferred in answered else None
         else:
-            peer = max(sorted(answered), key=lambda p: answered[p], default=None)
+            go = {p: i for p, i in answered.items() if p in self._go_peers()}  # (a Go peer first)
+            pick = go or answered
+            peer = max(sorted(pick), key=lambda p: pick[p], default=None)
         if peer is None:
             return False
         self.passed += 1
@@ -583,9 +524,8 @@ class GoStreamReplica(GoMetaMember):
             return
         self.ic.publish(reply, None, json.dumps(self._info_doc(), separators=(",", ":")).encode())
 
-    def _info_doc(self, create: bool = False) -> dict[str, Any]:
-        """The stream's info as its leader gives it: a ``STREAM.INFO`` answer, or (``create``) the answer to the
-        request that created the stream (nats-server: the first leader of a new group answers it)."""
+    def _info_doc(self) -> dict[str, Any]:
+        """The stream's info as its leader gives it (``STREAM.INFO``)."""
         st = self.store.state()
         first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
         state: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": first,
@@ -605,17 +545,12 @@ class GoStreamReplica(GoMetaMember):
             replicas.append({"name": names.get(p, p), "current": self.raft.current(p) or
                              (p in self.raft.match and self.raft.pindex - self.raft.match[p] < 8),
                              "active": int((now - seen) * 1e9) if seen else 0, "peer": p})
-        doc: dict[str, Any] = ({"type": "io.nats.jetstream.api.v1.stream_create_response"} if create else
-                               {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0,
-                                "limit": 0})
-        doc.update({"created": self.assignment.get("created") or "", "config": self.assignment["stream"],
-                    "state": state,
-                    "cluster": {"name": (self.assignment.get("group") or {}).get("cluster") or "",
-                                "leader": self.server.name, "replicas": replicas},
-                    "ts": format_time(time.time_ns())})
-        if create:
-            doc["did_create"] = True
-        return doc
+        return {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
+                "created": self.assignment.get("created") or "", "config": self.assignment["stream"],
+                "state": state,
+                "cluster": {"name": (self.assignment.get("group") or {}).get("cluster") or "",
+                            "leader": self.server.name, "replicas": replicas},
+                "ts": format_time(time.time_ns())}
 
     def _on_msg_delete(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
                        msg: bytes) -> None:
@@ -788,6 +723,10 @@ class GoConsumerReplica(GoMetaMember):
         self.consumer = ConsumerReplicaState()
         self.unapplied_snapshots = 0
         self.ops: dict[str, int] = {}  # entries applied, by kind
+        peers = [p for p in ((assignment.get("group") or {}).get("peers") or ()) if isinstance(p, str)]
+        if peers and not self.raft.peers:  # (a group starts with the peers of its assignment)
+            self.raft.peers = set(peers)
+            self.raft.cluster_size = len(peers)
 
     def _commit(self, done: list[Committed]) -> None:
         c = self.consumer
@@ -876,13 +815,10 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 r.pass_leadership = True
             r.start()
             replicas[key] = r
-            g = a.get("group") or {}
-            if (isinstance(r, GoStreamReplica) and lead and g.get("preferred") == me and len(g.get("peers") or ()) > 1
-                    and r.applied_index == 0 and r.raft.term == 0 and member.raft.catchup is None
-                    and member.raft.commit > 0):
-                r.first_leader(str(a.get("reply") or ""))
-            # (a new group whose preferred leader is this server: elected at once, it answers the create request
-            # and hands over; the Go peers would otherwise elect one of them after their election timeout, 4-9 s)
+            # (a new group whose preferred leader is this server: the Go peers elect one of them after their
+            # election timeout, 4-9 s. Standing at once, answering the create and handing over a few seconds later
+            # was tried: the Go peers of a stream a moment old ignore a transfer, and while it leads this server
+            # does not answer the whole stream API (message get, purge): clients saw timeouts. Not done.)
 
     member.on_applied.append(reconcile)
     reconcile()
