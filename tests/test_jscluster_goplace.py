@@ -20,7 +20,35 @@ from helpers import free_port, serve_config
 from rillet.raft import gowire as gw
 from test_jscluster_gometa import CAP, _member, _rillet_conf, _until
 
-pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+live = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+
+
+def _meta_entry(op: int, doc: dict):
+    from rillet.jetstream.cluster.gometa import Committed
+    return Committed(1, gw.Entry(gw.ENTRY_NORMAL, bytes([op]) + json.dumps(doc).encode() + b"\n"))
+
+
+def test_solo_groups_and_removals_recorded_for_the_host():
+    """Pure parts: which groups run in Rillet's own engine (one peer, this one, no desired state), and the
+    removals the meta state keeps for the host to answer (with the group name and the client's reply)."""
+    from rillet.jetstream.cluster import gowire as ge
+    from rillet.jetstream.cluster.gometa import GoMetaState
+    from rillet.jetstream.cluster.gosolo import is_solo
+    assert is_solo({"group": {"peers": ["me000001"]}}, "me000001")
+    assert not is_solo({"group": {"peers": ["me000001", "go000001"]}}, "me000001")
+    assert not is_solo({"group": {"peers": ["go000001"]}}, "me000001")
+    assert not is_solo({"group": {"peers": ["me000001"], "desired": {"peers": ["a", "b", "c"]}}}, "me000001")
+    st = GoMetaState()
+    sa = {"client": {"acc": "A"}, "stream": {"name": "S"}, "group": {"name": "S-R1F-abc", "peers": ["me000001"]},
+          "reply": "_INBOX.1"}
+    st.apply(_meta_entry(ge.OP_ASSIGN_STREAM, sa))
+    st.apply(_meta_entry(ge.OP_ASSIGN_CONSUMER, {"client": {"acc": "A"}, "stream": "S", "name": "C",
+                                                 "group": {"name": "C-R1F-x", "peers": ["me000001"]}}))
+    st.apply(_meta_entry(ge.OP_REMOVE_CONSUMER, {"client": {"acc": "A"}, "stream": "S", "name": "C",
+                                                 "reply": "_INBOX.2"}))
+    st.apply(_meta_entry(ge.OP_REMOVE_STREAM, dict(sa, reply="_INBOX.3")))
+    assert st.removals == [("consumer", "A", "S", "C", "_INBOX.2"), ("stream", "A", "S", "S-R1F-abc", "_INBOX.3")]
+    assert ("A", "S") not in st.streams
 
 
 async def _statsz_of(nc, name: str) -> dict:
@@ -39,6 +67,7 @@ async def _statsz_of(nc, name: str) -> dict:
         await sub.unsubscribe()
 
 
+@live
 async def test_statsz_and_route_info_say_jetstream(tmp_path):
     import nats
     rport = free_port()
@@ -85,6 +114,7 @@ async def _compare_replica(js, rep, name: str) -> int:
     return si.state.messages
 
 
+@live
 async def test_two_go_one_rillet_r3_stream_and_consumer_placed_on_rillet(tmp_path):
     """2 Go + 1 Rillet: the Go meta leader places an R3 stream on all three (Rillet included) and its R3
     consumer too; messages published through each server; the consumer fetches through each server; the
@@ -189,6 +219,7 @@ async def _create(nc, **cfg) -> None:
         raise AssertionError(errors[-3:]) from e
 
 
+@live
 async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_path):
     """An R1 stream the Go meta leader places on the Rillet server (a placement tag makes it this one): Rillet
     runs it and leads its consumers (pull and push), answering the create/info/get/purge/delete requests of
@@ -286,6 +317,7 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         gc.stop_all()
 
 
+@live
 async def test_one_go_two_rillet_streams_placed_on_every_server(tmp_path):
     """1 Go + 2 Rillet: the meta group has the three (the Go server leads: Rillet servers never campaign); an R3
     stream is placed on all three and an R1 stream on each Rillet server; messages published and consumed
@@ -361,6 +393,7 @@ async def test_one_go_two_rillet_streams_placed_on_every_server(tmp_path):
         gc.stop_all()
 
 
+@live
 async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
     """The first step of a rolling migration, as an operator does it: a running 3-server Go cluster with an R3
     stream and a durable consumer; one Go server stopped and removed (``$JS.API.SERVER.REMOVE``), a Rillet
