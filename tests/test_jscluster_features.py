@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, ObjectStoreConfig, StreamSource
 
-from rillet.jetstream.cluster import streams as CS
+from rillet.jetstream.cluster import clustered as CS
 from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger
 from jscluster_support import until, cl, reps, stream_leader  # noqa: F401 (the fixture)

@@ -18,7 +18,7 @@ from rillet.config.options import JetStreamOptions
 from rillet.jetstream.cluster import streams as CS
 from rillet.jetstream.cluster.assignments import RaftGroup, StreamAssignment, ConsumerAssignment
 from rillet.jetstream.cluster.peers import peer_id
-from rillet.jetstream.cluster.streams import ClusteredStreams
+from rillet.jetstream.cluster.clustered import ClusteredStreams
 from rillet.jetstream.manager import JetStream
 from rillet.app.embed import run_cluster
 from rillet.server.logging import Logger

@@ -78,7 +78,7 @@ from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError,
 from rillet.jetstream.log import NotLeader
 
 if TYPE_CHECKING:
-    from rillet.jetstream.cluster.streams import ClusteredStreams
+    from rillet.jetstream.cluster.clustered import ClusteredStreams
 
 LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are answered 503 (nats-server: 10 s)
 FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
@@ -172,7 +172,7 @@ class JetStreamCluster:
             raise ValueError("Can't start JetStream: JetStream cluster requires the system account")
         log.notice("Creating JetStream metadata controller")
         if importlib.util.find_spec("rillet.jetstream.cluster.streams") is not None:
-            from rillet.jetstream.cluster.streams import ClusteredStreams
+            from rillet.jetstream.cluster.clustered import ClusteredStreams
             self.streams = ClusteredStreams(srv, self.js)
         self.loop = asyncio.get_running_loop()
         self.started_at = self.loop.time()
