@@ -87,6 +87,10 @@ class SoloHost:
         self.hosted: dict[tuple[str, str], set[str]] = {}  # (account, stream) -> consumers asked of the engine
         self._jsc_subs = [self.sys_ic.subscribe("$JSC.SI.*.*", self._on_jsc_si),
                           self.sys_ic.subscribe("$JSC.CI.*.*.*", self._on_jsc_ci)]
+        # the stores synced every jetstream { sync_interval } (120 s by default), as a lone server's are
+        self._sync_task = None
+        if not js.sync_always and isinstance(js.sync_interval, (int, float)) and js.sync_interval > 0:
+            self._sync_task = server.loop.create_task(js._periodic_sync())
         self.created = self.deleted = self.served = 0
         self._groups_path = os.path.join(self.js.store_dir, "groups.json")
         self.groups = self._load_groups()
@@ -326,6 +330,9 @@ class SoloHost:
         return mem, sto, rmem, rsto, accounts
 
     def stop(self) -> None:
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            self._sync_task = None
         for key in list(self._subs):
             self._unsubscribe(*key)
         for sub in self._jsc_subs:
