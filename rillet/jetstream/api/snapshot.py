@@ -21,7 +21,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Any, Iterator
 
-from rillet.durable import make_dirs_durable, sync_tree
+from rillet.durable import fsync_dir, make_dirs_durable, sync_tree
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.api import types as A
 from rillet.jetstream import streamconfig as C
@@ -96,6 +96,9 @@ def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: byt
         # snapshot too): ``store/`` in the store's own format, ``consumers/<name>/meta.json``. It restores
         # onto a server with any key or none; that server seals it with its own key when it opens it.
         from rillet.jetstream.store.filestore import snapshot_from_store
+        if include:
+            for c in list(stream.consumers.values()):
+                c.flush_state()  # (a consumer writes its state to the store a moment after it changes)
         store.flush()  # (gathered records into the blocks that are read back)
         parts = snapshot_from_store(store, include, prefix="store/",
                                     extra=_consumer_configs(stream) if include else ())
@@ -211,12 +214,9 @@ async def _complete(router: "ApiRouter", cfg: Any, spool: Any, rp: bytes) -> Non
     router.respond(rp, {"type": T + "stream_create_response", **stream_info_dict(stream)})
 
 
-def _unpack(router: "ApiRouter", cfg: Any, spool: Any, dest: str) -> None:
-    """In a worker thread: unpack the archive into ``dest`` (a new directory beside the stream's), then open
-    the store there and stop it: a plaintext archive is sealed by this server's key (if it has one) and the
-    block indexes are written now, not when the stream opens on the event loop."""
+def _unpack(spool: Any, dest: str) -> None:
+    """In a worker thread: unpack the archive into ``dest``, a new directory beside the stream's."""
     import tarfile
-    from rillet.jetstream.storeopen import open_store
     spool.seek(0)
     make_dirs_durable(dest)
     with tarfile.open(fileobj=spool, mode="r|") as tar:
@@ -227,16 +227,30 @@ def _unpack(router: "ApiRouter", cfg: Any, spool: Any, dest: str) -> None:
             if name == "meta.json" or name.endswith(".tmp"):
                 continue  # (the stream's meta.json is written for the restored config)
             tar.extract(ti, dest)
-    store = open_store(cfg, dest, router.js)
+    sync_tree(dest)  # a restore that was answered survives a power cut
+
+
+def _install(router: "ApiRouter", cfg: Any, staging: str, sdir: str, created: str) -> Any:
+    """In a worker thread: the unpacked directory becomes the stream's, with its meta.json, and its store is
+    opened (a plaintext archive is sealed under this server's key here, if it has one; the scan of the
+    blocks an open makes is done here, not on the event loop)."""
+    from rillet.jetstream.storeopen import open_store
+    if os.path.exists(sdir):
+        shutil.rmtree(sdir)
+    os.rename(staging, sdir)
+    fsync_dir(os.path.dirname(sdir))
+    router.jsa.write_meta_of(cfg, created)
+    store = open_store(cfg, sdir, router.js)
     try:
         if getattr(store, "_keys", None) is not None:
             # consumer states that came in plaintext: both slots rewritten, sealed
             for cs in list(store._consumers.values()):
                 cs.flush(durable=True)
                 cs.flush(durable=True)
-    finally:
+    except BaseException:
         store.stop()
-    sync_tree(dest)  # a restore that was answered survives a power cut
+        raise
+    return store
 
 
 async def _finish(router: "ApiRouter", cfg: Any, spool: Any) -> Any:
@@ -244,27 +258,31 @@ async def _finish(router: "ApiRouter", cfg: Any, spool: Any) -> Any:
     jsa = router.jsa
     if cfg.name in jsa.streams:
         raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
+    created = format_time(now_ns())
     if cfg.storage == "memory":
         from rillet.jetstream.store.filestore import restore_into
         spool.seek(0)
-        stream = jsa.open_stream(cfg, format_time(now_ns()))
+        stream = jsa.open_stream(cfg, created)
         restore_into(stream.store, iter(lambda: spool.read(1 << 20), b""))
         return stream
     sdir = jsa.stream_dir(cfg.name)
     staging = f"{sdir}.restoring-{os.urandom(4).hex()}"
     try:
-        await asyncio.to_thread(_unpack, router, cfg, spool, staging)
+        await asyncio.to_thread(_unpack, spool, staging)
         if cfg.name in jsa.streams:  # created meanwhile
             raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
-        if os.path.exists(sdir):
-            await asyncio.to_thread(shutil.rmtree, sdir)
-            if cfg.name in jsa.streams:
-                raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
-        os.rename(staging, sdir)
+        store = await asyncio.to_thread(_install, router, cfg, staging, sdir, created)
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging, ignore_errors=True)
-    stream = jsa.open_stream(cfg, format_time(now_ns()))
+    if cfg.name in jsa.streams:
+        await asyncio.to_thread(store.stop)
+        raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
+    # what JSAccount.open_stream does after opening the store (here opened in the worker thread)
+    from rillet.jetstream.stream import Stream
+    stream = Stream(jsa, cfg, created, store)
+    jsa.streams[cfg.name] = stream
+    stream.start()
     from rillet.jetstream.consumer.engine import recover_consumers
     recover_consumers(stream)
     return stream
