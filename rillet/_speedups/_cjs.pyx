@@ -180,16 +180,34 @@ def run_frames(c, m, Py_ssize_t budget, acc, r, dsubj, wr, list seqs):
     last_subj = None
     cdef Py_ssize_t sent = 0
     lts = None
+    # The consumer's fields the loop moves (the scan position, the pending count, the bytes in flight) are kept
+    # here and written back before every call that may read them (num_pending, _need_fc, _send_fc,
+    # _next_in_run) and at the end; what those calls may change is read again after them.
+    cdef bint unsynced = False
+    cdef bint dirty = c.npc_dirty
+    npc = c.npc
+    pbytes = c.pbytes if fc else None
+    sseq = c.sseq
+    ahead = c._ahead
     try:
         while True:
             seq = m.seq
-            c.sseq = seq + 1
-            if not c.npc_dirty:
-                c.npc -= 1
-                npc = c.npc
+            sseq = seq + 1
+            unsynced = True
+            if not dirty:
+                npc = npc - 1
                 pending = npc if npc > 0 else 0  # (num_pending with a clean count)
             else:
+                c.sseq = sseq
+                c.npc = npc
+                if fc:
+                    c.pbytes = pbytes
+                unsynced = False
                 pending = c.num_pending()
+                dirty = c.npc_dirty
+                npc = c.npc
+                if fc:
+                    pbytes = c.pbytes
             ts = m.ts
             if (type(seq) is not int or type(nd) is not int or type(ts) is not int or type(pending) is not int
                     or seq < 0 or nd < 0 or ts < 0 or pending < 0 or seq >= 2**62 or nd >= 2**62 or ts >= 2**62
@@ -225,7 +243,8 @@ def run_frames(c, m, Py_ssize_t budget, acc, r, dsubj, wr, list seqs):
                 last_subj = subj
             sz = len(subj) + n + len(hdr) + len(data)
             if fc:
-                c.pbytes += sz
+                pbytes = pbytes + sz
+                unsynced = True
             sent += 1
             if hdr:
                 ok = deliver(ic, r, sb, reply, len(hdr), hdr + data, dsubj)
@@ -238,22 +257,45 @@ def run_frames(c, m, Py_ssize_t budget, acc, r, dsubj, wr, list seqs):
                 c._failed = True
                 break
             if fc:
-                if (c.pbytes - c.fcsz >= c.maxpb) if c.fcid else (c.pbytes > c.maxpb // 2
-                                                                     or c.ack_policy == "flow_control"):
+                fcid = c.fcid
+                if (pbytes - c.fcsz >= maxpb) if fcid else (pbytes > maxpb // 2 or c.ack_policy == "flow_control"):
+                    c.sseq = sseq
+                    c.npc = npc
+                    c.pbytes = pbytes
+                    unsynced = False
                     if c._need_fc(sz):
                         c._send_fc()
-                if c.pbytes > c.maxpb:
+                    dirty = c.npc_dirty
+                    npc = c.npc
+                    pbytes = c.pbytes
+                    maxpb = c.maxpb
+                    ahead = c._ahead
+                if pbytes > maxpb:
                     break
             if len(seqs) >= budget or (expires and _clock() >= expires):
                 break
-            ahead = c._ahead
-            if ahead and ahead[len(ahead) - 1].seq == c.sseq:  # (no negative index here: wraparound is off)
+            if ahead and ahead[len(ahead) - 1].seq == sseq:  # (no negative index here: wraparound is off)
                 m = ahead.pop()
             else:
+                c.sseq = sseq
+                c.npc = npc
+                if fc:
+                    c.pbytes = pbytes
+                unsynced = False
                 m = c._next_in_run()
+                dirty = c.npc_dirty
+                npc = c.npc
+                if fc:
+                    pbytes = c.pbytes
+                ahead = c._ahead
                 if m is None:
                     break
     finally:
+        if unsynced:
+            c.sseq = sseq
+            c.npc = npc
+            if fc:
+                c.pbytes = pbytes
         ic.out_msgs += sent
         if lts is not None:
             c._replay_lts = lts
