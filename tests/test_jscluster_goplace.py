@@ -481,3 +481,69 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
         for name in list(srvs):
             await cms[name].__aexit__(None, None, None)
         gc.stop_all()
+
+
+@live
+async def test_rillet_server_killed_hard_and_restarted(tmp_path):
+    """2 Go + 1 Rillet with the Rillet server as a process, killed with SIGKILL: an R1 stream it runs (and its
+    consumer's acks) and its replica of an R3 stream come back from its files after the restart; the R3 stream
+    took publishes meanwhile and the Rillet replica is caught up to equal the leader's."""
+    import signal
+    import sys
+    import nats
+    from helpers import ServerProcess
+    rport, cport = free_port(), free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[rport])
+    gc.start_all()
+    conf = tmp_path / "r1.conf"
+    conf.write_text(_tagged_conf(gc, "r1", rport, "rillet").replace("listen: 127.0.0.1:-1",
+                                                                     f"listen: 127.0.0.1:{cport}"))
+
+    def start() -> ServerProcess:
+        p = ServerProcess("-c", str(conf), command=[sys.executable, "-m", "rillet.server"])
+        p.wait_log("Server is ready", timeout=30)
+        return p
+    proc = start()
+    g0 = await nats.connect(gc.url("g0"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the Go meta leader")
+        await _create(g0, name="S1", subjects=["s1.>"], num_replicas=1, placement={"tags": ["rillet"]})
+        await _create(g0, name="R3", subjects=["r3.>"], num_replicas=3)
+        js = g0.jetstream(timeout=20)
+        assert (await js.stream_info("S1")).cluster.leader == "r1"
+        for i in range(1, 21):
+            assert (await js.publish("s1.x", f"s{i}".encode())).seq == i
+            assert (await js.publish("r3.x", f"r{i}".encode())).seq == i
+        await js.add_consumer("S1", durable_name="D", ack_policy="explicit")
+        sub = await js.pull_subscribe("s1.>", durable="D", stream="S1")
+        for msg in await sub.fetch(8, timeout=10):
+            await msg.ack_sync()
+        await asyncio.sleep(1.5)  # (the stores' buffered writes reach the files, as nats-server's flush loop)
+        proc.proc.send_signal(signal.SIGKILL)
+        proc.proc.wait(10)
+        for i in range(21, 31):
+            assert (await js.publish("r3.x", f"r{i}".encode())).seq == i
+        proc = start()
+        si = await CAP._until(lambda: js.stream_info("S1"), 30, what="S1 back")
+        assert (si.state.messages, si.state.last_seq, si.cluster.leader) == (20, 20, "r1")
+        ci = await js.consumer_info("S1", "D")
+        assert (ci.ack_floor.stream_seq, ci.num_pending) == (8, 12)
+        got = [m.data for m in await sub.fetch(12, timeout=10)]
+        assert got == [f"s{i}".encode() for i in range(9, 21)]
+
+        async def r3_current():
+            si = await js.stream_info("R3")
+            r1 = [r for r in si.cluster.replicas or [] if r.name == "r1"]
+            return bool(r1) and r1[0].current and not r1[0].lag and si.state.messages == 30
+        await CAP._until(r3_current, 30, what="the Rillet replica of R3 current again")
+        for i in range(1, 31):
+            assert (await js.get_msg("R3", i)).data == f"r{i}".encode()
+    finally:
+        await g0.close()
+        if proc.proc.poll() is None:
+            proc.proc.send_signal(signal.SIGTERM)
+            try:
+                proc.proc.wait(10)
+            except Exception:  # noqa: BLE001
+                proc.proc.kill()
+        gc.stop_all()
