@@ -188,7 +188,8 @@ def p99(xs: list[float]) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
 
 
-async def test_big_snapshot_and_restore_leave_a_bystander_answered(tmp_path):
+@pytest.mark.parametrize("storage", ["file", "memory"])
+async def test_big_snapshot_and_restore_leave_a_bystander_answered(tmp_path, storage):
     if GO:
         pytest.skip("Rillet's event loop")
     cfg = tmp_path / "s.conf"
@@ -199,7 +200,7 @@ async def test_big_snapshot_and_restore_leave_a_bystander_answered(tmp_path):
         u = f"nats://127.0.0.1:{proc.port}"
         nc = await nats.connect(u, pending_size=64 * 1024 * 1024)
         js = nc.jetstream()
-        await js.add_stream(name="BIG", subjects=["big.>"])
+        await js.add_stream(name="BIG", subjects=["big.>"], storage=storage)
         payload = os.urandom(64 * 1024)
         for i in range(800):  # ~50 MB
             await nc.publish(f"big.{i % 16}", payload)
@@ -231,15 +232,16 @@ async def test_big_snapshot_and_restore_leave_a_bystander_answered(tmp_path):
         si = await js.stream_info("BIG")
         assert si.state.bytes == total and si.state.messages == 816
         assert (await js.get_msg("BIG", 800)).data == payload
-        assert (await js.consumer_info("BIG", "C")).num_pending == 816
+        if storage == "file":  # (a memory stream's consumers are not persisted: not in its archive)
+            assert (await js.consumer_info("BIG", "C")).num_pending == 816
         await nc.close()
         assert w3 < pairs[-1][0], "the bystander stopped before the restore ended"
         # the requests sent while the snapshot or the restore ran
         lat = [x for w, x in pairs if w0 <= w <= w1 or w2 <= w <= w3]
-        print(f"snapshot {w1 - w0:.2f}s restore {w3 - w2:.2f}s ({sum(len(c) for c in chunks) / 1e6:.1f} MB) "
+        print(f"{storage}: snapshot {w1 - w0:.2f}s restore {w3 - w2:.2f}s ({sum(len(c) for c in chunks) / 1e6:.1f} MB) "
               f"bystander n={len(lat)} p50={sorted(lat)[len(lat) // 2] * 1000:.1f}ms p99={p99(lat) * 1000:.1f}ms "
               f"max={max(lat) * 1000:.1f}ms load={os.getloadavg()[0]:.1f}")
         assert len(lat) > 20
-        assert p99(lat) < 0.25, f"bystander p99 {p99(lat) * 1000:.0f} ms"
+        assert p99(lat) < 0.1, f"bystander p99 {p99(lat) * 1000:.0f} ms"
     finally:
         proc.stop()

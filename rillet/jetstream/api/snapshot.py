@@ -253,32 +253,41 @@ def _install(router: "ApiRouter", cfg: Any, staging: str, sdir: str, created: st
     return store
 
 
+def _fill_memory(router: "ApiRouter", cfg: Any, spool: Any, sdir: str) -> Any:
+    """In a worker thread: a new memory store with the archive's messages and consumer states."""
+    from rillet.jetstream.storeopen import open_store
+    from rillet.jetstream.store.filestore import restore_into
+    spool.seek(0)
+    store = open_store(cfg, sdir, router.js)
+    restore_into(store, iter(lambda: spool.read(1 << 20), b""))
+    return store
+
+
 async def _finish(router: "ApiRouter", cfg: Any, spool: Any) -> Any:
     import asyncio
     jsa = router.jsa
     if cfg.name in jsa.streams:
         raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
     created = format_time(now_ns())
-    if cfg.storage == "memory":
-        from rillet.jetstream.store.filestore import restore_into
-        spool.seek(0)
-        stream = jsa.open_stream(cfg, created)
-        restore_into(stream.store, iter(lambda: spool.read(1 << 20), b""))
-        return stream
     sdir = jsa.stream_dir(cfg.name)
-    staging = f"{sdir}.restoring-{os.urandom(4).hex()}"
-    try:
-        await asyncio.to_thread(_unpack, spool, staging)
-        if cfg.name in jsa.streams:  # created meanwhile
-            raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
-        store = await asyncio.to_thread(_install, router, cfg, staging, sdir, created)
-    finally:
-        if os.path.exists(staging):
-            shutil.rmtree(staging, ignore_errors=True)
+    if cfg.storage == "memory":
+        # the memory store is made and filled in the worker thread: nothing else holds it yet
+        store = await asyncio.to_thread(_fill_memory, router, cfg, spool, sdir)
+    else:
+        staging = f"{sdir}.restoring-{os.urandom(4).hex()}"
+        try:
+            await asyncio.to_thread(_unpack, spool, staging)
+            if cfg.name in jsa.streams:  # created meanwhile
+                raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
+            store = await asyncio.to_thread(_install, router, cfg, staging, sdir, created)
+        finally:
+            if os.path.exists(staging):
+                shutil.rmtree(staging, ignore_errors=True)
     if cfg.name in jsa.streams:
         await asyncio.to_thread(store.stop)
         raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
-    # what JSAccount.open_stream does after opening the store (here opened in the worker thread)
+    # what JSAccount.open_stream does after opening the store (here opened in the worker thread; the
+    # meta.json of a file stream was written there too)
     from rillet.jetstream.stream import Stream
     stream = Stream(jsa, cfg, created, store)
     jsa.streams[cfg.name] = stream

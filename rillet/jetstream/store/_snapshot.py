@@ -176,7 +176,7 @@ def _encode_record(sm: StoredMsg, ttl_ns: int) -> bytes:
 class _ChunkReader(io.RawIOBase):
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._it = iter(chunks)
-        self._buf = b""
+        self._buf = memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -184,12 +184,12 @@ class _ChunkReader(io.RawIOBase):
     def readinto(self, b: Any) -> int:
         while not self._buf:
             try:
-                self._buf = bytes(next(self._it))
+                self._buf = memoryview(bytes(next(self._it)))
             except StopIteration:
                 return 0
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
+        self._buf = self._buf[n:]  # (a view: no copy of the rest, however big the chunk)
         return n
 
 
