@@ -17,7 +17,9 @@ consumers publish to ``deliver_subject`` while someone listens there; pull consu
 queued on ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<name>``. Unacknowledged deliveries sit in ``pending``
 (stream seq -> [consumer seq, delivery time ns]) until acked, and are queued again (``rdq``) when
 ``ack_wait``/``backoff`` runs out or on a NAK. A delivery is recorded (C_DELIVERED) as it goes out, not
-held back for the commit, as nats-server does.
+held back for the commit, as nats-server does; new messages go out in runs where nothing is decided per message
+(delivery.py ``_run_new``: one match of the receiver's subject and one C_DELIVERED entry for the run, the
+messages read from the store in batches, the loop compiled in the compiled lane).
 
 Nothing here awaits: the stream (after its entries are applied), acks, pull requests and timers call in
 synchronously and the delivery pass (``_run``) is scheduled with ``loop.call_soon``, delivering everything it
