@@ -85,9 +85,10 @@ def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: byt
                            "state": info["state"]})
     include = not req.get("no_consumers")
     store = stream.store
-    # The view is taken here, in this callback: the message range and the consumer states and configs of
-    # this moment (as nats-server takes its under the store's lock); the archive is then made from it a
-    # slice at a time as the client's window opens (_send_chunks), never whole in memory.
+    # The view is taken here, in this callback: the message range (up to the last sequence of this moment)
+    # and the consumers' states and configs; the archive is then made from it a slice at a time as the
+    # client's window opens (_send_chunks), never whole in memory. A message removed meanwhile is left out
+    # (nats-server too reads each block only when its turn comes).
     if stream.cfg.storage == "memory":
         parts = store.snapshot_stream(include)
     else:
