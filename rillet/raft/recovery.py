@@ -1,0 +1,131 @@
+"""Recovery after an unclean stop, the part of ``rillet.raft.node.Node`` that surveys the other voters
+(RecoveryQuery/RecoveryState), decides when the node may vote and campaign again, and reports committed entries
+that no member holds any more (``lost``) and the owner's highest saved mark (``lost_mark``). The rules are in
+the node module's docstring. A mixin of Node: it reads and writes the node's fields."""
+from __future__ import annotations
+
+from .msgs import RecoveryQuery, RecoveryState
+from .roles import LEADER
+
+
+class Recovery:
+    """(mixin of Node) the recovery survey and loss reports."""
+
+    def _query_peers(self) -> None:
+        self._survey_elapsed = 0
+        if not self.voters:
+            return  # (a member added later that has not yet learnt the configuration: a leader catches it up)
+        others = [p for p in self.voters if p != self.id]
+        if not others or all(p in self.survey for p in others):
+            self._survey_done()
+            return
+        for p in others:
+            if p not in self.survey:
+                self.msgs.append(RecoveryQuery(self.term, self.id, p, self.known_mark))
+
+    def _survey_done(self) -> None:
+        mine = (self.last_term(), self.last_index())
+        best = mine
+        max_last = self.last_index()
+        max_known = max(self.known_commit, self.commit)
+        max_mark = self.known_mark
+        recovering = 1 if self.id in self.voters else 0
+        for p in self.voters:
+            a = self.survey.get(p)
+            if a is None:
+                continue
+            if a[3] and (a[0], a[1]) > best:
+                # (a peer that is no voter in its own log, removed by a configuration change there, cannot lead;
+                # what it holds past what the voters hold was not committed by them)
+                best = (a[0], a[1])
+            if a[1] > max_last:
+                max_last = a[1]
+            if a[2] > max_known:
+                max_known = a[2]
+            if a[5] > max_mark:
+                max_mark = a[5]
+            if a[4]:
+                recovering += 1
+        # (a loss takes a majority that lost data, each of them back from an unclean stop and recovering; with
+        # fewer, the answers only look short because some were given before a commit others already knew of)
+        if recovering >= self.quorum:
+            # (a majority may have lost what it had not synced, past any commit index it had saved too: whatever
+            # the owner numbered up to the highest mark saved may have been acknowledged)
+            self.lost_mark = max(self.lost_mark, max_mark)
+            self.known_mark = max(self.known_mark, max_mark)
+            if max_known > max_last:
+                self._found_lost(max_last + 1, max_known)
+        if best <= mine:
+            self._leave_recovery("survey")
+        else:
+            self.vote_floor = best
+
+    def _leave_recovery(self, how: str) -> None:
+        self.recovering = False
+        self.vote_floor = None
+        self.survey = {}
+        self.recoveries += 1
+        self.recovered_by = how
+
+    def _caught_up_from_leader(self) -> None:
+        """(follower, recovering or with a vote floor) leave recovery once this node holds the commit index of a
+        leader that has committed an entry of its own term (its commit then covers every earlier entry)."""
+        lc = self.leader_commit
+        if lc and self.commit >= lc and self.term_at(self.commit) == self.term:
+            self._leave_recovery("leader")
+
+    def _found_lost(self, first: int, last: int) -> None:
+        if first > last:
+            return
+        if self.lost is not None:
+            if self.lost[0] <= first and last <= self.lost[1]:
+                return
+            first, last = min(first, self.lost[0]), max(last, self.lost[1])
+        self.lost = (first, last)
+        self.lost_events += 1
+
+    def _check_replaced(self, ents) -> None:
+        """Entries of a term after ``boot_term`` at indexes at or below ``known_commit``: the committed entries that
+        were there (of ``boot_term`` or earlier) are gone from the cluster's log."""
+        kc = self.known_commit
+        bt = self.boot_term
+        for e in ents:
+            if e[0] > kc:
+                break
+            if e[1] > bt:
+                self.lost_mark = max(self.lost_mark, self.known_mark, self.survey_mark)
+                self._found_lost(e[0], kc)
+                break
+
+    def _handle_recovery_query(self, m: RecoveryQuery) -> None:
+        if m.frm in self.voters:
+            now = self.ticks
+            q = self.queried
+            q[m.frm] = (m.known_mark, now)
+            horizon = now - 10 * self.election_tick
+            for p in [p for p, (_, t) in q.items() if t < horizon]:
+                del q[p]  # (queries of another, earlier restart)
+            if len(q) + (1 if self.recovering and self.id in self.voters else 0) >= self.quorum:
+                mark = max([self.known_mark] + [mk for mk, _ in q.values()])
+                if mark > self.lost_mark:
+                    self.lost_mark = mark
+                    self.known_mark = max(self.known_mark, mark)
+                    self.floor_events += 1
+        pr = self.prs.get(m.frm) if self.role == LEADER else None
+        if pr is not None and pr.match:
+            # (the member restarted uncleanly: what it had acknowledged may be gone, so none of it counts towards
+            # a commit until it acknowledges again; it is probed from where it is)
+            pr.match = 0
+            pr.become_probe(pr.next)
+        self.msgs.append(RecoveryState(self.term, self.id, m.frm, self.last_index(), self.last_term(), self.commit,
+                                       max(self.known_commit, self.commit), self.recovering,
+                                       self.id in self.voters, self.known_mark))
+
+    def _handle_recovery_state(self, m: RecoveryState) -> None:
+        if not self.recovering or m.frm not in self.voters:
+            return
+        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter, m.recovering, m.known_mark)
+        if m.known_mark > self.survey_mark:
+            self.survey_mark = m.known_mark
+        if all(p in self.survey for p in self.voters if p != self.id):
+            self._survey_done()
