@@ -72,17 +72,16 @@ from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.cluster.transport import RaftTransport
 from rillet.jetstream.log import NotLeader
 from rillet.raft import msgs as M
-from rillet.raft.node import ADD, CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, REMOVE, Node, ProposalDropped, \
+from rillet.raft.node import CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, Node, ProposalDropped, \
     RaftError
 from rillet.raft.node import NotLeader as NodeNotLeader
 from rillet.raft.wal import WAL, MemWAL
 from rillet.durable import fsync_dir
+from rillet.jetstream.cluster.leadership import CONTROL, Leadership
 
 TICK = 0.05  # seconds between ticks
 ELECTION_TICKS = 20  # election timeout: 1 s, randomised by the node to 1-2 s
 HEARTBEAT_TICKS = 3  # heartbeats every 150 ms
-CAMPAIGN_RETRY = 0.02  # seconds before a new group's first campaign is repeated when no leader came of it
-CAMPAIGN_RETRY_MAX = 0.5  # (doubled each time up to this; then the node's own election timeout)
 # A stream's or consumer's group is snapshotted (its log compacted) after its owner's COMPACT_EVERY applied entries,
 # but not again within COMPACT_MIN_INTERVAL seconds of the last snapshot (nats-server's compactMinInterval: each
 # snapshot blocks the loop for a few fsyncs) unless COMPACT_MAX_ENTRIES were applied since (the log is in memory)
@@ -90,10 +89,6 @@ COMPACT_MIN_INTERVAL = 15.0
 COMPACT_MAX_ENTRIES = 65536
 HARD_STATE_EVERY = 1.0  # seconds: how often a changed commit index is saved when nothing else forces it
 CLEAN_MARKER = "clean"  # in the WAL directory: the group stopped in order (everything fsynced) last time
-# A group control message (not a RAFT message) starts with 0xC1, a byte MessagePack never uses:
-CONTROL = b"\xc1"
-STEPDOWN_NOTE = CONTROL + b"SD\x00"  # + the reply subject of the stepdown request being carried out
-STEPDOWN_NOTE_TTL = 30.0  # seconds a member remembers a stepdown request another member carried out
 
 # inputs (proposals, messages, ticks) a group may take in one pass and still run its Ready in that read's flush;
 # past this the server is busy and the Ready waits for the end of the loop turn, so that the reads of the turn
@@ -173,6 +168,39 @@ def _runner(server: Any) -> _Runner:
     return r
 
 
+class _PeerOps:
+    """The RAFT entry ops each server this one has a route to decodes beyond the base set, by peer id: what its
+    route INFO's ``rillet_raft_ops`` listed when the route registered (rillet.cluster.info.RILLET_RAFT_OPS). A
+    server without a route now, or whose INFO lists none (an older Rillet build, nats-server), decodes none."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.ops: dict[str, frozenset[int]] = {}
+        if cluster is None:
+            return
+        cluster.route_listeners.append(self._route_event)
+        for rc in list(cluster.routes.values()):
+            info = getattr(rc, "remote_info", None)
+            if info is not None:
+                self._route_event("added", rc, info)
+
+    def _route_event(self, what: str, rc: Any, info: Any) -> None:
+        name = rc.remote_name or (info.server_name if info is not None else "")
+        if not name:
+            return
+        if what == "added":
+            self.ops[peer_id(name)] = frozenset(info.rillet_raft_ops or ())
+        elif what == "gone":
+            self.ops.pop(peer_id(name), None)
+
+
+_peer_ops: "weakref.WeakKeyDictionary[Any, _PeerOps]" = weakref.WeakKeyDictionary()
+
+
+def _ops_of(server: Any) -> _PeerOps:
+    po = _peer_ops.get(server)
+    if po is None:
+        po = _peer_ops[server] = _PeerOps(getattr(server, "cluster", None))
+    return po
 
 
 def group_storage(name: str) -> str:
@@ -199,7 +227,7 @@ def close_transport(server: Any) -> None:
         t.close()
 
 
-class RaftGroup:
+class RaftGroup(Leadership):
     """One RAFT group on this server: a rillet.raft Node, its WAL under ``<store_dir>/_raft/<name>/``,
     the shared RaftTransport and ticks from the event loop. Peer ids are ``peers.peer_id(server name)``."""
 
@@ -217,6 +245,7 @@ class RaftGroup:
         self.name = name
         self.id = peer_id(server.name)
         self.bootstrap = list(peers)
+        self._peer_ops = _ops_of(server)  # (members_decode)
         self.dir = os.path.join(store_dir, "_raft", name)
         self.memory = (storage == "memory") if storage is not None else group_storage(name) == "memory"
         self._apply = apply
@@ -497,6 +526,18 @@ class RaftGroup:
         self._schedule()
         return r
 
+    def members_decode(self, op: int) -> bool:
+        """Whether every other member of the group has a route now whose INFO said its build decodes RAFT log
+        entries of ``op`` (``_PeerOps``): a leader proposes such entries only then (a rolling upgrade's older
+        members would fail to apply them)."""
+        ops = self._peer_ops.ops
+        for p in (self.node.voters if self.node is not None else self.bootstrap):
+            if p != self.id:
+                have = ops.get(p)
+                if have is None or op not in have:
+                    return False
+        return True
+
     def proposal_waiting(self, fn: Callable[[], None]) -> None:
         """An owner holds proposals: ``fn()`` hands them to the node (``propose_now``) before the next Ready."""
         self._proposers.append(fn)
@@ -521,139 +562,6 @@ class RaftGroup:
                     self.log.error(f"RAFT group {self.name!r}: taking proposals failed: {e!r}\n"
                                    f"{traceback.format_exc()}")
 
-    def _on_control(self, frm: str, data: bytes) -> None:
-        if data.startswith(STEPDOWN_NOTE) and frm in self.node.voters:
-            now = self.loop.time()
-            seen = self._stepdowns_seen
-            if len(seen) > 64:
-                for k in [k for k, t in seen.items() if now - t > STEPDOWN_NOTE_TTL]:
-                    del seen[k]
-            seen[bytes(data[len(STEPDOWN_NOTE):])] = now
-            return
-        self._bad(f"unknown control message from {frm}")
-
-    def stepdown_seen(self, request: bytes) -> bool:
-        """Whether another member already carried out the stepdown request with this reply subject (every
-        server gets a ``$JS.API`` request; one routed late can reach the new leader after the transfer)."""
-        t = self._stepdowns_seen.get(bytes(request))
-        return t is not None and self.loop is not None and self.loop.time() - t <= STEPDOWN_NOTE_TTL
-
-    def eligible_peers(self) -> list[str]:
-        """On the leader: the other voters heard from within three heartbeats (nats-server's healthy peers
-        for a leader transfer)."""
-        n = self.node
-        if not self.running or n.role != LEADER:
-            return []
-        limit = 3 * self.heartbeat_ticks
-        return [p for p, pr in n.prs.items()
-                if p in n.voters and p != self.id and pr.heard and n.ticks - pr.last_seen <= limit]
-
-    def stepdown(self, to: Optional[str] = None, note: Optional[bytes] = None) -> None:
-        """Hand leadership over to ``to`` or to the most up-to-date other member (NotLeader if this node
-        is not the leader; ValueError when there is no member to hand over to). ``note``: the request's
-        reply subject, told to the members before the transfer starts (``stepdown_seen``), on the same
-        connection as the RAFT messages, so a member hears of it before it can become the leader."""
-        n = self.node
-        if not self.running or n.role != LEADER:
-            raise NotLeader()
-        if note:
-            self.transport.broadcast(self.name, STEPDOWN_NOTE + bytes(note))
-        if to is None:
-            best = None
-            for p, pr in n.prs.items():
-                if p not in n.voters or not pr.heard or n.ticks - pr.last_seen > self.election_ticks:
-                    continue
-                if best is None or pr.match > best[1]:
-                    best = (p, pr.match)
-            if best is None:
-                raise ValueError("no other member to hand leadership to")
-            to = best[0]
-        elif to == self.id:
-            return
-        elif to not in n.voters:
-            raise ValueError(f"peer {to} is not a member of the group")
-        if self._proposers:
-            # (what the owners proposed before the handover goes in the log first, as if proposed at once: a
-            # consumer engine that took a message off the stream has its C_DELIVERED in the log)
-            self._take_proposals()
-        try:
-            n.transfer_leadership(to)
-        except NodeNotLeader:
-            raise NotLeader() from None
-        self._schedule()
-
-    def after_handover(self, cb: Callable[[], None], within: float) -> None:
-        """After ``stepdown``: call ``cb`` once another member leads and has committed the first entry of its
-        term (it has announced its leadership and taken over the group's subscriptions), or after
-        ``within`` seconds whatever happened."""
-        if self._handover is not None:
-            prev = self._handover[1]
-            self._handover = None
-            prev()
-        self._handover = (self.loop.time() + within, cb)
-        self.loop.call_later(within, self._check_handover)
-
-    def _check_handover(self) -> None:
-        h = self._handover
-        if h is None:
-            return
-        n = self.node
-        done = (not self.running or self.loop.time() >= h[0]
-                or (n.role == FOLLOWER and n.leader not in (None, self.id) and n.term_at(n.commit) == n.term))
-        if done:
-            self._handover = None
-            try:
-                h[1]()
-            except Exception as e:
-                self.log.error(f"RAFT group {self.name!r}: handover callback failed: {e!r}")
-
-    def campaign_soon(self) -> None:
-        """Start an election now instead of after a full election timeout (a new group's preferred
-        peer, a group of one): the node is ticked up to its timeout. The other members of a new group
-        join it when they apply its assignment, a few milliseconds after this one may have asked for
-        votes (a vote request for a group a server has not joined yet is dropped): while no leader is
-        known, the campaign is repeated after CAMPAIGN_RETRY seconds, doubled each time (as nats-server's
-        short campaign timeout for a new group's preferred peer), instead of waiting for a full
-        election timeout. Only time is hurried: every election rule of the node holds."""
-        n = self.node
-        if n is None or n.role != FOLLOWER or self.id not in n.voters:
-            return
-        self._tick_to_campaign()
-        if len(n.voters) > 1 and n.leader is None:
-            self.loop.call_later(CAMPAIGN_RETRY, self._campaign_again, CAMPAIGN_RETRY)
-
-    def _tick_to_campaign(self) -> None:
-        n = self.node
-        for _ in range(2 * self.election_ticks + 1):
-            n.tick()
-            if n.role not in (FOLLOWER, PRE_CANDIDATE) or n.election_elapsed == 0:
-                break  # (a campaign started: the node's election timer was reset)
-        self._schedule()
-
-    def _campaign_again(self, delay: float) -> None:
-        n = self.node
-        if (not self.running or n is None or n.leader is not None or self.id not in n.voters
-                or n.role not in (FOLLOWER, PRE_CANDIDATE) or n.vote not in (None, self.id)):
-            return  # (a leader is known, a real vote is under way, or this member voted for another)
-        self._tick_to_campaign()
-        delay *= 2
-        if delay <= CAMPAIGN_RETRY_MAX:
-            self.loop.call_later(delay, self._campaign_again, delay)
-
-    def add_peer(self, peer: str) -> None:
-        self._conf_change(ADD, peer)
-
-    def remove_peer(self, peer: str) -> None:
-        self._conf_change(REMOVE, peer)
-
-    def _conf_change(self, op: str, peer: str) -> None:
-        if not self.running:
-            raise NotLeader()
-        try:
-            self.node.propose_conf_change(op, peer)
-        except NodeNotLeader:
-            raise NotLeader() from None
-        self._schedule()
 
     def compact_due(self, applied_since: int) -> bool:
         """Whether an owner that applied ``applied_since`` entries since its last snapshot (at least its own
