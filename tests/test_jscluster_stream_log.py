@@ -93,6 +93,10 @@ class FakeGroup:
         self.next = 1
         self.props: list[tuple[int, bytes]] = []
         self.waiting: list = []
+        self.multi_ok = True  # (RaftGroup.members_decode: every member's route said it decodes MULTI)
+
+    def members_decode(self, op: int) -> bool:
+        return self.multi_ok
 
     def proposal_waiting(self, fn) -> None:
         self.waiting.append(fn)
@@ -203,6 +207,36 @@ def test_a_refused_batch_fails_each_in_order():
     g.is_leader = False  # (the node stepped down before the group took the proposals)
     g.take()
     assert done == [((1, True, 5), None, "NotLeader"), ((2, True, 5), None, "NotLeader")] and rl.pending == 0
+
+
+def test_without_multi_members_each_proposal_is_its_own_entry():
+    # (a member whose build predates MULTI: RaftGroup.members_decode is false) one RAFT entry each, applied and
+    # completed in order as before
+    rl, g, applied, done, _, cb = _mk()
+    g.multi_ok = False
+    for i in (1, 666, 2):
+        rl.propose(Entry(Entry.DELETE, (i, True, 5)), cb)
+    g.take()
+    assert [i for i, _ in g.props] == [1, 2, 3] and all(d[0] != MULTI for _, d in g.props)
+    assert [decode_entry(d)[1].args for _, d in g.props] == [(1, True, 5), (666, True, 5), (2, True, 5)]
+    assert rl.index == 3
+    g.commit_all()
+    assert done == [((1, True, 5), 1, None), ((666, True, 5), None, "ValueError"), ((2, True, 5), 2, None)]
+    assert rl.pending == 0
+    # the group refusing from the second on (leadership gone meanwhile): the first stays pending, the rest fail
+    real = g.propose_now
+
+    def once(data):
+        g.propose_now = lambda d: (_ for _ in ()).throw(NotLeader())
+        return real(data)
+    g.propose_now = once
+    for i in (3, 4, 5):
+        rl.propose(Entry(Entry.DELETE, (i, True, 5)), cb)
+    g.take()
+    assert done[3:] == [((4, True, 5), None, "NotLeader"), ((5, True, 5), None, "NotLeader")] and rl.pending == 1
+    g.propose_now = real
+    g.commit_all()
+    assert done[5:] == [((3, True, 5), 3, None)] and rl.pending == 0
 
 
 def test_leadership_loss_fails_pending_then_tells_owner():

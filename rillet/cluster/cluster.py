@@ -243,7 +243,8 @@ class Cluster(ClusterReload, Listening):
                        proto=ROUTE_PROTO, go=f"python{sys.version_info[0]}.{sys.version_info[1]}",
                        host=o.host or "0.0.0.0", port=self.addr[1], headers=not so.no_header_support,
                        auth_required=bool(o.username), max_payload=so.max_payload, cluster=self.name,
-                       cluster_dynamic=self.dynamic, lnoc=True, lnocu=True)
+                       cluster_dynamic=self.dynamic, lnoc=True, lnocu=True,
+                       rillet_raft_ops=list(ci.RILLET_RAFT_OPS))
         if self.tls_server is not None:
             info.tls_required = info.tls_verify = True
         if self.pooling:

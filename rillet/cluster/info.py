@@ -26,7 +26,7 @@ __all__ = [
     "decode_info", "encode_info", "decode_route_connect", "encode_route_connect",
     "decode_leaf_connect", "encode_leaf_connect",
     "GATEWAY_CMD_GOSSIP", "GATEWAY_CMD_ALL_SUBS_START", "GATEWAY_CMD_ALL_SUBS_COMPLETE",
-    "GOSSIP_DEFAULT", "GOSSIP_DISABLED", "GOSSIP_OVERRIDE", "SERVER_PROTO",
+    "GOSSIP_DEFAULT", "GOSSIP_DISABLED", "GOSSIP_OVERRIDE", "SERVER_PROTO", "RILLET_RAFT_OPS",
     "route_pool_index", "gateway_hash", "gateway_old_hash", "GW_REPLY_PREFIX", "OLD_GW_REPLY_PREFIX",
     "gateway_reply", "gateway_reply_origin", "LDS_PREFIX", "is_loop_detection_subject", "leaf_loop_error",
 ]
@@ -34,6 +34,11 @@ __all__ = [
 # Server-to-server protocol level nats-server 2.15 announces ("proto" in route/gateway INFO, "protocol"
 # in leaf CONNECT): 3 = message tracing understood.
 SERVER_PROTO = 3
+
+# RAFT log entry ops this Rillet build decodes beyond those every Rillet build does ("rillet_raft_ops" in its route
+# INFO; nats-server and older Rillet builds send none): 48 = several entries in one (rillet.jetstream.cluster.log
+# MULTI). A group's leader uses such an op only when every member's route said so (RaftGroup.members_decode).
+RILLET_RAFT_OPS = (48,)
 
 GATEWAY_CMD_GOSSIP = 1
 GATEWAY_CMD_ALL_SUBS_START = 2
@@ -103,6 +108,8 @@ class Info(msgspec.Struct, kw_only=True):
     # leaf nodes
     leafnode_urls: list[str] | None = None
     xkey: str = ""
+    # Rillet's own (route INFO; Go's JSON decoding ignores it): the RAFT entry ops it decodes (RILLET_RAFT_OPS)
+    rillet_raft_ops: list[int] | None = None
 
 
 # fields nats-server writes even when empty (no omitempty); the others are left out when empty

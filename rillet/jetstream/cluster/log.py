@@ -18,7 +18,9 @@ Encoding (compact binary, ``op`` and ``args``, never ``ctx``)::
     consumer op   msgpack array [target consumer name, args]
     MULTI (48)    msgpack array of such entries' bytes: what the log proposed in one loop pass, one RAFT entry
                   (the group takes a pass's proposals right before its Ready); applied one by one, each matched
-                  to its completion by (index, place); a pass's entries cost one log entry's RAFT work
+                  to its completion by (index, place); a pass's entries cost one log entry's RAFT work. Only
+                  when every other member's route INFO lists 48 in ``rillet_raft_ops`` (RaftGroup.members_decode;
+                  builds before it cannot decode it): otherwise one RAFT entry each, as before
 
 Sub-logs: v1 replicates a stream's consumers through the stream's own group (documented choice; the
 consumer leader is then always the stream leader). ``sublog(name)`` returns a log with the same seam
@@ -293,6 +295,9 @@ class RaftLog:
             return
         self._batch = []
         self._batch_bytes = 0
+        if len(batch) > 1 and not self.group.members_decode(MULTI):
+            self._propose_each(batch)
+            return
         if len(batch) == 1:
             data = batch[0].data
         else:
@@ -300,12 +305,7 @@ class RaftLog:
         try:
             index, _term = self.group.propose_now(data)
         except NotLeader as e:
-            pend = self._pending
-            for _ in batch:  # (the batch is the tail of _pending)
-                pend.pop()
-            for p in batch:
-                if p.cb is not None:
-                    p.cb(p.entry, None, e)
+            self._refused(batch, e)
             return
         self.index = index
         if len(batch) == 1:
@@ -314,6 +314,25 @@ class RaftLog:
             for k, p in enumerate(batch):
                 p.index = index
                 p.sub = k
+
+    def _propose_each(self, batch: list[_Pending]) -> None:
+        """The pass's proposals as one RAFT entry each (a member of the group may be a build that cannot decode
+        MULTI: RaftGroup.members_decode); those from the first the group refuses on fail with NotLeader, in order."""
+        for k, p in enumerate(batch):
+            try:
+                index, _term = self.group.propose_now(p.data)
+            except NotLeader as e:
+                self._refused(batch[k:], e)
+                return
+            self.index = p.index = index
+
+    def _refused(self, batch: list[_Pending], e: NotLeader) -> None:
+        pend = self._pending
+        for _ in batch:  # (the batch is the tail of _pending)
+            pend.pop()
+        for p in batch:
+            if p.cb is not None:
+                p.cb(p.entry, None, e)
 
     def _apply_solo(self, entry: Entry, cb: Completion | None, target: str) -> None:
         """A solo group's proposal: applied and completed now (in order: nothing is in flight before it)."""
