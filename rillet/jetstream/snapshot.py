@@ -1,18 +1,16 @@
-"""Stream archives: a snapshot's tar read back into a store (``load_into``) and the receiving half of a
-restore on a replicated stream's leader (``ArchiveReceiver``). The ``$JS.API`` side: ``rillet.jetstream.api.snapshot``."""
+"""Stream archives on a replicated stream's leader (``rillet.jetstream.cluster.streams``): the receiving half
+of a restore (``ArchiveReceiver``, which spools the chunks to a temporary file) and the archive read back into
+the live store (``load_archive``: unpacked and read in a worker thread, applied in bounded batches on the
+event loop). The single-server ``$JS.API`` side: ``rillet.jetstream.api.snapshot``."""
 from __future__ import annotations
 
-import io
+import asyncio
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+import tempfile
+from typing import Any, Callable
 
 from rillet.jetstream.errors import ApiError
-
-if TYPE_CHECKING:
-    import tarfile
-
-
 
 # ---- for a replicated stream (rillet.jetstream.cluster.streams): receive an archive, load it into a live store
 
@@ -23,8 +21,9 @@ class ArchiveReceiver:
     """The receiving half of STREAM.RESTORE on a replicated stream's leader (nats-server: the stream
     group's preferred peer takes the archive): ``start(request_reply)`` subscribes a
     ``$JS.SNAPSHOT.RESTORE.<stream>.<id>`` subject and answers the original request with it; each chunk
-    there is acknowledged with an empty message; the empty chunk that ends the transfer calls
-    ``on_done(archive, final_reply)``; a chunk without a reply or ``RESTORE_IDLE`` seconds without a chunk
+    there is acknowledged with an empty message and written to a temporary file (the archive is never whole
+    in memory); the empty chunk that ends the transfer calls ``on_done(spool, final_reply)``, handing the
+    file (``size`` bytes, to be closed by the callee) over; a chunk without a reply or ``RESTORE_IDLE`` seconds without a chunk
     call ``on_fail(reason)``. ``cancel()`` stops it."""
 
     def __init__(self, jsa: Any, name: str, on_done: Any, on_fail: Any) -> None:
@@ -33,7 +32,7 @@ class ArchiveReceiver:
         self.on_done = on_done
         self.on_fail = on_fail
         self.subject = f"$JS.SNAPSHOT.RESTORE.{name}.{os.urandom(8).hex()}"
-        self.chunks: list[bytes] = []
+        self.spool: Any = tempfile.TemporaryFile(prefix="rillet-restore-")
         self.size = 0
         self._sub: Any = None
         self._timer: Any = None
@@ -68,15 +67,14 @@ class ArchiveReceiver:
                          f"for each chunk")
             return
         if data:
-            self.chunks.append(bytes(data))
+            self.spool.write(data)  # (a chunk is at most 1 MiB: a short write)
             self.size += len(data)
             self._arm()
             self.jsa.ic.publish(rp, None, b"")
             return
+        spool, self.spool = self.spool, None
         self._end()
-        archive = b"".join(self.chunks)
-        self.chunks = []
-        self.on_done(archive, rp)
+        self.on_done(spool, rp)
 
     def _end(self) -> None:
         self.finished = True
@@ -86,64 +84,134 @@ class ArchiveReceiver:
         if self._sub is not None:
             self.jsa.ic.remove_sub(self._sub)
             self._sub = None
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
 
     def cancel(self) -> None:
         self._end()
 
 
-def _safe_members(tar: tarfile.TarFile) -> None:
-    for ti in tar:
-        if not (ti.isfile() or ti.isdir()) or ti.name.startswith("/") or ".." in ti.name.split("/"):
-            raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive")
+BATCH_MSGS = 256  # messages read from the archive in the worker thread, then stored on the event loop at once
+BATCH_BYTES = 1 << 20
 
 
-def load_into(store: Any, cfg: Any, data: bytes) -> None:
-    """Load a STREAM.SNAPSHOT archive into the empty live ``store`` of stream config ``cfg``, whatever the
-    storage it was taken from: the store's own snapshot form (a memory stream's) with ``restore_into``; a
-    tar of a file stream's directory by opening its ``store/`` in a temporary directory and copying every
-    message at its sequence, with the skipped sequences before, between (deleted) and after (the last)."""
-    import tarfile
-    import tempfile
-    from rillet.jetstream.store.base import ErrStoreCorrupt, StoreConfig
-    from rillet.jetstream.store.filestore import FileStore, restore_into
-    tmp = tempfile.mkdtemp(prefix="rillet-restore-")
-    try:
+class _ArchiveSource:
+    """A restore's archive opened in worker threads: ``open`` unpacks the spooled tar into a temporary
+    directory and opens it as a file store, whatever the storage it was taken from (a file stream's archive
+    holds its directory under ``store/``, a memory stream's is the store's own snapshot form: the same
+    layout at the top); ``batch`` reads the next messages; ``close`` removes it all."""
+
+    def __init__(self, spool: Any, name: str) -> None:
+        self.spool = spool
+        self.name = name
+        self.tmp = ""
+        self.src: Any = None
+        self.first = self.last = 0
+        self.seq = 0
+        self.memory_form = False
+
+    def open(self) -> None:
+        import tarfile
+        from rillet.jetstream.store.base import StoreConfig
+        from rillet.jetstream.store.filestore import FileStore
+        self.tmp = tempfile.mkdtemp(prefix="rillet-restore-")
+        root = os.path.join(self.tmp, "a")
+        os.makedirs(root)
+        self.spool.seek(0)
+        form_file = False
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-                _safe_members(tar)
-                if not any(n == "store" or n.startswith("store/") for n in tar.getnames()):
-                    tar = None  # the store's own snapshot form (a memory stream's archive)
-                else:
-                    tar.extractall(tmp)  # (members checked above)
+            with tarfile.open(fileobj=self.spool, mode="r|") as tar:
+                for ti in tar:
+                    name = ti.name
+                    if not (ti.isfile() or ti.isdir()) or name.startswith("/") or ".." in name.split("/"):
+                        raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive")
+                    if name == "store" or name.startswith("store/"):
+                        form_file = True
+                    if hasattr(tarfile, "data_filter"):  # (checked above too; the filter refuses what escapes)
+                        tar.extract(ti, root, filter="data")
+                    else:
+                        tar.extract(ti, root)
         except tarfile.TarError as e:
             raise ApiError.make("STREAM_RESTORE", err=f"invalid snapshot archive: {e}") from None
-        if tar is None:
-            restore_into(store, [data])
-            return
-        sdir = os.path.join(tmp, "store")
-        if not os.path.isdir(sdir):
-            raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive: no store")
-        src = FileStore(sdir, StoreConfig(name=cfg.name, storage="file"))
+        if form_file:
+            sdir = os.path.join(root, "store")
+            if not os.path.isdir(sdir):
+                raise ApiError.make("STREAM_RESTORE", err="invalid snapshot archive: no store")
+        else:
+            sdir = root
+            self.memory_form = True
+            for d in ("msgs", "consumers"):
+                os.makedirs(os.path.join(sdir, d), exist_ok=True)
+        self.src = FileStore(sdir, StoreConfig(name=self.name, storage="file"))
+        st = self.src.state()
+        self.first, self.last = st.first_seq, st.last_seq
+        self.seq = self.first
+
+    def batch(self) -> list[tuple]:
+        """The next messages (at most ``BATCH_MSGS``, about ``BATCH_BYTES``), in sequence order; [] at the end.
+        A message that fails its checksum is left out (its sequence is skipped)."""
+        from rillet.jetstream.store.base import ErrStoreCorrupt
+        src, out, size = self.src, [], 0
+        while self.seq <= self.last and len(out) < BATCH_MSGS and size < BATCH_BYTES:
+            try:
+                m = src.load_next_msg(">", self.seq)
+            except ErrStoreCorrupt as e:
+                if not e.seq:
+                    raise
+                self.seq = e.seq + 1
+                continue
+            if m is None or m.seq > self.last:
+                self.seq = self.last + 1
+                break
+            out.append((m.seq, m.subject, m.hdr, m.data, m.ts, src.ttl_of(m.seq)))
+            size += len(m.subject) + len(m.hdr) + len(m.data)
+            self.seq = m.seq + 1
+        return out
+
+    def consumer_states(self) -> list[tuple[str, Any]]:
+        out = []
+        for name, cs in self.src._consumers.items():
+            state = cs.state()
+            if state is not None:
+                out.append((name, state))
+        return out
+
+    def close(self) -> None:
         try:
-            st = src.state()
-            if st.first_seq > 1 and store.last_seq + 1 < st.first_seq:
-                store.skip_msgs(store.last_seq + 1, st.first_seq - 1 - store.last_seq)
-            seq = st.first_seq
-            while seq <= st.last_seq:
-                try:
-                    m = src.load_next_msg(">", seq)
-                except ErrStoreCorrupt as e:
-                    if not e.seq:
-                        raise
-                    seq = e.seq + 1
-                    continue
-                if m is None or m.seq > st.last_seq:
-                    break
-                store.store_raw(m.seq, m.subject, m.hdr, m.data, m.ts, ttl=src.ttl_of(m.seq))
-                seq = m.seq + 1
-            if st.last_seq > store.last_seq:
-                store.skip_msgs(store.last_seq + 1, st.last_seq - store.last_seq)
+            if self.src is not None:
+                self.src.stop()
         finally:
-            src.stop()
+            if self.tmp:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+async def load_archive(store: Any, cfg: Any, spool: Any, alive: Callable[[], bool]) -> bool:
+    """Load a STREAM.SNAPSHOT archive (spooled in the file ``spool``) into the empty live ``store`` of stream
+    config ``cfg``: unpacked, opened and read in worker threads; each batch of messages stored at its
+    sequence on the event loop (the store is the stream's: only the loop writes it), with the skipped
+    sequences before, between (deleted) and after (the last). ``alive()`` is asked before each batch is
+    stored: False (the restore was given up meanwhile) stops the load and returns False."""
+    src = _ArchiveSource(spool, cfg.name)
+    try:
+        await asyncio.to_thread(src.open)
+        if not alive():
+            return False
+        if src.first > 1 and store.last_seq + 1 < src.first:
+            store.skip_msgs(store.last_seq + 1, src.first - 1 - store.last_seq)
+        while True:
+            msgs = await asyncio.to_thread(src.batch)
+            if not alive():
+                return False
+            if not msgs:
+                break
+            for seq, subj, hdr, data, ts, ttl in msgs:
+                store.store_raw(seq, subj, hdr, data, ts, ttl=ttl)
+        if src.last > store.last_seq:
+            store.skip_msgs(store.last_seq + 1, src.last - store.last_seq)
+        if src.memory_form:  # (as restore_into: the archive's consumer states come along)
+            for name, state in await asyncio.to_thread(src.consumer_states):
+                store.consumer_store(name).update(state)
+        return alive()
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        await asyncio.to_thread(src.close)

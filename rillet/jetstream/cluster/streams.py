@@ -467,20 +467,36 @@ class StreamReplica:
             self.cs.js.log.warn(f"Stream restore for '{self.jsa.account.name} > {self.name}': cannot hand the "
                                 f"group to its preferred peer: {e}")
 
-    def _restore_received(self, archive: bytes, final_reply: bytes) -> None:
-        from rillet.jetstream.cluster.log import RESTORED
-        from rillet.jetstream.snapshot import load_into
-        st = self.stream
+    def _restore_received(self, spool: Any, final_reply: bytes) -> None:
+        """The archive's last chunk came (the archive is in the temporary file ``spool``): it is loaded into
+        the store (unpacked and read in worker threads, stored in batches on the event loop: the server
+        serves its other clients meanwhile), then the store's state is proposed (RESTORED)."""
         self._restore_final = final_reply
+        self.cs.js.loop.create_task(self._load_restore(self._restoring, spool, final_reply))
+
+    async def _load_restore(self, recv: Any, spool: Any, final_reply: bytes) -> None:
+        from rillet.jetstream.cluster.log import RESTORED
+        from rillet.jetstream.snapshot import load_archive
+        st = self.stream
+        size = recv.size
+
+        def alive() -> bool:  # (not given up meanwhile: leader lost, stalled, the stream stopped)
+            return self._restoring is recv and not self.closed
         try:
             if st.store.last_seq:
                 raise ApiError.make("STREAM_RESTORE", err="stream is not empty")
-            load_into(st.store, st.cfg, archive)
+            loaded = await load_archive(st.store, st.cfg, spool, alive)
         except Exception as e:
-            self._restore_failed(e if isinstance(e, ApiError) else str(e))
+            if alive():
+                self._restore_failed(e if isinstance(e, ApiError) else str(e))
+            else:
+                self.cs.js.log.warn(f"Stream restore for '{self.jsa.account.name} > {self.name}' (given up): {e}")
             return
+        finally:
+            spool.close()
+        if not loaded or not alive():
+            return  # (given up meanwhile: answered and removed by _restore_failed)
         st.forget_dedup()
-        size = len(archive)
 
         def done(_: Any, res: Any, err: BaseException | None) -> None:
             if err is not None:

@@ -1,0 +1,76 @@
+"""STREAM.RESTORE of a ~47 MB archive onto an R3 stream of an in-process 3-server Rillet cluster while a
+bystander (a subprocess) does request/reply against the first server: its p99 stays under 100 ms (the
+leader spools the chunks to a temporary file, unpacks and reads the archive in a worker thread and applies
+it to its store in bounded batches on the event loop), and every replica ends with the whole stream."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import nats
+import pytest
+
+from jscluster_support import until, cl, reps  # noqa: F401 (the fixture)
+from tests.test_js_snapshot import BYSTANDER, p99, restore, take_snapshot
+
+
+def store_states(servers, name: str):
+    return [(st.msgs, st.first_seq, st.last_seq, st.bytes)
+            for st in (r.stream.store.state() for r in reps(servers, name) if r is not None)]
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+async def test_big_restore_to_r3_leaves_a_bystander_answered(cl, storage):
+    servers, nc0, _ = cl
+    nc = await nats.connect(servers[0].client_url, pending_size=64 * 1024 * 1024)
+    try:
+        js = nc.jetstream()
+        # the archive: an R1 stream's (runs solo on one server: quick to fill), restored as an R3 stream
+        await js.add_stream(name="BIG", subjects=["big.>"], storage=storage, num_replicas=1)
+        payload = os.urandom(64 * 1024)
+        for i in range(720):  # ~47 MB
+            await nc.publish(f"big.{i % 16}", payload)
+            if i % 40 == 39:
+                await js.publish("big.sync", b"")
+        await js.delete_msg("BIG", 7)
+        snap, chunks, status = await take_snapshot(nc, "BIG", chunk_size=256 * 1024)
+        assert status == "204"
+        total, msgs, last = snap["state"]["bytes"], snap["state"]["messages"], snap["state"]["last_seq"]
+        assert total > 45_000_000 and msgs == 737 and last == 738
+        await js.delete_stream("BIG")
+        await until(lambda: not any(reps(servers, "BIG")), what="the stream gone")
+        snap["config"]["num_replicas"] = 3
+
+        p = await asyncio.create_subprocess_exec(sys.executable, "-c", BYSTANDER, servers[0].client_url, "12",
+                                                 stdout=asyncio.subprocess.PIPE, limit=1 << 24)
+        assert (await p.stdout.readline()).strip() == b"ready"
+        out = asyncio.ensure_future(p.stdout.readline())
+        await asyncio.sleep(0.3)
+        w0 = time.time()
+        fin = await restore(nc, "BIG", snap, chunks)
+        w1 = time.time()
+        assert "error" not in fin, fin
+        assert fin["state"]["messages"] == msgs and fin["state"]["last_seq"] == last, fin
+        # every replica catches up to the restored state
+        await until(lambda: store_states(servers, "BIG") == [(msgs, 1, last, total)] * 3, timeout=60,
+                    what="every replica restored")
+        w2 = time.time()
+        pairs = json.loads(await asyncio.wait_for(out, 60))
+        await p.wait()
+        for r in reps(servers, "BIG"):
+            assert r.stream.store.load_msg(last - 1).data == payload
+        assert (await js.get_msg("BIG", last)).subject == "big.sync"
+        ack = await js.publish("big.after", b"x")
+        assert ack.seq == last + 1
+        assert w2 < pairs[-1][0], "the bystander stopped before the replicas caught up"
+        lat = [x for w, x in pairs if w0 <= w <= w2]
+        print(f"{storage}: restore {w1 - w0:.2f}s, replicas {w2 - w0:.2f}s ({sum(map(len, chunks)) / 1e6:.1f} MB) "
+              f"bystander n={len(lat)} p50={sorted(lat)[len(lat) // 2] * 1000:.1f}ms p99={p99(lat) * 1000:.1f}ms "
+              f"max={max(lat) * 1000:.1f}ms load={os.getloadavg()[0]:.1f}")
+        assert len(lat) > 20
+        assert p99(lat) < 0.1, f"bystander p99 {p99(lat) * 1000:.0f} ms"
+    finally:
+        await nc.close()
