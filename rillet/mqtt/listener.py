@@ -12,7 +12,7 @@ from typing import Any
 
 from rillet.config.mqtt_section import validate_mqtt
 from rillet.config.options import RANDOM_PORT
-from rillet.server.listen import listening_socket
+from rillet.server.listen import close_listener, serve_listener
 from rillet.server.ocsp import gate as ocsp_gate
 
 from .conn import MqttConn
@@ -53,19 +53,12 @@ class MqttServer:
         if m.get("tls") is not None:
             from rillet.server.tls import make_server_context
             ssl_ctx = make_server_context(m["tls"], srv.staples.get("mqtt"))
-        sock = None
-        try:
-            sock = await listening_socket(srv.loop, self.host, port)
-            # (MQTT connections follow the client port's ocsp_peer, as in nats-server; read per connection)
-            tls_on = ssl_ctx is not None
-            self._srv = await srv.loop.create_server(
-                lambda: ocsp_gate(srv, srv.opts.tls.ocsp_peer if tls_on and srv.opts.tls is not None else None,
-                                  MqttConn(self)), sock=sock, ssl=ssl_ctx, backlog=1024)
-        except OSError as e:
-            if sock is not None:
-                sock.close()
-            raise OSError(e.errno, f"Unable to listen for MQTT connections: listen tcp {self.host}:{port}: "
-                                   f"{e.strerror}") from e
+        # (MQTT connections follow the client port's ocsp_peer, as in nats-server; read per connection)
+        tls_on = ssl_ctx is not None
+        self._srv = await serve_listener(
+            srv.loop, self.host, port, "MQTT", f"{self.host}:{port}",
+            lambda: ocsp_gate(srv, srv.opts.tls.ocsp_peer if tls_on and srv.opts.tls is not None else None,
+                              MqttConn(self)), ssl=ssl_ctx)
         self.addr = (self.host, self._srv.sockets[0].getsockname()[1])
         srv.mqtt_addr = self.addr
         scheme = "tls" if ssl_ctx is not None else "mqtt"
@@ -91,10 +84,7 @@ class MqttServer:
         for asm in self.asms.values():
             asm.close()
         if s is not None:
-            try:
-                await asyncio.wait_for(s.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
-                pass
+            await close_listener(s)
             self._srv = None
 
     def ws_conn(self) -> MqttConn:

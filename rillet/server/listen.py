@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+from typing import Any
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
@@ -97,6 +98,29 @@ async def server_port_socket(loop: asyncio.AbstractEventLoop, what: str, configu
     except OSError as e:
         raise OSError(e.errno, f"Error listening on {what} port: {configured} - listen tcp {hostport(host, port)}: "
                                f"bind: {(e.strerror or str(e)).lower()}") from e
+
+
+async def serve_listener(loop: asyncio.AbstractEventLoop, host: str, port: int, what: str, addr: str,
+                         factory: Any, **kw: Any) -> asyncio.AbstractServer:
+    """An asyncio server of ``factory`` on ``host``:``port`` (MQTT and WebSocket ports); failing, nats-server's
+    error ``Unable to listen for <what> connections: listen tcp <addr>: <reason>``."""
+    sock = None
+    try:
+        sock = await listening_socket(loop, host, port)
+        return await loop.create_server(factory, sock=sock, backlog=1024, **kw)
+    except OSError as e:
+        if sock is not None:
+            sock.close()
+        raise OSError(e.errno, f"Unable to listen for {what} connections: listen tcp {addr}: {e.strerror}") from e
+
+
+async def close_listener(s: asyncio.AbstractServer) -> None:
+    """Waits (2 s at most) for a closed listener's server to finish; a slow or failing wait is not an error
+    at shutdown."""
+    try:
+        await asyncio.wait_for(s.wait_closed(), 2)
+    except (asyncio.TimeoutError, Exception):
+        pass
 
 
 def plain_ip(host: str) -> str:

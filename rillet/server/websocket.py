@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.gocompat.gotime import http_date
 from rillet.server.client import Client
-from rillet.server.listen import listening_socket, plain_ip
+from rillet.server.listen import close_listener, hostport, plain_ip, serve_listener
 from rillet.config.options import RANDOM_PORT, WebsocketOptions
 from rillet.server.ocsp import gate as ocsp_gate
 from rillet.server.tls import make_server_context, pinned_error
@@ -867,19 +867,11 @@ class WebsocketListener:
         ssl_ctx = make_server_context(wo.tls, srv.staples.get("websocket")) if wo.tls is not None else None
         port = 0 if wo.port == RANDOM_PORT else wo.port
         hs_to = wo.handshake_timeout if wo.handshake_timeout and wo.handshake_timeout > 0 else None
-        sock = None
-        try:
-            # where nats-server listens: 0.0.0.0 and :: are one dual-stack socket (rillet.server.listen)
-            sock = await listening_socket(srv.loop, self.host, port)
-            self._srv = await srv.loop.create_server(
-                lambda: ocsp_gate(srv, _peer_cfg(srv.opts.websocket.tls), WebsocketConnection(self)),
-                sock=sock, ssl=ssl_ctx, backlog=1024,
-                ssl_handshake_timeout=(hs_to if ssl_ctx is not None else None))
-        except OSError as e:
-            if sock is not None:
-                sock.close()
-            raise OSError(e.errno, f"Unable to listen for websocket connections: listen tcp "
-                                   f"{_join(self.host, port)}: {e.strerror}") from e
+        # where nats-server listens: 0.0.0.0 and :: are one dual-stack socket (rillet.server.listen)
+        self._srv = await serve_listener(
+            srv.loop, self.host, port, "websocket", hostport(self.host, port),
+            lambda: ocsp_gate(srv, _peer_cfg(srv.opts.websocket.tls), WebsocketConnection(self)),
+            ssl=ssl_ctx, ssl_handshake_timeout=(hs_to if ssl_ctx is not None else None))
         self.addr = (self.host, self._srv.sockets[0].getsockname()[1])
         srv.websocket_addr = self.addr
         proto = "wss" if ssl_ctx is not None else "ws"
@@ -894,7 +886,7 @@ class WebsocketListener:
         host = self.addr[0]
         if host in ("0.0.0.0", "", "::"):
             host = "127.0.0.1"
-        return f"{'wss' if self.tls else 'ws'}://{_join(host, self.addr[1])}"
+        return f"{'wss' if self.tls else 'ws'}://{hostport(host, self.addr[1])}"
 
     async def stop_accepting(self) -> None:
         """Lame duck: no new websocket connections; existing ones stay."""
@@ -909,17 +901,8 @@ class WebsocketListener:
             conn.abort()
         self.pending.clear()
         if s is not None:
-            try:
-                await asyncio.wait_for(s.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
-                pass
+            await close_listener(s)
             self._srv = None
-
-
-def _join(host: str, port: int) -> str:
-    if ":" in host and not host.startswith("["):
-        return f"[{host}]:{port}"
-    return f"{host}:{port}"
 
 
 def validate_websocket_options(opts: Any) -> None:
