@@ -42,8 +42,6 @@ cdef object _pure_append = _fsmod.FileStore._append
 cdef object _pure_store_msg = _fsmod.FileStore.store_msg
 cdef object _pure_totals = _fsmod.index_totals
 cdef object _pure_read = _fsmod.FileStore._read_msg
-cdef object _pure_load_run = _fsmod.FileStore.load_run
-cdef object _StoreError = _fsmod.StoreError
 cdef object _StoredMsg = _fsmod.StoredMsg
 cdef unsigned long _CRC_RESIDUE = _fsmod._CRC_RESIDUE
 cdef uint8_t _F_COMPRESSED = _fsformat.F_COMPRESSED
@@ -205,46 +203,6 @@ class FileStore(_PureFileStore):
             if m is not None:
                 return m
         return _pure_read(self, blk, x, slot)
-
-    def load_run(self, seq, n, max_bytes):
-        # the pure BlockQueries.load_run (_fsquery.py), its loop over the slots here, each record read as this
-        # twin's _read_msg reads it; with another _read_msg (a subclass, a test's), the pure one
-        if not _DICT_OK or type(self)._read_msg is not _twin_read_msg or type(n) is not int \
-                or type(max_bytes) is not int:
-            return _pure_load_run(self, seq, n, max_bytes)
-        out = []
-        loc = self._locate(seq)
-        if loc is None:
-            return out
-        blk, x, slot = loc
-        offs, rlen, dead = x.offs, x.rlen, blk.dead
-        if type(slot) is not int or not (_arr(offs, c'Q') and _arr(rlen, c'I')) or \
-                (dead is not None and type(dead) is not bytearray) or not (0 <= n < 2**62) or \
-                not (-2**62 < max_bytes < 2**62):
-            return _pure_load_run(self, seq, n, max_bytes)
-        cdef dict d = self.__dict__
-        cdef Py_ssize_t i = slot
-        cdef Py_ssize_t end = min(min(Py_SIZE(offs), Py_SIZE(rlen)), i + <Py_ssize_t>n)
-        cdef Py_ssize_t ndead = PyByteArray_GET_SIZE(dead) if dead is not None else 0
-        cdef long long size = 0
-        cdef long long mb = max_bytes
-        while i < end and size <= mb:
-            if (<array>offs).data.as_ulonglongs[i] == 0 or \
-                    (i < ndead and i < PyByteArray_GET_SIZE(dead) and PyByteArray_AS_STRING(dead)[i]):
-                break
-            m = _read_ahead(self, d, blk, x, i)
-            if m is None:
-                try:
-                    m = _pure_read(self, blk, x, i)
-                except (_StoreError, OSError):
-                    break
-            out.append(m)
-            size += (<array>rlen).data.as_uints[i]
-            i += 1
-        return out
-
-
-cdef object _twin_read_msg = FileStore._read_msg
 
 
 cdef int _append(object self, dict d, object seq, object subject, object hdr, object data, object ts, object ttl,
