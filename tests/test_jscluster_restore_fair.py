@@ -74,3 +74,15 @@ async def test_big_restore_to_r3_leaves_a_bystander_answered(cl, storage):
         assert p99(lat) < 0.1, f"bystander p99 {p99(lat) * 1000:.0f} ms"
     finally:
         await nc.close()
+
+
+async def test_restore_of_a_bad_archive_to_r3_fails_and_removes_the_stream(cl):
+    servers, nc, _ = cl
+    r = json.loads((await nc.request("$JS.API.STREAM.RESTORE.BAD", json.dumps(
+        {"config": {"name": "BAD", "subjects": ["bad.>"], "num_replicas": 3}}).encode(), timeout=5)).data)
+    subj = r["deliver_subject"]
+    for _ in range(4):
+        await nc.request(subj, b"not a tar archive " * 4000, timeout=2)
+    fin = json.loads((await nc.request(subj, b"", timeout=10)).data)
+    assert fin["error"]["err_code"] == 10062 and "invalid snapshot archive" in fin["error"]["description"], fin
+    await until(lambda: not any(reps(servers, "BAD")), timeout=10, what="the failed restore's stream removed")
