@@ -86,3 +86,43 @@ async def test_restore_of_a_bad_archive_to_r3_fails_and_removes_the_stream(cl):
     fin = json.loads((await nc.request(subj, b"", timeout=10)).data)
     assert fin["error"]["err_code"] == 10062 and "invalid snapshot archive" in fin["error"]["description"], fin
     await until(lambda: not any(reps(servers, "BAD")), timeout=10, what="the failed restore's stream removed")
+
+
+async def test_leader_lost_while_the_archive_loads(cl, monkeypatch):
+    servers, nc, js = cl
+    await js.add_stream(name="LL", subjects=["ll.>"], num_replicas=1)
+    for i in range(200):
+        await nc.publish("ll.x", b"%d" % i)
+    await js.publish("ll.x", b"last")
+    snap, chunks, status = await take_snapshot(nc, "LL")
+    assert status == "204"
+    await js.delete_stream("LL")
+    await until(lambda: not any(reps(servers, "LL")), what="the stream gone")
+    snap["config"]["num_replicas"] = 3
+    # the load made slow (a message per batch, each read 20 ms): the leader steps down half way
+    from rillet.jetstream import snapshot as SN
+    monkeypatch.setattr(SN, "BATCH_MSGS", 1)
+    started = asyncio.Event()
+    orig = SN._ArchiveSource.batch
+    loop = asyncio.get_running_loop()
+
+    calls = []
+
+    def slow_batch(self):
+        calls.append(1)
+        loop.call_soon_threadsafe(started.set)
+        time.sleep(0.02)
+        return orig(self)
+    monkeypatch.setattr(SN._ArchiveSource, "batch", slow_batch)
+    task = asyncio.ensure_future(restore(nc, "LL", snap, chunks))
+    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.sleep(0.2)
+    leader = [r for r in reps(servers, "LL") if r is not None and r.leader]
+    assert len(leader) == 1 and leader[0]._restoring is not None
+    leader[0].group.stepdown()
+    fin = await asyncio.wait_for(task, 20)
+    assert fin["error"]["err_code"] == 10062 and "leader lost" in fin["error"]["description"], fin
+    await until(lambda: not any(reps(servers, "LL")), timeout=10, what="the given-up restore's stream removed")
+    n = len(calls)
+    await asyncio.sleep(0.3)
+    assert len(calls) == n and n < 100, (n, len(calls))  # (the load stopped: 202 batches otherwise)
