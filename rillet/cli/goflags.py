@@ -7,6 +7,7 @@ argument that is not a flag, or after ``--``. ``-h``/``-help`` asks for the usag
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,3 +94,19 @@ class FlagSet:
             default = "" if f.default in ("", False, None) else f" (default {f.default})"
             lines.append(f"  -{f.name}{arg}\n    \t{f.help}{default}")
         return "\n".join(lines) + "\n"
+
+
+def tool_version() -> str:
+    """The version a Go-style tool prints for ``-version``: rillet's installed version, else ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("rillet")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def usage_error(tool: str, e: FlagError, usage: str) -> int:
+    """As Go's flag package on a bad command line: the error, then the usage, on stderr; exit status 2."""
+    print(f"rillet {tool}: {e}", file=sys.stderr)
+    sys.stderr.write(usage)
+    return 2

@@ -19,7 +19,7 @@ import sys
 from typing import Any, Callable
 
 from rillet import nkey
-from rillet.cli.goflags import FlagError, FlagSet, HelpRequested
+from rillet.cli.goflags import FlagError, FlagSet, HelpRequested, tool_version, usage_error
 
 HELP = "Create, show, sign and verify with nkeys (the nk tool: -gen, -inkey, -pubout, -sign, -verify)."
 EXAMPLE = "rillet nkey -gen user -pubout"  # (the `rillet` help lists the command with it)
@@ -149,12 +149,7 @@ def run(argv: list[str]) -> str:
     """The text ``rillet nkey argv`` prints (NkeyCliError, FlagError or HelpRequested otherwise)."""
     opts, _rest = _flags().parse(argv)
     if opts["version"]:
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            v = version("rillet")
-        except PackageNotFoundError:
-            v = "unknown"
-        return f"rillet nkey version {v}\n"
+        return f"rillet nkey version {tool_version()}\n"
     if opts["gen"]:
         kp = _generate(opts["gen"], opts["entropy"], opts["pre"], opts["maxpre"])
         out = kp.seed() + "\n"
@@ -202,9 +197,7 @@ def main(argv: list[str]) -> int:
         (sys.stdout if asked else sys.stderr).write(USAGE)
         return 0 if asked else 1
     except FlagError as e:
-        print(f"rillet nkey: {e}", file=sys.stderr)
-        sys.stderr.write(USAGE)
-        return 2
+        return usage_error("nkey", e, USAGE)
     except NkeyCliError as e:
         print(f"rillet: error: {e}", file=sys.stderr)
         return 1

@@ -23,7 +23,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from rillet.cli.goflags import FlagError, FlagSet, HelpRequested
+from rillet.cli.goflags import FlagError, FlagSet, HelpRequested, tool_version, usage_error
 
 HELP = "Live view of a server's connections from its monitoring port (the nats-top tool: -s, -m, -n, -d, -sort)."
 EXAMPLE = "rillet top -s 127.0.0.1 -m 8222 -n 10 -sort bytes_to"  # (the `rillet` help lists the command with it)
@@ -515,12 +515,7 @@ def make_engine(o: dict) -> Engine:
 def run(argv: list[str]) -> int:
     o, _rest = _flags().parse(argv)
     if o["version"]:
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            v = version("rillet")
-        except PackageNotFoundError:
-            v = "unknown"
-        print(f"rillet top v{v}")
+        print(f"rillet top v{tool_version()}")
         return 0
     engine = make_engine(o)
     try:
@@ -559,9 +554,7 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(USAGE)
         return 0
     except FlagError as e:
-        print(f"rillet top: {e}", file=sys.stderr)
-        sys.stderr.write(USAGE)
-        return 2
+        return usage_error("top", e, USAGE)
     except TopError as e:
         print(f"rillet: error: {e}", file=sys.stderr)
         return 1
