@@ -12,7 +12,7 @@ from typing import Any
 
 from rillet.config.mqtt_section import validate_mqtt
 from rillet.config.options import RANDOM_PORT
-from rillet.server.listen import close_listener, serve_listener
+from rillet.server.listen import ServedListener, serve_listener
 from rillet.server.ocsp import gate as ocsp_gate
 
 from .conn import MqttConn
@@ -21,7 +21,7 @@ from .store import AccountSessions, Session
 __all__ = ["MqttServer", "start_mqtt"]
 
 
-class MqttServer:
+class MqttServer(ServedListener):
     is_websocket = False
 
     def __init__(self, server: Any) -> None:
@@ -65,14 +65,7 @@ class MqttServer:
         srv.log.notice(f"Listening for MQTT clients on {scheme}://{self.host}:{self.addr[1]}")
         srv.extra_listeners.append(self)
 
-    async def stop_accepting(self) -> None:
-        if self._srv is not None:
-            self._srv.close()
-
-    async def close(self) -> None:
-        s = self._srv
-        if s is not None:
-            s.close()
+    async def _close_connections(self) -> None:
         for c in list(self.conns.values()):
             if c.version >= 5 and c.connected:
                 from .codec import Disconnect
@@ -83,9 +76,6 @@ class MqttServer:
         await asyncio.sleep(0)
         for asm in self.asms.values():
             asm.close()
-        if s is not None:
-            await close_listener(s)
-            self._srv = None
 
     def ws_conn(self) -> MqttConn:
         """A connection for an MQTT client on the websocket port's ``/mqtt`` (the websocket is its transport)."""

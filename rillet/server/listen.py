@@ -114,13 +114,31 @@ async def serve_listener(loop: asyncio.AbstractEventLoop, host: str, port: int, 
         raise OSError(e.errno, f"Unable to listen for {what} connections: listen tcp {addr}: {e.strerror}") from e
 
 
-async def close_listener(s: asyncio.AbstractServer) -> None:
-    """Waits (2 s at most) for a closed listener's server to finish; a slow or failing wait is not an error
-    at shutdown."""
-    try:
-        await asyncio.wait_for(s.wait_closed(), 2)
-    except (asyncio.TimeoutError, Exception):
-        pass
+class ServedListener:
+    """The stopping half of a listener served by ``serve_listener`` (MQTT, WebSocket): ``_srv`` is its
+    asyncio server; ``_close_connections`` closes what it accepted."""
+
+    _srv: asyncio.AbstractServer | None
+
+    async def stop_accepting(self) -> None:
+        """Lame duck: no new connections; existing ones stay."""
+        if self._srv is not None:
+            self._srv.close()
+
+    async def _close_connections(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        s = self._srv
+        if s is not None:
+            s.close()
+        await self._close_connections()
+        if s is not None:
+            try:  # (2 s at most: a slow or failing wait is not an error at shutdown)
+                await asyncio.wait_for(s.wait_closed(), 2)
+            except (asyncio.TimeoutError, Exception):
+                pass
+            self._srv = None
 
 
 def plain_ip(host: str) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.gocompat.gotime import http_date
 from rillet.server.client import Client
-from rillet.server.listen import close_listener, hostport, plain_ip, serve_listener
+from rillet.server.listen import ServedListener, hostport, plain_ip, serve_listener
 from rillet.config.options import RANDOM_PORT, WebsocketOptions
 from rillet.server.ocsp import gate as ocsp_gate
 from rillet.server.tls import make_server_context, pinned_error
@@ -781,7 +781,7 @@ class _PeerClosed(Exception):
 # ---- the listener -------------------------------------------------------------------------------------
 
 
-class WebsocketListener:
+class WebsocketListener(ServedListener):
     """The websocket listener registered in ``server.extra_listeners``."""
 
     is_websocket = True
@@ -888,21 +888,10 @@ class WebsocketListener:
             host = "127.0.0.1"
         return f"{'wss' if self.tls else 'ws'}://{hostport(host, self.addr[1])}"
 
-    async def stop_accepting(self) -> None:
-        """Lame duck: no new websocket connections; existing ones stay."""
-        if self._srv is not None:
-            self._srv.close()
-
-    async def close(self) -> None:
-        s = self._srv
-        if s is not None:
-            s.close()
+    async def _close_connections(self) -> None:
         for conn in list(self.pending):
             conn.abort()
         self.pending.clear()
-        if s is not None:
-            await close_listener(s)
-            self._srv = None
 
 
 def validate_websocket_options(opts: Any) -> None:
