@@ -51,6 +51,7 @@ def test_kv_commands(fastcli):
     assert [b["bucket"] for b in json.loads(cli.ok("kv", "ls", "--json"))] == ["CFG"]
     assert cli.fails("kv", "get", "NOPE", "k") == "bucket NOPE not found"
     assert cli.fails("kv", "status", "NOPE") == "bucket NOPE not found"
+    assert cli.fails("kv", "rm", "NOPE", "-f") == "bucket NOPE not found"
     assert cli.fails("kv", "rm", "CFG") == \
         "Really delete bucket CFG needs confirmation: add --force to do it without a prompt"
     assert "Deleted bucket CFG" in cli.ok("kv", "rm", "CFG", "-f")

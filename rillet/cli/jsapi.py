@@ -41,6 +41,17 @@ async def api(conn: Conn, subject: str, payload: Any = None, timeout: float | No
     return resp
 
 
+async def bucket_api(conn: Conn, subject: str, bucket: str) -> dict[str, Any]:
+    """``api`` for a request on a KV or object store bucket's stream: a missing stream (10059) is
+    ``bucket <bucket> not found``."""
+    try:
+        return await api(conn, subject)
+    except JSAPIError as e:
+        if e.err_code == 10059:
+            raise CliError(f"bucket {bucket} not found") from None
+        raise
+
+
 async def _all_streams(conn: Conn, endpoint: str, subject: str | None) -> list[Any]:
     """Every page of STREAM.NAMES or STREAM.LIST (``subject``: only the streams that take it)."""
     out: list[Any] = []

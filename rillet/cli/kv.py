@@ -9,7 +9,7 @@ import typer
 
 from rillet.cli.common import (CliError, confirm, connect, format_duration, human_bytes, human_count, limit,
                                parse_duration, parse_size, print_fields, print_json, run, table)
-from rillet.cli.jsapi import api, stream_list
+from rillet.cli.jsapi import api, bucket_api, stream_list
 
 HELP = """Manage JetStream key-value buckets.
 
@@ -401,14 +401,8 @@ app.command("info", hidden=True)(status)
 
 
 async def _status(bucket: str, as_json: bool) -> None:
-    from rillet.cli.jsapi import JSAPIError
     conn = await connect()
-    try:
-        info = await api(conn, f"STREAM.INFO.KV_{bucket}")
-    except JSAPIError as e:
-        if e.err_code == 10059:
-            raise CliError(f"bucket {bucket} not found") from None
-        raise
+    info = await bucket_api(conn, f"STREAM.INFO.KV_{bucket}", bucket)
     await conn.nc.close()
     _show_status(info, as_json)
 
@@ -426,14 +420,8 @@ def rm(bucket: str = BUCKET_ARG, force: bool = FORCE_OPT) -> None:
 
 
 async def _rm(bucket: str) -> None:
-    from rillet.cli.jsapi import JSAPIError
     conn = await connect()
-    try:
-        await api(conn, f"STREAM.DELETE.KV_{bucket}")
-    except JSAPIError as e:
-        if e.err_code == 10059:
-            raise CliError(f"bucket {bucket} not found") from None
-        raise
+    await bucket_api(conn, f"STREAM.DELETE.KV_{bucket}", bucket)
     await conn.nc.close()
     print(f"Deleted bucket {bucket}")
 

@@ -9,7 +9,7 @@ import typer
 
 from rillet.cli.common import (CliError, confirm, connect, format_duration, human_bytes, human_count, limit,
                                parse_duration, parse_size, print_fields, print_json, run, table)
-from rillet.cli.jsapi import JSAPIError, api
+from rillet.cli.jsapi import api, bucket_api
 
 HELP = """Manage JetStream object store buckets.
 
@@ -33,11 +33,9 @@ async def _bucket(bucket: str) -> tuple[Any, Any]:
     conn = await connect()
     js = conn.nc.jetstream(domain=conn.settings.js_domain or None)
     try:
-        await api(conn, f"STREAM.INFO.OBJ_{bucket}")
-    except JSAPIError as e:
+        await bucket_api(conn, f"STREAM.INFO.OBJ_{bucket}", bucket)
+    except CliError:
         await conn.nc.close()
-        if e.err_code == 10059:
-            raise CliError(f"bucket {bucket} not found") from None
         raise
     return conn, await js.object_store(bucket)
 
