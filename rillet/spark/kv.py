@@ -11,7 +11,7 @@ from pyspark.sql.types import StructType
 
 from rillet.spark import client as C
 from rillet.spark.options import KVOptions, OptionError, parse_kv
-from rillet.spark.source import PublishStats, _log_stats, _task_ids
+from rillet.spark.source import PublishStats, _log_stats, _task_ids, publish_messages
 
 KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 
@@ -105,39 +105,29 @@ class KVReader(DataSourceReader):
 
 
 def put_rows(opts: KVOptions, batches: Iterator[Any], id_base: str | None) -> PublishStats:
-    part, _, _ = _task_ids()
-    stats = PublishStats(partition=part)
 
-    async def go() -> None:
-        nc = await C.connect(opts.conn)
-        try:
-            pub = await C.Publisher(nc, opts.window, opts.ack_timeout).start()
-            row = 0
-            for rb in batches:
-                cols = {n.lower(): rb.column(i).to_pylist() for i, n in enumerate(rb.schema.names)}
-                keys, values = cols["key"], cols["value"]
-                for i in range(rb.num_rows):
-                    key = keys[i]
-                    if not key or not KEY_RE.match(key) or key.startswith(".") or key.endswith("."):
-                        raise C.JetStreamSparkError(f"kv: invalid key {key!r}")
-                    v = values[i]
-                    pairs = C.HeaderPairs()
-                    if v is None:
-                        pairs.append(("KV-Operation", "DEL"))
-                        v = b""
-                    elif isinstance(v, str):
-                        v = v.encode()
-                    if id_base is not None:
-                        pairs.append(("Nats-Msg-Id", f"{id_base}:{part}:{row}"))
-                    await pub.publish(f"$KV.{opts.bucket}.{key}", v, pairs or None)
-                    row += 1
-            await pub.drain()
-            stats.rows, stats.published, stats.duplicates = row, pub.published, pub.duplicates
-        finally:
-            await nc.close()
+    def messages(part: int) -> Iterator[tuple[str, bytes, Any]]:
+        row = 0
+        for rb in batches:
+            cols = {n.lower(): rb.column(i).to_pylist() for i, n in enumerate(rb.schema.names)}
+            keys, values = cols["key"], cols["value"]
+            for i in range(rb.num_rows):
+                key = keys[i]
+                if not key or not KEY_RE.match(key) or key.startswith(".") or key.endswith("."):
+                    raise C.JetStreamSparkError(f"kv: invalid key {key!r}")
+                v = values[i]
+                pairs = C.HeaderPairs()
+                if v is None:
+                    pairs.append(("KV-Operation", "DEL"))
+                    v = b""
+                elif isinstance(v, str):
+                    v = v.encode()
+                if id_base is not None:
+                    pairs.append(("Nats-Msg-Id", f"{id_base}:{part}:{row}"))
+                yield f"$KV.{opts.bucket}.{key}", v, pairs or None
+                row += 1
 
-    C.run(go())
-    return stats
+    return publish_messages(opts, messages)
 
 
 class KVBatchWriter(DataSourceArrowWriter):

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter,
                                     DataSourceStreamReader, InputPartition, WriterCommitMessage)
@@ -369,9 +369,10 @@ def _hpairs(value: Any) -> list[tuple[str, str]]:
     return out
 
 
-def publish_batches(opts: WriteOptions, batches: Iterator[Any], id_base: str | None) -> PublishStats:
-    """Publish the rows of Arrow record batches with acks, ``opts.window`` in flight. ``id_base`` prefixes the
-    generated Nats-Msg-Id (None: derive it from each row's content)."""
+def publish_messages(opts: Any, messages: Callable[[int], Iterator[tuple[str, bytes, Any]]],
+                     quiet_close: bool = False) -> PublishStats:
+    """Publish the messages ``messages(partition)`` yields (subject, data, headers) with acks, ``opts.window``
+    in flight, on a connection of ``opts.conn`` (``quiet_close``: an error closing it is ignored)."""
     part, _, _ = _task_ids()
     stats = PublishStats(partition=part)
 
@@ -380,43 +381,59 @@ def publish_batches(opts: WriteOptions, batches: Iterator[Any], id_base: str | N
         try:
             pub = await C.Publisher(nc, opts.window, opts.ack_timeout).start()
             row = 0
-            for rb in batches:
-                cols = {n.lower(): rb.column(i).to_pylist() for i, n in enumerate(rb.schema.names)}
-                datas = cols["data"]
-                subjects = cols.get("subject")
-                hdrs = cols.get("headers")
-                ids = cols.get("msg_id")
-                for i in range(rb.num_rows):
-                    subject = subjects[i] if subjects is not None and subjects[i] else opts.subject
-                    if not subject or any(ch in subject for ch in " \t\r\n"):
-                        raise C.JetStreamSparkError(f"row {row} of partition {part}: invalid subject {subject!r}")
-                    data = datas[i]
-                    if data is None:
-                        data = b""
-                    elif isinstance(data, str):
-                        data = data.encode()
-                    pairs = C.HeaderPairs(_hpairs(hdrs[i]) if hdrs is not None else [])
-                    msg_id = ids[i] if ids is not None and ids[i] else None
-                    if msg_id is None:
-                        if id_base is None:
-                            h = hashlib.blake2b(digest_size=10)
-                            h.update(subject.encode() + b"\0" + data + b"\0" + repr(pairs).encode())
-                            msg_id = f"{h.hexdigest()}:{part}:{row}"
-                        else:
-                            msg_id = f"{id_base}:{part}:{row}"
-                    pairs.append(("Nats-Msg-Id", str(msg_id)))
-                    await pub.publish(subject, data, pairs)
-                    row += 1
+            for subject, data, pairs in messages(part):
+                await pub.publish(subject, data, pairs)
+                row += 1
             await pub.drain()
             stats.rows, stats.published, stats.duplicates = row, pub.published, pub.duplicates
         finally:
-            try:
+            if quiet_close:
+                try:
+                    await nc.close()
+                except Exception:
+                    pass
+            else:
                 await nc.close()
-            except Exception:
-                pass
 
     C.run(go())
     return stats
+
+
+def publish_batches(opts: WriteOptions, batches: Iterator[Any], id_base: str | None) -> PublishStats:
+    """Publish the rows of Arrow record batches with acks, ``opts.window`` in flight. ``id_base`` prefixes the
+    generated Nats-Msg-Id (None: derive it from each row's content)."""
+
+    def messages(part: int) -> Iterator[tuple[str, bytes, Any]]:
+        row = 0
+        for rb in batches:
+            cols = {n.lower(): rb.column(i).to_pylist() for i, n in enumerate(rb.schema.names)}
+            datas = cols["data"]
+            subjects = cols.get("subject")
+            hdrs = cols.get("headers")
+            ids = cols.get("msg_id")
+            for i in range(rb.num_rows):
+                subject = subjects[i] if subjects is not None and subjects[i] else opts.subject
+                if not subject or any(ch in subject for ch in " \t\r\n"):
+                    raise C.JetStreamSparkError(f"row {row} of partition {part}: invalid subject {subject!r}")
+                data = datas[i]
+                if data is None:
+                    data = b""
+                elif isinstance(data, str):
+                    data = data.encode()
+                pairs = C.HeaderPairs(_hpairs(hdrs[i]) if hdrs is not None else [])
+                msg_id = ids[i] if ids is not None and ids[i] else None
+                if msg_id is None:
+                    if id_base is None:
+                        h = hashlib.blake2b(digest_size=10)
+                        h.update(subject.encode() + b"\0" + data + b"\0" + repr(pairs).encode())
+                        msg_id = f"{h.hexdigest()}:{part}:{row}"
+                    else:
+                        msg_id = f"{id_base}:{part}:{row}"
+                pairs.append(("Nats-Msg-Id", str(msg_id)))
+                yield subject, data, pairs
+                row += 1
+
+    return publish_messages(opts, messages, quiet_close=True)
 
 
 class JetStreamBatchWriter(DataSourceArrowWriter):
