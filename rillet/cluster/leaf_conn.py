@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -22,6 +21,7 @@ from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import LocalInterest, RemoteInterest
 from rillet.cluster.routed import RemoteSub
 from rillet.protocol.parser import ProtocolError
+from rillet.server.operator import expiry_delay
 from rillet.server import ocsp
 from rillet.server.delivery import ConnKind
 from rillet.subjects.validate import subject_matches_filter
@@ -491,11 +491,7 @@ class LeafConn(ServerConn):
         mpay = lowest(u.payload, getattr(acc, "mpay", -1), o.max_payload or -1)
         self.parser.max_payload = mpay if mpay >= 0 else None
         self.msubs = lowest(u.subs, getattr(acc, "msubs", -1), o.max_subscriptions or -1)
-        exp = int(u.claims.get("exp") or 0)
-        delay = max(exp - time.time(), 0.0) if exp else None
-        vf = getattr(u, "valid_for", 0.0)
-        if vf:
-            delay = vf if delay is None else min(delay, vf)
+        delay = expiry_delay(u)
         if delay is not None:
             self.jwt_timer = self.server.loop.call_later(delay, self._jwt_expired)
 

@@ -11,6 +11,7 @@ from .common import (RC5, RC311_ID_REJECTED, RC311_NOT_AUTHORIZED, RC_BAD_AUTH_M
                      RC_NOT_AUTHORIZED, RC_QOS_NOT_SUPPORTED, RC_TOPIC_NAME_INVALID, SERVER_ALIAS_MAX, _HDRS)
 from .store import AccountSessions, Session, client_hash, nuid
 from .topics import TopicError, subject_to_topic, topic_to_subject
+from rillet.server.operator import expiry_delay
 
 
 class ConnectMixin:
@@ -287,11 +288,7 @@ class ConnectMixin:
             self._apply_user(res)
             if getattr(res, "jwt", None):
                 self.jwt_user = res
-                exp = int(res.claims.get("exp") or 0)
-                delay = max(exp - time.time(), 0.0) if exp else None
-                vf = getattr(res, "valid_for", 0.0)
-                if vf:
-                    delay = vf if delay is None else min(delay, vf)
+                delay = expiry_delay(res)
                 if delay is not None:
                     # the user JWT expires: the connection goes then, as nats-server closes it
                     self.jwt_timer = asyncio.get_event_loop().call_later(delay, self._jwt_expired)

@@ -529,13 +529,7 @@ class OperatorMode:
         """After the client is bound to the account: limits and the expiration timer."""
         c.jwt_user = u
         self.apply_client_limits(c)
-        exp = int(u.claims.get("exp") or 0)
-        delay = None
-        if exp:
-            delay = max(exp - time.time(), 0.0)
-        vf = getattr(u, "valid_for", 0.0)
-        if vf:
-            delay = vf if delay is None else min(delay, vf)
+        delay = expiry_delay(u)
         if delay is not None and not c.closed:
             c.jwt_timer = self.server.loop.call_later(delay, self._expired, c)
 
@@ -669,6 +663,17 @@ class OperatorMode:
         acc = self.server.accounts.get(pub)
         if acc is not None and pub in self.infos:
             self.apply_account(acc, claims, token)
+
+
+def expiry_delay(u: Any) -> float | None:
+    """Seconds until a JWT user's connection must go (its ``exp``, or the end of its allowed time window,
+    whichever comes first); None when neither limits it."""
+    exp = int(u.claims.get("exp") or 0)
+    delay = max(exp - time.time(), 0.0) if exp else None
+    vf = getattr(u, "valid_for", 0.0)
+    if vf:
+        delay = vf if delay is None else min(delay, vf)
+    return delay
 
 
 def _decode_sig(sig: str) -> bytes | None:
