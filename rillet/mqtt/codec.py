@@ -123,6 +123,12 @@ _MULTI = frozenset({0x26, 0x0B})  # may appear more than once (subscription iden
 def encode_varint(n: int) -> bytes:
     if n < 0 or n > MAX_REMAINING:
         raise ValueError(f"variable byte integer out of range: {n}")
+    return base128(n)
+
+
+def base128(n: int) -> bytes:
+    """``n`` (>= 0, any size) in 7-bit groups, low first, the high bit saying another follows: MQTT's variable
+    byte integer without its four-byte limit, and protobuf's varint (Sparkplug B)."""
     out = bytearray()
     while True:
         b = n & 0x7F

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 
+from .codec import base128
+
 __all__ = ["CERT_PREFIX", "kind", "death_with_timestamp"]
 
 NAMESPACE = "spBv1.0/"
@@ -49,20 +51,8 @@ def _varint(b: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
-def _enc_varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        x = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(x | 0x80)
-        else:
-            out.append(x)
-            return bytes(out)
-
-
 def death_with_timestamp(msg: bytes, now_ms: int | None = None) -> bytes:
-    ts = _enc_varint(1 << 3) + _enc_varint(int(time.time() * 1000) if now_ms is None else now_ms)
+    ts = base128(1 << 3) + base128(int(time.time() * 1000) if now_ms is None else now_ms)
     out = bytearray()
     i = 0
     n = len(msg)
