@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from rillet.gocompat.goquote import go_bool
+
 
 class FlagError(Exception):
     """A command line the flags do not accept (the message says which argument and why)."""
@@ -27,10 +29,6 @@ class Flag:
     default: Any
     help: str
     dest: str = ""
-
-
-_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
-_FALSE = {"0", "f", "F", "false", "FALSE", "False"}
 
 
 class FlagSet:
@@ -68,8 +66,8 @@ class FlagSet:
             if flag.kind is bool:
                 if value is None:
                     values[flag.dest] = True
-                elif value in _TRUE or value in _FALSE:
-                    values[flag.dest] = value in _TRUE
+                elif go_bool(value) is not None:
+                    values[flag.dest] = go_bool(value)
                 else:
                     raise FlagError(f'invalid boolean value "{value}" for -{name}')
                 continue

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 from rillet.config.options import DEFAULT_PORT, Options, TLSConfig
+from rillet.gocompat.goquote import go_bool
 
 from .builder_base import split_host_port
 
@@ -211,15 +212,10 @@ def _table() -> dict[str, _Flag]:
 
 FLAGS = _table()
 
-_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-
-
 def _parse_bool(name: str, text: str) -> bool:
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
+    b = go_bool(text)
+    if b is not None:
+        return b
     raise FlagSyntaxError(f'invalid boolean value "{text}" for -{name}: parse error')
 
 

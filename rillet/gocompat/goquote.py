@@ -11,6 +11,19 @@ _GO_TYPES = {bool: "bool", int: "int64", float: "float64", str: "string", dict: 
              list: "[]interface {}"}
 
 
+_GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
+_GO_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
+
+
+def go_bool(text: str) -> bool | None:
+    """Go's ``strconv.ParseBool``: the boolean ``text`` spells, None when it spells none."""
+    if text in _GO_TRUE:
+        return True
+    if text in _GO_FALSE:
+        return False
+    return None
+
+
 def value_kind(v: Any) -> type | None:
     """Which of ``VALUE_KINDS`` a parsed config value is (None: another type)."""
     for t in VALUE_KINDS:

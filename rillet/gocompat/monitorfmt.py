@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rillet.gocompat.gojson import num  # noqa: F401 (the monitor's float fields: here with the other formatters)
-from rillet.gocompat.goquote import go_quote
+from rillet.gocompat.goquote import go_bool, go_quote
 from rillet.gocompat.gotime import NS, format_duration
 
 
@@ -51,18 +51,13 @@ class QueryError(Exception):
     """A bad query parameter: HTTP 400 with nats-server's plain-text message."""
 
 
-_TRUE = ("1", "t", "T", "TRUE", "true", "True")
-_FALSE = ("0", "f", "F", "FALSE", "false", "False")
-
-
 def parse_bool(query: Any, name: str) -> bool:
     s = query.get(name, "")
     if s == "":
         return False
-    if s in _TRUE:
-        return True
-    if s in _FALSE:
-        return False
+    b = go_bool(s)
+    if b is not None:
+        return b
     raise QueryError(f"Error decoding boolean for '{name}': strconv.ParseBool: parsing {go_quote(s)}: invalid syntax")
 
 
