@@ -66,14 +66,14 @@ class Monitor:
             VARZ: self.handle_varz,
             CONNZ: self.handle_connz,
             ROUTEZ: self.handle_routez,
-            GATEWAYZ: self.handle_gatewayz,
-            LEAFZ: self.handle_leafz,
-            SUBSZ: self.handle_subsz,
-            SUBSCRIPTIONSZ: self.handle_subsz,
+            GATEWAYZ: self._counted(GATEWAYZ, endpoints.gatewayz),
+            LEAFZ: self._counted(LEAFZ, endpoints.leafz),
+            SUBSZ: self._counted(SUBSZ, endpoints.subsz),
+            SUBSCRIPTIONSZ: self._counted(SUBSZ, endpoints.subsz),
             STACKSZ: self.handle_stacksz,
-            ACCOUNTZ: self.handle_accountz,
+            ACCOUNTZ: self._counted(ACCOUNTZ, endpoints.accountz),
             ACCSTATZ: self.handle_accstatz,
-            JSZ: self.handle_jsz,
+            JSZ: self._counted(JSZ, endpoints.jsz),
             HEALTHZ: self.handle_healthz,
             IPQUEUESZ: self.handle_ipqueuesz,
             RAFTZ: self.handle_raftz,
@@ -120,6 +120,15 @@ class Monitor:
 
     # ---- handlers -------------------------------------------------------------------------------------
 
+    def _counted(self, path: str, endpoint: Callable[[Any, Any], Any]) -> Handler:
+        """The handler of an endpoint that only reads the query: counted in /varz http_req_stats under
+        ``path``, answered with ``endpoint(server, query)`` as JSON."""
+        async def handle(request: Request) -> Response:
+            self.count(path)
+            return self.json(request, endpoint(self.server, request.query))
+        return handle
+
+
     async def handle_root(self, request: Request) -> Response:
         self.count(ROOT)
         return Response(body=index_page(self.base).encode(), content_type="text/html", charset="utf-8")
@@ -138,32 +147,12 @@ class Monitor:
         self.count(ROUTEZ)
         return self.json(request, endpoints.routez(self.server, request.query))
 
-    async def handle_gatewayz(self, request: Request) -> Response:
-        self.count(GATEWAYZ)
-        return self.json(request, endpoints.gatewayz(self.server, request.query))
-
-    async def handle_leafz(self, request: Request) -> Response:
-        self.count(LEAFZ)
-        return self.json(request, endpoints.leafz(self.server, request.query))
-
-    async def handle_subsz(self, request: Request) -> Response:
-        self.count(SUBSZ)
-        return self.json(request, endpoints.subsz(self.server, request.query))
-
     async def handle_stacksz(self, request: Request) -> Response:
         return json_response(request, endpoints.stacks_text().encode())
-
-    async def handle_accountz(self, request: Request) -> Response:
-        self.count(ACCOUNTZ)
-        return self.json(request, endpoints.accountz(self.server, request.query))
 
     async def handle_accstatz(self, request: Request) -> Response:
         self.count(ACCSTATZ)
         return self.json(request, endpoints.accstatz(self.server, request.query, self.account_totals))
-
-    async def handle_jsz(self, request: Request) -> Response:
-        self.count(JSZ)
-        return self.json(request, endpoints.jsz(self.server, request.query))
 
     async def handle_healthz(self, request: Request) -> Response:
         self.count(HEALTHZ)
