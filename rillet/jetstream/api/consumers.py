@@ -111,22 +111,22 @@ class ConsumerApi:
         if c.is_paused():
             c.pause_advisory()
 
+    def _bodiless(self, args: list[str], body: bytes) -> Any:
+        """The consumer ``<stream>.<consumer>`` of a request that carries no body (info, delete)."""
+        from rillet.jetstream.api.common import check_empty
+        check_empty(body)
+        return self._consumer(self._stream(args[0]), args[1])
+
     def consumer_info(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
-        from rillet.jetstream.api.common import check_empty
-        check_empty(body)
-        stream = self._stream(args[0])
-        c = self._consumer(stream, args[1])
+        c = self._bodiless(args, body)
         self.router.respond(reply, {"type": T + "consumer_info_response", **c.info()})
 
     def consumer_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if len(args) != 2:
             return  # nats-server has no handler for this subject
-        from rillet.jetstream.api.common import check_empty
-        check_empty(body)
-        stream = self._stream(args[0])
-        c = self._consumer(stream, args[1])
+        c = self._bodiless(args, body)
         c.stop(delete=True)
         self.router.respond(reply, {"type": T + "consumer_delete_response", "success": True})
 
