@@ -72,6 +72,15 @@ def _reserved(streams: Any, storage: str, skip: str = "") -> int:
 NOT_COUNTED = object()  # a handler's answer that does not count in the account's API totals
 
 
+def unused_consumer_name(taken: Any) -> str:
+    """A generated name for a consumer created without one, not among ``taken`` (the stream's consumers)."""
+    from rillet.jetstream.consumer.common import new_consumer_name
+    while True:
+        name = new_consumer_name()
+        if name not in taken:
+            return name
+
+
 def is_empty_request(body: bytes) -> bool:
     """nats-server's test for a request without content: no bytes, or a JSON object without fields."""
     if not body or body == b"{}":

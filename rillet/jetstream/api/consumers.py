@@ -15,7 +15,7 @@ from rillet.jetstream import consumerconfig as CC
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream.api import types as A
 from rillet.gocompat.jsoncodec import GoJSONError, go_unmarshal
-from rillet.jetstream.consumer.common import _parse_time_ns, new_consumer_name
+from rillet.jetstream.consumer.common import _parse_time_ns
 from rillet.jetstream.consumer.engine import create_consumer
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import now_ns
@@ -97,11 +97,8 @@ class ConsumerApi:
             self.router.respond(reply, {"type": typ, **existing.info()})
             return
         if not name:
-            while True:
-                name = new_consumer_name()
-                if name not in stream.consumers:
-                    break
-            cfg.name = name
+            from rillet.jetstream.api.common import unused_consumer_name
+            name = cfg.name = unused_consumer_name(stream.consumers)
         try:
             c = create_consumer(stream, cfg, name)
         except OSError as e:

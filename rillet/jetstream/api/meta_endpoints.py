@@ -381,12 +381,8 @@ class MetaEndpoints:
             self._answer_later(router, reply, typ, lambda t: self.cl.info.consumer_info(acc, stream_name, name, t))
             return
         if not name:
-            from rillet.jetstream.consumer.common import new_consumer_name
-            while True:
-                name = new_consumer_name()
-                if name not in sa.consumers:
-                    break
-            cfg.name = name
+            from rillet.jetstream.api.common import unused_consumer_name
+            name = cfg.name = unused_consumer_name(sa.consumers)
         d = _cfg_dict(cfg)
         if existing is not None:
             group = existing.group
