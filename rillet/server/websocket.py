@@ -208,9 +208,7 @@ class WebsocketConnection(WSTransport, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.listener.pending.discard(self)
-        if self._htimer is not None:
-            self._htimer.cancel()
-            self._htimer = None
+        self._stop_handshake_timer()
         c = self.client
         if c is not None:
             c.connection_lost(exc)
@@ -323,6 +321,11 @@ class WebsocketConnection(WSTransport, asyncio.Protocol):
 
     # ---- the upgrade ---------------------------------------------------------------------------------
 
+    def _stop_handshake_timer(self) -> None:
+        if self._htimer is not None:
+            self._htimer.cancel()
+            self._htimer = None
+
     def _handshake_timeout(self) -> None:
         self._htimer = None
         if not self.upgraded and not self.closing:
@@ -351,9 +354,7 @@ class WebsocketConnection(WSTransport, asyncio.Protocol):
 
     def _send_and_close(self, data: bytes) -> None:
         self.closing = True
-        if self._htimer is not None:
-            self._htimer.cancel()
-            self._htimer = None
+        self._stop_handshake_timer()
         t = self.t
         if t is not None:
             t.write(data)
@@ -487,9 +488,7 @@ class WebsocketConnection(WSTransport, asyncio.Protocol):
         t = self.t
         assert t is not None
         t.write("".join(resp).encode("latin-1", "replace"))
-        if self._htimer is not None:
-            self._htimer.cancel()
-            self._htimer = None
+        self._stop_handshake_timer()
         lst.pending.discard(self)
         self.upgraded = True
         self.compress = compress
