@@ -66,32 +66,26 @@ class SubsystemSections(BuilderBase):
 
         insecure: list[str] = []
 
-        def cipher_suites(sub: Field) -> None:
+        def names(sub: Field, key: str, check: Callable[[str], Any]) -> list[str]:
+            """The non-empty list of names ``key``, each passed by ``check`` (its ValueError: the error)."""
             if not isinstance(sub.value, list) or not sub.value:
-                raise sub.error(f"{prefix}, 'cipher_suites' cannot be empty")
+                raise sub.error(f"{prefix}, '{key}' cannot be empty")
             values = []
             for item in sub.items():
                 name = item.value if isinstance(item.value, str) else str(item.value)
                 try:
-                    _, weak = check_cipher(name)
+                    check(name)
                 except ValueError as e:
                     raise item.error(str(e)) from None
-                if weak:
-                    insecure.append(name)
                 values.append(name)
-            tls.ciphers = values
+            return values
+
+        def cipher_suites(sub: Field) -> None:
+            tls.ciphers = names(sub, "cipher_suites", check_cipher)
+            insecure.extend(n for n in tls.ciphers if check_cipher(n)[1])
 
         def curve_preferences(sub: Field) -> None:
-            if not isinstance(sub.value, list) or not sub.value:
-                raise sub.error(f"{prefix}, 'curve_preferences' cannot be empty")
-            values = []
-            for item in sub.items():
-                name = item.value if isinstance(item.value, str) else str(item.value)
-                try:
-                    check_curve(name)
-                except ValueError as e:
-                    raise item.error(str(e)) from None
-                values.append(name)
+            values = names(sub, "curve_preferences", check_curve)
             if len(values) > 1:
                 raise sub.error(f"{prefix}, 'curve_preferences' with more than one curve is not supported "
                                 "(Python's ssl module can set only one)")
