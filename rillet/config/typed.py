@@ -93,17 +93,18 @@ class Field:
         return float(self.value)
 
     def as_map(self) -> ConfigMap:
-        if not isinstance(self.value, dict):
-            raise self.not_go_type("map[string]interface {}")
-        if not isinstance(self.value, ConfigMap):
-            return ConfigMap(self.value, position=self.pos)
-        return self.value
+        return self._container(dict, ConfigMap, "map[string]interface {}")
 
     def as_list(self) -> ConfigList:
-        if not isinstance(self.value, list):
-            raise self.not_go_type("[]interface {}")
-        if not isinstance(self.value, ConfigList):
-            return ConfigList(self.value, position=self.pos)
+        return self._container(list, ConfigList, "[]interface {}")
+
+    def _container(self, kind: type, wrapper: Any, go_name: str) -> Any:
+        """The value as ``wrapper`` (the positioned ConfigMap/ConfigList) when it is a ``kind``; else Go's
+        "not a <go_name>" error."""
+        if not isinstance(self.value, kind):
+            raise self.not_go_type(go_name)
+        if not isinstance(self.value, wrapper):
+            return wrapper(self.value, position=self.pos)
         return self.value
 
     def as_str_list(self, what: str | None = None) -> list[str]:
