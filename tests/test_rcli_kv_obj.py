@@ -107,9 +107,10 @@ def test_progress_bar_wrappers_count_bytes(tmp_path):
     """The wrappers that feed the progress bars pass the data through and count it."""
     import io
 
-    from rillet.cli.obj import _Bar, _CountingReader, _CountingWriter
+    from rillet.cli.common import ProgressBar
+    from rillet.cli.obj import _CountingReader, _CountingWriter
 
-    class Recorder(_Bar):
+    class Recorder(ProgressBar):
         def __init__(self) -> None:
             self.p = None
             self.seen = 0

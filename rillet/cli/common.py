@@ -491,6 +491,30 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     console().print(t)
 
 
+class ProgressBar:
+    """A rich transfer progress bar on stderr, only on a terminal and only when ``enabled``
+    (``total`` None: not known)."""
+
+    def __init__(self, label: str, total: int | None, enabled: bool) -> None:
+        self.p = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+            self.p = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                              TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+            self.task = self.p.add_task(label, total=total)
+            self.p.start()
+
+    def advance(self, n: int) -> None:
+        if self.p is not None:
+            self.p.update(self.task, advance=n)
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.stop()
+
+
 def print_fields(sections: list[tuple[str | None, list[tuple[str, Any]]]]) -> None:
     """Right-aligned ``label: value`` blocks, the way the nats CLI shows info pages."""
     rows = [(k, v) for _t, items in sections for k, v in items if v is not None]

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from rillet.cli.common import (CliError, confirm, connect, format_duration, human_bytes, human_count, limit,
-                               parse_duration, parse_size, print_fields, print_json, run, table)
+                               parse_duration, parse_size, print_fields, print_json, run, table, ProgressBar)
 from rillet.cli.jsapi import api, bucket_api
 
 HELP = """Manage JetStream object store buckets.
@@ -40,31 +40,10 @@ async def _bucket(bucket: str) -> tuple[Any, Any]:
     return conn, await js.object_store(bucket)
 
 
-class _Bar:
-    def __init__(self, label: str, total: int, enabled: bool) -> None:
-        self.p = None
-        if enabled and total >= PROGRESS_MIN and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
-            self.p = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                              TimeRemainingColumn(), console=Console(stderr=True))
-            self.task = self.p.add_task(label, total=total)
-            self.p.start()
-
-    def advance(self, n: int) -> None:
-        if self.p is not None:
-            self.p.update(self.task, advance=n)
-
-    def close(self) -> None:
-        if self.p is not None:
-            self.p.stop()
-
-
 class _CountingReader:
     """A file wrapper nats-py reads chunks from with readinto(); each read moves the bar."""
 
-    def __init__(self, f: Any, bar: _Bar) -> None:
+    def __init__(self, f: Any, bar: ProgressBar) -> None:
         self.f, self.bar = f, bar
 
     def readinto(self, b: Any) -> int:
@@ -74,7 +53,7 @@ class _CountingReader:
 
 
 class _CountingWriter:
-    def __init__(self, f: Any, bar: _Bar) -> None:
+    def __init__(self, f: Any, bar: ProgressBar) -> None:
         self.f, self.bar = f, bar
 
     def write(self, data: bytes) -> int:
@@ -174,7 +153,7 @@ async def _put(bucket: str, file: str, name: str, description: str | None, progr
         if existing is not None and not existing.deleted:
             confirm(f"Replace existing object {bucket} > {name}?", force)
         size = os.path.getsize(file) if file != "-" else 0
-        bar = _Bar(f"Putting {name}", size, progress)
+        bar = ProgressBar(f"Putting {name}", size, progress and size >= PROGRESS_MIN)
         f = sys.stdin.buffer if file == "-" else open(file, "rb")
         try:
             info = await obs.put(name, _CountingReader(f, bar), meta=ObjectMeta(name=name, description=description))
@@ -227,7 +206,8 @@ async def _get(bucket: str, name: str, target: str, progress: bool) -> None:
     conn, obs = await _bucket(bucket)
     try:
         info = await obs.get_info(name)
-        bar = _Bar(f"Getting {name}", info.size or 0, progress and target != "-")
+        size = info.size or 0
+        bar = ProgressBar(f"Getting {name}", size, progress and target != "-" and size >= PROGRESS_MIN)
         tmp = target + ".rillet-partial" if target != "-" else None
         f = sys.stdout.buffer if tmp is None else open(tmp, "wb")
         try:

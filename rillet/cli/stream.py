@@ -12,7 +12,7 @@ import typer
 
 from rillet.cli.common import (CliError, confirm, connect, format_duration, human_bytes, human_count, limit,
                                load_json_file, parse_duration, parse_size, print_fields, print_json, run, table,
-                               to_nanos)
+                               to_nanos, ProgressBar)
 from rillet.cli.jsapi import api, strip_response, stream_list, stream_names
 
 HELP = """Manage JetStream streams.
@@ -597,7 +597,7 @@ async def _backup(stream: str, directory: str, no_consumers: bool, progress: boo
                                                          "chunk_size": 128 * 1024})
     meta = {"config": resp.get("config"), "state": resp.get("state")}
     total = 0
-    bar = _Progress(f"Backing up {stream}", None, progress)
+    bar = ProgressBar(f"Backing up {stream}", None, progress)
     with open(os.path.join(directory, "stream.tar.s2"), "wb") as f:
         while True:
             try:
@@ -613,7 +613,7 @@ async def _backup(stream: str, directory: str, no_consumers: bool, progress: boo
                 break
             f.write(msg.data)
             total += len(msg.data)
-            bar.update(len(msg.data))
+            bar.advance(len(msg.data))
             if msg.reply:
                 await nc.publish(msg.reply, b"")
     bar.close()
@@ -656,14 +656,14 @@ async def _restore(directory: str, name: str | None, progress: bool, as_json: bo
     resp = await api(conn, f"STREAM.RESTORE.{stream}", {"config": cfg, "state": meta.get("state")})
     target = resp.get("deliver_subject")
     size = os.path.getsize(path)
-    bar = _Progress(f"Restoring {stream}", size, progress)
+    bar = ProgressBar(f"Restoring {stream}", size, progress)
     with open(path, "rb") as f:
         while True:
             chunk = f.read(128 * 1024)
             if not chunk:
                 break
             await nc.request(target, chunk, timeout=max(conn.settings.timeout, 10))
-            bar.update(len(chunk))
+            bar.advance(len(chunk))
     bar.close()
     final = await nc.request(target, b"", timeout=max(conn.settings.timeout, 30))
     await nc.close()
@@ -675,29 +675,6 @@ async def _restore(directory: str, name: str | None, progress: bool, as_json: bo
         return
     print(f"Restored stream {stream}\n")
     show_info(out)
-
-
-class _Progress:
-    """A rich progress bar on stderr (only on a terminal, only when wanted)."""
-
-    def __init__(self, label: str, total: int | None, enabled: bool) -> None:
-        self.p = None
-        if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
-            self.p = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                              TimeRemainingColumn(), console=Console(stderr=True), transient=False)
-            self.task = self.p.add_task(label, total=total)
-            self.p.start()
-
-    def update(self, n: int) -> None:
-        if self.p is not None:
-            self.p.update(self.task, advance=n)
-
-    def close(self) -> None:
-        if self.p is not None:
-            self.p.stop()
 
 
 ADD_HELP = """Create a stream from flags or from a JSON configuration.
