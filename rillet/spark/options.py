@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 CONNECT_KEYS = ("servers", "user", "password", "token", "nkey_seed", "creds", "tls_ca", "tls_cert", "tls_key",
                 "connect_timeout")
@@ -25,29 +25,32 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): ("" if v is None else str(v)) for k, v in dict(options).items()}
 
 
-def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+def _number(opts: dict[str, str], key: str, conv: Callable[[str], Any], expected: str) -> Any:
+    """Option ``key`` converted by ``conv``; None when it is not given or blank."""
     raw = opts.get(key)
     if raw is None or raw.strip() == "":
-        return default
+        return None
     try:
-        value = int(raw.strip())
+        return conv(raw)
     except ValueError:
-        raise OptionError(f"option '{key}': expected an integer, got {raw!r}") from None
+        raise OptionError(f"option '{key}': expected {expected}, got {raw!r}") from None
+
+
+def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+    value = _number(opts, key, lambda raw: int(raw.strip()), "an integer")
+    if value is None:
+        return default
     if value < minimum:
         raise OptionError(f"option '{key}': must be >= {minimum}, got {value}")
     return value
 
 
 def _float(opts: dict[str, str], key: str, default: float) -> float:
-    raw = opts.get(key)
-    if raw is None or raw.strip() == "":
+    value = _number(opts, key, float, "a number")
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise OptionError(f"option '{key}': expected a number, got {raw!r}") from None
     if value <= 0:
-        raise OptionError(f"option '{key}': must be > 0, got {raw!r}")
+        raise OptionError(f"option '{key}': must be > 0, got {opts[key]!r}")
     return value
 
 
