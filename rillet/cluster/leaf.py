@@ -51,6 +51,7 @@ from urllib.parse import unquote, urlsplit
 
 import rillet
 from rillet import compression as cc
+from rillet import jwt
 from rillet.cluster import info as ci
 from rillet.cluster import gateway_account as ga
 from rillet.cluster import protocol as cp
@@ -191,7 +192,6 @@ class LeafNodes(Listening):
         if srv.cluster is not None:
             co.cluster = srv.cluster.name
         if ro.credentials:
-            from rillet import jwt
             with open(ro.credentials, "rb") as f:
                 token, seed = jwt.parse_creds(f.read())
             co.jwt, co.sig = token, _sign(seed, lc.nonce)
@@ -345,7 +345,6 @@ class LeafNodes(Listening):
             return srv.global_account
         op = srv.operator
         if op is not None:
-            from rillet import jwt
             if jwt.is_public_key(name, "A"):
                 return op.lookup_account(name)
         return srv.lookup_account(name)
