@@ -47,17 +47,26 @@ def test_a_route_read_is_written_out_once_a_client_read_per_slice():
     c = _Conn(each=True)
     c._paced(data, 10.0)
     assert b"".join(c.fed) == data and len(c.fed) == 4 and c.server.flushes == 4
+    # a route's slices, shrunk under load (the R3 pull case: acks and the next request in one small read)
+    small = b"x" * (pacing.ROUTE_FLUSH // 2)
+    c = _Conn(each=True)
+    c._slice = pacing.SLICE_MIN
+    c._paced(small, 10.0)
     r = _Conn(each=False)
-    r._paced(data, 10.0)
-    assert b"".join(r.fed) == data and len(r.fed) == 4 and r.server.flushes == 1
+    r._slice = pacing.SLICE_MIN
+    r._paced(small, 10.0)
+    assert b"".join(r.fed) == small and len(r.fed) == len(c.fed) > 1
+    assert c.server.flushes == len(c.fed) and r.server.flushes == 1
 
 
-def test_a_long_route_read_is_still_written_out_every_stall_read_bytes():
-    data = b"x" * (pacing.STALL_READ * 2 + pacing.READ_SLICE)
+def test_a_long_route_read_is_still_written_out_every_route_flush_bytes():
+    # (so that a receiver nearing its pending limit stalls the route in time: tests/test_fairness.py's s2 case)
+    data = b"x" * (pacing.ROUTE_FLUSH * 4)
     r = _Conn(each=False)
+    r._slice = pacing.SLICE_MIN
     r._paced(data, 10.0)
     assert b"".join(r.fed) == data
-    assert r.server.flushes == 3  # (at 64 KB, at 128 KB, at the end)
+    assert r.server.flushes == 4
 
 
 def test_route_connections_flush_per_read():

@@ -34,6 +34,7 @@ STALL_MIN = 0.002
 STALL_MAX = 0.005
 STALL_TOTAL = 0.010
 STALL_READ = 64 * 1024  # nats-server reads at most 64 KB at a time: each such read has its own allowance
+ROUTE_FLUSH = 16 * 1024  # (a route read is written out every this many bytes: a receiver nearing its limit stalls the route in time)
 
 
 class ReadPacer:
@@ -45,7 +46,7 @@ class ReadPacer:
 
     _stall_only: Any = None  # only receivers of this ConnKind count (None: every receiver)
     # whether the output of each slice is written out (and the stall checked) before the next slice; when not
-    # (a route), only at the end of the read, when the budget is spent, and every STALL_READ bytes, so that
+    # (a route), only at the end of the read, when the budget is spent, and every ROUTE_FLUSH bytes (a receiver nearing its limit still stalls the route in time), so that
     # what one read asks of the server's RAFT groups (a pull's acks and its next request, forwarded together)
     # is one pass of theirs, not one per slice (a slice that shrank under load split them)
     _flush_each_slice = True
@@ -86,7 +87,7 @@ class ReadPacer:
             else:
                 now = time.monotonic()
                 unflushed += len(chunk)
-                if pos >= n or now - start >= budget or unflushed >= STALL_READ or self._intake_held:
+                if pos >= n or now - start >= budget or unflushed >= ROUTE_FLUSH or self._intake_held:
                     unflushed = 0
                     ttl = self._flush_and_stall()
                     now = time.monotonic()
