@@ -219,6 +219,13 @@ async def _utf8_transcript(url: str, http_port: int) -> dict:
         while b"PONG" not in got:
             got += await asyncio.wait_for(r.read(4096), 5)
         out["delivered"] = got  # byte for byte, as sent
+        # (nats-server stores a JetStream publish after it answered the PING: wait until both streams hold theirs)
+        for name in ("S", "KV_b"):
+            for _ in range(100):
+                info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)).data)
+                if (info.get("state") or {}).get("messages"):
+                    break
+                await asyncio.sleep(0.05)
         for subj, body in [("STREAM.MSG.GET.S", {"seq": 1}), ("STREAM.INFO.KV_b", {"subjects_filter": ">"}),
                            ("STREAM.INFO.S", {"subjects_filter": "s.>"}),
                            ("STREAM.MSG.GET.KV_b", {"last_by_subj": "$KV.b.>"})]:
