@@ -687,3 +687,32 @@ def run_command(*args: str, timeout: float = 20.0, command: Iterable[str] | None
     """Run the server command line to completion (``-v``, ``-h``, ``-t``, ``--signal``...)."""
     cmd = list(command or server_command()) + list(args)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+class ClusterMember:
+    """One server of a 3-server JetStream cluster run as its own process (tests that kill, stop or power-cut
+    servers): a configuration file naming its client port, store directory and routes to the others'
+    cluster ports; ``extra`` adds lines (an http port, say)."""
+
+    def __init__(self, conf_dir: str, name: str, store: str, cluster: str, routes: list[int], cport: int,
+                 extra: str = "") -> None:
+        self.name, self.port = name, free_port()
+        self.conf = os.path.join(conf_dir, "s.conf")
+        rs = ", ".join(f"nats://127.0.0.1:{p}" for p in routes if p != cport)
+        with open(self.conf, "w") as f:
+            f.write(f"port: {self.port}\nhost: 127.0.0.1\nserver_name: {name}\n{extra}"
+                    f"jetstream {{ store_dir: '{store}' }}\n"
+                    f"cluster {{ name: {cluster}, listen: 127.0.0.1:{cport}, routes: [{rs}] }}\n")
+        self.proc: ServerProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = ServerProcess("-c", self.conf)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.proc.poll() is None:
+            self.proc.proc.kill()
+            self.proc.proc.wait()

@@ -17,40 +17,21 @@ import signal
 import nats
 import pytest
 
-from helpers import ServerProcess, free_port
+from helpers import ClusterMember, free_port
 
 N = 8500  # past one RAFT snapshot of the stream's group (streams.COMPACT_EVERY applied entries)
 
 
-class Member:
+class Member(ClusterMember):
     def __init__(self, tmp: str, name: str, routes: list[int], cport: int) -> None:
-        self.name, self.port = name, free_port()
         self.store = os.path.join(tmp, name, "store")
         os.makedirs(self.store)
-        self.conf = os.path.join(tmp, name, "s.conf")
-        rs = ", ".join(f"nats://127.0.0.1:{p}" for p in routes if p != cport)
-        with open(self.conf, "w") as f:
-            f.write(f"port: {self.port}\nhost: 127.0.0.1\nserver_name: {name}\n"
-                    f"jetstream {{ store_dir: '{self.store}' }}\n"
-                    f"cluster {{ name: rf, listen: 127.0.0.1:{cport}, routes: [{rs}] }}\n")
-        self.proc: ServerProcess | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = ServerProcess("-c", self.conf)
+        super().__init__(os.path.join(tmp, name), name, self.store, "rf", routes, cport)
 
     def stop(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=30)
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.proc.poll() is None:
-            self.proc.proc.kill()
-            self.proc.proc.wait()
 
 
 @pytest.fixture

@@ -15,30 +15,22 @@ import urllib.request
 import nats
 import pytest
 
-from helpers import ServerProcess, free_port
+from helpers import ClusterMember, ServerProcess, free_port
 from tests.faults.lazyfs import Mounted, fuse_available
 
 pytestmark = pytest.mark.skipif(fuse_available() is not None, reason=f"lazyfs: {fuse_available()}")
 
 
-class Member:
+class Member(ClusterMember):
     def __init__(self, tmp: str, name: str, routes: list[int], cport: int) -> None:
-        self.name, self.port, self.http = name, free_port(), free_port()
+        self.http = free_port()
         self.fs = Mounted(os.path.join(tmp, name, "work"), os.path.join(tmp, name, "store"))
-        self.conf = os.path.join(tmp, name, "s.conf")
-        rs = ", ".join(f"nats://127.0.0.1:{p}" for p in routes if p != cport)
-        with open(self.conf, "w") as f:
-            f.write(f"port: {self.port}\nhost: 127.0.0.1\nserver_name: {name}\nhttp: 127.0.0.1:{self.http}\n"
-                    f"jetstream {{ store_dir: '{self.fs.mount}' }}\n"
-                    f"cluster {{ name: pc, listen: 127.0.0.1:{cport}, routes: [{rs}] }}\n")
-        self.proc: ServerProcess | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        super().__init__(os.path.join(tmp, name), name, self.fs.mount, "pc", routes, cport,
+                         extra=f"http: 127.0.0.1:{self.http}\n")
 
     def start(self) -> None:
-        self.proc = ServerProcess("-c", self.conf)
+        super().start()
+        assert self.proc is not None
         self.proc.wait_log("Server is ready", timeout=30)
 
     def power_cut(self) -> None:
@@ -54,10 +46,6 @@ class Member:
         except urllib.error.HTTPError as e:
             return json.loads(e.read())
 
-    def close(self) -> None:
-        if self.proc is not None and self.proc.proc.poll() is None:
-            self.proc.proc.kill()
-            self.proc.proc.wait()
         self.fs.close()
 
 
