@@ -548,3 +548,28 @@ def test_sequential_reads_read_ahead_and_see_every_change(tmp_path):
     finally:
         fsmod.os.pread = real
         fs.stop()
+
+
+def test_damage_found_while_running_is_reported_as_lost(tmp_path):
+    # a record failing its checksum on a read after the open: the message is no longer live, its sequence is in
+    # state().lost as after an open-time scan, the owner hears of it once, and a restart finds it lost again
+    p = tmp_path / "s"
+    fs = open_fs(p)
+    for i in range(3):
+        fs.store_msg("foo", b"", b"abcdefgh")
+    heard = []
+    fs.register_damage_callback(heard.append)
+    _, path, off, rlen = fs._record_location(2)
+    with open(path, "r+b") as f:
+        f.seek(off + rlen - 6)
+        f.write(b"Z")
+    for _ in range(2):
+        with pytest.raises(ErrStoreCorrupt):
+            fs.load_msg(2)
+    st = fs.state()
+    assert (st.msgs, st.lost, heard) == (2, [2], [2])
+    assert fs.load_next_msg(">", 2, True).seq == 3
+    fs.stop()
+    fs = open_fs(p)
+    assert fs.state().lost == [2] and fs.state().msgs == 2
+    fs.stop()

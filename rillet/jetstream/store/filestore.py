@@ -190,6 +190,7 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         self._subjects: dict[str, list[int]] = {}  # subject -> [count, first block index (lower bound), last seq]
         self._nmsgs = 0
         self._lost: set[int] = set()
+        self._damage_cb: Any = None  # (register_damage_callback)
         self._log_fd = -1
         self._log_size = 0
         self._log_pending: list[bytes] = []  # records not yet written (a write failed)
@@ -669,6 +670,7 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
             h = _parse_record(memoryview(buf), 0, len(buf))
         if h is None or h[0] != T_MSG or h[4] != seq:
             self.log("error", f"seq {seq}: record failed its checksum")
+            self._damaged(blk, seq)
             raise ErrStoreCorrupt(f"message {seq} is corrupt", seq=seq)
         _, flags, slen, total, _, ts, _, hlen, dlen = h
         subject = x.subjs[x.sid[slot]]
@@ -676,9 +678,33 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         if flags & F_COMPRESSED:
             raw = bytes(_snappy().decompress_raw(buf[p : b0 + total - 4]))
             if len(raw) != hlen + dlen:
+                self._damaged(blk, seq)
                 raise ErrStoreCorrupt(f"message {seq} is corrupt", seq=seq)
             return StoredMsg(subject, seq, ts, raw[:hlen], raw[hlen:])
         return StoredMsg(subject, seq, ts, buf[p : p + hlen], buf[p + hlen : p + hlen + dlen])
+
+    def _damaged(self, blk: Block, seq: int) -> None:
+        """A record found damaged while running (it failed its checksum on a read): from now on the message is
+        what the open-time scan makes of such a record: not live (counters, per subject), its sequence in
+        ``state().lost`` (``load_msg`` raises ErrStoreCorrupt), never served. The block stays (``bad``); no
+        tombstone is written (it was not deleted: a restart scans the block and finds the record lost again, a
+        replicated stream's replica fetches it again). The owner hears of it (``register_damage_callback``)."""
+        self._rc = None
+        if seq in self._lost or self._locate(seq) is None:
+            return
+        if blk is not self._active:
+            self._pinned[blk.index] = self._idx(blk)  # (as the open-time scan keeps a bad block's index)
+        self._take_live(blk, seq, seq, None)
+        blk.bad = True
+        self._lost.add(seq)
+        cb = self._damage_cb
+        if cb is not None:
+            cb(seq)
+
+    def register_damage_callback(self, cb: Any) -> None:
+        """``cb(seq)`` is called when a read finds message ``seq``'s record damaged (see ``_damaged``); it runs
+        inside the read: the owner acts on it later, not there."""
+        self._damage_cb = cb
 
     def _record_location(self, seq: int) -> tuple[int, str, int, int] | None:
         """(block index, block path, offset, record length) of a live message (tests and tools)."""
