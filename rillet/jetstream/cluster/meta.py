@@ -528,6 +528,7 @@ class JetStreamCluster:
                 else:
                     self._foreign_peer(p, heard=False)
         if self.is_leader():
+            self._add_known_servers()
             self._drop_removed_voters()
             self._replace_removed()
             self._reconcile_tick(now)
@@ -642,6 +643,18 @@ class JetStreamCluster:
                 continue
             self._replacing[key] = now
             self._replace_peer(sa, gone[0])
+
+    def _add_known_servers(self) -> None:
+        """The meta leader adds every online Rillet JetStream server it knows of that is not a member, as
+        nats-server's leader adds a JetStream server it learns of from its statsz. (Servers founding at the
+        same moment can found apart: of three, one may found with the one other server it knew, the other two
+        together; its campaign then reaches only a follower of the real group, never this leader.)"""
+        g = self.group
+        for name in list(self.rillet_js.values()):
+            p = peer_id(name)
+            if p != self.peer and p not in g.peers and (p not in self.state.removed or self._may_rejoin(p)):
+                self._foreign_peer(p, heard=False)
+                return  # (one configuration change at a time)
 
     def _may_rejoin(self, peer: str) -> bool:
         at = self._removed_at.get(peer)
