@@ -305,7 +305,7 @@ def s2_unframe(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _go_time(t: dt.datetime) -> str:
+def go_rfc3339(t: dt.datetime) -> str:
     """RFC 3339 in UTC as Go's encoding/json writes a time.Time (``Z``, fraction only when non-zero)."""
     t = t.astimezone(dt.UTC)
     text = t.strftime("%Y-%m-%dT%H:%M:%S")
@@ -416,11 +416,11 @@ class ResponseCache:
             return
         item: dict[str, Any] = {
             "subject": subject,
-            "cached_at": _go_time(dt.datetime.now(dt.UTC).replace(microsecond=0)),
+            "cached_at": go_rfc3339(dt.datetime.now(dt.UTC).replace(microsecond=0)),
             "resp_status": st.status,
         }
         if st.next_update is not None:
-            item["resp_expires"] = _go_time(st.next_update)
+            item["resp_expires"] = go_rfc3339(st.next_update)
         item["resp"] = base64.b64encode(self.codec[0](raw)).decode()  # (nats-server's form: an S2 stream)
         self.items[key] = item
         self.dirty = True

@@ -33,20 +33,12 @@ from rillet.config.ocsp_section import OCSPStapleConfig, has_must_staple
 from rillet.digest import sha256
 from rillet.gocompat.gotime import format_duration
 
-from .ocsp import GOOD, OCSPError, Status, build_request, parse_response
+from .ocsp import GOOD, OCSPError, Status, build_request, go_rfc3339, parse_response
 
 STORE_SUBDIR = "ocsp"
 CHECK_INTERVAL = 24 * 3600.0   # when the response has no nextUpdate
 MIN_CHECK_INTERVAL = 120.0     # when nextUpdate has passed
 HTTP_TIMEOUT = 30.0            # nats-server's OCSP HTTP client timeout
-
-
-def go_rfc3339(t: dt.datetime) -> str:
-    t = t.astimezone(dt.UTC)
-    text = t.strftime("%Y-%m-%dT%H:%M:%S")
-    if t.microsecond:
-        text += f".{t.microsecond:06d}".rstrip("0")
-    return text + "Z"
 
 
 def check_current(st: Status, now: dt.datetime | None = None) -> None:
