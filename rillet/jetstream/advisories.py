@@ -54,6 +54,12 @@ class Advisories:
                    "io.nats.jetstream.advisory.v1.consumer_action",
                    {"stream": stream.name, "consumer": consumer, "action": action})
 
+    def stream_data_lost(self, jsa: "JSAccount", stream: str, lost: dict[str, Any]) -> None:
+        """Rillet's own (nats-server has none): messages of ``stream`` are lost (``lost``: the sequences and why),
+        as the RAFT layer's report of committed entries no replica holds (rillet.jetstream.cluster.streams)."""
+        self._emit(jsa, f"$JS.EVENT.ADVISORY.STREAM.DATA_LOST.{stream}",
+                   "io.nats.jetstream.advisory.v1.stream_data_lost", {"stream": stream, "lost": lost})
+
     def max_deliveries(self, jsa: "JSAccount", stream: str, consumer: str, sseq: int, deliveries: int) -> None:
         self._emit(jsa, f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}",
                    "io.nats.jetstream.advisory.v1.max_deliver",

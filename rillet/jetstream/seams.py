@@ -213,3 +213,10 @@ class StreamReplication(Protocol):
 
     def consumer_count(self) -> int:
         """The stream's consumers as the meta layer's assignment has them, cluster-wide (0: unknown)."""
+
+    def refetches_damage(self) -> bool:
+        """Damaged records are fetched again from another replica (``refetch_damaged``): a reader waits for them."""
+
+    def refetch_damaged(self) -> bool:
+        """The store found damaged records while running (``state().lost``): fetch them again from a healthy
+        replica (True), or False when there is none to fetch from (one replica: the stream reports them)."""

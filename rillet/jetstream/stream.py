@@ -153,6 +153,9 @@ class Stream(ReplyMixin):
         self.closed = False
         self.scheduler: Any = None  # the message scheduler (rillet.jetstream.schedules), made when first needed
         store.register_remove_callback(self._on_store_remove)
+        self._damage_due = False  # (a damaged record was found on a read: _store_damaged acts after the read)
+        if hasattr(store, "register_damage_callback"):
+            store.register_damage_callback(self._on_store_damage)
         if hasattr(store, "register_marker_callback"):
             store.register_marker_callback(self._on_marker)
 
@@ -875,6 +878,33 @@ class Stream(ReplyMixin):
         seq, ts = self.store.store_msg(subject, hdr, b"", self._apply_ts, ttl)
         self._stored_state(seq, subject, hdr, ts, "")
         self._fx.append((seq, subject, hdr, ts, ttl))
+
+    def _on_store_damage(self, seq: int) -> None:
+        """(the store, inside a read) A record failed its checksum: ``_store_damaged`` once the read is over."""
+        js = getattr(self, "js", None)
+        if self._damage_due or js is None or self.closed:
+            return
+        self._damage_due = True
+        js.loop.call_soon(self._store_damaged)
+
+    def _store_damaged(self) -> None:
+        """Records found damaged while running (the store's ``state().lost``; never served: reads answer as for a
+        missing message). A replicated stream fetches them again from a healthy replica (``refetch_damaged``, the
+        path of damage found when the store opens); otherwise they are reported: an error in the log, the
+        ``stream_data_lost`` advisory, ``state.lost`` in stream info."""
+        self._damage_due = False
+        if self.closed:
+            return
+        lost = self.store.state().lost
+        if not lost:
+            return
+        rep = self.replication
+        if rep is not None and rep.refetch_damaged():
+            return
+        self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': {len(lost)} message(s) lost to "
+                          f"damaged records found while running (first {lost[0]}): no replica to fetch them from")
+        self.js.advisories.stream_data_lost(self.jsa, self.name, {"msgs": list(lost), "bytes": 0,
+                                                                   "cause": "damaged records"})
 
     def _on_store_remove(self, seq: int, subject: str, size: int) -> None:
         """A message left the store while an entry was applied: the consumers hear of it after apply."""

@@ -13,6 +13,7 @@ from rillet.jetstream.api import types as A
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store import ErrTooManyResults
+from rillet.jetstream.store.base import ErrStoreCorrupt
 from rillet.jetstream.stream import Stream
 from rillet.subjects.validate import subject_has_wildcard
 
@@ -20,6 +21,15 @@ if TYPE_CHECKING:
     pass
 
 from rillet.jetstream.api.common import (T, NOT_COUNTED, is_empty_request, _api_level_too_high)
+
+def _or_none(load: Any, *args: Any) -> Any:
+    """A store read for a get: a message whose record is damaged (the store reports it lost, a replicated
+    stream fetches it again) is answered as a missing one, as nats-server answers a read its store fails."""
+    try:
+        return load(*args)
+    except ErrStoreCorrupt:
+        return None
+
 
 _MAX_MULTI_RESULTS = 1024  # subjects one multi_last request may match (413 Too Many Results beyond)
 
@@ -44,12 +54,12 @@ class DirectApi:
         if req.start_time is not None:
             seq = store.get_seq_from_time(parse_time(req.start_time)[0])
         if last:
-            return store.load_last_msg(last)
+            return _or_none(store.load_last_msg, last)
         if nxt:
-            return store.load_next_msg(nxt, max(seq, 1), subject_has_wildcard(nxt))
+            return _or_none(store.load_next_msg, nxt, max(seq, 1), subject_has_wildcard(nxt))
         if seq <= 0:
             return None
-        return store.load_msg(seq)
+        return _or_none(store.load_msg, seq)
 
     def msg_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
         typ = T + "stream_msg_get_response"
@@ -188,11 +198,12 @@ class DirectApi:
         lseq = 0
         for i in range(batch):
             if seq > 0 and not nxt:
-                m = store.load_msg(seq) if i == 0 and not is_batch else store.load_next_msg(">", seq, False)
+                m = (_or_none(store.load_msg, seq) if i == 0 and not is_batch
+                     else _or_none(store.load_next_msg, ">", seq, False))
             elif nxt:
-                m = store.load_next_msg(nxt, seq, wc)
+                m = _or_none(store.load_next_msg, nxt, seq, wc)
             else:
-                m = store.load_last_msg(req.last)
+                m = _or_none(store.load_last_msg, req.last)
             if m is None:
                 if batch > 1 and i > 0:
                     break  # a batch that ran out: the EOB below
@@ -246,7 +257,7 @@ class DirectApi:
             np -= 1
             if s < req.seq:
                 continue
-            m = store.load_msg(s)
+            m = _or_none(store.load_msg, s)
             if m is None:
                 self._status(reply, 404, "Message Not Found")
                 return

@@ -61,7 +61,7 @@ from rillet.jetstream.cluster import lossreport
 from rillet.jetstream.cluster.log import LOST, RESTORED, SYNCED, FastNote, RaftLog
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
-from rillet.jetstream.store.base import StoreError
+from rillet.jetstream.store.base import ErrStoreCorrupt, StoreError
 from rillet.raft.node import FOLLOWER
 from rillet.durable import make_dirs_durable
 
@@ -158,6 +158,9 @@ class StreamReplica:
         self.fast_records: dict[str, Any] = {}  # fast batches known from applied entries (fastbatch.Follower)
         self.direct_deleted: dict[str, float] = {}  # direct consumers deleted through the API here -> when
         self.synced = False  # a SYNCED entry (the store as it is) was proposed since the group last ran solo
+        self._refetch_due = False  # (refetch_damaged) tried again shortly: a handover or a catch-up first
+        self._refetch_handover = False  # (refetch_damaged) this leader asked to step down for it
+        self._wake_from = 0  # (refetch_damaged) the first sequence fetched again (the engines hear of them)
         jsa.streams[cfg.name] = st
         self._start_task = js.loop.create_task(self._start())
 
@@ -184,6 +187,54 @@ class StreamReplica:
                     f"log and the other replicas")
         store.truncate(cut)
         return last - cut
+
+    def refetches_damage(self) -> bool:
+        """(StreamReplication) Damaged records of this replica's store are fetched again from another replica."""
+        return len(self.group.peers) > 1 and self.stream.cfg.storage != "memory"
+
+    def refetch_damaged(self) -> bool:
+        """(StreamReplication) The store found damaged records while running (a read failed the checksum): they
+        are fetched again as damage found when the store opens is (``_drop_damaged``): the store is cut back to
+        the sequence before the first damaged one, and the rest comes from the stream leader through the
+        catch-up (``restore`` of the store's state as it was: the catch-up, then its deletions again), applies
+        held meanwhile. A leader hands its leadership over first (it cannot cut its store under publishes), then
+        fetches as a follower. False when there is no other replica (the stream reports the loss)."""
+        if not self.refetches_damage():
+            return False
+        if self.closed or self._refetch_due:
+            return True
+        store = self.stream.store
+        if not store.state().lost:
+            return True
+        loop = self.cs.js.loop
+        if self.leader or self.group.is_leader or self.catching_up():
+            if (self.leader or self.group.is_leader) and not self._refetch_handover:
+                self._refetch_handover = True
+                self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': damaged "
+                                    f"message(s) found in the store (first {min(store.state().lost)}): stepping "
+                                    f"down to fetch them again from the other replicas")
+                try:
+                    self.group.stepdown()
+                except (NotLeader, ValueError):  # (nobody to hand over to yet: tried again below)
+                    self._refetch_handover = False
+            self._refetch_due = True
+            loop.call_later(0.5, self._refetch_again)
+            return True
+        self._refetch_handover = False
+        st = self.stream
+        state = self._store_state()
+        fx = len(st._fx)
+        cut = self._drop_damaged(store, st.cfg, self.jsa, self.cs.js)
+        del st._fx[fx:]  # (cut to be fetched again: not removals the consumers act on)
+        self.refetch += cut
+        self._wake_from = store.last_seq + 1
+        self.restore(_enc.encode(state))
+        return True
+
+    def _refetch_again(self) -> None:
+        self._refetch_due = False
+        if not self.closed:
+            self.refetch_damaged()
 
     @property
     def consumers(self) -> dict[str, Any]:
@@ -656,13 +707,8 @@ class StreamReplica:
         info = dict(self.data_lost or {})
 
         def build(acc: str) -> tuple[str, dict]:
-            d = monitor._adv("stream_data_lost", now)
-            if acc:
-                d["account"] = acc
-            d.update({"stream": self.name, "raft_group": self.group.name, "lost": info})
-            dom = self.cs.js.domain or ""
-            if dom:
-                d["domain"] = dom
+            d = monitor._adv("stream_data_lost", now, acc, self.cs.js.domain or "",
+                             {"stream": self.name, "raft_group": self.group.name, "lost": info})
             return f"{monitor.ADV}.STREAM.DATA_LOST.{self.name}", d
         send_advisory(self.cs, self.jsa, build)
 
@@ -777,7 +823,7 @@ class StreamReplica:
         """A new stream leader: remove what every consumer has acknowledged (a removal the previous leader
         proposed may not have committed)."""
         from rillet.jetstream.retention import needs_ack
-        from rillet.jetstream.store.base import StoreError
+        from rillet.jetstream.store.base import ErrStoreCorrupt, StoreError
         st = self.stream
         cons = [c for c in st.consumers.values() if not c.closed]
         if not cons:
@@ -806,8 +852,17 @@ class StreamReplica:
     # ---- snapshots and catch-up ---------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
+        return _enc.encode(self._store_state())
+
+    def _store_state(self) -> dict:
+        """The store's sequence state as a snapshot has it. Damaged records (``lost``: a checksum failed) are
+        not deletions: a replica installing it fetches them."""
         st = self.stream.store.state()
-        return _enc.encode({"first": st.first_seq, "last": st.last_seq, "deleted": list(st.deleted)})
+        deleted = st.deleted
+        if st.lost:
+            lost = set(st.lost)
+            deleted = [s for s in deleted if s not in lost]
+        return {"first": st.first_seq, "last": st.last_seq, "deleted": list(deleted)}
 
     def restore(self, data: bytes) -> None:
         snap = _dec.decode(data)
@@ -892,11 +947,26 @@ class StreamReplica:
                         return
                     self._finish_snapshot(nsnap)
                 self.log.release()
+                self._wake_engines()
         except Exception as e:
             self.cs.js.log.error(f"JetStream cluster: '{self.jsa.account.name} > {self.name}': catch-up "
                                  f"failed: {e!r}")
         finally:
             ic.remove_sub(sub)
+
+    def _wake_engines(self) -> None:
+        """After a catch-up that fetched damaged records again: the consumer engines running here hear of the
+        messages it stored (they were waiting for them: see ConsumerEngine._load_next)."""
+        start, self._wake_from = self._wake_from, 0
+        if not start:
+            return
+        engines = [cr.c for cr in self.creps.values() if cr.c.engine and not cr.c.closed]
+        store = self.stream.store
+        for seq in range(start, store.last_seq + 1) if engines else ():
+            subj = store.subject_for_seq(seq)
+            if subj is not None:
+                for c in engines:
+                    c.on_stream_msg(seq, subj)
 
     def _on_sync(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         """The leader's side of a catch-up: the messages from ``from`` on (up to ``to``), in one chunk."""
@@ -915,7 +985,10 @@ class StreamReplica:
         store.read_begin()  # (in sequence order: the store may read ahead)
         try:
             while seq <= to and len(out) < SYNC_MSGS and size < SYNC_BYTES:
-                m = store.load_next_msg(">", seq, True)
+                try:
+                    m = store.load_next_msg(">", seq, True)
+                except ErrStoreCorrupt:
+                    break  # (damaged here: the messages before it; this leader hands over to fetch it again)
                 if m is None or m.seq > to:
                     break
                 out.append((m.seq, m.subject, m.hdr, m.data, m.ts))

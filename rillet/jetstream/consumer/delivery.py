@@ -127,6 +127,11 @@ class DeliveryMixin:
                 continue
             m = self._read(seq)
             if m is None:
+                if self.refetch_wait == seq:  # (damaged, fetched again by the replica: delivered once back)
+                    self.refetch_wait = 0
+                    self.rdq.appendleft(seq)
+                    self.rdqi.add(seq)
+                    return None, 0, 0
                 # gone from the stream meanwhile (or unreadable, logged): treat like an ack
                 self.on_stream_remove(seq)
                 continue
@@ -143,6 +148,7 @@ class DeliveryMixin:
                 self.sseq = seq + 1
             m = self._read(seq)
             if m is None:
+                self.refetch_wait = 0  # (a skip list's message: skipped either way)
                 return self._next_msg()
             if self.lss is None:
                 self.npc_dirty = True
@@ -151,6 +157,10 @@ class DeliveryMixin:
             return m, 1, 2
         m = self._load_next(self.sseq)
         if m is None:
+            if self.refetch_wait:  # (damaged, fetched again by the replica: waited for, sseq stays there)
+                self.sseq = self.refetch_wait
+                self.refetch_wait = 0
+                return None, 0, 0
             st = store.state()
             if self.sseq <= st.last_seq:
                 self.sseq = st.last_seq + 1

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.jetstream.consumer.state import (C_GONE, C_PURGED, C_START, ConsumerStateMachine)
 from rillet.jetstream.log import SingleNodeLog
-from rillet.jetstream.store.base import ErrStoreClosed, StoreError
+from rillet.jetstream.store.base import ErrStoreClosed, ErrStoreCorrupt, StoreError
 from rillet.jetstream.stream import now_ns
 from rillet.subjects.validate import subject_has_wildcard, subject_matches_filter
 
@@ -120,6 +120,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         self._ahead: list = []  # (the messages a run read ahead, last first: DeliveryMixin._next_in_run)
         self.load_errors = 0  # messages the store could not read (logged once each, then skipped)
         self._bad_seqs: set[int] = set()
+        self.refetch_wait = 0  # a damaged message a replica fetches again: waited for, not skipped (_load_next)
         self._flush_soon = False
         self.persist: Any = None
         # priority groups (rillet.jetstream.consumer.priority): the pin is the leader's, as nats-server's
@@ -439,9 +440,18 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
                 raise
             except (StoreError, OSError) as e:
                 seq = self._failed_seq(e, start)
+                if self._refetched(e):
+                    self.refetch_wait = seq  # (the stream replica kicks the engine once it is back)
+                    return None
                 self._load_failed(seq, e)
                 self.npc_dirty = True
                 start = max(seq, start) + 1
+
+    def _refetched(self, err: Exception) -> bool:
+        """The message could not be read because its record is damaged, and the stream is replicated: the replica
+        fetches it again (StreamReplica.refetch_damaged), so it is waited for rather than skipped."""
+        rep = self.stream.replication
+        return isinstance(err, ErrStoreCorrupt) and rep is not None and rep.refetches_damage()
 
     def _read(self, seq: int) -> Any:
         """The message at ``seq`` for delivery: None when deleted or missing, and when the store cannot
@@ -451,6 +461,9 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         except ErrStoreClosed:
             raise
         except (StoreError, OSError) as e:
+            if self._refetched(e):
+                self.refetch_wait = seq
+                return None
             self._load_failed(seq, e)
             return None
 
