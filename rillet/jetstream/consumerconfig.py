@@ -297,6 +297,14 @@ def _times_equal(a: str | None, b: str | None) -> bool:
     return time_ns(a) == time_ns(b)
 
 
+# the fields a consumer update may not change, in nats-server's order of checking, with the name its error uses
+_FIXED_CONSUMER_FIELDS = (
+    ("deliver_policy", "deliver policy"), ("mem_storage", "storage type"), ("direct", "direct"),
+    ("sourcing", "sourcing"), ("opt_start_seq", "start sequence"), ("opt_start_time", "start time"),
+    ("ack_policy", "ack policy"), ("replay_policy", "replay policy"), ("idle_heartbeat", "heart beats"),
+    ("flow_control", "flow control"))
+
+
 def check_consumer_update(old: ConsumerConfig, new: ConsumerConfig, *,
                           deliver_subject_in_use: Callable[[str], bool] | None = None) -> None:
     """nats-server's rules for changing an existing consumer from ``old`` to ``new`` (both with defaults).
@@ -312,26 +320,10 @@ def check_consumer_update(old: ConsumerConfig, new: ConsumerConfig, *,
     def fail(msg: str) -> ApiError:
         return jserr.CONSUMER_CREATE(err=msg)
 
-    if old.deliver_policy != new.deliver_policy:
-        raise fail("deliver policy can not be updated")
-    if old.mem_storage != new.mem_storage:
-        raise fail("storage type can not be updated")
-    if old.direct != new.direct:
-        raise fail("direct can not be updated")
-    if old.sourcing != new.sourcing:
-        raise fail("sourcing can not be updated")
-    if old.opt_start_seq != new.opt_start_seq:
-        raise fail("start sequence can not be updated")
-    if not _times_equal(old.opt_start_time, new.opt_start_time):
-        raise fail("start time can not be updated")
-    if old.ack_policy != new.ack_policy:
-        raise fail("ack policy can not be updated")
-    if old.replay_policy != new.replay_policy:
-        raise fail("replay policy can not be updated")
-    if old.idle_heartbeat != new.idle_heartbeat:
-        raise fail("heart beats can not be updated")
-    if old.flow_control != new.flow_control:
-        raise fail("flow control can not be updated")
+    for field, what in _FIXED_CONSUMER_FIELDS:
+        a, b = getattr(old, field), getattr(new, field)
+        if not (_times_equal(a, b) if field == "opt_start_time" else a == b):
+            raise fail(f"{what} can not be updated")
     if old.deliver_subject != new.deliver_subject:
         if not old.deliver_subject:
             raise fail("can not update pull consumer to push based")

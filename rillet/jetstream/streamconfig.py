@@ -221,6 +221,14 @@ def normalize_stream_config(
     return cfg
 
 
+# what a mirror may not have, each with its error, in nats-server's order of checking (first_seq, checked
+# before these, is a number rather than a flag)
+_NOT_WITH_MIRROR = (
+    ("subjects", jserr.MIRROR_WITH_SUBJECTS), ("sources", jserr.MIRROR_WITH_SOURCES),
+    ("allow_msg_counter", jserr.MIRROR_WITH_COUNTERS), ("allow_atomic", jserr.MIRROR_WITH_ATOMIC_PUBLISH),
+    ("allow_batched", jserr.MIRROR_WITH_BATCH_PUBLISH), ("allow_msg_schedules", jserr.MIRROR_WITH_MSG_SCHEDULES))
+
+
 def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_stream: StreamLookup | None = None,
                         server_limits: ServerLimits | None = None,
                         account_limits: AccountLimits | None = None) -> StreamConfig:
@@ -335,18 +343,9 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
     if m is not None:
         if cfg.first_seq > 0:
             raise jserr.MIRROR_WITH_FIRST_SEQ()
-        if cfg.subjects:
-            raise jserr.MIRROR_WITH_SUBJECTS()
-        if cfg.sources:
-            raise jserr.MIRROR_WITH_SOURCES()
-        if cfg.allow_msg_counter:
-            raise jserr.MIRROR_WITH_COUNTERS()
-        if cfg.allow_atomic:
-            raise jserr.MIRROR_WITH_ATOMIC_PUBLISH()
-        if cfg.allow_batched:
-            raise jserr.MIRROR_WITH_BATCH_PUBLISH()
-        if cfg.allow_msg_schedules:
-            raise jserr.MIRROR_WITH_MSG_SCHEDULES()
+        for field, err in _NOT_WITH_MIRROR:
+            if getattr(cfg, field):
+                raise err()
         c = m.consumer
         if c is not None:
             if (not is_valid_asset_name(c.name) or not subject_is_literal(c.deliver_subject)
