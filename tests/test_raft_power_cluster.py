@@ -46,6 +46,8 @@ class Member(ClusterMember):
         except urllib.error.HTTPError as e:
             return json.loads(e.read())
 
+    def close(self) -> None:
+        super().close()
         self.fs.close()
 
 
