@@ -69,7 +69,7 @@ async def test_request_context_nats_js(pair_of) -> None:
         async def on_error(e: Exception) -> None:
             errors.append(repr(e))
         nc = await nats.connect(url, user="s", password="s", error_cb=on_error)
-        ctx = json.loads((await nc.request("$SYS.REQ.USER.INFO", b"", timeout=2)).data)["data"]
+        ctx = json.loads((await nc.request("$SYS.REQ.USER.INFO", b"", timeout=10)).data)["data"]
         seen: list[dict] = []
 
         async def responder(msg) -> None:
@@ -79,7 +79,7 @@ async def test_request_context_nats_js(pair_of) -> None:
         await nc.subscribe("q.>", cb=responder)
         await nc.flush()
         a = await nats.connect(url, user="a", password="a")
-        answer = await a.request("q.hello", b"", timeout=2)
+        answer = await a.request("q.hello", b"", timeout=10)
         await a.close()
         await nc.close()
         assert len(seen) == 1
@@ -130,7 +130,7 @@ async def test_request_info_fields(pair_of) -> None:
             conns.append(nc)
         a = await nats.connect(url, user="a", password="a", name="requester")
         for s in ("q.1", "sh.1", "sys.1"):
-            assert (await a.request(s, b"", timeout=2, headers={"Foo": "bar"})).data == b"ok"
+            assert (await a.request(s, b"", timeout=10, headers={"Foo": "bar"})).data == b"ok"
         for nc in conns + [a]:
             await nc.close()
         out = {}
@@ -176,7 +176,7 @@ async def test_no_responders_decided_by_whole_delivery(pair_of) -> None:
 
         async def ask(subject: str) -> str:
             try:
-                return (await nb.request(subject, b"", timeout=0.5)).data.decode()
+                return (await nb.request(subject, b"", timeout=3)).data.decode()  # (generous: a loaded CI)
             except NoRespondersError:
                 return "503"
             except asyncio.TimeoutError:
@@ -231,8 +231,8 @@ async def test_kv_cross_account_history(pair_of) -> None:
         await kv.put("B", b"B")
         await kv.delete("B")
         nb = await nats.connect(url, user="b", password="b", inbox_prefix="forb")
-        info = json.loads((await nb.request("froma.STREAM.INFO.KV_a", b"", timeout=2)).data)
-        put = await nb.request("froma.$KV.a.C", b"C", timeout=2)
+        info = json.loads((await nb.request("froma.STREAM.INFO.KV_a", b"", timeout=10)).data)
+        put = await nb.request("froma.$KV.a.C", b"C", timeout=10)
         hist: list = []
         done = asyncio.get_running_loop().create_future()
 
@@ -249,7 +249,7 @@ async def test_kv_cross_account_history(pair_of) -> None:
             "stream_name": "KV_a", "config": {"deliver_subject": "forb.hist", "deliver_policy": "all",
                                               "ack_policy": "none", "filter_subject": "$KV.a.>",
                                               "mem_storage": True, "inactive_threshold": 5_000_000_000}}).encode(),
-            timeout=2)).data)
+            timeout=10)).data)
         await asyncio.wait_for(done, 5)
         c = await kv.get("C")
         await na.close()
