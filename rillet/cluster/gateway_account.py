@@ -38,11 +38,11 @@ class GatewayInterest:
 
     def local_interest(self, acc: Any, sub: Any, added: bool) -> None:
         if not origin_only(sub):
-            self.gateway.update_interest(acc.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
+            self.gateway.update_interest(acc.name_b, subject_b(sub), queue_b(sub), 1 if added else -1,
                                          sub if added else None)
 
     def routed_interest(self, acc: Any, sub: Any, added: bool) -> None:
-        self.gateway.update_interest(acc.name_b, _subject_b(sub), _queue_b(sub), 1 if added else -1,
+        self.gateway.update_interest(acc.name_b, subject_b(sub), queue_b(sub), 1 if added else -1,
                                      sub if added else None)
 
 
@@ -251,11 +251,12 @@ def deliver_routed(acc: Any, rc: Any, subject: bytes, reply: bytes | None, queue
         Account.deliver_routed(acc, rc, subject, reply, queues, hdr, msg)
 
 
-def _subject_b(sub: Any) -> bytes:
+def subject_b(sub: Any) -> bytes:
+    """A subscription's subject as bytes (its cached ``subject_b`` when it has one); the leaf manager uses it too."""
     return getattr(sub, "subject_b", None) or sub.subject.encode("utf-8", "surrogateescape")
 
 
-def _queue_b(sub: Any) -> bytes | None:
+def queue_b(sub: Any) -> bytes | None:
     q = getattr(sub, "queue_b", None)
     if q:
         return q

@@ -466,7 +466,7 @@ class LeafNodes(Listening):
         frames = []
         for sub in _all_subs(acc):
             if self._wants(lc, sub):
-                lc.smap.add(b"", _sb(sub), _qb(sub), n=_count(sub))
+                lc.smap.add(b"", ga.subject_b(sub), ga.queue_b(sub), n=_count(sub))
         for m in acc.mappings:  # a leaf's publish on a mapped subject must reach us (as nats-server)
             lc.smap.add(b"", m.src.encode("utf-8", "surrogateescape"))
         for u in lc.smap.snapshot():
@@ -535,10 +535,11 @@ class LeafNodes(Listening):
                 cl.local_interest(acc, sub, added, c.remote_cluster.encode() if c.remote_cluster else None)
             gw = self.server.gateway
             if gw is not None:  # part of this cluster's interest for the other clusters
-                gw.update_interest(acc.name_b, _sb(sub), _qb(sub), 1 if added else -1, sub if added else None)
+                gw.update_interest(acc.name_b, ga.subject_b(sub), ga.queue_b(sub), 1 if added else -1,
+                                   sub if added else None)
         if not self.conns:
             return
-        sb, qb = _sb(sub), _qb(sub)
+        sb, qb = ga.subject_b(sub), ga.queue_b(sub)
         n = n or _count(sub)
         sent = False
         for lc in self.conns:
@@ -620,17 +621,6 @@ def _sign(seed: str, nonce: bytes) -> str:
     import nkeys
     kp = nkeys.from_seed(seed.encode() if isinstance(seed, str) else seed)
     return base64.urlsafe_b64encode(kp.sign(nonce)).rstrip(b"=").decode()
-
-
-def _sb(sub: Any) -> bytes:
-    return getattr(sub, "subject_b", None) or sub.subject.encode("utf-8", "surrogateescape")
-
-
-def _qb(sub: Any) -> bytes | None:
-    q = getattr(sub, "queue_b", None)
-    if q:
-        return q
-    return sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None
 
 
 def _count(sub: Any) -> int:
