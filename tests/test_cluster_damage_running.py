@@ -116,6 +116,62 @@ def test_damage_found_while_running_is_fetched_again_on_r3(tmp_path) -> None:
             m.close()
 
 
+def test_a_consumer_waits_for_a_damaged_message_fetched_again(tmp_path) -> None:
+    # the damaged copy is on the server where the R3 consumer delivers from: every message is delivered, in
+    # order, with its data (the damaged one once fetched again, never skipped)
+    cports = [free_port() for _ in range(3)]
+    members = []
+    for k in range(3):
+        d = os.path.join(str(tmp_path), f"c{k + 1}")
+        os.makedirs(os.path.join(d, "store"))
+        members.append(ClusterMember(d, f"c{k + 1}", os.path.join(d, "store"), "dc", cports, cports[k]))
+    try:
+        for m in members:
+            m.start()
+        for m in members:
+            m.proc.wait_log("Server is ready", timeout=30)
+        urls = [m.url for m in members]
+        asyncio.run(_request(urls, "$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"],
+                                                                "num_replicas": 3, "storage": "file"}))
+        asyncio.run(_publish(urls[0], "p.x"))
+        asyncio.run(_request(urls, "$JS.API.STREAM.INFO.P", want=lambda d: "error" not in d and all(
+            r.get("current") for r in d.get("cluster", {}).get("replicas", [])) and d["state"]["messages"] == N))
+        ci = asyncio.run(_request(urls, "$JS.API.CONSUMER.CREATE.P.C", {
+            "stream_name": "P", "config": {"durable_name": "C", "ack_policy": "explicit", "num_replicas": 3}},
+            want=lambda d: "error" not in d and d.get("cluster", {}).get("leader")))
+        victim = next(m for m in members if m.name == ci["cluster"]["leader"])
+        mark = len(victim.proc.lines)
+        _flip(os.path.join(str(tmp_path), victim.name, "store"), "P", 100)
+
+        async def consume() -> list[tuple[int, bytes]]:
+            nc = await nats.connect(victim.url)
+            js = nc.jetstream()
+            sub = await js.pull_subscribe_bind("C", stream="P")
+            got: list[tuple[int, bytes]] = []
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            try:
+                while len(got) < N and loop.time() < deadline:
+                    try:
+                        msgs = await sub.fetch(50, timeout=2)
+                    except nats.errors.TimeoutError:
+                        continue
+                    for m in msgs:
+                        got.append((m.metadata.sequence.stream, m.data))
+                        await m.ack()
+            finally:
+                await nc.close()
+            return got
+        got = asyncio.run(consume())
+        assert [s for s, _ in got] == list(range(1, N + 1)), [s for s, _ in got][95:110]
+        assert all(d == _data(s - 1) for s, d in got)
+        assert "record failed its checksum" in "\n".join(victim.proc.lines[mark:])
+        victim.proc.wait_log(r"damaged message\(s\) in the store \(first 101\): dropping", timeout=20, after=mark)
+    finally:
+        for m in members:
+            m.close()
+
+
 def test_damage_found_while_running_is_reported_on_r1(tmp_path) -> None:
     store = os.path.join(str(tmp_path), "store")
     port = free_port()
