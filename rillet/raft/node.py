@@ -567,6 +567,16 @@ class Node(Recovery):
 
     # ---- follower side -----------------------------------------------------------------------------------
 
+    def _follow_commit(self, c: int) -> None:
+        """A follower's commit moves up to ``c`` (never back); it has caught up once the commit reaches the
+        leader's, and a recovering node learns here that it has heard from the leader."""
+        if c > self.commit:
+            self.commit = c
+        if self.catching_up and self.commit >= self.leader_commit:
+            self.catching_up = False
+        if self.recovering:
+            self._caught_up_from_leader()
+
     def _handle_heartbeat(self, m: Heartbeat) -> None:
         if m.leader_commit > self.leader_commit:
             self.leader_commit = m.leader_commit
@@ -578,23 +588,14 @@ class Node(Recovery):
             self.msgs.append(HeartbeatResponse(self.term, self.id, m.frm, True, mi, hint, self.term_at(hint) or 0))
             self.catching_up = True
             return
-        c = min(m.commit, self.last_index())  # (m.commit is at most the match just checked)
-        if c > self.commit:
-            self.commit = c
-        if self.catching_up and self.commit >= self.leader_commit:
-            self.catching_up = False
-        if self.recovering:
-            self._caught_up_from_leader()
+        self._follow_commit(min(m.commit, self.last_index()))  # (m.commit is at most the match just checked)
         self.msgs.append(HeartbeatResponse(self.term, self.id, m.frm))
 
     def _handle_append(self, m: AppendEntries) -> None:
         if m.commit > self.leader_commit:
             self.leader_commit = m.commit
         if m.prev_index < self.commit:
-            if self.catching_up and self.commit >= self.leader_commit:
-                self.catching_up = False
-            if self.recovering:
-                self._caught_up_from_leader()
+            self._follow_commit(self.commit)
             self.msgs.append(AppendResponse(self.term, self.id, m.frm, self.commit))
             return
         if self.term_at(m.prev_index) == m.prev_term:
@@ -618,13 +619,7 @@ class Node(Recovery):
                     self._truncate_from(i)
                     self._append(ents[k:])
                     break
-            c = min(m.commit, last_new)
-            if c > self.commit:
-                self.commit = c
-            if self.catching_up and self.commit >= self.leader_commit:
-                self.catching_up = False
-            if self.recovering:
-                self._caught_up_from_leader()
+            self._follow_commit(min(m.commit, last_new))
             if not m.quiet or ents:
                 self.msgs.append(AppendResponse(self.term, self.id, m.frm, last_new))
         else:
@@ -654,10 +649,7 @@ class Node(Recovery):
             self.stable = s.index
             self.unstable_from = s.index + 1
             self._snap_out = s
-        if self.catching_up and self.commit >= self.leader_commit:
-            self.catching_up = False
-        if self.recovering:
-            self._caught_up_from_leader()
+        self._follow_commit(self.commit)
         self.msgs.append(AppendResponse(self.term, self.id, m.frm, s.index))
 
     def _handle_vote(self, m: VoteRequest) -> None:
