@@ -692,13 +692,8 @@ class ConsumerReplica:
         info = dict(self.data_lost)
 
         def build(acc: str) -> tuple[str, dict]:
-            d = monitor._adv("consumer_data_lost", now)
-            if acc:
-                d["account"] = acc
-            d.update({"stream": rep.name, "consumer": self.name, "raft_group": self.group.name, "lost": info})
-            dom = self.cs.js.domain or ""
-            if dom:
-                d["domain"] = dom
+            d = monitor._adv("consumer_data_lost", now, acc, self.cs.js.domain or "",
+                             {"stream": rep.name, "consumer": self.name, "raft_group": self.group.name, "lost": info})
             return f"{monitor.ADV}.CONSUMER.DATA_LOST.{rep.name}.{self.name}", d
         send_advisory(self.cs, rep.jsa, build)
 
