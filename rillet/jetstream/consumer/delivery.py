@@ -115,7 +115,6 @@ class DeliveryMixin:
 
     def _next_msg(self) -> tuple[Any, int, int]:
         """(message, delivery count, source) — source 1 = redelivery queue, 2 = skip list, 0 = stream."""
-        store = self.stream.store
         while self.rdq:
             seq = self.rdq.popleft()
             self.rdqi.discard(seq)
@@ -161,16 +160,21 @@ class DeliveryMixin:
                 self.sseq = self.refetch_wait
                 self.refetch_wait = 0
                 return None, 0, 0
-            st = store.state()
-            if self.sseq <= st.last_seq:
-                self.sseq = st.last_seq + 1
-            if self.npc and not self.npc_dirty:
-                self.npc = 0
+            self._at_stream_end()
             return None, 0, 0
         self.sseq = m.seq + 1
         if not self.npc_dirty:
             self.npc -= 1
         return m, 1, 0
+
+    def _at_stream_end(self) -> None:
+        """Nothing more to read from ``sseq`` on: the next read starts past the stream's last message
+        (sequences deleted on the way are passed over), and a clean pending count is 0."""
+        last = self.stream.store.state().last_seq
+        if self.sseq <= last:
+            self.sseq = last + 1
+        if self.npc and not self.npc_dirty:
+            self.npc = 0
 
     def _undo(self, m: Any, dc: int, src: int) -> None:
         if src == 1:
@@ -340,14 +344,9 @@ class DeliveryMixin:
         r = acc.match(dsubj_s)
         if not _plain_receivers(r):
             return -1
-        store = self.stream.store
         m = self._next_in_run()
         if m is None:
-            st = store.state()
-            if self.sseq <= st.last_seq:
-                self.sseq = st.last_seq + 1
-            if self.npc and not self.npc_dirty:
-                self.npc = 0
+            self._at_stream_end()
             return 0
         d0 = self.dseq if self.dseq >= self._ndseq else self._ndseq
         seqs: list[int] = []
