@@ -126,13 +126,19 @@ def _split(token: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def _check_header(h: str) -> None:
+def _json_object(part: str, what: str) -> dict:
+    """A token part decoded (base64url, then JSON), which must be an object; else ``invalid <what>``."""
     try:
-        header = json.loads(_b64dec(h))
+        obj = json.loads(_b64dec(part))
     except (ValueError, UnicodeDecodeError):
-        raise JwtError("invalid header") from None
-    if not isinstance(header, dict):
-        raise JwtError("invalid header")
+        raise JwtError(f"invalid {what}") from None
+    if not isinstance(obj, dict):
+        raise JwtError(f"invalid {what}")
+    return obj
+
+
+def _check_header(h: str) -> None:
+    header = _json_object(h, "header")
     typ = header.get("typ")
     if not isinstance(typ, str) or typ.upper() != "JWT":
         raise JwtError(f'not supported type "{typ}"')
@@ -145,13 +151,7 @@ def decode_unverified(token: str) -> dict:
     """The claims of ``token`` after checking its header, without checking the signature."""
     h, p, _s = _split(token)
     _check_header(h)
-    try:
-        claims = json.loads(_b64dec(p))
-    except (ValueError, UnicodeDecodeError):
-        raise JwtError("invalid claims") from None
-    if not isinstance(claims, dict):
-        raise JwtError("invalid claims")
-    return claims
+    return _json_object(p, "claims")
 
 
 def decode(token: str) -> dict:
