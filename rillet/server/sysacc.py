@@ -348,26 +348,26 @@ class SystemAccount:
 
     def client_connected(self, c: Any) -> None:
         """Called once a client's CONNECT is accepted."""
-        if self.client is None:
-            return
-        subj = f"$SYS.ACCOUNT.{c.account.name}.CONNECT"
-        if not self.interest(subj):
-            return
-        now = format_time(time.time_ns())
-        self.send(subj, {"type": CONNECT_TYPE, "id": _event_id(), "timestamp": now,
-                         "server": self.server_info(), "client": self.client_info(c)})
+        if self.client is not None:
+            self._client_event(c, "CONNECT", CONNECT_TYPE, gone=False)
 
     def client_disconnected(self, c: Any) -> None:
         """Called when a client that had sent CONNECT goes away."""
-        if self.client is None or not getattr(c, "connect_received", False):
-            return
-        subj = f"$SYS.ACCOUNT.{c.account.name}.DISCONNECT"
+        if self.client is not None and getattr(c, "connect_received", False):
+            self._client_event(c, "DISCONNECT", DISCONNECT_TYPE, gone=True)
+
+    def _client_event(self, c: Any, what: str, typ: str, gone: bool) -> None:
+        """``$SYS.ACCOUNT.<account>.<what>`` about client ``c``, when anyone listens; a client ``gone`` is
+        reported with its message counts and the reason it was closed."""
+        subj = f"$SYS.ACCOUNT.{c.account.name}.{what}"
         if not self.interest(subj):
             return
-        now = format_time(time.time_ns())
-        self.send(subj, {"type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": now,
-                         "server": self.server_info(), "client": self.client_info(c, disconnect=True),
-                         **self._stats(c), "reason": c.close_reason or "Client Closed"})
+        ev = {"type": typ, "id": _event_id(), "timestamp": format_time(time.time_ns()),
+              "server": self.server_info(), "client": self.client_info(c, disconnect=gone)}
+        if gone:
+            ev.update(self._stats(c))
+            ev["reason"] = c.close_reason or "Client Closed"
+        self.send(subj, ev)
 
     @staticmethod
     def _stats(c: Any) -> dict:
