@@ -124,11 +124,16 @@ async def run_cluster(n: int = 3, *, name: str = "rillet", log: Logger | None = 
             await wait_meta_leader(servers, max(deadline - loop.time(), 0.0) + 5.0)
         yield servers
     finally:
-        for srv in reversed(servers):
-            await srv.shutdown()
-        if tmp is not None:
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
+        await _shut_down(servers, tmp)
+
+
+async def _shut_down(servers: list[Server], tmp: str | None) -> None:
+    """Stop the servers of a cluster (the last started first) and remove the store directory made for them."""
+    for srv in reversed(servers):
+        await srv.shutdown()
+    if tmp is not None:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 async def wait_meta_leader(servers: list[Server], timeout: float = 10.0, members: int = 0) -> Server:
@@ -271,8 +276,4 @@ async def run_super_cluster(clusters: int = 2, servers: int | Sequence[int] = 1,
                                    members=sum(size_of[cn] for cn in js_clusters))
         yield out
     finally:
-        for srv in reversed(every):
-            await srv.shutdown()
-        if tmp is not None:
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
+        await _shut_down(every, tmp)
