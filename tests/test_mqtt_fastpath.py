@@ -128,3 +128,46 @@ def test_mqtt5_bulk_publishes_as_the_packet_path(tmp_path):
                 assert m.headers.get("k") == (w[3][0][1] if w[3] else None)
             await nc.close()
         asyncio.run(run())
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+@pytest.mark.parametrize("watched", [False, True])
+def test_qos1_store_answers(kind, watched, tmp_path):
+    """A QoS 1 PUBLISH is stored in $MQTT_msgs and PUBACKed once stored; a store the stream refuses closes the
+    connection without a PUBACK. Rillet hands the message straight to the stream when the stream's
+    subscription is the subject's only one, and through the account's delivery (reply subject, PubAck
+    message) when a NATS subscriber also listens on ``$MQTT.msgs.>`` (``watched``): the answers are the same,
+    and the watcher gets every message either way."""
+    import asyncio
+
+    import nats
+
+    with mqtt_target(kind, tmp_path) as t:
+        async def run() -> None:
+            pub = Raw(t.mqtt_port)
+            assert pub.connect("stpub").rc == 0  # (the account's MQTT streams exist from here)
+            nc = await nats.connect(t.nats_url)
+            js = nc.jetstream()
+            watch = await nc.subscribe("$MQTT.msgs.>") if watched else None
+            await nc.flush()
+            first = (await js.stream_info("$MQTT_msgs")).state.last_seq
+            for i in range(5):
+                pub.send(C.Publish("st/a", b"m%d" % i, 1, pi=i + 1))
+            assert [pub.read() for _ in range(5)] == [C.Ack(C.PUBACK, i + 1) for i in range(5)]
+            assert (await js.stream_info("$MQTT_msgs")).state.last_seq == first + 5
+            cfg = (await js.stream_info("$MQTT_msgs")).config
+            cfg.max_msg_size = 64
+            await js.update_stream(cfg)
+            pub.send(C.Publish("st/a", b"small", 1, pi=6))
+            assert pub.read() == C.Ack(C.PUBACK, 6)
+            pub.send(C.Publish("st/a", b"x" * 100, 1, pi=7))  # refused by the stream: no PUBACK, closed
+            assert pub.closed(timeout=10)
+            assert (await js.stream_info("$MQTT_msgs")).state.last_seq == first + 6
+            if watch is not None:
+                got = [await watch.next_msg(timeout=5) for _ in range(7)]
+                assert [(m.subject, m.data) for m in got] == \
+                    [("$MQTT.msgs.st.a", b"m%d" % i) for i in range(5)] + \
+                    [("$MQTT.msgs.st.a", b"small"), ("$MQTT.msgs.st.a", b"x" * 100)]
+                assert all(m.headers == {"Nmqtt-Pub": "1"} for m in got)
+            await nc.close()
+        asyncio.run(run())

@@ -26,6 +26,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+import rillet.server.msgtrace as _mt
+
 if TYPE_CHECKING:
     from .conn import MqttConn
 
@@ -114,6 +116,42 @@ def _store_error(hdr: int, msg: bytes) -> BaseException | None:
     return None
 
 
+def _stream_class() -> Any:
+    from rillet.jetstream.stream import Stream
+    return Stream
+
+
+def _single_log() -> Any:
+    from rillet.jetstream.log import SingleNodeLog
+    return SingleNodeLog
+
+
+class _StoreAck:
+    """The answer to a store that went straight to its stream (``JSA.store_cb``), through the stream's seam for
+    answers that are not a reply subject (``Stream.process``'s ``fast``; the fast batch's ``FastMsg`` is the
+    other one): stored (after the message is written) or a duplicate is ``cb(arg, None)``, an error
+    ``cb(arg, JSAPIError)`` with the error the PubAck would have carried."""
+
+    __slots__ = ("cb", "arg")
+
+    def __init__(self, cb: Callable[[Any, BaseException | None], None], arg: Any) -> None:
+        self.cb = cb
+        self.arg = arg
+
+    def proposed(self) -> None:
+        pass
+
+    def stored(self, seq: int) -> bool:
+        self.cb(self.arg, None)
+        return False
+
+    def duplicate(self, dseq: int) -> None:
+        self.cb(self.arg, None)
+
+    def error(self, err: Any, proposed: bool = False) -> None:
+        self.cb(self.arg, JSAPIError(err.to_dict()))
+
+
 class JSA:
     """JetStream API requests and stream publishes of one account, from this server's MQTT side."""
 
@@ -134,6 +172,8 @@ class JSA:
         # stores waiting for their PubAck, by reply token, oldest first: (callback, its argument, deadline, subject)
         self._stores: dict[bytes, tuple[Callable[[Any, BaseException | None], None], Any, float, bytes]] = {}
         self._sweeper: Any = None
+        self._dsub: Any = None  # (the last stream subscription ``_direct`` checked, and its stream)
+        self._dstream: Any = None
         self._sub = self.ic.subscribe(self.prefix + ">", self._on_reply)
 
     def close(self) -> None:
@@ -204,7 +244,23 @@ class JSA:
                  arg: Any) -> None:
         """Publish into a stream now; ``cb(arg, None)`` once stored, ``cb(arg, error)`` for an error answer or no
         stream (JSAPIError) or no answer within js_api_timeout (TimeoutError), called from the delivery of the
-        answer: no future, task or timer per message (one sweep a second fails the late ones)."""
+        answer: no future, task or timer per message (one sweep a second fails the late ones).
+
+        When the subject's only subscriber is a local, unreplicated stream (``_direct``), the message goes to
+        the stream's publish checks at once and the answer comes back through ``_StoreAck`` (the stream's seam
+        for answers that are not a reply subject): what the publish would do, without the reply subject, its
+        sublist miss and the answer's delivery."""
+        st = self._direct(subject)
+        if st is not None:
+            stream, sub = st
+            sub.nm += 1
+            ic = self.ic
+            ic.in_msgs += 1
+            ic.in_bytes += len(hdr) + len(payload)
+            stream.process(stream.input_subject(subject.decode("utf-8", "surrogateescape")), None, hdr, payload,
+                           fast=_StoreAck(cb, arg))
+            self.server.schedule_flush()
+            return
         self._n += 1
         tok = b"%d" % self._n
         self._stores[tok] = (cb, arg, time.monotonic() + self.timeout, subject)
@@ -214,6 +270,38 @@ class JSA:
             self.ic.publish(subject, self.prefix_b + tok, hdr + payload, len(hdr))
         else:
             self.ic.publish(subject, self.prefix_b + tok, payload)
+
+    def _direct(self, subject: bytes) -> tuple[Any, Any] | None:
+        """The stream (and its subscription) a store on ``subject`` may go to without the account's delivery:
+        the subject's sublist result here is that one stream's subscription and nothing else (no queue group,
+        no route, leaf or gateway interest, no mapping, no trace), the stream is this server's own
+        (``SingleNodeLog``, not replicated) and answers a publish with a plain PubAck once the message is
+        written (no ``no_ack``, no counter, no fsync awaited before the ack). Anything else: None, the
+        publish takes the account's delivery and the answer its reply subject."""
+        acc = self.account
+        if acc.mappings or acc.gw is not None or self.server.trace_on or _mt.CURRENT is not None:
+            return None
+        r = acc.match(subject.decode("utf-8", "surrogateescape"))
+        ps = r.psubs
+        if r.qsubs or len(ps) != 1:
+            return None
+        sub = ps[0]
+        if sub is self._dsub:
+            stream = self._dstream
+        else:
+            self._dsub = self._dstream = None
+            icb = sub.icb
+            stream = getattr(icb, "__self__", None)
+            if stream is None or type(stream) is not _stream_class() or getattr(icb, "__func__", None) is not \
+                    _stream_class()._on_msg or sub.client is not stream.ic:
+                return None
+            self._dsub, self._dstream = sub, stream
+        if sub.max or stream.closed or stream.replication is not None or type(stream.log) is not _single_log():
+            return None
+        cfg = stream.cfg
+        if cfg.no_ack or cfg.allow_msg_counter or (stream.js.sync_always and cfg.persist_mode != "async"):
+            return None
+        return stream, sub
 
     def _sweep(self) -> None:
         self._sweeper = None
