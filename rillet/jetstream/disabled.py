@@ -6,10 +6,8 @@ endpoint (in the system account: ``system_response``, except for account info).
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from rillet.jetstream.errors import ApiError
 from rillet.server.delivery import GATEWAY, ROUTER
 
 T = "io.nats.jetstream.api.v1."
@@ -38,6 +36,7 @@ def _for_other_account(account: Any, hdr: int, msg: bytes) -> bool:
     if i < 0:
         return False
     j = msg.find(b"\r\n", i + 2, hdr)
+    import json
     try:
         info = json.loads(msg[i + 20:j if j > 0 else hdr])
     except ValueError:
@@ -54,18 +53,27 @@ class NotEnabled:
     """Subscribes the API endpoints in one account and answers each request with 10039."""
 
     def __init__(self, js: Any, account: Any) -> None:
-        from rillet.jetstream.api.router import ApiRouter
-        from rillet.jetstream.api.common import _type_for
-        self.router = router = ApiRouter(_NoAccount())  # the endpoint table only
-        # pull requests and direct gets are served by the streams and consumers of an account, not by the
-        # API: an account without JetStream has nobody answering them (no responders)
-        self.types = {k: _type_for(h) for k, h in router.handlers.items() if k not in _NOT_API}
+        self._types: dict[str, str] | None = None  # (the first request makes it: types)
         self.account = account
         self.is_system = js.server.system_account is account
         self.ic = js.server.internal_client(account, f"jetstream disabled {account.name}")
         prefixes = ["$JS.API"] + ([f"$JS.{js.domain}.API"] if js.domain else [])
         for p in prefixes:  # one subscription, as nats-server's one $JS.API.> import
             self.ic.subscribe(f"{p}.>", self.on_request)
+
+    @property
+    def types(self) -> dict[str, str]:
+        """{endpoint: its response type}, from the API router's endpoint table (made by the first request:
+        a server with JetStream loads the API's modules only when a request comes)."""
+        types = self._types
+        if types is None:
+            from rillet.jetstream.api.router import ApiRouter
+            from rillet.jetstream.api.common import _type_for
+            router = ApiRouter(_NoAccount())  # the endpoint table only
+            # pull requests and direct gets are served by the streams and consumers of an account, not by
+            # the API: an account without JetStream has nobody answering them (no responders)
+            types = self._types = {k: _type_for(h) for k, h in router.handlers.items() if k not in _NOT_API}
+        return types
 
     def close(self) -> None:
         for sub in list(self.ic.subs.values()):
@@ -88,6 +96,7 @@ class NotEnabled:
         typ = self.types[key]
         if self.is_system and key != "INFO":
             typ = T + "system_response"
+        from rillet.jetstream.errors import ApiError
         d: dict[str, Any] = {"type": typ, "error": ApiError.make("NOT_ENABLED_FOR_ACCOUNT").to_dict()}
         if not self.is_system or key == "INFO":
             if key in _PAGED_LISTS:

@@ -7,25 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import os
 import shutil
 import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
+from rillet import JS_API_LEVEL as API_LEVEL  # nats-server 2.15: 5
 from rillet.gocompat.gotime import format_time
-from rillet.jetstream.store.base import ErrSyncFailed
-from rillet.cipher import CipherError
 from rillet.durable import make_dirs_durable
-from rillet.jetstream.stream import Stream
 
 if TYPE_CHECKING:
+    from rillet.jetstream.api.router import ApiRouter
     from rillet.jetstream.cluster.peers import PeerRegistry
     from rillet.jetstream.seams import ApiRoute, ServerServices
+    from rillet.jetstream.stream import Stream
     from rillet.server.accounts import Account
 
-from rillet.jetstream.configtypes import JS_API_LEVEL as API_LEVEL  # nats-server 2.15: 5
+# A server started with JetStream and no stream loads none of the stream, consumer, store and API machinery
+# (msgspec with it, ~4 MB of an idle server's memory, issue 20): the API router is made by the first $JS.API
+# request (JSAccount.router), a stream's modules with the first stream opened (open_stream), the limits
+# structs when first read.
 
 
 class JSAccount:
@@ -39,23 +41,66 @@ class JSAccount:
         self.dir = os.path.join(js.store_dir, account.name, "streams")
         self.api_total = 0
         self.api_errors = 0
-        from rillet.jetstream.configtypes import AccountLimits
-        self.limits = limits if limits is not None else AccountLimits()
+        # None: no limits (AccountLimits() when read, see the property)
+        self._limits = limits
         # account storage caps checked on every publish (only when the account has them)
-        self.limited = self.limits.max_memory >= 0 or self.limits.max_storage >= 0
+        self.limited = limits is not None and (limits.max_memory >= 0 or limits.max_storage >= 0)
         # "R1" when the limits are an account JWT's tiered_limits (reported per tier, as nats-server)
         self.tier = ""
         self._api_subs: list[Any] = []
+        self._router: ApiRouter | None = None
+
+    @property
+    def limits(self) -> Any:
+        """The account's JetStream limits (``rillet.jetstream.configtypes.AccountLimits``)."""
+        lim = self._limits
+        if lim is None:
+            from rillet.jetstream.configtypes import AccountLimits
+            lim = self._limits = AccountLimits()
+        return lim
+
+    @limits.setter
+    def limits(self, lim: Any) -> None:
+        self._limits = lim
+
+    @property
+    def router(self) -> "ApiRouter":
+        """The account's ``$JS.API`` router, made when first needed (the first API request, a direct get)."""
+        r = self._router
+        if r is None:
+            from rillet.jetstream.api.router import ApiRouter
+            r = self._router = ApiRouter(self)
+        return r
+
+    @router.setter
+    def router(self, r: "ApiRouter") -> None:
+        self._router = r
 
     def start(self) -> None:
-        from rillet.jetstream.api.router import ApiRouter
+        from rillet.jetstream.api.endpoints import subscription_patterns
         make_dirs_durable(self.dir)  # (its entries survive a power cut: the account's streams are found again)
-        self.router = ApiRouter(self)
+        # the endpoints' subjects, from the table the router's handlers are checked against when it is made
         for p in self.api_prefixes():
-            for pattern in self.router.subscription_patterns():
-                self._api_subs.append(self.ic.subscribe(f"{p}.{pattern}", self.router.on_request))
+            for pattern in subscription_patterns(self.js.cluster is not None):
+                self._api_subs.append(self.ic.subscribe(f"{p}.{pattern}", self._on_api_request))
         self.add_domain_mappings()
         self._recover()
+
+    def _on_api_request(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
+                        msg: bytes) -> None:
+        r = self._router
+        if r is None:
+            try:
+                r = self.router
+            except Exception as e:
+                # an API module that fails to import or register its endpoints (a broken install): logged,
+                # and the request answered with the error rather than left to time out (the next request
+                # tries again)
+                self.js.log.error(f"JetStream API unavailable: {e!r}")
+                if reply:
+                    self.ic.publish(reply, None, _api_unavailable(e))
+                return
+        r.on_request(sub, client, subject, reply, hdr, msg)
 
     def add_domain_mappings(self) -> None:
         """With a JetStream domain, the account maps ``$JS.<domain>.API.$KV.>`` to ``$KV.>`` and
@@ -90,6 +135,8 @@ class JSAccount:
             meta = os.path.join(sdir, "meta.json")
             if not os.path.isfile(meta):
                 continue
+            import json
+            from rillet.cipher import CipherError
             try:
                 from rillet.jetstream import metafile  # (sealed under jetstream { key })
                 m = json.loads(metafile.read(meta, metafile.stream_keys(self.js, self.account.name),
@@ -109,16 +156,17 @@ class JSAccount:
             except Exception as e:
                 self.js.log.error(f"  Error recovering stream '{self.account.name} > {name}': {e}")
         # mirrors and sources start once every stream (their origins included) is back
-        from rillet.jetstream.sources import attach_sources
         for stream in self.streams.values():
             if stream.cfg.mirror is not None or stream.cfg.sources:
+                from rillet.jetstream.sources import attach_sources
                 attach_sources(stream)
 
     def stream_dir(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def open_stream(self, cfg: Any, created: str, write_meta: bool = True) -> Stream:
+    def open_stream(self, cfg: Any, created: str, write_meta: bool = True) -> "Stream":
         from rillet.jetstream.storeopen import open_store
+        from rillet.jetstream.stream import Stream
         sdir = self.stream_dir(cfg.name)
         if cfg.storage != "memory":
             make_dirs_durable(sdir)
@@ -130,7 +178,7 @@ class JSAccount:
         stream.start()
         return stream
 
-    def write_meta(self, stream: Stream) -> None:
+    def write_meta(self, stream: "Stream") -> None:
         self.write_meta_of(stream.cfg, stream.created)
 
     def write_meta_of(self, cfg: Any, created: str) -> None:
@@ -139,6 +187,7 @@ class JSAccount:
         nothing on disk and is not restored at a restart, as with nats-server."""
         if cfg.storage == "memory":
             return
+        import json
         from rillet.jetstream import metafile
         from rillet.jetstream.api.common import encode_config
         sdir = self.stream_dir(cfg.name)
@@ -148,12 +197,12 @@ class JSAccount:
                        json.dumps({"config": json.loads(encode_config(cfg)), "created": created}).encode(),
                        metafile.stream_keys(self.js, self.account.name), metafile.stream_context(cfg.name))
 
-    def delete_stream(self, stream: Stream) -> None:
+    def delete_stream(self, stream: "Stream") -> None:
         self.streams.pop(stream.name, None)
         stream.stop(delete=True)
         shutil.rmtree(self.stream_dir(stream.name), ignore_errors=True)
 
-    def after_stream_msg(self, stream: Stream, seq: int, subject: str) -> None:
+    def after_stream_msg(self, stream: "Stream", seq: int, subject: str) -> None:
         """Hook after a message is stored (interest retention with no interested consumer drops it)."""
         if stream.cfg.retention == "interest":
             from rillet.jetstream import retention
@@ -206,9 +255,10 @@ class JetStream:
         self.sync_always = o.sync_interval == "always"
         self.max_memory = o.max_memory_store
         self.max_store = o.max_file_store
-        from rillet.jetstream.configtypes import ServerLimits
-        # jetstream { limits { ... } }: stream/consumer config checks, batch publishing (rillet.config)
-        self.server_limits = ServerLimits(**(o.extra.get("limits") or {}))  # config gives a dict
+        # jetstream { limits { ... } }: stream/consumer config checks, batch publishing (rillet.config gives a
+        # dict, its keys checked): ServerLimits when first read (server_limits)
+        self._limits_conf: dict = o.extra.get("limits") or {}
+        self._server_limits: Any = None
         # jetstream { strict: false } (nats-server 2.12+): unknown fields in create/update requests tolerated
         self.strict = o.extra.get("strict") is not False
         self.accounts: dict[str, JSAccount] = {}
@@ -224,11 +274,32 @@ class JetStream:
         # the cluster's servers, by peer id (rillet.jetstream.cluster.peers.PeerRegistry): the streams layer
         # names peers with it
         self.peer_registry: PeerRegistry | None = None
-        from rillet.jetstream.advisories import Advisories
-        self.advisories = Advisories(self)
+        self._advisories: Any = None  # (made when first sent: advisories)
         from rillet.jetstream.api.queue import ApiQueue
         # $JS.API requests: bounded queues (jetstream { request_queue_limit, info_queue_limit }), see apiqueue
         self.api_queue = ApiQueue(self, o.extra.get("request_queue_limit", 0), o.extra.get("info_queue_limit", 0))
+
+    @property
+    def advisories(self) -> Any:
+        """The advisories this server sends (``rillet.jetstream.advisories.Advisories``)."""
+        adv = self._advisories
+        if adv is None:
+            from rillet.jetstream.advisories import Advisories
+            adv = self._advisories = Advisories(self)
+        return adv
+
+    @property
+    def server_limits(self) -> Any:
+        """``jetstream { limits }`` as ``rillet.jetstream.configtypes.ServerLimits``."""
+        lim = self._server_limits
+        if lim is None:
+            from rillet.jetstream.configtypes import ServerLimits
+            lim = self._server_limits = ServerLimits(**self._limits_conf)
+        return lim
+
+    @server_limits.setter
+    def server_limits(self, lim: Any) -> None:
+        self._server_limits = lim
 
     def is_enabled(self) -> bool:
         return True
@@ -315,6 +386,7 @@ class JetStream:
             await asyncio.sleep(float(self.sync_interval))
             for jsa in list(self.accounts.values()):
                 for s in list(jsa.streams.values()):
+                    from rillet.jetstream.store.base import ErrSyncFailed  # (loaded with the stream)
                     try:
                         await self.loop.run_in_executor(None, s.store.sync)
                     except ErrSyncFailed as e:  # (what was written since the last sync may be lost: no more acks)
@@ -325,6 +397,8 @@ class JetStream:
     def signal_pull_requests(self) -> int:
         """First thing at server shutdown: waiting pull requests of one-replica consumers are answered
         409 Server Shutdown (rillet.jetstream.shutdown)."""
+        if not any(jsa.streams for jsa in self.accounts.values()):
+            return 0  # (no consumer: nothing to load)
         from rillet.jetstream.shutdown import signal_pull_requests
         return signal_pull_requests(self)
 
@@ -434,7 +508,6 @@ class JetStream:
 
 def account_js_config(accounts: dict) -> dict[str, Any]:
     """{account name: AccountLimits} for the accounts whose configuration enables JetStream."""
-    from rillet.jetstream.configtypes import AccountLimits
     out: dict[str, Any] = {}
     for name, acc in (accounts or {}).items():
         if not isinstance(acc, dict) or "jetstream" not in acc:
@@ -442,6 +515,7 @@ def account_js_config(accounts: dict) -> dict[str, Any]:
         v = acc["jetstream"]
         if v in (False, "disabled", "false", "disable"):
             continue
+        from rillet.jetstream.configtypes import AccountLimits
         lim = AccountLimits()
         if isinstance(v, dict):
             def num(*keys: str) -> int:
@@ -459,6 +533,14 @@ def account_js_config(accounts: dict) -> dict[str, Any]:
                                                                                          False))))
         out[name] = lim
     return out
+
+
+def _api_unavailable(e: Exception) -> bytes:
+    """The answer to an API request when the API's modules failed to load: nats-server's general error
+    (10000), written here as the JetStream error modules may be what failed."""
+    import json
+    return json.dumps({"error": {"code": 500, "err_code": 10000,
+                                 "description": f"jetstream api unavailable: {e!r}"}}).encode()
 
 
 def _human(n: int) -> str:

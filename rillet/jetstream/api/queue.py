@@ -27,7 +27,6 @@ from collections import deque
 from typing import Any, Callable
 
 from rillet.gocompat.gotime import format_time
-from rillet.jetstream.stream import now_ns
 
 BUDGET = 0.0005  # seconds of API work per loop pass (as a burst of reads: rillet.server.client BACKLOG_BUDGET)
 DEFAULT_LIMIT = 10_000  # nats-server JSDefaultRequestQueueLimit
@@ -143,7 +142,7 @@ class ApiQueue:
         sysacc = srv.sysacc
         if not sysacc.interest(LIMIT_ADVISORY):
             return
-        adv: dict[str, Any] = {"type": LIMIT_TYPE, "id": _id(), "timestamp": format_time(now_ns()),
+        adv: dict[str, Any] = {"type": LIMIT_TYPE, "id": _id(), "timestamp": format_time(time.time_ns()),
                                "server": srv.name}
         if js.domain:
             adv["domain"] = js.domain

@@ -14,7 +14,7 @@ from rillet.jetstream.api.queue import INFO_KEYS
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import Stream
 
-from rillet.jetstream.api import routing
+from rillet.jetstream.api import endpoints, routing
 from rillet.jetstream.api.common import T, API_LEVEL, NOT_COUNTED, _reserved, _api_level_too_high, _type_for
 from rillet.jetstream.api.direct import DirectApi
 from rillet.jetstream.api.streams import StreamApi
@@ -79,22 +79,20 @@ class ApiRouter(StreamApi, DirectApi):
             importlib.import_module(module).register(self)
         # (answered by rillet.jetstream.cluster.meta; no js: the endpoint table of an account without JetStream,
         # rillet.jetstream.disabled)
-        if self.js is not None and self.js.cluster is not None:
-            for key in ("STREAM.PEER.REMOVE", "META.LEADER.STEPDOWN", "SERVER.REMOVE"):
+        clustered = self.js is not None and self.js.cluster is not None
+        if clustered:
+            for key in endpoints.CLUSTER_ONLY:
                 self.handlers[key] = self.stream_leader_stepdown
+        # the account subscribed the endpoints' table before this router was made (JSAccount.start)
+        if set(self.handlers) != set(endpoints.endpoint_keys(clustered)):
+            raise RuntimeError(f"JetStream API handlers {sorted(self.handlers)} differ from the endpoints "
+                               f"subscribed (rillet.jetstream.api.endpoints)")
 
     # ---- dispatch ---------------------------------------------------------------------------------
 
     def subscription_patterns(self) -> list[str]:
-        """The API subjects to listen on (after the ``$JS.API.`` prefix), one pattern per endpoint form:
-        a subject nobody serves (an unknown endpoint) then gets "no responders", as from nats-server."""
-        out = []
-        for key in self.handlers:
-            if key in ("DIRECT.GET", "CONSUMER.MSG.NEXT"):
-                continue  # served by each stream / consumer (see Stream._subscribe, Consumer.start)
-            for suffix in _ENDPOINT_ARGS.get(key, ("", "*")):
-                out.append(key + ("." + suffix if suffix else ""))
-        return out
+        """The API subjects to listen on (after the ``$JS.API.`` prefix): ``endpoints.subscription_patterns``."""
+        return endpoints.subscription_patterns(self.js is not None and self.js.cluster is not None)
 
     def on_request(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         """A request arrives: served now, or queued behind others (rillet.jetstream.api.queue)."""
@@ -256,25 +254,3 @@ _ERROR_EXTRA: dict[str, dict] = {
 # any other body is taken as no request at all
 _ONLY_JSON_DECODED = frozenset((A.JSApiStreamInfoRequest, A.JSApiStreamNamesRequest, A.JSApiStreamListRequest,
                                 A.JSApiStreamPurgeRequest, A.JSApiConsumersRequest, A.JSApiConsumerPauseRequest))
-
-
-
-# the argument tokens each endpoint takes (default: none, or a stream name)
-_ENDPOINT_ARGS: dict[str, tuple[str, ...]] = {
-    "INFO": ("",),
-    "STREAM.NAMES": ("",),
-    "STREAM.LIST": ("",),
-    "CONSUMER.CREATE": ("*", "*.>"),
-    "CONSUMER.DURABLE.CREATE": ("*.*",),
-    "CONSUMER.INFO": ("*.*",),
-    "CONSUMER.DELETE": ("*.*",),
-    "CONSUMER.MSG.NEXT": ("*.*",),
-    "CONSUMER.PAUSE": ("*.*",),
-    "CONSUMER.LEADER.STEPDOWN": ("*.*",),
-    "CONSUMER.UNPIN": ("*.*",),
-    "CONSUMER.RESET": ("*.*",),
-    "CONSUMER.NAMES": ("*",),
-    "CONSUMER.LIST": ("*",),
-}
-
-
