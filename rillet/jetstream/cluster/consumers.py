@@ -406,14 +406,8 @@ class ConsumerReplica:
         return c
 
     async def _start(self) -> None:
-        try:
-            await self.group.start()
-        except Exception as e:
-            self.cs.js.log.error(f"JetStream cluster: consumer '{self.rep.jsa.account.name} > {self.rep.name} > "
-                                 f"{self.name}': RAFT group {self.group.name} failed to start: {e!r}")
-            return
-        if self.ca.group.preferred == self.group.id or len(self.group.peers) == 1:
-            self.group.campaign_soon()
+        await self.group.start_asset(f"consumer '{self.rep.jsa.account.name} > {self.rep.name} > {self.name}'",
+                                     self.cs.js.log, lambda: self.ca.group.preferred)
 
     # ---- apply --------------------------------------------------------------------------------------
 

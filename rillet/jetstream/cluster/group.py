@@ -328,6 +328,18 @@ class RaftGroup(Leadership):
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
+    async def start_asset(self, what: str, log: Any, preferred: Callable[[], str]) -> None:
+        """``start()`` for a stream's or consumer's group (``what`` names the asset in the log): a group that
+        fails to start is logged and left stopped; once started, it campaigns at once where this server is
+        the assignment's ``preferred()`` leader (read after the start) or the group's only member."""
+        try:
+            await self.start()
+        except Exception as e:
+            log.error(f"JetStream cluster: {what}: RAFT group {self.name} failed to start: {e!r}")
+            return
+        if preferred() == self.id or len(self.peers) == 1:
+            self.campaign_soon()
+
     async def start(self) -> None:
         """Recover from the WAL (a snapshot to ``restore``, committed entries re-applied), join the
         transport and start ticking."""
@@ -766,6 +778,16 @@ class RaftGroup(Leadership):
         n = self.node
         if n is None or not self.running or self.memory:
             return
+        self._save_hs(n.term, n.vote, min(n.commit, n.stable))
+
+    def lower_mark(self) -> None:
+        """The owner's mark went down (numbers it had reserved and did not use were released): ``known_mark``
+        becomes ``mark()`` (never below a floor a survey found, ``node.lost_mark``) and is saved now (fsynced).
+        The owner's mark must still cover every number it may have acknowledged."""
+        n = self.node
+        if n is None or not self.running or self.memory or self.mark is None:
+            return
+        n.known_mark = max(self.mark(), n.lost_mark)
         self._save_hs(n.term, n.vote, min(n.commit, n.stable))
 
     def _mark_now(self) -> int:

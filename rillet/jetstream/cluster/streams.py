@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
 COMPACT_EVERY = 8192  # applied entries between snapshots
 RESERVE_SEQS = 8192  # (lazy sync) sequences a stream leader reserves in its saved hard state at a time
+RESERVE_IDLE = 1.0  # seconds without an applied entry after which a leader releases what it reserved
 SYNC_MSGS = 256  # messages per catch-up answer
 SYNC_BYTES = 1 << 20
 SYNC_TIMEOUT = 2.0  # seconds before a catch-up request is sent again
@@ -123,6 +124,7 @@ class StreamReplica:
         # giving again a sequence that may have been acknowledged and lost with the unsynced tail
         self._reserved = 0  # (the applies reaching it reserve more)
         self._reserved_mark = 0  # (what the saved mark covers of the reservations)
+        self._idle_timer: asyncio.TimerHandle | None = None  # (_reserve_idle)
         self._floor = 0
         self.skipped: dict | None = None  # the sequences the last floor skipped (cluster info "skipped")
         # committed entries found gone from every member (cluster info "lost"), kept in the group's directory
@@ -242,14 +244,8 @@ class StreamReplica:
         return {n: cr.c for n, cr in self.creps.items()}
 
     async def _start(self) -> None:
-        try:
-            await self.group.start()
-        except Exception as e:
-            self.cs.js.log.error(f"JetStream cluster: stream '{self.jsa.account.name} > {self.name}': "
-                                 f"RAFT group {self.group.name} failed to start: {e!r}")
-            return
-        if self.sa.group.preferred == self.group.id or len(self.group.peers) == 1:
-            self.group.campaign_soon()
+        await self.group.start_asset(f"stream '{self.jsa.account.name} > {self.name}'", self.cs.js.log,
+                                     lambda: self.sa.group.preferred)
 
     # ---- apply filter (recovery) ------------------------------------------------------------------
 
@@ -413,6 +409,7 @@ class StreamReplica:
                 self.retention_sweep()
             self.cs.reconcile_soon()
         else:
+            self._release_reservation()  # (a follower numbers nothing: its mark is what it stored)
             self.log.solo = False
             st.set_write_behind(False)
             if self._restoring is not None:
@@ -659,6 +656,26 @@ class StreamReplica:
             return
         self._reserved = self._reserved_mark = self.replay_seq + RESERVE_SEQS
         self.group.save_mark()
+        if self._idle_timer is None:
+            self._idle_timer = self.cs.js.loop.call_later(RESERVE_IDLE, self._reserve_idle, self.replay_seq)
+
+    def _reserve_idle(self, seen: int) -> None:
+        """(leader) Nothing applied for RESERVE_IDLE seconds and nothing in flight: the reservation is released
+        (the saved mark goes down to the highest sequence used), so that a majority's unclean stop while the
+        stream is idle skips, and reports as possibly lost, no sequence that was never used. The next applied
+        entry reserves again, saved before its PubAck leaves."""
+        self._idle_timer = None
+        if self.closed or not self._reserved_mark:
+            return
+        if self.leader and (self.replay_seq != seen or self.stream.proposed_last_seq() > self.replay_seq):
+            self._idle_timer = self.cs.js.loop.call_later(RESERVE_IDLE, self._reserve_idle, self.replay_seq)
+            return
+        self._release_reservation()
+
+    def _release_reservation(self) -> None:
+        if self._reserved_mark and not self.cs.js.sync_always:
+            self._reserved = self._reserved_mark = 0
+            self.group.lower_mark()
 
     def _mark_floor(self, mark: int) -> None:
         """(RaftGroup.on_mark_floor) A majority of the members came back from an unclean stop: sequences up to
@@ -691,6 +708,25 @@ class StreamReplica:
         self._lost_advisory()
         if self.log.is_leader and lossreport.pending(self.data_lost):
             self._propose_lost(feed=False)
+
+    def _tail_lost(self, first: int, last: int) -> None:
+        """(LOST without a loss report, every replica) A majority came back from an unclean stop and the stream
+        goes on past the highest sequence a member had saved (its mark): sequences ``first``..``last`` may have
+        been acknowledged in the unsynced tail of the log, past any commit index that was saved (nothing says
+        they were not). Never silent: reported as a loss (``lossreport``: ``unsynced_tail``) as committed
+        entries found missing are: an error in the log, stream info's ``cluster.lost``, /healthz, the
+        ``STREAM.DATA_LOST`` advisory (from the leader; again from each new leader)."""
+        from rillet.gocompat.gotime import format_time
+        found = {"raft_first": 1, "raft_last": 0, "unsynced_tail": True, "detected": format_time(time.time_ns()),
+                 "server": self.cs.server.name, "seq_mark": last, "seq_first": first, "seq_last": last}
+        self.data_lost = lossreport.merge(self.data_lost, found)
+        self._save_lost()
+        self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': sequences "
+                             f"{first}..{last} skipped: a majority of the replicas came back from an unclean stop "
+                             f"and lost the unsynced tail of the log, where acknowledged messages up to {last} "
+                             f"may have been (they are not given again)")
+        if self.leader:
+            self._lost_advisory()
 
     def _save_lost(self) -> None:
         if self.group.memory or self.data_lost is None:
@@ -744,9 +780,7 @@ class StreamReplica:
                 store.skip_msgs(last + 1, mark - last)
                 self.replay_seq = max(self.replay_seq, mark)
                 self.skipped = {"seq_first": last + 1, "seq_last": mark}
-                self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': sequences "
-                                    f"{last + 1}..{mark} skipped: a majority of the replicas came back from an "
-                                    f"unclean stop and may have acknowledged them before it")
+                self._tail_lost(last + 1, mark)
             return
         before = self.data_lost
         applied = {"raft_first": report["raft_first"], "raft_last": report["raft_last"]}
@@ -1067,6 +1101,9 @@ class StreamReplica:
         self.closed = True
         if self._catchup is not None:
             self._catchup.cancel()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._restoring is not None:
             self._restoring.cancel()
             self._restoring = None
