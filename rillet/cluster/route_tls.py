@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.cluster.conn import AcceptLoop
 from rillet.cluster.route import RouteConn
-from rillet.server.listen import hostport
+from rillet.server.listen import peer_hostport
 
 if TYPE_CHECKING:
     from rillet.cluster.cluster import Cluster
@@ -59,14 +59,11 @@ class _TLSRouteListener(AcceptLoop):
 
     async def _serve(self, conn: socket.socket) -> None:
         cl = self.cluster
-        try:
-            peer = conn.getpeername()
-        except OSError:
-            peer = ("?", 0)
+        peer = peer_hostport(conn)
         try:
             await cl.server.loop.connect_accepted_socket(lambda: RouteConn(cl), conn, ssl=cl.tls_server,
                                                          ssl_handshake_timeout=cl.tls_timeout())
         except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
-            cl.server.log.error(f"{hostport(str(peer[0]), peer[1])} - TLS route handshake error: "
+            cl.server.log.error(f"{peer} - TLS route handshake error: "
                                 f"{e or type(e).__name__}")
             conn.close()

@@ -141,6 +141,16 @@ class ServedListener:
             self._srv = None
 
 
+def peer_hostport(conn: socket.socket) -> str:
+    """The ``host:port`` of an accepted socket's peer for the log (an IPv4 client of a dual-stack socket
+    plain), read before a handshake that may close it; ``?:0`` when it is already gone."""
+    try:
+        peer = conn.getpeername()
+    except OSError:
+        return "?:0"
+    return hostport(plain_ip(str(peer[0])), peer[1])
+
+
 def plain_ip(host: str) -> str:
     """A peer address as nats-server shows it: an IPv4 client of a dual-stack socket (``::ffff:1.2.3.4``)
     is ``1.2.3.4``."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.digest import sha256
 from rillet.config.options import TLSConfig
 from rillet.config.tls_names import TLS_VERSIONS, check_curve, cipher_available, parse_min_version
+from rillet.server.listen import peer_hostport
 
 if TYPE_CHECKING:  # pragma: no cover
     from rillet.server.server import Server
@@ -245,10 +246,7 @@ class TLSClientListener:
 
     async def _connect(self, conn: socket.socket, ctx: ssl.SSLContext | None) -> None:
         srv = self.server
-        try:
-            peer = conn.getpeername()
-        except OSError:
-            peer = ("?", 0)
+        peer = peer_hostport(conn)
         try:
             if ctx is None:
                 await srv.loop.connect_accepted_socket(srv._new_client, conn)
@@ -260,7 +258,7 @@ class TLSClientListener:
             # like nats-server, a timeout or a peer that does not speak TLS at all (a probe, a load
             # balancer's health check) is logged at debug level; other failures are errors
             log = srv.log.debug if _is_probe(e) else srv.log.error
-            log(f"{_hostport(peer)} - TLS handshake error: {e or type(e).__name__}")
+            log(f"{peer} - TLS handshake error: {e or type(e).__name__}")
             conn.close()
 
 
@@ -268,14 +266,6 @@ def _is_probe(e: BaseException) -> bool:
     if isinstance(e, asyncio.TimeoutError) or "taking longer than" in str(e):
         return True
     return isinstance(e, ssl.SSLError) and e.reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST")
-
-
-def _hostport(peer: Any) -> str:
-    from rillet.server.listen import plain_ip
-    host, port = plain_ip(str(peer[0])), peer[1]
-    if ":" in host:
-        return f"[{host}]:{port}"
-    return f"{host}:{port}"
 
 
 def _refuse(conn: socket.socket, err: str) -> None:
