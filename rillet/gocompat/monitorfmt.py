@@ -17,6 +17,15 @@ from rillet.gocompat.goquote import go_bool, go_quote
 from rillet.gocompat.gotime import NS, format_duration
 
 
+def put_set(d: dict[str, Any], obj: Any, *names: str) -> None:
+    """``d[name] = obj.<name>`` for each of ``names`` whose value is set (not empty, zero or False), in that
+    order: a Go struct's ``omitempty`` fields copied into the JSON document."""
+    for name in names:
+        v = getattr(obj, name)
+        if v:
+            d[name] = v
+
+
 def rtt_string(rtt_seconds: float) -> tuple[str, int]:
     """A connection RTT as /connz shows it (microsecond resolution below 1ms) and its nanoseconds."""
     ns = int(rtt_seconds * NS) if rtt_seconds > 0 else 0

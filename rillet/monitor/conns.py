@@ -16,6 +16,7 @@ from rillet.gocompat.monitorfmt import (
     parse_bool,
     parse_int,
     parse_uint,
+    put_set,
     rtt_string,
     uptime,
 )
@@ -130,13 +131,7 @@ def _fill_rest(info: dict, c: Any, now_ns: int, rtt_s: str, nsubs: int) -> None:
     if stalls:
         info["stalls"] = stalls
     info["subscriptions"] = nsubs
-    o = c.opts
-    if o.name:
-        info["name"] = o.name
-    if o.lang:
-        info["lang"] = o.lang
-    if o.version:
-        info["version"] = o.version
+    put_set(info, c.opts, "name", "lang", "version")
     if c.tls_version:
         info["tls_version"] = _tls_version_name(c.tls_version)
     if c.tls_cipher:

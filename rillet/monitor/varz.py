@@ -11,7 +11,7 @@ import rillet
 from rillet import lane
 from rillet.gocompat.gotime import format_time, unix_ns
 from rillet.server import procstats
-from rillet.gocompat.monitorfmt import num, secs_to_ns, uptime
+from rillet.gocompat.monitorfmt import num, put_set, secs_to_ns, uptime
 
 if TYPE_CHECKING:
     from rillet.server.subsystems import JetStreamService
@@ -238,12 +238,7 @@ def varz_websocket(server: Any) -> dict:
     if w.host:
         d["host"] = w.host
     d["port"] = w.port
-    if w.advertise:
-        d["advertise"] = w.advertise
-    if w.no_auth_user:
-        d["no_auth_user"] = w.no_auth_user
-    if w.jwt_cookie:
-        d["jwt_cookie"] = w.jwt_cookie
+    put_set(d, w, "advertise", "no_auth_user", "jwt_cookie")
     if w.handshake_timeout:
         d["handshake_timeout"] = secs_to_ns(w.handshake_timeout)
     if w.auth_timeout:
