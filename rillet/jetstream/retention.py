@@ -62,17 +62,18 @@ def on_ack(stream: Any, consumer: Any, seq: int) -> None:
         return
     if ret != "interest":
         return
-    m = None
+    # (the subject from the store's index: nothing read from disk; None for a message gone or lost to
+    # corruption, left alone here as a failed read would be)
     try:
-        m = stream.store.load_msg(seq)
+        subject = stream.store.subject_for_seq(seq)
     except StoreError:
-        m = None  # unreadable (corrupt): reported by the store, left alone here
-    if m is None:
+        subject = None  # unreadable (corrupt): reported by the store, left alone here
+    if subject is None:
         return
     for c in stream.consumers.values():
         if c is consumer:
             continue
-        if needs_ack(c, seq, m.subject):
+        if needs_ack(c, seq, subject):
             return
     _remove(stream, seq)
 
