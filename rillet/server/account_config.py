@@ -47,14 +47,22 @@ def configure_accounts(server: "Server") -> None:
                 _add_import(server, server.lookup_account(name), imp, exports)
 
 
+def _kind_of(item: Any, what: str, neither: str) -> str:
+    """"stream" or "service": which of the two an export's or import's map (``what``) names; a ValueError when
+    it is no map, or (``neither``) when it names neither."""
+    if not isinstance(item, dict):
+        raise ValueError(f"{what} Items should be a map, got {item!r}")
+    if "stream" in item:
+        return "stream"
+    if "service" in item:
+        return "service"
+    raise ValueError(neither)
+
+
 def _parse_exports(raw: Any) -> list[dict]:
     out = []
     for e in raw:
-        if not isinstance(e, dict):
-            raise ValueError(f"Export Items should be a map, got {e!r}")
-        kind = "stream" if "stream" in e else "service" if "service" in e else None
-        if kind is None:
-            raise ValueError("Export needs a stream or a service subject")
+        kind = _kind_of(e, "Export", "Export needs a stream or a service subject")
         subj = e[kind]
         if not isinstance(subj, str) or not is_valid_subject(subj):
             raise ValueError(f"Invalid {kind} export subject {subj!r}")
@@ -119,11 +127,7 @@ _in_flight: set = set()
 
 
 def _add_import(server: "Server", acc: Any, imp: Any, exports: dict[str, list[dict]]) -> None:
-    if not isinstance(imp, dict):
-        raise ValueError(f"Import Items should be a map, got {imp!r}")
-    kind = "stream" if "stream" in imp else "service" if "service" in imp else None
-    if kind is None:
-        raise ValueError("Import needs a stream or a service")
+    kind = _kind_of(imp, "Import", "Import needs a stream or a service")
     src = imp[kind]
     if not isinstance(src, dict) or "account" not in src or "subject" not in src:
         raise ValueError(f"Expect an account name and a subject for {kind} import")

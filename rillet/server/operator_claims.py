@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
-from typing import Any
+from typing import Any, Iterator
 
 from rillet import jwt
 from rillet.config.options import Permission, Permissions, ResponsePermission
@@ -87,6 +87,20 @@ def _contained(a: str, b: str) -> bool:
         return False
 
 
+def _typed(entries: list, what: str, errs: list[str]) -> Iterator[tuple[dict, str]]:
+    """Each export or import (``what``) of a claims document with its type, "stream" or "service"; one that
+    is not an object or has another type is reported in ``errs`` and passed over."""
+    for e in entries:
+        if not isinstance(e, dict):
+            errs.append(f"null {what} is not allowed")
+            continue
+        t = e.get("type", "")
+        if t not in ("stream", "service"):
+            errs.append(f'invalid {what} type: "{t}"')
+            continue
+        yield e, t
+
+
 def validate_account_claims(c: dict) -> list[str]:
     """The blocking problems nats-server's JWT library finds in an account JWT (exports, imports, limits)."""
     n = jwt.nats_section(c)
@@ -97,14 +111,7 @@ def validate_account_claims(c: dict) -> list[str]:
     if (lim.get("mem_storage") or lim.get("disk_storage")) and lim.get("tiered_limits"):
         errs.append("JetStream Limits and tiered JetStream Limits are mutually exclusive")
     subjects: dict[str, list[str]] = {"stream": [], "service": []}
-    for e in exports:
-        if not isinstance(e, dict):
-            errs.append("null export is not allowed")
-            continue
-        t = e.get("type", "")
-        if t not in ("stream", "service"):
-            errs.append(f'invalid export type: "{t}"')
-            continue
+    for e, t in _typed(exports, "export", errs):
         rt = e.get("response_type", "")
         if t == "service" and rt not in ("", "Singleton", "Stream", "Chunked"):
             errs.append(f'invalid response type for service: "{rt}"')
@@ -119,14 +126,7 @@ def validate_account_claims(c: dict) -> list[str]:
                 if _contained(a, b) or _contained(b, a):
                     errs.append(f'{t} export subject "{a}" already exports "{b}"')
     seen: dict[str, list[str]] = {}
-    for imp in imports:
-        if not isinstance(imp, dict):
-            errs.append("null import is not allowed")
-            continue
-        t = imp.get("type", "")
-        if t not in ("stream", "service"):
-            errs.append(f'invalid import type: "{t}"')
-            continue
+    for imp, t in _typed(imports, "import", errs):
         if not imp.get("account"):
             errs.append("account to import from is not specified")
         if imp.get("local_subject") and imp.get("to"):
