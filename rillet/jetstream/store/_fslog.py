@@ -7,8 +7,11 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import threading
 
 from ._fsformat import LOG_MAGIC, L_DEL, L_FIRST, L_LAST, _LAST, _U64, _encode_log
+from rillet.durable import fsync_dir
+
 from ._fsio import _atomic_write
 from .base import ErrStoreFull
 
@@ -81,14 +84,41 @@ class StateLog:
             parts.append(_encode_log(L_DEL, struct.pack(f"<{len(chunk)}Q", *chunk)))
         return b"".join(parts)
 
+    def _sync_blocks_for_log(self) -> None:
+        """fsync every block written since its last sync (and new block files' directory entries) before a
+        rewritten state log is made durable: the log's first/last markers must never be on disk ahead of the
+        messages they count. (Otherwise, with a lazy sync interval, a server that opened its store after a kill,
+        rewriting the log, and then lost power, came back with a log saying the messages existed and blocks
+        without them: they read as deleted, and a replica skipped re-storing them from the RAFT log.)"""
+        if self._wb_off >= 0 and threading.get_ident() == self._wb_thread:
+            self.flush_writes()
+        for blk in self._bl:
+            size = blk.size
+            if blk.synced >= size:
+                continue
+            fd = self._afd if blk is self._active else self._fds.get(blk.index, -1)
+            own = -1
+            if fd < 0:
+                fd = own = os.open(blk.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                blk.synced = size
+            finally:
+                if own >= 0:
+                    os.close(own)
+        if self._dir_dirty:
+            fsync_dir(self._msgdir)
+            self._dir_dirty = False
+
     def _rewrite_log(self) -> bool:
         with self._lock:
             return self._rewrite_log_locked()
 
     def _rewrite_log_locked(self) -> bool:
         path = os.path.join(self.dir, "state.log")
-        data = self._log_state_bytes()
         try:
+            self._sync_blocks_for_log()
+            data = self._log_state_bytes()
             _atomic_write(path, data, True)
         except OSError as e:
             if self._log_fd < 0:
