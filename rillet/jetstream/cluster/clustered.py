@@ -416,22 +416,21 @@ class ClusteredStreams:
                 if len(args) > 1 and self._known_consumer(acc, args[0], args[1]):
                     return False  # (its replicas are on other servers)
                 return True if rep.leader else False  # not found: the stream leader says so
-            if not cr.leader:
-                if cr.leaderless() and reply:
-                    self._offline(router, key, reply)
-                return False
-            if key == "CONSUMER.LEADER.STEPDOWN":
-                self._stepdown(router, reply, cr.group, T + "consumer_leader_stepdown_response", body)
-                return False
-            return True
-        if not rep.leader:
-            if rep.leaderless() and reply:
+            return self._gate_replica(router, key, reply, body, cr, "consumer")
+        return self._gate_replica(router, key, reply, body, rep, "stream")
+
+    def _gate_replica(self, router: Any, key: str, reply: bytes | None, body: bytes, r: Any, what: str) -> bool:
+        """(api_gate) A request for a stream or consumer (``what``) that has replica ``r`` here: the leader
+        answers (a LEADER.STEPDOWN it carries out and stays silent), another member is silent; a member of
+        a leaderless group says so (CLUSTER_NOT_AVAIL), but answers STREAM.INFO with what it has."""
+        if not r.leader:
+            if r.leaderless() and reply:
                 if key == "STREAM.INFO":
-                    return True  # (a member of a leaderless group answers with what it has, as nats-server)
+                    return True  # (as nats-server)
                 self._offline(router, key, reply)
             return False
-        if key == "STREAM.LEADER.STEPDOWN":
-            self._stepdown(router, reply, rep.group, T + "stream_leader_stepdown_response", body)
+        if key == f"{what.upper()}.LEADER.STEPDOWN":
+            self._stepdown(router, reply, r.group, f"{T}{what}_leader_stepdown_response", body)
             return False
         return True
 

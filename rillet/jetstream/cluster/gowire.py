@@ -192,23 +192,16 @@ class StreamMsg:
             ts -= 1 << 64
         pos = 16
         fields = []
-        for _ in range(3):
-            if len(buf) - pos < 2:
+        for length in (_U16, _U16, _U16, _U32):  # subject, reply, headers, message: each after its length
+            if len(buf) - pos < length.size:
                 raise GoWireError("stream message truncated")
-            (n,) = _U16.unpack_from(buf, pos)
-            pos += 2
+            (n,) = length.unpack_from(buf, pos)
+            pos += length.size
             if len(buf) - pos < n:
                 raise GoWireError("stream message truncated")
             fields.append(buf[pos:pos + n])
             pos += n
-        if len(buf) - pos < 4:
-            raise GoWireError("stream message truncated")
-        (ml,) = _U32.unpack_from(buf, pos)
-        pos += 4
-        if len(buf) - pos < ml:
-            raise GoWireError("stream message truncated")
-        msg = buf[pos:pos + ml]
-        pos += ml
+        msg = fields[3]
         flags = None
         if pos < len(buf):
             flags, end = get_uvarint(buf, pos)
