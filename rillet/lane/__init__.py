@@ -35,6 +35,7 @@ subpackage.)
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from typing import Any, Callable
@@ -97,10 +98,31 @@ _TWINS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
     "trim_heap": (_pure_trim_heap, _compiled_trim_heap)}
 
 
-def register(name: str, pure: Callable[[], Any], compiled: Callable[[], Any]) -> None:
-    """Declare the twins of ``name``: ``pure()`` loads the pure-Python one, ``compiled()`` the compiled one
-    (ImportError when it was not built). A package calls this in its ``__init__`` for the twins its modules use."""
-    _TWINS[name] = (pure, compiled)
+Loader = Callable[[], Any]
+
+
+def _loader(where: str | Loader) -> Loader:
+    if callable(where):
+        return where
+    module, _, attr = where.partition(":")
+
+    def load() -> Any:
+        # (import_module, also while the module itself is being imported and asks for its twin)
+        m = importlib.import_module(module)
+        if not attr:
+            return m
+        try:
+            return getattr(m, attr)
+        except AttributeError:  # (as ``from module import attr``: an extension built before the twin existed)
+            raise ImportError(f"cannot import name {attr!r} from {module!r}") from None
+    return load
+
+
+def register(name: str, pure: str | Loader, compiled: str | Loader) -> None:
+    """Declare the twins of ``name``: each is where it is, ``"package.module"`` (the module) or
+    ``"package.module:attribute"``, or a function that loads it; the compiled one raises ImportError when it
+    was not built. A package calls this in its ``__init__`` for the twins its modules use."""
+    _TWINS[name] = (_loader(pure), _loader(compiled))
 
 
 def _twins(name: str) -> tuple[Callable[[], Any], Callable[[], Any]]:

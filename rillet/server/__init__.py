@@ -13,15 +13,6 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def _pure_deliver_result():
-    from rillet.server.delivery import reference_deliver_result
-    return reference_deliver_result
-
-
-def _compiled_deliver_result():
-    from rillet._speedups._cdeliver import deliver_result
-    return deliver_result
-
-
 # this package's twin in the compiled lane (rillet.lane): the delivery executor (rillet.server.delivery)
-_lane.register("deliver_result", _pure_deliver_result, _compiled_deliver_result)
+_lane.register("deliver_result", "rillet.server.delivery:reference_deliver_result",
+               "rillet._speedups._cdeliver:deliver_result")
