@@ -275,7 +275,10 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
             if os.path.isdir(p):  # (the consumer's name is in its name file: _fsconsumer)
                 cs = FileConsumerStore(None, p, self.log, self._pwrite_all, self._keys, self.cfg.name)
                 self._consumers[cs.name] = cs
-        # Start from a compact log reflecting the recovered state.
+        # Start from a compact log reflecting the recovered state. (The blocks found may have been written, or
+        # even created, since the last sync before an unclean stop: their contents and directory entries are made
+        # durable before the log that counts them, see _sync_blocks_for_log.)
+        self._dir_dirty = True
         self._rewrite_log()
         self._enforce_after_open()
 
