@@ -553,11 +553,5 @@ class RouteConn(ServerConn):
 # reference and the pure lane's) or, in the compiled lane, their twins in rillet._speedups._cdeliver
 reference_send_msg = RouteConn.send_msg
 reference_proto_rmsg = RouteConn.proto_rmsg
-if lane.COMPILED:
-    try:
-        from rillet._speedups._cdeliver import route_proto_rmsg, route_send_msg
-    except ImportError:  # (an extension built before the twins existed)
-        pass
-    else:
-        RouteConn.send_msg = route_send_msg  # type: ignore[method-assign]
-        RouteConn.proto_rmsg = route_proto_rmsg  # type: ignore[method-assign]
+lane.use_compiled_methods(RouteConn, "rillet._speedups._cdeliver", send_msg="route_send_msg",
+                          proto_rmsg="route_proto_rmsg")

@@ -41,7 +41,8 @@ import os
 from typing import Any, Callable
 
 __all__ = ["LANE", "NAME", "REASON", "COMPILED", "ClientParser", "ServerParser", "wire", "FileStore",
-           "ack_numbers", "ack_reply", "entry_codec", "pure", "compiled", "register"]
+           "ack_numbers", "ack_reply", "entry_codec", "pure", "compiled", "register",
+           "use_compiled_methods"]
 
 
 def _decide() -> tuple[str, str]:
@@ -123,6 +124,20 @@ def register(name: str, pure: str | Loader, compiled: str | Loader) -> None:
     ``"package.module:attribute"``, or a function that loads it; the compiled one raises ImportError when it
     was not built. A package calls this in its ``__init__`` for the twins its modules use."""
     _TWINS[name] = (_loader(pure), _loader(compiled))
+
+
+def use_compiled_methods(cls: type, module: str, **methods: str) -> None:
+    """In the compiled lane, the methods of ``cls`` named as keywords become their compiled twins
+    (``method="its twin's name in module"``), all or none: an extension built before the twins existed leaves
+    the pure-Python methods (the references, which the pure-Python lane runs) in place."""
+    if not COMPILED:
+        return
+    try:
+        twins = {method: _loader(f"{module}:{name}")() for method, name in methods.items()}
+    except ImportError:
+        return
+    for method, twin in twins.items():
+        setattr(cls, method, twin)
 
 
 def _twins(name: str) -> tuple[Callable[[], Any], Callable[[], Any]]:

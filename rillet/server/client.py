@@ -858,13 +858,7 @@ class InternalClient:
 # the PUB handler clients run: ``reference_proto_pub`` (the method above, the reference and the pure lane's) or,
 # in the compiled lane, its twin rillet._speedups._cdeliver.proto_pub (the plain case; the rest to the reference)
 reference_proto_pub = Client.proto_pub
-if lane.COMPILED:
-    try:
-        from rillet._speedups._cdeliver import proto_pub as _compiled_proto_pub
-    except ImportError:  # (an extension built before the twin existed)
-        pass
-    else:
-        Client.proto_pub = _compiled_proto_pub  # type: ignore[method-assign]
+lane.use_compiled_methods(Client, "rillet._speedups._cdeliver", proto_pub="proto_pub")
 
 
 def _valid_queue(q: str) -> bool:
