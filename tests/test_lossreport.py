@@ -45,3 +45,16 @@ def test_an_unreadable_report_stands_as_an_unknown_loss(tmp_path) -> None:
             logged.append(text)
     r = lossreport.load_or_flag(str(tmp_path), Log())
     assert r is not None and "unreadable" in r and logged
+
+
+def test_an_unsynced_tail_report_names_no_raft_entries_and_merges_with_a_range() -> None:
+    tail = lossreport.merge(None, {"raft_first": 1, "raft_last": 0, "unsynced_tail": True, "seq_mark": 8242,
+                                   "seq_first": 52, "seq_last": 8242})
+    assert tail["entries"] == 0 and tail["msgs"] == 8191 and not lossreport.pending(tail)
+    assert lossreport.describe(tail) == "lost its unsynced tail: acknowledged messages 52..8242 may be gone"
+    both = lossreport.merge(tail, {"raft_first": 60, "raft_last": 70, "seq_mark": 8242})
+    assert (both["raft_first"], both["raft_last"], both["entries"]) == (60, 70, 11)
+    assert both["unsynced_tail"] and both["seq_first"] == 52
+    assert lossreport.describe(both) == "lost committed entries 60..70"
+    again = lossreport.merge(both, tail)
+    assert (again["raft_first"], again["raft_last"]) == (60, 70)

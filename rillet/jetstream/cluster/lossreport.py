@@ -12,6 +12,12 @@ Fields (JSON): ``raft_first``/``raft_last``/``entries`` the lost RAFT indexes, `
 with its commit index before the loss (what the lost entries may have reached), and once the stream leader's
 LOST entry was applied, ``seq_first``/``seq_last``: the stream sequences skipped so that none that may have been
 acknowledged is given to a new message (``msgs`` of them).
+
+A majority can also lose the unsynced tail of the log past the last commit index any member had saved: no
+committed entry is then known to be missing, but the stream sequences up to the highest saved mark may have been
+acknowledged. That is reported too (``unsynced_tail``: true), with no RAFT range (``raft_first`` 1,
+``raft_last`` 0, ``entries`` 0) and the skipped sequences as ``seq_first``..``seq_last``: messages that may have
+been acknowledged and are gone.
 """
 from __future__ import annotations
 
@@ -70,17 +76,35 @@ def merge(old: Optional[dict], new: dict) -> dict:
         out = dict(new)
     else:
         out = dict(old)
-        out["raft_first"] = min(old["raft_first"], new["raft_first"])
-        out["raft_last"] = max(old["raft_last"], new["raft_last"])
+        if _no_range(old):
+            out["raft_first"], out["raft_last"] = new["raft_first"], new["raft_last"]
+        elif not _no_range(new):
+            out["raft_first"] = min(old["raft_first"], new["raft_first"])
+            out["raft_last"] = max(old["raft_last"], new["raft_last"])
+        if new.get("unsynced_tail"):
+            out["unsynced_tail"] = True
         for k in ("seq_mark", "seq_last"):
             if k in new:
                 out[k] = max(old.get(k, 0), new[k])
         if "seq_first" in new:
             out["seq_first"] = min(old.get("seq_first", new["seq_first"]), new["seq_first"])
-    out["entries"] = out["raft_last"] - out["raft_first"] + 1
+    out["entries"] = max(0, out["raft_last"] - out["raft_first"] + 1)
     if "seq_first" in out and "seq_last" in out:
         out["msgs"] = max(0, out["seq_last"] - out["seq_first"] + 1)
     return out
+
+
+def _no_range(report: dict) -> bool:
+    """The report names no lost RAFT entries (an unsynced tail only)."""
+    return report["raft_last"] < report["raft_first"]
+
+
+def describe(report: dict) -> str:
+    """The loss in a few words (/healthz): the lost RAFT entries, or the sequences an unsynced tail may have held."""
+    if _no_range(report):
+        return (f"lost its unsynced tail: acknowledged messages {report.get('seq_first', '?')}.."
+                f"{report.get('seq_last', '?')} may be gone")
+    return f"lost committed entries {report['raft_first']}..{report['raft_last']}"
 
 
 def pending(report: Optional[dict]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+from rillet.jetstream.cluster import lossreport
 from rillet.jetstream.cluster import monitor as MON
 from rillet.jetstream.cluster.group import RaftGroup
 
@@ -136,7 +137,7 @@ class MetaMonitor:
             g = rep.group
             lost = rep.data_lost
             if lost:
-                return f"stream lost committed entries {lost['raft_first']}..{lost['raft_last']}"
+                return f"stream {lossreport.describe(lost)}"
             if g.leader is None:
                 return "no leader"
             if len(g.peers) > 1:
