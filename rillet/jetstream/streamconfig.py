@@ -221,6 +221,15 @@ def normalize_stream_config(
     return cfg
 
 
+def _durable_consumer_ok(src: StreamSource) -> bool:
+    """A mirror's or source's ``consumer`` (set: a durable push consumer of the origin stream to read through):
+    a valid name and a literal deliver subject, with no start sequence, start time or filter of its own."""
+    c = src.consumer
+    return (is_valid_asset_name(c.name) and subject_is_literal(c.deliver_subject)
+            and is_valid_subject(c.deliver_subject) and src.opt_start_seq == 0
+            and src.opt_start_time is None and not src.filter_subject)
+
+
 # what a mirror may not have, each with its error, in nats-server's order of checking (first_seq, checked
 # before these, is a number rather than a flag)
 _NOT_WITH_MIRROR = (
@@ -346,12 +355,8 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
         for field, err in _NOT_WITH_MIRROR:
             if getattr(cfg, field):
                 raise err()
-        c = m.consumer
-        if c is not None:
-            if (not is_valid_asset_name(c.name) or not subject_is_literal(c.deliver_subject)
-                    or not is_valid_subject(c.deliver_subject) or m.opt_start_seq != 0
-                    or m.opt_start_time is not None or m.filter_subject):
-                raise jserr.MIRROR_DURABLE_CONSUMER_CFG_INVALID()
+        if m.consumer is not None and not _durable_consumer_ok(m):
+            raise jserr.MIRROR_DURABLE_CONSUMER_CFG_INVALID()
         if m.filter_subject and m.subject_transforms:
             raise jserr.MIRROR_MULTIPLE_FILTERS_NOT_ALLOWED()
         if cfg.subject_delete_marker_ttl > 0:
@@ -411,9 +416,7 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
                     raise jserr.SOURCE_OVERLAPPING_SUBJECT_FILTERS()
         c = src.consumer
         if c is not None:
-            if (not is_valid_asset_name(c.name) or not subject_is_literal(c.deliver_subject)
-                    or not is_valid_subject(c.deliver_subject) or src.opt_start_seq != 0
-                    or src.opt_start_time is not None or src.filter_subject):
+            if not _durable_consumer_ok(src):
                 raise jserr.SOURCE_DURABLE_CONSUMER_CFG_INVALID()
             cname = (src.name, src.external.api if src.external else None, c.name)
             if cname in cnames:
