@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable
 
 from rillet import compression as cc
+from rillet import lane
 from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
@@ -24,6 +25,9 @@ from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, plain_ip
 from rillet.server.pacing import BACKLOG_BUDGET, READ_BUDGET, ReadPacer
 from rillet.gocompat.gotime import format_seconds
+
+_wire = lane.wire  # the message frame builders of the running lane (rillet.lane)
+_CRLF = b"\r\n"
 
 
 S2_AUTO_FIRST_PING = 1.0  # seconds (+ up to 20%): when an s2_auto connection first measures its RTT
@@ -37,6 +41,7 @@ class ServerConn(ReadPacer, asyncio.Protocol):
     id_tag = "cid"  # the id's name in log lines (rid, gid, lid)
     role_word = "Server"  # in "<role_word> connection closed: <reason>" (Router, Gateway, Leafnode)
     close_names_remote = True  # that line ends with " - Remote: <remote_name>"
+    pinned_acc = ""  # (routes: a route dedicated to this account, whose name its messages leave out)
 
     def __init__(self, server: Any) -> None:
         self.server = server
@@ -311,6 +316,30 @@ class ServerConn(ReadPacer, asyncio.Protocol):
     def send(self, frame: bytes) -> None:
         self.out += frame
         self.flush()
+
+    def send_msg(self, account: bytes | None, subject: bytes, reply: bytes | None, queues: list, hdr: int,
+                 msg: bytes) -> None:
+        """One RMSG (or HMSG) to this route or gateway (``hdr``: the header length, -1 without headers; a
+        leaf connection writes LMSG, its own ``send_msg``)."""
+        out = self.out
+        if self.pinned_acc:
+            account = None  # (a pinned route's account is not on the wire)
+        if hdr < 0:
+            out += _wire.rmsg_head(account, subject, reply, queues, len(msg))
+            out += msg
+        elif self.headers:
+            out += _wire.hmsg_head(account, subject, reply, queues, hdr, len(msg))
+            out += msg
+        else:  # a peer without headers gets the payload only
+            payload = msg[hdr:]
+            out += _wire.rmsg_head(account, subject, reply, queues, len(payload))
+            out += payload
+        out += _CRLF
+        self.out_msgs += 1
+        self.out_bytes += len(msg)
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
 
     def flush(self) -> None:
         if not self.flush_pending:

@@ -357,25 +357,7 @@ class GatewayConn(ServerConn):
 
     # ---- writing --------------------------------------------------------------------------------------
 
-    def send_msg(self, account: bytes, subject: bytes, reply: bytes | None, queues: list, hdr: int,
-                 msg: bytes) -> None:
-        out = self.out
-        if hdr < 0:
-            out += _wire.rmsg_head(account, subject, reply, queues, len(msg))
-            out += msg
-        elif self.headers:
-            out += _wire.hmsg_head(account, subject, reply, queues, hdr, len(msg))
-            out += msg
-        else:
-            payload = msg[hdr:]
-            out += _wire.rmsg_head(account, subject, reply, queues, len(payload))
-            out += payload
-        out += _CRLF
-        self.out_msgs += 1
-        self.out_bytes += len(msg)
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.server.pending_flush.append(self)
+    # send_msg: ServerConn's (RMSG/HMSG, as a route's)
 
     # ---- timers ---------------------------------------------------------------------------------------
 

@@ -459,28 +459,7 @@ class RouteConn(ServerConn):
 
     # ---- writing --------------------------------------------------------------------------------------
 
-    def send_msg(self, account: bytes, subject: bytes, reply: bytes | None, queues: list, hdr: int,
-                 msg: bytes) -> None:
-        """One RMSG (or HMSG) to this route."""
-        out = self.out
-        if self.pinned_acc:
-            account = None  # (a pinned route's account is not on the wire)
-        if hdr < 0:
-            out += _wire.rmsg_head(account, subject, reply, queues, len(msg))
-            out += msg
-        elif self.headers:
-            out += _wire.hmsg_head(account, subject, reply, queues, hdr, len(msg))
-            out += msg
-        else:  # a peer without headers gets the payload only
-            payload = msg[hdr:]
-            out += _wire.rmsg_head(account, subject, reply, queues, len(payload))
-            out += payload
-        out += _CRLF
-        self.out_msgs += 1
-        self.out_bytes += len(msg)
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.server.pending_flush.append(self)
+    # send_msg: ServerConn's (RMSG/HMSG), or its compiled twin installed below
 
     def send_lmsg(self, origin: bytes, account: bytes, subject: bytes, reply: bytes | None, queues: list,
                   hdr: int, msg: bytes) -> None:
