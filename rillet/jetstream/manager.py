@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import shutil
-import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -200,6 +198,7 @@ class JSAccount:
     def delete_stream(self, stream: "Stream") -> None:
         self.streams.pop(stream.name, None)
         stream.stop(delete=True)
+        import shutil  # (with bz2, lzma, zlib: not loaded by an idle server)
         shutil.rmtree(self.stream_dir(stream.name), ignore_errors=True)
 
     def after_stream_msg(self, stream: "Stream", seq: int, subject: str) -> None:
@@ -248,7 +247,11 @@ class JetStream:
         self.clustered = clustered
         self.log = server.log
         o = server.opts.jetstream
-        base = o.store_dir or os.path.join(tempfile.gettempdir(), "nats")
+        if o.store_dir:
+            base = o.store_dir
+        else:
+            import tempfile
+            base = os.path.join(tempfile.gettempdir(), "nats")
         self.store_dir = os.path.abspath(os.path.join(base, "jetstream"))
         self.domain = o.domain
         self.sync_interval = o.sync_interval
