@@ -26,6 +26,7 @@ from rillet.digest import choice
 from rillet.gocompat.gotime import format_time, unix_ns
 from rillet.gocompat.gojson import dumps, num
 from rillet.server import procstats
+from rillet.handles import cancelled
 
 SYS_DEFAULT = "$SYS"
 STATSZ_INTERVAL = 10.0
@@ -93,9 +94,7 @@ class SystemAccount:
             self.send(f"$SYS.SERVER.{self.server.server_id}.SHUTDOWN", self.server_info())
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer = cancelled(self._timer)
 
     def _tick(self) -> None:
         self._timer = None

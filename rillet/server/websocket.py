@@ -29,6 +29,7 @@ from rillet.server.listen import ServedListener, hostport, plain_ip, serve_liste
 from rillet.config.options import RANDOM_PORT, WebsocketOptions
 from rillet.server.ocsp import gate as ocsp_gate
 from rillet.server.tls import make_server_context, pinned_error
+from rillet.handles import cancelled
 from rillet.server.wsframe import (
     accept_key, BROWSER_FRAME_SIZE, CLOSE_INVALID_PAYLOAD, CLOSE_NO_STATUS, close_payload, CLOSE_PROTOCOL_ERROR,
     close_status_for, COMPRESS_THRESHOLD, _DEFLATE_TAIL, encode_frame, FIN, _FORBIDDEN_HEADERS, frame_header, _H16,
@@ -322,9 +323,7 @@ class WebsocketConnection(WSTransport, asyncio.Protocol):
     # ---- the upgrade ---------------------------------------------------------------------------------
 
     def _stop_handshake_timer(self) -> None:
-        if self._htimer is not None:
-            self._htimer.cancel()
-            self._htimer = None
+        self._htimer = cancelled(self._htimer)
 
     def _handshake_timeout(self) -> None:
         self._htimer = None

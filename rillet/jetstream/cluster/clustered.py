@@ -14,6 +14,7 @@ from rillet.jetstream.cluster.streams import RECONCILE_EVERY, T, StreamReplica
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import NotLeader
 from rillet.raft.node import ProposalDropped, RaftError
+from rillet.handles import cancelled
 
 LOST_QUORUM = 10.0  # seconds (nats-server's lost quorum interval): a group without a leader that long is offline
 LEAVE_WITHIN = 10.0  # seconds a removed leader keeps its replica to hand the group over
@@ -267,12 +268,8 @@ class ClusteredStreams:
 
     async def stop(self) -> None:
         self.running = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._direct_timer is not None:
-            self._direct_timer.cancel()
-            self._direct_timer = None
+        self._timer = cancelled(self._timer)
+        self._direct_timer = cancelled(self._direct_timer)
         for key in list(self.replicas):
             await self._remove(key, delete=False)
 
@@ -287,9 +284,7 @@ class ClusteredStreams:
         """Walk the groups this server leads whose members differ from their assignment's peers, one
         change each; again every RECONCILE_EVERY seconds while any is not done."""
         self._soon = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer = cancelled(self._timer)
         if not self.running:
             return
         log = self.js.log

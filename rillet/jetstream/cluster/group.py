@@ -45,7 +45,11 @@ no marker (killed, crashed, power cut) may have lost entries it had acknowledged
 and gets the commit index the hard state had saved, so that the node can tell when committed entries are gone
 from every member. Such a finding is logged, counted in ``status()["lost"]`` (the RAFT indexes) and handed
 to ``on_data_lost(first, last)`` (the stream's advisory and stream info); ``current()`` is False while
-recovering.
+recovering. Not after a stop of the process alone: a ``boot`` file in the directory holds the machine's boot
+id (``boot_id``) of the last start whose log was whole (a clean start, or a recovery done); an unclean start in
+that same boot lost nothing (every write went to the OS before it was acknowledged: the page cache survived), so
+it is not a recovery and raises no floor of sequences. A test harness that emulates power cuts without a
+reboot gives each emulated boot its own id (``RILLET_BOOT_ID``).
 
 Leadership as the owner sees it: ``on_leader_change(True)`` once this node is leader *and* has applied
 every entry up to the first entry of its term (its state machine is current), ``on_leader_change(False)``
@@ -78,6 +82,7 @@ from rillet.raft.node import NotLeader as NodeNotLeader
 from rillet.raft.wal import WAL, MemWAL
 from rillet.durable import fsync_dir
 from rillet.jetstream.cluster.leadership import CONTROL, Leadership
+from rillet.handles import cancelled
 
 TICK = 0.05  # seconds between ticks
 ELECTION_TICKS = 20  # election timeout: 1 s, randomised by the node to 1-2 s
@@ -88,6 +93,22 @@ HEARTBEAT_TICKS = 3  # heartbeats every 150 ms
 COMPACT_MIN_INTERVAL = 15.0
 COMPACT_MAX_ENTRIES = 65536
 HARD_STATE_EVERY = 1.0  # seconds: how often a changed commit index is saved when nothing else forces it
+BOOT_FILE = "boot"  # in the WAL directory: the boot id of the last start whose log was whole (see the docstring)
+
+
+def boot_id() -> str:
+    """This machine's boot id (it changes at every boot: a power cut is a new one), or "" when unknown.
+    ``RILLET_BOOT_ID`` overrides it (a harness emulating power cuts, tests/faults/lazyfs.py)."""
+    v = os.environ.get("RILLET_BOOT_ID")
+    if v is not None:
+        return v.strip()
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 CLEAN_MARKER = "clean"  # in the WAL directory: the group stopped in order (everything fsynced) last time
 
 # inputs (proposals, messages, ticks) a group may take in one pass and still run its Ready in that read's flush;
@@ -307,6 +328,8 @@ class RaftGroup(Leadership):
         self._lost_events = 0  # the node's lost_events already reported
         self._recoveries = 0  # the node's recoveries already logged
         self.unclean_start = False  # this run started from a WAL left by an unclean stop
+        self.same_boot = False  # ... in the boot of its last start with a whole log (the process alone stopped)
+        self._boot: Optional[str] = boot_id() or None
         # set by the owner: its number saved with each commit index (HardState.mark; a stream's highest sequence),
         # what a loss found later reached (``node.lost_mark``)
         self.mark: Optional[Callable[[], int]] = None
@@ -365,8 +388,13 @@ class RaftGroup(Leadership):
                 os.unlink(marker)  # (durably: a marker that came back after a power cut would hide it)
                 fsync_dir(self.dir)
             self.unclean_start = had_state and not clean
-            # with sync "always" nothing acknowledged can be missing from the log: no recovery needed
-            recovering = self.unclean_start and not self.sync_always
+            # with sync "always" nothing acknowledged can be missing from the log: no recovery needed; nor when
+            # only the process stopped (the same boot as the last start with a whole log: the page cache kept
+            # every write)
+            self.same_boot = self._boot is not None and self._boot == self._saved_boot()
+            recovering = self.unclean_start and not self.sync_always and not self.same_boot
+            if not recovering:
+                self._save_boot()
         founding = self._founding_peers()
         if rec.snapshot is not None and self._restore is not None:
             self._restore(rec.snapshot.data)
@@ -377,6 +405,9 @@ class RaftGroup(Leadership):
                          entries=rec.entries, recovering=recovering, known_commit=rec.stored_commit,
                          known_mark=hs.mark if hs is not None else 0)
         self._mark_now()  # (a store synced further than the log: what a survey is told includes it)
+        if self.unclean_start and not recovering and self.same_boot:
+            self.log.notice(f"RAFT group {self.name!r}: the last stop was not clean, but the machine did not "
+                            f"restart since (same boot id): nothing written was lost, no recovery needed")
         if recovering:
             n = self.node
             short = f", {n.tail_lost} committed entries missing from it" if n.tail_lost else ""
@@ -395,6 +426,29 @@ class RaftGroup(Leadership):
             self.campaign_soon()  # a group of one elects itself at once
         self._timer = self.loop.call_later(self.tick_interval, self._on_tick)
         self._schedule()
+
+    def _saved_boot(self) -> Optional[str]:
+        try:
+            with open(os.path.join(self.dir, BOOT_FILE), "rb") as f:
+                return f.read().decode("ascii", "replace").strip()
+        except OSError:
+            return None
+
+    def _save_boot(self) -> None:
+        """Record this boot as one in which the log is whole (a clean start, or the recovery is done): durably
+        (a crash of the process alone later in this boot then needs no recovery)."""
+        if self.memory or not self._boot or self._saved_boot() == self._boot:
+            return
+        path = os.path.join(self.dir, BOOT_FILE)
+        try:
+            with open(path + ".tmp", "wb") as f:
+                f.write(self._boot.encode("ascii", "replace"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(path + ".tmp", path)
+            fsync_dir(self.dir)
+        except OSError as e:  # (the next unclean start in this boot recovers: safe)
+            self.log.warn(f"RAFT group {self.name!r}: cannot save the boot id: {e}")
 
     def _founding_peers(self) -> list[str]:
         if self.memory:
@@ -426,12 +480,8 @@ class RaftGroup(Leadership):
 
     async def stop(self, delete: bool = False) -> None:
         """Stop ticking and leave the transport; ``delete``: remove the group's directory too."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._notice_timer is not None:
-            self._notice_timer.cancel()
-            self._notice_timer = None
+        self._timer = cancelled(self._timer)
+        self._notice_timer = cancelled(self._notice_timer)
         self._held_commits = None
         if self.transport is not None:
             self.transport.leave(self.name)
@@ -706,6 +756,7 @@ class RaftGroup(Leadership):
     def _recovery_news(self, n: Node) -> None:
         if n.recoveries != self._recoveries:
             self._recoveries = n.recoveries
+            self._save_boot()  # (the log is whole again in this boot)
             how = "caught up from the leader" if n.recovered_by == "leader" else "every member answered"
             self.log.notice(f"RAFT group {self.name!r}: recovered after the unclean stop ({how}; "
                             f"log at {n.last_index()}, commit {n.commit})")

@@ -76,6 +76,7 @@ from rillet.jetstream.cluster.peers import ORPHAN_AFTER, JSConfig, JSStats, Peer
 from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError, consumer_replicas,
                                                 select_peer_group)
 from rillet.jetstream.log import NotLeader
+from rillet.handles import cancelled
 
 if TYPE_CHECKING:
     from rillet.jetstream.cluster.clustered import ClusteredStreams
@@ -344,9 +345,7 @@ class JetStreamCluster:
                 await asyncio.sleep(0)
                 await asyncio.sleep(0)
         self.running = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer = cancelled(self._timer)
         if self._found_task is not None:
             self._found_task.cancel()
         cl = self.server.cluster

@@ -64,6 +64,7 @@ from rillet.jetstream.log import Entry, NotLeader
 from rillet.jetstream.store.base import ErrStoreCorrupt, StoreError
 from rillet.raft.node import FOLLOWER
 from rillet.durable import make_dirs_durable
+from rillet.handles import cancelled
 
 if TYPE_CHECKING:
     from rillet.jetstream.cluster.clustered import ClusteredStreams
@@ -1101,12 +1102,8 @@ class StreamReplica:
         self.closed = True
         if self._catchup is not None:
             self._catchup.cancel()
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
-        if self._restoring is not None:
-            self._restoring.cancel()
-            self._restoring = None
+        self._idle_timer = cancelled(self._idle_timer)
+        self._restoring = cancelled(self._restoring)
         await self.group.stop(delete=delete)
         if self.jsa.streams.get(self.name) is self.stream:
             del self.jsa.streams[self.name]
