@@ -21,6 +21,12 @@ from tests.faults.lazyfs import Mounted, fuse_available
 pytestmark = pytest.mark.skipif(fuse_available() is not None, reason=f"lazyfs: {fuse_available()}")
 
 
+def _new_boot() -> dict:
+    """The environment of a server start after an emulated power cut: a boot id of its own (RILLET_BOOT_ID), as
+    a machine that lost power boots again (without it, a start in the same boot needs no recovery)."""
+    return dict(os.environ, RILLET_BOOT_ID=os.urandom(8).hex())
+
+
 class Member(ClusterMember):
     def __init__(self, tmp: str, name: str, routes: list[int], cport: int) -> None:
         self.http = free_port()
@@ -29,7 +35,7 @@ class Member(ClusterMember):
                          extra=f"http: 127.0.0.1:{self.http}\n")
 
     def start(self) -> None:
-        super().start()
+        self.proc = ServerProcess("-c", self.conf, env=_new_boot())
         assert self.proc is not None
         self.proc.wait_log("Server is ready", timeout=30)
 
@@ -57,7 +63,7 @@ def cluster(tmp_path):
     members = [Member(str(tmp_path), f"p{k + 1}", cports, cports[k]) for k in range(3)]
     try:
         for m in members:
-            m.proc = ServerProcess("-c", m.conf)
+            m.proc = ServerProcess("-c", m.conf, env=_new_boot())
         for m in members:
             m.proc.wait_log("Server is ready", timeout=30)
         yield members
@@ -138,7 +144,7 @@ def test_power_cut_of_every_server_is_reported(cluster) -> None:
     for m in cluster:
         m.power_cut()
     for m in cluster:
-        m.proc = ServerProcess("-c", m.conf)
+        m.proc = ServerProcess("-c", m.conf, env=_new_boot())
     for m in cluster:
         m.proc.wait_log("Server is ready", timeout=30)
     info = asyncio.run(_info(urls))
@@ -212,7 +218,7 @@ def test_majority_loss_never_reuses_a_sequence_and_the_report_survives_a_restart
     for m in cluster:
         m.power_cut()
     for m in cluster:
-        m.proc = ServerProcess("-c", m.conf)
+        m.proc = ServerProcess("-c", m.conf, env=_new_boot())
     for m in cluster:
         m.proc.wait_log("Server is ready", timeout=30)
     info = asyncio.run(_info(urls))
@@ -236,7 +242,7 @@ def test_majority_loss_never_reuses_a_sequence_and_the_report_survives_a_restart
         m.proc.send_signal(signal.SIGTERM)
         m.proc.wait(timeout=30)
     for m in cluster:
-        m.proc = ServerProcess("-c", m.conf)
+        m.proc = ServerProcess("-c", m.conf, env=_new_boot())
     for m in cluster:
         m.proc.wait_log("Server is ready", timeout=30)
     info = asyncio.run(_info(urls))
@@ -292,7 +298,7 @@ def test_power_cut_of_every_server_in_the_unsynced_tail_is_reported(cluster) -> 
     for m in cluster:
         m.power_cut()
     for m in cluster:
-        m.proc = ServerProcess("-c", m.conf)
+        m.proc = ServerProcess("-c", m.conf, env=_new_boot())
     for m in cluster:
         m.proc.wait_log("Server is ready", timeout=30)
     top = max(acked)
@@ -327,7 +333,7 @@ def test_power_cut_of_every_server_while_idle_reports_no_loss(cluster) -> None:
     for m in cluster:
         m.power_cut()
     for m in cluster:
-        m.proc = ServerProcess("-c", m.conf)
+        m.proc = ServerProcess("-c", m.conf, env=_new_boot())
     for m in cluster:
         m.proc.wait_log("Server is ready", timeout=30)
     info = asyncio.run(_info(urls))

@@ -161,6 +161,10 @@ class Node:
             env = None
             if self.pythonpath:
                 env = dict(os.environ, PYTHONPATH=self.pythonpath + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            if self.fs is not None:
+                # (an emulated power cut is a new boot: Rillet's RAFT groups recover after an unclean stop only
+                # when the machine restarted since, rillet.jetstream.cluster.group.boot_id)
+                env = dict(env or os.environ, RILLET_BOOT_ID=f"{self.name}-boot{self.cuts}")
             # (cwd: the run's directory; `python -m` puts the cwd first on sys.path, so from a checkout the
             # servers would import its rillet and not the --rillet-src one)
             self.proc = subprocess.Popen(prefix + server_command(self.kind) + ["-c", self.conf],
