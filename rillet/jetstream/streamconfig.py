@@ -28,6 +28,7 @@ from rillet.jetstream.configtypes import (
     StreamConfigRequest,
     StreamLookup,
     StreamSource,
+    SubjectTransformConfig,
     configs_equal,
     invalid_config,
     is_valid_asset_name,
@@ -221,6 +222,16 @@ def normalize_stream_config(
     return cfg
 
 
+def _check_transform(tr: SubjectTransformConfig, bad_filter: jserr.ErrorKind, bad_dest: jserr.ErrorKind) -> None:
+    """A mirror's or source's subject transform: a valid filter subject (else ``bad_filter``) and a destination
+    that maps it (else ``bad_dest``)."""
+    if tr.src and not is_valid_subject(tr.src):
+        raise bad_filter(err=f"{_ERR_BAD_SUBJECT} {tr.src}")
+    err = validate_mapping(tr.src, tr.dest)
+    if err:
+        raise bad_dest(err=err)
+
+
 def _durable_consumer_ok(src: StreamSource) -> bool:
     """A mirror's or source's ``consumer`` (set: a durable push consumer of the origin stream to read through):
     a valid name and a literal deliver subject, with no start sequence, start time or filter of its own."""
@@ -363,11 +374,7 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
             raise invalid_config("subject delete markers forbidden on mirrors")
         trs = m.subject_transforms or []
         for i, tr in enumerate(trs):
-            if tr.src and not is_valid_subject(tr.src):
-                raise jserr.MIRROR_INVALID_SUBJECT_FILTER(err=f"{_ERR_BAD_SUBJECT} {tr.src}")
-            err = validate_mapping(tr.src, tr.dest)
-            if err:
-                raise jserr.MIRROR_INVALID_TRANSFORM_DESTINATION(err=err)
+            _check_transform(tr, jserr.MIRROR_INVALID_SUBJECT_FILTER, jserr.MIRROR_INVALID_TRANSFORM_DESTINATION)
             for j, other in enumerate(trs):
                 if i != j and subjects_collide(tr.src, other.src):
                     raise jserr.MIRROR_OVERLAPPING_SUBJECT_FILTERS()
@@ -405,11 +412,7 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
             raise jserr.SOURCE_MULTIPLE_FILTERS_NOT_ALLOWED()
         trs = src.subject_transforms or []
         for tr in trs:
-            if tr.src and not is_valid_subject(tr.src):
-                raise jserr.SOURCE_INVALID_SUBJECT_FILTER(err=f"{_ERR_BAD_SUBJECT} {tr.src}")
-            err = validate_mapping(tr.src, tr.dest)
-            if err:
-                raise jserr.SOURCE_INVALID_TRANSFORM_DESTINATION(err=err)
+            _check_transform(tr, jserr.SOURCE_INVALID_SUBJECT_FILTER, jserr.SOURCE_INVALID_TRANSFORM_DESTINATION)
         for i, tr in enumerate(trs):
             for j, other in enumerate(trs):
                 if i != j and subject_is_subset_match(tr.src, other.src):
