@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from urllib.parse import unquote, urlsplit
 
 from rillet.config.options import DEFAULT_PORT, Options, TLSConfig
 from rillet.gocompat.goquote import go_bool
@@ -408,6 +407,7 @@ def _apply_cluster_listen(opts: Options, url: str) -> None:
     if not url:
         cl.port = 0
         return
+    from urllib.parse import unquote, urlsplit  # (with ipaddress, ~0.4 MB: a server without --cluster has no use)
     parts = urlsplit(url)
     host, port = split_host_port(parts.netloc.rpartition("@")[2])
     if port is None:
