@@ -21,6 +21,7 @@ from rillet import lane
 from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
+from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, plain_ip
 from rillet.server.pacing import BACKLOG_BUDGET, READ_BUDGET, ReadPacer
@@ -310,6 +311,15 @@ class ServerConn(ReadPacer, asyncio.Protocol):
 
     def proto_ok(self) -> None:
         pass
+
+    def _authorized(self, o: Any, co: Any) -> bool:
+        """A route's or gateway's CONNECT ``co`` against the user and password of its port's ``authorization``
+        (options ``o``; none configured: anyone): a mismatch is logged and closes the connection."""
+        if o.username and (co.user != o.username or not compare_secret(o.password, co.password)):
+            self.server.log.error(f"{self.log_prefix()} - authentication error")
+            self.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
+            return False
+        return True
 
     # ---- writing --------------------------------------------------------------------------------------
 

@@ -24,7 +24,6 @@ from rillet import lane
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.routed import RemoteSub
-from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind
 from rillet.subjects.sublist import Sublist
 from rillet.gocompat.gotime import format_time, unix_ns
@@ -144,9 +143,7 @@ class GatewayConn(ServerConn):
             self.close("Wrong Port", ci.ERR_NOT_GATEWAY, no_reconnect=True)
             return
         o = gw.opts
-        if o.username and (co.user != o.username or not compare_secret(o.password, co.password)):
-            log.error(f"{self.log_prefix()} - authentication error")
-            self.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
+        if not self._authorized(o, co):
             return
         if o.reject_unknown and co.gateway not in gw.remotes:
             log.error(f'{self.log_prefix()} - Rejecting connection from gateway "{co.gateway}"')

@@ -21,7 +21,6 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import Change, RemoteInterest
 from rillet.cluster.routed import RemoteSub
-from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind
 from rillet.gocompat.gotime import format_seconds, format_time, unix_ns
 
@@ -283,9 +282,7 @@ class RouteConn(ServerConn):
             self.close("Wrong Gateway", text, no_reconnect=True)
             return
         o = cl.opts
-        if o.username and (co.user != o.username or not compare_secret(o.password, co.password)):
-            log.error(f"{self.log_prefix()} - authentication error")
-            self.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
+        if not self._authorized(o, co):
             return
         if co.cluster != cl.name:
             if cl.dynamic and (not co.cluster_dynamic or cl.name < co.cluster):
