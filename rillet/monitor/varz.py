@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import rillet
 from rillet import lane
@@ -46,6 +45,7 @@ def varz_jetstream(server: Any) -> dict:
 # ---- subsystems (reported from their options, like nats-server) ---------------------------------------
 
 def _route_hosts(urls: list[str]) -> list[str]:
+    from urllib.parse import urlsplit  # (the monitor's first request loads it: http11)
     out = []
     for u in urls:
         try:
