@@ -23,6 +23,7 @@ from rillet.cluster.routed import RemoteSub
 from rillet.protocol.parser import ProtocolError
 from rillet.server.operator import expiry_delay
 from rillet.server import ocsp
+from rillet.server.tls import start_tls_after_info
 from rillet.server.delivery import ConnKind
 from rillet.subjects.validate import subject_matches_filter
 
@@ -192,21 +193,12 @@ class LeafConn(ServerConn):
     async def _start_tls(self, ctx: Any, server_side: bool, hostname: str | None, info: Any) -> None:
         """TLS after the INFO, as nats-server does on leaf connections (the INFO goes out in the clear)."""
         srv = self.server
-        t = self.transport
         cfg = self.mgr.opts.tls if server_side else self.remote.opts.tls
         timeout = (cfg.timeout if cfg is not None else 0.0) or 2.0
         hold = _Hold()  # what arrives before start_tls returns (a CONNECT right after the handshake)
-        try:
-            new_t = await asyncio.wait_for(srv.loop.start_tls(t, hold, ctx, server_side=server_side,
-                                                              server_hostname=hostname), timeout + 0.5)
-        except (asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError) as e:
-            srv.log.error(f"{self.log_prefix()} - TLS handshake error: {e}")
-            self.close("TLS Handshake Failure")
+        new_t = await start_tls_after_info(self, hold, ctx, timeout, server_side, hostname)
+        if new_t is None:
             return
-        if new_t is None or self.closed:
-            self.close("TLS Handshake Failure")
-            return
-        self.transport = new_t  # type: ignore[assignment]
         self.tls = True
         peer_cfg = getattr(cfg, "ocsp_peer", None)
         if peer_cfg is not None and peer_cfg.verify and not await self._ocsp_peer_ok(new_t, peer_cfg, server_side):

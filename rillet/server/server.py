@@ -34,6 +34,7 @@ from rillet.config.options import RANDOM_PORT, Options
 from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_server_context, pinned_error, \
     recheck_pinned
 from rillet.server.tls import reload_context as tls_reload_context
+from rillet.server.tls import start_tls_after_info
 from rillet.config.ocsp_section import peer_configs as ocsp_peer_configs
 from rillet.config.ocsp_section import stapling_wanted as ocsp_stapling_wanted
 from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
@@ -496,21 +497,12 @@ class Server:
         (it may arrive right after the handshake, before this coroutine resumes); then the client takes
         over the TLS transport and gets the held data.
         """
-        t = c.transport
-        assert t is not None and self.tls_context is not None
+        assert c.transport is not None and self.tls_context is not None
         holder = _TLSHolder(c)
-        try:
-            new_t = await asyncio.wait_for(
-                self.loop.start_tls(t, holder, self.tls_context, server_side=True),
-                timeout=(self.opts.tls.timeout if self.opts.tls else 2.0) + 0.5)
-        except (asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError) as e:
-            self.log.error(f"{c.log_prefix()} - TLS handshake error: {e}")
-            c.close("TLS Handshake Failure")
+        new_t = await start_tls_after_info(c, holder, self.tls_context,
+                                           self.opts.tls.timeout if self.opts.tls else 2.0)
+        if new_t is None:
             return
-        if new_t is None or c.closed:
-            c.close("TLS Handshake Failure")
-            return
-        c.transport = new_t  # type: ignore[assignment]
         ssl_obj = new_t.get_extra_info("ssl_object")
         if ssl_obj is not None:
             c.tls_version = ssl_obj.version() or ""

@@ -262,6 +262,26 @@ class TLSClientListener:
             conn.close()
 
 
+async def start_tls_after_info(c: Any, holder: asyncio.Protocol, ctx: ssl.SSLContext, timeout: float,
+                               server_side: bool = True, hostname: str | None = None) -> Any:
+    """TLS over connection ``c``'s transport once its INFO went out in the clear (a client's or a leaf's):
+    ``holder`` keeps what arrives before the handshake is done. The TLS transport, set as ``c.transport``; or
+    None when the handshake failed or took longer than ``timeout`` (+0.5 s: logged) or ``c`` closed meanwhile,
+    ``c`` closed then with "TLS Handshake Failure"."""
+    try:
+        new_t = await asyncio.wait_for(c.server.loop.start_tls(c.transport, holder, ctx, server_side=server_side,
+                                                               server_hostname=hostname), timeout + 0.5)
+    except (asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError) as e:
+        c.server.log.error(f"{c.log_prefix()} - TLS handshake error: {e}")
+        c.close("TLS Handshake Failure")
+        return None
+    if new_t is None or c.closed:
+        c.close("TLS Handshake Failure")
+        return None
+    c.transport = new_t
+    return new_t
+
+
 def _is_probe(e: BaseException) -> bool:
     if isinstance(e, asyncio.TimeoutError) or "taking longer than" in str(e):
         return True
