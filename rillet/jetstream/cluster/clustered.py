@@ -266,6 +266,15 @@ class ClusteredStreams:
                 if deadline > now:
                     g.when_leader(cb, deadline - now)
 
+    def raft_groups(self) -> list[Any]:
+        """The RAFT groups of this server's stream and consumer replicas (those it leads hand over at shutdown)."""
+        out = []
+        for rep in self.replicas.values():
+            if rep.group is not None:
+                out.append(rep.group)
+            out.extend(cr.group for cr in rep.creps.values() if cr.group is not None)
+        return out
+
     async def stop(self) -> None:
         self.running = False
         self._timer = cancelled(self._timer)

@@ -333,17 +333,26 @@ class JetStreamCluster:
         self.leader_seen_at = self.loop.time()
 
     async def stop(self) -> None:
+        # Hand over first, as nats-server transfers its RAFT leaderships on shutdown: every replicated stream
+        # and consumer this server leads, then the meta group (the others elect at once instead of waiting for
+        # an election timeout to notice that the leader went).
+        handed = 0
+        groups = [] if self.streams is None else self.streams.raft_groups()
         g = self.group
-        if g is not None and g.is_leader and len(g.peers) > 1:
-            try:  # hand the meta leadership over first, as nats-server does on shutdown
-                g.stepdown()
-            except (NotLeader, ValueError) as e:
-                self.log.debug(f"JetStream cluster: no meta leader stepdown on shutdown: {e}")
-            else:
-                # (nats-server sends the transfer and goes on: two turns of the loop let the group send it
-                # and the routes write it out before the group stops; the routes close later)
-                await asyncio.sleep(0)
-                await asyncio.sleep(0)
+        if g is not None:
+            groups.append(g)
+        for rg in groups:
+            if rg.is_leader and len(rg.peers) > 1:
+                try:
+                    rg.stepdown()
+                    handed += 1
+                except (NotLeader, ValueError) as e:
+                    self.log.debug(f"JetStream cluster: no leader transfer of {rg.name} on shutdown: {e}")
+        if handed:
+            # (nats-server sends the transfers and goes on: two turns of the loop let the groups send them and
+            # the routes write them out before the groups stop; the routes close later)
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
         self.running = False
         self._timer = cancelled(self._timer)
         if self._found_task is not None:
