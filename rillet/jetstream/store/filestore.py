@@ -45,7 +45,9 @@ On open each block's index file is used if its checksums hold and it matches the
 crc32 of the whole block file, last record); otherwise that block alone is scanned, every record's
 checksum verified, then the state log is applied.  A bad record at the tail of the last block (a
 torn write) is cut off with a warning; a bad record anywhere else is reported: its sequences go to
-``state().lost`` and ``load_msg`` raises ErrStoreCorrupt.  Every read verifies the record's crc.
+``state().lost`` and ``load_msg`` raises ErrStoreCorrupt.  Every read verifies the record's crc; a record
+that fails it while running is treated the same way from then on (``_damaged``; the owner is told through
+``register_damage_callback``: a replicated stream fetches it again, an R1 stream reports it).
 
 An atomic batch (``store_batch``) is written with one write into one block, every record but
 the last flagged "more follow".  Recovery indexes a batch only when its last record is there:
