@@ -11,7 +11,7 @@ the same calls with the same arguments.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from rillet._speedups._ctext cimport _control_line, _size, _slice
+from rillet._speedups._ctext cimport _control_line, _ping_pong, _size, _slice
 
 from rillet.protocol import parser as _pure
 
@@ -41,22 +41,13 @@ class ClientParser(_PureClientParser):
         cdef Py_ssize_t max_payload = min(self.max_payload, 1 << 62)
         cdef bint headers = bool(self.headers)
         handler = self.handler
-        pub = hpub = sub = unsub = ping = pong = None
+        pub = hpub = sub = unsub = None
         reply = None
         while pos < n:
             p = buf + pos
             c = p[0]
             if c == 80:  # P
-                if n - pos >= 6 and p[4] == 13 and p[5] == 10 and p[1] == 73 and p[2] == 78 and p[3] == 71:
-                    if ping is None:
-                        ping = handler.proto_ping
-                    ping()
-                    pos += 6
-                    continue
-                if n - pos >= 6 and p[4] == 13 and p[5] == 10 and p[1] == 79 and p[2] == 78 and p[3] == 71:
-                    if pong is None:
-                        pong = handler.proto_pong
-                    pong()
+                if _ping_pong(p, n - pos, handler):
                     pos += 6
                     continue
                 if n - pos > 4 and p[1] == 85 and p[2] == 66 and p[3] == 32:  # PUB

@@ -15,7 +15,7 @@ tuple/list queues they call the pure ones).
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.string cimport memcpy
 
-from rillet._speedups._ctext cimport _control_line, _size, _slice
+from rillet._speedups._ctext cimport _control_line, _ping_pong, _size, _slice
 
 from rillet.cluster import protocol as _pure
 from rillet.cluster.protocol import *  # noqa: F401,F403  (the rest of the module, so that this one stands in)
@@ -65,23 +65,14 @@ class ServerParser(_pure.ServerParser):
         cdef bint gateway = self.kind is _GATEWAY or self.kind == _GATEWAY
         cdef bint lnocu = bool(self.lnocu)
         cdef bint plus, done, has_origin
-        rmsg = hmsg = lmsg = ping = pong = None
+        rmsg = hmsg = lmsg = None
         rs_sub = rs_unsub = ls_sub = ls_unsub = leaf_sub = leaf_unsub = None
         while pos < n:
             p = buf + pos
             c = p[0]
             op = 0
             if c == 80:  # P
-                if n - pos >= 6 and p[4] == 13 and p[5] == 10 and p[1] == 73 and p[2] == 78 and p[3] == 71:
-                    if ping is None:
-                        ping = handler.proto_ping
-                    ping()
-                    pos += 6
-                    continue
-                if n - pos >= 6 and p[4] == 13 and p[5] == 10 and p[1] == 79 and p[2] == 78 and p[3] == 71:
-                    if pong is None:
-                        pong = handler.proto_pong
-                    pong()
+                if _ping_pong(p, n - pos, handler):
                     pos += 6
                     continue
             elif n - pos > 5 and p[1] == 77 and p[2] == 83 and p[3] == 71 and p[4] == 32:  # ?MSG

@@ -20,6 +20,20 @@ cdef inline Py_ssize_t _size(const char* p, Py_ssize_t n) noexcept:
     return v
 
 
+cdef inline int _ping_pong(const char* p, Py_ssize_t avail, object handler) except -1:
+    """``PING\\r\\n`` or ``PONG\\r\\n`` at ``p`` (its ``P`` already seen; ``avail`` bytes there): the handler
+    told (``proto_ping``/``proto_pong``) and 1; else 0 (the caller reads the operation another way)."""
+    if avail < 6 or p[4] != 13 or p[5] != 10 or p[2] != 78 or p[3] != 71:
+        return 0
+    if p[1] == 73:
+        handler.proto_ping()
+    elif p[1] == 79:
+        handler.proto_pong()
+    else:
+        return 0
+    return 1
+
+
 cdef inline int _tokens(const char* buf, Py_ssize_t s, Py_ssize_t e, Py_ssize_t* ts, Py_ssize_t* te,
                         int maxtok) noexcept:
     """Split buf[s:e] at single spaces into at most ``maxtok`` non-empty tokens (their bounds into ts/te);
