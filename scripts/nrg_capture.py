@@ -31,6 +31,7 @@ from pathlib import Path
 import nats
 
 SERVERS = ("g0", "g1", "g2")
+T = 20  # seconds: the workload's request timeouts
 
 
 def _free_port() -> int:
@@ -112,7 +113,7 @@ cluster {{ name: C1, listen: 127.0.0.1:{self.route_ports[name]}, routes: [{route
         return out
 
 
-async def _until(fn, timeout: float = 20.0, what: str = "condition"):
+async def _until(fn, timeout: float = 40.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -142,9 +143,10 @@ async def workload(cluster: GoCluster, record: list) -> None:
     await sysnc.subscribe("$JSC.>", cb=on_msg)
     await sysnc.flush()
 
+    # (deadlines are generous and waits are polled: the capture also runs as a test, on busy machines)
     nc = await nats.connect(cluster.url("g0"))
-    await _until(lambda: _js_ready(nc), what="JetStream meta leader")
-    js = nc.jetstream()
+    await _until(lambda: _js_ready(nc), 60, what="JetStream meta leader")
+    js = nc.jetstream(timeout=30)
     from nats.js.api import ConsumerConfig, StreamConfig, StorageType, AckPolicy
 
     await js.add_stream(StreamConfig(name="ORDERS", subjects=["orders.>"], num_replicas=3,
@@ -162,19 +164,19 @@ async def workload(cluster: GoCluster, record: list) -> None:
     # atomic batch (headers as nats-server 2.11+ reads them); refused answers are fine, traffic is what we want
     await nc.request("$JS.API.STREAM.UPDATE.ORDERS", json.dumps(
         {"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "allow_atomic": True,
-         "max_msgs_per_subject": 100}).encode(), timeout=5)
+         "max_msgs_per_subject": 100}).encode(), timeout=T)
     for seq in (1, 2, 3):
         hdrs = {"Nats-Batch-Id": "batch-1", "Nats-Batch-Sequence": str(seq)}
         if seq == 3:
             hdrs["Nats-Batch-Commit"] = "1"
-            await nc.request("orders.batch", b"b%d" % seq, headers=hdrs, timeout=5)
+            await nc.request("orders.batch", b"b%d" % seq, headers=hdrs, timeout=T)
         else:
             await nc.publish("orders.batch", b"b%d" % seq, headers=hdrs)
 
     # consumers: pull (acked, naked), push, filtered
     await js.add_consumer("ORDERS", ConsumerConfig(durable_name="pull", ack_policy=AckPolicy.EXPLICIT))
     psub = await js.pull_subscribe_bind("pull", "ORDERS")
-    msgs = await psub.fetch(10, timeout=5)
+    msgs = await psub.fetch(10, timeout=T)
     for i, m in enumerate(msgs):
         if i % 4 == 3:
             await m.nak()
@@ -183,7 +185,7 @@ async def workload(cluster: GoCluster, record: list) -> None:
     await js.add_consumer("ORDERS", ConsumerConfig(durable_name="filtered", filter_subject="orders.1",
                                                    ack_policy=AckPolicy.EXPLICIT))
     fsub = await js.pull_subscribe_bind("filtered", "ORDERS")
-    for m in await fsub.fetch(3, timeout=5):
+    for m in await fsub.fetch(3, timeout=T):
         await m.ack_sync()
     got = asyncio.Event()
 
@@ -192,7 +194,7 @@ async def workload(cluster: GoCluster, record: list) -> None:
         got.set()
 
     await js.subscribe("orders.2", durable="push", cb=push_cb, manual_ack=True)
-    await asyncio.wait_for(got.wait(), 5)
+    await asyncio.wait_for(got.wait(), T)
     # a pull request left waiting (pending request entries)
     wait_sub = await js.pull_subscribe("mem.>", durable="memwait")
     try:
@@ -209,39 +211,41 @@ async def workload(cluster: GoCluster, record: list) -> None:
 
     # stream admin: update, purge (filtered), delete one message
     await nc.request("$JS.API.STREAM.UPDATE.ONE", json.dumps(
-        {"name": "ONE", "subjects": ["one.>"], "num_replicas": 1, "max_msgs": 1000}).encode(), timeout=5)
-    await nc.request("$JS.API.STREAM.PURGE.ORDERS", json.dumps({"filter": "orders.0"}).encode(), timeout=5)
-    await nc.request("$JS.API.STREAM.MSG.DELETE.ORDERS", json.dumps({"seq": 2}).encode(), timeout=5)
+        {"name": "ONE", "subjects": ["one.>"], "num_replicas": 1, "max_msgs": 1000}).encode(), timeout=T)
+    await nc.request("$JS.API.STREAM.PURGE.ORDERS", json.dumps({"filter": "orders.0"}).encode(), timeout=T)
+    await nc.request("$JS.API.STREAM.MSG.DELETE.ORDERS", json.dumps({"seq": 2}).encode(), timeout=T)
     await nc.request("$JS.API.STREAM.MSG.DELETE.ORDERS", json.dumps({"seq": 3, "no_erase": True}).encode(),
-                     timeout=5)
+                     timeout=T)
 
     # a consumer reset to a sequence (2.14+)
-    await nc.request("$JS.API.CONSUMER.RESET.ORDERS.pull", json.dumps({"seq": 5}).encode(), timeout=5)
+    await nc.request("$JS.API.CONSUMER.RESET.ORDERS.pull", json.dumps({"seq": 5}).encode(), timeout=T)
     # an R1 stream with a consumer scaled to R3: its consumers are re-proposed (compressed assignments)
     await js.add_stream(StreamConfig(name="SCALE", subjects=["scale.>"], num_replicas=1))
     await js.publish("scale.a", b"s")
     await js.add_consumer("SCALE", ConsumerConfig(durable_name="sc", ack_policy=AckPolicy.EXPLICIT))
     await nc.request("$JS.API.STREAM.UPDATE.SCALE", json.dumps(
-        {"name": "SCALE", "subjects": ["scale.>"], "num_replicas": 3}).encode(), timeout=5)
+        {"name": "SCALE", "subjects": ["scale.>"], "num_replicas": 3}).encode(), timeout=T)
     # gaps in a memory stream: a replica restarted later is caught up with delete ranges
     for i in range(5, 12):
         await js.publish(f"mem.{i}", b"m")
     for seq in (6, 7, 8, 9):
-        await nc.request("$JS.API.STREAM.MSG.DELETE.MEM", json.dumps({"seq": seq}).encode(), timeout=5)
-    await nc.request("$JS.API.STREAM.LIST", b"{}", timeout=5)
-    await nc.request("$JS.API.CONSUMER.LIST.ORDERS", b"{}", timeout=5)
-    await nc.request("$JS.API.CONSUMER.INFO.ORDERS.pull", b"", timeout=5)
+        await nc.request("$JS.API.STREAM.MSG.DELETE.MEM", json.dumps({"seq": seq}).encode(), timeout=T)
+    await nc.request("$JS.API.STREAM.LIST", b"{}", timeout=T)
+    await nc.request("$JS.API.CONSUMER.LIST.ORDERS", b"{}", timeout=T)
+    await nc.request("$JS.API.CONSUMER.INFO.ORDERS.pull", b"", timeout=T)
 
     # leader changes: a stream, a consumer, the meta group
-    await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.ORDERS", b"", timeout=5)
-    await nc.request("$JS.API.CONSUMER.LEADER.STEPDOWN.ORDERS.pull", b"", timeout=5)
-    await sysnc.request("$JS.API.META.LEADER.STEPDOWN", b"{}", timeout=5)
-    await _until(lambda: _js_ready(nc), what="meta leader after step-down")
+    await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.ORDERS", b"", timeout=T)
+    await nc.request("$JS.API.CONSUMER.LEADER.STEPDOWN.ORDERS.pull", b"", timeout=T)
+    await sysnc.request("$JS.API.META.LEADER.STEPDOWN", b"{}", timeout=T)
+    await _until(lambda: _js_ready(nc), 60, what="meta leader after step-down")
     await asyncio.sleep(1)
 
-    # a follower misses entries and catches up
-    info = json.loads((await nc.request("$JS.API.STREAM.INFO.ORDERS", b"", timeout=5)).data)
-    leader = info["cluster"]["leader"]
+    # a follower misses entries and catches up (picked once ORDERS has its new leader: not that one)
+    async def orders_leader():
+        i = json.loads((await nc.request("$JS.API.STREAM.INFO.ORDERS", b"", timeout=T)).data)
+        return i.get("cluster", {}).get("leader")
+    leader = await _until(orders_leader, 60, what="a leader of ORDERS after its step-down")
     victim = next(n for n in cluster.names if n not in (leader, "g0"))
     cluster.stop(victim)
     for i in range(30):
@@ -251,19 +255,19 @@ async def workload(cluster: GoCluster, record: list) -> None:
     cluster.start(victim)
 
     async def caught_up():
-        i = json.loads((await nc.request("$JS.API.STREAM.INFO.ORDERS", b"", timeout=2)).data)
+        i = json.loads((await nc.request("$JS.API.STREAM.INFO.ORDERS", b"", timeout=T)).data)
         reps = i.get("cluster", {}).get("replicas", [])
         return any(r["name"] == victim and r.get("current") for r in reps)
 
-    await _until(caught_up, 30, "the restarted server to catch up")
+    await _until(caught_up, 90, "the restarted server to catch up")
 
     # removals
-    await nc.request("$JS.API.CONSUMER.DELETE.ORDERS.push", b"", timeout=5)
-    await nc.request("$JS.API.STREAM.DELETE.ONE", b"", timeout=5)
+    await nc.request("$JS.API.CONSUMER.DELETE.ORDERS.push", b"", timeout=T)
+    await nc.request("$JS.API.STREAM.DELETE.ONE", b"", timeout=T)
     # a server removed from the meta group
     cluster.stop(victim)
     await asyncio.sleep(0.5)
-    await sysnc.request("$JS.API.SERVER.REMOVE", json.dumps({"peer": victim}).encode(), timeout=5)
+    await sysnc.request("$JS.API.SERVER.REMOVE", json.dumps({"peer": victim}).encode(), timeout=T)
     await asyncio.sleep(1.5)
     await sysnc.flush()
     await nc.close()

@@ -61,8 +61,13 @@ async def _statsz_of(nc, name: str) -> dict:
             fut.set_result(d)
     sub = await nc.subscribe("$SYS.SERVER.*.STATSZ", cb=on)
     try:
-        await nc.publish("$SYS.REQ.SERVER.PING.STATSZ", b"", reply="$SYS.SERVER.X.STATSZ")
-        return await asyncio.wait_for(fut, 5)
+        for _ in range(10):  # (asked again every 3 s: a busy server may answer late)
+            await nc.publish("$SYS.REQ.SERVER.PING.STATSZ", b"", reply="$SYS.SERVER.X.STATSZ")
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), 3)
+            except asyncio.TimeoutError:
+                continue
+        raise AssertionError(f"no statsz from {name}")
     finally:
         await sub.unsubscribe()
 
@@ -97,14 +102,19 @@ def _peer_names(gc, rillet_names) -> dict[str, str]:
 
 
 async def _stream_peers(js, name: str) -> set[str]:
-    si = await js.stream_info(name)
+    """The servers of a stream's group, once it has a leader (a create retried after a client timeout is
+    answered by the meta leader while the group may still be electing)."""
+    async def led():
+        si = await js.stream_info(name)
+        return si if si.cluster.leader else None
+    si = await CAP._until(led, 60, what=f"a leader of {name}")
     return {si.cluster.leader} | {r.name for r in (si.cluster.replicas or [])}
 
 
 async def _compare_replica(js, rep, name: str) -> int:
     """Every message of the stream (read from its leader) is in the Rillet replica's store, the same."""
     si = await js.stream_info(name)
-    await _until(lambda: rep.store.state().last_seq >= si.state.last_seq, 20, what=f"{name} caught up on Rillet")
+    await _until(lambda: rep.store.state().last_seq >= si.state.last_seq, 60, what=f"{name} caught up on Rillet")
     st = rep.store.state()
     assert (st.first_seq, st.last_seq, st.msgs) == (si.state.first_seq, si.state.last_seq, si.state.messages)
     for seq in range(si.state.first_seq, si.state.last_seq + 1):
@@ -133,38 +143,42 @@ async def test_two_go_one_rillet_r3_stream_and_consumer_placed_on_rillet(tmp_pat
         g1 = await nats.connect(gc.url("g1"))
         rc = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}", max_reconnect_attempts=1)
         conns += [g0, g1, rc]
-        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the Go meta leader")
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader")
         # (the Go leader places nothing on a peer before its statsz: retried as an operator would)
 
         async def created():
             # (when Rillet is the group's preferred leader, the Go peers elect one of them after their election
             # timeout: the create is answered some seconds later)
-            await g0.jetstream(timeout=20).add_stream(name="R3", subjects=["r3.>"], num_replicas=3)
+            await g0.jetstream(timeout=30).add_stream(name="R3", subjects=["r3.>"], num_replicas=3)
             return True
-        await CAP._until(created, 30, what="an R3 stream on 2 Go + 1 Rillet")
-        js = g0.jetstream(timeout=20)
+        await CAP._until(created, 60, what="an R3 stream on 2 Go + 1 Rillet")
+        js = g0.jetstream(timeout=30)
         assert await _stream_peers(js, "R3") == {"g0", "g1", "r1"}
-        await _until(lambda: ("A", "R3") in m.replicas, 10, what="the replica on Rillet")
+        await _until(lambda: ("A", "R3") in m.replicas, 30, what="the replica on Rillet")
         rep = m.replicas[("A", "R3")]
         n = 0
         for c in (g0, g1, rc):
             for _ in range(10):
                 n += 1
-                ack = await c.jetstream().publish(f"r3.{n % 3}", f"m{n}".encode(), timeout=10)
+                ack = await c.jetstream().publish(f"r3.{n % 3}", f"m{n}".encode(), timeout=30)
                 assert ack.stream == "R3" and ack.seq == n
         await js.add_consumer("R3", durable_name="D", ack_policy="explicit")
-        ci = await js.consumer_info("R3", "D")
+
+        async def consumer_led():
+            ci = await js.consumer_info("R3", "D")
+            return ci if ci.cluster.leader else None
+        ci = await CAP._until(consumer_led, 60, what="a leader of R3/D")
         assert {ci.cluster.leader} | {r.name for r in ci.cluster.replicas} == {"g0", "g1", "r1"}
-        await _until(lambda: ("A", "R3", "D") in m.replicas, 10, what="the consumer replica on Rillet")
+        await _until(lambda: ("A", "R3", "D") in m.replicas, 30, what="the consumer replica on Rillet")
         got = []
         for c in (g0, g1, rc):
             sub = await c.jetstream().pull_subscribe("r3.>", durable="D", stream="R3")
-            for msg in await sub.fetch(10, timeout=10):
+            for msg in await sub.fetch(10, timeout=30):
                 got.append(msg.data.decode())
-                await msg.ack_sync()
+                await msg.ack_sync(timeout=30)
         assert got == [f"m{i}" for i in range(1, 31)]
         crep = m.replicas[("A", "R3", "D")]
-        await _until(lambda: crep.consumer.ack_floor_stream == 30 and not crep.consumer.pending, 10,
+        await _until(lambda: crep.consumer.ack_floor_stream == 30 and not crep.consumer.pending, 30,
                      what="the acks on the Rillet consumer replica")
         assert await _compare_replica(js, rep, "R3") == 30
         # the Rillet server killed: the Go replicas go on
@@ -173,20 +187,20 @@ async def test_two_go_one_rillet_r3_stream_and_consumer_placed_on_rillet(tmp_pat
         srv = None
         for _ in range(10):
             n += 1
-            assert (await js.publish(f"r3.{n % 3}", f"m{n}".encode(), timeout=10)).seq == n
+            assert (await js.publish(f"r3.{n % 3}", f"m{n}".encode(), timeout=30)).seq == n
         srv_cm = serve_config(conf)
         srv = await srv_cm.__aenter__()
         m = await _member(srv)
-        await _until(lambda: ("A", "R3") in m.replicas, 20, what="the replica back")
+        await _until(lambda: ("A", "R3") in m.replicas, 60, what="the replica back")
         rep = m.replicas[("A", "R3")]
         rc = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}")
         conns.append(rc)
         for _ in range(5):
             n += 1
-            assert (await rc.jetstream().publish(f"r3.{n % 3}", f"m{n}".encode(), timeout=10)).seq == n
+            assert (await rc.jetstream().publish(f"r3.{n % 3}", f"m{n}".encode(), timeout=30)).seq == n
         assert await _compare_replica(js, rep, "R3") == n
         sub = await rc.jetstream().pull_subscribe("r3.>", durable="D", stream="R3")
-        rest = [m_.data.decode() for m_ in await sub.fetch(15, timeout=10)]
+        rest = [m_.data.decode() for m_ in await sub.fetch(15, timeout=30)]
         assert rest == [f"m{i}" for i in range(31, n + 1)]
     finally:
         for c in conns:
@@ -208,13 +222,13 @@ async def _create(nc, **cfg) -> None:
 
     async def attempt():
         try:
-            await nc.jetstream(timeout=20).add_stream(**cfg)
+            await nc.jetstream(timeout=30).add_stream(**cfg)
         except Exception as e:  # noqa: BLE001 - kept for the failure's message
             errors.append(getattr(e, "description", None) or repr(e))
             raise
         return True
     try:
-        await CAP._until(attempt, 30, what=f"stream {cfg['name']} created")
+        await CAP._until(attempt, 60, what=f"stream {cfg['name']} created")
     except TimeoutError as e:
         raise AssertionError(errors[-3:]) from e
 
@@ -239,9 +253,9 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         g1 = await nats.connect(gc.url("g1"))
         rc = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}")
         conns += [g0, g1, rc]
-        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the Go meta leader")
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader")
         await _create(g1, name="S1", subjects=["s1.>"], num_replicas=1, placement={"tags": ["rillet"]})
-        js = g0.jetstream(timeout=10)
+        js = g0.jetstream(timeout=30)
         si = await js.stream_info("S1")
         assert si.cluster.leader == "r1" and si.config.num_replicas == 1
         assert m.solo is not None and ("A", "S1") in m.solo.hosted and not any(k[1] == "S1" for k in m.replicas)
@@ -249,9 +263,9 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         for c in (g0, g1, rc):
             for _ in range(5):
                 n += 1
-                ack = await c.jetstream().publish(f"s1.{n % 2}", f"m{n}".encode(), headers={"Nats-Msg-Id": f"id{n}"})
+                ack = await c.jetstream(timeout=30).publish(f"s1.{n % 2}", f"m{n}".encode(), headers={"Nats-Msg-Id": f"id{n}"})
                 assert (ack.stream, ack.seq) == ("S1", n)
-        dup = await g1.jetstream().publish("s1.0", b"again", headers={"Nats-Msg-Id": "id3"})
+        dup = await g1.jetstream(timeout=30).publish("s1.0", b"again", headers={"Nats-Msg-Id": "id3"})
         assert dup.duplicate and dup.seq == 3
         # a pull consumer created through a Go server: its leader is the Rillet server
         await js.add_consumer("S1", durable_name="P", ack_policy="explicit")
@@ -260,7 +274,7 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         got = []
         for c in (g0, g1, rc):
             sub = await c.jetstream().pull_subscribe("s1.>", durable="P", stream="S1")
-            for msg in await sub.fetch(5, timeout=10):
+            for msg in await sub.fetch(5, timeout=30):
                 got.append(msg.data.decode())
                 await msg.ack_sync()
         assert got == [f"m{i}" for i in range(1, n + 1)]
@@ -270,14 +284,14 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         pushed = []
         psub = await g1.jetstream().subscribe("s1.1", durable="PUSH", stream="S1")
         for _ in range(len([i for i in range(1, n + 1) if i % 2 == 1])):
-            msg = await psub.next_msg(timeout=10)
+            msg = await psub.next_msg(timeout=30)
             pushed.append(msg.data.decode())
             await msg.ack()
         assert pushed == [f"m{i}" for i in range(1, n + 1) if i % 2 == 1]
         # the Go meta leader's lists ask the Rillet server
-        names = json.loads((await g0.request("$JS.API.STREAM.LIST", b"{}", timeout=10)).data)
+        names = json.loads((await g0.request("$JS.API.STREAM.LIST", b"{}", timeout=30)).data)
         assert [s["config"]["name"] for s in names["streams"]] == ["S1"] and names["streams"][0]["state"]["messages"] == n
-        clist = json.loads((await g1.request("$JS.API.CONSUMER.LIST.S1", b"{}", timeout=10)).data)
+        clist = json.loads((await g1.request("$JS.API.CONSUMER.LIST.S1", b"{}", timeout=30)).data)
         assert sorted(c["name"] for c in clist["consumers"]) == ["P", "PUSH"]
         assert (await js.get_msg("S1", 2)).data == b"m2"
         await psub.unsubscribe()
@@ -292,7 +306,7 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         m = await _member(srv)
         g0 = await nats.connect(gc.url("g0"))
         conns.append(g0)
-        js = g0.jetstream(timeout=10)
+        js = g0.jetstream(timeout=30)
         si = await CAP._until(lambda: js.stream_info("S1"), 20, what="S1 back")
         assert (si.state.messages, si.state.last_seq) == (n, n) and m.solo.recovered == 1
         ci = await js.consumer_info("S1", "P")
@@ -300,13 +314,13 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         n += 1
         assert (await js.publish("s1.0", f"m{n}".encode())).seq == n
         sub = await js.pull_subscribe("s1.>", durable="P", stream="S1")
-        assert [x.data.decode() for x in await sub.fetch(1, timeout=10)] == [f"m{n}"]
+        assert [x.data.decode() for x in await sub.fetch(1, timeout=30)] == [f"m{n}"]
         # purge and delete, answered by the Rillet server
         assert await js.purge_stream("S1")
         assert (await js.stream_info("S1")).state.messages == 0
         await js.delete_consumer("S1", "P")
         assert await js.delete_stream("S1")
-        await _until(lambda: ("A", "S1") not in m.solo.hosted and not m.solo.js.accounts["A"].streams, 10,
+        await _until(lambda: ("A", "S1") not in m.solo.hosted and not m.solo.js.accounts["A"].streams, 60,
                      what="S1 gone from the Rillet server")
     finally:
         for c in conns:
@@ -337,11 +351,11 @@ async def test_one_go_two_rillet_streams_placed_on_every_server(tmp_path):
         g0 = await nats.connect(gc.url("g0"))
         rcs = {n: await nats.connect(f"nats://a:a@127.0.0.1:{s.port}") for n, s in srvs.items()}
         conns += [g0, *rcs.values()]
-        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the meta group of 1 Go + 2 Rillet")
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the meta group of 1 Go + 2 Rillet")
         await _create(g0, name="R3", subjects=["r3.>"], num_replicas=3)
         for n in ("r1", "r2"):
             await _create(rcs[n], name=f"ON_{n}", subjects=[f"on.{n}.>"], num_replicas=1, placement={"tags": [n]})
-        js = g0.jetstream(timeout=20)
+        js = g0.jetstream(timeout=30)
         assert await _stream_peers(js, "R3") == {"g0", "r1", "r2"}
         for n in ("r1", "r2"):
             assert (await js.stream_info(f"ON_{n}")).cluster.leader == n
@@ -350,22 +364,22 @@ async def test_one_go_two_rillet_streams_placed_on_every_server(tmp_path):
         for c in clients:
             for _ in range(4):
                 count += 1
-                assert (await c.jetstream(timeout=20).publish(f"r3.{count}", f"m{count}".encode())).seq == count
+                assert (await c.jetstream(timeout=30).publish(f"r3.{count}", f"m{count}".encode())).seq == count
                 for n in ("r1", "r2"):
-                    assert (await c.jetstream().publish(f"on.{n}.x", f"{n}-{count}".encode())).seq == count
+                    assert (await c.jetstream(timeout=30).publish(f"on.{n}.x", f"{n}-{count}".encode())).seq == count
         for n in ("r1", "r2"):
             await js.add_consumer(f"ON_{n}", durable_name="D", ack_policy="explicit")
             got = []
             for c in clients:
                 sub = await c.jetstream().pull_subscribe(f"on.{n}.>", durable="D", stream=f"ON_{n}")
-                for msg in await sub.fetch(4, timeout=10):
+                for msg in await sub.fetch(4, timeout=30):
                     got.append(msg.data.decode())
                     await msg.ack_sync()
             assert got == [f"{n}-{i}" for i in range(1, count + 1)]
         await js.add_consumer("R3", durable_name="D3", ack_policy="explicit")
-        sub = await rcs["r2"].jetstream(timeout=20).pull_subscribe("r3.>", durable="D3", stream="R3")
-        assert [x.data.decode() for x in await sub.fetch(count, timeout=15)] == [f"m{i}" for i in range(1, count + 1)]
-        await _until(lambda: all(("A", "R3") in m.replicas for m in ms.values()), 10, what="R3 on both Rillet")
+        sub = await rcs["r2"].jetstream(timeout=30).pull_subscribe("r3.>", durable="D3", stream="R3")
+        assert [x.data.decode() for x in await sub.fetch(count, timeout=30)] == [f"m{i}" for i in range(1, count + 1)]
+        await _until(lambda: all(("A", "R3") in m.replicas for m in ms.values()), 60, what="R3 on both Rillet")
         for m in ms.values():
             await _compare_replica(js, m.replicas[("A", "R3")], "R3")
         # r2 killed: the R3 stream commits with g0 and r1
@@ -374,13 +388,13 @@ async def test_one_go_two_rillet_streams_placed_on_every_server(tmp_path):
         del srvs["r2"]
         for _ in range(5):
             count += 1
-            assert (await rcs["r1"].jetstream(timeout=20).publish(f"r3.{count}", f"m{count}".encode())).seq == count
+            assert (await rcs["r1"].jetstream(timeout=30).publish(f"r3.{count}", f"m{count}".encode())).seq == count
         srvs["r2"] = await (cms.__setitem__("r2", serve_config(confs["r2"])) or cms["r2"]).__aenter__()
         ms["r2"] = await _member(srvs["r2"])
-        await _until(lambda: ("A", "R3") in ms["r2"].replicas, 20, what="r2's R3 replica back")
+        await _until(lambda: ("A", "R3") in ms["r2"].replicas, 60, what="r2's R3 replica back")
         for m in ms.values():
             assert await _compare_replica(js, m.replicas[("A", "R3")], "R3") == count
-        ci = await js.consumer_info("ON_r2", "D")
+        ci = await CAP._until(lambda: js.consumer_info("ON_r2", "D"), 60, what="ON_r2's consumer back")
         assert (ci.ack_floor.stream_seq, ci.num_pending, ci.cluster.leader) == (12, 0, "r2")
         si = await js.stream_info("ON_r2")
         assert (si.state.messages, si.cluster.leader) == (12, "r2")
@@ -411,8 +425,8 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
         g0 = await nats.connect(gc.url("g0"))
         sysnc = await nats.connect(gc.url("g0", "sys"))
         conns += [g0, sysnc]
-        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the Go meta leader")
-        js = g0.jetstream(timeout=20)
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader")
+        js = g0.jetstream(timeout=30)
         await js.add_stream(name="M", subjects=["m.>"], num_replicas=3)
         await js.add_consumer("M", durable_name="D", ack_policy="explicit")
         n = 0
@@ -420,7 +434,7 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
             n += 1
             assert (await js.publish(f"m.{n}", f"v{n}".encode())).seq == n
         sub = await js.pull_subscribe("m.>", durable="D", stream="M")
-        for msg in await sub.fetch(10, timeout=10):
+        for msg in await sub.fetch(10, timeout=30):
             await msg.ack_sync()
         for victim, rname, rport in (("g2", "r2", p2), ("g1", "r1", p1)):
             # stop the Go server, remove it from the meta group, start its Rillet replacement
@@ -428,9 +442,9 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
 
             async def removed():
                 r = json.loads((await sysnc.request("$JS.API.SERVER.REMOVE",
-                                                    json.dumps({"peer": victim}).encode(), timeout=5)).data)
+                                                    json.dumps({"peer": victim}).encode(), timeout=15)).data)
                 return r.get("success")
-            await CAP._until(removed, 20, what=f"{victim} removed")
+            await CAP._until(removed, 60, what=f"{victim} removed")
             conf = _rillet_conf(gc, name=rname, port=rport)
             cms[rname] = serve_config(conf)
             srvs[rname] = await cms[rname].__aenter__()
@@ -445,13 +459,13 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
                 peers = {si.cluster.leader} | {r.name for r in si.cluster.replicas or []}
                 return victim not in peers and rname in peers and all(r.current for r in si.cluster.replicas)
             # (90 s: under load the Go leader took over 60 s once to place and catch the replica up)
-            await CAP._until(replaced, 90, what=f"M's replica placed on {rname} and current")
-            await _until(lambda: ("A", "M") in m.replicas, 10, what=f"the replica on {rname}")
+            await CAP._until(replaced, 120, what=f"M's replica placed on {rname} and current")
+            await _until(lambda: ("A", "M") in m.replicas, 60, what=f"the replica on {rname}")
             assert await _compare_replica(js, m.replicas[("A", "M")], "M") == n
             rc = await nats.connect(f"nats://a:a@127.0.0.1:{srvs[rname].port}")
             conns.append(rc)
             n += 1
-            assert (await rc.jetstream(timeout=20).publish(f"m.{n}", f"v{n}".encode())).seq == n
+            assert (await rc.jetstream(timeout=30).publish(f"m.{n}", f"v{n}".encode())).seq == n
 
             async def consumer_moved():
                 ci = await js.consumer_info("M", "D")
@@ -468,11 +482,16 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
                     ci = await js.consumer_info("M", "D")
                     return ci if victim not in {ci.cluster.leader} | {r.name for r in ci.cluster.replicas or []} \
                         else None
-                ci = await CAP._until(consumer_off_victim, 30, what=f"D without {victim}")
+                ci = await CAP._until(consumer_off_victim, 60, what=f"D without {victim}")
+
+            async def consumer_state():  # (its leader counts the last publish a moment after the PubAck)
+                ci = await js.consumer_info("M", "D")
+                return ci if ci.num_pending == n - 10 else None
+            ci = await CAP._until(consumer_state, 30, what="D's pending count") or ci
             assert ci.ack_floor.stream_seq == 10 and ci.num_pending == n - 10
         # the consumer's state was kept through both replacements: it goes on from where it was
         sub = await js.pull_subscribe("m.>", durable="D", stream="M")
-        got = [x.data.decode() for x in await sub.fetch(n - 10, timeout=15)]
+        got = [x.data.decode() for x in await sub.fetch(n - 10, timeout=30)]
         assert got == [f"v{i}" for i in range(11, n + 1)]
     finally:
         for c in conns:
@@ -506,36 +525,36 @@ async def test_rillet_server_killed_hard_and_restarted(tmp_path):
     proc = start()
     g0 = await nats.connect(gc.url("g0"))
     try:
-        await CAP._until(lambda: CAP._js_ready(g0), 30, what="the Go meta leader")
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader")
         await _create(g0, name="S1", subjects=["s1.>"], num_replicas=1, placement={"tags": ["rillet"]})
         await _create(g0, name="R3", subjects=["r3.>"], num_replicas=3)
-        js = g0.jetstream(timeout=20)
+        js = g0.jetstream(timeout=30)
         assert (await js.stream_info("S1")).cluster.leader == "r1"
         for i in range(1, 21):
             assert (await js.publish("s1.x", f"s{i}".encode())).seq == i
             assert (await js.publish("r3.x", f"r{i}".encode())).seq == i
         await js.add_consumer("S1", durable_name="D", ack_policy="explicit")
         sub = await js.pull_subscribe("s1.>", durable="D", stream="S1")
-        for msg in await sub.fetch(8, timeout=10):
+        for msg in await sub.fetch(8, timeout=30):
             await msg.ack_sync()
-        await asyncio.sleep(1.5)  # (the stores' buffered writes reach the files, as nats-server's flush loop)
+        await asyncio.sleep(3)  # (the stores' buffered writes reach the files, as nats-server's flush loop)
         proc.proc.send_signal(signal.SIGKILL)
         proc.proc.wait(10)
         for i in range(21, 31):
             assert (await js.publish("r3.x", f"r{i}".encode())).seq == i
         proc = start()
-        si = await CAP._until(lambda: js.stream_info("S1"), 30, what="S1 back")
+        si = await CAP._until(lambda: js.stream_info("S1"), 60, what="S1 back")
         assert (si.state.messages, si.state.last_seq, si.cluster.leader) == (20, 20, "r1")
         ci = await js.consumer_info("S1", "D")
         assert (ci.ack_floor.stream_seq, ci.num_pending) == (8, 12)
-        got = [m.data for m in await sub.fetch(12, timeout=10)]
+        got = [m.data for m in await sub.fetch(12, timeout=30)]
         assert got == [f"s{i}".encode() for i in range(9, 21)]
 
         async def r3_current():
             si = await js.stream_info("R3")
             r1 = [r for r in si.cluster.replicas or [] if r.name == "r1"]
             return bool(r1) and r1[0].current and not r1[0].lag and si.state.messages == 30
-        await CAP._until(r3_current, 30, what="the Rillet replica of R3 current again")
+        await CAP._until(r3_current, 60, what="the Rillet replica of R3 current again")
         for i in range(1, 31):
             assert (await js.get_msg("R3", i)).data == f"r{i}".encode()
     finally:
