@@ -140,6 +140,12 @@ def test_a_consumer_waits_for_a_damaged_message_fetched_again(tmp_path) -> None:
             "stream_name": "P", "config": {"durable_name": "C", "ack_policy": "explicit", "num_replicas": 3}},
             want=lambda d: "error" not in d and d.get("cluster", {}).get("leader")))
         victim = next(m for m in members if m.name == ci["cluster"]["leader"])
+        # the victim a follower of the stream (the leader's case is the test above): it cuts and fetches at once
+        others = [m.name for m in members if m is not victim]
+        asyncio.run(_request(urls, "$JS.API.STREAM.LEADER.STEPDOWN.P", {"placement": {"preferred": others[0]}},
+                             want=lambda d: True))
+        asyncio.run(_request(urls, "$JS.API.STREAM.INFO.P", want=lambda d: "error" not in d and d.get(
+            "cluster", {}).get("leader") in others and all(r.get("current") for r in d["cluster"]["replicas"])))
         mark = len(victim.proc.lines)
         _flip(os.path.join(str(tmp_path), victim.name, "store"), "P", 100)
 
@@ -165,8 +171,9 @@ def test_a_consumer_waits_for_a_damaged_message_fetched_again(tmp_path) -> None:
         got = asyncio.run(consume())
         assert [s for s, _ in got] == list(range(1, N + 1)), [s for s, _ in got][95:110]
         assert all(d == _data(s - 1) for s, d in got)
-        assert "record failed its checksum" in "\n".join(victim.proc.lines[mark:])
         victim.proc.wait_log(r"damaged message\(s\) in the store \(first 101\): dropping", timeout=20, after=mark)
+        seen = "\n".join(victim.proc.lines[mark:])
+        assert "record failed its checksum" in seen and "stepping down to fetch" not in seen, seen
     finally:
         for m in members:
             m.close()
