@@ -16,14 +16,19 @@ from typing import Any, Awaitable, Callable
 
 import rillet
 from rillet.monitor.http11 import HttpServer, Request, Response
-from rillet.monitor import endpoints
 from rillet.server import procstats
-from rillet.monitor.conns import ConnzOptions, connz, decode_subs
 from rillet.gocompat.gojson import dumps
 from rillet.gocompat.goquote import go_quote
 from rillet.gocompat.gotime import format_time
 from rillet.gocompat.monitorfmt import QueryError
-from rillet.monitor.varz import varz
+
+# The endpoints' modules (rillet.monitor.endpoints, conns, varz: ~0.3 MB) are loaded by the first request that
+# needs them, not when the monitor starts (issue 20: idle RSS).
+
+
+def _endpoints() -> Any:
+    from rillet.monitor import endpoints
+    return endpoints
 
 ROOT, VARZ, CONNZ, ROUTEZ, GATEWAYZ, LEAFZ, SUBSZ, STACKSZ = (
     "/", "/varz", "/connz", "/routez", "/gatewayz", "/leafz", "/subsz", "/stacksz")
@@ -66,14 +71,14 @@ class Monitor:
             VARZ: self.handle_varz,
             CONNZ: self.handle_connz,
             ROUTEZ: self.handle_routez,
-            GATEWAYZ: self._counted(GATEWAYZ, endpoints.gatewayz),
-            LEAFZ: self._counted(LEAFZ, endpoints.leafz),
-            SUBSZ: self._counted(SUBSZ, endpoints.subsz),
-            SUBSCRIPTIONSZ: self._counted(SUBSZ, endpoints.subsz),
+            GATEWAYZ: self._counted(GATEWAYZ, "gatewayz"),
+            LEAFZ: self._counted(LEAFZ, "leafz"),
+            SUBSZ: self._counted(SUBSZ, "subsz"),
+            SUBSCRIPTIONSZ: self._counted(SUBSZ, "subsz"),
             STACKSZ: self.handle_stacksz,
-            ACCOUNTZ: self._counted(ACCOUNTZ, endpoints.accountz),
+            ACCOUNTZ: self._counted(ACCOUNTZ, "accountz"),
             ACCSTATZ: self.handle_accstatz,
-            JSZ: self._counted(JSZ, endpoints.jsz),
+            JSZ: self._counted(JSZ, "jsz"),
             HEALTHZ: self.handle_healthz,
             IPQUEUESZ: self.handle_ipqueuesz,
             RAFTZ: self.handle_raftz,
@@ -93,7 +98,7 @@ class Monitor:
     def account_totals(self, acc: Any) -> tuple[int, int, int, int]:
         """(in_msgs, in_bytes, out_msgs, out_bytes) of an account's client connections, closed ones too."""
         in_m, in_b, out_m, out_b = self.acc_closed.get(acc.name, (0, 0, 0, 0))
-        for c in endpoints.account_clients(self.server, acc):
+        for c in _endpoints().account_clients(self.server, acc):
             in_m += c.in_msgs
             in_b += c.in_bytes
             out_m += c.out_msgs
@@ -120,12 +125,12 @@ class Monitor:
 
     # ---- handlers -------------------------------------------------------------------------------------
 
-    def _counted(self, path: str, endpoint: Callable[[Any, Any], Any]) -> Handler:
+    def _counted(self, path: str, endpoint: str) -> Handler:
         """The handler of an endpoint that only reads the query: counted in /varz http_req_stats under
-        ``path``, answered with ``endpoint(server, query)`` as JSON."""
+        ``path``, answered with ``rillet.monitor.endpoints.<endpoint>(server, query)`` as JSON."""
         async def handle(request: Request) -> Response:
             self.count(path)
-            return self.json(request, endpoint(self.server, request.query))
+            return self.json(request, getattr(_endpoints(), endpoint)(self.server, request.query))
         return handle
 
 
@@ -135,32 +140,35 @@ class Monitor:
 
     async def handle_varz(self, request: Request) -> Response:
         self.count(VARZ)
+        from rillet.monitor.varz import varz
         return self.json(request, varz(self.server, self.http_req_stats, self.cpu))
 
     async def handle_connz(self, request: Request) -> Response:
+        from rillet.monitor.conns import ConnzOptions, connz
         opts = ConnzOptions.from_query(request.query)
         self.count(CONNZ)
         return self.json(request, connz(self.server, opts))
 
     async def handle_routez(self, request: Request) -> Response:
+        from rillet.monitor.conns import decode_subs
         decode_subs(request.query)
         self.count(ROUTEZ)
-        return self.json(request, endpoints.routez(self.server, request.query))
+        return self.json(request, _endpoints().routez(self.server, request.query))
 
     async def handle_stacksz(self, request: Request) -> Response:
-        return json_response(request, endpoints.stacks_text().encode())
+        return json_response(request, _endpoints().stacks_text().encode())
 
     async def handle_accstatz(self, request: Request) -> Response:
         self.count(ACCSTATZ)
-        return self.json(request, endpoints.accstatz(self.server, request.query, self.account_totals))
+        return self.json(request, _endpoints().accstatz(self.server, request.query, self.account_totals))
 
     async def handle_healthz(self, request: Request) -> Response:
         self.count(HEALTHZ)
-        o = endpoints.healthz_options(request.query)
+        o = _endpoints().healthz_options(request.query)
         log = self.server.log
         if o["js-enabled"]:
             log.warn("Healthcheck: js-enabled deprecated, use js-enabled-only instead")
-        code, body = endpoints.healthz(self.server, o)
+        code, body = _endpoints().healthz(self.server, o)
         if body.get("error"):
             log.warn(f"Healthcheck failed: {go_quote(body['error'])}")
         elif body.get("errors"):
@@ -168,7 +176,7 @@ class Monitor:
         return self.json(request, body, code, indent=0)
 
     async def handle_ipqueuesz(self, request: Request) -> Response:
-        return self.json(request, endpoints.ipqueuesz(self.server, request.query), indent=3)
+        return self.json(request, _endpoints().ipqueuesz(self.server, request.query), indent=3)
 
     async def handle_raftz(self, request: Request) -> Response:
         cl = getattr(getattr(self.server, "jetstream", None), "cluster", None)
@@ -199,7 +207,7 @@ class Monitor:
         return Response(body=metrics.render(self.server, self).encode(), content_type=metrics.CONTENT_TYPE)
 
     async def handle_expvarz(self, request: Request) -> Response:
-        body = endpoints.expvar_body(procstats.rss_bytes())
+        body = _endpoints().expvar_body(procstats.rss_bytes())
         return Response(body=body, content_type="application/json", charset="utf-8")
 
 
