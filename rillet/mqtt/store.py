@@ -116,14 +116,17 @@ def _store_error(hdr: int, msg: bytes) -> BaseException | None:
     return None
 
 
-def _stream_class() -> Any:
-    from rillet.jetstream.stream import Stream
-    return Stream
+_DIRECT_TYPES: tuple[Any, Any] | None = None
 
 
-def _single_log() -> Any:
-    from rillet.jetstream.log import SingleNodeLog
-    return SingleNodeLog
+def _direct_types() -> tuple[Any, Any]:
+    """(Stream, SingleNodeLog), imported on first use (rillet.jetstream imports this package's users)."""
+    global _DIRECT_TYPES
+    if _DIRECT_TYPES is None:
+        from rillet.jetstream.log import SingleNodeLog
+        from rillet.jetstream.stream import Stream
+        _DIRECT_TYPES = (Stream, SingleNodeLog)
+    return _DIRECT_TYPES
 
 
 class _StoreAck:
@@ -276,8 +279,9 @@ class JSA:
         the subject's sublist result here is that one stream's subscription and nothing else (no queue group,
         no route, leaf or gateway interest, no mapping, no trace), the stream is this server's own
         (``SingleNodeLog``, not replicated) and answers a publish with a plain PubAck once the message is
-        written (no ``no_ack``, no counter, no fsync awaited before the ack). Anything else: None, the
-        publish takes the account's delivery and the answer its reply subject."""
+        written (no ``no_ack``, no counter, no fsync awaited: an answer that may never come is left to the
+        reply subject's timeout). Anything else: None, the publish takes the account's delivery and the answer
+        its reply subject."""
         acc = self.account
         if acc.mappings or acc.gw is not None or self.server.trace_on or _mt.CURRENT is not None:
             return None
@@ -286,17 +290,18 @@ class JSA:
         if r.qsubs or len(ps) != 1:
             return None
         sub = ps[0]
+        stream_t, log_t = _DIRECT_TYPES or _direct_types()
         if sub is self._dsub:
             stream = self._dstream
         else:
             self._dsub = self._dstream = None
             icb = sub.icb
             stream = getattr(icb, "__self__", None)
-            if stream is None or type(stream) is not _stream_class() or getattr(icb, "__func__", None) is not \
-                    _stream_class()._on_msg or sub.client is not stream.ic:
+            if stream is None or type(stream) is not stream_t or getattr(icb, "__func__", None) is not \
+                    stream_t._on_msg or sub.client is not stream.ic:
                 return None
             self._dsub, self._dstream = sub, stream
-        if sub.max or stream.closed or stream.replication is not None or type(stream.log) is not _single_log():
+        if sub.max or stream.closed or stream.replication is not None or type(stream.log) is not log_t:
             return None
         cfg = stream.cfg
         if cfg.no_ack or cfg.allow_msg_counter or (stream.js.sync_always and cfg.persist_mode != "async"):
