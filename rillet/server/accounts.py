@@ -83,24 +83,26 @@ class Account:
 
     def add_sub(self, sub: "Subscription") -> None:
         self.sublist.insert(sub)
-        if self.interest_watchers:
-            self._notify_interest(sub.subject)
-        if self.stream_imports:
-            self._notify_exporters(sub.subject)
+        self._interest_changed(sub.subject)
         for li in self.listeners:
             li.local_interest(self, sub, True)
 
     def remove_sub(self, sub: "Subscription") -> None:
         self.sublist.remove(sub)
-        if self.interest_watchers:
-            self._notify_interest(sub.subject)
-        if self.stream_imports:
-            self._notify_exporters(sub.subject)
+        self._interest_changed(sub.subject)
         if self.sub_removed:
             for cb in list(self.sub_removed):
                 cb(self, sub)
         for li in self.listeners:
             li.local_interest(self, sub, False)
+
+    def _interest_changed(self, subject: str) -> None:
+        """A local subscription on ``subject`` came or went: the interest watchers and, for stream imports,
+        the exporting accounts are told."""
+        if self.interest_watchers:
+            self._notify_interest(subject)
+        if self.stream_imports:
+            self._notify_exporters(subject)
 
     def route_interest(self, sub: Any, added: bool) -> None:
         """A route announced (or withdrew) interest (called by the route connection once it is in the
