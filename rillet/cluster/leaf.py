@@ -62,6 +62,7 @@ from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind, deliver_here, plan_of
 from rillet.server.listen import hostport, server_port_socket
+from rillet.server.tls import make_server_context
 from rillet.subjects.sublist import SublistResult
 from rillet.cluster.leaf_conn import (AUTH_VIOLATION, GATEWAY_KIND, JS_DENY, LEAF_DIAL_TIMEOUT, LEAF_KIND, ROUTER_KIND,
                                       LeafConn, RemoteState, _redact_host, client_tls_context)
@@ -88,7 +89,6 @@ class LeafNodes(Listening):
         self.remotes = [RemoteState(r, self.opts.reconnect) for r in self.opts.remotes if not r.disabled]
         self.tls_server: ssl.SSLContext | None = None
         if self.opts.tls is not None:
-            from rillet.server.tls import make_server_context
             try:
                 self.tls_server = make_server_context(self.opts.tls)
             except ValueError as e:

@@ -23,6 +23,7 @@ from rillet.cluster.routed import RemoteSub
 from rillet.protocol.parser import ProtocolError
 from rillet.server.operator import expiry_delay
 from rillet.server import ocsp
+from rillet.config.tls_names import TLS_VERSIONS, parse_min_version
 from rillet.server.tls import start_tls_after_info
 from rillet.server.delivery import ConnKind
 from rillet.subjects.validate import subject_matches_filter
@@ -801,7 +802,6 @@ class RemoteState:
 def client_tls_context(cfg: Any) -> ssl.SSLContext:
     """The soliciting side's context for a remote's tls {} (None: a tls:// URL or a hub requiring TLS
     without one: the system's roots). ValueError when a file is unusable."""
-    from rillet.config.tls_names import TLS_VERSIONS, parse_min_version
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
