@@ -244,3 +244,80 @@ async def test_rillet_leads_a_stream_group_of_go_followers_and_steps_down_and_ba
             assert (await js.publish("lead.0", b"again")).seq == 15
     finally:
         await nc.close()
+
+
+_GETS = [{"seq": 2}, {"seq": 5, "no_hdr": True}, {"last_by_subj": "get.a"}, {"next_by_subj": "get.b", "seq": 3},
+         {"next_by_subj": "get.>", "seq": 6}, {"seq": 99}, {"last_by_subj": "get.none"}, {"seq": 2, "batch": 2},
+         {}, {"seq": 1, "last_by_subj": "get.a"}]
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+async def test_rillet_leader_answers_msg_get_and_purge_as_the_go_leader(go_cluster):  # noqa: F811
+    """Message get and purge while the Rillet replica leads an R3 group of Go followers, against the Go leader:
+    the same MSG.GET requests (by sequence, without headers, last and next for a subject, missing, refused) get
+    the same answers from either; a purge (by subject, then up to a sequence) through the Rillet leader is
+    committed with the Go followers, answered with its count, and the Go leader afterwards holds what is left."""
+    import nats
+    gc = go_cluster
+    nc = await nats.connect(gc.url("g1"))
+    try:
+        await CAP._until(lambda: CAP._js_ready(nc), 60, what="Go meta leader")
+        js = nc.jetstream(timeout=30)
+        async with serve_config(_rillet_conf(gc)) as srv:
+            m = await _rillet_leads_and_places(srv, nc, gc, "GET")
+            await _until(lambda: ("A", "GET") in m.replicas, 30, what="the replica on Rillet")
+            rep = m.replicas[("A", "GET")]
+            for i in range(1, 9):
+                await js.publish(f"get.{'ab'[i % 2]}", f"m{i}".encode(), headers={"X-I": str(i)})
+            await _until(lambda: rep.store.state().last_seq == 8 and rep.raft.leader, 30, what="the replica at 8")
+
+            async def answers() -> list[dict]:
+                out = []
+                for req in _GETS:
+                    r = await nc.request("$JS.API.STREAM.MSG.GET.GET", json.dumps(req).encode(), timeout=20)
+                    out.append(json.loads(r.data))
+                return out
+            go = await answers()
+            assert go[0]["message"]["seq"] == 2 and "error" in go[5] and "error" in go[7]
+            for attempt in range(5):
+                r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.GET", json.dumps(
+                    {"placement": {"preferred": "r1"}}).encode(), timeout=20)).data)
+                if r.get("success"):
+                    try:
+                        await _until(lambda: rep.raft.role == LEADER, 10, what="the Rillet replica leading")
+                        break
+                    except AssertionError:
+                        pass
+                assert attempt < 4, r
+                await asyncio.sleep(1)
+            await CAP._until(lambda: _led_by(js, "GET", "r1"), 30, what="r1 answering as GET's leader")
+            assert await answers() == go
+            # purges through the Rillet leader
+            r = json.loads((await nc.request("$JS.API.STREAM.PURGE.GET", json.dumps({"filter": "get.a"}).encode(),
+                                             timeout=20)).data)
+            assert r == {"type": "io.nats.jetstream.api.v1.stream_purge_response", "success": True, "purged": 4}
+            r = json.loads((await nc.request("$JS.API.STREAM.PURGE.GET", json.dumps({"seq": 4, "keep": 1}).encode(),
+                                             timeout=20)).data)
+            assert r["error"]["err_code"] == 10003  # (sequence and keep exclude each other, as nats-server says)
+            r = json.loads((await nc.request("$JS.API.STREAM.PURGE.GET", json.dumps({"seq": 4}).encode(),
+                                             timeout=20)).data)
+            assert r == {"type": "io.nats.jetstream.api.v1.stream_purge_response", "success": True, "purged": 2}
+            assert rep.raft.role == LEADER and rep.store.state().msgs == 2
+            # back to a Go leader: it holds the two messages left (get.a's 2, 4, 6, 8 and then 1, 3 purged)
+            r = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.GET", b"", timeout=20)).data)
+            assert r.get("success") is True, r
+            si = await CAP._until(lambda: _led_by(js, "GET", *gc.names), 60, what="a Go server leading GET")
+            assert (si.state.messages, si.state.first_seq, si.state.last_seq) == (2, 5, 8)
+            for seq in (5, 7):
+                assert (await js.get_msg("GET", seq)).data == f"m{seq}".encode()
+    finally:
+        await nc.close()
+
+
+async def _led_by(js, stream: str, *names: str):
+    import nats
+    try:
+        si = await js.stream_info(stream)
+    except (nats.js.errors.APIError, nats.errors.TimeoutError):
+        return None
+    return si if si.cluster.leader in names else None

@@ -28,10 +28,10 @@ nats-server's stream leader: publishes to the stream's subjects become stream me
 last sequence proposed, counting failed proposals), acknowledged once committed and stored (PubAck bytes,
 ``Nats-Msg-Id`` duplicates within the window -- in flight, applied or rebuilt from the store at start --, expected
 stream / last sequence / last subject sequence); ``$JSC.SYNC`` catch-ups are served from the store;
-``STREAM.INFO``, ``STREAM.MSG.DELETE`` (proposed, answered once applied) and the leader step-down request are
-answered.
+``STREAM.INFO``, ``STREAM.MSG.GET`` (from the store), ``STREAM.MSG.DELETE`` and ``STREAM.PURGE`` (proposed in
+nats-server's entries, answered once applied) and the leader step-down request are answered.
 
-Not yet: any other stream API request while leading; publish headers other than those (refused: expected last
+Not yet: any other stream API request while leading (direct get, update); publish headers other than those (refused: expected last
 message id, rollups, TTLs, batches, counters, schedules); discard-new and account limits before proposing; a
 domain in PubAcks; snapshots of our own log; campaigning without a transfer (a killed Rillet leader's group
 waits out the Go election timeout); leading a consumer, the consumer's own snapshot (counted, not applied) and a
@@ -40,6 +40,7 @@ the leader has sent its log or a snapshot again).
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -364,6 +365,8 @@ class GoStreamReplica(GoMetaMember):
         self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.INFO.{self.name}", self._on_info)))
         self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.MSG.DELETE.{self.name}",
                                                            self._on_msg_delete)))
+        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.MSG.GET.{self.name}", self._on_msg_get)))
+        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.PURGE.{self.name}", self._on_purge)))
         self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.LEADER.STEPDOWN.{self.name}",
                                                            self._on_stepdown)))
         self.log.notice(f"JetStream: leading stream '{self.account} > {self.name}' [{self.group}] "
@@ -579,6 +582,86 @@ class GoStreamReplica(GoMetaMember):
         doc["reply"] = reply.decode("utf-8", "surrogateescape") if reply else ""
         self.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_DELETE_MSG, doc))])
 
+    def _api_request(self, reply: Optional[bytes], hdr: int, msg: bytes) -> Optional[tuple[dict, bytes]]:
+        """(client info, body) of a stream API request this leader answers: one of the stream's account, with
+        the requester's info (``Nats-Request-Info``) and somewhere to answer; None otherwise."""
+        if self._lead_subs is None or hdr <= 0 or not reply:
+            return None
+        ci = request_info(bytes(msg[:hdr]))
+        if ci is None or ci.get("acc") != self.account:
+            return None
+        return ci, bytes(msg[hdr:])
+
+    def _answer(self, reply: bytes, doc: dict) -> None:
+        from rillet.jetstream.api import codec as apijson
+        self.ic.publish(reply, None, apijson.go_json(doc))
+
+    def _on_msg_get(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        """``$JS.API.STREAM.MSG.GET.<stream>``: as nats-server's stream leader, from the store (by sequence, last
+        or next for a subject, or from a start time; the same checks and answers as Rillet's own JetStream)."""
+        got = self._api_request(reply, hdr, msg)
+        if got is None:
+            return
+        from rillet.jetstream.api import codec as apijson
+        from rillet.jetstream.api import types as A
+        from rillet.jetstream.api.direct import DirectApi
+        typ = "io.nats.jetstream.api.v1.stream_msg_get_response"
+        body = got[1]
+        try:
+            if not body.strip() or body.strip() == b"{}":
+                raise ApiError.make("BAD_REQUEST")
+            req = apijson.go_decode(body, A.JSApiMsgGetRequest, strict=False)
+            DirectApi._check_get(req)
+            m = DirectApi._get(None, self, req)  # (reads self.store only)
+            if m is None:
+                raise ApiError.make("NO_MESSAGE_FOUND")
+        except ApiError as e:
+            self._answer(reply, {"type": typ, "error": e.to_dict()})
+            return
+        d: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
+        if m.hdr and not req.no_hdr:
+            d["hdrs"] = base64.b64encode(m.hdr).decode()
+        if m.data:
+            d["data"] = base64.b64encode(m.data).decode()
+        d["time"] = format_time(m.ts)
+        self._answer(reply, {"type": typ, "message": d})
+
+    def _on_purge(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        """``$JS.API.STREAM.PURGE.<stream>``: proposed as nats-server proposes it (its purge entry: client, stream,
+        the last sequence now, subject, reply and the request when there is one); answered once applied."""
+        got = self._api_request(reply, hdr, msg)
+        if got is None:
+            return
+        ci, body = got
+        typ = "io.nats.jetstream.api.v1.stream_purge_response"
+        cfg = self.assignment["stream"]
+        request: Optional[dict] = None
+        try:
+            if body.strip()[:1] == b"{":
+                from rillet.jetstream.api import codec as apijson
+                from rillet.jetstream.api import types as A
+                pr = apijson.go_decode(body, A.JSApiStreamPurgeRequest, strict=False)
+                if pr.seq and pr.keep:
+                    raise ApiError.make("BAD_REQUEST")  # (nats-server: sequence and keep exclude each other)
+                request = {k: v for k, v in (("seq", pr.seq), ("filter", pr.filter), ("keep", pr.keep)) if v}
+                from rillet.subjects.validate import is_valid_subject
+                if pr.filter and not is_valid_subject(pr.filter):
+                    raise ApiError.make("STREAM_PURGE_FAILED", err="invalid subject")
+            if cfg.get("sealed"):
+                raise ApiError.make("STREAM_SEALED")
+            if cfg.get("deny_purge"):
+                raise ApiError.make("STREAM_PURGE_FAILED", err="stream purge not permitted")
+        except ApiError as e:
+            self._answer(reply, {"type": typ, "error": e.to_dict()})
+            return
+        doc: dict[str, Any] = {"client": {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")},
+                               "stream": self.name, "last_seq": self.store.state().last_seq,
+                               "subject": subject.decode("utf-8", "surrogateescape"),
+                               "reply": reply.decode("utf-8", "surrogateescape")}
+        if request is not None:
+            doc["request"] = request
+        self.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_PURGE_STREAM, doc))])
+
     def _on_stepdown(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         if self._lead_subs is None or hdr <= 0:
             return
@@ -651,8 +734,11 @@ class GoStreamReplica(GoMetaMember):
                     self.ic.publish(str(doc["reply"]).encode(), None, json.dumps(resp, separators=(",", ":")).encode())
             elif x.op == ge.OP_PURGE_STREAM:
                 req = doc.get("request") or {}
-                self.store.purge(subject=req.get("filter") or None, seq=int(req.get("seq", 0) or 0),
-                                 keep=int(req.get("keep", 0) or 0))
+                purged = self.store.purge(subject=req.get("filter") or None, seq=int(req.get("seq", 0) or 0),
+                                          keep=int(req.get("keep", 0) or 0))
+                if self._lead_subs is not None and doc.get("reply"):
+                    self._answer(str(doc["reply"]).encode(), {"type": "io.nats.jetstream.api.v1.stream_purge_response",
+                                                             "success": True, "purged": purged})
             elif x.op == ge.OP_DELETE_RANGE:
                 first, num = int(doc.get("first", 0)), int(doc.get("num", 0))
                 for seq in range(first, first + num):
@@ -817,8 +903,10 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
             replicas[key] = r
             # (a new group whose preferred leader is this server: the Go peers elect one of them after their
             # election timeout, 4-9 s. Standing at once, answering the create and handing over a few seconds later
-            # was tried: the Go peers of a stream a moment old ignore a transfer, and while it leads this server
-            # does not answer the whole stream API (message get, purge): clients saw timeouts. Not done.)
+            # was tried: the Go peers of a stream a moment old ignore a transfer. Standing at once, committing a
+            # first entry and stepping aside with an empty-log vote request was tried too: the Go followers of a
+            # moment-old group did not keep that entry, our longer log then refused their votes and the group
+            # stayed leaderless. Not done: docs/mixed-clusters.md.)
 
     member.on_applied.append(reconcile)
     reconcile()
