@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 
 COMPACT_EVERY = 8192  # applied entries between snapshots
 RESERVE_SEQS = 8192  # (lazy sync) sequences a stream leader reserves in its saved hard state at a time
+REFETCH_HANDOVER = 2.0  # seconds between a leader's handovers to fetch damaged records again (refetch_damaged)
 RESERVE_IDLE = 1.0  # seconds without an applied entry after which a leader releases what it reserved
 SYNC_MSGS = 256  # messages per catch-up answer
 SYNC_BYTES = 1 << 20
@@ -162,7 +163,7 @@ class StreamReplica:
         self.direct_deleted: dict[str, float] = {}  # direct consumers deleted through the API here -> when
         self.synced = False  # a SYNCED entry (the store as it is) was proposed since the group last ran solo
         self._refetch_due = False  # (refetch_damaged) tried again shortly: a handover or a catch-up first
-        self._refetch_handover = False  # (refetch_damaged) this leader asked to step down for it
+        self._refetch_handover = 0.0  # (refetch_damaged) when this leader last asked to step down for it
         self._wake_from = 0  # (refetch_damaged) the first sequence fetched again (the engines hear of them)
         jsa.streams[cfg.name] = st
         self._start_task = js.loop.create_task(self._start())
@@ -211,19 +212,21 @@ class StreamReplica:
             return True
         loop = self.cs.js.loop
         if self.leader or self.group.is_leader or self.catching_up():
-            if (self.leader or self.group.is_leader) and not self._refetch_handover:
-                self._refetch_handover = True
-                self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': damaged "
-                                    f"message(s) found in the store (first {min(store.state().lost)}): stepping "
-                                    f"down to fetch them again from the other replicas")
+            now = loop.time()
+            if (self.leader or self.group.is_leader) and now - self._refetch_handover >= REFETCH_HANDOVER:
+                if not self._refetch_handover:  # (said once; the handover is tried again while this leads)
+                    self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': "
+                                        f"damaged message(s) found in the store (first {min(store.state().lost)}): "
+                                        f"stepping down to fetch them again from the other replicas")
+                self._refetch_handover = now
                 try:
                     self.group.stepdown()
                 except (NotLeader, ValueError):  # (nobody to hand over to yet: tried again below)
-                    self._refetch_handover = False
+                    pass
             self._refetch_due = True
             loop.call_later(0.5, self._refetch_again)
             return True
-        self._refetch_handover = False
+        self._refetch_handover = 0.0
         st = self.stream
         state = self._store_state()
         fx = len(st._fx)
