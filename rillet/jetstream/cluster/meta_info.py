@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream.api.cluster import INFO_TIMEOUT
@@ -44,17 +44,7 @@ class InfoRequests:
         except (ValueError, KeyError, TypeError) as e:
             self.cl.log.warn(f"JetStream cluster: bad stream info request: {e}")
             return
-        if info is not None:
-            self.cl._ic.publish(reply, None, apijson.go_json(info))
-            return
-        reply = bytes(reply)
-
-        def elected() -> None:  # (this server won the group's first election: answer now)
-            i = self._leader_stream_info(acc, name)
-            if i is not None:
-                self.cl._ic.publish(reply, None, apijson.go_json(i))
-                self.cl.server.schedule_flush()  # (not in a read cycle: nothing else flushes it)
-        self.cl.streams.when_leader(acc, name, "", elected, INFO_TIMEOUT)
+        self._answer(reply, info, lambda: self._leader_stream_info(acc, name), acc, name, "")
 
     def _on_consumer_info_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
                               msg: bytes) -> None:
@@ -72,18 +62,24 @@ class InfoRequests:
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             self.cl.log.warn(f"JetStream cluster: bad consumer info request: {e}")
             return
+        if info is not None or name:
+            self._answer(reply, info, lambda: self._leader_consumer_info(acc, stream, name), acc, stream, name)
+
+    def _answer(self, reply: bytes, info: Optional[dict], info_of: Callable[[], Optional[dict]], acc: str,
+                stream: str, consumer: str) -> None:
+        """An info request answered with ``info`` (this server leads the stream's or consumer's group), else
+        once this server wins the group's first election (``info_of()`` then), if within INFO_TIMEOUT."""
         if info is not None:
             self.cl._ic.publish(reply, None, apijson.go_json(info))
             return
         reply = bytes(reply)
 
-        def elected() -> None:
-            i = self._leader_consumer_info(acc, stream, name)
+        def elected() -> None:  # (this server won the group's first election: answer now)
+            i = info_of()
             if i is not None:
                 self.cl._ic.publish(reply, None, apijson.go_json(i))
                 self.cl.server.schedule_flush()  # (not in a read cycle: nothing else flushes it)
-        if name:
-            self.cl.streams.when_leader(acc, stream, name, elected, INFO_TIMEOUT)
+        self.cl.streams.when_leader(acc, stream, consumer, elected, INFO_TIMEOUT)
 
     def _on_reply(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
         f = self.cl._replies.pop(subject.decode(), None)
