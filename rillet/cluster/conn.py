@@ -22,6 +22,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import compare_secret
+from rillet.server.connstate import init_conn_state
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, plain_ip
 from rillet.server.pacing import BACKLOG_BUDGET, READ_BUDGET, ReadPacer
@@ -45,31 +46,14 @@ class ServerConn(ReadPacer, asyncio.Protocol):
     pinned_acc = ""  # (routes: a route dedicated to this account, whose name its messages leave out)
 
     def __init__(self, server: Any) -> None:
-        self.server = server
-        self.cid = 0
-        self.transport: asyncio.Transport | None = None
-        self.out = bytearray()
-        self.flush_pending = False
-        self.closed = False
-        self.close_reason = ""
+        init_conn_state(self, server)  # (rillet.server.connstate: output, counters, timers)
+        self.transport: asyncio.Transport | None
         self.no_reconnect = False  # (routes and gateways: a closed connection is not dialled again)
         self.registered = False
         self.info_received = False
         self.remote_id = ""
         self.remote_name = ""
-        self.headers = False
         self.parser: Any = None
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.start_time = time.time()
-        self.last_activity = self.start_time
-        self.host = ""
-        self.port = 0
-        self.pings_out = 0
-        self.rtt = 0.0
-        self._rtt_start = 0.0
-        self._ping_timer: asyncio.TimerHandle | None = None
-        self._auth_timer: asyncio.TimerHandle | None = None
-        self._deadline_timer: asyncio.TimerHandle | None = None
         # s2 compression (routes and leaf connections, rillet.compression): the negotiated mode (as
         # /routez and /leafz show it), the codec once switched, and s2_auto's thresholds (None: not auto)
         self.compression = ""

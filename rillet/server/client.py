@@ -18,6 +18,7 @@ from rillet.gocompat.gotime import format_seconds
 from rillet import lane
 from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import PermChecker
+from rillet.server.connstate import init_conn_state
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import plain_ip
 # read pacing (slices under a time budget, the fast-producer stall); the constants stay importable from here
@@ -94,14 +95,9 @@ class Client(ReadPacer, asyncio.Protocol):
                  "slow_path", "account", "echo")
 
     def __init__(self, server: "Server", conn_type: str = "STANDARD") -> None:
-        self.server = server
+        init_conn_state(self, server)  # (rillet.server.connstate: output, counters, timers)
+        self.transport: asyncio.Transport | None
         self.conn_type = conn_type  # STANDARD or WEBSOCKET (allowed_connection_types)
-        self.cid = 0
-        self.transport: asyncio.Transport | None = None
-        self.out = bytearray()
-        self.flush_pending = False
-        self.closed = False
-        self.close_reason = ""
         opts = server.opts
         self.parser = lane.ClientParser(self, opts.max_payload, opts.max_control_line)  # (rillet.lane)
         self.parser.headers = False  # until CONNECT says otherwise
@@ -113,7 +109,6 @@ class Client(ReadPacer, asyncio.Protocol):
         self.connect_received = False
         self.opts = _connect_json().ConnectOpts()
         self.echo = True
-        self.headers = False
         # nats-server's defaults until a CONNECT says otherwise (ops before CONNECT are acknowledged)
         self.verbose = True
         self.pedantic = True
@@ -124,23 +119,8 @@ class Client(ReadPacer, asyncio.Protocol):
         self.slow_path = True  # per-PUB checks needed (trace, permissions, pedantic, verbose)
         self.user = ""
         self.nonce: bytes | None = None
-        # stats
-        self.in_msgs = 0
-        self.in_bytes = 0
-        self.out_msgs = 0
-        self.out_bytes = 0
-        self.start_time = time.time()
-        self.last_activity = self.start_time
-        self.host = ""
-        self.port = 0
-        self.pings_out = 0
-        self.rtt = 0.0
-        self._rtt_start = 0.0
-        self._ping_timer: asyncio.TimerHandle | None = None
-        self._auth_timer: asyncio.TimerHandle | None = None
         self._write_paused_at = 0.0
         self._writes_pending = 0
-        self._deadline_timer: asyncio.TimerHandle | None = None
         self.tls_version = ""
         self.tls_cipher = ""
         self.stop_time = 0.0
