@@ -232,6 +232,15 @@ def _check_transform(tr: SubjectTransformConfig, bad_filter: jserr.ErrorKind, ba
         raise bad_dest(err=err)
 
 
+def _check_origin(cfg: StreamConfig, origin: StreamConfig, stream_subs: list[str], too_big: jserr.ErrorKind) -> None:
+    """A local origin of a mirror or source: its subjects are added to ``stream_subs`` (checked later against
+    this stream's), and its messages may not be larger than this stream takes (else ``too_big``)."""
+    if origin.subjects:
+        stream_subs.extend(origin.subjects)
+    if cfg.max_msg_size > 0 and origin.max_msg_size > 0 and cfg.max_msg_size < origin.max_msg_size:
+        raise too_big()
+
+
 def _durable_consumer_ok(src: StreamSource) -> bool:
     """A mirror's or source's ``consumer`` (set: a durable push consumer of the origin stream to read through):
     a valid name and a literal deliver subject, with no start sequence, start time or filter of its own."""
@@ -383,10 +392,7 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
                 raise jserr.MIRROR_INVALID_STREAM_NAME()
             origin = lookup(m.name)
             if origin is not None:
-                if origin.subjects:
-                    stream_subs.extend(origin.subjects)
-                if cfg.max_msg_size > 0 and origin.max_msg_size > 0 and cfg.max_msg_size < origin.max_msg_size:
-                    raise jserr.MIRROR_MAX_MESSAGE_SIZE_TOO_BIG()
+                _check_origin(cfg, origin, stream_subs, jserr.MIRROR_MAX_MESSAGE_SIZE_TOO_BIG)
                 if pedantic and cfg.mirror_direct != origin.allow_direct:
                     raise pedantic_error("origin stream has direct get set, mirror has it disabled")
                 cfg.mirror_direct = origin.allow_direct
@@ -428,10 +434,7 @@ def check_stream_config(cfg: StreamConfig, *, pedantic: bool = False, lookup_str
         if src.external is None:
             origin = lookup(src.name)
             if origin is not None:
-                if origin.subjects:
-                    stream_subs.extend(origin.subjects)
-                if cfg.max_msg_size > 0 and origin.max_msg_size > 0 and cfg.max_msg_size < origin.max_msg_size:
-                    raise jserr.SOURCE_MAX_MESSAGE_SIZE_TOO_BIG()
+                _check_origin(cfg, origin, stream_subs, jserr.SOURCE_MAX_MESSAGE_SIZE_TOO_BIG)
         else:
             if src.external.deliver:
                 delivery_prefixes.append(src.external.deliver)
