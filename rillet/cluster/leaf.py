@@ -569,7 +569,7 @@ class LeafNodes(Listening):
         return ((o.tls.timeout or 2.0) + 1.0) if o.tls is not None else 2.0
 
     def varz(self) -> dict:
-        from rillet.gocompat.monitorfmt import num
+        from rillet.gocompat.monitorfmt import num, set_lists
         o = self.opts
         d: dict[str, Any] = {}
         if o.port:
@@ -588,12 +588,7 @@ class LeafNodes(Listening):
                 rd["tls_timeout"] = num(r.tls.timeout or 2.0)
             rd["urls"] = [_redact_host(u) for u in r.urls]
             if r.deny_imports or r.deny_exports:
-                deny: dict[str, Any] = {}
-                if r.deny_exports:
-                    deny["exports"] = list(r.deny_exports)
-                if r.deny_imports:
-                    deny["imports"] = list(r.deny_imports)
-                rd["deny"] = deny
+                rd["deny"] = set_lists(exports=r.deny_exports, imports=r.deny_imports)
             rem.append(rd)
         if rem:
             d["remotes"] = rem

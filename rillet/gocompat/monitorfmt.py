@@ -26,6 +26,12 @@ def put_set(d: dict[str, Any], obj: Any, *names: str) -> None:
             d[name] = v
 
 
+def set_lists(**named: Any) -> dict[str, list[Any]]:
+    """The named collections that are not empty, each as a list, in the order given: a JSON object of Go
+    ``omitempty`` slices (a deny or allow block)."""
+    return {name: list(v) for name, v in named.items() if v}
+
+
 def rtt_string(rtt_seconds: float) -> tuple[str, int]:
     """A connection RTT as /connz shows it (microsecond resolution below 1ms) and its nanoseconds."""
     ns = int(rtt_seconds * NS) if rtt_seconds > 0 else 0

@@ -21,7 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from rillet.digest import sha256
+from rillet.gocompat.gotime import format_time
 from rillet.gocompat.gojson import dumps
+from rillet.gocompat.monitorfmt import set_lists
 
 SERVER_KINDS = ("IDZ", "STATSZ", "VARZ", "SUBSZ", "CONNZ", "ROUTEZ", "GATEWAYZ", "LEAFZ", "ACCOUNTZ", "JSZ",
                 "HEALTHZ", "PROFILEZ", "EXPVARZ", "IPQUEUESZ", "RAFTZ")
@@ -154,7 +156,6 @@ class SystemServices:
 
     def account_statz(self, names: list[str] | None, unused: bool) -> dict | None:
         import time as _t
-        from rillet.gocompat.gotime import format_time
         srv = self.server
         stats = []
         for acc in list(srv.accounts.values()):
@@ -352,12 +353,7 @@ def checker_permissions(pc: Any) -> dict:
     """The permissions in force on a connection (its ``PermChecker``), as nats-server's UserInfo shows
     them: allow/deny lists (queue entries as ``"subject queue"``) and ``responses`` with its defaults."""
     out: dict[str, Any] = {}
-    pub: dict[str, Any] = {}
-    if pc.pub_allow:
-        pub["allow"] = list(pc.pub_allow)
-    if pc.pub_deny:
-        pub["deny"] = list(pc.pub_deny)
-    out["publish"] = pub
+    out["publish"] = set_lists(allow=pc.pub_allow, deny=pc.pub_deny)
     sub: dict[str, Any] = {}
     for key, entries in (("allow", pc.sub_allow), ("deny", pc.sub_deny)):
         if entries is not None:
