@@ -159,36 +159,36 @@ async def test_go_servers_elect_a_rillet_meta_leader_and_apply_what_it_commits(g
                 if e.type == gw.ENTRY_NORMAL and e.data[0] == ge.OP_ASSIGN_STREAM)
     nc = await nats.connect(gc.url("g0"))
     try:
-        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        await CAP._until(lambda: CAP._js_ready(nc), 60, what="Go meta leader")
         async with serve_config(_rillet_conf(gc)) as srv:
             m = await _member(srv)
             await _until(lambda: m.raft.commit > 0 and m.raft.leader, what="the member following")
             await asyncio.sleep(1.5)
             m.campaign()
-            await _until(lambda: m.raft.role == LEADER, 10, what="the Go servers electing the Rillet member")
+            await _until(lambda: m.raft.role == LEADER, 60, what="the Go servers electing the Rillet member")
 
             async def all_see_r1() -> bool:
                 views = await _meta_views(gc, "g0")
                 return all((views.get(n) or {}).get("leader") == "r1" for n in gc.names)
 
-            await CAP._until(all_see_r1, 10, what="every Go server reporting r1 as meta leader")
+            await CAP._until(all_see_r1, 60, what="every Go server reporting r1 as meta leader")
             # a stream assignment in Go's encoding, placed on g0, committed by the Go followers' acks
             doc = _assignment_like_go(tmpl, "FROM_RILLET", ["fr.>"], gw.peer_id("g0"))
             m.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_ASSIGN_STREAM, doc))])
-            await _until(lambda: ("A", "FROM_RILLET") in m.state.streams, 10, what="the assignment committed")
+            await _until(lambda: ("A", "FROM_RILLET") in m.state.streams, 60, what="the assignment committed")
             assert len([p for p, i in m.raft.match.items() if i >= m.raft.commit]) >= 2
 
             async def created() -> bool:
                 r = await nc.request("$JS.API.STREAM.INFO.FROM_RILLET", b"", timeout=2)
                 return json.loads(r.data).get("config", {}).get("name") == "FROM_RILLET"
 
-            await CAP._until(created, 10, what="g0 creating the stream the Rillet leader assigned")
+            await CAP._until(created, 60, what="g0 creating the stream the Rillet leader assigned")
             # leadership handed back to a Go server, which then runs the JetStream API as usual
-            await _until(lambda: m.raft.current(gw.peer_id("g1")), 10, what="g1 current")
+            await _until(lambda: m.raft.current(gw.peer_id("g1")), 60, what="g1 current")
             m.transfer(gw.peer_id("g1"))
-            await _until(lambda: m.raft.leader == gw.peer_id("g1"), 10, what="g1 taking over")
-            await CAP._until(lambda: CAP._js_ready(nc), 10, what="the Go meta leader answering")
-            names = json.loads((await nc.request("$JS.API.STREAM.NAMES", b"", timeout=5)).data)
+            await _until(lambda: m.raft.leader == gw.peer_id("g1"), 60, what="g1 taking over")
+            await CAP._until(lambda: CAP._js_ready(nc), 60, what="the Go meta leader answering")
+            names = json.loads((await nc.request("$JS.API.STREAM.NAMES", b"", timeout=20)).data)
             assert "FROM_RILLET" in names["streams"]
             assert (await nc.jetstream().publish("fr.x", b"y")).seq == 1
             assert m.refused == 0
@@ -220,21 +220,21 @@ async def test_rillet_meta_leader_places_a_stream_a_go_client_creates(go_cluster
     gc = go_cluster
     nc = await nats.connect(gc.url("g1"))
     try:
-        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        await CAP._until(lambda: CAP._js_ready(nc), 60, what="Go meta leader")
         async with serve_config(_rillet_conf(gc)) as srv:
             m = await _member(srv)
             await _until(lambda: m.raft.commit > 0 and m.raft.leader, what="the member following")
             await asyncio.sleep(1.5)
             api = StreamCreateAsLeader(m)
             m.campaign()
-            await _until(lambda: m.raft.role == LEADER, 10, what="the Rillet member elected")
+            await _until(lambda: m.raft.role == LEADER, 60, what="the Rillet member elected")
 
             async def all_see_r1() -> bool:
                 views = await _meta_views(gc, "g0")
                 return all((views.get(n) or {}).get("leader") == "r1" for n in gc.names)
 
-            await CAP._until(all_see_r1, 10, what="every Go server reporting r1 as meta leader")
-            js = nc.jetstream()
+            await CAP._until(all_see_r1, 60, what="every Go server reporting r1 as meta leader")
+            js = nc.jetstream(timeout=30)
             info = await js.add_stream(name="LED", subjects=["led.>"], num_replicas=3)
             assert info.config.name == "LED" and api.proposed == 1
             sa = m.state.streams[("A", "LED")]
@@ -244,14 +244,14 @@ async def test_rillet_meta_leader_places_a_stream_a_go_client_creates(go_cluster
             await js.add_stream(name="GONE", subjects=["gone.>"], num_replicas=3)
             assert (await js.publish("gone.1", b"x")).seq == 1
             assert await js.delete_stream("GONE") is True
-            await _until(lambda: ("A", "GONE") not in m.state.streams, 5, what="the removal applied")
+            await _until(lambda: ("A", "GONE") not in m.state.streams, 60, what="the removal applied")
             assert api.removals == 1
             with pytest.raises(nats.js.errors.NotFoundError):
                 await js.delete_stream("GONE")
-            await _until(lambda: m.raft.current(gw.peer_id("g2")), 10, what="g2 current")
+            await _until(lambda: m.raft.current(gw.peer_id("g2")), 60, what="g2 current")
             m.transfer(gw.peer_id("g2"))
-            await _until(lambda: m.raft.leader == gw.peer_id("g2"), 10, what="g2 taking over")
-            await CAP._until(lambda: CAP._js_ready(nc), 10, what="the Go meta leader answering")
+            await _until(lambda: m.raft.leader == gw.peer_id("g2"), 60, what="g2 taking over")
+            await CAP._until(lambda: CAP._js_ready(nc), 60, what="the Go meta leader answering")
             si = await js.stream_info("LED")
             assert si.state.messages == 1 and len(si.cluster.replicas or []) == 2
             api.close()
@@ -271,7 +271,7 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
     gc = go_cluster
     nc = await nats.connect(gc.url("g1"))
     try:
-        await CAP._until(lambda: CAP._js_ready(nc), what="Go meta leader")
+        await CAP._until(lambda: CAP._js_ready(nc), 60, what="Go meta leader")
         async with serve_config(_rillet_conf(gc)) as srv:
             m = await _member(srv)
             replicas = m.replicas  # (host_streams, started with the flag)
@@ -279,22 +279,22 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
             await asyncio.sleep(1.5)
             api = StreamCreateAsLeader(m, include_self=True)
             m.campaign()
-            await _until(lambda: m.raft.role == LEADER, 10, what="the Rillet member elected")
+            await _until(lambda: m.raft.role == LEADER, 60, what="the Rillet member elected")
             await asyncio.sleep(1.0)
-            js = nc.jetstream()
+            js = nc.jetstream(timeout=30)
             info = await js.add_stream(name="MIXED", subjects=["mixed.>"], num_replicas=3)
             assert info.config.name == "MIXED"
-            await _until(lambda: all(m.raft.match.get(gw.peer_id(n), 0) >= m.raft.pindex for n in gc.names), 10,
+            await _until(lambda: all(m.raft.match.get(gw.peer_id(n), 0) >= m.raft.pindex for n in gc.names), 60,
                          what="the Go servers holding the leader's whole log")
             m.transfer(gw.peer_id("g2"))
-            await _until(lambda: m.raft.leader == gw.peer_id("g2"), 15,
+            await _until(lambda: m.raft.leader == gw.peer_id("g2"), 60,
                          what=f"g2 taking over the meta group {m.status()} {m.raft.match}")
             assert ("A", "MIXED") in replicas
             rep = replicas[("A", "MIXED")]
             for i in range(20):
                 await js.publish(f"mixed.{i % 4}", f"m{i}".encode(), headers={"X-I": str(i)})
-            await nc.request("$JS.API.STREAM.MSG.DELETE.MIXED", json.dumps({"seq": 3}).encode(), timeout=5)
-            await _until(lambda: rep.store.state().last_seq == 20 and rep.store.state().msgs == 19, 10,
+            await nc.request("$JS.API.STREAM.MSG.DELETE.MIXED", json.dumps({"seq": 3}).encode(), timeout=20)
+            await _until(lambda: rep.store.state().last_seq == 20 and rep.store.state().msgs == 19, 60,
                          what="the Rillet replica storing the messages")
             for seq in (1, 2, 20):
                 sm = rep.store.load_msg(seq)
@@ -306,23 +306,23 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
                 i = await js.stream_info("MIXED")
                 return i if any(r.name == "r1" and r.current for r in i.cluster.replicas or []) else None
 
-            si = await CAP._until(r1_current, 10, what="the Go stream leader reporting r1 current")
+            si = await CAP._until(r1_current, 60, what="the Go stream leader reporting r1 current")
             names = {r.name: r for r in si.cluster.replicas or []}
             assert si.cluster.leader in ("g0", "g1", "g2") and "r1" in names
             assert rep.refused == 0 and rep.apply_errors == 0
             # a durable R3 consumer of it (created by the Go meta leader on the stream's peers, Rillet included)
             # (when Go picks this server as the new consumer group's preferred leader, the Go peers elect one of
             # them after an election timeout, 4-9 s: hence the longer timeout)
-            await js.add_consumer("MIXED", durable_name="D", ack_policy="explicit", timeout=15)
-            await _until(lambda: ("A", "MIXED", "D") in replicas, 10, what="the consumer replica on Rillet")
+            await js.add_consumer("MIXED", durable_name="D", ack_policy="explicit", timeout=30)
+            await _until(lambda: ("A", "MIXED", "D") in replicas, 60, what="the consumer replica on Rillet")
             crep = replicas[("A", "MIXED", "D")]
             psub = await js.pull_subscribe_bind("D", "MIXED")
-            fetched = await psub.fetch(10, timeout=5)
+            fetched = await psub.fetch(10, timeout=20)
             for msg in fetched:
                 await msg.ack_sync()
             assert len(fetched) == 10
             cs = crep.consumer
-            await _until(lambda: cs.ack_floor_stream == 11 and not cs.pending, 10,
+            await _until(lambda: cs.ack_floor_stream == 11 and not cs.pending, 60,
                          what=f"the consumer replica's ack floor {cs} {crep.ops}")
             assert cs.delivered_stream == 11 and cs.delivered_consumer == 10
             # the other Go replica down: the Go leader's commits now need the Rillet replica's acknowledgement
@@ -332,7 +332,7 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
                 gc.stop(other)
                 ljs = lnc.jetstream()
                 for i in range(20, 25):
-                    ack = await ljs.publish(f"mixed.{i % 4}", f"m{i}".encode(), timeout=10)
+                    ack = await ljs.publish(f"mixed.{i % 4}", f"m{i}".encode(), timeout=30)
                     assert ack.seq == i + 1
                 # and the consumer's too (an acknowledged ack is a committed one)
                 lsub = await ljs.pull_subscribe_bind("D", "MIXED")
@@ -345,11 +345,11 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
                         assert time.monotonic() < deadline, "no consumer leader"
                         await asyncio.sleep(0.5)
                 for msg in got:
-                    await msg.ack_sync(timeout=10)
-                await _until(lambda: cs.ack_floor_stream == 16 and not cs.pending, 10, what=f"acks on Rillet {cs}")
+                    await msg.ack_sync(timeout=30)
+                await _until(lambda: cs.ack_floor_stream == 16 and not cs.pending, 60, what=f"acks on Rillet {cs}")
             finally:
                 await lnc.close()
-            await _until(lambda: rep.store.state().last_seq == 25, 10, what="the replica storing them")
+            await _until(lambda: rep.store.state().last_seq == 25, 60, what="the replica storing them")
             assert rep.store.load_msg(25).data == b"m24"
             api.close()
     finally:
