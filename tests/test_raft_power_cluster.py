@@ -322,6 +322,30 @@ def test_power_cut_of_every_server_in_the_unsynced_tail_is_reported(cluster) -> 
     new = asyncio.run(_acked(urls[0], 1000, 5))
     assert min(new) > top, sorted(new)
 
+    # a new leader (one that has not sent it yet) sends the STREAM.DATA_LOST advisory
+    async def advisory() -> dict:
+        nc = await nats.connect(servers=urls)
+        try:
+            sub = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.DATA_LOST.P")
+            await nc.flush()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while loop.time() < deadline:
+                try:
+                    await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.P", b"", timeout=5)
+                except Exception:  # (no leader for a moment: again)
+                    pass
+                try:
+                    return json.loads((await sub.next_msg(timeout=3)).data)
+                except nats.errors.TimeoutError:
+                    continue
+            raise AssertionError("no STREAM.DATA_LOST advisory")
+        finally:
+            await nc.close()
+    adv = asyncio.run(advisory())
+    assert adv["type"] == "io.nats.jetstream.advisory.v1.stream_data_lost" and adv["stream"] == "P", adv
+    assert adv["lost"]["seq_first"] == lost["seq_first"], (adv, lost)
+
 
 def test_power_cut_of_every_server_while_idle_reports_no_loss(cluster) -> None:
     # nothing was acknowledged since everything was synced: a cut of every server loses nothing, skips no
