@@ -18,11 +18,16 @@ class _Srv:
 
     def __init__(self) -> None:
         self.pending_flush: list = []
+        self.pending_late: list = []
         self.flushes = 0
+        self.late_runs = 0
 
-    def flush_clients(self) -> None:
+    def flush_clients(self, hold_late: bool = False) -> None:
         self.flushes += 1
         self.pending_flush.clear()
+        if self.pending_late and not hold_late:
+            self.late_runs += 1
+            self.pending_late.clear()
 
 
 class _Conn(ReadPacer):
@@ -34,12 +39,17 @@ class _Conn(ReadPacer):
         self._flush_each_slice = each
         self._init_pacing()
         self.fed: list[bytes] = []
+        self.paused: list[bytes] = []
 
     def _feed_slice(self, chunk: bytes, data: bytes, pos: int) -> int:
         self.fed.append(chunk)
         self.server.pending_flush.append(object())  # (each slice has output to write)
+        self.server.pending_late.append(object())  # (and proposes to a RAFT group: the runner is queued)
         self._count_read(len(chunk))
         return pos
+
+    def _pause(self, rest: bytes, delay: float) -> None:
+        self.paused.append(rest)
 
 
 def test_a_route_read_is_written_out_once_a_client_read_per_slice():
@@ -71,3 +81,24 @@ def test_a_long_route_read_is_still_written_out_every_route_flush_bytes():
 
 def test_route_connections_flush_per_read():
     assert RouteConn._flush_each_slice is False and ReadPacer._flush_each_slice is True
+
+
+def test_a_client_read_runs_the_late_writers_once_at_its_end():
+    # the R3 pull case on a consumer leader whose client is local: a read of 100 acks and the next request,
+    # parsed in small slices under load, is one pass of the RAFT groups (Server.pending_late), not one per slice;
+    # the connections' output still goes out after each slice (the producer stall is checked per slice)
+    data = b"x" * (pacing.SLICE_MIN * 5)
+    c = _Conn(each=True)
+    c._slice = pacing.SLICE_MIN
+    c._paced(data, 10.0)
+    assert b"".join(c.fed) == data and len(c.fed) > 1
+    assert c.server.flushes == len(c.fed) and c.server.late_runs == 1
+
+
+def test_a_client_read_stopped_by_its_budget_runs_the_late_writers_before_pausing():
+    data = b"x" * (pacing.SLICE_MIN * 5)
+    c = _Conn(each=True)
+    c._slice = pacing.SLICE_MIN
+    c._paced(data, 0.0)  # (the budget is spent after the first slice: the rest waits for a later pass)
+    assert len(c.fed) == 1 and c.paused == [data[pacing.SLICE_MIN:]]
+    assert c.server.late_runs == 1 and not c.server.pending_late

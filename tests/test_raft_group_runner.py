@@ -19,21 +19,30 @@ from rillet.raft import msgs as M
 
 
 class FakeServer:
-    """Just what the runner uses: pending_flush, schedule_flush, and a flush_clients like the server's."""
+    """Just what the runner uses: pending_flush and pending_late, schedule_flush, and a flush_clients like the
+    server's (the connections first, then the late writers: the runner)."""
 
     def __init__(self) -> None:
         self.pending_flush: list = []
+        self.pending_late: list = []
         self.scheduled = 0
         self.written: list = []
 
     def schedule_flush(self) -> None:
         self.scheduled += 1
 
-    def flush_clients(self) -> None:
-        pending = self.pending_flush
-        while pending:
-            batch = pending[:]
-            pending.clear()
+    def flush_clients(self, hold_late: bool = False) -> None:
+        pending, late = self.pending_flush, self.pending_late
+        while True:
+            while pending:
+                batch = pending[:]
+                pending.clear()
+                for c in batch:
+                    c.write_out()
+            if not late or hold_late:
+                return
+            batch = late[:]
+            late.clear()
             for c in batch:
                 c.write_out()
 
@@ -75,13 +84,16 @@ def test_runner_runs_queued_groups_in_the_flush_and_writes_their_output_in_it():
     b = FakeGroup(r, "b")
     r.add(a)
     r.add(b)
-    assert srv.pending_flush == [r] and srv.scheduled == 1  # queued once, a flush scheduled once
+    # queued once (a late writer: after the connections, once a read is done), a flush scheduled once
+    assert srv.pending_late == [r] and not srv.pending_flush and srv.scheduled == 1
+    srv.flush_clients(hold_late=True)  # (a slice of a read that goes on: the groups wait)
+    assert (a.runs, b.runs) == (0, 0) and srv.pending_late == [r]
     srv.flush_clients()
     assert (a.runs, b.runs) == (1, 1)
     assert srv.written == ["route"]  # what a group produced is written in the same flush_clients call
-    assert not srv.pending_flush and not r.groups
+    assert not srv.pending_flush and not srv.pending_late and not r.groups
     r.add(a)
-    assert srv.pending_flush == [r] and srv.scheduled == 2
+    assert srv.pending_late == [r] and srv.scheduled == 2
 
 
 def test_runner_a_flush_from_inside_a_group_does_not_run_the_groups_again():

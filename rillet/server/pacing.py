@@ -82,7 +82,10 @@ class ReadPacer:
             if pos < 0:
                 return
             if each:
-                ttl = self._flush_and_stall()
+                # the late writers (the RAFT groups' runner: Server.pending_late) wait for the read's last slice
+                # (or the one that spends the budget): one pass for what the whole read proposed
+                ttl = self._flush_and_stall(pos < n and time.monotonic() - start < budget
+                                            and not self._intake_held)
                 now = time.monotonic()
             else:
                 now = time.monotonic()
@@ -94,8 +97,10 @@ class ReadPacer:
                 else:
                     ttl = 0.0
             if self.closed:  # type: ignore[attr-defined]
+                self._flush_late()
                 return
             if self._intake_held:
+                self._flush_late()
                 self._hold_reading(data[pos:])
                 return
             took = now - t0
@@ -106,6 +111,7 @@ class ReadPacer:
                     self._pause(b"", ttl)
                 return
             if ttl or now - start >= budget:
+                self._flush_late()
                 self._pause(data[pos:], ttl)
                 return
 
@@ -135,8 +141,16 @@ class ReadPacer:
             size = self._slice = min(READ_SLICE, size * 2)
         return size
 
-    def _flush_and_stall(self) -> float:
-        """Write out what this slice produced; return how long to stall this producer (0: no stall).
+    def _flush_late(self) -> None:
+        """Run the late writers a slice left for the end of the read (``Server.pending_late``), when the read
+        stops early (paused, held, closed)."""
+        srv = self.server  # type: ignore[attr-defined]
+        if srv.pending_late:
+            srv.flush_clients()
+
+    def _flush_and_stall(self, hold_late: bool = False) -> float:
+        """Write out what this slice produced (the late writers too unless ``hold_late``: more slices of this
+        read follow); return how long to stall this producer (0: no stall).
 
         A receiver (other than this connection) that already has more than 3/4 of max_pending waiting
         holds this producer back, as nats-server's stall gate (``_stall_for`` says how long); with
@@ -145,6 +159,8 @@ class ReadPacer:
         srv = self.server  # type: ignore[attr-defined]
         pending = srv.pending_flush
         if not pending:
+            if srv.pending_late and not hold_late:
+                srv.flush_clients()
             return 0.0
         mp = srv.opts.max_pending
         gate = mp // 4 * 3
@@ -170,7 +186,7 @@ class ReadPacer:
                 gated.append(c)
                 if b > worst:
                     worst = b
-        srv.flush_clients()
+        srv.flush_clients(hold_late)
         if gated is None or self._stall_total >= STALL_TOTAL:
             return 0.0
         return self._stall_for(gated, worst, mp)

@@ -70,6 +70,10 @@ class Server:
         self.name = o.server_name or self.server_id
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.pending_flush: list[Any] = []
+        # writers flushed after the connections, and only once a read is done (a client read parsed in several
+        # slices: ReadPacer): the RAFT groups' runner, so that one read's proposals (a pull's acks and its next
+        # request) are one pass of the groups, not one per slice
+        self.pending_late: list[Any] = []
         self._flush_scheduled = False
         self.accounts: dict[str, Account] = {}
         # the system account, once rillet.server.sysacc has set it up (None with no_system_account)
@@ -545,7 +549,7 @@ class Server:
                 pass
 
     def schedule_flush(self) -> None:
-        if not self._flush_scheduled and self.pending_flush:
+        if not self._flush_scheduled and (self.pending_flush or self.pending_late):
             self._flush_scheduled = True
             self.loop.call_soon(self._scheduled_flush)
 
@@ -553,12 +557,21 @@ class Server:
         self._flush_scheduled = False
         self.flush_clients()
 
-    def flush_clients(self) -> None:
-        """Write out every connection that received data during this read cycle."""
+    def flush_clients(self, hold_late: bool = False) -> None:
+        """Write out every connection that received data during this read cycle, then the late writers
+        (``pending_late``) unless ``hold_late`` (a slice of a read that goes on), and what they wrote."""
         pending = self.pending_flush
-        while pending:
-            batch = pending[:]
-            pending.clear()
+        late = self.pending_late
+        while True:
+            while pending:
+                batch = pending[:]
+                pending.clear()
+                for c in batch:
+                    c.write_out()
+            if not late or hold_late:
+                return
+            batch = late[:]
+            late.clear()
             for c in batch:
                 c.write_out()
 

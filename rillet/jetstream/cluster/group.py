@@ -156,7 +156,7 @@ class _Runner:
         if not self.queued:
             self.queued = True
             srv = self.server
-            srv.pending_flush.append(self)
+            srv.pending_late.append(self)  # (after the connections, once the read is done: Server.pending_late)
             srv.schedule_flush()  # (outside a read nothing else would flush: the next turn of the loop does)
 
     def write_out(self) -> None:
