@@ -85,6 +85,10 @@ async def test_request_context_nats_js(pair_of) -> None:
         assert len(seen) == 1
         info = seen[0]
         assert isinstance(info.get("rtt"), int) and info["rtt"] > 0, info
+        for kind_ in (ctx.get("permissions") or {}).values():  # (nats-server lists them in map order: sorted)
+            for k, v in (kind_ if isinstance(kind_, dict) else {}).items():
+                if isinstance(v, list):
+                    kind_[k] = sorted(v)
         return {"ctx": ctx, "info_keys": list(info), "acc": info["acc"], "answer": answer.data,
                 "errors": errors}
 
