@@ -212,6 +212,9 @@ class JSA:
             self.ic.publish(subject.encode(), reply, hdr + payload, len(hdr))
         else:
             self.ic.publish(subject.encode(), reply, payload)
+        if fut.done():  # answered during the publish (a local stream or API): no timer, no wait for the loop
+            self._pending.pop(tok, None)
+            return fut.result()  # type: ignore[no-any-return]
         try:
             return await asyncio.wait_for(fut, self.timeout)
         except asyncio.TimeoutError:
