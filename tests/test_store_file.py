@@ -569,6 +569,7 @@ def test_damage_found_while_running_is_reported_as_lost(tmp_path):
     st = fs.state()
     assert (st.msgs, st.lost, heard) == (2, [2], [2])
     assert fs.load_next_msg(">", 2, True).seq == 3
+    assert (fs.lost_from(1), fs.lost_from(2), fs.lost_from(3)) == (2, 2, 0)
     fs.stop()
     fs = open_fs(p)
     assert fs.state().lost == [2] and fs.state().msgs == 2

@@ -1016,10 +1016,15 @@ class StreamReplica:
         except (ValueError, KeyError, TypeError):
             return
         store = self.stream.store
-        first = store.state().first_seq
+        st = store.state()
+        first = st.first_seq
         out = []
         size = 0
         seq = max(seq, first)
+        if st.lost:  # (damaged here, this leader hands over to fetch it again: never passed over as a gap)
+            bad = next((s for s in st.lost if s >= seq), 0)
+            if bad:
+                to = min(to, bad - 1)
         store.read_begin()  # (in sequence order: the store may read ahead)
         try:
             while seq <= to and len(out) < SYNC_MSGS and size < SYNC_BYTES:

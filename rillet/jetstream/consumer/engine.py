@@ -432,10 +432,20 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
                     m = store.load_msg(start)  # usually the very next sequence: no search
                     if m is not None:
                         return m
-                    return store.load_next_msg(">", start, True)
-                if len(self.filters) == 1:
-                    return store.load_next_msg(self.filters[0], start, self.filters_wc[0])
-                return store.load_next_msg_multi(self.filters, start)
+                    m = store.load_next_msg(">", start, True)
+                elif len(self.filters) == 1:
+                    m = store.load_next_msg(self.filters[0], start, self.filters_wc[0])
+                else:
+                    m = store.load_next_msg_multi(self.filters, start)
+                if m is not None and m.seq > start:
+                    # (a search passes over a damaged record found earlier: where a replica fetches it again,
+                    # it is waited for here too, if this consumer would deliver it)
+                    lost_from = getattr(store, "lost_from", None)
+                    bad = lost_from(start) if lost_from is not None else 0
+                    if bad and bad < m.seq and self._waits_for(bad):
+                        self.refetch_wait = bad
+                        return None
+                return m
             except ErrStoreClosed:
                 raise
             except (StoreError, OSError) as e:
@@ -446,6 +456,12 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
                 self._load_failed(seq, e)
                 self.npc_dirty = True
                 start = max(seq, start) + 1
+
+    def _waits_for(self, seq: int) -> bool:
+        """A damaged message (the store's ``lost``) this consumer would deliver, on a stream whose replica fetches
+        it again: its subject comes back with it, so a filtered consumer waits for any (it cannot tell yet)."""
+        rep = self.stream.replication
+        return rep is not None and rep.refetches_damage()
 
     def _refetched(self, err: Exception) -> bool:
         """The message could not be read because its record is damaged, and the stream is replicated: the replica

@@ -706,6 +706,14 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         if cb is not None:
             cb(seq)
 
+    def lost_from(self, start: int) -> int:
+        """The first sequence at or after ``start`` whose record is damaged (``state().lost``), or 0 (at once
+        when there is none: a reader that must not pass over one asks on every read)."""
+        lost = self._lost
+        if not lost:
+            return 0
+        return min((s for s in lost if s >= start), default=0)
+
     def register_damage_callback(self, cb: Any) -> None:
         """``cb(seq)`` is called when a read finds message ``seq``'s record damaged (see ``_damaged``); it runs
         inside the read: the owner acts on it later, not there."""
