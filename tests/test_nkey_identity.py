@@ -1,6 +1,6 @@
-"""The server's identity (its nkey and xkey) made with rillet.nkey's codec and rillet.curvekeys' public key
-derivation, without the nkeys package or PyNaCl (issue 20: an idle server loads only what it uses), and nkey text
-encoding with our CRC-16 against the nkeys library's."""
+"""The server's identity (its nkey and xkey) made with rillet.nkey's codec and PyNaCl's curve arithmetic, without
+the nkeys package (issue 20: an idle server loads only what it uses), and nkey text encoding with our CRC-16
+against the nkeys library's."""
 from __future__ import annotations
 
 import os
@@ -42,9 +42,8 @@ def test_public_nkey_codec_matches_the_nkeys_library() -> None:
     assert decode_public_nkey(text[:-1] + ("A" if text[-1] != "A" else "B")) is None
 
 
-def test_key_derivation_matches_pynacl_classes() -> None:
-    """from_raw_seed derives public keys in Python (rillet.curvekeys, issue 20); they are those of PyNaCl's
-    classes (libsodium)."""
+def test_key_derivation_through_libsodium_matches_pynacl_classes() -> None:
+    """from_raw_seed calls libsodium through nacl._sodium (issue 20); the keys are those of PyNaCl's classes."""
     from rillet.nkey import KIND_PREFIX
     for _ in range(20):
         seed = os.urandom(32)
