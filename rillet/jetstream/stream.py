@@ -154,6 +154,7 @@ class Stream(ReplyMixin):
         self.scheduler: Any = None  # the message scheduler (rillet.jetstream.schedules), made when first needed
         store.register_remove_callback(self._on_store_remove)
         self._damage_due = False  # (a damaged record was found on a read: _store_damaged acts after the read)
+        self._open_damage_reported = False  # (damage found when the store opened: reported once, by start)
         if hasattr(store, "register_damage_callback"):
             store.register_damage_callback(self._on_store_damage)
         if hasattr(store, "register_marker_callback"):
@@ -174,6 +175,12 @@ class Stream(ReplyMixin):
         self.subscribe()
         self._schedule_expiry()
         schedules.start(self)
+        if not self._open_damage_reported and self.store.state().lost:
+            # damaged records the store found when it opened (the open-time scan): reported as those found while
+            # running are, once per process, after the start (the other streams, one capturing advisories among
+            # them, have subscribed by then on one server: JetStream starts every stream in one pass)
+            self._open_damage_reported = True
+            self.js.loop.call_soon(self._store_damaged, "when the store opened")
 
     def subscribe(self) -> None:
         """(Re)subscribe what the stream's leader listens on: direct gets, and its subjects unless a mirror."""
@@ -887,12 +894,15 @@ class Stream(ReplyMixin):
         self._damage_due = True
         js.loop.call_soon(self._store_damaged)
 
-    def _store_damaged(self) -> None:
-        """Records found damaged while running (the store's ``state().lost``; never served: reads answer as for a
-        missing message). A replicated stream fetches them again from a healthy replica (``refetch_damaged``, the
-        path of damage found when the store opens); otherwise they are reported: an error in the log, the
-        ``stream_data_lost`` advisory, ``state.lost`` in stream info."""
-        self._damage_due = False
+    def _store_damaged(self, when: str = "while running") -> None:
+        """Records found damaged (the store's ``state().lost``; never served: reads answer as for a missing
+        message), while running or (``start``) when the store opened. A replicated stream fetches them again from
+        a healthy replica (``refetch_damaged``, the path of damage found when the store opens); otherwise they are
+        reported: an error in the log, the ``stream_data_lost`` advisory, ``state.lost`` in stream info. Damage
+        found at open is reported again after each restart (the store keeps the damaged records: each open finds
+        them), as the store's own log line is."""
+        if when == "while running":
+            self._damage_due = False
         if self.closed:
             return
         lost = self.store.state().lost
@@ -902,7 +912,7 @@ class Stream(ReplyMixin):
         if rep is not None and rep.refetch_damaged():
             return
         self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': {len(lost)} message(s) lost to "
-                          f"damaged records found while running (first {lost[0]}): no replica to fetch them from")
+                          f"damaged records found {when} (first {lost[0]}): no replica to fetch them from")
         self.js.advisories.stream_data_lost(self.jsa, self.name, {"msgs": list(lost), "bytes": 0,
                                                                    "cause": "damaged records"})
 

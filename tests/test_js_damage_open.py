@@ -1,0 +1,108 @@
+"""A record damaged on disk while the server was down is found when the store opens at the next start.
+
+On one server (R1: no replica to fetch it from) the message is reported as damage found while running is
+(tests/test_cluster_damage_running.py): an error in the log, ``state.lost`` in stream info and the
+``$JS.EVENT.ADVISORY.STREAM.DATA_LOST.<stream>`` advisory, sent once the server has started (read here from a
+stream capturing it, recovered in the same start); gets answer it as a missing message, never with the damaged
+bytes.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import io
+import json
+import os
+
+import nats
+
+from rillet.app.embed import run_server
+from rillet.config.options import JetStreamOptions, Options
+from rillet.server.logging import Logger
+
+N = 10
+
+
+def _payload(i: int) -> bytes:
+    return b"dmg-%03d." % i + b"y" * 40
+
+
+@contextlib.asynccontextmanager
+async def _server(store_dir):
+    buf = io.StringIO()
+    opts = Options(host="127.0.0.1", port=-1, jetstream=JetStreamOptions(enabled=True, store_dir=str(store_dir)))
+    async with run_server(opts, log=Logger(out=buf)) as srv:
+        nc = await nats.connect(srv.client_url)
+        try:
+            yield nc, buf
+        finally:
+            await nc.close()
+
+
+def _flip(store_dir, stream: str, i: int) -> None:
+    """Flip one bit inside message ``i``'s stored payload in its block file (the record then fails its checksum)."""
+    needle = _payload(i)
+    hits = 0
+    for path in glob.glob(os.path.join(str(store_dir), "jetstream", "*", "streams", stream, "store", "msgs", "*.blk")):
+        with open(path, "rb") as f:
+            b = f.read()
+        k = b.find(needle)
+        if k < 0:
+            continue
+        with open(path, "r+b") as f:
+            f.seek(k + 5)
+            f.write(bytes([b[k + 5] ^ 0x04]))
+        hits += 1
+    assert hits == 1, f"payload {i} found in {hits} block files"
+
+
+async def _req(nc, subject: str, body: dict | None = None) -> dict:
+    return json.loads((await nc.request(subject, json.dumps(body or {}).encode(), timeout=5)).data)
+
+
+async def _advisories(nc, want: int, timeout: float = 10.0) -> list[dict]:
+    """The advisories the capturing stream ADV holds, once it holds ``want`` (polled against a deadline)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        info = await _req(nc, "$JS.API.STREAM.INFO.ADV")
+        n = info["state"]["messages"]
+        if n >= want or loop.time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    out = []
+    for seq in range(1, n + 1):
+        r = await _req(nc, "$JS.API.STREAM.MSG.GET.ADV", {"seq": seq})
+        import base64
+        out.append(json.loads(base64.b64decode(r["message"]["data"])))
+    return out
+
+
+async def test_damage_found_at_open_is_reported_with_the_advisory(tmp_path):
+    async with _server(tmp_path) as (nc, _):
+        js = nc.jetstream()
+        await js.add_stream(name="ADV", subjects=["$JS.EVENT.ADVISORY.STREAM.DATA_LOST.>"], storage="file")
+        await js.add_stream(name="S", subjects=["s.>"], storage="file", allow_direct=True)
+        for i in range(1, N + 1):
+            await js.publish("s.x", _payload(i))
+    _flip(tmp_path, "S", 5)
+
+    async with _server(tmp_path) as (nc, buf):
+        advs = await _advisories(nc, 1)
+        assert len(advs) == 1, advs
+        adv = advs[0]
+        assert adv["type"] == "io.nats.jetstream.advisory.v1.stream_data_lost", adv
+        assert adv["stream"] == "S" and adv["lost"]["msgs"] == [5], adv
+        info = await _req(nc, "$JS.API.STREAM.INFO.S")
+        assert info["state"]["lost"]["msgs"] == [5] and info["state"]["messages"] == N - 1, info["state"]
+        # a direct get answers as for a message that is not there (nats-server's 404), never the damaged bytes
+        m = await nc.request("$JS.API.DIRECT.GET.S", json.dumps({"seq": 5}).encode(), timeout=5)
+        assert m.headers and m.headers.get("Status") == "404", (m.headers, m.data)
+        assert m.data == b""
+        r = await _req(nc, "$JS.API.STREAM.MSG.GET.S", {"seq": 5})
+        assert r.get("error", {}).get("err_code") == 10037 and r["error"]["code"] == 404, r
+        m = await nc.request("$JS.API.DIRECT.GET.S", json.dumps({"seq": 6}).encode(), timeout=5)
+        assert m.data == _payload(6)
+        log = buf.getvalue()
+        assert "1 message(s) lost to damaged records found when the store opened (first 5)" in log, log
