@@ -106,3 +106,67 @@ async def test_damage_found_at_open_is_reported_with_the_advisory(tmp_path):
         assert m.data == _payload(6)
         log = buf.getvalue()
         assert "1 message(s) lost to damaged records found when the store opened (first 5)" in log, log
+
+
+def test_damage_found_at_open_on_r1_in_a_cluster(tmp_path):
+    # an R1 stream of a 3-server cluster: its one server is stopped, a record damaged, the server started again;
+    # the stream (no replica to fetch from) reports it as on one server once it leads again
+    from helpers import ClusterMember, free_port
+    from test_cluster_refetch import _request
+    cports = [free_port() for _ in range(3)]
+    members = []
+    for k in range(3):
+        d = os.path.join(str(tmp_path), f"o{k + 1}")
+        os.makedirs(os.path.join(d, "store"))
+        members.append(ClusterMember(d, f"o{k + 1}", os.path.join(d, "store"), "do", cports, cports[k]))
+    try:
+        for m in members:
+            m.start()
+        for m in members:
+            m.proc.wait_log("Server is ready", timeout=30)
+        urls = [m.url for m in members]
+        asyncio.run(_request(urls, "$JS.API.STREAM.CREATE.ADV", {
+            "name": "ADV", "subjects": ["$JS.EVENT.ADVISORY.STREAM.DATA_LOST.>"], "num_replicas": 3,
+            "storage": "file"}))
+        info = asyncio.run(_request(urls, "$JS.API.STREAM.CREATE.S", {
+            "name": "S", "subjects": ["s.>"], "num_replicas": 1, "storage": "file", "allow_direct": True}))
+
+        async def publish() -> None:
+            nc = await nats.connect(servers=urls)
+            try:
+                js = nc.jetstream()
+                for i in range(1, N + 1):
+                    await js.publish("s.x", _payload(i), timeout=10)
+            finally:
+                await nc.close()
+        asyncio.run(publish())
+        asyncio.run(_request(urls, "$JS.API.STREAM.INFO.ADV", want=lambda d: "error" not in d and all(
+            r.get("current") for r in d.get("cluster", {}).get("replicas", [])) and len(d["cluster"]["replicas"]) == 2))
+        victim = next(m for m in members if m.name == info["cluster"]["leader"])
+        victim.proc.stop()
+        _flip(os.path.join(str(tmp_path), victim.name, "store"), "S", 5)
+        victim.start()
+        victim.proc.wait_log("Server is ready", timeout=30)
+        victim.proc.wait_log(r"Stream '\$G > S': 1 message\(s\) lost to damaged records found when the store "
+                             r"opened \(first 5\)", timeout=30)
+        adv = asyncio.run(_request(urls, "$JS.API.STREAM.MSG.GET.ADV", {"seq": 1}, timeout=15))
+        import base64
+        adv = json.loads(base64.b64decode(adv["message"]["data"]))
+        assert adv["type"] == "io.nats.jetstream.advisory.v1.stream_data_lost", adv
+        assert adv["stream"] == "S" and adv["lost"]["msgs"] == [5], adv
+        info = asyncio.run(_request(urls, "$JS.API.STREAM.INFO.S", want=lambda d: "error" not in d and d.get(
+            "state", {}).get("lost")))
+        assert info["state"]["lost"]["msgs"] == [5] and info["state"]["messages"] == N - 1, info["state"]
+
+        async def direct(seq: int):
+            nc = await nats.connect(victim.url)
+            try:
+                return await nc.request("$JS.API.DIRECT.GET.S", json.dumps({"seq": seq}).encode(), timeout=5)
+            finally:
+                await nc.close()
+        m = asyncio.run(direct(5))
+        assert m.headers and m.headers.get("Status") == "404" and m.data == b"", (m.headers, m.data)
+        assert asyncio.run(direct(6)).data == _payload(6)
+    finally:
+        for m in members:
+            m.close()
