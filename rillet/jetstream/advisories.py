@@ -55,8 +55,10 @@ class Advisories:
                    {"stream": stream.name, "consumer": consumer, "action": action})
 
     def stream_data_lost(self, jsa: "JSAccount", stream: str, lost: dict[str, Any]) -> None:
-        """Rillet's own (nats-server has none): messages of ``stream`` are lost (``lost``: the sequences and why),
-        as the RAFT layer's report of committed entries no replica holds (rillet.jetstream.cluster.streams)."""
+        """Rillet's own (nats-server has none): messages of ``stream`` are lost (``lost``: the sequences and why):
+        an R1 stream's damaged records (found when its store opened or by a read while running: Stream
+        ``_store_damaged``), as the RAFT layer reports committed entries no replica holds
+        (rillet.jetstream.cluster.streams)."""
         self._emit(jsa, f"$JS.EVENT.ADVISORY.STREAM.DATA_LOST.{stream}",
                    "io.nats.jetstream.advisory.v1.stream_data_lost", {"stream": stream, "lost": lost})
 
