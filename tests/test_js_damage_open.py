@@ -9,6 +9,7 @@ bytes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import glob
 import io
@@ -74,7 +75,6 @@ async def _advisories(nc, want: int, timeout: float = 10.0) -> list[dict]:
     out = []
     for seq in range(1, n + 1):
         r = await _req(nc, "$JS.API.STREAM.MSG.GET.ADV", {"seq": seq})
-        import base64
         out.append(json.loads(base64.b64decode(r["message"]["data"])))
     return out
 
@@ -150,7 +150,6 @@ def test_damage_found_at_open_on_r1_in_a_cluster(tmp_path):
         victim.proc.wait_log(r"Stream '\$G > S': 1 message\(s\) lost to damaged records found when the store "
                              r"opened \(first 5\)", timeout=30)
         adv = asyncio.run(_request(urls, "$JS.API.STREAM.MSG.GET.ADV", {"seq": 1}, timeout=15))
-        import base64
         adv = json.loads(base64.b64decode(adv["message"]["data"]))
         assert adv["type"] == "io.nats.jetstream.advisory.v1.stream_data_lost", adv
         assert adv["stream"] == "S" and adv["lost"]["msgs"] == [5], adv
