@@ -144,6 +144,10 @@ def test_damage_found_at_open_on_r1_in_a_cluster(tmp_path):
             r.get("current") for r in d.get("cluster", {}).get("replicas", [])) and len(d["cluster"]["replicas"]) == 2))
         victim = next(m for m in members if m.name == info["cluster"]["leader"])
         victim.proc.stop()
+        # the capturing stream leads on another server before the victim is back (it hears the advisory then)
+        others = [m for m in members if m is not victim]
+        asyncio.run(_request([m.url for m in others], "$JS.API.STREAM.INFO.ADV", want=lambda d: "error" not in d
+                             and d.get("cluster", {}).get("leader") in {m.name for m in others}))
         _flip(os.path.join(str(tmp_path), victim.name, "store"), "S", 5)
         victim.start()
         victim.proc.wait_log("Server is ready", timeout=30)
