@@ -31,6 +31,10 @@ stream / last sequence / last subject sequence); ``$JSC.SYNC`` catch-ups are ser
 ``STREAM.INFO``, ``STREAM.MSG.GET`` (from the store), ``STREAM.MSG.DELETE`` and ``STREAM.PURGE`` (proposed in
 nats-server's entries, answered once applied) and the leader step-down request are answered.
 
+A change of the group's peers (the meta group's replacement or move of a peer) is handed to a Go peer: a
+Rillet leader transfers the leadership to a Go peer of the new assignment (``_hand_over_peer_change``), which
+carries out nats-server's desired-state steps.
+
 Not yet: any other stream API request while leading (direct get, update); publish headers other than those (refused: expected last
 message id, rollups, TTLs, batches, counters, schedules); discard-new and account limits before proposing; a
 domain in PubAcks; snapshots of our own log; campaigning without a transfer (a killed Rillet leader's group
@@ -332,6 +336,35 @@ class GoStreamReplica(GoMetaMember):
         elif not leading and self._lead_subs is not None:
             self._stop_leading()
 
+    def reassigned(self, assignment: dict) -> None:
+        """The meta group updated this stream's assignment (its config, or its group: a peer removed or added)."""
+        old = set((self.assignment.get("group") or {}).get("peers") or ())
+        self.assignment = assignment
+        if self._lead_subs is not None and self.raft.role == LEADER:
+            self._hand_over_peer_change(old)
+
+    def _hand_over_peer_change(self, old_peers: Optional[set] = None) -> None:
+        """A change of the group's peers (a replacement or move: nats-server 2.15's desired-state steps -- add
+        the new peers, wait for them to catch up, remove the old ones) is carried out by the stream leader, and
+        this server does not do it: leading such a group, it hands the leadership to a Go peer of the new
+        assignment that answers, which carries the change out."""
+        grp = self.assignment.get("group") or {}
+        peers = {p for p in (grp.get("peers") or ()) if isinstance(p, str)}
+        replicas = int((self.assignment.get("stream") or {}).get("num_replicas") or 1)
+        if not (grp.get("desired") or len(peers) < replicas or (old_peers is not None and peers != old_peers)):
+            return
+        r = self.raft
+        now = time.monotonic()
+        cands = {p: r.match[p] for p in peers & self._go_peers()
+                 if p in r.match and now - r.last_seen.get(p, 0.0) < 3.0}
+        pick = max(sorted(cands), key=lambda p: cands[p], default="")
+        if pick and self.transfer_away(pick):
+            self.log.notice(f"JetStream stream '{self.account} > {self.name}' [{self.group}]: its peers change: "
+                            f"leadership handed to Go peer {pick}, which carries the change out")
+        else:
+            self._warn_once("nomove", f"JetStream stream '{self.account} > {self.name}' [{self.group}]: its "
+                                      "peers change, and no Go peer answers to take the leadership")
+
     def _start_leading(self) -> None:
         """As nats-server's stream leader: take the stream's subjects in its account (publishes are proposed
         as stream message entries and acknowledged once committed and stored), serve ``$JSC.SYNC`` catch-ups
@@ -371,6 +404,13 @@ class GoStreamReplica(GoMetaMember):
                                                            self._on_stepdown)))
         self.log.notice(f"JetStream: leading stream '{self.account} > {self.name}' [{self.group}] "
                         f"(term {self.raft.term})")
+        if self.ic is not None and self.server.loop is not None:
+            # (a group whose peers are changing: once the followers answered this term, to a Go leader)
+            self.server.loop.call_later(1.0, self._recheck_peers)
+
+    def _recheck_peers(self) -> None:
+        if self._lead_subs is not None and self.raft.role == LEADER:
+            self._hand_over_peer_change()
 
     def _stop_leading(self) -> None:
         for client, sub in self._lead_subs or ():
@@ -890,6 +930,8 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 del replicas[key]
         for key, (kind, a) in want.items():
             if key in replicas:
+                if kind == "stream" and replicas[key].assignment is not a:
+                    replicas[key].reassigned(a)
                 continue
             r = (GoStreamReplica(member.server, key[0], a, store_dir) if kind == "stream"
                  else GoConsumerReplica(member.server, key[0], key[1], a))
