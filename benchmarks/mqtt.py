@@ -220,8 +220,12 @@ def _retained(port: int, m: int = 2000) -> float:
     d = C.Decoder(server=False)
     d.version = 4
     got = 0
+    r.settimeout(30)  # (nats-server has been seen to send fewer than all of them: an error, not a hang)
     while got < m:
-        b = r.recv(1 << 20)
+        try:
+            b = r.recv(1 << 20)
+        except socket.timeout:
+            raise RuntimeError(f"retained: {got} of {m} messages within 30 s") from None
         if not b:
             raise RuntimeError("closed")
         got += sum(1 for p in d.feed(b) if isinstance(p, C.Publish))
