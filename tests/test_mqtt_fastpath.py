@@ -171,3 +171,44 @@ def test_qos1_store_answers(kind, watched, tmp_path):
                 assert all(m.headers == {"Nmqtt-Pub": "1"} for m in got)
             await nc.close()
         asyncio.run(run())
+
+
+def test_qos1_direct_store_counts_as_routed(tmp_path):
+    """/varz message totals do not depend on the store's path: QoS 1 PUBLISHes stored straight into $MQTT_msgs
+    count the same in_msgs/in_bytes as ones stored through the account's delivery (a NATS watcher on
+    ``$MQTT.msgs.>`` forces that path): the PubAck the direct path does not send is counted as sent."""
+    import asyncio
+    import json
+    import urllib.request
+
+    import nats
+
+    def varz() -> tuple[int, int]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{t.http_port}/varz", timeout=10) as r:
+            v = json.load(r)
+        return v["in_msgs"], v["in_bytes"]
+
+    def batch(pub: Raw, first_pi: int) -> tuple[int, int]:
+        before = varz()
+        for i in range(5):
+            pub.send(C.Publish("cnt/a", b"v%d" % i, 1, pi=first_pi + i))
+        assert [pub.read() for _ in range(5)] == [C.Ack(C.PUBACK, first_pi + i) for i in range(5)]
+        after = varz()
+        return after[0] - before[0], after[1] - before[1]
+
+    with mqtt_target("rillet", tmp_path) as t:
+        async def run() -> None:
+            pub = Raw(t.mqtt_port)
+            assert pub.connect("cntpub").rc == 0
+            for i in range(12):  # (stream sequences of two digits from here: PubAcks of one size)
+                pub.send(C.Publish("cnt/a", b"w", 1, pi=100 + i))
+            assert [pub.read() for _ in range(12)] == [C.Ack(C.PUBACK, 100 + i) for i in range(12)]
+            direct = batch(pub, 1)
+            nc = await nats.connect(t.nats_url)
+            watch = await nc.subscribe("$MQTT.msgs.>")
+            await nc.flush()
+            routed = batch(pub, 6)
+            assert direct == routed and direct[0] >= 10  # (the PUBLISH and the stream's PubAck, at least)
+            assert len([await watch.next_msg(timeout=5) for _ in range(5)]) == 5
+            await nc.close()
+        asyncio.run(run())

@@ -26,6 +26,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+import msgspec
+
 import rillet.server.msgtrace as _mt
 
 if TYPE_CHECKING:
@@ -133,26 +135,40 @@ class _StoreAck:
     """The answer to a store that went straight to its stream (``JSA.store_cb``), through the stream's seam for
     answers that are not a reply subject (``Stream.process``'s ``fast``; the fast batch's ``FastMsg`` is the
     other one): stored (after the message is written) or a duplicate is ``cb(arg, None)``, an error
-    ``cb(arg, JSAPIError)`` with the error the PubAck would have carried."""
+    ``cb(arg, JSAPIError)`` with the error the PubAck would have carried. The answer is counted as the reply
+    subject's would be (the stream's internal client sent it, the JSA's reply subscription got it), so the
+    server's message totals (/varz) do not change with the path."""
 
-    __slots__ = ("cb", "arg")
+    __slots__ = ("cb", "arg", "jsa", "stream")
 
-    def __init__(self, cb: Callable[[Any, BaseException | None], None], arg: Any) -> None:
+    def __init__(self, cb: Callable[[Any, BaseException | None], None], arg: Any, jsa: "JSA", stream: Any) -> None:
         self.cb = cb
         self.arg = arg
+        self.jsa = jsa
+        self.stream = stream
+
+    def _count(self, size: int) -> None:
+        ic = self.stream.ic
+        ic.in_msgs += 1
+        ic.in_bytes += size
+        self.jsa._sub.nm += 1
 
     def proposed(self) -> None:
         pass
 
     def stored(self, seq: int) -> bool:
+        self._count(self.jsa._dack + len(str(seq)))  # ({"stream":<name>[,"domain":..],"seq":<seq>})
         self.cb(self.arg, None)
         return False
 
     def duplicate(self, dseq: int) -> None:
+        self._count(self.jsa._dack + len(str(dseq)) + len(',"duplicate": true'))
         self.cb(self.arg, None)
 
     def error(self, err: Any, proposed: bool = False) -> None:
-        self.cb(self.arg, JSAPIError(err.to_dict()))
+        d = err.to_dict()
+        self._count(len(msgspec.json.encode({"error": d, "stream": self.stream.name, "seq": 0})))
+        self.cb(self.arg, JSAPIError(d))
 
 
 class JSA:
@@ -177,6 +193,7 @@ class JSA:
         self._sweeper: Any = None
         self._dsub: Any = None  # (the last stream subscription ``_direct`` checked, and its stream)
         self._dstream: Any = None
+        self._dack = 0
         self._sub = self.ic.subscribe(self.prefix + ">", self._on_reply)
 
     def close(self) -> None:
@@ -264,7 +281,7 @@ class JSA:
             ic.in_msgs += 1
             ic.in_bytes += len(hdr) + len(payload)
             stream.process(stream.input_subject(subject.decode("utf-8", "surrogateescape")), None, hdr, payload,
-                           fast=_StoreAck(cb, arg))
+                           fast=_StoreAck(cb, arg, self, stream))
             self.server.schedule_flush()
             return
         self._n += 1
@@ -304,6 +321,10 @@ class JSA:
                     stream_t._on_msg or sub.client is not stream.ic:
                 return None
             self._dsub, self._dstream = sub, stream
+            dom = stream.js.domain
+            # the length of a PubAck without its sequence digits (what _StoreAck counts)
+            self._dack = len(msgspec.json.encode(stream.name)) + len(b'{"stream":,"seq":}') + \
+                (len(b',"domain":') + len(msgspec.json.encode(dom)) if dom else 0)
         if sub.max or stream.closed or stream.replication is not None or type(stream.log) is not log_t:
             return None
         cfg = stream.cfg
