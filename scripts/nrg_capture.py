@@ -70,17 +70,35 @@ cluster {{ name: C1, listen: 127.0.0.1:{self.route_ports[name]}, routes: [{route
         return path
 
     def start(self, name: str) -> None:
-        log = open(self.root / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen([self.binary, "-c", str(self.conf(name))], stdout=log, stderr=log)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.client_ports[name]), timeout=0.5).close()
-                return
-            except OSError:
-                if self.procs[name].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"nats-server {name} did not start, see {self.root / (name + '.log')}")
+        for attempt in range(3):
+            logpath = self.root / f"{name}.log"
+            before = logpath.stat().st_size if logpath.exists() else 0
+            with open(logpath, "ab") as log:
+                self.procs[name] = subprocess.Popen([self.binary, "-c", str(self.conf(name))], stdout=log,
+                                                    stderr=log)
+            deadline = time.monotonic() + 30
+
+            def said() -> bytes:
+                with open(logpath, "rb") as f:
+                    f.seek(before)
+                    return f.read()
+            # ready: its log says so (client and route listeners up) and its client port answers (a port can
+            # answer for another process that took it meanwhile: the log tells ours from it)
+            while self.procs[name].poll() is None and time.monotonic() < deadline:
+                out = said()
+                if b"Server is ready" in out and b"Listening for route connections" in out:
+                    try:
+                        socket.create_connection(("127.0.0.1", self.client_ports[name]), timeout=0.5).close()
+                        return
+                    except OSError:
+                        pass
                 time.sleep(0.05)
+            if self.procs[name].poll() is None or b"address already in use" not in said() or attempt == 2:
+                raise RuntimeError(f"nats-server {name} did not start, see {logpath}")
+            # (a port picked free was taken meanwhile by another process of a busy machine: new ports; the
+            # servers started before find this one through its own routes to them)
+            self.procs.pop(name)
+            self.client_ports[name], self.route_ports[name] = _free_port(), _free_port()
 
     def stop(self, name: str) -> None:
         p = self.procs.pop(name, None)
@@ -125,6 +143,20 @@ async def _until(fn, timeout: float = 40.0, what: str = "condition"):
             last = e
         await asyncio.sleep(0.2)
     raise TimeoutError(f"timed out waiting for {what}: {last!r}")
+
+
+async def _fetch(sub, n: int) -> list:
+    """``n`` messages of a pull consumer just created: the create is answered by its leader before that
+    leader's interest in the pull requests reached every server (a request meanwhile gets no responder)."""
+    import nats.js.errors
+    deadline = time.monotonic() + 40
+    while True:
+        try:
+            return await sub.fetch(n, timeout=T)
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def _js_ready(nc) -> bool:
@@ -176,7 +208,7 @@ async def workload(cluster: GoCluster, record: list) -> None:
     # consumers: pull (acked, naked), push, filtered
     await js.add_consumer("ORDERS", ConsumerConfig(durable_name="pull", ack_policy=AckPolicy.EXPLICIT))
     psub = await js.pull_subscribe_bind("pull", "ORDERS")
-    msgs = await psub.fetch(10, timeout=T)
+    msgs = await _fetch(psub, 10)
     for i, m in enumerate(msgs):
         if i % 4 == 3:
             await m.nak()
@@ -185,7 +217,7 @@ async def workload(cluster: GoCluster, record: list) -> None:
     await js.add_consumer("ORDERS", ConsumerConfig(durable_name="filtered", filter_subject="orders.1",
                                                    ack_policy=AckPolicy.EXPLICIT))
     fsub = await js.pull_subscribe_bind("filtered", "ORDERS")
-    for m in await fsub.fetch(3, timeout=T):
+    for m in await _fetch(fsub, 3):
         await m.ack_sync()
     got = asyncio.Event()
 

@@ -317,7 +317,8 @@ async def test_rillet_replica_of_an_r3_stream_with_two_go_servers(go_cluster):  
             await _until(lambda: ("A", "MIXED", "D") in replicas, 60, what="the consumer replica on Rillet")
             crep = replicas[("A", "MIXED", "D")]
             psub = await js.pull_subscribe_bind("D", "MIXED")
-            fetched = await psub.fetch(10, timeout=20)
+            from test_jscluster_goplace import _fetch
+            fetched = await _fetch(psub, 10)
             for msg in fetched:
                 await msg.ack_sync()
             assert len(fetched) == 10

@@ -173,7 +173,7 @@ async def test_two_go_one_rillet_r3_stream_and_consumer_placed_on_rillet(tmp_pat
         got = []
         for c in (g0, g1, rc):
             sub = await c.jetstream().pull_subscribe("r3.>", durable="D", stream="R3")
-            for msg in await sub.fetch(10, timeout=30):
+            for msg in await _fetch(sub, 10):
                 got.append(msg.data.decode())
                 await msg.ack_sync(timeout=30)
         assert got == [f"m{i}" for i in range(1, 31)]
@@ -200,7 +200,7 @@ async def test_two_go_one_rillet_r3_stream_and_consumer_placed_on_rillet(tmp_pat
             assert (await rc.jetstream().publish(f"r3.{n % 3}", f"m{n}".encode(), timeout=30)).seq == n
         assert await _compare_replica(js, rep, "R3") == n
         sub = await rc.jetstream().pull_subscribe("r3.>", durable="D", stream="R3")
-        rest = [m_.data.decode() for m_ in await sub.fetch(15, timeout=30)]
+        rest = [m_.data.decode() for m_ in await _fetch(sub, 15)]
         assert rest == [f"m{i}" for i in range(31, n + 1)]
     finally:
         for c in conns:
@@ -209,6 +209,20 @@ async def test_two_go_one_rillet_r3_stream_and_consumer_placed_on_rillet(tmp_pat
         if srv is not None:
             await srv_cm.__aexit__(None, None, None)
         gc.stop_all()
+
+
+async def _fetch(sub, n: int, timeout: float = 30) -> list:
+    """``n`` messages of a pull consumer; asked again while no server answers the request (a consumer's leader
+    answers its create before its interest in pull requests has reached every server)."""
+    import nats
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
+        try:
+            return await sub.fetch(n, timeout=timeout)
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 def _tagged_conf(gc, name: str, port: int, tag: str) -> str:
@@ -274,7 +288,7 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         got = []
         for c in (g0, g1, rc):
             sub = await c.jetstream().pull_subscribe("s1.>", durable="P", stream="S1")
-            for msg in await sub.fetch(5, timeout=30):
+            for msg in await _fetch(sub, 5):
                 got.append(msg.data.decode())
                 await msg.ack_sync()
         assert got == [f"m{i}" for i in range(1, n + 1)]
@@ -314,7 +328,7 @@ async def test_two_go_one_rillet_r1_stream_led_by_rillet_and_its_consumers(tmp_p
         n += 1
         assert (await js.publish("s1.0", f"m{n}".encode())).seq == n
         sub = await js.pull_subscribe("s1.>", durable="P", stream="S1")
-        assert [x.data.decode() for x in await sub.fetch(1, timeout=30)] == [f"m{n}"]
+        assert [x.data.decode() for x in await _fetch(sub, 1)] == [f"m{n}"]
         # purge and delete, answered by the Rillet server
         assert await js.purge_stream("S1")
         assert (await js.stream_info("S1")).state.messages == 0
@@ -372,13 +386,13 @@ async def test_one_go_two_rillet_streams_placed_on_every_server(tmp_path):
             got = []
             for c in clients:
                 sub = await c.jetstream().pull_subscribe(f"on.{n}.>", durable="D", stream=f"ON_{n}")
-                for msg in await sub.fetch(4, timeout=30):
+                for msg in await _fetch(sub, 4):
                     got.append(msg.data.decode())
                     await msg.ack_sync()
             assert got == [f"{n}-{i}" for i in range(1, count + 1)]
         await js.add_consumer("R3", durable_name="D3", ack_policy="explicit")
         sub = await rcs["r2"].jetstream(timeout=30).pull_subscribe("r3.>", durable="D3", stream="R3")
-        assert [x.data.decode() for x in await sub.fetch(count, timeout=30)] == [f"m{i}" for i in range(1, count + 1)]
+        assert [x.data.decode() for x in await _fetch(sub, count)] == [f"m{i}" for i in range(1, count + 1)]
         await _until(lambda: all(("A", "R3") in m.replicas for m in ms.values()), 60, what="R3 on both Rillet")
         for m in ms.values():
             await _compare_replica(js, m.replicas[("A", "R3")], "R3")
@@ -434,7 +448,7 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
             n += 1
             assert (await js.publish(f"m.{n}", f"v{n}".encode())).seq == n
         sub = await js.pull_subscribe("m.>", durable="D", stream="M")
-        for msg in await sub.fetch(10, timeout=30):
+        for msg in await _fetch(sub, 10):
             await msg.ack_sync()
         for victim, rname, rport in (("g2", "r2", p2), ("g1", "r1", p1)):
             # stop the Go server, remove it from the meta group, start its Rillet replacement
@@ -503,7 +517,7 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
                 assert (await js.publish(f"m.{n}", f"v{n}".encode())).seq == n
         # the consumer's state was kept through both replacements: it goes on from where it was
         sub = await js.pull_subscribe("m.>", durable="D", stream="M")
-        got = [x.data.decode() for x in await sub.fetch(n - 10, timeout=30)]
+        got = [x.data.decode() for x in await _fetch(sub, n - 10)]
         assert got == [f"v{i}" for i in range(11, n + 1)]
     finally:
         for c in conns:
@@ -549,7 +563,7 @@ async def test_rillet_server_killed_hard_and_restarted(tmp_path):
             assert (await js.publish("r3.x", f"r{i}".encode())).seq == i
         await js.add_consumer("S1", durable_name="D", ack_policy="explicit")
         sub = await js.pull_subscribe("s1.>", durable="D", stream="S1")
-        for msg in await sub.fetch(8, timeout=30):
+        for msg in await _fetch(sub, 8):
             await msg.ack_sync()
         await asyncio.sleep(3)  # (the stores' buffered writes reach the files, as nats-server's flush loop)
         proc.proc.send_signal(signal.SIGKILL)
@@ -561,7 +575,7 @@ async def test_rillet_server_killed_hard_and_restarted(tmp_path):
         assert (si.state.messages, si.state.last_seq, si.cluster.leader) == (20, 20, "r1")
         ci = await js.consumer_info("S1", "D")
         assert (ci.ack_floor.stream_seq, ci.num_pending) == (8, 12)
-        got = [m.data for m in await sub.fetch(12, timeout=30)]
+        got = [m.data for m in await _fetch(sub, 12)]
         assert got == [f"s{i}".encode() for i in range(9, 21)]
 
         async def r3_current():
