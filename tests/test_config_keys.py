@@ -233,8 +233,8 @@ FLAG_TESTS: dict[str, str] = {
     "tlskey": "tests/test_startup.py::test_tls_upgrade_in_the_real_server",
     "tlsverify": "tests/test_rcli_auth.py::test_tls_client_certificates",
     "tlscacert": "tests/test_rcli_auth.py::test_tls_client_certificates",
-    "jetstream": "tests/test_js_api_registration.py::test_server_process_refuses_to_start",
-    "store_dir": "tests/test_js_api_registration.py::test_server_process_refuses_to_start",
+    "jetstream": "tests/test_js_ordered_restart.py::test_ordered_consumer_survives_restart",
+    "store_dir": "tests/test_js_ordered_restart.py::test_ordered_consumer_survives_restart",
 }
 REFUSED_FLAGS = {"profile": ["--profile", "6060"], "max_traced_msg_len": ["--max_traced_msg_len", "10"]}
 
