@@ -57,6 +57,7 @@ from rillet.jetstream.cluster.golead import LEADER, request_info
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
+from rillet.subjects.validate import is_valid_subject
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import StoreConfig
 from rillet.jetstream.store.filestore import FileStore
@@ -684,7 +685,6 @@ class GoStreamReplica(GoMetaMember):
                 if pr.seq and pr.keep:
                     raise ApiError.make("BAD_REQUEST")  # (nats-server: sequence and keep exclude each other)
                 request = {k: v for k, v in (("seq", pr.seq), ("filter", pr.filter), ("keep", pr.keep)) if v}
-                from rillet.subjects.validate import is_valid_subject
                 if pr.filter and not is_valid_subject(pr.filter):
                     raise ApiError.make("STREAM_PURGE_FAILED", err="invalid subject")
             if cfg.get("sealed"):
