@@ -397,7 +397,9 @@ class ConnectMixin:
 
     def _arm_keepalive(self) -> None:
         loop = asyncio.get_event_loop()
-        limit = self.keepalive * 1.5
+        # (3.1.1: nats-server's read deadline is the keep-alive times 1.5 in whole seconds, truncated: 1 s for a
+        # keep-alive of 1, 4 s for 3; MQTT 5, which nats-server has not, takes the specification's 1.5 times)
+        limit = self.keepalive * 1.5 if self.version >= 5 else int(self.keepalive * 1.5)
         wait = limit - (time.monotonic() - self.last_read)
         if wait <= 0:
             self.server.log.debug(f"{self.log_prefix()} - keep-alive timeout")
