@@ -16,11 +16,12 @@ from rillet.app.embed import run_cluster
 from rillet.jetstream.cluster.group import DEFER_INPUTS, RaftGroup, _Runner
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.raft import msgs as M
+from rillet.server.server import Server
 
 
 class FakeServer:
-    """Just what the runner uses: pending_flush and pending_late, schedule_flush, and a flush_clients like the
-    server's (the connections first, then the late writers: the runner)."""
+    """Just what the runner uses: pending_flush and pending_late, schedule_flush, and the server's flush_clients
+    (the connections first, then the late writers: the runner)."""
 
     def __init__(self) -> None:
         self.pending_flush: list = []
@@ -31,20 +32,7 @@ class FakeServer:
     def schedule_flush(self) -> None:
         self.scheduled += 1
 
-    def flush_clients(self, hold_late: bool = False) -> None:
-        pending, late = self.pending_flush, self.pending_late
-        while True:
-            while pending:
-                batch = pending[:]
-                pending.clear()
-                for c in batch:
-                    c.write_out()
-            if not late or hold_late:
-                return
-            batch = late[:]
-            late.clear()
-            for c in batch:
-                c.write_out()
+    flush_clients = Server.flush_clients  # (the server's own: it only reads pending_flush and pending_late)
 
 
 class FakeConn:
