@@ -34,6 +34,18 @@ def _or_none(load: Any, *args: Any) -> Any:
 _MAX_MULTI_RESULTS = 1024  # subjects one multi_last request may match (413 Too Many Results beyond)
 
 
+def stored_message_json(m: Any, no_hdr: bool = False) -> dict[str, Any]:
+    """A stored message as STREAM.MSG.GET answers it (``message``: subject, seq, base64 headers unless
+    ``no_hdr``, base64 data when there is any, time)."""
+    d: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
+    if m.hdr and not no_hdr:
+        d["hdrs"] = base64.b64encode(m.hdr).decode()
+    if m.data:
+        d["data"] = base64.b64encode(m.data).decode()
+    d["time"] = format_time(m.ts)
+    return d
+
+
 class DirectApi:
     # ---- messages ---------------------------------------------------------------------------------
 
@@ -71,13 +83,7 @@ class DirectApi:
         m = self._get(stream, req)
         if m is None:
             raise ApiError.make("NO_MESSAGE_FOUND")
-        d: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
-        if m.hdr and not req.no_hdr:
-            d["hdrs"] = base64.b64encode(m.hdr).decode()
-        if m.data:
-            d["data"] = base64.b64encode(m.data).decode()
-        d["time"] = format_time(m.ts)
-        self.respond(reply, {"type": typ, "message": d})
+        self.respond(reply, {"type": typ, "message": stored_message_json(m, req.no_hdr)})
         return NOT_COUNTED  # nats-server answers a found message outside its API accounting
 
     def msg_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:

@@ -44,7 +44,6 @@ the leader has sent its log or a snapshot again).
 """
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -645,7 +644,7 @@ class GoStreamReplica(GoMetaMember):
             return
         from rillet.jetstream.api import codec as apijson
         from rillet.jetstream.api import types as A
-        from rillet.jetstream.api.direct import DirectApi
+        from rillet.jetstream.api.direct import DirectApi, stored_message_json
         typ = "io.nats.jetstream.api.v1.stream_msg_get_response"
         body = got[1]
         try:
@@ -659,13 +658,7 @@ class GoStreamReplica(GoMetaMember):
         except ApiError as e:
             self._answer(reply, {"type": typ, "error": e.to_dict()})
             return
-        d: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
-        if m.hdr and not req.no_hdr:
-            d["hdrs"] = base64.b64encode(m.hdr).decode()
-        if m.data:
-            d["data"] = base64.b64encode(m.data).decode()
-        d["time"] = format_time(m.ts)
-        self._answer(reply, {"type": typ, "message": d})
+        self._answer(reply, {"type": typ, "message": stored_message_json(m, req.no_hdr)})
 
     def _on_purge(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         """``$JS.API.STREAM.PURGE.<stream>``: proposed as nats-server proposes it (its purge entry: client, stream,
