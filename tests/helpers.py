@@ -716,3 +716,24 @@ class ClusterMember:
         if self.proc is not None and self.proc.proc.poll() is None:
             self.proc.proc.kill()
             self.proc.proc.wait()
+
+
+def cluster_members(tmp: str, prefix: str, cluster: str, n: int = 3) -> list[ClusterMember]:
+    """``n`` ClusterMembers named ``<prefix>1``.. (each in ``<tmp>/<name>`` with a ``store`` directory), routed to
+    each other; not started (``start_members``)."""
+    cports = [free_port() for _ in range(n)]
+    members = []
+    for k in range(n):
+        d = os.path.join(tmp, f"{prefix}{k + 1}")
+        os.makedirs(os.path.join(d, "store"))
+        members.append(ClusterMember(d, f"{prefix}{k + 1}", os.path.join(d, "store"), cluster, cports, cports[k]))
+    return members
+
+
+def start_members(members: list[ClusterMember]) -> None:
+    """Start every member, then wait until each is ready."""
+    for m in members:
+        m.start()
+    for m in members:
+        assert m.proc is not None
+        m.proc.wait_log("Server is ready", timeout=30)

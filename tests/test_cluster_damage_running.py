@@ -15,7 +15,7 @@ import os
 
 import nats
 
-from helpers import ClusterMember, ServerProcess, free_port
+from helpers import ServerProcess, cluster_members, free_port, start_members
 from test_cluster_refetch import _request
 
 N = 300
@@ -56,17 +56,9 @@ async def _get(url: str, stream: str, seq: int) -> dict:
 
 
 def test_damage_found_while_running_is_fetched_again_on_r3(tmp_path) -> None:
-    cports = [free_port() for _ in range(3)]
-    members = []
-    for k in range(3):
-        d = os.path.join(str(tmp_path), f"d{k + 1}")
-        os.makedirs(os.path.join(d, "store"))
-        members.append(ClusterMember(d, f"d{k + 1}", os.path.join(d, "store"), "dr", cports, cports[k]))
+    members = cluster_members(str(tmp_path), "d", "dr")
     try:
-        for m in members:
-            m.start()
-        for m in members:
-            m.proc.wait_log("Server is ready", timeout=30)
+        start_members(members)
         urls = [m.url for m in members]
         asyncio.run(_request(urls, "$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"],
                                                                 "num_replicas": 3, "storage": "file"}))
@@ -119,17 +111,9 @@ def test_damage_found_while_running_is_fetched_again_on_r3(tmp_path) -> None:
 def test_a_consumer_waits_for_a_damaged_message_fetched_again(tmp_path) -> None:
     # the damaged copy is on the server where the R3 consumer delivers from: every message is delivered, in
     # order, with its data (the damaged one once fetched again, never skipped)
-    cports = [free_port() for _ in range(3)]
-    members = []
-    for k in range(3):
-        d = os.path.join(str(tmp_path), f"c{k + 1}")
-        os.makedirs(os.path.join(d, "store"))
-        members.append(ClusterMember(d, f"c{k + 1}", os.path.join(d, "store"), "dc", cports, cports[k]))
+    members = cluster_members(str(tmp_path), "c", "dc")
     try:
-        for m in members:
-            m.start()
-        for m in members:
-            m.proc.wait_log("Server is ready", timeout=30)
+        start_members(members)
         urls = [m.url for m in members]
         asyncio.run(_request(urls, "$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"],
                                                                 "num_replicas": 3, "storage": "file"}))

@@ -111,19 +111,11 @@ async def test_damage_found_at_open_is_reported_with_the_advisory(tmp_path):
 def test_damage_found_at_open_on_r1_in_a_cluster(tmp_path):
     # an R1 stream of a 3-server cluster: its one server is stopped, a record damaged, the server started again;
     # the stream (no replica to fetch from) reports it as on one server once it leads again
-    from helpers import ClusterMember, free_port
+    from helpers import cluster_members, start_members
     from test_cluster_refetch import _request
-    cports = [free_port() for _ in range(3)]
-    members = []
-    for k in range(3):
-        d = os.path.join(str(tmp_path), f"o{k + 1}")
-        os.makedirs(os.path.join(d, "store"))
-        members.append(ClusterMember(d, f"o{k + 1}", os.path.join(d, "store"), "do", cports, cports[k]))
+    members = cluster_members(str(tmp_path), "o", "do")
     try:
-        for m in members:
-            m.start()
-        for m in members:
-            m.proc.wait_log("Server is ready", timeout=30)
+        start_members(members)
         urls = [m.url for m in members]
         asyncio.run(_request(urls, "$JS.API.STREAM.CREATE.ADV", {
             "name": "ADV", "subjects": ["$JS.EVENT.ADVISORY.STREAM.DATA_LOST.>"], "num_replicas": 3,
