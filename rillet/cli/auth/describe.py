@@ -10,8 +10,9 @@ import typer
 from rillet import jwt as J
 from rillet import nkey
 from rillet.cli.auth.app import describe_app, generate_app, store
-from rillet.cli.auth.entities import _subject_matches, _subjects
+from rillet.cli.auth.entities import _subjects
 from rillet.cli.auth.nscstore import AuthError, ok, parse_expiry, read_text, write_file
+from rillet.subjects.validate import subject_is_subset_match
 
 
 def _show(token: str, claims: dict, as_json: bool, raw: bool) -> None:
@@ -207,7 +208,7 @@ def generate_activation(account: str = typer.Option("", "--account", "-a", help=
     if len(subj) != 1:
         raise AuthError(f"--subject {subject!r}: one subject")
     exports = [e for e in (J.nats_section(claims).get("exports") or [])
-               if e.get("type") == kind and e.get("token_req") and _subject_matches(e.get("subject", ""), subj[0])]
+               if e.get("type") == kind and e.get("token_req") and subject_is_subset_match(subj[0], e.get("subject", ""))]
     if not exports:
         raise AuthError(f'account "{acc}" has no private {kind} export covering {subj[0]}')
     if J.is_public_key(target_account, "A"):

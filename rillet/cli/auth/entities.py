@@ -482,21 +482,6 @@ def _resign_account(s: Store, op: str, acc: str, op_claims: dict, claims: dict, 
     write_file(s.acc_jwt_path(op, acc), J.encode(new, signer), 0o644)
 
 
-def _subject_matches(pattern: str, subject: str) -> bool:
-    """Does the (possibly wildcard) export ``pattern`` cover ``subject`` (itself possibly wildcard)?"""
-    p, t = pattern.split("."), subject.split(".")
-    for i, tok in enumerate(p):
-        if tok == ">":
-            return len(t) > i
-        if i >= len(t):
-            return False
-        if tok != "*" and tok != t[i]:
-            return False
-        if tok == "*" and t[i] == ">":
-            return False
-    return len(p) == len(t)
-
-
 @edit_app.command("signing-key")
 def edit_signing_key(account: str = typer.Option("", "--account", "-a"),
                      sk: str = typer.Option(..., "--sk", help="the signing key (public key, or the role of a scope)"),

@@ -8,8 +8,9 @@ import typer
 from rillet import jwt as J
 from rillet.cli.auth.app import add_app, delete_app, revocations_app, store
 from rillet.cli.auth.describe import _read_activation, _when
-from rillet.cli.auth.entities import _resign_account, _subject_matches, _subjects
+from rillet.cli.auth.entities import _resign_account, _subjects
 from rillet.cli.auth.nscstore import AuthError, Store, ok, read_text, write_file
+from rillet.subjects.validate import subject_is_subset_match
 
 
 @add_app.command("mapping")
@@ -159,7 +160,7 @@ def add_import(account: str = typer.Option("", "--account", "-a"),
     kind = "service" if service else "stream"
     if src_claims is not None:  # (an account of another operator's store cannot be checked here)
         exports = J.nats_section(src_claims).get("exports") or []
-        match = [e for e in exports if e.get("type") == kind and _subject_matches(e.get("subject", ""), remote[0])]
+        match = [e for e in exports if e.get("type") == kind and subject_is_subset_match(remote[0], e.get("subject", ""))]
         if not match:
             raise AuthError(f"account {src_claims.get('name', src_pub)} has no {kind} export covering {remote[0]}")
         if not activation and all(e.get("token_req") for e in match):
