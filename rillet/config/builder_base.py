@@ -85,6 +85,15 @@ class BuilderBase:
             setattr(target() if target else self.o, attr, value)
         return handler
 
+    def open_block(self, f: Field, not_a_map: str, raw_attr: str, block: Any) -> Any:
+        """Start parsing the block ``f`` into ``block`` (its options object, returned): ``f`` must be a map
+        (else the error ``not_a_map``, nats-server's wording for that block, with the value's Go type); the
+        map as written is kept in ``Options.<raw_attr>`` (monitoring shows it)."""
+        if not isinstance(f.value, dict):
+            raise f.error(f"{not_a_map}, got {go_type(f.value)}")
+        setattr(self.o, raw_attr, f.as_map())
+        return block
+
     def listener_keys(self, target: Callable[[], Any], listen: Callable[[Field], None],
                       authorization: Callable[[Field], None],
                       tls: Callable[[Field], None]) -> dict[str, Callable[[Field], None]]:

@@ -86,11 +86,7 @@ def check_gateway_url(text: str, f: Field) -> str:
 
 def parse_gateway(b: Any, f: Field) -> None:
     """Fill ``b.o.gateway`` (raw) and ``b.o.gateway_opts`` from the gateway map ``f`` (``b``: the builder)."""
-    if not isinstance(f.value, dict):
-        raise f.error(f"Expected gateway to be a map, got {go_type(f.value)}")
-    b.o.gateway = f.as_map()
-    g = GatewayOptions()
-    b.o.gateway_opts = g
+    g = b.o.gateway_opts = b.open_block(f, "Expected gateway to be a map", "gateway", GatewayOptions())
     s = b.setter
     target = lambda: g  # noqa: E731
 

@@ -162,12 +162,7 @@ def _subjects(b: Any, f: Field) -> list[str]:
 
 def parse_leafnodes(b: Any, f: Field) -> None:
     """Fill ``b.o.leaf`` (and keep the raw map in ``b.o.leafnodes``) from the leafnodes map ``f``."""
-    from rillet.gocompat.goquote import go_type as _gt
-    if not isinstance(f.value, dict):
-        raise f.error(f"Expected map to define a leafnode, got {_gt(f.value)}")
-    b.o.leafnodes = f.as_map()
-    ln = LeafNodeOptions()
-    b.o.leaf = ln
+    ln = b.o.leaf = b.open_block(f, "Expected map to define a leafnode", "leafnodes", LeafNodeOptions())
     s = b.setter
     target = lambda: ln  # noqa: E731
 
