@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter, \
-    InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from rillet.spark import client as C
 from rillet.spark.options import KVOptions, OptionError, parse_kv
-from rillet.spark.source import PublishStats, _log_stats, _task_ids, publish_messages
+from rillet.spark.source import PublishingBatchWriter, PublishingDataSource, PublishingStreamWriter, PublishStats, publish_messages
 
 KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 
@@ -130,34 +129,24 @@ def put_rows(opts: KVOptions, batches: Iterator[Any], id_base: str | None) -> Pu
     return publish_messages(opts, messages)
 
 
-class KVBatchWriter(DataSourceArrowWriter):
-    def __init__(self, opts: KVOptions) -> None:
-        self.opts = opts
+class KVBatchWriter(PublishingBatchWriter):
+    label = "kv write"
 
-    def write(self, iterator: Iterator[Any]) -> PublishStats:
-        base = f"kv:{self.opts.write_id}" if self.opts.write_id else None
+    def _id_base(self) -> str | None:
+        return f"kv:{self.opts.write_id}" if self.opts.write_id else None
+
+    def _publish(self, iterator: Iterator[Any], base: str | None) -> PublishStats:
         return put_rows(self.opts, iterator, base)
 
-    def commit(self, messages: list[Any]) -> None:
-        _log_stats(messages, "kv write")
 
-    def abort(self, messages: list[Any]) -> None:
-        return None
+class KVStreamWriter(PublishingStreamWriter):
+    label = "kv batch"
 
+    def _id_base(self, query_id: str, batch_id: str) -> str:
+        return f"{query_id}:{batch_id}"
 
-class KVStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, opts: KVOptions) -> None:
-        self.opts = opts
-
-    def write(self, iterator: Iterator[Any]) -> PublishStats:
-        _, batch_id, query_id = _task_ids()
-        return put_rows(self.opts, iterator, f"{query_id}:{batch_id}")
-
-    def commit(self, messages: list[Any], batchId: int) -> None:
-        _log_stats(messages, f"kv batch {batchId}")
-
-    def abort(self, messages: list[Any], batchId: int) -> None:
-        return None
+    def _publish(self, iterator: Iterator[Any], base: str | None) -> PublishStats:
+        return put_rows(self.opts, iterator, base)
 
 
 def _check_kv_write(schema: StructType) -> None:
@@ -166,12 +155,11 @@ def _check_kv_write(schema: StructType) -> None:
         raise OptionError("the DataFrame written to kv needs 'key' and 'value' columns")
 
 
-class KVDataSource(DataSource):
+class KVDataSource(PublishingDataSource):
     """``format("kv")``: see docs/spark.md."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "kv"
+    format_name = "kv"
+    batch_writer = KVBatchWriter
+    stream_writer = KVStreamWriter
 
     def schema(self) -> str:
         return kv_schema_ddl(parse_kv(self.options))
@@ -179,14 +167,9 @@ class KVDataSource(DataSource):
     def reader(self, schema: StructType) -> KVReader:
         return KVReader(parse_kv(self.options), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> KVBatchWriter:
+    def _write_options(self, schema: StructType) -> KVOptions:
+        """The options of a write (batch or streaming), checked against ``schema`` and the bucket."""
         opts = parse_kv(self.options)
         _check_kv_write(schema)
         C.run(_bucket_info(opts))
-        return KVBatchWriter(opts)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> KVStreamWriter:
-        opts = parse_kv(self.options)
-        _check_kv_write(schema)
-        C.run(_bucket_info(opts))
-        return KVStreamWriter(opts)
+        return opts

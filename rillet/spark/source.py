@@ -436,32 +436,72 @@ def publish_batches(opts: WriteOptions, batches: Iterator[Any], id_base: str | N
     return publish_messages(opts, messages, quiet_close=True)
 
 
-class JetStreamBatchWriter(DataSourceArrowWriter):
-    def __init__(self, opts: WriteOptions) -> None:
+class PublishingBatchWriter(DataSourceArrowWriter):
+    """A batch write's tasks publish their rows (``_publish``) under the Nats-Msg-Id base ``_id_base()``;
+    the commit logs the totals under ``label``. The jetstream and kv writers differ only in those."""
+    label = "write"
+
+    def __init__(self, opts: Any) -> None:
         self.opts = opts
 
+    def _id_base(self) -> str | None:
+        raise NotImplementedError
+
+    def _publish(self, iterator: Iterator[Any], base: str | None) -> PublishStats:
+        raise NotImplementedError
+
     def write(self, iterator: Iterator[Any]) -> PublishStats:
-        base = f"{self.opts.msg_id_prefix or 'w'}:{self.opts.write_id}" if self.opts.write_id else None
-        return publish_batches(self.opts, iterator, base)
+        return self._publish(iterator, self._id_base())
 
     def commit(self, messages: list[Any]) -> None:
-        _log_stats(messages, "write")
+        _log_stats(messages, self.label)
+
+    def abort(self, messages: list[Any]) -> None:
+        return None
+
+
+class PublishingStreamWriter(DataSourceStreamArrowWriter):
+    """A streaming query's micro-batch published as ``PublishingBatchWriter`` publishes a batch write, its
+    Nats-Msg-Id base made of the query's id and the batch's (``_id_base``): a retried batch is deduplicated."""
+    label = "batch"
+
+    def __init__(self, opts: Any) -> None:
+        self.opts = opts
+
+    def _id_base(self, query_id: str, batch_id: str) -> str:
+        raise NotImplementedError
+
+    def _publish(self, iterator: Iterator[Any], base: str | None) -> PublishStats:
+        raise NotImplementedError
+
+    def write(self, iterator: Iterator[Any]) -> PublishStats:
+        _, batch_id, query_id = _task_ids()
+        return self._publish(iterator, self._id_base(query_id, batch_id))
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        _log_stats(messages, f"{self.label} {batchId}")
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        return None
+
+
+class JetStreamBatchWriter(PublishingBatchWriter):
+    def _id_base(self) -> str | None:
+        return f"{self.opts.msg_id_prefix or 'w'}:{self.opts.write_id}" if self.opts.write_id else None
+
+    def _publish(self, iterator: Iterator[Any], base: str | None) -> PublishStats:
+        return publish_batches(self.opts, iterator, base)
 
     def abort(self, messages: list[Any]) -> None:
         log.warning("jetstream write aborted; published messages stay, a retry is deduplicated by Nats-Msg-Id")
 
 
-class JetStreamStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, opts: WriteOptions) -> None:
-        self.opts = opts
+class JetStreamStreamWriter(PublishingStreamWriter):
+    def _id_base(self, query_id: str, batch_id: str) -> str:
+        return f"{self.opts.msg_id_prefix or query_id}:{batch_id}"
 
-    def write(self, iterator: Iterator[Any]) -> PublishStats:
-        _, batch_id, query_id = _task_ids()
-        base = f"{self.opts.msg_id_prefix or query_id}:{batch_id}"
+    def _publish(self, iterator: Iterator[Any], base: str | None) -> PublishStats:
         return publish_batches(self.opts, iterator, base)
-
-    def commit(self, messages: list[Any], batchId: int) -> None:
-        _log_stats(messages, f"batch {batchId}")
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         log.warning("jetstream batch %s aborted; its retry is deduplicated by Nats-Msg-Id", batchId)
@@ -473,12 +513,33 @@ def _log_stats(messages: list[Any], what: str) -> None:
              sum(m.published for m in ok), sum(m.duplicates for m in ok))
 
 
-class JetStreamDataSource(DataSource):
-    """``format("jetstream")``: see docs/spark.md."""
+class PublishingDataSource(DataSource):
+    """A data source whose writes publish (jetstream, kv): ``format_name`` names its format,
+    ``_write_options`` parses a write's options and checks them (against the schema and the server) before
+    the write starts, ``batch_writer`` / ``stream_writer`` publish."""
+    format_name = ""
+    batch_writer: type[PublishingBatchWriter]
+    stream_writer: type[PublishingStreamWriter]
 
     @classmethod
     def name(cls) -> str:
-        return "jetstream"
+        return cls.format_name
+
+    def _write_options(self, schema: StructType) -> Any:
+        raise NotImplementedError
+
+    def writer(self, schema: StructType, overwrite: bool) -> PublishingBatchWriter:
+        return self.batch_writer(self._write_options(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> PublishingStreamWriter:
+        return self.stream_writer(self._write_options(schema))
+
+
+class JetStreamDataSource(PublishingDataSource):
+    """``format("jetstream")``: see docs/spark.md."""
+    format_name = "jetstream"
+    batch_writer = JetStreamBatchWriter
+    stream_writer = JetStreamStreamWriter
 
     def schema(self) -> str:
         return read_schema_ddl(parse_read(self.options))
@@ -497,17 +558,12 @@ class JetStreamDataSource(DataSource):
         C.run(_info(opts))  # fail at query start: unreachable server, missing stream
         return r
 
-    def writer(self, schema: StructType, overwrite: bool) -> JetStreamBatchWriter:
+    def _write_options(self, schema: StructType) -> WriteOptions:
+        """The options of a write (batch or streaming), checked against ``schema`` and the stream."""
         opts = parse_write(self.options)
         _check_write_schema(opts, schema)
         C.run(_check_stream(opts))
-        return JetStreamBatchWriter(opts)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
-        opts = parse_write(self.options)
-        _check_write_schema(opts, schema)
-        C.run(_check_stream(opts))
-        return JetStreamStreamWriter(opts)
+        return opts
 
 
 def _check_read_schema(opts: ReadOptions, schema: StructType) -> None:
