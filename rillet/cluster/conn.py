@@ -22,7 +22,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import compare_secret
-from rillet.server.connstate import init_conn_state
+from rillet.server.connstate import ConnBase, init_conn_state
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, plain_ip
 from rillet.server.pacing import BACKLOG_BUDGET, READ_BUDGET, ReadPacer
@@ -35,7 +35,7 @@ _CRLF = b"\r\n"
 S2_AUTO_FIRST_PING = 1.0  # seconds (+ up to 20%): when an s2_auto connection first measures its RTT
 
 
-class ServerConn(ReadPacer, asyncio.Protocol):
+class ServerConn(ConnBase, ReadPacer, asyncio.Protocol):
     echo = True
     no_responders = False
     perms = None
@@ -80,11 +80,6 @@ class ServerConn(ReadPacer, asyncio.Protocol):
         srv._cid += 1
         self.cid = srv._cid
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed:
-            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
-            self._teardown()
-
     def close(self, reason: str, err: str | None = None, no_reconnect: bool = False) -> None:
         """Closes with ``reason`` (logged, in monitoring), after what is buffered and ``-ERR err`` are written."""
         if self.closed:
@@ -94,27 +89,15 @@ class ServerConn(ReadPacer, asyncio.Protocol):
         if err is not None:
             self.out += cp.err_frame(err)
         self.close_reason = reason
-        t = self.transport
-        if t is not None:
-            if self.out:
-                try:
-                    data = bytes(self.out) if self._s2w is None else self._s2w.encode(bytes(self.out))
-                    t.write(data)
-                    self._wrote(len(data))
-                except (OSError, RuntimeError, s2.S2Error) as e:
-                    self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")
-                self.out.clear()
-            t.close()
+        self._close_transport()
         self._teardown()
 
-    def _teardown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for t in (self._ping_timer, self._auth_timer, self._deadline_timer, self._resume_handle):
-            if t is not None:
-                t.cancel()
-        self._backlog = None
+    _close_write_errors = (OSError, RuntimeError, s2.S2Error)
+
+    def _wire_bytes(self, data: bytes) -> bytes:
+        return data if self._s2w is None else self._s2w.encode(data)
+
+    def _torn_down(self) -> None:
         self._rraw = []
         remote = f" - Remote: {self.remote_name}" if self.remote_name and self.close_names_remote else ""
         self.server.log.notice(f"{self.log_prefix()} - {self.role_word} connection closed: "
@@ -131,11 +114,8 @@ class ServerConn(ReadPacer, asyncio.Protocol):
             return
         self.last_activity = time.time()
         if self._backlog is not None:
-            # still working off an earlier read (reading paused): these raw bytes wait behind it
-            self._rraw.append(data)
-            t = self.transport
-            if t is not None and not t.is_closing():
-                t.pause_reading()  # type: ignore[attr-defined]
+            self._rraw.append(data)  # (raw: not yet decompressed)
+            self._pause_behind_backlog()
             return
         self._new_read()
         self._read(data)
@@ -335,11 +315,6 @@ class ServerConn(ReadPacer, asyncio.Protocol):
             self.flush_pending = True
             self.server.pending_flush.append(self)
 
-    def flush(self) -> None:
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.server.pending_flush.append(self)
-
     def write_out(self) -> None:
         self.flush_pending = False
         out = self.out
@@ -366,9 +341,6 @@ class ServerConn(ReadPacer, asyncio.Protocol):
             self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
             t.abort()
             self.close("Slow Consumer (Pending Bytes)")
-
-    def _wrote(self, n: int) -> None:
-        """``n`` bytes were handed to the transport (routes count them for their liveness checks)."""
 
     # ---- timers ---------------------------------------------------------------------------------------
 
@@ -399,35 +371,8 @@ class ServerConn(ReadPacer, asyncio.Protocol):
         t.abort()
         self.close("Slow Consumer (Write Deadline)")
 
-    def _auth_timeout(self) -> None:
-        self._auth_timer = None
-        if not self.closed and self.parser.awaiting_connect:
-            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
-            self.close("Authentication Timeout", "Authentication Timeout")
-
-    def _ping_interval(self) -> float:
-        return self.server.opts.ping_interval
-
-    def _ping_max(self) -> int:
-        return self.server.opts.ping_max
-
-    def _ping_now(self) -> bool:
-        """False: the stale check runs but no PING goes out yet (a gateway before its CONNECT)."""
-        return True
-
-    def _ping_tick(self) -> None:
-        if self.closed:
-            return
-        if self.pings_out + 1 > self._ping_max():
-            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
-            self.close("Stale Connection", "Stale Connection")
-            return
-        if self._ping_now():
-            self.pings_out += 1
-            self._rtt_start = time.monotonic()
-            self.send(cp.PING)
-            self.server.flush_clients()
-        self._ping_timer = self.server.loop.call_later(self._ping_interval(), self._ping_tick)
+    def _send_ping(self) -> None:
+        self.send(cp.PING)
 
     # ---- TLS ------------------------------------------------------------------------------------------
 
@@ -486,12 +431,6 @@ class ServerConn(ReadPacer, asyncio.Protocol):
     def log_prefix(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port} - {self.id_tag}:{self.cid}"
-
-    def trace(self, msg: str) -> None:
-        self.server.log.trace(f"{self.log_prefix()} - {msg}")
-
-    def debug(self, msg: str) -> None:
-        self.server.log.debug(f"{self.log_prefix()} - {msg}")
 
 
 def log_tls_failure(server: Any, peer: Any, typ: str, id_tag: str, role_word: str, err: BaseException,

@@ -18,7 +18,7 @@ from rillet.gocompat.gotime import format_seconds
 from rillet import lane
 from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import PermChecker
-from rillet.server.connstate import init_conn_state
+from rillet.server.connstate import ConnBase, init_conn_state
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import plain_ip
 # read pacing (slices under a time budget, the fast-producer stall); the constants stay importable from here
@@ -84,7 +84,7 @@ def _connect_json() -> Any:
 _cj: Any = None
 
 
-class Client(ReadPacer, asyncio.Protocol):
+class Client(ConnBase, ReadPacer, asyncio.Protocol):
     """A client connection (kind CLIENT). Internal clients (JetStream, $SYS) use ``InternalClient``."""
 
     kind = CLIENT
@@ -238,11 +238,6 @@ class Client(ReadPacer, asyncio.Protocol):
         self.out += self.server.info_for(self)
         self.flush()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed:
-            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")
-            self._teardown()
-
     def pause_writing(self) -> None:
         self._write_paused_at = time.monotonic()
         self._writes_pending = 1
@@ -275,26 +270,11 @@ class Client(ReadPacer, asyncio.Protocol):
         self.close_reason = reason
         if err == "Authorization Violation":  # (nats-server's authViolation: a system event, when listened to)
             self.server.sysacc.auth_error(self, reason)
-        t = self.transport
-        if t is not None:
-            if self.out:
-                try:
-                    t.write(bytes(self.out))
-                except Exception:
-                    pass
-                self.out.clear()
-            t.close()
+        self._close_transport()
         self._teardown()
 
-    def _teardown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+    def _torn_down(self) -> None:
         self.stop_time = time.time()
-        for t in (self._ping_timer, self._auth_timer, self._deadline_timer, self._resume_handle):
-            if t is not None:
-                t.cancel()
-        self._backlog = None
         if self._sniff_sock is not None:
             self.server.loop.remove_reader(self._sniff_sock.fileno())
             self._sniff_sock.close()
@@ -316,11 +296,8 @@ class Client(ReadPacer, asyncio.Protocol):
             return
         self.last_activity = time.time()
         if self._backlog is not None:
-            # (reading was resumed by someone else, or the transport had more: it queues behind the rest)
             self._backlog += data
-            t = self.transport
-            if t is not None and not t.is_closing():
-                t.pause_reading()  # type: ignore[attr-defined]
+            self._pause_behind_backlog()
             return
         self._new_read()
         self._consume(data)
@@ -403,11 +380,15 @@ class Client(ReadPacer, asyncio.Protocol):
             self.server.log.error(f"{self.log_prefix()} - {e.detail}")
         self.close(e.reason, e.client_error)
 
-    def send_err(self, err: str) -> None:
+    def send_control(self, frame: bytes, shown: str) -> None:
+        """Send the control line ``frame`` (traced as ``shown``)."""
         if self.trace_on():
-            self.trace(f"->> [-ERR '{err}']")
-        self.out += f"-ERR '{err}'\r\n".encode()
+            self.trace(f"->> [{shown}]")
+        self.out += frame
         self.flush()
+
+    def send_err(self, err: str) -> None:
+        self.send_control(f"-ERR '{err}'\r\n".encode(), f"-ERR '{err}'")
 
     # ---- protocol handlers (called by the parser) -----------------------------------------------------
 
@@ -524,10 +505,7 @@ class Client(ReadPacer, asyncio.Protocol):
         return so.getpeercert() if so is not None else None
 
     def send_ok(self) -> None:
-        if self.trace_on():
-            self.trace("->> [OK]")
-        self.out += _OK
-        self.flush()
+        self.send_control(_OK, "OK")
 
     def proto_before_connect(self) -> bool:
         """An operation arrived before CONNECT while authentication is required."""
@@ -729,12 +707,6 @@ class Client(ReadPacer, asyncio.Protocol):
 
     # ---- writing --------------------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Mark this connection as having output: it is written at the end of the current read cycle."""
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.server.pending_flush.append(self)
-
     def write_out(self) -> None:
         self.flush_pending = False
         out = self.out
@@ -754,28 +726,8 @@ class Client(ReadPacer, asyncio.Protocol):
 
     # ---- timers ---------------------------------------------------------------------------------------
 
-    def _auth_timeout(self) -> None:
-        self._auth_timer = None
-        if not self.closed and self.parser.awaiting_connect:
-            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")
-            self.close("Authentication Timeout", "Authentication Timeout")
-
-    def _ping_tick(self) -> None:
-        if self.closed:
-            return
-        opts = self.server.opts
-        if self.pings_out + 1 > opts.ping_max:
-            self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
-            self.close("Stale Connection", "Stale Connection")
-            return
-        self.pings_out += 1
-        self._rtt_start = time.monotonic()
-        if self.trace_on():
-            self.trace("->> [PING]")
-        self.out += _PING
-        self.flush()
-        self.server.flush_clients()
-        self._ping_timer = self.server.loop.call_later(opts.ping_interval, self._ping_tick)
+    def _send_ping(self) -> None:
+        self.send_control(_PING, "PING")
 
     # ---- logging --------------------------------------------------------------------------------------
 
@@ -786,12 +738,6 @@ class Client(ReadPacer, asyncio.Protocol):
 
     def trace_on(self) -> bool:
         return self.server.trace_on
-
-    def trace(self, msg: str) -> None:
-        self.server.log.trace(f"{self.log_prefix()} - {msg}")
-
-    def debug(self, msg: str) -> None:
-        self.server.log.debug(f"{self.log_prefix()} - {msg}")
 
 
 class InternalClient:

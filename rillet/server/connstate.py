@@ -1,5 +1,6 @@
 """What every connection of the server holds from its start, a client's and another server's (a route, gateway or
-leaf connection): its output buffer, its counters and the timers it may arm."""
+leaf connection): its output buffer, its counters and the timers it may arm, and the lifecycle they share
+(``ConnBase``)."""
 from __future__ import annotations
 
 import time
@@ -28,3 +29,108 @@ def init_conn_state(c: Any, server: Any) -> None:
     c._ping_timer = None
     c._auth_timer = None
     c._deadline_timer = None
+
+
+class ConnBase:
+    """Mixin: the lifecycle every connection of the server shares, a client's (rillet.server.client) and another
+    server's (rillet.cluster.conn): marking output for the end of the read cycle, the authentication and PING
+    timers, writing out what is buffered when it closes, and the teardown's common part.
+
+    The class defines ``log_prefix``, ``_torn_down`` (its own part of the teardown, once, timers already
+    cancelled) and ``_send_ping``; it may define ``_wire_bytes`` (what goes on the wire for buffered output),
+    ``_wrote``, and ``_ping_interval`` / ``_ping_max`` / ``_ping_now`` (a role's own PING settings)."""
+
+    # errors writing the last of the output when closing: logged (debug), the close goes on
+    _close_write_errors: tuple[type[BaseException], ...] = (OSError, RuntimeError)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:  # type: ignore[attr-defined]
+            self.close_reason = self.close_reason or ("Client Closed" if exc is None else "Read Error")  # type: ignore[attr-defined]
+            self._teardown()
+
+    def _close_transport(self) -> None:
+        """``close``'s last part: write what is buffered, then close the transport (the teardown follows)."""
+        t = self.transport  # type: ignore[attr-defined]
+        if t is None:
+            return
+        out = self.out  # type: ignore[attr-defined]
+        if out:
+            try:
+                data = self._wire_bytes(bytes(out))
+                t.write(data)
+                self._wrote(len(data))
+            except self._close_write_errors as e:
+                self.server.log.debug(f"{self.log_prefix()} - error writing on close: {e}")  # type: ignore[attr-defined]
+            out.clear()
+        t.close()
+
+    def _wire_bytes(self, data: bytes) -> bytes:
+        """Buffered output as it goes on the wire (a compressed connection encodes it)."""
+        return data
+
+    def _wrote(self, n: int) -> None:
+        """``n`` bytes were handed to the transport (routes count them for their liveness checks)."""
+
+    def _teardown(self) -> None:
+        if self.closed:  # type: ignore[attr-defined]
+            return
+        self.closed = True
+        for t in (self._ping_timer, self._auth_timer, self._deadline_timer, self._resume_handle):  # type: ignore[attr-defined]
+            if t is not None:
+                t.cancel()
+        self._backlog = None
+        self._torn_down()
+
+    def _torn_down(self) -> None:
+        """The class's part of the teardown (once, timers already cancelled): its state, its registration."""
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Mark this connection as having output: it is written at the end of the current read cycle."""
+        if not self.flush_pending:  # type: ignore[has-type]
+            self.flush_pending = True
+            self.server.pending_flush.append(self)  # type: ignore[attr-defined]
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.closed and self.parser.awaiting_connect:  # type: ignore[attr-defined]
+            self.server.log.debug(f"{self.log_prefix()} - Authentication Timeout")  # type: ignore[attr-defined]
+            self.close("Authentication Timeout", "Authentication Timeout")  # type: ignore[attr-defined]
+
+    def _ping_interval(self) -> float:
+        return self.server.opts.ping_interval  # type: ignore[attr-defined]
+
+    def _ping_max(self) -> int:
+        return self.server.opts.ping_max  # type: ignore[attr-defined]
+
+    def _ping_now(self) -> bool:
+        """False: the stale check runs but no PING goes out yet (a gateway before its CONNECT)."""
+        return True
+
+    def _send_ping(self) -> None:
+        raise NotImplementedError
+
+    def _ping_tick(self) -> None:
+        """Every ping interval: close the connection when ping_max PINGs went unanswered, else PING it."""
+        if self.closed:  # type: ignore[attr-defined]
+            return
+        srv = self.server  # type: ignore[attr-defined]
+        if self.pings_out + 1 > self._ping_max():  # type: ignore[has-type]
+            srv.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            self.close("Stale Connection", "Stale Connection")  # type: ignore[attr-defined]
+            return
+        if self._ping_now():
+            self.pings_out += 1
+            self._rtt_start = time.monotonic()
+            self._send_ping()
+            srv.flush_clients()
+        self._ping_timer = srv.loop.call_later(self._ping_interval(), self._ping_tick)
+
+    def log_prefix(self) -> str:
+        raise NotImplementedError
+
+    def trace(self, msg: str) -> None:
+        self.server.log.trace(f"{self.log_prefix()} - {msg}")  # type: ignore[attr-defined]
+
+    def debug(self, msg: str) -> None:
+        self.server.log.debug(f"{self.log_prefix()} - {msg}")  # type: ignore[attr-defined]

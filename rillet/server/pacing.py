@@ -210,6 +210,13 @@ class ReadPacer:
             self._stall_start = 0.0
             self._resume_handle = loop.call_soon(self._resume)  # type: ignore[attr-defined]
 
+    def _pause_behind_backlog(self) -> None:
+        """Bytes arrived while a backlog is worked off (reading was resumed by someone else, or the transport
+        had more): they queue behind it (the class keeps them) and the transport's reading stays paused."""
+        t = self.transport  # type: ignore[attr-defined]
+        if t is not None and not t.is_closing():
+            t.pause_reading()
+
     def _hold_reading(self, rest: bytes) -> None:
         """Stop reading, ``rest`` kept unparsed, until whoever set ``_intake_held`` resumes it."""
         t = self.transport  # type: ignore[attr-defined]
