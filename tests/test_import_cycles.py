@@ -223,8 +223,8 @@ def test_no_cycle_between_packages_counting_lazy_imports() -> None:
 
 
 # function-level imports of another package's modules that the module loads anyway when it is imported (the
-# import gains nothing: it belongs at the top); files other work had open when this test came (issue 21), to move
-KNOWN_AVOIDABLE = {("rillet.jetstream.cluster.streams", "rillet.gocompat.gotime")}
+# import gains nothing: it belongs at the top) that are known and accepted: none now
+KNOWN_AVOIDABLE: set[tuple[str, str]] = set()
 
 
 def avoidable_function_imports() -> set[tuple[str, str]]:

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from rillet.app.embed import run_cluster
-from rillet.jetstream.cluster.group import DEFER_INPUTS, RaftGroup, _Runner
+from rillet.jetstream.cluster.group import RaftGroup
+from rillet.jetstream.cluster.grouprun import DEFER_INPUTS, _Runner
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.raft import msgs as M
 from rillet.server.server import Server
@@ -329,7 +330,7 @@ async def test_snapshots_spaced_in_time_unless_the_log_grows_large():
 @pytest.mark.asyncio
 async def test_transport_caches_checked_sender_subjects():
     async with run_cluster(2) as servers:
-        from rillet.jetstream.cluster.group import shared_transport
+        from rillet.jetstream.cluster.grouprun import shared_transport
         got: list[tuple[str, str, bytes]] = []
         a, b = (shared_transport(s) for s in servers)
         b.join("G-cache", lambda g, f, d: got.append((g, f, d)))

@@ -14,7 +14,7 @@ The node is a pure object; this driver gives it what it has no access to:
   from the leader. The meta group is always on disk.
 
 Work is batched: an input (a message, a tick, a proposal) only marks the group and queues it on the
-server's ``_Runner``, which runs each queued group's ``_process`` when the connection that is being read
+server's ``_Runner`` (grouprun.py), which runs each queued group's ``_process`` when the connection that is being read
 writes out what its read produced (the runner sits in the server's ``pending_flush`` list like a
 connection, so ``flush_clients`` runs it before the real writes): the messages and publishes of one read
 are handled as one ``Ready``, and its RAFT messages, PubAcks and other output leave in the same pass,
@@ -69,7 +69,6 @@ import random
 import shutil
 import time
 import traceback
-import weakref
 from typing import Any, Callable, Optional
 
 from rillet.jetstream.cluster.peers import peer_id
@@ -81,6 +80,7 @@ from rillet.raft.node import CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, Node, P
 from rillet.raft.node import NotLeader as NodeNotLeader
 from rillet.raft.wal import WAL, MemWAL
 from rillet.durable import fsync_dir
+from rillet.jetstream.cluster.grouprun import _ops_of, _runner, shared_transport
 from rillet.jetstream.cluster.leadership import CONTROL, Leadership
 from rillet.handles import cancelled
 
@@ -111,10 +111,6 @@ def boot_id() -> str:
 
 CLEAN_MARKER = "clean"  # in the WAL directory: the group stopped in order (everything fsynced) last time
 
-# inputs (proposals, messages, ticks) a group may take in one pass and still run its Ready in that read's flush;
-# past this the server is busy and the Ready waits for the end of the loop turn, so that the reads of the turn
-# share one Ready (one append per follower for all of them): a lone entry goes at once, a stream batches
-DEFER_INPUTS = 4
 # committed entries in one Ready past which the messages are written out before applying them (the peers
 # persist and answer the next entries meanwhile); fewer go out with the applies' own output (PubAcks) in one
 # write per connection
@@ -128,102 +124,6 @@ EARLY_FLUSH_ENTRIES = 16
 # stream follower, a direct get answered there, see the new message as soon as possible).
 COMMIT_NOTICE_EVERY = 0.005
 
-_transports: "weakref.WeakKeyDictionary[Any, RaftTransport]" = weakref.WeakKeyDictionary()
-_runners: "weakref.WeakKeyDictionary[Any, _Runner]" = weakref.WeakKeyDictionary()
-
-
-class _Runner:
-    """Runs the queued groups' Ready loops of one server when its pending output is written out.
-
-    It sits in ``server.pending_flush`` as a connection would (``write_out``; no transport, never closed,
-    no connection kind, so the producer stall checks pass it by): ``flush_clients`` at the end of a read (or
-    a slice of one) runs it, and writes the output it produced in the same call. A ``flush_clients`` made
-    from inside a group's work (an apply answering an API request) does not run the groups again: the
-    outer pass runs what was queued meanwhile, in order."""
-
-    transport = None
-    closed = False
-    kind = None
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-        self.groups: list["RaftGroup"] = []
-        self.queued = False
-        self.running = False
-
-    def add(self, group: "RaftGroup") -> None:
-        self.groups.append(group)
-        if not self.queued:
-            self.queued = True
-            srv = self.server
-            srv.pending_late.append(self)  # (after the connections, once the read is done: Server.pending_late)
-            srv.schedule_flush()  # (outside a read nothing else would flush: the next turn of the loop does)
-
-    def write_out(self) -> None:
-        self.queued = False
-        if self.running:
-            return  # (a flush from inside a group's work: the outer pass below runs the rest)
-        self.running = True
-        try:
-            while self.groups:
-                groups, self.groups = self.groups, []
-                for g in groups:
-                    try:
-                        n = g.node
-                        if g._inputs > DEFER_INPUTS or (n is not None and n.role == FOLLOWER and n.apply_only()):
-                            # busy: the rest of the loop turn's reads join in; or a follower's apply of a commit
-                            # (nothing to persist or answer): after the turn's other reads (a PubAck to relay)
-                            g.loop.call_soon(g._deferred)
-                        else:
-                            g._process()
-                    except Exception as e:  # (not the reading connection's error: logged, the others run)
-                        g.log.error(f"RAFT group {g.name!r}: processing failed: {e!r}\n{traceback.format_exc()}")
-        finally:
-            self.running = False
-
-
-def _runner(server: Any) -> _Runner:
-    r = _runners.get(server)
-    if r is None:
-        r = _runners[server] = _Runner(server)
-    return r
-
-
-class _PeerOps:
-    """The RAFT entry ops each server this one has a route to decodes beyond the base set, by peer id: what its
-    route INFO's ``rillet_raft_ops`` listed when the route registered (rillet.cluster.info.RILLET_RAFT_OPS). A
-    server without a route now, or whose INFO lists none (an older Rillet build, nats-server), decodes none."""
-
-    def __init__(self, cluster: Any) -> None:
-        self.ops: dict[str, frozenset[int]] = {}
-        if cluster is None:
-            return
-        cluster.route_listeners.append(self._route_event)
-        for rc in list(cluster.routes.values()):
-            info = getattr(rc, "remote_info", None)
-            if info is not None:
-                self._route_event("added", rc, info)
-
-    def _route_event(self, what: str, rc: Any, info: Any) -> None:
-        name = rc.remote_name or (info.server_name if info is not None else "")
-        if not name:
-            return
-        if what == "added":
-            self.ops[peer_id(name)] = frozenset(info.rillet_raft_ops or ())
-        elif what == "gone":
-            self.ops.pop(peer_id(name), None)
-
-
-_peer_ops: "weakref.WeakKeyDictionary[Any, _PeerOps]" = weakref.WeakKeyDictionary()
-
-
-def _ops_of(server: Any) -> _PeerOps:
-    po = _peer_ops.get(server)
-    if po is None:
-        po = _peer_ops[server] = _PeerOps(getattr(server, "cluster", None))
-    return po
-
-
 def group_storage(name: str) -> str:
     """"memory" for a stream or consumer group name of nats-server's form with ``M`` (``S-R3M-xxxxxxxx``,
     ``C-R1M-xxxxxxxx``), else "file"."""
@@ -232,20 +132,6 @@ def group_storage(name: str) -> str:
             and parts[1][-1] == "M" and parts[1][1:-1].isdigit():
         return "memory"
     return "file"
-
-
-def shared_transport(server: Any) -> RaftTransport:
-    """The server's one RaftTransport (created on first use)."""
-    t = _transports.get(server)
-    if t is None:
-        t = _transports[server] = RaftTransport(server)
-    return t
-
-
-def close_transport(server: Any) -> None:
-    t = _transports.pop(server, None)
-    if t is not None:
-        t.close()
 
 
 class RaftGroup(Leadership):

@@ -55,9 +55,11 @@ import msgspec
 
 from rillet.jetstream.cluster import monitor
 from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
+from rillet.gocompat.gotime import format_time
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream import fastbatch
 from rillet.jetstream.cluster import lossreport
+from rillet.jetstream.cluster.stream_loss import StreamLossMixin
 from rillet.jetstream.cluster.log import LOST, RESTORED, SYNCED, FastNote, RaftLog
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, NotLeader
@@ -70,9 +72,6 @@ if TYPE_CHECKING:
     from rillet.jetstream.cluster.clustered import ClusteredStreams
 
 COMPACT_EVERY = 8192  # applied entries between snapshots
-RESERVE_SEQS = 8192  # (lazy sync) sequences a stream leader reserves in its saved hard state at a time
-REFETCH_HANDOVER = 2.0  # seconds between a leader's handovers to fetch damaged records again (refetch_damaged)
-RESERVE_IDLE = 1.0  # seconds without an applied entry after which a leader releases what it reserved
 SYNC_MSGS = 256  # messages per catch-up answer
 SYNC_BYTES = 1 << 20
 SYNC_TIMEOUT = 2.0  # seconds before a catch-up request is sent again
@@ -85,7 +84,7 @@ _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
 
 
-class StreamReplica:
+class StreamReplica(StreamLossMixin):
     """One stream's replica on this server: the Stream, its RaftLog and RaftGroup, its consumers."""
 
     def __init__(self, cs: "ClusteredStreams", sa: Any, jsa: Any) -> None:
@@ -93,7 +92,6 @@ class StreamReplica:
         from rillet.jetstream.cluster.group import RaftGroup
         from rillet.jetstream.storeopen import open_store
         from rillet.jetstream.stream import Stream
-        from rillet.gocompat.gotime import format_time
         self.cs = cs
         self.sa = sa
         self.jsa = jsa
@@ -171,76 +169,6 @@ class StreamReplica:
     @property
     def name(self) -> str:
         return self.stream.name
-
-    @staticmethod
-    def _drop_damaged(store: Any, cfg: Any, jsa: Any, js: Any) -> int:
-        """A replica whose store found damaged records on opening (a bit flip, a torn write: records failing their
-        checksum, which the store reports lost) does not serve them as holes: the store is cut back to the last
-        sequence before the first damaged one and the rest comes again as after any restart, from this member's
-        log (its entries past the cut are applied again) or, for what its log holds only as a snapshot, from the
-        stream leader through the catch-up (``restore``/``_catch_up``). Returns how many sequences were cut."""
-        if cfg.storage == "memory":
-            return 0
-        lost = store.state().lost
-        if not lost:
-            return 0
-        last = store.last_seq
-        cut = min(lost) - 1
-        js.log.warn(f"JetStream cluster stream '{jsa.account.name} > {cfg.name}': {len(lost)} damaged message(s) "
-                    f"in the store (first {min(lost)}): dropping {cut + 1}..{last} to fetch them again from the "
-                    f"log and the other replicas")
-        store.truncate(cut)
-        return last - cut
-
-    def refetches_damage(self) -> bool:
-        """(StreamReplication) Damaged records of this replica's store are fetched again from another replica."""
-        return len(self.group.peers) > 1 and self.stream.cfg.storage != "memory"
-
-    def refetch_damaged(self) -> bool:
-        """(StreamReplication) The store found damaged records while running (a read failed the checksum): they
-        are fetched again as damage found when the store opens is (``_drop_damaged``): the store is cut back to
-        the sequence before the first damaged one, and the rest comes from the stream leader through the
-        catch-up (``restore`` of the store's state as it was: the catch-up, then its deletions again), applies
-        held meanwhile. A leader hands its leadership over first (it cannot cut its store under publishes), then
-        fetches as a follower. False when there is no other replica (the stream reports the loss)."""
-        if not self.refetches_damage():
-            return False
-        if self.closed or self._refetch_due:
-            return True
-        store = self.stream.store
-        if not store.state().lost:
-            return True
-        loop = self.cs.js.loop
-        if self.leader or self.group.is_leader or self.catching_up():
-            now = loop.time()
-            if (self.leader or self.group.is_leader) and now - self._refetch_handover >= REFETCH_HANDOVER:
-                if not self._refetch_handover:  # (said once; the handover is tried again while this leads)
-                    self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': "
-                                        f"damaged message(s) found in the store (first {min(store.state().lost)}): "
-                                        f"stepping down to fetch them again from the other replicas")
-                self._refetch_handover = now
-                try:
-                    self.group.stepdown()
-                except (NotLeader, ValueError):  # (nobody to hand over to yet: tried again below)
-                    pass
-            self._refetch_due = True
-            loop.call_later(0.5, self._refetch_again)
-            return True
-        self._refetch_handover = 0.0
-        st = self.stream
-        state = self._store_state()
-        fx = len(st._fx)
-        cut = self._drop_damaged(store, st.cfg, self.jsa, self.cs.js)
-        del st._fx[fx:]  # (cut to be fetched again: not removals the consumers act on)
-        self.refetch += cut
-        self._wake_from = store.last_seq + 1
-        self.restore(_enc.encode(state))
-        return True
-
-    def _refetch_again(self) -> None:
-        self._refetch_due = False
-        if not self.closed:
-            self.refetch_damaged()
 
     @property
     def consumers(self) -> dict[str, Any]:
@@ -645,166 +573,6 @@ class StreamReplica:
                          lambda acc: monitor.stream_quorum_lost_advisory(
                              acc, self.name, self._peer_states(), time.time_ns(), self.cs.js.domain or ""))
 
-    def _mark(self) -> int:
-        """(RaftGroup.mark) The highest sequence this replica stored, (leader) proposed or reserved, saved with the
-        group's commit index."""
-        st = self.stream
-        return max(st.store.last_seq, st.proposed_last_seq(), self.replay_seq, self._reserved_mark, self._floor)
-
-    def _reserve(self) -> None:
-        """(leader) The applied entries reached the reserved sequences: reserve RESERVE_SEQS more and save them
-        with the hard state (fsynced) before this entry's PubAck leaves. Not needed when every entry is fsynced
-        before it is acknowledged (sync_interval always), nor for a memory stream (nothing survives a stop)."""
-        if self.cs.js.sync_always or self.group.memory:
-            self._reserved = 1 << 62
-            return
-        self._reserved = self._reserved_mark = self.replay_seq + RESERVE_SEQS
-        self.group.save_mark()
-        if self._idle_timer is None:
-            self._idle_timer = self.cs.js.loop.call_later(RESERVE_IDLE, self._reserve_idle, self.replay_seq)
-
-    def _reserve_idle(self, seen: int) -> None:
-        """(leader) Nothing applied for RESERVE_IDLE seconds and nothing in flight: the reservation is released
-        (the saved mark goes down to the highest sequence used), so that a majority's unclean stop while the
-        stream is idle skips, and reports as possibly lost, no sequence that was never used. The next applied
-        entry reserves again, saved before its PubAck leaves."""
-        self._idle_timer = None
-        if self.closed or not self._reserved_mark:
-            return
-        if self.leader and (self.replay_seq != seen or self.stream.proposed_last_seq() > self.replay_seq):
-            self._idle_timer = self.cs.js.loop.call_later(RESERVE_IDLE, self._reserve_idle, self.replay_seq)
-            return
-        self._release_reservation()
-
-    def _release_reservation(self) -> None:
-        if self._reserved_mark and not self.cs.js.sync_always:
-            self._reserved = self._reserved_mark = 0
-            self.group.lower_mark()
-
-    def _mark_floor(self, mark: int) -> None:
-        """(RaftGroup.on_mark_floor) A majority of the members came back from an unclean stop: sequences up to
-        ``mark`` may have been acknowledged, whether their entries survived or not. The first leader goes on past
-        them (a LOST entry without a report when no loss was found)."""
-        if mark <= self._floor:
-            return
-        self._floor = mark
-        if self.log.is_leader and self.stream.store.last_seq < mark:
-            self._propose_lost(feed=False)
-
-    def _data_lost(self, first: int, last: int) -> None:
-        """(RaftGroup.on_data_lost) Committed entries of the stream's group are gone from every member (a majority
-        lost data that was not yet synced): never silent. Logged, the ``stream_data_lost`` advisory (Rillet's own,
-        in nats-server's advisory style), ``cluster.lost`` in stream info and an unhealthy /healthz for the
-        stream; the report is kept on disk (lossreport) and the leader proposes it (LOST) so that every replica
-        records it and skips the sequences the lost entries may have used (none is given again)."""
-        from rillet.gocompat.gotime import format_time
-        now = time.time_ns()
-        srv = self.cs.server
-        node = self.group.node
-        mark = max(node.lost_mark if node is not None else 0, self.stream.store.last_seq)
-        found = {"raft_first": first, "raft_last": last, "detected": format_time(now), "server": srv.name,
-                 "seq_mark": mark}
-        self.data_lost = lossreport.merge(self.data_lost, found)
-        self._save_lost()
-        self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost "
-                             f"{last - first + 1} committed RAFT entries ({first}..{last}): acknowledged messages "
-                             f"or operations may be missing (sequences up to {mark} are not given again)")
-        self._lost_advisory()
-        if self.log.is_leader and lossreport.pending(self.data_lost):
-            self._propose_lost(feed=False)
-
-    def _tail_lost(self, first: int, last: int) -> None:
-        """(LOST without a loss report, every replica) A majority came back from an unclean stop and the stream
-        goes on past the highest sequence a member had saved (its mark): sequences ``first``..``last`` may have
-        been acknowledged in the unsynced tail of the log, past any commit index that was saved (nothing says
-        they were not). Never silent: reported as a loss (``lossreport``: ``unsynced_tail``) as committed
-        entries found missing are: an error in the log, stream info's ``cluster.lost``, /healthz, the
-        ``STREAM.DATA_LOST`` advisory (from the leader; again from each new leader)."""
-        from rillet.gocompat.gotime import format_time
-        found = {"raft_first": 1, "raft_last": 0, "unsynced_tail": True, "detected": format_time(time.time_ns()),
-                 "server": self.cs.server.name, "seq_mark": last, "seq_first": first, "seq_last": last}
-        self.data_lost = lossreport.merge(self.data_lost, found)
-        self._save_lost()
-        self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': sequences "
-                             f"{first}..{last} skipped: a majority of the replicas came back from an unclean stop "
-                             f"and lost the unsynced tail of the log, where acknowledged messages up to {last} "
-                             f"may have been (they are not given again)")
-        if self.leader:
-            self._lost_advisory()
-
-    def _save_lost(self) -> None:
-        if self.group.memory or self.data_lost is None:
-            return
-        try:
-            lossreport.save(self.group.dir, self.data_lost)
-        except OSError as e:
-            self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': saving the "
-                                 f"loss report failed: {e}")
-
-    def _lost_advisory(self) -> None:
-        self._lost_advised = True
-        now = time.time_ns()
-        info = dict(self.data_lost or {})
-
-        def build(acc: str) -> tuple[str, dict]:
-            d = monitor._adv("stream_data_lost", now, acc, self.cs.js.domain or "",
-                             {"stream": self.name, "raft_group": self.group.name, "lost": info})
-            return f"{monitor.ADV}.STREAM.DATA_LOST.{self.name}", d
-        send_advisory(self.cs, self.jsa, build)
-
-    def _propose_lost(self, feed: bool) -> None:
-        """(leader) Propose the loss report (LOST); with ``feed`` the stream takes publishes once it applied."""
-        if self._lost_proposing:
-            return
-        self._lost_proposing = True
-
-        def done(_: Any, res: Any, err: BaseException | None) -> None:
-            self._lost_proposing = False
-            if err is not None and not isinstance(err, NotLeader):
-                self.cs.js.log.error(f"JetStream cluster: stream '{self.jsa.account.name} > {self.name}': "
-                                     f"proposing the loss report failed: {err}")
-            if feed and self.leader and not self.closed and self.log.is_leader:
-                self._feed()
-        if lossreport.pending(self.data_lost):
-            report = dict(self.data_lost)
-            report["seq_mark"] = max(report.get("seq_mark", 0), self._floor)
-        else:
-            report = {"seq_mark": self._floor}  # (no loss found: only the sequences that may have been used)
-        self.log.propose(Entry(LOST, (_enc.encode(report),)), done)
-
-    def _apply_lost(self, report: dict) -> None:
-        """(LOST, every replica) Record the report and skip the sequences up to its mark: a message stored after
-        this entry never takes a sequence that may have been acknowledged before the loss."""
-        store = self.stream.store
-        mark = int(report.get("seq_mark", 0))
-        last = store.last_seq
-        self._floor = max(self._floor, mark)
-        if "raft_first" not in report:
-            if mark > last:
-                store.skip_msgs(last + 1, mark - last)
-                self.replay_seq = max(self.replay_seq, mark)
-                self.skipped = {"seq_first": last + 1, "seq_last": mark}
-                self._tail_lost(last + 1, mark)
-            return
-        before = self.data_lost
-        applied = {"raft_first": report["raft_first"], "raft_last": report["raft_last"]}
-        if mark > last or before is None or before.get("seq_last", -1) < mark:
-            applied.update(seq_first=last + 1, seq_last=max(mark, last))  # (else: a replay of the entry)
-        if mark > last:
-            store.skip_msgs(last + 1, mark - last)
-            self.replay_seq = max(self.replay_seq, mark)
-        rep = lossreport.merge(before, dict(report))
-        rep = lossreport.merge(rep, applied)
-        if "seq_first" in (before or {}):
-            rep["seq_first"] = before["seq_first"]  # (a replay of the entry: the range it skipped the first time)
-            rep["msgs"] = max(0, rep["seq_last"] - rep["seq_first"] + 1)
-        if rep != before:
-            self.data_lost = rep
-            self._save_lost()
-            if mark > last:
-                self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': sequences "
-                                    f"{last + 1}..{mark} skipped (lost with committed entries)")
-
     # ---- consumers ----------------------------------------------------------------------------------
 
     def add_consumer(self, ca: Any) -> None:
@@ -861,7 +629,6 @@ class StreamReplica:
         """A new stream leader: remove what every consumer has acknowledged (a removal the previous leader
         proposed may not have committed)."""
         from rillet.jetstream.retention import needs_ack
-        from rillet.jetstream.store.base import ErrStoreCorrupt, StoreError
         st = self.stream
         cons = [c for c in st.consumers.values() if not c.closed]
         if not cons:
