@@ -570,7 +570,10 @@ def test_damage_found_while_running_is_reported_as_lost(tmp_path):
     assert (st.msgs, st.lost, heard) == (2, [2], [2])
     assert fs.load_next_msg(">", 2, True).seq == 3
     assert (fs.lost_from(1), fs.lost_from(2), fs.lost_from(3)) == (2, 2, 0)
+    # its subject is still known from the index (a filtered reader need not wait for it); a live one is not lost
+    assert (fs.lost_subject(2), fs.lost_subject(1), fs.lost_subject(3)) == ("foo", None, None)
     fs.stop()
     fs = open_fs(p)
     assert fs.state().lost == [2] and fs.state().msgs == 2
+    assert fs.lost_subject(2) is None  # (found by the open-time scan: nothing read from the record is trusted)
     fs.stop()

@@ -430,6 +430,21 @@ class BlockQueries:
     def _lost_list(self) -> list[int]:
         return sorted(self._lost)
 
+    def lost_subject(self, seq: int) -> str | None:
+        """The subject a damaged record (``state().lost``) was stored under, where the block's index still
+        holds it (damage a read found while running: the index was made from the record as written); None when
+        it is not known (the open-time scan found the record damaged: nothing read from it is trusted)."""
+        if seq not in self._lost:
+            return None
+        blk = self._block_of(seq)
+        if blk is None:
+            return None
+        x = self._idx(blk)
+        slot = seq - x.base
+        if slot < 0 or slot >= len(x.offs) or not x.offs[slot]:
+            return None
+        return x.subjs[x.sid[slot]]
+
     def _deleted_list(self, first: int, last: int) -> list[int]:
         out: list[int] = []
         prev = first - 1
