@@ -72,7 +72,7 @@ from rillet.server.accounts import Account
 from rillet.server.auth import PermChecker
 from rillet.server.listen import hostport, server_port_socket
 
-from rillet.cluster.listening import Listening
+from rillet.cluster.listening import Backoff, Listening
 from rillet.cluster.route_reload import ClusterReload
 from rillet.cluster.route_tls import _TLSRouteListener, route_tls_contexts
 from rillet.cluster.route_urls import (DEFAULT_ROUTE_POOL_SIZE, RouteURL, _dial_error, _dynamic_name, _subject_permission,
@@ -334,7 +334,7 @@ class Cluster(ClusterReload, Listening):
     def solicit(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float = 0.0,
                 account: str = "") -> None:
         """Dial a route (``account``: a dedicated route for that pinned account)."""
-        self._spawn(self._connect(url, rtype, gossip_mode, first, delay, account))
+        self._spawn(self._connect(url, rtype, gossip_mode, first, account), delay)
 
     def _configured(self, url: RouteURL) -> bool:
         for r in self.opts.routes:
@@ -345,14 +345,11 @@ class Cluster(ClusterReload, Listening):
                 continue
         return False
 
-    async def _connect(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, delay: float,
-                       account: str = "") -> None:
+    async def _connect(self, url: RouteURL, rtype: str, gossip_mode: int, first: bool, account: str = "") -> None:
         srv = self.server
         log = srv.log
-        if delay:
-            await asyncio.sleep(delay)
         attempts = 0
-        wait = ROUTE_CONNECT_DELAY
+        backoff = Backoff(ROUTE_CONNECT_DELAY, ROUTE_CONNECT_MAX_DELAY)
         retries = self.opts.connect_retries
         while self.running:
             if rtype == EXPLICIT and not self._configured(url):
@@ -366,16 +363,10 @@ class Cluster(ClusterReload, Listening):
                           f"longer a per-account route")
                 return
             log.debug(f"Trying to connect to route on {hostport(url.host, url.port)}")
+            tls = self.tls_client
             try:
-                if self.tls_client is None:
-                    _, rc = await asyncio.wait_for(srv.loop.create_connection(
-                        lambda: RouteConn(self, url, rtype, gossip_mode, account), url.host, url.port),
-                        ROUTE_DIAL_TIMEOUT)
-                else:
-                    t = self.tls_timeout()
-                    _, rc = await asyncio.wait_for(srv.loop.create_connection(
-                        lambda: RouteConn(self, url, rtype, gossip_mode, account), url.host, url.port, ssl=self.tls_client,
-                        server_hostname=url.host, ssl_handshake_timeout=t), ROUTE_DIAL_TIMEOUT + t)
+                rc = await self._dial(lambda: RouteConn(self, url, rtype, gossip_mode, account), url.host, url.port,
+                                      ROUTE_DIAL_TIMEOUT, tls, url.host, None if tls is None else self.tls_timeout())
                 if rtype == EXPLICIT and not self._configured(url) and not rc.closed:
                     # (a dial in flight when a reload removed the route, e.g. a pool connection: not kept)
                     rc.close("Route Removed", no_reconnect=True)
@@ -383,11 +374,6 @@ class Cluster(ClusterReload, Listening):
             except ssl.SSLError as e:
                 attempts += 1
                 log.error(f"{hostport(url.host, url.port)} - TLS route handshake error: {e}")
-                if rtype != EXPLICIT and (retries <= 0 or attempts > retries):
-                    return
-                await asyncio.sleep(wait)
-                if self.opts.connect_backoff:
-                    wait = min(wait * 2, ROUTE_CONNECT_MAX_DELAY)
             except (OSError, asyncio.TimeoutError) as e:
                 attempts += 1
                 text = f"Error trying to connect to route (attempt {attempts}): {_dial_error(url, e)}"
@@ -398,11 +384,9 @@ class Cluster(ClusterReload, Listening):
                     log.error(text)
                 else:
                     log.debug(text)
-                if rtype != EXPLICIT and (retries <= 0 or attempts > retries):
-                    return
-                await asyncio.sleep(wait)
-                if self.opts.connect_backoff:
-                    wait = min(wait * 2, ROUTE_CONNECT_MAX_DELAY)
+            if rtype != EXPLICIT and (retries <= 0 or attempts > retries):
+                return
+            await backoff.sleep(self.opts.connect_backoff)
 
     # ---- handshake --------------------------------------------------------------------------------------
 
@@ -842,12 +826,7 @@ class Cluster(ClusterReload, Listening):
     def route_account(self, name: bytes) -> Any:
         """The account a route names (interest or message); in operator mode an account not loaded here yet
         is looked up through the resolver, as nats-server's LookupAccount. None: unknown, ignored."""
-        srv = self.server
-        n = name.decode("utf-8", "surrogateescape")
-        acc = srv.accounts.get(n)
-        if acc is None and srv.operator is not None:
-            acc = srv.operator.lookup_account(n)
-        return acc
+        return self.server.known_account(name)
 
     def local_interest(self, acc: Any, sub: Any, added: bool, origin: bytes | None = None) -> None:
         """A local subscription came (``added``) or went: RS+/RS- to every route when the count says so

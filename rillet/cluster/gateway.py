@@ -65,7 +65,7 @@ import rillet.server.msgtrace as _mt
 from rillet.cluster import info as ci
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import TLSPortListener, log_tls_failure
-from rillet.cluster.listening import Listening
+from rillet.cluster.listening import Backoff, Listening
 from rillet.cluster.gateway_conn import (INTEREST_ONLY, OPTIMISTIC, TRANSITIONING, GatewayConn, InAccount)
 from rillet.server.listen import hostport, server_port_socket
 from rillet.subjects.sublist import Sublist
@@ -375,13 +375,11 @@ class Gateway(Listening):
             return attempts == 1 or attempts % max(every, 1) == 0
         return attempts % max(int(extra.get("reconnect_error_reports", 1)), 1) == 0
 
-    async def _solicit(self, cfg: RemoteCfg, first: bool, delay: float = 0.0) -> None:
+    async def _solicit(self, cfg: RemoteCfg, first: bool) -> None:
         srv = self.server
         log = srv.log
-        if delay:
-            await asyncio.sleep(delay)
         attempts = 0
-        wait = CONNECT_DELAY
+        backoff = Backoff(CONNECT_DELAY, CONNECT_MAX_DELAY)
         kind = "implicit" if cfg.implicit else "explicit"
         while self.running:
             if cfg.name in self.out:
@@ -401,14 +399,10 @@ class Gateway(Listening):
                 try:
                     if not p:
                         raise OSError(f"address {h}: missing port in address")
-                    if tls is None:
-                        await asyncio.wait_for(srv.loop.create_connection(
-                            lambda: GatewayConn(self, cfg, (h, p, user, pw)), h, p), DIAL_TIMEOUT)
-                    else:
+                    if tls is not None:
                         sni = cfg.tls_name if cfg.tls_name and _is_ip(h) else h
-                        await asyncio.wait_for(srv.loop.create_connection(
-                            lambda: GatewayConn(self, cfg, (h, p, user, pw)), h, p, ssl=self._contexts(tls)[1],
-                            server_hostname=sni, ssl_handshake_timeout=timeout), DIAL_TIMEOUT + timeout)
+                    await self._dial(lambda: GatewayConn(self, cfg, (h, p, user, pw)), h, p, DIAL_TIMEOUT,
+                                     None if tls is None else self._contexts(tls)[1], sni, timeout)
                     return
                 except (ssl.SSLError, ConnectionAbortedError) as e:
                     if tls is None:
@@ -429,14 +423,12 @@ class Gateway(Listening):
                 retries = self.opts.connect_retries
                 if retries == 0 or attempts > retries:
                     if self.ins.get(cfg.name):  # (an inbound from it is up: keep trying, as nats-server)
-                        await asyncio.sleep(wait)
+                        await backoff.sleep(False)
                         continue
                     if self.remotes.get(cfg.name) is cfg:
                         del self.remotes[cfg.name]
                     return
-            await asyncio.sleep(wait)
-            if self.opts.connect_backoff:
-                wait = min(wait * 2, CONNECT_MAX_DELAY)
+            await backoff.sleep(self.opts.connect_backoff)
 
     def connect_json(self, c: GatewayConn) -> bytes:
         user, pw = (c.url[2], c.url[3]) if c.url and c.url[2] else (self.opts.username, self.opts.password)
@@ -665,7 +657,7 @@ class Gateway(Listening):
             if self.remotes.get(cfg.name) is not cfg:
                 return
             delay = random.randrange(100) / 1000 + (0.0 if cfg.implicit else RECONNECT_DELAY)
-            self._spawn(self._solicit(cfg, False, delay))
+            self._spawn(self._solicit(cfg, False), delay)
         else:
             lst = self.ins.get(c.name)
             if lst is not None and c in lst:
@@ -818,12 +810,7 @@ class Gateway(Listening):
     # ---- messages in ---------------------------------------------------------------------------------------
 
     def lookup_account(self, name: bytes) -> Any:
-        srv = self.server
-        n = name.decode("utf-8", "surrogateescape")
-        acc = srv.accounts.get(n)
-        if acc is None and srv.operator is not None:
-            acc = srv.operator.lookup_account(n)
-        return acc
+        return self.server.known_account(name)
 
     def inbound_msg(self, c: GatewayConn, account: bytes, subject: bytes, reply: bytes | None, queues: tuple,
                     hdr: int, msg: bytes) -> None:

@@ -136,23 +136,18 @@ class LeafNodes(Listening):
         return LeafConn(self)
 
     def _solicit(self, r: RemoteState, delay: float) -> None:
-        self._spawn(self._connect(r, delay))
+        self._spawn(self._connect(r), delay)
 
-    async def _connect(self, r: RemoteState, delay: float) -> None:
+    async def _connect(self, r: RemoteState) -> None:
         srv = self.server
         log = srv.log
-        if delay:
-            await asyncio.sleep(delay)
         while self.running:
             u = r.next_url()
             ws = u.scheme.lower() in ("ws", "wss")
             secure = ws and (u.scheme.lower() == "wss" or r.tls_ctx is not None)
             host, port = u.hostname or "", u.port or ((443 if secure else 80) if ws else 7422)
-            tls_kw: dict[str, Any] = {}
-            if secure:
-                if r.tls_ctx is None:
-                    r.tls_ctx = client_tls_context(None)
-                tls_kw = {"ssl": r.tls_ctx, "server_hostname": host}
+            if secure and r.tls_ctx is None:
+                r.tls_ctx = client_tls_context(None)
             log.debug(f"Trying to connect as leafnode to remote server on {hostport(host, port)}")
             if ws:
                 from rillet.cluster.leaf_ws import WSDialer
@@ -161,8 +156,9 @@ class LeafNodes(Listening):
             else:
                 factory = lambda: LeafConn(self, r)  # noqa: E731
             try:
-                _, proto = await asyncio.wait_for(srv.loop.create_connection(factory, host, port, **tls_kw),
-                                                  r.opts.dial_timeout or self.opts.dial_timeout or LEAF_DIAL_TIMEOUT)
+                proto = await self._dial(factory, host, port,
+                                         r.opts.dial_timeout or self.opts.dial_timeout or LEAF_DIAL_TIMEOUT,
+                                         r.tls_ctx if secure else None, host)
                 r.conn = proto.inner if ws else proto
                 r.attempts = 0
                 return

@@ -171,6 +171,15 @@ class Server:
             acc = self._make_account(name)
         return acc
 
+    def known_account(self, name: bytes) -> Account | None:
+        """The account another server names (a route's, gateway's message or interest): one loaded here, or in
+        operator mode one the resolver has (nats-server's LookupAccount); None: unknown (ignored)."""
+        n = name.decode("utf-8", "surrogateescape")
+        acc = self.accounts.get(n)
+        if acc is None and self.operator is not None:
+            acc = self.operator.lookup_account(n)
+        return acc
+
     def internal_client(self, account: Account | None = None, name: str = "internal") -> InternalClient:
         ic = InternalClient(self, account or self.global_account, name)
         self.internal_clients.append(ic)
