@@ -442,9 +442,13 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
                     # it is waited for here too, if this consumer would deliver it)
                     lost_from = getattr(store, "lost_from", None)
                     bad = lost_from(start) if lost_from is not None else 0
-                    if bad and bad < m.seq and self._waits_for(bad):
-                        self.refetch_wait = bad
-                        return None
+                    if bad and bad < m.seq:
+                        if not self._waits_for(bad):  # (filtered: the next damaged one it may deliver, if any)
+                            bad = next((s for s in store.state().lost if bad < s < m.seq and self._waits_for(s)),
+                                       0)
+                        if bad:
+                            self.refetch_wait = bad
+                            return None
                 return m
             except ErrStoreClosed:
                 raise
@@ -459,9 +463,17 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
 
     def _waits_for(self, seq: int) -> bool:
         """A damaged message (the store's ``lost``) this consumer would deliver, on a stream whose replica fetches
-        it again: its subject comes back with it, so a filtered consumer waits for any (it cannot tell yet)."""
+        it again. A filtered consumer passes over one whose subject the store still knows (``lost_subject``:
+        damage a read found while running) and does not match; one whose subject is not known (found by the
+        open-time scan) may be its own: it waits for it."""
         rep = self.stream.replication
-        return rep is not None and rep.refetches_damage()
+        if rep is None or not rep.refetches_damage():
+            return False
+        if not self.filters:
+            return True
+        lost_subject = getattr(self.stream.store, "lost_subject", None)
+        subject = lost_subject(seq) if lost_subject is not None else None
+        return subject is None or self._matches(subject)
 
     def _refetched(self, err: Exception) -> bool:
         """The message could not be read because its record is damaged, and the stream is replicated: the replica
