@@ -80,6 +80,17 @@ class ServerConn(ConnBase, ReadPacer, asyncio.Protocol):
         srv._cid += 1
         self.cid = srv._cid
 
+    def _admit(self, transport: asyncio.BaseTransport, mgr: Any, accepting: bool, high_water: int = 0,
+               no_reconnect: bool = False) -> bool:
+        """connection_made's common part: attach ``transport``; closed at once (False) while the server shuts
+        down or the manager ``mgr`` no longer ``accepting``, else one of ``mgr.conns``."""
+        self._attach(transport, high_water)
+        if self.server.shutting_down or not accepting:
+            self.close("Server Shutdown", no_reconnect=no_reconnect)
+            return False
+        mgr.conns.add(self)
+        return True
+
     def close(self, reason: str, err: str | None = None, no_reconnect: bool = False) -> None:
         """Closes with ``reason`` (logged, in monitoring), after what is buffered and ``-ERR err`` are written."""
         if self.closed:

@@ -90,13 +90,10 @@ class GatewayConn(ServerConn):
     # ---- lifecycle ------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        self._attach(transport, GATEWAY_HIGH_WATER)
         gw = self.gw
-        srv = self.server
-        if srv.shutting_down or not gw.running:
-            self.close("Server Shutdown", no_reconnect=True)
+        if not self._admit(transport, gw, gw.running, GATEWAY_HIGH_WATER, no_reconnect=True):
             return
-        gw.conns.add(self)
+        srv = self.server
         log = srv.log
         if self.outbound:
             assert self.cfg is not None

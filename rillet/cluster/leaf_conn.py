@@ -151,13 +151,10 @@ class LeafConn(ServerConn):
         return "LEAFNODE_WS" if t is not None and t.get_extra_info("websocket") is not None else "LEAFNODE"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        self._attach(transport)
-        srv = self.server
         mgr = self.mgr
-        if srv.shutting_down or not mgr.running:
-            self.close("Server Shutdown")
+        if not self._admit(transport, mgr, mgr.running):
             return
-        mgr.conns.add(self)
+        srv = self.server
         log = srv.log
         if self.solicited:
             acc = self.remote.opts.account or "$G"
@@ -232,10 +229,10 @@ class LeafConn(ServerConn):
             self.closed = True
             self.mgr.conn_closed(self)
 
+    def _timers(self) -> tuple[Any, ...]:
+        return (*super()._timers(), self.jwt_timer)
+
     def _closed(self) -> None:
-        if self.jwt_timer is not None:
-            self.jwt_timer.cancel()
-            self.jwt_timer = None
         self._drop_remote_interest()
         self.mgr.conn_closed(self)
 

@@ -115,13 +115,10 @@ class RouteConn(ServerConn):
     # ---- lifecycle ------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        self._attach(transport, ROUTE_HIGH_WATER)
         cl = self.cluster
-        srv = self.server
-        if srv.shutting_down or not cl.accepting:
-            self.close("Server Shutdown")
+        if not self._admit(transport, cl, cl.accepting, ROUTE_HIGH_WATER):
             return
-        cl.conns.add(self)
+        srv = self.server
         self.server.log.notice(f"{self.log_prefix()} - Route connection created")
         if cl.tls_server is not None and not self._tls_checked(transport):
             return
@@ -211,10 +208,10 @@ class RouteConn(ServerConn):
         self.close("TLS Handshake Failure", no_reconnect=not self.solicited)
         return False
 
+    def _timers(self) -> tuple[Any, ...]:
+        return (*super()._timers(), self._live_timer)
+
     def _closed(self) -> None:
-        if self._live_timer is not None:
-            self._live_timer.cancel()
-            self._live_timer = None
         self._drop_remote_interest()
         self.cluster.unstall(self)
         self.cluster.route_closed(self)

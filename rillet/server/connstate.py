@@ -75,11 +75,16 @@ class ConnBase:
         if self.closed:  # type: ignore[attr-defined]
             return
         self.closed = True
-        for t in (self._ping_timer, self._auth_timer, self._deadline_timer, self._resume_handle):  # type: ignore[attr-defined]
+        for t in self._timers():
             if t is not None:
                 t.cancel()
         self._backlog = None
         self._torn_down()
+
+    def _timers(self) -> tuple[Any, ...]:
+        """The timers this connection may have armed (a class with more adds its own): the teardown cancels
+        them."""
+        return (self._ping_timer, self._auth_timer, self._deadline_timer, self._resume_handle)  # type: ignore[attr-defined]
 
     def _torn_down(self) -> None:
         """The class's part of the teardown (once, timers already cancelled): its state, its registration."""
