@@ -248,9 +248,11 @@ def test_index_totals_same_in_both_lanes(n, nsubj, data):
 WB_CONFIGS = [dict(block_size=512), dict(block_size=1 << 20), dict(compression="s2", block_size=2048),
               dict(max_msgs=10, allow_msg_ttl=True), dict(block_size=4096, max_msgs_per_subject=2)]
 
-plain = st.tuples(st.just("store"), st.sampled_from(SUBJECTS[:3]), st.just(b""), st.binary(max_size=120), st.just(0))
+plain = st.tuples(st.just("store"), st.sampled_from(SUBJECTS[:3]),
+                  st.sampled_from([b"", b"", b"NATS/1.0\r\nNmqtt-Pub:1\r\n\r\n"]),  # (no Nats-* header: gathered)
+                  st.binary(max_size=120), st.just(0))
 wb_op = st.one_of(op, plain, plain, plain, st.tuples(st.just("flush")), st.tuples(st.just("load"), st.integers(1, 60)),
-                  st.tuples(st.just("gather"), st.booleans()))
+                  st.tuples(st.just("gather"), st.booleans()), st.tuples(st.just("soon"), st.integers(1, 60)))
 
 
 def _apply_wb(fs, o, clock):
@@ -261,6 +263,11 @@ def _apply_wb(fs, o, clock):
         if hasattr(fs, "gather") and fs._wb_buf is not None:
             fs.gather(o[1])
         return None
+    if o[0] == "soon":  # (a retention removal: its tombstone waits for flush_writes; the reference writes it)
+        try:
+            return fs.remove_msg_soon(o[1])
+        except Exception as e:
+            return ("error", type(e).__name__, str(e))
     if o[0] == "load":
         try:
             m = fs.load_msg(o[1])
@@ -313,16 +320,29 @@ def test_write_behind_gathers_then_one_write(tmp_path, cls):
         fs.store_msg("foo", b"", b"m%d" % i, 2 + i)
     assert armed == [1] and os.path.getsize(fs._active.path) == size
     assert fs.state().msgs == 6 and fs.state().last_seq == 6
-    fs.store_msg("foo", b"H: v\r\n\r\n", b"hdr", 10)  # a header: what is gathered is written, then this
-    assert fs._wb_off == -1 and os.path.getsize(fs._active.path) == fs._active.size
-    fs.store_msg("foo", b"", b"x", 11)
-    assert fs.load_msg(8).data == b"x"  # a read of the active block writes first
+    hdr = b"NATS/1.0\r\nNmqtt-Pub:1\r\n\r\n"
+    fs.store_msg("foo", hdr, b"hdr", 10)  # a header the stream does not act on: gathered too
+    assert fs._wb_off >= 0 and os.path.getsize(fs._active.path) == size
+    fs.store_msg("foo", b"NATS/1.0\r\nNats-Msg-Id: a\r\n\r\n", b"id", 11)  # a Nats-* header: what is
+    assert fs._wb_off == -1 and os.path.getsize(fs._active.path) == fs._active.size  # gathered is written, then it
+    fs.store_msg("foo", b"", b"x", 12)
+    assert fs.load_msg(9).data == b"x"  # a read of the active block writes first
     assert fs._wb_off == -1
-    fs.store_msg("foo", b"", b"y", 12)
+    fs.store_msg("foo", hdr, b"y", 13)
     fs.stop()  # writes it
     fs = (PURE if cls == "pure" else _compiled())(str(tmp_path / "s"), StoreConfig())
-    assert fs.state().last_seq == 9 and fs.load_msg(9).data == b"y"
+    assert fs.state().last_seq == 10 and fs.load_msg(10).data == b"y" and fs.load_msg(10).hdr == hdr
+    m = fs.load_msg(7)
+    assert (m.hdr, m.data) == (hdr, b"hdr")
+    ref = PURE(str(tmp_path / "ref"), StoreConfig())  # the same messages written at once: the same state
+    for i in range(1, 11):
+        m = fs.load_msg(i)
+        ref.store_msg(m.subject, m.hdr, m.data, m.ts)
+    assert ref.state() == fs.state()
+    ref.stop()
     fs.stop()
+    blocks = [_files(str(tmp_path / d / "msgs")) for d in ("ref", "s")]
+    assert blocks[0] and blocks[0] == blocks[1]
 
 
 def _image_plain(fs):

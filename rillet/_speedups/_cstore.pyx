@@ -260,8 +260,8 @@ cdef object _write(object self, dict d, object seq, object subject, object hdr, 
     # write-behind (the pure _write's test and _wb_put): a plain record gathered, not written
     wb = _ga(self, d, "_wb")
     if wb is not None:
-        if not hlen and _wb_ok(self, d, wb, cseq, subject, total):
-            return _wb_put(self, d, wb, seq, subject, sb, data, ts, cts, cseq, total)
+        if (not hlen or b"Nats-" not in hdr) and _wb_ok(self, d, wb, cseq, subject, total):
+            return _wb_put(self, d, wb, seq, subject, sb, hdr, data, ts, cts, cseq, total)
         if <Py_ssize_t>_ga(self, d, "_wb_off") >= 0:
             self.flush_writes()
     # the pure _target_block's test, inline: a new block when none is active, when this record would take
@@ -330,13 +330,13 @@ cdef bint _wb_ok(object self, dict d, object wb, uint64_t cseq, object subject, 
     cdef Py_ssize_t n = len(x.offs)
     if not n or <long long>blk.size + total > <long long>_ga(self, d, "_block_size"):
         return False
-    if <long long>cseq - <long long>x.base != n or x.spos_all or x.ttl is not None:
+    if <long long>cseq - <long long>x.base != n or x.ttl is not None:
         return False
     return subject in blk.smap and PyByteArray_GET_SIZE(wb) + total <= _WB_MAX
 
 
-cdef object _wb_put(object self, dict d, object wb, object seq, object subject, object sb, object data, object ts,
-                    int64_t cts, uint64_t cseq, long long total):
+cdef object _wb_put(object self, dict d, object wb, object seq, object subject, object sb, object hdr, object data,
+                    object ts, int64_t cts, uint64_t cseq, long long total):
     """The pure ``_wb_put``: the record's bytes appended to the gathered ones, then indexed."""
     blk = _ga(self, d, "_active")
     x = _ga(self, d, "_aidx")
@@ -348,19 +348,21 @@ cdef object _wb_put(object self, dict d, object wb, object seq, object subject, 
         e = _ga(self, d, "_subjects").get(subject)
         wps[subject] = None if e is None else e[:]
     cdef Py_ssize_t slen = PyBytes_GET_SIZE(sb)
+    cdef Py_ssize_t hlen = PyBytes_GET_SIZE(hdr)
     cdef Py_ssize_t dlen = PyBytes_GET_SIZE(data)
     cdef unsigned char head[40]
-    _head(head, slen, total, cseq, cts, 0, dlen)
+    _head(head, slen, total, cseq, cts, hlen, dlen)
     cdef Py_ssize_t n0 = PyByteArray_GET_SIZE(wb)
     PyByteArray_Resize(wb, n0 + total)
     cdef unsigned char* p = <unsigned char*>PyByteArray_AS_STRING(wb) + n0
     memcpy(p, head, 40)
     memcpy(p + 40, PyBytes_AS_STRING(sb), slen)
-    memcpy(p + 40 + slen, PyBytes_AS_STRING(data), dlen)
-    _le32(p + 40 + slen + dlen, <uint32_t>crc32(0, p, <unsigned int>(40 + slen + dlen)))
+    memcpy(p + 40 + slen, PyBytes_AS_STRING(hdr), hlen)
+    memcpy(p + 40 + slen + hlen, PyBytes_AS_STRING(data), dlen)
+    _le32(p + 40 + slen + hlen + dlen, <uint32_t>crc32(0, p, <unsigned int>(40 + slen + hlen + dlen)))
     cdef off_t coff = off
     blk.size = off + total
-    cdef Py_ssize_t size = 30 + slen + dlen
+    cdef Py_ssize_t size = (34 + slen + hlen + dlen) if hlen else (30 + slen + dlen)
     _index(self, blk, x, seq, subject, sb, ts, cts, coff, total, size)
     return size
 

@@ -342,6 +342,7 @@ class FastMsg:
     """The fast batch side of one message's checks and log entry (the entry's ``ctx``)."""
 
     __slots__ = ("stream", "b", "seq", "reply", "commit")
+    wait_write = False  # (answered at once, after writing what is gathered: Stream._msg_done)
 
     def __init__(self, stream: "Stream", b: Batch, seq: int, reply: bytes, commit: bool) -> None:
         self.stream = stream

@@ -14,18 +14,31 @@ from typing import Any
 from rillet.jetstream.store.base import StoreError
 
 
+class Removed:
+    """The completion of a retention removal. Nobody is answered for one, so where the stream writes behind
+    (one server, no sync_always) its tombstone may wait for the end of the loop pass and go with the pass's
+    others in one state-log record (``Stream.apply`` knows it by this class; FileStore.remove_msg_soon). A
+    failure is logged."""
+
+    __slots__ = ("stream", "seq")
+
+    def __init__(self, stream: Any, seq: int) -> None:
+        self.stream = stream
+        self.seq = seq
+
+    def __call__(self, res: Any, err: BaseException | None) -> None:
+        if err is not None:
+            # the message stays; it is logged, never silently kept
+            stream = self.stream
+            stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': retention removal of "
+                                f"message {self.seq} failed: {err}")
+
+
 def _remove(stream: Any, seq: int) -> None:
     """Propose the removal (run by the leader after the entry that made it due was applied)."""
     if stream.closed:
         return
-
-    def done(res: Any, err: BaseException | None) -> None:
-        if err is not None:
-            # the message stays; it is logged, never silently kept
-            stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': retention removal of "
-                                f"message {seq} failed: {err}")
-
-    stream.delete_msg(seq, False, done)
+    stream.delete_msg(seq, False, Removed(stream, seq))
 
 
 def needs_ack(c: Any, seq: int, subject: str) -> bool:

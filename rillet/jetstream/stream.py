@@ -50,6 +50,7 @@ from rillet.jetstream import headers as H
 from rillet.jetstream import schedules
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, LeadershipLost, NotLeader, SingleNodeLog
+from rillet.jetstream.retention import Removed
 from rillet.jetstream.store import base as store_base
 from rillet.jetstream.streamreplies import ReplyMixin, StoreWriter, store_error
 from rillet.subjects.validate import subject_matches_filter
@@ -116,8 +117,10 @@ class Stream(ReplyMixin):
         self._held: list[tuple[bytes, bytes, bytes, int]] | None = None  # replies waiting for the pass's end
         self._hold = False  # replies are held this pass (the writer is queued)
         self._wb_pending = False  # the store gathered records this pass
-        self._wb_store = False  # the store has write-behind (gathers while replies are held)
         self._wb_msg_id = ""  # the last msg id before the first gathered message (restored if taken back)
+        # answers of answer objects that wait for the write (``wait_write``: the MQTT store's), held in order
+        # as (object, seq, kind, arg) while the pass's first is answered: ReplyMixin._fast_answer
+        self._held_fast: list[tuple[Any, int, int, Any]] = []
         self._writer: StoreWriter | None = None
         # batches being published (the leader's): atomic ones staged until their commit (rillet.jetstream.batch),
         # fast ones with their flow control (rillet.jetstream.fastbatch); by batch id
@@ -151,6 +154,7 @@ class Stream(ReplyMixin):
         self._last_msg_id = ""
         self._dd_loaded = False  # the dedup table of a recovered stream is rebuilt when first needed
         self._apply_ts = 0  # the leader's time in the entry being applied (stamps delete markers)
+        self._wb_store = False  # the store has write-behind (the leader's, from start(); a replica never)
         self._fx: list[Any] = []  # left by apply for the leader: removed seqs, (seq, subj, hdr, ts, ttl) markers
         # the proposed overlay (entries in flight; see the module docstring)
         self._inflight: deque[Entry] = deque()
@@ -365,7 +369,7 @@ class Stream(ReplyMixin):
                         if _mt.CURRENT is not None:  # a traced message: the js event's error (msgtrace)
                             _mt.CURRENT.js_error(self, None)
                         if fast is not None:
-                            fast.duplicate(dd)
+                            self._fast_answer(fast, 0, 1, dd)
                             return 0
                         if reply:  # (nats-server's bytes: the PubAck's, then "duplicate": true)
                             dom = b',"domain":' + _json(self.js.domain) if self.js.domain else b""
@@ -422,13 +426,13 @@ class Stream(ReplyMixin):
             if hdr and _mt.CURRENT is not None:  # a traced message: the js event's error (msgtrace)
                 _mt.CURRENT.js_error(self, e)
             if fast is not None:
-                fast.error(e)
+                self._fast_answer(fast, 0, 2, e)
             elif reply:
                 self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
             return 0
         except store_base.StoreError as e:  # a check could not read the store
             if fast is not None:
-                fast.error(store_error(e))
+                self._fast_answer(fast, 0, 2, store_error(e))
             elif reply:
                 self._reply(reply, _json({"error": store_error(e).to_dict(), "stream": self.name, "seq": 0}))
             return 0
@@ -523,7 +527,10 @@ class Stream(ReplyMixin):
                 c.on_stream_msg(seq, subject)
         if cfg.retention == "interest":
             self.jsa.after_stream_msg(self, seq, subject)
-        if reply is not None and reply.__class__ is not bytes:  # a fast batch message (fastbatch.FastMsg)
+        if reply is not None and reply.__class__ is not bytes:  # an answer object (fastbatch.FastMsg, the MQTT store's)
+            if reply.wait_write:  # (answered once written: held with the pass's PubAcks while gathered)
+                self._fast_answer(reply, seq, 0, None)
+                return
             if self._wb_pending:  # (its answers do not name the message: written before it counts as stored)
                 try:
                     self.store.flush_writes()
@@ -566,7 +573,7 @@ class Stream(ReplyMixin):
                                   f"failed: {err!r}")
             e = store_error(err)  # type: ignore[arg-type]
         if fast is not None:
-            fast.error(e, proposed=True)
+            self._fast_answer(fast, 0, 3, e)
         elif reply:
             self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
 
@@ -699,6 +706,8 @@ class Stream(ReplyMixin):
             return seq
         if op == Entry.DELETE:
             seq, erase, self._apply_ts = entry.args
+            if self._wb_store and not erase and entry.ctx.__class__ is Removed:
+                return store.remove_msg_soon(seq)  # (a retention removal: its tombstone goes with the pass's)
             return store.remove_msg(seq, erase)
         if op == Entry.PURGE:
             subject, seq, keep, self._apply_ts = entry.args

@@ -41,6 +41,21 @@ class ReplyMixin:
             self._arm()
         self._publish_reply(reply, payload, hdr)
 
+    def _fast_answer(self, fast: Any, seq: int, kind: int, arg: Any) -> None:
+        """An answer object's answer (``Stream.process``'s ``fast``): ``kind`` 0 stored message ``seq``, 1 a
+        duplicate of ``arg``, 2 the error ``arg`` of a check, 3 the error ``arg`` of applying it. One that waits
+        for the write (``wait_write``: the MQTT store's, which answers a client in order) is held, in order,
+        while the pass's gathered records are not written, and ``write_held`` answers it after the write (with
+        the store's error if the write took the message back); the pass's first is answered at once and
+        gathering starts for the rest of the pass, as for a PubAck (``_reply``)."""
+        hf = self._held_fast
+        if fast.wait_write and (hf or self._wb_pending):
+            hf.append((fast, seq, kind, arg))
+            return
+        _answer(fast, seq, kind, arg)
+        if kind == 0 and fast.wait_write and self._wb_store and not self._hold:
+            self._arm()
+
     def _publish_reply(self, reply: bytes, payload: bytes, hdr: bytes = b"") -> None:
         if hdr:
             self.ic.publish(reply, None, hdr + payload, len(hdr))
@@ -111,8 +126,8 @@ class ReplyMixin:
 
     def _wb_failed(self, first: int, last: int, err: BaseException) -> None:
         """Writing the gathered records failed and the store took messages ``first``..``last`` back: their
-        held PubAcks become the error. (Gathered messages have no headers: no msg id or dedup entry to undo,
-        only the last msg id they cleared.)"""
+        held PubAcks (and held answers of answer objects) become the error. (Gathered messages have no
+        ``Nats-*`` header: no msg id or dedup entry to undo, only the last msg id they cleared.)"""
         self._last_msg_id = self._wb_msg_id
         held = self._held
         if held:
@@ -120,6 +135,10 @@ class ReplyMixin:
             for i, (reply, _, _, seq) in enumerate(held):
                 if first <= seq <= last:
                     held[i] = (reply, body, b"", 0)
+        hf = self._held_fast
+        for i, (fast, seq, kind, _) in enumerate(hf):
+            if kind == 0 and first <= seq <= last:
+                hf[i] = (fast, 0, 3, store_error(err))  # type: ignore[arg-type]
 
     def write_held(self) -> None:
         """The writer's turn (end of the loop pass): write what the store gathered, then send the replies
@@ -133,6 +152,11 @@ class ReplyMixin:
         if self._wb_store:
             self.store.gather(False)
         self._hold = False
+        hf = self._held_fast
+        if hf:
+            self._held_fast = []
+            for fast, seq, kind, arg in hf:
+                _answer(fast, seq, kind, arg)
         held = self._held
         if held:
             self._held = []
@@ -171,6 +195,16 @@ class ReplyMixin:
             self.store_failed = why
             self.js.log.error(f"JetStream stream '{self.jsa.account.name} > {self.name}': storage failure ({why}): "
                               "no further messages are accepted until the server restarts")
+
+
+def _answer(fast: Any, seq: int, kind: int, arg: Any) -> None:
+    """One answer of ``ReplyMixin._fast_answer``."""
+    if kind == 0:
+        fast.stored(seq)
+    elif kind == 1:
+        fast.duplicate(arg)
+    else:
+        fast.error(arg, proposed=kind == 3)
 
 
 def same_for_last_token(acc: Any, prefix: str, r: Any) -> bool:

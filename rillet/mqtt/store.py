@@ -140,6 +140,7 @@ class _StoreAck:
     server's message totals (/varz) do not change with the path."""
 
     __slots__ = ("cb", "arg", "jsa", "stream")
+    wait_write = True  # (answered once written: held with the pass's other answers while the store gathers)
 
     def __init__(self, cb: Callable[[Any, BaseException | None], None], arg: Any, jsa: "JSA", stream: Any) -> None:
         self.cb = cb

@@ -334,7 +334,9 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         if seq >= self.sseq and self._matches(subject):
             if not self.npc_dirty:
                 self.npc += 1
-            if self._running or self._scheduled:
+            if self._running or self._scheduled or self.stream._wb_pending:
+                # (_wb_pending: the store gathers this pass's messages, written at its end: read back then, in
+                # one go, instead of a read now that writes them first)
                 self.kick()
             elif self.active if self.is_push else bool(self.waiting):
                 # deliver now: the message goes out ahead of the publisher's PubAck, as from nats-server

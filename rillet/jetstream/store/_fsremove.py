@@ -41,10 +41,13 @@ class BlockRemoval:
         if seq == self._first:
             self._first = self._next_alive(seq + 1) or self._last + 1
         # the state log
-        if self._limit_removal and not erase:
+        if (self._limit_removal or self._soon) and not erase:
             self._deferred.append(seq)
             if len(self._deferred) >= 256:
                 self._log_append(None)
+            elif self._soon and not self._dels_due:
+                self._dels_due = True  # (written by the owner's flush_writes at the end of the pass)
+                self._wb_armed()
         else:
             self._log_append(_encode_log(L_DEL, _U64.pack(seq)))
         if erase:
@@ -65,6 +68,19 @@ class BlockRemoval:
             self._log_append(_encode_log(L_DEL, _U64.pack(seq)))
             return False
         return self._remove(seq, erase)
+
+    def remove_msg_soon(self, seq: int) -> bool:
+        """``remove_msg`` for a removal nobody is answered for (interest and work-queue retention), with
+        write-behind on: its tombstone joins the batched ones and the owner's ``flush_writes`` at the end of the
+        loop pass writes them all in one state-log record (``armed`` is called for the first), unless a
+        state-log write, flush or stop writes them first. Without write-behind, ``remove_msg``."""
+        if self._wb_armed is None or self._closed or seq in self._lost:
+            return self.remove_msg(seq)
+        self._soon = True
+        try:
+            return self._remove(seq, False)
+        finally:
+            self._soon = False
 
     def _erase_record(self, blk: Block, off: int, rlen: int, seq: int) -> None:
         self._rc = None

@@ -199,6 +199,10 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         # Tombstones of removals by limits (max_msgs/bytes/per subject, age, TTL) are batched:
         # if lost in a crash, reopening re-applies the same limits.
         self._deferred: list[int] = []
+        # ... and those of removals by retention while write-behind is on (remove_msg_soon), written by the
+        # owner's flush_writes at the end of the loop pass: ``_dels_due`` says some wait for it
+        self._soon = False
+        self._dels_due = False
         self._log_compact_at = _LOG_COMPACT_MIN
         self._log_warned = False
         self._idx_warned = False
@@ -416,11 +420,11 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         if wb is not None:
             blk = self._active
             x = self._aidx
-            if (not hlen and not ttl_ns and not flags and not self._maxp and not self._post_limits
-                    and blk is not None and x is not None and len(x.offs) and blk.size + total <= self._block_size
-                    and seq - x.base == len(x.offs) and not x.spos_all and x.ttl is None
-                    and subject in blk.smap and len(wb) + total <= _WB_MAX):
-                return self._wb_put(blk, x, seq, subject, sb, data, ts, total)
+            if ((not hlen or b"Nats-" not in hdr) and not ttl_ns and not flags and not self._maxp
+                    and not self._post_limits and blk is not None and x is not None and len(x.offs)
+                    and blk.size + total <= self._block_size and seq - x.base == len(x.offs)
+                    and x.ttl is None and subject in blk.smap and len(wb) + total <= _WB_MAX):
+                return self._wb_put(blk, x, seq, subject, sb, hdr, data, ts, total)
             if self._wb_off >= 0:
                 self.flush_writes()
         blk = self._target_block(seq, total)
@@ -441,18 +445,20 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
     # -- write-behind ---------------------------------------------------------------
 
     def write_behind(self, armed: Any = None, failed: Any = None, on: bool = True) -> None:
-        """Write-behind on (or off, after writing what is gathered). On, the plain appends (no headers, no
-        TTL, uncompressed, a subject the active block has, room left in that block, no per-subject or
-        count/bytes limit to apply on append) are indexed at once and their records gathered in memory, to
-        be written together by ``flush_writes``; anything else that touches the files (a read of the active
+        """Write-behind on (or off, after writing what is gathered). On, the plain appends (no ``Nats-*``
+        header: the stream acts on those, and a failed write could not take that back; no TTL, uncompressed,
+        a subject the active block has, room left in that block, no per-subject or count/bytes limit to apply
+        on append) are indexed at once and their records gathered in memory, to be written together by
+        ``flush_writes``; anything else that touches the files (a read of the active
         block, another kind of write, a new block, a removal, purge, compact, truncate, expiry, sync from the
-        owner's thread, stop) writes them first. ``armed()`` is called when the first record is gathered:
-        the owner then calls ``flush_writes`` before its loop pass ends and before answering for them.
+        owner's thread, stop) writes them first. ``armed()`` is called when the first record is gathered (or
+        the first tombstone of ``remove_msg_soon`` waits): the owner then calls ``flush_writes`` before its
+        loop pass ends and before answering for them.
         ``failed(first_seq, last_seq, err)`` is called when writing them failed and they were taken back
         (the store is then as it was before the first of them; the next message reuses its sequence).
         Only the owner's thread may store while it is on."""
         if not on:
-            if self._wb_off >= 0:
+            if self._wb_off >= 0 or self._dels_due:
                 self.flush_writes()
             self._wb = self._wb_buf = None
             self._wb_armed = self._wb_failed = None
@@ -472,10 +478,10 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
                 self.flush_writes()
             self._wb = None
 
-    def _wb_put(self, blk: Block, x: BlockIndex, seq: int, subject: str, sb: bytes, data: bytes, ts: int,
-                total: int) -> int:
-        """Gather one plain record (``_write``'s conditions hold) and index it; returns its accounted size.
-        (The compiled twin gathers the same bytes.)"""
+    def _wb_put(self, blk: Block, x: BlockIndex, seq: int, subject: str, sb: bytes, hdr: bytes, data: bytes,
+                ts: int, total: int) -> int:
+        """Gather one plain record (``_write``'s conditions hold: no TTL, headers only if none is a stream's
+        ``Nats-*`` one) and index it; returns its accounted size. (The compiled twin gathers the same bytes.)"""
         off = blk.size
         if self._wb_off < 0:
             self._wb_open(blk, x, off)
@@ -483,14 +489,18 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         if subject not in wps:
             e = self._subjects.get(subject)
             wps[subject] = None if e is None else e[:]
-        head = _REC.pack(T_MSG, 0, len(sb), total, seq, ts, 0, 0, len(data))
+        hlen = len(hdr)
+        head = _REC.pack(T_MSG, 0, len(sb), total, seq, ts, 0, hlen, len(data))
         wb = self._wb
+        n0 = len(wb)
         wb += head
         wb += sb
+        if hlen:
+            wb += hdr
         wb += data
-        wb += _CRC.pack(zlib.crc32(data, zlib.crc32(sb, zlib.crc32(head))))
+        wb += _CRC.pack(zlib.crc32(memoryview(wb)[n0:]))
         blk.size = off + total
-        size = 30 + len(sb) + len(data)
+        size = (34 + len(sb) + hlen + len(data)) if hlen else (30 + len(sb) + len(data))
         self._index_record(blk, x, seq, subject, sb, ts, 0, off, total, size)
         return size
 
@@ -505,7 +515,12 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
 
     def flush_writes(self) -> None:
         """Write the gathered records with one write. If it fails they are taken back (cut off the file,
-        out of the index and the counts), ``failed`` is told and ErrStoreFull raised."""
+        out of the index and the counts), ``failed`` is told and ErrStoreFull raised. Tombstones of removals
+        gathered meanwhile (``remove_msg_soon``) are written first, in one state-log record."""
+        if self._dels_due:
+            self._dels_due = False
+            if self._deferred and not self._closed:
+                self._log_append(None)
         off = self._wb_off
         if off < 0 or self._closed:
             return
@@ -543,6 +558,10 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         scnt = blk.scnt
         for l in sids:
             scnt[l] -= 1
+        if x.spos_all:  # (the per-subject slot lists held the taken-back slots: rebuilt when next needed)
+            x.spos = {}
+            x.spos_all = False
+            x.shead = {}
         blk.live, blk.last, blk.last_ts, blk.size = live, blast, blast_ts, off
         self._first, self._nmsgs, self._last, self._last_ts, self._bytes = first, nmsgs, last, last_ts, nbytes
         psim = self._subjects
