@@ -108,6 +108,47 @@ async def test_damage_found_at_open_is_reported_with_the_advisory(tmp_path):
         assert "1 message(s) lost to damaged records found when the store opened (first 5)" in log, log
 
 
+
+async def test_damage_found_at_open_is_reported_once_across_restarts(tmp_path):
+    # the damaged record stays in its block: every open finds it and stream info shows it lost, but the error
+    # line and the advisory come once (damage.json beside the store keeps what was reported); damage found
+    # later is reported, alone
+    async with _server(tmp_path) as (nc, _):
+        js = nc.jetstream()
+        await js.add_stream(name="ADV", subjects=["$JS.EVENT.ADVISORY.STREAM.DATA_LOST.>"], storage="file")
+        await js.add_stream(name="S", subjects=["s.>"], storage="file")
+        for i in range(1, N + 1):
+            await js.publish("s.x", _payload(i))
+    _flip(tmp_path, "S", 5)
+    async with _server(tmp_path) as (nc, buf):
+        assert [a["lost"]["msgs"] for a in await _advisories(nc, 1)] == [[5]]
+        assert "1 message(s) lost to damaged records found when the store opened (first 5)" in buf.getvalue()
+    report = json.loads(open(os.path.join(str(tmp_path), "jetstream", "$G", "streams", "S", "damage.json")).read())
+    assert report["reported"] == [[5, 5]] and report["detected"], report
+
+    async with _server(tmp_path) as (nc, buf):  # nothing new: stream info shows it, nobody is told again
+        info = await _req(nc, "$JS.API.STREAM.INFO.S")
+        assert info["state"]["lost"]["msgs"] == [5] and info["state"]["messages"] == N - 1, info["state"]
+        await _req(nc, "$JS.API.STREAM.INFO.ADV")  # (after the start's pass: a report would be out by now)
+        assert "lost to damaged records" not in buf.getvalue(), buf.getvalue()
+    _flip(tmp_path, "S", 8)
+    async with _server(tmp_path) as (nc, buf):  # newly found: reported, alone
+        advs = await _advisories(nc, 2)
+        assert [a["lost"]["msgs"] for a in advs] == [[5], [8]], advs
+        log = buf.getvalue()
+        assert "1 message(s) lost to damaged records found when the store opened (first 8, 2 in all)" in log, log
+        info = await _req(nc, "$JS.API.STREAM.INFO.S")
+        assert info["state"]["lost"]["msgs"] == [5, 8] and info["state"]["messages"] == N - 2, info["state"]
+        # purged: nothing damaged is left, nor kept as reported
+        await _req(nc, "$JS.API.STREAM.PURGE.S")
+        info = await _req(nc, "$JS.API.STREAM.INFO.S")
+        assert "lost" not in info["state"], info["state"]
+    async with _server(tmp_path) as (nc, buf):
+        info = await _req(nc, "$JS.API.STREAM.INFO.S")
+        assert "lost" not in info["state"] and info["state"]["messages"] == 0, info["state"]
+        assert len(await _advisories(nc, 2)) == 2
+        assert "lost to damaged records" not in buf.getvalue(), buf.getvalue()
+
 def test_damage_found_at_open_on_r1_in_a_cluster(tmp_path):
     # an R1 stream of a 3-server cluster: its one server is stopped, a record damaged, the server started again;
     # the stream (no replica to fetch from) reports it as on one server once it leads again

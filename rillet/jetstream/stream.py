@@ -47,7 +47,7 @@ import msgspec
 import rillet.server.msgtrace as _mt
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
-from rillet.jetstream import schedules
+from rillet.jetstream import damagereport, schedules
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import Entry, LeadershipLost, NotLeader, SingleNodeLog
 from rillet.jetstream.retention import Removed
@@ -164,6 +164,9 @@ class Stream(ReplyMixin):
         store.register_remove_callback(self._on_store_remove)
         self._damage_due = False  # (a damaged record was found on a read: _store_damaged acts after the read)
         self._open_damage_reported = False  # (damage found when the store opened: reported once, by start)
+        # damaged sequences reported already (rillet.jetstream.damagereport: kept on disk, read at the first report)
+        self._damage_reported: set[int] | None = None
+        self._damage_detected = ""
         if hasattr(store, "register_damage_callback"):
             store.register_damage_callback(self._on_store_damage)
         if hasattr(store, "register_marker_callback"):
@@ -926,9 +929,10 @@ class Stream(ReplyMixin):
         """Records found damaged (the store's ``state().lost``; never served: reads answer as for a missing
         message), while running or (``start``) when the store opened. A replicated stream fetches them again from
         a healthy replica (``refetch_damaged``, the path of damage found when the store opens); otherwise they are
-        reported: an error in the log, the ``stream_data_lost`` advisory, ``state.lost`` in stream info. Damage
-        found at open is reported again after each restart (the store keeps the damaged records: each open finds
-        them), as the store's own log line is."""
+        reported: ``state.lost`` in stream info (from the store: every open finds the damaged records again, they
+        stay in their blocks), and once per damaged sequence an error in the log and the ``stream_data_lost``
+        advisory (``damagereport``: the sequences reported are kept on disk, not reported again after a
+        restart)."""
         if when == "while running":
             self._damage_due = False
         if self.closed:
@@ -939,10 +943,7 @@ class Stream(ReplyMixin):
         rep = self.replication
         if rep is not None and rep.refetch_damaged():
             return
-        self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': {len(lost)} message(s) lost to "
-                          f"damaged records found {when} (first {lost[0]}): no replica to fetch them from")
-        self.js.advisories.stream_data_lost(self.jsa, self.name, {"msgs": list(lost), "bytes": 0,
-                                                                   "cause": "damaged records"})
+        damagereport.report_new(self, lost, when)
 
     def _on_store_remove(self, seq: int, subject: str, size: int) -> None:
         """A message left the store while an entry was applied: the consumers hear of it after apply."""

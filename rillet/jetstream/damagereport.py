@@ -1,0 +1,131 @@
+"""Which damaged records of a stream were reported already, kept on disk beside its store.
+
+A stream that cannot fetch a damaged record again (R1, or no replica holds a healthy copy) reports it: an error
+in the log and the ``STREAM.DATA_LOST`` advisory (Stream ``_store_damaged``). The damaged record stays in its
+block (it was not deleted), so every later open of the store finds it again and stream info keeps showing it in
+``state.lost``; the report itself is made once per damaged sequence, not at every start. The sequences reported
+are kept in ``damage.json`` in the stream's directory (beside ``store/``; written atomically and fsynced, after
+the report went out: a crash in between reports it again rather than never). It goes with the stream's
+directory when the stream is deleted, and shrinks to what the store still holds as damaged at each report.
+
+Fields (JSON): ``reported``, the sequences as ``[first, last]`` ranges; ``detected`` (RFC 3339), when the first
+of them was reported; ``server``, the server that reported them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Iterable
+
+from rillet.durable import fsync_dir
+from rillet.gocompat.gotime import format_time
+
+FILE = "damage.json"
+
+
+def to_ranges(seqs: Iterable[int]) -> list[list[int]]:
+    """Sorted ``[first, last]`` ranges covering ``seqs``."""
+    out: list[list[int]] = []
+    for s in sorted(set(seqs)):
+        if out and out[-1][1] + 1 == s:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return out
+
+
+def from_ranges(ranges: Any) -> set[int]:
+    """The sequences of ``[first, last]`` ranges; ValueError when they are not such ranges."""
+    if not isinstance(ranges, list):
+        raise ValueError("'reported' is not a list")
+    out: set[int] = set()
+    for r in ranges:
+        if not isinstance(r, list) or len(r) != 2 or not all(type(v) is int for v in r) or not 1 <= r[0] <= r[1]:
+            raise ValueError(f"bad range {r!r}")
+        out.update(range(r[0], r[1] + 1))
+    return out
+
+
+def load(dirpath: str) -> dict | None:
+    """The report kept in ``dirpath`` (``reported`` as a set of sequences), or None when there is none. A file
+    that cannot be read as one raises ValueError (OSError when it cannot be read at all)."""
+    path = os.path.join(dirpath, FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        d = json.loads(raw)
+        if not isinstance(d, dict):
+            raise ValueError("not an object")
+        d["reported"] = from_ranges(d.get("reported"))
+    except ValueError as e:
+        raise ValueError(f"{path}: not a damage report: {e}") from None
+    return d
+
+
+def save(dirpath: str, reported: Iterable[int], detected: str, server: str) -> None:
+    """Keep ``reported`` (temporary file fsynced, renamed over the old one, directory fsynced). Nothing left to
+    keep (the damaged records went: purged, deleted) removes the file."""
+    path = os.path.join(dirpath, FILE)
+    ranges = to_ranges(reported)
+    if not ranges:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        fsync_dir(dirpath)
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(json.dumps({"reported": ranges, "detected": detected, "server": server}, sort_keys=True).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(dirpath)
+
+
+def report_new(stream: Any, lost: list[int], when: str) -> None:
+    """Report the damaged records of ``stream`` (its store's ``state().lost``) that were not reported before
+    (by this process or, kept in ``damage.json``, an earlier one): an error in the log and the
+    ``STREAM.DATA_LOST`` advisory naming the newly found sequences, then the report kept. Damage reported
+    already is not reported again (stream info's ``state.lost`` keeps showing all of it)."""
+    js = stream.js
+    where = f"Stream '{stream.jsa.account.name} > {stream.name}'"
+    seen = stream._damage_reported
+    dirpath = None
+    if stream.cfg.storage == "file":
+        dirpath = os.path.dirname(getattr(stream.store, "dir", "") or "") or None
+    if seen is None:
+        seen = set()
+        if dirpath is not None:
+            try:
+                d = load(dirpath)
+            except (OSError, ValueError) as e:  # (reported again rather than never)
+                js.log.error(f"{where}: {e}: the damaged records are reported again")
+                d = None
+            if d is not None:
+                seen = d["reported"]
+                stream._damage_detected = d.get("detected") or ""
+        stream._damage_reported = seen
+    new = [s for s in lost if s not in seen]
+    if not new:
+        return
+    first = min(new)
+    more = f", {len(lost)} in all" if len(lost) > len(new) else ""
+    js.log.error(f"{where}: {len(new)} message(s) lost to damaged records found {when} (first {first}{more}): "
+                 f"no replica to fetch them from")
+    js.advisories.stream_data_lost(stream.jsa, stream.name, {"msgs": new, "bytes": 0, "cause": "damaged records"})
+    seen.intersection_update(lost)
+    seen.update(new)
+    if not stream._damage_detected:
+        stream._damage_detected = format_time(time.time_ns())
+    if dirpath is None:
+        return
+    try:
+        save(dirpath, seen, stream._damage_detected, js.server.name)
+    except OSError as e:
+        js.log.error(f"{where}: keeping the report of damaged records failed ({e}): they are reported again "
+                     f"at the next start")
