@@ -43,9 +43,11 @@ def test_setting_not_yet_refused_where_nats_server_accepts_it(tmp_path, pki, rel
         assert "is valid" in go.stdout + go.stderr, (go.stdout, go.stderr)
 
 
-NOT_SERVED = ["$JS.API.SERVER.EVACUATE", "$JS.API.STREAM.PEER.EVACUATE.S", "$JS.API.META.RESCUE",
-              "$JS.API.STREAM.CANCEL_MOVE.S", "$JS.API.ACCOUNT.STREAM.MOVE.A.S",
-              "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.A.S"]
+NOT_SERVED = ["$JS.API.META.RESCUE"]
+# the clustered ones a server without a cluster answers, as nats-server: 10010 (the moves and evacuations
+# themselves: tests/test_jscluster_moves.py)
+CLUSTER_REQUIRED = {"$JS.API.STREAM.PEER.EVACUATE.S": "stream_remove_peer_response",
+                    "$JS.API.STREAM.CANCEL_MOVE.S": "stream_update_response"}
 
 
 async def test_apis_not_yet_have_no_responder(tmp_path):
@@ -61,5 +63,9 @@ async def test_apis_not_yet_have_no_responder(tmp_path):
             for subj in NOT_SERVED:
                 with pytest.raises(nats.errors.NoRespondersError):
                     await nc.request(subj, b"{}", timeout=2)
+            for subj, typ in CLUSTER_REQUIRED.items():
+                r = json.loads((await nc.request(subj, b'{"peer": "x"}', timeout=3)).data)
+                assert r == {"type": "io.nats.jetstream.api.v1." + typ, "error": {
+                    "code": 503, "err_code": 10010, "description": "JetStream clustering support required"}}, r
         finally:
             await nc.close()

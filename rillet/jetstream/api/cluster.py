@@ -19,6 +19,7 @@ from rillet.jetstream.log import NotLeader
 from rillet.subjects.overlap import any_collision
 
 from rillet.jetstream.api.meta_endpoints import T, MetaEndpoints, _consumer_cfg, _stream_cfg
+from rillet.jetstream.api.moves import MoveEndpoints
 
 if TYPE_CHECKING:
     from rillet.jetstream.cluster.meta import JetStreamCluster
@@ -32,7 +33,8 @@ INFO_FIRST_TIMEOUT = 0.1  # the first ask of a create's answer (a member of a gr
 BIG_CONFIG = 4096  # a stream config body past this is checked in a worker thread (rillet.jetstream.api.common BIG_CONFIG)
 META_KEYS = frozenset(("INFO", "STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
                        "CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE", "CONSUMER.DELETE", "CONSUMER.NAMES",
-                       "CONSUMER.LIST", "STREAM.PEER.REMOVE", "STREAM.RESTORE"))
+                       "CONSUMER.LIST", "STREAM.PEER.REMOVE", "STREAM.RESTORE", "STREAM.PEER.EVACUATE",
+                       "STREAM.CANCEL_MOVE"))
 _LIST_FIELDS = {"STREAM.NAMES": "streams", "STREAM.LIST": "streams", "CONSUMER.NAMES": "consumers",
                 "CONSUMER.LIST": "consumers"}
 _TYPES = {"INFO": "account_info_response", "STREAM.CREATE": "stream_create_response",
@@ -42,10 +44,11 @@ _TYPES = {"INFO": "account_info_response", "STREAM.CREATE": "stream_create_respo
           "CONSUMER.DELETE": "consumer_delete_response", "CONSUMER.NAMES": "consumer_names_response",
           "CONSUMER.LIST": "consumer_list_response", "STREAM.PEER.REMOVE": "stream_remove_peer_response",
           "META.LEADER.STEPDOWN": "meta_leader_stepdown_response", "SERVER.REMOVE": "meta_server_remove_response",
-          "STREAM.RESTORE": "stream_restore_response"}
+          "STREAM.RESTORE": "stream_restore_response", "STREAM.PEER.EVACUATE": "stream_remove_peer_response",
+          "STREAM.CANCEL_MOVE": "stream_update_response"}
 
 
-class MetaApi(MetaEndpoints):
+class MetaApi(MetaEndpoints, MoveEndpoints):
     """The part of ``JetStreamCluster`` moved here; ``self.cl`` is the JetStreamCluster."""
 
     def __init__(self, cl: "JetStreamCluster") -> None:
@@ -102,6 +105,12 @@ class MetaApi(MetaEndpoints):
                 what = "stepdown" if key[0] == "M" else "server remove"
                 self._warn_limited(f"JetStream API {what} request from non-system account: "
                                    f"\"{router.jsa.account.name}\"")
+            return True
+        if key == "SERVER.EVACUATE":
+            return True  # (the system account's only, subscribed by subscribe_moves; nats-server stays silent)
+        if key in ("ACCOUNT.STREAM.MOVE", "ACCOUNT.STREAM.CANCEL_MOVE"):
+            if router.jsa.account is not self.cl.server.system_account:  # (the system account's: its own sub)
+                self.account_stream_move(router, key, args, reply, hdr, body)
             return True
         if key in ("CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE") and self.cl.streams is not None:
             r = self.cl.streams.direct_consumer(router, args, body)  # (a mirror's or source's: the stream leader's)

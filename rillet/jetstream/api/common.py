@@ -126,6 +126,8 @@ _TYPES = {
     "msg_get": "stream_msg_get_response",
     "msg_delete": "stream_msg_delete_response",
     "stream_leader_stepdown": "stream_leader_stepdown_response",
+    "stream_peer_evacuate": "stream_remove_peer_response",
+    "stream_cancel_move": "stream_update_response",
     "consumer_create": "consumer_create_response",
     "consumer_info": "consumer_info_response",
     "consumer_delete": "consumer_delete_response",

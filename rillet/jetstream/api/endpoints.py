@@ -34,12 +34,17 @@ ENDPOINTS: dict[str, tuple[str, ...]] = {
     "CONSUMER.RESET": ("*.*",),
     "STREAM.SNAPSHOT": ("", "*"),
     "STREAM.RESTORE": ("", "*"),
+    "STREAM.PEER.EVACUATE": ("", "*"),  # (outside a cluster: 10010, rillet.jetstream.api.moves)
+    "STREAM.CANCEL_MOVE": ("", "*"),
 }
 # answered by the meta layer in a cluster only (rillet.jetstream.cluster.meta)
 CLUSTER_ONLY: dict[str, tuple[str, ...]] = {
     "STREAM.PEER.REMOVE": ("", "*"),
     "META.LEADER.STEPDOWN": ("", "*"),
     "SERVER.REMOVE": ("", "*"),
+    "SERVER.EVACUATE": ("",),
+    "ACCOUNT.STREAM.MOVE": ("*.*",),
+    "ACCOUNT.STREAM.CANCEL_MOVE": ("*.*",),
 }
 # served by each stream (allow_direct) and each pull consumer, not through the API's subscriptions
 SERVED_ELSEWHERE = frozenset(("DIRECT.GET", "CONSUMER.MSG.NEXT"))

@@ -172,22 +172,27 @@ class MetaEndpoints:
         nodes = self.cl.registry.nodes
         return bool(peers) and all(p in nodes and nodes[p].offline for p in peers)
 
-    def _updated_group(self, sa: A.StreamAssignment, d: dict,
-                       requester: tuple[str, list[str]] = ("", [])) -> A.RaftGroup:
+    def _updated_group(self, sa: A.StreamAssignment, d: dict, requester: tuple[str, list[str]] = ("", []),
+                       peer_set: Optional[tuple[list[str], str]] = None) -> A.RaftGroup:
         """The group of an updated stream, as nats-server 2.15: another ``placement`` is a move, another
         ``num_replicas`` a scale (not both: 10123); either sets ``desired`` (the target peers) and leaves
         ``peers`` as they are: ``_reconcile_one`` then adds the new peers, waits until they are current
-        and drops the old ones. Any other update keeps the group (no preferred peer)."""
+        and drops the old ones. Any other update keeps the group (no preferred peer). ``peer_set``: a move
+        to these peers of that cluster, already chosen (ACCOUNT.STREAM.MOVE, ``moves.py``). A move waits
+        for any reconfiguration under way (10124 a move, 10226 another); a scale only for a move."""
         old = sa.config
         g = sa.group.copy()
         ds = g.desired
-        is_move = d.get("placement") is not None and d.get("placement") != old.get("placement")
+        is_move = peer_set is not None or (d.get("placement") is not None
+                                           and d.get("placement") != old.get("placement"))
         want = int(d.get("num_replicas") or 1)
         is_scale = want != int(old.get("num_replicas") or 1)
         if is_move and is_scale:
             raise ApiError.make("STREAM_MOVE_AND_SCALE")
         if ds is not None and ds.get("move") and (is_move or is_scale):
             raise ApiError.make("STREAM_MOVE_IN_PROGRESS")
+        if ds is not None and is_move:
+            raise ApiError.make("STREAM_RECONFIGURE_IN_PROGRESS")
         if not ds:
             g.scale_up = False
         if not is_move and not is_scale:
@@ -199,7 +204,9 @@ class MetaEndpoints:
         self.cl._refresh_local()
         pc = PlacementConfig.from_stream_config(d)
         nd: dict[str, Any] = {"id": A._random_token(A.PEER_ID_LEN), "created": format_time(time.time_ns())}
-        if is_move:
+        if is_move and peer_set is not None:
+            nd.update(peers=list(peer_set[0]), cluster=peer_set[1], move=True)
+        elif is_move:
             # (a placement naming no cluster: the requesting client's, then the others, as for a create)
             ng = create_stream_group(pc, requester[0] or self.cl.name, self.cl.registry.nodes, self.cl.group.peers,
                                      alternates=requester[1], **self._place_kw())

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rillet.jetstream.manager import JSAccount
 
 # modules with a ``register(router)`` that adds their endpoints to every ApiRouter
-HANDLER_MODULES = ("rillet.jetstream.api.consumers", "rillet.jetstream.api.snapshot")
+HANDLER_MODULES = ("rillet.jetstream.api.consumers", "rillet.jetstream.api.snapshot", "rillet.jetstream.api.moves")
 
 
 # requests whose body names the stream of the subject (checked by the handler: 10056 when they differ)

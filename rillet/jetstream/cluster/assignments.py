@@ -93,6 +93,9 @@ class RaftGroup:
     cluster: str = ""
     preferred: str = ""
     scale_up: bool = False
+    # nats-server 2.15's ``excluded``: peers evacuated (SERVER.EVACUATE) that could not be replaced; kept out of
+    # the group's placement until it is back at its replica count
+    excluded: list[str] = field(default_factory=list)
     # nats-server 2.15's ``desired`` (the target of a scale or move in progress, JSON as Go's
     # desiredRaftGroup: id, peers, cluster, preferred, scale_down, move, removed, origin; None when stable)
     desired: dict | None = None
@@ -105,6 +108,8 @@ class RaftGroup:
             d["preferred"] = self.preferred
         if self.scale_up:
             d["scale_up"] = True
+        if self.excluded:
+            d["excluded"] = list(self.excluded)
         if self.desired is not None:
             d["desired"] = self.desired
         return d
@@ -122,12 +127,15 @@ class RaftGroup:
         desired = d.get("desired")
         if desired is not None and (not isinstance(desired, dict) or not isinstance(desired.get("peers"), list)):
             raise MetaEntryError(f"raft group {d['name']!r}: desired state without peers")
+        excluded = d.get("excluded") or []
+        if not isinstance(excluded, list) or not all(isinstance(p, str) for p in excluded):
+            raise MetaEntryError(f"raft group {d['name']!r}: excluded must be a list of peer ids")
         return cls(d["name"], list(peers), store, str(d.get("cluster") or ""), str(d.get("preferred") or ""),
-                   bool(d.get("scale_up")), desired)
+                   bool(d.get("scale_up")), list(excluded), desired)
 
     def copy(self) -> "RaftGroup":
         return RaftGroup(self.name, list(self.peers), self.storage, self.cluster, self.preferred, self.scale_up,
-                         dict(self.desired) if self.desired is not None else None)
+                         list(self.excluded), dict(self.desired) if self.desired is not None else None)
 
     def is_member(self, peer: str) -> bool:
         return peer in self.peers

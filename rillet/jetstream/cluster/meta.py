@@ -187,6 +187,7 @@ class JetStreamCluster:
             ic.subscribe(f"{p}.META.LEADER.STEPDOWN", self.api._on_sys_api)
             ic.subscribe(f"{p}.SERVER.REMOVE", self.api._on_sys_api)
             ic.subscribe(f"{p}.ACCOUNT.PURGE.*", self.api._on_account_purge)
+            self.api.subscribe_moves(ic, p)  # (moves, evacuations, META.RESCUE: rillet/jetstream/api/moves.py)
         cl = srv.cluster
         cl.route_listeners.append(self._route_event)
         gw = srv.gateway
@@ -851,9 +852,12 @@ class JetStreamCluster:
                 self._propose_group(key, did, peers=peers)
                 return
             order = ([leader] if leader in final else []) + [p for p in final if p != leader]
+            done: dict[str, Any] = {}
+            if sa.group.excluded and len(order) >= int(sa.config.get("num_replicas") or 1):
+                done["excluded"] = []  # (evacuated peers may come back once the group is whole again)
             self._propose_group(key, did, peers=order, desired=None, scale_up=False,
                                 cluster=ds.get("cluster") or sa.group.cluster,
-                                preferred=leader if leader in final else order[0])
+                                preferred=leader if leader in final else order[0], **done)
         except NotLeader:
             pass  # (the next meta leader carries on)
         except Exception as e:
@@ -886,12 +890,15 @@ class JetStreamCluster:
         try:
             peers = select_peer_group(int(sa.config.get("num_replicas") or 1), sa.group.cluster or self.name,
                                       PlacementConfig.from_stream_config(sa.config), self.registry.nodes,
-                                      self.group.peers, existing=sa.group.peers, **self.api._place_kw())
+                                      self.group.peers, existing=sa.group.peers, ignore=sa.group.excluded,
+                                      **self.api._place_kw())
         except PlacementError:
             return
         g = sa.group.copy()
         g.peers = peers
         g.scale_up = True
+        if len(peers) >= int(sa.config.get("num_replicas") or 1):
+            g.excluded = []
         self._propose_stream_group(sa, g)
 
     def _replace_peer(self, sa: A.StreamAssignment, peer: str,
@@ -905,8 +912,8 @@ class JetStreamCluster:
             self._refresh_local()
             peers = select_peer_group(len(sa.group.peers), sa.group.cluster or self.name,
                                       PlacementConfig.from_stream_config(sa.config), self.registry.nodes,
-                                      [p for p in self.group.peers if p != peer], existing=rest, ignore=[peer],
-                                      **self.api._place_kw())
+                                      [p for p in self.group.peers if p != peer], existing=rest,
+                                      ignore=[peer, *sa.group.excluded], **self.api._place_kw())
         except PlacementError:
             if require:
                 self.log.warn(f"JetStream cluster rejected peer removal, no replacement available for stream "

@@ -1,0 +1,244 @@
+"""Stream moves and evacuations in a Rillet JetStream cluster (rillet/jetstream/api/moves.py), as nats-server
+2.15: ``$JS.API.ACCOUNT.STREAM.MOVE`` / ``ACCOUNT.STREAM.CANCEL_MOVE`` (system account), ``STREAM.CANCEL_MOVE``,
+``STREAM.PEER.EVACUATE`` and ``SERVER.EVACUATE``: the streams end on the new servers with their
+messages, and the errors are nats-server's (the same requests against a 3-server nats-server cluster are
+compared in test_jscluster_moves_go.py)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import nats
+import pytest
+
+from rillet.config.options import User
+from rillet.app.embed import run_cluster
+
+USERS = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]
+WAIT = 30.0  # (CI: two loaded cores)
+
+
+async def _until(cond, timeout: float = WAIT, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def _url(srv, user: str) -> str:
+    return srv.client_url.replace("nats://", f"nats://{user}:{user}@")
+
+
+async def _api(nc, subject: str, body=None, timeout: float = 10.0) -> dict:
+    data = json.dumps(body).encode() if body is not None else b""
+    return json.loads((await nc.request(subject, data, timeout=timeout)).data)
+
+
+def _sa(srv, name: str):
+    return srv.jetstream.cluster.state.stream("$G", name)
+
+
+def _leader(servers):
+    return next(s for s in servers if s.jetstream.cluster.is_leader())
+
+
+def _on(servers, name: str) -> set:
+    """The servers whose assignment of ``name`` (as the meta leader has it) lists them, once it is settled
+    (no desired state) and exactly those servers hold a replica; else None."""
+    sa = _sa(_leader(servers), name)
+    if sa is None or sa.group.desired is not None:
+        return None
+    peers = set(sa.group.peers)
+    names = set()
+    for s in servers:
+        has = s.jetstream.cluster.streams.replica("$G", name) is not None
+        if has != (s.jetstream.cluster.peer in peers):
+            return None
+        if has:
+            names.add(s.name)
+    return names
+
+
+def _messages(servers, name: str) -> list[int]:
+    return sorted(s.jetstream.cluster.streams.replica("$G", name).stream.store.state().msgs for s in servers
+                  if s.jetstream.cluster.streams.replica("$G", name) is not None)
+
+
+@pytest.fixture
+async def cluster():
+    async with run_cluster(3, jetstream=True, system_account="SYS", users=USERS) as servers:
+        yield servers
+
+
+async def _r1(nc, name: str, n: int = 3) -> str:
+    r = await _api(nc, f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [name.lower()],
+                                                         "num_replicas": 1})
+    assert "error" not in r, r
+    for i in range(n):
+        await _api(nc, name.lower(), {"i": i})
+    return r["cluster"]["leader"]
+
+
+async def test_move_and_cancel_as_nats_server(cluster):
+    nc = await nats.connect(_url(cluster[0], "a"))
+    sysc = await nats.connect(_url(cluster[1], "sys"))
+    try:
+        src = await _r1(nc, "MV")
+        others = [s.name for s in cluster if s.name != src]
+        # errors, in nats-server's words and order
+        assert (await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.NOPE", {}))["error"]["err_code"] == 10059
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.NOACC.MV", {})
+        assert r == {"type": "io.nats.jetstream.api.v1.stream_update_response",
+                     "error": {"code": 503, "err_code": 10035, "description": "account not found"}}, r
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.MV", {"server": "nosuch"})
+        assert r["error"] == {"code": 400, "err_code": 10044,
+                              "description": "server is not a member of the cluster"}, r
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.MV", {"server": others[0]})
+        assert r["error"] == {"code": 400, "err_code": 10040, "description": "peer not a member"}, r
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.MV", {"bogus": 1})
+        assert r["error"]["err_code"] == 10025, r
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.$G.MV")
+        assert r["error"] == {"code": 400, "err_code": 10129,
+                              "description": "stream reconfiguration not in progress"}, r
+        r = await _api(nc, "$JS.API.STREAM.CANCEL_MOVE.MV")
+        assert r == {"type": "io.nats.jetstream.api.v1.stream_update_response", "error": {
+            "code": 400, "err_code": 10129, "description": "stream reconfiguration not in progress"}}, r
+        r = await _api(nc, "$JS.API.STREAM.CANCEL_MOVE.NOPE")
+        assert r["error"]["err_code"] == 10059, r
+
+        # a move off its server: answered with the stream's info, then it ends elsewhere with its messages
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.MV", {"server": src})
+        assert r["type"] == "io.nats.jetstream.api.v1.stream_update_response" and "error" not in r, r
+        assert r["config"]["num_replicas"] == 1 and "placement" not in r["config"], r
+        await _until(lambda: (_on(cluster, "MV") or {src}) != {src}, what="moved off its server")
+        await _until(lambda: _messages(cluster, "MV") == [3], what="3 messages moved")
+        info = await _api(nc, "$JS.API.STREAM.INFO.MV")
+        assert info["cluster"]["leader"] != src and info["state"]["messages"] == 3, info
+
+        # the stream's account may move its own stream (nats-server: the subject names the requester's account)
+        now = info["cluster"]["leader"]
+        r = await _api(nc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.MV", {"server": now})
+        assert "error" not in r and r["type"] == "io.nats.jetstream.api.v1.stream_update_response", r
+        await _until(lambda: (_on(cluster, "MV") or {now}) != {now}, what="moved again")
+        await _until(lambda: _messages(cluster, "MV") == [3], what="3 messages moved again")
+        # ... but not another account's: no answer
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.request("$JS.API.ACCOUNT.STREAM.MOVE.OTHER.MV", b"{}", timeout=1.0)
+    finally:
+        await nc.close()
+        await sysc.close()
+
+
+async def test_cancel_rolls_back_a_move_under_way(cluster):
+    nc = await nats.connect(_url(cluster[2], "a"))
+    sysc = await nats.connect(_url(cluster[0], "sys"))
+    try:
+        src = await _r1(nc, "CM", 5)
+        ml = _leader(cluster)
+        ml.jetstream.cluster._reconciling.add(("$G", "CM"))  # (the meta leader holds the move where it is)
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.CM", {"server": src})
+        assert "error" not in r, r
+        ds = _sa(ml, "CM").group.desired
+        assert ds["move"] and ds["origin"]["peers"] == _sa(ml, "CM").group.peers and ds["origin"]["replicas"] == 1
+        # a second move, a scale: refused while it is under way
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.CM", {})
+        assert r["error"] == {"code": 400, "err_code": 10124, "description": "stream move already in progress"}, r
+        cfg = {"name": "CM", "subjects": ["cm"], "num_replicas": 3}
+        r = await _api(nc, "$JS.API.STREAM.UPDATE.CM", cfg)
+        assert r["error"]["err_code"] == 10124, r
+        r = await _api(nc, "$JS.API.STREAM.CANCEL_MOVE.CM")
+        assert "error" not in r and r["type"] == "io.nats.jetstream.api.v1.stream_update_response", r
+        ds = _sa(ml, "CM").group.desired
+        assert ds["peers"] == ds["origin"]["peers"] and ds["move"], ds
+        ml.jetstream.cluster._reconciling.discard(("$G", "CM"))
+        await _until(lambda: _on(cluster, "CM") == {src}, what="back on its first server")
+        assert _messages(cluster, "CM") == [5]
+        r = await _api(nc, "$JS.API.STREAM.CANCEL_MOVE.CM")
+        assert r["error"]["err_code"] == 10129, r
+
+        # a scale R1 -> R2 cancelled: back to R1 on its server, config included
+        ml = _leader(cluster)
+        ml.jetstream.cluster._reconciling.add(("$G", "CM"))
+        r = await _api(nc, "$JS.API.STREAM.UPDATE.CM", dict(cfg, num_replicas=2))
+        assert "error" not in r and r["config"]["num_replicas"] == 2, r
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.CM", {})
+        assert r["error"] == {"code": 400, "err_code": 10226,
+                              "description": "stream reconfiguration already in progress"}, r
+        r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.$G.CM")
+        assert "error" not in r and r["config"]["num_replicas"] == 1, r
+        ml.jetstream.cluster._reconciling.discard(("$G", "CM"))
+        await _until(lambda: _on(cluster, "CM") == {src}, what="back to R1")
+        info = await _api(nc, "$JS.API.STREAM.INFO.CM")
+        assert info["config"]["num_replicas"] == 1 and info["state"]["messages"] == 5, info
+    finally:
+        await nc.close()
+        await sysc.close()
+
+
+async def test_stream_peer_evacuate(cluster):
+    nc = await nats.connect(_url(cluster[1], "a"))
+    try:
+        src = await _r1(nc, "EV")
+        typ = "io.nats.jetstream.api.v1.stream_remove_peer_response"
+        r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.EV")
+        assert r == {"type": typ, "error": {"code": 400, "err_code": 10003, "description": "bad request"}}, r
+        r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.EV", {"peer": "nosuch"})
+        assert r == {"type": typ, "error": {"code": 400, "err_code": 10040, "description": "peer not a member"}}, r
+        r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.NOPE", {"peer": src})
+        assert r["error"]["err_code"] == 10059, r
+        r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.EV", {"peer": src})
+        assert r == {"type": typ, "success": True}, r
+        await _until(lambda: (_on(cluster, "EV") or {src}) != {src}, what="evacuated")
+        await _until(lambda: _messages(cluster, "EV") == [3], what="3 messages kept")
+        # an R3 stream on three servers: nowhere to go (10075), nothing changes
+        r = await _api(nc, "$JS.API.STREAM.CREATE.E3", {"name": "E3", "subjects": ["e3"], "num_replicas": 3})
+        assert "error" not in r, r
+        r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.E3", {"peer": cluster[0].name})
+        assert r == {"type": typ, "error": {"code": 503, "err_code": 10075, "description": "peer remap failed"}}, r
+        assert _sa(_leader(cluster), "E3").group.desired is None
+    finally:
+        await nc.close()
+
+
+async def test_server_evacuate(cluster):
+    nc = await nats.connect(_url(cluster[0], "a"))
+    sysc = await nats.connect(_url(cluster[2], "sys"))
+    try:
+        for name in ("V1", "V2"):
+            r = await _api(nc, f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [name.lower()],
+                                                                 "num_replicas": 1, "placement": None})
+            assert "error" not in r, r
+        r = await _api(nc, "$JS.API.STREAM.CREATE.V3", {"name": "V3", "subjects": ["v3"], "num_replicas": 3})
+        assert "error" not in r, r
+        for s in ("v1", "v2", "v3"):
+            await _api(nc, s, {"x": 1})
+        victim = (await _api(nc, "$JS.API.STREAM.INFO.V1"))["cluster"]["leader"]
+        typ = "io.nats.jetstream.api.v1.meta_server_remove_response"
+        r = await _api(sysc, "$JS.API.SERVER.EVACUATE")
+        assert r == {"type": typ, "error": {"code": 400, "err_code": 10003, "description": "bad request"}}, r
+        r = await _api(sysc, "$JS.API.SERVER.EVACUATE", {"peer": "nosuch"})
+        assert r == {"type": typ, "error": {"code": 400, "err_code": 10044,
+                                            "description": "server is not a member of the cluster"}}, r
+        r = await _api(sysc, "$JS.API.SERVER.EVACUATE", {"peer": victim})
+        assert r == {"type": typ, "success": True}, r
+        # every stream off it: the R1 ones moved, the R3 one down to two replicas, the server excluded
+        for name in ("V1", "V2"):
+            await _until(lambda: (_on(cluster, name) or {victim}) - {victim} == (_on(cluster, name) or {victim}),
+                         what=f"{name} off {victim}")
+        await _until(lambda: _on(cluster, "V3") == {s.name for s in cluster} - {victim}, what="V3 on two")
+        vid = next(s.jetstream.cluster.peer for s in cluster if s.name == victim)
+        assert _sa(_leader(cluster), "V3").group.excluded == [vid]
+        for name in ("V1", "V2", "V3"):
+            info = await _api(nc, f"$JS.API.STREAM.INFO.{name}")
+            assert info["state"]["messages"] == 1 and info["cluster"]["leader"] != victim, info
+        # the evacuated server stays out: no replica put back on it by the meta leader's healing
+        await asyncio.sleep(2.5)  # (RECONCILE_EVERY: the healing looks every 2 s)
+        assert _on(cluster, "V3") == {s.name for s in cluster} - {victim}
+        # a non-system account gets no answer (nats-server: the system account's only)
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.request("$JS.API.SERVER.EVACUATE", json.dumps({"peer": victim}).encode(), timeout=1.0)
+    finally:
+        await nc.close()
+        await sysc.close()
