@@ -139,21 +139,21 @@ class Stats:
     error: str = ""
 
 
+@dataclass(eq=False)
 class Engine:
     """Fetches /varz and /connz and computes the rates between two polls."""
 
-    def __init__(self, base: str, conns: int, sort: str, delay: float, ssl_ctx: ssl.SSLContext | None = None,
-                 display_subs: bool = False) -> None:
-        self.base = base
-        self.conns = conns
-        self.sort = sort
-        self.delay = delay
-        self.ssl_ctx = ssl_ctx
-        self.display_subs = display_subs
-        self.show_rates = False
-        self.last: Stats | None = None
-        self.last_conns: dict[int, dict] = {}
-        self.last_poll = 0.0
+    base: str
+    conns: int
+    sort: str
+    delay: float
+    ssl_ctx: ssl.SSLContext | None = None
+    display_subs: bool = False
+    # the state between polls
+    show_rates: bool = field(default=False, init=False)
+    last: Stats | None = field(default=None, init=False)
+    last_conns: dict[int, dict] = field(default_factory=dict, init=False)
+    last_poll: float = field(default=0.0, init=False)
 
     def request(self, path: str) -> dict:
         url = self.base + path
