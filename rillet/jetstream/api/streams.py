@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 
 from rillet.gocompat.gotime import format_time
@@ -54,9 +54,36 @@ class StreamApi:
     def stream_create(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> object:
         # the stream's files are written and synced off the loop (and a large config is checked there), the
         # API queue held meanwhile so that requests keep their order: see _create_async
-        self.js.api_queue.hold()
-        self.js.loop.create_task(self._create_async(args, reply, body))
+        self._in_steps(self._create_async(args, reply, body), reply, "stream_create", "a stream create")
         return NOT_COUNTED
+
+    def _in_steps(self, work: Coroutine[Any, Any, None], reply: bytes | None, name: str, what: str) -> None:
+        """Answer the request ``name`` (``what``, in a log line) with ``work``, in steps off this callback:
+        the API queue held until it is done (requests keep their order), a failure answered as the router
+        answers one, and the request counted."""
+        q = self.js.api_queue
+        q.hold()
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception as e:
+                self._answer_failure(reply, T + name + "_response", e, name, what)
+            finally:
+                self.jsa.api_total += 1
+                q.release()
+                self.js.server.schedule_flush()
+        self.js.loop.create_task(run())
+
+    def _streams_snapshot(self, skip: str = "") -> tuple[dict[str, Any], Callable[[list[str]], bool]]:
+        """The account's stream configs and an overlap check against their subjects (but ``skip``'s), for
+        checks run in a worker thread (the API queue held: no request changes them meanwhile)."""
+        cfgs = {n: st.cfg for n, st in self.jsa.streams.items()}
+        stored = [b for n, c in cfgs.items() if n != skip for b in c.subjects or []]
+
+        def overlap(subjects: list[str]) -> bool:
+            return bool(stored) and any_collision(stored, subjects)
+        return cfgs, overlap
 
     async def _create_async(self, args: list[str], reply: bytes | None, body: bytes) -> None:
         """``stream_create`` in steps, with the same checks and answers. A large config (thousands of
@@ -64,59 +91,45 @@ class StreamApi:
         is held, so no other request changes them meanwhile); the stream's directory and meta.json are
         written and synced in a worker thread; a large config's subject subscriptions are added
         SUBSCRIBE_BATCH per loop pass before the answer goes out."""
-        q = self.js.api_queue
         loop = self.js.loop
-        typ = T + "stream_create_response"
+        name = args[0] if args else ""
+        existing = self.jsa.streams.get(name)
+        kw = dict(is_create=True, subject_name=name, account_limits=self.jsa.limits,
+                  server_limits=self.js.server_limits, strict=self.js.strict,
+                  existing=existing.cfg if existing is not None else None)
+        if len(body) > BIG_CONFIG:
+            cfgs, overlap = self._streams_snapshot()
+            cfg = await loop.run_in_executor(None, lambda: SC.normalize_stream_config(
+                body, lookup_stream=cfgs.get, subjects_overlap=overlap, **kw))
+        else:
+            cfg = SC.normalize_stream_config(body, lookup_stream=self._lookup, subjects_overlap=self._overlap(), **kw)
+        if existing is not None:  # the same configuration again: its info, still "did_create"
+            self.respond(reply, {"type": T + "stream_create_response", **stream_info_dict(existing),
+                                 "did_create": True})
+            return
+        self._check_supported(cfg)
+        self._check_limits(cfg)
+        created = format_time(now_ns())
+        if cfg.storage != "memory":  # (a memory stream has nothing on disk)
+            await loop.run_in_executor(None, self.jsa.write_meta_of, cfg, created)
+        if name in self.jsa.streams:  # (not through the API: a stream restored or recovered meanwhile)
+            raise ApiError.make("STREAM_NAME_EXIST")
+        subjects = list(cfg.subjects or [])
+        big = len(subjects) > SUBSCRIBE_BATCH
+        if big:
+            cfg.subjects = subjects[:SUBSCRIBE_BATCH]  # the rest is subscribed below, a batch per loop pass
         try:
-            name = args[0] if args else ""
-            existing = self.jsa.streams.get(name)
-            kw = dict(is_create=True, subject_name=name, account_limits=self.jsa.limits,
-                      server_limits=self.js.server_limits, strict=self.js.strict,
-                      existing=existing.cfg if existing is not None else None)
-            if len(body) > BIG_CONFIG:
-                cfgs = {n: st.cfg for n, st in self.jsa.streams.items()}
-                stored = [b for c in cfgs.values() for b in c.subjects or []]
-
-                def overlap(subjects: list[str]) -> bool:
-                    return bool(stored) and any_collision(stored, subjects)
-
-                cfg = await loop.run_in_executor(None, lambda: SC.normalize_stream_config(
-                    body, lookup_stream=cfgs.get, subjects_overlap=overlap, **kw))
-            else:
-                cfg = SC.normalize_stream_config(body, lookup_stream=self._lookup, subjects_overlap=self._overlap(),
-                                                 **kw)
-            if existing is not None:  # the same configuration again: its info, still "did_create"
-                self.respond(reply, {"type": typ, **stream_info_dict(existing), "did_create": True})
-                return
-            self._check_supported(cfg)
-            self._check_limits(cfg)
-            created = format_time(now_ns())
-            if cfg.storage != "memory":  # (a memory stream has nothing on disk)
-                await loop.run_in_executor(None, self.jsa.write_meta_of, cfg, created)
-            if name in self.jsa.streams:  # (not through the API: a stream restored or recovered meanwhile)
-                raise ApiError.make("STREAM_NAME_EXIST")
-            subjects = list(cfg.subjects or [])
-            big = len(subjects) > SUBSCRIBE_BATCH
-            if big:
-                cfg.subjects = subjects[:SUBSCRIBE_BATCH]  # the rest is subscribed below, a batch per loop pass
-            try:
-                stream = self.jsa.open_stream(cfg, created, write_meta=False)
-            finally:
-                if big:
-                    cfg.subjects = subjects  # (not otherwise: a stream without subjects keeps None, not [])
-            if big:
-                for i in range(SUBSCRIBE_BATCH, len(subjects), SUBSCRIBE_BATCH):
-                    await asyncio.sleep(0)
-                    if stream.closed:
-                        break
-                    stream.subscribe_subjects(subjects[i:i + SUBSCRIBE_BATCH])
-            self._created(stream, reply)
-        except Exception as e:
-            self._answer_failure(reply, typ, e, "stream_create", "a stream create")
+            stream = self.jsa.open_stream(cfg, created, write_meta=False)
         finally:
-            self.jsa.api_total += 1
-            q.release()
-            self.js.server.schedule_flush()
+            if big:
+                cfg.subjects = subjects  # (not otherwise: a stream without subjects keeps None, not [])
+        if big:
+            for i in range(SUBSCRIBE_BATCH, len(subjects), SUBSCRIBE_BATCH):
+                await asyncio.sleep(0)
+                if stream.closed:
+                    break
+                stream.subscribe_subjects(subjects[i:i + SUBSCRIBE_BATCH])
+        self._created(stream, reply)
 
     def _created(self, stream: Stream, reply: bytes | None) -> None:
         cfg = stream.cfg
@@ -166,8 +179,7 @@ class StreamApi:
         if len(body) > BIG_CONFIG:
             # a large config is checked in a worker thread and its subjects' subscriptions changed in
             # steps, the API queue held meanwhile: see _update_async
-            self.js.api_queue.hold()
-            self.js.loop.create_task(self._update_async(args, reply, body))
+            self._in_steps(self._update_async(args, reply, body), reply, "stream_update", "a stream update")
             return NOT_COUNTED
         name = args[0] if args else ""
         stream = self.jsa.streams.get(name)
@@ -185,34 +197,20 @@ class StreamApi:
         stream's log; once applied, the subscriptions of the subjects that went are removed and those of
         the new ones added SUBSCRIBE_BATCH per loop pass (the ones kept stay: no gap for them) before the
         answer goes out."""
-        q = self.js.api_queue
         loop = self.js.loop
-        typ = T + "stream_update_response"
-        try:
-            name = args[0] if args else ""
-            stream = self.jsa.streams.get(name)
-            cfgs = {n: st.cfg for n, st in self.jsa.streams.items()}
-            stored = [b for n, c in cfgs.items() if n != name for b in c.subjects or []]
-
-            def overlap(subjects: list[str]) -> bool:
-                return bool(stored) and any_collision(stored, subjects)
-
-            kw = dict(subject_name=name, lookup_stream=cfgs.get, subjects_overlap=overlap,
-                      account_limits=self.jsa.limits, server_limits=self.js.server_limits, strict=self.js.strict,
-                      consumers=[(n, c.cfg) for n, c in stream.consumers.items()] if stream is not None else None)
-            cfg = await loop.run_in_executor(None, lambda: SC.normalize_stream_update(
-                stream.cfg if stream is not None else None, body, **kw))
-            if stream is None or self.jsa.streams.get(name) is not stream:  # (gone meanwhile)
-                raise ApiError.make("STREAM_NOT_FOUND")
-            applied: asyncio.Future = loop.create_future()
-            self._update_checked(stream, cfg, reply, applied)
-            await applied
-        except Exception as e:
-            self._answer_failure(reply, typ, e, "stream_update", "a stream update")
-        finally:
-            self.jsa.api_total += 1
-            q.release()
-            self.js.server.schedule_flush()
+        name = args[0] if args else ""
+        stream = self.jsa.streams.get(name)
+        cfgs, overlap = self._streams_snapshot(skip=name)
+        kw = dict(subject_name=name, lookup_stream=cfgs.get, subjects_overlap=overlap,
+                  account_limits=self.jsa.limits, server_limits=self.js.server_limits, strict=self.js.strict,
+                  consumers=[(n, c.cfg) for n, c in stream.consumers.items()] if stream is not None else None)
+        cfg = await loop.run_in_executor(None, lambda: SC.normalize_stream_update(
+            stream.cfg if stream is not None else None, body, **kw))
+        if stream is None or self.jsa.streams.get(name) is not stream:  # (gone meanwhile)
+            raise ApiError.make("STREAM_NOT_FOUND")
+        applied: asyncio.Future = loop.create_future()
+        self._update_checked(stream, cfg, reply, applied)
+        await applied
 
     def _update_checked(self, stream: Any, cfg: Any, reply: bytes | None,
                         applied: asyncio.Future | None = None) -> None:
