@@ -148,6 +148,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         fs = _cfg(cfg, "filter_subject", "")
         fss = list(_cfg(cfg, "filter_subjects", []) or [])
         self.filters: list[str] = [fs] if fs else fss
+        self._mcache: tuple[list[str], dict[str, bool]] = (self.filters, {})  # (_matches)
         self.filters_wc = [subject_has_wildcard(f) for f in self.filters]
         self.replay_original = _cfg(cfg, "replay_policy", "instant") == "original"
         self.rate_bps = int(_cfg(cfg, "rate_limit_bps", 0) or 0)
@@ -380,12 +381,28 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
     # ---- helpers ------------------------------------------------------------------------------------
 
     def _matches(self, subject: str) -> bool:
-        if not self.filters:
+        filters = self.filters
+        if not filters:
             return True
-        for f in self.filters:
+        # the answers for the subjects seen lately, for these filters (a new config brings a new list): the
+        # stream asks for every stored message (delivery, interest retention), mostly on a few subjects
+        mc = self._mcache
+        if mc[0] is filters:
+            r = mc[1].get(subject)
+            if r is not None:
+                return r
+        else:
+            mc = self._mcache = (filters, {})
+        r = False
+        for f in filters:
             if subject_matches_filter(subject, f):
-                return True
-        return False
+                r = True
+                break
+        d = mc[1]
+        if len(d) >= 4096:
+            d.clear()
+        d[subject] = r
+        return r
 
     def _has_interest(self) -> bool:
         # (through a stream export: when the importing account listens, see Account.has_interest)
@@ -469,7 +486,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         damage a read found while running) and does not match; one whose subject is not known (found by the
         open-time scan) may be its own: it waits for it."""
         rep = self.stream.replication
-        if rep is None or not rep.refetches_damage():
+        if rep is None or not rep.refetches_damage(seq):
             return False
         if not self.filters:
             return True
@@ -481,7 +498,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         """The message could not be read because its record is damaged, and the stream is replicated: the replica
         fetches it again (StreamReplica.refetch_damaged), so it is waited for rather than skipped."""
         rep = self.stream.replication
-        return isinstance(err, ErrStoreCorrupt) and rep is not None and rep.refetches_damage()
+        return isinstance(err, ErrStoreCorrupt) and rep is not None and rep.refetches_damage(getattr(err, "seq", 0))
 
     def _read(self, seq: int) -> Any:
         """The message at ``seq`` for delivery: None when deleted or missing, and when the store cannot
