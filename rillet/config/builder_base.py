@@ -7,7 +7,6 @@ from rillet.config.options import Options
 from rillet.gocompat.goquote import go_type
 
 from .errors import ConfigError
-from .ocsp_section import check_stapling
 from .typed import Field, unknown_field
 
 
@@ -46,7 +45,8 @@ class BuilderBase:
         o = self.o
         o.config_warnings = [str(w) for w in self.warnings]
         o.tls_required = o.tls is not None and not o.allow_non_tls
-        if not self.errors:
+        if not self.errors and o.any_tls():  # (no tls block: nothing to staple, ocsp_section not loaded)
+            from .ocsp_section import check_stapling
             staple_error = check_stapling(o)
             if staple_error is not None:
                 self.errors.append(staple_error)

@@ -243,5 +243,20 @@ class Options:
             return self.tls.timeout
         return DEFAULT_AUTH_TIMEOUT
 
+    def any_tls(self) -> bool:
+        """Is a tls block configured anywhere: client port, websocket, MQTT, cluster, gateway (or a remote
+        gateway), leaf nodes (or a remote)? Without one no OCSP setting can act, and a server does not load
+        rillet.config.ocsp_section or rillet.server.tls (issue 20: idle memory)."""
+        if self.tls is not None or self.websocket.tls is not None or self.cluster.tls is not None:
+            return True
+        if isinstance(self.mqtt, dict) and self.mqtt.get("tls") is not None:
+            return True
+        for block in (self.gateway_opts, self.leaf):
+            if block is not None and (getattr(block, "tls", None) is not None or any(
+                    getattr(r, "tls", None) is not None
+                    for r in (getattr(block, "gateways", None) or getattr(block, "remotes", None) or ()))):
+                return True
+        return False
+
     def auth_required(self) -> bool:
         return bool(self.username or self.authorization or self.users or self.nkeys)

@@ -20,7 +20,7 @@ import ssl
 import sys
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import rillet
 from rillet import lane
@@ -31,14 +31,28 @@ from rillet.server.listen import hostport, listening_socket
 from rillet.server.logging import Logger
 from rillet.server.subsystems import Core, Subsystems
 from rillet.config.options import RANDOM_PORT, Options
-from rillet.server.tls import THROTTLED, RateCounter, TLSClientListener, make_server_context, pinned_error, \
-    recheck_pinned
-from rillet.server.tls import reload_context as tls_reload_context
-from rillet.server.tls import start_tls_after_info
-from rillet.config.ocsp_section import peer_configs as ocsp_peer_configs
-from rillet.config.ocsp_section import stapling_wanted as ocsp_stapling_wanted
 from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
 from rillet.gocompat.gotime import format_seconds
+
+if TYPE_CHECKING:
+    from rillet.server.tls import RateCounter
+
+# rillet.server.tls and rillet.config.ocsp_section are imported where TLS is configured or used, not here: a
+# server without TLS does not load them (issue 20, idle memory; tests/test_idle_rss.py)
+
+
+def ocsp_peer_configs(o: Options) -> list[Any]:
+    """The ocsp_peer settings in force in ``o`` (rillet.config.ocsp_section.peer_configs), without loading that
+    module when no tls block is configured (``Options.any_tls``)."""
+    if not o.any_tls():
+        return []
+    from rillet.config.ocsp_section import peer_configs
+    return peer_configs(o)
+
+
+def _ocsp_stapling_wanted(o: Options) -> bool:
+    from rillet.config.ocsp_section import stapling_wanted
+    return stapling_wanted(o)
 
 
 class ClosedClient:
@@ -112,8 +126,9 @@ class Server:
             self.gateways_out, self.gateways_in = self.gateway.out, self.gateway.ins
         self.leafs: dict[int, Any] = {}
         self.internal_clients: list[InternalClient] = []
-        from rillet.server.account_config import configure_accounts
-        configure_accounts(self)  # per-account mappings, limits, exports/imports; ValueError: refuse to start
+        if o.accounts:  # (configure_accounts does nothing without them: not loaded then)
+            from rillet.server.account_config import configure_accounts
+            configure_accounts(self)  # per-account mappings, limits, exports/imports; ValueError: refuse to start
         self.auth_callout: Any = None
         if isinstance(o.extra, dict) and o.extra.get("auth_callout") is not None:  # (loaded only then)
             from rillet.server import auth_callout
@@ -204,9 +219,10 @@ class Server:
         if self.operator is not None:
             self.operator.log_start()
         if (o.tls is not None or o.websocket.tls is not None or isinstance(o.mqtt, dict) and o.mqtt.get("tls")) \
-                and ocsp_stapling_wanted(o):
+                and _ocsp_stapling_wanted(o):
             await self._prepare_stapling()  # ValueError: the server does not start (as nats-server)
         if o.tls is not None:
+            from rillet.server.tls import make_server_context
             self.tls_context = make_server_context(o.tls, self.staples.get("client"))
         if ocsp_peer_configs(o):
             self.ocsp_checker()  # the cache comes online (and is loaded) at start, as nats-server
@@ -258,6 +274,7 @@ class Server:
             if o.tls is not None:
                 # TLS: accepted by rillet.server.tls, which decides per connection between TLS first
                 # (handshake_first, with its fallback delay) and INFO first with the TLS upgrade
+                from rillet.server.tls import TLSClientListener
                 self._listener = TLSClientListener(self, lsock)  # type: ignore[assignment]
             else:
                 self._listener = await self.loop.create_server(
@@ -374,6 +391,7 @@ class Server:
                 and c.conn_type == "STANDARD" and self.opts.tls_required:
             c.start()  # (reading was paused by Client._register_for_tls; start_tls resumes it under TLS)
             if not self.tls_rate_allow():
+                from rillet.server.tls import THROTTLED
                 c.close("Maximum Connections Exceeded", THROTTLED)
                 return
             self.loop.create_task(self._upgrade_tls(c))
@@ -389,6 +407,7 @@ class Server:
             return True
         rc = self._tls_rate
         if rc is None or rc.limit != limit:
+            from rillet.server.tls import RateCounter
             rc = self._tls_rate = RateCounter(limit)
         if rc.allow():
             return True
@@ -434,6 +453,7 @@ class Server:
             mon.start()
             self.on_shutdown.append(mon.stop)
         if self.opts.tls is not None:
+            from rillet.server.tls import make_server_context
             self.tls_context = make_server_context(self.opts.tls, staples.get("client"))
 
     def ocsp_checker(self) -> Any:
@@ -490,6 +510,7 @@ class Server:
     def refuse_unpinned(self, c: Client, ssl_obj: Any) -> bool:
         """A TLS-first client whose certificate is not in pinned_certs: registered (so it shows among the
         closed connections) and closed as a TLS handshake failure, as nats-server does. False if it passes."""
+        from rillet.server.tls import pinned_error
         refused = pinned_error(ssl_obj, self.opts.tls.pinned_certs if self.opts.tls else [])
         if refused is None:
             return False
@@ -511,6 +532,7 @@ class Server:
         over the TLS transport and gets the held data.
         """
         assert c.transport is not None and self.tls_context is not None
+        from rillet.server.tls import pinned_error, start_tls_after_info
         holder = _TLSHolder(c)
         new_t = await start_tls_after_info(c, holder, self.tls_context,
                                            self.opts.tls.timeout if self.opts.tls else 2.0)
@@ -731,7 +753,8 @@ class Server:
         from rillet.server import auth_callout
         auth_callout.check_reload(self, new_opts)  # ValueError: the reload is refused before anything changes
         self.subsystems.check_reload(self, new_opts)  # the cluster, leafnodes and gateway blocks (ValueError)
-        from rillet.server.tls import stapling_reload_needed
+        from rillet.server.tls import recheck_pinned, stapling_reload_needed
+        from rillet.server.tls import reload_context as tls_reload_context
         restage = self.opts.tls is not None and new_opts.tls is not None and stapling_reload_needed(self, new_opts)
         new_tls_context = tls_reload_context(self, new_opts)  # ValueError: the reload is refused
         new_opts.port = old.port
