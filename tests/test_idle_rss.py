@@ -47,7 +47,11 @@ NOT_IN_PLAIN = ("aiohttp", "email", "tarfile", "logging.handlers", "rillet.jetst
                 # binding (nacl._sodium) alone; signing and verifying load them on first use
                 "nacl.bindings", "nacl.signing", "nacl.public",
                 # the json module: the INFO of the first client, $SYS requests and trace events import it
-                "json")
+                "json",
+                # TLS and OCSP with no tls block anywhere (Options.any_tls), the accounts block's exports, imports
+                # and service latency with no accounts block
+                "rillet.server.tls", "rillet.config.tls_names", "rillet.config.ocsp_section",
+                "rillet.server.account_config", "rillet.server.latency", "rillet.config.latency")
 NOT_IN_JS_MONITOR = ("aiohttp", "yarl", "multidict", "email", "html", "tarfile", "logging.handlers",
                      "rillet.jetstream.cluster", "rillet.raft", "rillet.cluster.protocol", "rillet.cli", "typer",
                      "rich", "nats", "pyspark",
@@ -162,3 +166,42 @@ def test_jetstream_monitoring_server_loads_what_it_uses(env, tmp_path):
     mods = _loaded(env, "-js", "-sd", str(tmp_path), "-m", "-1")
     assert "rillet.jetstream.manager" in mods and "rillet.monitor.httpd" in mods
     assert not _offenders(mods, NOT_IN_JS_MONITOR)
+
+
+
+@pytest.mark.parametrize("where", ["tls", "websocket", "mqtt", "cluster", "gateway", "gateway_remote", "leaf",
+                                   "leaf_remote"])
+def test_any_tls_sees_every_tls_block(where):
+    """Options.any_tls decides whether the OCSP checks (and rillet.config.ocsp_section) run at all: it must see
+    every block that ocsp_section's stapling_blocks and peer_configs read."""
+    from rillet.config.gateway_section import GatewayOptions, RemoteGateway
+    from rillet.config.leaf_section import LeafNodeOptions, RemoteLeafOptions
+    from rillet.config.ocsp_section import OCSPPeerConfig, peer_configs, stapling_blocks
+    from rillet.config.options import Options, TLSConfig
+
+    t = TLSConfig(cert_file="c.pem", ocsp_peer=OCSPPeerConfig(verify=True))
+    o = Options()
+    if where == "tls":
+        o.tls = t
+    elif where == "websocket":
+        o.websocket.tls = t
+    elif where == "mqtt":
+        o.mqtt = {"tls": t}
+    elif where == "cluster":
+        o.cluster.tls = t
+    elif where == "gateway":
+        o.gateway_opts = GatewayOptions(tls=t)
+    elif where == "gateway_remote":
+        o.gateway_opts = GatewayOptions(gateways=[RemoteGateway(name="B", tls=t)])
+    elif where == "leaf":
+        o.leaf = LeafNodeOptions(tls=t)
+    else:
+        o.leaf = LeafNodeOptions(remotes=[RemoteLeafOptions(tls=t)])
+    assert o.any_tls()
+    assert stapling_blocks(o) or peer_configs(o)  # (each case is a block that ocsp_section reads)
+    bare = Options()  # and blocks without a tls of their own
+    assert not bare.any_tls()
+    bare.gateway_opts = GatewayOptions(gateways=[RemoteGateway(name="B")])
+    bare.leaf = LeafNodeOptions(remotes=[RemoteLeafOptions()])
+    bare.mqtt = {"port": 1883}
+    assert not bare.any_tls() and not stapling_blocks(bare) and not peer_configs(bare)
