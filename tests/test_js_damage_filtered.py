@@ -40,7 +40,7 @@ class _Refetching:
     def consumer_count(self) -> int:
         return 0
 
-    def refetches_damage(self) -> bool:
+    def refetches_damage(self, seq: int = 0) -> bool:
         return True
 
     def refetch_damaged(self) -> bool:

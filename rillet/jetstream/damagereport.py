@@ -22,6 +22,9 @@ from rillet.durable import fsync_dir
 from rillet.gocompat.gotime import format_time
 
 FILE = "damage.json"
+# (replicated streams) the damaged sequences no replica holds a healthy copy of (stream_loss: every replica that
+# asked the others keeps them): not fetched again, kept damaged in place; the same format
+EVERYWHERE_FILE = "damage_everywhere.json"
 
 
 def to_ranges(seqs: Iterable[int]) -> list[list[int]]:
@@ -47,10 +50,10 @@ def from_ranges(ranges: Any) -> set[int]:
     return out
 
 
-def load(dirpath: str) -> dict | None:
+def load(dirpath: str, file: str = FILE) -> dict | None:
     """The report kept in ``dirpath`` (``reported`` as a set of sequences), or None when there is none. A file
     that cannot be read as one raises ValueError (OSError when it cannot be read at all)."""
-    path = os.path.join(dirpath, FILE)
+    path = os.path.join(dirpath, file)
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -66,10 +69,10 @@ def load(dirpath: str) -> dict | None:
     return d
 
 
-def save(dirpath: str, reported: Iterable[int], detected: str, server: str) -> None:
+def save(dirpath: str, reported: Iterable[int], detected: str, server: str, file: str = FILE) -> None:
     """Keep ``reported`` (temporary file fsynced, renamed over the old one, directory fsynced). Nothing left to
     keep (the damaged records went: purged, deleted) removes the file."""
-    path = os.path.join(dirpath, FILE)
+    path = os.path.join(dirpath, file)
     ranges = to_ranges(reported)
     if not ranges:
         try:
@@ -117,7 +120,10 @@ def report_new(stream: Any, lost: list[int], when: str) -> None:
     more = f", {len(lost)} in all" if len(lost) > len(new) else ""
     js.log.error(f"{where}: {len(new)} message(s) lost to damaged records found {when} (first {first}{more}): "
                  f"no replica to fetch them from")
-    js.advisories.stream_data_lost(stream.jsa, stream.name, {"msgs": new, "bytes": 0, "cause": "damaged records"})
+    rep = stream.replication
+    if rep is None or getattr(rep, "leader", True):  # (a replicated stream's: its leader's advisory)
+        js.advisories.stream_data_lost(stream.jsa, stream.name, {"msgs": new, "bytes": 0,
+                                                                 "cause": "damaged records"})
     seen.intersection_update(lost)
     seen.update(new)
     if not stream._damage_detected:

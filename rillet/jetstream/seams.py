@@ -214,8 +214,9 @@ class StreamReplication(Protocol):
     def consumer_count(self) -> int:
         """The stream's consumers as the meta layer's assignment has them, cluster-wide (0: unknown)."""
 
-    def refetches_damage(self) -> bool:
-        """Damaged records are fetched again from another replica (``refetch_damaged``): a reader waits for them."""
+    def refetches_damage(self, seq: int = 0) -> bool:
+        """Damaged records are fetched again from another replica (``refetch_damaged``): a reader waits for them
+        (``seq``, when given: that one is; not one known to be damaged on every replica)."""
 
     def refetch_damaged(self) -> bool:
         """The store found damaged records while running (``state().lost``): fetch them again from a healthy

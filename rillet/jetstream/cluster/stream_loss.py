@@ -3,19 +3,25 @@ streams.py): the sequences a lazily synced leader reserves before it acknowledge
 group's hard state, so that a majority's unclean stop never hands a sequence out twice), the loss reports of
 committed entries gone from every member and of a majority's unsynced tail (``_data_lost``, ``_tail_lost``,
 proposed as a ``LOST`` entry and applied by every replica), and damaged records of the store fetched again from
-another replica (``refetch_damaged``)."""
+another replica (``refetch_damaged``), or reported lost when no replica holds a healthy copy (``_probe_damage``:
+the other replicas are asked first)."""
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from rillet.gocompat.gotime import format_time
+from rillet.jetstream import damagereport
 from rillet.jetstream.cluster import lossreport, monitor
 from rillet.jetstream.cluster.consumers import send_advisory
 from rillet.jetstream.cluster.log import LOST
 from rillet.jetstream.log import Entry, NotLeader
+from rillet.jetstream.store.base import ErrStoreClosed, ErrStoreCorrupt, StoreError
 
 if TYPE_CHECKING:
     from rillet.jetstream.cluster.clustered import ClusteredStreams
@@ -23,6 +29,8 @@ if TYPE_CHECKING:
 RESERVE_SEQS = 8192  # (lazy sync) sequences a stream leader reserves in its saved hard state at a time
 REFETCH_HANDOVER = 2.0  # seconds between a leader's handovers to fetch damaged records again (refetch_damaged)
 RESERVE_IDLE = 1.0  # seconds without an applied entry after which a leader releases what it reserved
+PROBE_WAIT = 1.0  # seconds a replica with damaged records waits for the others' answers about their copies
+PROBE_MAX = 256  # damaged sequences asked about in one probe (the first ones)
 
 _enc = msgspec.msgpack.Encoder()
 
@@ -42,6 +50,7 @@ class StreamLossMixin:
     leader: bool
     replay_seq: int
     refetch: int
+    creps: dict
     data_lost: Any
     skipped: Any
     _floor: int
@@ -53,6 +62,14 @@ class StreamLossMixin:
     _refetch_due: bool
     _refetch_handover: float
     _wake_from: int
+    # (refetch_damaged) what the other replicas said of their copies of this store's damaged records
+    _everywhere: frozenset | None = None  # damaged sequences no replica holds healthy (lost_everywhere)
+    _probe_sub: Any = None  # (every replica) the subscription answering the others' probes
+    _probe_task: Any = None
+    _probe_at = -1e9  # when the last probe's answers were in
+    _probe_seqs: tuple = ()  # what it asked about
+    _probe_healthy: dict | None = None  # sequence -> a peer holding a healthy copy
+    _probe_unknown = False  # not every replica answered (or one was behind): nothing concluded
 
     if TYPE_CHECKING:
         name: str
@@ -63,15 +80,21 @@ class StreamLossMixin:
         def _feed(self) -> None: ...
 
     @staticmethod
-    def _drop_damaged(store: Any, cfg: Any, jsa: Any, js: Any) -> int:
+    def _drop_damaged(store: Any, cfg: Any, jsa: Any, js: Any, keep: frozenset | None = None) -> int:
         """A replica whose store found damaged records on opening (a bit flip, a torn write: records failing their
         checksum, which the store reports lost) does not serve them as holes: the store is cut back to the last
         sequence before the first damaged one and the rest comes again as after any restart, from this member's
         log (its entries past the cut are applied again) or, for what its log holds only as a snapshot, from the
-        stream leader through the catch-up (``restore``/``_catch_up``). Returns how many sequences were cut."""
+        stream leader through the catch-up (``restore``/``_catch_up``). Damaged records no replica holds a
+        healthy copy of (``keep``; read from the stream's directory when not given: ``lost_everywhere``) stay
+        where they are, reported lost. Returns how many sequences were cut."""
         if cfg.storage == "memory":
             return 0
         lost = store.state().lost
+        if lost:
+            if keep is None:
+                keep = StreamLossMixin._load_everywhere(jsa, cfg, js)
+            lost = [s for s in lost if s not in keep]
         if not lost:
             return 0
         last = store.last_seq
@@ -82,35 +105,73 @@ class StreamLossMixin:
         store.truncate(cut)
         return last - cut
 
-    def refetches_damage(self) -> bool:
-        """(StreamReplication) Damaged records of this replica's store are fetched again from another replica."""
-        return len(self.group.peers) > 1 and self.stream.cfg.storage != "memory"
+    def refetches_damage(self, seq: int = 0) -> bool:
+        """(StreamReplication) Damaged records of this replica's store are fetched again from another replica
+        (``seq``, when given: that one is, it is not known to be damaged on every replica)."""
+        return (len(self.group.peers) > 1 and self.stream.cfg.storage != "memory"
+                and not (seq and seq in self.lost_everywhere))
+
+    @property
+    def lost_everywhere(self) -> frozenset:
+        """The damaged sequences of this store that no replica holds a healthy copy of (``_probe_damage``): kept
+        damaged in place and reported lost as an R1 stream's are, never fetched again (kept in the stream's
+        directory: damagereport.EVERYWHERE_FILE)."""
+        if self._everywhere is None:
+            self._everywhere = self._load_everywhere(self.jsa, self.stream.cfg, self.cs.js)
+        return self._everywhere
+
+    @staticmethod
+    def _load_everywhere(jsa: Any, cfg: Any, js: Any) -> frozenset:
+        try:
+            d = damagereport.load(jsa.stream_dir(cfg.name), damagereport.EVERYWHERE_FILE)
+        except (OSError, ValueError) as e:  # (fetched again, as if never concluded: the replicas are asked again)
+            js.log.error(f"JetStream cluster stream '{jsa.account.name} > {cfg.name}': {e}")
+            return frozenset()
+        return frozenset(d["reported"]) if d is not None else frozenset()
 
     def refetch_damaged(self) -> bool:
-        """(StreamReplication) The store found damaged records while running (a read failed the checksum): they
-        are fetched again as damage found when the store opens is (``_drop_damaged``): the store is cut back to
-        the sequence before the first damaged one, and the rest comes from the stream leader through the
-        catch-up (``restore`` of the store's state as it was: the catch-up, then its deletions again), applies
-        held meanwhile. A leader hands its leadership over first (it cannot cut its store under publishes), then
-        fetches as a follower. False when there is no other replica (the stream reports the loss)."""
+        """(StreamReplication) The store found damaged records while running (a read failed the checksum). The
+        other replicas are asked first what their copies are (``_probe_damage``); records none of them holds
+        healthy, every one having answered, are lost everywhere: kept damaged in place, never fetched again,
+        reported as an R1 stream's are (False: the stream reports them). The rest are fetched again as damage
+        found when the store opens is (``_drop_damaged``): the store is cut back to the sequence before the
+        first damaged one, and the rest comes from the stream leader through the catch-up (``restore`` of the
+        store's state as it was: the catch-up, then its deletions again), applies held meanwhile. A leader
+        hands its leadership over first (it cannot cut its store under publishes; to a replica that answered
+        with a healthy copy when one did), then fetches as a follower. False when there is no other replica
+        (the stream reports the loss)."""
         if not self.refetches_damage():
             return False
-        if self.closed or self._refetch_due:
-            return True
         store = self.stream.store
-        if not store.state().lost:
+        everywhere = self.lost_everywhere
+        lost = [s for s in store.state().lost if s not in everywhere]
+        if not lost:  # (none damaged, or every one is damaged on every replica: the stream reports those)
+            return not store.state().lost
+        if self.closed or self._refetch_due or self._probe_task is not None:
             return True
         loop = self.cs.js.loop
+        now = loop.time()
+        if lost[0] not in self._probe_seqs or now - self._probe_at >= REFETCH_HANDOVER:
+            self._probe_task = loop.create_task(self._probe_damage(tuple(lost[:PROBE_MAX])))
+            return True
+        healthy = self._probe_healthy or {}
+        if not self._probe_unknown:
+            gone = [s for s in self._probe_seqs if s in store.state().lost and s not in healthy]
+            if gone:
+                self._lost_everywhere(gone)
+                lost = [s for s in lost if s not in self.lost_everywhere]
+                if not lost:
+                    return False
         if self.leader or self.group.is_leader or self.catching_up():
-            now = loop.time()
             if (self.leader or self.group.is_leader) and now - self._refetch_handover >= REFETCH_HANDOVER:
+                to = healthy.get(lost[0], "")
                 if not self._refetch_handover:  # (said once; the handover is tried again while this leads)
                     self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': "
-                                        f"damaged message(s) found in the store (first {min(store.state().lost)}): "
+                                        f"damaged message(s) found in the store (first {lost[0]}): "
                                         f"stepping down to fetch them again from the other replicas")
                 self._refetch_handover = now
                 try:
-                    self.group.stepdown()
+                    self.group.stepdown(to) if to else self.group.stepdown()
                 except (NotLeader, ValueError):  # (nobody to hand over to yet: tried again below)
                     pass
             self._refetch_due = True
@@ -120,7 +181,7 @@ class StreamLossMixin:
         st = self.stream
         state = self._store_state()
         fx = len(st._fx)
-        cut = self._drop_damaged(store, st.cfg, self.jsa, self.cs.js)
+        cut = self._drop_damaged(store, st.cfg, self.jsa, self.cs.js, everywhere)
         del st._fx[fx:]  # (cut to be fetched again: not removals the consumers act on)
         self.refetch += cut
         self._wake_from = store.last_seq + 1
@@ -130,7 +191,141 @@ class StreamLossMixin:
     def _refetch_again(self) -> None:
         self._refetch_due = False
         if not self.closed:
-            self.refetch_damaged()
+            self.stream._store_damaged()  # (refetch_damaged, or the report once every copy is known damaged)
+
+    # ---- asking the other replicas about their copies of damaged records -------------------------------
+
+    def _probe_subject(self) -> str:
+        return f"$JSC.DMG.{self.group.name}"
+
+    def listen_damage_probes(self) -> None:
+        """(every replica of a replicated file stream, from its start) Answer the other replicas' questions
+        about this store's copies of records damaged in theirs (``_on_damage_probe``)."""
+        if self._probe_sub is None and self.refetches_damage():
+            self._probe_sub = self.jsa.ic.subscribe(self._probe_subject(), self._on_damage_probe)
+
+    def stop_damage_probes(self) -> None:
+        if self._probe_sub is not None:
+            self.jsa.ic.remove_sub(self._probe_sub)
+            self._probe_sub = None
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            self._probe_task = None
+
+    def _on_damage_probe(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
+                         msg: bytes) -> None:
+        """Another replica asks which of the sequences it names this store holds: ``healthy`` (read, its
+        checksum holds), ``damaged`` (found so: the read marks it, and this replica asks the others in turn),
+        ``gone`` (deleted here, or before the first sequence) or ``behind`` (not stored here yet: this replica
+        is behind or catching up, it may still get it)."""
+        if not reply or self.closed:
+            return
+        try:
+            req = json.loads(msg[hdr:] if hdr >= 0 else msg)
+            asker = str(req["peer"])
+            seqs = [int(s) for s in req["seqs"]][:PROBE_MAX]
+        except (ValueError, KeyError, TypeError):
+            return
+        if asker == self.group.id:
+            return
+        store = self.stream.store
+        lost = set(store.state().lost)
+        behind = self.catching_up()
+        out: dict[str, list[int]] = {"healthy": [], "damaged": [], "gone": [], "behind": []}
+        for s in seqs:
+            if s in lost:
+                out["damaged"].append(s)
+            elif behind or s > store.last_seq:
+                out["behind"].append(s)
+            else:
+                try:
+                    m = store.load_msg(s)
+                except ErrStoreClosed:
+                    return
+                except ErrStoreCorrupt:
+                    out["damaged"].append(s)
+                    continue
+                except (StoreError, OSError):  # (cannot tell: counts as not answered for this one)
+                    out["behind"].append(s)
+                    continue
+                out["healthy" if m is not None else "gone"].append(s)
+        self.jsa.ic.publish(reply, None, json.dumps({"peer": self.group.id, **out}).encode())
+
+    async def _probe_damage(self, seqs: tuple) -> None:
+        """Ask the other replicas about their copies of ``seqs`` (damaged here) and wait for every answer, at
+        most PROBE_WAIT seconds; then ``refetch_damaged`` acts on them."""
+        ic = self.jsa.ic
+        me = self.group.id
+        others = {p for p in self.group.peers if p != me}
+        answers: dict[str, dict] = {}
+        all_in = asyncio.Event()
+
+        def on_answer(sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+            try:
+                d = json.loads(msg[hdr:] if hdr >= 0 else msg)
+                peer = d["peer"]
+            except (ValueError, KeyError, TypeError):
+                return
+            if peer in others:
+                answers[peer] = d
+                if len(answers) == len(others):
+                    all_in.set()
+        inbox = f"_INBOX.JSD.{os.urandom(8).hex()}"
+        sub = ic.subscribe(inbox, on_answer)
+        try:
+            ic.publish(self._probe_subject().encode(), inbox.encode(),
+                       json.dumps({"peer": me, "seqs": list(seqs)}).encode())
+            try:
+                await asyncio.wait_for(all_in.wait(), PROBE_WAIT)
+            except asyncio.TimeoutError:
+                pass
+        finally:
+            ic.remove_sub(sub)
+        healthy: dict[int, str] = {}
+        unknown = len(answers) < len(others)
+        for peer, d in answers.items():
+            for s in d.get("healthy") or ():
+                healthy.setdefault(s, peer)
+            if d.get("behind"):
+                unknown = True
+        self._probe_seqs = seqs
+        self._probe_healthy = healthy
+        self._probe_unknown = unknown
+        self._probe_at = self.cs.js.loop.time()
+        self._probe_task = None
+        if unknown and not self._probe_said:
+            self._probe_said = True
+            missing = len(others) - len(answers)
+            self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': damaged "
+                                f"message(s) (first {seqs[0]}): "
+                                + (f"{missing} replica(s) did not answer" if missing else "a replica is behind")
+                                + " about its copy: fetching them again from whichever leads")
+        if not self.closed:
+            self.stream._store_damaged()
+
+    _probe_said = False  # (the inconclusive probe's warning: once)
+
+    def _lost_everywhere(self, seqs: list[int]) -> None:
+        """Every other replica answered and none holds a healthy copy of ``seqs`` (damaged here): they are lost
+        everywhere. Kept (the stream's directory) so that neither a later read nor a restart fetches them again;
+        consumers waiting for them go on past them; the stream reports them as an R1 stream does (``state.lost``,
+        an error in the log, the ``STREAM.DATA_LOST`` advisory from the leader)."""
+        new = frozenset(seqs) | self.lost_everywhere
+        self._everywhere = new
+        self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': {len(seqs)} "
+                             f"damaged message(s) (first {min(seqs)}) have no healthy copy on any replica (every "
+                             f"replica answered): not fetched again, reported lost")
+        if self.stream.cfg.storage != "memory":
+            try:
+                damagereport.save(self.jsa.stream_dir(self.name), new, format_time(time.time_ns()),
+                                  self.cs.server.name, damagereport.EVERYWHERE_FILE)
+            except OSError as e:
+                self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': keeping "
+                                     f"the damaged sequences lost everywhere failed: {e}")
+        for cr in self.creps.values():  # (a consumer waiting for one of them goes on past it)
+            c = cr.c
+            if c.engine and not c.closed:
+                c.kick()
 
     def _mark(self) -> int:
         """(RaftGroup.mark) The highest sequence this replica stored, (leader) proposed or reserved, saved with the

@@ -164,6 +164,7 @@ class StreamReplica(StreamLossMixin):
         self._refetch_handover = 0.0  # (refetch_damaged) when this leader last asked to step down for it
         self._wake_from = 0  # (refetch_damaged) the first sequence fetched again (the engines hear of them)
         jsa.streams[cfg.name] = st
+        self.listen_damage_probes()  # (the other replicas ask about this store's copies of their damaged records)
         self._start_task = js.loop.create_task(self._start())
 
     @property
@@ -788,8 +789,10 @@ class StreamReplica(StreamLossMixin):
         out = []
         size = 0
         seq = max(seq, first)
-        if st.lost:  # (damaged here, this leader hands over to fetch it again: never passed over as a gap)
-            bad = next((s for s in st.lost if s >= seq), 0)
+        if st.lost:  # (damaged here, this leader hands over to fetch it again: never passed over as a gap, unless
+            # no replica holds a healthy copy: lost everywhere, passed over)
+            everywhere = self.lost_everywhere
+            bad = next((s for s in st.lost if s >= seq and s not in everywhere), 0)
             if bad:
                 to = min(to, bad - 1)
         store.read_begin()  # (in sequence order: the store may read ahead)
@@ -875,6 +878,7 @@ class StreamReplica(StreamLossMixin):
             self._leader_changed(False)
         self._direct(False)
         self.closed = True
+        self.stop_damage_probes()
         if self._catchup is not None:
             self._catchup.cancel()
         self._idle_timer = cancelled(self._idle_timer)

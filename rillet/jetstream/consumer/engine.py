@@ -486,7 +486,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         damage a read found while running) and does not match; one whose subject is not known (found by the
         open-time scan) may be its own: it waits for it."""
         rep = self.stream.replication
-        if rep is None or not rep.refetches_damage():
+        if rep is None or not rep.refetches_damage(seq):
             return False
         if not self.filters:
             return True
@@ -498,7 +498,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         """The message could not be read because its record is damaged, and the stream is replicated: the replica
         fetches it again (StreamReplica.refetch_damaged), so it is waited for rather than skipped."""
         rep = self.stream.replication
-        return isinstance(err, ErrStoreCorrupt) and rep is not None and rep.refetches_damage()
+        return isinstance(err, ErrStoreCorrupt) and rep is not None and rep.refetches_damage(getattr(err, "seq", 0))
 
     def _read(self, seq: int) -> Any:
         """The message at ``seq`` for delivery: None when deleted or missing, and when the store cannot
