@@ -94,20 +94,22 @@ class BuilderBase:
         setattr(self.o, raw_attr, f.as_map())
         return block
 
+    def typed_keys(self, target: Callable[[], Any], **kinds: str) -> dict[str, Callable[[Field], None]]:
+        """Handlers of keys that set the attribute of the same name on ``target()`` from a value of the given
+        kind (``setter``'s): ``typed_keys(target, connect_retries="int", write_deadline="duration")``."""
+        return {key: self.setter(key, kind, target=target) for key, kind in kinds.items()}
+
     def listener_keys(self, target: Callable[[], Any], listen: Callable[[Field], None],
                       authorization: Callable[[Field], None],
                       tls: Callable[[Field], None]) -> dict[str, Callable[[Field], None]]:
         """The keys the blocks of a listening port (cluster, gateway, leafnodes) share: where it listens,
         who may connect, its TLS and the address it advertises (set on ``target()``)."""
-        s = self.setter
         return {
             "listen": listen,
-            "port": s("port", "int", target=target),
-            "host": s("host", "str", target=target),
-            "net": s("host", "str", target=target),
+            **self.typed_keys(target, port="int", host="str", advertise="str"),
+            "net": self.setter("host", "str", target=target),
             "authorization": authorization,
             "tls": tls,
-            "advertise": s("advertise", "str", target=target),
         }
 
     def host_port(self, f: Field) -> tuple[str, int]:

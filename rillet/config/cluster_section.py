@@ -128,16 +128,13 @@ def parse_cluster(b: Any, f: Field) -> None:
         **b.listener_keys(target, listen, authorization, tls),
         "routes": routes,
         "cluster_advertise": s("advertise", "str", target=target),
-        "no_advertise": s("no_advertise", "bool", target=target),
-        "connect_retries": s("connect_retries", "int", target=target),
-        "connect_backoff": s("connect_backoff", "bool", target=target),
+        **b.typed_keys(target, no_advertise="bool", connect_retries="int", connect_backoff="bool", ping_max="int",
+                       write_deadline="duration"),
         "pool_size": pool_size,
         "accounts": accounts,
         "compression": compression,
         "permissions": permissions,
         "ping_interval": ping_interval,
-        "ping_max": s("ping_max", "int", target=target),
-        "write_deadline": s("write_deadline", "duration", target=target),
         "write_timeout": write_timeout,
     }
     b.each(f, table, "cluster")

@@ -87,7 +87,6 @@ def check_gateway_url(text: str, f: Field) -> str:
 def parse_gateway(b: Any, f: Field) -> None:
     """Fill ``b.o.gateway`` (raw) and ``b.o.gateway_opts`` from the gateway map ``f`` (``b``: the builder)."""
     g = b.o.gateway_opts = b.open_block(f, "Expected gateway to be a map", "gateway", GatewayOptions())
-    s = b.setter
     target = lambda: g  # noqa: E731
 
     def name(sub: Field) -> None:
@@ -156,12 +155,10 @@ def parse_gateway(b: Any, f: Field) -> None:
     table: dict[str, Callable[[Field], None]] = {
         "name": name,
         **b.listener_keys(target, listen, authorization, tls),
-        "connect_retries": s("connect_retries", "int", target=target),
-        "connect_backoff": s("connect_backoff", "bool", target=target),
+        **b.typed_keys(target, connect_retries="int", connect_backoff="bool", write_deadline="duration"),
         "gateways": gateways,
         "reject_unknown": reject_unknown,
         "reject_unknown_cluster": reject_unknown,
-        "write_deadline": s("write_deadline", "duration", target=target),
         "write_timeout": write_timeout,
     }
     b.each(f, table, "gateway")

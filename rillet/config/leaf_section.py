@@ -269,14 +269,12 @@ def parse_leafnodes(b: Any, f: Field) -> None:
         **b.listener_keys(target, listen, authorization, lambda e: setattr(ln, "tls", _tls(b, e, False))),
         "remotes": remotes,
         "reconnect": reconnect, "reconnect_delay": reconnect, "reconnect_interval": reconnect,
-        "dial_timeout": s("dial_timeout", "duration", target=target),
+        **b.typed_keys(target, dial_timeout="duration", no_advertise="bool", write_deadline="duration"),
         "leafnode_advertise": s("advertise", "str", target=target),
-        "no_advertise": s("no_advertise", "bool", target=target),
         "min_version": min_version, "minimum_version": min_version,
         "compression": _compression(ln),
         "isolate_leafnode_interest": _refuser("interest isolation"),
         "isolate": _refuser("interest isolation"),
-        "write_deadline": s("write_deadline", "duration", target=target),
         "write_timeout": _refuser("write_timeout (write deadline policy)"),
     }
     b.each(f, table, "leafnodes")
@@ -347,11 +345,11 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "hub": hub,
         "deny_imports": deny("deny_imports"), "deny_import": deny("deny_imports"),
         "deny_exports": deny("deny_exports"), "deny_export": deny("deny_exports"),
-        "no_randomize": s("no_randomize", "bool", target=target),
+        **b.typed_keys(target, no_randomize="bool", ws_no_masking="bool", first_info_timeout="duration",
+                       dial_timeout="duration", disabled="bool", ignore_discovered_servers="bool"),
         "dont_randomize": s("no_randomize", "bool", target=target),
         "ws_compress": ws_compress, "ws_compression": ws_compress,
         "websocket_compress": ws_compress, "websocket_compression": ws_compress,
-        "ws_no_masking": s("ws_no_masking", "bool", target=target),
         "websocket_no_masking": s("ws_no_masking", "bool", target=target),
         "jetstream_cluster_migrate": _refuser("jetstream_cluster_migrate"),
         "js_cluster_migrate": _refuser("jetstream_cluster_migrate"),
@@ -359,11 +357,7 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "isolate": _refuser("interest isolation"),
         "request_isolation": _refuser("interest isolation"),
         "compression": comp,
-        "first_info_timeout": s("first_info_timeout", "duration", target=target),
-        "dial_timeout": s("dial_timeout", "duration", target=target),
-        "disabled": s("disabled", "bool", target=target),
         "proxy": _refuser("leaf connections through an HTTP proxy"),
-        "ignore_discovered_servers": s("ignore_discovered_servers", "bool", target=target),
     }
     b.each(f, table, "leafnodes.remotes")
     if r.tls is None and any(urlsplit(u).scheme.lower() == "tls" for u in r.urls):

@@ -276,24 +276,15 @@ class SubsystemSections(BuilderBase):
             ws.extra["ping_interval"] = sub.as_duration(self.warnings)
 
         table = {
-            "listen": listen,
-            "port": s("port", "int", target=target),
-            "host": s("host", "str", target=target),
-            "net": s("host", "str", target=target),
-            "advertise": s("advertise", "str", target=target),
-            "no_tls": s("no_tls", "bool", target=target),
-            "tls": tls,
-            "same_origin": s("same_origin", "bool", target=target),
+            **self.listener_keys(target, listen, authorization, tls),
+            **self.typed_keys(target, no_tls="bool", same_origin="bool", jwt_cookie="str", no_auth_user="str"),
             "handshake_timeout": handshake_timeout,
             "compress": s("compression", "bool", target=target),
             "compression": s("compression", "bool", target=target),
-            "authorization": authorization,
             "authentication": authorization,
-            "jwt_cookie": s("jwt_cookie", "str", target=target),
             "user_cookie": extra_str,
             "pass_cookie": extra_str,
             "token_cookie": extra_str,
-            "no_auth_user": s("no_auth_user", "str", target=target),
             "headers": headers,
             "ping_interval": ping_interval,
         }
