@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
@@ -43,6 +43,12 @@ def _stream_cfg(d: dict) -> Any:
 
 def _consumer_cfg(d: dict) -> Any:
     return apijson.from_dict(d, C.ConsumerConfig)
+
+
+def _stream_request(router: Any, args: list[str]) -> tuple[Any, str, str]:
+    """The account a stream request is for (its JetStream part and its name) and the stream's name."""
+    jsa = router.jsa
+    return jsa, jsa.account.name, args[0] if args else ""
 
 
 class MetaEndpoints:
@@ -89,20 +95,45 @@ class MetaEndpoints:
 
     # streams
 
+    def _stream_info_later(self, router: Any, reply: bytes | None, typ: str, acc: str, name: str, *extra: Any,
+                           **kw: Any) -> None:
+        """Answer with the stream's info once its group can tell it (``_answer_later``)."""
+        self._answer_later(router, reply, typ, lambda t: self.cl.info.stream_info(acc, name, t), *extra, **kw)
+
+    def _config_checks(self, jsa: Any, name: str, strict: bool | None = None) -> dict[str, Any]:
+        """The checks of a stream config in a cluster against the account's other streams and its limits, as
+        keyword arguments of streamconfig's normalize_stream_config / normalize_stream_update (``strict``:
+        None for the server's ``jetstream { strict }``)."""
+        acc = jsa.account.name
+        return dict(subject_name=name, lookup_stream=self._lookup(acc), subjects_overlap=self._overlap(acc, skip=name),
+                    account_limits=jsa.limits, clustered=True, server_limits=jsa.js.server_limits,
+                    strict=jsa.js.strict if strict is None else strict)
+
+    def _new_stream_group(self, jsa: Any, reply: bytes | None, d: dict) -> tuple[A.RaftGroup, str]:
+        """The group of a new stream (a create, a restore) of config ``d``, placed with a preferred peer, and
+        the requester's cluster; MAXIMUM_STREAMS_LIMIT when the account has all the streams it may have."""
+        lim = jsa.limits
+        if lim.max_streams > 0 and len(self.cl.state.streams.get(jsa.account.name, {})) >= lim.max_streams:
+            raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
+        pc = PlacementConfig.from_stream_config(d)
+        self.cl._refresh_local()
+        nodes = self.cl.registry.nodes
+        ccl, alts = self._requester(jsa.account, reply)  # (the client's cluster first)
+        rg = create_stream_group(pc, ccl, nodes, self.cl.group.peers, alternates=alts, **self._place_kw())
+        rg.preferred = preferred_leader(rg.peers, nodes)
+        return rg, ccl
+
     def _api_stream_create(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                            body: bytes, checked: Any = None) -> None:
         """``checked``: the config already checked in a worker thread (_api_big_config)."""
         typ = T + "stream_create_response"
-        jsa = router.jsa
-        acc = jsa.account.name
-        name = args[0] if args else ""
+        jsa, acc, name = _stream_request(router, args)
         existing = self.cl.state.stream(acc, name)
-        cfg = checked if checked is not None else SC.normalize_stream_config(body, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
-                                         subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
-                                         clustered=True, server_limits=jsa.js.server_limits, strict=jsa.js.strict,
-                                         existing=_stream_cfg(existing.config) if existing is not None else None)
+        cfg = checked if checked is not None else SC.normalize_stream_config(
+            body, is_create=True, existing=_stream_cfg(existing.config) if existing is not None else None,
+            **self._config_checks(jsa, name))
         if existing is not None:
-            self._answer_later(router, reply, typ, lambda t: self.cl.info.stream_info(acc, name, t))
+            self._stream_info_later(router, reply, typ, acc, name)
             return
         key = (acc, cfg.name)
         d = _cfg_dict(cfg)
@@ -110,30 +141,31 @@ class MetaEndpoints:
         if inflight is not None:  # a create of this name still on its way through the log
             if inflight[0] != d:
                 raise ApiError.make("STREAM_NAME_EXIST")
-            inflight[1].append(lambda: self._answer_later(router, reply, typ, lambda t: self.cl.info.stream_info(acc, name, t)))
+            inflight[1].append(lambda: self._stream_info_later(router, reply, typ, acc, name))
             return
         router._check_supported(cfg)
-        lim = jsa.limits
-        if lim.max_streams > 0 and len(self.cl.state.streams.get(acc, {})) >= lim.max_streams:
-            raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
-        pc = PlacementConfig.from_stream_config(d)
-        self.cl._refresh_local()
-        nodes = self.cl.registry.nodes
-        ccl, alts = self._requester(jsa.account, reply)
-        rg = create_stream_group(pc, ccl, nodes, self.cl.group.peers, alternates=alts, **self._place_kw())
-        rg.preferred = preferred_leader(rg.peers, nodes)
+        rg, ccl = self._new_stream_group(jsa, reply, d)
         sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc, ccl),
                                 created=time.time_ns(), subject=f"$JS.API.STREAM.CREATE.{name}",
                                 reply=(reply or b"").decode())
+
+        def done(later: list[Callable[[], None]]) -> None:
+            self._stream_info_later(router, reply, typ, acc, name, {"did_create": True})
+            for fn in later:
+                fn()
+        self._propose_new_stream(key, d, sa, done)
+
+    def _propose_new_stream(self, key: tuple[str, str], d: dict, sa: A.StreamAssignment,
+                            committed: Callable[[list[Callable[[], None]]], None] | None = None) -> None:
+        """Propose the assignment ``sa`` of a new stream (config ``d``), in flight under ``key`` (account,
+        name) until it commits; ``committed`` then gets what waited for it (the same create again). Not
+        committed here (leadership lost): nothing, the client retries."""
         self.cl._inflight[key] = (d, [])
 
         def done(res: Any, err: Optional[BaseException]) -> None:
             later = (self.cl._inflight.pop(key, None) or (None, []))[1]
-            if err is not None:
-                return  # (leadership lost: not committed here; the client retries)
-            self._answer_later(router, reply, typ, lambda t: self.cl.info.stream_info(acc, name, t), {"did_create": True})
-            for fn in later:
-                fn()
+            if err is None and committed is not None:
+                committed(later)
         try:
             self.cl._propose(A.encode_assign_stream(sa), done)
         except NotLeader:
@@ -144,16 +176,11 @@ class MetaEndpoints:
                            body: bytes, checked: Any = None) -> None:
         """``checked``: the config already checked in a worker thread (_api_big_config)."""
         typ = T + "stream_update_response"
-        jsa = router.jsa
-        acc = jsa.account.name
-        name = args[0] if args else ""
+        jsa, acc, name = _stream_request(router, args)
         sa = self.cl.state.stream(acc, name)
         cons = [(n, _consumer_cfg(ca.config)) for n, ca in sa.consumers.items()] if sa is not None else None
-        cfg = checked if checked is not None else SC.normalize_stream_update(_stream_cfg(sa.config) if sa is not None else None, body,
-                                         subject_name=name, lookup_stream=self._lookup(acc),
-                                         subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
-                                         clustered=True, consumers=cons, server_limits=jsa.js.server_limits,
-                                         strict=jsa.js.strict)
+        cfg = checked if checked is not None else SC.normalize_stream_update(
+            _stream_cfg(sa.config) if sa is not None else None, body, consumers=cons, **self._config_checks(jsa, name))
         assert sa is not None
         router._check_supported(cfg)
         if self._all_offline(sa.group.peers):
@@ -165,7 +192,7 @@ class MetaEndpoints:
 
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:
-                self._answer_later(router, reply, typ, lambda t: self.cl.info.stream_info(acc, name, t), config=d)
+                self._stream_info_later(router, reply, typ, acc, name, config=d)
         self.cl._propose(A.encode_update_stream(nsa), done)
 
     def _all_offline(self, peers: list[str]) -> bool:
@@ -245,36 +272,18 @@ class MetaEndpoints:
             raise ApiError.make("STREAM_MISMATCH")
         jsa = router.jsa
         acc = jsa.account.name
-        cfg = SC.normalize_stream_config(raw, is_create=True, subject_name=name, lookup_stream=self._lookup(acc),
-                                         subjects_overlap=self._overlap(acc, skip=name), account_limits=jsa.limits,
-                                         clustered=True, server_limits=jsa.js.server_limits)
+        cfg = SC.normalize_stream_config(raw, is_create=True, **self._config_checks(jsa, name, strict=True))
         key = (acc, cfg.name)
         if self.cl.state.stream(acc, name) is not None or key in self.cl._inflight:
             raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
         router._check_supported(cfg)
-        lim = jsa.limits
-        if lim.max_streams > 0 and len(self.cl.state.streams.get(acc, {})) >= lim.max_streams:
-            raise ApiError.make("MAXIMUM_STREAMS_LIMIT")
         d = _cfg_dict(cfg)
-        pc = PlacementConfig.from_stream_config(d)
-        self.cl._refresh_local()
-        nodes = self.cl.registry.nodes
-        ccl, alts = self._requester(jsa.account, reply)  # (as a create: the client's cluster first)
-        rg = create_stream_group(pc, ccl, nodes, self.cl.group.peers, alternates=alts, **self._place_kw())
-        rg.preferred = preferred_leader(rg.peers, nodes)
+        rg, ccl = self._new_stream_group(jsa, reply, d)  # (as a create)
         state = req.get("state")
         sa = A.StreamAssignment(config=d, group=rg, sync=A.sync_subject(), client=self._client(acc, ccl),
                                 created=time.time_ns(), subject=f"$JS.API.STREAM.RESTORE.{name}",
                                 reply=(reply or b"").decode(), restore=state if isinstance(state, dict) else {})
-        self.cl._inflight[key] = (d, [])
-
-        def done(res: Any, err: Optional[BaseException]) -> None:
-            self.cl._inflight.pop(key, None)
-        try:
-            self.cl._propose(A.encode_assign_stream(sa), done)
-        except NotLeader:
-            self.cl._inflight.pop(key, None)
-            raise
+        self._propose_new_stream(key, d, sa)
 
     def _api_stream_delete(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                            body: bytes) -> None:
