@@ -128,8 +128,11 @@ def _api(rillet=()):
     raft.last_seen = {A: now, B: now, **{r: now for r in rillet}}
     proposed = []
     m = SimpleNamespace(raft=raft, peer=ME, rillet_peers=set(rillet), state=GoMetaState(), ic=_IC(),
-                        propose=proposed.append, server=SimpleNamespace(
-                            opts=SimpleNamespace(cluster=SimpleNamespace(name="C1")),
+                        propose=proposed.append, replicas={}, solo=None, refused=0, server=SimpleNamespace(
+                            opts=SimpleNamespace(cluster=SimpleNamespace(name="C1"),
+                                                 jetstream=SimpleNamespace(domain=""),
+                                                 accounts={"A": {"jetstream": {"max_streams": 10}},
+                                                           "B": {"users": []}}),
                             system_account=SimpleNamespace(name="SYS")))
     m.transfer = lambda peer: m.__dict__.setdefault("transferred", peer)
     api = MetaLeaderApi(m, rng=random.Random(7))
@@ -184,6 +187,25 @@ def test_meta_leader_api_places_streams_and_consumers_with_a_go_preferred_leader
     m.ic.sent.clear()
     _request(m, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.NAMES", {}, acc="B")
     assert m.ic.sent[0][1]["streams"] == [] and m.ic.sent[0][1]["total"] == 0
+
+
+def test_meta_leader_account_info_counts_assignments_and_every_servers_usage():
+    api, m, proposed = _api()
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S",
+             {"name": "S", "num_replicas": 3, "max_bytes": 1000})
+    _apply(m, proposed)
+    _request(m, "$JS.API.CONSUMER.CREATE.*.>", "$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {}})
+    _apply(m, proposed)
+    for peer, (mem, sto, n) in {A: (0, 300, 7), B: (0, 200, 2)}.items():
+        u = ge.UsageUpdate((("R3", mem, sto),), n, 1)
+        m.ic.subs["$JSC.ARU.*.*"](None, None, f"$JSC.ARU.A.{peer}".encode(), None, 0, u.encode())
+    _request(m, "$JS.API.INFO", "$JS.API.INFO", {})
+    d = m.ic.sent[-1][1]
+    assert (d["streams"], d["consumers"], d["storage"], d["memory"], d["reserved_storage"]) == (1, 1, 500, 0, 1000)
+    assert d["limits"]["max_streams"] == 10 and d["limits"]["max_memory"] == -1
+    assert (d["api"]["total"], d["api"]["errors"]) == (9 + 3, 2)  # (the Go servers' counts and the 3 taken here)
+    _request(m, "$JS.API.INFO", "$JS.API.INFO", {}, acc="B")
+    assert m.ic.sent[-1][1]["error"]["err_code"] == 10039
 
 
 def test_meta_leader_api_refuses_groups_without_a_go_server_and_is_silent_unless_leading():
@@ -282,6 +304,12 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
             assert (await js.publish(f"r3.{i}", f"v{i}".encode())).seq == i + 1
             assert (await rjs.publish(f"r2.{i}", f"w{i}".encode())).seq == i + 1
         assert sorted(await _names(rc)) == ["GONE", "R2", "R3"]
+
+        async def account_stored():  # (the Go servers' usage updates follow their stores by a moment)
+            ai = await js.account_info()
+            return ai if ai.streams == 3 and ai.storage > 0 else None
+        ai = await CAP._until(account_stored, 60, what="account info from the Rillet leader")
+        assert ai.limits.max_streams == -1 and ai.api.total > 0
         with pytest.raises(nats.js.errors.BadRequestError) as ei:
             await js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3, max_msgs=7)
         assert ei.value.err_code == 10058

@@ -16,10 +16,15 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
   server preferred (the Rillet server does not lead replicated consumers); its leader answers.
 * ``CONSUMER.DELETE``: the removal proposed; the consumer's leader answers.
 * ``STREAM.NAMES`` and ``CONSUMER.NAMES``: from the assignments.
+* ``INFO`` (account info): streams and consumers counted from the assignments, the bytes stored summed from
+  every server's latest ``$JSC.ARU`` usage update and this server's own replicas (a replicated stream counts once
+  per replica, as nats-server counts it), the streams' ``max_bytes`` reserved, the account's limits from its
+  configuration; the API counts are
+  those the Go servers report plus the requests this leader answered.
 * ``META.LEADER.STEPDOWN`` (system account only): leadership handed to the preferred server, or else to a Go
   server holding the whole log.
 
-Everything else a Go meta leader answers (stream update, ``STREAM.LIST``/``CONSUMER.LIST``, account info,
+Everything else a Go meta leader answers (stream update, ``STREAM.LIST``/``CONSUMER.LIST``,
 ``SERVER.REMOVE``, stream moves and peer removals, placement tags) is not here: see docs/mixed-clusters.md.
 """
 from __future__ import annotations
@@ -95,8 +100,14 @@ class MetaLeaderApi:
             "$JS.API.CONSUMER.DELETE.*.*": self._consumer_delete,
             "$JS.API.CONSUMER.NAMES.*": self._consumer_names,
             "$JS.API.META.LEADER.STEPDOWN": self._stepdown,
+            "$JS.API.INFO": self._account_info,
         }
         self.subs = [member.ic.subscribe(s, self._guard(h)) for s, h in handlers.items()]
+        # every server's usage of each account, kept whether or not we lead (a new leader needs it at once)
+        self.usage: dict[tuple[str, str], ge.UsageUpdate] = {}
+        self.api_counts: dict[str, list[int]] = {}  # account: [requests taken here, errors answered among them]
+        self._acc = ""  # the account of the request being handled
+        self.subs.append(member.ic.subscribe("$JSC.ARU.*.*", self._on_usage))
 
     def close(self) -> None:
         for s in self.subs:
@@ -110,12 +121,51 @@ class MetaLeaderApi:
                 return  # (as a Go server that is not the meta leader: silent)
             ci = request_info(bytes(msg[:hdr])) if hdr > 0 else None
             body = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+            self._acc = str(ci.get("acc") or "") if ci is not None else ""
+            if self._acc:
+                self.api_counts.setdefault(self._acc, [0, 0])[0] += 1
             handler(subject.decode(), reply.decode(), ci, body)
         return on_msg
 
     def _answer(self, reply: str, doc: dict) -> None:
         self.answered += 1
+        if self._acc and "error" in doc:
+            self.api_counts.setdefault(self._acc, [0, 0])[1] += 1
         self.member.ic.publish(reply.encode(), None, json.dumps(doc, separators=_SEP).encode())
+
+    def _on_usage(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        """``$JSC.ARU.<account>.<peer>``: a server's usage of an account (the latest one kept)."""
+        subj = subject.decode("utf-8", "surrogateescape")
+        try:
+            x = ge.decode_jsc(subj, bytes(msg[hdr:]) if hdr > 0 else bytes(msg))
+        except gw.GoWireError as e:
+            self.member.refused += 1
+            self.member._warn_once(f"aru:{e}", f"JetStream: refused a usage update on {subj}: {e}")
+            return
+        _kind, (acc, peer) = ge.parse_jsc_subject(subj)
+        if peer != self.member.peer:
+            self.usage[(acc, peer)] = x
+
+    def _local_usage(self, acc: str) -> tuple[int, int]:
+        """(memory, file) bytes this server's replicas and one-replica streams of ``acc`` store."""
+        mem = sto = 0
+        for r in list(self.member.replicas.values()):
+            store = getattr(r, "store", None)
+            if store is None or getattr(r, "account", None) != acc:
+                continue
+            cfg = (getattr(r, "assignment", None) or {}).get("stream") or {}
+            if cfg.get("storage") == "memory":
+                mem += store.state().bytes
+            else:
+                sto += store.state().bytes
+        solo = getattr(self.member, "solo", None)
+        jsa = solo.js.accounts.get(acc) if solo is not None else None
+        for st in (jsa.streams.values() if jsa is not None else ()):
+            if st.cfg.storage == "memory":
+                mem += st.store.state().bytes
+            else:
+                sto += st.store.state().bytes
+        return mem, sto
 
     def _propose(self, op: int, doc: dict) -> None:
         self.proposed += 1
@@ -331,6 +381,43 @@ class MetaLeaderApi:
         names = sorted(self.member.state.consumers.get((acc, stream)) or {})
         self._answer(reply, {"type": "io.nats.jetstream.api.v1.consumer_names_response", "total": len(names),
                              "offset": offset, "limit": 1024, "consumers": names[offset:offset + 1024]})
+
+    def _account_info(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        if ci is None or not ci.get("acc"):
+            return
+        acc = ci["acc"]
+        from rillet.jetstream.api.codec import to_go
+        from rillet.jetstream.api.common import API_LEVEL
+        from rillet.jetstream.manager import account_js_config
+        limits = account_js_config(self.member.server.opts.accounts or {}).get(acc)
+        if limits is None:
+            self._answer(reply, _err("account_info_response", 503, 10039, "jetstream not enabled for account"))
+            return
+        mem, sto = self._local_usage(acc)
+        api, errors = self.api_counts.get(acc, (0, 0))
+        for (a, _peer), u in self.usage.items():
+            if a == acc:
+                mem += sum(t[1] for t in u.tiers)
+                sto += sum(t[2] for t in u.tiers)
+                api += u.api
+                errors += u.errors
+        streams = [k for k in self.member.state.streams if k[0] == acc]
+        reserved = {"memory": 0, "file": 0}  # (the streams' max_bytes, as nats-server reserves in a cluster)
+        for k in streams:
+            cfg = self.member.state.streams[k].get("stream") or {}
+            mb = cfg.get("max_bytes")
+            if isinstance(mb, int) and mb > 0 and cfg.get("storage", "file") in reserved:
+                reserved[cfg.get("storage", "file")] += mb
+        d: dict[str, Any] = {"type": "io.nats.jetstream.api.v1.account_info_response", "memory": mem, "storage": sto,
+                             "reserved_memory": reserved["memory"], "reserved_storage": reserved["file"],
+                             "streams": len(streams),
+                             "consumers": sum(len(self.member.state.consumers.get(k) or {}) for k in streams),
+                             "limits": to_go(limits)}
+        domain = self.member.server.opts.jetstream.domain
+        if domain:
+            d["domain"] = domain
+        d["api"] = {"level": API_LEVEL, "total": api, "errors": errors}
+        self._answer(reply, d)
 
     # -- the meta group -------------------------------------------------------------------------------------
     def _stepdown(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
