@@ -368,3 +368,37 @@ def test_power_cut_of_every_server_while_idle_reports_no_loss(cluster) -> None:
     assert sorted(new) == [51, 52, 53], sorted(new)
     info = asyncio.run(_info(urls))
     assert "lost" not in info["cluster"] and "skipped" not in info["cluster"], info["cluster"]
+
+
+def test_power_cut_of_every_server_right_after_a_few_publishes_reports_a_narrow_range(cluster) -> None:
+    # the first publishes after an idle second reserve a few sequences (stream_loss.RESERVE_MIN), not
+    # RESERVE_SEQS: a cut of every server right after them reports (and skips) a range that ends a few
+    # sequences past the last one acknowledged, and still covers every acknowledged message that is gone
+    from rillet.jetstream.cluster.stream_loss import RESERVE_MIN, RESERVE_SEQS
+    urls = _setup(cluster)
+    asyncio.run(asyncio.sleep(2.0))  # (idle: the reservation released, the saved mark is the last sequence)
+    for m in cluster:
+        m.fs.sync()
+    acked = asyncio.run(_acked(urls[0], 50, 3))  # (within the second: in nobody's synced state but the mark)
+    top = max(acked)
+    for m in cluster:
+        m.power_cut()
+    for m in cluster:
+        m.proc = ServerProcess("-c", m.conf, env=_new_boot())
+    for m in cluster:
+        m.proc.wait_log("Server is ready", timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        info = asyncio.run(_info(urls))
+        c = info["cluster"]
+        rng = c.get("lost") or c.get("skipped")
+        if rng and "seq_last" in rng or time.monotonic() > deadline:
+            break
+        asyncio.run(asyncio.sleep(0.2))
+    assert rng and "seq_last" in rng, info
+    assert top <= rng["seq_last"] <= top + RESERVE_MIN < RESERVE_SEQS, (rng, top)
+    got = asyncio.run(_read_all(urls[0]))
+    gone = [seq for seq in acked if got.get(seq) != acked[seq]]
+    assert all(rng["seq_first"] <= seq <= rng["seq_last"] for seq in gone), (rng, gone)
+    new = asyncio.run(_acked(urls[0], 1000, 2))
+    assert min(new) == rng["seq_last"] + 1, (sorted(new), rng)

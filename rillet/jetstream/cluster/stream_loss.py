@@ -26,7 +26,9 @@ from rillet.jetstream.store.base import ErrStoreClosed, ErrStoreCorrupt, StoreEr
 if TYPE_CHECKING:
     from rillet.jetstream.cluster.clustered import ClusteredStreams
 
-RESERVE_SEQS = 8192  # (lazy sync) sequences a stream leader reserves in its saved hard state at a time
+RESERVE_SEQS = 8192  # (lazy sync) the most sequences a stream leader reserves in its saved hard state at a time
+RESERVE_MIN = 16  # the fewest (the first reservation after an idle second; then sized to the rate: _reserve)
+RESERVE_SPAN = 1.0  # seconds of publishing, at the rate of the last reservation's, one reservation is sized for
 REFETCH_HANDOVER = 2.0  # seconds between a leader's handovers to fetch damaged records again (refetch_damaged)
 RESERVE_IDLE = 1.0  # seconds without an applied entry after which a leader releases what it reserved
 PROBE_WAIT = 1.0  # seconds a replica with damaged records waits for the others' answers about their copies
@@ -62,6 +64,8 @@ class StreamLossMixin:
     _refetch_due: bool
     _refetch_handover: float
     _wake_from: int
+    _reserve_base = 0  # (_reserve) the sequence the last reservation started from
+    _reserved_at = 0.0  # (_reserve) when it was made
     # (refetch_damaged) what the other replicas said of their copies of this store's damaged records
     _everywhere: frozenset | None = None  # damaged sequences no replica holds healthy (lost_everywhere)
     _probe_sub: Any = None  # (every replica) the subscription answering the others' probes
@@ -334,13 +338,30 @@ class StreamLossMixin:
         return max(st.store.last_seq, st.proposed_last_seq(), self.replay_seq, self._reserved_mark, self._floor)
 
     def _reserve(self) -> None:
-        """(leader) The applied entries reached the reserved sequences: reserve RESERVE_SEQS more and save them
-        with the hard state (fsynced) before this entry's PubAck leaves. Not needed when every entry is fsynced
-        before it is acknowledged (sync_interval always), nor for a memory stream (nothing survives a stop)."""
+        """(leader) The applied entries reached the reserved sequences: reserve more and save them with the hard
+        state (fsynced) before this entry's PubAck leaves. Not needed when every entry is fsynced before it is
+        acknowledged (sync_interval always), nor for a memory stream (nothing survives a stop).
+
+        How many: what a majority's power cut reports as possibly acknowledged (and skips) is the range up to
+        the saved mark, so a reservation is kept to about RESERVE_SPAN seconds of publishing at the rate the
+        last one was used up (a power of two from RESERVE_MIN to RESERVE_SEQS): RESERVE_MIN after an idle second
+        (the reservation was released), growing under load to one fsync per RESERVE_SPAN or per RESERVE_SEQS
+        sequences. A cut right after a few publishes reports those few sequences and up to RESERVE_MIN more,
+        not RESERVE_SEQS; every sequence acknowledged is still under the saved mark."""
         if self.cs.js.sync_always or self.group.memory:
             self._reserved = 1 << 62
             return
-        self._reserved = self._reserved_mark = self.replay_seq + RESERVE_SEQS
+        now = self.cs.js.loop.time()
+        size = RESERVE_MIN
+        if self._reserved_mark:  # (the reservation in force was used up: at what rate)
+            elapsed = now - self._reserved_at
+            used = self.replay_seq - self._reserve_base
+            want = used * RESERVE_SPAN / elapsed if elapsed > 0 else RESERVE_SEQS
+            while size < want and size < RESERVE_SEQS:
+                size *= 2
+        self._reserve_base = self.replay_seq
+        self._reserved_at = now
+        self._reserved = self._reserved_mark = self.replay_seq + size
         self.group.save_mark()
         if self._idle_timer is None:
             self._idle_timer = self.cs.js.loop.call_later(RESERVE_IDLE, self._reserve_idle, self.replay_seq)
