@@ -6,45 +6,51 @@ The router checks when it is made that its handlers are exactly these endpoints.
 """
 from __future__ import annotations
 
-# endpoint -> the argument tokens its subjects take after it ("": none; "*": a stream name; ...), in the
-# order the endpoints are subscribed
+# the forms of the argument tokens an endpoint's subjects take after it ("": none)
+NONE = ("",)
+NAME_OR_NONE = ("", "*")  # a stream's name, say (one left out is answered with an error, not "no responders")
+NAME = ("*",)
+TWO_NAMES = ("*.*",)  # a stream's and a consumer's (an account's and a stream's)
+CONSUMER_CREATE = ("*", "*.>")  # a stream's name, then a consumer's and its filter subject (optional)
+
+# endpoint -> its argument form, in the order the endpoints are subscribed
 ENDPOINTS: dict[str, tuple[str, ...]] = {
-    "INFO": ("",),
-    "STREAM.CREATE": ("", "*"),
-    "STREAM.UPDATE": ("", "*"),
-    "STREAM.INFO": ("", "*"),
-    "STREAM.DELETE": ("", "*"),
-    "STREAM.PURGE": ("", "*"),
-    "STREAM.NAMES": ("",),
-    "STREAM.LIST": ("",),
-    "STREAM.MSG.GET": ("", "*"),
-    "STREAM.MSG.DELETE": ("", "*"),
-    "STREAM.LEADER.STEPDOWN": ("", "*"),
-    "DIRECT.GET": ("", "*"),
-    "CONSUMER.CREATE": ("*", "*.>"),
-    "CONSUMER.DURABLE.CREATE": ("*.*",),
-    "CONSUMER.INFO": ("*.*",),
-    "CONSUMER.DELETE": ("*.*",),
-    "CONSUMER.NAMES": ("*",),
-    "CONSUMER.LIST": ("*",),
-    "CONSUMER.MSG.NEXT": ("*.*",),
-    "CONSUMER.PAUSE": ("*.*",),
-    "CONSUMER.LEADER.STEPDOWN": ("*.*",),
-    "CONSUMER.UNPIN": ("*.*",),
-    "CONSUMER.RESET": ("*.*",),
-    "STREAM.SNAPSHOT": ("", "*"),
-    "STREAM.RESTORE": ("", "*"),
-    "STREAM.PEER.EVACUATE": ("", "*"),  # (outside a cluster: 10010, rillet.jetstream.api.moves)
-    "STREAM.CANCEL_MOVE": ("", "*"),
+    "INFO": NONE,
+    "STREAM.CREATE": NAME_OR_NONE,
+    "STREAM.UPDATE": NAME_OR_NONE,
+    "STREAM.INFO": NAME_OR_NONE,
+    "STREAM.DELETE": NAME_OR_NONE,
+    "STREAM.PURGE": NAME_OR_NONE,
+    "STREAM.NAMES": NONE,
+    "STREAM.LIST": NONE,
+    "STREAM.MSG.GET": NAME_OR_NONE,
+    "STREAM.MSG.DELETE": NAME_OR_NONE,
+    "STREAM.LEADER.STEPDOWN": NAME_OR_NONE,
+    "DIRECT.GET": NAME_OR_NONE,
+    "CONSUMER.CREATE": CONSUMER_CREATE,
+    "CONSUMER.DURABLE.CREATE": TWO_NAMES,
+    "CONSUMER.INFO": TWO_NAMES,
+    "CONSUMER.DELETE": TWO_NAMES,
+    "CONSUMER.NAMES": NAME,
+    "CONSUMER.LIST": NAME,
+    "CONSUMER.MSG.NEXT": TWO_NAMES,
+    "CONSUMER.PAUSE": TWO_NAMES,
+    "CONSUMER.LEADER.STEPDOWN": TWO_NAMES,
+    "CONSUMER.UNPIN": TWO_NAMES,
+    "CONSUMER.RESET": TWO_NAMES,
+    "STREAM.SNAPSHOT": NAME_OR_NONE,
+    "STREAM.RESTORE": NAME_OR_NONE,
+    "STREAM.PEER.EVACUATE": NAME_OR_NONE,  # (outside a cluster: 10010, rillet.jetstream.api.moves)
+    "STREAM.CANCEL_MOVE": NAME_OR_NONE,
 }
 # answered by the meta layer in a cluster only (rillet.jetstream.cluster.meta)
 CLUSTER_ONLY: dict[str, tuple[str, ...]] = {
-    "STREAM.PEER.REMOVE": ("", "*"),
-    "META.LEADER.STEPDOWN": ("", "*"),
-    "SERVER.REMOVE": ("", "*"),
-    "SERVER.EVACUATE": ("",),
-    "ACCOUNT.STREAM.MOVE": ("*.*",),
-    "ACCOUNT.STREAM.CANCEL_MOVE": ("*.*",),
+    "STREAM.PEER.REMOVE": NAME_OR_NONE,
+    "META.LEADER.STEPDOWN": NAME_OR_NONE,
+    "SERVER.REMOVE": NAME_OR_NONE,
+    "SERVER.EVACUATE": NONE,
+    "ACCOUNT.STREAM.MOVE": TWO_NAMES,
+    "ACCOUNT.STREAM.CANCEL_MOVE": TWO_NAMES,
 }
 # served by each stream (allow_direct) and each pull consumer, not through the API's subscriptions
 SERVED_ELSEWHERE = frozenset(("DIRECT.GET", "CONSUMER.MSG.NEXT"))
