@@ -51,7 +51,9 @@ NOT_IN_PLAIN = ("aiohttp", "email", "tarfile", "logging.handlers", "rillet.jetst
                 # TLS and OCSP with no tls block anywhere (Options.any_tls), the accounts block's exports, imports
                 # and service latency with no accounts block
                 "rillet.server.tls", "rillet.config.tls_names", "rillet.config.ocsp_section",
-                "rillet.server.account_config", "rillet.server.latency", "rillet.config.latency")
+                "rillet.server.account_config", "rillet.server.latency", "rillet.config.latency",
+                # message tracing's events: with the first message that may be traced (its headers ask for it)
+                "rillet.server.msgtrace_events")
 NOT_IN_JS_MONITOR = ("aiohttp", "yarl", "multidict", "email", "html", "tarfile", "logging.handlers",
                      "rillet.jetstream.cluster", "rillet.raft", "rillet.cluster.protocol", "rillet.cli", "typer",
                      "rich", "nats", "pyspark",
@@ -61,7 +63,10 @@ NOT_IN_JS_MONITOR = ("aiohttp", "yarl", "multidict", "email", "html", "tarfile",
                      # the first $JS.API request makes the router, the first stream loads its modules
                      "msgspec", "json", "datetime", "rillet.jetstream.stream", "rillet.jetstream.store",
                      "rillet.jetstream.consumer", "rillet.jetstream.configtypes", "rillet.jetstream.api.router",
-                     "rillet.jetstream.advisories", "rillet.jetstream.errors", "rillet.cipher")
+                     "rillet.jetstream.advisories", "rillet.jetstream.errors", "rillet.cipher",
+                     # (as a plain server)
+                     "rillet.server.tls", "rillet.config.ocsp_section", "rillet.server.account_config",
+                     "rillet.server.msgtrace_events")
 
 
 @pytest.fixture(scope="module")

@@ -138,8 +138,8 @@ async def test_max_payload_refusal_sends_the_ingress_error_event():
 async def test_unsampled_traceparent_is_delivered_with_the_trace_disabled(monkeypatch):
     """Not sampled by the account's ``msg_trace`` sampling: the message goes on with its destination
     disabled, so no other server traces it (nats-server's sampling is random: Rillet only, sampling forced)."""
-    from rillet.server import msgtrace
-    monkeypatch.setattr(msgtrace, "_sample", lambda pct: False)
+    from rillet.server import msgtrace_events
+    monkeypatch.setattr(msgtrace_events, "_sample", lambda pct: False)
     conf = "listen: 127.0.0.1:{port}\naccounts { A { users [{user: a, password: a}], " \
            "msg_trace { dest: trace.ext, sampling: 10 } } }\n"
     async with rillet_server(conf.replace("{port}", "-1")) as srv:
