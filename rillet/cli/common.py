@@ -6,7 +6,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Coroutine
 
 
@@ -21,22 +21,45 @@ class CliError(Exception):
 # ---------------------------------------------------------------------------------------------------
 # Connection options: given on the root or on any command, then environment, then the context.
 
-# (flag names, settings key, environment variable, help, is_flag)
+def _conn_option(default: Any, flags: list[str], env: str | None, help_text: str) -> Any:
+    """A connection setting: its default, its command-line flags, its environment variable and its help."""
+    return field(default=default, metadata={"flags": flags, "env": env, "help": help_text})
+
+
+@dataclass
+class Settings:
+    """The effective connection settings (``settings()``); each option's flags, environment variable and help
+    are declared with it (``CONN_OPTIONS``)."""
+    url: str = _conn_option("nats://127.0.0.1:4222", ["--server", "-s"], "NATS_URL",
+                            "NATS server URLs, comma separated [env NATS_URL]")
+    context: str = _conn_option("", ["--context"], "NATS_CONTEXT", "Saved context to use [env NATS_CONTEXT]")
+    user: str = _conn_option("", ["--user"], "NATS_USER", "Username or token [env NATS_USER]")
+    password: str = _conn_option("", ["--password"], "NATS_PASSWORD", "Password [env NATS_PASSWORD]")
+    token: str = _conn_option("", ["--token"], "NATS_TOKEN", "Authentication token [env NATS_TOKEN]")
+    creds: str = _conn_option("", ["--creds"], "NATS_CREDS", "User credentials file (JWT and seed) [env NATS_CREDS]")
+    nkey: str = _conn_option("", ["--nkey"], "NATS_NKEY", "User NKEY seed file [env NATS_NKEY]")
+    cert: str = _conn_option("", ["--tlscert"], "NATS_CERT", "TLS client certificate file [env NATS_CERT]")
+    key: str = _conn_option("", ["--tlskey"], "NATS_KEY", "TLS client private key file [env NATS_KEY]")
+    ca: str = _conn_option("", ["--tlsca"], "NATS_CA", "TLS CA certificate file to verify the server [env NATS_CA]")
+    timeout: float = _conn_option(5.0, ["--timeout"], "NATS_TIMEOUT",
+                                  "Time to wait on responses from NATS, e.g. 5s [env NATS_TIMEOUT]")
+    js_domain: str = _conn_option("", ["--js-domain"], None, "JetStream domain to talk to")
+    js_api_prefix: str = _conn_option("", ["--js-api-prefix"], None, "JetStream API subject prefix (imported JetStream)")
+    inbox_prefix: str = ""  # (from the context only)
+    sources: dict[str, str] = field(default_factory=dict)  # where each setting came from: flag, env or context
+
+    @property
+    def js_prefix(self) -> str:
+        if self.js_api_prefix:
+            return self.js_api_prefix
+        if self.js_domain:
+            return f"$JS.{self.js_domain}.API"
+        return "$JS.API"
+
+
+# (flag names, settings key, environment variable, help) of each connection option
 CONN_OPTIONS: list[tuple[list[str], str, str | None, str]] = [
-    (["--server", "-s"], "url", "NATS_URL", "NATS server URLs, comma separated [env NATS_URL]"),
-    (["--context"], "context", "NATS_CONTEXT", "Saved context to use [env NATS_CONTEXT]"),
-    (["--user"], "user", "NATS_USER", "Username or token [env NATS_USER]"),
-    (["--password"], "password", "NATS_PASSWORD", "Password [env NATS_PASSWORD]"),
-    (["--token"], "token", "NATS_TOKEN", "Authentication token [env NATS_TOKEN]"),
-    (["--creds"], "creds", "NATS_CREDS", "User credentials file (JWT and seed) [env NATS_CREDS]"),
-    (["--nkey"], "nkey", "NATS_NKEY", "User NKEY seed file [env NATS_NKEY]"),
-    (["--tlscert"], "cert", "NATS_CERT", "TLS client certificate file [env NATS_CERT]"),
-    (["--tlskey"], "key", "NATS_KEY", "TLS client private key file [env NATS_KEY]"),
-    (["--tlsca"], "ca", "NATS_CA", "TLS CA certificate file to verify the server [env NATS_CA]"),
-    (["--timeout"], "timeout", "NATS_TIMEOUT", "Time to wait on responses from NATS, e.g. 5s [env NATS_TIMEOUT]"),
-    (["--js-domain"], "js_domain", None, "JetStream domain to talk to"),
-    (["--js-api-prefix"], "js_api_prefix", None, "JetStream API subject prefix (imported JetStream)"),
-]
+    (f.metadata["flags"], f.name, f.metadata["env"], f.metadata["help"]) for f in fields(Settings) if f.metadata]
 
 FLAGS: dict[str, Any] = {}  # settings given on the command line (root or command level)
 
@@ -147,33 +170,6 @@ def select_context(name: str) -> None:
     os.makedirs(config_dir(), exist_ok=True)
     with open(os.path.join(config_dir(), "context.txt"), "w") as f:
         f.write(name)
-
-
-@dataclass
-class Settings:
-    url: str = "nats://127.0.0.1:4222"
-    context: str = ""
-    user: str = ""
-    password: str = ""
-    token: str = ""
-    creds: str = ""
-    nkey: str = ""
-    cert: str = ""
-    key: str = ""
-    ca: str = ""
-    timeout: float = 5.0
-    js_domain: str = ""
-    js_api_prefix: str = ""
-    inbox_prefix: str = ""
-    sources: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def js_prefix(self) -> str:
-        if self.js_api_prefix:
-            return self.js_api_prefix
-        if self.js_domain:
-            return f"$JS.{self.js_domain}.API"
-        return "$JS.API"
 
 
 def settings() -> Settings:
