@@ -18,8 +18,6 @@ REFUSED = [
     ("2.11", "jetstream {\n  max_buffered_size: 1mb\n}", '2:3: "max_buffered_size" is not supported'),
     ("2.11", "accounts {\n  A {\n    jetstream: { cluster_traffic: owner }\n  }\n}",
      '3:18: "cluster_traffic: owner" is not supported'),
-    ("2.11", "leafnodes {\n  port: -1\n  tls { cert_file: {cert}, key_file: {key}, handshake_first: true }\n}",
-     "'handshake_first' is not supported in the leafnodes tls block"),
     ("2.11", "jetstream {\n  tpm { keys_file: x }\n}", '2:3: "tpm" is not supported'),
     ("2.12", "leafnodes {\n  port: -1\n  isolate_leafnode_interest: true\n}",
      "isolate_leafnode_interest: interest isolation is not supported yet"),

@@ -62,7 +62,7 @@ from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind, deliver_here, plan_of
 from rillet.server.listen import hostport, server_port_socket
-from rillet.server.tls import make_server_context
+from rillet.server.tls import TLSClientListener, make_server_context
 from rillet.subjects.sublist import SublistResult
 from rillet.cluster.leaf_conn import (AUTH_VIOLATION, GATEWAY_KIND, JS_DENY, LEAF_DIAL_TIMEOUT, LEAF_KIND, ROUTER_KIND,
                                       LeafConn, RemoteState, _redact_host, client_tls_context)
@@ -116,7 +116,14 @@ class LeafNodes(Listening):
             host = o.host or "0.0.0.0"
             port = 0 if o.port == -1 else o.port
             sock = await server_port_socket(srv.loop, "leafnode", o.port, host, port)
-            self._listener = await srv.loop.create_server(lambda: LeafConn(self), sock=sock, backlog=1024)
+            if o.tls is not None and o.tls.handshake_first:
+                # TLS before the INFO (tls { handshake_first }, with its fallback delay: as the client port)
+                first = TLSClientListener(srv, sock, tls_opts=lambda: self.opts.tls, context=lambda: self.tls_server,
+                                          factory=lambda: LeafConn(self), what="leafnode")
+                await first.start_serving()
+                self._listener = first  # type: ignore[assignment]
+            else:
+                self._listener = await srv.loop.create_server(lambda: LeafConn(self), sock=sock, backlog=1024)
             self.addr = (host, self._listener.sockets[0].getsockname()[1])
             srv.log.notice(f"Listening for leafnode connections on {hostport(host, self.addr[1])}")
         for r in self.remotes:
@@ -145,6 +152,8 @@ class LeafNodes(Listening):
             u = r.next_url()
             ws = u.scheme.lower() in ("ws", "wss")
             secure = ws and (u.scheme.lower() == "wss" or r.tls_ctx is not None)
+            # a remote's tls { handshake_first }: the TLS handshake right after the dial, before the hub's INFO
+            first = not ws and r.opts.tls is not None and r.opts.tls.handshake_first and r.tls_ctx is not None
             host, port = u.hostname or "", u.port or ((443 if secure else 80) if ws else 7422)
             if secure and r.tls_ctx is None:
                 r.tls_ctx = client_tls_context(None)
@@ -158,7 +167,7 @@ class LeafNodes(Listening):
             try:
                 proto = await self._dial(factory, host, port,
                                          r.opts.dial_timeout or self.opts.dial_timeout or LEAF_DIAL_TIMEOUT,
-                                         r.tls_ctx if secure else None, host)
+                                         r.tls_ctx if secure or first else None, host)
                 r.conn = proto.inner if ws else proto
                 r.attempts = 0
                 return

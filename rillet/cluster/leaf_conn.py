@@ -157,6 +157,8 @@ class LeafConn(ServerConn):
         srv = self.server
         log = srv.log
         if self.solicited:
+            if transport.get_extra_info("ssl_object") is not None and transport.get_extra_info("websocket") is None:
+                self._tls_first(transport, self.remote.opts.tls, False)  # (the remote's tls { handshake_first })
             acc = self.remote.opts.account or "$G"
             if mgr.bind_account(acc) is None:
                 # (operator mode: the account's JWT is not in the resolver yet; tried again after the delay)
@@ -179,6 +181,9 @@ class LeafConn(ServerConn):
             self.parser.info_before_connect = cc.needs_compression(mgr.comp_config(None).mode) and \
             not self._websocket()
             tls = mgr.tls_server is not None and transport.get_extra_info("websocket") is None
+            if tls and transport.get_extra_info("ssl_object") is not None:
+                tls = False  # (tls { handshake_first }: the handshake came before this INFO)
+                self._tls_first(transport, mgr.opts.tls, True)
             if tls:
                 transport.pause_reading()  # (the leaf's next bytes are its TLS handshake)
             self.out += cp.info_frame(mgr.hub_info(self))
@@ -212,6 +217,22 @@ class LeafConn(ServerConn):
             self.data_received(b"".join(hold.data))
         if hold.lost is not None:
             self.connection_lost(hold.lost[0])
+
+    def _tls_first(self, transport: Any, cfg: Any, server_side: bool) -> None:
+        """The connection did its TLS handshake first (``handshake_first``): no upgrade after the INFO; the peer's
+        certificate checked with its CA's OCSP responder (``ocsp_peer``) before anything is read, as after one."""
+        self.tls = True
+        peer_cfg = getattr(cfg, "ocsp_peer", None)
+        if peer_cfg is None or not peer_cfg.verify:
+            return
+        transport.pause_reading()
+
+        async def check() -> None:
+            if not await self._ocsp_peer_ok(transport, peer_cfg, server_side):
+                self.close("TLS Handshake Failure")
+            elif not self.closed:
+                transport.resume_reading()
+        self.server.loop.create_task(check())
 
     async def _ocsp_peer_ok(self, t: Any, cfg: Any, server_side: bool) -> bool:
         """ocsp_peer on a leaf connection: the leaf's certificate (hub side) or the hub's (the remote's
@@ -276,7 +297,7 @@ class LeafConn(ServerConn):
                 return
             ctx = self.remote.tls_ctx
             ws = self.transport.get_extra_info("websocket") is not None  # (TLS under the websocket)
-            if not ws and (info.tls_required or ctx is not None):
+            if not ws and not self.tls and (info.tls_required or ctx is not None):
                 if ctx is None:
                     ctx = self.remote.tls_ctx = client_tls_context(None)
                 self.transport.pause_reading()

@@ -3,7 +3,7 @@
 What nats-server accepts is accepted here with its defaults and errors; what Rillet's leaf nodes do not do
 is refused with file:line:col and the reason, never parsed and ignored:
 
-* in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``, ``handshake_first``,
+* in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``,
   ``pinned_certs``; HTTP ``proxy``, ``isolate_leafnode_interest``,
   ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
   (``ws_compress: true``) and ``proxy_required`` are refused;
@@ -134,8 +134,8 @@ def _tls(b: Any, f: Field, client_side: bool) -> Any:
     where = "leafnodes remote" if client_side else "leafnodes"
     t = b.parse_tls(f, client_side=client_side, where=where)
     for e in f.entries():
-        if e.name in ("verify_and_map", "verify_cert_and_check_known_urls", "handshake_first", "first",
-                      "pinned_certs") and e.value not in (False, [], None):
+        if e.name in ("verify_and_map", "verify_cert_and_check_known_urls", "pinned_certs") and \
+                e.value not in (False, [], None):
             raise _refuse(e, f"{e.key} on leaf connections")
     t.source = f.pos
     return t

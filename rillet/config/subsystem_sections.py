@@ -153,7 +153,8 @@ class SubsystemSections(BuilderBase):
             tls.pinned_certs = certs
 
         def handshake_first(sub: Field) -> None:
-            client_port_only(sub)
+            if where not in ("leafnodes", "leafnodes remote"):  # (as nats-server: the client port and leaf nodes)
+                client_port_only(sub)
             value = sub.value
             if isinstance(value, bool):
                 tls.handshake_first = value

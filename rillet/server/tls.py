@@ -7,7 +7,7 @@ import asyncio
 import socket
 import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from rillet.digest import sha256
 from rillet.config.options import TLSConfig
@@ -157,8 +157,17 @@ class TLSClientListener:
     in the kernel for the TLS layer. Duck-types the parts of ``asyncio.Server`` the server uses.
     """
 
-    def __init__(self, server: "Server", sock: socket.socket) -> None:
+    def __init__(self, server: "Server", sock: socket.socket, *, tls_opts: Callable[[], Any] | None = None,
+                 context: Callable[[], ssl.SSLContext | None] | None = None,
+                 factory: Callable[[], asyncio.Protocol] | None = None, what: str = "client") -> None:
+        """The client port's by default; a leafnode listener (``leafnodes { tls { handshake_first } }``) gives its
+        tls options, context and protocol factory (and ``what`` for the log); the TLS connection rate limit is
+        the client port's only."""
         self.server = server
+        self._tls_opts = tls_opts if tls_opts is not None else (lambda: server.opts.tls)
+        self._context = context if context is not None else (lambda: server.tls_context)
+        self._factory = factory if factory is not None else server._new_client
+        self._what = what
         self._socks = [sock]
         self._tasks: list[asyncio.Task] = []
         self._waiting: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}
@@ -210,7 +219,7 @@ class TLSClientListener:
             self._accepted(conn)
 
     def _accepted(self, conn: socket.socket) -> None:
-        tls = self.server.opts.tls
+        tls = self._tls_opts()
         if tls is None or not tls.handshake_first:
             self._serve(conn, tls_first=False)
             return
@@ -239,20 +248,21 @@ class TLSClientListener:
         if not tls_first:
             srv.loop.create_task(self._connect(conn, None))
             return
-        if not srv.tls_rate_allow():
+        if self._what == "client" and not srv.tls_rate_allow():
             _refuse(conn, THROTTLED)
             return
-        srv.loop.create_task(self._connect(conn, srv.tls_context))
+        srv.loop.create_task(self._connect(conn, self._context()))
 
     async def _connect(self, conn: socket.socket, ctx: ssl.SSLContext | None) -> None:
         srv = self.server
         peer = peer_hostport(conn)
         try:
             if ctx is None:
-                await srv.loop.connect_accepted_socket(srv._new_client, conn)
+                await srv.loop.connect_accepted_socket(self._factory, conn)
             else:
-                timeout = srv.opts.tls.timeout if srv.opts.tls is not None else 2.0
-                await srv.loop.connect_accepted_socket(srv._new_client, conn, ssl=ctx,
+                tls = self._tls_opts()
+                timeout = tls.timeout if tls is not None else 2.0
+                await srv.loop.connect_accepted_socket(self._factory, conn, ssl=ctx,
                                                        ssl_handshake_timeout=timeout or None)
         except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
             # like nats-server, a timeout or a peer that does not speak TLS at all (a probe, a load
