@@ -108,3 +108,50 @@ async def test_qos1_burst_gathered_delivered_removed_in_batches(tmp_path, monkey
     async with run_server(_opts(store)) as srv:
         st = _msgs_stream(srv).store.state()
         assert (st.msgs, st.last_seq) == (0, N)
+
+
+
+def _publish_burst(port: int, n: int) -> None:
+    r = Raw(port)
+    assert r.connect("qfull").rc == 0
+    r.send(b"".join(C.encode(C.Publish("t/x", b"f%d" % i, 1, pi=i + 1)) for i in range(n)))
+    r.closed(3)  # (whatever the answers: what the server decided is checked from its side)
+    r.close()
+
+
+async def test_failed_gathered_write_answers_the_taken_back_stores_with_the_error(tmp_path, monkeypatch):
+    """The pass's first QoS 1 message is written at once and answered stored; the write of the gathered rest
+    fails (a full disk): the store takes them back and each of their held answers is the store's error (what
+    the MQTT side then sends is its own decision), none of them stored."""
+    from rillet.mqtt.publish import PublishMixin
+    store = str(tmp_path / "js")
+    real = fsmod._write_all
+    answers: list = []
+    real_stored = PublishMixin._stored
+
+    def full_for_batches(fd, bufs, off, total):
+        if total > 1000:  # (the gathered records; one record is ~200 bytes)
+            raise OSError(28, "No space left on device")
+        return real(fd, bufs, off, total)
+
+    def stored(self, ent, err):
+        answers.append((ent[1], err))
+        return real_stored(self, ent, err)
+
+    monkeypatch.setattr(PublishMixin, "_stored", stored)
+    async with run_server(_opts(store)) as srv:
+        port = srv.mqtt_addr[1]
+        sub = await asyncio.to_thread(_subscriber, port)  # (the account's MQTT streams exist from here)
+        st = _msgs_stream(srv)
+        before = st.store.state().last_seq
+        monkeypatch.setattr(fsmod, "_write_all", full_for_batches)
+        await asyncio.to_thread(_publish_burst, port, 50)
+        monkeypatch.setattr(fsmod, "_write_all", real)
+        ok = [pi for pi, err in answers if err is None]
+        failed = [(pi, err) for pi, err in answers if err is not None]
+        assert ok == [1] and failed and [pi for pi, _ in failed] == list(range(2, len(failed) + 2)), answers
+        assert all(getattr(e, "err_code", None) == 10023 for _, e in failed), failed  # (insufficient resources)
+        assert st.store.state().last_seq == before + 1  # the answered one, no more
+        got = await asyncio.to_thread(_receive, sub, 1)
+        assert got == [b"f0"]
+        sub.close()
