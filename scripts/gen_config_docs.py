@@ -124,7 +124,8 @@ def render() -> str:
                         for k, t in sorted(keys.items())])
     lines += ["", "The `tls {}` blocks' keys are checked by",
               "`tests/test_tls_options.py` (OCSP: `tests/test_ocsp.py`). `feature_flags { rillet_go_meta: true }`",
-              "is Rillet's own flag (a Rillet server joining a Go JetStream meta group, see [Clustering](clustering.md)).",
+              "is Rillet's own flag (a Rillet server joining a Go JetStream meta group, see [Clustering](clustering.md));",
+              "`rillet_go_meta_lead: true` beside it makes it stand for that group's leadership ([Mixed clusters](mixed-clusters.md)).",
               "", "## Command-line flags", "",
               "`rillet-server` takes nats-server's flags (`rillet-server -h`). Each works (the test named) or is",
               "refused with `is not supported`.", "",
