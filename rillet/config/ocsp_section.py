@@ -8,7 +8,7 @@ that would staple where this server cannot is refused once the certificates are 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rillet.gocompat.goquote import go_type
@@ -27,17 +27,26 @@ MIN_SAVE_INTERVAL = 1.0
 OCSP_MODES = ("auto", "always", "must", "never")
 
 
+def _peer_key(key: str, default: Any) -> Any:
+    """A setting of the long form of ``ocsp_peer``: its default and the key it is written as (a bool is a
+    flag, a float a number of seconds)."""
+    return field(default=default, metadata={"key": key})
+
+
 @dataclass
 class OCSPPeerConfig:
     """``ocsp_peer`` of a tls {} block: check the peer's certificate chain with its CA's OCSP responder."""
-    verify: bool = False
-    ca_timeout: float = DEFAULT_CA_TIMEOUT
-    clock_skew: float = DEFAULT_CLOCK_SKEW
-    warn_only: bool = False
-    unknown_is_good: bool = False
-    allow_when_ca_unreachable: bool = False
-    ttl_unset_next_update: float = DEFAULT_TTL_UNSET_NEXT_UPDATE
+    verify: bool = _peer_key("verify", False)
+    ca_timeout: float = _peer_key("ca_timeout", DEFAULT_CA_TIMEOUT)
+    clock_skew: float = _peer_key("allowed_clockskew", DEFAULT_CLOCK_SKEW)
+    warn_only: bool = _peer_key("warn_only", False)
+    unknown_is_good: bool = _peer_key("unknown_is_good", False)
+    allow_when_ca_unreachable: bool = _peer_key("allow_when_ca_unreachable", False)
+    ttl_unset_next_update: float = _peer_key("cache_ttl_when_next_update_unset", DEFAULT_TTL_UNSET_NEXT_UPDATE)
     source: Any = field(default=None, compare=False, repr=False)
+
+
+_PEER_KEYS = {f.metadata["key"]: f for f in fields(OCSPPeerConfig) if f.metadata}
 
 
 @dataclass
@@ -82,22 +91,18 @@ def parse_ocsp_peer(sub: Field) -> OCSPPeerConfig:
     if not isinstance(sub.value, dict):
         raise sub.error(f"error parsing ocsp peer config: unsupported type {go_type(sub.value)}")
     cfg = OCSPPeerConfig(source=sub.pos)
-    flags = {"verify": "verify", "warn_only": "warn_only", "unknown_is_good": "unknown_is_good",
-             "allow_when_ca_unreachable": "allow_when_ca_unreachable"}
     for e in sub.entries():
-        name = e.name
-        if name in flags:
+        f = _PEER_KEYS.get(e.name)
+        if f is None:
+            raise e.error(f'{PEER_PREFIX}, unknown field ["{e.key}"]')
+        if isinstance(f.default, bool):
             if not isinstance(e.value, bool):
                 raise e.error(f'{PEER_PREFIX}, unknown field ["{e.key}"]')
-            setattr(cfg, flags[name], e.value)
-        elif name in ("ca_timeout", "allowed_clockskew", "cache_ttl_when_next_update_unset"):
+            setattr(cfg, f.name, e.value)
+        else:
             value = _seconds(e, PEER_PREFIX)
             if value >= 0:
-                attr = {"ca_timeout": "ca_timeout", "allowed_clockskew": "clock_skew",
-                        "cache_ttl_when_next_update_unset": "ttl_unset_next_update"}[name]
-                setattr(cfg, attr, value)
-        else:
-            raise e.error(f'{PEER_PREFIX}, unknown field ["{e.key}"]')
+                setattr(cfg, f.name, value)
     return cfg
 
 
