@@ -120,7 +120,7 @@ def render() -> str:
     for section, keys in sorted(leaf.LEAF_KEY_TESTS.items()):
         lines += ["", f"## {section.replace('.', ' ')} {{}}", ""]
         lines += table([(k, "refused at load: is not supported yet" if t == "refused"
-                         else f"works: `tests/test_cluster_leaf.py::{t}`", "", nats_server(k))
+                         else f"works: `tests/{t if '::' in t else 'test_cluster_leaf.py::' + t}`", "", nats_server(k))
                         for k, t in sorted(keys.items())])
     lines += ["", "The `tls {}` blocks' keys are checked by",
               "`tests/test_tls_options.py` (OCSP: `tests/test_ocsp.py`). `feature_flags { rillet_go_meta: true }`",

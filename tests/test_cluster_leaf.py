@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import shutil
 import tempfile
 import urllib.request
@@ -1188,7 +1189,9 @@ LEAF_KEY_TESTS = {
         "ws_no_masking": "test_websocket_leafs_with_go", "websocket_no_masking": "test_websocket_leafs_with_go",
         "ws_compress": "test_config_errors", "ws_compression": "test_config_errors",
         "websocket_compress": "test_config_errors", "websocket_compression": "test_config_errors",
-        "isolate": "refused", "isolate_leafnode_interest": "refused", "request_isolation": "refused",
+        "isolate": "test_leaf_isolation.py::test_isolation_settings_parse_and_type_errors",
+        "isolate_leafnode_interest": "test_leaf_isolation.py::test_isolation_settings_parse_and_type_errors",
+        "request_isolation": "test_leaf_isolation.py::test_a_leaf_requesting_isolation_gets_it_alone",
         "jetstream_cluster_migrate": "refused", "js_cluster_migrate": "refused", "proxy": "refused",
     },
     "leafnodes.authorization": {
@@ -1212,8 +1215,10 @@ LEAF_KEY_TESTS = {
         "advertise": "test_hub_info_on_the_leafnode_port", "leafnode_advertise": "test_hub_info_on_the_leafnode_port",
         "no_advertise": "test_hub_info_on_the_leafnode_port",
         "min_version": "test_min_version_refuses_older_leafs",
-        "minimum_version": "test_min_version_refuses_older_leafs", "isolate_leafnode_interest": "refused",
-        "isolate": "refused", "write_deadline": "test_hub_info_on_the_leafnode_port", "write_timeout": "refused",
+        "minimum_version": "test_min_version_refuses_older_leafs",
+        "isolate_leafnode_interest": "test_leaf_isolation.py::test_hub_isolating_leaf_interest",
+        "isolate": "test_leaf_isolation.py::test_isolation_settings_parse_and_type_errors",
+        "write_deadline": "test_hub_info_on_the_leafnode_port", "write_timeout": "refused",
     },
 }
 
@@ -1237,5 +1242,9 @@ def test_every_leafnodes_key_is_known(section):
         if test == "refused":
             with pytest.raises(ConfigError, match="is not supported yet"):
                 load_string(_WRAP[section].format(k=key), "k.conf")
+        elif "::" in test:  # (a test of another file)
+            path, name = test.split("::")
+            with open(f"{os.path.dirname(__file__)}/{path}") as f:
+                assert f"def {name}(" in f.read(), test
         else:
             assert test in globals(), test

@@ -19,9 +19,6 @@ REFUSED = [
     ("2.11", "accounts {\n  A {\n    jetstream: { cluster_traffic: owner }\n  }\n}",
      '3:18: "cluster_traffic: owner" is not supported'),
     ("2.11", "jetstream {\n  tpm { keys_file: x }\n}", '2:3: "tpm" is not supported'),
-    ("2.12", "leafnodes {\n  port: -1\n  isolate_leafnode_interest: true\n}",
-     "isolate_leafnode_interest: interest isolation is not supported yet"),
-    ("2.15", "leafnodes {\n  port: -1\n  isolate: true\n}", "isolate: interest isolation is not supported yet"),
     ("2.11", "jetstream {\n  limits { max_ha_assets: 3 }\n}", '2:12: "max_ha_assets" is not supported'),
 ]
 

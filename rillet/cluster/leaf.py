@@ -192,7 +192,8 @@ class LeafNodes(Listening):
         js = srv.jetstream is not None
         co = ci.LeafConnect(version=rillet.SERVER_VERSION, server_id=srv.server_id, domain=self._domain(),
                             name=srv.name, is_hub=ro.hub, headers=not srv.opts.no_header_support, jetstream=js,
-                            deny_pub=list(ro.deny_imports) or None, compress_mode=lc.compression,
+                            deny_pub=list(ro.deny_imports) or None, isolate=ro.request_isolation,
+                            compress_mode=lc.compression,
                             remote_account=acc, protocol=ci.SERVER_PROTO)
         if srv.cluster is not None:
             co.cluster = srv.cluster.name
@@ -520,6 +521,8 @@ class LeafNodes(Listening):
                 return False
             return True
         if kind == LEAF_KIND:
+            if lc.isolated:  # (interest isolation: no leaf's interest, its $LDS. included, as nats-server)
+                return False
             if lc.spoke and c.spoke and not is_lds:
                 return False
             if c.remote_cluster and c.remote_cluster == lc.remote_cluster:

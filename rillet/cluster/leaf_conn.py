@@ -125,6 +125,9 @@ class LeafConn(ServerConn):
         self.remote_account = ""
         self.nonce = b""
         self.tls = False
+        # interest isolation (nats-server 2.12): the interest of other leaf connections is not sent to this one
+        # (the leafnodes block's isolate, the remote's own isolate, or the peer's CONNECT asking for it)
+        self.isolated = mgr.opts.isolate or (remote is not None and remote.opts.local_isolation)
         self._comp_info = False  # (leaf side) switched to s2: the hub's next INFO is taken as its first
         self.deny_out = _Deny([])  # messages we do not send to the peer (and its literal interest we ignore)
         self.deny_in = _Deny([])  # messages from the peer we drop (and our interest we do not announce)
@@ -449,6 +452,7 @@ class LeafConn(ServerConn):
                 return
         if co.is_hub:
             self.spoke = True  # the soliciting side is the hub: we take the spoke role
+        self.isolated = self.isolated or co.isolate
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
@@ -736,6 +740,9 @@ class LeafConn(ServerConn):
             "id": self.cid, "name": self.remote_name, "is_spoke": self.spoke, "account": self.acc_name,
             "ip": self.host, "port": self.port,
         }
+        if self.isolated:  # (nats-server puts it after is_spoke, left out when false)
+            d = {"id": d["id"], "name": d["name"], "is_spoke": self.spoke, "is_isolated": True,
+                 "account": d["account"], "ip": d["ip"], "port": d["port"]}
         d["rtt"] = rtt_string(self.rtt)[0] if self.rtt else "0s"
         d.update({"in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
                   "out_bytes": self.out_bytes, "subscriptions": len(self.rsubs)})

@@ -4,8 +4,7 @@ What nats-server accepts is accepted here with its defaults and errors; what Ril
 is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``,
-  ``pinned_certs``; HTTP ``proxy``, ``isolate_leafnode_interest``,
-  ``request_isolation``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
+  ``pinned_certs``; HTTP ``proxy``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
   (``ws_compress: true``) and ``proxy_required`` are refused;
 * remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
 
@@ -52,6 +51,8 @@ class RemoteLeafOptions:
     compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.compression (normalized)
     compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
     tls: Any = None  # TLSConfig of the remote's tls {} (or a default one for a tls:// URL)
+    local_isolation: bool = False  # isolate / isolate_leafnode_interest: no interest of other leafs sent to it
+    request_isolation: bool = False  # asks the hub (CONNECT "isolate") not to send it other leafs' interest
 
     def name(self, redacted: bool = True) -> str:
         """nats-server's name of a remote (duplicates are errors): its URLs, local account and key."""
@@ -91,6 +92,7 @@ class LeafNodeOptions:
     min_version: str = ""  # leafs announcing an older version in CONNECT are refused
     compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.compression (normalized)
     compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
+    isolate: bool = False  # isolate_leafnode_interest: no leaf connection hears another leaf's interest
 
 
 _SEMVER = None
@@ -273,8 +275,8 @@ def parse_leafnodes(b: Any, f: Field) -> None:
         "leafnode_advertise": s("advertise", "str", target=target),
         "min_version": min_version, "minimum_version": min_version,
         "compression": _compression(ln),
-        "isolate_leafnode_interest": _refuser("interest isolation"),
-        "isolate": _refuser("interest isolation"),
+        "isolate_leafnode_interest": s("isolate", "bool", target=target),
+        "isolate": s("isolate", "bool", target=target),
         "write_timeout": _refuser("write_timeout (write deadline policy)"),
     }
     b.each(f, table, "leafnodes")
@@ -353,9 +355,9 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         "websocket_no_masking": s("ws_no_masking", "bool", target=target),
         "jetstream_cluster_migrate": _refuser("jetstream_cluster_migrate"),
         "js_cluster_migrate": _refuser("jetstream_cluster_migrate"),
-        "isolate_leafnode_interest": _refuser("interest isolation"),
-        "isolate": _refuser("interest isolation"),
-        "request_isolation": _refuser("interest isolation"),
+        "isolate_leafnode_interest": s("local_isolation", "bool", target=target),
+        "isolate": s("local_isolation", "bool", target=target),
+        "request_isolation": s("request_isolation", "bool", target=target),
         "compression": comp,
         "proxy": _refuser("leaf connections through an HTTP proxy"),
     }
