@@ -168,6 +168,19 @@ def test_meta_leader_api_places_streams_and_consumers_with_a_go_preferred_leader
     _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.T", {"name": "T", "subjects": ["S"]})
     _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.U", {"name": "V"})
     assert [d["error"]["err_code"] for _, d in m.ic.sent] == [10058, 10065, 10056] and not proposed
+    # an update: nats-server's rules, proposed with the stream's group; scaling refused
+    m.ic.sent.clear()
+    _request(m, "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.UPDATE.S", {"name": "S", "num_replicas": 3, "max_msgs": 9})
+    up = ge.decode_entry(proposed[0][0].data)
+    assert up.op == ge.OP_UPDATE_STREAM and up.doc["stream"]["max_msgs"] == 9 and "preferred" not in up.doc["group"]
+    assert up.doc["group"]["peers"] == g["peers"] and up.doc["subject"] == "$JS.API.STREAM.UPDATE.S"
+    proposed.clear()
+    _request(m, "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.UPDATE.S", {"name": "S", "num_replicas": 1})
+    _request(m, "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.UPDATE.S",
+             {"name": "S", "num_replicas": 3, "storage": "memory"})
+    _request(m, "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.UPDATE.X", {"name": "X"})
+    assert [d["error"]["err_code"] for _, d in m.ic.sent] == [10069, 10052, 10059] and not proposed
+    assert m.ic.sent[1][1]["error"]["description"] == "stream configuration update can not change storage type"
     # a consumer on the stream's peers, a Go server preferred
     _request(m, "$JS.API.CONSUMER.DURABLE.CREATE.*.*", "$JS.API.CONSUMER.DURABLE.CREATE.S.D",
              {"stream_name": "S", "config": {"durable_name": "D", "ack_policy": "explicit"}})
@@ -313,6 +326,7 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         with pytest.raises(nats.js.errors.BadRequestError) as ei:
             await js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3, max_msgs=7)
         assert ei.value.err_code == 10058
+        assert (await js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3)).config.name == "R3"  # (again)
         # a durable consumer: the Rillet leader assigns it, its Go leader answers and serves it
         ci = await js.add_consumer("R3", durable_name="D", ack_policy="explicit")
         assert ci.name == "D" and ci.cluster.leader in ("g0", "g1")
@@ -325,7 +339,11 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         assert await js.delete_stream("GONE") is True
         await _until(lambda: ("A", "GONE") not in m.state.streams, 60, what="GONE's removal applied")
         assert sorted(await _names(g0)) == ["R2", "R3"]
-        assert m.leader_api.proposed >= 5 and m.refused == 0
+        # an update through the Rillet leader, applied and answered by the stream's Go leader
+        si = await js.update_stream(name="R3", subjects=["r3.>"], num_replicas=3, max_msgs=100)
+        assert si.config.max_msgs == 100 and si.state.messages == 5
+        assert m.state.streams[("A", "R3")]["stream"]["max_msgs"] == 100
+        assert m.leader_api.proposed >= 6 and m.refused == 0
         # leadership back to a Go server, which holds everything the Rillet leader committed
         await _until(lambda: all(m.raft.current(gw.peer_id(n)) for n in ("g0", "g1")), 60, what="Go servers current")
         r = await _sys_request(sysnc, "$JS.API.META.LEADER.STEPDOWN", {})

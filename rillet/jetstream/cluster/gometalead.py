@@ -5,12 +5,15 @@ servers stay silent on the requests only a meta leader answers, as they would fo
 answers them while this server leads (it is subscribed in the system account, where the JetStream-enabled
 accounts' imports bring their clients' requests with the requester's info, ``Nats-Request-Info``):
 
-* ``STREAM.CREATE``: the configuration checked (name, subjects overlapping another stream of the account, an
-  existing stream of the same name), the replicas placed on peers that answered the leader lately, the first a
+* ``STREAM.CREATE``: the configuration checked as nats-server checks it (rillet.jetstream.streamconfig: names,
+  limits, mirrors and sources, subjects overlapping another stream of the account, an existing stream of the
+  same name), the replicas placed on peers that answered the leader lately, the first a
   Go server (it is the group's preferred leader: the Rillet server does not campaign in stream groups; a
   one-replica stream may go to any server, a Rillet one runs it itself), and the
   assignment proposed in Go's layout (golead.stream_assignment). The server that leads the new group answers the
   client, as under a Go meta leader. A create of an existing stream with the same settings proposes it again.
+* ``STREAM.UPDATE``: nats-server's update rules, the new configuration proposed with the stream's group; its
+  leader answers. A change of the replica count or placement (scaling, moving) is refused.
 * ``STREAM.DELETE``: the removal proposed; the stream's leader answers.
 * ``CONSUMER.CREATE`` / ``CONSUMER.DURABLE.CREATE``: the consumer's assignment on its stream's peers, a Go
   server preferred (the Rillet server does not lead replicated consumers); its leader answers.
@@ -24,7 +27,7 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``META.LEADER.STEPDOWN`` (system account only): leadership handed to the preferred server, or else to a Go
   server holding the whole log.
 
-Everything else a Go meta leader answers (stream update, ``STREAM.LIST``/``CONSUMER.LIST``,
+Everything else a Go meta leader answers (``STREAM.LIST``/``CONSUMER.LIST``, stream scaling,
 ``SERVER.REMOVE``, stream moves and peer removals, placement tags) is not here: see docs/mixed-clusters.md.
 """
 from __future__ import annotations
@@ -92,6 +95,7 @@ class MetaLeaderApi:
         self.proposed = 0
         handlers = {
             "$JS.API.STREAM.CREATE.*": self._stream_create,
+            "$JS.API.STREAM.UPDATE.*": self._stream_update,
             "$JS.API.STREAM.DELETE.*": self._stream_delete,
             "$JS.API.STREAM.NAMES": self._stream_names,
             "$JS.API.CONSUMER.CREATE.*": self._consumer_create,
@@ -205,57 +209,95 @@ class MetaLeaderApi:
         return [first, *rest]
 
     # -- streams --------------------------------------------------------------------------------------------
+    def _cfg(self, acc: str, name: str) -> Any:
+        """A stream's configuration from its assignment (a StreamConfig), None when there is none."""
+        from rillet.jetstream import configtypes as C
+        from rillet.jetstream.api.codec import from_dict
+        sa = self.member.state.streams.get((acc, name))
+        return from_dict(sa.get("stream") or {}, C.StreamConfig) if sa is not None else None
+
+    def _checks(self, acc: str, name: str) -> dict:
+        """nats-server's configuration checks' context: the account's other streams (mirror and source checks,
+        subjects overlapping) and its limits."""
+        from rillet.jetstream.manager import account_js_config
+        from rillet.subjects.overlap import any_collision
+        state = self.member.state
+        others = [s for (a, n), sa in state.streams.items() if a == acc and n != name
+                  for s in ((sa.get("stream") or {}).get("subjects") or [])]
+        return {"subject_name": name, "clustered": True, "strict": False,
+                "lookup_stream": lambda other: self._cfg(acc, other),
+                "subjects_overlap": lambda subjects: any_collision(others, subjects),
+                "account_limits": account_js_config(self.member.server.opts.accounts or {}).get(acc)}
+
+    def _placement_refused(self, cfg: Any) -> Optional[str]:
+        pl = cfg.placement
+        if pl is not None and (pl.tags or (pl.cluster and pl.cluster != self.member.server.opts.cluster.name)):
+            return ("no suitable peers for placement: placement by tags or another cluster is not supported by a "
+                    "Rillet meta leader")
+        return None
+
     def _stream_create(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
         kind = "stream_create_response"
         if ci is None or not ci.get("acc"):
             return
-        cfg = self._json(body)
-        if cfg is None:
-            self._answer(reply, _err(kind, 400, 10025, "invalid JSON"))
+        from rillet.jetstream.api.codec import to_go
+        from rillet.jetstream.errors import ApiError
+        from rillet.jetstream.streamconfig import normalize_stream_config
+        acc, name = ci["acc"], subject.rsplit(".", 1)[-1]
+        old = self.member.state.streams.get((acc, name))
+        existing = self._cfg(acc, name)
+        try:
+            cfg = normalize_stream_config(body or b"{}", is_create=True, existing=existing,
+                                          **self._checks(acc, name))
+        except ApiError as e:
+            self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.to_dict()})
             return
-        name = subject.rsplit(".", 1)[-1]
-        cfg.pop("pedantic", None)
-        if cfg.setdefault("name", name) != name:
-            self._answer(reply, _err(kind, 400, 10056, "stream name in subject does not match request"))
+        client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
+        if old is not None and cfg is existing:  # (the same settings: proposed again, its leader answers)
+            self._propose(ge.OP_ASSIGN_STREAM, dict(old, client=client, subject=subject, reply=reply))
             return
-        if not cfg.get("subjects") and not cfg.get("mirror") and not cfg.get("sources"):
-            cfg["subjects"] = [name]
-        state = self.member.state
-        acc = ci["acc"]
-        old = state.streams.get((acc, name))
-        from rillet.subjects.overlap import any_collision
-        others = [s for (a, n), sa in state.streams.items() if a == acc and n != name
-                  for s in ((sa.get("stream") or {}).get("subjects") or [])]
-        if any_collision(others, cfg.get("subjects") or []):
-            self._answer(reply, _err(kind, 400, 10065, "subjects overlap with an existing stream"))
+        why = self._placement_refused(cfg)
+        if why:
+            self._answer(reply, _err(kind, 400, 10005, why))
             return
-        pl = cfg.get("placement") or {}
-        if pl.get("tags") or pl.get("cluster") not in (None, "", self.member.server.opts.cluster.name):
-            self._answer(reply, _err(kind, 400, 10005, "no suitable peers for placement: placement by tags or "
-                                     "another cluster is not supported by a Rillet meta leader"))
-            return
-        if old is not None:
-            have = old.get("stream") or {}
-            probe = stream_assignment(ci, cfg, [self.member.peer], "", "", "")["stream"]
-            if any(have.get(k) != v for k, v in probe.items()):
-                self._answer(reply, _err(kind, 400, 10058,
-                                         "stream name already in use with a different configuration"))
-                return
-            doc = dict(old, client={k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")},
-                       subject=subject, reply=reply)
-            self._propose(ge.OP_ASSIGN_STREAM, doc)
-            return
-        n = int(cfg.get("num_replicas") or 1)
-        if not 1 <= n <= 5:
-            self._answer(reply, _err(kind, 500, 10052, "maximum replicas is 5" if n > 5
-                                     else "replicas count cannot be negative"))
-            return
-        peers = self._place(n)
+        peers = self._place(cfg.num_replicas or 1)
         if peers is None:
             self._answer(reply, _err(kind, 503, 10005, "no suitable peers for placement"))
             return
-        doc = stream_assignment(ci, cfg, peers, self.member.server.opts.cluster.name, subject, reply)
+        doc = stream_assignment(client, to_go(cfg), peers, self.member.server.opts.cluster.name, subject, reply)
         self._propose(ge.OP_ASSIGN_STREAM, doc)
+
+    def _stream_update(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        """``STREAM.UPDATE``: nats-server's update rules (rillet.jetstream.streamconfig); the new configuration
+        proposed with the stream's group, whose leader applies it and answers. Scaling and moves are refused."""
+        kind = "stream_update_response"
+        if ci is None or not ci.get("acc"):
+            return
+        from rillet.jetstream import configtypes as C
+        from rillet.jetstream.api.codec import from_dict, to_go
+        from rillet.jetstream.errors import ApiError
+        from rillet.jetstream.streamconfig import normalize_stream_update
+        acc, name = ci["acc"], subject.rsplit(".", 1)[-1]
+        old = self.member.state.streams.get((acc, name))
+        old_cfg = self._cfg(acc, name)
+        consumers = [(n, from_dict(ca.get("consumer") or {}, C.ConsumerConfig))
+                     for n, ca in (self.member.state.consumers.get((acc, name)) or {}).items()]
+        kw = self._checks(acc, name)
+        kw.pop("account_limits")
+        try:
+            cfg = normalize_stream_update(old_cfg, body or b"{}", consumers=consumers, **kw)
+        except ApiError as e:
+            self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.to_dict()})
+            return
+        if cfg.num_replicas != old_cfg.num_replicas or to_go(cfg.placement) != to_go(old_cfg.placement):
+            self._answer(reply, _err(kind, 500, 10069, "scaling or moving a stream is not supported by a Rillet "
+                                     "meta leader"))
+            return
+        client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
+        group = {k: v for k, v in (old.get("group") or {}).items() if k != "preferred"}
+        doc = {"client": client, "created": old.get("created", ""), "stream": to_go(cfg), "group": group,
+               "sync": old.get("sync", ""), "subject": subject, "reply": reply}
+        self._propose(ge.OP_UPDATE_STREAM, doc)
 
     def _stream_delete(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
         if ci is None or not ci.get("acc"):
