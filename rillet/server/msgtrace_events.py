@@ -266,10 +266,7 @@ class MsgTrace:
             _state.CURRENT = None
             try:
                 sub.nm += 1
-                if route is not None and getattr(icb, "routed", False):
-                    ok = icb(sub, c, route, reply, h2, m2, subject)
-                else:
-                    ok = icb(sub, c, subject, reply, h2, m2)
+                ok = _call(icb, sub, c, route, subject, reply, h2, m2)
             finally:
                 _state.CURRENT = self
             return ok is not False  # (a service import that reached nobody returns False)
@@ -284,10 +281,7 @@ class MsgTrace:
             h2, m2 = set_header(hdr, msg, TRACE_DEST, rr.decode())
         sub.nm += 1
         try:
-            if route is not None and getattr(icb, "routed", False):
-                ok = icb(sub, c, route, reply, h2, m2, subject)
-            else:
-                ok = icb(sub, c, subject, reply, h2, m2)
+            ok = _call(icb, sub, c, route, subject, reply, h2, m2)
         finally:
             self.shadow = prev_shadow
             if rr is not None and self.hops == hops:
@@ -592,3 +586,12 @@ def gateway_inbound(gw: Any, gc: Any, account: bytes, subject: bytes, reply: byt
 def owns(mt: MsgTrace, hdr: int, msg: bytes) -> bool:
     """Is this message (with headers) the traced one, or one carrying it on (not a reply made meanwhile)?"""
     return msg.find(b"Nats-Trace-Dest", 0, hdr) >= 0 or msg[:hdr].lower().find(b"traceparent") >= 0
+
+
+def _call(icb: Any, sub: Any, c: Any, route: Any, subject: bytes, reply: bytes | None, hdr: int,
+          msg: bytes) -> Any:
+    """A subscription callback ``icb`` called as delivery calls it: with the route a routed message came
+    over when the callback takes one (``routed``)."""
+    if route is not None and getattr(icb, "routed", False):
+        return icb(sub, c, route, reply, hdr, msg, subject)
+    return icb(sub, c, subject, reply, hdr, msg)
