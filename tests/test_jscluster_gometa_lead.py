@@ -336,6 +336,13 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         assert [x.data.decode() for x in got] == [f"v{i}" for i in range(5)]
         for x in got:
             await x.ack_sync()
+        # the lists, gathered from the stream and consumer leaders by the Rillet meta leader
+        infos = await js.streams_info()
+        assert [(i.config.name, i.state.messages) for i in infos] == [("GONE", 0), ("R2", 5), ("R3", 5)]
+        assert infos[2].state.consumer_count == 1 and infos[2].cluster.leader in ("g0", "g1", "r1")
+        raw = json.loads((await g0.request("$JS.API.CONSUMER.LIST.R3", b"{}", timeout=10)).data)
+        assert raw["total"] == 1 and [c["name"] for c in raw["consumers"]] == ["D"] and "missing" not in raw
+        assert raw["consumers"][0]["ack_floor"]["stream_seq"] == 5
         assert await js.delete_stream("GONE") is True
         await _until(lambda: ("A", "GONE") not in m.state.streams, 60, what="GONE's removal applied")
         assert sorted(await _names(g0)) == ["R2", "R3"]

@@ -18,7 +18,9 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``CONSUMER.CREATE`` / ``CONSUMER.DURABLE.CREATE``: the consumer's assignment on its stream's peers, a Go
   server preferred (the Rillet server does not lead replicated consumers); its leader answers.
 * ``CONSUMER.DELETE``: the removal proposed; the consumer's leader answers.
-* ``STREAM.NAMES`` and ``CONSUMER.NAMES``: from the assignments.
+* ``STREAM.NAMES`` and ``CONSUMER.NAMES``: from the assignments. ``STREAM.LIST`` and ``CONSUMER.LIST``: each
+  stream's or consumer's info asked of its leader (``$JSC.SI``/``$JSC.CI``), those that do not answer within
+  4 s listed as ``missing``, as nats-server's meta leader gathers them.
 * ``INFO`` (account info): streams and consumers counted from the assignments, the bytes stored summed from
   every server's latest ``$JSC.ARU`` usage update and this server's own replicas (a replicated stream counts once
   per replica, as nats-server counts it), the streams' ``max_bytes`` reserved, the account's limits from its
@@ -27,7 +29,7 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``META.LEADER.STEPDOWN`` (system account only): leadership handed to the preferred server, or else to a Go
   server holding the whole log.
 
-Everything else a Go meta leader answers (``STREAM.LIST``/``CONSUMER.LIST``, stream scaling,
+Everything else a Go meta leader answers (stream scaling,
 ``SERVER.REMOVE``, stream moves and peer removals, placement tags) is not here: see docs/mixed-clusters.md.
 """
 from __future__ import annotations
@@ -44,6 +46,8 @@ from rillet.raft import gowire as gw
 __all__ = ["MetaLeaderApi", "ONLINE", "consumer_assignment"]
 
 ONLINE = 10.0  # seconds: a peer that answered the leader this lately is a placement candidate
+GATHER_TIMEOUT = 4.0  # seconds a list waits for the stream or consumer leaders' infos (nats-server's)
+NAMES_LIMIT, LIST_LIMIT = 1024, 256
 _SEP = (",", ":")
 
 _CONSUMER_DEFAULTS = (("deliver_policy", "all"), ("replay_policy", "instant"), ("max_deliver", -1))
@@ -98,6 +102,8 @@ class MetaLeaderApi:
             "$JS.API.STREAM.UPDATE.*": self._stream_update,
             "$JS.API.STREAM.DELETE.*": self._stream_delete,
             "$JS.API.STREAM.NAMES": self._stream_names,
+            "$JS.API.STREAM.LIST": self._stream_list,
+            "$JS.API.CONSUMER.LIST.*": self._consumer_list,
             "$JS.API.CONSUMER.CREATE.*": self._consumer_create,
             "$JS.API.CONSUMER.CREATE.*.>": self._consumer_create,
             "$JS.API.CONSUMER.DURABLE.CREATE.*.*": self._consumer_create,
@@ -315,19 +321,136 @@ class MetaLeaderApi:
     def _stream_names(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
         if ci is None or not ci.get("acc"):
             return
-        req = self._json(body) or {}
-        filt = req.get("subject") or ""
-        offset = max(int(req.get("offset") or 0), 0)
+        names, total, offset = self._selected_streams(ci["acc"], self._json(body) or {})
+        self._answer(reply, {"type": "io.nats.jetstream.api.v1.stream_names_response", "total": total,
+                             "offset": offset, "limit": NAMES_LIMIT, "streams": names[offset:offset + NAMES_LIMIT]})
+
+    def _selected_streams(self, acc: str, req: dict) -> tuple[list[str], int, int]:
+        """The account's stream names a names/list request selects (its ``subject`` filter: a stream without
+        subjects matches by its name), sorted, with the total and the offset."""
         from rillet.subjects.overlap import any_collision
+        filt = req.get("subject") or ""
         names = []
         for (a, n), sa in sorted(self.member.state.streams.items()):
-            if a != ci["acc"]:
+            if a != acc:
                 continue
-            if filt and not any_collision(((sa.get("stream") or {}).get("subjects") or []), [filt]):
+            if filt and not any_collision(((sa.get("stream") or {}).get("subjects") or [n]), [filt]):
                 continue
             names.append(n)
-        self._answer(reply, {"type": "io.nats.jetstream.api.v1.stream_names_response", "total": len(names),
-                             "offset": offset, "limit": 1024, "streams": names[offset:offset + 1024]})
+        offset = min(max(int(req.get("offset") or 0), 0), len(names))
+        return names, len(names), offset
+
+    def _gather(self, requests: list[tuple[str, str]], done: Any) -> None:
+        """Ask each ``(key, subject)`` of the stream or consumer leaders (``$JSC.SI``/``$JSC.CI``, answered on one
+        inbox), then ``done(infos by key, missing keys)`` once all answered or after GATHER_TIMEOUT."""
+        m = self.member
+        inbox = "_INBOX." + gw.random_token(22)
+        want = {k for k, _ in requests}
+        got: dict[str, dict] = {}
+        state: dict[str, Any] = {}
+
+        def finish() -> None:
+            if state.get("done"):
+                return
+            state["done"] = True
+            m.ic.remove_sub(sub)
+            t = state.get("timer")
+            if t is not None:
+                t.cancel()
+            done(got, sorted(want - set(got)))
+
+        def on_info(s: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+            doc = self._json(bytes(msg[hdr:]) if hdr > 0 else bytes(msg))
+            if not doc:
+                return
+            key = (doc.get("config") or {}).get("name") if "stream_name" not in doc else doc.get("name")
+            if key in want and key not in got:
+                got[key] = doc
+                if len(got) == len(want):
+                    finish()
+
+        sub = m.ic.subscribe(inbox, on_info)
+        state["timer"] = m.server.loop.call_later(GATHER_TIMEOUT, finish)
+        for _key, subject in requests:
+            m.ic.publish(subject.encode(), inbox.encode(), b"")
+
+    def _stream_list(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        """``STREAM.LIST``: each selected stream's info from its leader (``$JSC.SI``), as nats-server's meta leader
+        gathers them; those that did not answer in time are listed as ``missing``."""
+        if ci is None or not ci.get("acc"):
+            return
+        acc = ci["acc"]
+        names, total, offset = self._selected_streams(acc, self._json(body) or {})
+        page = names[offset:offset + LIST_LIMIT]
+        head = {"type": "io.nats.jetstream.api.v1.stream_list_response", "total": total, "offset": offset,
+                "limit": LIST_LIMIT}
+        consumers = {n: len(self.member.state.consumers.get((acc, n)) or {}) for n in page}
+        acc_now = self._acc
+
+        def done(got: dict[str, dict], missing: list[str]) -> None:
+            infos, offline = [], {}
+            for n in sorted(got):
+                si = got[n]
+                if si.get("offline_reason"):
+                    offline[n] = si["offline_reason"]
+                    missing.append(n)
+                    continue
+                si.pop("offline_reason", None)
+                if consumers.get(n) and isinstance(si.get("state"), dict):
+                    si["state"]["consumer_count"] = consumers[n]
+                infos.append(si)
+            doc = dict(head, streams=infos, missing=sorted(missing) or None)
+            if offline:
+                doc["offline"] = offline
+            if doc["missing"] is None:
+                doc.pop("missing")
+            self._acc = acc_now
+            self._answer(reply, doc)
+
+        if not page:
+            self._answer(reply, dict(head, streams=[]))
+            return
+        self._gather([(n, f"$JSC.SI.{acc}.{n}") for n in page], done)
+
+    def _consumer_list(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        """``CONSUMER.LIST.<stream>``: each consumer's info from its leader (``$JSC.CI``), gathered as above."""
+        kind = "consumer_list_response"
+        if ci is None or not ci.get("acc"):
+            return
+        acc, stream = ci["acc"], subject.rsplit(".", 1)[-1]
+        if (acc, stream) not in self.member.state.streams:
+            self._answer(reply, _err(kind, 404, 10059, "stream not found"))
+            return
+        req = self._json(body) or {}
+        names = sorted(self.member.state.consumers.get((acc, stream)) or {})
+        offset = min(max(int(req.get("offset") or 0), 0), len(names))
+        page = names[offset:offset + LIST_LIMIT]
+        head = {"type": f"io.nats.jetstream.api.v1.{kind}", "total": len(names), "offset": offset,
+                "limit": LIST_LIMIT}
+        acc_now = self._acc
+
+        def done(got: dict[str, dict], missing: list[str]) -> None:
+            infos, offline = [], {}
+            for n in sorted(got):
+                info = got[n]
+                if info.get("offline_reason"):
+                    offline[n] = info["offline_reason"]
+                    missing.append(n)
+                    continue
+                info.pop("offline_reason", None)
+                infos.append(info)
+            doc = dict(head, consumers=infos)
+            if missing:
+                doc["missing"] = sorted(missing)
+            if offline:
+                doc["offline"] = offline
+            self._acc = acc_now
+            self._answer(reply, doc)
+
+        if not page:
+            self._answer(reply, dict(head, consumers=[]))
+            return
+        self._gather([(n, f"$JSC.CI.{acc}.{stream}.{n}") for n in page], done)
 
     # -- consumers ------------------------------------------------------------------------------------------
     def _consumer_create(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
@@ -422,7 +545,8 @@ class MetaLeaderApi:
         offset = max(int(req.get("offset") or 0), 0)
         names = sorted(self.member.state.consumers.get((acc, stream)) or {})
         self._answer(reply, {"type": "io.nats.jetstream.api.v1.consumer_names_response", "total": len(names),
-                             "offset": offset, "limit": 1024, "consumers": names[offset:offset + 1024]})
+                             "offset": offset, "limit": NAMES_LIMIT,
+                             "consumers": names[offset:offset + NAMES_LIMIT]})
 
     def _account_info(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
         if ci is None or not ci.get("acc"):
