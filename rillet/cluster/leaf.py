@@ -41,6 +41,7 @@ the other side has another domain.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import ssl
 import sys
@@ -116,14 +117,13 @@ class LeafNodes(Listening):
             host = o.host or "0.0.0.0"
             port = 0 if o.port == -1 else o.port
             sock = await server_port_socket(srv.loop, "leafnode", o.port, host, port)
-            if o.tls is not None and o.tls.handshake_first:
-                # TLS before the INFO (tls { handshake_first }, with its fallback delay: as the client port)
-                first = TLSClientListener(srv, sock, tls_opts=lambda: self.opts.tls, context=lambda: self.tls_server,
-                                          factory=lambda: LeafConn(self), what="leafnode")
-                await first.start_serving()
-                self._listener = first  # type: ignore[assignment]
-            else:
-                self._listener = await srv.loop.create_server(lambda: LeafConn(self), sock=sock, backlog=1024)
+            # accepted as the client port's TLS listener accepts: per connection, TLS first when the options in
+            # force say handshake_first (with its fallback delay), else the INFO first (and the upgrade after it
+            # when there is a tls {} block: LeafConn), so that a reload may change either
+            first = TLSClientListener(srv, sock, tls_opts=lambda: self.opts.tls, context=lambda: self.tls_server,
+                                      factory=lambda: LeafConn(self), what="leafnode")
+            await first.start_serving()
+            self._listener = first  # type: ignore[assignment]
             self.addr = (host, self._listener.sockets[0].getsockname()[1])
             srv.log.notice(f"Listening for leafnode connections on {hostport(host, self.addr[1])}")
         for r in self.remotes:
@@ -148,7 +148,7 @@ class LeafNodes(Listening):
     async def _connect(self, r: RemoteState) -> None:
         srv = self.server
         log = srv.log
-        while self.running:
+        while self.running and not r.removed:
             u = r.next_url()
             ws = u.scheme.lower() in ("ws", "wss")
             secure = ws and (u.scheme.lower() == "wss" or r.tls_ctx is not None)
@@ -170,6 +170,8 @@ class LeafNodes(Listening):
                                          r.tls_ctx if secure or first else None, host)
                 r.conn = proto.inner if ws else proto
                 r.attempts = 0
+                if r.removed:  # (removed or disabled by a reload while dialling)
+                    r.conn.close("Client Closed")
                 return
             except (OSError, asyncio.TimeoutError) as e:
                 r.attempts += 1
@@ -494,7 +496,7 @@ class LeafNodes(Listening):
         r = lc.remote
         if r is not None and r.conn is lc:
             r.conn = None
-        if r is not None and self.running and not self.server.shutting_down:
+        if r is not None and self.running and not self.server.shutting_down and not r.removed:
             delay = r.delay or r.reconnect
             r.delay = 0.0
             self._solicit(r, delay)
@@ -605,17 +607,97 @@ class LeafNodes(Listening):
         return d
 
 
+    # ---- reload ---------------------------------------------------------------------------------------
+
+    def reloaded(self, old: "LeafNodeOptions") -> None:
+        """A reload changed what may change at runtime (``check_reload``), as nats-server applies it: remotes
+        added (dialled), removed or disabled (their connection closed, not dialled again), enabled again; a
+        remote's tls {} and the listener's (the next connections); a compression change closes the connections it
+        concerns, which come again with the new setting."""
+        srv = self.server
+        log = srv.log
+        new = self.opts = srv.opts.leaf
+        if new.tls != old.tls:
+            self.tls_server = make_server_context(new.tls) if new.tls is not None else None
+        comp = (new.compression, new.compression_rtts) != (old.compression, old.compression_rtts)
+        if comp:
+            log.notice(f"Reloaded: LeafNode Compression value is: {new.compression or cc.LEAF_DEFAULT}")
+            for lc in list(self.conns):
+                if not lc.solicited:
+                    lc.close("Client Closed")
+        by_name = {r.opts.name(): r for r in self.remotes}
+        keep: list[RemoteState] = []
+        for ro in new.remotes:
+            r = by_name.pop(ro.name(), None)
+            if ro.disabled:
+                if r is not None:
+                    self._stop_remote(r)
+                    log.notice(f"Reloaded: LeafNode Remote {ro.name()} Disabled value is: true")
+                continue
+            if r is None:
+                r = RemoteState(ro, new.reconnect)
+                if ro.tls is not None:
+                    r.tls_ctx = client_tls_context(ro.tls)
+                was = next((o for o in old.remotes if o.name() == ro.name()), None)
+                log.notice(f"Reloaded: LeafNode Remote {ro.name()} "
+                           + ("Disabled value is: false" if was is not None else "added"))
+                keep.append(r)
+                if r.urls:
+                    self._solicit(r, 0.0)
+                continue
+            before, r.opts = r.opts, ro
+            if ro.tls != before.tls:
+                r.tls_ctx = client_tls_context(ro.tls) if ro.tls is not None else None
+            keep.append(r)
+            if (ro.compression, ro.compression_rtts) != (before.compression, before.compression_rtts):
+                log.notice(f"Reloaded: LeafNode Remote {ro.name()} Compression value is: "
+                           f"{ro.compression or cc.LEAF_DEFAULT}")
+                if r.conn is not None:
+                    r.conn.close("Client Closed")  # (dialled again at once with the new setting)
+        for r in by_name.values():
+            self._stop_remote(r)
+            log.notice(f"Reloaded: LeafNode Remote {r.opts.name()} removed")
+        self.remotes = keep
+
+    def _stop_remote(self, r: RemoteState) -> None:
+        r.removed = True
+        if r.conn is not None:
+            r.conn.close("Client Closed")
+
+
 def check_reload(server: Any, new_opts: Any) -> None:
-    """A reload may not change the leafnodes block (ValueError, the reload is refused): nats-server applies
-    some changes (remotes, compression...) at runtime; Rillet applies them at the next start only."""
+    """What a reload may change in the leafnodes block, as nats-server: the remotes (added, removed, ``disabled``,
+    their tls {} and compression) and the listener's tls {} and compression; anything else, or a leafnodes block
+    that comes or goes, refuses the reload (ValueError)."""
     old = server.opts.leaf
     new = new_opts.leaf
     active = lambda ln: ln is not None and bool(ln.port or ln.remotes)  # noqa: E731
     if not active(old) and not active(new):
         return
-    if old != new:
-        raise ValueError("config reload not supported for LeafNode: Rillet applies changes of the leafnodes "
-                         "block at the next start only")
+    refused = ValueError("config reload not supported for LeafNode: Rillet applies changes of the leafnodes "
+                         "block other than its remotes, tls and compression at the next start only")
+    if old is None or new is None or server.leafnodes is None or bool(old.port) != bool(new.port):
+        if old != new:
+            raise refused
+        return
+    bare = {"tls": None, "compression": "", "compression_rtts": ()}
+    if dataclasses.replace(old, remotes=[], **bare) != dataclasses.replace(new, remotes=[], **bare):
+        raise refused
+    before = {r.name(): r for r in old.remotes}
+    for r in new.remotes:
+        o = before.get(r.name())
+        if o is not None and dataclasses.replace(o, disabled=False, **bare) != dataclasses.replace(r, disabled=False,
+                                                                                                      **bare):
+            raise ValueError(f"config reload not supported for LeafNode remote {r.name()}: only its tls, "
+                             f"compression and disabled settings change at runtime")
+    try:
+        if new.tls is not None and new.tls != old.tls:
+            make_server_context(new.tls)
+        for r in new.remotes:
+            if r.tls is not None and r.tls != getattr(before.get(r.name()), "tls", None):
+                client_tls_context(r.tls)
+    except ValueError as e:
+        raise ValueError(f"leafnodes tls: {e}") from e
 
 
 def _sign(seed: str, nonce: bytes) -> str:

@@ -790,6 +790,7 @@ class RemoteState:
         self.conn: LeafConn | None = None
         self.attempts = 0
         self.tls_ctx: ssl.SSLContext | None = None
+        self.removed = False  # removed or disabled by a reload: not dialled again
 
     def learn(self, hostports: list[str]) -> list[str]:
         """The hub's ``leafnode_urls`` (its cluster's leafnode URLs, in its first and async INFOs): as

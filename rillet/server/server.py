@@ -794,6 +794,8 @@ class Server:
             self.gateway.reloaded(old.gateway_opts)  # gateway TLS settings, pinned_certs rechecked
         if self.cluster is not None:
             self.cluster.reloaded(old.cluster)  # routes added or removed
+        if self.leafnodes is not None:
+            self.leafnodes.reloaded(old.leaf)  # remotes added, removed, disabled; tls and compression
         self.config_load_time = time.time()
         self.reload_count += 1
         self.log.notice("Reloaded server configuration")
