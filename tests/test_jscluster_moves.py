@@ -36,6 +36,31 @@ async def _api(nc, subject: str, body=None, timeout: float = 10.0) -> dict:
     return json.loads((await nc.request(subject, data, timeout=timeout)).data)
 
 
+async def _pub(nc, subject: str, body) -> None:
+    """A publish, acknowledged: sent again while a new stream's interest has not reached this server."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            ack = await _api(nc, subject, body, timeout=5)
+            assert "error" not in ack, ack
+            return
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def _info(nc, name: str) -> dict:
+    """STREAM.INFO, asked again while unanswered (a request that comes while the stream's leader changes)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            return json.loads((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=2)).data)
+        except nats.errors.TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+
+
 def _sa(srv, name: str):
     return srv.jetstream.cluster.state.stream("$G", name)
 
@@ -77,7 +102,7 @@ async def _r1(nc, name: str, n: int = 3) -> str:
                                                          "num_replicas": 1})
     assert "error" not in r, r
     for i in range(n):
-        await _api(nc, name.lower(), {"i": i})
+        await _pub(nc, name.lower(), {"i": i})
     return r["cluster"]["leader"]
 
 
@@ -103,7 +128,7 @@ async def test_move_and_cancel_as_nats_server(cluster):
         assert r["error"] == {"code": 400, "err_code": 10129,
                               "description": "stream reconfiguration not in progress"}, r
         r = await _api(nc, "$JS.API.STREAM.CANCEL_MOVE.MV")
-        assert r == {"type": "io.nats.jetstream.api.v1.stream_update_response", "error": {
+        assert r == {"type": "io.nats.jetstream.api.v1.stream_cancel_move_response", "error": {
             "code": 400, "err_code": 10129, "description": "stream reconfiguration not in progress"}}, r
         r = await _api(nc, "$JS.API.STREAM.CANCEL_MOVE.NOPE")
         assert r["error"]["err_code"] == 10059, r
@@ -114,7 +139,7 @@ async def test_move_and_cancel_as_nats_server(cluster):
         assert r["config"]["num_replicas"] == 1 and "placement" not in r["config"], r
         await _until(lambda: (_on(cluster, "MV") or {src}) != {src}, what="moved off its server")
         await _until(lambda: _messages(cluster, "MV") == [3], what="3 messages moved")
-        info = await _api(nc, "$JS.API.STREAM.INFO.MV")
+        info = await _info(nc, "MV")
         assert info["cluster"]["leader"] != src and info["state"]["messages"] == 3, info
 
         # the stream's account may move its own stream (nats-server: the subject names the requester's account)
@@ -149,7 +174,7 @@ async def test_cancel_rolls_back_a_move_under_way(cluster):
         r = await _api(nc, "$JS.API.STREAM.UPDATE.CM", cfg)
         assert r["error"]["err_code"] == 10124, r
         r = await _api(nc, "$JS.API.STREAM.CANCEL_MOVE.CM")
-        assert "error" not in r and r["type"] == "io.nats.jetstream.api.v1.stream_update_response", r
+        assert "error" not in r and r["type"] == "io.nats.jetstream.api.v1.stream_cancel_move_response", r
         ds = _sa(ml, "CM").group.desired
         assert ds["peers"] == ds["origin"]["peers"] and ds["move"], ds
         ml.jetstream.cluster._reconciling.discard(("$G", "CM"))
@@ -170,7 +195,7 @@ async def test_cancel_rolls_back_a_move_under_way(cluster):
         assert "error" not in r and r["config"]["num_replicas"] == 1, r
         ml.jetstream.cluster._reconciling.discard(("$G", "CM"))
         await _until(lambda: _on(cluster, "CM") == {src}, what="back to R1")
-        info = await _api(nc, "$JS.API.STREAM.INFO.CM")
+        info = await _info(nc, "CM")
         assert info["config"]["num_replicas"] == 1 and info["state"]["messages"] == 5, info
     finally:
         await nc.close()
@@ -181,7 +206,7 @@ async def test_stream_peer_evacuate(cluster):
     nc = await nats.connect(_url(cluster[1], "a"))
     try:
         src = await _r1(nc, "EV")
-        typ = "io.nats.jetstream.api.v1.stream_remove_peer_response"
+        typ = "io.nats.jetstream.api.v1.stream_evacuate_peer_response"
         r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.EV")
         assert r == {"type": typ, "error": {"code": 400, "err_code": 10003, "description": "bad request"}}, r
         r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.EV", {"peer": "nosuch"})
@@ -213,9 +238,9 @@ async def test_server_evacuate(cluster):
         r = await _api(nc, "$JS.API.STREAM.CREATE.V3", {"name": "V3", "subjects": ["v3"], "num_replicas": 3})
         assert "error" not in r, r
         for s in ("v1", "v2", "v3"):
-            await _api(nc, s, {"x": 1})
-        victim = (await _api(nc, "$JS.API.STREAM.INFO.V1"))["cluster"]["leader"]
-        typ = "io.nats.jetstream.api.v1.meta_server_remove_response"
+            await _pub(nc, s, {"x": 1})
+        victim = (await _info(nc, "V1"))["cluster"]["leader"]
+        typ = "io.nats.jetstream.api.v1.meta_server_evacuate_response"
         r = await _api(sysc, "$JS.API.SERVER.EVACUATE")
         assert r == {"type": typ, "error": {"code": 400, "err_code": 10003, "description": "bad request"}}, r
         r = await _api(sysc, "$JS.API.SERVER.EVACUATE", {"peer": "nosuch"})
@@ -231,7 +256,7 @@ async def test_server_evacuate(cluster):
         vid = next(s.jetstream.cluster.peer for s in cluster if s.name == victim)
         assert _sa(_leader(cluster), "V3").group.excluded == [vid]
         for name in ("V1", "V2", "V3"):
-            info = await _api(nc, f"$JS.API.STREAM.INFO.{name}")
+            info = await _info(nc, name)
             assert info["state"]["messages"] == 1 and info["cluster"]["leader"] != victim, info
         # the evacuated server stays out: no replica put back on it by the meta leader's healing
         await asyncio.sleep(2.5)  # (RECONCILE_EVERY: the healing looks every 2 s)

@@ -41,8 +41,8 @@ def test_setting_not_yet_refused_where_nats_server_accepts_it(tmp_path, pki, rel
 NOT_SERVED = ["$JS.API.META.RESCUE"]
 # the clustered ones a server without a cluster answers, as nats-server: 10010 (the moves and evacuations
 # themselves: tests/test_jscluster_moves.py)
-CLUSTER_REQUIRED = {"$JS.API.STREAM.PEER.EVACUATE.S": "stream_remove_peer_response",
-                    "$JS.API.STREAM.CANCEL_MOVE.S": "stream_update_response"}
+CLUSTER_REQUIRED = {"$JS.API.STREAM.PEER.EVACUATE.S": "stream_evacuate_peer_response",
+                    "$JS.API.STREAM.CANCEL_MOVE.S": "stream_cancel_move_response"}
 
 
 async def test_apis_not_yet_have_no_responder(tmp_path):

@@ -44,8 +44,8 @@ _TYPES = {"INFO": "account_info_response", "STREAM.CREATE": "stream_create_respo
           "CONSUMER.DELETE": "consumer_delete_response", "CONSUMER.NAMES": "consumer_names_response",
           "CONSUMER.LIST": "consumer_list_response", "STREAM.PEER.REMOVE": "stream_remove_peer_response",
           "META.LEADER.STEPDOWN": "meta_leader_stepdown_response", "SERVER.REMOVE": "meta_server_remove_response",
-          "STREAM.RESTORE": "stream_restore_response", "STREAM.PEER.EVACUATE": "stream_remove_peer_response",
-          "STREAM.CANCEL_MOVE": "stream_update_response"}
+          "STREAM.RESTORE": "stream_restore_response", "STREAM.PEER.EVACUATE": "stream_evacuate_peer_response",
+          "STREAM.CANCEL_MOVE": "stream_cancel_move_response"}
 
 
 class MetaApi(MetaEndpoints, MoveEndpoints):

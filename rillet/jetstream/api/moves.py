@@ -38,9 +38,12 @@ from rillet.jetstream.log import NotLeader
 if TYPE_CHECKING:
     from rillet.jetstream.cluster.meta import JetStreamCluster
 
+# (the response types of nats-server 2.15.1's binary: a move answers as a stream update, the others have
+# their own types)
 UPDATE_T = T + "stream_update_response"
-REMOVE_PEER_T = T + "stream_remove_peer_response"
-SERVER_REMOVE_T = T + "meta_server_remove_response"
+CANCEL_T = T + "stream_cancel_move_response"
+EVACUATE_PEER_T = T + "stream_evacuate_peer_response"
+SERVER_EVACUATE_T = T + "meta_server_evacuate_response"
 
 
 # the request bodies, as nats-server types them (their names appear in its decode errors)
@@ -133,7 +136,7 @@ class MoveEndpoints:
                                msg: bytes) -> None:
         if not self.cl.is_leader():
             return
-        req = self._sys_request(reply, UPDATE_T, hdr, msg)
+        req = self._sys_request(reply, CANCEL_T, hdr, msg)
         if req is None:
             return
         _, respond = req
@@ -150,10 +153,12 @@ class MoveEndpoints:
         if len(args) != 2 or args[0] != router.jsa.account.name or not self.cl.is_leader():
             return
 
+        typ = UPDATE_T if key == "ACCOUNT.STREAM.MOVE" else CANCEL_T
+
         def respond(d: dict) -> None:
             if "error" in d:
                 router.jsa.api_errors += 1
-            router.respond(reply, {"type": UPDATE_T, **d})
+            router.respond(reply, {"type": typ, **d})
         router.jsa.api_total += 1
         if hdr and _api_level_too_high(hdr):
             respond({"error": ApiError.make("REQUIRED_API_LEVEL").to_dict()})
@@ -308,7 +313,7 @@ class MoveEndpoints:
 
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:
-                self._answer_later(responder, reply, UPDATE_T, lambda t: self.cl.info.stream_info(acc, name, t),
+                self._answer_later(responder, reply, CANCEL_T, lambda t: self.cl.info.stream_info(acc, name, t),
                                    config=d)
         self.cl._propose(A.encode_update_stream(nsa), done)
 
@@ -334,7 +339,7 @@ class MoveEndpoints:
 
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:
-                router.respond(reply, {"type": REMOVE_PEER_T, "success": True})
+                router.respond(reply, {"type": EVACUATE_PEER_T, "success": True})
         if not self._evacuate(sa, peer, require=True, done=done):
             raise ApiError.make("PEER_REMAP")
 
@@ -344,7 +349,7 @@ class MoveEndpoints:
         answered at once, the moves go on afterwards."""
         if not self.cl.is_leader():
             return
-        r = self._sys_request(reply, SERVER_REMOVE_T, hdr, msg)
+        r = self._sys_request(reply, SERVER_EVACUATE_T, hdr, msg)
         if r is None:
             return
         body, respond = r
