@@ -129,3 +129,53 @@ def test_a_record_damaged_on_every_replica_is_reported_lost(tmp_path) -> None:
     finally:
         for m in members:
             m.close()
+
+
+def test_a_record_damaged_on_every_replica_below_the_snapshot_at_open(tmp_path) -> None:
+    # the same record damaged in every server's store while all three were stopped, below their groups'
+    # snapshot (the log cannot give it again): no replica cuts its store at the start (cutting it, every one
+    # waited for a catch-up nobody could serve: elected, stepping down, forever), they ask each other, find
+    # no healthy copy and report it; the stream serves every other message
+    from test_cluster_refetch import N as BIG  # (past one RAFT snapshot of the stream's group)
+    tmp = str(tmp_path)
+    members = cluster_members(tmp, "s", "ds")
+    try:
+        start_members(members)
+        urls = [m.url for m in members]
+        asyncio.run(_request(urls, "$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"],
+                                                                "num_replicas": 3, "storage": "file"}))
+
+        async def publish() -> None:
+            nc = await nats.connect(servers=urls)
+            js = nc.jetstream()
+            for k in range(0, BIG, 500):
+                await asyncio.gather(*(js.publish("p.x", _data(i), timeout=30) for i in range(k, min(BIG, k + 500))))
+            await nc.close()
+        asyncio.run(publish())
+        asyncio.run(_request(urls, "$JS.API.STREAM.INFO.P", want=lambda d: "error" not in d and all(
+            r.get("current") and not r.get("lag") for r in d.get("cluster", {}).get("replicas", []))
+            and d["state"]["messages"] == BIG))
+        for m in members:
+            m.proc.stop()
+        for m in members:
+            _flip(os.path.join(tmp, m.name, "store"), "P", 100)
+        start_members(members)
+        info = asyncio.run(_request(urls, "$JS.API.STREAM.INFO.P", timeout=60, want=lambda d: "error" not in d
+                                    and d.get("state", {}).get("lost") and d.get("cluster", {}).get("leader")))
+        assert info["state"]["lost"]["msgs"] == [101] and info["state"]["messages"] == BIG - 1, info["state"]
+        for m in members:
+            m.proc.wait_log(r"below the group's snapshot: asking the other replicas", timeout=20)
+        leader = next(m for m in members if m.name == info["cluster"]["leader"])
+        leader.proc.wait_log(r"1 message\(s\) lost to damaged records found", timeout=20)
+        for seq in (100, 102, BIG):
+            r = asyncio.run(_request(urls, "$JS.API.STREAM.MSG.GET.P", {"seq": seq}))
+            assert base64.b64decode(r["message"]["data"]) == _data(seq - 1), (seq, r)
+        r = asyncio.run(_request(urls, "$JS.API.STREAM.MSG.GET.P", {"seq": 101}, want=lambda d: True))
+        assert r.get("error", {}).get("code") == 404, r
+        for m in members:
+            assert "dropping" not in "\n".join(m.proc.lines), m.name
+        new = asyncio.run(_request(urls, "$JS.API.STREAM.INFO.P"))
+        assert new["state"]["last_seq"] == BIG, new["state"]
+    finally:
+        for m in members:
+            m.close()

@@ -74,6 +74,7 @@ class StreamLossMixin:
     _probe_seqs: tuple = ()  # what it asked about
     _probe_healthy: dict | None = None  # sequence -> a peer holding a healthy copy
     _probe_unknown = False  # not every replica answered (or one was behind): nothing concluded
+    _open_damage_due = False  # (_open_damage) the cut waits for the group's snapshot (restore at its start)
 
     if TYPE_CHECKING:
         name: str
@@ -108,6 +109,46 @@ class StreamLossMixin:
                     f"log and the other replicas")
         store.truncate(cut)
         return last - cut
+
+    def _open_damage(self) -> None:
+        """(the replica's construction) Damaged records the store found when it opened, not known to be damaged
+        on every replica: with no snapshot in the group's log, the log holds every entry: the store is cut before
+        the first damaged one at once and the entries past the cut are applied again from the log
+        (``_drop_damaged``). With a snapshot, that is decided when the group starts (``_open_damage_cut``)."""
+        if not self.refetches_damage():
+            return
+        everywhere = self.lost_everywhere
+        if not any(s not in everywhere for s in self.stream.store.state().lost):
+            return
+        if os.path.exists(os.path.join(self.group.dir, "snapshot")):
+            self._open_damage_due = True
+            return
+        st = self.stream
+        self.refetch = self._drop_damaged(st.store, st.cfg, self.jsa, self.cs.js, everywhere)
+
+    def _open_damage_cut(self, snap: dict) -> None:
+        """(``restore`` of the group's snapshot at its start) The log holds the entries past the snapshot: when
+        the first damaged record lies past it, the store is cut and they are applied again. Otherwise the log
+        cannot give it again: the store is kept as it is (damaged records and all: nothing is cut that no
+        replica may hold) and, once the group runs, the other replicas are asked (``_open_damage_started``,
+        ``refetch_damaged``): fetched again from a healthy copy, or reported lost when there is none."""
+        self._open_damage_due = False
+        st = self.stream
+        everywhere = self.lost_everywhere
+        lost = [s for s in st.store.state().lost if s not in everywhere]
+        if lost and lost[0] > snap["last"]:
+            self.refetch = self._drop_damaged(st.store, st.cfg, self.jsa, self.cs.js, everywhere)
+        elif lost:
+            self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': "
+                                f"{len(lost)} damaged message(s) in the store (first {lost[0]}) below the "
+                                f"group's snapshot: asking the other replicas for a healthy copy")
+
+    def _open_damage_started(self) -> None:
+        """(the group started) Damaged records kept at open (``_open_damage_cut``): the other replicas are
+        asked about them once they can hear (``refetch_damaged``, tried again until every one answered)."""
+        everywhere = self.lost_everywhere
+        if not self.closed and any(s not in everywhere for s in self.stream.store.state().lost):
+            self.cs.js.loop.call_later(0.5, self._refetch_again)
 
     def refetches_damage(self, seq: int = 0) -> bool:
         """(StreamReplication) Damaged records of this replica's store are fetched again from another replica
@@ -166,6 +207,12 @@ class StreamLossMixin:
                 lost = [s for s in lost if s not in self.lost_everywhere]
                 if not lost:
                     return False
+        if lost[0] not in healthy:
+            # (no replica said it holds a healthy copy, and not every one answered: nothing is cut or handed
+            # over, they are asked again)
+            self._refetch_due = True
+            loop.call_later(REFETCH_HANDOVER, self._refetch_again)
+            return True
         if self.leader or self.group.is_leader or self.catching_up():
             if (self.leader or self.group.is_leader) and now - self._refetch_handover >= REFETCH_HANDOVER:
                 to = healthy.get(lost[0], "")
@@ -297,13 +344,15 @@ class StreamLossMixin:
         self._probe_unknown = unknown
         self._probe_at = self.cs.js.loop.time()
         self._probe_task = None
-        if unknown and not self._probe_said:
+        if unknown and seqs[0] not in healthy and not self._probe_said:
             self._probe_said = True
             missing = len(others) - len(answers)
             self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': damaged "
                                 f"message(s) (first {seqs[0]}): "
                                 + (f"{missing} replica(s) did not answer" if missing else "a replica is behind")
-                                + " about its copy: fetching them again from whichever leads")
+                                + " about its copy: nothing is cut or handed over until a healthy copy is found "
+                                  "or every replica says it has none (asked again every "
+                                + f"{REFETCH_HANDOVER:g} s)")
         if not self.closed:
             self.stream._store_damaged()
 

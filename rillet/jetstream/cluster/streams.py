@@ -101,8 +101,7 @@ class StreamReplica(StreamLossMixin):
         if cfg.storage != "memory":  # (a memory stream and its group write nothing under the store dir)
             make_dirs_durable(sdir)
         store = open_store(cfg, sdir, js)
-        # damaged records (reported lost by the store) are fetched again, not served as holes (_drop_damaged)
-        self.refetch = self._drop_damaged(store, cfg, jsa, js) if len(sa.group.peers) > 1 else 0
+        self.refetch = 0  # sequences cut from the store to fetch damaged records again (_open_damage, refetch_damaged)
         self.stream = st = Stream(jsa, cfg, format_time(sa.created or time.time_ns()), store)
         self.log = RaftLog(self._apply, sa.group.name, js.log)
         self.log.on_leader_change = self._leader_changed
@@ -115,6 +114,9 @@ class StreamReplica(StreamLossMixin):
                                snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval,
                                storage=sa.group.storage)
         self.log.bind(self.group)
+        # damaged records (reported lost by the store) are fetched again, not served as holes: the store is cut
+        # now when the group's log can give them again, else once the other replicas were asked (_open_damage)
+        self._open_damage()
         self.group.on_quorum_lost = self._quorum_lost
         self.group.on_data_lost = self._data_lost
         self.group.mark = self._mark
@@ -179,6 +181,7 @@ class StreamReplica(StreamLossMixin):
     async def _start(self) -> None:
         await self.group.start_asset(f"stream '{self.jsa.account.name} > {self.name}'", self.cs.js.log,
                                      lambda: self.sa.group.preferred)
+        self._open_damage_started()
 
     # ---- apply filter (recovery) ------------------------------------------------------------------
 
@@ -672,6 +675,8 @@ class StreamReplica(StreamLossMixin):
 
     def restore(self, data: bytes) -> None:
         snap = _dec.decode(data)
+        if self._open_damage_due:  # (the group's start: its snapshot says whether its log holds the damaged ones)
+            self._open_damage_cut(snap)
         store = self.stream.store
         if store.last_seq < snap["last"]:
             self.log.hold()
