@@ -7,11 +7,9 @@ option instead of failing later inside an executor task.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
-CONNECT_KEYS = ("servers", "user", "password", "token", "nkey_seed", "creds", "tls_ca", "tls_cert", "tls_key",
-                "connect_timeout")
 READ_MODES = ("auto", "consumer", "direct")
 DECODES = ("binary", "utf8", "json")
 DATA_LOSS = ("fail", "skip")
@@ -97,6 +95,39 @@ def _subject(value: str, key: str, wildcards: bool) -> str:
     return s
 
 
+# how an option is read: ``read(opts, name, default)``, the options lower-cased (``_lower``)
+Reader = Callable[[dict[str, str], str, Any], Any]
+
+
+def _verbatim(opts: dict[str, str], key: str, default: str) -> str:
+    return opts.get(key, default)
+
+
+def _option(default: Any, read: Reader | None = None) -> Any:
+    """A field read from the data source option of its name: its default and how the value is read (as
+    given, by default). The parse functions fill every such field through ``_read_options``; the others
+    they work out themselves."""
+    if read is None:
+        read = _verbatim
+    return field(default=default, metadata={"read": read})
+
+
+def _read_options(cls: type, opts: dict[str, str]) -> dict[str, Any]:
+    return {f.name: f.metadata["read"](opts, f.name, f.default) for f in fields(cls) if "read" in f.metadata}
+
+
+def _at_least(minimum: int) -> Reader:
+    return lambda opts, key, default: _int(opts, key, default, minimum)
+
+
+def _one_of(choices: tuple[str, ...]) -> Reader:
+    return lambda opts, key, default: _choice(opts, key, choices, default)
+
+
+def _text(opts: dict[str, str], key: str, default: str) -> str:
+    return opts.get(key, default).strip()
+
+
 @dataclass(frozen=True)
 class Start:
     """Where a read starts: ``earliest``, ``latest``, a sequence, or a time (nanoseconds since the epoch)."""
@@ -138,15 +169,18 @@ def parse_time(v: str, key: str) -> int:
 @dataclass(frozen=True)
 class ConnectOptions:
     servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
-    user: str = ""
-    password: str = ""
-    token: str = ""
-    nkey_seed: str = ""
-    creds: str = ""
-    tls_ca: str = ""
-    tls_cert: str = ""
-    tls_key: str = ""
-    connect_timeout: float = 5.0
+    user: str = _option("")
+    password: str = _option("")
+    token: str = _option("")
+    nkey_seed: str = _option("")
+    creds: str = _option("")
+    tls_ca: str = _option("")
+    tls_cert: str = _option("")
+    tls_key: str = _option("")
+    connect_timeout: float = _option(5.0, _float)
+
+
+CONNECT_KEYS = tuple(f.name for f in fields(ConnectOptions))  # the connection's options
 
 
 def parse_connect(opts: dict[str, str]) -> ConnectOptions:
@@ -160,11 +194,7 @@ def parse_connect(opts: dict[str, str]) -> ConnectOptions:
         raise OptionError("option 'user' and option 'password' must be given together")
     if opts.get("tls_key") and not opts.get("tls_cert"):
         raise OptionError("option 'tls_key' needs option 'tls_cert'")
-    return ConnectOptions(
-        servers=servers, user=opts.get("user", ""), password=opts.get("password", ""),
-        token=opts.get("token", ""), nkey_seed=opts.get("nkey_seed", ""), creds=opts.get("creds", ""),
-        tls_ca=opts.get("tls_ca", ""), tls_cert=opts.get("tls_cert", ""), tls_key=opts.get("tls_key", ""),
-        connect_timeout=_float(opts, "connect_timeout", 5.0))
+    return ConnectOptions(servers=servers, **_read_options(ConnectOptions, opts))
 
 
 @dataclass(frozen=True)
@@ -175,16 +205,16 @@ class ReadOptions:
     start: Start = field(default_factory=lambda: Start("earliest"))
     end: int | None = None          # last sequence for batch reads (inclusive); None = the stream's last
     end_time: int | None = None     # or a time (ns): the last message stored before it
-    num_partitions: int = 1
-    max_messages_per_trigger: int | None = None
-    max_bytes_per_trigger: int | None = None
+    num_partitions: int = _option(1, _at_least(1))
+    max_messages_per_trigger: int | None = _option(None, _at_least(1))
+    max_bytes_per_trigger: int | None = _option(None, _at_least(1))
     decode: str = "binary"
     json_schema: str = ""
-    read_mode: str = "auto"
-    batch_size: int = 1000
-    on_data_loss: str = "fail"
-    region_header: str = "Region"
-    idle_timeout: float = 10.0
+    read_mode: str = _option("auto", _one_of(READ_MODES))
+    batch_size: int = _option(1000, _at_least(1))
+    on_data_loss: str = _option("fail", _one_of(DATA_LOSS))
+    region_header: str = _option("Region", _text)
+    idle_timeout: float = _option(10.0, _float)
 
 
 def parse_read(options: Mapping[str, str]) -> ReadOptions:
@@ -222,15 +252,8 @@ def parse_read(options: Mapping[str, str]) -> ReadOptions:
         filter_subjects=tuple(filters),
         start=parse_start(opts.get("start", opts.get("starting_offsets", "earliest")), "start"),
         end=end, end_time=end_time,
-        num_partitions=_int(opts, "num_partitions", 1, 1) or 1,
-        max_messages_per_trigger=_int(opts, "max_messages_per_trigger", None, 1),
-        max_bytes_per_trigger=_int(opts, "max_bytes_per_trigger", None, 1),
         decode=decode, json_schema=json_schema,
-        read_mode=_choice(opts, "read_mode", READ_MODES, "auto"),
-        batch_size=_int(opts, "batch_size", 1000, 1) or 1000,
-        on_data_loss=_choice(opts, "on_data_loss", DATA_LOSS, "fail"),
-        region_header=opts.get("region_header", "Region").strip(),
-        idle_timeout=_float(opts, "idle_timeout", 10.0),
+        **_read_options(ReadOptions, opts),
     )
 
 
@@ -239,10 +262,10 @@ class WriteOptions:
     conn: ConnectOptions
     subject: str = ""
     stream: str = ""            # optional: checked to exist at query start
-    window: int = 256           # publishes in flight per task
-    ack_timeout: float = 10.0
-    write_id: str = ""          # batch writes: a stable id makes a rewrite dedup
-    msg_id_prefix: str = ""
+    window: int = _option(256, _at_least(1))  # publishes in flight per task
+    ack_timeout: float = _option(10.0, _float)
+    write_id: str = _option("", _text)  # batch writes: a stable id makes a rewrite dedup
+    msg_id_prefix: str = _option("", _text)
 
 
 def parse_write(options: Mapping[str, str]) -> WriteOptions:
@@ -252,10 +275,7 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         subject = _subject(subject, "subject", False)
     return WriteOptions(
         conn=parse_connect(opts), subject=subject, stream=_name(opts, "stream", required=False),
-        window=_int(opts, "window", 256, 1) or 256,
-        ack_timeout=_float(opts, "ack_timeout", 10.0),
-        write_id=opts.get("write_id", "").strip(),
-        msg_id_prefix=opts.get("msg_id_prefix", "").strip(),
+        **_read_options(WriteOptions, opts),
     )
 
 
@@ -263,27 +283,19 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
 class KVOptions:
     conn: ConnectOptions
     bucket: str
-    history: bool = False
-    include_deletes: bool = False
-    decode: str = "binary"
-    window: int = 256
-    ack_timeout: float = 10.0
-    write_id: str = ""
-    idle_timeout: float = 10.0
+    history: bool = _option(False, _bool)
+    include_deletes: bool = _option(False, _bool)
+    decode: str = _option("binary", _one_of(("binary", "utf8")))
+    window: int = _option(256, _at_least(1))
+    ack_timeout: float = _option(10.0, _float)
+    write_id: str = _option("", _text)
+    idle_timeout: float = _option(10.0, _float)
 
 
 def parse_kv(options: Mapping[str, str]) -> KVOptions:
     opts = _lower(options)
     return KVOptions(
-        conn=parse_connect(opts), bucket=_name(opts, "bucket"),
-        history=_bool(opts, "history", False),
-        include_deletes=_bool(opts, "include_deletes", False),
-        decode=_choice(opts, "decode", ("binary", "utf8"), "binary"),
-        window=_int(opts, "window", 256, 1) or 256,
-        ack_timeout=_float(opts, "ack_timeout", 10.0),
-        write_id=opts.get("write_id", "").strip(),
-        idle_timeout=_float(opts, "idle_timeout", 10.0),
-    )
+        conn=parse_connect(opts), bucket=_name(opts, "bucket"), **_read_options(KVOptions, opts))
 
 
 def ddl_field_names(ddl: str, key: str = "json_schema") -> list[str]:
