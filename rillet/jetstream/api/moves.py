@@ -108,8 +108,10 @@ class MoveEndpoints:
 
     def _sys_request(self, reply: bytes | None, typ: str, hdr: int, msg: bytes,
                      extra: Optional[dict] = None) -> Optional[tuple[bytes, Callable[[dict], None]]]:
-        """(body, respond) of a system account request, or None when it was answered already (an API level
-        above ours: 10153)."""
+        """(body, respond) of a system account request, or None when this server does not answer it (only the
+        meta leader does) or it was answered already (an API level above ours: 10153)."""
+        if not self.cl.is_leader():
+            return None
         body = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
         hdr_b = bytes(msg[:hdr]) if hdr > 0 else b""
 
@@ -121,26 +123,29 @@ class MoveEndpoints:
             return None
         return body, respond
 
+    def _account_stream_request(self, subject: bytes, reply: bytes | None, typ: str, hdr: int,
+                                msg: bytes) -> Optional[tuple[str, str, bytes, Callable[[dict], None]]]:
+        """``_sys_request`` of a request whose subject ends with an account and a stream: (account, stream,
+        body, respond), or None."""
+        req = self._sys_request(reply, typ, hdr, msg)
+        if req is None:
+            return None
+        acc, name = subject.decode("utf-8", "surrogateescape").split(".")[-2:]
+        return acc, name, req[0], req[1]
+
     def _on_stream_move(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
                         msg: bytes) -> None:
-        if not self.cl.is_leader():
-            return  # (only the meta leader answers)
-        req = self._sys_request(reply, UPDATE_T, hdr, msg)
-        if req is None:
-            return
-        body, respond = req
-        acc, name = subject.decode("utf-8", "surrogateescape").split(".")[-2:]
-        self._stream_move(acc, name, body, reply, respond, SysResponder(self.cl))
+        req = self._account_stream_request(subject, reply, UPDATE_T, hdr, msg)
+        if req is not None:
+            acc, name, body, respond = req
+            self._stream_move(acc, name, body, reply, respond, SysResponder(self.cl))
 
     def _on_stream_cancel_move(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
                                msg: bytes) -> None:
-        if not self.cl.is_leader():
-            return
-        req = self._sys_request(reply, CANCEL_T, hdr, msg)
+        req = self._account_stream_request(subject, reply, CANCEL_T, hdr, msg)
         if req is None:
             return
-        _, respond = req
-        acc, name = subject.decode("utf-8", "surrogateescape").split(".")[-2:]
+        acc, name, _, respond = req
         if self.cl.server.known_account(acc.encode("utf-8", "surrogateescape")) is None:
             respond({"error": ApiError.make("NO_ACCOUNT").to_dict()})
             return
@@ -347,8 +352,6 @@ class MoveEndpoints:
                             msg: bytes) -> None:
         """``$JS.API.SERVER.EVACUATE`` (system account, meta leader): every stream on the server evacuated;
         answered at once, the moves go on afterwards."""
-        if not self.cl.is_leader():
-            return
         r = self._sys_request(reply, SERVER_EVACUATE_T, hdr, msg)
         if r is None:
             return
