@@ -189,6 +189,25 @@ def test_meta_leader_api_places_streams_and_consumers_with_a_go_preferred_leader
     assert ca["group"]["peers"] == g["peers"] and ca["group"]["preferred"] in (A, B)
     assert ca["consumer"]["ack_wait"] == 30_000_000_000 and ca["consumer"]["max_waiting"] == 512
     _apply(m, proposed)
+    # nats-server's consumer rules: an ephemeral of a limits stream gets one replica, a Go server; an update
+    # keeps the group; a create of another configuration and a durable name not the subject's are refused
+    _request(m, "$JS.API.CONSUMER.CREATE.*", "$JS.API.CONSUMER.CREATE.S", {"stream_name": "S", "config": {}})
+    eph = ge.decode_entry(proposed[0][0].data).doc
+    assert len(eph["group"]["peers"]) == 1 and eph["group"]["peers"][0] in (A, B) and len(eph["name"]) == 8
+    assert eph["consumer"]["inactive_threshold"] == 5_000_000_000
+    proposed.clear()
+    _request(m, "$JS.API.CONSUMER.DURABLE.CREATE.*.*", "$JS.API.CONSUMER.DURABLE.CREATE.S.D",
+             {"stream_name": "S", "config": {"durable_name": "D", "ack_policy": "explicit", "ack_wait": 10**10}})
+    upd = ge.decode_entry(proposed[0][0].data).doc
+    assert upd["group"] == ca["group"] and upd["consumer"]["ack_wait"] == 10**10 and upd["created"] == ca["created"]
+    proposed.clear()
+    m.ic.sent.clear()
+    _request(m, "$JS.API.CONSUMER.CREATE.*.>", "$JS.API.CONSUMER.CREATE.S.D", {"stream_name": "S", "action": "create",
+             "config": {"durable_name": "D", "ack_policy": "none"}})
+    _request(m, "$JS.API.CONSUMER.DURABLE.CREATE.*.*", "$JS.API.CONSUMER.DURABLE.CREATE.S.D",
+             {"stream_name": "S", "config": {"durable_name": "E"}})
+    _request(m, "$JS.API.CONSUMER.CREATE.*.>", "$JS.API.CONSUMER.CREATE.T.D", {"stream_name": "T", "config": {}})
+    assert [d["error"]["err_code"] for _, d in m.ic.sent] == [10148, 10017, 10059] and not proposed
     m.ic.sent.clear()
     _request(m, "$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.NAMES.S", {})
     _request(m, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.NAMES", {})
@@ -336,6 +355,11 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         assert [x.data.decode() for x in got] == [f"v{i}" for i in range(5)]
         for x in got:
             await x.ack_sync()
+        # an ephemeral (one replica, on a Go server) through the Rillet server's client
+        esub = await rjs.pull_subscribe("r2.>", stream="R2")
+        assert [x.data.decode() for x in await _fetch(esub, 5)] == [f"w{i}" for i in range(5)]
+        eci = await esub.consumer_info()
+        assert eci.config.durable_name is None and eci.cluster.leader in ("g0", "g1") and not eci.cluster.replicas
         # the lists, gathered from the stream and consumer leaders by the Rillet meta leader
         infos = await js.streams_info()
         assert [(i.config.name, i.state.messages) for i in infos] == [("GONE", 0), ("R2", 5), ("R3", 5)]
@@ -413,6 +437,9 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         assert info.config.name == "SOLO"
         for i in range(3):
             assert (await rc.jetstream(timeout=30).publish(f"solo.{i}", b"x")).seq == i + 1
+        # its durable consumer, assigned by the Rillet meta leader, led by the Rillet server that runs the stream
+        ci = await rc.jetstream(timeout=30).add_consumer("SOLO", durable_name="SD", ack_policy="explicit")
+        assert ci.name == "SD" and ci.cluster.leader in ("r1", "r2") and ci.num_pending == 3
         # the Go server back: it follows the Rillet leader and is caught up with what it committed
         gc.start("g0")
         g0 = await nats.connect(gc.url("g0"))

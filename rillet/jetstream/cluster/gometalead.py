@@ -15,8 +15,10 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``STREAM.UPDATE``: nats-server's update rules, the new configuration proposed with the stream's group; its
   leader answers. A change of the replica count or placement (scaling, moving) is refused.
 * ``STREAM.DELETE``: the removal proposed; the stream's leader answers.
-* ``CONSUMER.CREATE`` / ``CONSUMER.DURABLE.CREATE``: the consumer's assignment on its stream's peers, a Go
-  server preferred (the Rillet server does not lead replicated consumers); its leader answers.
+* ``CONSUMER.CREATE`` / ``CONSUMER.DURABLE.CREATE``: nats-server's checks (rillet.jetstream.consumerconfig), the
+  consumer's assignment on its stream's peers (as many as nats-server gives it: one for an ephemeral of a
+  limits stream), a Go server preferred (the Rillet server does not lead replicated streams' consumers); an
+  existing consumer's assignment again with its new configuration (an update). Its leader answers.
 * ``CONSUMER.DELETE``: the removal proposed; the consumer's leader answers.
 * ``STREAM.NAMES`` and ``CONSUMER.NAMES``: from the assignments. ``STREAM.LIST`` and ``CONSUMER.LIST``: each
   stream's or consumer's info asked of its leader (``$JSC.SI``/``$JSC.CI``), those that do not answer within
@@ -57,9 +59,10 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _err(kind: str, code: int, err_code: int, description: str) -> dict:
-    return {"type": f"io.nats.jetstream.api.v1.{kind}", "error":
-            {"code": code, "err_code": err_code, "description": description}}
+def _err(kind: str, name: str, **values: Any) -> dict:
+    """An error answer of nats-server's catalog (rillet.jetstream.errors), ``values`` filling its template."""
+    from rillet.jetstream.errors import api_error
+    return {"type": f"io.nats.jetstream.api.v1.{kind}", "error": api_error(name, **values).to_dict()}
 
 
 def consumer_assignment(client: dict, stream: str, name: str, cfg: dict, peers: list[str], preferred: str,
@@ -264,11 +267,11 @@ class MetaLeaderApi:
             return
         why = self._placement_refused(cfg)
         if why:
-            self._answer(reply, _err(kind, 400, 10005, why))
+            self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err=why))
             return
         peers = self._place(cfg.num_replicas or 1)
         if peers is None:
-            self._answer(reply, _err(kind, 503, 10005, "no suitable peers for placement"))
+            self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err="no suitable peers for placement"))
             return
         doc = stream_assignment(client, to_go(cfg), peers, self.member.server.opts.cluster.name, subject, reply)
         self._propose(ge.OP_ASSIGN_STREAM, doc)
@@ -296,8 +299,8 @@ class MetaLeaderApi:
             self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.to_dict()})
             return
         if cfg.num_replicas != old_cfg.num_replicas or to_go(cfg.placement) != to_go(old_cfg.placement):
-            self._answer(reply, _err(kind, 500, 10069, "scaling or moving a stream is not supported by a Rillet "
-                                     "meta leader"))
+            self._answer(reply, _err(kind, "STREAM_UPDATE", err="scaling or moving a stream is not supported by "
+                                     "a Rillet meta leader"))
             return
         client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
         group = {k: v for k, v in (old.get("group") or {}).items() if k != "preferred"}
@@ -311,7 +314,7 @@ class MetaLeaderApi:
         name = subject.rsplit(".", 1)[-1]
         sa = self.member.state.streams.get((ci["acc"], name))
         if sa is None:
-            self._answer(reply, _err("stream_delete_response", 404, 10059, "stream not found"))
+            self._answer(reply, _err("stream_delete_response", "STREAM_NOT_FOUND"))
             return
         client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
         doc = {"client": client, "created": sa.get("created", ""), "stream": sa["stream"], "group": sa["group"],
@@ -419,7 +422,7 @@ class MetaLeaderApi:
             return
         acc, stream = ci["acc"], subject.rsplit(".", 1)[-1]
         if (acc, stream) not in self.member.state.streams:
-            self._answer(reply, _err(kind, 404, 10059, "stream not found"))
+            self._answer(reply, _err(kind, "STREAM_NOT_FOUND"))
             return
         req = self._json(body) or {}
         names = sorted(self.member.state.consumers.get((acc, stream)) or {})
@@ -454,66 +457,70 @@ class MetaLeaderApi:
 
     # -- consumers ------------------------------------------------------------------------------------------
     def _consumer_create(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        """nats-server's request and configuration checks (rillet.jetstream.consumerconfig), then the assignment
+        (a new one, or an existing consumer's with its new configuration: an update); its leader answers."""
         kind = "consumer_create_response"
         if ci is None or not ci.get("acc"):
             return
-        toks = subject.split(".")
-        req = self._json(body)
-        if req is None:
-            self._answer(reply, _err(kind, 400, 10025, "invalid JSON"))
-            return
-        cfg = dict(req.get("config") or {})
-        if toks[3] == "DURABLE":  # $JS.API.CONSUMER.DURABLE.CREATE.<stream>.<durable>
-            stream, name = toks[5], toks[6]
-            if cfg.setdefault("durable_name", name) != name:
-                self._answer(reply, _err(kind, 400, 10016, "consumer name in subject does not match durable name "
-                                         "in request"))
-                return
-        else:  # $JS.API.CONSUMER.CREATE.<stream>[.<name>[.<filter>]]
-            stream = toks[4]
-            name = toks[5] if len(toks) > 5 else (cfg.get("name") or cfg.get("durable_name") or "")
-            if len(toks) > 5 and cfg.get("name", name) != name:
-                self._answer(reply, _err(kind, 400, 10131, "consumer name in subject does not match name in "
-                                         "request"))
-                return
-        if req.get("stream_name", stream) != stream:
-            self._answer(reply, _err(kind, 400, 10057, "stream name in subject does not match request"))
-            return
+        from rillet.jetstream import configtypes as C
+        from rillet.jetstream.api.codec import from_dict, to_go
+        from rillet.jetstream.consumerconfig import prepare_consumer_create
+        from rillet.jetstream.errors import ApiError
+        from rillet.jetstream.manager import account_js_config
         acc = ci["acc"]
         state = self.member.state
-        sa = state.streams.get((acc, stream))
-        if sa is None:
-            self._answer(reply, _err(kind, 404, 10059, "stream not found"))
+
+        def consumers(stream: str) -> dict:
+            return {n: from_dict(ca.get("consumer") or {}, C.ConsumerConfig)
+                    for n, ca in (state.consumers.get((acc, stream)) or {}).items()}
+        try:
+            cc = prepare_consumer_create(subject.split(".")[3:], body or b"{}",
+                                         lookup_stream=lambda n: self._cfg(acc, n), consumers=consumers,
+                                         account_limits=account_js_config(
+                                             self.member.server.opts.accounts or {}).get(acc), clustered=True)
+        except ApiError as e:
+            self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.to_dict()})
             return
+        stream = cc.stream
+        sa = state.streams[(acc, stream)]
+        name = cc.name
         if not name:
-            name = gw.random_token(8)
+            while not name or name in (state.consumers.get((acc, stream)) or {}):
+                name = gw.random_token(8)
+        cfg = to_go(cc.config)
         cfg["name"] = name
+        client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
+        if cc.existing:
+            old = state.consumers[(acc, stream)][name]
+            self._propose(ge.OP_ASSIGN_CONSUMER, dict(old, client=client, consumer=cfg, subject=subject, reply=reply))
+            return
         sgroup = sa.get("group") or {}
         speers = list(sgroup.get("peers") or [])
         storage = "memory" if cfg.get("mem_storage") else str(sgroup.get("store") or "file")
+        # nats-server's replica count: the stream's, but 1 for an ephemeral of a limits stream without one
+        # asked, and a count below the stream's picks that many of its peers
         r = int(cfg.get("num_replicas") or 0)
-        if r not in (0, len(speers)):
-            self._answer(reply, _err(kind, 400, 10005, "no suitable peers for placement: a consumer with another "
-                                     "replica count than its stream's is not supported by a Rillet meta leader"))
-            return
-        old = (state.consumers.get((acc, stream)) or {}).get(name)
-        client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
-        if old is not None:
-            have = old.get("consumer") or {}
-            probe = consumer_assignment(ci, stream, name, cfg, speers, "", storage, "", "", "")["consumer"]
-            if any(have.get(k) != v for k, v in probe.items()):
-                self._answer(reply, _err(kind, 400, 10148, "consumer already exists"))
-                return
-            self._propose(ge.OP_ASSIGN_CONSUMER, dict(old, client=client, subject=subject, reply=reply))
-            return
-        go = [p for p in speers if self._is_go(p)]
+        scfg = sa.get("stream") or {}
+        if r == 0 or r > len(speers):
+            durable = bool(cfg.get("durable_name"))
+            r = 1 if (not durable and r == 0 and scfg.get("retention", "limits") == "limits") else len(speers)
         online = set(self._online())
-        pick = [p for p in go if p in online] or go
-        if len(speers) > 1 and not pick:
-            self._answer(reply, _err(kind, 503, 10005, "no suitable peers for placement"))
+        go = [p for p in speers if self._is_go(p) and p in online]
+        if len(speers) == 1:
+            peers = speers  # (an R1 stream's consumer is where the stream is: a Rillet server leads it there)
+        elif not go:
+            # (a Rillet server does not lead a replicated stream's consumer: a Go server must)
+            self._answer(reply, _err(kind, "INSUFFICIENT_RESOURCES"))
             return
-        preferred = self.rng.choice(pick) if pick else speers[0]
-        doc = consumer_assignment(client, stream, name, cfg, speers, preferred, storage,
+        else:
+            first = self.rng.choice(go)
+            rest = [p for p in speers if p != first and p in online]
+            if len(rest) < r - 1:
+                self._answer(reply, _err(kind, "INSUFFICIENT_RESOURCES"))
+                return
+            peers = [first, *self.rng.sample(rest, r - 1)] if r < len(speers) else \
+                [first, *[p for p in speers if p != first]]
+        doc = consumer_assignment(client, stream, name, cfg, peers, peers[0], storage,
                                   str(sgroup.get("cluster") or self.member.server.opts.cluster.name), subject, reply)
         self._propose(ge.OP_ASSIGN_CONSUMER, doc)
 
@@ -524,11 +531,11 @@ class MetaLeaderApi:
         stream, name = toks[4], toks[5]
         acc = ci["acc"]
         if (acc, stream) not in self.member.state.streams:
-            self._answer(reply, _err("consumer_delete_response", 404, 10059, "stream not found"))
+            self._answer(reply, _err("consumer_delete_response", "STREAM_NOT_FOUND"))
             return
         ca = (self.member.state.consumers.get((acc, stream)) or {}).get(name)
         if ca is None:
-            self._answer(reply, _err("consumer_delete_response", 404, 10014, "consumer not found"))
+            self._answer(reply, _err("consumer_delete_response", "CONSUMER_NOT_FOUND"))
             return
         client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
         self._propose(ge.OP_REMOVE_CONSUMER, dict(ca, client=client, subject=subject, reply=reply))
@@ -539,7 +546,7 @@ class MetaLeaderApi:
         stream = subject.rsplit(".", 1)[-1]
         acc = ci["acc"]
         if (acc, stream) not in self.member.state.streams:
-            self._answer(reply, _err("consumer_names_response", 404, 10059, "stream not found"))
+            self._answer(reply, _err("consumer_names_response", "STREAM_NOT_FOUND"))
             return
         req = self._json(body) or {}
         offset = max(int(req.get("offset") or 0), 0)
@@ -557,7 +564,7 @@ class MetaLeaderApi:
         from rillet.jetstream.manager import account_js_config
         limits = account_js_config(self.member.server.opts.accounts or {}).get(acc)
         if limits is None:
-            self._answer(reply, _err("account_info_response", 503, 10039, "jetstream not enabled for account"))
+            self._answer(reply, _err("account_info_response", "NOT_ENABLED_FOR_ACCOUNT"))
             return
         mem, sto = self._local_usage(acc)
         api, errors = self.api_counts.get(acc, (0, 0))
@@ -594,26 +601,26 @@ class MetaLeaderApi:
             return  # (nats-server: only the system account may ask)
         req = self._json(body)
         if req is None:
-            self._answer(reply, _err(kind, 400, 10025, "invalid JSON"))
+            self._answer(reply, _err(kind, "INVALID_JSON", err="the request is not a JSON object"))
             return
         r = m.raft
         pref = ((req.get("placement") or {}).get("preferred") or "") if isinstance(req.get("placement"), dict) else ""
         if pref:
             peer = gw.peer_id(pref)
             if peer == r.me:
-                self._answer(reply, _err(kind, 400, 10005, f'preferred server "{pref}" is already leader'))
+                self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err=f'preferred server "{pref}" is already leader'))
                 return
             if peer not in r.peers:
-                self._answer(reply, _err(kind, 400, 10005, f'preferred server "{pref}" not known'))
+                self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err=f'preferred server "{pref}" not known'))
                 return
             if not r.current(peer):
-                self._answer(reply, _err(kind, 400, 10005, f'preferred server "{pref}" is not current'))
+                self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err=f'preferred server "{pref}" is not current'))
                 return
         else:
             current = [p for p in sorted(r.peers) if p != r.me and r.current(p)]
             go = [p for p in current if self._is_go(p)]
             if not current:
-                self._answer(reply, _err(kind, 500, 10039, "no replicas active, unable to transfer leadership"))
+                self._answer(reply, _err(kind, "RAFT_GENERAL", err="no current peer to hand the leadership to"))
                 return
             peer = (go or current)[0]
         m.transfer(peer)
