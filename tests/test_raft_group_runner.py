@@ -248,6 +248,48 @@ async def test_group_ready_runs_in_the_flush_and_quiet_commits_leave_after_the_a
 
 
 @pytest.mark.asyncio
+async def test_a_follower_answers_an_append_before_applying_what_it_committed(monkeypatch):
+    """The append that brings entry N+1 commits entry N (the commit-only notice held, a lazy group): a follower's
+    answer is written to its route before it applies N, so that the leader's commit of N+1 does not wait for
+    this member's store write of N (one publish in flight: an R3 sync publish)."""
+    from rillet.jetstream.cluster import group as group_mod
+    monkeypatch.setattr(group_mod, "COMMIT_NOTICE_EVERY", 60.0)  # (every commit but the first rides on an append)
+    with tempfile.TemporaryDirectory() as tmp:
+        async with run_cluster(3) as servers:
+            peers = [peer_id(s.name) for s in servers]
+            seen: list[list[tuple[int, bool]]] = [[] for _ in servers]
+
+            def answer_waiting(srv) -> bool:  # this group's answer still in a connection's output buffer
+                return any(b"G-answer" in bytes(getattr(c, "out", b"")) for c in srv.pending_flush)
+
+            def applier(i):
+                def apply(index: int, data: bytes) -> None:
+                    seen[i].append((index, answer_waiting(servers[i])))
+                return apply
+
+            groups = [RaftGroup(s, "G-answer", peers, os.path.join(tmp, f"s{i}"), apply=applier(i))
+                      for i, s in enumerate(servers)]
+            for g in groups:
+                g.lazy_commits = lambda: True
+                await g.start()
+            await _until(lambda: any(g.is_leader for g in groups), what="a leader")
+            await _until(lambda: all(g.leader is not None for g in groups), what="everyone knows the leader")
+            li = next(i for i, g in enumerate(groups) if g.is_leader)
+            lead = groups[li]
+            last = 0
+            for k in range(6):  # one in flight at a time, as a synchronous publisher
+                last, _ = lead.propose(b"entry %d" % k)
+                await _until(lambda: lead.node.commit >= last, what=f"entry {last} committed")
+            for i, g in enumerate(groups):
+                if i != li:
+                    await _until(lambda i=i: any(x[0] == last - 1 for x in seen[i]),
+                                 what=f"member {i} applied entry {last - 1}")
+                    assert seen[i] and not any(w for _, w in seen[i]), seen[i]
+            for g in groups:
+                await g.stop()
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("lazy", [False, True])
 async def test_commit_only_appends_held_under_load_in_a_lazy_group(lazy):
     """A group whose owner allows it (lazy_commits) tells a commit with no append to carry it at once when no such

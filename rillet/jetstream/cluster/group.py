@@ -111,9 +111,11 @@ def boot_id() -> str:
 
 CLEAN_MARKER = "clean"  # in the WAL directory: the group stopped in order (everything fsynced) last time
 
-# committed entries in one Ready past which the messages are written out before applying them (the peers
-# persist and answer the next entries meanwhile); fewer go out with the applies' own output (PubAcks) in one
-# write per connection
+# committed entries in one Ready past which the leader's messages are written out before applying them (the
+# peers persist and answer the next entries meanwhile); fewer go out with the applies' own output (PubAcks) in
+# one write per connection. A follower's messages (its answers: the leader waits for them) always go before its
+# applies (which write nothing to a connection): the append that brings entry N+1 commits entry N, and the
+# leader's commit of N+1 would otherwise wait for this member's store write of N
 EARLY_FLUSH_ENTRIES = 16
 # (leader, in a group whose owner says nobody reads its followers' state as it happens: ``lazy_commits``) a
 # commit-only append (the new commit index for a follower that has every entry) leaves at once when none left
@@ -579,7 +581,7 @@ class RaftGroup(Leadership):
                 if rd.messages:
                     tr = self.transport
                     name = self.name
-                    early = len(committed) > EARLY_FLUSH_ENTRIES
+                    early = len(committed) > EARLY_FLUSH_ENTRIES or (bool(committed) and n.role != LEADER)
                     held = self._held_commits
                     for m in rd.messages:
                         if m.__class__ is M.AppendEntries:
@@ -603,8 +605,9 @@ class RaftGroup(Leadership):
                                 held.pop(m.to, None)  # (this append tells the commit index the held one had)
                         tr.send(name, m.to, M.encode(m))
                     if early:
-                        # on the wire before the applies below (a batch of them takes milliseconds): the
-                        # peers persist and answer the next entries while this server applies these
+                        # on the wire before the applies below (a batch of them takes milliseconds; a
+                        # follower's answer): the peers persist and answer the next entries while this
+                        # server applies these
                         self.server.flush_clients()
                 if rd.soft_state is not None:
                     self._soft_changed()
