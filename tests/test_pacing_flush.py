@@ -21,6 +21,14 @@ class _Srv:
         self.pending_late: list = []
         self.flushes = 0
         self.late_runs = 0
+        self.holds = self.releases = 0
+
+    def hold_flush(self) -> bool:
+        self.holds += 1
+        return True
+
+    def release_flush(self) -> None:
+        self.releases += 1
 
     def flush_clients(self, hold_late: bool = False) -> None:
         self.flushes += 1
@@ -102,3 +110,52 @@ def test_a_client_read_stopped_by_its_budget_runs_the_late_writers_before_pausin
     c._paced(data, 0.0)  # (the budget is spent after the first slice: the rest waits for a later pass)
     assert len(c.fed) == 1 and c.paused == [data[pacing.SLICE_MIN:]]
     assert c.server.late_runs == 1 and not c.server.pending_late
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.soon: list = []
+
+    def call_soon(self, fn, *args) -> None:
+        self.soon.append(fn)
+
+
+def _server():
+    from rillet.server.server import Server
+    srv = Server.__new__(Server)  # (only the flush bookkeeping: no sockets, no options)
+    srv.pending_flush, srv.pending_late, srv._flush_scheduled, srv.loop = [], [], False, _Loop()
+    return srv
+
+
+def test_a_read_holds_the_scheduled_flush_and_queues_one_only_for_what_is_left():
+    # inside a read, schedule_flush (an internal publish, a RAFT group's runner) queues no loop pass: the read
+    # writes out its own output at its end; what is still waiting after it gets one pass
+    srv = _server()
+    assert srv.hold_flush() is True
+    srv.pending_flush.append(object())
+    srv.schedule_flush()
+    assert srv.loop.soon == []
+    srv.pending_flush.clear()  # (the read's own flush)
+    srv.release_flush()
+    assert srv.loop.soon == [] and srv._flush_scheduled is False
+    assert srv.hold_flush() is True
+    srv.pending_late.append(object())
+    srv.release_flush()  # (left waiting: e.g. a read that stopped early)
+    assert srv.loop.soon == [srv._scheduled_flush] and srv._flush_scheduled is True
+    assert srv.hold_flush() is False  # (a pass is queued already: nothing to hold, nothing to give back)
+    assert len(srv.loop.soon) == 1
+
+
+def test_paced_takes_and_gives_back_the_hold_even_when_parsing_fails():
+    c = _Conn(each=False)
+    c._paced(b"x" * 10, 10.0)
+    assert c.server.holds == c.server.releases == 1
+
+    def boom(chunk, data, pos):
+        raise ValueError("bad input")
+    c._feed_slice = boom
+    try:
+        c._paced(b"y", 10.0)
+    except ValueError:
+        pass
+    assert c.server.holds == c.server.releases == 2

@@ -64,7 +64,19 @@ class ReadPacer:
     def _paced(self, data: bytes, budget: float) -> None:
         """Feed ``data`` to the connection (``_feed_slice``) slice by slice until done, or until ``budget``
         seconds are spent or a receiver's pending output asks for a stall: then the rest waits (reading
-        paused) and ``_resume`` takes it up from the loop."""
+        paused) and ``_resume`` takes it up from the loop. The read writes out what it produced itself
+        (``_flush_and_stall``, ``_flush_late``): meanwhile ``Server.schedule_flush`` queues no loop pass
+        (``hold_flush``), and one is queued at the end only for what is still waiting."""
+        srv = self.server  # type: ignore[attr-defined]
+        if not srv.hold_flush():
+            self._paced_slices(data, budget)
+            return
+        try:
+            self._paced_slices(data, budget)
+        finally:
+            srv.release_flush()
+
+    def _paced_slices(self, data: bytes, budget: float) -> None:
         n = len(data)
         pos = 0
         start = t0 = time.monotonic()

@@ -588,6 +588,21 @@ class Server:
         self._flush_scheduled = False
         self.flush_clients()
 
+    def hold_flush(self) -> bool:
+        """A read that writes out its own output at its end (ReadPacer._paced) begins: until ``release_flush``,
+        ``schedule_flush`` queues no loop pass (an internal publish or a RAFT group's input in the read would
+        otherwise cost every such read one more pass of the loop: a zero-timeout poll and an empty flush).
+        False (nothing held) when a flush is queued already."""
+        if self._flush_scheduled:
+            return False
+        self._flush_scheduled = True
+        return True
+
+    def release_flush(self) -> None:
+        """The read's end (``hold_flush`` returned True): a pass is queued if anything is still waiting."""
+        self._flush_scheduled = False
+        self.schedule_flush()
+
     def flush_clients(self, hold_late: bool = False) -> None:
         """Write out every connection that received data during this read cycle, then the late writers
         (``pending_late``) unless ``hold_late`` (a slice of a read that goes on), and what they wrote."""
