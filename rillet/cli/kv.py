@@ -222,28 +222,27 @@ def _entry_json(e: Any) -> dict[str, Any]:
             "created": _when(e.created), "operation": e.operation or "PUT"}
 
 
-@app.command("del")
-def delete(bucket: str = BUCKET_ARG, key: str = KEY_ARG, force: bool = FORCE_OPT) -> None:
-    """Delete a key (a delete marker is kept in the history).
-
-    \b
-    Example:
-      rillet kv del CONFIG color -f
-    """
-    confirm(f"Really delete key {bucket} > {key}?", force)
-    run(_delop, bucket, key, False)
+def _delete_command(purge: bool):  # -> the del (purge False) or purge command function
+    def cmd(bucket: str = BUCKET_ARG, key: str = KEY_ARG, force: bool = FORCE_OPT) -> None:
+        confirm(f"Really {'purge' if purge else 'delete'} key {bucket} > {key}?", force)
+        run(_delop, bucket, key, purge)
+    return cmd
 
 
-@app.command("purge")
-def purge(bucket: str = BUCKET_ARG, key: str = KEY_ARG, force: bool = FORCE_OPT) -> None:
-    """Remove a key and all its history.
+DEL_HELP = """Delete a key (a delete marker is kept in the history).
 
-    \b
-    Example:
-      rillet kv purge CONFIG color -f
-    """
-    confirm(f"Really purge key {bucket} > {key}?", force)
-    run(_delop, bucket, key, True)
+\b
+Example:
+  rillet kv del CONFIG color -f
+"""
+PURGE_HELP = """Remove a key and all its history.
+
+\b
+Example:
+  rillet kv purge CONFIG color -f
+"""
+app.command("del", help=DEL_HELP)(_delete_command(False))
+app.command("purge", help=PURGE_HELP)(_delete_command(True))
 
 
 async def _delop(bucket: str, key: str, purge_: bool) -> None:
