@@ -267,3 +267,95 @@ async def test_server_evacuate(cluster):
     finally:
         await nc.close()
         await sysc.close()
+
+
+async def _all_answers(nc, subject: str, body: bytes, n: int) -> list[dict]:
+    """Every server's answer to a request they all receive (META.RESCUE), ``n`` of them, by server name."""
+    inbox = nc.new_inbox()
+    got: list[dict] = []
+
+    async def cb(msg):
+        got.append(json.loads(msg.data))
+    sub = await nc.subscribe(inbox, cb=cb)
+    await nc.publish(subject, body, reply=inbox)
+    deadline = time.monotonic() + WAIT
+    while len(got) < n and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)  # (no more than n)
+    await sub.unsubscribe()
+    return sorted(got, key=lambda d: d.get("server", ""))
+
+
+async def test_meta_rescue_refusals_from_every_server(cluster):
+    sysc = await nats.connect(_url(cluster[0], "sys"))
+    try:
+        typ = "io.nats.jetstream.api.v1.meta_rescue_response"
+        names = sorted(s.name for s in cluster)
+        ids = {s.name: s.server_id for s in cluster}
+        for body, err in [(b"", (10003, "bad request")), (b"{}", (10003, "bad request")),
+                          (b'{"quorum_needed": 0}', (10224, "JetStream system rescue not applied: raft: rescue "
+                                                            "quorum must be between 1 and current quorum")),
+                          (b'{"quorum_needed": 5}', (10224, "JetStream system rescue not applied: raft: rescue "
+                                                            "quorum must be between 1 and current quorum")),
+                          (b'{"quorum_needed": 1}', (10224, "JetStream system rescue not applied: raft: leader is "
+                                                            "known")),
+                          (b'{"x": 1}', (10025, 'invalid JSON: json: unknown field "x"'))]:
+            got = await _all_answers(sysc, "$JS.API.META.RESCUE", body, 3)
+            assert got == [{"type": typ, "error": {"code": 400, "err_code": err[0], "description": err[1]},
+                            "server": n, "server_id": ids[n]} for n in names], (body, got)
+        assert all(s.jetstream.cluster.group.node.rescued_quorum is None for s in cluster)
+    finally:
+        await sysc.close()
+
+
+async def test_meta_rescue_lets_the_survivor_lead_and_remove_the_lost():
+    async with run_cluster(3, jetstream=True, system_account="SYS", users=USERS) as cluster:
+        survivor, lost = cluster[0], cluster[1:]
+        sysc = await nats.connect(_url(survivor, "sys"))
+        advisories: list = []
+
+        async def adv(msg):
+            advisories.append(json.loads(msg.data))
+        await sysc.subscribe("$JS.EVENT.ADVISORY.SERVER.META_RESCUE", cb=adv)
+        try:
+            for s in lost:
+                await s.shutdown()
+            cl = survivor.jetstream.cluster
+            # until it knows no leader, the survivor refuses (nats-server: "leader is known")
+            deadline = time.monotonic() + WAIT
+            while True:
+                got = await _all_answers(sysc, "$JS.API.META.RESCUE", b'{"quorum_needed": 1}', 1)
+                if got and "error" not in got[0]:
+                    break
+                assert got and got[0]["error"]["description"].endswith("raft: leader is known"), got
+                assert time.monotonic() < deadline, got
+                await asyncio.sleep(0.5)
+            assert got == [{"type": "io.nats.jetstream.api.v1.meta_rescue_response", "server": survivor.name,
+                            "server_id": survivor.server_id, "prev_quorum": 2, "new_quorum": 1}], got
+            await _until(lambda: cl.is_leader(), what="the survivor elected with the rescued quorum")
+            await _until(lambda: bool(advisories), what="the advisory")
+            a = advisories[0]
+            assert a["type"] == "io.nats.jetstream.advisory.v1.meta_rescue" and a["server"] == survivor.name
+            assert (a["prev_quorum"], a["new_quorum"], a["cluster"]) == (2, 1, cl.name), a
+            # the lost servers removed one at a time; the rescue lasts while the voters left need more
+            for s in lost:
+                deadline = time.monotonic() + WAIT
+                while True:
+                    r = await _api(sysc, "$JS.API.SERVER.REMOVE", {"peer": s.name})
+                    if r.get("success"):
+                        break
+                    assert r["error"]["err_code"] == 10202 and time.monotonic() < deadline, r  # (in flight)
+                    await asyncio.sleep(0.2)
+                await _until(lambda: s.jetstream.cluster.peer not in cl.group.node.voters, what="voter dropped")
+                if s is lost[0]:
+                    assert cl.group.node.quorum == 1 and cl.group.node.rescued_quorum == 1
+            assert cl.group.node.voters == (cl.peer,) and cl.group.node.rescued_quorum is None
+            # the JetStream API works again
+            nc = await nats.connect(_url(survivor, "a"))
+            try:
+                r = await _api(nc, "$JS.API.STREAM.CREATE.AFTER", {"name": "AFTER", "subjects": ["after"]})
+                assert "error" not in r and r["cluster"]["leader"] == survivor.name, r
+            finally:
+                await nc.close()
+        finally:
+            await sysc.close()

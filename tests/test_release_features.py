@@ -38,7 +38,7 @@ def test_setting_not_yet_refused_where_nats_server_accepts_it(tmp_path, pki, rel
         assert "is valid" in go.stdout + go.stderr, (go.stdout, go.stderr)
 
 
-NOT_SERVED = ["$JS.API.META.RESCUE"]
+NOT_SERVED: list[str] = []
 # the clustered ones a server without a cluster answers, as nats-server: 10010 (the moves and evacuations
 # themselves: tests/test_jscluster_moves.py)
 CLUSTER_REQUIRED = {"$JS.API.STREAM.PEER.EVACUATE.S": "stream_evacuate_peer_response",

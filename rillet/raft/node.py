@@ -256,9 +256,45 @@ class Node(Recovery):
         """Entries with lo <= index <= hi (both within the retained log)."""
         return self.log[lo - self.offset - 1:hi - self.offset]
 
+    # an unsafe quorum rescue (nats-server's META.RESCUE): the quorum this node uses while it is lower than its
+    # voters' majority; None when there is none (``rescue``, ``end_rescue``)
+    rescued_quorum: Optional[int] = None
+    rescue_stopped: bool = False  # set when a membership change made the majority no larger than the rescue's
+
     def _set_voters(self) -> None:
         self.voters: tuple = self.conf_log[-1][1] if self.conf_log else self.conf_base
-        self.quorum = len(self.voters) // 2 + 1
+        natural = len(self.voters) // 2 + 1
+        if self.rescued_quorum is not None:
+            if natural > self.rescued_quorum:
+                self.quorum = self.rescued_quorum
+                return
+            self.rescued_quorum = None  # (the voters left no longer need it)
+            self.rescue_stopped = True
+        self.quorum = natural
+
+    def rescue(self, quorum: int) -> tuple[int, int]:
+        """Lower the quorum this node needs, unsafely, for a group that lost too many members for good to
+        elect a leader (nats-server's RescueQuorum, raising RaftError with its reasons): only lower, only while
+        no leader is known, only on a voter with a log. Kept across membership changes while lower than the
+        majority of the voters; ``end_rescue`` restores the majority. Returns (previous, new) quorum."""
+        prev = self.quorum
+        if quorum < 1 or quorum > self.quorum:
+            raise RaftError("raft: rescue quorum must be between 1 and current quorum")
+        if self.leader is not None:
+            raise RaftError("raft: leader is known")
+        if self.id not in self.voters:
+            raise RaftError("raft: not a voting member")
+        if self.last_index() == 0:
+            raise RaftError("raft: log is empty")
+        self.rescued_quorum = quorum
+        self.rescue_stopped = False
+        self.quorum = quorum
+        return prev, quorum
+
+    def end_rescue(self) -> None:
+        """The voters' majority again (a rescue's time is up)."""
+        self.rescued_quorum = None
+        self._set_voters()
 
     def _conf_at(self, index: int) -> tuple:
         peers = self.conf_base

@@ -106,7 +106,7 @@ class MetaApi(MetaEndpoints, MoveEndpoints):
                 self._warn_limited(f"JetStream API {what} request from non-system account: "
                                    f"\"{router.jsa.account.name}\"")
             return True
-        if key == "SERVER.EVACUATE":
+        if key in ("SERVER.EVACUATE", "META.RESCUE"):
             return True  # (the system account's only, subscribed by subscribe_moves; nats-server stays silent)
         if key in ("ACCOUNT.STREAM.MOVE", "ACCOUNT.STREAM.CANCEL_MOVE"):
             if router.jsa.account is not self.cl.server.system_account:  # (the system account's: its own sub)

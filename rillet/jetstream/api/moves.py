@@ -1,6 +1,7 @@
 """Moving streams off servers in a Rillet JetStream cluster, as nats-server 2.15 does it: the meta leader's
 ``ACCOUNT.STREAM.MOVE`` / ``ACCOUNT.STREAM.CANCEL_MOVE`` (system account, or the stream's own account),
-``STREAM.CANCEL_MOVE``, ``STREAM.PEER.EVACUATE`` and ``SERVER.EVACUATE`` (system account).
+``STREAM.CANCEL_MOVE``, ``STREAM.PEER.EVACUATE`` and ``SERVER.EVACUATE`` (system account); and subscribes
+``META.RESCUE`` (``rescue.py``).
 
 None of them moves anything by itself: each proposes the stream's assignment with a ``desired`` group (the
 peers to end on, nats-server 2.15's desired state), and the meta leader's reconciling
@@ -103,6 +104,7 @@ class MoveEndpoints:
         ic.subscribe(f"{prefix}.ACCOUNT.STREAM.MOVE.*.*", self._on_stream_move)
         ic.subscribe(f"{prefix}.ACCOUNT.STREAM.CANCEL_MOVE.*.*", self._on_stream_cancel_move)
         ic.subscribe(f"{prefix}.SERVER.EVACUATE", self._on_server_evacuate)
+        ic.subscribe(f"{prefix}.META.RESCUE", self._on_meta_rescue)  # (every server: rescue.py)
 
     # ---- the system account's requests ----------------------------------------------------------------
 
@@ -434,3 +436,10 @@ class MoveEndpoints:
             g.preferred = ""
         self.cl._propose_stream_group(sa, g, done)
         return True
+
+    # ---- META.RESCUE (every server of the meta group answers) -----------------------------------------
+
+    def _on_meta_rescue(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
+                        msg: bytes) -> None:
+        from rillet.jetstream.api.rescue import meta_rescue
+        meta_rescue(self.cl, reply, hdr, msg)
