@@ -54,6 +54,7 @@ KEY_TESTS: dict[str, str] = {
     "jetstream.info_queue_limit": "tests/test_fairness.py::test_api_queue_limit_drops_and_advises",
     "max_connections": "tests/test_auth.py::test_max_connections",
     "max_subscriptions": "tests/test_auth.py::test_max_subscriptions",
+    "max_sub_tokens": "tests/test_max_sub_tokens.py::test_too_many_tokens_answered_as_nats_server",
     "max_closed_clients": f"{HERE}::test_max_closed_clients_bounds_the_closed_list",
     "ping_interval": "tests/test_protocol.py::test_stale_connection",
     "ping_max": "tests/test_protocol.py::test_stale_connection",
@@ -165,7 +166,8 @@ KEY_TESTS: dict[str, str] = {
 ALIASES: dict[str, tuple[str, str]] = {
     "net": ("host", '"127.0.0.2"'), "monitor": ("http", "8222"), "monitor_port": ("http_port", "8222"),
     "pidfile": ("pid_file", '"/tmp/x.pid"'), "max_conn": ("max_connections", "7"),
-    "max_subs": ("max_subscriptions", "7"), "max_pings_outstanding": ("ping_max", "7"),
+    "max_subs": ("max_subscriptions", "7"), "max_subscription_tokens": ("max_sub_tokens", "7"),
+    "max_pings_outstanding": ("ping_max", "7"),
     "no_sublist_cache": ("disable_sublist_cache", "true"), "logfile": ("log_file", '"/tmp/x.log"'),
     "logfile_size_limit": ("log_size_limit", "1000"), "log_max_num": ("logfile_max_num", "3"),
     "system": ("system_account", "SYS"), "no_system": ("no_system_account", "true"),

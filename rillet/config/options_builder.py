@@ -34,8 +34,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "prof_block_rate": "Rillet has no profiling port",
     "proxy_protocol": "Rillet does not read PROXY protocol headers",
     "proxies": "Rillet has no trusted proxies",
-    "max_sub_tokens": "Rillet does not limit the tokens of a subscription's subject",
-    "max_subscription_tokens": "Rillet does not limit the tokens of a subscription's subject",
     "write_timeout": "Rillet has no write timeout policy (write_deadline applies)",
     "max_traced_msg_len": "Rillet does not trace message payloads",
     "resolver_tls": "Rillet has no URL account resolver",
@@ -109,6 +107,8 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             "max_conn": self.max_connections,
             "max_subscriptions": s("max_subscriptions", "int"),
             "max_subs": s("max_subscriptions", "int"),
+            "max_sub_tokens": self.max_sub_tokens,
+            "max_subscription_tokens": self.max_sub_tokens,
             "max_closed_clients": s("max_closed_clients", "int", 10000),
             "ping_interval": s("ping_interval", "duration", defaults.DEFAULT_PING_INTERVAL),
             "ping_max": s("ping_max", "int", defaults.DEFAULT_PING_MAX),
@@ -216,6 +216,15 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
         # nats-server: 0 becomes -1, which refuses every client connection.
         value = f.as_int()
         self.o.max_connections = -1 if value == 0 else value
+
+    def max_sub_tokens(self, f: Field) -> None:
+        # nats-server: a uint8, at least 1
+        value = f.as_int()
+        if value > 255:
+            raise f.error(f"{f.key} value is too big")
+        if value <= 0:
+            raise f.error(f"{f.key} value can not be negative")
+        self.o.max_sub_tokens = value
 
     def lame_duck_duration(self, f: Field) -> None:
         seconds = f.as_duration_string()

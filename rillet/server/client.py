@@ -611,6 +611,12 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
                 self.server.log.error(f"{self.log_prefix()} - {logtxt}")
                 self.send_err(err)
                 return
+        mt = self.server.opts.max_sub_tokens
+        if mt and subject.count(".") >= mt:  # (nats-server: after the permissions, before the subscription limit)
+            self.send_err(f"Permissions Violation for Subscription to {go_quote(subject_b)}, too many tokens")
+            self.server.log.error(f"{self.log_prefix()} - Subscription Violation Too Many Tokens - Subject "
+                                  f"{go_quote(subject_b)}, SID {sid.decode(errors='replace')}")
+            return
         mx = self.msubs
         if mx >= 0 and len(self.subs) >= mx and sid not in self.subs:
             self.server.log.error(f"{self.log_prefix()} - maximum subscriptions exceeded")
