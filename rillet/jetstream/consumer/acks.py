@@ -9,6 +9,7 @@ from time import time_ns  # (stream.now_ns, without the call between)
 from typing import TYPE_CHECKING, Any
 
 from rillet.gocompat.gotime import format_time
+from rillet.jetstream import retention
 from rillet.jetstream.consumer.state import (C_ACK, C_DROP, C_DUE, C_GONE, C_NAK)
 from rillet.jetstream.log import Entry
 from rillet.jetstream.stream import now_ns
@@ -127,7 +128,6 @@ class AckMixin:
         op = entry.op
         if op == C_ACK:
             if res and self.retention != "limits":
-                from rillet.jetstream import retention
                 for seq in ((res,) if res.__class__ is int else res):
                     retention.on_ack(self.stream, self, seq)
             if entry.ctx:

@@ -39,7 +39,13 @@ class BlockRemoval:
             if ps[2] == seq:
                 ps[2] = self._subj_last_walk(subj, seq - 1)
         if seq == self._first:
-            self._first = self._next_alive(seq + 1) or self._last + 1
+            # (in order, as acks usually come: the next slot of the block is live, no search needed)
+            n = slot + 1
+            d = blk.dead
+            if n < len(x.offs) and x.offs[n] and (d is None or n >= len(d) or not d[n]):
+                self._first = seq + 1
+            else:
+                self._first = self._next_alive(seq + 1) or self._last + 1
         # the state log
         if (self._limit_removal or self._soon) and not erase:
             self._deferred.append(seq)
