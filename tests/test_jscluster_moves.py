@@ -333,6 +333,8 @@ async def test_meta_rescue_lets_the_survivor_lead_and_remove_the_lost():
             assert got == [{"type": "io.nats.jetstream.api.v1.meta_rescue_response", "server": survivor.name,
                             "server_id": survivor.server_id, "prev_quorum": 2, "new_quorum": 1}], got
             await _until(lambda: cl.is_leader(), what="the survivor elected with the rescued quorum")
+            jsz = cl.mon.jsz_meta()  # (/jsz meta_cluster, as nats-server shows a rescue)
+            assert jsz["quorum_needed"] == 1 and jsz["rescue"] is True and jsz["cluster_size"] == 3, jsz
             await _until(lambda: bool(advisories), what="the advisory")
             a = advisories[0]
             assert a["type"] == "io.nats.jetstream.advisory.v1.meta_rescue" and a["server"] == survivor.name
@@ -350,6 +352,7 @@ async def test_meta_rescue_lets_the_survivor_lead_and_remove_the_lost():
                 if s is lost[0]:
                     assert cl.group.node.quorum == 1 and cl.group.node.rescued_quorum == 1
             assert cl.group.node.voters == (cl.peer,) and cl.group.node.rescued_quorum is None
+            assert "rescue" not in cl.mon.jsz_meta()
             # the JetStream API works again
             nc = await nats.connect(_url(survivor, "a"))
             try:

@@ -40,7 +40,7 @@ class MetaMonitor:
         n = g.node
         return MON.MetaView(self.cl.name, leader=self.cl.registry.name_of(leader) if leader else "", leader_peer=leader,
                             replicas=reps, cluster_size=len(st["voters"]), quorum_needed=st["quorum_needed"],
-                            pending=n.last_index() - n.applied,
+                            rescue=n.rescued_quorum is not None, pending=n.last_index() - n.applied,
                             snapshot=MON.MetaSnapshotStats(pending_entries=n.last_index() - n.offset),
                             running=g.running, current=bool(leader) and g.current() and n.applied >= n.commit,
                             write_error=g.write_error, apply_error=self.cl.apply_error or g.apply_error)

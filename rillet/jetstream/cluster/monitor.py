@@ -143,6 +143,7 @@ class MetaView:
     recovering: bool = False
     write_error: str = ""
     apply_error: str = ""
+    rescue: bool = False  # an unsafe quorum rescue (META.RESCUE) lowers quorum_needed now
 
 
 def meta_cluster_info(m: MetaView, *, name: str | None = None, with_replicas: bool = True) -> dict:
@@ -160,6 +161,8 @@ def meta_cluster_info(m: MetaView, *, name: str | None = None, with_replicas: bo
         d["replicas"] = [peer_info(p) for p in m.replicas]
     d["cluster_size"] = m.cluster_size
     d["quorum_needed"] = m.quorum_needed
+    if m.rescue:
+        d["rescue"] = True
     d["pending"] = m.pending
     d["pending_requests"] = m.pending_requests
     d["pending_infos"] = m.pending_infos
