@@ -818,9 +818,7 @@ class Server:
             self.broadcast_info()  # nats-server sends an INFO on reload only when the connect URLs change
 
     def _recheck_auth(self, c: Client) -> None:
-        import msgspec
-        co = c.opts
-        d = msgspec.to_builtins(co)
+        d = c.opts.to_builtins()  # (rillet.server.connect_json.ConnectOpts)
         if c.conn_type == "WEBSOCKET":
             override = getattr(c, "refresh_auth", None)
             if override is not None:
