@@ -55,6 +55,7 @@ KEY_TESTS: dict[str, str] = {
     "max_connections": "tests/test_auth.py::test_max_connections",
     "max_subscriptions": "tests/test_auth.py::test_max_subscriptions",
     "max_sub_tokens": "tests/test_max_sub_tokens.py::test_too_many_tokens_answered_as_nats_server",
+    "max_traced_msg_len": "tests/test_trace_payload.py::test_payload_trace_lines_as_nats_server",
     "max_closed_clients": f"{HERE}::test_max_closed_clients_bounds_the_closed_list",
     "ping_interval": "tests/test_protocol.py::test_stale_connection",
     "ping_max": "tests/test_protocol.py::test_stale_connection",
@@ -66,7 +67,7 @@ KEY_TESTS: dict[str, str] = {
     "debug": "tests/test_cli.py::test_debug_and_trace_lines",
     "trace": "tests/test_cli.py::test_trace_redacts_password",
     "trace_verbose": f"{HERE}::test_trace_verbose_and_trace_headers_turn_tracing_on",
-    "trace_headers": f"{HERE}::test_trace_verbose_and_trace_headers_turn_tracing_on",
+    "trace_headers": "tests/test_trace_payload.py::test_payload_trace_lines_as_nats_server",
     "logtime": f"{HERE}::test_logtime_and_logtime_utc",
     "logtime_utc": f"{HERE}::test_logtime_and_logtime_utc",
     "log_file": "tests/test_cli.py::test_log_file",
@@ -237,8 +238,9 @@ FLAG_TESTS: dict[str, str] = {
     "tlscacert": "tests/test_rcli_auth.py::test_tls_client_certificates",
     "jetstream": "tests/test_js_ordered_restart.py::test_ordered_consumer_survives_restart",
     "store_dir": "tests/test_js_ordered_restart.py::test_ordered_consumer_survives_restart",
+    "max_traced_msg_len": "tests/test_trace_payload.py::test_max_traced_msg_len_flag",
 }
-REFUSED_FLAGS = {"profile": ["--profile", "6060"], "max_traced_msg_len": ["--max_traced_msg_len", "10"]}
+REFUSED_FLAGS = {"profile": ["--profile", "6060"]}
 
 SECTIONS_SAMPLE = ('jetstream { store_dir: "/tmp/x" }\nwebsocket { port: 1, no_tls: true }\n'
                    'authorization { user: a, pass: b }\ncluster { name: x }\nmqtt { port: 1883 }\n')

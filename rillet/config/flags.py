@@ -123,7 +123,6 @@ class UnsupportedFlag(FlagError):
 # Flags refused when given a value other than their default (parsed-values key -> why).
 UNSUPPORTED_FLAGS = {
     "profile": "--profile is not supported: Rillet has no profiling port",
-    "max_traced_msg_len": "--max_traced_msg_len is not supported: Rillet does not trace message payloads",
 }
 
 
@@ -334,6 +333,7 @@ def _parse_signal(text: str) -> tuple[str, str | None]:
 # Simple flags: parsed-values key -> (Options attribute path, fields_set name).
 _DIRECT = {
     "port": "port",
+    "max_traced_msg_len": "max_traced_msg_len",
     "host": "host",
     "server_name": "server_name",
     "client_advertise": "client_advertise",

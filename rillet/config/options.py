@@ -219,6 +219,7 @@ class Options:
     debug: bool = False
     trace: bool = False
     trace_verbose: bool = False
+    max_traced_msg_len: int = 0  # bytes of a payload a trace line shows (0: all)
     logtime: bool = True
     logtime_utc: bool = False
     log_file: str = ""

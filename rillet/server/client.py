@@ -675,6 +675,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             sizes = f"{hdr} {len(msg)}" if hdr >= 0 else f"{len(msg)}"
             self.trace(f"<<- [{op.decode()} {subject.decode(errors='replace')} "
                        f"{(reply + b' ').decode(errors='replace') if reply else ''}{sizes}]")
+            self.trace_payload(msg, hdr, False)
         if self.perms is not None and not self._pub_allowed(subject):
             return False
         if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "surrogateescape")):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rillet.gocompat.goquote import go_quote
+
 
 def init_conn_state(c: Any, server: Any) -> None:
     """Set the state a connection ``c`` of ``server`` starts with (its class's ``__init__`` calls this first):
@@ -136,6 +138,24 @@ class ConnBase:
 
     def trace(self, msg: str) -> None:
         self.server.log.trace(f"{self.log_prefix()} - {msg}")  # type: ignore[attr-defined]
+
+    def trace_payload(self, msg: bytes, hdr: int, delivered: bool) -> None:
+        """The ``MSG_PAYLOAD`` trace line that follows a traced PUB/HPUB (``<<-``) or MSG/HMSG (``->>``), as
+        nats-server writes it: the payload Go-quoted, cut to ``max_traced_msg_len`` bytes with ``...``; with
+        ``trace_headers`` the header block alone (nothing for a message without headers); nothing when empty."""
+        o = self.server.opts  # type: ignore[attr-defined]
+        if o.extra.get("trace_headers"):
+            if hdr <= 0 or len(msg) < hdr:
+                return
+            msg = msg[:hdr - 4]  # (the header block, without its closing blank line)
+        if not msg:
+            return
+        prefix = "->>" if delivered else "<<-"
+        limit = o.max_traced_msg_len
+        if 0 < limit < len(msg):
+            self.trace(f'{prefix} MSG_PAYLOAD: ["{go_quote(msg[:limit])[1:-1]}..."]')
+        else:
+            self.trace(f"{prefix} MSG_PAYLOAD: [{go_quote(msg)}]")
 
     def debug(self, msg: str) -> None:
         self.server.log.debug(f"{self.log_prefix()} - {msg}")  # type: ignore[attr-defined]

@@ -271,15 +271,17 @@ def forget_plans(acc: Any) -> None:
 # ==== the executor =================================================================================================
 
 def _trace_deliveries(psubs: list, c: Any, no_echo: bool, subject: bytes, reply: bytes | None, hdr: int,
-                      size: int) -> None:
-    """``->> [MSG ...]`` trace lines for the plain subscribers a message goes to (tracing is on)."""
+                      msg: bytes) -> None:
+    """``->> [MSG ...]`` and ``->> MSG_PAYLOAD`` trace lines for the plain subscribers a message goes to (tracing
+    is on)."""
     rp = f" {reply.decode(errors='replace')}" if reply else ""
-    sz = f"{hdr} {size}" if hdr >= 0 else f"{size}"
+    sz = f"{hdr} {len(msg)}" if hdr >= 0 else f"{len(msg)}"
     op = "HMSG" if hdr >= 0 else "MSG"
     for sub in psubs:
         sc = sub.client
         if sub.icb is None and not (no_echo and sc is c):
             sc.trace(f"->> [{op} {subject.decode(errors='replace')} {sub.sid.decode(errors='replace')}{rp} {sz}]")
+            sc.trace_payload(msg, hdr, True)
 
 
 def _pick(group: list, c: Any, echo: bool, subject: bytes, reply: bytes | None) -> Any:
@@ -440,7 +442,7 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
     n = 0
     done: list | None = None
     if acc.server.trace_on:
-        _trace_deliveries(psubs, c, no_echo, subject, reply, hdr, size)
+        _trace_deliveries(psubs, c, no_echo, subject, reply, hdr, msg)
     for sub in psubs:
         sc = sub.client
         if no_echo and sc is c and (obs is None or sub.icb is None):
