@@ -1,6 +1,6 @@
 """Stream moves and evacuations, differential: the same requests against a 3-server Rillet JetStream cluster and
 a 3-server nats-server 2.15 cluster (servers tagged t0, t1, t2), the answers compared (type, error code and
-description, the config kept) and where each stream ends (tests/test_jscluster_moves.py has the Rillet-only
+description, the config kept; META.RESCUE's refusal from each of the three servers) and where each stream ends (tests/test_jscluster_moves.py has the Rillet-only
 cases: cancels under way, the excluded peer). Without the nats-server binary, Rillet's transcript is checked
 against the one recorded from nats-server 2.15.1 (``EXPECTED``)."""
 from __future__ import annotations
@@ -31,7 +31,18 @@ def _err(code: int, err_code: int, description: str) -> dict:
     return {"code": code, "err_code": err_code, "description": description}
 
 
+def _every(code: int, err_code: int, description: str) -> list:
+    return [{"type": T + "meta_rescue_response", "error": _err(code, err_code, description), "server": f"t{i}"}
+            for i in range(3)]
+
+
+BAD_QUORUM = "JetStream system rescue not applied: raft: rescue quorum must be between 1 and current quorum"
 EXPECTED = [
+    ["rescue, empty", _every(400, 10003, "bad request")],
+    ["rescue, quorum 0", _every(400, 10224, BAD_QUORUM)],
+    ["rescue, quorum 5", _every(400, 10224, BAD_QUORUM)],
+    ["rescue, leader known", _every(400, 10224, "JetStream system rescue not applied: raft: leader is known")],
+    ["rescue, bad field", _every(400, 10025, 'invalid JSON: json: unknown field "q"')],
     ["move unknown stream", {"type": T + "stream_update_response", "error": _err(404, 10059, "stream not found")}],
     ["move unknown account", {"type": T + "stream_update_response", "error": _err(503, 10035, "account not found")}],
     ["move from unknown server",
@@ -167,7 +178,26 @@ async def _scenario(acc: str, names: list[str], a_url: str, sys_url: str) -> lis
             pass
         assert time.monotonic() < deadline, "no JetStream API in the account"
         await asyncio.sleep(0.2)
+    async def every(label: str, subject: str, body: bytes) -> None:
+        """A request every server answers (META.RESCUE): the three answers, without the server ids."""
+        inbox = sysc.new_inbox()
+        got: list = []
+
+        async def cb(msg):
+            got.append({k: v for k, v in json.loads(msg.data).items() if k != "server_id"})
+        sub = await sysc.subscribe(inbox, cb=cb)
+        await sysc.publish(subject, body, reply=inbox)
+        deadline = time.monotonic() + WAIT
+        while len(got) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await sub.unsubscribe()
+        out.append((label, sorted(got, key=lambda d: d.get("server", ""))))
+
     try:
+        for label, body in (("rescue, empty", b""), ("rescue, quorum 0", b'{"quorum_needed": 0}'),
+                            ("rescue, quorum 5", b'{"quorum_needed": 5}'),
+                            ("rescue, leader known", b'{"quorum_needed": 1}'), ("rescue, bad field", b'{"q": 1}')):
+            await every(label, "$JS.API.META.RESCUE", body)
         # MV: R1 on the server tagged t0 (its placement); MV2: R1 on t1, placed there, then without placement
         for name, tag in (("MV", "t0"), ("MV2", "t1")):
             r = await api(nc, f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [name.lower()],
