@@ -242,6 +242,55 @@ def _subjects(values: list[str]) -> list[str]:
     return out
 
 
+# the permission options of add user, edit user and edit signing-key: (parameter, flag, help)
+_PERMISSION_OPTIONS = (
+    ("allow_pub", "--allow-pub", "publish permissions (comma separated)"),
+    ("allow_sub", "--allow-sub", "subscribe permissions"),
+    ("allow_pubsub", "--allow-pubsub", "publish and subscribe permissions"),
+    ("deny_pub", "--deny-pub", "denied publish subjects"),
+    ("deny_sub", "--deny-sub", "denied subscribe subjects"),
+    ("deny_pubsub", "--deny-pubsub", "denied publish and subscribe subjects"),
+)
+
+
+class PermissionFlags:
+    """The permission options a command was given (each a list of subjects, comma separated or repeated)."""
+
+    def __init__(self, given: dict[str, list[str]]) -> None:
+        self.given = given
+
+    def any(self) -> bool:
+        return any(self.given.values())
+
+    def sections(self) -> tuple[tuple[str, list[str], list[str]], ...]:
+        """("pub", allowed, denied) and ("sub", allowed, denied): the subjects checked, pubsub ones in both."""
+        g = {k: _subjects(v) for k, v in self.given.items()}
+        return (("pub", g["allow_pub"] + g["allow_pubsub"], g["deny_pub"] + g["deny_pubsub"]),
+                ("sub", g["allow_sub"] + g["allow_pubsub"], g["deny_sub"] + g["deny_pubsub"]))
+
+
+def with_permission_options(fn: Any) -> Any:
+    """``fn`` as a command taking the permission options (_PERMISSION_OPTIONS) where it declares ``perms``; it
+    gets them as a PermissionFlags."""
+    import inspect
+    kw_only = inspect.Parameter.KEYWORD_ONLY
+    params = []
+    for p in inspect.signature(fn, eval_str=True).parameters.values():
+        if p.name == "perms":
+            params += [inspect.Parameter(name, kw_only, annotation=list[str], default=typer.Option([], flag, help=h))
+                       for name, flag, h in _PERMISSION_OPTIONS]
+        else:
+            params.append(p.replace(kind=kw_only))
+
+    def cmd(**kw: Any) -> Any:
+        perms = PermissionFlags({name: kw.pop(name) for name, _f, _h in _PERMISSION_OPTIONS})
+        return fn(perms=perms, **kw)
+    cmd.__name__, cmd.__qualname__, cmd.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    cmd.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    cmd.__annotations__ = {p.name: p.annotation for p in params}
+    return cmd
+
+
 CONN_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS")
 
 
@@ -347,14 +396,10 @@ def apply_user_limits(nats_s: dict, source_network: list[str], conn_type: list[s
 
 
 @add_app.command("user")
+@with_permission_options
 def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
              account: str = typer.Option("", "--account", "-a", help="account name"),
-             allow_pub: list[str] = typer.Option([], "--allow-pub", help="publish permissions (comma separated)"),
-             allow_sub: list[str] = typer.Option([], "--allow-sub", help="subscribe permissions"),
-             allow_pubsub: list[str] = typer.Option([], "--allow-pubsub", help="publish and subscribe permissions"),
-             deny_pub: list[str] = typer.Option([], "--deny-pub", help="denied publish subjects"),
-             deny_sub: list[str] = typer.Option([], "--deny-sub", help="denied subscribe subjects"),
-             deny_pubsub: list[str] = typer.Option([], "--deny-pubsub", help="denied publish and subscribe subjects"),
+             perms: PermissionFlags = None,  # type: ignore[assignment]  # (with_permission_options)
              bearer: bool = typer.Option(False, "--bearer", help="no connect challenge required for user"),
              expiry: str = typer.Option("", "--expiry", help="valid until (date, duration or 0)"),
              private_key: str = typer.Option("", "--private-key", "-K",
@@ -394,8 +439,7 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
     limits_given = bool(source_network or conn_type or time_ or locale is not None or subs is not None or
                         data is not None or payload is not None or tag or allow_pub_response is not None or
                         response_ttl is not None)
-    if scoped is not None and (allow_pub or allow_sub or allow_pubsub or deny_pub or deny_sub or deny_pubsub or bearer
-                               or limits_given):
+    if scoped is not None and (perms.any() or bearer or limits_given):
         raise AuthError(f"a user of the scoped signing key {scoped['key']} takes its permissions from the scope: "
                         "no --allow/--deny/--bearer (edit the scope with `edit signing-key`)")
     kp, _ = new_key("user")
@@ -407,18 +451,11 @@ def add_user(name: str = typer.Option(..., "--name", "-n", help="user name"),
         # template, and refuses a scoped user whose JWT sets any ("scoped users require no permissions or
         # limits set")
         nats_s = {"pub": {}, "sub": {}, "issuer_account": acc_claims["sub"], "type": "user", "version": 2}
-    pub_allow = _subjects(allow_pub) + _subjects(allow_pubsub)
-    sub_allow = _subjects(allow_sub) + _subjects(allow_pubsub)
-    pub_deny = _subjects(deny_pub) + _subjects(deny_pubsub)
-    sub_deny = _subjects(deny_sub) + _subjects(deny_pubsub)
-    if pub_allow:
-        nats_s["pub"]["allow"] = pub_allow
-    if pub_deny:
-        nats_s["pub"]["deny"] = pub_deny
-    if sub_allow:
-        nats_s["sub"]["allow"] = sub_allow
-    if sub_deny:
-        nats_s["sub"]["deny"] = sub_deny
+    for sec, allow, deny in perms.sections():
+        if allow:
+            nats_s[sec]["allow"] = allow
+        if deny:
+            nats_s[sec]["deny"] = deny
     if bearer:
         nats_s["bearer_token"] = True
     if scoped is None:
@@ -483,16 +520,12 @@ def _resign_account(s: Store, op: str, acc: str, op_claims: dict, claims: dict, 
 
 
 @edit_app.command("signing-key")
+@with_permission_options
 def edit_signing_key(account: str = typer.Option("", "--account", "-a"),
                      sk: str = typer.Option(..., "--sk", help="the signing key (public key, or the role of a scope)"),
                      role: str = typer.Option("", "--role", help="the scope's role"),
                      description: str = typer.Option("", "--description"),
-                     allow_pub: list[str] = typer.Option([], "--allow-pub"),
-                     allow_sub: list[str] = typer.Option([], "--allow-sub"),
-                     allow_pubsub: list[str] = typer.Option([], "--allow-pubsub"),
-                     deny_pub: list[str] = typer.Option([], "--deny-pub"),
-                     deny_sub: list[str] = typer.Option([], "--deny-sub"),
-                     deny_pubsub: list[str] = typer.Option([], "--deny-pubsub"),
+                     perms: PermissionFlags = None,  # type: ignore[assignment]  # (with_permission_options)
                      bearer: bool = typer.Option(False, "--bearer")) -> None:
     """Make a signing key scoped (or change its scope): the users it signs get the scope's permissions,
     which may hold templates such as {{name()}} or {{tag(key)}} that the server fills in."""
@@ -508,10 +541,7 @@ def edit_signing_key(account: str = typer.Option("", "--account", "-a"),
     old = keys[idx]
     scope: dict[str, Any] = dict(old) if isinstance(old, dict) else {"kind": "user_scope", "key": old}
     template = dict(scope.get("template") or {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1})
-    for sec, allow, deny in (("pub", _subjects(allow_pub) + _subjects(allow_pubsub),
-                              _subjects(deny_pub) + _subjects(deny_pubsub)),
-                             ("sub", _subjects(allow_sub) + _subjects(allow_pubsub),
-                              _subjects(deny_sub) + _subjects(deny_pubsub))):
+    for sec, allow, deny in perms.sections():
         p = dict(template.get(sec) or {})
         if allow:
             p["allow"] = sorted(set(p.get("allow") or []) | set(allow))
@@ -532,13 +562,9 @@ def edit_signing_key(account: str = typer.Option("", "--account", "-a"),
 
 
 @edit_app.command("user")
+@with_permission_options
 def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = typer.Option("", "--account", "-a"),
-              allow_pub: list[str] = typer.Option([], "--allow-pub"),
-              allow_sub: list[str] = typer.Option([], "--allow-sub"),
-              allow_pubsub: list[str] = typer.Option([], "--allow-pubsub"),
-              deny_pub: list[str] = typer.Option([], "--deny-pub"),
-              deny_sub: list[str] = typer.Option([], "--deny-sub"),
-              deny_pubsub: list[str] = typer.Option([], "--deny-pubsub"),
+              perms: PermissionFlags = None,  # type: ignore[assignment]  # (with_permission_options)
               rm: list[str] = typer.Option([], "--rm", help="remove these subjects from every permission list"),
               bearer: Optional[bool] = typer.Option(None, "--bearer/--no-bearer"),
               expiry: Optional[str] = typer.Option(None, "--expiry"),
@@ -560,7 +586,7 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
     acc = s.account(op, account or None)
     _, acc_claims = s.account_claims(op, acc)
     _, claims = s.user_claims(op, acc, name, acc_claims, check_revoked=False)
-    changes = [allow_pub, allow_sub, allow_pubsub, deny_pub, deny_sub, deny_pubsub, rm, source_network,
+    changes = [*perms.given.values(), rm, source_network,
                rm_source_network, conn_type, rm_conn_type, time_, [locale] if locale is not None else [],
                [subs] if subs is not None else [], [data] if data is not None else [],
                [payload] if payload is not None else [], tag, rm_tag,
@@ -573,10 +599,7 @@ def edit_user(name: str = typer.Option(..., "--name", "-n"), account: str = type
         raise AuthError(f"user {name} is signed by a scoped signing key: edit the scope (edit signing-key)")
     nats_s = dict(claims["nats"])
     remove = set(_subjects(rm))
-    for sec, allow, deny in (("pub", _subjects(allow_pub) + _subjects(allow_pubsub),
-                              _subjects(deny_pub) + _subjects(deny_pubsub)),
-                             ("sub", _subjects(allow_sub) + _subjects(allow_pubsub),
-                              _subjects(deny_sub) + _subjects(deny_pubsub))):
+    for sec, allow, deny in perms.sections():
         perm = dict(nats_s.get(sec) or {})
         for verb, add in (("allow", allow), ("deny", deny)):
             cur = [x for x in (perm.get(verb) or []) if x not in remove]
