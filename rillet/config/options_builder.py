@@ -37,7 +37,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "write_timeout": "Rillet has no write timeout policy (write_deadline applies)",
     "resolver_tls": "Rillet has no URL account resolver",
     "default_js_domain": "Rillet has no leafnode JetStream domains",
-    "default_sentinel": "Rillet has no default sentinel JWT",
 }
 
 
@@ -138,6 +137,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             # security
             "authorization": self.authorization,
             "no_auth_user": s("no_auth_user", "str"),
+            "default_sentinel": s("default_sentinel", "str"),
             "accounts": self.accounts,
             "system_account": s("system_account", "str"),
             "system": s("system_account", "str"),

@@ -17,8 +17,8 @@ from rillet import jwt, nkey
 from rillet.server.delivery import CLIENT, INTERNAL
 from rillet.server.operator_claims import (CONN_TYPES, NO_LIMIT, _USER_PERMISSION_FIELDS, AccountInfo,
                                           AccountValidationError, JwtUser, _expand_template, _pinned,
-                                          jwt_export_latency, permissions_from_claims, validate_account_claims,
-                                          validate_src, validate_times)
+                                          jwt_export_latency, permissions_from_claims, user_claims,
+                                          validate_account_claims, validate_src, validate_times)
 from rillet.subjects.validate import subject_is_subset_match
 
 if TYPE_CHECKING:
@@ -403,6 +403,13 @@ class OperatorMode:
     def authenticate(self, c: Any, cd: dict) -> JwtUser | None:
         """Check a CONNECT's user JWT and nonce signature the way nats-server does; None = refused."""
         token = cd.get("jwt") or ""
+        sentinel = self.server.opts.default_sentinel
+        if sentinel and (not token or user_claims(token) is None):
+            # no user JWT (or not one): the default sentinel's, as nats-server (a bearer token: no signature)
+            token = cd["jwt"] = sentinel
+            co = getattr(c, "opts", None)  # (a client's or MQTT connection's CONNECT; a leaf connection has none)
+            if co is not None and hasattr(co, "jwt"):
+                co.jwt = sentinel  # (what an auth callout service is told the client presented)
         if not token:
             c.debug("Authentication requires a user JWT")
             return None

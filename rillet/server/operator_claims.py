@@ -18,11 +18,30 @@ _USER_PERMISSION_FIELDS = ("pub", "sub", "resp", "subs", "data", "payload", "src
 CONN_TYPES = {"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS"}
 
 
+def user_claims(token: str) -> dict | None:
+    """The claims of a user JWT (its signature checked), or None when ``token`` is not one."""
+    try:
+        juc = jwt.decode(token)
+    except jwt.JwtError:
+        return None
+    return juc if jwt.claim_type(juc) == jwt.USER else None
+
+
 def validate_operator_options(o: Any) -> None:
     """nats-server's checks of operator mode against the rest of the configuration (ValueError)."""
     ops = o.trusted_operators
     if not ops:
+        if o.default_sentinel:
+            raise ValueError("default sentinel requires operators and accounts")
         return
+    if o.default_sentinel:
+        juc = user_claims(o.default_sentinel)
+        if juc is None:
+            raise ValueError("default sentinel JWT not valid")
+        n = jwt.nats_section(juc)
+        scoped = bool(n.get("issuer_account")) and not any(n.get(k) for k in ("pub", "sub", "resp"))
+        if not n.get("bearer_token") and not scoped:  # (a scoped user's template is checked when it is used)
+            raise ValueError("default sentinel must be a bearer token")
     if o.resolver is None:
         if len(ops) == 1 and jwt.nats_section(ops[0]).get("account_server_url"):
             # nats-server would use the operator's account server as a URL resolver

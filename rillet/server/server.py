@@ -107,7 +107,7 @@ class Server:
         if o.mappings:
             from rillet.subjects.mapping import parse_mappings
             self.global_account.mappings = parse_mappings(o.mappings, o.cluster.name)  # ValueError: refuse to start
-        if o.trusted_operators or o.trusted_keys:
+        if o.trusted_operators or o.trusted_keys or o.default_sentinel:
             from rillet.server.operator_claims import validate_operator_options
             validate_operator_options(o)  # (at start, not with -t: as nats-server)
         self.sys_only_user = new_implicit_user_name()  # no credentials: into $G when sys_only_no_auth_user
