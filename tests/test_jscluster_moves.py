@@ -50,15 +50,19 @@ async def _pub(nc, subject: str, body) -> None:
             await asyncio.sleep(0.1)
 
 
-async def _info(nc, name: str) -> dict:
-    """STREAM.INFO, asked again while unanswered (a request that comes while the stream's leader changes)."""
+async def _ask(nc, subject: str) -> dict:
+    """An info request, asked again while unanswered (a request that comes while a leader changes)."""
     deadline = time.monotonic() + WAIT
     while True:
         try:
-            return json.loads((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=2)).data)
+            return json.loads((await nc.request(subject, b"", timeout=2)).data)
         except nats.errors.TimeoutError:
             if time.monotonic() > deadline:
                 raise
+
+
+async def _info(nc, name: str) -> dict:
+    return await _ask(nc, f"$JS.API.STREAM.INFO.{name}")
 
 
 def _sa(srv, name: str):
@@ -213,10 +217,23 @@ async def test_stream_peer_evacuate(cluster):
         assert r == {"type": typ, "error": {"code": 400, "err_code": 10040, "description": "peer not a member"}}, r
         r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.NOPE", {"peer": src})
         assert r["error"]["err_code"] == 10059, r
+        # a durable consumer with two messages acked moves with its stream
+        js = nc.jetstream()
+        psub = await js.pull_subscribe("ev", "D", stream="EV")
+        for m in await psub.fetch(2, timeout=10):
+            await m.ack_sync(timeout=10)
         r = await _api(nc, "$JS.API.STREAM.PEER.EVACUATE.EV", {"peer": src})
         assert r == {"type": typ, "success": True}, r
         await _until(lambda: (_on(cluster, "EV") or {src}) != {src}, what="evacuated")
         await _until(lambda: _messages(cluster, "EV") == [3], what="3 messages kept")
+        deadline = time.monotonic() + WAIT
+        while True:
+            ci = await _ask(nc, "$JS.API.CONSUMER.INFO.EV.D")
+            if (ci.get("cluster") or {}).get("leader") not in (None, src):
+                break
+            assert time.monotonic() < deadline, ci
+            await asyncio.sleep(0.1)
+        assert ci["ack_floor"]["stream_seq"] == 2 and ci["num_pending"] == 1, ci
         # an R3 stream on three servers: nowhere to go (10075), nothing changes
         r = await _api(nc, "$JS.API.STREAM.CREATE.E3", {"name": "E3", "subjects": ["e3"], "num_replicas": 3})
         assert "error" not in r, r
