@@ -7,7 +7,10 @@ of rillet.jetstream.cluster.log) and every replica applies them to its ``Cluster
 
 * **The consumer leader** (the group's leader, not necessarily the stream's) runs the delivery engine:
   it reads messages from its local stream replica, subscribes to the consumer's ack, flow control and
-  pull-request subjects and proposes every state change to the consumer's group. On a stream follower the
+  pull-request subjects and proposes every state change to the consumer's group; a delivery goes out once its
+  C_DELIVERED entry committed. A pull request's new messages go out in runs, as on one server: one C_DELIVERED
+  for the run (its stream sequences as a list), its frames held until it commits (only when every member's
+  build applies such entries: ``log.DELIVERED_RUNS`` in its route INFO). On a stream follower the
   engine learns of stored and removed messages from ``StreamReplica`` (after each entry it applies, see
   streams.py), on the stream leader from the stream's completions, as on one server.
 * **Followers** hold the replicated state (a ``ClusteredConsumer`` whose engine does not run) and track the
@@ -39,7 +42,7 @@ from rillet.gocompat.gotime import format_time
 from rillet.jetstream.consumer.engine import Consumer
 from rillet.jetstream.consumer.state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
                                              C_START, ConsumerStateMachine)
-from rillet.jetstream.cluster.log import SYNCED
+from rillet.jetstream.cluster.log import DELIVERED_RUNS, SYNCED
 from rillet.jetstream.log import Entry, NotLeader
 from rillet.raft.node import LEADER
 from rillet.jetstream.stream import now_ns
@@ -49,6 +52,23 @@ COMPACT_EVERY = 8192  # applied entries between snapshots of a consumer group
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
 _SNEXT_OPS = frozenset((C_ACK, C_GONE, C_MAXDELIV, C_PURGED, C_DROP))
+
+
+class _RunHold:
+    """Stands in for the account as a run's ``deliver_result`` (DeliveryMixin._run_sink): keeps each frame (the
+    stored subject, ack reply, header length, message) for after the run's entry commits."""
+
+    __slots__ = ("frames", "dsubj", "dsubj_s")
+
+    def __init__(self, dsubj: bytes, dsubj_s: str) -> None:
+        self.frames: list[tuple[bytes, bytes, int, bytes]] = []
+        self.dsubj = dsubj
+        self.dsubj_s = dsubj_s
+
+    def deliver_result(self, ic: Any, r: Any, subject: bytes, reply: bytes, hl: int, msg: bytes,
+                       dsubj: Any = None) -> bool:
+        self.frames.append((subject, reply, hl, msg))
+        return True
 
 
 class ClusteredConsumer(Consumer):
@@ -65,6 +85,8 @@ class ClusteredConsumer(Consumer):
         # retention removals are the stream leader's (ConsumerReplica._apply), never the engine's
         self.stream_retention = self.retention
         self.retention = "limits"
+        if self.__class__ is ClusteredConsumer:  # (SoloConsumer's: ConsumerReplica.set_solo)
+            self._runs = self._runs_ok()
 
     def apply_entry(self, entry: Entry) -> Any:
         res = ConsumerStateMachine.apply_entry(self, entry)
@@ -75,8 +97,9 @@ class ClusteredConsumer(Consumer):
                 self.sseq = a[0]
                 self.started_by_log = True
             elif op == C_DELIVERED:
-                if a[0] >= self.sseq:
-                    self.sseq = a[0] + 1
+                top = a[0] if a[0].__class__ is int else (max(a[0]) if a[0] else 0)  # (a run: a list)
+                if top >= self.sseq:
+                    self.sseq = top + 1
             elif op in _SNEXT_OPS:
                 if a[-1] > self.sseq:
                     self.sseq = a[-1]
@@ -154,6 +177,8 @@ class ClusteredConsumer(Consumer):
     # heartbeats) queue behind them, in order. Not with AckNone or flow control (as nats-server).
 
     _outq: Any = None  # deque of [state, subject, reply, hdr, data, orig, subject_s]; state False: waiting
+    # (a run's item: [state, None, frames, deliver subject, its str]; its frames held by _RunHold)
+    _run_hold: Any = None
 
     def _deliver(self, dsubj: bytes, ack_reply: str, m: Any, hdr: bytes, data: bytes, dc: int, sz: int,
                  dsubj_s: str, dseq: int) -> bool:
@@ -194,8 +219,58 @@ class ClusteredConsumer(Consumer):
         while q and q[0][0] is not False:
             it = q.popleft()
             if it[0]:
-                send(self, it[1], it[2], it[3], it[4], it[5], it[6])
+                if it[1] is None:
+                    self._send_run(it[2], it[3], it[4])
+                else:
+                    send(self, it[1], it[2], it[3], it[4], it[5], it[6])
         self.js.server.schedule_flush()
+
+    # ---- runs (DeliveryMixin._run_new): a pull request's new messages taken in one go, their frames held
+    # until the run's one C_DELIVERED entry (its stream sequences as a list) has committed ----------------------
+
+    def _runs_ok(self) -> bool:
+        """Whether new messages may go out in runs while the group has members (checked again per run:
+        ``_run_new``): a pull consumer that acknowledges (nothing decided per message)."""
+        return (not self.is_push and not self.ack_none and not self.rate_bps and not self.replay_original
+                and not self.headers_only)
+
+    def _run_new(self, budget: int) -> int:
+        if self.clog.solo:  # (applied as proposed: out at once, unless deliveries still wait for a commit)
+            return -1 if self._outq else Consumer._run_new(self, budget)
+        g = self.creplica.group if self.creplica is not None else None
+        node = g.node if g is not None else None
+        if (node is None or node.role != LEADER or node.transferee is not None or self.closed
+                or not g.members_decode(DELIVERED_RUNS)):
+            return -1  # (one by one: _next_msg says whether anything may be taken off the stream)
+        return Consumer._run_new(self, budget)
+
+    def _run_sink(self, acc: Any, dsubj: bytes, dsubj_s: str) -> Any:
+        if self.clog.solo:
+            self._run_hold = None
+            return acc
+        hold = self._run_hold = _RunHold(dsubj, dsubj_s)
+        return hold
+
+    def _propose_run(self, seqs: list[int], d0: int) -> None:
+        hold, self._run_hold = self._run_hold, None
+        if hold is None:  # (solo: applied as proposed, the frames went out)
+            Consumer._propose_run(self, seqs, d0)
+            return
+        item = [False, None, hold.frames, hold.dsubj, hold.dsubj_s]
+        q = self._outq
+        if q is None:
+            q = self._outq = deque()
+        q.append(item)
+        self.clog.propose(Entry(C_DELIVERED, (seqs, d0, 1, now_ns()), item), self._delivered)
+
+    def _send_run(self, frames: list, dsubj: bytes, dsubj_s: str) -> None:
+        """A committed run's frames, to whoever receives the pull request's reply subject now."""
+        acc = self.jsa.account
+        ic = self.ic
+        r = acc.match(dsubj_s)
+        deliver = acc.deliver_result
+        for subject, reply, hl, msg in frames:
+            deliver(ic, r, subject, reply, hl, msg, dsubj)
 
     def _send(self, subject: bytes, reply: bytes | None, hdr: bytes, data: bytes, orig: str | None = None,
               subject_s: str | None = None) -> bool:
@@ -275,6 +350,9 @@ class SoloConsumer(ClusteredConsumer):
     _deliver = Consumer._deliver
     _send = Consumer._send
     _next_msg = Consumer._next_msg
+    _run_new = Consumer._run_new
+    _run_sink = Consumer._run_sink
+    _propose_run = Consumer._propose_run
 
 
 def _committed_scan(c: Any) -> int:
@@ -546,8 +624,12 @@ class ConsumerReplica:
         if c.__class__ is not want:
             c.__class__ = want
         # solo, new messages go out in runs as on a lone server (one C_DELIVERED per run, applied at once:
-        # DeliveryMixin._run_new); never with members, whose ClusteredConsumer decides per delivery
-        c._runs = (want is SoloConsumer and not c.rate_bps and not c.replay_original and not c.headers_only)
+        # DeliveryMixin._run_new); with members, a pull consumer's too (one C_DELIVERED per run, its frames held
+        # until it commits: ClusteredConsumer._run_new), else one by one (decided per delivery)
+        if want is SoloConsumer:
+            c._runs = not c.rate_bps and not c.replay_original and not c.headers_only
+        else:
+            c._runs = c._runs_ok()
 
     def _solo_again(self) -> None:
         self._solo_timer = None

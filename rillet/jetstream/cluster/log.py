@@ -64,6 +64,10 @@ CLUSTER_OPS = frozenset((RESTORED, FAST_MSG, SYNCED, LOST))
 # applied in turn as if it were alone (RaftLog._flush). Not in CLUSTER_OPS: decode_entry never sees it.
 MULTI = 48
 MULTI_MAX_ENTRIES = 1024  # a pass's entries past these go on in another RAFT entry
+# Not an entry op of its own: a consumer's C_DELIVERED whose first arg is a list of stream sequences (a run of new
+# messages delivered as dseq, dseq + 1, ...: ConsumerStateMachine._apply_run), which builds before it cannot apply.
+# A replicated consumer's leader proposes one only when every member lists it in ``rillet_raft_ops``.
+DELIVERED_RUNS = 49
 MULTI_MAX_BYTES = 1 << 20
 _dec_multi = msgspec.msgpack.Decoder(list[bytes])
 

@@ -351,13 +351,23 @@ class DeliveryMixin:
         d0 = self.dseq if self.dseq >= self._ndseq else self._ndseq
         seqs: list[int] = []
         try:
-            _run_frames(self, m, budget, acc, r, dsubj, wr, seqs)
+            _run_frames(self, m, budget, self._run_sink(acc, dsubj, dsubj_s), r, dsubj, wr, seqs)
         finally:
             self._ahead = _NO_MSGS
             n = len(seqs)
             if n:  # what went out is recorded, even when the store failed under the run
                 self._record_run(seqs, d0, wr, dsubj)
         return n
+
+    def _run_sink(self, acc: Any, dsubj: bytes, dsubj_s: str) -> Any:
+        """What a run's frames (to ``dsubj``) are handed to (``deliver_result``): the account, which delivers
+        them at once; a replicated consumer holds them until the run's entry commits
+        (rillet.jetstream.cluster.consumers)."""
+        return acc
+
+    def _propose_run(self, seqs: list[int], d0: int) -> None:
+        """The run's C_DELIVERED entry (``_record_run``)."""
+        self.clog.propose(Entry(C_DELIVERED, (seqs, d0, 1, now_ns())))
 
     def _next_in_run(self) -> Any:
         """The message at or after the scan position for a run (``_load_next``'s): with no filter from a batch the
@@ -385,7 +395,7 @@ class DeliveryMixin:
         n = len(seqs)
         last = seqs[-1]
         self._ndseq = d0 + n
-        self.clog.propose(Entry(C_DELIVERED, (seqs, d0, 1, now_ns())))
+        self._propose_run(seqs, d0)
         if not self.ack_none and (self._ack_timer is None or self.backoff):
             self._arm_ack_timer(self._ack_delay(last))
         if self.persist is not None:

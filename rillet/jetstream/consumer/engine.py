@@ -184,8 +184,8 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         else:
             self.ack_prefix, self.fc_prefix = f"$JS.ACK.{st}.{self.name}.", f"$JS.FC.{st}.{self.name}."
         self.retention = _cfg(self.stream.cfg, "retention", "limits")
-        # deliveries in runs (DeliveryMixin._run_new) where nothing is decided per message: not for a subclass
-        # (a replicated consumer decides per delivery, see rillet.jetstream.cluster.consumers)
+        # deliveries in runs (DeliveryMixin._run_new) where nothing is decided per message; a subclass says for
+        # itself (a replicated consumer holds a run's frames for its entry's commit: rillet.jetstream.cluster.consumers)
         self._runs = (type(self) is Consumer and not self.rate_bps and not self.replay_original
                       and not self.headers_only)
 
