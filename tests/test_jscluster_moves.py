@@ -90,6 +90,14 @@ def _on(servers, name: str) -> set:
     return names
 
 
+def _hold(servers, name: str, hold: bool = True) -> None:
+    """Keep the meta leader's reconciling off the stream (``_reconcile_tick`` skips a stream it is already
+    reconciling), on every server: whichever is the meta leader."""
+    for s in servers:
+        r = s.jetstream.cluster._reconciling
+        r.add(("$G", name)) if hold else r.discard(("$G", name))
+
+
 def _messages(servers, name: str) -> list[int]:
     return sorted(s.jetstream.cluster.streams.replica("$G", name).stream.store.state().msgs for s in servers
                   if s.jetstream.cluster.streams.replica("$G", name) is not None)
@@ -166,7 +174,7 @@ async def test_cancel_rolls_back_a_move_under_way(cluster):
     try:
         src = await _r1(nc, "CM", 5)
         ml = _leader(cluster)
-        ml.jetstream.cluster._reconciling.add(("$G", "CM"))  # (the meta leader holds the move where it is)
+        _hold(cluster, "CM")  # (the meta leader, whichever it is, holds the move where it is)
         r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.CM", {"server": src})
         assert "error" not in r, r
         ds = _sa(ml, "CM").group.desired
@@ -181,15 +189,14 @@ async def test_cancel_rolls_back_a_move_under_way(cluster):
         assert "error" not in r and r["type"] == "io.nats.jetstream.api.v1.stream_cancel_move_response", r
         ds = _sa(ml, "CM").group.desired
         assert ds["peers"] == ds["origin"]["peers"] and ds["move"], ds
-        ml.jetstream.cluster._reconciling.discard(("$G", "CM"))
+        _hold(cluster, "CM", False)
         await _until(lambda: _on(cluster, "CM") == {src}, what="back on its first server")
         assert _messages(cluster, "CM") == [5]
         r = await _api(nc, "$JS.API.STREAM.CANCEL_MOVE.CM")
         assert r["error"]["err_code"] == 10129, r
 
         # a scale R1 -> R2 cancelled: back to R1 on its server, config included
-        ml = _leader(cluster)
-        ml.jetstream.cluster._reconciling.add(("$G", "CM"))
+        _hold(cluster, "CM")
         r = await _api(nc, "$JS.API.STREAM.UPDATE.CM", dict(cfg, num_replicas=2))
         assert "error" not in r and r["config"]["num_replicas"] == 2, r
         r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.CM", {})
@@ -197,7 +204,7 @@ async def test_cancel_rolls_back_a_move_under_way(cluster):
                               "description": "stream reconfiguration already in progress"}, r
         r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.$G.CM")
         assert "error" not in r and r["config"]["num_replicas"] == 1, r
-        ml.jetstream.cluster._reconciling.discard(("$G", "CM"))
+        _hold(cluster, "CM", False)
         await _until(lambda: _on(cluster, "CM") == {src}, what="back to R1")
         info = await _info(nc, "CM")
         assert info["config"]["num_replicas"] == 1 and info["state"]["messages"] == 5, info
@@ -317,6 +324,9 @@ async def test_meta_rescue_refusals_from_every_server(cluster):
                           (b'{"quorum_needed": 1}', (10224, "JetStream system rescue not applied: raft: leader is "
                                                             "known")),
                           (b'{"x": 1}', (10025, 'invalid JSON: json: unknown field "x"'))]:
+            # (every server knowing the leader: else one between leaders would apply the rescue)
+            await _until(lambda: all(s.jetstream.cluster.group.node.leader is not None for s in cluster),
+                         what="the meta leader known everywhere")
             got = await _all_answers(sysc, "$JS.API.META.RESCUE", body, 3)
             assert got == [{"type": typ, "error": {"code": 400, "err_code": err[0], "description": err[1]},
                             "server": n, "server_id": ids[n]} for n in names], (body, got)

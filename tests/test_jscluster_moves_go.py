@@ -112,8 +112,9 @@ def _shape(r: dict) -> dict:
     return out
 
 
-async def _scenario(acc: str, names: list[str], a_url: str, sys_url: str) -> list:
-    """The transcript: (step, answer's shape) in order; ``names`` are the servers tagged t0, t1, t2."""
+async def _scenario(acc: str, names: list[str], a_url: str, sys_url: str, leader_known=None) -> list:
+    """The transcript: (step, answer's shape) in order; ``names`` are the servers tagged t0, t1, t2.
+    ``leader_known``: a wait until every server knows the meta leader (before a rescue it must refuse)."""
     out: list = []
     nc = await nats.connect(a_url)
     sysc = await nats.connect(sys_url)
@@ -197,6 +198,8 @@ async def _scenario(acc: str, names: list[str], a_url: str, sys_url: str) -> lis
         for label, body in (("rescue, empty", b""), ("rescue, quorum 0", b'{"quorum_needed": 0}'),
                             ("rescue, quorum 5", b'{"quorum_needed": 5}'),
                             ("rescue, leader known", b'{"quorum_needed": 1}'), ("rescue, bad field", b'{"q": 1}')):
+            if leader_known is not None and label == "rescue, leader known":
+                await leader_known()  # (else a server between leaders would apply it)
             await every(label, "$JS.API.META.RESCUE", body)
         # MV: R1 on the server tagged t0 (its placement); MV2: R1 on t1, placed there, then without placement
         for name, tag in (("MV", "t0"), ("MV2", "t1")):
@@ -323,9 +326,15 @@ async def _rillet_transcript() -> list:
         while not tagged():
             assert time.monotonic() < deadline, "tags not known everywhere"
             await asyncio.sleep(0.05)
+        async def leader_known() -> None:
+            deadline = time.monotonic() + WAIT
+            while len({s.jetstream.cluster.group.node.leader for s in servers} - {None}) != 1 \
+                    or any(s.jetstream.cluster.group.node.leader is None for s in servers):
+                assert time.monotonic() < deadline, "no meta leader known everywhere"
+                await asyncio.sleep(0.05)
         url = servers[0].client_url
         return await _scenario("$G", names, url.replace("nats://", "nats://a:a@"),
-                               servers[1].client_url.replace("nats://", "nats://sys:sys@"))
+                               servers[1].client_url.replace("nats://", "nats://sys:sys@"), leader_known)
 
 
 def _names(transcript: list, names: list[str]) -> list:
