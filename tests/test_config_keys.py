@@ -55,6 +55,7 @@ KEY_TESTS: dict[str, str] = {
     "max_connections": "tests/test_auth.py::test_max_connections",
     "max_subscriptions": "tests/test_auth.py::test_max_subscriptions",
     "max_sub_tokens": "tests/test_max_sub_tokens.py::test_too_many_tokens_answered_as_nats_server",
+    "proxy_protocol": "tests/test_proxy_protocol.py::test_server_reads_the_header_as_nats_server",
     "default_sentinel": "tests/test_default_sentinel.py::test_clients_without_a_user_jwt_get_the_sentinel",
     "max_traced_msg_len": "tests/test_trace_payload.py::test_payload_trace_lines_as_nats_server",
     "max_closed_clients": f"{HERE}::test_max_closed_clients_bounds_the_closed_list",

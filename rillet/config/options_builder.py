@@ -32,7 +32,6 @@ MAX_INT32 = (1 << 31) - 1
 UNSUPPORTED_KEYS: dict[str, str] = {
     "prof_port": "Rillet has no profiling port",
     "prof_block_rate": "Rillet has no profiling port",
-    "proxy_protocol": "Rillet does not read PROXY protocol headers",
     "proxies": "Rillet has no trusted proxies",
     "write_timeout": "Rillet has no write timeout policy (write_deadline applies)",
     "resolver_tls": "Rillet has no URL account resolver",
@@ -105,6 +104,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             "max_conn": self.max_connections,
             "max_subscriptions": s("max_subscriptions", "int"),
             "max_subs": s("max_subscriptions", "int"),
+            "proxy_protocol": s("proxy_protocol", "bool"),
             "max_sub_tokens": self.max_sub_tokens,
             "max_subscription_tokens": self.max_sub_tokens,
             "max_closed_clients": s("max_closed_clients", "int", 10000),

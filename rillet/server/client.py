@@ -20,7 +20,7 @@ from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import PermChecker
 from rillet.server.connstate import ConnBase, init_conn_state
 from rillet.server.delivery import ConnKind
-from rillet.server.listen import plain_ip
+from rillet.server.listen import hostport, plain_ip
 # read pacing (slices under a time budget, the fast-producer stall); the constants stay importable from here
 from rillet.server.pacing import (BACKLOG_BUDGET, READ_BUDGET, READ_SLICE, SLICE_MIN, SLICE_TIME,  # noqa: F401
                                   STALL_MAX, STALL_MIN, STALL_READ, STALL_TOTAL, ReadPacer)
@@ -125,6 +125,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self.tls_cipher = ""
         self.stop_time = 0.0
         self._held: list[bytes] | None = None  # data received while an auth callout runs
+        self._proxy: Any = None  # proxy_protocol: the PROXY header being read (rillet.server.proxyproto)
         self.callout_user: Any = None  # what the auth callout admitted this client as
         self._sniff_sock: socket.socket | None = None  # allow_non_tls: watching for the first byte
         # fairness and fast-producer stall (see READ_BUDGET, STALL_*)
@@ -163,8 +164,44 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             # whether it starts a TLS handshake (0x16) or speaks the protocol in the clear, as nats-server
             srv.loop.call_soon(self._register_for_sniff)
             return
+        if srv.opts.proxy_protocol and self.conn_type == "STANDARD":
+            self._expect_proxy_header()
         srv.register_client(self)
         srv.flush_clients()
+
+    # ---- proxy_protocol ---------------------------------------------------------------------------------
+
+    def _expect_proxy_header(self) -> None:
+        """The client's first bytes may be a PROXY header (nats-server's ``proxy_protocol``): read before the
+        protocol parser sees anything; the INFO goes out meanwhile, without ``client_ip`` (``Server.info_for``)."""
+        from rillet.server import proxyproto
+        self._proxy = proxyproto.ProxyHeader()
+        self._held = []  # (data_received hands everything to _proxy_read until the header is done)
+        self.server.loop.call_later(proxyproto.READ_TIMEOUT, self._proxy_timeout)
+
+    def _proxy_read(self, data: bytes) -> None:
+        from rillet.server.proxyproto import ProxyProtoError
+        try:
+            found = self._proxy.feed(data)
+        except ProxyProtoError as e:
+            self._proxy_failed(str(e))
+            return
+        if found is None:
+            return
+        self._proxy = self._held = None
+        if found.addr is not None:  # (LOCAL, UNKNOWN, or no header at all: the socket's address stays)
+            self.host, self.port = found.addr
+        if found.rest:
+            self.data_received(found.rest)
+
+    def _proxy_timeout(self) -> None:
+        if self._proxy is not None and not self.closed:
+            self._proxy_failed("timeout reading PROXY protocol header")
+
+    def _proxy_failed(self, why: str) -> None:
+        self.server.log.warn(f"Error reading PROXY protocol header from {hostport(self.host, self.port)}: {why}")
+        self._proxy = self._held = None
+        self.close("Protocol Violation")
 
     def _register_for_tls(self) -> None:
         t = self.transport
@@ -292,6 +329,9 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         if self.closed:
             return
         if self._held is not None:
+            if self._proxy is not None:
+                self._proxy_read(data)  # (proxy_protocol: the PROXY header first)
+                return
             self._held.append(data)  # CONNECT waits for the auth callout
             return
         self.last_activity = time.time()

@@ -301,6 +301,8 @@ class Server:
         sock = self._listener.sockets[0]
         self.addr = (host, sock.getsockname()[1])
         log.notice(f"Listening for client connections on {hostport(host, self.addr[1])}")
+        if o.proxy_protocol:
+            log.notice("PROXY protocol enabled for client connections")
         if o.tls is not None:
             tls_first_only = o.tls.handshake_first and o.tls.handshake_first_fallback <= 0
             log.notice("TLS required for client connections" if o.tls_required or tls_first_only
@@ -690,8 +692,8 @@ class Server:
         import json  # (here: an idle server loads no json module, issue 20)
         info = self.info_dict()
         info["client_id"] = c.cid
-        if c.host:
-            info["client_ip"] = c.host
+        if c.host and (connect_info or not self.opts.proxy_protocol or c.conn_type != "STANDARD"):
+            info["client_ip"] = c.host  # (proxy_protocol: the first INFO would name the proxy, as nats-server)
         if c.nonce is not None:
             info["nonce"] = c.nonce.decode()
         if c.conn_type == "WEBSOCKET":
@@ -876,6 +878,9 @@ class _TLSHolder(asyncio.Protocol):
 
 def validate_options(o: Options) -> None:
     """Option combinations nats-server refuses at start (and with -t)."""
+    if o.proxy_protocol and o.tls is not None:
+        raise ValueError("proxy_protocol with a tls block on the client port is not supported yet: Rillet reads "
+                         "PROXY headers on plain client connections only")
     if o.jetstream.enabled and o.cluster.port:
         if not o.server_name:
             raise ValueError("jetstream cluster requires `server_name` to be set")
