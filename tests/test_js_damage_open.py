@@ -185,7 +185,7 @@ def test_damage_found_at_open_on_r1_in_a_cluster(tmp_path):
         victim.start()
         victim.proc.wait_log("Server is ready", timeout=30)
         victim.proc.wait_log(r"Stream '\$G > S': 1 message\(s\) lost to damaged records found when the store "
-                             r"opened \(first 5\)", timeout=30)
+                             r"opened \(first 5\)", timeout=60)  # (the server waits up to 30 s for its meta group)
         adv = asyncio.run(_request(urls, "$JS.API.STREAM.MSG.GET.ADV", {"seq": 1}, timeout=15))
         adv = json.loads(base64.b64decode(adv["message"]["data"]))
         assert adv["type"] == "io.nats.jetstream.advisory.v1.stream_data_lost", adv
