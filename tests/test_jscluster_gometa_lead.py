@@ -285,9 +285,15 @@ async def _sys_request(nc, subject: str, body: dict, timeout: float = 10) -> dic
     return json.loads((await nc.request(subject, json.dumps(body).encode(), timeout=timeout)).data)
 
 
-async def _all_see(gc, names, leader: str) -> bool:
+_GO_LEADER = object()  # (for _all_see: any Go server)
+
+
+async def _all_see(gc, names, leader) -> bool:
     views = await _meta_views(gc, names[0])
-    return all((views.get(n) or {}).get("leader") == leader for n in names)
+    seen = [(views.get(n) or {}).get("leader") for n in names]
+    if leader is _GO_LEADER:
+        return all(x in gc.names for x in seen)
+    return all(x == leader for x in seen)
 
 
 async def _names(nc) -> list[str]:
@@ -351,7 +357,11 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         assert ci.name == "D" and ci.cluster.leader in ("g0", "g1")
         sub = await js.pull_subscribe_bind("D", "R3")
         from test_jscluster_goplace import _fetch
-        got = await _fetch(sub, 5)
+        try:
+            got = await _fetch(sub, 5)
+        except Exception as e:  # noqa: BLE001 - re-raised with the consumer's and the group's state
+            raise AssertionError(f"fetch of D: {e!r}; {await js.consumer_info('R3', 'D')}; "
+                                 f"{m.state.consumers[('A', 'R3')]['D']}") from e
         assert [x.data.decode() for x in got] == [f"v{i}" for i in range(5)]
         for x in got:
             await x.ack_sync()
@@ -386,12 +396,21 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         assert (await js.consumer_info("R3", "D")).ack_floor.stream_seq == 5
         assert (await js.stream_info("R2")).state.messages == 5
         assert (await js.publish("r3.x", b"after")).seq == 6
+        # r1 leading again, then shut down: on its way out it hands the group to a Go server, as nats-server does
+        await CAP._until(r1_leads, 90, what="r1 leading again")
+        await _until(lambda: all(m.raft.current(gw.peer_id(n)) for n in ("g0", "g1")), 60, what="Go servers current")
+        await rc.close()
+        await cm.__aexit__(None, None, None)
+        assert m.stop_transfers == 1
+        await CAP._until(lambda: _all_see(gc, ["g0", "g1"], _GO_LEADER), 60, what="a Go meta leader after r1 stopped")
+        assert sorted(await CAP._until(lambda: _names(g0), 30, what="names from the Go leader")) == ["R2", "R3"]
     finally:
         for c in conns:
             if c.is_connected:
                 await c.close()
         (tmp_path / "r1.log").write_text(srv._test_log.getvalue())
-        await cm.__aexit__(None, None, None)
+        if not srv.shutting_down:
+            await cm.__aexit__(None, None, None)
         gc.stop_all()
 
 

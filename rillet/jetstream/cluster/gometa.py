@@ -464,6 +464,7 @@ class GoMetaMember:
         self._elect_timer: Any = None
         self.campaigns = 0
         self.quorum_losses = 0
+        self.stop_transfers = 0
         self.on_leader_change: list[Callable[[bool], None]] = []  # called with True on winning, False on losing
         self.leader_api: Any = None  # (gometalead.MetaLeaderApi, with the lead flag)
         self._was_leader = False
@@ -510,9 +511,27 @@ class GoMetaMember:
             self._elect_timer = None
         if self.ic is None:
             return
+        if self.standing and self._subs:
+            self._hand_over_on_stop()
         for sub in self._subs + ([self._catchup_sub] if self._catchup_sub else []):
             self.ic.remove_sub(sub)
         self._subs, self._catchup_sub = [], None
+
+    def _hand_over_on_stop(self) -> None:
+        """As nats-server's leader shutting down: leadership to a current peer (a Go server first), so that the
+        group does not wait out an election timeout."""
+        from rillet.jetstream.cluster.golead import LEADER
+        r = self.raft
+        if r.role != LEADER:
+            return
+        current = sorted((p for p in r.peers if p != self.peer and r.current(p)),
+                         key=lambda p: (p in self.rillet_peers, p))
+        if not current:
+            return
+        self.stop_transfers += 1
+        self.log.notice(f"JetStream: stopping; handing the Go {self.KIND} {self.group!r} to peer {current[0]}")
+        for o in r.transfer(current[0]):
+            self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
 
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._warned:
@@ -930,7 +949,7 @@ def attach_to_routes(server: Any) -> None:
             from rillet.jetstream.cluster.gometalead import MetaLeaderApi
             m.leader_api = MetaLeaderApi(m)
         _MEMBERS[server] = m
-        server.on_shutdown.append(m.stop)
+        server.on_shutdown.insert(0, m.stop)  # (before the routes close: a leader hands over on its way out)
         # the streams and consumers the meta group places on this server: replicas with a file store
         from rillet.jetstream.cluster.gostream import host_streams
         m.replicas = host_streams(m, o.jetstream.store_dir, lead=True)
