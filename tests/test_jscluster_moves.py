@@ -389,3 +389,38 @@ async def test_meta_rescue_lets_the_survivor_lead_and_remove_the_lost():
                 await nc.close()
         finally:
             await sysc.close()
+
+
+async def test_move_to_another_cluster_when_its_own_has_no_room():
+    """nats-server's rule: a move picks a replacement in the stream's cluster first; with none there, the whole
+    stream goes to another cluster that has room for every replica."""
+    from rillet.app.embed import run_super_cluster
+    async with run_super_cluster(2, 2, jetstream=True, system_account="SYS", users=USERS) as (a, b):
+        servers = a + b
+        await _until(lambda: sum(s.jetstream.cluster.is_leader() for s in servers) == 1, what="a meta leader")
+        nc = await nats.connect(_url(b[0], "a"))
+        sysc = await nats.connect(_url(a[1], "sys"))
+        try:
+            r = await _api(nc, "$JS.API.STREAM.CREATE.X", {"name": "X", "subjects": ["x"], "num_replicas": 2,
+                                                           "placement": {"cluster": "A"}})
+            assert r["cluster"]["name"] == "A", r
+            for i in range(4):
+                await _pub(nc, "x", {"i": i})
+            r = await _api(sysc, "$JS.API.ACCOUNT.STREAM.MOVE.$G.X", {"server": a[0].name})
+            assert "error" not in r and r["config"]["placement"] == {"cluster": "A"}, r
+            deadline = time.monotonic() + WAIT
+            while True:
+                info = await _info(nc, "X")
+                cl = info.get("cluster") or {}
+                members = {cl.get("leader")} | {x["name"] for x in cl.get("replicas") or ()}
+                if cl.get("name") == "B" and members == {s.name for s in b} and all(
+                        x.get("current") for x in cl.get("replicas") or ()):
+                    break
+                assert time.monotonic() < deadline, cl
+                await asyncio.sleep(0.1)
+            assert info["state"]["messages"] == 4, info
+            for s in a:
+                await _until(lambda: s.jetstream.cluster.streams.replica("$G", "X") is None, what=f"{s.name} left")
+        finally:
+            await nc.close()
+            await sysc.close()
