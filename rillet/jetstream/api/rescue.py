@@ -10,6 +10,7 @@ the ``$JS.EVENT.ADVISORY.SERVER.META_RESCUE`` advisory and logged."""
 from __future__ import annotations
 
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Optional
 
 import msgspec
@@ -29,6 +30,10 @@ RESCUE_T = T + "meta_rescue_response"
 ADVISORY = b"$JS.EVENT.ADVISORY.SERVER.META_RESCUE"
 
 
+# the meta group's rescue now (each rescue's own token: only the last one's time ends it)
+_RESCUES: "weakref.WeakKeyDictionary[Any, object]" = weakref.WeakKeyDictionary()
+
+
 class JSApiMetaRescueRequest(msgspec.Struct, kw_only=True):
     quorum_needed: Int = 0
 
@@ -46,7 +51,7 @@ def meta_rescue(cl: "JetStreamCluster", reply: Optional[bytes], hdr: int, msg: b
     body = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
     hdr_b = bytes(msg[:hdr]) if hdr > 0 else b""
 
-    def respond(d: dict) -> None:
+    def respond(d: dict[str, Any]) -> None:
         if reply:
             cl._ic.publish(reply, None, apijson.go_json({"type": RESCUE_T, **d}))
 
@@ -68,13 +73,13 @@ def meta_rescue(cl: "JetStreamCluster", reply: Optional[bytes], hdr: int, msg: b
     g.log.warn(f"RAFT group {g.name!r}: unsafe quorum rescue applied, quorum lowered {prev} -> {cur} for "
                f"{_duration(RESCUE_FOR)}")
     token = object()
-    cl._rescue = token  # (a later rescue replaces this one's end)
+    _RESCUES[g] = token  # (a later rescue replaces this one's end)
 
     def expire() -> None:
         n = g.node
-        if getattr(cl, "_rescue", None) is not token or n is None:
+        if _RESCUES.get(g) is not token or n is None:
             return
-        cl._rescue = None
+        del _RESCUES[g]
         if n.rescued_quorum is None:
             return  # (ended already: the voters left need no more)
         n.end_rescue()
