@@ -141,8 +141,8 @@ def test_gateway_options_refused_at_start(text, error):
     # what Rillet's gateways do not do is refused, never ignored
     ("gateway { name: A, port: 1, tls { verify_and_map: true } }",
      'c.conf:1:34: gateway "tls": verify_and_map (gateway authorization by certificate) is not supported yet'),
-    ('gateway { name: A, port: 1, write_timeout: "close" }',
-     'c.conf:1:28: gateway "write_timeout": write_timeout (write deadline policy) is not supported yet'),
+    ('gateway { name: A, port: 1, write_timeout: "sometimes" }',
+     "c.conf:1:28: write_timeout must be 'default', 'close' or 'retry'"),
 ])
 def test_gateway_config_errors(text, error):
     with pytest.raises(ConfigError) as e:

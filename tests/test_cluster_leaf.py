@@ -1218,7 +1218,8 @@ LEAF_KEY_TESTS = {
         "minimum_version": "test_min_version_refuses_older_leafs",
         "isolate_leafnode_interest": "test_leaf_isolation.py::test_hub_isolating_leaf_interest",
         "isolate": "test_leaf_isolation.py::test_isolation_settings_parse_and_type_errors",
-        "write_deadline": "test_hub_info_on_the_leafnode_port", "write_timeout": "refused",
+        "write_deadline": "test_hub_info_on_the_leafnode_port",
+        "write_timeout": "test_write_timeout.py::test_policies_parse_where_nats_server_takes_them",
     },
 }
 

@@ -143,10 +143,10 @@ def test_keys_kept_in_extra_for_the_code_that_reads_them():
 
 def test_known_but_unsupported_keys_are_refused():
     with pytest.raises(ConfigError) as e:
-        load('port: 4222\nprof_port: 6060\nwrite_timeout: close\nmqtt { port: 1883 }')
+        load('port: 4222\nprof_port: 6060\nprof_block_rate: 1\nmqtt { port: 1883 }')
     assert [str(x) for x in e.value.errors] == [
         'o.conf:2:1: "prof_port" is not supported: Rillet has no profiling port',
-        'o.conf:3:1: "write_timeout" is not supported: Rillet has no write timeout policy (write_deadline applies)',
+        'o.conf:3:1: "prof_block_rate" is not supported: Rillet has no profiling port',
     ]
 
 

@@ -22,7 +22,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster import s2
 from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import compare_secret
-from rillet.server.connstate import ConnBase, init_conn_state
+from rillet.server.connstate import ConnBase, init_conn_state, kernel_unsent
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, plain_ip
 from rillet.server.pacing import BACKLOG_BUDGET, READ_BUDGET, ReadPacer
@@ -65,6 +65,11 @@ class ServerConn(ConnBase, ReadPacer, asyncio.Protocol):
         # hold-back allowance of the current read, plus the raw bytes that arrived meanwhile
         self._init_pacing()
         self._rraw: list[bytes] = []
+        # the write deadline's retry policy (write_timeout): bytes handed to the transport, what the peer had
+        # taken when the deadline was armed, and whether this was reported as a slow consumer already
+        self._handed = 0
+        self._wd_sent = 0
+        self._slow = False
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -359,23 +364,57 @@ class ServerConn(ConnBase, ReadPacer, asyncio.Protocol):
         """Seconds a peer may leave our writes unread before it is closed (the role's block, else the server's)."""
         return self.server.opts.write_deadline
 
+    def _write_timeout(self) -> str:
+        """The role's write_timeout policy: "retry" (nats-server's default for routes, gateways and leaf
+        connections) or "close"."""
+        return "retry"
+
+    def _wrote(self, n: int) -> None:
+        self._handed += n
+
+    def _peer_took(self, t: Any) -> int:
+        """Bytes handed to ``t`` that have left this host (neither in asyncio's buffer nor unsent in the
+        kernel): what the write deadline (and a route's liveness tick) watch grow."""
+        return self._handed - t.get_write_buffer_size() - kernel_unsent(t)
+
     def pause_writing(self) -> None:
-        """More is buffered for the peer than it reads: closed as a slow consumer if it still has not read
-        after the write deadline, as nats-server."""
+        """More is buffered for the peer than it reads: past the write deadline it is closed as a slow consumer,
+        or (write_timeout retry) reported as one and given another deadline while it still reads, as
+        nats-server."""
         wd = self._write_deadline()
         if wd > 0 and self._deadline_timer is None and not self.closed:
+            t = self.transport
+            if t is not None:
+                self._wd_sent = self._peer_took(t)
             self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
 
     def resume_writing(self) -> None:
+        self._slow = False
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
             self._deadline_timer = None
 
     def _write_deadline_check(self, wd: float) -> None:
+        """The write deadline passed with the peer still behind. ``write_timeout: close``: closed (as a client).
+        ``retry``: closed only when the peer read nothing since the deadline was armed; else reported as a slow
+        consumer (counted once) and given another deadline."""
         self._deadline_timer = None
         t = self.transport
         if self.closed or t is None:
             return
+        if self._write_timeout() == "retry":
+            size = t.get_write_buffer_size()
+            sent = self._handed - size - kernel_unsent(t)  # (_peer_took, with size kept for the report below)
+            if sent > self._wd_sent:
+                state = "State" if self._slow else "Detected"
+                if not self._slow:
+                    self._slow = True
+                    self.server.slow_consumers += 1
+                self.server.log.notice(f"{self.log_prefix()} - Slow Consumer {state}: WriteDeadline of "
+                                       f"{format_seconds(wd)} exceeded with {size} total bytes.")
+                self._wd_sent = sent
+                self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
+                return
         self.server.slow_consumers += 1
         self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
                                f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")

@@ -117,6 +117,9 @@ class GatewayConn(ServerConn):
     def _write_deadline(self) -> float:
         return self.gw.opts.write_deadline or self.server.opts.write_deadline
 
+    def _write_timeout(self) -> str:
+        return self.gw.opts.write_timeout or "retry"
+
     def _closed(self) -> None:
         for acc, e in self.outsim.items():
             if e is not None:

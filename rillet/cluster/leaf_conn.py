@@ -263,6 +263,9 @@ class LeafConn(ServerConn):
     def _write_deadline(self) -> float:
         return self.mgr.opts.write_deadline or self.server.opts.write_deadline
 
+    def _write_timeout(self) -> str:
+        return self.mgr.opts.write_timeout or "retry"
+
     # ---- reading --------------------------------------------------------------------------------------
 
     def _parse_failed(self, e: ProtocolError) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import Change, RemoteInterest
 from rillet.cluster.routed import RemoteSub
 from rillet.server.delivery import ConnKind
-from rillet.gocompat.gotime import format_seconds, format_time, unix_ns
+from rillet.gocompat.gotime import format_time, unix_ns
 
 _wire = lane.wire  # the message frame builders of the running lane (rillet.lane)
 
@@ -44,27 +43,6 @@ ROUTE_LIVENESS_PING = 1.0
 ROUTE_SILENCE_CLOSE = 4.0
 
 _CRLF = b"\r\n"
-if sys.platform.startswith("linux"):
-    import fcntl
-    import termios
-    _TIOCOUTQ: int | None = termios.TIOCOUTQ
-else:
-    _TIOCOUTQ = None
-
-
-def _kernel_unsent(t: Any) -> int:
-    """Bytes the kernel holds for the peer in the socket's send queue (Linux TIOCOUTQ; 0 elsewhere): with
-    what asyncio buffers, what the peer has not read yet (the write_timeout retry policy asks whether it
-    read anything)."""
-    sock = t.get_extra_info("socket")
-    if sock is None or _TIOCOUTQ is None:
-        return 0
-    try:
-        return struct.unpack("i", fcntl.ioctl(sock.fileno(), _TIOCOUTQ, b"\0\0\0\0"))[0]
-    except (OSError, ValueError):
-        return 0
-
-
 class RouteConn(ServerConn):
     kind = ROUTER
     id_tag = "rid"
@@ -90,9 +68,6 @@ class RouteConn(ServerConn):
         self.connect_pass = ""
         self.remote_import: Any = None  # the peer's cluster permissions, from its INFO (ci.SubjectPermission)
         self.remote_export: Any = None
-        self._wd_sent = 0  # bytes the socket had taken when the write deadline was armed (write_timeout retry)
-        self._handed = 0  # bytes handed to the transport
-        self._slow = False  # reported as a slow consumer already (counted once, as nats-server)
         self.no_pool = False  # the peer does not pool: this connection carries every account
         self.delayed_info = False  # dialled with pooling: our INFO goes out once the pool index is known
         self.pinned_acc = account  # a dedicated route of this pinned account (dialled, or named by the peer)
@@ -171,11 +146,6 @@ class RouteConn(ServerConn):
             self._live_pinged = max(self._handed - handed, len(cp.PING))
         self._live_timer = srv.loop.call_later(ROUTE_LIVENESS_PING, self._liveness_tick)
 
-    def _peer_took(self, t: Any) -> int:
-        """Bytes handed to ``t`` that have left this host (neither in asyncio's buffer nor unsent in the
-        kernel): what the write deadline and the liveness tick watch grow."""
-        return self._handed - t.get_write_buffer_size() - _kernel_unsent(t)
-
     def _reset_silent(self, idle: float) -> None:
         """Nothing read from the peer for ``idle`` seconds: close with a reset, dropping what is still
         queued for it (in asyncio and in the kernel), so no stale backlog reaches it after a heal; the
@@ -221,45 +191,17 @@ class RouteConn(ServerConn):
         publishers wait, as nats-server stalls fast producers), and the route is closed if the peer still
         has not read after the write deadline (cluster write_deadline, else the server's)."""
         self.cluster.stall(self)
-        if self._deadline_timer is None and self.transport is not None:
-            t = self.transport
-            self._wd_sent = self._peer_took(t)
         super().pause_writing()
 
     def resume_writing(self) -> None:
         self.cluster.unstall(self)
-        self._slow = False
         super().resume_writing()
 
     def _write_deadline(self) -> float:
         return self.cluster.opts.write_deadline or self.server.opts.write_deadline
 
-    def _write_deadline_check(self, wd: float) -> None:
-        """The write deadline passed with the peer still behind. ``write_timeout: close``: closed (as a
-        client). ``retry`` (the default for routes, as nats-server): closed only when the peer read nothing
-        since the deadline was armed; else reported as a slow consumer (counted once) and given another
-        deadline."""
-        t = self.transport
-        if self.closed or t is None or self.cluster.opts.write_timeout == "close":
-            super()._write_deadline_check(wd)
-            return
-        size = t.get_write_buffer_size()
-        sent = self._handed - size - _kernel_unsent(t)  # (_peer_took, with size kept for the report below)
-        if sent <= self._wd_sent:  # nothing written to the peer in the whole deadline
-            super()._write_deadline_check(wd)
-            return
-        self._deadline_timer = None
-        state = "State" if self._slow else "Detected"
-        if not self._slow:
-            self._slow = True
-            self.server.slow_consumers += 1
-        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer {state}: WriteDeadline of "
-                               f"{format_seconds(wd)} exceeded with {size} total bytes.")
-        self._wd_sent = sent
-        self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
-
-    def _wrote(self, n: int) -> None:
-        self._handed += n
+    def _write_timeout(self) -> str:
+        return self.cluster.opts.write_timeout or "retry"
 
     # ---- protocol handlers ----------------------------------------------------------------------------
 

@@ -19,6 +19,15 @@ from rillet.config.options import ClusterOptions
 
 from .typed import Field
 
+
+def write_timeout_policy(f: Field) -> str:
+    """A ``write_timeout`` (what a connection past its write deadline gets, nats-server 2.11): "close",
+    "retry", or "" for "default" (the connection kind's own: close for clients, retry for the others)."""
+    v = f.as_str().lower()
+    if v not in ("default", "close", "retry"):
+        raise f.error("write_timeout must be 'default', 'close' or 'retry'")
+    return "" if v == "default" else v
+
 ROUTE_MAX_PING_INTERVAL = 30.0  # seconds: nats-server's cap for routes
 
 
@@ -118,10 +127,7 @@ def parse_cluster(b: Any, f: Field) -> None:
         cl.ping_interval = d
 
     def write_timeout(sub: Field) -> None:
-        v = sub.as_str()
-        if v.lower() not in ("default", "close", "retry"):
-            raise sub.error("write_timeout must be 'default', 'close' or 'retry'")
-        cl.write_timeout = "" if v.lower() == "default" else v.lower()
+        cl.write_timeout = write_timeout_policy(sub)
 
     table: dict[str, Callable[[Field], None]] = {
         "name": name,

@@ -5,8 +5,7 @@ Keys, defaults and errors as nats-server's opts.go (parseGateway, parseGateways)
 has no ``tls`` of its own) and in a remote (its outbound connections) as nats-server's getTLSConfig: the
 peer's certificate is always required and verified. What Rillet's gateways do not do is refused with
 file:line:col and the reason, never parsed and ignored: ``verify_and_map`` and
-``verify_cert_and_check_known_urls`` in a tls block (gateway authorization by certificate) and
-``write_timeout`` (write deadline policy: a peer past the write deadline is always closed).
+``verify_cert_and_check_known_urls`` in a tls block (gateway authorization by certificate).
 
 The raw map stays in ``Options.gateway`` (what /varz and /gatewayz show of the configuration); the checked
 settings are ``Options.gateway_opts``, a ``GatewayOptions``.
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 
 from rillet.gocompat.goquote import go_type
 
+from .cluster_section import write_timeout_policy
 from .errors import ConfigError
 from .typed import Field
 
@@ -46,6 +46,7 @@ class GatewayOptions:
     connect_backoff: bool = False
     reject_unknown: bool = False
     write_deadline: float = 0.0  # seconds; 0: the server's write_deadline
+    write_timeout: str = ""  # "" (default: retry), "close" or "retry"
     tls: Any = None  # TLSConfig of the block's tls {}: the listener and the remotes without their own
     tls_timeout: float = 0.0  # the block's tls timeout when written (nats-server's Gateway.TLSTimeout)
     gateways: list[RemoteGateway] = field(default_factory=list)
@@ -112,7 +113,7 @@ def parse_gateway(b: Any, f: Field) -> None:
             g.tls_timeout = g.tls.timeout
 
     def write_timeout(sub: Field) -> None:
-        raise _refuse(sub, "write_timeout (write deadline policy)")
+        g.write_timeout = write_timeout_policy(sub)
 
     def gateways(sub: Field) -> None:
         if not isinstance(sub.value, list):  # (nats-server gives this one without a position)

@@ -4,7 +4,7 @@ What nats-server accepts is accepted here with its defaults and errors; what Ril
 is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``,
-  ``pinned_certs``; HTTP ``proxy``, ``jetstream_cluster_migrate``, ``write_timeout`` policies, websocket compression
+  ``pinned_certs``; HTTP ``proxy``, ``jetstream_cluster_migrate``, websocket compression
   (``ws_compress: true``) and ``proxy_required`` are refused;
 * remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
 
@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from rillet.gocompat.goquote import go_type
 from rillet.gocompat.gotime import parse_go_duration
 
+from .cluster_section import write_timeout_policy
 from .typed import Field
 
 DEFAULT_LEAF_PORT = 7422
@@ -93,6 +94,7 @@ class LeafNodeOptions:
     compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.compression (normalized)
     compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
     isolate: bool = False  # isolate_leafnode_interest: no leaf connection hears another leaf's interest
+    write_timeout: str = ""  # "" (default: retry), "close" or "retry"
 
 
 _SEMVER = None
@@ -277,7 +279,7 @@ def parse_leafnodes(b: Any, f: Field) -> None:
         "compression": _compression(ln),
         "isolate_leafnode_interest": s("isolate", "bool", target=target),
         "isolate": s("isolate", "bool", target=target),
-        "write_timeout": _refuser("write_timeout (write deadline policy)"),
+        "write_timeout": lambda e: setattr(ln, "write_timeout", write_timeout_policy(e)),
     }
     b.each(f, table, "leafnodes")
 

@@ -166,6 +166,7 @@ class Options:
     max_subscriptions: int = 0  # 0 = unlimited (per connection)
     max_sub_tokens: int = 0  # most tokens in a client's subscription subject (1-255; 0 = no limit)
     proxy_protocol: bool = False  # client connections may start with a PROXY header (v1 or v2)
+    write_timeout: str = ""  # clients past the write deadline: "" (default: close), "close" or "retry"
     max_pending: int = DEFAULT_MAX_PENDING
     ping_interval: float = DEFAULT_PING_INTERVAL
     ping_max: int = DEFAULT_PING_MAX

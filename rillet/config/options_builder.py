@@ -18,6 +18,7 @@ from rillet.config.options import Options
 from rillet.gocompat.goquote import go_type
 
 from .auth_sections import AuthSections
+from .cluster_section import write_timeout_policy
 from .mqtt_section import MqttSection
 from .operator_sections import OperatorSections
 from .parser import parse_file, parse_string
@@ -33,7 +34,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "prof_port": "Rillet has no profiling port",
     "prof_block_rate": "Rillet has no profiling port",
     "proxies": "Rillet has no trusted proxies",
-    "write_timeout": "Rillet has no write timeout policy (write_deadline applies)",
     "resolver_tls": "Rillet has no URL account resolver",
     "default_js_domain": "Rillet has no leafnode JetStream domains",
 }
@@ -105,6 +105,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             "max_subscriptions": s("max_subscriptions", "int"),
             "max_subs": s("max_subscriptions", "int"),
             "proxy_protocol": s("proxy_protocol", "bool"),
+            "write_timeout": lambda f: setattr(self.o, "write_timeout", write_timeout_policy(f)),
             "max_sub_tokens": self.max_sub_tokens,
             "max_subscription_tokens": self.max_sub_tokens,
             "max_closed_clients": s("max_closed_clients", "int", 10000),

@@ -18,7 +18,7 @@ from rillet.gocompat.gotime import format_seconds
 from rillet import lane
 from rillet.protocol.parser import ProtocolError
 from rillet.server.auth import PermChecker
-from rillet.server.connstate import ConnBase, init_conn_state
+from rillet.server.connstate import ConnBase, init_conn_state, kernel_unsent
 from rillet.server.delivery import ConnKind
 from rillet.server.listen import hostport, plain_ip
 # read pacing (slices under a time budget, the fast-producer stall); the constants stay importable from here
@@ -121,6 +121,9 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self.nonce: bytes | None = None
         self._write_paused_at = 0.0
         self._writes_pending = 0
+        self._wd_mark = 0  # (write_timeout retry) bytes not yet taken by the peer when the deadline was armed
+        self._wd_added = 0  # bytes handed to the transport since then
+        self._wd_slow = False  # reported as a slow consumer while this stall lasts
         self.tls_version = ""
         self.tls_cipher = ""
         self.stop_time = 0.0
@@ -280,11 +283,18 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self._writes_pending = 1
         wd = self.server.opts.write_deadline
         if wd > 0 and self._deadline_timer is None:
-            self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check)
+            self._arm_write_deadline(wd)
+
+    def _arm_write_deadline(self, wd: float) -> None:
+        t = self.transport
+        self._wd_mark = t.get_write_buffer_size() + kernel_unsent(t) if t is not None else 0
+        self._wd_added = 0
+        self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check)
 
     def resume_writing(self) -> None:
         self._write_paused_at = 0.0
         self._writes_pending = 0
+        self._wd_slow = False
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
             self._deadline_timer = None
@@ -294,9 +304,21 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         if self._write_paused_at and not self.closed:
             t = self.transport
             pending = t.get_write_buffer_size() if t is not None else 0
-            self.server.slow_consumer(self, f"WriteDeadline of {format_seconds(self.server.opts.write_deadline)}"
-                                            f" exceeded with {max(self._writes_pending, 1)} chunks of {pending}"
-                                            f" total bytes.")
+            wd = self.server.opts.write_deadline
+            why = (f"WriteDeadline of {format_seconds(wd)} exceeded with {max(self._writes_pending, 1)} chunks of "
+                   f"{pending} total bytes.")
+            if self.server.opts.write_timeout == "retry" and t is not None:
+                # (write_timeout retry: kept while the client still reads, reported as a slow consumer; closed
+                # when it took nothing in the whole deadline, as nats-server)
+                left = pending + kernel_unsent(t)
+                if self._wd_mark + self._wd_added - left > 0:
+                    self.server.slow_consumers += 1
+                    self.server.log.notice(f"{self.log_prefix()} - Slow Consumer "
+                                           f"{'State' if self._wd_slow else 'Detected'}: {why}")
+                    self._wd_slow = True
+                    self._arm_write_deadline(wd)
+                    return
+            self.server.slow_consumer(self, why)
 
     def close(self, reason: str, err: str | None = None) -> None:
         """Send ``-ERR '<err>'`` (when given), flush, and close the connection."""
@@ -764,9 +786,10 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         if t is None:
             return
         t.write(bytes(out))
-        out.clear()
         if self._write_paused_at:
             self._writes_pending += 1
+            self._wd_added += len(out)
+        out.clear()
         mp = self.server.opts.max_pending
         if t.get_write_buffer_size() > mp:
             self.server.slow_consumer(self, f"MaxPending of {mp} Exceeded")

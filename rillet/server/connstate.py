@@ -3,10 +3,32 @@ leaf connection): its output buffer, its counters and the timers it may arm, and
 (``ConnBase``)."""
 from __future__ import annotations
 
+import struct
+import sys
 import time
 from typing import Any
 
 from rillet.gocompat.goquote import go_quote
+
+if sys.platform.startswith("linux"):
+    import fcntl
+    import termios
+    _TIOCOUTQ: int | None = termios.TIOCOUTQ
+else:
+    _TIOCOUTQ = None
+
+
+def kernel_unsent(t: Any) -> int:
+    """Bytes the kernel holds for the peer in the socket's send queue (Linux TIOCOUTQ; 0 elsewhere): with what
+    asyncio buffers, what the peer has not read yet (the write_timeout retry policy asks whether it read
+    anything)."""
+    sock = t.get_extra_info("socket")
+    if sock is None or _TIOCOUTQ is None:
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), _TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (OSError, ValueError):
+        return 0
 
 
 def init_conn_state(c: Any, server: Any) -> None:
