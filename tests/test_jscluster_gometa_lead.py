@@ -153,7 +153,7 @@ def _apply(m, proposed):
 
 
 def test_meta_leader_api_places_streams_and_consumers_with_a_go_preferred_leader():
-    api, m, proposed = _api(rillet=("RiLLeT02",))
+    _, m, proposed = _api(rillet=("RiLLeT02",))
     _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 3})
     doc = ge.decode_entry(proposed[0][0].data).doc
     g = doc["group"]
@@ -222,7 +222,7 @@ def test_meta_leader_api_places_streams_and_consumers_with_a_go_preferred_leader
 
 
 def test_meta_leader_account_info_counts_assignments_and_every_servers_usage():
-    api, m, proposed = _api()
+    _, m, proposed = _api()
     _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S",
              {"name": "S", "num_replicas": 3, "max_bytes": 1000})
     _apply(m, proposed)
@@ -241,7 +241,7 @@ def test_meta_leader_account_info_counts_assignments_and_every_servers_usage():
 
 
 def test_meta_leader_api_refuses_groups_without_a_go_server_and_is_silent_unless_leading():
-    api, m, proposed = _api(rillet=("RiLLeT02",))
+    _, m, proposed = _api(rillet=("RiLLeT02",))
     m.raft.last_seen = {"RiLLeT02": time.monotonic()}  # (the Go servers silent)
     _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 2})
     assert m.ic.sent[-1][1]["error"]["err_code"] == 10005 and not proposed
@@ -254,7 +254,7 @@ def test_meta_leader_api_refuses_groups_without_a_go_server_and_is_silent_unless
 
 
 def test_meta_leader_stepdown_picks_the_preferred_or_a_current_go_server():
-    api, m, _ = _api()
+    _, m, _ = _api()
     r = m.raft
     for p in (A, B):
         _ack(m.raft, p, r.pindex)
@@ -509,3 +509,89 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
             (tmp_path / f"{n}.log").write_text(srvs[n]._test_log.getvalue())
             await cms[n].__aexit__(None, None, None)
         gc.stop_all()
+
+
+# -- the member's election timer, against a fake server (no sockets) -------------------------------------------
+
+class _FakeServer:
+    def __init__(self, loop):
+        self.loop = loop
+        self.name = "rillet-unit"
+        self.system_account = SimpleNamespace(name="SYS")
+        self.log = SimpleNamespace(notice=lambda *a: None, warn=lambda *a: None, error=lambda *a: None,
+                                   debug=lambda *a: None)
+        self.ic = _RawIC()
+
+    def internal_client(self, acc, name):
+        return self.ic
+
+
+class _RawIC:
+    def __init__(self):
+        self.subs, self.sent = {}, []
+
+    def subscribe(self, subject, cb):
+        self.subs[subject] = cb
+        return subject
+
+    def remove_sub(self, s):
+        self.subs.pop(s, None)
+
+    def publish(self, subject, reply, data):
+        self.sent.append((subject.decode() if isinstance(subject, bytes) else subject, reply, data))
+
+
+async def test_member_stands_after_an_election_timeout_without_a_leader_only(monkeypatch):
+    from rillet.jetstream.cluster import gometa
+    from rillet.jetstream.cluster.gometa import GoMetaMember
+    monkeypatch.setattr(gometa, "ELECTION_TIMEOUT", (0.3, 0.4))
+    monkeypatch.setattr(gometa, "CAMPAIGN_TIMEOUT", (0.01, 0.02))
+    srv = _FakeServer(asyncio.get_running_loop())
+    m = GoMetaMember(srv)
+    m.stand()
+    me = m.peer
+    m.raft.peers = {me, A, B}
+    m.start()
+    ic = srv.ic
+
+    def deliver(subject, payload, reply=b""):
+        ic.subs[subject](None, None, subject.encode(), reply or None, 0, payload)
+
+    def votes():
+        return [gw.VoteRequest.decode(d) for s, _r, d in ic.sent if s == "$NRG.V._meta_"]
+    try:
+        # a leader's append entries keep it a follower
+        for i in range(8):
+            deliver("$NRG.AE._meta_", gw.AppendEntry(A, 3, i, 3 if i else 0, i, (gw.Entry(0, b"x"),)).encode(),
+                    b"$NRG.R.lead")
+            await asyncio.sleep(0.1)
+        assert not votes() and m.raft.leader == A and m.raft.pindex == 8
+        # the leader silent: it stands, with its log's position, in the next term
+        await _until(lambda: votes(), 5, what="a vote request")
+        vr = votes()[0]
+        assert (vr.term, vr.last_term, vr.last_index, vr.candidate) == (4, 3, 8, me) and m.campaigns == 1
+        # elected: its peer state first, heartbeats follow
+        ic.sent.clear()
+        deliver(m.raft.vote_inbox, gw.VoteResponse(4, A, True, False).encode())
+        assert m.raft.role == LEADER
+        ae = gw.AppendEntry.decode(next(d for s, _r, d in ic.sent if s == "$NRG.AE._meta_"))
+        assert [e.type for e in ae.entries] == [gw.ENTRY_PEER_STATE] and (ae.pterm, ae.pindex) == (3, 8)
+        # a forwarded proposal is proposed; a higher term's candidate makes it a follower again
+        deliver("$NRG.P._meta_", b"\x00{}")
+        assert m.raft.pindex == 10 and m.raft._log[-1][1][0].data == b"\x00{}"
+        # a candidate with a shorter log: refused, and it stands soon itself
+        ic.sent.clear()
+        deliver("$NRG.V._meta_", gw.VoteRequest(9, 3, 8, B).encode(), b"$NRG.R.cand")
+        assert m.raft.role == FOLLOWER and m.raft.term == 9
+        assert not gw.VoteResponse.decode(next(d for s, _r, d in ic.sent if s == "$NRG.R.cand")).granted
+        await _until(lambda: any(v.term == 10 for v in votes()), 5, what="standing soon after refusing")
+        # an empty log never stands
+        n = GoMetaMember(_FakeServer(asyncio.get_running_loop()))
+        n.stand()
+        n.raft.peers = {n.peer, A, B}
+        n.start()
+        await asyncio.sleep(1.0)
+        assert n.campaigns == 0 and not [s for s, _r, _d in n.server.ic.sent if s == "$NRG.V._meta_"]
+        n.stop()
+    finally:
+        m.stop()
