@@ -112,9 +112,9 @@ class GoRaftPeer(GoRaftFollower):
         self.role = LEADER
         self.leader = self.me
         self.match = {}
-        self.last_seen = {}
+        self.led_since = now = time.monotonic()
+        self.last_seen = {p: now for p in self._votes if p != self.me}  # (those that voted for us are up)
         self._adding = set()
-        self.led_since = time.monotonic()
         self.terms_led.append(self.term)
         if self.announce_peers:
             # nats-server's new leader appends its peer state first: an entry of its own term, whose commit also
