@@ -233,7 +233,7 @@ class MoveEndpoints:
             errs = PlacementError()
             errs.accumulate(first)
             peers = []
-            for other in sorted({ni.cluster for ni in nodes.values() if ni.cluster != cur_cluster}):
+            for other in sorted({ni.cluster for ni in nodes.values() if ni.cluster and ni.cluster != cur_cluster}):
                 try:
                     peers = select_peer_group(replicas, other, pc, nodes, self.cl.group.peers, **kw)[:replicas]
                 except PlacementError as e:
