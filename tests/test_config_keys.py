@@ -57,6 +57,7 @@ KEY_TESTS: dict[str, str] = {
     "max_sub_tokens": "tests/test_max_sub_tokens.py::test_too_many_tokens_answered_as_nats_server",
     "proxy_protocol": "tests/test_proxy_protocol.py::test_server_reads_the_header_as_nats_server",
     "default_sentinel": "tests/test_default_sentinel.py::test_clients_without_a_user_jwt_get_the_sentinel",
+    "default_js_domain": "tests/test_default_js_domain.py::test_leaf_clients_use_the_hubs_jetstream",
     "max_traced_msg_len": "tests/test_trace_payload.py::test_payload_trace_lines_as_nats_server",
     "max_closed_clients": f"{HERE}::test_max_closed_clients_bounds_the_closed_list",
     "ping_interval": "tests/test_protocol.py::test_stale_connection",

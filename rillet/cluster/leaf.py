@@ -59,6 +59,7 @@ from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
 from rillet.cluster.listening import Listening
 from rillet.cluster.routed import RemoteSub, js_ack_deliver_idx, origin_only
+from rillet.server import jsdomain
 from rillet.server.accounts import Account
 from rillet.server.auth import compare_secret
 from rillet.server.delivery import ConnKind, deliver_here, plan_of
@@ -217,7 +218,8 @@ class LeafNodes(Listening):
                 co.auth_token = co.user
         lc.account = self.bind_account(acc)
         lc.acc_name = acc
-        js_deny = list(JS_DENY)
+        # (the JetStream API stays on this side, unless the account's default_js_domain is the empty one)
+        js_deny = [] if srv.opts.default_js_domain and jsdomain.lets_js_through(srv, acc) else list(JS_DENY)
         lc.deny_out.add(list(ro.deny_exports) + js_deny)
         lc.deny_in.add(list(ro.deny_imports) + js_deny)
         return ci.encode_leaf_connect(co)
@@ -449,7 +451,7 @@ class LeafNodes(Listening):
         acc = lc.account
         if lc.closed or acc is None:
             return
-        if not lc.solicited:
+        if not lc.solicited and not (srv.opts.default_js_domain and jsdomain.lets_js_through(srv, lc.acc_name)):
             lc.deny_out.add(JS_DENY)
             lc.deny_in.add(JS_DENY)
         dom = self._domain()

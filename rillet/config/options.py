@@ -194,6 +194,7 @@ class Options:
     # decentralized auth ("operator mode"; see rillet.server.operator)
     trusted_operators: list[dict] = field(default_factory=list)  # decoded operator JWT claims
     default_sentinel: str = ""  # operator mode: the (bearer) user JWT of a client that presents none
+    default_js_domain: dict[str, str] = field(default_factory=dict)  # account -> the JetStream domain its API goes to
     operator_jwts: list[str] = field(default_factory=list)
     trusted_keys: list[str] | None = None
     resolver: dict[str, Any] | None = None  # {"type": "MEMORY"} or {"type": "FULL", "dir": ..., ...}

@@ -35,7 +35,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "prof_block_rate": "Rillet has no profiling port",
     "proxies": "Rillet has no trusted proxies",
     "resolver_tls": "Rillet has no URL account resolver",
-    "default_js_domain": "Rillet has no leafnode JetStream domains",
 }
 
 
@@ -139,6 +138,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             "authorization": self.authorization,
             "no_auth_user": s("no_auth_user", "str"),
             "default_sentinel": s("default_sentinel", "str"),
+            "default_js_domain": self.default_js_domain,
             "accounts": self.accounts,
             "system_account": s("system_account", "str"),
             "system": s("system_account", "str"),
@@ -217,6 +217,11 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
         # nats-server: 0 becomes -1, which refuses every client connection.
         value = f.as_int()
         self.o.max_connections = -1 if value == 0 else value
+
+    def default_js_domain(self, f: Field) -> None:
+        if not isinstance(f.value, dict):
+            raise f.error(f"error default_js_domain config: unsupported type {go_type(f.value)}")
+        self.o.default_js_domain = {e.key: e.as_str() for e in f.entries()}
 
     def max_sub_tokens(self, f: Field) -> None:
         # nats-server: a uint8, at least 1

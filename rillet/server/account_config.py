@@ -33,6 +33,9 @@ def configure_accounts(server: "Server") -> None:
         mp = cfg.get("mappings", cfg.get("maps"))
         if mp:
             acc.mappings = parse_mappings(mp, o.cluster.name)
+            if o.default_js_domain:
+                from rillet.server import jsdomain
+                jsdomain.apply(server, acc)  # (after the account's own mappings)
         lim = cfg.get("limits")
         if lim is not None:
             _parse_limits(acc, lim)

@@ -68,6 +68,10 @@ def reload_accounts(srv: "Server", old: "Options", new: "Options") -> None:
     srv.global_account.mappings = parse_mappings(new.mappings, new.cluster.name) if new.mappings else []
     before = len(srv.internal_clients)
     configure_accounts(srv)
+    if new.default_js_domain:
+        from rillet.server import jsdomain
+        for acc in list(srv.accounts.values()):
+            jsdomain.apply(srv, acc)  # (the mappings were made again above)
     srv._account_wiring = [ic for ic in srv.internal_clients[before:]
                            if getattr(ic, "name", "").startswith(_WIRING)]
     js = srv.jetstream

@@ -187,6 +187,9 @@ class OperatorMode:
             except ValueError as e:
                 self.server.log.debug(f"Error adding mapping for {src} to account {acc.name}: {e}")
         acc.mappings = mappings
+        if self.server.opts.default_js_domain:
+            from rillet.server import jsdomain
+            jsdomain.apply(self.server, acc)  # (after the JWT's mappings)
 
     def _expiration_timer(self, acc: Any, info: AccountInfo) -> None:
         """An account JWT with ``exp``: its clients are disconnected when it expires (nats-server's etmr)."""

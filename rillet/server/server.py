@@ -178,6 +178,9 @@ class Server:
         js = getattr(self, "jetstream", None)
         if js is not None:
             js.account_added(acc)  # the JetStream API (answering 10039 where not enabled)
+        if self.opts.default_js_domain:
+            from rillet.server import jsdomain
+            jsdomain.apply(self, acc)  # its JetStream API sent to a domain elsewhere
         return acc
 
     def lookup_account(self, name: str) -> Account:
@@ -878,6 +881,9 @@ class _TLSHolder(asyncio.Protocol):
 
 def validate_options(o: Options) -> None:
     """Option combinations nats-server refuses at start (and with -t)."""
+    if o.default_js_domain:
+        from rillet.server import jsdomain
+        jsdomain.validate(o)
     if o.proxy_protocol and o.tls is not None:
         raise ValueError("proxy_protocol with a tls block on the client port is not supported yet: Rillet reads "
                          "PROXY headers on plain client connections only")
