@@ -111,6 +111,23 @@ async def test_qos1_burst_gathered_delivered_removed_in_batches(tmp_path, monkey
 
 
 
+def _connect_one(port: int) -> Raw:
+    r = Raw(port)
+    assert r.connect("qone").rc == 0
+    return r
+
+
+def _publish_one_qos1(r: Raw) -> bool:
+    """One QoS 1 PUBLISH: whether a PUBACK came before the connection closed (or 5 s passed)."""
+    r.send(C.Publish("t/x", b"one", 1, pi=7))
+    try:
+        p = r.read(5)
+    except Exception:  # (a read timeout: nothing came)
+        p = None
+    r.close()
+    return isinstance(p, C.Ack) and p.kind == C.PUBACK
+
+
 def _publish_burst(port: int, n: int) -> None:
     r = Raw(port)
     assert r.connect("qfull").rc == 0
@@ -154,4 +171,27 @@ async def test_failed_gathered_write_answers_the_taken_back_stores_with_the_erro
         assert st.store.state().last_seq == before + 1  # the answered one, no more
         got = await asyncio.to_thread(_receive, sub, 1)
         assert got == [b"f0"]
+        sub.close()
+
+
+async def test_a_refused_store_gets_no_puback(tmp_path, monkeypatch):
+    """A QoS 1 message the stream refuses (a full disk: 10023, whose API code is 503) gets no PUBACK: the client
+    keeps it and the connection is closed, as nats-server does when its store request fails. (Before, every code
+    503 answer was taken for "nobody answered" and acknowledged.)"""
+    store = str(tmp_path / "js")
+    real = fsmod._write_all
+
+    def full(fd, bufs, off, total):
+        raise OSError(28, "No space left on device")
+
+    async with run_server(_opts(store)) as srv:
+        port = srv.mqtt_addr[1]
+        sub = await asyncio.to_thread(_subscriber, port)
+        pub = await asyncio.to_thread(_connect_one, port)
+        monkeypatch.setattr(fsmod, "_write_all", full)
+        try:
+            acked = await asyncio.to_thread(_publish_one_qos1, pub)
+        finally:
+            monkeypatch.setattr(fsmod, "_write_all", real)
+        assert acked is False
         sub.close()

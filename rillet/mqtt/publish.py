@@ -257,7 +257,9 @@ class PublishMixin:
             e, pi, rc = fifo.popleft()
             if e.__class__ is asyncio.CancelledError:  # (the account's MQTT state closed: no PUBACK)
                 continue
-            if e is not True and not (isinstance(e, JSAPIError) and e.code == 503):
+            # (no PUBACK for a message the stream refused: a full disk's 10023 too, as nats-server; only a
+            # store nobody answered, code 503 without an error code, is let through)
+            if e is not True and not (isinstance(e, JSAPIError) and e.code == 503 and not e.err_code):
                 fifo.clear()
                 self.fail(f"unable to store QoS 1 message: {e}", RC_UNSPECIFIED)
                 break
@@ -343,7 +345,7 @@ class PublishMixin:
                     # a $MQTT_msgs made by nats-server has no per-message TTL: kept without it (the expiry
                     # is still applied when the message is delivered)
                     await self.asm.jsa.store(MSGS_PREFIX + subject, p.payload, hdr)  # type: ignore[union-attr]
-                elif e.code != 503:
+                elif e.code != 503 or e.err_code:
                     raise
         return bool(got)
 
