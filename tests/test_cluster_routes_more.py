@@ -481,6 +481,62 @@ async def test_configured_pinned_account_gets_a_dedicated_route():
             await srv.shutdown()
 
 
+async def test_interest_changed_while_only_the_pinned_route_is_up_reaches_the_peer():
+    """A subscription of a pinned account (the system account: RAFT groups' $RNRG subjects) made or removed
+    while the dedicated route to a server is registered but no pool connection is yet (a restart: the groups
+    join during the routes' handshakes) is announced on the pinned route. It used to be dropped (no pool
+    yet: no route at all, it seemed), and the peer never learnt it: in a fault run, the members of a RAFT
+    group never heard each other again."""
+    p0, p1 = free_port(), free_port()
+    held: list = []
+    release = asyncio.Event()
+    a = build_server(load_string(POOL_CONF + f"server_name: a\nlisten: 127.0.0.1:-1\n"
+                                 f"cluster {{ name: c, listen: 127.0.0.1:{p0}, pool_size: 3 }}\n"),
+                     Logger(out=io.StringIO()))
+    b = build_server(load_string(POOL_CONF + f"server_name: b\nlisten: 127.0.0.1:-1\n"
+                                 f"cluster {{ name: c, listen: 127.0.0.1:{p1}, routes: [nats://127.0.0.1:{p0}], "
+                                 f"pool_size: 3 }}\n"), Logger(out=io.StringIO()))
+    dial = b.cluster.solicit
+
+    def solicit(url, rtype, gossip_mode, first, delay=0.0, account=""):
+        if account or release.is_set():
+            dial(url, rtype, gossip_mode, first, delay, account)
+        else:
+            held.append((url, rtype, gossip_mode, first, delay, account))  # (b's pool waits: the pinned route first)
+
+    b.cluster.solicit = solicit
+    try:
+        await a.start()
+        async with contextlib.AsyncExitStack() as st:
+            sysc = await nats.connect(a.client_url, user="sys", password="sys")
+            st.push_async_callback(sysc.close)
+            gone = await sysc.subscribe("pin.gone")
+            await sysc.flush()
+            await b.start()
+            await _until(lambda: b.server_id in a.cluster.pinned["SYS"] and a.server_id in b.cluster.pinned["SYS"],
+                         10, "the pinned SYS route")
+            await _until(lambda: _remote(b, "SYS", "pin.gone") == 1, 5, "the interest sent when the pinned route came")
+            assert not a.cluster.pools and not b.cluster.pools and held
+            late = await sysc.subscribe("pin.late")  # (while only the pinned route is up)
+            await gone.unsubscribe()
+            await sysc.flush()
+            release.set()
+            for args in held:
+                dial(*args)
+            await _until(lambda: a.cluster.servers_connected() == 1 and b.cluster.servers_connected() == 1, 10,
+                         "the pool")
+            await _until(lambda: _remote(b, "SYS", "pin.late") == 1 and _remote(b, "SYS", "pin.gone") == 0, 5,
+                         "b to see the subscription made and the one removed while only the pinned route was up")
+            pub = await nats.connect(b.client_url, user="sys", password="sys")
+            st.push_async_callback(pub.close)
+            await pub.publish("pin.late", b"x")
+            await pub.flush()
+            assert (await late.next_msg(5)).data == b"x"
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+
+
 async def test_pools_of_different_sizes_and_no_pooling_interoperate():
     def mk(name, port, routes, pool):
         r = f", routes: [nats://127.0.0.1:{routes}]" if routes else ""

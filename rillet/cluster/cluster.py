@@ -835,12 +835,16 @@ class Cluster(ClusterReload, Listening):
         qb = getattr(sub, "queue_b", None) or (sub.queue.encode("utf-8", "surrogateescape") if sub.queue else None)
         u = self.local.add(acc.name_b, sb, qb or None, origin) if added else \
             self.local.remove(acc.name_b, sb, qb or None, origin)
-        if u is None or not self.pools:
+        if u is None:
+            return
+        pinned = self.pinned.get(acc.name) if self.pinned else None
+        # (a pinned account's dedicated routes are not in the pools: one may be up before any pool connection,
+        # and a change left unsent then is never sent, since the route's snapshot went out at its registration)
+        if not self.pools and not pinned:
             return
         if self.route_perms is not None and not self.route_perms.can_publish(sb):
             return  # (the import permission: this interest is not sent to routes; counted all the same)
         f = frame_for(u)
-        pinned = self.pinned.get(acc.name) if self.pinned else None
         if pinned is not None:  # to its dedicated routes, and to servers without pooling
             fp = frame_for(u, pinned=True)
             for rc in pinned.values():
