@@ -392,6 +392,13 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         assert await js.delete_stream("GONE") is True
         await _until(lambda: ("A", "GONE") not in m.state.streams, 60, what="GONE's removal applied")
         assert sorted(await _names(g0)) == ["R2", "R3"]
+        # a KV bucket (its stream's settings as nats.py asks them) created through the Rillet leader
+        kv = await js.create_key_value(bucket="B", replicas=3)
+        assert await kv.put("k", b"v1") == 1 and await kv.put("k", b"v2") == 2
+        assert (await kv.get("k")).value == b"v2"
+        kcfg = m.state.streams[("A", "KV_B")]["stream"]
+        assert (kcfg["allow_rollup_hdrs"], kcfg["deny_delete"], kcfg["discard"], kcfg["allow_msg_ttl"],
+                kcfg["max_msgs_per_subject"]) == (True, True, "new", True, 1)
         # an update through the Rillet leader, applied and answered by the stream's Go leader
         si = await js.update_stream(name="R3", subjects=["r3.>"], num_replicas=3, max_msgs=100)
         assert si.config.max_msgs == 100 and si.state.messages == 5
@@ -404,7 +411,7 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         await _until(lambda: m.raft.leader in (gw.peer_id("g0"), gw.peer_id("g1")), 60, what="a Go meta leader")
         await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader answering")
         assert m.raft.role == FOLLOWER
-        assert sorted(await CAP._until(lambda: _names(g0), 30, what="names from the Go leader")) == ["R2", "R3"]
+        assert sorted(await CAP._until(lambda: _names(g0), 30, what="names from the Go leader")) == ["KV_B", "R2", "R3"]
         assert (await js.consumer_info("R3", "D")).ack_floor.stream_seq == 5
         assert (await js.stream_info("R2")).state.messages == 5
         assert (await js.publish("r3.x", b"after")).seq == 6
@@ -415,7 +422,7 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         await cm.__aexit__(None, None, None)
         assert m.stop_transfers == 1
         await CAP._until(lambda: _all_see(gc, ["g0", "g1"], _GO_LEADER), 60, what="a Go meta leader after r1 stopped")
-        assert sorted(await CAP._until(lambda: _names(g0), 30, what="names from the Go leader")) == ["R2", "R3"]
+        assert sorted(await CAP._until(lambda: _names(g0), 30, what="names from the Go leader")) == ["KV_B", "R2", "R3"]
     finally:
         for c in conns:
             if c.is_connected:
