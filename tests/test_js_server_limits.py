@@ -1,7 +1,7 @@
 """The server's JetStream limits (``jetstream { limits { max_ack_pending, max_request_batch, duplicate_window,
 batch { max_inflight_per_stream, max_inflight_total, max_msgs, timeout } } }``), compared with nats-server:
 consumer defaults and refusals, the stream duplicate window, atomic batch size/in-flight/timeout, fast batches
-in flight; ``max_ha_assets`` refused at load (Rillet does not count HA assets)."""
+in flight; ``max_ha_assets`` read and shown (what it does in a cluster: tests/test_jscluster_ha_assets.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -19,6 +19,7 @@ jetstream {
     max_ack_pending: 10
     max_request_batch: 5
     default_max_consumers: 5
+    max_ha_assets: 7
     duplicate_window: "1m"
     batch { max_inflight_per_stream: 1, max_inflight_total: 10, max_msgs: 3, timeout: "500ms" }
   }
@@ -124,14 +125,17 @@ async def test_server_limits_like_nats_server(pair):
     assert got["stream max_consumers over the default"] == (None,), got
 
 
-def test_max_ha_assets_refused_at_load(tmp_path):
+def test_max_ha_assets_read_at_load(tmp_path):
     from rillet.config.errors import ConfigError
     from rillet.config.flags import parse_command_line
     p = tmp_path / "s.conf"
     p.write_text("jetstream {\n  limits {\n    max_ha_assets: 3\n  }\n}\n")
+    opts = parse_command_line(["-c", str(p)]).options
+    assert opts.jetstream.extra["limits"] == {"max_ha_assets": 3}
+    p.write_text("jetstream {\n  limits {\n    max_ha_assets: many\n  }\n}\n")
     with pytest.raises(ConfigError) as e:
         parse_command_line(["-c", str(p)])
-    assert f"{p}:3:5" in str(e.value) and "max_ha_assets" in str(e.value) and "not supported" in str(e.value)
+    assert f"{p}:3:5" in str(e.value) and "max_ha_assets" in str(e.value), str(e.value)
 
 
 async def test_limits_in_varz_as_nats_server(tmp_path):
@@ -154,3 +158,4 @@ async def test_limits_in_varz_as_nats_server(tmp_path):
             got[kind] = await varz(port)
     assert got["rillet"] == got["go"], got
     assert got["rillet"]["max_batch_timeout"] == 500_000_000 and got["rillet"]["max_ack_pending"] == 10, got
+    assert got["rillet"]["max_ha_assets"] == 7, got

@@ -171,7 +171,8 @@ async def test_jsz_raft_details_and_healthz_filters():
             await nc.close()
         sa = cluster[0].jetstream.cluster.state.stream("$G", "J")
         for s in cluster:
-            await _until(lambda: s.jetstream.cluster.streams.replica("$G", "J") is not None, what="replica")
+            await _until(lambda: s.jetstream.cluster.streams.replica("$G", "J") is not None
+                         and "C" in s.jetstream.cluster.streams.replica("$G", "J").creps, what="replicas")
             code, j = await asyncio.to_thread(_http, s, "/jsz?streams=true&config=true&raft=true&consumers=true")
             assert code == 200
             assert j["ha_assets"] == 3  # the meta group, the stream and its consumer (as nats-server counts)

@@ -222,3 +222,33 @@ def test_from_stream_config():
                                             "placement": {"cluster": "c", "tags": ["a"]}})
     assert c == PlacementConfig(3, "memory", 5, "c", ("a",))
     assert PlacementConfig.from_stream_config({"name": "S"}) == PlacementConfig()
+
+
+def test_max_ha_assets_counts_the_meta_group():
+    """A server's statsz ha_assets includes the meta group: with ``max_ha_assets: 2`` a server showing 2
+    (meta and one replicated group) can take one more; one showing 3 is left out (miscellaneous issue)."""
+    nodes = registry(node("a", ha=2), node("b", ha=2), node("c", ha=3), node("d", ha=1))
+    for seed in range(10):
+        got = select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=2, rng=random.Random(seed))
+        assert names(nodes, got) == ["a", "b", "d"]
+    nodes[peer_id("d")] = node("d", ha=3)
+    with pytest.raises(PlacementError) as ei:
+        select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=2)
+    assert str(ei.value) == "no suitable peers for placement, miscellaneous issue"
+    # no limit (0), or a server without stats yet, is never discarded for it
+    assert len(select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=0)) == 3
+    # (as nats-server, R1 placement is checked too)
+    with pytest.raises(PlacementError, match="miscellaneous issue"):
+        select(registry(node("a", ha=3)), 1, PlacementConfig(), max_ha_assets=2)
+
+
+def test_ha_assets_over_for_a_new_replicated_consumer():
+    from rillet.jetstream.cluster.placement import ha_assets_over
+    nodes = registry(node("a", ha=2), node("b", ha=3), node("c", stats=False))
+    a, b, c = peer_id("a"), peer_id("b"), peer_id("c")
+    assert ha_assets_over([a, b], nodes, 2) == b
+    assert ha_assets_over([a, c], nodes, 2) == ""  # (no statsz yet: not checked)
+    assert ha_assets_over([b], nodes, 2) == ""  # R1: no RAFT group, no check
+    assert ha_assets_over([a, b], nodes, 0) == ""
+    assert ha_assets_over([a, b], nodes, 3) == ""
+    assert ha_assets_over([a, c], nodes, -1) == a  # (nats-server checks any non-zero limit)

@@ -19,7 +19,6 @@ REFUSED = [
     ("2.11", "accounts {\n  A {\n    jetstream: { cluster_traffic: owner }\n  }\n}",
      '3:18: "cluster_traffic: owner" is not supported'),
     ("2.11", "jetstream {\n  tpm { keys_file: x }\n}", '2:3: "tpm" is not supported'),
-    ("2.11", "jetstream {\n  limits { max_ha_assets: 3 }\n}", '2:12: "max_ha_assets" is not supported'),
 ]
 
 

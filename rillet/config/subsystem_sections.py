@@ -441,11 +441,7 @@ class SubsystemSections(BuilderBase):
                             "max_msgs": integer("max_batch_size"),
                             "timeout": duration("max_batch_timeout")}, "jetstream.limits.batch")
 
-        def max_ha_assets(sub: Field) -> None:
-            sub.as_int()
-            raise sub.error(f'"{sub.key}" is not supported: Rillet does not count HA assets per server')
-
-        self.each(f, {"max_ack_pending": integer("max_ack_pending"), "max_ha_assets": max_ha_assets,
+        self.each(f, {"max_ack_pending": integer("max_ack_pending"), "max_ha_assets": integer("max_ha_assets"),
                       "max_request_batch": integer("max_request_batch"),
                       "default_max_consumers": integer("default_max_consumers"),
                       "duplicate_window": duration("max_duplicate_window"), "batch": batch},

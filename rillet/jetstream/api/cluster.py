@@ -329,7 +329,8 @@ class MetaApi(MetaEndpoints, MoveEndpoints):
 
     def _place_kw(self) -> dict:
         usage = peer_usage(sa.group.peers for sa in self.cl.state.iter_streams())
-        return {"usage": usage, "unique_tag": self.cl.server.opts.jetstream.unique_tag}
+        return {"usage": usage, "unique_tag": self.cl.server.opts.jetstream.unique_tag,
+                "max_ha_assets": self.cl.js.server_limits.max_ha_assets}
 
     # ---- system account: META.LEADER.STEPDOWN, SERVER.REMOVE --------------------------------------------
 

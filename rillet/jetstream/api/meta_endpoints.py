@@ -18,7 +18,7 @@ from rillet.jetstream import streamconfig as SC
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.cluster import assignments as A
 from rillet.jetstream.cluster.placement import (PlacementConfig, create_consumer_group,
-                                                create_stream_group, preferred_leader,
+                                                create_stream_group, ha_assets_over, preferred_leader,
                                                 select_peer_group)
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import NotLeader
@@ -405,6 +405,14 @@ class MetaEndpoints:
         else:
             self.cl._refresh_local()
             group = create_consumer_group(d, sa.config, sa.group, self.cl.registry.nodes)
+            lim = self.cl.js.server_limits.max_ha_assets
+            over = ha_assets_over(group.peers, self.cl.registry.nodes, lim)
+            if over:
+                ni = self.cl.registry.nodes[over]
+                self._warn_limited(f"JetStream cluster: {ni.name}@{ni.cluster} (HA Asset Count: {ni.stats.ha_assets}) "
+                                   f"exceeds max ha asset limit of {lim} for consumer {name or '(ephemeral)'} "
+                                   f"placement on stream {stream_name}")
+                raise ApiError.make("INSUFFICIENT_RESOURCES")
             group.preferred = preferred_leader(group.peers, self.cl.registry.nodes)
         ca = A.ConsumerAssignment(name=name, stream=stream_name, config=d, group=group, client=self._client(acc),
                                   created=existing.created if existing is not None else time.time_ns(),

@@ -54,6 +54,12 @@ def reconcile_group(g: Any, desired: list[str], log: Any, what: str) -> bool:
     return True
 
 
+def _replicated(assigned: Any, group: Any) -> bool:
+    """A replica's group nats-server runs a RAFT node for: more than one peer assigned, a scale or move in
+    progress, or other members still in the running group."""
+    return len(assigned.peers) > 1 or assigned.desired is not None or (group is not None and len(group.peers) > 1)
+
+
 class ClusteredStreams:
     """This server's stream and consumer replicas, driven by the meta layer's assignments."""
 
@@ -274,6 +280,19 @@ class ClusteredStreams:
                 out.append(rep.group)
             out.extend(cr.group for cr in rep.creps.values() if cr.group is not None)
         return out
+
+    def ha_groups(self) -> int:
+        """How many RAFT nodes nats-server would run here for the stream and consumer replicas (its statsz
+        ``ha_assets`` less the meta group): the replicated groups only, as nats-server runs no RAFT node for a
+        one-peer group (Rillet's runs solo); a group in a scale (``desired``) or still with other members
+        counts too."""
+        n = 0
+        for rep in self.replicas.values():
+            if rep.closed:
+                continue
+            n += _replicated(rep.sa.group, rep.group)
+            n += sum(_replicated(cr.ca.group, cr.group) for cr in rep.creps.values() if not cr.closed)
+        return n
 
     async def stop(self) -> None:
         self.running = False

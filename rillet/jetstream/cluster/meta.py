@@ -477,10 +477,15 @@ class JetStreamCluster:
         cfg = JSConfig(mem if mem is not None and mem >= 0 else dmem, sto if sto is not None and sto >= 0 else dsto,
                        o.jetstream.unique_tag)
         t = self.js.totals()
-        ha = sum(1 for sa in self.state.iter_streams() if len(sa.group.peers) > 1 and self.peer in sa.group.peers)
+        ha = self.ha_assets()
         self.registry.set_local(self.server.name, self.server.server_id, self.name, tags=o.tags,
                                 version=self.server_version(), cfg=cfg,
                                 stats=JSStats(t["memory"], t["storage"], 0, 0, ha))
+
+    def ha_assets(self) -> int:
+        """This server's HA assets as nats-server counts them (statsz and /jsz ``ha_assets``, what placement
+        compares with ``jetstream { limits { max_ha_assets } }``): its RAFT nodes, the meta group included."""
+        return (1 if self.group is not None else 0) + (self.streams.ha_groups() if self.streams is not None else 0)
 
     @staticmethod
     def server_version() -> str:

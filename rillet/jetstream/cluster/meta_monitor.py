@@ -57,11 +57,7 @@ class MetaMonitor:
         st = self.cl.streams
         reps = list(st.replicas.items()) if st is not None else []
         led = sum(1 for _, r in reps if r.leader)
-        ha = 1 if self.cl.group is not None else 0
-        for (acc, name), r in reps:
-            sa = self.cl.state.stream(acc, name)
-            if sa is not None and len(sa.group.peers) > 1:
-                ha += 1 + sum(1 for ca in sa.consumers.values() if len(ca.group.peers) > 1)
+        ha = self.cl.ha_assets()
         out: dict[str, Any] = {}
         for k, v in d.items():
             out[k] = v

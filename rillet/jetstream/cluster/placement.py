@@ -282,6 +282,20 @@ def create_consumer_group(consumer_cfg: Mapping, stream_cfg: Mapping, stream_gro
     return RaftGroup(consumer_group_name(peers, storage), peers, storage)
 
 
+def ha_assets_over(peers: Sequence[str], nodes: Mapping[str, NodeInfo], max_ha_assets: int) -> str:
+    """The first of a new replicated consumer's ``peers`` whose last statsz shows more HA assets than the
+    server's ``max_ha_assets`` ("" when none, or the consumer is R1, or no limit): nats-server then refuses
+    the consumer (insufficient resources). As there, any non-zero limit is checked (a negative one refuses
+    every replicated consumer), and the count includes the meta group (hence ``>``)."""
+    if len(peers) <= 1 or max_ha_assets == 0:
+        return ""
+    for p in peers:
+        ni = nodes.get(p)
+        if ni is not None and ni.stats is not None and ni.stats.ha_assets > max_ha_assets:
+            return p
+    return ""
+
+
 def preferred_leader(peers: Sequence[str], nodes: Mapping[str, NodeInfo], rng: random.Random | None = None) -> str:
     """The peer the group should first elect (nats-server's ``setPreferred``): a random online one."""
     if not peers:
