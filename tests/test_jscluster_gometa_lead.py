@@ -437,8 +437,9 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
 async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_path):
     import nats
     p1, p2 = free_port(), free_port()
-    gc = CAP.GoCluster(tmp_path, names=("g0",), extra_routes=[p1, p2])
-    gc.start_all()
+    # (g9: a Go server that joins later, while a Rillet server leads)
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g9"), extra_routes=[p1, p2])
+    gc.start("g0")
     confs = {"r1": _lead_conf(gc, "r1", p1), "r2": _lead_conf(gc, "r2", p2, extra_routes=[p1])}
     cms = {n: serve_config(c) for n, c in confs.items()}
     srvs = {n: await cm.__aenter__() for n, cm in cms.items()}
@@ -475,6 +476,19 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         assert info.config.name == "SOLO"
         for i in range(3):
             assert (await rc.jetstream(timeout=30).publish(f"solo.{i}", b"x")).seq == i + 1
+        # a new Go server joins: the Rillet leader adds it to the group (as nats-server's leader adds a server
+        # it hears from) and catches it up; it follows the Rillet leader
+        gc.start("g9")
+        g9 = gw.peer_id("g9")
+
+        async def g9_member():
+            cur = next((n for n, m in ms.items() if m.raft.role == LEADER), None)
+            if cur and g9 in ms[cur].raft.peers and ms[cur].raft.current(g9) and await _all_see(gc, ["g9"], cur):
+                return cur
+            return None
+        await CAP._until(g9_member, 90, what="g9 added by the Rillet leader, caught up and following it")
+        await _until(lambda: all(g9 in m.raft.peers and m.raft.cluster_size == 4 for m in ms.values()), 30,
+                     what="both Rillet members counting g9")
         # its durable consumer, assigned by the Rillet meta leader, led by the Rillet server that runs the stream
         ci = await rc.jetstream(timeout=30).add_consumer("SOLO", durable_name="SD", ack_policy="explicit")
         assert ci.name == "SD" and ci.cluster.leader in ("r1", "r2") and ci.num_pending == 3
@@ -502,6 +516,7 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         await _until(lambda: all(m.raft.leader == gw.peer_id("g0") for m in ms.values()), 60, what="g0 leading")
         names = await CAP._until(lambda: _names(g0), 60, what="the Go meta leader answering")
         assert sorted(names) == ["KEEP", "SOLO"]
+        await CAP._until(lambda: _all_see(gc, ["g9", "g0"], "g0"), 60, what="g9 following g0")
         js = g0.jetstream(timeout=30)
         assert (await js.stream_info("SOLO")).state.messages == 3
 
