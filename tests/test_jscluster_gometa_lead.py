@@ -415,6 +415,17 @@ async def test_two_go_one_rillet_meta_leadership_goes_to_rillet_and_back(tmp_pat
         assert (await js.consumer_info("R3", "D")).ack_floor.stream_seq == 5
         assert (await js.stream_info("R2")).state.messages == 5
         assert (await js.publish("r3.x", b"after")).seq == 6
+        # r1 leading again: a request only a Go meta leader carries out (scaling a stream) is delegated: the
+        # group goes to a Go server, which gets the request as it came and answers it
+        await CAP._until(r1_leads, 90, what="r1 leading again")
+        await _until(lambda: all(m.raft.current(gw.peer_id(n)) for n in ("g0", "g1")), 60, what="Go servers current")
+        si = await js.update_stream(name="R2", subjects=["r2.>"], num_replicas=3)
+        assert si.config.num_replicas == 3 and m.leader_api.delegated == 1 and m.raft.role == FOLLOWER
+
+        async def r2_scaled():
+            i = await js.stream_info("R2")
+            return len(i.cluster.replicas or []) == 2 and all(r.current for r in i.cluster.replicas)
+        await CAP._until(r2_scaled, 60, what="R2 on three servers")
         # r1 leading again, then shut down: on its way out it hands the group to a Go server, as nats-server does
         await CAP._until(r1_leads, 90, what="r1 leading again")
         await _until(lambda: all(m.raft.current(gw.peer_id(n)) for n in ("g0", "g1")), 60, what="Go servers current")

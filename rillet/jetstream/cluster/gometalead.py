@@ -31,8 +31,12 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``META.LEADER.STEPDOWN`` (system account only): leadership handed to the preferred server, or else to a Go
   server holding the whole log.
 
-Everything else a Go meta leader answers (stream scaling,
-``SERVER.REMOVE``, stream moves and peer removals, placement tags) is not here: see docs/mixed-clusters.md.
+What only a Go meta leader carries out -- ``SERVER.REMOVE``, ``STREAM.PEER.REMOVE``, ``ACCOUNT.PURGE``, the
+account's stream moves, stream restores, and creates or updates that scale, move or place by tags -- is
+delegated: the leadership goes to a current Go server and, once it leads, the request is sent to it as it came,
+so the Go leader answers the requester (``_delegate``). With no Go server current, it is refused or unanswered.
+
+Anything else a Go meta leader answers is not here: see docs/mixed-clusters.md.
 """
 from __future__ import annotations
 
@@ -114,12 +118,20 @@ class MetaLeaderApi:
             "$JS.API.CONSUMER.NAMES.*": self._consumer_names,
             "$JS.API.META.LEADER.STEPDOWN": self._stepdown,
             "$JS.API.INFO": self._account_info,
+            "$JS.API.SERVER.REMOVE": self._server_remove,
+            "$JS.API.STREAM.PEER.REMOVE.*": self._server_remove,
+            "$JS.API.ACCOUNT.PURGE.*": self._server_remove,
+            "$JS.API.ACCOUNT.STREAM.MOVE.*.*": self._server_remove,
+            "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.*.*": self._server_remove,
+            "$JS.API.STREAM.RESTORE.*": self._server_remove,
         }
         self.subs = [member.ic.subscribe(s, self._guard(h)) for s, h in handlers.items()]
         # every server's usage of each account, kept whether or not we lead (a new leader needs it at once)
         self.usage: dict[tuple[str, str], ge.UsageUpdate] = {}
         self.api_counts: dict[str, list[int]] = {}  # account: [requests taken here, errors answered among them]
         self._acc = ""  # the account of the request being handled
+        self._raw: tuple = (b"", b"", 0, b"")  # the request being handled, as it came (for _delegate)
+        self.delegated = 0
         self.subs.append(member.ic.subscribe("$JSC.ARU.*.*", self._on_usage))
 
     def close(self) -> None:
@@ -134,6 +146,7 @@ class MetaLeaderApi:
                 return  # (as a Go server that is not the meta leader: silent)
             ci = request_info(bytes(msg[:hdr])) if hdr > 0 else None
             body = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
+            self._raw = (subject, reply, hdr, bytes(msg))
             self._acc = str(ci.get("acc") or "") if ci is not None else ""
             if self._acc:
                 self.api_counts.setdefault(self._acc, [0, 0])[0] += 1
@@ -217,6 +230,42 @@ class MetaLeaderApi:
         rest = self.rng.sample([p for p in online if p != first], n - 1)
         return [first, *rest]
 
+    def _delegate(self) -> bool:
+        """For a request only a Go meta leader carries out: hand the group to a current Go server and, once it
+        leads, send it the request as it came (headers, reply subject: the Go leader answers the requester).
+        False when no Go server is current (the caller answers instead)."""
+        m = self.member
+        r = m.raft
+        go = [p for p in sorted(r.peers) if self._is_go(p) and r.current(p)]
+        if not go:
+            return False
+        peer, (subject, reply, hdr, msg) = go[0], self._raw
+        self.delegated += 1
+        m.log.notice(f"JetStream: handing the Go meta group to peer {peer} for {subject.decode()}, which a Rillet "
+                     "meta leader does not carry out")
+        m.transfer(peer)
+        loop = m.server.loop
+        deadline = loop.time() + 10.0
+
+        def resend() -> None:
+            if m.ic is None:
+                return
+            if r.leader == peer:
+                m.ic.publish(subject, reply, msg, hdr if hdr > 0 else -1)
+            elif loop.time() < deadline:
+                loop.call_later(0.05, resend)
+            else:
+                m.log.warn(f"JetStream: peer {peer} did not take the Go meta group; {subject.decode()} unanswered")
+        loop.call_later(0.05, resend)
+        return True
+
+    def _server_remove(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        """``SERVER.REMOVE``, ``STREAM.PEER.REMOVE``, ``ACCOUNT.PURGE``, the account's stream moves and stream
+        restores: carried out by a Go meta leader (``_delegate``); unanswered when no Go server is current."""
+        if not self._delegate():
+            self.member._warn_once(f"delegate:{subject}", f"JetStream: {subject} not answered: a Rillet meta "
+                                   "leader does not carry it out and no Go server is current")
+
     # -- streams --------------------------------------------------------------------------------------------
     def _cfg(self, acc: str, name: str) -> Any:
         """A stream's configuration from its assignment (a StreamConfig), None when there is none."""
@@ -267,7 +316,8 @@ class MetaLeaderApi:
             return
         why = self._placement_refused(cfg)
         if why:
-            self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err=why))
+            if not self._delegate():
+                self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err=why))
             return
         peers = self._place(cfg.num_replicas or 1)
         if peers is None:
@@ -299,8 +349,9 @@ class MetaLeaderApi:
             self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.to_dict()})
             return
         if cfg.num_replicas != old_cfg.num_replicas or to_go(cfg.placement) != to_go(old_cfg.placement):
-            self._answer(reply, _err(kind, "STREAM_UPDATE", err="scaling or moving a stream is not supported by "
-                                     "a Rillet meta leader"))
+            if not self._delegate():  # (scaling and moves: a Go meta leader's desired-state steps)
+                self._answer(reply, _err(kind, "STREAM_UPDATE", err="scaling or moving a stream is not supported "
+                                         "by a Rillet meta leader and no Go server is current"))
             return
         client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
         group = {k: v for k, v in (old.get("group") or {}).items() if k != "preferred"}
