@@ -171,7 +171,7 @@ def main() -> int:
     # (not this checkout: ``-m`` puts the working directory first on sys.path)
     cwd = tempfile.mkdtemp(prefix="idle-rss-cwd-") if a.python else None
     try:
-        measure(rillet, CONFIGS[-1][1], 0, env, cwd=cwd)  # warms the bytecode cache; not counted
+        measure(rillet, CONFIGS[-1][1], 0, env, a.connect, cwd)  # warms the bytecode cache; not counted
         rows = []
         for label, flags in CONFIGS:
             r = [measure(rillet, flags, a.idle, env, a.connect, cwd) for _ in range(a.repeat)]
