@@ -101,8 +101,9 @@ def test_choices(nodes, replicas, cfg, kw, want):
     # enough servers but too few online for a quorum
     (registry(node("a", offline=True), node("b", offline=True), node("c")), 3, None, {},
      "no suitable peers for placement, peer offline"),
-    # too many HA assets
-    (registry(node("a", ha=5)), 1, None, {"max_ha_assets": 4}, "no suitable peers for placement, miscellaneous issue"),
+    # too many HA assets (replicated stream and consumer groups assigned to it) for a replicated group
+    (registry(node("a"), node("b")), 2, None, {"max_ha_assets": 4, "usage": {peer_id("a"): PeerUsage(assets=4)}},
+     "no suitable peers for placement, miscellaneous issue"),
     # no meta peers at all
     ({}, 1, None, {}, "no suitable peers for placement, jetstream not enabled in cluster"),
     # memory storage is limited by max_memory_store
@@ -134,7 +135,7 @@ def test_peers_unknown_to_the_registry_are_a_misc_issue_and_other_clusters_ignor
 def test_replicated_streams_balance_on_ha_assets_then_storage():
     nodes = registry(*(node(n) for n in "abcd"))
     usage = peer_usage([[peer_id("a"), peer_id("b"), peer_id("c")], [peer_id("a")]])
-    assert usage[peer_id("a")] == PeerUsage(streams=2, ha=1)
+    assert usage[peer_id("a")] == PeerUsage(streams=2, ha=1, assets=1)
     for seed in range(20):
         got = select(nodes, 1, PlacementConfig(replicas=3), usage=usage, rng=random.Random(seed))
         assert names(nodes, got) == ["d"]  # the only server with no HA asset
@@ -224,31 +225,33 @@ def test_from_stream_config():
     assert PlacementConfig.from_stream_config({"name": "S"}) == PlacementConfig()
 
 
-def test_max_ha_assets_counts_the_meta_group():
-    """A server's statsz ha_assets includes the meta group: with ``max_ha_assets: 2`` a server showing 2
-    (meta and one replicated group) can take one more; one showing 3 is left out (miscellaneous issue)."""
-    nodes = registry(node("a", ha=2), node("b", ha=2), node("c", ha=3), node("d", ha=1))
+def test_max_ha_assets_counts_the_assigned_replicated_groups():
+    """nats-server 2.15.1 (seen live: a 3-server cluster with max_ha_assets 2): a server already in as many
+    replicated stream and consumer groups as the limit is left out of a replicated stream's placement
+    (miscellaneous issue), at once (the assignments, not the statsz); an R1 stream is placed regardless."""
+    nodes = registry(*(node(n, ha=9) for n in "abcd"))  # (the statsz count is not what is compared)
+    a, b, c, d = (peer_id(n) for n in "abcd")
+    usage = peer_usage([[a, b, c], [d]], [[a, b], [a], [b, d]])
+    assert usage[a] == PeerUsage(streams=1, ha=1, assets=2) and usage[d] == PeerUsage(streams=1, ha=0, assets=1)
     for seed in range(10):
-        got = select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=2, rng=random.Random(seed))
-        assert names(nodes, got) == ["a", "b", "d"]
-    nodes[peer_id("d")] = node("d", ha=3)
+        got = select(nodes, 2, PlacementConfig(replicas=2), max_ha_assets=2, usage=usage, rng=random.Random(seed))
+        assert names(nodes, got) == ["c", "d"]
     with pytest.raises(PlacementError) as ei:
-        select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=2)
+        select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=2, usage=usage)
     assert str(ei.value) == "no suitable peers for placement, miscellaneous issue"
-    # no limit (0), or a server without stats yet, is never discarded for it
-    assert len(select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=0)) == 3
-    # (as nats-server, R1 placement is checked too)
-    with pytest.raises(PlacementError, match="miscellaneous issue"):
-        select(registry(node("a", ha=3)), 1, PlacementConfig(), max_ha_assets=2)
+    assert len(select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=3, usage=usage)) == 3
+    assert len(select(nodes, 3, PlacementConfig(replicas=3), max_ha_assets=0, usage=usage)) == 3
+    assert len(select(registry(node("a")), 1, PlacementConfig(), max_ha_assets=1,
+                      usage={peer_id("a"): PeerUsage(assets=5)})) == 1
 
 
 def test_ha_assets_over_for_a_new_replicated_consumer():
     from rillet.jetstream.cluster.placement import ha_assets_over
-    nodes = registry(node("a", ha=2), node("b", ha=3), node("c", stats=False))
     a, b, c = peer_id("a"), peer_id("b"), peer_id("c")
-    assert ha_assets_over([a, b], nodes, 2) == b
-    assert ha_assets_over([a, c], nodes, 2) == ""  # (no statsz yet: not checked)
-    assert ha_assets_over([b], nodes, 2) == ""  # R1: no RAFT group, no check
-    assert ha_assets_over([a, b], nodes, 0) == ""
-    assert ha_assets_over([a, b], nodes, 3) == ""
-    assert ha_assets_over([a, c], nodes, -1) == a  # (nats-server checks any non-zero limit)
+    usage = {a: PeerUsage(assets=1), b: PeerUsage(assets=2)}
+    assert ha_assets_over([a, b], usage, 2) == b
+    assert ha_assets_over([a, c], usage, 2) == ""
+    assert ha_assets_over([b], usage, 2) == ""  # R1: no RAFT group, no check
+    assert ha_assets_over([a, b], usage, 0) == ""
+    assert ha_assets_over([a, b], usage, 3) == ""
+    assert ha_assets_over([a, b], usage, 1) == a

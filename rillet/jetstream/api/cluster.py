@@ -328,7 +328,8 @@ class MetaApi(MetaEndpoints, MoveEndpoints):
         return check
 
     def _place_kw(self) -> dict:
-        usage = peer_usage(sa.group.peers for sa in self.cl.state.iter_streams())
+        usage = peer_usage([sa.group.peers for sa in self.cl.state.iter_streams()],
+                           [ca.group.peers for sa in self.cl.state.iter_streams() for ca in sa.consumers.values()])
         return {"usage": usage, "unique_tag": self.cl.server.opts.jetstream.unique_tag,
                 "max_ha_assets": self.cl.js.server_limits.max_ha_assets}
 

@@ -406,12 +406,12 @@ class MetaEndpoints:
             self.cl._refresh_local()
             group = create_consumer_group(d, sa.config, sa.group, self.cl.registry.nodes)
             lim = self.cl.js.server_limits.max_ha_assets
-            over = ha_assets_over(group.peers, self.cl.registry.nodes, lim)
+            usage = self._place_kw()["usage"]
+            over = ha_assets_over(group.peers, usage, lim)
             if over:
-                ni = self.cl.registry.nodes[over]
-                self._warn_limited(f"JetStream cluster: {ni.name}@{ni.cluster} (HA Asset Count: {ni.stats.ha_assets}) "
-                                   f"exceeds max ha asset limit of {lim} for consumer {name or '(ephemeral)'} "
-                                   f"placement on stream {stream_name}")
+                self._warn_limited(f"JetStream cluster: {self.cl.registry.name_of(over)} (HA Asset Count: "
+                                   f"{usage[over].assets}) is at the max ha asset limit of {lim}: consumer "
+                                   f"{name or '(ephemeral)'} on stream {stream_name} refused")
                 raise ApiError.make("INSUFFICIENT_RESOURCES")
             group.preferred = preferred_leader(group.peers, self.cl.registry.nodes)
         ca = A.ConsumerAssignment(name=name, stream=stream_name, config=d, group=group, client=self._client(acc),

@@ -10,7 +10,8 @@
   ``tags excluded [...]``; tags compare lower-cased),
 * with room for ``max_bytes`` in the stream's storage: the server's ``max_file_store``/``max_memory_store``
   less the larger of what is used and what existing streams reserve (``insufficient storage``),
-* under ``max_ha_assets`` (``miscellaneous issue``),
+* for a replicated group, holding fewer replicated stream and consumer groups than ``max_ha_assets``
+  (``miscellaneous issue``),
 * with a ``unique_tag`` value (e.g. ``az:``) no peer chosen before has (``server tag not unique``);
   when a placement tag itself starts with the unique prefix the check is off,
 
@@ -100,20 +101,29 @@ class PlacementError(Exception):
 class PeerUsage:
     streams: int = 0  # stream groups the peer is in
     ha: int = 0  # replicated (R>1) stream groups the peer is in
+    assets: int = 0  # replicated stream and consumer groups the peer is in (what max_ha_assets limits)
 
 
-def peer_usage(stream_groups: Iterable[Sequence[str]]) -> dict[str, PeerUsage]:
-    """Per peer, how many stream groups (and replicated ones) it is in: from the stream assignments'
-    group peers (nats-server counts these live rather than trusting the statsz HA count)."""
+def peer_usage(stream_groups: Iterable[Sequence[str]],
+               consumer_groups: Iterable[Sequence[str]] = ()) -> dict[str, PeerUsage]:
+    """Per peer, how many stream groups (and replicated ones) it is in, and how many replicated stream and
+    consumer groups: from the assignments' group peers (nats-server 2.15 counts these live rather than
+    trusting the statsz HA count, which lags by up to 10 seconds)."""
     ns: dict[str, int] = {}
     ha: dict[str, int] = {}
+    assets: dict[str, int] = {}
     for peers in stream_groups:
         rep = len(peers) > 1
         for p in peers:
             ns[p] = ns.get(p, 0) + 1
             if rep:
                 ha[p] = ha.get(p, 0) + 1
-    return {p: PeerUsage(ns[p], ha.get(p, 0)) for p in ns}
+                assets[p] = assets.get(p, 0) + 1
+    for peers in consumer_groups:
+        if len(peers) > 1:
+            for p in peers:
+                assets[p] = assets.get(p, 0) + 1
+    return {p: PeerUsage(ns.get(p, 0), ha.get(p, 0), assets.get(p, 0)) for p in {*ns, *assets}}
 
 
 def _has(tags: Sequence[str], tag: str) -> bool:
@@ -205,13 +215,13 @@ def select_peer_group(replicas: int, cluster: str, cfg: PlacementConfig | None, 
         if max_bytes and max_bytes > avail:
             err.no_storage = True
             continue
-        if max_ha_assets > 0 and ni.stats is not None and ni.stats.ha_assets > max_ha_assets:
-            err.misc = True
+        u = usage.get(p, PeerUsage())
+        if max_ha_assets > 0 and r > 1 and u.assets >= max_ha_assets:
+            err.misc = True  # (nats-server 2.15: a replicated group only, and the live count, not the statsz)
             continue
         if uprefix and not unique_ok(p, ni):
             err.unique_tag = True
             continue
-        u = usage.get(p, PeerUsage())
         chosen.append((p, avail, ni.offline, u.ha, u.streams))
         if not ni.offline:
             online += 1
@@ -282,16 +292,15 @@ def create_consumer_group(consumer_cfg: Mapping, stream_cfg: Mapping, stream_gro
     return RaftGroup(consumer_group_name(peers, storage), peers, storage)
 
 
-def ha_assets_over(peers: Sequence[str], nodes: Mapping[str, NodeInfo], max_ha_assets: int) -> str:
-    """The first of a new replicated consumer's ``peers`` whose last statsz shows more HA assets than the
-    server's ``max_ha_assets`` ("" when none, or the consumer is R1, or no limit): nats-server then refuses
-    the consumer (insufficient resources). As there, any non-zero limit is checked (a negative one refuses
-    every replicated consumer), and the count includes the meta group (hence ``>``)."""
-    if len(peers) <= 1 or max_ha_assets == 0:
+def ha_assets_over(peers: Sequence[str], usage: Mapping[str, PeerUsage], max_ha_assets: int) -> str:
+    """The first of a new replicated consumer's ``peers`` already in ``max_ha_assets`` replicated stream and
+    consumer groups ("" when none, or the consumer is R1, or no limit): nats-server 2.15 then refuses the
+    consumer (insufficient resources)."""
+    if len(peers) <= 1 or max_ha_assets <= 0:
         return ""
     for p in peers:
-        ni = nodes.get(p)
-        if ni is not None and ni.stats is not None and ni.stats.ha_assets > max_ha_assets:
+        u = usage.get(p)
+        if u is not None and u.assets >= max_ha_assets:
             return p
     return ""
 
