@@ -406,7 +406,7 @@ class MetaEndpoints:
             self.cl._refresh_local()
             group = create_consumer_group(d, sa.config, sa.group, self.cl.registry.nodes)
             lim = self.cl.js.server_limits.max_ha_assets
-            usage = self._place_kw()["usage"]
+            usage = self._place_kw()["usage"] if lim > 0 and len(group.peers) > 1 else {}
             over = ha_assets_over(group.peers, usage, lim)
             if over:
                 self._warn_limited(f"JetStream cluster: {self.cl.registry.name_of(over)} (HA Asset Count: "
