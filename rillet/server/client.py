@@ -73,7 +73,7 @@ class Subscription:
 
 def _connect_json() -> Any:
     """rillet.server.connect_json (ConnectOpts, the CONNECT/INFO JSON decoding), loaded with the first client
-    connection: it loads msgspec, which an idle server has no use for (issue 20)."""
+    connection, not by an idle server (issue 20; it decodes with the standard library's json, not msgspec)."""
     global _cj
     if _cj is None:
         from rillet.server import connect_json
