@@ -128,7 +128,8 @@ def _api(rillet=()):
     raft.last_seen = {A: now, B: now, **{r: now for r in rillet}}
     proposed = []
     m = SimpleNamespace(raft=raft, peer=ME, rillet_peers=set(rillet), state=GoMetaState(), ic=_IC(),
-                        propose=proposed.append, replicas={}, solo=None, refused=0, server=SimpleNamespace(
+                        propose=proposed.append, replicas={}, solo=None, refused=0,
+                        log=SimpleNamespace(warn=lambda *a: None, notice=lambda *a: None), server=SimpleNamespace(
                             opts=SimpleNamespace(cluster=SimpleNamespace(name="C1"),
                                                  jetstream=SimpleNamespace(domain=""),
                                                  accounts={"A": {"jetstream": {"max_streams": 10}},
@@ -215,6 +216,10 @@ def test_meta_leader_api_places_streams_and_consumers_with_a_go_preferred_leader
     _request(m, "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.DELETE.X", {})
     got = [d.get("consumers") or d.get("streams") or d["error"]["err_code"] for _, d in m.ic.sent]
     assert got == [["D"], ["S"], 10014, 10059]
+    # a field of the wrong type: a bad request, answered
+    m.ic.sent.clear()
+    _request(m, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.NAMES", {"offset": "x"})
+    assert m.ic.sent[-1][1]["error"]["err_code"] == 10003
     # another account sees nothing of it
     m.ic.sent.clear()
     _request(m, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.NAMES", {}, acc="B")

@@ -150,7 +150,13 @@ class MetaLeaderApi:
             self._acc = str(ci.get("acc") or "") if ci is not None else ""
             if self._acc:
                 self.api_counts.setdefault(self._acc, [0, 0])[0] += 1
-            handler(subject.decode(), reply.decode(), ci, body)
+            subj, rep = subject.decode(), reply.decode()
+            try:
+                handler(subj, rep, ci, body)
+            except (ValueError, TypeError) as e:  # (a request whose fields have the wrong types)
+                self.member.log.warn(f"JetStream: meta leader request on {subj} refused: {e!r}")
+                kind = {"INFO": "account_info"}.get(subj.split(".")[2], subj.split(".")[2].lower())
+                self._answer(rep, _err(f"{kind}_response", "BAD_REQUEST"))
         return on_msg
 
     def _answer(self, reply: str, doc: dict) -> None:
