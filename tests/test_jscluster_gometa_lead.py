@@ -638,3 +638,19 @@ async def test_member_stands_after_an_election_timeout_without_a_leader_only(mon
         n.stop()
     finally:
         m.stop()
+
+
+def test_lead_flag_without_the_meta_flag_refuses_to_start(tmp_path):
+    from rillet.app.compose import build_server
+    from rillet.config.flags import parse_command_line
+    conf = tmp_path / "lead.conf"
+    conf.write_text(f"""
+server_name: r1
+listen: 127.0.0.1:-1
+accounts {{ SYS {{ users [{{user: sys, password: sys}}] }} }}
+system_account: SYS
+cluster {{ name: C1, listen: 127.0.0.1:{free_port()} }}
+feature_flags {{ rillet_go_meta_lead: true }}
+""")
+    with pytest.raises(ValueError, match="'rillet_go_meta_lead' needs 'rillet_go_meta: true'"):
+        build_server(parse_command_line(["-c", str(conf)]).options)
