@@ -154,7 +154,7 @@ _values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_siz
 _members = st.lists(st.tuples(_names, _values), max_size=6)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, derandomize=True)  # (the same documents every run)
 @given(_members, st.sampled_from(["", " ", "\n", "x", ",", "}"]))
 def test_generated_documents_as_msgspec(members, tail):
     doc = "{" + ",".join(f"{_key(k)}:{_write(v)}" for k, v in members) + "}" + tail
