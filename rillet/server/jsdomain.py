@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rillet.subjects.mapping import Mapping
+from rillet.subjects.validate import is_valid_subject
 
 # what a domain prefix stands for: $JS.<domain>.API.<suffix> <- the local subject (nats-server's
 # generateJSMappingTable; $KV and $OBJ get an extra token so the three subject spaces stay apart)
@@ -55,7 +56,6 @@ def validate(o: Any) -> None:
     dd = o.default_js_domain
     if not dd:
         return
-    from rillet.subjects.validate import is_valid_subject
     if not o.trusted_operators:
         accounts = o.accounts if isinstance(o.accounts, dict) else {}
         for name, domain in dd.items():
