@@ -497,6 +497,11 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         assert info.config.name == "SOLO"
         for i in range(3):
             assert (await rc.jetstream(timeout=30).publish(f"solo.{i}", b"x")).seq == i + 1
+        # both Rillet members compact their logs into meta snapshots of their own (nats-server's encoding):
+        # the Go servers to come are caught up from them, whichever leads
+        await _until(lambda: ms[other].raft.commit == lm.raft.commit, 30, what=f"{other} applying all")
+        assert all(m.compact() for m in ms.values())
+        assert lm.raft.base_index == lm.raft.commit and not lm.raft._log
         # a new Go server joins: the Rillet leader adds it to the group (as nats-server's leader adds a server
         # it hears from) and catches it up; it follows the Rillet leader
         gc.start("g9")
@@ -536,7 +541,9 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         await CAP._until(to_g0, 60, what="the Rillet leader handing the meta group to g0")
         await _until(lambda: all(m.raft.leader == gw.peer_id("g0") for m in ms.values()), 60, what="g0 leading")
         names = await CAP._until(lambda: _names(g0), 60, what="the Go meta leader answering")
-        assert sorted(names) == ["KEEP", "SOLO"]
+        assert sorted(names) == ["KEEP", "SOLO"]  # (SOLO: from the Rillet leader's snapshot)
+        sd = json.loads((await g0.request("$JS.API.CONSUMER.NAMES.SOLO", b"{}", timeout=10)).data)
+        assert sd["consumers"] == ["SD"], sd
         await CAP._until(lambda: _all_see(gc, ["g9", "g0"], "g0"), 60, what="g9 following g0")
         js = g0.jetstream(timeout=30)
         assert (await js.stream_info("SOLO")).state.messages == 3
@@ -654,3 +661,41 @@ feature_flags {{ rillet_go_meta_lead: true }}
 """)
     with pytest.raises(ValueError, match="'rillet_go_meta_lead' needs 'rillet_go_meta: true'"):
         build_server(parse_command_line(["-c", str(conf)]).options)
+
+
+def test_compacted_leader_catches_a_follower_up_from_its_own_meta_snapshot():
+    """A standing member's snapshot: its applied assignments in nats-server's meta snapshot encoding (no request
+    subject or reply, consumers under ``Consumers``); a follower behind it gets the snapshot, then the entries."""
+    from rillet.jetstream.cluster.gometa import GoMetaMember, GoRaftFollower
+    p = _leader()
+    _ack(p, A, p.pindex)
+    st = GoMetaState()
+    doc = {"client": {"acc": "A"}, "created": "2026-11-29T00:00:00Z", "stream": {"name": "S", "subjects": ["s"]},
+           "group": {"name": "S-R3F-abcdefgh", "peers": [ME, A, B]}, "sync": "$JSC.SYNC.x", "subject": "x",
+           "reply": "_R_.y"}
+    ca = {"client": {"acc": "A"}, "created": "2026-11-29T00:00:01Z", "name": "D", "stream": "S",
+          "consumer": {"durable_name": "D"}, "group": {"name": "C-R3F-abcdefgh", "peers": [ME, A, B]},
+          "subject": "x", "reply": "_R_.z"}
+    for op, d in ((ge.OP_ASSIGN_STREAM, doc), (ge.OP_ASSIGN_CONSUMER, ca)):
+        p.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(op, d))])
+        for c in _ack(p, A, p.pindex)[1]:
+            st.apply(c)
+    # (the member's compaction, on a member object that only carries what compact() uses)
+    m = SimpleNamespace(raft=p, state=st, apply_errors=0, snapshots_taken=0)
+    assert GoMetaMember.compact(m) and p.base_index == 4 and not p._log and m.snapshots_taken == 1
+    snap = ge.decode_meta_snapshot(p.snapshot_data)
+    assert snap == [{k: doc[k] for k in ("client", "created", "stream", "group", "sync")} |
+                    {"Consumers": [{k: ca[k] for k in ("client", "created", "name", "stream", "consumer", "group")}]}]
+    p.propose([gw.Entry(gw.ENTRY_NORMAL, b"\x03{}")])
+    # a follower with an empty log: the snapshot and peer state on its catch-up inbox, then the entry after
+    f = GoRaftFollower("_meta_", B)
+    outs, _ = f.append("append", "", "$NRG.R.l", gw.AppendEntry(ME, p.term, p.commit, p.pterm, p.pindex, ()), 0.0)
+    inbox = outs[0].reply
+    outs = p._catch_up(gw.AppendEntryResponse.decode(outs[0].payload).index, inbox)
+    done = []
+    for o in outs:
+        done += f.append("catchup", inbox, "", gw.AppendEntry.decode(o.payload), 0.0)[1]
+    assert done[0].snapshot and f.base_index == 4 and f.pindex == 5
+    fs = GoMetaState()
+    fs.apply(done[0])
+    assert set(fs.streams) == {("A", "S")} and set(fs.consumers[("A", "S")]) == {"D"}

@@ -204,7 +204,7 @@ class GoRaftPeer(GoRaftFollower):
         outs: list[Out] = []
         index = from_index
         if index < self.base_index:
-            if not self.snapshot_data:
+            if not self.snapshot_peer_state:  # (no snapshot of ours: a meta snapshot of no streams is empty)
                 return []
             outs.append(Out(inbox, "", self._ae(
                 (gw.Entry(gw.ENTRY_SNAPSHOT, self.snapshot_data), gw.Entry(gw.ENTRY_PEER_STATE, self.snapshot_peer_state)),

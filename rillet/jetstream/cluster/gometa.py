@@ -53,6 +53,7 @@ CAMPAIGN_RETRY = 0.3  # seconds before a candidate of a new group stands again
 ELECTION_TIMEOUT = (4.0, 9.0)
 CAMPAIGN_TIMEOUT = (0.1, 0.8)
 LOST_QUORUM = 10.0
+SNAPSHOT_EVERY = 1024  # (standing) log entries beyond the last snapshot before the member compacts its log
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,15 @@ class GoRaftFollower:
         if self.base_index < index <= self.pindex:
             return self._log[index - self.base_index - 1][0]
         return None
+
+    def compact(self, index: int, data: bytes, peer_state: bytes) -> None:
+        """Our log up to ``index`` replaced by a snapshot (its state machine image and peer state)."""
+        term = self.term_at(index)
+        if term is None or index > self.commit:
+            raise ValueError(f"can not compact to {index}: not a committed index of our log")
+        del self._log[:index - self.base_index]
+        self.base_index, self.base_term = index, term
+        self.snapshot_data, self.snapshot_peer_state = data, peer_state
 
     def _truncate_after(self, index: int) -> None:
         del self._log[max(index - self.base_index, 0):]
@@ -377,6 +387,17 @@ class GoMetaState:
     def stream_names(self, account: str) -> list[str]:
         return sorted(n for (a, n) in self.streams if a == account)
 
+    def snapshot_assignments(self) -> list[dict[str, Any]]:
+        """The state as a meta snapshot lists it (nats-server's writeable stream and consumer assignments:
+        no request subject or reply, the consumers under ``Consumers``), for ``gowire.encode_meta_snapshot``."""
+        out = []
+        for key, sa in self.streams.items():
+            doc = {k: sa[k] for k in ("client", "created", "stream", "group", "sync") if k in sa}
+            doc["Consumers"] = [{k: ca[k] for k in ("client", "created", "name", "stream", "consumer", "group")
+                                 if k in ca} for ca in (self.consumers.get(key) or {}).values()]
+            out.append(doc)
+        return out
+
 
 class TermVote:
     """The current term and vote of a member in ``<dir>/tav.idx``: the 8-byte peer voted for (zeros: none)
@@ -465,6 +486,7 @@ class GoMetaMember:
         self.campaigns = 0
         self.quorum_losses = 0
         self.stop_transfers = 0
+        self.snapshots_taken = 0
         self.on_leader_change: list[Callable[[bool], None]] = []  # called with True on winning, False on losing
         self.leader_api: Any = None  # (gometalead.MetaLeaderApi, with the lead flag)
         self._was_leader = False
@@ -587,6 +609,24 @@ class GoMetaMember:
         if done:
             for cb in self.on_applied:
                 cb()
+            if self.standing and self.raft.commit - self.raft.base_index >= SNAPSHOT_EVERY:
+                self.compact()
+
+    def compact(self) -> bool:
+        """(standing) Snapshot the applied state in nats-server's meta snapshot encoding and drop the log up to
+        it, as nats-server's members compact theirs: a follower too far behind for the log is then caught up
+        from this snapshot. Not done while catching up, or when an entry could not be applied here (the
+        snapshot would lose it)."""
+        r = self.raft
+        if r.catchup is not None or self.apply_errors or r.applied <= r.base_index or r.applied != r.commit:
+            return False
+        from rillet.jetstream.cluster.golead import GoRaftPeer
+        data = ge.encode_meta_snapshot(self.state.snapshot_assignments())
+        ps = r.peer_state().encode() if isinstance(r, GoRaftPeer) else gw.PeerState(
+            tuple(sorted(r.peers)), r.cluster_size, r.domain_ext).encode()
+        r.compact(r.applied, data, ps)
+        self.snapshots_taken += 1
+        return True
 
     def _send(self, outs: list[Out]) -> None:
         if self.tav is not None:
