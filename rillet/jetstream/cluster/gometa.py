@@ -4,9 +4,11 @@ The meta side of mixed Go + Rillet JetStream clusters (docs/mixed-clusters.md): 
 group over ``$NRG.`` subjects with nats-server's encodings (rillet.raft.gowire), votes in its elections,
 answers its append entries, catches up from the leader (entries or a snapshot) and applies the committed meta
 entries (rillet.jetstream.cluster.gowire) into ``GoMetaState``: the stream and consumer assignments the Go meta
-leader decided. It does not become meta leader (a leadership transfer to it is handed on at once to the Go
-servers, see ``GoRaftFollower._hand_off``) and proposes nothing (golead.py has the leader side, for tests);
-the stream replicas placed on it are gostream.py's. As a
+leader decided. By default it does not become meta leader (a leadership transfer to it is handed on at once
+to the Go servers, see ``GoRaftFollower._hand_off``); with ``feature_flags { rillet_go_meta_lead: true }``
+it stands for election as nats-server's members do (``GoMetaMember.stand``: golead.py has the candidate and
+leader rules, gometalead.py the meta leader's JetStream API). The stream replicas placed on it are
+gostream.py's. As a
 nats-server without JetStream of its own does, it gives its JetStream-enabled accounts the cluster's
 JetStream API (``bridge_js_api``): its clients create streams and publish through it.
 
