@@ -35,9 +35,10 @@ def encode_config(cfg: Any) -> bytes:
 
 
 def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: str = "",
-                     deleted_details: bool = False, with_cluster: bool = False) -> dict[str, Any]:
+                     deleted_details: bool = False, with_cluster: bool = False,
+                     alternates: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A StreamInfo. ``with_cluster``: the ``cluster`` block nats-server puts in INFO and LIST answers
-    (not in create/update answers)."""
+    (not in create/update answers); ``alternates``: the stream and its mirrors (INFO in a cluster)."""
     d: dict[str, Any] = {}
     if include_config:
         d["config"] = apijson.to_go(C.with_dynamic_metadata(s.cfg, level=API_LEVEL))
@@ -52,6 +53,8 @@ def stream_info_dict(s: Stream, include_config: bool = True, subjects_filter: st
                 d["state"]["consumer_count"] = n
     if s.sources is not None:
         d.update(s.sources.info_dict())
+    if alternates:
+        d["alternates"] = alternates
     d["ts"] = format_time(now_ns())
     return d
 

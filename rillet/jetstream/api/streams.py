@@ -303,7 +303,7 @@ class StreamApi:
                                {"total": 0, "offset": 0, "limit": 0})
             return
         info = stream_info_dict(stream, subjects_filter=req.subjects_filter, deleted_details=req.deleted_details,
-                                with_cluster=True)
+                                with_cluster=True, alternates=self._stream_alternates(name, reply))
         d = {"type": typ, "total": 0, "offset": 0, "limit": 0, **info}
         subs = info["state"].get("subjects")
         if subs is not None:
@@ -314,6 +314,18 @@ class StreamApi:
             d["limit"] = 100000
             info["state"]["subjects"] = {k: subs[k] for k in keys[offset:offset + 100000]}
         self.respond(reply, d)
+
+    def _stream_alternates(self, name: str, reply: bytes | None) -> list[dict[str, str]] | None:
+        """(STREAM.INFO) In a cluster, the stream and the account's mirrors of it, nearest the requester's
+        cluster first (rillet.jetstream.cluster.alternates); None without clustering or without a mirror."""
+        cl = self.js.cluster
+        if cl is None:
+            return None
+        from rillet.jetstream.cluster.alternates import stream_alternates
+        cluster, alts = cl.api._requester(self.jsa.account, reply)
+        account = self.jsa.account.name
+        return stream_alternates(cl.state.streams.get(account, {}).values(), name, cluster, alts,
+                                 self.js.domain or "")
 
     def stream_delete(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         check_empty(body)
