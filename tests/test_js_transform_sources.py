@@ -358,7 +358,13 @@ async def _clean(r: Raw) -> None:
         await asyncio.sleep(0.2)
     names = resp.get("streams") or []
     for name in names:
-        await r.api(f"$JS.API.STREAM.DELETE.{name}")
+        deadline = time.monotonic() + 15
+        while True:  # (a loaded cluster may leave a delete unanswered within the request's timeout: asked again)
+            ans = await r.request(f"$JS.API.STREAM.DELETE.{name}")
+            if isinstance(ans[0], tuple) and ans[0][1]:
+                break
+            assert time.monotonic() < deadline, ans
+            await asyncio.sleep(0.2)
 
 
 def _stored(transcript: list[Any]) -> dict[str, list[str]]:
