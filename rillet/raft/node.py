@@ -32,12 +32,12 @@ entry of a later term arriving at an index at or below that commit.
 from __future__ import annotations
 
 import random
-from collections import deque
 from typing import Optional, Sequence
 
 from .msgs import (ENTRY_CONF, ENTRY_NOOP, ENTRY_NORMAL, AppendEntries, AppendResponse, HardState, Heartbeat,
                    HeartbeatResponse, InstallSnapshot, RecoveryQuery, RecoveryState, Snapshot, TimeoutNow,
                    VoteRequest, VoteResponse, decode_peers, encode_peers)
+from .ready import Progress, Ready  # noqa: F401  (imported from here)
 from .recovery import Recovery
 from .roles import (ADD, CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, PROBE, REMOVE,  # noqa: F401  (imported from here)
                     REPLICATE, SNAPSHOT)
@@ -57,63 +57,6 @@ class NotLeader(RaftError):
 
 class ProposalDropped(RaftError):
     """The leader refuses the proposal for now (leadership transfer, configuration change pending)."""
-
-
-class Ready:
-    """One batch of work for the driver. Order: persist ``snapshot``, then ``entries`` (they replace any
-    stored entries from ``entries[0][0]`` on), then ``hard_state``, then ``base_peers`` (when not None:
-    the voters at the start of the log, learnt from the leader, to be used instead of the founding set the
-    driver stored); fsync if ``must_sync``; then send ``messages``; then apply ``snapshot.data`` (if any)
-    and ``committed_entries``; then ``advance``."""
-    __slots__ = ("hard_state", "entries", "snapshot", "messages", "committed_entries", "soft_state", "must_sync",
-                 "base_peers")
-
-    def __init__(self, hard_state, entries, snapshot, messages, committed_entries, soft_state, must_sync,
-                 base_peers=None):
-        self.hard_state: Optional[HardState] = hard_state
-        self.entries: list = entries
-        self.snapshot: Optional[Snapshot] = snapshot
-        self.messages: list = messages
-        self.committed_entries: list = committed_entries
-        self.soft_state: Optional[tuple] = soft_state  # (leader, role) when it changed, else None
-        self.must_sync: bool = must_sync
-        self.base_peers: Optional[tuple] = base_peers
-
-    def __repr__(self) -> str:
-        return (f"Ready(hs={self.hard_state}, entries={len(self.entries)}, snap={self.snapshot is not None}, "
-                f"msgs={len(self.messages)}, committed={len(self.committed_entries)}, soft={self.soft_state})")
-
-
-class Progress:
-    """The leader's view of one follower."""
-    __slots__ = ("match", "next", "state", "paused", "inflight", "pending_snapshot", "recent_active", "last_seen",
-                 "snap_sent", "heard")
-
-    def __init__(self, next_index: int, now: int):
-        self.match = 0
-        self.next = next_index
-        self.state = PROBE
-        self.paused = False
-        self.inflight: deque = deque()
-        self.pending_snapshot = 0
-        self.recent_active = True
-        self.last_seen = now
-        self.snap_sent = 0
-        self.heard = False  # (an answer came from it since this node became leader; last_seen starts at now)
-
-    def become_probe(self, next_index: int) -> None:
-        self.state = PROBE
-        self.next = next_index
-        self.paused = False
-        self.inflight.clear()
-        self.pending_snapshot = 0
-
-    def become_replicate(self) -> None:
-        self.state = REPLICATE
-        self.next = self.match + 1
-        self.paused = False
-        self.inflight.clear()
-        self.pending_snapshot = 0
 
 
 class Node(Recovery):
