@@ -36,7 +36,8 @@ Durability (``sync``, JetStream's ``sync_interval``):
 The term and the vote are always on disk (written atomically, fsynced) before a message that depends on
 them is sent, and so are snapshots. The commit index is saved with them and otherwise at each periodic
 sync and at stop: after a restart, committed entries past the saved commit are committed again by the
-leader, never lost.
+leader, never lost. The saved commit never goes down (``_commit_floor``; a member back from an unclean stop
+has a commit clamped to what its log kept) until the node found the entries below it lost.
 
 Recovery after an unclean stop (lazy sync only): ``stop()`` leaves a ``clean`` marker in the WAL directory
 (after the final fsync) and ``start()`` removes it durably. A group that starts with a WAL holding anything and
@@ -382,7 +383,8 @@ class RaftGroup(Leadership):
                 if not delete and self.node is not None:
                     n = self.node
                     if (n.term, n.vote, n.commit) != self._hs_saved:
-                        self.wal.save_hard_state(M.HardState(n.term, n.vote, min(n.commit, n.stable),
+                        self.wal.save_hard_state(M.HardState(n.term, n.vote,
+                                                             self._commit_floor(min(n.commit, n.stable)),
                                                              self._mark_now()))
                 self.wal.close()
                 if not delete and not self.memory and not self.write_error:
@@ -739,9 +741,20 @@ class RaftGroup(Leadership):
                 n.known_mark = mark
         return mark
 
+    def _commit_floor(self, commit: int) -> int:
+        """The commit index to save: never below the one saved before (``node.known_commit``, the saved commit the
+        node started with), unless the node found those entries lost (their indexes are reused). A member back from
+        an unclean stop starts with its commit clamped to its log (0 when the log was lost) and saves a hard state
+        at its first term change, before it caught up: saving that commit would drop the floor a later recovery
+        finds a majority's loss by (it would see no committed entry missing, and say nothing)."""
+        n = self.node
+        if n is not None and n.lost is None and n.known_commit > commit:
+            return n.known_commit
+        return commit
+
     def _save_hs(self, term: int, vote: Optional[str], commit: int) -> None:
         try:
-            self.wal.save_hard_state(M.HardState(term, vote, commit, self._mark_now()))
+            self.wal.save_hard_state(M.HardState(term, vote, self._commit_floor(commit), self._mark_now()))
         except OSError as e:
             self._write_failed(e)
             return
