@@ -97,3 +97,58 @@ async def test_a_stop_before_catching_up_keeps_the_saved_commit():
         w, rec = WAL.open(d, "interval")
         w.close()
         assert rec.hard_state.term == 4 and rec.stored_commit == 50
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def error(self, s: str) -> None:
+        self.lines.append(("ERR", s))
+
+    def warn(self, s: str) -> None:
+        self.lines.append(("WRN", s))
+
+
+class _Store:
+    def __init__(self, last: int) -> None:
+        self.last_seq = last
+
+    def skip_msgs(self, seq: int, n: int) -> None:
+        assert seq == self.last_seq + 1
+        self.last_seq += n
+
+
+def _replica(last: int, data_lost=None):
+    from types import SimpleNamespace as NS
+
+    from rillet.jetstream.cluster.stream_loss import StreamLossMixin
+
+    class Replica(StreamLossMixin):
+        pass
+
+    r = Replica()
+    log = _Log()
+    r.name, r.stream, r.group = "JF", NS(store=_Store(last)), NS(memory=True)
+    r.cs, r.jsa = NS(js=NS(log=log)), NS(account=NS(name="$G"))
+    r._floor, r.replay_seq, r.skipped, r.data_lost = 0, last, None, data_lost
+    return r, log
+
+
+def test_a_replica_that_learns_the_loss_from_the_replicated_report_logs_it():
+    """A member that came back after the others had recovered found nothing itself: the leader's LOST entry tells it,
+    and it says so as the members that found it do (once: a replay of the entry logs nothing more)."""
+    report = {"raft_first": 1, "raft_last": 2680, "entries": 2680, "server": "n2", "seq_mark": 4726}
+    r, log = _replica(0)
+    r._apply_lost(dict(report))
+    errs = [s for lvl, s in log.lines if lvl == "ERR"]
+    assert len(errs) == 1 and "stream '$G > JF' lost 2680 committed RAFT entries (1..2680), as n2 found" in errs[0]
+    assert r.stream.store.last_seq == 4726 and r.data_lost["raft_last"] == 2680
+    log.lines.clear()
+    r._apply_lost(dict(report))  # (replayed after a restart)
+    assert not [s for lvl, s in log.lines if lvl == "ERR"]
+    # a member that found the same loss itself (its own report) is not told twice
+    mine = {"raft_first": 1, "raft_last": 2680, "entries": 2680, "server": "n1", "seq_mark": 4726}
+    r2, log2 = _replica(0, mine)
+    r2._apply_lost(dict(report))
+    assert not [s for lvl, s in log2.lines if lvl == "ERR"]

@@ -524,7 +524,8 @@ class StreamLossMixin:
 
     def _apply_lost(self, report: dict) -> None:
         """(LOST, every replica) Record the report and skip the sequences up to its mark: a message stored after
-        this entry never takes a sequence that may have been acknowledged before the loss."""
+        this entry never takes a sequence that may have been acknowledged before the loss. A replica to which the
+        lost RAFT range is news (its own recovery could not see it) logs the loss as the finders do."""
         store = self.stream.store
         mark = int(report.get("seq_mark", 0))
         last = store.last_seq
@@ -551,6 +552,15 @@ class StreamLossMixin:
         if rep != before:
             self.data_lost = rep
             self._save_lost()
+            first, lastr = int(report["raft_first"]), int(report["raft_last"])
+            if lastr >= first and (before is None or before["raft_last"] < before["raft_first"]
+                                   or not before["raft_first"] <= first <= lastr <= before["raft_last"]):
+                # (news to this replica: its own recovery found nothing, e.g. it came back after the others had
+                # recovered, or knew no commit index past its log. Never silent here either)
+                self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost "
+                                     f"{lastr - first + 1} committed RAFT entries ({first}..{lastr}), as "
+                                     f"{report.get('server') or 'another member'} found: acknowledged messages or "
+                                     f"operations may be missing (sequences up to {mark} are not given again)")
             if mark > last:
                 self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': sequences "
                                     f"{last + 1}..{mark} skipped (lost with committed entries)")
