@@ -36,6 +36,7 @@ def make_server_context(cfg: TLSConfig, staple: Any = None) -> ssl.SSLContext:
         ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
     except (OSError, ssl.SSLError) as e:
         raise ValueError(f"error parsing X509 certificate/key pair: {e}") from e
+    send_configured_chain_only(ctx)
     if cfg.ca_file:
         try:
             ctx.load_verify_locations(cafile=cfg.ca_file)
@@ -55,6 +56,39 @@ def make_server_context(cfg: TLSConfig, staple: Any = None) -> ssl.SSLContext:
                              "sets a single group)")
         ctx.set_ecdh_curve(check_curve(cfg.curve_preferences[0]))
     return ctx
+
+
+_SSL_CTRL_MODE = 33  # (openssl/ssl.h)
+_SSL_MODE_NO_AUTO_CHAIN = 0x8
+_ctx_ctrl: Any = None
+
+
+def send_configured_chain_only(ctx: ssl.SSLContext) -> None:
+    """Make ``ctx`` present exactly the certificates of its cert_file, as nats-server does.
+
+    Unless told not to, OpenSSL completes the chain a server sends from its verify store, which holds the
+    ca_file: a client that does not trust that CA then fails with "self-signed certificate in certificate
+    chain" instead of nats-server's "unable to verify the first certificate" (nats.js's TLS tests check
+    that text), and every handshake carries the CA. Python's ssl module has no setter for
+    SSL_MODE_NO_AUTO_CHAIN, so it is set with libssl's SSL_CTX_ctrl (found through the ``_ssl`` extension
+    that links it) on the context's SSL_CTX, which CPython's context object holds right after its object
+    header. Other Python implementations keep OpenSSL's default."""
+    global _ctx_ctrl
+    import sys
+    if sys.implementation.name != "cpython":
+        return
+    if _ctx_ctrl is None:
+        import ctypes
+        import _ssl
+        fn = ctypes.CDLL(_ssl.__file__).SSL_CTX_ctrl
+        fn.restype = ctypes.c_long
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
+        _ctx_ctrl = (ctypes, fn)
+    ctypes_mod, fn = _ctx_ctrl
+    ssl_ctx = ctypes_mod.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+    mode = fn(ssl_ctx, _SSL_CTRL_MODE, _SSL_MODE_NO_AUTO_CHAIN, None)
+    if not mode & _SSL_MODE_NO_AUTO_CHAIN:
+        raise RuntimeError(f"TLS: could not stop OpenSSL from completing the certificate chain (mode {mode:#x})")
 
 
 def _set_ciphers(ctx: ssl.SSLContext, cfg: TLSConfig) -> None:

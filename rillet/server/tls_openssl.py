@@ -287,6 +287,7 @@ def stapling_context(cfg: TLSConfig, staple: Callable[[], bytes]) -> OpenSSLCont
         ctx.use_certificate_chain_file(cfg.cert_file)
         ctx.use_privatekey_file(cfg.key_file)
         ctx.check_privatekey()
+        ctx.set_mode(0x8)  # SSL_MODE_NO_AUTO_CHAIN: only cert_file's chain (rillet.server.tls.send_configured_chain_only)
     except (OSError, SSL.Error) as e:
         raise ValueError(f"error parsing X509 certificate/key pair: {e}") from e
     if cfg.ca_file:
