@@ -346,6 +346,10 @@ class DeliveryMixin:
             return -1
         m = self._next_in_run()
         if m is None:
+            if self.refetch_wait:  # (damaged, fetched again by the replica: waited for, as _next_msg does; passing
+                self.sseq = self.refetch_wait  # the stream's end here would leave the refetched messages behind)
+                self.refetch_wait = 0
+                return 0
             self._at_stream_end()
             return 0
         d0 = self.dseq if self.dseq >= self._ndseq else self._ndseq
