@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rillet.gocompat.jsoncodec import GoJSONError, check_one_value
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.log import Entry
+from rillet.jetstream.log import Entry, LeadershipLost, NotLeader
 
 if TYPE_CHECKING:
     from rillet.jetstream.consumer.engine import Consumer
@@ -109,7 +109,9 @@ def on_request(c: "Consumer", reply: bytes | None, hdr: bytes, body: bytes) -> N
 
     def done(entry: Entry, res: Any, err: BaseException | None) -> None:
         if err is not None:
-            c.js.log.error(f"JetStream consumer '{c.stream.name} > {c.name}': reset failed: {err!r}")
+            # (leadership moving away mid-proposal is not a server error: the requester is told and asks again)
+            log = c.js.log.debug if isinstance(err, (LeadershipLost, NotLeader)) else c.js.log.error
+            log(f"JetStream consumer '{c.stream.name} > {c.name}': reset failed: {err!r}")
             _error(c, reply, ApiError.make("CONSUMER_INVALID_RESET", err=str(err)))
             return
         applied(c, seq)
