@@ -500,7 +500,7 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
             async def consumer_state():  # (its leader counts the last publish a moment after the PubAck)
                 ci = await js.consumer_info("M", "D")
                 return ci if ci.num_pending == n - 10 else None
-            ci = await CAP._until(consumer_state, 30, what="D's pending count") or ci
+            ci = await CAP._until(consumer_state, 90, what="D's pending count") or ci  # (90 s: CI load)
             assert ci.ack_floor.stream_seq == 10 and ci.num_pending == n - 10
             if victim == "g2":
                 # the stream led by the Rillet server while the next Go server is replaced (as when a stopping Go
