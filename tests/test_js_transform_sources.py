@@ -299,10 +299,14 @@ async def _run(r: Raw, steps: list[tuple], cluster: bool) -> list[Any]:
             out.append(("pub", step[1], ack.get("stream"), ack.get("seq"), ack.get("error")))
         elif op == "msgs":
             stream, want = step[1], step[2]
-            deadline = time.monotonic() + 8
+            began = time.monotonic()
+            deadline = began + 20  # (a loaded Go R3 cluster left a new stream's info unanswered for over 8 s once)
             while True:
                 count, info = await _stream_count(r, stream)
-                if count >= want or "error" in info or time.monotonic() > deadline:
+                # (an error answer is taken as final only after 3 s: a loaded R3 cluster's new stream may not
+                # answer its info at once, seen on the Go side in CI's clean-clone runs)
+                if count >= want or ("error" in info and time.monotonic() > began + 3) or \
+                        time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)  # nothing more comes
