@@ -807,7 +807,7 @@ async def test_jetstream_limits_follow_claims_updates(tmp_path):
 @pytest.mark.parametrize("conf,msg", [
     ('accounts { X { users [{user: a, password: a}] } }', "operators do not allow Accounts to be configured"),
     ('authorization { users [{user: a, password: a}] }', "operators do not allow users to be configured"),
-    ('resolver: URL("http://localhost:9090/jwt/v1/accounts/")', "URL account resolver is not supported"),
+    ('resolver: URL("http://127.0.0.1:1/jwt/v1/accounts/")', 'could not fetch <"http://127.0.0.1:1/jwt/v1/accounts/">'),
     ('no_auth_user: a', "no_auth_user not compatible with Trusted Operator"),
     ('resolver_pinned_accounts: [ABC]', 'pinned account key "ABC" is not a valid public account nkey'),
 ])

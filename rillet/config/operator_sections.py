@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 
 from rillet import jwt
 from rillet.gocompat.gotime import parse_go_duration
@@ -88,8 +89,13 @@ class OperatorSections(BuilderBase):
         if isinstance(v, str):
             if _MEM_RE.match(v):
                 res = {"type": "MEMORY"}
-            elif _URL_RE.match(v):
-                raise f.error("URL account resolver is not supported by rillet (use MEMORY or a full dir resolver)")
+            else:
+                m = _URL_RE.fullmatch(v.strip())
+                if m is not None:
+                    try:
+                        res = {"type": "URL", "url": check_url(m.group(1) or "")}
+                    except ValueError as e:
+                        raise f.error(str(e)) from None
         elif isinstance(v, dict):
             m = {k.lower(): val for k, val in v.items()}
             typ = str(m.get("type", "")).upper()
@@ -139,3 +145,16 @@ class OperatorSections(BuilderBase):
                 continue
             out[sub.key] = sub.value
         self.o.resolver_preload = out
+
+
+def check_url(url: str) -> str:  # (rillet.server.urlresolver)
+    """The resolver's base URL with a trailing slash; ValueError (nats-server's text) when it cannot be parsed."""
+    u = url.strip()
+    try:
+        p = urllib.parse.urlsplit(u)
+        p.port  # noqa: B018 (a bad port raises here)
+    except ValueError:
+        raise ValueError(f'error parsing account resolver url ["{u}"]') from None
+    if p.scheme not in ("http", "https") or not p.netloc:
+        raise ValueError(f'error parsing account resolver url ["{u}"]')
+    return u if u.endswith("/") else u + "/"

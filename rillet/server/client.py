@@ -180,7 +180,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         from rillet.server import proxyproto
         self._proxy = proxyproto.ProxyHeader()
         self._held = []  # (data_received hands everything to _proxy_read until the header is done)
-        self.server.loop.call_later(proxyproto.READ_TIMEOUT, self._proxy_timeout)
+        self._proxy_timer = self.server.loop.call_later(proxyproto.READ_TIMEOUT, self._proxy_timeout)
 
     def _proxy_read(self, data: bytes) -> None:
         from rillet.server.proxyproto import ProxyProtoError
@@ -192,6 +192,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         if found is None:
             return
         self._proxy = self._held = None
+        self._proxy_timer.cancel()  # (the connection is no longer held by a pending 5 s timer)
         if found.addr is not None:  # (LOCAL, UNKNOWN, or no header at all: the socket's address stays)
             self.host, self.port = found.addr
         if found.rest:
@@ -204,6 +205,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
     def _proxy_failed(self, why: str) -> None:
         self.server.log.warn(f"Error reading PROXY protocol header from {hostport(self.host, self.port)}: {why}")
         self._proxy = self._held = None
+        self._proxy_timer.cancel()
         self.close("Protocol Violation")
 
     def _register_for_tls(self) -> None:
@@ -476,6 +478,11 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             except cj.DecodeError:
                 connect_dict = {}
             if srv.operator is not None and self.auth.operator_mode:
+                pub = srv.operator.resolver.connect_needs(connect_dict)
+                if pub is not None:  # (a URL resolver: the account's JWT is fetched first)
+                    self._held = []
+                    srv.operator.resolver.prefetch(pub, lambda: self._connect_fetched(arg))
+                    return
                 res = srv.operator.authenticate(self, connect_dict) or False
                 oc = srv.operator.callout_for(res.account) if res is not False else None
                 if oc is not None and oc.raw_user(co, res.nkey) not in oc.cfg.auth_users:
@@ -524,6 +531,21 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self.update_slow_path()
         if self.verbose:
             self.send_ok()
+
+    def _connect_fetched(self, arg: bytes) -> None:
+        """The CONNECT held for its account's JWT (URL resolver) goes on, then what the client sent meanwhile."""
+        held, self._held = self._held, None
+        if self.closed:
+            return
+        try:
+            self.proto_connect(arg)
+            if self._held is not None:  # held again (an auth callout decides): what came first stays first
+                self._held[:0] = held or []
+            elif not self.closed:
+                self.parser.resume(b"".join(held) if held else b"")
+        except ProtocolError as e:
+            self._protocol_error(e)
+        self.server.flush_clients()
 
     # ---- auth callout (rillet.server.auth_callout) ------------------------------------------------------
 

@@ -63,8 +63,9 @@ class OperatorMode:
         for pub, token in (o.resolver_preload or {}).items():
             self.resolver.store(pub, token)
         sys_pub = o.system_account
-        if jwt.is_public_key(sys_pub, "A") and self.resolver.fetch(sys_pub) is None:
+        if jwt.is_public_key(sys_pub, "A") and self.resolver.fetch(sys_pub) is None and not self.resolver.read_only:
             raise ValueError("error resolving system account: account missing")
+        # (a URL resolver that cannot give the system account: the account is used bare, as nats-server does)
 
     # ---- logging at start -------------------------------------------------------------------------------
 
@@ -122,6 +123,7 @@ class OperatorMode:
             if info.expires and time.time() > info.expires:
                 # an expired account: take what the resolver has now, if that is different and valid
                 srv.log.debug(f"Requested account [{pub}] has expired")
+                self.resolver.refresh(pub)
                 token = self.resolver.fetch(pub)
                 if token and token != info.jwt:
                     try:

@@ -43,11 +43,11 @@ def validate_operator_options(o: Any) -> None:
         if not n.get("bearer_token") and not scoped:  # (a scoped user's template is checked when it is used)
             raise ValueError("default sentinel must be a bearer token")
     if o.resolver is None:
-        if len(ops) == 1 and jwt.nats_section(ops[0]).get("account_server_url"):
-            # nats-server would use the operator's account server as a URL resolver
-            raise ValueError("URL account resolver (the operator's account_server_url) is not supported by "
-                             "rillet (use MEMORY or a full dir resolver)")
-        raise ValueError("operators require an account resolver to be configured")
+        asu = jwt.nats_section(ops[0]).get("account_server_url") if len(ops) == 1 else None
+        if not asu or not isinstance(asu, str):
+            raise ValueError("operators require an account resolver to be configured")
+        # the operator's account server as a URL resolver (nsc push appends /accounts), as nats-server
+        o.resolver = {"type": "URL", "url": asu.strip().rstrip("/") + "/accounts"}
     if o.accounts:
         raise ValueError("operators do not allow Accounts to be configured directly")
     if o.users or o.nkeys:

@@ -29,13 +29,18 @@ def _failure(e: Exception) -> str:
 
 
 def make_resolver(op: "OperatorMode", cfg: dict) -> "MemResolver":
-    if str(cfg.get("type", "MEMORY")).upper() == "FULL":
+    typ = str(cfg.get("type", "MEMORY")).upper()
+    if typ == "FULL":
         return DirResolver(op, cfg)
+    if typ == "URL":
+        from rillet.server.urlresolver import UrlResolver  # (aiohttp and urllib only with a URL resolver)
+        return UrlResolver(op, cfg)
     return MemResolver(op)
 
 
 class MemResolver:
     full = False
+    read_only = False  # (the URL resolver: nothing is stored, resolver_preload refused)
 
     def __init__(self, op: "OperatorMode") -> None:
         self.op = op
@@ -49,6 +54,19 @@ class MemResolver:
 
     def list(self) -> list[str]:
         return sorted(self.jwts)
+
+    def refresh(self, pub: str) -> None:
+        """An expired account's JWT is asked for again (the URL resolver; the others hold what they have)."""
+
+    def connect_needs(self, connect: dict) -> str | None:
+        """An account whose JWT a CONNECT must wait for (the URL resolver fetches it); None: go on."""
+        return None
+
+    def prefetch(self, pub: str, done: Any) -> None:
+        done()
+
+    async def aclose(self) -> None:
+        """The server stops (the URL resolver closes its HTTP session)."""
 
     # ---- $SYS API ---------------------------------------------------------------------------------------
 

@@ -367,6 +367,8 @@ class Server:
                 await r
         for c in list(self.clients.values()):
             c.close("Server Shutdown")
+        if self.operator is not None:
+            await self.operator.resolver.aclose()
         if getattr(self, "_ports_file", None):
             _unlink(self._ports_file)
         self.log.notice("Server Exiting..")
