@@ -12,6 +12,7 @@ from aiohttp import web
 from rillet import jwt as J
 from tests.helpers import ServerProcess, free_port, server_command
 from tests.test_operator import Operator, creds
+from test_cluster_leaf import pki  # noqa: F401 (a fixture)
 
 KINDS = ["rillet", "nats-server"]
 
@@ -19,7 +20,8 @@ KINDS = ["rillet", "nats-server"]
 class AccountServer:
     """A stand-in for nats-account-server: GET <base><account public key> answers the account's JWT."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context=None) -> None:
+        self.ssl = ssl_context
         self.jwts: dict[str, str] = {}
         self.gets: list[str] = []
         self.port = free_port()
@@ -43,7 +45,7 @@ class AccountServer:
         app.router.add_get("/jwt/v1/accounts/{pub}", self._get)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port, ssl_context=self.ssl).start()
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -51,7 +53,7 @@ class AccountServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/jwt/v1/accounts/"
+        return f"{'https' if self.ssl else 'http'}://127.0.0.1:{self.port}/jwt/v1/accounts/"
 
 
 def _start(kind: str, text: str, tmp_path) -> ServerProcess:
@@ -206,5 +208,37 @@ async def test_preload_is_refused_with_a_url_resolver(kind, tmp_path):
             assert p.proc.returncode != 0
             assert "resolver preloads only available for writeable resolver types MEM/DIR/CACHE_DIR" in p.output, \
                 p.output
+        finally:
+            p.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_resolver_tls(kind, tmp_path, pki):  # noqa: F811
+    """An https account server: resolver_tls { ca_file } trusts it; a CA that did not sign it: no start."""
+    import ssl
+    cert, key = pki["ca_server"]
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    op = Operator()
+    akp, apub, _ = op.account("A")
+    async with AccountServer(ctx) as acs:
+        for _kp, pub, token in op.accounts.values():
+            acs.jwts[pub] = token
+        good = _config(op, f'resolver: URL("{acs.url}")') + f'resolver_tls {{ ca_file: "{pki["ca"]}" }}\n'
+        p = await _ready(_start(kind, good, tmp_path))
+        try:
+            ukp, utok = Operator.user(akp)
+            nc = await nats.connect(f"nats://127.0.0.1:{p.port}", user_credentials=creds(tmp_path, ukp, utok),
+                                    allow_reconnect=False)
+            assert apub in acs.gets
+            await nc.close()
+        finally:
+            p.stop()
+        bad = _config(op, f'resolver: URL("{acs.url}")') + f'resolver_tls {{ ca_file: "{pki["other"]}" }}\n'
+        p = _start(kind, bad, tmp_path)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, p.proc.wait, 15)
+            assert p.proc.returncode != 0
+            assert f'could not fetch <"{acs.url}">' in p.output, p.output
         finally:
             p.stop()

@@ -23,8 +23,7 @@ from rillet.cluster.routed import RemoteSub
 from rillet.protocol.parser import ProtocolError
 from rillet.server.operator import expiry_delay
 from rillet.server import ocsp
-from rillet.config.tls_names import TLS_VERSIONS, parse_min_version
-from rillet.server.tls import start_tls_after_info
+from rillet.server.tls import client_context, start_tls_after_info
 from rillet.server.delivery import ConnKind
 from rillet.subjects.validate import subject_matches_filter
 
@@ -831,23 +830,7 @@ class RemoteState:
 def client_tls_context(cfg: Any) -> ssl.SSLContext:
     """The soliciting side's context for a remote's tls {} (None: a tls:// URL or a hub requiring TLS
     without one: the system's roots). ValueError when a file is unusable."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        if cfg is not None and cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-        if cfg is not None and cfg.ca_file:
-            ctx.load_verify_locations(cafile=cfg.ca_file)
-        else:
-            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    except (OSError, ssl.SSLError) as e:
-        raise ValueError(f"leafnodes remote tls: {e}") from e
-    if cfg is not None and cfg.insecure:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if cfg is not None and cfg.min_version:
-        ctx.minimum_version = TLS_VERSIONS[parse_min_version(cfg.min_version)][0]
-    return ctx
+    return client_context(cfg, "leafnodes remote tls")
 
 
 def _redact_host(u: str) -> str:

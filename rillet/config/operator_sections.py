@@ -128,6 +128,10 @@ class OperatorSections(BuilderBase):
                           'and type state=[FULL|CACHE])')
         self.o.resolver = res
 
+    def resolver_tls(self, f: Field) -> None:
+        """The tls {} of the URL account resolver's HTTPS requests (rillet.server.urlresolver)."""
+        self.o.resolver_tls = self.parse_tls(f, client_side=True, where="resolver")
+
     def resolver_preload(self, f: Field) -> None:
         if not isinstance(f.value, dict):
             raise f.error("preload should be a map of account_public_key:account_jwt")

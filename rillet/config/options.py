@@ -205,6 +205,7 @@ class Options:
     tls_required: bool = False  # derived when tls is configured (unless allow_non_tls)
     allow_non_tls: bool = False
     ocsp: Any = None  # rillet.config.ocsp_section.OCSPStapleConfig (top-level ocsp)
+    resolver_tls: Any = None  # TLSConfig of the URL account resolver (resolver_tls)
     ocsp_cache: Any = None  # rillet.config.ocsp_section.OCSPCacheConfig (top-level ocsp_cache)
 
     # other listeners and subsystems

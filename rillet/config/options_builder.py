@@ -34,7 +34,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "prof_port": "Rillet has no profiling port",
     "prof_block_rate": "Rillet has no profiling port",
     "proxies": "Rillet has no trusted proxies",
-    "resolver_tls": "Rillet has no URL account resolver",
 }
 
 
@@ -169,6 +168,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             "roots": self.operator, "root_operator": self.operator, "root_operators": self.operator,
             "resolver": self.resolver, "account_resolver": self.resolver, "accounts_resolver": self.resolver,
             "resolver_preload": self.resolver_preload,
+            "resolver_tls": self.resolver_tls,
             "trusted": self.trusted_keys, "trusted_keys": self.trusted_keys,
         }
         # Stored in Options.extra and read where they act: resolver_pinned_accounts by the operator mode,

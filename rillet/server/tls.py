@@ -63,6 +63,28 @@ _SSL_MODE_NO_AUTO_CHAIN = 0x8
 _ctx_ctrl: Any = None
 
 
+def client_context(cfg: Any, what: str) -> ssl.SSLContext:
+    """The context of a connection this server makes (a leaf node remote, the URL account resolver) from its
+    tls {} block (None: the system's roots). ValueError naming ``what`` when a file is unusable."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if cfg is not None and cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if cfg is not None and cfg.ca_file:
+            ctx.load_verify_locations(cafile=cfg.ca_file)
+        else:
+            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"{what}: {e}") from e
+    if cfg is not None and cfg.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg is not None and cfg.min_version:
+        ctx.minimum_version = TLS_VERSIONS[parse_min_version(cfg.min_version)][0]
+    return ctx
+
+
 def send_configured_chain_only(ctx: ssl.SSLContext) -> None:
     """Make ``ctx`` present exactly the certificates of its cert_file, as nats-server does.
 

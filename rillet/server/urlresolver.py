@@ -56,6 +56,10 @@ class UrlResolver(MemResolver):
         self._session: Any = None
         self._failed: dict[str, float] = {}  # account -> when a fetch last failed
         self._inflight: dict[str, asyncio.Future] = {}
+        self._ssl: Any = None
+        if op.server.opts.resolver_tls is not None:  # (resolver_tls: the HTTPS requests' certificates)
+            from rillet.server.tls import client_context
+            self._ssl = client_context(op.server.opts.resolver_tls, "resolver_tls")
         # nats-server's start-up check: the base URL must answer 200
         body = self._fetch_now("")
         if body is None:
@@ -71,7 +75,7 @@ class UrlResolver(MemResolver):
     def _fetch_now(self, pub: str) -> str | None:
         url = self.url + pub
         try:
-            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as r:  # noqa: S310 (an operator's URL)
+            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT, context=self._ssl) as r:  # noqa: S310
                 return r.read().decode("utf-8", "replace")
         except urllib.error.HTTPError as e:
             self._last_error = f'could not fetch <"{redact(url)}">: {e.code} {e.reason}'
@@ -187,7 +191,7 @@ class UrlResolver(MemResolver):
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT))
         url = self.url + pub
         try:
-            async with self._session.get(url) as r:
+            async with self._session.get(url, ssl=self._ssl if self._ssl is not None else True) as r:
                 if r.status != 200:
                     self.op.server.log.debug(f'Account fetch failed: could not fetch <"{redact(url)}">: '
                                              f"{r.status} {r.reason}")
