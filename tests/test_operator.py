@@ -832,8 +832,8 @@ def test_config_errors_at_parse(tmp_path):
         load_string('trusted: ["ABC"]\n')
     with pytest.raises(ConfigError, match="invalid account JWT"):
         load_string('resolver: MEMORY\nresolver_preload { AXXX: "eyJnot.a.jwt" }\n')
-    with pytest.raises(ConfigError, match="CACHE account resolver is not supported"):
-        load_string(f'resolver {{ type: cache, dir: "{tmp_path}" }}\n')
+    with pytest.raises(ConfigError, match="CACHE does not accept sync"):
+        load_string(f'resolver {{ type: cache, dir: "{tmp_path}", interval: "1m" }}\n')
     op = Operator(system=False)
     from rillet.server.server import validate_options
     from rillet.app.compose import build_server

@@ -100,25 +100,41 @@ class OperatorSections(BuilderBase):
             m = {k.lower(): val for k, val in v.items()}
             typ = str(m.get("type", "")).upper()
             d = m.get("dir", "")
-            if typ == "CACHE":
-                raise f.error("CACHE account resolver is not supported by rillet (use type: full)")
-            if typ == "FULL":
+
+            def duration(key: str) -> float | None:
+                if key not in m:
+                    return None
+                val = m[key]
+                try:
+                    return parse_go_duration(val) if isinstance(val, str) else float(val)
+                except (ValueError, TypeError) as e:
+                    raise f.error(str(e)) from None
+
+            if typ in ("FULL", "CACHE"):
                 if not d:
                     raise f.error("dir has no value and needs to point to a directory")
                 if os.path.exists(d) and (not os.path.isdir(d) or not os.access(d, os.R_OK | os.W_OK | os.X_OK)):
                     raise f.error("dir needs to point to an accessible directory")
+                timeout = duration("timeout")
+                res = {"type": typ, "dir": str(d), "limit": int(m.get("limit", 0) or 0)}
+                if timeout is not None:
+                    res["timeout"] = timeout
+            if typ == "CACHE" and res is not None:
+                if "interval" in m:
+                    raise f.error("CACHE does not accept sync")
+                if m.get("allow_delete"):
+                    raise f.error("CACHE does not accept allow_delete")
+                if "hard_delete" in m:
+                    raise f.error("CACHE does not accept hard_delete")
+                res["ttl"] = duration("ttl") or 0.0
+            elif typ == "FULL" and res is not None:
                 if "ttl" in m:
                     raise f.error("FULL does not accept ttl")
                 if "hard_delete" in m and not m.get("allow_delete"):
                     raise f.error("hard_delete has no effect without delete")
-                interval = m.get("interval", "2m")
-                try:
-                    secs = parse_go_duration(interval) if isinstance(interval, str) else float(interval)
-                except (ValueError, TypeError) as e:
-                    raise f.error(str(e)) from None
-                res = {"type": "FULL", "dir": str(d), "allow_delete": bool(m.get("allow_delete", False)),
-                       "hard_delete": bool(m.get("hard_delete", False)), "limit": int(m.get("limit", 0) or 0),
-                       "interval": secs}
+                res.update({"allow_delete": bool(m.get("allow_delete", False)),
+                            "hard_delete": bool(m.get("hard_delete", False)),
+                            "interval": duration("interval") or 120.0})
             elif typ in ("MEM", "MEMORY"):
                 res = {"type": "MEMORY"}
         else:

@@ -63,9 +63,10 @@ class OperatorMode:
         for pub, token in (o.resolver_preload or {}).items():
             self.resolver.store(pub, token)
         sys_pub = o.system_account
-        if jwt.is_public_key(sys_pub, "A") and self.resolver.fetch(sys_pub) is None and not self.resolver.read_only:
+        if jwt.is_public_key(sys_pub, "A") and not self.resolver.fetches and self.resolver.fetch(sys_pub) is None:
             raise ValueError("error resolving system account: account missing")
-        # (a URL resolver that cannot give the system account: the account is used bare, as nats-server does)
+        # (a resolver that fetches from elsewhere and cannot give the system account yet: the account is used
+        # bare until it can, as nats-server does)
 
     # ---- logging at start -------------------------------------------------------------------------------
 

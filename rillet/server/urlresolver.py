@@ -18,22 +18,19 @@ a ``$SYS`` request naming an unknown account) find what was fetched so far, and 
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from rillet import jwt
 from rillet.config.operator_sections import check_url
 from rillet.server.resolver import MemResolver
+from rillet.server.resolver_fetch import FETCH_TIMEOUT, FetchingResolver
 
 if TYPE_CHECKING:
     from rillet.server.operator import OperatorMode
 
-FETCH_TIMEOUT = 1.9  # seconds (nats-server's DEFAULT_ACCOUNT_FETCH_TIMEOUT)
-MAX_PREFETCH = 64  # accounts fetched for one CONNECT (its account and those it imports from, transitively)
-RETRY_AFTER = 1.0  # seconds before a failed account is asked for again in the background
 
 
 def redact(url: str) -> str:
@@ -45,7 +42,7 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(p._replace(netloc=netloc))
 
 
-class UrlResolver(MemResolver):
+class UrlResolver(FetchingResolver, MemResolver):
     """Account JWTs fetched over HTTP (nats-server's URLAccResolver), kept once fetched."""
 
     read_only = True
@@ -54,8 +51,7 @@ class UrlResolver(MemResolver):
         super().__init__(op)
         self.url = check_url(cfg["url"])
         self._session: Any = None
-        self._failed: dict[str, float] = {}  # account -> when a fetch last failed
-        self._inflight: dict[str, asyncio.Future] = {}
+        self._init_fetch()
         self._ssl: Any = None
         if op.server.opts.resolver_tls is not None:  # (resolver_tls: the HTTPS requests' certificates)
             from rillet.server.tls import client_context
@@ -99,91 +95,25 @@ class UrlResolver(MemResolver):
         """An expired account's JWT is asked for again; a newer one is applied when it comes."""
         self._background(pub, again=True)
 
+    def _known(self, pub: str) -> bool:
+        return pub in self.jwts
+
+    async def _remote(self, pub: str) -> str | None:
+        return await self._http_get(pub)
+
+    def _keep(self, pub: str, token: str, again: bool) -> None:
+        old = self.jwts.get(pub)
+        self.jwts[pub] = token
+        if again and token != old and pub in self.op.infos:
+            try:
+                self.op.update_account(pub, token)
+            except jwt.JwtError as e:
+                self.op.server.log.debug(f"Account JWT for {pub} not valid: {e}")
+
     async def aclose(self) -> None:
         s, self._session = self._session, None
         if s is not None and not s.closed:
             await s.close()
-
-    # ---- CONNECT ---------------------------------------------------------------------------------------------
-
-    def connect_needs(self, connect: dict) -> str | None:
-        """The account a CONNECT's user JWT belongs to when it must be fetched before the CONNECT goes on."""
-        token = connect.get("jwt") if isinstance(connect, dict) else None
-        if not isinstance(token, str) or not token:
-            return None
-        try:
-            claims = jwt.decode_unverified(token)
-        except jwt.JwtError:
-            return None  # (authentication reports it)
-        n = jwt.nats_section(claims)
-        pub = n.get("issuer_account") or claims.get("iss")
-        if not jwt.is_public_key(pub, "A") or pub in self.op.infos or pub in self.jwts:
-            return None
-        t = self._failed.get(pub)
-        if t is not None and time.monotonic() - t < RETRY_AFTER:
-            return None  # (just asked for: the CONNECT goes on without it and is refused)
-        return pub
-
-    def prefetch(self, pub: str, done: Callable[[], None]) -> None:
-        """Fetch ``pub``'s JWT and those of the accounts it imports from (transitively, up to MAX_PREFETCH),
-        then call ``done`` on the loop, whatever came of it."""
-        task = self.op.server.loop.create_task(self._prefetch(pub))
-        task.add_done_callback(lambda t: done())
-
-    async def _prefetch(self, pub: str) -> None:
-        todo, seen = [pub], set()
-        while todo and len(seen) < MAX_PREFETCH:
-            batch = [p for p in todo if p not in seen]
-            seen.update(batch)
-            todo = []
-            tokens = await asyncio.gather(*(self._get(p) for p in batch))
-            for token in tokens:
-                for imp in _imported_accounts(token):
-                    if imp not in seen and imp not in self.jwts and imp not in self.op.infos:
-                        todo.append(imp)
-
-    # ---- background fetches ---------------------------------------------------------------------------------
-
-    def _background(self, pub: str, again: bool = False) -> None:
-        if pub in self._inflight:
-            return
-        t = self._failed.get(pub)
-        if t is not None and time.monotonic() - t < RETRY_AFTER:
-            return
-        try:
-            loop = self.op.server.loop
-        except AttributeError:
-            return
-        if loop is None or not loop.is_running():
-            return
-        task = loop.create_task(self._get(pub, again))
-        task.add_done_callback(_log_failure(self.op))
-
-    async def _get(self, pub: str, again: bool = False) -> str | None:
-        """GET the account's JWT (one request per account at a time); None on failure (logged at debug)."""
-        fut = self._inflight.get(pub)
-        if fut is not None:
-            return await asyncio.shield(fut)
-        loop = asyncio.get_running_loop()
-        fut = self._inflight[pub] = loop.create_future()
-        token = None
-        try:
-            token = await self._http_get(pub)
-            if token is not None:
-                self._failed.pop(pub, None)
-                old = self.jwts.get(pub)
-                self.jwts[pub] = token
-                if again and token != old and pub in self.op.infos:
-                    try:
-                        self.op.update_account(pub, token)
-                    except jwt.JwtError as e:
-                        self.op.server.log.debug(f"Account JWT for {pub} not valid: {e}")
-            else:
-                self._failed[pub] = time.monotonic()
-        finally:
-            del self._inflight[pub]
-            fut.set_result(token)
-        return token
 
     async def _http_get(self, pub: str) -> str | None:
         import aiohttp
@@ -202,24 +132,3 @@ class UrlResolver(MemResolver):
             return None
 
 
-def _imported_accounts(token: str | None) -> list[str]:
-    """The accounts an account JWT imports from (not verified here: the lookup that applies it checks it)."""
-    if not token:
-        return []
-    try:
-        n = jwt.nats_section(jwt.decode_unverified(token))
-    except jwt.JwtError:
-        return []
-    out = []
-    for imp in n.get("imports") or ():
-        acc = imp.get("account") if isinstance(imp, dict) else None
-        if jwt.is_public_key(acc, "A"):
-            out.append(acc)
-    return out
-
-
-def _log_failure(op: "OperatorMode") -> Callable[[Any], None]:
-    def done(t: Any) -> None:
-        if not t.cancelled() and t.exception() is not None:
-            op.server.log.error(f"Account fetch failed: {t.exception()!r}")
-    return done
