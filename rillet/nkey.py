@@ -196,43 +196,22 @@ class KeyPair:
 
 def new_server_identity() -> KeyPair:
     """A fresh server nkey ("N..."): the server's ID, and the key that signs its auth callout requests (our key
-    codec, PyNaCl's curve arithmetic: the ``nkeys`` package is not loaded)."""
+    codec and curve arithmetic: neither the ``nkeys`` package nor PyNaCl is loaded)."""
     import os
     return from_raw_seed(KIND_PREFIX["server"], os.urandom(32))
 
 
 def from_raw_seed(prefix: int, raw: bytes) -> KeyPair:
+    """The key pair of a raw 32-byte seed. The public key is derived in pure Python (rillet.curve25519: every
+    server derives two at start, and loading libsodium's binding for them alone cost ~1 MB of an idle server's
+    memory, issue 20); signing and verifying load PyNaCl when first used."""
     if prefix not in PUBLIC_PREFIXES:
         raise NkeyError("nkeys: invalid prefix byte")
     if len(raw) != 32:
         raise NkeyError("nkeys: invalid seed length")
-    ffi, lib = _sodium()
-    public = ffi.new("unsigned char[]", 32)
-    if prefix == CURVE_PREFIX:  # X25519: the public key is the seed times the base point
-        rc = lib.crypto_scalarmult_base(public, raw)
-    else:  # Ed25519: the seed's key pair (what nacl.signing.SigningKey(raw).verify_key is)
-        rc = lib.crypto_sign_seed_keypair(public, ffi.new("unsigned char[]", 64), raw)
-    if rc != 0:
-        raise NkeyError("nkeys: invalid seed")
-    return KeyPair(prefix, ffi.buffer(public, 32)[:], raw)
-
-
-_SODIUM: tuple[Any, Any] | None = None
-
-
-def _sodium() -> tuple[Any, Any]:
-    """PyNaCl's compiled libsodium binding (``nacl._sodium``: its ffi and lib), initialized once. The key
-    derivation every server does at start (its nkey and xkey) calls libsodium through it directly, as PyNaCl's
-    ``nacl.bindings`` does, without loading ``nacl.bindings``/``nacl.signing``/``nacl.public`` (issue 20: ~0.5 MB
-    of an idle server's RSS). Signing and verifying keep PyNaCl's classes. PyNaCl missing fails as before
-    (ModuleNotFoundError: nacl)."""
-    global _SODIUM
-    if _SODIUM is None:
-        from nacl._sodium import ffi, lib
-        if lib.sodium_init() == -1:  # (as nacl.bindings.sodium_core.sodium_init)
-            raise RuntimeError("Could not initialize sodium")
-        _SODIUM = (ffi, lib)
-    return _SODIUM
+    from rillet.curve25519 import ed25519_public, x25519_public
+    public = x25519_public(raw) if prefix == CURVE_PREFIX else ed25519_public(raw)
+    return KeyPair(prefix, public, raw)
 
 
 def from_seed(text: str | bytes) -> KeyPair:
