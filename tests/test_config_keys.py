@@ -52,6 +52,8 @@ KEY_TESTS: dict[str, str] = {
     "no_fast_producer_stall": "tests/test_fairness.py::test_no_fast_producer_stall_drops_instead",
     "jetstream.request_queue_limit": "tests/test_fairness.py::test_api_queue_limit_drops_and_advises",
     "jetstream.info_queue_limit": "tests/test_fairness.py::test_api_queue_limit_drops_and_advises",
+    "jetstream.max_buffered_msgs": "tests/test_max_buffered.py::test_a_burst_is_refused_with_429_like_nats_server",
+    "jetstream.max_buffered_size": "tests/test_max_buffered.py::test_a_burst_is_refused_with_429_like_nats_server",
     "max_connections": "tests/test_auth.py::test_max_connections",
     "max_subscriptions": "tests/test_auth.py::test_max_subscriptions",
     "max_sub_tokens": "tests/test_max_sub_tokens.py::test_too_many_tokens_answered_as_nats_server",

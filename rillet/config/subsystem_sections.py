@@ -411,8 +411,14 @@ class SubsystemSections(BuilderBase):
 
         table["request_queue_limit"] = queue_limit
         table["info_queue_limit"] = queue_limit
-        for key in ("max_buffered_size", "max_buffered_msgs", "max_concurrent_io"):
-            table[key] = refuse("Rillet has no such JetStream queue or I/O limit")
+        # the stream ingest limits (rillet.jetstream.ingest; nats-server: a count, and a size as the store sizes)
+        table["max_buffered_msgs"] = queue_limit
+
+        def buffered_size(sub: Field) -> None:
+            js.extra["max_buffered_size"] = storage_size(sub, "max_buffered_size")
+
+        table["max_buffered_size"] = buffered_size
+        table["max_concurrent_io"] = refuse("Rillet has no such JetStream queue or I/O limit")
         self.each(f, table, "jetstream")
         js.enabled = enabled
 

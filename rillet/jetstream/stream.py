@@ -46,7 +46,7 @@ import msgspec
 import rillet.server.msgtrace as _mt
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
-from rillet.jetstream import damagereport, schedules
+from rillet.jetstream import damagereport, ingest, schedules
 from rillet.jetstream.dedup import DedupMixin
 from rillet.jetstream.dedup import now_ns as now_ns  # (re-exported: the jetstream modules take it from here)
 from rillet.jetstream.errors import ApiError
@@ -123,6 +123,10 @@ class Stream(DedupMixin, ReplyMixin):
         # fast ones with their flow control (rillet.jetstream.fastbatch); by batch id
         self.atomic_batches: dict[str, Any] = {}
         self.fast_batches: dict[str, Any] = {}
+        # the ingest backlog and its limits (rillet.jetstream.ingest): messages (and bytes) proposed, not applied
+        self.ingest_limits = ingest.limits(self.js.server.opts)  # (and gathered, not written)
+        self._bl_n = self._bl_b = self._wb_n = self._wb_b = 0
+        self._ingest_warned = -ingest.WARN_EVERY
 
     def replicate(self, log: ReplicatedLog, replication: StreamReplication) -> None:
         """The stream runs on a replicated log (its RAFT group's): every change goes through ``log``, whose
@@ -323,6 +327,14 @@ class Stream(DedupMixin, ReplyMixin):
         duplicate); the PubAck (or the error) is sent once the entry is applied. ``sourced``: a message
         from a source (its Nats-Incr is stored as sent, or folded into a counter by rillet.jetstream.counters).
         ``fast``: a fast batch message (rillet.jetstream.fastbatch.FastMsg) answered by it, not here."""
+        if (self._bl_n or self._wb_n) and not sourced:  # the ingest limits, before anything else (nats-server)
+            why = ingest.over(self, ingest.msg_size(subject, reply, hdr, data))
+            if why:
+                if fast is not None:
+                    self._fast_answer(fast, 0, 2, ApiError.make("STREAM_TOO_MANY_REQUESTS"))
+                    reply = None
+                ingest.refuse(self, reply, why)
+                return 0
         cfg = self.cfg
         pn = len(self._inflight)
         try:
@@ -445,6 +457,8 @@ class Stream(DedupMixin, ReplyMixin):
             entry = Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), fast)
             fast.proposed()
         self._inflight.append(entry)
+        self._bl_n += 1
+        self._bl_b += ingest.msg_size(subject, entry.ctx, hdr, data)
         if msg_id:
             self._pids[msg_id] = seq
         self.log.propose(entry, self._msg_done_cb)
@@ -508,9 +522,15 @@ class Stream(DedupMixin, ReplyMixin):
         if msg_id and self._pids.get(msg_id) == seq:
             del self._pids[msg_id]
         reply = entry.ctx
+        size = ingest.msg_size(subject, reply, hdr, data)
+        self._bl_n -= 1
+        self._bl_b -= size
         if err is not None:
             self._refused(reply, err)
             return
+        if self._wb_pending:  # gathered by the store, written at the end of the pass (the ingest backlog too)
+            self._wb_n += 1
+            self._wb_b += size
         if self._fx:
             self._run_fx()
         # the leader's side of a stored message (as _after_stored, inlined: the hot path)

@@ -91,6 +91,7 @@ class ReplyMixin:
             self.store.gather(False)  # (the next pass's first held reply turns gathering on: _arm)
             return
         self._wb_pending = False
+        self._wb_n = self._wb_b = 0
         try:
             self.store.write_behind(on=False)
         except store_base.StoreError:
@@ -105,6 +106,7 @@ class ReplyMixin:
             except store_base.StoreError:
                 pass  # (taken back, as in write_held; this entry's own append then fails on its own)
             self._wb_pending = False
+            self._wb_n = self._wb_b = 0
 
     def _wb_armed(self) -> None:
         """The store gathered the first record of this pass (the replies are held already)."""
@@ -145,6 +147,7 @@ class ReplyMixin:
         that waited for it."""
         if self._wb_pending:
             self._wb_pending = False
+            self._wb_n = self._wb_b = 0  # (the ingest backlog's gathered part: rillet.jetstream.ingest)
             try:
                 self.store.flush_writes()
             except store_base.StoreError:
