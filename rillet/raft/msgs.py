@@ -31,11 +31,18 @@ class DecodeError(ValueError):
 
 class Snapshot(msgspec.Struct, array_like=True, gc=False):
     """State machine image at ``index`` (whose entry had ``term``), the voters at that index, and the
-    application's bytes."""
+    application's bytes. ``terms``: the log's terms up to ``index`` as (first index, term) pairs, each term
+    holding from its index to the next pair's (the first pair's index is the first one known; at most
+    ``TERMS_KEPT`` pairs, the latest): what a member that had committed entries there checks them against when
+    it installs the snapshot (``Node._check_snapshot``). Empty in snapshots written before it existed."""
     index: U64
     term: U64
     peers: tuple[str, ...]
     data: bytes
+    terms: tuple[tuple[U64, U64], ...] = ()
+
+
+TERMS_KEPT = 64  # (Snapshot.terms) the most (index, term) pairs a snapshot carries
 
 
 class HardState(msgspec.Struct, array_like=True, gc=False, frozen=True):
@@ -122,8 +129,10 @@ class RecoveryQuery(_Msg, tag=9):
     """A member that came back from an unclean stop (its log may lack entries it had acknowledged) asks a peer
     for its log state before it takes part in elections again (Viewstamped Replication's recovery, and
     "Protocol-Aware Recovery for Consensus-Based Storage", FAST 2018). Not subject to the term rules.
-    ``known_mark``: the owner's mark it had saved (HardState.mark)."""
+    ``known_mark``: the owner's mark it had saved (HardState.mark); ``known_commit``: the commit index it had saved
+    (a leader lacking entries up to it knows they were lost: ``Node._check_queried``)."""
     known_mark: U64 = 0
+    known_commit: U64 = 0
 
 
 class RecoveryState(_Msg, tag=10):

@@ -26,8 +26,9 @@ a leader without it (the ideas of Viewstamped Replication's recovery protocol an
 for Consensus-Based Storage", FAST 2018). When a majority lost entries, no rule can bring them back: the node
 says so (``lost``, the range of committed indexes no member holds any more, or that a later leader replaced)
 from ``known_commit`` (the commit index its driver had saved before the stop) and the term it had then: a
-survey in which every member answered and none holds the entries up to the highest commit any knew of, or an
-entry of a later term arriving at an index at or below that commit.
+survey in which every member answered and none holds the entries up to the highest commit any knew of, an
+entry of a later term arriving at an index at or below that commit, or a snapshot from the leader whose terms
+(``Snapshot.terms``) differ from its log's at or below that commit.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from .msgs import (ENTRY_CONF, ENTRY_NOOP, ENTRY_NORMAL, AppendEntries, AppendRe
                    HeartbeatResponse, InstallSnapshot, RecoveryQuery, RecoveryState, Snapshot, TimeoutNow,
                    VoteRequest, VoteResponse, decode_peers, encode_peers)
 from .ready import Progress, Ready  # noqa: F401  (imported from here)
-from .recovery import Recovery
+from .recovery import Recovery, term_runs
 from .roles import (ADD, CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, PROBE, REMOVE,  # noqa: F401  (imported from here)
                     REPLICATE, SNAPSHOT)
 
@@ -160,9 +161,10 @@ class Node(Recovery):
         self.lost_mark = 0
         self.survey_mark = 0  # the highest mark any member answered this node's recovery queries with
         # (any member) voters that asked this node to recover within the last 10 election timeouts, each with
-        # (mark, tick): when they (and this node, if recovering) are a majority, a majority came back from an
-        # unclean stop: lost_mark takes the highest mark (floor_events counts such raises: a member that was not
-        # cut itself, and may lead next, learns what the others may have acknowledged)
+        # (mark, tick, saved commit): when they (and this node, if recovering) are a majority, a majority came back
+        # from an unclean stop: lost_mark takes the highest mark (floor_events counts such raises: a member that was
+        # not cut itself, and may lead next, learns what the others may have acknowledged); a leader lacking entries
+        # up to a saved commit among them finds them lost (_check_queried)
         self.queried: dict = {}
         self.floor_events = 0
         if self.recovering:
@@ -326,6 +328,8 @@ class Node(Recovery):
         self.log.append((nxt, self.term, ENTRY_NOOP, b""))
         if nxt <= self.known_commit:
             self._check_replaced(self.log[-1:])
+        if self.queried:
+            self._check_queried(nxt)
         self._need_bcast = True
 
     def _campaign(self, pre: bool, transfer: bool = False) -> None:
@@ -537,7 +541,9 @@ class Node(Recovery):
             raise RaftError(f"cannot compact to {index}: only {self.applied} applied")
         term = self.term_at(index)
         peers = self._conf_at(index)
-        self.snapshot = Snapshot(index, term, peers, data)
+        s = self.snapshot
+        base = s.terms if s is not None and s.terms else (((self.offset, self.snap_term),) if self.offset else ())
+        self.snapshot = Snapshot(index, term, peers, data, term_runs(base, self.log[:index - self.offset]))
         del self.log[:index - self.offset]
         self.offset = index
         self.snap_term = term
@@ -611,6 +617,8 @@ class Node(Recovery):
         s = m.snapshot
         if s.index > self.leader_commit:
             self.leader_commit = s.index
+        if self.known_commit and s.terms:
+            self._check_snapshot(s)  # (committed entries of ours it replaces: a loss, as on the append path)
         if s.index <= self.commit:
             self.msgs.append(AppendResponse(self.term, self.id, m.frm, self.commit))
             return

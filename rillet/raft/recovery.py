@@ -4,12 +4,42 @@ that no member holds any more (``lost``) and the owner's highest saved mark (``l
 the node module's docstring. A mixin of Node: it reads and writes the node's fields."""
 from __future__ import annotations
 
-from .msgs import RecoveryQuery, RecoveryState
+from bisect import bisect_right
+from typing import Optional
+
+from .msgs import TERMS_KEPT, RecoveryQuery, RecoveryState, Snapshot
 from .roles import LEADER
+
+
+def term_runs(prev: tuple, entries, keep: Optional[int] = TERMS_KEPT) -> tuple:
+    """``prev`` (a ``Snapshot.terms`` map of the indexes before ``entries[0]``) extended with the terms of
+    ``entries`` (log entries in index order, their terms never going down): one (index, term) pair where the
+    term changes; the last ``keep`` pairs (all with None)."""
+    out = list(prev)
+    last_t = out[-1][1] if out else None
+    k, n = 0, len(entries)
+    while k < n:
+        t = entries[k][1]
+        if t != last_t:
+            out.append((entries[k][0], t))
+            last_t = t
+        k = bisect_right(entries, t, lo=k, key=lambda e: e[1])  # (the first entry of a later term)
+    if keep is not None and len(out) > keep:
+        out = out[-keep:]
+    return tuple(out)
+
+
+def term_in(terms: tuple, index: int) -> Optional[int]:
+    """The term of the entry at ``index`` by a ``Snapshot.terms`` map; None before its first index (unknown)."""
+    if not terms or index < terms[0][0]:
+        return None
+    return terms[bisect_right(terms, index, key=lambda p: p[0]) - 1][1]
 
 
 class Recovery:
     """(mixin of Node) the recovery survey and loss reports."""
+
+    lost_by = ""  # how the last loss was found: "survey", "append", "snapshot" or "queries"
 
     def _query_peers(self) -> None:
         self._survey_elapsed = 0
@@ -21,7 +51,8 @@ class Recovery:
             return
         for p in others:
             if p not in self.survey:
-                self.msgs.append(RecoveryQuery(self.term, self.id, p, self.known_mark))
+                self.msgs.append(RecoveryQuery(self.term, self.id, p, self.known_mark,
+                                               max(self.known_commit, self.commit)))
 
     def _survey_done(self) -> None:
         mine = (self.last_term(), self.last_index())
@@ -54,7 +85,7 @@ class Recovery:
             self.lost_mark = max(self.lost_mark, max_mark)
             self.known_mark = max(self.known_mark, max_mark)
             if max_known > max_last:
-                self._found_lost(max_last + 1, max_known)
+                self._found_lost(max_last + 1, max_known, "survey")
         if best <= mine:
             self._leave_recovery("survey")
         else:
@@ -74,7 +105,7 @@ class Recovery:
         if lc and self.commit >= lc and self.term_at(self.commit) == self.term:
             self._leave_recovery("leader")
 
-    def _found_lost(self, first: int, last: int) -> None:
+    def _found_lost(self, first: int, last: int, how: str) -> None:
         if first > last:
             return
         if self.lost is not None:
@@ -83,6 +114,7 @@ class Recovery:
             first, last = min(first, self.lost[0]), max(last, self.lost[1])
         self.lost = (first, last)
         self.lost_events += 1
+        self.lost_by = how
 
     def _check_replaced(self, ents) -> None:
         """Entries of a term after ``boot_term`` at indexes at or below ``known_commit``: the committed entries that
@@ -94,19 +126,71 @@ class Recovery:
                 break
             if e[1] > bt:
                 self.lost_mark = max(self.lost_mark, self.known_mark, self.survey_mark)
-                self._found_lost(e[0], kc)
+                self._found_lost(e[0], kc, "append")
                 break
+
+    def own_terms(self, upto: int) -> tuple:
+        """This node's log's terms up to ``upto`` (a ``Snapshot.terms`` map, every pair kept): its snapshot's map
+        (or just the snapshot's last entry), then its log."""
+        s = self.snapshot
+        base = s.terms if s is not None and s.terms else (((self.offset, self.snap_term),) if self.offset else ())
+        return term_runs(base, self.log[:max(0, upto - self.offset)], None)
+
+    def _check_snapshot(self, s: Snapshot) -> None:
+        """(a snapshot from the leader) Whether it replaces committed entries at or below ``known_commit`` that
+        this node had otherwise: the first index up to there where the snapshot's terms (``s.terms``) differ from
+        this node's log, or, past what its log kept, hold a term after ``boot_term`` (what was committed there
+        was of ``boot_term`` or earlier). From that index on the two logs differ (RAFT's log matching): the
+        committed entries up to ``known_commit`` are gone, a loss found as on the append path (``lost``).
+        Nothing is concluded where either map says nothing (a snapshot without terms, pairs dropped)."""
+        hi = min(self.known_commit, s.index)
+        terms = s.terms
+        if hi <= 0 or not terms:
+            return
+        lo = max(terms[0][0], 1)
+        if lo > hi:
+            return
+        ours = self.own_terms(hi)
+        last = self.last_index()
+        cands = {lo, last + 1}
+        cands.update(i for i, _ in terms)
+        cands.update(i for i, _ in ours)
+        for i in sorted(c for c in cands if lo <= c <= hi):
+            lt = term_in(terms, i)
+            if lt is None:
+                continue
+            if i > last:
+                differ = lt > self.boot_term
+            else:
+                ot = term_in(ours, i)
+                differ = ot is not None and ot != lt
+            if differ:
+                self.lost_mark = max(self.lost_mark, self.known_mark, self.survey_mark)
+                self._found_lost(i, self.known_commit, "snapshot")
+                return
+
+    def _check_queried(self, nxt: int) -> None:
+        """(becoming leader, its log ending before ``nxt``) The commit indexes the voters that asked this node to
+        recover had saved (``queried``, the last 10 election timeouts): one at or past ``nxt`` names entries that
+        were committed and that this leader, elected by the rules that give a leader every committed entry a
+        majority still holds, lacks: they are gone (a majority lost them). Found here too, so that a leader that
+        was not cut itself (and found nothing in a survey of its own) reports the loss and tells the others."""
+        horizon = self.ticks - 10 * self.election_tick
+        kc = max((k for _, t, k in self.queried.values() if t >= horizon), default=0)
+        if kc >= nxt:
+            self.lost_mark = max(self.lost_mark, self.known_mark, self.survey_mark)
+            self._found_lost(nxt, kc, "queries")
 
     def _handle_recovery_query(self, m: RecoveryQuery) -> None:
         if m.frm in self.voters:
             now = self.ticks
             q = self.queried
-            q[m.frm] = (m.known_mark, now)
+            q[m.frm] = (m.known_mark, now, m.known_commit)
             horizon = now - 10 * self.election_tick
-            for p in [p for p, (_, t) in q.items() if t < horizon]:
+            for p in [p for p, (_, t, _) in q.items() if t < horizon]:
                 del q[p]  # (queries of another, earlier restart)
             if len(q) + (1 if self.recovering and self.id in self.voters else 0) >= self.quorum:
-                mark = max([self.known_mark] + [mk for mk, _ in q.values()])
+                mark = max([self.known_mark] + [mk for mk, _, _ in q.values()])
                 if mark > self.lost_mark:
                     self.lost_mark = mark
                     self.known_mark = max(self.known_mark, mark)

@@ -17,7 +17,8 @@ write since the last sync, the latter only while the nodes that lost data and ha
 minority; a restarted node starts ``recovering``. The same checks hold (no committed or acknowledged entry
 lost), no node may report lost entries (``Node.lost``: nothing was lost), and after healing no voter may stay
 recovering. ``run_power_all`` cuts every node at once instead: acknowledged entries may be lost, but never
-silently (some node must report them).
+silently (some node must report them, and every node that had saved a commit index covering an entry now
+gone must report it itself).
 
 A run has a fault phase (crashes and restarts from the simulated disk, pauses, partitions, lossy
 network, client proposals at random times, membership changes and leader transfers) and a heal phase
@@ -34,7 +35,8 @@ from typing import Optional
 
 import msgspec
 
-from .msgs import ENTRY_CONF, ENTRY_NORMAL, HardState, Snapshot, TimeoutNow, VoteResponse, decode, encode
+from .msgs import (ENTRY_CONF, ENTRY_NORMAL, HardState, RecoveryQuery, RecoveryState, Snapshot, TimeoutNow,
+                   VoteResponse, decode, encode)
 from .node import ADD, CANDIDATE, LEADER, REMOVE, Node, RaftError, decode_peers
 
 TICK = 10
@@ -296,6 +298,8 @@ class Sim:
         self.slow = 0.05
         self.blocked: set = set()
         self.checker = Checker()
+        self.deaf: set = set()  # nodes that never get a RecoveryState (run_power_all's late variant)
+        self.deaf_until = 0  # (and, until then, nothing but RecoveryQuery)
         self.acked: list = []
         self.acked_set: set = set()
         self.proposed = 0
@@ -363,7 +367,11 @@ class Sim:
         if sn.paused:
             sn.backlog.append(data)
             return
-        sn.node.step(decode(data))
+        m = decode(data)
+        if dst in self.deaf and (type(m) is RecoveryState
+                                 or self.now < self.deaf_until and type(m) is not RecoveryQuery):
+            return  # (run_power_all(late=True): its survey never completes, it recovers through a leader, later)
+        sn.node.step(m)
         self.process(sn)
 
     def process(self, sn: SimNode) -> None:
@@ -768,14 +776,19 @@ class Sim:
                 f"acked={len(self.acked)} terms={len(self.checker.leaders)} events={self.events} t={self.now}")
 
 
-def run_power_all(seed: int) -> tuple[list, "Sim", list]:
+def run_power_all(seed: int, late: bool = False) -> tuple[list, "Sim", list]:
     """A lazy run whose fault phase is only client load on a healthy network, then a power cut of every node at
     once and a restart: acknowledged entries past the last syncs are lost (no algorithm keeps them), but never
     silently: when an acknowledged proposal is gone, some node must report lost entries (``Node.lost``), and
     any range reported must really be gone (an entry of another term, or none, at its first index on the
-    leader). Returns (violations, sim, the acknowledged proposals lost)."""
+    leader); every node that had saved a commit index covering an entry now gone reports it itself. ``late``:
+    one node never hears the answers to its recovery queries (it recovers through a leader, its own survey never
+    concludes) and the nodes compact every few entries, so that it catches up through a snapshot: what it learns
+    of the loss, it learns there. Returns (violations, sim, the acknowledged proposals lost)."""
     sim = Sim(seed, quick=True)
     sim.lazy = True
+    if late:
+        sim.compact_every = 5
     out: list = []  # (the checker's own findings are expected here: RAFT's guarantees do not hold past the cut)
     for k, nid in enumerate(sim.nodes):
         sim.at(1 + k * sim.sync_every // len(sim.nodes), sim.periodic_sync, nid)
@@ -787,6 +800,14 @@ def run_power_all(seed: int) -> tuple[list, "Sim", list]:
         for sn in sim.nodes.values():
             if sn.up:
                 sn.crash(power=True)
+        if late:  # (the one left with the shortest log: the others can elect without it, and compact meanwhile)
+            sim.deaf = {min(sim.nodes.values(), key=lambda sn: (sn.disk.last_index(), sn.id)).id}
+            sim.deaf_until = sim.now + 1000
+
+            def load() -> None:  # (the leader commits and compacts past the deaf node's log meanwhile)
+                for _ in range(12):
+                    sim.propose(b"late%d" % sim.proposed)
+            sim.at(sim.now + 700, load)
         # (the messages in flight go with the servers: an old leader's append arriving after the restart would
         # bring back an entry the survey found nowhere)
         sim.q = [ev for ev in sim.q if ev[2] != sim.deliver]
@@ -827,6 +848,22 @@ def run_power_all(seed: int) -> tuple[list, "Sim", list]:
                     break
             if not gone:
                 out.append(f"a node reports entries {first}..{last} lost, but the leader holds every committed one")
+        # every node that had saved a commit index covering a committed entry now gone reports the loss itself,
+        # however it caught up (its survey, an append, or a snapshot that replaced its log)
+        kept = dict(ld.sm)
+        for sn in sim.nodes.values():
+            if not sn.up:
+                continue
+            n = sn.node
+            if n.lost is not None:
+                sim.stats["lost_found_by_" + n.lost_by] += 1
+                continue
+            for i in range(1, n.known_commit + 1):
+                c = chk.committed.get(i)
+                if c is not None and c[0] <= cut_term and c[1] == ENTRY_NORMAL and kept.get(i) != c[2]:
+                    out.append(f"{sn.id} had saved commit {n.known_commit}, committed entry {i} is gone, and it "
+                               f"reports no loss")
+                    break
     return out, sim, lost_acks
 
 
