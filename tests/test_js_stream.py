@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import nats
 import pytest
@@ -250,8 +251,8 @@ async def test_snapshot_and_restore(tmp_path):
         nc = await nats.connect(srv.client_url)
         js = nc.jetstream()
         await js.add_stream(name="SNAP", subjects=["snap.>"])
-        for i in range(200):
-            await js.publish(f"snap.{i % 7}", b"x" * 500 + str(i).encode())
+        for i in range(200):  # (random bytes: the archive is S2-compressed, several 4 KiB chunks still)
+            await js.publish(f"snap.{i % 7}", os.urandom(250).hex().encode() + str(i).encode())
         await js.delete_msg("SNAP", 10)
         await js.pull_subscribe("snap.>", durable="dur")
         # snapshot: the answer, then chunks with ack replies, then an empty 204 message

@@ -212,7 +212,7 @@ async def snapshot(nc, name: str) -> tuple[dict, list[bytes]]:
         elif not done.done():
             done.set_result(msg.headers)
     sub = await nc.subscribe(inbox, cb=on_chunk)
-    resp = await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}", {"deliver_subject": inbox, "chunk_size": 4096})
+    resp = await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}", {"deliver_subject": inbox, "chunk_size": 1024})
     assert resp["type"] == T + "stream_snapshot_response", resp
     await asyncio.wait_for(done, 5)
     await sub.unsubscribe()

@@ -103,17 +103,18 @@ async def test_leader_lost_while_the_archive_loads(cl, monkeypatch):
     from rillet.jetstream import snapshot as SN
     monkeypatch.setattr(SN, "BATCH_MSGS", 1)
     started = asyncio.Event()
-    orig = SN._ArchiveSource.batch
+    from rillet.jetstream.backup import V2Source  # (the archive is nats-server 2.15's backup form)
+    orig = V2Source.batch
     loop = asyncio.get_running_loop()
 
     calls = []
 
-    def slow_batch(self):
+    def slow_batch(self, *a):
         calls.append(1)
         loop.call_soon_threadsafe(started.set)
         time.sleep(0.02)
-        return orig(self)
-    monkeypatch.setattr(SN._ArchiveSource, "batch", slow_batch)
+        return orig(self, *a)
+    monkeypatch.setattr(V2Source, "batch", slow_batch)
     task = asyncio.ensure_future(restore(nc, "LL", snap, chunks))
     await asyncio.wait_for(started.wait(), 10)
     await asyncio.sleep(0.2)

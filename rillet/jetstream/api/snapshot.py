@@ -1,18 +1,20 @@
-"""The API side of STREAM.SNAPSHOT and STREAM.RESTORE (the archive itself: ``rillet.jetstream.snapshot``), with nats-server's chunking and flow control.
+"""The API side of STREAM.SNAPSHOT and STREAM.RESTORE, with nats-server's chunking and flow control.
 
 Snapshot: the answer carries the stream's config and state; then chunks go to the request's
 ``deliver_subject``, each with a reply ``$JS.SNAPSHOT.ACK.<stream>.<id>.<size>.<index>`` the client answers
 to open the window; an empty message with a ``204`` status ends it (``408``/``500`` statuses on failure).
-The archive is a tar in the store's own format, plaintext whatever the encryption at rest (as nats-server
-decrypts blocks into its snapshot): for a file stream its directory's layout (``store/`` and
-``consumers/<name>/meta.json``), for a memory stream the store's snapshot; ``no_consumers`` leaves the
-consumers out. It is made from the view of the request's moment in short slices on the event loop, as the
-flow-control window opens, never whole in memory; it is only ever read back by RESTORE.
+The archive is nats-server 2.15's backup form (ADR-63, ``rillet.jetstream.backup``): an S2 stream of the
+stream state, each consumer's config and delivery state (``no_consumers`` leaves them out) and the messages,
+in plaintext whatever the encryption at rest; nats-server restores it and Rillet restores nats-server's. It
+is made from the view of the request's moment in short slices on the event loop, as the flow-control window
+opens, never whole in memory.
 
 Restore: the answer names a ``$JS.SNAPSHOT.RESTORE.<stream>.<id>`` subject; the client sends chunks there,
 each with a reply that gets an empty acknowledgement, and an empty chunk to finish, which is answered
-with the stream's info once it is open. The chunks are spooled to a temporary file; a worker thread unpacks
-them and opens the store once (sealing it under this server's key, if it has one) before the stream opens.
+with the stream's info once it is open. The chunks are spooled to a temporary file; a worker thread reads
+them into a new store (sealed under this server's key, if it has one) before the stream opens; the backup's
+consumers are then made again with their states. The older archive form, Rillet's own tar (the store's
+files: ``rillet.jetstream.snapshot``), is still restored.
 """
 from __future__ import annotations
 
@@ -50,21 +52,6 @@ def register(router: "ApiRouter") -> None:
     router.handlers["STREAM.RESTORE"] = stream_restore
 
 
-def _consumer_configs(stream: Any) -> list[tuple[str, bytes]]:
-    """The archive entries ``consumers/<name>/meta.json`` of the stream's persisted consumers: their
-    configurations in plaintext, as ``ConsumerPersist.write_meta`` writes them (sealed there under a key)."""
-    import json
-    from rillet.jetstream.api import consumers as api_consumer
-    out = []
-    for c in list(stream.consumers.values()):
-        if c.persist is None:
-            continue
-        data = json.dumps({"config": api_consumer.config_to_dict(c.cfg, dynamic_meta=False, for_store=True),
-                           "created": c.created, "name": c.name}).encode()
-        out.append((f"consumers/{os.path.basename(c.persist.path)}/meta.json", data))
-    return out
-
-
 def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
     from rillet.jetstream.api.common import T, stream_info_dict
     from rillet.jetstream.api.common import is_empty_request
@@ -81,27 +68,14 @@ def snapshot(router: "ApiRouter", args: list[str], reply: bytes | None, hdr: byt
     window = min(max(1024, int(req.get("window_size") or DEFAULT_WINDOW)), 32 * 1024 * 1024)
     inflight = max(max(window, chunk) // chunk, 1)
     info = stream_info_dict(stream)
+    # nats-server 2.15's backup form (ADR-63, rillet.jetstream.backup): the consumers' states and the message
+    # range are taken here, in this callback; the archive is then made from them a slice at a time as the
+    # client's window opens (_send_chunks), never whole in memory. A message removed meanwhile is left out
+    # (nats-server too reads each message only when its turn comes).
+    from rillet.jetstream import backup
+    _, parts = backup.snapshot_parts(stream, not req.get("no_consumers"))
     router.respond(reply, {"type": T + "stream_snapshot_response", "config": info["config"],
                            "state": info["state"]})
-    include = not req.get("no_consumers")
-    store = stream.store
-    # The view is taken here, in this callback: the message range (up to the last sequence of this moment)
-    # and the consumers' states and configs; the archive is then made from it a slice at a time as the
-    # client's window opens (_send_chunks), never whole in memory. A message removed meanwhile is left out
-    # (nats-server too reads each block only when its turn comes).
-    if stream.cfg.storage == "memory":
-        parts = store.snapshot_stream(include)
-    else:
-        # A file stream's archive is its directory in plaintext (nats-server decrypts the blocks into its
-        # snapshot too): ``store/`` in the store's own format, ``consumers/<name>/meta.json``. It restores
-        # onto a server with any key or none; that server seals it with its own key when it opens it.
-        from rillet.jetstream.store.filestore import snapshot_from_store
-        if include:
-            for c in list(stream.consumers.values()):
-                c.flush_state()  # (a consumer writes its state to the store a moment after it changes)
-        store.flush()  # (gathered records into the blocks that are read back)
-        parts = snapshot_from_store(store, include, prefix="store/",
-                                    extra=_consumer_configs(stream) if include else ())
     router.js.loop.create_task(_send_chunks(router, stream.name, deliver.encode(), parts, chunk, inflight))
 
 
@@ -266,20 +240,54 @@ def _fill_memory(router: "ApiRouter", cfg: Any, spool: Any, sdir: str) -> Any:
     return store
 
 
+def _fill_v2(router: "ApiRouter", cfg: Any, spool: Any, where: str) -> tuple[Any, list]:
+    """In a worker thread: a new store holding a v2 backup's messages (a file stream's in the staging
+    directory ``where``, stopped once filled: _install makes it the stream's), with the backup's consumers
+    (name, config, state), made once the stream is open."""
+    from rillet.jetstream import backup
+    from rillet.jetstream.storeopen import open_store
+    src = backup.V2Source(spool, cfg, int(router.js.server.opts.max_payload))
+    try:
+        src.open()
+        if cfg.storage != "memory":
+            make_dirs_durable(where)
+        store = open_store(cfg, where, router.js)
+        try:
+            backup.fill_store(store, src)
+            store.flush()
+            if cfg.storage != "memory":
+                store.stop()  # (synced: reopened by _install where it belongs)
+        except BaseException:
+            store.stop()
+            raise
+    except backup.ArchiveError as e:
+        raise ApiError.make("STREAM_RESTORE", err=str(e)) from None
+    return store, src.consumers
+
+
 async def _finish(router: "ApiRouter", cfg: Any, spool: Any) -> Any:
     import asyncio
+    from rillet.jetstream import backup
     jsa = router.jsa
     if cfg.name in jsa.streams:
         raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
     created = format_time(now_ns())
     sdir = jsa.stream_dir(cfg.name)
-    if cfg.storage == "memory":
+    spool.seek(0)
+    v2 = backup.is_v2(spool.read(len(backup.STREAM_IDENTIFIER)))
+    consumers: list = []
+    if v2 and cfg.storage == "memory":
+        store, consumers = await asyncio.to_thread(_fill_v2, router, cfg, spool, sdir)
+    elif cfg.storage == "memory":
         # the memory store is made and filled in the worker thread: nothing else holds it yet
         store = await asyncio.to_thread(_fill_memory, router, cfg, spool, sdir)
     else:
         staging = f"{sdir}.restoring-{os.urandom(4).hex()}"
         try:
-            await asyncio.to_thread(_unpack, spool, staging)
+            if v2:
+                _, consumers = await asyncio.to_thread(_fill_v2, router, cfg, spool, staging)
+            else:
+                await asyncio.to_thread(_unpack, spool, staging)
             if cfg.name in jsa.streams:  # created meanwhile
                 raise ApiError.make("STREAM_NAME_EXIST_RESTORE_FAILED")
             store = await asyncio.to_thread(_install, router, cfg, staging, sdir, created)
@@ -297,4 +305,11 @@ async def _finish(router: "ApiRouter", cfg: Any, spool: Any) -> Any:
     stream.start()
     from rillet.jetstream.consumer.engine import recover_consumers
     recover_consumers(stream)
+    if consumers:
+        try:
+            backup.restore_consumers(stream, consumers)
+        except BaseException:
+            # (as nats-server: the restore fails; the stream made for it is removed again)
+            jsa.delete_stream(stream)
+            raise
     return stream
