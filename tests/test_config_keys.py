@@ -99,6 +99,7 @@ KEY_TESTS: dict[str, str] = {
     "resolver": "tests/test_operator.py::test_full_dir_resolver_survives_restart",
     "resolver_preload": "tests/test_operator.py::test_operator_signing_keys_and_strict_usage",
     "resolver_tls": "tests/test_url_resolver.py::test_resolver_tls",
+    "proxies": "tests/test_proxies.py::test_proxy_required_users",
     "resolver_pinned_accounts": "tests/test_operator.py::test_pinned_accounts",
     "trusted": "tests/test_operator.py::test_config_errors_at_parse",
     # not active until clustering lands: the server starts and warns, naming the block

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rillet.config.options import Options, Permission, Permissions, ResponsePermission, User
+from rillet.gocompat.goquote import go_type
 
 from .builder_base import BuilderBase
 from .checks import is_valid_public_nkey, subject_problem
@@ -39,9 +40,9 @@ class AuthSections(BuilderBase):
         o.password = auth.get("pass", "")
         o.authorization = auth.get("token", "")
         o.auth_timeout = auth.get("timeout", 0.0)
-        for key in ("auth_callout", "proxy_required"):
-            if key in auth:
-                o.extra[key] = auth[key]
+        if "auth_callout" in auth:
+            o.extra["auth_callout"] = auth["auth_callout"]
+        o.proxy_required = bool(auth.get("proxy_required", False))
         if (o.username or o.password) and o.authorization:
             raise f.error("Cannot have a user/pass and token")
         users: list[User] | None = auth.get("users")
@@ -160,10 +161,41 @@ class AuthSections(BuilderBase):
             elif name in ("allowed_connection_types", "connection_types", "clients"):
                 user.allowed_connection_types = self.connection_types(sub)
             elif name == "proxy_required":
-                sub.as_bool()  # accepted, not acted on
+                user.proxy_required = sub.as_bool()
             elif not sub.used_var:
                 raise unknown_field(sub, "user")
         return handle
+
+    def proxies(self, f: Field) -> None:
+        """``proxies { trusted: [{key: <nkey>}] }`` (nats-server 2.12): the proxies whose signature of the INFO
+        nonce (the CONNECT's ``proxy_sig``) admits a connection as proxied; nats-server's errors."""
+        if not isinstance(f.value, dict):
+            raise f.error(f"expected proxies to be a map/struct, got {go_type(f.value)}")
+        keys: list[str] = []
+        for sub in f.entries():
+            if sub.name != "trusted":
+                if not sub.used_var:
+                    self.errors.append(unknown_field(sub, "proxies"))
+                continue
+            if not isinstance(sub.value, list):
+                self.errors.append(sub.error(
+                    f"expected proxies' trusted field to be an array, got {go_type(sub.value)}"))
+                continue
+            for item in sub.items():
+                if not isinstance(item.value, dict):
+                    self.errors.append(item.error(
+                        f"expected proxies' trusted entry to be a map/struct, got {go_type(item.value)}"))
+                    continue
+                for k in item.entries():
+                    if k.name in ("key", "public_key"):
+                        v = k.value if isinstance(k.value, str) else ""
+                        if not any(is_valid_public_nkey(v, kind) for kind in "UANOC"):
+                            self.errors.append(k.error(f'invalid proxy key "{k.value}"'))
+                            continue
+                        keys.append(v)
+                    elif not k.used_var:
+                        self.errors.append(unknown_field(k, "proxies' trusted entry"))
+        self.o.proxies_trusted = keys
 
     def connection_types(self, f: Field) -> list[str]:
         types = [t.upper() for t in f.as_str_list("allowed connection types")]

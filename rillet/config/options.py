@@ -52,6 +52,7 @@ class User:
     permissions: Permissions | None = None
     account: str = ""  # account name; "" = the global account
     allowed_connection_types: list[str] | None = None
+    proxy_required: bool = False  # admitted only through a trusted proxy (proxies { trusted }, nats-server 2.12)
 
 
 @dataclass
@@ -187,6 +188,8 @@ class Options:
     nkeys: list[User] = field(default_factory=list)
     no_auth_user: str = ""
     auth_block: bool = False  # an authorization {} block was written (even an empty one)
+    proxy_required: bool = False  # authorization { proxy_required }: the single user or token through a proxy
+    proxies_trusted: list[str] = field(default_factory=list)  # proxies { trusted [{key}] }: the proxies' nkeys
     accounts: dict[str, Any] = field(default_factory=dict)  # raw account definitions, for later work
     system_account: str = ""
     no_system_account: bool = False

@@ -33,7 +33,6 @@ MAX_INT32 = (1 << 31) - 1
 UNSUPPORTED_KEYS: dict[str, str] = {
     "prof_port": "Rillet has no profiling port",
     "prof_block_rate": "Rillet has no profiling port",
-    "proxies": "Rillet has no trusted proxies",
 }
 
 
@@ -170,6 +169,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             "resolver_preload": self.resolver_preload,
             "resolver_tls": self.resolver_tls,
             "trusted": self.trusted_keys, "trusted_keys": self.trusted_keys,
+            "proxies": self.proxies,
         }
         # Stored in Options.extra and read where they act: resolver_pinned_accounts by the operator mode,
         # the two report intervals with the cluster settings (warned about at start while clustering is

@@ -166,6 +166,7 @@ def closed_conn_info(server: Any, c: Any) -> dict:
     info["_user"] = raw_auth_user(c)
     info["_acc"] = acc
     info["_mqtt"] = ""
+    info["_proxy"] = getattr(c, "proxy_key", "")
     info["_sort"] = _sort_keys(c, rtt_ns, stop_ns)
     return info
 
@@ -328,6 +329,9 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
         mc = getattr(c, "client_id", "") if getattr(c, "conn_type", "") in ("MQTT", "MQTT_WS") else ""
         if mc:
             info["mqtt_client"] = mc
+        pk = getattr(c, "proxy_key", "")
+        if pk:  # (proxies { trusted }: the proxy this client came through)
+            info["proxy"] = {"key": pk}
         entries.append((info, _sort_keys(c, rtt_ns), None))
 
     for ci in closed:
@@ -353,6 +357,8 @@ def connz(server: Any, opts: ConnzOptions | None = None) -> dict:
                 info["name_tag"] = a_name
         if ci.get("_mqtt"):
             info["mqtt_client"] = ci["_mqtt"]
+        if ci.get("_proxy"):
+            info["proxy"] = {"key": ci["_proxy"]}
         entries.append((info, ci.get("_sort", (ci.get("cid", 0), 0, 0, 0, 0)), ci))
 
     _sort(entries, sort_opt, now_ns)

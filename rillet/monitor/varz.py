@@ -355,6 +355,8 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     sa = system_account_name(server)
     if sa:
         v["system_account"] = sa
+    if o.proxies_trusted:  # nats-server's ProxiesOptsVarz
+        v["proxies"] = {"trusted": [{"key": k} for k in o.proxies_trusted]}
     op = getattr(server, "operator", None)
     if op is not None and op.pinned_fails:
         v["pinned_account_fails"] = op.pinned_fails

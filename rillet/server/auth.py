@@ -180,6 +180,8 @@ class Authenticator:
 
     def __init__(self, opts: Options, implicit_user: str = "") -> None:
         self.opts = opts
+        self.failure = ""  # why the last authenticate() refused, when it is not a credentials mismatch
+        self._proxied = False
         self.implicit_user = implicit_user
         self.token = opts.authorization
         self.username = opts.username
@@ -206,7 +208,26 @@ class Authenticator:
 
     @property
     def needs_nonce(self) -> bool:
-        return bool(self.nkeys) or self.operator_mode
+        return bool(self.nkeys) or self.operator_mode or bool(self.opts.proxies_trusted)
+
+    def proxy_check(self, connect: dict, nonce: bytes | None) -> tuple[bool, str]:
+        """(proxied, key) of a CONNECT, as nats-server's proxyCheck: with trusted proxies configured and a
+        ``proxy_sig`` given, the connection is proxied, and ``key`` is the trusted proxy whose signature of the
+        nonce it is ("" when none verifies it: the connection is refused, "Proxy Not Trusted"). Without either,
+        (False, "")."""
+        psig = connect.get("proxy_sig") if isinstance(connect, dict) else None
+        trusted = self.opts.proxies_trusted
+        if not psig or not isinstance(psig, str) or not trusted:
+            return False, ""
+        raw = psig.encode()
+        try:
+            sig = base64.urlsafe_b64decode(raw + b"=" * (-len(raw) % 4))
+        except ValueError:
+            return True, ""
+        for key in trusted:
+            if nonce is not None and verify_signature(key, nonce, sig):
+                return True, key
+        return True, ""
 
     def no_auth_user(self) -> User | None:
         name = self.no_auth_name
@@ -215,21 +236,36 @@ class Authenticator:
         return None
 
     def authenticate(self, connect: dict, nonce: bytes | None, conn_type: str = "STANDARD",
-                     peer_cert: dict | None = None) -> User | None | bool:
-        """Return the matched User, True (allowed, no user record), or False (refused).
+                     peer_cert: dict | None = None, proxied: bool = False) -> User | None | bool:
+        """Return the matched User, True (allowed, no user record), or False (refused; ``failure`` says
+        "Proxy Required" when the user, or the single user or token, may only come through a trusted proxy
+        and this connection did not: ``proxied``).
 
         ``peer_cert``: the client certificate (``ssl.getpeercert()``) when ``tls { verify_and_map }`` is on.
         """
+        self.failure = ""
+        self._proxied = proxied
+        return self._authenticate(connect, nonce, conn_type, peer_cert)
+
+    def _proxy_refused(self, proxy_required: bool) -> bool:
+        """(as nats-server: checked once the user is known, before its credentials)"""
+        if proxy_required and not self._proxied:
+            self.failure = "Proxy Required"
+            return True
+        return False
+
+    def _authenticate(self, connect: dict, nonce: bytes | None, conn_type: str,
+                      peer_cert: dict | None) -> User | None | bool:
         if not self.required:
             return True
         tls = self.opts.tls
         if tls is not None and tls.verify_and_map and self.users and conn_type == "STANDARD":
             u = tls_map_user(self.users, peer_cert or {}, conn_type)
-            return u if u is not None else False
+            return u if u is not None and not self._proxy_refused(u.proxy_required) else False
         nkey = connect.get("nkey") or ""
         if self.nkeys and nkey:
             u = self.nkeys.get(nkey)
-            if u is None or nonce is None:
+            if u is None or nonce is None or self._proxy_refused(u.proxy_required):
                 return False
             sig = connect.get("sig") or ""
             if not self._verify_nkey(nkey, sig, nonce):
@@ -242,13 +278,16 @@ class Authenticator:
                 # no credentials at all: the no_auth_user, if one is configured
                 if not password and not connect.get("auth_token") and self.no_auth_name:
                     u = self.users.get(self.no_auth_name)
-                    if u is not None and self._type_allowed(u, conn_type):
+                    if u is not None and self._type_allowed(u, conn_type) and not self._proxy_refused(
+                            u.proxy_required):
                         return u
                 return False
             u = self.users.get(user)
-            if u is None or not compare_secret(u.password, password):
+            if u is None or self._proxy_refused(u.proxy_required) or not compare_secret(u.password, password):
                 return False
             return u if self._type_allowed(u, conn_type) else False
+        if (self.username or self.token) and self._proxy_refused(self.opts.proxy_required):
+            return False
         if self.username:
             if user != self.username or not compare_secret(self.password, password):
                 return False

@@ -96,6 +96,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
 
     def __init__(self, server: "Server", conn_type: str = "STANDARD") -> None:
         init_conn_state(self, server)  # (rillet.server.connstate: output, counters, timers)
+        self.proxy_key = ""  # the trusted proxy this client came through (proxies { trusted }), for /connz
         self.transport: asyncio.Transport | None
         self.conn_type = conn_type  # STANDARD or WEBSOCKET (allowed_connection_types)
         opts = server.opts
@@ -472,11 +473,19 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self.opts = co
         if srv.opts.tls_required and self.conn_type == "STANDARD" and not self.tls_version:
             raise ProtocolError("Secure Connection - TLS Required", "TLS required", "Secure Connection Required")
-        if self.auth.required:
+        connect_dict: dict = {}
+        if self.auth.required or srv.opts.proxies_trusted:
             try:
                 connect_dict = cj.decode(arg)
             except cj.DecodeError:
                 connect_dict = {}
+        if srv.opts.proxies_trusted:  # (proxies { trusted }: a proxy's signature of the nonce, checked first)
+            proxied, self.proxy_key = self.auth.proxy_check(connect_dict, self.nonce)
+            if proxied and not self.proxy_key:
+                self.debug("proxy is not trusted")
+                raise ProtocolError("Authorization Violation", "authentication error", "Proxy Not Trusted")
+        if self.auth.required:
+            self.auth.failure = ""
             if srv.operator is not None and self.auth.operator_mode:
                 pub = srv.operator.resolver.connect_needs(connect_dict)
                 if pub is not None:  # (a URL resolver: the account's JWT is fetched first)
@@ -490,12 +499,16 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
                     oc.start(self, co, jwt_sub=res.nkey)
                     return
             else:
-                res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type, self.peer_cert())
+                res = self.auth.authenticate(connect_dict, self.nonce, self.conn_type, self.peer_cert(),
+                                             proxied=bool(self.proxy_key))
             ac = srv.auth_callout
             if ac is not None and getattr(srv, "operator", None) is None and ac.delegates(self, co, res):
                 ac.start(self, co)  # the client is admitted or refused when the answer comes (callout_done)
                 return
             if res is False:
+                if self.auth.failure:  # (proxy_required: nats-server logs it at debug, closes with the reason)
+                    self.debug("proxy connection required")
+                    raise ProtocolError("Authorization Violation", "authentication error", self.auth.failure)
                 srv.log.error(f"{self.log_prefix()} - authentication error"
                               + (f" - User \"{co.user}\"" if co.user else ""))
                 raise ProtocolError("Authorization Violation", "authentication error", "Authentication Failure")

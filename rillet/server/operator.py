@@ -428,6 +428,12 @@ class OperatorMode:
         except jwt.JwtError as e:
             c.debug(f"User JWT not valid: {e}")
             return None
+        if jwt.nats_section(juc).get("proxy_required") and not getattr(c, "proxy_key", ""):
+            c.debug("proxy connection required")
+            auth = getattr(c, "auth", None)  # (a client's Authenticator: the close reason, as nats-server)
+            if auth is not None:
+                auth.failure = "Proxy Required"
+            return None
         try:
             jwt.check_times(juc)
         except jwt.JwtError as e:

@@ -31,6 +31,7 @@ from rillet.server.listen import hostport, listening_socket
 from rillet.server.logging import Logger
 from rillet.server.subsystems import Core, Subsystems
 from rillet.config.options import RANDOM_PORT, Options
+from rillet.gocompat.goquote import go_quote
 from rillet.nkey import CURVE_PREFIX, from_raw_seed, new_server_identity
 from rillet.gocompat.gotime import format_seconds
 
@@ -801,6 +802,7 @@ class Server:
         self.log.trace_on = new_opts.trace
         self.log.logtime = new_opts.logtime
         self.authenticator = Authenticator(new_opts, self.sys_only_user if sys_only_no_auth_user(new_opts) else "")
+        self._reload_proxies(old, new_opts)
         from rillet.server.account_reload import recheck_client, reload_accounts
         reload_accounts(self, old, new_opts)  # accounts, their limits, mappings, exports and imports
         for lst in self.extra_listeners:
@@ -829,6 +831,21 @@ class Server:
         if self.connect_urls() != urls_before:
             self.broadcast_info()  # nats-server sends an INFO on reload only when the connect URLs change
 
+    def _reload_proxies(self, old: Options, new: Options) -> None:
+        """proxies { trusted } changed by a reload: the connections of a removed proxy go, as nats-server's."""
+        gone = [k for k in old.proxies_trusted if k not in new.proxies_trusted]
+        added = [k for k in new.proxies_trusted if k not in old.proxies_trusted]
+        if gone:
+            for c in list(self.clients.values()):
+                if c.proxy_key in gone and not c.closed:
+                    self.log.error(f"{c.log_prefix()} - authentication error")
+                    c.close("Proxy Not Trusted", "Authorization Violation")
+            self.log.notice(f"Reloaded: proxies trusted keys [{' '.join(go_quote(k.encode()) for k in gone)}] "
+                            "were removed")
+        if added:
+            self.log.notice(f"Reloaded: proxies trusted keys [{' '.join(go_quote(k.encode()) for k in added)}] "
+                            "were added")
+
     def _recheck_auth(self, c: Client) -> None:
         d = c.opts.to_builtins()  # (rillet.server.connect_json.ConnectOpts)
         if c.conn_type == "WEBSOCKET":
@@ -837,9 +854,9 @@ class Server:
                 override()
         else:
             c.auth = self.authenticator
-        res = c.auth.authenticate(d, c.nonce, c.conn_type)
+        res = c.auth.authenticate(d, c.nonce, c.conn_type, proxied=bool(c.proxy_key))
         if res is False:
-            c.close("Authentication Failure", "Authorization Violation")
+            c.close(c.auth.failure or "Authentication Failure", "Authorization Violation")
             return
         c.perms = None
         if res is not True and res is not None:
