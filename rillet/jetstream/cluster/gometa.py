@@ -892,7 +892,7 @@ def attach_to_routes(server: Any) -> None:
         server.on_shutdown.insert(0, m.stop)  # (before the routes close: a leader hands over on its way out)
         # the streams and consumers the meta group places on this server: replicas with a file store
         from rillet.jetstream.cluster.gostream import host_streams
-        m.replicas = host_streams(m, o.jetstream.store_dir, lead=True)
+        m.replicas = host_streams(m, o.jetstream.store_dir, lead=True, stand=lead)
 
         def stop_replicas() -> None:
             for r in list(m.replicas.values()):

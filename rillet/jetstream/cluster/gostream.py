@@ -7,11 +7,11 @@ applies its committed entries (rillet.jetstream.cluster.gowire) to a Rillet mess
 their sequence (plain, compressed or in a batch), purges, deletes and delete ranges. The Go servers of the
 group count its acknowledgements toward their quorum.
 
-A replica never keeps the leadership of its group: should it be elected, it hands it to the first peer that
-answers it holding its whole log; a leadership transfer to it is handed on (as the meta member does). When the
-Go meta leader picks it as a new group's preferred leader, the group waits out an election timeout. The consumers of such a stream placed
-on this server are followed the same way (``GoConsumerReplica``: delivered,
-acks, skips, resets and shared pull requests into ``ConsumerReplicaState``).
+Without ``lead`` (below) a replica never keeps the leadership of its group: should it be elected, it hands it to
+the first peer that answers it holding its whole log; a leadership transfer to it is handed on (as the meta member
+does). When the Go meta leader picks it as a new group's preferred leader, the group waits out an election
+timeout. The consumers of such a stream placed on this server are followed the same way (``GoConsumerReplica``:
+delivered, acks, skips, resets and shared pull requests into ``ConsumerReplicaState``), and never led.
 
 With the ``rillet_go_meta`` flag, ``host_streams(member, store_dir)`` runs from the server's first route: a stream
 replica keeps its messages in a ``FileStore`` (``<store_dir>/go_streams/<account>/<stream>/msgs``), its applied
@@ -24,23 +24,14 @@ retried after 2 s when it ended short); committed entries wait for it.
 
 Leading (``host_streams(..., lead=True)``, as the flag starts it): a stream replica named by a leadership transfer
 (``$JS.API.STREAM.LEADER.STEPDOWN`` with a preferred server) campaigns and, elected, leads the group as
-nats-server's stream leader: publishes to the stream's subjects become stream message entries (``lseq`` the
-last sequence proposed, counting failed proposals), acknowledged once committed and stored (PubAck bytes,
-``Nats-Msg-Id`` duplicates within the window -- in flight, applied or rebuilt from the store at start --, expected
-stream / last sequence / last subject sequence); ``$JSC.SYNC`` catch-ups are served from the store;
-``STREAM.INFO``, ``STREAM.MSG.GET`` (from the store), ``STREAM.MSG.DELETE`` and ``STREAM.PURGE`` (proposed in
-nats-server's entries, answered once applied) and the leader step-down request are answered.
+nats-server's stream leader (rillet.jetstream.cluster.gostreamlead: publishes checked, proposed and acknowledged
+once committed; catch-ups served; the stream leader's API). With ``stand=True`` (``rillet_go_meta_lead``) it also
+stands for election when it hears no leader for an election timeout, as nats-server's members do.
 
-A change of the group's peers (the meta group's replacement or move of a peer) is handed to a Go peer: a
-Rillet leader transfers the leadership to a Go peer of the new assignment (``_hand_over_peer_change``), which
-carries out nats-server's desired-state steps.
-
-Not yet: any other stream API request while leading (direct get, update); publish headers other than those (refused: expected last
-message id, rollups, TTLs, batches, counters, schedules); discard-new and account limits before proposing; a
-domain in PubAcks; snapshots of our own log; campaigning without a transfer (a killed Rillet leader's group
-waits out the Go election timeout); leading a consumer, the consumer's own snapshot (counted, not applied) and a
-durable consumer replica state; the RAFT log itself on disk (after a restart the replica answers as empty until
-the leader has sent its log or a snapshot again).
+Not yet: the consumer's own snapshot (counted, not applied) and a durable consumer replica state; leading a
+consumer group (a consumer replica elected hands the group to a peer at once); snapshots of our own stream log;
+the RAFT log itself on disk (after a restart the replica answers as empty until the leader has sent its log or a
+snapshot again).
 """
 from __future__ import annotations
 
@@ -52,11 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import LEADER, request_info
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
-from rillet.gocompat.gotime import format_time
+from rillet.jetstream.cluster.gostreamlead import StreamLeading
 from rillet.jetstream import headers as H
-from rillet.subjects.validate import is_valid_subject
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import StoreConfig
 from rillet.jetstream.store.filestore import FileStore
@@ -86,7 +75,7 @@ CATCHUP_RETRY = 2.0  # seconds between catch-up requests that ended short (as na
 CATCHUP_STALL = 10.0  # seconds without a catch-up message before asking again
 
 
-class GoStreamReplica(GoMetaMember):
+class GoStreamReplica(StreamLeading, GoMetaMember):
     """One stream group of a Go cluster, followed from this server (see the module docstring)."""
 
     KIND = "stream group"
@@ -126,6 +115,7 @@ class GoStreamReplica(GoMetaMember):
         self.clseq = 0  # leader: the last sequence proposed (in the entries' numbering: stored + clfs)
         self.ddmap: dict[str, tuple[int, int]] = {}  # Nats-Msg-Id -> (seq, ts), within the duplicate window
         self._inflight_ids: dict[str, int] = {}
+        self._inflight_subj: dict[str, list[int]] = {}  # leader: subject -> [ops, bytes] proposed, not applied
         self._lead_subs: Optional[list] = None
         self.aic: Any = None
         self.published = self.acked = 0
@@ -327,404 +317,17 @@ class GoStreamReplica(GoMetaMember):
         self._commit(held)
         self._save_applied()
 
-    # -- leading the stream group (``may_lead``, see host_streams) ---------------------------------------------
-    def _send(self, outs: list) -> None:
-        super()._send(outs)
-        leading = self.raft.role == LEADER and self.ic is not None and bool(self._subs)
-        if leading and self._lead_subs is None:
-            self._start_leading()
-        elif not leading and self._lead_subs is not None:
-            self._stop_leading()
-
-    def reassigned(self, assignment: dict) -> None:
-        """The meta group updated this stream's assignment (its config, or its group: a peer removed or added)."""
-        old = set((self.assignment.get("group") or {}).get("peers") or ())
-        self.assignment = assignment
-        if self._lead_subs is not None and self.raft.role == LEADER:
-            self._hand_over_peer_change(old)
-
-    def _hand_over_peer_change(self, old_peers: Optional[set] = None) -> None:
-        """A change of the group's peers (a replacement or move: nats-server 2.15's desired-state steps -- add
-        the new peers, wait for them to catch up, remove the old ones) is carried out by the stream leader, and
-        this server does not do it: leading such a group, it hands the leadership to a Go peer of the new
-        assignment that answers, which carries the change out."""
-        grp = self.assignment.get("group") or {}
-        peers = {p for p in (grp.get("peers") or ()) if isinstance(p, str)}
-        replicas = int((self.assignment.get("stream") or {}).get("num_replicas") or 1)
-        if not (grp.get("desired") or len(peers) < replicas or (old_peers is not None and peers != old_peers)):
-            return
-        r = self.raft
-        now = time.monotonic()
-        cands = {p: r.match[p] for p in peers & self._go_peers()
-                 if p in r.match and now - r.last_seen.get(p, 0.0) < 3.0}
-        pick = max(sorted(cands), key=lambda p: cands[p], default="")
-        if pick and self.transfer_away(pick):
-            self.log.notice(f"JetStream stream '{self.account} > {self.name}' [{self.group}]: its peers change: "
-                            f"leadership handed to Go peer {pick}, which carries the change out")
-        else:
-            self._warn_once("nomove", f"JetStream stream '{self.account} > {self.name}' [{self.group}]: its "
-                                      "peers change, and no Go peer answers to take the leadership")
-
-    def _start_leading(self) -> None:
-        """As nats-server's stream leader: take the stream's subjects in its account (publishes are proposed
-        as stream message entries and acknowledged once committed and stored), serve ``$JSC.SYNC`` catch-ups
-        and the stream's leader step-down request."""
-        acc = self.server.accounts.get(self.account)
-        if acc is None:
-            self._warn_once("noacc", f"JetStream stream '{self.account} > {self.name}': no such account here; "
-                                     "not leading")
-            self.transfer_away()
-            return
-        self.aic = self.server.internal_client(acc, f"go stream leader {self.name}")
-        # the last sequence proposed so far: what is stored, and any stream message still in the log above it
-        self.clseq = self.store.state().last_seq + self.clfs
-        self._inflight_ids.clear()
-        for _t, es in self.raft._log[max(self.raft.applied - self.raft.base_index, 0):]:
-            for e in es:
-                if e.type == gw.ENTRY_NORMAL and e.data and e.data[0] in (ge.OP_STREAM_MSG,
-                                                                          ge.OP_COMPRESSED_STREAM_MSG):
-                    x = ge.decode_entry(e.data)
-                    x = x.msg if isinstance(x, ge.CompressedStreamMsg) else x
-                    self.clseq = max(self.clseq, x.lseq + 1)
-                    # (a message id of the previous leader's, not applied yet, is a duplicate already)
-                    mid = H.get_header(bytes(x.hdr), H.MSG_ID) if x.hdr else None
-                    if mid:
-                        self._inflight_ids[mid] = x.lseq + 1 - self.clfs
-        subjects = self.assignment["stream"].get("subjects") or [self.name]
-        self._lead_subs = [(self.aic, self.aic.subscribe(subj, self._on_publish)) for subj in subjects]
-        sync = str(self.assignment.get("sync") or "")
-        if sync:
-            self._lead_subs.append((self.ic, self.ic.subscribe(sync, self._on_sync)))
-        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.INFO.{self.name}", self._on_info)))
-        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.MSG.DELETE.{self.name}",
-                                                           self._on_msg_delete)))
-        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.MSG.GET.{self.name}", self._on_msg_get)))
-        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.PURGE.{self.name}", self._on_purge)))
-        self._lead_subs.append((self.ic, self.ic.subscribe(f"$JS.API.STREAM.LEADER.STEPDOWN.{self.name}",
-                                                           self._on_stepdown)))
-        self.log.notice(f"JetStream: leading stream '{self.account} > {self.name}' [{self.group}] "
-                        f"(term {self.raft.term})")
-        if self.ic is not None and self.server.loop is not None:
-            # (a group whose peers are changing: once the followers answered this term, to a Go leader)
-            self.server.loop.call_later(1.0, self._recheck_peers)
-
-    def _recheck_peers(self) -> None:
-        if self._lead_subs is not None and self.raft.role == LEADER:
-            self._hand_over_peer_change()
-
-    def _stop_leading(self) -> None:
-        for client, sub in self._lead_subs or ():
-            client.remove_sub(sub)
-        self._lead_subs = None
-        self.log.notice(f"JetStream: no longer leading stream '{self.account} > {self.name}' [{self.group}]")
-
-    def _go_peers(self) -> set[str]:
-        """The peers of the group that are Go servers (not Rillet ones: see GoMetaMember.rillet_peers)."""
-        rillet = self.member.rillet_peers if self.member is not None else set()
-        return {p for p in self.raft.peers if p != self.peer and p not in rillet}
-
-    def _pass_target(self) -> Optional[str]:
-        """A hand-over goes to a Go peer holding our whole log (a Rillet peer would lead with the same limits)."""
-        return next((p for p in sorted(self._go_peers()) if self.raft.current(p)), None)
-
-    def transfer_away(self, preferred: str = "") -> bool:
-        """Hand the leadership to ``preferred`` (a peer id) or to the peer that acknowledged the most of our log
-        in this term (under load none holds all of it at any instant: as nats-server, a peer that answers
-        is chosen, and it campaigns once the transfer entry reaches it); False if no peer answered."""
-        answered = {p: i for p, i in self.raft.match.items() if p != self.peer}
-        if preferred:
-            peer = preferred if preferred in answered else None
-        else:
-            go = {p: i for p, i in answered.items() if p in self._go_peers()}  # (a Go peer first)
-            pick = go or answered
-            peer = max(sorted(pick), key=lambda p: pick[p], default=None)
-        if peer is None:
-            return False
-        self.passed += 1
-        self._send(self.raft.transfer(peer, force=True))
-        return True
-
-    def _pub_ack(self, seq: int, duplicate: bool = False) -> bytes:
-        # (nats-server's bytes; the domain is not known here)
-        return b'{"stream":%s,"seq":%d%s}' % (json.dumps(self.name).encode(), seq,
-                                               b',"duplicate": true' if duplicate else b"")
-
-    def _pub_error(self, reply: bytes, e: ApiError) -> None:
-        if reply:
-            self.aic.publish(reply, None, json.dumps({"error": e.to_dict(), "stream": self.name, "seq": 0},
-                                                      separators=(",", ":")).encode())
-
-    def _dedup(self, mid: str) -> Optional[int]:
-        window = int(self.assignment["stream"].get("duplicate_window") or 120_000_000_000)
-        if mid in self._inflight_ids:
-            return self._inflight_ids[mid]
-        hit = self.ddmap.get(mid)
-        if hit is None:
-            return None
-        if time.time_ns() - hit[1] > window:
-            del self.ddmap[mid]
-            return None
-        return hit[0]
-
-    def _on_publish(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
-        if self._lead_subs is None or self.raft.role != LEADER:
-            return
-        h = bytes(msg[:hdr]) if hdr > 0 else b""
-        data = bytes(msg[hdr:]) if hdr > 0 else bytes(msg)
-        subj = subject.decode("utf-8", "surrogateescape")
+    def _rollup(self, seq: int, subject: str, hdr: bytes) -> None:
+        """A stored message's rollup, as every nats-server replica applies it (where the stream allows rollups
+        and purges): the subject's, or the whole stream's, earlier messages go."""
         cfg = self.assignment["stream"]
-        try:
-            mid = ""
-            if h:
-                exp = H.get_header(h, H.EXPECTED_STREAM)
-                if exp is not None and exp != self.name:
-                    raise ApiError.make("STREAM_NOT_MATCH")
-                mid = H.get_header(h, H.MSG_ID) or ""
-                if mid:
-                    dup = self._dedup(mid)
-                    if dup is not None:
-                        if reply:
-                            self.aic.publish(reply, None, self._pub_ack(dup, duplicate=True))
-                        return
-                last = self.clseq - self.clfs
-                v = H.get_header(h, H.EXPECTED_LAST_SEQ)
-                if v is not None and (not v.isdigit() or int(v) != last):
-                    raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=last)
-                v = H.get_header(h, H.EXPECTED_LAST_SUBJ_SEQ)
-                if v:
-                    if last != self.store.state().last_seq:
-                        # (a message still in flight may be on that subject: as nats-server, not guessed)
-                        raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=self.store.last_seq_for_subject(subj))
-                    check = H.get_header(h, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ) or subj
-                    have = self.store.last_seq_for_subject(check)
-                    if not v.isdigit() or int(v) != have:
-                        raise ApiError.make("STREAM_WRONG_LAST_SEQUENCE", seq=have)
-                for unsupported in (H.EXPECTED_LAST_MSG_ID, H.ROLLUP, H.TTL, "Nats-Batch-Id", "Nats-Incr",
-                                    "Nats-Schedule"):
-                    if H.get_header(h, unsupported) is not None:
-                        raise ApiError.make("STREAM_STORE_FAILED",
-                                            err=f"{unsupported} is not supported by a Rillet leader of a Go "
-                                                "stream group yet")
-            mms = int(cfg.get("max_msg_size") or -1)
-            if mms > 0 and len(h) + len(data) > mms:
-                raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
-        except ApiError as e:
-            self._pub_error(reply, e)
+        if not cfg.get("allow_rollup_hdrs") or cfg.get("deny_purge"):
             return
-        sm = ge.StreamMsg(self.clseq, time.time_ns(), subj, reply.decode("utf-8", "surrogateescape") if reply else "",
-                          h, data)
-        self.clseq += 1
-        if mid:
-            self._inflight_ids[mid] = self.clseq - self.clfs
-        self.published += 1
-        self.propose([gw.Entry(gw.ENTRY_NORMAL, sm.encode_maybe_compressed())])
-
-    def _on_sync(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
-        """A replica's catch-up request: the stored messages of the range (gaps as delete ranges), each with a
-        ``$JSC.ACK`` reply, then an empty message."""
-        if not reply or self._lead_subs is None:
-            return
-        try:
-            req = json.loads(bytes(msg[hdr:]) if hdr > 0 else bytes(msg))
-            first, last = int(req["first_seq"]), int(req["last_seq"])
-        except (ValueError, KeyError, TypeError) as e:
-            self._warn_once(f"sync:{e}", f"JetStream stream '{self.account} > {self.name}': bad catch-up request: {e}")
-            return
-        first = max(first, self.store.state().first_seq)
-        last = min(last, self.store.state().last_seq)
-        gap = 0
-        ack = f"$JSC.ACK.{gw.random_token(8)}".encode()
-        for seq in range(first, last + 1):
-            sm = self.store.load_msg(seq)
-            if sm is None:
-                gap += 1
-                continue
-            if gap:
-                self.ic.publish(reply, None, ge.encode_json_entry(ge.OP_DELETE_RANGE, {"first": seq - gap, "num": gap}))
-                gap = 0
-            body = ge.StreamMsg(seq, sm.ts, sm.subject, "", bytes(sm.hdr or b""), bytes(sm.data)).encode_maybe_compressed()
-            self.ic.publish(reply, ack + b".%d" % len(body), body)
-        if gap:
-            self.ic.publish(reply, None, ge.encode_json_entry(ge.OP_DELETE_RANGE, {"first": last + 1 - gap, "num": gap}))
-        self.ic.publish(reply, None, b"")
-
-    def _peer_names(self) -> dict[str, str]:
-        """Peer id -> server name, for the servers this one has routes to (and itself)."""
-        names = {self.peer: self.server.name}
-        cl = getattr(self.server, "cluster", None)
-        for rc in (getattr(cl, "routes", None) or {}).values():
-            n = getattr(rc, "remote_name", "")
-            if n:
-                names[gw.peer_id(n)] = n
-        return names
-
-    def _on_info(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
-        """``$JS.API.STREAM.INFO.<stream>``: as nats-server, the stream leader answers (config, state, cluster)."""
-        if self._lead_subs is None or hdr <= 0 or not reply:
-            return
-        ci = request_info(bytes(msg[:hdr]))
-        if ci is None or ci.get("acc") != self.account:
-            return
-        self.ic.publish(reply, None, json.dumps(self._info_doc(), separators=(",", ":")).encode())
-
-    def _info_doc(self) -> dict[str, Any]:
-        """The stream's info as its leader gives it (``STREAM.INFO``)."""
-        st = self.store.state()
-        first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
-        state: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": first,
-                                 "first_ts": format_time(st.first_ts), "last_seq": st.last_seq,
-                                 "last_ts": format_time(st.last_ts)}
-        if st.num_deleted:
-            state["num_deleted"] = st.num_deleted
-        if st.num_subjects:
-            state["num_subjects"] = st.num_subjects
-        meta = self.member.state if self.member is not None else None
-        state["consumer_count"] = len(meta.consumers.get((self.account, self.name)) or {}) if meta is not None else 0
-        names = self._peer_names()
-        now = time.monotonic()
-        replicas = []
-        for p in sorted(self.raft.peers - {self.peer}):
-            seen = self.raft.last_seen.get(p)
-            replicas.append({"name": names.get(p, p), "current": self.raft.current(p) or
-                             (p in self.raft.match and self.raft.pindex - self.raft.match[p] < 8),
-                             "active": int((now - seen) * 1e9) if seen else 0, "peer": p})
-        return {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
-                "created": self.assignment.get("created") or "", "config": self.assignment["stream"],
-                "state": state,
-                "cluster": {"name": (self.assignment.get("group") or {}).get("cluster") or "",
-                            "leader": self.server.name, "replicas": replicas},
-                "ts": format_time(time.time_ns())}
-
-    def _on_msg_delete(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
-                       msg: bytes) -> None:
-        """``$JS.API.STREAM.MSG.DELETE.<stream>``: proposed (Go's delete entry, with the request's client, subject
-        and reply); answered once applied (``_apply``)."""
-        if self._lead_subs is None or hdr <= 0:
-            return
-        ci = request_info(bytes(msg[:hdr]))
-        if ci is None or ci.get("acc") != self.account:
-            return
-        try:
-            req = json.loads(bytes(msg[hdr:]) or b"{}")
-            if not isinstance(req, dict) or not isinstance(req.get("seq", 0), int):
-                raise ValueError("not a delete request")
-        except ValueError as e:
-            if reply:
-                self.ic.publish(reply, None, json.dumps(
-                    {"type": "io.nats.jetstream.api.v1.stream_msg_delete_response",
-                     "error": ApiError.make("INVALID_JSON", err=str(e)).to_dict()}, separators=(",", ":")).encode())
-            return
-        doc: dict[str, Any] = {"client": {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")},
-                               "stream": self.name, "seq": int(req.get("seq") or 0)}
-        if req.get("no_erase"):
-            doc["no_erase"] = True
-        doc["subject"] = subject.decode("utf-8", "surrogateescape")
-        doc["reply"] = reply.decode("utf-8", "surrogateescape") if reply else ""
-        self.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_DELETE_MSG, doc))])
-
-    def _api_request(self, reply: Optional[bytes], hdr: int, msg: bytes) -> Optional[tuple[dict, bytes]]:
-        """(client info, body) of a stream API request this leader answers: one of the stream's account, with
-        the requester's info (``Nats-Request-Info``) and somewhere to answer; None otherwise."""
-        if self._lead_subs is None or hdr <= 0 or not reply:
-            return None
-        ci = request_info(bytes(msg[:hdr]))
-        if ci is None or ci.get("acc") != self.account:
-            return None
-        return ci, bytes(msg[hdr:])
-
-    def _answer(self, reply: bytes, doc: dict) -> None:
-        from rillet.jetstream.api import codec as apijson
-        self.ic.publish(reply, None, apijson.go_json(doc))
-
-    def _on_msg_get(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
-        """``$JS.API.STREAM.MSG.GET.<stream>``: as nats-server's stream leader, from the store (by sequence, last
-        or next for a subject, or from a start time; the same checks and answers as Rillet's own JetStream)."""
-        got = self._api_request(reply, hdr, msg)
-        if got is None:
-            return
-        from rillet.jetstream.api import codec as apijson
-        from rillet.jetstream.api import types as A
-        from rillet.jetstream.api.direct import DirectApi, stored_message_json
-        typ = "io.nats.jetstream.api.v1.stream_msg_get_response"
-        body = got[1]
-        try:
-            if not body.strip() or body.strip() == b"{}":
-                raise ApiError.make("BAD_REQUEST")
-            req = apijson.go_decode(body, A.JSApiMsgGetRequest, strict=False)
-            DirectApi._check_get(req)
-            m = DirectApi._get(None, self, req)  # (reads self.store only)
-            if m is None:
-                raise ApiError.make("NO_MESSAGE_FOUND")
-        except ApiError as e:
-            self._answer(reply, {"type": typ, "error": e.to_dict()})
-            return
-        self._answer(reply, {"type": typ, "message": stored_message_json(m, req.no_hdr)})
-
-    def _on_purge(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
-        """``$JS.API.STREAM.PURGE.<stream>``: proposed as nats-server proposes it (its purge entry: client, stream,
-        the last sequence now, subject, reply and the request when there is one); answered once applied."""
-        got = self._api_request(reply, hdr, msg)
-        if got is None:
-            return
-        ci, body = got
-        typ = "io.nats.jetstream.api.v1.stream_purge_response"
-        cfg = self.assignment["stream"]
-        request: Optional[dict] = None
-        try:
-            if body.strip()[:1] == b"{":
-                from rillet.jetstream.api import codec as apijson
-                from rillet.jetstream.api import types as A
-                pr = apijson.go_decode(body, A.JSApiStreamPurgeRequest, strict=False)
-                if pr.seq and pr.keep:
-                    raise ApiError.make("BAD_REQUEST")  # (nats-server: sequence and keep exclude each other)
-                request = {k: v for k, v in (("seq", pr.seq), ("filter", pr.filter), ("keep", pr.keep)) if v}
-                if pr.filter and not is_valid_subject(pr.filter):
-                    raise ApiError.make("STREAM_PURGE_FAILED", err="invalid subject")
-            if cfg.get("sealed"):
-                raise ApiError.make("STREAM_SEALED")
-            if cfg.get("deny_purge"):
-                raise ApiError.make("STREAM_PURGE_FAILED", err="stream purge not permitted")
-        except ApiError as e:
-            self._answer(reply, {"type": typ, "error": e.to_dict()})
-            return
-        doc: dict[str, Any] = {"client": {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")},
-                               "stream": self.name, "last_seq": self.store.state().last_seq,
-                               "subject": subject.decode("utf-8", "surrogateescape"),
-                               "reply": reply.decode("utf-8", "surrogateescape")}
-        if request is not None:
-            doc["request"] = request
-        self.propose([gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_PURGE_STREAM, doc))])
-
-    def _on_stepdown(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
-        if self._lead_subs is None or hdr <= 0:
-            return
-        ci = request_info(bytes(msg[:hdr]))
-        if ci is None or ci.get("acc") != self.account:
-            return
-        preferred = ""
-        err: Optional[ApiError] = None
-        try:
-            body = json.loads(bytes(msg[hdr:]) or b"{}")
-        except ValueError as e:
-            body, err = None, ApiError.make("INVALID_JSON", err=str(e))
-        name = ((body.get("placement") or {}).get("preferred") or "") if isinstance(body, dict) else ""
-        if err is None and name:
-            preferred = gw.peer_id(name)
-            if preferred == self.peer:
-                err = ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} is already leader")
-            elif preferred not in self.raft.peers:
-                err = ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} not known")
-        doc: dict[str, Any] = {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response"}
-        if err is not None:
-            doc["error"] = err.to_dict()
-        else:
-            if not self.transfer_away(preferred):
-                # (as nats-server: no current peer to name, the leader steps down all the same)
-                self.raft.role, self.raft.leader = "follower", ""
-                self._send([])
-            doc["success"] = True
-        if reply:
-            self.ic.publish(reply, None, json.dumps(doc, separators=(",", ":")).encode())
+        v = H.get_header(hdr, H.ROLLUP)
+        if v == "sub":
+            self.store.purge(subject=subject, seq=seq, keep=0)
+        elif v == "all":
+            self.store.purge(subject=None, seq=seq, keep=0)
 
     def _apply(self, item: Committed) -> None:
         e = item.entry
@@ -745,6 +348,10 @@ class GoStreamReplica(GoMetaMember):
             hdr = bytes(x.hdr)
             self.store.store_raw(seq, x.subject, hdr, bytes(x.msg), x.ts)
             self.applied_msgs += 1
+            if x.subject in self._inflight_subj:
+                self._inflight_add(x.subject, self._msg_size(x.subject, hdr, bytes(x.msg)), -1)
+            if hdr and b"Nats-Rollup" in hdr:
+                self._rollup(seq, x.subject, hdr)
             if hdr and b"Nats-Msg-Id" in hdr:
                 mid = H.get_header(hdr, H.MSG_ID)
                 if mid:
@@ -882,11 +489,13 @@ from rillet.jetstream.cluster.gosolo import is_solo  # noqa: E402
 
 
 def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
-                 lead: bool = False) -> dict[tuple, GoMetaMember]:
+                 lead: bool = False, stand: bool = False) -> dict[tuple, GoMetaMember]:
     """Follow every stream and consumer the meta group assigns to this server (and leave those it takes
     away); returns the live map of replicas: (account, stream) -> GoStreamReplica and
     (account, stream, consumer) -> GoConsumerReplica. With ``store_dir`` a stream replica keeps its messages
-    in a file store, its applied index and its group's term and vote there (a restart resumes from them)."""
+    in a file store, its applied index and its group's term and vote there (a restart resumes from them).
+    ``lead``: a stream replica named by a leadership transfer leads its group; ``stand`` (with ``lead``): it
+    also stands for election on its own (gostreamlead.StreamLeading.stand_in_group)."""
     replicas: dict[tuple, GoMetaMember] = {}
     if store_dir and lead:
         # one-replica streams placed here: run by Rillet's own engine (no RAFT group, as nats-server's R1)
@@ -932,6 +541,8 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 r.may_lead = True
                 r.member = member
                 r.raft.lead_on_transfer = True
+                if stand:
+                    r.stand_in_group()
             else:
                 r.pass_leadership = True
             r.start()
