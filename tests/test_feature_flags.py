@@ -109,7 +109,6 @@ async def test_merged_flags_in_server_info_and_varz():
 
 
 @pytest.mark.parametrize("text, words", [
-    ("feature_flags {\n  js_snapshot_sources: true\n}", '2:3: feature flag "js_snapshot_sources: true" is not supported'),
     ("feature_flags {\n  js_raft_delete_range: false\n}", '2:3: feature flag "js_raft_delete_range: false" is not'),
     ("feature_flags {\n  js_ack_fc_v2: 1\n}", '2:3: error parsing feature flag "js_ack_fc_v2": expected bool, got int64'),
 ])

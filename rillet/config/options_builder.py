@@ -261,9 +261,10 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
 
     def feature_flags(self, f: Field) -> None:
         """``feature_flags { name: bool }`` (nats-server 2.14+) -> ``Options.extra["feature_flags"]``. Rillet acts on
-        ``js_ack_fc_v2`` (v2 ack and flow control reply subjects); the others only at nats-server's default
-        (refused otherwise); names nats-server does not know are ignored, as there."""
-        from rillet.config.features import FEATURE_FLAGS, SUPPORTED
+        ``js_ack_fc_v2`` (v2 ack and flow control reply subjects), ``js_api_reply_v2`` and ``js_snapshot_sources``
+        (rillet.config.features); the others only at nats-server's default (refused otherwise); names nats-server
+        does not know are ignored, as there."""
+        from rillet.config.features import FEATURE_FLAGS, ONLY_DEFAULT, SUPPORTED
         if not isinstance(f.value, dict):
             raise f.error(f"error parsing feature flags: unsupported type {go_type(f.value)}")
         flags = self.o.extra.setdefault("feature_flags", {})
@@ -271,8 +272,8 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             if not isinstance(sub.value, bool):
                 raise sub.error(f'error parsing feature flag "{sub.key}": expected bool, got {go_type(sub.value)}')
             if sub.key in FEATURE_FLAGS and sub.key not in SUPPORTED and sub.value != FEATURE_FLAGS[sub.key]:
-                raise sub.error(f'feature flag "{sub.key}: {str(sub.value).lower()}" is not supported: Rillet has '
-                                "only nats-server's default behaviour for it")
+                raise sub.error(f'feature flag "{sub.key}: {str(sub.value).lower()}" is not supported: '
+                                + ONLY_DEFAULT.get(sub.key, "Rillet has only nats-server's default behaviour for it"))
             flags[sub.key] = sub.value
 
     def server_tags(self, f: Field) -> None:

@@ -196,8 +196,12 @@ class Origin:
             cfg["filter_subject"] = self.filters[0]
         elif self.filters:
             cfg["filter_subjects"] = self.filters
+        from rillet.jetstream import apireply  # (the reply's form: feature flag js_api_reply_v2)
+        cname = apireply.consumer_name(stream, self.mirror, self.cfg) if apireply.v2(stream) else ""
+        if cname:  # (with v2 the reply names the consumer: named here, not by the origin)
+            cfg["name"] = cname
         req = json.dumps({"stream_name": self.name, "config": cfg, "action": "create"}).encode()
-        reply = f"$JS.S.R.{os.urandom(6).hex()}"
+        reply = apireply.reply_subject(stream, ext.api if ext is not None else None, self.name, cname)
         self.rsub = ic.subscribe(reply, self._on_create_reply)
         # the retry is armed first: a synchronous answer (a local origin) re-arms it as a stall check
         self._arm(retry_delay(self.fails + 1, random.random()), self._no_answer)
@@ -214,7 +218,9 @@ class Origin:
         self.from_seq = from_seq
         self.attempts += 1
         self.answered = False
-        reply = f"$JS.S.R.{os.urandom(6).hex()}"
+        from rillet.jetstream import apireply
+        ext = self.cfg.external
+        reply = apireply.reply_subject(stream, ext.api if ext is not None else None, self.name, name)
         self.rsub = ic.subscribe(reply, self._on_create_reply)
         self._arm(retry_delay(self.fails + 1, random.random()), self._no_answer)
         ic.publish(f"{self.api}.CONSUMER.RESET.{self.name}.{name}".encode(), reply.encode(), b"")
@@ -481,6 +487,12 @@ class SourceSet:
             if o is not None and len(parts) > 1 and parts[1].isdigit():
                 o.sseq = int(parts[1])
                 del wanted[parts[0]]
+        from rillet.jetstream import sourcestate
+        for o in self.origins:  # what this replica applied, or a snapshot brought (js_snapshot_sources)
+            p = sourcestate.position(self.stream, o.header_tag[0])
+            if p is not None and (o.header_tag[0] in wanted or p[0] > o.sseq):
+                o.sseq = p[0]
+                wanted.pop(o.header_tag[0], None)
         if wanted and seq >= st.first_seq:
             # (nats-server scans to the first message; a scan of millions of messages would hold the loop)
             s = self.stream

@@ -46,7 +46,7 @@ import msgspec
 import rillet.server.msgtrace as _mt
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
-from rillet.jetstream import damagereport, ingest, schedules
+from rillet.jetstream import damagereport, ingest, schedules, sourcestate
 from rillet.jetstream.dedup import DedupMixin
 from rillet.jetstream.dedup import now_ns as now_ns  # (re-exported: the jetstream modules take it from here)
 from rillet.jetstream.errors import ApiError
@@ -160,6 +160,7 @@ class Stream(DedupMixin, ReplyMixin):
         # the proposed overlay (entries in flight; see the module docstring)
         self._inflight: deque[Entry] = deque()
         self._pids: dict[str, int] = {}
+        self.source_pos: dict[str, tuple[int, str]] = {}  # the sources' positions (rillet.jetstream.sourcestate)
         self.closed = False
         self.scheduler: Any = None  # the message scheduler (rillet.jetstream.schedules), made when first needed
         store.register_remove_callback(self._on_store_remove)
@@ -759,6 +760,8 @@ class Stream(DedupMixin, ReplyMixin):
             self.store.purge(None, seq, 0)
         if b"Nats-Scheduler" in hdr:
             schedules.apply_stored(self, hdr)
+        if b"Nats-Stream-Source:" in hdr and self.cfg.sources:
+            sourcestate.seen(self, hdr)
 
     def take_effects(self) -> list[Any]:
         """What applying entries without a completion left (a follower's): removed sequences and

@@ -57,7 +57,7 @@ from rillet.jetstream.cluster import monitor
 from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplica, send_advisory, send_quorum_lost
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.api import codec as apijson
-from rillet.jetstream import fastbatch
+from rillet.jetstream import fastbatch, sourcestate
 from rillet.jetstream.cluster import lossreport
 from rillet.jetstream.cluster.stream_loss import StreamLossMixin
 from rillet.jetstream.cluster.log import LOST, RESTORED, SYNCED, FastNote, RaftLog
@@ -661,7 +661,8 @@ class StreamReplica(StreamLossMixin):
     # ---- snapshots and catch-up ---------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        return _enc.encode(self._store_state())
+        # (with feature flag js_snapshot_sources the sources' positions too: rillet.jetstream.sourcestate)
+        return _enc.encode({**self._store_state(), **sourcestate.snapshot_fields(self.stream)})
 
     def _store_state(self) -> dict:
         """The store's sequence state as a snapshot has it. Damaged records (``lost``: a checksum failed) are
@@ -701,6 +702,7 @@ class StreamReplica(StreamLossMixin):
                 store.remove_msg(seq, False)  # (False when it is gone already)
         self.replay_seq = max(store.last_seq, last)
         self.stream.forget_dedup()
+        sourcestate.restore(self.stream, snap)
 
     async def _catch_up(self, snap: dict) -> None:
         """Fetch the messages up to the snapshot's last sequence from the stream leader, in chunks."""
