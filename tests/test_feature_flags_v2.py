@@ -4,12 +4,15 @@
   reset), ``$JSC.R.<uid>`` or ``$JSC.R.<domain>.<account hash>.<stream>.<consumer>.<uid>``, side by side with
   nats-server (rillet.jetstream.apireply);
 - ``js_snapshot_sources``: a stream group's snapshot carries its sources' positions, so a replica that installs
-  it resumes sourcing where the group was (rillet.jetstream.sourcestate; internal: unit level);
+  it resumes sourcing where the group was (rillet.jetstream.sourcestate): an R3 stream whose new replicas caught
+  up from a snapshot after its messages were purged, and unit tests of the snapshot's form; the positions every
+  replica keeps from what it applies, side by side with nats-server (a purged stream's sourcing restarted);
 - the flags in /varz as nats-server merges them.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from types import SimpleNamespace
 
@@ -222,3 +225,68 @@ async def test_flags_accepted_in_config(tmp_path):
     p.write_text("feature_flags {\n  js_api_reply_v2: true\n  js_snapshot_sources: true\n}\n")
     o = parse_command_line(["-c", str(p)]).options
     assert o.extra["feature_flags"] == {"js_api_reply_v2": True, "js_snapshot_sources": True}
+
+
+async def _scaled_source_after_purge(flag: bool) -> dict:
+    """An R1 stream SRC sources ORIG (3 messages), is purged, then made R3: the new replicas catch up from the
+    leader's state in snapshot form (no message, so no Nats-Stream-Source header, to learn the position from);
+    the leader steps down, a new one restarts the sourcing, ORIG gets a 4th message. SRC's state once settled."""
+    import nats
+
+    from rillet.app.embed import run_cluster
+    ff = {"feature_flags": {"js_snapshot_sources": flag}}
+    async with run_cluster(3, jetstream=True, server_fields=lambda i: {"extra": dict(ff)}) as servers:
+        nc = await nats.connect(servers[0].client_url)
+        loop = asyncio.get_running_loop()
+
+        async def api(subject: str, body: dict | None = None) -> dict:
+            m = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=5)
+            return json.loads(m.data)
+
+        async def until(what: str, cond, subject: str, timeout: float = 30.0) -> dict:
+            deadline = loop.time() + timeout
+            while True:
+                try:
+                    r = await api(subject)
+                    if cond(r):
+                        return r
+                except nats.errors.TimeoutError:
+                    r = {"timeout": subject}
+                assert loop.time() < deadline, (what, r)
+                await asyncio.sleep(0.2)
+        try:
+            r = await api("$JS.API.STREAM.CREATE.ORIG", {"name": "ORIG", "subjects": ["orig.>"], "num_replicas": 1})
+            assert "error" not in r, r
+            for i in range(3):
+                await nc.request(f"orig.{i}", b"x", timeout=5)
+            r = await api("$JS.API.STREAM.CREATE.SRC", {"name": "SRC", "sources": [{"name": "ORIG"}],
+                                                        "num_replicas": 1})
+            assert "error" not in r, r
+            await until("sourced", lambda r: r.get("state", {}).get("last_seq") == 3, "$JS.API.STREAM.INFO.SRC")
+            assert (await api("$JS.API.STREAM.PURGE.SRC"))["purged"] == 3
+            info = await api("$JS.API.STREAM.INFO.SRC")
+            first = info["cluster"]["leader"]
+            cfg = dict(info["config"], num_replicas=3)
+            r = await api("$JS.API.STREAM.UPDATE.SRC", cfg)
+            assert "error" not in r, r
+            await until("R3 current", lambda r: len([p for p in (r.get("cluster") or {}).get("replicas", [])
+                                                     if p.get("current")]) == 2, "$JS.API.STREAM.INFO.SRC")
+            r = await api("$JS.API.STREAM.LEADER.STEPDOWN.SRC")
+            assert r.get("success"), r
+            await until("a new leader", lambda r: (r.get("cluster") or {}).get("leader") not in (None, "", first),
+                        "$JS.API.STREAM.INFO.SRC")
+            await nc.request("orig.3", b"x", timeout=5)  # (ORIG's 4th: SRC has it once its sourcing runs again)
+            want = 1 if flag else 4
+            await until("sourcing again", lambda r: r.get("state", {}).get("messages", 0) >= want,
+                        "$JS.API.STREAM.INFO.SRC")
+            await asyncio.sleep(0.5)
+            return (await api("$JS.API.STREAM.INFO.SRC"))["state"]
+        finally:
+            await nc.close()
+
+
+@pytest.mark.parametrize("flag", [False, True], ids=["off", "on"])
+async def test_a_replica_caught_up_from_a_snapshot_resumes_sourcing_with_the_flag(flag):
+    st = await _scaled_source_after_purge(flag)
+    # with the flag the new leader knows ORIG's position: only the 4th; without, it sources ORIG from its start
+    assert (st["messages"], st["last_seq"]) == ((1, 4) if flag else (4, 7)), st
