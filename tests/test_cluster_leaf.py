@@ -1196,11 +1196,11 @@ LEAF_KEY_TESTS = {
     },
     "leafnodes.authorization": {
         "account": _BIND, "user": _BIND, "username": _BIND, "pass": _BIND, "password": _BIND, "users": _BIND,
-        "timeout": _BIND, "nkey": "test_leafnodes_nkey_authorization", "proxy_required": "refused",
+        "timeout": _BIND, "nkey": "test_leafnodes_nkey_authorization", "proxy_required": "test_proxies.py::test_leafnode_proxy_required",
     },
     "leafnodes.authorization.users": {
         "account": _BIND, "user": _BIND, "username": _BIND, "pass": _BIND, "password": _BIND,
-        "proxy_required": "refused",
+        "proxy_required": "test_proxies.py::test_leafnode_proxy_required",
     },
     "leafnodes": {
         "listen": "test_pub_sub_both_ways_wildcards_and_headers", "port": "test_config_defaults_and_account_check",

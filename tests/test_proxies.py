@@ -175,3 +175,28 @@ async def test_proxy_required_in_a_user_jwt(kind, tmp_path):
         assert [x["reason"] for x in closed] == ["Proxy Required"], closed
     finally:
         p.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_leafnode_proxy_required(kind, tmp_path):
+    """A leaf connection's CONNECT: leafnodes authorization users with proxy_required, as for clients."""
+    lport = free_port()
+    extra = (f"leafnodes {{ listen: 127.0.0.1:{lport}, authorization {{ users: [ "
+             "{user: viaproxy, password: pw, proxy_required: true}, {user: direct, password: pw} ] } }")
+    p = await _ready(_start(kind, _conf(free_port(), extra), tmp_path)[0])
+    try:
+        for user, signer, want in (("viaproxy", PROXY, b"PONG"), ("viaproxy", None, b"-ERR"),
+                                   ("direct", None, b"PONG"), ("direct", OTHER, b"-ERR")):
+            c = await RawClient.open(lport, connect=False)
+            d = {"user": user, "pass": "pw", "name": f"leaf-{user}", "headers": True}
+            if signer is not None:
+                sig = signer.sign(c.info["nonce"].encode())
+                d["proxy_sig"] = base64.urlsafe_b64encode(sig).decode().rstrip("=")
+            c.send(f"CONNECT {json.dumps(d)}\r\nPING\r\n")
+            while True:  # (INFO and LS+ lines may come first)
+                line = await c.read_until(b"\r\n", timeout=5)
+                if line.startswith((b"PONG", b"-ERR")):
+                    break
+            assert line.startswith(want), (user, signer, line)
+    finally:
+        p.stop()

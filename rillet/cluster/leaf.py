@@ -405,6 +405,23 @@ class LeafNodes(Listening):
         permissions are applied to ``lc``; in operator mode ``lc.jwt_user`` is set (limits, expiry)."""
         o = self.opts
         nonce = lc.nonce
+        srv = self.server
+        lc.auth_failure = ""
+        if srv.opts.proxies_trusted:  # (proxies { trusted }: a proxy's signature of the nonce, checked first)
+            proxied, lc.proxy_key = srv.authenticator.proxy_check(raw, nonce)
+            if proxied and not lc.proxy_key:
+                lc.auth_failure = "Proxy Not Trusted"
+                return None
+
+        def proxy_refused(required: bool) -> bool:
+            if required and not lc.proxy_key:
+                lc.debug("proxy connection required")
+                lc.auth_failure = "Proxy Required"
+                return True
+            return False
+        if o.username or o.nkey:
+            if proxy_refused(o.proxy_required):
+                return None
         if o.username:
             if co.user != o.username or not compare_secret(o.password, co.password):
                 return None
@@ -417,11 +434,10 @@ class LeafNodes(Listening):
         if o.users:
             for u in o.users:
                 if u.username == co.user:
-                    if not compare_secret(u.password, co.password):
+                    if proxy_refused(u.proxy_required) or not compare_secret(u.password, co.password):
                         return None
                     return u.account or "$G"
             return None
-        srv = self.server
         if srv.operator is not None:
             u = srv.operator.authenticate(lc, raw)
             if u is None:
@@ -435,8 +451,9 @@ class LeafNodes(Listening):
             lc.jwt_user = u
             lc.apply_user_perms(u.permissions)
             return u.account
-        res = srv.authenticator.authenticate(raw, nonce, "LEAFNODE")
+        res = srv.authenticator.authenticate(raw, nonce, "LEAFNODE", proxied=bool(lc.proxy_key))
         if res is False or res is None:
+            lc.auth_failure = srv.authenticator.failure
             return None
         if res is True:
             return o.account or "$G"

@@ -136,6 +136,8 @@ class LeafConn(ServerConn):
         self.user_sub: _Deny | None = None
         self.perms_info: tuple | None = None  # (import, export) sent to the leaf in INFO
         self.jwt_user: Any = None  # operator mode: the user JWT the leaf authenticated with
+        self.proxy_key = ""  # the trusted proxy this leaf came through (proxies { trusted })
+        self.auth_failure = ""  # why authorize() refused it, when not a credentials mismatch (the close reason)
         self.jwt_timer: asyncio.TimerHandle | None = None
         self.msubs = -1  # most subscriptions the peer may announce (operator mode limits; -1: no limit)
         self.smap = LocalInterest()  # what we announced to the peer (account key unused: b"")
@@ -412,7 +414,7 @@ class LeafConn(ServerConn):
         acc_name = self.mgr.authorize(self, co, raw if isinstance(raw, dict) else {})
         if acc_name is None:
             log.error(f"{self.log_prefix()} - authentication error" + (f' - User "{co.user}"' if co.user else ""))
-            self.close("Authentication Failure", AUTH_VIOLATION)
+            self.close(self.auth_failure or "Authentication Failure", AUTH_VIOLATION)
             return
         self.account = self.mgr.bind_account(acc_name)
         if self.account is None:

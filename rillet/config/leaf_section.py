@@ -5,7 +5,7 @@ is refused with file:line:col and the reason, never parsed and ignored:
 
 * in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``,
   ``pinned_certs``; HTTP ``proxy``, ``jetstream_cluster_migrate``, websocket compression
-  (``ws_compress: true``) and ``proxy_required`` are refused;
+  (``ws_compress: true``) is refused;
 * remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
 
 The parsed block becomes ``Options.leaf`` (a ``LeafNodeOptions``); ``Options.leafnodes`` keeps the raw map.
@@ -32,6 +32,7 @@ class LeafUser:
     username: str = ""
     password: str = ""
     account: str = ""
+    proxy_required: bool = False  # admitted only through a trusted proxy (proxies { trusted })
 
 
 @dataclass
@@ -84,6 +85,7 @@ class LeafNodeOptions:
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
     account: str = ""
     nkey: str = ""  # a user public key: the leaf signs the hub's nonce with its seed
+    proxy_required: bool = False  # authorization { proxy_required }: the single user or nkey through a proxy
     users: list[LeafUser] = field(default_factory=list)
     remotes: list[RemoteLeafOptions] = field(default_factory=list)
     reconnect: float = DEFAULT_RECONNECT
@@ -207,7 +209,7 @@ def parse_leafnodes(b: Any, f: Field) -> None:
                     "pass": lambda x: setattr(u, "password", x.as_str()),
                     "password": lambda x: setattr(u, "password", x.as_str()),
                     "account": lambda x: setattr(u, "account", x.as_str()),
-                    "proxy_required": _refuser("proxy_required"),
+                    "proxy_required": lambda x: setattr(u, "proxy_required", x.as_bool()),
                 }
                 b.each(item, ut, "leafnodes.authorization.users")
                 out.append(u)
@@ -227,7 +229,7 @@ def parse_leafnodes(b: Any, f: Field) -> None:
             "timeout": timeout,
             "users": users,
             "account": s("account", "str", target=target),
-            "proxy_required": _refuser("proxy_required"),
+            "proxy_required": s("proxy_required", "bool", target=target),
         }
         b.each(sub, table, "leafnodes.authorization")
         if ln.users:
