@@ -402,3 +402,52 @@ def test_power_cut_of_every_server_right_after_a_few_publishes_reports_a_narrow_
     assert all(rng["seq_first"] <= seq <= rng["seq_last"] for seq in gone), (rng, gone)
     new = asyncio.run(_acked(urls[0], 1000, 2))
     assert min(new) == rng["seq_last"] + 1, (sorted(new), rng)
+
+
+def test_a_member_stopped_before_the_loss_learns_it_from_the_leader(cluster) -> None:
+    # p3 stops cleanly (nothing to recover); p1 and p2 go on, the stream and its R3 consumer C commit more entries
+    # (publishes, acknowledgements) and both lose them at a power cut. p1 and p2 find the loss when they come back
+    # (their recovery survey needs p3's answer); p3 found nothing in a survey of its own: it knows the loss as the
+    # leader (the commit indexes the others asked it to recover with) or from the leader's LOST entry, for the
+    # stream and, now, for the consumer: its log says so, its copy of the consumer's report is on its disk, and
+    # consumer info (from whichever member leads) shows cluster.lost
+    import glob
+    import re
+    urls = _setup(cluster)
+    asyncio.run(_consume(urls, 10))
+    for m in cluster:
+        m.fs.sync()
+    p1, p2, p3 = cluster
+    p3.proc.send_signal(signal.SIGTERM)
+    p3.proc.wait(timeout=30)
+    two = [p1.url, p2.url]
+    asyncio.run(_info(two))
+    asyncio.run(_request_ok(two, "$JS.API.CONSUMER.INFO.P.C"))
+    asyncio.run(_acked(p1.url, 50, 60))  # acknowledged by p1 and p2, not fsynced
+    asyncio.run(_consume(two, 60))
+    asyncio.run(asyncio.sleep(1.5))  # (the commit indexes are saved every second)
+    p1.power_cut()
+    p2.power_cut()
+    for m in cluster:
+        m.proc = ServerProcess("-c", m.conf, env=_new_boot())
+    for m in cluster:
+        m.proc.wait_log("Server is ready", timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        ci = asyncio.run(_request_ok(urls, "$JS.API.CONSUMER.INFO.P.C"))
+        if ci["cluster"].get("lost") or time.monotonic() > deadline:
+            break
+        asyncio.run(asyncio.sleep(0.3))
+    lost = ci["cluster"].get("lost")
+    assert lost and lost["entries"] >= 1, ci["cluster"]
+    said = re.compile(r"consumer '\$G > P > C' lost \d+ committed RAFT entries")
+    deadline = time.monotonic() + 30
+    while not said.search(p3.proc.output):
+        assert time.monotonic() < deadline, "p3 never logged the consumer's loss:\n" + p3.proc.output[-3000:]
+        time.sleep(0.2)
+    reports = glob.glob(os.path.join(p3.fs.mount, "**", "_raft", "C-*", "lost.json"), recursive=True)
+    assert reports, "p3 kept no report of the consumer's loss"
+    with open(reports[0]) as f:
+        mine = json.load(f)
+    assert mine["entries"] >= 1 and mine["raft_first"] <= lost["raft_last"], (mine, lost)
+    assert re.search(r"stream '\$G > P' lost \d+ committed RAFT entries", p3.proc.output), p3.proc.output[-3000:]

@@ -38,11 +38,11 @@ from typing import Any
 
 import msgspec
 
-from rillet.gocompat.gotime import format_time
 from rillet.jetstream.consumer.engine import Consumer
 from rillet.jetstream.consumer.state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
                                              C_START, ConsumerStateMachine)
-from rillet.jetstream.cluster.log import DELIVERED_RUNS, SYNCED
+from rillet.jetstream.cluster.consumer_loss import ConsumerLossMixin
+from rillet.jetstream.cluster.log import DELIVERED_RUNS, LOST, SYNCED
 from rillet.jetstream.log import Entry, NotLeader
 from rillet.raft.node import LEADER
 from rillet.jetstream.stream import now_ns
@@ -430,8 +430,9 @@ class SoloPersist:
         cs.delete()
 
 
-class ConsumerReplica:
-    """One consumer's replica on this server: its RaftGroup, RaftLog and ClusteredConsumer."""
+class ConsumerReplica(ConsumerLossMixin):
+    """One consumer's replica on this server: its RaftGroup, RaftLog and ClusteredConsumer (loss reports:
+    consumer_loss.py)."""
 
     def __init__(self, rep: Any, ca: Any) -> None:
         from rillet.jetstream.api.consumers import config_from_dict
@@ -505,6 +506,9 @@ class ConsumerReplica:
         """A solo entry (RaftLog.solo_apply): this server leads, so ``c`` is the engine, with no ack in flight
         (ClusteredConsumer.apply_entry's engine part reduced to what applies then)."""
         c = self.c
+        if entry.op == LOST:
+            self._apply_lost(_dec.decode(entry.args[0]))
+            return None
         res = ConsumerStateMachine.apply_entry(c, entry)
         op = entry.op
         if op == C_START or op == C_RESET:
@@ -517,6 +521,9 @@ class ConsumerReplica:
 
     def _apply(self, entry: Entry) -> Any:
         c = self.c
+        if entry.op == LOST:
+            self._apply_lost(_dec.decode(entry.args[0]))
+            return None
         if entry.op == SYNCED:
             # the leader's state when it stopped running solo: a member catches up to it (the leader has it)
             if not self.log.applying_own:
@@ -678,6 +685,7 @@ class ConsumerReplica:
             self._promote()
             self.solo_check()
             self._advisory()
+            self._lost_on_lead()
         else:
             self.set_solo(False)
             self._demote()
@@ -747,32 +755,6 @@ class ConsumerReplica:
                              acc, rep.name, self.name, rep.peer_states(self.group), time.time_ns(),
                              self.cs.js.domain or ""))
 
-    def _data_lost(self, first: int, last: int) -> None:
-        """(RaftGroup.on_data_lost) Committed entries of the consumer's group are gone from every member: its
-        acknowledgements and deliveries since the last synced state may be missing (messages may be delivered
-        again). Logged, kept on disk, the ``CONSUMER.DATA_LOST`` advisory, cluster.lost and /healthz."""
-        from rillet.jetstream.cluster import lossreport, monitor
-        now = time.time_ns()
-        rep = self.rep
-        found = {"raft_first": first, "raft_last": last, "detected": format_time(now), "server": self.cs.server.name}
-        self.data_lost = lossreport.merge(self.data_lost, found)
-        if not self.group.memory:
-            try:
-                lossreport.save(self.group.dir, self.data_lost)
-            except OSError as e:
-                self.cs.js.log.error(f"JetStream cluster consumer '{rep.jsa.account.name} > {rep.name} > "
-                                     f"{self.name}': saving the loss report failed: {e}")
-        self.cs.js.log.error(f"JetStream cluster consumer '{rep.jsa.account.name} > {rep.name} > {self.name}' lost "
-                             f"{last - first + 1} committed RAFT entries ({first}..{last}): acknowledgements or "
-                             f"deliveries may be missing (messages may be delivered again)")
-        info = dict(self.data_lost)
-
-        def build(acc: str) -> tuple[str, dict]:
-            d = monitor._adv("consumer_data_lost", now, acc, self.cs.js.domain or "",
-                             {"stream": rep.name, "consumer": self.name, "raft_group": self.group.name, "lost": info})
-            return f"{monitor.ADV}.CONSUMER.DATA_LOST.{rep.name}.{self.name}", d
-        send_advisory(self.cs, rep.jsa, build)
-
     def request_delete(self) -> None:
         """The engine found the consumer inactive: ask the meta leader to remove it (again after 2 s)."""
         now = self.cs.js.loop.time()
@@ -816,6 +798,7 @@ class ConsumerReplica:
             self.deleting = delete
             self._leader_changed(False)
         self.closed = True
+        self._stop_lost()
         if self._solo_timer is not None:
             self._solo_timer.cancel()
             self._solo_timer = None

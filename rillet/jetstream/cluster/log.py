@@ -68,6 +68,9 @@ MULTI_MAX_ENTRIES = 1024  # a pass's entries past these go on in another RAFT en
 # messages delivered as dseq, dseq + 1, ...: ConsumerStateMachine._apply_run), which builds before it cannot apply.
 # A replicated consumer's leader proposes one only when every member lists it in ``rillet_raft_ops``.
 DELIVERED_RUNS = 49
+# Not an entry op of its own: a LOST entry in a consumer's group (consumer_loss.py), which builds before it cannot
+# apply. A consumer leader proposes one only when every member lists it in ``rillet_raft_ops``.
+CONSUMER_LOST = 50
 MULTI_MAX_BYTES = 1 << 20
 _dec_multi = msgspec.msgpack.Decoder(list[bytes])
 

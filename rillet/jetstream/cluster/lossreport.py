@@ -18,6 +18,10 @@ committed entry is then known to be missing, but the stream sequences up to the 
 acknowledged. That is reported too (``unsynced_tail``: true), with no RAFT range (``raft_first`` 1,
 ``raft_last`` 0, ``entries`` 0) and the skipped sequences as ``seq_first``..``seq_last``: messages that may have
 been acknowledged and are gone.
+
+A report carries no ``bytes`` (nats-server's ``lost`` of damaged records has one: ``state.lost.bytes``): the lost
+entries are gone from every member, and what they held, sizes included, with them. A consumer's report has no
+``seq_*`` fields; its leader proposes it (a LOST entry, consumer_loss.py) as a stream's leader does.
 """
 from __future__ import annotations
 
