@@ -37,6 +37,35 @@ PROBE_MAX = 256  # damaged sequences asked about in one probe (the first ones)
 _enc = msgspec.msgpack.Encoder()
 
 
+def tally_probe(others: set, answers: dict) -> tuple[dict, dict, bool]:
+    """The other replicas' answers about their copies of damaged records (``_on_damage_probe``): sequence -> a
+    peer holding a healthy copy; sequence -> a peer that deleted it (it applied a deletion, a purge or a limit
+    this replica has not yet: legitimately gone, not lost); and whether the answers leave anything unknown (a
+    replica did not answer, or is behind)."""
+    healthy: dict[int, str] = {}
+    deleted: dict[int, str] = {}
+    unknown = len([p for p in answers if p in others]) < len(others)
+    for peer, d in answers.items():
+        if peer not in others:
+            continue
+        for s in d.get("healthy") or ():
+            healthy.setdefault(s, peer)
+        for s in d.get("gone") or ():
+            deleted.setdefault(s, peer)
+        if d.get("behind"):
+            unknown = True
+    return healthy, deleted, unknown
+
+
+def lost_everywhere_of(seqs: tuple, damaged: Any, healthy: dict, deleted: dict, unknown: bool) -> list[int]:
+    """Of the sequences asked about (``seqs``), those still damaged here that are lost everywhere: every replica
+    answered, none holds a healthy copy, and none deleted it (a deletion this replica has not applied yet: the
+    record goes when it does, nothing is lost)."""
+    if unknown:
+        return []
+    return [s for s in seqs if s in damaged and s not in healthy and s not in deleted]
+
+
 class StreamLossMixin:
     """Reservations, loss reports and refetching of damaged records for ``StreamReplica`` (its attributes:
     ``stream``, ``group``, ``log``, ``cs``, ``jsa``, the ``_reserved*``/``_floor``/``data_lost`` state set in its
@@ -73,6 +102,7 @@ class StreamLossMixin:
     _probe_at = -1e9  # when the last probe's answers were in
     _probe_seqs: tuple = ()  # what it asked about
     _probe_healthy: dict | None = None  # sequence -> a peer holding a healthy copy
+    _probe_deleted: dict | None = None  # sequence -> a peer that deleted it (this replica has yet to)
     _probe_unknown = False  # not every replica answered (or one was behind): nothing concluded
     _open_damage_due = False  # (_open_damage) the cut waits for the group's snapshot (restore at its start)
 
@@ -200,16 +230,21 @@ class StreamLossMixin:
             self._probe_task = loop.create_task(self._probe_damage(tuple(lost[:PROBE_MAX])))
             return True
         healthy = self._probe_healthy or {}
-        if not self._probe_unknown:
-            gone = [s for s in self._probe_seqs if s in store.state().lost and s not in healthy]
-            if gone:
-                self._lost_everywhere(gone)
-                lost = [s for s in lost if s not in self.lost_everywhere]
-                if not lost:
-                    return False
+        deleted = self._probe_deleted or {}
+        gone = lost_everywhere_of(self._probe_seqs, set(store.state().lost), healthy, deleted, self._probe_unknown)
+        if gone:
+            self._lost_everywhere(gone)
+            lost = [s for s in lost if s not in self.lost_everywhere]
+            if not lost:
+                return False
         if lost[0] not in healthy:
-            # (no replica said it holds a healthy copy, and not every one answered: nothing is cut or handed
-            # over, they are asked again)
+            # (no replica said it holds a healthy copy, and not every one answered, or one deleted it: this
+            # replica's deletion is on its way. Nothing is cut, handed over or reported, they are asked again)
+            if lost[0] in deleted and lost[0] not in self._deleted_said:
+                self._deleted_said = self._deleted_said | {lost[0]}
+                self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': damaged "
+                                    f"message {lost[0]} was deleted on {deleted[lost[0]]}: not lost, waiting for "
+                                    f"this replica to apply the deletion")
             self._refetch_due = True
             loop.call_later(REFETCH_HANDOVER, self._refetch_again)
             return True
@@ -332,15 +367,10 @@ class StreamLossMixin:
                 pass
         finally:
             ic.remove_sub(sub)
-        healthy: dict[int, str] = {}
-        unknown = len(answers) < len(others)
-        for peer, d in answers.items():
-            for s in d.get("healthy") or ():
-                healthy.setdefault(s, peer)
-            if d.get("behind"):
-                unknown = True
+        healthy, deleted, unknown = tally_probe(others, answers)
         self._probe_seqs = seqs
         self._probe_healthy = healthy
+        self._probe_deleted = deleted
         self._probe_unknown = unknown
         self._probe_at = self.cs.js.loop.time()
         self._probe_task = None
@@ -357,6 +387,7 @@ class StreamLossMixin:
             self.stream._store_damaged()
 
     _probe_said = False  # (the inconclusive probe's warning: once)
+    _deleted_said: frozenset = frozenset()  # (refetch_damaged) damaged sequences said deleted elsewhere (once each)
 
     def _lost_everywhere(self, seqs: list[int]) -> None:
         """Every other replica answered and none holds a healthy copy of ``seqs`` (damaged here): they are lost
