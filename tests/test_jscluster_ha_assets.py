@@ -67,7 +67,7 @@ def _shape(r: dict) -> dict:
     return out
 
 
-async def _scenario(a_url: str, sys_url: str) -> list:
+async def _scenario(a_url: str, sys_url: str, names: list | None = None) -> list:
     out: list = []
     nc = await nats.connect(a_url)
     sysc = await nats.connect(sys_url)
@@ -137,6 +137,12 @@ async def _scenario(a_url: str, sys_url: str) -> list:
 
 
 def _go_transcript() -> list:
+    return _go_run([LIMIT] * 3, _scenario, probe=True)
+
+
+def _go_run(limits: list[int], scenario, probe: bool = False) -> list:
+    """``scenario(a_url, sys_url, names)`` against 3 nats-servers, server i with ``max_ha_assets: limits[i]`` (0: none);
+    ``probe``: once an R3 stream can be placed (created and deleted again)."""
     d = tempfile.mkdtemp(prefix="rillet-ha-go-")
     ports = [(free_port(), free_port()) for _ in range(3)]
     routes = ",".join(f"nats://127.0.0.1:{c}" for _, c in ports)
@@ -144,9 +150,10 @@ def _go_transcript() -> list:
     try:
         for i, (p, c) in enumerate(ports):
             path = f"{d}/s{i}.conf"
+            lim = f", limits {{ max_ha_assets: {limits[i]} }}" if limits[i] else ""
             with open(path, "w") as f:
                 f.write(f'port: {p}\nserver_name: g{i}\n'
-                        f'jetstream {{ store_dir: "{d}/s{i}", limits {{ max_ha_assets: {LIMIT} }} }}\n'
+                        f'jetstream {{ store_dir: "{d}/s{i}"{lim} }}\n'
                         f"cluster {{ name: gc, listen: 127.0.0.1:{c}, routes: [{routes}] }}\n"
                         "accounts { SYS { users [{user: sys, password: sys}] }, "
                         "A { jetstream: enabled, users [{user: a, password: a}] } }\nsystem_account: SYS\n")
@@ -158,7 +165,7 @@ def _go_transcript() -> list:
             nc = await nats.connect(f"nats://a:a@127.0.0.1:{ports[0][0]}", max_reconnect_attempts=-1)
             try:
                 deadline = time.monotonic() + WAIT
-                while True:
+                while probe:
                     try:
                         m = await nc.request("$JS.API.STREAM.CREATE.PROBE", json.dumps(
                             {"name": "PROBE", "subjects": ["probe"], "num_replicas": 3}).encode(), timeout=5)
@@ -168,11 +175,13 @@ def _go_transcript() -> list:
                         pass
                     assert time.monotonic() < deadline, "the Go JetStream cluster did not settle"
                     await asyncio.sleep(0.5)
-                m = await nc.request("$JS.API.STREAM.DELETE.PROBE", b"", timeout=10)
-                assert json.loads(m.data).get("success"), m.data
+                if probe:
+                    m = await nc.request("$JS.API.STREAM.DELETE.PROBE", b"", timeout=10)
+                    assert json.loads(m.data).get("success"), m.data
             finally:
                 await nc.close()
-            return await _scenario(f"nats://a:a@127.0.0.1:{ports[0][0]}", f"nats://sys:sys@127.0.0.1:{ports[1][0]}")
+            return await scenario(f"nats://a:a@127.0.0.1:{ports[0][0]}", f"nats://sys:sys@127.0.0.1:{ports[1][0]}",
+                                  [f"g{i}" for i in range(3)])
 
         time.sleep(0.5)
         return asyncio.run(run())
@@ -212,3 +221,137 @@ async def test_max_ha_assets_as_nats_server():
             assert a == b, f"Rillet {a}\n    nats-server {b}"
         assert rillet == go
     assert rillet == EXPECTED
+
+
+# ---- a member's own, lower limit ---------------------------------------------------------------------------------
+
+# what nats-server 2.15.1 answers when only the third server has max_ha_assets: 1 and another server, without a limit,
+# leads the meta group: the meta leader places by its own limit (none), and the member runs the new groups past its
+# own limit. (nats-server's source has a member-side check in createRaftGroup, "Maximum HA Assets limit reached" and
+# 10049 "system limit reached" to the client; the 2.15.1 binary, seen live, never logs it nor refuses, and the
+# member's statsz shows the groups it runs: Rillet does the same.)
+MEMBER_EXPECTED = [
+    ["S1 R3", {"type": T + "stream_create_response", "replicas": 3}],
+    ["S2 R3, the member past its own limit", {"type": T + "stream_create_response", "replicas": 3}],
+    ["S2 info", {"type": T + "stream_info_response", "replicas": 3}],
+    ["statsz ha_assets", [3, 3, 3]],
+    ["S3 R3", {"type": T + "stream_create_response", "replicas": 3}],
+    ["S4 R1", {"type": T + "stream_create_response", "replicas": 1}],
+    ["statsz ha_assets", [4, 4, 4]],
+    ["S1 deleted", {"type": T + "stream_delete_response", "success": True}],
+    ["statsz ha_assets", [3, 3, 3]],
+]
+
+
+async def _member_scenario(a_url: str, sys_url: str, names: list) -> list:
+    out: list = []
+    nc = await nats.connect(a_url)
+    sysc = await nats.connect(sys_url)
+    stats: dict[str, dict] = {}
+
+    async def on_statsz(m) -> None:
+        d = json.loads(m.data)
+        stats[d["server"]["name"]] = (d.get("statsz") or {}).get("jetstream") or {}
+
+    sub = await sysc.subscribe("$SYS.SERVER.*.STATSZ", cb=on_statsz)
+    inbox = sysc.new_inbox()
+    isub = await sysc.subscribe(inbox, cb=on_statsz)
+    await sysc.flush()
+
+    async def meta_leader() -> str:
+        stats.clear()
+        await sysc.publish("$SYS.REQ.SERVER.PING.STATSZ", b"", reply=inbox)  # (every server answers)
+        deadline = time.monotonic() + 5
+        while len(stats) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        leaders = {(js.get("meta") or {}).get("leader", "") for js in stats.values()}
+        return leaders.pop() if len(leaders) == 1 else ""
+
+    async def api(subj: str, body: dict | None = None) -> dict:
+        m = await nc.request(subj, json.dumps(body).encode() if body is not None else b"", timeout=10)
+        return json.loads(m.data)
+
+    async def step(label: str, subj: str, body: dict | None = None) -> dict:
+        r = await api(subj, body)
+        out.append([label, _shape(r)])
+        return r
+
+    async def until(label: str, subj: str, done, body: dict | None = None) -> None:
+        deadline = time.monotonic() + WAIT
+        while not done(r := await api(subj, body)):
+            assert time.monotonic() < deadline, (label, r)
+            await asyncio.sleep(0.2)
+        out.append([label, _shape(r)])
+
+    async def statsz_show(n: int) -> None:
+        deadline = time.monotonic() + WAIT
+        while True:
+            await meta_leader()
+            ha = sorted((js.get("stats") or {}).get("ha_assets") for js in stats.values())
+            if ha == [n] * 3:
+                break
+            assert time.monotonic() < deadline, f"statsz ha_assets {ha}, waiting for {n}"
+            await asyncio.sleep(0.5)
+        out.append(["statsz ha_assets", ha])
+
+    def stream(name: str, replicas: int) -> tuple[str, dict]:
+        return f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [name.lower()], "num_replicas": replicas}
+
+    try:
+        # the meta leader must be a server without the limit (the limited one would place by its own); and every
+        # server known to it (an R3 probe stream placed, then deleted)
+        deadline = time.monotonic() + WAIT
+        while True:
+            leader = await meta_leader()
+            if leader and leader != names[2]:
+                r = await api(*stream("PROBE", 3))
+                if "error" not in r:
+                    assert (await api("$JS.API.STREAM.DELETE.PROBE")).get("success")
+                    await statsz_show(1)  # (the probe's groups gone everywhere)
+                    out.clear()
+                    break
+            elif leader:
+                await sysc.request("$JS.API.META.LEADER.STEPDOWN", json.dumps(
+                    {"placement": {"preferred": names[0]}}).encode(), timeout=10)
+            assert time.monotonic() < deadline, f"meta leader {leader!r}"
+            await asyncio.sleep(0.5)
+        await step("S1 R3", *stream("S1", 3))
+        await step("S2 R3, the member past its own limit", *stream("S2", 3))
+        await until("S2 info", "$JS.API.STREAM.INFO.S2", lambda r: "error" not in r)
+        await statsz_show(3)  # the meta group, S1 and S2, on every server
+        await step("S3 R3", *stream("S3", 3))
+        await step("S4 R1", *stream("S4", 1))
+        await statsz_show(4)
+        await step("S1 deleted", "$JS.API.STREAM.DELETE.S1")
+        await statsz_show(3)
+    finally:
+        await sub.unsubscribe()
+        await isub.unsubscribe()
+        await nc.close()
+        await sysc.close()
+    return out
+
+
+async def _rillet_member_transcript() -> list:
+    users = [User(username="sys", password="sys", account="SYS"), User(username="a", password="a")]
+    lim = {"jetstream": JetStreamOptions(extra={"limits": {"max_ha_assets": 1}})}
+    async with run_cluster(3, jetstream=True, system_account="SYS", users=users,
+                           server_fields=lambda i: dict(lim) if i == 2 else {}) as servers:
+        deadline = time.monotonic() + WAIT
+        while not all(len(s.jetstream.cluster.registry.nodes) == 3 and all(
+                ni.stats is not None for ni in s.jetstream.cluster.registry.nodes.values()) for s in servers):
+            assert time.monotonic() < deadline, "statsz not known everywhere"
+            await asyncio.sleep(0.05)
+        return await _member_scenario(servers[0].client_url.replace("nats://", "nats://a:a@"),
+                                      servers[1].client_url.replace("nats://", "nats://sys:sys@"),
+                                      [s.name for s in servers])
+
+
+async def test_member_with_a_lower_limit_runs_what_the_meta_leader_places_as_nats_server():
+    rillet = await _rillet_member_transcript()
+    if GO:
+        go = await asyncio.get_running_loop().run_in_executor(None, _go_run, [0, 0, 1], _member_scenario)
+        for a, b in zip(rillet, go):
+            assert a == b, f"Rillet {a}\n    nats-server {b}"
+        assert rillet == go
+    assert rillet == MEMBER_EXPECTED

@@ -14,8 +14,6 @@ from tests.test_tls_options import pki  # noqa: F401  (pki: a module fixture)
 
 # (release, setting, the refusal's words)
 REFUSED = [
-    ("2.11", "accounts {\n  A {\n    jetstream: { cluster_traffic: owner }\n  }\n}",
-     '3:18: "cluster_traffic: owner" is not supported'),
     ("2.11", "jetstream {\n  tpm { keys_file: x }\n}", '2:3: "tpm" is not supported'),
 ]
 

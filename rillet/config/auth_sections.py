@@ -327,11 +327,16 @@ class AuthSections(BuilderBase):
                         f"Not a valid public nkey for an account: {sub.value!r}"))
             elif name == "jetstream" and isinstance(sub.value, dict):
                 for js in sub.entries():
-                    # nats-server 2.11: "owner" moves the account's RAFT traffic into the account itself
-                    if js.name == "cluster_traffic" and str(js.value).lower() != "system":
-                        self.errors.append(js.error(
-                            f'"{js.key}: {js.value}" is not supported: Rillet sends replication traffic in '
-                            'the system account only (cluster_traffic: system)'))
+                    # nats-server 2.11: "owner" moves the RAFT traffic of the account's streams and consumers into
+                    # the account itself (rillet/jetstream/cluster/traffic.py); nats-server's words for the rest
+                    if js.name != "cluster_traffic":
+                        continue
+                    if not isinstance(js.value, str):
+                        self.errors.append(js.error(f"Expected either 'system' or 'owner' string value for "
+                                                    f'"{js.key}", got {js.value}'))
+                    elif js.value not in ("system", "owner", ""):
+                        self.errors.append(js.error(f"Expected 'system' or 'owner' string value for "
+                                                    f'"{js.key}", got {js.value}'))
             elif name not in self.ACCOUNT_KEYS and not sub.used_var:
                 self.errors.append(unknown_field(sub, f'account "{acc.key}"'))
         if users_field is None:

@@ -775,12 +775,28 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             self.trace_payload(msg, hdr, False)
         if self.perms is not None and not self._pub_allowed(subject):
             return False
+        if subject[:1] == b"$" and self._raft_subject(subject):
+            return False
         if self.pedantic and not is_valid_literal_subject(subject.decode("utf-8", "surrogateescape")):
             self.send_err("Invalid Publish Subject")  # reported, and the message still goes out
         return True
 
     def update_slow_path(self) -> None:
-        self.slow_path = bool(self.perms is not None or self.pedantic or self.verbose or self.server.trace_on)
+        acc = self.account
+        self.slow_path = bool(self.perms is not None or self.pedantic or self.verbose or self.server.trace_on
+                              or (acc is not None and acc.name in getattr(self.server, "raft_accounts", ())))
+
+    def _raft_subject(self, subject: bytes) -> bool:
+        """A publish to the RAFT subjects of an account that carries its groups' traffic (``cluster_traffic:
+        owner``): refused as nats-server refuses ``$NRG.`` to the clients of any account but the system's."""
+        if not (subject.startswith(b"$NRG.") or subject.startswith(b"$RNRG.")):
+            return False
+        if self.account.name not in getattr(self.server, "raft_accounts", ()):
+            return False
+        q = go_quote(subject)
+        self.server.log.error(f"{self.log_prefix()} - Publish Violation - Subject {q}")
+        self.send_err(f"Permissions Violation for Publish to {q}")
+        return True
 
     def proto_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, msg: bytes) -> None:
         self.in_msgs += 1

@@ -122,7 +122,10 @@ class SystemAccount:
         from rillet.config.features import merged
         d["feature_flags"] = merged(srv.opts)
         d["jetstream"] = srv.jetstream is not None
-        d["flags"] = 0
+        # nats-server's capability bits: only AccountNRG (4: a stream's group may talk in its own account,
+        # cluster_traffic: owner) for Rillet's own groups; never JetStream (1), which would make a Go meta leader
+        # count this server in (rillet/jetstream/cluster/README.md); a Go cluster's member sets its own below
+        d["flags"] = 4 if srv.jetstream is not None else 0
         rep = srv.go_js_report  # (a member of a Go JetStream cluster)
         if rep is not None:
             rep.server_info(d)

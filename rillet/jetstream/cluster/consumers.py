@@ -449,7 +449,7 @@ class ConsumerReplica(ConsumerLossMixin):
         self.group = RaftGroup(self.cs.server, ca.group.name, list(ca.group.peers), js.store_dir,
                                apply=self.log.group_apply, on_leader_change=self.log.group_leader_change,
                                snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval,
-                               applied_floor=self._solo_floor)
+                               applied_floor=self._solo_floor, account=rep.jsa.account.name)
         self.log.bind(self.group)
         self.group.lazy_commits = self._lazy_commits
         self.log.solo_apply = self._apply_solo

@@ -5,7 +5,8 @@ The node is a pure object; this driver gives it what it has no access to:
 * **time**: ``tick()`` every ``TICK`` seconds from the event loop (election timeout ``ELECTION_TICKS``
   ticks, randomised up to twice that by the node; heartbeats every ``HEARTBEAT_TICKS`` ticks);
 * **the network**: ``RaftTransport`` (one per server, shared by every group, ``$RNRG.`` subjects of the
-  system account over the routes); a message from the transport is decoded and ``step``-ped;
+  system account over the routes, or of the asset's ``account`` with ``cluster_traffic: owner``, traffic.py);
+  a message from the transport is decoded and ``step``-ped;
 * **the disk**: ``rillet.raft.wal`` under ``<store_dir>/_raft/<group>/``, plus ``peers.json`` there, the
   group's founding voter set (the node needs it again on every restart until a snapshot carries it).
   A memory-storage group (``storage="memory"``, or a ``S-R<n>M-``/``C-R<n>M-`` name, as nats-server's
@@ -150,9 +151,10 @@ class RaftGroup(Leadership):
                  applied_floor: Optional[Callable[[], int]] = None,
                  storage: Optional[str] = None,
                  tick: float = TICK, election_ticks: int = ELECTION_TICKS,
-                 heartbeat_ticks: int = HEARTBEAT_TICKS) -> None:
+                 heartbeat_ticks: int = HEARTBEAT_TICKS, account: str = "") -> None:
         self.server = server
         self.name = name
+        self.account = account  # the asset's account ("" for the meta group): its cluster_traffic (traffic.py)
         self.id = peer_id(server.name)
         self.bootstrap = list(peers)
         self._peer_ops = _ops_of(server)  # (members_decode)
@@ -308,7 +310,7 @@ class RaftGroup(Leadership):
             self._hs_saved = (hs.term, hs.vote, hs.commit)
         self._synced_at = self._hs_saved_at = self.loop.time()
         self.transport = shared_transport(self.server)
-        self.transport.join(self.name, self._on_message)
+        self.transport.join(self.name, self._on_message, owner=self.account, peers=lambda: self.peers)
         self.running = True
         self.stopped = False
         if self.node.voters == (self.id,):
@@ -857,6 +859,12 @@ class RaftGroup(Leadership):
     @property
     def applied(self) -> int:
         return self.node.applied if self.node is not None else 0
+
+    def traffic_account(self) -> str:
+        """The name of the account this group's RAFT messages travel in ("" when not running)."""
+        tr = self.transport
+        acc = tr.traffic_account(self.name) if tr is not None and self.running else None
+        return acc.name if acc is not None else ""
 
     @property
     def peers(self) -> list[str]:

@@ -158,6 +158,7 @@ class JetStreamCluster:
         self.mon = MetaMonitor(self)  # /jsz, /raftz, /healthz
         self.orphan_after = ORPHAN_AFTER  # seconds without a statsz before a server is offline (tests lower it)
         self.removed = False  # this server was removed from the meta group (SERVER.REMOVE)
+        self.traffic: Any = None  # traffic.TrafficMover (once started)
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -172,6 +173,10 @@ class JetStreamCluster:
         if srv.system_account is None:
             raise ValueError("Can't start JetStream: JetStream cluster requires the system account")
         log.notice("Creating JetStream metadata controller")
+        from rillet.jetstream.cluster.grouprun import shared_transport
+        from rillet.jetstream.cluster.traffic import TrafficMover
+        # where each stream's and consumer's group talks (the accounts' cluster_traffic), before any group joins
+        self.traffic = TrafficMover(srv, self.registry, shared_transport(srv), log)
         if importlib.util.find_spec("rillet.jetstream.cluster.streams") is not None:
             from rillet.jetstream.cluster.clustered import ClusteredStreams
             self.streams = ClusteredStreams(srv, self.js)

@@ -164,7 +164,10 @@ class MetaMonitor:
                                      st["peers"].get(p, {}).get("match", 0),
                                      st["peers"].get(p, {}).get("active_ns", -1))
                  for p in st["voters"] if p != self.cl.peer}
+        sys_name = self.cl.server.system_account.name
+        traffic = g.traffic_account() or sys_name  # (cluster_traffic: traffic.py)
         return MON.RaftGroupView(id=self.cl.peer, state=st["state"], size=st["size"], quorum_needed=st["quorum_needed"],
+                                 system_account=traffic == sys_name, traffic_account=traffic,
                                  committed=st["committed"], applied=st["applied"], leader=st["leader"] or "",
                                  leader_since_ns=st["leader_since_ns"], ever_had_leader=st["ever_had_leader"],
                                  term=st["term"], voted_for=st["vote"] or "", pterm=st["last_term"],

@@ -112,7 +112,7 @@ class StreamReplica(StreamLossMixin):
         self.group = RaftGroup(cs.server, sa.group.name, list(sa.group.peers), js.store_dir,
                                apply=self.log.group_apply, on_leader_change=self.log.group_leader_change,
                                snapshot=self.snapshot, restore=self.restore, sync=js.sync_interval,
-                               storage=sa.group.storage)
+                               storage=sa.group.storage, account=jsa.account.name)
         self.log.bind(self.group)
         # damaged records (reported lost by the store) are fetched again, not served as holes: the store is cut
         # now when the group's log can give them again, else once the other replicas were asked (_open_damage)
@@ -843,9 +843,15 @@ class StreamReplica(StreamLossMixin):
         leader = g.leader
         lname = self.cs.peer_name(leader) if leader else ""
         cluster = self.cs.server.opts.cluster.name or ""
-        kw = {}
+        kw: dict = {}
         if desired:
             kw["desired"] = monitor.desired_info(desired, self.cs.peer_name)
+        # where its RAFT messages go (cluster_traffic, traffic.py); nats-server runs no RAFT node for a group of one
+        # peer, and says nothing of its traffic then
+        traffic = g.traffic_account() if len(g.peers) > 1 or desired else ""
+        sys_acc = self.cs.server.system_account
+        kw["system_account"] = bool(traffic) and sys_acc is not None and traffic == sys_acc.name
+        kw["traffic_account"] = traffic
         return monitor.cluster_info(cluster, g.name, lname, g.leader_since_ns if g.is_leader else 0,
                                     self.peer_states(g), **kw)
 
