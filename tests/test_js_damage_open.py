@@ -96,6 +96,9 @@ async def test_damage_found_at_open_is_reported_with_the_advisory(tmp_path):
         assert adv["stream"] == "S" and adv["lost"]["msgs"] == [5], adv
         info = await _req(nc, "$JS.API.STREAM.INFO.S")
         assert info["state"]["lost"]["msgs"] == [5] and info["state"]["messages"] == N - 1, info["state"]
+        # the damaged record's bytes on disk (more than its payload: the record's header and checksum too)
+        assert info["state"]["lost"]["bytes"] > len(_payload(5)), info["state"]
+        assert adv["lost"]["bytes"] == info["state"]["lost"]["bytes"], (adv, info["state"])
         # a direct get answers as for a message that is not there (nats-server's 404), never the damaged bytes
         m = await nc.request("$JS.API.DIRECT.GET.S", json.dumps({"seq": 5}).encode(), timeout=5)
         assert m.headers and m.headers.get("Status") == "404", (m.headers, m.data)

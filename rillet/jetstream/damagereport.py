@@ -122,7 +122,9 @@ def report_new(stream: Any, lost: list[int], when: str) -> None:
                  f"no replica to fetch them from")
     rep = stream.replication
     if rep is None or getattr(rep, "leader", True):  # (a replicated stream's: its leader's advisory)
-        js.advisories.stream_data_lost(stream.jsa, stream.name, {"msgs": new, "bytes": 0,
+        lost_bytes = getattr(stream.store, "lost_bytes", None)
+        js.advisories.stream_data_lost(stream.jsa, stream.name, {"msgs": new,
+                                                                 "bytes": lost_bytes(new) if lost_bytes else 0,
                                                                  "cause": "damaged records"})
     seen.intersection_update(lost)
     seen.update(new)

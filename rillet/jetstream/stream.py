@@ -945,8 +945,9 @@ class Stream(DedupMixin, ReplyMixin):
             if subs:
                 d["subjects"] = subs
         if st.lost:
-            # messages the file store found corrupt at start (never served); it does not keep their sizes
-            d["lost"] = {"msgs": list(st.lost), "bytes": 0}
+            # messages the file store found damaged (never served), and their bytes on disk where it knows them
+            lost_bytes = getattr(self.store, "lost_bytes", None)
+            d["lost"] = {"msgs": list(st.lost), "bytes": lost_bytes() if lost_bytes is not None else 0}
         d["consumer_count"] = len(self.consumers)
         return d
 

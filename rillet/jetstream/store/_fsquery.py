@@ -26,6 +26,7 @@ class BlockQueries:
     _last: int
     _nmsgs: int
     _lost: set[int]
+    _lost_sizes: dict[int, int]
     _matcher: Any  # StoreQueries'
     _matching: Any  # StoreQueries'
 
@@ -429,6 +430,13 @@ class BlockQueries:
 
     def _lost_list(self) -> list[int]:
         return sorted(self._lost)
+
+    def lost_bytes(self, seqs: Any = None) -> int:
+        """The bytes on disk of the damaged records ``seqs`` (default: every one in ``state().lost``): a record a
+        read found damaged counts its length as written; a corrupt region found when the store opened counts its
+        bytes, shared by the sequences lost in it (nothing in it is trusted, its records' own lengths included)."""
+        sizes = self._lost_sizes
+        return sum(sizes.get(s, 0) for s in (self._lost if seqs is None else seqs) if s in self._lost)
 
     def lost_subject(self, seq: int) -> str | None:
         """The subject a damaged record (``state().lost``) was stored under, where the block's index still

@@ -42,6 +42,7 @@ class BlockRecovery:
     _bl: list
     _blocks: dict
     _lost: set
+    _lost_sizes: dict
     _pinned: dict
     _nmsgs: int
     _bytes: int
@@ -187,7 +188,7 @@ class BlockRecovery:
         max_seq = 0
         max_seq_ts = 0
         dsorted = sorted(dels)
-        # Corrupt regions as [seq of the good record before, seq of the good record after].
+        # Corrupt regions as [seq of the good record before, seq of the good record after, corrupt bytes].
         bad: list[list[int]] = []
         open_bad: list[list[int]] = []
         for bi, (index, path) in enumerate(blocks):
@@ -290,16 +291,21 @@ class BlockRecovery:
         # Lost sequences: those between the good records around each bad region.
         if bad:
             floor = max(first_mark, 1)
-            for p, q in bad:
+            sizes = self._lost_sizes
+            for p, q, nb in bad:
                 if not q:
                     q = last + 1
                 lo = max(p + 1, floor)
                 if q - lo > 1_000_000:
                     self.log("error", f"corrupt region spans sequences {lo}..{q - 1}; reporting the first 1000000")
                     q = lo + 1_000_000
-                for s in range(lo, q):
-                    if s not in dels and self._locate(s) is None:
-                        self._lost.add(s)
+                region = [s for s in range(lo, q) if s not in dels and self._locate(s) is None]
+                self._lost.update(region)
+                if region and nb:
+                    # (the region's corrupt bytes, shared by its lost sequences: what nothing readable is left of)
+                    each, extra = divmod(nb, len(region))
+                    for k, s in enumerate(region):
+                        sizes[s] = each + (1 if k < extra else 0)
             if self._lost:
                 self.log("error", f"{len(self._lost)} message(s) lost to corruption")
         # Drop blocks with nothing live (except the last, which stays the active block).
@@ -393,7 +399,7 @@ class BlockRecovery:
             else:
                 self.log("error", f"{path}: bad block header")
                 blk.bad = True
-                open_bad.append([max_seq, 0])
+                open_bad.append([max_seq, 0, 0])
         mv = memoryview(buf)
         pos = 8 if end >= 8 else end
         cut = -1
@@ -471,7 +477,8 @@ class BlockRecovery:
                 )
                 blk.bad = True
                 if not open_bad or open_bad[-1][0] != max_seq:
-                    open_bad.append([max_seq, 0])
+                    open_bad.append([max_seq, 0, 0])
+                open_bad[-1][2] += (nxt if nxt >= 0 else end) - pos
                 if nxt < 0:
                     break
                 pos = nxt

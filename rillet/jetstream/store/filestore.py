@@ -192,6 +192,9 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         self._subjects: dict[str, list[int]] = {}  # subject -> [count, first block index (lower bound), last seq]
         self._nmsgs = 0
         self._lost: set[int] = set()
+        # damaged records' sizes on disk, where known (lost_bytes): a record a read found damaged, its length; a
+        # corrupt region found at open, its bytes shared by the sequences lost in it
+        self._lost_sizes: dict[int, int] = {}
         self._damage_cb: Any = None  # (register_damage_callback)
         self._log_fd = -1
         self._log_size = 0
@@ -714,8 +717,10 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
         tombstone is written (it was not deleted: a restart scans the block and finds the record lost again, a
         replicated stream's replica fetches it again). The owner hears of it (``register_damage_callback``)."""
         self._rc = None
-        if seq in self._lost or self._locate(seq) is None:
+        loc = self._locate(seq)
+        if seq in self._lost or loc is None:
             return
+        self._lost_sizes[seq] = loc[1].rlen[loc[2]]
         if blk is not self._active:
             self._pinned[blk.index] = self._idx(blk)  # (as the open-time scan keeps a bad block's index)
         self._take_live(blk, seq, seq, None)
