@@ -70,6 +70,8 @@ class Entry(msgspec.Struct):
                      # nothing from sequence seq on
     MIRROR = 6       # (seq, subject, hdr, data, ts): a mirrored message at the origin's sequence and time
     EXPIRE = 7       # (ts,): remove what max_age and message TTLs let go at time ts (markers stamped ts)
+    SKIP = 8         # (ts, seq): sequence seq used without a message (an interest stream's message nobody is
+                     # interested in, as nats-server's SkipMsgNoInterest; proposed on one server only)
 
     # consumer ops (args and meaning: rillet.jetstream.consumer.state)
     C_START = 20

@@ -451,6 +451,12 @@ class Stream(DedupMixin, ReplyMixin):
             return 0
         if hdr and _mt.CURRENT is not None and not _mt.CURRENT.js_checked(self):
             return 0  # a trace-only message: checked, not stored (rillet.server.msgtrace)
+        if not pn and cfg.retention == "interest" and self._no_interest(subject, hdr, sourced):
+            if fast is not None:
+                fast.proposed()
+            self.log.propose(Entry(Entry.SKIP, (ts or now_ns(), seq), fast if fast is not None else reply),
+                             self._skip_done)
+            return seq
         # the overlay: what is in flight counts for the checks of the next publishes until it is applied
         if fast is None:
             entry = Entry(Entry.MSG, (subject, hdr, data, ts or now_ns(), ttl, msg_id, seq), reply)
@@ -571,6 +577,32 @@ class Stream(DedupMixin, ReplyMixin):
                 self._ack_payload(reply, b'%s%d,"val":"%s"%s' % (ap[0], seq, ack_val(data), ap[1]), seq)
                 return
             self._ack_payload(reply, b"%s%d%s" % (ap[0], seq, ap[1]), seq)
+
+    def _no_interest(self, subject: str, hdr: bytes, sourced: bool) -> bool:
+        """A new message of an interest stream that no consumer wants: nats-server only uses its sequence
+        (SkipMsgNoInterest: last sequence and time move, the PubAck names it). So here on one server (not
+        replicated, nothing in flight or gathered) for a plain message (no Nats-* header, not sourced; no
+        republish, counter, schedule, trace or fsync-before-ack); else stored and removed (retention.on_new_msg)."""
+        for c in self.consumers.values():  # (first: with a subscriber the usual answer, and the cheapest)
+            if not c.closed and c._matches(subject):
+                return False
+        cfg = self.cfg
+        return not (sourced or (hdr and b"\r\nNats-" in hdr) or self._wb_pending or self.replication is not None
+                    or type(self.log) is not SingleNodeLog or cfg.republish is not None or cfg.allow_msg_counter
+                    or cfg.allow_msg_schedules or _mt.CURRENT is not None
+                    or (self.js.sync_always and cfg.persist_mode != "async"))
+
+    def _skip_done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
+        """A skipped message's sequence was used (``_no_interest``): its PubAck, or the store's error."""
+        reply = entry.ctx
+        if err is not None:
+            self._refused(reply, err)
+            return
+        if reply is not None and reply.__class__ is not bytes:  # an answer object (the MQTT store's)
+            self._fast_answer(reply, res, 0, None)
+        elif reply and not self.cfg.no_ack:
+            dom = b',"domain":' + _json(self.js.domain) if self.js.domain else b""
+            self._ack_payload(reply, b'{"stream":%s%s,"seq":%d}' % (_json(self.name), dom, res), res)
 
     def _refused(self, reply: bytes | None, err: BaseException) -> None:
         """An entry the log could not apply: answered with nats-server's error (a store refusal is part of
@@ -725,6 +757,12 @@ class Stream(DedupMixin, ReplyMixin):
                 elif v == "all":
                     store.purge(None, seq, 0)
             return seq
+        if op == Entry.SKIP:
+            ts, seq = entry.args
+            if seq != store.last_seq + 1:
+                raise store_base.ErrSequenceMismatch()
+            self._last_msg_id = ""  # (as a stored message without an id: nats-server's skip sets it too)
+            return store.skip_msg(seq, ts)
         if op == Entry.DELETE:
             seq, erase, self._apply_ts = entry.args
             if self._wb_store and not erase and entry.ctx.__class__ is Removed:

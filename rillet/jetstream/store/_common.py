@@ -243,12 +243,15 @@ class StoreCommon:
             self._append(seq, subject, hdr, data, ts, ttl, e)
         return out
 
-    def skip_msg(self, seq: int = 0) -> int:
-        """Use the next sequence without storing anything; returns it."""
+    def skip_msg(self, seq: int = 0, ts: int = 0) -> int:
+        """Use the next sequence without storing anything; returns it. ``ts``: the last time becomes it (as
+        nats-server's skip of a message no consumer of an interest stream wants)."""
         self._check_open()
         if seq and seq != self._last + 1:
             raise ErrSequenceMismatch()
         seq = self._last + 1
+        if ts:
+            self._last_ts = ts
         self._skip_to(seq)
         return seq
 
