@@ -1,17 +1,23 @@
 """MQTT: Rillet against the Go nats-server's MQTT on the same machine, same load, same client.
 
     flock /tmp/heavy.lock python -m benchmarks.mqtt [--repeat 1] [--only qos0_pub,qos1_pubsub] [--count N]
+        [--base DIR] [--tree DIR] [--servers go,base,rillet] [--profile DIR]
 
 Each server runs from a config file with JetStream (a fresh store directory per run), a server_name and an
 ``mqtt {}`` port. The client speaks MQTT 3.1.1 itself on blocking sockets (pre-encoded packets through
 ``rillet.mqtt.codec``), publisher and subscriber in separate processes, so the client costs the same
 against both servers. Cases alternate between the servers. The table shows the median of ``--repeat``
-runs and the ratio Rillet/Go (higher is better).
+runs and the ratio Rillet/Go (higher is better), and the server process's CPU time per message (user +
+system, from /proc, over the case: what the server spent, robust when the machine is shared; lower is better).
+``--base DIR`` runs a second Rillet from another source tree (e.g. ``git archive <commit> | tar -x -C DIR``)
+beside this one, alternating, for an A/B in the same run; ``--profile DIR`` records each Rillet run with
+py-spy (raw collapsed stacks, for profiles only: py-spy takes CPU of its own).
 
 | case | what |
 |---|---|
 | qos0_pub | one publisher, QoS 0, 128 B, no subscriber: msgs/s until the PINGRESP after the last |
 | qos0_pubsub | one publisher -> one QoS 0 subscriber, 128 B: msgs/s until the subscriber has them all |
+| qos1_pub | QoS 1 publisher (all PUBACKs awaited), no subscriber: `$MQTT_msgs` keeps nothing, 128 B: msgs/s |
 | qos1_pubsub | QoS 1 publisher (all PUBACKs awaited) -> QoS 1 subscriber (PUBACKs sent), 128 B: msgs/s |
 | retained | 2000 retained messages set (QoS 1), then a new subscriber gets them all: retained msgs/s read |
 | connect | sequential CONNECT (persistent session) + CONNACK + DISCONNECT: connections/s (after one untimed connect that makes the account's MQTT streams) |
@@ -32,7 +38,7 @@ import time
 from rillet.mqtt import codec as C
 
 HOST = "127.0.0.1"
-CASES = ["qos0_pub", "qos0_pubsub", "qos1_pubsub", "retained", "connect"]
+CASES = ["qos0_pub", "qos0_pubsub", "qos1_pub", "qos1_pubsub", "retained", "connect"]
 PAYLOAD = b"x" * 128
 
 
@@ -43,7 +49,7 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, label: str, tmp: str) -> None:
+    def __init__(self, label: str, tmp: str, tree: str | None = None) -> None:
         self.label = label
         self.port, self.mport = free_port(), free_port()
         store = tempfile.mkdtemp(dir=tmp)
@@ -53,7 +59,9 @@ class Server:
                     f"mqtt {{ listen: {HOST}:{self.mport} }}\n")
         cmd = [shutil.which("nats-server") or "nats-server"] if label == "go" else \
             [sys.executable, "-m", "rillet.server"]
-        self.proc = subprocess.Popen(cmd + ["-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # (a Rillet from another tree: its directory first on sys.path, as ``python -m`` puts the cwd there)
+        self.proc = subprocess.Popen(cmd + ["-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     cwd=tree)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -62,6 +70,12 @@ class Server:
             except OSError:
                 time.sleep(0.1)
         raise RuntimeError(f"{label}: MQTT port not up")
+
+    def cpu(self) -> float:
+        """The server process's CPU seconds so far (user + system, every thread)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -184,7 +198,7 @@ def _pub_proc(port: int, qos: int, n: int, ready, q) -> None:
         q.put(("error", f"publisher: {e}"))
 
 
-def _pubsub(port: int, qos: int, n: int, with_sub: bool) -> float:
+def _pubsub(port: int, qos: int, n: int, with_sub: bool, mark=None) -> float:
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     ready = ctx.Event() if with_sub else None
@@ -194,6 +208,10 @@ def _pubsub(port: int, qos: int, n: int, with_sub: bool) -> float:
     procs.append(ctx.Process(target=_pub_proc, args=(port, qos, n, ready, q)))
     for p in procs:
         p.start()
+    if mark is not None:  # (the server's CPU counted from here: the subscriber's session and consumer made)
+        if ready is not None:
+            ready.wait(30)
+        mark()
     res = {}
     for _ in procs:
         r = q.get(timeout=300)
@@ -246,13 +264,26 @@ def _connects(port: int, k: int = 300) -> float:
     return k / (time.perf_counter() - t0)
 
 
-def run_case(port: int, case: str, count: int) -> float:
+def case_size(case: str, count: int) -> int:
+    """Messages (or connections) one run of ``case`` handles: what its CPU time is divided by."""
+    return {"qos0_pub": count, "qos0_pubsub": count, "qos1_pub": max(count // 10, 1000),
+            "qos1_pubsub": max(count // 10, 1000),
+            "retained": 2 * 2000, "connect": 300}[case]
+
+
+def run_case(port: int, case: str, count: int, mark=None) -> float:
+    """One run of ``case``; ``mark()`` is called when the timed part begins (the message cases: after the
+    subscriber's SUBACK; else at once)."""
     if case == "qos0_pub":
-        return _pubsub(port, 0, count, False)
+        return _pubsub(port, 0, count, False, mark)
     if case == "qos0_pubsub":
-        return _pubsub(port, 0, count, True)
+        return _pubsub(port, 0, count, True, mark)
+    if case == "qos1_pub":
+        return _pubsub(port, 1, case_size(case, count), False, mark)
     if case == "qos1_pubsub":
-        return _pubsub(port, 1, max(count // 10, 1000), True)
+        return _pubsub(port, 1, case_size(case, count), True, mark)
+    if mark is not None:
+        mark()
     if case == "retained":
         return _retained(port)
     if case == "connect":
@@ -260,36 +291,68 @@ def run_case(port: int, case: str, count: int) -> float:
     raise ValueError(case)
 
 
+def _profiler(pid: int, out: str) -> subprocess.Popen:
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "400",
+                             "--output", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--only", default="")
     ap.add_argument("--count", type=int, default=200_000, help="QoS 0 messages per run (QoS 1: a tenth)")
+    ap.add_argument("--base", default="", help="a second Rillet source tree to run beside this one (A/B)")
+    ap.add_argument("--tree", default="", help="the source tree of the Rillet labelled rillet (default: the "
+                    "installed one)")
+    ap.add_argument("--servers", default="", help="which of go,base,rillet to run (default: all there are)")
+    ap.add_argument("--profile", default="", help="directory for py-spy's raw stacks of each Rillet run")
     args = ap.parse_args(argv)
     cases = [c for c in CASES if not args.only or c in args.only.split(",")]
-    results: dict[str, dict[str, list[float]]] = {c: {"go": [], "rillet": []} for c in cases}
+    labels = ["go"] + (["base"] if args.base else []) + ["rillet"]
+    if args.servers:
+        labels = [x for x in labels if x in args.servers.split(",")]
+    trees = {"base": os.path.abspath(args.base) if args.base else None,
+             "rillet": os.path.abspath(args.tree) if args.tree else None}
+    results: dict[str, dict[str, list[float]]] = {c: {x: [] for x in labels} for c in cases}
+    cpu: dict[str, dict[str, list[float]]] = {c: {x: [] for x in labels} for c in cases}
     tmp = tempfile.mkdtemp(prefix="mqttbench-")
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
     try:
         for case in cases:
-            for _ in range(args.repeat):
-                for label in ("go", "rillet"):
-                    srv = Server(label, tmp)
+            for rep in range(args.repeat):
+                for label in labels:
+                    srv = Server(label, tmp, trees.get(label))
+                    prof = None
                     try:
-                        v = run_case(srv.mport, case, args.count)
+                        if args.profile and label != "go":
+                            prof = _profiler(srv.proc.pid, os.path.join(args.profile, f"{case}-{label}-{rep}.txt"))
+                            time.sleep(1)
+                        c0 = [0.0]
+                        v = run_case(srv.mport, case, args.count, lambda: c0.__setitem__(0, srv.cpu()))
+                        us = (srv.cpu() - c0[0]) * 1e6 / case_size(case, args.count)
                     finally:
                         srv.stop()
+                        if prof is not None:
+                            prof.wait(30)
                     results[case][label].append(v)
-                    print(f"{case} {label}: {v:,.0f}/s", file=sys.stderr)
+                    cpu[case][label].append(us)
+                    print(f"{case} {label}: {v:,.0f}/s, {us:.1f} us CPU/msg", file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load = os.getloadavg()
     print(f"\nMQTT, median of {args.repeat} run(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
-    print("| case | Go nats-server | Rillet | Rillet/Go |")
-    print("|---|---:|---:|---:|")
+    ratio_heads = [f"{x}/go" for x in labels if x != "go" and "go" in labels]
+    print("| case | " + " | ".join(labels) + " | " + "".join(h + " | " for h in ratio_heads) +
+          "server CPU us/msg (" + ", ".join(labels) + ") |")
+    nratio = len(labels) - 1 if "go" in labels else 0
+    print("|---|" + "---:|" * (len(labels) + nratio + 1))
     for case in cases:
-        g = statistics.median(results[case]["go"])
-        r = statistics.median(results[case]["rillet"])
-        print(f"| {case} | {g:,.0f}/s | {r:,.0f}/s | {r / g:.2f} |")
+        med = {x: statistics.median(results[case][x]) for x in labels}
+        us = ", ".join(f"{statistics.median(cpu[case][x]):.1f}" for x in labels)
+        ratios = [f"{med[x] / med['go']:.2f}" for x in labels if x != "go" and "go" in labels]
+        print(f"| {case} | " + " | ".join(f"{med[x]:,.0f}/s" for x in labels) + " | " +
+              " | ".join(ratios) + (" | " if ratios else "") + us + " |")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rillet import JS_API_LEVEL as API_LEVEL  # nats-server 2.15: 5
 from rillet.gocompat.gotime import format_time
 from rillet.durable import make_dirs_durable
+from rillet.jetstream import retention as _retention  # (once, not per stored message)
 
 if TYPE_CHECKING:
     from rillet.jetstream.api.router import ApiRouter
@@ -204,8 +205,7 @@ class JSAccount:
     def after_stream_msg(self, stream: "Stream", seq: int, subject: str) -> None:
         """Hook after a message is stored (interest retention with no interested consumer drops it)."""
         if stream.cfg.retention == "interest":
-            from rillet.jetstream import retention
-            retention.on_new_msg(stream, seq, subject)
+            _retention.on_new_msg(stream, seq, subject)
 
     def over_limit(self, storage: str, size: int) -> bool:
         """Would storing ``size`` more bytes of this storage kind exceed the account's cap?"""

@@ -736,7 +736,7 @@ class Stream(DedupMixin, ReplyMixin):
             if msg_id:
                 self._dedup_record(msg_id, r[0], r[1])
             self._last_msg_id = msg_id  # a message without an id clears it, as nats-server
-            if hdr:
+            if hdr and b"Nats-" in hdr:  # (what _stored_hdr acts on: a rollup, schedule or source header)
                 self._stored_hdr(r[0], subject, hdr)
             return r
         if op == Entry.BATCH:

@@ -195,6 +195,9 @@ class JSA:
         self._dsub: Any = None  # (the last stream subscription ``_direct`` checked, and its stream)
         self._dstream: Any = None
         self._dack = 0
+        # acks straight to a consumer's ack subscription (``ack``): by durable, (sublist stamp, the ack subject's
+        # prefix, the subscription or None)
+        self._ack_to: dict[str, tuple[tuple[int, int], bytes, Any]] = {}
         self._sub = self.ic.subscribe(self.prefix + ">", self._on_reply)
 
     def close(self) -> None:
@@ -332,6 +335,45 @@ class JSA:
         if cfg.no_ack or cfg.allow_msg_counter or (stream.js.sync_always and cfg.persist_mode != "async"):
             return None
         return stream, sub
+
+    def ack(self, subject: bytes, durable: str) -> None:
+        """The ack (an empty body) of a delivery by consumer ``durable``: handed to the consumer's ack
+        subscription as the account's delivery would hand it (counted the same, same arguments) when that
+        subscription is the ack subject's only receiver here: an internal callback, no route, leaf or gateway
+        interest, no mapping, import or trace. Which subscription that is, is found once per durable and kept
+        until the account's subscriptions change; anything else is published (``send``)."""
+        acc = self.account
+        sl = acc.sublist
+        stamp = (sl._inserts, sl._removes)  # (both only grow: any change to the subscriptions moves one)
+        ent = self._ack_to.get(durable)
+        if ent is None or ent[0] != stamp or not subject.startswith(ent[1]):
+            ent = self._ack_target(subject, durable, stamp)
+        sub = ent[2]
+        if sub is None or acc.mappings or acc.gw is not None or self.server.trace_on:
+            self.send(subject)
+            return
+        ic = self.ic
+        ic.in_msgs += 1
+        sub.nm += 1
+        sub.icb(sub, ic, subject, None, -1, b"")
+        self.server.schedule_flush()
+
+    def _ack_target(self, subject: bytes, durable: str, stamp: tuple[int, int]) -> tuple[tuple[int, int], bytes, Any]:
+        toks = subject.split(b".")
+        k = 4 if len(toks) == 9 else 6 if len(toks) >= 11 else 0
+        sub = None
+        if k:
+            r = self.account.match(subject.decode("utf-8", "surrogateescape"))
+            if not r.qsubs and len(r.psubs) == 1:
+                s = r.psubs[0]
+                icb = s.icb
+                if icb is not None and getattr(icb, "import_to", None) is None and not s.max and \
+                        s.client is not self.ic:
+                    sub = s
+        if len(self._ack_to) > 4096:
+            self._ack_to.clear()
+        ent = self._ack_to[durable] = (stamp, b".".join(toks[:k]) + b"." if k else b"\0", sub)
+        return ent
 
     def _sweep(self) -> None:
         self._sweeper = None
@@ -558,6 +600,10 @@ class Session:
 
     def next_pi(self) -> int:
         """A free packet identifier (0: all 65535 in flight)."""
+        pi = self.last_pi % 0xFFFF + 1
+        if pi not in self.pending_pub and pi not in self.pending_rel:  # (the usual case: the next one is free)
+            self.last_pi = pi
+            return pi
         for _ in range(0xFFFF):
             self.last_pi = self.last_pi % 0xFFFF + 1
             pi = self.last_pi

@@ -19,6 +19,18 @@ from .store import (MSGS_PREFIX, MSGS_STREAM, OUT_STREAM, PUBREL_DELIVER_PREFIX,
 from .topics import TopicError, filter_to_subject, needs_level_up, subject_to_topic
 
 
+def _load_ack_numbers(reply: bytes) -> Any:
+    """(delivery count, stream sequence, consumer sequence) of an ack subject: the JetStream lane's parser
+    (compiled when the extension is), taken on first use (rillet.jetstream loads after this package)."""
+    global _ack_numbers
+    from rillet import lane
+    _ack_numbers = lane.ack_numbers
+    return _ack_numbers(reply)
+
+
+_ack_numbers = _load_ack_numbers
+
+
 class SubscribeMixin:
     """The subscribe part of ``MqttConn`` (its state is the connection's, set up in ``MqttConn.__init__``)."""
 
@@ -379,7 +391,7 @@ class SubscribeMixin:
 
     def _js_publish(self, s: _Sub, sess: Session, subject: bytes, reply: bytes, payload: bytes, qos: int) -> None:
         """``_on_js_msg`` for a 3.1.1 message to a 3.1.1 client: the PUBLISH written without a packet object."""
-        nums = parse_ack(reply)
+        nums = _ack_numbers(reply)
         sseq = nums[1] if nums else 0
         pp = sess.pending_pub
         pi = sess.cpending.get((s.durable, sseq)) if sseq else None
@@ -482,7 +494,7 @@ class SubscribeMixin:
         ack, dur, sseq = ent
         sess.cpending.pop((dur, sseq), None)
         if ack:
-            self.asm.jsa.send(ack)  # type: ignore[union-attr]
+            self.asm.jsa.ack(ack, dur)  # type: ignore[union-attr]
 
     async def on_pubrec(self, p: C.Ack) -> None:
         """QoS 2 to the client, step 2: the message is acknowledged in its consumer, the PUBREL owed is stored
