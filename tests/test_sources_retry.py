@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import time
 
 import nats
@@ -527,6 +528,11 @@ async def test_source_position_not_found_within_the_scan_limit_is_logged(tmp_pat
             await js.publish("b.x", b"%d" % i)
         await until(lambda: _true(srv.jetstream.accounts["$G"].streams["S"].store.state().msgs == 7), 3, "7")
         await nc.close()
+    # (without the source index, which would give A's position: S.INDEX_FILE, test_js_source_identity.py)
+    import glob
+    idx = glob.glob(str(tmp_path / "**" / "S" / S.INDEX_FILE), recursive=True)
+    assert len(idx) == 1, idx
+    os.remove(idx[0])
     monkeypatch.setattr(S, "SCAN_LIMIT", 5)
     buf = io.StringIO()
     async with run_server(js_opts(tmp_path), log=Logger(out=buf)) as srv:

@@ -60,6 +60,9 @@ if TYPE_CHECKING:
     from rillet.jetstream.stream import Stream
 
 SOURCE_HDR = "Nats-Stream-Source"
+IDENTITY_HDR = "Nats-Stream-Identity"
+API_LEVEL_HDR = "Nats-Required-Api-Level"
+SOURCE_API_LEVEL = 5  # asked of the origin with the expected identity (an older origin refuses: asked again without)
 HEARTBEAT_NS = 1_000_000_000  # idle heartbeat asked of the origin's consumer
 STALL = 2.5  # seconds with neither a message nor a heartbeat: the origin is lost
 RETRY_FIRST = 0.25  # seconds before the first retry
@@ -67,6 +70,8 @@ RETRY_CAP = 2.0  # seconds between retries while the origin stays away
 RETRY_JITTER = 0.1  # +- this fraction of each delay
 DIRECT_CAUGHT_UP = 10  # a mirror_direct mirror answers for its origin with fewer messages than this pending
 SCAN_LIMIT = 100_000  # messages read back at start for the sources' positions (Nats-Stream-Source headers)
+INDEX_FILE = "sources.json"  # the source index, beside a file stream's store
+INDEX_EVERY = 1.0  # seconds between writes of the source index at most
 
 
 def retry_delay(fails: int, rnd: float = 0.5) -> float:
@@ -74,6 +79,27 @@ def retry_delay(fails: int, rnd: float = 0.5) -> float:
     ``RETRY_FIRST`` up to ``RETRY_CAP``; ``rnd`` in [0, 1) spreads it by +-``RETRY_JITTER`` (0.5: none)."""
     base = min(RETRY_FIRST * (1 << min(max(fails, 1) - 1, 16)), RETRY_CAP)
     return base * (1.0 + RETRY_JITTER * (2.0 * rnd - 1.0))
+
+
+def stream_identity(stream: "Stream") -> str:
+    """A stream's identity (nats-server 2.15): 8 characters of ``0-9A-Za-z`` from the SHA-256 of its creation
+    time (RFC 3339, UTC, as in its info), so a stream deleted and made again under the same name has another."""
+    import hashlib
+    d = hashlib.sha256(str(stream.created).encode()).digest()
+    return "".join(_DIGITS[b % 62] for b in d[:8])
+
+
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def parse_source_header(v: str) -> tuple[str, int, str] | None:
+    """(origin name, origin sequence, origin identity or "") of a ``Nats-Stream-Source`` value
+    ``<origin> <seq> <filters> <destinations> <subject> [<identity>]`` (the shorter forms of older
+    servers too); None when it is not one."""
+    parts = v.split(" ")
+    if len(parts) < 2 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1]), (parts[5] if len(parts) >= 6 else "")
 
 
 def attach_sources(stream: "Stream") -> None:
@@ -141,6 +167,16 @@ class Origin:
         # a durable consumer on the origin (ADR-60, nats-server 2.14+): not created nor deleted here, reset
         # to its ack floor at each attempt, acknowledged by our flow control replies (ack policy flow_control)
         self.durable: tuple[str, str] | None = (dur.name, dur.deliver_subject) if dur is not None else None
+        # nats-server 2.15: the origin's identity (from its answers, kept in our Nats-Stream-Source headers): an
+        # origin deleted and made again answers with another, and is then sourced again from its start
+        self.ident = ""
+        self.rc = False  # the origin refused our identity: the next answer is from a recreated origin
+        self.api_level = 0 if mirror else SOURCE_API_LEVEL  # 0: an older origin refused level 5; no headers
+
+    def _request_headers(self) -> bytes:
+        if not self.api_level:
+            return b""
+        return H.make_headers([(API_LEVEL_HDR, str(self.api_level)), (IDENTITY_HDR, self.ident)])
 
     def _header_tag(self) -> tuple[str, str, str]:
         iname = self.name
@@ -205,7 +241,9 @@ class Origin:
         self.rsub = ic.subscribe(reply, self._on_create_reply)
         # the retry is armed first: a synchronous answer (a local origin) re-arms it as a stall check
         self._arm(retry_delay(self.fails + 1, random.random()), self._no_answer)
-        ic.publish(f"{self.api}.CONSUMER.CREATE.{self.name}".encode(), reply.encode(), req)
+        h = self._request_headers()
+        ic.publish(f"{self.api}.CONSUMER.CREATE.{self.name}".encode(), reply.encode(), h + req,
+                   len(h) if h else -1)
 
     def _start_durable(self, from_seq: int) -> None:
         """An attempt with the origin's durable consumer: listen on its deliver subject and reset it to its
@@ -223,7 +261,8 @@ class Origin:
         reply = apireply.reply_subject(stream, ext.api if ext is not None else None, self.name, name)
         self.rsub = ic.subscribe(reply, self._on_create_reply)
         self._arm(retry_delay(self.fails + 1, random.random()), self._no_answer)
-        ic.publish(f"{self.api}.CONSUMER.RESET.{self.name}.{name}".encode(), reply.encode(), b"")
+        h = self._request_headers()
+        ic.publish(f"{self.api}.CONSUMER.RESET.{self.name}.{name}".encode(), reply.encode(), h, len(h) if h else -1)
 
     def _on_create_reply(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
                          msg: bytes) -> None:
@@ -242,7 +281,26 @@ class Origin:
             resp = {}
         self.error = resp.get("error")
         if self.error is not None:
+            code = self.error.get("err_code") if isinstance(self.error, dict) else None
+            if code == 10225 and not self.mirror:
+                # the origin is not the stream we sourced from (deleted and made again): from its start
+                self.error = None
+                self.sseq, self.ident, self.rc = 0, "", True
+                self._arm(0, self.retry)
+            elif code == 10185 and self.api_level:
+                # an origin older than API level 5 (nats-server 2.14): asked again as before, no identity
+                self.error = None
+                self.api_level = 0
+                self._arm(0, self.retry)
             return  # (the retry timer is armed)
+        if not self.mirror:
+            got = (H.get_header(msg[:hdr], IDENTITY_HDR) if hdr >= 0 else None) or ""
+            if self.rc or (got and self.ident and got != self.ident):
+                s = self.owner.stream
+                s.js.log.warn(f"JetStream source stream \"{self.name}\" for stream '{s.jsa.account.name} > "
+                              f"{s.name}' was recreated, resetting source state")
+                self.sseq = 0
+            self.ident, self.rc = got, False
         if self.durable is not None:
             if (resp.get("config") or {}).get("ack_policy") != "flow_control":
                 # (as nats-server: the durable consumer must be acknowledged through flow control)
@@ -324,9 +382,12 @@ class Origin:
         if self.cname:
             # the consumer we give up: deleted now rather than left to its inactive threshold (sent from the
             # loop, not from inside a delivery of that consumer; lost with the link when the origin is away)
+            from rillet.jetstream import apireply  # (a reply as nats-server's, js_api_reply_v2; nobody waits)
+            ext = self.cfg.external
+            rep = apireply.reply_subject(self.owner.stream, ext.api if ext is not None else None, self.name, self.cname)
             subj = f"{self.api}.CONSUMER.DELETE.{self.name}.{self.cname}".encode()
             self.cname = ""
-            self.owner.stream.js.loop.call_soon(ic.publish, subj, None, b"")
+            self.owner.stream.js.loop.call_soon(ic.publish, subj, rep.encode(), b"")
 
     # ---- inbound ------------------------------------------------------------------------------
 
@@ -397,10 +458,14 @@ class Origin:
             tag = self.header_tag
             # "<origin> <origin seq> <filters> <destinations> <origin subject>" as nats-server 2.12+ (the
             # origin subject lets a counter stream keep a total per origin subject, rillet.jetstream.counters)
-            hdr_b = H.set_headers(hdr_b, [(SOURCE_HDR, f"{tag[0]} {sseq} {tag[1]} {tag[2]} {orig}")])
+            # (nats-server 2.15 adds the origin's identity: a restart then knows which origin these came from)
+            val = f"{tag[0]} {sseq} {tag[1]} {tag[2]} {orig}"
+            hdr_b = H.set_headers(hdr_b, [(SOURCE_HDR, f"{val} {self.ident}" if self.ident else val)])
             stream.process(subj, None, hdr_b, data, sourced=True)
         self.sseq = sseq
         self.fails = 0
+        if not self.mirror:
+            self.owner.index_changed()
 
     def _store_mirror(self, subject: str, hdr: bytes, data: bytes, sseq: int, ts: int) -> bool:
         """A mirrored message, at the origin's sequence and with its original timestamp (as nats-server;
@@ -455,6 +520,13 @@ class SourceSet:
         self.mirror: Origin | None = Origin(self, cfg.mirror, True) if cfg.mirror is not None else None
         self.origins: list[Origin] = [Origin(self, s, False) for s in (cfg.sources or [])]
         self.stopped = False
+        # the source index (nats-server 2.15): each source's last origin sequence and identity, kept beside a
+        # file stream's store, so that a stream purged (or emptied by its limits) does not source its origins
+        # again from their start after a restart; written at most every INDEX_EVERY seconds and at stop
+        sdir = getattr(stream.store, "dir", "") if cfg.storage != "memory" else ""
+        self.index_path = os.path.join(os.path.dirname(sdir), INDEX_FILE) if sdir and self.origins else ""
+        self._index_timer: Any = None
+        self._index_dirty = False
 
     def start(self) -> None:
         st = self.stream.store.state()
@@ -471,8 +543,15 @@ class SourceSet:
         store = self.stream.store
         st = store.state()
         wanted = {o.header_tag[0]: o for o in self.origins}
+        # what this replica applied since it started (Stream.source_pos, rillet.jetstream.sourcestate, where the
+        # stream keeps it): the newest, also when those messages were removed since
+        live = getattr(self.stream, "source_pos", None) or {}
+        for name in [n for n in wanted if n in live]:
+            o = wanted.pop(name)
+            o.sseq, o.ident = live[name]
         seq = st.last_seq
         scanned = 0
+        found: dict[str, int] = {}  # origin -> the store sequence of its newest header
         while seq >= st.first_seq and wanted and scanned < SCAN_LIMIT:
             m = store.load_msg(seq)
             seq -= 1
@@ -482,11 +561,21 @@ class SourceSet:
             v = H.get_header(m.hdr, SOURCE_HDR)
             if not v:
                 continue
-            parts = v.split(" ")
-            o = wanted.get(parts[0])
-            if o is not None and len(parts) > 1 and parts[1].isdigit():
-                o.sseq = int(parts[1])
-                del wanted[parts[0]]
+            p = parse_source_header(v)
+            o = wanted.get(p[0]) if p is not None else None
+            if o is not None and p is not None:
+                o.sseq, o.ident = p[1], p[2]
+                del wanted[p[0]]
+                found[p[0]] = seq + 1
+        index = self._read_index()
+        for name, (iseq, ident, stamp) in index.items():
+            o = self._origin(name)
+            if o is None or name in live:
+                continue
+            if name in wanted or found.get(name, 0) <= stamp:
+                # no message from it left (purged, expired) or none newer than the index: the index says
+                o.sseq, o.ident = iseq, ident
+                wanted.pop(name, None)
         from rillet.jetstream import sourcestate
         for o in self.origins:  # what this replica applied, or a snapshot brought (js_snapshot_sources)
             p = sourcestate.position(self.stream, o.header_tag[0])
@@ -500,10 +589,76 @@ class SourceSet:
                           f"{', '.join(sorted(wanted))} among the last {SCAN_LIMIT} messages: sourcing them "
                           f"from their configured start (messages stored before may come again)")
 
+    def _origin(self, name: str) -> Origin | None:
+        return next((o for o in self.origins if o.header_tag[0] == name), None)
+
     def stop(self) -> None:
         self.stopped = True
         for o in ([self.mirror] if self.mirror else []) + self.origins:
             o.cancel()
+        if self._index_timer is not None:
+            self._index_timer.cancel()
+            self._index_timer = None
+        if self._index_dirty:
+            self._index_dirty = False
+            self._write_index(self._index_doc())
+
+    # ---- the source index ---------------------------------------------------------------------
+
+    def index_changed(self) -> None:
+        """A sourced message was stored: the index is written within INDEX_EVERY seconds."""
+        if not self.index_path or self.stopped:
+            return
+        self._index_dirty = True
+        if self._index_timer is None:
+            self._index_timer = self.stream.js.loop.call_later(INDEX_EVERY, self._index_due)
+
+    def _index_due(self) -> None:
+        self._index_timer = None
+        if self.stopped or not self._index_dirty:
+            return
+        self._index_dirty = False
+        doc = self._index_doc()
+        self.stream.js.loop.run_in_executor(None, self._write_index, doc)
+
+    def _index_doc(self) -> bytes:
+        stamp = self.stream.store.state().last_seq
+        src = {o.header_tag[0]: {"seq": o.sseq, "ident": o.ident} for o in self.origins if o.sseq}
+        return json.dumps({"v": 1, "stamp": stamp, "sources": src}, separators=(",", ":")).encode()
+
+    def _keys(self) -> tuple[Any, str]:
+        from rillet.jetstream import metafile
+        s = self.stream
+        return metafile.stream_keys(s.js, s.jsa.account.name), metafile.stream_context(s.name)
+
+    def _write_index(self, doc: bytes) -> None:
+        from rillet.cipher import CipherError
+        from rillet.jetstream import metafile
+        if not os.path.isdir(os.path.dirname(self.index_path)):
+            return  # (the stream was deleted meanwhile)
+        keys, ctx = self._keys()
+        try:
+            metafile.write(self.index_path, doc, keys, ctx)
+        except (OSError, CipherError) as e:  # (logged, in the worker thread too: the index is a hint)
+            self.stream.js.log.warn(f"Stream '{self.stream.jsa.account.name} > {self.stream.name}': "
+                                    f"writing the source index failed: {e}")
+
+    def _read_index(self) -> dict[str, tuple[int, str, int]]:
+        """{origin: (sequence, identity, the stream's last sequence when written)}; {} without one."""
+        if not self.index_path or not os.path.exists(self.index_path):
+            return {}
+        from rillet.cipher import CipherError
+        from rillet.jetstream import metafile
+        keys, ctx = self._keys()
+        try:
+            doc = json.loads(metafile.read(self.index_path, keys, ctx))
+            stamp = int(doc["stamp"])
+            return {str(k): (int(v["seq"]), str(v.get("ident") or ""), stamp)
+                    for k, v in doc["sources"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, CipherError) as e:
+            self.stream.js.log.warn(f"Stream '{self.stream.jsa.account.name} > {self.stream.name}': the source "
+                                    f"index cannot be read ({e}): positions from the messages only")
+            return {}
 
     def info_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.gocompat.gotime import GO_ZERO_TIME, format_time, to_utc_time
 from rillet.jetstream import configtypes as C
 from rillet.jetstream import consumerconfig as CC
+from rillet.jetstream import headers as H
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream.api import types as A
 from rillet.gocompat.jsoncodec import GoJSONError, go_unmarshal
@@ -65,12 +66,12 @@ class ConsumerApi:
     def consumer_create(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         if not args:
             return
-        self._create(["CREATE", *args], reply, body)
+        self._create(["CREATE", *args], reply, body, hdr)
 
     def consumer_durable_create(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
-        self._create(["DURABLE", "CREATE", *args], reply, body)
+        self._create(["DURABLE", "CREATE", *args], reply, body, hdr)
 
-    def _create(self, tokens: list[str], reply: bytes | None, body: bytes) -> None:
+    def _create(self, tokens: list[str], reply: bytes | None, body: bytes, hdr: bytes = b"") -> None:
         typ = T + "consumer_create_response"
         req = apijson.go_decode(body, C.CreateConsumerRequest, strict=self.jsa.js.strict)
         stream_name, cname, _ = CC.parse_consumer_create_subject(tokens, req)
@@ -90,11 +91,20 @@ class ConsumerApi:
             existing=existing.cfg if existing is not None else None, others=others, account_limits=acc_lim,
             server_limits=self.jsa.js.server_limits,
             deliver_subject_in_use=lambda subj: self.jsa.account.sublist.has_interest(subj))
+        ident = ""
+        if req.config.direct or req.config.sourcing:
+            # nats-server 2.15: a mirror's or source's consumer names the origin's identity it expects (a
+            # stream deleted and made again has another): a mismatch is refused, the answer carries it
+            from rillet.jetstream.sources import IDENTITY_HDR, stream_identity
+            ident = stream_identity(stream)
+            want = H.get_header(hdr, IDENTITY_HDR) if hdr else None
+            if want and want != ident:
+                raise ApiError.make("CONSUMER_STREAM_IDENTITY_MISMATCH", msg=ident)
         if existing is not None:
             if not C.configs_equal(existing.cfg, cfg):
                 existing.update_config(cfg)
                 self.js.advisories.consumer_action(self.jsa, stream, existing.name, "modify")
-            self.router.respond(reply, {"type": typ, **existing.info()})
+            self._respond_ident(reply, {"type": typ, **existing.info()}, ident)
             return
         if not name:
             from rillet.jetstream.api.common import unused_consumer_name
@@ -104,9 +114,19 @@ class ConsumerApi:
         except OSError as e:
             raise ApiError.make("CONSUMER_STORE_FAILED", err=str(e))
         self.js.advisories.consumer_action(self.jsa, stream, name, "create")
-        self.router.respond(reply, {"type": typ, **c.info()})
+        self._respond_ident(reply, {"type": typ, **c.info()}, ident)
         if c.is_paused():
             c.pause_advisory()
+
+    def _respond_ident(self, reply: bytes | None, obj: dict, ident: str) -> None:
+        """An answer, with the stream's ``Nats-Stream-Identity`` header when ``ident`` is set."""
+        if not ident:
+            self.router.respond(reply, obj)
+            return
+        if reply:
+            from rillet.jetstream.sources import IDENTITY_HDR
+            h = H.make_headers([(IDENTITY_HDR, ident)])
+            self.jsa.ic.publish(reply, None, h + apijson.go_json(obj), len(h))
 
     def _bodiless(self, args: list[str], body: bytes) -> Any:
         """The consumer ``<stream>.<consumer>`` of a request that carries no body (info, delete)."""

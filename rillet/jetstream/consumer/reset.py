@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 TYPE = "io.nats.jetstream.api.v1.consumer_reset_response"
 
 
-def _respond(c: "Consumer", reply: bytes, obj: dict) -> None:
+def _respond(c: "Consumer", reply: bytes, obj: dict, hdr: bytes = b"") -> None:
     import json
-    c.ic.publish(reply, None, json.dumps(obj, separators=(",", ":")).encode())
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    c.ic.publish(reply, None, hdr + body, len(hdr) if hdr else -1)
     c._flush_out()
 
 
@@ -115,7 +116,15 @@ def on_request(c: "Consumer", reply: bytes | None, hdr: bytes, body: bytes) -> N
             _error(c, reply, ApiError.make("CONSUMER_INVALID_RESET", err=str(err)))
             return
         applied(c, seq)
-        _respond(c, reply, {"type": TYPE, **c.info(), "reset_seq": seq})
+        _respond(c, reply, {"type": TYPE, **c.info(), "reset_seq": seq}, ident_hdr)
+
+    # nats-server 2.15: a reset naming a stream identity (a durable source's) is answered with the stream's
+    # identity, never refused for it (the source sees a recreated origin from the answer)
+    ident_hdr = b""
+    if hdr and b"Nats-Stream-Identity:" in hdr:
+        from rillet.jetstream import headers as H
+        from rillet.jetstream.sources import IDENTITY_HDR, stream_identity
+        ident_hdr = H.make_headers([(IDENTITY_HDR, stream_identity(c.stream))])
 
     c.clog.propose(Entry(Entry.C_RESET, (seq,)), done)
 
