@@ -73,6 +73,18 @@ async def _source_requests(url: str) -> list:
                 ours = m.reply and not m.reply.startswith("_R.")  # (not the test's own requests)
                 if ours and ("CREATE.ORIG" in m.subject or "RESET.ORIG" in m.subject):
                     seen[name] = [_shape(m.subject), _shape(m.reply)]
+        # SRC no longer sources ORIG: its consumer on ORIG is deleted, with a reply subject of the same form
+        await r.api("$JS.API.STREAM.CREATE.OTHER", {"name": "OTHER", "subjects": ["other.>"]})
+        await r.api("$JS.API.STREAM.UPDATE.SRC", {"name": "SRC", "sources": [{"name": "OTHER"}]})
+        deadline = asyncio.get_running_loop().time() + 10
+        while "SRC delete" not in seen:
+            assert asyncio.get_running_loop().time() < deadline, "no consumer delete for SRC"
+            try:
+                m = await obs.read_msg(1.0)
+            except AssertionError:
+                continue
+            if m.subject.startswith("$JS.API.CONSUMER.DELETE.ORIG."):
+                seen["SRC delete"] = [_shape(m.subject)[:5], _shape(m.reply or "")]
         return sorted(seen.items())
     finally:
         await obs.close()
@@ -95,6 +107,7 @@ async def test_source_request_replies_like_nats_server(flag):
             assert reply == ["$JSC", "R", "<id>"], (name, reply)
     if flag:
         assert got["DSRC"][1][5] == "DUR" and got["XSRC"][1][2] == "HUB", got
+        assert got["SRC delete"][1][5] == got["SRC"][1][5], got  # (the consumer the delete is for)
 
 
 def test_reply_subject_forms():
