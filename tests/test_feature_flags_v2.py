@@ -303,3 +303,20 @@ async def test_a_replica_caught_up_from_a_snapshot_resumes_sourcing_with_the_fla
     st = await _scaled_source_after_purge(flag)
     # with the flag the new leader knows ORIG's position: only the 4th; without, it sources ORIG from its start
     assert (st["messages"], st["last_seq"]) == ((1, 4) if flag else (4, 7)), st
+
+
+def test_a_replayed_entry_already_stored_still_gives_its_position():
+    """After a restart a group replays its log past its snapshot; entries whose messages the store already holds
+    are not applied again, but their Nats-Stream-Source positions count (else a snapshot's older position
+    would win over them and the source would take those messages again)."""
+    from rillet.jetstream.cluster.streams import StreamReplica
+    from rillet.jetstream.log import Entry
+    st = SimpleNamespace(store=SimpleNamespace(last_seq=5), cfg=SimpleNamespace(sources=[object()]),
+                         source_pos={"ORIG": (7, "")})  # (what the snapshot said)
+    rep = SimpleNamespace(applied_since_snap=0, group=SimpleNamespace(compact_due=lambda n: False), stream=st,
+                          replay_seq=0, replay_skipped=0)
+    hdr = b"NATS/1.0\r\nNats-Stream-Source: ORIG 9 > > orig.a\r\n\r\n"
+    assert StreamReplica._filter(rep, 1, "", Entry(Entry.MSG, ("s", hdr, b"x", 0, 0, "", 4))) is False
+    assert st.source_pos == {"ORIG": (9, "")} and rep.replay_skipped == 1
+    assert StreamReplica._filter(rep, 2, "", Entry(Entry.MSG, ("s", hdr.replace(b"9", b"11"), b"x", 0, 0, "", 6)))
+    assert st.source_pos == {"ORIG": (9, "")}  # (not stored yet: applied next, which records it)

@@ -212,6 +212,9 @@ class StreamReplica(StreamLossMixin):
         if seq <= last:
             self.replay_seq = seq
             self.replay_skipped += 1
+            if op == Entry.MSG and entry.args[1] and self.stream.cfg.sources and \
+                    b"Nats-Stream-Source:" in entry.args[1]:  # (stored already: its source position still counts)
+                sourcestate.seen(self.stream, entry.args[1])
             return False
         self.replay_seq = seq
         return True
