@@ -194,7 +194,8 @@ async def load_archive(store: Any, cfg: Any, spool: Any, alive: Callable[[], boo
     stored: False (the restore was given up meanwhile) stops the load and returns False."""
     spool.seek(0)
     from rillet.jetstream import backup
-    if backup.is_v2(spool.read(len(backup.STREAM_IDENTIFIER))):
+    from rillet.cluster.s2 import STREAM_IDENTIFIER
+    if backup.is_v2(spool.read(len(STREAM_IDENTIFIER))):
         return await _load_v2(store, cfg, spool, alive, max_payload)
     src = _ArchiveSource(spool, cfg.name)
     try:

@@ -543,12 +543,17 @@ class SourceSet:
         store = self.stream.store
         st = store.state()
         wanted = {o.header_tag[0]: o for o in self.origins}
-        # what this replica applied since it started (Stream.source_pos, rillet.jetstream.sourcestate, where the
-        # stream keeps it): the newest, also when those messages were removed since
-        live = getattr(self.stream, "source_pos", None) or {}
-        for name in [n for n in wanted if n in live]:
-            o = wanted.pop(name)
-            o.sseq, o.ident = live[name]
+        # what this replica applied (or a snapshot brought: js_snapshot_sources), Stream.source_pos kept by
+        # rillet.jetstream.sourcestate: the newest, with the origin's identity, also when those messages were
+        # removed since (it comes first: an origin recreated since has a lower sequence than before)
+        from rillet.jetstream import sourcestate
+        live: set[str] = set()
+        for og in self.origins:
+            pos = sourcestate.position(self.stream, og.header_tag[0])
+            if pos is not None:
+                og.sseq, og.ident = pos
+                live.add(og.header_tag[0])
+                wanted.pop(og.header_tag[0], None)
         seq = st.last_seq
         scanned = 0
         found: dict[str, int] = {}  # origin -> the store sequence of its newest header
@@ -561,27 +566,22 @@ class SourceSet:
             v = H.get_header(m.hdr, SOURCE_HDR)
             if not v:
                 continue
-            p = parse_source_header(v)
-            o = wanted.get(p[0]) if p is not None else None
-            if o is not None and p is not None:
-                o.sseq, o.ident = p[1], p[2]
-                del wanted[p[0]]
-                found[p[0]] = seq + 1
-        index = self._read_index()
-        for name, (iseq, ident, stamp) in index.items():
-            o = self._origin(name)
-            if o is None or name in live:
+            hp = parse_source_header(v)
+            if hp is None:
+                continue
+            hit = wanted.pop(hp[0], None)
+            if hit is not None:
+                hit.sseq, hit.ident = hp[1], hp[2]
+                found[hp[0]] = seq + 1
+        # the source index (after a restart: what was applied before it, when its messages are gone)
+        for name, (iseq, ident, stamp) in self._read_index().items():
+            og2 = self._origin(name)
+            if og2 is None or name in live:
                 continue
             if name in wanted or found.get(name, 0) <= stamp:
                 # no message from it left (purged, expired) or none newer than the index: the index says
-                o.sseq, o.ident = iseq, ident
+                og2.sseq, og2.ident = iseq, ident
                 wanted.pop(name, None)
-        from rillet.jetstream import sourcestate
-        for o in self.origins:  # what this replica applied, or a snapshot brought (js_snapshot_sources)
-            p = sourcestate.position(self.stream, o.header_tag[0])
-            if p is not None and (o.header_tag[0] in wanted or p[0] > o.sseq):
-                o.sseq = p[0]
-                wanted.pop(o.header_tag[0], None)
         if wanted and seq >= st.first_seq:
             # (nats-server scans to the first message; a scan of millions of messages would hold the loop)
             s = self.stream

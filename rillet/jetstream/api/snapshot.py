@@ -240,7 +240,7 @@ def _fill_memory(router: "ApiRouter", cfg: Any, spool: Any, sdir: str) -> Any:
     return store
 
 
-def _fill_v2(router: "ApiRouter", cfg: Any, spool: Any, where: str) -> tuple[Any, list]:
+def _fill_v2(router: "ApiRouter", cfg: Any, spool: Any, where: str) -> tuple[Any, list[Any]]:
     """In a worker thread: a new store holding a v2 backup's messages (a file stream's in the staging
     directory ``where``, stopped once filled: _install makes it the stream's), with the backup's consumers
     (name, config, state), made once the stream is open."""
@@ -274,8 +274,9 @@ async def _finish(router: "ApiRouter", cfg: Any, spool: Any) -> Any:
     created = format_time(now_ns())
     sdir = jsa.stream_dir(cfg.name)
     spool.seek(0)
-    v2 = backup.is_v2(spool.read(len(backup.STREAM_IDENTIFIER)))
-    consumers: list = []
+    from rillet.cluster.s2 import STREAM_IDENTIFIER
+    v2 = backup.is_v2(spool.read(len(STREAM_IDENTIFIER)))
+    consumers: list[Any] = []
     if v2 and cfg.storage == "memory":
         store, consumers = await asyncio.to_thread(_fill_v2, router, cfg, spool, sdir)
     elif cfg.storage == "memory":
