@@ -1,4 +1,5 @@
-"""ReadPacer (rillet/server/pacing.py): a client's read is written out slice by slice; a route's (RouteConn,
+"""ReadPacer (rillet/server/pacing.py): a client's read is written out slice by slice (its own output, PubAcks and
+replies to it, at the end of the read or once OWN_FLUSH bytes wait); a route's (RouteConn,
 ``_flush_each_slice = False``) at the end of the read, when the budget is spent, and every STALL_READ bytes, so
 that one forwarded read is one pass of the server's RAFT groups (a pull's acks and its next request together)."""
 from __future__ import annotations
@@ -159,3 +160,52 @@ def test_paced_takes_and_gives_back_the_hold_even_when_parsing_fails():
     except ValueError:
         pass
     assert c.server.holds == c.server.releases == 2
+
+
+class _Own(_Conn):
+    """A client whose every slice has output for another receiver and for itself (a PubAck)."""
+
+    def __init__(self) -> None:
+        super().__init__(each=True)
+        self.out = bytearray()
+        self.flush_pending = False
+        self.own_writes = 0
+        self.other_writes = 0
+        srv = self.server
+        plain = srv.flush_clients
+
+        def flush_clients(hold_late: bool = False) -> None:
+            for x in srv.pending_flush:
+                if x is self:
+                    self.own_writes += 1
+                    self.out.clear()
+                    self.flush_pending = False
+                else:
+                    self.other_writes += 1
+            plain(hold_late)
+        srv.flush_clients = flush_clients
+
+    def _feed_slice(self, chunk: bytes, data: bytes, pos: int) -> int:
+        self.fed.append(chunk)
+        self.server.pending_flush.append(object())
+        self.out += b"+ACK"
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.server.pending_flush.append(self)
+        self._count_read(len(chunk))
+        return pos
+
+
+def test_a_client_read_writes_its_own_output_once_and_the_receivers_per_slice():
+    c = _Own()
+    c._slice = pacing.SLICE_MIN
+    c._paced(b"x" * (pacing.SLICE_MIN * 6), 10.0)
+    assert len(c.fed) > 1
+    assert c.other_writes == len(c.fed)  # (the receivers' output, and their stall check, slice by slice)
+    assert c.own_writes == 1 and not c.out  # (its own, at the end of the read)
+    # once OWN_FLUSH bytes of its own wait, they go out with that slice
+    c = _Own()
+    c._slice = pacing.SLICE_MIN
+    c.out += b"x" * pacing.OWN_FLUSH
+    c._paced(b"x" * (pacing.SLICE_MIN * 3), 10.0)
+    assert c.own_writes == len(c.fed) > 1

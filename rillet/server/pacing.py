@@ -34,6 +34,9 @@ STALL_MIN = 0.002
 STALL_MAX = 0.005
 STALL_TOTAL = 0.010
 STALL_READ = 64 * 1024  # nats-server reads at most 64 KB at a time: each such read has its own allowance
+OWN_FLUSH = 64 * 1024  # (a client's own output, its PubAcks and the replies to it, is written when a read ends, or
+# once this much waits: one write instead of one per slice, the socket writes being a tenth of a JetStream
+# publisher's cost)
 ROUTE_FLUSH = 16 * 1024  # (a route read is written out every this many bytes: a receiver nearing its limit stalls the route in time)
 
 
@@ -95,9 +98,11 @@ class ReadPacer:
                 return
             if each:
                 # the late writers (the RAFT groups' runner: Server.pending_late) wait for the read's last slice
-                # (or the one that spends the budget): one pass for what the whole read proposed
-                ttl = self._flush_and_stall(pos < n and time.monotonic() - start < budget
-                                            and not self._intake_held)
+                # (or the one that spends the budget): one pass for what the whole read proposed; so does this
+                # connection's own output (its PubAcks, replies to it) until OWN_FLUSH bytes of it wait: the
+                # receivers' output still goes out, and their stall is checked, slice by slice
+                more = pos < n and time.monotonic() - start < budget and not self._intake_held
+                ttl = self._flush_and_stall(more, more and len(getattr(self, "out", b"")) < OWN_FLUSH)
                 now = time.monotonic()
             else:
                 now = time.monotonic()
@@ -160,7 +165,7 @@ class ReadPacer:
         if srv.pending_late:
             srv.flush_clients()
 
-    def _flush_and_stall(self, hold_late: bool = False) -> float:
+    def _flush_and_stall(self, hold_late: bool = False, keep_own: bool = False) -> float:
         """Write out what this slice produced (the late writers too unless ``hold_late``: more slices of this
         read follow); return how long to stall this producer (0: no stall).
 
@@ -170,9 +175,18 @@ class ReadPacer:
         (nats-server skips them), nobody waits."""
         srv = self.server  # type: ignore[attr-defined]
         pending = srv.pending_flush
+        if keep_own and getattr(self, "flush_pending", False):
+            try:
+                pending.remove(self)  # (written with a later slice: flush_pending stays set)
+            except ValueError:
+                keep_own = False
+        else:
+            keep_own = False
         if not pending:
             if srv.pending_late and not hold_late:
                 srv.flush_clients()
+            if keep_own:
+                pending.append(self)
             return 0.0
         mp = srv.opts.max_pending
         gate = mp // 4 * 3
@@ -199,6 +213,8 @@ class ReadPacer:
                 if b > worst:
                     worst = b
         srv.flush_clients(hold_late)
+        if keep_own:
+            pending.append(self)
         if gated is None or self._stall_total >= STALL_TOTAL:
             return 0.0
         return self._stall_for(gated, worst, mp)
