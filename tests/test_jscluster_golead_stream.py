@@ -172,6 +172,29 @@ def test_rollups_applied_as_every_go_replica_applies_them_and_in_flight_released
     assert rep.store.state().msgs == 3
 
 
+def test_ttls_and_max_age_expire_on_each_replica_and_the_leader_proposes_the_markers(monkeypatch):
+    rep = _replica(allow_msg_ttl=True, subject_delete_marker_ttl=60_000_000_000)
+    now = time.time_ns()
+    rep._commit([Committed(1, _entry(0, "s.a", _hdr(Nats_TTL="2s"))), Committed(2, _entry(1, "s.b")),
+                 Committed(3, _entry(2, "s.c", _hdr(Nats_TTL="never")))])
+    assert rep.store.state().msgs == 3
+    assert rep._check_publish("s.a", _hdr(Nats_TTL="1m"), b"x") == ("", None)
+    assert _refused(rep, "s.a", _hdr(Nats_TTL="soon"))["err_code"] == 10165
+    proposed = []
+    monkeypatch.setattr(rep, "propose", lambda entries: proposed.extend(entries))
+    rep.store.expire_msgs(now + 5_000_000_000)  # a follower: the marker is the leader's to propose
+    assert rep.store.state().msgs == 2 and rep.store.load_msg(1) is None and not proposed
+    rep = _replica(max_age=1_000_000_000, subject_delete_marker_ttl=60_000_000_000)
+    rep._commit([Committed(1, _entry(0, "s.a")), Committed(2, _entry(1, "s.b"))])
+    rep._lead_subs, rep.raft.role, rep.clseq = [], LEADER, 2  # (leading)
+    monkeypatch.setattr(rep, "propose", lambda entries: proposed.extend(entries))
+    rep.store.expire_msgs(now + 5_000_000_000)
+    assert rep.store.state().msgs == 0
+    markers = [ge.decode_entry(e.data) for e in proposed]
+    assert [(m.lseq, m.subject) for m in markers] == [(2, "s.a"), (3, "s.b")]
+    assert all(b"Nats-Marker-Reason" in m.hdr for m in markers)
+
+
 def test_standing_replica_never_stands_while_its_store_catches_up(monkeypatch):
     rep = _replica()
     rep.stand_in_group()
@@ -299,6 +322,25 @@ async def test_two_go_one_rillet_stream_led_by_rillet_acks_dedups_and_loses_noth
         with pytest.raises(nats.js.errors.APIError) as ei:
             await jss["r1"].publish("dn.x", b"d")
         assert (ei.value.code, ei.value.err_code, ei.value.description) == go_refusal
+
+        # max_age and per-message TTLs: the Rillet leader's store expires its messages as the Go replicas do theirs
+        await _create(g0, name="AGE", subjects=["age.>"], num_replicas=3, max_age=4.0, allow_msg_ttl=True)
+        await _lead_to(g0, "AGE", "r1")
+        assert (await jss["g1"].publish("age.a", b"t", headers={"Nats-TTL": "1s"})).seq == 1
+        assert (await jss["r1"].publish("age.b", b"a")).seq == 2
+        with pytest.raises(nats.js.errors.BadRequestError) as ei:
+            await jss["g0"].publish("age.c", b"x", headers={"Nats-TTL": "soon"})
+        assert ei.value.err_code == 10165
+
+        async def aged(n: int, leader=("r1",)):
+            si = await _info(g0, "AGE")
+            return si if si is not None and si.cluster.leader in leader and si.state.messages == n else None
+        si = await CAP._until(lambda: aged(1), 30, what="the TTL'd message expired on the Rillet leader")
+        assert (si.state.first_seq, si.state.last_seq) == (2, 2)
+        await CAP._until(lambda: aged(0), 30, what="max_age expiring the other")
+        await g0.request("$JS.API.STREAM.LEADER.STEPDOWN.AGE", b"", timeout=10)
+        si = await CAP._until(lambda: aged(0, gc.names), 60, what="a Go leader of AGE, with nothing left")
+        assert si.state.last_seq == 2
 
         # publishes through each server while r1 leads LS: consecutive sequences, duplicates answered as such
         await _lead_to(g0, "LS", "r1")

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
+from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.jetstream.cluster.gostreamlead import StreamLeading
 from rillet.jetstream import headers as H
@@ -62,7 +63,9 @@ def _store_config(cfg: dict, storage: str = "memory") -> StoreConfig:
     return StoreConfig(name=str(cfg.get("name", "")), storage=storage, max_msgs=num("max_msgs"),
                        max_bytes=num("max_bytes"), max_age=num("max_age", 0) / 1e9,
                        max_msgs_per_subject=num("max_msgs_per_subject"), max_msg_size=num("max_msg_size"),
-                       discard="new" if cfg.get("discard") == "new" else "old")
+                       discard="new" if cfg.get("discard") == "new" else "old",
+                       allow_msg_ttl=bool(cfg.get("allow_msg_ttl")),
+                       subject_delete_marker_ttl=num("subject_delete_marker_ttl", 0) / 1e9)
 
 
 def _safe(name: str) -> str:
@@ -98,6 +101,8 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             self._applied_path = ""
             self.applied_index = 0
         self.state = None  # (the meta state of the base class is not used)
+        self._expiry: Any = None  # the timer of the store's next expiry (max_age, TTLs)
+        self.store.register_marker_callback(self._on_marker)
         self.applied_msgs = 0
         self.snapshots_installed = 0
         self.catchups = 0  # $JSC catch-ups completed
@@ -165,10 +170,17 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
                 f.write(self.applied_index.to_bytes(8, "little"))
             os.replace(tmp, self._applied_path)
 
+    def start(self, js_api: bool = False) -> None:
+        super().start(js_api)
+        self._arm_expiry()
+
     def stop(self, remove: bool = False) -> None:
         """Stop following; ``remove``: the meta group took the stream away from this server (its files go)."""
         if self._lead_subs is not None:
             self._stop_leading()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         super().stop()
         self._end_catchup()
         if self._retry is not None:
@@ -317,6 +329,45 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         self._commit(held)
         self._save_applied()
 
+    # -- max_age and per-message TTLs: each replica's store expires its own messages, as nats-server's ---------
+    def _ttl(self, hdr: bytes) -> int:
+        """A stored message's ``Nats-TTL`` in seconds (-1: never), where the stream allows TTLs; else 0."""
+        if not self.assignment["stream"].get("allow_msg_ttl"):
+            return 0
+        from rillet.jetstream.stream import parse_ttl
+        v = H.get_header(hdr, H.TTL)
+        try:
+            return parse_ttl(v) if v else 0
+        except ValueError:
+            return 0
+
+    def _arm_expiry(self) -> None:
+        loop = self.server.loop
+        if loop is None or not self._subs:
+            return
+        nxt = self.store.next_expiry()
+        if nxt is None:
+            return
+        delay = max((nxt - time.time_ns()) / 1e9, 0.0) + 0.001
+        if self._expiry is not None:
+            if self._expiry.when() <= loop.time() + delay:
+                return
+            self._expiry.cancel()
+        self._expiry = loop.call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expiry = None
+        if not self._subs:
+            return
+        self.store.expire_msgs()
+        self._arm_expiry()
+
+    def _on_marker(self, subject: str, hdr: bytes) -> None:
+        """A subject delete marker the store asks for as it expires a subject's last message: the leader
+        proposes it as a message (as nats-server's leader does); a follower stores the leader's."""
+        if self._lead_subs is not None and self.raft.role == LEADER:
+            self._propose_msg(subject, "", hdr, b"")
+
     def _rollup(self, seq: int, subject: str, hdr: bytes) -> None:
         """A stored message's rollup, as every nats-server replica applies it (where the stream allows rollups
         and purges): the subject's, or the whole stream's, earlier messages go."""
@@ -346,8 +397,11 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             if seq <= self.store.state().last_seq:
                 return  # already stored (a replay)
             hdr = bytes(x.hdr)
-            self.store.store_raw(seq, x.subject, hdr, bytes(x.msg), x.ts)
+            ttl = self._ttl(hdr) if hdr and b"Nats-TTL" in hdr else 0
+            self.store.store_raw(seq, x.subject, hdr, bytes(x.msg), x.ts, ttl=ttl)
             self.applied_msgs += 1
+            if ttl or (self._expiry is None and self.store.cfg.max_age):
+                self._arm_expiry()
             if x.subject in self._inflight_subj:
                 self._inflight_add(x.subject, self._msg_size(x.subject, hdr, bytes(x.msg)), -1)
             if hdr and b"Nats-Rollup" in hdr:

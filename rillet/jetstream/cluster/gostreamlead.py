@@ -266,11 +266,16 @@ class StreamLeading:
             if exp and exp != self.name:
                 raise ApiError.make("STREAM_NOT_MATCH")
             ttl = H.get_header(h, H.TTL)
-            if ttl is not None and ttl.strip() not in ("", "0"):
+            if ttl is not None and ttl.strip():
+                from rillet.jetstream.stream import parse_ttl
+                try:
+                    bad = parse_ttl(ttl) == 0
+                except ValueError:
+                    bad = True
                 if not cfg.get("allow_msg_ttl"):
                     raise ApiError.make("MESSAGE_TTL_DISABLED")
-                raise ApiError.make("STREAM_STORE_FAILED", err="Nats-TTL is not supported by a Rillet leader of "
-                                                               "a Go stream group yet")
+                if bad:
+                    raise ApiError.make("MESSAGE_TTL_INVALID")
             mid = H.get_header(h, H.MSG_ID) or ""
             if mid:
                 dup = self._dedup(mid)
@@ -344,8 +349,11 @@ class StreamLeading:
             if reply:
                 self.aic.publish(reply, None, self._pub_ack(dup, duplicate=True))
             return
-        sm = ge.StreamMsg(self.clseq, time.time_ns(), subj, reply.decode("utf-8", "surrogateescape") if reply else "",
-                          h, data)
+        self._propose_msg(subj, reply.decode("utf-8", "surrogateescape") if reply else "", h, data, mid)
+
+    def _propose_msg(self, subj: str, reply: str, h: bytes, data: bytes, mid: str = "") -> None:
+        """A stream message entry at the next sequence (nats-server's encoding, compressed when it pays)."""
+        sm = ge.StreamMsg(self.clseq, time.time_ns(), subj, reply, h, data)
         self.clseq += 1
         if mid:
             self._inflight_ids[mid] = self.clseq - self.clfs
