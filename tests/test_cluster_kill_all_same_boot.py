@@ -8,10 +8,12 @@ import asyncio
 import json
 import os
 import signal
+import time
 import urllib.error
 import urllib.request
 
 import nats
+import nats.js.errors
 
 from helpers import ClusterMember, ServerProcess, free_port
 from test_cluster_refetch import _request
@@ -55,7 +57,14 @@ def test_sigkill_of_every_server_loses_nothing_and_reports_nothing(tmp_path) -> 
             js = nc.jetstream()
             out = {}
             for i in range(start, start + n):
-                ack = await js.publish("k.x", b"m%d" % i, timeout=10)
+                deadline = time.monotonic() + 20
+                while True:  # (right after a restart the stream's interest may not have reached this server yet)
+                    try:
+                        ack = await js.publish("k.x", b"m%d" % i, timeout=10)
+                        break
+                    except nats.js.errors.NoStreamResponseError:
+                        assert time.monotonic() < deadline, "no stream interest 20 s after the restart"
+                        await asyncio.sleep(0.2)
                 out[ack.seq] = b"m%d" % i
             await nc.close()
             return out

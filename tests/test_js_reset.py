@@ -3,6 +3,7 @@ nats-server: resets to the ack floor and to a sequence, what the consumer delive
 limits, bad bodies, a missing consumer (no responder)."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -84,6 +85,10 @@ async def test_consumer_reset_like_nats_server(pair, storage):
             out.append(("first three", got))
             r.rc.pub(f"$JS.ACK.RST.C.1.{got[0][3]}.{got[0][4]}.0.0", b"+ACK")
             await r.rc.ping()
+            for _ in range(100):  # (nats-server applies an ack on the consumer's own goroutine: wait for it there)
+                if (await r.api("$JS.API.CONSUMER.INFO.RST.C")).get("ack_floor", {}).get("stream_seq") == 1:
+                    break
+                await asyncio.sleep(0.02)
             await reset("back to the ack floor", "C")
             out.append(("after floor reset", await pull(r, N, 2)))
             await reset("to seq 5", "C", {"seq": 5})
