@@ -27,8 +27,9 @@ for Consensus-Based Storage", FAST 2018). When a majority lost entries, no rule 
 says so (``lost``, the range of committed indexes no member holds any more, or that a later leader replaced)
 from ``known_commit`` (the commit index its driver had saved before the stop) and the term it had then: a
 survey in which every member answered and none holds the entries up to the highest commit any knew of, an
-entry of a later term arriving at an index at or below that commit, or a snapshot from the leader whose terms
-(``Snapshot.terms``) differ from its log's at or below that commit.
+entry of a later term arriving at an index at or below that commit, a snapshot from the leader whose terms
+(``Snapshot.terms``) differ from its log's at or below that commit, or, becoming leader, a commit index the members
+that asked it to recover had saved past its log (``_check_queried``).
 """
 from __future__ import annotations
 
