@@ -28,6 +28,14 @@ from rillet.jetstream.store.memstore import MemStore
 CONF = 'listen: 127.0.0.1:-1\nhttp: 127.0.0.1:-1\njetstream {\n  store_dir: "{store}"\n}\n%s'
 
 
+async def _api(r: Raw, subject: str, body: object = b"") -> dict:
+    """A request (an API request or a JetStream publish) and its JSON answer, waited for up to 10 s (a loaded
+    machine can take more than Raw's 1 s to create a file stream)."""
+    ans = await r.request(subject, body, timeout=10.0)  # type: ignore[arg-type]
+    assert ans and ans[0] != "<timeout>", (subject, ans)
+    return json.loads(ans[0][1])
+
+
 def _shape(subject: str) -> list:
     """A subject with its random parts named: a ``$JSC.R`` reply's last token ``<id>`` (8 of 0-9A-Za-z), a
     mirror's or source's consumer name by its prefix."""
@@ -52,16 +60,16 @@ async def _source_requests(url: str) -> list:
         obs.sub("$JS.API.CONSUMER.>", "api")
         obs.sub("$JS.HUB.API.CONSUMER.>", "hub")  # (an external API prefix nobody answers)
         await obs.ping()
-        await r.api("$JS.API.STREAM.CREATE.ORIG", {"name": "ORIG", "subjects": ["orig.>"]})
-        await r.publish("orig.a", "1")
-        await r.api("$JS.API.CONSUMER.CREATE.ORIG.DUR", {"stream_name": "ORIG", "config": {
+        await _api(r, "$JS.API.STREAM.CREATE.ORIG", {"name": "ORIG", "subjects": ["orig.>"]})
+        await _api(r, "orig.a", "1")
+        await _api(r, "$JS.API.CONSUMER.CREATE.ORIG.DUR", {"stream_name": "ORIG", "config": {
             "durable_name": "DUR", "deliver_subject": "dlv.dur", "ack_policy": "flow_control"}})
         seen: dict[str, list] = {}
         for name, cfg in (("MIR", {"mirror": {"name": "ORIG"}}), ("SRC", {"sources": [{"name": "ORIG"}]}),
                           ("DSRC", {"sources": [{"name": "ORIG", "consumer": {"name": "DUR",
                                                                                "deliver_subject": "dlv.dur"}}]}),
                           ("XSRC", {"sources": [{"name": "ORIG", "external": {"api": "$JS.HUB.API"}}]})):
-            await r.api(f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})
+            await _api(r, f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 10
             while name not in seen:
@@ -74,8 +82,8 @@ async def _source_requests(url: str) -> list:
                 if ours and ("CREATE.ORIG" in m.subject or "RESET.ORIG" in m.subject):
                     seen[name] = [_shape(m.subject), _shape(m.reply)]
         # SRC no longer sources ORIG: its consumer on ORIG is deleted, with a reply subject of the same form
-        await r.api("$JS.API.STREAM.CREATE.OTHER", {"name": "OTHER", "subjects": ["other.>"]})
-        await r.api("$JS.API.STREAM.UPDATE.SRC", {"name": "SRC", "sources": [{"name": "OTHER"}]})
+        await _api(r, "$JS.API.STREAM.CREATE.OTHER", {"name": "OTHER", "subjects": ["other.>"]})
+        await _api(r, "$JS.API.STREAM.UPDATE.SRC", {"name": "SRC", "sources": [{"name": "OTHER"}]})
         deadline = asyncio.get_running_loop().time() + 10
         while "SRC delete" not in seen:
             assert asyncio.get_running_loop().time() < deadline, "no consumer delete for SRC"
@@ -137,31 +145,31 @@ async def _resume_after_purge(url: str) -> list:
     sourcing: ORIG's position is still known, nothing of ORIG comes again."""
     r = await Raw.open(url)
     try:
-        await r.api("$JS.API.STREAM.CREATE.ORIG", {"name": "ORIG", "subjects": ["orig.>"]})
-        await r.api("$JS.API.STREAM.CREATE.OTHER", {"name": "OTHER", "subjects": ["other.>"]})
+        await _api(r, "$JS.API.STREAM.CREATE.ORIG", {"name": "ORIG", "subjects": ["orig.>"]})
+        await _api(r, "$JS.API.STREAM.CREATE.OTHER", {"name": "OTHER", "subjects": ["other.>"]})
         for i in range(3):
-            await r.publish(f"orig.{i}", str(i))
-        await r.api("$JS.API.STREAM.CREATE.SRC", {"name": "SRC", "sources": [{"name": "ORIG"}]})
+            await _api(r, f"orig.{i}", str(i))
+        await _api(r, "$JS.API.STREAM.CREATE.SRC", {"name": "SRC", "sources": [{"name": "ORIG"}]})
         out = []
         loop = asyncio.get_running_loop()
 
         async def state_when(cond) -> dict:
             deadline = loop.time() + 15
             while True:
-                st = (await r.api("$JS.API.STREAM.INFO.SRC"))["state"]
+                st = (await _api(r, "$JS.API.STREAM.INFO.SRC"))["state"]
                 if cond(st):
                     return st
                 assert loop.time() < deadline, st
                 await asyncio.sleep(0.1)
         out.append(("sourced", (await state_when(lambda s: s["last_seq"] == 3))["messages"]))
-        out.append(("purged", (await r.api("$JS.API.STREAM.PURGE.SRC"))["purged"]))
-        await r.publish("other.x", "x")
-        upd = await r.api("$JS.API.STREAM.UPDATE.SRC", {"name": "SRC", "sources": [{"name": "ORIG"},
+        out.append(("purged", (await _api(r, "$JS.API.STREAM.PURGE.SRC"))["purged"]))
+        await _api(r, "other.x", "x")
+        upd = await _api(r, "$JS.API.STREAM.UPDATE.SRC", {"name": "SRC", "sources": [{"name": "ORIG"},
                                                                                      {"name": "OTHER"}]})
         assert "error" not in upd, upd
         st = await state_when(lambda s: s["last_seq"] >= 4)
         await asyncio.sleep(1.0)  # (anything of ORIG sourced again would come with or right after OTHER's)
-        st = (await r.api("$JS.API.STREAM.INFO.SRC"))["state"]
+        st = (await _api(r, "$JS.API.STREAM.INFO.SRC"))["state"]
         out.append(("after the update", st["messages"], st["last_seq"]))
         return out
     finally:

@@ -22,13 +22,21 @@ CONF = ('listen: 127.0.0.1:-1\njetstream {\n  store_dir: "{store}"\n  max_buffer
 ERR_429 = {"code": 429, "err_code": 10167, "description": "too many requests"}
 
 
+async def _api(r: Raw, subject: str, body: object = b"") -> dict:
+    """A request (an API request or a JetStream publish) and its JSON answer, waited for up to 10 s (a loaded
+    machine can take more than Raw's 1 s to create a file stream)."""
+    ans = await r.request(subject, body, timeout=10.0)  # type: ignore[arg-type]
+    assert ans and ans[0] != "<timeout>", (subject, ans)
+    return json.loads(ans[0][1])
+
+
 async def _burst(url: str, n: int, payload: bytes, create: bool = True) -> dict:
     """``n`` publishes to ING in one write, each with its own reply subject; every answer, then the stream's
     count. ``create``: make ING (a file stream) first."""
     r = await Raw.open(url)
     try:
         if create:
-            await r.api("$JS.API.STREAM.CREATE.ING", {"name": "ING", "subjects": ["ing"], "storage": "file"})
+            await _api(r, "$JS.API.STREAM.CREATE.ING", {"name": "ING", "subjects": ["ing"], "storage": "file"})
         r.rc.sub("_B.*", "b")
         await r.rc.ping()
         r.rc.send(b"".join(b"PUB ing _B.%d %d\r\n%s\r\n" % (i, len(payload), payload) for i in range(n)))
@@ -40,7 +48,7 @@ async def _burst(url: str, n: int, payload: bytes, create: bool = True) -> dict:
             m = await r.rc.read_msg(10.0)
             if m.subject.startswith("_B."):
                 answers[m.subject] = (m.headers, m.payload)
-        info = await r.api("$JS.API.STREAM.INFO.ING")
+        info = await _api(r, "$JS.API.STREAM.INFO.ING")
     finally:
         await r.close()
     ok = [json.loads(p) for h, p in answers.values() if h is None and b'"error"' not in p]
