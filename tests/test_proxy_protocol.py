@@ -14,6 +14,7 @@ import pytest
 from rillet.server.proxyproto import V2_SIG, Found, ProxyHeader, ProxyProtoError
 from tests.difftarget import go_server, rillet_server
 from tests.helpers import free_port
+from test_cluster_leaf import pki  # noqa: F401 (a fixture)
 
 
 def _v2(cmd: int, fam: int, addr: bytes, extra: bytes = b"") -> bytes:
@@ -135,9 +136,69 @@ async def test_v2_header_and_log_prefix():
         assert "PROXY protocol enabled for client connections" in srv._test_log.getvalue()
 
 
-def test_refused_with_a_client_tls_block(tmp_path):
+def test_refused_with_tls_handshake_first(tmp_path):
     from rillet.app.compose import build_server
     from rillet.config.options_builder import load_string
-    o = load_string('proxy_protocol: true\ntls { cert_file: "a", key_file: "b" }\n')
-    with pytest.raises(ValueError, match="proxy_protocol with a tls block"):
+    o = load_string('proxy_protocol: true\ntls { cert_file: "a", key_file: "b", handshake_first: true }\n')
+    with pytest.raises(ValueError, match="proxy_protocol with handshake_first"):
         build_server(o)
+
+
+async def _tls_session(port: int, http: int, first: bytes, ca: str, tls: bool) -> tuple:
+    """INFO in the clear, then ``first`` (a PROXY header, or nothing) in the clear, then TLS (or, with a server
+    that also allows plain clients, ``tls=False``: the protocol in the clear), CONNECT and PING."""
+    import ssl
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        info = json.loads((await asyncio.wait_for(r.readline(), 5))[5:])
+        if first:
+            w.write(first)
+            await w.drain()
+        if tls:
+            ctx = ssl.create_default_context(cafile=ca)
+            try:
+                await asyncio.wait_for(w.start_tls(ctx, server_hostname="localhost"), 5)
+            except (ConnectionError, ssl.SSLError, asyncio.TimeoutError):
+                return "client_ip" in info, False, []  # (closed: a malformed header)
+        w.write(b'CONNECT {"verbose":false,"pedantic":false,"name":"pp"}\r\nPING\r\n')
+        await w.drain()
+        answer = b""
+        try:
+            while b"PONG\r\n" not in answer:
+                chunk = await asyncio.wait_for(r.read(4096), 5)
+                if not chunk:
+                    break
+                answer += chunk
+        except (asyncio.TimeoutError, ConnectionError):
+            pass
+        conns = [(c["ip"], c["port"]) for c in await _connz(http) if c.get("name") == "pp"]
+        return "client_ip" in info, answer.endswith(b"PONG\r\n"), conns
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("mode", ["required", "allow_non_tls"])
+@pytest.mark.parametrize("first", [
+    b"PROXY TCP4 203.0.113.7 10.0.0.1 51234 4222\r\n",
+    _v2(1, 0x11, V4),
+    b"",  # no header: a TLS client works as without a proxy
+    b"PROXY TCP4 203.0.113.7\r\n",  # malformed: closed
+], ids=["v1", "v2", "none", "bad"])
+async def test_header_before_tls_as_nats_server(pki, first, mode):
+    """With a tls block on the client port, the PROXY header comes in the clear before the TLS handshake (after
+    the INFO), as nats-server reads it; with allow_non_tls the byte after the header decides TLS or plain."""
+    cert, key = pki["ca_server"]
+    extra = "allow_non_tls: true\n" if mode == "allow_non_tls" else ""
+    got = {}
+    for name, serve in (("rillet", rillet_server), ("go", go_server)):
+        port, http = free_port(), free_port()
+        conf = (f'listen: "127.0.0.1:{port}"\nhttp: "127.0.0.1:{http}"\nproxy_protocol: true\n{extra}'
+                f'tls {{ cert_file: "{cert}", key_file: "{key}" }}\n')
+        async with serve(conf):
+            got[name] = [await _tls_session(port, http, first, pki["ca"], True)]
+            if mode == "allow_non_tls":
+                got[name].append(await _tls_session(port, http, first, pki["ca"], False))
+    if first == b"":
+        got = {k: [(a, b, [ip for ip, _ in c]) for a, b, c in v] for k, v in got.items()}
+    assert got["rillet"] == got["go"], got
+    assert got["rillet"][0][1] is (b"203.0.113.7\r\n" not in first)  # (PONG unless the header was malformed)

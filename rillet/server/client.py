@@ -130,6 +130,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self.stop_time = 0.0
         self._held: list[bytes] | None = None  # data received while an auth callout runs
         self._proxy: Any = None  # proxy_protocol: the PROXY header being read (rillet.server.proxyproto)
+        self._proxy_timer: Any = None  # (its 5 s limit)
         self.callout_user: Any = None  # what the auth callout admitted this client as
         self._sniff_sock: socket.socket | None = None  # allow_non_tls: watching for the first byte
         # fairness and fast-producer stall (see READ_BUDGET, STALL_*)
@@ -206,8 +207,41 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
     def _proxy_failed(self, why: str) -> None:
         self.server.log.warn(f"Error reading PROXY protocol header from {hostport(self.host, self.port)}: {why}")
         self._proxy = self._held = None
-        self._proxy_timer.cancel()
+        if self._proxy_timer is not None:
+            self._proxy_timer.cancel()
         self.close("Protocol Violation")
+
+    async def take_proxy_header(self) -> bool:
+        """(proxy_protocol with a tls block) Read the PROXY header off the socket before TLS, byte-exact (the
+        transport is not reading: rillet.server.proxyproto.take_header). False when the connection was closed."""
+        from rillet.server import proxyproto
+        t = self.transport
+        if self.closed or t is None or t.is_closing():
+            return False
+        try:
+            s = socket.socket(fileno=os.dup(t.get_extra_info("socket").fileno()))
+        except OSError as e:
+            self.server.log.error(f"{self.log_prefix()} - PROXY protocol read error: {e}")
+            self.close("Read Error")
+            return False
+        try:
+            found = await proxyproto.take_header(self.server.loop, s)
+        except proxyproto.ProxyProtoError as e:
+            self._proxy_failed(str(e))
+            return False
+        except asyncio.TimeoutError:
+            self._proxy_failed("timeout reading PROXY protocol header")
+            return False
+        except OSError:
+            self.close("Client Closed")
+            return False
+        finally:
+            s.close()
+        if self.closed:
+            return False
+        if found.addr is not None:  # (LOCAL, UNKNOWN, or no header at all: the socket's address stays)
+            self.host, self.port = found.addr
+        return True
 
     def _register_for_tls(self) -> None:
         t = self.transport
@@ -226,6 +260,20 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         srv.register_client(self)
         srv.flush_clients()
         if self.closed:
+            return
+        if srv.opts.proxy_protocol:  # (the PROXY header first, then the first byte after it decides)
+            srv.loop.create_task(self._proxy_then_sniff())
+            return
+        self._start_sniff()
+
+    async def _proxy_then_sniff(self) -> None:
+        if await self.take_proxy_header():
+            self._start_sniff()
+
+    def _start_sniff(self) -> None:
+        t = self.transport
+        srv = self.server
+        if self.closed or t is None or t.is_closing():
             return
         sock = t.get_extra_info("socket")
         try:

@@ -10,8 +10,10 @@ with nats-server's reason; the connection is then closed.
 """
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-from typing import NamedTuple
+import socket
+from typing import Any, NamedTuple
 
 V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 V1_PREFIX = b"PROXY "
@@ -125,3 +127,57 @@ def _plain(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return str(ip.ipv4_mapped)
     return str(ip)
+
+
+MAX_PEEK = 16 + 0xFFFF  # the longest v2 header
+_REPEEK = 0.005  # seconds between looks while a header is incomplete (peeked bytes keep the socket readable)
+
+
+async def take_header(loop: Any, sock: socket.socket, timeout: float = READ_TIMEOUT) -> Found:
+    """Read a PROXY header straight off ``sock`` (a duplicate of a connection's socket whose transport is not
+    reading): the bytes are peeked, and only the header's are consumed, so what follows it (a TLS handshake)
+    stays in the kernel for the TLS layer, as nats-server reads the header before TLS. ``Found(header=False)``
+    when the first bytes are not a PROXY header (nothing consumed). ProxyProtoError for a malformed one,
+    TimeoutError when it is not complete within ``timeout``, ConnectionError on EOF."""
+    fut = loop.create_future()
+    fd = sock.fileno()
+    timer = None
+
+    def look() -> None:
+        nonlocal timer
+        timer = None
+        if fut.done():
+            return
+        try:
+            data = sock.recv(MAX_PEEK, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            fut.set_exception(e)
+            return
+        if not data:
+            fut.set_exception(ConnectionError("EOF before the PROXY header"))
+            return
+        try:
+            found = ProxyHeader().feed(data)
+        except ProxyProtoError as e:
+            fut.set_exception(e)
+            return
+        if found is None:  # incomplete: look again shortly (the peeked bytes keep the socket readable)
+            loop.remove_reader(fd)
+            timer = loop.call_later(_REPEEK, watch)
+            return
+        if found.header:
+            sock.recv(len(data) - len(found.rest))  # (exactly the header's bytes)
+        fut.set_result(found)
+
+    def watch() -> None:
+        loop.add_reader(fd, look)
+
+    watch()
+    try:
+        return await asyncio.wait_for(fut, timeout)
+    finally:
+        loop.remove_reader(fd)
+        if timer is not None:
+            timer.cancel()

@@ -541,6 +541,8 @@ class Server:
         """
         assert c.transport is not None and self.tls_context is not None
         from rillet.server.tls import pinned_error, start_tls_after_info
+        if self.opts.proxy_protocol and not await c.take_proxy_header():
+            return  # (the PROXY header comes in the clear before the handshake, as nats-server reads it)
         holder = _TLSHolder(c)
         new_t = await start_tls_after_info(c, holder, self.tls_context,
                                            self.opts.tls.timeout if self.opts.tls else 2.0)
@@ -908,9 +910,9 @@ def validate_options(o: Options) -> None:
     if o.default_js_domain:
         from rillet.server import jsdomain
         jsdomain.validate(o)
-    if o.proxy_protocol and o.tls is not None:
-        raise ValueError("proxy_protocol with a tls block on the client port is not supported yet: Rillet reads "
-                         "PROXY headers on plain client connections only")
+    if o.proxy_protocol and o.tls is not None and o.tls.handshake_first:
+        raise ValueError("proxy_protocol with handshake_first in the client port's tls block is not supported yet: "
+                         "Rillet reads PROXY headers before an INFO-first TLS handshake only")
     if o.jetstream.enabled and o.cluster.port:
         if not o.server_name:
             raise ValueError("jetstream cluster requires `server_name` to be set")
