@@ -235,6 +235,12 @@ async def test_snapshot_and_restore_replicated_stream(cl, storage):
     for i in range(300):
         await js.publish(f"snap.{i % 7}", f"m{i}".encode() * 20, headers={"Nats-Msg-Id": f"id{i}"})
     await js.delete_msg("SNAP", 10)
+    # a consumer with acknowledged messages: made again by the restore, from just after its ack floor
+    psub = await js.pull_subscribe("snap.>", durable="D")
+    for m in await psub.fetch(5, timeout=5):
+        await m.ack_sync()
+    await until(lambda: all(r is not None and "D" in r.stream.consumers and r.stream.consumers["D"].asflr == 5
+                            for r in reps(servers, "SNAP")), what="the acks on every replica")
     resp, chunks = await snapshot(nc, "SNAP")
     assert resp["state"]["messages"] == 299 and len(chunks) > 3
     config, state = resp["config"], resp["state"]
@@ -249,6 +255,21 @@ async def test_snapshot_and_restore_replicated_stream(cl, storage):
     si = await js.stream_info("SNAP")
     assert si.state.messages == 299 and si.state.num_deleted == 1 and len(si.cluster.replicas) == 2
     assert (await js.get_msg("SNAP", 300)).data == b"m299" * 20
+
+    last: list = [None]
+
+    async def consumer_back() -> bool:
+        try:
+            ci = await js.consumer_info("SNAP", "D", timeout=2)
+        except Exception as e:  # (not made again yet: not found, or no leader yet)
+            last[0] = e
+            return False
+        last[0] = (ci.ack_floor, ci.num_pending, ci.num_ack_pending)
+        return ci.ack_floor.stream_seq == 5 and ci.num_pending == 294 and ci.num_ack_pending == 0
+    end = asyncio.get_running_loop().time() + 60
+    while not await consumer_back():
+        assert asyncio.get_running_loop().time() < end, f"the restored stream's consumer D: {last[0]!r}"
+        await asyncio.sleep(0.2)
     for r in reps(servers, "SNAP"):
         m = r.stream.store.load_msg(150)
         assert m.data == b"m149" * 20 and m.subject == "snap.2"

@@ -186,7 +186,8 @@ class _ArchiveSource:
                 shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-async def load_archive(store: Any, cfg: Any, spool: Any, alive: Callable[[], bool], max_payload: int = 0) -> bool:
+async def load_archive(store: Any, cfg: Any, spool: Any, alive: Callable[[], bool], max_payload: int = 0,
+                       consumers: list[Any] | None = None) -> bool:
     """Load a STREAM.SNAPSHOT archive (spooled in the file ``spool``) into the empty live ``store`` of stream
     config ``cfg``: unpacked, opened and read in worker threads; each batch of messages stored at its
     sequence on the event loop (the store is the stream's: only the loop writes it), with the skipped
@@ -196,7 +197,7 @@ async def load_archive(store: Any, cfg: Any, spool: Any, alive: Callable[[], boo
     from rillet.jetstream import backup
     from rillet.cluster.s2 import STREAM_IDENTIFIER
     if backup.is_v2(spool.read(len(STREAM_IDENTIFIER))):
-        return await _load_v2(store, cfg, spool, alive, max_payload)
+        return await _load_v2(store, cfg, spool, alive, max_payload, consumers)
     src = _ArchiveSource(spool, cfg.name)
     try:
         await asyncio.to_thread(src.open)
@@ -222,10 +223,11 @@ async def load_archive(store: Any, cfg: Any, spool: Any, alive: Callable[[], boo
         await asyncio.to_thread(src.close)
 
 
-async def _load_v2(store: Any, cfg: Any, spool: Any, alive: Callable[[], bool], max_payload: int) -> bool:
+async def _load_v2(store: Any, cfg: Any, spool: Any, alive: Callable[[], bool], max_payload: int,
+                   consumers: list[Any] | None) -> bool:
     """load_archive of a v2 backup (rillet.jetstream.backup): read in worker threads, stored in batches on the
-    event loop. The backup's consumers are not made again on a replicated stream (not yet: they would be
-    meta layer assignments there)."""
+    event loop. The backup's consumers (name, config, state) are added to ``consumers``: a replicated
+    stream's leader makes them again once the restore committed (``recreate_consumers``)."""
     from rillet.jetstream import backup
     src = backup.V2Source(spool, cfg, max_payload or (64 << 20))
     try:
@@ -246,4 +248,79 @@ async def _load_v2(store: Any, cfg: Any, spool: Any, alive: Callable[[], bool], 
             store.skip_msgs(store.last_seq + 1, src.last - store.last_seq)
     except backup.ArchiveError as e:
         raise ApiError.make("STREAM_RESTORE", err=str(e)) from None
+    if consumers is not None:
+        consumers.extend(src.consumers)
     return alive()
+
+
+RESET_TRIES = 40  # (1 s apart) a new replicated consumer's leader answers its reset once elected
+
+
+def _reset(jsa: Any, api: str, stream: str, name: str, seq: int, warn: Any, tries: int) -> None:
+    """CONSUMER.RESET of a consumer just made again, asked again each second until its leader answers
+    (a reset nobody leads yet is left unanswered, as nats-server does)."""
+    import json
+    rr = f"$JS.SNAPSHOT.C.{os.urandom(8).hex()}"
+    state = {"done": False}
+
+    def on_reset(sub: Any, client: Any, subject: bytes, rp: Any, h: int, msg: bytes) -> None:
+        body = msg[h:] if h >= 0 else msg
+        if state["done"] or not body.strip():  # (a status: asked again when the second is up)
+            return
+        state["done"] = True
+        jsa.ic.remove_sub(sub)
+        timer.cancel()
+        try:
+            err = json.loads(body).get("error")
+        except (ValueError, AttributeError):
+            err = body[:200]
+        if err is not None:
+            warn(name, f"its state: {err}")
+
+    def no_answer() -> None:
+        if state["done"]:
+            return
+        state["done"] = True
+        jsa.ic.remove_sub(sub)
+        if tries > 1:
+            _reset(jsa, api, stream, name, seq, warn, tries - 1)
+        else:
+            warn(name, "its state: the consumer never answered its reset")
+    sub = jsa.ic.subscribe(rr, on_reset)
+    timer = jsa.js.loop.call_later(1.0, no_answer)
+    jsa.ic.publish(f"{api}.CONSUMER.RESET.{stream}.{name}".encode(), rr.encode(), json.dumps({"seq": seq}).encode())
+
+
+def recreate_consumers(jsa: Any, stream: str, consumers: list[Any]) -> None:
+    """A replicated stream restored from a v2 backup: each of the backup's consumers is created again
+    through the JetStream API (the meta leader assigns it, as any consumer), then reset to just after its
+    ack floor: what it had delivered and not had acknowledged is delivered again (nats-server's clustered
+    backup holds no pending list either: it rolls such a consumer back to its ack floor). A consumer that
+    cannot be made again is logged."""
+    import json
+    log = jsa.js.log
+    api = jsa.api_prefixes()[0]
+
+    def warn(name: str, what: Any) -> None:
+        log.warn(f"Stream restore for '{jsa.account.name} > {stream}': consumer '{name}' not made again: {what}")
+
+    for name, cfg, state in consumers:
+        floor = int(((state.get("ack_floor") or {}).get("stream_seq")) or 0)
+        reply = f"$JS.SNAPSHOT.C.{os.urandom(8).hex()}"
+
+        def on_created(sub: Any, client: Any, subject: bytes, rp: Any, h: int, msg: bytes, name: str = name,
+                       floor: int = floor, dp: str = str(cfg.get("deliver_policy") or "all")) -> None:
+            jsa.ic.remove_sub(sub)
+            body = msg[h:] if h >= 0 else msg
+            try:
+                resp = json.loads(body)
+            except ValueError:
+                resp = {"error": body[:200]}
+            if not isinstance(resp, dict) or resp.get("error") is not None or "name" not in resp:
+                warn(name, resp.get("error") if isinstance(resp, dict) else resp)
+                return
+            if floor > 0 and dp in ("all", "by_start_sequence", "by_start_time"):
+                _reset(jsa, api, stream, name, floor + 1, warn, RESET_TRIES)
+        jsa.ic.subscribe(reply, on_created)
+        req = {"stream_name": stream, "config": {**cfg, "name": cfg.get("name") or name}, "action": "create"}
+        jsa.ic.publish(f"{api}.CONSUMER.CREATE.{stream}.{name}".encode(), reply.encode(), json.dumps(req).encode())

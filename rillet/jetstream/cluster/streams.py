@@ -472,7 +472,8 @@ class StreamReplica(StreamLossMixin):
         try:
             if st.store.last_seq:
                 raise ApiError.make("STREAM_RESTORE", err="stream is not empty")
-            loaded = await load_archive(st.store, st.cfg, spool, alive)
+            consumers: list[Any] = []  # (a v2 backup's: made again once the restore committed)
+            loaded = await load_archive(st.store, st.cfg, spool, alive, consumers=consumers)
         except Exception as e:
             if alive():
                 self._restore_failed(e if isinstance(e, ApiError) else str(e))
@@ -497,6 +498,9 @@ class StreamReplica(StreamLossMixin):
                 self._feed()
             from rillet.jetstream.api.common import T, stream_info_dict
             self._respond(final_reply, {"type": T + "stream_create_response", **stream_info_dict(st)})
+            if consumers:
+                from rillet.jetstream.snapshot import recreate_consumers
+                recreate_consumers(self.jsa, self.name, consumers)
         self.log.propose(Entry(RESTORED, (self.snapshot(),)), done)
 
     def _respond(self, reply: bytes, d: dict) -> None:
