@@ -73,8 +73,8 @@ def test_cluster_traffic_bad_values_refused_as_nats_server(tmp_path, value, word
 def test_traffic_account_decision():
     """System account unless the owner asked for owner traffic and no member with a statsz lacks the capability
     (a peer known only from its route counts as capable, as an unknown one does in nats-server); decided again for
-    the running groups when a peer's claim changes or a server id not seen before sends its statsz, not at a
-    configuration reload (which only renews the publish guard)."""
+    the running groups when a peer's claim changes, not at a configuration reload (which only renews the publish
+    guard)."""
     from rillet.jetstream.cluster.peers import NodeInfo
     from rillet.jetstream.cluster.traffic import TrafficMover, cluster_traffic_setting
 
@@ -115,22 +115,26 @@ def test_traffic_account_decision():
     assert mv.choose("A", lambda: peers) is acc_a and tr.moved == 0
     reg.nodes["p0000002"] = NodeInfo(name="two", id="ID2", statsz_seen=True, account_nrg=True)
     mv._registry_changed("p0000002")
-    assert mv.choose("A", lambda: peers) is acc_a and tr.moved == 1  # (a new server: decided again)
-    mv._registry_changed("p0000002")
-    assert tr.moved == 1  # (the same statsz again: nothing)
+    assert mv.choose("A", lambda: peers) is acc_a and tr.moved == 0  # (a first claim of it: counted so already)
     reg.nodes["p0000003"] = NodeInfo(name="three", id="ID3", statsz_seen=True, account_nrg=False)  # (an older build)
     mv._registry_changed("p0000003")
-    assert mv.choose("A", lambda: peers) is None and tr.moved == 2
+    assert mv.choose("A", lambda: peers) is None and tr.moved == 1
     assert mv.choose("A", lambda: peers[:2]) is acc_a  # (a group without that member)
     reg.nodes["p0000003"] = NodeInfo(name="three", id="ID3", statsz_seen=True, account_nrg=True)
     mv._registry_changed("p0000003")
-    assert mv.choose("A", lambda: peers) is acc_a and tr.moved == 3
+    assert mv.choose("A", lambda: peers) is acc_a and tr.moved == 2
     reg.nodes["p0000003"] = NodeInfo(name="three", id="ID3b", statsz_seen=True, account_nrg=True)  # (restarted)
     mv._registry_changed("p0000003")
-    assert tr.moved == 4
+    assert tr.moved == 2  # (the same claim: nothing to decide again)
     opts.accounts["B"]["jetstream"]["cluster_traffic"] = "owner"
     mv.reloaded()
-    assert srv.raft_accounts == {"A", "B"} and tr.moved == 4  # (a reload moves no running group)
+    assert srv.raft_accounts == {"A", "B"} and tr.moved == 2  # (a reload moves no running group)
+    # servers whose statsz came before the mover started are not news when their next one comes
+    reg2, tr2 = Reg(), Tr()
+    reg2.nodes["p0000002"] = NodeInfo(name="two", id="ID2", statsz_seen=True, account_nrg=True)
+    mv2 = TrafficMover(srv, reg2, tr2, types.SimpleNamespace(notice=lambda s: None))
+    mv2._registry_changed("p0000002")
+    assert tr2.moved == 0
 
 
 # ---- live: 3 Rillet servers, 3 nats-servers ----------------------------------------------------------------------
@@ -144,6 +148,7 @@ class _Cluster:
         self.prefix = "$NRG" if kind == "go" else "$RNRG"
         self.ports = [free_port() for _ in range(3)]
         self.cports = [free_port() for _ in range(3)]
+        self.http = free_port()  # (server 0's monitoring port: /raftz)
         self.procs: list[ServerProcess] = []
 
     def write(self, traffic: str) -> None:
@@ -151,7 +156,8 @@ class _Cluster:
         for i in range(3):
             with open(os.path.join(self.tmp, f"s{i}.conf"), "w") as f:
                 f.write(f"port: {self.ports[i]}\nhost: 127.0.0.1\nserver_name: {self.kind}{i}\n"
-                        f"jetstream {{ store_dir: '{self.tmp}/store{i}' }}\n"
+                        + (f"http: 127.0.0.1:{self.http}\n" if i == 0 else "")
+                        + f"jetstream {{ store_dir: '{self.tmp}/store{i}' }}\n"
                         f"cluster {{ name: ct, listen: 127.0.0.1:{self.cports[i]}, routes: [{routes}] }}\n"
                         "accounts {\n  SYS { users [{user: sys, password: p}] }\n"
                         f"  A {{ jetstream: {{ cluster_traffic: {traffic} }}, users [{{user: a, password: p}}] }}\n"
@@ -193,6 +199,12 @@ async def _api(nc, subject: str, body: dict | None = None, *, until_ok: bool = T
         await asyncio.sleep(0.5)
 
 
+def _get_json(url: str) -> dict:
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
 def _traffic(ci: dict) -> dict:
     return {k: ci[k] for k in ("system_account", "traffic_account") if k in ci}
 
@@ -229,8 +241,14 @@ async def _observe(cl: _Cluster, label: str, sent: dict) -> dict:
         ia = await _api(na, "$JS.API.STREAM.INFO.S")
         ib = await _api(nb, "$JS.API.STREAM.INFO.S")
         ca = await _api(na, "$JS.API.CONSUMER.INFO.S.D")
+        raftz = {}
+        for acc in ("A", "B", "SYS"):
+            rz = await asyncio.to_thread(_get_json, f"http://127.0.0.1:{cl.http}/raftz?acc={acc}")
+            raftz[acc] = sorted((groups.get(g, "meta" if g == "_meta_" else "?"), v["system_account"],
+                                 v["traffic_account"]) for g, v in rz.get(acc, {}).items())
         return {
             "label": label,
+            "raftz": raftz,
             "A/S": _traffic(ia["cluster"]), "A/S/D": _traffic(ca["cluster"]), "B/S": _traffic(ib["cluster"]),
             "messages": [ia["state"]["messages"] == sent["A"], ib["state"]["messages"] == sent["B"]],
             "replicas": [len(ia["cluster"].get("replicas", [])), len(ib["cluster"].get("replicas", []))],
@@ -328,6 +346,10 @@ def test_cluster_traffic_owner_as_nats_server():
         else:
             assert "A/S" in obs["seen"]["SYS"] and not obs["seen"]["A"], obs
         assert not obs["seen"]["B"], obs
+        # /raftz?acc=: each group under its asset's account, with where its traffic goes
+        t = ("A", False) if owner else ("SYS", True)
+        assert obs["raftz"] == {"A": [("A/S", t[1], t[0]), ("A/S/D", t[1], t[0])], "B": [("B/S", True, "SYS")],
+                                "SYS": [("meta", True, "SYS")]}, obs
     # as nats-server: a reload moves no running group; a restart does
     assert [obs["A/S"] for obs in rillet[1:]] == [in_a, in_a, in_sys, in_sys, in_a], rillet
     if GO:

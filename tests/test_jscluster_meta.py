@@ -237,7 +237,10 @@ async def test_monitoring_healthz_raftz_jsz_over_http():
             meta = groups["_meta_"]
             assert meta["state"] == ("LEADER" if s is leader else "FOLLOWER") and meta["size"] == 3
             assert meta["leader"] == _cl(leader).peer and meta["quorum_needed"] == 2
-            assert any(g.startswith("S-R3F-") for g in groups)
+            assert list(groups) == ["_meta_"]  # (as nats-server: a stream's group under the stream's account)
+            code, rz = await asyncio.to_thread(_http, s, "/raftz?acc=%24G")
+            assert code == 200 and list(rz) == ["$G"] and any(g.startswith("S-R3F-") for g in rz["$G"]), rz
+            assert rz["$G"][next(iter(rz["$G"]))]["traffic_account"] == "$SYS"
             code, jz = await asyncio.to_thread(_http, s, "/jsz")
             assert jz["meta_cluster"]["leader"] == leader.name
         # an unknown stream in the health filter: nats-server's 404

@@ -180,8 +180,9 @@ class Monitor:
 
     async def handle_raftz(self, request: Request) -> Response:
         cl = getattr(getattr(self.server, "jetstream", None), "cluster", None)
-        data = cl.mon.raftz(request.query.get("group", "")) if cl is not None else {}
-        if not data:
+        q = request.query
+        data = cl.mon.raftz(q.get("group", ""), q.get("acc", "")) if cl is not None else None
+        if data is None:
             return text_response("No Raft nodes registered", 404)
         return self.json(request, data, indent=3)
 

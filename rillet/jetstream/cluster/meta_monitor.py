@@ -108,18 +108,26 @@ class MetaMonitor:
                 details.append(sd)
             ad["stream_detail"] = details
 
-    def raftz(self, group: str = "") -> dict:
-        """``/raftz``: the meta group and this server's stream groups, under the system account."""
-        groups = []
+    def raftz(self, group: str = "", acc: str = "") -> Optional[dict]:
+        """``/raftz``: this server's RAFT groups under the account each belongs to, as nats-server (the meta group
+        under the system account, a stream's or consumer's group under the asset's account, whatever account its
+        traffic travels in), only those of account ``acc`` (default: the system account's) and, with ``group``, that
+        group only; None when no group runs here at all (nats-server's 404)."""
+        sys_name = self.cl.server.system_account.name
+        groups: list[tuple[str, RaftGroup]] = []
         if self.cl.group is not None and self.cl.group.node is not None:
-            groups.append(self.cl.group)
+            groups.append((sys_name, self.cl.group))
         reps = list(self.cl.streams.replicas.values()) if self.cl.streams is not None else []
         for rep in reps:
-            g = rep.group
-            if g.node is not None:
-                groups.append(g)
-        views = {g.name: self.raftz_view(g) for g in groups if not group or g.name == group}
-        return MON.raftz({self.cl.server.system_account.name: views}) if views else {}
+            owner = rep.jsa.account.name
+            for g in [rep.group] + [cr.group for cr in list(rep.creps.values())]:
+                if g is not None and g.node is not None and len(g.peers) > 1:  # (nats-server: no node for R1)
+                    groups.append((owner, g))
+        if not groups:
+            return None
+        want = acc or sys_name
+        views = {g.name: self.raftz_view(g) for owner, g in groups if owner == want and (not group or g.name == group)}
+        return MON.raftz({want: views}) if views else {}
 
     def healthz(self, o: dict) -> dict:
         """nats-server's health checks of a clustered JetStream server (past the enabled checks)."""

@@ -9,11 +9,13 @@ the meta group, in the system account. Stream catch-up on ``$JSC.SYNC.*`` and th
 the system account, as there. The decision is taken again when a peer's claim changes (its statsz), and the
 groups whose answer changed move: their subscriptions leave one account and are made in the other.
 
-When the decision is taken, as there: when the group starts (a new stream or consumer, a restart), and for every
-running group when a peer's claim changes or a server not seen before appears (nats-server's ``processNewServer``: a
-restarted server has a new id). A configuration reload alone moves no running group (nats-server 2.15.1, seen
-live: the stream info keeps its ``traffic_account`` until the next of those events), but the groups started after
-it follow the new setting.
+When the decision is taken: when the group starts (a new stream or consumer, a restart), and for every running
+group when a peer's claim changes. A configuration reload moves no running group (nats-server 2.15.1, seen live:
+the stream info keeps its ``traffic_account`` until a restart), but the groups started after it follow the new
+setting. (nats-server also decides again when a server it has not heard from before appears, its
+``processNewServer``, so that a reload there takes effect on a server's restart anywhere in the cluster, or at a
+first statsz that came late; Rillet does not, so that the servers of a group never decide at different moments
+for a statsz that one of them got later than the others: a reload takes effect on each server at its restart.)
 
 Rillet's groups do the same with their own subjects (``$RNRG.``, transport.py), and a Rillet server claims the
 capability in its statsz when it runs JetStream. A peer entry that has had no statsz yet (only a route
@@ -67,7 +69,9 @@ class TrafficMover:
         self.log = log
         self.own_peer = transport.peer
         self._claims: dict[str, bool] = {}  # peer -> its last statsz's AccountNRG claim
-        self._ids: set[str] = set()  # the server ids whose statsz came
+        for peer, ni in list(registry.nodes.items()):  # (known before this: no news when their next statsz comes)
+            if ni.statsz_seen and peer != self.own_peer:
+                self._claims[peer] = bool(ni.account_nrg)
         transport.choose = self.choose
         registry.listeners.append(self._registry_changed)
         self.guard()
@@ -123,20 +127,16 @@ class TrafficMover:
         return acc
 
     def _registry_changed(self, peer: str) -> None:
-        """A registry entry changed: its first statsz from a server id not seen before (a new or restarted server), or
-        a peer's claim that changed, has every running group's traffic account decided again."""
+        """A registry entry changed: a peer's claim that changed (or a first claim of none) has every running group's
+        traffic account decided again."""
         ni = self.registry.get(peer)
         if ni is None or not ni.statsz_seen or peer == self.own_peer:
             return
         claim = bool(ni.account_nrg)
-        new_server = bool(ni.id) and ni.id not in self._ids
-        if new_server:
-            if len(self._ids) > 1024:
-                self._ids.clear()
-            self._ids.add(ni.id)
-        if self._claims.get(peer) == claim and not new_server:
-            return
+        known = self._claims.get(peer)
         self._claims[peer] = claim
+        if known == claim or (known is None and claim):
+            return  # (not news; a peer heard of for the first time claiming it counted as capable already)
         self.retarget()
 
     def reloaded(self) -> None:
