@@ -195,6 +195,27 @@ def test_ttls_and_max_age_expire_on_each_replica_and_the_leader_proposes_the_mar
     assert all(b"Nats-Marker-Reason" in m.hdr for m in markers)
 
 
+def test_replica_compacts_its_log_into_a_stream_snapshot_a_lagging_peer_is_sent():
+    rep = _replica()
+    rep.snapshot_every = 6
+    go = gw.peer_id("g0")
+    entries = [_entry(i, f"s.{i % 2}") for i in range(5)]
+    entries.insert(3, gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_DELETE_MSG, {"stream": "S", "seq": 2})))
+    for i, e in enumerate(entries):
+        outs, done = rep.raft.append("append", "$NRG.AE.x", "", gw.AppendEntry(go, 1, i, 1 if i else 0, i, (e,)), 0.0)
+        rep._commit(done)
+    outs, done = rep.raft.append("append", "$NRG.AE.x", "", gw.AppendEntry(go, 1, 6, 1, 6, ()), 0.0)
+    rep._commit(done)
+    assert rep.snapshots_taken == 1 and rep.raft.base_index == 6 and not rep.raft._log
+    snap = ge.StreamSnapshot.decode(rep.raft.snapshot_data)
+    assert (snap.msgs, snap.first_seq, snap.last_seq, snap.failed, snap.deleted) == (4, 1, 5, 0, [(2, 1)])
+    assert snap.bytes == rep.store.state().bytes
+    # a peer that lacks what was compacted gets the snapshot and our peer state
+    ae = gw.AppendEntry.decode(rep.raft._catch_up(2, "$NRG.CR.x")[0].payload)
+    assert [e.type for e in ae.entries] == [gw.ENTRY_SNAPSHOT, gw.ENTRY_PEER_STATE] and ae.pindex == 6
+    assert set(gw.PeerState.decode(ae.entries[1].data).known_peers) == rep.raft.peers
+
+
 def test_standing_replica_never_stands_while_its_store_catches_up(monkeypatch):
     rep = _replica()
     rep.stand_in_group()
@@ -464,4 +485,48 @@ async def test_one_go_two_rillet_go_leader_killed_a_rillet_server_is_elected(tmp
         for n in list(srvs):
             (tmp_path / f"{n}.log").write_text(srvs[n]._test_log.getvalue())
             await cms[n].__aexit__(None, None, None)
+        gc.stop_all()
+
+
+@live
+async def test_go_follower_caught_up_from_a_rillet_leaders_own_snapshot(tmp_path):
+    """2 Go + 1 Rillet (in process, compacting every 10 entries): a Go follower stopped while the Rillet server
+    leads misses entries its leader compacted away; restarted, it is sent the Rillet leader's stream snapshot,
+    catches up by messages ($JSC.SYNC, deleted sequences included) and, handed the stream, holds every
+    acknowledged message once."""
+    import nats
+    rport = free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[rport])
+    gc.start_all()
+    try:
+        async with serve_config(_lead_conf(gc, "r1", rport)) as srv:
+            m = await _member(srv)
+            g0 = await nats.connect(gc.url("g0"))
+            try:
+                await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader")
+                await _create(g0, name="LS", subjects=["ls.>"], num_replicas=3)
+                await _until(lambda: ("A", "LS") in m.replicas, 60, what="the Rillet replica")
+                rep = m.replicas[("A", "LS")]
+                rep.snapshot_every = 10
+                await _lead_to(g0, "LS", "r1")
+                js = g0.jetstream(timeout=30)
+                gc.stop("g1")
+                acked: dict[int, bytes] = {}
+                deadline = time.monotonic() + 90
+                for i in range(1, 41):
+                    ack = await _publish(js, f"ls.{i % 3}", f"m{i}".encode(), f"id{i}", deadline)
+                    acked[ack.seq] = f"m{i}".encode()
+                assert sorted(acked) == list(range(1, 41))
+                r = json.loads((await g0.request("$JS.API.STREAM.MSG.DELETE.LS", json.dumps({"seq": 7}).encode(),
+                                                 timeout=10)).data)
+                assert r.get("success") is True, r
+                del acked[7]
+                await _until(lambda: rep.snapshots_taken >= 2 and rep.raft.base_index > 20, 30, what="compaction")
+                assert rep.raft.role == LEADER
+                gc.start("g1")
+                await _lead_to(g0, "LS", "g1", timeout=120)
+                await _all_once(js, "LS", acked)
+            finally:
+                await g0.close()
+    finally:
         gc.stop_all()

@@ -76,6 +76,7 @@ def _safe(name: str) -> str:
 
 CATCHUP_RETRY = 2.0  # seconds between catch-up requests that ended short (as nats-server waits)
 CATCHUP_STALL = 10.0  # seconds without a catch-up message before asking again
+SNAPSHOT_EVERY = 8192  # entries applied beyond the last snapshot before a replica compacts its in-memory log
 
 
 class GoStreamReplica(StreamLeading, GoMetaMember):
@@ -102,6 +103,8 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             self.applied_index = 0
         self.state = None  # (the meta state of the base class is not used)
         self._expiry: Any = None  # the timer of the store's next expiry (max_age, TTLs)
+        self.snapshot_every = SNAPSHOT_EVERY
+        self.snapshots_taken = 0
         self.store.register_marker_callback(self._on_marker)
         self.applied_msgs = 0
         self.snapshots_installed = 0
@@ -208,6 +211,31 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
                 self.applied_index = item.index
         if done:
             self._save_applied()
+            self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        """Once ``snapshot_every`` entries are applied beyond the last snapshot, the in-memory log up to the
+        commit index is replaced by a stream snapshot in nats-server's encoding (counts, first and last
+        sequence, failed proposals, deleted runs), as nats-server's replicas snapshot theirs: a peer that needs
+        what is gone is sent the snapshot and catches up by messages (``$JSC.SYNC``, served by a leader). Not
+        while catching up, nor when an entry could not be applied (the snapshot would lose it)."""
+        r = self.raft
+        if (self._snap is not None or r.catchup is not None or self.apply_errors or r.applied != r.commit
+                or self.applied_index < r.commit or r.commit - r.base_index < self.snapshot_every):
+            return
+        r.compact(r.commit, self.stream_snapshot().encode(), r.peer_state().encode())
+        self.snapshots_taken += 1
+
+    def stream_snapshot(self) -> ge.StreamSnapshot:
+        """The store's state as a stream snapshot (nats-server's ``StreamReplicatedState``)."""
+        st = self.store.state()
+        runs: list[tuple[int, int]] = []
+        for seq in sorted(st.deleted):
+            if runs and runs[-1][0] + runs[-1][1] == seq:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((seq, 1))
+        return ge.StreamSnapshot(st.msgs, st.bytes, st.first_seq, st.last_seq, self.clfs, runs, None)
 
     # -- a snapshot from the leader, and the $JSC catch-up by messages it may need ----------------------------
     def _install(self, item: Committed) -> None:
