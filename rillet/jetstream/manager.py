@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from rillet import JS_API_LEVEL as API_LEVEL  # nats-server 2.15: 5
 from rillet.gocompat.gotime import format_time
 from rillet.durable import make_dirs_durable
-from rillet.jetstream import retention as _retention  # (once, not per stored message)
 
 if TYPE_CHECKING:
     from rillet.jetstream.api.router import ApiRouter
@@ -28,6 +27,17 @@ if TYPE_CHECKING:
 # request (JSAccount.router), a stream's modules with the first stream opened (open_stream), the limits
 # structs when first read.
 
+
+
+_RETENTION: Any = None  # rillet.jetstream.retention: loaded with the first interest stream's message, not by an
+# idle server (it loads the store package, msgspec with it: issue 20's idle RSS), then held (not per message)
+
+
+def _load_retention() -> Any:
+    global _RETENTION
+    from rillet.jetstream import retention
+    _RETENTION = retention
+    return retention
 
 class JSAccount:
     """One account's JetStream: its streams, its API listener and its limits."""
@@ -205,7 +215,10 @@ class JSAccount:
     def after_stream_msg(self, stream: "Stream", seq: int, subject: str) -> None:
         """Hook after a message is stored (interest retention with no interested consumer drops it)."""
         if stream.cfg.retention == "interest":
-            _retention.on_new_msg(stream, seq, subject)
+            r = _RETENTION
+            if r is None:
+                r = _load_retention()
+            r.on_new_msg(stream, seq, subject)
 
     def over_limit(self, storage: str, size: int) -> bool:
         """Would storing ``size`` more bytes of this storage kind exceed the account's cap?"""
