@@ -108,3 +108,17 @@ def test_run_stops_before_an_unreadable_message(mk, monkeypatch):
     assert s.load_run(6, 10, 1 << 20) == []
     with pytest.raises(ErrStoreCorrupt):
         s.load_msg(6)
+
+
+def test_run_on_one_subject_stops_at_another(mk):
+    """With ``subject`` (a consumer with one literal filter): the leading messages on that subject, none read
+    past the first on another one; [] when the message at ``seq`` is on another subject."""
+    s = mk()
+    for i in range(12):
+        s.store_msg("a" if i % 6 < 4 else "b", b"", b"m%d" % i)  # a a a a b b a a a a b b
+    assert [m.seq for m in s.load_run(1, 10, 1 << 20, "a")] == [1, 2, 3, 4]
+    assert [m.seq for m in s.load_run(3, 10, 1 << 20, "a")] == [3, 4]
+    assert s.load_run(5, 10, 1 << 20, "a") == []
+    assert [m.seq for m in s.load_run(5, 10, 1 << 20, "b")] == [5, 6]
+    assert [m.subject for m in s.load_run(7, 10, 1 << 20, "a")] == ["a"] * 4
+    assert [m.seq for m in s.load_run(7, 3, 1 << 20, None)] == [7, 8, 9]

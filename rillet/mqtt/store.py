@@ -198,6 +198,7 @@ class JSA:
         # acks straight to a consumer's ack subscription (``ack``): by durable, (sublist stamp, the ack subject's
         # prefix, the subscription or None)
         self._ack_to: dict[str, tuple[tuple[int, int], bytes, Any]] = {}
+        self._dcache: dict[bytes, tuple[tuple[int, int], tuple[Any, Any, str], Any, Any]] = {}
         self._sub = self.ic.subscribe(self.prefix + ">", self._on_reply)
 
     def close(self) -> None:
@@ -279,13 +280,12 @@ class JSA:
         sublist miss and the answer's delivery."""
         st = self._direct(subject)
         if st is not None:
-            stream, sub = st
+            stream, sub, isubj = st
             sub.nm += 1
             ic = self.ic
             ic.in_msgs += 1
             ic.in_bytes += len(hdr) + len(payload)
-            stream.process(stream.input_subject(subject.decode("utf-8", "surrogateescape")), None, hdr, payload,
-                           fast=_StoreAck(cb, arg, self, stream))
+            stream.process(isubj, None, hdr, payload, fast=_StoreAck(cb, arg, self, stream))
             self.server.schedule_flush()
             return
         self._n += 1
@@ -298,17 +298,36 @@ class JSA:
         else:
             self.ic.publish(subject, self.prefix_b + tok, payload)
 
-    def _direct(self, subject: bytes) -> tuple[Any, Any] | None:
+    def _direct(self, subject: bytes) -> tuple[Any, Any, str] | None:
         """The stream (and its subscription) a store on ``subject`` may go to without the account's delivery:
         the subject's sublist result here is that one stream's subscription and nothing else (no queue group,
         no route, leaf or gateway interest, no mapping, no trace), the stream is this server's own
         (``SingleNodeLog``, not replicated) and answers a publish with a plain PubAck once the message is
         written (no ``no_ack``, no counter, no fsync awaited: an answer that may never come is left to the
         reply subject's timeout). Anything else: None, the publish takes the account's delivery and the answer
-        its reply subject."""
+        its reply subject. Returns (stream, subscription, the subject the stream stores), kept per subject
+        until the account's subscriptions or the stream's config change (``_dcache``)."""
         acc = self.account
         if acc.mappings or acc.gw is not None or self.server.trace_on or _mt.CURRENT is not None:
             return None
+        sl = acc.sublist
+        stamp = (sl._inserts, sl._removes)  # (both only grow: any change to the subscriptions moves one)
+        ent = self._dcache.get(subject)
+        if ent is not None and ent[0] == stamp:
+            st = ent[1]
+            stream = st[0]
+            if stream.cfg is ent[2] and not stream.closed and stream.replication is None and \
+                    type(stream.log) is ent[3] and not st[1].max and not stream.js.sync_always:
+                return st
+        st = self._direct_check(subject)
+        if st is not None:
+            if len(self._dcache) > 4096:
+                self._dcache.clear()
+            self._dcache[subject] = (stamp, st, st[0].cfg, type(st[0].log))
+        return st
+
+    def _direct_check(self, subject: bytes) -> tuple[Any, Any, str] | None:
+        acc = self.account
         r = acc.match(subject.decode("utf-8", "surrogateescape"))
         ps = r.psubs
         if r.qsubs or len(ps) != 1:
@@ -334,7 +353,7 @@ class JSA:
         cfg = stream.cfg
         if cfg.no_ack or cfg.allow_msg_counter or (stream.js.sync_always and cfg.persist_mode != "async"):
             return None
-        return stream, sub
+        return stream, sub, stream.input_subject(subject.decode("utf-8", "surrogateescape"))
 
     def ack(self, subject: bytes, durable: str) -> None:
         """The ack (an empty body) of a delivery by consumer ``durable``: handed to the consumer's ack

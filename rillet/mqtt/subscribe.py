@@ -328,9 +328,9 @@ class SubscribeMixin:
         sess = self.sess
         if s is None or sess is None or self.closed or not reply or not self.connected:
             return
-        if hdr == 25 and self.version < 5 and msg[:20] == b"NATS/1.0\r\nNmqtt-Pub:" and self.perms is None and \
-                subject[:11] == MSGS_PREFIX_B and len(subject) > 11 and subject[11:20] != b"spBv1//0." and \
-                (subject[11:12] != b"$" or not s.reserved):
+        if hdr == 25 and self.version < 5 and self.perms is None and msg.startswith(b"NATS/1.0\r\nNmqtt-Pub:") and \
+                subject.startswith(MSGS_PREFIX_B) and len(subject) > 11 and not subject.startswith(b"spBv1//0.", 11) \
+                and (not s.reserved or not subject.startswith(b"$", 11)):
             # the common case: a 3.1.1 MQTT message (no other header) to a 3.1.1 client, no checks to make
             mq = msg[20] - 48  # (a digit, or the packet path decides)
             qos = mq if mq < s.qos else s.qos
@@ -425,7 +425,16 @@ class SubscribeMixin:
             head = bytes((first,)) + C.encode_varint(n)
         self.out_msgs += 1
         self.out_bytes += len(payload)
-        self.send(head + tf + pi.to_bytes(2, "big") + payload)
+        out = self.out  # (as ``send``: the connection is open, checked by the caller)
+        out += head
+        out += tf
+        out += pi.to_bytes(2, "big")
+        out += payload
+        if not self.flush_pending:
+            self.flush_pending = True
+            srv = self.server
+            srv.pending_flush.append(self)
+            srv.schedule_flush()
 
     @staticmethod
     def _sparkplug(p: C.Publish) -> C.Publish:

@@ -453,6 +453,12 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
                         return m
                     m = store.load_next_msg(">", start, True)
                 elif len(self.filters) == 1:
+                    if not self.filters_wc[0]:
+                        # usually the very next sequence, on the filter's subject (an MQTT subscription's consumer):
+                        # read without the subject search (the index tells the subject, nothing else is read)
+                        run = store.load_run(start, 1, 0, self.filters[0])
+                        if run:
+                            return run[0]
                     m = store.load_next_msg(self.filters[0], start, self.filters_wc[0])
                 else:
                     m = store.load_next_msg_multi(self.filters, start)

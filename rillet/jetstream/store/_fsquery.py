@@ -362,11 +362,12 @@ class BlockQueries:
             return None
         return self._read_msg(*loc)
 
-    def load_run(self, seq: int, n: int, max_bytes: int) -> list[StoredMsg]:
+    def load_run(self, seq: int, n: int, max_bytes: int, subject: str | None = None) -> list[StoredMsg]:
         """The messages at ``seq``, ``seq + 1``, ... while each is there and readable, all in ``seq``'s block: at
         most ``n``, and no more once their records pass ``max_bytes`` (the first one always). A sequential
         reader's batch (a consumer's run of deliveries): one lookup of the block for all of them. Stops without
-        an error at a gap, a deleted or unreadable message or the block's end (``load_msg`` then says why)."""
+        an error at a gap, a deleted or unreadable message or the block's end (``load_msg`` then says why);
+        with ``subject``, also at a message on another subject (told by the index, not read)."""
         out: list[StoredMsg] = []
         loc = self._locate(seq)
         if loc is None:
@@ -379,6 +380,8 @@ class BlockQueries:
         size = 0
         while slot < end and size <= max_bytes:
             if not offs[slot] or (slot < ndead and dead[slot]):  # type: ignore[index]
+                break
+            if subject is not None and x.subjs[x.sid[slot]] != subject:
                 break
             try:
                 add(read(blk, x, slot))

@@ -516,15 +516,16 @@ class MemStore(StoreCommon, StoreQueries):
         """The message at ``seq``, or None if never stored, deleted or out of range."""
         return self._msgs.get(seq)
 
-    def load_run(self, seq: int, n: int, max_bytes: int) -> list[StoredMsg]:
-        """The messages at ``seq``, ``seq + 1``, ... while each is there: at most ``n``, and no more once their
-        sizes pass ``max_bytes`` (the first one always); the file store's ``load_run``."""
+    def load_run(self, seq: int, n: int, max_bytes: int, subject: str | None = None) -> list[StoredMsg]:
+        """The messages at ``seq``, ``seq + 1``, ... while each is there (and on ``subject`` when given): at most
+        ``n``, and no more once their sizes pass ``max_bytes`` (the first one always); the file store's
+        ``load_run``."""
         out: list[StoredMsg] = []
         msgs = self._msgs
         size = 0
         for s in range(seq, seq + n):
             m = msgs.get(s)
-            if m is None or size > max_bytes:
+            if m is None or size > max_bytes or (subject is not None and m.subject != subject):
                 break
             out.append(m)
             size += len(m.hdr) + len(m.data)
