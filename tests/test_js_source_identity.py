@@ -192,3 +192,20 @@ def test_parse_source_header():
     assert parse_source_header("ORI 12 > > ori.a") == ("ORI", 12, "")
     assert parse_source_header("ORI 3") == ("ORI", 3, "")
     assert parse_source_header("ORI x") is None
+
+
+def test_index_names_as_nats_server():
+    """The first field of Nats-Stream-Source is nats-server's index name: ``<origin>``, ``:<getHash(api)>``
+    for an external origin, ``:C=<getHash(consumer name)>`` for a durable consumer (composeIName); the
+    hex hash Rillet wrote before for an external origin is still read back (``legacy_tag``)."""
+    from types import SimpleNamespace
+
+    from rillet.jetstream.configtypes import ExternalStream, StreamConsumerSource, StreamSource
+    from rillet.jetstream.sources import Origin
+    owner = SimpleNamespace(stream=None)
+    ext = Origin(owner, StreamSource(name="ORI", external=ExternalStream(api="$JS.hub.API", deliver="")), False)
+    assert ext.header_tag == (f"ORI:{identity('$JS.hub.API')}", ">", ">")
+    assert ext.legacy_tag == "ORI:" + hashlib.sha256(b"$JS.hub.API").hexdigest()[:8]
+    dur = Origin(owner, StreamSource(name="WQ", filter_subject="wq.a",
+                                     consumer=StreamConsumerSource(name="SRC", deliver_subject="d.x")), False)
+    assert dur.header_tag == (f"WQ:C={identity('SRC')}", "wq.a", ">") and dur.legacy_tag == ""

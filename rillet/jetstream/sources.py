@@ -81,12 +81,17 @@ def retry_delay(fails: int, rnd: float = 0.5) -> float:
     return base * (1.0 + RETRY_JITTER * (2.0 * rnd - 1.0))
 
 
-def stream_identity(stream: "Stream") -> str:
-    """A stream's identity (nats-server 2.15): 8 characters of ``0-9A-Za-z`` from the SHA-256 of its creation
-    time (RFC 3339, UTC, as in its info), so a stream deleted and made again under the same name has another."""
+def name_hash(text: str) -> str:
+    """nats-server's getHash: 8 characters of ``0-9A-Za-z`` from the SHA-256 of ``text``."""
     import hashlib
-    d = hashlib.sha256(str(stream.created).encode()).digest()
+    d = hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
     return "".join(_DIGITS[b % 62] for b in d[:8])
+
+
+def stream_identity(stream: "Stream") -> str:
+    """A stream's identity (nats-server 2.15): the hash of its creation time (RFC 3339, UTC, as in its info),
+    so a stream deleted and made again under the same name has another."""
+    return name_hash(str(stream.created))
 
 
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -154,6 +159,12 @@ class Origin:
         self.sub: Any = None
         self.error: dict[str, Any] | None = None
         self.header_tag = self._header_tag()
+        # what Rillet wrote before as an external origin's first field (the API prefix's hex SHA-256): still
+        # read back at start, so streams sourced then resume where they were
+        self.legacy_tag = ""
+        if cfg.external is not None and cfg.external.api:
+            import hashlib
+            self.legacy_tag = cfg.name + ":" + hashlib.sha256(cfg.external.api.encode()).hexdigest()[:8]
         self.failed_seq = 0  # a mirrored message the store refused (logged once)
         self.rsub: Any = None  # the reply subscription of the pending consumer create
         self.timer: Any = None  # the retry timer, or the stall check once the consumer answered
@@ -179,11 +190,15 @@ class Origin:
         return H.make_headers([(API_LEVEL_HDR, str(self.api_level)), (IDENTITY_HDR, self.ident)])
 
     def _header_tag(self) -> tuple[str, str, str]:
+        """The source's index name in nats-server's form (the first field of our Nats-Stream-Source values):
+        the origin, ``:<hash of external.api>`` for an external origin, ``:C=<hash of its name>`` for a durable
+        consumer (hashes as nats-server's getHash); then its filters and destinations."""
         iname = self.name
         ext = self.cfg.external
-        if ext is not None and ext.api:
-            import hashlib
-            iname += ":" + hashlib.sha256(ext.api.encode()).hexdigest()[:8]
+        if ext is not None:
+            iname += ":" + name_hash(ext.api or "")
+        if self.cfg.consumer is not None:
+            iname += ":C=" + name_hash(self.cfg.consumer.name)
         if self.transforms:
             src = "\f".join(s for s, _ in self.transforms)
             dst = "\f".join(d or ">" for _, d in self.transforms)
@@ -543,6 +558,7 @@ class SourceSet:
         store = self.stream.store
         st = store.state()
         wanted = {o.header_tag[0]: o for o in self.origins}
+        alias = {o.legacy_tag: o.header_tag[0] for o in self.origins if o.legacy_tag}
         # what this replica applied (or a snapshot brought: js_snapshot_sources), Stream.source_pos kept by
         # rillet.jetstream.sourcestate: the newest, with the origin's identity, also when those messages were
         # removed since (it comes first: an origin recreated since has a lower sequence than before)
@@ -550,6 +566,8 @@ class SourceSet:
         live: set[str] = set()
         for og in self.origins:
             pos = sourcestate.position(self.stream, og.header_tag[0])
+            if pos is None and og.legacy_tag:
+                pos = sourcestate.position(self.stream, og.legacy_tag)
             if pos is not None:
                 og.sseq, og.ident = pos
                 live.add(og.header_tag[0])
@@ -569,10 +587,11 @@ class SourceSet:
             hp = parse_source_header(v)
             if hp is None:
                 continue
-            hit = wanted.pop(hp[0], None)
+            key = alias.get(hp[0], hp[0])
+            hit = wanted.pop(key, None)
             if hit is not None:
                 hit.sseq, hit.ident = hp[1], hp[2]
-                found[hp[0]] = seq + 1
+                found[key] = seq + 1
         # the source index (after a restart: what was applied before it, when its messages are gone)
         for name, (iseq, ident, stamp) in self._read_index().items():
             og2 = self._origin(name)
