@@ -208,4 +208,4 @@ def test_index_names_as_nats_server():
     assert ext.legacy_tag == "ORI:" + hashlib.sha256(b"$JS.hub.API").hexdigest()[:8]
     dur = Origin(owner, StreamSource(name="WQ", filter_subject="wq.a",
                                      consumer=StreamConsumerSource(name="SRC", deliver_subject="d.x")), False)
-    assert dur.header_tag == (f"WQ:C={identity('SRC')}", "wq.a", ">") and dur.legacy_tag == ""
+    assert dur.header_tag == (f"WQ:C={identity('SRC')}", "wq.a", ">") and dur.legacy_tag == "WQ"

@@ -161,10 +161,13 @@ class Origin:
         self.header_tag = self._header_tag()
         # what Rillet wrote before as an external origin's first field (the API prefix's hex SHA-256): still
         # read back at start, so streams sourced then resume where they were
+        # (and a durable consumer source's, which had no ":C=" part)
         self.legacy_tag = ""
         if cfg.external is not None and cfg.external.api:
             import hashlib
             self.legacy_tag = cfg.name + ":" + hashlib.sha256(cfg.external.api.encode()).hexdigest()[:8]
+        elif cfg.consumer is not None:
+            self.legacy_tag = cfg.name
         self.failed_seq = 0  # a mirrored message the store refused (logged once)
         self.rsub: Any = None  # the reply subscription of the pending consumer create
         self.timer: Any = None  # the retry timer, or the stall check once the consumer answered
