@@ -47,3 +47,32 @@ def make_dirs_durable(path: str) -> None:
     for d in missing:
         fsync_dir(d)
         fsync_dir(os.path.dirname(d))
+
+
+def write_json(dirpath: str, name: str, obj: object) -> None:
+    """``obj`` as JSON in ``dirpath/name``, durably: a temporary file fsynced, renamed over the old one, the
+    directory fsynced."""
+    import json
+    path = os.path.join(dirpath, name)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(json.dumps(obj, sort_keys=True).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(dirpath)
+
+
+def read_json(path: str, what: str) -> object:
+    """The JSON kept in ``path``, None when there is no such file; ValueError naming the file and ``what`` it
+    should be when it is not JSON (OSError when it cannot be read at all)."""
+    import json
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{path}: not {what}: {e}") from None

@@ -13,12 +13,11 @@ of them was reported; ``server``, the server that reported them.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Iterable
 
-from rillet.durable import fsync_dir
+from rillet.durable import fsync_dir, read_json, write_json
 from rillet.gocompat.gotime import format_time
 
 FILE = "damage.json"
@@ -54,13 +53,10 @@ def load(dirpath: str, file: str = FILE) -> dict | None:
     """The report kept in ``dirpath`` (``reported`` as a set of sequences), or None when there is none. A file
     that cannot be read as one raises ValueError (OSError when it cannot be read at all)."""
     path = os.path.join(dirpath, file)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
+    d = read_json(path, "a damage report")
+    if d is None:
         return None
     try:
-        d = json.loads(raw)
         if not isinstance(d, dict):
             raise ValueError("not an object")
         d["reported"] = from_ranges(d.get("reported"))
@@ -81,13 +77,7 @@ def save(dirpath: str, reported: Iterable[int], detected: str, server: str, file
             return
         fsync_dir(dirpath)
         return
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(json.dumps({"reported": ranges, "detected": detected, "server": server}, sort_keys=True).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(dirpath)
+    write_json(dirpath, file, {"reported": ranges, "detected": detected, "server": server})
 
 
 def report_new(stream: Any, lost: list[int], when: str) -> None:

@@ -72,12 +72,7 @@ class ConsumerLossMixin:
             self._propose_lost()
 
     def _save_lost(self) -> None:
-        if self.group.memory or self.data_lost is None:
-            return
-        try:
-            lossreport.save(self.group.dir, self.data_lost)
-        except OSError as e:
-            self.cs.js.log.error(f"JetStream cluster {self._what()}: saving the loss report failed: {e}")
+        lossreport.save_for(self.group, self.data_lost, self.cs.js.log, self._what())
 
     def _lost_advisory(self) -> None:
         from rillet.jetstream.cluster import monitor

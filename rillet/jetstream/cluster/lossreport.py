@@ -25,11 +25,10 @@ entries are gone from every member, and what they held, sizes included, with the
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional
 
-from rillet.durable import fsync_dir
+from rillet.durable import read_json, write_json
 
 FILE = "lost.json"
 
@@ -37,15 +36,9 @@ FILE = "lost.json"
 def load(dirpath: str) -> Optional[dict]:
     """The report saved in ``dirpath``, or None. A file that cannot be read as a report raises ValueError."""
     path = os.path.join(dirpath, FILE)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
+    d = read_json(path, "a loss report")
+    if d is None:
         return None
-    try:
-        d = json.loads(raw)
-    except ValueError as e:
-        raise ValueError(f"{path}: not a loss report: {e}") from None
     if not isinstance(d, dict) or not isinstance(d.get("raft_first"), int) or not isinstance(d.get("raft_last"), int):
         raise ValueError(f"{path}: not a loss report")
     return d
@@ -64,14 +57,18 @@ def load_or_flag(dirpath: str, log: Any) -> Optional[dict]:
 def save(dirpath: str, report: dict) -> None:
     """Write ``report`` durably (temporary file fsynced, renamed, directory fsynced)."""
     os.makedirs(dirpath, exist_ok=True)
-    path = os.path.join(dirpath, FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(json.dumps(report, sort_keys=True).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(dirpath)
+    write_json(dirpath, FILE, report)
+
+
+def save_for(group: Any, report: dict | None, log: Any, what: str) -> None:
+    """A stream's or consumer's report (``what`` names it in the log) saved in its RAFT group's directory; a
+    memory group keeps none. A failed write is logged, the report kept in memory."""
+    if group.memory or report is None:
+        return
+    try:
+        save(group.dir, report)
+    except OSError as e:
+        log.error(f"JetStream cluster {what}: saving the loss report failed: {e}")
 
 
 def merge(old: Optional[dict], new: dict) -> dict:

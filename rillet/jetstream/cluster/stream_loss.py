@@ -514,13 +514,8 @@ class StreamLossMixin:
             self._lost_advisory()
 
     def _save_lost(self) -> None:
-        if self.group.memory or self.data_lost is None:
-            return
-        try:
-            lossreport.save(self.group.dir, self.data_lost)
-        except OSError as e:
-            self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': saving the "
-                                 f"loss report failed: {e}")
+        lossreport.save_for(self.group, self.data_lost, self.cs.js.log,
+                            f"stream '{self.jsa.account.name} > {self.name}'")
 
     def _lost_advisory(self) -> None:
         self._lost_advised = True
