@@ -235,6 +235,20 @@ def test_standing_replica_never_stands_while_its_store_catches_up(monkeypatch):
     assert rep.campaigns == 1 and vr.candidate == rep.peer and (vr.last_term, vr.last_index) == (1, 1)
 
 
+def test_consumer_replica_hands_its_group_to_a_go_peer_first():
+    from rillet.jetstream.cluster.gostream import GoConsumerReplica
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=None)
+    peers = [gw.peer_id(n) for n in ("r1", "r2", "g0")]
+    c = GoConsumerReplica(server, "A", "S", {"name": "C", "group": {"name": "C-R3F-x", "peers": peers}})
+    c.rillet_peers = {gw.peer_id("r2")}
+    c.raft.match = {gw.peer_id("r2"): 0, gw.peer_id("g0"): 0}
+    assert c._pass_target() == gw.peer_id("g0")
+    del c.raft.match[gw.peer_id("g0")]  # (no Go peer current: any current peer)
+    assert c._pass_target() == gw.peer_id("r2")
+    c.raft.match = {}
+    assert c._pass_target() is None
+
+
 # -- live ------------------------------------------------------------------------------------------------------
 
 def _lead_conf(gc, name: str, port: int, extra_routes=(), client_port: int = 0) -> str:

@@ -531,10 +531,17 @@ class GoConsumerReplica(GoMetaMember):
         self.consumer = ConsumerReplicaState()
         self.unapplied_snapshots = 0
         self.ops: dict[str, int] = {}  # entries applied, by kind
+        self.rillet_peers: set[str] = set()  # (host_streams: the meta member's, filled from route INFO)
         peers = [p for p in ((assignment.get("group") or {}).get("peers") or ()) if isinstance(p, str)]
         if peers and not self.raft.peers:  # (a group starts with the peers of its assignment)
             self.raft.peers = set(peers)
             self.raft.cluster_size = len(peers)
+
+    def _pass_target(self) -> Optional[str]:
+        """A consumer group is never led here: elected, the replica hands it to a current Go peer, or else to
+        any current peer (another Rillet server would hand it on again)."""
+        current = sorted(p for p in self.raft.peers if p != self.peer and self.raft.current(p))
+        return next((p for p in current if p not in self.rillet_peers), current[0] if current else None)
 
     def _commit(self, done: list[Committed]) -> None:
         c = self.consumer
@@ -627,6 +634,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                     r.stand_in_group()
             else:
                 r.pass_leadership = True
+                r.rillet_peers = member.rillet_peers
             r.start()
             replicas[key] = r
             # (a new group whose preferred leader is this server: the Go peers elect one of them after their
