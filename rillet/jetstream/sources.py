@@ -50,6 +50,7 @@ import os
 import random
 from typing import TYPE_CHECKING, Any
 
+from rillet.cipher import CipherError
 from rillet.jetstream import headers as H
 from rillet.jetstream.log import Entry
 from rillet.jetstream.stream import now_ns
@@ -654,7 +655,6 @@ class SourceSet:
         return metafile.stream_keys(s.js, s.jsa.account.name), metafile.stream_context(s.name)
 
     def _write_index(self, doc: bytes) -> None:
-        from rillet.cipher import CipherError
         from rillet.jetstream import metafile
         if not os.path.isdir(os.path.dirname(self.index_path)):
             return  # (the stream was deleted meanwhile)
@@ -669,7 +669,6 @@ class SourceSet:
         """{origin: (sequence, identity, the stream's last sequence when written)}; {} without one."""
         if not self.index_path or not os.path.exists(self.index_path):
             return {}
-        from rillet.cipher import CipherError
         from rillet.jetstream import metafile
         keys, ctx = self._keys()
         try:
