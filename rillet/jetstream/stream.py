@@ -101,7 +101,7 @@ class Stream(DedupMixin, ReplyMixin):
         self.ic = jsa.ic
         self._subs: list[Any] = []
         self._acks: list[tuple[bytes, bytes]] = []
-        self._ack_parts: tuple[bytes, bytes] | None = None  # a PubAck's JSON around its sequence
+        self._ack_parts: tuple[bytes, bytes, bytes] | None = None  # a PubAck's JSON around its sequence (+ as a format)
         self._sync_scheduled = False
         # why the store can no longer be trusted to make writes durable (an fsync failed: the kernel may have
         # dropped the pages it could not write, so a later fsync that succeeds proves nothing, the "fsyncgate"
@@ -292,7 +292,10 @@ class Stream(DedupMixin, ReplyMixin):
             hdr_b, data = msg[:hdr], msg[hdr:]
         else:
             hdr_b, data = b"", msg
-        subj = self.input_subject(subject.decode("utf-8", "surrogateescape"))
+        subj = subject.decode("utf-8", "surrogateescape")
+        st = self.cfg.subject_transform
+        if st is not None and st.dest:  # (input_subject's own test first: no call for most streams)
+            subj = self.input_subject(subj)
         if hdr > 0 and _mt.CURRENT is not None:  # a traced message: the js event (rillet.server.msgtrace)
             hdr_b = _mt.CURRENT.jetstream(self, subj, hdr_b)  # (stored with its trace disabled)
             if hdr_b is None:
@@ -465,7 +468,9 @@ class Stream(DedupMixin, ReplyMixin):
             fast.proposed()
         self._inflight.append(entry)
         self._bl_n += 1
-        self._bl_b += ingest.msg_size(subject, entry.ctx, hdr, data)
+        # (ingest.msg_size, inlined: subject, reply, headers, payload; hdr may have changed since ``size``)
+        self._bl_b += len(subject) + len(hdr) + len(data) + (len(reply) if reply.__class__ is bytes and fast is None
+                                                             else 0)
         if msg_id:
             self._pids[msg_id] = seq
         self.log.propose(entry, self._msg_done_cb)
@@ -529,7 +534,7 @@ class Stream(DedupMixin, ReplyMixin):
         if msg_id and self._pids.get(msg_id) == seq:
             del self._pids[msg_id]
         reply = entry.ctx
-        size = ingest.msg_size(subject, reply, hdr, data)
+        size = len(subject) + len(hdr) + len(data) + (len(reply) if reply.__class__ is bytes else 0)  # (msg_size)
         self._bl_n -= 1
         self._bl_b -= size
         if err is not None:
@@ -571,12 +576,17 @@ class Stream(DedupMixin, ReplyMixin):
             ap = self._ack_parts
             if ap is None:
                 dom = b',"domain":' + _json(self.js.domain) if self.js.domain else b""
-                ap = self._ack_parts = (b'{"stream":' + _json(self.name) + dom + b',"seq":', b"}")
+                pre = b'{"stream":' + _json(self.name) + dom + b',"seq":'
+                ap = self._ack_parts = (pre, b"}", pre.replace(b"%", b"%%") + b"%d}")
             if cfg.allow_msg_counter:  # the counter's new total goes in the PubAck
                 from rillet.jetstream.counters import ack_val
                 self._ack_payload(reply, b'%s%d,"val":"%s"%s' % (ap[0], seq, ack_val(data), ap[1]), seq)
                 return
-            self._ack_payload(reply, b"%s%d%s" % (ap[0], seq, ap[1]), seq)
+            held = self._held
+            if held is not None and self._hold and not self.js.sync_always:
+                held.append((reply, ap[2] % seq, b"", seq))  # (_ack_payload then _reply would hold it so)
+                return
+            self._ack_payload(reply, ap[2] % seq, seq)
 
     def _no_interest(self, subject: str, hdr: bytes, sourced: bool) -> bool:
         """A new message of an interest stream that no consumer wants: nats-server only uses its sequence

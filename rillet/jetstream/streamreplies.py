@@ -245,27 +245,37 @@ def send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]]) -> None:
         return
     memo: dict[bytes, Any] = {}
     deliver = acc.deliver_result
-    n = 0
-    for reply, payload, hdr, _ in held:
-        i = reply.rfind(b".")
-        if hdr or i <= 0:
-            ic.publish(reply, None, hdr + payload, len(hdr)) if hdr else ic.publish(reply, None, payload)
-            continue
-        pre = reply[:i]
-        r = memo.get(pre, False)
-        if r is False:
-            ic.publish(reply, None, payload)
-            rs = reply.decode("utf-8", "surrogateescape")
-            r = acc.match(rs)
-            memo[pre] = r if same_for_last_token(acc, rs[:rs.rfind(".")], r) else None
-            continue
-        if r is None:
-            ic.publish(reply, None, payload)
-            continue
-        ic.in_msgs += 1
-        ic.in_bytes += len(payload)
-        deliver(ic, r, reply, None, -1, payload)
-        n += 1
+    n = nb = 0
+    last_pre = None  # (the prefix of the previous reply and its result: most follow one another)
+    last_r: Any = None
+    try:
+        for reply, payload, hdr, _ in held:
+            i = reply.rfind(b".")
+            if hdr or i <= 0:
+                ic.publish(reply, None, hdr + payload, len(hdr)) if hdr else ic.publish(reply, None, payload)
+                continue
+            pre = reply[:i]
+            if pre == last_pre:
+                r = last_r
+            else:
+                r = memo.get(pre, False)
+                if r is False:
+                    ic.publish(reply, None, payload)
+                    rs = reply.decode("utf-8", "surrogateescape")
+                    r = acc.match(rs)
+                    memo[pre] = r if same_for_last_token(acc, rs[:rs.rfind(".")], r) else None
+                    continue
+                last_pre, last_r = pre, r
+            if r is None:
+                ic.publish(reply, None, payload)
+                continue
+            n += 1  # (the counters the publish would move, added once at the end)
+            nb += len(payload)
+            deliver(ic, r, reply, None, -1, payload)
+    finally:
+        if n:
+            ic.in_msgs += n
+            ic.in_bytes += nb
     if n:
         ic.server.schedule_flush()
 
