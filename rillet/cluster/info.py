@@ -38,9 +38,10 @@ SERVER_PROTO = 3
 # RAFT log entry ops this Rillet build decodes beyond those every Rillet build does ("rillet_raft_ops" in its route
 # INFO; nats-server and older Rillet builds send none): 48 = several entries in one (rillet.jetstream.cluster.log
 # MULTI); 49 = a consumer's C_DELIVERED for a run of messages (a list of stream sequences, log.DELIVERED_RUNS);
-# 50 = a LOST entry in a consumer's group (log.CONSUMER_LOST).
+# 50 = a LOST entry in a consumer's group (log.CONSUMER_LOST); 51 = a consumer's C_WAITING entry (its leader's
+# waiting pull requests, log.PENDING_PULLS).
 # A group's leader uses such an op only when every member's route said so (RaftGroup.members_decode).
-RILLET_RAFT_OPS = (48, 49, 50)
+RILLET_RAFT_OPS = (48, 49, 50, 51)
 
 GATEWAY_CMD_GOSSIP = 1
 GATEWAY_CMD_ALL_SUBS_START = 2

@@ -85,6 +85,7 @@ class Entry(msgspec.Struct):
     C_PURGED = 28
     C_DROP = 29
     C_RESET = 30
+    C_WAITING = 31   # (added, removed): the leader's waiting pull requests (replicated consumers only)
 
     def __repr__(self) -> str:
         return f"Entry({self.op}, {self.args!r})"

@@ -26,8 +26,11 @@ of rillet.jetstream.cluster.log) and every replica applies them to its ``Cluster
 * **Inactivity** (ephemerals, ``inactive_threshold``): the consumer leader asks the meta leader to
   delete the consumer (a ``$JS.API.CONSUMER.DELETE`` request), which removes it everywhere.
 
+* **Waiting pull requests** (consumer_pulls.py): the leader proposes the reply subjects of the requests that
+  wait (C_WAITING); a new leader answers each with 409 Leadership Change, as nats-server 2.15.
+
 Snapshots (every ``COMPACT_EVERY`` applied entries, spaced as a stream's, see streams.py): msgpack of the replicated state plus the scan
-position.
+position and the waiting pull requests' reply subjects.
 """
 from __future__ import annotations
 
@@ -40,8 +43,9 @@ import msgspec
 
 from rillet.jetstream.consumer.engine import Consumer
 from rillet.jetstream.consumer.state import (C_ACK, C_DELIVERED, C_DROP, C_GONE, C_MAXDELIV, C_PURGED, C_RESET,
-                                             C_START, ConsumerStateMachine)
+                                             C_START, C_WAITING, ConsumerStateMachine)
 from rillet.jetstream.cluster.consumer_loss import ConsumerLossMixin
+from rillet.jetstream.cluster.consumer_pulls import WaitingSyncMixin
 from rillet.jetstream.cluster.log import DELIVERED_RUNS, LOST, SYNCED
 from rillet.jetstream.log import Entry, NotLeader
 from rillet.raft.node import LEADER
@@ -71,7 +75,7 @@ class _RunHold:
         return True
 
 
-class ClusteredConsumer(Consumer):
+class ClusteredConsumer(WaitingSyncMixin, Consumer):
     """A consumer replica's object: the delivery engine when ``engine`` (this server leads the consumer's
     group), else the replicated state only (stream signals are ignored, nothing is delivered)."""
 
@@ -112,6 +116,8 @@ class ClusteredConsumer(Consumer):
                 a.discard(entry.args[0])
         elif entry.op == C_START or entry.op == C_RESET:
             self.started_by_log = True
+        elif entry.op == C_WAITING and not self.clog.applying_own:
+            self.late(entry.args[0])  # (a previous leader's requests, applied after this engine started)
         return res
 
     # ---- AckSync: confirmed once the ack committed (nats-server answers from the replicated ack) ----------
@@ -353,6 +359,8 @@ class SoloConsumer(ClusteredConsumer):
     _run_new = Consumer._run_new
     _run_sink = Consumer._run_sink
     _propose_run = Consumer._propose_run
+    _run = Consumer._run  # (no waiting requests to tell other members of: consumer_pulls)
+    _process_waiting = Consumer._process_waiting
 
 
 def _committed_scan(c: Any) -> int:
@@ -365,7 +373,8 @@ def _committed_scan(c: Any) -> int:
 
 def get_state(c: Any) -> list:
     return [c.dseq, c.dsseq, c.adflr, c.asflr, [[s, p[0], p[1]] for s, p in c.pending.items()],
-            [[s, n] for s, n in c.rdc.items()], c.has_state, c.ldt, c.lat, bool(c.started_by_log), c.sseq]
+            [[s, n] for s, n in c.rdc.items()], c.has_state, c.ldt, c.lat, bool(c.started_by_log), c.sseq,
+            sorted(c.prm)]
 
 
 def set_state(c: Any, s: list) -> None:
@@ -375,6 +384,8 @@ def set_state(c: Any, s: list) -> None:
     c.started_by_log = bool(started)
     if len(s) > 10:
         c.sseq = int(s[10])
+    # (a build before C_WAITING neither writes nor reads the waiting pull requests: consumer_pulls)
+    c.prm = {str(r) for r in s[11]} if len(s) > 11 else set()
 
 
 LOST_QUORUM_EVERY = 10.0  # seconds: a group's quorum-lost advisories are throttled after the first (as nats-server)
@@ -712,6 +723,7 @@ class ConsumerReplica(ConsumerLossMixin):
             c.sseq = max(old.sseq, _committed_scan(c))
             c.npc_dirty = True
         c.start()
+        c.announce()  # (the pull requests that waited at the previous leader: 409 Leadership Change)
 
     def _demote(self) -> None:
         old = self.c

@@ -71,6 +71,9 @@ DELIVERED_RUNS = 49
 # Not an entry op of its own: a LOST entry in a consumer's group (consumer_loss.py), which builds before it cannot
 # apply. A consumer leader proposes one only when every member lists it in ``rillet_raft_ops``.
 CONSUMER_LOST = 50
+# Not an entry op of its own: a consumer's C_WAITING entry (the reply subjects of the pull requests waiting at its
+# leader, consumer_pulls.py), which builds before it cannot decode. Proposed only when every member lists it.
+PENDING_PULLS = 51
 MULTI_MAX_BYTES = 1 << 20
 _dec_multi = msgspec.msgpack.Decoder(list[bytes])
 
@@ -84,7 +87,7 @@ class FastNote:
         self.reply = reply
 CONSUMER_OPS = frozenset((Entry.C_START, Entry.C_DELIVERED, Entry.C_UNDELIVERED, Entry.C_ACK, Entry.C_NAK,
                           Entry.C_DUE, Entry.C_GONE, Entry.C_MAXDELIV, Entry.C_PURGED, Entry.C_DROP,
-                          Entry.C_RESET))
+                          Entry.C_RESET, Entry.C_WAITING))
 
 
 class EntryDecodeError(ValueError):

@@ -27,6 +27,9 @@ move to when nothing is pending), so every replica ends in the same state.
     C_DROP (seqs, snext)                 forget stale pending seqs (below the stream's first or the floor)
     C_RESET (sseq,)                      CONSUMER.RESET: start over at stream sequence sseq, nothing pending,
                                          nothing delivered (consumer sequences from 1 again)
+    C_WAITING (added, removed)           (replicated consumers) reply subjects of pull requests now waiting at
+                                         the leader / no longer waiting: ``prm``, which a new leader answers
+                                         with 409 Leadership Change (rillet.jetstream.cluster.consumer_pulls)
 
 Apply returns what the leader needs afterwards (C_ACK: the stream sequence acknowledged, 0 for none, with
 ack policy explicit; the list of them with policy all; for retention).
@@ -48,6 +51,7 @@ C_MAXDELIV = Entry.C_MAXDELIV
 C_PURGED = Entry.C_PURGED
 C_DROP = Entry.C_DROP
 C_RESET = Entry.C_RESET
+C_WAITING = Entry.C_WAITING
 
 _NONE: list[int] = []
 
@@ -74,6 +78,7 @@ class ConsumerStateMachine:
         self.has_state = False  # delivered or acked anything yet
         self.ldt = 0  # last delivery (ns)
         self.lat = 0  # last ack (ns)
+        self.prm: set[str] = set()  # reply subjects of the leader's waiting pull requests (C_WAITING)
 
     def replicated_state(self) -> tuple:
         """Everything replicated, comparable between replicas."""
@@ -190,6 +195,13 @@ class ConsumerStateMachine:
             self.ldt = self.lat = 0
             self.has_state = True  # delivered.stream_seq reports sseq - 1 from now on
             return sseq
+        if op == C_WAITING:
+            added, removed = a
+            prm = self.prm
+            for r in removed:
+                prm.discard(r)
+            prm.update(added)
+            return None
         if op == C_START:
             sseq = a[0]
             self.dseq = 1
