@@ -152,6 +152,39 @@ def _entry(lseq: int, subject: str, hdr: bytes = b"", data: bytes = b"d") -> gw.
     return gw.Entry(gw.ENTRY_NORMAL, ge.StreamMsg(lseq, time.time_ns(), subject, "", hdr, data).encode())
 
 
+def test_expected_last_msg_id_checked_on_apply_counts_a_failed_proposal(tmp_path):
+    rep = _replica()
+    rep._commit([Committed(1, _entry(0, "s.a", _hdr(Nats_Msg_Id="a"))),
+                 Committed(2, _entry(1, "s.a", _hdr(Nats_Expected_Last_Msg_Id="b"))),  # (fails: "a" is last)
+                 Committed(3, _entry(2, "s.b", _hdr(Nats_Expected_Last_Msg_Id="a", Nats_Msg_Id="c"))),
+                 Committed(4, _entry(3, "s.c"))])
+    st = rep.store.state()
+    assert (st.msgs, st.last_seq, rep.clfs, rep.lmsgid) == (3, 3, 1, "")
+    assert rep.store.load_msg(2).subject == "s.b" and rep.ddmap["c"][0] == 2
+    # the leader refuses a mismatch before proposing (the one that comes from another leader fails on apply)
+    assert _refused(rep, "s.a", _hdr(Nats_Expected_Last_Msg_Id="c")) == {
+        "code": 400, "err_code": 10070, "description": "wrong last msg ID: "}
+    rep._propose_msg = lambda *a, **k: None
+    rep.lmsgid = "c"
+    assert rep._check_publish("s.a", _hdr(Nats_Expected_Last_Msg_Id="c"), b"x") == ("", None)
+    rep._inflight_add("s.a", 30)  # (a message without an id in flight: the last id is "" once it is stored)
+    rep._proposed_lmsgid = ""
+    assert _refused(rep, "s.a", _hdr(Nats_Expected_Last_Msg_Id="c"))["err_code"] == 10070
+    # kept beside the applied index: a restarted replica maps the next entries to the same sequences
+    a = {"stream": {"name": "S", "subjects": ["s.>"], "storage": "file", "num_replicas": 3},
+         "group": {"name": "S-R3F-abcd1234", "peers": [gw.peer_id(n) for n in ("r1", "g0", "g1")]}}
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=None)
+    rep = GoStreamReplica(server, "A", a, str(tmp_path))
+    rep._commit([Committed(1, _entry(0, "s.a", _hdr(Nats_Msg_Id="a"))),
+                 Committed(2, _entry(1, "s.a", _hdr(Nats_Expected_Last_Msg_Id="b")))])
+    rep.store.stop()
+    rep = GoStreamReplica(server, "A", a, str(tmp_path))
+    assert (rep.applied_index, rep.clfs, rep.lmsgid) == (2, 1, "a")
+    rep._commit([Committed(3, _entry(2, "s.b"))])
+    assert rep.store.state().last_seq == 2
+    rep.store.stop()
+
+
 def test_rollups_applied_as_every_go_replica_applies_them_and_in_flight_released():
     rep = _replica(allow_rollup_hdrs=True)
     rep._commit([Committed(i + 1, _entry(i, f"s.{'ab'[i % 2]}")) for i in range(6)])
@@ -392,13 +425,22 @@ async def test_two_go_one_rillet_stream_led_by_rillet_acks_dedups_and_loses_noth
         with pytest.raises(nats.js.errors.BadRequestError) as ei:
             await jss["g1"].publish("ls.1", b"x", headers={"Nats-Expected-Last-Sequence": "29"})
         assert ei.value.err_code == 10071 and "wrong last sequence: 30" in ei.value.description
+        # Nats-Expected-Last-Msg-Id, refused by the Rillet leader before proposing (Go's replicas check it only as
+        # they apply, and stop the stream with a write error on a mismatch)
+        with pytest.raises(nats.js.errors.BadRequestError) as ei:
+            await jss["g0"].publish("ls.1", b"x", headers={"Nats-Expected-Last-Msg-Id": "id29"})
+        assert ei.value.err_code == 10070 and ei.value.description == "wrong last msg ID: id30"
+        ack = await jss["r1"].publish("ls.3", b"m31", headers={"Nats-Expected-Last-Msg-Id": "id30",
+                                                              "Nats-Msg-Id": "id31"})
+        assert ack.seq == 31
+        acked[31] = b"m31"
         # stream info: the same from every server, r1 the leader with both Go replicas current
         infos = {}
         for n in names:
             infos[n] = await CAP._until(lambda n=n: _info(conns[n], "LS"), 30, what=f"LS info through {n}")
         assert {_state(i) for i in infos.values()} == {_state(infos["r1"])}
         st = _state(infos["r1"])
-        assert (st[0], st[2], st[3], st[4]) == (30, 1, 30, "r1")
+        assert (st[0], st[2], st[3], st[4]) == (31, 1, 31, "r1")
         assert st[5] == (("g0", True), ("g1", True))
 
         # back to a Go server: every acknowledged message exactly once, the same state

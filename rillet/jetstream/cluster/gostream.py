@@ -96,11 +96,11 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             self.store = FileStore(os.path.join(self.dir, "msgs"), _store_config(assignment["stream"], "file"),
                                    log=self._store_log)
             self._applied_path = os.path.join(self.dir, "applied")
-            self.applied_index = self._load_applied()
+            self.applied_index, clfs = self._load_applied()
         else:
             self.store = MemStore(_store_config(assignment["stream"]))
             self._applied_path = ""
-            self.applied_index = 0
+            self.applied_index, clfs = 0, 0
         self.state = None  # (the meta state of the base class is not used)
         self._expiry: Any = None  # the timer of the store's next expiry (max_age, TTLs)
         self.snapshot_every = SNAPSHOT_EVERY
@@ -119,7 +119,11 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         self._catchup_active = 0.0
         # leading (``may_lead``): see _start_leading
         self.may_lead = False
-        self.clfs = 0  # proposals that failed on apply, as the snapshot counts them (stored seq = lseq + 1 - clfs)
+        # proposals that failed on apply (stored seq = lseq + 1 - clfs): counted as every nats-server replica
+        # counts them, taken from a snapshot, kept beside the applied index
+        self.clfs = clfs
+        self.lmsgid = ""  # the message id of the last message stored ("" when it had none), as nats-server's
+        self._proposed_lmsgid = ""  # leader: that of the last message proposed
         self.clseq = 0  # leader: the last sequence proposed (in the entries' numbering: stored + clfs)
         self.ddmap: dict[str, tuple[int, int]] = {}  # Nats-Msg-Id -> (seq, ts), within the duplicate window
         self._inflight_ids: dict[str, int] = {}
@@ -145,32 +149,34 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             sm = self.store.load_next_msg(">", seq)
             if sm is None:
                 break
-            if sm.hdr and b"Nats-Msg-Id" in sm.hdr:
-                mid = H.get_header(bytes(sm.hdr), H.MSG_ID)
-                if mid:
-                    self.ddmap[mid] = (sm.seq, sm.ts)
+            mid = H.get_header(bytes(sm.hdr), H.MSG_ID) if sm.hdr and b"Nats-Msg-Id" in sm.hdr else None
+            if mid:
+                self.ddmap[mid] = (sm.seq, sm.ts)
+            if sm.seq == self.store.state().last_seq:
+                self.lmsgid = mid or ""
             seq = sm.seq + 1
 
     def _store_log(self, level: str, text: str) -> None:
         getattr(self.log, {"error": "error", "warn": "warn", "warning": "warn"}.get(level, "notice"))(
             f"JetStream stream '{self.account} > {self.name}' [{self.group}]: {text}")
 
-    def _load_applied(self) -> int:
+    def _load_applied(self) -> tuple[int, int]:
+        """(applied index, failed proposals) kept beside the store (an 8-byte file: the index only)."""
         try:
             with open(self._applied_path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
-            return 0
-        if len(raw) != 8:
+            return 0, 0
+        if len(raw) not in (8, 16):
             raise ValueError(f"{self._applied_path}: not an applied index ({len(raw)} bytes)")
-        return int.from_bytes(raw, "little")
+        return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
 
     def _save_applied(self) -> None:
         # (with the store's own write-back: written when the entries' effects are, without an fsync of its own)
         if self._applied_path:
             tmp = self._applied_path + ".tmp"
             with open(tmp, "wb") as f:
-                f.write(self.applied_index.to_bytes(8, "little"))
+                f.write(self.applied_index.to_bytes(8, "little") + self.clfs.to_bytes(8, "little"))
             os.replace(tmp, self._applied_path)
 
     def start(self, js_api: bool = False) -> None:
@@ -349,6 +355,8 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
 
     def _caught_up(self) -> None:
         self.catchups += 1
+        last = self.store.load_msg(self.store.state().last_seq) if self.store.state().last_seq else None
+        self.lmsgid = (H.get_header(bytes(last.hdr), H.MSG_ID) or "") if last is not None and last.hdr else ""
         self.applied_index = max(self.applied_index, self._snap_index)
         self.log.notice(f"JetStream stream '{self.account} > {self.name}' [{self.group}]: catch-up complete "
                         f"(last sequence {self.store.state().last_seq})")
@@ -396,6 +404,23 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         if self._lead_subs is not None and self.raft.role == LEADER:
             self._propose_msg(subject, "", hdr, b"")
 
+    def _last_msg_id_fails(self, x: ge.StreamMsg, hdr: bytes) -> bool:
+        """``Nats-Expected-Last-Msg-Id`` is checked as every nats-server replica checks it when it applies the
+        message: a mismatch is not stored and counts as a failed proposal (the later entries' sequences move
+        down by one); the leader answers the error."""
+        want = H.get_header(hdr, H.EXPECTED_LAST_MSG_ID)
+        if not want or want == self.lmsgid:
+            return False
+        self.clfs += 1
+        if x.subject in self._inflight_subj:
+            self._inflight_add(x.subject, self._msg_size(x.subject, hdr, bytes(x.msg)), -1)
+        mid = H.get_header(hdr, H.MSG_ID)
+        if mid:
+            self._inflight_ids.pop(mid, None)
+        if x.reply and self._lead_subs is not None:
+            self._pub_error(x.reply.encode(), ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=self.lmsgid))
+        return True
+
     def _rollup(self, seq: int, subject: str, hdr: bytes) -> None:
         """A stored message's rollup, as every nats-server replica applies it (where the stream allows rollups
         and purges): the subject's, or the whole stream's, earlier messages go."""
@@ -425,6 +450,8 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             if seq <= self.store.state().last_seq:
                 return  # already stored (a replay)
             hdr = bytes(x.hdr)
+            if hdr and b"Nats-Expected-Last-Msg-Id" in hdr and self._last_msg_id_fails(x, hdr):
+                return
             ttl = self._ttl(hdr) if hdr and b"Nats-TTL" in hdr else 0
             self.store.store_raw(seq, x.subject, hdr, bytes(x.msg), x.ts, ttl=ttl)
             self.applied_msgs += 1
@@ -434,11 +461,11 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
                 self._inflight_add(x.subject, self._msg_size(x.subject, hdr, bytes(x.msg)), -1)
             if hdr and b"Nats-Rollup" in hdr:
                 self._rollup(seq, x.subject, hdr)
-            if hdr and b"Nats-Msg-Id" in hdr:
-                mid = H.get_header(hdr, H.MSG_ID)
-                if mid:
-                    self.ddmap[mid] = (seq, x.ts)
-                    self._inflight_ids.pop(mid, None)
+            mid = H.get_header(hdr, H.MSG_ID) if hdr and b"Nats-Msg-Id" in hdr else None
+            self.lmsgid = mid or ""
+            if mid:
+                self.ddmap[mid] = (seq, x.ts)
+                self._inflight_ids.pop(mid, None)
             if x.reply and self._lead_subs is not None:
                 self.aic.publish(x.reply.encode(), None, self._pub_ack(seq))
                 self.acked += 1

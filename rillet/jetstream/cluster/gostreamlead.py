@@ -7,8 +7,8 @@ store, RAFT peer and apply path are the replica's). While the replica's ``GoRaft
   Go one) are checked as nats-server's stream leader checks them before proposing (``_check_publish``: sealed,
   sizes, ``Nats-Expected-Stream``, TTLs and the source header where the stream does not allow them, the
   ``Nats-Msg-Id`` duplicate window -- applied, in flight, or left in the log by the previous leader --, the
-  expected last sequence and last subject sequence, rollups, and discard-new limits counted over the store
-  plus what is in flight), proposed as stream message entries in nats-server's encoding (``lseq`` the last
+  expected last message id, last sequence and last subject sequence, rollups, and discard-new limits counted
+  over the store plus what is in flight), proposed as stream message entries in nats-server's encoding (``lseq`` the last
   sequence proposed, counting failed proposals) and acknowledged only once committed and stored;
 * ``$JSC.SYNC`` catch-ups are served from the store; ``STREAM.INFO`` (cluster info naming this server leader and
   the Go replicas), ``STREAM.MSG.GET`` (from the store), ``STREAM.MSG.DELETE`` and ``STREAM.PURGE`` (proposed in
@@ -23,8 +23,8 @@ nats-server's members do: it stands when it heard no leader for an election time
 log or while its store is catching up), appends its peer state first once elected, and steps down without a
 quorum. A change of the group's peers is handed to a Go peer (``_hand_over_peer_change``).
 
-Not here: publishes with counters (``Nats-Incr``), schedules, per-message TTLs on a stream that allows them,
-``Nats-Expected-Last-Msg-Id`` and atomic or fast batches are refused with an error that says so; account limits
+Not here: publishes with counters (``Nats-Incr``), schedules and atomic or fast batches are refused with an error
+that says so; account limits
 are not checked before proposing; no domain in PubAcks; a stream update or direct get while leading.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ from rillet.raft import gowire as gw
 
 __all__ = ["StreamLeading"]
 
-_UNSUPPORTED = (H.EXPECTED_LAST_MSG_ID, "Nats-Batch-Id", "Nats-Schedule", "Nats-Schedule-Next", "Nats-Scheduler")
+_UNSUPPORTED = ("Nats-Batch-Id", "Nats-Schedule", "Nats-Schedule-Next", "Nats-Scheduler")
 
 
 class StreamLeading:
@@ -281,6 +281,13 @@ class StreamLeading:
                 dup = self._dedup(mid)
                 if dup is not None:
                     return mid, dup
+            v = H.get_header(h, H.EXPECTED_LAST_MSG_ID)
+            if v:
+                # (checked here, before proposing: nats-server 2.15.1's replicas check it only as they apply
+                # the message, and a mismatch there stops the stream on the Go replicas with a write error)
+                last_id = self._proposed_lmsgid if self._inflight_subj else self.lmsgid
+                if v != last_id:
+                    raise ApiError.make("STREAM_WRONG_LAST_MSG_ID", id=last_id)
             if H.get_header(h, "Nats-Stream-Source") is not None:
                 raise ApiError.make("MESSAGE_SOURCE_HDR_NOT_ALLOWED")
             last = self.clseq - self.clfs
@@ -355,6 +362,7 @@ class StreamLeading:
         """A stream message entry at the next sequence (nats-server's encoding, compressed when it pays)."""
         sm = ge.StreamMsg(self.clseq, time.time_ns(), subj, reply, h, data)
         self.clseq += 1
+        self._proposed_lmsgid = mid
         if mid:
             self._inflight_ids[mid] = self.clseq - self.clfs
         self._inflight_add(subj, self._msg_size(subj, h, data))
