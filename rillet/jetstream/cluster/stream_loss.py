@@ -529,17 +529,27 @@ class StreamLossMixin:
         send_advisory(self.cs, self.jsa, build)
 
     def _propose_lost(self, feed: bool) -> None:
-        """(leader) Propose the loss report (LOST); with ``feed`` the stream takes publishes once it applied."""
+        """(leader) Propose the loss report (LOST); with ``feed`` the stream takes publishes once it applied. A
+        wider loss found while one is in flight is proposed when it has applied (the feed waits for that)."""
         if self._lost_proposing:
+            self._lost_again = True
+            self._lost_feed = self._lost_feed or feed
             return
         self._lost_proposing = True
 
         def done(_: Any, res: Any, err: BaseException | None) -> None:
             self._lost_proposing = False
+            again, self._lost_again = self._lost_again, False
+            wants_feed = feed or self._lost_feed
             if err is not None and not isinstance(err, NotLeader):
                 self.cs.js.log.error(f"JetStream cluster: stream '{self.jsa.account.name} > {self.name}': "
                                      f"proposing the loss report failed: {err}")
-            if feed and self.leader and not self.closed and self.log.is_leader:
+            if again and err is None and not self.closed and self.log.is_leader:
+                self._lost_feed = False
+                self._propose_lost(wants_feed)  # (what was found meanwhile)
+                return
+            self._lost_feed = False
+            if wants_feed and self.leader and not self.closed and self.log.is_leader:
                 self._feed()
         if lossreport.pending(self.data_lost):
             report = dict(self.data_lost)

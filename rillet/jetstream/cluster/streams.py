@@ -132,6 +132,8 @@ class StreamReplica(StreamLossMixin):
         # committed entries found gone from every member (cluster info "lost"), kept in the group's directory
         self.data_lost: dict | None = None if self.group.memory else lossreport.load_or_flag(self.group.dir, js.log)
         self._lost_proposing = False
+        self._lost_again = False  # (a wider loss found while a LOST entry was in flight: proposed after it)
+        self._lost_feed = False
         self._lost_advised = False  # (this process sent the advisory of the report loaded at the start)
         if self.data_lost is not None:
             js.log.error(f"JetStream cluster stream '{jsa.account.name} > {cfg.name}' lost committed RAFT entries "
