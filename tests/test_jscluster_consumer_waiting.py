@@ -175,3 +175,80 @@ def test_a_waiting_pull_request_is_told_of_the_leader_change_when_the_leader_is_
     print(kind, "409 after kill:", round(r["b"][0][0], 2), "s; fetch inbox:", round(r["fetch"][0][0], 2),
           "s; nats.py fetch returned before its timeout:", r["fetch_done"])
     _check(r)
+
+
+# ---- in-process clusters: what the members hold, the capability gate, a clean step-down ----------------------
+
+async def _in_process(tmp_path, monkeypatch, old: str | None) -> None:
+    import io
+
+    from nats.js.api import ConsumerConfig
+
+    from rillet.app.embed import run_cluster
+    from rillet.cluster import cluster as cluster_mod
+    from rillet.server.logging import Logger
+    from test_jscluster_features import consumer_leader, consumer_reps, until
+
+    real = cluster_mod.Cluster.route_info
+
+    def route_info(self):
+        info = real(self)
+        if self.server.name == old:  # (as a build before op 51)
+            info.rillet_raft_ops = [op for op in info.rillet_raft_ops if op != clog.PENDING_PULLS]
+        return info
+
+    monkeypatch.setattr(cluster_mod.Cluster, "route_info", route_info)
+    async with run_cluster(3, jetstream=True, log=Logger(out=io.StringIO())) as servers:
+        nc = await nats.connect(servers[0].client_url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="P", subjects=["p"], num_replicas=3)
+            await js.add_consumer("P", ConsumerConfig(durable_name="PC", ack_policy="explicit"))
+            await until(lambda: consumer_leader(servers, "P", "PC") is not None, what="consumer leader")
+            first = consumer_leader(servers, "P", "PC")
+            if old is not None and first.cs.server.name == old:
+                # (the old build itself never proposes op 51: lead from one of the others)
+                from rillet.jetstream.cluster.peers import peer_id
+                first.group.stepdown(to=peer_id(servers[0].name))
+                await until(lambda: consumer_leader(servers, "P", "PC") not in (None, first), what="another leader")
+            got: list = []
+
+            async def cb(msg) -> None:
+                got.append(msg)
+            inbox = nc.new_inbox()
+            await nc.subscribe(inbox, cb=cb)
+            req = json.dumps({"batch": 1, "expires": 20_000_000_000}).encode()
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.PC", req, reply=inbox)
+            lead = consumer_leader(servers, "P", "PC")
+            await until(lambda: len(lead.c.waiting) == 1, what="the request waiting on the leader")
+            reps = consumer_reps(servers, "P", "PC")
+            if old is not None:
+                assert not lead.group.members_decode(clog.PENDING_PULLS)
+                await asyncio.sleep(1.0)
+                assert all(r.c.prm == set() for r in reps)  # (nothing proposed: the old member could not decode it)
+                await js.publish("p", b"one")
+                await until(lambda: len(got) == 1, what="the message")
+                return
+            await until(lambda: all(r.c.prm == {inbox} for r in reps), what="every member holding the request")
+            # answered: its removal proposed, nothing left anywhere
+            await js.publish("p", b"one")
+            await until(lambda: len(got) == 1 and all(r.c.prm == set() for r in reps), what="the removal")
+            assert got[0].data == b"one"
+            # waiting again, then a clean step-down: the old leader answers it (ConsumerReplica._demote) and the
+            # new one, holding it too, answers it again and proposes its removal
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.PC", req, reply=inbox)
+            await until(lambda: all(r.c.prm == {inbox} for r in reps), what="every member holding the request")
+            r = json.loads((await nc.request("$JS.API.CONSUMER.LEADER.STEPDOWN.P.PC", b"", timeout=5)).data)
+            assert r.get("success") is True, r
+            await until(lambda: consumer_leader(servers, "P", "PC") not in (None, lead), what="a new leader")
+            await until(lambda: all(r.c.prm == set() for r in consumer_reps(servers, "P", "PC")),
+                        what="the new leader's removal")
+            status = [(m.headers or {}).get("Description") for m in got[1:]]
+            assert status and set(status) == {"Leadership Change"} and len(status) <= 2, status
+        finally:
+            await nc.close()
+
+
+@pytest.mark.parametrize("old", [None, "rillet-2"])
+async def test_members_hold_the_waiting_requests_only_when_every_member_decodes_the_op(tmp_path, monkeypatch, old):
+    await _in_process(tmp_path, monkeypatch, old)
