@@ -305,7 +305,7 @@ class Stream(DedupMixin, ReplyMixin):
                 from rillet.jetstream import fastbatch
                 fastbatch.process(self, subj, reply, hdr_b, data)
                 return
-            if reply.startswith(b"_R_.") and b"Nats-Request-Info:" in hdr_b:  # through a service import?
+            if hdr_b and reply.startswith(b"_R_.") and b"Nats-Request-Info:" in hdr_b:  # through a service import?
                 from rillet.jetstream import fastbatch
                 ctl = fastbatch.imported_reply(hdr_b)
                 if ctl is not None:
@@ -331,9 +331,12 @@ class Stream(DedupMixin, ReplyMixin):
         duplicate); the PubAck (or the error) is sent once the entry is applied. ``sourced``: a message
         from a source (its Nats-Incr is stored as sent, or folded into a counter by rillet.jetstream.counters).
         ``fast``: a fast batch message (rillet.jetstream.fastbatch.FastMsg) answered by it, not here."""
-        if (self._bl_n or self._wb_n) and not sourced:  # the ingest limits, before anything else (nats-server)
-            why = ingest.over(self, ingest.msg_size(subject, reply, hdr, data))
-            if why:
+        n = self._bl_n + self._wb_n
+        if n and not sourced:  # the ingest limits, before anything else (nats-server)
+            max_n, max_b = self.ingest_limits  # (ingest.over's test inline: its call only for a refusal)
+            if ((max_n and n >= max_n) or (max_b and self._bl_b + self._wb_b + len(subject) + len(hdr) + len(data)
+                                           + (len(reply) if reply.__class__ is bytes else 0) > max_b)):
+                why = ingest.over(self, ingest.msg_size(subject, reply, hdr, data))
                 if fast is not None:
                     self._fast_answer(fast, 0, 2, ApiError.make("STREAM_TOO_MANY_REQUESTS"))
                     reply = None
@@ -473,7 +476,17 @@ class Stream(DedupMixin, ReplyMixin):
                                                              else 0)
         if msg_id:
             self._pids[msg_id] = seq
-        self.log.propose(entry, self._msg_done_cb)
+        log = self.log
+        if log.__class__ is SingleNodeLog:  # (its propose, inline: applied and completed here)
+            log.index += 1
+            try:
+                res = log.apply(entry)
+            except Exception as e:
+                self._msg_done(entry, None, e)
+                return seq
+            self._msg_done(entry, res, None)
+            return seq
+        log.propose(entry, self._msg_done_cb)
         return seq
 
     # ---- the proposed overlay (read only when something is in flight) --------------------------------
@@ -601,44 +614,6 @@ class Stream(DedupMixin, ReplyMixin):
                     or type(self.log) is not SingleNodeLog or cfg.republish is not None or cfg.allow_msg_counter
                     or cfg.allow_msg_schedules or _mt.CURRENT is not None
                     or (self.js.sync_always and cfg.persist_mode != "async"))
-
-    def _skip_done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
-        """A skipped message's sequence was used (``_no_interest``): its PubAck, or the store's error."""
-        reply = entry.ctx
-        if err is not None:
-            self._refused(reply, err)
-            return
-        if reply is not None and reply.__class__ is not bytes:  # an answer object (the MQTT store's)
-            self._fast_answer(reply, res, 0, None)
-        elif reply and not self.cfg.no_ack:
-            dom = b',"domain":' + _json(self.js.domain) if self.js.domain else b""
-            self._ack_payload(reply, b'{"stream":%s%s,"seq":%d}' % (_json(self.name), dom, res), res)
-
-    def _refused(self, reply: bytes | None, err: BaseException) -> None:
-        """An entry the log could not apply: answered with nats-server's error (a store refusal is part of
-        the protocol; anything else is logged too). An entry whose outcome is unknown (leadership lost
-        after it was proposed: it may still commit) gets no answer."""
-        if isinstance(err, LeadershipLost):
-            return
-        fast = None
-        if reply is not None and reply.__class__ is not bytes:  # a fast batch message (fastbatch.FastMsg)
-            fast, reply = reply, None
-        elif isinstance(err, NotLeader):
-            # not (or no longer) the leader when it came to propose: no answer, as nats-server. A deposed
-            # leader still subscribed (resuming from a pause, cut off) gets the publishes the new leader
-            # stores and answers too: its "not the leader" would be the client's answer if it came first
-            return
-        if isinstance(err, ApiError):
-            e = err
-        else:
-            if not isinstance(err, (store_base.StoreError, NotLeader)):
-                self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': applying an entry "
-                                  f"failed: {err!r}")
-            e = store_error(err)  # type: ignore[arg-type]
-        if fast is not None:
-            self._fast_answer(fast, 0, 3, e)
-        elif reply:
-            self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
 
     def propose(self, op: int, args: tuple, done: Any = None, held: bool = False) -> None:
         """Propose a non-publish entry; ``done(result, error)`` runs on the leader after it is applied (an

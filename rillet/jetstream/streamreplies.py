@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from rillet.jetstream.errors import ApiError
+from rillet.jetstream.log import LeadershipLost, NotLeader
 from rillet.jetstream.store import base as store_base
 
 if TYPE_CHECKING:
@@ -55,6 +56,44 @@ class ReplyMixin:
         _answer(fast, seq, kind, arg)
         if kind == 0 and fast.wait_write and self._wb_store and not self._hold:
             self._arm()
+
+    def _skip_done(self, entry: Any, res: Any, err: BaseException | None) -> None:
+        """A skipped message's sequence was used (``_no_interest``): its PubAck, or the store's error."""
+        reply = entry.ctx
+        if err is not None:
+            self._refused(reply, err)
+            return
+        if reply is not None and reply.__class__ is not bytes:  # an answer object (the MQTT store's)
+            self._fast_answer(reply, res, 0, None)
+        elif reply and not self.cfg.no_ack:
+            dom = b',"domain":' + _json(self.js.domain) if self.js.domain else b""
+            self._ack_payload(reply, b'{"stream":%s%s,"seq":%d}' % (_json(self.name), dom, res), res)
+
+    def _refused(self, reply: bytes | None, err: BaseException) -> None:
+        """An entry the log could not apply: answered with nats-server's error (a store refusal is part of
+        the protocol; anything else is logged too). An entry whose outcome is unknown (leadership lost
+        after it was proposed: it may still commit) gets no answer."""
+        if isinstance(err, LeadershipLost):
+            return
+        fast = None
+        if reply is not None and reply.__class__ is not bytes:  # a fast batch message (fastbatch.FastMsg)
+            fast, reply = reply, None
+        elif isinstance(err, NotLeader):
+            # not (or no longer) the leader when it came to propose: no answer, as nats-server. A deposed
+            # leader still subscribed (resuming from a pause, cut off) gets the publishes the new leader
+            # stores and answers too: its "not the leader" would be the client's answer if it came first
+            return
+        if isinstance(err, ApiError):
+            e = err
+        else:
+            if not isinstance(err, (store_base.StoreError, NotLeader)):
+                self.js.log.error(f"Stream '{self.jsa.account.name} > {self.name}': applying an entry "
+                                  f"failed: {err!r}")
+            e = store_error(err)  # type: ignore[arg-type]
+        if fast is not None:
+            self._fast_answer(fast, 0, 3, e)
+        elif reply:
+            self._reply(reply, _json({"error": e.to_dict(), "stream": self.name, "seq": 0}))
 
     def _publish_reply(self, reply: bytes, payload: bytes, hdr: bytes = b"") -> None:
         if hdr:

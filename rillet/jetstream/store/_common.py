@@ -184,7 +184,8 @@ class StoreCommon:
         self, subject: str, hdr: bytes, data: bytes, ts: int | None = None, ttl: float = 0
     ) -> tuple[int, int]:
         """Store at the next sequence; returns (seq, ts).  Enforces the limits.  (The file store's compiled
-        twin, rillet/_speedups/_cstore.pyx, has a copy: a change here goes there too.)"""
+        twin, rillet/_speedups/_cstore.pyx, has a copy, and MemStore.store_msg its common case inline: a change
+        here goes there too.)"""
         if self._closed:
             raise ErrStoreClosed()
         if self._pre_check:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import time
 from bisect import bisect_left, bisect_right
 from typing import Iterator
 
@@ -51,6 +52,33 @@ class MemStore(StoreCommon, StoreQueries):
 
     def _write_batch(self, recs: list[tuple[int, str, bytes, bytes, int, int]]) -> list[StoredMsg]:
         return [StoredMsg(subject, seq, ts, hdr, data) for seq, subject, hdr, data, ts, _ in recs]
+
+    def store_msg(
+        self, subject: str, hdr: bytes, data: bytes, ts: int | None = None, ttl: float = 0
+    ) -> tuple[int, int]:
+        """``StoreCommon.store_msg`` with ``_append``'s common case inline (no TTL, no per-subject or size limits
+        to enforce, a subject stored before: a memory stream's publish); anything else takes the shared path."""
+        ss = self._subjects.get(subject)
+        if ss is None or ttl or self._closed or self._pre_check or self._maxp or self._post_limits:
+            return StoreCommon.store_msg(self, subject, hdr, data, ts, ttl)
+        if ts is None:
+            ts = time.time_ns()
+        seq = self._last + 1
+        msgs = self._msgs
+        if not msgs:
+            self._first = seq
+        msgs[seq] = StoredMsg(subject, seq, ts, hdr, data)
+        self._last = seq
+        self._last_ts = ts
+        if hdr:
+            self._bytes += len(subject) + len(hdr) + len(data) + self._size_overhead + self._hdr_overhead
+        else:
+            self._bytes += len(subject) + len(data) + self._size_overhead
+        ss[0] += 1
+        ss.append(seq)
+        if len(ss) - ss[1] > 2 * ss[0] + 8:
+            self._compact_subj(ss)
+        return seq, ts
 
     def _append(
         self, seq: int, subject: str, hdr: bytes, data: bytes, ts: int, ttl: float, e: StoredMsg | None = None
