@@ -50,7 +50,7 @@ from rillet.jetstream import damagereport, ingest, schedules, sourcestate
 from rillet.jetstream.dedup import DedupMixin
 from rillet.jetstream.dedup import now_ns as now_ns  # (re-exported: the jetstream modules take it from here)
 from rillet.jetstream.errors import ApiError
-from rillet.jetstream.log import Entry, LeadershipLost, NotLeader, SingleNodeLog
+from rillet.jetstream.log import Entry, NotLeader, SingleNodeLog
 from rillet.jetstream.retention import Removed
 from rillet.jetstream.store import base as store_base
 from rillet.jetstream.streamreplies import ReplyMixin, StoreWriter, store_error
@@ -481,7 +481,7 @@ class Stream(DedupMixin, ReplyMixin):
             log.index += 1
             try:
                 res = log.apply(entry)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 (handed to the completion, as SingleNodeLog.propose does)
                 self._msg_done(entry, None, e)
                 return seq
             self._msg_done(entry, res, None)
