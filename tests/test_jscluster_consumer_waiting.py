@@ -153,10 +153,11 @@ async def _scenario(members: list[ClusterMember]) -> dict:
 
 def _check(r: dict) -> None:
     after, hdrs, data = r["b"][0]
+    assert data == b"", data
     assert hdrs is not None and hdrs.get("Status") == "409", r["b"]
     assert hdrs.get("Description") == "Leadership Change", r["b"]
     assert after < 25, after  # (the request would have expired 30 s after it was sent)
-    after, hdrs, data = r["fetch"][0]  # nats.py's fetch's request too
+    after, hdrs, _ = r["fetch"][0]  # nats.py's fetch's request too
     assert hdrs is not None and hdrs.get("Status") == "409" and hdrs.get("Description") == "Leadership Change", r
     assert after < 25 and len(r["fetch"]) == 1, r
     assert len(r["a"]) == 1, r["a"]  # the message only: no 409 for a request answered before the kill
@@ -252,3 +253,102 @@ async def _in_process(tmp_path, monkeypatch, old: str | None) -> None:
 @pytest.mark.parametrize("old", [None, "rillet-2"])
 async def test_members_hold_the_waiting_requests_only_when_every_member_decodes_the_op(tmp_path, monkeypatch, old):
     await _in_process(tmp_path, monkeypatch, old)
+
+
+# ---- the engine side, on a stand-in (consumer_pulls.WaitingSyncMixin) ------------------------------------------
+
+class _Stub:
+    pass
+
+
+def _engine(monkeypatch, decode: bool = True):
+    from collections import deque
+
+    from rillet.jetstream.cluster import consumer_pulls
+    from rillet.raft.node import LEADER
+
+    sent: list = []
+
+    class FakeConsumer:
+        @staticmethod
+        def _send(c, subject, reply, hdr, data):
+            sent.append((subject, hdr))
+            return True
+    monkeypatch.setattr(consumer_pulls, "Consumer", FakeConsumer)
+
+    class E(consumer_pulls.WaitingSyncMixin):
+        pass
+    e = E()
+    e.waiting = deque()
+    e.prm = set()
+    e.engine, e.closed, e._running = True, False, False
+    e.clog = _Stub()
+    e.clog.solo = False
+    e.proposed = []
+    e.clog.propose = lambda entry, cb: e.proposed.append(entry)
+    e._c_done = None
+    g = _Stub()
+    g.node = _Stub()
+    g.node.role, g.node.transferee = LEADER, None
+    g.decode = decode
+    g.members_decode = lambda op: g.decode and op == clog.PENDING_PULLS
+    e.creplica = _Stub()
+    e.creplica.group = g
+    e.js = _Stub()
+    e.js.server = _Stub()
+    e.js.server.schedule_flush = lambda: None
+    e.soon = []
+    e.loop = _Stub()
+    e.loop.call_soon = e.soon.append
+    return e, sent
+
+
+def _wr(reply: str):
+    w = _Stub()
+    w.reply = reply
+    return w
+
+
+def test_the_engine_proposes_what_changed_in_its_queue_and_only_when_the_members_decode_it(monkeypatch) -> None:
+    e, _ = _engine(monkeypatch, decode=False)
+    e._sync_waiting()
+    assert e.proposed == []  # (nothing waits, nothing proposed)
+    e.waiting.extend([_wr("_INBOX.a"), _wr("_INBOX.b"), _wr("_INBOX.a")])
+    e._sync_waiting()
+    assert e.proposed == []  # (a member without op 51)
+    e.creplica.group.decode = True
+    e._sync_waiting()
+    [p] = e.proposed
+    assert p.op == C_WAITING and p.args == (["_INBOX.a", "_INBOX.b"], [])
+    e._sync_waiting()
+    assert len(e.proposed) == 1  # (unchanged)
+    e.waiting.popleft()
+    e.waiting.popleft()
+    e.waiting.append(_wr("_INBOX.c"))
+    e._sync_waiting()  # (a still waits: its second request)
+    assert e.proposed[-1].args == (["_INBOX.c"], ["_INBOX.b"])
+    e.clog.solo = True
+    e.waiting.clear()
+    e._sync_waiting()
+    assert len(e.proposed) == 2  # (solo: nobody else to tell)
+    e.clog.solo = False
+    e._sync_waiting()
+    assert e.proposed[-1].args == ([], ["_INBOX.a", "_INBOX.c"])
+
+
+def test_a_new_leader_answers_what_its_predecessor_had_waiting_and_proposes_the_removal(monkeypatch) -> None:
+    from rillet.jetstream.cluster.consumer_pulls import LEADERSHIP_CHANGE
+    e, sent = _engine(monkeypatch)
+    e.prm = {"_INBOX.x", "_INBOX.y"}
+    e.announce()
+    assert sent == [(b"_INBOX.x", LEADERSHIP_CHANGE), (b"_INBOX.y", LEADERSHIP_CHANGE)]
+    assert e.soon == [e._sync_waiting]
+    e._sync_waiting()
+    assert e.proposed[-1].args == ([], ["_INBOX.x", "_INBOX.y"])
+    # a predecessor's entry applied after this engine started: answered unless such a request waits here
+    sent.clear()
+    e.waiting.append(_wr("_INBOX.mine"))
+    e.late(["_INBOX.mine", "_INBOX.z"])
+    assert sent == [(b"_INBOX.z", LEADERSHIP_CHANGE)]
+    e._sync_waiting()
+    assert e.proposed[-1].args == (["_INBOX.mine"], ["_INBOX.z"])
