@@ -28,10 +28,13 @@ nats-server's stream leader (rillet.jetstream.cluster.gostreamlead: publishes ch
 once committed; catch-ups served; the stream leader's API). With ``stand=True`` (``rillet_go_meta_lead``) it also
 stands for election when it hears no leader for an election timeout, as nats-server's members do.
 
+Every replica expires its own messages (``max_age``, ``Nats-TTL``), as nats-server's do, and compacts its
+in-memory log into a stream snapshot every ``SNAPSHOT_EVERY`` applied entries (``_maybe_compact``).
+
 Not yet: the consumer's own snapshot (counted, not applied) and a durable consumer replica state; leading a
-consumer group (a consumer replica elected hands the group to a peer at once); snapshots of our own stream log;
-the RAFT log itself on disk (after a restart the replica answers as empty until the leader has sent its log or a
-snapshot again).
+consumer group (a consumer replica elected hands the group to a Go peer first); the RAFT log and our own
+snapshot on disk (after a restart the replica answers as empty until the leader has sent its log or a snapshot
+again).
 """
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ store, RAFT peer and apply path are the replica's). While the replica's ``GoRaft
   sizes, ``Nats-Expected-Stream``, TTLs and the source header where the stream does not allow them, the
   ``Nats-Msg-Id`` duplicate window -- applied, in flight, or left in the log by the previous leader --, the
   expected last message id, last sequence and last subject sequence, rollups, and discard-new limits counted
-  over the store plus what is in flight), proposed as stream message entries in nats-server's encoding (``lseq`` the last
-  sequence proposed, counting failed proposals) and acknowledged only once committed and stored;
+  over the store plus what is in flight), proposed as stream message entries in nats-server's encoding
+  (``lseq`` the last sequence proposed, counting failed proposals) and acknowledged only once committed and
+  stored; the subject delete markers the store asks for as it expires messages are proposed too;
 * ``$JSC.SYNC`` catch-ups are served from the store; ``STREAM.INFO`` (cluster info naming this server leader and
   the Go replicas), ``STREAM.MSG.GET`` (from the store), ``STREAM.MSG.DELETE`` and ``STREAM.PURGE`` (proposed in
   nats-server's entries, answered once applied) and ``STREAM.LEADER.STEPDOWN`` (to the preferred peer, else a
@@ -24,8 +25,8 @@ log or while its store is catching up), appends its peer state first once electe
 quorum. A change of the group's peers is handed to a Go peer (``_hand_over_peer_change``).
 
 Not here: publishes with counters (``Nats-Incr``), schedules and atomic or fast batches are refused with an error
-that says so; account limits
-are not checked before proposing; no domain in PubAcks; a stream update or direct get while leading.
+that says so; account limits are not checked before proposing; no domain in PubAcks; a stream update or direct
+get while leading; leading a consumer group.
 """
 from __future__ import annotations
 
