@@ -19,7 +19,7 @@ from rillet.server import Options
 def _fill(store: MemStore, shared: bool) -> list:
     out = []
     for i in range(300):
-        subj = "s.%d" % (i % 7)
+        subj = f"s.{i % 7}"
         hdr = b"NATS/1.0\r\nX: %d\r\n\r\n" % i if i % 5 == 0 else b""
         ttl = 0
         args = (subj, hdr, b"d%d" % i, 1_000_000 + i, ttl)
@@ -33,7 +33,7 @@ def _state(store: MemStore) -> tuple:
     st = store.state()
     msgs = [(m.seq, m.subject, m.hdr, m.data, m.ts) for m in
             (store.load_msg(s) for s in range(st.first_seq, st.last_seq + 1) if store.load_msg(s) is not None)]
-    per_subject = {s: store.last_seq_for_subject(s) for s in ("s.%d" % k for k in range(7))}
+    per_subject = {s: store.last_seq_for_subject(s) for s in (f"s.{k}" for k in range(7))}
     return (st.msgs, st.bytes, st.first_seq, st.last_seq, msgs, store.subjects_totals(">"), per_subject)
 
 
@@ -57,7 +57,7 @@ async def test_held_pubacks_of_a_burst_name_their_stream_and_sequence(tmp_path):
         nc = await nats.connect(srv.client_url)
         js = nc.jetstream()
         for name, storage in (("P%dQ%s", "memory"), ("F%%", "file")):
-            subj = "fp.%s" % storage
+            subj = f"fp.{storage}"
             await js.add_stream(name=name, subjects=[subj], storage=storage)
             futs = [nc.request(subj, b"m%d" % i, timeout=10) for i in range(200)]
             answers = await asyncio.gather(*futs)
