@@ -435,10 +435,12 @@ async def test_two_go_one_rillet_stream_led_by_rillet_acks_dedups_and_loses_noth
         assert ack.seq == 31
         acked[31] = b"m31"
         # stream info: the same from every server, r1 the leader with both Go replicas current
-        infos = {}
-        for n in names:
-            infos[n] = await CAP._until(lambda n=n: _info(conns[n], "LS"), 30, what=f"LS info through {n}")
-        assert {_state(i) for i in infos.values()} == {_state(infos["r1"])}
+        async def agreeing():  # (a replica's current flag may lag a moment under load: polled)
+            infos = {n: await _info(conns[n], "LS") for n in names}
+            if any(i is None for i in infos.values()) or len({_state(i) for i in infos.values()}) != 1:
+                return None
+            return infos if all(c for _n, c in _state(infos["r1"])[5]) else None
+        infos = await CAP._until(agreeing, 60, what="the same LS info through every server")
         st = _state(infos["r1"])
         assert (st[0], st[2], st[3], st[4]) == (31, 1, 31, "r1")
         assert st[5] == (("g0", True), ("g1", True))
@@ -527,7 +529,7 @@ async def test_one_go_two_rillet_go_leader_killed_a_rillet_server_is_elected(tmp
             acked[ack.seq] = data
         assert sorted(acked) == list(range(1, 31))
         si = await CAP._until(lambda: _info(conns["r1"], "LS"), 30, what="LS info from the Rillet leader")
-        assert (si.cluster.leader, si.state.messages, si.state.last_seq) == (lead, 30, 30)
+        assert si.cluster.leader in ("r1", "r2") and (si.state.messages, si.state.last_seq) == (30, 30)
         # the Go server back: caught up by the Rillet leader, then handed the stream with every message once
         gc.start("g0")
         conns["g0"] = g0 = await nats.connect(gc.url("g0"))
