@@ -378,8 +378,7 @@ def restore_consumers(stream: Any, consumers: list[tuple[str, dict, dict]]) -> N
     cannot be taken fails the restore, as in nats-server."""
     from rillet.jetstream.api.consumers import config_from_dict
     from rillet.jetstream.configtypes import is_valid_asset_name
-    from rillet.jetstream.consumer.engine import Consumer
-    from rillet.jetstream.consumer.persist import persist_for, persisted
+    from rillet.jetstream.consumer.engine import Consumer, install_consumer
     from rillet.jetstream.stream import now_ns
     for name, cfgd, stated in consumers:
         if not is_valid_asset_name(name) or name in stream.consumers:
@@ -393,10 +392,4 @@ def restore_consumers(stream: Any, consumers: list[tuple[str, dict, dict]]) -> N
             cfg.name = name
         c = Consumer(stream, cfg, name, now_ns())
         c.apply_state(state)
-        if persisted(stream, cfg):
-            c.persist = persist_for(stream, name)
-            c.persist.write_meta(c)
-            c._dirty = True
-            c.flush_state()
-        stream.consumers[name] = c
-        c.start()
+        install_consumer(stream, c)

@@ -565,12 +565,18 @@ def create_consumer(stream: "Stream", cfg: Any, name: str) -> Consumer:
     """A new consumer on ``stream`` (config already validated), started and registered."""
     c = Consumer(stream, cfg, name, now_ns())
     c.select_start()
-    if persisted(stream, cfg):
-        c.persist = persist_for(stream, name)
+    return install_consumer(stream, c)
+
+
+def install_consumer(stream: "Stream", c: Consumer) -> Consumer:
+    """A consumer made for ``stream`` (a create, or a restore with its state applied): written to disk when the
+    stream keeps its consumers, registered and started."""
+    if persisted(stream, c.cfg):
+        c.persist = persist_for(stream, c.name)
         c.persist.write_meta(c)
         c._dirty = True
         c.flush_state()
-    stream.consumers[name] = c
+    stream.consumers[c.name] = c
     c.start()
     return c
 
