@@ -9,11 +9,8 @@ from __future__ import annotations
 
 try:  # (the builtin SHA-512 alone: hashlib would load OpenSSL's digests into an idle server)
     from _sha512 import sha512 as _sha512
-except ImportError:  # pragma: no cover - Python 3.12+
-    try:
-        from _sha2 import sha512 as _sha512  # type: ignore[no-redef]
-    except ImportError:
-        from hashlib import sha512 as _sha512  # type: ignore[no-redef]
+except ImportError:  # pragma: no cover - Python 3.12+ (the builtin is _sha2 there): hashlib
+    from hashlib import sha512 as _sha512  # type: ignore[no-redef]
 
 _P = 2 ** 255 - 19
 _D = -121665 * pow(121666, _P - 2, _P) % _P  # the Edwards curve's d
