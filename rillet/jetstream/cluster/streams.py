@@ -712,6 +712,12 @@ class StreamReplica(StreamLossMixin):
         self.replay_seq = max(store.last_seq, last)
         self.stream.forget_dedup()
         sourcestate.restore(self.stream, snap)
+        for cr in self.creps.values():  # (the store changed under the consumers here: counted again, woken)
+            c = cr.c
+            if not c.closed:
+                c.npc_dirty = True
+                if c.engine:
+                    c.kick()
 
     async def _catch_up(self, snap: dict) -> None:
         """Fetch the messages up to the snapshot's last sequence from the stream leader, in chunks."""
