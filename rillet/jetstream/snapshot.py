@@ -200,27 +200,36 @@ async def load_archive(store: Any, cfg: Any, spool: Any, alive: Callable[[], boo
         return await _load_v2(store, cfg, spool, alive, max_payload, consumers)
     src = _ArchiveSource(spool, cfg.name)
     try:
-        await asyncio.to_thread(src.open)
-        if not alive():
+        if not await _store_all(store, src, alive):
             return False
-        if src.first > 1 and store.last_seq + 1 < src.first:
-            store.skip_msgs(store.last_seq + 1, src.first - 1 - store.last_seq)
-        while True:
-            msgs = await asyncio.to_thread(src.batch)
-            if not alive():
-                return False
-            if not msgs:
-                break
-            for seq, subj, hdr, data, ts, ttl in msgs:
-                store.store_raw(seq, subj, hdr, data, ts, ttl=ttl)
-        if src.last > store.last_seq:
-            store.skip_msgs(store.last_seq + 1, src.last - store.last_seq)
         if src.memory_form:  # (as restore_into: the archive's consumer states come along)
             for name, state in await asyncio.to_thread(src.consumer_states):
                 store.consumer_store(name).update(state)
         return alive()
     finally:
         await asyncio.to_thread(src.close)
+
+
+async def _store_all(store: Any, src: Any, alive: Callable[[], bool], *batch: int) -> bool:
+    """An archive source's messages (v1 or v2) into ``store``: opened and read in worker threads, each batch
+    stored at its sequences on the loop, the sequences before, between and after skipped. False when ``alive()``
+    says the restore was given up."""
+    await asyncio.to_thread(src.open)
+    if not alive():
+        return False
+    if src.first > 1 and store.last_seq + 1 < src.first:
+        store.skip_msgs(store.last_seq + 1, src.first - 1 - store.last_seq)
+    while True:
+        msgs = await asyncio.to_thread(src.batch, *batch)
+        if not alive():
+            return False
+        if not msgs:
+            break
+        for seq, subj, hdr, data, ts, ttl in msgs:
+            store.store_raw(seq, subj, hdr, data, ts, ttl=ttl)
+    if src.last > store.last_seq:
+        store.skip_msgs(store.last_seq + 1, src.last - store.last_seq)
+    return True
 
 
 async def _load_v2(store: Any, cfg: Any, spool: Any, alive: Callable[[], bool], max_payload: int,
@@ -231,21 +240,8 @@ async def _load_v2(store: Any, cfg: Any, spool: Any, alive: Callable[[], bool], 
     from rillet.jetstream import backup
     src = backup.V2Source(spool, cfg, max_payload or (64 << 20))
     try:
-        await asyncio.to_thread(src.open)
-        if not alive():
+        if not await _store_all(store, src, alive, BATCH_MSGS, BATCH_BYTES):
             return False
-        if src.first > 1 and store.last_seq + 1 < src.first:
-            store.skip_msgs(store.last_seq + 1, src.first - 1 - store.last_seq)
-        while True:
-            msgs = await asyncio.to_thread(src.batch, BATCH_MSGS, BATCH_BYTES)
-            if not alive():
-                return False
-            if not msgs:
-                break
-            for seq, subj, hdr, data, ts, ttl in msgs:
-                store.store_raw(seq, subj, hdr, data, ts, ttl=ttl)
-        if src.last > store.last_seq:
-            store.skip_msgs(store.last_seq + 1, src.last - store.last_seq)
     except backup.ArchiveError as e:
         raise ApiError.make("STREAM_RESTORE", err=str(e)) from None
     if consumers is not None:
