@@ -116,3 +116,25 @@ async def test_cache_resolver_fetches_and_forgets(kinds, tmp_path):
     finally:
         b.stop()
         a.stop()
+
+
+def test_cache_resolver_keeps_at_most_limit_the_least_recently_used_going(tmp_path):
+    """resolver { type: cache, limit, timeout }: parsed, and the limit evicts the least recently used JWT."""
+    from types import SimpleNamespace
+
+    from rillet.config.options_builder import load_string
+    from rillet.server.resolver import CacheResolver
+    cfg = load_string(f'resolver {{ type: cache, dir: "{tmp_path}", limit: 2, ttl: "1m", timeout: "3s" }}\n').resolver
+    assert cfg["limit"] == 2 and cfg["ttl"] == 60.0 and cfg["timeout"] == 3.0
+    op = SimpleNamespace(server=SimpleNamespace(server_id="NTEST"), infos={})
+    res = CacheResolver(op, cfg)
+    assert res.lookup.timeout == 3.0
+    o = Operator()
+    keys = [o.account(n)[1:] for n in ("A", "B", "C")]
+    res.store(*keys[0])
+    time.sleep(0.01)
+    res.store(*keys[1])
+    time.sleep(0.01)
+    assert res.fetch_local(keys[0][0]) == keys[0][1]  # (A used again: B is now the least recently used)
+    res.store(*keys[2])
+    assert sorted(res.list()) == sorted([keys[0][0], keys[2][0]])
