@@ -215,7 +215,7 @@ def test_snapshot_carries_sources_only_with_the_flag(flag, carried):
         assert snap["sources"] == {"ORIG": [9, "Zk3lQ9aB"]}
     # a replica installing it (whatever its own flag): the positions come with it
     other = _stream(None)
-    rep2 = SimpleNamespace(stream=other, replay_seq=0)
+    rep2 = SimpleNamespace(stream=other, replay_seq=0, creps={})
     StreamReplica._finish_snapshot(rep2, snap)
     assert other.store.last_seq == 9 and rep2.replay_seq == 9
     assert other.source_pos == ({"ORIG": (9, "Zk3lQ9aB")} if carried else {})
