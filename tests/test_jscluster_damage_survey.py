@@ -9,7 +9,7 @@ import os
 from types import SimpleNamespace as NS
 
 from rillet.jetstream import damagereport
-from rillet.jetstream.cluster.stream_loss import StreamLossMixin, lost_everywhere_of, tally_probe
+from rillet.jetstream.cluster.stream_loss import StreamLossMixin, gone_applied, lost_everywhere_of, tally_probe
 
 
 def test_the_tally_counts_a_deletion_as_gone_not_as_no_copy():
@@ -60,14 +60,22 @@ class Replica(StreamLossMixin):
     pass
 
 
-def _replica(tmp, answers: dict, damaged=(5,)):
-    """A follower of an R3 file stream whose store holds ``damaged`` damaged, the probe's ``answers`` in."""
+def _replica(tmp, answers: dict, damaged=(5,), applied=0):
+    """A follower of an R3 file stream whose store holds ``damaged`` damaged, the probe's ``answers`` in, its
+    group having applied its log up to ``applied``."""
     r = Replica()
     log = _Log()
-    store = NS(state=lambda: NS(lost=list(damaged)))
+    lost = set(damaged)
+    removed: list[int] = []
+
+    def remove_msg(s):
+        lost.discard(s)
+        removed.append(s)
+        return False
+    store = NS(state=lambda: NS(lost=sorted(lost)), remove_msg=remove_msg, removed=removed)
     r.name = "P"
     r.stream = NS(store=store, cfg=NS(storage="file"))
-    r.group = NS(peers=["a", "b", "c"], id="a", is_leader=False)
+    r.group = NS(peers=["a", "b", "c"], id="a", is_leader=False, node=NS(applied=applied))
     r.jsa = NS(account=NS(name="$G"), stream_dir=lambda name: str(tmp))
     r.cs = NS(js=NS(log=log, loop=_Loop()), server=NS(name="sa"))
     r.closed = r.leader = r._refetch_due = False
@@ -78,6 +86,7 @@ def _replica(tmp, answers: dict, damaged=(5,)):
     r._probe_seqs = tuple(damaged)
     r._probe_at = 100.0
     r._probe_healthy, r._probe_deleted, r._probe_unknown = tally_probe({"b", "c"}, answers)
+    r._gone_at = gone_applied({"b", "c"}, answers)
     return r, log
 
 
@@ -101,3 +110,33 @@ def test_a_record_damaged_on_every_replica_is_still_reported_lost(tmp_path):
     assert r.lost_everywhere == frozenset({5})
     assert os.path.exists(os.path.join(tmp_path, damagereport.EVERYWHERE_FILE))
     assert any("have no healthy copy on any replica" in s for lvl, s in log.lines if lvl == "ERR")
+
+
+def test_the_applied_index_of_a_deletion_is_the_lowest_said():
+    answers = {"b": {"gone": [5, 6], "applied": 40}, "c": {"gone": [5], "applied": 30}, "x": {"gone": [7], "applied": 1},
+               "old": {"gone": [8]}}
+    assert gone_applied({"b", "c", "old"}, answers) == {5: 30, 6: 40}  # (x is no replica; "old" gave no index)
+
+
+def test_a_deletion_this_replica_applied_and_lost_the_record_of_is_not_waited_for(tmp_path):
+    """The replica has applied its log past the index at which another said the record was deleted: its own
+    deletion was applied and its record lost (a torn state log, an erased record's tombstone gone). Before, it
+    waited for that deletion forever (asked again every 2 s); now the record is removed here."""
+    answers = {"b": {"gone": [5], "applied": 120}, "c": {"damaged": [5], "applied": 118}}
+    r, log = _replica(tmp_path, answers, applied=119)
+    assert r.refetch_damaged() is True  # (behind b: waits, as before)
+    assert r.stream.store.removed == [] and r._refetch_due
+    r._refetch_due = False
+    r.group.node.applied = 120  # (caught up with what b had applied when it answered)
+    assert r.refetch_damaged() is True
+    assert r.stream.store.removed == [5] and r.stream.store.state().lost == []
+    assert r.lost_everywhere == frozenset()
+    assert not [s for lvl, s in log.lines if lvl == "ERR"]
+    assert any("removed here" in s for lvl, s in log.lines if lvl == "WRN")
+
+
+def test_a_replica_catching_up_waits_for_the_deletion(tmp_path):
+    r, log = _replica(tmp_path, {"b": {"gone": [5], "applied": 10}, "c": {"gone": [5], "applied": 10}}, applied=50)
+    r.catching_up = lambda: True
+    r.refetch_damaged()
+    assert r.stream.store.removed == []

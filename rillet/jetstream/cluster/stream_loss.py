@@ -57,6 +57,24 @@ def tally_probe(others: set, answers: dict) -> tuple[dict, dict, bool]:
     return healthy, deleted, unknown
 
 
+def gone_applied(others: set, answers: dict) -> dict[int, int]:
+    """Of the other replicas' answers, sequence -> the lowest applied index of a replica that said it deleted it
+    (``gone``): that replica applied the deletion at or below that index, so a replica that has applied as far
+    has applied it too (or its own record of it was lost: ``refetch_damaged`` removes the record then)."""
+    out: dict[int, int] = {}
+    for peer, d in answers.items():
+        if peer not in others:
+            continue
+        try:
+            at = int(d["applied"])
+        except (KeyError, TypeError, ValueError):  # (an answer without it: waits for the deletion as before)
+            continue
+        for s in d.get("gone") or ():
+            if s not in out or at < out[s]:
+                out[s] = at
+    return out
+
+
 def lost_everywhere_of(seqs: tuple, damaged: Any, healthy: dict, deleted: dict, unknown: bool) -> list[int]:
     """Of the sequences asked about (``seqs``), those still damaged here that are lost everywhere: every replica
     answered, none holds a healthy copy, and none deleted it (a deletion this replica has not applied yet: the
@@ -237,6 +255,10 @@ class StreamLossMixin:
             lost = [s for s in lost if s not in self.lost_everywhere]
             if not lost:
                 return False
+        if lost[0] in deleted and self._deletions_lost(lost, deleted):
+            lost = [s for s in store.state().lost if s not in self.lost_everywhere]
+            if not lost:
+                return not store.state().lost
         if lost[0] not in healthy:
             # (no replica said it holds a healthy copy, and not every one answered, or one deleted it: this
             # replica's deletion is on its way. Nothing is cut, handed over or reported, they are asked again)
@@ -273,6 +295,33 @@ class StreamLossMixin:
         self._wake_from = store.last_seq + 1
         self.restore(_enc.encode(state))
         return True
+
+    def _deletions_lost(self, lost: list[int], deleted: dict) -> bool:
+        """Damaged records another replica deleted (``deleted``), this replica having applied its log as far as
+        that replica had when it said so (``_gone_at``): the deletion was applied here too and its record was
+        lost with the damage (a torn or flipped state log, an erased record whose tombstone went): waiting for it
+        would wait forever. The records are removed here now, as the deletion did elsewhere. True when any was."""
+        node = self.group.node
+        if node is None or self.catching_up():
+            return False
+        applied = node.applied
+        gone = [s for s in lost if s in deleted and s in self._gone_at and self._gone_at[s] <= applied]
+        if not gone:
+            return False
+        store = self.stream.store
+        for s in gone:
+            store.remove_msg(s)
+            self._gone_at.pop(s, None)
+        self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': {len(gone)} "
+                            f"damaged message(s) (first {gone[0]}) deleted on another replica, whose deletion this "
+                            f"replica applied and lost the record of: removed here")
+        for cr in self.creps.values():  # (a consumer waiting for one of them goes on past it)
+            c = cr.c
+            if c.engine and not c.closed:
+                c.kick()
+        return True
+
+    _gone_at: dict = {}  # (refetch_damaged) sequence -> the applied index of the replica that first said it deleted it
 
     def _refetch_again(self) -> None:
         self._refetch_due = False
@@ -335,7 +384,9 @@ class StreamLossMixin:
                     out["behind"].append(s)
                     continue
                 out["healthy" if m is not None else "gone"].append(s)
-        self.jsa.ic.publish(reply, None, json.dumps({"peer": self.group.id, **out}).encode())
+        node = self.group.node
+        applied = node.applied if node is not None else 0
+        self.jsa.ic.publish(reply, None, json.dumps({"peer": self.group.id, "applied": applied, **out}).encode())
 
     async def _probe_damage(self, seqs: tuple) -> None:
         """Ask the other replicas about their copies of ``seqs`` (damaged here) and wait for every answer, at
@@ -368,6 +419,11 @@ class StreamLossMixin:
         finally:
             ic.remove_sub(sub)
         healthy, deleted, unknown = tally_probe(others, answers)
+        at = dict(self._gone_at)  # (the first answer's index is kept: a later one may be higher, never needed)
+        for s, i in gone_applied(others, answers).items():
+            at.setdefault(s, i)
+        asked = set(seqs)  # (the ones no longer asked about were resolved: dropped)
+        self._gone_at = {s: i for s, i in at.items() if s in asked}
         self._probe_seqs = seqs
         self._probe_healthy = healthy
         self._probe_deleted = deleted
