@@ -246,3 +246,82 @@ def test_interval_policy_keeps_term_and_vote_through_a_power_cut(tmp_path):
         assert [(e[0], e[1]) for e in rec.entries][-2:] == [(11, 1), (12, 1)]
     finally:
         fs.close()
+
+
+def test_repair_cuts_the_log_before_damage_in_the_middle_at_every_byte(tmp_path):
+    """A member of a replicated group opens its log with ``repair``: a damaged record that is no torn tail
+    cuts the log before it (the entries from there on are taken again from the other members) instead of
+    stopping the group; the hard state's commit is clamped, the saved one kept (the node knows what it lacks)."""
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d)
+    w.append(ents(1, 5, size=7))
+    w.save_hard_state(HardState(3, "n2", 5))
+    w.close()
+    (seg,) = seg_files(d)
+    whole = open(seg, "rb").read()
+    rlen = len(walmod.encode_record(1, 1, 0, b"x" * 7))
+    for off in range(rlen, 2 * rlen):  # every byte of the second record
+        bad = bytearray(whole)
+        bad[off] ^= 0x5A
+        with open(seg, "wb") as f:
+            f.write(bad)
+        w, rec = WAL.open(d, repair=True)
+        assert rec.entries == ents(1, 1, size=7), off
+        assert rec.cut_at == 2 and "offset" in rec.damaged
+        assert rec.hard_state == HardState(3, "n2", 1) and rec.stored_commit == 5
+        w.append(ents(2, 3, term=3, size=7))  # the log continues from the cut (the leader's entries)
+        w.close()
+        rec = WAL.open(d)[1]  # (whole again: no repair needed)
+        assert [e[0] for e in rec.entries] == [1, 2, 3] and not rec.damaged
+
+
+def test_repair_drops_later_segments_and_gaps(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d, segment_size=64)
+    for i in range(1, 10):
+        w.append(ents(i, i, size=40))
+    w.close()
+    segs = seg_files(d)
+    data = bytearray(open(segs[1], "rb").read())
+    data[-1] ^= 1  # the last record of the second segment
+    open(segs[1], "wb").write(data)
+    w, rec = WAL.open(d, repair=True)
+    last = rec.entries[-1][0]
+    assert rec.cut_at == last + 1 and last < 9 and rec.entries == ents(1, last, size=40)
+    assert len(seg_files(d)) <= 2  # (every segment after the cut is gone)
+    w.append(ents(last + 1, last + 1, term=2, size=40))
+    w.close()
+    assert WAL.open(d)[1].entries[-1][0] == last + 1
+    # a missing segment (a gap): cut where it starts
+    d2 = str(tmp_path / "g")
+    w, _ = WAL.open(d2, segment_size=64)
+    for i in range(1, 10):
+        w.append(ents(i, i, size=40))
+    w.close()
+    segs = seg_files(d2)
+    os.unlink(segs[1])
+    w, rec = WAL.open(d2, repair=True)
+    assert "expected" in rec.damaged and rec.entries[-1][0] == rec.cut_at - 1
+    assert seg_files(d2) == segs[:1]
+    w.close()
+
+
+def test_repair_below_the_snapshot_keeps_the_snapshot_alone(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d, segment_size=100)
+    for i in range(1, 31):
+        w.append(ents(i, i, size=30))
+    w.save_snapshot(Snapshot(21, 1, ("n1", "n2"), b"state@21"))
+    w.close()
+    segs = seg_files(d)
+    assert int(os.path.basename(segs[0])[4:-4]) == 21  # (two records a segment: 21 is covered by the snapshot)
+    data = bytearray(open(segs[0], "rb").read())
+    data[10] ^= 1  # entry 21's record: at the snapshot's end
+    open(segs[0], "wb").write(data)
+    with pytest.raises(WALCorruption):
+        WAL.open(d)
+    w, rec = WAL.open(d, repair=True)
+    assert rec.snapshot.index == 21 and rec.entries == [] and rec.cut_at == 22 and seg_files(d) == []
+    w.append(ents(22, 23, term=2))
+    w.close()
+    assert [e[0] for e in WAL.open(d)[1].entries] == [22, 23]

@@ -17,7 +17,10 @@ when their call returns.
 ``WAL.open`` recovers: a torn tail (an incomplete or bad last record of the last segment, nothing valid
 after it) is truncated away and counted in ``truncated_bytes``; a bad record anywhere else, a gap in the
 indexes or a damaged hard state or snapshot file raises ``WALCorruption`` naming the file and offset:
-stored data is never served unchecked.
+stored data is never served unchecked. With ``repair=True`` (a member of a replicated group, which can take
+the entries again from the others) damaged entries are cut instead: the log ends before the first bad record
+(``Recovered.damaged`` says where and why; the caller must then not vote before it caught up); a damaged hard
+state or snapshot still raises.
 
 Encrypted (``WAL.open(..., keys=KeyRing)``, jetstream { key }): ``key`` holds the log's key record (context:
 the directory's name), opened before anything else is read or changed (a wrong key raises
@@ -141,9 +144,9 @@ class _Segment:
 
 class Recovered:
     """What ``WAL.open`` found: pass it to ``Node(hard_state=..., snapshot=..., entries=...)``."""
-    __slots__ = ("hard_state", "snapshot", "entries", "truncated_bytes", "stored_commit")
+    __slots__ = ("hard_state", "snapshot", "entries", "truncated_bytes", "stored_commit", "damaged", "cut_at")
 
-    def __init__(self, hard_state, snapshot, entries, truncated_bytes, stored_commit=0):
+    def __init__(self, hard_state, snapshot, entries, truncated_bytes, stored_commit=0, damaged="", cut_at=0):
         self.hard_state: Optional[HardState] = hard_state
         self.snapshot: Optional[Snapshot] = snapshot
         self.entries: list = entries
@@ -151,6 +154,10 @@ class Recovered:
         # the commit index the hard state file held; above the last recovered entry when entries that were
         # known committed were lost (not fsynced before a power cut): pass it to the node as ``known_commit``
         self.stored_commit: int = stored_commit
+        # (``repair``) where damaged entries were found ("" when none) and the index the log was cut at (the
+        # entries from there on were dropped)
+        self.damaged: str = damaged
+        self.cut_at: int = cut_at
 
 
 class WAL:
@@ -170,15 +177,15 @@ class WAL:
 
     @classmethod
     def open(cls, path: str, sync: str = "always", segment_size: int = 64 << 20,
-             keys=None) -> tuple["WAL", Recovered]:
+             keys=None, repair: bool = False) -> tuple["WAL", Recovered]:
         make_dirs_durable(path)  # (the directory's entry, and its parents' new ones, survive a power cut)
         w = cls(path, sync, segment_size, _wal_key(path, keys))
-        rec = w._recover()
+        rec = w._recover(repair)
         return w, rec
 
     # ---- recovery ----------------------------------------------------------------------------------------
 
-    def _recover(self) -> Recovered:
+    def _recover(self, repair: bool = False) -> Recovered:
         d = self.path
         for name in os.listdir(d):
             if name.endswith(".tmp"):
@@ -198,17 +205,26 @@ class WAL:
         entries: list = []
         truncated = 0
         expect = None
+        damaged = ""
+        cut_at = 0
         for k, name in enumerate(names):
             try:
                 first = int(name[4:-4])
             except ValueError:
                 raise WALCorruption(f"{d}/{name}: not a segment name") from None
             seg = _Segment(first, os.path.join(d, name))
+            if damaged:  # (repair: past the cut, dropped)
+                os.unlink(seg.path)
+                continue
             with open(seg.path, "rb") as f:
                 buf = f.read()
             last_seg = k == len(names) - 1
             if expect is not None and first != expect:
-                raise WALCorruption(f"{seg.path}: starts at index {first}, expected {expect}")
+                if not repair:
+                    raise WALCorruption(f"{seg.path}: starts at index {first}, expected {expect}")
+                damaged, cut_at = f"{seg.path}: starts at index {first}, expected {expect}", expect
+                os.unlink(seg.path)
+                continue
             pos = 0
             idx = first
             n = len(buf)
@@ -235,23 +251,45 @@ class WAL:
                         f.flush()
                         os.fsync(f.fileno())
                     break
-                raise WALCorruption(f"{seg.path}: offset {pos}: {bad}")
+                if not repair:
+                    raise WALCorruption(f"{seg.path}: offset {pos}: {bad}")
+                damaged, cut_at = f"{seg.path}: offset {pos}: {bad}", idx
+                with open(seg.path, "r+b") as f:
+                    f.truncate(pos)
+                    f.flush()
+                    os.fsync(f.fileno())
+                break
             seg.size = pos
             expect = first + len(seg.offsets)
-            if seg.offsets or last_seg:
+            if seg.offsets or (last_seg and not damaged):
                 self.segments.append(seg)
+            elif damaged:
+                os.unlink(seg.path)  # (repair: nothing before the cut was in it)
         if self.segments and not self.segments[-1].offsets:
-            os.unlink(self.segments.pop().path)  # only a torn record was in it
+            os.unlink(self.segments.pop().path)  # only a torn record (or, repaired, a damaged one) was in it
+        bad = ""
         if entries and entries[0][0] != self.snap_index + 1:
-            raise WALCorruption(f"{d}: entries start at {entries[0][0]} but the snapshot ends at {self.snap_index}")
-        if self.segments and self.segments[0].first > self.snap_index + 1:
-            raise WALCorruption(f"{d}: first segment starts at {self.segments[0].first}, "
-                                f"after the snapshot index {self.snap_index}")
+            bad = f"{d}: entries start at {entries[0][0]} but the snapshot ends at {self.snap_index}"
+        elif self.segments and self.segments[0].first > self.snap_index + 1:
+            bad = f"{d}: first segment starts at {self.segments[0].first}, after the snapshot index {self.snap_index}"
+        elif repair and self.segments and self.segments[-1].last() < self.snap_index:
+            bad = f"{d}: entries end at {self.segments[-1].last()}, before the snapshot index {self.snap_index}"
+        if bad:  # (with repair, a cut below the snapshot's end lands here: only the snapshot is kept)
+            if not repair:
+                raise WALCorruption(bad)
+            damaged = damaged or bad
+            cut_at = self.snap_index + 1
+            entries = []
+            while self.segments:
+                os.unlink(self.segments.pop().path)
+        if damaged:
+            cut_at = max(cut_at, self.snap_index + 1)  # (the entries the snapshot covers were not needed)
+            fsync_dir(d)
         last = entries[-1][0] if entries else self.snap_index
         stored_commit = hs.commit if hs is not None else 0
         if hs is not None and hs.commit > last:
             hs = HardState(hs.term, hs.vote, last, hs.mark)  # entries not synced when the commit was written were lost
-        return Recovered(hs, snap, entries, truncated, stored_commit)
+        return Recovered(hs, snap, entries, truncated, stored_commit, damaged, cut_at)
 
     @staticmethod
     def _check_record(buf: bytes, pos: int, idx: int) -> Optional[str]:

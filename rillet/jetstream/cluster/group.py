@@ -267,10 +267,16 @@ class RaftGroup(Leadership):
             from rillet.cipher import keyring_from_options
             # jetstream { key }: the log's records and snapshots encrypted (context: the group's name)
             keys = keyring_from_options(self.server.opts.jetstream, "_raft_")
-            self.wal, rec = WAL.open(self.dir, sync, keys=keys)
+            # (repair: damaged entries in the middle of the log are cut rather than stopping the group; they are
+            # taken again from the other members, this one recovering meanwhile: below)
+            self.wal, rec = WAL.open(self.dir, sync, keys=keys, repair=True)
         if rec.truncated_bytes:
             self.log.warn(f"RAFT group {self.name!r}: truncated a torn WAL tail of {rec.truncated_bytes} bytes")
         recovering = False
+        if rec.damaged:
+            self.log.error(f"RAFT group {self.name!r}: damaged log ({rec.damaged}): entries from {rec.cut_at} on "
+                           f"dropped; recovering: no vote until caught up from the other members, or the entries "
+                           f"no member holds reported lost")
         if not self.memory:
             marker = os.path.join(self.dir, CLEAN_MARKER)
             had_state = rec.hard_state is not None or rec.snapshot is not None or bool(rec.entries)
@@ -283,7 +289,7 @@ class RaftGroup(Leadership):
             # only the process stopped (the same boot as the last start with a whole log: the page cache kept
             # every write)
             self.same_boot = self._boot is not None and self._boot == self._saved_boot()
-            recovering = self.unclean_start and not self.sync_always and not self.same_boot
+            recovering = (self.unclean_start and not self.sync_always and not self.same_boot) or bool(rec.damaged)
             if not recovering:
                 self._save_boot()
         founding = self._founding_peers()
