@@ -125,12 +125,39 @@ def server_command(kind: str) -> list[str]:
     raise ValueError(f"unknown server kind {kind!r} (rillet or go)")
 
 
+# A mixed cluster (Go and Rillet servers in one JetStream cluster, docs/mixed-clusters.md) needs a system account
+# and a JetStream account of its own: the clients of the run connect as this user of account A.
+MIXED_USER = ("a", "a")
+MIXED_ACCOUNTS = ('accounts {\n  SYS { users: [ { user: sys, password: sys } ] }\n'
+                  f'  A {{ jetstream: enabled, users: [ {{ user: {MIXED_USER[0]}, password: {MIXED_USER[1]} }} ] }}\n}}\n'
+                  'system_account: SYS\n')
+# the mixes by name (--server mixed1 / mixed2): n0 first
+MIXES = {"mixed1": ("go", "rillet", "rillet"), "mixed2": ("go", "go", "rillet")}
+
+
+def parse_kinds(server: str, n: int = 3) -> tuple[str, ...]:
+    """The kind of each server: ``rillet``/``go`` (all alike), ``mixed1`` (1 Go + 2 Rillet), ``mixed2`` (2 Go + 1
+    Rillet), or a comma-separated list of ``n`` kinds (``go,rillet,go``)."""
+    if server in MIXES:
+        kinds = MIXES[server]
+    elif "," in server:
+        kinds = tuple(k.strip() for k in server.split(","))
+    else:
+        kinds = (server,) * n
+    if len(kinds) != n or any(k not in ("rillet", "go") for k in kinds):
+        raise ValueError(f"server kinds {server!r}: {n} of rillet or go wanted")
+    return kinds
+
+
 class Node:
-    """One JetStream server of the cluster, as a subprocess started from a config file."""
+    """One JetStream server of the cluster, as a subprocess started from a config file. ``mixed``: a cluster of
+    both kinds; Rillet then runs as a member of nats-server's JetStream cluster (``rillet_go_meta`` and
+    ``rillet_go_meta_lead``: it follows and leads the meta and stream groups), both kinds with the accounts above."""
 
     def __init__(self, i: int, kind: str, hosts: list[str], ports: list[tuple[int, int, int]], netns: str,
-                 tmp: str, sync: str = "always", pythonpath: str = "") -> None:
+                 tmp: str, sync: str = "always", pythonpath: str = "", mixed: bool = False) -> None:
         self.i, self.kind, self.name = i, kind, f"n{i}"
+        self.mixed = mixed
         self.pythonpath = pythonpath
         self.host, self.netns = hosts[i], netns
         self.port, self.cport, self.http = ports[i]
@@ -139,9 +166,17 @@ class Node:
         self.logfile = os.path.join(tmp, f"{self.name}.log")
         routes = ", ".join(f'"nats-route://{hosts[j]}:{ports[j][1]}"' for j in range(len(ports)) if j != i)
         sync_line = "  sync_interval: always\n" if sync == "always" else ""
+        js_block = f'jetstream {{\n  store_dir: "{self.store}"\n{sync_line}}}\n'
+        extra = ""
+        if mixed:
+            extra = MIXED_ACCOUNTS
+            if kind == "rillet":
+                # (JetStream of its own off: the server is a member of the Go servers' JetStream cluster)
+                js_block = f'jetstream {{\n  enabled: false\n  store_dir: "{self.store}"\n{sync_line}}}\n'
+                extra += "feature_flags { rillet_go_meta: true, rillet_go_meta_lead: true }\n"
         with open(self.conf, "w") as f:
             f.write(f'server_name: "{self.name}"\nlisten: "{self.host}:{self.port}"\nhttp: "{self.host}:{self.http}"\n'
-                    f'jetstream {{\n  store_dir: "{self.store}"\n{sync_line}}}\n'
+                    f'{extra}{js_block}'
                     f'cluster {{\n  name: "jsfaults"\n  listen: "{self.host}:{self.cport}"\n  routes: [{routes}]\n}}\n')
         self.proc: subprocess.Popen | None = None
         self.paused = False
@@ -151,7 +186,14 @@ class Node:
 
     @property
     def url(self) -> str:
+        if self.mixed:
+            return f"nats://{MIXED_USER[0]}:{MIXED_USER[1]}@{self.host}:{self.port}"
         return f"nats://{self.host}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        """``n0(go)``: the name and the kind, for reports."""
+        return f"{self.name}({self.kind})"
 
     def start(self) -> None:
         prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
@@ -250,14 +292,18 @@ class Node:
 
 
 class Cluster:
-    """Three (``n``) servers of one kind in namespaces (``lab``) or on 127.0.0.1 (``lab`` None)."""
+    """Three (``n``) servers in namespaces (``lab``) or on 127.0.0.1 (``lab`` None); ``kind`` as
+    :func:`parse_kinds` takes it (one kind, or a mix of Go and Rillet servers)."""
 
     def __init__(self, kind: str, tmp: str, lab: Lab | None, n: int = 3, sync: str = "always",
                  pythonpath: str = "", lazyfs: bool = False) -> None:
         self.kind, self.tmp, self.lab = kind, tmp, lab
+        self.kinds = parse_kinds(kind, n)
+        self.mixed = len(set(self.kinds)) > 1
         hosts = lab.ips if lab else ["127.0.0.1"] * n
         ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
-        self.nodes = [Node(i, kind, hosts, ports, lab.ns[i] if lab else "", tmp, sync, pythonpath)
+        self.nodes = [Node(i, self.kinds[i], hosts, ports, lab.ns[i] if lab else "", tmp, sync, pythonpath,
+                           mixed=self.mixed)
                       for i in range(n)]
         if lazyfs:  # every store on a filesystem that loses what was not fsynced at a power cut
             from .lazyfs import Mounted
@@ -267,6 +313,10 @@ class Cluster:
     @property
     def urls(self) -> list[str]:
         return [n.url for n in self.nodes]
+
+    def describe(self) -> str:
+        """``n0(go) n1(rillet) n2(rillet)``"""
+        return " ".join(n.label for n in self.nodes)
 
     def urls_from(self, i: int) -> list[str]:
         """Every server's URL, server ``i`` first (a client prefers it and fails over to the others)."""

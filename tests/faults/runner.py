@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from . import workloads as W
-from .cluster import Cluster, Lab, log
+from .cluster import Cluster, Lab, log, parse_kinds
 from .linearizable import NOT_CHECKED, check_registers
 from .nemesis import KINDS, Nemesis, make_plan
 
@@ -78,7 +78,7 @@ class Run:
         self.cluster = Cluster(a.server, self.tmp, self.lab, sync=a.sync, pythonpath=a.rillet_src,
                                lazyfs=any(m.startswith("power") for m in a.modes))
         plan = make_plan(a.seed, a.modes, a.time, quick=a.quick)
-        log(f"seed {a.seed}; {a.server} servers {self.cluster.urls}, sync_interval "
+        log(f"seed {a.seed}; servers {self.cluster.describe()} {self.cluster.urls}, sync_interval "
             f"{'always' if a.sync == 'always' else 'default'}; logs and stores in {self.tmp}")
         log("plan: " + "; ".join(str(f) for f in plan))
         code = 2
@@ -258,6 +258,13 @@ class Run:
             missing: dict[str, list[str]] = {}
             api_check: set[tuple[str, str]] = set()
             for n in self.cluster.nodes:
+                if n.mixed and n.kind == "rillet":
+                    # (a Rillet member of nats-server's JetStream cluster keeps its replicas out of its /jsz,
+                    # docs/mixed-clusters.md: asked through the API and its store directory instead)
+                    lacks = await self._member_lacks(n, want, js)
+                    if lacks:
+                        missing[n.name] = lacks
+                    continue
                 have = n.jsz_streams()
                 if have is None:
                     missing[n.name] = ["/jsz did not answer"]
@@ -284,6 +291,38 @@ class Run:
             if not missing or time.monotonic() > deadline:
                 return missing
             await asyncio.sleep(1.0)
+
+    async def _member_lacks(self, n, want: dict[str, tuple[int, set[str]]], js) -> list[str]:
+        """What a Rillet member of a mixed cluster lacks of ``want``: a stream whose info (from its leader) does not
+        name the server as its leader or a current replica, or whose replica directory is not in the server's
+        store (``go_streams/<account>/<stream>``); a consumer whose info does not name it. (Its message counts are
+        compared when each server leads in turn, --compare-replicas.)"""
+        self.notes.add(f"{n.name}: a Rillet member of the Go servers' JetStream cluster (no streams in its /jsz): "
+                       f"its replicas checked through stream/consumer info and its store directory")
+        lacks: list[str] = []
+        for name, (_msgs, consumers) in want.items():
+            try:
+                si = await js.stream_info(name)
+            except Exception as e:  # not found, or no answer: reported as missing (retried until the deadline)
+                lacks.append(f"stream {name}: {W.err_text(e)}")
+                continue
+            cl = si.cluster
+            current = {r.name for r in (cl.replicas or []) if r.current and not r.offline} if cl else set()
+            if cl is None or (cl.leader != n.name and n.name not in current):
+                lacks.append(f"stream {name}: not its leader or a current replica")
+            if not os.path.isdir(os.path.join(n.store, "go_streams", "A", name)):
+                lacks.append(f"stream {name}: no replica directory in its store")
+            for cn in consumers:
+                try:
+                    ci = await js.consumer_info(name, cn)
+                except Exception as e:  # as above
+                    lacks.append(f"consumer {name}/{cn}: {W.err_text(e)}")
+                    continue
+                cc = ci.cluster
+                peers = {r.name for r in (cc.replicas or [])} | {cc.leader} if cc else set()
+                if n.name not in peers:
+                    lacks.append(f"consumer {name}/{cn}: not its leader or a replica")
+        return lacks
 
     def explain(self, q: W.QueueWorkload, qr: W.QueueReport) -> None:
         """When and where the first few bad values were published, and what the nemesis was doing."""
@@ -359,8 +398,8 @@ class Run:
                stream: list[tuple[int, str]], forgotten: dict[str, list[str]], faults: list[str] = ()) -> int:
         a = self.args
         print()
-        print(f"==== js_faults report: server {a.server}, seed {a.seed}, nemesis {','.join(a.modes)}, "
-              f"sync_interval {'always' if a.sync == 'always' else 'default'}")
+        print(f"==== js_faults report: server {a.server} ({self.cluster.describe()}), seed {a.seed}, nemesis "
+              f"{','.join(a.modes)}, sync_interval {'always' if a.sync == 'always' else 'default'}")
         print("faults: " + ("; ".join(faults) or "none"))
         bad = list(self.failures)
         qr = W.check_queue(q.records, stream, q.consumed)
@@ -439,10 +478,21 @@ class Run:
         return ", ".join(found)
 
 
+def _server_kinds(value: str) -> str:
+    try:
+        parse_kinds(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description="Jepsen-style fault runs for a clustered JetStream "
                                              "(3 servers in network namespaces)")
-    ap.add_argument("--server", choices=["rillet", "go"], default="rillet", help="rillet-server or nats-server")
+    ap.add_argument("--server", default="rillet", type=_server_kinds,
+                    help="rillet (rillet-server), go (nats-server), mixed1 (n0 Go, n1 and n2 Rillet), mixed2 (n0 and "
+                         "n1 Go, n2 Rillet) or a list of three kinds, e.g. go,rillet,go (Rillet servers of a mixed "
+                         "cluster run as members of nats-server's JetStream cluster: docs/mixed-clusters.md)")
     ap.add_argument("--nemesis", default="kill,pause,partition",
                     help=f"comma-separated modes, run in turn ({', '.join(KINDS)})")
     ap.add_argument("--time", type=float, default=60.0, help="seconds of faults per mode")
