@@ -1,5 +1,5 @@
 """Damaged files other than message blocks on a replica of an R3 stream and consumer (issue 24): the RAFT log,
-the store's state log, block index files and consumer state files. Each test stops a follower, damages one kind
+the store's state log and block index files (an R3 consumer keeps no state file: its group's log holds it). Each test stops a follower, damages one kind
 of file (bit flips in the middle, a torn tail), publishes and deletes more meanwhile, restarts it and checks
 that it recovers what it lost from the others or from what it holds: every message read back through it as
 the stream leader with its data, the deleted ones still deleted, the consumer's state as the others have it.
@@ -62,8 +62,11 @@ async def _request(urls: list[str], subject: str, body: dict | None = None, time
     raise AssertionError(f"{subject}: no good answer within {timeout}s: {last}")
 
 
+PAD = {"n": 40}  # each message's padding (the index test's are larger: blocks are 8 MB)
+
+
 def _data(i: int) -> bytes:
-    return b"v%05d.%s" % (i, b"x" * 40)
+    return b"v%05d.%s" % (i, b"x" * PAD["n"])
 
 
 async def _publish(urls: list[str], lo: int, hi: int) -> None:
@@ -194,3 +197,32 @@ def test_a_damaged_raft_log_is_cut_and_taken_again_from_the_others(cluster) -> N
     for p in segs:
         _flip(p, 0.5)
     _after(cluster, victim, others, r"damaged log \(.*\): entries from \d+ on dropped; recovering")
+
+
+def test_damaged_block_index_files_are_rebuilt_from_their_blocks(cluster) -> None:
+    """A block's index file is derived from the block: one that fails its check (bits flipped, or torn) is
+    rebuilt by scanning the block, on any replica (nothing to fetch from the others)."""
+    PAD["n"] = 30000  # (400 messages: 12 MB, past one 8 MB block, whose index file is written when sealed)
+    try:
+        victim, others = _setup(cluster)
+        idx = _victim_files(victim, "*.idx")
+        assert idx, _victim_files(victim, "*")
+        for k, p in enumerate(idx):
+            if k % 2:
+                with open(p, "r+b") as f:
+                    f.truncate(os.path.getsize(p) // 2)  # a torn write
+            else:
+                _flip(p, 0.6)
+        _after(cluster, victim, others, r"index .*corrupt|torn or corrupt")
+    finally:
+        PAD["n"] = 40
+
+
+
+def test_a_replicated_consumer_keeps_no_state_file_on_its_replicas(cluster) -> None:
+    """An R3 consumer's state lives in its RAFT group (log and snapshot: damage there is the RAFT log test's),
+    not in a consumer state file a replica could read stale or damaged: none is written on any server."""
+    _setup(cluster)
+    for m in cluster:
+        files = [p for p in _victim_files(m, "*") if os.sep + "consumers" + os.sep in p]
+        assert files == [], files
