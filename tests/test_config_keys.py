@@ -120,6 +120,7 @@ KEY_TESTS: dict[str, str] = {
     "jetstream.key": "tests/test_js_encryption.py::test_encrypted_store_round_trip_and_wrong_key",
     "jetstream.prev_key": "tests/test_js_encryption.py::test_key_rotation_with_prev_key",
     "jetstream.cipher": "tests/test_js_encryption.py::test_config_keys_and_cipher_errors",
+    "jetstream.tpm": "tests/test_release_features.py::test_tpm_block_parsed_then_jetstream_refused_as_nats_server",
     "server_metadata": "tests/test_server_metadata.py::test_server_metadata_as_nats_server",
     "feature_flags": "tests/test_feature_flags.py::test_v2_ack_and_flow_control_subjects_like_nats_server",
     "jetstream.strict": "tests/test_operator.py::test_operator_signing_keys_and_strict_usage",

@@ -111,6 +111,9 @@ class JetStreamOptions:
     key: str = ""
     prev_key: str = ""
     cipher: str = "chachapoly"  # or "aes"
+    # the tpm {} block (keys_file, encryption_password, srk_password, pcr, cipher): parsed; with a keys_file
+    # JetStream does not start (no TPM support on this platform, as nats-server outside Windows)
+    tpm: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -398,7 +398,29 @@ class SubsystemSections(BuilderBase):
         for key in ("prev_key", "prev_ek", "prev_encryption_key"):
             table[key] = enc_key("prev_key")
         table["cipher"] = cipher
-        table["tpm"] = refuse("Rillet has no TPM support: use 'key' (or an environment variable) instead")
+        def tpm(sub: Field) -> None:
+            # nats-server's block (keys_file, encryption_password, srk_password, pcr, cipher), parsed and checked
+            # as it parses it; with a keys_file the server then does not start JetStream, as nats-server on
+            # any platform but Windows (rillet.server.server: "TPM functionality is not supported ...")
+            if not isinstance(sub.value, dict):
+                raise sub.error(f"Expected a map to define tpm, got {go_type(sub.value)}")
+            opts: dict[str, Any] = {}
+            for e in sub.entries():
+                name = e.name
+                if name in ("keys_file", "encryption_password", "srk_password"):
+                    opts[name] = e.as_str()
+                elif name == "pcr":
+                    opts[name] = e.as_int()
+                elif name == "cipher":
+                    low = e.as_str().lower()
+                    if low not in ("chacha", "chachapoly", "aes"):
+                        raise e.error(f'Unknown cipher type: "{e.value}"')
+                    opts[name] = "aes" if low == "aes" else "chachapoly"
+                else:
+                    raise e.error(f'unknown field "{e.key}"')
+            js.tpm = opts
+
+        table["tpm"] = tpm
         table["limits"] = lambda sub: self._jetstream_limits(sub, js)
         table["extension_hint"] = refuse("Rillet has no JetStream extension hint")
         for key in ("max_outstanding_catchup", "meta_compact", "meta_compact_size", "meta_compact_sync"):

@@ -231,6 +231,11 @@ class Server:
         if ocsp_peer_configs(o):
             self.ocsp_checker()  # the cache comes online (and is loaded) at start, as nats-server
         if o.jetstream.enabled:
+            if o.jetstream.tpm and o.jetstream.tpm.get("keys_file"):
+                # (nats-server: the key check first, then the platform's: it has TPM support on Windows only)
+                raise ValueError("Can't start JetStream: JetStream encryption key may not be used with TPM options"
+                                 if o.jetstream.key else
+                                 "Can't start JetStream: TPM functionality is not supported on this platform")
             js = self.subsystems.new_jetstream(self)
             try:
                 await js.start()
