@@ -11,7 +11,8 @@ Without ``lead`` (below) a replica never keeps the leadership of its group: shou
 the first peer that answers it holding its whole log; a leadership transfer to it is handed on (as the meta member
 does). When the Go meta leader picks it as a new group's preferred leader, the group waits out an election
 timeout. The consumers of such a stream placed on this server are followed the same way (``GoConsumerReplica``:
-delivered, acks, skips, resets and shared pull requests into ``ConsumerReplicaState``), and never led.
+delivered, acks, skips, resets, shared pull requests and consumer snapshots into ``ConsumerReplicaState``, with
+nats-server's consumer store rules); without ``lead`` they are never led.
 
 With the ``rillet_go_meta`` flag, ``host_streams(member, store_dir)`` runs from the server's first route: a stream
 replica keeps its messages in a ``FileStore`` (``<store_dir>/go_streams/<account>/<stream>/msgs``), its applied
@@ -31,9 +32,12 @@ stands for election when it hears no leader for an election timeout, as nats-ser
 Every replica expires its own messages (``max_age``, ``Nats-TTL``), as nats-server's do, and compacts its
 in-memory log into a stream snapshot every ``SNAPSHOT_EVERY`` applied entries (``_maybe_compact``).
 
-Not yet: the consumer's own snapshot (counted, not applied) and a durable consumer replica state; leading a
-consumer group (a consumer replica elected hands the group to a Go peer first); the RAFT log and our own
-snapshot on disk (after a restart the replica answers as empty until the leader has sent its log or a snapshot
+With ``lead`` a consumer replica named by a leadership transfer leads its group as nats-server's consumer
+leader (rillet.jetstream.cluster.goconsumerlead), from this server's replica of the stream; with ``stand`` it
+also stands for election on its own.
+
+Not yet: a durable consumer replica state (a restarted server's consumer replica starts empty until the leader
+sends its log or a snapshot again); the RAFT log and our own snapshot on disk (after a restart the replica answers as empty until the leader has sent its log or a snapshot
 again).
 """
 from __future__ import annotations
@@ -48,6 +52,7 @@ from typing import Any, Optional
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
+from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading, decode_consumer_state, encode_consumer_state
 from rillet.jetstream.cluster.gostreamlead import StreamLeading
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
@@ -135,6 +140,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         self.aic: Any = None
         self.published = self.acked = 0
         self.member: Any = None  # the meta member (host_streams): the consumer count of stream info
+        self.on_stored: list[Any] = []  # called after committed entries were applied (consumer leaders here)
         peers = [p for p in (assignment["group"].get("peers") or ()) if isinstance(p, str)]
         if peers and not self.raft.peers:
             # (a group starts with the peers of its assignment, as nats-server bootstraps one; its peer state
@@ -221,6 +227,8 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         if done:
             self._save_applied()
             self._maybe_compact()
+            for cb in list(self.on_stored):
+                cb()
 
     def _maybe_compact(self) -> None:
         """Once ``snapshot_every`` entries are applied beyond the last snapshot, the in-memory log up to the
@@ -503,9 +511,10 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
 
 @dataclass
 class ConsumerReplicaState:
-    """A consumer's replicated state as its entries describe it: what was delivered (consumer and stream
-    sequence), what is pending acknowledgement (stream seq -> (consumer seq, delivery time)), redelivery
-    counts, the ack floor, and the pull requests the leader shared."""
+    """A consumer's replicated state as nats-server's consumer store applies its entries (consumerFileStore's
+    UpdateDelivered, UpdateAcks, UpdateStarting, Reset and Update, the same rules): what was delivered (consumer
+    and stream sequence), what is pending acknowledgement (stream seq -> (first consumer seq, delivery time)),
+    redelivery counts (stream seq -> deliveries - 1), the ack floor, and the pull requests the leader shared."""
     delivered_consumer: int = 0
     delivered_stream: int = 0
     ack_floor_consumer: int = 0
@@ -513,43 +522,95 @@ class ConsumerReplicaState:
     pending: dict[int, tuple[int, int]] = field(default_factory=dict)
     redelivered: dict[int, int] = field(default_factory=dict)
     pull_requests: set[str] = field(default_factory=set)
-
-    def _floor(self) -> None:
-        if self.pending:
-            low = min(self.pending)
-            self.ack_floor_stream = low - 1
-            self.ack_floor_consumer = self.pending[low][0] - 1
-        else:
-            self.ack_floor_stream, self.ack_floor_consumer = self.delivered_stream, self.delivered_consumer
+    ack_policy: str = "explicit"
+    max_deliver: int = 0
 
     def delivered(self, dseq: int, sseq: int, dc: int, ts: int) -> None:
+        if dc != 1 and self.ack_policy == "none":
+            return
+        if dseq <= self.ack_floor_consumer:
+            return  # (a replay of what is below the floor)
+        if self.ack_policy == "none":
+            if dseq > self.delivered_consumer:
+                self.delivered_consumer = self.ack_floor_consumer = dseq
+            if sseq > self.delivered_stream:
+                self.delivered_stream = self.ack_floor_stream = sseq
+            return
+        if sseq <= self.delivered_stream:
+            p = self.pending.get(sseq)
+            if p is not None:
+                self.pending[sseq] = (p[0], ts)  # (the first delivery's consumer sequence stays)
+        else:
+            self.pending[sseq] = (dseq, ts)
         self.delivered_consumer = max(self.delivered_consumer, dseq)
         self.delivered_stream = max(self.delivered_stream, sseq)
-        self.pending[sseq] = (dseq, ts)
         if dc > 1:
-            self.redelivered[sseq] = dc - 1
-        self._floor()
+            if self.max_deliver > 0 and dc > self.max_deliver:
+                self.pending.pop(sseq, None)
+            if self.redelivered.get(sseq, 0) < dc - 1:
+                self.redelivered[sseq] = dc - 1
 
     def acked(self, dseq: int, sseq: int) -> None:
-        self.pending.pop(sseq, None)
+        if self.ack_policy == "none":
+            return
         self.redelivered.pop(sseq, None)
-        self._floor()
+        if dseq <= self.ack_floor_consumer or sseq not in self.pending:
+            return
+        if self.ack_policy in ("all", "flow_control"):
+            self.ack_floor_consumer, self.ack_floor_stream = dseq, sseq
+            for seq in [s for s in self.pending if s <= sseq]:
+                del self.pending[seq]
+                self.redelivered.pop(seq, None)
+            return
+        p = self.pending.pop(sseq)
+        if p[0] > 0 and dseq > p[0]:
+            dseq = p[0]
+        if not self.pending:
+            self.ack_floor_consumer, self.ack_floor_stream = self.delivered_consumer, self.delivered_stream
+        elif dseq == self.ack_floor_consumer + 1:
+            self.ack_floor_consumer, self.ack_floor_stream = dseq, sseq
+            if self.delivered_consumer > dseq:
+                for ss in range(sseq + 1, self.delivered_stream + 1):
+                    q = self.pending.get(ss)
+                    if q is not None:
+                        if q[0] > 0:
+                            self.ack_floor_consumer, self.ack_floor_stream = q[0] - 1, ss - 1
+                        break
 
     def skipped(self, sseq: int) -> None:
-        self.delivered_stream = max(self.delivered_stream, sseq)
-        self._floor()
+        """A start moved to stream sequence ``sseq`` (nats-server's UpdateStarting(sseq - 1))."""
+        if sseq - 1 > self.delivered_stream:
+            self.delivered_stream = sseq - 1
+            if self.ack_policy == "none":
+                self.ack_floor_stream = sseq - 1
 
     def reset(self, seq: int) -> None:
-        """A reset to stream sequence ``seq`` (the next delivery is ``seq``; 0: the consumer's start)."""
+        """A reset to stream sequence ``seq``: nothing delivered or pending, the start at ``seq``."""
         self.pending.clear()
         self.redelivered.clear()
-        self.delivered_stream = max(seq - 1, 0)
-        self._floor()
+        self.delivered_consumer = self.ack_floor_consumer = 0
+        self.delivered_stream = self.ack_floor_stream = max(seq - 1, 0)
+
+    def restore(self, snap: tuple) -> bool:
+        """A consumer snapshot (goconsumerlead.decode_consumer_state) replaces the state, unless it is older
+        (as nats-server's Update); GoWireError when it is inconsistent."""
+        adflr, asflr, dcon, dstr, pending, redelivered = snap
+        if adflr > dcon or asflr > dstr:
+            raise gw.GoWireError("consumer snapshot: ack floor above delivered")
+        if any(s <= asflr or s > dstr for s in pending):
+            raise gw.GoWireError("consumer snapshot: pending sequence out of range")
+        if dcon < self.delivered_consumer or asflr < self.ack_floor_stream:
+            return False
+        self.ack_floor_consumer, self.ack_floor_stream = adflr, asflr
+        self.delivered_consumer, self.delivered_stream = dcon, dstr
+        self.pending, self.redelivered = dict(pending), dict(redelivered)
+        return True
 
 
-class GoConsumerReplica(GoMetaMember):
+class GoConsumerReplica(ConsumerLeading, GoMetaMember):
     """One consumer group of a Go cluster, followed from this server: its entries applied to
-    ``ConsumerReplicaState`` (the consumer's own snapshot is counted, not applied)."""
+    ``ConsumerReplicaState`` and its snapshots installed; led as nats-server's consumer leader with ``may_lead``
+    (rillet.jetstream.cluster.goconsumerlead), else handed to a Go peer when elected."""
 
     KIND = "consumer group"
 
@@ -558,18 +619,26 @@ class GoConsumerReplica(GoMetaMember):
         self.account, self.stream, self.name = account, stream, assignment["name"]
         self.assignment = assignment
         self.state = None
-        self.consumer = ConsumerReplicaState()
+        cfg = assignment.get("consumer") or {}
+        self.consumer = ConsumerReplicaState(ack_policy=str(cfg.get("ack_policy") or "explicit"),
+                                             max_deliver=int(cfg.get("max_deliver") or 0))
         self.unapplied_snapshots = 0
+        self.snapshots_installed = 0
+        self.snapshot_every = SNAPSHOT_EVERY
         self.ops: dict[str, int] = {}  # entries applied, by kind
         self.rillet_peers: set[str] = set()  # (host_streams: the meta member's, filled from route INFO)
+        self.may_lead = False  # (host_streams with lead: see goconsumerlead)
+        self.member: Any = None
+        self._lead: Optional[list] = None
+        self._lead_pending = False
         peers = [p for p in ((assignment.get("group") or {}).get("peers") or ()) if isinstance(p, str)]
         if peers and not self.raft.peers:  # (a group starts with the peers of its assignment)
             self.raft.peers = set(peers)
             self.raft.cluster_size = len(peers)
 
     def _pass_target(self) -> Optional[str]:
-        """A consumer group is never led here: elected, the replica hands it to a current Go peer, or else to
-        any current peer (another Rillet server would hand it on again)."""
+        """Elected without leading (``pass_leadership``): the group goes to a current Go peer, or else to any
+        current peer (another Rillet server would hand it on again)."""
         current = sorted(p for p in self.raft.peers if p != self.peer and self.raft.current(p))
         return next((p for p in current if p not in self.rillet_peers), current[0] if current else None)
 
@@ -577,12 +646,16 @@ class GoConsumerReplica(GoMetaMember):
         c = self.consumer
         for item in done:
             e = item.entry
-            if item.snapshot or e.type == gw.ENTRY_SNAPSHOT:
-                self.unapplied_snapshots += 1
-                continue
-            if e.type != gw.ENTRY_NORMAL:
-                continue
             try:
+                if item.snapshot or e.type == gw.ENTRY_SNAPSHOT:
+                    if self._lead is None:
+                        if c.restore(decode_consumer_state(e.data)):
+                            self.snapshots_installed += 1
+                        else:
+                            self.unapplied_snapshots += 1
+                    continue
+                if e.type != gw.ENTRY_NORMAL:
+                    continue
                 x = ge.decode_entry(e.data)
                 self.ops[type(x).__name__] = self.ops.get(type(x).__name__, 0) + 1
                 if isinstance(x, ge.UpdateDelivered):
@@ -594,14 +667,32 @@ class GoConsumerReplica(GoMetaMember):
                 elif isinstance(x, ge.ResetSeq):
                     c.reset(x.seq)
                 elif isinstance(x, ge.PendingRequest):
-                    (c.pull_requests.add if x.add else c.pull_requests.discard)(x.reply)
+                    if self._lead is None:  # (as nats-server: the leader keeps its own waiting requests)
+                        (c.pull_requests.add if x.add else c.pull_requests.discard)(x.reply)
                 else:
                     raise gw.GoWireError(f"{type(x).__name__} in a consumer group")
+                if self._lead is not None:
+                    self._leader_applied(x)
             except gw.GoWireError as err:
                 self.refused += 1
                 self.apply_errors += 1
                 self._warn_once(f"apply:{err}", f"JetStream consumer '{self.account} > {self.stream} > "
                                                 f"{self.name}' [{self.group}]: could not apply entry {item.index}: {err}")
+        if done:
+            self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        """Every ``snapshot_every`` applied entries the log up to the commit is replaced by nats-server's
+        consumer state snapshot (the replicated state), as its replicas compact theirs."""
+        r = self.raft
+        if (r.catchup is not None or self.apply_errors or r.applied != r.commit
+                or r.commit - r.base_index < self.snapshot_every):
+            return
+        from rillet.jetstream.cluster.golead import GoRaftPeer
+        ps = r.peer_state().encode() if isinstance(r, GoRaftPeer) else gw.PeerState(
+            tuple(sorted(r.peers)), r.cluster_size, r.domain_ext).encode()
+        r.compact(r.commit, encode_consumer_state(self.consumer), ps)
+        self.snapshots_taken += 1
 
 
 from rillet.jetstream.cluster.gosolo import is_solo  # noqa: E402
@@ -651,15 +742,20 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 del replicas[key]
         for key, (kind, a) in want.items():
             if key in replicas:
-                if kind == "stream" and replicas[key].assignment is not a:
+                if replicas[key].assignment is not a:
                     replicas[key].reassigned(a)
                 continue
             r = (GoStreamReplica(member.server, key[0], a, store_dir) if kind == "stream"
                  else GoConsumerReplica(member.server, key[0], key[1], a))
-            if lead and isinstance(r, GoStreamReplica):
+            if lead:
                 r.may_lead = True
                 r.member = member
                 r.raft.lead_on_transfer = True
+                if isinstance(r, GoConsumerReplica):
+                    r.rillet_peers = member.rillet_peers
+                    # (a new leader's first entry, its peer state, commits what earlier terms left: the
+                    # consumer's state is complete before it delivers)
+                    r.raft.announce_peers = True
                 if stand:
                     r.stand_in_group()
             else:

