@@ -18,10 +18,10 @@ import pytest
 
 from helpers import cluster_members, start_members
 
-N = 400  # messages published before the stop
+CFG = {"n": 400}  # messages published before the stop (the state log tests': past the group's first snapshot)
 M = 100  # and while the follower is down
 DELETED = (7, 150, 333)  # deleted before the stop
-DELETED_LATER = (20, 420)  # and while it is down
+DELETED_LATER = (20, 300)  # and while it is down
 
 
 def _stop(m) -> None:
@@ -73,7 +73,8 @@ async def _publish(urls: list[str], lo: int, hi: int) -> None:
     nc = await nats.connect(servers=urls)
     try:
         js = nc.jetstream()
-        await asyncio.gather(*(js.publish("p.x", _data(i), timeout=30) for i in range(lo, hi)))
+        for k in range(lo, hi, 500):
+            await asyncio.gather(*(js.publish("p.x", _data(i), timeout=30) for i in range(k, min(hi, k + 500))))
     finally:
         await nc.close()
 
@@ -103,6 +104,7 @@ def _all_current(d: dict) -> bool:
 
 
 def _setup(cluster) -> tuple[object, list[str]]:
+    N = CFG["n"]
     """The stream P (R3, file) with N messages, some deleted; the R3 durable C with 100 acknowledged; every
     replica current. Returns a follower of both, stopped, and the other two servers' URLs."""
     urls = [m.url for m in cluster]
@@ -110,8 +112,9 @@ def _setup(cluster) -> tuple[object, list[str]]:
     async def go() -> object:
         await _request(urls, "$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"], "num_replicas": 3,
                                                           "storage": "file"})
-        await _publish(urls, 0, N)
+        await _publish(urls, 0, 400)
         await _delete(urls, DELETED)
+        await _publish(urls, 400, N)
         await _request(urls, "$JS.API.CONSUMER.DURABLE.CREATE.P.C",
                        {"stream_name": "P", "config": {"durable_name": "C", "ack_policy": "explicit",
                                                         "num_replicas": 3}})
@@ -129,6 +132,7 @@ def _setup(cluster) -> tuple[object, list[str]]:
 def _after(cluster, victim, others: list[str], log_line: str) -> None:
     """More published and deleted while the victim is down; the victim restarted (its log says ``log_line``),
     made the leader of P and C once caught up; everything read back through it."""
+    N = CFG["n"]
     asyncio.run(_publish(others, N, N + M))
     asyncio.run(_delete(others, DELETED_LATER))
     asyncio.run(_ack(others, 50))
@@ -226,3 +230,33 @@ def test_a_replicated_consumer_keeps_no_state_file_on_its_replicas(cluster) -> N
     for m in cluster:
         files = [p for p in _victim_files(m, "*") if os.sep + "consumers" + os.sep in p]
         assert files == [], files
+
+
+@pytest.mark.parametrize("how", ["flip", "magic"])
+def test_a_damaged_state_log_is_taken_again_from_the_leader(cluster, how) -> None:
+    """The follower's state log (its store's deletions and first/last markers) is damaged: a record in it
+    fails its check (``flip``: skipped), or its header does (``magic``: rebuilt from the blocks). Deletions
+    recorded there are lost from the store, but not from the replica: its group's snapshot holds the deleted
+    sequences up to it and its log every deletion after, both applied again at the start, so no deleted
+    message comes back (the deletions lie below the snapshot: its log alone could not give them again)."""
+    CFG["n"] = 8500  # (past streams.COMPACT_EVERY applied entries: the group's log is compacted)
+    try:
+        victim, others = _setup(cluster)
+        _damage_state_log(victim, how)
+        _after(cluster, victim, others, r"state.log: (torn record|corrupt data|bad magic)")
+    finally:
+        CFG["n"] = 400
+
+
+def _damage_state_log(victim, how: str) -> None:
+    snaps = [p for p in _victim_files(victim, "snapshot") if os.sep + "S-" in p]
+    assert snaps, _victim_files(victim, "*")  # (the stream's group was compacted: the deletions are below it)
+    (path,) = [p for p in _victim_files(victim, "state.log") if os.sep + "P" + os.sep in p]
+    b = bytearray(open(path, "rb").read())
+    assert len(b) > 40, len(b)
+    if how == "flip":
+        b[len(b) - 5] ^= 0x21  # (the last record: the tombstones of the deletions, after the markers)
+    else:
+        b[2] ^= 0x21
+    with open(path, "wb") as f:
+        f.write(b)
