@@ -136,12 +136,51 @@ async def test_v2_header_and_log_prefix():
         assert "PROXY protocol enabled for client connections" in srv._test_log.getvalue()
 
 
-def test_refused_with_tls_handshake_first(tmp_path):
-    from rillet.app.compose import build_server
-    from rillet.config.options_builder import load_string
-    o = load_string('proxy_protocol: true\ntls { cert_file: "a", key_file: "b", handshake_first: true }\n')
-    with pytest.raises(ValueError, match="proxy_protocol with handshake_first"):
-        build_server(o)
+async def _tls_first_session(port: int, http: int, first: bytes, ca: str) -> tuple:
+    """``first`` (a PROXY header, or nothing) in the clear, then at once the TLS handshake (TLS first: no INFO
+    before it), then INFO, CONNECT and PING over TLS: (client_ip in the INFO, PONG, the address /connz shows)."""
+    import ssl
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        if first:
+            w.write(first)
+            await w.drain()
+        try:
+            await asyncio.wait_for(w.start_tls(ssl.create_default_context(cafile=ca), server_hostname="localhost"), 5)
+        except (ConnectionError, ssl.SSLError, asyncio.TimeoutError):
+            return None, False, []  # (closed: a malformed header)
+        info = json.loads((await asyncio.wait_for(r.readline(), 5))[5:])
+        w.write(b'CONNECT {"verbose":false,"pedantic":false,"name":"pp"}\r\nPING\r\n')
+        await w.drain()
+        answer = await asyncio.wait_for(r.readline(), 5)
+        conns = [(c["ip"], c["port"]) for c in await _connz(http) if c.get("name") == "pp"]
+        return info.get("client_ip"), answer == b"PONG\r\n", conns
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("handshake_first", ["true", "300ms"], ids=["first", "fallback"])
+@pytest.mark.parametrize("first", [
+    b"PROXY TCP4 203.0.113.7 10.0.0.1 51234 4222\r\n",
+    _v2(1, 0x11, V4),
+    b"",  # no header: a TLS-first client works as without a proxy
+    b"PROXY TCP4 203.0.113.7\r\n",  # malformed: closed
+], ids=["v1", "v2", "none", "bad"])
+async def test_header_before_tls_handshake_first_as_nats_server(pki, first, handshake_first):
+    """With ``handshake_first`` the PROXY header comes in the clear before the client's TLS handshake, and the
+    INFO (after the handshake) names the address the header gave, as nats-server."""
+    cert, key = pki["ca_server"]
+    got = {}
+    for name, serve in (("rillet", rillet_server), ("go", go_server)):
+        port, http = free_port(), free_port()
+        conf = (f'listen: "127.0.0.1:{port}"\nhttp: "127.0.0.1:{http}"\nproxy_protocol: true\n'
+                f'tls {{ cert_file: "{cert}", key_file: "{key}", handshake_first: {handshake_first} }}\n')
+        async with serve(conf):
+            got[name] = await _tls_first_session(port, http, first, pki["ca"])
+    if first == b"":
+        got = {k: (v[0] is not None, v[1], [ip for ip, _ in v[2]]) for k, v in got.items()}
+    assert got["rillet"] == got["go"], got
+    assert got["rillet"][1] is (b"203.0.113.7\r\n" not in first)
 
 
 async def _tls_session(port: int, http: int, first: bytes, ca: str, tls: bool) -> tuple:

@@ -131,6 +131,10 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self._held: list[bytes] | None = None  # data received while an auth callout runs
         self._proxy: Any = None  # proxy_protocol: the PROXY header being read (rillet.server.proxyproto)
         self._proxy_timer: Any = None  # (its 5 s limit)
+        # the PROXY header already read off the socket by the TLS-first listener (rillet.server.tls): its
+        # address (None: LOCAL, UNKNOWN or no header), and no second header is looked for
+        self.proxy_taken = False
+        self.proxy_addr: tuple[str, int] | None = None
         self.callout_user: Any = None  # what the auth callout admitted this client as
         self._sniff_sock: socket.socket | None = None  # allow_non_tls: watching for the first byte
         # fairness and fast-producer stall (see READ_BUDGET, STALL_*)
@@ -146,6 +150,8 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         if peer:
             # plain_ip: an IPv4 client of a dual-stack listener is 1.2.3.4, not ::ffff:1.2.3.4 (as nats-server)
             self.host, self.port = plain_ip(peer[0]), peer[1]
+        if self.proxy_addr is not None:
+            self.host, self.port = self.proxy_addr
         ssl_obj = transport.get_extra_info("ssl_object")
         srv = self.server
         if ssl_obj is not None:
@@ -169,7 +175,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             # whether it starts a TLS handshake (0x16) or speaks the protocol in the clear, as nats-server
             srv.loop.call_soon(self._register_for_sniff)
             return
-        if srv.opts.proxy_protocol and self.conn_type == "STANDARD":
+        if srv.opts.proxy_protocol and self.conn_type == "STANDARD" and not self.proxy_taken:
             self._expect_proxy_header()
         srv.register_client(self)
         srv.flush_clients()
@@ -218,6 +224,8 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         t = self.transport
         if self.closed or t is None or t.is_closing():
             return False
+        if self.proxy_taken:
+            return True
         try:
             s = socket.socket(fileno=os.dup(t.get_extra_info("socket").fileno()))
         except OSError as e:

@@ -705,7 +705,8 @@ class Server:
         import json  # (here: an idle server loads no json module, issue 20)
         info = self.info_dict()
         info["client_id"] = c.cid
-        if c.host and (connect_info or not self.opts.proxy_protocol or c.conn_type != "STANDARD"):
+        if c.host and (connect_info or not self.opts.proxy_protocol or c.conn_type != "STANDARD"
+                       or c.proxy_taken):  # (the header read before a TLS-first handshake: known by the INFO)
             info["client_ip"] = c.host  # (proxy_protocol: the first INFO would name the proxy, as nats-server)
         if c.nonce is not None:
             info["nonce"] = c.nonce.decode()
@@ -915,9 +916,6 @@ def validate_options(o: Options) -> None:
     if o.default_js_domain:
         from rillet.server import jsdomain
         jsdomain.validate(o)
-    if o.proxy_protocol and o.tls is not None and o.tls.handshake_first:
-        raise ValueError("proxy_protocol with handshake_first in the client port's tls block is not supported yet: "
-                         "Rillet reads PROXY headers before an INFO-first TLS handshake only")
     if o.jetstream.enabled and o.cluster.port:
         if not o.server_name:
             raise ValueError("jetstream cluster requires `server_name` to be set")

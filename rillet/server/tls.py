@@ -227,6 +227,8 @@ class TLSClientListener:
         self._socks = [sock]
         self._tasks: list[asyncio.Task] = []
         self._waiting: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}
+        # proxy_protocol with handshake_first: the address in the PROXY header read off each socket
+        self._proxied: dict[int, tuple[str, int] | None] = {}
         self._closed = False
         self._done = asyncio.Event()
 
@@ -251,6 +253,7 @@ class TLSClientListener:
             loop.remove_reader(fd)
             conn.close()
         self._waiting.clear()
+        self._proxied.clear()
         for s in self._socks:
             s.close()
         self._done.set()
@@ -279,6 +282,40 @@ class TLSClientListener:
         if tls is None or not tls.handshake_first:
             self._serve(conn, tls_first=False)
             return
+        if self._what == "client" and self.server.opts.proxy_protocol:
+            # the PROXY header comes first, in the clear, before the ClientHello (as nats-server reads it)
+            self.server.loop.create_task(self._proxy_header_first(conn))
+            return
+        self._handshake_first(conn, tls)
+
+    async def _proxy_header_first(self, conn: socket.socket) -> None:
+        from rillet.server import proxyproto
+        srv = self.server
+        why = ""
+        try:
+            found = await proxyproto.take_header(srv.loop, conn)
+        except proxyproto.ProxyProtoError as e:
+            why = str(e)
+        except asyncio.TimeoutError:
+            why = "timeout reading PROXY protocol header"
+        except OSError:
+            conn.close()
+            return
+        if why:
+            srv.log.warn(f"Error reading PROXY protocol header from {peer_hostport(conn)}: {why}")
+            conn.close()
+            return
+        if self._closed:
+            conn.close()
+            return
+        self._proxied[conn.fileno()] = found.addr
+        tls = self._tls_opts()
+        if tls is None or not tls.handshake_first:  # (a reload meanwhile)
+            self._serve(conn, tls_first=False)
+        else:
+            self._handshake_first(conn, tls)
+
+    def _handshake_first(self, conn: socket.socket, tls: Any) -> None:
         delay = tls.handshake_first_fallback
         if delay <= 0:
             self._serve(conn, tls_first=True)
@@ -305,6 +342,7 @@ class TLSClientListener:
             srv.loop.create_task(self._connect(conn, None))
             return
         if self._what == "client" and not srv.tls_rate_allow():
+            self._proxied.pop(conn.fileno(), None)
             _refuse(conn, THROTTLED)
             return
         srv.loop.create_task(self._connect(conn, self._context()))
@@ -312,13 +350,22 @@ class TLSClientListener:
     async def _connect(self, conn: socket.socket, ctx: ssl.SSLContext | None) -> None:
         srv = self.server
         peer = peer_hostport(conn)
+        factory = self._factory
+        fd = conn.fileno()
+        if fd in self._proxied:  # (its PROXY header was read: the client takes its address, reads no other)
+            addr = self._proxied.pop(fd)
+
+            def factory() -> asyncio.Protocol:
+                c: Any = self._factory()
+                c.proxy_taken, c.proxy_addr = True, addr
+                return c  # type: ignore[no-any-return]
         try:
             if ctx is None:
-                await srv.loop.connect_accepted_socket(self._factory, conn)
+                await srv.loop.connect_accepted_socket(factory, conn)
             else:
                 tls = self._tls_opts()
                 timeout = tls.timeout if tls is not None else 2.0
-                await srv.loop.connect_accepted_socket(self._factory, conn, ssl=ctx,
+                await srv.loop.connect_accepted_socket(factory, conn, ssl=ctx,
                                                        ssl_handshake_timeout=timeout or None)
         except (ssl.SSLError, ConnectionError, OSError, asyncio.TimeoutError) as e:
             # like nats-server, a timeout or a peer that does not speak TLS at all (a probe, a load
