@@ -209,11 +209,15 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             shutil.rmtree(self.dir, ignore_errors=False)
 
     def _commit(self, done: list[Committed]) -> None:
+        # (the entries of one append entry share its index and come in one call: an index is skipped as applied
+        # only when it was applied before this call, not once its first entry was; the later entries of a batch
+        # the leader sent in one append entry were dropped, leaving holes in this replica's store)
+        applied = self.applied_index
         for item in done:
             if self._snap is not None and not (item.snapshot or item.entry.type == gw.ENTRY_SNAPSHOT):
                 self._held.append(item)  # (applied in order once the catch-up is complete)
                 continue
-            if item.index and item.index <= self.applied_index and not item.snapshot:
+            if item.index and item.index <= applied and not item.snapshot:
                 continue  # applied before a restart (the log is sent again from its start)
             try:
                 self._apply(item)
