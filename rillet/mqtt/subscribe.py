@@ -141,6 +141,9 @@ class SubscribeMixin:
                 sess.cons[key] = cc
             s.durable = cc["durable_name"]
             s.js_sub = self._nats_sub(cc["deliver_subject"], self._on_js_msg, queue, s)
+            # (_on_js_msg queues bytes for this connection and acks nothing while called, see _ack_soon: the
+            # consumer may deliver to it in runs, DeliveryMixin._run_new)
+            s.js_sub.icb.run_safe = True
         elif cc is not None:
             del sess.cons[key]
             await self.asm.jsa.delete_consumer(MSGS_STREAM, cc["durable_name"])
@@ -353,15 +356,15 @@ class SubscribeMixin:
         stripped = subj[len(MSGS_PREFIX):]
         if qos == 0 or (s.reserved and stripped.startswith("$")) or \
                 (self.perms is not None and self.perms.deliver_denied(stripped)):
-            self.asm.jsa.send(rep)  # type: ignore[union-attr]
+            self._ack_soon(rep)
             return
         extra = _extra_of(h)
         if s.opts.no_local and extra and extra.get("cid") == self.client_id:
-            self.asm.jsa.send(rep)  # type: ignore[union-attr]
+            self._ack_soon(rep)
             return
         props = self._out_props(h, extra, None, s) if self.version >= 5 else {}
         if props is None:
-            self.asm.jsa.send(rep)  # type: ignore[union-attr]
+            self._ack_soon(rep)
             return
         sseq = nums[1] if nums else 0
         dup = False
@@ -387,7 +390,13 @@ class SubscribeMixin:
             # too large for the client: dropped as if delivered
             del sess.pending_pub[pi]
             sess.cpending.pop((s.durable, sseq), None)
-            self.asm.jsa.send(rep)  # type: ignore[union-attr]
+            self._ack_soon(rep)
+
+    def _ack_soon(self, rep: bytes) -> None:
+        """Ack a delivery ``_on_js_msg`` does not pass on (QoS 0, not allowed, expired, too large) once the
+        consumer's delivery is over: called from inside a run of deliveries, the consumer must not see an ack
+        before it has recorded the run (its subscription is ``run_safe``)."""
+        self.server.loop.call_soon(self.asm.jsa.send, rep)  # type: ignore[union-attr]
 
     def _js_publish(self, s: _Sub, sess: Session, subject: bytes, reply: bytes, payload: bytes, qos: int) -> None:
         """``_on_js_msg`` for a 3.1.1 message to a 3.1.1 client: the PUBLISH written without a packet object."""

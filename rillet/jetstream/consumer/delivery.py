@@ -19,17 +19,19 @@ if TYPE_CHECKING:
 
 
 def _plain_receivers(r: Any) -> bool:
-    """The sublist result has receivers here and all of them are clients' subscriptions (no internal
-    callback, which could change subscriptions or the consumer while a run is being delivered)."""
+    """The sublist result has receivers here and all of them are clients' subscriptions or internal callbacks
+    marked ``run_safe`` (an MQTT session's delivery: it only queues bytes for its connection and acks nothing
+    while called). Any other internal callback could change subscriptions or the consumer (whose fields the
+    compiled run keeps in locals) while a run is being delivered."""
     psubs, qsubs = r.psubs, r.qsubs
     if not psubs and not qsubs:
         return False
     for sub in psubs:
-        if sub.icb is not None:
+        if sub.icb is not None and not getattr(sub.icb, "run_safe", False):
             return False
     for group in qsubs:
         for sub in group:
-            if sub.icb is not None:
+            if sub.icb is not None and not getattr(sub.icb, "run_safe", False):
                 return False
     return True
 
@@ -374,9 +376,9 @@ class DeliveryMixin:
         self.clog.propose(Entry(C_DELIVERED, (seqs, d0, 1, now_ns())))
 
     def _next_in_run(self) -> Any:
-        """The message at or after the scan position for a run (``_load_next``'s): with no filter from a batch the
-        store reads in one go (``load_run``: consecutive sequences of one block, RUN_READ at a time, about
-        RUN_READ_BYTES), kept only while the run lasts."""
+        """The message at or after the scan position for a run (``_load_next``'s): with no filter or one literal
+        filter, from a batch the store reads in one go (``load_run``: consecutive sequences of one block, RUN_READ
+        at a time, about RUN_READ_BYTES), kept only while the run lasts."""
         ahead = self._ahead
         seq = self.sseq
         if ahead:
@@ -384,8 +386,11 @@ class DeliveryMixin:
             if m.seq == seq:
                 return m
             self._ahead = _NO_MSGS
-        if not self.filters:
-            batch = self.stream.store.load_run(seq, RUN_READ, RUN_READ_BYTES)
+        filters = self.filters
+        if not filters or (len(filters) == 1 and not self.filters_wc[0]):
+            # (one literal filter, an MQTT subscription's: the run stops at a message on another subject, which
+            # _load_next's search then passes over)
+            batch = self.stream.store.load_run(seq, RUN_READ, RUN_READ_BYTES, filters[0] if filters else None)
             if batch:
                 batch.reverse()
                 m = batch.pop()
