@@ -325,3 +325,35 @@ def test_repair_below_the_snapshot_keeps_the_snapshot_alone(tmp_path):
     w.append(ents(22, 23, term=2))
     w.close()
     assert [e[0] for e in WAL.open(d)[1].entries] == [22, 23]
+
+
+def test_repair_drops_a_damaged_snapshot_with_its_entries_but_never_the_hard_state(tmp_path):
+    d = str(tmp_path / "w")
+    w, _ = WAL.open(d, segment_size=100)
+    for i in range(1, 31):
+        w.append(ents(i, i, size=30))
+    w.save_snapshot(Snapshot(20, 1, ("n1", "n2"), b"state@20"))
+    w.save_hard_state(HardState(4, "n2", 28))
+    w.close()
+    snap = os.path.join(d, "snapshot")
+    data = bytearray(open(snap, "rb").read())
+    data[-2] ^= 0x40
+    open(snap, "wb").write(data)
+    with pytest.raises(WALCorruption, match="snapshot"):
+        WAL.open(d)
+    w, rec = WAL.open(d, repair=True)
+    assert rec.snapshot is None and rec.entries == [] and rec.cut_at == 1 and "snapshot" in rec.damaged
+    assert rec.hard_state == HardState(4, "n2", 0) and rec.stored_commit == 28  # (term and vote kept)
+    assert seg_files(d) == [] and not os.path.exists(snap)
+    w.save_snapshot(Snapshot(29, 4, ("n1", "n2"), b"state@29"))  # (the leader's, installed)
+    w.append(ents(30, 31, term=4))
+    w.close()
+    rec = WAL.open(d)[1]
+    assert rec.snapshot.index == 29 and [e[0] for e in rec.entries] == [30, 31]
+    # a damaged hard state is never repaired: the term and vote it held are unknown
+    hs = os.path.join(d, "hardstate")
+    data = bytearray(open(hs, "rb").read())
+    data[-1] ^= 1
+    open(hs, "wb").write(data)
+    with pytest.raises(WALCorruption, match="hardstate"):
+        WAL.open(d, repair=True)

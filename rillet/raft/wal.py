@@ -19,8 +19,10 @@ after it) is truncated away and counted in ``truncated_bytes``; a bad record any
 indexes or a damaged hard state or snapshot file raises ``WALCorruption`` naming the file and offset:
 stored data is never served unchecked. With ``repair=True`` (a member of a replicated group, which can take
 the entries again from the others) damaged entries are cut instead: the log ends before the first bad record
-(``Recovered.damaged`` says where and why; the caller must then not vote before it caught up); a damaged hard
-state or snapshot still raises.
+(``Recovered.damaged`` says where and why; the caller must then not vote before it caught up), and a damaged
+snapshot file is dropped with every entry (the leader's snapshot is taken again). A damaged hard state still
+raises: the term and vote it held cannot be known, and voting again in a term it had voted in could elect two
+leaders.
 
 Encrypted (``WAL.open(..., keys=KeyRing)``, jetstream { key }): ``key`` holds the log's key record (context:
 the directory's name), opened before anything else is read or changed (a wrong key raises
@@ -193,20 +195,30 @@ class WAL:
         raw = _read_checked(os.path.join(d, "hardstate"), _HS_MAGIC)
         try:
             hs = _hs_dec.decode(raw) if raw is not None else None
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise WALCorruption(f"{d}: undecodable hard state: {e}") from None
+        damaged = ""
+        cut_at = 0
+        try:
             raw = _read_checked(os.path.join(d, "snapshot"), _SNAP_MAGIC)
             if raw is not None and self._key is not None:
                 raw = self._key.open(raw, _SNAP_MAGIC)
             snap = _snap_dec.decode(raw) if raw is not None else None
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise WALCorruption(f"{d}: undecodable hard state or snapshot: {e}") from None
+        except (msgspec.DecodeError, msgspec.ValidationError, WALCorruption) as e:
+            if not repair:
+                if isinstance(e, WALCorruption):
+                    raise
+                raise WALCorruption(f"{d}: undecodable snapshot: {e}") from None
+            # (repair: the snapshot and every entry after it go; the member takes the leader's snapshot again. The
+            # hard state stays: its term and vote must not be forgotten, its commit says what was lost here)
+            damaged, cut_at, snap = f"{e}", 1, None
+            os.unlink(os.path.join(d, "snapshot"))
         if snap is not None:
             self.snap_index, self.snap_term = snap.index, snap.term
         names = sorted(n for n in os.listdir(d) if n.startswith("seg-") and n.endswith(".log"))
         entries: list = []
         truncated = 0
         expect = None
-        damaged = ""
-        cut_at = 0
         for k, name in enumerate(names):
             try:
                 first = int(name[4:-4])
