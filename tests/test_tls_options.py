@@ -194,8 +194,19 @@ CASES = [
     # accepted by nats-server, refused here (they would do nothing)
     ("cert_match_by", _tls('cert_match_by: "Subject"'), (5, 3),
      "error parsing tls config, 'cert_match_by' is not supported", False),
-    ("certs", 'tls {\n  certs: [ {cert_file: "a", key_file: "b"} ]\n}\n', (2, 3),
-     "error parsing tls config, 'certs' is not supported", False),
+    # a certs list (several certificates, chosen by SNI): checked as nats-server checks it
+    ("certs_with_cert_file", _tls('certs: [ { cert_file: "a", key_file: "b" } ]'), (2, 1),
+     "error parsing tls config, cannot combine 'cert_file' option with 'certs' option", True),
+    ("certs_missing_key", 'tls {\n  certs: [ { cert_file: "a" } ]\n}\n', (2, 14),
+     "error parsing certificates config: both 'cert_file' and 'cert_key' options are required", True),
+    ("certs_unknown_field", 'tls {\n  certs: [ { cert_file: "a", key_file: "b", bogus: "x" } ]\n}\n', (2, 45),
+     'error parsing tls certs config, unknown field "bogus"', True),
+    ("certs_field_type", 'tls {\n  certs: [ { cert_file: 5, key_file: "b" } ]\n}\n', (2, 14),
+     "error parsing certificates config: unsupported type int64", True),
+    ("certs_not_a_list", 'tls {\n  certs: { cert_file: "a" }\n}\n', (2, 3),
+     "error parsing certificates config: unsupported type map[string]interface {}", True),
+    ("certs_item_type", 'tls {\n  certs: [ "x" ]\n}\n', (2, 13),
+     "error parsing certificates config: unsupported type string", True),
     ("websocket_handshake_first",
      'websocket {\n  port: -1\n  tls {\n    cert_file: "c.pem"\n    key_file: "k.pem"\n    handshake_first: true\n'
      '  }\n}\n', (6, 5), "error parsing tls config, 'handshake_first' is not supported in the websocket tls block",
@@ -397,3 +408,34 @@ async def test_websocket_pinned_certs(pki):
         assert data == b""
         writer.close()
         await wait_log(srv, r"TLS handshake error: certificate not pinned")
+
+
+async def test_certs_list_chosen_by_sni(tmp_path):
+    """tls { certs: [...] }: the certificate whose names match the client's SNI, else the first (as nats-server,
+    which gives Go's TLS the whole list)."""
+    files = []
+    for cn, sans in (("first.example", ["first.example", "localhost"]), ("second.example", ["*.second.example"])):
+        k = ec.generate_private_key(ec.SECP256R1())
+        files.append(_write(tmp_path, cn, _cert(cn, k, None, k, [x509.DNSName(n) for n in sans]), k))
+    conf = ("listen: 127.0.0.1:-1\ntls {\n  certs: [\n"
+            + "".join(f'    {{ cert_file: "{c}", key_file: "{k}" }}\n' for c, k in files) + "  ]\n}\n")
+
+    def subject_for(host: str, port: int, sni: str | None) -> str:
+        import socket
+        with socket.create_connection((host, port), timeout=5) as s:
+            buf = b""
+            while b"\r\n" not in buf:
+                buf += s.recv(4096)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            with ctx.wrap_socket(s, server_hostname=sni) as t:
+                der = t.getpeercert(binary_form=True)
+        return x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+
+    async with serve_config(conf) as srv:
+        host, port = (srv.host or "127.0.0.1", srv.port) if GO else srv.addr
+        loop = asyncio.get_running_loop()
+        got = {sni: await loop.run_in_executor(None, subject_for, host, port, sni)
+               for sni in ("localhost", "a.second.example", "second.example", "nomatch.example", None)}
+    assert got == {"localhost": "first.example", "a.second.example": "second.example",
+                   "second.example": "first.example", "nomatch.example": "first.example", None: "first.example"}

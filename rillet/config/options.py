@@ -69,6 +69,8 @@ class TLSConfig:
     ciphers: list[str] = field(default_factory=list)
     curve_preferences: list[str] = field(default_factory=list)
     pinned_certs: list[str] = field(default_factory=list)  # hex sha256 of the peer's SubjectPublicKeyInfo
+    # certs [{cert_file, key_file}]: several certificates, chosen by the client's SNI (rillet.server.tls)
+    certs: list[tuple[str, str]] = field(default_factory=list)
     min_version: str = ""  # "1.2" or "1.3"; "" = TLS 1.2
     allow_insecure_ciphers: bool = False
     rate_limit: int = 0  # connection_rate_limit: TLS connections per second, 0 = no limit

@@ -208,14 +208,16 @@ class SubsystemSections(BuilderBase):
             "ca_certs_match": cert_store_only,
             "cert_match_skip_invalid": cert_store_only,
             "ocsp_peer": ocsp_peer,
-            "certs": unsupported("one certificate per tls block (cert_file and key_file)"),
-            "certificates": unsupported("one certificate per tls block (cert_file and key_file)"),
+            "certs": lambda sub: tls.certs.extend(parse_certs(sub)),
+            "certificates": lambda sub: tls.certs.extend(parse_certs(sub)),
         }
         for sub in f.entries():
             handler = table.get(sub.name)
             if handler is None:
                 raise sub.error(f'{prefix}, unknown field "{sub.key}"')
             handler(sub)
+        if tls.certs and tls.cert_file:
+            raise f.error(f"{prefix}, cannot combine 'cert_file' option with 'certs' option")
         if tls.ocsp_peer is not None and tls.ocsp_peer.verify and where in ("client", "leafnodes", "websocket") \
                 and not tls.verify:
             raise f.error("OCSP peer verification for client connections requires TLS verify (mTLS) "
@@ -480,3 +482,28 @@ class SubsystemSections(BuilderBase):
     def cluster(self, f: Field) -> None:
         from rillet.config.cluster_section import parse_cluster
         parse_cluster(self, f)
+
+
+def parse_certs(f: Field) -> list[tuple[str, str]]:
+    """A tls block's ``certs`` (or ``certificates``): a list of ``{cert_file, key_file}`` maps, checked as
+    nats-server checks them (string values only, both files named, no other field)."""
+    bad = "error parsing certificates config"
+    if not isinstance(f.value, list):
+        raise f.error(f"{bad}: unsupported type {go_type(f.value)}")
+    out: list[tuple[str, str]] = []
+    for item in f.items():
+        if not isinstance(item.value, dict):
+            raise item.error(f"{bad}: unsupported type {go_type(item.value)}")
+        files: dict[str, str] = {}
+        first = None
+        for e in item.entries():
+            first = first or e
+            if not isinstance(e.value, str):
+                raise e.error(f"{bad}: unsupported type {go_type(e.value)}")
+            if e.name not in ("cert_file", "key_file"):
+                raise e.error(f'error parsing tls certs config, unknown field "{e.key}"')
+            files[e.name] = e.value
+        if not files.get("cert_file") or not files.get("key_file"):
+            raise (first or item).error(f"{bad}: both 'cert_file' and 'cert_key' options are required")
+        out.append((files["cert_file"], files["key_file"]))
+    return out

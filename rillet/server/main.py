@@ -90,9 +90,11 @@ def _check_tls_files(opts: Options) -> None:
     for tls in (opts.tls, opts.websocket.tls if opts.websocket.port else None):
         if tls is None:
             continue
-        for path in (tls.cert_file, tls.key_file):
+        pairs = [(tls.cert_file, tls.key_file, "")] + [(c, k, f" {i + 1}/{len(tls.certs)}")
+                                                        for i, (c, k) in enumerate(tls.certs)]
+        for path, which in [(p, w) for c, k, w in pairs for p in (c, k)]:
             if path and not os.path.exists(path):
-                reason = f"error parsing X509 certificate/key pair: open {path}: no such file or directory"
+                reason = f"error parsing X509 certificate/key pair{which}: open {path}: no such file or directory"
                 if tls.source is not None:
                     raise ConfigError.at(tls.source, reason)
                 raise ValueError(reason)

@@ -26,16 +26,62 @@ def make_server_context(cfg: TLSConfig, staple: Any = None) -> ssl.SSLContext:
     With ``staple`` (a rillet.server.ocsp_staple.StapleMonitor) the listener staples its OCSP status:
     the context is then pyOpenSSL's (rillet.server.tls_openssl)."""
     if staple is not None:
+        if cfg.certs:
+            raise ValueError("OCSP stapling with a 'certs' list in the tls block is not supported: Rillet "
+                             "staples the status of one certificate (cert_file)")
         from rillet.server.tls_openssl import stapling_context
         return stapling_context(cfg, staple.staple)
+    if cfg.certs:
+        # several certificates: the first by default, another when the client's SNI names one of its names
+        # (as nats-server, which hands Go's TLS all of them)
+        pairs = cfg.certs
+        ctxs = [_server_context(cfg, c, k, f" {i + 1}/{len(pairs)}") for i, (c, k) in enumerate(pairs)]
+        names = [(_cert_names(c), ctx) for (c, _), ctx in zip(pairs, ctxs)]
+
+        def pick(sslobj: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext) -> None:
+            if server_name:
+                want = server_name.lower().rstrip(".")
+                for pats, other in names:
+                    if any(_name_matches(p, want) for p in pats):
+                        if other is not ctxs[0]:
+                            sslobj.context = other
+                        return
+        ctxs[0].sni_callback = pick  # type: ignore[assignment]
+        return ctxs[0]
+    return _server_context(cfg, cfg.cert_file, cfg.key_file, "")
+
+
+def _cert_names(cert_file: str) -> list[str]:
+    """The DNS names a certificate is for (its SANs, else its common name), lower case."""
+    from cryptography import x509
+    with open(cert_file, "rb") as f:
+        cert = x509.load_pem_x509_certificate(f.read())
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns = [str(n).lower() for n in san.get_values_for_type(x509.DNSName)]
+        if dns:
+            return dns
+    except x509.ExtensionNotFound:
+        pass
+    return [str(a.value).lower() for a in cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)]
+
+
+def _name_matches(pattern: str, name: str) -> bool:
+    if pattern.startswith("*."):
+        head, _, rest = name.partition(".")
+        return bool(head) and rest == pattern[2:]
+    return pattern == name
+
+
+def _server_context(cfg: TLSConfig, cert_file: str, key_file: str, which: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if not cfg.cert_file or not cfg.key_file:
+    if not cert_file or not key_file:
         raise ValueError("missing 'cert_file' or 'key_file' in TLS configuration")
     try:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        ctx.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as e:
-        raise ValueError(f"error parsing X509 certificate/key pair: {e}") from e
+        raise ValueError(f"error parsing X509 certificate/key pair{which}: {e}") from e
     send_configured_chain_only(ctx)
     if cfg.ca_file:
         try:
@@ -69,8 +115,9 @@ def client_context(cfg: Any, what: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        if cfg is not None and cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if cfg is not None and (cfg.cert_file or cfg.certs):
+            # (with a certs list: its first certificate, as a Go client offers when the server names no CA)
+            ctx.load_cert_chain(*((cfg.cert_file, cfg.key_file) if cfg.cert_file else cfg.certs[0]))
         if cfg is not None and cfg.ca_file:
             ctx.load_verify_locations(cafile=cfg.ca_file)
         else:
