@@ -165,8 +165,6 @@ CASES = [
      "server's TLS library", False),
     ("curve_unknown", _tls("curve_preferences: [ X25519, P256 ]"), (5, 32), "unrecognized curve preference P256",
      True),
-    ("curve_two", _tls("curve_preferences: [ X25519, CurveP256 ]"), (5, 3),
-     "error parsing tls config, 'curve_preferences' with more than one curve is not supported", False),
     ("curve_mlkem", _tls("curve_preferences: [ X25519MLKEM768 ]"), (5, 24),
      "curve preference X25519MLKEM768 is not supported by this server's TLS library", False),
     ("min_version_1_1", _tls('min_version: "1.1"'), (5, 3),
@@ -439,3 +437,14 @@ async def test_certs_list_chosen_by_sni(tmp_path):
                for sni in ("localhost", "a.second.example", "second.example", "nomatch.example", None)}
     assert got == {"localhost": "first.example", "a.second.example": "second.example",
                    "second.example": "first.example", "nomatch.example": "first.example", None: "first.example"}
+
+
+async def test_curve_preferences_several(pki):
+    """Several curves: a client offering any of them agrees on a key exchange, one offering only another does
+    not (as nats-server)."""
+    conf = "listen: 127.0.0.1:-1\n" + _tls_block(pki, "  curve_preferences: [ CurveP384, CurveP521 ]")
+    async with serve_config(conf) as srv:
+        for group, ok in (("secp384r1", True), ("secp521r1", True), ("X25519", False), ("prime256v1", False)):
+            ctx = _ctx(pki)
+            ctx.set_ecdh_curve(group)
+            assert await _connects(srv, ctx) is ok, group

@@ -85,11 +85,7 @@ class SubsystemSections(BuilderBase):
             insecure.extend(n for n in tls.ciphers if check_cipher(n)[1])
 
         def curve_preferences(sub: Field) -> None:
-            values = names(sub, "curve_preferences", check_curve)
-            if len(values) > 1:
-                raise sub.error(f"{prefix}, 'curve_preferences' with more than one curve is not supported "
-                                "(Python's ssl module can set only one)")
-            tls.curve_preferences = values
+            tls.curve_preferences = names(sub, "curve_preferences", check_curve)
 
         def min_version(sub: Field) -> None:
             try:
@@ -425,8 +421,16 @@ class SubsystemSections(BuilderBase):
         table["tpm"] = tpm
         table["limits"] = lambda sub: self._jetstream_limits(sub, js)
         table["extension_hint"] = refuse("Rillet has no JetStream extension hint")
-        for key in ("max_outstanding_catchup", "meta_compact", "meta_compact_size", "meta_compact_sync"):
-            table[key] = refuse("Rillet has no clustered JetStream")
+
+        def max_catchup(sub: Field) -> None:
+            # server-wide bytes of stream catch-up answers in flight (rillet.jetstream.cluster.catchup); 0 = the
+            # default 64M; a negative size passes here and stops a clustered server at start, as nats-server
+            js.extra["max_outstanding_catchup"] = storage_size(sub, sub.name)
+
+        table["max_outstanding_catchup"] = max_catchup
+        table["meta_compact"] = lambda sub: self._meta_compact(sub, js)
+        table["meta_compact_size"] = lambda sub: self._meta_compact(sub, js)
+        table["meta_compact_sync"] = lambda sub: self._meta_compact(sub, js)
         def queue_limit(sub: Field) -> None:
             # (rillet.jetstream.api.queue; nats-server: an int, 0 or less = the default 10,000)
             if isinstance(sub.value, bool) or not isinstance(sub.value, int):
@@ -445,6 +449,31 @@ class SubsystemSections(BuilderBase):
         table["max_concurrent_io"] = refuse("Rillet has no such JetStream queue or I/O limit")
         self.each(f, table, "jetstream")
         js.enabled = enabled
+
+    @staticmethod
+    def _meta_compact(sub: Field, js: Any) -> None:
+        """``meta_compact`` (entries) and ``meta_compact_size`` (bytes): the meta group's log is snapshotted and
+        compacted once it holds more than that since its last snapshot (rillet.jetstream.cluster.meta; 0 or
+        unset: Rillet's own threshold); ``meta_compact_sync``: whether those snapshots block (see below)."""
+        name = sub.name
+        if name == "meta_compact_sync":
+            if not sub.as_bool():
+                # nats-server takes its meta snapshots asynchronously unless this is true; Rillet always takes
+                # them in line with the meta group's applies, i.e. what true asks for
+                raise sub.error('"meta_compact_sync: false" (asynchronous meta snapshots) is not supported: '
+                                "Rillet takes its meta snapshots in line, as nats-server with "
+                                "meta_compact_sync: true; leave the setting out")
+            js.extra[name] = True
+            return
+        if name == "meta_compact":
+            v = sub.value
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise sub.error(f'Expected an absolute size for "{sub.key}", got {_go_v(v)}')
+        else:
+            v = storage_size(sub, name)
+            if v < 0:
+                raise sub.error(f'Expected an absolute size for "{sub.key}", got {_go_v(sub.value)}')
+        js.extra[name] = v
 
     def _jetstream_limits(self, f: Field, js: Any) -> None:
         """``jetstream { limits { ... } }`` (nats-server JSLimitOpts) -> ``js.extra["limits"]``, a dict of
@@ -507,3 +536,10 @@ def parse_certs(f: Field) -> list[tuple[str, str]]:
             raise (first or item).error(f"{bad}: both 'cert_file' and 'cert_key' options are required")
         out.append((files["cert_file"], files["key_file"]))
     return out
+
+
+def _go_v(v: Any) -> str:
+    """A config value as Go's %v prints it (strings bare, booleans lower case)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)

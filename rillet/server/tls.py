@@ -97,11 +97,42 @@ def _server_context(cfg: TLSConfig, cert_file: str, key_file: str, which: str) -
     if cfg.ciphers:
         _set_ciphers(ctx, cfg)
     if cfg.curve_preferences:
-        if len(cfg.curve_preferences) > 1:
-            raise ValueError("curve_preferences: only one curve can be configured (Python's ssl module "
-                             "sets a single group)")
-        ctx.set_ecdh_curve(check_curve(cfg.curve_preferences[0]))
+        groups = [check_curve(n) for n in cfg.curve_preferences]
+        if len(groups) == 1:
+            ctx.set_ecdh_curve(groups[0])
+        else:
+            set_groups(ctx, groups)
     return ctx
+
+
+_SSL_CTRL_SET_GROUPS_LIST = 92  # (openssl/ssl.h: SSL_CTX_set1_groups_list)
+
+
+def set_groups(ctx: ssl.SSLContext, groups: list[str]) -> None:
+    """Limit ``ctx``'s key exchange to ``groups`` (OpenSSL names), in that order of preference: Python's ssl
+    module sets one group only (set_ecdh_curve), so the list is given to libssl's SSL_CTX_ctrl as
+    SSL_CTX_set1_groups_list does (see send_configured_chain_only for how the SSL_CTX is reached)."""
+    import sys
+    if sys.implementation.name != "cpython":
+        raise ValueError("curve_preferences: more than one curve needs CPython's ssl module")
+    fn, ssl_ctx = _ctrl_of(ctx)
+    import ctypes
+    if fn(ssl_ctx, _SSL_CTRL_SET_GROUPS_LIST, 0, ctypes.c_char_p(":".join(groups).encode())) != 1:
+        raise ValueError(f"curve_preferences: the TLS library refused the groups {', '.join(groups)}")
+
+
+def _ctrl_of(ctx: ssl.SSLContext) -> tuple[Any, int]:
+    """libssl's SSL_CTX_ctrl and the SSL_CTX of CPython context ``ctx``."""
+    global _ctx_ctrl
+    if _ctx_ctrl is None:
+        import ctypes
+        import _ssl
+        fn = ctypes.CDLL(_ssl.__file__).SSL_CTX_ctrl
+        fn.restype = ctypes.c_long
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
+        _ctx_ctrl = (ctypes, fn)
+    ctypes_mod, fn = _ctx_ctrl
+    return fn, ctypes_mod.c_void_p.from_address(id(ctx) + object.__basicsize__).value
 
 
 _SSL_CTRL_MODE = 33  # (openssl/ssl.h)
@@ -142,19 +173,10 @@ def send_configured_chain_only(ctx: ssl.SSLContext) -> None:
     SSL_MODE_NO_AUTO_CHAIN, so it is set with libssl's SSL_CTX_ctrl (found through the ``_ssl`` extension
     that links it) on the context's SSL_CTX, which CPython's context object holds right after its object
     header. Other Python implementations keep OpenSSL's default."""
-    global _ctx_ctrl
     import sys
     if sys.implementation.name != "cpython":
         return
-    if _ctx_ctrl is None:
-        import ctypes
-        import _ssl
-        fn = ctypes.CDLL(_ssl.__file__).SSL_CTX_ctrl
-        fn.restype = ctypes.c_long
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
-        _ctx_ctrl = (ctypes, fn)
-    ctypes_mod, fn = _ctx_ctrl
-    ssl_ctx = ctypes_mod.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+    fn, ssl_ctx = _ctrl_of(ctx)
     mode = fn(ssl_ctx, _SSL_CTRL_MODE, _SSL_MODE_NO_AUTO_CHAIN, None)
     if not mode & _SSL_MODE_NO_AUTO_CHAIN:
         raise RuntimeError(f"TLS: could not stop OpenSSL from completing the certificate chain (mode {mode:#x})")
