@@ -1,6 +1,7 @@
 """What a stream replica does about lost and damaged data (``StreamLossMixin``, a base of ``StreamReplica`` in
-streams.py): the sequences a lazily synced leader reserves before it acknowledges (``_reserve``, saved with the
-group's hard state, so that a majority's unclean stop never hands a sequence out twice), the loss reports of
+streams.py): the sequences a lazily synced leader reserves before it acknowledges, and its followers ahead of
+what they applied (``_reserve``, saved with the group's hard state, so that a majority's unclean stop never hands
+a sequence out twice), the loss reports of
 committed entries gone from every member and of a majority's unsynced tail (``_data_lost``, ``_tail_lost``,
 proposed as a ``LOST`` entry and applied by every replica), and damaged records of the store fetched again from
 another replica (``refetch_damaged``), or reported lost when no replica holds a healthy copy (``_probe_damage``:
@@ -474,9 +475,17 @@ class StreamLossMixin:
         return max(st.store.last_seq, st.proposed_last_seq(), self.replay_seq, self._reserved_mark, self._floor)
 
     def _reserve(self) -> None:
-        """(leader) The applied entries reached the reserved sequences: reserve more and save them with the hard
-        state (fsynced) before this entry's PubAck leaves. Not needed when every entry is fsynced before it is
-        acknowledged (sync_interval always), nor for a memory stream (nothing survives a stop).
+        """The applied entries reached the reserved sequences: reserve more and save them with the hard state
+        (fsynced) before this entry's PubAck leaves (a leader) or before the next entry is applied (a follower).
+        Not needed when every entry is fsynced before it is acknowledged (sync_interval always), nor for a memory
+        stream (nothing survives a stop).
+
+        A follower reserves too: the leader's saved mark is the only durable record of how far sequences were
+        acknowledged, so when a majority including the leader lost its unsynced tail and the leader does not come
+        back (its disk gone, removed from the group), the followers' marks alone must cover what it
+        acknowledged. A follower applies an entry a moment after the leader committed it (its PubAck), so its
+        reservation, at least RESERVE_MIN sequences past what it applied, covers what was acknowledged unless
+        the follower lags the leader by more than that.
 
         How many: what a majority's power cut reports as possibly acknowledged (and skips) is the range up to
         the saved mark, so a reservation is kept to about RESERVE_SPAN seconds of publishing at the rate the
@@ -503,14 +512,14 @@ class StreamLossMixin:
             self._idle_timer = self.cs.js.loop.call_later(RESERVE_IDLE, self._reserve_idle, self.replay_seq)
 
     def _reserve_idle(self, seen: int) -> None:
-        """(leader) Nothing applied for RESERVE_IDLE seconds and nothing in flight: the reservation is released
+        """Nothing applied for RESERVE_IDLE seconds and (a leader) nothing in flight: the reservation is released
         (the saved mark goes down to the highest sequence used), so that a majority's unclean stop while the
         stream is idle skips, and reports as possibly lost, no sequence that was never used. The next applied
         entry reserves again, saved before its PubAck leaves."""
         self._idle_timer = None
         if self.closed or not self._reserved_mark:
             return
-        if self.leader and (self.replay_seq != seen or self.stream.proposed_last_seq() > self.replay_seq):
+        if self.replay_seq != seen or (self.leader and self.stream.proposed_last_seq() > self.replay_seq):
             self._idle_timer = self.cs.js.loop.call_later(RESERVE_IDLE, self._reserve_idle, self.replay_seq)
             return
         self._release_reservation()

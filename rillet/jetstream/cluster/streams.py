@@ -121,9 +121,10 @@ class StreamReplica(StreamLossMixin):
         self.group.on_data_lost = self._data_lost
         self.group.mark = self._mark
         self.group.on_mark_floor = self._mark_floor
-        # (leader, lazy sync) sequences up to _reserved are saved as the group's mark (fsynced) before any of them
-        # is acknowledged: after a majority's unclean stop the new leader goes on past them (_floor), never
-        # giving again a sequence that may have been acknowledged and lost with the unsynced tail
+        # (lazy sync) sequences up to _reserved are saved as the group's mark (fsynced) before the leader
+        # acknowledges any of them, and ahead of what a follower applied: after a majority's unclean stop the new
+        # leader goes on past them (_floor), never giving again a sequence that may have been acknowledged and
+        # lost with the unsynced tail, even when the old leader's disk is gone
         self._reserved = 0  # (the applies reaching it reserve more)
         self._reserved_mark = 0  # (what the saved mark covers of the reservations)
         self._idle_timer: asyncio.TimerHandle | None = None  # (_reserve_idle)
@@ -271,7 +272,7 @@ class StreamReplica(StreamLossMixin):
             res = st.apply(entry)
         finally:  # (markers an entry stored count as where the log is)
             self.replay_seq = st.store.last_seq
-        if self.leader and self.replay_seq >= self._reserved:
+        if self.replay_seq >= self._reserved:  # (leader and followers: stream_loss._reserve)
             self._reserve()
         ctx = entry.ctx
         if ctx is not None and ctx.__class__ is FastNote and not self.leader:
@@ -350,7 +351,7 @@ class StreamReplica(StreamLossMixin):
                 self.retention_sweep()
             self.cs.reconcile_soon()
         else:
-            self._release_reservation()  # (a follower numbers nothing: its mark is what it stored)
+            self._release_reservation()  # (as a follower it reserves again from what it applies)
             self.log.solo = False
             st.set_write_behind(False)
             if self._restoring is not None:
