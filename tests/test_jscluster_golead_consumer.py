@@ -311,3 +311,85 @@ async def test_two_go_one_rillet_consumers_led_by_rillet_and_back(tmp_path):
                 (tmp_path / "r1.log").write_text(srv._test_log.getvalue())
     finally:
         gc.stop_all()
+
+
+@live
+async def test_last_go_server_killed_rillet_servers_lead_the_consumer_and_hand_it_back(tmp_path):
+    """1 Go + 2 Rillet (the last step of a migration before the Go server goes): an R3 stream and a durable pull
+    consumer, some of it fetched and acked through the Go server. The Go server killed (SIGKILL): a Rillet
+    server stands and leads the consumer group (and the stream's), and fetches and acks go on through both
+    Rillet servers from where the consumer was. The Go server restarted is caught up, handed the consumer, and
+    its state is exactly the Rillet leader's; it delivers the rest."""
+    import nats
+    from test_jscluster_golead_stream import _publish
+    p1, p2 = free_port(), free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0",), extra_routes=[p1, p2])
+    gc.start("g0")
+    confs = {"r1": _lead_conf(gc, "r1", p1), "r2": _lead_conf(gc, "r2", p2, extra_routes=[p1])}
+    cms = {n: serve_config(c) for n, c in confs.items()}
+    srvs = {n: await cm.__aenter__() for n, cm in cms.items()}
+    conns: dict = {}
+    try:
+        ms = {n: await _member(s) for n, s in srvs.items()}
+        conns["g0"] = g0 = await nats.connect(gc.url("g0"))
+        await CAP._until(lambda: CAP._js_ready(g0), 60, what="the meta group of 1 Go + 2 Rillet")
+        for n, s in srvs.items():
+            conns[n] = await nats.connect(f"nats://a:a@127.0.0.1:{s.port}")
+        js = {n: c.jetstream(timeout=30) for n, c in conns.items()}
+        await _create(g0, name="CS", subjects=["cs.>"], num_replicas=3)
+        for i in range(1, 21):
+            assert (await js["g0"].publish(f"cs.{i % 3}", f"m{i}".encode())).seq == i
+        await js["g0"].add_consumer("CS", durable_name="P", ack_policy="explicit", num_replicas=3, timeout=30)
+        await _until(lambda: all(("A", "CS", "P") in m.replicas for m in ms.values()), 60,
+                     what="the consumer replicas on both Rillet servers")
+        reps = {n: m.replicas[("A", "CS", "P")] for n, m in ms.items()}
+        await _consumer_to(g0, "CS", "P", "g0")
+        sub = await js["g0"].pull_subscribe_bind("P", "CS")
+        for msg in await _fetch(sub, 5):
+            await msg.ack_sync()
+        await _until(lambda: all(r.consumer.ack_floor_stream == 5 for r in reps.values()), 30,
+                     what="the Rillet replicas at the ack floor")
+        # the last Go server killed: a Rillet server leads the consumer's group
+        await conns.pop("g0").close()
+        proc = gc.procs.pop("g0")
+        proc.kill()
+        proc.wait()
+        await _until(lambda: any(r.raft.role == LEADER and r._lead is not None for r in reps.values()), 90,
+                     what="a Rillet consumer leader")
+        lead = next(n for n, r in reps.items() if r.raft.role == LEADER)
+        deadline = time.monotonic() + 90
+        for i in range(21, 31):
+            ack = await _publish(js[("r1", "r2")[i % 2]], f"cs.{i % 3}", f"m{i}".encode(), f"id{i}", deadline)
+            assert ack.seq == i
+        other = "r2" if lead == "r1" else "r1"
+        got = []
+        for name in (other, lead):
+            s = await js[name].pull_subscribe_bind("P", "CS")
+            batch = await _fetch(s, 5)
+            for msg in batch:
+                await msg.ack_sync()
+            got += batch
+        assert [x.metadata.sequence.stream for x in got] == list(range(6, 16))
+        assert [x.metadata.sequence.consumer for x in got] == list(range(6, 16))
+
+        async def settled():
+            ci = await _cinfo(conns[other], "CS", "P")
+            return ci if ci is not None and ci.num_ack_pending == 0 and ci.ack_floor.stream_seq == 15 else None
+        ci_r = await CAP._until(settled, 30, what="P acked through the Rillet leader")
+        assert ci_r.cluster.leader == lead and _state(ci_r) == (15, 15, 15, 15, 0, 0, 15)
+        # the Go server back: caught up, handed the consumer, the same state; it delivers the rest
+        gc.start("g0")
+        conns["g0"] = g0 = await nats.connect(gc.url("g0"))
+        ci_go = await _consumer_to(conns[lead], "CS", "P", "g0", timeout=180)
+        assert _state(ci_go) == _state(ci_r), (_state(ci_go), _state(ci_r))
+        rest = await _fetch(await g0.jetstream(timeout=30).pull_subscribe_bind("P", "CS"), 15)
+        assert [x.metadata.sequence.stream for x in rest] == list(range(16, 31))
+        assert all(r.apply_errors == 0 for r in reps.values())
+    finally:
+        for c in conns.values():
+            if c.is_connected:
+                await c.close()
+        for n in list(srvs):
+            (tmp_path / f"{n}.log").write_text(srvs[n]._test_log.getvalue())
+            await cms[n].__aexit__(None, None, None)
+        gc.stop_all()

@@ -41,6 +41,7 @@ deliver policy ``last_per_subject`` on a consumer with no state yet, a paused co
 ``CONSUMER.RESET`` and ``CONSUMER.PAUSE`` are left to the meta layer's answer (no leader serves them here),
 the ``sample_freq`` ack samples, an ephemeral's inactivity removal, the v2 ack subjects
 (``js_api_reply_v2``), and a consumer config update while leading (the leadership is handed to a Go peer).
+A stream purge does not move a consumer replica's state here (nats-server's replicas each move theirs).
 """
 from __future__ import annotations
 
@@ -232,12 +233,13 @@ class ConsumerLeading:
         why = "" if srep is not None and acc is not None else "no replica of its stream here"
         why = why or unsupported(cfg, srep.assignment.get("stream") or {})
         c = self.consumer
-        fresh = not (c.delivered_consumer or c.delivered_stream or c.ack_floor_stream)
+        fresh = not c.has_state
         if not why and fresh and cfg.get("deliver_policy") == "last_per_subject":
             why = "deliver policy last_per_subject"
         if why:
             self._warn_once(f"nolead:{why}", f"JetStream consumer {self._cname()}: not led here ({why}); "
                                              "handing the leadership to a Go peer")
+            self.standing = False  # (no more standing for a group it would only hand on)
             if not self.transfer_away():
                 self.raft.step_down()
                 super()._send([])

@@ -528,8 +528,10 @@ class ConsumerReplicaState:
     pull_requests: set[str] = field(default_factory=set)
     ack_policy: str = "explicit"
     max_deliver: int = 0
+    has_state: bool = False  # (any entry applied: a new leader then takes over this state, else starts anew)
 
     def delivered(self, dseq: int, sseq: int, dc: int, ts: int) -> None:
+        self.has_state = True
         if dc != 1 and self.ack_policy == "none":
             return
         if dseq <= self.ack_floor_consumer:
@@ -555,6 +557,7 @@ class ConsumerReplicaState:
                 self.redelivered[sseq] = dc - 1
 
     def acked(self, dseq: int, sseq: int) -> None:
+        self.has_state = True
         if self.ack_policy == "none":
             return
         self.redelivered.pop(sseq, None)
@@ -583,6 +586,7 @@ class ConsumerReplicaState:
 
     def skipped(self, sseq: int) -> None:
         """A start moved to stream sequence ``sseq`` (nats-server's UpdateStarting(sseq - 1))."""
+        self.has_state = True
         if sseq - 1 > self.delivered_stream:
             self.delivered_stream = sseq - 1
             if self.ack_policy == "none":
@@ -590,6 +594,7 @@ class ConsumerReplicaState:
 
     def reset(self, seq: int) -> None:
         """A reset to stream sequence ``seq``: nothing delivered or pending, the start at ``seq``."""
+        self.has_state = True
         self.pending.clear()
         self.redelivered.clear()
         self.delivered_consumer = self.ack_floor_consumer = 0
@@ -608,6 +613,7 @@ class ConsumerReplicaState:
         self.ack_floor_consumer, self.ack_floor_stream = adflr, asflr
         self.delivered_consumer, self.delivered_stream = dcon, dstr
         self.pending, self.redelivered = dict(pending), dict(redelivered)
+        self.has_state = True
         return True
 
 
