@@ -206,7 +206,10 @@ class MetaEndpoints:
         ``peers`` as they are: ``_reconcile_one`` then adds the new peers, waits until they are current
         and drops the old ones. Any other update keeps the group (no preferred peer). ``peer_set``: a move
         to these peers of that cluster, already chosen (ACCOUNT.STREAM.MOVE, ``moves.py``). A move waits
-        for any reconfiguration under way (10124 a move, 10226 another); a scale only for a move."""
+        for any reconfiguration under way (10124 a move, 10226 another); a scale or a retention change only
+        for a move. A retention change of a replicated stream whose consumers' replica counts must follow
+        (to interest or work queue) sets a desired state on the same peers, with the old retention in its
+        ``origin``: the reconciling moves the consumers."""
         old = sa.config
         g = sa.group.copy()
         ds = g.desired
@@ -222,12 +225,31 @@ class MetaEndpoints:
             raise ApiError.make("STREAM_RECONFIGURE_IN_PROGRESS")
         if not ds:
             g.scale_up = False
-        if not is_move and not is_scale:
+        old_ret, new_ret = old.get("retention", "limits"), d.get("retention", "limits")
+        is_retention = old_ret != new_ret and want > 1 and self._consumers_to_match(sa, d)
+        if ds is not None and ds.get("move") and old_ret != new_ret:
+            raise ApiError.make("STREAM_MOVE_IN_PROGRESS")
+        if not is_move and not is_scale and not is_retention:
             g.preferred = ""
             return g
         origin = (ds or {}).get("origin") or {"peers": list(sa.group.peers), "cluster": sa.group.cluster,
                                                "replicas": int(old.get("num_replicas") or 1),
                                                **({"placement": old["placement"]} if old.get("placement") else {})}
+        if old_ret != new_ret and "retention" not in origin and not ds:
+            origin["retention"] = old_ret
+        if not is_move and not is_scale:
+            # a retention change whose consumers' replica counts must follow (limits -> interest or work queue
+            # with consumers on fewer peers than the stream): the peers stay, the consumers move
+            g.preferred = ""
+            nd0: dict[str, Any] = {"id": A._random_token(A.PEER_ID_LEN), "created": format_time(time.time_ns()),
+                                   "peers": list(ds["peers"]) if ds else list(g.peers),
+                                   "cluster": (ds or {}).get("cluster") or g.cluster or self.cl.name}
+            for k in ("scale_down", "removed"):
+                if ds and ds.get(k):
+                    nd0[k] = ds[k]
+            nd0["origin"] = origin
+            g.desired = nd0
+            return g
         self.cl._refresh_local()
         pc = PlacementConfig.from_stream_config(d)
         nd: dict[str, Any] = {"id": A._random_token(A.PEER_ID_LEN), "created": format_time(time.time_ns())}
@@ -252,6 +274,13 @@ class MetaEndpoints:
         nd["origin"] = origin
         g.desired = nd
         return g
+
+    def _consumers_to_match(self, sa: A.StreamAssignment, d: dict) -> bool:
+        """Any consumer of the stream whose replica count differs from what the stream's new config ``d``
+        gives it (nats-server: an interest or work-queue stream's consumers as replicated as the stream)."""
+        nsa = A.StreamAssignment(config=d, group=sa.group, sync=sa.sync, client=sa.client, created=sa.created)
+        nsa.consumers = sa.consumers
+        return bool(self.cl._consumers_off_target(nsa, list(sa.group.peers)))
 
     def _api_stream_restore(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                             body: bytes) -> None:

@@ -36,8 +36,8 @@ servers' meta group is never touched (tests/test_jscluster_meta_restart.py runs 
 (``ClusteredStreams`` in ``streams.py``, when present): ``stream_assigned(sa)``, ``stream_removed(sa)``,
 ``consumer_assigned(ca)``, ``consumer_removed(ca)`` (a removed stream's consumers first). Entries
 re-applied at start (up to the commit recovered from the WAL) carry no ``reply``, so nobody answers an
-old request again. The state is snapshotted every ``COMPACT_EVERY`` entries; streams are never
-forgotten: the assignments live in the meta WAL and snapshots.
+old request again. The state is snapshotted as ``meta_compact.py`` says (``jetstream { meta_compact,
+meta_compact_size }``; by default every ``COMPACT_EVERY`` entries); streams are never forgotten: the assignments live in the meta WAL and snapshots.
 
 **Scale, move, replacement.** An update changing ``num_replicas`` or ``placement`` sets the group's
 ``desired`` state (nats-server 2.15); the meta leader's timer then moves each such group one member at a
@@ -70,6 +70,7 @@ from rillet.jetstream.cluster import assignments as A
 from rillet.jetstream.cluster import monitor as MON
 from rillet.jetstream.cluster.group import RaftGroup
 from rillet.jetstream.api.cluster import MetaApi
+from rillet.jetstream.cluster.meta_compact import DEFAULT_ENTRIES as COMPACT_EVERY, MetaCompaction  # noqa: F401
 from rillet.jetstream.cluster.meta_info import InfoRequests
 from rillet.jetstream.cluster.meta_monitor import MetaMonitor
 from rillet.jetstream.cluster.peers import ORPHAN_AFTER, JSConfig, JSStats, PeerRegistry, peer_id
@@ -88,7 +89,6 @@ CAMPAIGN_AFTER = 0.1  # seconds between founding the meta group and the first me
 # without a leader, before it joins that group to vote (a member whose state was lost while another is down)
 JOIN_LEADERLESS_AFTER = 2.0
 FOUND_SETTLE_GATEWAYS = 0.5  # the same in a super-cluster (statsz crossing gateways come later)
-COMPACT_EVERY = 1024  # meta entries between snapshots
 # wins); doubled up to INFO_TIMEOUT while unanswered
 RECONCILE_EVERY = 2.0  # seconds between looks for groups short of replicas (meta leader)
 DROP_AFTER = 0.5  # seconds between a server's PEER_REMOVE entry and its removal from the voters
@@ -138,6 +138,7 @@ class JetStreamCluster:
         # creates on their way through the log: (account, stream) -> (config JSON, answers to give after)
         self._inflight: dict[tuple[str, str], tuple[dict, list[Callable[[], None]]]] = {}
         self._replay_through = 0
+        self._compaction = MetaCompaction()  # (when to snapshot: meta_compact, meta_compact_size)
         self._timer: Optional[asyncio.TimerHandle] = None
         self._found_task: Optional[asyncio.Task] = None
         self._ic: Any = None
@@ -605,7 +606,7 @@ class JetStreamCluster:
         if w is not None:
             w[1](res, None) if w[0] == data else w[1](None, NotLeader())
         g = self.group
-        if g is not None and index - g.node.offset >= COMPACT_EVERY:
+        if g is not None and self._compaction.due(self.server.opts, g.node.offset, index, len(data)):
             g.compact()
 
     def _act(self, res: A.Applied, replay: bool = False) -> None:
@@ -757,14 +758,62 @@ class JetStreamCluster:
     @staticmethod
     def _consumer_target(sa: A.StreamAssignment, ca: A.ConsumerAssignment, final: list[str]) -> list[str]:
         """The peers a consumer's group should have when its stream's are ``final``: its replica count
-        (nats-server's rule: 0 or more than the stream's = the stream's), its current peers kept first."""
+        (nats-server's rule: 0 or more than the stream's = the stream's; an interest or work-queue stream's
+        consumers as many as the stream), its current peers kept first."""
         n = consumer_replicas(ca.config, sa.config)
+        if sa.config.get("retention", "limits") != "limits":
+            n = int(sa.config.get("num_replicas") or 1)
         keep = [p for p in ca.group.peers if p in final]
         return (keep + [p for p in final if p not in keep])[:n]
 
+    @staticmethod
+    def _consumer_config(sa: A.StreamAssignment, ca: A.ConsumerAssignment) -> Optional[dict]:
+        """The consumer's config with ``num_replicas`` brought to its stream's (as nats-server 2.15 rewrites
+        it when the stream scales or changes retention): an explicit count above the stream's, or another
+        than the stream's on an interest or work-queue stream; None when it stands."""
+        want = int(ca.config.get("num_replicas") or 0)
+        srep = int(sa.config.get("num_replicas") or 1)
+        if want and (want > srep or (sa.config.get("retention", "limits") != "limits" and want != srep)):
+            return dict(ca.config, num_replicas=srep)
+        return None
+
     def _consumers_off_target(self, sa: A.StreamAssignment, final: list[str]) -> list[A.ConsumerAssignment]:
-        return [sa.consumers[cn] for cn in sorted(sa.consumers)
-                if set(self._consumer_target(sa, sa.consumers[cn], final)) != set(sa.consumers[cn].group.peers)]
+        """The consumers still to move: their peers are not their target's, their config's replica count is
+        to be brought to the stream's, or their desired state is still to be cleared."""
+        out = []
+        for cn in sorted(sa.consumers):
+            ca = sa.consumers[cn]
+            if set(self._consumer_target(sa, ca, final)) != set(ca.group.peers) or ca.group.desired is not None \
+                    or self._consumer_config(sa, ca) is not None:
+                out.append(ca)
+        return out
+
+    def _propose_consumer(self, sa: A.StreamAssignment, ca: A.ConsumerAssignment, group: A.RaftGroup,
+                          config: Optional[dict] = None) -> None:
+        nca = A.ConsumerAssignment(name=ca.name, stream=ca.stream, config=config or ca.config, group=group,
+                                   client=ca.client, created=ca.created)
+        self._propose(A.encode_assign_consumer(nca), lambda res, err: None)
+
+    def _mark_consumers(self, sa: A.StreamAssignment, off: list[A.ConsumerAssignment], final: list[str]) -> bool:
+        """Record a desired state (the target peers) on each consumer about to move that has none for this
+        target yet, with its replica count brought to the stream's (nats-server 2.15's meta leader updates
+        the consumers' assignments when their stream's desired state changes). True when any was proposed."""
+        proposed = False
+        for ca in off:
+            target = self._consumer_target(sa, ca, final)
+            cfg = self._consumer_config(sa, ca)
+            cd = ca.group.desired
+            if set(target) == set(ca.group.peers) and cfg is None:
+                continue  # (there already: its desired state is cleared by _consumer_step)
+            if cd is not None and list(cd.get("peers") or ()) == target and cfg is None:
+                continue
+            cg = ca.group.copy()
+            cg.desired = {"id": A._random_token(A.PEER_ID_LEN), "created": format_time(time.time_ns()),
+                          "peers": target, "cluster": (sa.group.desired or {}).get("cluster") or sa.group.cluster
+                          or self.name}
+            self._propose_consumer(sa, ca, cg, cfg)
+            proposed = True
+        return proposed
 
     @staticmethod
     def _members(info: Optional[dict], leader: str) -> tuple[set, set]:
@@ -779,7 +828,8 @@ class JetStreamCluster:
 
     async def _consumer_step(self, sa: A.StreamAssignment, ca: A.ConsumerAssignment, target: list[str]) -> None:
         """One member change of a consumer's group towards ``target`` (add one, else drop one: followers
-        first), once its leader's voters are its assignment's peers and the target members are current."""
+        first), once its leader's voters are its assignment's peers and the target members are current;
+        there already: its desired state cleared."""
         info = await self.info.consumer_info(sa.account, sa.name, ca.name)
         if info is None:
             return
@@ -794,20 +844,20 @@ class JetStreamCluster:
             peers.append(missing[0])
         elif extra:
             peers.remove(next((p for p in extra if p != leader), extra[0]))
-        else:
+        elif ca.group.desired is None:
             return
         cur = self.state.consumer(sa.account, sa.name, ca.name)
-        if cur is None or cur.group.peers != ca.group.peers:
+        if cur is None or cur.group.peers != ca.group.peers or cur.group.desired != ca.group.desired:
             return  # (changed meanwhile: the next tick looks again)
         cg = ca.group.copy()
         cg.peers = peers
         if cg.preferred not in peers:
             cg.preferred = ""
+        if set(peers) == set(target):
+            cg.desired = None
         self.log.notice(f"JetStream cluster: consumer '{sa.account} > {sa.name} > {ca.name}' peers "
                         f"{[self.registry.name_of(p) or p for p in peers]}")
-        nca = A.ConsumerAssignment(name=ca.name, stream=ca.stream, config=ca.config, group=cg, client=ca.client,
-                                   created=ca.created)
-        self._propose(A.encode_assign_consumer(nca), lambda res, err: None)
+        self._propose_consumer(sa, ca, cg)
 
     def _leader_peer(self, info: Optional[dict]) -> str:
         name = ((info or {}).get("cluster") or {}).get("leader") or ""
@@ -839,19 +889,27 @@ class JetStreamCluster:
                 if members != set(peers) or not all(p in current for p in want if p in peers):
                     return  # (the previous step is not applied yet, or a new peer is catching up: next tick)
                 if ds.get("scale_down"):
+                    # the peers to keep: the leader, the other members, then (a scale down of a scale up
+                    # still under way) desired peers not added yet; recorded as the desired peers (nats-server
+                    # shows them in ``cluster.desired.replicas`` from then on)
                     replicas = int(sa.config.get("num_replicas") or 1)
                     pool = [p for p in want if p in peers]
                     final = [leader] if leader in pool else []
                     final += [p for p in pool if p not in final][:replicas - len(final)]
-                else:
-                    final = want
+                    final += [p for p in want if p not in final][:replicas - len(final)]
+                    nd = {k: v for k, v in ds.items() if k != "scale_down"}
+                    nd["peers"] = final
+                    self._propose_group(key, did, desired=nd)
+                    return
+                final = want
                 missing = [p for p in final if p not in peers]
                 if missing:
                     self._propose_group(key, did, peers=peers + missing[:1], scale_up=True)
                     return
             off = self._consumers_off_target(sa, final)
             if off:
-                await self._consumer_step(sa, off[0], self._consumer_target(sa, off[0], final))
+                if not self._mark_consumers(sa, off, final):
+                    await self._consumer_step(sa, off[0], self._consumer_target(sa, off[0], final))
                 return
             if ds is None:
                 return

@@ -103,6 +103,8 @@ def desired_info(desired: Mapping[str, Any] | None, peer_name: Any, status: Mapp
         od: dict[str, Any] = {"replicas": int(o.get("replicas") or 0)}
         if o.get("placement"):
             od["placement"] = o["placement"]
+        if o.get("retention"):
+            od["retention"] = o["retention"]
         d["origin"] = od
     if status:
         d["status"] = dict(status)
