@@ -797,7 +797,7 @@ class ConsumerReplica(ConsumerLossMixin):
         return self.rep.cs.group_leaderless(self.group, self.created_at)
 
     def cluster_info(self) -> dict:
-        d = self.rep.group_cluster_info(self.group, self.ca.group.desired)
+        d = self.rep.group_cluster_info(self.group, self.ca.group.desired, self.ca.group.peers)
         if self.data_lost is not None:
             d["lost"] = dict(self.data_lost)
         return d

@@ -111,6 +111,35 @@ def desired_info(desired: Mapping[str, Any] | None, peer_name: Any, status: Mapp
     return d
 
 
+def desired_status(desired: Mapping[str, Any], assigned: Iterable[str], members: Iterable[str],
+                   current: Iterable[str], peer_name: Any, blocking: str = "") -> dict:
+    """The ``status`` (``{description, type}``, ADR-62's types) of a group in a desired state, as its leader
+    sees it: ``assigned`` the assignment's peers, ``members`` the RAFT group's, ``current`` the members
+    caught up; ``blocking``: a consumer of the stream still moving. Rillet's meta leader drives the steps
+    (one assigned peer at a time), so this tells which step the group is at rather than what a group
+    leader is doing (nats-server's reconciling reports its own action)."""
+    assigned, members, current = list(assigned), list(members), set(current)
+    want = list(desired.get("peers") or ())
+
+    def name(p: str) -> str:
+        return peer_name(p) or p
+    if desired.get("scale_down"):
+        return {"description": "selecting peers to scale down to", "type": "meta"}
+    adding = [p for p in assigned if p not in members]
+    if adding:
+        return {"description": f"adding peer {name(adding[0])}", "type": "membership"}
+    removing = [p for p in members if p not in assigned]
+    if removing:
+        return {"description": f"removing peer {name(removing[0])}", "type": "membership"}
+    if any(p not in current for p in members):
+        return {"description": "waiting for peers to catch up", "type": "catchup"}
+    if blocking:
+        return {"description": f"waiting for consumer '{blocking}' to migrate", "type": "blocked"}
+    if any(p not in assigned for p in want):
+        return {"description": "expanding assignment with desired peers", "type": "meta"}
+    return {"description": "waiting for peer set to settle", "type": "meta"}
+
+
 @dataclass
 class MetaSnapshotStats:
     pending_entries: int = 0

@@ -767,6 +767,8 @@ class StreamReplica(StreamLossMixin):
                 if not msgs and first <= nxt:
                     await asyncio.sleep(0.1)  # the answering leader is behind: ask again
             if not self.closed:
+                # (the leader's catch-up budget holds the last answer until told: max_outstanding_catchup)
+                ic.publish(self.sync_subject.encode(), inbox.encode(), b'{"done":true}')
                 self._finish_snapshot(snap)
                 nsnap = self._pending_snap
                 if nsnap is not None:
@@ -798,14 +800,31 @@ class StreamReplica(StreamLossMixin):
                     c.on_stream_msg(seq, subj)
 
     def _on_sync(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
-        """The leader's side of a catch-up: the messages from ``from`` on (up to ``to``), in one chunk."""
-        if not reply or not self.leader:
+        """The leader's side of a catch-up: the messages from ``from`` on (up to ``to``), in one chunk, within
+        the server's catch-up budget (rillet.jetstream.cluster.catchup: it may wait its turn there)."""
+        if not reply:
             return
+        budget = self.cs.catchup
+        key = bytes(reply)
         try:
             req = json.loads(msg[hdr:] if hdr >= 0 else msg)
+            if isinstance(req, dict) and req.get("done") is True:
+                budget.release(key)  # (the follower has all it asked for)
+                return
             seq, to = int(req["from"]), int(req["to"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return
+        if not self.leader:
+            budget.release(key)
+            return
+        budget.request(key, lambda room: self._answer_sync(key, seq, to, room))
+
+    def _answer_sync(self, reply: bytes, seq: int, to: int, room: int) -> None:
+        """One catch-up answer of at most ``room`` bytes (and SYNC_BYTES; at least one message), charged to the
+        catch-up budget; nothing when this server no longer leads (the follower asks the new leader)."""
+        if not self.leader or self.closed:
+            return
+        limit = min(SYNC_BYTES, room)
         store = self.stream.store
         st = store.state()
         first = st.first_seq
@@ -820,19 +839,23 @@ class StreamReplica(StreamLossMixin):
                 to = min(to, bad - 1)
         store.read_begin()  # (in sequence order: the store may read ahead)
         try:
-            while seq <= to and len(out) < SYNC_MSGS and size < SYNC_BYTES:
+            while seq <= to and len(out) < SYNC_MSGS and (size < limit or not out):
                 try:
                     m = store.load_next_msg(">", seq, True)
                 except ErrStoreCorrupt:
                     break  # (damaged here: the messages before it; this leader hands over to fetch it again)
                 if m is None or m.seq > to:
                     break
+                n = len(m.subject) + len(m.hdr) + len(m.data)
+                if out and size + n > limit:
+                    break  # (the next answer takes it)
                 out.append((m.seq, m.subject, m.hdr, m.data, m.ts))
-                size += len(m.subject) + len(m.hdr) + len(m.data)
+                size += n
                 seq = m.seq + 1
         finally:
             store.read_done()
         self.jsa.ic.publish(reply, None, _enc.encode((first, out)))
+        self.cs.catchup.charge(reply, size)
 
     # ---- info ---------------------------------------------------------------------------------------
 
@@ -855,21 +878,35 @@ class StreamReplica(StreamLossMixin):
     def _peer_states(self) -> list[monitor.PeerState]:
         return self.peer_states(self.group)
 
-    def group_cluster_info(self, g: Any, desired: Any = None) -> dict:
+    def group_cluster_info(self, g: Any, desired: Any = None, assigned: Any = None, blocking: str = "") -> dict:
+        """``desired``: the assignment's desired state; ``assigned``: the assignment's peers (those not yet
+        members are listed ``pending``, as are members no longer assigned); ``blocking``: a consumer still
+        moving (its stream's status)."""
         leader = g.leader
         lname = self.cs.peer_name(leader) if leader else ""
         cluster = self.cs.server.opts.cluster.name or ""
         kw: dict = {}
+        reps = self.peer_states(g)
+        if assigned is not None and g.is_leader:
+            assigned = list(assigned)
+            for ps in reps:
+                ps.pending = ps.peer not in assigned
+            reps += [monitor.PeerState(self.cs.peer_name(p), p, pending=True)
+                     for p in assigned if p not in g.peers and p != g.id]
         if desired:
-            kw["desired"] = monitor.desired_info(desired, self.cs.peer_name)
+            status = None
+            if assigned is not None and g.is_leader:
+                status = monitor.desired_status(desired, assigned, g.peers,
+                                                [g.id] + [ps.peer for ps in reps if ps.current and not ps.pending],
+                                                self.cs.peer_name, blocking)
+            kw["desired"] = monitor.desired_info(desired, self.cs.peer_name, status)
         # where its RAFT messages go (cluster_traffic, traffic.py); nats-server runs no RAFT node for a group of one
         # peer, and says nothing of its traffic then
         traffic = g.traffic_account() if len(g.peers) > 1 or desired else ""
         sys_acc = self.cs.server.system_account
         kw["system_account"] = bool(traffic) and sys_acc is not None and traffic == sys_acc.name
         kw["traffic_account"] = traffic
-        return monitor.cluster_info(cluster, g.name, lname, g.leader_since_ns if g.is_leader else 0,
-                                    self.peer_states(g), **kw)
+        return monitor.cluster_info(cluster, g.name, lname, g.leader_since_ns if g.is_leader else 0, reps, **kw)
 
     def _lazy_commits(self) -> bool:
         """(RaftGroup.lazy_commits) Nobody reads the followers' stores as they apply: no consumer (its leader may
@@ -884,7 +921,13 @@ class StreamReplica(StreamLossMixin):
         return len(sa.consumers) if sa is not None else 0
 
     def cluster_info(self) -> dict:
-        d = self.group_cluster_info(self.group, self.sa.group.desired)
+        sa = self.sa
+        moving = ""
+        if sa.group.desired is not None:
+            known = self.cs.assignment(self.jsa.account.name, self.name)
+            moving = next((cn for cn, ca in sorted(((known or sa).consumers or {}).items())
+                           if ca.group.desired is not None), "")
+        d = self.group_cluster_info(self.group, sa.group.desired, sa.group.peers, moving)
         if self.data_lost is not None:
             d["lost"] = dict(self.data_lost)
         if self.skipped is not None:
