@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 import rillet.server.msgtrace as _mt
+from rillet import lane
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream import damagereport, ingest, schedules, sourcestate
@@ -836,7 +837,18 @@ class Stream(DedupMixin, ReplyMixin):
 
     def delete_msg(self, seq: int, erase: bool, done: Any = None) -> None:
         """Remove one message through the log; ``done(removed?, error)`` after it is applied."""
-        self.propose(Entry.DELETE, (seq, erase, now_ns()), done)
+        entry = Entry(Entry.DELETE, (seq, erase, now_ns()), done)
+        log = self.log
+        if log.__class__ is SingleNodeLog:  # (its propose, inline: one per retention removal, an ack's)
+            log.index += 1
+            try:
+                res = log.apply(entry)
+            except Exception as e:  # noqa: BLE001 (handed to the completion, as SingleNodeLog.propose does)
+                self._done(entry, None, e)
+                return
+            self._done(entry, res, None)
+            return
+        log.propose(entry, self._done_cb)
 
     # ---- expiry -----------------------------------------------------------------------------------
 
@@ -978,3 +990,10 @@ class Stream(DedupMixin, ReplyMixin):
 _OP_NAMES = {Entry.DELETE: "deleting a message", Entry.PURGE: "purging", Entry.UPDATE: "updating the config",
              Entry.BATCH: "storing a batch", Entry.MIRROR: "storing a mirrored message",
              Entry.EXPIRE: "expiring messages"}
+
+
+# the handler of a stream's subjects: ``reference_on_msg`` (Stream._on_msg as written above, the pure-Python lane's)
+# or, in the compiled lane, its twin rillet._speedups._cjs.stream_on_msg (a plain publish -- no headers, nothing in
+# flight, a one-member log -- stored and acknowledged in C; everything else handed to the reference)
+reference_on_msg = Stream._on_msg
+lane.use_compiled_methods(Stream, "rillet._speedups._cjs", _on_msg="stream_on_msg")

@@ -158,7 +158,12 @@ class _StoreAck:
         pass
 
     def stored(self, seq: int) -> bool:
-        self._count(self.jsa._dack + len(str(seq)))  # ({"stream":<name>[,"domain":..],"seq":<seq>})
+        # (_count, inline: {"stream":<name>[,"domain":..],"seq":<seq>})
+        jsa = self.jsa
+        ic = self.stream.ic
+        ic.in_msgs += 1
+        ic.in_bytes += jsa._dack + len(str(seq))
+        jsa._sub.nm += 1
         self.cb(self.arg, None)
         return False
 
