@@ -103,6 +103,16 @@ CASES: dict[str, tuple[dict[str, str], list[str], int, list[str]]] = {
         ["-c", "{T}/t.conf"], 1,
         ["nats-server: <T>/t.conf:2:1: error parsing X509 certificate/key pair: open ./no.pem: no such file or "
          "directory"]),
+    # every tls block's certificate is loaded as the file is read, its listener enabled or not (as nats-server)
+    **{f"missing tls certificate ({where})": (
+        {"t.conf": text.replace("TLS", 'tls { cert_file: "./no.pem", key_file: "./no.key" }')}, ["-c", "{T}/t.conf"],
+        1, [f"nats-server: <T>/t.conf:{pos}: error parsing X509 certificate/key pair: open ./no.pem: no such file "
+            "or directory"])
+       for where, text, pos in (
+           ("cluster", "cluster {\n  TLS\n}\n", "2:3"), ("mqtt", "mqtt {\n  TLS\n}\n", "2:3"),
+           ("websocket without a port", "websocket {\n  TLS\n}\n", "2:3"),
+           ("gateway", "gateway {\n  name: A\n  TLS\n}\n", "3:3"), ("leafnodes", "leafnodes {\n  TLS\n}\n", "2:3"),
+           ("leaf remote", 'leafnodes {\n  remotes [ { url: "tls://h:1", TLS } ]\n}\n', "2:33"))},
     "string for an integer": ({"v.conf": 'port: "abc"\n'}, ["-c", "{T}/v.conf"], 1,
                               ["nats-server: <T>/v.conf:1:0: interface conversion: interface {} is string, not int64"]),
     "string for a size": ({"v.conf": 'max_payload: "x"\n'}, ["-c", "{T}/v.conf"], 1,

@@ -36,6 +36,7 @@ class SubsystemSections(BuilderBase):
         """A tls {} block. ``where``: "client" for the top-level block (the client port), "websocket",
         "cluster"...; settings that only the client port acts on are refused elsewhere."""
         tls = TLSConfig()
+        tls.source = f.pos  # where nats-server reports a certificate it cannot load
         prefix = "error parsing tls config"
 
         def filename(attr: str) -> Callable[[Field], None]:

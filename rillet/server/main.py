@@ -83,11 +83,29 @@ def main(argv: list[str] | None = None, build: Callable[[Options, Logger], Any] 
     return run(opts, argv, build)
 
 
+def _tls_blocks(opts: Options) -> list[Any]:
+    """Every tls {} block of the options, in the file's order of sections (nats-server loads each one's
+    certificate as it parses it, whether its listener is enabled or not)."""
+    out: list[Any] = [opts.tls, opts.websocket.tls, opts.cluster.tls]
+    if isinstance(opts.mqtt, dict):
+        out.append(opts.mqtt.get("tls"))
+    g = opts.gateway_opts
+    if g is not None:
+        out.append(getattr(g, "tls", None))
+        out.extend(getattr(r, "tls", None) for r in getattr(g, "gateways", None) or ())
+    ln = opts.leaf
+    if ln is not None:
+        out.append(getattr(ln, "tls", None))
+        out.extend(getattr(r, "tls", None) for r in getattr(ln, "remotes", None) or ())
+    out.append(opts.resolver_tls)
+    return out
+
+
 def _check_tls_files(opts: Options) -> None:
     """nats-server loads the certificate and key with the options: a missing file stops it there, in Go's
     words (``open <path>: no such file or directory``), before any log line; at the tls key of a config file."""
     from rillet.config.errors import ConfigError
-    for tls in (opts.tls, opts.websocket.tls if opts.websocket.port else None):
+    for tls in _tls_blocks(opts):
         if tls is None:
             continue
         pairs = [(tls.cert_file, tls.key_file, "")] + [(c, k, f" {i + 1}/{len(tls.certs)}")
