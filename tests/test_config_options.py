@@ -590,11 +590,19 @@ def test_jetstream_block():
     assert js.extra == {"strict": False}
 
 
-@pytest.mark.parametrize("key", ["max_concurrent_io: 4", "meta_compact: 10"])
+@pytest.mark.parametrize("key", ["max_concurrent_io: 4"])
 def test_jetstream_keys_rillet_cannot_honour_are_refused(key):
     # (key, cipher and prev_key are honoured since encryption at rest: tests/test_js_encryption.py)
     with pytest.raises(ConfigError, match=r'o\.conf:1:12: "\w+" is not supported: Rillet '):
         load("jetstream { " + key + " }")
+
+
+def test_jetstream_cluster_tuning_keys_are_taken():
+    # (max_outstanding_catchup: tests/test_jscluster_catchup_budget.py; meta_compact*: test_jscluster_meta_compact.py)
+    js = load('jetstream { max_outstanding_catchup: "2M", meta_compact: 10, meta_compact_size: "1K", '
+              'meta_compact_sync: true }').jetstream
+    assert js.extra == {"max_outstanding_catchup": 2 << 20, "meta_compact": 10, "meta_compact_size": 1024,
+                        "meta_compact_sync": True}
 
 
 def test_jetstream_encryption_keys_are_taken():

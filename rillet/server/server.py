@@ -74,6 +74,7 @@ class Server:
         self.subsystems: Subsystems = subsystems if subsystems is not None else Core()
         o = self.opts
         validate_options(o)
+        validate_start_options(o)
         self.log = log if log is not None else Logger(debug=o.debug, trace=o.trace, logtime=o.logtime,
                                                      utc=o.logtime_utc, log_file=o.log_file,
                                                      size_limit=o.log_size_limit)
@@ -777,7 +778,8 @@ class Server:
                         new_opts.jetstream.store_dir != old.jetstream.store_dir:
                     raise ValueError("config reload not supported for jetstream storage directory change")
                 for k, name in (("max_buffered_msgs", "StreamMaxBufferedMsgs"),
-                                ("max_buffered_size", "StreamMaxBufferedSize")):
+                                ("max_buffered_size", "StreamMaxBufferedSize"),
+                                ("max_outstanding_catchup", "JetStreamMaxCatchup")):
                     was, now = old.jetstream.extra.get(k, 0), new_opts.jetstream.extra.get(k, 0)
                     if was != now:  # (read by each stream when it is made: rillet.jetstream.ingest, as nats-server)
                         raise ValueError(f"config reload not supported for {name}: old={was}, new={now}")
@@ -926,6 +928,12 @@ def validate_options(o: Options) -> None:
     if o.lame_duck_grace_period >= o.lame_duck_duration > 0 and o.lame_duck_grace_period > 0:
         raise ValueError(f"lame duck grace period ({format_seconds(o.lame_duck_grace_period)}) should be strictly "
                          f"lower than lame duck duration ({format_seconds(o.lame_duck_duration)})")
+
+
+def validate_start_options(o: Options) -> None:
+    """What nats-server refuses when it starts but not with -t (its JetStream cluster checks)."""
+    if o.jetstream.enabled and o.cluster.port and o.jetstream.extra.get("max_outstanding_catchup", 0) < 0:
+        raise ValueError("jetstream max catchup cannot be negative")
 
 
 def _store_dir_problem(store_dir: str, e: OSError) -> str:

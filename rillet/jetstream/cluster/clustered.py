@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 from rillet.jetstream.api import codec as apijson
+from rillet.jetstream.cluster.catchup import make_budget
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.cluster.streams import RECONCILE_EVERY, T, StreamReplica
 from rillet.jetstream.errors import ApiError
@@ -76,6 +77,8 @@ class ClusteredStreams:
         # (account, stream, consumer or "") -> [(deadline, callback)]: when_leader asks that came first
         self._early_waiters: dict[tuple[str, str, str], list[tuple[float, Any]]] = {}
         self._direct_timer: asyncio.TimerHandle | None = js.loop.call_later(DIRECT_CHECK_EVERY, self._direct_sweep)
+        # the bytes of catch-up answers this server's stream leaders have in flight (max_outstanding_catchup)
+        self.catchup = make_budget(server, js.loop, js.log)
 
     def _direct_sweep(self) -> None:
         """Followers with direct gets: answer them while current, not while behind (as nats-server's direct
@@ -300,6 +303,7 @@ class ClusteredStreams:
         self._direct_timer = cancelled(self._direct_timer)
         for key in list(self.replicas):
             await self._remove(key, delete=False)
+        self.catchup.close()
 
     # ---- membership -----------------------------------------------------------------------------------
 
