@@ -102,7 +102,8 @@ def parse_gateway(b: Any, f: Field) -> None:
     def authorization(sub: Field) -> None:
         auth = b.parse_link_authorization(sub, "Gateway")
         if auth.get("permissions") is not None:
-            raise sub.error("gateway permissions are not supported yet")
+            raise sub.error("gateway permissions are not supported: a gateway authorization's permissions would "
+                            "have no effect (nats-server parses and ignores them); remove them")
         g.username = auth.get("user", "")
         g.password = auth.get("pass", "")
         g.auth_timeout = auth.get("timeout", 0.0)
