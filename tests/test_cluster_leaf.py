@@ -1113,10 +1113,11 @@ def test_remote_names_and_learnt_urls():
 # ==== configuration ===============================================================================================
 
 @pytest.mark.parametrize("text, error", [
-    ('leafnodes { remotes [ { url: "nats://h:1", tls { pinned_certs: ["' + 'a' * 64 + '"] } } ] }',
-     '1:49: leafnodes pinned_certs: pinned_certs on leaf connections is not supported yet'),
-    ('leafnodes { tls { cert_file: a, key_file: b, verify_and_map: true } }',
-     'leafnodes verify_and_map: verify_and_map on leaf connections is not supported yet'),
+    # (pinned_certs and the listener's verify_and_map work: tests/test_leaf_tls_pins_map.py)
+    ('leafnodes { remotes [ { url: "nats://h:1", tls { verify_and_map: true } } ] }',
+     '1:49: leafnodes remote tls: verify_and_map is not supported: a remote is the connecting side'),
+    ('leafnodes { tls { cert_file: a, key_file: b, verify_cert_and_check_known_urls: true } }',
+     'verify_cert_and_check_known_urls not supported in this context'),
     ('leafnodes { remotes [ { urls: ["wss://h:1", "tls://h:2"] } ] }',
      'remote leaf node configuration cannot have a mix of websocket and non-websocket urls'),
     ('leafnodes { remotes [ { urls: ["ws://h:1", "nats://h:2"] } ] }',

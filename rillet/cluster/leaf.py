@@ -432,6 +432,18 @@ class LeafNodes(Listening):
                 return None
             return o.account or "$G"
         if o.users:
+            if o.tls is not None and o.tls.verify_and_map:
+                # tls { verify_and_map }: the leaf is the user its certificate names (email, DNS, URI SANs, then
+                # the subject DN, as nats-server's checkClientTLSCertSubject), with that user's password if any
+                u = self._cert_user(lc)
+                if u is None:
+                    lc.debug("no leafnode user matches the certificate")
+                    return None
+                if co.user:
+                    srv.log.warn(f'User "{co.user}" found in connect proto, but user required from cert')
+                if proxy_refused(u.proxy_required) or not compare_secret(u.password, co.password):
+                    return None
+                return u.account or "$G"
             for u in o.users:
                 if u.username == co.user:
                     if proxy_refused(u.proxy_required) or not compare_secret(u.password, co.password):
@@ -451,7 +463,10 @@ class LeafNodes(Listening):
             lc.jwt_user = u
             lc.apply_user_perms(u.permissions)
             return u.account
-        res = srv.authenticator.authenticate(raw, nonce, "LEAFNODE", proxied=bool(lc.proxy_key))
+        cert = None
+        if o.tls is not None and o.tls.verify_and_map and lc.transport is not None:
+            cert = lc.transport.get_extra_info("peercert")  # (the server's users named by it: auth.py)
+        res = srv.authenticator.authenticate(raw, nonce, "LEAFNODE", peer_cert=cert, proxied=bool(lc.proxy_key))
         if res is False or res is None:
             lc.auth_failure = srv.authenticator.failure
             return None
@@ -459,6 +474,18 @@ class LeafNodes(Listening):
             return o.account or "$G"
         lc.apply_user_perms(getattr(res, "permissions", None))
         return getattr(res, "account", "") or "$G"
+
+    def _cert_user(self, lc: LeafConn) -> Any:
+        """The leafnodes authorization user the leaf's (verified) certificate names, or None."""
+        from rillet.config.options import User
+        from rillet.server.auth import tls_map_user
+        t = lc.transport
+        cert = t.get_extra_info("peercert") if t is not None else None
+        if not cert:
+            return None
+        users = {u.username: u for u in self.opts.users}
+        found = tls_map_user({n: User(username=n) for n in users}, cert, "LEAFNODE")
+        return users[found.username] if found is not None else None
 
     # ---- registration and interest --------------------------------------------------------------------
 
@@ -677,6 +704,29 @@ class LeafNodes(Listening):
             self._stop_remote(r)
             log.notice(f"Reloaded: LeafNode Remote {r.opts.name()} removed")
         self.remotes = keep
+        self._recheck_pins(old)
+
+    def _recheck_pins(self, old: "LeafNodeOptions") -> None:
+        """pinned_certs changed by a reload: connected leafs whose key is no longer pinned go (nats-server's
+        recheckPinnedCerts, which logs them with the clients)."""
+        from rillet.server.tls import pinned_error
+
+        def pins(o: Any) -> list:
+            return [list(t.pinned_certs) if t is not None else [] for t in [o.tls] + [r.tls for r in o.remotes]]
+        if pins(old) == pins(self.opts):
+            return
+        gone = []
+        for lc in list(self.conns):
+            p = lc.pins()
+            t = lc.transport
+            if lc.closed or not p or t is None or t.get_extra_info("websocket") is not None:
+                continue
+            if pinned_error(t.get_extra_info("ssl_object"), p) is not None:
+                gone.append(lc)
+        if gone:
+            self.server.log.notice(f"Disconnect {len(gone)} clients due to pinned certs reload")
+            for lc in gone:
+                lc.close("TLS Handshake Failure")
 
     def _stop_remote(self, r: RemoteState) -> None:
         r.removed = True

@@ -162,7 +162,8 @@ class LeafConn(ServerConn):
         log = srv.log
         if self.solicited:
             if transport.get_extra_info("ssl_object") is not None and transport.get_extra_info("websocket") is None:
-                self._tls_first(transport, self.remote.opts.tls, False)  # (the remote's tls { handshake_first })
+                if not self._tls_first(transport, self.remote.opts.tls, False):  # (the remote's handshake_first)
+                    return
             acc = self.remote.opts.account or "$G"
             if mgr.bind_account(acc) is None:
                 # (operator mode: the account's JWT is not in the resolver yet; tried again after the delay)
@@ -187,7 +188,8 @@ class LeafConn(ServerConn):
             tls = mgr.tls_server is not None and transport.get_extra_info("websocket") is None
             if tls and transport.get_extra_info("ssl_object") is not None:
                 tls = False  # (tls { handshake_first }: the handshake came before this INFO)
-                self._tls_first(transport, mgr.opts.tls, True)
+                if not self._tls_first(transport, mgr.opts.tls, True):
+                    return
             if tls:
                 transport.pause_reading()  # (the leaf's next bytes are its TLS handshake)
             self.out += cp.info_frame(mgr.hub_info(self))
@@ -213,7 +215,8 @@ class LeafConn(ServerConn):
             self.close("TLS Handshake Failure")
             return
         new_t.set_protocol(self)
-        srv.log.debug(f"{self.log_prefix()} - TLS handshake complete")
+        if not self.tls_checked("leafnode", self.pins(), no_reconnect=False):  # (pinned_certs)
+            return
         if info is not None:
             self._negotiate(info, halt=False)
             srv.flush_clients()
@@ -222,13 +225,26 @@ class LeafConn(ServerConn):
         if hold.lost is not None:
             self.connection_lost(hold.lost[0])
 
-    def _tls_first(self, transport: Any, cfg: Any, server_side: bool) -> None:
+    def pins(self) -> list[str]:
+        """The keys the peer's certificate must have (``pinned_certs``; none pinned: []): the leafnodes tls {}
+        block's, on both sides, as nats-server; a remote's own too on its connections (nats-server parses
+        and ignores those; Rillet checks them, as a gateway's)."""
+        t = self.mgr.opts.tls
+        pins = list(t.pinned_certs) if t is not None else []
+        if self.solicited and self.remote is not None and self.remote.opts.tls is not None:
+            pins += self.remote.opts.tls.pinned_certs
+        return pins
+
+    def _tls_first(self, transport: Any, cfg: Any, server_side: bool) -> bool:
         """The connection did its TLS handshake first (``handshake_first``): no upgrade after the INFO; the peer's
-        certificate checked with its CA's OCSP responder (``ocsp_peer``) before anything is read, as after one."""
+        key checked against ``pinned_certs`` (False: closed), and its certificate with its CA's OCSP responder
+        (``ocsp_peer``) before anything is read, as after one."""
         self.tls = True
+        if not self.tls_checked("leafnode", self.pins(), no_reconnect=False):
+            return False
         peer_cfg = getattr(cfg, "ocsp_peer", None)
         if peer_cfg is None or not peer_cfg.verify:
-            return
+            return True
         transport.pause_reading()
 
         async def check() -> None:
@@ -237,6 +253,7 @@ class LeafConn(ServerConn):
             elif not self.closed:
                 transport.resume_reading()
         self.server.loop.create_task(check())
+        return True
 
     async def _ocsp_peer_ok(self, t: Any, cfg: Any, server_side: bool) -> bool:
         """ocsp_peer on a leaf connection: the leaf's certificate (hub side) or the hub's (the remote's

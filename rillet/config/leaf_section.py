@@ -136,13 +136,17 @@ def _url(f: Field, text: str) -> str:
 
 
 def _tls(b: Any, f: Field, client_side: bool) -> Any:
-    """A leafnodes (or remote) tls {} block; what Rillet's leaf connections do not do is refused."""
+    """A leafnodes (or remote) tls {} block. ``pinned_certs``: checked on both sides (rillet.cluster.leaf_conn);
+    ``verify_and_map`` on the listener: a leaf named by its certificate (rillet.cluster.leaf.authorize)."""
     where = "leafnodes remote" if client_side else "leafnodes"
     t = b.parse_tls(f, client_side=client_side, where=where)
     for e in f.entries():
-        if e.name in ("verify_and_map", "verify_cert_and_check_known_urls", "pinned_certs") and \
-                e.value not in (False, [], None):
-            raise _refuse(e, f"{e.key} on leaf connections")
+        if e.name == "verify_cert_and_check_known_urls" and e.value is True:
+            raise e.error("verify_cert_and_check_known_urls not supported in this context")  # (nats-server's)
+        if e.name == "verify_and_map" and e.value is True and client_side:
+            raise e.error("leafnodes remote tls: verify_and_map is not supported: a remote is the connecting "
+                          "side, where no certificate is mapped to a user (nats-server parses it and ignores it); "
+                          "set it in the leafnodes tls block of the accepting server")
     t.source = f.pos
     return t
 

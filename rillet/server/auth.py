@@ -258,8 +258,12 @@ class Authenticator:
                       peer_cert: dict | None) -> User | None | bool:
         if not self.required:
             return True
-        tls = self.opts.tls
-        if tls is not None and tls.verify_and_map and self.users and conn_type == "STANDARD":
+        # (verify_and_map of the listener the connection came to: the client port's tls {}, or for a leaf
+        # connection without leafnodes users, the leafnodes tls {}, as nats-server's checkClientAuth)
+        leaf = self.opts.leaf
+        tls = self.opts.tls if conn_type == "STANDARD" else \
+            leaf.tls if conn_type == "LEAFNODE" and leaf is not None else None
+        if tls is not None and tls.verify_and_map and self.users:
             u = tls_map_user(self.users, peer_cert or {}, conn_type)
             return u if u is not None and not self._proxy_refused(u.proxy_required) else False
         nkey = connect.get("nkey") or ""
