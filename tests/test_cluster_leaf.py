@@ -1122,8 +1122,8 @@ def test_remote_names_and_learnt_urls():
      'remote leaf node configuration cannot have a mix of websocket and non-websocket urls'),
     ('leafnodes { remotes [ { urls: ["ws://h:1", "nats://h:2"] } ] }',
      'remote leaf node configuration cannot have a mix of websocket and non-websocket urls'),
-    ('leafnodes { remotes [ { url: "ws://h:1", ws_compress: true } ] }', "compression of leaf connections over "
-                                                                       "WebSocket is not supported yet"),
+    ('leafnodes { remotes [ { url: "ws://h:1", ws_compress: 1 } ] }', "interface conversion: interface {} is "
+                                                                    "int64, not bool"),
     ('leafnodes { compression: s2_uncompressed }', 'unsupported compression mode "s2_uncompressed"'),
     ('leafnodes { remotes [ { url: "nats://h:1", compression: { mode: s2_auto, rtt: ["9ms", "1ms"] } } ] }',
      "RTT threshold values [9ms 1ms] should be in ascending order"),
@@ -1188,8 +1188,10 @@ LEAF_KEY_TESTS = {
         "seed": "test_nkey_remote_authenticates_to_a_go_hub", "tls": "test_tls_leaf_connections",
         "url": "test_pub_sub_both_ways_wildcards_and_headers", "urls": "test_remote_urls_order_and_discovered_urls",
         "ws_no_masking": "test_websocket_leafs_with_go", "websocket_no_masking": "test_websocket_leafs_with_go",
-        "ws_compress": "test_config_errors", "ws_compression": "test_config_errors",
-        "websocket_compress": "test_config_errors", "websocket_compression": "test_config_errors",
+        "ws_compress": "test_leaf_ws_compress.py::test_rillet_leaf_of_a_go_hub",
+        "ws_compression": "test_leaf_ws_compress.py::test_rillet_leaf_and_hub",
+        "websocket_compress": "test_leaf_ws_compress.py::test_rillet_leaf_and_hub",
+        "websocket_compression": "test_leaf_ws_compress.py::test_rillet_leaf_and_hub",
         "isolate": "test_leaf_isolation.py::test_isolation_settings_parse_and_type_errors",
         "isolate_leafnode_interest": "test_leaf_isolation.py::test_isolation_settings_parse_and_type_errors",
         "request_isolation": "test_leaf_isolation.py::test_a_leaf_requesting_isolation_gets_it_alone",

@@ -162,7 +162,7 @@ class LeafNodes(Listening):
             if ws:
                 from rillet.cluster.leaf_ws import WSDialer
                 factory: Any = lambda: WSDialer(LeafConn(self, r), hostport(host, port),  # noqa: E731
-                                                no_masking=r.opts.ws_no_masking)
+                                                no_masking=r.opts.ws_no_masking, compress=r.opts.ws_compress)
             else:
                 factory = lambda: LeafConn(self, r)  # noqa: E731
             try:

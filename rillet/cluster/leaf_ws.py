@@ -6,8 +6,10 @@ hub's ``/leafnode`` path (as nats-server's leafNodeSolicitWSConnection does), ch
 then carries the leaf protocol in binary frames, masked as a client must (unless the remote asks for
 ``ws_no_masking`` and the hub agrees with ``Nats-No-Masking: true``). To the ``LeafConn`` it wraps it is
 the transport (``write``, ``close``, ``abort``, ``get_extra_info``...); frames from the hub are decoded
-here (continuations, ping, close) and their payload handed to the ``LeafConn``. Compression
-(permessage-deflate) is not offered. The accepting side is the server's websocket listener
+here (continuations, ping, close) and their payload handed to the ``LeafConn``. With ``ws_compress`` the
+request offers permessage-deflate without context takeover either way (as nats-server's
+leafNodeSolicitWSConnection); a hub that agrees gets writes over 64 bytes deflated (RSV1) and its compressed
+messages are inflated; a hub that does not answers without the extension and nothing is compressed. The accepting side is the server's websocket listener
 (``rillet.server.websocket``), which hands a ``/leafnode`` upgrade to a ``LeafConn``.
 """
 from __future__ import annotations
@@ -16,17 +18,23 @@ import asyncio
 import base64
 import os
 import struct
+import zlib
 from typing import Any
 
-from rillet.server.wsframe import WSTransport, accept_key, unmask
+from rillet.server.wsframe import COMPRESS_THRESHOLD, _DEFLATE_TAIL, WSTransport, accept_key, unmask
 
 _OP_CONT, _OP_TEXT, _OP_BIN, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
 _MAX_HEADER = 8192
 
 
-def _frame(op: int, payload: bytes, mask: bool) -> bytes:
+_RSV1 = 0x40  # a compressed message's first frame (permessage-deflate)
+_PMC = "permessage-deflate"
+_PMC_REQUEST = f"Sec-WebSocket-Extensions: {_PMC}; server_no_context_takeover; client_no_context_takeover\r\n"
+
+
+def _frame(op: int, payload: bytes, mask: bool, rsv: int = 0) -> bytes:
     n = len(payload)
-    b0 = 0x80 | op
+    b0 = 0x80 | rsv | op
     mbit = 0x80 if mask else 0
     if n < 126:
         head = bytes((b0, mbit | n))
@@ -43,11 +51,16 @@ def _frame(op: int, payload: bytes, mask: bool) -> bytes:
 class WSDialer(WSTransport, asyncio.Protocol):
     """The WebSocket client side of one solicited leaf connection (see the module docstring)."""
 
-    def __init__(self, inner: Any, host: str, no_masking: bool = False, path: str = "/leafnode") -> None:
+    def __init__(self, inner: Any, host: str, no_masking: bool = False, path: str = "/leafnode",
+                 compress: bool = False) -> None:
         self.inner = inner  # the LeafConn
         self.host = host
         self.path = path
         self.want_no_masking = no_masking
+        self.want_compress = compress
+        self.compress = False  # (negotiated: the hub answered with the extension)
+        self._deflater: Any = None
+        self._mcomp = False  # the message being assembled is compressed
         self.mask = True
         self.t: asyncio.Transport | None = None
         self.key = base64.b64encode(os.urandom(16)).decode()
@@ -63,6 +76,8 @@ class WSDialer(WSTransport, asyncio.Protocol):
         self.t = transport  # type: ignore[assignment]
         req = [f"GET {self.path} HTTP/1.1\r\nHost: {self.host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                f"Sec-WebSocket-Key: {self.key}\r\nSec-WebSocket-Version: 13\r\n"]
+        if self.want_compress:
+            req.append(_PMC_REQUEST)
         if self.want_no_masking:
             req.append("Nats-No-Masking: true\r\n")
         req.append("\r\n")
@@ -105,10 +120,18 @@ class WSDialer(WSTransport, asyncio.Protocol):
             return "invalid websocket connection"
         if hdrs.get("sec-websocket-accept") != accept_key(self.key):
             return "invalid websocket connection (bad accept key)"
-        if hdrs.get("sec-websocket-extensions"):
-            return "websocket compression was not requested"
+        ext = hdrs.get("sec-websocket-extensions")
+        if ext:
+            if not self.want_compress:
+                return "websocket compression was not requested"
+            found, no_ctx = _pmc_support(ext)
+            if found and not no_ctx:
+                return "compression negotiation error"
+            self.compress = found
         if self.want_no_masking and hdrs.get("nats-no-masking", "").lower() == "true":
             self.mask = False
+        self.inner.server.log.debug(f"Leafnode compression={str(self.compress).lower()} "
+                                    f"masking={str(self.mask).lower()}")
         return ""
 
     def _fail(self, text: str) -> None:
@@ -126,9 +149,11 @@ class WSDialer(WSTransport, asyncio.Protocol):
         while n - pos >= 2:
             b0, b1 = buf[pos], buf[pos + 1]
             op = b0 & 0x0F
-            if b0 & 0x70:
+            comp = b0 & _RSV1
+            if b0 & 0x30 or (comp and not (self.compress and op in (_OP_TEXT, _OP_BIN))):
                 self._flush(out)
-                self._protocol_error("websocket frame with reserved bits set (compression was not negotiated)")
+                self._protocol_error("websocket frame with reserved bits set (compression was not negotiated)"
+                                     if not self.compress else "websocket frame with invalid reserved bits")
                 return
             ln = b1 & 0x7F
             hl = 2
@@ -155,12 +180,15 @@ class WSDialer(WSTransport, asyncio.Protocol):
                 payload = bytes(unmask(key, payload))
             pos += hl + ln
             if op in (_OP_CONT, _OP_TEXT, _OP_BIN):
+                if op != _OP_CONT:
+                    self._mcomp = bool(comp)
                 if b0 & 0x80 and not self._msg:
-                    out.append(payload)
+                    out.append(self._inflate(payload) if self._mcomp else payload)
                 else:
                     self._msg += payload
                     if b0 & 0x80:
-                        out.append(bytes(self._msg))
+                        whole = bytes(self._msg)
+                        out.append(self._inflate(whole) if self._mcomp else whole)
                         self._msg.clear()
             elif op == _OP_PING:
                 self._send(_OP_PONG, payload)
@@ -178,6 +206,12 @@ class WSDialer(WSTransport, asyncio.Protocol):
                 return
         del buf[:pos]
         self._flush(out)
+
+    @staticmethod
+    def _inflate(data: bytes) -> bytes:
+        """One compressed message (no context takeover: each inflates on its own)."""
+        d = zlib.decompressobj(-15)
+        return d.decompress(data + _DEFLATE_TAIL) + d.flush()
 
     def _flush(self, out: list[bytes]) -> None:
         if out and not self.inner.closed:
@@ -202,6 +236,16 @@ class WSDialer(WSTransport, asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         if self.t is not None and not self.closing:
+            if self.compress and len(data) > COMPRESS_THRESHOLD:
+                co = self._deflater
+                if co is None:
+                    co = self._deflater = zlib.compressobj(1, zlib.DEFLATED, -15)
+                # (a full flush ends the message and forgets the history: client_no_context_takeover)
+                p = co.compress(data) + co.flush(zlib.Z_FULL_FLUSH)
+                if p.endswith(_DEFLATE_TAIL):
+                    p = p[:-4]
+                self.t.write(_frame(_OP_BIN, p, self.mask, _RSV1))
+                return
             self.t.write(_frame(_OP_BIN, data, self.mask))
 
     def close(self) -> None:
@@ -213,3 +257,15 @@ class WSDialer(WSTransport, asyncio.Protocol):
                 self.t.write(_frame(_OP_CLOSE, struct.pack("!H", 1000), self.mask))
             self.t.close()
 
+
+
+def _pmc_support(value: str) -> tuple[bool, bool]:
+    """(permessage-deflate offered, with both server and client no_context_takeover) in an extensions header
+    (nats-server's wsPMCExtensionSupport)."""
+    for ext in value.split(","):
+        params = [p.strip(" \t") for p in ext.split(";")]
+        for i, p in enumerate(params):
+            if p.lower() == _PMC:
+                rest = {q.lower() for q in params[i + 1:]}
+                return True, "server_no_context_takeover" in rest and "client_no_context_takeover" in rest
+    return False, False

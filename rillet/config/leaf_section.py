@@ -3,10 +3,11 @@
 What nats-server accepts is accepted here with its defaults and errors; what Rillet's leaf nodes do not do
 is refused with file:line:col and the reason, never parsed and ignored:
 
-* in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls``,
-  ``pinned_certs``; HTTP ``proxy``, ``jetstream_cluster_migrate``, websocket compression
-  (``ws_compress: true``) is refused;
-* remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking``.
+* ``verify_cert_and_check_known_urls`` in any leafnodes ``tls {}`` (nats-server's words), ``verify_and_map``
+  in a remote's ``tls {}`` (nats-server ignores it there), HTTP ``proxy``, ``jetstream_cluster_migrate``;
+* ``pinned_certs`` (both sides) and the listener's ``verify_and_map`` work (rillet.cluster.leaf_conn, leaf);
+* remotes over ``ws://`` and ``wss://`` URLs work (``rillet.cluster.leaf_ws``), with ``ws_no_masking`` and
+  ``ws_compress`` (permessage-deflate).
 
 The parsed block becomes ``Options.leaf`` (a ``LeafNodeOptions``); ``Options.leafnodes`` keeps the raw map.
 """
@@ -49,6 +50,7 @@ class RemoteLeafOptions:
     disabled: bool = False
     ignore_discovered_servers: bool = False
     ws_no_masking: bool = False
+    ws_compress: bool = False  # permessage-deflate over ws:// and wss:// (when the hub agrees)
     hub: bool = False  # this server is the hub of the remote it dials
     compression: str = ""  # "" (unset: s2_auto), or a mode of rillet.compression (normalized)
     compression_rtts: tuple = ()  # s2_auto's rtt_thresholds (seconds; () = the default ones)
@@ -334,8 +336,8 @@ def _remote(b: Any, f: Field) -> RemoteLeafOptions:
         return lambda e: setattr(r, attr, _subjects(b, e))
 
     def ws_compress(e: Field) -> None:
-        if e.as_bool():
-            raise _refuse(e, "compression of leaf connections over WebSocket")
+        # permessage-deflate asked of the hub on ws:// and wss:// URLs (rillet.cluster.leaf_ws)
+        r.ws_compress = e.as_bool()
 
     def hub(e: Field) -> None:
         r.hub = e.as_bool()
