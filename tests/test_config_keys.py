@@ -124,6 +124,7 @@ KEY_TESTS: dict[str, str] = {
     "jetstream.meta_compact": "tests/test_jscluster_meta_compact.py::test_meta_log_compacted_past_threshold",
     "jetstream.meta_compact_size": "tests/test_jscluster_meta_compact.py::test_meta_log_compacted_past_threshold",
     "jetstream.meta_compact_sync": "tests/test_jscluster_meta_compact.py::test_async_snapshots_refused",
+    "jetstream.max_concurrent_io": "tests/test_js_concurrent_io.py::test_blocking_calls_in_flight_bounded",
     "jetstream.tpm": "tests/test_release_features.py::test_tpm_block_parsed_then_jetstream_refused_as_nats_server",
     "server_metadata": "tests/test_server_metadata.py::test_server_metadata_as_nats_server",
     "feature_flags": "tests/test_feature_flags.py::test_v2_ack_and_flow_control_subjects_like_nats_server",

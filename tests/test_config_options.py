@@ -590,10 +590,10 @@ def test_jetstream_block():
     assert js.extra == {"strict": False}
 
 
-@pytest.mark.parametrize("key", ["max_concurrent_io: 4"])
+@pytest.mark.parametrize("key", ["extension_hint: will_extend"])
 def test_jetstream_keys_rillet_cannot_honour_are_refused(key):
     # (key, cipher and prev_key are honoured since encryption at rest: tests/test_js_encryption.py)
-    with pytest.raises(ConfigError, match=r'o\.conf:1:12: "\w+" is not supported: Rillet '):
+    with pytest.raises(ConfigError, match=r'o\.conf:1:12: "\w+" is not supported: it tunes '):
         load("jetstream { " + key + " }")
 
 

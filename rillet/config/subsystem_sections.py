@@ -421,7 +421,10 @@ class SubsystemSections(BuilderBase):
 
         table["tpm"] = tpm
         table["limits"] = lambda sub: self._jetstream_limits(sub, js)
-        table["extension_hint"] = refuse("Rillet has no JetStream extension hint")
+        table["extension_hint"] = refuse("it tunes whether this server's JetStream extends another domain over "
+                                         "leaf node connections, which Rillet never does (each side of a leaf "
+                                         "connection keeps its own JetStream; the API crosses only as "
+                                         "$JS.<domain>.API)")
 
         def max_catchup(sub: Field) -> None:
             # server-wide bytes of stream catch-up answers in flight (rillet.jetstream.cluster.catchup); 0 = the
@@ -447,7 +450,14 @@ class SubsystemSections(BuilderBase):
             js.extra["max_buffered_size"] = storage_size(sub, "max_buffered_size")
 
         table["max_buffered_size"] = buffered_size
-        table["max_concurrent_io"] = refuse("Rillet has no such JetStream queue or I/O limit")
+        def concurrent_io(sub: Field) -> None:
+            # (rillet.jetstream.diskio: the loop's thread pool for blocking disk calls)
+            v = sub.value
+            if isinstance(v, bool) or not isinstance(v, int) or not 4 <= v <= 8192:
+                raise sub.error(f'Expected an absolute size for "{sub.key}" between 4 and 8192, got {_go_v(v)}')
+            js.extra["max_concurrent_io"] = v
+
+        table["max_concurrent_io"] = concurrent_io
         self.each(f, table, "jetstream")
         js.enabled = enabled
 

@@ -334,6 +334,10 @@ class JetStream:
             if e.errno != errno.ENOSPC:
                 raise
             log.warn(f"JetStream store directory {self.store_dir!r} is full: new messages will be refused")
+        n_io = self.server.opts.jetstream.extra.get("max_concurrent_io", 0)
+        if n_io:  # (jetstream { max_concurrent_io }: rillet.jetstream.diskio)
+            from rillet.jetstream import diskio
+            diskio.limit(self.loop, n_io)
         log.notice("Starting JetStream")
         log.notice("---------------- JETSTREAM ----------------")
         log.notice(f"  Max Memory:      {_human(self.max_memory)}")

@@ -779,8 +779,10 @@ class Server:
                     raise ValueError("config reload not supported for jetstream storage directory change")
                 for k, name in (("max_buffered_msgs", "StreamMaxBufferedMsgs"),
                                 ("max_buffered_size", "StreamMaxBufferedSize"),
-                                ("max_outstanding_catchup", "JetStreamMaxCatchup")):
-                    was, now = old.jetstream.extra.get(k, 0), new_opts.jetstream.extra.get(k, 0)
+                                ("max_outstanding_catchup", "JetStreamMaxCatchup"),
+                                ("max_concurrent_io", "JetStreamConcurrentIOs")):
+                    unset = 4096 if k == "max_concurrent_io" else 0  # (nats-server's baseline value)
+                    was, now = old.jetstream.extra.get(k, unset), new_opts.jetstream.extra.get(k, unset)
                     if was != now:  # (read by each stream when it is made: rillet.jetstream.ingest, as nats-server)
                         raise ValueError(f"config reload not supported for {name}: old={was}, new={now}")
                 continue
