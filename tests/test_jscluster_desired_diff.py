@@ -1,5 +1,5 @@
 """nats-server 2.15's desired state (ADR-62) as a user sees it, differential: the same scales, retention change,
-overlapping requests and cancel against a 3-server Rillet JetStream cluster and a 3-server nats-server 2.15.1
+overlapping requests, consumers scaled by their own update and a cancel against a 3-server Rillet JetStream cluster and a 3-server nats-server 2.15.1
 cluster (servers tagged t0, t1, t2), compared through STREAM.INFO / CONSUMER.INFO.
 
 Compared exactly: the answers (errors, the config kept, the ``cluster.desired`` of the update answer: target
@@ -46,6 +46,19 @@ EXPECTED: list = [['scale up',
   {'stream': {'num_replicas': 3, 'retention': 'limits', 'peers': 3},
    'C0': {'num_replicas': 0, 'peers': 3},
    'C1': {'num_replicas': 1, 'peers': 1}}],
+ ['consumer scale up',
+  {'type': T + 'consumer_create_response',
+   'num_replicas': 3,
+   'desired': {'named': True, 'origin': None, 'replicas': 3}}],
+ ['consumer scale down',
+  {'type': T + 'consumer_create_response',
+   'num_replicas': 1,
+   'desired': {'named': True, 'origin': None, 'replicas': 'none yet or 1'}}],
+ ['consumer scales, end',
+  {'stream': {'num_replicas': 3, 'retention': 'limits', 'peers': 3},
+   'C0': {'num_replicas': 1, 'peers': 1},
+   'C1': {'num_replicas': 3, 'peers': 3}}],
+ ['consumer scale down, leader kept', True],
  ['scale down',
   {'type': T + 'stream_update_response',
    'num_replicas': 1,
@@ -267,6 +280,28 @@ async def _scenario(nc, names: list[str]) -> tuple[list, list, set]:
     await update("scale up", "UP", {"num_replicas": 3})
     await run.settle("UP", {"replicas": 3, "peers": 3}, {"C0": 3, "C1": 1}, "scale up")
     await run.end_state("scale up, end", "UP", ["C0", "C1"])
+
+    # consumers scaled by their own update (CONSUMER.CREATE): C1 up to R3, C0 down to R1 keeping its leader
+    async def cupdate(label: str, cn: str, replicas: int, down: int = 0) -> None:
+        r = await run.api(f"$JS.API.CONSUMER.CREATE.UP.{cn}", {"stream_name": "UP",
+                                                               "config": _consumer(cn, replicas)})
+        shape: dict = {"type": r.get("type")}
+        if "error" in r:
+            shape["error"] = r["error"]
+        else:
+            shape["num_replicas"] = r["config"]["num_replicas"]
+            d = r["cluster"].get("desired")
+            if d is not None:
+                n = len(d["replicas"]) if "replicas" in d else None
+                shape["desired"] = {"named": bool(d.get("name")), "origin": d.get("origin"),
+                                    "replicas": f"none yet or {down}" if down and n in (None, down) else n}
+        run.record(label, shape)
+    c0_leader = (await run.info("UP", "C0"))["cluster"]["leader"]
+    await cupdate("consumer scale up", "C1", 3)
+    await cupdate("consumer scale down", "C0", 1, down=1)
+    await run.settle("UP", {"replicas": 3, "peers": 3}, {"C0": 1, "C1": 3}, "consumer scales")
+    await run.end_state("consumer scales, end", "UP", ["C0", "C1"])
+    run.record("consumer scale down, leader kept", (await run.info("UP", "C0"))["cluster"]["leader"] == c0_leader)
 
     # scale down R3 -> R1: the leader keeps it; consumers down with it (C3's config too), C1 onto the leader
     await create("DN", {"num_replicas": 3}, {"C0": _consumer("C0"), "C3": _consumer("C3", 3),

@@ -430,7 +430,7 @@ class MetaEndpoints:
             name = cfg.name = unused_consumer_name(sa.consumers)
         d = _cfg_dict(cfg)
         if existing is not None:
-            group = existing.group
+            group = self._consumer_update_group(sa, existing, d)
         else:
             self.cl._refresh_local()
             group = create_consumer_group(d, sa.config, sa.group, self.cl.registry.nodes)
@@ -448,9 +448,23 @@ class MetaEndpoints:
                                   subject=f"$JS.API.CONSUMER.CREATE.{stream_name}", reply=(reply or b"").decode())
 
         def done(res: Any, err: Optional[BaseException]) -> None:
-            if err is None:
-                self._answer_later(router, reply, typ, lambda t: self.cl.info.consumer_info(acc, stream_name, name, t))
+            if err is None:  # (an update: once the consumer's leader applied it)
+                self._answer_later(router, reply, typ, lambda t: self.cl.info.consumer_info(acc, stream_name, name, t),
+                                   config=d if existing is not None else None)
         self.cl._propose(A.encode_assign_consumer(ca), done)
+
+    def _consumer_update_group(self, sa: A.StreamAssignment, ca: A.ConsumerAssignment, d: dict) -> A.RaftGroup:
+        """An updated consumer's group: as it is, with a desired state when its replica count changes (as
+        nats-server 2.15, the update's answer shows it; the meta leader's reconciling moves it)."""
+        g = ca.group.copy()
+        sd = sa.group.desired
+        final = list(sd["peers"]) if sd is not None and not sd.get("scale_down") else list(sa.group.peers)
+        nca = A.ConsumerAssignment(name=ca.name, stream=ca.stream, config=d, group=g, client=ca.client,
+                                   created=ca.created)
+        target = self.cl._consumer_target(sa, nca, final)
+        if set(target) != set(g.peers) and not (g.desired is not None and list(g.desired.get("peers") or ()) == target):
+            g.desired = self.cl.consumer_desired(sa, nca, target, final)
+        return g
 
     def _api_consumer_delete(self, router: Any, args: list[str], reply: bytes | None, hdr: bytes,
                              body: bytes) -> None:

@@ -763,8 +763,27 @@ class JetStreamCluster:
         n = consumer_replicas(ca.config, sa.config)
         if sa.config.get("retention", "limits") != "limits":
             n = int(sa.config.get("num_replicas") or 1)
+        cd = ca.group.desired
+        if cd is not None and not cd.get("scale_down"):
+            chosen = list(cd.get("peers") or ())
+            if len(chosen) == n and all(p in final for p in chosen):
+                return chosen  # (the peers chosen for it, its leader first: _consumer_step)
         keep = [p for p in ca.group.peers if p in final]
         return (keep + [p for p in final if p not in keep])[:n]
+
+    def consumer_desired(self, sa: A.StreamAssignment, ca: A.ConsumerAssignment, target: list[str],
+                         final: list[str]) -> dict:
+        """A consumer's desired state towards ``target`` (its stream's peers being ``final``): the peers, or,
+        when it only loses peers and may keep more than one choice, the peers it may keep with ``scale_down``
+        (its leader picks them: ``_consumer_step``), as nats-server 2.15."""
+        d: dict[str, Any] = {"id": A._random_token(A.PEER_ID_LEN), "created": format_time(time.time_ns()),
+                             "peers": list(target), "cluster": (sa.group.desired or {}).get("cluster")
+                             or sa.group.cluster or self.name}
+        pool = [p for p in ca.group.peers if p in final]
+        if all(p in pool for p in target) and len(target) < len(pool):
+            d["peers"] = pool
+            d["scale_down"] = True
+        return d
 
     @staticmethod
     def _consumer_config(sa: A.StreamAssignment, ca: A.ConsumerAssignment) -> Optional[dict]:
@@ -805,12 +824,12 @@ class JetStreamCluster:
             cd = ca.group.desired
             if set(target) == set(ca.group.peers) and cfg is None:
                 continue  # (there already: its desired state is cleared by _consumer_step)
-            if cd is not None and list(cd.get("peers") or ()) == target and cfg is None:
-                continue
+            if cd is not None and cfg is None and (list(cd.get("peers") or ()) == target or (
+                    cd.get("scale_down") and len(target) < len(cd.get("peers") or ())
+                    and set(target) <= set(cd.get("peers") or ()) <= set(final))):
+                continue  # (marked for this target already; a scale down's peers are chosen by _consumer_step)
             cg = ca.group.copy()
-            cg.desired = {"id": A._random_token(A.PEER_ID_LEN), "created": format_time(time.time_ns()),
-                          "peers": target, "cluster": (sa.group.desired or {}).get("cluster") or sa.group.cluster
-                          or self.name}
+            cg.desired = self.consumer_desired(sa, ca, target, final)
             self._propose_consumer(sa, ca, cg, cfg)
             proposed = True
         return proposed
@@ -834,6 +853,19 @@ class JetStreamCluster:
         if info is None:
             return
         leader = self._leader_peer(info)
+        cd = ca.group.desired
+        if cd is not None and cd.get("scale_down"):
+            # the peers kept: its leader first, then the others it had
+            pool = list(cd.get("peers") or ())
+            chosen = [leader] if leader in pool else []
+            chosen += [p for p in pool if p not in chosen][:len(target) - len(chosen)]
+            cur = self.state.consumer(sa.account, sa.name, ca.name)
+            if cur is None or cur.group.desired != cd:
+                return
+            cg = ca.group.copy()
+            cg.desired = dict({k: v for k, v in cd.items() if k != "scale_down"}, peers=chosen)
+            self._propose_consumer(sa, ca, cg)
+            return
         members, current = self._members(info, leader)
         peers = list(ca.group.peers)
         if members != set(peers) or not all(p in current for p in target if p in peers):
