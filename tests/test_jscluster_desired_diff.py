@@ -59,6 +59,13 @@ EXPECTED: list = [['scale up',
    'C0': {'num_replicas': 1, 'peers': 1},
    'C1': {'num_replicas': 3, 'peers': 3}}],
  ['consumer scale down, leader kept', True],
+ ['interest scale up',
+  {'type': T + 'stream_update_response',
+   'num_replicas': 3,
+   'retention': 'interest',
+   'desired': {'named': True, 'origin': {'replicas': 1}, 'replicas': 3}}],
+ ['interest scale up, end',
+  {'stream': {'num_replicas': 3, 'retention': 'interest', 'peers': 3}, 'C1': {'num_replicas': 3, 'peers': 3}}],
  ['scale down',
   {'type': T + 'stream_update_response',
    'num_replicas': 1,
@@ -183,10 +190,10 @@ class Run:
                 self.problems.append(f"{what}: status {st}")
             self.seen_status.add(st.get("type"))
 
-    async def settle(self, stream: str, want: dict, consumers: dict, label: str) -> None:
+    async def settle(self, stream: str, want: dict, consumers: dict, label: str, wait: float = WAIT) -> None:
         """Poll until the stream (``want``: config replicas, group size) and its consumers (name -> group size)
         are there and no desired state is left, checking the rules on each info seen."""
-        deadline = time.monotonic() + WAIT
+        deadline = time.monotonic() + wait
         last: dict = {}
         while True:
             si = await self.info(stream)
@@ -302,6 +309,13 @@ async def _scenario(nc, names: list[str]) -> tuple[list, list, set]:
     await run.settle("UP", {"replicas": 3, "peers": 3}, {"C0": 1, "C1": 3}, "consumer scales")
     await run.end_state("consumer scales, end", "UP", ["C0", "C1"])
     run.record("consumer scale down, leader kept", (await run.info("UP", "C0"))["cluster"]["leader"] == c0_leader)
+
+    # scale up of an interest stream R1 -> R3: its R1 consumer follows (its config's replicas too); nats-server
+    # 2.15.1 took 22 s here (two 10 s pauses before its stream leader acted), Rillet about one
+    await create("UPI", {"num_replicas": 1, "retention": "interest"}, {"C1": _consumer("C1", 1)})
+    await update("interest scale up", "UPI", {"num_replicas": 3, "retention": "interest"})
+    await run.settle("UPI", {"replicas": 3, "peers": 3}, {"C1": 3}, "interest scale up", wait=WAIT + 30)
+    await run.end_state("interest scale up, end", "UPI", ["C1"])
 
     # scale down R3 -> R1: the leader keeps it; consumers down with it (C3's config too), C1 onto the leader
     await create("DN", {"num_replicas": 3}, {"C0": _consumer("C0"), "C3": _consumer("C3", 3),
