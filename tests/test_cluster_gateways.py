@@ -139,8 +139,9 @@ def test_gateway_options_refused_at_start(text, error):
     ("gateway { name: A, port: 1, authorization { users: [{user: a, password: b}] } }",
      "c.conf:1:28: Gateway authorization does not allow multiple users"),
     # what Rillet's gateways do not do is refused, never ignored
-    ("gateway { name: A, port: 1, tls { verify_and_map: true } }",
-     'c.conf:1:34: gateway "tls": verify_and_map (gateway authorization by certificate) is not supported yet'),
+    # (tls verify_and_map works: tests/test_route_gateway_cert_auth.py)
+    ("gateway { name: A, port: 1, tls { verify_and_map: 1 } }",
+     "c.conf:1:34: error parsing tls config, expected 'verify_and_map' to be a boolean"),
     ('gateway { name: A, port: 1, write_timeout: "sometimes" }',
      "c.conf:1:28: write_timeout must be 'default', 'close' or 'retry'"),
 ])

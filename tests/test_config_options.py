@@ -691,7 +691,8 @@ def test_cluster_errors():
 
 
 @pytest.mark.parametrize("body, words", [
-    ("tls { cert_file: c, key_file: k, verify_and_map: true }", "verify_and_map (route authorization"),
+    # (tls verify_and_map and verify_cert_and_check_known_urls work: tests/test_route_gateway_cert_auth.py)
+    ("tls { cert_file: c, key_file: k, handshake_first: true }", "'handshake_first' is not supported in the cluster"),
     ("permissions: { import: \">\", allow_responses: true }", "Cluster permissions do not support dynamic responses"),
     ("write_timeout: never", "write_timeout must be 'default', 'close' or 'retry'"),
     ("pool_size: -1, accounts: [A]", "pool_size cannot be negative if pinned accounts are specified"),

@@ -292,14 +292,44 @@ class ServerConn(ConnBase, ReadPacer, asyncio.Protocol):
     def proto_ok(self) -> None:
         pass
 
-    def _authorized(self, o: Any, co: Any) -> bool:
+    def _authorized(self, o: Any, co: Any, known_urls: Any = ()) -> bool:
         """A route's or gateway's CONNECT ``co`` against the user and password of its port's ``authorization``
-        (options ``o``; none configured: anyone): a mismatch is logged and closes the connection."""
-        if o.username and (co.user != o.username or not compare_secret(o.password, co.password)):
+        (options ``o``; none configured: anyone); with the port's ``tls { verify_and_map }`` or
+        ``verify_cert_and_check_known_urls`` the peer's certificate instead (``_cert_authorized``): a mismatch is
+        logged and closes the connection."""
+        t = o.tls
+        tls_map = t is not None and t.verify_and_map
+        known = t is not None and bool(t.extra.get("verify_cert_and_check_known_urls"))
+        if tls_map or known:
+            ok = self._cert_authorized(o.username if tls_map else None, known_urls if known else None)
+        else:
+            ok = not o.username or (co.user == o.username and compare_secret(o.password, co.password))
+        if not ok:
             self.server.log.error(f"{self.log_prefix()} - authentication error")
             self.close("Authentication Failure", cp.AUTH_VIOLATION, no_reconnect=True)
             return False
         return True
+
+    def _cert_authorized(self, user: Any, known_urls: Any) -> bool:
+        """nats-server's isRouterAuthorized/isGatewayAuthorized with a TLS map: one of the names the peer's
+        certificate offers (emails, DNS SANs, URIs, subject DN) is the authorization's ``user`` (verify_and_map),
+        or is a DNS SAN naming the host of one of ``known_urls`` (verify_cert_and_check_known_urls)."""
+        from rillet.server.auth import cert_names, dns_name_matches
+        t = self.transport
+        cert = t.get_extra_info("peercert") if t is not None else None
+        if not cert:
+            self.debug("User required in cert, no peer certificates found")
+            return False
+        for name, is_dns in cert_names(cert):
+            if not name:
+                continue
+            if known_urls is not None and is_dns and dns_name_matches(name, known_urls):
+                self.debug(f"Using SAN found in cert for auth [{name!r}]")
+                return True
+            if user and name == user:
+                self.debug(f"Using certificate name for auth [{name!r}]")
+                return True
+        return False
 
     # ---- writing --------------------------------------------------------------------------------------
 

@@ -143,7 +143,7 @@ class GatewayConn(ServerConn):
             self.close("Wrong Port", ci.ERR_NOT_GATEWAY, no_reconnect=True)
             return
         o = gw.opts
-        if not self._authorized(o, co):
+        if not self._authorized(o, co, [u for r in o.gateways for u in r.urls]):  # (the known gateway URLs)
             return
         if o.reject_unknown and co.gateway not in gw.remotes:
             log.error(f'{self.log_prefix()} - Rejecting connection from gateway "{co.gateway}"')

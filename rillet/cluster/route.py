@@ -221,7 +221,7 @@ class RouteConn(ServerConn):
             self.close("Wrong Gateway", text, no_reconnect=True)
             return
         o = cl.opts
-        if not self._authorized(o, co):
+        if not self._authorized(o, co, o.routes):  # (the route URLs: verify_cert_and_check_known_urls)
             return
         if co.cluster != cl.name:
             if cl.dynamic and (not co.cluster_dynamic or cl.name < co.cluster):

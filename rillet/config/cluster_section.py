@@ -3,8 +3,8 @@
 What nats-server accepts is accepted here with its defaults and errors; what Rillet's routes do not do yet
 is refused with file:line:col and the reason, never parsed and ignored:
 
-* in ``tls {}``: ``verify_and_map``, ``verify_cert_and_check_known_urls`` (and what only the client
-  port's block takes);
+* in ``tls {}``: what only the client port's block takes; (``verify_and_map`` and
+  ``verify_cert_and_check_known_urls`` work: a route authorized by its certificate, rillet.cluster.conn);
 * (``pool_size`` and ``accounts``, route pooling and pinned-account routes, ``permissions { import,
   export }`` and ``write_timeout`` work as in nats-server: rillet.cluster.cluster, rillet.cluster.route);
 * (``compression``: s2 as nats-server, negotiated per route: rillet.compression; the mode is
@@ -29,10 +29,6 @@ def write_timeout_policy(f: Field) -> str:
     return "" if v == "default" else v
 
 ROUTE_MAX_PING_INTERVAL = 30.0  # seconds: nats-server's cap for routes
-
-
-def _unsupported(f: Field, what: str) -> Any:
-    return f.error(f"cluster {f.key}: {what} is not supported yet")
 
 
 def parse_cluster(b: Any, f: Field) -> None:
@@ -82,13 +78,9 @@ def parse_cluster(b: Any, f: Field) -> None:
         cl.routes = out
 
     def tls(sub: Field) -> None:
+        # (verify_and_map and verify_cert_and_check_known_urls: a route authorized by its certificate,
+        # rillet.cluster.conn._authorized)
         t = b.parse_tls(sub, client_side=False, where="cluster")
-        for e in sub.entries():
-            if e.name == "verify_cert_and_check_known_urls" and e.value is True:
-                raise _unsupported(e, "verify_cert_and_check_known_urls (peer certificates checked against "
-                                      "the route URLs)")
-            if e.name == "verify_and_map" and e.value is True:
-                raise _unsupported(e, "verify_and_map (route authorization by certificate)")
         t.source = sub.pos
         cl.tls = t
 

@@ -3,9 +3,9 @@
 Keys, defaults and errors as nats-server's opts.go (parseGateway, parseGateways) and gateway.go
 (validateGatewayOptions). ``tls {}`` in the block (the listener, and every outbound connection whose remote
 has no ``tls`` of its own) and in a remote (its outbound connections) as nats-server's getTLSConfig: the
-peer's certificate is always required and verified. What Rillet's gateways do not do is refused with
-file:line:col and the reason, never parsed and ignored: ``verify_and_map`` and
-``verify_cert_and_check_known_urls`` in a tls block (gateway authorization by certificate).
+peer's certificate is always required and verified; ``verify_and_map`` and ``verify_cert_and_check_known_urls``
+authorize an inbound gateway by its certificate (rillet.cluster.conn). What Rillet's gateways do not do is refused
+with file:line:col and the reason, never parsed and ignored.
 
 The raw map stays in ``Options.gateway`` (what /varz and /gatewayz show of the configuration); the checked
 settings are ``Options.gateway_opts``, a ``GatewayOptions``.
@@ -56,16 +56,10 @@ class GatewayOptions:
         return bool(self.name) and self.port != 0
 
 
-def _refuse(f: Field, what: str) -> Any:
-    return f.error(f'gateway "{f.key}": {what} is not supported yet')
-
-
 def _tls(b: Any, f: Field) -> Any:
-    """A gateway (or remote gateway) tls {} block; authorization by certificate is refused."""
+    """A gateway (or remote gateway) tls {} block (verify_and_map, verify_cert_and_check_known_urls: a gateway
+    authorized by its certificate, rillet.cluster.conn._authorized)."""
     t = b.parse_tls(f, client_side=False, where="gateway")
-    for e in f.entries():
-        if e.name in ("verify_and_map", "verify_cert_and_check_known_urls") and e.value is True:
-            raise e.error(f'gateway "tls": {e.name} (gateway authorization by certificate) is not supported yet')
     t.source = f.pos
     return t
 

@@ -379,6 +379,36 @@ def parse_dn(s: str) -> list[frozenset] | None:
     return rdns or None
 
 
+def cert_names(cert: dict) -> list[tuple[str, bool]]:
+    """The names a verified peer certificate (``ssl.getpeercert()``) offers for authorization, in nats-server's
+    order (checkClientTLSCertSubject): email SANs, DNS SANs (marked True), URI SANs, then the subject DN."""
+    sans = cert.get("subjectAltName") or ()
+    out = [(v, kind == "DNS") for want in ("email", "DNS", "URI") for kind, v in sans if kind == want]
+    dn = cert_dn_string(cert.get("subject") or ())
+    if dn:
+        out.append((dn, False))
+    return out
+
+
+def dns_name_matches(name: str, urls: Any) -> bool:
+    """A DNS SAN names the host of one of ``urls`` (RFC 6125 6.4.1: labels compared without case, a wildcard
+    only as the whole left-most label, matching exactly one label), as nats-server's dnsAltNameMatches."""
+    from urllib.parse import urlsplit
+    want = name.lower().split(".")
+    for u in urls:
+        try:
+            host = urlsplit(u if "://" in u else f"nats://{u}").hostname or ""
+        except ValueError:
+            continue
+        labels = host.lower().split(".")
+        if len(labels) != len(want):
+            continue
+        start = 1 if want[0] == "*" else 0
+        if all(want[i] == labels[i] for i in range(start, len(want))):
+            return True
+    return False
+
+
 def tls_map_user(users: dict[str, User], cert: dict, conn_type: str, log: Any = None) -> User | None:
     """nats-server's verify_and_map lookup: email SANs, DNS SANs, URI SANs, then the subject DN."""
     if not cert:
