@@ -24,7 +24,8 @@ import pytest
 
 from helpers import free_port, serve_config
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.goconsumerlead import (decode_consumer_state, encode_consumer_state, unsupported)
+from rillet.jetstream.cluster.goconsumerlead import unsupported
+from rillet.jetstream.cluster.goconsumerstate import decode_consumer_state, encode_consumer_state
 from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed
 from rillet.jetstream.cluster.gostream import ConsumerReplicaState, GoConsumerReplica
@@ -129,6 +130,215 @@ def test_what_is_not_led_here():
     assert unsupported({"flow_control": True}, {}) == "flow control"
     assert unsupported({"priority_groups": ["g"], "priority_policy": "pinned_client"}, {}) == "priority groups"
     assert unsupported({"replay_policy": "original"}, {}) == "replay policy original"
+
+
+class _Handle:
+    def __init__(self, loop, when, cb):
+        self.loop, self._when, self.cb, self.cancelled = loop, when, cb, False
+
+    def when(self):
+        return self._when
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class _Loop:
+    """Timers and call_soon run by hand (``run``: what is due now; ``advance``: time moves on)."""
+
+    def __init__(self):
+        self.now, self.timers = 0.0, []
+
+    def time(self):
+        return self.now
+
+    def call_later(self, delay, cb, *args):
+        h = _Handle(self, self.now + delay, lambda: cb(*args))
+        self.timers.append(h)
+        return h
+
+    def call_soon(self, cb, *args):
+        return self.call_later(0, cb, *args)
+
+    def run(self):
+        while True:
+            due = [h for h in self.timers if not h.cancelled and h.when() <= self.now]
+            if not due:
+                return
+            for h in due:
+                self.timers.remove(h)
+                h.cb()
+
+
+class _Client:
+    def __init__(self, account):
+        self.account, self.subs, self.out = account, [], []
+
+    def subscribe(self, subject, cb):
+        self.subs.append((subject, cb))
+        return (subject, cb)
+
+    def remove_sub(self, sub):
+        self.subs.remove(sub)
+
+    def publish(self, subject, reply, payload, hdr_len=-1):
+        self.out.append((bytes(subject), bytes(reply) if reply else None, bytes(payload)))
+
+
+def _leader(monkeypatch, cfg: dict, msgs: int = 6):
+    """A consumer replica made leader over a memory store of ``msgs`` messages, with fake clients: what it
+    publishes and proposes is recorded; entries commit when the test says (``commit``)."""
+    from rillet.jetstream.cluster.gostream import GoStreamReplica
+    acc = SimpleNamespace(has_interest=lambda subject: True)
+    clients = []
+
+    def internal_client(account=None, name=""):
+        clients.append(_Client(account))
+        return clients[-1]
+    loop = _Loop()
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=loop, accounts={"A": acc},
+                             internal_client=internal_client)
+    peers = [gw.peer_id(n) for n in ("r1", "g0", "g1")]
+    srep = GoStreamReplica(server, "A", {"stream": {"name": "S", "subjects": ["s.>"], "num_replicas": 3},
+                                          "group": {"name": "S-R3F-x", "peers": peers}})
+    for i in range(1, msgs + 1):
+        srep.store.store_raw(i, f"s.{i}", b"", f"m{i}".encode(), 1_000 + i)
+    rep = GoConsumerReplica(server, "A", "S", {"name": "C", "consumer": cfg,
+                                                "group": {"name": "C-R3F-x", "peers": peers}})
+    rep.member = SimpleNamespace(replicas={("A", "S"): srep})
+    rep.may_lead = True
+    rep.consumer.has_state = True  # (a consumer a Go leader started: from stream sequence 1)
+    rep.ic = _Client(object())
+    rep._subs = [object()]
+    rep.raft.role, rep.raft.term = LEADER, 2
+    proposed = []
+    monkeypatch.setattr(rep, "propose", lambda entries: proposed.extend(ge.decode_entry(e.data) for e in entries))
+    rep._start_leading()
+    loop.run()
+
+    def commit():
+        done = [Committed(i + 1, gw.Entry(gw.ENTRY_NORMAL, x.encode())) for i, x in enumerate(proposed)]
+        proposed.clear()
+        rep._commit(done)
+        loop.run()
+    aic = clients[-1]
+    return rep, loop, aic, proposed, commit
+
+
+def _sub(client, subject):
+    return next(cb for s, cb in client.subs if s == subject)
+
+
+def test_leader_holds_deliveries_until_committed_and_answers_acks(monkeypatch):
+    cfg = {"ack_policy": "explicit", "ack_wait": 1_000_000_000, "max_deliver": 2, "max_ack_pending": 1000}
+    rep, loop, aic, proposed, commit = _leader(monkeypatch, cfg)
+    nxt = _sub(aic, "$JS.API.CONSUMER.MSG.NEXT.S.C")
+    nxt(None, None, b"$JS.API.CONSUMER.MSG.NEXT.S.C", b"_INBOX.a", 0, b'{"batch": 3, "expires": 5000000000}')
+    loop.run()
+    assert [type(x).__name__ for x in proposed] == ["PendingRequest", "UpdateDelivered", "UpdateDelivered",
+                                                    "UpdateDelivered", "PendingRequest"]
+    assert [(x.dseq, x.sseq, x.dc, x.ts) for x in proposed[1:4]] == [(1, 1, 1, 1001), (2, 2, 1, 1002), (3, 3, 1, 1003)]
+    assert aic.out == []  # (held until the delivered updates commit)
+    commit()
+    assert [(s, r) for s, r, _p in aic.out] == [(b"_INBOX.a", f"$JS.ACK.S.C.1.{i}.{i}.{1000 + i}.{6 - i}".encode())
+                                                for i in (1, 2, 3)]
+    assert aic.out[0][2] == b"m1"
+    # AckSync of 2: answered once its ack update commits; 1 acked; 3 TERMinated
+    ack = _sub(aic, "$JS.ACK.S.C.>")
+    aic.out.clear()
+    ack(None, None, b"$JS.ACK.S.C.1.2.2.1002.4", b"_INBOX.sync", 0, b"+ACK")
+    ack(None, None, b"$JS.ACK.S.C.1.1.1.1001.5", None, 0, b"")
+    ack(None, None, b"$JS.ACK.S.C.1.3.3.1003.3", None, 0, b"+TERM done")
+    assert [(x.dseq, x.sseq) for x in proposed if isinstance(x, ge.UpdateAcks)] == [(2, 2), (1, 1), (3, 3)]
+    assert not any(s == b"_INBOX.sync" for s, _r, _p in aic.out)
+    assert any(s == b"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.S.C" for s, _r, _p in aic.out)
+    commit()
+    assert (b"_INBOX.sync", None, b"") in aic.out
+    c = rep.consumer
+    assert (c.delivered_consumer, c.delivered_stream, c.ack_floor_consumer, c.ack_floor_stream) == (3, 3, 3, 3)
+    # an ack above what was delivered is ignored (nats-server: another leader's, not ours to move)
+    ack(None, None, b"$JS.ACK.S.C.1.5.9.1005.0", b"_INBOX.x", 0, b"+ACK")
+    assert not proposed and (b"_INBOX.x", None, b"") not in aic.out
+    # a push-only request to a pull consumer's limits: 409s as nats-server
+    rep.assignment["consumer"]["max_batch"] = 2
+    aic.out.clear()
+    nxt(None, None, b"", b"_INBOX.b", 0, b"5")
+    assert aic.out[0][2] == b"NATS/1.0 409 Exceeded MaxRequestBatch of 2\r\n\r\n"
+
+
+def test_leader_redelivers_after_ack_wait_and_stops_at_max_deliver(monkeypatch):
+    # (-1: no limit of ack pending, as the config says it)
+    cfg = {"ack_policy": "explicit", "ack_wait": 1_000_000_000, "max_deliver": 2, "max_ack_pending": -1,
+           "max_waiting": -1}
+    rep, loop, aic, proposed, commit = _leader(monkeypatch, cfg, msgs=1)
+    nxt = _sub(aic, "$JS.API.CONSUMER.MSG.NEXT.S.C")
+    nxt(None, None, b"", b"_INBOX.a", 0, b"1")
+    loop.run()
+    commit()
+    assert rep.lpending[1][0] == 1
+    # the ack wait runs out: queued again, delivered to the next request as delivery 2
+    rep.lpending[1][1] -= 2_000_000_000
+    rep._check_pending()
+    assert rep.rdq == [1]
+    nxt(None, None, b"", b"_INBOX.b", 0, b"1")
+    loop.run()
+    d = [x for x in proposed if isinstance(x, ge.UpdateDelivered)]
+    assert [(x.dseq, x.sseq, x.dc) for x in d] == [(2, 1, 2)]
+    commit()
+    assert aic.out[-1][1].startswith(b"$JS.ACK.S.C.2.1.2.")
+    assert rep.consumer.redelivered == {1: 1} and rep.consumer.pending[1][0] == 1
+    # again past its ack wait: max_deliver 2 reached, it leaves pending with a delivered update past the limit
+    rep.lpending[1][1] -= 2_000_000_000
+    rep._check_pending()
+    nxt(None, None, b"", b"_INBOX.c", 0, b'{"batch": 1, "no_wait": true}')
+    loop.run()
+    d = [x for x in proposed if isinstance(x, ge.UpdateDelivered)]
+    assert [(x.dseq, x.sseq, x.dc) for x in d] == [(1, 1, 3)]
+    assert any(s == b"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.S.C" for s, _r, _p in aic.out)
+    assert aic.out[-1] == (b"_INBOX.c", None, b"NATS/1.0 404 No Messages\r\n\r\n")
+    commit()
+    assert rep.consumer.pending == {} and rep.consumer.redelivered == {1: 2} and not rep.lpending
+
+
+def test_one_replica_consumer_placed_here_is_led_at_once_and_answers_its_create(monkeypatch):
+    """nats-server runs no group for an R1 consumer (of an R3 stream, say): placed here, it is led at once, its
+    create answered with its info, its entries applied without a group, its step-down a success that changes
+    nothing."""
+    from rillet.jetstream.cluster.gostream import GoStreamReplica
+    acc = SimpleNamespace(has_interest=lambda subject: True)
+    clients = []
+
+    def internal_client(account=None, name=""):
+        clients.append(_Client(account))
+        return clients[-1]
+    loop = _Loop()
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=loop, accounts={"A": acc},
+                             internal_client=internal_client)
+    peers = [gw.peer_id(n) for n in ("r1", "g0", "g1")]
+    srep = GoStreamReplica(server, "A", {"stream": {"name": "S", "subjects": ["s.>"], "num_replicas": 3},
+                                          "group": {"name": "S-R3F-x", "peers": peers}})
+    for i in range(1, 4):
+        srep.store.store_raw(i, f"s.{i}", b"", f"m{i}".encode(), 1_000 + i)
+    rep = GoConsumerReplica(server, "A", "S", {"name": "E", "reply": "_R_.create", "created": "",
+                                                "consumer": {"ack_policy": "none", "deliver_policy": "new"},
+                                                "group": {"name": "C-R1F-x", "peers": peers[:1]}})
+    rep.member = SimpleNamespace(replicas={("A", "S"): srep})
+    rep.may_lead = rep.solo = True
+    rep.ic = _Client(object())
+    rep.lead_solo()
+    loop.run()
+    created = json.loads(rep.ic.out[0][2])
+    assert rep.ic.out[0][0] == b"_R_.create" and created["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
+    assert created["cluster"]["leader"] == "r1" and created["delivered"] == {"consumer_seq": 0, "stream_seq": 3}
+    srep.store.store_raw(4, "s.4", b"", b"m4", 1_004)
+    aic = clients[-1]
+    _sub(aic, "$JS.API.CONSUMER.MSG.NEXT.S.E")(None, None, b"", b"_INBOX.a", 0, b"2")
+    loop.run()
+    assert [(s, p) for s, _r, p in aic.out] == [(b"_INBOX.a", b"m4")]  # (deliver policy new: from 4)
+    assert (rep.consumer.delivered_consumer, rep.consumer.ack_floor_stream) == (1, 4)
+    hdr = b"NATS/1.0\r\nNats-Request-Info: {\"acc\":\"A\"}\r\n\r\n"
+    _sub(rep.ic, "$JS.API.CONSUMER.LEADER.STEPDOWN.S.E")(None, None, b"", b"_R_.sd", len(hdr), hdr)
+    assert json.loads(rep.ic.out[-1][2])["success"] is True and rep.raft.role == LEADER
 
 
 # -- live ------------------------------------------------------------------------------------------------------

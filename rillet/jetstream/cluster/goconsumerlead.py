@@ -58,85 +58,13 @@ from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER, request_info
 from rillet.jetstream.errors import ApiError
 from rillet.raft import gowire as gw
-from rillet.raft.gowire import get_uvarint, get_varint, put_uvarint, put_varint
+from rillet.jetstream.cluster.goconsumerstate import decode_consumer_state, encode_consumer_state
 
 __all__ = ["ConsumerLeading", "encode_consumer_state", "decode_consumer_state", "unsupported"]
 
-STATE_MAGIC, STATE_VERSION = 22, 2
-SNAPSHOT_EVERY = 8192
 ACK_WAIT_DEFAULT = 30_000_000_000
 ACK_WAIT_DELAY = 0.001  # s: nats-server fires its pending timer this much after a deadline
 LEADER_CHANGE = b"NATS/1.0 409 Leadership Change\r\n\r\n"
-
-
-# -- nats-server's consumer state encoding (store.go encodeConsumerState / filestore.go decodeConsumerState) ----
-
-def encode_consumer_state(st: Any, now_s: Optional[int] = None) -> bytes:
-    """``st``: a ConsumerReplicaState. Timestamps go down to seconds, relative to now rounded to a second."""
-    out = bytearray((STATE_MAGIC, STATE_VERSION))
-    asflr, adflr = st.ack_floor_stream, st.ack_floor_consumer
-    for v in (adflr, asflr, st.delivered_consumer, st.delivered_stream, len(st.pending)):
-        out += put_uvarint(v)
-    if st.pending:
-        mints = now_s if now_s is not None else int(round(time.time()))
-        out += put_varint(mints)
-        for sseq, (dseq, ts) in st.pending.items():
-            out += put_uvarint(sseq - asflr) + put_uvarint(max(dseq - adflr, 0))
-            out += put_varint(mints - ts // 1_000_000_000)
-    out += put_uvarint(len(st.redelivered))
-    for sseq, n in st.redelivered.items():
-        out += put_uvarint(max(sseq - asflr, 0)) + put_uvarint(n)
-    return bytes(out)
-
-
-def decode_consumer_state(buf: bytes) -> tuple[int, int, int, int, dict[int, tuple[int, int]], dict[int, int]]:
-    """(ack floor consumer, ack floor stream, delivered consumer, delivered stream, pending, redelivered);
-    versions 1 and 2, as nats-server reads them. GoWireError when it is not one."""
-    buf = bytes(buf)
-    if len(buf) < 2 or buf[0] != STATE_MAGIC or buf[1] not in (1, 2):
-        raise gw.GoWireError("not a consumer state")
-    version = buf[1]
-    try:
-        pos = 2
-        vals = []
-        for _ in range(4):
-            v, pos = get_uvarint(buf, pos)
-            vals.append(v)
-        adflr, asflr, dcon, dstr = vals
-        if version == 1:
-            if adflr > 1:
-                dcon += adflr - 1
-            if asflr > 1:
-                dstr += asflr - 1
-        if asflr >> 63 or dstr >> 63:
-            raise gw.GoWireError("consumer state: sequence rolled backwards")
-        pending: dict[int, tuple[int, int]] = {}
-        redelivered: dict[int, int] = {}
-        n, pos = get_uvarint(buf, pos)
-        if n:
-            mints, pos = get_varint(buf, pos)
-            for _ in range(n):
-                s, pos = get_uvarint(buf, pos)
-                d = 0
-                if version == 2:
-                    d, pos = get_uvarint(buf, pos)
-                ts, pos = get_varint(buf, pos)
-                s += asflr
-                if s == 0:
-                    raise gw.GoWireError("consumer state: pending sequence 0")
-                if version == 2:
-                    d += adflr
-                pending[s] = (d, ((ts + mints) if version == 1 else (mints - ts)) * 1_000_000_000)
-        if pos < len(buf):
-            n, pos = get_uvarint(buf, pos)
-            for _ in range(n):
-                s, pos = get_uvarint(buf, pos)
-                c, pos = get_uvarint(buf, pos)
-                if s > 0 and c > 0:
-                    redelivered[s + asflr] = c
-    except (IndexError, ValueError) as e:
-        raise gw.GoWireError(f"consumer state: {e}") from None
-    return adflr, asflr, dcon, dstr, pending, redelivered
 
 
 def unsupported(cfg: dict, stream_cfg: dict) -> str:
@@ -163,10 +91,11 @@ def _hdrs(pairs: list[tuple[str, str]], code: int, desc: str) -> bytes:
 class _Request:
     """A waiting pull request (times: time.monotonic())."""
 
-    __slots__ = ("reply", "n", "b", "expires", "no_wait", "hb", "hbt", "held", "done")
+    __slots__ = ("reply", "n", "b", "d", "expires", "no_wait", "hb", "hbt", "held", "done")
 
     def __init__(self, reply: str, n: int, b: int, expires: float, no_wait: bool, hb: float, now: float) -> None:
         self.reply, self.n, self.b, self.expires, self.no_wait = reply, n, b, expires, no_wait
+        self.d = 0  # messages delivered to it
         self.hb = hb
         self.hbt = now + hb if hb else 0.0
         self.held = 0  # deliveries selected for it and waiting for their commit
@@ -249,7 +178,8 @@ class ConsumerLeading:
         self.aic = self.server.internal_client(acc, f"go consumer leader {self.name}")
         self.ack_policy = cfg.get("ack_policy") or "none"
         self.maxdc = max(int(cfg.get("max_deliver") or 0), 0)
-        self.maxp = int(cfg.get("max_ack_pending") or 0) if self.ack_policy != "none" else 0
+        # (-1 in a config: no limit)
+        self.maxp = max(int(cfg.get("max_ack_pending") or 0), 0) if self.ack_policy != "none" else 0
         self.ack_wait_ns = int(cfg.get("ack_wait") or ACK_WAIT_DEFAULT)
         self.backoff = [int(b) for b in (cfg.get("backoff") or ())]
         self.filters = list(cfg.get("filter_subjects") or ([cfg["filter_subject"]] if cfg.get("filter_subject")
@@ -282,7 +212,8 @@ class ConsumerLeading:
             self._select_start(cfg)
         self.log.notice(f"JetStream: leading consumer {self._cname()} (term {self.raft.term})")
         for reply in sorted(c.pull_requests):  # (nats-server's checkPendingRequests)
-            self.aic.publish(reply.encode(), None, LEADER_CHANGE, 0)
+            self.aic.publish(reply.encode(), None, LEADER_CHANGE, len(LEADER_CHANGE))
+        c.pull_requests.clear()
         if self.lpending:
             delay = 0.5 + random.random()
             self._arm("ack", min(delay, self.ack_wait_ns / 1e9 + ACK_WAIT_DELAY), self._check_pending)
@@ -322,7 +253,9 @@ class ConsumerLeading:
         self._propose(ge.UpdateSkip(seq).encode())
 
     def _stop_leading(self) -> None:
-        for client, sub in self._lead or ():
+        if self._lead is None:
+            return
+        for client, sub in self._lead:
             client.remove_sub(sub)
         self._lead = None
         for t in self._timers.values():
@@ -351,6 +284,12 @@ class ConsumerLeading:
         self.assignment = assignment
         cfg = assignment.get("consumer") or {}
         self.consumer.max_deliver = int(cfg.get("max_deliver") or 0)
+        if self.solo and self._lead is not None:
+            if changed:  # (the new config taken at once, the update answered)
+                self._stop_leading()
+                self._start_leading()
+            self._answer_create()
+            return
         if changed and self._lead is not None and self.raft.role == LEADER:
             self.log.notice(f"JetStream consumer {self._cname()}: its assignment changed; handing the leadership "
                             "to a Go peer")
@@ -381,8 +320,33 @@ class ConsumerLeading:
 
     # -- the replicated entries on the leader ----------------------------------------------------------------
     def _propose(self, data: bytes) -> None:
-        if self.raft.role == LEADER:
+        if self.solo:  # (no group: applied at once, as nats-server's R1 consumer writes its store)
+            from rillet.jetstream.cluster.gometa import Committed
+            self._commit([Committed(0, gw.Entry(gw.ENTRY_NORMAL, data))])
+        elif self.raft.role == LEADER:
             self.propose([gw.Entry(gw.ENTRY_NORMAL, data)])
+
+    # -- a one-replica consumer placed here (nats-server runs no RAFT group for it) ---------------------------
+    def lead_solo(self, answer: bool = True) -> None:
+        """Lead at once, without elections (the group is this server alone), and answer the create (``answer``:
+        not for an assignment replayed by a catch-up)."""
+        r = self.raft
+        r.term, r.role, r.leader, r.led_since = max(r.term, 1), LEADER, self.peer, time.monotonic()
+        self._start_leading()
+        if answer:
+            self._answer_create()
+
+    def _answer_create(self) -> None:
+        reply = str(self.assignment.get("reply") or "")
+        if reply and self._lead is not None:
+            self._answer(reply.encode(), {"type": "io.nats.jetstream.api.v1.consumer_create_response",
+                                          **self._info_doc()})
+
+    def answer_removed(self, reply: str) -> None:
+        """The meta group removed this one-replica consumer: its delete answered, as its nats-server leader does."""
+        if reply and self.ic is not None:
+            self._answer(reply.encode(), {"type": "io.nats.jetstream.api.v1.consumer_delete_response",
+                                          "success": True})
 
     def _leader_applied(self, x: Any) -> None:
         """A committed entry, applied to the replicated state, on the leader: what waited for it goes out."""
@@ -471,6 +435,7 @@ class ConsumerLeading:
         if self._lead is None or self.raft.role != LEADER:
             return
         self._expire_requests()
+        self._npc = self.num_pending()  # (counted down as new messages go out: the ack replies' pending count)
         budget = 1024
         while budget > 0:
             if self.deliver_subject:
@@ -484,6 +449,8 @@ class ConsumerLeading:
                     break
             sm, dc = self._next_msg()
             if sm is None:
+                if wr is not None:
+                    self._expire_requests(eos=True)
                 break
             budget -= 1
             self._deliver(sm, dc, wr)
@@ -513,7 +480,9 @@ class ConsumerLeading:
             return
         dseq = self.dseq
         self.dseq += 1
-        pending = self.num_pending()
+        if dc == 1:
+            self._npc = max(self._npc - 1, 0)
+        pending = self._npc
         reply = f"$JS.ACK.{self.stream}.{self.name}.{dc}.{sm.seq}.{dseq}.{sm.ts}.{pending}".encode()
         target = (wr.reply if wr is not None else self.deliver_subject).encode()
         self._propose(ge.UpdateDelivered(dseq, sm.seq, dc, sm.ts).encode())
@@ -535,6 +504,7 @@ class ConsumerLeading:
                           if self.backoff else self.ack_wait_ns)
         if wr is not None:
             wr.n -= 1
+            wr.d += 1
             if wr.b:
                 wr.b -= size
             if wr.n <= 0:
@@ -686,7 +656,7 @@ class ConsumerLeading:
             if pending > 0 and pending < sum(w.n for w in self.waiting):
                 err(408, "Requests Pending")
                 return
-        if max_waiting and len(self.waiting) >= max_waiting:
+        if max_waiting > 0 and len(self.waiting) >= max_waiting:
             if not hb:
                 err(409, "Exceeded MaxWaiting")
             return
@@ -707,19 +677,16 @@ class ConsumerLeading:
             else:
                 self.aic.publish(wr.reply.encode(), None, status, len(status))
 
-    def _expire_requests(self) -> None:
+    def _expire_requests(self, eos: bool = False) -> None:
+        """Expired requests end with a 408; at the end of what there is to deliver (``eos``) a no_wait request
+        ends with a 404 unless it has an expiry and got nothing yet (nats-server's processWaiting)."""
         now = time.monotonic()
         for wr in list(self.waiting):
             if wr.expires and now >= wr.expires:
                 self._end_request(wr, _hdrs([("Nats-Pending-Messages", str(wr.n)),
                                              ("Nats-Pending-Bytes", str(wr.b))], 408, "Request Timeout"))
-            elif wr.no_wait and not self.held and self.num_pending() + len(self.rdq) == 0:
-                if wr.expires:
-                    st = _hdrs([("Nats-Pending-Messages", str(wr.n)), ("Nats-Pending-Bytes", str(wr.b))],
-                               408, "Request Timeout")
-                else:
-                    st = _hdrs([], 404, "No Messages")
-                self._end_request(wr, st)
+            elif eos and wr.no_wait and (not wr.expires or wr.d > 0):
+                self._end_request(wr, _hdrs([], 404, "No Messages"))
             elif wr.hbt and now >= wr.hbt:
                 h = _hdrs([], 100, "Idle Heartbeat")
                 self.aic.publish(wr.reply.encode(), None, h, len(h))
@@ -910,6 +877,9 @@ class ConsumerLeading:
         if got is None:
             return
         doc: dict[str, Any] = {"type": "io.nats.jetstream.api.v1.consumer_leader_stepdown_response"}
+        if self.solo:  # (nats-server: a consumer without a group answers success, and stays)
+            self._answer(reply, {**doc, "success": True})
+            return
         err: Optional[ApiError] = None
         preferred = ""
         try:

@@ -46,13 +46,13 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
-from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading, decode_consumer_state, encode_consumer_state
+from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading
+from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decode_consumer_state, encode_consumer_state
 from rillet.jetstream.cluster.gostreamlead import StreamLeading
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
@@ -513,110 +513,6 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             raise gw.GoWireError(f"{type(x).__name__} in a stream group")
 
 
-@dataclass
-class ConsumerReplicaState:
-    """A consumer's replicated state as nats-server's consumer store applies its entries (consumerFileStore's
-    UpdateDelivered, UpdateAcks, UpdateStarting, Reset and Update, the same rules): what was delivered (consumer
-    and stream sequence), what is pending acknowledgement (stream seq -> (first consumer seq, delivery time)),
-    redelivery counts (stream seq -> deliveries - 1), the ack floor, and the pull requests the leader shared."""
-    delivered_consumer: int = 0
-    delivered_stream: int = 0
-    ack_floor_consumer: int = 0
-    ack_floor_stream: int = 0
-    pending: dict[int, tuple[int, int]] = field(default_factory=dict)
-    redelivered: dict[int, int] = field(default_factory=dict)
-    pull_requests: set[str] = field(default_factory=set)
-    ack_policy: str = "explicit"
-    max_deliver: int = 0
-    has_state: bool = False  # (any entry applied: a new leader then takes over this state, else starts anew)
-
-    def delivered(self, dseq: int, sseq: int, dc: int, ts: int) -> None:
-        self.has_state = True
-        if dc != 1 and self.ack_policy == "none":
-            return
-        if dseq <= self.ack_floor_consumer:
-            return  # (a replay of what is below the floor)
-        if self.ack_policy == "none":
-            if dseq > self.delivered_consumer:
-                self.delivered_consumer = self.ack_floor_consumer = dseq
-            if sseq > self.delivered_stream:
-                self.delivered_stream = self.ack_floor_stream = sseq
-            return
-        if sseq <= self.delivered_stream:
-            p = self.pending.get(sseq)
-            if p is not None:
-                self.pending[sseq] = (p[0], ts)  # (the first delivery's consumer sequence stays)
-        else:
-            self.pending[sseq] = (dseq, ts)
-        self.delivered_consumer = max(self.delivered_consumer, dseq)
-        self.delivered_stream = max(self.delivered_stream, sseq)
-        if dc > 1:
-            if self.max_deliver > 0 and dc > self.max_deliver:
-                self.pending.pop(sseq, None)
-            if self.redelivered.get(sseq, 0) < dc - 1:
-                self.redelivered[sseq] = dc - 1
-
-    def acked(self, dseq: int, sseq: int) -> None:
-        self.has_state = True
-        if self.ack_policy == "none":
-            return
-        self.redelivered.pop(sseq, None)
-        if dseq <= self.ack_floor_consumer or sseq not in self.pending:
-            return
-        if self.ack_policy in ("all", "flow_control"):
-            self.ack_floor_consumer, self.ack_floor_stream = dseq, sseq
-            for seq in [s for s in self.pending if s <= sseq]:
-                del self.pending[seq]
-                self.redelivered.pop(seq, None)
-            return
-        p = self.pending.pop(sseq)
-        if p[0] > 0 and dseq > p[0]:
-            dseq = p[0]
-        if not self.pending:
-            self.ack_floor_consumer, self.ack_floor_stream = self.delivered_consumer, self.delivered_stream
-        elif dseq == self.ack_floor_consumer + 1:
-            self.ack_floor_consumer, self.ack_floor_stream = dseq, sseq
-            if self.delivered_consumer > dseq:
-                for ss in range(sseq + 1, self.delivered_stream + 1):
-                    q = self.pending.get(ss)
-                    if q is not None:
-                        if q[0] > 0:
-                            self.ack_floor_consumer, self.ack_floor_stream = q[0] - 1, ss - 1
-                        break
-
-    def skipped(self, sseq: int) -> None:
-        """A start moved to stream sequence ``sseq`` (nats-server's UpdateStarting(sseq - 1))."""
-        self.has_state = True
-        if sseq - 1 > self.delivered_stream:
-            self.delivered_stream = sseq - 1
-            if self.ack_policy == "none":
-                self.ack_floor_stream = sseq - 1
-
-    def reset(self, seq: int) -> None:
-        """A reset to stream sequence ``seq``: nothing delivered or pending, the start at ``seq``."""
-        self.has_state = True
-        self.pending.clear()
-        self.redelivered.clear()
-        self.delivered_consumer = self.ack_floor_consumer = 0
-        self.delivered_stream = self.ack_floor_stream = max(seq - 1, 0)
-
-    def restore(self, snap: tuple) -> bool:
-        """A consumer snapshot (goconsumerlead.decode_consumer_state) replaces the state, unless it is older
-        (as nats-server's Update); GoWireError when it is inconsistent."""
-        adflr, asflr, dcon, dstr, pending, redelivered = snap
-        if adflr > dcon or asflr > dstr:
-            raise gw.GoWireError("consumer snapshot: ack floor above delivered")
-        if any(s <= asflr or s > dstr for s in pending):
-            raise gw.GoWireError("consumer snapshot: pending sequence out of range")
-        if dcon < self.delivered_consumer or asflr < self.ack_floor_stream:
-            return False
-        self.ack_floor_consumer, self.ack_floor_stream = adflr, asflr
-        self.delivered_consumer, self.delivered_stream = dcon, dstr
-        self.pending, self.redelivered = dict(pending), dict(redelivered)
-        self.has_state = True
-        return True
-
-
 class GoConsumerReplica(ConsumerLeading, GoMetaMember):
     """One consumer group of a Go cluster, followed from this server: its entries applied to
     ``ConsumerReplicaState`` and its snapshots installed; led as nats-server's consumer leader with ``may_lead``
@@ -638,6 +534,7 @@ class GoConsumerReplica(ConsumerLeading, GoMetaMember):
         self.ops: dict[str, int] = {}  # entries applied, by kind
         self.rillet_peers: set[str] = set()  # (host_streams: the meta member's, filled from route INFO)
         self.may_lead = False  # (host_streams with lead: see goconsumerlead)
+        self.solo = False  # a one-replica consumer placed here, led without a group (host_streams with lead)
         self.member: Any = None
         self._lead: Optional[list] = None
         self._lead_pending = False
@@ -726,11 +623,14 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
         me = member.peer
         solo = member.solo
         removals, member.state.removals = member.state.removals, []
+        # (while catching up after a restart the assignments are a prefix of the history: nothing that is
+        # missing from them is deleted, and only a removal of the very group kept here applies)
+        current = member.raft.catchup is None and member.raft.commit > 0
         if solo is not None:
-            # (while catching up after a restart the assignments are a prefix of the history: nothing that is
-            # missing from them is deleted, and only a removal of the very group kept here applies)
-            current = member.raft.catchup is None and member.raft.commit > 0
             for kind, account, stream, name, reply in removals:
+                gone = replicas.get((account, stream, name))
+                if current and kind == "consumer" and isinstance(gone, GoConsumerReplica) and gone.solo:
+                    gone.answer_removed(reply)
                 if kind == "stream":
                     solo.removed_stream(account, stream, name, reply)
                 elif current:
@@ -766,13 +666,16 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                     # (a new leader's first entry, its peer state, commits what earlier terms left: the
                     # consumer's state is complete before it delivers)
                     r.raft.announce_peers = True
-                if stand:
+                    r.solo = is_solo(a, me)
+                if stand and not getattr(r, "solo", False):
                     r.stand_in_group()
             else:
                 r.pass_leadership = True
                 r.rillet_peers = member.rillet_peers
             r.start()
             replicas[key] = r
+            if getattr(r, "solo", False):
+                r.lead_solo(answer=current)
             # (a new group whose preferred leader is this server: the Go peers elect one of them after their
             # election timeout, 4-9 s. Standing at once, answering the create and handing over a few seconds later
             # was tried: the Go peers of a stream a moment old ignore a transfer. Standing at once, committing a
