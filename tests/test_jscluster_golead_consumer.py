@@ -127,7 +127,8 @@ def test_replica_applies_go_entries_and_its_snapshot():
 def test_what_is_not_led_here():
     assert unsupported({"ack_policy": "explicit"}, {"retention": "limits"}) == ""
     assert unsupported({}, {"retention": "workqueue"}) == "a workqueue stream's consumer"
-    assert unsupported({"flow_control": True}, {}) == "flow control"
+    assert unsupported({"flow_control": True, "deliver_subject": "d"}, {}) == ""
+    assert unsupported({"ack_policy": "flow_control"}, {}) == "ack policy flow_control"
     assert unsupported({"priority_groups": ["g"], "priority_policy": "pinned_client"}, {}) == "priority groups"
     assert unsupported({"replay_policy": "original"}, {}) == "replay policy original"
 
@@ -172,7 +173,7 @@ class _Loop:
 
 class _Client:
     def __init__(self, account):
-        self.account, self.subs, self.out = account, [], []
+        self.account, self.subs, self.out, self.shown = account, [], [], []
 
     def subscribe(self, subject, cb):
         self.subs.append((subject, cb))
@@ -185,11 +186,21 @@ class _Client:
         self.out.append((bytes(subject), bytes(reply) if reply else None, bytes(payload)))
 
 
+def _account():
+    """A fake account: a delivery is recorded by its routing subject, with the subject it shows."""
+    def deliver_result(ic, r, subject, reply, hdr, msg, route=None):
+        ic.out.append((bytes(route), bytes(reply) if reply else None, bytes(msg)))
+        ic.shown.append(bytes(subject))
+        return True
+    return SimpleNamespace(has_interest=lambda subject: True, match=lambda subject: subject,
+                           deliver_result=deliver_result)
+
+
 def _leader(monkeypatch, cfg: dict, msgs: int = 6):
     """A consumer replica made leader over a memory store of ``msgs`` messages, with fake clients: what it
     publishes and proposes is recorded; entries commit when the test says (``commit``)."""
     from rillet.jetstream.cluster.gostream import GoStreamReplica
-    acc = SimpleNamespace(has_interest=lambda subject: True)
+    acc = _account()
     clients = []
 
     def internal_client(account=None, name=""):
@@ -242,7 +253,7 @@ def test_leader_holds_deliveries_until_committed_and_answers_acks(monkeypatch):
     commit()
     assert [(s, r) for s, r, _p in aic.out] == [(b"_INBOX.a", f"$JS.ACK.S.C.1.{i}.{i}.{1000 + i}.{6 - i}".encode())
                                                 for i in (1, 2, 3)]
-    assert aic.out[0][2] == b"m1"
+    assert aic.out[0][2] == b"m1" and aic.shown == [b"s.1", b"s.2", b"s.3"]  # (shown with the stored subject)
     # AckSync of 2: answered once its ack update commits; 1 acked; 3 TERMinated
     ack = _sub(aic, "$JS.ACK.S.C.>")
     aic.out.clear()
@@ -305,7 +316,7 @@ def test_one_replica_consumer_placed_here_is_led_at_once_and_answers_its_create(
     create answered with its info, its entries applied without a group, its step-down a success that changes
     nothing."""
     from rillet.jetstream.cluster.gostream import GoStreamReplica
-    acc = SimpleNamespace(has_interest=lambda subject: True)
+    acc = _account()
     clients = []
 
     def internal_client(account=None, name=""):
@@ -339,6 +350,55 @@ def test_one_replica_consumer_placed_here_is_led_at_once_and_answers_its_create(
     hdr = b"NATS/1.0\r\nNats-Request-Info: {\"acc\":\"A\"}\r\n\r\n"
     _sub(rep.ic, "$JS.API.CONSUMER.LEADER.STEPDOWN.S.E")(None, None, b"", b"_R_.sd", len(hdr), hdr)
     assert json.loads(rep.ic.out[-1][2])["success"] is True and rep.raft.role == LEADER
+
+
+def test_ordered_push_consumer_last_per_subject_and_flow_control(monkeypatch):
+    """A KV watcher's consumer (push, ack none, flow control, deliver last per subject), one replica: the last
+    message of each subject first with the pending count falling to 0, then new ones; past half its flow control
+    window it asks for flow control and stalls past the window until answered."""
+    from rillet.jetstream.cluster.gostream import GoStreamReplica
+    acc = _account()
+    clients = []
+
+    def internal_client(account=None, name=""):
+        clients.append(_Client(account))
+        return clients[-1]
+    loop = _Loop()
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=loop, accounts={"A": acc},
+                             internal_client=internal_client)
+    peers = [gw.peer_id(n) for n in ("r1", "g0", "g1")]
+    srep = GoStreamReplica(server, "A", {"stream": {"name": "S", "subjects": ["s.>"], "num_replicas": 3},
+                                          "group": {"name": "S-R3F-x", "peers": peers}})
+    for i, subj in enumerate(("s.a", "s.b", "s.a"), 1):
+        srep.store.store_raw(i, subj, b"", f"m{i}".encode(), 1_000 + i)
+    cfg = {"ack_policy": "none", "deliver_policy": "last_per_subject", "deliver_subject": "dlv",
+           "flow_control": True, "idle_heartbeat": 5_000_000_000, "max_deliver": 1}
+    rep = GoConsumerReplica(server, "A", "S", {"name": "W", "consumer": cfg,
+                                                "group": {"name": "C-R1F-w", "peers": peers[:1]}})
+    rep.member = SimpleNamespace(replicas={("A", "S"): srep})
+    rep.may_lead = rep.solo = True
+    rep.ic = _Client(object())
+    rep.lead_solo(answer=False)
+    loop.run()
+    aic = clients[-1]
+    assert [(s, r.split(b".")[5:7] + r.split(b".")[8:]) for s, r, _p in aic.out] == [
+        (b"dlv", [b"2", b"1", b"1"]), (b"dlv", [b"3", b"2", b"0"])]
+    assert (rep.consumer.delivered_stream, rep.consumer.ack_floor_stream) == (3, 3)
+    # flow control: a small window (as if ramping up), asked at half of it, stalled past it, resumed on answer
+    rep.maxpb = 60
+    aic.out.clear()
+    for i in range(4, 8):
+        srep.store.store_raw(i, "s.c", b"", b"x" * 20, 2_000 + i)
+    rep.kick()
+    loop.run()
+    fc = [(r, p) for s, r, p in aic.out if p.startswith(b"NATS/1.0 100 FlowControl Request")]
+    assert len(fc) == 1 and fc[0][0].startswith(b"$JS.FC.S.W.")
+    sent = [r for s, r, p in aic.out if r and r.startswith(b"$JS.ACK.")]
+    assert len(sent) < 4 and rep.pbytes > rep.maxpb  # (stalled)
+    _sub(aic, "$JS.FC.S.W.*")(None, None, fc[0][0], None, 0, b"")
+    loop.run()
+    sent = [r for s, r, p in aic.out if r and r.startswith(b"$JS.ACK.")]
+    assert [r.split(b".")[5] for r in sent] == [b"4", b"5", b"6", b"7"] and rep.maxpb == 120
 
 
 # -- live ------------------------------------------------------------------------------------------------------
@@ -433,6 +493,7 @@ async def test_two_go_one_rillet_consumers_led_by_rillet_and_back(tmp_path):
                 assert [x.metadata.sequence.stream for x in got] == [6, 7, 8, 9, 10, 11]
                 assert [x.metadata.sequence.consumer for x in got] == [6, 7, 8, 9, 10, 11]
                 assert all(x.metadata.num_delivered == 1 for x in got)
+                assert [x.subject for x in got] == [f"cs.{i % 4}" for i in range(6, 12)]  # (the stored subjects)
                 await got[0].ack_sync()          # 6: AckSync, answered once committed
                 await got[1].ack()               # 7
                 await got[2].nak()               # 8: redelivered at once
@@ -451,8 +512,13 @@ async def test_two_go_one_rillet_consumers_led_by_rillet_and_back(tmp_path):
                 # +NXT: the ack and the next message in one
                 nxt = await _fetch(psub_r, 1)
                 assert nxt[0].metadata.sequence.stream == 12
-                reply = await conns["r1"].request(nxt[0].reply, b"+NXT", timeout=10)
-                assert reply.metadata.sequence.stream == 13
+                # (a delivery shows the stored subject, so not through request(), whose mux reads the subject)
+                inbox = conns["r1"].new_inbox()
+                nsub = await conns["r1"].subscribe(inbox)
+                await conns["r1"].publish(nxt[0].reply, b"+NXT", reply=inbox)
+                reply = await nsub.next_msg(timeout=10)
+                await nsub.unsubscribe()
+                assert reply.metadata.sequence.stream == 13 and reply.subject == "cs.1"
                 await conns["r1"].publish(reply.reply, b"+ACK")
                 # a NAK with a delay: not redelivered before it (a new message goes first)
                 later = await _fetch(psub_r, 1)
@@ -494,6 +560,7 @@ async def test_two_go_one_rillet_consumers_led_by_rillet_and_back(tmp_path):
                     else:
                         await conns["g1"].publish(msg.reply, b"+ACK")
                 assert [int(x.reply.split(".")[5]) for x in seen] == [i for i in range(1, 41) if i % 4 == 1]
+                assert {x.subject for x in seen} == {"cs.1"}  # (through a Go server's client: the stored subject)
                 await qsub.unsubscribe()
 
                 async def q_settled():
@@ -521,6 +588,37 @@ async def test_two_go_one_rillet_consumers_led_by_rillet_and_back(tmp_path):
                 (tmp_path / "r1.log").write_text(srv._test_log.getvalue())
     finally:
         gc.stop_all()
+
+
+async def _kv_bucket(js):
+    import nats
+    try:
+        return await js.create_key_value(bucket="W", replicas=3)
+    except (nats.js.errors.APIError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        return None
+
+
+async def _watch(nc, bucket: str):
+    """A watcher of every key (None while the bucket's stream or the consumer's create gets no answer yet)."""
+    import nats
+    try:
+        return await (await nc.jetstream(timeout=10).key_value(bucket)).watchall()
+    except (nats.js.errors.Error, nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        return None
+
+
+async def _put(nc, bucket: str, key: str, value: bytes) -> None:
+    """A KV put, retried while the bucket's stream changes leader."""
+    import nats
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await (await nc.jetstream(timeout=10).key_value(bucket)).put(key, value)
+            return
+        except (nats.js.errors.Error, nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 @live
@@ -552,6 +650,9 @@ async def test_last_go_server_killed_rillet_servers_lead_the_consumer_and_hand_i
         await js["g0"].add_consumer("CS", durable_name="P", ack_policy="explicit", num_replicas=3, timeout=30)
         await _until(lambda: all(("A", "CS", "P") in m.replicas for m in ms.values()), 60,
                      what="the consumer replicas on both Rillet servers")
+        kv = await CAP._until(lambda: _kv_bucket(js["g0"]), 60, what="the KV bucket")
+        for k, v in (("a", b"1"), ("b", b"2"), ("a", b"3")):
+            await kv.put(k, v)
         reps = {n: m.replicas[("A", "CS", "P")] for n, m in ms.items()}
         await _consumer_to(g0, "CS", "P", "g0")
         sub = await js["g0"].pull_subscribe_bind("P", "CS")
@@ -587,6 +688,19 @@ async def test_last_go_server_killed_rillet_servers_lead_the_consumer_and_hand_i
             return ci if ci is not None and ci.num_ack_pending == 0 and ci.ack_floor.stream_seq == 15 else None
         ci_r = await CAP._until(settled, 30, what="P acked through the Rillet leader")
         assert ci_r.cluster.leader == lead and _state(ci_r) == (15, 15, 15, 15, 0, 0, 15)
+        # a KV watcher (an ordered push consumer, one replica, last per subject, flow control) with no Go server
+        watcher = await CAP._until(lambda: _watch(conns["r1"], "W"), 90, what="a KV watcher served by a Rillet server")
+        seen = []
+        while True:
+            e = await watcher.updates(timeout=10)
+            if e is None:
+                break
+            seen.append((e.key, e.value))
+        assert seen == [("b", b"2"), ("a", b"3")]
+        await _put(conns["r2"], "W", "c", b"4")
+        e = await watcher.updates(timeout=10)
+        assert (e.key, e.value) == ("c", b"4")
+        await watcher.stop()
         # the Go server back: caught up, handed the consumer, the same state; it delivers the rest
         gc.start("g0")
         conns["g0"] = g0 = await nats.connect(gc.url("g0"))

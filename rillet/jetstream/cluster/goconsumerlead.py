@@ -8,8 +8,9 @@ store: what is applied here, as nats-server's consumer leader reads its own stre
 
 * deliveries: pull requests (``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>``: batch, expires, no_wait,
   max_bytes, idle_heartbeat and the consumer's request limits; 404/408/409 statuses with the pending counts,
-  409 Leadership Change to the requests a previous leader left) and push deliveries to ``deliver_subject``
-  while someone listens there (idle heartbeats); redeliveries first, then new messages from the filter(s),
+  409 Leadership Change to the requests a previous leader left; rillet.jetstream.cluster.goconsumerpull) and push
+  deliveries to ``deliver_subject`` while someone listens there (idle heartbeats, flow control with nats-server's
+  window); redeliveries first, then new messages from the filter(s),
   held at ``max_ack_pending``. Each delivery is proposed as nats-server's delivered update (op 7: consumer and
   stream sequence, delivery count, the message's timestamp) and, with acks, sent only once that commits (as
   2.15's ``replicateDeliveries``); the ack reply is nats-server's v1 ``$JS.ACK.<stream>.<consumer>.<dc>.<sseq>.
@@ -23,7 +24,11 @@ store: what is applied here, as nats-server's consumer leader reads its own stre
 * ``CONSUMER.INFO`` and the servers' ``$JSC.CI`` requests (cluster info naming this server leader; delivered
   and ack floor from the replicated state, as Go's leader reports them), ``CONSUMER.LEADER.STEPDOWN`` (to
   the preferred server, else a current Go peer first);
-* a new consumer (no state yet) starts where its deliver policy says and proposes its start (op 10);
+* a new consumer (no state yet) starts where its deliver policy says (``last_per_subject``: the last message of
+  each subject first) and proposes its start (op 10);
+* a one-replica consumer placed here (an ephemeral of a replicated stream, say: nats-server runs no RAFT group
+  for it) is led at once without elections (``lead_solo``): its entries apply without a group, its create and
+  delete are answered as its nats-server leader answers them, its step-down answers success and changes nothing;
 * losing the leadership (a higher term, a transfer, the group stopped) stops all of it at once: held
   deliveries are dropped (not delivered, so not pending anywhere) and the next leader answers the waiting
   requests with 409 Leadership Change.
@@ -36,10 +41,10 @@ snapshot (``encode_consumer_state``) every ``SNAPSHOT_EVERY`` applied entries, a
 
 Not led here (the leadership is handed to a Go peer when elected, as before): consumers of interest or work
 queue streams (every replica removes acknowledged messages itself, not done by the Rillet stream replica),
-flow control and ack policy ``flow_control``, priority groups, ``rate_limit_bps``, replay ``original``,
-deliver policy ``last_per_subject`` on a consumer with no state yet, a paused consumer. Not done while leading:
+ack policy ``flow_control``, priority groups, ``rate_limit_bps``, replay ``original``, a paused consumer. Not done while leading:
 ``CONSUMER.RESET`` and ``CONSUMER.PAUSE`` are left to the meta layer's answer (no leader serves them here),
-the ``sample_freq`` ack samples, an ephemeral's inactivity removal, the v2 ack subjects
+the ``sample_freq`` ack samples, an ephemeral's inactivity removal (nats-server's leader asks the meta leader to
+remove it; here it stays), the v2 ack subjects
 (``js_api_reply_v2``), and a consumer config update while leading (the leadership is handed to a Go peer).
 A stream purge does not move a consumer replica's state here (nats-server's replicas each move theirs).
 """
@@ -58,6 +63,7 @@ from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER, request_info
 from rillet.jetstream.errors import ApiError
 from rillet.raft import gowire as gw
+from rillet.jetstream.cluster.goconsumerpull import PullRequests, _hdrs, _Request
 from rillet.jetstream.cluster.goconsumerstate import decode_consumer_state, encode_consumer_state
 
 __all__ = ["ConsumerLeading", "encode_consumer_state", "decode_consumer_state", "unsupported"]
@@ -65,14 +71,15 @@ __all__ = ["ConsumerLeading", "encode_consumer_state", "decode_consumer_state", 
 ACK_WAIT_DEFAULT = 30_000_000_000
 ACK_WAIT_DELAY = 0.001  # s: nats-server fires its pending timer this much after a deadline
 LEADER_CHANGE = b"NATS/1.0 409 Leadership Change\r\n\r\n"
+FC_MAX_PENDING = 32 * 1024 * 1024  # bytes: nats-server's flow control window limit
 
 
 def unsupported(cfg: dict, stream_cfg: dict) -> str:
     """Why this server does not lead the consumer (handing it to a Go peer), or ""."""
     if (stream_cfg.get("retention") or "limits") != "limits":
         return f"a {stream_cfg.get('retention')} stream's consumer"
-    if cfg.get("flow_control") or cfg.get("ack_policy") == "flow_control":
-        return "flow control"
+    if cfg.get("ack_policy") == "flow_control":
+        return "ack policy flow_control"
     if cfg.get("priority_groups") or (cfg.get("priority_policy") or "none") != "none":
         return "priority groups"
     if cfg.get("rate_limit_bps"):
@@ -84,25 +91,7 @@ def unsupported(cfg: dict, stream_cfg: dict) -> str:
     return ""
 
 
-def _hdrs(pairs: list[tuple[str, str]], code: int, desc: str) -> bytes:
-    return H.make_headers(pairs, code, desc)
-
-
-class _Request:
-    """A waiting pull request (times: time.monotonic())."""
-
-    __slots__ = ("reply", "n", "b", "d", "expires", "no_wait", "hb", "hbt", "held", "done")
-
-    def __init__(self, reply: str, n: int, b: int, expires: float, no_wait: bool, hb: float, now: float) -> None:
-        self.reply, self.n, self.b, self.expires, self.no_wait = reply, n, b, expires, no_wait
-        self.d = 0  # messages delivered to it
-        self.hb = hb
-        self.hbt = now + hb if hb else 0.0
-        self.held = 0  # deliveries selected for it and waiting for their commit
-        self.done = b""  # the status to send once the held ones went out (a 408 that came first)
-
-
-class ConsumerLeading:
+class ConsumerLeading(PullRequests):
     """The consumer leader's duties of a ``GoConsumerReplica`` (see the module docstring)."""
 
     # -- taking and losing the leadership ------------------------------------------------------------------
@@ -163,8 +152,6 @@ class ConsumerLeading:
         why = why or unsupported(cfg, srep.assignment.get("stream") or {})
         c = self.consumer
         fresh = not c.has_state
-        if not why and fresh and cfg.get("deliver_policy") == "last_per_subject":
-            why = "deliver policy last_per_subject"
         if why:
             self._warn_once(f"nolead:{why}", f"JetStream consumer {self._cname()}: not led here ({why}); "
                                              "handing the leadership to a Go peer")
@@ -185,6 +172,14 @@ class ConsumerLeading:
         self.filters = list(cfg.get("filter_subjects") or ([cfg["filter_subject"]] if cfg.get("filter_subject")
                                                            else []))
         self.deliver_subject = cfg.get("deliver_subject") or ""
+        self.lss: list[int] = []  # (deliver policy last_per_subject: the last sequences to deliver first)
+        self.lss_resume = 0
+        # push flow control (nats-server's: a window from 1/16 of 32 MB, doubled at each answer up to it)
+        self.flow_control = bool(cfg.get("flow_control")) and bool(self.deliver_subject)
+        self.pblimit = FC_MAX_PENDING if self.flow_control else 0
+        self.maxpb = self.pblimit // 16
+        self.pbytes = self.fcsz = 0
+        self.fcid = ""
         # the delivery state, from the replicated one (nats-server's applyState)
         self.sseq = c.delivered_stream + 1
         self.dseq = c.delivered_consumer + 1
@@ -192,7 +187,7 @@ class ConsumerLeading:
         self.lpending = {s: [d, ts] for s, (d, ts) in c.pending.items()}
         self.rdc = dict(c.redelivered)
         self.rdq: list[int] = []
-        self.held: dict[int, tuple[bytes, bytes, bytes, int, Optional[_Request]]] = {}
+        self.held: dict[int, tuple[bytes, bytes, bytes, int, Optional[_Request], str]] = {}
         self.replies: dict[int, str] = {}
         self.waiting: deque[_Request] = deque()
         self.ldt = self.lat = 0
@@ -207,6 +202,8 @@ class ConsumerLeading:
             self._lead.append((self.aic, self.aic.subscribe(f"$JS.ACK.{sn}.>", self._on_ack)))
         if not self.deliver_subject:
             self._lead.append((self.aic, self.aic.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{sn}", self._on_next)))
+        if self.flow_control:
+            self._lead.append((self.aic, self.aic.subscribe(f"$JS.FC.{sn}.*", self._on_fc)))
         srep.on_stored.append(self.kick)
         if fresh:
             self._select_start(cfg)
@@ -233,6 +230,11 @@ class ConsumerLeading:
                            else (getattr(self.mstore.load_last_msg(f), "seq", 0)) for f in self.filters), default=0)
             else:
                 seq = st.last_seq
+        elif pol == "last_per_subject":
+            # (the last message of each subject first, then on from the stream's last: nats-server's skip list)
+            self.lss = list(self.mstore.multi_last_seqs(self.filters or [">"], st.last_seq))
+            self.lss_resume = st.last_seq
+            seq = self.lss[0] if self.lss else st.last_seq + 1
         elif pol == "by_start_sequence":
             seq = int(cfg.get("opt_start_seq") or 0)
         elif pol == "by_start_time":
@@ -354,8 +356,8 @@ class ConsumerLeading:
             self.ldt = time.time_ns()
             held = self.held.pop(x.sseq, None)
             if held is not None:
-                subj, reply, payload, hlen, wr = held
-                self.aic.publish(subj, reply, payload, hlen)
+                subj, reply, payload, hlen, wr, shown = held
+                self._publish_delivery(subj, reply, payload, hlen, shown)
                 self._last_send = time.monotonic()
                 if wr is not None:
                     wr.held -= 1
@@ -381,11 +383,14 @@ class ConsumerLeading:
             self._timers[name] = self.server.loop.call_later(max(delay, 0.0), cb)
 
     def num_pending(self) -> int:
-        if self.sseq > self.mstore.state().last_seq:
-            return 0
+        """What is left to deliver (the skip list of a last_per_subject start, then from there on)."""
+        start = self.lss_resume + 1 if self.lss else self.sseq
+        left = len(self.lss)
+        if start > self.mstore.state().last_seq:
+            return left
         if len(self.filters) > 1:
-            return self.mstore.num_pending_multi(self.sseq, self.filters)[0]
-        return self.mstore.num_pending(self.sseq, self.filters[0] if self.filters else ">")[0]
+            return left + self.mstore.num_pending_multi(start, self.filters)[0]
+        return left + self.mstore.num_pending(start, self.filters[0] if self.filters else ">")[0]
 
     def _delivery_count(self, seq: int) -> int:
         return self.rdc.get(seq, 0) or 1
@@ -416,6 +421,18 @@ class ConsumerLeading:
             return sm, dc
         if self.maxp and len(self.lpending) >= self.maxp:
             return None, 0
+        if self.lss:
+            seq = self.lss.pop(0)
+            if self.lss:
+                self.sseq = seq
+            else:
+                self.sseq = self.lss_resume
+                self._propose(ge.UpdateSkip(self.sseq).encode())
+            sm = self.mstore.load_msg(seq)
+            self.sseq += 1
+            if sm is not None:
+                return sm, 1
+            return self._next_msg()
         if len(self.filters) > 1:
             sm = self.mstore.load_next_msg_multi(self.filters, self.sseq)
         else:
@@ -442,6 +459,8 @@ class ConsumerLeading:
                 if not self.aic.account.has_interest(self.deliver_subject):
                     self._arm("interest", 1.0, self.kick)
                     break
+                if self.maxpb and self.pbytes > self.maxpb:
+                    break  # (stalled until the flow control request is answered)
                 wr = None
             else:
                 wr = self.waiting[0] if self.waiting else None
@@ -486,22 +505,25 @@ class ConsumerLeading:
         reply = f"$JS.ACK.{self.stream}.{self.name}.{dc}.{sm.seq}.{dseq}.{sm.ts}.{pending}".encode()
         target = (wr.reply if wr is not None else self.deliver_subject).encode()
         self._propose(ge.UpdateDelivered(dseq, sm.seq, dc, sm.ts).encode())
-        if self.ack_policy == "none":
-            self.adflr, self.asflr = dseq, sm.seq
-            self.aic.publish(target, reply, hdr + data, len(hdr) if hdr else -1)
-            self._last_send = time.monotonic()
-        else:
-            now = time.time_ns()
-            p = self.lpending.get(sm.seq)
-            if p is not None:
-                p[1] = now
+        if self.ack_policy == "none" or self.flow_control:
+            # (sent at once: nats-server replicates deliveries first only with acks and without flow control)
+            if self.ack_policy == "none":
+                self.adflr, self.asflr = dseq, sm.seq
             else:
-                self.lpending[sm.seq] = [dseq, now]
-            self.held[sm.seq] = (target, reply, hdr + data, len(hdr) if hdr else -1, wr)
+                self._track(sm.seq, dseq)
+            self._publish_delivery(target, reply, hdr + data, len(hdr) if hdr else -1, sm.subject)
+            self._last_send = time.monotonic()
+            if self.maxpb:
+                self.pbytes += size
+                if not self.fcid and self.pbytes > self.maxpb // 2:
+                    self._send_fc()
+                elif self.fcid and self.pbytes - self.fcsz >= self.maxpb:
+                    self.fcsz += size
+        else:
+            self._track(sm.seq, dseq)
+            self.held[sm.seq] = (target, reply, hdr + data, len(hdr) if hdr else -1, wr, sm.subject)
             if wr is not None:
                 wr.held += 1
-            self._arm_ack(self.backoff[min(self.rdc.get(sm.seq, 0), len(self.backoff) - 1)]
-                          if self.backoff else self.ack_wait_ns)
         if wr is not None:
             wr.n -= 1
             wr.d += 1
@@ -509,6 +531,39 @@ class ConsumerLeading:
                 wr.b -= size
             if wr.n <= 0:
                 self._end_request(wr, b"")
+
+    def _publish_delivery(self, target: bytes, reply: bytes, payload: bytes, hlen: int, shown: str) -> None:
+        """A delivery routed by ``target`` (the deliver subject or the request's inbox) and shown with the stored
+        message's subject, as nats-server delivers (a KV watcher takes the key from it)."""
+        acc = self.aic.account
+        r = acc.match(target.decode("utf-8", "surrogateescape"))
+        acc.deliver_result(self.aic, r, shown.encode("utf-8", "surrogateescape"), reply, hlen, payload, target)
+
+    def _track(self, sseq: int, dseq: int) -> None:
+        """nats-server's trackPending: pending since now (a redelivery keeps its first consumer sequence)."""
+        now = time.time_ns()
+        p = self.lpending.get(sseq)
+        if p is not None:
+            p[1] = now
+        else:
+            self.lpending[sseq] = [dseq, now]
+        self._arm_ack(self.backoff[min(self.rdc.get(sseq, 0), len(self.backoff) - 1)]
+                      if self.backoff else self.ack_wait_ns)
+
+    def _send_fc(self) -> None:
+        self.fcsz, self.fcid = self.pbytes, f"$JS.FC.{self.stream}.{self.name}.{gw.random_token(4)}"
+        h = b"NATS/1.0 100 FlowControl Request\r\n\r\n"
+        self.aic.publish(self.deliver_subject.encode(), self.fcid.encode(), h, len(h))
+
+    def _on_fc(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        """The answer to our latest flow control request: the window grows, what it covered is released."""
+        if self._lead is None or subject.decode("utf-8", "surrogateescape") != self.fcid:
+            return
+        if self.maxpb < self.pblimit:
+            self.maxpb = min(self.maxpb * 2, self.pblimit)
+        self.pbytes = max(self.pbytes - self.fcsz, 0)
+        self.fcid, self.fcsz = "", 0
+        self.kick()
 
     def _arm_ack(self, ns: int) -> None:
         t = self._timers.get("ack")
@@ -598,105 +653,6 @@ class ConsumerLeading:
         self.aic.publish(f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{self.stream}.{self.name}".encode(), None,
                          json.dumps(doc, separators=(",", ":")).encode())
 
-    # -- pull requests ---------------------------------------------------------------------------------------
-    def _on_next(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
-        if self._lead is not None and reply:
-            self._next_request(reply.decode("utf-8", "surrogateescape"), bytes(msg[hdr:]) if hdr > 0 else bytes(msg))
-
-    def _next_request(self, reply: str, body: bytes) -> None:
-        """nats-server's processNextMsgRequest (the same checks and statuses as rillet's own pull consumers)."""
-        from rillet.gocompat.gotime import format_duration
-        from rillet.jetstream.consumer.pull import _next_request
-        cfg = self._cfg()
-
-        def err(code: int, desc: str) -> None:
-            h = _hdrs([], code, desc)
-            self.aic.publish(reply.encode(), None, h, len(h))
-
-        if self.deliver_subject:
-            err(409, "Consumer is push based")
-            return
-        req = body.strip()
-        batch, expires, max_bytes, no_wait, hb = 1, 0, 0, False, 0
-        if req[:1] == b"{":
-            try:
-                d = _next_request(req)
-            except ValueError as e:
-                err(400, f"Bad Request - {e}")
-                return
-            if set(d) & {"group", "min_pending", "min_ack_pending", "id", "priority"}:
-                err(400, "Bad Request - Not a Priority Group Consumer")  # (no priority groups here: unsupported())
-                return
-            batch, expires = d.get("batch", 0), d.get("expires", 0)
-            max_bytes, no_wait, hb = d.get("max_bytes", 0), d.get("no_wait", False), d.get("idle_heartbeat", 0)
-            if hb > 0 and hb * 2 > expires:
-                err(400, "Bad Request - heartbeat value too large")
-                return
-        elif req:
-            try:
-                batch = int(req)
-            except ValueError:
-                batch = 1
-        max_batch, max_exp = int(cfg.get("max_batch") or 0), int(cfg.get("max_expires") or 0)
-        max_b, max_waiting = int(cfg.get("max_bytes") or 0), int(cfg.get("max_waiting") or 0)
-        if max_batch > 0 and batch > max_batch:
-            err(409, f"Exceeded MaxRequestBatch of {max_batch}")
-            return
-        if expires and max_exp > 0 and expires > max_exp:
-            err(409, f"Exceeded MaxRequestExpires of {format_duration(max_exp)}")
-            return
-        if max_bytes > 0 and max_b > 0 and max_bytes > max_b:
-            err(409, f"Exceeded MaxRequestMaxBytes of {max_b}")
-            return
-        if no_wait:
-            pending = self.num_pending() + len(self.rdq)
-            if pending == 0 and not expires:
-                err(404, "No Messages")
-                return
-            if pending > 0 and pending < sum(w.n for w in self.waiting):
-                err(408, "Requests Pending")
-                return
-        if max_waiting > 0 and len(self.waiting) >= max_waiting:
-            if not hb:
-                err(409, "Exceeded MaxWaiting")
-            return
-        now = time.monotonic()
-        wr = _Request(reply, max(batch, 1), max_bytes, now + expires / 1e9 if expires else 0.0, no_wait, hb / 1e9,
-                      now)
-        self.waiting.append(wr)
-        self._propose(ge.PendingRequest(True, reply).encode())
-        self.kick()
-
-    def _end_request(self, wr: _Request, status: bytes) -> None:
-        if wr in self.waiting:
-            self.waiting.remove(wr)
-            self._propose(ge.PendingRequest(False, wr.reply).encode())
-        if status:
-            if wr.held:
-                wr.done = status  # (after the deliveries that wait for their commit, as nats-server)
-            else:
-                self.aic.publish(wr.reply.encode(), None, status, len(status))
-
-    def _expire_requests(self, eos: bool = False) -> None:
-        """Expired requests end with a 408; at the end of what there is to deliver (``eos``) a no_wait request
-        ends with a 404 unless it has an expiry and got nothing yet (nats-server's processWaiting)."""
-        now = time.monotonic()
-        for wr in list(self.waiting):
-            if wr.expires and now >= wr.expires:
-                self._end_request(wr, _hdrs([("Nats-Pending-Messages", str(wr.n)),
-                                             ("Nats-Pending-Bytes", str(wr.b))], 408, "Request Timeout"))
-            elif eos and wr.no_wait and (not wr.expires or wr.d > 0):
-                self._end_request(wr, _hdrs([], 404, "No Messages"))
-            elif wr.hbt and now >= wr.hbt:
-                h = _hdrs([], 100, "Idle Heartbeat")
-                self.aic.publish(wr.reply.encode(), None, h, len(h))
-                wr.hbt = now + wr.hb
-
-    def _arm_requests(self) -> None:
-        times = [t for wr in self.waiting for t in (wr.expires, wr.hbt) if t]
-        if times:
-            self._arm("requests", min(times) - time.monotonic() + 0.0005, self.kick)
-
     def _on_hb(self) -> None:
         """A push consumer's idle heartbeat (to the deliver subject, with the last sequences)."""
         hb = int(self._cfg().get("idle_heartbeat") or 0) / 1e9
@@ -704,8 +660,10 @@ class ConsumerLeading:
             return
         idle = time.monotonic() - self._last_send
         if idle >= hb - 0.001 and self.aic.account.has_interest(self.deliver_subject):
-            h = _hdrs([("Nats-Last-Consumer", str(self.dseq - 1)), ("Nats-Last-Stream", str(self.sseq - 1))],
-                      100, "Idle Heartbeat")
+            pairs = [("Nats-Last-Consumer", str(self.dseq - 1)), ("Nats-Last-Stream", str(self.sseq - 1))]
+            if self.fcid:
+                pairs.append(("Nats-Consumer-Stalled", self.fcid))
+            h = _hdrs(pairs, 100, "Idle Heartbeat")
             self.aic.publish(self.deliver_subject.encode(), None, h, len(h))
             self._last_send = time.monotonic()
         self._arm("hb", max(hb - (time.monotonic() - self._last_send), 0.01), self._on_hb)

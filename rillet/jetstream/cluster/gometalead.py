@@ -17,8 +17,10 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``STREAM.DELETE``: the removal proposed; the stream's leader answers.
 * ``CONSUMER.CREATE`` / ``CONSUMER.DURABLE.CREATE``: nats-server's checks (rillet.jetstream.consumerconfig), the
   consumer's assignment on its stream's peers (as many as nats-server gives it: one for an ephemeral of a
-  limits stream), a Go server preferred (the Rillet server does not lead replicated streams' consumers); an
-  existing consumer's assignment again with its new configuration (an update). Its leader answers.
+  limits stream), a Go server preferred (a new replicated consumer group is first led by a Go server: a Rillet
+  replica with an empty log does not stand); with no Go server online, a one-replica consumer goes to an online
+  Rillet peer, which leads it at once (goconsumerlead), and a replicated one is refused (10023); an existing
+  consumer's assignment again with its new configuration (an update). Its leader answers.
 * ``CONSUMER.DELETE``: the removal proposed; the consumer's leader answers.
 * ``STREAM.NAMES`` and ``CONSUMER.NAMES``: from the assignments. ``STREAM.LIST`` and ``CONSUMER.LIST``: each
   stream's or consumer's info asked of its leader (``$JSC.SI``/``$JSC.CI``), those that do not answer within
@@ -565,6 +567,9 @@ class MetaLeaderApi:
         go = [p for p in speers if self._is_go(p) and p in online]
         if len(speers) == 1:
             peers = speers  # (an R1 stream's consumer is where the stream is: a Rillet server leads it there)
+        elif not go and r == 1 and any(p in online for p in speers):
+            # (a one-replica consumer has no group: the Rillet server it goes to leads it at once)
+            peers = [self.rng.choice([p for p in speers if p in online])]
         elif not go:
             # (a Rillet server does not lead a replicated stream's consumer: a Go server must)
             self._answer(reply, _err(kind, "INSUFFICIENT_RESOURCES"))
