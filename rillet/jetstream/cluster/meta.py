@@ -41,8 +41,11 @@ meta_compact_size }``; by default every ``COMPACT_EVERY`` entries); streams are 
 
 **Scale, move, replacement.** An update changing ``num_replicas`` or ``placement`` sets the group's
 ``desired`` state (nats-server 2.15); the meta leader's timer then moves each such group one member at a
-time (``_reconcile_one``: add one, wait until current, ..., drop the old ones, followers first). The README
-describes the rules.
+time (``_reconcile_one``: add one, wait until current, ..., drop the old ones, followers first); a scale
+down first records the peers kept; the consumers get desired states of their own and are moved one member
+at a time before the stream's old peers go. nats-server 2.15 has its group leaders drive these steps (the
+meta leader records); here the meta leader drives and the group leaders follow their assignments, reporting
+the step in ``cluster.desired.status``. The README describes the rules.
 
 **The API.** Every JetStream server receives ``$JS.API.>``. The meta leader answers INFO, STREAM.CREATE/
 UPDATE/DELETE/NAMES/LIST, CONSUMER.CREATE/DURABLE.CREATE/DELETE/NAMES/LIST, STREAM.PEER.REMOVE, and in
