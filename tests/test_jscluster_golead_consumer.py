@@ -506,7 +506,7 @@ async def test_two_go_one_rillet_consumers_led_by_rillet_and_back(tmp_path):
                 await got[3].ack_sync()
                 redo = []
                 for _ in range(2):  # (once its ack wait ran out a redelivery goes before new messages)
-                    await asyncio.sleep(2.2)
+                    await asyncio.sleep(3.0)
                     redo += await _fetch(psub_r, 1, timeout=10)
                 assert [(x.metadata.sequence.stream, x.metadata.num_delivered) for x in redo] == [(11, 2), (11, 3)]
                 # +NXT: the ack and the next message in one
@@ -523,17 +523,16 @@ async def test_two_go_one_rillet_consumers_led_by_rillet_and_back(tmp_path):
                 # a NAK with a delay: not redelivered before it (a new message goes first)
                 later = await _fetch(psub_r, 1)
                 assert later[0].metadata.sequence.stream == 14
-                await later[0].nak(delay=1.0)
+                await later[0].nak(delay=3.0)
                 t0 = time.monotonic()
                 new = await _fetch(psub_r, 1)
                 assert new[0].metadata.sequence.stream == 15
                 await new[0].ack_sync()
-                await asyncio.sleep(max(1.2 - (time.monotonic() - t0), 0))
+                await asyncio.sleep(max(3.3 - (time.monotonic() - t0), 0))
                 back = await _fetch(psub_r, 1, timeout=10)
                 assert (back[0].metadata.sequence.stream, back[0].metadata.num_delivered) == (14, 2)
                 await back[0].ack_sync()
-                # 11 past max_deliver once its third ack wait ran out: the next pull request skips it
-                await asyncio.sleep(2.2)
+                # 11 past max_deliver once its third ack wait ran out (by now): the next pull request skips it
                 last = await _fetch(psub_r, 1)
                 assert (last[0].metadata.sequence.stream, last[0].metadata.sequence.consumer) == (16, 20)
                 await last[0].ack_sync()
