@@ -684,6 +684,10 @@ class RaftGroup(Leadership):
                 for e in committed:
                     if e[2] == M.ENTRY_NORMAL:
                         self._apply_one(e[0], e[3])
+                if late is None and n.role == LEADER:
+                    # the applies' output (the PubAcks) on the wire before the gathered store write ends the batch
+                    # (the entries are in the log of a majority: the PubAck says no more than that)
+                    self.server.flush_clients()
             finally:
                 batch(False)
         else:
