@@ -277,6 +277,35 @@ def test_leader_holds_deliveries_until_committed_and_answers_acks(monkeypatch):
     assert aic.out[0][2] == b"NATS/1.0 409 Exceeded MaxRequestBatch of 2\r\n\r\n"
 
 
+def test_leader_reset_proposed_and_answered_once_applied(monkeypatch):
+    rep, loop, aic, proposed, commit = _leader(monkeypatch, {"ack_policy": "explicit", "ack_wait": 30_000_000_000})
+    nxt = _sub(aic, "$JS.API.CONSUMER.MSG.NEXT.S.C")
+    nxt(None, None, b"", b"_INBOX.a", 0, b"4")
+    loop.run()
+    commit()
+    reset = _sub(aic, "$JS.API.CONSUMER.RESET.S.C")
+    aic.out.clear()
+    reset(None, None, b"", b"_INBOX.r", 0, b'{"seq": "x"}')
+    bad = json.loads(aic.out[-1][2])
+    assert bad["error"]["err_code"] == 10025 and bad["reset_seq"] == 0 and not proposed
+    reset(None, None, b"", b"_INBOX.r", 0, b'{"seq": 2}')
+    assert [(type(x).__name__, x.seq, x.reply) for x in proposed] == [("ResetSeq", 2, "_INBOX.r")]
+    assert not any(s == b"_INBOX.r" and b"reset_seq\":2" in p for s, _r, p in aic.out)
+    commit()
+    ok = json.loads(aic.out[-1][2])
+    assert aic.out[-1][0] == b"_INBOX.r" and ok["reset_seq"] == 2 and ok["num_ack_pending"] == 0
+    assert ok["delivered"] == {"consumer_seq": 0, "stream_seq": 1} and ok["num_pending"] == 5
+    aic.out.clear()
+    nxt(None, None, b"", b"_INBOX.b", 0, b"1")
+    loop.run()
+    d = [x for x in proposed if isinstance(x, ge.UpdateDelivered)]
+    assert [(x.dseq, x.sseq) for x in d] == [(1, 2)]
+    # deliver policy "new": only back to the ack floor
+    rep.assignment["consumer"]["deliver_policy"] = "new"
+    reset(None, None, b"", b"_INBOX.r2", 0, b'{"seq": 1}')
+    assert json.loads(aic.out[-1][2])["error"]["description"] == "invalid reset: not allowed"
+
+
 def test_leader_redelivers_after_ack_wait_and_stops_at_max_deliver(monkeypatch):
     # (-1: no limit of ack pending, as the config says it)
     cfg = {"ack_policy": "explicit", "ack_wait": 1_000_000_000, "max_deliver": 2, "max_ack_pending": -1,

@@ -21,6 +21,8 @@ store: what is applied here, as nats-server's consumer leader reads its own stre
 * ``ack_wait``/``backoff`` redeliveries (nats-server's ``checkPending``), ``max_deliver`` (the message leaves
   pending with a delivered update past the limit, as Go's leader proposes it) and the advisories for
   max deliveries, NAKs and terminations;
+* ``CONSUMER.RESET`` (nats-server 2.14's: back to the ack floor or to a sequence its deliver policy allows,
+  proposed as its reset entry, op 18, and answered with the consumer info once applied);
 * ``CONSUMER.INFO`` and the servers' ``$JSC.CI`` requests (cluster info naming this server leader; delivered
   and ack floor from the replicated state, as Go's leader reports them), ``CONSUMER.LEADER.STEPDOWN`` (to
   the preferred server, else a current Go peer first);
@@ -42,7 +44,7 @@ snapshot (``encode_consumer_state``) every ``SNAPSHOT_EVERY`` applied entries, a
 Not led here (the leadership is handed to a Go peer when elected, as before): consumers of interest or work
 queue streams (every replica removes acknowledged messages itself, not done by the Rillet stream replica),
 ack policy ``flow_control``, priority groups, ``rate_limit_bps``, replay ``original``, a paused consumer. Not done while leading:
-``CONSUMER.RESET`` and ``CONSUMER.PAUSE`` are left to the meta layer's answer (no leader serves them here),
+the ``Nats-Required-Api-Level`` header of a ``CONSUMER.RESET`` (not checked),
 the ``sample_freq`` ack samples, an ephemeral's inactivity removal (nats-server's leader asks the meta leader to
 remove it; here it stays), the v2 ack subjects
 (``js_api_reply_v2``), and a consumer config update while leading (the leadership is handed to a Go peer).
@@ -204,6 +206,8 @@ class ConsumerLeading(PullRequests):
             self._lead.append((self.aic, self.aic.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{sn}", self._on_next)))
         if self.flow_control:
             self._lead.append((self.aic, self.aic.subscribe(f"$JS.FC.{sn}.*", self._on_fc)))
+        self._lead.append((self.aic, self.aic.subscribe(f"$JS.API.CONSUMER.RESET.{sn}", self._on_reset)))
+        self.rsm: set[str] = set()  # reset requests proposed, answered once applied
         srep.on_stored.append(self.kick)
         if fresh:
             self._select_start(cfg)
@@ -363,6 +367,21 @@ class ConsumerLeading(PullRequests):
                     wr.held -= 1
                     if wr.held == 0 and wr.done:
                         self.aic.publish(wr.reply.encode(), None, wr.done, len(wr.done))
+        elif isinstance(x, ge.ResetSeq):  # (nats-server's resetLocalStartingSeq, then the answer)
+            self.lpending.clear()
+            self.rdc.clear()
+            self.rdq.clear()
+            self.lss = []
+            self.sseq, self.dseq = max(x.seq, 1), 1
+            self.adflr, self.asflr = 0, self.sseq - 1
+            self.ldt = self.lat = 0
+            if x.reply in self.rsm:
+                from rillet.jetstream.consumer.reset import TYPE
+                self.rsm.discard(x.reply)
+                body = json.dumps({"type": TYPE, **self._info_doc(), "reset_seq": self.sseq},
+                                  separators=(",", ":")).encode()
+                self.aic.publish(x.reply.encode(), None, body)
+            self.kick()
         elif isinstance(x, ge.UpdateAcks):
             self.lat = time.time_ns()
             reply = self.replies.pop(x.sseq, None)
@@ -823,6 +842,33 @@ class ConsumerLeading(PullRequests):
         if self._api_request(reply, hdr, msg) is None:
             return
         self._answer(reply, {"type": "io.nats.jetstream.api.v1.consumer_info_response", **self._info_doc()})
+
+    def _on_reset(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        """``$JS.API.CONSUMER.RESET.<stream>.<consumer>``: checked as nats-server's leader checks it, proposed."""
+        if self._lead is None or not reply:
+            return
+        from rillet.jetstream.consumer.common import _parse_time_ns
+        from rillet.jetstream.consumer.reset import TYPE, _seq
+        cfg = self._cfg()
+        pol = cfg.get("deliver_policy") or "all"
+        try:
+            seq = _seq(bytes(msg[hdr:]) if hdr > 0 else bytes(msg))
+            if seq == 0:
+                seq = self.asflr + 1
+            elif pol == "by_start_sequence" and seq < int(cfg.get("opt_start_seq") or 0):
+                raise ApiError.make("CONSUMER_INVALID_RESET", err="below start seq")
+            elif pol == "by_start_time" and seq < self.mstore.get_seq_from_time(
+                    _parse_time_ns(cfg.get("opt_start_time"))):
+                raise ApiError.make("CONSUMER_INVALID_RESET", err="below start time")
+            elif pol not in ("all", "by_start_sequence", "by_start_time"):
+                raise ApiError.make("CONSUMER_INVALID_RESET", err="not allowed")
+        except ApiError as e:
+            body = json.dumps({"type": TYPE, "error": e.to_dict(), "reset_seq": 0}, separators=(",", ":")).encode()
+            self.aic.publish(reply, None, body)
+            return
+        r = reply.decode("utf-8", "surrogateescape")
+        self.rsm.add(r)
+        self._propose(ge.ResetSeq(max(seq, 1), r).encode())
 
     def _on_cluster_info(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
                          msg: bytes) -> None:
