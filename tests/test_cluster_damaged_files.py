@@ -131,6 +131,20 @@ def _setup(cluster) -> tuple[object, list[str]]:
     return victim, [m.url for m in cluster if m is not victim]
 
 
+async def _lead(cluster, victim, others: list[str], kind: str, subj: str) -> dict:
+    """Info of the stream or consumer ``subj`` once ``victim`` leads it (asked to, every replica current)."""
+    urls = [m.url for m in cluster]
+    for _ in range(90):
+        d = await _request(urls, f"$JS.API.{kind}.INFO.{subj}", want=lambda d: "error" not in d and
+                           _all_current(d))
+        if d["cluster"].get("leader") == victim.name:
+            return d
+        await _request(others, f"$JS.API.{kind}.LEADER.STEPDOWN.{subj}",
+                       {"placement": {"preferred": victim.name}}, want=lambda d: True)
+        await asyncio.sleep(1)
+    raise AssertionError(f"{victim.name} never became the leader of {subj}")
+
+
 def _after(cluster, victim, others: list[str], log_line: str) -> None:
     """More published and deleted while the victim is down; the victim restarted (its log says ``log_line``),
     made the leader of P and C once caught up; everything read back through it."""
@@ -141,23 +155,13 @@ def _after(cluster, victim, others: list[str], log_line: str) -> None:
     victim.start()
     victim.proc.wait_log("Server is ready", timeout=30)
     victim.proc.wait_log(log_line, timeout=30)
-    urls = [m.url for m in cluster]
-
-    async def lead(kind: str, subj: str) -> dict:
-        for _ in range(90):
-            d = await _request(urls, f"$JS.API.{kind}.INFO.{subj}", want=lambda d: "error" not in d and
-                               _all_current(d))
-            if d["cluster"].get("leader") == victim.name:
-                return d
-            await _request(others, f"$JS.API.{kind}.LEADER.STEPDOWN.{subj}",
-                           {"placement": {"preferred": victim.name}}, want=lambda d: True)
-            await asyncio.sleep(1)
-        raise AssertionError(f"{victim.name} never became the leader of {subj}")
-    info = asyncio.run(lead("STREAM", "P"))
+    def lead(kind: str, subj: str) -> dict:
+        return asyncio.run(_lead(cluster, victim, others, kind, subj))
+    info = lead("STREAM", "P")
     deleted = set(DELETED) | set(DELETED_LATER)
     assert info["state"]["messages"] == N + M - len(deleted), info["state"]
     assert info["state"]["last_seq"] == N + M and not info["state"].get("lost"), info["state"]
-    cinfo = asyncio.run(lead("CONSUMER", "P.C"))
+    cinfo = lead("CONSUMER", "P.C")
     assert cinfo["ack_floor"]["stream_seq"] >= CFG.get("acks", 100) + 50 and cinfo["num_ack_pending"] == 0, cinfo
     assert cinfo["num_pending"] == N + M - cinfo["delivered"]["stream_seq"] - len(
         [s for s in deleted if s > cinfo["delivered"]["stream_seq"]]), cinfo
@@ -281,3 +285,99 @@ def test_damaged_raft_snapshots_are_taken_again_from_the_leaders(cluster) -> Non
     finally:
         CFG["n"] = 400
         CFG.pop("acks", None)
+
+
+def _snapshot_of(m) -> bool:
+    return any(os.sep + "S-" in p for p in _victim_files(m, "snapshot"))
+
+
+def _drop_tombstone(path: str, seq: int) -> None:
+    """Rewrite a store's state log without the tombstone of ``seq`` (its record lost)."""
+    import struct
+
+    from rillet.jetstream.store._fsformat import L_DEL, LOG_MAGIC, _encode_log, _parse_log_record
+    buf = open(path, "rb").read()
+    assert buf[:8] == LOG_MAGIC
+    mv = memoryview(buf)
+    out = [LOG_MAGIC]
+    pos, found = 8, False
+    while pos < len(buf):
+        r = _parse_log_record(mv, pos, len(buf))
+        assert r is not None, pos
+        kind, p, plen, total = r
+        if kind == L_DEL:
+            seqs = list(struct.unpack_from(f"<{plen // 8}Q", mv, p))
+            if seq in seqs:
+                found = True
+                seqs.remove(seq)
+                if seqs:
+                    out.append(_encode_log(L_DEL, struct.pack(f"<{len(seqs)}Q", *seqs)))
+                pos += total
+                continue
+        out.append(bytes(mv[pos:pos + total]))
+        pos += total
+    assert found, "no tombstone of %d" % seq
+    with open(path, "wb") as f:
+        f.write(b"".join(out))
+
+
+def test_a_damaged_record_whose_deletion_lost_its_record_here_is_removed(cluster) -> None:
+    """Message 5 is deleted (not erased) after the group's snapshot and more is published; on the stopped
+    follower its record is damaged and its tombstone lost. Restarted, the follower finds 5 damaged, and its log
+    cannot give the deletion again (the store is past it: the entry counts as applied); the others answer that
+    they deleted it. Before, the follower waited for its own deletion forever (asked again every 2 s; stream
+    info through it kept showing 5 lost); now, having applied as far as they had when they answered, it removes
+    the record itself."""
+    try:
+        urls = [m.url for m in cluster]
+
+        async def go() -> object:
+            await _request(urls, "$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"],
+                                                              "num_replicas": 3, "storage": "file"})
+            n = 0
+            while not all(_snapshot_of(m) for m in cluster):  # (the deletion must come after the snapshot)
+                assert n < 40000, n
+                await _publish(urls, n, n + 500)
+                n += 500
+            # (messages between the snapshot and the deletion: replaying its log, the replica's store is past the
+            # deletion's entry, which counts as applied before the restart)
+            await _publish(urls, n, n + 20)
+            await _request(urls, "$JS.API.STREAM.MSG.DELETE.P", {"seq": 5, "no_erase": True})
+            await _publish(urls, n + 20, n + 40)
+            CFG["total"] = n + 40
+            info = await _request(urls, "$JS.API.STREAM.INFO.P", want=lambda d: "error" not in d and
+                                  _all_current(d))
+            return next(m for m in cluster if m.name != info["cluster"]["leader"])
+        victim = asyncio.run(go())
+        _stop(victim)
+        assert [p for p in _victim_files(victim, "snapshot") if os.sep + "S-" in p]
+        (blk,) = [p for p in _victim_files(victim, "*.blk") if os.sep + "P" + os.sep in p]
+        b = bytearray(open(blk, "rb").read())
+        i = b.find(b"v00004.")
+        assert i > 0
+        b[i + 3] ^= 0x10
+        with open(blk, "wb") as f:
+            f.write(b)
+        (log,) = [p for p in _victim_files(victim, "state.log") if os.sep + "P" + os.sep in p]
+        _drop_tombstone(log, 5)
+        victim.start()
+        victim.proc.wait_log("Server is ready", timeout=30)
+        # (the state below is what counts: in a run where the snapshot ends right before the deletion's entry,
+        # the replay applies that entry again and nothing is left to wait for)
+        others = [m.url for m in cluster if m is not victim]
+
+        async def check() -> dict:  # (through the victim as the stream leader: its own store's state)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while True:
+                d = await _lead(cluster, victim, others, "STREAM", "P")
+                if (d["state"]["messages"] == CFG["total"] - 1 and not d["state"].get("lost")) or \
+                        loop.time() > deadline:
+                    return d
+                await asyncio.sleep(0.5)
+        info = asyncio.run(check())
+        assert info["state"]["messages"] == CFG["total"] - 1 and not info["state"].get("lost"), info["state"]
+        r = asyncio.run(_request([victim.url], "$JS.API.STREAM.MSG.GET.P", {"seq": 5}, want=lambda d: True))
+        assert r.get("error", {}).get("err_code") == 10037, r
+    finally:
+        CFG.pop("total", None)
