@@ -40,7 +40,7 @@ def test_connack_properties_and_assigned_client_id(tmp_path):
         r, ack = _raw5(t, "", props={"request_response_information": 1})
         assert ack.rc == 0 and not ack.session_present
         p = ack.props
-        assert p["receive_maximum"] == 65535 and p["topic_alias_maximum"] == 65535
+        assert p["receive_maximum"] == 1024 and p["topic_alias_maximum"] == 65535
         assert p["shared_subscription_available"] == 1 and p["subscription_identifier_available"] == 1
         assert p["assigned_client_identifier"] and p["response_information"].startswith("rsp/")
         assert p["maximum_packet_size"] > 1024 * 1024

@@ -21,6 +21,13 @@ from .store import AccountSessions, Session
 __all__ = ["MqttServer", "start_mqtt"]
 
 
+# MQTT 5's Receive Maximum announced to clients by default: how many QoS 1 and 2 PUBLISH a client may have
+# unacknowledged at once. Not the protocol's 65535: a bounded window keeps what one client can leave pending
+# bounded (QoS 2 receipts are kept per session) and is what broker test suites expect (Eclipse Paho's
+# interoperability suite sends one past it and waits for DISCONNECT 0x93); nats-server's MQTT (3.1.1 only)
+# has the same default window, 1024, for what it sends (max_ack_pending).
+RECEIVE_MAXIMUM = 1024
+
 class MqttServer(ServedListener):
     is_websocket = False
 
@@ -32,7 +39,8 @@ class MqttServer(ServedListener):
         self.port = int(m.get("port") or 0)
         self.reject_qos2 = bool(m.get("reject_qos2_publish"))
         self.downgrade_qos2 = bool(m.get("downgrade_qos2_subscribe"))
-        self.receive_max = int(m.get("receive_maximum") or 65535)  # (MQTT 5: announced in CONNACK, enforced)
+        # (MQTT 5: announced in CONNACK, enforced; RECEIVE_MAXIMUM unless configured)
+        self.receive_max = int(m.get("receive_maximum") or RECEIVE_MAXIMUM)
         self.conns: dict[int, MqttConn] = {}
         self.asms: dict[str, AccountSessions] = {}
         self._asm_tasks: dict[str, asyncio.Task] = {}
