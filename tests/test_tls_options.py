@@ -1,6 +1,6 @@
 """tls {} options that change who may connect and how: pinned_certs, cipher_suites, curve_preferences,
-min_version, handshake_first (true, a fallback delay, auto), connection_rate_limit; and the keys refused at
-load with file:line:col (cert_store, certs ...; OCSP is in tests/test_ocsp.py), compared with nats-server -t where it agrees."""
+min_version, handshake_first (true, a fallback delay, auto), connection_rate_limit, a certs list chosen by SNI;
+configuration errors with file:line:col (OCSP is in tests/test_ocsp.py), compared with nats-server -t where it agrees."""
 from __future__ import annotations
 
 import asyncio
