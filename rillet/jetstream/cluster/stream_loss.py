@@ -312,7 +312,7 @@ class StreamLossMixin:
         store = self.stream.store
         for s in gone:
             store.remove_msg(s)
-            self._gone_at.pop(s, None)
+        self._gone_at = {s: i for s, i in self._gone_at.items() if s not in gone}  # (never the class's dict)
         self.cs.js.log.warn(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}': {len(gone)} "
                             f"damaged message(s) (first {gone[0]}) deleted on another replica, whose deletion this "
                             f"replica applied and lost the record of: removed here")
