@@ -299,3 +299,186 @@ def run_frames(c, m, Py_ssize_t budget, acc, r, dsubj, wr, list seqs):
         ic.out_msgs += sent
         if lts is not None:
             c._replay_lts = lts
+
+
+# ---- a stream's plain publish -----------------------------------------------------------------------------------
+# ``stream_on_msg`` is Stream._on_msg (the reference: rillet.jetstream.stream.reference_on_msg) compiled for the
+# plain case: no headers, no subject transform, a reply that is bytes (or none) and not a fast batch's, nothing in
+# flight, a stream neither sealed, failed, interest-retained nor counting, a one-member log (SingleNodeLog) and the
+# ingest and account limits not reached. It does what _on_msg -> process -> SingleNodeLog's propose -> _msg_done do
+# for such a message, in the same order and with the same calls for what it does not do itself (the log's apply,
+# Stream.apply, which stores it; the consumers, expiry, republish, the first PubAck of a pass). Anything else goes
+# to the reference before anything has changed. ``memstore_store_msg`` is MemStore.store_msg's twin.
+
+cdef bint _st_ready = False
+cdef object _st_reference = None
+cdef object _st_Entry = None
+cdef object _st_MSG = None
+cdef object _st_SNL = None
+cdef object _st_now_ns = None
+cdef object _st_json = None
+cdef object _st_schedules = None
+cdef object _st_mem_reference = None
+cdef object _st_StoredMsg = None
+
+
+cdef int _st_setup() except -1:
+    global _st_ready, _st_reference, _st_Entry, _st_MSG, _st_SNL, _st_now_ns, _st_json, _st_schedules
+    global _st_mem_reference, _st_StoredMsg
+    from rillet.jetstream.store import memstore
+    from rillet.jetstream.store.base import StoredMsg
+    _st_mem_reference = memstore.reference_store_msg
+    _st_StoredMsg = StoredMsg
+    from rillet.jetstream import stream as s
+    from rillet.jetstream import schedules
+    _st_reference = s.reference_on_msg
+    _st_Entry = s.Entry
+    _st_MSG = s.Entry.MSG
+    _st_SNL = s.SingleNodeLog
+    _st_now_ns = s.now_ns
+    _st_json = s._json
+    _st_schedules = schedules
+    _st_ready = True
+    return 0
+
+
+cdef bytes _st_ack(bytes pre, object seq):
+    """``pre + b"%d}" % seq`` for a non-negative int below 2**63 (else Python's formatting)."""
+    cdef unsigned long long v
+    cdef char digits[24]
+    cdef int nd = 0, i
+    cdef Py_ssize_t n
+    cdef bytes out
+    cdef char* p
+    if type(seq) is not int or seq < 0 or seq >= 9223372036854775807:
+        return pre + b"%d}" % seq
+    v = seq
+    if v == 0:
+        digits[0] = 48
+        nd = 1
+    while v:
+        digits[nd] = <char>(48 + v % 10)
+        v //= 10
+        nd += 1
+    n = PyBytes_GET_SIZE(pre)
+    out = PyBytes_FromStringAndSize(NULL, n + nd + 1)
+    p = PyBytes_AS_STRING(out)
+    memcpy(p, PyBytes_AS_STRING(pre), n)
+    for i in range(nd):
+        p[n + i] = digits[nd - 1 - i]
+    p[n + nd] = 125  # '}'
+    return out
+
+
+def memstore_store_msg(self, subject, hdr, data, ts=None, ttl=0):
+    """MemStore.store_msg (the reference: rillet.jetstream.store.memstore.reference_store_msg) compiled for its
+    inline case -- a subject stored before, a time given, no TTL, no limit to enforce, a store not closed --
+    the rest handed to the reference."""
+    if not _st_ready:
+        _st_setup()
+    if type(subject) is not str or type(hdr) is not bytes or type(data) is not bytes or ts is None or ttl:
+        return _st_mem_reference(self, subject, hdr, data, ts, ttl)
+    ss = self._subjects.get(subject)
+    if ss is None or type(ss) is not list or self._closed or self._pre_check or self._maxp or self._post_limits:
+        return _st_mem_reference(self, subject, hdr, data, ts, ttl)
+    seq = self._last + 1
+    msgs = self._msgs
+    if not msgs:
+        self._first = seq
+    msgs[seq] = _st_StoredMsg(subject, seq, ts, hdr, data)
+    self._last = seq
+    self._last_ts = ts
+    if PyBytes_GET_SIZE(hdr):
+        self._bytes += len(subject) + PyBytes_GET_SIZE(hdr) + PyBytes_GET_SIZE(data) + self._size_overhead + \
+            self._hdr_overhead
+    else:
+        self._bytes += len(subject) + PyBytes_GET_SIZE(data) + self._size_overhead
+    cdef list sl = <list>ss
+    sl[0] += 1
+    sl.append(seq)
+    if len(sl) - sl[1] > 2 * sl[0] + 8:
+        self._compact_subj(sl)
+    return seq, ts
+
+
+def stream_on_msg(self, sub, client, subject, reply, hdr, msg):
+    if not _st_ready:
+        _st_setup()
+    if (hdr >= 0 or type(subject) is not bytes or type(msg) is not bytes
+            or (reply is not None and (type(reply) is not bytes or reply.endswith(b".$FI")))):
+        return _st_reference(self, sub, client, subject, reply, hdr, msg)
+    cfg = self.cfg
+    st = cfg.subject_transform
+    log = self.log
+    if (st is not None and st.dest) or type(log) is not _st_SNL or self._inflight or self.store_failed or \
+            cfg.sealed or cfg.allow_msg_counter or cfg.retention == "interest":
+        return _st_reference(self, sub, client, subject, reply, hdr, msg)
+    subj = subject.decode("utf-8", "surrogateescape")
+    cdef Py_ssize_t rlen = PyBytes_GET_SIZE(reply) if reply is not None else 0
+    cdef Py_ssize_t dlen = PyBytes_GET_SIZE(msg)
+    cdef Py_ssize_t size = len(subj) + dlen
+    n = self._bl_n + self._wb_n
+    if n:  # the ingest limits (rillet.jetstream.ingest), as process tests them
+        max_n, max_b = self.ingest_limits
+        if (max_n and n >= max_n) or (max_b and self._bl_b + self._wb_b + size + rlen > max_b):
+            return _st_reference(self, sub, client, subject, reply, hdr, msg)
+    mms = cfg.max_msg_size
+    if mms > 0 and dlen > mms:
+        return _st_reference(self, sub, client, subject, reply, hdr, msg)
+    jsa = self.jsa
+    if jsa.limited and jsa.over_limit(cfg.storage, size):
+        return _st_reference(self, sub, client, subject, reply, hdr, msg)
+    seq = self.store.last_seq + 1
+    hdr_b = b""
+    ts = _st_now_ns()
+    entry = _st_Entry(_st_MSG, (subj, hdr_b, msg, ts, 0, "", seq), reply)
+    inflight = self._inflight
+    inflight.append(entry)
+    self._bl_n += 1
+    self._bl_b += size + rlen
+    log.index += 1
+    try:
+        res = log.apply(entry)  # (Stream.apply: the only place a store changes)
+    except Exception as e:
+        self._msg_done(entry, None, e)
+        return None
+    # _msg_done's plain case
+    inflight.popleft()
+    self._bl_n -= 1
+    self._bl_b -= size + rlen
+    if self._wb_pending:
+        self._wb_n += 1
+        self._wb_b += size + rlen
+    if self._fx:
+        self._run_fx()
+    seq = res[0]
+    cfg = self.cfg
+    if self._expire_timer is None and cfg.max_age:
+        self._schedule_expiry()
+    if cfg.allow_msg_schedules:
+        _st_schedules.track_stored(self, subj, hdr_b, seq, res[1])
+    if cfg.republish is not None:
+        self._republish(subj, hdr_b, msg, seq, res[1])
+    consumers = self.consumers
+    if consumers:
+        for c in list(consumers.values()):
+            c.on_stream_msg(seq, subj)
+    if cfg.retention == "interest":
+        self.jsa.after_stream_msg(self, seq, subj)
+    if reply and not cfg.no_ack:
+        ap = self._ack_parts
+        if ap is None:
+            dom = b',"domain":' + _st_json(self.js.domain) if self.js.domain else b""
+            pre = b'{"stream":' + _st_json(self.name) + dom + b',"seq":'
+            ap = self._ack_parts = (pre, b"}", pre.replace(b"%", b"%%") + b"%d}")
+        if cfg.allow_msg_counter:
+            from rillet.jetstream.counters import ack_val
+            self._ack_payload(reply, b'%s%d,"val":"%s"%s' % (ap[0], seq, ack_val(msg), ap[1]), seq)
+            return None
+        ack = _st_ack(ap[0], seq)
+        held = self._held
+        if held is not None and self._hold and not self.js.sync_always:
+            held.append((reply, ack, b"", seq))
+            return None
+        self._ack_payload(reply, ack, seq)
+    return None

@@ -20,6 +20,8 @@ import time
 from bisect import bisect_left, bisect_right
 from typing import Iterator
 
+from rillet import lane
+
 from ._common import _NS, MemConsumerStore, StoreCommon
 from ._query import StoreQueries, _has_wildcard, _is_all, _Matcher
 from .base import StoreConfig, StoredMsg
@@ -595,3 +597,9 @@ class MemStore(StoreCommon, StoreQueries):
         self._subjects = {}
         self._bytes = 0
         self._closed = True
+
+
+# MemStore.store_msg as written above (``reference_store_msg``, the pure-Python lane's) or, in the compiled lane, its
+# twin rillet._speedups._cjs.memstore_store_msg (the inline case in C, the rest handed to the reference)
+reference_store_msg = MemStore.store_msg
+lane.use_compiled_methods(MemStore, "rillet._speedups._cjs", store_msg="memstore_store_msg")
