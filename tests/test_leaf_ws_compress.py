@@ -99,3 +99,22 @@ def test_extension_answer_parsing():
         == (True, True)
     assert leaf_ws._pmc_support("permessage-deflate") == (True, False)
     assert leaf_ws._pmc_support("x-foo") == (False, False)
+
+
+def test_hub_message_inflating_without_bound_is_refused():
+    """A compressed message from the hub inflates to at most INFLATED_LIMIT bytes (a deflate bomb is a
+    protocol error, not memory without bound); an ordinary one inflates whole."""
+    import zlib
+
+    from rillet.cluster import leaf_ws
+
+    def deflate(raw: bytes) -> bytes:
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        return (c.compress(raw) + c.flush(zlib.Z_SYNC_FLUSH))[:-4]  # (permessage-deflate drops the tail)
+
+    msg = b"LMSG foo 5\r\nhello\r\n" * 1000
+    assert leaf_ws.WSDialer._inflate(deflate(msg)) == msg
+    bomb = deflate(b"\0" * (leaf_ws.INFLATED_LIMIT + 1024))
+    assert len(bomb) < 1024 * 1024
+    with pytest.raises(leaf_ws._TooBig):
+        leaf_ws.WSDialer._inflate(bomb)

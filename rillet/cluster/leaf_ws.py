@@ -32,6 +32,15 @@ _PMC = "permessage-deflate"
 _PMC_REQUEST = f"Sec-WebSocket-Extensions: {_PMC}; server_no_context_takeover; client_no_context_takeover\r\n"
 
 
+# the most a compressed websocket message from the hub may inflate to (as the client port's websocket caps
+# what its clients send: rillet.server.wsframe.MAX_MSG_PAYLOAD_LIMIT)
+INFLATED_LIMIT = 64 * 1024 * 1024
+
+
+class _TooBig(Exception):
+    pass
+
+
 def _frame(op: int, payload: bytes, mask: bool, rsv: int = 0) -> bytes:
     n = len(payload)
     b0 = 0x80 | rsv | op
@@ -182,14 +191,19 @@ class WSDialer(WSTransport, asyncio.Protocol):
             if op in (_OP_CONT, _OP_TEXT, _OP_BIN):
                 if op != _OP_CONT:
                     self._mcomp = bool(comp)
-                if b0 & 0x80 and not self._msg:
-                    out.append(self._inflate(payload) if self._mcomp else payload)
-                else:
-                    self._msg += payload
-                    if b0 & 0x80:
-                        whole = bytes(self._msg)
-                        out.append(self._inflate(whole) if self._mcomp else whole)
-                        self._msg.clear()
+                try:
+                    if b0 & 0x80 and not self._msg:
+                        out.append(self._inflate(payload) if self._mcomp else payload)
+                    else:
+                        self._msg += payload
+                        if b0 & 0x80:
+                            whole = bytes(self._msg)
+                            out.append(self._inflate(whole) if self._mcomp else whole)
+                            self._msg.clear()
+                except _TooBig:
+                    self._flush(out)
+                    self._protocol_error(f"websocket compressed message inflates past {INFLATED_LIMIT} bytes")
+                    return
             elif op == _OP_PING:
                 self._send(_OP_PONG, payload)
             elif op == _OP_CLOSE:
@@ -209,9 +223,13 @@ class WSDialer(WSTransport, asyncio.Protocol):
 
     @staticmethod
     def _inflate(data: bytes) -> bytes:
-        """One compressed message (no context takeover: each inflates on its own)."""
+        """One compressed message (no context takeover: each inflates on its own), at most
+        INFLATED_LIMIT bytes: _TooBig past it (a frame that would inflate without bound)."""
         d = zlib.decompressobj(-15)
-        return d.decompress(data + _DEFLATE_TAIL) + d.flush()
+        res = d.decompress(data + _DEFLATE_TAIL, INFLATED_LIMIT + 1)
+        if len(res) > INFLATED_LIMIT or d.unconsumed_tail:
+            raise _TooBig()
+        return res + d.flush()
 
     def _flush(self, out: list[bytes]) -> None:
         if out and not self.inner.closed:
