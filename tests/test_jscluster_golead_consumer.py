@@ -124,6 +124,27 @@ def test_replica_applies_go_entries_and_its_snapshot():
     assert rep.apply_errors == 1  # (not a consumer entry: refused, counted)
 
 
+def test_replica_compacts_its_log_into_a_consumer_snapshot():
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=None)
+    peers = [gw.peer_id(n) for n in ("r1", "g0", "g1")]
+    rep = GoConsumerReplica(server, "A", "S", {"name": "C", "consumer": {"ack_policy": "explicit"},
+                                                "group": {"name": "C-R3F-x", "peers": peers}})
+    rep.snapshot_every = 4
+    go = gw.peer_id("g0")
+    entries = [ge.UpdateDelivered(1, 1, 1, 10_000_000_000), ge.UpdateDelivered(2, 2, 1, 11_000_000_000),
+               ge.UpdateAcks(1, 1), ge.UpdateDelivered(3, 3, 1, 12_000_000_000)]
+    for i, x in enumerate(entries):
+        _outs, done = rep.raft.append("append", "$NRG.AE.x", "", gw.AppendEntry(
+            go, 1, i, 1 if i else 0, i, (gw.Entry(gw.ENTRY_NORMAL, x.encode()),)), 0.0)
+        rep._commit(done)
+    _outs, done = rep.raft.append("append", "$NRG.AE.x", "", gw.AppendEntry(go, 1, 4, 1, 4, ()), 0.0)
+    rep._commit(done)
+    assert rep.snapshots_taken == 1 and rep.raft.base_index == 4 and not rep.raft._log
+    adflr, asflr, dcon, dstr, pending, _rd = decode_consumer_state(rep.raft.snapshot_data)
+    assert (adflr, asflr, dcon, dstr, sorted(pending)) == (1, 1, 3, 3, [2, 3])
+    assert pending[2][0] == 2 and pending[3][0] == 3
+
+
 def test_what_is_not_led_here():
     assert unsupported({"ack_policy": "explicit"}, {"retention": "limits"}) == ""
     assert unsupported({}, {"retention": "workqueue"}) == "a workqueue stream's consumer"
