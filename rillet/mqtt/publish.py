@@ -269,8 +269,13 @@ class PublishMixin:
             self.acks_unwritten += 1
             if rc:
                 self.send(C.encode(C.Ack(C.PUBACK, pi, rc), 5))
-            else:
-                self.send(b"\x40\x02" + pi.to_bytes(2, "big"))
+            else:  # (send, inline: the connection is open, checked above)
+                self.out += b"\x40\x02" + pi.to_bytes(2, "big")
+                if not self.flush_pending:
+                    self.flush_pending = True
+                    srv = self.server
+                    srv.pending_flush.append(self)
+                    srv.schedule_flush()
         w = self._acks_waiter
         if not fifo and w is not None:
             self._acks_waiter = None

@@ -283,7 +283,20 @@ class JSA:
         the stream's publish checks at once and the answer comes back through ``_StoreAck`` (the stream's seam
         for answers that are not a reply subject): what the publish would do, without the reply subject, its
         sublist miss and the answer's delivery."""
-        st = self._direct(subject)
+        # (_direct's answer kept for the subject, its checks inline: the per-message case)
+        acc = self.account
+        sl = acc.sublist
+        ent = self._dcache.get(subject)
+        st = None
+        if ent is not None and ent[0] == (sl._inserts, sl._removes) and not acc.mappings and acc.gw is None and \
+                not self.server.trace_on and _mt.CURRENT is None:
+            st = ent[1]
+            stream = st[0]
+            if stream.cfg is not ent[2] or stream.closed or stream.replication is not None or \
+                    type(stream.log) is not ent[3] or st[1].max or stream.js.sync_always:
+                st = None
+        if st is None:
+            st = self._direct(subject)
         if st is not None:
             stream, sub, isubj = st
             sub.nm += 1
