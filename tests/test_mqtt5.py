@@ -324,3 +324,17 @@ def test_bad_input_gets_a_disconnect_reason(tmp_path):
         r.send(C.Connect("again", 5))
         d = r.read()
         assert isinstance(d, C.Disconnect) and d.rc == 0x82
+
+
+def test_will_delay_capped_by_session_end(tmp_path):
+    # the will goes when its delay is over or when the session ends, whichever is first: a session expiry of 0
+    # ends the session with the connection, so a delay of 5 s changes nothing (MQTT-3.1.3-9, 3.1.3.2.2)
+    with mqtt_target(KIND, tmp_path) as t:
+        w = _v5(t, "watch")
+        w.sub("will/#", 0)
+        d = _v5(t, "dev", will=("will/dev", b"gone", 0, False, {"WillDelayInterval": 5}),
+                props={"SessionExpiryInterval": 0})
+        d.kill()
+        t0 = time.monotonic()
+        m = w.get(timeout=10)
+        assert m.payload == b"gone" and time.monotonic() - t0 < 3.5

@@ -272,8 +272,9 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
         try:
             if will is not None and self.connected:
                 delay = int(will.props.get("will_delay_interval", 0)) if self.version >= 5 else 0
-                if delay and self.session_expiry:
-                    delay = min(delay, self.session_expiry)
+                # (the will goes when its delay is over or the session ends, whichever is first: a session
+                # expiry of 0 ends the session now, MQTT-3.1.3-9)
+                delay = min(delay, self.session_expiry)
                 if delay:
                     self.ms.delayed_will(self, will, delay)
                 else:
