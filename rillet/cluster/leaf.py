@@ -57,6 +57,7 @@ from rillet.cluster import info as ci
 from rillet.cluster import gateway_account as ga
 from rillet.cluster import protocol as cp
 from rillet.compression import CompressionConfig
+from rillet.config.options import User
 from rillet.cluster.listening import Listening
 from rillet.cluster.routed import RemoteSub, js_ack_deliver_idx, origin_only
 from rillet.server import jsdomain
@@ -477,7 +478,6 @@ class LeafNodes(Listening):
 
     def _cert_user(self, lc: LeafConn) -> Any:
         """The leafnodes authorization user the leaf's (verified) certificate names, or None."""
-        from rillet.config.options import User
         from rillet.server.auth import tls_map_user
         t = lc.transport
         cert = t.get_extra_info("peercert") if t is not None else None
