@@ -21,7 +21,8 @@ import struct
 import zlib
 from typing import Any
 
-from rillet.server.wsframe import COMPRESS_THRESHOLD, _DEFLATE_TAIL, WSTransport, accept_key, unmask
+from rillet.server.wsframe import (COMPRESS_THRESHOLD, _DEFLATE_TAIL, WSTransport, accept_key, deflate_message,
+                                   new_deflater, unmask)
 
 _OP_CONT, _OP_TEXT, _OP_BIN, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
 _MAX_HEADER = 8192
@@ -257,11 +258,8 @@ class WSDialer(WSTransport, asyncio.Protocol):
             if self.compress and len(data) > COMPRESS_THRESHOLD:
                 co = self._deflater
                 if co is None:
-                    co = self._deflater = zlib.compressobj(1, zlib.DEFLATED, -15)
-                # (a full flush ends the message and forgets the history: client_no_context_takeover)
-                p = co.compress(data) + co.flush(zlib.Z_FULL_FLUSH)
-                if p.endswith(_DEFLATE_TAIL):
-                    p = p[:-4]
+                    co = self._deflater = new_deflater()
+                p = deflate_message(co, data)  # (client_no_context_takeover)
                 self.t.write(_frame(_OP_BIN, p, self.mask, _RSV1))
                 return
             self.t.write(_frame(_OP_BIN, data, self.mask))

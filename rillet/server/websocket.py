@@ -32,11 +32,11 @@ from rillet.server.tls import make_server_context, pinned_error
 from rillet.handles import cancelled
 from rillet.server.wsframe import (
     accept_key, BROWSER_FRAME_SIZE, CLOSE_INVALID_PAYLOAD, CLOSE_NO_STATUS, close_payload, CLOSE_PROTOCOL_ERROR,
-    close_status_for, COMPRESS_THRESHOLD, _DEFLATE_TAIL, encode_frame, FIN, _FORBIDDEN_HEADERS, frame_header, _H16,
+    close_status_for, COMPRESS_THRESHOLD, _DEFLATE_TAIL, deflate_message, encode_frame, FIN, _FORBIDDEN_HEADERS, frame_header, _H16,
     _H64, _header_has_token, _HTTP_REASONS, _is_ip, _LEAF_PATH, MASK_BIT, _mask_inplace, MAX_CONTROL_PAYLOAD,
     MAX_MSG_PAYLOAD_LIMIT, MAX_MSG_PAYLOAD_MULTIPLE, MAX_REQUEST_HEAD, _MQTT_PATH, _NO_MASKING_HEADER, OP_BINARY,
     OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, _parse_cookies, _parse_request_uri, _peer_str, _pmc_offered,
-    _PMC_RESPONSE, RSV1, _split_host_port, _U16, _U64, unmask, _valid_close_status, WebsocketError, WSTransport,
+    _PMC_RESPONSE, RSV1, _split_host_port, _U16, _U64, new_deflater, unmask, _valid_close_status, WebsocketError, WSTransport,
 )
 
 if TYPE_CHECKING:
@@ -255,12 +255,8 @@ class WebsocketConnection(WSTransport, asyncio.Protocol):
     def _write_compressed(self, data: bytes) -> None:
         co = self._deflater
         if co is None:
-            co = self._deflater = zlib.compressobj(1, zlib.DEFLATED, -15)
-        # a full flush ends the message and forgets the history: each message can be inflated on its own
-        # (server_no_context_takeover), without the cost of a new compressor per message
-        p = co.compress(data) + co.flush(zlib.Z_FULL_FLUSH)
-        if p.endswith(_DEFLATE_TAIL):
-            p = p[:-4]
+            co = self._deflater = new_deflater()
+        p = deflate_message(co, data)  # (server_no_context_takeover)
         t = self.t
         assert t is not None
         mfs = BROWSER_FRAME_SIZE if self.browser and not self.nocompfrag else 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import struct
+import zlib
 from typing import Any
 
 def _load_mask() -> Any:
@@ -66,6 +67,18 @@ CLOSE_TLS_HANDSHAKE = 1015
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _DEFLATE_TAIL = b"\x00\x00\xff\xff"
+
+
+def deflate_message(co: Any, data: bytes) -> bytes:
+    """``data`` as one permessage-deflate message from compressor ``co`` (``new_deflater``): a full flush ends
+    the message and forgets the history, so each inflates on its own (no context takeover) without the cost
+    of a new compressor per message; the flush's empty block tail is left off, as the extension says."""
+    p = co.compress(data) + co.flush(zlib.Z_FULL_FLUSH)
+    return p[:-4] if p.endswith(_DEFLATE_TAIL) else p
+
+
+def new_deflater() -> Any:
+    return zlib.compressobj(1, zlib.DEFLATED, -15)
 _PMC_RESPONSE = ("Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; "
                  "client_no_context_takeover\r\n")
 _NO_MASKING_HEADER = "nats-no-masking"
