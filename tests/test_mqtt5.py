@@ -338,3 +338,36 @@ def test_will_delay_capped_by_session_end(tmp_path):
         t0 = time.monotonic()
         m = w.get(timeout=10)
         assert m.payload == b"gone" and time.monotonic() - t0 < 3.5
+
+
+def test_unacknowledged_deliveries_resent_on_reconnect(tmp_path):
+    # MQTT-4.4.0-1: a client back with Clean Start 0 gets its unacknowledged QoS 1/2 PUBLISHes again at once,
+    # with their packet ids and DUP (not after ack_wait: 30 s here)
+    with mqtt_target(KIND, tmp_path) as t:
+        r, _ = _raw5(t, "rd", clean=False, props={"session_expiry_interval": 60})
+        r.send(C.Subscribe(1, [("rd/#", C.SubOpts(2))]))
+        assert r.read() == C.SubAck(1, [2])
+        p = _v5(t, "p")
+        p.pub("rd/1", b"one", qos=1)
+        p.pub("rd/2", b"two", qos=2)
+        first = {m.payload: m for m in (r.read(), r.read())}
+        assert set(first) == {b"one", b"two"} and not any(m.dup for m in first.values())
+        r.send(C.Disconnect())
+        r.close()
+        r, ack = _raw5(t, "rd", clean=False, props={"session_expiry_interval": 60})
+        assert ack.session_present
+        again = {m.payload: m for m in (r.read(timeout=5), r.read(timeout=5))}
+        assert set(again) == {b"one", b"two"}
+        for k, m in again.items():
+            assert m.dup and m.pi == first[k].pi and m.qos == first[k].qos
+        r.send(C.Ack(C.PUBACK, again[b"one"].pi))
+        r.send(C.Ack(C.PUBREC, again[b"two"].pi))
+        assert r.read() == C.Ack(C.PUBREL, again[b"two"].pi)
+        r.send(C.Disconnect())  # (the PUBREL not completed: sent again too)
+        r.close()
+        r, ack = _raw5(t, "rd", clean=False, props={"session_expiry_interval": 60})
+        assert ack.session_present
+        assert r.read(timeout=5) == C.Ack(C.PUBREL, again[b"two"].pi)
+        r.send(C.Ack(C.PUBCOMP, again[b"two"].pi))
+        r.send(C.PingReq())
+        assert r.read() == C.PingResp()

@@ -154,6 +154,16 @@ class ConnectMixin:
                                     f.get("queue"), restoring=True)
         if sess.pubrel:
             await self._ensure_pubrel()
+        if v5 and sess_present:
+            # the deliveries and PUBRELs left unacknowledged by the session's last connection, redelivered now
+            # by their consumers (a NAK) rather than after ack_wait: the same message comes back to the same
+            # packet id (``_on_js_msg`` finds it in ``cpending``), with DUP set
+            jsa = asm.jsa
+            for ack, _dur, _sseq in list(sess.pending_pub.values()):
+                if ack:
+                    jsa.send(ack, b"-NAK")
+            for ack in list(sess.pending_rel.values()):
+                jsa.send(ack, b"-NAK")
 
     def apply_limits(self, user: bool = True) -> None:
         """nats-server's limits for a client (applyAccountLimits): the lowest of the user JWT's, the account's and
@@ -385,8 +395,17 @@ class ConnectMixin:
             sess.expiry = self.session_expiry if v5 else 0
             sess.gone = 0  # type: ignore[attr-defined]
             sess.rel_sub_made = False
-            sess.pending_pub.clear()
-            sess.cpending.clear()
+            if present and v5:
+                # MQTT 5: the unacknowledged QoS 1/2 deliveries are sent again at once with their packet ids
+                # (MQTT-4.4.0-1, on_connect); retained messages sent with no consumer behind them are not
+                for pi, (ack, dur, sseq) in list(sess.pending_pub.items()):
+                    if not ack:
+                        del sess.pending_pub[pi]
+                        sess.cpending.pop((dur, sseq), None)
+            else:
+                # (3.1.1, as nats-server: they come again after ack_wait, with new packet ids)
+                sess.pending_pub.clear()
+                sess.cpending.clear()
             asm.sessions[cid] = sess
             self.sess = sess
             if not created:  # (a created record already says all this)
