@@ -371,3 +371,35 @@ def test_unacknowledged_deliveries_resent_on_reconnect(tmp_path):
         r.send(C.Ack(C.PUBCOMP, again[b"two"].pi))
         r.send(C.PingReq())
         assert r.read() == C.PingResp()
+
+
+def test_receive_maximum_held_deliveries_follow_the_acks(tmp_path):
+    # deliveries past the client's Receive Maximum are sent as soon as a PUBACK / PUBCOMP frees the window (not
+    # after ack_wait, 30 s here), in order; a QoS 2 one holds its place until PUBCOMP (MQTT-4.9.0-2, 4.9)
+    with mqtt_target(KIND, tmp_path) as t:
+        r, _ = _raw5(t, "rmh", props={"receive_maximum": 2})
+        r.send(C.Subscribe(1, [("rmh/#", C.SubOpts(2))]))
+        r.read()
+        p = _v5(t, "p")
+        p.pub("rmh/0", b"0", qos=2)
+        for i in range(1, 5):
+            p.pub(f"rmh/{i}", str(i).encode(), qos=1)
+        a, b = r.read(), r.read()
+        assert (a.payload, a.qos, b.payload) == (b"0", 2, b"1")
+        r.send(C.PingReq())
+        assert r.read() == C.PingResp()  # nothing more while two are in flight
+        r.send(C.Ack(C.PUBREC, a.pi))
+        assert r.read() == C.Ack(C.PUBREL, a.pi)
+        r.send(C.PingReq())
+        assert r.read() == C.PingResp()  # the QoS 2 one still counts until PUBCOMP
+        r.send(C.Ack(C.PUBCOMP, a.pi))
+        c = r.read(timeout=5)
+        assert c.payload == b"2"
+        for want in (b"3", b"4"):
+            r.send(C.Ack(C.PUBACK, b.pi))
+            b, c = c, r.read(timeout=5)
+            assert c.payload == want
+        r.send(C.Ack(C.PUBACK, b.pi))
+        r.send(C.Ack(C.PUBACK, c.pi))
+        r.send(C.PingReq())
+        assert r.read() == C.PingResp()

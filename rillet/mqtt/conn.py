@@ -113,6 +113,9 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
         self.client_max_packet = 0
         self.client_alias_max = 0
         self.aliases_in: dict[int, str] = {}
+        # QoS 1/2 deliveries past the client's Receive Maximum, sent as its acknowledgements free the window:
+        # (durable, stream seq) -> the delivery's arguments (SubscribeMixin._hold)
+        self.held: dict[tuple[str, int], tuple] = {}
         self.qos2_in: set[int] = set()
         self.session_expiry = 0
         self.problem_info = True

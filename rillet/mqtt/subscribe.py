@@ -374,8 +374,13 @@ class SubscribeMixin:
             sess.pending_pub[pi] = (rep, s.durable, sseq)
         else:
             per_sub = int(self.server.opts.mqtt.get("max_ack_pending") or 1024)
-            if len(sess.pending_pub) >= min(self.client_recv_max, per_sub * max(len(self.msubs), 1)):
-                return  # (redelivered by JetStream after ack_wait)
+            # (MQTT 5: a QoS 2 delivery keeps its place in the client's window until PUBCOMP)
+            inflight = len(sess.pending_pub) + (len(sess.pending_rel) if self.version >= 5 else 0)
+            if inflight >= min(self.client_recv_max, per_sub * max(len(self.msubs), 1)):
+                if self.version >= 5 and sseq:
+                    # (MQTT 5: sent once the client acknowledges one; held as long as the consumer would wait)
+                    self.held[(s.durable, sseq)] = (s, subject, reply, hdr, msg)
+                return  # (3.1.1, as nats-server: redelivered by JetStream after ack_wait)
             pi = sess.next_pi()
             if not pi:
                 return
@@ -513,6 +518,22 @@ class SubscribeMixin:
         sess.cpending.pop((dur, sseq), None)
         if ack:
             self.asm.jsa.ack(ack, dur)  # type: ignore[union-attr]
+        if self.held:
+            self._send_held()
+
+    def _send_held(self) -> None:
+        """MQTT 5: the deliveries held back by the client's Receive Maximum, oldest first, while the window has
+        room (one whose subscription is gone is left to its consumer's redelivery)."""
+        sess = self.sess
+        held = self.held
+        while held and sess is not None and not self.closed:
+            if len(sess.pending_pub) + len(sess.pending_rel) >= self.client_recv_max:
+                return
+            key = next(iter(held))
+            s, subject, reply, hdr, msg = held.pop(key)
+            if s.js_sub is not None and self.msubs.get(f"$share/{s.queue}/{s.subject}" if s.queue
+                                                       else s.subject) is s:
+                self._on_js_msg(s, None, None, subject, reply, hdr, msg)
 
     async def on_pubrec(self, p: C.Ack) -> None:
         """QoS 2 to the client, step 2: the message is acknowledged in its consumer, the PUBREL owed is stored
@@ -529,6 +550,8 @@ class SubscribeMixin:
         if p.rc >= 0x80:
             if ack:
                 self.asm.jsa.send(ack)
+            if self.held:  # (an error PUBREC ends the exchange: its place in the window is free)
+                self._send_held()
             return
         async with sess.lock:
             await self._ensure_pubrel()
@@ -575,3 +598,5 @@ class SubscribeMixin:
         ack = sess.pending_rel.pop(p.pi, None)
         if ack:
             self.asm.jsa.send(ack)  # type: ignore[union-attr]
+        if self.held:  # (a QoS 2 delivery holds its place in the window until PUBCOMP)
+            self._send_held()
