@@ -62,7 +62,7 @@ from typing import Any, Optional
 from rillet.gocompat.gotime import format_time, parse_go_duration
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import LEADER, request_info
+from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json
 from rillet.jetstream.errors import ApiError
 from rillet.raft import gowire as gw
 from rillet.jetstream.cluster.goconsumerpull import PullRequests, _hdrs, _Request
@@ -827,16 +827,10 @@ class ConsumerLeading(PullRequests):
         return doc
 
     def _api_request(self, reply: Optional[bytes], hdr: int, msg: bytes) -> Optional[tuple[dict, bytes]]:
-        if self._lead is None or hdr <= 0 or not reply:
-            return None
-        ci = request_info(bytes(msg[:hdr]))
-        if ci is None or ci.get("acc") != self.account:
-            return None
-        return ci, bytes(msg[hdr:])
+        return None if self._lead is None else account_request(self.account, reply, hdr, msg)
 
     def _answer(self, reply: bytes, doc: dict) -> None:
-        from rillet.jetstream.api import codec as apijson
-        self.ic.publish(reply, None, apijson.go_json(doc))
+        answer_json(self.ic, reply, doc)
 
     def _on_info(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         if self._api_request(reply, hdr, msg) is None:

@@ -49,8 +49,7 @@ class PullRequests:
 
     def _next_request(self, reply: str, body: bytes) -> None:
         """nats-server's processNextMsgRequest (the same checks and statuses as rillet's own pull consumers)."""
-        from rillet.gocompat.gotime import format_duration
-        from rillet.jetstream.consumer.pull import _next_request
+        from rillet.jetstream.consumer.pull import _next_request, request_limits_error
         cfg = self._cfg()
 
         def err(code: int, desc: str) -> None:
@@ -83,14 +82,9 @@ class PullRequests:
                 batch = 1
         max_batch, max_exp = int(cfg.get("max_batch") or 0), int(cfg.get("max_expires") or 0)
         max_b, max_waiting = int(cfg.get("max_bytes") or 0), int(cfg.get("max_waiting") or 0)
-        if max_batch > 0 and batch > max_batch:
-            err(409, f"Exceeded MaxRequestBatch of {max_batch}")
-            return
-        if expires and max_exp > 0 and expires > max_exp:
-            err(409, f"Exceeded MaxRequestExpires of {format_duration(max_exp)}")
-            return
-        if max_bytes > 0 and max_b > 0 and max_bytes > max_b:
-            err(409, f"Exceeded MaxRequestMaxBytes of {max_b}")
+        bad = request_limits_error(batch, expires, max_bytes, max_batch, max_exp, max_b)
+        if bad is not None:
+            err(409, bad)
             return
         if no_wait:
             pending = self.num_pending() + len(self.rdq)

@@ -27,7 +27,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.gometa import Committed, GoRaftFollower, Out
@@ -254,6 +254,23 @@ def request_info(hdr: bytes) -> dict | None:
                 return None
             return doc if isinstance(doc, dict) else None
     return None
+
+
+def account_request(account: str, reply: Optional[bytes], hdr: int, msg: bytes) -> Optional[tuple[dict, bytes]]:
+    """(client info, body) of an API request a Rillet leader of a Go group answers: one of ``account``, with the
+    requester's info (``Nats-Request-Info``) and somewhere to answer; None otherwise."""
+    if hdr <= 0 or not reply:
+        return None
+    ci = request_info(bytes(msg[:hdr]))
+    if ci is None or ci.get("acc") != account:
+        return None
+    return ci, bytes(msg[hdr:])
+
+
+def answer_json(ic: Any, reply: bytes, doc: dict) -> None:
+    """Publish API answer ``doc`` (nats-server's JSON) to ``reply`` through internal client ``ic``."""
+    from rillet.jetstream.api import codec as apijson
+    ic.publish(reply, None, apijson.go_json(doc))
 
 
 def stream_assignment(client: dict, cfg: dict, peers: list[str], cluster: str, subject: str,

@@ -38,7 +38,7 @@ from typing import Any, Optional
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import LEADER, request_info
+from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, request_info
 from rillet.jetstream.cluster.gometa import ELECTION_TIMEOUT
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import file_msg_size, mem_msg_size
@@ -476,16 +476,10 @@ class StreamLeading:
     def _api_request(self, reply: Optional[bytes], hdr: int, msg: bytes) -> Optional[tuple[dict, bytes]]:
         """(client info, body) of a stream API request this leader answers: one of the stream's account, with
         the requester's info (``Nats-Request-Info``) and somewhere to answer; None otherwise."""
-        if self._lead_subs is None or hdr <= 0 or not reply:
-            return None
-        ci = request_info(bytes(msg[:hdr]))
-        if ci is None or ci.get("acc") != self.account:
-            return None
-        return ci, bytes(msg[hdr:])
+        return None if self._lead_subs is None else account_request(self.account, reply, hdr, msg)
 
     def _answer(self, reply: bytes, doc: dict) -> None:
-        from rillet.jetstream.api import codec as apijson
-        self.ic.publish(reply, None, apijson.go_json(doc))
+        answer_json(self.ic, reply, doc)
 
     def _on_msg_get(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         """``$JS.API.STREAM.MSG.GET.<stream>``: as nats-server's stream leader, from the store (by sequence, last

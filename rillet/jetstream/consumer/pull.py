@@ -17,6 +17,19 @@ if TYPE_CHECKING:
 
 
 
+
+def request_limits_error(batch: int, expires_ns: int, max_bytes: int, max_batch: int, max_expires_ns: int,
+                         max_b: int) -> str | None:
+    """nats-server's 409 description for a pull request past the consumer's max_batch, max_expires or
+    max_bytes (0: no limit), or None."""
+    if max_batch > 0 and batch > max_batch:
+        return f"Exceeded MaxRequestBatch of {max_batch}"
+    if expires_ns and max_expires_ns > 0 and expires_ns > max_expires_ns:
+        return f"Exceeded MaxRequestExpires of {format_duration(max_expires_ns)}"
+    if max_bytes > 0 and max_b > 0 and max_bytes > max_b:
+        return f"Exceeded MaxRequestMaxBytes of {max_b}"
+    return None
+
 class WaitingRequest:
     """One pull request waiting for messages. Times (``expires``, ``hbt``, ``received``) are ``_clock()``."""
 
@@ -78,14 +91,9 @@ class PullMixin:
                 batch = int(req)
             except ValueError:
                 batch = 1
-        if self.max_batch > 0 and batch > self.max_batch:
-            err(409, f"Exceeded MaxRequestBatch of {self.max_batch}")
-            return
-        if expires_ns and self.max_expires_ns > 0 and expires_ns > self.max_expires_ns:
-            err(409, f"Exceeded MaxRequestExpires of {format_duration(self.max_expires_ns)}")
-            return
-        if max_bytes > 0 and self.max_bytes > 0 and max_bytes > self.max_bytes:
-            err(409, f"Exceeded MaxRequestMaxBytes of {self.max_bytes}")
+        bad = request_limits_error(batch, expires_ns, max_bytes, self.max_batch, self.max_expires_ns, self.max_bytes)
+        if bad is not None:
+            err(409, bad)
             return
         if pg is not None:
             from rillet.jetstream.consumer import priority
