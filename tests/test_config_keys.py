@@ -175,6 +175,7 @@ KEY_TESTS: dict[str, str] = {
     "mqtt.reject_qos2_publish": "tests/test_mqtt_options.py::test_reject_qos2_publish",
     "mqtt.downgrade_qos2_subscribe": "tests/test_mqtt_options.py::test_downgrade_qos2_subscribe",
     "mqtt.receive_maximum": "tests/test_mqtt_auth.py::test_mqtt5_receive_maximum_enforced_on_qos1",
+    "mqtt.max_keep_alive": "tests/test_mqtt5.py::test_max_keep_alive_is_the_server_keep_alive",
 }
 
 # alias -> (the key it spells, a value both accept)

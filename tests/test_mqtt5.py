@@ -403,3 +403,21 @@ def test_receive_maximum_held_deliveries_follow_the_acks(tmp_path):
         r.send(C.Ack(C.PUBACK, c.pi))
         r.send(C.PingReq())
         assert r.read() == C.PingResp()
+
+
+def test_max_keep_alive_is_the_server_keep_alive(tmp_path):
+    # Rillet's mqtt { max_keep_alive }: an MQTT 5 client asking for none or a longer one gets it as the CONNACK's
+    # Server Keep Alive, and is held to it (MQTT-3.2.2-21); a shorter one is kept, and told nothing
+    from rillet.config import load_string
+    with pytest.raises(Exception, match="should in"):
+        load_string("jetstream: true\nmqtt { port: 1883, max_keep_alive: 0 }", "m.conf")
+    with mqtt_target(KIND, tmp_path, mqtt_conf="max_keep_alive: 2") as t:
+        r, ack = _raw5(t, "ka0", keepalive=0)
+        assert ack.props["server_keep_alive"] == 2
+        _, ack = _raw5(t, "ka1", keepalive=1)
+        assert "server_keep_alive" not in ack.props
+        t0 = time.monotonic()
+        d = r.read(timeout=8)  # silent past 1.5 times 2 s
+        assert isinstance(d, C.Disconnect) and d.rc == 0x8D and 2.5 <= time.monotonic() - t0 < 6
+        _, ack = _raw5(t, "ka120", keepalive=120)
+        assert ack.props["server_keep_alive"] == 2

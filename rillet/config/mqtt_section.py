@@ -4,7 +4,7 @@ The parsed block is ``Options.mqtt``: a dict with these keys (absent = not set, 
 applies): host, port, tls (TLSConfig), tls_timeout, username, password, token, auth_timeout, no_auth_user,
 ack_wait (s), js_api_timeout (s), max_ack_pending, js_domain, stream_replicas, consumer_memory_storage,
 consumer_inactive_threshold (s), reject_qos2_publish, downgrade_qos2_subscribe, and Rillet's
-receive_maximum (MQTT 5).
+receive_maximum and max_keep_alive (MQTT 5).
 ``validate_mqtt(opts)`` is nats-server's check at start (ValueError).
 """
 from __future__ import annotations
@@ -82,6 +82,14 @@ class MqttSection:
                 raise sub.error(f"invalid value {v}, should in [1..65535] range")
             m["receive_maximum"] = v
 
+        def max_keep_alive(sub: Field) -> None:
+            # (Rillet only, MQTT 5: an MQTT 5 client asking for no keep-alive or a longer one is given this one,
+            # the CONNACK's Server Keep Alive)
+            v = sub.as_int()
+            if v < 1 or v > 65535:
+                raise sub.error(f"invalid value {v}, should in [1..65535] range")
+            m["max_keep_alive"] = v
+
         def consumer_replicas(sub: Field) -> None:
             self.warnings.append(sub.error(f'invalid use of field "{sub.key}": '
                                            "consumer replicas setting ignored in this server version"))
@@ -111,6 +119,7 @@ class MqttSection:
             "reject_qos2_publish": put("reject_qos2_publish", "bool"),
             "downgrade_qos2_subscribe": put("downgrade_qos2_subscribe", "bool"),
             "receive_maximum": receive_maximum,
+            "max_keep_alive": max_keep_alive,
         }
         f.as_map()
         self.each(f, table, "mqtt")

@@ -137,6 +137,10 @@ class ConnectMixin:
                 props["assigned_client_identifier"] = cid
             if p.props.get("request_response_information") == 1:
                 props["response_information"] = f"rsp/{client_hash(cid)}"
+            mk = ms.max_keep_alive
+            if mk and (self.keepalive == 0 or self.keepalive > mk):
+                self.keepalive = mk  # (the client must use it, MQTT-3.2.2-21)
+                props["server_keep_alive"] = mk
         self.send_packet(C.ConnAck(sess_present, 0, props))
         if self._subs_at_limit():
             return

@@ -41,6 +41,8 @@ class MqttServer(ServedListener):
         self.downgrade_qos2 = bool(m.get("downgrade_qos2_subscribe"))
         # (MQTT 5: announced in CONNACK, enforced; RECEIVE_MAXIMUM unless configured)
         self.receive_max = int(m.get("receive_maximum") or RECEIVE_MAXIMUM)
+        # (MQTT 5: the longest keep-alive a client gets, told in CONNACK as Server Keep Alive; 0: the client's)
+        self.max_keep_alive = int(m.get("max_keep_alive") or 0)
         self.conns: dict[int, MqttConn] = {}
         self.asms: dict[str, AccountSessions] = {}
         self._asm_tasks: dict[str, asyncio.Task] = {}
