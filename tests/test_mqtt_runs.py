@@ -2,7 +2,8 @@
 literal filter, an internal callback marked ``run_safe``) delivers a burst in runs (``DeliveryMixin._run_new``:
 one read of the store and one C_DELIVERED entry per run) rather than one by one. A delivery the MQTT side
 does not pass on is acked after the run (``_ack_soon``), never inside it: the consumer records the run first, so
-every such ack counts and the interest stream empties."""
+every such ack counts and the interest stream empties. And the interest retention's shortcut for the PUBACK of
+the stream's only consumer (no subject lookup)."""
 from __future__ import annotations
 
 import asyncio
@@ -129,3 +130,65 @@ async def test_deliveries_not_passed_on_are_acked_after_the_run(tmp_path, monkey
         assert await recv == [b"m0"]
         await _until(lambda: st.store.state().msgs == 0)
         sub.close()
+
+
+def test_interest_ack_of_the_only_consumer_removes_without_the_subject_lookup() -> None:
+    """retention.on_ack on one server when the acking consumer is the stream's only one: the removal is proposed
+    without asking the store for the message's subject (nothing else to ask); a message the store lost to
+    corruption is left alone as before; with another consumer, or a replicated log, the subject is asked."""
+    from rillet.jetstream import retention
+    from rillet.jetstream.log import SingleNodeLog
+
+    class Store:
+        def __init__(self) -> None:
+            self._lost = {7}
+            self.asked: list[int] = []
+
+        def subject_for_seq(self, seq):
+            self.asked.append(seq)
+            return "s"
+
+    class Cfg:
+        retention = "interest"
+
+    class Stream:
+        closed = False
+        cfg = Cfg()
+
+        def __init__(self, consumers, log) -> None:
+            self.consumers = consumers
+            self.log = log
+            self.store = Store()
+            self.deleted: list[int] = []
+
+        def delete_msg(self, seq, erase, done):
+            self.deleted.append(seq)
+
+    class C:
+        closed = False
+        ack_policy = "explicit"
+        pending: dict = {}
+        lss = None
+        sseq = 100
+
+        def _matches(self, subject):
+            return True
+
+    me = C()
+    st = Stream({"me": me}, SingleNodeLog(lambda e: None))
+    retention.on_ack(st, me, 5)
+    retention.on_ack(st, me, 7)  # (lost: left alone)
+    assert st.deleted == [5] and st.store.asked == []
+    other = C()
+    other.sseq = 6  # (still to deliver 6 and later)
+    st2 = Stream({"me": me, "other": other}, SingleNodeLog(lambda e: None))
+    retention.on_ack(st2, me, 5)
+    retention.on_ack(st2, me, 6)
+    assert st2.deleted == [5] and st2.store.asked == [5, 6]
+
+    class OtherLog:
+        pass
+
+    st3 = Stream({"me": me}, OtherLog())
+    retention.on_ack(st3, me, 5)
+    assert st3.deleted == [5] and st3.store.asked == [5]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rillet.jetstream.log import SingleNodeLog
 from rillet.jetstream.store.base import StoreError
 
 
@@ -74,6 +75,14 @@ def on_ack(stream: Any, consumer: Any, seq: int) -> None:
         _remove(stream, seq)
         return
     if ret != "interest":
+        return
+    cs = stream.consumers
+    if len(cs) == 1 and stream.log.__class__ is SingleNodeLog and next(iter(cs.values())) is consumer:
+        # only the acking consumer (an MQTT subscription's, typically): no other to ask, so the subject is not
+        # needed; a message gone meanwhile makes the removal a no-op, one lost to corruption is left alone
+        lost = getattr(stream.store, "_lost", None)
+        if not lost or seq not in lost:
+            _remove(stream, seq)
         return
     # (the subject from the store's index: nothing read from disk; None for a message gone or lost to
     # corruption, left alone here as a failed read would be)
