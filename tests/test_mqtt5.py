@@ -421,3 +421,29 @@ def test_max_keep_alive_is_the_server_keep_alive(tmp_path):
         assert isinstance(d, C.Disconnect) and d.rc == 0x8D and 2.5 <= time.monotonic() - t0 < 6
         _, ack = _raw5(t, "ka120", keepalive=120)
         assert ack.props["server_keep_alive"] == 2
+
+
+def test_topic_alias_outbound(tmp_path):
+    # a client announcing a Topic Alias Maximum gets aliases on what it is sent: its first topics one each, the
+    # topic sent once with it, then an empty topic; past its maximum, plain topics (MQTT-3.3.2-7 .. 3.3.2-11)
+    with mqtt_target(KIND, tmp_path) as t:
+        r, _ = _raw5(t, "tao", props={"topic_alias_maximum": 1})
+        r.send(C.Subscribe(1, [("tao/#", C.SubOpts(1))]))
+        assert r.read() == C.SubAck(1, [1])
+        p = _v5(t, "p")
+        p.pub("tao/a", b"a1")  # (first: QoS 0 goes at once; the order of the others may vary)
+        assert (lambda m: (m.topic, m.payload, m.props.get("topic_alias")))(r.read()) == ("tao/a", b"a1", 1)
+        for topic, payload, qos in (("tao/a", b"a2", 1), ("tao/b", b"b", 0), ("tao/a", b"a3", 0)):
+            p.pub(topic, payload, qos=qos)
+        got = [r.read() for _ in range(3)]
+        for m in got:
+            if m.qos:
+                r.send(C.Ack(C.PUBACK, m.pi))
+        assert sorted((m.payload, m.topic, m.props.get("topic_alias")) for m in got) == [
+            (b"a2", "", 1), (b"a3", "", 1), (b"b", "tao/b", None)]
+        plain, _ = _raw5(t, "plain")  # no maximum announced: no aliases
+        plain.send(C.Subscribe(1, [("tao/#", C.SubOpts(0))]))
+        plain.read()
+        p.pub("tao/a", b"y")
+        m = plain.read()
+        assert m.topic == "tao/a" and "topic_alias" not in m.props

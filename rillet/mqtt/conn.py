@@ -113,6 +113,7 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
         self.client_max_packet = 0
         self.client_alias_max = 0
         self.aliases_in: dict[int, str] = {}
+        self.aliases_out: dict[str, int] = {}  # topic -> the alias this connection gave it (client_alias_max)
         # QoS 1/2 deliveries past the client's Receive Maximum, sent as its acknowledgements free the window:
         # (durable, stream seq) -> the delivery's arguments (SubscribeMixin._hold)
         self.held: dict[tuple[str, int], tuple] = {}

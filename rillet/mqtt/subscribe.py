@@ -462,9 +462,22 @@ class SubscribeMixin:
         return p
 
     def _write_publish(self, p: C.Publish) -> bool:
+        new_alias = 0
+        if self.client_alias_max and p.topic:
+            # MQTT 5, a client that holds topic aliases (its CONNECT's Topic Alias Maximum): its first topics get
+            # one each, sent with the topic once, then alone with an empty topic (MQTT-3.3.2-7 .. 3.3.2-11)
+            a = self.aliases_out.get(p.topic)
+            if a is None and len(self.aliases_out) < self.client_alias_max:
+                a = new_alias = len(self.aliases_out) + 1
+                p.props = dict(p.props, topic_alias=a)
+            elif a is not None:
+                p.props = dict(p.props, topic_alias=a)
+                p.topic = ""
         data = C.encode(p, self.version)
         if self.client_max_packet and len(data) > self.client_max_packet:
-            return False
+            return False  # (a new alias not sent is not taken)
+        if new_alias:
+            self.aliases_out[p.topic] = new_alias
         self.out_msgs += 1
         self.out_bytes += len(p.payload)
         self.send(data)
