@@ -62,7 +62,7 @@ from typing import Any, Optional
 from rillet.gocompat.gotime import format_time, parse_go_duration
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json
+from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, stepdown_target
 from rillet.jetstream.errors import ApiError
 from rillet.raft import gowire as gw
 from rillet.jetstream.cluster.goconsumerpull import PullRequests, _hdrs, _Request
@@ -878,19 +878,7 @@ class ConsumerLeading(PullRequests):
         if self.solo:  # (nats-server: a consumer without a group answers success, and stays)
             self._answer(reply, {**doc, "success": True})
             return
-        err: Optional[ApiError] = None
-        preferred = ""
-        try:
-            body = json.loads(got[1] or b"{}")
-        except ValueError as e:
-            body, err = None, ApiError.make("INVALID_JSON", err=str(e))
-        name = ((body.get("placement") or {}).get("preferred") or "") if isinstance(body, dict) else ""
-        if err is None and name:
-            preferred = gw.peer_id(name)
-            if preferred == self.peer:
-                err = ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} is already leader")
-            elif preferred not in self.raft.peers:
-                err = ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} not known")
+        preferred, err = stepdown_target(got[1], self.peer, self.raft.peers)
         if err is not None:
             doc["error"] = err.to_dict()
         else:

@@ -267,6 +267,24 @@ def account_request(account: str, reply: Optional[bytes], hdr: int, msg: bytes) 
     return ci, bytes(msg[hdr:])
 
 
+def stepdown_target(body: bytes, me: str, peers: Any) -> tuple[str, Any]:
+    """(the preferred peer, or ""; an ApiError or None) of a leader step-down request's body as nats-server's
+    group leaders check it: bad JSON, a preferred server that already leads or is no peer of the group."""
+    from rillet.jetstream.errors import ApiError
+    try:
+        doc = json.loads(body or b"{}")
+    except ValueError as e:
+        return "", ApiError.make("INVALID_JSON", err=str(e))
+    name = ((doc.get("placement") or {}).get("preferred") or "") if isinstance(doc, dict) else ""
+    if not name:
+        return "", None
+    preferred = gw.peer_id(name)
+    if preferred == me or preferred not in peers:
+        why = "is already leader" if preferred == me else "not known"
+        return preferred, ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} {why}")
+    return preferred, None
+
+
 def answer_json(ic: Any, reply: bytes, doc: dict) -> None:
     """Publish API answer ``doc`` (nats-server's JSON) to ``reply`` through internal client ``ic``."""
     from rillet.jetstream.api import codec as apijson

@@ -38,7 +38,7 @@ from typing import Any, Optional
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, request_info
+from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, request_info, stepdown_target
 from rillet.jetstream.cluster.gometa import ELECTION_TIMEOUT
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import file_msg_size, mem_msg_size
@@ -546,19 +546,7 @@ class StreamLeading:
         ci = request_info(bytes(msg[:hdr]))
         if ci is None or ci.get("acc") != self.account:
             return
-        preferred = ""
-        err: Optional[ApiError] = None
-        try:
-            body = json.loads(bytes(msg[hdr:]) or b"{}")
-        except ValueError as e:
-            body, err = None, ApiError.make("INVALID_JSON", err=str(e))
-        name = ((body.get("placement") or {}).get("preferred") or "") if isinstance(body, dict) else ""
-        if err is None and name:
-            preferred = gw.peer_id(name)
-            if preferred == self.peer:
-                err = ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} is already leader")
-            elif preferred not in self.raft.peers:
-                err = ApiError.make("CLUSTER_NO_PEERS", err=f"preferred server {json.dumps(name)} not known")
+        preferred, err = stepdown_target(bytes(msg[hdr:]), self.peer, self.raft.peers)
         doc: dict[str, Any] = {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response"}
         if err is not None:
             doc["error"] = err.to_dict()
