@@ -447,3 +447,21 @@ def test_topic_alias_outbound(tmp_path):
         p.pub("tao/a", b"y")
         m = plain.read()
         assert m.topic == "tao/a" and "topic_alias" not in m.props
+
+
+def test_server_disconnect_read_not_reset(tmp_path):
+    # a server DISCONNECT (here 0x93, receive maximum exceeded) with the client still answering: the server shuts
+    # its side and drops what comes for a moment, so the client's late PUBRELs are not answered with a reset
+    # (Eclipse Paho's interoperability test_flow_control2 sends them after the DISCONNECT was written)
+    with mqtt_target(KIND, tmp_path, mqtt_conf="receive_maximum: 4") as t:
+        r, _ = _raw5(t, "burst")
+        r.send(b"".join(C.encode(C.Publish("burst/x", b"x", 2, pi=i), 5) for i in range(1, 6)))
+        got = []
+        while not got or got[-1] != "EOF":
+            got.append(r.read(timeout=10))
+        recs = [m.pi for m in got if isinstance(m, C.Ack) and m.type == C.PUBREC]
+        assert C.Disconnect(0x93, {}) in [C.Disconnect(m.rc, {}) for m in got if isinstance(m, C.Disconnect)]
+        assert recs
+        for pi in recs:
+            r.send(C.Ack(C.PUBREL, pi))  # (ConnectionResetError / BrokenPipeError after a reset)
+            time.sleep(0.1)

@@ -250,10 +250,20 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
             jt.cancel()
         t = self.transport
         if t is not None:
+            linger = False
             if self.out:
                 t.write(bytes(self.out))  # (a DISCONNECT or CONNACK before the close)
                 self.out.clear()
-            t.close()
+                # MQTT 5, a server DISCONNECT over plain TCP: the write side is shut and what the client still
+                # sends is read (and dropped) for a moment before the close, so the client reads the DISCONNECT
+                # rather than a reset (a socket closed with unread input resets the connection)
+                linger = self.version >= 5 and self.connected and self.conn_type == "MQTT" and \
+                    not self.server.shutting_down and t.can_write_eof()
+            if linger:
+                t.write_eof()
+                asyncio.get_event_loop().call_later(2.0, t.close)
+            else:
+                t.close()
         self._unsubscribe_all()
         if self.connect_received:
             self.server.sysacc.client_disconnected(self)  # ($SYS.ACCOUNT.<acc>.DISCONNECT, as nats-server)
