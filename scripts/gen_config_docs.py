@@ -28,7 +28,8 @@ PAGE = ROOT / "docs" / "configuration.md"
 NOT_IN_NATS_SERVER = {"http_metrics": "Rillet-specific: Prometheus /metrics on the monitoring port",
                       "max_pings_outstanding": "an alias Rillet accepts for ping_max",
                       "monitor": "an alias Rillet accepts for http",
-                      "receive_maximum": "Rillet-specific: the MQTT 5 Receive Maximum (nats-server has no MQTT 5)"}
+                      "receive_maximum": "Rillet-specific: the MQTT 5 Receive Maximum (nats-server has no MQTT 5)",
+                      "max_keep_alive": "Rillet-specific: the MQTT 5 Server Keep Alive (nats-server has no MQTT 5)"}
 
 # key -> Options field, where the names differ
 FIELD_OF = {"listen": None, "http": "http_port", "https": "https_port", "logfile_max_num": "log_max_files",
