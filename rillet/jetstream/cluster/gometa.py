@@ -564,6 +564,13 @@ class GoMetaMember:
             self._warned.add(key)
             self.log.warn(text)
 
+    def _not_applied(self, e: Exception, index: int, what: str) -> None:
+        """An entry committed by the group but not understood here: skipped and counted (the others are
+        applied), logged once per kind of error."""
+        self.refused += 1
+        self.apply_errors += 1
+        self._warn_once(f"apply:{e}", f"{what}: could not apply entry {index}: {e}")
+
     def _on_msg(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         subj = subject.decode("utf-8", "surrogateescape")
         rep = reply.decode("utf-8", "surrogateescape") if reply else ""
@@ -605,11 +612,7 @@ class GoMetaMember:
             try:
                 self.state.apply(item)
             except gw.GoWireError as e:
-                # committed by the group but not understood here: skipped (and counted), the others applied
-                self.refused += 1
-                self.apply_errors += 1
-                self._warn_once(f"apply:{e}", f"JetStream Go meta group {self.group!r}: could not apply entry "
-                                              f"{item.index}: {e}")
+                self._not_applied(e, item.index, f"JetStream Go meta group {self.group!r}")
         if done:
             for cb in self.on_applied:
                 cb()

@@ -222,10 +222,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             try:
                 self._apply(item)
             except gw.GoWireError as e:
-                self.refused += 1
-                self.apply_errors += 1
-                self._warn_once(f"apply:{e}", f"JetStream stream '{self.account} > {self.name}' "
-                                              f"[{self.group}]: could not apply entry {item.index}: {e}")
+                self._not_applied(e, item.index, f"JetStream stream '{self.account} > {self.name}' [{self.group}]")
             if self._snap is None and item.index > self.applied_index:
                 self.applied_index = item.index
         if done:
@@ -581,10 +578,8 @@ class GoConsumerReplica(ConsumerLeading, GoMetaMember):
                 if self._lead is not None:
                     self._leader_applied(x)
             except gw.GoWireError as err:
-                self.refused += 1
-                self.apply_errors += 1
-                self._warn_once(f"apply:{err}", f"JetStream consumer '{self.account} > {self.stream} > "
-                                                f"{self.name}' [{self.group}]: could not apply entry {item.index}: {err}")
+                self._not_applied(err, item.index, f"JetStream consumer '{self.account} > {self.stream} > "
+                                                   f"{self.name}' [{self.group}]")
         if done:
             self._maybe_compact()
 
