@@ -2,6 +2,7 @@
 user/token of ``authorization {}`` and in user JWTs), side by side with nats-server: a proxy signs the INFO nonce
 with its nkey and sends the signature as the CONNECT's ``proxy_sig``."""
 import asyncio
+import re
 import base64
 import json
 import os
@@ -143,9 +144,11 @@ async def test_reload_removing_a_proxy_closes_its_connections(kind, tmp_path):
 async def test_config_errors(kind, conf, msg, tmp_path):
     p, _ = _start(kind, f"listen: 127.0.0.1:-1\n{conf}\n", tmp_path)
     try:
-        await asyncio.get_running_loop().run_in_executor(None, p.proc.wait, 15)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, p.proc.wait, 15)
         assert p.proc.returncode != 0
-        assert msg in p.output, p.output
+        # (the output is read by a thread: it may still be on its way when the process has ended)
+        await loop.run_in_executor(None, lambda: p.wait_log(re.escape(msg), 10))
     finally:
         p.stop()
 
