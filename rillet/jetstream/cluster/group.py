@@ -24,7 +24,10 @@ in the read that brought the last acknowledgement). Inputs outside a read (ticks
 the server schedule its flush (``schedule_flush``), which runs them on the next turn. ``_process``
 follows the node's contract: write the snapshot, the entries and, when the term or vote changed, the
 hard state; fsync per the sync policy; *then* send the messages, install the snapshot (``restore``),
-apply the committed entries (``apply(index, data)``, in order, on the loop) and ``advance``.
+apply the committed entries (``apply(index, data)``, in order, on the loop) and ``advance``. Two exceptions:
+a leader's new entries (lazy sync, no term or vote change) go to the followers before its own write of them
+(the node counts its own copy only at ``advance``); and a stream follower (``answer_first``) applies after the
+loop turn's other reads once its answer is written.
 
 Durability (``sync``, JetStream's ``sync_interval``):
 
