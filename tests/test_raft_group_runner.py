@@ -393,3 +393,80 @@ async def test_transport_caches_checked_sender_subjects():
         b.leave("G-cache")
         assert not b._senders
         a.leave("G-cache")
+
+
+@pytest.mark.asyncio
+async def test_a_leader_sends_before_its_wal_write_and_a_stream_follower_applies_after_the_turn(monkeypatch):
+    """(issue 20, an R3 sync publish's round trip) A leader's new entries are written to the followers' routes before
+    its own WAL write of them (its copy counts only once written); a follower whose owner sets ``answer_first`` writes
+    its answer, then applies what the append committed in a later callback of the loop, not in the read's pass."""
+    from rillet.jetstream.cluster import group as group_mod
+    monkeypatch.setattr(group_mod, "COMMIT_NOTICE_EVERY", 60.0)  # (every commit but the first rides on an append)
+    with tempfile.TemporaryDirectory() as tmp:
+        async with run_cluster(3) as servers:
+            peers = [peer_id(s.name) for s in servers]
+            put_off = [False] * 3
+            applied: list[list[tuple[int, bool, bool]]] = [[] for _ in servers]
+
+            def waiting(srv) -> bool:  # this group's message still in a connection's output buffer
+                return any(b"G-order" in bytes(getattr(c, "out", b"")) for c in srv.pending_flush)
+
+            def applier(i):
+                def apply(index: int, data: bytes) -> None:
+                    applied[i].append((index, put_off[i], waiting(servers[i])))
+                return apply
+
+            groups = [RaftGroup(s, "G-order", peers, os.path.join(tmp, f"s{i}"), apply=applier(i))
+                      for i, s in enumerate(servers)]
+            for i, g in enumerate(groups):
+                g.lazy_commits = lambda: True
+                g.answer_first = True
+                real = g._apply_put_off
+
+                def wrapped(n, rd, late, i=i, real=real):
+                    put_off[i] = True
+                    try:
+                        real(n, rd, late)
+                    finally:
+                        put_off[i] = False
+                g._apply_put_off = wrapped
+                await g.start()
+            await _until(lambda: any(g.is_leader for g in groups), what="a leader")
+            await _until(lambda: all(g.leader is not None for g in groups), what="everyone knows the leader")
+            li = next(i for i, g in enumerate(groups) if g.is_leader)
+            lead = groups[li]
+            order: list[tuple] = []
+            tr, wal = lead.transport, lead.wal
+            real_send, real_append = tr.send, wal.append
+
+            def send(group: str, peer: str, data: bytes) -> None:
+                if group == "G-order":
+                    m = M.decode(data)
+                    if type(m) is M.AppendEntries and m.entries:
+                        order.append(("append", m.entries[-1][0]))
+                real_send(group, peer, data)
+
+            def append(entries) -> None:
+                order.append(("wal", entries[-1][0], waiting(servers[li])))
+                real_append(entries)
+
+            tr.send, wal.append = send, append
+            try:
+                last = 0
+                for k in range(6):  # one in flight at a time, as a synchronous publisher
+                    last, _ = lead.propose(b"entry %d" % k)
+                    await _until(lambda: lead.node.commit >= last, what=f"entry {last} committed")
+                    sent = order.index(("append", last))
+                    wrote = next(k for k, e in enumerate(order) if e[0] == "wal" and e[1] == last)
+                    assert sent < wrote and not order[wrote][2], order  # (sent and written out before the WAL write)
+            finally:
+                tr.send, wal.append = real_send, real_append
+            for i, g in enumerate(groups):
+                if i == li:
+                    continue
+                await _until(lambda i=i: any(x[0] == last - 1 for x in applied[i]),
+                             what=f"member {i} applied entry {last - 1}")
+                mine = [x for x in applied[i] if x[0] > 1]  # (the leader's first entries: before the commits rode on appends)
+                assert mine and all(p and not w for _, p, w in mine), applied[i]
+            for g in groups:
+                await g.stop()
