@@ -426,9 +426,12 @@ def stream_on_msg(self, sub, client, subject, reply, hdr, msg):
     if mms > 0 and dlen > mms:
         return _st_reference(self, sub, client, subject, reply, hdr, msg)
     jsa = self.jsa
-    if jsa.limited and jsa.over_limit(cfg.storage, size):
+    try:  # (reads of the store: whatever they raise, the reference raises again and answers as it does)
+        if jsa.limited and jsa.over_limit(cfg.storage, size):
+            return _st_reference(self, sub, client, subject, reply, hdr, msg)
+        seq = self.store.last_seq + 1
+    except Exception:
         return _st_reference(self, sub, client, subject, reply, hdr, msg)
-    seq = self.store.last_seq + 1
     hdr_b = b""
     ts = _st_now_ns()
     entry = _st_Entry(_st_MSG, (subj, hdr_b, msg, ts, 0, "", seq), reply)
