@@ -465,3 +465,26 @@ def test_server_disconnect_read_not_reset(tmp_path):
         for pi in recs:
             r.send(C.Ack(C.PUBREL, pi))  # (ConnectionResetError / BrokenPipeError after a reset)
             time.sleep(0.1)
+
+
+def test_clean_start_drops_unreleased_qos2(tmp_path):
+    # a QoS 2 PUBLISH never released (no PUBREL) belongs to the session: a clean start drops it, so a new
+    # PUBLISH reusing its packet id is a new message, not a resend of the old one (MQTT 5 4.1, 4.3.3)
+    with mqtt_target(KIND, tmp_path) as t:
+        w = _v5(t, "watch")
+        w.sub("q2/#", 2)
+        for expiry in (0, 60):  # (the session ended at the close, or kept and discarded by the clean start)
+            r, _ = _raw5(t, "q2", props={"session_expiry_interval": expiry})
+            r.send(C.Publish("q2/x", b"old", 2, pi=7))
+            assert r.read() == C.Ack(C.PUBREC, 7)
+            r.send(C.Disconnect())
+            r.close()
+            r, _ = _raw5(t, "q2", props={"session_expiry_interval": expiry})
+            r.send(C.Publish("q2/x", b"new", 2, pi=7))
+            assert r.read() == C.Ack(C.PUBREC, 7)
+            r.send(C.Ack(C.PUBREL, 7))
+            assert r.read() == C.Ack(C.PUBCOMP, 7)
+            assert w.get(timeout=5).payload == b"new"
+            w.none(0.3)
+            r.send(C.Disconnect())
+            r.close()

@@ -299,7 +299,7 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
                 assert asm is not None
                 if sess.clean and (self.version < 5 or self.session_expiry == 0):
                     async with sess.lock:
-                        await sess.clear()
+                        await sess.clear(self.version >= 5)
                     if asm.sessions.get(sess.id) is sess:
                         del asm.sessions[sess.id]
                 elif self.version >= 5 and self.session_expiry != 0xFFFFFFFF:

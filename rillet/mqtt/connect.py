@@ -374,7 +374,7 @@ class ConnectMixin:
             gone = getattr(sess, "gone", 0) or 0
             if exists and sess.expiry and sess.expiry != 0xFFFFFFFF and gone and time.time() - gone > sess.expiry:
                 async with sess.lock:
-                    await sess.clear()  # expired while no server held it
+                    await sess.clear(True)  # expired while no server held it (MQTT 5)
                 exists = False
         else:
             exists = True
@@ -390,9 +390,13 @@ class ConnectMixin:
             if exists:
                 discard = p.clean if v5 else (p.clean or sess.clean)
                 if discard:
-                    await sess.clear()
+                    await sess.clear(v5)
                 else:
                     present = True
+            elif v5 and p.clean:
+                # (no session, but QoS 2 messages stored as its last connection closed may be left: a clean
+                # start has none, or a new PUBLISH reusing a packet id would be taken for a resend)
+                await sess.purge_qos2_in()
             sess.conn = self
             sess.clean = not persistent
             sess.version = p.version

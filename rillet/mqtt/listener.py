@@ -235,7 +235,7 @@ class MqttServer(ServedListener):
             if sess.conn is not None or asm.sessions.get(sess.id) is not sess:
                 return
             async with sess.lock:
-                await sess.clear()
+                await sess.clear(True)  # (MQTT 5)
             asm.sessions.pop(sess.id, None)
 
         old = self._expiries.pop(key, None)

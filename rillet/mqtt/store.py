@@ -616,9 +616,13 @@ class Session:
         self.seq = int(ack.get("seq", 0))
         return True
 
-    async def clear(self) -> None:
-        """Forget everything persisted: consumers, PUBREL consumer, the record."""
+    async def clear(self, qos2_in: bool = False) -> None:
+        """Forget everything persisted: consumers, PUBREL consumer, the record; ``qos2_in`` (MQTT 5): also the
+        QoS 2 messages the client sent and never released with a PUBREL (nats-server, so 3.1.1, keeps those:
+        a later QoS 2 PUBLISH with the same packet id is then taken for a resend of the old one)."""
         jsa = self.asm.jsa
+        if qos2_in:
+            await self.purge_qos2_in()
         for cc in list(self.cons.values()):
             await jsa.delete_consumer(MSGS_STREAM, cc["durable_name"])
         self.cons.clear()
@@ -634,6 +638,10 @@ class Session:
         if self.seq:
             await jsa.delete_msg(SESS_STREAM, self.seq)
             self.seq = 0
+
+    async def purge_qos2_in(self) -> None:
+        """The client's QoS 2 messages waiting for their PUBREL in ``$MQTT_qos2in``, dropped."""
+        await self.asm.jsa.request(f"STREAM.PURGE.{QOS2IN_STREAM}", {"filter": f"{QOS2IN_PREFIX}{self.id}.>"})
 
     def next_pi(self) -> int:
         """A free packet identifier (0: all 65535 in flight)."""
