@@ -62,7 +62,7 @@ from typing import Any, Optional
 from rillet.gocompat.gotime import format_time, parse_go_duration
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, stepdown_target
+from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, replica_infos, stepdown_target
 from rillet.jetstream.errors import ApiError
 from rillet.raft import gowire as gw
 from rillet.jetstream.cluster.goconsumerpull import PullRequests, _hdrs, _Request
@@ -800,14 +800,7 @@ class ConsumerLeading(PullRequests):
         from rillet.jetstream.cluster.gostreamlead import StreamLeading
         c = self.consumer
         cfg = self._cfg()
-        names = StreamLeading._peer_names(self)
-        now = time.monotonic()
-        replicas = []
-        for p in sorted(self.raft.peers - {self.peer}):
-            seen = self.raft.last_seen.get(p)
-            replicas.append({"name": names.get(p, p), "current": self.raft.current(p) or
-                             (p in self.raft.match and self.raft.pindex - self.raft.match[p] < 8),
-                             "active": int((now - seen) * 1e9) if seen else 0, "peer": p})
+        replicas = replica_infos(self.raft, self.peer, StreamLeading._peer_names(self))
         delivered: dict[str, Any] = {"consumer_seq": c.delivered_consumer, "stream_seq": c.delivered_stream}
         if self.ldt:
             delivered["last_active"] = format_time(self.ldt)

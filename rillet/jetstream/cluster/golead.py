@@ -285,6 +285,19 @@ def stepdown_target(body: bytes, me: str, peers: Any) -> tuple[str, Any]:
     return preferred, None
 
 
+def replica_infos(raft: Any, me: str, names: dict) -> list[dict]:
+    """The ``cluster.replicas`` of a Go group's stream or consumer info this server answers as its leader: every
+    other peer, current when the RAFT peer says so or within 8 entries of the leader's last."""
+    now = time.monotonic()
+    out = []
+    for p in sorted(raft.peers - {me}):
+        seen = raft.last_seen.get(p)
+        out.append({"name": names.get(p, p), "current": raft.current(p) or
+                    (p in raft.match and raft.pindex - raft.match[p] < 8),
+                    "active": int((now - seen) * 1e9) if seen else 0, "peer": p})
+    return out
+
+
 def answer_json(ic: Any, reply: bytes, doc: dict) -> None:
     """Publish API answer ``doc`` (nats-server's JSON) to ``reply`` through internal client ``ic``."""
     from rillet.jetstream.api import codec as apijson

@@ -38,7 +38,8 @@ from typing import Any, Optional
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, request_info, stepdown_target
+from rillet.jetstream.cluster.golead import (LEADER, account_request, answer_json, replica_infos, request_info,
+                                            stepdown_target)
 from rillet.jetstream.cluster.gometa import ELECTION_TIMEOUT
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import file_msg_size, mem_msg_size
@@ -431,14 +432,7 @@ class StreamLeading:
             state["num_subjects"] = st.num_subjects
         meta = self.member.state if self.member is not None else None
         state["consumer_count"] = len(meta.consumers.get((self.account, self.name)) or {}) if meta is not None else 0
-        names = self._peer_names()
-        now = time.monotonic()
-        replicas = []
-        for p in sorted(self.raft.peers - {self.peer}):
-            seen = self.raft.last_seen.get(p)
-            replicas.append({"name": names.get(p, p), "current": self.raft.current(p) or
-                             (p in self.raft.match and self.raft.pindex - self.raft.match[p] < 8),
-                             "active": int((now - seen) * 1e9) if seen else 0, "peer": p})
+        replicas = replica_infos(self.raft, self.peer, self._peer_names())
         return {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
                 "created": self.assignment.get("created") or "", "config": self.assignment["stream"],
                 "state": state,
