@@ -49,37 +49,24 @@ class PullRequests:
 
     def _next_request(self, reply: str, body: bytes) -> None:
         """nats-server's processNextMsgRequest (the same checks and statuses as rillet's own pull consumers)."""
-        from rillet.jetstream.consumer.pull import _next_request, request_limits_error
+        from rillet.jetstream.consumer.pull import read_next_request, request_limits_error
         cfg = self._cfg()
 
         def err(code: int, desc: str) -> None:
             h = _hdrs([], code, desc)
             self.aic.publish(reply.encode(), None, h, len(h))
 
-        if self.deliver_subject:
-            err(409, "Consumer is push based")
+        d, batch, expires, max_bytes, no_wait, hb, refused = read_next_request(body, bool(self.deliver_subject))
+        if refused is not None:
+            err(*refused)
             return
-        req = body.strip()
-        batch, expires, max_bytes, no_wait, hb = 1, 0, 0, False, 0
-        if req[:1] == b"{":
-            try:
-                d = _next_request(req)
-            except ValueError as e:
-                err(400, f"Bad Request - {e}")
-                return
+        if d is not None:
             if set(d) & {"group", "min_pending", "min_ack_pending", "id", "priority"}:
                 err(400, "Bad Request - Not a Priority Group Consumer")  # (no priority groups here: unsupported())
                 return
-            batch, expires = d.get("batch", 0), d.get("expires", 0)
-            max_bytes, no_wait, hb = d.get("max_bytes", 0), d.get("no_wait", False), d.get("idle_heartbeat", 0)
             if hb > 0 and hb * 2 > expires:
                 err(400, "Bad Request - heartbeat value too large")
                 return
-        elif req:
-            try:
-                batch = int(req)
-            except ValueError:
-                batch = 1
         max_batch, max_exp = int(cfg.get("max_batch") or 0), int(cfg.get("max_expires") or 0)
         max_b, max_waiting = int(cfg.get("max_bytes") or 0), int(cfg.get("max_waiting") or 0)
         bad = request_limits_error(batch, expires, max_bytes, max_batch, max_exp, max_b)

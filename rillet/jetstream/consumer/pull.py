@@ -18,6 +18,30 @@ if TYPE_CHECKING:
 
 
 
+def read_next_request(body: bytes, push: bool) -> tuple[dict | None, int, int, int, bool, int,
+                                                       tuple[int, str] | None]:
+    """A pull request as nats-server reads it: (its JSON or None, batch, expires, max_bytes, no_wait,
+    idle_heartbeat, the status and description that refuse it or None: a push consumer's 409, a malformed
+    body's 400); a plain number is the batch (1 when it is not one)."""
+    if push:
+        return None, 1, 0, 0, False, 0, (409, "Consumer is push based")
+    req = body.strip()
+    if req[:1] == b"{":
+        try:
+            d = _next_request(req)
+        except ValueError as e:
+            return None, 1, 0, 0, False, 0, (400, f"Bad Request - {e}")
+        return (d, d.get("batch", 0), d.get("expires", 0), d.get("max_bytes", 0), d.get("no_wait", False),
+                d.get("idle_heartbeat", 0), None)
+    batch = 1
+    if req:
+        try:
+            batch = int(req)
+        except ValueError:
+            batch = 1
+    return None, batch, 0, 0, False, 0, None
+
+
 def request_limits_error(batch: int, expires_ns: int, max_bytes: int, max_batch: int, max_expires_ns: int,
                          max_b: int) -> str | None:
     """nats-server's 409 description for a pull request past the consumer's max_batch, max_expires or
@@ -63,34 +87,18 @@ class PullMixin:
             self._send(reply_b, None, H.make_headers([], code, desc), b"")
             self._flush_out()
 
-        if self.is_push:
-            err(409, "Consumer is push based")
+        d, batch, expires_ns, max_bytes, no_wait, hb_ns, refused = read_next_request(body, self.is_push)
+        if refused is not None:
+            err(*refused)
             return
-        req = body.strip()
-        batch, expires_ns, max_bytes, no_wait, hb_ns = 1, 0, 0, False, 0
         pg = None
-        if req[:1] == b"{":
-            try:
-                d = _next_request(req)
-            except ValueError as e:
-                err(400, f"Bad Request - {e}")
-                return
-            batch = d.get("batch", 0)
-            expires_ns = d.get("expires", 0)
-            max_bytes = d.get("max_bytes", 0)
-            no_wait = d.get("no_wait", False)
-            hb_ns = d.get("idle_heartbeat", 0)
+        if d is not None:
             if self.priority_policy != "none" or _PG_FIELDS.intersection(d):
                 from rillet.jetstream.consumer.priority import PG
                 pg = PG(d)
             if hb_ns > 0 and hb_ns * 2 > expires_ns:
                 err(400, "Bad Request - heartbeat value too large")
                 return
-        elif req:
-            try:
-                batch = int(req)
-            except ValueError:
-                batch = 1
         bad = request_limits_error(batch, expires_ns, max_bytes, self.max_batch, self.max_expires_ns, self.max_bytes)
         if bad is not None:
             err(409, bad)
