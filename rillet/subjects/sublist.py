@@ -32,7 +32,7 @@ Not thread-safe: meant for a single event loop.
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any
+from typing import Any, Callable
 
 from .validate import FWC, PWC, TSEP, tokens_match_literal
 
@@ -233,6 +233,15 @@ def _collect_all(level: _Level, out: list[Any]) -> None:
         _node_subs(node2, out)
 
 
+def _descend(node: _Node, toks: list[str], i: int, last: int, out: list[Any],
+             walk: Callable[[_Level, list[str], int, int, list[Any]], None]) -> None:
+    # The subscriptions of ``node`` when toks[i] was the last token, else ``walk`` one level down.
+    if i == last:
+        _node_subs(node, out)
+    elif node.next is not None:
+        walk(node.next, toks, i + 1, last, out)
+
+
 def _collide_level(level: _Level, ptoks: list[str], i: int, last: int, out: list[Any]) -> None:
     # Subscriptions under ``level`` whose pattern shares at least one literal
     # subject with the pattern ptoks[i:].
@@ -245,23 +254,13 @@ def _collide_level(level: _Level, ptoks: list[str], i: int, last: int, out: list
         _node_subs(fwc, out)
     if t == PWC:
         for node in level.nodes.values():
-            if i == last:
-                _node_subs(node, out)
-            elif node.next is not None:
-                _collide_level(node.next, ptoks, i + 1, last, out)
+            _descend(node, ptoks, i, last, out, _collide_level)
     else:
         node = level.nodes.get(t)
         if node is not None:
-            if i == last:
-                _node_subs(node, out)
-            elif node.next is not None:
-                _collide_level(node.next, ptoks, i + 1, last, out)
-    pwc = level.pwc
-    if pwc is not None:
-        if i == last:
-            _node_subs(pwc, out)
-        elif pwc.next is not None:
-            _collide_level(pwc.next, ptoks, i + 1, last, out)
+            _descend(node, ptoks, i, last, out, _collide_level)
+    if level.pwc is not None:
+        _descend(level.pwc, ptoks, i, last, out, _collide_level)
 
 
 def _subset_level(level: _Level, ftoks: list[str], i: int, last: int, out: list[Any]) -> None:
@@ -272,23 +271,13 @@ def _subset_level(level: _Level, ftoks: list[str], i: int, last: int, out: list[
         return
     if t == PWC:
         for node in level.nodes.values():
-            if i == last:
-                _node_subs(node, out)
-            elif node.next is not None:
-                _subset_level(node.next, ftoks, i + 1, last, out)
-        pwc = level.pwc
-        if pwc is not None:
-            if i == last:
-                _node_subs(pwc, out)
-            elif pwc.next is not None:
-                _subset_level(pwc.next, ftoks, i + 1, last, out)
+            _descend(node, ftoks, i, last, out, _subset_level)
+        if level.pwc is not None:
+            _descend(level.pwc, ftoks, i, last, out, _subset_level)
         return
     node = level.nodes.get(t)
     if node is not None:
-        if i == last:
-            _node_subs(node, out)
-        elif node.next is not None:
-            _subset_level(node.next, ftoks, i + 1, last, out)
+        _descend(node, ftoks, i, last, out, _subset_level)
 
 
 def _literal_prefix(toks: list[str]) -> str:
