@@ -17,6 +17,11 @@ from rillet.jetstream.log import NotLeader
 from rillet.raft.node import ProposalDropped, RaftError
 from rillet.handles import cancelled
 
+# seconds a member may be without a leader before it calls its group leaderless: long enough for an election
+# (a step-down's leadership transfer is over in milliseconds, a lost leader is replaced within the election
+# timeout); without it a member that voted in a transfer's election answered a STREAM.LEADER.STEPDOWN sent
+# right after it 503 (10008) while the transfer was completing
+ELECTION_GRACE = 2.0
 LOST_QUORUM = 10.0  # seconds (nats-server's lost quorum interval): a group without a leader that long is offline
 LEAVE_WITHIN = 10.0  # seconds a removed leader keeps its replica to hand the group over
 DIRECT_CHECK_EVERY = 0.25  # seconds between checks of whether followers are current (their direct gets)
@@ -128,6 +133,9 @@ class ClusteredStreams:
         if g.leader is not None or not g.running:
             return False
         now = self.js.loop.time()
+        since = getattr(g, "no_leader_since", None)
+        if since is not None and now - since < ELECTION_GRACE:
+            return False  # (an election under way: a step-down's transfer, a lost leader being replaced)
         if g.ever_had_leader and now - self.started_at > LOST_QUORUM:
             return True
         return now - created_at > LOST_QUORUM

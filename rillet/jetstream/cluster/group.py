@@ -206,6 +206,9 @@ class RaftGroup(Leadership):
         self.stopped = False
         self.leader_since_ns = 0
         self.ever_had_leader = False
+        # (loop time) since when no leader is known, None while one is: a member in the middle of an election
+        # (a leadership transfer's, a step-down's) is not yet leaderless (clustered.group_leaderless)
+        self.no_leader_since: Optional[float] = None
         # counters and errors surfaced in status() (and /raftz, /healthz)
         self.bad_messages = 0
         self.step_errors = 0
@@ -861,6 +864,11 @@ class RaftGroup(Leadership):
 
     def _soft_changed(self) -> None:
         n = self.node
+        if n.leader is None:
+            if self.no_leader_since is None:
+                self.no_leader_since = self.loop.time()
+        else:
+            self.no_leader_since = None
         if n.leader is not None:
             self.ever_had_leader = True
             if n.leader != self.id:
