@@ -24,10 +24,7 @@ in the read that brought the last acknowledgement). Inputs outside a read (ticks
 the server schedule its flush (``schedule_flush``), which runs them on the next turn. ``_process``
 follows the node's contract: write the snapshot, the entries and, when the term or vote changed, the
 hard state; fsync per the sync policy; *then* send the messages, install the snapshot (``restore``),
-apply the committed entries (``apply(index, data)``, in order, on the loop) and ``advance``. Two exceptions:
-a leader's new entries (lazy sync, no term or vote change) go to the followers before its own write of them
-(the node counts its own copy only at ``advance``); and a stream follower (``answer_first``) applies after the
-loop turn's other reads once its answer is written.
+apply the committed entries (``apply(index, data)``, in order, on the loop) and ``advance``.
 
 Durability (``sync``, JetStream's ``sync_interval``):
 
@@ -236,9 +233,6 @@ class RaftGroup(Leadership):
         self._floor_events = 0  # the node's floor_events already handed to on_mark_floor
         # set by the owner: whether commit-only appends may be held (COMMIT_NOTICE_EVERY) right now
         self.lazy_commits: Optional[Callable[[], bool]] = None
-        # set by the owner: a follower's applies may wait for the other reads of the loop turn once its answer
-        # is written (nobody on this server waits for them as they happen: a stream replica)
-        self.answer_first = False
         # set by the owner: called with True before the committed entries of one Ready are applied and with
         # False after them (a stream gathers their store appends into one write in between)
         self.apply_batch: Optional[Callable[[bool], None]] = None
@@ -588,128 +582,78 @@ class RaftGroup(Leadership):
         if n.lost_events != self._lost_events or n.recoveries != self._recoveries:
             self._recovery_news(n)
         self._processing = True
-        self._ready_loop(n, None, None)
-
-    def _ready_loop(self, n: Node, rd: Any, late: Optional[list]) -> None:
-        """The Readys of one pass (``_processing`` is set), until the node has none; ``rd``: a follower's Ready
-        whose applies were put off (``answer_first``), finished first."""
-        put_off = False
         try:
-            if rd is not None:
-                self._finish(n, rd, late)
-            elif self._proposers:
+            if self._proposers:
                 self._take_proposals()
             while self.running and n.has_ready():
                 rd = n.ready()
-                hs = rd.hard_state
-                if (rd.entries and rd.messages and n.role == LEADER and not self.sync_always and rd.snapshot is None
-                        and rd.base_peers is None and (hs is None or (hs.term == self._hs_saved[0]
-                                                                      and hs.vote == self._hs_saved[1]))):
-                    # a leader's new entries: on the wire to the followers before its own write of them (RAFT
-                    # thesis 10.2.1; the node counts its own copy only once written, at advance): the followers
-                    # persist and answer while it writes. The term and vote are on disk already
-                    late = self._send(n, rd, True)
-                    self.server.flush_clients()
-                    if not self._persist(rd):
-                        return  # (the write failed: nothing is applied; the group is stopped)
+                if not self._persist(rd):
+                    return  # (the write failed: nothing is sent or applied; the group is stopped)
+                committed = rd.committed_entries
+                late = None
+                if rd.messages:
+                    tr = self.transport
+                    name = self.name
+                    early = len(committed) > EARLY_FLUSH_ENTRIES or (bool(committed) and n.role != LEADER)
+                    held = self._held_commits
+                    for m in rd.messages:
+                        if m.__class__ is M.AppendEntries:
+                            if m.quiet:
+                                lazy = self.lazy_commits
+                                if lazy is not None:
+                                    now = self.loop.time()
+                                    if now - self._notice_at < COMMIT_NOTICE_EVERY and lazy():
+                                        self._hold_commit(m)  # (the next append will likely carry it)
+                                        held = self._held_commits
+                                        continue
+                                    self._notice_at = now
+                                if committed and not early:
+                                    # a commit-only append: after the applies, so that their output (the
+                                    # PubAcks) is written first; it still leaves in this pass
+                                    if late is None:
+                                        late = []
+                                    late.append(m)
+                                    continue
+                            elif held:
+                                held.pop(m.to, None)  # (this append tells the commit index the held one had)
+                        tr.send(name, m.to, M.encode(m))
+                    if early:
+                        # on the wire before the applies below (a batch of them takes milliseconds; a
+                        # follower's answer): the peers persist and answer the next entries while this
+                        # server applies these
+                        self.server.flush_clients()
+                if rd.soft_state is not None:
+                    self._soft_changed()
+                if rd.snapshot is not None:
+                    self._install(rd.snapshot)
+                batch = self.apply_batch if committed else None
+                if batch is not None:
+                    batch(True)
+                    try:
+                        for e in committed:
+                            if e[2] == M.ENTRY_NORMAL:
+                                self._apply_one(e[0], e[3])
+                    finally:
+                        batch(False)
                 else:
-                    if not self._persist(rd):
-                        return  # (the write failed: nothing is sent or applied; the group is stopped)
-                    late = self._send(n, rd, False) if rd.messages else None
-                    if (rd.committed_entries and rd.messages and self.answer_first and n.role == FOLLOWER
-                            and rd.snapshot is None and rd.soft_state is None):
-                        # a follower's answer is on the wire (``_send``); its applies wait for the loop's other
-                        # reads of this turn (a PubAck this server relays to its client), in a pass of their own
-                        put_off = True
-                        self.loop.call_soon(self._apply_put_off, n, rd, late)
-                        return
-                self._finish(n, rd, late)
+                    for e in committed:
+                        if e[2] == M.ENTRY_NORMAL:
+                            self._apply_one(e[0], e[3])
+                if late is not None:
+                    tr = self.transport
+                    for m in late:
+                        tr.send(self.name, m.to, M.encode(m))
+                n.advance(rd)
+                self._maybe_announce()
+                if self._handover is not None:
+                    self._check_handover()
+                if self._proposers:
+                    self._take_proposals()  # (proposed by the applies' completions: in the next Ready)
         finally:
-            if not put_off:
-                self._processing = False
+            self._processing = False
         if self._want_compact:
             self._want_compact = False
             self.compact()
-
-    def _apply_put_off(self, n: Node, rd: Any, late: Optional[list]) -> None:
-        """The applies a follower put off (``_ready_loop``), then the rest of its pass; its output written."""
-        if self.node is not n or not self.running:
-            self._processing = False  # (stopped meanwhile: the next start applies them again from the log)
-            return
-        self._ready_loop(n, rd, late)
-        self.server.flush_clients()
-
-    def _send(self, n: Node, rd: Any, flushed: bool) -> Optional[list]:
-        """Send the Ready's messages; returns the commit-only appends that go after its applies (or None).
-        ``flushed``: the caller writes them out at once (else: before the applies when a follower answers or many
-        entries commit, otherwise with the applies' output)."""
-        committed = rd.committed_entries
-        late = None
-        tr = self.transport
-        name = self.name
-        early = len(committed) > EARLY_FLUSH_ENTRIES or (bool(committed) and n.role != LEADER)
-        held = self._held_commits
-        for m in rd.messages:
-            if m.__class__ is M.AppendEntries:
-                if m.quiet:
-                    lazy = self.lazy_commits
-                    if lazy is not None:
-                        now = self.loop.time()
-                        if now - self._notice_at < COMMIT_NOTICE_EVERY and lazy():
-                            self._hold_commit(m)  # (the next append will likely carry it)
-                            held = self._held_commits
-                            continue
-                        self._notice_at = now
-                    if committed and not early:
-                        # a commit-only append: after the applies, so that their output (the PubAcks) is
-                        # written first; it still leaves in this pass
-                        if late is None:
-                            late = []
-                        late.append(m)
-                        continue
-                elif held:
-                    held.pop(m.to, None)  # (this append tells the commit index the held one had)
-            tr.send(name, m.to, M.encode(m))
-        if early and not flushed:
-            # on the wire before the applies (a batch of them takes milliseconds; a follower's answer): the
-            # peers persist and answer the next entries while this server applies these
-            self.server.flush_clients()
-        return late
-
-    def _finish(self, n: Node, rd: Any, late: Optional[list]) -> None:
-        """A Ready persisted and sent: the snapshot installed, the committed entries applied, then ``advance``."""
-        committed = rd.committed_entries
-        if rd.soft_state is not None:
-            self._soft_changed()
-        if rd.snapshot is not None:
-            self._install(rd.snapshot)
-        batch = self.apply_batch if committed else None
-        if batch is not None:
-            batch(True)
-            try:
-                for e in committed:
-                    if e[2] == M.ENTRY_NORMAL:
-                        self._apply_one(e[0], e[3])
-                if late is None and n.role == LEADER:
-                    # the applies' output (the PubAcks) on the wire before the gathered store write ends the batch
-                    # (the entries are in the log of a majority: the PubAck says no more than that)
-                    self.server.flush_clients()
-            finally:
-                batch(False)
-        else:
-            for e in committed:
-                if e[2] == M.ENTRY_NORMAL:
-                    self._apply_one(e[0], e[3])
-        if late is not None:
-            tr = self.transport
-            for m in late:
-                tr.send(self.name, m.to, M.encode(m))
-        n.advance(rd)
-        self._maybe_announce()
-        if self._handover is not None:
-            self._check_handover()
-        if self._proposers:
-            self._take_proposals()  # (proposed by the applies' completions: in the next Ready)
 
     def _recovery_news(self, n: Node) -> None:
         if n.recoveries != self._recoveries:

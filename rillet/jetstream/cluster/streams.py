@@ -142,7 +142,6 @@ class StreamReplica(StreamLossMixin):
                          f"restart, {self.data_lost.get('detected', '')})")
         self.group.lazy_commits = self._lazy_commits
         self.group.apply_batch = self._apply_batch
-        self.group.answer_first = True  # (a follower's applies after the loop turn's other reads: RaftGroup)
         self._gathering: Any = None  # the store gathering the appends of the entries being applied
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.replay_seq = 0  # the last sequence the applied (or skipped) entries stored
