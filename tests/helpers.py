@@ -737,3 +737,28 @@ def start_members(members: list[ClusterMember]) -> None:
     for m in members:
         assert m.proc is not None
         m.proc.wait_log("Server is ready", timeout=30)
+
+
+async def request_until(urls: list[str], subject: str, body: dict | None = None, timeout: float = 30.0,
+                        want: Any = lambda d: "error" not in d) -> dict:
+    """A JetStream API request sent (on a fresh connection to ``urls``) until its answer passes ``want``, within
+    ``timeout`` seconds: no leader yet, a server still starting or an answer not yet good are asked again."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = None
+    while loop.time() < deadline:
+        try:
+            import nats  # (here: helpers is imported by tests that never connect)
+            nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=1)
+            try:
+                r = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=2)
+                d = json.loads(r.data)
+                if want(d):
+                    return d
+                last = d
+            finally:
+                await nc.close()
+        except Exception as e:  # (no leader yet, a server still starting: ask again)
+            last = repr(e)
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"{subject}: no good answer within {timeout}s: {last}")

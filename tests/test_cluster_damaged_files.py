@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import glob
 import json
 import os
@@ -16,7 +17,7 @@ import signal
 import nats
 import pytest
 
-from helpers import cluster_members, start_members
+from helpers import cluster_members, request_until, start_members
 
 CFG = {"n": 400}  # messages published before the stop (the state log tests': past the group's first snapshot)
 M = 100  # and while the follower is down
@@ -40,26 +41,7 @@ def cluster(tmp_path):
             m.close()
 
 
-async def _request(urls: list[str], subject: str, body: dict | None = None, timeout: float = 60.0,
-                   want=lambda d: "error" not in d) -> dict:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last = None
-    while loop.time() < deadline:
-        try:
-            nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=1)
-            try:
-                r = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=2)
-                d = json.loads(r.data)
-                if want(d):
-                    return d
-                last = d
-            finally:
-                await nc.close()
-        except Exception as e:  # (no leader yet, a server still starting: ask again)
-            last = repr(e)
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"{subject}: no good answer within {timeout}s: {last}")
+_request = functools.partial(request_until, timeout=60.0)
 
 
 PAD = {"n": 40}  # each message's padding (the index test's are larger: blocks are 8 MB)
@@ -226,7 +208,6 @@ def test_damaged_block_index_files_are_rebuilt_from_their_blocks(cluster) -> Non
         _after(cluster, victim, others, r"index .*corrupt|torn or corrupt")
     finally:
         PAD["n"] = 40
-
 
 
 def test_a_replicated_consumer_keeps_no_state_file_on_its_replicas(cluster) -> None:

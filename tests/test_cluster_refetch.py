@@ -18,6 +18,7 @@ import nats
 import pytest
 
 from helpers import ClusterMember, free_port
+from helpers import request_until as _request
 
 N = 8500  # past one RAFT snapshot of the stream's group (streams.COMPACT_EVERY applied entries)
 
@@ -47,28 +48,6 @@ def cluster(tmp_path):
     finally:
         for m in members:
             m.close()
-
-
-async def _request(urls: list[str], subject: str, body: dict | None = None, timeout: float = 30.0,
-                   want=lambda d: "error" not in d) -> dict:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last = None
-    while loop.time() < deadline:
-        try:
-            nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=1)
-            try:
-                r = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=2)
-                d = json.loads(r.data)
-                if want(d):
-                    return d
-                last = d
-            finally:
-                await nc.close()
-        except Exception as e:  # (no leader yet, a server still starting: ask again)
-            last = repr(e)
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"{subject}: no good answer within {timeout}s: {last}")
 
 
 def _damage(store: str) -> list[str]:
