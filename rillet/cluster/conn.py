@@ -354,9 +354,13 @@ class ServerConn(ConnBase, ReadPacer, asyncio.Protocol):
             payload = msg[hdr:]
             out += _wire.rmsg_head(account, subject, reply, queues, len(payload))
             out += payload
-        out += _CRLF
+        self._frame_queued(len(msg))
+
+    def _frame_queued(self, n: int) -> None:
+        """A message frame written to ``out`` (``n``: the message's length): ended, counted, flushed soon."""
+        self.out += _CRLF
         self.out_msgs += 1
-        self.out_bytes += len(msg)
+        self.out_bytes += n
         if not self.flush_pending:
             self.flush_pending = True
             self.server.pending_flush.append(self)

@@ -674,15 +674,7 @@ class LeafConn(ServerConn):
     # ---- messages from the peer -----------------------------------------------------------------------
 
     def proto_leaf_msg(self, subject: bytes, reply: bytes | None, queues: tuple, payload: bytes) -> None:
-        self.in_msgs += 1
-        self.in_bytes += len(payload)
-        acc = self.account
-        if acc is None or not self.registered:
-            self.close("Protocol Violation", AUTH_VIOLATION)
-            return
-        if self.deny_in and self.deny_in.hit(subject) and not self._let_in(subject):
-            return
-        self.mgr.leaf_entry(acc, self, subject, reply, queues, -1, payload)
+        self.proto_leaf_hmsg(subject, reply, queues, -1, payload)
 
     def proto_leaf_hmsg(self, subject: bytes, reply: bytes | None, queues: tuple, hdr_len: int,
                         msg: bytes) -> None:
@@ -734,12 +726,7 @@ class LeafConn(ServerConn):
             payload = msg[hdr:]
             out += _wire.leaf_msg_head(subject, reply, queues, len(payload))
             out += payload
-        out += _CRLF
-        self.out_msgs += 1
-        self.out_bytes += len(msg)
-        if not self.flush_pending:
-            self.flush_pending = True
-            self.server.pending_flush.append(self)
+        self._frame_queued(len(msg))
 
     # ---- timers ---------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import sys
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ._fsformat import (
     _LAST,
@@ -512,6 +512,20 @@ class BlockRecovery:
         blk.size = max(end, 8) if end else 0
         return x, max_seq, max_seq_ts, open_bad
 
+    def _records(self, mv: memoryview) -> Iterator[tuple[int, tuple]]:
+        """The records of a block's bytes as (offset, parsed header), passing over bytes that do not parse."""
+        end = len(mv)
+        pos = 8
+        while pos < end:
+            h = _parse_record(mv, pos, end)
+            if h is None:
+                pos = self._resync(mv, pos + 1, end, 0)
+                if pos < 0:
+                    return
+                continue
+            yield pos, h
+            pos += h[3]
+
     def _resync(self, mv: memoryview, pos: int, end: int, min_seq: int) -> int:
         """Offset of the next valid record at or after pos (seq > min_seq), or -1."""
         buf = mv.obj  # type: ignore[attr-defined]
@@ -552,16 +566,8 @@ class BlockRecovery:
         x.sbytes = [sj.encode("utf-8", "surrogateescape") for sj in x.subjs]
         smap = blk.smap
         mv = memoryview(buf)
-        pos = 8
-        end = len(buf)
         prev_ts = 0
-        while pos < end:
-            h = _parse_record(mv, pos, end)
-            if h is None:
-                pos = self._resync(mv, pos + 1, end, 0)
-                if pos < 0:
-                    break
-                continue
+        for pos, h in self._records(mv):
             t, flags, slen, total, seq, ts, ttl, hlen, dlen = h
             slot = seq - blk.first
             if 0 <= slot < n:
@@ -582,7 +588,6 @@ class BlockRecovery:
                         if x.ttl is None:
                             x.add_ttl_column(n)
                         x.ttl[slot] = ttl  # type: ignore[index]
-            pos += total
         # padded slots carry the previous timestamp (keeps ts sorted for time lookups)
         for slot in range(n):
             if x.ts[slot]:

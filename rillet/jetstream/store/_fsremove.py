@@ -271,34 +271,12 @@ class BlockRemoval:
 
     def _find_cut(self, blk: Block, seq: int) -> int:
         buf = self._read_block(blk)
-        mv = memoryview(buf)
-        pos = 8
-        while pos < len(buf):
-            h = _parse_record(mv, pos, len(buf))
-            if h is None:
-                pos = self._resync(mv, pos + 1, len(buf), 0)
-                if pos < 0:
-                    return len(buf)
-                continue
-            if h[4] > seq:
-                return pos
-            pos += h[3]
-        return len(buf)
+        return next((pos for pos, h in self._records(memoryview(buf)) if h[4] > seq), len(buf))
 
     def _last_seq_in(self, blk: Block, size: int) -> int:
-        buf = self._read_block(blk, size)
-        mv = memoryview(buf)
-        pos = 8
         last = 0
-        while pos < len(buf):
-            h = _parse_record(mv, pos, len(buf))
-            if h is None:
-                pos = self._resync(mv, pos + 1, len(buf), 0)
-                if pos < 0:
-                    break
-                continue
+        for _pos, h in self._records(memoryview(self._read_block(blk, size))):
             last = h[4]
-            pos += h[3]
         return last
 
     # -- expiry ---------------------------------------------------------------------
