@@ -129,6 +129,32 @@ def _uvarint(src, pos: int) -> tuple[int, int]:
 # Blocks
 
 
+def _literal_length(src: bytes, s: int, code: int) -> tuple[int, int]:
+    """A literal's length from its tag's upper six bits ``code`` (the tag at ``s``) and the 1-4 bytes that
+    may follow, and where its bytes start."""
+    if code < 60:
+        return code + 1, s + 1
+    if code == 60:
+        return src[s + 1] + 1, s + 2
+    if code == 61:
+        return (src[s + 1] | src[s + 2] << 8) + 1, s + 3
+    if code == 62:
+        return (src[s + 1] | src[s + 2] << 8 | src[s + 3] << 16) + 1, s + 4
+    return (src[s + 1] | src[s + 2] << 8 | src[s + 3] << 16 | src[s + 4] << 24) + 1, s + 5
+
+
+def _repeat_length(src: bytes, s: int, code: int) -> tuple[int, int]:
+    """A repeat's length from its tag's 3 length bits ``code`` and the bytes at ``s`` that may follow (S2's
+    extension of Snappy's 1-byte-offset copy), and where the next element starts."""
+    if code < 5:
+        return code + 4, s
+    if code == 5:
+        return src[s] + 8, s + 1
+    if code == 6:
+        return (src[s] | src[s + 1] << 8) + 260, s + 2
+    return (src[s] | src[s + 1] << 8 | src[s + 2] << 16) + 65540, s + 3
+
+
 def _decode_elements(src: bytes, s: int, dlen: int) -> bytearray:
     """Decode the elements of ``src[s:]`` into a new bytearray of exactly ``dlen`` bytes (pure Python).
 
@@ -144,22 +170,7 @@ def _decode_elements(src: bytes, s: int, dlen: int) -> bytearray:
             tag = src[s]
             kind = tag & 3
             if kind == 0:
-                length = tag >> 2
-                if length < 60:
-                    s += 1
-                elif length == 60:
-                    length = src[s + 1]
-                    s += 2
-                elif length == 61:
-                    length = src[s + 1] | src[s + 2] << 8
-                    s += 3
-                elif length == 62:
-                    length = src[s + 1] | src[s + 2] << 8 | src[s + 3] << 16
-                    s += 4
-                else:
-                    length = src[s + 1] | src[s + 2] << 8 | src[s + 3] << 16 | src[s + 4] << 24
-                    s += 5
-                length += 1
+                length, s = _literal_length(src, s, tag >> 2)
                 if length > dlen - d or length > n - s:
                     raise S2Error("s2: corrupt input: literal runs past the end of the block")
                 end = d + length
@@ -174,17 +185,8 @@ def _decode_elements(src: bytes, s: int, dlen: int) -> bytearray:
                 if copy_offset:
                     offset = copy_offset
                     length += 4
-                elif length < 5:
-                    length += 4
-                elif length == 5:
-                    length = src[s] + 8
-                    s += 1
-                elif length == 6:
-                    length = (src[s] | src[s + 1] << 8) + 260
-                    s += 2
                 else:
-                    length = (src[s] | src[s + 1] << 8 | src[s + 2] << 16) + 65540
-                    s += 3
+                    length, s = _repeat_length(src, s, length)
             elif kind == 2:
                 offset = src[s + 1] | src[s + 2] << 8
                 length = (tag >> 2) + 1
@@ -234,17 +236,8 @@ def _repeats_to_copies(src: bytes, s: int, dlen: int) -> bytes | None:
         tag = src[s]
         kind = tag & 3
         if kind == 0:
-            length = tag >> 2
-            if length < 60:
-                s += length + 2
-            elif length == 60:
-                s += src[s + 1] + 3
-            elif length == 61:
-                s += (src[s + 1] | src[s + 2] << 8) + 4
-            elif length == 62:
-                s += (src[s + 1] | src[s + 2] << 8 | src[s + 3] << 16) + 5
-            else:
-                s += (src[s + 1] | src[s + 2] << 8 | src[s + 3] << 16 | src[s + 4] << 24) + 6
+            length, s = _literal_length(src, s, tag >> 2)
+            s += length
         elif kind == 1:
             copy_offset = (tag & 0xE0) << 3 | src[s + 1]
             if copy_offset:
@@ -253,18 +246,7 @@ def _repeats_to_copies(src: bytes, s: int, dlen: int) -> bytes | None:
                 continue
             length = (tag >> 2) & 7
             start = s
-            s += 2
-            if length < 5:
-                length += 4
-            elif length == 5:
-                length = src[s] + 8
-                s += 1
-            elif length == 6:
-                length = (src[s] | src[s + 1] << 8) + 260
-                s += 2
-            else:
-                length = (src[s] | src[s + 1] << 8 | src[s + 2] << 16) + 65540
-                s += 3
+            length, s = _repeat_length(src, s + 2, length)
             repeated += length
             if repeated > dlen:
                 raise S2Error("s2: corrupt input: repeats run past the declared block length")
