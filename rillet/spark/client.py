@@ -25,6 +25,8 @@ from nats.aio.client import Client as _NatsClient
 from rillet.spark.options import ConnectOptions
 
 API = "$JS.API"
+# how long a range read waits for the replica serving it to hold the rest of its range (RangeReader._short)
+LAG_WAIT = 30.0
 
 
 class JetStreamSparkError(RuntimeError):
@@ -158,6 +160,25 @@ async def msg_time(nc: FastClient, stream: str, seq: int) -> tuple[int, int] | N
     return int(m["seq"]), parse_rfc3339(m["time"])
 
 
+async def next_stored_seq(nc: FastClient, stream: str, seq: int, filters: tuple[str, ...] = ()) -> int | None:
+    """The sequence of the first message at or after ``seq`` (on one of ``filters``; any subject when none) in the
+    stream, as its leader answers ``STREAM.MSG.GET`` (None: no such message)."""
+    best = None
+    for f in filters or (">",):
+        resp = await api(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": f})
+        err = resp.get("error")
+        if err:
+            code = err.get("err_code")
+            if code == 10037:  # no message found
+                continue
+            if code == 10059:
+                raise StreamNotFound(f"stream {stream!r} not found")
+            raise JetStreamSparkError(f"stream {stream!r}: {err.get('description')} (err_code {code})")
+        s = int(resp["message"]["seq"])
+        best = s if best is None else min(best, s)
+    return best
+
+
 async def seq_at_time(nc: FastClient, stream: str, t_ns: int, first: int, last: int) -> int:
     """The first sequence whose message was stored at or after ``t_ns`` (``last + 1`` if none):
     a binary search over message times, which only grow with the sequence."""
@@ -280,12 +301,41 @@ class RangeReader:
         self.emit, self.chunk_size, self.idle_timeout, self.batch_size = emit, chunk_size, idle_timeout, batch_size
         self.chunk = Chunk()
         self.count = 0
+        self._behind_since: float | None = None
 
     def _flush(self) -> None:
         if len(self.chunk):
             self.count += len(self.chunk)
             self.emit(self.chunk)
             self.chunk = Chunk()
+
+    async def _short(self, seen: int) -> bool:
+        """The read ended having handed out sequences up to ``seen`` (< hi): whether the stream still holds a
+        message of the range after it, which the read must wait for and fetch. Sequences deleted or on other
+        subjects give no message and end the read; but the consumer or the direct get may have been served by
+        a replica that is behind the leader (an R1 consumer is placed on any replica of the stream, a direct get
+        is answered by any current replica, each from its own store), which reports nothing pending where the
+        leader has messages: that is a short read, not the end of the range (issue 24: a whole partition of a
+        micro-batch read from a lagging follower was lost). So the leader is asked: its last sequence (a new
+        leader may still be applying its log) and its first message after ``seen``. Raises once the range has
+        stayed short for LAG_WAIT seconds (the task fails, Spark runs it again)."""
+        info = await stream_info(self.nc, self.stream)
+        short = int(info["state"]["last_seq"]) < self.hi
+        if not short:
+            nxt = await next_stored_seq(self.nc, self.stream, seen + 1, self.filters)
+            short = nxt is not None and nxt <= self.hi
+        if not short:
+            self._behind_since = None
+            return False
+        now = time.monotonic()
+        if self._behind_since is None:
+            self._behind_since = now
+        waited = now - self._behind_since
+        if waited > LAG_WAIT:
+            raise JetStreamSparkError(f"stream {self.stream!r}: sequences {seen + 1}..{self.hi} are in the stream "
+                                      f"but the replica serving the read did not hand them out in {LAG_WAIT:.0f}s")
+        await asyncio.sleep(min(0.2 + waited / 4, 1.0))
+        return True
 
     # -- ordered push consumer -------------------------------------------------------------------------
 
@@ -294,14 +344,14 @@ class RangeReader:
         restarts = 0
         while True:
             state = await self._consume_once(next_seq, deliver_policy)
-            if state["done"] and deliver_policy == "by_start_sequence" and (state["last"] or next_seq - 1) < self.hi:
-                # the consumer had nothing more before hi: deleted or filtered-out sequences, or a server that
-                # does not hold the planned range yet (a new stream leader still applying its log); the
-                # latter would silently drop committed messages from the batch, so ask and read again
-                info = await stream_info(self.nc, self.stream)
-                if int(info["state"]["last_seq"]) < self.hi:
-                    state["done"] = False
-                    await asyncio.sleep(0.2)
+            seen = state["last"] or next_seq - 1
+            if state["done"] and deliver_policy == "by_start_sequence" and seen < self.hi:
+                # the consumer had nothing more before hi: deleted or filtered-out sequences, or a replica that
+                # does not hold the rest of the range yet (see _short): read the rest again, with a new
+                # consumer (placed on any replica), once it may be there
+                if await self._short(seen):
+                    next_seq = seen + 1
+                    continue
             if state["done"]:
                 self._flush()
                 return
@@ -477,7 +527,8 @@ class RangeReader:
                     raise JetStreamSparkError(f"stream {self.stream!r}: direct get timed out") from None
                 code = st["status"]
                 if code == b"404":
-                    break
+                    seq = await self._direct_more(max(st["last"], seq - 1))
+                    continue
                 if code == b"503":
                     await stream_info(nc, self.stream)  # missing stream: a clear error
                     raise JetStreamSparkError(f"stream {self.stream!r}: direct get has no responders "
@@ -486,11 +537,19 @@ class RangeReader:
                     raise JetStreamSparkError(f"stream {self.stream!r}: direct get failed: "
                                               f"{code.decode()} {st['desc']}")
                 if st["last"] < seq or st["pending"] == 0:
-                    break
+                    seq = await self._direct_more(max(st["last"], seq - 1))
+                    continue
                 seq = st["last"] + 1
         finally:
             await nc.raw_unsubscribe(sub)
         self._flush()
+
+    async def _direct_more(self, seen: int) -> int:
+        """Where the direct gets go on after the answering replica had nothing more past ``seen``: hi + 1 (the
+        end) unless the read is short (``_short``)."""
+        if seen >= self.hi or not await self._short(seen):
+            return self.hi + 1
+        return seen + 1
 
 
 # ---------------------------------------------------------------------------------------------------
