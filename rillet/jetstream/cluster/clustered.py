@@ -273,7 +273,7 @@ class ClusteredStreams:
             return True
         if rep.closed:
             return False
-        return (cr.group if cr is not None else rep.group).when_leader(cb, within)
+        return (cr if cr is not None else rep.group).when_leader(cb, within)  # (cr: ConsumerReplica.when_leader)
 
     def _take_early_waiters(self, key: tuple[str, str, str], g: Any) -> None:
         ws = self._early_waiters.pop(key, None)

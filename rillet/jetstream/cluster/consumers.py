@@ -34,6 +34,7 @@ position and the waiting pull requests' reply subjects.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections import deque
@@ -52,6 +53,10 @@ from rillet.raft.node import LEADER
 from rillet.jetstream.stream import now_ns
 
 COMPACT_EVERY = 8192  # applied entries between snapshots of a consumer group
+# seconds a new consumer led on a stream follower waits for that replica to hold what the stream leader had when
+# asked (ConsumerReplica._lead_when_stream_current), polled every CATCH_UP_POLL
+STREAM_CATCH_UP_WAIT = 2.0
+CATCH_UP_POLL = 0.005
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
@@ -479,6 +484,8 @@ class ConsumerReplica(ConsumerLossMixin):
         self.lost_quorum_sent = -LOST_QUORUM_EVERY
         self.created_at = js.loop.time()
         self.leader = False
+        self._catch_up: Any = None  # (a task: _lead_when_stream_current)
+        self._lead_waiters: list[tuple[float, Any]] = []  # (deadline, callback): when_leader during _catch_up
         self.closed = False
         self.deleting = False
         self.applied_since_snap = 0
@@ -688,18 +695,118 @@ class ConsumerReplica(ConsumerLossMixin):
     def _leader_changed(self, leader: bool) -> None:
         if self.closed:
             return
-        self.leader = leader
         if leader:
-            rep = self.rep
-            self.cs.js.log.notice(f"JetStream cluster new consumer leader for "
-                                  f"'{rep.jsa.account.name} > {rep.name} > {self.name}'")
-            self._promote()
-            self.solo_check()
-            self._advisory()
-            self._lost_on_lead()
+            if self._stream_may_lag():
+                # a new consumer led on a stream follower: it starts once that replica holds what the stream
+                # leader had when asked (after this consumer was created), not from an older view
+                t = self._catch_up = self.cs.js.loop.create_task(self._lead_when_stream_current())
+                t.add_done_callback(self._catch_up_done)
+                return
+            self._lead()
         else:
+            self._stop_catch_up()
+            self.leader = False
             self.set_solo(False)
             self._demote()
+
+    def _lead(self) -> None:
+        self.leader = True
+        rep = self.rep
+        self.cs.js.log.notice(f"JetStream cluster new consumer leader for "
+                              f"'{rep.jsa.account.name} > {rep.name} > {self.name}'")
+        self._promote()
+        self.solo_check()
+        self._advisory()
+        self._lost_on_lead()
+        waiters, self._lead_waiters = self._lead_waiters, []
+        now = self.cs.js.loop.time()
+        for deadline, cb in waiters:
+            if now <= deadline and self.leader:
+                try:
+                    cb()
+                except Exception as e:
+                    self.cs.js.log.error(f"JetStream cluster consumer '{rep.jsa.account.name} > {rep.name} > "
+                                         f"{self.name}': leader waiter failed: {e!r}")
+
+    # ---- a new consumer led on a stream follower ----------------------------------------------------
+
+    def _stream_may_lag(self) -> bool:
+        """This server's stream replica may not hold everything the stream acknowledged before this consumer
+        was created: the consumer starts from its deliver policy (no state in its log yet) and the stream's
+        leader is another server's replica."""
+        rep = self.rep
+        return not self.c.started_by_log and not rep.leader and not rep.closed and len(rep.group.peers) > 1
+
+    async def _lead_when_stream_current(self) -> None:
+        """Ask the stream leader for its state (``$JSC.SI``, sent after this consumer's assignment applied here,
+        so after every PubAck its creator saw), wait until this server's replica holds as much (its last
+        sequence, and its first for purges and limits), then lead: the deliver policy's start, the pending
+        count and the create's answer then reflect every acknowledged message. Bounded by STREAM_CATCH_UP_WAIT
+        (a stream without a reachable leader, a replica far behind): past it the consumer starts from what this
+        replica holds, warned, as nats-server would start at once."""
+        from rillet.jetstream.api.cluster import INFO_TIMEOUT
+        loop = self.cs.js.loop
+        rep = self.rep
+        deadline = loop.time() + STREAM_CATCH_UP_WAIT
+        acc = rep.jsa.account.name
+        target = None
+        while target is None and not rep.leader and not rep.closed:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            info = await self.cs.js.cluster.info.stream_info(acc, rep.name, min(left, INFO_TIMEOUT))
+            if info is not None:
+                target = info.get("state") or {}
+        caught_up = rep.leader
+        if target is not None and not caught_up:
+            last, first = int(target.get("last_seq") or 0), int(target.get("first_seq") or 0)
+            while not rep.closed:
+                store = rep.stream.store
+                if rep.leader or (store.last_seq >= last and store.first_seq >= first):
+                    caught_up = True
+                    break
+                if loop.time() >= deadline:
+                    break
+                await asyncio.sleep(CATCH_UP_POLL)
+        self._catch_up = None
+        if self.closed or not self.group.is_leader:
+            return
+        if not caught_up and not rep.closed:
+            self.cs.js.log.warn(
+                f"JetStream cluster consumer '{acc} > {rep.name} > {self.name}': this server's stream replica "
+                f"did not catch up with the stream leader within {STREAM_CATCH_UP_WAIT:g}s; the consumer starts "
+                f"from what it holds" + ("" if target is not None else " (the stream leader did not answer)"))
+        self._lead()
+
+    def _catch_up_done(self, t: "asyncio.Task[None]") -> None:
+        if not t.cancelled() and t.exception() is not None:
+            self.cs.js.log.error(f"JetStream cluster consumer '{self.rep.jsa.account.name} > {self.rep.name} > "
+                                 f"{self.name}': starting its leader failed: {t.exception()!r}")
+
+    def _stop_catch_up(self) -> None:
+        t, self._catch_up = self._catch_up, None
+        if t is not None:
+            t.cancel()
+        self._lead_waiters = []
+
+    def when_leader(self, cb: Any, within: float) -> bool:
+        """(ClusteredStreams.when_leader, for the meta leader's info request of a create's answer) ``cb`` once
+        this replica leads the consumer (its group elected this member and, for a new consumer on a stream
+        follower, its stream replica caught up), if within ``within`` seconds. False: nothing to wait for."""
+        if self.leader or self.closed:
+            return False
+        loop = self.cs.js.loop
+        deadline = loop.time() + within
+        if self._catch_up is not None:
+            self._lead_waiters.append((deadline, cb))
+            return True
+
+        def elected() -> None:
+            if self.leader:
+                cb()
+            elif self._catch_up is not None:
+                self._lead_waiters.append((deadline, cb))
+        return self.group.when_leader(elected, within)
 
     def _swap(self) -> ClusteredConsumer:
         old = self.c
@@ -805,6 +912,7 @@ class ConsumerReplica(ConsumerLossMixin):
     async def stop(self, delete: bool = False) -> None:
         if self.closed:
             return
+        self._stop_catch_up()
         was = self.leader
         if was:
             self.deleting = delete

@@ -598,7 +598,7 @@ class StreamReplica(StreamLossMixin):
             return
         self.creps[ca.name] = cr = ConsumerReplica(self, ca)
         if self.cs._early_waiters:
-            self.cs._take_early_waiters((self.jsa.account.name, self.name, ca.name), cr.group)
+            self.cs._take_early_waiters((self.jsa.account.name, self.name, ca.name), cr)
 
     async def remove_consumer(self, name: str, delete: bool = True) -> None:
         cr = self.creps.pop(name, None)
