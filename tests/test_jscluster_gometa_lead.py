@@ -245,12 +245,23 @@ def test_meta_leader_account_info_counts_assignments_and_every_servers_usage():
     assert m.ic.sent[-1][1]["error"]["err_code"] == 10039
 
 
-def test_meta_leader_api_refuses_groups_without_a_go_server_and_is_silent_unless_leading():
-    _, m, proposed = _api(rillet=("RiLLeT02",))
-    m.raft.last_seen = {"RiLLeT02": time.monotonic()}  # (the Go servers silent)
+def test_meta_leader_api_places_on_rillet_servers_only_without_a_go_server_and_is_silent_unless_leading():
+    _, m, proposed = _api(rillet=("RiLLeT02", "RiLLeT03"))
+    m.raft.last_seen = {"RiLLeT02": time.monotonic()}  # (the Go servers and RiLLeT03 silent)
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 3})
+    assert m.ic.sent[-1][1]["error"]["err_code"] == 10005 and not proposed  # (two servers online)
+    # R2 with no Go server online: on the Rillet servers, one of them preferred (it campaigns at once)
     _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 2})
-    assert m.ic.sent[-1][1]["error"]["err_code"] == 10005 and not proposed
-    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.S", {"name": "S"})  # R1: any server
+    g = ge.decode_entry(proposed[0][0].data).doc["group"]
+    assert sorted(g["peers"]) == sorted([ME, "RiLLeT02"]) and g["preferred"] == g["peers"][0]
+    _apply(m, proposed)
+    # its durable consumer too, on the stream's peers with a Rillet server preferred
+    _request(m, "$JS.API.CONSUMER.DURABLE.CREATE.*.*", "$JS.API.CONSUMER.DURABLE.CREATE.S.D",
+             {"stream_name": "S", "config": {"durable_name": "D", "ack_policy": "explicit"}})
+    cg = ge.decode_entry(proposed[0][0].data).doc["group"]
+    assert sorted(cg["peers"]) == sorted(g["peers"]) and cg["preferred"] in g["peers"]
+    proposed.clear()
+    _request(m, "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.CREATE.T", {"name": "T"})  # R1: any server
     assert ge.decode_entry(proposed[0][0].data).doc["group"]["peers"][0] in (ME, "RiLLeT02")
     m.raft.step_down()
     n = len(m.ic.sent)
@@ -258,6 +269,54 @@ def test_meta_leader_api_refuses_groups_without_a_go_server_and_is_silent_unless
     assert len(m.ic.sent) == n
 
 
+def _sys_req(m, subject, body, reply=b"_R_.rm"):
+    hdr = b"NATS/1.0\r\nNats-Request-Info: " + json.dumps({"acc": "SYS", "user": "sys"}).encode() + b"\r\n\r\n"
+    msg = hdr + (body if isinstance(body, bytes) else json.dumps(body).encode())
+    m.ic.subs[subject](None, None, subject.encode(), reply, len(hdr), msg)
+
+
+def test_meta_leader_server_remove_proposes_the_removal_then_re_places_replicas_in_gos_desired_state():
+    from rillet.jetstream.cluster.gometa import Committed as C
+    R2, R3 = "RiLLeT02", "RiLLeT03"
+    api, m, proposed = _api(rillet=(R2, R3))
+    now = time.monotonic()
+    m.raft.last_seen = {R2: now, R3: now}  # (the Go servers are down)
+    sa = {"client": {"acc": "A"}, "created": "2026-01-01T00:00:00Z",
+          "stream": {"name": "S", "subjects": ["s"], "num_replicas": 3, "retention": "limits"},
+          "group": {"name": "S-R3F-x", "peers": [B, ME, R2], "store": "file", "cluster": "C1", "preferred": B},
+          "sync": "$JSC.SYNC.x"}
+    ca = {"client": {"acc": "A"}, "created": "2026-01-01T00:00:00Z", "name": "D", "stream": "S",
+          "consumer": {"durable_name": "D", "ack_policy": "explicit"},
+          "group": {"name": "C-R3F-y", "peers": [B, ME, R2], "store": "file", "cluster": "C1"}}
+    m.state.apply(C(1, gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_ASSIGN_STREAM, sa))))
+    m.state.apply(C(2, gw.Entry(gw.ENTRY_NORMAL, ge.encode_json_entry(ge.OP_ASSIGN_CONSUMER, ca))))
+    # refused as nats-server refuses: empty, not a member, another account (ignored)
+    _sys_req(m, "$JS.API.SERVER.REMOVE", b"")
+    _sys_req(m, "$JS.API.SERVER.REMOVE", {"peer": "nope"})
+    assert [d["error"]["err_code"] for _, d in m.ic.sent] == [10003, 10044] and not proposed
+    _request(m, "$JS.API.SERVER.REMOVE", "$JS.API.SERVER.REMOVE", {"peer": "g1"})
+    assert len(m.ic.sent) == 2
+    # by server name (its peer id derives from it) or by peer id: the removal proposed, answered once committed
+    _sys_req(m, "$JS.API.SERVER.REMOVE", {"peer_id": B})
+    assert [(e.type, e.data) for es in proposed for e in es] == [(gw.ENTRY_REMOVE_PEER, B.encode())]
+    _sys_req(m, "$JS.API.SERVER.REMOVE", {"peer_id": A})
+    assert m.ic.sent[-1][1]["error"]["err_code"] == 10202  # (one change at a time)
+    proposed.clear()
+    m.ic.sent.clear()
+    api._peer_removed(B)
+    assert m.ic.sent == [(b"_R_.rm", {"type": "io.nats.jetstream.api.v1.meta_server_remove_response",
+                                       "success": True})]
+    # the stream: B out of its peers at once, its replacement (the one free online server) desired
+    nsa = ge.decode_entry(proposed[0][0].data)
+    g = nsa.doc["group"]
+    assert nsa.op == ge.OP_ASSIGN_STREAM and g["peers"] == [ME, R2] and "preferred" not in g
+    assert list(g["desired"]) == ["id", "peers", "cluster", "removed"]
+    assert sorted(g["desired"]["peers"]) == sorted([ME, R2, R3]) and g["desired"]["removed"] == [B]
+    # the consumer: on the stream's peers, scaling down from its old set, B removed
+    nca = ge.decode_entry(proposed[1][0].data)
+    cg = nca.doc["group"]
+    assert nca.op == ge.OP_ASSIGN_CONSUMER and cg["peers"] == [ME, R2] and cg["desired"]["removed"] == [B]
+    assert cg["desired"]["scale_down"] is True and sorted(cg["desired"]["peers"]) == sorted([ME, R2, R3])
 def test_meta_leader_stepdown_picks_the_preferred_or_a_current_go_server():
     _, m, _ = _api()
     r = m.raft
@@ -489,10 +548,22 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         rc = await nats.connect(f"nats://a:a@127.0.0.1:{srvs[other].port}")
         conns.append(rc)
         assert sorted(await _names(rc)) == ["KEEP"]
-        # no Go server up: a replicated stream has no server that can lead it, a one-replica stream does
-        with pytest.raises(nats.js.errors.APIError) as ei:
-            await rc.jetstream(timeout=30).add_stream(name="NOGO", subjects=["nogo.>"], num_replicas=2)
-        assert ei.value.err_code == 10005
+        # no Go server up: a replicated stream goes to the Rillet servers, one of them preferred, which
+        # campaigns at once and answers the create (within the client's default 5 s, no election timeout)
+        rjs = rc.jetstream(timeout=5)
+        info = await rjs.add_stream(name="NOGO", subjects=["nogo.>"], num_replicas=2)
+        assert info.config.name == "NOGO" and info.cluster.leader in ("r1", "r2")
+        assert [r.name for r in info.cluster.replicas] == [next(n for n in ("r1", "r2") if n != info.cluster.leader)]
+        for i in range(3):
+            assert (await rjs.publish(f"nogo.{i}", b"x")).seq == i + 1
+        # its durable consumer too, in a group of its own, led at once
+        nci = await rjs.add_consumer("NOGO", durable_name="ND", ack_policy="explicit")
+        assert nci.cluster.leader in ("r1", "r2") and nci.num_pending == 3
+        nsub = await rjs.pull_subscribe("nogo.>", durable="ND", stream="NOGO")
+        got = await nsub.fetch(3, timeout=10)
+        assert [m.subject for m in got] == ["nogo.0", "nogo.1", "nogo.2"]
+        for m in got:
+            await m.ack_sync()
         info = await rc.jetstream(timeout=30).add_stream(name="SOLO", subjects=["solo.>"])
         assert info.config.name == "SOLO"
         for i in range(3):
@@ -541,7 +612,7 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         await CAP._until(to_g0, 60, what="the Rillet leader handing the meta group to g0")
         await _until(lambda: all(m.raft.leader == gw.peer_id("g0") for m in ms.values()), 60, what="g0 leading")
         names = await CAP._until(lambda: _names(g0), 60, what="the Go meta leader answering")
-        assert sorted(names) == ["KEEP", "SOLO"]  # (SOLO: from the Rillet leader's snapshot)
+        assert sorted(names) == ["KEEP", "NOGO", "SOLO"]  # (SOLO: from the Rillet leader's snapshot)
         sd = json.loads((await g0.request("$JS.API.CONSUMER.NAMES.SOLO", b"{}", timeout=10)).data)
         assert sd["consumers"] == ["SD"], sd
         await CAP._until(lambda: _all_see(gc, ["g9", "g0"], "g0"), 60, what="g9 following g0")

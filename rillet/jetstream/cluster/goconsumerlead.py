@@ -63,6 +63,7 @@ from rillet.gocompat.gotime import format_time, parse_go_duration
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, replica_infos, stepdown_target
+from rillet.jetstream.cluster.gomigrate import CONSUMER_RECONCILE, GroupMigration, consumer_replicas, reconcile_doc
 from rillet.jetstream.errors import ApiError
 from rillet.raft import gowire as gw
 from rillet.jetstream.cluster.goconsumerpull import PullRequests, _hdrs, _Request
@@ -93,8 +94,10 @@ def unsupported(cfg: dict, stream_cfg: dict) -> str:
     return ""
 
 
-class ConsumerLeading(PullRequests):
+class ConsumerLeading(PullRequests, GroupMigration):
     """The consumer leader's duties of a ``GoConsumerReplica`` (see the module docstring)."""
+
+    create_reply = ""  # a new group's create, answered by its first leader (host_streams sets it)
 
     # -- taking and losing the leadership ------------------------------------------------------------------
     def stand_in_group(self) -> None:
@@ -221,6 +224,11 @@ class ConsumerLeading(PullRequests):
         if self.deliver_subject and cfg.get("idle_heartbeat"):
             self._arm("hb", int(cfg["idle_heartbeat"]) / 1e9, self._on_hb)
         self.kick()
+        if self.create_reply and not self.solo:
+            # (a new group led here from its start: its first leader answers the create, as nats-server's)
+            self.create_reply = ""
+            self._answer_create()
+        self._migration_check()
 
     def _select_start(self, cfg: dict) -> None:
         """nats-server's selectStartingSeqNo for a consumer with no state, then its start proposed (op 10)."""
@@ -283,9 +291,11 @@ class ConsumerLeading(PullRequests):
         super().stop()
 
     def reassigned(self, assignment: dict) -> None:
-        """The meta group updated the consumer's assignment (its config or peers): a leader here hands the
-        group to a Go peer, which applies the change as nats-server does."""
-        changed = assignment.get("consumer") != self.assignment.get("consumer") or \
+        """The meta group updated the consumer's assignment: a new configuration hands the group to a Go peer
+        (which applies it as nats-server does); a change of its peers is carried out here
+        (gomigrate.GroupMigration)."""
+        cfg_changed = assignment.get("consumer") != self.assignment.get("consumer")
+        changed = cfg_changed or \
             (assignment.get("group") or {}).get("peers") != (self.assignment.get("group") or {}).get("peers")
         self.assignment = assignment
         cfg = assignment.get("consumer") or {}
@@ -296,10 +306,32 @@ class ConsumerLeading(PullRequests):
                 self._start_leading()
             self._answer_create()
             return
-        if changed and self._lead is not None and self.raft.role == LEADER:
-            self.log.notice(f"JetStream consumer {self._cname()}: its assignment changed; handing the leadership "
-                            "to a Go peer")
+        if cfg_changed and self._lead is not None and self.raft.role == LEADER:
+            self.log.notice(f"JetStream consumer {self._cname()}: its configuration changed; handing the "
+                            "leadership to a Go peer")
             self.transfer_away()
+            return
+        self._migration_check()
+
+    # -- a change of the group's peers (gomigrate: nats-server 2.15's desired-state steps) --------------------
+    def _stream_assignment(self) -> dict:
+        meta = getattr(self.member, "state", None)
+        return (meta.streams.get((self.account, self.stream)) if meta is not None else None) or {}
+
+    def _mig_replicas(self) -> int:
+        return consumer_replicas(self._cfg(), self._stream_assignment().get("stream") or {})
+
+    def _mig_subject(self) -> str:
+        return CONSUMER_RECONCILE
+
+    def _mig_reconcile_doc(self, upd: dict) -> dict:
+        return reconcile_doc(upd, account=self.account, stream=self.stream, consumer=self.name)
+
+    def _mig_leading(self) -> bool:
+        return self._lead is not None and self.raft.role == LEADER and not self.solo
+
+    def _mig_stream_peers(self) -> Optional[list[str]]:
+        return list((self._stream_assignment().get("group") or {}).get("peers") or [])
 
     def _go_peers(self) -> set[str]:
         return {p for p in self.raft.peers if p != self.peer and p not in self.rillet_peers}

@@ -186,7 +186,8 @@ class GoRaftPeer(GoRaftFollower):
         for n in range(self.pindex, self.commit, -1):
             if self.term_at(n) != self.term:
                 break  # (only an index of our own term is committed by counting)
-            have = 1 + sum(1 for p, i in self.match.items() if p != self.me and i >= n)
+            # (only members count: a peer being added, or one removed, is no part of the quorum)
+            have = 1 + sum(1 for p, i in self.match.items() if p != self.me and i >= n and p in self.peers)
             if have >= self.quorum():
                 for index in range(max(self.commit, self.base_index) + 1, n + 1):
                     done += [Committed(index, e) for e in self._log[index - self.base_index - 1][1]]

@@ -111,6 +111,9 @@ class GoRaftFollower:
     snapshot_peer_state: bytes = b""
     removed_peers: set[str] = field(default_factory=set)  # peers whose removal we saw committed or appended
     domain_ext: Optional[int] = gw.EXT_UNDETERMINED  # the extension state of the last peer state seen
+    # a member of a group being created (nats-server's initializing node): its empty log votes as a full one,
+    # so that a new group elects with a quorum rather than every member
+    initializing: bool = False
 
     # -- log ------------------------------------------------------------------------------------------
     @property
@@ -147,7 +150,7 @@ class GoRaftFollower:
 
     # -- votes ----------------------------------------------------------------------------------------
     def vote(self, vr: gw.VoteRequest, reply: str) -> list[Out]:
-        resp_empty = self.pindex == 0
+        resp_empty = self.pindex == 0 and not self.initializing
         if vr.term < self.term:
             return self._vote_out(reply, False, resp_empty)
         if vr.term > self.term:
@@ -492,6 +495,9 @@ class GoMetaMember:
         self.stop_transfers = 0
         self.snapshots_taken = 0
         self.on_leader_change: list[Callable[[bool], None]] = []  # called with True on winning, False on losing
+        # called with the peer id of each committed membership change (the meta leader re-places replicas)
+        self.on_peer_added: list[Callable[[str], None]] = []
+        self.on_peer_removed: list[Callable[[str], None]] = []
         self.leader_api: Any = None  # (gometalead.MetaLeaderApi, with the lead flag)
         self._was_leader = False
 
@@ -613,6 +619,10 @@ class GoMetaMember:
                 self.state.apply(item)
             except gw.GoWireError as e:
                 self._not_applied(e, item.index, f"JetStream Go meta group {self.group!r}")
+            if item.entry.type in (gw.ENTRY_ADD_PEER, gw.ENTRY_REMOVE_PEER) and not item.snapshot:
+                peer = item.entry.data.decode("latin-1")
+                for cb in (self.on_peer_added if item.entry.type == gw.ENTRY_ADD_PEER else self.on_peer_removed):
+                    cb(peer)
         if done:
             for cb in self.on_applied:
                 cb()

@@ -49,6 +49,9 @@ from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER, request_info, stream_assignment
+from rillet.jetstream.cluster.gomigrate import (CONSUMER_RECONCILE, STREAM_RECONCILE, consumer_replicas,
+                                               missing_peers, order_group, reassign_stream_peers, reconcile_group,
+                                               remap_consumers)
 from rillet.raft import gowire as gw
 
 __all__ = ["MetaLeaderApi", "ONLINE", "consumer_assignment"]
@@ -120,7 +123,7 @@ class MetaLeaderApi:
             "$JS.API.CONSUMER.NAMES.*": self._consumer_names,
             "$JS.API.META.LEADER.STEPDOWN": self._stepdown,
             "$JS.API.INFO": self._account_info,
-            "$JS.API.SERVER.REMOVE": self._server_remove,
+            "$JS.API.SERVER.REMOVE": self._server_remove_request,
             "$JS.API.STREAM.PEER.REMOVE.*": self._server_remove,
             "$JS.API.ACCOUNT.PURGE.*": self._server_remove,
             "$JS.API.ACCOUNT.STREAM.MOVE.*.*": self._server_remove,
@@ -135,11 +138,26 @@ class MetaLeaderApi:
         self._raw: tuple = (b"", b"", 0, b"")  # the request being handled, as it came (for _delegate)
         self.delegated = 0
         self.subs.append(member.ic.subscribe("$JSC.ARU.*.*", self._on_usage))
+        # peers leaving and joining (gomigrate: nats-server 2.15's desired state)
+        self.peer_removals: dict[str, tuple[str, bytes]] = {}  # peer: (reply, request) of a SERVER.REMOVE
+        self.reassigned = 0
+        self._inflight: dict[tuple, int] = {}  # (account, stream[, consumer]): meta log index of our last proposal
+        self.subs.append(member.ic.subscribe(STREAM_RECONCILE, self._on_stream_reconcile))
+        self.subs.append(member.ic.subscribe(CONSUMER_RECONCILE, self._on_consumer_reconcile))
+        for hooks, fn in ((getattr(member, "on_peer_removed", None), self._peer_removed),
+                          (getattr(member, "on_peer_added", None), self._peer_added),
+                          (getattr(member, "on_leader_change", None), self._leading)):
+            if hooks is not None:
+                hooks.append(fn)
+        self._heal_timer: Any = None
 
     def close(self) -> None:
         for s in self.subs:
             self.member.ic.remove_sub(s)
         self.subs = []
+        if self._heal_timer is not None:
+            self._heal_timer.cancel()
+            self._heal_timer = None
 
     # -- plumbing -----------------------------------------------------------------------------------------
     def _guard(self, handler: Any) -> Any:
@@ -226,14 +244,17 @@ class MetaLeaderApi:
         return peer != self.member.peer and peer not in self.member.rillet_peers
 
     def _place(self, n: int) -> Optional[list[str]]:
-        """``n`` online peers, the first a Go server (the group's preferred leader) unless ``n`` is 1 (a Rillet
-        server runs a one-replica stream itself: gosolo.py); None when there are not."""
+        """``n`` online peers, the first (the group's preferred leader) a Go server when one is online; with none,
+        Rillet servers only, a Rillet one preferred (it campaigns at once: gostream.host_streams). None when
+        there are not enough."""
         online = self._online()
         if n == 1:
             return [self.rng.choice(online)]
-        go = [p for p in online if self._is_go(p)]
-        if not go or n > len(online):
+        if n > len(online):
             return None
+        go = [p for p in online if self._is_go(p)]
+        if not go:
+            return self.rng.sample(online, n)
         first = self.rng.choice(go)
         rest = self.rng.sample([p for p in online if p != first], n - 1)
         return [first, *rest]
@@ -273,6 +294,191 @@ class MetaLeaderApi:
         if not self._delegate():
             self.member._warn_once(f"delegate:{subject}", f"JetStream: {subject} not answered: a Rillet meta "
                                    "leader does not carry it out and no Go server is current")
+
+    # -- peers leaving and joining: nats-server 2.15's desired state (gomigrate) -------------------------------
+    def _server_remove_request(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
+        """``SERVER.REMOVE`` (system account only): the peer named by ``peer`` (a server name) or ``peer_id``
+        removed from the meta group by an ``EntryRemovePeer``, answered once committed; its stream and consumer
+        replicas are then placed elsewhere (``_peer_removed``), as nats-server's meta leader does."""
+        kind = "meta_server_remove_response"
+        m = self.member
+        sys_name = getattr(m.server.system_account, "name", "")
+        if ci is not None and ci.get("acc") not in (None, sys_name):
+            return  # (nats-server: only the system account may ask)
+        if not body.strip():
+            self._answer(reply, _err(kind, "BAD_REQUEST"))
+            return
+        req = self._json(body)
+        if req is None:
+            self._answer(reply, _err(kind, "INVALID_JSON", err="the request is not a JSON object"))
+            return
+        if self.peer_removals:
+            self._answer(reply, _err(kind, "CLUSTER_SERVER_MEMBER_CHANGE_INFLIGHT"))
+            return
+        r = m.raft
+        want = str(req.get("peer_id") or "") or (gw.peer_id(str(req["peer"])) if req.get("peer") else "")
+        if not want or want not in (r.peers | {r.me}):
+            self._answer(reply, _err(kind, "CLUSTER_SERVER_NOT_MEMBER"))
+            return
+        if len(r.peers | {r.me}) <= 1 or want == r.me:
+            # (nats-server's leader removing itself steps down first; a last member is not removed)
+            self._answer(reply, _err(kind, "RAFT_GENERAL", err="can not remove the meta leader itself"
+                                     if want == r.me else "can not remove the last peer"))
+            return
+        self.peer_removals[want] = (reply, body)
+        m.log.notice(f"JetStream: removing peer {want} from the Go meta group (SERVER.REMOVE)")
+        m.propose([gw.Entry(gw.ENTRY_REMOVE_PEER, want.encode("latin-1"))])
+
+    def _peer_removed(self, peer: str) -> None:
+        """A committed peer removal: answer its SERVER.REMOVE and, leading, re-place every stream and consumer
+        replica it held (nats-server's processRemovePeer)."""
+        if self.member.raft.role != LEADER:
+            self.peer_removals.pop(peer, None)
+            return
+        pending = self.peer_removals.pop(peer, None)
+        if pending is not None:
+            self._acc = ""
+            self._answer(pending[0], {"type": "io.nats.jetstream.api.v1.meta_server_remove_response",
+                                      "success": True})
+        state = self.member.state
+        for key, sa in sorted(state.streams.items()):
+            g = sa.get("group") or {}
+            if peer in (g.get("peers") or []) or peer in ((g.get("desired") or {}).get("peers") or []):
+                self._reassign(key, sa, [peer], remove=True, min_replicas=0)
+
+    def _candidates(self) -> list[str]:
+        r = self.member.raft
+        return [p for p in self._online() if p not in r.removed_peers]
+
+    def _reassign(self, key: tuple[str, str], sa: dict, drop: list[str], remove: bool, min_replicas: int) -> bool:
+        csa, replaced = reassign_stream_peers(sa, drop, remove, min_replicas, self._candidates(), self.rng)
+        if csa is None:
+            return False
+        acc, name = key
+        if not replaced:
+            self.member.log.warn(f"JetStream: could not replace peer(s) {drop} of stream '{acc} > {name}': no "
+                                 "other server online; placed once one joins")
+        csa["group"] = order_group(csa["group"])
+        self.reassigned += 1
+        self._propose(ge.OP_ASSIGN_STREAM, csa)
+        self._inflight[key] = self.member.raft.pindex
+        self._remap_consumers(key, csa)
+        return True
+
+    def _remap_consumers(self, key: tuple[str, str], sa: dict) -> bool:
+        """The stream's consumers onto its target peers (proposed); whether all had converged already."""
+        updated, deleted, done = remap_consumers(sa, self.member.state.consumers.get(key) or {}, self.rng)
+        for ca in updated:
+            ca["group"] = order_group(ca["group"])
+            self._propose(ge.OP_ASSIGN_CONSUMER, ca)
+            self._inflight[key + (ca["name"],)] = self.member.raft.pindex
+        for ca in deleted:
+            self._propose(ge.OP_REMOVE_CONSUMER, ca)
+        return done
+
+    def _busy(self, key: tuple) -> bool:
+        """Our last proposal for ``key`` is not applied yet (the state would be stale)."""
+        return self.member.raft.applied < self._inflight.get(key, 0)
+
+    def _peer_added(self, peer: str) -> None:
+        if self.member.raft.role == LEADER:
+            self._schedule_heal(0.5)
+
+    def _leading(self, now: bool) -> None:
+        if now:
+            self._schedule_heal(1.0)
+
+    def _schedule_heal(self, delay: float) -> None:
+        loop = getattr(self.member.server, "loop", None)
+        if loop is None or self._heal_timer is not None:
+            return
+        self._heal_timer = loop.call_later(delay, self._heal)
+
+    def _heal(self) -> None:
+        """(leading, every 2 s) nats-server's reconcilePeerAssignments: a stream whose group holds peers that
+        left the meta group, or is short of replicas, is re-placed on online servers; its consumers follow."""
+        self._heal_timer = None
+        m = self.member
+        if m.raft.role != LEADER or m.ic is None:
+            return
+        self._schedule_heal(2.0)
+        meta = m.raft.peers | {m.raft.me}
+        for key, sa in sorted(m.state.streams.items()):
+            if self._busy(key):
+                continue
+            g = sa.get("group") or {}
+            stale = [p for p in (g.get("peers") or []) if p not in meta]
+            if stale or missing_peers(sa):
+                cfg = sa.get("stream") or {}
+                if int(cfg.get("num_replicas") or 1) <= 1 and not stale:
+                    continue
+                if self._reassign(key, sa, stale, remove=True, min_replicas=int(cfg.get("num_replicas") or 1)):
+                    continue
+            if not any(self._busy(key + (c,)) for c in m.state.consumers.get(key) or {}):
+                self._remap_consumers(key, sa)
+
+    def _reconcile_request(self, msg: bytes, hdr: int, fields: tuple[str, ...]) -> Optional[dict]:
+        if self.member.raft.role != LEADER:
+            return None
+        doc = self._json(bytes(msg[hdr:]) if hdr > 0 else bytes(msg))
+        allowed = set(fields) | {"id", "term", "scale_down_peers", "meta_peers", "match"}
+        if not doc or set(doc) - allowed or any(not isinstance(doc.get(f), str) for f in fields):
+            return None  # (nats-server decodes it strictly and drops what does not fit)
+        if not isinstance(doc.get("term"), int) or doc["term"] <= 0:
+            return None
+        return doc
+
+    def _on_stream_reconcile(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
+                             msg: bytes) -> None:
+        """``$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE``: a stream leader's step of its migration (gomigrate); the
+        stream's consumers are remapped first, the updated assignment proposed."""
+        upd = self._reconcile_request(msg, hdr, ("account", "stream"))
+        if upd is None:
+            return
+        key = (upd["account"], upd["stream"])
+        sa = self.member.state.streams.get(key)
+        if sa is None or not sa.get("group") or self._busy(key):
+            return
+        g = sa["group"]
+        done = False
+        if g.get("desired") and not g["desired"].get("scale_down"):
+            if any(self._busy(key + (c,)) for c in self.member.state.consumers.get(key) or {}):
+                return
+            done = self._remap_consumers(key, sa)
+        ng = reconcile_group(g, upd, int((sa.get("stream") or {}).get("num_replicas") or 1), done)
+        if ng is None:
+            return
+        if not ng.get("desired") and len(ng.get("peers") or []) == 1:
+            ng["name"] = gw.group_name("S", 1, str(ng.get("store") or "file"))
+        nsa = dict(sa, group=order_group(ng))
+        self._propose(ge.OP_UPDATE_STREAM, nsa)
+        self._inflight[key] = self.member.raft.pindex
+
+    def _on_consumer_reconcile(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
+                               msg: bytes) -> None:
+        """``$SYS.JSC.CONSUMER.ASSIGNMENT.RECONCILE``: a consumer leader's step of its migration."""
+        upd = self._reconcile_request(msg, hdr, ("account", "stream", "consumer"))
+        if upd is None:
+            return
+        key = (upd["account"], upd["stream"])
+        sa = self.member.state.streams.get(key)
+        ca = (self.member.state.consumers.get(key) or {}).get(upd["consumer"])
+        if sa is None or ca is None or not ca.get("group") or self._busy(key + (upd["consumer"],)):
+            return
+        speers = (sa.get("group") or {}).get("peers") or []
+        cpeers = ca["group"].get("peers") or []
+        if any(p not in cpeers and p not in speers for p in upd.get("meta_peers") or []):
+            return  # (not onto a server its stream is not on yet)
+        ng = reconcile_group(ca["group"], upd, consumer_replicas(ca.get("consumer") or {}, sa.get("stream") or {}),
+                             True)
+        if ng is None:
+            return
+        if not ng.get("desired") and len(ng.get("peers") or []) == 1:
+            ng["name"] = gw.group_name("C", 1, str(ng.get("store") or "file"))
+        nca = {k: v for k, v in ca.items() if k not in ("subject", "reply")}
+        nca["group"] = order_group(ng)
+        self._propose(ge.OP_ASSIGN_CONSUMER, nca)
+        self._inflight[key + (upd["consumer"],)] = self.member.raft.pindex
 
     # -- streams --------------------------------------------------------------------------------------------
     def _cfg(self, acc: str, name: str) -> Any:
@@ -570,12 +776,13 @@ class MetaLeaderApi:
         elif not go and r == 1 and any(p in online for p in speers):
             # (a one-replica consumer has no group: the Rillet server it goes to leads it at once)
             peers = [self.rng.choice([p for p in speers if p in online])]
-        elif not go:
-            # (a Rillet server does not lead a replicated stream's consumer: a Go server must)
-            self._answer(reply, _err(kind, "INSUFFICIENT_RESOURCES"))
-            return
         else:
-            first = self.rng.choice(go)
+            # a Go server preferred when one of the stream's is online; else a Rillet one, which campaigns at once
+            live = [p for p in speers if p in online]
+            if not live:
+                self._answer(reply, _err(kind, "INSUFFICIENT_RESOURCES"))
+                return
+            first = self.rng.choice(go or live)
             rest = [p for p in speers if p != first and p in online]
             if len(rest) < r - 1:
                 self._answer(reply, _err(kind, "INSUFFICIENT_RESOURCES"))

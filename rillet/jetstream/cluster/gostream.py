@@ -599,6 +599,25 @@ class GoConsumerReplica(ConsumerLeading, GoMetaMember):
 
 from rillet.jetstream.cluster.gosolo import is_solo  # noqa: E402
 
+NEW_GROUP_AGE = 30.0  # seconds: an assignment created this lately is a group being created
+
+
+def _fresh(r: GoMetaMember) -> bool:
+    """Whether a replica is one of a group being created: nothing stored or applied here, and its assignment
+    made in the last NEW_GROUP_AGE seconds (a restarted server's replicas are not: their empty logs vote as
+    empty, so that they never make a quorum that lacks what they acknowledged before)."""
+    from rillet.gocompat.gotime import GoTimeError, time_ns
+    store = getattr(r, "store", None)
+    if store is not None and (store.state().last_seq or getattr(r, "applied_index", 0)):
+        return False
+    if isinstance(r, GoConsumerReplica) and r.consumer.has_state:
+        return False
+    try:
+        created = time_ns(str(r.assignment.get("created") or "")) / 1e9
+    except (GoTimeError, ValueError):
+        return False
+    return created > 0 and abs(time.time() - created) < NEW_GROUP_AGE
+
 
 def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                  lead: bool = False, stand: bool = False) -> dict[tuple, GoMetaMember]:
@@ -667,16 +686,29 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
             else:
                 r.pass_leadership = True
                 r.rillet_peers = member.rillet_peers
+            grp = a.get("group") or {}
+            new_group = (lead and stand and current and not getattr(r, "solo", False) and r.raft.pindex == 0
+                         and not grp.get("desired") and _fresh(r)
+                         and all(p == me or p in member.rillet_peers for p in grp.get("peers") or ()))
+            if new_group:
+                # a new group of Rillet servers only (a Rillet meta leader placed it, no Go server being
+                # online): as nats-server's members of a group being created, our empty log votes as a full
+                # one, and the preferred peer campaigns at once and answers the create once elected
+                r.raft.initializing = True
+                if grp.get("preferred") == me:
+                    r.create_reply = str(a.get("reply") or "")
             r.start()
             replicas[key] = r
             if getattr(r, "solo", False):
                 r.lead_solo(answer=current)
-            # (a new group whose preferred leader is this server: the Go peers elect one of them after their
-            # election timeout, 4-9 s. Standing at once, answering the create and handing over a few seconds later
-            # was tried: the Go peers of a stream a moment old ignore a transfer. Standing at once, committing a
-            # first entry and stepping aside with an empty-log vote request was tried too: the Go followers of a
-            # moment-old group did not keep that entry, our longer log then refused their votes and the group
-            # stayed leaderless. Not done: docs/mixed-clusters.md.)
+            elif new_group and grp.get("preferred") == me:
+                r.campaign(retries=20)
+            # (a new group with Go peers whose preferred leader is this server: the Go peers elect one of them
+            # after their election timeout, 4-9 s. Standing at once, answering the create and handing over a few
+            # seconds later was tried: the Go peers of a stream a moment old ignore a transfer. Standing at once,
+            # committing a first entry and stepping aside with an empty-log vote request was tried too: the Go
+            # followers of a moment-old group did not keep that entry, our longer log then refused their votes
+            # and the group stayed leaderless. Not done: docs/mixed-clusters.md.)
 
     member.on_applied.append(reconcile)
     reconcile()

@@ -22,7 +22,8 @@ How the replica comes to lead: a leadership transfer naming it (``STREAM.LEADER.
 server), always; and, with ``feature_flags { rillet_go_meta_lead: true }`` (``stand_in_group``), as
 nats-server's members do: it stands when it heard no leader for an election timeout (4-9 s; never with an empty
 log or while its store is catching up), appends its peer state first once elected, and steps down without a
-quorum. A change of the group's peers is handed to a Go peer (``_hand_over_peer_change``).
+quorum. A change of the group's peers (a server removed or replaced, a group short of replicas) is carried
+out by the leader as nats-server 2.15's does (rillet.jetstream.cluster.gomigrate.GroupMigration).
 
 Not here: publishes with counters (``Nats-Incr``), schedules and atomic or fast batches are refused with an error
 that says so; account limits are not checked before proposing; no domain in PubAcks; a stream update or direct
@@ -41,6 +42,7 @@ from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import (LEADER, account_request, answer_json, replica_infos, request_info,
                                             stepdown_target)
 from rillet.jetstream.cluster.gometa import ELECTION_TIMEOUT
+from rillet.jetstream.cluster.gomigrate import STREAM_RECONCILE, GroupMigration, reconcile_doc
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import file_msg_size, mem_msg_size
 from rillet.subjects.validate import is_valid_subject, subject_matches_filter
@@ -51,8 +53,10 @@ __all__ = ["StreamLeading"]
 _UNSUPPORTED = ("Nats-Batch-Id", "Nats-Schedule", "Nats-Schedule-Next", "Nats-Scheduler")
 
 
-class StreamLeading:
+class StreamLeading(GroupMigration):
     """The stream leader's duties of a ``GoStreamReplica`` (see the module docstring)."""
+
+    create_reply = ""  # a new group's create, answered by its first leader (host_streams sets it)
 
     # -- standing for the group's leadership (``rillet_go_meta_lead``) ----------------------------------------
     def stand_in_group(self) -> None:
@@ -89,33 +93,33 @@ class StreamLeading:
             self._stop_leading()
 
     def reassigned(self, assignment: dict) -> None:
-        """The meta group updated this stream's assignment (its config, or its group: a peer removed or added)."""
-        old = set((self.assignment.get("group") or {}).get("peers") or ())
+        """The meta group updated this stream's assignment (its config, or its group: peers removed, added or
+        desired): a leader carries a change of peers out (gomigrate.GroupMigration)."""
         self.assignment = assignment
-        if self._lead_subs is not None and self.raft.role == LEADER:
-            self._hand_over_peer_change(old)
+        self._migration_check()
 
-    def _hand_over_peer_change(self, old_peers: Optional[set] = None) -> None:
-        """A change of the group's peers (a replacement or move: nats-server 2.15's desired-state steps -- add
-        the new peers, wait for them to catch up, remove the old ones) is carried out by the stream leader, and
-        this server does not do it: leading such a group, it hands the leadership to a Go peer of the new
-        assignment that answers, which carries the change out."""
-        grp = self.assignment.get("group") or {}
-        peers = {p for p in (grp.get("peers") or ()) if isinstance(p, str)}
-        replicas = int((self.assignment.get("stream") or {}).get("num_replicas") or 1)
-        if not (grp.get("desired") or len(peers) < replicas or (old_peers is not None and peers != old_peers)):
-            return
-        r = self.raft
-        now = time.monotonic()
-        cands = {p: r.match[p] for p in peers & self._go_peers()
-                 if p in r.match and now - r.last_seen.get(p, 0.0) < 3.0}
-        pick = max(sorted(cands), key=lambda p: cands[p], default="")
-        if pick and self.transfer_away(pick):
-            self.log.notice(f"JetStream stream '{self.account} > {self.name}' [{self.group}]: its peers change: "
-                            f"leadership handed to Go peer {pick}, which carries the change out")
-        else:
-            self._warn_once("nomove", f"JetStream stream '{self.account} > {self.name}' [{self.group}]: its "
-                                      "peers change, and no Go peer answers to take the leadership")
+    # -- a change of the group's peers (gomigrate: nats-server 2.15's desired-state steps) --------------------
+    def _mig_replicas(self) -> int:
+        return int((self.assignment.get("stream") or {}).get("num_replicas") or 1)
+
+    def _mig_subject(self) -> str:
+        return STREAM_RECONCILE
+
+    def _mig_reconcile_doc(self, upd: dict) -> dict:
+        return reconcile_doc(upd, account=self.account, stream=self.name)
+
+    def _mig_leading(self) -> bool:
+        return self._lead_subs is not None and self.raft.role == LEADER
+
+    def _mig_blocked_by(self) -> str:
+        """A consumer of the stream still on a peer the stream leaves (the stream's old peers stay until its
+        consumers moved, as nats-server's leader waits for them)."""
+        desired = ((self.assignment.get("group") or {}).get("desired") or {}).get("peers") or []
+        meta = getattr(self.member, "state", None)
+        for name, ca in sorted(((meta.consumers.get((self.account, self.name)) or {}) if meta else {}).items()):
+            if any(p not in desired for p in (ca.get("group") or {}).get("peers") or []):
+                return name
+        return ""
 
     def _start_leading(self) -> None:
         """As nats-server's stream leader: take the stream's subjects in its account (publishes are proposed
@@ -158,13 +162,17 @@ class StreamLeading:
                                                            self._on_stepdown)))
         self.log.notice(f"JetStream: leading stream '{self.account} > {self.name}' [{self.group}] "
                         f"(term {self.raft.term})")
-        if self.ic is not None and self.server.loop is not None:
-            # (a group whose peers are changing: once the followers answered this term, to a Go leader)
-            self.server.loop.call_later(1.0, self._recheck_peers)
-
-    def _recheck_peers(self) -> None:
-        if self._lead_subs is not None and self.raft.role == LEADER:
-            self._hand_over_peer_change()
+        reply = self.create_reply
+        if reply:
+            # (a new group led here from its start: the create is answered by its first leader, as nats-server's)
+            self.create_reply = ""
+            doc = self._info_doc()
+            for k in ("total", "offset", "limit"):
+                doc.pop(k, None)
+            doc["type"] = "io.nats.jetstream.api.v1.stream_create_response"
+            doc["did_create"] = True
+            self.ic.publish(reply.encode(), None, json.dumps(doc, separators=(",", ":")).encode())
+        self._migration_check()
 
     def _stop_leading(self) -> None:
         for client, sub in self._lead_subs or ():
@@ -430,7 +438,7 @@ class StreamLeading:
             state["num_deleted"] = st.num_deleted
         if st.num_subjects:
             state["num_subjects"] = st.num_subjects
-        meta = self.member.state if self.member is not None else None
+        meta = getattr(self.member, "state", None)
         state["consumer_count"] = len(meta.consumers.get((self.account, self.name)) or {}) if meta is not None else 0
         replicas = replica_infos(self.raft, self.peer, self._peer_names())
         return {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
