@@ -13,6 +13,10 @@ of rillet.jetstream.cluster.log) and every replica applies them to its ``Cluster
   build applies such entries: ``log.DELIVERED_RUNS`` in its route INFO). On a stream follower the
   engine learns of stored and removed messages from ``StreamReplica`` (after each entry it applies, see
   streams.py), on the stream leader from the stream's completions, as on one server.
+* **A new consumer led on a stream follower** (an R1 consumer lands on a random online replica, as nats-server
+  places it): before its engine starts (deliver-policy start, pending count, the create's answer) it asks the
+  stream leader for its state (``$JSC.SI``) and waits, up to STREAM_CATCH_UP_WAIT, until this server's stream
+  replica holds as much: a KV watch started right after an acknowledged put sees that put.
 * **Followers** hold the replicated state (a ``ClusteredConsumer`` whose engine does not run) and track the
   leader's scan position from the entries (``snext``), which retention needs.
 * **Leader change**: the old engine stops; a fresh engine takes over the replicated state (acked
