@@ -133,6 +133,8 @@ def test_hard_state_and_snapshot_files_are_checked_and_atomic(tmp_path, monkeypa
     b = bytearray(open(p, "rb").read())
     b[-1] ^= 1
     open(p, "wb").write(b)
+    c = os.path.join(d, "hardstate.copy")
+    open(c, "wb").write(b)  # (both damaged: see the tests of the copy below)
     with pytest.raises(WALCorruption, match="hardstate"):
         WAL.open(d)
     open(p, "wb").write(b[:5])
@@ -350,10 +352,14 @@ def test_repair_drops_a_damaged_snapshot_with_its_entries_but_never_the_hard_sta
     w.close()
     rec = WAL.open(d)[1]
     assert rec.snapshot.index == 29 and [e[0] for e in rec.entries] == [30, 31]
-    # a damaged hard state is never repaired: the term and vote it held are unknown
-    hs = os.path.join(d, "hardstate")
-    data = bytearray(open(hs, "rb").read())
-    data[-1] ^= 1
-    open(hs, "wb").write(data)
+    # a damaged hard state is taken from its copy; both damaged: the term and vote are lost (not raised with
+    # repair: the node is told, and votes again only once it knows the terms it may have voted in)
+    for name in ("hardstate", "hardstate.copy"):
+        hs = os.path.join(d, name)
+        data = bytearray(open(hs, "rb").read())
+        data[-1] ^= 1
+        open(hs, "wb").write(data)
     with pytest.raises(WALCorruption, match="hardstate"):
-        WAL.open(d, repair=True)
+        WAL.open(d)
+    rec = WAL.open(d, repair=True)[1]
+    assert rec.votes_lost and rec.hard_state == HardState(4, None, 0) and "hardstate" in rec.hs_note

@@ -30,6 +30,18 @@ survey in which every member answered and none holds the entries up to the highe
 entry of a later term arriving at an index at or below that commit, a snapshot from the leader whose terms
 (``Snapshot.terms``) differ from its log's at or below that commit, or, becoming leader, a commit index the members
 that asked it to recover had saved past its log (``_check_queried``).
+
+A lost hard state (``votes_lost=True``: the WAL could read neither copy of the term and vote) is recovered as
+above (the driver passes ``recovering`` too) and, apart from that, grants no vote (nor pre-vote) and does not
+campaign until it knows a term F at least as high as any it may have voted in; it then records a vote for itself
+in F (raising its term to F if lower: no other vote in F or below, after a restart too) and takes part again.
+F is the highest term heard from every other voter, each from a message it sent to this incarnation (answers to
+RecoveryQuery, asked every election timeout of the voters not yet heard; a leader's appends; a pre-vote's term
+less one): a candidate this node voted for before the loss holds that term or a later one for ever, and every
+voter's answer comes after the loss (the transport delivers nothing sent to an earlier incarnation). A majority
+is not enough: that candidate may be cut off from it, still counting the old vote. So one voter down for good
+keeps this node from voting (it still replicates and can be caught up) until that voter is removed from the
+group. Not covered: a member removed from the configuration since, still campaigning with an old vote of ours.
 """
 from __future__ import annotations
 
@@ -67,7 +79,7 @@ class Node(Recovery):
                  max_entries_per_msg: int = 512, max_bytes_per_msg: int = 1 << 20, max_inflight: int = 64,
                  hard_state: Optional[HardState] = None, snapshot: Optional[Snapshot] = None,
                  entries: Sequence[tuple] = (), applied: Optional[int] = None, recovering: bool = False,
-                 known_commit: int = 0, known_mark: int = 0):
+                 known_commit: int = 0, known_mark: int = 0, votes_lost: bool = False):
         """``peers``: the bootstrap voter set (all founding members pass the same; a node that will be
         added later passes ``()`` and learns the configuration from the leader). On restart pass what
         the WAL recovered: ``hard_state``, ``snapshot``, ``entries``; ``applied`` is the index the state
@@ -75,7 +87,9 @@ class Node(Recovery):
         uncleanly and the log may lack entries this node acknowledged (see the module's docstring);
         ``known_commit``: the commit index saved before the stop, when it is beyond the recovered log;
         ``known_mark``: the owner's mark saved with it (``HardState.mark``; the driver raises ``known_mark`` as it
-        saves newer ones). A survey that finds a loss leaves in ``lost_mark`` the highest mark any member knew."""
+        saves newer ones). A survey that finds a loss leaves in ``lost_mark`` the highest mark any member knew.
+        ``votes_lost``: the hard state's term and vote were lost (module docstring); ``hard_state`` then holds no
+        vote, and the term is raised to the log's last at least."""
         if election_tick <= heartbeat_tick:
             raise RaftError("election_tick must be greater than heartbeat_tick")
         self.id = id
@@ -114,6 +128,13 @@ class Node(Recovery):
         if not self.offset <= self.applied <= self.commit:
             raise RaftError(f"applied {self.applied} outside [{self.offset}, {self.commit}]")
         self.applying = self.applied
+        # (a lost hard state: see the module's docstring) voter -> the highest term heard from it since
+        self.votes_lost = bool(votes_lost)
+        self.term_heard: dict = {}
+        self.votes_found = 0  # the term F it then voted for itself in (status)
+        if self.votes_lost:
+            self.term = max(self.term, self.last_term())
+            self.vote = None
         self.stable = last
         self.unstable_from = last + 1
         self._prev_hs = (self.term, self.vote, self.commit)
@@ -170,11 +191,15 @@ class Node(Recovery):
         self.floor_events = 0
         if self.recovering:
             self._query_peers()
+        if self.votes_lost:
+            self._check_votes_known()
 
     # ---- recovery ------------------------------------------------------------------------------------------
 
 
     def _may_vote_for(self, last_index: int, last_term: int) -> bool:
+        if self.votes_lost:
+            return False
         if not self.recovering:
             return True
         f = self.vote_floor
@@ -334,7 +359,7 @@ class Node(Recovery):
         self._need_bcast = True
 
     def _campaign(self, pre: bool, transfer: bool = False) -> None:
-        if self.id not in self.voters:
+        if self.id not in self.voters or self.votes_lost:
             return
         if pre:
             self._become_pre_candidate()
@@ -408,11 +433,18 @@ class Node(Recovery):
                 self.survey = {}
                 self._query_peers()
             return  # (no campaign until recovered)
+        if self.votes_lost:
+            self._survey_elapsed += 1
+            if self._survey_elapsed >= self.election_tick:
+                self._query_terms()
+            return  # (no campaign until the terms it may have voted in are known)
         if self.election_elapsed >= self.randomized_timeout and self.id in self.voters:
             self._campaign(pre=self.pre_vote)
 
     def step(self, m) -> None:
         t = type(m)
+        if self.votes_lost:
+            self._heard_term(m)
         if t is RecoveryQuery:
             self._handle_recovery_query(m)
             return
@@ -953,7 +985,7 @@ class Node(Recovery):
               "snapshot_index": self.offset, "voters": list(self.voters),
               "leader_commit": self.commit if self.role == LEADER else self.leader_commit,
               "catching_up": self.catching_up, "lost_logs": self.lost_logs,
-              "recovering": self.recovering, "lost": self.lost,
+              "recovering": self.recovering, "lost": self.lost, "votes_lost": self.votes_lost,
               "invalid_messages": self.invalid_messages, "peers": {}}
         if self.role == LEADER:
             for p, pr in self.prs.items():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Optional
 
-from .msgs import TERMS_KEPT, RecoveryQuery, RecoveryState, Snapshot
+from .msgs import TERMS_KEPT, RecoveryQuery, RecoveryState, Snapshot, VoteRequest, VoteResponse
 from .roles import LEADER
 
 
@@ -53,6 +53,46 @@ class Recovery:
             if p not in self.survey:
                 self.msgs.append(RecoveryQuery(self.term, self.id, p, self.known_mark,
                                                max(self.known_commit, self.commit)))
+
+    def _heard_term(self, m) -> None:
+        """(votes_lost) A message from a voter to this incarnation: its sender's term is at least ``m.term`` (a
+        pre-vote's term less one; a pre-vote's answer may carry the term asked for, and counts for nothing)."""
+        p = m.frm
+        if p == self.id or p not in self.voters:
+            return
+        t = type(m)
+        if t is VoteResponse and m.pre:
+            return
+        term = m.term - 1 if t is VoteRequest and m.pre else m.term
+        if term >= self.term_heard.get(p, -1):
+            self.term_heard[p] = term
+        self._check_votes_known()
+
+    def _query_terms(self) -> None:
+        """(votes_lost, not recovering) Ask the voters not yet heard from (answers: RecoveryState, with their
+        term). The leader, heard from already, is not asked: to it a query means a restart that lost entries."""
+        self._survey_elapsed = 0
+        if self._check_votes_known():
+            return
+        for p in self.voters:
+            if p != self.id and p not in self.term_heard:
+                self.msgs.append(RecoveryQuery(self.term, self.id, p, self.known_mark,
+                                               max(self.known_commit, self.commit)))
+
+    def _check_votes_known(self) -> bool:
+        """(votes_lost) Once every other voter was heard from: F, the highest term heard or this node's, is at
+        least every term this node may have voted in (the node module's docstring). It votes for itself in F
+        (raising its term to F if lower): no vote in F or below, ever; then it takes part again."""
+        if not self.voters or any(p != self.id and p not in self.term_heard for p in self.voters):
+            return False
+        f = max([self.term, *self.term_heard.values()])
+        if f > self.term:
+            self._become_follower(f, None)
+        self.vote = self.id
+        self.votes_lost = False
+        self.term_heard = {}
+        self.votes_found = f
+        return True
 
     def _survey_done(self) -> None:
         mine = (self.last_term(), self.last_index())

@@ -5,9 +5,10 @@ Layout of a WAL directory:
 * ``seg-<first index, 20 digits>.log``: segment files of records ``[u32 length][u32 crc32][payload]``
   with payload ``[u64 index][u64 term][u8 kind][data]``. Entries are contiguous across segments; a new
   segment starts when the current one passes ``segment_size`` bytes.
-* ``hardstate``: term, vote and commit; ``snapshot``: the latest snapshot (index, term, voters, data).
-  Both are ``[4-byte magic][u32 crc32][u32 length][payload]`` and replaced atomically (write a
-  temporary file, fsync it, rename it over the old one, fsync the directory).
+* ``hardstate``: term, vote, commit and mark; ``hardstate.copy``: the same, written after it;
+  ``snapshot``: the latest snapshot (index, term, voters, data). Each is ``[4-byte magic][u32 crc32][u32
+  length][payload]`` and replaced atomically (write a temporary file, fsync it, rename it over the old one,
+  fsync the directory). ``hardstate.lost``: present while the term and vote were lost (below).
 
 ``sync="always"`` fsyncs before ``append`` returns; ``sync="interval"`` leaves it to the caller's
 periodic ``sync()`` (a crash may then lose the entries written since the last sync, which RAFT cannot
@@ -16,13 +17,29 @@ when their call returns.
 
 ``WAL.open`` recovers: a torn tail (an incomplete or bad last record of the last segment, nothing valid
 after it) is truncated away and counted in ``truncated_bytes``; a bad record anywhere else, a gap in the
-indexes or a damaged hard state or snapshot file raises ``WALCorruption`` naming the file and offset:
+indexes or a damaged snapshot file raises ``WALCorruption`` naming the file and offset:
 stored data is never served unchecked. With ``repair=True`` (a member of a replicated group, which can take
 the entries again from the others) damaged entries are cut instead: the log ends before the first bad record
 (``Recovered.damaged`` says where and why; the caller must then not vote before it caught up), and a damaged
-snapshot file is dropped with every entry (the leader's snapshot is taken again). A damaged hard state still
-raises: the term and vote it held cannot be known, and voting again in a term it had voted in could elect two
-leaders.
+snapshot file is dropped with every entry (the leader's snapshot is taken again).
+
+The hard state (its term and vote must never be forgotten: voting twice in one term could elect two leaders):
+
+* The copy is rewritten after every save of the primary, fsynced when its term or vote changes; a save that
+  changes only the commit index or the mark (about once a second per busy group, while the term and vote
+  change at elections only) writes the copy without fsync (0.2 ms instead of 0.5-3 ms here). So whenever a
+  message that depends on a term or vote is sent, both files durably hold it; after a power cut the copy holds
+  that term and vote with the commit and mark of its last fsync or later, or fails its check. ``open`` puts a
+  missing, damaged or different copy right from a valid primary.
+* A damaged (or missing) primary with a valid copy: the copy is used, and the primary rewritten from it
+  (``Recovered.hs_note`` says so). Its commit index and mark may be older than the primary's were: they only
+  serve to find entries a majority lost, which may then go unreported.
+* Both damaged (or a damaged primary and no copy), ``repair=True``: ``Recovered.votes_lost``. ``hardstate.lost``
+  is written first (fsynced), and every open while it exists says the same; the term starts at the highest one
+  the log and snapshot hold (the node's term never goes below a term it had acknowledged entries of). The
+  node then grants no vote and does not campaign until it knows a term at least as high as any it may have
+  voted in (rillet.raft.node, ``votes_lost``), records a vote for itself in that term, and the first hard state
+  saved with a vote removes the marker. Without ``repair`` it raises ``WALCorruption`` as before.
 
 Encrypted (``WAL.open(..., keys=KeyRing)``, jetstream { key }): ``key`` holds the log's key record (context:
 the directory's name), opened before anything else is read or changed (a wrong key raises
@@ -62,14 +79,23 @@ class WALCorruption(Exception):
 
 
 
-def _write_atomic(dirpath: str, name: str, magic: bytes, payload: bytes) -> None:
+HS_FILE = "hardstate"
+HS_COPY = "hardstate.copy"
+HS_LOST = "hardstate.lost"
+
+
+def _write_atomic(dirpath: str, name: str, magic: bytes, payload: bytes, sync: bool = True) -> None:
+    """``name`` replaced by a file holding ``payload`` (checked on reading); durable when it returns unless
+    ``sync`` is False (then a power cut may leave the old file or one that fails its check, never another)."""
     tmp = os.path.join(dirpath, name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(_FILE.pack(magic, zlib.crc32(payload), len(payload)) + payload)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(tmp, os.path.join(dirpath, name))
-    fsync_dir(dirpath)
+    if sync:
+        fsync_dir(dirpath)
 
 
 def _read_checked(path: str, magic: bytes) -> Optional[bytes]:
@@ -146,9 +172,11 @@ class _Segment:
 
 class Recovered:
     """What ``WAL.open`` found: pass it to ``Node(hard_state=..., snapshot=..., entries=...)``."""
-    __slots__ = ("hard_state", "snapshot", "entries", "truncated_bytes", "stored_commit", "damaged", "cut_at")
+    __slots__ = ("hard_state", "snapshot", "entries", "truncated_bytes", "stored_commit", "damaged", "cut_at",
+                 "votes_lost", "hs_note")
 
-    def __init__(self, hard_state, snapshot, entries, truncated_bytes, stored_commit=0, damaged="", cut_at=0):
+    def __init__(self, hard_state, snapshot, entries, truncated_bytes, stored_commit=0, damaged="", cut_at=0,
+                 votes_lost=False, hs_note=""):
         self.hard_state: Optional[HardState] = hard_state
         self.snapshot: Optional[Snapshot] = snapshot
         self.entries: list = entries
@@ -160,6 +188,11 @@ class Recovered:
         # entries from there on were dropped)
         self.damaged: str = damaged
         self.cut_at: int = cut_at
+        # (``repair``) the term and vote were lost (both hard state files damaged, or ``hardstate.lost`` still
+        # there): pass it to the node (``Node(votes_lost=True)``); ``hard_state`` then holds no vote
+        self.votes_lost: bool = votes_lost
+        # what was wrong with the hard state files, and what was done ("" when both were whole and alike)
+        self.hs_note: str = hs_note
 
 
 class WAL:
@@ -176,6 +209,9 @@ class WAL:
         self._f = None          # the open last segment (unbuffered: each append is one write to the OS)
         self._dirty = False
         self._key = key
+        self._copy_tv: Optional[tuple] = None  # (term, vote) the copy durably holds; None: not known to
+        self._copy_dirty = False  # the copy was rewritten without fsync since
+        self._votes_lost = False  # ``hardstate.lost`` is there
 
     @classmethod
     def open(cls, path: str, sync: str = "always", segment_size: int = 64 << 20,
@@ -192,11 +228,7 @@ class WAL:
         for name in os.listdir(d):
             if name.endswith(".tmp"):
                 os.unlink(os.path.join(d, name))  # an atomic replace that did not finish: the old file stands
-        raw = _read_checked(os.path.join(d, "hardstate"), _HS_MAGIC)
-        try:
-            hs = _hs_dec.decode(raw) if raw is not None else None
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise WALCorruption(f"{d}: undecodable hard state: {e}") from None
+        hs, hs_note = self._recover_hard_state(repair)
         damaged = ""
         cut_at = 0
         try:
@@ -298,10 +330,61 @@ class WAL:
             cut_at = max(cut_at, self.snap_index + 1)  # (the entries the snapshot covers were not needed)
             fsync_dir(d)
         last = entries[-1][0] if entries else self.snap_index
+        if self._votes_lost:
+            # (the term from the highest one held here: never below a term this node acknowledged entries of; no
+            # vote: the node grants none until it knows the terms it may have voted in)
+            local = max(self.term_at(self.last_index()) or 0, self.snap_term)
+            hs = HardState(max(local, hs.term if hs is not None else 0), None,
+                           hs.commit if hs is not None else 0, hs.mark if hs is not None else 0)
         stored_commit = hs.commit if hs is not None else 0
         if hs is not None and hs.commit > last:
             hs = HardState(hs.term, hs.vote, last, hs.mark)  # entries not synced when the commit was written were lost
-        return Recovered(hs, snap, entries, truncated, stored_commit, damaged, cut_at)
+        return Recovered(hs, snap, entries, truncated, stored_commit, damaged, cut_at, self._votes_lost, hs_note)
+
+    def _read_hs(self, name: str) -> tuple[Optional[HardState], str]:
+        """(the hard state in file ``name``, "") when whole; (None, why) when damaged; (None, "") when missing."""
+        path = os.path.join(self.path, name)
+        try:
+            raw = _read_checked(path, _HS_MAGIC)
+            return (_hs_dec.decode(raw) if raw is not None else None), ""
+        except WALCorruption as e:
+            return None, str(e)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            return None, f"{path}: undecodable hard state: {e}"
+
+    def _recover_hard_state(self, repair: bool) -> tuple[Optional[HardState], str]:
+        """The hard state from the primary or its copy, each put right from the other (see the docstring), and
+        what was wrong ("" when nothing); sets ``_votes_lost`` when neither is whole (``repair``; else raises)."""
+        d = self.path
+        hs, bad = self._read_hs(HS_FILE)
+        copy, copy_bad = self._read_hs(HS_COPY)
+        lost_path = os.path.join(d, HS_LOST)
+        self._votes_lost = os.path.exists(lost_path)
+        note = ""
+        if hs is not None:
+            if copy != hs:
+                if copy_bad:
+                    note = f"{copy_bad}: rewritten from {HS_FILE}"
+                _write_atomic(d, HS_COPY, _HS_MAGIC, _enc.encode(hs))
+            self._copy_tv = (hs.term, hs.vote)
+        elif copy is not None:
+            note = (f"{bad or os.path.join(d, HS_FILE) + ': missing'}: the hard state was taken from "
+                    f"{HS_COPY} (its commit index and mark may be older) and {HS_FILE} rewritten from it")
+            hs = copy
+            _write_atomic(d, HS_FILE, _HS_MAGIC, _enc.encode(hs))
+            self._copy_tv = (hs.term, hs.vote)
+        elif bad or copy_bad:
+            why = "; ".join(w for w in (bad, copy_bad or f"{os.path.join(d, HS_COPY)}: missing") if w)
+            if not repair:
+                raise WALCorruption(why)
+            note = f"{why}: the term and vote are lost"
+            self._votes_lost = True
+        if self._votes_lost:
+            if not os.path.exists(lost_path):
+                _write_atomic_raw(d, HS_LOST, b"")  # (durable before anything else happens)
+            elif not note:
+                note = f"{lost_path}: the term and vote were lost before, and are not known again yet"
+        return hs, note
 
     @staticmethod
     def _check_record(buf: bytes, pos: int, idx: int) -> Optional[str]:
@@ -445,7 +528,24 @@ class WAL:
         fsync_dir(self.path)
 
     def save_hard_state(self, hs: HardState) -> None:
-        _write_atomic(self.path, "hardstate", _HS_MAGIC, _enc.encode(hs))
+        """Both files (primary first); the copy fsynced only when its term or vote changes (docstring). The
+        first hard state saved with a vote after a loss removes ``hardstate.lost``: the node records no vote
+        before it knows the terms it may have voted in."""
+        raw = _enc.encode(hs)
+        _write_atomic(self.path, HS_FILE, _HS_MAGIC, raw)
+        tv = (hs.term, hs.vote)
+        if tv != self._copy_tv:
+            self._copy_tv = None  # (until the copy is durable)
+            _write_atomic(self.path, HS_COPY, _HS_MAGIC, raw)
+            self._copy_tv = tv
+            self._copy_dirty = False
+        else:
+            _write_atomic(self.path, HS_COPY, _HS_MAGIC, raw, sync=False)
+            self._copy_dirty = True
+        if self._votes_lost and hs.vote is not None:
+            os.unlink(os.path.join(self.path, HS_LOST))
+            fsync_dir(self.path)
+            self._votes_lost = False
 
     def save_snapshot(self, snap: Snapshot) -> None:
         """Store ``snap`` and drop the entries it covers. If the log does not hold the snapshot's last
@@ -490,6 +590,11 @@ class WAL:
 
     def close(self) -> None:
         self._close()
+        if self._copy_dirty:  # (a clean stop leaves the copy's commit and mark durable too)
+            with open(os.path.join(self.path, HS_COPY), "rb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(self.path)
+            self._copy_dirty = False
 
 
 

@@ -276,6 +276,12 @@ class RaftGroup(Leadership):
         if rec.truncated_bytes:
             self.log.warn(f"RAFT group {self.name!r}: truncated a torn WAL tail of {rec.truncated_bytes} bytes")
         recovering = False
+        if rec.hs_note:
+            if rec.votes_lost:
+                self.log.error(f"RAFT group {self.name!r}: damaged hard state ({rec.hs_note}): recovering; no vote "
+                               f"and no campaign until every other voter told its term")
+            else:
+                self.log.warn(f"RAFT group {self.name!r}: damaged hard state file: {rec.hs_note}")
         if rec.damaged:
             self.log.error(f"RAFT group {self.name!r}: damaged log ({rec.damaged}): entries from {rec.cut_at} on "
                            f"dropped; recovering: no vote until caught up from the other members, or the entries "
@@ -292,7 +298,9 @@ class RaftGroup(Leadership):
             # only the process stopped (the same boot as the last start with a whole log: the page cache kept
             # every write)
             self.same_boot = self._boot is not None and self._boot == self._saved_boot()
-            recovering = (self.unclean_start and not self.sync_always and not self.same_boot) or bool(rec.damaged)
+            # (a lost hard state: its commit index too, and whether the log lacks what was acknowledged)
+            recovering = ((self.unclean_start and not self.sync_always and not self.same_boot) or bool(rec.damaged)
+                          or rec.votes_lost)
             if not recovering:
                 self._save_boot()
         founding = self._founding_peers()
@@ -303,7 +311,7 @@ class RaftGroup(Leadership):
         self.node = Node(self.id, founding, rng=random.Random(), election_tick=self.election_ticks,
                          heartbeat_tick=self.heartbeat_ticks, hard_state=hs, snapshot=rec.snapshot,
                          entries=rec.entries, recovering=recovering, known_commit=rec.stored_commit,
-                         known_mark=hs.mark if hs is not None else 0)
+                         known_mark=hs.mark if hs is not None else 0, votes_lost=rec.votes_lost)
         self._mark_now()  # (a store synced further than the log: what a survey is told includes it)
         if self.unclean_start and not recovering and self.same_boot:
             self.log.notice(f"RAFT group {self.name!r}: the last stop was not clean, but the machine did not "
@@ -921,6 +929,7 @@ class RaftGroup(Leadership):
                               "leader_commit": n.commit if n.role == LEADER else n.leader_commit,
                               "catching_up": n.catching_up, "lost_logs": n.lost_logs,
                               "recovering": n.recovering, "lost": list(n.lost) if n.lost else None,
+                              "votes_lost": n.votes_lost,
                               "unclean_start": self.unclean_start,
                               "snapshot_index": n.offset, "voters": list(n.voters), "size": len(n.voters),
                               "quorum_needed": n.quorum, "leader_since_ns": self.leader_since_ns,
