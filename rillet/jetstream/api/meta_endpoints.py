@@ -449,7 +449,10 @@ class MetaEndpoints:
 
         def done(res: Any, err: Optional[BaseException]) -> None:
             if err is None:  # (an update: once the consumer's leader applied it)
-                self._answer_later(router, reply, typ, lambda t: self.cl.info.consumer_info(acc, stream_name, name, t),
+                # (a new consumer: as its leader started it, before any delivery, as nats-server answers)
+                new = existing is None
+                self._answer_later(router, reply, typ,
+                                   lambda t: self.cl.info.consumer_info(acc, stream_name, name, t, initial=new),
                                    config=d if existing is not None else None)
         self.cl._propose(A.encode_assign_consumer(ca), done)
 

@@ -241,13 +241,14 @@ class ClusteredStreams:
         from rillet.jetstream.api.common import stream_info_dict
         return stream_info_dict(rep.stream, with_cluster=True)
 
-    def consumer_info(self, account: str, stream: str, name: str) -> dict | None:
-        """The consumer's info when this server leads the consumer's group (else None)."""
+    def consumer_info(self, account: str, stream: str, name: str, initial: bool = False) -> dict | None:
+        """The consumer's info when this server leads the consumer's group (else None); ``initial``: for a
+        create's answer (ConsumerReplica.take_initial_info)."""
         rep = self.replicas.get((account or "$G", stream))
         cr = rep.creps.get(name) if rep is not None else None
         if cr is None or not cr.leader:
             return None
-        return cr.c.info()
+        return cr.take_initial_info() if initial else cr.c.info()
 
     def replica(self, account: str, name: str) -> StreamReplica | None:
         return self.replicas.get((account or "$G", name))

@@ -490,6 +490,9 @@ class ConsumerReplica(ConsumerLossMixin):
         self.leader = False
         self._catch_up: Any = None  # (a task: _lead_when_stream_current)
         self._lead_waiters: list[tuple[float, Any]] = []  # (deadline, callback): when_leader during _catch_up
+        # the info of a new consumer as its first leader started it, before any delivery: the create's answer
+        # (take_initial_info), as nats-server's consumer leader answers with its initial info
+        self._initial_info: Optional[dict] = None
         self.closed = False
         self.deleting = False
         self.applied_since_snap = 0
@@ -710,6 +713,7 @@ class ConsumerReplica(ConsumerLossMixin):
         else:
             self._stop_catch_up()
             self.leader = False
+            self._initial_info = None
             self.set_solo(False)
             self._demote()
 
@@ -718,7 +722,10 @@ class ConsumerReplica(ConsumerLossMixin):
         rep = self.rep
         self.cs.js.log.notice(f"JetStream cluster new consumer leader for "
                               f"'{rep.jsa.account.name} > {rep.name} > {self.name}'")
+        fresh = not self.c.started_by_log
         self._promote()
+        # (the engine delivers from the next loop turn: this is the state before any message went out)
+        self._initial_info = self.c.info() if fresh else None
         self.solo_check()
         self._advisory()
         self._lost_on_lead()
@@ -781,6 +788,15 @@ class ConsumerReplica(ConsumerLossMixin):
                 f"did not catch up with the stream leader within {STREAM_CATCH_UP_WAIT:g}s; the consumer starts "
                 f"from what it holds" + ("" if target is not None else " (the stream leader did not answer)"))
         self._lead()
+
+    def take_initial_info(self) -> dict:
+        """The info a create's answer shows (once): the consumer as its first leader started it (nothing
+        delivered yet, every message from its start pending), else its current info. The meta leader asks for
+        it after the assignment committed, when this leader may have delivered everything already: the current
+        info then said 0 pending, and that answer, relayed by the meta leader, can reach the client before the
+        messages do (a reader trusting num_pending read nothing; issue 24)."""
+        info, self._initial_info = self._initial_info, None
+        return info if info is not None else self.c.info()
 
     def _catch_up_done(self, t: "asyncio.Task[None]") -> None:
         if not t.cancelled() and t.exception() is not None:

@@ -28,10 +28,10 @@ class InfoRequests:
             return None
         return st.stream_info(account, name)
 
-    def _leader_consumer_info(self, account: str, stream: str, name: str) -> Optional[dict]:
-        """The consumer info, when this server holds the consumer's leader."""
+    def _leader_consumer_info(self, account: str, stream: str, name: str, initial: bool = False) -> Optional[dict]:
+        """The consumer info, when this server holds the consumer's leader (``initial``: a create's answer)."""
         st = self.cl.streams
-        return st.consumer_info(account, stream, name) if st is not None else None
+        return st.consumer_info(account, stream, name, initial=initial) if st is not None else None
 
     def _on_stream_info_req(self, sub: Any, c: Any, subject: bytes, reply: bytes | None, hdr: int,
                             msg: bytes) -> None:
@@ -58,12 +58,14 @@ class InfoRequests:
                     self.cl._ic.publish(reply, None, b'{"direct":true}')
                     self.cl.server.schedule_flush()
                 return
-            info = self._leader_consumer_info(acc, stream, name)
+            initial = bool(q.get("initial"))
+            info = self._leader_consumer_info(acc, stream, name, initial)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             self.cl.log.warn(f"JetStream cluster: bad consumer info request: {e}")
             return
         if info is not None or name:
-            self._answer(reply, info, lambda: self._leader_consumer_info(acc, stream, name), acc, stream, name)
+            self._answer(reply, info, lambda: self._leader_consumer_info(acc, stream, name, initial), acc, stream,
+                         name)
 
     def _answer(self, reply: bytes, info: Optional[dict], info_of: Callable[[], Optional[dict]], acc: str,
                 stream: str, consumer: str) -> None:
@@ -112,10 +114,15 @@ class InfoRequests:
         return await self._ask("$JSC.SI", {"account": account, "stream": name}, timeout)
 
     async def consumer_info(self, account: str, stream: str, name: str,
-                            timeout: float = INFO_TIMEOUT) -> Optional[dict]:
+                            timeout: float = INFO_TIMEOUT, initial: bool = False) -> Optional[dict]:
+        """The consumer info its leader gives (None: no leader answered); ``initial``: for a new consumer's
+        create answer, the consumer as its leader started it (ConsumerReplica.take_initial_info)."""
         if self.cl.streams is None:
             return None
-        info = self._leader_consumer_info(account, stream, name)
+        info = self._leader_consumer_info(account, stream, name, initial)
         if info is not None:
             return info
-        return await self._ask("$JSC.CI", {"account": account, "stream": stream, "consumer": name}, timeout)
+        q = {"account": account, "stream": stream, "consumer": name}
+        if initial:
+            q["initial"] = True
+        return await self._ask("$JSC.CI", q, timeout)
