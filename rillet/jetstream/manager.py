@@ -99,17 +99,37 @@ class JSAccount:
                         msg: bytes) -> None:
         r = self._router
         if r is None:
-            try:
-                r = self.router
-            except Exception as e:
-                # an API module that fails to import or register its endpoints (a broken install): logged,
-                # and the request answered with the error rather than left to time out (the next request
-                # tries again)
-                self.js.log.error(f"JetStream API unavailable: {e!r}")
-                if reply:
-                    self.ic.publish(reply, None, _api_unavailable(e))
+            js = self.js
+            if not js.api_modules_loaded():
+                # the first requests: the API's modules come in over several loop passes, the requests wait
+                # in the API queue meanwhile (held: see JetStream.api_modules_loaded) and are served in order
+                from rillet.jetstream.api.queue import is_info
+                js.api_queue.submit(is_info(subject), self._serve_first, (subject, reply, hdr, bytes(msg)),
+                                    client)
+                return
+            r = self._make_router(reply)
+            if r is None:
                 return
         r.on_request(sub, client, subject, reply, hdr, msg)
+
+    def _make_router(self, reply: bytes | None) -> "ApiRouter | None":
+        try:
+            return self.router
+        except Exception as e:
+            # an API module that fails to import or register its endpoints (a broken install): logged,
+            # and the request answered with the error rather than left to time out (the next request
+            # tries again)
+            self.js.log.error(f"JetStream API unavailable: {e!r}")
+            if reply:
+                self.ic.publish(reply, None, _api_unavailable(e))
+            return None
+
+    def _serve_first(self, subject: bytes, reply: bytes | None, hdr: int, msg: bytes) -> None:
+        """A request that arrived while the API's modules were loading, served from the API queue (where it
+        would have gone anyway: ``ApiRouter.on_request`` queues what it cannot serve at once)."""
+        r = self._router if self._router is not None else self._make_router(reply)
+        if r is not None:
+            r.serve(subject, reply, hdr, msg)
 
     def add_domain_mappings(self) -> None:
         """With a JetStream domain, the account maps ``$JS.<domain>.API.$KV.>`` to ``$KV.>`` and
@@ -294,6 +314,25 @@ class JetStream:
         from rillet.jetstream.api.queue import ApiQueue
         # $JS.API requests: bounded queues (jetstream { request_queue_limit, info_queue_limit }), see apiqueue
         self.api_queue = ApiQueue(self, o.extra.get("request_queue_limit", 0), o.extra.get("info_queue_limit", 0))
+        self._api_loading: Any = None  # the API's modules being imported (rillet.jetstream.api.staged)
+
+    def api_modules_loaded(self) -> bool:
+        """Whether the API router's modules are imported (an account makes its router at once then). If not,
+        their import is started: a few modules per loop pass (imported at once they held the loop 70-170 ms,
+        issue 20), with the API queue held until it is done."""
+        from rillet.jetstream.api.endpoints import ROUTER_MODULES
+        if self._api_loading is None:
+            import sys
+            if all(m in sys.modules for m in ROUTER_MODULES):
+                return True
+            from rillet.jetstream.api.staged import StagedImport
+            self.api_queue.hold()
+            self._api_loading = StagedImport(self.loop, list(ROUTER_MODULES), self._api_modules_done)
+            return False
+        return self._api_loading.finished
+
+    def _api_modules_done(self) -> None:
+        self.api_queue.release()
 
     @property
     def advisories(self) -> Any:

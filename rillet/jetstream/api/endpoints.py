@@ -6,6 +6,12 @@ The router checks when it is made that its handlers are exactly these endpoints.
 """
 from __future__ import annotations
 
+# the modules with a ``register(router)`` adding their endpoints to every ApiRouter (made with the router)
+HANDLER_MODULES = ("rillet.jetstream.api.consumers", "rillet.jetstream.api.snapshot", "rillet.jetstream.api.moves")
+# what the router's making imports: an account brings these in over several loop passes before it makes its
+# first router (rillet.jetstream.api.staged)
+ROUTER_MODULES = ("rillet.jetstream.api.router", *HANDLER_MODULES)
+
 # the forms of the argument tokens an endpoint's subjects take after it ("": none)
 NONE = ("",)
 NAME_OR_NONE = ("", "*")  # a stream's name, say (one left out is answered with an error, not "no responders")

@@ -39,6 +39,18 @@ INFO_KEYS = frozenset({"INFO", "STREAM.NAMES", "STREAM.LIST", "STREAM.INFO", "CO
                        "CONSUMER.INFO"})
 
 
+def is_info(subject: bytes) -> bool:
+    """Whether ``$JS[.<domain>].API.<endpoint>...`` is one of nats-server's info endpoints."""
+    toks = subject.split(b".")
+    rest = toks[2:] if toks[1:2] == [b"API"] else toks[3:]
+    if not rest:
+        return False
+    key = rest[0].decode("ascii", "replace")
+    if key == "INFO":
+        return len(rest) == 1
+    return len(rest) >= 2 and f"{key}.{rest[1].decode('ascii', 'replace')}" in INFO_KEYS
+
+
 class ApiQueue:
     def __init__(self, js: Any, limit: int = DEFAULT_LIMIT, info_limit: int = 0) -> None:
         self.js = js

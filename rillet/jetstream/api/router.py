@@ -10,7 +10,7 @@ import msgspec
 
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream.api import types as A
-from rillet.jetstream.api.queue import INFO_KEYS
+from rillet.jetstream.api.queue import is_info as _is_info
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.stream import Stream
 
@@ -22,8 +22,9 @@ from rillet.jetstream.api.streams import StreamApi
 if TYPE_CHECKING:
     from rillet.jetstream.manager import JSAccount
 
-# modules with a ``register(router)`` that adds their endpoints to every ApiRouter
-HANDLER_MODULES = ("rillet.jetstream.api.consumers", "rillet.jetstream.api.snapshot", "rillet.jetstream.api.moves")
+# modules with a ``register(router)`` that adds their endpoints to every ApiRouter (listed in endpoints: the
+# account loads them with the router, rillet.jetstream.api.staged)
+HANDLER_MODULES = endpoints.HANDLER_MODULES
 
 
 # requests whose body names the stream of the subject (checked by the handler: 10056 when they differ)
@@ -214,20 +215,6 @@ class ApiRouter(StreamApi, DirectApi):
         self.respond(reply, d)
 
     # ---- streams ----------------------------------------------------------------------------------
-
-
-
-
-def _is_info(subject: bytes) -> bool:
-    """Whether ``$JS[.<domain>].API.<endpoint>...`` is one of nats-server's info endpoints."""
-    toks = subject.split(b".")
-    rest = toks[2:] if toks[1:2] == [b"API"] else toks[3:]
-    if not rest:
-        return False
-    key = rest[0].decode("ascii", "replace")
-    if key == "INFO":
-        return len(rest) == 1
-    return len(rest) >= 2 and f"{key}.{rest[1].decode('ascii', 'replace')}" in INFO_KEYS
 
 
 
