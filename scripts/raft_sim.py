@@ -5,6 +5,7 @@
     python scripts/raft_sim.py --seeds 20000        # long runs: longer fault phases, outside CI
     python scripts/raft_sim.py --seed 1234 [--quick] # one seed, with its fault log: reproduces a failure
     python scripts/raft_sim.py --quick --seeds 200 --mutation vote_any_log   # show the checker failing
+    python scripts/raft_sim.py --quick --hs-loss     # with crashes that lose a node's hard state (term, vote)
     python scripts/raft_sim.py --power-all 500       # only: every node's power cut at once (lazy fsync):
                                                      # losses allowed, never silent (--quick runs 300 of these too),
                                                      # then a third as many "late" ones (a member that catches up
@@ -28,7 +29,7 @@ _OPTS: dict = {}
 
 
 def _one(seed: int):
-    v, sim = run_seed(seed, quick=_OPTS["quick"], mutations=_OPTS["mutations"])
+    v, sim = run_seed(seed, quick=_OPTS["quick"], mutations=_OPTS["mutations"], hs_loss=_OPTS["hs_loss"])
     return seed, v, sim.summary(), dict(sim.stats), sim.log if v else []
 
 
@@ -45,15 +46,17 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--mutation", action="append", default=[], choices=sorted(MUTATIONS),
                     help="break the node or driver on purpose; the run then expects failures")
+    ap.add_argument("--hs-loss", action="store_true",
+                    help="faults include crashes that lose a node's hard state (rillet.raft.sim, hs_loss)")
     ap.add_argument("--power-all", type=int, default=None, metavar="N",
                     help="run only N power-all runs (every node's power cut at once, lazy fsync)")
     a = ap.parse_args()
     if a.power_all is not None:
         return 1 if _power_all(a.power_all) + _power_all(a.power_all // 3, late=True) else 0
-    opts = {"quick": a.quick, "mutations": frozenset(a.mutation)}
-    flags = (" --quick" if a.quick else "") + "".join(f" --mutation {m}" for m in a.mutation)
+    opts = {"quick": a.quick, "mutations": frozenset(a.mutation), "hs_loss": a.hs_loss}
+    flags = (" --quick" if a.quick else "") + (" --hs-loss" if a.hs_loss else "") + "".join(f" --mutation {m}" for m in a.mutation)
     if a.seed is not None:
-        v, sim = run_seed(a.seed, quick=a.quick, mutations=opts["mutations"])
+        v, sim = run_seed(a.seed, quick=a.quick, mutations=opts["mutations"], hs_loss=a.hs_loss)
         for line in sim.log:
             print(line)
         print(sim.summary())
@@ -82,7 +85,7 @@ def main() -> int:
     if a.mutation:
         print(f"  mutation {a.mutation}: {'caught' if failed else 'NOT caught'}")
         return 0 if failed else 1
-    if a.quick and not a.mutation and a.power_all is None:
+    if a.quick and not a.mutation and not a.hs_loss and a.power_all is None:
         failed += _power_all(300)
         failed += _power_all(100, late=True)
     return 1 if failed else 0

@@ -21,7 +21,9 @@ silently (some node must report them, and every node that had saved a commit ind
 gone must report it itself).
 
 A run has a fault phase (crashes and restarts from the simulated disk, pauses, partitions, lossy
-network, client proposals at random times, membership changes and leader transfers) and a heal phase
+network, client proposals at random times, membership changes and leader transfers; with ``hs_loss``, crashes
+that lose the hard state, the node restarting with ``votes_lost`` as rillet.raft.wal makes it when both copies
+are damaged, and nothing sent to an earlier incarnation delivered to it, as over the routes) and a heal phase
 (everything restarted and reconnected) in which a leader must be elected and a final proposal must
 commit and be applied by every member within a bound. The Checker watches every run for RAFT's safety
 properties; any violation is a failure that ``python scripts/raft_sim.py --seed N`` reproduces.
@@ -58,15 +60,18 @@ class _VoteAnyLog(Node):
 MUTATIONS = {"forget_vote": "the driver persists the hard state without the vote",
              "no_sync": "the driver never fsyncs (a crash loses everything since the last compaction)",
              "vote_any_log": "the node grants votes to candidates whose log is behind",
-             "no_recovery": "(lazy runs) a node restarted after a power cut takes part at once, not recovering"}
+             "no_recovery": "(lazy runs) a node restarted after a power cut takes part at once, not recovering",
+             "trust_lost_votes": "(hs_loss) a node whose hard state was lost votes at once (term from its log)"}
 
 
 class SimDisk:
     """Durable state (hard state, snapshot, entries) plus the writes not yet synced."""
-    __slots__ = ("hs", "snap", "entries", "pending", "base")
+    __slots__ = ("hs", "snap", "entries", "pending", "base", "hs_lost")
 
     def __init__(self) -> None:
         self.hs: Optional[HardState] = None
+        # (hs_loss) the hard state was lost: until one with a vote is durable (rillet.raft.wal's hardstate.lost)
+        self.hs_lost = False
         self.snap: Optional[Snapshot] = None
         self.entries: list = []
         self.pending: list = []
@@ -78,7 +83,7 @@ class SimDisk:
     def write_hs_now(self, hs: HardState) -> None:
         """A hard state written and fsynced on its own (a lazy driver's term, vote and commit)."""
         self.pending = [w for w in self.pending if w[0] != "hs"]
-        self.hs = hs
+        self._apply("hs", hs)
 
     def last_index(self) -> int:
         """The last entry written, synced or not."""
@@ -117,6 +122,8 @@ class SimDisk:
     def _apply(self, op: str, arg) -> None:
         if op == "hs":
             self.hs = arg
+            if arg.vote is not None:
+                self.hs_lost = False
         elif op == "ents":
             base = self.snap.index if self.snap else 0
             pos = arg[0][0] - base - 1
@@ -158,6 +165,7 @@ class SimNode:
         self.backlog: list = []     # messages that arrived while paused
         self.client: dict = {}      # index -> (term, data) proposed through this incarnation
         self.lossy = False          # (lazy runs) lost unsynced writes at its last crash and not yet recovered
+        self.started = 0            # when this incarnation started
 
     def start(self) -> None:
         sim = self.sim
@@ -172,10 +180,17 @@ class SimNode:
             if hs.commit > last:  # (a lazy driver's commit index was durable, the entries up to it were not)
                 hs = HardState(hs.term, hs.vote, last)
         recovering = sim.lazy and self.inc > 0 and "no_recovery" not in sim.mutations
+        lost = d.hs_lost and "trust_lost_votes" not in sim.mutations
+        if d.hs_lost:  # (as the WAL: the term from the log, no vote, no commit; recovering, as the driver)
+            last_term = d.entries[-1][1] if d.entries else (d.snap.term if d.snap else 0)
+            hs = HardState(max(last_term, d.hs.term if d.hs else 0), None, 0)
+            known = 0
+            recovering = recovering or lost
         self.node = sim.node_cls(self.id, d.base if d.base is not None else self.bootstrap, rng=random.Random(sim.rng.getrandbits(32)),
                          election_tick=ELECTION_TICK, heartbeat_tick=1, max_entries_per_msg=sim.batch,
                          max_inflight=sim.inflight, hard_state=hs, snapshot=d.snap, entries=d.entries,
-                         recovering=recovering, known_commit=known)
+                         recovering=recovering, known_commit=known, votes_lost=lost)
+        self.started = sim.now
         self.up = True
         self.paused = False
         self.busy = False
@@ -273,7 +288,8 @@ class Checker:
 
 
 class Sim:
-    def __init__(self, seed: int, *, quick: bool = True, mutations: frozenset = frozenset(), n: Optional[int] = None):
+    def __init__(self, seed: int, *, quick: bool = True, mutations: frozenset = frozenset(), n: Optional[int] = None,
+                 hs_loss: bool = False):
         self.seed = seed
         self.rng = rng = random.Random(seed)
         self.quick = quick
@@ -281,6 +297,7 @@ class Sim:
         if unknown:
             raise ValueError(f"unknown mutation(s) {sorted(unknown)}; known: {sorted(MUTATIONS)}")
         self.mutations = mutations
+        self.hs_loss = hs_loss
         self.node_cls = _VoteAnyLog if "vote_any_log" in mutations else Node
         self.lazy = random.Random(seed * 7919 + 1).random() < 0.4  # (its own draw: the other seeds run as before)
         self.sync_every = 100 + random.Random(seed * 7919 + 2).randrange(300)
@@ -356,14 +373,16 @@ class Sim:
         delay = rng.randrange(1, 8)
         if rng.random() < self.slow:
             delay += rng.randrange(10, 80)
-        self.at(self.now + delay, self.deliver, dst, data)
+        self.at(self.now + delay, self.deliver, dst, data, self.now)
         if self.dup and rng.random() < self.dup:
-            self.at(self.now + delay + rng.randrange(1, 40), self.deliver, dst, data)
+            self.at(self.now + delay + rng.randrange(1, 40), self.deliver, dst, data, self.now)
 
-    def deliver(self, dst: str, data: bytes) -> None:
+    def deliver(self, dst: str, data: bytes, sent: int = 0) -> None:
         sn = self.nodes.get(dst)
         if sn is None or not sn.up:
             return
+        if sent < sn.started and sn.node.votes_lost:
+            return  # (sent to an earlier incarnation: a route connection does not outlive the process)
         if sn.paused:
             sn.backlog.append(data)
             return
@@ -442,8 +461,13 @@ class Sim:
         node.advance(rd)
         sn.busy = False
         if voted and self.now < self.fault_time and self.rng.random() < 0.25:
-            # a crash right after voting, and a quick restart: the vote must have survived on disk
+            # a crash right after voting, and a quick restart: the vote must have survived on disk (hs_loss: or
+            # be lost, half of the time, and never given again in its term)
             sn.crash()
+            if self.hs_loss and self.rng.random() < 0.5:
+                sn.disk.hs = None
+                sn.disk.hs_lost = True
+                self.stats["hslost_after_vote"] += 1
             self.at(self.now + self.rng.randrange(1, 6), self.restart, sn.id, sn.inc)
             return
         if sn.sm_index - node.offset >= self.compact_every:
@@ -507,8 +531,9 @@ class Sim:
         self.at(self.now + rng.randrange(20, 200), self.fault)
         nodes = list(self.nodes.values())
         up = [sn for sn in nodes if sn.up]
-        kind = rng.choice(("crash", "crash", "bounce", "bounce", "restart", "restart", "pause", "resume", "partition", "oneway",
-                           "heal", "net", "net", "add", "remove", "transfer", "transfer", "wipe"))
+        kinds = ("crash", "crash", "bounce", "bounce", "restart", "restart", "pause", "resume", "partition", "oneway",
+                 "heal", "net", "net", "add", "remove", "transfer", "transfer", "wipe")
+        kind = rng.choice(kinds + ("hslost", "hslost", "hslost") if self.hs_loss else kinds)
         if kind == "crash" and up:
             sn = rng.choice(up)
             sn.crash()
@@ -526,6 +551,14 @@ class Sim:
             sn.disk = SimDisk()
             sn.lossy = self.lazy
             self.at(self.now + rng.randrange(1, 60), self.restart, sn.id, sn.inc)
+        elif kind == "hslost" and up:
+            # both hard state files damaged (bit rot, a torn write of both): the node comes back with its log,
+            # its term and vote lost; often right away, in the middle of the election it had voted in
+            sn = rng.choice(up)
+            sn.crash()
+            sn.disk.hs = None
+            sn.disk.hs_lost = True
+            self.at(self.now + rng.randrange(1, 30), self.restart, sn.id, sn.inc)
         elif kind == "restart":
             down = [sn for sn in nodes if not sn.up]
             if down:
@@ -748,6 +781,11 @@ class Sim:
             if stuck:
                 chk.fail(f"liveness: voters {stuck} still recovering after healing")
             self.stats["recoveries"] += sum(sn.node.recoveries for sn in live)
+        if self.hs_loss:
+            stuck = [p for p in self.leader().node.voters if self.nodes[p].node.votes_lost]
+            if stuck:
+                chk.fail(f"liveness: voters {stuck} still without their votes after healing")
+            self.stats["votes_found"] += sum(1 for sn in live if sn.node.votes_found)
         chk.log_matching([sn.node for sn in live], self.now)
         ld = self.leader()
         members = [self.nodes[p] for p in ld.node.voters]
@@ -867,8 +905,8 @@ def run_power_all(seed: int, late: bool = False) -> tuple[list, "Sim", list]:
     return out, sim, lost_acks
 
 
-def run_seed(seed: int, *, quick: bool = True, mutations=frozenset()) -> tuple[list, "Sim"]:
-    sim = Sim(seed, quick=quick, mutations=frozenset(mutations))
+def run_seed(seed: int, *, quick: bool = True, mutations=frozenset(), hs_loss: bool = False) -> tuple[list, "Sim"]:
+    sim = Sim(seed, quick=quick, mutations=frozenset(mutations), hs_loss=hs_loss)
     try:
         violations = sim.run()
     except (RaftError, AssertionError) as e:
