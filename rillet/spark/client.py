@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import json
+import logging
 import queue
 import ssl
 import threading
@@ -25,6 +26,7 @@ from nats.aio.client import Client as _NatsClient
 from rillet.spark.options import ConnectOptions
 
 API = "$JS.API"
+log = logging.getLogger("rillet.spark")
 # how long a range read waits for the replica serving it to hold the rest of its range (RangeReader._short)
 LAG_WAIT = 30.0
 
@@ -330,6 +332,9 @@ class RangeReader:
         now = time.monotonic()
         if self._behind_since is None:
             self._behind_since = now
+            log.warning("stream %r: the read of %d..%d ended after %d, but the stream leader holds more of the "
+                        "range (the replica serving the read is behind): reading again", self.stream, self.lo,
+                        self.hi, seen)
         waited = now - self._behind_since
         if waited > LAG_WAIT:
             raise JetStreamSparkError(f"stream {self.stream!r}: sequences {seen + 1}..{self.hi} are in the stream "
