@@ -7,8 +7,11 @@ Each server runs from a config file with JetStream (a fresh store directory per 
 ``mqtt {}`` port. The client speaks MQTT 3.1.1 itself on blocking sockets (pre-encoded packets through
 ``rillet.mqtt.codec``), publisher and subscriber in separate processes, so the client costs the same
 against both servers. Cases alternate between the servers. The table shows the median of ``--repeat``
-runs and the ratio Rillet/Go (higher is better), and the server process's CPU time per message (user +
-system, from /proc, over the case: what the server spent, robust when the machine is shared; lower is better).
+runs and the ratio Rillet/Go (higher is better), the server process's CPU time per message (user +
+system, from /proc, over the case: what the server spent, robust when the machine is shared; lower is better)
+and how busy it was while the messages flowed (cores: its CPU time over the wall time from the publisher's
+first message to the last one received, sampled every 10 ms; ~1.0 for Rillet means it is CPU-bound on its one
+core, below that it waited on something).
 ``--base DIR`` runs a second Rillet from another source tree (e.g. ``git archive <commit> | tar -x -C DIR``)
 beside this one, alternating, for an A/B in the same run; ``--profile DIR`` records each Rillet run with
 py-spy (raw collapsed stacks, for profiles only: py-spy takes CPU of its own).
@@ -33,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from rillet.mqtt import codec as C
@@ -77,12 +81,48 @@ class Server:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def sampler(self) -> CpuSampler:
+        return CpuSampler(self)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class CpuSampler(threading.Thread):
+    """The server's CPU seconds every 10 ms (wall clock: ``time.perf_counter``, the clock the client processes
+    time their messages with), for its utilisation over a run's timed window (``cores``)."""
+
+    def __init__(self, srv: Server) -> None:
+        super().__init__(daemon=True)
+        self.srv = srv
+        self.samples: list[tuple[float, float]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                self.samples.append((time.perf_counter(), self.srv.cpu()))
+            except OSError:
+                return
+            self.halt.wait(0.01)
+
+    def cores(self, t0: float, t1: float) -> float | None:
+        """CPU seconds per wall second between the samples around [t0, t1] (None: no timed window, or too
+        short to say)."""
+        before = [s for s in self.samples if s[0] <= t0]
+        after = [s for s in self.samples if s[0] >= t1]
+        if not before or not after or after[0][0] - before[-1][0] < 0.1:
+            return None
+        a, b = before[-1], after[0]
+        return (b[1] - a[1]) / (b[0] - a[0])
+
+
+# the timed window of the last message case (perf_counter from the client processes): publisher's start, end
+WINDOW: list[float] = []
 
 
 # ---- a blocking MQTT client ------------------------------------------------------------------------------
@@ -224,6 +264,7 @@ def _pubsub(port: int, qos: int, n: int, with_sub: bool, mark=None) -> float:
         p.join(30)
     t0 = res["pub"][0]
     t1 = res["sub"][0] if with_sub else res["pub"][1]
+    WINDOW[:] = [t0, t1]
     return n / (t1 - t0)
 
 
@@ -315,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
              "rillet": os.path.abspath(args.tree) if args.tree else None}
     results: dict[str, dict[str, list[float]]] = {c: {x: [] for x in labels} for c in cases}
     cpu: dict[str, dict[str, list[float]]] = {c: {x: [] for x in labels} for c in cases}
+    busy: dict[str, dict[str, list[float]]] = {c: {x: [] for x in labels} for c in cases}
     tmp = tempfile.mkdtemp(prefix="mqttbench-")
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
@@ -329,30 +371,41 @@ def main(argv: list[str] | None = None) -> None:
                             prof = _profiler(srv.proc.pid, os.path.join(args.profile, f"{case}-{label}-{rep}.txt"))
                             time.sleep(1)
                         c0 = [0.0]
+                        smp = srv.sampler()
+                        smp.start()
+                        WINDOW.clear()
                         v = run_case(srv.mport, case, args.count, lambda: c0.__setitem__(0, srv.cpu()))
                         us = (srv.cpu() - c0[0]) * 1e6 / case_size(case, args.count)
+                        time.sleep(0.03)  # (a sample after the window's end)
+                        smp.halt.set()
+                        smp.join()
+                        cores = smp.cores(*WINDOW) if WINDOW else None
                     finally:
                         srv.stop()
                         if prof is not None:
                             prof.wait(30)
                     results[case][label].append(v)
                     cpu[case][label].append(us)
-                    print(f"{case} {label}: {v:,.0f}/s, {us:.1f} us CPU/msg", file=sys.stderr)
+                    if cores is not None:
+                        busy[case][label].append(cores)
+                    print(f"{case} {label}: {v:,.0f}/s, {us:.1f} us CPU/msg" +
+                          (f", {cores:.2f} cores busy" if cores is not None else ""), file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load = os.getloadavg()
     print(f"\nMQTT, median of {args.repeat} run(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
     ratio_heads = [f"{x}/go" for x in labels if x != "go" and "go" in labels]
     print("| case | " + " | ".join(labels) + " | " + "".join(h + " | " for h in ratio_heads) +
-          "server CPU us/msg (" + ", ".join(labels) + ") |")
+          "server CPU us/msg (" + ", ".join(labels) + ") | server cores busy |")
     nratio = len(labels) - 1 if "go" in labels else 0
-    print("|---|" + "---:|" * (len(labels) + nratio + 1))
+    print("|---|" + "---:|" * (len(labels) + nratio + 2))
     for case in cases:
         med = {x: statistics.median(results[case][x]) for x in labels}
         us = ", ".join(f"{statistics.median(cpu[case][x]):.1f}" for x in labels)
         ratios = [f"{med[x] / med['go']:.2f}" for x in labels if x != "go" and "go" in labels]
+        cores = ", ".join(f"{statistics.median(busy[case][x]):.2f}" if busy[case][x] else "-" for x in labels)
         print(f"| {case} | " + " | ".join(f"{med[x]:,.0f}/s" for x in labels) + " | " +
-              " | ".join(ratios) + (" | " if ratios else "") + us + " |")
+              " | ".join(ratios) + (" | " if ratios else "") + us + " | " + cores + " |")
 
 
 if __name__ == "__main__":
