@@ -92,6 +92,7 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
         self.pubs: dict[str, tuple[str, bytes, bool]] = {}  # topic -> (subject, its bytes, publish allowed)
         self.fpubs: dict[bytes, bytes] = {}  # topic bytes -> subject bytes (_fast_in: checked, allowed)
         self.fast = False  # a connected client: _fast_in reads its PUBLISH/PUBACK/PINGREQ
+        self.quiet: dict[bytes, tuple] = {}  # subject bytes -> (sublist, stamp, NATS interest) (_nats_interest)
         self.fast_hdrs = (_HDRS[0], _HDRS[1])
         self.task: asyncio.Task | None = None
         self.ka_handle: asyncio.TimerHandle | None = None

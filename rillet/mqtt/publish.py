@@ -147,6 +147,10 @@ class PublishMixin:
             return data
         cache = self.fpubs
         deliver = acc.deliver
+        # whether a publish to NATS may reach anyone, by subject and the account's sublist stamp
+        # (``_nats_interest``): with nobody, a QoS 1 message only goes to ``$MQTT_msgs``
+        quiet = self.quiet
+        sl = acc.sublist
         maxp = self.decoder.max_packet
         h0, h1 = self.fast_hdrs
         hl = len(h0)  # (the QoS 1 header is as long)
@@ -160,68 +164,119 @@ class PublishMixin:
         stored = self._stored_cb
         pos = 0
         n = len(data)
-        while pos + 1 < n and not self.closed:
-            first = data[pos]
-            b = data[pos + 1]
-            if b < 128:
-                rl, i = b, pos + 2
-            elif pos + 2 < n and data[pos + 2] < 128:
-                rl, i = (b & 0x7F) | (data[pos + 2] << 7), pos + 3
-            else:
-                break
-            end = i + rl
-            if end > n or (maxp and end - pos > maxp):
-                break
-            if first == 0x30 or first == 0x32:
-                if rl < 2:
+        acks: dict[str, list[bytes]] = {}  # PUBACKs read: the ack subjects owed, by durable (``_acks_out``)
+        sess = self.sess
+        try:
+            while pos + 1 < n and not self.closed:
+                first = data[pos]
+                b = data[pos + 1]
+                if b < 128:
+                    rl, i = b, pos + 2
+                elif pos + 2 < n and data[pos + 2] < 128:
+                    rl, i = (b & 0x7F) | (data[pos + 2] << 7), pos + 3
+                else:
                     break
-                te = i + 2 + ((data[i] << 8) | data[i + 1])
-                if te > end:
+                end = i + rl
+                if end > n or (maxp and end - pos > maxp):
                     break
-                tb = data[i + 2:te]
-                ent = cache.get(tb)
-                if ent is None:
-                    ent = self._fast_topic(tb)
+                if first == 0x30 or first == 0x32:
+                    if rl < 2:
+                        break
+                    te = i + 2 + ((data[i] << 8) | data[i + 1])
+                    if te > end:
+                        break
+                    tb = data[i + 2:te]
+                    ent = cache.get(tb)
                     if ent is None:
-                        break
-                sb = ent[0]
-                if first == 0x32:
-                    ps = te + 2 + skip
-                    if ps > end or (v5 and (data[te + 2] or len(fifo) + self.acks_unwritten >= rmax)):
-                        break
-                    pi = (data[te] << 8) | data[te + 1]
+                        ent = self._fast_topic(tb)
+                        if ent is None:
+                            break
+                    sb = ent[0]
+                    if first == 0x32:
+                        ps = te + 2 + skip
+                        if ps > end or (v5 and (data[te + 2] or len(fifo) + self.acks_unwritten >= rmax)):
+                            break
+                        pi = (data[te] << 8) | data[te + 1]
+                        if not pi:
+                            break
+                        payload = data[ps:end]
+                        if len(payload) > mpay:
+                            break
+                        self.in_msgs += 1
+                        self.in_bytes += hb + len(payload)
+                        q = quiet.get(sb)
+                        if q is None or q[0] is not sl or q[1] != sl._inserts or q[2] != sl._removes:
+                            q = self._nats_interest(sb)
+                        got = q[3] and deliver(self, sb, None, hl, h1 + payload)
+                        a = [None, pi, 0 if got or not v5 else RC_NO_SUBSCRIBERS]
+                        fifo.append(a)
+                        store(ent[1], payload, h1, stored, a)
+                    else:
+                        ps = te + skip
+                        if ps > end or (v5 and data[te]):
+                            break
+                        payload = data[ps:end]
+                        if len(payload) > mpay:
+                            break
+                        self.in_msgs += 1
+                        self.in_bytes += hb + len(payload)
+                        q = quiet.get(sb)
+                        if q is None or q[0] is not sl or q[1] != sl._inserts or q[2] != sl._removes:
+                            q = self._nats_interest(sb)
+                        if q[3]:
+                            deliver(self, sb, None, hl, h0 + payload)
+                elif first == 0x40 and rl == 2:
+                    pi = (data[i] << 8) | data[i + 1]
                     if not pi:
                         break
-                    payload = data[ps:end]
-                    if len(payload) > mpay:
-                        break
-                    self.in_msgs += 1
-                    self.in_bytes += hb + len(payload)
-                    got = deliver(self, sb, None, hl, h1 + payload)
-                    a = [None, pi, 0 if got or not v5 else RC_NO_SUBSCRIBERS]
-                    fifo.append(a)
-                    store(ent[1], payload, h1, stored, a)
+                    # (on_puback_pi, the consumer's ack gathered: sent after the loop)
+                    pe = sess.pending_pub.pop(pi, None)  # type: ignore[union-attr]
+                    if pe is not None:
+                        ack, dur, sseq = pe
+                        sess.cpending.pop((dur, sseq), None)  # type: ignore[union-attr]
+                        if ack:
+                            al = acks.get(dur)
+                            if al is None:
+                                acks[dur] = [ack]
+                            else:
+                                al.append(ack)
+                        if self.held:
+                            self._send_held()
+                elif first == 0xC0 and rl == 0:
+                    self.send(b"\xd0\x00")
                 else:
-                    ps = te + skip
-                    if ps > end or (v5 and data[te]):
-                        break
-                    payload = data[ps:end]
-                    if len(payload) > mpay:
-                        break
-                    self.in_msgs += 1
-                    self.in_bytes += hb + len(payload)
-                    deliver(self, sb, None, hl, h0 + payload)
-            elif first == 0x40 and rl == 2:
-                pi = (data[i] << 8) | data[i + 1]
-                if not pi:
                     break
-                self.on_puback_pi(pi)
-            elif first == 0xC0 and rl == 0:
-                self.send(b"\xd0\x00")
-            else:
-                break
-            pos = end
+                pos = end
+        finally:
+            if acks:
+                self._acks_out(acks)
         return data[pos:] if pos else data
+
+    def _acks_out(self, acks: dict[str, list[bytes]]) -> None:
+        """The consumer acks for the PUBACKs ``_fast_in`` read, together per consumer (``JSA.ack_many``)."""
+        jsa = self.asm.jsa  # type: ignore[union-attr]
+        for dur, subjects in acks.items():
+            if len(subjects) == 1:
+                jsa.ack(subjects[0], dur)
+            else:
+                jsa.ack_many(dur, subjects)
+
+    def _nats_interest(self, sb: bytes) -> tuple[Any, int, int, bool]:
+        """(sublist, its inserts, its removes, interest) for a publish on subject ``sb``: interest is False when
+        ``Account.deliver`` would do nothing with it (no subscription matches it in the account: local clients,
+        routes, leaf nodes and imports all subscribe there; no gateway that may want it, no mapping). Kept in
+        ``quiet`` while the stamp holds (the sublist's counts of inserts and removes only grow: a subscription
+        made or removed makes every entry stale)."""
+        acc = self.account
+        sl = acc.sublist
+        if acc.gw is not None or acc.mappings:
+            return (None, -1, -1, True)  # (never kept: checked again each time)
+        r = acc.match(sb.decode("utf-8", "surrogateescape"))
+        q = (sl, sl._inserts, sl._removes, bool(r.psubs or r.qsubs))
+        if len(self.quiet) > 4096:
+            self.quiet.clear()
+        self.quiet[sb] = q
+        return q
 
     def _fast_topic(self, tb: bytes) -> tuple[bytes, bytes] | None:
         """The NATS subject of a PUBLISH topic for ``_fast_in`` and its ``$MQTT_msgs`` subject (remembered), or

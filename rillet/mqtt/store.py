@@ -119,6 +119,17 @@ def _store_error(hdr: int, msg: bytes) -> BaseException | None:
 
 
 _DIRECT_TYPES: tuple[Any, Any] | None = None
+_ON_ACK: Any = None
+
+
+def _consumer_on_ack() -> Any:
+    """The consumers' ack callback (``AckMixin._on_ack``; imported when first needed): ``JSA.ack_many`` hands a
+    subscription's acks to its consumer together only when that is its callback."""
+    global _ON_ACK
+    if _ON_ACK is None:
+        from rillet.jetstream.consumer.acks import AckMixin
+        _ON_ACK = AckMixin._on_ack
+    return _ON_ACK
 
 
 def _direct_types() -> tuple[Any, Any]:
@@ -393,6 +404,37 @@ class JSA:
         ic.in_msgs += 1
         sub.nm += 1
         sub.icb(sub, ic, subject, None, -1, b"")
+        self.server.schedule_flush()
+
+    def ack_many(self, durable: str, subjects: list[bytes]) -> None:
+        """``ack`` of several deliveries of consumer ``durable`` (the PUBACKs a connection read in one go), in
+        order: where ``ack`` would hand them to the consumer's ack subscription and that is a consumer's own
+        ``_on_ack``, the consumer takes them together (``on_acks``: one entry for all where its log is this
+        server's alone); the rest one by one (``ack``)."""
+        acc = self.account
+        sl = acc.sublist
+        stamp = (sl._inserts, sl._removes)
+        first = subjects[0]
+        ent = self._ack_to.get(durable)
+        if ent is None or ent[0] != stamp or not first.startswith(ent[1]):
+            ent = self._ack_target(first, durable, stamp)
+        sub = ent[2]
+        cons = getattr(sub.icb, "__self__", None) if sub is not None else None
+        if cons is None or acc.mappings or acc.gw is not None or self.server.trace_on or \
+                getattr(sub.icb, "__func__", None) is not _consumer_on_ack():
+            for subject in subjects:
+                self.ack(subject, durable)
+            return
+        pre = ent[1]
+        mine = [x for x in subjects if x.startswith(pre)]
+        if len(mine) != len(subjects):  # (another consumer's subjects: ``ack`` finds theirs)
+            for subject in subjects:
+                if not subject.startswith(pre):
+                    self.ack(subject, durable)
+        n = len(mine)
+        self.ic.in_msgs += n
+        sub.nm += n
+        cons.on_acks(mine)
         self.server.schedule_flush()
 
     def _ack_target(self, subject: bytes, durable: str, stamp: tuple[int, int]) -> tuple[tuple[int, int], bytes, Any]:

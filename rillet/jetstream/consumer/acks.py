@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import retention
 from rillet.jetstream.consumer.state import (C_ACK, C_DROP, C_DUE, C_GONE, C_NAK)
-from rillet.jetstream.log import Entry
+from rillet.jetstream.log import Entry, SingleNodeLog
 from rillet.jetstream.stream import now_ns
 
 from rillet.jetstream.consumer.common import (_ack_numbers)
@@ -55,6 +55,49 @@ class AckMixin:
                 self._confirm_durably(reply)  # (an AckSync's answer says the ack is on disk)
             else:
                 self.ic.publish(reply, None, b"")
+
+    def on_acks(self, subjects: list[bytes]) -> None:
+        """Plain acks (an empty body, no reply) of these ack subjects, in order: what ``_on_ack`` does with each,
+        the acknowledged messages applied as one C_ACK entry (a list of stream sequences) where the consumer's
+        log is this server's alone (``SingleNodeLog``: the entry is never encoded or sent) and acks are
+        explicit. Used for the PUBACKs an MQTT session's connection read in one go."""
+        if self.closed:
+            return
+        if self.clog.__class__ is not SingleNodeLog or self.ack_policy != "explicit" or self.flow_control:
+            for subject in subjects:
+                self._on_ack(None, None, subject, None, -1, b"")
+            return
+        pending = self.pending
+        top = self.sseq
+        full = self.maxp and len(pending) >= self.maxp  # (as process_ack's kick: the first ack that frees room)
+        need_kick = False
+        seqs = []
+        for subject in subjects:
+            nums = _ack_numbers(subject)
+            if nums is None:
+                continue
+            dc, sseq, _ = nums
+            if sseq >= top:
+                continue
+            p = pending.get(sseq)
+            if p is not None:
+                if self.sfreq:
+                    self._sample(sseq, p[0], dc, p[1])
+                if full:
+                    need_kick = True
+            if self.rdqi:
+                self._remove_rdq(sseq)
+            seqs.append(sseq)
+        if not seqs:
+            return
+        if need_kick or self.retention != "limits":
+            self.clog.propose(Entry(C_ACK, (seqs, 0, now_ns(), self.sseq), need_kick), self._c_done_cb)
+        else:
+            self.clog.propose(Entry(C_ACK, (seqs, 0, time_ns(), self.sseq)))
+            if self.persist is not None:
+                self._mark_dirty()
+        if self.dthresh_s and not self.is_push and self._delete_timer is None:
+            self._arm_delete(self.dthresh_s)
 
     def _confirm_durably(self, reply: bytes) -> None:
         """With ``sync_interval: always`` the confirmation of an ack (AckSync) goes out once the consumer's

@@ -18,7 +18,8 @@ move to when nothing is pending), so every replica ends in the same state.
     C_DELIVERED (sseq, dseq, dc, ts)     sseq went out as delivery dseq, the dc-th time, at ts; with a list
                                          of stream seqs for sseq: a run, delivered as dseq, dseq + 1, ...
     C_UNDELIVERED (sseq, dc)             nobody received that delivery: its count goes back to dc
-    C_ACK (sseq, dseq, ts, snext)        acked at ts (policy explicit: sseq; all: everything up to sseq)
+    C_ACK (sseq, dseq, ts, snext)        acked at ts (policy explicit: sseq; all: everything up to sseq); on one
+                                         server only, explicit, a list of seqs for sseq (dseq 0): each acked
     C_NAK (sseq, ts)                     pending sseq counts as delivered at ts (NAK with delay, progress)
     C_DUE (seqs, off)                    ack wait ran out: those pending seqs' delivery times move by off
     C_GONE (sseq, snext)                 the stream removed sseq: no longer pending (counts as acked)
@@ -32,7 +33,7 @@ move to when nothing is pending), so every replica ends in the same state.
                                          with 409 Leadership Change (rillet.jetstream.cluster.consumer_pulls)
 
 Apply returns what the leader needs afterwards (C_ACK: the stream sequence acknowledged, 0 for none, with
-ack policy explicit; the list of them with policy all; for retention).
+ack policy explicit; the list of them with policy all or a list of seqs; for retention).
 """
 from __future__ import annotations
 
@@ -113,6 +114,8 @@ class ConsumerStateMachine:
         if op == C_ACK:
             if self.ack_policy == "explicit":  # one message (inline: the hot path); all, flow_control: up to
                 sseq = a[0]
+                if sseq.__class__ is list:
+                    return self._apply_acks(sseq, a[2], a[3])
                 p = self.pending.pop(sseq, None)
                 if p is not None:
                     self._move_ack_floor(p[0], sseq, a[3])
@@ -238,6 +241,23 @@ class ConsumerStateMachine:
                 pending[seq] = [dseq, ts]
             dseq += 1
         return None
+
+    def _apply_acks(self, seqs: list[int], ts: int, snext: int) -> list[int]:
+        """C_ACK of several explicit acks at once (``AckMixin.on_acks``, one server only): each as the one-message
+        case; returns the sequences that were pending."""
+        pending = self.pending
+        rdc = self.rdc
+        acked = []
+        for sseq in seqs:
+            p = pending.pop(sseq, None)
+            if p is not None:
+                self._move_ack_floor(p[0], sseq, snext)
+                acked.append(sseq)
+            if rdc:
+                rdc.pop(sseq, None)
+        self.lat = ts
+        self.has_state = True
+        return acked
 
     def _apply_ack_all(self, sseq: int, dseq: int, ts: int, snext: int) -> list[int]:
         if dseq <= self.adflr or sseq <= self.asflr:

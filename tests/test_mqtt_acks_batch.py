@@ -1,0 +1,182 @@
+"""MQTT QoS 1 delivery: the PUBACKs a connection reads in one go are handed to the session's consumer together
+(``JSA.ack_many`` -> ``AckMixin.on_acks``: on one server, one C_ACK entry for all of them), in any order the
+client sends them; the consumer's state and the interest stream end as with one ack at a time, and stay so after
+a restart. Also: a QoS 1 PUBLISH on a subject no NATS subscription wants is not published to NATS (the
+connection remembers that by the sublist's stamp) until one subscribes."""
+from __future__ import annotations
+
+import asyncio
+import random
+
+import nats
+from mqttdiff import Raw
+
+from rillet.app.embed import run_server
+from rillet.config.options import JetStreamOptions
+from rillet.jetstream.consumer import acks as acksmod
+from rillet.mqtt import codec as C
+from rillet.server import Options
+
+N = 200
+
+
+def _opts(store: str, **mqtt) -> Options:
+    o = Options(host="127.0.0.1", port=-1, server_name="acks",
+                jetstream=JetStreamOptions(enabled=True, store_dir=store))
+    o.mqtt = {"host": "127.0.0.1", "port": -1, **mqtt}
+    return o
+
+
+async def _until(pred, timeout: float = 20) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not pred():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def _subscriber(port: int, cid: str, topic: str) -> Raw:
+    r = Raw(port)
+    assert r.connect(cid, clean=False).rc == 0
+    r.send(C.Subscribe(1, [(topic, C.SubOpts(1))]))
+    assert isinstance(r.read(), C.SubAck)
+    return r
+
+
+def _receive_unacked(r: Raw, n: int) -> list[tuple[int, bytes]]:
+    got = []
+    while len(got) < n:
+        p = r.read(10)
+        assert isinstance(p, C.Publish), p
+        assert p.qos == 1 and not p.dup
+        got.append((p.pi, p.payload))
+    return got
+
+
+def _publish(port: int, topic: str, n: int, cid: str = "apub") -> None:
+    r = Raw(port)
+    assert r.connect(cid).rc == 0
+    r.send(b"".join(C.encode(C.Publish(topic, b"m%d" % i, 1, pi=i + 1)) for i in range(n)))
+    acks = 0
+    while acks < n:
+        p = r.read(10)
+        assert isinstance(p, C.Ack) and p.kind == C.PUBACK, p
+        acks += 1
+    r.close()
+
+
+def _session_consumer(srv):
+    st = srv.jetstream.accounts["$G"].streams["$MQTT_msgs"]
+    cs = list(st.consumers.values())
+    assert len(cs) == 1, [c.name for c in cs]
+    return st, cs[0]
+
+
+def _record_batches(monkeypatch) -> list[int]:
+    sizes: list[int] = []
+    real = acksmod.AckMixin.on_acks
+
+    def on_acks(self, subjects):
+        sizes.append(len(subjects))
+        return real(self, subjects)
+
+    monkeypatch.setattr(acksmod.AckMixin, "on_acks", on_acks)
+    return sizes
+
+
+async def test_pubacks_read_together_ack_together_in_any_order(tmp_path, monkeypatch):
+    sizes = _record_batches(monkeypatch)
+    store = str(tmp_path / "js")
+    async with run_server(_opts(store)) as srv:
+        port = srv.mqtt_addr[1]
+        sub = await asyncio.to_thread(_subscriber, port, "asub", "a/x")
+        recv = asyncio.create_task(asyncio.to_thread(_receive_unacked, sub, N))
+        await asyncio.to_thread(_publish, port, "a/x", N)
+        got = await recv
+        assert [m for _, m in got] == [b"m%d" % i for i in range(N)]
+        st, c = _session_consumer(srv)
+        await _until(lambda: len(c.pending) == N)
+        # the first half acked in a shuffled order, in one write, and one of them twice (the second is ignored)
+        pis = [pi for pi, _ in got]
+        half = pis[:N // 2]
+        random.Random(7).shuffle(half)
+        sub.send(b"".join(C.encode(C.Ack(C.PUBACK, pi)) for pi in half + half[:1]))
+        await _until(lambda: len(c.pending) == N - N // 2)
+        assert c.asflr == N // 2 and st.store.state().msgs == N - N // 2 and st.store.state().first_seq == N // 2 + 1
+        # the rest from the last one down: the floor stays until the lowest is acked, then moves to the end
+        rest = pis[N // 2:]
+        sub.send(b"".join(C.encode(C.Ack(C.PUBACK, pi)) for pi in reversed(rest[1:])))
+        await _until(lambda: len(c.pending) == 1)
+        assert c.asflr == N // 2 and st.store.state().msgs == 1
+        sub.send(C.Ack(C.PUBACK, rest[0]))
+        await _until(lambda: not c.pending and st.store.state().msgs == 0)
+        assert c.asflr == N and c.adflr == N and c.sseq == N + 1
+        assert sum(sizes) >= N - 1 and max(sizes) > 1, sizes  # (taken together, not one entry per PUBACK)
+        sub.close()
+    async with run_server(_opts(store)) as srv:
+        st = srv.jetstream.accounts["$G"].streams["$MQTT_msgs"].store.state()
+        assert (st.msgs, st.last_seq) == (0, N)
+        c = next(iter(srv.jetstream.accounts["$G"].streams["$MQTT_msgs"].consumers.values()))
+        assert not c.pending and c.asflr == N
+
+
+async def test_unacked_half_is_redelivered_after_a_restart(tmp_path, monkeypatch):
+    """Acked together, the acked half is gone for good; the other half comes again to the resumed session (3.1.1:
+    after ack_wait, here 1 s)."""
+    _record_batches(monkeypatch)
+    store = str(tmp_path / "js")
+    async with run_server(_opts(store, ack_wait=1)) as srv:
+        port = srv.mqtt_addr[1]
+        sub = await asyncio.to_thread(_subscriber, port, "rsub", "r/x")
+        recv = asyncio.create_task(asyncio.to_thread(_receive_unacked, sub, N))
+        await asyncio.to_thread(_publish, port, "r/x", N)
+        got = await recv
+        st, c = _session_consumer(srv)
+        sub.send(b"".join(C.encode(C.Ack(C.PUBACK, pi)) for pi, _ in got[::2]))
+        await _until(lambda: len(c.pending) == N // 2 and st.store.state().msgs == N // 2)
+        sub.close()
+    async with run_server(_opts(store, ack_wait=1)) as srv:
+        r = Raw(srv.mqtt_addr[1])
+        assert (await asyncio.to_thread(r.connect, "rsub", False)).rc == 0
+        again = await asyncio.to_thread(_receive_redelivered, r, N // 2)
+        assert sorted(again) == sorted(m for _, m in got[1::2])
+        r.close()
+
+
+def _receive_redelivered(r: Raw, n: int) -> list[bytes]:
+    got = []
+    while len(got) < n:
+        p = r.read(15)
+        assert isinstance(p, C.Publish), p
+        got.append(p.payload)
+        r.send(C.Ack(C.PUBACK, p.pi))
+    return got
+
+
+async def test_qos1_publish_reaches_nats_once_someone_subscribes(tmp_path):
+    """No NATS interest: the connection stops publishing the QoS 1 message to NATS (remembered by the sublist's
+    stamp); a NATS subscription made later gets the next ones at once."""
+    async with run_server(_opts(str(tmp_path / "js"))) as srv:
+        r = Raw(srv.mqtt_addr[1])
+        assert (await asyncio.to_thread(r.connect, "npub")).rc == 0
+        for i in range(3):  # (the first goes the packet path, the next ones the fast one, remembered as quiet)
+            r.send(C.Publish("n/x", b"q%d" % i, 1, pi=i + 1))
+            p = await asyncio.to_thread(r.read, 10)
+            assert isinstance(p, C.Ack) and p.pi == i + 1
+        nc = await nats.connect(f"nats://127.0.0.1:{srv.addr[1]}")
+        try:
+            s = await nc.subscribe("n.x")
+            await nc.flush()
+            r.send(b"".join(C.encode(C.Publish("n/x", b"v%d" % i, 1, pi=10 + i)) for i in range(3)))
+            got = [(await s.next_msg(10)).data for _ in range(3)]
+            assert got == [b"v0", b"v1", b"v2"]
+            for i in range(3):
+                p = await asyncio.to_thread(r.read, 10)
+                assert isinstance(p, C.Ack) and p.pi == 10 + i
+            await s.unsubscribe()
+            await nc.flush()
+            r.send(C.Publish("n/x", b"after", 1, pi=20))
+            p = await asyncio.to_thread(r.read, 10)
+            assert isinstance(p, C.Ack) and p.pi == 20
+        finally:
+            await nc.close()
+            r.close()
