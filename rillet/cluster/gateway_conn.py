@@ -282,15 +282,8 @@ class GatewayConn(ServerConn):
         if not self.outbound:
             return
         a = self.server.accounts.get(acc.decode("utf-8", "surrogateescape"))
-        watchers = getattr(a, "interest_watchers", None)
-        if not watchers:
-            return
-        if "*" in subject or ">" in subject:
-            keys = [k for k in watchers if subject_matches_filter(k, subject)]
-        else:
-            keys = [subject] if subject in watchers else []
-        for k in keys:
-            a._notify_interest(k)
+        if a is not None:
+            a.remote_interest(subject)
 
     def _leaf_interest(self, acc: bytes, sub: RemoteSub, added: bool) -> None:
         """The remote cluster's interest (outbound, interest-only) goes on to the leafs this server is hub for,

@@ -109,6 +109,22 @@ class Account:
         sublist, or out of it)."""
         for li in self.listeners:
             li.routed_interest(self, sub, added)
+        if self.interest_watchers:
+            self.remote_interest(sub.subject)
+
+    def remote_interest(self, subject: str) -> None:
+        """Interest in ``subject`` came or went on another server (a route, a gateway): watchers of a subject it
+        covers (a JetStream push consumer's deliver subject) check their interest again at once, as nats-server's
+        consumers hear of routed and gateway interest."""
+        watchers = self.interest_watchers
+        if not watchers:
+            return
+        if "*" in subject or ">" in subject:
+            keys = [k for k in watchers if subject_matches_filter(k, subject)]
+        else:
+            keys = [subject] if subject in watchers else []
+        for k in keys:
+            self._notify_interest(k)
 
     def remote_changed(self) -> None:
         """Remote interest changed without new sublist results (a queue weight): the plans are made again."""
