@@ -669,6 +669,31 @@ async def test_jetstream_domains_across_the_leaf(tmp_path):
             assert (await nh.jetstream().stream_info("ORDERS")).state.messages == 1
 
 
+
+async def test_push_consumer_on_the_hub_delivers_at_once_to_a_leaf_subscriber(tmp_path):
+    """A push consumer of the hub whose deliver subject a client of the leaf subscribes to after creating it
+    hears of that interest (LS+) at once, not on its 1 s interest poll."""
+    hub_js = f'jetstream {{ store_dir: "{tmp_path}/hub", domain: hub }}'
+    async with rillet(f'{hub_js}\nleafnodes {{ listen: "127.0.0.1:-1" }}', "hub") as hub:
+        async with rillet(f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub_port(hub)}" }} ] }}',
+                          "leaf") as leaf, clients(hub.client_url, leaf.client_url) as (nh, nl):
+            await _until(lambda: leaf_ready(hub) and leaf_ready(leaf))
+            js = nh.jetstream()
+            await js.add_stream(name="P", subjects=["p.>"])
+            await js.publish("p.1", b"x")
+            await js.add_consumer("P", durable_name="C", deliver_subject="to.leaf")
+            await asyncio.sleep(0.1)  # (the consumer found no interest and waits for it)
+            loop = asyncio.get_running_loop()
+            got = loop.create_future()
+            t0 = loop.time()
+
+            async def cb(m) -> None:
+                if not got.done():
+                    got.set_result(loop.time())
+            await nl.subscribe("to.leaf", cb=cb)
+            took = await asyncio.wait_for(got, 5) - t0
+            assert took < 0.5, took
+
 # ==== interoperability with nats-server ==========================================================================
 
 def _go(conf: str, tmp: str) -> tuple[ServerProcess, int, int]:

@@ -631,6 +631,8 @@ class LeafConn(ServerConn):
                 return
             self.rsubs[key] = sub
             self.mgr.sub_changed(acc, sub, True)
+            if acc.interest_watchers:  # (a push consumer here waiting for its subscriber)
+                acc.remote_interest(sub.subject)
         elif ch.kind == "weight":
             sub = self.rsubs.get(key)
             if sub is not None:
@@ -652,6 +654,8 @@ class LeafConn(ServerConn):
         if sub is not None:
             acc.sublist.remove(sub)
             self.mgr.sub_changed(acc, sub, False)
+            if acc.interest_watchers:
+                acc.remote_interest(sub.subject)
 
     def _drop_remote_interest(self) -> None:
         self.remote_interest.clear()
