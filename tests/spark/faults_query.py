@@ -14,7 +14,6 @@ Queries, all reading the R3 source stream (subjects ``<src>.<key>``, payload: a 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 
@@ -56,10 +55,6 @@ def start_queries(spark, cfg: dict, available_now: bool) -> list:
 def main() -> None:
     mode, cfg_path = sys.argv[1], sys.argv[2]
     cfg = json.load(open(cfg_path))
-    # the jetstream writers' commit totals (rows read, stored, duplicates per batch) in the driver's log: what
-    # a lost or doubled batch is first checked against
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("rillet.spark").setLevel(logging.INFO)
     # local[2,4]: a task that fails (a connection cut, a publish not acknowledged in time) is tried again
     spark = make_spark(f"rillet-spark-faults-{mode}", quick_jvm=True, master="local[2,4]")
     if mode == "stream":
