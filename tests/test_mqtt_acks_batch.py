@@ -9,6 +9,7 @@ import asyncio
 import random
 
 import nats
+import pytest
 from mqttdiff import Raw
 
 from rillet.app.embed import run_server
@@ -179,4 +180,54 @@ async def test_qos1_publish_reaches_nats_once_someone_subscribes(tmp_path):
             assert isinstance(p, C.Ack) and p.pi == 20
         finally:
             await nc.close()
+            r.close()
+
+
+def _drain(r: Raw, n: int) -> list:
+    got = []
+    while len(got) < n:
+        got.append(r.read(10))
+    return got
+
+
+async def test_qos1_to_mqtt_qos1_subscriptions_only_skips_their_nats_copy(tmp_path):
+    """A QoS 1 PUBLISH whose subject only MQTT QoS 1/2 subscriptions match is not delivered to their NATS
+    subscriptions (whose callback would drop it: their consumer delivers it): counted for them all the same
+    (MQTT 5's PUBACK says there were subscribers, the subscription's message count moves), each message reaches
+    the subscriber once; an MQTT QoS 0 subscription made later gets the next ones from NATS at once."""
+    async with run_server(_opts(str(tmp_path / "js"))) as srv:
+        port = srv.mqtt_addr[1]
+
+        def subscribe(cid: str, qos: int) -> Raw:
+            r = Raw(port, version=5)
+            assert r.connect(cid).rc == 0
+            r.send(C.encode(C.Subscribe(1, [("k/x", C.SubOpts(qos))]), 5))
+            assert r.read() == C.SubAck(1, [qos])
+            return r
+
+        s1 = await asyncio.to_thread(subscribe, "k1", 1)
+        pub = Raw(port, version=5)
+        assert (await asyncio.to_thread(pub.connect, "kpub")).rc == 0
+
+        def burst(first: int, n: int) -> list:
+            pub.send(b"".join(C.encode(C.Publish("k/x", b"k%d" % i, 1, pi=i), 5) for i in range(first, first + n)))
+            return _drain(pub, n)
+
+        acks = await asyncio.to_thread(burst, 1, 40)
+        assert [(a.pi, a.rc) for a in acks] == [(i, 0) for i in range(1, 41)]  # (not 0x10: it has subscribers)
+        got = await asyncio.to_thread(_drain, s1, 40)
+        assert [(p.payload, p.qos) for p in got] == [(b"k%d" % i, 1) for i in range(1, 41)]
+        nss = srv.global_account.match("k.x").psubs
+        assert len(nss) == 1 and nss[0].nm == 40
+        s1.send(b"".join(C.encode(C.Ack(C.PUBACK, p.pi), 5) for p in got))
+        s0 = await asyncio.to_thread(subscribe, "k0", 0)
+        acks = await asyncio.to_thread(burst, 41, 10)
+        assert [(a.pi, a.rc) for a in acks] == [(i, 0) for i in range(41, 51)]
+        got0 = await asyncio.to_thread(_drain, s0, 10)
+        assert [(p.payload, p.qos) for p in got0] == [(b"k%d" % i, 0) for i in range(41, 51)]
+        got1 = await asyncio.to_thread(_drain, s1, 10)
+        assert [(p.payload, p.qos) for p in got1] == [(b"k%d" % i, 1) for i in range(41, 51)]
+        with pytest.raises(TimeoutError):  # (each once: no copy from NATS to the QoS 1 subscriber)
+            s1.read(0.5)
+        for r in (s0, s1, pub):
             r.close()

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import time
+from functools import partial
 from typing import Any
 
 from . import codec as C
@@ -148,8 +149,9 @@ class PublishMixin:
         cache = self.fpubs
         deliver = acc.deliver
         # whether a publish to NATS may reach anyone, by subject and the account's sublist stamp
-        # (``_nats_interest``): with nobody, a QoS 1 message only goes to ``$MQTT_msgs``
-        quiet = self.quiet
+        # (``_nats_interest``): with nobody, or only MQTT QoS 1/2 subscriptions (which take it from their
+        # consumers), a QoS 1 message only goes to ``$MQTT_msgs``
+        quiet = self.quiet if acc.gw is None and not self.server.trace_on else {}
         sl = acc.sublist
         maxp = self.decoder.max_packet
         h0, h1 = self.fast_hdrs
@@ -207,7 +209,12 @@ class PublishMixin:
                         q = quiet.get(sb)
                         if q is None or q[0] is not sl or q[1] != sl._inserts or q[2] != sl._removes:
                             q = self._nats_interest(sb)
-                        got = q[3] and deliver(self, sb, None, hl, h1 + payload)
+                        if q[4] is not None:  # (only MQTT QoS 1/2 subscriptions: as their _on_msg, which drops it)
+                            for ns in q[4]:
+                                ns.nm += 1
+                            got = True
+                        else:
+                            got = q[3] and deliver(self, sb, None, hl, h1 + payload)
                         a = [None, pi, 0 if got or not v5 else RC_NO_SUBSCRIBERS]
                         fifo.append(a)
                         store(ent[1], payload, h1, stored, a)
@@ -220,11 +227,7 @@ class PublishMixin:
                             break
                         self.in_msgs += 1
                         self.in_bytes += hb + len(payload)
-                        q = quiet.get(sb)
-                        if q is None or q[0] is not sl or q[1] != sl._inserts or q[2] != sl._removes:
-                            q = self._nats_interest(sb)
-                        if q[3]:
-                            deliver(self, sb, None, hl, h0 + payload)
+                        deliver(self, sb, None, hl, h0 + payload)
                 elif first == 0x40 and rl == 2:
                     pi = (data[i] << 8) | data[i + 1]
                     if not pi:
@@ -261,18 +264,32 @@ class PublishMixin:
             else:
                 jsa.ack_many(dur, subjects)
 
-    def _nats_interest(self, sb: bytes) -> tuple[Any, int, int, bool]:
-        """(sublist, its inserts, its removes, interest) for a publish on subject ``sb``: interest is False when
-        ``Account.deliver`` would do nothing with it (no subscription matches it in the account: local clients,
-        routes, leaf nodes and imports all subscribe there; no gateway that may want it, no mapping). Kept in
-        ``quiet`` while the stamp holds (the sublist's counts of inserts and removes only grow: a subscription
-        made or removed makes every entry stale)."""
+    def _nats_interest(self, sb: bytes) -> tuple[Any, int, int, bool, list | None]:
+        """(sublist, its inserts, its removes, interest, QoS 1/2 only) for a publish on subject ``sb``: interest is
+        False when ``Account.deliver`` would do nothing with it (no subscription matches it in the account: local
+        clients, routes, leaf nodes and imports all subscribe there; no gateway that may want it, no mapping);
+        QoS 1/2 only, when every match is the NATS subscription of an MQTT QoS 1/2 subscription (no queue group,
+        no trace): those subscriptions, whose ``_on_msg`` drops a QoS 1/2 MQTT message (their consumer delivers
+        it), so ``_fast_in`` only counts it for them. Kept in ``quiet`` while the stamp holds (the sublist's counts
+        of inserts and removes only grow: a subscription made or removed makes every entry stale; a
+        subscription's QoS never changes, a new SUBSCRIBE makes new ones)."""
         acc = self.account
         sl = acc.sublist
-        if acc.gw is not None or acc.mappings:
-            return (None, -1, -1, True)  # (never kept: checked again each time)
+        if acc.gw is not None or acc.mappings or self.server.trace_on:
+            return (None, -1, -1, True, None)  # (never kept: checked again each time)
         r = acc.match(sb.decode("utf-8", "surrogateescape"))
-        q = (sl, sl._inserts, sl._removes, bool(r.psubs or r.qsubs))
+        qos12: list | None = None
+        if r.psubs and not r.qsubs:
+            on_msg = type(self)._on_msg  # type: ignore[attr-defined]
+            qos12 = []
+            for ns in r.psubs:
+                icb = ns.icb
+                if icb.__class__ is not partial or getattr(icb.func, "__func__", None) is not on_msg or \
+                        not icb.args or icb.args[0].qos < 1 or ns.max:
+                    qos12 = None
+                    break
+                qos12.append(ns)
+        q = (sl, sl._inserts, sl._removes, bool(r.psubs or r.qsubs), qos12)
         if len(self.quiet) > 4096:
             self.quiet.clear()
         self.quiet[sb] = q
