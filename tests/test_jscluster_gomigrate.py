@@ -96,3 +96,34 @@ def test_short_group_grows_when_a_server_joins_and_its_consumers_follow():
     updated, deleted, done = remap_consumers(nsa, {"D": ca, "E": eph}, rng)
     assert not done and not deleted and [c["name"] for c in updated] == ["D"]
     assert updated[0]["group"]["peers"] == [ME, R2] and updated[0]["group"]["desired"]["peers"] == [ME, R2, R3]
+
+
+def test_leaderless_replica_evicts_the_peers_the_meta_group_removed_only_when_they_block_a_quorum():
+    from types import SimpleNamespace
+    from rillet.jetstream.cluster.golead import LEADER, GoRaftPeer
+    from rillet.jetstream.cluster.gomigrate import GroupMigration
+
+    class Rep(GroupMigration):
+        KIND, group, peer = "consumer group", "C-R3F-y", R2
+
+    def rep(peers, removed, assigned):
+        r = Rep()
+        r.raft = GoRaftPeer("C-R3F-y", R2)
+        r.raft.peers, r.raft.cluster_size = set(peers), len(peers)
+        r.member = SimpleNamespace(raft=SimpleNamespace(leader=ME, catchup=None))
+        r.assignment = {"group": {"peers": assigned, "desired": {"id": "x", "peers": assigned, "removed": removed}}}
+        r.log = SimpleNamespace(warn=lambda *a: None)
+        return r
+    # G0 and R3 removed, both down: R2 alone can not make a quorum of three; it drops them and leads alone
+    r = rep([G0, R3, R2], [G0, R3], [R2])
+    assert r._evict_removed() == [G0, R3] and r.raft.peers == {R2} and r.raft.cluster_size == 1
+    r.raft._log.append((1, ()))
+    r.raft.campaign()
+    assert r.raft.role == LEADER
+    # the others could still make a quorum without us: nothing evicted (they may commit what we would miss)
+    r = rep([G0, R3, R2, ME, "RiLLeT05"], [G0], [R2, ME, R3, "RiLLeT05"])
+    assert r._evict_removed() == [] and len(r.raft.peers) == 5
+    # no meta leader: nothing either
+    r = rep([G0, R3, R2], [G0, R3], [R2])
+    r.member.raft.leader = ""
+    assert r._evict_removed() == []

@@ -92,6 +92,8 @@ class GoRaftPeer(GoRaftFollower):
         self.role = CANDIDATE
         self._votes, self._empty_votes = {self.me}, set()
         self.catchup = None
+        if self.me in self.peers and self.quorum() <= 1:
+            return self._become_leader()  # (a group of one: our own vote is the quorum)
         return [Out(gw.vote_subject(self.group), self.vote_inbox,
                     gw.VoteRequest(self.term, self.pterm, self.pindex, self.me).encode())]
 

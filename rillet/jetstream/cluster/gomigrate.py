@@ -415,6 +415,44 @@ class GroupMigration:
     def _mig_leading(self) -> bool:
         raise NotImplementedError
 
+    def _on_elect_timer(self) -> None:
+        """(no leader heard for an election timeout) First drop the peers the meta layer removed, when the group
+        can not make a quorum without them (nats-server's checkEvictedPeers), then stand as before."""
+        if (self.ic is not None and self._subs and self.raft.role != "leader" and self.member is not None
+                and time.monotonic() >= self._elect_at):
+            self._evict_removed()
+        super()._on_elect_timer()
+
+    def _evict_removed(self) -> list[str]:
+        """nats-server's EvictPeers, as its replicas use it: a leaderless group, while the meta group has a leader,
+        drops from its membership the peers listed as removed in the assignment's desired state (and no longer
+        in its peers) -- only when the others could not make a quorum without us, so that nothing is committed
+        that we would not see. Returns the peers evicted."""
+        meta = self.member.raft
+        if not meta.leader or meta.catchup is not None:
+            return []
+        g = self.assignment.get("group") or {}
+        removed = set(((g.get("desired") or {}).get("removed") or []))
+        r = self.raft
+        if not removed or self.peer not in (g.get("peers") or []) or self.peer not in (r.peers | {self.peer}):
+            return []
+        voting = r.peers | {self.peer}
+        evict = sorted(p for p in voting if p != self.peer and p in removed and p not in (g.get("peers") or []))
+        if not evict:
+            return []
+        remaining = sum(1 for p in voting if p != self.peer and p not in evict)
+        if remaining >= len(voting) // 2 + 1:
+            return []
+        for p in evict:
+            if len(r.peers) <= 1:
+                break
+            r.peers.discard(p)
+            r.removed_peers.add(p)
+        r.cluster_size = len(r.peers | {self.peer})
+        self.log.warn(f"JetStream {self.KIND} {self.group!r}: evicted peers {evict} removed by the meta group, "
+                      f"cluster size is now {r.cluster_size}")
+        return evict
+
     def _migration_check(self) -> None:
         """Start stepping (every CHECK_EVERY s while leading) when the group is migrating."""
         if self._mig_timer is not None or self.ic is None or self.server.loop is None:
