@@ -413,12 +413,12 @@ def test_max_keep_alive_is_the_server_keep_alive(tmp_path):
         load_string("jetstream: true\nmqtt { port: 1883, max_keep_alive: 0 }", "m.conf")
     with mqtt_target(KIND, tmp_path, mqtt_conf="max_keep_alive: 2") as t:
         r, ack = _raw5(t, "ka0", keepalive=0)
-        assert ack.props["server_keep_alive"] == 2
+        t0 = time.monotonic()  # (after its CONNACK: the server's 3 s ran from before it; not after the next
+        assert ack.props["server_keep_alive"] == 2  # connect, which a loaded machine may make take a while)
         _, ack = _raw5(t, "ka1", keepalive=1)
         assert "server_keep_alive" not in ack.props
-        t0 = time.monotonic()
-        d = r.read(timeout=8)  # silent past 1.5 times 2 s
-        assert isinstance(d, C.Disconnect) and d.rc == 0x8D and 2.5 <= time.monotonic() - t0 < 6
+        d = r.read(timeout=10)  # silent past 1.5 times 2 s
+        assert isinstance(d, C.Disconnect) and d.rc == 0x8D and 2.5 <= time.monotonic() - t0 < 8
         _, ack = _raw5(t, "ka120", keepalive=120)
         assert ack.props["server_keep_alive"] == 2
 
