@@ -2,7 +2,8 @@
 (``JSA.ack_many`` -> ``AckMixin.on_acks``: on one server, one C_ACK entry for all of them), in any order the
 client sends them; the consumer's state and the interest stream end as with one ack at a time, and stay so after
 a restart. Also: a QoS 1 PUBLISH on a subject no NATS subscription wants is not published to NATS (the
-connection remembers that by the sublist's stamp) until one subscribes."""
+connection remembers that by the sublist's stamp) until one subscribes. And the retention removals such a C_ACK
+makes due go as one entry (``retention.on_acks`` -> ``Stream.delete_msgs``)."""
 from __future__ import annotations
 
 import asyncio
@@ -231,3 +232,62 @@ async def test_qos1_to_mqtt_qos1_subscriptions_only_skips_their_nats_copy(tmp_pa
             s1.read(0.5)
         for r in (s0, s1, pub):
             r.close()
+
+
+async def test_ack_all_removes_an_interest_run_in_one_entry_and_logs_a_failed_removal(tmp_path, monkeypatch):
+    """The removals a C_ACK with several sequences makes due (here ack policy all, the interest stream's only
+    consumer, one server) go as one DELETE entry (``Stream.delete_msgs``); a removal the store refuses fails
+    alone: logged, the message kept, the others removed."""
+    from rillet.jetstream import stream as streammod
+    from rillet.jetstream.store.base import StoreError
+
+    calls: list[int] = []
+    real = streammod.Stream.delete_msgs
+
+    def delete_msgs(self, seqs, done):
+        calls.append(len(seqs))
+        return real(self, seqs, done)
+
+    monkeypatch.setattr(streammod.Stream, "delete_msgs", delete_msgs)
+    async with run_server(_opts(str(tmp_path / "js"))) as srv:
+        nc = await nats.connect(f"nats://127.0.0.1:{srv.addr[1]}")
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="WQ", subjects=["wq.>"], retention="interest")
+            sub = await js.pull_subscribe("wq.a", "w", config=nats.js.api.ConsumerConfig(
+                ack_policy=nats.js.api.AckPolicy.ALL))
+            for i in range(10):
+                await js.publish("wq.a", b"w%d" % i)
+            st = srv.jetstream.accounts["$G"].streams["WQ"]
+            errors: list[str] = []
+
+            class Log:  # (the server's logger, its errors kept)
+                def __init__(self, log):
+                    self.log = log
+
+                def error(self, m, *a, **k):
+                    errors.append(m)
+                    return self.log.error(m, *a, **k)
+
+                def __getattr__(self, name):
+                    return getattr(self.log, name)
+
+            monkeypatch.setattr(st.js, "log", Log(st.js.log))
+            store = st.store
+            real_rm = store.remove_msg_soon if st._wb_store else store.remove_msg
+
+            def refuse_four(seq, *a):
+                if seq == 4:
+                    raise StoreError("refused for the test")
+                return real_rm(seq, *a)
+
+            monkeypatch.setattr(store, "remove_msg_soon" if st._wb_store else "remove_msg", refuse_four)
+            msgs = await sub.fetch(10, timeout=5)
+            assert len(msgs) == 10
+            await msgs[-1].ack_sync()
+            await _until(lambda: store.state().msgs == 1)
+            assert calls == [10]
+            assert store.state().first_seq == 4
+            assert any("retention removal of message 4 failed" in e and "refused for the test" in e for e in errors)
+        finally:
+            await nc.close()

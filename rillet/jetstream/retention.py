@@ -23,16 +23,22 @@ class Removed:
 
     __slots__ = ("stream", "seq")
 
-    def __init__(self, stream: Any, seq: int) -> None:
+    def __init__(self, stream: Any, seq: int | list[int]) -> None:
         self.stream = stream
         self.seq = seq
 
     def __call__(self, res: Any, err: BaseException | None) -> None:
         if err is not None:
             # the message stays; it is logged, never silently kept
-            stream = self.stream
-            stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': retention removal of "
-                                f"message {self.seq} failed: {err}")
+            self._failed(self.seq, err)
+        elif self.seq.__class__ is list and res:  # (several at once: Stream.delete_msgs, the ones that failed)
+            for seq, e in res:
+                self._failed(seq, e)
+
+    def _failed(self, seq: Any, err: BaseException) -> None:
+        stream = self.stream
+        stream.js.log.error(f"Stream '{stream.jsa.account.name} > {stream.name}': retention removal of "
+                            f"message {seq} failed: {err}")
 
 
 def _remove(stream: Any, seq: int) -> None:
@@ -98,6 +104,27 @@ def on_ack(stream: Any, consumer: Any, seq: int) -> None:
         if needs_ack(c, seq, subject):
             return
     _remove(stream, seq)
+
+
+def on_acks(stream: Any, consumer: Any, seqs: list[int]) -> None:
+    """``on_ack`` for each of ``seqs`` (one C_ACK entry acknowledged them all). Where each would be removed at
+    once without asking another consumer (a work queue; interest with the acking consumer the stream's only
+    one), on one server (``SingleNodeLog``), the removals go as one entry (``Stream.delete_msgs``)."""
+    ret = stream.cfg.retention
+    if ret != "workqueue" and ret != "interest":
+        return
+    cs = stream.consumers
+    if stream.log.__class__ is SingleNodeLog and (ret == "workqueue" or (
+            len(cs) == 1 and next(iter(cs.values())) is consumer)):
+        if ret == "interest":  # (as on_ack: one lost to corruption is left alone)
+            lost = getattr(stream.store, "_lost", None)
+            if lost:
+                seqs = [s for s in seqs if s not in lost]
+        if seqs and not stream.closed:
+            stream.delete_msgs(seqs, Removed(stream, seqs))
+        return
+    for seq in seqs:
+        on_ack(stream, consumer, seq)
 
 
 def on_consumer_delete(stream: Any, consumer: Any) -> None:

@@ -751,6 +751,8 @@ class Stream(DedupMixin, ReplyMixin):
             return store.skip_msg(seq, ts)
         if op == Entry.DELETE:
             seq, erase, self._apply_ts = entry.args
+            if seq.__class__ is list:  # (retention removals on one server: delete_msgs)
+                return self._remove_many(seq, entry.ctx.__class__ is Removed)
             if self._wb_store and not erase and entry.ctx.__class__ is Removed:
                 return store.remove_msg_soon(seq)  # (a retention removal: its tombstone goes with the pass's)
             return store.remove_msg(seq, erase)
@@ -849,6 +851,41 @@ class Stream(DedupMixin, ReplyMixin):
             self._done(entry, res, None)
             return
         log.propose(entry, self._done_cb)
+
+    def delete_msgs(self, seqs: list[int], done: Any) -> None:
+        """Remove several messages (retention removals, ``retention.on_acks``) through one DELETE entry holding
+        their list, on one server only (``SingleNodeLog``: the entry is applied here, never encoded or sent);
+        ``done(failures, error)`` after it is applied, failures being the (seq, StoreError) of the removals that
+        failed. Any other log: one ``delete_msg`` each (a retention removal's completion each)."""
+        log = self.log
+        if log.__class__ is not SingleNodeLog:
+            for seq in seqs:
+                self.delete_msg(seq, False, Removed(self, seq))
+            return
+        entry = Entry(Entry.DELETE, (seqs, False, now_ns()), done)
+        log.index += 1
+        try:
+            res = log.apply(entry)
+        except Exception as e:  # noqa: BLE001 (handed to the completion, as SingleNodeLog.propose does)
+            self._done(entry, None, e)
+            return
+        self._done(entry, res, None)
+
+    def _remove_many(self, seqs: list[int], retention: bool) -> list[tuple[int, BaseException]]:
+        """(apply) The removals of ``delete_msgs``, each as a DELETE entry of its own would remove it (write-behind:
+        tombstones with the pass's); a store error fails that one removal only, returned for the completion."""
+        store = self.store
+        soon = self._wb_store and retention
+        failed = []
+        for seq in seqs:
+            try:
+                if soon:
+                    store.remove_msg_soon(seq)
+                else:
+                    store.remove_msg(seq, False)
+            except store_base.StoreError as e:
+                failed.append((seq, e))
+        return failed
 
     # ---- expiry -----------------------------------------------------------------------------------
 

@@ -171,8 +171,10 @@ class AckMixin:
         op = entry.op
         if op == C_ACK:
             if res and self.retention != "limits":
-                for seq in ((res,) if res.__class__ is int else res):
-                    retention.on_ack(self.stream, self, seq)
+                if res.__class__ is int:
+                    retention.on_ack(self.stream, self, res)
+                else:  # (ack policy all, or several explicit acks: on_acks)
+                    retention.on_acks(self.stream, self, res)
             if entry.ctx:
                 self.kick()
         elif op == C_GONE:
