@@ -546,3 +546,31 @@ def test_links_plan_only_for_links_plain_interest() -> None:
     r = gacc.match("_INBOX.g.1")
     assert deliver_result(gacc, client(gsrv), r, b"_INBOX.g.1", None, -1, b"m")
     assert r.plan is not d.LINKS and r.plan.gw is gacc.gw and len(glink.sent) == 1
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_no_responders_finds_the_requesters_reply_subscription(many: bool) -> None:
+    # among a client's few subscriptions the reply's is looked for directly (no sublist match, nothing put in
+    # its cache); with many, through the sublist: the same subscription either way, never a queue one
+    from rillet.server.delivery import REPLY_SUBS_SCAN, no_responders
+    srv = server()
+    acc = srv.global_account
+    pub = client(srv)
+    pub.no_responders = True
+    other = client(srv)
+    sub(acc, other, "_INBOX.*", b"1")  # (someone else's: never the one answered)
+    sub(acc, pub, "_INBOX.*", b"7", queue="q")  # (a queue subscription is not a reply subscription)
+    if many:
+        for i in range(REPLY_SUBS_SCAN):
+            sub(acc, pub, f"filler.{i}", b"f%d" % i)
+    sub(acc, pub, "_INBOX.*", b"9")
+    cached = acc.sublist.cache_count()
+    no_responders(acc, pub, b"req", b"_INBOX.abc")
+    assert bytes(pub.out) == b"HMSG _INBOX.abc 9 35 35\r\nNATS/1.0 503\r\nNats-Subject: req\r\n\r\n\r\n"
+    assert not other.out
+    if not many:
+        assert acc.sublist.cache_count() == cached
+    pub.out.clear()
+    for reply in (b"_INBOX.abc.def", b"_INBOX..x", b"other"):  # matched by no subscription of the requester
+        no_responders(acc, pub, b"req", reply)
+    assert not pub.out

@@ -17,7 +17,7 @@ from enum import IntEnum
 from random import random
 from typing import Any, Protocol
 
-from rillet.subjects.validate import subject_is_subset_match, subjects_collide
+from rillet.subjects.validate import subject_is_subset_match, subjects_collide, tokens_match_literal
 
 
 class ConnKind(IntEnum):
@@ -319,19 +319,45 @@ def _strip_headers(reply: bytes | None, hdr: int, msg: bytes) -> bytes:
     return b" " + sz + b"\r\n" + payload + b"\r\n"
 
 
+# a client with at most this many subscriptions has its reply subscription looked for among its own
+REPLY_SUBS_SCAN = 16
+
+
 def no_responders(acc: Any, c: Any, subject: bytes, reply: bytes) -> None:
     """Tell a requester that nobody is listening: a 503 status on its own reply subscription."""
-    r = acc._match(reply.decode("utf-8", "surrogateescape"))
-    for sub in r.psubs:
+    sub = _reply_sub(acc, c, reply)
+    if sub is None:
+        return
+    hdr = b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"
+    if sub.icb is not None:
+        sub.icb(sub, c, reply, None, len(hdr), hdr)
+        return
+    hl = b"%d" % len(hdr)
+    c.out += b"HMSG %b %b %b %b\r\n%b\r\n" % (reply, sub.sid_b, hl, hl, hdr)
+    c.flush()
+
+
+def _reply_sub(acc: Any, c: Any, reply: bytes) -> Any:
+    """The requester's own (non-queue) subscription that a message on ``reply`` reaches, or None.
+
+    Among a client's few subscriptions it is looked for directly, as nats-server does (its subForReply):
+    each request's reply subject is a new one, and matching it in the account's sublist was a cache miss
+    that also put the subject in the cache (a burst of 25,000 requests nobody serves: 25,000 entries,
+    ~40% of the burst's time)."""
+    subs = getattr(c, "subs", None)
+    rs = reply.decode("utf-8", "surrogateescape")
+    if c.kind == CLIENT and type(subs) is dict and len(subs) <= REPLY_SUBS_SCAN:
+        toks = rs.split(".")
+        if "" in toks:
+            return None  # (matches nothing, as in the sublist)
+        for sub in subs.values():
+            if not sub.queue and (sub.subject == rs or tokens_match_literal(toks, sub.subject.split("."))):
+                return sub
+        return None
+    for sub in acc._match(rs).psubs:
         if sub.client is c:
-            hdr = b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"
-            hl = str(len(hdr)).encode()
-            if sub.icb is not None:
-                sub.icb(sub, c, reply, None, len(hdr), hdr)
-                return
-            c.out += b"HMSG " + reply + b" " + sub.sid_b + b" " + hl + b" " + hl + b"\r\n" + hdr + b"\r\n"
-            c.flush()
-            return
+            return sub
+    return None
 
 
 def tracer(hdr: int, msg: bytes) -> Any:
