@@ -95,57 +95,6 @@ async def test_slices_of_costly_commands_get_smaller():
         await hostile.close()
 
 
-def test_slice_size_aims_at_the_pass_budget():
-    # a backlog's pass (BACKLOG_BUDGET) aims its slices at that budget, not at SLICE_TIME: one slice of a
-    # fresh read's size took a pass 2-3 times its budget
-    from rillet.server.pacing import BACKLOG_BUDGET, READ_SLICE, SLICE_MIN, SLICE_TIME, ReadPacer
-    p = ReadPacer()
-    p._init_pacing()
-    assert p._adapt_slice(READ_SLICE, READ_SLICE, SLICE_TIME * 0.9) == READ_SLICE  # (fresh: under SLICE_TIME)
-    half = p._adapt_slice(READ_SLICE, READ_SLICE, BACKLOG_BUDGET * 2, BACKLOG_BUDGET)
-    assert SLICE_MIN <= half <= READ_SLICE // 2 + 1
-    assert p._adapt_slice(half, half, BACKLOG_BUDGET / 8, BACKLOG_BUDGET) == min(READ_SLICE, half * 2)
-
-
-@pytest.mark.asyncio
-async def test_reads_after_a_cut_read_get_the_backlog_share(monkeypatch):
-    # a read cut by its budget marks a burst: the connection's next reads get BACKLOG_BUDGET per pass, not a
-    # fresh read's READ_BUDGET, until one is done within it
-    if GO:
-        pytest.skip("Rillet's read budgets")
-    from rillet.server import client as client_mod
-    from rillet.server.pacing import BACKLOG_BUDGET, READ_BUDGET
-    budgets: list[float] = []  # the budget of each read as it arrived (data_received), not of its rest (_resume)
-    orig, orig_received = client_mod.Client._consume, client_mod.Client.data_received
-    arriving = []
-
-    def spy(self, data, budget=READ_BUDGET):
-        if self.subs and arriving:  # (the hostile connection: it subscribed first)
-            budgets.append(budget)
-        return orig(self, data, budget)
-
-    def received(self, data):
-        arriving.append(1)
-        try:
-            return orig_received(self, data)
-        finally:
-            arriving.pop()
-
-    monkeypatch.setattr(client_mod.Client, "_consume", spy)
-    monkeypatch.setattr(client_mod.Client, "data_received", received)
-    async with serve() as srv:
-        hostile = await RawClient.open(srv)
-        hostile.sub("first", 1)
-        await hostile.ping()
-        budgets.clear()
-        for _ in range(4):  # several writes of SUBs, each costing several ms
-            hostile.send(b"".join(b"SUB burst.%d.x %d\r\n" % (i, i) for i in range(20_000)))
-            await asyncio.sleep(0.02)
-        await hostile.ping()
-        await hostile.close()
-    assert budgets.count(READ_BUDGET) >= 1 and budgets.count(BACKLOG_BUDGET) >= 1, budgets
-
-
 @pytest.mark.asyncio
 async def test_close_with_many_subs_removes_them_over_several_passes(monkeypatch):
     # a closed connection's 20,000 subscriptions leave the sublist in steps, queue subscriptions first; the

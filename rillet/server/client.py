@@ -421,13 +421,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             self._pause_behind_backlog()
             return
         self._new_read()
-        if self._bursting:
-            # the previous read was cut (its rest worked off pass after pass): this one is more of the burst and
-            # gets a backlog's share per pass too, not a fresh read's 2 ms (a request/reply waited that long)
-            self._consume(data, BACKLOG_BUDGET)
-        else:
-            self._consume(data)
-        self._bursting = self._backlog is not None
+        self._consume(data)
 
     def _consume(self, data: bytes, budget: float = READ_BUDGET) -> None:
         """Parse ``data`` slice by slice until done, or until this callback's budget is spent or a receiver's

@@ -55,7 +55,6 @@ class ReadPacer:
     _flush_each_slice = True
     _stall_drops = False  # with no_fast_producer_stall, a congested receiver's output is dropped instead
     _intake_held = False  # reading held from outside until further notice (a client: the JetStream API queue)
-    _bursting = False  # a client's last read was cut by its budget or a stall: its next read is more of a burst
 
     def _init_pacing(self) -> None:
         self._backlog: bytes | None = None  # the unparsed rest of a read, while reading is paused
@@ -85,7 +84,6 @@ class ReadPacer:
         pos = 0
         start = t0 = time.monotonic()
         size = self._slice
-        aim = budget if budget < SLICE_TIME else SLICE_TIME  # (a slice never takes the whole pass's budget past it)
         each = self._flush_each_slice
         unflushed = 0
         while True:
@@ -124,7 +122,7 @@ class ReadPacer:
                 return
             took = now - t0
             t0 = now
-            size = self._adapt_slice(size, len(chunk), took, aim)
+            size = self._adapt_slice(size, len(chunk), took)
             if pos >= n:
                 if ttl:
                     self._pause(b"", ttl)
@@ -151,13 +149,12 @@ class ReadPacer:
             self._stall_read = 0
             self._stall_total = 0.0
 
-    def _adapt_slice(self, size: int, got: int, took: float, aim: float = SLICE_TIME) -> int:
-        """The next slice's size after one of ``size`` bytes (``got`` of them there) took ``took`` seconds,
-        for slices of ``aim`` seconds (SLICE_TIME; a backlog's pass, with a smaller budget, aims at that)."""
-        if took > aim:
+    def _adapt_slice(self, size: int, got: int, took: float) -> int:
+        """The next slice's size after one of ``size`` bytes (``got`` of them there) took ``took`` seconds."""
+        if took > SLICE_TIME:
             if size > SLICE_MIN:
-                size = self._slice = max(SLICE_MIN, int(size * aim / took))
-        elif size < READ_SLICE and got >= size and took < aim / 4:
+                size = self._slice = max(SLICE_MIN, int(size * SLICE_TIME / took))
+        elif size < READ_SLICE and got >= size and took < SLICE_TIME / 4:
             size = self._slice = min(READ_SLICE, size * 2)
         return size
 
