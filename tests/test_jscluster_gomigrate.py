@@ -118,8 +118,10 @@ def test_leaderless_replica_evicts_the_peers_the_meta_group_removed_only_when_th
     r = rep([G0, R3, R2], [G0, R3], [R2])
     assert r._evict_removed() == [G0, R3] and r.raft.peers == {R2} and r.raft.cluster_size == 1
     r.raft._log.append((1, ()))
+    r.raft.announce_peers = True
     r.raft.campaign()
-    assert r.raft.role == LEADER
+    assert r.raft.role == LEADER and r.raft.pindex == 2
+    assert [c.index for c in r.raft._advance_commit()] == [2] and r.raft.commit == 2  # (its own vote: a quorum)
     # the others could still make a quorum without us: nothing evicted (they may commit what we would miss)
     r = rep([G0, R3, R2, ME, "RiLLeT05"], [G0], [R2, ME, R3, "RiLLeT05"])
     assert r._evict_removed() == [] and len(r.raft.peers) == 5

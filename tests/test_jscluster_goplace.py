@@ -427,7 +427,10 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
     stream and a durable consumer; one Go server stopped and removed (``$JS.API.SERVER.REMOVE``), a Rillet
     server started in its place. The Go meta leader places the stream's missing replica on the Rillet server,
     which is caught up; every message is there once, the consumer's state is kept, and publishes and fetches go
-    on through every server. Then the second Go server is replaced the same way (1 Go + 2 Rillet)."""
+    on through every server. Then the second Go server is replaced the same way (1 Go + 2 Rillet), and the last
+    one (3 Rillet): the Rillet servers (``rillet_go_meta_lead``) lead the meta, stream and consumer groups, the
+    Rillet meta leader answers ``SERVER.REMOVE`` and re-places the replicas, and the groups' Rillet leaders carry
+    the change of peers out (nats-server 2.15's desired state)."""
     import nats
     p1, p2 = free_port(), free_port()
     # (the Go servers have no routes to the replacements: a Go cluster configured before the migration; the
@@ -459,7 +462,8 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
                                                     json.dumps({"peer": victim}).encode(), timeout=15)).data)
                 return r.get("success")
             await CAP._until(removed, 60, what=f"{victim} removed")
-            conf = _rillet_conf(gc, name=rname, port=rport)
+            conf = _rillet_conf(gc, name=rname, port=rport).replace(
+                "rillet_go_meta: true", "rillet_go_meta: true, rillet_go_meta_lead: true")
             cms[rname] = serve_config(conf)
             srvs[rname] = await cms[rname].__aenter__()
             m = await _member(srvs[rname])
@@ -504,7 +508,7 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
             assert ci.ack_floor.stream_seq == 10 and ci.num_pending == n - 10
             if victim == "g2":
                 # the stream led by the Rillet server while the next Go server is replaced (as when a stopping Go
-                # leader hands its group to it): it hands the group to a Go peer, which carries the change out
+                # leader hands its group to it): it carries the change of its peers out itself (gomigrate)
                 async def rillet_leads():
                     if (await js.stream_info("M")).cluster.leader == rname:
                         return True
@@ -515,7 +519,62 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
                 await CAP._until(rillet_leads, 60, what=f"{rname} leading M")
                 n += 1
                 assert (await js.publish(f"m.{n}", f"v{n}".encode())).seq == n
-        # the consumer's state was kept through both replacements: it goes on from where it was
+        # the last step: g0, the last Go server, stopped, removed by the Rillet meta leader and replaced by r0.
+        # The Rillet servers elect a meta leader and leaders of M's and D's groups; the meta leader takes g0 out
+        # of the groups, and places the missing replicas on r0 once it joins; the groups' Rillet leaders add it
+        for c in (g0, sysnc):
+            await c.close()
+        rc = await nats.connect(f"nats://a:a@127.0.0.1:{srvs['r1'].port}")
+        rsys = await nats.connect(f"nats://sys:sys@127.0.0.1:{srvs['r2'].port}")
+        conns += [rc, rsys]
+        js = rc.jetstream(timeout=30)
+        gc.stop("g0")
+
+        async def g0_removed():
+            try:
+                r = json.loads((await rsys.request("$JS.API.SERVER.REMOVE", json.dumps({"peer": "g0"}).encode(),
+                                                   timeout=15)).data)
+            except nats.errors.TimeoutError:
+                return None  # (no meta leader yet: the Rillet servers elect one after an election timeout)
+            assert r.get("success") or r["error"]["err_code"] == 10202, r
+            return r.get("success")
+        await CAP._until(g0_removed, 90, what="g0 removed by the Rillet meta leader")
+        rport = free_port()
+        conf = _rillet_conf(gc, name="r0", port=rport).replace(
+            "routes: [", f"routes: [nats://127.0.0.1:{p1}, nats://127.0.0.1:{p2}, ")
+        cms["r0"] = serve_config(conf.replace("rillet_go_meta: true", "rillet_go_meta: true, rillet_go_meta_lead: true"))
+        srvs["r0"] = await cms["r0"].__aenter__()
+        m0 = await _member(srvs["r0"])
+
+        async def publish(subject: str, data: bytes):
+            try:
+                return await js.publish(subject, data, headers={"Nats-Msg-Id": subject})
+            except (nats.errors.TimeoutError, nats.js.errors.APIError):
+                return None  # (a leader being elected: the same message id again)
+        for _ in range(5):
+            n += 1
+            ack = await CAP._until(lambda: publish(f"m.{n}", f"v{n}".encode()), 60, what=f"publish {n}")
+            assert ack.seq == n
+
+        async def on_r0():
+            si = await js.stream_info("M")
+            peers = {si.cluster.leader} | {r.name for r in si.cluster.replicas or []}
+            return peers == {"r0", "r1", "r2"} and all(r.current for r in si.cluster.replicas)
+        await CAP._until(on_r0, 120, what="M's replica placed on r0 and current")
+        await _until(lambda: ("A", "M") in m0.replicas, 60, what="the replica on r0")
+        assert await _compare_replica(js, m0.replicas[("A", "M")], "M") == n
+
+        async def consumer_on_r0():
+            ci = await js.consumer_info("M", "D")
+            peers = {ci.cluster.leader} | {r.name for r in ci.cluster.replicas or []}
+            return ci if peers == {"r0", "r1", "r2"} and ci.num_pending == n - 10 else None
+        ci = await CAP._until(consumer_on_r0, 120, what="D's replica placed on r0")
+        assert ci.ack_floor.stream_seq == 10
+        r0c = await nats.connect(f"nats://a:a@127.0.0.1:{srvs['r0'].port}")
+        conns.append(r0c)
+        n += 1
+        assert (await r0c.jetstream(timeout=30).publish(f"m.{n}", f"v{n}".encode())).seq == n
+        # the consumer's state was kept through the three replacements: it goes on from where it was
         sub = await js.pull_subscribe("m.>", durable="D", stream="M")
         got = [x.data.decode() for x in await _fetch(sub, n - 10)]
         assert got == [f"v{i}" for i in range(11, n + 1)]

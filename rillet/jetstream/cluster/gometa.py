@@ -651,6 +651,12 @@ class GoMetaMember:
         self._sync_catchup_sub()
         for o in outs:
             self.ic.publish(o.subject.encode(), o.reply.encode() if o.reply else None, o.payload)
+        r = self.raft
+        if getattr(r, "role", "") == "leader" and r.commit < r.pindex and r.quorum() <= 1:
+            # (a group of one: what its leader appends is committed at once, no follower answers)
+            done = r._advance_commit()
+            if done:
+                self._commit(done)
         self._sync_heartbeat()
         self._sync_commit()
         if self.pass_leadership and self.raft.role == "leader":

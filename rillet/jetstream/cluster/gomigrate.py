@@ -478,7 +478,8 @@ class GroupMigration:
         r = self.raft
         now = time.monotonic()
         actual = sorted(r.peers | {self.peer})
-        online = {p for p in actual if p != self.peer and now - r.last_seen.get(p, -1e9) <= HEARD}
+        # (peers heard from lately, members or not: a peer to be added answers the leader before it is one)
+        online = {p for p, t in r.last_seen.items() if p != self.peer and now - t <= HEARD}
         lag = {p: max(r.pindex - r.match.get(p, 0), 0) for p in actual if p != self.peer}
         current = {p for p in actual if p != self.peer and (r.current(p) or (p in r.match and lag[p] == 0))}
         kind, arg = migration_step(self.peer, r.term, self.assignment, actual, set(self.member.raft.peers), online,
@@ -486,7 +487,7 @@ class GroupMigration:
                                    self._mig_blocked_by(), self._mig_stream_peers())
         self.migration_steps += 1
         status = f"{kind} {arg if not isinstance(arg, dict) else json.dumps(arg, sort_keys=True)}"
-        if status != self.migration_status and kind != "wait":
+        if status != self.migration_status:
             self.log.notice(f"JetStream {self.KIND} {self.group!r}: peer change step: {status}")
         self.migration_status = status
         if kind == "reconcile":
