@@ -52,6 +52,7 @@ import os
 import struct
 import zlib
 from array import array
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import msgspec
@@ -170,29 +171,25 @@ class _Segment:
         return self.first + len(self.offsets) - 1
 
 
+@dataclass(slots=True)
 class Recovered:
     """What ``WAL.open`` found: pass it to ``Node(hard_state=..., snapshot=..., entries=...)``."""
-    __slots__ = ("hard_state", "snapshot", "entries", "truncated_bytes", "stored_commit", "damaged", "cut_at",
-                 "votes_lost", "hs_note")
-
-    def __init__(self, hard_state, snapshot, entries, truncated_bytes, stored_commit=0, damaged="", cut_at=0,
-                 votes_lost=False, hs_note=""):
-        self.hard_state: Optional[HardState] = hard_state
-        self.snapshot: Optional[Snapshot] = snapshot
-        self.entries: list = entries
-        self.truncated_bytes: int = truncated_bytes
-        # the commit index the hard state file held; above the last recovered entry when entries that were
-        # known committed were lost (not fsynced before a power cut): pass it to the node as ``known_commit``
-        self.stored_commit: int = stored_commit
-        # (``repair``) where damaged entries were found ("" when none) and the index the log was cut at (the
-        # entries from there on were dropped)
-        self.damaged: str = damaged
-        self.cut_at: int = cut_at
-        # (``repair``) the term and vote were lost (both hard state files damaged, or ``hardstate.lost`` still
-        # there): pass it to the node (``Node(votes_lost=True)``); ``hard_state`` then holds no vote
-        self.votes_lost: bool = votes_lost
-        # what was wrong with the hard state files, and what was done ("" when both were whole and alike)
-        self.hs_note: str = hs_note
+    hard_state: Optional[HardState]
+    snapshot: Optional[Snapshot]
+    entries: list
+    truncated_bytes: int
+    # the commit index the hard state file held; above the last recovered entry when entries that were
+    # known committed were lost (not fsynced before a power cut): pass it to the node as ``known_commit``
+    stored_commit: int = 0
+    # (``repair``) where damaged entries were found ("" when none) and the index the log was cut at (the
+    # entries from there on were dropped)
+    damaged: str = ""
+    cut_at: int = 0
+    # (``repair``) the term and vote were lost (both hard state files damaged, or ``hardstate.lost`` still
+    # there): pass it to the node (``Node(votes_lost=True)``); ``hard_state`` then holds no vote
+    votes_lost: bool = False
+    # what was wrong with the hard state files, and what was done ("" when both were whole and alike)
+    hs_note: str = ""
 
 
 class WAL:
