@@ -842,15 +842,19 @@ class Stream(DedupMixin, ReplyMixin):
         entry = Entry(Entry.DELETE, (seq, erase, now_ns()), done)
         log = self.log
         if log.__class__ is SingleNodeLog:  # (its propose, inline: one per retention removal, an ack's)
-            log.index += 1
-            try:
-                res = log.apply(entry)
-            except Exception as e:  # noqa: BLE001 (handed to the completion, as SingleNodeLog.propose does)
-                self._done(entry, None, e)
-                return
-            self._done(entry, res, None)
+            self._apply_here(log, entry)
             return
         log.propose(entry, self._done_cb)
+
+    def _apply_here(self, log: Any, entry: Entry) -> None:
+        """``SingleNodeLog.propose`` inline: ``entry`` applied at once, its completion called."""
+        log.index += 1
+        try:
+            res = log.apply(entry)
+        except Exception as e:  # noqa: BLE001 (handed to the completion, as SingleNodeLog.propose does)
+            self._done(entry, None, e)
+            return
+        self._done(entry, res, None)
 
     def delete_msgs(self, seqs: list[int], done: Any) -> None:
         """Remove several messages (retention removals, ``retention.on_acks``) through one DELETE entry holding
@@ -862,14 +866,7 @@ class Stream(DedupMixin, ReplyMixin):
             for seq in seqs:
                 self.delete_msg(seq, False, Removed(self, seq))
             return
-        entry = Entry(Entry.DELETE, (seqs, False, now_ns()), done)
-        log.index += 1
-        try:
-            res = log.apply(entry)
-        except Exception as e:  # noqa: BLE001 (handed to the completion, as SingleNodeLog.propose does)
-            self._done(entry, None, e)
-            return
-        self._done(entry, res, None)
+        self._apply_here(log, Entry(Entry.DELETE, (seqs, False, now_ns()), done))
 
     def _remove_many(self, seqs: list[int], retention: bool) -> list[tuple[int, BaseException]]:
         """(apply) The removals of ``delete_msgs``, each as a DELETE entry of its own would remove it (write-behind:
