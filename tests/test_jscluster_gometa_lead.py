@@ -317,6 +317,21 @@ def test_meta_leader_server_remove_proposes_the_removal_then_re_places_replicas_
     cg = nca.doc["group"]
     assert nca.op == ge.OP_ASSIGN_CONSUMER and cg["peers"] == [ME, R2] and cg["desired"]["removed"] == [B]
     assert cg["desired"]["scale_down"] is True and sorted(cg["desired"]["peers"]) == sorted([ME, R2, R3])
+    # the stream's leader asks for its term to be recorded (nats-server's reconcile request): proposed as an
+    # update; a request with a field nats-server does not know, or from a stale desired state, is dropped
+    _apply(m, proposed)
+    m.raft.applied = m.raft.pindex  # (our proposals applied)
+    rec = m.ic.subs["$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE"]
+    did = g["desired"]["id"]
+    for bad in ({"account": "A", "stream": "S", "id": did, "term": 7, "x": 1},
+                {"account": "A", "stream": "S", "id": "old", "term": 7}, {"account": "A", "stream": "S", "term": 0}):
+        rec(None, None, b"$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE", None, 0, json.dumps(bad).encode())
+    assert not proposed
+    rec(None, None, b"$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE", None, 0,
+        json.dumps({"account": "A", "stream": "S", "id": did, "term": 7}).encode())
+    up = ge.decode_entry(proposed[0][0].data)
+    assert up.op == ge.OP_UPDATE_STREAM and up.doc["group"]["desired"]["term"] == 7
+    assert up.doc["group"]["desired"]["id"] != did and up.doc["group"]["peers"] == [ME, R2]
 def test_meta_leader_stepdown_picks_the_preferred_or_a_current_go_server():
     _, m, _ = _api()
     r = m.raft
