@@ -106,3 +106,51 @@ async def test_held_acks_reach_exactly_the_subscribers_of_each_reply(tmp_path):
         assert sorted(got["other"]) == sorted(f"rq.u.{i}" for i in range(20))
         assert (await js.stream_info("R")).state.messages == 41
         await nc.close()
+
+
+async def test_held_acks_follow_subscription_changes_between_passes(tmp_path):
+    """The sublist result a stream keeps per reply prefix from one pass to the next (send_replies' memo) is
+    dropped when the account's subscriptions change: a subscription added between two bursts gets the second
+    burst's PubAcks, one naming a single reply makes the prefix's replies take the full path again."""
+    async with run_server(js_opts(tmp_path)) as srv:
+        nc = await nats.connect(srv.client_url)
+        other = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        got: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+
+        def into(key):
+            async def cb(msg):
+                got[key].append(msg.subject)
+            return cb
+
+        async def burst(stream: str, n: int, want: dict[str, int]) -> None:
+            for i in range(n):
+                await nc.publish(f"{stream}.in", b"x", reply=f"mp{stream}.t.{i}")
+            await nc.flush()
+            for _ in range(250):
+                if all(len(got[k]) >= v for k, v in want.items()):
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)
+
+        for stream, storage in (("M", "memory"), ("F", "file")):
+            for v in got.values():
+                v.clear()
+            await js.add_stream(name=stream, subjects=[f"{stream}.in"], storage=storage)
+            sa = await nc.subscribe(f"mp{stream}.t.*", cb=into("a"))
+            await nc.flush()
+            await burst(stream, 20, {"a": 20})
+            assert len(got["a"]) == 20 and not got["b"]
+            sb = await other.subscribe(f"mp{stream}.t.>", cb=into("b"))  # (another connection: a new result)
+            await other.flush()
+            await burst(stream, 20, {"a": 40, "b": 20})
+            assert len(got["a"]) == 40 and sorted(got["b"]) == sorted(f"mp{stream}.t.{i}" for i in range(20))
+            sc = await other.subscribe(f"mp{stream}.t.3", cb=into("c"))  # (one reply alone)
+            await other.flush()
+            await burst(stream, 20, {"a": 60, "b": 40, "c": 1})
+            assert got["c"] == [f"mp{stream}.t.3"] and len(got["a"]) == 60 and len(got["b"]) == 40
+            for s in (sa, sb, sc):
+                await s.unsubscribe()
+            assert (await js.stream_info(stream)).state.messages == 60
+        await nc.close()
+        await other.close()

@@ -85,3 +85,77 @@ def test_ack_reply_shape():
         assert fn("$JS.ACK.S.C.", 1, 10, 9, 1764377000000000000, 0) == "$JS.ACK.S.C.1.10.9.1764377000000000000.0"
         assert fn("$JS.ACK.S.C.", 0, 2**63 - 1, 9, 0, 10**12) == f"$JS.ACK.S.C.0.{2**63 - 1}.9.0.{10**12}"
     assert lane.ack_reply is (pure_reply if lane.LANE == "pure" else _compiled_reply())
+
+
+# ---- a stream's held replies: rillet.jetstream.streamreplies.send_replies ---------------------------------------
+
+class _Sub:
+    def __init__(self, subject):
+        self.subject, self.icb = subject, None
+
+
+class _Result:
+    def __init__(self, subject):
+        self.psubs, self.qsubs, self.name = [_Sub(subject)], [], subject
+
+
+class _Sublist:
+    def __init__(self, calls):
+        self.calls, self._inserts, self._removes = calls, 0, 0
+
+    def reverse_match(self, pattern):
+        self.calls.append(("reverse_match", pattern))
+        return [_Sub(pattern.rsplit(".", 1)[0] + ".7")] if pattern.startswith("one.") else []
+
+
+class _Acc:
+    def __init__(self, calls, mappings=False):
+        self.calls, self.mappings, self.gw, self.sublist = calls, mappings, None, _Sublist(calls)
+
+    def match(self, subject):
+        self.calls.append(("match", subject))
+        return _Result(subject)
+
+    def deliver_result(self, ic, r, reply, rr, hdr, payload):
+        self.calls.append(("deliver", r.name, reply, rr, hdr, payload))
+
+
+class _Server:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def schedule_flush(self):
+        self.calls.append(("flush",))
+
+
+class _IC:
+    def __init__(self, mappings=False):
+        self.calls = []
+        self.account, self.server = _Acc(self.calls, mappings), _Server(self.calls)
+        self.in_msgs = self.in_bytes = 0
+
+    def publish(self, *args):
+        self.calls.append(("publish", *args))
+
+
+reply_subject = st.sampled_from([b"_INBOX.a.1", b"_INBOX.a.2", b"_INBOX.b.1", b"one.x.7", b"one.x.8", b"x", b".y",
+                                 b"a.", b"\xff.\xfe.1"])
+held_item = st.tuples(reply_subject, st.sampled_from([b"", b"{}", b"pay"]), st.sampled_from([b"", b"", b"H\r\n"]),
+                      st.integers(0, 9))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.lists(held_item, max_size=12), min_size=1, max_size=3), st.booleans(), st.booleans())
+def test_send_replies_same_in_both_lanes(passes, mappings, change):
+    from rillet._speedups import _cjs
+    from rillet.jetstream import streamreplies
+    runs = []
+    for fn in (streamreplies.reference_send_replies, _cjs.send_replies):
+        ic, memo = _IC(mappings), {}
+        for i, held in enumerate(passes):
+            if change and i == 1:
+                ic.account.sublist._inserts += 1  # (a subscription came between two passes)
+            fn(ic, list(held), memo)
+        runs.append((ic.calls, ic.in_msgs, ic.in_bytes, {k: (v if k is None else getattr(v, "name", v))
+                                                         for k, v in memo.items() if k is not None}))
+    assert runs[0] == runs[1]

@@ -10,7 +10,7 @@ the reference does, so both accept and refuse the same subjects and give the sam
 anything else (a prefix with other characters, a negative number, an int subclass) is the reference's.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
@@ -320,11 +320,14 @@ cdef object _st_json = None
 cdef object _st_schedules = None
 cdef object _st_mem_reference = None
 cdef object _st_StoredMsg = None
+cdef object _st_last_seq = None
 
 
 cdef int _st_setup() except -1:
     global _st_ready, _st_reference, _st_Entry, _st_MSG, _st_SNL, _st_now_ns, _st_json, _st_schedules
-    global _st_mem_reference, _st_StoredMsg
+    global _st_mem_reference, _st_StoredMsg, _st_last_seq
+    from rillet.jetstream.store._common import StoreCommon
+    _st_last_seq = StoreCommon.__dict__["last_seq"]
     from rillet.jetstream.store import memstore
     from rillet.jetstream.store.base import StoredMsg
     _st_mem_reference = memstore.reference_store_msg
@@ -426,10 +429,14 @@ def stream_on_msg(self, sub, client, subject, reply, hdr, msg):
     if mms > 0 and dlen > mms:
         return _st_reference(self, sub, client, subject, reply, hdr, msg)
     jsa = self.jsa
+    store = self.store
     try:  # (reads of the store: whatever they raise, the reference raises again and answers as it does)
         if jsa.limited and jsa.over_limit(cfg.storage, size):
             return _st_reference(self, sub, client, subject, reply, hdr, msg)
-        seq = self.store.last_seq + 1
+        if getattr(type(store), "last_seq", None) is _st_last_seq:  # (the property's read, without its call)
+            seq = store._last + 1
+        else:
+            seq = store.last_seq + 1
     except Exception:
         return _st_reference(self, sub, client, subject, reply, hdr, msg)
     hdr_b = b""
@@ -437,18 +444,18 @@ def stream_on_msg(self, sub, client, subject, reply, hdr, msg):
     entry = _st_Entry(_st_MSG, (subj, hdr_b, msg, ts, 0, "", seq), reply)
     inflight = self._inflight
     inflight.append(entry)
-    self._bl_n += 1
-    self._bl_b += size + rlen
+    # (the ingest backlog's count of this message, _bl_n and _bl_b, is not moved: nothing reads it while the
+    # entry is applied, and it is back where it was once it is; a failed apply counts it for _msg_done)
     log.index += 1
     try:
-        res = log.apply(entry)  # (Stream.apply: the only place a store changes)
+        res = log.apply(entry)  # (Stream.apply: the only place a store changes; tests/test_js_log_apply.py)
     except Exception as e:
+        self._bl_n += 1
+        self._bl_b += size + rlen
         self._msg_done(entry, None, e)
         return None
     # _msg_done's plain case
     inflight.popleft()
-    self._bl_n -= 1
-    self._bl_b -= size + rlen
     if self._wb_pending:
         self._wb_n += 1
         self._wb_b += size + rlen
@@ -485,3 +492,81 @@ def stream_on_msg(self, sub, client, subject, reply, hdr, msg):
             return None
         self._ack_payload(reply, ack, seq)
     return None
+
+
+# ---- a stream's held replies (rillet.jetstream.streamreplies.reference_send_replies) ---------------------------
+# The same loop, compiled: each reply's prefix (up to its last dot) is compared with the previous one's in place,
+# a new prefix's bytes made only when it differs; the same calls (publish, match, memo, deliver) in the same order.
+# A list whose items are not (bytes, bytes, bytes, seq) tuples goes to the reference before anything is sent.
+
+cdef object _sr_reference = None
+cdef object _sr_memo_for = None
+cdef object _sr_same = None
+
+
+def send_replies(ic, held, memo=None):
+    global _sr_reference, _sr_memo_for, _sr_same
+    if _sr_reference is None:
+        from rillet.jetstream import streamreplies
+        _sr_reference = streamreplies.reference_send_replies
+        _sr_memo_for = streamreplies.memo_for
+        _sr_same = streamreplies.same_for_last_token
+    if type(held) is not list:
+        return _sr_reference(ic, held, memo)
+    for item in <list>held:
+        if (type(item) is not tuple or len(<tuple>item) != 4 or type((<tuple>item)[0]) is not bytes
+                or type((<tuple>item)[1]) is not bytes or type((<tuple>item)[2]) is not bytes):
+            return _sr_reference(ic, held, memo)
+    acc = ic.account
+    if acc.mappings or acc.gw is not None:
+        return _sr_reference(ic, held, memo)
+    memo = _sr_memo_for(acc, memo)
+    deliver = acc.deliver_result
+    cdef Py_ssize_t n = 0, nb = 0, i, ll = -1
+    cdef const char* p
+    cdef const char* lp = NULL
+    cdef bytes reply, payload, hdr
+    cdef bytes last_pre = None
+    last_r = None
+    try:
+        for item in <list>held:
+            reply = <bytes>(<tuple>item)[0]
+            payload = <bytes>(<tuple>item)[1]
+            hdr = <bytes>(<tuple>item)[2]
+            p = PyBytes_AS_STRING(reply)
+            i = PyBytes_GET_SIZE(reply) - 1
+            while i >= 0 and p[i] != 46:  # reply.rfind(b".")
+                i -= 1
+            if PyBytes_GET_SIZE(hdr) or i <= 0:
+                if PyBytes_GET_SIZE(hdr):
+                    ic.publish(reply, None, hdr + payload, PyBytes_GET_SIZE(hdr))
+                else:
+                    ic.publish(reply, None, payload)
+                continue
+            if i == ll and memcmp(p, lp, i) == 0:
+                r = last_r
+            else:
+                pre = PyBytes_FromStringAndSize(p, i)
+                r = memo.get(pre, False)
+                if r is False:
+                    ic.publish(reply, None, payload)
+                    rs = reply.decode("utf-8", "surrogateescape")
+                    r = acc.match(rs)
+                    memo[pre] = r if _sr_same(acc, rs[:rs.rfind(".")], r) else None
+                    continue
+                last_pre = pre
+                lp = PyBytes_AS_STRING(last_pre)
+                ll = i
+                last_r = r
+            if r is None:
+                ic.publish(reply, None, payload)
+                continue
+            n += 1  # (the counters the publish would move, added once at the end)
+            nb += PyBytes_GET_SIZE(payload)
+            deliver(ic, r, reply, None, -1, payload)
+    finally:
+        if n:
+            ic.in_msgs += n
+            ic.in_bytes += nb
+    if n:
+        ic.server.schedule_flush()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from rillet import lane as _lane
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import LeadershipLost, NotLeader
 from rillet.jetstream.store import base as store_base
@@ -203,7 +204,7 @@ class ReplyMixin:
         if held:
             self._held = []
             if len(held) > 1:
-                send_replies(self.ic, held)
+                send_replies(self.ic, held, self._writer.memo)
             else:
                 reply, payload, hdr, _ = held[0]
                 self._publish_reply(reply, payload, hdr)
@@ -271,18 +272,38 @@ def same_for_last_token(acc: Any, prefix: str, r: Any) -> bool:
     return True
 
 
-def send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]]) -> None:
+# (send_replies) the most reply prefixes a stream's memo keeps; past it the memo starts again
+MEMO_MAX = 256
+
+
+def memo_for(acc: Any, memo: dict | None) -> dict:
+    """``memo`` (a stream's, kept from pass to pass: reply prefix -> sublist result, or None) emptied unless the
+    account's subscriptions are the ones it was made with (the sublist's insert and remove counts, which only
+    grow, are where they were) and it is not full; a new one when None. Its stamp is kept under the key None."""
+    if memo is None:
+        return {}
+    sl = acc.sublist
+    stamp = (sl, sl._inserts, sl._removes)
+    if len(memo) > MEMO_MAX or memo.get(None) != stamp:
+        memo.clear()
+        memo[None] = stamp
+    return memo
+
+
+def send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]], memo: dict | None = None) -> None:
     """The replies a write held back, sent as ``InternalClient.publish`` would send them: most go to reply
     subjects that differ only in their last token (a client's PubAck inbox, ``_INBOX.<id>.<n>``), so the
     account's sublist result of the first is used for the others with the same prefix when it is the same
     for every such subject (``same_for_last_token``), instead of a sublist miss and a new delivery plan
-    per reply. Accounts with subject mappings or a gateway step take the full path for each."""
+    per reply. Accounts with subject mappings or a gateway step take the full path for each. ``memo``: the
+    stream's results by prefix from earlier passes, used while the account's subscriptions are unchanged
+    (``memo_for``)."""
     acc = ic.account
     if acc.mappings or acc.gw is not None:
         for reply, payload, hdr, _ in held:
             ic.publish(reply, None, hdr + payload, len(hdr)) if hdr else ic.publish(reply, None, payload)
         return
-    memo: dict[bytes, Any] = {}
+    memo = memo_for(acc, memo)
     deliver = acc.deliver_result
     n = nb = 0
     last_pre = None  # (the prefix of the previous reply and its result: most follow one another)
@@ -319,13 +340,21 @@ def send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]]) -> None:
         ic.server.schedule_flush()
 
 
+reference_send_replies = send_replies
+if _lane.COMPILED:  # (its compiled twin, rillet._speedups._cjs; this one stays the reference)
+    try:
+        from rillet._speedups._cjs import send_replies  # noqa: F811
+    except ImportError:  # (an extension built before the twin existed)
+        pass
+
+
 class StoreWriter:
     """A stream's write-behind writer in the server's ``pending_flush`` list, as a connection would be
     (``write_out``; no transport, never closed, no connection kind, so the producer stall checks pass it by):
     ``flush_clients`` at the end of a read (or of a loop turn) runs it before the publishers' output it
     releases is written in the same call."""
 
-    __slots__ = ("stream", "queued")
+    __slots__ = ("stream", "queued", "memo")
     transport = None
     closed = False
     kind = None
@@ -333,6 +362,7 @@ class StoreWriter:
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.queued = False
+        self.memo: dict = {}  # (send_replies: reply prefix -> sublist result, kept from pass to pass)
 
     def write_out(self) -> None:
         self.queued = False
