@@ -145,17 +145,18 @@ held_item = st.tuples(reply_subject, st.sampled_from([b"", b"{}", b"pay"]), st.s
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.lists(held_item, max_size=12), min_size=1, max_size=3), st.booleans(), st.booleans())
+@given(st.lists(st.tuples(st.lists(held_item, max_size=12), st.booleans()), min_size=1, max_size=3), st.booleans(),
+       st.booleans())
 def test_send_replies_same_in_both_lanes(passes, mappings, change):
     from rillet._speedups import _cjs
     from rillet.jetstream import streamreplies
     runs = []
     for fn in (streamreplies.reference_send_replies, _cjs.send_replies):
         ic, memo = _IC(mappings), {}
-        for i, held in enumerate(passes):
+        for i, (held, fill) in enumerate(passes):
             if change and i == 1:
                 ic.account.sublist._inserts += 1  # (a subscription came between two passes)
-            fn(ic, list(held), memo)
+            fn(ic, list(held), memo, fill)
         runs.append((ic.calls, ic.in_msgs, ic.in_bytes, {k: (v if k is None else getattr(v, "name", v))
                                                          for k, v in memo.items() if k is not None}))
     assert runs[0] == runs[1]

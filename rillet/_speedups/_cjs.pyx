@@ -504,7 +504,7 @@ cdef object _sr_memo_for = None
 cdef object _sr_same = None
 
 
-def send_replies(ic, held, memo=None):
+def send_replies(ic, held, memo=None, fill=True):
     global _sr_reference, _sr_memo_for, _sr_same
     if _sr_reference is None:
         from rillet.jetstream import streamreplies
@@ -512,14 +512,14 @@ def send_replies(ic, held, memo=None):
         _sr_memo_for = streamreplies.memo_for
         _sr_same = streamreplies.same_for_last_token
     if type(held) is not list:
-        return _sr_reference(ic, held, memo)
+        return _sr_reference(ic, held, memo, fill)
     for item in <list>held:
         if (type(item) is not tuple or len(<tuple>item) != 4 or type((<tuple>item)[0]) is not bytes
                 or type((<tuple>item)[1]) is not bytes or type((<tuple>item)[2]) is not bytes):
-            return _sr_reference(ic, held, memo)
+            return _sr_reference(ic, held, memo, fill)
     acc = ic.account
     if acc.mappings or acc.gw is not None:
-        return _sr_reference(ic, held, memo)
+        return _sr_reference(ic, held, memo, fill)
     memo = _sr_memo_for(acc, memo)
     deliver = acc.deliver_result
     cdef Py_ssize_t n = 0, nb = 0, i, ll = -1
@@ -550,6 +550,8 @@ def send_replies(ic, held, memo=None):
                 r = memo.get(pre, False)
                 if r is False:
                     ic.publish(reply, None, payload)
+                    if not fill:
+                        continue
                     rs = reply.decode("utf-8", "surrogateescape")
                     r = acc.match(rs)
                     memo[pre] = r if _sr_same(acc, rs[:rs.rfind(".")], r) else None

@@ -99,6 +99,8 @@ class ReplyMixin:
     def _publish_reply(self, reply: bytes, payload: bytes, hdr: bytes = b"") -> None:
         if hdr:
             self.ic.publish(reply, None, hdr + payload, len(hdr))
+        elif self._writer is not None and len(self._writer.memo) > 1:  # (a pass's first reply: the memo's result)
+            send_replies(self.ic, [(reply, payload, hdr, 0)], self._writer.memo, False)
         else:
             self.ic.publish(reply, None, payload)
 
@@ -290,14 +292,15 @@ def memo_for(acc: Any, memo: dict | None) -> dict:
     return memo
 
 
-def send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]], memo: dict | None = None) -> None:
+def send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]], memo: dict | None = None,
+                 fill: bool = True) -> None:
     """The replies a write held back, sent as ``InternalClient.publish`` would send them: most go to reply
     subjects that differ only in their last token (a client's PubAck inbox, ``_INBOX.<id>.<n>``), so the
     account's sublist result of the first is used for the others with the same prefix when it is the same
     for every such subject (``same_for_last_token``), instead of a sublist miss and a new delivery plan
     per reply. Accounts with subject mappings or a gateway step take the full path for each. ``memo``: the
     stream's results by prefix from earlier passes, used while the account's subscriptions are unchanged
-    (``memo_for``)."""
+    (``memo_for``); ``fill`` False: a prefix it does not have yet is not added (a lone reply's)."""
     acc = ic.account
     if acc.mappings or acc.gw is not None:
         for reply, payload, hdr, _ in held:
@@ -321,6 +324,8 @@ def send_replies(ic: Any, held: list[tuple[bytes, bytes, bytes, int]], memo: dic
                 r = memo.get(pre, False)
                 if r is False:
                     ic.publish(reply, None, payload)
+                    if not fill:
+                        continue
                     rs = reply.decode("utf-8", "surrogateescape")
                     r = acc.match(rs)
                     memo[pre] = r if same_for_last_token(acc, rs[:rs.rfind(".")], r) else None
