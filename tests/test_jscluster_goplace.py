@@ -581,6 +581,17 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
         sub = await js.pull_subscribe("m.>", durable="D", stream="M")
         got = [x.data.decode() for x in await _fetch(sub, n - 10)]
         assert got == [f"v{i}" for i in range(11, n + 1)]
+        # with Rillet servers only, a new R3 stream and its durable consumer: created, elected and answered
+        # within the client's default timeout
+        njs = r0c.jetstream(timeout=5)
+        si = await njs.add_stream(name="N", subjects=["n.>"], num_replicas=3)
+        assert si.cluster.leader in ("r0", "r1", "r2") and len(si.cluster.replicas) == 2
+        for i in range(1, 4):
+            assert (await njs.publish(f"n.{i}", b"x")).seq == i
+        nci = await njs.add_consumer("N", durable_name="ND", ack_policy="explicit")
+        assert nci.cluster.leader in ("r0", "r1", "r2") and nci.num_pending == 3
+        nsub = await njs.pull_subscribe("n.>", durable="ND", stream="N")
+        assert [x.subject for x in await _fetch(nsub, 3)] == ["n.1", "n.2", "n.3"]
     finally:
         for c in conns:
             if c.is_connected:
