@@ -8,8 +8,10 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``STREAM.CREATE``: the configuration checked as nats-server checks it (rillet.jetstream.streamconfig: names,
   limits, mirrors and sources, subjects overlapping another stream of the account, an existing stream of the
   same name), the replicas placed on peers that answered the leader lately, the first a
-  Go server (it is the group's preferred leader: the Rillet server does not campaign in stream groups; a
-  one-replica stream may go to any server, a Rillet one runs it itself), and the
+  Go server when one is online (it is the group's preferred leader: a Rillet member of a new group with Go
+  peers does not campaign at once); with no Go server online, Rillet servers only, the preferred one
+  campaigning at once (gostream.host_streams); a one-replica stream may go to any server, a Rillet one runs
+  it itself), and the
   assignment proposed in Go's layout (golead.stream_assignment). The server that leads the new group answers the
   client, as under a Go meta leader. A create of an existing stream with the same settings proposes it again.
 * ``STREAM.UPDATE``: nats-server's update rules, the new configuration proposed with the stream's group; its
@@ -17,9 +19,9 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``STREAM.DELETE``: the removal proposed; the stream's leader answers.
 * ``CONSUMER.CREATE`` / ``CONSUMER.DURABLE.CREATE``: nats-server's checks (rillet.jetstream.consumerconfig), the
   consumer's assignment on its stream's peers (as many as nats-server gives it: one for an ephemeral of a
-  limits stream), a Go server preferred (a new replicated consumer group is first led by a Go server: a Rillet
-  replica with an empty log does not stand); with no Go server online, a one-replica consumer goes to an online
-  Rillet peer, which leads it at once (goconsumerlead), and a replicated one is refused (10023); an existing
+  limits stream), a Go server preferred when one is online; with none, a one-replica consumer goes to an online
+  Rillet peer, which leads it at once (goconsumerlead), and a replicated one to the stream's Rillet peers, the
+  preferred one campaigning at once; an existing
   consumer's assignment again with its new configuration (an update). Its leader answers.
 * ``CONSUMER.DELETE``: the removal proposed; the consumer's leader answers.
 * ``STREAM.NAMES`` and ``CONSUMER.NAMES``: from the assignments. ``STREAM.LIST`` and ``CONSUMER.LIST``: each
@@ -33,7 +35,12 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 * ``META.LEADER.STEPDOWN`` (system account only): leadership handed to the preferred server, or else to a Go
   server holding the whole log.
 
-What only a Go meta leader carries out -- ``SERVER.REMOVE``, ``STREAM.PEER.REMOVE``, ``ACCOUNT.PURGE``, the
+* ``SERVER.REMOVE`` (system account): the peer's removal proposed and answered once committed; then every stream
+  and consumer it held proposed again in nats-server 2.15's desired-state layout (gomigrate), the groups' leaders
+  carrying the change out and reporting on ``$SYS.JSC.*.ASSIGNMENT.RECONCILE`` (answered here); groups short of
+  replicas or holding a peer that left are placed again every 2 s and when a server joins (``_heal``).
+
+What only a Go meta leader carries out -- ``STREAM.PEER.REMOVE``, ``ACCOUNT.PURGE``, the
 account's stream moves, stream restores, and creates or updates that scale, move or place by tags -- is
 delegated: the leadership goes to a current Go server and, once it leads, the request is sent to it as it came,
 so the Go leader answers the requester (``_delegate``). With no Go server current, it is refused or unanswered.
@@ -289,7 +296,7 @@ class MetaLeaderApi:
         return True
 
     def _server_remove(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
-        """``SERVER.REMOVE``, ``STREAM.PEER.REMOVE``, ``ACCOUNT.PURGE``, the account's stream moves and stream
+        """``STREAM.PEER.REMOVE``, ``ACCOUNT.PURGE``, the account's stream moves and stream
         restores: carried out by a Go meta leader (``_delegate``); unanswered when no Go server is current."""
         if not self._delegate():
             self.member._warn_once(f"delegate:{subject}", f"JetStream: {subject} not answered: a Rillet meta "
