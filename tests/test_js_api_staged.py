@@ -43,6 +43,19 @@ def test_imports_of_reads_top_level_imports_only(tmp_path, monkeypatch):
         "rillet.fakepkg.sub"]
 
 
+def test_order_leaves_a_cycle_to_the_module_that_starts_it(tmp_path, monkeypatch):
+    # a.py imports b at its end, b imports a at its top (as filestore and _snapshot): b is no step of its own,
+    # importing it first would find a half made; c (imported by a) comes before a
+    pkg = tmp_path / "rillet" / "fakecyc"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "c.py").write_text("X = 1\n")
+    (pkg / "a.py").write_text("from rillet.fakecyc.c import X\nA = 1\nfrom rillet.fakecyc.b import B  # noqa\n")
+    (pkg / "b.py").write_text("from rillet.fakecyc.a import A\nB = 2\n")
+    monkeypatch.setattr(staged, "_ROOT", str(tmp_path))
+    assert list(staged.order(["rillet.fakecyc.a"])) == ["rillet.fakecyc", "rillet.fakecyc.c", "rillet.fakecyc.a"]
+
+
 def test_each_step_imports_about_one_module():
     # in a fresh process at a started server's imports: every step of the order brings in its own module
     # and at most a couple of others (a package __init__ that imported its whole package made one step of

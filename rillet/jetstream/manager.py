@@ -332,6 +332,8 @@ class JetStream:
         return self._api_loading.finished
 
     def _api_modules_done(self) -> None:
+        from rillet.server.gcpolicy import policy
+        policy.freeze_loaded()  # (the server command's collector pacing: the new modules are not walked again)
         self.api_queue.release()
 
     @property

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 # the modules with a ``register(router)`` adding their endpoints to every ApiRouter (made with the router)
 HANDLER_MODULES = ("rillet.jetstream.api.consumers", "rillet.jetstream.api.snapshot", "rillet.jetstream.api.moves")
-# what the router's making imports: an account brings these in over several loop passes before it makes its
-# first router (rillet.jetstream.api.staged)
-ROUTER_MODULES = ("rillet.jetstream.api.router", *HANDLER_MODULES)
+# what the router's making imports, and what the first stream create then needs (its store, the advisories):
+# an account brings these in over several loop passes before it makes its first router
+# (rillet.jetstream.api.staged)
+ROUTER_MODULES = ("rillet.jetstream.api.router", *HANDLER_MODULES, "rillet.jetstream.storeopen",
+                  "rillet.jetstream.store.memstore", "rillet.jetstream.store.filestore", "rillet.jetstream.advisories")
 
 # the forms of the argument tokens an endpoint's subjects take after it ("": none)
 NONE = ("",)

@@ -79,19 +79,37 @@ def imports_of(name: str) -> list[str]:
 
 
 def order(roots: list[str]) -> Iterator[str]:
-    """The modules to import for ``roots`` not imported yet, each after what it imports (depth first)."""
+    """The modules to import for ``roots`` not imported yet, each after what it imports (depth first).
+
+    A module in an import cycle with one still being visited (``filestore`` imports ``_snapshot`` at its end,
+    which imports ``filestore`` at its top) is no step of its own: the module that starts the cycle imports it,
+    as a plain import would (``_snapshot`` imported first found ``filestore`` half made)."""
     seen: set[str] = set()
+    stack: set[str] = set()
+    inside: dict[str, set[str]] = {}  # a module left to a cycle's start -> the modules it waits for
 
     def visit(name: str) -> Iterator[str]:
-        if name in seen or name in sys.modules:
-            return
         seen.add(name)
+        stack.add(name)
+        waits: set[str] = set()
         for dep in imports_of(name):
-            yield from visit(dep)
+            if dep in stack:
+                waits.add(dep)
+            elif dep in inside:
+                waits.update(m for m in inside[dep] if m in stack)
+            elif dep not in seen and dep not in sys.modules:
+                waits.update((yield from visit(dep)))
+        stack.discard(name)
+        waits.discard(name)
+        if waits:
+            inside[name] = waits
+            return waits
         yield name
+        return waits
 
     for r in roots:
-        yield from visit(r)
+        if r not in seen and r not in sys.modules:
+            yield from visit(r)
 
 
 class StagedImport:
