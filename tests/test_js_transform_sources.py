@@ -311,6 +311,9 @@ async def _run(r: Raw, steps: list[tuple], cluster: bool) -> list[Any]:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)  # nothing more comes
             count, info = await _stream_count(r, stream)
+            while not info and time.monotonic() < began + 40:  # (no answer at all: the Go side under load, once)
+                await asyncio.sleep(0.2)
+                count, info = await _stream_count(r, stream)
             st = info.get("state") or {}
             msgs = []
             for seq in range(st.get("first_seq", 1), st.get("last_seq", 0) + 1):

@@ -54,7 +54,8 @@ async def _collect(ports) -> dict:
         await nc.flush()
 
         async def api(subject, body=b""):
-            return json.loads((await nc.request(subject, body, timeout=5)).data)
+            # (15 s: a loaded machine's Go cluster left an R3 create unanswered for 5 s in a clean-clone run)
+            return json.loads((await nc.request(subject, body, timeout=15)).data)
         out["create"] = await api("$JS.API.STREAM.CREATE.S3", json.dumps(
             {"name": "S3", "subjects": ["s3"], "num_replicas": 3}).encode())
         await nc.publish("s3", b"x")
@@ -72,7 +73,7 @@ async def _collect(ports) -> dict:
         out["jsz"] = [_get(h, "/jsz") for _, _, h in ports]
         out["raftz"] = [_get(h, "/raftz") for _, _, h in ports]
         await api("$JS.API.STREAM.LEADER.STEPDOWN.S3")
-        await sysc.request("$JS.API.META.LEADER.STEPDOWN", b"", timeout=5)
+        await sysc.request("$JS.API.META.LEADER.STEPDOWN", b"", timeout=15)
         inbox = sysc.new_inbox()
         await sysc.subscribe(inbox, cb=stz)
         await sysc.publish("$SYS.REQ.SERVER.PING.STATSZ", b"", reply=inbox)  # (every server answers)
