@@ -129,3 +129,17 @@ def test_leaderless_replica_evicts_the_peers_the_meta_group_removed_only_when_th
     r = rep([G0, R3, R2], [G0, R3], [R2])
     r.member.raft.leader = ""
     assert r._evict_removed() == []
+
+
+def test_member_of_a_group_being_created_votes_as_not_empty_until_it_has_a_history():
+    from rillet.jetstream.cluster.golead import GoRaftPeer
+    from rillet.raft import gowire as gw
+    p = GoRaftPeer("S-R3F-x", R2)
+    out = p.vote(gw.VoteRequest(1, 0, 0, ME), "_R_.v")
+    assert gw.VoteResponse.decode(out[0].payload).empty  # (a restarted member's empty log: says so)
+    p = GoRaftPeer("S-R3F-x", R2, initializing=True)
+    out = p.vote(gw.VoteRequest(1, 0, 0, ME), "_R_.v")
+    vr = gw.VoteResponse.decode(out[0].payload)
+    assert vr.granted and not vr.empty  # (nats-server's initializing member: counts toward a quorum)
+    p.append("append", "", "", gw.AppendEntry(ME, 1, 0, 0, 0, (gw.Entry(gw.ENTRY_NORMAL, b"x"),)), 0.0)
+    assert p.pindex == 1 and not p.initializing

@@ -159,6 +159,7 @@ class GoRaftPeer(GoRaftFollower):
             raise ValueError("nothing to propose")
         pterm, pindex = self.pterm, self.pindex
         self._log.append((self.term, tuple(entries)))  # (one index for the lot, as nats-server)
+        self.initializing = False
         return [Out(gw.append_subject(self.group), self.resp_inbox,
                     self._ae(tuple(entries), pterm, pindex).encode())]
 

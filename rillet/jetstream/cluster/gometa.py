@@ -256,6 +256,7 @@ class GoRaftFollower:
         handoff: list[Out] = []
         if ae.entries:
             self._log.append((ae.term, ae.entries))
+            self.initializing = False  # (the group has a history now: an empty log again would be a lost one)
         for e in ae.entries:
             if e.type == gw.ENTRY_LEADER_TRANSFER and is_new and e.data == self.me.encode("latin-1"):
                 handoff = self._hand_off()
