@@ -404,11 +404,17 @@ def memstore_store_msg(self, subject, hdr, data, ts=None, ttl=0):
     return seq, ts
 
 
+cdef inline bint _fast_batch_reply(bytes reply) noexcept:
+    """``reply.endswith(b".$FI")`` (a fast batch's reply: rillet.jetstream.fastbatch)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(reply)
+    return n >= 4 and memcmp(PyBytes_AS_STRING(reply) + n - 4, b".$FI", 4) == 0
+
+
 def stream_on_msg(self, sub, client, subject, reply, hdr, msg):
     if not _st_ready:
         _st_setup()
     if (hdr >= 0 or type(subject) is not bytes or type(msg) is not bytes
-            or (reply is not None and (type(reply) is not bytes or reply.endswith(b".$FI")))):
+            or (reply is not None and (type(reply) is not bytes or _fast_batch_reply(reply)))):
         return _st_reference(self, sub, client, subject, reply, hdr, msg)
     cfg = self.cfg
     st = cfg.subject_transform
