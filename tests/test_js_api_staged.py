@@ -56,6 +56,11 @@ def test_order_leaves_a_cycle_to_the_module_that_starts_it(tmp_path, monkeypatch
     assert list(staged.order(["rillet.fakecyc.a"])) == ["rillet.fakecyc", "rillet.fakecyc.c", "rillet.fakecyc.a"]
 
 
+def test_hints_come_before_the_library_and_missing_ones_are_left_out(monkeypatch):
+    monkeypatch.setitem(staged.HINTS, "msgspec", ("json", "no_such_module_here"))
+    assert staged.imports_of("msgspec") == ["json"]
+
+
 def test_each_step_imports_about_one_module():
     # in a fresh process at a started server's imports: every step of the order brings in its own module
     # and at most a couple of others (a package __init__ that imported its whole package made one step of
