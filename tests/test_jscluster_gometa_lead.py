@@ -574,6 +574,12 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         # its durable consumer too, in a group of its own, led at once
         nci = await rjs.add_consumer("NOGO", durable_name="ND", ack_policy="explicit")
         assert nci.cluster.leader in ("r1", "r2") and nci.num_pending == 3
+        # a consumer of KEEP, whose group holds the Go server that is down: on its Rillet replicas and g0, a
+        # Rillet server preferred, elected at once by the two Rillet replicas (a quorum)
+        kci = await rjs.add_consumer("KEEP", durable_name="KD", ack_policy="explicit")
+        assert kci.cluster.leader in ("r1", "r2")
+        assert sorted(r.name for r in kci.cluster.replicas) == sorted(["g0", next(n for n in ("r1", "r2")
+                                                                             if n != kci.cluster.leader)])
         nsub = await rjs.pull_subscribe("nogo.>", durable="ND", stream="NOGO")
         got = await nsub.fetch(3, timeout=10)
         assert [m.subject for m in got] == ["nogo.0", "nogo.1", "nogo.2"]

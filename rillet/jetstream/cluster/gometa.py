@@ -889,9 +889,13 @@ def attach_to_routes(server: Any) -> None:
 
     rillet_peers: set[str] = set()
 
+    server.go_peer_names = peer_names = {}  # peer id -> server name of every server seen over a route
+
     def on_route(what: str, rc: Any, info: Any) -> None:
         if what != "added":
             return
+        if getattr(info, "server_name", ""):
+            peer_names[gw.peer_id(info.server_name)] = info.server_name
         if str(getattr(info, "go", "") or "").startswith("python") and getattr(info, "server_name", ""):
             rillet_peers.add(gw.peer_id(info.server_name))
         if server in _MEMBERS:

@@ -789,9 +789,10 @@ class MetaLeaderApi:
             if not live:
                 self._answer(reply, _err(kind, "INSUFFICIENT_RESOURCES"))
                 return
+            # (nats-server: a quorum of the stream's peers online; all of them when the counts are the same)
             first = self.rng.choice(go or live)
             rest = [p for p in speers if p != first and p in online]
-            if len(rest) < r - 1:
+            if len(live) < r // 2 + 1 or (r < len(speers) and len(rest) < r - 1):
                 self._answer(reply, _err(kind, "INSUFFICIENT_RESOURCES"))
                 return
             peers = [first, *self.rng.sample(rest, r - 1)] if r < len(speers) else \

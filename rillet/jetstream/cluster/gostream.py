@@ -687,13 +687,16 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 r.pass_leadership = True
                 r.rillet_peers = member.rillet_peers
             grp = a.get("group") or {}
+            rillet = member.rillet_peers | {me}
             new_group = (lead and stand and current and not getattr(r, "solo", False) and r.raft.pindex == 0
-                         and not grp.get("desired") and _fresh(r)
-                         and all(p == me or p in member.rillet_peers for p in grp.get("peers") or ()))
+                         and not grp.get("desired") and _fresh(r) and grp.get("preferred") in rillet
+                         and member.raft.leader in rillet)
             if new_group:
-                # a new group of Rillet servers only (a Rillet meta leader placed it, no Go server being
-                # online): as nats-server's members of a group being created, our empty log votes as a full
-                # one, and the preferred peer campaigns at once and answers the create once elected
+                # a new group whose preferred peer is a Rillet server, placed by a Rillet meta leader: it
+                # prefers a Go server whenever one is online, so none is (a Go meta leader's choice of a Rillet
+                # server is left to the Go peers' election: docs/mixed-clusters.md). As nats-server's members of
+                # a group being created, our empty log votes as a full one, and the preferred peer campaigns at
+                # once and answers the create once elected
                 r.raft.initializing = True
                 if grp.get("preferred") == me:
                     r.create_reply = str(a.get("reply") or "")

@@ -410,7 +410,10 @@ class StreamLeading(GroupMigration):
 
     def _peer_names(self) -> dict[str, str]:
         """Peer id -> server name, for the servers this one has routes to (and itself)."""
-        names = {self.peer: self.server.name}
+        # (servers seen over a route earlier, kept by gometa.attach_to_routes: a server down is named too, as
+        # nats-server names it from what it learnt)
+        names = dict(getattr(self.server, "go_peer_names", None) or {})
+        names[self.peer] = self.server.name
         cl = getattr(self.server, "cluster", None)
         for rc in (getattr(cl, "routes", None) or {}).values():
             n = getattr(rc, "remote_name", "")
