@@ -48,6 +48,7 @@ import shutil
 import time
 from typing import Any, Optional
 
+from rillet.gocompat.gotime import GoTimeError, time_ns
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
@@ -606,7 +607,6 @@ def _fresh(r: GoMetaMember) -> bool:
     """Whether a replica is one of a group being created: nothing stored or applied here, and its assignment
     made in the last NEW_GROUP_AGE seconds (a restarted server's replicas are not: their empty logs vote as
     empty, so that they never make a quorum that lacks what they acknowledged before)."""
-    from rillet.gocompat.gotime import GoTimeError, time_ns
     store = getattr(r, "store", None)
     if store is not None and (store.state().last_seq or getattr(r, "applied_index", 0)):
         return False
