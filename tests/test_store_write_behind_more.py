@@ -155,3 +155,61 @@ def test_failed_gathered_write_after_a_filtered_read_takes_the_slots_back(tmp_pa
     assert (m.seq, m.subject, m.data) == (6, "a", b"again")
     assert fs.load_next_msg("a", 7, False) is None
     fs.stop()
+
+
+def _snap(fs) -> tuple:
+    st = fs.state()
+    msgs = [(m.seq, m.subject, m.data) for m in (fs.load_msg(s) for s in range(1, st.last_seq + 1)) if m is not None]
+    return (st.msgs, st.bytes, st.first_seq, st.last_seq, msgs, fs.subjects_totals(">"),
+            {s: fs.last_seq_for_subject(s) for s in "abc"})
+
+
+@pytest.mark.parametrize("which", LANES)
+@pytest.mark.parametrize("fail", [False, True])
+def test_older_messages_removed_while_records_are_gathered(tmp_path, which, fail, monkeypatch):
+    """A removal of a message stored before the gathered records (an ack of an earlier pass's message) no longer
+    writes them first; a failed write then takes back the gathered messages and nothing else: the store is the
+    one that had the removals alone (counts, bytes, first, per-subject counts and last sequences), then and after
+    a reopen."""
+    cls = _cls(which)
+    fs, ref = cls(str(tmp_path / "s"), StoreConfig()), cls(str(tmp_path / "r"), StoreConfig())
+    for st in (fs, ref):
+        for i, subj in enumerate("ababa"):
+            st.store_msg(subj, HDR if i % 2 else b"", b"m%d" % i, i + 1)
+    failed = []
+    fs.write_behind(armed=lambda: None, failed=lambda f, l, e: failed.append((f, l)))
+    fs.gather(True)
+    for i, subj in enumerate("aba"):
+        fs.store_msg(subj, b"", b"g%d" % i, 6 + i)
+    assert fs._wb_off >= 0
+    size = os.path.getsize(fs._active.path)
+    # the first (a), a's last before the gathered ones, b's last before them; then b's first, leaving b none of
+    # its older messages
+    for seq, soon in ((1, True), (5, True), (4, False), (2, True)):
+        assert (fs.remove_msg_soon(seq) if soon else fs.remove_msg(seq)) and ref.remove_msg(seq)
+        assert fs._wb_off >= 0 and os.path.getsize(fs._active.path) == size  # still gathered
+    if fail:
+        def no_space(*a, **k):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(fsmod, "_write_all", no_space)
+        with pytest.raises(ErrStoreFull):
+            fs.flush_writes()
+        monkeypatch.undo()
+        assert failed == [(6, 8)]
+        assert _snap(fs) == _snap(ref)
+    else:
+        fs.flush_writes()
+        for i, subj in enumerate("aba"):
+            ref.store_msg(subj, b"", b"g%d" % i, 6 + i)
+        assert _snap(fs) == _snap(ref)
+    for st in (fs, ref):  # (after a failed write the next message takes the first taken-back sequence)
+        st.store_msg("c", b"", b"next", 20)
+        st.store_msg("a", b"", b"next", 21)
+    fs.flush_writes()
+    assert _snap(fs) == _snap(ref)
+    fs.stop()
+    ref.stop()
+    fs, ref = cls(str(tmp_path / "s"), StoreConfig()), cls(str(tmp_path / "r"), StoreConfig())
+    assert _snap(fs) == _snap(ref)
+    fs.stop()
+    ref.stop()

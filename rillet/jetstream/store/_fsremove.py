@@ -17,8 +17,13 @@ class BlockRemoval:
     # -- removal --------------------------------------------------------------------
 
     def _remove(self, seq: int, erase: bool = False) -> bool:
-        if self._wb_off >= 0:
+        # Records gathered by write-behind are written first when this is one of them (or an erase); an older
+        # message is removed with them still gathered, and the state a failed write goes back to is kept as
+        # it would be had the removal come before the first of them (_wb_keep_removal).
+        gathered = self._wb_off >= 0
+        if gathered and (erase or seq > self._wb_save[2]):
             self.flush_writes()
+            gathered = False
         loc = self._locate(seq)
         if loc is None:
             return False
@@ -46,6 +51,8 @@ class BlockRemoval:
                 self._first = seq + 1
             else:
                 self._first = self._next_alive(seq + 1) or self._last + 1
+        if gathered:
+            self._wb_keep_removal(seq, blk, subj, size)
         # the state log
         if (self._limit_removal or self._soon) and not erase:
             self._deferred.append(seq)
@@ -53,7 +60,8 @@ class BlockRemoval:
                 self._log_append(None)
             elif self._soon and not self._dels_due:
                 self._dels_due = True  # (written by the owner's flush_writes at the end of the pass)
-                self._wb_armed()
+                if self._wb_off < 0:  # (else the owner was armed by the gathered records' first)
+                    self._wb_armed()
         else:
             self._log_append(_encode_log(L_DEL, _U64.pack(seq)))
         if erase:
@@ -64,6 +72,25 @@ class BlockRemoval:
         if cb is not None:
             cb(seq, subj, size)
         return True
+
+    def _wb_keep_removal(self, seq: int, blk: Block, subj: str, size: int) -> None:
+        """A message stored before the gathered records was removed (``_remove``, after its own changes): the
+        state ``_wb_rollback`` restores should their write fail (``_wb_save``, the per-subject entries of
+        ``_wb_ps``) loses it too, so a failed write takes back the gathered messages and nothing else."""
+        first, nmsgs, last, last_ts, nbytes, sblk, live, blast, blast_ts, n0 = self._wb_save
+        if seq == first:  # (the store's first moved past it, up to the first gathered one at most)
+            first = self._first if self._first <= last else last + 1
+        if blk is sblk:
+            live -= 1
+        self._wb_save = (first, nmsgs - 1, last, last_ts, nbytes - size, sblk, live, blast, blast_ts, n0)
+        e = self._wb_ps.get(subj)
+        if e is not None:  # (the subject's entry as it was before its first gathered record)
+            if e[0] <= 1:
+                self._wb_ps[subj] = None
+            else:
+                e[0] -= 1
+                if e[2] == seq:  # (its last: found by the rollback, if it comes, as the last live one before)
+                    e[2] = -seq
 
     def remove_msg(self, seq: int, erase: bool = False) -> bool:
         """Remove one message; ``erase`` also overwrites its record on disk.  A lost one (its record failed its

@@ -572,6 +572,8 @@ class FileStore(BlockRecovery, BlockFiles, BlockRemoval, StateLog, BlockQueries,
             if e is None:
                 psim.pop(subj, None)
             else:
+                if e[2] < 0:  # (its last was removed while records were gathered: BlockRemoval._wb_keep_removal)
+                    e[2] = self._subj_last_walk(subj, -e[2] - 1)
                 cur = psim.get(subj)
                 if cur is None:
                     psim[subj] = e
