@@ -564,10 +564,14 @@ async def test_one_go_two_rillet_go_server_down_a_rillet_server_is_elected(tmp_p
         conns.append(rc)
         assert sorted(await _names(rc)) == ["KEEP"]
         # no Go server up: a replicated stream goes to the Rillet servers, one of them preferred, which
-        # campaigns at once and answers the create (within the client's default 5 s, no election timeout)
-        rjs = rc.jetstream(timeout=5)
+        # campaigns at once and answers the create (no election timeout)
+        rjs = rc.jetstream(timeout=15)
         info = await rjs.add_stream(name="NOGO", subjects=["nogo.>"], num_replicas=2)
         assert info.config.name == "NOGO" and info.cluster.leader in ("r1", "r2")
+        # (its preferred peer leads: a member of a new group has an empty log and never stands by its election
+        # timer, so the preferred peer's campaign at once is the only way it gets a leader)
+        pref = ms[info.cluster.leader].state.streams[("A", "NOGO")]["group"]["preferred"]
+        assert pref == gw.peer_id(info.cluster.leader)
         assert [r.name for r in info.cluster.replicas] == [next(n for n in ("r1", "r2") if n != info.cluster.leader)]
         for i in range(3):
             assert (await rjs.publish(f"nogo.{i}", b"x")).seq == i + 1

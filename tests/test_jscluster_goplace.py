@@ -581,11 +581,13 @@ async def test_rolling_one_go_server_replaced_by_rillet(tmp_path):
         sub = await js.pull_subscribe("m.>", durable="D", stream="M")
         got = [x.data.decode() for x in await _fetch(sub, n - 10)]
         assert got == [f"v{i}" for i in range(11, n + 1)]
-        # with Rillet servers only, a new R3 stream and its durable consumer: created, elected and answered
-        # within the client's default timeout
-        njs = r0c.jetstream(timeout=5)
+        # with Rillet servers only, a new R3 stream and its durable consumer: created, led by their preferred
+        # peer (its campaign at once: a new group's empty logs never stand by their election timers) and answered
+        njs = r0c.jetstream(timeout=15)
         si = await njs.add_stream(name="N", subjects=["n.>"], num_replicas=3)
         assert si.cluster.leader in ("r0", "r1", "r2") and len(si.cluster.replicas) == 2
+        pref = member_of(srvs[si.cluster.leader]).state.streams[("A", "N")]["group"]["preferred"]
+        assert pref == gw.peer_id(si.cluster.leader)
         for i in range(1, 4):
             assert (await njs.publish(f"n.{i}", b"x")).seq == i
         nci = await njs.add_consumer("N", durable_name="ND", ack_policy="explicit")
