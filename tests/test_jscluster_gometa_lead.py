@@ -324,7 +324,8 @@ def test_meta_leader_server_remove_proposes_the_removal_then_re_places_replicas_
     rec = m.ic.subs["$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE"]
     did = g["desired"]["id"]
     for bad in ({"account": "A", "stream": "S", "id": did, "term": 7, "x": 1},
-                {"account": "A", "stream": "S", "id": "old", "term": 7}, {"account": "A", "stream": "S", "term": 0}):
+                {"account": "A", "stream": "S", "id": "old", "term": 7}, {"account": "A", "stream": "S", "term": 0},
+                {"account": "A", "stream": "S", "id": did, "term": 7, "meta_peers": "x"}):
         rec(None, None, b"$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE", None, 0, json.dumps(bad).encode())
     assert not proposed
     rec(None, None, b"$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE", None, 0,

@@ -431,8 +431,14 @@ class MetaLeaderApi:
         allowed = set(fields) | {"id", "term", "scale_down_peers", "meta_peers", "match"}
         if not doc or set(doc) - allowed or any(not isinstance(doc.get(f), str) for f in fields):
             return None  # (nats-server decodes it strictly and drops what does not fit)
-        if not isinstance(doc.get("term"), int) or doc["term"] <= 0:
+        if not isinstance(doc.get("term"), int) or isinstance(doc["term"], bool) or doc["term"] <= 0:
             return None
+        if not isinstance(doc.get("id", ""), str) or not isinstance(doc.get("match", False), bool):
+            return None
+        for k in ("scale_down_peers", "meta_peers"):
+            v = doc.get(k)
+            if v is not None and (not isinstance(v, list) or not all(isinstance(p, str) for p in v)):
+                return None
         return doc
 
     def _on_stream_reconcile(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
