@@ -24,6 +24,43 @@ FILE = "damage.json"
 # (replicated streams) the damaged sequences no replica holds a healthy copy of (stream_loss: every replica that
 # asked the others keeps them): not fetched again, kept damaged in place; the same format
 EVERYWHERE_FILE = "damage_everywhere.json"
+# (report_open_damage) a clustered server reports damage found at open once its meta group is current, or after
+# this many seconds
+OPEN_DAMAGE_WAIT = 30.0
+
+
+def report_open_damage(stream: Any, tries: int) -> None:
+    """(``Stream.start``) Report the damage the store found when it opened, once listeners can hear of it: on one
+    server at once (JetStream starts every stream in one pass: one capturing advisories has subscribed by now);
+    in a cluster once this server's meta group is current (its routes are up: the other servers' interest in the
+    advisory is known), or after OPEN_DAMAGE_WAIT seconds whatever it is."""
+    if stream.closed:
+        return
+    cl = getattr(stream.js, "cluster", None)
+    if cl is not None and tries * 0.25 < OPEN_DAMAGE_WAIT:
+        g = cl.group
+        if g is None or not g.current():
+            stream.js.loop.call_later(0.25, report_open_damage, stream, tries + 1)
+            return
+    store_damaged(stream, "when the store opened")
+
+
+def store_damaged(stream: Any, when: str = "while running") -> None:
+    """Records found damaged (the store's ``state().lost``; never served: reads answer as for a missing message),
+    while running or (``Stream.start``) when the store opened. A replicated stream fetches them again from a
+    healthy replica (``refetch_damaged``, the path of damage found when the store opens); otherwise they are
+    reported: ``state.lost`` in stream info (from the store: every open finds the damaged records again, they stay
+    in their blocks), and once per damaged sequence an error in the log and the ``stream_data_lost`` advisory
+    (``report_new``: the sequences reported are kept on disk, not reported again after a restart)."""
+    if stream.closed:
+        return
+    lost = stream.store.state().lost
+    if not lost:
+        return
+    rep = stream.replication
+    if rep is not None and rep.refetch_damaged():
+        return
+    report_new(stream, lost, when)
 
 
 def to_ranges(seqs: Iterable[int]) -> list[list[int]]:

@@ -80,11 +80,6 @@ def parse_ttl(v: str) -> int:
     return int(secs)
 
 
-# (Stream._report_open_damage) a clustered server reports damage found at open once its meta group is current, or
-# after this many seconds
-OPEN_DAMAGE_WAIT = 30.0
-
-
 class Stream(DedupMixin, ReplyMixin):
     def __init__(self, jsa: "JSAccount", cfg: Any, created: str, store: Any) -> None:
         self._init_state(cfg, store)
@@ -192,9 +187,9 @@ class Stream(DedupMixin, ReplyMixin):
         schedules.start(self)
         if not self._open_damage_reported and self.store.state().lost:
             # damaged records the store found when it opened (the open-time scan): reported as those found while
-            # running are, once per process, after the start (_report_open_damage)
+            # running are, once per process, after the start (damagereport.report_open_damage)
             self._open_damage_reported = True
-            self.js.loop.call_soon(self._report_open_damage, 0)
+            self.js.loop.call_soon(damagereport.report_open_damage, self, 0)
 
     def subscribe(self) -> None:
         """(Re)subscribe what the stream's leader listens on: direct gets, and its subjects unless a mirror."""
@@ -926,40 +921,10 @@ class Stream(DedupMixin, ReplyMixin):
         self._damage_due = True
         js.loop.call_soon(self._store_damaged)
 
-    def _report_open_damage(self, tries: int) -> None:
-        """(``start``) Report the damage the store found when it opened, once listeners can hear of it: on one
-        server at once (JetStream starts every stream in one pass: one capturing advisories has subscribed by
-        now); in a cluster once this server's meta group is current (its routes are up: the other servers'
-        interest in the advisory is known), or after OPEN_DAMAGE_WAIT seconds whatever it is."""
-        if self.closed:
-            return
-        cl = getattr(self.js, "cluster", None)
-        if cl is not None and tries * 0.25 < OPEN_DAMAGE_WAIT:
-            g = cl.group
-            if g is None or not g.current():
-                self.js.loop.call_later(0.25, self._report_open_damage, tries + 1)
-                return
-        self._store_damaged("when the store opened")
-
     def _store_damaged(self, when: str = "while running") -> None:
-        """Records found damaged (the store's ``state().lost``; never served: reads answer as for a missing
-        message), while running or (``start``) when the store opened. A replicated stream fetches them again from
-        a healthy replica (``refetch_damaged``, the path of damage found when the store opens); otherwise they are
-        reported: ``state.lost`` in stream info (from the store: every open finds the damaged records again, they
-        stay in their blocks), and once per damaged sequence an error in the log and the ``stream_data_lost``
-        advisory (``damagereport``: the sequences reported are kept on disk, not reported again after a
-        restart)."""
         if when == "while running":
             self._damage_due = False
-        if self.closed:
-            return
-        lost = self.store.state().lost
-        if not lost:
-            return
-        rep = self.replication
-        if rep is not None and rep.refetch_damaged():
-            return
-        damagereport.report_new(self, lost, when)
+        damagereport.store_damaged(self, when)
 
     def _on_store_remove(self, seq: int, subject: str, size: int) -> None:
         """A message left the store while an entry was applied: the consumers hear of it after apply."""
