@@ -19,6 +19,16 @@ from .store import (MSGS_PREFIX, MSGS_STREAM, OUT_STREAM, PUBREL_DELIVER_PREFIX,
 from .topics import TopicError, filter_to_subject, needs_level_up, subject_to_topic
 
 
+def _topic_field(subject: bytes) -> bytes:
+    """The topic field of a PUBLISH (length and topic) for a NATS subject, cached in _TOPICS."""
+    tb = subject_to_topic(subject.decode("utf-8", "surrogateescape")).encode()
+    tf = len(tb).to_bytes(2, "big") + tb
+    if len(_TOPICS) > 8192:
+        _TOPICS.clear()
+    _TOPICS[subject] = tf
+    return tf
+
+
 def _load_ack_numbers(reply: bytes) -> Any:
     """(delivery count, stream sequence, consumer sequence) of an ack subject: the JetStream lane's parser
     (compiled when the extension is), taken on first use (rillet.jetstream loads after this package)."""
@@ -251,11 +261,7 @@ class SubscribeMixin:
                 return
             tf = _TOPICS.get(subject)
             if tf is None:
-                tb = subject_to_topic(subject.decode("utf-8", "surrogateescape")).encode()
-                tf = len(tb).to_bytes(2, "big") + tb  # the topic field of the PUBLISH
-                if len(_TOPICS) > 8192:
-                    _TOPICS.clear()
-                _TOPICS[subject] = tf
+                tf = _topic_field(subject)
             payload = msg[hdr:] if hdr > 0 else msg
             n = len(tf) + len(payload)
             if n < 128:
@@ -425,11 +431,7 @@ class SubscribeMixin:
             first = (0x38 if nums and nums[0] > 1 else 0x30) | (qos << 1)
         tf = _TOPICS.get(subject)
         if tf is None:
-            tb = subject_to_topic(subject.decode("utf-8", "surrogateescape")).encode()
-            tf = len(tb).to_bytes(2, "big") + tb  # the topic field of the PUBLISH
-            if len(_TOPICS) > 8192:
-                _TOPICS.clear()
-            _TOPICS[subject] = tf
+            tf = _topic_field(subject)
         n = len(tf) + 2 + len(payload)
         if n < 128:
             head = bytes((first, n))
