@@ -223,10 +223,14 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
             return
         self.out += data
         if not self.flush_pending:
-            self.flush_pending = True
-            srv = self.server
-            srv.pending_flush.append(self)
-            srv.schedule_flush()
+            self.flush_soon()
+
+    def flush_soon(self) -> None:
+        """Have ``out`` written in this loop pass's flush (with the server's other connections)."""
+        self.flush_pending = True
+        srv = self.server
+        srv.pending_flush.append(self)
+        srv.schedule_flush()
 
     def send_packet(self, p: Any) -> None:
         self.send(C.encode(p, self.version))

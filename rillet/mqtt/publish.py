@@ -344,10 +344,7 @@ class PublishMixin:
             else:  # (send, inline: the connection is open, checked above)
                 self.out += b"\x40\x02" + pi.to_bytes(2, "big")
                 if not self.flush_pending:
-                    self.flush_pending = True
-                    srv = self.server
-                    srv.pending_flush.append(self)
-                    srv.schedule_flush()
+                    self.flush_soon()
         w = self._acks_waiter
         if not fifo and w is not None:
             self._acks_waiter = None

@@ -279,10 +279,7 @@ class SubscribeMixin:
             out += tf
             out += payload
             if not self.flush_pending:
-                self.flush_pending = True
-                srv = self.server
-                srv.pending_flush.append(self)
-                srv.schedule_flush()
+                self.flush_soon()
             return
         self._on_msg_slow(s, c, subject, reply, hdr, msg)
 
@@ -447,10 +444,7 @@ class SubscribeMixin:
         out += pi.to_bytes(2, "big")
         out += payload
         if not self.flush_pending:
-            self.flush_pending = True
-            srv = self.server
-            srv.pending_flush.append(self)
-            srv.schedule_flush()
+            self.flush_soon()
 
     @staticmethod
     def _sparkplug(p: C.Publish) -> C.Publish:
