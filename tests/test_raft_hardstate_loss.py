@@ -65,6 +65,9 @@ def test_a_damaged_or_missing_copy_is_rewritten_from_the_primary(tmp_path):
     assert rec.hs_note == "" and os.path.exists(c)
     _flip(os.path.join(d, "hardstate"))
     assert WAL.open(d)[1].hard_state == HardState(3, "n2", 5, 70)
+    os.truncate(c, 0)  # (an unsynced copy after a power cut: expected, rewritten without a note)
+    rec = WAL.open(d)[1]
+    assert rec.hard_state == HardState(3, "n2", 5, 70) and rec.hs_note == "" and os.path.getsize(c) > 0
 
 
 def test_the_copy_holds_every_term_and_vote_the_primary_held_when_they_were_saved(tmp_path, monkeypatch):

@@ -360,7 +360,10 @@ class WAL:
         note = ""
         if hs is not None:
             if copy != hs:
-                if copy_bad:
+                cpath = os.path.join(d, HS_COPY)
+                # (an empty copy is one whose write was not synced before an unclean stop, as the copy's commit
+                # and mark writes are not: expected, rewritten without a note; anything else is damage)
+                if copy_bad and not (os.path.exists(cpath) and os.path.getsize(cpath) == 0):
                     note = f"{copy_bad}: rewritten from {HS_FILE}"
                 _write_atomic(d, HS_COPY, _HS_MAGIC, _enc.encode(hs))
             self._copy_tv = (hs.term, hs.vote)
