@@ -124,11 +124,20 @@ def test_stream_may_lag_only_for_a_new_consumer_on_a_stream_follower(lead):
     class C:
         started_by_log = False
 
+    class JS:
+        cluster = object()  # (the meta layer, which answers the stream leader's state)
+
+    class CS:
+        js = JS()
+
     cr = CR.ConsumerReplica.__new__(CR.ConsumerReplica)
-    cr.rep, cr.c = Rep(), C()
+    cr.rep, cr.c, cr.cs = Rep(), C(), CS()
     assert cr._stream_may_lag() is (not lead)
     cr.c.started_by_log = True  # (resumes from its replicated state: no deliver-policy start to protect)
     assert cr._stream_may_lag() is False
     cr.c.started_by_log = False
     Rep.group.peers = ["a"]
+    assert cr._stream_may_lag() is False
+    Rep.group.peers = ["a", "b", "c"]
+    JS.cluster = None  # (no meta layer to ask: the consumer leads at once)
     assert cr._stream_may_lag() is False

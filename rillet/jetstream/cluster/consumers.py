@@ -746,7 +746,8 @@ class ConsumerReplica(ConsumerLossMixin):
         was created: the consumer starts from its deliver policy (no state in its log yet) and the stream's
         leader is another server's replica."""
         rep = self.rep
-        return not self.c.started_by_log and not rep.leader and not rep.closed and len(rep.group.peers) > 1
+        return (not self.c.started_by_log and not rep.leader and not rep.closed and len(rep.group.peers) > 1
+                and getattr(self.cs.js, "cluster", None) is not None)  # (the meta layer answers the stream info)
 
     async def _lead_when_stream_current(self) -> None:
         """Ask the stream leader for its state (``$JSC.SI``, sent after this consumer's assignment applied here,
@@ -801,7 +802,12 @@ class ConsumerReplica(ConsumerLossMixin):
     def _catch_up_done(self, t: "asyncio.Task[None]") -> None:
         if not t.cancelled() and t.exception() is not None:
             self.cs.js.log.error(f"JetStream cluster consumer '{self.rep.jsa.account.name} > {self.rep.name} > "
-                                 f"{self.name}': starting its leader failed: {t.exception()!r}")
+                                 f"{self.name}': waiting for its stream replica failed: {t.exception()!r}; "
+                                 f"it starts from what the replica holds")
+            if self._catch_up is t:
+                self._catch_up = None
+            if not self.closed and self.group.is_leader and not self.leader:
+                self._lead()  # (never left leaderless by the wait)
 
     def _stop_catch_up(self) -> None:
         t, self._catch_up = self._catch_up, None
