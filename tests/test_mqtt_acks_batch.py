@@ -12,6 +12,7 @@ import random
 import nats
 import pytest
 from mqttdiff import Raw
+from test_mqtt_runs import _subscriber, _until
 
 from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions
@@ -29,19 +30,6 @@ def _opts(store: str, **mqtt) -> Options:
     return o
 
 
-async def _until(pred, timeout: float = 20) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not pred():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
-def _subscriber(port: int, cid: str, topic: str) -> Raw:
-    r = Raw(port)
-    assert r.connect(cid, clean=False).rc == 0
-    r.send(C.Subscribe(1, [(topic, C.SubOpts(1))]))
-    assert isinstance(r.read(), C.SubAck)
-    return r
 
 
 def _receive_unacked(r: Raw, n: int) -> list[tuple[int, bytes]]:

@@ -16,7 +16,7 @@ import urllib.request
 import nats
 import pytest
 
-from helpers import ClusterMember, ServerProcess, free_port
+from helpers import ClusterMember, ServerProcess, free_port, request_until
 from tests.faults.lazyfs import Mounted, fuse_available
 
 pytestmark = pytest.mark.skipif(fuse_available() is not None, reason=f"lazyfs: {fuse_available()}")
@@ -355,23 +355,9 @@ def test_majority_loss_never_reuses_a_sequence_and_the_report_survives_a_restart
 
 
 async def _request_ok(urls: list[str], subject: str, timeout: float = 30.0) -> dict:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last = None
-    while loop.time() < deadline:
-        try:
-            nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=1)
-            try:
-                d = json.loads((await nc.request(subject, b"", timeout=2)).data)
-                if "error" not in d and d.get("cluster", {}).get("leader"):
-                    return d
-                last = d
-            finally:
-                await nc.close()
-        except Exception as e:  # (no leader yet: ask again)
-            last = repr(e)
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"{subject}: no answer with a leader within {timeout}s: {last}")
+    """The API request asked until it answers with a leader (helpers.request_until)."""
+    return await request_until(urls, subject, timeout=timeout,
+                               want=lambda d: "error" not in d and d.get("cluster", {}).get("leader"))
 
 
 def test_power_cut_of_every_server_in_the_unsynced_tail_is_reported(cluster) -> None:
