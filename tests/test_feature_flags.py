@@ -57,10 +57,13 @@ async def test_v2_ack_and_flow_control_subjects_like_nats_server(pair):
                 "durable_name": "D", "deliver_subject": "dlv.ff", "ack_policy": "flow_control",
                 "max_ack_pending": 10}})
             seen = []
+            fc_reply = None
             # the three messages and the flow control request, in whichever order the server sends them
-            # (nats-server under load has sent the request first)
+            # (nats-server under load has sent the request first). The request is answered, like a client
+            # does, with the last message received, so only once all three are in: answering "3" before
+            # they arrived would acknowledge messages not yet delivered, and nats-server then skips them.
             for _ in range(8):
-                if len(seen) == 4 and any(x[0] == "fc" for x in seen):
+                if len(seen) == 4 and fc_reply is None:
                     break
                 try:
                     m = await r.rc.read_msg(2.5)
@@ -70,9 +73,12 @@ async def test_v2_ack_and_flow_control_subjects_like_nats_server(pair):
                     continue
                 if m.reply and m.reply.startswith("$JS.FC."):
                     seen.append(("fc", m.reply.split(".")[:6], len(m.reply.split("."))))
-                    r.rc.hpub(m.reply, b"NATS/1.0\r\nNats-Last-Consumer: 3\r\nNats-Last-Stream: 3\r\n\r\n", b"")
+                    fc_reply = m.reply
                 elif m.reply:
                     seen.append(("msg", _shape(m.reply)))
+                if fc_reply is not None and sum(1 for x in seen if x[0] == "msg") == 3:
+                    r.rc.hpub(fc_reply, b"NATS/1.0\r\nNats-Last-Consumer: 3\r\nNats-Last-Stream: 3\r\n\r\n", b"")
+                    fc_reply = None
             out.append(("push", sorted(seen, key=repr)))
             await r.rc.ping()
             await asyncio.sleep(0.1)
