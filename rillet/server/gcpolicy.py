@@ -57,6 +57,7 @@ class GcPolicy:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._switch = 0.0  # the interval before install
+        self._thresholds: tuple[int, int, int] | None = None  # the collector's thresholds before install
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         """Called once the server is ready (start-up objects are frozen here)."""
@@ -64,6 +65,7 @@ class GcPolicy:
             return
         self.installed = True
         self._loop = loop
+        self._thresholds = gc.get_threshold()
         gc.set_threshold(*THRESHOLDS)
         self._switch = sys.getswitchinterval()
         sys.setswitchinterval(SWITCH_INTERVAL)
@@ -82,6 +84,8 @@ class GcPolicy:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
         sys.setswitchinterval(self._switch)
+        if self._thresholds is not None:
+            gc.set_threshold(*self._thresholds)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
