@@ -108,17 +108,18 @@ async def test_creates_answered_fast(cl):
 # ---- direct gets on followers -------------------------------------------------------------------------------
 
 def count_direct(servers, acc: str = "$G") -> list[list[str]]:
-    """Wrap each server's direct get handler: per server, the stream names it served direct gets for."""
+    """Wrap each server's direct get handler (where every direct get request arrives, ``on_direct_get``): per
+    server, the stream names it served direct gets for."""
     served: list[list[str]] = []
     for s in servers:
         router = s.jetstream.accounts[acc].router
         got: list[str] = []
         served.append(got)
 
-        def wrapped(args, reply, hdr, body, _orig=router.direct_get, _got=got):
-            _got.append(args[0])
-            return _orig(args, reply, hdr, body)
-        router.direct_get = wrapped
+        def wrapped(stream, sub, subject, reply, hdr, msg, _orig=router.on_direct_get, _got=got):
+            _got.append(stream.name)
+            return _orig(stream, sub, subject, reply, hdr, msg)
+        router.on_direct_get = wrapped
     return served
 
 

@@ -248,11 +248,7 @@ class Stream(DedupMixin, ReplyMixin):
 
     def on_direct_get(self, sub: Any, client: Any, subject: bytes, reply: bytes | None, hdr: int,
                        msg: bytes) -> None:
-        toks = subject.decode("utf-8", "surrogateescape").split(".")
-        i = toks.index("GET")
-        args = [self.name] + toks[i + 2:]
-        hdr_b, body = (msg[:hdr], msg[hdr:]) if hdr >= 0 else (b"", msg)
-        self.jsa.router.direct_get(args, reply, hdr_b, body)
+        self.jsa.router.on_direct_get(self, sub, subject, reply, hdr, msg)  # (rillet.jetstream.api.direct)
 
     def stop(self, delete: bool = False) -> None:
         if self.closed:

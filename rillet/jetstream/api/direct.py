@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from rillet.gocompat.gotime import format_time
-from rillet.gocompat.gotime import go_unix_nano, parse_time
+from rillet.gocompat.gotime import NS, go_unix_nano, parse_time
 from rillet.gocompat import jsoncodec as _codec
 from rillet.jetstream.api import types as A
 from rillet.jetstream import headers as H
@@ -110,6 +110,34 @@ class DirectApi:
 
         stream.delete_msg(seq, not req.no_erase, done)
 
+    def on_direct_get(self, stream: Stream, sub: Any, subject: bytes, reply: bytes | None, hdr: int,
+                      msg: bytes) -> None:
+        """A request on one of ``stream``'s direct get subscriptions (``Stream.on_direct_get``). The common
+        request, ``DIRECT.GET.<stream>`` with ``{"seq":N}`` and no headers, is answered here as
+        ``direct_get`` answers it, without its general steps (the subject's tokens, the request object, the
+        batch loop); anything else goes to ``direct_get``."""
+        if hdr < 0 and reply and sub is not None and sub.subject[-1] != ">":  # (DIRECT.GET.<stream> exactly)
+            st = self.jsa.streams.get(stream.name)
+            m = _SEQ_ONLY(msg)
+            if st is not None and m is not None:
+                if not (st.cfg.allow_direct or st.cfg.mirror_direct):
+                    return  # no responder (as direct_get)
+                seq = int(m.group(1))
+                if not seq:
+                    self._status(reply, 408, "Empty Request")
+                    return
+                found = _or_none(st.store.load_msg, seq)
+                if found is None:
+                    self._status(reply, 404, "Message Not Found")
+                else:
+                    self._direct_reply(st, reply, found)
+                return
+        toks = subject.decode("utf-8", "surrogateescape").split(".")
+        i = toks.index("GET")
+        args = [stream.name] + toks[i + 2:]
+        hdr_b, body = (msg[:hdr], msg[hdr:]) if hdr >= 0 else (b"", msg)
+        self.direct_get(args, reply, hdr_b, body)
+
     def direct_get(self, args: list[str], reply: bytes | None, hdr: bytes, body: bytes) -> None:
         """DIRECT.GET.<stream> (request body) and DIRECT.GET.<stream>.<subject...> (last for subject).
 
@@ -173,7 +201,7 @@ class DirectApi:
         if not extra:  # (append_headers' bytes for these four, written out)
             tail = b"Nats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n\r\n" % (
                 stream.name.encode("utf-8", "surrogateescape"), m.subject.encode("utf-8", "surrogateescape"), m.seq,
-                format_time(m.ts).encode())
+                _time_stamp(m.ts))
             h = m.hdr
             hdr = h[:-2] + tail if len(h) > 2 else H.HDR_LINE + tail
             self.jsa.ic.publish(reply, None, hdr + m.data, len(hdr))
@@ -278,6 +306,25 @@ class DirectApi:
         hdr = H.make_headers([(H.NUM_PENDING, str(np)), (H.LAST_SEQUENCE, str(lseq)),
                               (H.UP_TO_SEQUENCE, str(up_to))], 204, "EOB")
         self.jsa.ic.publish(reply, None, hdr, len(hdr))
+
+_STAMP_SECS: dict[int, bytes] = {}  # whole seconds since the epoch -> their RFC 3339 text without the "Z"
+
+
+def _time_stamp(ns: int) -> bytes:
+    """``format_time(ns).encode()`` (Nats-Time-Stamp), with the text of the whole second kept: messages stored
+    in the same second (most of those read one after another) share it, and only the fraction is written."""
+    secs, frac = divmod(ns, NS)
+    p = _STAMP_SECS.get(secs)
+    if p is None:
+        if secs <= 0:  # (the zero time and before the epoch: as format_time, not kept)
+            return format_time(ns).encode()
+        if len(_STAMP_SECS) >= 4096:
+            _STAMP_SECS.clear()
+        p = _STAMP_SECS[secs] = format_time(secs * NS)[:-1].encode()
+    if not frac:
+        return p + b"Z"
+    return b"%s.%sZ" % (p, (b"%09d" % frac).rstrip(b"0"))
+
 
 # a direct get body that is only a sequence (JSON whitespace allowed; at most 19 digits: always a uint64)
 _SEQ_ONLY = re.compile(rb'[ \t\n\r]*\{[ \t\n\r]*"seq"[ \t\n\r]*:[ \t\n\r]*(0|[1-9][0-9]{0,18})[ \t\n\r]*\}[ \t\n\r]*').fullmatch
