@@ -7,15 +7,19 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
 
 * ``STREAM.CREATE``: the configuration checked as nats-server checks it (rillet.jetstream.streamconfig: names,
   limits, mirrors and sources, subjects overlapping another stream of the account, an existing stream of the
-  same name), the replicas placed on peers that answered the leader lately, the first a
-  Go server when one is online (it is the group's preferred leader: a Rillet member of a new group with Go
+  same name), the replicas placed as nats-server places them (gometaplace: tags, ``unique_tag``, the servers'
+  storage from their statsz; a server that has not answered the leader lately is offline), the first a Go
+  server when one is online (it is the group's preferred leader: a Rillet member of a new group with Go
   peers does not campaign at once); with no Go server online, Rillet servers only, the preferred one
   campaigning at once (gostream.host_streams); a one-replica stream may go to any server, a Rillet one runs
   it itself), and the
   assignment proposed in Go's layout (golead.stream_assignment). The server that leads the new group answers the
   client, as under a Go meta leader. A create of an existing stream with the same settings proposes it again.
 * ``STREAM.UPDATE``: nats-server's update rules, the new configuration proposed with the stream's group; its
-  leader answers. A change of the replica count or placement (scaling, moving) is refused.
+  leader answers. A change of the replica count or placement (scaling, moving) sets the group's desired
+  state as nats-server 2.15 does (gometaplace), the group's leader carrying it out.
+* ``STREAM.PEER.REMOVE``, ``STREAM.PEER.EVACUATE``, ``SERVER.EVACUATE``, ``ACCOUNT.STREAM.MOVE``,
+  ``ACCOUNT.STREAM.CANCEL_MOVE`` and ``STREAM.CANCEL_MOVE``: gometaplace.
 * ``STREAM.DELETE``: the removal proposed; the stream's leader answers.
 * ``CONSUMER.CREATE`` / ``CONSUMER.DURABLE.CREATE``: nats-server's checks (rillet.jetstream.consumerconfig), the
   consumer's assignment on its stream's peers (as many as nats-server gives it: one for an ephemeral of a
@@ -40,9 +44,8 @@ accounts' imports bring their clients' requests with the requester's info, ``Nat
   carrying the change out and reporting on ``$SYS.JSC.*.ASSIGNMENT.RECONCILE`` (answered here); groups short of
   replicas or holding a peer that left are placed again every 2 s and when a server joins (``_heal``).
 
-What only a Go meta leader carries out -- ``STREAM.PEER.REMOVE``, ``ACCOUNT.PURGE``, the
-account's stream moves, stream restores, and creates or updates that scale, move or place by tags -- is
-delegated: the leadership goes to a current Go server and, once it leads, the request is sent to it as it came,
+What only a Go meta leader carries out -- ``ACCOUNT.PURGE`` and stream restores -- is delegated: the
+leadership goes to a current Go server and, once it leads, the request is sent to it as it came,
 so the Go leader answers the requester (``_delegate``). With no Go server current, it is refused or unanswered.
 
 Anything else a Go meta leader answers is not here: see docs/mixed-clusters.md.
@@ -56,9 +59,10 @@ from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER, request_info, stream_assignment
+from rillet.jetstream.cluster.gometaplace import PeerChanges, attach_registry
 from rillet.jetstream.cluster.gomigrate import (CONSUMER_RECONCILE, STREAM_RECONCILE, consumer_replicas,
-                                               missing_peers, order_group, reassign_stream_peers, reconcile_group,
-                                               remap_consumers)
+                                               missing_peers, order_group, reconcile_group, remap_consumers)
+from rillet.jetstream.cluster.placement import PlacementError
 from rillet.raft import gowire as gw
 
 __all__ = ["MetaLeaderApi", "ONLINE", "consumer_assignment"]
@@ -107,7 +111,7 @@ def consumer_assignment(client: dict, stream: str, name: str, cfg: dict, peers: 
     return doc
 
 
-class MetaLeaderApi:
+class MetaLeaderApi(PeerChanges):
     """The meta leader's part of the JetStream API on a standing Rillet member (see the module docstring).
     Subscribed for the member's life; every handler does nothing unless the member leads."""
 
@@ -116,6 +120,7 @@ class MetaLeaderApi:
         self.rng = rng or random.Random()
         self.answered = 0
         self.proposed = 0
+        self.registry = attach_registry(member.server)  # (the servers' tags, limits and usage: gometaplace)
         handlers = {
             "$JS.API.STREAM.CREATE.*": self._stream_create,
             "$JS.API.STREAM.UPDATE.*": self._stream_update,
@@ -131,10 +136,13 @@ class MetaLeaderApi:
             "$JS.API.META.LEADER.STEPDOWN": self._stepdown,
             "$JS.API.INFO": self._account_info,
             "$JS.API.SERVER.REMOVE": self._server_remove_request,
-            "$JS.API.STREAM.PEER.REMOVE.*": self._server_remove,
+            "$JS.API.STREAM.PEER.REMOVE.*": self._stream_peer_remove,
+            "$JS.API.STREAM.PEER.EVACUATE.*": self._stream_peer_evacuate,
+            "$JS.API.SERVER.EVACUATE": self._server_evacuate,
             "$JS.API.ACCOUNT.PURGE.*": self._server_remove,
-            "$JS.API.ACCOUNT.STREAM.MOVE.*.*": self._server_remove,
-            "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.*.*": self._server_remove,
+            "$JS.API.ACCOUNT.STREAM.MOVE.*.*": self._account_stream_move,
+            "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.*.*": self._account_stream_cancel_move,
+            "$JS.API.STREAM.CANCEL_MOVE.*": self._stream_cancel_move,
             "$JS.API.STREAM.RESTORE.*": self._server_remove,
         }
         self.subs = [member.ic.subscribe(s, self._guard(h)) for s, h in handlers.items()]
@@ -165,6 +173,10 @@ class MetaLeaderApi:
         if self._heal_timer is not None:
             self._heal_timer.cancel()
             self._heal_timer = None
+        services = getattr(getattr(self.member.server, "sysacc", None), "services", None)
+        if self.registry is not None and services is not None and self.registry.event in services.remote_listeners:
+            services.remote_listeners.remove(self.registry.event)
+        self.registry = None
 
     # -- plumbing -----------------------------------------------------------------------------------------
     def _guard(self, handler: Any) -> Any:
@@ -250,22 +262,6 @@ class MetaLeaderApi:
     def _is_go(self, peer: str) -> bool:
         return peer != self.member.peer and peer not in self.member.rillet_peers
 
-    def _place(self, n: int) -> Optional[list[str]]:
-        """``n`` online peers, the first (the group's preferred leader) a Go server when one is online; with none,
-        Rillet servers only, a Rillet one preferred (it campaigns at once: gostream.host_streams). None when
-        there are not enough."""
-        online = self._online()
-        if n == 1:
-            return [self.rng.choice(online)]
-        if n > len(online):
-            return None
-        go = [p for p in online if self._is_go(p)]
-        if not go:
-            return self.rng.sample(online, n)
-        first = self.rng.choice(go)
-        rest = self.rng.sample([p for p in online if p != first], n - 1)
-        return [first, *rest]
-
     def _delegate(self) -> bool:
         """For a request only a Go meta leader carries out: hand the group to a current Go server and, once it
         leads, send it the request as it came (headers, reply subject: the Go leader answers the requester).
@@ -296,8 +292,8 @@ class MetaLeaderApi:
         return True
 
     def _server_remove(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
-        """``STREAM.PEER.REMOVE``, ``ACCOUNT.PURGE``, the account's stream moves and stream
-        restores: carried out by a Go meta leader (``_delegate``); unanswered when no Go server is current."""
+        """``ACCOUNT.PURGE`` and stream restores: carried out by a Go meta leader (``_delegate``); unanswered when
+        no Go server is current."""
         if not self._delegate():
             self.member._warn_once(f"delegate:{subject}", f"JetStream: {subject} not answered: a Rillet meta "
                                    "leader does not carry it out and no Go server is current")
@@ -352,25 +348,6 @@ class MetaLeaderApi:
             g = sa.get("group") or {}
             if peer in (g.get("peers") or []) or peer in ((g.get("desired") or {}).get("peers") or []):
                 self._reassign(key, sa, [peer], remove=True, min_replicas=0)
-
-    def _candidates(self) -> list[str]:
-        r = self.member.raft
-        return [p for p in self._online() if p not in r.removed_peers]
-
-    def _reassign(self, key: tuple[str, str], sa: dict, drop: list[str], remove: bool, min_replicas: int) -> bool:
-        csa, replaced = reassign_stream_peers(sa, drop, remove, min_replicas, self._candidates(), self.rng)
-        if csa is None:
-            return False
-        acc, name = key
-        if not replaced:
-            self.member.log.warn(f"JetStream: could not replace peer(s) {drop} of stream '{acc} > {name}': no "
-                                 "other server online; placed once one joins")
-        csa["group"] = order_group(csa["group"])
-        self.reassigned += 1
-        self._propose(ge.OP_ASSIGN_STREAM, csa)
-        self._inflight[key] = self.member.raft.pindex
-        self._remap_consumers(key, csa)
-        return True
 
     def _remap_consumers(self, key: tuple[str, str], sa: dict) -> bool:
         """The stream's consumers onto its target peers (proposed); whether all had converged already."""
@@ -428,14 +405,15 @@ class MetaLeaderApi:
         if self.member.raft.role != LEADER:
             return None
         doc = self._json(bytes(msg[hdr:]) if hdr > 0 else bytes(msg))
-        allowed = set(fields) | {"id", "term", "scale_down_peers", "meta_peers", "match"}
+        # ("members": the group's RAFT members, which nats-server 2.15.1's group leaders send beside meta_peers)
+        allowed = set(fields) | {"id", "term", "scale_down_peers", "meta_peers", "match", "members"}
         if not doc or set(doc) - allowed or any(not isinstance(doc.get(f), str) for f in fields):
             return None  # (nats-server decodes it strictly and drops what does not fit)
         if not isinstance(doc.get("term"), int) or isinstance(doc["term"], bool) or doc["term"] <= 0:
             return None
         if not isinstance(doc.get("id", ""), str) or not isinstance(doc.get("match", False), bool):
             return None
-        for k in ("scale_down_peers", "meta_peers"):
+        for k in ("scale_down_peers", "meta_peers", "members"):
             v = doc.get(k)
             if v is not None and (not isinstance(v, list) or not all(isinstance(p, str) for p in v)):
                 return None
@@ -514,13 +492,6 @@ class MetaLeaderApi:
                 "subjects_overlap": lambda subjects: any_collision(others, subjects),
                 "account_limits": account_js_config(self.member.server.opts.accounts or {}).get(acc)}
 
-    def _placement_refused(self, cfg: Any) -> Optional[str]:
-        pl = cfg.placement
-        if pl is not None and (pl.tags or (pl.cluster and pl.cluster != self.member.server.opts.cluster.name)):
-            return ("no suitable peers for placement: placement by tags or another cluster is not supported by a "
-                    "Rillet meta leader")
-        return None
-
     def _stream_create(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
         kind = "stream_create_response"
         if ci is None or not ci.get("acc"):
@@ -541,21 +512,30 @@ class MetaLeaderApi:
         if old is not None and cfg is existing:  # (the same settings: proposed again, its leader answers)
             self._propose(ge.OP_ASSIGN_STREAM, dict(old, client=client, subject=subject, reply=reply))
             return
-        why = self._placement_refused(cfg)
-        if why:
-            if not self._delegate():
+        cluster = self.member.server.opts.cluster.name
+        if self.registry is not None:  # (nats-server's placement: tags, unique_tag, storage: gometaplace)
+            try:
+                placed, cluster = self._new_group(to_go(cfg), ci)
+            except PlacementError as e:
+                self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.api_error().to_dict()})
+                return
+            peers: Optional[list[str]] = self._lead_first(placed)
+        else:
+            why = self._placement_refused(cfg)
+            if why:
                 self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err=why))
-            return
-        peers = self._place(cfg.num_replicas or 1)
+                return
+            peers = self._place(cfg.num_replicas or 1)
         if peers is None:
             self._answer(reply, _err(kind, "CLUSTER_NO_PEERS", err="no suitable peers for placement"))
             return
-        doc = stream_assignment(client, to_go(cfg), peers, self.member.server.opts.cluster.name, subject, reply)
+        doc = stream_assignment(client, to_go(cfg), peers, cluster, subject, reply)
         self._propose(ge.OP_ASSIGN_STREAM, doc)
 
     def _stream_update(self, subject: str, reply: str, ci: Optional[dict], body: bytes) -> None:
         """``STREAM.UPDATE``: nats-server's update rules (rillet.jetstream.streamconfig); the new configuration
-        proposed with the stream's group, whose leader applies it and answers. Scaling and moves are refused."""
+        proposed with the stream's group, whose leader applies it and answers; scaling and moves set its desired
+        state (gometaplace)."""
         kind = "stream_update_response"
         if ci is None or not ci.get("acc"):
             return
@@ -575,14 +555,20 @@ class MetaLeaderApi:
         except ApiError as e:
             self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.to_dict()})
             return
-        if cfg.num_replicas != old_cfg.num_replicas or to_go(cfg.placement) != to_go(old_cfg.placement):
-            if not self._delegate():  # (scaling and moves: a Go meta leader's desired-state steps)
-                self._answer(reply, _err(kind, "STREAM_UPDATE", err="scaling or moving a stream is not supported "
-                                         "by a Rillet meta leader and no Go server is current"))
+        new = to_go(cfg)
+        try:  # (scaling and moves: nats-server's desired state, gometaplace)
+            group = self._changed_group(old, new, ci)
+        except ApiError as e:
+            self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.to_dict()})
             return
+        except PlacementError as e:
+            self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.api_error().to_dict()})
+            return
+        if group is None:  # (any other update: no preferred peer; no scale up flag once the group is stable)
+            og = old.get("group") or {}
+            group = {k: v for k, v in og.items() if k != "preferred" and (k != "scale_up" or og.get("desired"))}
         client = {k: v for k, v in ci.items() if k not in ("jwt", "issuer_key")}
-        group = {k: v for k, v in (old.get("group") or {}).items() if k != "preferred"}
-        doc = {"client": client, "created": old.get("created", ""), "stream": to_go(cfg), "group": group,
+        doc = {"client": client, "created": old.get("created", ""), "stream": new, "group": group,
                "sync": old.get("sync", ""), "subject": subject, "reply": reply}
         self._propose(ge.OP_UPDATE_STREAM, doc)
 
