@@ -140,22 +140,27 @@ async def test_failed_gathered_write_answers_the_taken_back_stores_with_the_erro
     """The pass's first QoS 1 message is written at once and answered stored; the write of the gathered rest
     fails (a full disk): the store takes them back and each of their held answers is the store's error (what
     the MQTT side then sends is its own decision), none of them stored."""
-    from rillet.mqtt.publish import PublishMixin
+    from rillet.mqtt.store import QoS1Store
     store = str(tmp_path / "js")
     real = fsmod._write_all
     answers: list = []
-    real_stored = PublishMixin._stored
+    real_stored, real_done = QoS1Store.stored, QoS1Store.done
 
     def full_for_batches(fd, bufs, off, total):
         if total > 1000:  # (the gathered records; one record is ~200 bytes)
             raise OSError(28, "No space left on device")
         return real(fd, bufs, off, total)
 
-    def stored(self, ent, err):
-        answers.append((ent[1], err))
-        return real_stored(self, ent, err)
+    def stored(self, seq):  # (a store answered stored)
+        answers.append((self.pi, None))
+        return real_stored(self, seq)
 
-    monkeypatch.setattr(PublishMixin, "_stored", stored)
+    def done(self, err):  # (any other answer: an error, a duplicate)
+        answers.append((self.pi, err))
+        return real_done(self, err)
+
+    monkeypatch.setattr(QoS1Store, "stored", stored)
+    monkeypatch.setattr(QoS1Store, "done", done)
     async with run_server(_opts(store)) as srv:
         port = srv.mqtt_addr[1]
         sub = await asyncio.to_thread(_subscriber, port)  # (the account's MQTT streams exist from here)

@@ -82,10 +82,9 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
         self._sidn = 0
         self.queue: asyncio.Queue = asyncio.Queue()
         self.busy = False  # the packet task is handling (awaiting) a packet
-        # QoS 1 PUBACKs in order: [None until stored (then True, or the error), packet id, reason code]
+        # QoS 1 PUBACKs in order (store.QoS1Store: None until stored, then True or the error; packet id, reason code)
         self.ack_fifo: deque = deque()
         self._acks_waiter: asyncio.Future | None = None  # the packet task waits for the PUBACKs owed
-        self._stored_cb = self._stored
         self.acks_unwritten = 0  # PUBACKs in ``out`` (MQTT 5: the client has not seen them yet)
         self._per_sub = int(srv.opts.mqtt.get("max_ack_pending") or 1024)  # QoS 1/2 in flight per subscription
         self.topics: dict[str, str] = {}  # topic -> subject (a cache)

@@ -16,7 +16,7 @@ from .common import (_HDRS, _INTERNAL_HDRS, MSGS_PREFIX_B, PROPS_HDR, RC_ALIAS_I
                      RC_NOT_AUTHORIZED, RC_PI_NOT_FOUND, RC_PROTOCOL, RC_QOS_NOT_SUPPORTED, RC_RECV_MAX,
                      RC_TOO_LARGE, RC_TOPIC_NAME_INVALID, RC_UNSPECIFIED, SERVER_ALIAS_MAX, _extra_of,
                      _props_from_extra)
-from .store import (MSGS_PREFIX, QOS2IN_PREFIX, QOS2IN_STREAM, JSAPIError, RetainedMsg, client_hash,
+from .store import (MSGS_PREFIX, QOS2IN_PREFIX, QOS2IN_STREAM, JSAPIError, QoS1Store, RetainedMsg, client_hash,
                     make_headers, nuid, parse_headers)
 from .topics import TopicError, subject_to_topic, topic_to_subject
 
@@ -132,10 +132,9 @@ class PublishMixin:
         got = acc.deliver(self, sb, None, len(hdr), hdr + payload)
         if p.qos == 1:
             rc = 0 if got or self.version < 5 else RC_NO_SUBSCRIBERS
-            ent = [None, p.pi, rc]
-            self.ack_fifo.append(ent)
-            self.asm.jsa.store_cb((MSGS_PREFIX + subject).encode(), p.payload, hdr,  # type: ignore[union-attr]
-                                  self._stored_cb, ent)
+            a = QoS1Store(self, p.pi, rc)
+            self.ack_fifo.append(a)
+            self.asm.jsa.store_cb((MSGS_PREFIX + subject).encode(), p.payload, hdr, a)  # type: ignore[union-attr]
         return True
 
     def _fast_in(self, data: bytes) -> bytes:
@@ -163,7 +162,6 @@ class PublishMixin:
         skip = 1 if v5 else 0  # (MQTT 5: the properties length, 0)
         fifo = self.ack_fifo
         store = self.asm.jsa.store_cb  # type: ignore[union-attr]
-        stored = self._stored_cb
         pos = 0
         n = len(data)
         acks: dict[str, list[bytes]] = {}  # PUBACKs read: the ack subjects owed, by durable (``_acks_out``)
@@ -215,9 +213,9 @@ class PublishMixin:
                             got = True
                         else:
                             got = q[3] and deliver(self, sb, None, hl, h1 + payload)
-                        a = [None, pi, 0 if got or not v5 else RC_NO_SUBSCRIBERS]
+                        a = QoS1Store(self, pi, 0 if got or not v5 else RC_NO_SUBSCRIBERS)
                         fifo.append(a)
-                        store(ent[1], payload, h1, stored, a)
+                        store(ent[1], payload, h1, a)
                     else:
                         ps = te + skip
                         if ps > end or (v5 and data[te]):
@@ -316,25 +314,23 @@ class PublishMixin:
         ent = self.fpubs[tb] = (sb, MSGS_PREFIX_B + sb)
         return ent
 
-    def _stored(self, ent: list, err: BaseException | None) -> None:
-        """(JSA.store_cb) A QoS 1 message is stored (or refused): the PUBACKs now due go out, in order."""
-        ent[0] = err or True
-        fifo = self.ack_fifo
-        if fifo and fifo[0] is ent:
-            self._drain_acks()
-
     def _drain_acks(self) -> None:
+        """(QoS1Store.done, once the oldest QoS 1 store is answered) The PUBACKs now due, in order."""
         fifo = self.ack_fifo
-        while fifo and fifo[0][0] is not None:
-            e, pi, rc = fifo.popleft()
-            if e.__class__ is asyncio.CancelledError:  # (the account's MQTT state closed: no PUBACK)
-                continue
-            # (no PUBACK for a message the stream refused: a full disk's 10023 too, as nats-server; only a
-            # store nobody answered, code 503 without an error code, is let through)
-            if e is not True and not (isinstance(e, JSAPIError) and e.code == 503 and not e.err_code):
-                fifo.clear()
-                self.fail(f"unable to store QoS 1 message: {e}", RC_UNSPECIFIED)
-                break
+        while fifo and fifo[0].e is not None:
+            a = fifo.popleft()
+            e = a.e
+            pi = a.pi
+            rc = a.rc
+            if e is not True:
+                if e.__class__ is asyncio.CancelledError:  # (the account's MQTT state closed: no PUBACK)
+                    continue
+                # (no PUBACK for a message the stream refused: a full disk's 10023 too, as nats-server; only a
+                # store nobody answered, code 503 without an error code, is let through)
+                if not (isinstance(e, JSAPIError) and e.code == 503 and not e.err_code):
+                    fifo.clear()
+                    self.fail(f"unable to store QoS 1 message: {e}", RC_UNSPECIFIED)
+                    break
             if self.closed:
                 fifo.clear()
                 break

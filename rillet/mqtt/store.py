@@ -142,22 +142,32 @@ def _direct_types() -> tuple[Any, Any]:
     return _DIRECT_TYPES
 
 
-class _StoreAck:
-    """The answer to a store that went straight to its stream (``JSA.store_cb``), through the stream's seam for
-    answers that are not a reply subject (``Stream.process``'s ``fast``; the fast batch's ``FastMsg`` is the
-    other one): stored (after the message is written) or a duplicate is ``cb(arg, None)``, an error
-    ``cb(arg, JSAPIError)`` with the error the PubAck would have carried. The answer is counted as the reply
-    subject's would be (the stream's internal client sent it, the JSA's reply subscription got it), so the
-    server's message totals (/varz) do not change with the path."""
+class QoS1Store:
+    """A QoS 1 PUBLISH being stored in ``$MQTT_msgs``: the connection's PUBACK queue entry (``ack_fifo``, in order)
+    and the store's answer in one object. ``e`` is None until the store answers, then True (stored) or the error;
+    ``done(err)`` records the answer and sends the PUBACKs now due (``MqttConn._drain_acks``).
 
-    __slots__ = ("cb", "arg", "jsa", "stream")
+    A store that goes straight to its stream (``JSA.store_cb``) is answered through the stream's seam for answers
+    that are not a reply subject (``Stream.process``'s ``fast``; the fast batch's ``FastMsg`` is the other one):
+    stored (after the message is written) or a duplicate is ``done(None)``, an error ``done(JSAPIError)`` with the
+    error the PubAck would have carried. That answer is counted as the reply subject's would be (the stream's
+    internal client sent it, the JSA's reply subscription got it), so the server's message totals (/varz) do not
+    change with the path (``jsa`` and ``stream`` are set for it)."""
+
+    __slots__ = ("e", "pi", "rc", "conn", "jsa", "stream")
     wait_write = True  # (answered once written: held with the pass's other answers while the store gathers)
 
-    def __init__(self, cb: Callable[[Any, BaseException | None], None], arg: Any, jsa: "JSA", stream: Any) -> None:
-        self.cb = cb
-        self.arg = arg
-        self.jsa = jsa
-        self.stream = stream
+    def __init__(self, conn: Any, pi: int, rc: int) -> None:
+        self.e: Any = None
+        self.pi = pi
+        self.rc = rc
+        self.conn = conn
+
+    def done(self, err: BaseException | None) -> None:
+        self.e = err or True
+        fifo = self.conn.ack_fifo
+        if fifo and fifo[0] is self:
+            self.conn._drain_acks()
 
     def _count(self, size: int) -> None:
         ic = self.stream.ic
@@ -169,23 +179,30 @@ class _StoreAck:
         pass
 
     def stored(self, seq: int) -> bool:
-        # (_count, inline: {"stream":<name>[,"domain":..],"seq":<seq>})
+        # (_count and done, inline: {"stream":<name>[,"domain":..],"seq":<seq>})
         jsa = self.jsa
         ic = self.stream.ic
         ic.in_msgs += 1
         ic.in_bytes += jsa._dack + len(str(seq))
         jsa._sub.nm += 1
-        self.cb(self.arg, None)
+        self.e = True
+        conn = self.conn
+        fifo = conn.ack_fifo
+        if fifo and fifo[0] is self:
+            conn._drain_acks()
         return False
 
     def duplicate(self, dseq: int) -> None:
         self._count(self.jsa._dack + len(str(dseq)) + len(',"duplicate": true'))
-        self.cb(self.arg, None)
+        self.done(None)
 
     def error(self, err: Any, proposed: bool = False) -> None:
         d = err.to_dict()
         self._count(len(msgspec.json.encode({"error": d, "stream": self.stream.name, "seq": 0})))
-        self.cb(self.arg, JSAPIError(d))
+        self.done(JSAPIError(d))
+
+
+_qos1_done = QoS1Store.done
 
 
 class JSA:
@@ -214,7 +231,9 @@ class JSA:
         # acks straight to a consumer's ack subscription (``ack``): by durable, (sublist stamp, the ack subject's
         # prefix, the subscription or None)
         self._ack_to: dict[str, tuple[tuple[int, int], bytes, Any]] = {}
-        self._dcache: dict[bytes, tuple[tuple[int, int], tuple[Any, Any, str], Any, Any]] = {}
+        # (``_direct``'s answers by subject: the sublist's insert and remove counts, the answer, the stream's
+        # config and log type when it was made)
+        self._dcache: dict[bytes, tuple[int, int, tuple[Any, Any, str], Any, Any]] = {}
         self._sub = self.ic.subscribe(self.prefix + ">", self._on_reply)
 
     def close(self) -> None:
@@ -284,27 +303,26 @@ class JSA:
             raise JSAPIError(d["error"])
         return d
 
-    def store_cb(self, subject: bytes, payload: bytes, hdr: bytes, cb: Callable[[Any, BaseException | None], None],
-                 arg: Any) -> None:
-        """Publish into a stream now; ``cb(arg, None)`` once stored, ``cb(arg, error)`` for an error answer or no
-        stream (JSAPIError) or no answer within js_api_timeout (TimeoutError), called from the delivery of the
+    def store_cb(self, subject: bytes, payload: bytes, hdr: bytes, ans: QoS1Store) -> None:
+        """Publish into a stream now; ``ans.done(None)`` once stored, ``ans.done(error)`` for an error answer or
+        no stream (JSAPIError) or no answer within js_api_timeout (TimeoutError), called from the delivery of the
         answer: no future, task or timer per message (one sweep a second fails the late ones).
 
         When the subject's only subscriber is a local, unreplicated stream (``_direct``), the message goes to
-        the stream's publish checks at once and the answer comes back through ``_StoreAck`` (the stream's seam
-        for answers that are not a reply subject): what the publish would do, without the reply subject, its
+        the stream's publish checks at once and ``ans`` is the answer object the stream calls (its seam for
+        answers that are not a reply subject): what the publish would do, without the reply subject, its
         sublist miss and the answer's delivery."""
         # (_direct's answer kept for the subject, its checks inline: the per-message case)
         acc = self.account
         sl = acc.sublist
         ent = self._dcache.get(subject)
         st = None
-        if ent is not None and ent[0] == (sl._inserts, sl._removes) and not acc.mappings and acc.gw is None and \
-                not self.server.trace_on and _mt.CURRENT is None:
-            st = ent[1]
+        if ent is not None and ent[0] == sl._inserts and ent[1] == sl._removes and not acc.mappings and \
+                acc.gw is None and not self.server.trace_on and _mt.CURRENT is None:
+            st = ent[2]
             stream = st[0]
-            if stream.cfg is not ent[2] or stream.closed or stream.replication is not None or \
-                    type(stream.log) is not ent[3] or st[1].max or stream.js.sync_always:
+            if stream.cfg is not ent[3] or stream.closed or stream.replication is not None or \
+                    type(stream.log) is not ent[4] or st[1].max or stream.js.sync_always:
                 st = None
         if st is None:
             st = self._direct(subject)
@@ -314,12 +332,14 @@ class JSA:
             ic = self.ic
             ic.in_msgs += 1
             ic.in_bytes += len(hdr) + len(payload)
-            stream.process(isubj, None, hdr, payload, fast=_StoreAck(cb, arg, self, stream))
+            ans.jsa = self
+            ans.stream = stream
+            stream.process(isubj, None, hdr, payload, fast=ans)
             self.server.schedule_flush()
             return
         self._n += 1
         tok = b"%d" % self._n
-        self._stores[tok] = (cb, arg, time.monotonic() + self.timeout, subject)
+        self._stores[tok] = (_qos1_done, ans, time.monotonic() + self.timeout, subject)
         if self._sweeper is None:
             self._sweeper = self.server.loop.call_later(1.0, self._sweep)
         if hdr:
@@ -340,19 +360,19 @@ class JSA:
         if acc.mappings or acc.gw is not None or self.server.trace_on or _mt.CURRENT is not None:
             return None
         sl = acc.sublist
-        stamp = (sl._inserts, sl._removes)  # (both only grow: any change to the subscriptions moves one)
+        ins, rem = sl._inserts, sl._removes  # (both only grow: any change to the subscriptions moves one)
         ent = self._dcache.get(subject)
-        if ent is not None and ent[0] == stamp:
-            st = ent[1]
+        if ent is not None and ent[0] == ins and ent[1] == rem:
+            st = ent[2]
             stream = st[0]
-            if stream.cfg is ent[2] and not stream.closed and stream.replication is None and \
-                    type(stream.log) is ent[3] and not st[1].max and not stream.js.sync_always:
+            if stream.cfg is ent[3] and not stream.closed and stream.replication is None and \
+                    type(stream.log) is ent[4] and not st[1].max and not stream.js.sync_always:
                 return st
         st = self._direct_check(subject)
         if st is not None:
             if len(self._dcache) > 4096:
                 self._dcache.clear()
-            self._dcache[subject] = (stamp, st, st[0].cfg, type(st[0].log))
+            self._dcache[subject] = (ins, rem, st, st[0].cfg, type(st[0].log))
         return st
 
     def _direct_check(self, subject: bytes) -> tuple[Any, Any, str] | None:
@@ -374,7 +394,7 @@ class JSA:
                 return None
             self._dsub, self._dstream = sub, stream
             dom = stream.js.domain
-            # the length of a PubAck without its sequence digits (what _StoreAck counts)
+            # the length of a PubAck without its sequence digits (what QoS1Store counts)
             self._dack = len(msgspec.json.encode(stream.name)) + len(b'{"stream":,"seq":}') + \
                 (len(b',"domain":') + len(msgspec.json.encode(dom)) if dom else 0)
         if sub.max or stream.closed or stream.replication is not None or type(stream.log) is not log_t:

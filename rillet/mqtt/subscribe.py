@@ -29,6 +29,24 @@ def _topic_field(subject: bytes) -> bytes:
     return tf
 
 
+# ``$MQTT.msgs.<subject>`` -> the topic field of ``<subject>``, for the subjects ``_on_js_msg``'s common case
+# takes whatever the subscription (not Sparkplug B, not a ``$`` subject): its subject checks made once
+_JS_TOPICS: dict[bytes, bytes] = {}
+
+
+def _js_topic_field(subject: bytes) -> bytes:
+    """The topic field for ``$MQTT.msgs.<subject>`` (``subject`` the whole one), kept in _JS_TOPICS when the
+    subject is neither a Sparkplug B nor a ``$`` one."""
+    tf = _TOPICS.get(subject[11:])
+    if tf is None:
+        tf = _topic_field(subject[11:])
+    if subject[11] != 36:  # (b"$")
+        if len(_JS_TOPICS) > 8192:
+            _JS_TOPICS.clear()
+        _JS_TOPICS[subject] = tf
+    return tf
+
+
 def _load_ack_numbers(reply: bytes) -> Any:
     """(delivery count, stream sequence, consumer sequence) of an ack subject: the JetStream lane's parser
     (compiled when the extension is), taken on first use (rillet.jetstream loads after this package)."""
@@ -334,14 +352,53 @@ class SubscribeMixin:
         sess = self.sess
         if s is None or sess is None or self.closed or not reply or not self.connected:
             return
-        if hdr == 25 and self.version < 5 and self.perms is None and msg.startswith(b"NATS/1.0\r\nNmqtt-Pub:") and \
-                subject.startswith(MSGS_PREFIX_B) and len(subject) > 11 and not subject.startswith(b"spBv1//0.", 11) \
-                and (not s.reserved or not subject.startswith(b"$", 11)):
+        if hdr == 25 and self.version < 5 and self.perms is None and msg.startswith(b"NATS/1.0\r\nNmqtt-Pub:") and (
+                subject in _JS_TOPICS or (subject.startswith(MSGS_PREFIX_B) and len(subject) > 11 and
+                                          not subject.startswith(b"spBv1//0.", 11) and
+                                          (not s.reserved or not subject.startswith(b"$", 11)))):
             # the common case: a 3.1.1 MQTT message (no other header) to a 3.1.1 client, no checks to make
             mq = msg[20] - 48  # (a digit, or the packet path decides)
             qos = mq if mq < s.qos else s.qos
             if 0 < qos and mq < 10:
-                self._js_publish(s, sess, subject[11:], reply, msg[25:], qos)
+                # the PUBLISH written without a packet object
+                nums = _ack_numbers(reply)
+                sseq = nums[1] if nums else 0
+                pp = sess.pending_pub
+                pi = sess.cpending.get((s.durable, sseq)) if sseq else None
+                if pi is not None and pi in pp:
+                    first = 0x38 | (qos << 1)  # (DUP)
+                    pp[pi] = (reply, s.durable, sseq)
+                else:
+                    ps = self._per_sub
+                    if len(pp) >= ps * (len(self.msubs) or 1) or len(pp) >= self.client_recv_max:
+                        return  # (redelivered by JetStream after ack_wait)
+                    pi = sess.next_pi()
+                    if not pi:
+                        return
+                    pp[pi] = (reply, s.durable, sseq)
+                    if sseq:
+                        sess.cpending[(s.durable, sseq)] = pi
+                    first = (0x38 if nums and nums[0] > 1 else 0x30) | (qos << 1)
+                tf = _JS_TOPICS.get(subject)
+                if tf is None:
+                    tf = _js_topic_field(subject)
+                pl = len(msg) - 25
+                n = len(tf) + 2 + pl
+                if n < 128:
+                    head = bytes((first, n))
+                elif n < 16384:
+                    head = bytes((first, (n & 0x7F) | 0x80, n >> 7))
+                else:
+                    head = bytes((first,)) + C.encode_varint(n)
+                self.out_msgs += 1
+                self.out_bytes += pl
+                out = self.out  # (as ``send``: the connection is open, checked above)
+                out += head
+                out += tf
+                out += pi.to_bytes(2, "big")
+                out += msg[25:]
+                if not self.flush_pending:
+                    self.flush_soon()
                 return
         subj = subject.decode("utf-8", "surrogateescape")
         if not subj.startswith(MSGS_PREFIX) or len(subj) <= len(MSGS_PREFIX):
@@ -405,46 +462,6 @@ class SubscribeMixin:
         consumer's delivery is over: called from inside a run of deliveries, the consumer must not see an ack
         before it has recorded the run (its subscription is ``run_safe``)."""
         self.server.loop.call_soon(self.asm.jsa.send, rep)  # type: ignore[union-attr]
-
-    def _js_publish(self, s: _Sub, sess: Session, subject: bytes, reply: bytes, payload: bytes, qos: int) -> None:
-        """``_on_js_msg`` for a 3.1.1 message to a 3.1.1 client: the PUBLISH written without a packet object."""
-        nums = _ack_numbers(reply)
-        sseq = nums[1] if nums else 0
-        pp = sess.pending_pub
-        pi = sess.cpending.get((s.durable, sseq)) if sseq else None
-        if pi is not None and pi in pp:
-            first = 0x38 | (qos << 1)  # (DUP)
-            pp[pi] = (reply, s.durable, sseq)
-        else:
-            ps = self._per_sub
-            if len(pp) >= ps * (len(self.msubs) or 1) or len(pp) >= self.client_recv_max:
-                return  # (redelivered by JetStream after ack_wait)
-            pi = sess.next_pi()
-            if not pi:
-                return
-            pp[pi] = (reply, s.durable, sseq)
-            if sseq:
-                sess.cpending[(s.durable, sseq)] = pi
-            first = (0x38 if nums and nums[0] > 1 else 0x30) | (qos << 1)
-        tf = _TOPICS.get(subject)
-        if tf is None:
-            tf = _topic_field(subject)
-        n = len(tf) + 2 + len(payload)
-        if n < 128:
-            head = bytes((first, n))
-        elif n < 16384:
-            head = bytes((first, (n & 0x7F) | 0x80, n >> 7))
-        else:
-            head = bytes((first,)) + C.encode_varint(n)
-        self.out_msgs += 1
-        self.out_bytes += len(payload)
-        out = self.out  # (as ``send``: the connection is open, checked by the caller)
-        out += head
-        out += tf
-        out += pi.to_bytes(2, "big")
-        out += payload
-        if not self.flush_pending:
-            self.flush_soon()
 
     @staticmethod
     def _sparkplug(p: C.Publish) -> C.Publish:
