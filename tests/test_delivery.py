@@ -574,3 +574,37 @@ def test_no_responders_finds_the_requesters_reply_subscription(many: bool) -> No
     for reply in (b"_INBOX.abc.def", b"_INBOX..x", b"other"):  # matched by no subscription of the requester
         no_responders(acc, pub, b"req", reply)
     assert not pub.out
+
+
+def test_no_responders_reply_forms_match_as_token_by_token() -> None:
+    # _reply_sub tests a reply subject by the form of each subscription's subject (a prefix for "p.*" and
+    # "p.>"): the subscription it finds is the first, in the client's order, that the token by token match
+    # (the sublist's rule) finds, for every reply, empty tokens and wildcard characters included
+    import random
+
+    from rillet.server.delivery import REPLY_SUBS_SCAN, _reply_sub
+    from rillet.subjects.validate import tokens_match_literal
+    rnd = random.Random(2020)
+    words = ["a", "b", "ab", "_I", "*", ">", "a*", "b>"]
+    srv = server()
+    acc = srv.global_account
+    for trial in range(300):
+        pub = client(srv)
+        subjects = []
+        for i in range(rnd.randrange(1, REPLY_SUBS_SCAN + 1)):
+            toks = [rnd.choice(words[:4]) for _ in range(rnd.randrange(1, 4))]
+            for k in range(len(toks)):
+                if rnd.random() < 0.3:
+                    toks[k] = "*"
+            if rnd.random() < 0.4:
+                toks[-1] = ">"
+            subjects.append(".".join(toks))
+            sub(acc, pub, subjects[-1], b"%d" % i, queue="q" if rnd.random() < 0.1 else None)
+        for _ in range(40):
+            reply = ".".join(rnd.choice(words + [""]) for _ in range(rnd.randrange(1, 5)))
+            toks = reply.split(".")
+            want = None
+            if "" not in toks:
+                want = next((s for s in pub.subs.values()
+                             if not s.queue and tokens_match_literal(toks, s.subject.split("."))), None)
+            assert _reply_sub(acc, pub, reply.encode()) is want, (subjects, reply)

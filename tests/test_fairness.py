@@ -215,6 +215,63 @@ print("ok")
 
 
 @pytest.mark.asyncio
+async def test_a_burst_of_requests_nobody_serves_is_read_in_backlog_shares(monkeypatch):
+    # each request of such a burst costs its 503: a read that follows one that drew NORESP_BURST of them is
+    # parsed under BACKLOG_BUDGET, not a fresh read's READ_BUDGET; a client whose requests are served keeps it
+    if GO:
+        pytest.skip("Rillet's read pacing")
+    from rillet.server import client as client_mod
+    fresh: list[tuple[Any, float]] = []  # (client, budget) of each fresh read (not a backlog pass)
+    new_read, consume = client_mod.Client._new_read, client_mod.Client._consume
+
+    def spy_new_read(self):
+        self._spied_fresh = True
+        return new_read(self)
+
+    def spy_consume(self, data, budget=client_mod.READ_BUDGET):
+        if getattr(self, "_spied_fresh", False):
+            self._spied_fresh = False
+            fresh.append((self, budget))
+        return consume(self, data, budget)
+
+    monkeypatch.setattr(client_mod.Client, "_new_read", spy_new_read)
+    monkeypatch.setattr(client_mod.Client, "_consume", spy_consume)
+    opts = {"verbose": False, "pedantic": False, "protocol": 1, "headers": True, "no_responders": True}
+    n = 25_000
+    async with serve() as srv:
+        served = await RawClient.open(srv, opts)
+        served.sub("svc", 1)
+        served.sub("inbox.*", 2)
+        await served.ping()
+        hostile = await RawClient.open(srv, opts)
+        hostile.sub("burst.inbox.*", 1)
+        await hostile.ping()
+        hostile.send(b"".join(b"PUB burst.nobody burst.inbox.%d 0\r\n\r\n" % i for i in range(n)))
+        served.send(b"".join(b"PUB svc inbox.%d 0\r\n\r\n" % i for i in range(n)))
+        got = 0
+        tail = b""
+        end = time.monotonic() + 60
+        while got < n and time.monotonic() < end:
+            chunk = await hostile.reader.read(1 << 20)
+            assert chunk, "the hostile client was closed"
+            data = tail + chunk
+            got += data.count(b"HMSG burst.inbox.")
+            tail = data[-20:]
+        assert got == n, "every request nobody serves gets its 503"
+        await served.ping(timeout=30)
+        c_hostile = next(c for c in srv.clients.values() if "burst.inbox.*" in {s.subject for s in c.subs.values()})
+        c_served = next(c for c in srv.clients.values() if "svc" in {s.subject for s in c.subs.values()})
+        assert c_hostile.noresp_sent == n and c_served.noresp_sent == 0
+        hb = [b for c, b in fresh if c is c_hostile]
+        sb = [b for c, b in fresh if c is c_served]
+        assert len(hb) > 2 and hb[0] == client_mod.READ_BUDGET  # (the burst's first read: nothing drawn before)
+        assert client_mod.BACKLOG_BUDGET in hb[1:], hb
+        assert sb and set(sb) == {client_mod.READ_BUDGET}, sb
+        await hostile.close()
+        await served.close()
+
+
+@pytest.mark.asyncio
 async def test_frames_cut_at_slice_boundaries_arrive_intact():
     # payloads with CRLF inside, of sizes around the slice size, PUB and HPUB, all in one write
     async with serve() as srv:

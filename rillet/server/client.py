@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 CLIENT = ConnKind.CLIENT
 INTERNAL = ConnKind.INTERNAL
 
+# A read after one that drew NORESP_BURST no responders statuses (a burst of requests nobody serves: noresp25k in
+# benchmarks/bystander.py; each request costs its 503) gets the share of a burst's later passes (BACKLOG_BUDGET),
+# not a fresh read's READ_BUDGET: the bystander's request waited up to 2-3 ms behind each new read of the burst
+NORESP_BURST = 256
+
 _PING = b"PING\r\n"
 _PONG = b"PONG\r\n"
 _OK = b"+OK\r\n"
@@ -88,6 +93,8 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
     """A client connection (kind CLIENT). Internal clients (JetStream, $SYS) use ``InternalClient``."""
 
     kind = CLIENT
+    noresp_sent = 0  # no responders statuses sent to this client (rillet.server.delivery.no_responders)
+    _noresp_mark = 0  # (noresp_sent when its last read began)
     # the output state the delivery executor writes per message, in slots (the rest in the instance dict): one
     # fixed layout, read at its offsets by the compiled executor (rillet/_speedups/_cdeliver.pyx)
     # (and the fields a PUB reads and counts, for the compiled ``proto_pub``)
@@ -421,7 +428,10 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             self._pause_behind_backlog()
             return
         self._new_read()
-        self._consume(data)
+        n = self.noresp_sent
+        heavy = n - self._noresp_mark >= NORESP_BURST  # (its last read: a burst of requests nobody serves)
+        self._noresp_mark = n
+        self._consume(data, BACKLOG_BUDGET if heavy else READ_BUDGET)
 
     def _consume(self, data: bytes, budget: float = READ_BUDGET) -> None:
         """Parse ``data`` slice by slice until done, or until this callback's budget is spent or a receiver's
