@@ -368,3 +368,64 @@ async def test_go_to_rillet_under_load(tmp_path):
             (tmp_path / f"{name}.log").write_text(srvs[name]._test_log.getvalue())
             await cms[name].__aexit__(None, None, None)
         gs.stop_all()
+
+
+@live
+async def test_three_rillet_back_to_go_under_load(tmp_path):
+    """The way back from a cluster of Rillet servers only, under load: 1 Go + 2 Rillet, the Go server replaced by
+    a Rillet one (3 Rillet, a Rillet meta leader), then a Rillet server replaced by a Go server under that Rillet
+    meta leader, which places the replicas on the Go server; the Rillet group leaders add it."""
+    import nats
+    p0, p1, p2 = free_port(), free_port(), free_port()
+    gs = _GoServers(tmp_path, names=("g0", "g3"))
+    gs.routes = {"g0": [p1, p2], "g3": [p1, p2]}
+    gs.start("g0")
+    srvs, cms, conns = {}, {}, []
+    try:
+        for name, port in (("r1", p1), ("r2", p2)):
+            conf = _rillet_conf(gs, name=name, port=port).replace("rillet_go_meta: true", LEAD)
+            if name == "r2":
+                conf = conf.replace("routes: [", f"routes: [nats://127.0.0.1:{p1}, ")
+            cms[name] = serve_config(conf)
+            srvs[name] = await cms[name].__aenter__()
+            await _member(srvs[name])
+        rc = await nats.connect(f"nats://a:a@127.0.0.1:{srvs['r2'].port}")
+        rsys = await nats.connect(f"nats://sys:sys@127.0.0.1:{srvs['r2'].port}")
+        conns += [rc, rsys]
+        await CAP._until(lambda: CAP._js_ready(rc), 60, what="the meta group of 1 Go + 2 Rillet")
+        js = rc.jetstream(timeout=30)
+        load = _Load(rc)
+        await load.setup()
+        await _wait_placed(rc, {"g0", "r1", "r2"}, srvs)
+        load.start()
+        # g0 replaced by r0: three Rillet servers
+        await load.running()
+        gs.stop("g0")
+        await _remove(rsys, "g0")
+        conf = _rillet_conf(gs, name="r0", port=p0).replace("rillet_go_meta: true", LEAD).replace(
+            "routes: [", f"routes: [nats://127.0.0.1:{p1}, nats://127.0.0.1:{p2}, ")
+        cms["r0"] = serve_config(conf)
+        srvs["r0"] = await cms["r0"].__aenter__()
+        await _member(srvs["r0"])
+        await _wait_placed(rc, {"r0", "r1", "r2"}, srvs)
+        # and back: r0 replaced by g3, under the Rillet meta leader
+        await load.running()
+        (tmp_path / "r0.log").write_text(srvs["r0"]._test_log.getvalue())
+        await cms.pop("r0").__aexit__(None, None, None)
+        del srvs["r0"]
+        await _remove(rsys, "r0")
+        gs.routes["g3"] = [p1, p2]
+        gs.start("g3")
+        await _wait_placed(rc, {"g3", "r1", "r2"}, srvs)
+        await load.running()
+        await load.finish()
+        assert len(load.acked) > 100 and len(load.objs) > 3, (len(load.acked), len(load.objs))
+        await load.check(js)
+    finally:
+        for c in conns:
+            if c.is_connected:
+                await c.close()
+        for name in list(srvs):
+            (tmp_path / f"{name}.log").write_text(srvs[name]._test_log.getvalue())
+            await cms[name].__aexit__(None, None, None)
+        gs.stop_all()
