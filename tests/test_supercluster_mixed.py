@@ -1,10 +1,11 @@
-"""A super-cluster whose clusters mix Go nats-server and Rillet servers, sharing one JetStream meta group (issue 22).
+"""Super-clusters of Go nats-server and Rillet servers sharing one JetStream meta group (issue 22).
 
-Two clusters joined by gateways: A holds 2 Go + 1 Rillet servers, B 1 Go + 2 Rillet servers (the Rillet servers run
-``feature_flags { rillet_go_meta: true }``: docs/mixed-clusters.md). nats-server's meta group spans the
-super-cluster, so every server of both clusters is one of its peers, and the Rillet servers' RAFT messages cross the
-gateways as the Go servers' do. The same drill runs on an all-Go super-cluster of the same shape, and the answers
-are compared.
+Two clusters joined by gateways, the Rillet servers running ``feature_flags { rillet_go_meta: true }``
+(docs/mixed-clusters.md): clusters that mix kinds (A: 2 Go + 1 Rillet, B: 1 Go + 2 Rillet), and a Go cluster with a
+Rillet cluster (A: 3 Go, B: 3 Rillet with ``rillet_go_meta_lead``, so that the groups the Go meta leader places on
+B's Rillet servers only elect a leader among them). nats-server's meta group spans the super-cluster: every server of
+both clusters is one of its peers, and the Rillet servers' RAFT messages cross the gateways as the Go servers' do.
+The same drill runs on an all-Go super-cluster of the same shape, and the answers are compared.
 """
 from __future__ import annotations
 
@@ -274,3 +275,71 @@ async def test_mixed_super_cluster_shares_one_meta_group(tmp_path):
     for k in mixed:
         if k != "meta_leaders":
             assert mixed[k] == go[k], (k, mixed[k], go[k])
+
+
+# a Go cluster and a Rillet cluster: the same server names as MIXED, A all Go and B all Rillet
+SPLIT = {"A": [("g0", "go"), ("g1", "go"), ("g2", "go")], "B": [("r1", "rillet"), ("r2", "rillet"), ("r3", "rillet")]}
+
+
+@live
+async def test_go_cluster_and_rillet_cluster_share_one_meta_group(tmp_path):
+    """A cluster of 3 Go servers and a cluster of 3 Rillet servers over gateways: one meta group of six, the same
+    drill as above. The R3 stream and its consumers placed in B by the Go meta leader have Rillet peers only: the
+    preferred peer campaigns at once as nats-server's does, leads, answers the create and the stream and consumer
+    infos with nats-server's cluster block (raft group, leader since, traffic account). The all-Go super-cluster of
+    the same shape gives the same answers."""
+    got = {}
+    for label, shape in (("split", SPLIT), ("go", {c: [(n, "go") for n, _ in v] for c, v in SPLIT.items()})):
+        root = tmp_path / label
+        root.mkdir()
+        sc = Super(root, shape, lead=True)
+        try:
+            await sc.start()
+            got[label] = await _drill(sc)
+        finally:
+            await sc.stop()
+    split, go = got["split"], got["go"]
+    assert split.keys() == go.keys()
+    for k in split:
+        if k != "meta_leaders":
+            assert split[k] == go[k], (k, split[k], go[k])
+    assert split["cluster B3"][1] == ("leader", "leader_since", "name", "raft_group", "replicas", "system_account",
+                                      "traffic_account")
+
+
+def test_cluster_info_of_a_rillet_group_leader_is_nats_servers():
+    """The ``cluster`` block a Rillet leader of a Go group answers with: nats-server's ClusterInfo fields in its
+    order, a replica's lag only when it has one."""
+    from types import SimpleNamespace
+    from rillet.jetstream.cluster.golead import GoRaftPeer, cluster_info
+    raft = GoRaftPeer("S-R3F-abc", "me000001")
+    raft.peers = {"me000001", "pa000001", "pb000001"}
+    raft.led_since = time.monotonic() - 2.0
+    raft.commit = 10
+    raft.match = {"pa000001": 10, "pb000001": 7}
+    raft.last_seen = {"pa000001": time.monotonic(), "pb000001": time.monotonic() - 1.0}
+    server = SimpleNamespace(name="r1", system_account=SimpleNamespace(name="SYS"))
+    doc = cluster_info(server, {"group": {"name": "S-R3F-abc", "cluster": "B"}}, raft, "me000001",
+                       {"pa000001": "r2"})
+    assert list(doc) == ["name", "raft_group", "leader", "leader_since", "system_account", "traffic_account",
+                         "replicas"]
+    assert (doc["name"], doc["raft_group"], doc["leader"], doc["system_account"], doc["traffic_account"]) == (
+        "B", "S-R3F-abc", "r1", True, "SYS")
+    from rillet.gocompat.gotime import time_ns
+    assert abs(time_ns(doc["leader_since"]) / 1e9 - (time.time() - 2.0)) < 1.0
+    a, b = doc["replicas"]
+    assert list(a) == ["name", "current", "active", "peer"] and a["name"] == "r2"
+    assert list(b) == ["name", "current", "active", "lag", "peer"] and b["lag"] == 3 and b["name"] == "pb000001"
+
+
+def test_api_answers_of_a_rillet_group_leader_carry_the_dynamic_metadata():
+    """A stream's or consumer's config in the create and info answers of a Rillet leader carries ``_nats.ver``
+    and ``_nats.level``, as nats-server's setDynamicStreamMetadata adds them (the assignment stores neither)."""
+    import rillet
+    from rillet.jetstream.cluster.golead import with_dynamic_metadata
+    ver = rillet.SERVER_VERSION
+    cfg = {"name": "S", "metadata": {"_nats.req.level": "0", "z": "1"}}
+    got = with_dynamic_metadata(cfg)
+    assert got["metadata"] == {"_nats.level": "5", "_nats.req.level": "0", "_nats.ver": ver, "z": "1"}
+    assert list(got["metadata"]) == sorted(got["metadata"]) and cfg["metadata"] == {"_nats.req.level": "0", "z": "1"}
+    assert with_dynamic_metadata({"name": "S"})["metadata"] == {"_nats.level": "5", "_nats.ver": ver}

@@ -62,7 +62,8 @@ from typing import Any, Optional
 from rillet.gocompat.gotime import format_time, parse_go_duration
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import LEADER, account_request, answer_json, replica_infos, stepdown_target
+from rillet.jetstream.cluster.golead import (LEADER, account_request, answer_json, cluster_info, stepdown_target,
+                                            with_dynamic_metadata)
 from rillet.jetstream.cluster.gomigrate import CONSUMER_RECONCILE, GroupMigration, consumer_replicas, reconcile_doc
 from rillet.jetstream.errors import ApiError
 from rillet.raft import gowire as gw
@@ -826,13 +827,12 @@ class ConsumerLeading(PullRequests, GroupMigration):
             insort(self.rdq, sseq)
 
     # -- the consumer's API ----------------------------------------------------------------------------------
-    def _info_doc(self) -> dict[str, Any]:
+    def _info_doc(self, api: bool = True) -> dict[str, Any]:
         """The consumer's info as nats-server's leader gives it (delivered and ack floor from the replicated
         state, ack pending and redelivered from the leader's own)."""
         from rillet.jetstream.cluster.gostreamlead import StreamLeading
         c = self.consumer
         cfg = self._cfg()
-        replicas = replica_infos(self.raft, self.peer, StreamLeading._peer_names(self))
         delivered: dict[str, Any] = {"consumer_seq": c.delivered_consumer, "stream_seq": c.delivered_stream}
         if self.ldt:
             delivered["last_active"] = format_time(self.ldt)
@@ -841,11 +841,14 @@ class ConsumerLeading(PullRequests, GroupMigration):
             floor["last_active"] = format_time(self.lat)
         doc: dict[str, Any] = {
             "stream_name": self.stream, "name": self.name, "created": self.assignment.get("created") or "",
-            "config": cfg, "delivered": delivered, "ack_floor": floor, "num_ack_pending": len(self.lpending),
+            "config": with_dynamic_metadata(cfg) if api else cfg, "delivered": delivered, "ack_floor": floor,
+            "num_ack_pending": len(self.lpending),
             "num_redelivered": 0 if cfg.get("max_deliver") == 1 else len(self.rdc),
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
-            "cluster": {"name": (self.assignment.get("group") or {}).get("cluster") or "",
-                        "leader": self.server.name, "replicas": replicas}}
+            "cluster": ({"name": (self.assignment.get("group") or {}).get("cluster") or "", "leader": self.server.name}
+                        if self.solo else  # (no RAFT group: nats-server names the cluster and the leader only)
+                        cluster_info(self.server, self.assignment, self.raft, self.peer,
+                                     StreamLeading._peer_names(self)))}
         if self.deliver_subject and self.aic.account.has_interest(self.deliver_subject):
             doc["push_bound"] = True
         doc["ts"] = format_time(time.time_ns())
@@ -892,8 +895,8 @@ class ConsumerLeading(PullRequests, GroupMigration):
     def _on_cluster_info(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
                          msg: bytes) -> None:
         """``$JSC.CI.<account>.<stream>.<consumer>``: a server gathering consumer infos (CONSUMER.LIST)."""
-        if self._lead is not None and reply:
-            self._answer(reply, self._info_doc())
+        if self._lead is not None and reply:  # (the stored config: nats-server adds no dynamic metadata here)
+            self._answer(reply, self._info_doc(api=False))
 
     def _on_stepdown(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         got = self._api_request(reply, hdr, msg)

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.gometa import Committed, GoRaftFollower, Out
+from rillet.gocompat.gotime import format_time
 from rillet.raft import gowire as gw
 
 __all__ = ["FOLLOWER", "CANDIDATE", "LEADER", "GoRaftPeer", "StreamCreateAsLeader", "request_info",
@@ -296,10 +297,44 @@ def replica_infos(raft: Any, me: str, names: dict) -> list[dict]:
     out = []
     for p in sorted(raft.peers - {me}):
         seen = raft.last_seen.get(p)
-        out.append({"name": names.get(p, p), "current": raft.current(p) or
-                    (p in raft.match and raft.pindex - raft.match[p] < 8),
-                    "active": int((now - seen) * 1e9) if seen else 0, "peer": p})
+        info = {"name": names.get(p, p), "current": raft.current(p) or
+                (p in raft.match and raft.pindex - raft.match[p] < 8),
+                "active": int((now - seen) * 1e9) if seen else 0}
+        lag = raft.commit - raft.match[p] if p in raft.match else 0
+        if lag > 0:  # (nats-server's PeerInfo: omitted when none)
+            info["lag"] = lag
+        info["peer"] = p
+        out.append(info)
     return out
+
+
+def with_dynamic_metadata(cfg: dict) -> dict:
+    """A stream's or consumer's config (nats-server's JSON) as an API answer gives it: ``_nats.ver`` and
+    ``_nats.level`` added to its metadata, which the assignment stores without them (keys sorted, as Go's map)."""
+    import rillet
+    from rillet.jetstream.configtypes import JS_API_LEVEL, META_SERVER_LEVEL, META_SERVER_VERSION
+    md = dict(cfg.get("metadata") or {})
+    md[META_SERVER_VERSION] = rillet.SERVER_VERSION
+    md[META_SERVER_LEVEL] = str(JS_API_LEVEL)
+    return dict(cfg, metadata=dict(sorted(md.items())))
+
+
+def cluster_info(server: Any, assignment: dict, raft: Any, me: str, names: dict) -> dict:
+    """The ``cluster`` block of a Go group's stream or consumer info this server answers as its leader, in
+    nats-server's ClusterInfo layout: the cluster, the RAFT group's name, the leader and since when, the account
+    its traffic goes in (the system account's: ``cluster_traffic: owner`` is not done here), the replicas."""
+    now = time.monotonic()
+    since = time.time_ns() - int((now - raft.led_since) * 1e9) if raft.led_since else 0
+    doc: dict[str, Any] = {"name": (assignment.get("group") or {}).get("cluster") or "",
+                           "raft_group": (assignment.get("group") or {}).get("name") or ""}
+    doc["leader"] = server.name
+    if since:
+        doc["leader_since"] = format_time(since)
+    sys_acc = getattr(server, "system_account", None)
+    doc["system_account"] = True
+    doc["traffic_account"] = getattr(sys_acc, "name", "") or ""
+    doc["replicas"] = replica_infos(raft, me, names)
+    return doc
 
 
 def answer_json(ic: Any, reply: bytes, doc: dict) -> None:

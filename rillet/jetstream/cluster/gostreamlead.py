@@ -39,8 +39,8 @@ from typing import Any, Optional
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream import headers as H
 from rillet.jetstream.cluster import gowire as ge
-from rillet.jetstream.cluster.golead import (LEADER, account_request, answer_json, replica_infos, request_info,
-                                            stepdown_target)
+from rillet.jetstream.cluster.golead import (LEADER, account_request, answer_json, cluster_info, request_info,
+                                            stepdown_target, with_dynamic_metadata)
 from rillet.jetstream.cluster.gometa import ELECTION_TIMEOUT
 from rillet.jetstream.cluster.gomigrate import STREAM_RECONCILE, GroupMigration, reconcile_doc
 from rillet.jetstream.errors import ApiError
@@ -443,12 +443,11 @@ class StreamLeading(GroupMigration):
             state["num_subjects"] = st.num_subjects
         meta = getattr(self.member, "state", None)
         state["consumer_count"] = len(meta.consumers.get((self.account, self.name)) or {}) if meta is not None else 0
-        replicas = replica_infos(self.raft, self.peer, self._peer_names())
         return {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
-                "created": self.assignment.get("created") or "", "config": self.assignment["stream"],
+                "created": self.assignment.get("created") or "",
+                "config": with_dynamic_metadata(self.assignment["stream"]),
                 "state": state,
-                "cluster": {"name": (self.assignment.get("group") or {}).get("cluster") or "",
-                            "leader": self.server.name, "replicas": replicas},
+                "cluster": cluster_info(self.server, self.assignment, self.raft, self.peer, self._peer_names()),
                 "ts": format_time(time.time_ns())}
 
     def _on_msg_delete(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
