@@ -319,9 +319,34 @@ class ClusteredConsumer(WaitingSyncMixin, Consumer):
         if self.engine:
             super().on_purge()
 
+    _joined: Any = None  # the group whose next pass runs the delivery pass (kick)
+
     def kick(self) -> None:
-        if self.engine:
-            super().kick()
+        """The delivery pass runs in the group's next pass, before its Ready, when the group leads (and is not
+        solo): the pass's proposals (a fetch's acks, read with its next request) and the deliveries' entry go to
+        the followers in one append (one WAL write, one route write per follower and one answer each), not in
+        a second pass after the loop's next turn. Otherwise on the loop's next turn, as on one server."""
+        if not self.engine:
+            return
+        if not self._scheduled and not self._running and not self.closed and not self.clog.solo:
+            rep = self.creplica
+            g = rep.group if rep is not None else None
+            node = g.node if g is not None else None
+            # (not from inside the delivery pass, whose budget was used up, nor from inside the group's pass, an
+            # apply's completion: those wait for the loop's next turn as before, so that a backlog is taken a
+            # budget per turn)
+            if node is not None and g.running and not g.processing and node.role == LEADER:
+                if self._joined is not g:
+                    self._joined = g
+                    g.proposal_waiting(self._run_in_pass)  # (schedules the group's pass)
+                return
+        super().kick()
+
+    def _run_in_pass(self) -> None:
+        """(RaftGroup.proposal_waiting) The delivery pass a kick left for the group's pass."""
+        self._joined = None
+        if self.engine and not self.closed:
+            self._run()
 
     def _c_done(self, entry: Entry, res: Any, err: BaseException | None) -> None:
         if err is not None:

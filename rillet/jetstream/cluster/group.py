@@ -867,6 +867,11 @@ class RaftGroup(Leadership):
     # ---- state ----------------------------------------------------------------------------------------
 
     @property
+    def processing(self) -> bool:
+        """Whether this group's pass (``_process``) is running now (an owner called from inside it)."""
+        return self._processing
+
+    @property
     def is_leader(self) -> bool:
         return self._announced and self.running
 
