@@ -366,8 +366,8 @@ async def _drill(nc, sysnc, p: str, kinds: dict) -> list:
     out.append(_answer(await _req(nc, f"$JS.API.STREAM.UPDATE.{mv2}", dict(cfg, placement={"tags": ["az:3"]}))))
     # (a move while this one is under way: refused. Its completion is not awaited: under either kind of meta
     # leader the Go leader of this R2 group adds both Rillet servers, which become current, and then neither
-    # steps down to one of them nor removes the Go peers (seen for 40 s, /tmp debug runs): a group-level
-    # interaction of a Go stream leader with Rillet replicas, not the meta layer's)
+    # steps down to one of them nor removes the Go peers (watched for 40 s): a group-level interaction of a Go
+    # stream leader with Rillet replicas, not the meta layer's)
     out.append(_answer(await _req(nc, f"$JS.API.STREAM.UPDATE.{mv2}", dict(cfg, placement={"tags": ["n:g0"]}))))
     return out
 
