@@ -236,7 +236,12 @@ async def _drill(sc: Super) -> dict:
             assert len({json.dumps(b) for b in blocks.values()}) == 1, (name, blocks)  # one answer everywhere
             out[f"cluster {name}"] = _cluster_shape(si["cluster"])
             for via in names:
-                msgs = await _fetch(conns[via].jetstream(timeout=30), name, f"d{via}", len(names))
+                try:
+                    msgs = await _fetch(conns[via].jetstream(timeout=30), name, f"d{via}", len(names))
+                except nats.errors.TimeoutError:
+                    ci = await _api(conns[via], f"$JS.API.CONSUMER.INFO.{name}.d{via}")
+                    logs = {n: s._test_log.getvalue().splitlines()[-12:] for n, s in sc.rillet.items()}
+                    raise AssertionError(f"no messages from {name}/d{via} through {via}: {ci} {logs}")
                 assert [(m.subject, m.data) for m in msgs] == [(f"{name.lower()}.{s}", s.encode()) for s in names]
                 for m in msgs:
                     await m.ack_sync(timeout=30)
