@@ -29,6 +29,9 @@ nats-server's stream leader (rillet.jetstream.cluster.gostreamlead: publishes ch
 once committed; catch-ups served; the stream leader's API). With ``stand=True`` (``rillet_go_meta_lead``) it also
 stands for election when it hears no leader for an election timeout, as nats-server's members do.
 
+Every replica answers direct gets (``$JS.API.DIRECT.GET.<stream>``) of a stream with ``allow_direct`` while it
+leads or follows current, as nats-server's do (rillet.jetstream.cluster.godirect).
+
 Every replica expires its own messages (``max_age``, ``Nats-TTL``), as nats-server's do, and compacts its
 in-memory log into a stream snapshot every ``SNAPSHOT_EVERY`` applied entries (``_maybe_compact``).
 
@@ -54,6 +57,7 @@ from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading
 from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decode_consumer_state, encode_consumer_state
+from rillet.jetstream.cluster.godirect import ReplicaDirectGets
 from rillet.jetstream.cluster.gostreamlead import StreamLeading
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
@@ -150,6 +154,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             self.raft.cluster_size = len(peers)
         if self.dir is not None:
             self._rebuild_dedup()
+        self.direct = ReplicaDirectGets(self)  # direct gets, answered while current (rillet...godirect)
 
     def _rebuild_dedup(self) -> None:
         """The message ids stored within the duplicate window (after a restart), as nats-server rebuilds them."""
@@ -192,6 +197,21 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
     def start(self, js_api: bool = False) -> None:
         super().start(js_api)
         self._arm_expiry()
+        self.direct.check()
+
+    def _on_msg(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
+        super()._on_msg(sub, c, subject, reply, hdr, msg)
+        r = self.raft
+        if r.leader and r.leader != self.peer and subject.startswith(b"$NRG.AE."):
+            self.direct.heard = time.monotonic()  # (the leader's contact: a follower's direct gets need it)
+
+    def _send(self, outs: list) -> None:
+        super()._send(outs)
+        self.direct.check()  # (a new role: a leader answers direct gets at once)
+
+    def reassigned(self, assignment: dict) -> None:
+        super().reassigned(assignment)
+        self.direct.check()  # (allow_direct turned on or off)
 
     def stop(self, remove: bool = False) -> None:
         """Stop following; ``remove``: the meta group took the stream away from this server (its files go)."""
@@ -200,6 +220,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
+        self.direct.stop()
         super().stop()
         self._end_catchup()
         if self._retry is not None:
