@@ -10,6 +10,7 @@ import json
 import nats
 import pytest
 
+from helpers import RawClient
 from jsdiff import Raw, ServerPair, run_both, same
 
 CONF = 'listen: 127.0.0.1:-1\nhttp: 127.0.0.1:-1\njetstream {\n  store_dir: "{store}"\n}\n' \
@@ -52,35 +53,42 @@ async def test_v2_ack_and_flow_control_subjects_like_nats_server(pair):
             info = await r.api("$JS.API.CONSUMER.INFO.FF.P")
             out.append(("acked", info["ack_floor"]["stream_seq"], info["num_ack_pending"]))
             # a push consumer with flow control: its flow control request's reply subject
-            r.rc.sub("dlv.ff", "d1")
+            # (its own connection: r.api reads past other subscriptions' messages, and nats-server has sent the
+            # push consumer's messages before the create answer)
+            d = await RawClient.open(url, headers=True)
+            d.sub("dlv.ff", "d1")
+            await d.ping()
             await r.api("$JS.API.CONSUMER.CREATE.FF.D", {"stream_name": "FF", "config": {
                 "durable_name": "D", "deliver_subject": "dlv.ff", "ack_policy": "flow_control",
                 "max_ack_pending": 10}})
             seen = []
-            fc_reply = None
-            # the three messages and the flow control request, in whichever order the server sends them
-            # (nats-server under load has sent the request first). The request is answered, like a client
-            # does, with the last message received, so only once all three are in: answering "3" before
-            # they arrived would acknowledge messages not yet delivered, and nats-server then skips them.
-            for _ in range(8):
-                if len(seen) == 4 and fc_reply is None:
+            last = (0, 0)  # the (consumer, stream) sequences of the last message received
+            answered = 0  # the consumer sequence the last flow control answer covered
+            # the three messages and flow control requests, in whichever order the server sends them; each request
+            # is answered at once, as a client does, with the last message received (the answer acknowledges what
+            # it names: ack policy flow_control)
+            for _ in range(12):
+                if last[0] == 3 and answered == 3:
                     break
                 try:
-                    m = await r.rc.read_msg(2.5)
+                    m = await d.read_msg(2.5)
                 except AssertionError:
                     break
                 if m.sid != "d1":
                     continue
                 if m.reply and m.reply.startswith("$JS.FC."):
-                    seen.append(("fc", m.reply.split(".")[:6], len(m.reply.split("."))))
-                    fc_reply = m.reply
+                    if not any(x[0] == "fc" for x in seen):
+                        seen.append(("fc", m.reply.split(".")[:6], len(m.reply.split("."))))
+                    d.hpub(m.reply, f"NATS/1.0\r\nNats-Last-Consumer: {last[0]}\r\n"
+                                       f"Nats-Last-Stream: {last[1]}\r\n\r\n".encode(), b"")
+                    answered = last[0]
                 elif m.reply:
                     seen.append(("msg", _shape(m.reply)))
-                if fc_reply is not None and sum(1 for x in seen if x[0] == "msg") == 3:
-                    r.rc.hpub(fc_reply, b"NATS/1.0\r\nNats-Last-Consumer: 3\r\nNats-Last-Stream: 3\r\n\r\n", b"")
-                    fc_reply = None
+                    toks = m.reply.split(".")
+                    last = (int(toks[8]), int(toks[7]))
             out.append(("push", sorted(seen, key=repr)))
-            await r.rc.ping()
+            await d.ping()
+            await d.close()
             await asyncio.sleep(0.1)
             info = await r.api("$JS.API.CONSUMER.INFO.FF.D")
             out.append(("flow control acked", info["ack_floor"]["stream_seq"], info["num_ack_pending"]))
