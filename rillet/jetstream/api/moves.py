@@ -32,7 +32,8 @@ from rillet.gocompat.gotime import format_time
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream.api.common import T, _api_level_too_high, is_empty_request
 from rillet.jetstream.cluster import assignments as A
-from rillet.jetstream.cluster.placement import PlacementConfig, PlacementError, select_peer_group
+from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError, select_peer_group,
+                                               select_peer_replacement)
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import NotLeader
 
@@ -225,24 +226,7 @@ class MoveEndpoints:
         self.cl._refresh_local()
         nodes = self.cl.registry.nodes
         kw = self._place_kw()
-        cluster = cur_cluster
-        try:
-            peers = select_peer_group(replicas + 1, cur_cluster, pc, nodes, self.cl.group.peers, existing=cur,
-                                      replace_first_existing=1, **kw)[-replicas:]
-        except PlacementError as first:
-            errs = PlacementError()
-            errs.accumulate(first)
-            peers = []
-            for other in sorted({ni.cluster for ni in nodes.values() if ni.cluster and ni.cluster != cur_cluster}):
-                try:
-                    peers = select_peer_group(replicas, other, pc, nodes, self.cl.group.peers, **kw)[:replicas]
-                except PlacementError as e:
-                    errs.accumulate(e)
-                    continue
-                cluster = other
-                break
-            if not peers:
-                raise errs from None
+        peers, cluster = select_peer_replacement(replicas, cur_cluster, pc, nodes, self.cl.group.peers, cur, **kw)
         if self._all_offline(sa.group.peers):
             raise ApiError.make("STREAM_OFFLINE")
         d = dict(sa.config)

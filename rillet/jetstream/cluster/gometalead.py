@@ -308,12 +308,8 @@ class MetaLeaderApi(PeerChanges):
         sys_name = getattr(m.server.system_account, "name", "")
         if ci is not None and ci.get("acc") not in (None, sys_name):
             return  # (nats-server: only the system account may ask)
-        if not body.strip():
-            self._answer(reply, _err(kind, "BAD_REQUEST"))
-            return
-        req = self._json(body)
+        req = self._request_doc(reply, f"io.nats.jetstream.api.v1.{kind}", body)
         if req is None:
-            self._answer(reply, _err(kind, "INVALID_JSON", err="the request is not a JSON object"))
             return
         if self.peer_removals:
             self._answer(reply, _err(kind, "CLUSTER_SERVER_MEMBER_CHANGE_INFLIGHT"))

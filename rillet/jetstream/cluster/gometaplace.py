@@ -36,7 +36,7 @@ from rillet.jetstream.cluster.gomigrate import (_order, _with_desired, missing_p
                                                reassign_stream_peers)
 from rillet.jetstream.cluster.peers import JSConfig, JSStats, NodeInfo, PeerRegistry
 from rillet.jetstream.cluster.placement import (PlacementConfig, PlacementError, create_stream_group, peer_usage,
-                                                select_peer_group)
+                                                select_peer_group, select_peer_replacement)
 from rillet.raft import gowire as gw
 
 __all__ = ["PeerChanges", "REMOVE_PEER_T", "EVACUATE_PEER_T", "SERVER_EVACUATE_T"]
@@ -84,6 +84,16 @@ class PeerChanges:
     _propose: Callable[[int, dict], None]
 
     # -- placement ------------------------------------------------------------------------------------------
+    def _request_doc(self, reply: str, typ: str, body: bytes) -> Optional[dict]:
+        """A request body that must be a JSON object: None (answered BAD_REQUEST or INVALID_JSON) when not."""
+        if not body.strip():
+            self._answer(reply, _error(typ, "BAD_REQUEST"))
+            return None
+        req = self._json(body)
+        if req is None:
+            self._answer(reply, _error(typ, "INVALID_JSON", err="the request is not a JSON object"))
+        return req
+
     def _meta_peers(self) -> list[str]:
         r = self.member.raft
         return sorted(p for p in (r.peers | {r.me}) if p not in r.removed_peers)
@@ -311,12 +321,8 @@ class PeerChanges:
         typ = REMOVE_PEER_T if remove else EVACUATE_PEER_T
         if ci is None or not ci.get("acc"):
             return
-        if not body.strip():
-            self._answer(reply, _error(typ, "BAD_REQUEST"))
-            return
-        req = self._json(body)
+        req = self._request_doc(reply, typ, body)
         if req is None:
-            self._answer(reply, _error(typ, "INVALID_JSON", err="the request is not a JSON object"))
             return
         want = req.get("peer")
         if not isinstance(want, str) or not want:
@@ -352,12 +358,8 @@ class PeerChanges:
         m = self.member
         if ci is not None and ci.get("acc") not in (None, getattr(m.server.system_account, "name", "")):
             return
-        if not body.strip():
-            self._answer(reply, _error(SERVER_EVACUATE_T, "BAD_REQUEST"))
-            return
-        req = self._json(body)
+        req = self._request_doc(reply, SERVER_EVACUATE_T, body)
         if req is None:
-            self._answer(reply, _error(SERVER_EVACUATE_T, "INVALID_JSON", err="the request is not a JSON object"))
             return
         meta = self._meta_peers()
         pid, name = str(req.get("peer_id") or ""), str(req.get("peer") or "")
@@ -426,23 +428,7 @@ class PeerChanges:
                 choose["placement"] = pl
             pc = PlacementConfig.from_stream_config(choose)
             nodes, meta, kw = self._nodes(), self._meta_peers(), self._place_kw()
-            cluster, peers = cur_cluster, []
-            try:
-                peers = select_peer_group(replicas + 1, cur_cluster, pc, nodes, meta, existing=cur,
-                                          replace_first_existing=1, **kw)[-replicas:]
-            except PlacementError as first:
-                errs = PlacementError()
-                errs.accumulate(first)
-                for other in sorted({ni.cluster for ni in nodes.values() if ni.cluster and ni.cluster != cur_cluster}):
-                    try:
-                        peers = select_peer_group(replicas, other, pc, nodes, meta, **kw)[:replicas]
-                    except PlacementError as e:
-                        errs.accumulate(e)
-                        continue
-                    cluster = other
-                    break
-                if not peers:
-                    raise errs from None
+            peers, cluster = select_peer_replacement(replicas, cur_cluster, pc, nodes, meta, cur, **kw)
             group = self._changed_group(sa, cfg, ci or {}, peer_set=(peers, cluster))
         except ApiError as e:
             self._answer(reply, {"type": UPDATE_T, "error": e.to_dict()})

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from rillet.jetstream.cluster.assignments import RaftGroup, consumer_group_name, stream_group_name
 from rillet.jetstream.cluster.peers import NodeInfo
@@ -238,6 +238,26 @@ def select_peer_group(replicas: int, cluster: str, cfg: PlacementConfig | None, 
     if cfg.replicas > 1:
         chosen.sort(key=lambda c: (c[2], c[3]))  # (stable: keeps the order above among equals)
     return list(existing) + [c[0] for c in chosen[:r - len(existing)]]
+
+
+def select_peer_replacement(replicas: int, cluster: str, cfg: PlacementConfig | None, nodes: Mapping[str, NodeInfo],
+                            meta_peers: Iterable[str], existing: Sequence[str], **kw: Any) -> tuple[list[str], str]:
+    """A peer move's new peer set, as nats-server picks it: ``existing[0]`` replaced by another peer of
+    ``cluster`` (the others kept), else the whole group in the first other cluster (by name) that can hold it;
+    returns (peers, their cluster); raises ``PlacementError`` with every cluster's reasons."""
+    meta = list(meta_peers)
+    try:
+        return select_peer_group(replicas + 1, cluster, cfg, nodes, meta, existing=existing,
+                                 replace_first_existing=1, **kw)[-replicas:], cluster
+    except PlacementError as first:
+        errs = PlacementError()
+        errs.accumulate(first)
+    for other in sorted({ni.cluster for ni in nodes.values() if ni.cluster and ni.cluster != cluster}):
+        try:
+            return select_peer_group(replicas, other, cfg, nodes, meta, **kw)[:replicas], other
+        except PlacementError as e:
+            errs.accumulate(e)
+    raise errs
 
 
 def create_stream_group(cfg: PlacementConfig, client_cluster: str, nodes: Mapping[str, NodeInfo],
