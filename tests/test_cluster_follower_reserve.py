@@ -35,6 +35,8 @@ def cluster(tmp_path):
 def _mark(m) -> int:
     (d,) = glob.glob(os.path.join(os.path.dirname(m.conf), "store", "jetstream", "_raft", "S-*"))
     raw = _read_checked(os.path.join(d, "hardstate"), _HS_MAGIC)
+    if raw is None:  # (not there: no hard state saved yet, which the caller's check counts as a mark of 0)
+        return 0
     return msgspec.msgpack.decode(raw, type=HardState).mark
 
 
