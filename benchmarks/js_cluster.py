@@ -193,26 +193,30 @@ def create_stream(c: JsConn, replicas: int, timeout: float = 20.0, at: int | Non
             time.sleep(0.25)
 
 
+def _publish_once(c: JsConn, size: int, tag: bytes) -> dict | None:
+    """One publish with a reply; its answer (a PubAck or an error, as JSON), None when none came within 2 s."""
+    reply = b"%s.%s%d" % (c.inbox, tag, time.monotonic_ns())
+    c.send(b"PUB %s %s %d\r\n%s\r\n" % (jsbench.SUBJECT, reply, size, b"x" * size))
+    c.sock.settimeout(2.0)
+    try:
+        while True:
+            op, args, start, end = c.next_msg()
+            if args[0] == reply:
+                break
+    except TimeoutError:
+        op = b""
+    finally:
+        c.sock.settimeout(loadgen.IO_TIMEOUT)
+    return json.loads(bytes(c.buf[start:end])) if op == b"MSG" else None
+
+
 def warm_up(c: JsConn, size: int, timeout: float = 20.0) -> None:
     """One acknowledged publish (seq 1): retried until the stream leader's subscription has crossed the
     routes and it answers."""
-    payload = b"x" * size
     deadline = time.monotonic() + timeout
     while True:
-        reply = b"%s.w%d" % (c.inbox, time.monotonic_ns())
-        c.send(b"PUB %s %s %d\r\n%s\r\n" % (jsbench.SUBJECT, reply, size, payload))
-        c.sock.settimeout(2.0)
-        try:
-            while True:
-                op, args, start, end = c.next_msg()
-                if args[0] == reply:
-                    break
-        except TimeoutError:
-            op = b""
-        finally:
-            c.sock.settimeout(loadgen.IO_TIMEOUT)
-        if op == b"MSG":
-            ack = json.loads(bytes(c.buf[start:end]))
+        ack = _publish_once(c, size, b"w")
+        if ack is not None:
             if ack.get("seq") == 1:
                 return
             raise BenchmarkError(f"warm-up publish answered {ack}")
@@ -223,22 +227,10 @@ def warm_up(c: JsConn, size: int, timeout: float = 20.0) -> None:
 
 def ping_stream(c: JsConn, size: int, timeout: float = 20.0) -> None:
     """One more acknowledged publish (any seq), retried until the (new) stream leader answers."""
-    payload = b"x" * size
     deadline = time.monotonic() + timeout
     while True:
-        reply = b"%s.p%d" % (c.inbox, time.monotonic_ns())
-        c.send(b"PUB %s %s %d\r\n%s\r\n" % (jsbench.SUBJECT, reply, size, payload))
-        c.sock.settimeout(2.0)
-        try:
-            while True:
-                op, args, start, end = c.next_msg()
-                if args[0] == reply:
-                    break
-        except TimeoutError:
-            op = b""
-        finally:
-            c.sock.settimeout(loadgen.IO_TIMEOUT)
-        if op == b"MSG" and "seq" in json.loads(bytes(c.buf[start:end])):
+        ack = _publish_once(c, size, b"p")
+        if ack is not None and "seq" in ack:
             return
         if time.monotonic() > deadline:
             raise BenchmarkError(f"no stream leader answered a publish within {timeout:g}s after the move")
