@@ -45,15 +45,25 @@ def _shipped_files() -> set[str]:
     return out
 
 
-def _hook(src: Path, hook: str, out: Path) -> Path:
+def _start_hook(src: Path, hook: str, out: Path) -> tuple[subprocess.Popen, Path, str]:
     code = ("import sys\nfrom setuptools import build_meta\n"
             f"print(build_meta.{hook}(sys.argv[1]))\n")
     out.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([sys.executable, "-c", code, str(out)], cwd=src, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, f"{hook} failed:\n{p.stdout}\n{p.stderr}"
-    name = p.stdout.strip().splitlines()[-1]
-    return out / name
+    p = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=src, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    return p, out, hook
+
+
+def _finish_hook(started: tuple[subprocess.Popen, Path, str]) -> Path:
+    p, out, hook = started
+    try:
+        stdout, stderr = p.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        stdout, stderr = p.communicate()
+        raise AssertionError(f"{hook} did not end within 180 s:\n{stdout}\n{stderr}")
+    assert p.returncode == 0, f"{hook} failed:\n{stdout}\n{stderr}"
+    return out / stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +75,15 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, src / name)
     shutil.copytree(PKG, src / "rillet", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.so"))
-    sdist = _hook(src, "build_sdist", tmp / "sdist")
-    wheel = _hook(src, "build_wheel", tmp / "wheel")  # what `pip install .` does
-    # and a wheel built from the unpacked sdist (what pip does with an sdist from a registry)
+    # the sdist, then two wheels at once (their compilations overlap on 2 cores; each has its own tree): one from
+    # the tree (what `pip install .` does) and one from the unpacked sdist (what pip does with an sdist from a
+    # registry)
+    sdist = _finish_hook(_start_hook(src, "build_sdist", tmp / "sdist"))
     with tarfile.open(sdist) as tf:
         tf.extractall(tmp / "unpacked", filter="data")
     (unpacked,) = (tmp / "unpacked").iterdir()
-    wheel_from_sdist = _hook(unpacked, "build_wheel", tmp / "wheel2")
+    jobs = [_start_hook(src, "build_wheel", tmp / "wheel"), _start_hook(unpacked, "build_wheel", tmp / "wheel2")]
+    wheel, wheel_from_sdist = (_finish_hook(j) for j in jobs)
     return {"sdist": sdist, "wheel": wheel, "wheel_from_sdist": wheel_from_sdist}
 
 
