@@ -189,7 +189,10 @@ async def _drill(tmp: str, command: list[str] | None, mode: str) -> dict:
         def state() -> str:
             return (f"its healthz {_get(https[w], '/healthz?details=true')}, its messages {_stream_msgs(https[w])}; "
                     f"the leader's meta view {_get(lead_http, '/jsz')[1].get('meta_cluster')}")
-        await _until(caught_up, 90, f"{wiped} (wiped) caught up and healthy", every=0.05, why=state)
+        # (nats-server caught up in 4-5 s unloaded; when it does not in 40 s it does not at all in this run, and the
+        # test reports it as the reference's outcome: a longer wait only made the suite slower)
+        bound = 90 if command is None else 40
+        await _until(caught_up, bound, f"{wiped} (wiped) caught up and healthy", every=0.05, why=state)
         catch_up = time.monotonic() - t_ready
 
         # the publisher stops: every running server converges on the same messages; the leader's infos list
