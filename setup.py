@@ -21,6 +21,7 @@ SOURCES = {
     "rillet._speedups._cjs": "rillet/_speedups/_cjs.pyx",
     "rillet._speedups._ccluster": "rillet/_speedups/_ccluster.pyx",
     "rillet._speedups._cdeliver": "rillet/_speedups/_cdeliver.pyx",
+    "rillet._speedups._cmqtt": "rillet/_speedups/_cmqtt.pyx",
 }
 # C libraries an extension links with (zlib: the file store's CRC-32, the library Python's zlib module uses)
 LIBRARIES = {"rillet._speedups._cstore": ["z"]}

@@ -70,7 +70,7 @@ def test_compiled_lane_is_not_stale():
     """An extension built in place (`pip install -e .`) is newer than its .pyx: a twin edited but not rebuilt
     would test the old code (rebuild: `pip install -e .` or `python setup.py build_ext --inplace`)."""
     import importlib
-    for mod in ("_cparser", "_cserver", "_cdeliver"):
+    for mod in ("_cparser", "_cserver", "_cdeliver", "_cmqtt"):
         so = Path(importlib.import_module(f"rillet._speedups.{mod}").__file__)
         pyx = so.with_name(f"{mod}.pyx")
         if pyx.exists():
