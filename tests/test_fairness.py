@@ -215,27 +215,29 @@ print("ok")
 
 
 @pytest.mark.asyncio
-async def test_a_burst_of_requests_nobody_serves_is_read_in_backlog_shares(monkeypatch):
-    # each request of such a burst costs its 503: a read that follows one that drew NORESP_BURST of them is
-    # parsed under BACKLOG_BUDGET, not a fresh read's READ_BUDGET; a client whose requests are served keeps it
+async def test_a_burst_of_requests_nobody_serves_is_read_in_short_passes(monkeypatch):
+    # each request of such a burst costs its 503: once a pass of the client's reads has drawn NORESP_BURST of
+    # them (the burst's first read included), its passes stop after NORESP_BUDGET and its slices aim at
+    # NORESP_SLICE_TIME; a pass that draws fewer ends that; a client whose requests are served never gets them
     if GO:
         pytest.skip("Rillet's read pacing")
     from rillet.server import client as client_mod
-    fresh: list[tuple[Any, float]] = []  # (client, budget) of each fresh read (not a backlog pass)
-    new_read, consume = client_mod.Client._new_read, client_mod.Client._consume
+    passes: list[tuple[Any, bool, float, float]] = []  # (client, fresh read, cap after the pass, slice aim after)
+    new_read, paced = client_mod.Client._new_read, client_mod.Client._paced_slices
 
     def spy_new_read(self):
         self._spied_fresh = True
         return new_read(self)
 
-    def spy_consume(self, data, budget=client_mod.READ_BUDGET):
-        if getattr(self, "_spied_fresh", False):
-            self._spied_fresh = False
-            fresh.append((self, budget))
-        return consume(self, data, budget)
+    def spy_paced(self, data, budget):
+        fresh = getattr(self, "_spied_fresh", False)
+        self._spied_fresh = False
+        out = paced(self, data, budget)
+        passes.append((self, fresh, self._budget_cap, self._slice_time))
+        return out
 
     monkeypatch.setattr(client_mod.Client, "_new_read", spy_new_read)
-    monkeypatch.setattr(client_mod.Client, "_consume", spy_consume)
+    monkeypatch.setattr(client_mod.Client, "_paced_slices", spy_paced)
     opts = {"verbose": False, "pedantic": False, "protocol": 1, "headers": True, "no_responders": True}
     n = 25_000
     async with serve() as srv:
@@ -246,6 +248,7 @@ async def test_a_burst_of_requests_nobody_serves_is_read_in_backlog_shares(monke
         hostile = await RawClient.open(srv, opts)
         hostile.sub("burst.inbox.*", 1)
         await hostile.ping()
+        passes.clear()
         hostile.send(b"".join(b"PUB burst.nobody burst.inbox.%d 0\r\n\r\n" % i for i in range(n)))
         served.send(b"".join(b"PUB svc inbox.%d 0\r\n\r\n" % i for i in range(n)))
         got = 0
@@ -262,11 +265,17 @@ async def test_a_burst_of_requests_nobody_serves_is_read_in_backlog_shares(monke
         c_hostile = next(c for c in srv.clients.values() if "burst.inbox.*" in {s.subject for s in c.subs.values()})
         c_served = next(c for c in srv.clients.values() if "svc" in {s.subject for s in c.subs.values()})
         assert c_hostile.noresp_sent == n and c_served.noresp_sent == 0
-        hb = [b for c, b in fresh if c is c_hostile]
-        sb = [b for c, b in fresh if c is c_served]
-        assert len(hb) > 2 and hb[0] == client_mod.READ_BUDGET  # (the burst's first read: nothing drawn before)
-        assert client_mod.BACKLOG_BUDGET in hb[1:], hb
-        assert sb and set(sb) == {client_mod.READ_BUDGET}, sb
+        hp = [p for p in passes if p[0] is c_hostile]
+        sp = [p for p in passes if p[0] is c_served]
+        assert hp[0][1] and hp[0][2] == client_mod.NORESP_BUDGET, hp[:3]  # (the burst's first read is cut short)
+        short = [p for p in hp if p[2] == client_mod.NORESP_BUDGET and p[3] == client_mod.NORESP_SLICE_TIME]
+        assert len(short) >= len(hp) - 2, [p[1:] for p in hp if p not in short]
+        assert len(hp) > n * 40 // client_mod.READ_SLICE  # (more passes than 16 KB slices: shorter ones)
+        assert sp and {(p[2], p[3]) for p in sp} == {(1.0, client_mod.SLICE_TIME)}, {(p[2], p[3]) for p in sp}
+        # two reads that draw no status: the short passes end
+        await hostile.ping()
+        await hostile.ping()
+        assert c_hostile._budget_cap == 1.0 and c_hostile._slice_time == client_mod.SLICE_TIME
         await hostile.close()
         await served.close()
 

@@ -267,3 +267,63 @@ def test_the_twins_see_a_replaced_method(monkeypatch):
     monkeypatch.setattr(Account, "deliver_result", lambda *a: seen.append("executor"))
     proto_pub(pub, b"x", None, b"hi")
     assert seen[-1] == "executor" and c.out_msgs == 4
+
+
+# subscription subjects for the no responders twins: the usual reply forms, a wildcard before the end, a literal,
+# text that is not ASCII, and a subject made from bytes that are not UTF-8 (surrogateescape, as the parser makes)
+REPLY_SUBJECTS = ["_INBOX.*", "_INBOX.>", "a.*.c", "a.b", "é.*", "*", ">", "a.>",
+                  b"\xff\xfe.*".decode("utf-8", "surrogateescape"), "_I.*"]
+REPLIES = [b"_INBOX.x", b"_INBOX.x.y", b"a.b", b"a.q.c", b"a.b.c", b"\xc3\xa9.1", b"\xc3.1", b"\xff\xfe.z",
+           b"\xff\xfe.z.w", b"x", b"", b".x", b"x.", b"a..b", b"_I.\xe9", b"_INBOX.\xc3\xa9"]
+
+
+def run_noresp(fn, subs, calls, many):
+    """The 503 of ``fn`` for each (subject, reply) of ``calls`` to a requester with the subscriptions ``subs``
+    ((subject, queue, internal)); more than REPLY_SUBS_SCAN of them with ``many`` (the sublist's way)."""
+    srv = build_server(Options())
+    acc = srv.global_account
+    pub, other = Client(srv), Client(srv)
+    pub.no_responders = True
+    got: list[tuple] = []
+    so = Subscription(other, "_INBOX.*", None, b"o")  # (someone else's: never answered)
+    other.subs[b"o"] = so
+    acc.sublist.insert(so)
+    rows = list(subs) + [("filler.%d" % i, False, False) for i in range(delivery.REPLY_SUBS_SCAN * many)]
+    for i, (subject, queue, internal) in enumerate(rows):
+        s = Subscription(pub, subject, "q" if queue else None, b"%d" % i)
+        if internal:
+            s.icb = lambda s, c, subject, reply, hdr, msg: got.append((s.sid, subject, reply, hdr, msg))
+        pub.subs[s.sid] = s
+        acc.sublist.insert(s)
+    for subject, reply in calls:
+        fn(acc, pub, subject, reply)
+    return bytes(pub.out), pub.noresp_sent, pub.flush_pending, srv.pending_flush.count(pub), got, bytes(other.out)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(subs=st.lists(st.tuples(st.sampled_from(REPLY_SUBJECTS), st.booleans(), st.booleans()), max_size=8),
+       calls=st.lists(st.tuples(st.sampled_from([b"req", b"svc.x", b"\xe9"]), st.sampled_from(REPLIES)),
+                      max_size=12), many=st.booleans())
+def test_both_no_responders_answer_the_same(subs, calls, many):
+    from rillet._speedups._cdeliver import no_responders as compiled
+    from rillet._speedups._cdeliver import reply_sub
+    assert run_noresp(delivery.reference_no_responders, subs, calls, many) == run_noresp(compiled, subs, calls, many)
+    srv = build_server(Options())
+    acc = srv.global_account
+    pub = Client(srv)
+    for i, (subject, queue, _) in enumerate(subs):
+        s = Subscription(pub, subject, "q" if queue else None, b"%d" % i)
+        pub.subs[s.sid] = s
+        acc.sublist.insert(s)
+    for _, reply in calls:
+        assert reply_sub(acc, pub, reply) is delivery._reply_sub(acc, pub, reply), (subs, reply)
+
+
+def test_the_compiled_no_responders_runs_in_the_compiled_lane():
+    from rillet import lane
+    from rillet.server import accounts
+    if lane.COMPILED:
+        from rillet._speedups._cdeliver import no_responders as compiled
+        assert delivery.no_responders is compiled and accounts._no_resp is compiled
+    else:
+        assert delivery.no_responders is delivery.reference_no_responders

@@ -20,7 +20,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.float cimport PyFloat_AsDouble
-from libc.string cimport memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 from rillet.server import delivery as _pure
 from rillet.server import msgtrace as _mt
@@ -196,7 +196,7 @@ cdef object _pure_deliver = _pure.reference_deliver_result
 cdef object _perm_ok = _pure._perm_ok
 cdef object _strip_headers = _pure._strip_headers
 cdef object _forward = _pure.forward
-cdef object _no_responders = _pure.no_responders
+cdef object _no_responders_ref = _pure.reference_no_responders
 cdef object _random = _pure.random
 cdef object _RemoteSub = _pure.RemoteSub
 cdef object _NONE = _pure._NONE
@@ -534,8 +534,159 @@ cdef object _execute(acc, c, r, PyTypeObject* rt, plan, bint local, psubs, qsubs
         return True
     # (a result with links only, or with nothing here, never answers 503 from here)
     if reply and c.no_responders and (local or psubs or qsubs):
-        _no_responders(acc, c, subject, reply)
+        no_responders(acc, c, subject, reply)
     return False
+
+
+# ---- no responders ---------------------------------------------------------------------------------------------
+
+cdef object _reply_form = _pure._reply_form
+cdef object _tokens_match_literal = _pure.tokens_match_literal
+cdef Py_ssize_t _REPLY_SUBS_SCAN = _pure.REPLY_SUBS_SCAN
+cdef object _CLIENT_KIND = _pure.CLIENT
+cdef object _NOT_HERE = object()  # (_reply_sub: a subscription subject this twin does not take: the reference's)
+# a subscription's subject as _reply_sub tests it: (how, the form's text, the subject), both as the bytes a
+# reply subject is (surrogateescape; see _pure._reply_form for ``how``)
+cdef dict _FORMS = {}
+
+
+cdef tuple _form(object subj):
+    if type(subj) is not str:
+        return None
+    how, text = _reply_form(subj)
+    try:
+        form = (how, text.encode("utf-8", "surrogateescape"), subj.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return None
+    if len(_FORMS) >= 4096:
+        _FORMS.clear()
+    _FORMS[subj] = form
+    return form
+
+
+cdef object _reply_sub(object acc, object c, bytes reply):
+    """``_pure._reply_sub`` on the reply's bytes: every test of the reference is one on the same bytes (its
+    prefixes end with a '.', which no UTF-8 sequence holds, so a prefix of the text is one of the bytes), the
+    token by token match (a wildcard before the last token) and the sublist's on the decoded text as there.
+    ``_NOT_HERE`` when a subscription's subject is not text (the reference decides)."""
+    subs = getattr(c, "subs", None)
+    cdef Py_ssize_t nr, nt, how
+    cdef const char* r
+    cdef bytes tb, sb
+    if c.kind == _CLIENT_KIND and type(subs) is dict and len(<dict>subs) <= _REPLY_SUBS_SCAN:
+        nr = PyBytes_GET_SIZE(reply)
+        r = PyBytes_AS_STRING(reply)
+        if nr == 0 or r[0] == 46 or r[nr - 1] == 46 or b".." in reply:
+            return None  # (an empty token: matches nothing, as in the sublist)
+        toks = None
+        for sub in (<dict>subs).values():
+            if sub.queue:
+                continue
+            subj = sub.subject
+            form = _FORMS.get(subj)
+            if form is None:
+                form = _form(subj)
+                if form is None:
+                    return _NOT_HERE
+            how = (<tuple>form)[0]
+            tb = (<tuple>form)[1]
+            sb = (<tuple>form)[2]
+            if PyBytes_GET_SIZE(sb) == nr and memcmp(PyBytes_AS_STRING(sb), r, nr) == 0:
+                return sub
+            nt = PyBytes_GET_SIZE(tb)
+            if how == 1:
+                if nt <= nr and memcmp(PyBytes_AS_STRING(tb), r, nt) == 0 and memchr(r + nt, 46, nr - nt) == NULL:
+                    return sub
+            elif how == 2:
+                if nt <= nr and memcmp(PyBytes_AS_STRING(tb), r, nt) == 0:
+                    return sub
+            elif how == 3:
+                if toks is None:
+                    toks = reply.decode("utf-8", "surrogateescape").split(".")
+                if _tokens_match_literal(toks, subj.split(".")):
+                    return sub
+        return None
+    for sub in acc._match(reply.decode("utf-8", "surrogateescape")).psubs:
+        if sub.client is c:
+            return sub
+    return None
+
+
+cdef int _frame_503(object out, bytes reply, bytes sid, bytes subject, Py_ssize_t n) except -1:
+    """``HMSG <reply> <sid> <n> <n>\\r\\nNATS/1.0 503\\r\\nNats-Subject: <subject>\\r\\n\\r\\n\\r\\n`` onto ``out``."""
+    cdef bytes ns = b"%d" % n
+    cdef Py_ssize_t nn = PyBytes_GET_SIZE(ns), nr = PyBytes_GET_SIZE(reply), nd = PyBytes_GET_SIZE(sid)
+    cdef Py_ssize_t nsub = PyBytes_GET_SIZE(subject)
+    cdef Py_ssize_t k = PyByteArray_GET_SIZE(out)
+    cdef Py_ssize_t size = 5 + nr + 1 + nd + 1 + nn + 1 + nn + 2 + 28 + nsub + 4 + 2
+    cdef char* w
+    if PyByteArray_Resize(out, k + size) < 0:
+        return -1
+    w = PyByteArray_AS_STRING(out) + k
+    memcpy(w, b"HMSG ", 5)
+    w += 5
+    memcpy(w, PyBytes_AS_STRING(reply), nr)
+    w += nr
+    w[0] = 32
+    w += 1
+    memcpy(w, PyBytes_AS_STRING(sid), nd)
+    w += nd
+    w[0] = 32
+    w += 1
+    memcpy(w, PyBytes_AS_STRING(ns), nn)
+    w += nn
+    w[0] = 32
+    w += 1
+    memcpy(w, PyBytes_AS_STRING(ns), nn)
+    w += nn
+    memcpy(w, b"\r\nNATS/1.0 503\r\nNats-Subject: ", 30)
+    w += 30
+    memcpy(w, PyBytes_AS_STRING(subject), nsub)
+    w += nsub
+    memcpy(w, b"\r\n\r\n\r\n", 6)
+    return 0
+
+
+def reply_sub(acc, c, reply):
+    """``_reply_sub`` as a function (tests compare it with ``rillet.server.delivery._reply_sub``)."""
+    if type(reply) is not bytes:
+        return _pure._reply_sub(acc, c, reply)
+    sub = _reply_sub(acc, c, reply)
+    return _pure._reply_sub(acc, c, reply) if sub is _NOT_HERE else sub
+
+
+def no_responders(acc, c, subject, reply):
+    """``rillet.server.delivery.no_responders`` (the reference: ``reference_no_responders``), compiled: the
+    requester's reply subscription found on the reply's bytes (``_reply_sub``), the same 503 frame written."""
+    if type(subject) is not bytes or type(reply) is not bytes:
+        return _no_responders_ref(acc, c, subject, reply)
+    sub = _reply_sub(acc, c, reply)
+    if sub is None:
+        return
+    if sub is _NOT_HERE:
+        return _no_responders_ref(acc, c, subject, reply)
+    icb = sub.icb
+    cdef Py_ssize_t n = 32 + PyBytes_GET_SIZE(subject)  # (the status header's size, as ``hdr`` below)
+    if icb is None:
+        if not _ready:
+            _setup()
+        sid = sub.sid_b
+        if _client_slots(Py_TYPE(c)) and type(sid) is bytes:
+            out = _get(c, C_OUT, "out")
+            if PyByteArray_CheckExact(out):
+                _frame_503(out, <bytes>reply, <bytes>sid, <bytes>subject, n)
+                c.noresp_sent += 1
+                if not _get(c, C_FLUSH, "flush_pending"):  # (Client.flush, as the executor does it)
+                    _set(c, C_FLUSH, True)
+                    c.server.pending_flush.append(c)
+                return
+    hdr = b"NATS/1.0 503\r\nNats-Subject: " + <bytes>subject + b"\r\n\r\n"
+    if icb is not None:
+        icb(sub, c, reply, None, PyBytes_GET_SIZE(hdr), hdr)
+        return
+    c.out += b"HMSG %b %b %d %d\r\n%b\r\n" % (reply, sub.sid_b, n, n, hdr)
+    c.noresp_sent += 1  # (a burst of these paces the client's next read: rillet.server.client NORESP_BURST)
+    c.flush()
 
 
 # ---- a client's PUB ---------------------------------------------------------------------------------------------

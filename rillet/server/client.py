@@ -33,10 +33,15 @@ if TYPE_CHECKING:
 CLIENT = ConnKind.CLIENT
 INTERNAL = ConnKind.INTERNAL
 
-# A read after one that drew NORESP_BURST no responders statuses (a burst of requests nobody serves: noresp25k in
-# benchmarks/bystander.py; each request costs its 503) gets the share of a burst's later passes (BACKLOG_BUDGET),
-# not a fresh read's READ_BUDGET: the bystander's request waited up to 2-3 ms behind each new read of the burst
-NORESP_BURST = 256
+# A client whose reads draw many no responders statuses (a burst of requests nobody serves: noresp25k in
+# benchmarks/bystander.py; each request costs its 503, ~3 us) is read in short passes: once a loop pass of its
+# reads (a fresh read, or a backlog's pass) has drawn NORESP_BURST statuses, its passes stop after NORESP_BUDGET
+# seconds and its slices aim at NORESP_SLICE_TIME, until a pass draws fewer. A bystander's request/reply (two
+# loop passes) then waits ~0.2 ms per pass for the burst instead of 0.5-1.5 ms (a backlog pass's budget plus
+# a slice sized for 1 ms), and the burst's first read stops after its first slice instead of 2 ms.
+NORESP_BURST = 32
+NORESP_BUDGET = 0.0002
+NORESP_SLICE_TIME = 0.00015
 
 _PING = b"PING\r\n"
 _PONG = b"PONG\r\n"
@@ -94,7 +99,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
 
     kind = CLIENT
     noresp_sent = 0  # no responders statuses sent to this client (rillet.server.delivery.no_responders)
-    _noresp_mark = 0  # (noresp_sent when its last read began)
+    _noresp_mark = 0  # (noresp_sent when the last pass of its reads began)
     # the output state the delivery executor writes per message, in slots (the rest in the instance dict): one
     # fixed layout, read at its offsets by the compiled executor (rillet/_speedups/_cdeliver.pyx)
     # (and the fields a PUB reads and counts, for the compiled ``proto_pub``)
@@ -428,10 +433,17 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             self._pause_behind_backlog()
             return
         self._new_read()
+        self._noresp_pass()
+        self._consume(data, READ_BUDGET)
+
+    def _noresp_pass(self) -> None:
+        """A pass of this client's reads begins: the short passes of a no responders burst (NORESP_BURST) go on
+        if the last pass drew that many statuses, else they end here."""
         n = self.noresp_sent
-        heavy = n - self._noresp_mark >= NORESP_BURST  # (its last read: a burst of requests nobody serves)
+        if n - self._noresp_mark < NORESP_BURST and self._budget_cap < 1.0:
+            self._budget_cap = ReadPacer._budget_cap
+            self._slice_time = ReadPacer._slice_time
         self._noresp_mark = n
-        self._consume(data, BACKLOG_BUDGET if heavy else READ_BUDGET)
 
     def _consume(self, data: bytes, budget: float = READ_BUDGET) -> None:
         """Parse ``data`` slice by slice until done, or until this callback's budget is spent or a receiver's
@@ -447,6 +459,9 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             srv.flush_clients()
             return -1
         self._count_read(len(chunk))
+        if self.noresp_sent - self._noresp_mark >= NORESP_BURST and self._budget_cap > NORESP_BUDGET:
+            self._budget_cap = NORESP_BUDGET  # (a burst of requests nobody serves: short passes from here)
+            self._slice_time = NORESP_SLICE_TIME
         if self.closed:
             srv.flush_clients()
             return -1
@@ -494,6 +509,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self._backlog = None
         t = self.transport
         if rest:
+            self._noresp_pass()
             self._consume(rest, BACKLOG_BUDGET)
             if self._backlog is not None or self.closed:
                 return  # paused again (the budget, a stall) or gone

@@ -743,10 +743,11 @@ def js_ack_deliver_idx(reply: bytes) -> int:
 # to the reference (an extension built before the twin existed: the reference)
 reference_deliver_result = deliver_result
 reference_deliver_inbound = deliver_inbound  # (likewise: a message from a route)
+reference_no_responders = no_responders  # (and the 503 to a requester nobody answered)
 from rillet import lane as _lane  # noqa: E402
 
 if _lane.COMPILED:
     try:
-        from rillet._speedups._cdeliver import deliver_inbound, deliver_result  # noqa: F811
+        from rillet._speedups._cdeliver import deliver_inbound, deliver_result, no_responders  # noqa: F811
     except ImportError:
         pass

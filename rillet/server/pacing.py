@@ -54,6 +54,10 @@ class ReadPacer:
     # is one pass of theirs, not one per slice (a slice that shrank under load split them)
     _flush_each_slice = True
     _stall_drops = False  # with no_fast_producer_stall, a congested receiver's output is dropped instead
+    # a slice's aim (SLICE_TIME) and the most a callback parses whatever its budget: a connection lowers them
+    # while its reads are found costly for others (a client's burst of requests nobody serves: rillet.server.client)
+    _slice_time = SLICE_TIME
+    _budget_cap = 1.0  # (no cap)
     _intake_held = False  # reading held from outside until further notice (a client: the JetStream API queue)
 
     def _init_pacing(self) -> None:
@@ -96,6 +100,8 @@ class ReadPacer:
             pos = self._feed_slice(chunk, data, pos)
             if pos < 0:
                 return
+            if self._budget_cap < budget:  # (lowered by this slice)
+                budget = self._budget_cap
             if each:
                 # the late writers (the RAFT groups' runner: Server.pending_late) wait for the read's last slice
                 # (or the one that spends the budget): one pass for what the whole read proposed; so does this
@@ -151,10 +157,11 @@ class ReadPacer:
 
     def _adapt_slice(self, size: int, got: int, took: float) -> int:
         """The next slice's size after one of ``size`` bytes (``got`` of them there) took ``took`` seconds."""
-        if took > SLICE_TIME:
+        aim = self._slice_time
+        if took > aim:
             if size > SLICE_MIN:
-                size = self._slice = max(SLICE_MIN, int(size * SLICE_TIME / took))
-        elif size < READ_SLICE and got >= size and took < SLICE_TIME / 4:
+                size = self._slice = max(SLICE_MIN, int(size * aim / took))
+        elif size < READ_SLICE and got >= size and took < aim / 4:
             size = self._slice = min(READ_SLICE, size * 2)
         return size
 
