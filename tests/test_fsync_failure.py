@@ -34,7 +34,8 @@ async def test_failed_fsync_stops_acknowledging_until_restart(tmp_path, monkeypa
     async with run_server(_opts(tmp_path)) as srv:
         nc = await nats.connect(srv.client_url)
         js = nc.jetstream(timeout=1.0)
-        await js.add_stream(name="S", subjects=["s"])
+        # (the first API request loads the API's modules over loop passes: slow on a loaded machine)
+        await nc.jetstream(timeout=15.0).add_stream(name="S", subjects=["s"])
         assert (await js.publish("s", b"one")).seq == 1
         monkeypatch.setattr(os, "fsync", fsync)
         broken["on"] = True
