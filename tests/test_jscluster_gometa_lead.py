@@ -803,3 +803,22 @@ def test_compacted_leader_catches_a_follower_up_from_its_own_meta_snapshot():
     fs = GoMetaState()
     fs.apply(done[0])
     assert set(fs.streams) == {("A", "S")} and set(fs.consumers[("A", "S")]) == {"D"}
+
+
+def test_catch_up_appends_carry_no_commit_past_their_own_entries():
+    """A Go follower stores each catch-up append as it came and, when it starts again, takes the first stored one's
+    commit as known before it replays the rest: a commit past the stored entries (the leader's current one) made a
+    nats-server replica skip applying them after a restart (commit 5 != applied 1), its stream cut back to its
+    snapshot and never filled (the mixed2 fault run's 'JFS2: 0 messages < 3' on a Go server). The commit each
+    append carries is at most its previous index, as in the appends nats-server's leaders store and send again."""
+    p = _leader()
+    for k in range(3):
+        p.propose([gw.Entry(gw.ENTRY_NORMAL, b"m%d" % k)])
+        _ack(p, A, p.pindex)
+    assert p.commit == p.pindex == 5
+    aes = [gw.AppendEntry.decode(o.payload) for o in p._catch_up(0, "$NRG.CR.x")]
+    assert [ae.pindex for ae in aes] == [0, 1, 2, 3, 4]
+    assert [ae.commit for ae in aes] == [0, 1, 2, 3, 4]
+    # (a follower behind by one: the append of the last entry carries the commit of the one before it)
+    (ae,) = [gw.AppendEntry.decode(o.payload) for o in p._catch_up(4, "$NRG.CR.y")]
+    assert (ae.pindex, ae.commit) == (4, 4)

@@ -217,8 +217,12 @@ class GoRaftPeer(GoRaftFollower):
             index = self.base_index
         while index < self.pindex:
             t, es = self._log[index - self.base_index]
-            outs.append(Out(inbox, "", gw.AppendEntry(self.me, t, self.commit, self.term_at(index) or 0, index,
-                                                      es, self.term).encode()))
+            # (the commit an entry's append carried when it was new: never past its own previous index. A Go
+            # follower stores the append as it came, and when it starts again takes the first stored append's
+            # commit as known before replaying: a commit past the stored entries made it skip applying them
+            # (commit 5 != applied 1), its store cut back to its snapshot and never filled again)
+            outs.append(Out(inbox, "", gw.AppendEntry(self.me, t, min(self.commit, index), self.term_at(index) or 0,
+                                                      index, es, self.term).encode()))
             index += 1
         return outs
 
