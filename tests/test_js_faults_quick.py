@@ -325,3 +325,50 @@ def test_queue_consumer_counts_redeliveries_by_arrival_order():
         assert q.note_delivery("w", 5) == "new"
         assert (q.deliveries, q.seen_after_ack, q.redelivered_after_ack) == (3, 2, 1)
     asyncio.run(run())
+
+
+def _limit_workload():
+    from faults.kvlimit import PAD, KVLimitWorkload
+    w = KVLimitWorkload(lambda i: [], 32768)
+    vals = {n: f"{n}:" + "x" * PAD for n in range(1, 11)}
+    w.sent = {v: f"k{n:06d}" for n, v in vals.items()}
+    w.acked = {n: vals[n] for n in range(1, 10)}  # (put 10 unknown: may or may not be stored)
+    return w, vals
+
+
+def test_kv_limit_check_passes_a_replica_that_evicted_only_its_oldest():
+    w, vals = _limit_workload()
+    assert w.check("n0", [(n, vals[n]) for n in range(4, 11)]) == []   # 1-3 evicted; 10 stored though unknown
+    assert w.check("n1", [(n, vals[n]) for n in range(5, 10)]) == []
+    assert w.summary().replicas["n0"][:2] == (7, 4)
+
+
+def test_kv_limit_check_fails_a_short_replica_and_wrong_values():
+    w, vals = _limit_workload()
+    short = w.check("n2", [(n, vals[n]) for n in range(2, 7)])          # lacks 7-9, acknowledged
+    assert short and "lacks 3 acknowledged puts" in short[0]
+    assert w.check("n0", [])                                              # lost everything
+    wrong = w.check("n1", [(5, vals[5]), (6, vals[7]), (7, vals[7]), (8, vals[8]), (9, vals[9])])
+    assert any("wrong or unsent" in f for f in wrong)                    # seq 6 holds put 7's value
+    w.refused_values.add(vals[10])
+    assert any("refused" in f for f in w.check("n1", [(n, vals[n]) for n in range(5, 11)]))
+    w.sent.pop(vals[10])
+    assert any("never sent" in f for f in w.check("n1", [(n, vals[n]) for n in range(5, 11)]))
+
+
+def test_quorum_outage_counts_acks_while_two_are_down_and_time_back():
+    from types import SimpleNamespace
+
+    from faults.runner import Run
+    run = Run.__new__(Run)
+    run.nemesis = SimpleNamespace(timeline=[(10.0, 13.0, "kill-two n1 n0 for 2.8s"),
+                                            (20.0, 22.0, "kill-leader n2 for 2.0s")])
+    recs = {"a": PubRecord("a", 0, 9.9, "ok", 10.1), "b": PubRecord("b", 0, 11.0, "fail", 11.0),
+            "c": PubRecord("c", 0, 12.0, "ok", 13.6), "d": PubRecord("d", 0, 13.7, "ok", 13.8),
+            "e": PubRecord("e", 0, 20.5, "ok", 21.0)}
+    q = SimpleNamespace(records=recs)
+    (line, failure), = run.quorum_outages(q)   # (kill-leader keeps a quorum: not counted)
+    assert "0 publishes acknowledged" in line and "0.60s after the restart" in line and failure == ""
+    recs["x"] = PubRecord("x", 0, 11.5, "ok", 12.5)   # acknowledged with two of three servers down
+    (line, failure), = run.quorum_outages(q)
+    assert failure == "1 publishes acknowledged during kill-two n1 n0 for 2.8s"

@@ -155,7 +155,8 @@ class Node:
     ``rillet_go_meta_lead``: it follows and leads the meta and stream groups), both kinds with the accounts above."""
 
     def __init__(self, i: int, kind: str, hosts: list[str], ports: list[tuple[int, int, int]], netns: str,
-                 tmp: str, sync: str = "always", pythonpath: str = "", mixed: bool = False) -> None:
+                 tmp: str, sync: str = "always", pythonpath: str = "", mixed: bool = False,
+                 go_debug: bool = False) -> None:
         self.i, self.kind, self.name = i, kind, f"n{i}"
         self.mixed = mixed
         self.pythonpath = pythonpath
@@ -167,9 +168,9 @@ class Node:
         routes = ", ".join(f'"nats-route://{hosts[j]}:{ports[j][1]}"' for j in range(len(ports)) if j != i)
         sync_line = "  sync_interval: always\n" if sync == "always" else ""
         js_block = f'jetstream {{\n  store_dir: "{self.store}"\n{sync_line}}}\n'
-        extra = ""
+        extra = "debug: true\n" if go_debug and kind == "go" else ""  # (--go-debug: nats-server's debug lines)
         if mixed:
-            extra = MIXED_ACCOUNTS
+            extra += MIXED_ACCOUNTS
             if kind == "rillet":
                 # (JetStream of its own off: the server is a member of the Go servers' JetStream cluster)
                 js_block = f'jetstream {{\n  enabled: false\n  store_dir: "{self.store}"\n{sync_line}}}\n'
@@ -296,14 +297,14 @@ class Cluster:
     :func:`parse_kinds` takes it (one kind, or a mix of Go and Rillet servers)."""
 
     def __init__(self, kind: str, tmp: str, lab: Lab | None, n: int = 3, sync: str = "always",
-                 pythonpath: str = "", lazyfs: bool = False) -> None:
+                 pythonpath: str = "", lazyfs: bool = False, go_debug: bool = False) -> None:
         self.kind, self.tmp, self.lab = kind, tmp, lab
         self.kinds = parse_kinds(kind, n)
         self.mixed = len(set(self.kinds)) > 1
         hosts = lab.ips if lab else ["127.0.0.1"] * n
         ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
         self.nodes = [Node(i, self.kinds[i], hosts, ports, lab.ns[i] if lab else "", tmp, sync, pythonpath,
-                           mixed=self.mixed)
+                           mixed=self.mixed, go_debug=go_debug)
                       for i in range(n)]
         if lazyfs:  # every store on a filesystem that loses what was not fsynced at a power cut
             from .lazyfs import Mounted

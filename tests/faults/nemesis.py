@@ -10,7 +10,8 @@ healed and the cluster gets ``gap`` seconds before the next):
   fsynced, tests/faults/lazyfs.py), ``power-two`` (two at once), ``power-all`` (the whole cluster)
 * ``drill``: ``wipe-random`` (a server stopped, its store directory deleted, started again: it must catch up
   and not be reported healthy before), ``wipe-while-down`` (the same while another server is SIGKILLed),
-  ``kill-all`` (every server SIGKILLed at once)
+  ``kill-two``, ``kill-all`` (every server SIGKILLed at once); with ``--kv-limit`` the runner adds a KV bucket at
+  its ``max_bytes`` (tests/faults/kvlimit.py)
 * ``partition``: ``partition-random`` (one random server cut from the other two: minority/majority),
   ``partition-leader`` (the stream leader isolated), ``partition-bridge`` (two servers cut from each
   other, both still see the third), ``partition-link`` (a random server's veth down: cut from its
@@ -34,8 +35,9 @@ KINDS = {
     "partition": ["partition-random", "partition-leader", "partition-bridge", "partition-link"],
     "power": ["power-random", "power-two", "power-all"],
     "power-minority": ["power-random"],  # (one server at a time: what the default sync_interval must survive)
-    # the operators' drills: a server whose store is wiped (also while another server is down), all three killed
-    "drill": ["wipe-random", "wipe-while-down", "kill-all"],
+    # the operators' drills: a server whose store is wiped (also while another server is down), two killed at
+    # once, all three killed (with --kv-limit the runner also fills a KV bucket at its max_bytes: kvlimit.py)
+    "drill": ["wipe-random", "wipe-while-down", "kill-two", "kill-all"],
 }
 
 

@@ -14,6 +14,7 @@ import time
 
 from . import workloads as W
 from .cluster import Cluster, Lab, log, parse_kinds
+from .kvlimit import LSTREAM, LSUBJECT, KVLimitWorkload
 from .linearizable import NOT_CHECKED, check_registers
 from .nemesis import KINDS, Nemesis, make_plan
 
@@ -40,6 +41,7 @@ class Run:
         self.ctl = None
         self.failures: list[str] = []
         self.notes: set[str] = set()
+        self.kvl: KVLimitWorkload | None = None  # (--kv-limit: the bucket at its max_bytes, kvlimit.py)
 
     async def leader_index(self, stream: str = W.STREAM) -> int | None:
         try:
@@ -76,7 +78,7 @@ class Run:
                 log(f"network namespaces not permitted ({e}); on 127.0.0.1, partitions skipped")
                 self.lab = None
         self.cluster = Cluster(a.server, self.tmp, self.lab, sync=a.sync, pythonpath=a.rillet_src,
-                               lazyfs=any(m.startswith("power") for m in a.modes))
+                               lazyfs=any(m.startswith("power") for m in a.modes), go_debug=a.go_debug)
         plan = make_plan(a.seed, a.modes, a.time, quick=a.quick)
         log(f"seed {a.seed}; servers {self.cluster.describe()} {self.cluster.urls}, sync_interval "
             f"{'always' if a.sync == 'always' else 'default'}; logs and stores in {self.tmp}")
@@ -106,10 +108,15 @@ class Run:
         kv = W.KVWorkload(c.urls_from, random.Random(a.seed + 1), n_clients=a.kv_clients, keys=a.kv_keys,
                           timeout=a.op_timeout, direct=a.kv_direct)
         schema = W.SchemaWorkload(c.urls_from)
+        watched = [W.STREAM, f"KV_{W.BUCKET}"]
         t0 = time.monotonic()
         await _retry("create the queue stream and consumer", lambda: q.setup(js), 90)
         await _retry("create the KV bucket", lambda: kv.setup(js), 60)
-        if not await self.wait_healthy([W.STREAM, f"KV_{W.BUCKET}"], 60):
+        if a.kv_limit:
+            self.kvl = KVLimitWorkload(c.urls_from, a.kv_limit, timeout=a.op_timeout)
+            await _retry("create the KV bucket at its max_bytes", lambda: self.kvl.setup(js), 60)
+            watched.append(LSTREAM)
+        if not await self.wait_healthy(watched, 60):
             self.failures.append("streams not healthy before the faults")
             return self.report(q, kv, schema, [], {})
         log(f"cluster and streams ready in {time.monotonic() - t0:.1f}s; leader of {W.STREAM}: "
@@ -118,6 +125,8 @@ class Run:
         ctask = asyncio.ensure_future(q.consumer(2))
         tasks += [asyncio.ensure_future(kv.client(i)) for i in range(a.kv_clients)]
         stask = asyncio.ensure_future(schema.run())
+        if self.kvl is not None:
+            tasks.append(asyncio.ensure_future(self.kvl.run()))
         nem = Nemesis(c, self.leader_index)
         try:
             await asyncio.sleep(2.0)
@@ -127,7 +136,7 @@ class Run:
             if healed:
                 log("healed: " + ", ".join(healed))
             t1 = time.monotonic()
-            ok = await self.wait_healthy([W.STREAM, f"KV_{W.BUCKET}"], a.heal_timeout)
+            ok = await self.wait_healthy(watched, a.heal_timeout)
             log(f"after the faults: streams {'healthy' if ok else 'NOT healthy'} in {time.monotonic() - t1:.1f}s")
             if not ok:
                 self.failures.append(f"streams not healthy {a.heal_timeout:.0f}s after the heal")
@@ -136,6 +145,8 @@ class Run:
             q.stop.set()
             kv.stop.set()
             schema.stop.set()
+            if self.kvl is not None:
+                self.kvl.stop.set()
             done, pending = await asyncio.wait(tasks + [stask], timeout=a.op_timeout * 3 + 10)
             for t in pending:
                 t.cancel()
@@ -159,13 +170,22 @@ class Run:
             self.failures.append(f"the stream {W.STREAM} was forgotten by the cluster ({e})")
             stream = []
         if a.compare_replicas and stream:
-            await self.compare_replicas([(W.STREAM, W.SUBJECT), (f"KV_{W.BUCKET}", f"$KV.{W.BUCKET}.>")])
+            await self.compare_replicas([(W.STREAM, W.SUBJECT), (f"KV_{W.BUCKET}", f"$KV.{W.BUCKET}.>")]
+                                        + ([(LSTREAM, LSUBJECT)] if self.kvl is not None else []))
+        elif self.kvl is not None:  # (no replica comparison: the bucket read through its leader only)
+            try:
+                held = await _retry("read the KV bucket at its limit", lambda: W.read_stream(js, LSTREAM, LSUBJECT), 60)
+                self.failures += self.kvl.check(f"the leader ({await self.leader_name(LSTREAM)})", held)
+            except RuntimeError as e:
+                self.failures.append(f"{LSTREAM}: {e}")
         # final reads of every key by a fresh client, after the heal
         await self.final_reads(kv)
         forgotten = await self.never_forgotten(schema, q, stream)
         await q.close()
         await kv.close()
         await schema.close()
+        if self.kvl is not None:
+            await self.kvl.close()
         self.nemesis = nem
         return self.report(q, kv, schema, stream, forgotten, nem.done)
 
@@ -208,6 +228,8 @@ class Run:
                     self.failures.append(f"{name}: reading the replica of {node.name} failed: {W.err_text(err)}")
                     continue
                 seen[node.name] = (len(msgs), hash(tuple(msgs)))
+                if self.kvl is not None and name == LSTREAM:
+                    self.failures += self.kvl.check(node.name, msgs)
                 log(f"replica of {name} on {node.name}: {len(msgs)} messages")
             if len(set(seen.values())) > 1:
                 self.failures.append(f"{name}: the replicas differ when each leads: "
@@ -428,6 +450,10 @@ class Run:
             bad.append("queue check failed")
         if qr.acked == 0:
             bad.append("no publish was acknowledged")
+        for line, failure in self.quorum_outages(q):
+            print(line)
+            if failure:
+                bad.append(failure)
         counts = kv.history.counts()
         print("kv: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         results = check_registers(kv.history.ops(), max_steps=a.lin_budget)
@@ -443,6 +469,16 @@ class Run:
             print("kv: (a key whose search ran out of budget is neither passed nor failed)")
         if kv.rev_conflicts:
             bad.append(f"kv: one revision, two values: {kv.rev_conflicts[:5]}")
+        if self.kvl is not None:
+            lr = self.kvl.summary()
+            for line in lr.lines():
+                print(line)
+            if lr.acked == 0:
+                bad.append("kv-limit: no put was acknowledged")
+            elif lr.replicas and all(first <= 1 for _n, first, _m, _b in lr.replicas.values()):
+                bad.append("kv-limit: the bucket never reached its max_bytes (nothing evicted): lower --kv-limit")
+            if self.kvl.acked_twice:
+                bad.append(f"kv-limit: {self.kvl.acked_twice[:3]}")
         made = [cr for cr in schema.created if cr.stream == "ok"]
         print(f"schema: {len(schema.created)} stream creations tried, {len(made)} acknowledged, "
               f"{sum(1 for cr in made if cr.consumer == 'ok')} consumers acknowledged")
@@ -459,6 +495,28 @@ class Run:
         print("RESULT: " + ("FAIL - " + "; ".join(bad) if bad else "OK"))
         return 1 if bad else 0
 
+
+    def quorum_outages(self, q: W.QueueWorkload) -> list[tuple[str, str]]:
+        """For each fault that takes two or three servers down at once (kill-two, kill-all, power-two, power-all):
+        how many publishes invoked after it began were acknowledged before the servers were started again (none
+        may be: no quorum; a failure otherwise), and how long after that restart the first publish was
+        acknowledged (the operators' drill's "back within" figure). (line, failure or "") pairs."""
+        nem = getattr(self, "nemesis", None)
+        out: list[tuple[str, str]] = []
+        if nem is None:
+            return out
+        acks = sorted(r.t_done for r in q.records.values() if r.type == "ok")
+        for a, b, what in nem.timeline:
+            kind = what.split()[0]
+            if kind not in ("kill-two", "kill-all", "power-two", "power-all"):
+                continue
+            during = sum(1 for r in q.records.values() if r.type == "ok" and r.t_invoke > a + 0.2 and r.t_done < b)
+            after = next((t for t in acks if t > b), None)
+            back = f"{after - b:.2f}s" if after is not None else "never"
+            out.append((f"quorum outage: {what}: {during} publishes acknowledged while it lasted, the first "
+                        f"acknowledged {back} after the restart",
+                        f"{during} publishes acknowledged during {what}" if during else ""))
+        return out
 
     def _loss_reported(self) -> str:
         """(--reported-loss-ok) Whether every server's log reports the queue stream's and the KV bucket's lost
@@ -505,6 +563,10 @@ def parser() -> argparse.ArgumentParser:
                     help="queue publishes a second, all publishers together (0: unlimited)")
     ap.add_argument("--kv-clients", type=int, default=5)
     ap.add_argument("--kv-keys", type=int, default=3)
+    ap.add_argument("--kv-limit", type=int, default=0, metavar="BYTES",
+                    help="also put new keys into an R3 KV bucket with this max_bytes (e.g. 32768), evicting steadily, "
+                         "and check every replica keeps every acknowledged put it has not evicted "
+                         "(tests/faults/kvlimit.py; the operators' KV drill, with --nemesis drill)")
     ap.add_argument("--kv-direct", action="store_true",
                     help="KV bucket with allow_direct (reads from any replica: not linearizable by design)")
     ap.add_argument("--op-timeout", type=float, default=3.0, help="client timeout of each operation")
@@ -518,6 +580,9 @@ def parser() -> argparse.ArgumentParser:
                     help="directory holding the rillet package the servers run (e.g. a `git archive HEAD` copy; "
                          "default: the installed one)")
     ap.add_argument("--keep", action="store_true", help="keep logs and stores after a good run")
+    ap.add_argument("--go-debug", action="store_true",
+                    help="nats-server servers log their debug lines too (debug: true), e.g. to see a replica's "
+                         "WAL truncations and catch-ups")
     ap.add_argument("--reported-loss-ok", action="store_true",
                     help="(--sync default, a majority's power cuts) acknowledged values lost pass when every server "
                          "reports the stream's loss; duplicates, forks and sequences acknowledged twice still fail")
