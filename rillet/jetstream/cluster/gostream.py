@@ -32,6 +32,10 @@ stands for election when it hears no leader for an election timeout, as nats-ser
 Every replica answers direct gets (``$JS.API.DIRECT.GET.<stream>``) of a stream with ``allow_direct`` while it
 leads or follows current, as nats-server's do (rillet.jetstream.cluster.godirect).
 
+Every replica answers the state request (``$JSC.SI.<account>.<stream>`` with ``{"state":true}``) that nats-server
+2.15.1's group leader sends all replicas while it changes the group's peers: without the answer, a Go leader never
+handed a moved or evacuated stream over to, nor completed it on, a Rillet replica (``_on_state_request``).
+
 Every replica expires its own messages (``max_age``, ``Nats-TTL``), as nats-server's do, and compacts its
 in-memory log into a stream snapshot every ``SNAPSHOT_EVERY`` applied entries (``_maybe_compact``).
 
@@ -51,7 +55,7 @@ import shutil
 import time
 from typing import Any, Optional
 
-from rillet.gocompat.gotime import GoTimeError, time_ns
+from rillet.gocompat.gotime import GoTimeError, format_time, time_ns
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
@@ -196,8 +200,46 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
 
     def start(self, js_api: bool = False) -> None:
         super().start(js_api)
+        self._subs.append(self.ic.subscribe(f"$JSC.SI.{self.account}.{self.name}", self._on_state_request))
         self._arm_expiry()
         self.direct.check()
+
+    def _on_state_request(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
+                          msg: bytes) -> None:
+        """``$JSC.SI.<account>.<stream>`` with ``{"state":true}``: nats-server 2.15.1's group leader asks every
+        replica for its store's state while it changes the group's peers, and hands the group over (or removes
+        the old peers) only once the desired peers' states answer as caught up. Every replica answers, leader
+        or not, with its peer id and its state (``{"peer":...,"state":{...}}``, nats-server's StreamState
+        layout). A request without ``state`` is a stream info for the meta leader, answered by the stream's
+        leader (not here)."""
+        if not reply:
+            return
+        try:
+            req = json.loads(bytes(msg[hdr:]) if hdr > 0 else bytes(msg) or b"{}")
+        except ValueError:
+            return
+        if not isinstance(req, dict) or req.get("state") is not True:
+            return
+        doc = {"peer": self.peer, "state": self.state_doc()}
+        self.ic.publish(reply, None, json.dumps(doc, separators=(",", ":")).encode())
+
+    def state_doc(self) -> dict[str, Any]:
+        """The store's state in nats-server's StreamState JSON (its field order; the consumers counted are
+        those with a replica on this server)."""
+        st = self.store.state()
+        first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
+        doc: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": first,
+                               "first_ts": format_time(st.first_ts), "last_seq": st.last_seq,
+                               "last_ts": format_time(st.last_ts)}
+        if st.num_subjects:
+            doc["num_subjects"] = st.num_subjects
+        if st.num_deleted:
+            doc["num_deleted"] = st.num_deleted
+        meta = getattr(self.member, "state", None)
+        cas = (meta.consumers.get((self.account, self.name)) or {}) if meta is not None else {}
+        doc["consumer_count"] = sum(1 for ca in cas.values()
+                                    if self.peer in ((ca.get("group") or {}).get("peers") or ()))
+        return doc
 
     def _on_msg(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int, msg: bytes) -> None:
         super()._on_msg(sub, c, subject, reply, hdr, msg)

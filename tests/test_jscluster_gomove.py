@@ -1,0 +1,237 @@
+"""A replicated stream moved from Go servers to Rillet servers of one mixed JetStream cluster.
+
+nats-server 2.15.1's stream leader, while it changes its group's peers (a move by tags or a placement change,
+``STREAM.PEER.EVACUATE``...), asks every replica for its store's state (``$JSC.SI.<account>.<stream>`` with
+``{"state":true}``, answered ``{"peer":...,"state":{...}}`` by leader and followers alike) and steps down to a
+desired peer, or removes the old ones, only once the desired peers' states answer as caught up (its migration
+status says "waiting for desired peers to catch up" until then). A Rillet replica that did not answer stalled
+every move onto Rillet servers with the Go leader of the group. ``GoStreamReplica`` answers now
+(rillet.jetstream.cluster.gostream).
+
+Unit test: the answer of a replica with a file store, in the layout the Go replicas use (checked against a
+recorded answer of nats-server 2.15.1: its field order and byte count). Live test, 2 Go + 2 Rillet servers
+(``rillet_go_meta_lead``) with server tags: an R2 stream on the two Go servers, moved by a placement change to
+the two Rillet servers under a Go meta leader, then another under a Rillet meta leader; each ends led by a
+Rillet server with both Rillet replicas current, the Go peers gone, and every message in both Rillet stores. Under
+each meta leader too, ``STREAM.PEER.EVACUATE`` of the non-leader replica of an R2 stream on a Go and a Rillet
+server: a Rillet replica of a Go-led group, and a Go replica of a Rillet-led one.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from helpers import free_port, serve_config
+from rillet.jetstream.cluster.golead import LEADER
+from rillet.jetstream.cluster.gostream import GoStreamReplica
+from rillet.raft import gowire as gw
+from test_jscluster_gometa import CAP, _member, _until
+from test_jscluster_gometa_lead import _all_see, _lead_conf
+from test_jscluster_gometa_lead_place import _TaggedGo, _tagged
+
+live = pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server binary not on PATH")
+
+
+class _Log:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+class _IC:
+    def __init__(self):
+        self.sent = []
+
+    def publish(self, subject, reply, payload):
+        self.sent.append((subject, json.loads(payload)))
+
+
+# nats-server 2.15.1's answer of a Go replica (recorded: 10 messages of one byte on "mv", no consumer)
+_GO_ANSWER = ('{"peer":"FlDeG4Ai","state":{"messages":10,"bytes":330,"first_seq":1,"first_ts":"2026-11-30T07:11:'
+              '09.371802886Z","last_seq":10,"last_ts":"2026-11-30T07:11:09.379971083Z","num_subjects":1,'
+              '"consumer_count":0}}')
+
+
+def test_a_replica_answers_a_state_request_as_a_go_replica(tmp_path):
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=None)
+    a = {"stream": {"name": "MV", "subjects": ["mv"], "storage": "file", "num_replicas": 2},
+         "group": {"name": "S-R2F-abcd1234", "peers": [gw.peer_id(n) for n in ("g0", "g1", "r1")]}}
+    rep = GoStreamReplica(server, "A", a, str(tmp_path))
+    rep.ic = _IC()
+    try:
+        rep._on_state_request(None, None, b"$JSC.SI.A.MV", b"_R_.1", 0, b'{"state":true}')
+        empty = rep.ic.sent.pop()[1]
+        assert empty == {"peer": gw.peer_id("r1"), "state": {
+            "messages": 0, "bytes": 0, "first_seq": 0, "first_ts": "0001-01-01T00:00:00Z", "last_seq": 0,
+            "last_ts": "0001-01-01T00:00:00Z", "consumer_count": 0}}
+        ts = time.time_ns()
+        for i in range(10):
+            rep.store.store_raw(i + 1, "mv", b"", b"x", ts + i)
+        rep._on_state_request(None, None, b"$JSC.SI.A.MV", b"_R_.2", 0, b'{"state":true}')
+        subject, doc = rep.ic.sent.pop()
+        go = json.loads(_GO_ANSWER)
+        assert subject == b"_R_.2" and list(doc) == list(go) and list(doc["state"]) == list(go["state"])
+        assert {k: v for k, v in doc["state"].items() if not k.endswith("_ts")} == \
+            {k: v for k, v in go["state"].items() if not k.endswith("_ts")}
+        # a stream info request of the meta leader (no body), no reply, bad JSON: not answered by a replica
+        for reply, body in ((b"_R_.3", b""), (None, b'{"state":true}'), (b"_R_.4", b"{"), (b"_R_.5", b"[]"),
+                            (b"_R_.6", b'{"state":1}')):
+            rep._on_state_request(None, None, b"$JSC.SI.A.MV", reply, 0, body)
+        assert rep.ic.sent == []
+    finally:
+        rep.store.stop()
+
+
+# -- live: 2 Go + 2 Rillet servers ------------------------------------------------------------------------------
+
+async def _req(nc, subject: str, body) -> dict:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return json.loads((await nc.request(subject, data, timeout=30)).data)
+
+
+async def _move(nc, ms: dict, name: str, n: int) -> dict:
+    """An R2 stream created on the Go servers, ``n`` messages, moved to the Rillet servers (placement by the tag
+    they share); returns the final stream info once the move is over."""
+    cfg = {"name": name, "subjects": [f"{name}.>"], "storage": "file", "num_replicas": 2,
+           "placement": {"tags": ["go"]}}
+    r = await _req(nc, f"$JS.API.STREAM.CREATE.{name}", cfg)
+    assert "error" not in r, r
+    acked = {}
+    for i in range(n):
+        ack = await _req(nc, f"{name}.{i % 3}", f"m{i}".encode())
+        assert "error" not in ack, ack
+        acked[ack["seq"]] = (f"{name}.{i % 3}", f"m{i}".encode())
+    assert sorted(acked) == list(range(1, n + 1))
+    r = await _req(nc, f"$JS.API.STREAM.UPDATE.{name}", dict(cfg, placement={"tags": ["az:3"]}))
+    assert "error" not in r, r
+    last = {}
+
+    async def moved():
+        si = await _req(nc, f"$JS.API.STREAM.INFO.{name}", b"")
+        cl = si.get("cluster") or {}
+        last["info"] = si
+        reps = cl.get("replicas") or []
+        servers = {cl.get("leader")} | {x["name"] for x in reps}
+        if cl.get("desired") or servers != {"r1", "r2"} or not all(x.get("current") for x in reps):
+            return None
+        return si
+    try:
+        si = await CAP._until(moved, 90, what=f"{name} moved to r1 and r2")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; last info: {json.dumps(last.get('info'))}") from None
+    assert si["state"]["messages"] == n and si["state"]["last_seq"] == n
+    # every message in both Rillet stores, the same as acknowledged; the Go servers left the RAFT group
+    for srv, m in ms.items():
+        rep = m.replicas[("A", name)]
+        await _until(lambda: rep.store.state().last_seq >= n, 60, what=f"{name} complete on {srv}")
+        for seq, (subj, data) in acked.items():
+            sm = rep.store.load_msg(seq)
+            assert (sm.subject, bytes(sm.data)) == (subj, data), (srv, seq)
+        assert rep.raft.peers | {rep.peer} == {m.peer for m in ms.values()}
+    return si
+
+
+async def _evacuate(nc, ms: dict, name: str, lead: str, n: int = 10) -> list:
+    """An R2 stream on a Go and a Rillet server (an az each, by ``unique_tag``), led by a server of kind ``lead``
+    ("go" or "rillet"): its other replica evacuated (``STREAM.PEER.EVACUATE``). Returns the servers it ends on
+    once the evacuated one is gone, its replacement current and the change over, with every message kept."""
+    cfg = {"name": name, "subjects": [name], "storage": "file", "num_replicas": 2}
+    r = await _req(nc, f"$JS.API.STREAM.CREATE.{name}", cfg)
+    assert "error" not in r, r
+    for i in range(n):
+        assert "error" not in await _req(nc, name, f"m{i}".encode())
+
+    async def led():
+        si = await _req(nc, f"$JS.API.STREAM.INFO.{name}", b"")
+        cl = si.get("cluster") or {}
+        reps = cl.get("replicas") or []
+        if cl.get("desired") or not cl.get("leader") or len(reps) != 1 or not reps[0].get("current"):
+            return None
+        if cl["leader"][0] == reps[0]["name"][0]:
+            # (two Go servers, as a Rillet meta leader places it: the non-leader removed, its replacement in
+            # another az is a Rillet server)
+            r = await _req(nc, f"$JS.API.STREAM.PEER.REMOVE.{name}", {"peer": reps[0]["name"]})
+            assert r.get("success") is True, r
+            return None
+        if (cl["leader"][0] == "r") != (lead == "rillet"):
+            await _req(nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", {"placement": {"preferred": reps[0]["name"]}})
+            return None
+        return cl["leader"], reps[0]["name"]
+    leader, victim = await CAP._until(led, 90, what=f"{name} led by a {lead} server")
+    r = await _req(nc, f"$JS.API.STREAM.PEER.EVACUATE.{name}", {"peer": victim})
+    assert r.get("success") is True, r
+    last = {}
+
+    async def done():
+        si = await _req(nc, f"$JS.API.STREAM.INFO.{name}", b"")
+        last["info"] = si
+        cl = si.get("cluster") or {}
+        reps = cl.get("replicas") or []
+        servers = [cl.get("leader")] + [x["name"] for x in reps]
+        if cl.get("desired") or None in servers or victim in servers or len(servers) != 2 or \
+                not all(x.get("current") for x in reps):
+            return None
+        return servers, si
+    try:
+        servers, si = await CAP._until(done, 90, what=f"{victim} evacuated from {name}")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; last info: {json.dumps(last.get('info'))}") from None
+    assert si["state"]["messages"] == n
+    return servers
+
+
+@live
+async def test_r2_stream_moved_from_go_to_rillet_servers_under_either_meta_leader(tmp_path):
+    import nats
+    p1, p2 = free_port(), free_port()
+    gc = _TaggedGo(tmp_path, names=("g0", "g1"), extra_routes=[p1, p2])
+    gc.start_all()
+    confs = {"r1": _tagged(_lead_conf(gc, "r1", p1, extra_routes=[p2]), "r1"),
+             "r2": _tagged(_lead_conf(gc, "r2", p2, extra_routes=[p1]), "r2")}
+    cms = {n: serve_config(c) for n, c in confs.items()}
+    srvs = {n: await cm.__aenter__() for n, cm in cms.items()}
+    conns = []
+    try:
+        ms = {n: await _member(s) for n, s in srvs.items()}
+        nc = await nats.connect(gc.url("g0"))
+        sysnc = await nats.connect(gc.url("g0", "sys"))
+        conns += [nc, sysnc]
+        await CAP._until(lambda: CAP._js_ready(nc), 60, what="the meta group of 2 Go + 2 Rillet")
+        await _until(lambda: all(x.raft.commit > 0 and x.peer in x.raft.peers and x.raft.catchup is None
+                                 for x in ms.values()), 60, what="r1 and r2 caught-up members")
+
+        async def leads(name: str):
+            if await _all_see(gc, ["g0", "g1"], name):
+                return await CAP._js_ready(nc)
+            try:
+                await sysnc.request("$JS.API.META.LEADER.STEPDOWN",
+                                    json.dumps({"placement": {"preferred": name}}).encode(), timeout=10)
+            except Exception:  # noqa: BLE001 - (no answer while the group elects: asked again)
+                pass
+            await asyncio.sleep(2)
+            return False
+        await CAP._until(lambda: leads("g0"), 90, what="g0 meta leader")
+        si = await _move(nc, ms, "GOMETA", 40)
+        assert si["cluster"]["leader"] in ("r1", "r2")
+        # evacuations of a non-leader replica: a Rillet one (a Go leader), a Go one (a Rillet leader)
+        for lead in ("go", "rillet"):
+            await _evacuate(nc, ms, f"EVG{lead}", lead)
+        # the same under a Rillet meta leader
+        await CAP._until(lambda: leads("r1"), 90, what="r1 meta leader")
+        assert ms["r1"].raft.role == LEADER
+        si = await _move(nc, ms, "RMETA", 40)
+        assert si["cluster"]["leader"] in ("r1", "r2") and ms["r1"].refused == 0
+        for lead in ("go", "rillet"):
+            await _evacuate(nc, ms, f"EVR{lead}", lead)
+    finally:
+        for c in conns:
+            if c.is_connected:
+                await c.close()
+        for n in list(srvs):
+            (tmp_path / f"{n}.log").write_text(srvs[n]._test_log.getvalue())
+            await cms[n].__aexit__(None, None, None)
+        gc.stop_all()
