@@ -172,6 +172,7 @@ class Run:
         if a.compare_replicas and stream:
             await self.compare_replicas([(W.STREAM, W.SUBJECT), (f"KV_{W.BUCKET}", f"$KV.{W.BUCKET}.>")]
                                         + ([(LSTREAM, LSUBJECT)] if self.kvl is not None else []))
+            await self.compare_consumers(W.STREAM, W.CONSUMER)
         elif self.kvl is not None:  # (no replica comparison: the bucket read through its leader only)
             try:
                 held = await _retry("read the KV bucket at its limit", lambda: W.read_stream(js, LSTREAM, LSUBJECT), 60)
@@ -196,24 +197,8 @@ class Run:
         for name, subject in streams:
             seen: dict[str, tuple[int, int]] = {}
             for node in self.cluster.nodes:
-                moved = False
-                for _ in range(3):
-                    lead = await self.leader_name(name)
-                    if lead == node.name:
-                        moved = True
-                        break
-                    with contextlib.suppress(Exception):
-                        await self.ctl.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}",
-                                               json.dumps({"placement": {"preferred": node.name}}).encode(),
-                                               timeout=5.0)
-                    for _ in range(50):
-                        await asyncio.sleep(0.2)
-                        if await self.leader_name(name) == node.name:
-                            moved = True
-                            break
-                    if moved:
-                        break
-                if not moved:
+                if not await self._make_leader(node.name, lambda: self.leader_name(name),
+                                               f"$JS.API.STREAM.LEADER.STEPDOWN.{name}"):
                     self.notes.add(f"{name}: could not make {node.name} the leader to read its replica")
                     continue
                 msgs = None
@@ -234,6 +219,49 @@ class Run:
             if len(set(seen.values())) > 1:
                 self.failures.append(f"{name}: the replicas differ when each leads: "
                                      + ", ".join(f"{n} {c} messages" for n, (c, _) in sorted(seen.items())))
+
+    async def _make_leader(self, name: str, leader_of, stepdown: str) -> bool:
+        """Whether server ``name`` leads (``leader_of()``), after up to three stepdowns naming it as preferred."""
+        for _ in range(3):
+            if await leader_of() == name:
+                return True
+            with contextlib.suppress(Exception):  # (no answer during an election: asked again)
+                await self.ctl.request(stepdown, json.dumps({"placement": {"preferred": name}}).encode(), timeout=5.0)
+            for _ in range(50):
+                await asyncio.sleep(0.2)
+                if await leader_of() == name:
+                    return True
+        return False
+
+    async def compare_consumers(self, stream: str, consumer: str) -> None:
+        """Every server in turn made the durable consumer's leader and its state read through it: what was
+        delivered, the acknowledged floor and what is pending must be the same on every replica (a consumer
+        replica that forked, or came back behind what it had confirmed, fails)."""
+        js = self.ctl.jetstream(timeout=5.0)
+
+        async def leader() -> str | None:
+            try:
+                ci = await js.consumer_info(stream, consumer)
+            except Exception:  # (no answer during an election)
+                return None
+            return ci.cluster.leader if ci.cluster else None
+        seen: dict[str, tuple] = {}
+        for node in self.cluster.nodes:
+            if not await self._make_leader(node.name, leader,
+                                           f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}"):
+                self.notes.add(f"{stream}/{consumer}: could not make {node.name} the consumer's leader")
+                continue
+            try:
+                ci = await js.consumer_info(stream, consumer)
+            except Exception as e:
+                self.failures.append(f"{stream}/{consumer}: its info through {node.name} failed: {W.err_text(e)}")
+                continue
+            seen[node.name] = (ci.delivered.stream_seq, ci.ack_floor.stream_seq, ci.num_ack_pending, ci.num_pending)
+            log(f"consumer {stream}/{consumer} led by {node.name}: delivered {seen[node.name][0]}, ack floor "
+                f"{seen[node.name][1]}, ack pending {seen[node.name][2]}, pending {seen[node.name][3]}")
+        if len(set(seen.values())) > 1:
+            self.failures.append(f"{stream}/{consumer}: the consumer's replicas differ when each leads: " + ", ".join(
+                f"{n} delivered {d} ack floor {a} ack pending {p} pending {q}" for n, (d, a, p, q) in sorted(seen.items())))
 
     async def leader_name(self, stream: str) -> str | None:
         try:
