@@ -588,3 +588,71 @@ async def test_go_follower_caught_up_from_a_rillet_leaders_own_snapshot(tmp_path
                 await g0.close()
     finally:
         gc.stop_all()
+
+
+@live
+async def test_stream_update_answered_and_applied_by_a_rillet_leader(tmp_path):
+    """2 Go + 1 Rillet (in process): an R3 stream led by the Rillet server is updated through a client of a Go
+    server (a subject added, max_msgs lowered, the description and duplicate window changed). As nats-server's
+    stream leader, the Rillet leader applies the updated assignment and answers the update (the new config, the
+    state after the new limits, its cluster block); it takes publishes on the new subject, its store and the Go
+    replicas keep the same last messages, and a Go leader afterwards holds the same state."""
+    import nats
+    rport = free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[rport])
+    gc.start_all()
+    try:
+        async with serve_config(_lead_conf(gc, "r1", rport)) as srv:
+            m = await _member(srv)
+            g0 = await nats.connect(gc.url("g0"))
+            r1 = await nats.connect(f"nats://a:a@127.0.0.1:{srv.port}")
+            try:
+                await CAP._until(lambda: CAP._js_ready(g0), 60, what="the Go meta leader")
+                await _create(g0, name="UP", subjects=["up.a"], num_replicas=3, max_msgs=10)
+                await _until(lambda: ("A", "UP") in m.replicas, 60, what="the Rillet replica")
+                rep = m.replicas[("A", "UP")]
+                await _lead_to(g0, "UP", "r1")
+                js = g0.jetstream(timeout=30)
+                for i in range(6):
+                    assert (await js.publish("up.a", f"m{i}".encode())).seq == i + 1
+                with pytest.raises(nats.js.errors.NoStreamResponseError):
+                    await js.publish("up.b", b"x")  # (not a subject of the stream yet)
+                cfg = {"name": "UP", "subjects": ["up.a", "up.b"], "num_replicas": 3, "max_msgs": 4,
+                       "description": "updated", "duplicate_window": 60_000_000_000, "storage": "file",
+                       "retention": "limits", "discard": "old"}
+                doc = json.loads((await g0.request("$JS.API.STREAM.UPDATE.UP", json.dumps(cfg).encode(),
+                                                   timeout=20)).data)
+                assert "error" not in doc, doc
+                assert doc["type"] == "io.nats.jetstream.api.v1.stream_update_response"
+                assert list(doc)[:4] == ["type", "config", "created", "state"], list(doc)
+                c = doc["config"]
+                assert (c["subjects"], c["max_msgs"], c["description"], c["duplicate_window"]) == (
+                    ["up.a", "up.b"], 4, "updated", 60_000_000_000)
+                assert doc["cluster"]["leader"] == "r1"
+                assert (doc["state"]["messages"], doc["state"]["first_seq"], doc["state"]["last_seq"]) == (4, 3, 6)
+                assert rep.store.state().msgs == 4
+                # the new subject taken by the Rillet leader, the new limit applied on every replica
+                ack = await r1.jetstream(timeout=30).publish("up.b", b"new")
+                assert (ack.stream, ack.seq) == ("UP", 7)
+
+                async def same_everywhere():
+                    infos = [await _info(nc, "UP") for nc in (g0, r1)]
+                    ok = all(si is not None and si.cluster.leader == "r1" and si.config.max_msgs == 4
+                             and (si.state.messages, si.state.first_seq, si.state.last_seq) == (4, 4, 7)
+                             for si in infos)
+                    return infos if ok else None
+                await CAP._until(same_everywhere, 30, what="the updated stream's info through g0 and r1")
+                await g0.request("$JS.API.STREAM.LEADER.STEPDOWN.UP", b"", timeout=10)
+
+                async def go_leads():
+                    si = await _info(g0, "UP")
+                    return si if si is not None and si.cluster.leader in gc.names else None
+                si = await CAP._until(go_leads, 60, what="a Go server leading UP")
+                assert (si.state.messages, si.state.first_seq, si.state.last_seq) == (4, 4, 7)
+                assert (si.config.subjects, si.config.description) == (["up.a", "up.b"], "updated")
+                assert [(await js.get_msg("UP", s)).data for s in range(4, 8)] == [b"m3", b"m4", b"m5", b"new"]
+            finally:
+                await g0.close()
+                await r1.close()
+    finally:
+        gc.stop_all()

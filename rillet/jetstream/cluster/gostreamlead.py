@@ -14,7 +14,8 @@ store, RAFT peer and apply path are the replica's). While the replica's ``GoRaft
 * ``$JSC.SYNC`` catch-ups are served from the store; ``STREAM.INFO`` (cluster info naming this server leader and
   the Go replicas), ``STREAM.MSG.GET`` (from the store), ``STREAM.MSG.DELETE`` and ``STREAM.PURGE`` (proposed in
   nats-server's entries, answered once applied) and ``STREAM.LEADER.STEPDOWN`` (to the preferred peer, else a
-  current Go peer first) are answered;
+  current Go peer first) are answered; a ``STREAM.UPDATE`` (the meta leader proposes the updated assignment) is
+  applied (the store's limits on every replica, the subjects taken) and answered by the leader (``reassigned``);
 * losing the leadership (a higher term seen, a transfer, no quorum for 10 s) stops all of it at once: what was
   proposed and commits under the next leader is acknowledged by that leader, as nats-server's.
 
@@ -26,8 +27,8 @@ quorum. A change of the group's peers (a server removed or replaced, a group sho
 out by the leader as nats-server 2.15's does (rillet.jetstream.cluster.gomigrate.GroupMigration).
 
 Not here: publishes with counters (``Nats-Incr``), schedules and atomic or fast batches are refused with an error
-that says so; account limits are not checked before proposing; no domain in PubAcks; a stream update or direct
-get while leading; leading a consumer group.
+that says so; account limits are not checked before proposing; no domain in PubAcks; leading a consumer group.
+(Direct gets are answered by every current replica, leader or not: rillet.jetstream.cluster.godirect.)
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ class StreamLeading(GroupMigration):
     """The stream leader's duties of a ``GoStreamReplica`` (see the module docstring)."""
 
     create_reply = ""  # a new group's create, answered by its first leader (host_streams sets it)
+    _pub_subs: list = []  # while leading: (client, subscription) of the stream's subjects (in _lead_subs too)
 
     # -- standing for the group's leadership (``rillet_go_meta_lead``) ----------------------------------------
     def stand_in_group(self) -> None:
@@ -93,10 +95,48 @@ class StreamLeading(GroupMigration):
             self._stop_leading()
 
     def reassigned(self, assignment: dict) -> None:
-        """The meta group updated this stream's assignment (its config, or its group: peers removed, added or
-        desired): a leader carries a change of peers out (gomigrate.GroupMigration)."""
+        """The meta group updated this stream's assignment: its config (a ``STREAM.UPDATE``: every replica
+        applies the new limits to its store, a leader takes the new subjects and answers the update, as
+        nats-server's processClusterUpdateStream), or its group (peers removed, added or desired: a leader
+        carries a change of peers out, gomigrate.GroupMigration)."""
+        old = self.assignment.get("stream") or {}
         self.assignment = assignment
+        new = assignment.get("stream") or {}
+        if new != old:
+            self._config_updated(old, new)
         self._migration_check()
+        self._answer_update(assignment)
+
+    def _config_updated(self, old: dict, new: dict) -> None:
+        """A new configuration, as a nats-server replica's update applies it: the store's limits (messages past
+        a lowered limit go at once, on every replica alike) and, while leading, the subjects taken."""
+        from rillet.jetstream.cluster.gostream import _store_config
+        self.store.update_config(_store_config(new, self.store.cfg.storage))
+        self._arm_expiry()  # (max_age or TTLs changed)
+        subjects = new.get("subjects") or [self.name]
+        if self._lead_subs is None or subjects == (old.get("subjects") or [self.name]):
+            return
+        for client, sub in self._pub_subs:
+            client.remove_sub(sub)
+        gone = {id(s) for _c, s in self._pub_subs}
+        self._pub_subs = [(self.aic, self.aic.subscribe(subj, self._on_publish)) for subj in subjects]
+        self._lead_subs = [(c, s) for c, s in self._lead_subs if id(s) not in gone] + self._pub_subs
+
+    def _answer_update(self, assignment: dict) -> None:
+        """The leader answers the update the assignment carries (its reply), once, with the stream's info (the
+        config as updated, the state after it, the cluster), as nats-server's stream leader; not while the meta
+        log is being caught up (an update of the past)."""
+        reply = str(assignment.get("reply") or "")
+        if not reply or not self._mig_leading():
+            return
+        member = self.member
+        if member is not None and member.raft.catchup is not None:
+            return
+        doc = self._info_doc()
+        for k in ("total", "offset", "limit"):
+            doc.pop(k, None)
+        doc["type"] = "io.nats.jetstream.api.v1.stream_update_response"
+        self.ic.publish(reply.encode(), None, json.dumps(doc, separators=(",", ":")).encode())
 
     # -- a change of the group's peers (gomigrate: nats-server 2.15's desired-state steps) --------------------
     def _mig_replicas(self) -> int:
@@ -149,7 +189,8 @@ class StreamLeading(GroupMigration):
                         self._inflight_ids[mid] = x.lseq + 1 - self.clfs
                     self._inflight_add(x.subject, self._msg_size(x.subject, bytes(x.hdr), bytes(x.msg)))
         subjects = self.assignment["stream"].get("subjects") or [self.name]
-        self._lead_subs = [(self.aic, self.aic.subscribe(subj, self._on_publish)) for subj in subjects]
+        self._pub_subs = [(self.aic, self.aic.subscribe(subj, self._on_publish)) for subj in subjects]
+        self._lead_subs = list(self._pub_subs)
         sync = str(self.assignment.get("sync") or "")
         if sync:
             self._lead_subs.append((self.ic, self.ic.subscribe(sync, self._on_sync)))
@@ -178,6 +219,7 @@ class StreamLeading(GroupMigration):
         for client, sub in self._lead_subs or ():
             client.remove_sub(sub)
         self._lead_subs = None
+        self._pub_subs = []
         self._inflight_subj.clear()
         self.log.notice(f"JetStream: no longer leading stream '{self.account} > {self.name}' [{self.group}]")
 
@@ -444,8 +486,8 @@ class StreamLeading(GroupMigration):
         meta = getattr(self.member, "state", None)
         state["consumer_count"] = len(meta.consumers.get((self.account, self.name)) or {}) if meta is not None else 0
         return {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
-                "created": self.assignment.get("created") or "",
                 "config": with_dynamic_metadata(self.assignment["stream"]),
+                "created": self.assignment.get("created") or "",
                 "state": state,
                 "cluster": cluster_info(self.server, self.assignment, self.raft, self.peer, self._peer_names()),
                 "ts": format_time(time.time_ns())}
