@@ -150,16 +150,22 @@ async def _meta_views(nc) -> dict:
 
 
 async def _fetch(js, stream: str, durable: str, n: int) -> list:
-    """``n`` messages of a new durable pull consumer. The consumer's create is answered by its leader, but the
-    interest in its pull requests may not have crossed every route and gateway yet (no responders meanwhile)."""
+    """``n`` messages of a new durable pull consumer, fetched as a client does: its pull request sent again
+    when the first one got no answer. The consumer's create is answered by its leader before the leader's
+    interest in its pull requests has crossed every route and gateway: a request meanwhile gets no responders
+    where nothing else is interested, and where the account's JetStream API import is (it takes every
+    ``$JS.API.>`` subject), it is not sent to the leader's cluster at all, as the gateway's interest-only mode
+    wants, and the fetch times out. nats-server does the same: a pull request published on a server of the
+    other cluster as soon as the create is answered was lost 13 times in 90 with an all-Go super-cluster of
+    the SPLIT shape below, 12 in 90 with the Rillet cluster as B (docs/mixed-clusters.md)."""
     import nats.errors
     import nats.js.errors
     sub = await js.pull_subscribe(f"{stream.lower()}.>", durable=durable, stream=stream)
     deadline = time.monotonic() + 60
     while True:
         try:
-            return await sub.fetch(n, timeout=20)
-        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
+            return await sub.fetch(n, timeout=5)
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.TimeoutError):
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
@@ -287,9 +293,6 @@ SPLIT = {"A": [("g0", "go"), ("g1", "go"), ("g2", "go")], "B": [("r1", "rillet")
 
 
 @live
-@pytest.mark.xfail(strict=False, reason="known bug, cause not found: in about 1 run of 3 a fetch through a Rillet "
-                   "server of cluster B from a consumer led by a Go server of cluster A times out, its pull request "
-                   "never reaching the Go leader (num_waiting 0); docs/mixed-clusters.md 'Not yet'")
 async def test_go_cluster_and_rillet_cluster_share_one_meta_group(tmp_path):
     """A cluster of 3 Go servers and a cluster of 3 Rillet servers over gateways: one meta group of six, the same
     drill as above. The R3 stream and its consumers placed in B by the Go meta leader have Rillet peers only: the
