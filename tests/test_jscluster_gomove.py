@@ -235,3 +235,99 @@ async def test_r2_stream_moved_from_go_to_rillet_servers_under_either_meta_leade
             (tmp_path / f"{n}.log").write_text(srvs[n]._test_log.getvalue())
             await cms[n].__aexit__(None, None, None)
         gc.stop_all()
+
+
+# -- a Rillet server without rillet_go_meta_lead, left the sole member of a stream group -----------------------
+
+@live
+async def test_a_rillet_replica_left_alone_leads_its_group_without_the_lead_flag(tmp_path):
+    """2 Go + 1 Rillet (``rillet_go_meta`` only: the Rillet server does not stand for elections): an R2 stream on
+    g0 and r1, g0 stopped and removed (``SERVER.REMOVE``), g1 its replacement. r1 is the group's only live
+    member: as nats-server's replica would, it drops the removed peer (the group can not make a quorum without
+    it) and, the sole voting member, elects itself, adds g1 and the move ends; the stream keeps every message
+    and takes publishes. (Before, without the lead flag, the group stayed without a leader.)"""
+    import nats
+    from test_jscluster_gometa import _rillet_conf
+    from test_jscluster_gomigrate_back import _remove
+    port = free_port()
+    gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[port])
+    gc.start_all()
+    conf = _rillet_conf(gc, "r1", port)
+    assert "rillet_go_meta_lead" not in conf
+    conns = []
+    async with serve_config(conf) as srv:
+        try:
+            m = await _member(srv)
+            nc = await nats.connect(gc.url("g1"))
+            sysnc = await nats.connect(gc.url("g1", "sys"))
+            conns += [nc, sysnc]
+            await CAP._until(lambda: CAP._js_ready(nc), 60, what="the meta group of 2 Go + 1 Rillet")
+            names = {gw.peer_id(n): n for n in ("g0", "g1", "r1")}
+
+            async def on_g0_and_r1():  # (placed at random: streams on other servers deleted, another made)
+                on.append(f"SOLE{len(on)}")
+                cfg = {"name": on[-1], "subjects": [on[-1]], "storage": "file", "num_replicas": 2}
+                r = await _req(nc, f"$JS.API.STREAM.CREATE.{on[-1]}", cfg)
+                if "error" in r:
+                    return None
+                await _until(lambda: ("A", on[-1]) in m.state.streams, 30, what=f"{on[-1]} assigned, seen on r1")
+                peers = {names.get(p) for p in m.state.streams.get(("A", on[-1]), {}).get("group", {}).get("peers", ())}
+                if peers == {"g0", "r1"}:
+                    return on[-1]
+                await _req(nc, f"$JS.API.STREAM.DELETE.{on[-1]}", b"")
+                return None
+            on: list = []
+            name = await CAP._until(on_g0_and_r1, 120, what="an R2 stream placed on g0 and r1")
+
+            async def led_by_g0():
+                si = await _req(nc, f"$JS.API.STREAM.INFO.{name}", b"")
+                cl = si.get("cluster") or {}
+                reps = cl.get("replicas") or []
+                return cl.get("leader") == "g0" and [x["name"] for x in reps] == ["r1"] and reps[0]["current"]
+            await CAP._until(led_by_g0, 60, what=f"{name} led by g0, r1 current")
+            for i in range(10):
+                assert "error" not in await _req(nc, name, f"m{i}".encode())
+            rep = m.replicas[("A", name)]
+            await _until(lambda: rep.store.state().last_seq == 10, 30, what="r1 holding the 10 messages")
+            assert not rep.standing and rep.stand_alone
+            gc.stop("g0")
+            await CAP._until(lambda: CAP._js_ready(nc), 60, what="a meta leader without g0")
+            await _remove(sysnc, "g0")
+
+            async def moved():
+                si = await _req(nc, f"$JS.API.STREAM.INFO.{name}", b"")
+                cl = si.get("cluster") or {}
+                reps = cl.get("replicas") or []
+                servers = {cl.get("leader")} | {x["name"] for x in reps}
+                return si if servers == {"r1", "g1"} and not cl.get("desired") and \
+                    all(x.get("current") for x in reps) else None
+            si = await CAP._until(moved, 90, what=f"{name} led again, on r1 and g1")
+            assert si["state"]["messages"] == 10 and rep.campaigns >= 1
+            ack = await _req(nc, name, b"after")
+            assert ack.get("seq") == 11, ack
+            await _until(lambda: rep.store.state().last_seq == 11, 30, what="the new message stored on r1")
+        finally:
+            for c in conns:
+                if c.is_connected:
+                    await c.close()
+            (tmp_path / "r1.log").write_text(srv._test_log.getvalue())
+            gc.stop_all()
+
+
+def test_a_replica_stands_alone_only_as_the_sole_member_with_nothing_to_catch_up(tmp_path):
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=None)
+    me, g0 = gw.peer_id("r1"), gw.peer_id("g0")
+    a = {"stream": {"name": "S", "subjects": ["s"], "storage": "file", "num_replicas": 2},
+         "group": {"name": "S-R2F-abcd1234", "peers": [g0, me]}}
+    rep = GoStreamReplica(server, "A", a, str(tmp_path))
+    try:
+        assert not rep._alone()  # (g0 still a member)
+        rep.raft.peers.discard(g0)
+        assert rep._alone()
+        rep._snap = object()  # (the store catching up by messages)
+        assert not rep._alone()
+        rep._snap = None
+        rep.raft.catchup = object()  # (the log catching up)
+        assert not rep._alone()
+    finally:
+        rep.store.stop()

@@ -489,6 +489,9 @@ class GoMetaMember:
         self.rillet_peers: set[str] = set()
         # standing for the group's leadership (``stand()``): an election timer, as nats-server's followers run
         self.standing = False
+        # without standing, stand only as the group's sole voting member (``_alone``): a stream replica whose
+        # other peers were removed (nats-server's sole member elects itself), see host_streams
+        self.stand_alone = False
         self._elect_at = 0.0  # (monotonic) when to stand, unless a leader is heard from first
         self._elect_timer: Any = None
         self.campaigns = 0
@@ -529,6 +532,8 @@ class GoMetaMember:
         if self.standing:
             self._subs += [self.ic.subscribe(gw.proposal_subject(self.group), self._on_proposal),
                            self.ic.subscribe(gw.remove_peer_subject(self.group), self._on_proposal)]
+            self._touch()
+        elif self.stand_alone:
             self._touch()
         self.log.notice(f"JetStream: following the Go {self.KIND} {self.group!r} as peer {self.peer}"
                         + (", standing for its leadership" if self.standing else ""))
@@ -594,8 +599,8 @@ class GoMetaMember:
             elif kind in ("append", "catchup"):
                 ae = gw.AppendEntry.decode(data)
                 outs, done = self.raft.append(kind, subj, rep, ae, time.monotonic())
-                if self.standing and ae.leader != self.peer and ae.leader == self.raft.leader \
-                        and (ae.lterm or ae.term) == self.raft.term:
+                if (self.standing or self.stand_alone) and ae.leader != self.peer \
+                        and ae.leader == self.raft.leader and (ae.lterm or ae.term) == self.raft.term:
                     self._touch()  # (the leader of our term is alive)
             elif subj == self.raft.vote_inbox:
                 outs, done = self.raft.vote_response(gw.VoteResponse.decode(data)), []
@@ -700,12 +705,18 @@ class GoMetaMember:
             self._elect_timer = self.server.loop.call_later(self._elect_at - now, self._on_elect_timer)
             return
         from rillet.jetstream.cluster.golead import LEADER
-        if self.raft.role != LEADER and self.raft.pindex > 0 and self.peer in self.raft.peers:
+        if self.raft.role != LEADER and self.raft.pindex > 0 and self.peer in self.raft.peers and \
+                (self.standing or self._alone()):
             self.campaigns += 1
             self.log.notice(f"JetStream: no leader of the Go {self.KIND} {self.group!r} heard; standing for term "
                             f"{self.raft.term + 1}")
             self._send(self.raft.campaign())
         self._touch()
+
+    def _alone(self) -> bool:
+        """Whether this member is its group's only voting member, with nothing left to catch up: a member that
+        does not stand (``stand_alone``) stands then, as nats-server's sole member elects itself."""
+        return self.raft.peers == {self.peer} and self.raft.catchup is None
 
     def _after_vote(self, vr: gw.VoteRequest, granted: bool) -> None:
         from rillet.jetstream.cluster.golead import CANDIDATE, LEADER

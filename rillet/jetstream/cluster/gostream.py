@@ -27,7 +27,10 @@ Leading (``host_streams(..., lead=True)``, as the flag starts it): a stream repl
 (``$JS.API.STREAM.LEADER.STEPDOWN`` with a preferred server) campaigns and, elected, leads the group as
 nats-server's stream leader (rillet.jetstream.cluster.gostreamlead: publishes checked, proposed and acknowledged
 once committed; catch-ups served; the stream leader's API). With ``stand=True`` (``rillet_go_meta_lead``) it also
-stands for election when it hears no leader for an election timeout, as nats-server's members do.
+stands for election when it hears no leader for an election timeout, as nats-server's members do. Without
+``stand``, a stream replica stands only as its group's sole voting member (the others removed by the meta layer
+and dropped, nats-server's eviction): it elects itself, as nats-server's sole member does
+(GoMetaMember.stand_alone).
 
 Every replica answers direct gets (``$JS.API.DIRECT.GET.<stream>``) of a stream with ``allow_direct`` while it
 leads or follows current, as nats-server's do (rillet.jetstream.cluster.godirect).
@@ -203,6 +206,9 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         self._subs.append(self.ic.subscribe(f"$JSC.SI.{self.account}.{self.name}", self._on_state_request))
         self._arm_expiry()
         self.direct.check()
+
+    def _alone(self) -> bool:
+        return super()._alone() and self._snap is None  # (nor while the store catches up by messages)
 
     def _on_state_request(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
                           msg: bytes) -> None:
@@ -746,6 +752,8 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                     r.solo = is_solo(a, me)
                 if stand and not getattr(r, "solo", False):
                     r.stand_in_group()
+                elif isinstance(r, GoStreamReplica):
+                    r.stand_alone = True  # (stands only as the group's sole member: GoMetaMember._alone)
             else:
                 r.pass_leadership = True
                 r.rillet_peers = member.rillet_peers
