@@ -113,6 +113,9 @@ class StreamLeading(GroupMigration):
         from rillet.jetstream.cluster.gostream import _store_config
         self.store.update_config(_store_config(new, self.store.cfg.storage))
         self._arm_expiry()  # (max_age or TTLs changed)
+        direct = getattr(self, "direct", None)
+        if direct is not None:
+            direct.check()  # (allow_direct turned on or off: before the leader answers, as nats-server's)
         subjects = new.get("subjects") or [self.name]
         if self._lead_subs is None or subjects == (old.get("subjects") or [self.name]):
             return
