@@ -84,7 +84,11 @@ def test_leader_replicates_commits_its_own_term_and_catches_followers_up():
     for o in catchup:
         m = gw.AppendEntry.decode(o.payload)
         assert m.lterm == leader.term
+        assert m.commit <= m.pindex  # (as the entry's append carried it when new: 8cec726)
         f_b.append("catchup", o.subject, "", m, 0.2)
+    assert f_b.pindex == 1 and f_b.commit == 0
+    # the commit reaches it with the leader's next heartbeat, as from a Go leader
+    f_b.append("append", "", "r", gw.AppendEntry.decode(leader.heartbeat()[0].payload), 0.3)
     assert f_b.pindex == 1 and f_b.commit == 1
     # a higher term in a response: the leader steps down
     leader.append_response(gw.AppendEntryResponse(9, 0, B, False), "")
