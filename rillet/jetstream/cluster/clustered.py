@@ -9,11 +9,13 @@ import random
 from typing import Any
 
 from rillet.jetstream.api import codec as apijson
+from rillet.jetstream.cluster import appliedcfg
 from rillet.jetstream.cluster.catchup import make_budget
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.cluster.streams import RECONCILE_EVERY, T, StreamReplica
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.log import NotLeader
+from rillet.jetstream.store.base import StoreError
 from rillet.raft.node import ProposalDropped, RaftError
 from rillet.handles import cancelled
 
@@ -175,6 +177,11 @@ class ClusteredStreams:
                     if not isinstance(err, NotLeader):
                         self.js.log.error(f"JetStream cluster: updating stream '{sa.name}' failed: {err}")
                     return
+                if rep.log.solo and not rep.closed:  # (applied without the group's log: StreamReplica._apply's part)
+                    try:
+                        appliedcfg.applied(rep, 0)
+                    except (OSError, StoreError) as e:
+                        self.js.log.error(f"JetStream cluster: keeping stream '{sa.name}''s configuration failed: {e}")
                 if old.subjects != cfg.subjects and rep.leader:
                     rep.stream.subscribe()
                 if old.allow_direct != cfg.allow_direct and rep.leader:

@@ -30,7 +30,9 @@ the leader. The same holds for consumer groups (``consumer_assigned(ca)``).
 Recovery: the group re-applies the entries in its WAL after a restart; a file store already holds what
 they stored. ``_filter`` skips what the store already has: MSG/BATCH/MIRROR entries at or below the
 store's last sequence, and any other stream entry while the store is ahead of the messages the replayed
-entries stored so far (it was applied before the store got those later messages).
+entries stored so far (it was applied before the store got those later messages). The configuration the store
+opens and the log replays with is the one this replica's log last applied (``appliedcfg``: kept durably at each
+UPDATE entry, carried by snapshots), not the meta assignment's, which a restart replays from the creation's.
 
 Snapshots (RAFT compaction, every ``COMPACT_EVERY`` applied entries, at most once in
 ``group.COMPACT_MIN_INTERVAL`` unless ``group.COMPACT_MAX_ENTRIES`` were applied since): msgpack ``{first, last, deleted}``
@@ -58,7 +60,7 @@ from rillet.jetstream.cluster.consumers import LOST_QUORUM_EVERY, ConsumerReplic
 from rillet.gocompat.gotime import format_time
 from rillet.jetstream.api import codec as apijson
 from rillet.jetstream import fastbatch, sourcestate
-from rillet.jetstream.cluster import lossreport
+from rillet.jetstream.cluster import appliedcfg, lossreport
 from rillet.jetstream.cluster.stream_loss import StreamLossMixin
 from rillet.jetstream.cluster.log import LOST, RESTORED, SYNCED, FastNote, RaftLog
 from rillet.jetstream.errors import ApiError
@@ -98,8 +100,15 @@ class StreamReplica(StreamLossMixin):
         js = cs.js
         cfg = stream_config_from_dict(sa.config)
         sdir = jsa.stream_dir(cfg.name)
+        self.config_ts = 0  # the leader's time of the last UPDATE entry applied here (appliedcfg)
         if cfg.storage != "memory":  # (a memory stream and its group write nothing under the store dir)
             make_dirs_durable(sdir)
+            # the configuration this replica's log last applied, not the assignment's: see appliedcfg
+            try:
+                cfg, self.config_ts = appliedcfg.load(sdir, sa.group.name) or (cfg, 0)
+            except ValueError as e:
+                js.log.error(f"JetStream cluster stream '{jsa.account.name} > {cfg.name}': {e}; "
+                             f"using the assignment's configuration")
         store = open_store(cfg, sdir, js)
         self.refetch = 0  # sequences cut from the store to fetch damaged records again (_open_damage, refetch_damaged)
         self.stream = st = Stream(jsa, cfg, format_time(sa.created or time.time_ns()), store)
@@ -272,6 +281,8 @@ class StreamReplica(StreamLossMixin):
             res = st.apply(entry)
         finally:  # (markers an entry stored count as where the log is)
             self.replay_seq = st.store.last_seq
+        if entry.op == Entry.UPDATE:  # (kept for a restart: the store opens and the log replays with it)
+            appliedcfg.applied(self, entry.args[2])
         if self.replay_seq >= self._reserved:  # (leader and followers: stream_loss._reserve)
             self._reserve()
         ctx = entry.ctx
@@ -672,7 +683,8 @@ class StreamReplica(StreamLossMixin):
 
     def snapshot(self) -> bytes:
         # (with feature flag js_snapshot_sources the sources' positions too: rillet.jetstream.sourcestate)
-        return _enc.encode({**self._store_state(), **sourcestate.snapshot_fields(self.stream)})
+        return _enc.encode({**self._store_state(), **sourcestate.snapshot_fields(self.stream),
+                            **appliedcfg.snapshot_fields(self)})
 
     def _store_state(self) -> dict:
         """The store's sequence state as a snapshot has it. Damaged records (``lost``: a checksum failed) are
@@ -690,6 +702,7 @@ class StreamReplica(StreamLossMixin):
             self._open_damage_cut(snap)
         store = self.stream.store
         if store.last_seq < snap["last"]:
+            snap["behind"] = True  # (its configuration too: appliedcfg.install)
             self.log.hold()
             if self._direct_subs:
                 self._direct(False)  # (behind: no direct gets until caught up)
@@ -711,6 +724,8 @@ class StreamReplica(StreamLossMixin):
             if seq <= last:
                 store.remove_msg(seq, False)  # (False when it is gone already)
         self.replay_seq = max(store.last_seq, last)
+        if snap.get("behind"):
+            appliedcfg.install(self, snap)
         self.stream.forget_dedup()
         sourcestate.restore(self.stream, snap)
         for cr in self.creps.values():  # (the store changed under the consumers here: counted again, woken)
