@@ -591,10 +591,11 @@ def parser() -> argparse.ArgumentParser:
                     help="queue publishes a second, all publishers together (0: unlimited)")
     ap.add_argument("--kv-clients", type=int, default=5)
     ap.add_argument("--kv-keys", type=int, default=3)
-    ap.add_argument("--kv-limit", type=int, default=0, metavar="BYTES",
+    ap.add_argument("--kv-limit", type=int, default=None, metavar="BYTES",
                     help="also put new keys into an R3 KV bucket with this max_bytes (e.g. 32768), evicting steadily, "
                          "and check every replica keeps every acknowledged put it has not evicted "
-                         "(tests/faults/kvlimit.py; the operators' KV drill, with --nemesis drill)")
+                         "(tests/faults/kvlimit.py; the operators' KV drill: by default 32768 with --nemesis drill, "
+                         "else 0, off)")
     ap.add_argument("--kv-direct", action="store_true",
                     help="KV bucket with allow_direct (reads from any replica: not linearizable by design)")
     ap.add_argument("--op-timeout", type=float, default=3.0, help="client timeout of each operation")
@@ -619,12 +620,17 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+KV_LIMIT_DRILL = 32768  # (--kv-limit's default with --nemesis drill: ~115 values of ~280 bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     args.modes = [m for m in args.nemesis.split(",") if m]
     for m in args.modes:
         if m not in KINDS:
             parser().error(f"unknown nemesis mode {m!r}")
+    if args.kv_limit is None:  # (the operators' drill has its KV bucket at max_bytes unless told otherwise)
+        args.kv_limit = KV_LIMIT_DRILL if "drill" in args.modes else 0
     if args.seed is None:
         args.seed = random.randrange(1 << 30)
     log(f"seed {args.seed}")
