@@ -331,3 +331,193 @@ def test_a_replica_stands_alone_only_as_the_sole_member_with_nothing_to_catch_up
         assert not rep._alone()
     finally:
         rep.store.stop()
+
+
+# -- a group left as the Rillet server alone: kept, not handed to gosolo -------------------------------------
+
+def test_a_replica_left_alone_drops_the_other_peers_and_keeps_its_log_position(tmp_path):
+    """``lead_alone``: the group's other peers leave its membership (a group of one: its own vote is the quorum),
+    and after a restart (the RAFT log is in memory, empty) the log starts at the applied index, so that what
+    this server proposes next is not taken for an entry applied before the restart. The files name their group
+    (``replica_group``: how a restarted server knows the replica it keeps)."""
+    from rillet.jetstream.cluster.gostream import replica_group
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=None)
+    me, g0 = gw.peer_id("r1"), gw.peer_id("g0")
+    a = {"stream": {"name": "S", "subjects": ["s"], "storage": "file", "num_replicas": 2},
+         "group": {"name": "S-R2F-abcd1234", "peers": [g0, me]}}
+    rep = GoStreamReplica(server, "A", a, str(tmp_path))
+    try:
+        assert replica_group(str(tmp_path), "A", "S") == "S-R2F-abcd1234"
+        assert replica_group(str(tmp_path), "A", "T") is None
+        rep.applied_index = 7
+        rep.raft.term = 3
+        rep.lead_alone()
+        r = rep.raft
+        assert r.peers == {me} and r.cluster_size == 1 and r.quorum() == 1 and g0 in r.removed_peers
+        assert (r.base_index, r.base_term, r.commit, r.applied, r.pindex) == (7, 3, 7, 7, 7)
+        assert rep.stand_alone and rep._alone()
+        out = r.campaign()  # (what lead_alone sends once started: elected by its own vote)
+        assert r.role == LEADER and r.term == 4 and out
+    finally:
+        rep.store.stop()
+
+
+class _KeepTagGo(CAP.GoCluster):
+    """g0 tagged ``keep`` (as r1 below), g1 not: a stream placed by that tag goes on g0 and r1."""
+    def conf(self, name: str):
+        path = super().conf(name)
+        if name == "g0":
+            path.write_text(path.read_text().replace("jetstream {", 'server_tags: ["keep"]\njetstream {', 1))
+        return path
+
+
+@live
+async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consumer_state(tmp_path):
+    """2 Go + 1 Rillet (``rillet_go_meta``, Go meta leader): an R2 stream placed by tag on g0 and r1 with a
+    durable consumer, 10 messages, 4 acknowledged; r1 made its leader (a transfer), then the stream scaled down
+    to R1 (``STREAM.UPDATE``), which keeps the leader: the group ends as r1 alone with no desired state, the
+    shape of a one-replica assignment. r1 keeps its replica (it no longer hands the stream to gosolo, which
+    created it empty after the replica's files were removed) and leads the group alone: every acknowledged
+    message is there, the consumer's delivered and ack floor are kept, a new publish is acknowledged (that the
+    consumer then delivers the new messages is not checked: it did not, docs/mixed-clusters.md). Then r1
+    restarts: the replica's files are found again (their group), the stream is served with all its messages."""
+    import nats
+    from test_jscluster_gometa import _rillet_conf
+    port = free_port()
+    gc = _KeepTagGo(tmp_path, names=("g0", "g1"), extra_routes=[port])
+    gc.start_all()
+    conf = _rillet_conf(gc, "r1", port).replace("jetstream {", 'server_tags: ["keep"]\njetstream {', 1)
+    name, key = "KEPT", ("A", "KEPT")
+    conns: list = []
+
+    async def info(nc) -> dict:
+        return await _req(nc, f"$JS.API.STREAM.INFO.{name}", b"")
+
+    async def all_there(nc, n: int) -> None:
+        import base64
+        for seq in range(1, n + 1):
+            r = await _req(nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq})
+            assert "error" not in r, (seq, r)
+            assert base64.b64decode(r["message"]["data"]) == (f"m{seq}".encode() if seq <= 10 else b"after"), r
+    logs = []
+    try:
+        async with serve_config(conf) as srv:
+            logs.append(srv)
+            m = await _member(srv)
+            me = m.peer
+            nc = await nats.connect(gc.url("g1"))
+            conns.append(nc)
+            await CAP._until(lambda: CAP._js_ready(nc), 60, what="the meta group of 2 Go + 1 Rillet")
+            cfg = {"name": name, "subjects": [name], "storage": "file", "num_replicas": 2,
+                   "placement": {"tags": ["keep"]}}
+
+            async def created():
+                r = await _req(nc, f"$JS.API.STREAM.CREATE.{name}", cfg)
+                return "error" not in r or r["error"].get("err_code") == 10058  # (an earlier try made it)
+            await CAP._until(created, 90, what=f"{name} created on g0 and r1")
+            names = {gw.peer_id(n): n for n in ("g0", "g1", "r1")}
+            await _until(lambda: {names.get(p) for p in m.state.streams.get(key, {}).get("group", {})
+                                  .get("peers", ())} == {"g0", "r1"}, 30, what=f"{name} placed on g0 and r1")
+
+            async def led():
+                cl = (await info(nc)).get("cluster") or {}
+                reps = cl.get("replicas") or []
+                return cl.get("leader") in ("g0", "r1") and len(reps) == 1 and reps[0].get("current")
+            await CAP._until(led, 60, what=f"{name} led, its other replica current")
+            for i in range(1, 11):
+                assert "error" not in await _req(nc, name, f"m{i}".encode())
+            ccfg = {"stream_name": name, "config": {"durable_name": "C", "ack_policy": "explicit",
+                                                    "ack_wait": 120_000_000_000}}
+
+            async def consumer_made():
+                r = await _req(nc, f"$JS.API.CONSUMER.DURABLE.CREATE.{name}.C", ccfg)
+                return "error" not in r or r["error"].get("err_code") == 10148
+            await CAP._until(consumer_made, 60, what="the durable consumer created")
+            await _until(lambda: me in ((m.state.consumers.get(key) or {}).get("C", {}).get("group", {})
+                                        .get("peers") or ()), 30, what="the consumer on r1")
+            js = nc.jetstream()
+            psub = await js.pull_subscribe_bind("C", name)
+            got: list = []
+            deadline = time.monotonic() + 60
+            while len(got) < 10 and time.monotonic() < deadline:
+                try:
+                    got += await psub.fetch(10 - len(got), timeout=5)
+                except nats.errors.TimeoutError:
+                    pass
+            assert [g.data for g in got] == [f"m{i}".encode() for i in range(1, 11)]
+            for g in got[:4]:
+                await g.ack_sync()
+            rep = m.replicas[key]
+            crep = m.replicas[key + ("C",)]
+            await _until(lambda: rep.store.state().last_seq == 10 and crep.consumer.ack_floor_stream == 4
+                         and crep.consumer.delivered_stream == 10, 30, what="r1's replicas current")
+
+            async def served(n: int):
+                si = await info(nc)
+                cl = si.get("cluster") or {}
+                return si if cl.get("leader") == "r1" and si.get("state", {}).get("messages") == n else None
+
+            async def to_r1():  # (a transfer names r1: it leads without the lead flag)
+                if await served(10):
+                    return True
+                await _req(nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", {"placement": {"preferred": "r1"}})
+                return await served(10)
+            await CAP._until(to_r1, 60, what=f"{name} led by r1")
+            ack = await _req(nc, name, b"after")
+            assert ack.get("seq") == 11, ack
+
+            async def scaled_down():  # (the leader, r1, is the replica a scale-down keeps)
+                r = await _req(nc, f"$JS.API.STREAM.UPDATE.{name}", dict(cfg, num_replicas=1))
+                return "error" not in r
+            await CAP._until(scaled_down, 60, what=f"{name} scaled down to R1")
+            # the shape that gosolo takes for a one-replica stream: r1 alone, no change pending
+            try:
+                await _until(lambda: (m.state.streams.get(key, {}).get("group", {}).get("peers") == [me]
+                                      and not m.state.streams[key]["group"].get("desired")), 60,
+                             what="the stream's group left as r1 alone")
+            except AssertionError:
+                raise AssertionError(f"the stream's group not left as r1 alone: {m.state.streams.get(key)}")
+            si = await CAP._until(lambda: served(11), 60, what=f"{name} served by r1 with its 11 messages")
+            assert si["state"]["first_seq"] == 1 and si["state"]["last_seq"] == 11, si["state"]
+            # (nats-server's meta leader names the group of one anew: the replica of the new name has the files)
+            assert key not in m.solo.hosted and m.replicas[key].store.state().msgs == 11
+            await all_there(nc, 11)
+            ack = await _req(nc, name, b"after")
+            assert ack.get("seq") == 12, ack
+
+            async def consumer_kept():
+                ci = await _req(nc, f"$JS.API.CONSUMER.INFO.{name}.C", b"")
+                if "error" in ci:
+                    return None
+                return ci if (ci.get("cluster") or {}).get("leader") == "r1" else None
+            ci = await CAP._until(consumer_kept, 60, what="the consumer led by r1")
+            assert ci["ack_floor"]["stream_seq"] == 4 and ci["delivered"]["stream_seq"] == 10, ci
+            assert ci["num_pending"] == 2, ci  # (the messages published after)
+            for c in conns:
+                await c.close()
+            conns.clear()
+        # r1 restarted: its replica's files found again by their group, not a stream created empty
+        async with serve_config(conf) as srv:
+            logs.append(srv)
+            m = await _member(srv)
+            nc = await nats.connect(gc.url("g1"))
+            conns.append(nc)
+
+            async def served_again():
+                try:
+                    si = await info(nc)
+                except nats.errors.TimeoutError:
+                    return None
+                return si if (si.get("cluster") or {}).get("leader") == "r1" and \
+                    si.get("state", {}).get("messages") == 12 else None
+            await CAP._until(served_again, 90, what=f"{name} served by r1 after its restart, 12 messages")
+            assert key in m.replicas and key not in m.solo.hosted
+            await all_there(nc, 12)
+            ack = await _req(nc, name, b"after")
+            assert ack.get("seq") == 13, ack
+    finally:
+        for c in conns:
+            if c.is_connected:
+                await c.close()
+        (tmp_path / "r1.log").write_text("\n".join(s._test_log.getvalue() for s in logs))
+        gc.stop_all()

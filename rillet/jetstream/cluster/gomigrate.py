@@ -453,6 +453,30 @@ class GroupMigration:
                       f"cluster size is now {r.cluster_size}")
         return evict
 
+    def lead_alone(self) -> None:
+        """The meta group left this server its group's only peer with no change pending (``peers == [me]``, no
+        desired state: the removed peers had no replacement, or a scale-down to R1 kept this replica).
+        nats-server's replica then drops the group's RAFT node and runs the stream (or consumer) as a one-replica
+        one, with everything it stored (processClusterUpdateStream, "downgraded to R1"). Here the group goes on
+        as a group of one: the other peers leave its membership and this server elects itself at once (its own
+        vote is the quorum), its store and state kept. Called on every assignment of that shape: idempotent."""
+        r = self.raft
+        others = r.peers - {self.peer}
+        if others or r.cluster_size != 1:
+            r.peers = {self.peer}
+            r.removed_peers |= others
+            r.cluster_size = 1
+            self.log.notice(f"JetStream {self.KIND} {self.group!r}: the meta group left this server its only "
+                            f"peer; dropped {sorted(others)} from the group, which it leads alone")
+        self.stand_alone = True  # (should a catch-up hold the election back: the election timer stands later)
+        if r.role == "leader" or self.ic is None:
+            return
+        if self._alone():
+            self.campaigns += 1
+            self._send(r.campaign())
+        else:
+            self._touch()
+
     def _migration_check(self) -> None:
         """Start stepping (every CHECK_EVERY s while leading) when the group is migrating."""
         if self._mig_timer is not None or self.ic is None or self.server.loop is None:

@@ -18,6 +18,11 @@ JetStream engine (rillet.jetstream: streams, stores, pull and push consumers, ac
 * messages published to the stream's subjects, pull requests (``CONSUMER.MSG.NEXT``) and acks reach the engine's
   own subscriptions in the account, over the routes from any server of the cluster.
 
+A stream whose replicated group the meta layer leaves as this server alone (a scale-down to R1 that keeps this
+replica, removed peers with no replacement) has the same shape but is not run here: its replica, with every
+message it stored, goes on as a group of one (``gostream.host_streams``, ``lead_alone``), as nats-server's
+replica keeps its store when its group drops to one peer.
+
 Files: ``<store_dir>/go_solo/jetstream/<account>/streams/<stream>/`` as a lone Rillet server keeps them; a restart
 loads them back and the assignments confirm them (a stream no longer assigned here is deleted).
 

@@ -99,6 +99,34 @@ CATCHUP_STALL = 10.0  # seconds without a catch-up message before asking again
 SNAPSHOT_EVERY = 8192  # entries applied beyond the last snapshot before a replica compacts its in-memory log
 
 
+def _write_group(path: str, group: str) -> None:
+    """The group name beside a replica's files (``group``): after a restart, a stream its meta group left on this
+    server alone is known as the group these files belong to (host_streams: kept, not handed to gosolo)."""
+    f = os.path.join(path, "group")
+    try:
+        with open(f, "r") as fh:
+            if fh.read() == group:
+                return
+    except FileNotFoundError:
+        pass
+    with open(f + ".tmp", "w") as fh:
+        fh.write(group)
+    os.replace(f + ".tmp", f)
+
+
+def replica_group(store_dir: str, account: str, name: str) -> Optional[str]:
+    """The group whose replica files this server keeps for the stream, if any (``_write_group``)."""
+    try:
+        path = os.path.join(store_dir, "go_streams", _safe(account), _safe(name), "group")
+    except ValueError:
+        return None  # (a name no replica could have kept files under)
+    try:
+        with open(path, "r") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
 class GoStreamReplica(StreamLeading, GoMetaMember):
     """One stream group of a Go cluster, followed from this server (see the module docstring)."""
 
@@ -113,6 +141,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
                     else None)
         if self.dir is not None:
             os.makedirs(self.dir, exist_ok=True)
+            _write_group(self.dir, self.group)
             self.store = FileStore(os.path.join(self.dir, "msgs"), _store_config(assignment["stream"], "file"),
                                    log=self._store_log)
             self._applied_path = os.path.join(self.dir, "applied")
@@ -209,6 +238,18 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
 
     def _alone(self) -> bool:
         return super()._alone() and self._snap is None  # (nor while the store catches up by messages)
+
+    def lead_alone(self) -> None:
+        """(GroupMigration.lead_alone) After a restart the RAFT log is empty (it is kept in memory) while the store
+        holds what was applied up to ``applied_index``: the log starts there, as at a snapshot of the store, so
+        that this server's next entries come after everything it applied (not skipped as applied before)."""
+        r = self.raft
+        if r.pindex < self.applied_index and not r._log and r.catchup is None and self._snap is None:
+            r.base_index, r.base_term = self.applied_index, r.term
+            r.commit = r.applied = self.applied_index
+            r.snapshot_data = self.stream_snapshot().encode()
+            r.snapshot_peer_state = gw.PeerState((self.peer,), 1, r.domain_ext).encode()
+        super().lead_alone()
 
     def _on_state_request(self, sub: Any, c: Any, subject: bytes, reply: Optional[bytes], hdr: int,
                           msg: bytes) -> None:
@@ -702,6 +743,22 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
         from rillet.jetstream.cluster.gosolo import SoloHost
         member.solo = SoloHost(member, store_dir)
 
+    def kept(key: tuple, sa: dict) -> bool:
+        """A stream whose group the meta layer left as this server alone, no change pending (``is_solo``), while
+        this server holds a replica of that very group (running, or its files after a restart): not a
+        one-replica stream for gosolo to create empty, but the replica's group going on with its one member
+        (``lead_alone``), every message it stored kept, as nats-server's replica keeps its store when its
+        group drops to one peer."""
+        solo = member.solo
+        if solo is None or not is_solo(sa, member.peer):
+            return False
+        group = str((sa.get("group") or {}).get("name") or "")
+        if key in replicas:
+            return True  # (nats-server renames a group of one, e.g. at the end of a scale-down: the same stream)
+        if not store_dir or key in solo.hosted:
+            return False
+        return replica_group(store_dir, key[0], key[1]) == group
+
     def reconcile() -> None:
         me = member.peer
         solo = member.solo
@@ -718,20 +775,32 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                     solo.removed_stream(account, stream, name, reply)
                 elif current:
                     solo.removed_consumer(account, stream, name, reply)
-            solo.reconcile(member.state.streams, member.state.consumers, fresh=current)
+        keep = {key for key, sa in member.state.streams.items() if kept(key, sa)}
+        if solo is not None:
+            solo.reconcile({k: sa for k, sa in member.state.streams.items() if k not in keep},
+                           member.state.consumers, fresh=current)
         want: dict[tuple, tuple[str, dict]] = {}
         for key, sa in member.state.streams.items():
-            if solo is not None and is_solo(sa, me):
+            if solo is not None and is_solo(sa, me) and key not in keep:
                 continue
             if me in ((sa.get("group") or {}).get("peers") or ()):
                 want[key] = ("stream", sa)
             for cname, ca in (member.state.consumers.get(key) or {}).items():
                 if me in ((ca.get("group") or {}).get("peers") or ()):
                     want[key + (cname,)] = ("consumer", ca)
+        carried: dict[tuple, ConsumerReplicaState] = {}
         for key in list(replicas):
             r = replicas[key]
             if key not in want or want[key][1]["group"]["name"] != r.group:
-                r.stop(remove=True) if isinstance(r, GoStreamReplica) else r.stop()
+                # a group left as this server alone and renamed (nats-server names a group of one anew): the
+                # replica's files stay for the replica of the new name, a consumer's state goes over to it
+                alone = key in want and is_solo(want[key][1], me)
+                if isinstance(r, GoStreamReplica):
+                    r.stop(remove=not (alone and key in keep))
+                else:
+                    r.stop()
+                    if alone and isinstance(r, GoConsumerReplica) and r.consumer.has_state:
+                        carried[key] = r.consumer
                 del replicas[key]
         for key, (kind, a) in want.items():
             if key in replicas:
@@ -740,6 +809,8 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 continue
             r = (GoStreamReplica(member.server, key[0], a, store_dir) if kind == "stream"
                  else GoConsumerReplica(member.server, key[0], key[1], a))
+            if key in carried and isinstance(r, GoConsumerReplica):
+                r.consumer = carried[key]
             if lead:
                 r.may_lead = True
                 r.member = member
@@ -785,6 +856,17 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
             # committing a first entry and stepping aside with an empty-log vote request was tried too: the Go
             # followers of a moment-old group did not keep that entry, our longer log then refused their votes
             # and the group stayed leaderless. Not done: docs/mixed-clusters.md.)
+        for key, r in replicas.items():  # (a stream replica replaced under its consumers' leaders: relinked)
+            srep = replicas.get(key[:2])
+            if isinstance(r, GoConsumerReplica) and r._lead is not None and getattr(r, "srep", srep) is not srep:
+                r._stop_leading()
+                r._start_leading()
+        if current:  # (a prefix of the history replayed after a restart may be stale: only the present one)
+            for key, (kind, a) in want.items():
+                r = replicas[key]
+                if is_solo(a, me) and isinstance(r, (GoStreamReplica, GoConsumerReplica)) and \
+                        not getattr(r, "solo", False):
+                    r.lead_alone()  # (the group left as this server alone, its replica kept: led alone)
 
     member.on_applied.append(reconcile)
     reconcile()
