@@ -58,14 +58,14 @@ import shutil
 import time
 from typing import Any, Optional
 
-from rillet.gocompat.gotime import GoTimeError, format_time, time_ns
+from rillet.gocompat.gotime import GoTimeError, time_ns
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading
 from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decode_consumer_state, encode_consumer_state
 from rillet.jetstream.cluster.godirect import ReplicaDirectGets
-from rillet.jetstream.cluster.gostreamlead import StreamLeading
+from rillet.jetstream.cluster.gostreamlead import StreamLeading, store_state_doc
 from rillet.jetstream import headers as H
 from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store.base import StoreConfig
@@ -273,15 +273,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
     def state_doc(self) -> dict[str, Any]:
         """The store's state in nats-server's StreamState JSON (its field order; the consumers counted are
         those with a replica on this server)."""
-        st = self.store.state()
-        first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
-        doc: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": first,
-                               "first_ts": format_time(st.first_ts), "last_seq": st.last_seq,
-                               "last_ts": format_time(st.last_ts)}
-        if st.num_subjects:
-            doc["num_subjects"] = st.num_subjects
-        if st.num_deleted:
-            doc["num_deleted"] = st.num_deleted
+        doc = store_state_doc(self.store)
         meta = getattr(self.member, "state", None)
         cas = (meta.consumers.get((self.account, self.name)) or {}) if meta is not None else {}
         doc["consumer_count"] = sum(1 for ca in cas.values()

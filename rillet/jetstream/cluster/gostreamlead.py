@@ -54,6 +54,22 @@ __all__ = ["StreamLeading"]
 _UNSUPPORTED = ("Nats-Batch-Id", "Nats-Schedule", "Nats-Schedule-Next", "Nats-Scheduler")
 
 
+
+def store_state_doc(store: Any) -> dict[str, Any]:
+    """A replica store's state in nats-server's StreamState JSON, in its field order (the counts of subjects and
+    deleted sequences only when there are some), without ``consumer_count``: what the stream leader's info and
+    every replica's state answer (gostream) carry."""
+    st = store.state()
+    first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
+    doc: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": first,
+                           "first_ts": format_time(st.first_ts), "last_seq": st.last_seq,
+                           "last_ts": format_time(st.last_ts)}
+    if st.num_subjects:
+        doc["num_subjects"] = st.num_subjects
+    if st.num_deleted:
+        doc["num_deleted"] = st.num_deleted
+    return doc
+
 class StreamLeading(GroupMigration):
     """The stream leader's duties of a ``GoStreamReplica`` (see the module docstring)."""
 
@@ -477,15 +493,7 @@ class StreamLeading(GroupMigration):
 
     def _info_doc(self) -> dict[str, Any]:
         """The stream's info as its leader gives it (``STREAM.INFO``)."""
-        st = self.store.state()
-        first = 0 if st.last_seq == 0 and st.msgs == 0 and st.first_seq <= 1 else st.first_seq
-        state: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": first,
-                                 "first_ts": format_time(st.first_ts), "last_seq": st.last_seq,
-                                 "last_ts": format_time(st.last_ts)}
-        if st.num_deleted:
-            state["num_deleted"] = st.num_deleted
-        if st.num_subjects:
-            state["num_subjects"] = st.num_subjects
+        state = store_state_doc(self.store)
         meta = getattr(self.member, "state", None)
         state["consumer_count"] = len(meta.consumers.get((self.account, self.name)) or {}) if meta is not None else 0
         return {"type": "io.nats.jetstream.api.v1.stream_info_response", "total": 0, "offset": 0, "limit": 0,
