@@ -189,7 +189,9 @@ def _stream(flag: bool | None) -> SimpleNamespace:
     o = Options()
     if flag is not None:
         o.extra["feature_flags"] = {"js_snapshot_sources": flag}
+    from rillet.jetstream.configtypes import StreamConfig
     return SimpleNamespace(source_pos={}, js=SimpleNamespace(server=SimpleNamespace(opts=o)),
+                           cfg=StreamConfig(name="S", storage="memory"),
                            store=MemStore(StoreConfig(name="S", storage="memory")), forget_dedup=lambda: None)
 
 
@@ -207,7 +209,7 @@ def test_snapshot_carries_sources_only_with_the_flag(flag, carried):
     from rillet.jetstream.cluster.streams import StreamReplica, _dec
     st = _stream(flag)
     st.source_pos = {"ORIG": (9, "Zk3lQ9aB")}
-    rep = SimpleNamespace(stream=st, _store_state=lambda: {"first": 1, "last": 9, "deleted": []})
+    rep = SimpleNamespace(stream=st, config_ts=0, _store_state=lambda: {"first": 1, "last": 9, "deleted": []})
     snap = _dec.decode(StreamReplica.snapshot(rep))
     assert snap["last"] == 9
     assert ("sources" in snap) == carried
@@ -215,7 +217,7 @@ def test_snapshot_carries_sources_only_with_the_flag(flag, carried):
         assert snap["sources"] == {"ORIG": [9, "Zk3lQ9aB"]}
     # a replica installing it (whatever its own flag): the positions come with it
     other = _stream(None)
-    rep2 = SimpleNamespace(stream=other, replay_seq=0, creps={})
+    rep2 = SimpleNamespace(stream=other, replay_seq=0, creps={}, config_ts=0)
     StreamReplica._finish_snapshot(rep2, snap)
     assert other.store.last_seq == 9 and rep2.replay_seq == 9
     assert other.source_pos == ({"ORIG": (9, "Zk3lQ9aB")} if carried else {})
