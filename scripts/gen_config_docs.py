@@ -26,6 +26,8 @@ PAGE = ROOT / "docs" / "configuration.md"
 # Keys the server accepts that nats-server 2.15's opts.go does not (read from its `case "..."` labels); every
 # other key below is one nats-server has.
 NOT_IN_NATS_SERVER = {"http_metrics": "Rillet-specific: Prometheus /metrics on the monitoring port",
+                      "max_pending_total": "Rillet-specific: the clients' pending output summed; past it the fullest "
+                                           "is cut as a slow consumer (0: 16 x max_pending, -1: no bound)",
                       "max_pings_outstanding": "an alias Rillet accepts for ping_max",
                       "monitor": "an alias Rillet accepts for http",
                       "receive_maximum": "Rillet-specific: the MQTT 5 Receive Maximum (nats-server has no MQTT 5)",

@@ -49,6 +49,7 @@ KEY_TESTS: dict[str, str] = {
     "max_payload": "tests/test_parser.py::test_payload_exactly_max_payload_is_accepted",
     "max_control_line": "tests/test_parser.py::test_control_line_at_limit_is_accepted",
     "max_pending": "tests/test_limits.py::test_max_pending_cuts_off_stalled_subscriber",
+    "max_pending_total": "tests/test_overload_pending.py::test_many_slow_subscribers_keep_the_total_bounded_and_others_answered",
     "no_fast_producer_stall": "tests/test_fairness.py::test_no_fast_producer_stall_drops_instead",
     "jetstream.request_queue_limit": "tests/test_fairness.py::test_api_queue_limit_drops_and_advises",
     "jetstream.info_queue_limit": "tests/test_fairness.py::test_api_queue_limit_drops_and_advises",

@@ -174,6 +174,7 @@ class Options:
     proxy_protocol: bool = False  # client connections may start with a PROXY header (v1 or v2)
     write_timeout: str = ""  # clients past the write deadline: "" (default: close), "close" or "retry"
     max_pending: int = DEFAULT_MAX_PENDING
+    max_pending_total: int = 0  # clients' pending output summed (0: 16 x max_pending; -1: none): rillet.server.pendingtotal
     ping_interval: float = DEFAULT_PING_INTERVAL
     ping_max: int = DEFAULT_PING_MAX
     write_deadline: float = DEFAULT_WRITE_DEADLINE

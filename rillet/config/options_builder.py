@@ -97,6 +97,7 @@ class _Builder(AuthSections, SubsystemSections, OperatorSections, MqttSection):
             "max_control_line": s("max_control_line", "int", defaults.DEFAULT_MAX_CONTROL_LINE,
                                   MAX_INT32),
             "max_pending": s("max_pending", "int", defaults.DEFAULT_MAX_PENDING),
+            "max_pending_total": s("max_pending_total", "int"),
             "max_connections": self.max_connections,
             "max_conn": self.max_connections,
             "max_subscriptions": s("max_subscriptions", "int"),

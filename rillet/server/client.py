@@ -363,6 +363,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
         self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check)
 
     def resume_writing(self) -> None:
+        self.server.pending_total.forget(self)
         self._write_paused_at = 0.0
         self._writes_pending = 0
         self._wd_slow = False
@@ -923,9 +924,11 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             self._writes_pending += 1
             self._wd_added += len(out)
         out.clear()
-        mp = self.server.opts.max_pending
-        if t.get_write_buffer_size() > mp:
-            self.server.slow_consumer(self, f"MaxPending of {mp} Exceeded")
+        b = t.get_write_buffer_size()
+        if b > self.server.opts.max_pending:
+            self.server.slow_consumer(self, f"MaxPending of {self.server.opts.max_pending} Exceeded")
+        elif self._write_paused_at:
+            self.server.pending_total.note(self, b)  # (and the sum of all: max_pending_total)
 
     # ---- timers ---------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from rillet.server.auth import Authenticator, new_implicit_user_name, sys_only_n
 from rillet.server.client import Client, InternalClient
 from rillet.server.listen import hostport, listening_socket
 from rillet.server.logging import Logger
+from rillet.server import pendingtotal
 from rillet.server.subsystems import Core, Subsystems
 from rillet.config.options import RANDOM_PORT, Options
 from rillet.gocompat.goquote import go_quote
@@ -158,6 +159,7 @@ class Server:
         self._ocsp_checker: Any = None  # rillet.server.ocsp.PeerChecker, once a tls block has ocsp_peer
         self.total_connections = 0
         self.slow_consumers = 0
+        self.pending_total = pendingtotal.PendingTotal(self)  # (the sum of the clients' pending output: max_pending_total)
         self.stalls = 0  # fast producers held back (/varz stalled_clients)
         self.stale_connections = 0
         self._stopped = asyncio.Event()
@@ -583,6 +585,7 @@ class Server:
         if self.clients.pop(c.cid, None) is None:
             return
         c.account.clients.discard(c)
+        self.pending_total.forget(c)
         self.sysacc.client_disconnected(c)
         t = self.closed_totals
         self.closed_totals = (t[0] + c.in_msgs, t[1] + c.in_bytes, t[2] + c.out_msgs, t[3] + c.out_bytes)
@@ -927,6 +930,7 @@ def validate_options(o: Options) -> None:
             raise ValueError("jetstream cluster requires `cluster.name` to be set")
     if o.max_payload > o.max_pending:
         raise ValueError(f"max_payload ({o.max_payload}) cannot be higher than max_pending ({o.max_pending})")
+    pendingtotal.validate(o)
     if o.lame_duck_grace_period >= o.lame_duck_duration > 0 and o.lame_duck_grace_period > 0:
         raise ValueError(f"lame duck grace period ({format_seconds(o.lame_duck_grace_period)}) should be strictly "
                          f"lower than lame duck duration ({format_seconds(o.lame_duck_duration)})")
