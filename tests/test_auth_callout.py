@@ -337,7 +337,7 @@ async def test_callout_user_expiry_and_no_jwt_limits():
     (f"issuer: {jwt.public_key(ISSUER)}\nauth_users: [auth]\nallowed_accounts: [NOPE]",
      'auth_callout allowed account "NOPE" not found in configured accounts'),
     (f"issuer: {jwt.public_key(ISSUER)}\nauth_users: [auth]\nfoo: 1", 'Unknown field "foo" parsing authorization callout'),
-])
+], ids=lambda v: v if v[:1].isupper() or v.startswith("auth_") or v.startswith("Unknown") else "block")  # (keys random)
 def test_callout_config_errors(block, err):
     from rillet.config.flags import parse_command_line
     from rillet.server.server import Server

@@ -430,7 +430,7 @@ async def test_close_frame_without_status():
     (cframe(8, struct.pack("!H", 1005)), b"invalid close status code 1005"),
     (cframe(2, b"SUB", fin=False) + cframe(2, b"x"),
      b"new message started before final frame for previous message was received"),
-])
+], ids=lambda v: v.decode() if isinstance(v, bytes) and v[:1].isalpha() else "frame")  # (masks are random)
 async def test_frame_protocol_errors(frame, text):
     async with run_server(ws_opts()) as srv:
         ws = await raw_nats(srv.websocket_addr[1])
