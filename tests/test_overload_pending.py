@@ -153,3 +153,56 @@ def test_total_bound_config():
     validate_options(load_string("max_pending: 1MB\nmax_pending_total: 1MB\n"))
     with pytest.raises(ValueError, match=r"max_pending_total \(1000\) cannot be lower than max_pending \(1048576\)"):
         validate_options(load_string("max_pending: 1MB\nmax_pending_total: 1000\n"))
+
+
+def one_big_fanout(kind: str, conf: str, nsubs: int, size: int) -> dict:
+    """One connection, never reading, subscribed ``nsubs`` times to one subject; one ``size``-byte message
+    to it: the server's RSS sampled until the publisher's PONG."""
+    with running(kind, conf) as (proc, mport):
+        pid = proc.proc.pid
+        s = raw_connect(proc.port, rcvbuf=4096)
+        s.sendall(b"".join(b"SUB f %d\r\n" % i for i in range(nsubs)) + b"PING\r\n")
+        wait_pong(s)
+        rss0 = rss_mb(pid)
+        peak = [rss0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], rss_mb(pid))
+                time.sleep(0.003)
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        pub = raw_connect(proc.port)
+        t0 = time.monotonic()
+        try:
+            pub.sendall(b"PUB f %d\r\n%b\r\nPING\r\n" % (size, b"m" * size))
+            pub.settimeout(30)
+            wait_pong(pub)
+        finally:
+            done.set()
+            th.join(5)
+        took = time.monotonic() - t0
+        varz = monitor(mport, "/varz")
+        closed = monitor(mport, "/connz?state=closed")["connections"]
+        s.close()
+        return {"growth": peak[0] - rss0, "took": took, "slow_consumers": varz["slow_consumers"],
+                "reasons": [c.get("reason") for c in closed]}
+
+
+@pytest.mark.skipif(not HAVE_GO, reason="needs nats-server")
+@pytest.mark.parametrize("lane", ["compiled", "pure"])
+def test_one_message_to_many_subscriptions_of_one_connection_is_cut_at_max_pending(lane, monkeypatch):
+    """1,000 subscriptions of one connection and a 1 MB message: 1 GB of output for it. nats-server cuts it
+    at its 8 MB max_pending as it queues the frames; so does Rillet (before, it built the whole 1 GB,
+    1.9 GB of RSS, before the write that found the limit passed), in both lanes, and answers the publisher
+    at once."""
+    if lane == "pure":
+        monkeypatch.setenv("RILLET_PURE", "1")
+    conf = "max_pending: 8MB\n"
+    res = {k: one_big_fanout(k, conf, 1000, 1_000_000) for k in ("go", "rillet")}
+    for k, r in res.items():
+        assert r["slow_consumers"] == 1 and r["reasons"] == ["Slow Consumer (Pending Bytes)"], (k, res)
+    ours = res["rillet"]
+    assert ours["growth"] < 8 + 40, res
+    assert ours["took"] < 2.0, res

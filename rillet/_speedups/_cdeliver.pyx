@@ -195,6 +195,8 @@ cdef int _setup() except -1:
 cdef object _pure_deliver = _pure.reference_deliver_result
 cdef object _perm_ok = _pure._perm_ok
 cdef object _strip_headers = _pure._strip_headers
+cdef object _out_overflow = _pure.out_overflow
+cdef Py_ssize_t _OUT_CHECK = _pure.OUT_CHECK
 cdef object _forward = _pure.forward
 cdef object _no_responders_ref = _pure.reference_no_responders
 cdef object _random = _pure.random
@@ -252,24 +254,32 @@ cdef inline int _append(object out, const char* a, Py_ssize_t na, const char* b,
 
 cdef inline int _write(object sc, bint known, object sid, bytes head, bytes tail, object subject,
                        object reply, Py_ssize_t hdr, object hdr_o, object msg) except -1:
-    """One message frame onto ``sc``'s output, as the pure executor writes it."""
+    """One message frame onto ``sc``'s output, as the pure executor writes it (and its OUT_CHECK)."""
     if known:
         out = _get(sc, C_OUT, "out")
         if hdr >= 0 and not _get(sc, C_HEADERS, "headers"):
             out += b"MSG %b %b%b" % (subject, sid, _strip_headers(reply, hdr_o, msg))
+            if len(out) > _OUT_CHECK:
+                _out_overflow(sc)
             return 0
     else:
         out = sc.out
         if hdr >= 0 and not sc.headers:
             out += b"MSG %b %b%b" % (subject, sid, _strip_headers(reply, hdr_o, msg))
+            if len(out) > _OUT_CHECK:
+                _out_overflow(sc)
             return 0
     if PyByteArray_CheckExact(out) and type(sid) is bytes:
         _append(out, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), PyBytes_AS_STRING(sid),
                 PyBytes_GET_SIZE(sid), PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail))
+        if PyByteArray_GET_SIZE(out) > _OUT_CHECK:
+            _out_overflow(sc)
     else:
         out = PyNumber_InPlaceAdd(out, head)
         out = PyNumber_InPlaceAdd(out, sid)
         out = PyNumber_InPlaceAdd(out, tail)
+        if len(out) > _OUT_CHECK:
+            _out_overflow(sc)
     return 0
 
 

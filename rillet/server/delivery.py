@@ -310,6 +310,46 @@ def _perm_ok(sc: Any, subject: bytes, reply: bytes | None) -> bool:
     return True
 
 
+# A connection's output is written after each slice of a read, where its pending bytes are checked against
+# max_pending (Client.write_out); but one message to many subscriptions of one connection (or a slice's
+# messages to them) could build far more than that before the write: 1,000 subscriptions and a 1 MB
+# payload, 1 GB. Past OUT_CHECK unwritten bytes each frame added is checked against max_pending at once, as
+# nats-server checks each frame it queues (queueOutbound).
+OUT_CHECK = 1 << 20
+
+
+class _Dropped:
+    """The output of a connection cut during a delivery that goes on to its other subscriptions: whatever
+    is added is dropped (not copied only to be cleared)."""
+
+    __slots__ = ()
+
+    def __iadd__(self, data: Any) -> "_Dropped":
+        return self
+
+    def __len__(self) -> int:
+        return 0
+
+    def clear(self) -> None:
+        pass
+
+
+DROPPED = _Dropped()
+
+
+def out_overflow(sc: Any) -> None:
+    """``sc``'s unwritten output passed OUT_CHECK: a client connection past max_pending is cut as a slow
+    consumer (nats-server's MaxPending notice), and what is still added to its output is dropped."""
+    if sc.closed:
+        sc.out.clear()
+        return
+    srv = sc.server
+    mp = srv.opts.max_pending
+    if len(sc.out) > mp and getattr(sc, "kind", None) == CLIENT:
+        srv.slow_consumer(sc, f"MaxPending of {mp} Exceeded")
+        sc.out = DROPPED
+
+
 def _strip_headers(reply: bytes | None, hdr: int, msg: bytes) -> bytes:
     """The MSG tail for a subscriber that does not support headers: the payload only."""
     payload = msg[hdr:]
@@ -553,6 +593,8 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
             out += head
             out += sub.sid_b
             out += tail
+        if len(out) > OUT_CHECK:
+            out_overflow(sc)
         sc.out_msgs += 1
         sc.out_bytes += size
         n += 1
@@ -595,6 +637,8 @@ def deliver_result(acc: Any, c: Any, r: Any, subject: bytes, reply: bytes | None
                 out += head
                 out += sub.sid_b
                 out += tail
+            if len(out) > OUT_CHECK:
+                out_overflow(sc)
             sc.out_msgs += 1
             sc.out_bytes += size
             n += 1
