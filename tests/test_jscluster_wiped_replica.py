@@ -1,8 +1,15 @@
 """A wiped replica catches up (issue 19, point 8), as processes, the same drill against Rillet and the Go
 nats-server: three servers, an R3 file stream with an R3 durable consumer, `sync_interval: always`, a
 publisher running throughout. One stream follower (not the meta leader) is stopped, its store directory
-deleted, and it is started again; with ``other_down`` the third server is stopped meanwhile too, so the
-wiped server can only catch up from the stream leader (and, for the meta group, elect it).
+deleted, and it is started again; with ``other_down`` the third server is stopped meanwhile too.
+
+With the third server down, Rillet's stream has no leader until the third server is back (issue 24,
+tests/faults/wiped-vote.md): the wiped server's member of the stream, which had acknowledged entries before, starts
+recovering and gives no vote (entries the wiped member and the third server had committed may be missing from the
+stream leader's log, and its vote would make that leader give them again). Checked: no publish acknowledged, the
+wiped server unhealthy, its log saying why, for as long as the third server is down; then the third server comes
+back and the wiped one catches up. nats-server's wiped server catches up from the stream leader while the third is
+down (its vote counts at once: the hazard).
 
 Checked: the wiped server gets the meta state back (the assignments: it recreates its replicas), the
 stream's messages and the consumer's state; at the end every running server holds the same messages, the
@@ -175,8 +182,22 @@ async def _drill(tmp: str, command: list[str] | None, mode: str) -> dict:
         procs[w] = ServerProcess("-c", confs[w], command=command)
         procs[w].wait_ready(20)
         t_ready = time.monotonic()
-        up = [i for i, p in enumerate(procs) if p is not None]
         lead_http = https[NAMES.index(leader)]
+        leaderless_for = 0.0
+        if other_down and command is None:
+            # (Rillet) the wiped member starts recovering, without a vote: no leader while the third server is down
+            acked_then = acked[0]
+            procs[w].wait_log(r"no state on disk for a member of a group this server had", 60)
+            seen_at = time.monotonic()
+            while time.monotonic() - seen_at < 4.0:
+                code, _ = _get(https[w], "/healthz")
+                assert code != 200, "the wiped server healthy while the third server is down"
+                assert acked[0] == acked_then, "a publish acknowledged while the third server is down"
+                await asyncio.sleep(0.1)
+            leaderless_for = time.monotonic() - t_ready
+            procs[o] = ServerProcess("-c", confs[o], command=command)
+            procs[o].wait_ready(20)
+        up = [i for i, p in enumerate(procs) if p is not None]
         at_restart = _stream_msgs(lead_http) or 0
         unhealthy_behind = []  # samples where the wiped server said 200 while lacking messages
 
@@ -237,7 +258,8 @@ async def _drill(tmp: str, command: list[str] | None, mode: str) -> dict:
             await m.ack_sync()
         return {"wiped": wiped, "leader": leader, "meta_leader": meta_leader, "catch_up": catch_up,
                 "restart_to_ready": t_ready - t0, "at_restart": at_restart, "held_at_stop": held_at_stop,
-                "final": counts[0], "unhealthy_behind": unhealthy_behind, "ack_floor": ci["ack_floor"]}
+                "final": counts[0], "unhealthy_behind": unhealthy_behind, "ack_floor": ci["ack_floor"],
+                "leaderless_for": leaderless_for}
     finally:
         stop_pub.set()
         if pub_task is not None:

@@ -79,7 +79,7 @@ class Node(Recovery):
                  max_entries_per_msg: int = 512, max_bytes_per_msg: int = 1 << 20, max_inflight: int = 64,
                  hard_state: Optional[HardState] = None, snapshot: Optional[Snapshot] = None,
                  entries: Sequence[tuple] = (), applied: Optional[int] = None, recovering: bool = False,
-                 known_commit: int = 0, known_mark: int = 0, votes_lost: bool = False):
+                 known_commit: int = 0, known_mark: int = 0, votes_lost: bool = False, wiped: bool = False):
         """``peers``: the bootstrap voter set (all founding members pass the same; a node that will be
         added later passes ``()`` and learns the configuration from the leader). On restart pass what
         the WAL recovered: ``hard_state``, ``snapshot``, ``entries``; ``applied`` is the index the state
@@ -89,7 +89,8 @@ class Node(Recovery):
         ``known_mark``: the owner's mark saved with it (``HardState.mark``; the driver raises ``known_mark`` as it
         saves newer ones). A survey that finds a loss leaves in ``lost_mark`` the highest mark any member knew.
         ``votes_lost``: the hard state's term and vote were lost (module docstring); ``hard_state`` then holds no
-        vote, and the term is raised to the log's last at least."""
+        vote, and the term is raised to the log's last at least. ``wiped`` (with both): a member that had acknowledged
+        entries and kept nothing (a wiped store; rillet.raft.recovery: ``stateless``)."""
         if election_tick <= heartbeat_tick:
             raise RaftError("election_tick must be greater than heartbeat_tick")
         self.id = id
@@ -169,6 +170,7 @@ class Node(Recovery):
         self.known_commit = max(known_commit, self.commit)
         self.tail_lost = max(0, known_commit - last)  # committed entries this node's own log lost
         self.recovering = bool(recovering)
+        self.stateless = self.recovering and bool(wiped)  # (a wiped member: it kept no log; RecoveryState.wiped)
         self.survey: dict = {}  # peer -> (last_term, last_index, known_commit) answered while recovering
         self.vote_floor: Optional[tuple] = None  # (last_term, last_index) a candidate must reach for our vote
         self._survey_elapsed = 0

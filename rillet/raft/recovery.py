@@ -39,7 +39,10 @@ def term_in(terms: tuple, index: int) -> Optional[int]:
 class Recovery:
     """(mixin of Node) the recovery survey and loss reports."""
 
-    lost_by = ""  # how the last loss was found: "survey", "append", "snapshot" or "queries"
+    lost_by = ""  # how the last loss was found: "survey", "append", "snapshot", "queries" or "wiped"
+    # (a stateless start, ``stateless``: fewer voters than a quorum kept their logs) ``lost`` starts where the
+    # best log left ends and its end is unknown: committed entries may go further
+    lost_open = False
 
     def _query_peers(self) -> None:
         self._survey_elapsed = 0
@@ -101,6 +104,7 @@ class Recovery:
         max_known = max(self.known_commit, self.commit)
         max_mark = self.known_mark
         recovering = 1 if self.id in self.voters else 0
+        wiped = 1 if self.stateless and self.id in self.voters else 0
         for p in self.voters:
             a = self.survey.get(p)
             if a is None:
@@ -117,6 +121,18 @@ class Recovery:
                 max_mark = a[5]
             if a[4]:
                 recovering += 1
+            if a[6]:
+                wiped += 1
+        if len(self.voters) - wiped < self.quorum:
+            # (fewer voters than a quorum kept their logs, the others wiped: whatever was committed past the best
+            # log left may be gone, and nothing bounds how far it went. Reported (from there on, the end unknown:
+            # ``lost_open``), and no vote floor: this node stays out of elections, so that the survivors cannot
+            # elect a leader that would give the lost indexes (and the owner's numbers) again. An operator
+            # resumes, accepting the loss (a rescued quorum on a survivor))
+            if not self.lost_open:
+                self.lost_open = True
+                self._found_lost(max_last + 1, max(max_last + 1, max_known), "wiped")
+            return
         # (a loss takes a majority that lost data, each of them back from an unclean stop and recovering; with
         # fewer, the answers only look short because some were given before a commit others already knew of)
         if recovering >= self.quorum:
@@ -133,6 +149,7 @@ class Recovery:
 
     def _leave_recovery(self, how: str) -> None:
         self.recovering = False
+        self.stateless = False
         self.vote_floor = None
         self.survey = {}
         self.recoveries += 1
@@ -243,12 +260,13 @@ class Recovery:
             pr.become_probe(pr.next)
         self.msgs.append(RecoveryState(self.term, self.id, m.frm, self.last_index(), self.last_term(), self.commit,
                                        max(self.known_commit, self.commit), self.recovering,
-                                       self.id in self.voters, self.known_mark))
+                                       self.id in self.voters, self.known_mark, self.stateless))
 
     def _handle_recovery_state(self, m: RecoveryState) -> None:
         if not self.recovering or m.frm not in self.voters:
             return
-        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter, m.recovering, m.known_mark)
+        self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter, m.recovering, m.known_mark,
+                              m.wiped)
         if m.known_mark > self.survey_mark:
             self.survey_mark = m.known_mark
         if all(p in self.survey for p in self.voters if p != self.id):

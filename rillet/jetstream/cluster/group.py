@@ -84,6 +84,7 @@ from rillet.raft.wal import WAL, MemWAL
 from rillet.durable import fsync_dir
 from rillet.jetstream.cluster.grouprun import _ops_of, _runner, shared_transport
 from rillet.jetstream.cluster.leadership import CONTROL, Leadership
+from rillet.jetstream.cluster.wipedmember import existing_member
 from rillet.handles import cancelled
 
 TICK = 0.05  # seconds between ticks
@@ -286,6 +287,7 @@ class RaftGroup(Leadership):
             self.log.error(f"RAFT group {self.name!r}: damaged log ({rec.damaged}): entries from {rec.cut_at} on "
                            f"dropped; recovering: no vote until caught up from the other members, or the entries "
                            f"no member holds reported lost")
+        had_state = True
         if not self.memory:
             marker = os.path.join(self.dir, CLEAN_MARKER)
             had_state = rec.hard_state is not None or rec.snapshot is not None or bool(rec.entries)
@@ -304,6 +306,9 @@ class RaftGroup(Leadership):
             if not recovering:
                 self._save_boot()
         founding = self._founding_peers()
+        # (a member that had acknowledged entries here and starts with nothing on disk: wiped. wipedmember)
+        wiped = not self.memory and not had_state and len(founding) != 1 and existing_member(self.server, self.name)
+        recovering = recovering or wiped
         if rec.snapshot is not None and self._restore is not None:
             self._restore(rec.snapshot.data)
         floor = self._applied_floor() if self._applied_floor is not None else 0
@@ -311,12 +316,16 @@ class RaftGroup(Leadership):
         self.node = Node(self.id, founding, rng=random.Random(), election_tick=self.election_ticks,
                          heartbeat_tick=self.heartbeat_ticks, hard_state=hs, snapshot=rec.snapshot,
                          entries=rec.entries, recovering=recovering, known_commit=rec.stored_commit,
-                         known_mark=hs.mark if hs is not None else 0, votes_lost=rec.votes_lost)
+                         known_mark=hs.mark if hs is not None else 0, votes_lost=rec.votes_lost or wiped, wiped=wiped)
         self._mark_now()  # (a store synced further than the log: what a survey is told includes it)
         if self.unclean_start and not recovering and self.same_boot:
             self.log.notice(f"RAFT group {self.name!r}: the last stop was not clean, but the machine did not "
                             f"restart since (same boot id): nothing written was lost, no recovery needed")
-        if recovering:
+        if wiped:
+            self.log.warn(f"RAFT group {self.name!r}: no state on disk for a member of a group this server had "
+                          f"(a wiped store): recovering, no vote until caught up from a leader and every voter "
+                          f"answered")
+        elif recovering:
             n = self.node
             short = f", {n.tail_lost} committed entries missing from it" if n.tail_lost else ""
             self.log.warn(f"RAFT group {self.name!r}: the last stop was not clean (log ends at {n.last_index()}, "
@@ -680,7 +689,9 @@ class RaftGroup(Leadership):
             first, last = n.lost
             self.log.error(f"RAFT group {self.name!r}: committed entries {first}..{last} are lost: no member "
                            f"holds them any more (a majority of the members lost data that was not yet "
-                           f"synced, e.g. a power cut with a lazy sync_interval)")
+                           f"synced, e.g. a power cut with a lazy sync_interval)" if not n.lost_open else
+                           f"RAFT group {self.name!r}: committed entries from {first} on may be lost: fewer members "
+                           f"than a quorum kept their logs (wiped stores); no vote until a leader is known")
             if self.on_data_lost is not None:
                 try:
                     self.on_data_lost(first, last)

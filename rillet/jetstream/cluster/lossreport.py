@@ -19,6 +19,10 @@ acknowledged. That is reported too (``unsynced_tail``: true), with no RAFT range
 ``raft_last`` 0, ``entries`` 0) and the skipped sequences as ``seq_first``..``seq_last``: messages that may have
 been acknowledged and are gone.
 
+When fewer replicas than a quorum kept their logs (the others' stores wiped), committed entries past the best
+log left may be gone, and nothing says how far they went: ``open_end`` (true) says ``raft_last`` is only the
+first index known to be lost, not the end (rillet.raft: ``lost_open``; the group elects no leader then).
+
 A report carries no ``bytes`` (nats-server's ``lost`` of damaged records has one: ``state.lost.bytes``): the lost
 entries are gone from every member, and what they held, sizes included, with them. A consumer's report has no
 ``seq_*`` fields; its leader proposes it (a LOST entry, consumer_loss.py) as a stream's leader does.
@@ -82,8 +86,9 @@ def merge(old: Optional[dict], new: dict) -> dict:
         elif not _no_range(new):
             out["raft_first"] = min(old["raft_first"], new["raft_first"])
             out["raft_last"] = max(old["raft_last"], new["raft_last"])
-        if new.get("unsynced_tail"):
-            out["unsynced_tail"] = True
+        for k in ("unsynced_tail", "open_end"):
+            if new.get(k):
+                out[k] = True
         for k in ("seq_mark", "seq_last"):
             if k in new:
                 out[k] = max(old.get(k, 0), new[k])
@@ -105,6 +110,9 @@ def describe(report: dict) -> str:
     if _no_range(report):
         return (f"lost its unsynced tail: acknowledged messages {report.get('seq_first', '?')}.."
                 f"{report.get('seq_last', '?')} may be gone")
+    if report.get("open_end"):
+        return (f"lost committed entries from {report['raft_first']} on (fewer replicas than a quorum kept their "
+                f"logs)")
     return f"lost committed entries {report['raft_first']}..{report['raft_last']}"
 
 

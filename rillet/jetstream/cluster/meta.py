@@ -13,8 +13,11 @@ then not elect a leader without the votes a Rillet server never sends. The found
 so a restart uses it again (``JetStream cluster recovering state``). A server started later, or one
 whose state was wiped, founds with what it knows, which includes the running members (it does not wait
 for the configured size when another server's statsz names a running meta leader; when the others run a
-meta group without a leader for ``JOIN_LEADERLESS_AFTER`` seconds, it joins with no voter set of its own,
-to vote but never campaign: a wiped member while another is down). A wiped member is still a voter in the
+meta group without a leader for ``JOIN_LEADERLESS_AFTER`` seconds, it joins with no voter set of its own: a
+wiped member while another is down). Joining a running group with no state, the member starts recovering and
+without a vote (``wipedmember``: it may have acknowledged entries in a previous life that only it and a server now
+down held), so a meta group left with one member that kept its log waits for the one that is down; the same rule
+holds for the stream and consumer groups whose assignments this server had before. A wiped member is still a voter in the
 leader's configuration: the leader's heartbeats find its log missing (rillet/raft) and send it the log or
 a snapshot, and with them the voters, which replace its guess. A server that is not a member campaigns in
 vain (its log is behind), and the meta leader, hearing a Rillet server in ``_meta_`` that is not a member (and
@@ -78,6 +81,7 @@ from rillet.jetstream.cluster.meta_info import InfoRequests
 from rillet.jetstream.cluster.meta_monitor import MetaMonitor
 from rillet.jetstream.cluster.meta_reconcile import RECONCILE_EVERY, MetaReconcile
 from rillet.jetstream.cluster.peers import ORPHAN_AFTER, JSConfig, JSStats, PeerRegistry, peer_id
+from rillet.jetstream.cluster.wipedmember import MemberHistory
 from rillet.jetstream.log import NotLeader
 from rillet.handles import cancelled
 
@@ -88,7 +92,8 @@ LEADERLESS_AFTER = 10.0  # seconds without a meta leader before requests are ans
 FOUND_SETTLE = 0.3  # seconds without a new JetStream server before a new cluster's founding set is taken
 CAMPAIGN_AFTER = 0.1  # seconds between founding the meta group and the first member's campaign
 # seconds a server that cannot found (too few servers known) waits, seeing another server run a meta group
-# without a leader, before it joins that group to vote (a member whose state was lost while another is down)
+# without a leader, before it joins that group (a member whose state was lost while another is down: recovering,
+# it votes once caught up from a leader)
 JOIN_LEADERLESS_AFTER = 2.0
 FOUND_SETTLE_GATEWAYS = 0.5  # the same in a super-cluster (statsz crossing gateways come later)
 # wins); doubled up to INFO_TIMEOUT while unanswered
@@ -139,6 +144,9 @@ class JetStreamCluster(MetaReconcile):
         # creates on their way through the log: (account, stream) -> (config JSON, answers to give after)
         self._inflight: dict[tuple[str, str], tuple[dict, list[Callable[[], None]]]] = {}
         self._replay_through = 0
+        # the stream and consumer groups this server had a member of before (wipedmember: a member of one that
+        # starts with no state on disk was wiped, and starts recovering without votes)
+        self.members = MemberHistory(self.peer)
         self._compaction = MetaCompaction()  # (when to snapshot: meta_compact, meta_compact_size)
         self._timer: Optional[asyncio.TimerHandle] = None
         self._found_task: Optional[asyncio.Task] = None
@@ -288,17 +296,20 @@ class JetStreamCluster(MetaReconcile):
                 # the servers it knows, whatever the others that are down; the leader sends it the log or a
                 # snapshot, and with them the real voter set)
                 self.log.notice(f"JetStream cluster: a meta group with leader {ml!r} is running, joining it")
-                break
+                await self._start_group(sorted({self.peer, *(peer_id(name) for name in self.rillet_js.values())}),
+                                        running=True)
+                return
             if self._meta_group_seen():
                 if leaderless_since is None:
                     leaderless_since = loop.time()
                 elif loop.time() - leaderless_since >= JOIN_LEADERLESS_AFTER:
                     # (the group exists on the others but has no leader, and this server cannot found: a member
-                    # that lost its state while another is down. It joins without a voter set of its own: it
-                    # never campaigns, but votes, so the members that kept the log elect a leader, which then
-                    # sends it the log and the voters)
-                    self.log.notice("JetStream cluster: a meta group without a leader is running, joining it "
-                                    "to vote")
+                    # that lost its state while another is down. It joins without a voter set of its own, and, as
+                    # a member of a running group starting with no state, recovering without a vote (wipedmember):
+                    # the members that kept the log elect a leader once the one that is down is back (entries
+                    # committed with it and with this member's lost log may be missing from the others), which
+                    # then sends it the log and the voters)
+                    self.log.notice("JetStream cluster: a meta group without a leader is running, joining it")
                     await self._start_group([], join=True)
                     return
             else:
@@ -326,13 +337,23 @@ class JetStreamCluster(MetaReconcile):
         return any(ni.meta_group and not ni.offline and ni.name in mine and ni.name != self.server.name
                    for ni in self.registry.nodes.values())
 
-    async def _start_group(self, peers: list[str], join: bool = False) -> None:
+    async def _start_group(self, peers: list[str], join: bool = False, running: bool = False) -> None:
+        """``join``: a running group without a leader, no voter set of our own; ``running``: a running group (with
+        either, a member starting with no state on disk starts recovering without votes: wipedmember)."""
+        if join or running:
+            self.members.old.add(A.META_GROUP)
         g = RaftGroup(self.server, A.META_GROUP, peers, self.store_dir, apply=self._apply,
                       on_leader_change=self._leader_changed, snapshot=self.state.snapshot,
                       restore=self._restore, sync="always")
         g.on_foreign_peer = self._foreign_peer
+        g.apply_batch = lambda begin: self.members.committing(g.node) if begin and g.node is not None else None
         self.group = g
-        await g.start()
+        self.members.starting = True
+        try:
+            await g.start()
+        finally:
+            self.members.starting = False
+        self.members.started(g.node)
         self._replay_through = g.node.commit
         if not join and g.peers and min(g.peers) == self.peer:
             # (every member knows the same set: one of them stands soon, no split votes; after a moment, so
@@ -602,7 +623,7 @@ class JetStreamCluster(MetaReconcile):
                 res.stream.reply = ""
             if res.consumer is not None:
                 res.consumer.reply = ""
-        self._act(res, replay)
+        self._act(res, replay, replay or self.members.is_old(index))
         w = self._waiters.pop(index, None)
         if w is not None:
             w[1](res, None) if w[0] == data else w[1](None, NotLeader())
@@ -610,7 +631,8 @@ class JetStreamCluster(MetaReconcile):
         if g is not None and self._compaction.due(self.server.opts, g.node.offset, index, len(data)):
             g.compact()
 
-    def _act(self, res: A.Applied, replay: bool = False) -> None:
+    def _act(self, res: A.Applied, replay: bool = False, old: bool = False) -> None:
+        """Tell the streams layer; ``old``: an assignment this server had before (wipedmember)."""
         st = self.streams
         op = res.op
         if op == A.EntryOp.PEER_REMOVE and res.changed:
@@ -619,6 +641,7 @@ class JetStreamCluster(MetaReconcile):
         if st is None or not res.changed:
             return
         if op in (A.EntryOp.ASSIGN_STREAM, A.EntryOp.UPDATE_STREAM):
+            self.members.stream(res.stream, old)
             st.stream_assigned(res.stream)
         elif op == A.EntryOp.REMOVE_STREAM:
             old = res.previous
@@ -626,6 +649,7 @@ class JetStreamCluster(MetaReconcile):
                 st.consumer_removed(old.consumers[cn])
             st.stream_removed(old)
         elif op == A.EntryOp.ASSIGN_CONSUMER:
+            self.members.consumer(res.consumer, old)
             st.consumer_assigned(res.consumer)
         elif op == A.EntryOp.REMOVE_CONSUMER:
             st.consumer_removed(res.previous)
@@ -718,6 +742,9 @@ class JetStreamCluster(MetaReconcile):
         layer is told what appeared, changed or went."""
         old = {(sa.account, sa.name): sa for sa in self.state.iter_streams()}
         self.state.restore(data)
+        had = self.members.restored()
+        for sa in self.state.iter_streams():
+            self.members.stream(sa, had)
         st = self.streams
         if st is None:
             return

@@ -551,6 +551,17 @@ class StreamLossMixin:
         mark = max(node.lost_mark if node is not None else 0, self.stream.store.last_seq)
         found = {"raft_first": first, "raft_last": last, "detected": format_time(now), "server": srv.name,
                  "seq_mark": mark}
+        if node is not None and node.lost_open:
+            found["open_end"] = True
+            self.data_lost = lossreport.merge(self.data_lost, found)
+            self._save_lost()
+            self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost committed "
+                                 f"RAFT entries from {first} on: fewer replicas than a quorum kept their logs (wiped "
+                                 f"stores), so acknowledged messages past sequence {mark} may be missing; no leader is "
+                                 f"elected, so that no sequence is given again (to accept the loss and go on: a "
+                                 f"rescued quorum on the replica that kept its log)")
+            self._lost_advisory()
+            return
         self.data_lost = lossreport.merge(self.data_lost, found)
         self._save_lost()
         self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost "

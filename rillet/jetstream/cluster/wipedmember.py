@@ -1,0 +1,90 @@
+"""Which of this server's stream and consumer group members existed here before: a member that starts with no
+state on disk although it had acknowledged entries (its store was wiped) must not vote, nor count toward a
+commit, until it caught up from a leader (rillet.raft: ``recovering`` with ``votes_lost``). Otherwise it can
+elect a member lacking entries that it and a server now down had committed, and those entries are given again
+(tests/faults/wiped-vote.md: the drill's seed 11).
+
+The signal is where the meta layer got the assignment naming this server (``MemberHistory``, kept by the meta
+layer, ``JetStreamCluster.members``):
+
+1. re-applied from this server's own meta WAL or snapshot at start: this server had the member before; if its
+   group starts with no state, the state was lost (``old``);
+2. this server's meta member itself started without state (wiped, or brand new) and the assignment is one
+   committed before it first heard the leader's commit (or came in a snapshot installed before): this server
+   may have had the member in a previous life (``old``: conservative for a new server, which catches up from the
+   leader at once when the others are up);
+3. the meta member started with state and the assignment came by catch-up beyond its own WAL (a group created, or
+   this server added, while it was down): it never had the member;
+4. a live entry (a new stream, a scale-up, a move): nor here.
+
+A group whose name is ``old`` and whose member starts with no state on disk starts recovering without votes
+(``RaftGroup.start``). Memory-storage groups never do: after a restart every one of them starts empty, and
+stalling every R3 memory stream while another server is down is a separate decision.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class MemberHistory:
+    """(the meta layer's) The names of the stream and consumer groups this server had a member of before
+    (``old``), and what tells them: the meta member's start (``started``) and each applied assignment."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+        self.old: set[str] = set()
+        self.stateless_start = False  # the meta member started with no state on disk
+        self.start_last = 0  # the last index of the meta log recovered at start (its own WAL)
+        self.join_commit: Optional[int] = None  # (stateless start) the first leader's commit heard
+        self.starting = False  # within the meta group's start (a snapshot restored there is this server's own)
+
+    def started(self, node: Any) -> None:
+        """The meta group's node just started from what the WAL held."""
+        self.stateless_start = node.term == 0 and node.last_index() == 0 and node.offset == 0
+        self.start_last = node.last_index()
+        self.join_commit = None
+
+    def committing(self, node: Any) -> None:
+        """(RaftGroup.apply_batch of the meta group) Committed entries are about to be applied (noops too): the
+        first time, the commit index known then is the leader's as first heard (``join_commit``; a leader's own:
+        a brand-new group's first commit). What was committed up to there, this server may have had."""
+        if self.stateless_start and self.join_commit is None:
+            self.join_commit = max(node.leader_commit, node.commit)
+
+    def is_old(self, index: int) -> bool:
+        """Whether the meta entry at ``index``, being applied, is one this server had (case 1) or may have had
+        (case 2)."""
+        if index <= self.start_last:
+            return True
+        if not self.stateless_start:
+            return False
+        return self.join_commit is None or index <= self.join_commit
+
+    def restored(self) -> bool:
+        """Whether the assignments of a snapshot being restored are old: at start (this server's own) or on a
+        member that started stateless and had not yet heard the leader's commit."""
+        return self.starting or (self.stateless_start and self.join_commit is None)
+
+    def stream(self, sa: Any, old: bool) -> None:
+        """A stream assignment applied (with its consumers)."""
+        if self.peer in sa.group.peers:
+            if old:
+                self.old.add(sa.group.name)
+        else:
+            self.old.discard(sa.group.name)
+        for ca in sa.consumers.values():
+            self.consumer(ca, old)
+
+    def consumer(self, ca: Any, old: bool) -> None:
+        if self.peer in ca.group.peers:
+            if old:
+                self.old.add(ca.group.name)
+        else:
+            self.old.discard(ca.group.name)
+
+
+def existing_member(server: Any, name: str) -> bool:
+    """Whether this server had a member of group ``name`` before (``MemberHistory``)."""
+    cl = getattr(getattr(server, "jetstream", None), "cluster", None)
+    h = getattr(cl, "members", None)
+    return isinstance(h, MemberHistory) and name in h.old
