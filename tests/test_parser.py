@@ -394,7 +394,7 @@ def test_max_payload_raised_when_control_line_completes(line):
     with pytest.raises(ProtocolError) as ei:
         p.feed(line[-1:])  # completes it: the error comes before any payload byte
     assert ei.value.client_error == MAX_PAYLOAD_VIOLATION
-    assert ei.value.reason == "Maximum Payload Exceeded"
+    assert ei.value.reason == "Maximum Message Payload Exceeded"
     assert rec.calls == []
 
 

@@ -197,7 +197,7 @@ class ClientParser(BufferedParser):
                 if size > self.max_payload:
                     raise ProtocolError(MAX_PAYLOAD_VIOLATION,
                                         f"Maximum Payload Violation: {size} vs {self.max_payload}",
-                                        "Maximum Payload Exceeded")
+                                        "Maximum Message Payload Exceeded")
                 start = nl + 1
                 stop = start + size
                 if stop + 2 > n:
@@ -234,7 +234,7 @@ class ClientParser(BufferedParser):
                         handler.hpub_too_big(subject, data[nl + 1:nl + 1 + hdr], size)
                     raise ProtocolError(MAX_PAYLOAD_VIOLATION,
                                         f"Maximum Payload Violation: {size} vs {self.max_payload}",
-                                        "Maximum Payload Exceeded")
+                                        "Maximum Message Payload Exceeded")
                 start = nl + 1
                 stop = start + size
                 if stop + 2 > n:
