@@ -185,9 +185,11 @@ def one_big_fanout(kind: str, conf: str, nsubs: int, size: int) -> dict:
         took = time.monotonic() - t0
         varz = monitor(mport, "/varz")
         closed = monitor(mport, "/connz?state=closed")["connections"]
+        accs = monitor(mport, "/accstatz?unused=1")["account_statz"]
         s.close()
         return {"growth": peak[0] - rss0, "took": took, "slow_consumers": varz["slow_consumers"],
-                "reasons": [c.get("reason") for c in closed]}
+                "reasons": [c.get("reason") for c in closed],
+                "account": [a["slow_consumers"] for a in accs if a["acc"] == "$G"]}
 
 
 @pytest.mark.skipif(not HAVE_GO, reason="needs nats-server")
@@ -203,6 +205,7 @@ def test_one_message_to_many_subscriptions_of_one_connection_is_cut_at_max_pendi
     res = {k: one_big_fanout(k, conf, 1000, 1_000_000) for k in ("go", "rillet")}
     for k, r in res.items():
         assert r["slow_consumers"] == 1 and r["reasons"] == ["Slow Consumer (Pending Bytes)"], (k, res)
+        assert r["account"] == [1], (k, res)  # (/accstatz counts it in the client's account too)
     ours = res["rillet"]
     assert ours["growth"] < 8 + 40, res
     assert ours["took"] < 2.0, res

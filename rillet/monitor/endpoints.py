@@ -242,7 +242,7 @@ def account_stat(server: Any, acc: Any, totals: Any) -> dict:
         "num_subscriptions": acc.sublist.count(),
         "sent": _msg_bytes(out_m, out_b),
         "received": _msg_bytes(in_m, in_b),
-        "slow_consumers": 0,
+        "slow_consumers": acc.slow_consumers,
     }
 
 

@@ -44,7 +44,7 @@ class InterestListener(Protocol):
 class Account:
     __slots__ = ("name", "server", "sublist", "clients", "_pending", "_match", "interest_watchers", "mappings",
                  "mconns", "msubs", "mpay", "imports", "sub_removed", "stream_imports", "no_match", "trace_dest",
-                 "trace_sampling", "name_b", "shadows", "listeners", "gw", "__weakref__")
+                 "trace_sampling", "name_b", "shadows", "listeners", "gw", "slow_consumers", "__weakref__")
 
     def __init__(self, server: "Server", name: str) -> None:
         self.name = name
@@ -62,6 +62,7 @@ class Account:
         self.mconns = -1
         self.msubs = -1
         self.mpay = -1
+        self.slow_consumers = 0  # its clients cut as slow consumers (/accstatz, account connection events)
         self.imports: Any = None  # rillet.server.account_config.AccountImports, when configured
         self.clients: set[Any] = set()
         self._pending = server.pending_flush

@@ -384,7 +384,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
                 # when it took nothing in the whole deadline, as nats-server)
                 left = pending + kernel_unsent(t)
                 if self._wd_mark + self._wd_added - left > 0:
-                    self.server.slow_consumers += 1
+                    self.server.count_slow(self)
                     self.server.log.notice(f"{self.log_prefix()} - Slow Consumer "
                                            f"{'State' if self._wd_slow else 'Detected'}: {why}")
                     self._wd_slow = True

@@ -640,8 +640,13 @@ class Server:
             for c in batch:
                 c.write_out()
 
-    def slow_consumer(self, c: Client, why: str) -> None:
+    def count_slow(self, c: Client) -> None:
+        """A slow consumer counted in /varz and in its account (as nats-server's acc.stats)."""
         self.slow_consumers += 1
+        c.account.slow_consumers += 1
+
+    def slow_consumer(self, c: Client, why: str) -> None:
+        self.count_slow(c)
         self.log.notice(f"{c.log_prefix()} - Slow Consumer Detected: {why}")
         c.out.clear()
         c.close("Slow Consumer (Write Deadline)" if "WriteDeadline" in why else "Slow Consumer (Pending Bytes)")

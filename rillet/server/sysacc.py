@@ -311,7 +311,7 @@ class SystemAccount:
             "server": self.server_info(), "acc": acc.name, "name": acc.name, "conns": n, "leafnodes": 0,
             "total_conns": n, "num_subscriptions": acc.num_subs(),
             "sent": {"msgs": out_m, "bytes": out_b}, "received": {"msgs": in_m, "bytes": in_b},
-            "slow_consumers": 0,
+            "slow_consumers": acc.slow_consumers,
         }
 
     # ---- client events ----------------------------------------------------------------------------------
