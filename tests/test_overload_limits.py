@@ -13,6 +13,7 @@ import asyncio
 import json
 import shutil
 import socket
+import time
 
 import pytest
 
@@ -195,3 +196,85 @@ async def test_api_requests_from_many_clients_never_queue_past_the_limit(tmp_pat
         assert advised == dropped, (advised, dropped)
         for c in clients + [sysc]:
             await c.close()
+
+
+CALLOUT_CONF = """
+accounts {{ AUTH {{ users [{{user: auth, password: pwd}}] }}, A {{}} }}
+authorization {{ timeout: 3
+  auth_callout {{ issuer: {issuer}, auth_users: [auth], account: AUTH }} }}
+"""
+
+
+def held_flood(kind: str, seconds: float = 1.5) -> dict:
+    """A client floods PUBs after its CONNECT while the auth callout (a service that never answers) decides."""
+    from rillet import jwt
+    from tests.test_auth_callout import ISSUER
+    with running(kind, CALLOUT_CONF.format(issuer=jwt.public_key(ISSUER))) as (proc, mport):
+        pid = proc.proc.pid
+        svc = raw_connect(proc.port, connect=b'{"verbose":false,"pedantic":false,"user":"auth","pass":"pwd"}')
+        svc.sendall(b"SUB $SYS.REQ.USER.AUTH 1\r\nPING\r\n")
+        read_until(svc, b"PONG\r\n")
+        s = socket.create_connection(("127.0.0.1", proc.port))
+        read_until(s, b"\r\n")
+        rss0 = peak = rss_mb(pid)
+        s.sendall(b'CONNECT {"verbose":false,"user":"x","pass":"y"}\r\n')
+        s.settimeout(0.2)
+        chunk = b"PUB a 1\r\nx\r\n" * 5000
+        sent = 0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                s.sendall(chunk)
+                sent += len(chunk)
+            except socket.timeout:
+                pass
+            peak = max(peak, rss_mb(pid))
+        s.close()
+        svc.close()
+        return {"sent": sent, "growth": peak - rss0}
+
+
+@needs_go
+def test_input_while_the_auth_callout_decides_is_bounded():
+    """What a client sends after its CONNECT while the auth callout decides waits in the socket's buffers:
+    nats-server's read loop waits in the callout; Rillet pauses reading past 64 KB kept (before, it kept all:
+    ~200 MB in 2 s, without bound until the callout's timeout)."""
+    res = {k: held_flood(k) for k in ("go", "rillet")}
+    for k, r in res.items():
+        assert r["sent"] < 32 * 1024 * 1024 and r["growth"] < 16, (k, res)
+
+
+@pytest.mark.asyncio
+async def test_a_client_paused_while_the_callout_decides_reads_again_once_admitted(tmp_path):
+    """2 MB sent behind the CONNECT while the callout decides: at most HELD_MAX (and one read) kept, reading
+    paused; once admitted every message is delivered in order and the connection goes on."""
+    import nats
+    from rillet.server.pacing import HELD_MAX
+    from tests.test_auth_callout import conf, response, user_jwt
+    async with serve_config(conf(timeout="10"), str(tmp_path)) as srv:
+        asked: asyncio.Queue = asyncio.Queue()
+        nc = await nats.connect(srv.client_url.replace("nats://", "nats://auth:pwd@"))
+        await nc.subscribe("$SYS.REQ.USER.AUTH", cb=asked.put)
+        await nc.flush()
+        c = await RawClient.open(srv, connect=False)
+        n, size = 2000, 1000
+        c.send(b'CONNECT {"verbose":false,"pedantic":false,"user":"alice","pass":"a"}\r\nSUB a.x 1\r\n'
+               + b"".join(b"PUB a.x %d\r\n%06d%b\r\n" % (size, i, b"p" * (size - 6)) for i in range(n))
+               + b"PING\r\n")
+        msg = await asyncio.wait_for(asked.get(), 10)
+        held = [x for x in srv.clients.values() if x._held is not None]
+        assert len(held) == 1
+        for _ in range(200):  # (until the client's writes have reached the paused socket)
+            if held[0]._held_paused:
+                break
+            await asyncio.sleep(0.01)
+        assert held[0]._held_paused and held[0]._held_bytes <= HELD_MAX + 256 * 1024, held[0]._held_bytes
+        from rillet import jwt
+        req = jwt.decode(msg.data.decode())
+        await msg.respond(response(req, user_jwt(req["nats"]["user_nkey"], "A")))
+        got = await c.read_until(b"PONG\r\n", timeout=30)
+        frames = got.split(b"MSG a.x 1 %d\r\n" % size)[1:]
+        assert [int(f[:6]) for f in frames] == list(range(n))
+        assert await c.ping() == b""
+        await c.close()
+        await nc.close()

@@ -426,7 +426,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             if self._proxy is not None:
                 self._proxy_read(data)  # (proxy_protocol: the PROXY header first)
                 return
-            self._held.append(data)  # CONNECT waits for the auth callout
+            self._hold_input(data)  # CONNECT waits for the auth callout (paused past HELD_MAX)
             return
         self.last_activity = time.time()
         if self._backlog is not None:
@@ -468,7 +468,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
             return -1
         if self._held is not None:  # a CONNECT went to the auth callout: the rest waits with it
             if pos < len(data):
-                self._held.append(data[pos:])
+                self._hold_input(data[pos:])
             srv.flush_clients()
             return -1
         return pos
@@ -630,7 +630,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
 
     def _connect_fetched(self, arg: bytes) -> None:
         """The CONNECT held for its account's JWT (URL resolver) goes on, then what the client sent meanwhile."""
-        held, self._held = self._held, None
+        held = self._end_hold()
         if self.closed:
             return
         try:
@@ -655,7 +655,7 @@ class Client(ConnBase, ReadPacer, asyncio.Protocol):
 
     def callout_done(self, user: Any, reason: str) -> None:
         """The callout admitted the client as ``user`` (a CalloutUser), or refused it (``user`` None)."""
-        held, self._held = self._held, None
+        held = self._end_hold()
         if self.closed:
             return
         srv = self.server

@@ -37,6 +37,10 @@ STALL_READ = 64 * 1024  # nats-server reads at most 64 KB at a time: each such r
 OWN_FLUSH = 64 * 1024  # (a client's own output, its PubAcks and the replies to it, is written when a read ends, or
 # once this much waits: one write instead of one per slice, the socket writes being a tenth of a JetStream
 # publisher's cost)
+# A client's input that arrives while its CONNECT waits for a decision (an auth callout, an account JWT fetched
+# from a URL resolver) is kept for then; past HELD_MAX bytes of it the transport's reading is paused, as
+# nats-server's read loop waits in the callout (the kernel's socket buffers hold the rest), until the decision.
+HELD_MAX = 64 * 1024
 ROUTE_FLUSH = 16 * 1024  # (a route read is written out every this many bytes: a receiver nearing its limit stalls the route in time)
 
 
@@ -259,6 +263,40 @@ class ReadPacer:
             return
         self._backlog = rest
         t.pause_reading()
+
+    _held_bytes = 0
+    _held_paused = False
+
+    def _hold_input(self, data: bytes) -> None:
+        """``data`` arrived while the CONNECT waits (``_held``): kept, reading paused past HELD_MAX."""
+        self._held.append(data)  # type: ignore[attr-defined]
+        self._held_bytes += len(data)
+        if self._held_bytes > HELD_MAX and not self._held_paused:
+            t = self.transport  # type: ignore[attr-defined]
+            if t is not None and not t.is_closing():
+                t.pause_reading()
+                self._held_paused = True
+
+    def _end_hold(self) -> list[bytes] | None:
+        """The CONNECT's decision came: what was held (for the parser), reading resumed after this callback."""
+        held, self._held = self._held, None  # type: ignore[has-type]
+        self._held_bytes = 0
+        if self._held_paused:
+            self._held_paused = False
+            self.server.loop.call_soon(self._held_resume)  # type: ignore[attr-defined]
+        return held
+
+    def _held_resume(self) -> None:
+        if self.closed:  # type: ignore[attr-defined]
+            return
+        held = self._held  # type: ignore[has-type]
+        if held is not None:  # held again (an auth callout after the JWT fetch): paused until that decision
+            self._held_bytes = sum(len(d) for d in held)
+            self._held_paused = True
+            return
+        t = self.transport  # type: ignore[attr-defined]
+        if self._backlog is None and t is not None and not t.is_closing():  # (else _resume resumes it)
+            t.resume_reading()
 
     def _stall_ended(self) -> None:
         """At ``_resume``: a stall's time counts against the read's allowance."""
