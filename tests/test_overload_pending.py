@@ -209,3 +209,56 @@ def test_one_message_to_many_subscriptions_of_one_connection_is_cut_at_max_pendi
     ours = res["rillet"]
     assert ours["growth"] < 8 + 40, res
     assert ours["took"] < 2.0, res
+
+
+class _FakeTransport:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def get_write_buffer_size(self) -> int:
+        return self.size
+
+
+class _FakeConn:
+    def __init__(self, name: str, size: int) -> None:
+        self.name, self.transport, self.closed = name, _FakeTransport(size), False
+
+
+class _FakeServer:
+    def __init__(self, limit: int) -> None:
+        self.opts = load_string(f"max_pending: {limit}\nmax_pending_total: {limit}\n")
+        self.cut: list[str] = []
+        self.tracker = pendingtotal.PendingTotal(self)
+
+    def slow_consumer(self, c: _FakeConn, why: str) -> None:
+        self.cut.append(c.name)
+        c.closed = True
+        self.tracker.forget(c)
+
+
+def test_the_fullest_are_cut_and_drained_buffers_are_counted_again():
+    srv = _FakeServer(1000)
+    t = srv.tracker
+    a, b, c = _FakeConn("a", 400), _FakeConn("b", 300), _FakeConn("c", 200)
+    for x in (a, b, c):
+        t.note(x, x.transport.size)
+    assert t.total == 900 and srv.cut == []
+    a.transport.size = 50  # (a drained unseen: the kept figure runs ahead)
+    d = _FakeConn("d", 350)
+    t.note(d, 350)  # 1250 kept, 900 really: counted again, nobody cut
+    assert srv.cut == [] and t.total == 900 and t.counted == 900
+    b.transport.size = 600
+    t.note(b, 600)  # 1200 really: the fullest (b) cut, the rest 600
+    assert srv.cut == ["b"] and t.total == 600
+    t.forget(c)  # (drained below the low water mark)
+    assert t.total == 400 and c not in t.sizes
+    # (just over the bound, within SLACK of the last count: not counted again until it grows past that)
+    d.transport.size = 940
+    t.note(d, 990)  # (kept 1040, really 990: counted again, nobody cut)
+    assert srv.cut == ["b"] and t.total == 990 and t.counted == 990
+    d.transport.size = 955
+    t.note(d, 955)  # 1005: over the bound by less than SLACK (15.6) since the count
+    assert srv.cut == ["b"] and t.total == 1005
+    d.transport.size = 1050
+    t.note(d, 1050)  # past it: counted, the fullest (d) cut
+    assert srv.cut == ["b", "d"] and t.total == 50

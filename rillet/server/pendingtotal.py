@@ -12,13 +12,16 @@ Only connections whose transport has stopped taking writes (asyncio's ``pause_wr
 water mark, 64 KiB, buffered) are followed; each of the others holds less than that mark, a bound of its own.
 The figure kept is each followed connection's buffer as last written, a sum that can only run ahead of the
 real one (the buffers drain unseen), so it is counted again exactly, over the followed connections only,
-before anyone is cut.
+before anyone is cut; and counted again only once the figure has grown by SLACK of the bound since the last
+count (a sum that stays just under the bound would otherwise be counted at every write): the bound is held
+within that much.
 """
 from __future__ import annotations
 
 from typing import Any
 
 DEFAULT_FACTOR = 16  # max_pending_total's default: this many times max_pending
+SLACK = 1 / 64  # of the bound: growth of the kept figure between two exact counts
 
 
 def total_limit(opts: Any) -> int:
@@ -39,13 +42,14 @@ def validate(opts: Any) -> None:
 class PendingTotal:
     """The sum of the followed client connections' pending output, and the cut when it passes the bound."""
 
-    __slots__ = ("server", "sizes", "total", "cut")
+    __slots__ = ("server", "sizes", "total", "cut", "counted")
 
     def __init__(self, server: Any) -> None:
         self.server = server
         self.sizes: dict[Any, int] = {}  # connection -> its write buffer when last written to
         self.total = 0
         self.cut = 0  # connections cut by this bound (also counted in the server's slow_consumers)
+        self.counted = 0  # the sum at the last exact count
 
     def note(self, c: Any, size: int) -> None:
         """Client connection ``c``, whose transport is paused, has ``size`` bytes waiting after a write."""
@@ -54,7 +58,7 @@ class PendingTotal:
         sizes[c] = size
         if self.total > 0:
             limit = total_limit(self.server.opts)
-            if limit and self.total > limit:
+            if limit and self.total > limit and self.total - self.counted > limit * SLACK:
                 self._enforce(limit)
 
     def forget(self, c: Any) -> None:
@@ -62,6 +66,7 @@ class PendingTotal:
         size = self.sizes.pop(c, None)
         if size is not None:
             self.total -= size
+            self.counted -= size
 
     def _enforce(self, limit: int) -> None:
         sizes = self.sizes
@@ -80,3 +85,4 @@ class PendingTotal:
             self.total = total
             self.cut += 1
             self.server.slow_consumer(worst, f"Total Pending of {limit} Exceeded")
+        self.counted = self.total
